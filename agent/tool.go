@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/toolgate/toolgate/approvals"
+)
+
+// Result is what a tool returns to the model. IsError marks a failure the
+// model should read and may recover from (a bad path, a non-zero exit).
+type Result struct {
+	Content string `json:"content"`
+	IsError bool   `json:"is_error,omitempty"`
+}
+
+// Handler runs a tool with arguments that are valid JSON and passed the
+// tool's schema. A returned error becomes an error Result for the model.
+type Handler func(ctx context.Context, args json.RawMessage) (Result, error)
+
+// Tool is a function the model may call.
+type Tool struct {
+	// Name follows OpenAI's function-name rules: 1-64 of [A-Za-z0-9_-].
+	Name        string
+	Description string
+	// Schema is the JSON Schema of the arguments (an object schema). Empty
+	// means any JSON object.
+	Schema json.RawMessage
+	// Annotations are the MCP-style hints a policy falls back on.
+	Annotations approvals.Hints
+	// Human marks a tool answered by a person (ask_human): when paused, a
+	// Respond decision gives its result and nothing runs.
+	Human   bool
+	Handler Handler
+}
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidName reports whether name is a valid OpenAI function name.
+func ValidName(name string) bool { return validName.MatchString(name) }
+
+// Registry holds the tools the model may call. It is safe for concurrent use;
+// tools may be added and removed while turns run (MCP servers come and go).
+type Registry struct {
+	mu    sync.RWMutex
+	tools map[string]*registered
+}
+
+type registered struct {
+	tool   Tool
+	schema *jsonschema.Schema
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{tools: map[string]*registered{}} }
+
+// Register adds a tool. It fails if the name is invalid or taken, the
+// handler is missing, or the schema does not compile.
+func (r *Registry) Register(t Tool) error {
+	reg, err := compileTool(t)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.tools[t.Name]; ok {
+		return fmt.Errorf("register tool %q: name already registered", t.Name)
+	}
+	r.tools[t.Name] = reg
+	return nil
+}
+
+// Replace atomically removes every tool whose name satisfies drop and
+// registers tools instead (used when an MCP server's tool list changes). On
+// error nothing changes.
+func (r *Registry) Replace(drop func(name string) bool, tools []Tool) error {
+	regs := make([]*registered, 0, len(tools))
+	for _, t := range tools {
+		reg, err := compileTool(t)
+		if err != nil {
+			return err
+		}
+		regs = append(regs, reg)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := make(map[string]*registered, len(r.tools)+len(regs))
+	for n, t := range r.tools {
+		if !drop(n) {
+			next[n] = t
+		}
+	}
+	for _, reg := range regs {
+		if _, ok := next[reg.tool.Name]; ok {
+			return fmt.Errorf("register tool %q: name already registered", reg.tool.Name)
+		}
+		next[reg.tool.Name] = reg
+	}
+	r.tools = next
+	return nil
+}
+
+// Lookup returns the tool named name.
+func (r *Registry) Lookup(name string) (Tool, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.tools[name]
+	if !ok {
+		return Tool{}, false
+	}
+	return t.tool, true
+}
+
+// List returns every tool, sorted by name.
+func (r *Registry) List() []Tool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Tool, 0, len(r.tools))
+	for _, t := range r.tools {
+		out = append(out, t.tool)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Validate checks args against the named tool: they must be a JSON object
+// that passes the tool's schema. The error says exactly what is wrong, in
+// words meant for the model.
+func (r *Registry) Validate(name string, args json.RawMessage) error {
+	r.mu.RLock()
+	t, ok := r.tools[name]
+	r.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("unknown tool %q", name)
+	}
+	return t.validate(args)
+}
+
+func compileTool(t Tool) (*registered, error) {
+	if !ValidName(t.Name) {
+		return nil, fmt.Errorf("register tool %q: name must be 1-64 characters of A-Z a-z 0-9 _ -", t.Name)
+	}
+	if t.Handler == nil && !t.Human {
+		return nil, fmt.Errorf("register tool %q: no handler", t.Name)
+	}
+	reg := &registered{tool: t}
+	if len(t.Schema) > 0 {
+		doc, err := jsonschema.UnmarshalJSON(bytesReader(t.Schema))
+		if err != nil {
+			return nil, fmt.Errorf("register tool %q: schema is not JSON: %w", t.Name, err)
+		}
+		c := jsonschema.NewCompiler()
+		url := "tool:///" + t.Name + ".json"
+		if err := c.AddResource(url, doc); err != nil {
+			return nil, fmt.Errorf("register tool %q: schema: %w", t.Name, err)
+		}
+		s, err := c.Compile(url)
+		if err != nil {
+			return nil, fmt.Errorf("register tool %q: schema: %w", t.Name, err)
+		}
+		reg.schema = s
+	}
+	return reg, nil
+}

@@ -1,0 +1,126 @@
+package approvals
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Action is what a policy says about one tool call.
+type Action string
+
+// The three verdicts of a policy.
+const (
+	Allow Action = "allow"
+	Ask   Action = "ask"
+	Deny  Action = "deny"
+)
+
+// Valid reports whether a is one of Allow, Ask or Deny.
+func (a Action) Valid() bool { return a == Allow || a == Ask || a == Deny }
+
+// Hints are the MCP-style annotations of a tool that decide a call no rule
+// matches. Destructive nil means "not said", which MCP reads as true.
+type Hints struct {
+	ReadOnly    bool  `json:"read_only,omitempty"`
+	Destructive *bool `json:"destructive,omitempty"`
+	Idempotent  bool  `json:"idempotent,omitempty"`
+}
+
+// Input is everything a policy may look at: the call and who asked where.
+// Args are the call's arguments, already valid JSON that passed the tool's
+// schema.
+type Input struct {
+	Tool    string          `json:"tool"`
+	Args    json.RawMessage `json:"args"`
+	User    string          `json:"user"`
+	Channel string          `json:"channel"`
+	Hints   Hints           `json:"hints"`
+}
+
+// Verdict is the outcome of judging an Input, with the rule that produced it.
+type Verdict struct {
+	Action Action `json:"action"`
+	// RuleID names the rule that matched: a policy rule's id, a standing
+	// rule's id, "annotations" or "default".
+	RuleID    string        `json:"rule_id"`
+	Reason    string        `json:"reason,omitempty"`
+	Approvers []string      `json:"approvers,omitempty"`
+	FourEyes  bool          `json:"four_eyes,omitempty"`
+	TTL       time.Duration `json:"ttl,omitempty"`
+}
+
+// Kind is the kind of a decision on a paused call (SPEC section 2).
+type Kind string
+
+// Every decision an approver (or the system) can make on a paused call.
+const (
+	Approve  Kind = "approve"
+	Edit     Kind = "edit"
+	Reject   Kind = "reject" // with a reason, given to the model verbatim
+	Refuse   Kind = "deny"   // a plain Deny: the model must not retry
+	Respond  Kind = "respond"
+	Remember Kind = "remember"
+	Expire   Kind = "expire"
+	Cancel   Kind = "cancel"
+)
+
+// Runs reports whether a decision of kind k executes the tool.
+func (k Kind) Runs() bool { return k == Approve || k == Edit || k == Remember }
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool {
+	switch k {
+	case Approve, Edit, Reject, Refuse, Respond, Remember, Expire, Cancel:
+		return true
+	}
+	return false
+}
+
+// Decision is what someone decided about one paused call. It names the call,
+// the fingerprint of the arguments the decider was shown, the decider and the
+// time. Reason goes with Reject, Args with Edit (the new arguments), Answer
+// with Respond, Conditions optionally with Remember.
+type Decision struct {
+	CallID      string          `json:"call_id"`
+	Fingerprint string          `json:"fingerprint"`
+	Kind        Kind            `json:"kind"`
+	Decider     string          `json:"decider"`
+	At          time.Time       `json:"at"`
+	Reason      string          `json:"reason,omitempty"`
+	Args        json.RawMessage `json:"args,omitempty"`
+	Answer      string          `json:"answer,omitempty"`
+	// Conditions is an optional CEL expression narrowing a Remember rule.
+	Conditions string `json:"conditions,omitempty"`
+	// TTL is an optional lifetime for a Remember rule; zero means no expiry.
+	TTL time.Duration `json:"ttl,omitempty"`
+}
+
+// Errors a refused decision wraps; check them with errors.Is.
+var (
+	ErrUnknownCall         = errors.New("unknown call")
+	ErrAlreadyDecided      = errors.New("already decided")
+	ErrExpired             = errors.New("approval expired")
+	ErrFingerprintMismatch = errors.New("arguments changed since they were shown")
+	ErrNotApprover         = errors.New("you are not an approver for this")
+	ErrInvalidArgs         = errors.New("invalid arguments")
+	ErrPolicyDenied        = errors.New("denied by policy")
+)
+
+// RefusedError is returned when a decision is refused because the call was
+// already decided; it says by whom, when and how.
+type RefusedError struct {
+	Err       error // one of the sentinel errors above
+	DecidedBy string
+	DecidedAt time.Time
+	Kind      Kind
+}
+
+func (e *RefusedError) Error() string {
+	if e.DecidedBy == "" {
+		return e.Err.Error()
+	}
+	return e.Err.Error() + " by " + e.DecidedBy + " (" + string(e.Kind) + ")"
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }

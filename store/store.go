@@ -1,0 +1,147 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors returned by both implementations; check them with errors.Is.
+var (
+	ErrNotFound            = errors.New("not found")
+	ErrAlreadyDecided      = errors.New("already decided")
+	ErrExpired             = errors.New("expired")
+	ErrFingerprintMismatch = errors.New("fingerprint mismatch")
+	ErrRunExists           = errors.New("run already exists")
+	ErrConflict            = errors.New("version conflict")
+)
+
+// Status is the state of one paused call.
+type Status string
+
+// A call is pending until it is decided (by a person) or expired or
+// cancelled; the last three are final.
+const (
+	Pending   Status = "pending"
+	Decided   Status = "decided"
+	Expired   Status = "expired"
+	Cancelled Status = "cancelled"
+)
+
+// Decision is the stored record of how a call was decided. Kind is opaque to
+// the store except for "expire" (allowed only once ExpiresAt has passed, sets
+// Status Expired) and "cancel" (sets Status Cancelled).
+type Decision struct {
+	Kind       string          `json:"kind"`
+	Decider    string          `json:"decider"`
+	At         time.Time       `json:"at"`
+	Reason     string          `json:"reason,omitempty"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	Answer     string          `json:"answer,omitempty"`
+	Conditions string          `json:"conditions,omitempty"`
+	TTL        time.Duration   `json:"ttl,omitempty"`
+}
+
+// Call is one tool call of a paused step that waits on people.
+type Call struct {
+	ID           string          `json:"id"`           // opaque id, see CallID
+	RunID        string          `json:"run_id"`       // the run it belongs to
+	ToolCallID   string          `json:"tool_call_id"` // the model's id for the call
+	Tool         string          `json:"tool"`
+	Args         json.RawMessage `json:"args"` // canonical JSON
+	Fingerprint  string          `json:"fingerprint"`
+	Requester    string          `json:"requester"`
+	Channel      string          `json:"channel"`
+	Conversation string          `json:"conversation"`
+	RuleID       string          `json:"rule_id"`
+	Reason       string          `json:"reason,omitempty"`
+	Approvers    []string        `json:"approvers,omitempty"`
+	FourEyes     bool            `json:"four_eyes,omitempty"`
+	CreatedAt    time.Time       `json:"created_at"`
+	ExpiresAt    time.Time       `json:"expires_at"`
+	Status       Status          `json:"status"`
+	Decision     *Decision       `json:"decision,omitempty"`
+	// Executing is set by BeginExecution: the tool was started at most once.
+	Executing bool `json:"executing,omitempty"`
+}
+
+// Run is a paused step of a conversation: the agent's whole state (opaque to
+// the store) and the ids of the calls it waits on.
+type Run struct {
+	ID           string          `json:"id"`
+	Conversation string          `json:"conversation"`
+	Requester    string          `json:"requester"`
+	Channel      string          `json:"channel"`
+	State        json.RawMessage `json:"state"`
+	CallIDs      []string        `json:"call_ids"`
+	CreatedAt    time.Time       `json:"created_at"`
+	// ExpiresAt is the latest ExpiresAt of its calls.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Conversation is the agent's state of one conversation between turns
+// (opaque to the store), and the run it is paused on, if any.
+type Conversation struct {
+	Key       string          `json:"key"`
+	State     json.RawMessage `json:"state"`
+	PausedRun string          `json:"paused_run,omitempty"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+// Filter selects pending calls. Empty fields match everything.
+// Approver matches calls that name that id among their approvers, and calls
+// with no approvers (open to anyone in the channel) when it is "*".
+type Filter struct {
+	Conversation string
+	Approver     string
+	Requester    string
+}
+
+// AuditEntry is one line of the audit log.
+type AuditEntry struct {
+	At          time.Time `json:"at"`
+	Actor       string    `json:"actor"`
+	Action      string    `json:"action"` // request, decide, execute, policy_add, ...
+	Tool        string    `json:"tool,omitempty"`
+	CallID      string    `json:"call_id,omitempty"`
+	Fingerprint string    `json:"fingerprint,omitempty"`
+	Outcome     string    `json:"outcome,omitempty"`
+	Detail      string    `json:"detail,omitempty"`
+}
+
+// Record is a small named JSON document the store keeps for other packages:
+// policy changes from the slash command, standing rules, and the like.
+// Version increases by one on each Put.
+type Record struct {
+	Kind      string          `json:"kind"`
+	ID        string          `json:"id"`
+	Data      json.RawMessage `json:"data"`
+	Version   int64           `json:"version"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+// NewRunID returns a random run id (16 hex characters).
+func NewRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// CallID returns the opaque id of the i-th call of a run: runID + "." + i.
+func CallID(runID string, i int) string {
+	return runID + "." + strconv.Itoa(i)
+}
+
+// RunOf returns the run id of a call id made by CallID, or "" for any other
+// string.
+func RunOf(callID string) string {
+	run, _, ok := strings.Cut(callID, ".")
+	if !ok || run == "" {
+		return ""
+	}
+	return run
+}

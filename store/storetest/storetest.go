@@ -1,0 +1,87 @@
+// Package storetest is the conformance suite every store implementation
+// passes: call Run with a function that opens the implementation on a given
+// place, so that reopening the same place models a process restart.
+package storetest
+
+import (
+	"context"
+	"time"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// Store is the whole contract of a store implementation.
+type Store interface {
+	// SaveConversation writes the conversation record, replacing any other.
+	SaveConversation(ctx context.Context, c store.Conversation) error
+	// LoadConversation returns store.ErrNotFound for an unknown key.
+	LoadConversation(ctx context.Context, key string) (store.Conversation, error)
+
+	// CreateRun saves a paused run and its calls (all Pending) in one
+	// atomic step, and marks the conversation as paused on it. It returns
+	// store.ErrRunExists if the run id is taken.
+	CreateRun(ctx context.Context, r store.Run, calls []store.Call) error
+	// LoadRun returns the run and its calls in CallIDs order, or
+	// store.ErrNotFound.
+	LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error)
+	// GetCall returns one call or store.ErrNotFound.
+	GetCall(ctx context.Context, callID string) (store.Call, error)
+
+	// Decide is one atomic compare-and-set of a call from Pending to a final
+	// status, checked in this order: ErrNotFound (unknown call),
+	// ErrAlreadyDecided (not Pending; the returned Call says who decided and
+	// how), ErrFingerprintMismatch (fingerprint differs from the stored one;
+	// "expire" and "cancel" pass "" and skip this check), ErrExpired (d.At is
+	// at or after ExpiresAt and the kind is not "expire" or "cancel"). Kind
+	// "expire" sets Status Expired and is refused with ErrConflict before
+	// ExpiresAt; "cancel" sets Cancelled; every other kind sets Decided.
+	// The returned Call is the stored one after the change. complete is true
+	// for exactly one decision of a run: the one that left no call Pending.
+	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (c store.Call, complete bool, err error)
+	// ClaimResume claims the single resume of a run whose calls are all
+	// decided. It returns true to exactly one caller while the claim (held
+	// for lease) is live; a claim whose lease ran out without FinishRun can
+	// be claimed again (the claimer crashed). False if the run has a pending
+	// call, is finished, or is claimed by someone else.
+	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
+	// BeginExecution marks a decided call as executing; true the first time
+	// only, so a tool runs at most once even if a resume is claimed again.
+	BeginExecution(ctx context.Context, callID string) (bool, error)
+	// FinishRun ends a run after its resume: it is no longer listed
+	// anywhere, and its records expire after the retention time.
+	FinishRun(ctx context.Context, runID string) error
+
+	// Pending lists pending calls matching f, oldest first.
+	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
+	// Due lists up to limit pending calls whose ExpiresAt is at or before now.
+	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
+	// Stalled lists up to limit runs that have no pending call, are not
+	// finished and have no live resume claim: resumes lost to a crash.
+	Stalled(ctx context.Context, limit int) ([]string, error)
+
+	// AcquireLease takes or renews the lease on key for owner; false if
+	// someone else holds it. ReleaseLease frees it if owner holds it.
+	AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
+	ReleaseLease(ctx context.Context, key, owner string) error
+
+	// Audit appends an entry; AuditLog returns the newest limit entries,
+	// newest first.
+	Audit(ctx context.Context, e store.AuditEntry) error
+	AuditLog(ctx context.Context, limit int) ([]store.AuditEntry, error)
+
+	// PutRecord stores a record (Version set to the stored one + 1, returned);
+	// if expectVersion >= 0 and differs from the stored version (0 when
+	// absent) it fails with store.ErrConflict. Records lists a kind's
+	// records by id; DeleteRecord returns ErrNotFound when absent.
+	PutRecord(ctx context.Context, r store.Record, expectVersion int64) (store.Record, error)
+	Records(ctx context.Context, kind string) ([]store.Record, error)
+	DeleteRecord(ctx context.Context, kind, id string) error
+
+	// SeenEvent records an event id for ttl; true if it was new (used to
+	// drop redelivered or duplicate events across replicas).
+	SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error)
+
+	// Ping checks the store is reachable.
+	Ping(ctx context.Context) error
+	Close() error
+}
