@@ -1,0 +1,201 @@
+package approvals
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ParseConfig reads the `policy:` section of the bot's YAML config file and
+// compiles it. Other top-level keys (mcp_servers, ...) are ignored. The
+// section looks like this:
+//
+//	policy:
+//	  default: ask            # allow, ask or deny; ask when absent
+//	  rules:
+//	    - id: read-files      # optional; "rule-N" (1-based position) when absent
+//	      tool: "files__read_*"
+//	      verdict: allow
+//	    - tool: "files__delete_*"
+//	      when: '!args.path.startsWith("/srv/scratch/tmp/")'
+//	      verdict: ask
+//	      approvers: ["U024BE7LH", "S0614TZR7"]
+//	      four_eyes: true
+//	      ttl: 72h
+//	      reason: Deleting outside tmp needs review
+//
+// A missing or empty section gives a policy with no rules and the default
+// ask. Errors name the rule by its 1-based position and YAML line, and the
+// field at fault: unknown keys, a missing tool, a bad glob, an unknown
+// verdict, a condition that does not compile or is not a bool, a bad ttl or
+// approver id, a duplicate id.
+func ParseConfig(data []byte) (*Policy, error) {
+	var doc struct {
+		Policy yaml.Node `yaml:"policy"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("parse config: %w", err)
+	}
+	def, rules, err := parsePolicySection(&doc.Policy)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPolicyAt(def, rules)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// lineRule is a rule with the YAML line it starts on.
+type lineRule struct {
+	Rule
+	line   int
+	fields map[string]int // key -> line of its value
+}
+
+func parsePolicySection(n *yaml.Node) (Action, []lineRule, error) {
+	if n.Kind == 0 || isNull(n) {
+		return Ask, nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return "", nil, fmt.Errorf("policy (line %d): want a mapping with default and rules", n.Line)
+	}
+	def := Ask
+	var rules []lineRule
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch k.Value {
+		case "default":
+			if isNull(v) {
+				continue
+			}
+			def = Action(v.Value)
+			if v.Kind != yaml.ScalarNode || !def.Valid() {
+				return "", nil, fmt.Errorf("policy.default (line %d): unknown verdict %q: want allow, ask or deny", v.Line, v.Value)
+			}
+		case "rules":
+			if isNull(v) {
+				continue
+			}
+			if v.Kind != yaml.SequenceNode {
+				return "", nil, fmt.Errorf("policy.rules (line %d): want a list of rules", v.Line)
+			}
+			for j, rn := range v.Content {
+				r, err := parseRuleNode(rn)
+				if err != nil {
+					return "", nil, &ruleError{index: j, line: rn.Line, err: err}
+				}
+				rules = append(rules, r)
+			}
+		default:
+			return "", nil, fmt.Errorf("policy (line %d): unknown key %q: want default or rules", k.Line, k.Value)
+		}
+	}
+	return def, rules, nil
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+// parseRuleNode decodes one rule mapping, field by field, refusing unknown
+// keys.
+func parseRuleNode(n *yaml.Node) (lineRule, error) {
+	lr := lineRule{line: n.Line, fields: make(map[string]int)}
+	r := &lr.Rule
+	if n.Kind != yaml.MappingNode {
+		return lr, errors.New("want a mapping with tool, verdict and optional when, reason, approvers, four_eyes, ttl, id")
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if _, dup := lr.fields[k.Value]; dup {
+			return lr, &fieldError{field: k.Value, line: k.Line, err: errors.New("given twice")}
+		}
+		lr.fields[k.Value] = v.Line
+		var err error
+		switch k.Value {
+		case "id":
+			err = scalar(v, &r.ID)
+		case "tool":
+			err = scalar(v, &r.Tool)
+		case "when":
+			err = scalar(v, &r.When)
+		case "verdict":
+			var s string
+			err = scalar(v, &s)
+			r.Verdict = Action(s)
+		case "reason":
+			err = scalar(v, &r.Reason)
+		case "approvers":
+			if v.Kind != yaml.SequenceNode && !isNull(v) {
+				err = errors.New("want a list of Slack user or user-group ids")
+			} else {
+				err = v.Decode(&r.Approvers)
+			}
+		case "four_eyes":
+			err = v.Decode(&r.FourEyes)
+		case "ttl":
+			var s string
+			if err = scalar(v, &s); err == nil && s != "" {
+				r.TTL, err = time.ParseDuration(s)
+				if err == nil && r.TTL < 0 {
+					err = fmt.Errorf("negative duration %s", s)
+				}
+			}
+		default:
+			return lr, fmt.Errorf("unknown key %q (line %d): want id, tool, when, verdict, reason, approvers, four_eyes or ttl", k.Value, k.Line)
+		}
+		if err != nil {
+			return lr, &fieldError{field: k.Value, line: v.Line, err: cleanYAMLError(err)}
+		}
+	}
+	return lr, nil
+}
+
+// scalar decodes a scalar node into s; null leaves s empty.
+func scalar(n *yaml.Node, s *string) error {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return errors.New("want a single value")
+	}
+	*s = n.Value
+	return nil
+}
+
+// cleanYAMLError drops the "yaml: unmarshal errors:" preamble, since the
+// caller already names the line.
+func cleanYAMLError(err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		return errors.New(strings.TrimSpace(te.Errors[0]))
+	}
+	return err
+}
+
+// newPolicyAt is NewPolicy for rules read from YAML: errors carry the line.
+func newPolicyAt(def Action, rules []lineRule) (*Policy, error) {
+	plain := make([]Rule, len(rules))
+	for i, r := range rules {
+		plain[i] = r.Rule
+	}
+	p, err := NewPolicy(def, plain)
+	if err == nil {
+		return p, nil
+	}
+	var re *ruleError
+	if errors.As(err, &re) && re.index < len(rules) {
+		lr := rules[re.index]
+		re.line = lr.line
+		var fe *fieldError
+		if errors.As(re.err, &fe) && fe.line == 0 {
+			fe.line = lr.fields[fe.field]
+		}
+	}
+	return nil, err
+}

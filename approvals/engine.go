@@ -1,0 +1,565 @@
+package approvals
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/cel-go/cel"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// Record kinds the Engine keeps in its RecordStore.
+const (
+	// KindPolicyRule records hold rules added with the slash command; the
+	// record id is the rule id.
+	KindPolicyRule = "policy_rule"
+	// KindPolicyRemoved records mark a file rule as removed; the record id
+	// is the rule id.
+	KindPolicyRemoved = "policy_removed"
+	// KindStandingRule records hold standing rules made by Remember; the
+	// record id is the standing rule id.
+	KindStandingRule = "standing_rule"
+)
+
+// Audit actions of the changes an Engine makes.
+const (
+	AuditPolicyAdd      = "policy_add"
+	AuditPolicyRemove   = "policy_remove"
+	AuditStandingAdd    = "standing_add"
+	AuditStandingRevoke = "standing_revoke"
+)
+
+// ErrUnknownRule is wrapped by errors about a rule id that does not exist.
+var ErrUnknownRule = errors.New("unknown rule")
+
+// ErrRuleExists is wrapped when a rule is added with an id already in use.
+var ErrRuleExists = errors.New("rule id already in use")
+
+// RecordStore keeps the Engine's records. store implementations satisfy it;
+// when the store also has an Audit method (see Auditor), every change is
+// written to the audit log.
+type RecordStore interface {
+	// PutRecord stores r; with expectVersion >= 0 it fails with
+	// store.ErrConflict unless the stored version (0 when absent) matches.
+	PutRecord(ctx context.Context, r store.Record, expectVersion int64) (store.Record, error)
+	// Records lists the records of a kind.
+	Records(ctx context.Context, kind string) ([]store.Record, error)
+	// DeleteRecord deletes a record or returns store.ErrNotFound.
+	DeleteRecord(ctx context.Context, kind, id string) error
+}
+
+// Auditor appends to the audit log.
+type Auditor interface {
+	Audit(ctx context.Context, e store.AuditEntry) error
+}
+
+// Source says where an effective rule comes from.
+type Source string
+
+// Rule sources.
+const (
+	SourceFile  Source = "file"  // the policy file
+	SourceAdmin Source = "admin" // added with the slash command
+)
+
+// RuleView is one rule of the effective policy, as listed by Rules.
+type RuleView struct {
+	Rule
+	Source Source
+	// AddedBy and AddedAt say who added an admin rule and when; they are
+	// empty for file rules.
+	AddedBy string
+	AddedAt time.Time
+}
+
+// StandingRule is a standing permission made by a Remember decision: calls
+// of Tool in Channel that would be asked are allowed while When (if set)
+// holds and the rule has not expired.
+type StandingRule struct {
+	ID string `json:"id"`
+	// Tool is an exact tool name, not a glob.
+	Tool    string `json:"tool"`
+	Channel string `json:"channel"`
+	// When is an optional CEL condition with the same variables as a
+	// policy rule's.
+	When      string    `json:"when,omitempty"`
+	CreatedBy string    `json:"created_by"`
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the rule stops applying; zero means never.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// Expired reports whether s no longer applies at now.
+func (s StandingRule) Expired(now time.Time) bool {
+	return !s.ExpiresAt.IsZero() && !now.Before(s.ExpiresAt)
+}
+
+// RememberedRule builds the standing rule a Remember decision asks for on a
+// call of tool in channel: its conditions, and an expiry TTL after the
+// decision when TTL is set. Pass it to Engine.Remember.
+func RememberedRule(d Decision, tool, channel string) StandingRule {
+	s := StandingRule{Tool: tool, Channel: channel, When: d.Conditions, CreatedBy: d.Decider, CreatedAt: d.At}
+	if d.TTL > 0 {
+		s.ExpiresAt = d.At.Add(d.TTL)
+	}
+	return s
+}
+
+// adminRule is the data of a KindPolicyRule record.
+type adminRule struct {
+	Rule    Rule      `json:"rule"`
+	AddedBy string    `json:"added_by"`
+	AddedAt time.Time `json:"added_at"`
+}
+
+// removal is the data of a KindPolicyRemoved record.
+type removal struct {
+	RemovedBy string    `json:"removed_by"`
+	RemovedAt time.Time `json:"removed_at"`
+}
+
+// Engine is the effective policy: the file Policy merged with changes made
+// with the slash command and standing rules from Remember, all kept in a
+// RecordStore so every replica judges alike. Evaluation order:
+//
+//  1. admin rules (added with AddRule), newest first, so a later, more
+//     specific exception wins over an earlier one;
+//  2. the file's rules in file order, except those removed with RemoveRule;
+//  3. the tool's hints, then the policy default (see Policy.Evaluate).
+//
+// Then, if the verdict is ask, a standing rule for that exact tool in the
+// call's channel whose condition holds relaxes it to allow. Standing rules
+// never override deny, never relax the ask of a four-eyes rule, and never
+// relax a fail-closed ask from a condition that could not be evaluated.
+//
+// An Engine reads the store on every evaluation and caches only compiled
+// conditions, so a change made on one replica applies on all at once. It is
+// safe for concurrent use.
+type Engine struct {
+	file *Policy
+	rs   RecordStore
+	env  *cel.Env
+	now  func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]cachedProgram // "kind/id" -> compiled record
+}
+
+// cachedProgram is a compiled record, valid while its version is unchanged.
+type cachedProgram struct {
+	version int64
+	rule    compiledRule // for policy rules
+	prg     cel.Program  // for standing rules; nil when no condition
+	err     error
+}
+
+// EngineOption configures an Engine.
+type EngineOption func(*Engine)
+
+// WithClock sets the clock used for record times and standing-rule expiry;
+// the default is time.Now.
+func WithClock(now func() time.Time) EngineOption {
+	return func(e *Engine) { e.now = now }
+}
+
+// NewEngine returns an Engine over the file policy p (nil: no file rules,
+// default ask) and the record store rs.
+func NewEngine(p *Policy, rs RecordStore, opts ...EngineOption) *Engine {
+	if p == nil {
+		p, _ = NewPolicy(Ask, nil) // cannot fail: no rules
+	}
+	e := &Engine{file: p, rs: rs, env: p.env, now: time.Now, cache: make(map[string]cachedProgram)}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
+}
+
+// state is the stored part of the effective policy at one moment.
+type state struct {
+	admin    []RuleView // newest first
+	compiled []compiledRule
+	removed  map[string]bool
+	standing []standingCompiled // oldest first
+}
+
+type standingCompiled struct {
+	StandingRule
+	prg cel.Program
+	err error
+}
+
+// load reads the admin rules, removals and standing rules.
+func (e *Engine) load(ctx context.Context) (*state, error) {
+	recs, err := e.rs.Records(ctx, KindPolicyRule)
+	if err != nil {
+		return nil, fmt.Errorf("load policy rules: %w", err)
+	}
+	removed, err := e.rs.Records(ctx, KindPolicyRemoved)
+	if err != nil {
+		return nil, fmt.Errorf("load policy removals: %w", err)
+	}
+	standing, err := e.rs.Records(ctx, KindStandingRule)
+	if err != nil {
+		return nil, fmt.Errorf("load standing rules: %w", err)
+	}
+	st := &state{removed: make(map[string]bool, len(removed))}
+	for _, r := range removed {
+		st.removed[r.ID] = true
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	live := make(map[string]bool, len(recs)+len(standing))
+	type entry struct {
+		view RuleView
+		c    compiledRule
+	}
+	var admin []entry
+	for _, rec := range recs {
+		var ar adminRule
+		if err := json.Unmarshal(rec.Data, &ar); err != nil {
+			// An unreadable admin rule could be a deny: refuse to judge.
+			return nil, fmt.Errorf("decode policy rule %s: %w", rec.ID, err)
+		}
+		ar.Rule.ID = rec.ID
+		key := KindPolicyRule + "/" + rec.ID
+		live[key] = true
+		cp, ok := e.cache[key]
+		if !ok || cp.version != rec.Version {
+			c, err := compileRule(e.env, ar.Rule)
+			if err != nil {
+				// Keep the rule so it fails closed on the tools it names.
+				c = compiledRule{Rule: ar.Rule, err: fmt.Errorf("rule does not compile: %w", err)}
+			}
+			cp = cachedProgram{version: rec.Version, rule: c}
+			e.cache[key] = cp
+		}
+		admin = append(admin, entry{RuleView{Rule: ar.Rule, Source: SourceAdmin, AddedBy: ar.AddedBy, AddedAt: ar.AddedAt}, cp.rule})
+	}
+	slices.SortStableFunc(admin, func(a, b entry) int {
+		if c := b.view.AddedAt.Compare(a.view.AddedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.view.ID, a.view.ID)
+	})
+	for _, a := range admin {
+		st.admin = append(st.admin, a.view)
+		st.compiled = append(st.compiled, a.c)
+	}
+
+	for _, rec := range standing {
+		var s StandingRule
+		if err := json.Unmarshal(rec.Data, &s); err != nil {
+			continue // standing rules only relax; an unreadable one is ignored
+		}
+		s.ID = rec.ID
+		key := KindStandingRule + "/" + rec.ID
+		live[key] = true
+		cp, ok := e.cache[key]
+		if !ok || cp.version != rec.Version {
+			cp = cachedProgram{version: rec.Version}
+			if s.When != "" {
+				cp.prg, cp.err = compileWhen(e.env, s.When)
+			}
+			e.cache[key] = cp
+		}
+		st.standing = append(st.standing, standingCompiled{StandingRule: s, prg: cp.prg, err: cp.err})
+	}
+	slices.SortStableFunc(st.standing, func(a, b standingCompiled) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	for k := range e.cache {
+		if !live[k] {
+			delete(e.cache, k)
+		}
+	}
+	return st, nil
+}
+
+// Evaluate judges one call against the effective policy (see Engine for the
+// order). If the stored changes cannot be read it fails closed: it returns
+// an ask verdict with RuleID RuleUnavailable and a reason, and the error.
+func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
+	st, err := e.load(ctx)
+	if err != nil {
+		return Verdict{
+			Action: Ask,
+			RuleID: RuleUnavailable,
+			Reason: "the policy store could not be read, so the call needs a decision",
+		}, err
+	}
+	act := newActivation(in)
+	rules := st.compiled
+	for _, c := range e.file.rules {
+		if !st.removed[c.ID] {
+			rules = append(rules, c)
+		}
+	}
+	v, failed := evaluate(rules, in, act)
+	if v == nil {
+		fb := fallback(in.Hints, e.file.def)
+		v = &fb
+	}
+	if v.Action != Ask || v.FourEyes || failed {
+		return *v, nil
+	}
+	now := e.now()
+	for _, s := range st.standing {
+		if s.Tool != in.Tool || s.Channel != in.Channel || s.Expired(now) || s.err != nil {
+			continue
+		}
+		if s.prg != nil {
+			vars, err := act.get()
+			if err != nil {
+				continue
+			}
+			if ok, err := evalBool(s.prg, vars); err != nil || !ok {
+				continue
+			}
+		}
+		return Verdict{
+			Action: Allow,
+			RuleID: StandingPrefix + s.ID,
+			Reason: fmt.Sprintf("remembered by %s (instead of: %s)", s.CreatedBy, describe(*v)),
+		}, nil
+	}
+	return *v, nil
+}
+
+// describe names the rule and reason of a verdict in a few words.
+func describe(v Verdict) string {
+	if v.Reason == "" {
+		return "rule " + v.RuleID
+	}
+	return "rule " + v.RuleID + ": " + v.Reason
+}
+
+// Test is Evaluate for `/approvals policy test`: the verdict and the rule
+// that produced it, without running anything.
+func (e *Engine) Test(ctx context.Context, in Input) (Verdict, error) {
+	return e.Evaluate(ctx, in)
+}
+
+// Rules returns the effective policy rules in evaluation order: admin rules
+// newest first, then the file rules that were not removed.
+func (e *Engine) Rules(ctx context.Context) ([]RuleView, error) {
+	st, err := e.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(st.admin)
+	for _, r := range e.file.Rules() {
+		if !st.removed[r.ID] {
+			out = append(out, RuleView{Rule: r, Source: SourceFile})
+		}
+	}
+	return out, nil
+}
+
+// AddRule validates r and stores it as an admin rule, evaluated before all
+// file rules and before older admin rules. An empty ID gets a generated one
+// ("admin-" and 8 hex digits). It fails, changing nothing, if r is invalid,
+// or with ErrRuleExists if the id names an admin rule or a file rule that
+// was not removed (remove a rule first to replace it). The change is
+// audited as AuditPolicyAdd; if only the audit fails, the rule stays added
+// and the error says so.
+func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error) {
+	if r.ID == "" {
+		r.ID = "admin-" + randomHex(4)
+	} else if err := validateID(r.ID); err != nil {
+		return Rule{}, fmt.Errorf("add rule: id: %w", err)
+	}
+	if _, err := compileRule(e.env, r); err != nil {
+		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
+	}
+	if slices.ContainsFunc(e.file.rules, func(c compiledRule) bool { return c.ID == r.ID }) {
+		removed, err := e.rs.Records(ctx, KindPolicyRemoved)
+		if err != nil {
+			return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
+		}
+		if !slices.ContainsFunc(removed, func(rec store.Record) bool { return rec.ID == r.ID }) {
+			return Rule{}, fmt.Errorf("add rule %s: the policy file has a rule with this id: %w", r.ID, ErrRuleExists)
+		}
+	}
+	data, err := json.Marshal(adminRule{Rule: r, AddedBy: actor, AddedAt: e.now().UTC()})
+	if err != nil {
+		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
+	}
+	if _, err := e.rs.PutRecord(ctx, store.Record{Kind: KindPolicyRule, ID: r.ID, Data: data}, 0); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, ErrRuleExists)
+		}
+		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
+	}
+	if err := e.audit(ctx, actor, AuditPolicyAdd, r.Tool, r.ID, r.String()); err != nil {
+		return r, fmt.Errorf("rule %s added, but auditing it failed: %w", r.ID, err)
+	}
+	return r, nil
+}
+
+// RemoveRule removes the rule with the given id from the effective policy:
+// an admin rule is deleted, a file rule is marked removed (it stays in the
+// file but is skipped until the mark is deleted from the store). It returns
+// an error wrapping ErrUnknownRule if no effective rule has that id. The
+// change is audited as AuditPolicyRemove.
+func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
+	err := e.rs.DeleteRecord(ctx, KindPolicyRule, id)
+	switch {
+	case err == nil:
+	case !errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("remove rule %s: %w", id, err)
+	case !slices.ContainsFunc(e.file.rules, func(c compiledRule) bool { return c.ID == id }):
+		return fmt.Errorf("remove rule %s: %w", id, ErrUnknownRule)
+	default:
+		data, err := json.Marshal(removal{RemovedBy: actor, RemovedAt: e.now().UTC()})
+		if err != nil {
+			return fmt.Errorf("remove rule %s: %w", id, err)
+		}
+		if _, err := e.rs.PutRecord(ctx, store.Record{Kind: KindPolicyRemoved, ID: id, Data: data}, 0); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				return fmt.Errorf("remove rule %s: already removed: %w", id, ErrUnknownRule)
+			}
+			return fmt.Errorf("remove rule %s: %w", id, err)
+		}
+	}
+	if err := e.audit(ctx, actor, AuditPolicyRemove, "", id, ""); err != nil {
+		return fmt.Errorf("rule %s removed, but auditing it failed: %w", id, err)
+	}
+	return nil
+}
+
+// Remember stores a standing rule and returns it as stored. Tool and
+// Channel are required; When, if set, must be a bool CEL condition.
+// An empty ID gets a generated one ("sr-" and 8 hex digits); CreatedBy is
+// set to actor, and CreatedAt to now when zero. An ExpiresAt at or before
+// CreatedAt is refused. The change is audited as AuditStandingAdd.
+func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (StandingRule, error) {
+	switch {
+	case s.Tool == "":
+		return StandingRule{}, errors.New("remember: tool: missing")
+	case s.Channel == "":
+		return StandingRule{}, errors.New("remember: channel: missing")
+	}
+	if s.When != "" {
+		if _, err := compileWhen(e.env, s.When); err != nil {
+			return StandingRule{}, fmt.Errorf("remember: %w", err)
+		}
+	}
+	if s.ID == "" {
+		s.ID = "sr-" + randomHex(4)
+	} else if err := validateID(s.ID); err != nil {
+		return StandingRule{}, fmt.Errorf("remember: id: %w", err)
+	}
+	s.CreatedBy = actor
+	if s.CreatedAt.IsZero() {
+		s.CreatedAt = e.now().UTC()
+	}
+	if !s.ExpiresAt.IsZero() && !s.ExpiresAt.After(s.CreatedAt) {
+		return StandingRule{}, fmt.Errorf("remember: expires_at %s is not after created_at %s", s.ExpiresAt.Format(time.RFC3339), s.CreatedAt.Format(time.RFC3339))
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		return StandingRule{}, fmt.Errorf("remember: %w", err)
+	}
+	if _, err := e.rs.PutRecord(ctx, store.Record{Kind: KindStandingRule, ID: s.ID, Data: data}, 0); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, ErrRuleExists)
+		}
+		return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, err)
+	}
+	detail := "channel=" + s.Channel
+	if s.When != "" {
+		detail += " when=" + quote(s.When)
+	}
+	if !s.ExpiresAt.IsZero() {
+		detail += " expires=" + s.ExpiresAt.Format(time.RFC3339)
+	}
+	if err := e.audit(ctx, actor, AuditStandingAdd, s.Tool, s.ID, detail); err != nil {
+		return s, fmt.Errorf("standing rule %s stored, but auditing it failed: %w", s.ID, err)
+	}
+	return s, nil
+}
+
+// StandingRules lists the standing rules of a channel (all channels when
+// channel is empty) that have not expired, oldest first.
+func (e *Engine) StandingRules(ctx context.Context, channel string) ([]StandingRule, error) {
+	recs, err := e.rs.Records(ctx, KindStandingRule)
+	if err != nil {
+		return nil, fmt.Errorf("load standing rules: %w", err)
+	}
+	now := e.now()
+	var out []StandingRule
+	for _, rec := range recs {
+		var s StandingRule
+		if err := json.Unmarshal(rec.Data, &s); err != nil {
+			return nil, fmt.Errorf("decode standing rule %s: %w", rec.ID, err)
+		}
+		s.ID = rec.ID
+		if (channel == "" || s.Channel == channel) && !s.Expired(now) {
+			out = append(out, s)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b StandingRule) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// Revoke deletes a standing rule (expired or not). It returns an error
+// wrapping ErrUnknownRule if there is none with that id. The change is
+// audited as AuditStandingRevoke.
+func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
+	if err := e.rs.DeleteRecord(ctx, KindStandingRule, id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("revoke standing rule %s: %w", id, ErrUnknownRule)
+		}
+		return fmt.Errorf("revoke standing rule %s: %w", id, err)
+	}
+	if err := e.audit(ctx, actor, AuditStandingRevoke, "", id, ""); err != nil {
+		return fmt.Errorf("standing rule %s revoked, but auditing it failed: %w", id, err)
+	}
+	return nil
+}
+
+// audit writes an entry if the store keeps an audit log.
+func (e *Engine) audit(ctx context.Context, actor, action, tool, id, detail string) error {
+	a, ok := e.rs.(Auditor)
+	if !ok {
+		return nil
+	}
+	if detail != "" {
+		detail = "id=" + id + " " + detail
+	} else {
+		detail = "id=" + id
+	}
+	return a.Audit(ctx, store.AuditEntry{
+		At:      e.now().UTC(),
+		Actor:   actor,
+		Action:  action,
+		Tool:    tool,
+		Outcome: "ok",
+		Detail:  detail,
+	})
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,452 @@
+package approvals
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/ext"
+)
+
+// Rule IDs of verdicts that no policy rule produced.
+const (
+	// RuleAnnotations marks a verdict taken from the tool's hints because no
+	// rule matched.
+	RuleAnnotations = "annotations"
+	// RuleDefault marks a verdict taken from the policy default because no
+	// rule matched and the hints said nothing decisive.
+	RuleDefault = "default"
+	// RuleUnavailable marks the fail-closed verdict given when the stored
+	// policy changes or standing rules could not be read.
+	RuleUnavailable = "unavailable"
+	// StandingPrefix starts the RuleID of a verdict relaxed by a standing
+	// rule: "standing:" + the standing rule's id.
+	StandingPrefix = "standing:"
+)
+
+// costLimit bounds the work a single condition may do when evaluated; a
+// condition exceeding it fails closed like any other evaluation error.
+const costLimit = 100_000
+
+// Rule is one policy rule. A rule matches a call when Tool matches the tool
+// name and When, if set, evaluates to true.
+type Rule struct {
+	// ID names the rule in verdicts, audit entries and slash commands.
+	ID string `json:"id"`
+	// Tool is a glob on the tool name in path.Match syntax: `*` matches any
+	// run of characters (tool names have no `/`), `?` one character, and
+	// `[...]` a class.
+	Tool string `json:"tool"`
+	// When is an optional CEL expression of type bool over `args` (the
+	// call's arguments, a map), `user` and `channel` (Slack ids, strings).
+	// The CEL standard library and the string extensions are available;
+	// nothing that depends on the clock or randomness is.
+	When string `json:"when,omitempty"`
+	// Verdict is what a matching call gets.
+	Verdict Action `json:"verdict"`
+	// Reason is shown on the approval card, or given to the model verbatim
+	// when the verdict is deny.
+	Reason string `json:"reason,omitempty"`
+	// Approvers are the Slack user ids (U…, W…) and user-group ids (S…)
+	// who may decide an asked call; empty means anyone in the channel.
+	Approvers []string `json:"approvers,omitempty"`
+	// FourEyes forbids the requester from deciding their own call.
+	FourEyes bool `json:"four_eyes,omitempty"`
+	// TTL is how long an asked call waits for a decision; zero means the
+	// bot's default.
+	TTL time.Duration `json:"ttl,omitempty"`
+}
+
+// approverRE is the shape of Slack user (U, W) and user-group (S) ids.
+var approverRE = regexp.MustCompile(`^[UWS][A-Z0-9]{2,}$`)
+
+// ruleIDRE is the shape of a rule id: no spaces, so it can be typed in a
+// slash command.
+var ruleIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
+
+// validateID checks an explicit rule id.
+func validateID(id string) error {
+	if !ruleIDRE.MatchString(id) {
+		return fmt.Errorf("invalid id %q: use letters, digits, '_', '.', ':' and '-', starting with a letter or digit", id)
+	}
+	switch {
+	case id == RuleAnnotations, id == RuleDefault, id == RuleUnavailable:
+		return fmt.Errorf("invalid id %q: reserved", id)
+	case strings.HasPrefix(id, StandingPrefix):
+		return fmt.Errorf("invalid id %q: the prefix %q is reserved for standing rules", id, StandingPrefix)
+	}
+	return nil
+}
+
+// fieldError is a problem with one field of a rule.
+type fieldError struct {
+	field string
+	err   error
+	line  int // YAML line of the value, when known
+}
+
+func (e *fieldError) Error() string {
+	if e.line > 0 {
+		return fmt.Sprintf("%s (line %d): %v", e.field, e.line, e.err)
+	}
+	return e.field + ": " + e.err.Error()
+}
+func (e *fieldError) Unwrap() error { return e.err }
+
+// validateFields checks every field of r except When, which needs a CEL
+// environment, and the id, which callers check against their own rules.
+func validateFields(r Rule) error {
+	if r.Tool == "" {
+		return &fieldError{field: "tool", err: errors.New("missing: every rule names a tool or a glob such as \"files__*\"")}
+	}
+	if _, err := path.Match(r.Tool, ""); err != nil {
+		return &fieldError{field: "tool", err: fmt.Errorf("bad glob %q: %w", r.Tool, err)}
+	}
+	if r.Verdict == "" {
+		return &fieldError{field: "verdict", err: errors.New("missing: want allow, ask or deny")}
+	}
+	if !r.Verdict.Valid() {
+		return &fieldError{field: "verdict", err: fmt.Errorf("unknown verdict %q: want allow, ask or deny", r.Verdict)}
+	}
+	for _, a := range r.Approvers {
+		if !approverRE.MatchString(a) {
+			return &fieldError{field: "approvers", err: fmt.Errorf("bad id %q: want a Slack user id (U…, W…) or user-group id (S…)", a)}
+		}
+	}
+	if r.TTL < 0 {
+		return &fieldError{field: "ttl", err: fmt.Errorf("negative duration %s", r.TTL)}
+	}
+	return nil
+}
+
+// newEnv returns the CEL environment conditions are compiled in.
+func newEnv() (*cel.Env, error) {
+	env, err := cel.NewEnv(
+		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("user", cel.StringType),
+		cel.Variable("channel", cel.StringType),
+		cel.OptionalTypes(),
+		ext.Strings(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("create cel environment: %w", err)
+	}
+	return env, nil
+}
+
+// compileWhen compiles a condition; it must be of type bool.
+func compileWhen(env *cel.Env, when string) (cel.Program, error) {
+	ast, iss := env.Compile(when)
+	if err := iss.Err(); err != nil {
+		return nil, &fieldError{field: "when", err: fmt.Errorf("%s", strings.TrimSpace(err.Error()))}
+	}
+	if !ast.OutputType().IsExactType(cel.BoolType) {
+		return nil, &fieldError{field: "when", err: fmt.Errorf("must be a bool expression, got %s (compare it, e.g. args.force == true)", ast.OutputType())}
+	}
+	prg, err := env.Program(ast, cel.CostLimit(costLimit))
+	if err != nil {
+		return nil, &fieldError{field: "when", err: err}
+	}
+	return prg, nil
+}
+
+// ruleError is a problem with one rule of a policy, naming its 1-based
+// position, YAML line and id where known.
+type ruleError struct {
+	index int // 0-based
+	line  int
+	id    string
+	err   error
+}
+
+func (e *ruleError) Error() string {
+	var where []string
+	if e.line > 0 {
+		where = append(where, fmt.Sprintf("line %d", e.line))
+	}
+	if e.id != "" {
+		where = append(where, "id "+e.id)
+	}
+	s := fmt.Sprintf("policy rule %d", e.index+1)
+	if len(where) > 0 {
+		s += " (" + strings.Join(where, ", ") + ")"
+	}
+	return s + ": " + e.err.Error()
+}
+
+func (e *ruleError) Unwrap() error { return e.err }
+
+// compiledRule is a rule ready to evaluate. A rule whose condition failed to
+// compile (possible only for rules read back from a store) keeps the error
+// and fails closed whenever its tool matches.
+type compiledRule struct {
+	Rule
+	prg cel.Program
+	err error
+}
+
+func compileRule(env *cel.Env, r Rule) (compiledRule, error) {
+	if err := validateFields(r); err != nil {
+		return compiledRule{}, err
+	}
+	c := compiledRule{Rule: r}
+	c.Approvers = slices.Clone(r.Approvers)
+	if r.When != "" {
+		prg, err := compileWhen(env, r.When)
+		if err != nil {
+			return compiledRule{}, err
+		}
+		c.prg = prg
+	}
+	return c, nil
+}
+
+// Policy is an ordered list of compiled rules and a default action. It is
+// immutable and safe for concurrent use.
+type Policy struct {
+	def   Action
+	rules []compiledRule
+	env   *cel.Env
+}
+
+// NewPolicy compiles rules in order. An empty def means Ask. Rules without
+// an ID get "rule-N", N being their 1-based position. It fails on the first
+// invalid rule, naming its position and field.
+func NewPolicy(def Action, rules []Rule) (*Policy, error) {
+	if def == "" {
+		def = Ask
+	}
+	if !def.Valid() {
+		return nil, fmt.Errorf("default: unknown verdict %q: want allow, ask or deny", def)
+	}
+	env, err := newEnv()
+	if err != nil {
+		return nil, err
+	}
+	p := &Policy{def: def, env: env}
+	seen := make(map[string]int)
+	for i, r := range rules {
+		if r.ID == "" {
+			r.ID = fmt.Sprintf("rule-%d", i+1)
+		} else if err := validateID(r.ID); err != nil {
+			return nil, &ruleError{index: i, err: &fieldError{field: "id", err: err}}
+		}
+		if j, ok := seen[r.ID]; ok {
+			return nil, &ruleError{index: i, err: &fieldError{field: "id", err: fmt.Errorf("duplicate id %q (also rule %d)", r.ID, j)}}
+		}
+		seen[r.ID] = i + 1
+		c, err := compileRule(env, r)
+		if err != nil {
+			return nil, &ruleError{index: i, id: r.ID, err: err}
+		}
+		p.rules = append(p.rules, c)
+	}
+	return p, nil
+}
+
+// Default returns the action for calls that no rule matches and whose hints
+// say nothing decisive.
+func (p *Policy) Default() Action {
+	if p == nil {
+		return Ask
+	}
+	return p.def
+}
+
+// Rules returns the policy's rules in evaluation order, with generated ids
+// filled in.
+func (p *Policy) Rules() []Rule {
+	if p == nil {
+		return nil
+	}
+	out := make([]Rule, len(p.rules))
+	for i, c := range p.rules {
+		out[i] = c.Rule
+		out[i].Approvers = slices.Clone(c.Approvers)
+	}
+	return out
+}
+
+// Evaluate judges one call. The first rule whose tool glob and condition
+// match gives the verdict. A condition that cannot be evaluated (a missing
+// key, a wrong type) fails closed: the verdict is ask, or deny if the rule
+// says deny, with a reason naming the rule and the error. With no matching
+// rule, the tool's hints decide: read-only tools are allowed, destructive or
+// unannotated ones asked (RuleID "annotations"); a tool that says it is
+// neither gets the policy default (RuleID "default"). The same input always
+// gets the same verdict. A nil Policy has no rules and the default ask.
+func (p *Policy) Evaluate(in Input) Verdict {
+	var rules []compiledRule
+	def := Ask
+	if p != nil {
+		rules, def = p.rules, p.def
+	}
+	v, _ := evaluate(rules, in, newActivation(in))
+	if v == nil {
+		fb := fallback(in.Hints, def)
+		v = &fb
+	}
+	return *v
+}
+
+// activation lazily builds the CEL variables of one input, so arguments are
+// parsed at most once and only when a condition needs them.
+type activation struct {
+	in   Input
+	vars map[string]any
+	err  error
+	done bool
+}
+
+func newActivation(in Input) *activation { return &activation{in: in} }
+
+func (a *activation) get() (map[string]any, error) {
+	if !a.done {
+		a.done = true
+		args, err := argsValue(a.in.Args)
+		if err != nil {
+			a.err = err
+		} else {
+			a.vars = map[string]any{"args": args, "user": a.in.User, "channel": a.in.Channel}
+		}
+	}
+	return a.vars, a.err
+}
+
+// evaluate returns the verdict of the first matching rule, or nil if none
+// matches. failed reports a fail-closed verdict from an evaluation error.
+func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, failed bool) {
+	for i := range rules {
+		r := &rules[i]
+		if !matchesTool(r.Tool, in.Tool) {
+			continue
+		}
+		ok, err := r.matches(act)
+		if err != nil {
+			fc := r.failClosed(err)
+			return &fc, true
+		}
+		if ok {
+			v := r.verdict()
+			return &v, false
+		}
+	}
+	return nil, false
+}
+
+// matchesTool reports whether the glob pattern matches tool.
+func matchesTool(pattern, tool string) bool {
+	ok, _ := path.Match(pattern, tool)
+	return ok
+}
+
+// matches evaluates the rule's condition; a rule without one matches.
+func (r *compiledRule) matches(act *activation) (bool, error) {
+	if r.err != nil {
+		return false, r.err
+	}
+	if r.prg == nil {
+		return true, nil
+	}
+	vars, err := act.get()
+	if err != nil {
+		return false, err
+	}
+	return evalBool(r.prg, vars)
+}
+
+func evalBool(prg cel.Program, vars map[string]any) (bool, error) {
+	out, _, err := prg.Eval(vars)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("condition gave %s, not a bool", out.Type())
+	}
+	return bool(b), nil
+}
+
+func (r *compiledRule) verdict() Verdict {
+	return Verdict{
+		Action:    r.Verdict,
+		RuleID:    r.ID,
+		Reason:    r.Reason,
+		Approvers: slices.Clone(r.Approvers),
+		FourEyes:  r.FourEyes,
+		TTL:       r.TTL,
+	}
+}
+
+func (r *compiledRule) failClosed(err error) Verdict {
+	v := r.verdict()
+	if v.Action != Deny {
+		v.Action = Ask
+	}
+	v.Reason = fmt.Sprintf("rule %s could not be evaluated (%v), so the call needs a decision", r.ID, err)
+	if v.Action == Deny {
+		v.Reason = fmt.Sprintf("rule %s could not be evaluated (%v); its verdict is deny", r.ID, err)
+	}
+	return v
+}
+
+// fallback is the verdict for a call no rule matches.
+func fallback(h Hints, def Action) Verdict {
+	switch {
+	case h.ReadOnly:
+		return Verdict{Action: Allow, RuleID: RuleAnnotations, Reason: "no rule matched; the tool is read-only"}
+	case h.Destructive == nil:
+		return Verdict{Action: Ask, RuleID: RuleAnnotations, Reason: "no rule matched; the tool does not say it is non-destructive"}
+	case *h.Destructive:
+		return Verdict{Action: Ask, RuleID: RuleAnnotations, Reason: "no rule matched; the tool is destructive"}
+	}
+	return Verdict{Action: def, RuleID: RuleDefault, Reason: "no rule matched; policy default"}
+}
+
+// argsValue parses call arguments for CEL: objects become map[string]any,
+// integers int64, other numbers float64. Empty arguments are an empty map.
+func argsValue(raw json.RawMessage) (any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("parse arguments: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("parse arguments: data after the value")
+	}
+	return celValue(v), nil
+}
+
+func celValue(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		if i, err := v.Int64(); err == nil {
+			return i
+		}
+		f, _ := v.Float64()
+		return f
+	case map[string]any:
+		for k, e := range v {
+			v[k] = celValue(e)
+		}
+		return v
+	case []any:
+		for i, e := range v {
+			v[i] = celValue(e)
+		}
+		return v
+	}
+	return v
+}
