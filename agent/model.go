@@ -1,0 +1,530 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sashabaranov/go-openai"
+)
+
+// ModelConfig configures an OpenAIModel.
+type ModelConfig struct {
+	// BaseURL is the API base URL, such as "https://api.openai.com/v1".
+	// Any server speaking the Chat Completions API works: Ollama
+	// ("http://localhost:11434/v1"), vLLM, LiteLLM and the like. Empty
+	// means OpenAI.
+	BaseURL string
+	// APIKey is sent as a bearer token (as the api-key header for Azure).
+	// Local servers usually accept any value, or none.
+	APIKey string
+	// Model is the model name, or the deployment name on Azure.
+	Model string
+	// Timeout bounds each Complete call, from sending the request to the
+	// end of the streamed answer. Zero means no limit beyond the caller's
+	// context.
+	Timeout time.Duration
+	// MaxTokens caps the tokens generated per answer. Zero leaves it to the
+	// server.
+	MaxTokens int
+	// Temperature is the sampling temperature. Nil leaves it to the server.
+	Temperature *float32
+	// AzureAPIVersion, when set, makes the client talk to Azure OpenAI
+	// with this API version (such as "2024-10-21"); BaseURL is then the
+	// resource endpoint, "https://NAME.openai.azure.com".
+	AzureAPIVersion string
+}
+
+// ModelRequest is what the model is asked: the conversation so far and the
+// tools it may call.
+type ModelRequest struct {
+	Messages []openai.ChatCompletionMessage
+	Tools    []openai.Tool
+}
+
+// OpenAIModel is a Model backed by an OpenAI-compatible Chat Completions
+// API. It is safe for concurrent use.
+type OpenAIModel struct {
+	client  *openai.Client
+	cfg     ModelConfig
+	timeout error // cause of the context ending when cfg.Timeout passes
+}
+
+var _ Model = (*OpenAIModel)(nil)
+
+// NewOpenAIModel returns a model client for cfg. It makes no request.
+func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
+	var oc openai.ClientConfig
+	if cfg.AzureAPIVersion != "" {
+		oc = openai.DefaultAzureConfig(cfg.APIKey, cfg.BaseURL)
+		oc.APIVersion = cfg.AzureAPIVersion
+		// Model is the deployment name; use it as is.
+		oc.AzureModelMapperFunc = func(model string) string { return model }
+	} else {
+		oc = openai.DefaultConfig(cfg.APIKey)
+		if cfg.BaseURL != "" {
+			oc.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
+		}
+	}
+	oc.HTTPClient = &http.Client{Transport: jsonToStream{next: http.DefaultTransport}}
+	return &OpenAIModel{
+		client:  openai.NewClientWithConfig(oc),
+		cfg:     cfg,
+		timeout: fmt.Errorf("no complete answer within %v", cfg.Timeout),
+	}
+}
+
+// Complete asks the model for the next assistant message, streaming it.
+// onDelta, if not nil, is called with each fragment of the message's text
+// content as it arrives, in order, from the calling goroutine.
+//
+// The returned message has the assistant role, the full text content and
+// the tool calls the model made, in index order, each with its id, function
+// name and complete argument string, and with Index cleared so that the
+// message can be stored and sent back as is. Only the first choice is
+// read. An answer cut short by the token limit (finish reason "length") is
+// returned as it is, possibly with incomplete tool call arguments.
+//
+// Every error is a *ModelError. If the stream ends before the model
+// reports that it has finished, Complete fails with ErrKindStreamCut even
+// though onDelta may already have seen some text.
+func (m *OpenAIModel) Complete(ctx context.Context, req ModelRequest, onDelta func(text string)) (openai.ChatCompletionMessage, error) {
+	if m.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, m.cfg.Timeout, m.timeout)
+		defer cancel()
+	}
+	stream, err := m.client.CreateChatCompletionStream(ctx, m.request(req))
+	if err != nil {
+		return openai.ChatCompletionMessage{}, m.requestError(ctx, err)
+	}
+	defer stream.Close()
+
+	var acc accumulator
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return openai.ChatCompletionMessage{}, m.streamError(ctx, err)
+		}
+		acc.add(chunk, onDelta)
+	}
+	if !acc.finished {
+		if acc.chunks == 0 && !isEventStream(stream.Header()) {
+			return openai.ChatCompletionMessage{}, &ModelError{
+				Kind:    ErrKindBadResponse,
+				Message: fmt.Sprintf("expected an event stream, got content type %q", stream.Header().Get("Content-Type")),
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return openai.ChatCompletionMessage{}, m.contextError(ctx, err)
+		}
+		return openai.ChatCompletionMessage{}, &ModelError{
+			Kind:    ErrKindStreamCut,
+			Message: fmt.Sprintf("stream ended after %d chunks without a finish reason", acc.chunks),
+		}
+	}
+	return acc.message(), nil
+}
+
+// request builds the Chat Completions request.
+func (m *OpenAIModel) request(req ModelRequest) openai.ChatCompletionRequest {
+	r := openai.ChatCompletionRequest{
+		Model:    m.cfg.Model,
+		Messages: req.Messages,
+		Tools:    req.Tools,
+		Stream:   true,
+	}
+	if t := m.cfg.Temperature; t != nil {
+		r.Temperature = *t
+		if r.Temperature == 0 {
+			// go-openai omits a zero temperature; the smallest positive
+			// float32 is sent instead and means the same.
+			r.Temperature = math.SmallestNonzeroFloat32
+		}
+	}
+	if m.cfg.MaxTokens > 0 {
+		// max_tokens is what most compatible servers understand; OpenAI's
+		// reasoning models accept only max_completion_tokens.
+		r.MaxTokens = m.cfg.MaxTokens
+		if errors.Is(openai.NewReasoningValidator().Validate(r), openai.ErrReasoningModelMaxTokensDeprecated) {
+			r.MaxTokens, r.MaxCompletionTokens = 0, m.cfg.MaxTokens
+		}
+	}
+	return r
+}
+
+// accumulator assembles a streamed assistant message.
+type accumulator struct {
+	content  strings.Builder
+	refusal  strings.Builder
+	calls    map[int]*openai.ToolCall
+	chunks   int
+	finished bool
+}
+
+func (a *accumulator) add(chunk openai.ChatCompletionStreamResponse, onDelta func(string)) {
+	a.chunks++
+	for _, choice := range chunk.Choices {
+		if choice.Index != 0 {
+			continue
+		}
+		d := choice.Delta
+		if d.Content != "" {
+			a.content.WriteString(d.Content)
+			if onDelta != nil {
+				onDelta(d.Content)
+			}
+		}
+		a.refusal.WriteString(d.Refusal)
+		for _, tc := range d.ToolCalls {
+			a.addToolCall(tc)
+		}
+		if choice.FinishReason != "" && choice.FinishReason != openai.FinishReasonNull {
+			a.finished = true
+		}
+	}
+}
+
+// addToolCall merges a tool call fragment into the call with the same
+// index. A fragment without an index is a whole call (some servers send
+// them so) and gets the next free index.
+func (a *accumulator) addToolCall(tc openai.ToolCall) {
+	if a.calls == nil {
+		a.calls = make(map[int]*openai.ToolCall)
+	}
+	i := len(a.calls)
+	if tc.Index != nil {
+		i = *tc.Index
+	} else {
+		for a.calls[i] != nil {
+			i++
+		}
+	}
+	call, ok := a.calls[i]
+	if !ok {
+		call = &openai.ToolCall{Type: openai.ToolTypeFunction}
+		a.calls[i] = call
+	}
+	if call.ID == "" {
+		call.ID = tc.ID
+	}
+	if tc.Type != "" {
+		call.Type = tc.Type
+	}
+	if call.Function.Name == "" {
+		call.Function.Name = tc.Function.Name
+	}
+	call.Function.Arguments += tc.Function.Arguments
+}
+
+func (a *accumulator) message() openai.ChatCompletionMessage {
+	msg := openai.ChatCompletionMessage{
+		Role:    openai.ChatMessageRoleAssistant,
+		Content: a.content.String(),
+		Refusal: a.refusal.String(),
+	}
+	indexes := make([]int, 0, len(a.calls))
+	for i := range a.calls {
+		indexes = append(indexes, i)
+	}
+	slices.Sort(indexes)
+	for _, i := range indexes {
+		msg.ToolCalls = append(msg.ToolCalls, *a.calls[i])
+	}
+	return msg
+}
+
+// ModelErrorKind classifies a ModelError.
+type ModelErrorKind int
+
+const (
+	// ErrKindHTTP: the server answered with an HTTP error status.
+	ErrKindHTTP ModelErrorKind = iota + 1
+	// ErrKindTimeout: no complete answer within the configured Timeout or
+	// the caller's context deadline, or a network timeout.
+	ErrKindTimeout
+	// ErrKindStreamCut: the answer started but its stream broke or ended
+	// before the model finished, or the server reported an error mid-way.
+	ErrKindStreamCut
+	// ErrKindCanceled: the caller's context was canceled.
+	ErrKindCanceled
+	// ErrKindBadResponse: the server's answer could not be understood.
+	ErrKindBadResponse
+	// ErrKindConnection: the server could not be reached.
+	ErrKindConnection
+	// ErrKindRequest: the request could not be built or was refused by the
+	// client library before being sent (such as a parameter the model does
+	// not support).
+	ErrKindRequest
+)
+
+func (k ModelErrorKind) String() string {
+	switch k {
+	case ErrKindHTTP:
+		return "http error"
+	case ErrKindTimeout:
+		return "timeout"
+	case ErrKindStreamCut:
+		return "stream cut"
+	case ErrKindCanceled:
+		return "canceled"
+	case ErrKindBadResponse:
+		return "bad response"
+	case ErrKindConnection:
+		return "connection failed"
+	case ErrKindRequest:
+		return "invalid request"
+	default:
+		return fmt.Sprintf("ModelErrorKind(%d)", int(k))
+	}
+}
+
+// ModelError is the error returned by OpenAIModel.Complete.
+type ModelError struct {
+	Kind ModelErrorKind
+	// StatusCode is the HTTP status for ErrKindHTTP, zero otherwise.
+	StatusCode int
+	// Message is the API's error message if it sent one, or a description
+	// of what went wrong.
+	Message string
+	// Err is the underlying error, if any: an *openai.APIError, an
+	// *openai.RequestError, a network or context error.
+	Err error
+}
+
+func (e *ModelError) Error() string {
+	var b strings.Builder
+	b.WriteString("model: ")
+	b.WriteString(e.Kind.String())
+	if e.StatusCode != 0 {
+		fmt.Fprintf(&b, " %d", e.StatusCode)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	if e.Err != nil && (e.Message == "" || !strings.Contains(e.Err.Error(), e.Message)) {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+func (e *ModelError) Unwrap() error { return e.Err }
+
+// Retryable reports whether the same request may succeed if sent again:
+// rate limiting (429), server errors (5xx), timeouts, cut streams and
+// connection failures.
+func (e *ModelError) Retryable() bool {
+	switch e.Kind {
+	case ErrKindHTTP:
+		return e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
+	case ErrKindTimeout, ErrKindStreamCut, ErrKindConnection:
+		return true
+	default:
+		return false
+	}
+}
+
+// contextError classifies an error that happened once ctx had ended.
+func (m *OpenAIModel) contextError(ctx context.Context, err error) *ModelError {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		msg := "deadline exceeded"
+		if cause := context.Cause(ctx); cause == m.timeout {
+			msg = cause.Error()
+		}
+		return &ModelError{Kind: ErrKindTimeout, Message: msg, Err: err}
+	}
+	return &ModelError{Kind: ErrKindCanceled, Err: err}
+}
+
+// requestError classifies an error from sending the request, before any
+// of the answer's body was read.
+func (m *OpenAIModel) requestError(ctx context.Context, err error) *ModelError {
+	if ctx.Err() != nil {
+		return m.contextError(ctx, err)
+	}
+	if e := httpError(err); e != nil {
+		return e
+	}
+	if e := netTimeout(err); e != nil {
+		return e
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		return &ModelError{Kind: ErrKindConnection, Err: err}
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return &ModelError{Kind: ErrKindStreamCut, Err: err}
+	}
+	return &ModelError{Kind: ErrKindRequest, Err: err}
+}
+
+// streamError classifies an error from reading the streamed answer.
+func (m *OpenAIModel) streamError(ctx context.Context, err error) *ModelError {
+	if ctx.Err() != nil {
+		return m.contextError(ctx, err)
+	}
+	var apiErr *openai.APIError
+	if errors.As(err, &apiErr) {
+		// An error event in the middle of the stream.
+		return &ModelError{Kind: ErrKindStreamCut, Message: apiErr.Message, Err: err}
+	}
+	if e := netTimeout(err); e != nil {
+		return e
+	}
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) || errors.Is(err, openai.ErrTooManyEmptyStreamMessages) {
+		return &ModelError{Kind: ErrKindBadResponse, Message: "unreadable stream chunk", Err: err}
+	}
+	return &ModelError{Kind: ErrKindStreamCut, Err: err}
+}
+
+// httpError maps the errors go-openai returns for HTTP error statuses.
+func httpError(err error) *ModelError {
+	var apiErr *openai.APIError
+	if errors.As(err, &apiErr) && apiErr.HTTPStatusCode != 0 {
+		return &ModelError{Kind: ErrKindHTTP, StatusCode: apiErr.HTTPStatusCode, Message: apiErr.Message, Err: err}
+	}
+	var reqErr *openai.RequestError
+	if errors.As(err, &reqErr) && reqErr.HTTPStatusCode != 0 {
+		return &ModelError{Kind: ErrKindHTTP, StatusCode: reqErr.HTTPStatusCode, Message: bodyMessage(reqErr.Body), Err: err}
+	}
+	return nil
+}
+
+func netTimeout(err error) *ModelError {
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return &ModelError{Kind: ErrKindTimeout, Err: err}
+	}
+	return nil
+}
+
+// bodyMessage extracts a message from an error body that is not in
+// OpenAI's format, such as {"error": "model not found"} or plain text.
+func bodyMessage(body []byte) string {
+	var v struct {
+		Error   any    `json:"error"`
+		Message string `json:"message"`
+		Detail  any    `json:"detail"`
+	}
+	if json.Unmarshal(body, &v) == nil {
+		for _, f := range []any{v.Error, v.Message, v.Detail} {
+			if s, ok := f.(string); ok && s != "" {
+				return s
+			}
+		}
+	}
+	const maxLen = 300
+	s := strings.TrimSpace(string(body))
+	if len(s) > maxLen {
+		s = strings.ToValidUTF8(s[:maxLen], "") + "..."
+	}
+	return s
+}
+
+func isEventStream(h http.Header) bool {
+	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	return mt == "text/event-stream"
+}
+
+// jsonToStream is an http.RoundTripper for servers that ignore
+// "stream": true: a successful plain JSON chat completion answering a
+// streaming request is turned into the equivalent event stream.
+type jsonToStream struct {
+	next http.RoundTripper
+}
+
+// maxJSONAnswer bounds the size of a plain JSON answer that is converted.
+const maxJSONAnswer = 16 << 20
+
+func (t jsonToStream) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK || req.Header.Get("Accept") != "text/event-stream" {
+		return resp, err
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/json" {
+		return resp, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJSONAnswer))
+	if err != nil {
+		resp.Body.Close()
+		return nil, fmt.Errorf("read answer: %w", err)
+	}
+	if len(body) == maxJSONAnswer {
+		// Too big to convert: pass it on untouched.
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		return resp, nil
+	}
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	var completion openai.ChatCompletionResponse
+	if json.Unmarshal(body, &completion) != nil || len(completion.Choices) == 0 {
+		return resp, nil
+	}
+	stream, err := completionEvents(completion)
+	if err != nil {
+		return resp, nil
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(stream))
+	resp.Header = resp.Header.Clone()
+	resp.Header.Set("Content-Type", "text/event-stream")
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
+	return resp, nil
+}
+
+// completionEvents renders a complete answer as a stream of one chunk per
+// choice followed by [DONE].
+func completionEvents(c openai.ChatCompletionResponse) ([]byte, error) {
+	var buf bytes.Buffer
+	for _, choice := range c.Choices {
+		msg := choice.Message
+		delta := openai.ChatCompletionStreamChoiceDelta{
+			Role:             openai.ChatMessageRoleAssistant,
+			Content:          msg.Content,
+			Refusal:          msg.Refusal,
+			ReasoningContent: msg.ReasoningContent,
+		}
+		for i, tc := range msg.ToolCalls {
+			tc.Index = &i
+			delta.ToolCalls = append(delta.ToolCalls, tc)
+		}
+		finish := choice.FinishReason
+		if finish == "" || finish == openai.FinishReasonNull {
+			finish = openai.FinishReasonStop
+		}
+		b, err := json.Marshal(openai.ChatCompletionStreamResponse{
+			ID:      c.ID,
+			Object:  "chat.completion.chunk",
+			Created: c.Created,
+			Model:   c.Model,
+			Choices: []openai.ChatCompletionStreamChoice{{Index: choice.Index, Delta: delta, FinishReason: finish}},
+		})
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&buf, "data: %s\n\n", b)
+	}
+	buf.WriteString("data: [DONE]\n\n")
+	return buf.Bytes(), nil
+}
