@@ -1,0 +1,927 @@
+package boltstore
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/internal/newrun"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultRetention       = 7 * 24 * time.Hour
+	DefaultConversationTTL = 30 * 24 * time.Hour
+	DefaultAuditMax        = 10000
+	DefaultPruneInterval   = 10 * time.Minute
+	DefaultLockTimeout     = time.Second
+)
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Retention is how long a run and its calls are kept after the run
+	// expired (its latest call's ExpiresAt) or was finished, whichever
+	// comes first. Default DefaultRetention.
+	Retention time.Duration
+	// ConversationTTL is how long a conversation is kept after it was last
+	// saved. Default DefaultConversationTTL.
+	ConversationTTL time.Duration
+	// AuditMax is how many audit entries are kept; older ones are dropped.
+	// Default DefaultAuditMax.
+	AuditMax int
+	// PruneInterval is how often expired runs, conversations, leases and
+	// event ids are deleted from the file. Default DefaultPruneInterval.
+	PruneInterval time.Duration
+	// LockTimeout is how long Open waits for the file lock held by another
+	// process before it fails. Default DefaultLockTimeout.
+	LockTimeout time.Duration
+}
+
+// Store keeps the bot's state in one bbolt file. It is safe for concurrent
+// use by many goroutines of one process; the file lock keeps other
+// processes out.
+type Store struct {
+	db        *bolt.DB
+	retention time.Duration
+	convTTL   time.Duration
+	auditMax  uint64
+
+	stop      chan struct{}
+	done      sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Bucket names.
+var (
+	bucketRuns    = []byte("runs")    // run id -> runRecord
+	bucketCalls   = []byte("calls")   // call id -> store.Call
+	bucketPending = []byte("pending") // call id -> nothing: pending calls of unfinished runs
+	bucketActive  = []byte("active")  // run id -> nothing: unfinished runs
+	bucketConvs   = []byte("convs")   // key -> convRecord
+	bucketLeases  = []byte("leases")  // key -> leaseRecord
+	bucketSeen    = []byte("seen")    // event id -> expiry (Unix ns, big endian)
+	bucketAudit   = []byte("audit")   // sequence (big endian) -> store.AuditEntry
+	bucketRecords = []byte("records") // kind -> bucket: id -> store.Record
+)
+
+var allBuckets = [][]byte{
+	bucketRuns, bucketCalls, bucketPending, bucketActive, bucketConvs,
+	bucketLeases, bucketSeen, bucketAudit, bucketRecords,
+}
+
+// runRecord is a run with its bookkeeping.
+type runRecord struct {
+	Run        store.Run `json:"run"`
+	Pending    int       `json:"pending"` // calls still pending
+	Finished   bool      `json:"finished,omitempty"`
+	DeleteAt   time.Time `json:"delete_at"`
+	ClaimOwner string    `json:"claim_owner,omitempty"`
+	ClaimUntil time.Time `json:"claim_until,omitzero"`
+}
+
+// convRecord is a conversation and when it is deleted.
+type convRecord struct {
+	Conversation store.Conversation `json:"conversation"`
+	DeleteAt     time.Time          `json:"delete_at"`
+}
+
+// leaseRecord is a held lease.
+type leaseRecord struct {
+	Owner string    `json:"owner"`
+	Until time.Time `json:"until"`
+}
+
+// Open opens or creates the store file at path, creating its directory.
+// It fails after Options.LockTimeout if another process has the file open.
+// Everything saved before a Close is there again after Open. Expired data
+// is pruned at Open and every PruneInterval until Close.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.Retention < 0 || opts.ConversationTTL < 0 || opts.AuditMax < 0 ||
+		opts.PruneInterval < 0 || opts.LockTimeout < 0 {
+		return nil, errors.New("boltstore: negative option")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout)})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("open store %s: file is locked, is another process using it: %w", path, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	s := &Store{
+		db:        db,
+		retention: cmp.Or(opts.Retention, DefaultRetention),
+		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
+		auditMax:  uint64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
+		stop:      make(chan struct{}),
+	}
+	if err := s.prune(time.Now()); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	s.done.Add(1)
+	go s.pruneLoop(cmp.Or(opts.PruneInterval, DefaultPruneInterval))
+	return s, nil
+}
+
+// Close stops pruning and closes the file. Calling it again does nothing.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.done.Wait()
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("close store: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// Ping checks that the store is open.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.db.View(func(*bolt.Tx) error { return nil })
+}
+
+func (s *Store) pruneLoop(every time.Duration) {
+	defer s.done.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			// A failed prune is retried on the next tick; nothing is lost.
+			_ = s.prune(now)
+		}
+	}
+}
+
+// prune deletes runs, conversations, leases and event ids whose time has
+// passed.
+func (s *Store) prune(now time.Time) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		var runs [][]byte
+		err := tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
+			var rec runRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("decode run %s: %w", k, err)
+			}
+			if !rec.DeleteAt.After(now) {
+				runs = append(runs, k)
+				for _, id := range rec.Run.CallIDs {
+					for _, b := range [][]byte{bucketCalls, bucketPending} {
+						if err := tx.Bucket(b).Delete([]byte(id)); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range runs {
+			if err := tx.Bucket(bucketRuns).Delete(k); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketActive).Delete(k); err != nil {
+				return err
+			}
+		}
+		if err := deleteWhere(tx.Bucket(bucketConvs), func(v []byte) bool {
+			var rec convRecord
+			return json.Unmarshal(v, &rec) == nil && !rec.DeleteAt.After(now)
+		}); err != nil {
+			return err
+		}
+		if err := deleteWhere(tx.Bucket(bucketLeases), func(v []byte) bool {
+			var rec leaseRecord
+			return json.Unmarshal(v, &rec) == nil && !rec.Until.After(now)
+		}); err != nil {
+			return err
+		}
+		return deleteWhere(tx.Bucket(bucketSeen), func(v []byte) bool {
+			return !decodeTime(v).After(now)
+		})
+	})
+}
+
+// deleteWhere deletes the keys of b whose value satisfies drop.
+func deleteWhere(b *bolt.Bucket, drop func(v []byte) bool) error {
+	var keys [][]byte
+	err := b.ForEach(func(k, v []byte) error {
+		if drop(v) {
+			keys = append(keys, k)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func encodeTime(t time.Time) []byte { return binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())) }
+func decodeTime(b []byte) time.Time {
+	if len(b) != 8 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(b)))
+}
+
+// get decodes the JSON value of key in b into v; false if absent.
+func get(b *bolt.Bucket, key string, v any) (bool, error) {
+	raw := b.Get([]byte(key))
+	if raw == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, fmt.Errorf("decode %s: %w", key, err)
+	}
+	return true, nil
+}
+
+// put encodes v as the JSON value of key in b.
+func put(b *bolt.Bucket, key string, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", key, err)
+	}
+	return b.Put([]byte(key), raw)
+}
+
+// SaveConversation replaces the conversation record; it is kept for
+// ConversationTTL after the last save. A zero UpdatedAt is set to now.
+func (s *Store) SaveConversation(ctx context.Context, c store.Conversation) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := time.Now()
+	if c.UpdatedAt.IsZero() {
+		c.UpdatedAt = now
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		return put(tx.Bucket(bucketConvs), c.Key, convRecord{Conversation: c, DeleteAt: now.Add(s.convTTL)})
+	})
+	if err != nil {
+		return fmt.Errorf("save conversation %s: %w", c.Key, err)
+	}
+	return nil
+}
+
+// LoadConversation returns the conversation, or store.ErrNotFound.
+func (s *Store) LoadConversation(ctx context.Context, key string) (store.Conversation, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Conversation{}, err
+	}
+	var rec convRecord
+	var ok bool
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		ok, err = get(tx.Bucket(bucketConvs), key, &rec)
+		return err
+	})
+	if err != nil {
+		return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, err)
+	}
+	if !ok {
+		return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, store.ErrNotFound)
+	}
+	return rec.Conversation, nil
+}
+
+// CreateRun saves the run and its calls, and marks the conversation as
+// paused on the run, in one transaction. See storetest.Store for the
+// contract.
+func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := time.Now()
+	r, calls, err := newrun.Prepare(r, calls, now)
+	if err != nil {
+		return fmt.Errorf("create run: %w", err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		runs := tx.Bucket(bucketRuns)
+		if runs.Get([]byte(r.ID)) != nil {
+			return store.ErrRunExists
+		}
+		rec := runRecord{Run: r, Pending: len(calls), DeleteAt: r.ExpiresAt.Add(s.retention)}
+		if err := put(runs, r.ID, rec); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketActive).Put([]byte(r.ID), nil); err != nil {
+			return err
+		}
+		for _, c := range calls {
+			if err := put(tx.Bucket(bucketCalls), c.ID, c); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketPending).Put([]byte(c.ID), nil); err != nil {
+				return err
+			}
+		}
+		if r.Conversation == "" {
+			return nil
+		}
+		convs := tx.Bucket(bucketConvs)
+		var conv convRecord
+		if _, err := get(convs, r.Conversation, &conv); err != nil {
+			return err
+		}
+		conv.Conversation.Key = r.Conversation
+		conv.Conversation.PausedRun = r.ID
+		conv.DeleteAt = now.Add(s.convTTL)
+		return put(convs, r.Conversation, conv)
+	})
+	if err != nil {
+		return fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// LoadRun returns the run and its calls in CallIDs order, or
+// store.ErrNotFound.
+func (s *Store) LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Run{}, nil, err
+	}
+	var rec runRecord
+	var calls []store.Call
+	err := s.db.View(func(tx *bolt.Tx) error {
+		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		for _, id := range rec.Run.CallIDs {
+			var c store.Call
+			ok, err := get(tx.Bucket(bucketCalls), id, &c)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("call %s: %w", id, store.ErrNotFound)
+			}
+			calls = append(calls, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Run{}, nil, fmt.Errorf("load run %s: %w", runID, err)
+	}
+	return rec.Run, calls, nil
+}
+
+// GetCall returns one call or store.ErrNotFound.
+func (s *Store) GetCall(ctx context.Context, callID string) (store.Call, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Call{}, err
+	}
+	var c store.Call
+	err := s.db.View(func(tx *bolt.Tx) error {
+		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+		if err == nil && !ok {
+			err = store.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return store.Call{}, fmt.Errorf("get call %s: %w", callID, err)
+	}
+	return c, nil
+}
+
+// Decide is one transaction: see storetest.Store for the contract. A zero
+// d.At is set to now.
+func (s *Store) Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Call{}, false, err
+	}
+	if d.At.IsZero() {
+		d.At = time.Now()
+	}
+	var c store.Call
+	var complete bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+		if err != nil {
+			return err
+		}
+		var rec runRecord
+		if ok {
+			ok, err = get(tx.Bucket(bucketRuns), c.RunID, &rec)
+			if err != nil {
+				return err
+			}
+		}
+		if !ok {
+			c = store.Call{}
+			return store.ErrNotFound
+		}
+		special := d.Kind == "expire" || d.Kind == "cancel"
+		switch {
+		case c.Status != store.Pending:
+			return store.ErrAlreadyDecided
+		case !special && fingerprint != c.Fingerprint:
+			return store.ErrFingerprintMismatch
+		case d.Kind == "expire" && d.At.Before(c.ExpiresAt):
+			return fmt.Errorf("expire before %s: %w", c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
+		case !special && !d.At.Before(c.ExpiresAt):
+			return store.ErrExpired
+		}
+		c.Status = newrun.Outcome(d.Kind)
+		c.Decision = &d
+		if err := put(tx.Bucket(bucketCalls), callID, c); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketPending).Delete([]byte(callID)); err != nil {
+			return err
+		}
+		rec.Pending--
+		complete = rec.Pending == 0
+		return put(tx.Bucket(bucketRuns), c.RunID, rec)
+	})
+	if err != nil {
+		return c, false, fmt.Errorf("decide call %s: %w", callID, err)
+	}
+	return c, complete, nil
+}
+
+// ClaimResume is one transaction: see storetest.Store for the contract.
+func (s *Store) ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if lease <= 0 {
+		return false, fmt.Errorf("claim resume of run %s: lease %v is not positive", runID, lease)
+	}
+	var claimed bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var rec runRecord
+		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		now := time.Now()
+		if rec.Finished || rec.Pending > 0 || rec.ClaimUntil.After(now) {
+			return nil
+		}
+		rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(lease)
+		claimed = true
+		return put(tx.Bucket(bucketRuns), runID, rec)
+	})
+	if err != nil {
+		return false, fmt.Errorf("claim resume of run %s: %w", runID, err)
+	}
+	return claimed, nil
+}
+
+// BeginExecution is one transaction: see storetest.Store for the contract.
+func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	var begun bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var c store.Call
+		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		if c.Status != store.Decided || c.Executing {
+			return nil
+		}
+		c.Executing = true
+		begun = true
+		return put(tx.Bucket(bucketCalls), callID, c)
+	})
+	if err != nil {
+		return false, fmt.Errorf("begin execution of call %s: %w", callID, err)
+	}
+	return begun, nil
+}
+
+// FinishRun marks the run finished, takes it and its calls out of every
+// listing, shortens its life to the retention time and clears the
+// conversation's PausedRun if it names the run, in one transaction.
+// Finishing a finished run does nothing.
+func (s *Store) FinishRun(ctx context.Context, runID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var rec runRecord
+		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		if rec.Finished {
+			return nil
+		}
+		now := time.Now()
+		rec.Finished = true
+		rec.ClaimOwner, rec.ClaimUntil = "", time.Time{}
+		if t := now.Add(s.retention); t.Before(rec.DeleteAt) {
+			rec.DeleteAt = t
+		}
+		if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketActive).Delete([]byte(runID)); err != nil {
+			return err
+		}
+		for _, id := range rec.Run.CallIDs {
+			if err := tx.Bucket(bucketPending).Delete([]byte(id)); err != nil {
+				return err
+			}
+		}
+		if rec.Run.Conversation == "" {
+			return nil
+		}
+		convs := tx.Bucket(bucketConvs)
+		var conv convRecord
+		ok, err = get(convs, rec.Run.Conversation, &conv)
+		if err != nil || !ok || conv.Conversation.PausedRun != runID {
+			return err
+		}
+		conv.Conversation.PausedRun = ""
+		return put(convs, rec.Run.Conversation, conv)
+	})
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// pendingCalls returns every pending call of an unfinished run that keep
+// accepts.
+func (s *Store) pendingCalls(keep func(store.Call) bool) ([]store.Call, error) {
+	var out []store.Call
+	err := s.db.View(func(tx *bolt.Tx) error {
+		calls := tx.Bucket(bucketCalls)
+		return tx.Bucket(bucketPending).ForEach(func(k, _ []byte) error {
+			var c store.Call
+			ok, err := get(calls, string(k), &c)
+			if err != nil || !ok {
+				return err
+			}
+			if keep(c) {
+				out = append(out, c)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Pending lists pending calls matching f, oldest first.
+func (s *Store) Pending(ctx context.Context, f store.Filter) ([]store.Call, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out, err := s.pendingCalls(func(c store.Call) bool { return matches(c, f) })
+	if err != nil {
+		return nil, fmt.Errorf("list pending calls: %w", err)
+	}
+	slices.SortFunc(out, func(a, b store.Call) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// matches reports whether c matches every field of f.
+func matches(c store.Call, f store.Filter) bool {
+	if f.Conversation != "" && c.Conversation != f.Conversation {
+		return false
+	}
+	if f.Requester != "" && c.Requester != f.Requester {
+		return false
+	}
+	switch {
+	case f.Approver == "":
+	case f.Approver == "*" && len(c.Approvers) == 0:
+	case !slices.Contains(c.Approvers, f.Approver):
+		return false
+	}
+	return true
+}
+
+// Due lists up to limit pending calls whose ExpiresAt is at or before now,
+// earliest expiry first; limit <= 0 lists all.
+func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out, err := s.pendingCalls(func(c store.Call) bool { return !c.ExpiresAt.After(now) })
+	if err != nil {
+		return nil, fmt.Errorf("list due calls: %w", err)
+	}
+	slices.SortFunc(out, func(a, b store.Call) int {
+		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Stalled lists up to limit runs with no pending call, not finished and
+// with no live resume claim, earliest expiry first; limit <= 0 lists all.
+func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var recs []runRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		runs := tx.Bucket(bucketRuns)
+		return tx.Bucket(bucketActive).ForEach(func(k, _ []byte) error {
+			var rec runRecord
+			ok, err := get(runs, string(k), &rec)
+			if err != nil || !ok {
+				return err
+			}
+			if !rec.Finished && rec.Pending == 0 && !rec.ClaimUntil.After(now) {
+				recs = append(recs, rec)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list stalled runs: %w", err)
+	}
+	slices.SortFunc(recs, func(a, b runRecord) int {
+		return cmp.Or(a.Run.ExpiresAt.Compare(b.Run.ExpiresAt), cmp.Compare(a.Run.ID, b.Run.ID))
+	})
+	if limit > 0 && len(recs) > limit {
+		recs = recs[:limit]
+	}
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.Run.ID
+	}
+	return out, nil
+}
+
+// AcquireLease takes the lease on key for owner for ttl, or renews it if
+// owner holds it; false if someone else holds a lease that has not run out.
+func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if ttl <= 0 {
+		return false, fmt.Errorf("acquire lease %s: ttl %v is not positive", key, ttl)
+	}
+	var got bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketLeases)
+		var rec leaseRecord
+		ok, err := get(b, key, &rec)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		if ok && rec.Owner != owner && rec.Until.After(now) {
+			return nil
+		}
+		got = true
+		return put(b, key, leaseRecord{Owner: owner, Until: now.Add(ttl)})
+	})
+	if err != nil {
+		return false, fmt.Errorf("acquire lease %s: %w", key, err)
+	}
+	return got, nil
+}
+
+// ReleaseLease frees the lease on key if owner holds it, and does nothing
+// otherwise.
+func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketLeases)
+		var rec leaseRecord
+		ok, err := get(b, key, &rec)
+		if err != nil || !ok || rec.Owner != owner {
+			return err
+		}
+		return b.Delete([]byte(key))
+	})
+	if err != nil {
+		return fmt.Errorf("release lease %s: %w", key, err)
+	}
+	return nil
+}
+
+// Audit appends an entry and drops the oldest beyond AuditMax. A zero At
+// is set to now.
+func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("audit %s: %w", e.Action, err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAudit)
+		seq, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		if err := b.Put(binary.BigEndian.AppendUint64(nil, seq), raw); err != nil {
+			return err
+		}
+		if seq <= s.auditMax {
+			return nil
+		}
+		first := binary.BigEndian.AppendUint64(nil, seq-s.auditMax+1)
+		c := b.Cursor()
+		for k, _ := c.First(); k != nil && bytes.Compare(k, first) < 0; k, _ = c.First() {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("audit %s: %w", e.Action, err)
+	}
+	return nil
+}
+
+// AuditLog returns the newest limit entries, newest first; limit <= 0
+// returns all that are kept.
+func (s *Store) AuditLog(ctx context.Context, limit int) ([]store.AuditEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []store.AuditEntry
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketAudit).Cursor()
+		for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
+			var e store.AuditEntry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("decode audit entry: %w", err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read audit log: %w", err)
+	}
+	return out, nil
+}
+
+// PutRecord stores a record with a compare-and-set on its version. Records
+// are configuration and never expire. A zero UpdatedAt is set to now.
+func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int64) (store.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Record{}, err
+	}
+	if r.UpdatedAt.IsZero() {
+		r.UpdatedAt = time.Now()
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bucketRecords).CreateBucketIfNotExists([]byte(r.Kind))
+		if err != nil {
+			return err
+		}
+		var cur store.Record
+		if _, err := get(b, r.ID, &cur); err != nil {
+			return err
+		}
+		if expectVersion >= 0 && expectVersion != cur.Version {
+			return store.ErrConflict
+		}
+		r.Version = cur.Version + 1
+		return put(b, r.ID, r)
+	})
+	if err != nil {
+		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, err)
+	}
+	return r, nil
+}
+
+// Records lists a kind's records by id.
+func (s *Store) Records(ctx context.Context, kind string) ([]store.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []store.Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketRecords).Bucket([]byte(kind))
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var r store.Record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("decode record %s: %w", k, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list records %s: %w", kind, err)
+	}
+	return out, nil
+}
+
+// DeleteRecord deletes a record, or returns store.ErrNotFound.
+func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketRecords).Bucket([]byte(kind))
+		if b == nil || b.Get([]byte(id)) == nil {
+			return store.ErrNotFound
+		}
+		return b.Delete([]byte(id))
+	})
+	if err != nil {
+		return fmt.Errorf("delete record %s/%s: %w", kind, id, err)
+	}
+	return nil
+}
+
+// SeenEvent records an event id for ttl; true if it was new or its
+// previous record had run out.
+func (s *Store) SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if ttl <= 0 {
+		return false, fmt.Errorf("record event %s: ttl %v is not positive", id, ttl)
+	}
+	var fresh bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSeen)
+		now := time.Now()
+		if v := b.Get([]byte(id)); v != nil && decodeTime(v).After(now) {
+			return nil
+		}
+		fresh = true
+		return b.Put([]byte(id), encodeTime(now.Add(ttl)))
+	})
+	if err != nil {
+		return false, fmt.Errorf("record event %s: %w", id, err)
+	}
+	return fresh, nil
+}

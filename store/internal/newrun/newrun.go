@@ -1,0 +1,98 @@
+// Package newrun checks and completes a run and its calls before a store
+// implementation saves them, so that every implementation accepts and
+// rejects the same input.
+package newrun
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// Prepare validates r and calls for CreateRun and returns copies with the
+// derived fields filled in:
+//
+//   - r.CallIDs is set from calls when empty, and must otherwise list the
+//     calls' ids in order;
+//   - every call id must be made by store.CallID from r.ID;
+//   - every call gets RunID, and Conversation, Requester and Channel from
+//     the run when it has none, Status Pending, no decision, not executing;
+//   - CreatedAt defaults to now (the run's for its calls);
+//   - r.ExpiresAt becomes the latest ExpiresAt of the calls.
+func Prepare(r store.Run, calls []store.Call, now time.Time) (store.Run, []store.Call, error) {
+	if r.ID == "" {
+		return r, nil, errors.New("run has no id")
+	}
+	if strings.ContainsAny(r.ID, ".{}") {
+		return r, nil, fmt.Errorf("run id %q contains '.', '{' or '}'", r.ID)
+	}
+	if len(calls) == 0 {
+		return r, nil, fmt.Errorf("run %s has no calls", r.ID)
+	}
+	if len(r.CallIDs) != 0 && len(r.CallIDs) != len(calls) {
+		return r, nil, fmt.Errorf("run %s lists %d call ids for %d calls", r.ID, len(r.CallIDs), len(calls))
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = now
+	}
+	r.ExpiresAt = time.Time{}
+	ids := make([]string, len(calls))
+	out := make([]store.Call, len(calls))
+	seen := make(map[string]bool, len(calls))
+	for i, c := range calls {
+		if store.RunOf(c.ID) != r.ID {
+			return r, nil, fmt.Errorf("call id %q does not belong to run %s", c.ID, r.ID)
+		}
+		if seen[c.ID] {
+			return r, nil, fmt.Errorf("run %s lists call %s twice", r.ID, c.ID)
+		}
+		seen[c.ID] = true
+		if len(r.CallIDs) != 0 && r.CallIDs[i] != c.ID {
+			return r, nil, fmt.Errorf("run %s lists call id %s at %d, got call %s", r.ID, r.CallIDs[i], i, c.ID)
+		}
+		if c.RunID != "" && c.RunID != r.ID {
+			return r, nil, fmt.Errorf("call %s names run %s, want %s", c.ID, c.RunID, r.ID)
+		}
+		if c.ExpiresAt.IsZero() {
+			return r, nil, fmt.Errorf("call %s has no expiry", c.ID)
+		}
+		c.RunID = r.ID
+		if c.Conversation == "" {
+			c.Conversation = r.Conversation
+		}
+		if c.Requester == "" {
+			c.Requester = r.Requester
+		}
+		if c.Channel == "" {
+			c.Channel = r.Channel
+		}
+		if c.CreatedAt.IsZero() {
+			c.CreatedAt = r.CreatedAt
+		}
+		c.Status = store.Pending
+		c.Decision = nil
+		c.Executing = false
+		if c.ExpiresAt.After(r.ExpiresAt) {
+			r.ExpiresAt = c.ExpiresAt
+		}
+		ids[i] = c.ID
+		out[i] = c
+	}
+	r.CallIDs = ids
+	return r, out, nil
+}
+
+// Outcome returns the status a decision of kind sets.
+func Outcome(kind string) store.Status {
+	switch kind {
+	case "expire":
+		return store.Expired
+	case "cancel":
+		return store.Cancelled
+	default:
+		return store.Decided
+	}
+}

@@ -1,0 +1,859 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/internal/newrun"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultPrefix          = "toolgate"
+	DefaultRetention       = 7 * 24 * time.Hour
+	DefaultConversationTTL = 30 * 24 * time.Hour
+	DefaultAuditMax        = 10000
+)
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Prefix starts every key, so several bots or tests can share one
+	// database. It must not contain '{' or '}'. Default DefaultPrefix.
+	Prefix string
+	// Retention is how long a run and its calls are kept after the run
+	// expired (its latest call's ExpiresAt) or was finished, whichever
+	// comes first. Default DefaultRetention.
+	Retention time.Duration
+	// ConversationTTL is how long a conversation is kept after it was last
+	// saved. Default DefaultConversationTTL.
+	ConversationTTL time.Duration
+	// AuditMax is how many audit entries are kept; older ones are dropped.
+	// Default DefaultAuditMax.
+	AuditMax int
+}
+
+// Store keeps the bot's state in Redis. It is safe for concurrent use by
+// many goroutines and by many processes sharing the same Redis and Prefix.
+type Store struct {
+	c         redis.UniversalClient
+	prefix    string
+	retention time.Duration
+	convTTL   time.Duration
+	auditMax  int64
+}
+
+// New connects to the Redis at rawURL (see NewClient for the forms it
+// takes), checks that it answers, and returns a Store on it. The Store owns
+// the client: Close closes it.
+func New(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	c, err := NewClient(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	s := NewFromClient(c, opts)
+	if err := s.Ping(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewFromClient returns a Store on an existing client, which the Store then
+// owns: Close closes it. Hooks added to the client beforehand with AddHook
+// see every command the Store sends, which is how a benchmark counts round
+// trips (a pipeline or a script is one round trip). It panics if
+// opts.Prefix contains '{' or '}'.
+func NewFromClient(c redis.UniversalClient, opts Options) *Store {
+	if err := opts.validate(); err != nil {
+		panic(err)
+	}
+	s := &Store{
+		c:         c,
+		prefix:    cmp.Or(opts.Prefix, DefaultPrefix),
+		retention: cmp.Or(opts.Retention, DefaultRetention),
+		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
+		auditMax:  int64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
+	}
+	return s
+}
+
+func (o Options) validate() error {
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return fmt.Errorf("redisstore: prefix %q contains '{' or '}'", o.Prefix)
+	}
+	if o.Retention < 0 || o.ConversationTTL < 0 || o.AuditMax < 0 {
+		return errors.New("redisstore: negative option")
+	}
+	return nil
+}
+
+// Key layout. The keys of one run share the hash tag {runID}, the keys of
+// one conversation share {conv:key}; the indexes are global keys that only
+// ever point at calls and runs, and readers check every entry against the
+// call or run it names.
+func (s *Store) runKey(runID string) string   { return s.prefix + ":run:{" + runID + "}" }
+func (s *Store) claimKey(runID string) string { return s.runKey(runID) + ":claim" }
+func (s *Store) callKey(callID string) string {
+	return s.runKey(store.RunOf(callID)) + ":call:" + callID
+}
+func (s *Store) convKey(key string) string        { return s.prefix + ":conv:{conv:" + key + "}" }
+func (s *Store) convPendingKey(key string) string { return s.convKey(key) + ":pending" }
+func (s *Store) dueKey() string                   { return s.prefix + ":due" }
+func (s *Store) pendingKey() string               { return s.prefix + ":pending" }
+func (s *Store) approverKey(id string) string     { return s.prefix + ":pending:approver:" + id }
+func (s *Store) requesterKey(id string) string    { return s.prefix + ":pending:requester:" + id }
+func (s *Store) runsKey() string                  { return s.prefix + ":runs" }
+func (s *Store) leaseKey(key string) string       { return s.prefix + ":lease:" + key }
+func (s *Store) seenKey(id string) string         { return s.prefix + ":seen:" + id }
+func (s *Store) auditKey() string                 { return s.prefix + ":audit" }
+func (s *Store) recordsKey(kind string) string    { return s.prefix + ":records:" + kind }
+
+// anyApprover is the approver index entry of calls without approvers.
+const anyApprover = "*"
+
+// approverKeys returns the approver indexes a call is listed in.
+func (s *Store) approverKeys(c store.Call) []string {
+	if len(c.Approvers) == 0 {
+		return []string{s.approverKey(anyApprover)}
+	}
+	keys := make([]string, 0, len(c.Approvers))
+	for _, a := range c.Approvers {
+		keys = append(keys, s.approverKey(a))
+	}
+	return keys
+}
+
+// SaveConversation replaces the conversation record; it is kept for
+// ConversationTTL after the last save. A zero UpdatedAt is set to now.
+func (s *Store) SaveConversation(ctx context.Context, c store.Conversation) error {
+	if c.UpdatedAt.IsZero() {
+		c.UpdatedAt = time.Now()
+	}
+	k := s.convKey(c.Key)
+	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, k)
+		p.HSet(ctx, k,
+			"key", c.Key,
+			"state", []byte(c.State),
+			"paused_run", c.PausedRun,
+			"updated_at", c.UpdatedAt.Format(time.RFC3339Nano))
+		p.PExpire(ctx, k, s.convTTL)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("save conversation %s: %w", c.Key, err)
+	}
+	return nil
+}
+
+// LoadConversation returns the conversation, or store.ErrNotFound.
+func (s *Store) LoadConversation(ctx context.Context, key string) (store.Conversation, error) {
+	m, err := s.c.HGetAll(ctx, s.convKey(key)).Result()
+	if err != nil {
+		return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, err)
+	}
+	if len(m) == 0 {
+		return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, store.ErrNotFound)
+	}
+	c := store.Conversation{Key: key, PausedRun: m["paused_run"]}
+	if st := m["state"]; st != "" {
+		c.State = json.RawMessage(st)
+	}
+	if at := m["updated_at"]; at != "" {
+		if c.UpdatedAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
+			return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, err)
+		}
+	}
+	return c, nil
+}
+
+// CreateRun saves the run and its calls atomically (one script on the
+// run's hash slot), then adds them to the indexes and marks the
+// conversation as paused on the run. If that second step fails the error
+// is returned and the run, which nobody knows about yet, expires unseen.
+// See storetest.Store for the contract.
+func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) error {
+	r, calls, err := newrun.Prepare(r, calls, time.Now())
+	if err != nil {
+		return fmt.Errorf("create run: %w", err)
+	}
+	runJSON, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	deleteAt := r.ExpiresAt.Add(s.retention)
+	keys := []string{s.runKey(r.ID)}
+	args := []any{runJSON, deleteAt.UnixMilli()}
+	for _, c := range calls {
+		fp := c.Fingerprint
+		c.Status = "" // the status lives in its own field
+		b, err := json.Marshal(c)
+		if err != nil {
+			return fmt.Errorf("create run %s: %w", r.ID, err)
+		}
+		keys = append(keys, s.callKey(c.ID))
+		args = append(args, b, fp, c.ExpiresAt.UnixMicro())
+	}
+	created, err := createRun.Run(ctx, s.c, keys, args...).Int()
+	if err != nil {
+		return fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	if created == 0 {
+		return fmt.Errorf("create run %s: %w", r.ID, store.ErrRunExists)
+	}
+
+	// The indexes. Scores are expiry times in ms; entries older than the
+	// retention time point at deleted calls and are trimmed here.
+	trimBefore := strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
+	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		add := func(key string, score time.Time, member string) {
+			p.ZAdd(ctx, key, redis.Z{Score: float64(score.UnixMilli()), Member: member})
+			p.ZRemRangeByScore(ctx, key, "-inf", "("+trimBefore)
+			expireAtLeast(ctx, p, key, deleteAt)
+		}
+		for _, c := range calls {
+			add(s.dueKey(), c.ExpiresAt, c.ID)
+			add(s.pendingKey(), c.ExpiresAt, c.ID)
+			add(s.requesterKey(c.Requester), c.ExpiresAt, c.ID)
+			for _, k := range s.approverKeys(c) {
+				add(k, c.ExpiresAt, c.ID)
+			}
+			if c.Conversation != "" {
+				add(s.convPendingKey(c.Conversation), c.ExpiresAt, c.ID)
+			}
+		}
+		add(s.runsKey(), r.ExpiresAt, r.ID)
+		if r.Conversation != "" {
+			k := s.convKey(r.Conversation)
+			p.HSet(ctx, k, "key", r.Conversation, "paused_run", r.ID)
+			p.PExpire(ctx, k, s.convTTL)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("create run %s: index: %w", r.ID, err)
+	}
+	return nil
+}
+
+// expireAtLeast makes key live at least until t, never shortening a longer
+// life (a new key has none, hence NX before GT).
+func expireAtLeast(ctx context.Context, p redis.Pipeliner, key string, t time.Time) {
+	ms := t.UnixMilli()
+	p.Do(ctx, "PEXPIREAT", key, ms, "NX")
+	p.Do(ctx, "PEXPIREAT", key, ms, "GT")
+}
+
+// callFields are the fields of a call hash that make up a store.Call, in
+// the order decodeCall reads them.
+var callFields = []string{"call", "status", "decision", "executing"}
+
+// decodeCall builds a call from the values of callFields; ok is false if
+// the call does not exist.
+func decodeCall(vals []any) (c store.Call, ok bool, err error) {
+	str := func(i int) string {
+		if i >= len(vals) {
+			return ""
+		}
+		v, _ := vals[i].(string)
+		return v
+	}
+	if str(0) == "" {
+		return store.Call{}, false, nil
+	}
+	if err := json.Unmarshal([]byte(str(0)), &c); err != nil {
+		return store.Call{}, false, fmt.Errorf("decode call: %w", err)
+	}
+	c.Status = store.Status(str(1))
+	if d := str(2); d != "" {
+		c.Decision = new(store.Decision)
+		if err := json.Unmarshal([]byte(d), c.Decision); err != nil {
+			return store.Call{}, false, fmt.Errorf("decode decision of call %s: %w", c.ID, err)
+		}
+	}
+	c.Executing = str(3) == "1"
+	return c, true, nil
+}
+
+// liveCall is a call as the indexes see it.
+type liveCall struct {
+	call     store.Call
+	exists   bool
+	finished bool // its run is finished
+}
+
+// pending reports whether the call belongs in the pending indexes.
+func (l liveCall) pending() bool {
+	return l.exists && !l.finished && l.call.Status == store.Pending
+}
+
+// loadCalls reads calls and whether their runs are finished in one round
+// trip. Unknown ids come back with exists false.
+func (s *Store) loadCalls(ctx context.Context, ids []string) ([]liveCall, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	p := s.c.Pipeline()
+	calls := make([]*redis.SliceCmd, len(ids))
+	runs := make([]*redis.SliceCmd, len(ids))
+	for i, id := range ids {
+		if store.RunOf(id) == "" {
+			continue
+		}
+		calls[i] = p.HMGet(ctx, s.callKey(id), callFields...)
+		runs[i] = p.HMGet(ctx, s.runKey(store.RunOf(id)), "finished")
+	}
+	if p.Len() > 0 {
+		if _, err := p.Exec(ctx); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]liveCall, len(ids))
+	for i := range ids {
+		if calls[i] == nil {
+			continue
+		}
+		c, ok, err := decodeCall(calls[i].Val())
+		if err != nil {
+			return nil, err
+		}
+		fin, _ := runs[i].Val()[0].(string)
+		out[i] = liveCall{call: c, exists: ok, finished: fin == "1"}
+	}
+	return out, nil
+}
+
+// runRecord reads a run hash; ok is false if the run does not exist.
+func (s *Store) runRecord(ctx context.Context, runID string) (r store.Run, finished, ok bool, err error) {
+	vals, err := s.c.HMGet(ctx, s.runKey(runID), "run", "finished").Result()
+	if err != nil {
+		return store.Run{}, false, false, err
+	}
+	raw, _ := vals[0].(string)
+	if raw == "" {
+		return store.Run{}, false, false, nil
+	}
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return store.Run{}, false, false, fmt.Errorf("decode run: %w", err)
+	}
+	fin, _ := vals[1].(string)
+	return r, fin == "1", true, nil
+}
+
+// LoadRun returns the run and its calls in CallIDs order, or
+// store.ErrNotFound.
+func (s *Store) LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error) {
+	r, _, ok, err := s.runRecord(ctx, runID)
+	if err != nil {
+		return store.Run{}, nil, fmt.Errorf("load run %s: %w", runID, err)
+	}
+	if !ok {
+		return store.Run{}, nil, fmt.Errorf("load run %s: %w", runID, store.ErrNotFound)
+	}
+	live, err := s.loadCalls(ctx, r.CallIDs)
+	if err != nil {
+		return store.Run{}, nil, fmt.Errorf("load run %s: %w", runID, err)
+	}
+	calls := make([]store.Call, 0, len(live))
+	for i, l := range live {
+		if !l.exists {
+			return store.Run{}, nil, fmt.Errorf("load run %s: call %s: %w", runID, r.CallIDs[i], store.ErrNotFound)
+		}
+		calls = append(calls, l.call)
+	}
+	return r, calls, nil
+}
+
+// GetCall returns one call or store.ErrNotFound.
+func (s *Store) GetCall(ctx context.Context, callID string) (store.Call, error) {
+	if store.RunOf(callID) == "" {
+		return store.Call{}, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
+	}
+	vals, err := s.c.HMGet(ctx, s.callKey(callID), callFields...).Result()
+	if err != nil {
+		return store.Call{}, fmt.Errorf("get call %s: %w", callID, err)
+	}
+	c, ok, err := decodeCall(vals)
+	if err != nil {
+		return store.Call{}, fmt.Errorf("get call %s: %w", callID, err)
+	}
+	if !ok {
+		return store.Call{}, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
+	}
+	return c, nil
+}
+
+// Decide is one Lua script, so one round trip: see storetest.Store for
+// the contract. A zero d.At is set to now. The call leaves the indexes
+// lazily, when a reader next finds it decided.
+func (s *Store) Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error) {
+	if store.RunOf(callID) == "" {
+		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, store.ErrNotFound)
+	}
+	if d.At.IsZero() {
+		d.At = time.Now()
+	}
+	dj, err := json.Marshal(d)
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
+	}
+	keys := []string{s.callKey(callID), s.runKey(store.RunOf(callID))}
+	res, err := decide.Run(ctx, s.c, keys,
+		fingerprint, d.Kind, d.At.UnixMicro(), dj, string(newrun.Outcome(d.Kind))).Slice()
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
+	}
+	code, _ := res[0].(string)
+	if code == "notfound" {
+		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, store.ErrNotFound)
+	}
+	if len(res) < 3 {
+		return store.Call{}, false, fmt.Errorf("decide call %s: unexpected script reply %v", callID, res)
+	}
+	left, _ := res[1].(int64)
+	c, _, err := decodeCall(res[2:])
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
+	}
+	switch code {
+	case "ok":
+		return c, left == 0, nil
+	case "decided":
+		return c, false, fmt.Errorf("decide call %s: %w", callID, store.ErrAlreadyDecided)
+	case "mismatch":
+		return c, false, fmt.Errorf("decide call %s: %w", callID, store.ErrFingerprintMismatch)
+	case "expired":
+		return c, false, fmt.Errorf("decide call %s: %w", callID, store.ErrExpired)
+	case "early":
+		return c, false, fmt.Errorf("decide call %s: expire before %s: %w",
+			callID, c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
+	default:
+		return store.Call{}, false, fmt.Errorf("decide call %s: unexpected script reply %q", callID, code)
+	}
+}
+
+// ClaimResume is one Lua script: see storetest.Store for the contract. The
+// claim is a key that Redis deletes when the lease runs out.
+func (s *Store) ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
+	if lease < time.Millisecond {
+		return false, fmt.Errorf("claim resume of run %s: lease %v is under 1ms", runID, lease)
+	}
+	n, err := claimResume.Run(ctx, s.c, []string{s.runKey(runID), s.claimKey(runID)},
+		owner, lease.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("claim resume of run %s: %w", runID, err)
+	}
+	if n < 0 {
+		return false, fmt.Errorf("claim resume of run %s: %w", runID, store.ErrNotFound)
+	}
+	return n == 1, nil
+}
+
+// BeginExecution is one Lua script: see storetest.Store for the contract.
+func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error) {
+	if store.RunOf(callID) == "" {
+		return false, fmt.Errorf("begin execution of call %s: %w", callID, store.ErrNotFound)
+	}
+	n, err := beginExecution.Run(ctx, s.c, []string{s.callKey(callID)}).Int()
+	if err != nil {
+		return false, fmt.Errorf("begin execution of call %s: %w", callID, err)
+	}
+	if n < 0 {
+		return false, fmt.Errorf("begin execution of call %s: %w", callID, store.ErrNotFound)
+	}
+	return n == 1, nil
+}
+
+// FinishRun marks the run finished (one script on its hash slot), which
+// takes it out of every listing, and shortens the life of its keys to the
+// retention time. It then drops its index entries and clears the
+// conversation's PausedRun if it names the run. Finishing a finished run
+// does nothing.
+func (s *Store) FinishRun(ctx context.Context, runID string) error {
+	r, _, ok, err := s.runRecord(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	if !ok {
+		return fmt.Errorf("finish run %s: %w", runID, store.ErrNotFound)
+	}
+	keys := []string{s.runKey(runID), s.claimKey(runID)}
+	for _, id := range r.CallIDs {
+		keys = append(keys, s.callKey(id))
+	}
+	n, err := finishRun.Run(ctx, s.c, keys, s.retention.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	switch n {
+	case 0:
+		return fmt.Errorf("finish run %s: %w", runID, store.ErrNotFound)
+	case 2:
+		return nil
+	}
+	live, err := s.loadCalls(ctx, r.CallIDs)
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, l := range live {
+			if !l.exists {
+				continue
+			}
+			c := l.call
+			p.ZRem(ctx, s.dueKey(), c.ID)
+			p.ZRem(ctx, s.pendingKey(), c.ID)
+			p.ZRem(ctx, s.requesterKey(c.Requester), c.ID)
+			for _, k := range s.approverKeys(c) {
+				p.ZRem(ctx, k, c.ID)
+			}
+			if c.Conversation != "" {
+				p.ZRem(ctx, s.convPendingKey(c.Conversation), c.ID)
+			}
+		}
+		p.ZRem(ctx, s.runsKey(), runID)
+		if r.Conversation != "" {
+			// Eval, not Run: a pipeline cannot fall back from EVALSHA.
+			clearPaused.Eval(ctx, p, []string{s.convKey(r.Conversation)}, runID)
+		}
+		return nil
+	})
+	if err != nil {
+		// The run is finished; readers skip and drop the entries left behind.
+		return fmt.Errorf("finish run %s: clean up: %w", runID, err)
+	}
+	return nil
+}
+
+// scanIndex walks a sorted set in score order, batch entries at a time,
+// from min to max (as ZRANGEBYSCORE takes them), and calls keep with each
+// batch's calls. keep returns how many it took; scanning stops when keep
+// reports it has enough. Entries whose call is no longer pending are
+// removed from the index.
+func (s *Store) scanIndex(ctx context.Context, key, max string, keep func([]liveCall) (enough bool)) error {
+	const batch = 200
+	var stale []any
+	for offset := int64(0); ; offset += batch {
+		ids, err := s.c.ZRangeByScore(ctx, key, &redis.ZRangeBy{
+			Min: "-inf", Max: max, Offset: offset, Count: batch,
+		}).Result()
+		if err != nil {
+			return err
+		}
+		live, err := s.loadCalls(ctx, ids)
+		if err != nil {
+			return err
+		}
+		var ok []liveCall
+		for i, l := range live {
+			if l.pending() {
+				ok = append(ok, l)
+			} else {
+				stale = append(stale, ids[i])
+			}
+		}
+		if keep(ok) || len(ids) < batch {
+			break
+		}
+	}
+	if len(stale) > 0 {
+		// Only entries found decided, expired or gone are removed; a call
+		// never becomes pending again, so this cannot lose a pending call.
+		if err := s.c.ZRem(ctx, key, stale...).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Pending lists pending calls matching f, oldest first, from the most
+// selective index for f.
+func (s *Store) Pending(ctx context.Context, f store.Filter) ([]store.Call, error) {
+	key := s.pendingKey()
+	switch {
+	case f.Conversation != "":
+		key = s.convPendingKey(f.Conversation)
+	case f.Requester != "":
+		key = s.requesterKey(f.Requester)
+	case f.Approver != "":
+		key = s.approverKey(f.Approver)
+	}
+	var out []store.Call
+	err := s.scanIndex(ctx, key, "+inf", func(ls []liveCall) bool {
+		for _, l := range ls {
+			if matches(l.call, f) {
+				out = append(out, l.call)
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pending calls: %w", err)
+	}
+	sortCalls(out)
+	return out, nil
+}
+
+// matches reports whether c matches every field of f.
+func matches(c store.Call, f store.Filter) bool {
+	if f.Conversation != "" && c.Conversation != f.Conversation {
+		return false
+	}
+	if f.Requester != "" && c.Requester != f.Requester {
+		return false
+	}
+	switch {
+	case f.Approver == "":
+	case f.Approver == anyApprover && len(c.Approvers) == 0:
+	case !slices.Contains(c.Approvers, f.Approver):
+		return false
+	}
+	return true
+}
+
+// sortCalls orders calls oldest first, then by id.
+func sortCalls(cs []store.Call) {
+	slices.SortFunc(cs, func(a, b store.Call) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+}
+
+// Due lists up to limit pending calls whose ExpiresAt is at or before now,
+// earliest expiry first; limit <= 0 lists all.
+func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error) {
+	var out []store.Call
+	err := s.scanIndex(ctx, s.dueKey(), strconv.FormatInt(now.UnixMilli(), 10), func(ls []liveCall) bool {
+		for _, l := range ls {
+			if l.call.ExpiresAt.After(now) { // later within the same ms
+				continue
+			}
+			out = append(out, l.call)
+			if limit > 0 && len(out) == limit {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list due calls: %w", err)
+	}
+	return out, nil
+}
+
+// Stalled lists up to limit runs with no pending call, not finished and
+// with no live resume claim, earliest expiry first; limit <= 0 lists all.
+func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
+	const batch = 200
+	var out []string
+	var stale []any
+	for offset := int64(0); ; offset += batch {
+		ids, err := s.c.ZRange(ctx, s.runsKey(), offset, offset+batch-1).Result()
+		if err != nil {
+			return nil, fmt.Errorf("list stalled runs: %w", err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		p := s.c.Pipeline()
+		runs := make([]*redis.SliceCmd, len(ids))
+		claims := make([]*redis.IntCmd, len(ids))
+		for i, id := range ids {
+			runs[i] = p.HMGet(ctx, s.runKey(id), "pending", "finished")
+			claims[i] = p.Exists(ctx, s.claimKey(id))
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("list stalled runs: %w", err)
+		}
+		for i, id := range ids {
+			v := runs[i].Val()
+			pending, _ := v[0].(string)
+			finished, _ := v[1].(string)
+			switch {
+			case pending == "" || finished == "1":
+				stale = append(stale, id)
+			case pending == "0" && claims[i].Val() == 0:
+				out = append(out, id)
+			}
+		}
+		if (limit > 0 && len(out) >= limit) || len(ids) < batch {
+			break
+		}
+	}
+	if len(stale) > 0 {
+		if err := s.c.ZRem(ctx, s.runsKey(), stale...).Err(); err != nil {
+			return nil, fmt.Errorf("list stalled runs: %w", err)
+		}
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// AcquireLease takes the lease on key for owner for ttl, or renews it if
+// owner holds it; false if someone else holds it. Redis deletes the lease
+// when ttl runs out.
+func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if ttl < time.Millisecond {
+		return false, fmt.Errorf("acquire lease %s: ttl %v is under 1ms", key, ttl)
+	}
+	n, err := acquireLease.Run(ctx, s.c, []string{s.leaseKey(key)}, owner, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("acquire lease %s: %w", key, err)
+	}
+	return n == 1, nil
+}
+
+// ReleaseLease frees the lease on key if owner holds it, and does nothing
+// otherwise.
+func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {
+	if err := releaseLease.Run(ctx, s.c, []string{s.leaseKey(key)}, owner).Err(); err != nil {
+		return fmt.Errorf("release lease %s: %w", key, err)
+	}
+	return nil
+}
+
+// Audit appends an entry to a list capped at AuditMax entries. A zero At
+// is set to now.
+func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("audit %s: %w", e.Action, err)
+	}
+	_, err = s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.LPush(ctx, s.auditKey(), b)
+		p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("audit %s: %w", e.Action, err)
+	}
+	return nil
+}
+
+// AuditLog returns the newest limit entries, newest first; limit <= 0
+// returns all that are kept.
+func (s *Store) AuditLog(ctx context.Context, limit int) ([]store.AuditEntry, error) {
+	stop := int64(limit) - 1
+	if limit <= 0 {
+		stop = -1
+	}
+	raw, err := s.c.LRange(ctx, s.auditKey(), 0, stop).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read audit log: %w", err)
+	}
+	out := make([]store.AuditEntry, len(raw))
+	for i, r := range raw {
+		if err := json.Unmarshal([]byte(r), &out[i]); err != nil {
+			return nil, fmt.Errorf("read audit log: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// PutRecord stores a record with a compare-and-set on its version (one
+// script). Records are configuration and never expire. A zero UpdatedAt is
+// set to now.
+func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int64) (store.Record, error) {
+	if r.UpdatedAt.IsZero() {
+		r.UpdatedAt = time.Now()
+	}
+	r.Version = 0
+	b, err := json.Marshal(r)
+	if err != nil {
+		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, err)
+	}
+	v, err := putRecord.Run(ctx, s.c, []string{s.recordsKey(r.Kind)}, r.ID, expectVersion, b).Int64()
+	if err != nil {
+		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, err)
+	}
+	if v < 0 {
+		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, store.ErrConflict)
+	}
+	r.Version = v
+	return r, nil
+}
+
+// Records lists a kind's records by id.
+func (s *Store) Records(ctx context.Context, kind string) ([]store.Record, error) {
+	m, err := s.c.HGetAll(ctx, s.recordsKey(kind)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list records %s: %w", kind, err)
+	}
+	var out []store.Record
+	for f, v := range m {
+		id, ok := strings.CutPrefix(f, "d:")
+		if !ok {
+			continue
+		}
+		var r store.Record
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return nil, fmt.Errorf("list records %s: %s: %w", kind, id, err)
+		}
+		if r.Version, err = strconv.ParseInt(m["v:"+id], 10, 64); err != nil {
+			return nil, fmt.Errorf("list records %s: %s: %w", kind, id, err)
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b store.Record) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// DeleteRecord deletes a record, or returns store.ErrNotFound.
+func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
+	n, err := s.c.HDel(ctx, s.recordsKey(kind), "d:"+id, "v:"+id).Result()
+	if err != nil {
+		return fmt.Errorf("delete record %s/%s: %w", kind, id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("delete record %s/%s: %w", kind, id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// SeenEvent records an event id for ttl (SET NX); true if it was new.
+func (s *Store) SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error) {
+	if ttl < time.Millisecond {
+		return false, fmt.Errorf("record event %s: ttl %v is under 1ms", id, ttl)
+	}
+	err := s.c.SetArgs(ctx, s.seenKey(id), "1", redis.SetArgs{Mode: "NX", TTL: ttl}).Err()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("record event %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ping redis: %w", err)
+	}
+	return nil
+}
+
+// Close closes the client.
+func (s *Store) Close() error {
+	if err := s.c.Close(); err != nil {
+		return fmt.Errorf("close redis client: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// Every script touches keys of one hash tag only, so it runs on Redis
+// Cluster too. Times are Unix microseconds (exact in a Lua number) unless a
+// name says ms.
+
+// createRun writes a run and its calls unless the run exists.
+// KEYS: run, call...
+// ARGV: run JSON, delete-at (ms), then per call: call JSON, fingerprint, expires-at.
+// Returns 1 if created, 0 if the run exists.
+var createRun = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local n = #KEYS - 1
+redis.call('HSET', KEYS[1], 'run', ARGV[1], 'pending', n)
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+for i = 1, n do
+  local a = 2 + (i - 1) * 3
+  redis.call('HSET', KEYS[i + 1], 'call', ARGV[a + 1], 'fp', ARGV[a + 2], 'exp', ARGV[a + 3], 'status', 'pending')
+  redis.call('PEXPIREAT', KEYS[i + 1], ARGV[2])
+end
+return 1
+`)
+
+// decide moves a call from pending to a final status.
+// KEYS: call, run
+// ARGV: fingerprint, kind, at, decision JSON, new status
+// Returns {code, pending calls left, call, status, decision, executing}
+// where code is ok, notfound, decided, mismatch, expired or early.
+var decide = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
+  return {'notfound'}
+end
+local function reply(code, left)
+  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing')
+  return {code, left, f[1], f[2], f[3], f[4]}
+end
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
+local kind = ARGV[2]
+if kind ~= 'expire' and kind ~= 'cancel' and redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then
+  return reply('mismatch', -1)
+end
+local exp = tonumber(redis.call('HGET', KEYS[1], 'exp'))
+local at = tonumber(ARGV[3])
+if kind == 'expire' then
+  if at < exp then return reply('early', -1) end
+elseif kind ~= 'cancel' and at >= exp then
+  return reply('expired', -1)
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[5], 'decision', ARGV[4])
+local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
+return reply('ok', left)
+`)
+
+// claimResume takes the resume claim of a run with no pending call.
+// KEYS: run, claim
+// ARGV: owner, lease (ms)
+// Returns 1 if claimed, 0 if not, -1 if the run is unknown.
+var claimResume = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'pending', 'finished')
+if not v[1] then return -1 end
+if v[2] == '1' or tonumber(v[1]) > 0 then return 0 end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+`)
+
+// beginExecution sets the executing flag of a decided call once.
+// KEYS: call
+// Returns 1 the first time, 0 after or if the call is not decided, -1 if unknown.
+var beginExecution = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return -1 end
+if st ~= 'decided' then return 0 end
+return redis.call('HSETNX', KEYS[1], 'executing', '1')
+`)
+
+// finishRun marks a run finished and shortens the life of its keys to the
+// retention time.
+// KEYS: run, claim, call...
+// ARGV: retention (ms)
+// Returns 1 if finished now, 2 if it was finished already, 0 if unknown.
+var finishRun = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[1], 'finished') == '1' then return 2 end
+redis.call('HSET', KEYS[1], 'finished', '1')
+redis.call('DEL', KEYS[2])
+for i = 1, #KEYS do
+  if i ~= 2 then redis.call('PEXPIRE', KEYS[i], ARGV[1], 'LT') end
+end
+return 1
+`)
+
+// clearPaused removes a conversation's paused run if it is the given one.
+// KEYS: conversation
+// ARGV: run id
+var clearPaused = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'paused_run') == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'paused_run')
+end
+return 0
+`)
+
+// acquireLease takes a free lease or renews one the owner holds.
+// KEYS: lease
+// ARGV: owner, ttl (ms)
+var acquireLease = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// releaseLease deletes a lease if the owner holds it.
+// KEYS: lease
+// ARGV: owner
+var releaseLease = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// putRecord writes a record with a compare-and-set on its version.
+// KEYS: records of a kind
+// ARGV: id, expected version (-1: any), record JSON
+// Returns the new version, or -1 on a version conflict.
+var putRecord = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], 'v:' .. ARGV[1]) or '0')
+local expect = tonumber(ARGV[2])
+if expect >= 0 and expect ~= cur then return -1 end
+redis.call('HSET', KEYS[1], 'v:' .. ARGV[1], cur + 1, 'd:' .. ARGV[1], ARGV[3])
+return cur + 1
+`)

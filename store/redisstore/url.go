@@ -1,0 +1,98 @@
+package redisstore
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NewClient returns a go-redis client for a URL in one of these forms:
+//
+//	redis://[user:password@]host:port[/db][?option=value...]    one node
+//	rediss://...                                                one node over TLS
+//	unix://[user:password@]/path/to/socket[?db=N]               one node
+//	redis+cluster://[user:password@]host1:port,host2:port[?option=value...]
+//	rediss+cluster://...                                        cluster over TLS
+//	redis+sentinel://[user:password@]host1:port,host2:port[/db]?master_name=NAME[&password=...]
+//	rediss+sentinel://...                                       sentinel over TLS
+//
+// Options are those of redis.ParseURL, redis.ParseClusterURL and
+// redis.ParseFailoverURL respectively (dial_timeout, max_retries, pool_size
+// and so on). For the cluster and sentinel forms the comma-separated hosts
+// are seed nodes (cluster) or sentinels; more may be given with addr=host:port.
+// In the sentinel form the user information authenticates to the
+// sentinels, and the username and password options to the master.
+func NewClient(rawURL string) (redis.UniversalClient, error) {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return nil, fmt.Errorf("parse redis url: missing scheme")
+	}
+	switch scheme {
+	case "redis", "rediss", "unix":
+		o, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("parse redis url: %w", err)
+		}
+		return redis.NewClient(o), nil
+	case "redis+cluster", "rediss+cluster":
+		u, err := seedURL(strings.TrimSuffix(scheme, "+cluster"), rest)
+		if err != nil {
+			return nil, err
+		}
+		o, err := redis.ParseClusterURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("parse redis cluster url: %w", err)
+		}
+		return redis.NewClusterClient(o), nil
+	case "redis+sentinel", "rediss+sentinel":
+		u, err := seedURL(strings.TrimSuffix(scheme, "+sentinel"), rest)
+		if err != nil {
+			return nil, err
+		}
+		o, err := redis.ParseFailoverURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("parse redis sentinel url: %w", err)
+		}
+		if o.MasterName == "" {
+			return nil, fmt.Errorf("parse redis sentinel url: master_name option is required")
+		}
+		return redis.NewFailoverClient(o), nil
+	default:
+		return nil, fmt.Errorf("parse redis url: unsupported scheme %q", scheme)
+	}
+}
+
+// seedURL turns "user@h1:p1,h2:p2/path?q" into a URL of scheme with host h1:p1
+// and the other hosts as addr options, the form go-redis parses.
+func seedURL(scheme, rest string) (string, error) {
+	authority, tail := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority, tail = rest[:i], rest[i:]
+	}
+	userinfo, hosts := "", authority
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		userinfo, hosts = authority[:i+1], authority[i+1:]
+	}
+	list := strings.Split(hosts, ",")
+	if list[0] == "" {
+		return "", fmt.Errorf("parse redis url: no host")
+	}
+	path, query, _ := strings.Cut(tail, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", fmt.Errorf("parse redis url: %w", err)
+	}
+	for _, h := range list[1:] {
+		if h == "" {
+			return "", fmt.Errorf("parse redis url: empty host in %q", hosts)
+		}
+		q.Add("addr", h)
+	}
+	u := scheme + "://" + userinfo + list[0] + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u, nil
+}
