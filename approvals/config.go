@@ -141,10 +141,7 @@ func parseRuleNode(n *yaml.Node) (lineRule, error) {
 		case "ttl":
 			var s string
 			if err = scalar(v, &s); err == nil && s != "" {
-				r.TTL, err = time.ParseDuration(s)
-				if err == nil && r.TTL < 0 {
-					err = fmt.Errorf("negative duration %s", s)
-				}
+				r.TTL, err = parseTTL(s)
 			}
 		default:
 			return lr, fmt.Errorf("unknown key %q (line %d): want id, tool, when, verdict, reason, approvers, four_eyes or ttl", k.Value, k.Line)
@@ -173,7 +170,13 @@ func scalar(n *yaml.Node, s *string) error {
 func cleanYAMLError(err error) error {
 	var te *yaml.TypeError
 	if errors.As(err, &te) && len(te.Errors) > 0 {
-		return errors.New(strings.TrimSpace(te.Errors[0]))
+		msg := strings.TrimSpace(te.Errors[0])
+		if strings.HasPrefix(msg, "line ") {
+			if _, rest, ok := strings.Cut(msg, ": "); ok {
+				msg = rest
+			}
+		}
+		return errors.New(msg)
 	}
 	return err
 }
@@ -198,4 +201,16 @@ func newPolicyAt(def Action, rules []lineRule) (*Policy, error) {
 		}
 	}
 	return nil, err
+}
+
+// parseTTL parses a rule's ttl, a positive Go duration such as 72h.
+func parseTTL(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad duration %q (want e.g. 72h or 30m): %w", s, err)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("negative duration %s", s)
+	}
+	return d, nil
 }

@@ -66,7 +66,7 @@ type Rule struct {
 }
 
 // approverRE is the shape of Slack user (U, W) and user-group (S) ids.
-var approverRE = regexp.MustCompile(`^[UWS][A-Z0-9]{2,}$`)
+var approverRE = regexp.MustCompile(`^[UWS][A-Z0-9]+$`)
 
 // ruleIDRE is the shape of a rule id: no spaces, so it can be typed in a
 // slash command.

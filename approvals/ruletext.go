@@ -69,12 +69,9 @@ func ParseRule(text string) (Rule, error) {
 			}
 			r.FourEyes = b
 		case "ttl":
-			d, err := time.ParseDuration(f.value)
+			d, err := parseTTL(f.value)
 			if err != nil {
 				return Rule{}, fmt.Errorf("ttl: %w", err)
-			}
-			if d < 0 {
-				return Rule{}, fmt.Errorf("ttl: negative duration %s", f.value)
 			}
 			r.TTL = d
 		default:

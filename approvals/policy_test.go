@@ -1,0 +1,295 @@
+package approvals
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testConfig = `
+mcp_servers:
+  - name: files
+    command: ["./files-mcp", "--root", "/srv/scratch"]
+policy:
+  default: deny
+  rules:
+    - tool: "files__read_*"
+      verdict: allow
+    - id: delete-outside-tmp
+      tool: "files__delete_*"
+      when: '!args.path.startsWith("/srv/scratch/tmp/")'
+      verdict: ask
+      approvers: ["U024BE7LH", "S0614TZR7"]
+      four_eyes: true
+      ttl: 72h
+      reason: Deleting outside tmp needs review
+    - tool: "files__delete_*"
+      verdict: allow
+    - tool: "shell__run"
+      when: 'args.count > 5'
+      verdict: deny
+      reason: too many
+    - tool: "shell__run"
+      when: 'user == "U1ADMIN" && channel == "C1OPS"'
+      verdict: allow
+    - tool: "ratio"
+      when: 'args.r >= 1.5'
+      verdict: allow
+`
+
+func mustParse(t *testing.T, cfg string) *Policy {
+	t.Helper()
+	p, err := ParseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	return p
+}
+
+func TestPolicyEvaluate(t *testing.T) {
+	p := mustParse(t, testConfig)
+	f := false
+	tests := []struct {
+		name       string
+		in         Input
+		wantAction Action
+		wantRule   string
+	}{
+		{"glob star matches underscore", Input{Tool: "files__read_file", Args: json.RawMessage(`{}`)}, Allow, "rule-1"},
+		{"glob needs the prefix", Input{Tool: "xfiles__read_file"}, Ask, RuleAnnotations},
+		{"condition true", Input{Tool: "files__delete_file", Args: json.RawMessage(`{"path":"/etc/passwd"}`)}, Ask, "delete-outside-tmp"},
+		{"condition false falls through", Input{Tool: "files__delete_file", Args: json.RawMessage(`{"path":"/srv/scratch/tmp/x"}`)}, Allow, "rule-3"},
+		{"integer above", Input{Tool: "shell__run", Args: json.RawMessage(`{"count": 6}`)}, Deny, "rule-4"},
+		{"integer at bound", Input{Tool: "shell__run", Args: json.RawMessage(`{"count": 5}`)}, Ask, RuleAnnotations},
+		{"float above int bound", Input{Tool: "shell__run", Args: json.RawMessage(`{"count": 5.5}`)}, Deny, "rule-4"},
+		{"user and channel", Input{Tool: "shell__run", Args: json.RawMessage(`{"count": 1}`), User: "U1ADMIN", Channel: "C1OPS"}, Allow, "rule-5"},
+		{"other user", Input{Tool: "shell__run", Args: json.RawMessage(`{"count": 1}`), User: "U2", Channel: "C1OPS"}, Ask, RuleAnnotations},
+		{"float compared with float", Input{Tool: "ratio", Args: json.RawMessage(`{"r": 2}`)}, Allow, "rule-6"},
+		{"read-only hint", Input{Tool: "other", Hints: Hints{ReadOnly: true}}, Allow, RuleAnnotations},
+		{"no hint", Input{Tool: "other"}, Ask, RuleAnnotations},
+		{"destructive hint", Input{Tool: "other", Hints: Hints{Destructive: new(true)}}, Ask, RuleAnnotations},
+		{"not destructive: default", Input{Tool: "other", Hints: Hints{Destructive: &f}}, Deny, RuleDefault},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := p.Evaluate(tt.in)
+			if got.Action != tt.wantAction || got.RuleID != tt.wantRule {
+				t.Errorf("Evaluate(%s %s) = %s by %q (%s), want %s by %q", tt.in.Tool, tt.in.Args, got.Action, got.RuleID, got.Reason, tt.wantAction, tt.wantRule)
+			}
+		})
+	}
+}
+
+func TestPolicyEvaluateCopiesRuleFields(t *testing.T) {
+	p := mustParse(t, testConfig)
+	got := p.Evaluate(Input{Tool: "files__delete_file", Args: json.RawMessage(`{"path":"/etc"}`)})
+	want := Verdict{
+		Action:    Ask,
+		RuleID:    "delete-outside-tmp",
+		Reason:    "Deleting outside tmp needs review",
+		Approvers: []string{"U024BE7LH", "S0614TZR7"},
+		FourEyes:  true,
+		TTL:       72 * time.Hour,
+	}
+	gj, _ := json.Marshal(got)
+	wj, _ := json.Marshal(want)
+	if string(gj) != string(wj) {
+		t.Errorf("got %s, want %s", gj, wj)
+	}
+	got.Approvers[0] = "UCHANGED"
+	if again := p.Evaluate(Input{Tool: "files__delete_file", Args: json.RawMessage(`{"path":"/etc"}`)}); again.Approvers[0] != "U024BE7LH" {
+		t.Errorf("changing a verdict's approvers changed the policy: got %q, want U024BE7LH", again.Approvers[0])
+	}
+}
+
+func TestPolicyEvaluateFailsClosed(t *testing.T) {
+	p, err := NewPolicy(Allow, []Rule{
+		{ID: "tmp-only", Tool: "files__delete", When: `args.path.startsWith("/tmp/")`, Verdict: Allow},
+		{ID: "no-big", Tool: "shell__run", When: `args.count > 5`, Verdict: Deny, Reason: "too big"},
+		{ID: "four", Tool: "deploy", When: `args.env == "prod"`, Verdict: Ask, Approvers: []string{"U1"}, FourEyes: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		in         Input
+		wantAction Action
+		wantRule   string
+		wantReason string
+	}{
+		{"missing key", Input{Tool: "files__delete", Args: json.RawMessage(`{}`)}, Ask, "tmp-only", "no such key"},
+		{"wrong type", Input{Tool: "files__delete", Args: json.RawMessage(`{"path": 3}`)}, Ask, "tmp-only", "could not be evaluated"},
+		{"arguments not an object", Input{Tool: "files__delete", Args: json.RawMessage(`[1]`)}, Ask, "tmp-only", "could not be evaluated"},
+		{"invalid json", Input{Tool: "files__delete", Args: json.RawMessage(`{`)}, Ask, "tmp-only", "parse arguments"},
+		{"deny rule stays deny", Input{Tool: "shell__run", Args: json.RawMessage(`{"count": "many"}`)}, Deny, "no-big", "its verdict is deny"},
+		{"keeps approvers", Input{Tool: "deploy", Args: json.RawMessage(`{}`)}, Ask, "four", "rule four"},
+		{"no args is an empty map", Input{Tool: "files__delete"}, Ask, "tmp-only", "no such key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := p.Evaluate(tt.in)
+			if got.Action != tt.wantAction || got.RuleID != tt.wantRule || !strings.Contains(got.Reason, tt.wantReason) {
+				t.Errorf("Evaluate(%s %s) = %s by %q (%q), want %s by %q with reason containing %q",
+					tt.in.Tool, tt.in.Args, got.Action, got.RuleID, got.Reason, tt.wantAction, tt.wantRule, tt.wantReason)
+			}
+		})
+	}
+	v := p.Evaluate(Input{Tool: "deploy", Args: json.RawMessage(`{}`)})
+	if !v.FourEyes || len(v.Approvers) != 1 {
+		t.Errorf("fail-closed verdict of a four-eyes rule: got four_eyes=%v approvers=%v, want true [U1]", v.FourEyes, v.Approvers)
+	}
+}
+
+func TestPolicyEvaluateDeterministic(t *testing.T) {
+	p := mustParse(t, testConfig)
+	in := Input{Tool: "files__delete_file", Args: json.RawMessage(`{"path":"/etc"}`)}
+	first := p.Evaluate(in)
+	for i := range 50 {
+		if got := p.Evaluate(in); got.Action != first.Action || got.RuleID != first.RuleID || got.Reason != first.Reason {
+			t.Fatalf("evaluation %d: got %+v, want %+v", i, got, first)
+		}
+	}
+}
+
+func TestParseConfigEmpty(t *testing.T) {
+	for _, cfg := range []string{"", "mcp_servers: []\n", "policy:\n", "policy: {}\n", "policy:\n  rules: []\n"} {
+		p, err := ParseConfig([]byte(cfg))
+		if err != nil {
+			t.Errorf("ParseConfig(%q): %v", cfg, err)
+			continue
+		}
+		if p.Default() != Ask || len(p.Rules()) != 0 {
+			t.Errorf("ParseConfig(%q): got default %s and %d rules, want ask and none", cfg, p.Default(), len(p.Rules()))
+		}
+	}
+}
+
+func TestParseConfigFields(t *testing.T) {
+	p := mustParse(t, testConfig)
+	rules := p.Rules()
+	if len(rules) != 6 {
+		t.Fatalf("got %d rules, want 6", len(rules))
+	}
+	if p.Default() != Deny {
+		t.Errorf("got default %s, want deny", p.Default())
+	}
+	ids := make([]string, len(rules))
+	for i, r := range rules {
+		ids[i] = r.ID
+	}
+	if got, want := strings.Join(ids, ","), "rule-1,delete-outside-tmp,rule-3,rule-4,rule-5,rule-6"; got != want {
+		t.Errorf("got ids %s, want %s", got, want)
+	}
+	r := rules[1]
+	if r.TTL != 72*time.Hour || !r.FourEyes || len(r.Approvers) != 2 || r.Reason != "Deleting outside tmp needs review" {
+		t.Errorf("got rule %+v, want ttl 72h, four eyes, 2 approvers and the reason", r)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	rule := func(body string) string {
+		return "policy:\n  rules:\n    - tool: ok\n      verdict: allow\n" + body
+	}
+	tests := []struct {
+		name string
+		cfg  string
+		want []string // substrings of the error
+	}{
+		{"cel syntax error", rule("    - tool: x\n      verdict: ask\n      when: 'args.path ==='\n"),
+			[]string{"policy rule 2", "line 5", "when (line 7)", "Syntax error"}},
+		{"non-bool when", rule("    - tool: x\n      verdict: ask\n      when: 'args.path'\n"),
+			[]string{"policy rule 2", "when", "must be a bool expression"}},
+		{"int when", rule("    - tool: x\n      verdict: ask\n      when: '1 + 2'\n"),
+			[]string{"policy rule 2", "must be a bool expression, got int"}},
+		{"unknown variable", rule("    - tool: x\n      verdict: ask\n      when: 'now > 3'\n"),
+			[]string{"policy rule 2", "undeclared reference"}},
+		{"unknown verdict", rule("    - tool: x\n      verdict: maybe\n"),
+			[]string{"policy rule 2", "line 5", "verdict", `unknown verdict "maybe"`}},
+		{"missing verdict", rule("    - tool: x\n"),
+			[]string{"policy rule 2", "verdict: missing"}},
+		{"duplicate id", "policy:\n  rules:\n    - {id: a, tool: x, verdict: allow}\n    - {id: a, tool: y, verdict: deny}\n",
+			[]string{"policy rule 2", "line 4", `duplicate id "a" (also rule 1)`}},
+		{"explicit id clashes with generated", "policy:\n  rules:\n    - {tool: x, verdict: allow}\n    - {id: rule-1, tool: y, verdict: deny}\n",
+			[]string{"policy rule 2", `duplicate id "rule-1"`}},
+		{"unknown rule key", rule("    - tool: x\n      verdict: ask\n      approver: [U1]\n"),
+			[]string{"policy rule 2", `unknown key "approver"`, "line 7"}},
+		{"unknown policy key", "policy:\n  defaults: ask\n", []string{`unknown key "defaults"`, "line 2"}},
+		{"missing tool", rule("    - verdict: ask\n"), []string{"policy rule 2", "tool: missing"}},
+		{"bad glob", rule("    - tool: 'files__[a'\n      verdict: ask\n"), []string{"policy rule 2", "tool", "bad glob"}},
+		{"bad ttl", rule("    - tool: x\n      verdict: ask\n      ttl: 3 days\n"), []string{"policy rule 2", "ttl (line 7)", `bad duration "3 days"`}},
+		{"negative ttl", rule("    - tool: x\n      verdict: ask\n      ttl: -1h\n"), []string{"ttl", "negative"}},
+		{"bad approver", rule("    - tool: x\n      verdict: ask\n      approvers: [ana]\n"), []string{"policy rule 2", "approvers", `bad id "ana"`}},
+		{"approvers not a list", rule("    - tool: x\n      verdict: ask\n      approvers: U1\n"), []string{"approvers", "want a list"}},
+		{"four_eyes not bool", rule("    - tool: x\n      verdict: ask\n      four_eyes: maybe\n"), []string{"policy rule 2", "four_eyes (line 7)"}},
+		{"bad default", "policy:\n  default: perhaps\n", []string{"policy.default", `unknown verdict "perhaps"`}},
+		{"rule not a mapping", "policy:\n  rules:\n    - files__*\n", []string{"policy rule 1", "line 3", "want a mapping"}},
+		{"reserved id", "policy:\n  rules:\n    - {id: default, tool: x, verdict: allow}\n", []string{"policy rule 1", "reserved"}},
+		{"id with space", "policy:\n  rules:\n    - {id: 'a b', tool: x, verdict: allow}\n", []string{"policy rule 1", "invalid id"}},
+		{"key twice", rule("    - tool: x\n      tool: y\n      verdict: ask\n"), []string{"policy rule 2", "given twice"}},
+		{"bad yaml", "policy: [\n", []string{"parse config"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tt.cfg))
+			if err == nil {
+				t.Fatalf("ParseConfig(%q): got no error, want one containing %q", tt.cfg, tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("ParseConfig(%q): got error %q, want it to contain %q", tt.cfg, err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestNewPolicyErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		def     Action
+		rules   []Rule
+		wantErr string
+	}{
+		{"bad default", "maybe", nil, `default: unknown verdict "maybe"`},
+		{"cel error names position and id", Ask, []Rule{{Tool: "a", Verdict: Allow}, {ID: "x", Tool: "b", Verdict: Ask, When: "args."}}, "policy rule 2 (id x): when:"},
+		{"negative ttl", Ask, []Rule{{Tool: "a", Verdict: Allow, TTL: -time.Second}}, "policy rule 1 (id rule-1): ttl: negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewPolicy(tt.def, tt.rules)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("NewPolicy: got error %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestArgsValue(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // %T:%v of args.n
+	}{
+		{`{"n": 5}`, "int64:5"},
+		{`{"n": -5}`, "int64:-5"},
+		{`{"n": 5.0}`, "float64:5"},
+		{`{"n": 1e3}`, "float64:1000"},
+		{`{"n": 99999999999999999999}`, "float64:1e+20"},
+		{`{"n": [1, 2.5]}`, "[]interface {}:[1 2.5]"},
+	}
+	for _, tt := range tests {
+		v, err := argsValue(json.RawMessage(tt.in))
+		if err != nil {
+			t.Errorf("argsValue(%s): %v", tt.in, err)
+			continue
+		}
+		n := v.(map[string]any)["n"]
+		if got := typeAndValue(n); got != tt.want {
+			t.Errorf("argsValue(%s): got n = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+func typeAndValue(v any) string { return fmt.Sprintf("%T:%v", v, v) }

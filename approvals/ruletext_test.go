@@ -1,0 +1,99 @@
+package approvals
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseRule(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want Rule
+	}{
+		{"minimal", "tool=files__* verdict=allow", Rule{Tool: "files__*", Verdict: Allow}},
+		{"full",
+			`tool=files__delete_* verdict=ask when='args.path.startsWith("/tmp")' approvers=U1,S2 four_eyes=true ttl=2h reason="Deleting needs \"review\""`,
+			Rule{Tool: "files__delete_*", Verdict: Ask, When: `args.path.startsWith("/tmp")`, Approvers: []string{"U1", "S2"}, FourEyes: true, TTL: 2 * time.Hour, Reason: `Deleting needs "review"`}},
+		{"id and any order", "reason=no verdict=DENY id=no-shell tool=shell__run", Rule{ID: "no-shell", Tool: "shell__run", Verdict: Deny, Reason: "no"}},
+		{"extra spaces", "  tool=a   verdict=ask  ", Rule{Tool: "a", Verdict: Ask}},
+		{"smart quotes", `tool=a verdict=ask when=‘args.p == “x”’ reason=“it’s risky”`, Rule{Tool: "a", Verdict: Ask, When: `args.p == "x"`, Reason: "it's risky"}},
+		{"slack escapes", `tool=a verdict=ask when='args.n &lt; 3 &amp;&amp; args.n &gt; 1'`, Rule{Tool: "a", Verdict: Ask, When: "args.n < 3 && args.n > 1"}},
+		{"slack mentions", `tool=a verdict=ask approvers=<@U1ABC|ana>,<!subteam^S2DEF|@ops>,W3`, Rule{Tool: "a", Verdict: Ask, Approvers: []string{"U1ABC", "S2DEF", "W3"}}},
+		{"quoted list with spaces", `tool=a verdict=ask approvers="U1, U2"`, Rule{Tool: "a", Verdict: Ask, Approvers: []string{"U1", "U2"}}},
+		{"quotes mid value", `tool=a verdict=ask reason=a' 'b`, Rule{Tool: "a", Verdict: Ask, Reason: "a b"}},
+		{"four_eyes false", "tool=a verdict=ask four_eyes=false", Rule{Tool: "a", Verdict: Ask}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseRule(tt.text)
+			if err != nil {
+				t.Fatalf("ParseRule(%q): %v", tt.text, err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ParseRule(%q):\ngot  %#v\nwant %#v", tt.text, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseRuleErrors(t *testing.T) {
+	tests := []struct {
+		name, text, want string
+	}{
+		{"empty", "   ", "empty rule"},
+		{"no equals", "tool files__*", `expected key=value, got "tool"`},
+		{"empty key", "=x", "expected key=value"},
+		{"unknown key", "tool=a verdict=ask approver=U1", `unknown key "approver"`},
+		{"key twice", "tool=a tool=b verdict=ask", "tool: given twice"},
+		{"missing tool", "verdict=ask", "tool: missing"},
+		{"missing verdict", "tool=a", "verdict: missing"},
+		{"unknown verdict", "tool=a verdict=maybe", `unknown verdict "maybe"`},
+		{"bad glob", "tool=a[ verdict=ask", "bad glob"},
+		{"cel syntax", "tool=a verdict=ask when='args.x =='", "when: ERROR"},
+		{"cel not bool", "tool=a verdict=ask when=args.x", "must be a bool expression"},
+		{"bad ttl", "tool=a verdict=ask ttl=2days", `ttl: bad duration "2days"`},
+		{"bad four_eyes", "tool=a verdict=ask four_eyes=sure", "four_eyes: want true or false"},
+		{"bad approver", "tool=a verdict=ask approvers=ana", `approvers: bad id "ana"`},
+		{"bad id", "tool=a verdict=ask id=standing:x", "id: invalid id"},
+		{"unterminated single", "tool=a verdict=ask when='args.x", "when: unterminated ' quote"},
+		{"unterminated double", `tool=a verdict=ask reason="oops`, `reason: unterminated " quote`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := ParseRule(tt.text)
+			if err == nil {
+				t.Fatalf("ParseRule(%q) = %+v, want an error containing %q", tt.text, r, tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("ParseRule(%q): got error %q, want it to contain %q", tt.text, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRuleStringRoundTrip(t *testing.T) {
+	rules := []Rule{
+		{Tool: "a", Verdict: Allow},
+		{ID: "x1", Tool: "files__delete_*", Verdict: Ask, When: `args.path.startsWith("/tmp")`, Approvers: []string{"U1", "S2"}, FourEyes: true, TTL: 90 * time.Minute, Reason: "needs review"},
+		{Tool: "b", Verdict: Deny, Reason: `it's "bad" \ really`},
+		{Tool: "c", Verdict: Ask, When: `args.s == 'x' && args.t == "y"`},
+		{Tool: "d", Verdict: Ask, TTL: 72 * time.Hour},
+	}
+	for _, r := range rules {
+		s := r.String()
+		got, err := ParseRule(s)
+		if err != nil {
+			t.Errorf("ParseRule(%q) of %+v: %v", s, r, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, r) {
+			t.Errorf("ParseRule(%q):\ngot  %#v\nwant %#v", s, got, r)
+		}
+	}
+	if got, want := rules[4].String(), "tool=d verdict=ask ttl=72h"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
