@@ -81,7 +81,7 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 	return &OpenAIModel{
 		client:  openai.NewClientWithConfig(oc),
 		cfg:     cfg,
-		timeout: fmt.Errorf("no complete answer within %v", cfg.Timeout),
+		timeout: fmt.Errorf("no complete answer within %v: %w", cfg.Timeout, context.DeadlineExceeded),
 	}
 }
 

@@ -81,6 +81,10 @@ type Response struct {
 	// ending the response body cleanly, so the client sees an unexpected
 	// EOF rather than a short body.
 	Abort bool
+
+	// IgnoreStream answers with a plain JSON completion even when the
+	// request asks for a stream, as some servers do.
+	IgnoreStream bool
 }
 
 // Text returns a Response answering with text.
@@ -294,7 +298,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if a.model == "" {
 		a.model = DefaultModel
 	}
-	if req.Stream {
+	if req.Stream && !resp.IgnoreStream {
 		includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 		s.stream(w, r, a, includeUsage)
 		return
