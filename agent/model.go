@@ -49,8 +49,12 @@ type ModelConfig struct {
 // ModelRequest is what the model is asked: the conversation so far and the
 // tools it may call.
 type ModelRequest struct {
+	// Messages is the conversation, oldest first; every assistant tool
+	// call must be answered by a tool message before the next turn.
 	Messages []openai.ChatCompletionMessage
-	Tools    []openai.Tool
+	// Tools are the functions the model may call; their Parameters (a
+	// JSON Schema, json.RawMessage accepted) are sent as they are.
+	Tools []openai.Tool
 }
 
 // OpenAIModel is a Model backed by an OpenAI-compatible Chat Completions
