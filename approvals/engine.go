@@ -1,6 +1,7 @@
 package approvals
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -142,7 +143,7 @@ type removal struct {
 // relax a fail-closed ask from a condition that could not be evaluated.
 //
 // An Engine reads the store on every evaluation and caches only compiled
-// conditions, so a change made on one replica applies on all at once. It is
+// conditions (keyed by the record's content), so a change made on one replica applies on all at once. It is
 // safe for concurrent use.
 type Engine struct {
 	file *Policy
@@ -154,9 +155,11 @@ type Engine struct {
 	cache map[string]cachedProgram // "kind/id" -> compiled record
 }
 
-// cachedProgram is a compiled record, valid while its version is unchanged.
+// cachedProgram is a compiled record, valid while the record's data is
+// unchanged. (Versions alone do not do: a record deleted and put again
+// starts over at version 1.)
 type cachedProgram struct {
-	version int64
+	data    []byte
 	rule    compiledRule // for policy rules
 	prg     cel.Program  // for standing rules; nil when no condition
 	err     error
@@ -235,13 +238,13 @@ func (e *Engine) load(ctx context.Context) (*state, error) {
 		key := KindPolicyRule + "/" + rec.ID
 		live[key] = true
 		cp, ok := e.cache[key]
-		if !ok || cp.version != rec.Version {
+		if !ok || !bytes.Equal(cp.data, rec.Data) {
 			c, err := compileRule(e.env, ar.Rule)
 			if err != nil {
 				// Keep the rule so it fails closed on the tools it names.
 				c = compiledRule{Rule: ar.Rule, err: fmt.Errorf("rule does not compile: %w", err)}
 			}
-			cp = cachedProgram{version: rec.Version, rule: c}
+			cp = cachedProgram{data: slices.Clone(rec.Data), rule: c}
 			e.cache[key] = cp
 		}
 		admin = append(admin, entry{RuleView{Rule: ar.Rule, Source: SourceAdmin, AddedBy: ar.AddedBy, AddedAt: ar.AddedAt}, cp.rule})
@@ -266,8 +269,8 @@ func (e *Engine) load(ctx context.Context) (*state, error) {
 		key := KindStandingRule + "/" + rec.ID
 		live[key] = true
 		cp, ok := e.cache[key]
-		if !ok || cp.version != rec.Version {
-			cp = cachedProgram{version: rec.Version}
+		if !ok || !bytes.Equal(cp.data, rec.Data) {
+			cp = cachedProgram{data: slices.Clone(rec.Data)}
 			if s.When != "" {
 				cp.prg, cp.err = compileWhen(e.env, s.When)
 			}

@@ -1,0 +1,546 @@
+package approvals
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// memStore is an in-memory RecordStore and Auditor following the store
+// contract; fail, when set, is returned by every call.
+type memStore struct {
+	mu      sync.Mutex
+	records map[string]store.Record // kind + "/" + id
+	audit   []store.AuditEntry
+	fail    error
+}
+
+func newMemStore() *memStore { return &memStore{records: make(map[string]store.Record)} }
+
+func (m *memStore) PutRecord(_ context.Context, r store.Record, expectVersion int64) (store.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return store.Record{}, m.fail
+	}
+	key := r.Kind + "/" + r.ID
+	old := m.records[key]
+	if expectVersion >= 0 && old.Version != expectVersion {
+		return store.Record{}, store.ErrConflict
+	}
+	r.Version = old.Version + 1
+	r.UpdatedAt = time.Now()
+	m.records[key] = r
+	return r, nil
+}
+
+func (m *memStore) Records(_ context.Context, kind string) ([]store.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return nil, m.fail
+	}
+	var out []store.Record
+	for _, r := range m.records {
+		if r.Kind == kind {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Record) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func (m *memStore) DeleteRecord(_ context.Context, kind, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	key := kind + "/" + id
+	if _, ok := m.records[key]; !ok {
+		return store.ErrNotFound
+	}
+	delete(m.records, key)
+	return nil
+}
+
+func (m *memStore) Audit(_ context.Context, e store.AuditEntry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	m.audit = append(m.audit, e)
+	return nil
+}
+
+func (m *memStore) auditActions() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, e := range m.audit {
+		out = append(out, e.Actor+":"+e.Action)
+	}
+	return out
+}
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+const engineConfig = `
+policy:
+  default: allow
+  rules:
+    - id: read
+      tool: "files__read_*"
+      verdict: allow
+    - id: no-etc
+      tool: "files__delete"
+      when: 'args.path.startsWith("/etc/")'
+      verdict: deny
+      reason: never delete in /etc
+    - id: delete
+      tool: "files__delete"
+      verdict: ask
+    - id: deploy
+      tool: "deploy"
+      verdict: ask
+      four_eyes: true
+      approvers: [U1LEAD]
+    - id: strict
+      tool: "shell__run"
+      when: 'args.cmd.startsWith("ls")'
+      verdict: allow
+`
+
+func newTestEngine(t *testing.T) (*Engine, *memStore, *clock) {
+	t.Helper()
+	p := mustParse(t, engineConfig)
+	ms := newMemStore()
+	c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	return NewEngine(p, ms, WithClock(c.now)), ms, c
+}
+
+func evalEngine(t *testing.T, e *Engine, in Input) Verdict {
+	t.Helper()
+	v, err := e.Evaluate(context.Background(), in)
+	if err != nil {
+		t.Fatalf("Evaluate(%s %s): %v", in.Tool, in.Args, err)
+	}
+	return v
+}
+
+func call(tool, args, channel string) Input {
+	return Input{Tool: tool, Args: json.RawMessage(args), User: "U9USER", Channel: channel}
+}
+
+func TestEngineFileRulesOnly(t *testing.T) {
+	e, _, _ := newTestEngine(t)
+	tests := []struct {
+		in       Input
+		want     Action
+		wantRule string
+	}{
+		{call("files__read_file", `{}`, "C1"), Allow, "read"},
+		{call("files__delete", `{"path":"/etc/passwd"}`, "C1"), Deny, "no-etc"},
+		{call("files__delete", `{"path":"/tmp/x"}`, "C1"), Ask, "delete"},
+		{call("unknown", `{}`, "C1"), Ask, RuleAnnotations},
+	}
+	for _, tt := range tests {
+		got := evalEngine(t, e, tt.in)
+		if got.Action != tt.want || got.RuleID != tt.wantRule {
+			t.Errorf("Evaluate(%s %s) = %s by %q, want %s by %q", tt.in.Tool, tt.in.Args, got.Action, got.RuleID, tt.want, tt.wantRule)
+		}
+	}
+}
+
+func TestEngineAdminRules(t *testing.T) {
+	ctx := context.Background()
+	e, ms, c := newTestEngine(t)
+	in := call("files__delete", `{"path":"/tmp/x"}`, "C1")
+
+	// An admin rule is evaluated before the file rules.
+	first, err := ParseRule(`id=tmp-ok tool=files__delete verdict=allow when='args.path.startsWith("/tmp/")'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.AddRule(ctx, "U1ADMIN", first); err != nil {
+		t.Fatalf("AddRule: %v", err)
+	}
+	if got := evalEngine(t, e, in); got.Action != Allow || got.RuleID != "tmp-ok" {
+		t.Errorf("after adding tmp-ok: got %s by %q, want allow by tmp-ok", got.Action, got.RuleID)
+	}
+
+	// A newer admin rule wins over an older one.
+	c.advance(time.Minute)
+	second, err := e.AddRule(ctx, "U1ADMIN", Rule{Tool: "files__*", Verdict: Deny, Reason: "freeze"})
+	if err != nil {
+		t.Fatalf("AddRule: %v", err)
+	}
+	if !strings.HasPrefix(second.ID, "admin-") {
+		t.Errorf("generated id: got %q, want prefix admin-", second.ID)
+	}
+	if got := evalEngine(t, e, in); got.Action != Deny || got.RuleID != second.ID || got.Reason != "freeze" {
+		t.Errorf("after adding the freeze: got %s by %q (%q), want deny by %q (freeze)", got.Action, got.RuleID, got.Reason, second.ID)
+	}
+
+	views, err := e.Rules(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, v := range views {
+		order = append(order, string(v.Source)+":"+v.ID)
+	}
+	want := "admin:" + second.ID + ",admin:tmp-ok,file:read,file:no-etc,file:delete,file:deploy,file:strict"
+	if got := strings.Join(order, ","); got != want {
+		t.Errorf("Rules() order: got %s, want %s", got, want)
+	}
+	if views[1].AddedBy != "U1ADMIN" || !views[1].AddedAt.Equal(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) {
+		t.Errorf("Rules()[1]: got added by %q at %v, want U1ADMIN at 12:00", views[1].AddedBy, views[1].AddedAt)
+	}
+
+	// Removing the admin rule brings back the earlier verdict.
+	if err := e.RemoveRule(ctx, "U1ADMIN", second.ID); err != nil {
+		t.Fatalf("RemoveRule(%s): %v", second.ID, err)
+	}
+	if got := evalEngine(t, e, in); got.RuleID != "tmp-ok" {
+		t.Errorf("after removing the freeze: got rule %q, want tmp-ok", got.RuleID)
+	}
+
+	// Removing a file rule skips it.
+	if err := e.RemoveRule(ctx, "U1ADMIN", "no-etc"); err != nil {
+		t.Fatalf("RemoveRule(no-etc): %v", err)
+	}
+	if got := evalEngine(t, e, call("files__delete", `{"path":"/etc/passwd"}`, "C1")); got.Action != Ask || got.RuleID != "delete" {
+		t.Errorf("after removing no-etc: got %s by %q, want ask by delete", got.Action, got.RuleID)
+	}
+
+	wantAudit := "U1ADMIN:policy_add,U1ADMIN:policy_add,U1ADMIN:policy_remove,U1ADMIN:policy_remove"
+	if got := strings.Join(ms.auditActions(), ","); got != wantAudit {
+		t.Errorf("audit: got %s, want %s", got, wantAudit)
+	}
+	if d := ms.audit[0].Detail; !strings.Contains(d, "id=tmp-ok") || !strings.Contains(d, "tool=files__delete") {
+		t.Errorf("audit detail of the first add: got %q, want the rule's id and text", d)
+	}
+}
+
+func TestEngineRuleChangeErrors(t *testing.T) {
+	ctx := context.Background()
+	e, ms, _ := newTestEngine(t)
+	if _, err := e.AddRule(ctx, "U1", Rule{ID: "x", Tool: "a", Verdict: Allow}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		do      func() error
+		wantIs  error
+		wantMsg string
+	}{
+		{"add duplicate admin id", func() error {
+			_, err := e.AddRule(ctx, "U1", Rule{ID: "x", Tool: "b", Verdict: Deny})
+			return err
+		}, ErrRuleExists, "add rule x"},
+		{"add file rule id", func() error {
+			_, err := e.AddRule(ctx, "U1", Rule{ID: "read", Tool: "b", Verdict: Deny})
+			return err
+		}, ErrRuleExists, "policy file has a rule"},
+		{"add invalid cel", func() error {
+			_, err := e.AddRule(ctx, "U1", Rule{Tool: "b", Verdict: Deny, When: "args."})
+			return err
+		}, nil, "when: ERROR"},
+		{"add reserved id", func() error {
+			_, err := e.AddRule(ctx, "U1", Rule{ID: "annotations", Tool: "b", Verdict: Deny})
+			return err
+		}, nil, "reserved"},
+		{"remove unknown", func() error { return e.RemoveRule(ctx, "U1", "nope") }, ErrUnknownRule, "remove rule nope"},
+		{"revoke unknown", func() error { return e.Revoke(ctx, "U1", "nope") }, ErrUnknownRule, "revoke standing rule nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.do()
+			if err == nil {
+				t.Fatalf("got no error, want one containing %q", tt.wantMsg)
+			}
+			if tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
+				t.Errorf("got %v, want it to wrap %v", err, tt.wantIs)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("got %q, want it to contain %q", err, tt.wantMsg)
+			}
+		})
+	}
+	// Removing a file rule twice.
+	if err := e.RemoveRule(ctx, "U1", "read"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.RemoveRule(ctx, "U1", "read"); !errors.Is(err, ErrUnknownRule) {
+		t.Errorf("second RemoveRule(read): got %v, want ErrUnknownRule", err)
+	}
+	// Once removed, a file rule's id can be reused by an admin rule.
+	if _, err := e.AddRule(ctx, "U1", Rule{ID: "read", Tool: "files__read_*", Verdict: Ask}); err != nil {
+		t.Errorf("AddRule(read) after removing file rule read: %v", err)
+	}
+	if got := len(ms.auditActions()); got != 3 {
+		t.Errorf("audit entries: got %d, want 3 (failed changes are not audited)", got)
+	}
+}
+
+func TestEngineStandingRules(t *testing.T) {
+	ctx := context.Background()
+	e, ms, c := newTestEngine(t)
+	s, err := e.Remember(ctx, "U2BOSS", StandingRule{Tool: "files__delete", Channel: "C1", When: `args.path.startsWith("/tmp/") && args.size < 10`})
+	if err != nil {
+		t.Fatalf("Remember: %v", err)
+	}
+	if !strings.HasPrefix(s.ID, "sr-") || s.CreatedBy != "U2BOSS" || !s.CreatedAt.Equal(c.now()) {
+		t.Errorf("Remember: got %+v, want a generated sr- id, created by U2BOSS now", s)
+	}
+	if _, err := e.Remember(ctx, "U2BOSS", StandingRule{ID: "deploy-c1", Tool: "deploy", Channel: "C1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Remember(ctx, "U2BOSS", StandingRule{ID: "all-c1", Tool: "unknown", Channel: "C1", ExpiresAt: c.now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name     string
+		in       Input
+		want     Action
+		wantRule string
+	}{
+		{"relaxes ask in its channel", call("files__delete", `{"path":"/tmp/a","size":1}`, "C1"), Allow, StandingPrefix + s.ID},
+		{"not in another channel", call("files__delete", `{"path":"/tmp/a","size":1}`, "C2"), Ask, "delete"},
+		{"condition false", call("files__delete", `{"path":"/tmp/a","size":20}`, "C1"), Ask, "delete"},
+		{"condition error keeps ask", call("files__delete", `{"path":"/tmp/a"}`, "C1"), Ask, "delete"},
+		{"never overrides deny", call("files__delete", `{"path":"/etc/x"}`, "C1"), Deny, "no-etc"},
+		{"never relaxes four eyes", call("deploy", `{}`, "C1"), Ask, "deploy"},
+		{"relaxes an annotations ask", call("unknown", `{}`, "C1"), Allow, StandingPrefix + "all-c1"},
+		{"exact tool name", call("unknown2", `{}`, "C1"), Ask, RuleAnnotations},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := evalEngine(t, e, tt.in)
+			if got.Action != tt.want || got.RuleID != tt.wantRule {
+				t.Errorf("Evaluate(%s %s in %s) = %s by %q (%s), want %s by %q",
+					tt.in.Tool, tt.in.Args, tt.in.Channel, got.Action, got.RuleID, got.Reason, tt.want, tt.wantRule)
+			}
+		})
+	}
+
+	// A fail-closed ask is not relaxed.
+	if _, err := e.Remember(ctx, "U2BOSS", StandingRule{Tool: "shell__run", Channel: "C1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := evalEngine(t, e, call("shell__run", `{"cmd": 1}`, "C1")); got.Action != Ask || got.RuleID != "strict" {
+		t.Errorf("fail-closed ask with a standing rule: got %s by %q, want ask by strict", got.Action, got.RuleID)
+	}
+
+	list, err := e.StandingRules(ctx, "C1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 4 {
+		t.Errorf("StandingRules(C1): got %d rules, want 4", len(list))
+	}
+	if other, _ := e.StandingRules(ctx, "C2"); len(other) != 0 {
+		t.Errorf("StandingRules(C2): got %d rules, want 0", len(other))
+	}
+
+	// Expiry.
+	c.advance(time.Hour)
+	if got := evalEngine(t, e, call("unknown", `{}`, "C1")); got.Action != Ask {
+		t.Errorf("after expiry: got %s by %q, want ask", got.Action, got.RuleID)
+	}
+	if list, _ := e.StandingRules(ctx, ""); len(list) != 3 {
+		t.Errorf("StandingRules after expiry: got %d, want 3", len(list))
+	}
+
+	// Revoke.
+	if err := e.Revoke(ctx, "U3", s.ID); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	if got := evalEngine(t, e, call("files__delete", `{"path":"/tmp/a","size":1}`, "C1")); got.Action != Ask {
+		t.Errorf("after revoke: got %s by %q, want ask", got.Action, got.RuleID)
+	}
+	want := "U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,U3:standing_revoke"
+	if got := strings.Join(ms.auditActions(), ","); got != want {
+		t.Errorf("audit: got %s, want %s", got, want)
+	}
+}
+
+func TestEngineRememberErrors(t *testing.T) {
+	ctx := context.Background()
+	e, _, c := newTestEngine(t)
+	tests := []struct {
+		name string
+		s    StandingRule
+		want string
+	}{
+		{"no tool", StandingRule{Channel: "C1"}, "tool: missing"},
+		{"no channel", StandingRule{Tool: "a"}, "channel: missing"},
+		{"bad condition", StandingRule{Tool: "a", Channel: "C1", When: "args.x +"}, "when: ERROR"},
+		{"non-bool condition", StandingRule{Tool: "a", Channel: "C1", When: "args.x"}, "must be a bool"},
+		{"expired already", StandingRule{Tool: "a", Channel: "C1", ExpiresAt: c.now()}, "not after"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := e.Remember(ctx, "U1", tt.s)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Remember(%+v): got %v, want an error containing %q", tt.s, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRememberedRule(t *testing.T) {
+	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	d := Decision{Kind: Remember, Decider: "U1", At: at, Conditions: `args.x == 1`, TTL: 24 * time.Hour}
+	got := RememberedRule(d, "files__delete", "C1")
+	want := StandingRule{Tool: "files__delete", Channel: "C1", When: `args.x == 1`, CreatedBy: "U1", CreatedAt: at, ExpiresAt: at.Add(24 * time.Hour)}
+	if got != want {
+		t.Errorf("RememberedRule: got %+v, want %+v", got, want)
+	}
+	d.TTL = 0
+	if got := RememberedRule(d, "t", "C"); !got.ExpiresAt.IsZero() {
+		t.Errorf("RememberedRule without TTL: got ExpiresAt %v, want zero", got.ExpiresAt)
+	}
+}
+
+func TestEngineStoreErrorFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	e, ms, _ := newTestEngine(t)
+	ms.fail = errors.New("connection refused")
+	for _, eval := range []func(context.Context, Input) (Verdict, error){e.Evaluate, e.Test} {
+		v, err := eval(ctx, call("files__read_file", `{}`, "C1"))
+		if !errors.Is(err, ms.fail) {
+			t.Errorf("Evaluate with a failing store: got error %v, want it to wrap %v", err, ms.fail)
+		}
+		if v.Action != Ask || v.RuleID != RuleUnavailable || v.Reason == "" {
+			t.Errorf("Evaluate with a failing store: got %+v, want ask by %q with a reason", v, RuleUnavailable)
+		}
+	}
+	if _, err := e.Rules(ctx); !errors.Is(err, ms.fail) {
+		t.Errorf("Rules with a failing store: got %v, want it to wrap the store error", err)
+	}
+}
+
+func TestEngineCorruptRecords(t *testing.T) {
+	ctx := context.Background()
+	e, ms, _ := newTestEngine(t)
+	// An unreadable standing rule is ignored: standing rules only relax.
+	if _, err := ms.PutRecord(ctx, store.Record{Kind: KindStandingRule, ID: "bad", Data: json.RawMessage(`"x"`)}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if got := evalEngine(t, e, call("files__delete", `{"path":"/tmp/a"}`, "C1")); got.Action != Ask {
+		t.Errorf("with a corrupt standing rule: got %s, want ask", got.Action)
+	}
+	// A stored admin rule whose condition no longer compiles fails closed on
+	// the tools it names and leaves the others alone.
+	data, _ := json.Marshal(adminRule{Rule: Rule{Tool: "files__read_*", Verdict: Allow, When: "args."}})
+	if _, err := ms.PutRecord(ctx, store.Record{Kind: KindPolicyRule, ID: "broken", Data: data}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if got := evalEngine(t, e, call("files__read_file", `{}`, "C1")); got.Action != Ask || got.RuleID != "broken" {
+		t.Errorf("with a broken admin rule: got %s by %q, want ask by broken", got.Action, got.RuleID)
+	}
+	if got := evalEngine(t, e, call("files__delete", `{"path":"/etc/x"}`, "C1")); got.Action != Deny {
+		t.Errorf("other tools with a broken admin rule: got %s, want deny", got.Action)
+	}
+	// An unreadable admin rule makes the whole policy unavailable.
+	if _, err := ms.PutRecord(ctx, store.Record{Kind: KindPolicyRule, ID: "garbage", Data: json.RawMessage(`[`)}, -1); err != nil {
+		t.Fatal(err)
+	}
+	v, err := e.Evaluate(ctx, call("files__read_file", `{}`, "C1"))
+	if err == nil || v.Action != Ask || v.RuleID != RuleUnavailable {
+		t.Errorf("with an unreadable admin rule: got %+v, %v; want ask by %q and an error", v, err, RuleUnavailable)
+	}
+}
+
+func TestEngineReplicasAgree(t *testing.T) {
+	ctx := context.Background()
+	p := mustParse(t, engineConfig)
+	ms := newMemStore()
+	a, b := NewEngine(p, ms), NewEngine(p, ms)
+	in := call("files__read_file", `{}`, "C1")
+	if got := evalEngine(t, b, in); got.Action != Allow {
+		t.Fatalf("before the change: got %s, want allow", got.Action)
+	}
+	if _, err := a.AddRule(ctx, "U1", Rule{ID: "freeze", Tool: "*", Verdict: Deny}); err != nil {
+		t.Fatal(err)
+	}
+	if got := evalEngine(t, b, in); got.Action != Deny || got.RuleID != "freeze" {
+		t.Errorf("replica b after a change on a: got %s by %q, want deny by freeze", got.Action, got.RuleID)
+	}
+	// Replacing a rule (same id, new version) is seen too.
+	if err := a.RemoveRule(ctx, "U1", "freeze"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AddRule(ctx, "U1", Rule{ID: "freeze", Tool: "*", Verdict: Ask}); err != nil {
+		t.Fatal(err)
+	}
+	if got := evalEngine(t, b, in); got.Action != Ask || got.RuleID != "freeze" {
+		t.Errorf("replica b after replacing freeze: got %s by %q, want ask by freeze", got.Action, got.RuleID)
+	}
+}
+
+func TestEngineConcurrent(t *testing.T) {
+	ctx := context.Background()
+	e, _, _ := newTestEngine(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 20 {
+				if _, err := e.Evaluate(ctx, call("files__delete", `{"path":"/tmp/a"}`, "C1")); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+		if i%2 == 0 {
+			wg.Go(func() {
+				if _, err := e.AddRule(ctx, "U1", Rule{Tool: "x*", Verdict: Ask}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+func TestEngineWithoutAuditor(t *testing.T) {
+	ctx := context.Background()
+	type plain struct{ RecordStore }
+	e := NewEngine(nil, plain{newMemStore()})
+	if _, err := e.AddRule(ctx, "U1", Rule{ID: "a", Tool: "t", Verdict: Deny}); err != nil {
+		t.Fatalf("AddRule without an audit log: %v", err)
+	}
+	if got := evalEngine(t, e, call("t", `{}`, "C1")); got.Action != Deny {
+		t.Errorf("got %s, want deny", got.Action)
+	}
+	if got := evalEngine(t, e, call("u", `{}`, "C1")); got.Action != Ask || got.RuleID != RuleAnnotations {
+		t.Errorf("nil policy, no hints: got %s by %q, want ask by annotations", got.Action, got.RuleID)
+	}
+}
