@@ -1,0 +1,275 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// Model is a chat model that may call tools. OpenAIModel implements it.
+type Model interface {
+	// Complete sends the conversation and returns the model's next message,
+	// reporting text fragments to onDelta as they arrive.
+	Complete(ctx context.Context, req ModelRequest, onDelta func(text string)) (openai.ChatCompletionMessage, error)
+}
+
+// Policy judges tool calls. approvals.Engine implements it.
+type Policy interface {
+	Evaluate(ctx context.Context, in approvals.Input) (approvals.Verdict, error)
+}
+
+// PolicyFunc adapts a function to Policy.
+type PolicyFunc func(ctx context.Context, in approvals.Input) (approvals.Verdict, error)
+
+// Evaluate calls f.
+func (f PolicyFunc) Evaluate(ctx context.Context, in approvals.Input) (approvals.Verdict, error) {
+	return f(ctx, in)
+}
+
+// Rememberer stores a standing rule after a Remember decision. A Policy
+// that also implements it (approvals.Engine does) is used for that.
+type Rememberer interface {
+	Remember(ctx context.Context, actor string, r approvals.StandingRule) (approvals.StandingRule, error)
+}
+
+// GroupResolver expands user-group approvers (Slack user groups).
+type GroupResolver = approvals.GroupResolver
+
+// Conversations keeps the agent's state of each conversation between turns.
+type Conversations interface {
+	SaveConversation(ctx context.Context, c store.Conversation) error
+	LoadConversation(ctx context.Context, key string) (store.Conversation, error)
+}
+
+// Runs keeps paused steps and their calls.
+type Runs interface {
+	CreateRun(ctx context.Context, r store.Run, calls []store.Call) error
+	LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error)
+	GetCall(ctx context.Context, callID string) (store.Call, error)
+	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error)
+	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
+	BeginExecution(ctx context.Context, callID string) (bool, error)
+	FinishRun(ctx context.Context, runID string) error
+	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
+	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
+	Stalled(ctx context.Context, limit int) ([]string, error)
+}
+
+// Leases serialises work on one conversation across processes.
+type Leases interface {
+	AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
+	ReleaseLease(ctx context.Context, key, owner string) error
+}
+
+// Auditor records what happened.
+type Auditor interface {
+	Audit(ctx context.Context, e store.AuditEntry) error
+}
+
+// Store is everything the agent keeps. Both store implementations satisfy it.
+type Store interface {
+	Conversations
+	Runs
+	Leases
+	Auditor
+}
+
+// Config tunes an Agent. Zero values get the defaults noted.
+type Config struct {
+	// SystemPrompt starts every request to the model; DefaultSystemPrompt
+	// if empty.
+	SystemPrompt string
+	// MaxSteps bounds the model calls of one turn (default 10).
+	MaxSteps int
+	// MaxToolOutput caps a tool result in bytes before the model sees it
+	// (default 16 KiB).
+	MaxToolOutput int
+	// MaxArgBytes refuses larger tool arguments from the model (default
+	// 256 KiB).
+	MaxArgBytes int
+	// ContextBudget bounds the history sent to the model, in estimated
+	// tokens (about four bytes each; default 64000).
+	ContextBudget int
+	// ApprovalTTL is how long a paused call waits when its rule sets no
+	// TTL (default 72h).
+	ApprovalTTL time.Duration
+	// ToolTimeout bounds one tool execution (default 2m).
+	ToolTimeout time.Duration
+	// LeaseTTL is the lease on a conversation while a turn runs; it is
+	// renewed while the turn lasts (default 1m).
+	LeaseTTL time.Duration
+	// LeaseWait bounds how long a turn waits for another to release the
+	// conversation (default 10m).
+	LeaseWait time.Duration
+	// Owner names this process in leases and claims (default host-pid-random).
+	Owner string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Groups expands user-group approvers; nil means group approvers match
+	// no one.
+	Groups GroupResolver
+	// Logger receives operational logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// DefaultSystemPrompt is used when Config.SystemPrompt is empty.
+const DefaultSystemPrompt = `You are a careful chat-ops assistant working in a Slack thread with a team of engineers.
+You can call tools. Some calls run at once, some are refused by policy, and some wait for a human to approve them.
+Rules:
+- If a call is denied, rejected or expires, it did not run. Do not retry the same call with the same arguments; say what happened and ask how to proceed.
+- If a human edited the arguments of a call, the edited call is the one that ran. Do not re-issue the original call.
+- Never claim a tool ran unless you have its result.
+- Keep answers short and use Markdown sparingly.`
+
+// Agent runs conversations with a model and tools, pausing calls that need a
+// human and resuming them once decided. All its state is in the Store, so any
+// process sharing the store may decide or resume a call another one paused.
+// It is safe for concurrent use.
+type Agent struct {
+	model    Model
+	tools    *Registry
+	policy   Policy
+	store    Store
+	reporter func(conversation string) Reporter
+	cfg      Config
+	log      *slog.Logger
+}
+
+// New returns an Agent. reporter gives the Reporter of a conversation (by
+// its opaque key); it is called for every turn, decision and resume.
+func New(model Model, tools *Registry, policy Policy, st Store, reporter func(conversation string) Reporter, cfg Config) *Agent {
+	if cfg.SystemPrompt == "" {
+		cfg.SystemPrompt = DefaultSystemPrompt
+	}
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = 10
+	}
+	if cfg.MaxToolOutput <= 0 {
+		cfg.MaxToolOutput = 16 << 10
+	}
+	if cfg.MaxArgBytes <= 0 {
+		cfg.MaxArgBytes = 256 << 10
+	}
+	if cfg.ContextBudget <= 0 {
+		cfg.ContextBudget = 64000
+	}
+	if cfg.ApprovalTTL <= 0 {
+		cfg.ApprovalTTL = 72 * time.Hour
+	}
+	if cfg.ToolTimeout <= 0 {
+		cfg.ToolTimeout = 2 * time.Minute
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = time.Minute
+	}
+	if cfg.LeaseWait <= 0 {
+		cfg.LeaseWait = 10 * time.Minute
+	}
+	if cfg.Owner == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		cfg.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if reporter == nil {
+		reporter = func(string) Reporter { return NopReporter{} }
+	}
+	return &Agent{model: model, tools: tools, policy: policy, store: st, reporter: reporter, cfg: cfg, log: cfg.Logger}
+}
+
+// Tools returns the agent's tool registry.
+func (a *Agent) Tools() *Registry { return a.tools }
+
+// ErrLeaseTimeout is returned when a conversation stayed busy longer than
+// Config.LeaseWait.
+var ErrLeaseTimeout = errors.New("conversation is busy")
+
+// withLease runs fn while holding the lease on the conversation, renewing
+// it until fn returns. It waits for another holder up to LeaseWait.
+func (a *Agent) withLease(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
+	key := "conv:" + conversation
+	deadline := time.Now().Add(a.cfg.LeaseWait)
+	wait := 20 * time.Millisecond
+	for {
+		ok, err := a.store.AcquireLease(ctx, key, a.cfg.Owner, a.cfg.LeaseTTL)
+		if err != nil {
+			return fmt.Errorf("lease conversation: %w", err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lease conversation %s: %w", conversation, ErrLeaseTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		if wait < 500*time.Millisecond {
+			wait *= 2
+		}
+	}
+	renewCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(a.cfg.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-renewCtx.Done():
+				return
+			case <-t.C:
+				if _, err := a.store.AcquireLease(renewCtx, key, a.cfg.Owner, a.cfg.LeaseTTL); err != nil && renewCtx.Err() == nil {
+					a.log.Warn("renew conversation lease", "conversation", conversation, "err", err)
+				}
+			}
+		}
+	}()
+	err := fn(ctx)
+	stop()
+	<-done
+	// Release even if ctx was cancelled: a lease left behind only delays
+	// the next turn by LeaseTTL, but there is no reason to wait.
+	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if rerr := a.store.ReleaseLease(relCtx, key, a.cfg.Owner); rerr != nil {
+		a.log.Warn("release conversation lease", "conversation", conversation, "err", rerr)
+	}
+	return err
+}
+
+func (a *Agent) audit(ctx context.Context, e store.AuditEntry) {
+	if e.At.IsZero() {
+		e.At = a.cfg.Now()
+	}
+	if err := a.store.Audit(ctx, e); err != nil {
+		a.log.Warn("write audit entry", "action", e.Action, "call", e.CallID, "err", err)
+	}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", v, err))
+	}
+	return b
+}

@@ -1,0 +1,212 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// ErrBadDecision is wrapped by decisions that do not fit the call: an empty
+// reject reason, an answer to a tool that asks no question, an edit that is
+// not valid arguments.
+var ErrBadDecision = errors.New("invalid decision")
+
+// System is the decider recorded for decisions the agent makes itself
+// (expiry).
+const System = "system"
+
+// Decide records a person's decision on a paused call. Nothing runs here:
+// approved calls execute when the step resumes. It is refused, changing
+// nothing, with an error wrapping:
+//   - approvals.ErrUnknownCall: no such call;
+//   - approvals.ErrAlreadyDecided (as *approvals.RefusedError naming who
+//     decided first): the call is not pending;
+//   - approvals.ErrFingerprintMismatch: d.Fingerprint is not the one of the
+//     stored arguments (the decider saw other arguments);
+//   - approvals.ErrExpired: the call expired;
+//   - approvals.ErrNotApprover: the decider may not decide this call;
+//   - approvals.ErrPolicyDenied: edited arguments the policy denies;
+//   - ErrBadDecision: the decision does not fit the call;
+//   - anything else: the store failed, and the call is still pending.
+//
+// Of the concurrent decisions on one call exactly one succeeds. The one that
+// leaves no call of its step pending has Complete set: its caller should
+// then call Resume.
+func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult, error) {
+	if d.At.IsZero() {
+		d.At = a.cfg.Now()
+	}
+	if !d.Kind.Valid() || d.Kind == approvals.Expire || d.Kind == approvals.Cancel {
+		return DecideResult{}, fmt.Errorf("%w: kind %q cannot be decided by a person here", ErrBadDecision, d.Kind)
+	}
+	c, err := a.store.GetCall(ctx, d.CallID)
+	if errors.Is(err, store.ErrNotFound) {
+		return DecideResult{}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrUnknownCall)
+	}
+	if err != nil {
+		return DecideResult{}, fmt.Errorf("decide %s: %w", d.CallID, err)
+	}
+	if c.Status != store.Pending {
+		return DecideResult{Call: c}, refusedByOther(c)
+	}
+	if d.Fingerprint != c.Fingerprint {
+		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrFingerprintMismatch)
+	}
+	if !d.At.Before(c.ExpiresAt) {
+		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrExpired)
+	}
+	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, d.Decider, a.cfg.Groups); err != nil {
+		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
+	}
+	sd, err := a.checkDecision(ctx, c, d)
+	if err != nil {
+		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
+	}
+	return a.record(ctx, c, d.Fingerprint, sd)
+}
+
+// checkDecision validates a decision against the call and returns what is
+// stored.
+func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Decision) (store.Decision, error) {
+	sd := store.Decision{Kind: string(d.Kind), Decider: d.Decider, At: d.At}
+	tool, known := a.tools.Lookup(c.Tool)
+	human := known && tool.Human
+	switch d.Kind {
+	case approvals.Reject:
+		sd.Reason = strings.TrimSpace(d.Reason)
+		if sd.Reason == "" {
+			return sd, fmt.Errorf("%w: a rejection needs a reason", ErrBadDecision)
+		}
+	case approvals.Respond:
+		if !human {
+			return sd, fmt.Errorf("%w: %s asks no question to answer", ErrBadDecision, c.Tool)
+		}
+		sd.Answer = strings.TrimSpace(d.Answer)
+		if sd.Answer == "" {
+			return sd, fmt.Errorf("%w: the answer is empty", ErrBadDecision)
+		}
+	case approvals.Approve, approvals.Remember, approvals.Edit:
+		if human {
+			return sd, fmt.Errorf("%w: %s is a question; answer it instead", ErrBadDecision, c.Tool)
+		}
+		if d.Kind == approvals.Remember {
+			sd.Conditions, sd.TTL = d.Conditions, d.TTL
+		}
+		if d.Kind == approvals.Edit {
+			args, err := a.checkEdit(ctx, c, d.Args)
+			if err != nil {
+				return sd, err
+			}
+			sd.Args = args
+		}
+	}
+	return sd, nil
+}
+
+// checkEdit validates edited arguments against the tool's schema and
+// re-judges them: an edit cannot turn a call into one the policy denies.
+func (a *Agent) checkEdit(ctx context.Context, c store.Call, args json.RawMessage) (json.RawMessage, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("%w: an edit needs arguments", ErrBadDecision)
+	}
+	tool, canonical, _, err := a.check(c.Tool, args)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", approvals.ErrInvalidArgs, err)
+	}
+	v := a.evaluate(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
+	if v.Action == approvals.Deny {
+		reason := v.Reason
+		if reason == "" {
+			reason = "rule " + v.RuleID
+		}
+		return nil, fmt.Errorf("%w: %s", approvals.ErrPolicyDenied, reason)
+	}
+	return canonical, nil
+}
+
+// record writes a checked decision and reports it.
+func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision) (DecideResult, error) {
+	got, complete, err := a.store.Decide(ctx, c.ID, fp, sd)
+	switch {
+	case errors.Is(err, store.ErrAlreadyDecided):
+		return DecideResult{Call: got}, refusedByOther(got)
+	case errors.Is(err, store.ErrFingerprintMismatch):
+		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrFingerprintMismatch)
+	case errors.Is(err, store.ErrExpired):
+		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrExpired)
+	case errors.Is(err, store.ErrNotFound):
+		return DecideResult{}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrUnknownCall)
+	case err != nil:
+		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", c.ID, err)
+	}
+	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: sd.Kind, Detail: sd.Reason})
+	if sd.Kind == string(approvals.Remember) {
+		a.remember(ctx, got, sd)
+	}
+	u := CallUpdate{Call: got, Phase: PhaseDecided}
+	if !approvals.Kind(sd.Kind).Runs() {
+		u.Phase = PhaseSkipped
+	}
+	a.reporter(got.Conversation).Updated(ctx, u)
+	return DecideResult{Call: got, Complete: complete}, nil
+}
+
+// remember stores the standing rule of a Remember decision. The decision
+// stands even if this fails; the failure is logged.
+func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision) {
+	r, ok := a.policy.(Rememberer)
+	if !ok {
+		a.log.Warn("remember decision without a rule store", "call", c.ID)
+		return
+	}
+	d := approvals.Decision{Kind: approvals.Remember, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: sd.TTL}
+	sr := approvals.RememberedRule(d, c.Tool, c.Channel)
+	if _, err := r.Remember(ctx, sd.Decider, sr); err != nil {
+		a.log.Error("store standing rule", "call", c.ID, "tool", c.Tool, "err", err)
+	}
+}
+
+// Cancel stops a paused step on behalf of its requester: every pending call
+// of the run is cancelled. Only the requester may cancel. Calls that already
+// ran keep their results; the others are dropped from the history when the
+// step resumes. Complete is set when this left nothing pending; then call
+// Resume, which ends the turn without calling the model.
+func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, error) {
+	run, calls, err := a.store.LoadRun(ctx, runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return DecideResult{}, fmt.Errorf("cancel %s: %w", runID, approvals.ErrUnknownCall)
+	}
+	if err != nil {
+		return DecideResult{}, fmt.Errorf("cancel %s: %w", runID, err)
+	}
+	if user != run.Requester {
+		return DecideResult{}, fmt.Errorf("cancel %s: %w: only the requester can cancel", runID, approvals.ErrNotApprover)
+	}
+	var res DecideResult
+	cancelled := 0
+	for _, c := range calls {
+		if c.Status != store.Pending {
+			continue
+		}
+		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: string(approvals.Cancel), Decider: user, At: a.cfg.Now()})
+		if errors.Is(err, store.ErrAlreadyDecided) {
+			continue
+		}
+		if err != nil {
+			return res, fmt.Errorf("cancel %s: %w", c.ID, err)
+		}
+		cancelled++
+		a.audit(ctx, store.AuditEntry{Actor: user, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "cancel"})
+		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "cancelled by the requester"})
+		res = DecideResult{Call: got, Complete: res.Complete || complete}
+	}
+	if cancelled == 0 {
+		return res, fmt.Errorf("cancel %s: %w", runID, &approvals.RefusedError{Err: approvals.ErrAlreadyDecided})
+	}
+	return res, nil
+}

@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// Reporter receives the progress of one conversation, so that whoever drives
+// the agent (the Slack app) can render it without the agent knowing how.
+// Calls come from the goroutine running the turn, in order. A Reporter must
+// not block for long; failures to render are its own to log.
+type Reporter interface {
+	// Status says what the agent is doing ("thinking", "running x").
+	Status(ctx context.Context, text string)
+	// Delta is a fragment of the answer being streamed.
+	Delta(ctx context.Context, text string)
+	// Answer is the final text of a model step that called no tool (or
+	// the agent's own closing words when the step limit is hit).
+	Answer(ctx context.Context, text string)
+	// Paused says the turn waits on these calls, one card each.
+	Paused(ctx context.Context, calls []PendingCall)
+	// Updated says a paused call was decided, executed, or ended without
+	// running.
+	Updated(ctx context.Context, u CallUpdate)
+}
+
+// NopReporter reports nothing.
+type NopReporter struct{}
+
+func (NopReporter) Status(context.Context, string)        {}
+func (NopReporter) Delta(context.Context, string)         {}
+func (NopReporter) Answer(context.Context, string)        {}
+func (NopReporter) Paused(context.Context, []PendingCall) {}
+func (NopReporter) Updated(context.Context, CallUpdate)   {}
+
+// PendingCall is a paused call as shown to approvers.
+type PendingCall struct {
+	store.Call
+	// Human is set for ask_human-style tools: the card asks for an answer.
+	Human bool
+	// Schema is the tool's argument schema, for the edit form.
+	Schema json.RawMessage
+}
+
+// Phase says where a paused call is.
+type Phase string
+
+// The phases a CallUpdate reports.
+const (
+	// PhaseDecided: a decision was recorded; for a decision that runs the
+	// tool, execution follows when the step resumes.
+	PhaseDecided Phase = "decided"
+	// PhaseExecuted: the tool ran; Result holds its output.
+	PhaseExecuted Phase = "executed"
+	// PhaseSkipped: the call will not run (denied, rejected, answered,
+	// expired, cancelled, or refused by policy at execution).
+	PhaseSkipped Phase = "skipped"
+)
+
+// CallUpdate is the news about one paused call.
+type CallUpdate struct {
+	Call  store.Call
+	Phase Phase
+	// Result is what the model reads as the call's result.
+	Result Result
+	// Note explains a skip (e.g. "policy now denies: ...").
+	Note string
+}
+
+// OutcomeStatus says how a turn, decision or resume ended.
+type OutcomeStatus string
+
+// The outcomes of Run and Resume.
+const (
+	// Answered: the model answered in text.
+	Answered OutcomeStatus = "answered"
+	// Paused: at least one call waits on a human; see Outcome.Pending.
+	Paused OutcomeStatus = "paused"
+	// Waiting: the conversation was already paused; the message is queued
+	// and will be answered after the resume. Outcome.Pending lists what it
+	// waits on.
+	Waiting OutcomeStatus = "waiting"
+	// StepLimit: the turn stopped after Config.MaxSteps model calls.
+	StepLimit OutcomeStatus = "step_limit"
+	// Stopped: the requester cancelled the paused step.
+	Stopped OutcomeStatus = "stopped"
+	// Idle: there was nothing to do (the resume was claimed elsewhere or is
+	// not due yet).
+	Idle OutcomeStatus = "idle"
+)
+
+// Outcome is the result of Run or Resume.
+type Outcome struct {
+	Status  OutcomeStatus
+	Answer  string
+	RunID   string
+	Pending []PendingCall
+}
+
+// Request is a message from a person starting or continuing a conversation.
+type Request struct {
+	// Conversation is the opaque key of the conversation (the Slack app uses
+	// team/channel/thread).
+	Conversation string
+	// User is the requester's id; Channel where the conversation is. Both
+	// are given to the policy.
+	User    string
+	Channel string
+	Text    string
+	At      time.Time
+}
+
+// DecideResult is the outcome of a recorded decision.
+type DecideResult struct {
+	// Call is the stored call after the decision.
+	Call store.Call
+	// Complete is true for exactly one decision of a step: the one that
+	// left nothing pending. Its caller should call Resume(Call.RunID).
+	Complete bool
+}
+
+func refusedByOther(c store.Call) error {
+	e := &approvals.RefusedError{Err: approvals.ErrAlreadyDecided}
+	if c.Decision != nil {
+		e.DecidedBy = c.Decision.Decider
+		e.DecidedAt = c.Decision.At
+		e.Kind = approvals.Kind(c.Decision.Kind)
+	}
+	return e
+}

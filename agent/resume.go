@@ -1,0 +1,274 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// Resume continues a paused step whose calls are all decided. Exactly one
+// resume runs per step, whichever process calls it and however often: the
+// others get Idle. Approved calls execute now (each at most once, even if a
+// crashed resume is claimed again), their results and the other decisions'
+// results are given to the model in the order of the calls, and the turn
+// goes on (it may pause again). Messages queued while the step was paused
+// are answered afterwards. A cancelled step ends the turn without calling
+// the model.
+func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
+	run, _, err := a.store.LoadRun(ctx, runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return Outcome{Status: Idle}, nil
+	}
+	if err != nil {
+		return Outcome{}, fmt.Errorf("resume %s: %w", runID, err)
+	}
+	rep := a.reporter(run.Conversation)
+	var out Outcome
+	err = a.withLease(ctx, run.Conversation, func(ctx context.Context) error {
+		ok, err := a.store.ClaimResume(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL*10)
+		if err != nil {
+			return fmt.Errorf("claim resume %s: %w", runID, err)
+		}
+		if !ok {
+			out = Outcome{Status: Idle}
+			return nil
+		}
+		out, err = a.resumeClaimed(ctx, runID, rep)
+		return err
+	})
+	return out, err
+}
+
+func (a *Agent) resumeClaimed(ctx context.Context, runID string, rep Reporter) (Outcome, error) {
+	run, calls, err := a.store.LoadRun(ctx, runID)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("load run %s: %w", runID, err)
+	}
+	var st runState
+	if err := json.Unmarshal(run.State, &st); err != nil {
+		return Outcome{}, fmt.Errorf("decode run %s: %w", runID, err)
+	}
+	cs, _, err := a.loadConversation(ctx, run.Conversation)
+	if err != nil {
+		return Outcome{}, err
+	}
+	byID := make(map[string]store.Call, len(calls))
+	cancelled := false
+	for _, c := range calls {
+		byID[c.ID] = c
+		cancelled = cancelled || c.Status == store.Cancelled
+	}
+	t := &turn{conv: run.Conversation, user: st.User, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued}
+	if cancelled {
+		t.messages = dropUnexecuted(t.messages, st.Slots)
+		t.queued = nil // a stop ends the turn; messages sent meanwhile are not answered
+		for _, s := range st.Slots {
+			if c, ok := byID[s.CallID]; ok && c.Status != store.Cancelled {
+				rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseSkipped, Note: "not run: the requester cancelled the turn"})
+			}
+		}
+		if err := a.saveTurn(ctx, t); err != nil {
+			return Outcome{}, err
+		}
+		if err := a.store.FinishRun(ctx, runID); err != nil {
+			return Outcome{}, fmt.Errorf("finish run %s: %w", runID, err)
+		}
+		return Outcome{Status: Stopped, RunID: runID}, nil
+	}
+	for i := range st.Slots {
+		s := &st.Slots[i]
+		if s.CallID == "" {
+			continue
+		}
+		res := a.settle(ctx, byID[s.CallID], st, rep)
+		s.Result = &res
+	}
+	t.messages = append(t.messages, toolMessages(st.Slots)...)
+	out, err := a.continueTurn(ctx, t, rep)
+	if ferr := a.store.FinishRun(context.WithoutCancel(ctx), runID); ferr != nil {
+		err = errors.Join(err, fmt.Errorf("finish run %s: %w", runID, ferr))
+	}
+	if err != nil || out.Status == Paused {
+		return out, err
+	}
+	return a.answerQueued(ctx, t, out, rep)
+}
+
+// answerQueued runs one more turn for messages that arrived while the step
+// was paused.
+func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Reporter) (Outcome, error) {
+	if len(t.queued) == 0 {
+		return out, nil
+	}
+	for _, q := range t.queued {
+		t.messages = append(t.messages, userMessage(q))
+	}
+	last := t.queued[len(t.queued)-1]
+	t.user, t.channel, t.queued, t.steps = last.User, last.Channel, nil, 0
+	return a.continueTurn(ctx, t, rep)
+}
+
+// settle turns the decision on one paused call into the result the model
+// reads, executing the tool if the decision runs it.
+func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Reporter) Result {
+	skip := func(res Result, note string) Result {
+		rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseSkipped, Result: res, Note: note})
+		return res
+	}
+	if c.Status == store.Expired || c.Decision == nil {
+		res := Result{Content: fmt.Sprintf("not performed: approval expired after %s", c.ExpiresAt.Sub(c.CreatedAt).Round(time.Second)), IsError: true}
+		return skip(res, "expired")
+	}
+	d := *c.Decision
+	who := d.Decider
+	switch approvals.Kind(d.Kind) {
+	case approvals.Refuse:
+		return skip(Result{Content: fmt.Sprintf("not performed: user %s denied this call. Do not retry the same call; ask how to proceed instead.", who), IsError: true}, "denied")
+	case approvals.Reject:
+		return skip(Result{Content: fmt.Sprintf("not performed: user %s rejected this call with the reason: %s", who, d.Reason), IsError: true}, "rejected")
+	case approvals.Respond:
+		return skip(Result{Content: d.Answer}, "answered")
+	}
+	args := c.Args
+	if approvals.Kind(d.Kind) == approvals.Edit {
+		args = d.Args
+	}
+	tool, ok := a.tools.Lookup(c.Tool)
+	if !ok {
+		return skip(Result{Content: fmt.Sprintf("not performed: tool %s is no longer available", c.Tool), IsError: true}, "tool unavailable")
+	}
+	// The verdict is checked again: a call approved under a rule that now
+	// denies does not run.
+	v := a.evaluate(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Channel: st.Channel, Hints: tool.Annotations})
+	if v.Action == approvals.Deny {
+		reason := v.Reason
+		if reason == "" {
+			reason = "rule " + v.RuleID
+		}
+		return skip(Result{Content: "not performed: the policy now denies this call: " + reason, IsError: true}, "policy now denies: "+reason)
+	}
+	first, err := a.store.BeginExecution(ctx, c.ID)
+	if err != nil {
+		return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
+	}
+	if !first {
+		return skip(Result{Content: fmt.Sprintf("interrupted: %s was started before a restart and may or may not have completed; it was not run again", c.Tool), IsError: true}, "interrupted")
+	}
+	rep.Status(ctx, "is running "+c.Tool+"…")
+	res := a.execute(ctx, tool, args)
+	a.audit(ctx, store.AuditEntry{Actor: d.Decider, Action: "execute", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: outcomeOf(res)})
+	if approvals.Kind(d.Kind) == approvals.Edit {
+		res.Content = fmt.Sprintf("Note: user %s edited the arguments before approving. The call ran with %s instead of the original %s. Do not re-issue the original call.\n\n%s", who, args, c.Args, res.Content)
+	}
+	rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseExecuted, Result: res})
+	return res
+}
+
+// dropUnexecuted removes from the last assistant message the tool calls
+// that did not run, so a stopped step leaves only what happened.
+func dropUnexecuted(msgs []openai.ChatCompletionMessage, slots []slot) []openai.ChatCompletionMessage {
+	if len(msgs) == 0 {
+		return msgs
+	}
+	last := msgs[len(msgs)-1]
+	ran := map[string]bool{}
+	var kept []slot
+	for _, s := range slots {
+		if s.Ran {
+			ran[s.ToolCallID] = true
+			kept = append(kept, s)
+		}
+	}
+	var calls []openai.ToolCall
+	for _, tc := range last.ToolCalls {
+		if ran[tc.ID] {
+			calls = append(calls, tc)
+		}
+	}
+	out := append([]openai.ChatCompletionMessage(nil), msgs[:len(msgs)-1]...)
+	last.ToolCalls = calls
+	if len(calls) == 0 && strings.TrimSpace(last.Content) == "" {
+		return out
+	}
+	out = append(out, last)
+	return append(out, toolMessages(kept)...)
+}
+
+// Sweep expires due calls and resumes steps that are decided but were never
+// resumed (their resumer crashed). It is safe to run on every replica at
+// once: expiry is a compare-and-set and each resume is claimed once. It
+// returns the first error after doing what it can.
+func (a *Agent) Sweep(ctx context.Context) error {
+	var errs []error
+	now := a.cfg.Now()
+	due, err := a.store.Due(ctx, now, 100)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list due calls: %w", err))
+	}
+	var resume []string
+	for _, c := range due {
+		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: string(approvals.Expire), Decider: System, At: now})
+		if errors.Is(err, store.ErrAlreadyDecided) || errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("expire %s: %w", c.ID, err))
+			continue
+		}
+		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "expire"})
+		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "expired"})
+		if complete {
+			resume = append(resume, got.RunID)
+		}
+	}
+	stalled, err := a.store.Stalled(ctx, 100)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list stalled runs: %w", err))
+	}
+	resume = append(resume, stalled...)
+	seen := map[string]bool{}
+	for _, id := range resume {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if _, err := a.Resume(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Pending lists pending calls matching f (for inboxes and /approvals
+// pending), with what a card needs.
+func (a *Agent) Pending(ctx context.Context, f store.Filter) ([]PendingCall, error) {
+	calls, err := a.store.Pending(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("list pending calls: %w", err)
+	}
+	return a.pendingOf(calls), nil
+}
+
+// Call returns a paused call (pending or decided) with what a card needs.
+func (a *Agent) Call(ctx context.Context, callID string) (PendingCall, error) {
+	c, err := a.store.GetCall(ctx, callID)
+	if errors.Is(err, store.ErrNotFound) {
+		return PendingCall{}, fmt.Errorf("call %s: %w", callID, approvals.ErrUnknownCall)
+	}
+	if err != nil {
+		return PendingCall{}, fmt.Errorf("call %s: %w", callID, err)
+	}
+	p := PendingCall{Call: c}
+	if t, ok := a.tools.Lookup(c.Tool); ok {
+		p.Human, p.Schema = t.Human, t.Schema
+	}
+	return p, nil
+}

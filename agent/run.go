@@ -1,0 +1,443 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// convState is what a conversation keeps between turns. While the
+// conversation is paused its history lives in the run, and Queued holds the
+// messages that arrived meanwhile.
+type convState struct {
+	Messages []openai.ChatCompletionMessage `json:"messages,omitempty"`
+	Queued   []queuedMessage                `json:"queued,omitempty"`
+}
+
+type queuedMessage struct {
+	User    string    `json:"user"`
+	Channel string    `json:"channel"`
+	Text    string    `json:"text"`
+	At      time.Time `json:"at"`
+}
+
+// runState is everything needed to resume a paused step.
+type runState struct {
+	// Messages is the history up to and including the assistant message
+	// whose tool calls are in Slots.
+	Messages []openai.ChatCompletionMessage `json:"messages"`
+	Slots    []slot                         `json:"slots"`
+	User     string                         `json:"user"`
+	Channel  string                         `json:"channel"`
+	Steps    int                            `json:"steps"`
+}
+
+// slot is one tool call of a model step: either done (Result set) or
+// waiting on the paused call CallID.
+type slot struct {
+	ToolCallID string  `json:"tool_call_id"`
+	Tool       string  `json:"tool"`
+	Result     *Result `json:"result,omitempty"`
+	CallID     string  `json:"call_id,omitempty"`
+	// Ran marks a call that executed before the pause (allowed by policy).
+	Ran bool `json:"ran,omitempty"`
+}
+
+// turn is a turn in progress.
+type turn struct {
+	conv     string
+	user     string
+	channel  string
+	messages []openai.ChatCompletionMessage
+	steps    int
+	queued   []queuedMessage
+}
+
+// Run handles a message from a person: it runs the model and tools until
+// the model answers in text, the step limit is hit, or a call needs a human
+// (then the step is persisted and Paused returned). If the conversation is
+// already paused, the message is queued, Waiting is returned, and the message
+// is answered after the resume. Work on one conversation is serialised
+// across processes by the store's lease.
+//
+// A model error is returned as is (a *ModelError for the OpenAI client);
+// the conversation keeps the message and everything before it.
+func (a *Agent) Run(ctx context.Context, req Request) (Outcome, error) {
+	if req.At.IsZero() {
+		req.At = a.cfg.Now()
+	}
+	rep := a.reporter(req.Conversation)
+	var out Outcome
+	err := a.withLease(ctx, req.Conversation, func(ctx context.Context) error {
+		cs, pausedRun, err := a.loadConversation(ctx, req.Conversation)
+		if err != nil {
+			return err
+		}
+		q := queuedMessage{User: req.User, Channel: req.Channel, Text: req.Text, At: req.At}
+		if pausedRun != "" {
+			_, calls, err := a.store.LoadRun(ctx, pausedRun)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				pausedRun = "" // finished and gone: carry on
+			case err != nil:
+				return fmt.Errorf("load paused run: %w", err)
+			default:
+				cs.Queued = append(cs.Queued, q)
+				if err := a.saveConversation(ctx, req.Conversation, cs, pausedRun); err != nil {
+					return err
+				}
+				// With nothing pending the step is decided but not resumed
+				// yet; the resume answers the queued message.
+				out = Outcome{Status: Waiting, RunID: pausedRun, Pending: a.pendingOf(calls)}
+				return nil
+			}
+		}
+		t := &turn{conv: req.Conversation, user: req.User, channel: req.Channel, messages: cs.Messages}
+		t.messages = append(t.messages, userMessage(q))
+		out, err = a.continueTurn(ctx, t, rep)
+		return err
+	})
+	return out, err
+}
+
+func userMessage(q queuedMessage) openai.ChatCompletionMessage {
+	m := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: q.Text}
+	if ValidName(q.User) {
+		m.Name = q.User
+	}
+	return m
+}
+
+func (a *Agent) loadConversation(ctx context.Context, key string) (convState, string, error) {
+	c, err := a.store.LoadConversation(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return convState{}, "", nil
+	}
+	if err != nil {
+		return convState{}, "", fmt.Errorf("load conversation: %w", err)
+	}
+	var cs convState
+	if len(c.State) > 0 {
+		if err := json.Unmarshal(c.State, &cs); err != nil {
+			return convState{}, "", fmt.Errorf("decode conversation %s: %w", key, err)
+		}
+	}
+	return cs, c.PausedRun, nil
+}
+
+func (a *Agent) saveConversation(ctx context.Context, key string, cs convState, pausedRun string) error {
+	c := store.Conversation{Key: key, State: mustJSON(cs), PausedRun: pausedRun, UpdatedAt: a.cfg.Now()}
+	if err := a.store.SaveConversation(ctx, c); err != nil {
+		return fmt.Errorf("save conversation: %w", err)
+	}
+	return nil
+}
+
+func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
+	return a.saveConversation(ctx, t.conv, convState{Messages: t.messages, Queued: t.queued}, "")
+}
+
+// continueTurn calls the model until the turn ends or pauses.
+func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcome, error) {
+	for {
+		if t.steps >= a.cfg.MaxSteps {
+			text := fmt.Sprintf("I stopped after %d steps without finishing. Tell me how you would like to continue.", a.cfg.MaxSteps)
+			t.messages = append(t.messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: text})
+			if err := a.saveTurn(ctx, t); err != nil {
+				return Outcome{}, err
+			}
+			rep.Answer(ctx, text)
+			return Outcome{Status: StepLimit, Answer: text}, nil
+		}
+		t.messages = fitBudget(t.messages, a.cfg.ContextBudget)
+		rep.Status(ctx, "is thinking…")
+		msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(t.messages), Tools: a.modelTools()}, func(d string) { rep.Delta(ctx, d) })
+		t.steps++
+		if err != nil {
+			if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {
+				return Outcome{}, errors.Join(fmt.Errorf("model: %w", err), serr)
+			}
+			return Outcome{}, fmt.Errorf("model: %w", err)
+		}
+		msg = normalizeAssistant(msg, t.steps)
+		t.messages = append(t.messages, msg)
+		if len(msg.ToolCalls) == 0 {
+			if err := a.saveTurn(ctx, t); err != nil {
+				return Outcome{}, err
+			}
+			rep.Answer(ctx, msg.Content)
+			return Outcome{Status: Answered, Answer: msg.Content}, nil
+		}
+		slots, asks := a.judge(ctx, t, msg.ToolCalls, rep)
+		if len(asks) == 0 {
+			t.messages = append(t.messages, toolMessages(slots)...)
+			continue
+		}
+		return a.pause(ctx, t, slots, asks, rep)
+	}
+}
+
+func (a *Agent) withSystem(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage {
+	out := make([]openai.ChatCompletionMessage, 0, len(msgs)+1)
+	out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: a.cfg.SystemPrompt})
+	return append(out, msgs...)
+}
+
+func (a *Agent) modelTools() []openai.Tool {
+	list := a.tools.List()
+	out := make([]openai.Tool, 0, len(list))
+	for _, t := range list {
+		params := t.Schema
+		if len(params) == 0 {
+			params = json.RawMessage(`{"type":"object"}`)
+		}
+		out = append(out, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+			Name: t.Name, Description: t.Description, Parameters: params,
+		}})
+	}
+	return out
+}
+
+// normalizeAssistant makes the model's message safe to persist and send
+// back: role set, stream indexes cleared, every tool call with a unique id.
+func normalizeAssistant(m openai.ChatCompletionMessage, step int) openai.ChatCompletionMessage {
+	m.Role = openai.ChatMessageRoleAssistant
+	seen := map[string]bool{}
+	for i := range m.ToolCalls {
+		tc := &m.ToolCalls[i]
+		tc.Index = nil
+		tc.Type = openai.ToolTypeFunction
+		if tc.ID == "" || seen[tc.ID] {
+			tc.ID = fmt.Sprintf("call_s%d_%d", step, i)
+		}
+		seen[tc.ID] = true
+	}
+	return m
+}
+
+// ask is a call that needs a human.
+type ask struct {
+	slot      int
+	tool      Tool
+	canonical json.RawMessage
+	fp        string
+	verdict   approvals.Verdict
+}
+
+// judge validates and judges each call of a model step in order: allowed
+// calls run now, denied and invalid ones get their result, asked ones are
+// returned.
+func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, rep Reporter) ([]slot, []ask) {
+	slots := make([]slot, len(calls))
+	var asks []ask
+	for i, tc := range calls {
+		name, args := tc.Function.Name, json.RawMessage(tc.Function.Arguments)
+		slots[i] = slot{ToolCallID: tc.ID, Tool: name}
+		fail := func(format string, v ...any) {
+			slots[i].Result = &Result{Content: fmt.Sprintf(format, v...), IsError: true}
+		}
+		tool, canonical, fp, err := a.check(name, args)
+		if err != nil {
+			fail("%v", err)
+			continue
+		}
+		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Channel: t.channel, Hints: tool.Annotations}
+		v := a.evaluate(ctx, in)
+		a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "request", Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
+		if tool.Human && v.Action == approvals.Allow {
+			v.Action = approvals.Ask // a question for people cannot be answered by running it
+		}
+		switch v.Action {
+		case approvals.Allow:
+			rep.Status(ctx, "is running "+name+"…")
+			res := a.execute(ctx, tool, canonical)
+			slots[i].Result, slots[i].Ran = &res, true
+			a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "execute", Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "rule " + v.RuleID})
+		case approvals.Deny:
+			reason := v.Reason
+			if reason == "" {
+				reason = fmt.Sprintf("not performed: the call to %s is denied by policy (rule %s)", name, v.RuleID)
+			}
+			fail("%s", reason)
+		default:
+			asks = append(asks, ask{slot: i, tool: tool, canonical: canonical, fp: fp, verdict: v})
+		}
+	}
+	return slots, asks
+}
+
+// check validates a call from the model: a known tool, arguments of a sane
+// size that are a JSON object passing the tool's schema. It returns the
+// canonical arguments and their fingerprint. Errors are worded for the model.
+func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage, string, error) {
+	tool, ok := a.tools.Lookup(name)
+	if !ok {
+		return Tool{}, nil, "", fmt.Errorf("unknown tool %q; the available tools are: %s", name, strings.Join(a.toolNames(), ", "))
+	}
+	if len(args) > a.cfg.MaxArgBytes {
+		return Tool{}, nil, "", fmt.Errorf("arguments for %s are too large (%d bytes; the limit is %d)", name, len(args), a.cfg.MaxArgBytes)
+	}
+	if len(strings.TrimSpace(string(args))) == 0 {
+		args = json.RawMessage("{}")
+	}
+	if err := a.tools.Validate(name, args); err != nil {
+		return Tool{}, nil, "", fmt.Errorf("invalid arguments for %s: %v. Fix them and call the tool again", name, err)
+	}
+	canonical, fp, err := approvals.Fingerprint(args)
+	if err != nil {
+		return Tool{}, nil, "", fmt.Errorf("invalid arguments for %s: %v", name, err)
+	}
+	return tool, canonical, fp, nil
+}
+
+func (a *Agent) toolNames() []string {
+	var names []string
+	for _, t := range a.tools.List() {
+		names = append(names, t.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// evaluate asks the policy, failing closed: a policy that cannot answer
+// makes the call ask.
+func (a *Agent) evaluate(ctx context.Context, in approvals.Input) approvals.Verdict {
+	v, err := a.policy.Evaluate(ctx, in)
+	if err != nil {
+		a.log.Warn("evaluate policy", "tool", in.Tool, "err", err)
+		if !v.Action.Valid() {
+			v = approvals.Verdict{Action: approvals.Ask, RuleID: "error", Reason: "the policy could not be evaluated: " + err.Error()}
+		}
+	}
+	if !v.Action.Valid() {
+		v.Action = approvals.Ask
+	}
+	return v
+}
+
+// execute runs a tool with a timeout; errors and panics become error
+// results, and the output is capped.
+func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage) (res Result) {
+	if tool.Handler == nil {
+		return Result{Content: fmt.Sprintf("tool %s cannot be run", tool.Name), IsError: true}
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.ToolTimeout)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error("tool panicked", "tool", tool.Name, "panic", r, "stack", string(debug.Stack()))
+			res = Result{Content: fmt.Sprintf("tool %s failed: internal error (%v)", tool.Name, r), IsError: true}
+		}
+	}()
+	r, err := tool.Handler(ctx, args)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return Result{Content: fmt.Sprintf("tool %s timed out after %s", tool.Name, a.cfg.ToolTimeout), IsError: true}
+		}
+		return Result{Content: fmt.Sprintf("tool %s failed: %v", tool.Name, err), IsError: true}
+	}
+	return capResult(r, a.cfg.MaxToolOutput)
+}
+
+func capResult(r Result, limit int) Result {
+	if len(r.Content) <= limit {
+		return r
+	}
+	cut := limit
+	for cut > 0 && !utf8Start(r.Content[cut]) {
+		cut--
+	}
+	r.Content = r.Content[:cut] + fmt.Sprintf("\n[output truncated: %d of %d bytes shown]", cut, len(r.Content))
+	return r
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+func outcomeOf(r Result) string {
+	if r.IsError {
+		return "error"
+	}
+	return "ok"
+}
+
+func toolMessages(slots []slot) []openai.ChatCompletionMessage {
+	out := make([]openai.ChatCompletionMessage, 0, len(slots))
+	for _, s := range slots {
+		content := ""
+		if s.Result != nil {
+			content = s.Result.Content
+		}
+		if content == "" {
+			content = "(no output)"
+		}
+		out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: s.ToolCallID, Content: content})
+	}
+	return out
+}
+
+// pause persists the step and reports its pending calls.
+func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, rep Reporter) (Outcome, error) {
+	now := a.cfg.Now()
+	runID := store.NewRunID()
+	calls := make([]store.Call, len(asks))
+	pending := make([]PendingCall, len(asks))
+	run := store.Run{ID: runID, Conversation: t.conv, Requester: t.user, Channel: t.channel, CreatedAt: now}
+	for k, q := range asks {
+		ttl := q.verdict.TTL
+		if ttl <= 0 {
+			ttl = a.cfg.ApprovalTTL
+		}
+		c := store.Call{
+			ID: store.CallID(runID, k), RunID: runID, ToolCallID: slots[q.slot].ToolCallID,
+			Tool: q.tool.Name, Args: q.canonical, Fingerprint: q.fp,
+			Requester: t.user, Channel: t.channel, Conversation: t.conv,
+			RuleID: q.verdict.RuleID, Reason: q.verdict.Reason, Approvers: q.verdict.Approvers, FourEyes: q.verdict.FourEyes,
+			CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
+		}
+		slots[q.slot].CallID = c.ID
+		calls[k] = c
+		run.CallIDs = append(run.CallIDs, c.ID)
+		if c.ExpiresAt.After(run.ExpiresAt) {
+			run.ExpiresAt = c.ExpiresAt
+		}
+		pending[k] = PendingCall{Call: c, Human: q.tool.Human, Schema: q.tool.Schema}
+	}
+	run.State = mustJSON(runState{Messages: t.messages, Slots: slots, User: t.user, Channel: t.channel, Steps: t.steps})
+	if err := a.store.CreateRun(ctx, run, calls); err != nil {
+		return Outcome{}, fmt.Errorf("save paused step: %w", err)
+	}
+	if err := a.saveConversation(ctx, t.conv, convState{Queued: t.queued}, runID); err != nil {
+		return Outcome{}, err
+	}
+	for _, c := range calls {
+		a.audit(ctx, store.AuditEntry{Actor: c.Requester, Action: "pause", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
+	}
+	rep.Paused(ctx, pending)
+	return Outcome{Status: Paused, RunID: runID, Pending: pending}, nil
+}
+
+// pendingOf returns the still pending calls of a run, as PendingCalls.
+func (a *Agent) pendingOf(calls []store.Call) []PendingCall {
+	var out []PendingCall
+	for _, c := range calls {
+		if c.Status != store.Pending {
+			continue
+		}
+		p := PendingCall{Call: c}
+		if t, ok := a.tools.Lookup(c.Tool); ok {
+			p.Human, p.Schema = t.Human, t.Schema
+		}
+		out = append(out, p)
+	}
+	return out
+}
