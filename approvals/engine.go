@@ -159,10 +159,10 @@ type Engine struct {
 // unchanged. (Versions alone do not do: a record deleted and put again
 // starts over at version 1.)
 type cachedProgram struct {
-	data    []byte
-	rule    compiledRule // for policy rules
-	prg     cel.Program  // for standing rules; nil when no condition
-	err     error
+	data []byte
+	rule compiledRule // for policy rules
+	prg  cel.Program  // for standing rules; nil when no condition
+	err  error
 }
 
 // EngineOption configures an Engine.
