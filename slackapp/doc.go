@@ -1,0 +1,48 @@
+// Package slackapp is the Slack edge of the bot: everything that speaks
+// Slack lives here, and nothing below it (agent, approvals, store) imports
+// slack-go.
+//
+// The package covers:
+//
+//   - Socket Mode: the connection to Slack (no public URL), acking every
+//     envelope within three seconds before any slow work, de-duplicating
+//     events by event_id and ignoring the bot's own and other bots' posts;
+//   - events: mentions and thread replies that start or continue a
+//     conversation, answered in the thread of the message that started it;
+//   - buttons: the decisions on approval cards, one handler per action id
+//     (ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember,
+//     ActionRespond, ActionCancel, ActionViewArgs);
+//   - modals: reject with a reason, edit arguments, answer a question and
+//     view full arguments, routed by callback id (CallbackReject,
+//     CallbackEdit, CallbackRespond);
+//   - the /approvals slash command and the App Home tab.
+//
+// # Rendering
+//
+// Everything users see is built by pure functions of plain data: CardBlocks
+// for approval cards, RejectModal, EditModal, RespondModal and ArgsModal
+// for modals, HomeView for the App Home tab, AnswerMessages for the model's
+// answers, and the *Text functions for short replies. They keep no state,
+// make no calls, and stay within Block Kit limits (50 blocks per message,
+// 100 per view, 3000 characters per section, 2000 per button value). Their
+// output is checked against golden files in testdata; regenerate them with
+//
+//	go test ./slackapp -run Golden -update
+//
+// # Untrusted text
+//
+// Model-authored text, tool arguments and tool output are untrusted. They
+// reach mrkdwn only through Escape, MarkdownToMrkdwn or a code block built
+// from escaped text, so they cannot produce a mention (<@U…>, <!subteam^…>),
+// a broadcast (<!channel>, <!here>, or a bare @here, which gets an
+// invisible word joiner after its at-sign), a channel link or a link whose
+// label hides its target. Text objects are sent with verbatim set, so Slack
+// adds no links or mentions of its own. The only mentions on a rendered
+// surface are the requester, the decider and the approvers, which come from
+// Slack and the policy, and are written only when they are well-formed
+// user (U…, W…) or user-group (S…) ids.
+//
+// Buttons carry only the opaque call id; a handler loads the call from the
+// store and re-checks who clicked, the call's status and its argument
+// fingerprint before acting.
+package slackapp

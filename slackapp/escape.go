@@ -1,0 +1,179 @@
+package slackapp
+
+import (
+	"regexp"
+	"strings"
+	"unicode/utf8"
+)
+
+// wordJoiner is the invisible character Escape places after the at-sign of a
+// bare broadcast keyword ("@here" becomes "@\u2060here"). The text looks the
+// same to a reader, but Slack no longer sees the keyword, so it cannot notify
+// a channel even when a message is posted with link_names or verbatim=false.
+const wordJoiner = "\u2060"
+
+// broadcastKeyword matches the at-sign forms of Slack's broadcast mentions.
+// Slack matches them case-insensitively, and so does this pattern.
+var broadcastKeyword = regexp.MustCompile(`(?i)@(channel|here|everyone)`)
+
+// Escape makes untrusted text (model-authored text, tool arguments, tool
+// output, anything not written by this package) safe to place in a mrkdwn
+// text object. The result displays as the literal input:
+//
+//   - "&", "<" and ">" become "&amp;", "&lt;" and "&gt;", so control
+//     sequences such as "<!channel>", "<!here>", "<@U123>",
+//     "<!subteam^S1>", "<#C1>" and "<https://evil|label>" render as inert
+//     text instead of pinging people or producing a link whose label hides
+//     its target;
+//   - a bare "@channel", "@here" or "@everyone" (any case) gets a word joiner
+//     (U+2060, invisible) after its at-sign, so it cannot notify anyone;
+//   - invalid UTF-8 is replaced by U+FFFD.
+//
+// The output of Escape never contains '<' or '>'. Escape does not remove
+// mrkdwn formatting characters (*, _, ~, `); use MarkdownToMrkdwn for text
+// that should keep its formatting, or a code block for verbatim data.
+func Escape(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	var b strings.Builder
+	b.Grow(len(s) + len(s)/8)
+	for _, r := range s {
+		switch r {
+		case '&':
+			b.WriteString("&amp;")
+		case '<':
+			b.WriteString("&lt;")
+		case '>':
+			b.WriteString("&gt;")
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return broadcastKeyword.ReplaceAllString(b.String(), "@"+wordJoiner+"$1")
+}
+
+// textLen is the length Slack's limits are checked against. Slack counts
+// characters; counting UTF-16 code units is never less than that, so a text
+// within textLen limits is within Slack's.
+func textLen(s string) int {
+	n := 0
+	for _, r := range s {
+		if r > 0xFFFF {
+			n += 2
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// ellipsis marks text that was cut short.
+const ellipsis = "…"
+
+// truncate shortens already-escaped mrkdwn text to at most max characters
+// (as counted by textLen), ending it with an ellipsis when it cuts. It never
+// cuts inside a rune or an HTML entity written by Escape, so the result
+// stays inert. It reports whether it cut.
+func truncate(s string, max int) (string, bool) {
+	if textLen(s) <= max {
+		return s, false
+	}
+	if max <= 0 {
+		return "", true
+	}
+	cut := cutIndex(s, max-textLen(ellipsis))
+	return s[:cut] + ellipsis, true
+}
+
+// cutIndex returns the largest byte index i such that s[:i] is at most max
+// characters long, ends on a rune boundary and does not end inside an
+// "&...;" entity.
+func cutIndex(s string, max int) int {
+	n, i := 0, 0
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		w := 1
+		if r > 0xFFFF {
+			w = 2
+		}
+		if n+w > max {
+			break
+		}
+		n += w
+		i += size
+	}
+	// Escape writes entities of at most 5 bytes ("&amp;"); back off when
+	// the cut falls between an entity's '&' and its ';'.
+	if amp := strings.LastIndexByte(s[:i], '&'); amp >= 0 && i-amp < 5 {
+		if !strings.Contains(s[amp:i], ";") && entityAt(s[amp:]) {
+			i = amp
+		}
+	}
+	return i
+}
+
+// entityAt reports whether s starts with one of the entities Escape writes.
+func entityAt(s string) bool {
+	return strings.HasPrefix(s, "&amp;") || strings.HasPrefix(s, "&lt;") || strings.HasPrefix(s, "&gt;")
+}
+
+// codeBody escapes untrusted text for use inside a ``` code block: Escape,
+// plus a word joiner between consecutive backticks so the text cannot close
+// the block early and have the rest rendered as formatted mrkdwn.
+func codeBody(s string) string {
+	return breakBackticks(Escape(s))
+}
+
+// breakBackticks inserts a word joiner between any two adjacent backticks.
+func breakBackticks(s string) string {
+	if !strings.Contains(s, "``") {
+		return s
+	}
+	var b strings.Builder
+	prev := rune(0)
+	for _, r := range s {
+		if r == '`' && prev == '`' {
+			b.WriteString(wordJoiner)
+		}
+		b.WriteRune(r)
+		prev = r
+	}
+	return b.String()
+}
+
+// inlineCode renders untrusted text as a `code span`. Backticks, which
+// cannot appear inside a Slack code span, become U+02CB (ˋ), and line
+// breaks become spaces.
+func inlineCode(s string) string {
+	s = strings.NewReplacer("`", "ˋ", "\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+	if strings.TrimSpace(s) == "" {
+		return "` `"
+	}
+	return "`" + Escape(s) + "`"
+}
+
+// codeBlock wraps escaped code text in a ``` block, truncated so that the
+// whole block (fences included) is at most max characters. It reports
+// whether the body was cut.
+func codeBlock(body string, max int) (string, bool) {
+	const open, close = "```\n", "\n```"
+	if body == "" {
+		body = " "
+	}
+	body, cut := truncate(body, max-textLen(open)-textLen(close))
+	return open + body + close, cut
+}
+
+// quote renders untrusted text as a mrkdwn block quote, escaped and cut to
+// at most max characters.
+func quote(s string, max int) string {
+	s = strings.TrimSpace(strings.ReplaceAll(s, "\r\n", "\n"))
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(Escape(s), "\n")
+	for i, l := range lines {
+		lines[i] = ">" + l
+	}
+	out, _ := truncate(strings.Join(lines, "\n"), max)
+	return out
+}

@@ -1,0 +1,312 @@
+package slackapp
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+// Action ids of the interactive elements this package renders. Handlers are
+// routed by these ids. Every button's value is the opaque call id of the
+// call it acts on and nothing else: no arguments, no state. A handler loads
+// the call from the store by that id and re-checks everything (who clicked,
+// the status, the argument fingerprint) before acting.
+const (
+	// ActionApprove approves a pending call as shown.
+	ActionApprove = "approve"
+	// ActionDeny refuses a pending call; the button asks for confirmation.
+	ActionDeny = "deny"
+	// ActionReject opens RejectModal to refuse a call with a reason.
+	ActionReject = "reject"
+	// ActionEdit opens EditModal to change a call's arguments before it runs.
+	ActionEdit = "edit"
+	// ActionRemember approves a call and stores a standing rule for the tool
+	// in this channel ("Always allow here").
+	ActionRemember = "remember"
+	// ActionRespond opens RespondModal to answer an ask_human call.
+	ActionRespond = "respond"
+	// ActionCancel is the requester's button to stop the paused turn. It is
+	// shown to everyone (Slack cannot show a button to one user only); the
+	// handler must check that the clicking user is the call's requester and
+	// answer anyone else with NotRequesterText.
+	ActionCancel = "cancel"
+	// ActionViewArgs opens ArgsModal with a call's full arguments. It is
+	// read-only and stays on a card after the decision.
+	ActionViewArgs = "view_args"
+)
+
+// Callback ids of the modals this package renders. Each modal's
+// PrivateMetadata holds the call id it is about (read it with ReadCallID).
+const (
+	// CallbackReject identifies the submission of RejectModal.
+	CallbackReject = "reject_modal"
+	// CallbackEdit identifies the submission of EditModal.
+	CallbackEdit = "edit_modal"
+	// CallbackRespond identifies the submission of RespondModal.
+	CallbackRespond = "respond_modal"
+	// CallbackViewArgs identifies ArgsModal, which has nothing to submit.
+	CallbackViewArgs = "args_modal"
+)
+
+// Block and action ids of modal inputs. Submitted values are found in
+// View.State.Values[block id][action id]; a handler reporting a validation
+// error uses the block id as the key of slack.NewErrorsViewSubmissionResponse.
+const (
+	BlockRejectReason  = "reject_reason"
+	ActionRejectReason = "reject_reason_input"
+	BlockEditArgs      = "edit_args"
+	ActionEditArgs     = "edit_args_input"
+	BlockAnswer        = "answer"
+	ActionAnswer       = "answer_input"
+)
+
+// Block Kit limits this package renders within.
+const (
+	maxMessageBlocks = 50   // blocks in a message
+	maxViewBlocks    = 100  // blocks in a modal or the Home tab
+	maxSectionText   = 3000 // characters in a section's text
+	maxContextText   = 3000 // characters in one context element
+	maxHeaderText    = 150  // characters in a header
+	maxButtonText    = 75   // characters in a button label
+	maxButtonValue   = 2000 // characters in a button value
+	maxModalTitle    = 24   // characters in a modal title
+	maxInputValue    = 3000 // characters in a plain-text input
+	maxMessageChars  = 40000
+)
+
+// slackID matches the Slack ids this package is willing to mention: users
+// (U…, W… on Enterprise Grid) and user groups (S…).
+var slackID = regexp.MustCompile(`^[UWS][A-Z0-9]+$`)
+
+// mrkdwn returns a mrkdwn text object. verbatim is set so that Slack does not
+// auto-link or auto-mention anything in the text: every link or mention
+// that appears on a surface rendered here is one this package wrote
+// explicitly.
+func mrkdwn(text string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.MarkdownType, text, false, true)
+}
+
+// plainAngles replaces angle brackets in plain text with look-alike
+// quotation marks, so that no text, trusted or not, can spell a Slack
+// control sequence such as <!here> anywhere.
+var plainAngles = strings.NewReplacer("<", "‹", ">", "›")
+
+// plain returns a plain_text object on one line, cut to max characters.
+// Angle brackets become ‹ and ›.
+func plain(text string, max int) *slack.TextBlockObject {
+	text = plainAngles.Replace(strings.Join(strings.Fields(text), " "))
+	if textLen(text) > max {
+		text = text[:cutIndex(text, max-textLen(ellipsis))] + ellipsis
+	}
+	return slack.NewTextBlockObject(slack.PlainTextType, text, true, false)
+}
+
+// section returns a section block with mrkdwn text cut to the section limit.
+func section(text string) *slack.SectionBlock {
+	text, _ = truncate(text, maxSectionText)
+	return slack.NewSectionBlock(mrkdwn(text), nil, nil)
+}
+
+// contextBlock returns a context block with one mrkdwn element.
+func contextBlock(text string) *slack.ContextBlock {
+	text, _ = truncate(text, maxContextText)
+	return slack.NewContextBlock("", mrkdwn(text))
+}
+
+// button returns a button carrying the call id as its value.
+func button(actionID, label, callID string) *slack.ButtonBlockElement {
+	return slack.NewButtonBlockElement(actionID, callID, plain(label, maxButtonText))
+}
+
+// mention renders a user or user-group id as a Slack mention, or reports
+// false when id is not a well-formed user (U…, W…) or group (S…) id.
+func mention(id string) (string, bool) {
+	if !slackID.MatchString(id) {
+		return "", false
+	}
+	if id[0] == 'S' {
+		return "<!subteam^" + id + ">", true
+	}
+	return "<@" + id + ">", true
+}
+
+// userRef renders the user who did something: a mention for a well-formed
+// user id, the escaped text otherwise, and fallback when id is empty.
+func userRef(id, fallback string) string {
+	if id == "" {
+		return fallback
+	}
+	if m, ok := mention(id); ok && id[0] != 'S' {
+		return m
+	}
+	return Escape(id)
+}
+
+// approverList renders approver ids as mentions joined by sep, dropping any
+// id that is not a well-formed user or user-group id. It returns "" when
+// none is left.
+func approverList(ids []string, sep string) string {
+	var ms []string
+	for _, id := range ids {
+		if m, ok := mention(id); ok {
+			ms = append(ms, m)
+		}
+	}
+	return strings.Join(ms, sep)
+}
+
+// slackDate renders t as a Slack date token that each reader sees in their
+// own time zone, with a UTC fallback for clients that cannot format it.
+func slackDate(t time.Time) string {
+	return fmt.Sprintf("<!date^%d^{date_short_pretty} at {time}|%s>",
+		t.Unix(), t.UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+// humanDuration renders d for people: "3 days", "1 hour 30 minutes",
+// "45 seconds". It keeps the two largest non-zero units.
+func humanDuration(d time.Duration) string {
+	if d < time.Second {
+		return "less than a second"
+	}
+	units := []struct {
+		name string
+		size time.Duration
+	}{
+		{"day", 24 * time.Hour},
+		{"hour", time.Hour},
+		{"minute", time.Minute},
+		{"second", time.Second},
+	}
+	var parts []string
+	for _, u := range units {
+		if n := d / u.size; n > 0 {
+			d -= n * u.size
+			name := u.name
+			if n != 1 {
+				name += "s"
+			}
+			parts = append(parts, fmt.Sprintf("%d %s", n, name))
+		} else if len(parts) > 0 {
+			break
+		}
+		if len(parts) == 2 {
+			break
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// toolList renders tool names as `a`, `b` and `c`.
+func toolList(tools []string) string {
+	names := make([]string, 0, len(tools))
+	for _, t := range tools {
+		names = append(names, inlineCode(t))
+	}
+	return joinAnd(names, "and")
+}
+
+// joinAnd joins items as "a", "a and b" or "a, b and c".
+func joinAnd(items []string, word string) string {
+	switch len(items) {
+	case 0:
+		return ""
+	case 1:
+		return items[0]
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " " + word + " " + items[len(items)-1]
+}
+
+// WaitingText is the reply to a new message in a thread whose turn is paused
+// on approval of tools. Approvers are mentioned so they are reminded; ids
+// that are not well-formed user or group ids are dropped, and with none left
+// the text says anyone in the channel may approve.
+func WaitingText(tools []string, approvers []string) string {
+	var b strings.Builder
+	b.WriteString("This thread is waiting on approval")
+	if len(tools) > 0 {
+		b.WriteString(" of " + toolList(tools))
+	}
+	var ms []string
+	for _, id := range approvers {
+		if m, ok := mention(id); ok {
+			ms = append(ms, m)
+		}
+	}
+	if len(ms) > 0 {
+		b.WriteString(" by " + joinAnd(ms, "or"))
+	} else {
+		b.WriteString(" by anyone in this channel")
+	}
+	b.WriteString("; I'll answer your message after that.")
+	return b.String()
+}
+
+// NotApproverText is the ephemeral answer to someone who clicked a decision
+// button without being an approver of the call. Nothing changed.
+func NotApproverText(approvers []string) string {
+	text := "You are not an approver for this call, so nothing changed."
+	if list := approverList(approvers, ", "); list != "" {
+		text += " It can be decided by " + list + "."
+	}
+	return text
+}
+
+// RequesterCannotApproveText is the ephemeral answer to the requester of a
+// four-eyes call who tried to approve it. Nothing changed.
+func RequesterCannotApproveText() string {
+	return "This call needs a second pair of eyes: you requested it, so someone else has to approve it. Nothing changed."
+}
+
+// NotRequesterText is the ephemeral answer to someone other than the
+// requester who clicked Cancel. Nothing changed.
+func NotRequesterText(requester string) string {
+	return "Only " + userRef(requester, "the requester") + " can cancel this request. Nothing changed."
+}
+
+// AlreadyDecidedText is the ephemeral answer to someone who acted on a call
+// that was decided first by decider (a user id) at at. A zero at and an
+// empty decider are left out.
+func AlreadyDecidedText(decider string, kind DecisionKind, at time.Time) string {
+	switch kind {
+	case DecisionExpire:
+		return ExpiredText()
+	case DecisionCancel:
+		return CancelledText()
+	}
+	text := "This call was already " + kind.pastTense()
+	if decider != "" {
+		text += " by " + userRef(decider, "")
+	}
+	if !at.IsZero() {
+		text += " at " + slackDate(at)
+	}
+	return text + ". Nothing changed."
+}
+
+// ExpiredText is the ephemeral answer to an action on a call whose approval
+// request expired.
+func ExpiredText() string {
+	return "This approval request has expired; the call was not run. Nothing changed."
+}
+
+// CancelledText is the ephemeral answer to an action on a call whose
+// requester cancelled it.
+func CancelledText() string {
+	return "The requester cancelled this request; the call was not run. Nothing changed."
+}
+
+// ChangedArgsText is the ephemeral answer to a decision whose argument
+// fingerprint does not match the stored call: the card the approver saw is
+// not the call that would run, so the decision was refused.
+func ChangedArgsText() string {
+	return "The arguments of this call are not the ones this card showed, so your decision was not applied. Nothing ran; please review the current card."
+}
+
+// DecisionFailedText is the ephemeral answer when a decision could not be
+// recorded (for example the store is unreachable). The call stays pending.
+func DecisionFailedText() string {
+	return "I could not record your decision right now; the call is still pending. Please try again in a moment."
+}

@@ -1,0 +1,366 @@
+package slackapp
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+// Status is the state of an approval card.
+type Status string
+
+// Card states.
+const (
+	StatusPending   Status = "pending"
+	StatusDecided   Status = "decided"
+	StatusExpired   Status = "expired"
+	StatusCancelled Status = "cancelled"
+)
+
+// DecisionKind is what was decided on a call.
+type DecisionKind string
+
+// Decision kinds; see SPEC.md section 2.
+const (
+	DecisionApprove  DecisionKind = "approve"
+	DecisionEdit     DecisionKind = "edit"
+	DecisionDeny     DecisionKind = "deny"
+	DecisionReject   DecisionKind = "reject"
+	DecisionRespond  DecisionKind = "respond"
+	DecisionRemember DecisionKind = "remember"
+	DecisionExpire   DecisionKind = "expire"
+	DecisionCancel   DecisionKind = "cancel"
+)
+
+// pastTense renders k for "This call was already …".
+func (k DecisionKind) pastTense() string {
+	switch k {
+	case DecisionApprove:
+		return "approved"
+	case DecisionEdit:
+		return "approved with edited arguments"
+	case DecisionDeny:
+		return "denied"
+	case DecisionReject:
+		return "rejected"
+	case DecisionRespond:
+		return "answered"
+	case DecisionRemember:
+		return "approved and allowed from now on"
+	case DecisionExpire:
+		return "expired"
+	case DecisionCancel:
+		return "cancelled"
+	}
+	return "decided"
+}
+
+// Card is everything one approval card shows. It is plain data: CardBlocks
+// renders it and keeps no reference to it.
+//
+// Model-authored fields (Args, Question, EditedArgs, OutputSummary) and
+// anything typed by people (RejectReason, Answer) are escaped wherever they
+// are shown. User ids (Requester, Decider) and Approvers are mentioned only
+// when they are well-formed Slack ids.
+type Card struct {
+	// CallID is the opaque id of the tool call; it is the value of every
+	// button on the card and must be at most 2000 characters.
+	CallID string
+	// Tool is the name of the tool the model wants to call.
+	Tool string
+	// Args are the call's arguments as canonical JSON. They are shown
+	// pretty-printed; JSON that does not parse is shown as is.
+	Args json.RawMessage
+	// Requester is the Slack user id of the person whose turn made the call.
+	Requester string
+	// RuleID and Reason name the policy rule that asked for approval.
+	RuleID string
+	Reason string
+	// Approvers are the user (U…, W…) and user-group (S…) ids who may decide.
+	// They are mentioned so they are notified; anything else is dropped.
+	// Empty means anyone in the channel.
+	Approvers []string
+	// FourEyes means the requester may not approve their own call.
+	FourEyes bool
+	// RequestedAt is when the call paused; ExpiresAt is when it expires.
+	// Either may be zero.
+	RequestedAt time.Time
+	ExpiresAt   time.Time
+	// Human marks an ask_human call: the card shows Question and a Reply
+	// button instead of the arguments and Approve/Edit.
+	Human    bool
+	Question string
+
+	// Status is the card's state; the zero value renders as pending.
+	Status Status
+
+	// The decision, for a card that is no longer pending.
+	Decision  DecisionKind
+	Decider   string // Slack user id
+	DecidedAt time.Time
+	// RejectReason is the reviewer's reason for a reject decision.
+	RejectReason string
+	// EditedArgs are the arguments an edit decision ran with.
+	EditedArgs json.RawMessage
+	// Answer is the human's reply to an ask_human call.
+	Answer string
+	// Outcome says what happened to the call after the decision, e.g. "ran",
+	// "failed" or "not run"; OutputSummary is a short excerpt of the tool's
+	// output. Both are optional.
+	Outcome       string
+	OutputSummary string
+}
+
+// pending reports whether c still waits for a decision.
+func (c Card) pending() bool {
+	return c.Status == "" || c.Status == StatusPending
+}
+
+// maxOutputSummary bounds the tool output excerpt on a decided card.
+const maxOutputSummary = 1500
+
+// CardBlocks renders an approval card. A pending card has the decision
+// buttons (Approve, Deny, Reject with reason, Edit arguments, Always allow
+// here, Cancel; for an ask_human call Reply, Deny, Reject with reason,
+// Cancel). A card in any other state has no decision buttons and says who
+// decided what and when, or that it expired or was cancelled, followed by
+// the outcome. When the arguments do not fit in one section they are cut
+// and a read-only "View full arguments" button opens ArgsModal.
+//
+// The result is within Block Kit limits for a message: at most 50 blocks,
+// section texts of at most 3000 characters and button values of at most
+// 2000 (given a CallID within that limit).
+func CardBlocks(c Card) []slack.Block {
+	blocks := []slack.Block{
+		slack.NewHeaderBlock(plain(cardTitle(c), maxHeaderText)),
+		section(requestText(c)),
+	}
+
+	if c.Human {
+		blocks = append(blocks, section("*Question*\n"+MarkdownToMrkdwn(c.Question)))
+	} else {
+		text, cut := argsSection("*Arguments*", c.Args)
+		var acc *slack.Accessory
+		if cut {
+			acc = slack.NewAccessory(button(ActionViewArgs, "View full arguments", c.CallID))
+		}
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(text), nil, acc))
+	}
+
+	if c.pending() {
+		if !c.ExpiresAt.IsZero() {
+			blocks = append(blocks, contextBlock(":hourglass_flowing_sand: Expires "+slackDate(c.ExpiresAt)))
+		}
+		blocks = append(blocks, slack.NewActionBlock("", cardButtons(c)...))
+		return blocks
+	}
+
+	blocks = append(blocks, slack.NewDividerBlock(), section(statusText(c)))
+	if c.Status == StatusDecided && c.Decision == DecisionEdit && !c.Human {
+		text, _ := argsSection("*Edited arguments*", c.EditedArgs)
+		blocks = append(blocks, section(text))
+	}
+	if o := outcomeText(c); o != "" {
+		blocks = append(blocks, section(o))
+	}
+	return blocks
+}
+
+// CardText is the notification text to post with a card's blocks: what is
+// asked and, for a pending card, of whom. Slack shows it in notifications
+// and in clients that cannot render blocks.
+func CardText(c Card) string {
+	tool := inlineCode(c.Tool)
+	if !c.pending() {
+		return tool + ": " + firstLine(statusText(c))
+	}
+	text := "Approval needed for " + tool
+	if c.Human {
+		text = "Question from " + tool
+	}
+	if list := approverList(c.Approvers, ", "); list != "" {
+		text += " from " + list
+	}
+	return text
+}
+
+// firstLine returns s up to its first line break.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// cardTitle is the header of a card: the tool name, and what is asked.
+func cardTitle(c Card) string {
+	if c.Human {
+		return "Question: " + c.Tool
+	}
+	return "Approval: " + c.Tool
+}
+
+// requestText describes who asked, under which rule, and who may decide.
+func requestText(c Card) string {
+	var lines []string
+	lines = append(lines, "Requested by "+userRef(c.Requester, "an unknown user")+" · tool "+inlineCode(c.Tool))
+	if c.RuleID != "" || c.Reason != "" {
+		rule := "*Rule:*"
+		if c.RuleID != "" {
+			rule += " " + inlineCode(c.RuleID)
+		}
+		if c.Reason != "" {
+			if c.RuleID != "" {
+				rule += " —"
+			}
+			rule += " " + Escape(oneLine(c.Reason))
+		}
+		lines = append(lines, rule)
+	}
+	if c.pending() {
+		who := approverList(c.Approvers, ", ")
+		if who == "" {
+			who = "anyone in this channel"
+		}
+		lines = append(lines, "*Approvers:* "+who)
+		if c.FourEyes {
+			lines = append(lines, ":eyes: Four-eyes: the requester cannot approve this call.")
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// oneLine collapses runs of white space, line breaks included.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// prettyJSON indents JSON for display, returning raw input that does not
+// parse unchanged and "" for empty input.
+func prettyJSON(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return ""
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+// argsSection renders arguments as a titled code block within one section,
+// reporting whether they were cut.
+func argsSection(title string, args json.RawMessage) (string, bool) {
+	pretty := prettyJSON(args)
+	if pretty == "" || pretty == "{}" || pretty == "null" {
+		return title + "\n_(no arguments)_", false
+	}
+	block, cut := codeBlock(codeBody(pretty), maxSectionText-textLen(title)-1)
+	return title + "\n" + block, cut
+}
+
+// cardButtons returns the decision buttons of a pending card.
+func cardButtons(c Card) []slack.BlockElement {
+	deny := button(ActionDeny, "Deny", c.CallID).
+		WithStyle(slack.StyleDanger).
+		WithConfirm(slack.NewConfirmationBlockObject(
+			plain("Deny this call?", 100),
+			plain("The tool will not run, and the assistant will be told not to try the same call again.", 300),
+			plain("Deny", 30),
+			plain("Keep it pending", 30),
+		).WithStyle(slack.StyleDanger))
+	reject := button(ActionReject, "Reject with reason", c.CallID)
+	cancel := button(ActionCancel, "Cancel request", c.CallID)
+
+	if c.Human {
+		return []slack.BlockElement{
+			button(ActionRespond, "Reply", c.CallID).WithStyle(slack.StylePrimary),
+			deny, reject, cancel,
+		}
+	}
+	remember := button(ActionRemember, "Always allow here", c.CallID).
+		WithConfirm(slack.NewConfirmationBlockObject(
+			plain("Always allow this tool here?", 100),
+			plain("This call runs now, and later calls of this tool in this channel will run without asking. Admins can revoke the rule with /approvals rules revoke.", 300),
+			plain("Allow", 30),
+			plain("Cancel", 30),
+		))
+	return []slack.BlockElement{
+		button(ActionApprove, "Approve", c.CallID).WithStyle(slack.StylePrimary),
+		deny,
+		reject,
+		button(ActionEdit, "Edit arguments", c.CallID),
+		remember,
+		cancel,
+	}
+}
+
+// statusText says how a card that is no longer pending ended.
+func statusText(c Card) string {
+	switch c.Status {
+	case StatusExpired:
+		return expiredText(c)
+	case StatusCancelled:
+		return ":no_entry_sign: Cancelled by the requester. Nothing ran."
+	}
+	who := userRef(c.Decider, "someone")
+	when := ""
+	if !c.DecidedAt.IsZero() {
+		when = " at " + slackDate(c.DecidedAt)
+	}
+	switch c.Decision {
+	case DecisionApprove:
+		return ":white_check_mark: Approved by " + who + when
+	case DecisionRemember:
+		return ":white_check_mark: Approved by " + who + when + ", and allowed in this channel from now on"
+	case DecisionEdit:
+		return ":pencil2: Edited by " + who + when + "; the edited arguments are below"
+	case DecisionDeny:
+		return ":no_entry: Denied by " + who + when
+	case DecisionReject:
+		text := ":no_entry: Rejected by " + who + when
+		if q := quote(c.RejectReason, 2000); q != "" {
+			text += ":\n" + q
+		}
+		return text
+	case DecisionRespond:
+		text := ":speech_balloon: Answered by " + who + when
+		if q := quote(c.Answer, 2000); q != "" {
+			text += ":\n" + q
+		}
+		return text
+	case DecisionExpire:
+		return expiredText(c)
+	case DecisionCancel:
+		return ":no_entry_sign: Cancelled by the requester. Nothing ran."
+	}
+	return "Decided by " + who + when
+}
+
+// expiredText says an approval request expired, and after how long when
+// the card knows.
+func expiredText(c Card) string {
+	if !c.RequestedAt.IsZero() && c.ExpiresAt.After(c.RequestedAt) {
+		return ":hourglass: Expired after " + humanDuration(c.ExpiresAt.Sub(c.RequestedAt)) + " without a decision. Nothing ran."
+	}
+	return ":hourglass: Expired without a decision. Nothing ran."
+}
+
+// outcomeText reports what happened after the decision, with an excerpt of
+// the tool output.
+func outcomeText(c Card) string {
+	var parts []string
+	if c.Outcome != "" {
+		parts = append(parts, "*Outcome:* "+Escape(oneLine(c.Outcome)))
+	}
+	if s := strings.TrimSpace(c.OutputSummary); s != "" {
+		body, _ := truncate(codeBody(s), maxOutputSummary)
+		block, _ := codeBlock(body, maxOutputSummary+10)
+		parts = append(parts, block)
+	}
+	return strings.Join(parts, "\n")
+}

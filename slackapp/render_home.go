@@ -1,0 +1,169 @@
+package slackapp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/slack-go/slack"
+)
+
+// Home tab layout bounds. An inbox entry takes 4 blocks and a request 1, so
+// with the headings and notes the view stays under the 100-block limit.
+const (
+	maxHomeInbox    = 14
+	maxHomeMine     = 20
+	homeArgsPreview = 600
+	homeMinePreview = 200
+)
+
+// HomeView renders a user's App Home tab: first their approver inbox, the
+// pending calls they may decide, each with the same decision buttons as
+// the card in the thread (except Cancel, which is the requester's); then
+// their own requests still waiting for a decision, each with a Cancel
+// button. Cards that are not pending are skipped. Each list shows its
+// first entries in the order given and says "and N more" for the rest, and
+// each has an empty state. The view is within the 100-block limit.
+func HomeView(inbox []Card, mine []Card) slack.HomeTabViewRequest {
+	inbox, mine = pendingOnly(inbox), pendingOnly(mine)
+
+	blocks := []slack.Block{
+		slack.NewHeaderBlock(plain("Approvals", maxHeaderText)),
+		section(fmt.Sprintf("*Waiting for your decision* (%d)", len(inbox))),
+	}
+	if len(inbox) == 0 {
+		blocks = append(blocks, contextBlock("Nothing is waiting for you. Calls you may approve appear here."))
+	}
+	for i, c := range inbox {
+		if i == maxHomeInbox {
+			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more waiting for you. `/approvals pending` lists them all.", len(inbox)-i)))
+			break
+		}
+		blocks = append(blocks, inboxEntry(c)...)
+	}
+
+	blocks = append(blocks,
+		slack.NewDividerBlock(),
+		section(fmt.Sprintf("*Your requests waiting for approval* (%d)", len(mine))),
+	)
+	if len(mine) == 0 {
+		blocks = append(blocks, contextBlock("None of your requests is waiting for approval."))
+	}
+	for i, c := range mine {
+		if i == maxHomeMine {
+			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more.", len(mine)-i)))
+			break
+		}
+		blocks = append(blocks, mineEntry(c))
+	}
+
+	return slack.HomeTabViewRequest{
+		Type:   slack.VTHomeTab,
+		Blocks: slack.Blocks{BlockSet: blocks},
+	}
+}
+
+// pendingOnly returns the cards that still wait for a decision.
+func pendingOnly(cards []Card) []Card {
+	var out []Card
+	for _, c := range cards {
+		if c.pending() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// inboxEntry renders one call an approver may decide: a summary, the
+// arguments (or question) cut short, the decision buttons and a divider.
+func inboxEntry(c Card) []slack.Block {
+	var lines []string
+	kind := "*Approval:* "
+	if c.Human {
+		kind = "*Question:* "
+	}
+	lines = append(lines, kind+inlineCode(c.Tool)+" · requested by "+userRef(c.Requester, "an unknown user"))
+	if c.RuleID != "" || c.Reason != "" {
+		rule := "Rule"
+		if c.RuleID != "" {
+			rule += " " + inlineCode(c.RuleID)
+		}
+		if c.Reason != "" {
+			rule += ": " + Escape(oneLine(c.Reason))
+		}
+		lines = append(lines, rule)
+	}
+	if c.FourEyes {
+		lines = append(lines, ":eyes: Four-eyes: the requester cannot approve this call.")
+	}
+	if !c.ExpiresAt.IsZero() {
+		lines = append(lines, "Expires "+slackDate(c.ExpiresAt))
+	}
+
+	var detail string
+	cut := false
+	if c.Human {
+		detail, _ = truncate(MarkdownToMrkdwn(c.Question), homeArgsPreview)
+	} else if pretty := prettyJSON(c.Args); pretty == "" || pretty == "{}" || pretty == "null" {
+		detail = "_(no arguments)_"
+	} else {
+		detail, cut = codeBlock(codeBody(pretty), homeArgsPreview)
+	}
+
+	buttons := cardButtons(c)
+	buttons = buttons[:len(buttons)-1] // Cancel belongs to the requester.
+	if cut {
+		buttons = append(buttons, button(ActionViewArgs, "View full arguments", c.CallID))
+	}
+	return []slack.Block{
+		section(strings.Join(lines, "\n")),
+		section(detail),
+		slack.NewActionBlock("", buttons...),
+		slack.NewDividerBlock(),
+	}
+}
+
+// mineEntry renders one of the user's own waiting requests, with a Cancel
+// button.
+func mineEntry(c Card) slack.Block {
+	var lines []string
+	line := inlineCode(c.Tool)
+	if c.Human {
+		line = "Question via " + line
+	}
+	who := approverList(c.Approvers, ", ")
+	if who == "" {
+		who = "anyone in the channel"
+	}
+	lines = append(lines, line+" · waiting on "+who)
+	if c.Human {
+		if q := strings.TrimSpace(c.Question); q != "" {
+			q, _ = truncate(Escape(oneLine(q)), homeMinePreview)
+			lines = append(lines, q)
+		}
+	} else if compact := compactJSON(c.Args); compact != "" {
+		args, _ := truncate(Escape(strings.ReplaceAll(compact, "`", "ˋ")), homeMinePreview)
+		lines = append(lines, "`"+args+"`")
+	}
+	if !c.ExpiresAt.IsZero() {
+		lines = append(lines, "Expires "+slackDate(c.ExpiresAt))
+	}
+	text, _ := truncate(strings.Join(lines, "\n"), maxSectionText)
+	cancel := button(ActionCancel, "Cancel request", c.CallID)
+	return slack.NewSectionBlock(mrkdwn(text), nil, slack.NewAccessory(cancel))
+}
+
+// compactJSON returns JSON without insignificant white space, raw input that
+// does not parse on one line, and "" for empty input.
+func compactJSON(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return ""
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return oneLine(string(raw))
+	}
+	return buf.String()
+}

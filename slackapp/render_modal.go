@@ -1,0 +1,252 @@
+package slackapp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/slack-go/slack"
+)
+
+// maxReasonLength bounds the reason typed into RejectModal and the answer
+// typed into RespondModal.
+const maxReasonLength = 2000
+
+// modal returns a modal view request with the common fields set.
+func modal(callbackID, title, callID string, blocks []slack.Block) slack.ModalViewRequest {
+	return slack.ModalViewRequest{
+		Type:            slack.VTModal,
+		CallbackID:      callbackID,
+		Title:           plain(title, maxModalTitle),
+		Close:           plain("Cancel", maxModalTitle),
+		Blocks:          slack.Blocks{BlockSet: blocks},
+		PrivateMetadata: callID,
+	}
+}
+
+// textInput returns a required multi-line plain-text input block.
+func textInput(blockID, actionID, label, placeholder, initial string, maxLen int) *slack.InputBlock {
+	el := slack.NewPlainTextInputBlockElement(plain(placeholder, 150), actionID).
+		WithMultiline(true).
+		WithMaxLength(maxLen)
+	if initial != "" {
+		el = el.WithInitialValue(initial)
+	}
+	return slack.NewInputBlock(blockID, plain(label, 2000), nil, el)
+}
+
+// RejectModal is the modal opened by ActionReject: a required reason that
+// the model will read verbatim, with the reviewer's name. Its
+// PrivateMetadata is callID; read the reason with ReadRejectReason.
+func RejectModal(callID string) slack.ModalViewRequest {
+	m := modal(CallbackReject, "Reject with reason", callID, []slack.Block{
+		section("The tool will not run. The assistant reads your reason word for word, with your name, and can try another way."),
+		textInput(BlockRejectReason, ActionRejectReason, "Reason",
+			"e.g. Use the staging bucket instead", "", maxReasonLength),
+	})
+	m.Submit = plain("Reject", maxModalTitle)
+	return m
+}
+
+// EditModal is the modal opened by ActionEdit: the call's arguments as
+// pretty-printed JSON in a plain-text input, and a short summary of the
+// tool's JSON Schema when schema describes an object's properties. Its
+// PrivateMetadata is callID; read the edited text with ReadEditedArgs.
+//
+// The handler validates the submission (JSON, then the schema, then the
+// policy) and reports problems inline with
+// slack.NewErrorsViewSubmissionResponse keyed by BlockEditArgs.
+//
+// A plain-text input holds at most 3000 characters. Arguments that do not
+// fit even as compact JSON cannot be edited here: the modal then explains
+// so and has no input and no Submit button.
+func EditModal(callID, tool string, args json.RawMessage, schema json.RawMessage) slack.ModalViewRequest {
+	blocks := []slack.Block{
+		section("Edit the arguments of " + inlineCode(tool) + ". They are checked against the tool's schema and judged by the policy again before anything runs; the assistant is told that a person changed them."),
+	}
+	if summary := schemaSummary(schema); summary != "" {
+		blocks = append(blocks, section("*Parameters*\n"+summary))
+	}
+
+	initial := prettyJSON(args)
+	if textLen(initial) > maxInputValue {
+		var buf bytes.Buffer
+		if json.Compact(&buf, args) == nil {
+			initial = buf.String()
+		}
+	}
+	if textLen(initial) > maxInputValue {
+		blocks = append(blocks, section(fmt.Sprintf(
+			":warning: These arguments are %d characters long, more than a Slack text field can hold (%d), so they cannot be edited here. Approve, deny or reject the call instead.",
+			textLen(initial), maxInputValue)))
+		m := modal(CallbackEdit, "Edit arguments", callID, blocks)
+		m.Close = plain("Close", maxModalTitle)
+		return m
+	}
+
+	blocks = append(blocks, textInput(BlockEditArgs, ActionEditArgs, "Arguments (JSON)", "{}", initial, maxInputValue))
+	m := modal(CallbackEdit, "Edit arguments", callID, blocks)
+	m.Submit = plain("Run with these", maxModalTitle)
+	return m
+}
+
+// maxSchemaProperties bounds the parameters listed by schemaSummary.
+const maxSchemaProperties = 20
+
+// schemaSummary lists an object schema's properties as "• `name` (type,
+// required) — description", escaped and cut to fit a section. It returns ""
+// for anything else.
+func schemaSummary(schema json.RawMessage) string {
+	var s struct {
+		Properties map[string]struct {
+			Type        any    `json:"type"`
+			Description string `json:"description"`
+			Enum        []any  `json:"enum"`
+		} `json:"properties"`
+		Required []string `json:"required"`
+	}
+	if len(bytes.TrimSpace(schema)) == 0 || json.Unmarshal(schema, &s) != nil || len(s.Properties) == 0 {
+		return ""
+	}
+	required := make(map[string]bool, len(s.Required))
+	for _, r := range s.Required {
+		required[r] = true
+	}
+	names := make([]string, 0, len(s.Properties))
+	for name := range s.Properties {
+		names = append(names, name)
+	}
+	// Required parameters first, then by name.
+	sort.Slice(names, func(i, j int) bool {
+		if required[names[i]] != required[names[j]] {
+			return required[names[i]]
+		}
+		return names[i] < names[j]
+	})
+
+	var lines []string
+	for i, name := range names {
+		if i == maxSchemaProperties {
+			lines = append(lines, fmt.Sprintf("… and %d more", len(names)-i))
+			break
+		}
+		p := s.Properties[name]
+		var attrs []string
+		switch t := p.Type.(type) {
+		case string:
+			attrs = append(attrs, t)
+		case []any:
+			var ts []string
+			for _, x := range t {
+				ts = append(ts, fmt.Sprint(x))
+			}
+			attrs = append(attrs, strings.Join(ts, "|"))
+		}
+		if len(p.Enum) > 0 {
+			var vs []string
+			for _, v := range p.Enum {
+				b, _ := json.Marshal(v)
+				vs = append(vs, string(b))
+			}
+			attrs = append(attrs, "one of "+strings.Join(vs, ", "))
+		}
+		if required[name] {
+			attrs = append(attrs, "required")
+		}
+		line := "• " + inlineCode(name)
+		if len(attrs) > 0 {
+			line += " (" + Escape(strings.Join(attrs, ", ")) + ")"
+		}
+		if d := oneLine(p.Description); d != "" {
+			d, _ = truncate(Escape(d), 120)
+			line += " — " + d
+		}
+		lines = append(lines, line)
+	}
+	out, _ := truncate(strings.Join(lines, "\n"), maxSectionText-len("*Parameters*\n"))
+	return out
+}
+
+// RespondModal is the modal opened by ActionRespond on an ask_human card:
+// the model's question (converted and escaped) and a required answer. Its
+// PrivateMetadata is callID; read the answer with ReadAnswer.
+func RespondModal(callID, question string) slack.ModalViewRequest {
+	blocks := []slack.Block{}
+	if q := strings.TrimSpace(question); q != "" {
+		text, _ := truncate(MarkdownToMrkdwn(q), maxSectionText-len("*Question*\n"))
+		blocks = append(blocks, section("*Question*\n"+text))
+	}
+	blocks = append(blocks, textInput(BlockAnswer, ActionAnswer, "Your answer",
+		"The assistant reads this as the answer to its question", "", maxReasonLength))
+	m := modal(CallbackRespond, "Reply", callID, blocks)
+	m.Submit = plain("Send", maxModalTitle)
+	return m
+}
+
+// ArgsModal is the modal opened by ActionViewArgs: a tool call's full
+// arguments, pretty-printed and escaped, over as many code-block sections
+// as they need within the 100-block limit of a modal. Arguments longer than
+// that end with a note saying how much was left out. It has nothing to
+// submit; its callback id is CallbackViewArgs.
+func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
+	blocks := []slack.Block{section("Arguments of " + inlineCode(tool))}
+
+	pretty := prettyJSON(args)
+	if pretty == "" {
+		blocks = append(blocks, section("_(no arguments)_"))
+	}
+	const wrap = len("```\n\n```")
+	chunks := splitLines(codeBody(pretty), maxSectionText-wrap)
+	for i, c := range chunks {
+		if len(blocks) == maxViewBlocks-1 && i < len(chunks)-1 {
+			rest := 0
+			for _, r := range chunks[i:] {
+				rest += textLen(r)
+			}
+			blocks = append(blocks, contextBlock(fmt.Sprintf("… %d more characters not shown.", rest)))
+			break
+		}
+		if c == "" {
+			continue
+		}
+		blocks = append(blocks, section("```\n"+c+"\n```"))
+	}
+	m := modal(CallbackViewArgs, "Arguments", "", blocks)
+	m.Close = plain("Close", maxModalTitle)
+	return m
+}
+
+// inputValue returns the value submitted in a view for blockID/actionID, or
+// "" when there is none.
+func inputValue(view slack.View, blockID, actionID string) string {
+	if view.State == nil {
+		return ""
+	}
+	return view.State.Values[blockID][actionID].Value
+}
+
+// ReadCallID returns the call id a submitted modal is about (its
+// PrivateMetadata).
+func ReadCallID(view slack.View) string {
+	return view.PrivateMetadata
+}
+
+// ReadRejectReason returns the reason submitted in RejectModal, trimmed of
+// surrounding white space; "" when there is none.
+func ReadRejectReason(view slack.View) string {
+	return strings.TrimSpace(inputValue(view, BlockRejectReason, ActionRejectReason))
+}
+
+// ReadEditedArgs returns the arguments text submitted in EditModal, trimmed
+// of surrounding white space and not validated; "" when there is none.
+func ReadEditedArgs(view slack.View) string {
+	return strings.TrimSpace(inputValue(view, BlockEditArgs, ActionEditArgs))
+}
+
+// ReadAnswer returns the answer submitted in RespondModal, trimmed of
+// surrounding white space; "" when there is none.
+func ReadAnswer(view slack.View) string {
+	return strings.TrimSpace(inputValue(view, BlockAnswer, ActionAnswer))
+}

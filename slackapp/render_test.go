@@ -1,0 +1,541 @@
+package slackapp
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from the current output")
+
+// render returns the JSON that slack-go sends for v, re-encoded with '<',
+// '>' and '&' left as they are (encoding/json writes them as \u003c and so
+// on, which Slack decodes to the same characters). That keeps golden files
+// readable and makes substring checks for "<!channel>" meaningful. Object
+// keys come out sorted.
+func render(t *testing.T, v any) []byte {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("unmarshal: %v", err)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	return buf.Bytes()
+}
+
+// checkGolden compares the JSON of v with testdata/<name>.golden.json, or
+// rewrites the file when -update is set.
+func checkGolden(t *testing.T, name string, v any) {
+	t.Helper()
+	got := render(t, v)
+	path := filepath.Join("testdata", name+".golden.json")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden file (run go test ./slackapp -run Golden -update to create it): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s: rendered JSON differs from %s (run with -update and review the diff)\ngot:\n%s", name, path, got)
+	}
+}
+
+// checkLimits decodes the JSON of v (blocks, a modal or a home view) and
+// reports every Block Kit limit it breaks.
+func checkLimits(t *testing.T, name string, v any, maxBlocks int) {
+	t.Helper()
+	var doc any
+	if err := json.Unmarshal(render(t, v), &doc); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	blocks, ok := doc.([]any)
+	if !ok {
+		view := doc.(map[string]any)
+		blocks, _ = view["blocks"].([]any)
+		if title, ok := view["title"].(map[string]any); ok {
+			if n := textLen(title["text"].(string)); n > maxModalTitle {
+				t.Errorf("%s: modal title is %d characters, want <= %d", name, n, maxModalTitle)
+			}
+		}
+		if md, _ := view["private_metadata"].(string); textLen(md) > 3000 {
+			t.Errorf("%s: private_metadata is %d characters, want <= 3000", name, textLen(md))
+		}
+	}
+	if len(blocks) > maxBlocks {
+		t.Errorf("%s: %d blocks, want <= %d", name, len(blocks), maxBlocks)
+	}
+	var walk func(path string, x any)
+	walk = func(path string, x any) {
+		switch x := x.(type) {
+		case []any:
+			for _, e := range x {
+				walk(path, e)
+			}
+		case map[string]any:
+			typ, _ := x["type"].(string)
+			text := func() string {
+				if o, ok := x["text"].(map[string]any); ok {
+					s, _ := o["text"].(string)
+					return s
+				}
+				return ""
+			}
+			switch typ {
+			case "mrkdwn", "plain_text":
+				if n := textLen(x["text"].(string)); n > 3000 {
+					t.Errorf("%s: %s text is %d characters, want <= 3000", name, path, n)
+				}
+			case "header":
+				if n := textLen(text()); n > maxHeaderText {
+					t.Errorf("%s: header is %d characters, want <= %d", name, n, maxHeaderText)
+				}
+			case "button":
+				if n := textLen(text()); n > maxButtonText {
+					t.Errorf("%s: button label is %d characters, want <= %d", name, n, maxButtonText)
+				}
+				if v, _ := x["value"].(string); textLen(v) > maxButtonValue {
+					t.Errorf("%s: button value is %d characters, want <= %d", name, textLen(v), maxButtonValue)
+				}
+			case "actions":
+				if els, _ := x["elements"].([]any); len(els) > 25 {
+					t.Errorf("%s: actions block has %d elements, want <= 25", name, len(els))
+				}
+			case "context":
+				if els, _ := x["elements"].([]any); len(els) > 10 {
+					t.Errorf("%s: context block has %d elements, want <= 10", name, len(els))
+				}
+			case "plain_text_input":
+				if v, _ := x["initial_value"].(string); textLen(v) > maxInputValue {
+					t.Errorf("%s: initial value is %d characters, want <= %d", name, textLen(v), maxInputValue)
+				}
+			}
+			for k, e := range x {
+				walk(path+"."+k, e)
+			}
+		}
+	}
+	walk(name, blocks)
+}
+
+var (
+	t0       = time.Date(2025, 3, 4, 10, 0, 0, 0, time.UTC)
+	testArgs = json.RawMessage(`{"path":"/srv/data/report.csv","recursive":false}`)
+)
+
+// pendingCard is a typical card waiting for a decision.
+func pendingCard() Card {
+	return Card{
+		CallID:      "3f9a0c1d2e4b5a6c.0",
+		Tool:        "files__delete_path",
+		Args:        testArgs,
+		Requester:   "U024REQST",
+		RuleID:      "files-delete",
+		Reason:      "Deleting outside tmp needs review",
+		Approvers:   []string{"U024BE7LH", "S0614TZR7", "not-an-id", "<!channel>", "C0123ABC"},
+		FourEyes:    true,
+		RequestedAt: t0,
+		ExpiresAt:   t0.Add(72 * time.Hour),
+		Status:      StatusPending,
+	}
+}
+
+// decided returns c decided with kind by U0APPROVR an hour after t0.
+func decided(c Card, kind DecisionKind) Card {
+	c.Status = StatusDecided
+	c.Decision = kind
+	c.Decider = "U0APPROVR"
+	c.DecidedAt = t0.Add(time.Hour)
+	return c
+}
+
+// hugeArgs are arguments far longer than one section.
+func hugeArgs() json.RawMessage {
+	lines := make([]string, 400)
+	for i := range lines {
+		lines[i] = "line " + strings.Repeat("x", 40)
+	}
+	b, _ := json.Marshal(map[string]any{"path": "/srv/big.txt", "content": strings.Join(lines, "\n"), "lines": lines})
+	return b
+}
+
+// hostileArgs try every way of making Slack ping people or show a spoofed
+// link, including closing the code block they are shown in.
+var hostileArgs = json.RawMessage(`{"message":"<!channel> urgent: ask <@U123> and <!subteam^S0614TZR7>, see <https://evil.example|docs.slack.com> @here @Everyone","note":"` + "```" + `\n*Approved by <@U999>*"}`)
+
+func goldenCards() map[string]Card {
+	huge := pendingCard()
+	huge.Args = hugeArgs()
+
+	human := pendingCard()
+	human.Tool = "ask_human"
+	human.Human = true
+	human.Args = nil
+	human.Question = "Which **region** should I deploy to?\n- `eu-west-1`\n- `us-east-1`\n\nSee [the runbook](https://wiki.example/runbook)."
+	human.FourEyes = false
+	human.RuleID, human.Reason = "", ""
+	human.Approvers = nil
+
+	approved := decided(pendingCard(), DecisionApprove)
+	approved.Outcome = "ran"
+	approved.OutputSummary = "deleted /srv/data/report.csv (1.2 MB)"
+
+	rejected := decided(pendingCard(), DecisionReject)
+	rejected.RejectReason = "Wrong file.\nUse the staging copy <@U999> & tell @channel"
+	rejected.Outcome = "not run"
+
+	edited := decided(pendingCard(), DecisionEdit)
+	edited.EditedArgs = json.RawMessage(`{"path":"/srv/scratch/tmp/report.csv","recursive":false}`)
+	edited.Outcome = "failed"
+	edited.OutputSummary = "open /srv/scratch/tmp/report.csv: no such file or directory"
+
+	remembered := decided(pendingCard(), DecisionRemember)
+	remembered.Outcome = "ran"
+
+	denied := decided(pendingCard(), DecisionDeny)
+	denied.Outcome = "not run"
+
+	answered := decided(human, DecisionRespond)
+	answered.Answer = "eu-west-1, please"
+
+	expired := pendingCard()
+	expired.Status = StatusExpired
+
+	cancelled := pendingCard()
+	cancelled.Status = StatusCancelled
+
+	hostile := pendingCard()
+	hostile.Args = hostileArgs
+	hostile.Tool = "notify<!here>"
+
+	return map[string]Card{
+		"card_pending":   pendingCard(),
+		"card_huge_args": huge,
+		"card_ask_human": human,
+		"card_approved":  approved,
+		"card_rejected":  rejected,
+		"card_edited":    edited,
+		"card_remember":  remembered,
+		"card_denied":    denied,
+		"card_answered":  answered,
+		"card_expired":   expired,
+		"card_cancelled": cancelled,
+		"card_hostile":   hostile,
+	}
+}
+
+func TestGoldenCards(t *testing.T) {
+	for name, c := range goldenCards() {
+		t.Run(name, func(t *testing.T) {
+			blocks := CardBlocks(c)
+			checkGolden(t, name, blocks)
+			checkLimits(t, name, blocks, maxMessageBlocks)
+		})
+	}
+}
+
+// actionIDs returns the action ids of the buttons in blocks, in order.
+func actionIDs(blocks []slack.Block) []string {
+	var ids []string
+	for _, b := range blocks {
+		switch b := b.(type) {
+		case *slack.ActionBlock:
+			for _, e := range b.Elements.ElementSet {
+				if btn, ok := e.(*slack.ButtonBlockElement); ok {
+					ids = append(ids, btn.ActionID)
+				}
+			}
+		case *slack.SectionBlock:
+			if b.Accessory != nil && b.Accessory.ButtonElement != nil {
+				ids = append(ids, b.Accessory.ButtonElement.ActionID)
+			}
+		}
+	}
+	return ids
+}
+
+// buttonValues returns the values of the buttons in blocks.
+func buttonValues(blocks []slack.Block) []string {
+	var vs []string
+	for _, b := range blocks {
+		switch b := b.(type) {
+		case *slack.ActionBlock:
+			for _, e := range b.Elements.ElementSet {
+				if btn, ok := e.(*slack.ButtonBlockElement); ok {
+					vs = append(vs, btn.Value)
+				}
+			}
+		case *slack.SectionBlock:
+			if b.Accessory != nil && b.Accessory.ButtonElement != nil {
+				vs = append(vs, b.Accessory.ButtonElement.Value)
+			}
+		}
+	}
+	return vs
+}
+
+func TestCardButtons(t *testing.T) {
+	cards := goldenCards()
+	tests := []struct {
+		card string
+		want []string
+	}{
+		{"card_pending", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionCancel}},
+		{"card_huge_args", []string{ActionViewArgs, ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionCancel}},
+		{"card_ask_human", []string{ActionRespond, ActionDeny, ActionReject, ActionCancel}},
+		{"card_approved", nil},
+		{"card_rejected", nil},
+		{"card_edited", nil},
+		{"card_answered", nil},
+		{"card_expired", nil},
+		{"card_cancelled", nil},
+	}
+	for _, tt := range tests {
+		c := cards[tt.card]
+		blocks := CardBlocks(c)
+		if got := actionIDs(blocks); strings.Join(got, ",") != strings.Join(tt.want, ",") {
+			t.Errorf("%s: buttons %v, want %v", tt.card, got, tt.want)
+		}
+		for _, v := range buttonValues(blocks) {
+			if v != c.CallID {
+				t.Errorf("%s: button value %q, want only the call id %q", tt.card, v, c.CallID)
+			}
+		}
+	}
+}
+
+func TestCardDecidedKeepsViewArgs(t *testing.T) {
+	c := decided(goldenCards()["card_huge_args"], DecisionApprove)
+	got := actionIDs(CardBlocks(c))
+	if len(got) != 1 || got[0] != ActionViewArgs {
+		t.Errorf("decided card with long arguments: buttons %v, want only %s", got, ActionViewArgs)
+	}
+}
+
+func TestCardContent(t *testing.T) {
+	cards := goldenCards()
+	tests := []struct {
+		card    string
+		want    []string
+		notWant []string
+	}{
+		{"card_pending", []string{
+			"Requested by <@U024REQST>",
+			"`files-delete` — Deleting outside tmp needs review",
+			"*Approvers:* <@U024BE7LH>, <!subteam^S0614TZR7>",
+			"Four-eyes",
+			"<!date^1741341600^{date_short_pretty} at {time}|2025-03-07 10:00 UTC>",
+			`\"path\": \"/srv/data/report.csv\"`,
+		}, []string{"not-an-id", "C0123ABC", "<!channel>"}},
+		{"card_approved", []string{
+			"Approved by <@U0APPROVR> at <!date^1741086000^",
+			"*Outcome:* ran",
+			"deleted /srv/data/report.csv",
+		}, []string{"*Approvers:*", "Four-eyes"}},
+		{"card_rejected", []string{
+			"Rejected by <@U0APPROVR>",
+			">Wrong file.\\n>Use the staging copy &lt;@U999&gt; &amp; tell @\u2060channel",
+		}, []string{"<@U999>"}},
+		{"card_edited", []string{"Edited by <@U0APPROVR>", "*Edited arguments*", "/srv/scratch/tmp/report.csv", "*Outcome:* failed"}, nil},
+		{"card_remember", []string{"allowed in this channel from now on"}, nil},
+		{"card_denied", []string{"Denied by <@U0APPROVR>"}, nil},
+		{"card_answered", []string{"Answered by <@U0APPROVR>", ">eu-west-1, please"}, nil},
+		{"card_expired", []string{"Expired after 3 days without a decision"}, nil},
+		{"card_cancelled", []string{"Cancelled by the requester"}, nil},
+		{"card_ask_human", []string{
+			"*Question*\\nWhich *region* should I deploy to?",
+			"• `eu-west-1`",
+			"the runbook (https://wiki.example/runbook)",
+		}, []string{"<https://wiki.example"}},
+	}
+	for _, tt := range tests {
+		got := string(render(t, CardBlocks(cards[tt.card])))
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: rendered card does not contain %q:\n%s", tt.card, w, got)
+			}
+		}
+		for _, w := range tt.notWant {
+			if strings.Contains(got, w) {
+				t.Errorf("%s: rendered card contains %q, want it absent:\n%s", tt.card, w, got)
+			}
+		}
+	}
+}
+
+// TestCardHostileArgs checks, beyond the golden file, that model-chosen
+// arguments cannot ping anyone, link anywhere or break out of their code
+// block.
+func TestCardHostileArgs(t *testing.T) {
+	c := goldenCards()["card_hostile"]
+	got := string(render(t, CardBlocks(c)))
+	for _, bad := range []string{"<!channel>", "<!here>", "<@U123>", "<@U999>", "<!subteam^S0614TZR7>, see", "<https://evil", "@here", "@Everyone"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("hostile card contains %q as mrkdwn:\n%s", bad, got)
+		}
+	}
+	for _, shown := range []string{"&lt;!channel&gt;", "&lt;@U123&gt;", "&lt;https://evil.example|docs.slack.com&gt;", "@\u2060here"} {
+		if !strings.Contains(got, shown) {
+			t.Errorf("hostile card does not show %q as text:\n%s", shown, got)
+		}
+	}
+	// The arguments section holds exactly one code block: the ``` inside
+	// the arguments does not close it.
+	for _, b := range CardBlocks(c) {
+		s, ok := b.(*slack.SectionBlock)
+		if !ok || s.Text == nil || !strings.HasPrefix(s.Text.Text, "*Arguments*") {
+			continue
+		}
+		if n := strings.Count(s.Text.Text, "```"); n != 2 {
+			t.Errorf("arguments section has %d ``` fences, want 2:\n%s", n, s.Text.Text)
+		}
+	}
+}
+
+func TestCardHugeArgsTruncated(t *testing.T) {
+	c := pendingCard()
+	c.Args = hugeArgs()
+	var args *slack.SectionBlock
+	for _, b := range CardBlocks(c) {
+		if s, ok := b.(*slack.SectionBlock); ok && strings.HasPrefix(s.Text.Text, "*Arguments*") {
+			args = s
+		}
+	}
+	if args == nil {
+		t.Fatal("no arguments section")
+	}
+	if n := textLen(args.Text.Text); n > maxSectionText || n < maxSectionText-10 {
+		t.Errorf("arguments section is %d characters, want just under %d", n, maxSectionText)
+	}
+	if !strings.HasSuffix(args.Text.Text, ellipsis+"\n```") {
+		t.Errorf("truncated arguments do not end with an ellipsis and a closing fence: %q", args.Text.Text[len(args.Text.Text)-20:])
+	}
+	if args.Accessory == nil || args.Accessory.ButtonElement == nil || args.Accessory.ButtonElement.ActionID != ActionViewArgs {
+		t.Errorf("truncated arguments have no %s button", ActionViewArgs)
+	}
+}
+
+func TestCardLimitsExtreme(t *testing.T) {
+	long := strings.Repeat("<!channel> & ", 1000)
+	c := pendingCard()
+	c.Tool = strings.Repeat("t", 500)
+	c.Reason = long
+	c.RuleID = long
+	c.Approvers = make([]string, 300)
+	for i := range c.Approvers {
+		c.Approvers[i] = "U0123456789"
+	}
+	c.Args = json.RawMessage(`"` + strings.Repeat("&", 10000) + `"`)
+	checkLimits(t, "extreme pending", CardBlocks(c), maxMessageBlocks)
+
+	c = decided(c, DecisionEdit)
+	c.EditedArgs = c.Args
+	c.RejectReason = long
+	c.Outcome = long
+	c.OutputSummary = long
+	checkLimits(t, "extreme edited", CardBlocks(c), maxMessageBlocks)
+	c.Decision = DecisionReject
+	checkLimits(t, "extreme rejected", CardBlocks(c), maxMessageBlocks)
+
+	h := pendingCard()
+	h.Human = true
+	h.Question = long
+	checkLimits(t, "extreme question", CardBlocks(h), maxMessageBlocks)
+	if s := string(render(t, CardBlocks(h))); strings.Contains(s, "<!channel>") {
+		t.Errorf("extreme question contains <!channel>")
+	}
+}
+
+func TestCardText(t *testing.T) {
+	tests := []struct {
+		name string
+		card Card
+		want string
+	}{
+		{"pending", pendingCard(), "Approval needed for `files__delete_path` from <@U024BE7LH>, <!subteam^S0614TZR7>"},
+		{"approved", decided(pendingCard(), DecisionApprove), "`files__delete_path`: :white_check_mark: Approved by <@U0APPROVR> at <!date^1741086000^{date_short_pretty} at {time}|2025-03-04 11:00 UTC>"},
+		{"hostile tool", Card{Tool: "<!channel>"}, "Approval needed for `&lt;!channel&gt;`"},
+	}
+	for _, tt := range tests {
+		if got := CardText(tt.card); got != tt.want {
+			t.Errorf("CardText(%s) = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestMessageTexts(t *testing.T) {
+	at := t0.Add(time.Hour)
+	tests := []struct {
+		name, got, want string
+	}{
+		{"waiting", WaitingText([]string{"files__delete_path"}, []string{"U1ABC", "S1ABC", "bad"}),
+			"This thread is waiting on approval of `files__delete_path` by <@U1ABC> or <!subteam^S1ABC>; I'll answer your message after that."},
+		{"waiting two tools, anyone", WaitingText([]string{"a", "b<!here>"}, nil),
+			"This thread is waiting on approval of `a` and `b&lt;!here&gt;` by anyone in this channel; I'll answer your message after that."},
+		{"not approver", NotApproverText([]string{"U1ABC", "<!channel>"}),
+			"You are not an approver for this call, so nothing changed. It can be decided by <@U1ABC>."},
+		{"not approver, no list", NotApproverText(nil), "You are not an approver for this call, so nothing changed."},
+		{"not requester", NotRequesterText("U1ABC"), "Only <@U1ABC> can cancel this request. Nothing changed."},
+		{"not requester, bad id", NotRequesterText("<!here>"), "Only &lt;!here&gt; can cancel this request. Nothing changed."},
+		{"already approved", AlreadyDecidedText("U1ABC", DecisionApprove, at),
+			"This call was already approved by <@U1ABC> at <!date^1741086000^{date_short_pretty} at {time}|2025-03-04 11:00 UTC>. Nothing changed."},
+		{"already rejected, no time", AlreadyDecidedText("U1ABC", DecisionReject, time.Time{}),
+			"This call was already rejected by <@U1ABC>. Nothing changed."},
+		{"already expired", AlreadyDecidedText("", DecisionExpire, at), ExpiredText()},
+		{"already cancelled", AlreadyDecidedText("U1ABC", DecisionCancel, at), CancelledText()},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, tt.got, tt.want)
+		}
+	}
+	for _, s := range []string{RequesterCannotApproveText(), ExpiredText(), CancelledText(), ChangedArgsText(), DecisionFailedText()} {
+		if s == "" || strings.ContainsAny(s, "<>") {
+			t.Errorf("fixed text %q is empty or contains markup", s)
+		}
+	}
+}
+
+func TestHumanDuration(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{72 * time.Hour, "3 days"},
+		{90 * time.Minute, "1 hour 30 minutes"},
+		{25*time.Hour + time.Minute, "1 day 1 hour"},
+		{24*time.Hour + time.Minute, "1 day"},
+		{45 * time.Second, "45 seconds"},
+		{0, "less than a second"},
+	}
+	for _, tt := range tests {
+		if got := humanDuration(tt.d); got != tt.want {
+			t.Errorf("humanDuration(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}
