@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -444,8 +445,8 @@ func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
 	return nil
 }
 
-// Remember stores a standing rule and returns it as stored. Tool and
-// Channel are required; When, if set, must be a bool CEL condition.
+// Remember stores a standing rule and returns it as stored. Tool (an exact
+// name, not a glob) and Channel are required; When, if set, must be a bool CEL condition.
 // An empty ID gets a generated one ("sr-" and 8 hex digits); CreatedBy is
 // set to actor, and CreatedAt to now when zero. An ExpiresAt at or before
 // CreatedAt is refused. The change is audited as AuditStandingAdd.
@@ -453,6 +454,8 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 	switch {
 	case s.Tool == "":
 		return StandingRule{}, errors.New("remember: tool: missing")
+	case strings.ContainsAny(s.Tool, `*?[\`):
+		return StandingRule{}, fmt.Errorf("remember: tool: %q is a glob; a standing rule names one exact tool", s.Tool)
 	case s.Channel == "":
 		return StandingRule{}, errors.New("remember: channel: missing")
 	}

@@ -401,6 +401,7 @@ func TestEngineRememberErrors(t *testing.T) {
 	}{
 		{"no tool", StandingRule{Channel: "C1"}, "tool: missing"},
 		{"no channel", StandingRule{Tool: "a"}, "channel: missing"},
+		{"glob tool", StandingRule{Tool: "files__*", Channel: "C1"}, "is a glob"},
 		{"bad condition", StandingRule{Tool: "a", Channel: "C1", When: "args.x +"}, "when: ERROR"},
 		{"non-bool condition", StandingRule{Tool: "a", Channel: "C1", When: "args.x"}, "must be a bool"},
 		{"expired already", StandingRule{Tool: "a", Channel: "C1", ExpiresAt: c.now()}, "not after"},

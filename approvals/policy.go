@@ -146,7 +146,7 @@ func newEnv() (*cel.Env, error) {
 func compileWhen(env *cel.Env, when string) (cel.Program, error) {
 	ast, iss := env.Compile(when)
 	if err := iss.Err(); err != nil {
-		return nil, &fieldError{field: "when", err: fmt.Errorf("%s", strings.TrimSpace(err.Error()))}
+		return nil, &fieldError{field: "when", err: errors.New(strings.TrimSpace(err.Error()))}
 	}
 	if !ast.OutputType().IsExactType(cel.BoolType) {
 		return nil, &fieldError{field: "when", err: fmt.Errorf("must be a bool expression, got %s (compare it, e.g. args.force == true)", ast.OutputType())}
