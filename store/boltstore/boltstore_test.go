@@ -1,0 +1,92 @@
+package boltstore_test
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/boltstore"
+	"github.com/toolgate/toolgate/store/storetest"
+)
+
+var _ storetest.Store = (*boltstore.Store)(nil)
+
+func open(t *testing.T) (storetest.Store, func() storetest.Store) {
+	path := filepath.Join(t.TempDir(), "data", "toolgate.db")
+	s, err := boltstore.Open(path, boltstore.Options{})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	reopen := func() storetest.Store {
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close before reopening: %v", err)
+		}
+		s, err = boltstore.Open(path, boltstore.Options{})
+		if err != nil {
+			t.Fatalf("reopen %s: %v", path, err)
+		}
+		return s
+	}
+	return s, reopen
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, open)
+}
+
+func TestOpenLockedFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	s, err := boltstore.Open(path, boltstore.Options{})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	defer s.Close()
+	s2, err := boltstore.Open(path, boltstore.Options{LockTimeout: 100 * time.Millisecond})
+	if err == nil {
+		s2.Close()
+		t.Fatalf("second Open(%s) of an open file succeeded, want an error", path)
+	}
+	if !strings.Contains(err.Error(), "locked") {
+		t.Errorf("second Open(%s) error = %q, want it to say the file is locked", path, err)
+	}
+}
+
+func TestPruneDeletesExpiredRuns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	s, err := boltstore.Open(path, boltstore.Options{Retention: time.Millisecond, PruneInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	r := store.Run{ID: store.NewRunID(), Conversation: "C1:1.1"}
+	c := store.Call{ID: store.CallID(r.ID, 0), Fingerprint: "fp", ExpiresAt: time.Now().Add(-time.Second)}
+	if err := s.CreateRun(ctx, r, []store.Call{c}); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := s.GetCall(ctx, c.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GetCall(%s) of a run past its retention = %v, want ErrNotFound within 5s", c.ID, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, _, err := s.LoadRun(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadRun(%s) after pruning: error = %v, want ErrNotFound", r.ID, err)
+	}
+	if due, err := s.Due(ctx, time.Now(), 0); err != nil || len(due) != 0 {
+		t.Errorf("Due after pruning = %v, %v; want none", due, err)
+	}
+}
