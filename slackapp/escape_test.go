@@ -1,0 +1,161 @@
+package slackapp
+
+import (
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestEscape(t *testing.T) {
+	tests := []struct {
+		in, want string
+	}{
+		{"", ""},
+		{"plain text", "plain text"},
+		{"a & b", "a &amp; b"},
+		{"&amp;", "&amp;amp;"},
+		{"<!channel>", "&lt;!channel&gt;"},
+		{"<!here|here>", "&lt;!here|here&gt;"},
+		{"<@U123>", "&lt;@U123&gt;"},
+		{"<!subteam^S1>", "&lt;!subteam^S1&gt;"},
+		{"<#C123|general>", "&lt;#C123|general&gt;"},
+		{"<https://evil|x>", "&lt;https://evil|x&gt;"},
+		{"hey @here and @channel", "hey @\u2060here and @\u2060channel"},
+		{"@EVERYONE @Here", "@\u2060EVERYONE @\u2060Here"},
+		{"mail me@herecorp.com", "mail me@\u2060herecorp.com"},
+		{"@hero", "@hero"},
+		{"*bold* `code`", "*bold* `code`"},
+		{"bad \xff utf8", "bad \uFFFD utf8"},
+	}
+	for _, tt := range tests {
+		if got := Escape(tt.in); got != tt.want {
+			t.Errorf("Escape(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// dangerous matches what untrusted text must never produce in mrkdwn: a
+// control sequence or a bare broadcast keyword.
+var dangerous = regexp.MustCompile(`(?i)<[!@#]|<http|<mailto|@(here|channel|everyone)`)
+
+// randomText builds text from fragments chosen to collide with Slack and
+// Markdown syntax.
+func randomText(r *rand.Rand, n int) string {
+	frags := []string{
+		"<", ">", "&", "!", "@", "#", "^", "|", ":", "/", "*", "_", "~", "`", "```", "~~~",
+		"[", "]", "(", ")", "\n", " ", "-", "# ", "> ", "\\",
+		"here", "channel", "everyone", "HERE", "http", "https://", "mailto:", "U123", "S1", "C9",
+		"<!channel>", "<@U123>", "<https://evil|x>", "[x](https://evil)", "&lt;", "&amp;",
+		"\u2060", "\uE000", "\uE001", "\uE002", "0", "1", "é", "😀", "\xff",
+	}
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		b.WriteString(frags[r.IntN(len(frags))])
+	}
+	return b.String()
+}
+
+// checkInert reports output of Escape or MarkdownToMrkdwn that could ping
+// someone or link anywhere.
+func checkInert(t *testing.T, fn, in, out string) {
+	t.Helper()
+	if m := dangerous.FindString(out); m != "" {
+		t.Fatalf("%s(%q) = %q contains %q", fn, in, out, m)
+	}
+	if strings.Contains(out, "<") {
+		t.Fatalf("%s(%q) = %q contains '<'", fn, in, out)
+	}
+	if !utf8.ValidString(out) {
+		t.Fatalf("%s(%q) = %q is not valid UTF-8", fn, in, out)
+	}
+}
+
+func TestUntrustedTextIsInert(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 3000; i++ {
+		in := randomText(r, 1+r.IntN(60))
+		checkInert(t, "Escape", in, Escape(in))
+		checkInert(t, "MarkdownToMrkdwn", in, MarkdownToMrkdwn(in))
+		checkInert(t, "codeBody", in, codeBody(in))
+		checkInert(t, "inlineCode", in, inlineCode(in))
+		checkInert(t, "quote", in, quote(in, 100))
+	}
+}
+
+func FuzzEscape(f *testing.F) {
+	for _, s := range []string{"<!channel>", "@here", "a&b", "<@U1|x>", "\xff@HeRe"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		checkInert(t, "Escape", in, Escape(in))
+	})
+}
+
+func FuzzMarkdownToMrkdwn(f *testing.F) {
+	for _, s := range []string{
+		"**bold** [x](https://evil) <https://a>",
+		"```\n<!here>\n",
+		"# <@U1>\n- @channel",
+		"`<!channel>` and ``a`b``",
+		"[<!here>](<https://x>)",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		checkInert(t, "MarkdownToMrkdwn", in, MarkdownToMrkdwn(in))
+	})
+}
+
+func TestTruncate(t *testing.T) {
+	tests := []struct {
+		in      string
+		max     int
+		want    string
+		wantCut bool
+	}{
+		{"short", 10, "short", false},
+		{"exactly10!", 10, "exactly10!", false},
+		{"abcdefghijk", 5, "abcd…", true},
+		{"ab&amp;cd", 6, "ab…", true},    // never half an entity
+		{"ab&lt;cd", 7, "ab&lt;…", true}, // a whole entity is kept
+		{"éééééé", 4, "ééé…", true},      // runes, not bytes
+		{"😀😀😀", 4, "😀…", true},           // astral runes count twice
+		{"&amp;&amp;", 3, "…", true},
+	}
+	for _, tt := range tests {
+		got, cut := truncate(tt.in, tt.max)
+		if got != tt.want || cut != tt.wantCut {
+			t.Errorf("truncate(%q, %d) = %q, %v; want %q, %v", tt.in, tt.max, got, cut, tt.want, tt.wantCut)
+		}
+		if textLen(got) > tt.max {
+			t.Errorf("truncate(%q, %d) = %q is %d characters long", tt.in, tt.max, got, textLen(got))
+		}
+	}
+}
+
+func TestCodeBodyKeepsFenceClosed(t *testing.T) {
+	got := codeBody("a ``` b ```` c")
+	if strings.Contains(got, "``") {
+		t.Errorf("codeBody left adjacent backticks: %q", got)
+	}
+	if strings.ReplaceAll(got, wordJoiner, "") != "a ``` b ```` c" {
+		t.Errorf("codeBody changed more than the backtick runs: %q", got)
+	}
+}
+
+func TestInlineCode(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"files__read", "`files__read`"},
+		{"a`b", "`aˋb`"},
+		{"<!here>", "`&lt;!here&gt;`"},
+		{"two\nlines", "`two lines`"},
+		{"", "` `"},
+	}
+	for _, tt := range tests {
+		if got := inlineCode(tt.in); got != tt.want {
+			t.Errorf("inlineCode(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
