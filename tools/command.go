@@ -1,0 +1,235 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+)
+
+// passedEnv are the variables of the bot's own environment a command sees;
+// everything else (tokens, API keys) stays out.
+var passedEnv = []string{"PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// RunCommand returns the run_command tool: it runs one allowlisted
+// executable with arguments, without a shell, and returns the exit status
+// and the combined stdout and stderr (capped at c.MaxOutputBytes).
+//
+// argv[0] must be an allowed absolute path, or a bare name that PATH
+// resolves to an allowed path or that is itself allowed by name; relative
+// paths and unclean paths ("/usr/bin/../bin/rm") are refused. The working
+// directory is c.Dir or a directory inside it, symlinks included. After
+// c.Timeout the whole process group is killed. Commands run with PATH,
+// HOME, USER, LANG, LC_ALL, TZ and TMPDIR from the bot's environment plus
+// c.Env, nothing else. A non-zero exit is an error result. The tool is
+// marked destructive, so policies ask by default. Zero settings take their
+// defaults.
+func RunCommand(c CommandConfig) (agent.Tool, error) {
+	c.Timeout = orDefault(c.Timeout, DefaultCommandTimeout)
+	c.MaxOutputBytes = orDefault(c.MaxOutputBytes, DefaultCommandMaxOutputBytes)
+	if err := c.validate(); err != nil {
+		return agent.Tool{}, fmt.Errorf("run_command: %w", err)
+	}
+	dir, err := filepath.EvalSymlinks(c.Dir)
+	if err != nil {
+		return agent.Tool{}, fmt.Errorf("run_command: dir: %w", err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return agent.Tool{}, fmt.Errorf("run_command: dir %q is not a directory", c.Dir)
+	}
+	r := &commandTool{cfg: c, dir: dir}
+	return agent.Tool{
+		Name: "run_command",
+		Description: "Run a program (no shell: no pipes, globs or variables) and return its exit status and combined output. " +
+			"Allowed programs: " + strings.Join(c.Allow, ", ") + ". Timeout: " + c.Timeout.String() + ".",
+		Schema: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "The program and its arguments, e.g. [\"kubectl\", \"get\", \"pods\"]."},
+    "dir": {"type": "string", "description": "Working directory, relative to the configured directory. Default: the configured directory."}
+  },
+  "required": ["argv"],
+  "additionalProperties": false
+}`),
+		Annotations: approvals.Hints{Destructive: ptr(true)},
+		Handler:     r.run,
+	}, nil
+}
+
+type commandTool struct {
+	cfg CommandConfig
+	dir string // cfg.Dir with symlinks resolved
+}
+
+type commandArgs struct {
+	Argv []string `json:"argv"`
+	Dir  string   `json:"dir"`
+}
+
+func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Result, error) {
+	var args commandArgs
+	if err := decodeArgs(raw, &args); err != nil {
+		return errorResult("%v", err), nil
+	}
+	if len(args.Argv) == 0 {
+		return errorResult("argv must name a program"), nil
+	}
+	path, err := r.resolve(args.Argv[0])
+	if err != nil {
+		return errorResult("%v", err), nil
+	}
+	dir, err := r.workDir(args.Dir)
+	if err != nil {
+		return errorResult("%v", err), nil
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args.Argv[1:]...)
+	cmd.Args[0] = args.Argv[0]
+	cmd.Dir = dir
+	cmd.Env = commandEnv(r.cfg.Env)
+	out := &cappedBuffer{max: r.cfg.MaxOutputBytes}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.WaitDelay = time.Second
+	killProcessGroup(cmd)
+
+	err = cmd.Run()
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+	var status string
+	var exitErr *exec.ExitError
+	switch {
+	case timedOut:
+		status = fmt.Sprintf("timed out after %s; the process group was killed", r.cfg.Timeout)
+	case err == nil:
+		status = "exit status 0"
+	case errors.As(err, &exitErr):
+		status = exitErr.ProcessState.String()
+	default:
+		if ctx.Err() != nil {
+			return agent.Result{}, fmt.Errorf("run %s: %w", args.Argv[0], ctx.Err())
+		}
+		return errorResult("cannot run %s: %v", args.Argv[0], err), nil
+	}
+	var b strings.Builder
+	b.WriteString(status + "\n")
+	b.Write(out.buf)
+	if out.dropped > 0 {
+		fmt.Fprintf(&b, "\n[output truncated: %d more bytes not shown]\n", out.dropped)
+	}
+	return agent.Result{Content: b.String(), IsError: err != nil || timedOut}, nil
+}
+
+// resolve finds the executable argv0 names and checks it is allowed.
+func (r *commandTool) resolve(argv0 string) (string, error) {
+	var path string
+	if strings.ContainsRune(argv0, filepath.Separator) {
+		if !filepath.IsAbs(argv0) || filepath.Clean(argv0) != argv0 {
+			return "", fmt.Errorf("program %q must be a bare name or a clean absolute path", argv0)
+		}
+		path = argv0
+	} else {
+		p, err := exec.LookPath(argv0)
+		if err != nil {
+			if slices.Contains(r.cfg.Allow, argv0) {
+				return "", fmt.Errorf("program %q is allowed but was not found in PATH", argv0)
+			}
+			return "", fmt.Errorf("program %q is not allowed (allowed: %s)", argv0, strings.Join(r.cfg.Allow, ", "))
+		}
+		path = p
+	}
+	for _, a := range r.cfg.Allow {
+		if filepath.IsAbs(a) {
+			if path == a {
+				return path, nil
+			}
+			continue
+		}
+		if p, err := exec.LookPath(a); err == nil && p == path {
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("program %q is not allowed (allowed: %s)", argv0, strings.Join(r.cfg.Allow, ", "))
+}
+
+// workDir returns the directory named by dir (relative to the configured
+// directory, or absolute inside it), refusing any that lies outside,
+// including through a symlink.
+func (r *commandTool) workDir(dir string) (string, error) {
+	if dir == "" {
+		return r.dir, nil
+	}
+	rel := dir
+	if filepath.IsAbs(dir) {
+		var err error
+		if rel, err = filepath.Rel(r.cfg.Dir, dir); err != nil || !filepath.IsLocal(rel) {
+			if rel, err = filepath.Rel(r.dir, dir); err != nil || !filepath.IsLocal(rel) {
+				return "", fmt.Errorf("dir %q is outside %s", dir, r.cfg.Dir)
+			}
+		}
+	}
+	if !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("dir %q is outside %s", dir, r.cfg.Dir)
+	}
+	full, err := filepath.EvalSymlinks(filepath.Join(r.dir, rel))
+	if err != nil {
+		return "", fmt.Errorf("dir %q does not exist in %s", dir, r.cfg.Dir)
+	}
+	if full != r.dir && !strings.HasPrefix(full, r.dir+string(filepath.Separator)) {
+		return "", fmt.Errorf("dir %q leads outside %s through a symlink", dir, r.cfg.Dir)
+	}
+	if fi, err := os.Stat(full); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("dir %q is not a directory", dir)
+	}
+	return full, nil
+}
+
+func commandEnv(extra map[string]string) []string {
+	var env []string
+	for _, k := range passedEnv {
+		if _, ok := extra[k]; ok {
+			continue
+		}
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	for k, v := range extra {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// cappedBuffer keeps the first max bytes written to it and counts the rest.
+type cappedBuffer struct {
+	mu      sync.Mutex
+	max     int64
+	buf     []byte
+	dropped int64
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.max - int64(len(c.buf))
+	switch {
+	case room <= 0:
+		c.dropped += int64(len(p))
+	case int64(len(p)) > room:
+		c.buf = append(c.buf, p[:room]...)
+		c.dropped += int64(len(p)) - room
+	default:
+		c.buf = append(c.buf, p...)
+	}
+	return len(p), nil
+}

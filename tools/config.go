@@ -1,0 +1,490 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the tools part of the bot's configuration file: the MCP servers
+// to connect and the built-in tools to offer.
+type Config struct {
+	// Servers are the MCP servers, in file order.
+	Servers []ServerConfig
+	// Builtins says which built-in tools are enabled and how.
+	Builtins BuiltinConfig
+}
+
+// ServerConfig is one entry of mcp_servers. Exactly one of Command (a stdio
+// server) and URL (a streamable HTTP server) is set.
+type ServerConfig struct {
+	// Name prefixes the server's tools: the model sees <Name>__<tool>.
+	Name string
+	// Command is the argv of a stdio server.
+	Command []string
+	// Env is added to the stdio server's environment (see [Manager]).
+	Env map[string]string
+	// Dir is the stdio server's working directory.
+	Dir string
+	// URL is the endpoint of a streamable HTTP server.
+	URL string
+	// Headers are sent with every request to an HTTP server.
+	Headers map[string]string
+}
+
+// BuiltinConfig enables built-in tools one by one; a nil field means the
+// tool is off.
+type BuiltinConfig struct {
+	AskHuman    *AskHumanConfig
+	HTTPRequest *HTTPConfig
+	RunCommand  *CommandConfig
+	Workspace   *WorkspaceConfig
+}
+
+// AskHumanConfig enables ask_human. It has no settings.
+type AskHumanConfig struct{}
+
+// HTTPConfig configures http_get and http_request.
+type HTTPConfig struct {
+	// AllowedHosts are host names ("api.github.com") or suffix globs
+	// ("*.internal.example", which matches any subdomain but not the bare
+	// domain), optionally with a port ("127.0.0.1:8080"); without a port any
+	// port matches. Matching is case-insensitive.
+	AllowedHosts []string
+	// MaxResponseBytes caps the response body given to the model; longer
+	// bodies are truncated with a note.
+	MaxResponseBytes int64
+	// Timeout bounds a whole request, redirects and body included.
+	Timeout time.Duration
+	// ReadOnly registers only http_get (GET and HEAD).
+	ReadOnly bool
+}
+
+// CommandConfig configures run_command.
+type CommandConfig struct {
+	// Allow lists the executables that may run: absolute paths, or bare
+	// names looked up in PATH.
+	Allow []string
+	// Dir is the working directory; a call may pick a directory inside it.
+	Dir string
+	// Env is added to the minimal environment commands run with.
+	Env map[string]string
+	// Timeout bounds a run; the whole process group is killed after it.
+	Timeout time.Duration
+	// MaxOutputBytes caps the combined stdout and stderr kept.
+	MaxOutputBytes int64
+}
+
+// WorkspaceConfig configures the workspace_* tools.
+type WorkspaceConfig struct {
+	// Root is the directory the tools may touch; it must exist.
+	Root string
+	// MaxFileBytes caps what workspace_read returns and what
+	// workspace_write accepts.
+	MaxFileBytes int64
+}
+
+// Defaults for settings left out of the configuration file.
+const (
+	DefaultHTTPMaxResponseBytes  = 64 << 10
+	DefaultHTTPTimeout           = 10 * time.Second
+	DefaultCommandTimeout        = 30 * time.Second
+	DefaultCommandMaxOutputBytes = 64 << 10
+	DefaultWorkspaceMaxFileBytes = 1 << 20
+)
+
+// MaxServerNameLen is the longest server name allowed, leaving room for the
+// tool name after "<server>__" within OpenAI's 64 characters.
+const MaxServerNameLen = 32
+
+var serverNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+
+// ParseConfig reads the mcp_servers and builtin_tools sections of the whole
+// configuration file; other top-level keys are ignored. ${VAR} in a
+// server's command, env, dir, url and headers is replaced by the
+// environment variable VAR, which must be set. Unknown keys and bad values
+// are errors naming the YAML line. Defaults fill settings left out.
+func ParseConfig(data []byte) (Config, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return Config{}, fmt.Errorf("parse config: %w", err)
+	}
+	var cfg Config
+	if len(doc.Content) == 0 {
+		return cfg, nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return Config{}, fmt.Errorf("parse config: line %d: the file must be a mapping", root.Line)
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key, val := root.Content[i], root.Content[i+1]
+		var err error
+		switch key.Value {
+		case "mcp_servers":
+			cfg.Servers, err = parseServers(val)
+		case "builtin_tools":
+			cfg.Builtins, err = parseBuiltins(val)
+		}
+		if err != nil {
+			return Config{}, fmt.Errorf("parse config: %w", err)
+		}
+	}
+	return cfg, nil
+}
+
+func parseServers(n *yaml.Node) ([]ServerConfig, error) {
+	if isNull(n) {
+		return nil, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, fmt.Errorf("line %d: mcp_servers must be a list", n.Line)
+	}
+	seen := map[string]int{}
+	var out []ServerConfig
+	for _, item := range n.Content {
+		if err := checkKeys(item, "mcp server", "name", "command", "env", "dir", "url", "headers"); err != nil {
+			return nil, err
+		}
+		var raw struct {
+			Name    string            `yaml:"name"`
+			Command []string          `yaml:"command"`
+			Env     map[string]string `yaml:"env"`
+			Dir     string            `yaml:"dir"`
+			URL     string            `yaml:"url"`
+			Headers map[string]string `yaml:"headers"`
+		}
+		if err := item.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("mcp server: %w", err)
+		}
+		s, err := newServerConfig(raw.Name, raw.Command, raw.Env, raw.Dir, raw.URL, raw.Headers)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: mcp server %q: %w", item.Line, raw.Name, err)
+		}
+		if line, ok := seen[s.Name]; ok {
+			return nil, fmt.Errorf("line %d: mcp server %q: name already used on line %d", item.Line, s.Name, line)
+		}
+		seen[s.Name] = item.Line
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func newServerConfig(name string, command []string, env map[string]string, dir, url string, headers map[string]string) (ServerConfig, error) {
+	if err := checkServerName(name); err != nil {
+		return ServerConfig{}, err
+	}
+	s := ServerConfig{Name: name}
+	var err error
+	if s.Command, err = expandAll(command); err != nil {
+		return ServerConfig{}, fmt.Errorf("command: %w", err)
+	}
+	if s.URL, err = expand(url); err != nil {
+		return ServerConfig{}, fmt.Errorf("url: %w", err)
+	}
+	if s.Dir, err = expand(dir); err != nil {
+		return ServerConfig{}, fmt.Errorf("dir: %w", err)
+	}
+	if s.Env, err = expandMap(env); err != nil {
+		return ServerConfig{}, fmt.Errorf("env: %w", err)
+	}
+	if s.Headers, err = expandMap(headers); err != nil {
+		return ServerConfig{}, fmt.Errorf("headers: %w", err)
+	}
+	switch {
+	case len(s.Command) == 0 && s.URL == "":
+		return ServerConfig{}, errors.New("set either command (a stdio server) or url (an HTTP server)")
+	case len(s.Command) > 0 && s.URL != "":
+		return ServerConfig{}, errors.New("set only one of command and url")
+	case len(s.Command) > 0:
+		if s.Command[0] == "" {
+			return ServerConfig{}, errors.New("command: the program name is empty")
+		}
+		if len(s.Headers) > 0 {
+			return ServerConfig{}, errors.New("headers only apply to url servers")
+		}
+	default:
+		if !strings.HasPrefix(s.URL, "http://") && !strings.HasPrefix(s.URL, "https://") {
+			return ServerConfig{}, fmt.Errorf("url %q: must start with http:// or https://", s.URL)
+		}
+		if len(s.Env) > 0 || s.Dir != "" {
+			return ServerConfig{}, errors.New("env and dir only apply to command servers")
+		}
+	}
+	return s, nil
+}
+
+// checkServerName makes sure "<name>__<tool>" is a valid OpenAI function
+// name and that no server's prefix is a prefix of another's.
+func checkServerName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("name is required")
+	case len(name) > MaxServerNameLen:
+		return fmt.Errorf("name is longer than %d characters", MaxServerNameLen)
+	case !serverNameRE.MatchString(name):
+		return errors.New("name must start with a letter or digit and use only A-Z a-z 0-9 _ -")
+	case strings.Contains(name, "__") || strings.HasSuffix(name, "_"):
+		return errors.New(`name must not contain "__" or end with "_" (tools are named <server>__<tool>)`)
+	}
+	return nil
+}
+
+func parseBuiltins(n *yaml.Node) (BuiltinConfig, error) {
+	var b BuiltinConfig
+	if isNull(n) {
+		return b, nil
+	}
+	if err := checkKeys(n, "builtin_tools", "ask_human", "http_request", "run_command", "workspace"); err != nil {
+		return b, err
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		var err error
+		switch key.Value {
+		case "ask_human":
+			b.AskHuman, err = parseAskHuman(val)
+		case "http_request":
+			b.HTTPRequest, err = parseHTTP(val)
+		case "run_command":
+			b.RunCommand, err = parseCommand(val)
+		case "workspace":
+			b.Workspace, err = parseWorkspace(val)
+		}
+		if err != nil {
+			return b, fmt.Errorf("builtin_tools.%s: %w", key.Value, err)
+		}
+	}
+	return b, nil
+}
+
+func parseAskHuman(n *yaml.Node) (*AskHumanConfig, error) {
+	if err := checkKeys(n, "ask_human"); err != nil {
+		return nil, err
+	}
+	return &AskHumanConfig{}, nil
+}
+
+func parseHTTP(n *yaml.Node) (*HTTPConfig, error) {
+	if err := checkKeys(n, "http_request", "allowed_hosts", "max_response_bytes", "timeout", "read_only"); err != nil {
+		return nil, err
+	}
+	var raw struct {
+		AllowedHosts     []string      `yaml:"allowed_hosts"`
+		MaxResponseBytes int64         `yaml:"max_response_bytes"`
+		Timeout          time.Duration `yaml:"timeout"`
+		ReadOnly         bool          `yaml:"read_only"`
+	}
+	if err := n.Decode(&raw); err != nil {
+		return nil, err
+	}
+	c := &HTTPConfig{
+		AllowedHosts:     raw.AllowedHosts,
+		MaxResponseBytes: orDefault(raw.MaxResponseBytes, DefaultHTTPMaxResponseBytes),
+		Timeout:          orDefault(raw.Timeout, DefaultHTTPTimeout),
+		ReadOnly:         raw.ReadOnly,
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	return c, nil
+}
+
+func (c *HTTPConfig) validate() error {
+	if len(c.AllowedHosts) == 0 {
+		return errors.New("allowed_hosts must list at least one host")
+	}
+	for _, h := range c.AllowedHosts {
+		if err := checkHostPattern(h); err != nil {
+			return fmt.Errorf("allowed_hosts: %w", err)
+		}
+	}
+	if c.MaxResponseBytes <= 0 {
+		return fmt.Errorf("max_response_bytes must be positive, got %d", c.MaxResponseBytes)
+	}
+	if c.Timeout <= 0 {
+		return fmt.Errorf("timeout must be positive, got %s", c.Timeout)
+	}
+	return nil
+}
+
+func parseCommand(n *yaml.Node) (*CommandConfig, error) {
+	if err := checkKeys(n, "run_command", "allow", "dir", "env", "timeout", "max_output_bytes"); err != nil {
+		return nil, err
+	}
+	var raw struct {
+		Allow          []string          `yaml:"allow"`
+		Dir            string            `yaml:"dir"`
+		Env            map[string]string `yaml:"env"`
+		Timeout        time.Duration     `yaml:"timeout"`
+		MaxOutputBytes int64             `yaml:"max_output_bytes"`
+	}
+	if err := n.Decode(&raw); err != nil {
+		return nil, err
+	}
+	env, err := expandMap(raw.Env)
+	if err != nil {
+		return nil, fmt.Errorf("line %d: env: %w", n.Line, err)
+	}
+	c := &CommandConfig{
+		Allow:          raw.Allow,
+		Dir:            raw.Dir,
+		Env:            env,
+		Timeout:        orDefault(raw.Timeout, DefaultCommandTimeout),
+		MaxOutputBytes: orDefault(raw.MaxOutputBytes, DefaultCommandMaxOutputBytes),
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	return c, nil
+}
+
+func (c *CommandConfig) validate() error {
+	if len(c.Allow) == 0 {
+		return errors.New("allow must list at least one executable")
+	}
+	for _, a := range c.Allow {
+		switch {
+		case a == "":
+			return errors.New("allow: empty executable name")
+		case strings.ContainsRune(a, filepath.Separator) && !filepath.IsAbs(a):
+			return fmt.Errorf("allow: %q must be an absolute path or a bare name", a)
+		case filepath.IsAbs(a) && filepath.Clean(a) != a:
+			return fmt.Errorf("allow: %q is not a clean path", a)
+		}
+	}
+	if c.Dir == "" {
+		return errors.New("dir is required")
+	}
+	if !filepath.IsAbs(c.Dir) {
+		return fmt.Errorf("dir %q must be an absolute path", c.Dir)
+	}
+	if c.Timeout <= 0 {
+		return fmt.Errorf("timeout must be positive, got %s", c.Timeout)
+	}
+	if c.MaxOutputBytes <= 0 {
+		return fmt.Errorf("max_output_bytes must be positive, got %d", c.MaxOutputBytes)
+	}
+	return nil
+}
+
+func parseWorkspace(n *yaml.Node) (*WorkspaceConfig, error) {
+	if err := checkKeys(n, "workspace", "root", "max_file_bytes"); err != nil {
+		return nil, err
+	}
+	var raw struct {
+		Root         string `yaml:"root"`
+		MaxFileBytes int64  `yaml:"max_file_bytes"`
+	}
+	if err := n.Decode(&raw); err != nil {
+		return nil, err
+	}
+	c := &WorkspaceConfig{Root: raw.Root, MaxFileBytes: orDefault(raw.MaxFileBytes, DefaultWorkspaceMaxFileBytes)}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	return c, nil
+}
+
+func (c *WorkspaceConfig) validate() error {
+	if c.Root == "" {
+		return errors.New("root is required")
+	}
+	if !filepath.IsAbs(c.Root) {
+		return fmt.Errorf("root %q must be an absolute path", c.Root)
+	}
+	if c.MaxFileBytes <= 0 {
+		return fmt.Errorf("max_file_bytes must be positive, got %d", c.MaxFileBytes)
+	}
+	return nil
+}
+
+// checkKeys fails on a key of mapping n that is not in allowed. A null node
+// (a section written as "ask_human:" with nothing after it) has no keys.
+func checkKeys(n *yaml.Node, what string, allowed ...string) error {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: %s must be a mapping", n.Line, what)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if !slices.Contains(allowed, k.Value) {
+			if len(allowed) == 0 {
+				return fmt.Errorf("line %d: unknown key %q in %s (it takes no settings)", k.Line, k.Value, what)
+			}
+			return fmt.Errorf("line %d: unknown key %q in %s (known: %s)", k.Line, k.Value, what, strings.Join(allowed, ", "))
+		}
+	}
+	return nil
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expand replaces every ${VAR} in s with the value of the environment
+// variable VAR. An unset variable is an error, so that a missing secret is
+// found at startup rather than sent as an empty string.
+func expand(s string) (string, error) {
+	var missing []string
+	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
+		name := envRef.FindStringSubmatch(ref)[1]
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			missing = append(missing, name)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("environment variable %s is not set", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+func expandAll(ss []string) ([]string, error) {
+	if ss == nil {
+		return nil, nil
+	}
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		v, err := expand(s)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func expandMap(m map[string]string) (map[string]string, error) {
+	if m == nil {
+		return nil, nil
+	}
+	out := make(map[string]string, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		v, err := expand(m[k])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		out[k] = v
+	}
+	return out, nil
+}

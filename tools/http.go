@@ -1,0 +1,290 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+)
+
+// maxRedirects is how many redirects a request follows, each to an allowed
+// host.
+const maxRedirects = 5
+
+// shownHeaders are the response headers included in a result.
+var shownHeaders = []string{"Content-Type", "Content-Length", "Location", "Retry-After", "ETag", "Last-Modified"}
+
+// HTTPTools returns http_get (GET and HEAD; read-only, so policies allow
+// it by default) and, unless c.ReadOnly, http_request (any method; marked
+// destructive, so policies ask by default). They are two tools because
+// annotations belong to a tool, not to a call.
+//
+// Both only reach c.AllowedHosts: the host is checked after the URL is
+// parsed, URLs with user info are refused, and every redirect is checked
+// the same way. The host name is checked, not the address it resolves to.
+// Zero settings take their defaults.
+func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
+	c.MaxResponseBytes = orDefault(c.MaxResponseBytes, DefaultHTTPMaxResponseBytes)
+	c.Timeout = orDefault(c.Timeout, DefaultHTTPTimeout)
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("http_request: %w", err)
+	}
+	h := &httpTool{cfg: c}
+	for _, p := range c.AllowedHosts {
+		h.hosts = append(h.hosts, parseHostPattern(p))
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	h.client = &http.Client{
+		Transport: transport,
+		Timeout:   c.Timeout,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= maxRedirects {
+				return fmt.Errorf("stopped after %d redirects", maxRedirects)
+			}
+			if err := h.check(req.URL); err != nil {
+				return &redirectError{url: req.URL.Redacted(), err: err}
+			}
+			return nil
+		},
+	}
+	hosts := strings.Join(c.AllowedHosts, ", ")
+	tools := []agent.Tool{{
+		Name: "http_get",
+		Description: "Fetch a URL with GET (or HEAD) and return the status, selected headers and body. " +
+			"Allowed hosts: " + hosts + ".",
+		Schema: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "url": {"type": "string", "description": "An http or https URL on an allowed host."},
+    "method": {"type": "string", "enum": ["GET", "HEAD"], "default": "GET"},
+    "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Request headers."}
+  },
+  "required": ["url"],
+  "additionalProperties": false
+}`),
+		Annotations: approvals.Hints{ReadOnly: true, Destructive: ptr(false), Idempotent: true},
+		Handler:     h.handler([]string{http.MethodGet, http.MethodHead}),
+	}}
+	if !c.ReadOnly {
+		methods := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+		tools = append(tools, agent.Tool{
+			Name: "http_request",
+			Description: "Send an HTTP request with any method and return the status, selected headers and body. " +
+				"Prefer http_get to only read. Allowed hosts: " + hosts + ".",
+			Schema: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "method": {"type": "string", "enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]},
+    "url": {"type": "string", "description": "An http or https URL on an allowed host."},
+    "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Request headers."},
+    "body": {"type": "string", "description": "The request body."}
+  },
+  "required": ["method", "url"],
+  "additionalProperties": false
+}`),
+			Annotations: approvals.Hints{Destructive: ptr(true)},
+			Handler:     h.handler(methods),
+		})
+	}
+	return tools, nil
+}
+
+type httpTool struct {
+	cfg    HTTPConfig
+	hosts  []hostPattern
+	client *http.Client
+}
+
+type httpArgs struct {
+	Method  string            `json:"method"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
+}
+
+type redirectError struct {
+	url string
+	err error
+}
+
+func (e *redirectError) Error() string { return fmt.Sprintf("redirect to %s refused: %v", e.url, e.err) }
+
+func (h *httpTool) handler(methods []string) agent.Handler {
+	return func(ctx context.Context, raw json.RawMessage) (agent.Result, error) {
+		var args httpArgs
+		if err := decodeArgs(raw, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		if args.Method == "" {
+			args.Method = http.MethodGet
+		}
+		if !slices.Contains(methods, args.Method) {
+			return errorResult("method %q is not allowed here; use one of %s", args.Method, strings.Join(methods, ", ")), nil
+		}
+		return h.do(ctx, args), nil
+	}
+}
+
+func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
+	u, err := url.Parse(args.URL)
+	if err != nil {
+		return errorResult("invalid url: %v", err)
+	}
+	if err := h.check(u); err != nil {
+		return errorResult("request to %s refused: %v", u.Redacted(), err)
+	}
+	var body io.Reader
+	if args.Body != "" {
+		body = strings.NewReader(args.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, args.Method, u.String(), body)
+	if err != nil {
+		return errorResult("invalid request: %v", err)
+	}
+	for k, v := range args.Headers {
+		if strings.EqualFold(k, "Host") {
+			return errorResult("the Host header cannot be set; put the host in the url")
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if re, ok := errors.AsType[*redirectError](err); ok {
+			return errorResult("%v", re)
+		}
+		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+			return errorResult("request to %s timed out after %s", u.Redacted(), h.cfg.Timeout)
+		}
+		return errorResult("request to %s failed: %v", u.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, h.cfg.MaxResponseBytes+1))
+	if err != nil {
+		return errorResult("reading the response from %s failed: %v", u.Redacted(), err)
+	}
+	truncated := int64(len(data)) > h.cfg.MaxResponseBytes
+	if truncated {
+		data = data[:h.cfg.MaxResponseBytes]
+		// Do not end in the middle of a character.
+		for i := 0; i < utf8.UTFMax && len(data) > 0 && !utf8.Valid(data); i++ {
+			data = data[:len(data)-1]
+		}
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP %s\n", resp.Status)
+	if final := resp.Request.URL; final.String() != u.String() {
+		fmt.Fprintf(&b, "Final-URL: %s\n", final.Redacted())
+	}
+	for _, k := range shownHeaders {
+		if v := resp.Header.Get(k); v != "" {
+			fmt.Fprintf(&b, "%s: %s\n", k, v)
+		}
+	}
+	b.WriteString("\n")
+	switch {
+	case !utf8.Valid(data):
+		fmt.Fprintf(&b, "[binary body not shown]\n")
+	default:
+		b.Write(data)
+		if truncated {
+			fmt.Fprintf(&b, "\n[body truncated: only the first %d bytes are shown]\n", len(data))
+		}
+	}
+	return agent.Result{Content: b.String()}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// check says why u may not be requested, or nil.
+func (h *httpTool) check(u *url.URL) error {
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme %q is not allowed; use http or https", u.Scheme)
+	}
+	if u.User != nil {
+		return errors.New("URLs with user info (user@host) are not allowed")
+	}
+	host := normalizeHost(u.Hostname())
+	if host == "" {
+		return errors.New("the URL has no host")
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	for _, p := range h.hosts {
+		if p.match(host, port) {
+			return nil
+		}
+	}
+	return fmt.Errorf("host %q is not in the allowed hosts (%s)", u.Host, strings.Join(h.cfg.AllowedHosts, ", "))
+}
+
+// hostPattern is one allowed_hosts entry: an exact host or, with suffix
+// set, any subdomain of host; port "" matches any port.
+type hostPattern struct {
+	host   string
+	suffix bool
+	port   string
+}
+
+func (p hostPattern) match(host, port string) bool {
+	if p.port != "" && p.port != port {
+		return false
+	}
+	if p.suffix {
+		return strings.HasSuffix(host, "."+p.host)
+	}
+	return host == p.host
+}
+
+// parseHostPattern parses an entry checkHostPattern accepted.
+func parseHostPattern(s string) hostPattern {
+	var p hostPattern
+	host := s
+	if h, port, err := net.SplitHostPort(s); err == nil {
+		host, p.port = h, port
+	} else if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		host = s[1 : len(s)-1]
+	}
+	if rest, ok := strings.CutPrefix(host, "*."); ok {
+		host, p.suffix = rest, true
+	}
+	p.host = normalizeHost(host)
+	return p
+}
+
+func checkHostPattern(s string) error {
+	if strings.ContainsAny(s, "/@?# ") || strings.Contains(s, "://") {
+		return fmt.Errorf("%q: want a host name, not a URL", s)
+	}
+	p := parseHostPattern(s)
+	if p.host == "" {
+		return fmt.Errorf("%q: empty host", s)
+	}
+	if strings.Contains(p.host, "*") {
+		return fmt.Errorf("%q: a wildcard is only allowed as a leading \"*.\"", s)
+	}
+	if p.port != "" {
+		if n, err := strconv.Atoi(p.port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q: invalid port %q", s, p.port)
+		}
+	}
+	return nil
+}
+
+func normalizeHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }

@@ -1,0 +1,28 @@
+package tools
+
+import (
+	"encoding/json"
+
+	"github.com/toolgate/toolgate/agent"
+)
+
+// AskHuman returns the ask_human tool: the model asks a question and a
+// person answers it. It has no handler; the agent pauses the call and a
+// person's Respond decision becomes its result. Its hints are left unset,
+// which policies read as "ask", so that the question reaches a person
+// unless a rule says otherwise.
+func AskHuman() agent.Tool {
+	return agent.Tool{
+		Name:        "ask_human",
+		Description: "Ask a person a question and wait for their answer. Use it when you need information, a choice or a confirmation only a person can give.",
+		Schema: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "question": {"type": "string", "minLength": 1, "description": "The question, complete enough to answer without other context."}
+  },
+  "required": ["question"],
+  "additionalProperties": false
+}`),
+		Human: true,
+	}
+}

@@ -1,0 +1,614 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+)
+
+// ServerStatus is the state of one MCP server, for health checks.
+type ServerStatus struct {
+	Name string `json:"name"`
+	// Transport is "stdio" or "http".
+	Transport string `json:"transport"`
+	Connected bool   `json:"connected"`
+	// LastError says why the server is not connected, or why it last
+	// disconnected.
+	LastError string `json:"last_error,omitempty"`
+	// Tools is the number of the server's tools in the registry.
+	Tools int `json:"tools"`
+}
+
+// Manager keeps MCP servers connected and their tools in an
+// [agent.Registry]. A server's tools are named <server>__<tool>; their
+// schemas are the servers' input schemas and their hints the servers'
+// annotations. When a server fails or dies its tools stay registered and
+// answer with an error result saying the server is unavailable, while the
+// manager reconnects it with jittered exponential backoff and refreshes its
+// tools. A tools/list_changed notification refreshes them too.
+//
+// Each stdio server runs with PATH, HOME, USER, LANG, LC_ALL, TZ and TMPDIR
+// from the bot's environment plus its configured env, so that the bot's
+// own secrets do not reach it; its stderr is logged.
+//
+// A Manager is safe for concurrent use. Close stops it.
+type Manager struct {
+	reg     *agent.Registry
+	log     *slog.Logger
+	opts    managerOptions
+	servers []*server
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// managerOptions are the timings of a Manager; tests shorten them.
+type managerOptions struct {
+	minBackoff     time.Duration
+	maxBackoff     time.Duration
+	connectTimeout time.Duration
+	pingInterval   time.Duration
+	pingTimeout    time.Duration
+	// stable is how long a session must last for the backoff to start over.
+	stable time.Duration
+}
+
+func defaultManagerOptions() managerOptions {
+	return managerOptions{
+		minBackoff:     500 * time.Millisecond,
+		maxBackoff:     30 * time.Second,
+		connectTimeout: 20 * time.Second,
+		pingInterval:   30 * time.Second,
+		pingTimeout:    10 * time.Second,
+		stable:         time.Minute,
+	}
+}
+
+// Load registers the built-in tools cfg enables in reg, then connects every
+// MCP server of cfg and registers its tools. It waits for each server's
+// first connection attempt (or for ctx); a server that fails does not make
+// Load fail: its status says why and it is retried in the background until
+// Close. Load fails if a built-in cannot be set up or registered, or if ctx
+// ends first.
+func Load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger) (*Manager, error) {
+	return load(ctx, cfg, reg, log, defaultManagerOptions())
+}
+
+func load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger, opts managerOptions) (*Manager, error) {
+	builtins, err := Builtins(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("load tools: %w", err)
+	}
+	for _, t := range builtins {
+		if err := reg.Register(t); err != nil {
+			return nil, fmt.Errorf("load tools: %w", err)
+		}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m := &Manager{reg: reg, log: log, opts: opts, cancel: cancel}
+	for _, sc := range cfg.Servers {
+		m.servers = append(m.servers, m.newServer(sc))
+	}
+	for _, s := range m.servers {
+		m.wg.Go(func() { s.run(runCtx) })
+	}
+	for _, s := range m.servers {
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			m.Close()
+			return nil, fmt.Errorf("load tools: %w", ctx.Err())
+		}
+	}
+	return m, nil
+}
+
+// Status returns the state of every server, in configuration order.
+func (m *Manager) Status() []ServerStatus {
+	out := make([]ServerStatus, 0, len(m.servers))
+	for _, s := range m.servers {
+		out = append(out, s.status())
+	}
+	return out
+}
+
+// Close disconnects every server (stopping stdio servers) and waits for the
+// manager's goroutines to end. The servers' tools stay in the registry and
+// answer that their server is unavailable. Close is idempotent.
+func (m *Manager) Close() error {
+	m.closeOnce.Do(m.cancel)
+	m.wg.Wait()
+	return nil
+}
+
+// delay is how long to wait before reconnect attempt n (from 0): doubling
+// from minBackoff up to maxBackoff, then picked at random in its upper half.
+func (o managerOptions) delay(n int) time.Duration {
+	d := o.maxBackoff
+	if n < 32 {
+		if b := o.minBackoff << n; b > 0 && b < d {
+			d = b
+		}
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// server is one MCP server and the goroutine that keeps it connected.
+type server struct {
+	cfg    ServerConfig
+	prefix string
+	m      *Manager
+	log    *slog.Logger
+	client *mcp.Client
+
+	ready     chan struct{} // closed after the first connection attempt
+	readyOnce sync.Once
+	refresh   chan struct{} // a tools/list_changed arrived
+	broken    chan *mcp.ClientSession
+
+	mu        sync.Mutex
+	session   *mcp.ClientSession // nil when not connected
+	lastErr   error
+	toolCount int
+}
+
+func (m *Manager) newServer(cfg ServerConfig) *server {
+	s := &server{
+		cfg:     cfg,
+		prefix:  cfg.Name + "__",
+		m:       m,
+		log:     m.log.With("mcp_server", cfg.Name),
+		ready:   make(chan struct{}),
+		refresh: make(chan struct{}, 1),
+		broken:  make(chan *mcp.ClientSession, 1),
+		lastErr: errors.New("not connected yet"),
+	}
+	s.client = mcp.NewClient(&mcp.Implementation{Name: "toolgate"}, &mcp.ClientOptions{
+		Logger:       s.log,
+		Capabilities: &mcp.ClientCapabilities{},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case s.refresh <- struct{}{}:
+			default:
+			}
+		},
+	})
+	return s
+}
+
+func (s *server) transportName() string {
+	if s.cfg.URL != "" {
+		return "http"
+	}
+	return "stdio"
+}
+
+func (s *server) status() ServerStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := ServerStatus{Name: s.cfg.Name, Transport: s.transportName(), Connected: s.session != nil, Tools: s.toolCount}
+	if s.lastErr != nil {
+		st.LastError = s.lastErr.Error()
+	}
+	return st
+}
+
+// run keeps the server connected until ctx ends.
+func (s *server) run(ctx context.Context) {
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		err := s.serve(ctx)
+		if ctx.Err() != nil {
+			s.setDown(errors.New("the tool manager was closed"))
+			return
+		}
+		if time.Since(start) >= s.m.opts.stable {
+			attempt = 0
+		}
+		delay := s.m.opts.delay(attempt)
+		s.log.Warn("mcp server unavailable", "err", err, "retry_in", delay.Round(time.Millisecond))
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			s.setDown(errors.New("the tool manager was closed"))
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// serve connects once, registers the tools and watches the session until it
+// ends, returning why.
+func (s *server) serve(ctx context.Context) error {
+	cs, err := s.connect(ctx)
+	if err != nil {
+		s.setDown(err)
+		return err
+	}
+	if err := s.sync(ctx, cs); err != nil {
+		err = fmt.Errorf("list tools: %w", err)
+		cs.Close()
+		s.setDown(err)
+		return err
+	}
+	s.mu.Lock()
+	s.session, s.lastErr = cs, nil
+	n := s.toolCount
+	s.mu.Unlock()
+	s.markReady()
+	s.log.Info("mcp server connected", "tools", n)
+
+	err = s.watch(ctx, cs)
+	s.setDown(err)
+	return err
+}
+
+func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.m.opts.connectTimeout)
+	defer cancel()
+	if s.cfg.URL != "" {
+		t := &mcp.StreamableClientTransport{
+			Endpoint:   s.cfg.URL,
+			HTTPClient: &http.Client{Transport: &headerTransport{base: http.DefaultTransport, headers: s.cfg.Headers}},
+		}
+		cs, err := s.client.Connect(ctx, t, nil)
+		if err != nil {
+			return nil, fmt.Errorf("connect to %s: %w", s.cfg.URL, err)
+		}
+		return cs, nil
+	}
+	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
+	cmd.Dir = s.cfg.Dir
+	cmd.Env = commandEnv(s.cfg.Env)
+	cmd.Stderr = &logWriter{log: s.log}
+	cmd.WaitDelay = 5 * time.Second
+	cs, err := s.client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		if cmd.ProcessState != nil {
+			return nil, fmt.Errorf("start %s (%s): %w", s.cfg.Command[0], cmd.ProcessState, err)
+		}
+		return nil, fmt.Errorf("start %s: %w", s.cfg.Command[0], err)
+	}
+	return cs, nil
+}
+
+// watch waits until the session ends, ctx ends or a call finds the server
+// gone, answering list_changed notifications and pinging meanwhile. It
+// closes the session before returning.
+func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
+	ended := make(chan error, 1)
+	s.m.wg.Go(func() { ended <- cs.Wait() })
+	closed := false
+	closeSession := func() error {
+		closed = true
+		return cs.Close()
+	}
+	defer func() {
+		if !closed {
+			closeSession()
+		}
+	}()
+
+	ping := time.NewTicker(s.m.opts.pingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-ended:
+			closeErr := closeSession()
+			switch {
+			case closeErr != nil:
+				return fmt.Errorf("the server exited: %v", closeErr)
+			case err != nil:
+				return fmt.Errorf("the connection ended: %w", err)
+			default:
+				return errors.New("the server closed the connection")
+			}
+		case b := <-s.broken:
+			if b == cs {
+				s.mu.Lock()
+				err := s.lastErr
+				s.mu.Unlock()
+				return err
+			}
+		case <-s.refresh:
+			if err := s.sync(ctx, cs); err != nil {
+				if isTransportError(err) {
+					return fmt.Errorf("list tools: %w", err)
+				}
+				s.log.Warn("refreshing mcp tools failed", "err", err)
+			}
+		case <-ping.C:
+			pctx, cancel := context.WithTimeout(ctx, s.m.opts.pingTimeout)
+			err := cs.Ping(pctx, nil)
+			cancel()
+			if err != nil && isTransportError(err) && ctx.Err() == nil {
+				return fmt.Errorf("ping: %w", err)
+			}
+		}
+	}
+}
+
+func (s *server) setDown(err error) {
+	s.mu.Lock()
+	s.session, s.lastErr = nil, err
+	s.mu.Unlock()
+	s.markReady()
+}
+
+func (s *server) markReady() { s.readyOnce.Do(func() { close(s.ready) }) }
+
+// fail records that a call found cs unusable and wakes the supervisor.
+func (s *server) fail(cs *mcp.ClientSession, err error) {
+	s.mu.Lock()
+	if s.session != cs {
+		s.mu.Unlock()
+		return
+	}
+	s.session, s.lastErr = nil, err
+	s.mu.Unlock()
+	select {
+	case s.broken <- cs:
+	default:
+	}
+}
+
+// Error codes the SDK's JSON-RPC layer uses for failures on the client's
+// side of the connection (not exported by the SDK).
+const (
+	codeClientClosing = -32003
+	codeServerClosing = -32004
+	codeRejected      = -32005 // the transport could not deliver the request
+)
+
+// isTransportError reports whether err means the server could not be
+// reached, as opposed to the server answering with a JSON-RPC error. The
+// SDK wraps a server's error before any transport code, so the first
+// JSON-RPC error in the chain tells which.
+func isTransportError(err error) bool {
+	werr, ok := errors.AsType[*jsonrpc.Error](err)
+	if !ok {
+		return true
+	}
+	switch werr.Code {
+	case codeClientClosing, codeServerClosing, codeRejected:
+		return true
+	}
+	return false
+}
+
+// sync lists the server's tools and replaces its tools in the registry.
+func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
+	var tools []agent.Tool
+	seen := map[string]string{}
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return err
+		}
+		tool, err := s.convert(t)
+		if err != nil {
+			s.log.Warn("skipping mcp tool", "tool", t.Name, "err", err)
+			continue
+		}
+		if other, ok := seen[tool.Name]; ok {
+			s.log.Warn("skipping mcp tool", "tool", t.Name, "err", fmt.Sprintf("its name %s is taken by tool %q", tool.Name, other))
+			continue
+		}
+		seen[tool.Name] = t.Name
+		tools = append(tools, tool)
+	}
+	if err := s.m.reg.Replace(func(name string) bool { return strings.HasPrefix(name, s.prefix) }, tools); err != nil {
+		return fmt.Errorf("register tools: %w", err)
+	}
+	s.mu.Lock()
+	s.toolCount = len(tools)
+	s.mu.Unlock()
+	return nil
+}
+
+// convert turns an MCP tool into an agent tool calling it through s.
+func (s *server) convert(t *mcp.Tool) (agent.Tool, error) {
+	var schema json.RawMessage
+	if t.InputSchema != nil {
+		b, err := json.Marshal(t.InputSchema)
+		if err != nil {
+			return agent.Tool{}, fmt.Errorf("input schema: %w", err)
+		}
+		schema = b
+	}
+	desc := t.Description
+	if desc == "" {
+		desc = t.Title
+	}
+	tool := agent.Tool{
+		Name:        toolName(s.prefix, t.Name),
+		Description: desc,
+		Schema:      schema,
+		Annotations: hints(t.Annotations),
+		Handler:     s.handler(t.Name),
+	}
+	// Check it alone so that one bad tool does not keep the others out.
+	if err := agent.NewRegistry().Register(tool); err != nil {
+		return agent.Tool{}, err
+	}
+	return tool, nil
+}
+
+func hints(a *mcp.ToolAnnotations) approvals.Hints {
+	if a == nil {
+		return approvals.Hints{}
+	}
+	h := approvals.Hints{ReadOnly: a.ReadOnlyHint, Idempotent: a.IdempotentHint}
+	if a.DestructiveHint != nil {
+		h.Destructive = ptr(*a.DestructiveHint)
+	}
+	return h
+}
+
+var invalidNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// toolName is prefix+name with characters OpenAI refuses replaced by "_"
+// and cut to 64 characters.
+func toolName(prefix, name string) string {
+	n := prefix + invalidNameChars.ReplaceAllString(name, "_")
+	if len(n) > 64 {
+		n = n[:64]
+	}
+	return n
+}
+
+// handler calls the MCP tool name on the server's current session.
+func (s *server) handler(name string) agent.Handler {
+	return func(ctx context.Context, args json.RawMessage) (agent.Result, error) {
+		s.mu.Lock()
+		cs, lastErr := s.session, s.lastErr
+		s.mu.Unlock()
+		if cs == nil {
+			return s.unavailable(lastErr), nil
+		}
+		params := &mcp.CallToolParams{Name: name}
+		if len(bytes.TrimSpace(args)) > 0 {
+			params.Arguments = args
+		}
+		res, err := cs.CallTool(ctx, params)
+		if err != nil {
+			if ctx.Err() != nil {
+				return agent.Result{}, fmt.Errorf("call %s on mcp server %s: %w", name, s.cfg.Name, ctx.Err())
+			}
+			if !isTransportError(err) {
+				return errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, err), nil
+			}
+			s.fail(cs, err)
+			return s.unavailable(err), nil
+		}
+		return toResult(res), nil
+	}
+}
+
+func (s *server) unavailable(err error) agent.Result {
+	return errorResult("MCP server %s is unavailable: %v. It is being reconnected; try again later or do without it.", s.cfg.Name, err)
+}
+
+// toResult turns an MCP tool result into text for the model: text content
+// as is, other content summarized, and structured content as JSON unless the
+// text already says the same.
+func toResult(r *mcp.CallToolResult) agent.Result {
+	var parts []string
+	for _, c := range r.Content {
+		switch c := c.(type) {
+		case *mcp.TextContent:
+			parts = append(parts, c.Text)
+		case *mcp.ImageContent:
+			parts = append(parts, fmt.Sprintf("[image: %s, %d bytes]", c.MIMEType, len(c.Data)))
+		case *mcp.AudioContent:
+			parts = append(parts, fmt.Sprintf("[audio: %s, %d bytes]", c.MIMEType, len(c.Data)))
+		case *mcp.ResourceLink:
+			parts = append(parts, fmt.Sprintf("[resource %s: %s]", c.Name, c.URI))
+		case *mcp.EmbeddedResource:
+			switch {
+			case c.Resource == nil:
+			case c.Resource.Text != "":
+				parts = append(parts, c.Resource.Text)
+			default:
+				parts = append(parts, fmt.Sprintf("[resource %s: %s, %d bytes]", c.Resource.URI, c.Resource.MIMEType, len(c.Resource.Blob)))
+			}
+		default:
+			if b, err := json.Marshal(c); err == nil {
+				parts = append(parts, string(b))
+			}
+		}
+	}
+	text := strings.Join(parts, "\n")
+	if r.StructuredContent != nil {
+		if b, err := json.Marshal(r.StructuredContent); err == nil && !sameJSON(text, b) {
+			if text != "" {
+				text += "\n"
+			}
+			text += string(b)
+		}
+	}
+	return agent.Result{Content: text, IsError: r.IsError}
+}
+
+// sameJSON reports whether text is JSON equal to b.
+func sameJSON(text string, b []byte) bool {
+	var x, y any
+	if json.Unmarshal([]byte(text), &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+// headerTransport adds configured headers to every request.
+type headerTransport struct {
+	base    http.RoundTripper
+	headers map[string]string
+}
+
+func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if len(t.headers) > 0 {
+		r = r.Clone(r.Context())
+		for k, v := range t.headers {
+			r.Header.Set(k, v)
+		}
+	}
+	return t.base.RoundTrip(r)
+}
+
+// logWriter logs each line a stdio server writes to stderr.
+type logWriter struct {
+	log *slog.Logger
+	mu  sync.Mutex
+	buf []byte
+}
+
+const maxLogLine = 4096
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			if len(w.buf) > maxLogLine {
+				w.emit(w.buf[:maxLogLine])
+				w.buf = w.buf[maxLogLine:]
+				continue
+			}
+			break
+		}
+		w.emit(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *logWriter) emit(line []byte) {
+	if l := strings.TrimSpace(string(line)); l != "" {
+		w.log.Info("mcp server stderr", "line", l)
+	}
+}

@@ -1,0 +1,550 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+)
+
+// Environment variables that make the test binary an MCP stdio server.
+const (
+	envServe = "TOOLGATE_TEST_MCP_SERVE"
+	envDown  = "TOOLGATE_TEST_MCP_DOWN" // a file; while it exists the server exits at once
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envServe) == "1" {
+		os.Exit(serveStdio())
+	}
+	os.Exit(m.Run())
+}
+
+func serveStdio() int {
+	if f := os.Getenv(envDown); f != "" {
+		if _, err := os.Stat(f); err == nil {
+			fmt.Fprintln(os.Stderr, "test server is down")
+			return 1
+		}
+	}
+	if err := newTestServer().Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+type textIn struct {
+	Text string `json:"text" jsonschema:"the text to echo"`
+}
+
+type idIn struct {
+	ID string `json:"id"`
+}
+
+type addIn struct {
+	A int `json:"a"`
+	B int `json:"b"`
+}
+
+type sumOut struct {
+	Sum int `json:"sum"`
+}
+
+// newTestServer is an MCP server with a read-only tool, a destructive one,
+// a failing one, one with structured output, and tools to look at and
+// change the server.
+func newTestServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "v1"}, nil)
+	text := func(s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Echo text.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, any, error) {
+			return text("echo: " + in.Text), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "delete_item", Description: "Delete an item.", Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true)}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, any, error) {
+			return text("deleted " + in.ID), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "fail", Description: "Always fails."},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return nil, nil, errors.New("boom")
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "add", Description: "Add two numbers.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in addIn) (*mcp.CallToolResult, sumOut, error) {
+			return nil, sumOut{Sum: in.A + in.B}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "pid", Description: "The server's process id.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return text(strconv.Itoa(os.Getpid())), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "add_tool", Description: "Add the tool extra."},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			mcp.AddTool(s, &mcp.Tool{Name: "extra", Description: "Added later.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+				func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+					return text("extra"), nil, nil
+				})
+			return text("added"), nil, nil
+		})
+	return s
+}
+
+// testOptions make reconnection fast.
+func testOptions() managerOptions {
+	return managerOptions{
+		minBackoff:     10 * time.Millisecond,
+		maxBackoff:     100 * time.Millisecond,
+		connectTimeout: 10 * time.Second,
+		pingInterval:   100 * time.Millisecond,
+		pingTimeout:    2 * time.Second,
+		stable:         time.Minute,
+	}
+}
+
+// testLogger collects the manager's logs and prints them if the test fails.
+func testLogger(t *testing.T) *slog.Logger {
+	t.Helper()
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("logs:\n%s", buf.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// call validates args like the agent does and runs the tool.
+func call(t *testing.T, reg *agent.Registry, name, args string) agent.Result {
+	t.Helper()
+	tool, ok := reg.Lookup(name)
+	if !ok {
+		t.Fatalf("tool %s is not registered", name)
+	}
+	if err := reg.Validate(name, json.RawMessage(args)); err != nil {
+		t.Fatalf("Validate(%s, %s): %v", name, args, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := tool.Handler(ctx, json.RawMessage(args))
+	if err != nil {
+		t.Fatalf("%s(%s): unexpected error %v", name, args, err)
+	}
+	return res
+}
+
+// fixture is an MCP server the manager reaches over one transport, which a
+// test can stop and start again.
+type fixture struct {
+	yaml  string // the mcp_servers entry, named srv
+	stop  func(t *testing.T)
+	start func(t *testing.T)
+}
+
+func stdioFixture(t *testing.T) fixture {
+	down := filepath.Join(t.TempDir(), "down")
+	return fixture{
+		yaml: fmt.Sprintf(`
+mcp_servers:
+  - name: srv
+    command: [%q]
+    env: {%s: "1", %s: %q}
+`, os.Args[0], envServe, envDown, down),
+		stop: func(t *testing.T) {
+			if err := os.WriteFile(down, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+		start: func(t *testing.T) {
+			if err := os.Remove(down); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
+
+// httpFixture serves the test server on 127.0.0.1 and records the
+// X-Api-Key header of every request.
+func httpFixture(t *testing.T, gotKey *atomic.Value) fixture {
+	srv := newTestServer()
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	wrapped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotKey.Store(r.Header.Get("X-Api-Key"))
+		handler.ServeHTTP(w, r)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	var mu sync.Mutex
+	var hs *http.Server
+	var served sync.WaitGroup
+	serve := func(ln net.Listener) {
+		mu.Lock()
+		defer mu.Unlock()
+		hs = &http.Server{Handler: wrapped}
+		s := hs
+		served.Go(func() { s.Serve(ln) })
+	}
+	stop := func(*testing.T) {
+		mu.Lock()
+		defer mu.Unlock()
+		if hs != nil {
+			hs.Close()
+			hs = nil
+		}
+	}
+	serve(ln)
+	t.Cleanup(func() {
+		stop(t)
+		served.Wait()
+	})
+	t.Setenv("TOOLGATE_TEST_KEY", "s3cret")
+	return fixture{
+		yaml: fmt.Sprintf(`
+mcp_servers:
+  - name: srv
+    url: http://%s/mcp
+    headers: {X-Api-Key: "${TOOLGATE_TEST_KEY}"}
+`, addr),
+		stop: stop,
+		start: func(t *testing.T) {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Fatalf("listen again on %s: %v", addr, err)
+			}
+			serve(ln)
+		},
+	}
+}
+
+func TestManagerStdio(t *testing.T) {
+	f := stdioFixture(t)
+	testManager(t, f, func(t *testing.T, reg *agent.Registry) {
+		// Kill the server process; while the down file exists it cannot
+		// come back.
+		pid, err := strconv.Atoi(call(t, reg, "srv__pid", `{}`).Content)
+		if err != nil {
+			t.Fatalf("srv__pid: %v", err)
+		}
+		f.stop(t)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %d: %v", pid, err)
+		}
+	})
+}
+
+func TestManagerHTTP(t *testing.T) {
+	var gotKey atomic.Value
+	f := httpFixture(t, &gotKey)
+	testManager(t, f, func(t *testing.T, _ *agent.Registry) { f.stop(t) })
+	if got, _ := gotKey.Load().(string); got != "s3cret" {
+		t.Errorf("X-Api-Key reaching the server: got %q, want %q", got, "s3cret")
+	}
+}
+
+// testManager runs the same checks over any transport; crash takes the
+// server down until f.start.
+func testManager(t *testing.T, f fixture, crash func(*testing.T, *agent.Registry)) {
+	log := testLogger(t)
+	cfg, err := ParseConfig([]byte(f.yaml + `
+builtin_tools:
+  ask_human: {}
+policy:
+  default: deny
+`))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	reg := agent.NewRegistry()
+	m, err := load(t.Context(), cfg, reg, log, testOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+
+	t.Run("status", func(t *testing.T) {
+		st := m.Status()
+		if len(st) != 1 || !st[0].Connected || st[0].Tools != 6 || st[0].LastError != "" {
+			t.Fatalf("Status() = %+v, want srv connected with 6 tools", st)
+		}
+	})
+
+	t.Run("tools", func(t *testing.T) {
+		var names []string
+		for _, tool := range reg.List() {
+			names = append(names, tool.Name)
+		}
+		want := "ask_human srv__add srv__add_tool srv__delete_item srv__echo srv__fail srv__pid"
+		if got := strings.Join(names, " "); got != want {
+			t.Errorf("registered tools: got %s, want %s", got, want)
+		}
+		echo, _ := reg.Lookup("srv__echo")
+		if echo.Description != "Echo text." {
+			t.Errorf("srv__echo description: got %q, want %q", echo.Description, "Echo text.")
+		}
+		var schema struct {
+			Type       string                     `json:"type"`
+			Required   []string                   `json:"required"`
+			Properties map[string]json.RawMessage `json:"properties"`
+		}
+		if err := json.Unmarshal(echo.Schema, &schema); err != nil {
+			t.Fatalf("srv__echo schema %s: %v", echo.Schema, err)
+		}
+		if schema.Type != "object" || len(schema.Required) != 1 || schema.Required[0] != "text" || schema.Properties["text"] == nil {
+			t.Errorf("srv__echo schema: got %s, want an object requiring text", echo.Schema)
+		}
+		if err := reg.Validate("srv__echo", json.RawMessage(`{"text": 3}`)); err == nil {
+			t.Errorf("Validate(srv__echo, text: 3): got nil, want a schema error")
+		}
+	})
+
+	t.Run("policy defaults", func(t *testing.T) {
+		policy, err := approvals.ParseConfig([]byte(f.yaml + "policy:\n  default: deny\n"))
+		if err != nil {
+			t.Fatalf("approvals.ParseConfig: %v", err)
+		}
+		for _, tc := range []struct {
+			tool string
+			want approvals.Action
+		}{
+			{"srv__echo", approvals.Allow},
+			{"srv__add", approvals.Allow},
+			{"srv__delete_item", approvals.Ask},
+			{"srv__fail", approvals.Ask}, // no annotations: destructive per MCP
+			{"ask_human", approvals.Ask},
+		} {
+			tool, _ := reg.Lookup(tc.tool)
+			v := policy.Evaluate(approvals.Input{Tool: tc.tool, Args: json.RawMessage(`{}`), Hints: tool.Annotations})
+			if v.Action != tc.want {
+				t.Errorf("verdict for %s (hints %+v): got %s, want %s", tc.tool, tool.Annotations, v.Action, tc.want)
+			}
+		}
+	})
+
+	t.Run("calls", func(t *testing.T) {
+		for _, tc := range []struct {
+			tool, args  string
+			wantContent string
+			wantError   bool
+		}{
+			{"srv__echo", `{"text": "hi"}`, "echo: hi", false},
+			{"srv__delete_item", `{"id": "42"}`, "deleted 42", false},
+			{"srv__fail", `{}`, "boom", true},
+			{"srv__add", `{"a": 1, "b": 2}`, `{"sum":3}`, false},
+		} {
+			got := call(t, reg, tc.tool, tc.args)
+			if got.Content != tc.wantContent || got.IsError != tc.wantError {
+				t.Errorf("%s(%s): got %+v, want {Content:%s IsError:%v}", tc.tool, tc.args, got, tc.wantContent, tc.wantError)
+			}
+		}
+	})
+
+	t.Run("list_changed", func(t *testing.T) {
+		if got := call(t, reg, "srv__add_tool", `{}`); got.IsError {
+			t.Fatalf("srv__add_tool: %+v", got)
+		}
+		waitFor(t, "srv__extra is registered", func() bool {
+			_, ok := reg.Lookup("srv__extra")
+			return ok
+		})
+		if got := call(t, reg, "srv__extra", `{}`); got.Content != "extra" {
+			t.Errorf("srv__extra: got %+v, want extra", got)
+		}
+		if got := m.Status()[0].Tools; got != 7 {
+			t.Errorf("tool count after list_changed: got %d, want 7", got)
+		}
+	})
+
+	t.Run("crash and restart", func(t *testing.T) {
+		crash(t, reg)
+		// Whether the call or the manager notices first, the call must
+		// say the server is unavailable.
+		waitFor(t, "a call says the server is unavailable", func() bool {
+			got := call(t, reg, "srv__echo", `{"text": "hi"}`)
+			return got.IsError && strings.HasPrefix(got.Content, "MCP server srv is unavailable: ")
+		})
+		st := m.Status()[0]
+		if st.Connected || st.LastError == "" {
+			t.Errorf("status while down: got %+v, want not connected with an error", st)
+		}
+		if _, ok := reg.Lookup("srv__echo"); !ok {
+			t.Errorf("srv__echo was unregistered while its server is down; want it kept")
+		}
+
+		f.start(t)
+		waitFor(t, "the server is connected again", func() bool { return m.Status()[0].Connected })
+		if got := call(t, reg, "srv__echo", `{"text": "back"}`); got.Content != "echo: back" || got.IsError {
+			t.Errorf("srv__echo after restart: got %+v, want echo: back", got)
+		}
+		if st := m.Status()[0]; st.LastError != "" {
+			t.Errorf("status after restart: got last error %q, want none", st.LastError)
+		}
+	})
+
+	t.Run("close", func(t *testing.T) {
+		if err := m.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		got := call(t, reg, "srv__echo", `{"text": "hi"}`)
+		if !got.IsError || !strings.Contains(got.Content, "unavailable") {
+			t.Errorf("srv__echo after Close: got %+v, want an unavailable error", got)
+		}
+	})
+}
+
+func TestLoadServerDownAtStart(t *testing.T) {
+	f := stdioFixture(t)
+	f.stop(t)
+	cfg, err := ParseConfig([]byte(f.yaml))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	reg := agent.NewRegistry()
+	m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
+	if err != nil {
+		t.Fatalf("Load with a server down: got error %v, want none", err)
+	}
+	defer m.Close()
+	st := m.Status()[0]
+	if st.Connected || st.LastError == "" || st.Transport != "stdio" {
+		t.Errorf("status: got %+v, want a stdio server not connected with an error", st)
+	}
+	if n := len(reg.List()); n != 0 {
+		t.Errorf("tools registered: got %d, want 0", n)
+	}
+	f.start(t)
+	waitFor(t, "the server connects", func() bool { return m.Status()[0].Connected })
+	if got := call(t, reg, "srv__echo", `{"text": "late"}`); got.Content != "echo: late" {
+		t.Errorf("srv__echo: got %+v, want echo: late", got)
+	}
+}
+
+func TestLoadBadCommand(t *testing.T) {
+	cfg := Config{Servers: []ServerConfig{{Name: "nope", Command: []string{filepath.Join(t.TempDir(), "no-such-server")}}}}
+	m, err := load(t.Context(), cfg, agent.NewRegistry(), testLogger(t), testOptions())
+	if err != nil {
+		t.Fatalf("Load: got error %v, want none", err)
+	}
+	defer m.Close()
+	st := m.Status()[0]
+	if st.Connected || !strings.Contains(st.LastError, "no-such-server") {
+		t.Errorf("status: got %+v, want an error naming the command", st)
+	}
+}
+
+func TestToolName(t *testing.T) {
+	for _, tc := range []struct{ tool, want string }{
+		{"read_file", "files__read_file"},
+		{"read.file/v2", "files__read_file_v2"},
+		{strings.Repeat("x", 80), "files__" + strings.Repeat("x", 57)},
+	} {
+		if got := toolName("files__", tc.tool); got != tc.want || !agent.ValidName(got) {
+			t.Errorf("toolName(files__, %q): got %q, want %q", tc.tool, got, tc.want)
+		}
+	}
+}
+
+func TestHints(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   *mcp.ToolAnnotations
+		want approvals.Hints
+	}{
+		{"none", nil, approvals.Hints{}},
+		{"read-only", &mcp.ToolAnnotations{ReadOnlyHint: true}, approvals.Hints{ReadOnly: true}},
+		{"destructive", &mcp.ToolAnnotations{DestructiveHint: ptr(true)}, approvals.Hints{Destructive: ptr(true)}},
+		{"additive idempotent", &mcp.ToolAnnotations{DestructiveHint: ptr(false), IdempotentHint: true}, approvals.Hints{Destructive: ptr(false), Idempotent: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := hints(tc.in)
+			if got.ReadOnly != tc.want.ReadOnly || got.Idempotent != tc.want.Idempotent || !sameBoolPtr(got.Destructive, tc.want.Destructive) {
+				t.Errorf("hints(%+v): got %+v, want %+v", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func sameBoolPtr(a, b *bool) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+func TestToResult(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   *mcp.CallToolResult
+		want agent.Result
+	}{
+		{"texts", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "a"}, &mcp.TextContent{Text: "b"}}}, agent.Result{Content: "a\nb"}},
+		{"error", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "no"}}, IsError: true}, agent.Result{Content: "no", IsError: true}},
+		{"structured only", &mcp.CallToolResult{StructuredContent: map[string]any{"n": 1}}, agent.Result{Content: `{"n":1}`}},
+		{"structured and same text", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{ "n": 1 }`}}, StructuredContent: map[string]any{"n": 1}}, agent.Result{Content: `{ "n": 1 }`}},
+		{"structured and other text", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}, StructuredContent: map[string]any{"n": 1}}, agent.Result{Content: "done\n{\"n\":1}"}},
+		{"image", &mcp.CallToolResult{Content: []mcp.Content{&mcp.ImageContent{MIMEType: "image/png", Data: []byte("abc")}}}, agent.Result{Content: "[image: image/png, 3 bytes]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := toResult(tc.in); got != tc.want {
+				t.Errorf("toResult: got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	o := managerOptions{minBackoff: 100 * time.Millisecond, maxBackoff: 30 * time.Second}
+	for _, tc := range []struct {
+		attempt  int
+		min, max time.Duration
+	}{
+		{0, 50 * time.Millisecond, 100 * time.Millisecond},
+		{3, 400 * time.Millisecond, 800 * time.Millisecond},
+		{20, 15 * time.Second, 30 * time.Second},
+		{100, 15 * time.Second, 30 * time.Second},
+	} {
+		for range 20 {
+			if got := o.delay(tc.attempt); got < tc.min || got > tc.max {
+				t.Errorf("delay(%d): got %s, want within [%s, %s]", tc.attempt, got, tc.min, tc.max)
+			}
+		}
+	}
+}

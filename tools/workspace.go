@@ -1,0 +1,282 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+)
+
+// maxListEntries caps what workspace_list returns.
+const maxListEntries = 1000
+
+// WorkspaceTools returns the tools that work on files under c.Root:
+// workspace_list and workspace_read (read-only), workspace_write and
+// workspace_delete (destructive). Paths are relative to the root, or
+// absolute inside it. Every access goes through [os.Root], so a path that
+// leaves the root, by ".." or through a symlink, is refused. Reads longer
+// than c.MaxFileBytes are truncated with a note; larger writes are refused.
+// The root must exist. Zero settings take their defaults.
+func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
+	c.MaxFileBytes = orDefault(c.MaxFileBytes, DefaultWorkspaceMaxFileBytes)
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	c.Root = filepath.Clean(c.Root)
+	if fi, err := os.Stat(c.Root); err != nil {
+		return nil, fmt.Errorf("workspace: root: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("workspace: root %q is not a directory", c.Root)
+	}
+	w := &workspace{cfg: c}
+	readOnly := approvals.Hints{ReadOnly: true, Destructive: ptr(false), Idempotent: true}
+	return []agent.Tool{
+		{
+			Name:        "workspace_list",
+			Description: "List a directory of the workspace: one entry a line, directories ending in /, files with their size.",
+			Schema: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "description": "Directory relative to the workspace root. Default: the root."}
+  },
+  "additionalProperties": false
+}`),
+			Annotations: readOnly,
+			Handler:     w.list,
+		},
+		{
+			Name:        "workspace_read",
+			Description: fmt.Sprintf("Read a text file of the workspace (at most %d bytes are returned).", c.MaxFileBytes),
+			Schema: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root."}
+  },
+  "required": ["path"],
+  "additionalProperties": false
+}`),
+			Annotations: readOnly,
+			Handler:     w.read,
+		},
+		{
+			Name:        "workspace_write",
+			Description: fmt.Sprintf("Create or overwrite a file of the workspace with the given text, creating parent directories (at most %d bytes).", c.MaxFileBytes),
+			Schema: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root."},
+    "content": {"type": "string", "description": "The whole new content of the file."}
+  },
+  "required": ["path", "content"],
+  "additionalProperties": false
+}`),
+			Annotations: approvals.Hints{Destructive: ptr(true), Idempotent: true},
+			Handler:     w.write,
+		},
+		{
+			Name:        "workspace_delete",
+			Description: "Delete a file or an empty directory of the workspace.",
+			Schema: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "description": "Path relative to the workspace root."}
+  },
+  "required": ["path"],
+  "additionalProperties": false
+}`),
+			Annotations: approvals.Hints{Destructive: ptr(true), Idempotent: true},
+			Handler:     w.delete,
+		},
+	}, nil
+}
+
+type workspace struct {
+	cfg WorkspaceConfig
+}
+
+type pathArgs struct {
+	Path    string  `json:"path"`
+	Content *string `json:"content"`
+}
+
+// open parses the arguments, opens the root and returns the path relative
+// to it. The caller closes the root.
+func (w *workspace) open(raw json.RawMessage, def string) (*os.Root, pathArgs, error) {
+	var args pathArgs
+	if err := decodeArgs(raw, &args); err != nil {
+		return nil, args, err
+	}
+	if args.Path == "" {
+		args.Path = def
+	}
+	if args.Path == "" {
+		return nil, args, errors.New("path is required")
+	}
+	rel, err := w.rel(args.Path)
+	if err != nil {
+		return nil, args, err
+	}
+	args.Path = rel
+	root, err := os.OpenRoot(w.cfg.Root)
+	if err != nil {
+		return nil, args, fmt.Errorf("open workspace: %w", err)
+	}
+	return root, args, nil
+}
+
+// rel turns p into a path relative to the root, refusing one that leaves
+// it lexically; os.Root catches symlinks that do.
+func (w *workspace) rel(p string) (string, error) {
+	if filepath.IsAbs(p) {
+		r, err := filepath.Rel(w.cfg.Root, filepath.Clean(p))
+		if err != nil || !filepath.IsLocal(r) {
+			return "", fmt.Errorf("path %q is outside the workspace %s", p, w.cfg.Root)
+		}
+		return r, nil
+	}
+	if !filepath.IsLocal(p) {
+		return "", fmt.Errorf("path %q leaves the workspace", p)
+	}
+	return filepath.Clean(p), nil
+}
+
+func (w *workspace) list(_ context.Context, raw json.RawMessage) (agent.Result, error) {
+	root, args, err := w.open(raw, ".")
+	if err != nil {
+		return errorResult("%v", err), nil
+	}
+	defer root.Close()
+	f, err := root.Open(args.Path)
+	if err != nil {
+		return fsError("list", args.Path, err), nil
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(maxListEntries + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fsError("list", args.Path, err), nil
+	}
+	more := len(entries) > maxListEntries
+	if more {
+		entries = entries[:maxListEntries]
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		switch {
+		case e.IsDir():
+			fmt.Fprintf(&b, "%s/\n", e.Name())
+		case e.Type()&fs.ModeSymlink != 0:
+			target, _ := root.Readlink(filepath.Join(args.Path, e.Name()))
+			fmt.Fprintf(&b, "%s -> %s\n", e.Name(), target)
+		default:
+			var size int64
+			if fi, err := e.Info(); err == nil {
+				size = fi.Size()
+			}
+			fmt.Fprintf(&b, "%s (%d bytes)\n", e.Name(), size)
+		}
+	}
+	if more {
+		fmt.Fprintf(&b, "[only the first %d entries are shown]\n", maxListEntries)
+	}
+	if len(entries) == 0 {
+		b.WriteString("(empty directory)\n")
+	}
+	return agent.Result{Content: b.String()}, nil
+}
+
+func (w *workspace) read(_ context.Context, raw json.RawMessage) (agent.Result, error) {
+	root, args, err := w.open(raw, "")
+	if err != nil {
+		return errorResult("%v", err), nil
+	}
+	defer root.Close()
+	f, err := root.Open(args.Path)
+	if err != nil {
+		return fsError("read", args.Path, err), nil
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return errorResult("cannot read %q: it is a directory; use workspace_list", args.Path), nil
+	}
+	data, err := io.ReadAll(io.LimitReader(f, w.cfg.MaxFileBytes+1))
+	if err != nil {
+		return fsError("read", args.Path, err), nil
+	}
+	truncated := int64(len(data)) > w.cfg.MaxFileBytes
+	if truncated {
+		data = data[:w.cfg.MaxFileBytes]
+		for i := 0; i < utf8.UTFMax && len(data) > 0 && !utf8.Valid(data); i++ {
+			data = data[:len(data)-1]
+		}
+	}
+	if !utf8.Valid(data) {
+		return errorResult("cannot read %q: it is not a text file", args.Path), nil
+	}
+	content := string(data)
+	if truncated {
+		content += fmt.Sprintf("\n[file truncated: only the first %d bytes are shown]\n", len(data))
+	}
+	return agent.Result{Content: content}, nil
+}
+
+func (w *workspace) write(_ context.Context, raw json.RawMessage) (agent.Result, error) {
+	root, args, err := w.open(raw, "")
+	if err != nil {
+		return errorResult("%v", err), nil
+	}
+	defer root.Close()
+	if args.Content == nil {
+		return errorResult("content is required"), nil
+	}
+	if n := int64(len(*args.Content)); n > w.cfg.MaxFileBytes {
+		return errorResult("cannot write %q: %d bytes is more than the limit of %d", args.Path, n, w.cfg.MaxFileBytes), nil
+	}
+	if dir := filepath.Dir(args.Path); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return fsError("write", args.Path, err), nil
+		}
+	}
+	if err := root.WriteFile(args.Path, []byte(*args.Content), 0o644); err != nil {
+		return fsError("write", args.Path, err), nil
+	}
+	return agent.Result{Content: fmt.Sprintf("wrote %d bytes to %s", len(*args.Content), args.Path)}, nil
+}
+
+func (w *workspace) delete(_ context.Context, raw json.RawMessage) (agent.Result, error) {
+	root, args, err := w.open(raw, "")
+	if err != nil {
+		return errorResult("%v", err), nil
+	}
+	defer root.Close()
+	if args.Path == "." {
+		return errorResult("cannot delete the workspace root"), nil
+	}
+	if err := root.Remove(args.Path); err != nil {
+		return fsError("delete", args.Path, err), nil
+	}
+	return agent.Result{Content: "deleted " + args.Path}, nil
+}
+
+// fsError words a file system error for the model.
+func fsError(op, path string, err error) agent.Result {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errorResult("cannot %s %q: no such file or directory", op, path)
+	case errors.Is(err, fs.ErrPermission):
+		return errorResult("cannot %s %q: permission denied", op, path)
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return errorResult("cannot %s %q: %v", op, path, err)
+}
