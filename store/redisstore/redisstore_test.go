@@ -1,0 +1,402 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/redisstore"
+	"github.com/toolgate/toolgate/store/storetest"
+)
+
+var _ storetest.Store = (*redisstore.Store)(nil)
+
+// redisURL returns REDIS_URL, skipping the test when it is unset outside
+// CI.
+func redisURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("REDIS_URL is not set; CI must run the Redis store tests against a real Redis")
+		}
+		t.Skip("REDIS_URL is not set; set it (e.g. REDIS_URL=redis://127.0.0.1:6379/3) to run the Redis store tests")
+	}
+	return u
+}
+
+// newPrefix returns a key prefix of its own for one test, and deletes its
+// keys when the test ends.
+func newPrefix(t *testing.T, rawURL string) string {
+	t.Helper()
+	prefix := "toolgate-test-" + store.NewRunID()
+	t.Cleanup(func() {
+		c, err := redisstore.NewClient(rawURL)
+		if err != nil {
+			t.Errorf("clean up %s: %v", prefix, err)
+			return
+		}
+		defer c.Close()
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, prefix+":*", 500).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Errorf("clean up %s: %v", prefix, err)
+			return
+		}
+		for chunk := range slices.Chunk(keys, 500) {
+			if err := c.Del(ctx, chunk...).Err(); err != nil {
+				t.Errorf("clean up %s: %v", prefix, err)
+			}
+		}
+	})
+	return prefix
+}
+
+func newStore(t *testing.T, rawURL string, opts redisstore.Options) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(t.Context(), rawURL, opts)
+	if err != nil {
+		t.Fatalf("New(%s): %v", rawURL, err)
+	}
+	return s
+}
+
+// open opens a store on a prefix of its own; reopen closes it and opens a
+// new client on the same prefix, as a restarted process would.
+func open(t *testing.T) (storetest.Store, func() storetest.Store) {
+	u := redisURL(t)
+	opts := redisstore.Options{Prefix: newPrefix(t, u)}
+	s := newStore(t, u, opts)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	reopen := func() storetest.Store {
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close before reopening: %v", err)
+		}
+		s = newStore(t, u, opts)
+		return s
+	}
+	return s, reopen
+}
+
+func TestConformance(t *testing.T) {
+	redisURL(t)
+	storetest.Run(t, open)
+}
+
+func testRun() (store.Run, []store.Call) {
+	r := store.Run{ID: store.NewRunID(), Conversation: "C1:1.1", Requester: "U1", Channel: "C1"}
+	c := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", ExpiresAt: time.Now().Add(time.Hour)}
+	return r, []store.Call{c}
+}
+
+func TestUnreachableRedis(t *testing.T) {
+	const url = "redis://127.0.0.1:1/0?dial_timeout=200ms&max_retries=-1"
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if s, err := redisstore.New(ctx, url, redisstore.Options{}); err == nil {
+		s.Close()
+		t.Fatalf("New(%s) succeeded, want an error", url)
+	}
+
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	s := redisstore.NewFromClient(c, redisstore.Options{})
+	defer s.Close()
+	_, _, err := s.Decide(ctx, store.CallID(store.NewRunID(), 0), "fp", store.Decision{Kind: "approve", Decider: "U1"})
+	if err == nil {
+		t.Fatal("Decide on an unreachable Redis succeeded, want an error")
+	}
+	for _, sentinel := range []error{store.ErrNotFound, store.ErrAlreadyDecided, store.ErrExpired, store.ErrFingerprintMismatch} {
+		if errors.Is(err, sentinel) {
+			t.Errorf("Decide on an unreachable Redis: error %v is %v, want a connection error", err, sentinel)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Errorf("Decide on an unreachable Redis did not return before the 10s deadline")
+	}
+	if err := s.Ping(ctx); err == nil {
+		t.Error("Ping on an unreachable Redis succeeded, want an error")
+	}
+}
+
+// TestOutageLosesNothing cuts the connection to Redis, decides, and checks
+// that the decision failed without a trace and works once Redis is back.
+func TestOutageLosesNothing(t *testing.T) {
+	u := redisURL(t)
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		t.Skipf("outage test needs a single-node REDIS_URL: %v", err)
+	}
+	prefix := newPrefix(t, u)
+	p := startProxy(t, "127.0.0.1:0", o.Addr)
+	proxied := *o
+	proxied.Addr = p.addr
+	proxied.DialTimeout = 200 * time.Millisecond
+	proxied.MaxRetries = -1
+	s := redisstore.NewFromClient(redis.NewClient(&proxied), redisstore.Options{Prefix: prefix})
+	defer s.Close()
+	direct := newStore(t, u, redisstore.Options{Prefix: prefix})
+	defer direct.Close()
+
+	ctx := t.Context()
+	r, calls := testRun()
+	if err := s.CreateRun(ctx, r, calls); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	c := calls[0]
+
+	p.stop()
+	if _, _, err := s.Decide(ctx, c.ID, c.Fingerprint, store.Decision{Kind: "approve", Decider: "U1"}); err == nil {
+		t.Fatal("Decide during the outage succeeded, want an error")
+	}
+	got, err := direct.GetCall(ctx, c.ID)
+	if err != nil || got.Status != store.Pending || got.Decision != nil {
+		t.Fatalf("GetCall(%s) after the failed Decide = %+v, %v; want it pending", c.ID, got, err)
+	}
+
+	p = startProxy(t, p.addr, o.Addr) // Redis is back at the same address
+	defer p.stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ping(ctx) != nil { // the client drops its dead connections
+		if time.Now().After(deadline) {
+			t.Fatal("Ping through the restarted proxy still fails after 10s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got, complete, err := s.Decide(ctx, c.ID, c.Fingerprint, store.Decision{Kind: "approve", Decider: "U1"})
+	if err != nil || !complete || got.Status != store.Decided {
+		t.Fatalf("Decide after the outage = %q, complete %v, %v; want decided, true, nil", got.Status, complete, err)
+	}
+}
+
+// proxy forwards TCP connections to a target until stopped.
+type proxy struct {
+	addr string
+	ln   net.Listener
+	mu   sync.Mutex
+	conn []net.Conn
+	wg   sync.WaitGroup
+}
+
+func startProxy(t *testing.T, addr, target string) *proxy {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for range 50 { // the port of a stopped proxy may take a moment to free
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	p := &proxy{addr: ln.Addr().String(), ln: ln}
+	p.wg.Go(func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conn = append(p.conn, in, out)
+			p.mu.Unlock()
+			p.wg.Go(func() { io.Copy(out, in); out.Close() })
+			p.wg.Go(func() { io.Copy(in, out); in.Close() })
+		}
+	})
+	return p
+}
+
+// stop closes the listener and every connection; calling it again does
+// nothing.
+func (p *proxy) stop() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conn {
+		c.Close()
+	}
+	p.conn = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func TestNewClient(t *testing.T) {
+	tests := []struct {
+		url       string
+		cluster   bool
+		wantAddrs []string
+	}{
+		{url: "redis://127.0.0.1:6379/3"},
+		{url: "rediss://user:pw@redis.example.com:6380/0"},
+		{url: "redis+cluster://10.0.0.1:7000,10.0.0.2:7001", cluster: true, wantAddrs: []string{"10.0.0.1:7000", "10.0.0.2:7001"}},
+		{url: "rediss+cluster://u:p@10.0.0.1:7000,10.0.0.2:7001/?dial_timeout=1s&addr=10.0.0.3:7002", cluster: true,
+			wantAddrs: []string{"10.0.0.1:7000", "10.0.0.3:7002", "10.0.0.2:7001"}},
+		{url: "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/2?master_name=main"},
+	}
+	for _, tt := range tests {
+		c, err := redisstore.NewClient(tt.url)
+		if err != nil {
+			t.Errorf("NewClient(%s): %v", tt.url, err)
+			continue
+		}
+		cc, isCluster := c.(*redis.ClusterClient)
+		if isCluster != tt.cluster {
+			t.Errorf("NewClient(%s) = %T, want cluster %v", tt.url, c, tt.cluster)
+		}
+		if isCluster {
+			got := slices.Clone(cc.Options().Addrs)
+			want := slices.Clone(tt.wantAddrs)
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("NewClient(%s) seed nodes = %v, want %v", tt.url, got, want)
+			}
+		}
+		c.Close()
+	}
+	for _, bad := range []string{
+		"http://127.0.0.1:6379",
+		"127.0.0.1:6379",
+		"redis+sentinel://10.0.0.1:26379",
+		"redis+cluster://",
+		"redis+cluster://10.0.0.1:7000,,10.0.0.2:7001",
+		"redis://127.0.0.1:6379/?bogus=1",
+	} {
+		if c, err := redisstore.NewClient(bad); err == nil {
+			c.Close()
+			t.Errorf("NewClient(%s) succeeded, want an error", bad)
+		}
+	}
+}
+
+// TestKeysExpire checks that every key but the audit log and the records
+// has a TTL, and that the keys of a run share its hash tag.
+func TestKeysExpire(t *testing.T) {
+	u := redisURL(t)
+	prefix := newPrefix(t, u)
+	s := newStore(t, u, redisstore.Options{Prefix: prefix})
+	defer s.Close()
+	ctx := t.Context()
+	r, calls := testRun()
+	if err := s.CreateRun(ctx, r, calls); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	if _, _, err := s.Decide(ctx, calls[0].ID, "fp", store.Decision{Kind: "approve", Decider: "U1"}); err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	if ok, err := s.ClaimResume(ctx, r.ID, "me", time.Minute); err != nil || !ok {
+		t.Fatalf("ClaimResume = %v, %v", ok, err)
+	}
+	if err := s.SaveConversation(ctx, store.Conversation{Key: "C2:2.2"}); err != nil {
+		t.Fatalf("SaveConversation: %v", err)
+	}
+	if _, err := s.AcquireLease(ctx, "C2:2.2", "me", time.Minute); err != nil {
+		t.Fatalf("AcquireLease: %v", err)
+	}
+	if _, err := s.SeenEvent(ctx, "Ev1", time.Minute); err != nil {
+		t.Fatalf("SeenEvent: %v", err)
+	}
+	if err := s.Audit(ctx, store.AuditEntry{Actor: "U1", Action: "decide"}); err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	if _, err := s.PutRecord(ctx, store.Record{Kind: "rule", ID: "r1"}, -1); err != nil {
+		t.Fatalf("PutRecord: %v", err)
+	}
+
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	keys, err := c.Keys(ctx, prefix+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]bool{prefix + ":audit": true, prefix + ":records:rule": true}
+	runKeys := 0
+	for _, k := range keys {
+		if strings.Contains(k, r.ID) {
+			runKeys++
+			if !strings.HasPrefix(k, prefix+":run:{"+r.ID+"}") {
+				t.Errorf("key %s of run %s does not start with its hash tag", k, r.ID)
+			}
+		}
+		ttl, err := c.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept[k] {
+			continue
+		}
+		if ttl <= 0 {
+			t.Errorf("key %s has TTL %v, want one", k, ttl)
+		}
+	}
+	if runKeys != 3 { // run, call, claim
+		t.Errorf("found %d keys of run %s, want 3 (run, call, claim) among %v", runKeys, r.ID, keys)
+	}
+}
+
+// TestStaleIndexEntriesDropped deletes a call behind the store's back, as
+// its TTL would, and checks that the listings skip and drop it.
+func TestStaleIndexEntriesDropped(t *testing.T) {
+	u := redisURL(t)
+	prefix := newPrefix(t, u)
+	s := newStore(t, u, redisstore.Options{Prefix: prefix})
+	defer s.Close()
+	ctx := t.Context()
+	r, calls := testRun()
+	calls[0].ExpiresAt = time.Now().Add(-time.Second)
+	if err := s.CreateRun(ctx, r, calls); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runKeys, err := c.Keys(ctx, prefix+":run:{"+r.ID+"}*").Result()
+	if err != nil || len(runKeys) == 0 {
+		t.Fatalf("keys of run %s = %v, %v", r.ID, runKeys, err)
+	}
+	if err := c.Del(ctx, runKeys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if due, err := s.Due(ctx, time.Now(), 0); err != nil || len(due) != 0 {
+		t.Errorf("Due with a deleted call = %v, %v; want none", due, err)
+	}
+	if p, err := s.Pending(ctx, store.Filter{}); err != nil || len(p) != 0 {
+		t.Errorf("Pending with a deleted call = %v, %v; want none", p, err)
+	}
+	if ids, err := s.Stalled(ctx, 0); err != nil || len(ids) != 0 {
+		t.Errorf("Stalled with a deleted run = %v, %v; want none", ids, err)
+	}
+	for _, k := range []string{prefix + ":due", prefix + ":pending", prefix + ":runs"} {
+		if n, err := c.ZCard(ctx, k).Result(); err != nil || n != 0 {
+			t.Errorf("ZCARD %s = %d, %v; want 0 after the stale entry was read", k, n, err)
+		}
+	}
+}
