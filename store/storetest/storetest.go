@@ -1,6 +1,11 @@
 // Package storetest is the conformance suite every store implementation
 // passes: call Run with a function that opens the implementation on a given
 // place, so that reopening the same place models a process restart.
+//
+// Store, below, is the contract. Where it says nothing about an input:
+// a zero time that the store records (Decision.At, AuditEntry.At,
+// Record.UpdatedAt, Conversation.UpdatedAt) is set to now, and a limit <= 0
+// means no limit.
 package storetest
 
 import (
@@ -13,6 +18,7 @@ import (
 // Store is the whole contract of a store implementation.
 type Store interface {
 	// SaveConversation writes the conversation record, replacing any other.
+	// Conversations expire a while (days) after their last save.
 	SaveConversation(ctx context.Context, c store.Conversation) error
 	// LoadConversation returns store.ErrNotFound for an unknown key.
 	LoadConversation(ctx context.Context, key string) (store.Conversation, error)
@@ -20,6 +26,14 @@ type Store interface {
 	// CreateRun saves a paused run and its calls (all Pending) in one
 	// atomic step, and marks the conversation as paused on it. It returns
 	// store.ErrRunExists if the run id is taken.
+	//
+	// The calls' ids must be store.CallID(r.ID, i) values, listed in
+	// r.CallIDs in order (filled in when empty), and each call needs an
+	// ExpiresAt. The store fills in a call's RunID, and its Conversation,
+	// Requester and Channel from the run when empty, and sets r.ExpiresAt
+	// to the latest ExpiresAt of the calls. Invalid input is an error that
+	// changes nothing. The run and its calls are kept until some retention
+	// time (days) after r.ExpiresAt.
 	CreateRun(ctx context.Context, r store.Run, calls []store.Call) error
 	// LoadRun returns the run and its calls in CallIDs order, or
 	// store.ErrNotFound.
@@ -37,30 +51,41 @@ type Store interface {
 	// ExpiresAt; "cancel" sets Cancelled; every other kind sets Decided.
 	// The returned Call is the stored one after the change. complete is true
 	// for exactly one decision of a run: the one that left no call Pending.
+	// On a refusal other than ErrNotFound the returned Call is the stored,
+	// unchanged one; a refusal changes nothing.
 	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (c store.Call, complete bool, err error)
 	// ClaimResume claims the single resume of a run whose calls are all
 	// decided. It returns true to exactly one caller while the claim (held
 	// for lease) is live; a claim whose lease ran out without FinishRun can
 	// be claimed again (the claimer crashed). False if the run has a pending
-	// call, is finished, or is claimed by someone else.
+	// call, is finished, or is claimed by someone else (a live claim is not
+	// granted again, not even to its owner). store.ErrNotFound for an
+	// unknown run.
 	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	// BeginExecution marks a decided call as executing; true the first time
 	// only, so a tool runs at most once even if a resume is claimed again.
+	// False for a call that is not Decided (pending, expired, cancelled);
+	// store.ErrNotFound for an unknown call.
 	BeginExecution(ctx context.Context, callID string) (bool, error)
 	// FinishRun ends a run after its resume: it is no longer listed
-	// anywhere, and its records expire after the retention time.
+	// anywhere, and its records expire after the retention time. It also
+	// clears the conversation's PausedRun if that still names the run.
+	// Finishing a finished run does nothing; store.ErrNotFound for an
+	// unknown run.
 	FinishRun(ctx context.Context, runID string) error
 
 	// Pending lists pending calls matching f, oldest first.
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
-	// Due lists up to limit pending calls whose ExpiresAt is at or before now.
+	// Due lists up to limit pending calls whose ExpiresAt is at or before now,
+	// earliest first.
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
 	// Stalled lists up to limit runs that have no pending call, are not
 	// finished and have no live resume claim: resumes lost to a crash.
 	Stalled(ctx context.Context, limit int) ([]string, error)
 
 	// AcquireLease takes or renews the lease on key for owner; false if
-	// someone else holds it. ReleaseLease frees it if owner holds it.
+	// someone else holds it. ReleaseLease frees it if owner holds it and
+	// does nothing otherwise.
 	AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
 	ReleaseLease(ctx context.Context, key, owner string) error
 

@@ -1,0 +1,20 @@
+// Package boltstore implements the store in one bbolt file, for a single
+// bot process without Redis.
+//
+// Every method is one bbolt transaction, and bbolt runs one writing
+// transaction at a time, which makes Decide, ClaimResume and the other
+// compare-and-set operations atomic within the process. bbolt locks the
+// file, so a second process (or a second Open in the same process) fails
+// after Options.LockTimeout instead of sharing it.
+//
+// Leases, resume claims and event ids store their expiry time and are
+// judged against time.Now. Runs are deleted Options.Retention after they
+// expired or finished, conversations Options.ConversationTTL after their
+// last save, and lapsed leases and event ids soon after they lapse: a
+// goroutine prunes the file every Options.PruneInterval until Close. The
+// audit log keeps the newest Options.AuditMax entries; records are kept
+// until deleted.
+//
+// Everything written before Close is there again after Open on the same
+// path.
+package boltstore

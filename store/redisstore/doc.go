@@ -1,0 +1,45 @@
+// Package redisstore implements the store on Redis, for one or many bot
+// replicas sharing a single node, a Sentinel-managed primary or a Cluster
+// (see NewClient for the URL forms).
+//
+// # Atomicity
+//
+// Every key of a run lives under the hash tag {runID} and every key of a
+// conversation under {conv:key}, so the scripts that must be atomic touch
+// one hash slot and run on Redis Cluster. Decide, ClaimResume and
+// BeginExecution are each one Lua script, that is one round trip. CreateRun
+// writes the run and its calls in one script, then the indexes in one
+// pipeline.
+//
+// # Indexes
+//
+// Pending, Due and Stalled read global sorted sets (due calls, pending calls
+// by approver, requester and conversation, active runs). Those keys are in
+// other hash slots than the runs, so scripts cannot update them together:
+// they are hints. Readers check every entry against the call or run it
+// names and remove entries whose call is decided, expired, cancelled,
+// finished or gone. A call never becomes pending again, so this never drops
+// a pending call.
+//
+// # Lifetimes
+//
+// Run and call keys expire Options.Retention after the run's ExpiresAt, or
+// after FinishRun if that is sooner; conversations Options.ConversationTTL
+// after their last save; leases, resume claims and event ids with their
+// TTL; index keys with the latest run they list. The audit log is capped at
+// Options.AuditMax entries. Records are configuration and are kept until
+// deleted.
+//
+// # Failures
+//
+// Every method returns the client's error, wrapped, when Redis cannot be
+// reached, and each atomic step either happens whole or not at all: a
+// Decide that fails leaves the call pending.
+//
+// # Counting round trips
+//
+// NewFromClient takes any redis.UniversalClient. Add a hook with
+// client.AddHook before passing it in to observe every command, pipeline
+// and script the store sends, for instance to count round trips in a
+// benchmark.
+package redisstore
