@@ -249,6 +249,21 @@ func AnswerMessages(text string) [][]slack.Block {
 	return msgs
 }
 
+// fitMrkdwn cuts mrkdwn produced by MarkdownToMrkdwn to at most max
+// characters without leaving a code block open, ending it with an ellipsis
+// line when it cuts. It reports whether it cut.
+func fitMrkdwn(s string, max int) (string, bool) {
+	if textLen(s) <= max {
+		return s, false
+	}
+	more := "\n" + ellipsis
+	chunks := splitMrkdwn(s, max-textLen(more))
+	if len(chunks) == 0 {
+		return "", true
+	}
+	return chunks[0] + more, true
+}
+
 // splitMrkdwn splits mrkdwn produced by MarkdownToMrkdwn (in which a line
 // that is exactly ``` opens or closes a code block, and no other line
 // contains three backticks) into chunks of at most max characters, each

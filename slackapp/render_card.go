@@ -119,6 +119,9 @@ func (c Card) pending() bool {
 	return c.Status == "" || c.Status == StatusPending
 }
 
+// questionCutNote follows a question cut short on a card.
+const questionCutNote = "\n_The whole question is shown when you reply._"
+
 // maxOutputSummary bounds the tool output excerpt on a decided card.
 const maxOutputSummary = 1500
 
@@ -140,7 +143,12 @@ func CardBlocks(c Card) []slack.Block {
 	}
 
 	if c.Human {
-		blocks = append(blocks, section("*Question*\n"+MarkdownToMrkdwn(c.Question)))
+		const title = "*Question*\n"
+		q, cut := fitMrkdwn(MarkdownToMrkdwn(c.Question), maxSectionText-textLen(title)-textLen(questionCutNote))
+		if cut {
+			q += questionCutNote
+		}
+		blocks = append(blocks, section(title+q))
 	} else {
 		text, cut := argsSection("*Arguments*", c.Args)
 		var acc *slack.Accessory

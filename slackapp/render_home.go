@@ -104,7 +104,7 @@ func inboxEntry(c Card) []slack.Block {
 	var detail string
 	cut := false
 	if c.Human {
-		detail, _ = truncate(MarkdownToMrkdwn(c.Question), homeArgsPreview)
+		detail, _ = fitMrkdwn(MarkdownToMrkdwn(c.Question), homeArgsPreview)
 	} else if pretty := prettyJSON(c.Args); pretty == "" || pretty == "{}" || pretty == "null" {
 		detail = "_(no arguments)_"
 	} else {

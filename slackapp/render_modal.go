@@ -173,10 +173,18 @@ func schemaSummary(schema json.RawMessage) string {
 // the model's question (converted and escaped) and a required answer. Its
 // PrivateMetadata is callID; read the answer with ReadAnswer.
 func RespondModal(callID, question string) slack.ModalViewRequest {
-	blocks := []slack.Block{}
-	if q := strings.TrimSpace(question); q != "" {
-		text, _ := truncate(MarkdownToMrkdwn(q), maxSectionText-len("*Question*\n"))
-		blocks = append(blocks, section("*Question*\n"+text))
+	blocks := []slack.Block{section("*Question*")}
+	// The question in full, leaving room for the input and a note.
+	chunks := splitMrkdwn(MarkdownToMrkdwn(question), maxSectionText)
+	for i, c := range chunks {
+		if len(blocks) == maxViewBlocks-2 && i < len(chunks)-1 {
+			blocks = append(blocks, contextBlock(fmt.Sprintf("… %d more parts of the question not shown.", len(chunks)-i)))
+			break
+		}
+		blocks = append(blocks, section(c))
+	}
+	if len(chunks) == 0 {
+		blocks = blocks[:0]
 	}
 	blocks = append(blocks, textInput(BlockAnswer, ActionAnswer, "Your answer",
 		"The assistant reads this as the answer to its question", "", maxReasonLength))

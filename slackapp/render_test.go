@@ -539,3 +539,23 @@ func TestHumanDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestCardLongQuestionKeepsCodeClosed(t *testing.T) {
+	c := pendingCard()
+	c.Human = true
+	c.Question = "Look at this:\n```\n" + strings.Repeat("<!here> line\n", 400) + "```\nOK?"
+	blocks := CardBlocks(c)
+	checkLimits(t, "long question", blocks, maxMessageBlocks)
+	for _, b := range blocks {
+		s, ok := b.(*slack.SectionBlock)
+		if !ok || !strings.HasPrefix(s.Text.Text, "*Question*") {
+			continue
+		}
+		if n := strings.Count(s.Text.Text, "```"); n%2 != 0 {
+			t.Errorf("cut question has %d fences, want an even number", n)
+		}
+		if !strings.HasSuffix(s.Text.Text, questionCutNote) {
+			t.Errorf("cut question does not end with %q", questionCutNote)
+		}
+	}
+}

@@ -1,0 +1,244 @@
+package slackapp
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/slack-go/slack"
+)
+
+var testSchema = json.RawMessage(`{
+	"type": "object",
+	"properties": {
+		"path": {"type": "string", "description": "File to delete. <!here> must not ping"},
+		"recursive": {"type": "boolean"},
+		"mode": {"type": ["string", "null"], "enum": ["soft", "hard"]}
+	},
+	"required": ["path"]
+}`)
+
+func TestGoldenModals(t *testing.T) {
+	const callID = "3f9a0c1d2e4b5a6c.0"
+	tests := map[string]slack.ModalViewRequest{
+		"modal_reject":        RejectModal(callID),
+		"modal_edit":          EditModal(callID, "files__delete_path", testArgs, testSchema),
+		"modal_edit_noschema": EditModal(callID, "files__delete_path", testArgs, nil),
+		"modal_respond":       RespondModal(callID, "Which **region**? <!channel>"),
+		"modal_args":          ArgsModal("files__delete_path", hostileArgs),
+	}
+	for name, m := range tests {
+		t.Run(name, func(t *testing.T) {
+			checkGolden(t, name, m)
+			checkLimits(t, name, m, maxViewBlocks)
+		})
+	}
+}
+
+func TestModalIdentity(t *testing.T) {
+	const callID = "abc.1"
+	tests := []struct {
+		name       string
+		modal      slack.ModalViewRequest
+		callback   string
+		metadata   string
+		submit     bool
+		inputBlock string
+	}{
+		{"reject", RejectModal(callID), CallbackReject, callID, true, BlockRejectReason},
+		{"edit", EditModal(callID, "t", testArgs, nil), CallbackEdit, callID, true, BlockEditArgs},
+		{"respond", RespondModal(callID, "q?"), CallbackRespond, callID, true, BlockAnswer},
+		{"args", ArgsModal("t", testArgs), CallbackViewArgs, "", false, ""},
+	}
+	for _, tt := range tests {
+		m := tt.modal
+		if m.Type != slack.VTModal || m.CallbackID != tt.callback || m.PrivateMetadata != tt.metadata {
+			t.Errorf("%s: type %q, callback %q, metadata %q; want modal, %q, %q", tt.name, m.Type, m.CallbackID, m.PrivateMetadata, tt.callback, tt.metadata)
+		}
+		if (m.Submit != nil) != tt.submit {
+			t.Errorf("%s: has submit button %v, want %v", tt.name, m.Submit != nil, tt.submit)
+		}
+		var inputs []string
+		for _, b := range m.Blocks.BlockSet {
+			if in, ok := b.(*slack.InputBlock); ok {
+				inputs = append(inputs, in.BlockID)
+				if in.Optional {
+					t.Errorf("%s: input %s is optional, want required", tt.name, in.BlockID)
+				}
+				el, ok := in.Element.(*slack.PlainTextInputBlockElement)
+				if !ok || !el.Multiline {
+					t.Errorf("%s: input %s is not a multi-line plain-text input", tt.name, in.BlockID)
+				}
+			}
+		}
+		want := []string{}
+		if tt.inputBlock != "" {
+			want = []string{tt.inputBlock}
+		}
+		if strings.Join(inputs, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: input blocks %v, want %v", tt.name, inputs, want)
+		}
+	}
+}
+
+func TestEditModalPrefill(t *testing.T) {
+	m := EditModal("c", "t", json.RawMessage(`{"path":"<!here> & co","n":1}`), nil)
+	var el *slack.PlainTextInputBlockElement
+	for _, b := range m.Blocks.BlockSet {
+		if in, ok := b.(*slack.InputBlock); ok {
+			el = in.Element.(*slack.PlainTextInputBlockElement)
+		}
+	}
+	if el == nil {
+		t.Fatal("no input")
+	}
+	// Plain-text inputs are not mrkdwn: the JSON is prefilled exactly as
+	// it is, so that submitting it unchanged gives the same arguments.
+	want := "{\n  \"path\": \"<!here> & co\",\n  \"n\": 1\n}"
+	if el.InitialValue != want {
+		t.Errorf("initial value = %q, want %q", el.InitialValue, want)
+	}
+	if el.ActionID != ActionEditArgs || el.MaxLength != maxInputValue {
+		t.Errorf("input action %q, max length %d; want %q, %d", el.ActionID, el.MaxLength, ActionEditArgs, maxInputValue)
+	}
+}
+
+func TestEditModalLongArgs(t *testing.T) {
+	// Pretty JSON is over the limit, compact JSON is under it.
+	items := make([]int, 700)
+	args, _ := json.Marshal(map[string]any{"items": items})
+	m := EditModal("c", "t", args, nil)
+	found := false
+	for _, b := range m.Blocks.BlockSet {
+		if in, ok := b.(*slack.InputBlock); ok {
+			v := in.Element.(*slack.PlainTextInputBlockElement).InitialValue
+			found = true
+			if v != string(args) {
+				t.Errorf("long arguments prefilled as %d characters, want the compact JSON (%d)", len(v), len(args))
+			}
+		}
+	}
+	if !found {
+		t.Error("arguments that fit compact have no input")
+	}
+
+	// Too long even compact: no input, no submit, and a note.
+	m = EditModal("c", "t", hugeArgs(), nil)
+	for _, b := range m.Blocks.BlockSet {
+		if _, ok := b.(*slack.InputBlock); ok {
+			t.Error("arguments over 3000 characters have an input")
+		}
+	}
+	if m.Submit != nil {
+		t.Error("arguments over 3000 characters have a submit button")
+	}
+	if !strings.Contains(string(render(t, m)), "cannot be edited here") {
+		t.Error("arguments over 3000 characters: no explanation")
+	}
+	checkLimits(t, "edit huge", m, maxViewBlocks)
+}
+
+func TestSchemaSummary(t *testing.T) {
+	got := schemaSummary(testSchema)
+	want := "• `path` (string, required) — File to delete. &lt;!here&gt; must not ping\n" +
+		"• `mode` (string|null, one of \"soft\", \"hard\")\n" +
+		"• `recursive` (boolean)"
+	if got != want {
+		t.Errorf("schemaSummary = %q, want %q", got, want)
+	}
+	for _, s := range []string{"", "null", "not json", `{"type":"string"}`} {
+		if got := schemaSummary(json.RawMessage(s)); got != "" {
+			t.Errorf("schemaSummary(%q) = %q, want empty", s, got)
+		}
+	}
+}
+
+func TestArgsModalHuge(t *testing.T) {
+	big := strings.Repeat("<!channel> abc\n", 40000) // ~720k characters escaped
+	args, _ := json.Marshal(map[string]string{"content": big})
+	m := ArgsModal("t", args)
+	checkLimits(t, "args huge", m, maxViewBlocks)
+	if n := len(m.Blocks.BlockSet); n != maxViewBlocks {
+		t.Errorf("huge arguments: %d blocks, want all %d used", n, maxViewBlocks)
+	}
+	out := string(render(t, m))
+	if !strings.Contains(out, "more characters not shown") {
+		t.Error("huge arguments: no note about the characters left out")
+	}
+	if strings.Contains(out, "<!channel>") {
+		t.Error("huge arguments: <!channel> came through")
+	}
+
+	// Arguments that fit are shown whole, over several sections.
+	args = hugeArgs()
+	m = ArgsModal("t", args)
+	checkLimits(t, "args long", m, maxViewBlocks)
+	var shown strings.Builder
+	for _, b := range m.Blocks.BlockSet[1:] {
+		s := b.(*slack.SectionBlock).Text.Text
+		shown.WriteString(strings.TrimSuffix(strings.TrimPrefix(s, "```\n"), "\n```") + "\n")
+	}
+	if got, want := words(shown.String()), words(codeBody(prettyJSON(args))); got != want {
+		t.Errorf("long arguments not shown whole: %d characters, want %d", len(got), len(want))
+	}
+}
+
+// submitted returns a view as Slack sends it on submission, with value in
+// blockID/actionID.
+func submitted(callID, blockID, actionID, value string) slack.View {
+	return slack.View{
+		PrivateMetadata: callID,
+		State: &slack.ViewState{Values: map[string]map[string]slack.BlockAction{
+			blockID: {actionID: {Value: value}},
+		}},
+	}
+}
+
+func TestReadSubmissions(t *testing.T) {
+	tests := []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"reject", ReadRejectReason(submitted("c", BlockRejectReason, ActionRejectReason, "  use staging\n")), "use staging"},
+		{"edit", ReadEditedArgs(submitted("c", BlockEditArgs, ActionEditArgs, "\n{\"a\":1}\n")), `{"a":1}`},
+		{"answer", ReadAnswer(submitted("c", BlockAnswer, ActionAnswer, "eu-west-1")), "eu-west-1"},
+		{"wrong block", ReadAnswer(submitted("c", BlockEditArgs, ActionEditArgs, "x")), ""},
+		{"no state", ReadRejectReason(slack.View{}), ""},
+		{"call id", ReadCallID(submitted("3f9a.0", BlockAnswer, ActionAnswer, "")), "3f9a.0"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+// TestReadSubmissionJSON reads values from a submission payload decoded the
+// way slack-go decodes interaction callbacks.
+func TestReadSubmissionJSON(t *testing.T) {
+	payload := `{"private_metadata":"3f9a.0","callback_id":"reject_modal","state":{"values":{"reject_reason":{"reject_reason_input":{"type":"plain_text_input","value":"Wrong bucket"}}}}}`
+	var v slack.View
+	if err := json.Unmarshal([]byte(payload), &v); err != nil {
+		t.Fatal(err)
+	}
+	if got := ReadRejectReason(v); got != "Wrong bucket" {
+		t.Errorf("ReadRejectReason = %q, want %q", got, "Wrong bucket")
+	}
+	if v.CallbackID != CallbackReject || ReadCallID(v) != "3f9a.0" {
+		t.Errorf("callback %q, call id %q", v.CallbackID, ReadCallID(v))
+	}
+}
+
+func TestRespondModalLongQuestion(t *testing.T) {
+	q := longAnswer(400000)
+	m := RespondModal("c", q)
+	checkLimits(t, "respond long", m, maxViewBlocks)
+	last := m.Blocks.BlockSet[len(m.Blocks.BlockSet)-1]
+	if in, ok := last.(*slack.InputBlock); !ok || in.BlockID != BlockAnswer {
+		t.Errorf("long question: last block is %T, want the answer input", last)
+	}
+	if !strings.Contains(string(render(t, m)), "more parts of the question not shown") {
+		t.Error("long question: no note about the parts left out")
+	}
+}
