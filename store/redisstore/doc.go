@@ -1,6 +1,7 @@
 // Package redisstore implements the store on Redis, for one or many bot
 // replicas sharing a single node, a Sentinel-managed primary or a Cluster
-// (see NewClient for the URL forms).
+// (see NewClient for the URL forms). It needs Redis 7.0 or later (it uses
+// the NX, GT and LT options of PEXPIRE).
 //
 // # Atomicity
 //

@@ -227,7 +227,9 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 		for _, c := range calls {
 			add(s.dueKey(), c.ExpiresAt, c.ID)
 			add(s.pendingKey(), c.ExpiresAt, c.ID)
-			add(s.requesterKey(c.Requester), c.ExpiresAt, c.ID)
+			if c.Requester != "" {
+				add(s.requesterKey(c.Requester), c.ExpiresAt, c.ID)
+			}
 			for _, k := range s.approverKeys(c) {
 				add(k, c.ExpiresAt, c.ID)
 			}
@@ -516,7 +518,9 @@ func (s *Store) FinishRun(ctx context.Context, runID string) error {
 			c := l.call
 			p.ZRem(ctx, s.dueKey(), c.ID)
 			p.ZRem(ctx, s.pendingKey(), c.ID)
-			p.ZRem(ctx, s.requesterKey(c.Requester), c.ID)
+			if c.Requester != "" {
+				p.ZRem(ctx, s.requesterKey(c.Requester), c.ID)
+			}
 			for _, k := range s.approverKeys(c) {
 				p.ZRem(ctx, k, c.ID)
 			}
