@@ -163,7 +163,7 @@ func parseServers(n *yaml.Node) ([]ServerConfig, error) {
 			Headers map[string]string `yaml:"headers"`
 		}
 		if err := item.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("mcp server: %w", err)
+			return nil, fmt.Errorf("mcp server: %w", decodeError(err))
 		}
 		s, err := newServerConfig(raw.Name, raw.Command, raw.Env, raw.Dir, raw.URL, raw.Headers)
 		if err != nil {
@@ -284,7 +284,7 @@ func parseHTTP(n *yaml.Node) (*HTTPConfig, error) {
 		ReadOnly         bool          `yaml:"read_only"`
 	}
 	if err := n.Decode(&raw); err != nil {
-		return nil, err
+		return nil, decodeError(err)
 	}
 	c := &HTTPConfig{
 		AllowedHosts:     raw.AllowedHosts,
@@ -328,7 +328,7 @@ func parseCommand(n *yaml.Node) (*CommandConfig, error) {
 		MaxOutputBytes int64             `yaml:"max_output_bytes"`
 	}
 	if err := n.Decode(&raw); err != nil {
-		return nil, err
+		return nil, decodeError(err)
 	}
 	env, err := expandMap(raw.Env)
 	if err != nil {
@@ -385,7 +385,7 @@ func parseWorkspace(n *yaml.Node) (*WorkspaceConfig, error) {
 		MaxFileBytes int64  `yaml:"max_file_bytes"`
 	}
 	if err := n.Decode(&raw); err != nil {
-		return nil, err
+		return nil, decodeError(err)
 	}
 	c := &WorkspaceConfig{Root: raw.Root, MaxFileBytes: orDefault(raw.MaxFileBytes, DefaultWorkspaceMaxFileBytes)}
 	if err := c.validate(); err != nil {
@@ -426,6 +426,22 @@ func checkKeys(n *yaml.Node, what string, allowed ...string) error {
 		}
 	}
 	return nil
+}
+
+// decodeError flattens a YAML type error into one line, with a hint for
+// durations.
+func decodeError(err error) error {
+	te, ok := errors.AsType[*yaml.TypeError](err)
+	if !ok {
+		return err
+	}
+	msgs := slices.Clone(te.Errors)
+	for i, m := range msgs {
+		if strings.HasSuffix(m, "into time.Duration") {
+			msgs[i] = m + " (want a duration such as 10s or 1m30s)"
+		}
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }

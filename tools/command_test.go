@@ -1,0 +1,173 @@
+package tools
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+)
+
+// commandFixture makes a PATH of test scripts and a working directory with
+// a subdirectory and a symlink leading out of it.
+func commandFixture(t *testing.T) (bin, work string) {
+	t.Helper()
+	base := t.TempDir()
+	bin = filepath.Join(base, "bin")
+	work = filepath.Join(base, "work")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{bin, filepath.Join(work, "sub"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(work, "link")); err != nil {
+		t.Fatal(err)
+	}
+	scripts := map[string]string{
+		"hello": `echo "hello $*"; pwd; echo "secret=$TOOLGATE_TEST_SECRET greeting=$GREETING"`,
+		"fail":  `echo "bad input" >&2; exit 3`,
+		"loud":  `i=0; while [ $i -lt 1000 ]; do echo 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz; i=$((i+1)); done`,
+		"hang":  `sleep 30 & echo $!; wait`,
+		"other": `echo other`,
+	}
+	for name, body := range scripts {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("TOOLGATE_TEST_SECRET", "leaked")
+	return bin, work
+}
+
+func TestRunCommand(t *testing.T) {
+	bin, work := commandFixture(t)
+	realWork, err := filepath.EvalSymlinks(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool, err := RunCommand(CommandConfig{
+		Allow:          []string{"hello", filepath.Join(bin, "fail"), "loud", "hang"},
+		Dir:            work,
+		Env:            map[string]string{"GREETING": "hi"},
+		Timeout:        2 * time.Second,
+		MaxOutputBytes: 1000,
+	})
+	if err != nil {
+		t.Fatalf("RunCommand: %v", err)
+	}
+	if err := agent.NewRegistry().Register(tool); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	if h := tool.Annotations; h.ReadOnly || h.Destructive == nil || !*h.Destructive {
+		t.Errorf("run_command hints: got %+v, want destructive", h)
+	}
+
+	for _, tc := range []struct {
+		name      string
+		args      map[string]any
+		want      string // the whole content, or a substring when prefixed by "~"
+		wantError bool
+	}{
+		{"bare name", map[string]any{"argv": []string{"hello", "a b"}},
+			"exit status 0\nhello a b\n" + realWork + "\nsecret= greeting=hi\n", false},
+		{"absolute path of an allowed name", map[string]any{"argv": []string{filepath.Join(bin, "hello")}},
+			"~hello \n", false},
+		{"subdirectory", map[string]any{"argv": []string{"hello"}, "dir": "sub"},
+			"~\n" + filepath.Join(realWork, "sub") + "\n", false},
+		{"absolute subdirectory", map[string]any{"argv": []string{"hello"}, "dir": filepath.Join(work, "sub")},
+			"~\n" + filepath.Join(realWork, "sub") + "\n", false},
+		{"allowed path by bare name", map[string]any{"argv": []string{"fail"}},
+			"exit status 3\nbad input\n", true},
+		{"allowed path", map[string]any{"argv": []string{filepath.Join(bin, "fail")}},
+			"exit status 3\nbad input\n", true},
+		{"not allowed", map[string]any{"argv": []string{"other"}},
+			`~program "other" is not allowed`, true},
+		{"not allowed by path", map[string]any{"argv": []string{filepath.Join(bin, "other")}},
+			"~is not allowed", true},
+		{"shell", map[string]any{"argv": []string{"sh", "-c", "hello"}},
+			`~program "sh" is not allowed`, true},
+		{"relative path", map[string]any{"argv": []string{"./hello"}},
+			"~must be a bare name or a clean absolute path", true},
+		{"dot-dot path", map[string]any{"argv": []string{"../bin/hello"}},
+			"~must be a bare name or a clean absolute path", true},
+		{"unclean absolute path", map[string]any{"argv": []string{bin + "/../bin/hello"}},
+			"~must be a bare name or a clean absolute path", true},
+		{"dir escapes", map[string]any{"argv": []string{"hello"}, "dir": "../"},
+			"~is outside", true},
+		{"dir absolute outside", map[string]any{"argv": []string{"hello"}, "dir": "/etc"},
+			"~is outside", true},
+		{"dir through symlink", map[string]any{"argv": []string{"hello"}, "dir": "link"},
+			"~leads outside", true},
+		{"dir missing", map[string]any{"argv": []string{"hello"}, "dir": "nope"},
+			"~does not exist", true},
+		{"output capped", map[string]any{"argv": []string{"loud"}},
+			"~\n[output truncated: 108000 more bytes not shown]\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := runTool(t, tool, tc.args)
+			if sub, ok := strings.CutPrefix(tc.want, "~"); ok {
+				if !strings.Contains(got.Content, sub) {
+					t.Errorf("run_command %v: got %q, want it to contain %q", tc.args, got.Content, sub)
+				}
+			} else if got.Content != tc.want {
+				t.Errorf("run_command %v: got %q, want %q", tc.args, got.Content, tc.want)
+			}
+			if got.IsError != tc.wantError {
+				t.Errorf("run_command %v: got IsError %v, want %v", tc.args, got.IsError, tc.wantError)
+			}
+		})
+	}
+}
+
+func TestRunCommandTimeoutKillsGroup(t *testing.T) {
+	_, work := commandFixture(t)
+	tool, err := RunCommand(CommandConfig{Allow: []string{"hang"}, Dir: work, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("RunCommand: %v", err)
+	}
+	start := time.Now()
+	got := runTool(t, tool, map[string]any{"argv": []string{"hang"}})
+	if elapsed := time.Since(start); elapsed > 5*time.Second {
+		t.Errorf("run_command hang: took %s, want about 300ms", elapsed)
+	}
+	if !got.IsError || !strings.HasPrefix(got.Content, "timed out after 300ms; the process group was killed\n") {
+		t.Fatalf("run_command hang: got %+v, want a timeout error", got)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(got.Content, "\n", 3)[1]))
+	if err != nil {
+		t.Fatalf("no child pid in %q: %v", got.Content, err)
+	}
+	waitFor(t, fmt.Sprintf("the background child %d is dead", pid), func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true // gone
+		}
+		// A zombie waiting for a reaper is dead too.
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		return strings.HasPrefix(rest, "Z")
+	})
+}
+
+func TestRunCommandConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  CommandConfig
+		want string
+	}{
+		{"missing dir", CommandConfig{Allow: []string{"ls"}, Dir: filepath.Join(t.TempDir(), "nope")}, "no such file"},
+		{"no allow", CommandConfig{Dir: t.TempDir()}, "allow must list"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := RunCommand(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("RunCommand(%+v): got error %v, want one containing %q", tc.cfg, err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,142 @@
+package tools
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	t.Setenv("TOOLGATE_TEST_TOKEN", "tok")
+	t.Setenv("TOOLGATE_TEST_ROOT", "/srv/files")
+	data := `
+mcp_servers:
+  - name: files
+    command: ["./files-mcp", "--root", "${TOOLGATE_TEST_ROOT}"]
+    env: {LOG: "debug-${TOOLGATE_TEST_TOKEN}"}
+    dir: /srv
+  - name: github
+    url: https://mcp.example.com/mcp
+    headers: {Authorization: "Bearer ${TOOLGATE_TEST_TOKEN}", X-Literal: "$HOME and $"}
+builtin_tools:
+  ask_human: {}
+  http_request: {allowed_hosts: ["api.github.com", "*.internal.example"], max_response_bytes: 65536, timeout: 10s}
+  run_command: {allow: ["kubectl", "/usr/bin/systemctl"], dir: /srv, timeout: 30s, max_output_bytes: 4096}
+  workspace: {root: /srv/scratch}
+policy:
+  default: ask
+  rules:
+    - tool: "files__read_*"
+      verdict: allow
+`
+	got, err := ParseConfig([]byte(data))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	want := Config{
+		Servers: []ServerConfig{
+			{Name: "files", Command: []string{"./files-mcp", "--root", "/srv/files"}, Env: map[string]string{"LOG": "debug-tok"}, Dir: "/srv"},
+			{Name: "github", URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer tok", "X-Literal": "$HOME and $"}},
+		},
+		Builtins: BuiltinConfig{
+			AskHuman:    &AskHumanConfig{},
+			HTTPRequest: &HTTPConfig{AllowedHosts: []string{"api.github.com", "*.internal.example"}, MaxResponseBytes: 65536, Timeout: 10 * time.Second},
+			RunCommand:  &CommandConfig{Allow: []string{"kubectl", "/usr/bin/systemctl"}, Dir: "/srv", Timeout: 30 * time.Second, MaxOutputBytes: 4096},
+			Workspace:   &WorkspaceConfig{Root: "/srv/scratch", MaxFileBytes: DefaultWorkspaceMaxFileBytes},
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseConfig:\ngot  %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	got, err := ParseConfig([]byte(`
+builtin_tools:
+  ask_human:
+  http_request: {allowed_hosts: [example.com]}
+  run_command: {allow: [ls], dir: /tmp}
+`))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	b := got.Builtins
+	if b.AskHuman == nil {
+		t.Errorf("ask_human with no value: got disabled, want enabled")
+	}
+	if h := b.HTTPRequest; h.Timeout != DefaultHTTPTimeout || h.MaxResponseBytes != DefaultHTTPMaxResponseBytes {
+		t.Errorf("http_request defaults: got %+v, want timeout %s and %d bytes", h, DefaultHTTPTimeout, DefaultHTTPMaxResponseBytes)
+	}
+	if c := b.RunCommand; c.Timeout != DefaultCommandTimeout || c.MaxOutputBytes != DefaultCommandMaxOutputBytes {
+		t.Errorf("run_command defaults: got %+v, want timeout %s and %d bytes", c, DefaultCommandTimeout, DefaultCommandMaxOutputBytes)
+	}
+	if b.Workspace != nil {
+		t.Errorf("workspace: got %+v, want disabled", b.Workspace)
+	}
+}
+
+func TestParseConfigEmpty(t *testing.T) {
+	for _, data := range []string{"", "policy: {default: ask}\n", "mcp_servers:\nbuiltin_tools:\n"} {
+		got, err := ParseConfig([]byte(data))
+		if err != nil || !reflect.DeepEqual(got, Config{}) {
+			t.Errorf("ParseConfig(%q): got %+v, %v; want an empty config", data, got, err)
+		}
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	t.Setenv("TOOLGATE_TEST_SET", "x")
+	for _, tc := range []struct {
+		name, data string
+		want       string // substrings of the error, separated by |
+	}{
+		{"not yaml", "mcp_servers: [", "parse config"},
+		{"servers not a list", "mcp_servers: {a: 1}", "line 1|mcp_servers must be a list"},
+		{"unknown server key", "mcp_servers:\n  - name: a\n    command: [x]\n    cmd: [y]\n", `line 4|unknown key "cmd"`},
+		{"no name", "mcp_servers:\n  - command: [x]\n", "line 2|name is required"},
+		{"bad name chars", "mcp_servers:\n  - name: my.server\n    command: [x]\n", `"my.server"|A-Z a-z 0-9 _ -`},
+		{"double underscore", "mcp_servers:\n  - name: a__b\n    command: [x]\n", `must not contain "__"`},
+		{"trailing underscore", "mcp_servers:\n  - name: a_\n    command: [x]\n", `end with "_"`},
+		{"long name", "mcp_servers:\n  - name: " + strings.Repeat("a", 33) + "\n    command: [x]\n", "longer than 32"},
+		{"duplicate", "mcp_servers:\n  - name: a\n    command: [x]\n  - name: a\n    url: http://h/\n", `line 4|"a"|already used on line 2`},
+		{"neither", "mcp_servers:\n  - name: a\n", "either command"},
+		{"both", "mcp_servers:\n  - name: a\n    command: [x]\n    url: http://h/\n", "only one of command and url"},
+		{"empty program", "mcp_servers:\n  - name: a\n    command: [\"\"]\n", "program name is empty"},
+		{"bad url", "mcp_servers:\n  - name: a\n    url: ftp://h/\n", "http:// or https://"},
+		{"headers on stdio", "mcp_servers:\n  - name: a\n    command: [x]\n    headers: {A: b}\n", "headers only apply to url"},
+		{"env on http", "mcp_servers:\n  - name: a\n    url: http://h/\n    env: {A: b}\n", "env and dir only apply to command"},
+		{"unset variable", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {Authorization: \"Bearer ${TOOLGATE_TEST_UNSET}\"}\n", "headers: Authorization: environment variable TOOLGATE_TEST_UNSET is not set"},
+		{"command wrong type", "mcp_servers:\n  - name: a\n    command: x\n", "line 3|cannot unmarshal"},
+		{"unknown builtin", "builtin_tools:\n  shell: {}\n", `line 2|unknown key "shell"`},
+		{"ask_human settings", "builtin_tools:\n  ask_human: {timeout: 1s}\n", `line 2|unknown key "timeout" in ask_human`},
+		{"http no hosts", "builtin_tools:\n  http_request: {timeout: 1s}\n", "builtin_tools.http_request|line 2|allowed_hosts must list"},
+		{"http url host", "builtin_tools:\n  http_request: {allowed_hosts: [\"https://x.com\"]}\n", "want a host name"},
+		{"http inner wildcard", "builtin_tools:\n  http_request: {allowed_hosts: [\"a.*.com\"]}\n", "leading"},
+		{"http bad port", "builtin_tools:\n  http_request: {allowed_hosts: [\"a.com:99999\"]}\n", "invalid port"},
+		{"http bad timeout", "builtin_tools:\n  http_request: {allowed_hosts: [a.com], timeout: soon}\n", "line 2|cannot unmarshal"},
+		{"http negative size", "builtin_tools:\n  http_request: {allowed_hosts: [a.com], max_response_bytes: -1}\n", "max_response_bytes must be positive"},
+		{"http unknown key", "builtin_tools:\n  http_request:\n    allowed_hosts: [a.com]\n    hosts: [b.com]\n", `line 4|unknown key "hosts"`},
+		{"command no allow", "builtin_tools:\n  run_command: {dir: /tmp}\n", "allow must list"},
+		{"command relative allow", "builtin_tools:\n  run_command: {allow: [./x], dir: /tmp}\n", "absolute path or a bare name"},
+		{"command unclean allow", "builtin_tools:\n  run_command: {allow: [/usr/bin/../bin/rm], dir: /tmp}\n", "not a clean path"},
+		{"command no dir", "builtin_tools:\n  run_command: {allow: [ls]}\n", "dir is required"},
+		{"command relative dir", "builtin_tools:\n  run_command: {allow: [ls], dir: srv}\n", "must be an absolute path"},
+		{"command env unset", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, env: {A: \"${TOOLGATE_TEST_UNSET}\"}}\n", "TOOLGATE_TEST_UNSET is not set"},
+		{"workspace no root", "builtin_tools:\n  workspace: {max_file_bytes: 10}\n", "root is required"},
+		{"workspace relative root", "builtin_tools:\n  workspace: {root: scratch}\n", "must be an absolute path"},
+		{"workspace not a mapping", "builtin_tools:\n  workspace: /srv\n", "line 2|workspace must be a mapping"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.data))
+			if err == nil {
+				t.Fatalf("ParseConfig(%q): got nil error, want one containing %q", tc.data, tc.want)
+			}
+			for _, want := range strings.Split(tc.want, "|") {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("ParseConfig(%q): got error %q, want it to contain %q", tc.data, err, want)
+				}
+			}
+		})
+	}
+}

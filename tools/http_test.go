@@ -1,0 +1,189 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+)
+
+// httpTestServer serves a few paths on 127.0.0.1.
+func httpTestServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("X-Secret-Internal", "hidden")
+		io.WriteString(w, "hello")
+	})
+	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		io.WriteString(w, r.Method+" "+r.Header.Get("X-Test")+" "+string(body))
+	})
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat("a", 100))
+	})
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	})
+	mux.HandleFunc("/hop", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ok", http.StatusFound)
+	})
+	mux.HandleFunc("/away", func(w http.ResponseWriter, r *http.Request) {
+		// localhost is the same machine but not an allowed host.
+		u := "http://localhost:" + r.URL.Port() + "/ok"
+		if _, port, ok := strings.Cut(r.Host, ":"); ok {
+			u = "http://localhost:" + port + "/ok"
+		}
+		http.Redirect(w, r, u, http.StatusFound)
+	})
+	mux.HandleFunc("/missing", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "nope", http.StatusNotFound)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func httpTools(t *testing.T, c HTTPConfig) map[string]agent.Tool {
+	t.Helper()
+	ts, err := HTTPTools(c)
+	if err != nil {
+		t.Fatalf("HTTPTools: %v", err)
+	}
+	reg := agent.NewRegistry()
+	out := map[string]agent.Tool{}
+	for _, tool := range ts {
+		if err := reg.Register(tool); err != nil {
+			t.Fatalf("Register(%s): %v", tool.Name, err)
+		}
+		out[tool.Name] = tool
+	}
+	return out
+}
+
+func runTool(t *testing.T, tool agent.Tool, args any) agent.Result {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := tool.Handler(ctx, raw)
+	if err != nil {
+		t.Fatalf("%s(%s): unexpected error %v", tool.Name, raw, err)
+	}
+	return res
+}
+
+func TestHTTPTools(t *testing.T) {
+	srv := httpTestServer(t)
+	u, _ := url.Parse(srv.URL)
+	tools := httpTools(t, HTTPConfig{AllowedHosts: []string{"127.0.0.1", "*.example.com"}, MaxResponseBytes: 10, Timeout: 300 * time.Millisecond})
+	get, req := tools["http_get"], tools["http_request"]
+
+	for _, tc := range []struct {
+		name      string
+		tool      agent.Tool
+		args      map[string]any
+		want      []string // substrings of the content
+		notWant   string
+		wantError bool
+	}{
+		{"get", get, map[string]any{"url": srv.URL + "/ok"}, []string{"HTTP 200 OK\n", "Content-Type: text/plain\n", "\n\nhello"}, "hidden", false},
+		{"head", get, map[string]any{"url": srv.URL + "/ok", "method": "HEAD"}, []string{"HTTP 200 OK\n"}, "hello", false},
+		{"not found is a result", get, map[string]any{"url": srv.URL + "/missing"}, []string{"HTTP 404 Not Found\n", "nope"}, "", false},
+		{"post with headers", req, map[string]any{"method": "POST", "url": srv.URL + "/echo", "headers": map[string]string{"X-Test": "v"}, "body": "b"}, []string{"POST v b"}, "", false},
+		{"redirect to an allowed host", get, map[string]any{"url": srv.URL + "/hop"}, []string{"Final-URL: " + srv.URL + "/ok\n", "hello"}, "", false},
+		{"truncated", get, map[string]any{"url": srv.URL + "/big"}, []string{"\n\naaaaaaaaaa\n[body truncated: only the first 10 bytes are shown]"}, "aaaaaaaaaaa", false},
+		{"disallowed host", get, map[string]any{"url": "http://localhost:" + u.Port() + "/ok"}, []string{`host "localhost:` + u.Port() + `" is not in the allowed hosts (127.0.0.1, *.example.com)`}, "", true},
+		{"bare domain of a glob", get, map[string]any{"url": "https://example.com/"}, []string{`host "example.com" is not in the allowed hosts`}, "", true},
+		{"userinfo", get, map[string]any{"url": "http://user:pw@127.0.0.1:" + u.Port() + "/ok"}, []string{"user info"}, "pw", true},
+		{"userinfo trick", get, map[string]any{"url": "http://127.0.0.1@localhost:" + u.Port() + "/ok"}, []string{"refused"}, "", true},
+		{"scheme", get, map[string]any{"url": "file:///etc/passwd"}, []string{`scheme "file" is not allowed`}, "", true},
+		{"redirect to a disallowed host", get, map[string]any{"url": srv.URL + "/away"}, []string{"redirect to http://localhost:" + u.Port() + "/ok refused", `host "localhost:` + u.Port() + `" is not in the allowed hosts`}, "", true},
+		{"timeout", get, map[string]any{"url": srv.URL + "/slow"}, []string{"timed out after 300ms"}, "", true},
+		{"method not allowed", get, map[string]any{"url": srv.URL + "/echo", "method": "POST"}, []string{`method "POST" is not allowed here; use one of GET, HEAD`}, "", true},
+		{"host header", req, map[string]any{"method": "GET", "url": srv.URL + "/ok", "headers": map[string]string{"Host": "evil"}}, []string{"Host header cannot be set"}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := runTool(t, tc.tool, tc.args)
+			if got.IsError != tc.wantError {
+				t.Errorf("%s %v: got IsError %v, want %v (content %q)", tc.tool.Name, tc.args, got.IsError, tc.wantError, got.Content)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got.Content, w) {
+					t.Errorf("%s %v: got %q, want it to contain %q", tc.tool.Name, tc.args, got.Content, w)
+				}
+			}
+			if tc.notWant != "" && strings.Contains(got.Content, tc.notWant) {
+				t.Errorf("%s %v: got %q, want no %q", tc.tool.Name, tc.args, got.Content, tc.notWant)
+			}
+		})
+	}
+}
+
+func TestHTTPToolsHints(t *testing.T) {
+	tools := httpTools(t, HTTPConfig{AllowedHosts: []string{"a.com"}})
+	if h := tools["http_get"].Annotations; !h.ReadOnly || h.Destructive == nil || *h.Destructive {
+		t.Errorf("http_get hints: got %+v, want read-only and not destructive", h)
+	}
+	if h := tools["http_request"].Annotations; h.ReadOnly || h.Destructive == nil || !*h.Destructive {
+		t.Errorf("http_request hints: got %+v, want destructive", h)
+	}
+	ro := httpTools(t, HTTPConfig{AllowedHosts: []string{"a.com"}, ReadOnly: true})
+	if _, ok := ro["http_request"]; ok || len(ro) != 1 {
+		t.Errorf("read_only: got tools %v, want only http_get", ro)
+	}
+	reg := agent.NewRegistry()
+	reg.Register(tools["http_get"])
+	if err := reg.Validate("http_get", json.RawMessage(`{"url": "https://a.com", "method": "DELETE"}`)); err == nil {
+		t.Errorf("http_get schema: DELETE accepted, want refused")
+	}
+}
+
+func TestHostPattern(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, url string
+		want         bool
+	}{
+		{"api.github.com", "https://api.github.com/x", true},
+		{"api.github.com", "https://API.GitHub.com./x", true},
+		{"api.github.com", "https://api.github.com:8443/x", true},
+		{"api.github.com", "https://github.com/x", false},
+		{"api.github.com", "https://api.github.com.evil.com/x", false},
+		{"*.internal.example", "http://a.internal.example/", true},
+		{"*.internal.example", "http://a.b.internal.example/", true},
+		{"*.internal.example", "http://internal.example/", false},
+		{"*.internal.example", "http://evilinternal.example/", false},
+		{"127.0.0.1:8080", "http://127.0.0.1:8080/", true},
+		{"127.0.0.1:8080", "http://127.0.0.1:8081/", false},
+		{"example.com:443", "https://example.com/", true},
+		{"example.com:443", "http://example.com/", false},
+		{"[::1]:80", "http://[::1]/", true},
+		{"::1", "http://[::1]:9000/", true},
+	} {
+		h := &httpTool{cfg: HTTPConfig{AllowedHosts: []string{tc.pattern}}, hosts: []hostPattern{parseHostPattern(tc.pattern)}}
+		if err := checkHostPattern(tc.pattern); err != nil {
+			t.Errorf("checkHostPattern(%q): %v", tc.pattern, err)
+		}
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := h.check(u) == nil; got != tc.want {
+			t.Errorf("pattern %q, url %q: got allowed=%v, want %v", tc.pattern, tc.url, got, tc.want)
+		}
+	}
+}
