@@ -27,7 +27,7 @@ var (
 	mdFence    = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})(.*)$")
 	mdLink     = regexp.MustCompile(`(!?)\[([^\[\]]*)\]\(\s*<?([^()\s<>]+)>?(?:\s+"[^"]*")?\s*\)`)
 	mdAutolink = regexp.MustCompile(`<((?:https?://|mailto:)[^<>\s]+)>`)
-	bareURL    = regexp.MustCompile(`(?:https?://|mailto:)[^\s<>()\[\]` + "`" + `]+`)
+	bareURL    = regexp.MustCompile(`(?:https?://|mailto:)[^\s<>()\[\]` + "`" + `\x{E000}-\x{E002}]+`)
 	mdBold     = regexp.MustCompile(`\*\*(\S(?:.*?\S)?)\*\*|__(\S(?:.*?\S)?)__`)
 	mdItalic   = regexp.MustCompile(`\*(\S(?:[^*]*?\S)?)\*`)
 	mdStrike   = regexp.MustCompile(`~~(\S(?:.*?\S)?)~~`)
@@ -226,7 +226,8 @@ func inlineText(s string) string {
 // AnswerMessages renders a model's answer as Slack messages: the Markdown is
 // converted with MarkdownToMrkdwn and split into section blocks of at most
 // 3000 characters, and the sections into messages of at most 50 blocks and
-// 40000 characters. Splits fall between paragraphs where possible, then
+// 40000 characters. Sections are marked expand, so clients show them
+// whole rather than behind "Show more". Splits fall between paragraphs where possible, then
 // between lines, and only then inside a line. A code block that has to be
 // split is closed at the end of one section and reopened at the start of
 // the next. Blank input gives no messages.
@@ -240,7 +241,7 @@ func AnswerMessages(text string) [][]slack.Block {
 			msgs = append(msgs, cur)
 			cur, size = nil, 0
 		}
-		cur = append(cur, slack.NewSectionBlock(mrkdwn(c), nil, nil))
+		cur = append(cur, slack.NewSectionBlock(mrkdwn(c), nil, nil, slack.SectionBlockOptionExpand(true)))
 		size += textLen(c)
 	}
 	if len(cur) > 0 {

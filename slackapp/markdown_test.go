@@ -36,6 +36,7 @@ func TestMarkdownToMrkdwn(t *testing.T) {
 		{"image", "![diagram](https://x.example/a.png)", "diagram (https://x.example/a.png)"},
 		{"autolink", "<https://example.com/a_b_c>", "https://example.com/a_b_c"},
 		{"bare url keeps underscores", "go to https://x.example/a_b_c/*d*.", "go to https://x.example/a_b_c/*d*."},
+		{"url next to a link", "https://a.example[x](https://b.example)", "https://a.examplex (https://b.example)"},
 		{"slack link syntax", "<https://evil|click me>", "&lt;https://evil|click me&gt;"},
 		{"mentions", "ping <!channel> <@U123> <!subteam^S1> <#C1>", "ping &lt;!channel&gt; &lt;@U123&gt; &lt;!subteam^S1&gt; &lt;#C1&gt;"},
 		{"bare broadcast", "hey @here", "hey @\u2060here"},

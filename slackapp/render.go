@@ -149,13 +149,19 @@ func userRef(id, fallback string) string {
 // id that is not a well-formed user or user-group id. It returns "" when
 // none is left.
 func approverList(ids []string, sep string) string {
+	return strings.Join(approverMentions(ids), sep)
+}
+
+// approverMentions renders approver ids as mentions, dropping any id that
+// is not a well-formed user or user-group id.
+func approverMentions(ids []string) []string {
 	var ms []string
 	for _, id := range ids {
 		if m, ok := mention(id); ok {
 			ms = append(ms, m)
 		}
 	}
-	return strings.Join(ms, sep)
+	return ms
 }
 
 // slackDate renders t as a Slack date token that each reader sees in their
@@ -229,13 +235,7 @@ func WaitingText(tools []string, approvers []string) string {
 	if len(tools) > 0 {
 		b.WriteString(" of " + toolList(tools))
 	}
-	var ms []string
-	for _, id := range approvers {
-		if m, ok := mention(id); ok {
-			ms = append(ms, m)
-		}
-	}
-	if len(ms) > 0 {
+	if ms := approverMentions(approvers); len(ms) > 0 {
 		b.WriteString(" by " + joinAnd(ms, "or"))
 	} else {
 		b.WriteString(" by anyone in this channel")

@@ -233,7 +233,11 @@ func requestText(c Card) string {
 		if who == "" {
 			who = "anyone in this channel"
 		}
-		lines = append(lines, "*Approvers:* "+who)
+		label := "*Approvers:* "
+		if c.Human {
+			label = "*Who may answer:* "
+		}
+		lines = append(lines, label+who)
 		if c.FourEyes {
 			lines = append(lines, ":eyes: Four-eyes: the requester cannot approve this call.")
 		}
