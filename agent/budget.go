@@ -52,7 +52,7 @@ func fitBudget(msgs []openai.ChatCompletionMessage, budget int) []openai.ChatCom
 	}
 	for total > budget {
 		end := nextExchange(out, 1)
-		if end >= lastExchange(out) || end <= 0 {
+		if end > lastExchange(out) {
 			break
 		}
 		total -= totalTokens(out[:end])

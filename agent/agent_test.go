@@ -1,0 +1,601 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
+)
+
+// A step with an allowed, a denied and an asked call pauses; after a
+// restart the decision resumes it and the model gets the three results in
+// order.
+func TestParallelCallsPauseRestartResume(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, b)
+			w.model.Reply(fakeopenai.Response{ToolCalls: []fakeopenai.ToolCall{
+				call("c1", "read_file", `{"path":"/etc/motd"}`),
+				call("c2", "drop_db", `{"name":"prod"}`),
+				call("c3", "deploy", `{"version":"1.2.3", "service":"api"}`),
+			}, ArgChunks: 3})
+			out, err := w.agent().Run(ctx, request("deploy api 1.2.3"))
+			must(t, err)
+			if out.Status != agent.Paused || len(out.Pending) != 1 {
+				t.Fatalf("got status %s with %d pending, want paused with 1", out.Status, len(out.Pending))
+			}
+			p := out.Pending[0]
+			if p.Tool != "deploy" || p.RuleID != "deploys" || !p.FourEyes || len(p.Approvers) != 2 {
+				t.Errorf("got pending %+v, want deploy under rule deploys with two approvers and four eyes", p.Call)
+			}
+			if string(p.Args) != `{"service":"api","version":"1.2.3"}` {
+				t.Errorf("got canonical args %s", p.Args)
+			}
+			if got := w.deploys.n.Load(); got != 0 {
+				t.Fatalf("deploy ran %d times before any decision", got)
+			}
+			if got := w.reads.n.Load(); got != 1 {
+				t.Fatalf("read_file ran %d times, want 1 (allowed)", got)
+			}
+
+			a := w.restart()
+			w.model.Reply(fakeopenai.Text("Deployed api 1.2.3."))
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			if !res.Complete {
+				t.Fatal("the only decision of the step did not complete it")
+			}
+			out, err = a.Resume(ctx, res.Call.RunID)
+			must(t, err)
+			if out.Status != agent.Answered || out.Answer != "Deployed api 1.2.3." {
+				t.Fatalf("got %s %q after resume, want the answer", out.Status, out.Answer)
+			}
+			want := []string{
+				"c1: file contents",
+				"c2: Dropping databases is never allowed from chat.",
+				"c3: deployed",
+			}
+			got := toolResults(t, w.model)
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("got tool results\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+			if args := w.deploys.Args(); len(args) != 1 || args[0] != `{"service":"api","version":"1.2.3"}` {
+				t.Errorf("deploy ran with %v, want the approved arguments", args)
+			}
+			// A second resume, here or in another process, does nothing.
+			a = w.restart()
+			again, err := a.Resume(ctx, res.Call.RunID)
+			must(t, err)
+			if again.Status != agent.Idle {
+				t.Errorf("got %s from a second resume, want idle", again.Status)
+			}
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times after a second resume, want 1", n)
+			}
+			// The conversation continues with its history.
+			w.model.Reply(fakeopenai.Text("You're welcome."))
+			_, err = a.Run(ctx, request("thanks"))
+			must(t, err)
+			reqs := w.model.Requests()
+			last := reqs[len(reqs)-1]
+			if n := len(last.Messages); n != 8 {
+				t.Errorf("got %d messages in the follow-up request, want 8 (system, user, assistant, 3 tools, assistant, user)", n)
+			}
+		})
+	}
+}
+
+// pauseOne runs a turn whose single call needs approval and returns it.
+func pauseOne(t *testing.T, w *world, a *agent.Agent, tc fakeopenai.ToolCall) agent.PendingCall {
+	t.Helper()
+	w.model.Reply(fakeopenai.ToolCalls(tc))
+	out, err := a.Run(context.Background(), request("please"))
+	must(t, err)
+	if out.Status != agent.Paused || len(out.Pending) != 1 {
+		t.Fatalf("got %s with %d pending, want one paused call", out.Status, len(out.Pending))
+	}
+	return out.Pending[0]
+}
+
+// Every kind of decision gives the model the result SPEC section 2 says,
+// and runs the tool only when it should.
+func TestDecisionKinds(t *testing.T) {
+	b := backends(t)[0]
+	tests := []struct {
+		name     string
+		tool     fakeopenai.ToolCall
+		decision approvals.Decision
+		wantRuns int64
+		wantArgs string
+		want     []string // substrings of the tool result
+	}{
+		{name: "approve", tool: call("c1", "deploy", `{"service":"api","version":"2"}`),
+			decision: approvals.Decision{Kind: approvals.Approve}, wantRuns: 1, wantArgs: `{"service":"api","version":"2"}`, want: []string{"deployed"}},
+		{name: "edit", tool: call("c1", "deploy", `{"service":"api","version":"2"}`),
+			decision: approvals.Decision{Kind: approvals.Edit, Args: json.RawMessage(`{"service":"api","version":"1"}`)}, wantRuns: 1,
+			wantArgs: `{"service":"api","version":"1"}`, want: []string{"edited the arguments", "Do not re-issue the original", `{"service":"api","version":"1"}`, "deployed"}},
+		{name: "deny", tool: call("c1", "deploy", `{"service":"api","version":"2"}`),
+			decision: approvals.Decision{Kind: approvals.Refuse}, want: []string{"not performed", "denied", "Do not retry"}},
+		{name: "reject", tool: call("c1", "deploy", `{"service":"api","version":"2"}`),
+			decision: approvals.Decision{Kind: approvals.Reject, Reason: "Not during the freeze, use 1.9 next week."},
+			want: []string{"UAPPROVER1", "Not during the freeze, use 1.9 next week."}},
+		{name: "respond", tool: call("c1", "ask_human", `{"question":"Which region?"}`),
+			decision: approvals.Decision{Kind: approvals.Respond, Answer: "eu-west-1"}, want: []string{"eu-west-1"}},
+		{name: "remember", tool: call("c1", "deploy", `{"service":"api","version":"2"}`),
+			decision: approvals.Decision{Kind: approvals.Remember}, wantRuns: 1, want: []string{"deployed"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, b)
+			a := w.agent()
+			p := pauseOne(t, w, a, tt.tool)
+			d := tt.decision
+			d.CallID, d.Fingerprint, d.Decider = p.ID, p.Fingerprint, "UAPPROVER1"
+			w.model.Reply(fakeopenai.Text("done"))
+			res, err := a.Decide(ctx, d)
+			must(t, err)
+			if _, err := a.Resume(ctx, res.Call.RunID); err != nil {
+				t.Fatal(err)
+			}
+			if got := w.deploys.n.Load(); got != tt.wantRuns {
+				t.Errorf("deploy ran %d times, want %d", got, tt.wantRuns)
+			}
+			if tt.wantArgs != "" {
+				if args := w.deploys.Args(); len(args) != 1 || args[0] != tt.wantArgs {
+					t.Errorf("deploy ran with %v, want %s", args, tt.wantArgs)
+				}
+			}
+			results := toolResults(t, w.model)
+			if len(results) != 1 {
+				t.Fatalf("got %d tool results, want 1", len(results))
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(results[0], s) {
+					t.Errorf("got result %q, want it to contain %q", results[0], s)
+				}
+			}
+		})
+	}
+}
+
+// A remembered call is not asked again in that channel.
+func TestRememberMakesAStandingRule(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	// restart has no approvers list: anyone but nobody special.
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	w.model.Reply(fakeopenai.Text("restarted"))
+	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"})
+	must(t, err)
+	_, err = a.Resume(ctx, res.Call.RunID)
+	must(t, err)
+	w.model.Reply(fakeopenai.ToolCalls(call("c2", "restart", `{"env":"staging"}`)), fakeopenai.Text("again"))
+	out, err := a.Run(ctx, request("once more"))
+	must(t, err)
+	if out.Status != agent.Answered {
+		t.Fatalf("got %s, want the remembered call to run without asking", out.Status)
+	}
+	if n := w.restarts.n.Load(); n != 2 {
+		t.Errorf("restart ran %d times, want 2", n)
+	}
+	// Another channel is still asked.
+	w.model.Reply(fakeopenai.ToolCalls(call("c3", "restart", `{"env":"staging"}`)))
+	req := request("elsewhere")
+	req.Channel, req.Conversation = "C2", "T1/C2/1"
+	out, err = a.Run(ctx, req)
+	must(t, err)
+	if out.Status != agent.Paused {
+		t.Errorf("got %s in another channel, want paused", out.Status)
+	}
+}
+
+// Refused decisions change nothing and say why.
+func TestRefusedDecisions(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	ok := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}
+	with := func(f func(d *approvals.Decision)) approvals.Decision { d := ok; f(&d); return d }
+	tests := []struct {
+		name string
+		d    approvals.Decision
+		want error
+	}{
+		{"unknown call", with(func(d *approvals.Decision) { d.CallID = "0000000000000000.9" }), approvals.ErrUnknownCall},
+		{"wrong fingerprint", with(func(d *approvals.Decision) { d.Fingerprint = strings.Repeat("0", 64) }), approvals.ErrFingerprintMismatch},
+		{"not an approver", with(func(d *approvals.Decision) { d.Decider = "USTRANGER3" }), approvals.ErrNotApprover},
+		{"four eyes", with(func(d *approvals.Decision) { d.Decider = "UREQUESTER" }), approvals.ErrNotApprover},
+		{"reject without reason", with(func(d *approvals.Decision) { d.Kind = approvals.Reject }), agent.ErrBadDecision},
+		{"respond to a non-question", with(func(d *approvals.Decision) { d.Kind = approvals.Respond; d.Answer = "x" }), agent.ErrBadDecision},
+		{"edit with invalid JSON", with(func(d *approvals.Decision) { d.Kind = approvals.Edit; d.Args = json.RawMessage(`{"service":`) }), approvals.ErrInvalidArgs},
+		{"edit failing the schema", with(func(d *approvals.Decision) { d.Kind = approvals.Edit; d.Args = json.RawMessage(`{"service":"api"}`) }), approvals.ErrInvalidArgs},
+		{"expired", with(func(d *approvals.Decision) { d.At = p.ExpiresAt.Add(time.Second) }), approvals.ErrExpired},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := a.Decide(ctx, tt.d)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got error %v, want %v", err, tt.want)
+			}
+			c, err := a.Call(ctx, p.ID)
+			must(t, err)
+			if c.Status != store.Pending {
+				t.Errorf("got status %s after a refused decision, want pending", c.Status)
+			}
+		})
+	}
+	// The first real decision wins; the second is told who decided.
+	if _, err := a.Decide(ctx, ok); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Decide(ctx, with(func(d *approvals.Decision) { d.Decider = "UOTHER2"; d.Kind = approvals.Refuse }))
+	var refused *approvals.RefusedError
+	if !errors.As(err, &refused) || !errors.Is(err, approvals.ErrAlreadyDecided) {
+		t.Fatalf("got %v for a second decision, want ErrAlreadyDecided", err)
+	}
+	if refused.DecidedBy != "UAPPROVER1" || refused.Kind != approvals.Approve {
+		t.Errorf("got decided by %q (%s), want UAPPROVER1 (approve)", refused.DecidedBy, refused.Kind)
+	}
+}
+
+// An edit cannot turn a call into one the policy denies.
+func TestEditIsJudgedAgain(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UAPPROVER1", Args: json.RawMessage(`{"env":"prod"}`)})
+	if !errors.Is(err, approvals.ErrPolicyDenied) || !strings.Contains(err.Error(), "No restarts in prod.") {
+		t.Fatalf("got %v, want a policy denial with the rule's reason", err)
+	}
+}
+
+// Fifty deciders at once: one wins, the tool runs once, one resume happens.
+func TestConcurrentDecisionsRunOnce(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, b)
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			w.model.Reply(fakeopenai.Text("done"))
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			wins, completes, resumes := 0, 0, 0
+			for i := 0; i < 50; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					decider := "UAPPROVER1"
+					if i%2 == 1 {
+						decider = "UOTHER2"
+					}
+					res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: decider})
+					if err != nil {
+						if !errors.Is(err, approvals.ErrAlreadyDecided) {
+							t.Errorf("decider %d: %v", i, err)
+						}
+						return
+					}
+					out, err := a.Resume(ctx, res.Call.RunID)
+					mu.Lock()
+					defer mu.Unlock()
+					wins++
+					if res.Complete {
+						completes++
+					}
+					if err == nil && out.Status == agent.Answered {
+						resumes++
+					}
+				}(i)
+			}
+			wg.Wait()
+			if wins != 1 || completes != 1 || resumes != 1 {
+				t.Errorf("got %d wins, %d completes, %d resumes; want 1 each", wins, completes, resumes)
+			}
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// The turn resumes after the last call of a step, exactly once.
+func TestResumeAfterLastOfSeveralCalls(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	w.model.Reply(fakeopenai.ToolCalls(
+		call("c1", "deploy", `{"service":"a","version":"1"}`),
+		call("c2", "deploy", `{"service":"b","version":"1"}`),
+	))
+	out, err := a.Run(ctx, request("deploy both"))
+	must(t, err)
+	if len(out.Pending) != 2 {
+		t.Fatalf("got %d pending, want 2", len(out.Pending))
+	}
+	first, err := a.Decide(ctx, approvals.Decision{CallID: out.Pending[0].ID, Fingerprint: out.Pending[0].Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	if first.Complete {
+		t.Fatal("the first of two decisions completed the step")
+	}
+	if o, err := a.Resume(ctx, out.RunID); err != nil || o.Status != agent.Idle {
+		t.Fatalf("got %s, %v resuming with a call pending; want idle", o.Status, err)
+	}
+	if n := w.deploys.n.Load(); n != 0 {
+		t.Fatalf("deploy ran %d times before the step was decided", n)
+	}
+	w.model.Reply(fakeopenai.Text("one deployed"))
+	second, err := a.Decide(ctx, approvals.Decision{CallID: out.Pending[1].ID, Fingerprint: out.Pending[1].Fingerprint, Kind: approvals.Reject, Reason: "not b", Decider: "UOTHER2"})
+	must(t, err)
+	if !second.Complete {
+		t.Fatal("the last decision did not complete the step")
+	}
+	o, err := a.Resume(ctx, out.RunID)
+	must(t, err)
+	if o.Status != agent.Answered {
+		t.Fatalf("got %s, want answered", o.Status)
+	}
+	got := toolResults(t, w.model)
+	if len(got) != 2 || got[0] != "c1: deployed" || !strings.Contains(got[1], "not b") {
+		t.Errorf("got results %q", got)
+	}
+}
+
+// Expired calls are not performed, and the model is told after how long.
+func TestExpirySweep(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, b)
+			w.cfg.ApprovalTTL = time.Hour
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+			must(t, a.Sweep(ctx))
+			if c, _ := a.Call(ctx, p.ID); c.Status != store.Pending {
+				t.Fatalf("got %s before the expiry, want pending", c.Status)
+			}
+			w.advance(time.Hour + time.Second)
+			w.model.Reply(fakeopenai.Text("it expired"))
+			must(t, a.Sweep(ctx))
+			c, err := a.Call(ctx, p.ID)
+			must(t, err)
+			if c.Status != store.Expired {
+				t.Fatalf("got %s after the expiry, want expired", c.Status)
+			}
+			got := toolResults(t, w.model)
+			if len(got) != 1 || got[0] != "c1: not performed: approval expired after 1h0m0s" {
+				t.Errorf("got %q", got)
+			}
+			if n := w.restarts.n.Load(); n != 0 {
+				t.Errorf("restart ran %d times", n)
+			}
+			_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			if !errors.Is(err, approvals.ErrAlreadyDecided) {
+				t.Errorf("got %v deciding an expired call, want already decided", err)
+			}
+		})
+	}
+}
+
+// A stopped step drops its unexecuted calls and keeps what ran.
+func TestCancelDropsUnexecutedCalls(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	w.model.Reply(fakeopenai.ToolCalls(
+		call("c1", "read_file", `{"path":"/a"}`),
+		call("c2", "deploy", `{"service":"a","version":"1"}`),
+	))
+	out, err := a.Run(ctx, request("go"))
+	must(t, err)
+	if _, err := a.Cancel(ctx, out.RunID, "UAPPROVER1"); !errors.Is(err, approvals.ErrNotApprover) {
+		t.Errorf("got %v when someone else cancels, want ErrNotApprover", err)
+	}
+	res, err := a.Cancel(ctx, out.RunID, "UREQUESTER")
+	must(t, err)
+	if !res.Complete {
+		t.Fatal("cancel did not complete the step")
+	}
+	o, err := a.Resume(ctx, out.RunID)
+	must(t, err)
+	if o.Status != agent.Stopped {
+		t.Fatalf("got %s, want stopped", o.Status)
+	}
+	before := len(w.model.Requests())
+	if before != 1 {
+		t.Fatalf("the model was called %d times, want 1 (a stop is not a refusal)", before)
+	}
+	w.model.Reply(fakeopenai.Text("ok"))
+	_, err = a.Run(ctx, request("never mind"))
+	must(t, err)
+	msgs := w.model.Requests()[1].Messages
+	var calls, tools []string
+	for _, m := range msgs {
+		for _, tc := range m.ToolCalls {
+			calls = append(calls, tc.ID)
+		}
+		if m.Role == "tool" {
+			tools = append(tools, m.ToolCallID)
+		}
+	}
+	if strings.Join(calls, ",") != "c1" || strings.Join(tools, ",") != "c1" {
+		t.Errorf("got calls %v and results %v in the history, want only c1", calls, tools)
+	}
+}
+
+// Bad input from the model never reaches a handler and is explained.
+func TestBadToolCallsFromTheModel(t *testing.T) {
+	tests := []struct {
+		name string
+		call fakeopenai.ToolCall
+		want string
+	}{
+		{"invalid JSON", call("c1", "read_file", `{"path": "/a"`), "invalid arguments for read_file: arguments are not valid JSON"},
+		{"schema", call("c1", "read_file", `{"path": 7}`), "at /path"},
+		{"extra property", call("c1", "read_file", `{"path": "/a", "x": 1}`), "additional properties"},
+		{"not an object", call("c1", "read_file", `[1,2]`), "must be a JSON object"},
+		{"unknown tool", call("c1", "rm_rf", `{}`), `unknown tool "rm_rf"; the available tools are: ask_human, deploy, drop_db, read_file, restart`},
+		{"name with spaces", call("c1", "read file", `{"path":"/a"}`), `unknown tool "read file"`},
+		{"huge arguments", call("c1", "read_file", `{"path":"`+strings.Repeat("a", 1<<20)+`"}`), "too large"},
+	}
+	b := backends(t)[0]
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.model.Reply(fakeopenai.ToolCalls(tt.call), fakeopenai.Text("sorry"))
+			out, err := w.agent().Run(context.Background(), request("read"))
+			must(t, err)
+			if out.Status != agent.Answered {
+				t.Fatalf("got %s, want answered", out.Status)
+			}
+			if n := w.reads.n.Load(); n != 0 {
+				t.Errorf("read_file ran %d times", n)
+			}
+			got := toolResults(t, w.model)
+			if len(got) != 1 || !strings.Contains(got[0], tt.want) {
+				t.Errorf("got %q, want a result containing %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// Handler failures, panics and huge outputs become results for the model.
+func TestHandlerFailures(t *testing.T) {
+	tests := []struct {
+		name    string
+		handler agent.Handler
+		want    string
+	}{
+		{"error", func(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{}, errors.New("disk on fire") }, "tool boom failed: disk on fire"},
+		{"panic", func(context.Context, json.RawMessage) (agent.Result, error) { panic("nil map") }, "tool boom failed: internal error (nil map)"},
+		{"huge output", func(context.Context, json.RawMessage) (agent.Result, error) {
+			return agent.Result{Content: strings.Repeat("x", 5000)}, nil
+		}, "[output truncated: 1000 of 5000 bytes shown]"},
+	}
+	b := backends(t)[0]
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			must(t, w.reg.Register(agent.Tool{Name: "boom", Annotations: approvals.Hints{ReadOnly: true}, Handler: tt.handler}))
+			w.cfg.MaxToolOutput = 1000
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "boom", `{}`)), fakeopenai.Text("noted"))
+			_, err := w.agent().Run(context.Background(), request("go"))
+			must(t, err)
+			got := toolResults(t, w.model)
+			if len(got) != 1 || !strings.Contains(got[0], tt.want) {
+				t.Errorf("got %q, want a result containing %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// A model that keeps calling tools is stopped with a clear message.
+func TestStepLimit(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.cfg.MaxSteps = 3
+	w.model.Handle(func(req openaiRequest) fakeopenai.Response {
+		return fakeopenai.ToolCalls(call("", "read_file", `{"path":"/a"}`))
+	})
+	out, err := w.agent().Run(context.Background(), request("loop"))
+	must(t, err)
+	if out.Status != agent.StepLimit || !strings.Contains(out.Answer, "stopped after 3 steps") {
+		t.Fatalf("got %s %q, want the step limit message", out.Status, out.Answer)
+	}
+	if n := len(w.model.Requests()); n != 3 {
+		t.Errorf("the model was called %d times, want 3", n)
+	}
+}
+
+// A model error is returned typed, and the message is kept for the next turn.
+func TestModelErrorKeepsTheConversation(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	w.model.Reply(fakeopenai.Error(500, "upstream exploded"))
+	_, err := a.Run(ctx, request("first question"))
+	var me *agent.ModelError
+	if !errors.As(err, &me) || me.StatusCode != 500 {
+		t.Fatalf("got %v, want a *ModelError with status 500", err)
+	}
+	w.model.Reply(fakeopenai.Text("answer"))
+	_, err = a.Run(ctx, request("second question"))
+	must(t, err)
+	reqs := w.model.Requests()
+	var users []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "user" {
+			users = append(users, m.Content)
+		}
+	}
+	if strings.Join(users, "|") != "first question|second question" {
+		t.Errorf("got user messages %q, want both questions", users)
+	}
+}
+
+// A message in a paused thread is queued and answered after the resume.
+func TestMessageWhilePausedIsAnsweredAfterResume(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	out, err := a.Run(ctx, request("also, what time is it?"))
+	must(t, err)
+	if out.Status != agent.Waiting || len(out.Pending) != 1 || out.Pending[0].ID != p.ID {
+		t.Fatalf("got %s with %v, want waiting on %s", out.Status, out.Pending, p.ID)
+	}
+	if n := len(w.model.Requests()); n != 1 {
+		t.Fatalf("the model was called %d times while paused, want 1", n)
+	}
+	w.model.Reply(fakeopenai.Text("deployed"), fakeopenai.Text("noon"))
+	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	o, err := a.Resume(ctx, res.Call.RunID)
+	must(t, err)
+	if o.Answer != "noon" {
+		t.Errorf("got final answer %q, want the queued message answered", o.Answer)
+	}
+	if got := w.rec.Answers(); strings.Join(got, "|") != "deployed|noon" {
+		t.Errorf("got answers %q", got)
+	}
+	reqs := w.model.Requests()
+	last := reqs[len(reqs)-1].Messages
+	if m := last[len(last)-1]; m.Role != "user" || m.Content != "also, what time is it?" {
+		t.Errorf("got last message %+v, want the queued question", m)
+	}
+}
+
+// A resume lost to a crash after the decision is picked up by the sweep.
+func TestSweepResumesStalledRun(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	// The process dies here, before Resume.
+	b := w.restart()
+	w.model.Reply(fakeopenai.Text("deployed after all"))
+	must(t, b.Sweep(ctx))
+	if n := w.deploys.n.Load(); n != 1 {
+		t.Fatalf("deploy ran %d times, want 1", n)
+	}
+	if got := w.rec.Answers(); len(got) != 1 || got[0] != "deployed after all" {
+		t.Errorf("got answers %q", got)
+	}
+}

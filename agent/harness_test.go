@@ -1,0 +1,283 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/boltstore"
+	"github.com/toolgate/toolgate/store/redisstore"
+)
+
+type openaiRequest = openai.ChatCompletionRequest
+
+// backend opens a store; reopen models a process restart on the same data.
+type backend struct {
+	name string
+	open func(t *testing.T) (st agent.Store, reopen func() agent.Store)
+}
+
+type closer interface{ Close() error }
+
+func backends(t *testing.T) []backend {
+	t.Helper()
+	bs := []backend{{name: "bolt", open: func(t *testing.T) (agent.Store, func() agent.Store) {
+		path := filepath.Join(t.TempDir(), "toolgate.db")
+		var cur *boltstore.Store
+		open := func() agent.Store {
+			if cur != nil {
+				_ = cur.Close()
+			}
+			s, err := boltstore.Open(path, boltstore.Options{})
+			if err != nil {
+				t.Fatalf("open bolt store: %v", err)
+			}
+			cur = s
+			return s
+		}
+		s := open()
+		t.Cleanup(func() { _ = cur.Close() })
+		return s, open
+	}}}
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("REDIS_URL is not set; CI must run the Redis tests")
+		}
+		t.Log("REDIS_URL is not set: skipping the Redis backend")
+		return bs
+	}
+	return append(bs, backend{name: "redis", open: func(t *testing.T) (agent.Store, func() agent.Store) {
+		prefix := "agenttest-" + store.NewRunID()
+		var opened []closer
+		open := func() agent.Store {
+			s, err := redisstore.New(context.Background(), url, redisstore.Options{Prefix: prefix})
+			if err != nil {
+				t.Fatalf("open redis store: %v", err)
+			}
+			opened = append(opened, s)
+			return s
+		}
+		s := open()
+		t.Cleanup(func() {
+			for _, c := range opened {
+				_ = c.Close()
+			}
+		})
+		return s, open
+	}})
+}
+
+// recorder is a Reporter that keeps everything it is told.
+type recorder struct {
+	mu      sync.Mutex
+	answers []string
+	paused  [][]agent.PendingCall
+	updates []agent.CallUpdate
+	deltas  strings.Builder
+}
+
+func (r *recorder) Status(context.Context, string) {}
+func (r *recorder) Delta(_ context.Context, s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deltas.WriteString(s)
+}
+func (r *recorder) Answer(_ context.Context, s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.answers = append(r.answers, s)
+}
+func (r *recorder) Paused(_ context.Context, c []agent.PendingCall) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = append(r.paused, c)
+}
+func (r *recorder) Updated(_ context.Context, u agent.CallUpdate) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.updates = append(r.updates, u)
+}
+
+func (r *recorder) Answers() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.answers...)
+}
+
+func (r *recorder) Updates() []agent.CallUpdate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]agent.CallUpdate(nil), r.updates...)
+}
+
+// counter counts the runs of a tool handler and the arguments it got.
+type counter struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	args []string
+}
+
+func (c *counter) handler(out string) agent.Handler {
+	return func(_ context.Context, args json.RawMessage) (agent.Result, error) {
+		c.n.Add(1)
+		c.mu.Lock()
+		c.args = append(c.args, string(args))
+		c.mu.Unlock()
+		return agent.Result{Content: out}, nil
+	}
+}
+
+func (c *counter) Args() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.args...)
+}
+
+const testPolicy = `
+policy:
+  default: ask
+  rules:
+    - id: reads
+      tool: "read_*"
+      verdict: allow
+    - id: no-drop
+      tool: drop_db
+      verdict: deny
+      reason: Dropping databases is never allowed from chat.
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      reason: Deploys need a second pair of eyes.
+      approvers: [UAPPROVER1, UOTHER2]
+      four_eyes: true
+    - id: deploy-prod
+      tool: restart
+      when: 'args.env == "prod"'
+      verdict: deny
+      reason: No restarts in prod.
+`
+
+const pathSchema = `{"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false}`
+const deploySchema = `{"type":"object","properties":{"service":{"type":"string"},"version":{"type":"string"}},"required":["service","version"]}`
+const envSchema = `{"type":"object","properties":{"env":{"type":"string"}},"required":["env"]}`
+
+// world is one test's agent, model, tools and store.
+type world struct {
+	t        *testing.T
+	model    *fakeopenai.Server
+	store    agent.Store
+	reopen   func() agent.Store
+	reg      *agent.Registry
+	rec      *recorder
+	now      time.Time
+	mu       sync.Mutex
+	reads    *counter
+	deploys  *counter
+	restarts *counter
+	cfg      agent.Config
+}
+
+func newWorld(t *testing.T, b backend) *world {
+	t.Helper()
+	w := &world{t: t, model: fakeopenai.New(t), rec: &recorder{}, now: time.Now().UTC().Truncate(time.Second),
+		reads: &counter{}, deploys: &counter{}, restarts: &counter{}}
+	w.store, w.reopen = b.open(t)
+	w.reg = agent.NewRegistry()
+	must(t, w.reg.Register(agent.Tool{Name: "read_file", Description: "Read a file", Schema: json.RawMessage(pathSchema),
+		Annotations: approvals.Hints{ReadOnly: true}, Handler: w.reads.handler("file contents")}))
+	must(t, w.reg.Register(agent.Tool{Name: "drop_db", Description: "Drop a database", Schema: json.RawMessage(`{"type":"object"}`),
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			t.Error("drop_db ran although policy denies it")
+			return agent.Result{}, nil
+		}}))
+	must(t, w.reg.Register(agent.Tool{Name: "deploy", Description: "Deploy a service", Schema: json.RawMessage(deploySchema),
+		Handler: w.deploys.handler("deployed")}))
+	must(t, w.reg.Register(agent.Tool{Name: "restart", Description: "Restart", Schema: json.RawMessage(envSchema),
+		Handler: w.restarts.handler("restarted")}))
+	must(t, w.reg.Register(agent.Tool{Name: "ask_human", Description: "Ask the people in the thread", Human: true,
+		Schema: json.RawMessage(`{"type":"object","properties":{"question":{"type":"string"}},"required":["question"]}`)}))
+	w.cfg = agent.Config{Now: w.clock, LeaseTTL: 2 * time.Second}
+	return w
+}
+
+func (w *world) clock() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.now
+}
+
+func (w *world) advance(d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.now = w.now.Add(d)
+}
+
+// agent builds an agent on the current store, as a fresh process would.
+func (w *world) agent() *agent.Agent {
+	w.t.Helper()
+	p, err := approvals.ParseConfig([]byte(testPolicy))
+	must(w.t, err)
+	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock))
+	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: w.model.URL(), APIKey: "test-key", Model: "fake-model", Timeout: 10 * time.Second})
+	return agent.New(model, w.reg, engine, w.store, func(string) agent.Reporter { return w.rec }, w.cfg)
+}
+
+// restart models a process restart: a new store handle on the same data.
+func (w *world) restart() *agent.Agent {
+	w.store = w.reopen()
+	return w.agent()
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func call(id, name, args string) fakeopenai.ToolCall {
+	return fakeopenai.ToolCall{ID: id, Name: name, Arguments: args}
+}
+
+func request(text string) agent.Request {
+	return agent.Request{Conversation: "T1/C1/1700000000.000100", User: "UREQUESTER", Channel: "C1", Text: text}
+}
+
+// toolResults returns the tool messages of the last request the model got,
+// as "id: content".
+func toolResults(t *testing.T, m *fakeopenai.Server) []string {
+	t.Helper()
+	reqs := m.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("the model got no request")
+	}
+	last := reqs[len(reqs)-1]
+	var out []string
+	// Only the tool messages after the last assistant message with calls.
+	start := 0
+	for i, msg := range last.Messages {
+		if msg.Role == "assistant" && len(msg.ToolCalls) > 0 {
+			start = i + 1
+		}
+	}
+	for _, msg := range last.Messages[start:] {
+		if msg.Role == "tool" {
+			out = append(out, fmt.Sprintf("%s: %s", msg.ToolCallID, msg.Content))
+		}
+	}
+	return out
+}
