@@ -130,7 +130,7 @@ func TestDecisionKinds(t *testing.T) {
 			decision: approvals.Decision{Kind: approvals.Refuse}, want: []string{"not performed", "denied", "Do not retry"}},
 		{name: "reject", tool: call("c1", "deploy", `{"service":"api","version":"2"}`),
 			decision: approvals.Decision{Kind: approvals.Reject, Reason: "Not during the freeze, use 1.9 next week."},
-			want: []string{"UAPPROVER1", "Not during the freeze, use 1.9 next week."}},
+			want:     []string{"UAPPROVER1", "Not during the freeze, use 1.9 next week."}},
 		{name: "respond", tool: call("c1", "ask_human", `{"question":"Which region?"}`),
 			decision: approvals.Decision{Kind: approvals.Respond, Answer: "eu-west-1"}, want: []string{"eu-west-1"}},
 		{name: "remember", tool: call("c1", "deploy", `{"service":"api","version":"2"}`),
@@ -482,7 +482,9 @@ func TestHandlerFailures(t *testing.T) {
 		handler agent.Handler
 		want    string
 	}{
-		{"error", func(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{}, errors.New("disk on fire") }, "tool boom failed: disk on fire"},
+		{"error", func(context.Context, json.RawMessage) (agent.Result, error) {
+			return agent.Result{}, errors.New("disk on fire")
+		}, "tool boom failed: disk on fire"},
 		{"panic", func(context.Context, json.RawMessage) (agent.Result, error) { panic("nil map") }, "tool boom failed: internal error (nil map)"},
 		{"huge output", func(context.Context, json.RawMessage) (agent.Result, error) {
 			return agent.Result{Content: strings.Repeat("x", 5000)}, nil
