@@ -118,7 +118,9 @@ type redirectError struct {
 	err error
 }
 
-func (e *redirectError) Error() string { return fmt.Sprintf("redirect to %s refused: %v", e.url, e.err) }
+func (e *redirectError) Error() string {
+	return fmt.Sprintf("redirect to %s refused: %v", e.url, e.err)
+}
 
 func (h *httpTool) handler(methods []string) agent.Handler {
 	return func(ctx context.Context, raw json.RawMessage) (agent.Result, error) {

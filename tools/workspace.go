@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -168,6 +169,7 @@ func (w *workspace) list(_ context.Context, raw json.RawMessage) (agent.Result, 
 	if more {
 		entries = entries[:maxListEntries]
 	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	var b strings.Builder
 	for _, e := range entries {
 		switch {
@@ -273,6 +275,9 @@ func fsError(op, path string, err error) agent.Result {
 		return errorResult("cannot %s %q: no such file or directory", op, path)
 	case errors.Is(err, fs.ErrPermission):
 		return errorResult("cannot %s %q: permission denied", op, path)
+	case strings.Contains(err.Error(), "path escapes from parent"):
+		// os.Root's refusal; the os package does not export it.
+		return errorResult("cannot %s %q: it leads outside the workspace through a symlink", op, path)
 	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
