@@ -28,7 +28,9 @@
 //
 //   - ask_human: a question answered by a person; no hints.
 //   - http_get: GET and HEAD on allowed hosts; read-only.
-//   - http_request: any method on allowed hosts; destructive.
+//   - http_request: any method on allowed hosts; destructive. The
+//     http_request section enables both HTTP tools, or only http_get with
+//     read_only: true.
 //   - run_command: an allowlisted program, no shell; destructive.
 //   - workspace_list, workspace_read: read-only.
 //   - workspace_write, workspace_delete: destructive.

@@ -189,7 +189,7 @@ func stdioFixture(t *testing.T) fixture {
 mcp_servers:
   - name: srv
     command: [%q]
-    env: {%s: "1", %s: %q}
+    env: {%s: "1", %s: %q, GORACE: "atexit_sleep_ms=0"}
 `, os.Args[0], envServe, envDown, down),
 		stop: func(t *testing.T) {
 			if err := os.WriteFile(down, nil, 0o644); err != nil {
@@ -262,7 +262,7 @@ mcp_servers:
 
 func TestManagerStdio(t *testing.T) {
 	f := stdioFixture(t)
-	testManager(t, f, func(t *testing.T, reg *agent.Registry) {
+	testManager(t, f, testOptions(), func(t *testing.T, reg *agent.Registry) {
 		// Kill the server process; while the down file exists it cannot
 		// come back.
 		pid, err := strconv.Atoi(call(t, reg, "srv__pid", `{}`).Content)
@@ -279,7 +279,10 @@ func TestManagerStdio(t *testing.T) {
 func TestManagerHTTP(t *testing.T) {
 	var gotKey atomic.Value
 	f := httpFixture(t, &gotKey)
-	testManager(t, f, func(t *testing.T, _ *agent.Registry) { f.stop(t) })
+	// No pings: the call itself must find the server gone.
+	opts := testOptions()
+	opts.pingInterval = time.Hour
+	testManager(t, f, opts, func(t *testing.T, _ *agent.Registry) { f.stop(t) })
 	if got, _ := gotKey.Load().(string); got != "s3cret" {
 		t.Errorf("X-Api-Key reaching the server: got %q, want %q", got, "s3cret")
 	}
@@ -287,7 +290,7 @@ func TestManagerHTTP(t *testing.T) {
 
 // testManager runs the same checks over any transport; crash takes the
 // server down until f.start.
-func testManager(t *testing.T, f fixture, crash func(*testing.T, *agent.Registry)) {
+func testManager(t *testing.T, f fixture, opts managerOptions, crash func(*testing.T, *agent.Registry)) {
 	log := testLogger(t)
 	cfg, err := ParseConfig([]byte(f.yaml + `
 builtin_tools:
@@ -299,7 +302,7 @@ policy:
 		t.Fatalf("ParseConfig: %v", err)
 	}
 	reg := agent.NewRegistry()
-	m, err := load(t.Context(), cfg, reg, log, testOptions())
+	m, err := load(t.Context(), cfg, reg, log, opts)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -379,6 +382,18 @@ policy:
 			if got.Content != tc.wantContent || got.IsError != tc.wantError {
 				t.Errorf("%s(%s): got %+v, want {Content:%s IsError:%v}", tc.tool, tc.args, got, tc.wantContent, tc.wantError)
 			}
+		}
+	})
+
+	t.Run("protocol error", func(t *testing.T) {
+		// A tool the server does not know: the server answers with a
+		// JSON-RPC error, which is the model's problem, not an outage.
+		got, err := m.servers[0].handler("missing")(t.Context(), json.RawMessage(`{}`))
+		if err != nil || !got.IsError || !strings.HasPrefix(got.Content, "MCP server srv refused the call to missing: ") {
+			t.Errorf("calling an unknown tool: got %+v, %v; want a refusal", got, err)
+		}
+		if !m.Status()[0].Connected {
+			t.Errorf("status after a protocol error: got disconnected, want connected")
 		}
 	})
 
@@ -547,4 +562,28 @@ func TestBackoff(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestPingFindsHTTPServerGone(t *testing.T) {
+	var gotKey atomic.Value
+	f := httpFixture(t, &gotKey)
+	cfg, err := ParseConfig([]byte(f.yaml))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	m, err := load(t.Context(), cfg, agent.NewRegistry(), testLogger(t), testOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer m.Close()
+	if st := m.Status()[0]; !st.Connected || st.Transport != "http" {
+		t.Fatalf("status: got %+v, want a connected http server", st)
+	}
+	f.stop(t)
+	waitFor(t, "the status shows the server down without any call", func() bool {
+		st := m.Status()[0]
+		return !st.Connected && st.LastError != ""
+	})
+	f.start(t)
+	waitFor(t, "the server is connected again", func() bool { return m.Status()[0].Connected })
 }
