@@ -282,12 +282,20 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
 	cmd.Dir = s.cfg.Dir
 	cmd.Env = commandEnv(s.cfg.Env)
-	cmd.Stderr = &logWriter{log: s.log}
+	stderr := &logWriter{log: s.log}
+	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
 	cs, err := s.client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
+		var details []string
 		if cmd.ProcessState != nil {
-			return nil, fmt.Errorf("start %s (%s): %w", s.cfg.Command[0], cmd.ProcessState, err)
+			details = append(details, cmd.ProcessState.String())
+		}
+		if l := stderr.lastLine(); l != "" {
+			details = append(details, fmt.Sprintf("last stderr line %q", l))
+		}
+		if len(details) > 0 {
+			return nil, fmt.Errorf("start %s (%s): %w", s.cfg.Command[0], strings.Join(details, "; "), err)
 		}
 		return nil, fmt.Errorf("start %s: %w", s.cfg.Command[0], err)
 	}
@@ -578,11 +586,19 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
-// logWriter logs each line a stdio server writes to stderr.
+// logWriter logs each line a stdio server writes to stderr and keeps the
+// last one.
 type logWriter struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	buf []byte
+	log  *slog.Logger
+	mu   sync.Mutex
+	buf  []byte
+	last string
+}
+
+func (w *logWriter) lastLine() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
 }
 
 const maxLogLine = 4096
@@ -609,6 +625,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 
 func (w *logWriter) emit(line []byte) {
 	if l := strings.TrimSpace(string(line)); l != "" {
+		w.last = l
 		w.log.Info("mcp server stderr", "line", l)
 	}
 }

@@ -464,8 +464,8 @@ func TestLoadServerDownAtStart(t *testing.T) {
 	}
 	defer m.Close()
 	st := m.Status()[0]
-	if st.Connected || st.LastError == "" || st.Transport != "stdio" {
-		t.Errorf("status: got %+v, want a stdio server not connected with an error", st)
+	if st.Connected || st.Transport != "stdio" || !strings.Contains(st.LastError, `exit status 1; last stderr line "test server is down"`) {
+		t.Errorf("status: got %+v, want a stdio server not connected, with its exit status and stderr", st)
 	}
 	if n := len(reg.List()); n != 0 {
 		t.Errorf("tools registered: got %d, want 0", n)
