@@ -1,0 +1,321 @@
+package slackapp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/socketmode"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// click is one button press, with where to answer the clicker.
+type click struct {
+	user, channel, actionID, value, triggerID string
+}
+
+// onInteractive handles block actions (acked at once, then worked on) and
+// view submissions (acked with the outcome: a modal with an invalid input
+// stays open with the error shown inline).
+func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start time.Time) {
+	cb, ok := evt.Data.(slack.InteractionCallback)
+	if !ok {
+		a.ack(evt.Request, nil, start)
+		return
+	}
+	switch cb.Type {
+	case slack.InteractionTypeBlockActions:
+		a.ack(evt.Request, nil, start)
+		if !a.firstTime(ctx, "envelope:"+evt.Request.EnvelopeID) {
+			a.m.duplicate()
+			return
+		}
+		for _, act := range cb.ActionCallback.BlockActions {
+			c := click{user: cb.User.ID, channel: cb.Channel.ID, actionID: act.ActionID, value: act.Value, triggerID: cb.TriggerID}
+			a.onClick(c)
+		}
+	case slack.InteractionTypeViewSubmission:
+		resp := a.onSubmit(ctx, cb)
+		if resp == nil {
+			a.ack(evt.Request, nil, start)
+			return
+		}
+		a.ack(evt.Request, resp, start)
+	default:
+		a.ack(evt.Request, nil, start)
+	}
+}
+
+// onClick routes a button by its action id.
+func (a *App) onClick(c click) {
+	switch c.actionID {
+	case ActionApprove:
+		a.decideLater(c, approvals.Approve)
+	case ActionDeny:
+		a.decideLater(c, approvals.Refuse)
+	case ActionRemember:
+		a.decideLater(c, approvals.Remember)
+	case ActionCancel:
+		a.cancelLater(c)
+	case ActionReject, ActionEdit, ActionRespond, ActionViewArgs:
+		// A trigger id is good for 3 s: open the modal now.
+		a.spawn(func(ctx context.Context) { a.openModal(ctx, c) })
+	}
+}
+
+// decideLater records a button decision on the call's worker.
+func (a *App) decideLater(c click, kind approvals.Kind) {
+	callID, fp := parseToken(c.value)
+	key := store.RunOf(callID)
+	ok := a.enqueue(key, func(ctx context.Context) {
+		d := approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user}
+		if text := a.decide(ctx, d); text != "" {
+			a.tell(ctx, c.user, c.channel, text)
+		}
+	})
+	if !ok {
+		a.spawn(func(ctx context.Context) { a.tell(ctx, c.user, c.channel, DecisionFailedText()) })
+	}
+}
+
+// decide records a decision and resumes the turn when it was the last one
+// pending. It returns the text to tell the decider when the decision was
+// refused or failed, and "" on success.
+func (a *App) decide(ctx context.Context, d approvals.Decision) string {
+	ag := a.ag.Load()
+	res, err := ag.Decide(ctx, d)
+	kind := string(d.Kind)
+	if err != nil {
+		text, result := refusalText(res.Call, err)
+		a.m.decision(kind, result, 0)
+		if result == "error" {
+			a.log.Error("record decision", "call", d.CallID, "err", err)
+		}
+		return text
+	}
+	a.m.decision(kind, "ok", time.Since(res.Call.CreatedAt))
+	if res.Complete {
+		a.resume(ctx, res.Call.RunID)
+	}
+	return ""
+}
+
+// resume runs the resume of a run whose step is decided.
+func (a *App) resume(ctx context.Context, runID string) {
+	ag := a.ag.Load()
+	out, err := ag.Resume(ctx, runID)
+	if out.Status != agent.Idle {
+		a.m.turn(string(out.Status), err)
+	}
+	if err != nil {
+		a.log.Error("resume failed", "run", runID, "err", err)
+		if c, lerr := ag.Pending(ctx, store.Filter{}); lerr == nil {
+			_ = c // the sweep retries a resume that was claimed but not finished
+		}
+		run := runID
+		if calls, cerr := a.callOfRun(ctx, run); cerr == nil {
+			_, channel, thread, _ := parseKey(calls.Conversation)
+			a.post(ctx, channel, thread, failureText(err))
+		}
+	}
+}
+
+// callOfRun returns the first call of a run, to find its conversation.
+func (a *App) callOfRun(ctx context.Context, runID string) (store.Call, error) {
+	pc, err := a.ag.Load().Call(ctx, store.CallID(runID, 0))
+	return pc.Call, err
+}
+
+// refusalText explains a refused decision to the decider, and names the
+// refusal for metrics.
+func refusalText(c store.Call, err error) (text, result string) {
+	var refused *approvals.RefusedError
+	switch {
+	case errors.As(err, &refused) && errors.Is(err, approvals.ErrAlreadyDecided):
+		return AlreadyDecidedText(refused.DecidedBy, DecisionKind(refused.Kind), refused.DecidedAt), "already_decided"
+	case errors.Is(err, approvals.ErrNotApprover):
+		if c.FourEyes && strings.Contains(err.Error(), "four") {
+			return RequesterCannotApproveText(), "not_approver"
+		}
+		return NotApproverText(c.Approvers), "not_approver"
+	case errors.Is(err, approvals.ErrFingerprintMismatch):
+		return ChangedArgsText(), "fingerprint_mismatch"
+	case errors.Is(err, approvals.ErrExpired):
+		return ExpiredText(), "expired"
+	case errors.Is(err, approvals.ErrUnknownCall):
+		return "I don't know this request any more (it may have finished long ago). Nothing changed.", "unknown"
+	case errors.Is(err, approvals.ErrPolicyDenied):
+		return "The policy denies the edited call: " + Escape(strings.TrimPrefix(errAfter(err, approvals.ErrPolicyDenied), ": ")) + ". Nothing ran.", "policy_denied"
+	case errors.Is(err, approvals.ErrInvalidArgs), errors.Is(err, agent.ErrBadDecision):
+		return Escape(err.Error()), "invalid"
+	default:
+		return DecisionFailedText(), "error"
+	}
+}
+
+// errAfter returns the text of err after the sentinel's message.
+func errAfter(err, sentinel error) string {
+	s := err.Error()
+	if i := strings.Index(s, sentinel.Error()); i >= 0 {
+		return s[i+len(sentinel.Error()):]
+	}
+	return s
+}
+
+// cancelLater stops a paused turn on behalf of its requester.
+func (a *App) cancelLater(c click) {
+	callID, _ := parseToken(c.value)
+	runID := store.RunOf(callID)
+	ok := a.enqueue(runID, func(ctx context.Context) {
+		ag := a.ag.Load()
+		res, err := ag.Cancel(ctx, runID, c.user)
+		if err != nil {
+			pc, _ := ag.Call(ctx, callID)
+			text, result := refusalText(pc.Call, err)
+			if errors.Is(err, approvals.ErrNotApprover) {
+				text = NotRequesterText(pc.Requester)
+			}
+			a.m.decision("cancel", result, 0)
+			a.tell(ctx, c.user, c.channel, text)
+			return
+		}
+		a.m.decision("cancel", "ok", 0)
+		if res.Complete {
+			a.resume(ctx, runID)
+		}
+	})
+	if !ok {
+		a.spawn(func(ctx context.Context) { a.tell(ctx, c.user, c.channel, DecisionFailedText()) })
+	}
+}
+
+// openModal opens the modal of a Reject, Edit, Reply or View button.
+func (a *App) openModal(ctx context.Context, c click) {
+	callID, _ := parseToken(c.value)
+	pc, err := a.ag.Load().Call(ctx, callID)
+	if err != nil {
+		text, _ := refusalText(store.Call{}, err)
+		a.tell(ctx, c.user, c.channel, text)
+		return
+	}
+	if c.actionID != ActionViewArgs && pc.Status != store.Pending {
+		a.tell(ctx, c.user, c.channel, refusedText(pc.Call))
+		return
+	}
+	var view slack.ModalViewRequest
+	switch c.actionID {
+	case ActionReject:
+		view = RejectModal(c.value)
+	case ActionEdit:
+		view = EditModal(c.value, pc.Tool, pc.Args, pc.Schema)
+	case ActionRespond:
+		view = RespondModal(c.value, cardOf(pc, nil).Question)
+	case ActionViewArgs:
+		view = ArgsModal(pc.Tool, pc.Args)
+	}
+	if _, err := a.api.OpenViewContext(ctx, c.triggerID, view); err != nil {
+		a.log.Warn("open modal", "action", c.actionID, "err", err)
+		a.tell(ctx, c.user, c.channel, "I couldn't open the form (Slack allows 3 seconds for that). Please click again.")
+	}
+}
+
+// refusedText explains that a call is no longer pending.
+func refusedText(c store.Call) string {
+	if c.Decision != nil {
+		return AlreadyDecidedText(c.Decision.Decider, DecisionKind(c.Decision.Kind), c.Decision.At)
+	}
+	return AlreadyDecidedText("", DecisionKind(c.Status), time.Time{})
+}
+
+// onSubmit handles a modal submission. It returns the ack payload: nil to
+// close the modal, or errors to show inline.
+func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack.ViewSubmissionResponse {
+	value := ReadCallID(cb.View)
+	callID, fp := parseToken(value)
+	d := approvals.Decision{CallID: callID, Fingerprint: fp, Decider: cb.User.ID}
+	block := ""
+	switch cb.View.CallbackID {
+	case CallbackReject:
+		d.Kind, d.Reason, block = approvals.Reject, ReadRejectReason(cb.View), BlockRejectReason
+	case CallbackRespond:
+		d.Kind, d.Answer, block = approvals.Respond, ReadAnswer(cb.View), BlockAnswer
+	case CallbackEdit:
+		d.Kind, block = approvals.Edit, BlockEditArgs
+		raw := strings.TrimSpace(ReadEditedArgs(cb.View))
+		if !json.Valid([]byte(raw)) {
+			var v any
+			err := json.Unmarshal([]byte(raw), &v)
+			return slack.NewErrorsViewSubmissionResponse(map[string]string{block: "Not valid JSON: " + errString(err)})
+		}
+		d.Args = json.RawMessage(raw)
+	default:
+		return nil
+	}
+	ag := a.ag.Load()
+	res, err := ag.Decide(ctx, d)
+	if err != nil {
+		text, result := refusalText(res.Call, err)
+		a.m.decision(string(d.Kind), result, 0)
+		if result == "error" {
+			a.log.Error("record decision", "call", d.CallID, "err", err)
+		}
+		if result == "invalid" || result == "policy_denied" {
+			text = strings.TrimPrefix(errAfter(err, approvals.ErrInvalidArgs), ": ")
+			if result == "policy_denied" {
+				text = "The policy denies this call: " + strings.TrimPrefix(errAfter(err, approvals.ErrPolicyDenied), ": ")
+			}
+		}
+		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: clip(plainText(text), 1000)})
+	}
+	a.m.decision(string(d.Kind), "ok", time.Since(res.Call.CreatedAt))
+	if res.Complete {
+		runID := res.Call.RunID
+		if !a.enqueue(runID, func(ctx context.Context) { a.resume(ctx, runID) }) {
+			a.log.Warn("resume queue full; the sweep will resume the run", "run", runID)
+		}
+	}
+	return nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "unexpected input"
+	}
+	return err.Error()
+}
+
+// plainText strips mrkdwn escapes for a plain-text error under a modal input.
+func plainText(s string) string {
+	r := strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&")
+	return r.Replace(s)
+}
+
+// clip shortens s to at most n characters, marking the cut.
+func clip(s string, n int) string {
+	out, _ := truncate(s, n)
+	return out
+}
+
+// tell answers one person privately: an ephemeral message in the channel,
+// or a DM where there is no channel (a click in App Home).
+func (a *App) tell(ctx context.Context, user, channel, text string) {
+	if channel != "" {
+		if _, err := a.api.PostEphemeralContext(ctx, channel, user, slack.MsgOptionText(text, false)); err == nil {
+			return
+		} else {
+			a.log.Warn("post ephemeral", "channel", channel, "err", err)
+		}
+	}
+	ch, _, _, err := a.api.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{user}, ReturnIM: true})
+	if err != nil {
+		a.log.Error("open DM", "user", user, "err", err)
+		return
+	}
+	a.post(ctx, ch.ID, "", text)
+}

@@ -1,0 +1,400 @@
+package slackapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/socketmode"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// Config configures an App. Zero values get the defaults noted.
+type Config struct {
+	// BotToken (xoxb-) and AppToken (xapp-, for Socket Mode) are required.
+	BotToken string
+	AppToken string
+	// APIURL is the Web API base URL, with a trailing slash (default
+	// Slack's). Tests and the playground point it at a fake.
+	APIURL string
+	// AdminUsers may change policies with /approvals, as may workspace
+	// admins and owners.
+	AdminUsers []string
+	// ApprovalsChannel, when set, receives a copy of each card whose
+	// approvers cannot see the conversation, instead of DMs to them.
+	ApprovalsChannel string
+	// Workers is how many turns run at once (default 8). Work on one
+	// conversation always runs in order on the same worker.
+	Workers int
+	// QueueSize bounds the work waiting per worker (default 256); when a
+	// queue is full the user is told to retry, nothing is dropped silently.
+	QueueSize int
+	// SweepInterval is how often due approvals are expired and lost
+	// resumes recovered (default 30s).
+	SweepInterval time.Duration
+	// ShutdownGrace bounds how long in-flight work may take to finish on
+	// shutdown (default 30s).
+	ShutdownGrace time.Duration
+	// Logger receives operational logs (default slog.Default()).
+	Logger *slog.Logger
+	// Metrics, if set, is updated as envelopes, turns and decisions go by.
+	Metrics *Metrics
+	// HTTPClient is used for the Web API (default a client with a 30s
+	// timeout).
+	HTTPClient *http.Client
+	// Debug logs every Socket Mode message (never tokens).
+	Debug bool
+}
+
+// Store is what the Slack app keeps itself, beside the agent's state.
+type Store interface {
+	SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error)
+	LoadConversation(ctx context.Context, key string) (store.Conversation, error)
+	PutRecord(ctx context.Context, r store.Record, expectVersion int64) (store.Record, error)
+	Records(ctx context.Context, kind string) ([]store.Record, error)
+	DeleteRecord(ctx context.Context, kind, id string) error
+	AuditLog(ctx context.Context, limit int) ([]store.AuditEntry, error)
+	Ping(ctx context.Context) error
+}
+
+// App is the Slack side of the bot: it turns Socket Mode envelopes into
+// agent turns and decisions, and renders what the agent reports.
+type App struct {
+	cfg    Config
+	api    *slack.Client
+	sm     *socketmode.Client
+	st     Store
+	policy *approvals.Engine
+	log    *slog.Logger
+	m      *Metrics
+	groups *groupCache
+
+	ag atomic.Pointer[agent.Agent]
+
+	teamID    string
+	botUserID string
+	botID     string
+
+	connected atomic.Bool
+	shards    []chan job
+	closing   atomic.Bool
+	workers   sync.WaitGroup
+	spawned   sync.WaitGroup
+	workCtx   context.Context
+	stopWork  context.CancelFunc
+	mu        sync.Mutex
+	admins    map[string]bool
+}
+
+// job is a piece of work for one conversation.
+type job struct {
+	key string
+	run func(ctx context.Context)
+}
+
+// New returns an App. It does not connect: Run does.
+func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
+	if !strings.HasPrefix(cfg.BotToken, "xoxb-") {
+		return nil, errors.New("slack bot token must start with xoxb-")
+	}
+	if !strings.HasPrefix(cfg.AppToken, "xapp-") {
+		return nil, errors.New("slack app token must start with xapp-")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 256
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 30 * time.Second
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	opts := []slack.Option{
+		slack.OptionAppLevelToken(cfg.AppToken),
+		slack.OptionHTTPClient(cfg.HTTPClient),
+		slack.OptionRetryConfig(retryConfig()),
+	}
+	if cfg.APIURL != "" {
+		u := cfg.APIURL
+		if !strings.HasSuffix(u, "/") {
+			u += "/"
+		}
+		opts = append(opts, slack.OptionAPIURL(u))
+	}
+	api := slack.New(cfg.BotToken, opts...)
+	a := &App{cfg: cfg, api: api, st: st, policy: policy, log: cfg.Logger, m: cfg.Metrics, admins: map[string]bool{}}
+	for _, u := range cfg.AdminUsers {
+		a.admins[strings.TrimSpace(u)] = true
+	}
+	a.groups = &groupCache{api: api, ttl: time.Minute, entries: map[string]groupEntry{}}
+	smOpts := []socketmode.Option{}
+	if cfg.Debug {
+		smOpts = append(smOpts, socketmode.OptionDebug(true), socketmode.OptionLog(slogLogger{a.log}))
+	}
+	a.sm = socketmode.New(api, smOpts...)
+	a.workCtx, a.stopWork = context.WithCancel(context.Background())
+	return a, nil
+}
+
+// retryConfig retries rate-limited calls after Retry-After and server
+// errors with backoff. Connection errors are not retried: a post whose
+// answer was lost may have been made, and posting it twice is worse.
+func retryConfig() slack.RetryConfig {
+	c := slack.DefaultRetryConfig()
+	c.MaxRetries = 4
+	c.BackoffMax = 10 * time.Second
+	c.RetryAfterDuration = 5 * time.Second
+	c.Handlers = []slack.RetryHandler{slack.NewRateLimitErrorRetryHandler(c), slack.NewServerErrorRetryHandler(c)}
+	return c
+}
+
+// Groups resolves Slack user groups for approver checks.
+func (a *App) Groups() approvals.GroupResolver { return a.groups }
+
+// Connected reports whether Socket Mode is connected.
+func (a *App) Connected() bool { return a.connected.Load() }
+
+// Ready reports whether the app can serve: Socket Mode connected and the
+// store reachable.
+func (a *App) Ready(ctx context.Context) error {
+	if !a.connected.Load() {
+		return errors.New("socket mode is not connected")
+	}
+	if err := a.st.Ping(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
+// Run connects to Slack and serves until ctx ends, then stops taking
+// envelopes, lets in-flight work finish (up to ShutdownGrace) and returns.
+// A bad token is returned as an error at once.
+func (a *App) Run(ctx context.Context, ag *agent.Agent) error {
+	a.ag.Store(ag)
+	auth, err := a.api.AuthTestContext(ctx)
+	if err != nil {
+		return fmt.Errorf("slack auth.test: %w", err)
+	}
+	a.teamID, a.botUserID, a.botID = auth.TeamID, auth.UserID, auth.BotID
+	a.log.Info("connected to slack", "team", auth.Team, "bot_user", auth.UserID)
+
+	a.shards = make([]chan job, a.cfg.Workers)
+	for i := range a.shards {
+		a.shards[i] = make(chan job, a.cfg.QueueSize)
+		a.workers.Add(1)
+		go a.worker(a.shards[i])
+	}
+
+	smCtx, stopSM := context.WithCancel(ctx)
+	defer stopSM()
+	smErr := make(chan error, 1)
+	go func() { smErr <- a.sm.RunContext(smCtx) }()
+
+	sweep := time.NewTicker(a.cfg.SweepInterval)
+	defer sweep.Stop()
+	a.sweep(ctx)
+
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-smErr:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				runErr = fmt.Errorf("socket mode: %w", err)
+			}
+			break loop
+		case <-sweep.C:
+			a.sweep(ctx)
+		case evt, ok := <-a.sm.Events:
+			if !ok {
+				break loop
+			}
+			a.handle(ctx, evt)
+		}
+	}
+	stopSM()
+	a.connected.Store(false)
+	a.shutdown()
+	return runErr
+}
+
+// shutdown closes the queues and waits for the workers to drain them, then
+// cancels what is left after the grace period.
+func (a *App) shutdown() {
+	a.closing.Store(true)
+	a.spawned.Wait()
+	a.mu.Lock()
+	for _, s := range a.shards {
+		close(s)
+	}
+	a.mu.Unlock()
+	done := make(chan struct{})
+	go func() { a.workers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(a.cfg.ShutdownGrace):
+		a.log.Warn("shutdown grace period over: cancelling in-flight work")
+		a.stopWork()
+		<-done
+	}
+	a.stopWork()
+}
+
+func (a *App) worker(q chan job) {
+	defer a.workers.Done()
+	for j := range q {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					a.log.Error("work panicked", "conversation", j.key, "panic", r)
+					a.m.error("panic")
+				}
+			}()
+			j.run(a.workCtx)
+		}()
+	}
+}
+
+// enqueue queues work for a conversation on its worker. It reports false
+// when the queue is full or the app is shutting down.
+func (a *App) enqueue(key string, run func(ctx context.Context)) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closing.Load() || len(a.shards) == 0 {
+		return false
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	q := a.shards[int(h.Sum32()%uint32(len(a.shards)))]
+	select {
+	case q <- job{key: key, run: run}:
+		return true
+	default:
+		a.m.error("queue_full")
+		return false
+	}
+}
+
+// spawn runs short interactive work (opening a modal, answering a click)
+// in its own goroutine, waited for on shutdown.
+func (a *App) spawn(fn func(ctx context.Context)) {
+	a.spawned.Add(1)
+	go func() {
+		defer a.spawned.Done()
+		defer func() {
+			if r := recover(); r != nil {
+				a.log.Error("handler panicked", "panic", r)
+				a.m.error("panic")
+			}
+		}()
+		fn(a.workCtx)
+	}()
+}
+
+func (a *App) sweep(ctx context.Context) {
+	ag := a.ag.Load()
+	if ag == nil {
+		return
+	}
+	a.enqueue("sweep", func(ctx context.Context) {
+		if err := ag.Sweep(ctx); err != nil {
+			a.log.Warn("sweep", "err", err)
+			a.m.error("sweep")
+		}
+	})
+}
+
+// handle acks an envelope at once and routes it.
+func (a *App) handle(ctx context.Context, evt socketmode.Event) {
+	switch evt.Type {
+	case socketmode.EventTypeConnected:
+		a.connected.Store(true)
+		a.log.Info("socket mode connected")
+		return
+	case socketmode.EventTypeConnecting:
+		return
+	case socketmode.EventTypeDisconnect, socketmode.EventTypeConnectionError, socketmode.EventTypeIncomingError:
+		a.connected.Store(false)
+		a.log.Warn("socket mode connection lost", "type", evt.Type)
+		return
+	case socketmode.EventTypeInvalidAuth:
+		a.connected.Store(false)
+		a.log.Error("socket mode: invalid auth")
+		return
+	case socketmode.EventTypeHello:
+		a.connected.Store(true)
+		return
+	}
+	if evt.Request == nil {
+		return
+	}
+	start := time.Now()
+	a.m.envelope(string(evt.Type))
+	switch evt.Type {
+	case socketmode.EventTypeEventsAPI:
+		a.ack(evt.Request, nil, start)
+		a.onEventsAPI(ctx, evt)
+	case socketmode.EventTypeInteractive:
+		a.onInteractive(ctx, evt, start)
+	case socketmode.EventTypeSlashCommand:
+		a.onSlash(ctx, evt, start)
+	default:
+		a.ack(evt.Request, nil, start)
+	}
+}
+
+func (a *App) ack(req *socketmode.Request, payload any, start time.Time) {
+	var err error
+	if payload == nil {
+		err = a.sm.Ack(*req)
+	} else {
+		err = a.sm.Ack(*req, payload)
+	}
+	if err != nil {
+		a.log.Warn("ack envelope", "envelope", req.EnvelopeID, "err", err)
+		a.m.error("ack")
+	}
+	a.m.ackLatency(time.Since(start))
+}
+
+// firstTime reports whether id has not been seen before, by any replica.
+// A store failure lets the event through: running twice is prevented by
+// the decision's compare-and-set, while dropping a message would lose it.
+func (a *App) firstTime(ctx context.Context, id string) bool {
+	ok, err := a.st.SeenEvent(ctx, id, 24*time.Hour)
+	if err != nil {
+		a.log.Warn("de-duplicate event", "id", id, "err", err)
+		return true
+	}
+	return ok
+}
+
+// slogLogger adapts slog to the logger slack-go's debug output expects.
+type slogLogger struct{ log *slog.Logger }
+
+func (l slogLogger) Output(_ int, s string) error {
+	l.log.Debug(strings.TrimSpace(s), "source", "slack")
+	return nil
+}

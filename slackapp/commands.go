@@ -1,0 +1,338 @@
+package slackapp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/socketmode"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// CommandHelp is the text of /approvals help.
+const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
+	"• `/approvals pending`: calls waiting on a decision in this channel\n" +
+	"• `/approvals policy list`: the effective policy rules, first match wins\n" +
+	"• `/approvals policy add tool=<glob> verdict=allow|ask|deny [when='<CEL>'] [approvers=U1,S2] [four_eyes=true] [ttl=2h] [reason=\"…\"] [id=name]` (admins)\n" +
+	"• `/approvals policy remove <rule id>` (admins)\n" +
+	"• `/approvals policy test <tool> <json arguments>`: the verdict and the rule that gives it; nothing runs\n" +
+	"• `/approvals rules list`: standing rules (\"Always allow here\") in this channel\n" +
+	"• `/approvals rules revoke <id>` (admins)\n" +
+	"• `/approvals audit [n]`: the newest audit entries"
+
+// commandTimeout keeps a command's answer within Slack's 3 seconds.
+const commandTimeout = 2500 * time.Millisecond
+
+// onSlash answers /approvals in the ack, as an ephemeral message.
+func (a *App) onSlash(ctx context.Context, evt socketmode.Event, start time.Time) {
+	cmd, ok := evt.Data.(slack.SlashCommand)
+	if !ok {
+		a.ack(evt.Request, nil, start)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	defer cancel()
+	text := a.command(ctx, cmd)
+	a.ack(evt.Request, map[string]any{"response_type": "ephemeral", "text": clip(text, 3900)}, start)
+}
+
+// command runs one /approvals command and returns its answer.
+func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
+	args := strings.Fields(cmd.Text)
+	if len(args) == 0 {
+		return CommandHelp
+	}
+	rest := func(n int) string {
+		// The text after the first n words, as typed.
+		s := strings.TrimSpace(cmd.Text)
+		for i := 0; i < n; i++ {
+			s = strings.TrimSpace(strings.TrimPrefix(s, strings.Fields(s)[0]))
+		}
+		return s
+	}
+	sub := strings.ToLower(args[0])
+	switch {
+	case sub == "help":
+		return CommandHelp
+	case sub == "pending":
+		return a.cmdPending(ctx, cmd)
+	case sub == "audit":
+		n := 20
+		if len(args) > 1 {
+			if v, err := strconv.Atoi(args[1]); err == nil && v > 0 && v <= 100 {
+				n = v
+			}
+		}
+		return a.cmdAudit(ctx, n)
+	case sub == "policy" && len(args) > 1:
+		switch strings.ToLower(args[1]) {
+		case "list":
+			return a.cmdPolicyList(ctx)
+		case "test":
+			return a.cmdPolicyTest(ctx, cmd, rest(2))
+		case "add", "remove":
+			if err := a.requireAdmin(ctx, cmd.UserID); err != nil {
+				return err.Error()
+			}
+			if strings.ToLower(args[1]) == "add" {
+				return a.cmdPolicyAdd(ctx, cmd.UserID, rest(2))
+			}
+			return a.cmdPolicyRemove(ctx, cmd.UserID, rest(2))
+		}
+	case sub == "rules" && len(args) > 1:
+		switch strings.ToLower(args[1]) {
+		case "list":
+			return a.cmdRulesList(ctx, cmd.ChannelID)
+		case "revoke":
+			if err := a.requireAdmin(ctx, cmd.UserID); err != nil {
+				return err.Error()
+			}
+			return a.cmdRulesRevoke(ctx, cmd.UserID, rest(2))
+		}
+	}
+	return "I don't know that command.\n\n" + CommandHelp
+}
+
+// requireAdmin allows ADMIN_USERS and workspace admins and owners.
+func (a *App) requireAdmin(ctx context.Context, user string) error {
+	if a.admins[user] {
+		return nil
+	}
+	u, err := a.api.GetUserInfoContext(ctx, user)
+	if err != nil {
+		a.log.Warn("look up user", "user", user, "err", err)
+		return errors.New("I couldn't check whether you are an admin, so nothing changed. Please try again.")
+	}
+	if u.IsAdmin || u.IsOwner || u.IsPrimaryOwner {
+		return nil
+	}
+	return errors.New("Only admins can change the policy (ADMIN_USERS, or workspace admins and owners). Nothing changed.")
+}
+
+func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand) string {
+	calls, err := a.ag.Load().Pending(ctx, store.Filter{})
+	if err != nil {
+		return "I couldn't read the pending calls right now; please try again."
+	}
+	var b strings.Builder
+	n := 0
+	for _, c := range calls {
+		if c.Channel != cmd.ChannelID {
+			continue
+		}
+		n++
+		if n > 20 {
+			continue
+		}
+		fmt.Fprintf(&b, "• `%s` requested by <@%s>, rule `%s`, expires %s\n", Escape(c.Tool), c.Requester, Escape(c.RuleID), slackDate(c.ExpiresAt))
+	}
+	if n == 0 {
+		return "Nothing is waiting on approval in this channel."
+	}
+	if n > 20 {
+		fmt.Fprintf(&b, "…and %d more.\n", n-20)
+	}
+	return fmt.Sprintf("*%d call(s) waiting on approval here:*\n%s", n, b.String())
+}
+
+func (a *App) cmdAudit(ctx context.Context, n int) string {
+	entries, err := a.st.AuditLog(ctx, n)
+	if err != nil {
+		return "I couldn't read the audit log right now; please try again."
+	}
+	if len(entries) == 0 {
+		return "The audit log is empty."
+	}
+	var b strings.Builder
+	b.WriteString("*Audit log, newest first:*\n")
+	for _, e := range entries {
+		fmt.Fprintf(&b, "• %s %s `%s`", e.At.UTC().Format("2006-01-02 15:04:05Z"), Escape(e.Actor), Escape(e.Action))
+		if e.Tool != "" {
+			fmt.Fprintf(&b, " %s", Escape(e.Tool))
+		}
+		if e.Fingerprint != "" {
+			fmt.Fprintf(&b, " args %s", Escape(shortFP(e.Fingerprint)))
+		}
+		if e.Outcome != "" {
+			fmt.Fprintf(&b, " → %s", Escape(e.Outcome))
+		}
+		if e.Detail != "" {
+			fmt.Fprintf(&b, " (%s)", Escape(clip(e.Detail, 120)))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func shortFP(fp string) string {
+	if len(fp) > 12 {
+		return fp[:12]
+	}
+	return fp
+}
+
+func (a *App) cmdPolicyList(ctx context.Context) string {
+	rules, err := a.policy.Rules(ctx)
+	if err != nil {
+		return "I couldn't read the policy right now; please try again."
+	}
+	if len(rules) == 0 {
+		return "No policy rules: tool annotations decide (read-only tools run, others ask), then the default."
+	}
+	var b strings.Builder
+	b.WriteString("*Policy rules, first match wins:*\n")
+	for i, r := range rules {
+		fmt.Fprintf(&b, "%d. `%s` [%s] %s\n", i+1, Escape(r.ID), r.Source, Escape(r.Rule.String()))
+	}
+	return b.String()
+}
+
+func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
+	r, err := approvals.ParseRule(text)
+	if err != nil {
+		return "That rule is not valid: " + Escape(err.Error()) + "\nNothing changed."
+	}
+	added, err := a.policy.AddRule(ctx, user, r)
+	if err != nil {
+		return "I couldn't add the rule: " + Escape(err.Error())
+	}
+	return fmt.Sprintf("Added rule `%s` (checked before the policy file's rules): %s", Escape(added.ID), Escape(added.String()))
+}
+
+func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
+	id = strings.TrimSpace(id)
+	if id == "" {
+		return "Which rule? `/approvals policy remove <rule id>`"
+	}
+	if err := a.policy.RemoveRule(ctx, user, id); err != nil {
+		if errors.Is(err, approvals.ErrUnknownRule) {
+			return fmt.Sprintf("There is no rule `%s`. Nothing changed.", Escape(id))
+		}
+		return "I couldn't remove the rule: " + Escape(err.Error())
+	}
+	return fmt.Sprintf("Removed rule `%s`.", Escape(id))
+}
+
+func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text string) string {
+	tool, args, _ := strings.Cut(strings.TrimSpace(text), " ")
+	if tool == "" {
+		return "Usage: `/approvals policy test <tool> <json arguments>`"
+	}
+	args = strings.TrimSpace(args)
+	if args == "" {
+		args = "{}"
+	}
+	args = plainText(args)
+	in := approvals.Input{Tool: tool, Args: json.RawMessage(args), User: cmd.UserID, Channel: cmd.ChannelID}
+	if ag := a.ag.Load(); ag != nil {
+		t, ok := ag.Tools().Lookup(tool)
+		if !ok {
+			return fmt.Sprintf("There is no tool `%s`.", Escape(tool))
+		}
+		if err := ag.Tools().Validate(tool, in.Args); err != nil {
+			return "Those arguments would be refused before the policy: " + Escape(err.Error())
+		}
+		in.Hints = t.Annotations
+	}
+	canonical, _, err := approvals.Fingerprint(in.Args)
+	if err != nil {
+		return "The arguments are not valid JSON: " + Escape(err.Error())
+	}
+	in.Args = canonical
+	v, err := a.policy.Test(ctx, in)
+	out := fmt.Sprintf("`%s` %s → *%s* by rule `%s`", Escape(tool), Escape(string(canonical)), v.Action, Escape(v.RuleID))
+	if v.Reason != "" {
+		out += ": " + Escape(v.Reason)
+	}
+	if len(v.Approvers) > 0 {
+		out += "\nApprovers: " + Escape(strings.Join(v.Approvers, ", "))
+	}
+	if v.FourEyes {
+		out += " (four eyes)"
+	}
+	if err != nil {
+		out += "\n(The policy store could not be read: " + Escape(err.Error()) + ")"
+	}
+	return out + "\nNothing was run."
+}
+
+func (a *App) cmdRulesList(ctx context.Context, channel string) string {
+	rules, err := a.policy.StandingRules(ctx, channel)
+	if err != nil {
+		return "I couldn't read the standing rules right now; please try again."
+	}
+	if len(rules) == 0 {
+		return "No standing rules in this channel."
+	}
+	var b strings.Builder
+	b.WriteString("*Standing rules in this channel:*\n")
+	for _, r := range rules {
+		fmt.Fprintf(&b, "• `%s`: `%s` allowed, by <@%s>", Escape(r.ID), Escape(r.Tool), r.CreatedBy)
+		if r.When != "" {
+			fmt.Fprintf(&b, " when `%s`", Escape(r.When))
+		}
+		if !r.ExpiresAt.IsZero() {
+			fmt.Fprintf(&b, ", until %s", slackDate(r.ExpiresAt))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func (a *App) cmdRulesRevoke(ctx context.Context, user, id string) string {
+	id = strings.TrimSpace(id)
+	if id == "" {
+		return "Which rule? `/approvals rules revoke <id>`"
+	}
+	if err := a.policy.Revoke(ctx, user, id); err != nil {
+		if errors.Is(err, approvals.ErrUnknownRule) {
+			return fmt.Sprintf("There is no standing rule `%s`. Nothing changed.", Escape(id))
+		}
+		return "I couldn't revoke the rule: " + Escape(err.Error())
+	}
+	return fmt.Sprintf("Revoked standing rule `%s`.", Escape(id))
+}
+
+// publishHome shows a user's approver inbox and their own waiting requests.
+func (a *App) publishHome(ctx context.Context, user string) {
+	ag := a.ag.Load()
+	if ag == nil {
+		return
+	}
+	var inbox, mine []Card
+	seen := map[string]bool{}
+	for _, approver := range []string{user, "*"} {
+		calls, err := ag.Pending(ctx, store.Filter{Approver: approver})
+		if err != nil {
+			a.log.Warn("list inbox", "user", user, "err", err)
+			continue
+		}
+		for _, c := range calls {
+			if seen[c.ID] {
+				continue
+			}
+			seen[c.ID] = true
+			if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, user, a.groups) != nil {
+				continue
+			}
+			inbox = append(inbox, cardOf(c, nil))
+		}
+	}
+	own, err := ag.Pending(ctx, store.Filter{Requester: user})
+	if err != nil {
+		a.log.Warn("list own requests", "user", user, "err", err)
+	}
+	for _, c := range own {
+		mine = append(mine, cardOf(c, nil))
+	}
+	if _, err := a.api.PublishViewContext(ctx, slack.PublishViewContextRequest{UserID: user, View: HomeView(inbox, mine)}); err != nil {
+		a.log.Warn("publish home", "user", user, "err", err)
+	}
+}

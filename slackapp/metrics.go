@@ -1,0 +1,121 @@
+package slackapp
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the bot's Prometheus metrics. A nil *Metrics records nothing.
+type Metrics struct {
+	envelopes    *prometheus.CounterVec
+	duplicates   prometheus.Counter
+	ackSeconds   prometheus.Histogram
+	turns        *prometheus.CounterVec
+	toolCalls    *prometheus.CounterVec
+	decisions    *prometheus.CounterVec
+	decisionWait prometheus.Histogram
+	modelSeconds *prometheus.HistogramVec
+	errors       *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		envelopes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolgate_envelopes_total", Help: "Socket Mode envelopes received, by type.",
+		}, []string{"type"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "toolgate_duplicate_events_total", Help: "Events dropped as redeliveries or duplicates.",
+		}),
+		ackSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "toolgate_ack_seconds", Help: "Time from receiving an envelope to acking it.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2, 3},
+		}),
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolgate_turns_total", Help: "Agent turns, by outcome.",
+		}, []string{"outcome"}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolgate_tool_calls_total", Help: "Tool calls judged, by verdict.",
+		}, []string{"verdict"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolgate_decisions_total", Help: "Decisions on paused calls, by kind and result (ok or the refusal).",
+		}, []string{"kind", "result"}),
+		decisionWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "toolgate_time_to_decision_seconds", Help: "Time from a call's pause to its decision.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}),
+		modelSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "toolgate_model_seconds", Help: "Model request latency, by result.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 2, 10),
+		}, []string{"result"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolgate_errors_total", Help: "Errors, by where they happened.",
+		}, []string{"where"}),
+	}
+	reg.MustRegister(m.envelopes, m.duplicates, m.ackSeconds, m.turns, m.toolCalls, m.decisions, m.decisionWait, m.modelSeconds, m.errors)
+	return m
+}
+
+func (m *Metrics) envelope(typ string) {
+	if m != nil {
+		m.envelopes.WithLabelValues(typ).Inc()
+	}
+}
+
+func (m *Metrics) duplicate() {
+	if m != nil {
+		m.duplicates.Inc()
+	}
+}
+
+func (m *Metrics) ackLatency(d time.Duration) {
+	if m != nil {
+		m.ackSeconds.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) turn(outcome string, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		outcome = "error"
+	}
+	m.turns.WithLabelValues(outcome).Inc()
+}
+
+func (m *Metrics) decision(kind, result string, wait time.Duration) {
+	if m == nil {
+		return
+	}
+	m.decisions.WithLabelValues(kind, result).Inc()
+	if result == "ok" && wait > 0 {
+		m.decisionWait.Observe(wait.Seconds())
+	}
+}
+
+func (m *Metrics) error(where string) {
+	if m != nil {
+		m.errors.WithLabelValues(where).Inc()
+	}
+}
+
+// ToolCall counts a judged tool call by its verdict.
+func (m *Metrics) ToolCall(verdict string) {
+	if m != nil {
+		m.toolCalls.WithLabelValues(verdict).Inc()
+	}
+}
+
+// Model records the latency of one model request.
+func (m *Metrics) Model(d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.modelSeconds.WithLabelValues(result).Observe(d.Seconds())
+}

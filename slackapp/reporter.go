@@ -1,0 +1,430 @@
+package slackapp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/store"
+)
+
+// Reporter returns the agent.Reporter of a conversation: it shows the
+// agent's progress in the conversation's thread. Any replica can build it
+// from the key alone.
+func (a *App) Reporter(conversation string) agent.Reporter {
+	team, channel, thread, ok := parseKey(conversation)
+	if !ok {
+		a.log.Error("conversation key is not team/channel/thread", "conversation", conversation)
+		return agent.NopReporter{}
+	}
+	return &threadReporter{app: a, team: team, channel: channel, thread: thread}
+}
+
+// threadReporter reports one conversation in its Slack thread. Answers are
+// streamed (chat.startStream and friends) and, where streaming is refused,
+// posted whole.
+type threadReporter struct {
+	app                   *App
+	team, channel, thread string
+
+	mu        sync.Mutex
+	user      string // the recipient of a stream
+	streamTS  string
+	streamErr bool
+	buf       strings.Builder
+	streamed  strings.Builder
+	lastFlush time.Time
+}
+
+// streamFlush is how much text is buffered before it is appended to the
+// stream.
+const streamFlush = 120
+
+func (r *threadReporter) Status(ctx context.Context, text string) {
+	err := r.app.api.SetAssistantThreadsStatusContext(ctx, slack.AssistantThreadsSetStatusParameters{ChannelID: r.channel, ThreadTS: r.thread, Status: text})
+	if err != nil {
+		r.app.log.Debug("set thread status", "channel", r.channel, "err", err)
+	}
+}
+
+func (r *threadReporter) Delta(ctx context.Context, text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.streamErr {
+		return
+	}
+	r.buf.WriteString(text)
+	if r.buf.Len() < streamFlush && time.Since(r.lastFlush) < time.Second {
+		return
+	}
+	r.flush(ctx, false)
+}
+
+// flush sends buffered text to the stream, up to the last white space
+// unless final, so an escape never splits a token such as "@channel".
+func (r *threadReporter) flush(ctx context.Context, final bool) {
+	pending := r.buf.String()
+	cut := len(pending)
+	if !final {
+		cut = strings.LastIndexAny(pending, " \n\t")
+		if cut <= 0 {
+			return
+		}
+	}
+	chunk := pending[:cut]
+	r.buf.Reset()
+	r.buf.WriteString(pending[cut:])
+	if chunk == "" {
+		return
+	}
+	r.lastFlush = time.Now()
+	safe := streamSafe(chunk)
+	var err error
+	if r.streamTS == "" {
+		opts := []slack.MsgOption{slack.MsgOptionTS(r.thread), slack.MsgOptionMarkdownText(safe)}
+		if !strings.HasPrefix(r.channel, "D") {
+			opts = append(opts, slack.MsgOptionRecipientTeamID(r.team), slack.MsgOptionRecipientUserID(r.recipient(ctx)))
+		}
+		_, r.streamTS, err = r.app.api.StartStreamContext(ctx, r.channel, opts...)
+	} else {
+		_, _, err = r.app.api.AppendStreamContext(ctx, r.channel, r.streamTS, slack.MsgOptionMarkdownText(safe))
+	}
+	if err != nil {
+		r.app.log.Debug("stream answer", "channel", r.channel, "err", err)
+		r.streamErr = true
+		return
+	}
+	r.streamed.WriteString(chunk)
+}
+
+// recipient is the user a stream in a channel is addressed to: the
+// requester of the conversation.
+func (r *threadReporter) recipient(ctx context.Context) string {
+	if r.user != "" {
+		return r.user
+	}
+	if c, err := r.app.st.LoadConversation(ctx, ConversationKey(r.team, r.channel, r.thread)); err == nil {
+		var st struct {
+			Messages []struct {
+				Role string `json:"role"`
+				Name string `json:"name"`
+			} `json:"messages"`
+		}
+		if json.Unmarshal(c.State, &st) == nil {
+			for i := len(st.Messages) - 1; i >= 0; i-- {
+				if st.Messages[i].Role == "user" && st.Messages[i].Name != "" {
+					r.user = st.Messages[i].Name
+					break
+				}
+			}
+		}
+	}
+	return r.user
+}
+
+// Answer ends the stream with the rest of the text, or posts the whole
+// answer, split within Block Kit limits, if streaming was not possible.
+func (r *threadReporter) Answer(ctx context.Context, text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	streamed := r.streamTS != "" && !r.streamErr
+	if streamed {
+		r.flush(ctx, true)
+		streamed = !r.streamErr && r.streamed.String() == text
+	}
+	if r.streamTS != "" {
+		if _, _, err := r.app.api.StopStreamContext(ctx, r.channel, r.streamTS); err != nil {
+			r.app.log.Debug("stop stream", "channel", r.channel, "err", err)
+		}
+	}
+	r.streamTS, r.streamErr = "", false
+	r.buf.Reset()
+	r.streamed.Reset()
+	if streamed {
+		return
+	}
+	if strings.TrimSpace(text) == "" {
+		text = "(no answer)"
+	}
+	for _, blocks := range AnswerMessages(text) {
+		r.app.postBlocks(ctx, r.channel, r.thread, blocks, fallbackText(text))
+	}
+}
+
+func fallbackText(text string) string {
+	const max = 300
+	t := Escape(text)
+	if len(t) > max {
+		t = t[:max] + "…"
+	}
+	return t
+}
+
+// Paused posts one card per call in the thread, and copies for approvers
+// who cannot see the conversation.
+func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) {
+	for _, c := range calls {
+		r.app.postCard(ctx, r.channel, r.thread, c)
+	}
+}
+
+// Updated updates every copy of the call's card in place.
+func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
+	r.app.updateCard(ctx, u)
+}
+
+// cardRef is where one copy of a card was posted.
+type cardRef struct {
+	Channel string `json:"channel"`
+	TS      string `json:"ts"`
+}
+
+func cardKind(callID string) string { return "card:" + callID }
+
+const cardRefsID = "refs"
+
+func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.PendingCall) {
+	card := cardOf(pc, nil)
+	blocks, text := CardBlocks(card), CardText(card)
+	var refs []cardRef
+	if ts := a.postBlocks(ctx, channel, thread, blocks, text); ts != "" {
+		refs = append(refs, cardRef{Channel: channel, TS: ts})
+	}
+	for _, target := range a.copyTargets(ctx, channel, pc.Requester, pc.Approvers) {
+		if ts := a.postBlocks(ctx, target, "", blocks, text); ts != "" {
+			refs = append(refs, cardRef{Channel: target, TS: ts})
+		}
+	}
+	if len(refs) == 0 {
+		a.log.Error("no copy of the approval card could be posted; it is listed by /approvals pending and in App Home", "call", pc.ID)
+		return
+	}
+	rec := store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(refs)}
+	if _, err := a.st.PutRecord(ctx, rec, -1); err != nil {
+		a.log.Error("remember where the card is", "call", pc.ID, "err", err)
+	}
+}
+
+// copyTargets lists where copies of a card go so that approvers who cannot
+// see the conversation get it: APPROVALS_CHANNEL if set, else a DM to each
+// named approver (user groups expanded) who cannot see it.
+func (a *App) copyTargets(ctx context.Context, channel, requester string, approvers []string) []string {
+	if len(approvers) == 0 {
+		return nil
+	}
+	public := false
+	var members map[string]bool
+	if !strings.HasPrefix(channel, "D") {
+		info, err := a.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: channel})
+		if err == nil && !info.IsPrivate && !info.IsIM && !info.IsMpIM {
+			public = true
+		} else {
+			members = a.members(ctx, channel)
+		}
+	}
+	if public {
+		return nil
+	}
+	var blind []string
+	for _, id := range a.expand(ctx, approvers) {
+		if id != requester && !members[id] && id != a.botUserID {
+			blind = append(blind, id)
+		}
+	}
+	if len(blind) == 0 {
+		return nil
+	}
+	if a.cfg.ApprovalsChannel != "" {
+		return []string{a.cfg.ApprovalsChannel}
+	}
+	var out []string
+	for _, u := range blind {
+		ch, _, _, err := a.api.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{u}, ReturnIM: true})
+		if err != nil {
+			a.log.Warn("open DM to approver", "user", u, "err", err)
+			continue
+		}
+		out = append(out, ch.ID)
+	}
+	return out
+}
+
+func (a *App) members(ctx context.Context, channel string) map[string]bool {
+	out := map[string]bool{}
+	cursor := ""
+	for {
+		ids, next, err := a.api.GetUsersInConversationContext(ctx, &slack.GetUsersInConversationParameters{ChannelID: channel, Cursor: cursor, Limit: 1000})
+		if err != nil {
+			a.log.Warn("list channel members", "channel", channel, "err", err)
+			return out
+		}
+		for _, id := range ids {
+			out[id] = true
+		}
+		if next == "" {
+			return out
+		}
+		cursor = next
+	}
+}
+
+// expand turns approver ids into user ids, expanding user groups.
+func (a *App) expand(ctx context.Context, approvers []string) []string {
+	var out []string
+	for _, id := range approvers {
+		if strings.HasPrefix(id, "S") {
+			m, err := a.groups.Members(ctx, id)
+			if err != nil {
+				a.log.Warn("expand user group", "group", id, "err", err)
+				continue
+			}
+			out = append(out, m...)
+			continue
+		}
+		out = append(out, id)
+	}
+	return dedupe(out)
+}
+
+// updateCard renders the call's current state on every copy of its card.
+func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
+	recs, err := a.st.Records(ctx, cardKind(u.Call.ID))
+	if err != nil {
+		a.log.Error("find the card to update", "call", u.Call.ID, "err", err)
+		return
+	}
+	pc := agent.PendingCall{Call: u.Call}
+	if ag := a.ag.Load(); ag != nil {
+		if t, ok := ag.Tools().Lookup(u.Call.Tool); ok {
+			pc.Human = t.Human
+		}
+	}
+	card := cardOf(pc, &u)
+	blocks, text := CardBlocks(card), CardText(card)
+	for _, rec := range recs {
+		var refs []cardRef
+		if err := json.Unmarshal(rec.Data, &refs); err != nil {
+			continue
+		}
+		for _, ref := range refs {
+			_, _, _, err := a.api.UpdateMessageContext(ctx, ref.Channel, ref.TS, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(text, false))
+			if err != nil {
+				a.log.Error("update card", "call", u.Call.ID, "channel", ref.Channel, "err", err)
+				a.m.error("slack_update")
+			}
+		}
+	}
+	if u.Phase != agent.PhaseDecided || u.Call.Status != store.Decided {
+		// Final: nothing will change the card again.
+		if err := a.st.DeleteRecord(ctx, cardKind(u.Call.ID), cardRefsID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			a.log.Warn("forget card", "call", u.Call.ID, "err", err)
+		}
+	}
+}
+
+// postBlocks posts a message (in a thread if thread is set) and returns its
+// ts, or "" after logging a failure that persisted through the retries.
+func (a *App) postBlocks(ctx context.Context, channel, thread string, blocks []slack.Block, text string) string {
+	opts := []slack.MsgOption{slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(text, false)}
+	if thread != "" {
+		opts = append(opts, slack.MsgOptionTS(thread))
+	}
+	_, ts, err := a.api.PostMessageContext(ctx, channel, opts...)
+	if err != nil {
+		a.log.Error("post message", "channel", channel, "err", err)
+		a.m.error("slack_post")
+		return ""
+	}
+	return ts
+}
+
+// post posts plain mrkdwn text (already safe) in a thread.
+func (a *App) post(ctx context.Context, channel, thread, text string) {
+	a.postBlocks(ctx, channel, thread, []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)}, text)
+}
+
+// cardOf renders a stored call, and what happened to it, as a Card.
+func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
+	c := pc.Call
+	card := Card{
+		CallID: token(c.ID, c.Fingerprint), Tool: c.Tool, Args: c.Args, Requester: c.Requester,
+		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
+		RequestedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Human: pc.Human,
+	}
+	if pc.Human {
+		var q struct {
+			Question string `json:"question"`
+		}
+		_ = json.Unmarshal(c.Args, &q)
+		card.Question = q.Question
+	}
+	switch c.Status {
+	case store.Decided:
+		card.Status = StatusDecided
+	case store.Expired:
+		card.Status = StatusExpired
+	case store.Cancelled:
+		card.Status = StatusCancelled
+	default:
+		card.Status = StatusPending
+	}
+	if d := c.Decision; d != nil {
+		card.Decision, card.Decider, card.DecidedAt = DecisionKind(d.Kind), d.Decider, d.At
+		card.RejectReason, card.EditedArgs, card.Answer = d.Reason, d.Args, d.Answer
+	}
+	if u != nil {
+		switch u.Phase {
+		case agent.PhaseExecuted:
+			card.Outcome = "ran"
+			if u.Result.IsError {
+				card.Outcome = "failed"
+			}
+			card.OutputSummary = u.Result.Content
+		case agent.PhaseSkipped:
+			if u.Note != "" && c.Status == store.Decided && DecisionKind(c.Decision.Kind) != DecisionDeny &&
+				DecisionKind(c.Decision.Kind) != DecisionReject && DecisionKind(c.Decision.Kind) != DecisionRespond {
+				card.Outcome = "not run: " + u.Note
+			}
+		case agent.PhaseDecided:
+			if c.Status == store.Decided && c.Decision != nil {
+				switch DecisionKind(c.Decision.Kind) {
+				case DecisionApprove, DecisionEdit, DecisionRemember:
+					card.Outcome = "running…"
+				}
+			}
+		}
+	}
+	return card
+}
+
+// token is the opaque value of a card's buttons: the call id and the
+// fingerprint of the arguments the card shows, so a decision is bound to
+// exactly those arguments.
+func token(callID, fingerprint string) string { return callID + "~" + fingerprint }
+
+// parseToken splits a button value made by token.
+func parseToken(v string) (callID, fingerprint string) {
+	callID, fingerprint, _ = strings.Cut(v, "~")
+	return callID, fingerprint
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// streamSafe makes model text safe for a streamed markdown message: no
+// mention, broadcast or link syntax survives, and "[label](url)" cannot
+// become a link whose label hides its target.
+func streamSafe(s string) string {
+	return strings.ReplaceAll(Escape(s), "](", "] (")
+}
