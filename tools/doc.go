@@ -19,6 +19,13 @@
 //	  run_command: {allow: ["kubectl", "/usr/bin/systemctl"], dir: /srv, timeout: 30s, max_output_bytes: 65536}
 //	  workspace: {root: /srv/scratch, max_file_bytes: 1048576}
 //
+// Keys: a server takes name, command or url, env and dir (command only),
+// headers (url only); ${VAR} in them comes from the environment. The
+// built-ins take http_request: allowed_hosts, max_response_bytes, timeout,
+// read_only; run_command: allow, dir, env, timeout, max_output_bytes;
+// workspace: root, max_file_bytes; ask_human: nothing. A section left out
+// leaves its tools off; unknown keys are errors.
+//
 // [Load] registers the enabled built-ins and the MCP servers' tools into an
 // [agent.Registry] and returns a [Manager] that keeps the servers connected
 // and reports their state for health checks.
