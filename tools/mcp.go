@@ -87,7 +87,7 @@ func defaultManagerOptions() managerOptions {
 // first connection attempt (or for ctx); a server that fails does not make
 // Load fail: its status says why and it is retried in the background until
 // Close. Load fails if a built-in cannot be set up or registered, or if ctx
-// ends first.
+// ends first. A nil log discards the manager's logs.
 func Load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger) (*Manager, error) {
 	return load(ctx, cfg, reg, log, defaultManagerOptions())
 }
