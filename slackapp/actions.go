@@ -92,7 +92,7 @@ func (a *App) decide(ctx context.Context, d approvals.Decision) string {
 	res, err := ag.Decide(ctx, d)
 	kind := string(d.Kind)
 	if err != nil {
-		text, result := refusalText(res.Call, err)
+		text, result := refusalText(res.Call, d.Decider, err)
 		a.m.decision(kind, result, 0)
 		if result == "error" {
 			a.log.Error("record decision", "call", d.CallID, "err", err)
@@ -134,13 +134,13 @@ func (a *App) callOfRun(ctx context.Context, runID string) (store.Call, error) {
 
 // refusalText explains a refused decision to the decider, and names the
 // refusal for metrics.
-func refusalText(c store.Call, err error) (text, result string) {
+func refusalText(c store.Call, decider string, err error) (text, result string) {
 	var refused *approvals.RefusedError
 	switch {
 	case errors.As(err, &refused) && errors.Is(err, approvals.ErrAlreadyDecided):
 		return AlreadyDecidedText(refused.DecidedBy, DecisionKind(refused.Kind), refused.DecidedAt), "already_decided"
 	case errors.Is(err, approvals.ErrNotApprover):
-		if c.FourEyes && strings.Contains(err.Error(), "four") {
+		if c.FourEyes && decider == c.Requester {
 			return RequesterCannotApproveText(), "not_approver"
 		}
 		return NotApproverText(c.Approvers), "not_approver"
@@ -177,7 +177,7 @@ func (a *App) cancelLater(c click) {
 		res, err := ag.Cancel(ctx, runID, c.user)
 		if err != nil {
 			pc, _ := ag.Call(ctx, callID)
-			text, result := refusalText(pc.Call, err)
+			text, result := refusalText(pc.Call, c.user, err)
 			if errors.Is(err, approvals.ErrNotApprover) {
 				text = NotRequesterText(pc.Requester)
 			}
@@ -200,7 +200,7 @@ func (a *App) openModal(ctx context.Context, c click) {
 	callID, _ := parseToken(c.value)
 	pc, err := a.ag.Load().Call(ctx, callID)
 	if err != nil {
-		text, _ := refusalText(store.Call{}, err)
+		text, _ := refusalText(store.Call{}, c.user, err)
 		a.tell(ctx, c.user, c.channel, text)
 		return
 	}
@@ -260,7 +260,7 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 	ag := a.ag.Load()
 	res, err := ag.Decide(ctx, d)
 	if err != nil {
-		text, result := refusalText(res.Call, err)
+		text, result := refusalText(res.Call, d.Decider, err)
 		a.m.decision(string(d.Kind), result, 0)
 		if result == "error" {
 			a.log.Error("record decision", "call", d.CallID, "err", err)

@@ -1,0 +1,304 @@
+package slackapp_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/boltstore"
+	"github.com/toolgate/toolgate/store/redisstore"
+)
+
+// Users and channels of the test workspace.
+const (
+	requester = "UREQUESTER"
+	approver  = "UAPPROVER1"
+	other     = "UOTHER0001"
+	stranger  = "USTRANGER1"
+	channel   = "CGENERAL01"
+)
+
+// fullStore is what the bot keeps: agent state and the Slack app's own.
+type fullStore interface {
+	agent.Store
+	slackapp.Store
+	approvals.RecordStore
+	Close() error
+}
+
+// storeKind opens stores of one kind; reopen models a restart on the same
+// data (a new handle; the old one must be closed first for bolt).
+type storeKind struct {
+	name string
+	open func(t *testing.T) func() fullStore
+}
+
+func storeKinds(t *testing.T) []storeKind {
+	kinds := []storeKind{{name: "bolt", open: func(t *testing.T) func() fullStore {
+		path := filepath.Join(t.TempDir(), "toolgate.db")
+		return func() fullStore {
+			s, err := boltstore.Open(path, boltstore.Options{})
+			if err != nil {
+				t.Fatalf("open bolt store: %v", err)
+			}
+			return s
+		}
+	}}}
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("REDIS_URL is not set; CI must run the Redis tests")
+		}
+		t.Log("REDIS_URL is not set: skipping the Redis store")
+		return kinds
+	}
+	return append(kinds, storeKind{name: "redis", open: func(t *testing.T) func() fullStore {
+		prefix := "slacktest-" + store.NewRunID()
+		return func() fullStore {
+			s, err := redisstore.New(context.Background(), url, redisstore.Options{Prefix: prefix})
+			if err != nil {
+				t.Fatalf("open redis store: %v", err)
+			}
+			return s
+		}
+	}})
+}
+
+const e2ePolicy = `
+policy:
+  default: ask
+  rules:
+    - id: reads
+      tool: "read_*"
+      verdict: allow
+    - id: no-drop
+      tool: drop_db
+      verdict: deny
+      reason: Dropping databases is never allowed from chat.
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      reason: Deploys need review.
+      approvers: [UAPPROVER1, UOTHER0001]
+      four_eyes: true
+`
+
+// bot is one running bot process against the fakes.
+type bot struct {
+	st     fullStore
+	app    *slackapp.App
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// env is the world of one end-to-end test: a fake Slack, a fake model,
+// tools that count their runs, and the bot.
+type env struct {
+	t      *testing.T
+	slack  *fakeslack.Server
+	model  *fakeopenai.Server
+	open   func() fullStore
+	reg    *agent.Registry
+	deploy atomic.Int64
+	reads  atomic.Int64
+	mu     sync.Mutex
+	args   []string
+	bot    *bot
+	cfg    slackapp.Config
+}
+
+func newEnv(t *testing.T, kind storeKind, opts ...fakeslack.Option) *env {
+	t.Helper()
+	e := &env{t: t, slack: fakeslack.New(t, opts...), model: fakeopenai.New(t), open: kind.open(t)}
+	for _, u := range []string{requester, approver, other, stranger} {
+		e.slack.AddUser(fakeslack.User{ID: u, Name: strings.ToLower(u)})
+	}
+	e.slack.AddChannel(fakeslack.Channel{ID: channel, Name: "general", Members: []string{requester, approver, other, stranger, e.slack.BotUserID()}})
+	e.reg = agent.NewRegistry()
+	must(t, e.reg.Register(agent.Tool{Name: "read_file", Schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`),
+		Annotations: approvals.Hints{ReadOnly: true}, Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			e.reads.Add(1)
+			return agent.Result{Content: "file contents"}, nil
+		}}))
+	must(t, e.reg.Register(agent.Tool{Name: "drop_db", Schema: json.RawMessage(`{"type":"object"}`), Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+		t.Error("drop_db ran although the policy denies it")
+		return agent.Result{}, nil
+	}}))
+	must(t, e.reg.Register(agent.Tool{Name: "deploy", Schema: json.RawMessage(`{"type":"object","properties":{"service":{"type":"string"},"version":{"type":"string"}},"required":["service","version"],"additionalProperties":false}`),
+		Handler: func(_ context.Context, args json.RawMessage) (agent.Result, error) {
+			e.deploy.Add(1)
+			e.mu.Lock()
+			e.args = append(e.args, string(args))
+			e.mu.Unlock()
+			return agent.Result{Content: "deployed " + string(args)}, nil
+		}}))
+	must(t, e.reg.Register(agent.Tool{Name: "ask_human", Human: true, Schema: json.RawMessage(`{"type":"object","properties":{"question":{"type":"string"}},"required":["question"]}`)}))
+	e.cfg = slackapp.Config{BotToken: e.slack.BotToken(), AppToken: e.slack.AppToken(), APIURL: e.slack.APIURL(), SweepInterval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	t.Cleanup(func() { e.stop() })
+	return e
+}
+
+// start runs a bot process on a fresh store handle.
+func (e *env) start() *bot {
+	e.t.Helper()
+	st := e.open()
+	p, err := approvals.ParseConfig([]byte(e2ePolicy))
+	must(e.t, err)
+	engine := approvals.NewEngine(p, st)
+	app, err := slackapp.New(e.cfg, st, engine)
+	must(e.t, err)
+	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: e.model.URL(), APIKey: "k", Model: "m", Timeout: 20 * time.Second})
+	ag := agent.New(model, e.reg, engine, st, app.Reporter, agent.Config{Groups: app.Groups(), LeaseTTL: 2 * time.Second, Logger: e.cfg.Logger})
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &bot{st: st, app: app, cancel: cancel, done: make(chan error, 1)}
+	go func() { b.done <- app.Run(ctx, ag) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !app.Connected() {
+		if time.Now().After(deadline) {
+			e.t.Fatal("the bot did not connect to Socket Mode")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.bot = b
+	return b
+}
+
+// stop stops the running bot, as a shutdown would.
+func (e *env) stop() {
+	if e.bot == nil {
+		return
+	}
+	e.bot.cancel()
+	select {
+	case err := <-e.bot.done:
+		if err != nil {
+			e.t.Errorf("bot stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		e.t.Error("the bot did not stop")
+	}
+	_ = e.bot.st.Close()
+	e.bot = nil
+}
+
+// restart stops the bot and starts a new process on the same data.
+func (e *env) restart() {
+	e.stop()
+	e.start()
+}
+
+func (e *env) deployArgs() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.args...)
+}
+
+// waitThread waits for a message in the thread that satisfies pred.
+func (e *env) waitThread(thread string, what string, pred func(m fakeslack.Message) bool) fakeslack.Message {
+	e.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, m := range e.slack.Thread(channel, thread) {
+			if pred(m) {
+				return m
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.t.Fatalf("no message in the thread %s; thread has:\n%s", what, dumpThread(e.slack.Thread(channel, thread)))
+	return fakeslack.Message{}
+}
+
+// card waits for the approval card of tool in the thread.
+func (e *env) card(thread, tool string) fakeslack.Message {
+	e.t.Helper()
+	return e.waitThread(thread, "with a card for "+tool, func(m fakeslack.Message) bool {
+		return strings.Contains(string(m.Blocks), `"action_id":"approve"`) && strings.Contains(m.Text, tool)
+	})
+}
+
+// answer waits for a bot message containing text.
+func (e *env) answer(thread, text string) fakeslack.Message {
+	e.t.Helper()
+	return e.waitThread(thread, "containing "+text, func(m fakeslack.Message) bool {
+		return m.BotID != "" && (strings.Contains(m.Text, text) || strings.Contains(blocksText(m), text))
+	})
+}
+
+// blocksText is a message's blocks as JSON with <, > and & unescaped.
+func blocksText(m fakeslack.Message) string {
+	return strings.NewReplacer(`\u003c`, "<", `\u003e`, ">", `\u0026`, "&").Replace(string(m.Blocks))
+}
+
+// buttonValue returns the value of a card's button.
+func buttonValue(t *testing.T, m fakeslack.Message, actionID string) string {
+	t.Helper()
+	var blocks []struct {
+		Elements []struct {
+			ActionID string `json:"action_id"`
+			Value    string `json:"value"`
+		} `json:"elements"`
+	}
+	must(t, json.Unmarshal(m.Blocks, &blocks))
+	for _, b := range blocks {
+		for _, el := range b.Elements {
+			if el.ActionID == actionID {
+				return el.Value
+			}
+		}
+	}
+	t.Fatalf("no %s button on the card: %s", actionID, m.Blocks)
+	return ""
+}
+
+// waitUntil polls cond until it holds or the time is up.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func dumpThread(msgs []fakeslack.Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		b.WriteString("  [" + m.User + m.BotID + "] " + m.Text + "\n")
+	}
+	return b.String()
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func tc(id, name, args string) fakeopenai.ToolCall {
+	return fakeopenai.ToolCall{ID: id, Name: name, Arguments: args}
+}

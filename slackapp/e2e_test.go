@@ -1,0 +1,181 @@
+package slackapp_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// Mention -> card -> Approve -> the tool runs once with the shown
+// arguments -> the card is updated in place -> the answer is in the thread.
+func TestMentionApproveAnswer(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"version":"1.2.3","service":"api"}`)), fakeopenai.Text("Deployed **api** 1.2.3."))
+			ts := e.slack.Mention(channel, requester, "deploy api 1.2.3 please")
+			card := e.card(ts, "deploy")
+			if e.deploy.Load() != 0 {
+				t.Fatal("deploy ran before any decision")
+			}
+			for _, want := range []string{"<@UAPPROVER1>", "<@UOTHER0001>", "Deploys need review.", "1.2.3", "<!date^"} {
+				if !strings.Contains(blocksText(card), want) {
+					t.Errorf("card does not show %q: %s", want, card.Blocks)
+				}
+			}
+			// The mention came as app_mention and message: one turn.
+			if n := len(e.model.Requests()); n != 1 {
+				t.Errorf("the model was asked %d times for one mention, want 1", n)
+			}
+			value := buttonValue(t, card, slackapp.ActionApprove)
+			if strings.Contains(value, "1.2.3") {
+				t.Errorf("button value %q carries arguments", value)
+			}
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed")
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+			if got := e.deployArgs(); len(got) != 1 || got[0] != `{"service":"api","version":"1.2.3"}` {
+				t.Errorf("deploy ran with %v, want the approved arguments", got)
+			}
+			updated, ok := e.slack.Message(channel, card.TS)
+			if !ok || updated.Updates == 0 {
+				t.Fatal("the card was not updated in place")
+			}
+			if strings.Contains(blocksText(updated), `"action_id":"approve"`) {
+				t.Error("the updated card still has an Approve button")
+			}
+			if !strings.Contains(blocksText(updated), "<@UAPPROVER1>") || !strings.Contains(strings.ToLower(blocksText(updated)), "approved") {
+				t.Errorf("the updated card does not say who approved: %s", updated.Blocks)
+			}
+		})
+	}
+}
+
+// The requester of a four-eyes call and people who are not approvers are
+// told so privately; nothing changes.
+func TestUnauthorizedClickers(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy")
+	card := e.card(ts, "deploy")
+	for _, user := range []string{stranger, requester} {
+		_, err := e.slack.Click(user, channel, card.TS, slackapp.ActionApprove, "")
+		must(t, err)
+		waitUntil(t, user+" is told", func() bool { return len(e.slack.Ephemerals(user)) > 0 })
+	}
+	if !strings.Contains(e.slack.Ephemerals(stranger)[0].Text, "not an approver") {
+		t.Errorf("stranger was told %q", e.slack.Ephemerals(stranger)[0].Text)
+	}
+	if !strings.Contains(e.slack.Ephemerals(requester)[0].Text, "second pair of eyes") {
+		t.Errorf("requester was told %q", e.slack.Ephemerals(requester)[0].Text)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if m, _ := e.slack.Message(channel, card.TS); m.Updates != 0 || e.deploy.Load() != 0 {
+		t.Errorf("an unauthorized click changed something: %d updates, %d runs", m.Updates, e.deploy.Load())
+	}
+}
+
+// Ten concurrent clicks and a redelivered envelope execute the call once.
+func TestConcurrentClicksRunOnce(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)), fakeopenai.Text("done once"))
+			ts := e.slack.Mention(channel, requester, "deploy")
+			card := e.card(ts, "deploy")
+			var wg sync.WaitGroup
+			envs := make(chan string, 10)
+			for i := 0; i < 10; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					user := approver
+					if i%2 == 1 {
+						user = other
+					}
+					id, err := e.slack.Click(user, channel, card.TS, slackapp.ActionApprove, "")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					envs <- id
+				}(i)
+			}
+			wg.Wait()
+			close(envs)
+			first := <-envs
+			must(t, e.slack.Redeliver(first))
+			e.answer(ts, "done once")
+			time.Sleep(200 * time.Millisecond)
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+			losers := len(e.slack.Ephemerals(approver)) + len(e.slack.Ephemerals(other))
+			if losers == 0 {
+				t.Error("no losing clicker was told who decided first")
+			}
+		})
+	}
+}
+
+// The bot restarts between the pause and the click.
+func TestRestartBetweenPauseAndClick(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)))
+			ts := e.slack.Mention(channel, requester, "deploy")
+			card := e.card(ts, "deploy")
+			e.restart()
+			e.model.Reply(fakeopenai.Text("deployed after the restart"))
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "deployed after the restart")
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// Model-written arguments cannot ping or spoof links on the card.
+func TestHostileArgumentsRenderInert(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"<!channel> <@U123> <https://evil|x>","version":"@here"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy")
+	card := e.card(ts, "deploy")
+	for _, bad := range []string{"<!channel>", "<@U123>", "<https://evil", "\"@here"} {
+		if strings.Contains(blocksText(card), bad) || strings.Contains(card.Text, bad) {
+			t.Errorf("the card contains %q: %s", bad, card.Blocks)
+		}
+	}
+}
+
+// A DM conversation works the same, in the DM's thread.
+func TestDMConversation(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.Text("Hello from the bot."))
+	ts := e.slack.DM(requester, "hi")
+	dm := e.slack.DMChannel(requester)
+	msg, err := e.slack.WaitMessage(dm, func(m fakeslack.Message) bool {
+		return m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), "Hello from the bot.")
+	}, 10*time.Second)
+	must(t, err)
+	if msg.ThreadTS != ts {
+		t.Errorf("got the answer in thread %q, want %q", msg.ThreadTS, ts)
+	}
+}
