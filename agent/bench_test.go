@@ -1,0 +1,205 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/boltstore"
+	"github.com/toolgate/toolgate/store/redisstore"
+)
+
+// roundTrips is a go-redis hook counting round trips to the server: one per
+// command (a script is one EVALSHA, plus an EVAL when the script was not
+// cached yet) and one per pipeline, however many commands it holds.
+type roundTrips struct{ n atomic.Int64 }
+
+var _ redis.Hook = (*roundTrips)(nil)
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+func (r *roundTrips) load() int64 {
+	if r == nil {
+		return 0
+	}
+	return r.n.Load()
+}
+
+// BenchmarkDecideResumeRedis measures deciding one paused call and resuming
+// its step on Redis, and reports the round trips that takes. Set REDIS_URL
+// to run it; the keys it writes are deleted at the end.
+func BenchmarkDecideResumeRedis(b *testing.B) {
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		b.Skip("REDIS_URL is not set")
+	}
+	client, err := redisstore.NewClient(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	trips := &roundTrips{}
+	client.AddHook(trips)
+	prefix := "agentbench-" + store.NewRunID()
+	st := redisstore.NewFromClient(client, redisstore.Options{Prefix: prefix})
+	b.Cleanup(func() { _ = st.Close() })
+	b.Cleanup(func() {
+		if err := deleteKeys(context.Background(), client, prefix+":*"); err != nil {
+			b.Errorf("delete benchmark keys: %v", err)
+		}
+	})
+	if err := st.Ping(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	benchDecideResume(b, st, trips)
+}
+
+// BenchmarkDecideResumeBolt is the same on the embedded store, for
+// comparison.
+func BenchmarkDecideResumeBolt(b *testing.B) {
+	st, err := boltstore.Open(filepath.Join(b.TempDir(), "toolgate.db"), boltstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	benchDecideResume(b, st, nil)
+}
+
+// benchStore is a Store that also keeps the policy's records.
+type benchStore interface {
+	agent.Store
+	approvals.RecordStore
+}
+
+// benchDecideResume pauses one call per iteration, untimed, then times the
+// approval and the resume, which runs the tool and asks the model for its
+// answer. With trips set it reports the round trips of both.
+func benchDecideResume(b *testing.B, st benchStore, trips *roundTrips) {
+	ctx := context.Background()
+	model := fakeopenai.Start()
+	defer model.Close()
+	model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == openai.ChatMessageRoleTool {
+			return fakeopenai.Text("Deployed.")
+		}
+		return fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "deploy", Arguments: `{"service":"api","version":"1.2.3"}`})
+	})
+	tools := agent.NewRegistry()
+	var runs atomic.Int64
+	err := tools.Register(agent.Tool{Name: "deploy", Schema: json.RawMessage(deploySchema),
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			runs.Add(1)
+			return agent.Result{Content: "deployed"}, nil
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	policy, err := approvals.ParseConfig([]byte(testPolicy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := agent.New(
+		agent.NewOpenAIModel(agent.ModelConfig{BaseURL: model.URL(), APIKey: "key", Model: "fake-model", Timeout: 10 * time.Second}),
+		tools, approvals.NewEngine(policy, st), st, nil, agent.Config{})
+
+	var decideTrips, allTrips int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		out, err := a.Run(ctx, agent.Request{Conversation: fmt.Sprintf("bench/%d", i), User: "UREQUESTER", Channel: "C1", Text: "deploy api 1.2.3"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if out.Status != agent.Paused || len(out.Pending) != 1 {
+			b.Fatalf("got %s with %d pending, want one paused call", out.Status, len(out.Pending))
+		}
+		p := out.Pending[0]
+		start := trips.load()
+		b.StartTimer()
+
+		res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		decided := trips.load()
+		if !res.Complete {
+			b.Fatal("the only decision of the step did not complete it")
+		}
+		out, err = a.Resume(ctx, res.Call.RunID)
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		b.StopTimer()
+		decideTrips += decided - start
+		allTrips += trips.load() - start
+		if out.Status != agent.Answered {
+			b.Fatalf("got %s after the resume, want answered", out.Status)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	if n := runs.Load(); n != int64(b.N) {
+		b.Fatalf("the tool ran %d times for %d approvals", n, b.N)
+	}
+	if trips != nil {
+		b.ReportMetric(float64(allTrips)/float64(b.N), "roundtrips/decision")
+		b.ReportMetric(float64(decideTrips)/float64(b.N), "decide-roundtrips/op")
+	}
+}
+
+// deleteKeys deletes the keys matching pattern on every primary, one DEL
+// per key so that keys of different hash slots may go in one pipeline.
+func deleteKeys(ctx context.Context, c redis.UniversalClient, pattern string) error {
+	del := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, pattern, 500).Iterator()
+		pipe := c.Pipeline()
+		for iter.Next(ctx) {
+			pipe.Del(ctx, iter.Val())
+			if pipe.Len() == 500 {
+				if _, err := pipe.Exec(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, del)
+	case *redis.Client:
+		return del(ctx, c)
+	default:
+		return fmt.Errorf("cannot scan a %T", c)
+	}
+}

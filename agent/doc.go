@@ -1,0 +1,112 @@
+// Package agent runs conversations between people, a chat model and tools,
+// and pauses the tool calls that need a human until someone decides them.
+// It knows nothing of Slack: whoever drives it passes messages in with Run,
+// decisions with Decide and Cancel, and renders progress through a Reporter.
+//
+// # Turns
+//
+// Run takes a message and loops: it sends the history to the Model, and if
+// the model answers in text the turn ends (Answered). Otherwise every tool
+// call of the step is validated against its tool's schema, reduced to
+// canonical arguments and a fingerprint (approvals.Fingerprint), and judged
+// by the Policy, in the order the model made them:
+//
+//   - allow: the tool runs at once and its result goes back to the model;
+//   - deny: nothing runs; the model reads the rule's reason (or a note
+//     naming the rule when it gives none);
+//   - ask: the call waits for a person. A tool marked Human (a question
+//     for the people in the thread) always asks.
+//
+// A call to an unknown tool or with invalid arguments gets an error result
+// worded for the model, which may try again. The loop goes on until the
+// model answers, a step asks, or Config.MaxSteps model calls were made
+// (StepLimit).
+//
+// # Pausing
+//
+// When at least one call of a step asks, the step pauses: the whole history,
+// the results of the step's calls that were already settled and one
+// store.Call per asked call are written to the Store as a run, the
+// conversation is marked as paused on it, Reporter.Paused is told, and Run
+// returns Paused with the pending calls. Nothing is kept in memory, so any
+// process sharing the store may decide the calls and resume the step, also
+// after a restart. A message that arrives while the conversation is paused
+// is queued (Waiting) and answered after the resume.
+//
+// # Decisions
+//
+// Decide records one person's decision on one call. It is refused, changing
+// nothing, if the call is unknown, no longer pending (the error says who
+// decided first), expired, if the decision's fingerprint is not the one of
+// the stored arguments (the decider saw other arguments), if the decider is
+// not an approver, or if the decision does not fit the call; see Decide for
+// the errors. Recording is a compare-and-set in the store, so of any number
+// of concurrent decisions on a call exactly one succeeds, and of all the
+// decisions on a step's calls (expiry and cancellation included) exactly
+// one reports Complete: the one that left nothing pending. Its caller calls
+// Resume.
+//
+// Nothing runs in Decide. When the step resumes, every call is settled in
+// order and the model reads, per decision kind (approvals.Kind):
+//
+//   - Approve, Remember: the tool runs and the model reads its result.
+//     Remember also stores a standing rule (approvals.StandingRule): calls
+//     of the same tool in the same channel that would ask are allowed from
+//     then on, within the decision's conditions and TTL.
+//   - Edit: the tool runs with the edited arguments (checked against the
+//     schema and the policy when decided), and the result starts with a
+//     note saying the arguments were edited and the original call must not
+//     be issued again.
+//   - Reject: "not performed: user U rejected this call with the reason: R".
+//   - Refuse (a plain deny): "not performed: user U denied this call. ...",
+//     telling the model not to retry.
+//   - Respond: the person's answer to a Human tool's question.
+//   - Expire: "not performed: approval expired after D".
+//
+// Before an approved call runs, the policy judges it again: a call whose
+// rule now denies it does not run. Each approved call is started at most
+// once (store BeginExecution): if a resume crashed after starting it, the
+// next resume tells the model the call was interrupted instead of running
+// it again.
+//
+// # Resuming
+//
+// Resume runs exactly once per step, whichever process calls it and however
+// often: the store grants a single claim, and every other call returns Idle,
+// as does a call made while some call of the step is still pending.
+// The claimed resume settles the calls, gives the model their results in
+// the order the model made the calls, and continues the turn, which may
+// pause again. Then the run is finished and, unless the turn paused again,
+// the messages queued meanwhile are answered.
+//
+// Cancel lets the requester stop a paused step: its pending calls are
+// cancelled. On resume, the calls that did not run before the pause are
+// dropped from the history (the calls allowed and run at once keep their
+// results), queued messages are discarded, the model is not called and the
+// outcome is Stopped.
+//
+// Sweep is meant to run periodically on every replica: it expires the calls
+// whose time is up and resumes the steps left complete but never resumed
+// (their resumer crashed, or the decider never called Resume). Expiry is a
+// compare-and-set like any decision and resumes are claimed once, so
+// replicas sweeping together do no harm.
+//
+// # Reporting
+//
+// The Reporter of a conversation (given to New as a function of the
+// conversation key) hears, in order, what the agent is doing (Status), the
+// answer as it streams (Delta) and when it is final (Answer), the calls a
+// step waits on (Paused), and each paused call's news (Updated: decided,
+// executed, or skipped with a note). The Slack app implements it. Its
+// methods are called synchronously by the goroutine doing the work, so they
+// must return quickly.
+//
+// # Concurrency
+//
+// An Agent is safe for concurrent use. Run and Resume hold a lease on the
+// conversation in the store for as long as they work on it, renewed every
+// third of Config.LeaseTTL, so turns of one conversation never overlap, not
+// even across processes; a turn that finds the lease taken waits for it up
+// to Config.LeaseWait and then fails with ErrLeaseTimeout. A lease left by a
+// crashed process lapses after LeaseTTL.
+package agent
