@@ -41,12 +41,16 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 			a.onClick(c)
 		}
 	case slack.InteractionTypeViewSubmission:
-		resp := a.onSubmit(ctx, cb)
-		if resp == nil {
-			a.ack(evt.Request, nil, start)
-			return
-		}
-		a.ack(evt.Request, resp, start)
+		// The ack carries the outcome, so it waits for the decision; that
+		// work runs off the event loop, which must keep draining envelopes.
+		req := evt.Request
+		a.spawn(func(ctx context.Context) {
+			if resp := a.onSubmit(ctx, cb); resp != nil {
+				a.ack(req, resp, start)
+				return
+			}
+			a.ack(req, nil, start)
+		})
 	default:
 		a.ack(evt.Request, nil, start)
 	}

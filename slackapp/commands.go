@@ -37,10 +37,13 @@ func (a *App) onSlash(ctx context.Context, evt socketmode.Event, start time.Time
 		a.ack(evt.Request, nil, start)
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
-	defer cancel()
-	text := a.command(ctx, cmd)
-	a.ack(evt.Request, map[string]any{"response_type": "ephemeral", "text": clip(text, 3900)}, start)
+	req := evt.Request
+	a.spawn(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+		defer cancel()
+		text := a.command(ctx, cmd)
+		a.ack(req, map[string]any{"response_type": "ephemeral", "text": clip(text, 3900)}, start)
+	})
 }
 
 // command runs one /approvals command and returns its answer.

@@ -47,6 +47,11 @@ type threadReporter struct {
 const streamFlush = 120
 
 func (r *threadReporter) Status(ctx context.Context, text string) {
+	// A new model step: text streamed by the previous one (which went on to
+	// call tools) stays as its own message.
+	r.mu.Lock()
+	r.endStream(ctx)
+	r.mu.Unlock()
 	err := r.app.api.SetAssistantThreadsStatusContext(ctx, slack.AssistantThreadsSetStatusParameters{ChannelID: r.channel, ThreadTS: r.thread, Status: text})
 	if err != nil {
 		r.app.log.Debug("set thread status", "channel", r.channel, "err", err)
@@ -133,20 +138,7 @@ func (r *threadReporter) recipient(ctx context.Context) string {
 func (r *threadReporter) Answer(ctx context.Context, text string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	streamed := r.streamTS != "" && !r.streamErr
-	if streamed {
-		r.flush(ctx, true)
-		streamed = !r.streamErr && r.streamed.String() == text
-	}
-	if r.streamTS != "" {
-		if _, _, err := r.app.api.StopStreamContext(ctx, r.channel, r.streamTS); err != nil {
-			r.app.log.Debug("stop stream", "channel", r.channel, "err", err)
-		}
-	}
-	r.streamTS, r.streamErr = "", false
-	r.buf.Reset()
-	r.streamed.Reset()
-	if streamed {
+	if r.endStream(ctx) == text {
 		return
 	}
 	if strings.TrimSpace(text) == "" {
@@ -166,9 +158,34 @@ func fallbackText(text string) string {
 	return t
 }
 
+// endStream finishes the open stream, if any, and returns the text it
+// showed in full ("" when nothing was streamed or streaming failed, so the
+// text must be posted).
+func (r *threadReporter) endStream(ctx context.Context) string {
+	var shown string
+	if r.streamTS != "" && !r.streamErr {
+		r.flush(ctx, true)
+		if !r.streamErr {
+			shown = r.streamed.String()
+		}
+	}
+	if r.streamTS != "" {
+		if _, _, err := r.app.api.StopStreamContext(ctx, r.channel, r.streamTS); err != nil {
+			r.app.log.Debug("stop stream", "channel", r.channel, "err", err)
+		}
+	}
+	r.streamTS, r.streamErr = "", false
+	r.buf.Reset()
+	r.streamed.Reset()
+	return shown
+}
+
 // Paused posts one card per call in the thread, and copies for approvers
 // who cannot see the conversation.
 func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) {
+	r.mu.Lock()
+	r.endStream(ctx)
+	r.mu.Unlock()
 	for _, c := range calls {
 		r.app.postCard(ctx, r.channel, r.thread, c)
 	}
