@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	openai "github.com/sashabaranov/go-openai"
+
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
@@ -118,6 +120,8 @@ type env struct {
 	args   []string
 	bot    *bot
 	cfg    slackapp.Config
+	// policy is the policy file the bot starts with; empty means e2ePolicy.
+	policy string
 }
 
 func newEnv(t *testing.T, kind storeKind, opts ...fakeslack.Option) *env {
@@ -156,7 +160,11 @@ func newEnv(t *testing.T, kind storeKind, opts ...fakeslack.Option) *env {
 func (e *env) start() *bot {
 	e.t.Helper()
 	st := e.open()
-	p, err := approvals.ParseConfig([]byte(e2ePolicy))
+	policy := e.policy
+	if policy == "" {
+		policy = e2ePolicy
+	}
+	p, err := approvals.ParseConfig([]byte(policy))
 	must(e.t, err)
 	engine := approvals.NewEngine(p, st)
 	app, err := slackapp.New(e.cfg, st, engine)
@@ -210,33 +218,127 @@ func (e *env) deployArgs() []string {
 // waitThread waits for a message in the thread that satisfies pred.
 func (e *env) waitThread(thread string, what string, pred func(m fakeslack.Message) bool) fakeslack.Message {
 	e.t.Helper()
+	return e.waitIn(channel, thread, what, pred)
+}
+
+// waitIn waits for a message in a thread of ch that satisfies pred.
+func (e *env) waitIn(ch, thread string, what string, pred func(m fakeslack.Message) bool) fakeslack.Message {
+	e.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, m := range e.slack.Thread(channel, thread) {
+		for _, m := range e.slack.Thread(ch, thread) {
 			if pred(m) {
 				return m
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	e.t.Fatalf("no message in the thread %s; thread has:\n%s", what, dumpThread(e.slack.Thread(channel, thread)))
+	e.t.Fatalf("no message in the thread %s; thread has:\n%s", what, dumpThread(e.slack.Thread(ch, thread)))
 	return fakeslack.Message{}
 }
 
 // card waits for the approval card of tool in the thread.
 func (e *env) card(thread, tool string) fakeslack.Message {
 	e.t.Helper()
-	return e.waitThread(thread, "with a card for "+tool, func(m fakeslack.Message) bool {
-		return strings.Contains(string(m.Blocks), `"action_id":"approve"`) && strings.Contains(m.Text, tool)
+	return e.cardIn(channel, thread, tool)
+}
+
+// cardIn waits for the approval card of tool in a thread of ch.
+func (e *env) cardIn(ch, thread, tool string) fakeslack.Message {
+	e.t.Helper()
+	return e.waitIn(ch, thread, "with a card for "+tool, func(m fakeslack.Message) bool {
+		return isCard(m) && strings.Contains(m.Text, tool)
 	})
+}
+
+// isCard reports whether m is a pending approval card.
+func isCard(m fakeslack.Message) bool {
+	return strings.Contains(string(m.Blocks), `"action_id":"approve"`)
 }
 
 // answer waits for a bot message containing text.
 func (e *env) answer(thread, text string) fakeslack.Message {
 	e.t.Helper()
-	return e.waitThread(thread, "containing "+text, func(m fakeslack.Message) bool {
+	return e.answerIn(channel, thread, text)
+}
+
+// answerIn waits for a bot message containing text in a thread of ch.
+func (e *env) answerIn(ch, thread, text string) fakeslack.Message {
+	e.t.Helper()
+	return e.waitIn(ch, thread, "containing "+text, func(m fakeslack.Message) bool {
 		return m.BotID != "" && (strings.Contains(m.Text, text) || strings.Contains(blocksText(m), text))
 	})
+}
+
+// request waits for the model's nth request (counting from 1) and returns
+// it.
+func (e *env) request(n int) openai.ChatCompletionRequest {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	reqs, err := e.model.WaitRequests(ctx, n)
+	if err != nil {
+		e.t.Fatalf("the model was not asked a %d. time: %v", n, err)
+	}
+	return reqs[n-1]
+}
+
+// toolResults returns the tool messages of a model request, in order.
+func toolResults(req openai.ChatCompletionRequest) []openai.ChatCompletionMessage {
+	var out []openai.ChatCompletionMessage
+	for _, m := range req.Messages {
+		if m.Role == openai.ChatMessageRoleTool {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// modal waits for user's open modal with the callback id.
+func (e *env) modal(user, callbackID string) fakeslack.View {
+	e.t.Helper()
+	var found fakeslack.View
+	waitUntil(e.t, "a "+callbackID+" modal is open for "+user, func() bool {
+		for _, v := range e.slack.OpenModals(user) {
+			if v.CallbackID == callbackID {
+				found = v
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// ephemeral waits for an ephemeral message to user containing text.
+func (e *env) ephemeral(user, text string) fakeslack.Ephemeral {
+	e.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, m := range e.slack.Ephemerals(user) {
+			if strings.Contains(m.Text, text) {
+				return m
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var got []string
+	for _, m := range e.slack.Ephemerals(user) {
+		got = append(got, m.Text)
+	}
+	e.t.Fatalf("%s was not told %q; ephemerals: %q", user, text, got)
+	return fakeslack.Ephemeral{}
+}
+
+// cards returns the pending approval cards in a thread.
+func (e *env) cards(ch, thread string) []fakeslack.Message {
+	var out []fakeslack.Message
+	for _, m := range e.slack.Thread(ch, thread) {
+		if isCard(m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // blocksText is a message's blocks as JSON with <, > and & unescaped.
