@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -99,6 +100,26 @@ type Filter struct {
 	Conversation string
 	Approver     string
 	Requester    string
+}
+
+// AnyApprover is the Filter.Approver that selects calls open to anyone.
+const AnyApprover = "*"
+
+// Match reports whether c matches every field of f.
+func (f Filter) Match(c Call) bool {
+	if f.Conversation != "" && c.Conversation != f.Conversation {
+		return false
+	}
+	if f.Requester != "" && c.Requester != f.Requester {
+		return false
+	}
+	switch {
+	case f.Approver == "":
+	case f.Approver == AnyApprover && len(c.Approvers) == 0:
+	case !slices.Contains(c.Approvers, f.Approver):
+		return false
+	}
+	return true
 }
 
 // AuditEntry is one line of the audit log.

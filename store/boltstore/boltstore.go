@@ -628,7 +628,7 @@ func (s *Store) Pending(ctx context.Context, f store.Filter) ([]store.Call, erro
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out, err := s.pendingCalls(func(c store.Call) bool { return matches(c, f) })
+	out, err := s.pendingCalls(func(c store.Call) bool { return f.Match(c) })
 	if err != nil {
 		return nil, fmt.Errorf("list pending calls: %w", err)
 	}
@@ -636,23 +636,6 @@ func (s *Store) Pending(ctx context.Context, f store.Filter) ([]store.Call, erro
 		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 	})
 	return out, nil
-}
-
-// matches reports whether c matches every field of f.
-func matches(c store.Call, f store.Filter) bool {
-	if f.Conversation != "" && c.Conversation != f.Conversation {
-		return false
-	}
-	if f.Requester != "" && c.Requester != f.Requester {
-		return false
-	}
-	switch {
-	case f.Approver == "":
-	case f.Approver == "*" && len(c.Approvers) == 0:
-	case !slices.Contains(c.Approvers, f.Approver):
-		return false
-	}
-	return true
 }
 
 // Due lists up to limit pending calls whose ExpiresAt is at or before now,

@@ -122,7 +122,7 @@ func (s *Store) auditKey() string                 { return s.prefix + ":audit" }
 func (s *Store) recordsKey(kind string) string    { return s.prefix + ":records:" + kind }
 
 // anyApprover is the approver index entry of calls without approvers.
-const anyApprover = "*"
+const anyApprover = store.AnyApprover
 
 // approverKeys returns the approver indexes a call is listed in.
 func (s *Store) approverKeys(c store.Call) []string {
@@ -598,7 +598,7 @@ func (s *Store) Pending(ctx context.Context, f store.Filter) ([]store.Call, erro
 	var out []store.Call
 	err := s.scanIndex(ctx, key, "+inf", func(ls []liveCall) bool {
 		for _, l := range ls {
-			if matches(l.call, f) {
+			if f.Match(l.call) {
 				out = append(out, l.call)
 			}
 		}
@@ -609,23 +609,6 @@ func (s *Store) Pending(ctx context.Context, f store.Filter) ([]store.Call, erro
 	}
 	sortCalls(out)
 	return out, nil
-}
-
-// matches reports whether c matches every field of f.
-func matches(c store.Call, f store.Filter) bool {
-	if f.Conversation != "" && c.Conversation != f.Conversation {
-		return false
-	}
-	if f.Requester != "" && c.Requester != f.Requester {
-		return false
-	}
-	switch {
-	case f.Approver == "":
-	case f.Approver == anyApprover && len(c.Approvers) == 0:
-	case !slices.Contains(c.Approvers, f.Approver):
-		return false
-	}
-	return true
 }
 
 // sortCalls orders calls oldest first, then by id.
