@@ -1,0 +1,262 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/tools"
+)
+
+// defaultOpenAIBaseURL is OpenAI's own endpoint, the default of
+// OPENAI_BASE_URL.
+const defaultOpenAIBaseURL = "https://api.openai.com/v1"
+
+// config is the bot's whole configuration, read from the environment with
+// envconfig. Each field names its variable exactly (there is no prefix);
+// `bot --help` prints them all from these tags.
+type config struct {
+	SlackAppToken    string        `envconfig:"SLACK_APP_TOKEN" desc:"app-level token (xapp-…) with connections:write, for Socket Mode; required"`
+	SlackBotToken    string        `envconfig:"SLACK_BOT_TOKEN" desc:"bot token (xoxb-…); required"`
+	SlackAPIURL      string        `envconfig:"SLACK_API_URL" desc:"Slack Web API base URL; empty means Slack's (tests and the playground point it at a fake)"`
+	OpenAIAPIKey     string        `envconfig:"OPENAI_API_KEY" desc:"API key of the model endpoint; required for OpenAI, optional for local servers"`
+	OpenAIBaseURL    string        `envconfig:"OPENAI_BASE_URL" default:"https://api.openai.com/v1" desc:"any OpenAI-compatible Chat Completions endpoint (OpenAI, Azure, Ollama, vLLM, LiteLLM)"`
+	OpenAIModel      string        `envconfig:"OPENAI_MODEL" default:"gpt-4o-mini" desc:"model name (the deployment name on Azure)"`
+	RedisURL         string        `envconfig:"REDIS_URL" desc:"redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty: the embedded store in DATA_DIR"`
+	DataDir          string        `envconfig:"DATA_DIR" default:"./data" desc:"directory of the embedded store's file (toolgate.db) when REDIS_URL is empty"`
+	ConfigFile       string        `envconfig:"CONFIG_FILE" desc:"YAML file with mcp_servers, builtin_tools and policy; empty: no tools, every call asks"`
+	AdminUsers       []string      `envconfig:"ADMIN_USERS" desc:"comma-separated Slack user ids who may change the policy (workspace admins and owners always may)"`
+	ApprovalTTL      time.Duration `envconfig:"APPROVAL_TTL" default:"72h" desc:"how long a pending approval waits when its rule sets no ttl"`
+	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of /healthz, /readyz and /metrics"`
+	ApprovalsChannel string        `envconfig:"APPROVALS_CHANNEL" desc:"channel id for cards whose approvers cannot see the conversation; empty: DM each approver"`
+	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogFormat        string        `envconfig:"LOG_FORMAT" default:"json" desc:"json, or text for humans"`
+	MaxSteps         int           `envconfig:"MAX_STEPS" default:"10" desc:"model calls allowed in one turn"`
+	Workers          int           `envconfig:"WORKERS" default:"8" desc:"conversations served at once"`
+	SystemPrompt     string        `envconfig:"SYSTEM_PROMPT" desc:"system prompt of every model request; empty: the built-in one"`
+}
+
+// usageFormat is the envconfig.Usagef template of --help: one row per
+// variable, aligned by a tabwriter.
+const usageFormat = `VARIABLE	DEFAULT	MEANING
+{{range .}}{{usage_key .}}	{{with usage_default .}}{{.}}{{else}}-{{end}}	{{usage_description .}}
+{{end}}`
+
+// printUsage writes the --help text to w.
+func printUsage(w io.Writer) error {
+	fmt.Fprint(w, `Usage: bot
+
+Toolgate is a Slack bot (Socket Mode) that runs an LLM agent. Every tool call
+the model makes is judged by a policy; risky calls wait for a human to approve
+them on a Block Kit card.
+
+It takes no arguments: it is configured by these environment variables.
+
+`)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if err := envconfig.Usagef("", &config{}, tw, usageFormat); err != nil {
+		return fmt.Errorf("print usage: %w", err)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("print usage: %w", err)
+	}
+	_, err := fmt.Fprint(w, `
+HTTP endpoints on HTTP_ADDR: /healthz (the process runs), /readyz (Socket Mode
+connected and the store reachable; MCP servers are reported but do not count),
+/metrics (Prometheus).
+`)
+	return err
+}
+
+// configError is a problem with the configuration: a missing or malformed
+// variable or a config file that does not parse. The process exits with
+// status 2 on it.
+type configError struct {
+	err error
+}
+
+func (e *configError) Error() string { return oneLine(e.err.Error()) }
+
+func (e *configError) Unwrap() error { return e.err }
+
+// configErrorf returns a *configError with a formatted message.
+func configErrorf(format string, args ...any) error {
+	return &configError{err: fmt.Errorf(format, args...)}
+}
+
+// oneLine folds a multi-line message onto one line. Lines that only point at
+// a column (CEL's " | expr" and " | ...^" excerpts) are left out: the message
+// already gives the line and column.
+func oneLine(s string) string {
+	if !strings.Contains(s, "\n") {
+		return s
+	}
+	var kept []string
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "|") {
+			continue
+		}
+		kept = append(kept, l)
+	}
+	return strings.Join(kept, "; ")
+}
+
+// loadConfig reads the configuration from the process environment and checks
+// it. Every error is a *configError naming the variable at fault; it never
+// contains a token.
+func loadConfig() (config, error) {
+	var c config
+	if err := envconfig.Process("", &c); err != nil {
+		var pe *envconfig.ParseError
+		if errors.As(err, &pe) {
+			return config{}, configErrorf("%s: %q is not %s", pe.KeyName, pe.Value, describeType(pe.TypeName))
+		}
+		return config{}, &configError{err: err}
+	}
+	for i, u := range c.AdminUsers {
+		c.AdminUsers[i] = strings.TrimSpace(u)
+	}
+	if err := c.validate(); err != nil {
+		return config{}, &configError{err: err}
+	}
+	return c, nil
+}
+
+// describeType names what a value of an envconfig field type must be.
+func describeType(typ string) string {
+	switch typ {
+	case "time.Duration":
+		return `a duration (such as "72h" or "90m")`
+	case "int":
+		return "a whole number"
+	default:
+		return "a valid " + typ
+	}
+}
+
+// validate checks what envconfig cannot: required values, token shapes,
+// ranges and enumerations. Token values are never quoted in the errors.
+func (c *config) validate() error {
+	switch {
+	case c.SlackAppToken == "":
+		return errors.New("SLACK_APP_TOKEN is required (xapp-…, an app-level token with connections:write)")
+	case !strings.HasPrefix(c.SlackAppToken, "xapp-"):
+		return errors.New("SLACK_APP_TOKEN must be an app-level token starting with xapp-")
+	case c.SlackBotToken == "":
+		return errors.New("SLACK_BOT_TOKEN is required (xoxb-…)")
+	case !strings.HasPrefix(c.SlackBotToken, "xoxb-"):
+		return errors.New("SLACK_BOT_TOKEN must be a bot token starting with xoxb-")
+	}
+	if c.SlackAPIURL != "" {
+		if err := checkHTTPURL(c.SlackAPIURL); err != nil {
+			return fmt.Errorf("SLACK_API_URL: %w", err)
+		}
+	}
+	if err := checkHTTPURL(c.OpenAIBaseURL); err != nil {
+		return fmt.Errorf("OPENAI_BASE_URL: %w", err)
+	}
+	if c.OpenAIAPIKey == "" && strings.TrimRight(c.OpenAIBaseURL, "/") == defaultOpenAIBaseURL {
+		return errors.New("OPENAI_API_KEY is required for " + defaultOpenAIBaseURL + " (set OPENAI_BASE_URL for a server that needs no key)")
+	}
+	if c.OpenAIModel == "" {
+		return errors.New("OPENAI_MODEL must not be empty")
+	}
+	if c.RedisURL == "" && c.DataDir == "" {
+		return errors.New("DATA_DIR must not be empty when REDIS_URL is not set")
+	}
+	for _, u := range c.AdminUsers {
+		if !isUserID(u) {
+			return fmt.Errorf("ADMIN_USERS: %q is not a Slack user id (U… or W…)", u)
+		}
+	}
+	if c.ApprovalTTL <= 0 {
+		return fmt.Errorf("APPROVAL_TTL: %s is not positive", c.ApprovalTTL)
+	}
+	if c.HTTPAddr == "" {
+		return errors.New("HTTP_ADDR must not be empty")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("LOG_LEVEL: %w", err)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return fmt.Errorf("LOG_FORMAT: %q is not json or text", c.LogFormat)
+	}
+	if c.MaxSteps < 1 {
+		return fmt.Errorf("MAX_STEPS: %d is not at least 1", c.MaxSteps)
+	}
+	if c.Workers < 1 {
+		return fmt.Errorf("WORKERS: %d is not at least 1", c.Workers)
+	}
+	return nil
+}
+
+// checkHTTPURL accepts absolute http and https URLs.
+func checkHTTPURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http or https URL", raw)
+	}
+	return nil
+}
+
+// isUserID reports whether s looks like a Slack user id.
+func isUserID(s string) bool {
+	if len(s) < 2 || (s[0] != 'U' && s[0] != 'W') {
+		return false
+	}
+	for _, r := range s[1:] {
+		if (r < 'A' || r > 'Z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseLevel reads a log level name such as "info" or "debug".
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// fileConfig is what the config file holds, parsed by the packages that own
+// each section.
+type fileConfig struct {
+	policy *approvals.Policy
+	tools  tools.Config
+}
+
+// loadFile reads and parses the config file at path; an empty path gives
+// the empty configuration (no tools, the default policy). Errors are
+// *configError values naming the file.
+func loadFile(path string) (fileConfig, error) {
+	var data []byte
+	if path != "" {
+		var err error
+		data, err = os.ReadFile(path)
+		if err != nil {
+			return fileConfig{}, configErrorf("CONFIG_FILE: %w", err)
+		}
+	}
+	policy, err := approvals.ParseConfig(data)
+	if err != nil {
+		return fileConfig{}, configErrorf("config file %s: %w", path, err)
+	}
+	tc, err := tools.ParseConfig(data)
+	if err != nil {
+		return fileConfig{}, configErrorf("config file %s: %w", path, err)
+	}
+	return fileConfig{policy: policy, tools: tc}, nil
+}

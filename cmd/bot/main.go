@@ -1,0 +1,294 @@
+// Command bot runs Toolgate: a Slack bot, connected over Socket Mode, that
+// runs an LLM agent whose every tool call is judged by a policy; risky calls
+// wait for a human to approve them on a Block Kit card.
+//
+// It is configured by environment variables; `bot --help` lists them with
+// their defaults. It serves /healthz, /readyz and /metrics on HTTP_ADDR and
+// stops gracefully on SIGINT or SIGTERM, letting in-flight work finish.
+//
+// Exit status: 0 after a clean stop or --help, 2 when the configuration is
+// missing or malformed, 1 on any other failure.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store/boltstore"
+	"github.com/toolgate/toolgate/store/redisstore"
+	"github.com/toolgate/toolgate/tools"
+)
+
+const (
+	// modelTimeout bounds one model request, streaming included.
+	modelTimeout = 2 * time.Minute
+	// httpShutdownTimeout bounds the graceful stop of the HTTP server.
+	httpShutdownTimeout = 5 * time.Second
+	// storeFile is the embedded store's file name in DATA_DIR.
+	storeFile = "toolgate.db"
+)
+
+func main() {
+	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bot: %v\n", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+// exitCode is the process exit status for run's result.
+func exitCode(err error) int {
+	var ce *configError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ce):
+		return 2
+	default:
+		return 1
+	}
+}
+
+// run is the whole program: it reads the configuration from the process
+// environment (and args, which only know --help), wires the parts together
+// and serves until ctx ends or SIGINT or SIGTERM arrives. It returns nil
+// after a clean stop, a *configError for a bad configuration, and any other
+// error that stopped the bot. Logs go to stderr, --help to stdout. No token
+// appears in the logs or the returned error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bot", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return printUsage(stdout)
+		}
+		return configErrorf("command line: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return configErrorf("unexpected argument %q: bot is configured by environment variables, see bot --help", fs.Arg(0))
+	}
+
+	red := newRedactor(append([]string{
+		os.Getenv("SLACK_APP_TOKEN"), os.Getenv("SLACK_BOT_TOKEN"), os.Getenv("OPENAI_API_KEY"),
+	}, urlSecrets(os.Getenv("REDIS_URL"))...)...)
+	cfg, err := loadConfig()
+	if err != nil {
+		return red.Error(err)
+	}
+	return red.Error(serve(ctx, cfg, red, stderr))
+}
+
+// serve runs the bot with a checked configuration until ctx ends.
+func serve(ctx context.Context, cfg config, red redactor, logOut io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	log := newLogger(logOut, cfg, red)
+	file, err := loadFile(cfg.ConfigFile)
+	if err != nil {
+		return err
+	}
+
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeLogged(log, "store", st)
+
+	reg := agent.NewRegistry()
+	mgr, err := tools.Load(ctx, file.tools, reg, log)
+	if err != nil {
+		return err
+	}
+	// Deferred after the store's Close, so it runs first.
+	defer closeLogged(log, "tools", mgr)
+
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	metrics := slackapp.NewMetrics(promReg)
+
+	engine := approvals.NewEngine(file.policy, st)
+	app, err := slackapp.New(slackapp.Config{
+		BotToken:         cfg.SlackBotToken,
+		AppToken:         cfg.SlackAppToken,
+		APIURL:           cfg.SlackAPIURL,
+		AdminUsers:       cfg.AdminUsers,
+		ApprovalsChannel: cfg.ApprovalsChannel,
+		Workers:          cfg.Workers,
+		Logger:           log,
+		Metrics:          metrics,
+	}, st, engine)
+	if err != nil {
+		return fmt.Errorf("set up slack app: %w", err)
+	}
+
+	model := meteredModel{
+		model: agent.NewOpenAIModel(agent.ModelConfig{
+			BaseURL: cfg.OpenAIBaseURL,
+			APIKey:  cfg.OpenAIAPIKey,
+			Model:   cfg.OpenAIModel,
+			Timeout: modelTimeout,
+		}),
+		metrics: metrics,
+	}
+	ag := agent.New(model, reg, meteredPolicy{engine: engine, metrics: metrics}, st, app.Reporter, agent.Config{
+		SystemPrompt: cfg.SystemPrompt,
+		MaxSteps:     cfg.MaxSteps,
+		ApprovalTTL:  cfg.ApprovalTTL,
+		Groups:       app.Groups(),
+		Logger:       log,
+	})
+
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on HTTP_ADDR: %w", err)
+	}
+	srv := &http.Server{
+		Handler: probes{
+			app:      app,
+			store:    st,
+			mcp:      mgr.Status,
+			gatherer: promReg,
+			redact:   red,
+		}.handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	log.Info("starting",
+		"model", cfg.OpenAIModel,
+		"model_url", safeURL(cfg.OpenAIBaseURL),
+		"http_addr", ln.Addr().String(),
+		"workers", cfg.Workers,
+		"mcp_servers", len(file.tools.Servers),
+		"builtin_tools", builtinNames(file.tools.Builtins),
+		"approvals_channel", cfg.ApprovalsChannel,
+	)
+
+	g, gctx := errgroup.WithContext(ctx)
+	appDone := make(chan struct{})
+	g.Go(func() error {
+		defer close(appDone)
+		err := app.Run(gctx, ag)
+		if err == nil && gctx.Err() == nil {
+			err = errors.New("slack app stopped unexpectedly")
+		}
+		return err
+	})
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		// Keep /healthz and /readyz answering while the app drains.
+		<-appDone
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			return fmt.Errorf("stop http server: %w", err)
+		}
+		return nil
+	})
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	if err == nil {
+		log.Info("stopped")
+	}
+	return err
+}
+
+// botStore is what the bot needs of a store; both implementations have it.
+type botStore interface {
+	agent.Store
+	slackapp.Store
+	io.Closer
+}
+
+var (
+	_ botStore = (*redisstore.Store)(nil)
+	_ botStore = (*boltstore.Store)(nil)
+)
+
+// openStore connects to Redis when REDIS_URL is set, and otherwise opens the
+// embedded store in DATA_DIR.
+func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, error) {
+	if cfg.RedisURL != "" {
+		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
+		}
+		log.Info("store: redis", "url", safeURL(cfg.RedisURL))
+		return st, nil
+	}
+	path := filepath.Join(cfg.DataDir, storeFile)
+	st, err := boltstore.Open(path, boltstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("store: embedded", "path", path)
+	return st, nil
+}
+
+// newLogger returns the bot's logger: JSON or text on w, at LOG_LEVEL, with
+// secrets redacted.
+func newLogger(w io.Writer, cfg config, red redactor) *slog.Logger {
+	level, _ := parseLevel(cfg.LogLevel) // checked by validate
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: red.ReplaceAttr}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// closeLogged closes c and logs a failure.
+func closeLogged(log *slog.Logger, what string, c io.Closer) {
+	if err := c.Close(); err != nil {
+		log.Warn("close "+what, "err", err)
+	}
+}
+
+// builtinNames lists the enabled built-in tool groups, for the start-up log.
+func builtinNames(b tools.BuiltinConfig) []string {
+	var names []string
+	if b.AskHuman != nil {
+		names = append(names, "ask_human")
+	}
+	if b.HTTPRequest != nil {
+		names = append(names, "http_request")
+	}
+	if b.RunCommand != nil {
+		names = append(names, "run_command")
+	}
+	if b.Workspace != nil {
+		names = append(names, "workspace")
+	}
+	return names
+}

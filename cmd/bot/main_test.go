@@ -1,0 +1,476 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+)
+
+// Tokens of the configuration tests. None may appear in any output.
+const (
+	testAppToken = "xapp-1-A0TEST-secret-app-token"
+	testBotToken = "xoxb-1-secret-bot-token"
+	testAPIKey   = "sk-test-secret-api-key"
+)
+
+// specVariables are the variables SPEC section 5 and the operations docs
+// promise; --help must list every one.
+var specVariables = []string{
+	"SLACK_APP_TOKEN", "SLACK_BOT_TOKEN", "SLACK_API_URL",
+	"OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL",
+	"REDIS_URL", "DATA_DIR", "CONFIG_FILE", "ADMIN_USERS", "APPROVAL_TTL",
+	"HTTP_ADDR", "APPROVALS_CHANNEL",
+	"LOG_LEVEL", "LOG_FORMAT", "MAX_STEPS", "WORKERS", "SYSTEM_PROMPT",
+}
+
+// setEnv makes the bot's environment exactly vars: every variable of config
+// not in vars is unset for the test (so a REDIS_URL exported by CI does not
+// leak in), and restored afterwards.
+func setEnv(t *testing.T, vars map[string]string) {
+	t.Helper()
+	var keys bytes.Buffer
+	if err := envconfig.Usagef("", &config{}, &keys, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range strings.Fields(keys.String()) {
+		t.Setenv(k, "") // registers the restore
+		if err := os.Unsetenv(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, v := range vars {
+		t.Setenv(k, v)
+	}
+}
+
+// validEnv is a configuration that passes validation, with tokens that the
+// tests look for in the output.
+func validEnv(t *testing.T) map[string]string {
+	return map[string]string{
+		"SLACK_APP_TOKEN": testAppToken,
+		"SLACK_BOT_TOKEN": testBotToken,
+		"OPENAI_API_KEY":  testAPIKey,
+		"DATA_DIR":        t.TempDir(),
+		"HTTP_ADDR":       "127.0.0.1:0",
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func assertNoSecrets(t *testing.T, where, s string, secrets ...string) {
+	t.Helper()
+	for _, secret := range append([]string{testAppToken, testBotToken, testAPIKey}, secrets...) {
+		if strings.Contains(s, secret) {
+			t.Errorf("%s contains the secret %q:\n%s", where, secret, s)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "-help"} {
+		t.Run(arg, func(t *testing.T) {
+			setEnv(t, nil)
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), []string{arg}, &stdout, &stderr)
+			if err != nil {
+				t.Fatalf("run %s: %v", arg, err)
+			}
+			if code := exitCode(err); code != 0 {
+				t.Errorf("exit code %d, want 0", code)
+			}
+			out := stdout.String()
+			for _, v := range specVariables {
+				if !strings.Contains(out, v) {
+					t.Errorf("--help does not list %s:\n%s", v, out)
+				}
+			}
+			for _, def := range []string{"https://api.openai.com/v1", "gpt-4o-mini", "./data", "72h", ":8080", "json"} {
+				if !strings.Contains(out, def) {
+					t.Errorf("--help does not show the default %q:\n%s", def, out)
+				}
+			}
+			if stderr.Len() != 0 {
+				t.Errorf("--help wrote to stderr: %q", stderr.String())
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	writeFile := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	badCEL := writeFile("bad-cel.yaml", `policy:
+  default: ask
+  rules:
+    - tool: "files__delete_*"
+      when: 'args.path.startsWith('
+      verdict: ask
+`)
+	badTools := writeFile("bad-tools.yaml", `builtin_tools:
+  ask_human: {}
+  workspace:
+    root: relative/dir
+`)
+	badYAML := writeFile("bad-yaml.yaml", "policy: [\n")
+
+	tests := []struct {
+		name string
+		set  map[string]string
+		// unset removes variables from the valid environment.
+		unset []string
+		args  []string
+		// want are parts of the error message.
+		want []string
+	}{
+		{name: "missing bot token", unset: []string{"SLACK_BOT_TOKEN"}, want: []string{"SLACK_BOT_TOKEN is required", "xoxb-"}},
+		{name: "missing app token", unset: []string{"SLACK_APP_TOKEN"}, want: []string{"SLACK_APP_TOKEN is required", "xapp-"}},
+		{name: "bot token of the wrong kind", set: map[string]string{"SLACK_BOT_TOKEN": "xoxp-user-secret-token"}, want: []string{"SLACK_BOT_TOKEN", "xoxb-"}},
+		{name: "app token of the wrong kind", set: map[string]string{"SLACK_APP_TOKEN": testBotToken}, want: []string{"SLACK_APP_TOKEN", "xapp-"}},
+		{name: "malformed approval ttl", set: map[string]string{"APPROVAL_TTL": "3x"}, want: []string{`APPROVAL_TTL: "3x" is not a duration`}},
+		{name: "negative approval ttl", set: map[string]string{"APPROVAL_TTL": "-1h"}, want: []string{"APPROVAL_TTL", "not positive"}},
+		{name: "malformed workers", set: map[string]string{"WORKERS": "many"}, want: []string{`WORKERS: "many" is not a whole number`}},
+		{name: "zero max steps", set: map[string]string{"MAX_STEPS": "0"}, want: []string{"MAX_STEPS"}},
+		{name: "unknown log format", set: map[string]string{"LOG_FORMAT": "xml"}, want: []string{`LOG_FORMAT: "xml" is not json or text`}},
+		{name: "unknown log level", set: map[string]string{"LOG_LEVEL": "loud"}, want: []string{`LOG_LEVEL: "loud"`}},
+		{name: "bad admin id", set: map[string]string{"ADMIN_USERS": "U0ADMIN1, bob"}, want: []string{`ADMIN_USERS: "bob" is not a Slack user id`}},
+		{name: "openai without key", unset: []string{"OPENAI_API_KEY"}, want: []string{"OPENAI_API_KEY is required"}},
+		{name: "bad model url", set: map[string]string{"OPENAI_BASE_URL": "localhost:11434"}, want: []string{"OPENAI_BASE_URL", "not an http or https URL"}},
+		{name: "missing config file", set: map[string]string{"CONFIG_FILE": filepath.Join(dir, "nope.yaml")}, want: []string{"CONFIG_FILE", "nope.yaml"}},
+		{name: "cel syntax error", set: map[string]string{"CONFIG_FILE": badCEL}, want: []string{badCEL, "rule 1", "line 5", "Syntax error"}},
+		{name: "bad builtin tool", set: map[string]string{"CONFIG_FILE": badTools}, want: []string{badTools, "line 4", "absolute"}},
+		{name: "yaml syntax error", set: map[string]string{"CONFIG_FILE": badYAML}, want: []string{badYAML, "line 1"}},
+		{name: "argument", args: []string{"serve"}, want: []string{`unexpected argument "serve"`, "--help"}},
+		{name: "unknown flag", args: []string{"--port=1"}, want: []string{"-port"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := validEnv(t)
+			for _, k := range tt.unset {
+				delete(env, k)
+			}
+			for k, v := range tt.set {
+				env[k] = v
+			}
+			setEnv(t, env)
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), tt.args, &stdout, &stderr)
+			if err == nil {
+				t.Fatal("run succeeded, want a configuration error")
+			}
+			if code := exitCode(err); code != 2 {
+				t.Errorf("exit code %d, want 2 (error %v)", code, err)
+			}
+			msg := err.Error()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error is not one line: %q", msg)
+			}
+			assertNoSecrets(t, "error", msg, "xoxp-user-secret-token")
+			assertNoSecrets(t, "stdout", stdout.String())
+			assertNoSecrets(t, "stderr", stderr.String())
+		})
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	tests := []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{configErrorf("X is required"), 2},
+		{errors.Join(errors.New("context"), &configError{err: errors.New("wrapped")}), 2},
+		{errors.New("slack auth.test: invalid_auth"), 1},
+	}
+	for _, tt := range tests {
+		if got := exitCode(tt.err); got != tt.want {
+			t.Errorf("exitCode(%v) = %d, want %d", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestRunFailsOnUnreachableRedis(t *testing.T) {
+	env := validEnv(t)
+	env["REDIS_URL"] = "redis://default:hunter2-redis-password@127.0.0.1:1/0?dial_timeout=200ms&max_retries=0"
+	setEnv(t, env)
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), nil, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("run succeeded with an unreachable Redis")
+	}
+	if code := exitCode(err); code != 1 {
+		t.Errorf("exit code %d, want 1 (error %v)", code, err)
+	}
+	if !strings.Contains(err.Error(), "connect to redis at redis://default:xxxxx@127.0.0.1:1") {
+		t.Errorf("error %q does not name the Redis URL without its password", err)
+	}
+	assertNoSecrets(t, "error", err.Error(), "hunter2-redis-password")
+	assertNoSecrets(t, "stderr", stderr.String(), "hunter2-redis-password")
+}
+
+// logLine is a line of the bot's JSON log.
+type logLine struct {
+	Msg      string `json:"msg"`
+	Level    string `json:"level"`
+	HTTPAddr string `json:"http_addr"`
+	Store    string `json:"store"`
+}
+
+// waitLog waits for a JSON log line with msg and returns it. Every line must
+// be JSON.
+func waitLog(t *testing.T, logs *syncBuffer, msg string, errc <-chan error) logLine {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		sc := bufio.NewScanner(strings.NewReader(logs.String()))
+		for sc.Scan() {
+			var l logLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatalf("log line is not JSON: %q", sc.Text())
+			}
+			if l.Msg == msg {
+				return l
+			}
+		}
+		select {
+		case err := <-errc:
+			t.Fatalf("run returned before logging %q: %v\nlogs:\n%s", msg, err, logs)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no %q in the log:\n%s", msg, logs)
+	return logLine{}
+}
+
+// get fetches url and returns the status and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// TestRun starts the whole bot against the fake Slack and the fake model
+// server, checks the HTTP endpoints, has a conversation that runs an allowed
+// tool, and stops it.
+func TestRun(t *testing.T) {
+	redisURL := os.Getenv("REDIS_URL")
+	stores := []struct {
+		name, redisURL, logMsg string
+	}{
+		{name: "embedded", logMsg: "store: embedded"},
+		{name: "redis", redisURL: redisURL, logMsg: "store: redis"},
+	}
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			if sc.name == "redis" && sc.redisURL == "" {
+				if os.Getenv("CI") == "true" {
+					t.Fatal("REDIS_URL is not set; CI must run the Redis tests")
+				}
+				t.Skip("REDIS_URL is not set")
+			}
+			testRun(t, sc.redisURL, sc.logMsg)
+		})
+	}
+}
+
+func testRun(t *testing.T, redisURL, storeLog string) {
+	slack := fakeslack.New(t)
+	model := fakeopenai.New(t)
+	workspace := t.TempDir()
+	if err := os.WriteFile(filepath.Join(workspace, "notes.txt"), []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	configFile := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(configFile, []byte(`builtin_tools:
+  ask_human: {}
+  workspace:
+    root: `+workspace+`
+policy:
+  default: ask
+  rules:
+    - tool: workspace_list
+      verdict: allow
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	setEnv(t, map[string]string{
+		"SLACK_APP_TOKEN": slack.AppToken(),
+		"SLACK_BOT_TOKEN": slack.BotToken(),
+		"SLACK_API_URL":   slack.APIURL(),
+		"OPENAI_API_KEY":  testAPIKey,
+		"OPENAI_BASE_URL": model.URL(),
+		"OPENAI_MODEL":    fakeopenai.DefaultModel,
+		"REDIS_URL":       redisURL,
+		"DATA_DIR":        t.TempDir(),
+		"CONFIG_FILE":     configFile,
+		"HTTP_ADDR":       "127.0.0.1:0",
+		"ADMIN_USERS":     "U0ADMIN1",
+		"LOG_LEVEL":       "debug",
+	})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout syncBuffer
+	logs := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, nil, &stdout, logs) }()
+
+	started := waitLog(t, logs, "starting", errc)
+	waitLog(t, logs, storeLog, errc)
+	base := "http://" + started.HTTPAddr
+
+	if code, body := get(t, base+"/healthz"); code != http.StatusOK || strings.TrimSpace(body) != "ok" {
+		t.Errorf("/healthz: %d %q, want 200 ok", code, body)
+	}
+	if err := slack.WaitConnected(1, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var ready readiness
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := get(t, base+"/readyz")
+		if err := json.Unmarshal([]byte(body), &ready); err != nil {
+			t.Fatalf("/readyz body %q: %v", body, err)
+		}
+		if code == http.StatusOK {
+			break
+		}
+		if code != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz: status %d, want 200 or 503", code)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d after Socket Mode connected: %s", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !ready.Ready || ready.SocketMode != "connected" || ready.Store != "ok" || ready.MCPServers == nil {
+		t.Errorf("/readyz = %+v, want ready, connected, store ok, an empty server list", ready)
+	}
+
+	// A mention runs a turn: the model lists the workspace (allowed by the
+	// policy, so no card) and then answers.
+	model.Reply(
+		fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "workspace_list", Arguments: `{}`}),
+		fakeopenai.Text("The workspace has notes.txt."),
+	)
+	ts := slack.Mention("CGENERAL1", "UREQUEST1", "what is in the workspace?")
+	if _, err := slack.WaitMessage("CGENERAL1", func(m fakeslack.Message) bool {
+		return m.BotID != "" && m.ThreadTS == ts && strings.Contains(m.Text+string(m.Blocks), "notes.txt")
+	}, 15*time.Second); err != nil {
+		t.Fatalf("no answer in the thread: %v\nlogs:\n%s", err, logs)
+	}
+	reqs := model.Requests()
+	if len(reqs) < 2 {
+		t.Fatalf("the model got %d requests, want 2", len(reqs))
+	}
+	if last := reqs[len(reqs)-1]; !strings.Contains(last.Messages[len(last.Messages)-1].Content, "notes.txt") {
+		t.Errorf("the model did not get the tool result: %+v", last.Messages[len(last.Messages)-1])
+	}
+
+	_, metrics := get(t, base+"/metrics")
+	for _, name := range []string{
+		"toolgate_envelopes_total",
+		"toolgate_model_seconds",
+		`toolgate_tool_calls_total{verdict="allow"} 1`,
+		"go_goroutines",
+		"process_start_time_seconds",
+	} {
+		if !strings.Contains(metrics, name) {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("run after cancel: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return within 15s of the cancel")
+	}
+	waitLog(t, logs, "stopped", nil)
+	assertNoSecrets(t, "the log", logs.String(), slack.BotToken(), slack.AppToken())
+	assertNoSecrets(t, "stdout", stdout.String(), slack.BotToken(), slack.AppToken())
+}
+
+func TestRunBadSlackToken(t *testing.T) {
+	slack := fakeslack.New(t)
+	model := fakeopenai.New(t)
+	setEnv(t, map[string]string{
+		"SLACK_APP_TOKEN": slack.AppToken(),
+		"SLACK_BOT_TOKEN": "xoxb-revoked-secret-token",
+		"SLACK_API_URL":   slack.APIURL(),
+		"OPENAI_BASE_URL": model.URL(),
+		"DATA_DIR":        t.TempDir(),
+		"HTTP_ADDR":       "127.0.0.1:0",
+	})
+	logs := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(t.Context(), nil, io.Discard, logs) }()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("run succeeded with a bad bot token")
+		}
+		if code := exitCode(err); code != 1 {
+			t.Errorf("exit code %d, want 1 (error %v)", code, err)
+		}
+		if !strings.Contains(err.Error(), "invalid_auth") {
+			t.Errorf("error %q does not say invalid_auth", err)
+		}
+		assertNoSecrets(t, "error", err.Error(), "xoxb-revoked-secret-token")
+		assertNoSecrets(t, "the log", logs.String(), "xoxb-revoked-secret-token")
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not stop on a bad token")
+	}
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"log/slog"
+	"net/url"
+	"strings"
+)
+
+// redactedText replaces a secret in logs and error messages.
+const redactedText = "[redacted]"
+
+// redactor keeps secrets out of logs and error messages. It is the last line
+// of defence: the code logs no token on purpose, but an error from a library
+// may quote a URL with a password in it, or a request with a header.
+type redactor struct {
+	r *strings.Replacer
+}
+
+// newRedactor returns a redactor that hides each non-empty secret. For a URL
+// with a password (such as REDIS_URL) pass the password too: libraries quote
+// URLs in other forms than the one given.
+func newRedactor(secrets ...string) redactor {
+	var pairs []string
+	for _, s := range secrets {
+		// Very short values would blank out ordinary words.
+		if len(s) >= 4 {
+			pairs = append(pairs, s, redactedText)
+		}
+	}
+	return redactor{r: strings.NewReplacer(pairs...)}
+}
+
+// String returns s with every secret replaced.
+func (r redactor) String(s string) string { return r.r.Replace(s) }
+
+// Error wraps err so that its message has no secret; errors.Is and errors.As
+// still see err.
+func (r redactor) Error(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := r.String(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+// ReplaceAttr is a slog.HandlerOptions.ReplaceAttr that redacts strings and
+// errors, the message included.
+func (r redactor) ReplaceAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		if s := a.Value.String(); r.String(s) != s {
+			a.Value = slog.StringValue(r.String(s))
+		}
+	case slog.KindAny:
+		if err, ok := a.Value.Any().(error); ok {
+			a.Value = slog.StringValue(r.String(err.Error()))
+		}
+	}
+	return a
+}
+
+// redactedError is an error whose message had secrets removed.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+
+func (e *redactedError) Unwrap() error { return e.err }
+
+// urlSecrets returns the secrets of a URL: the password of its user
+// information and a "password" query option (as in redis+sentinel URLs),
+// and the whole URL when it has either or does not parse (so a parser's
+// error quoting it gives nothing away).
+func urlSecrets(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return []string{raw}
+	}
+	var out []string
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok {
+			out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
+		}
+	}
+	for _, p := range u.Query()["password"] {
+		out = append(out, p, url.QueryEscape(p))
+	}
+	if len(out) > 0 {
+		out = append([]string{raw}, out...)
+	}
+	return out
+}
+
+// safeURL returns raw without its password, for logs. A URL that does not
+// parse is shown only by its scheme.
+func safeURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		if scheme, _, ok := strings.Cut(raw, "://"); ok {
+			return scheme + "://" + redactedText
+		}
+		return redactedText
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
