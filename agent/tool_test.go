@@ -1,0 +1,111 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/agent"
+)
+
+func nop(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{}, nil }
+
+func TestRegistryRejectsBadTools(t *testing.T) {
+	tests := []struct {
+		name string
+		tool agent.Tool
+		want string
+	}{
+		{"empty name", agent.Tool{Name: "", Handler: nop}, "name must be"},
+		{"space in name", agent.Tool{Name: "read file", Handler: nop}, "name must be"},
+		{"dot in name", agent.Tool{Name: "files.read", Handler: nop}, "name must be"},
+		{"too long", agent.Tool{Name: strings.Repeat("a", 65), Handler: nop}, "name must be"},
+		{"no handler", agent.Tool{Name: "x"}, "no handler"},
+		{"schema not JSON", agent.Tool{Name: "x", Handler: nop, Schema: json.RawMessage(`{"type":`)}, "schema is not JSON"},
+		{"schema invalid", agent.Tool{Name: "x", Handler: nop, Schema: json.RawMessage(`{"type":"nonsense"}`)}, "schema"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := agent.NewRegistry().Register(tt.tool)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("duplicate", func(t *testing.T) {
+		r := agent.NewRegistry()
+		if err := r.Register(agent.Tool{Name: "x", Handler: nop}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Register(agent.Tool{Name: "x", Handler: nop}); err == nil || !strings.Contains(err.Error(), "already registered") {
+			t.Errorf("got %v registering a name twice, want already registered", err)
+		}
+	})
+	t.Run("human tools need no handler", func(t *testing.T) {
+		if err := agent.NewRegistry().Register(agent.Tool{Name: "ask_human", Human: true}); err != nil {
+			t.Errorf("got %v, want a human tool accepted without a handler", err)
+		}
+	})
+}
+
+func TestRegistryReplace(t *testing.T) {
+	r := agent.NewRegistry()
+	for _, n := range []string{"srv__a", "srv__b", "local"} {
+		if err := r.Register(agent.Tool{Name: n, Handler: nop}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromSrv := func(n string) bool { return strings.HasPrefix(n, "srv__") }
+	if err := r.Replace(fromSrv, []agent.Tool{{Name: "srv__c", Handler: nop}}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range r.List() {
+		names = append(names, tl.Name)
+	}
+	if got := strings.Join(names, ","); got != "local,srv__c" {
+		t.Errorf("got tools %s after replace, want local,srv__c", got)
+	}
+	// A failed replace changes nothing.
+	if err := r.Replace(fromSrv, []agent.Tool{{Name: "bad name", Handler: nop}}); err == nil {
+		t.Fatal("replace with an invalid tool succeeded")
+	}
+	if _, ok := r.Lookup("srv__c"); !ok {
+		t.Error("a failed replace removed tools")
+	}
+	if err := r.Replace(fromSrv, []agent.Tool{{Name: "local", Handler: nop}}); err == nil {
+		t.Error("replace that collides with a kept tool succeeded")
+	}
+}
+
+func TestRegistryValidate(t *testing.T) {
+	r := agent.NewRegistry()
+	schema := `{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"]}`
+	if err := r.Register(agent.Tool{Name: "x", Handler: nop, Schema: json.RawMessage(schema)}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args string
+		want string // "" for valid
+	}{
+		{`{"n": 3}`, ""},
+		{`{"n": 0}`, "at /n"},
+		{`{}`, "missing"},
+		{`{"n": "3"}`, "at /n"},
+		{`{"n": 3`, "not valid JSON"},
+		{`"n"`, "must be a JSON object"},
+	}
+	for _, tt := range tests {
+		err := r.Validate("x", json.RawMessage(tt.args))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("Validate(%s): got %v, want nil", tt.args, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("Validate(%s): got %v, want an error containing %q", tt.args, err, tt.want)
+		}
+	}
+	if err := r.Validate("nope", json.RawMessage(`{}`)); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+		t.Errorf("got %v for an unknown tool", err)
+	}
+}
