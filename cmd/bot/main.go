@@ -245,7 +245,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, err
 		if err != nil {
 			return nil, fmt.Errorf("connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
 		}
-		log.Info("store: redis", "url", safeURL(cfg.RedisURL))
+		log.Info("using redis store", "url", safeURL(cfg.RedisURL))
 		return st, nil
 	}
 	path := filepath.Join(cfg.DataDir, storeFile)
@@ -253,7 +253,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, err
 	if err != nil {
 		return nil, err
 	}
-	log.Info("store: embedded", "path", path)
+	log.Info("using embedded store", "path", path)
 	return st, nil
 }
 

@@ -306,8 +306,8 @@ func TestRun(t *testing.T) {
 	stores := []struct {
 		name, redisURL, logMsg string
 	}{
-		{name: "embedded", logMsg: "store: embedded"},
-		{name: "redis", redisURL: redisURL, logMsg: "store: redis"},
+		{name: "embedded", logMsg: "using embedded store"},
+		{name: "redis", redisURL: redisURL, logMsg: "using redis store"},
 	}
 	for _, sc := range stores {
 		t.Run(sc.name, func(t *testing.T) {

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolgate/toolgate/tools"
+)
+
+// fakeApp is a slackState whose readiness follows its fields, as
+// slackapp.App's does.
+type fakeApp struct {
+	connected bool
+	store     *fakeStore
+}
+
+func (a fakeApp) Connected() bool { return a.connected }
+
+func (a fakeApp) Ready(ctx context.Context) error {
+	if !a.connected {
+		return errors.New("socket mode is not connected")
+	}
+	if err := a.store.Ping(ctx); err != nil {
+		return errors.New("store: " + err.Error())
+	}
+	return nil
+}
+
+type fakeStore struct{ err error }
+
+func (s *fakeStore) Ping(context.Context) error { return s.err }
+
+func TestReadyz(t *testing.T) {
+	disconnected := tools.ServerStatus{Name: "files", Transport: "stdio", LastError: "exit status 1 (token sk-secret-mcp)"}
+	connected := tools.ServerStatus{Name: "github", Transport: "http", Connected: true, Tools: 3}
+	tests := []struct {
+		name       string
+		connected  bool
+		storeErr   error
+		servers    []tools.ServerStatus
+		wantStatus int
+		want       readiness
+	}{
+		{
+			name: "ready", connected: true, servers: []tools.ServerStatus{connected},
+			wantStatus: http.StatusOK,
+			want:       readiness{Ready: true, SocketMode: "connected", Store: "ok", MCPServers: []tools.ServerStatus{connected}},
+		},
+		{
+			name: "mcp server down is reported, not fatal", connected: true, servers: []tools.ServerStatus{disconnected, connected},
+			wantStatus: http.StatusOK,
+			want: readiness{Ready: true, SocketMode: "connected", Store: "ok", MCPServers: []tools.ServerStatus{
+				{Name: "files", Transport: "stdio", LastError: "exit status 1 (token [redacted])"}, connected,
+			}},
+		},
+		{
+			name: "socket mode down", connected: false,
+			wantStatus: http.StatusServiceUnavailable,
+			want:       readiness{Error: "socket mode is not connected", SocketMode: "disconnected", Store: "ok", MCPServers: []tools.ServerStatus{}},
+		},
+		{
+			name: "store down", connected: true, storeErr: errors.New("dial tcp 10.0.0.1:6379: connection refused"),
+			wantStatus: http.StatusServiceUnavailable,
+			want: readiness{
+				Error: "store: dial tcp 10.0.0.1:6379: connection refused", SocketMode: "connected",
+				Store: "dial tcp 10.0.0.1:6379: connection refused", MCPServers: []tools.ServerStatus{},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &fakeStore{err: tt.storeErr}
+			p := probes{
+				app:      fakeApp{connected: tt.connected, store: st},
+				store:    st,
+				gatherer: prometheus.NewRegistry(),
+				redact:   newRedactor("sk-secret-mcp"),
+			}
+			if tt.servers != nil {
+				p.mcp = func() []tools.ServerStatus { return tt.servers }
+			}
+			rec := httptest.NewRecorder()
+			p.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			if rec.Code != tt.wantStatus {
+				t.Errorf("status %d, want %d", rec.Code, tt.wantStatus)
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q, want application/json", ct)
+			}
+			var got readiness
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatalf("body %q: %v", rec.Body, err)
+			}
+			gotJSON, _ := json.Marshal(got)
+			wantJSON, _ := json.Marshal(tt.want)
+			if string(gotJSON) != string(wantJSON) {
+				t.Errorf("body\n got %s\nwant %s", gotJSON, wantJSON)
+			}
+			for _, key := range []string{`"socket_mode"`, `"store"`, `"mcp_servers"`} {
+				if !strings.Contains(rec.Body.String(), key) {
+					t.Errorf("body %s has no %s", rec.Body, key)
+				}
+			}
+		})
+	}
+}
+
+func TestHealthzAndMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "toolgate_test_total", Help: "A test counter."})
+	reg.MustRegister(c)
+	c.Inc()
+	st := &fakeStore{err: errors.New("down")}
+	h := probes{app: fakeApp{store: st}, store: st, gatherer: reg}.handler()
+
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != "ok" {
+		t.Errorf("/healthz while not ready: %d %q, want 200 ok", rec.Code, rec.Body)
+	}
+
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "toolgate_test_total 1") {
+		t.Errorf("/metrics: %d %q, want the registry's counters", rec.Code, rec.Body)
+	}
+
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/healthz", nil))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /healthz: %d, want 405", rec.Code)
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestRedactor(t *testing.T) {
+	const token = "xoxb-1-secret"
+	red := newRedactor(token, "", "abc") // empty and very short values are ignored
+	base := errors.New("auth failed")
+	err := red.Error(fmt.Errorf("call with %s: %w", token, base))
+	if got, want := err.Error(), "call with [redacted]: auth failed"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(err, base) {
+		t.Error("the redacted error no longer wraps its cause")
+	}
+	if plain := errors.New("abc is fine"); red.Error(plain) != plain {
+		t.Error("an error without secrets was rewrapped")
+	}
+	if red.Error(nil) != nil {
+		t.Error("Error(nil) is not nil")
+	}
+
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: red.ReplaceAttr}))
+	log.Info("using "+token, "token", token, "err", fmt.Errorf("bad %s", token), "n", 3)
+	if strings.Contains(buf.String(), token) {
+		t.Errorf("log line has the token: %s", buf.String())
+	}
+	if !strings.Contains(buf.String(), `"err":"bad [redacted]"`) || !strings.Contains(buf.String(), `"n":3`) {
+		t.Errorf("log line lost its attributes: %s", buf.String())
+	}
+}
+
+func TestURLSecrets(t *testing.T) {
+	tests := []struct {
+		url      string
+		safe     string
+		secrets  []string
+		noSecret bool
+	}{
+		{url: "redis://127.0.0.1:6379/0", safe: "redis://127.0.0.1:6379/0", noSecret: true},
+		{url: "redis://:p%40ss-word@redis:6379/0", safe: "redis://:xxxxx@redis:6379/0", secrets: []string{"p@ss-word", "p%40ss-word"}},
+		{url: "redis+sentinel://s1:26379,s2:26379/0?master_name=m&password=sentinel-pw", safe: "redis+sentinel://s1:26379,s2:26379/0?master_name=m&password=xxxxx", secrets: []string{"sentinel-pw"}},
+		{url: "redis://user:pw-1234@host:bad port/", safe: "redis://[redacted]", secrets: []string{"redis://user:pw-1234@host:bad port/"}},
+	}
+	for _, tt := range tests {
+		if got := safeURL(tt.url); got != tt.safe {
+			t.Errorf("safeURL(%q) = %q, want %q", tt.url, got, tt.safe)
+		}
+		got := urlSecrets(tt.url)
+		if tt.noSecret && len(got) != 0 {
+			t.Errorf("urlSecrets(%q) = %q, want none", tt.url, got)
+		}
+		red := newRedactor(got...)
+		for _, s := range tt.secrets {
+			if out := red.String("x " + s + " x"); strings.Contains(out, s) {
+				t.Errorf("with the secrets of %q, %q is not redacted: %q", tt.url, s, out)
+			}
+		}
+	}
+}
