@@ -1,0 +1,252 @@
+package slackapp_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// One model step with an allowed, a denied and an asked call: one card;
+// after the approval the model reads the three results in call order.
+func TestParallelCallsOneCard(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.Response{ToolCalls: []fakeopenai.ToolCall{
+		tc("c1", "read_file", `{"path":"/etc/motd"}`),
+		tc("c2", "drop_db", `{"name":"prod"}`),
+		tc("c3", "deploy", `{"service":"api","version":"4"}`),
+	}, ArgChunks: 3}, fakeopenai.Text("All three handled."))
+	ts := e.slack.Mention(channel, requester, "read, drop and deploy")
+	card := e.card(ts, "deploy")
+	time.Sleep(200 * time.Millisecond)
+	if cards := e.cards(channel, ts); len(cards) != 1 {
+		t.Fatalf("%d cards in the thread, want only the deploy card:\n%s", len(cards), dumpThread(cards))
+	}
+	if n := e.reads.Load(); n != 1 {
+		t.Errorf("read_file ran %d times before the decision, want 1 (allowed)", n)
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Errorf("deploy ran %d times before the decision", n)
+	}
+
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "All three handled.")
+	results := toolResults(e.request(2))
+	if len(results) != 3 {
+		t.Fatalf("the model got %d tool results, want 3: %+v", len(results), results)
+	}
+	want := []struct{ id, content string }{
+		{"c1", "file contents"},
+		{"c2", "Dropping databases is never allowed from chat."},
+		{"c3", `deployed {"service":"api","version":"4"}`},
+	}
+	for i, w := range want {
+		if results[i].ToolCallID != w.id || !strings.Contains(results[i].Content, w.content) {
+			t.Errorf("tool result %d is %s: %q, want %s containing %q", i, results[i].ToolCallID, results[i].Content, w.id, w.content)
+		}
+	}
+	if n := e.reads.Load(); n != 1 {
+		t.Errorf("read_file ran %d times in all, want 1", n)
+	}
+}
+
+// Arguments that are not JSON never reach a card or the tool: the model is
+// told what is wrong and answers.
+func TestInvalidJSONArguments(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":`)), fakeopenai.Text("Sorry, my arguments were broken."))
+	ts := e.slack.Mention(channel, requester, "deploy")
+	e.answer(ts, "Sorry, my arguments were broken.")
+	results := toolResults(e.request(2))
+	if len(results) != 1 || results[0].ToolCallID != "c1" || !strings.Contains(results[0].Content, "not valid JSON") {
+		t.Errorf("the model's tool results are %+v, want an error about invalid JSON for c1", results)
+	}
+	if cards := e.cards(channel, ts); len(cards) != 0 {
+		t.Errorf("a card was posted for invalid arguments:\n%s", dumpThread(cards))
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Errorf("deploy ran %d times with invalid arguments", n)
+	}
+}
+
+// A message in a paused thread is answered with who it waits on, and
+// answered for real after the resume, with the tool result before it.
+func TestMessageInPausedThread(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"5"}`)), fakeopenai.Text("Deployed api 5."), fakeopenai.Text("It was version 5."))
+	ts := e.slack.Mention(channel, requester, "deploy api 5")
+	card := e.card(ts, "deploy")
+
+	const queued = "which version was that again?"
+	e.slack.ThreadReply(channel, ts, requester, queued)
+	waiting := e.answer(ts, "waiting on approval")
+	if text := waiting.Text + blocksText(waiting); !strings.Contains(text, "`deploy`") || !strings.Contains(text, "<@"+approver+">") {
+		t.Errorf("the waiting reply does not name the tool and the approvers: %q", waiting.Text)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := len(e.model.Requests()); n != 1 {
+		t.Errorf("the model was asked %d times while the thread was paused, want 1", n)
+	}
+
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed api 5.")
+	e.answer(ts, "It was version 5.")
+	req := e.request(3)
+	toolAt, userAt := -1, -1
+	for i, m := range req.Messages {
+		switch {
+		case m.Role == openai.ChatMessageRoleTool && m.ToolCallID == "c1":
+			toolAt = i
+		case m.Role == openai.ChatMessageRoleUser && strings.Contains(m.Content, queued):
+			userAt = i
+		}
+	}
+	if toolAt < 0 || userAt < 0 || userAt < toolAt {
+		t.Errorf("in the third request the tool result is at %d and the queued message at %d; want both, the message after", toolAt, userAt)
+	}
+}
+
+const ttlPolicy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      ttl: 1s
+      approvers: [UAPPROVER1]
+`
+
+// An approval nobody decides expires: the card says so, the model is told,
+// and a late click from a stale Home tab runs nothing.
+func TestApprovalExpires(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = ttlPolicy
+	e.cfg.SweepInterval = 200 * time.Millisecond
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"6"}`)), fakeopenai.Text("The approval expired; nothing was deployed."))
+	ts := e.slack.Mention(channel, requester, "deploy api 6")
+	card := e.card(ts, "deploy")
+	// The approver opens the Home tab while the call is pending and clicks
+	// there after it expired.
+	e.slack.OpenHome(approver)
+	var home fakeslack.View
+	waitUntil(t, "the Home tab lists the call", func() bool {
+		home, _ = e.slack.HomeView(approver)
+		return strings.Contains(string(home.JSON), `"action_id":"approve"`)
+	})
+
+	e.waitThread(ts, "with the expired card", func(m fakeslack.Message) bool {
+		return m.TS == card.TS && strings.Contains(blocksText(m), "Expired after 1 second")
+	})
+	e.answer(ts, "The approval expired")
+	results := toolResults(e.request(2))
+	if len(results) != 1 || results[0].Content != "not performed: approval expired after 1s" {
+		t.Errorf("the model's tool results are %+v, want the expiry", results)
+	}
+	if updated, _ := e.slack.Message(channel, card.TS); isCard(updated) {
+		t.Errorf("the expired card still has buttons: %s", updated.Blocks)
+	}
+
+	_, err := e.slack.ClickInView(approver, home.ID, slackapp.ActionApprove, "")
+	must(t, err)
+	dm := e.slack.DMChannel(approver)
+	msg, err := e.slack.WaitMessage(dm, func(m fakeslack.Message) bool { return m.BotID != "" }, 10*time.Second)
+	must(t, err)
+	if !strings.Contains(msg.Text+blocksText(msg), "expired") {
+		t.Errorf("a late click was answered %q, want that the request expired", msg.Text)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := e.deploy.Load(); n != 0 {
+		t.Errorf("deploy ran %d times after the approval expired", n)
+	}
+	if n := len(e.model.Requests()); n != 2 {
+		t.Errorf("the model was asked %d times, want 2", n)
+	}
+}
+
+// Only the requester can cancel; a cancelled turn makes no model call and
+// leaves the unexecuted call out of the history.
+func TestCancelByRequester(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 7")
+	card := e.card(ts, "deploy")
+
+	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionCancel, "")
+	must(t, err)
+	e.ephemeral(other, "Only <@"+requester+"> can cancel")
+	if m, _ := e.slack.Message(channel, card.TS); m.Updates != 0 {
+		t.Fatal("someone else's cancel changed the card")
+	}
+
+	_, err = e.slack.Click(requester, channel, card.TS, slackapp.ActionCancel, "")
+	must(t, err)
+	updated := e.waitThread(ts, "with the cancelled card", func(m fakeslack.Message) bool {
+		return m.TS == card.TS && strings.Contains(blocksText(m), "Cancelled by the requester")
+	})
+	if isCard(updated) {
+		t.Errorf("the cancelled card still has buttons: %s", updated.Blocks)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(e.model.Requests()); n != 1 {
+		t.Errorf("the model was asked %d times after the cancel, want no new request", n)
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Errorf("deploy ran %d times after a cancel", n)
+	}
+
+	// The thread goes on without the cancelled call.
+	e.model.Reply(fakeopenai.Text("Sure, something else."))
+	e.slack.ThreadReply(channel, ts, requester, "never mind, something else")
+	e.answer(ts, "Sure, something else.")
+	for _, m := range e.request(2).Messages {
+		if m.Role == openai.ChatMessageRoleTool || len(m.ToolCalls) > 0 {
+			t.Errorf("the cancelled call is still in the history: %+v", m)
+		}
+	}
+}
+
+// Always allow here: the call runs, and the same call in a new thread of
+// that channel runs without a card. (A standing rule never relaxes a
+// four-eyes rule, so the deploy rule here is an ordinary ask.)
+func TestRememberAllowsHere(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = strings.Replace(e2ePolicy, "      four_eyes: true\n", "", 1)
+	e.start()
+	const args = `{"service":"api","version":"8"}`
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", args)), fakeopenai.Text("Deployed, and remembered."))
+	ts := e.slack.Mention(channel, requester, "deploy api 8")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionRemember, "")
+	must(t, err)
+	e.answer(ts, "Deployed, and remembered.")
+	if n := e.deploy.Load(); n != 1 {
+		t.Fatalf("deploy ran %d times after Remember, want 1", n)
+	}
+	updated, _ := e.slack.Message(channel, card.TS)
+	if !strings.Contains(blocksText(updated), "allowed in this channel from now on") {
+		t.Errorf("the card does not say the tool is allowed here now: %s", updated.Blocks)
+	}
+
+	e.model.Reply(fakeopenai.ToolCalls(tc("c2", "deploy", args)), fakeopenai.Text("Deployed again without asking."))
+	ts2 := e.slack.Mention(channel, requester, "deploy api 8 again")
+	e.answer(ts2, "Deployed again without asking.")
+	if n := e.deploy.Load(); n != 2 {
+		t.Errorf("deploy ran %d times in all, want 2", n)
+	}
+	if cards := e.cards(channel, ts2); len(cards) != 0 {
+		t.Errorf("the remembered call asked again:\n%s", dumpThread(cards))
+	}
+}
