@@ -1,0 +1,173 @@
+package slackapp_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// Slack answers 429 with Retry-After: the card and the answer still arrive,
+// once each.
+func TestRateLimitedPostsAreRetried(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"9"}`)), fakeopenai.Text("Deployed despite the rate limits."))
+	e.slack.RateLimit("chat.postMessage", 1, 1)
+	ts := e.slack.Mention(channel, requester, "deploy api 9")
+	card := e.card(ts, "deploy")
+	limited := 0
+	for _, c := range e.slack.Calls("chat.postMessage") {
+		if c.Status == 429 {
+			limited++
+		}
+	}
+	if limited != 1 {
+		t.Errorf("%d chat.postMessage calls were rate limited, want 1", limited)
+	}
+	if cards := e.cards(channel, ts); len(cards) != 1 {
+		t.Errorf("%d cards in the thread, want 1", len(cards))
+	}
+
+	e.slack.RateLimit("chat.startStream", 1, 1)
+	e.slack.RateLimit("chat.update", 1, 1)
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed despite the rate limits.")
+	for _, method := range []string{"chat.startStream", "chat.update"} {
+		var statuses []int
+		for _, c := range e.slack.Calls(method) {
+			statuses = append(statuses, c.Status)
+		}
+		if len(statuses) < 2 || statuses[0] != 429 {
+			t.Errorf("%s answered %v, want a 429 and then a retry", method, statuses)
+		}
+	}
+	e.waitThread(ts, "with the approved card", func(m fakeslack.Message) bool {
+		return m.TS == card.TS && strings.Contains(blocksText(m), "Approved by <@"+approver+">")
+	})
+	answers := 0
+	for _, m := range e.slack.Thread(channel, ts) {
+		if strings.Contains(m.Text+blocksText(m), "Deployed despite the rate limits.") {
+			answers++
+		}
+	}
+	if answers != 1 {
+		t.Errorf("the answer is in the thread %d times, want 1", answers)
+	}
+	if n := e.deploy.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+}
+
+// The Socket Mode connection goes away while a click is in flight: the bot
+// reconnects, and the click, delivered again with retry_attempt > 0, runs
+// the call once.
+func TestConnectionLostDuringClick(t *testing.T) {
+	losses := []struct {
+		name string
+		lose func(s *fakeslack.Server)
+	}{
+		{"disconnect", func(s *fakeslack.Server) { s.Disconnect("refresh_requested") }},
+		{"drop", func(s *fakeslack.Server) { s.Drop() }},
+	}
+	for _, kind := range storeKinds(t) {
+		for _, loss := range losses {
+			t.Run(kind.name+"/"+loss.name, func(t *testing.T) {
+				e := newEnv(t, kind)
+				e.start()
+				e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"10"}`)), fakeopenai.Text("Deployed exactly once."))
+				ts := e.slack.Mention(channel, requester, "deploy api 10")
+				card := e.card(ts, "deploy")
+
+				opened := e.slack.ConnectionsOpened()
+				id, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+				must(t, err)
+				loss.lose(e.slack)
+				waitUntil(t, "the bot reconnects", func() bool {
+					return e.slack.ConnectionsOpened() > opened && e.slack.Connections() == 1
+				})
+				// Whether or not the first delivery was acked in time, Slack
+				// may deliver the click again.
+				must(t, e.slack.Redeliver(id))
+				_, err = e.slack.WaitAck(id, 10*time.Second)
+				must(t, err)
+				if env, _ := e.slack.Envelope(id); env.RetryAttempt == 0 || env.Deliveries < 2 {
+					t.Errorf("the click was delivered %d times, last with retry_attempt %d; want a redelivery", env.Deliveries, env.RetryAttempt)
+				}
+
+				e.answer(ts, "Deployed exactly once.")
+				time.Sleep(200 * time.Millisecond)
+				if n := e.deploy.Load(); n != 1 {
+					t.Errorf("deploy ran %d times, want 1", n)
+				}
+				if n := len(e.model.Requests()); n != 2 {
+					t.Errorf("the model was asked %d times, want 2", n)
+				}
+
+				// The new connection serves new work.
+				e.model.Reply(fakeopenai.Text("Still here."))
+				ts2 := e.slack.Mention(channel, requester, "are you there?")
+				e.answer(ts2, "Still here.")
+			})
+		}
+	}
+}
+
+// Echoes of the bot's own posts, other bots' messages and redelivered
+// envelopes never start a turn.
+func TestDuplicatesStartNoTurn(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.start()
+			e.model.Reply(fakeopenai.Text("Hello once."))
+			ts := e.slack.Mention(channel, requester, "hello")
+			e.answer(ts, "Hello once.")
+
+			e.slack.PostAsBot(channel, "B0OTHERBOT", "<@"+e.slack.BotUserID()+"> deploy everything")
+			mention := e.slack.EnvelopesByTS(ts)
+			if len(mention) != 2 {
+				t.Fatalf("the mention came as %d envelopes, want 2", len(mention))
+			}
+			for _, env := range mention {
+				must(t, e.slack.Redeliver(env.ID))
+			}
+			for _, env := range e.slack.Envelopes() {
+				_, err := e.slack.WaitAck(env.ID, 10*time.Second)
+				must(t, err)
+			}
+			// The bot's own answer came back to it as a message event.
+			echoed := false
+			for _, env := range e.slack.Envelopes() {
+				if env.EventType == "message" && strings.Contains(string(env.Payload), `"bot_id":"`+e.slack.BotID()+`"`) {
+					echoed = true
+				}
+			}
+			if !echoed {
+				t.Error("no echo of the bot's own post was delivered; the test proves nothing")
+			}
+			// A later message is answered, so the envelopes before it were
+			// handled.
+			e.model.Reply(fakeopenai.Text("Second thread."))
+			e.answer(e.slack.Mention(channel, requester, "again"), "Second thread.")
+			time.Sleep(200 * time.Millisecond)
+
+			if n := len(e.model.Requests()); n != 2 {
+				t.Errorf("the model was asked %d times, want 2 (one per mention)", n)
+			}
+			answers := 0
+			for _, m := range e.slack.Thread(channel, ts) {
+				if m.BotID != "" {
+					answers++
+				}
+			}
+			if answers != 1 {
+				t.Errorf("the bot posted %d messages in the first thread, want 1:\n%s", answers, dumpThread(e.slack.Thread(channel, ts)))
+			}
+		})
+	}
+}
