@@ -1,0 +1,52 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/tools"
+)
+
+// TestConfigExample checks that config.example.yaml is accepted by both
+// parsers of the config file and says what its comments claim.
+func TestConfigExample(t *testing.T) {
+	data, err := os.ReadFile("../../config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := approvals.ParseConfig(data)
+	if err != nil {
+		t.Fatalf("approvals.ParseConfig: %v", err)
+	}
+	tc, err := tools.ParseConfig(data)
+	if err != nil {
+		t.Fatalf("tools.ParseConfig: %v", err)
+	}
+	if tc.Builtins.AskHuman == nil {
+		t.Error("ask_human is not enabled")
+	}
+	if tc.Builtins.Workspace == nil || tc.Builtins.Workspace.Root != "/workspace" {
+		t.Errorf("workspace = %+v, want root /workspace (the Docker image's directory)", tc.Builtins.Workspace)
+	}
+
+	tests := []struct {
+		tool, args string
+		want       approvals.Action
+	}{
+		{"workspace_list", `{}`, approvals.Allow},
+		{"workspace_read", `{"path": "notes/todo.md"}`, approvals.Allow},
+		{"workspace_read", `{"path": ".env"}`, approvals.Deny},
+		{"workspace_read", `{"path": "app/.env.local"}`, approvals.Deny},
+		{"workspace_delete", `{"path": "notes/todo.md"}`, approvals.Ask},
+		{"workspace_write", `{"path": "notes/todo.md", "content": "x"}`, approvals.Ask},
+		{"github__create_issue", `{}`, approvals.Ask},
+	}
+	for _, tt := range tests {
+		v := policy.Evaluate(approvals.Input{Tool: tt.tool, Args: json.RawMessage(tt.args), User: "UREQUEST1", Channel: "COPS00001"})
+		if v.Action != tt.want {
+			t.Errorf("Evaluate(%s %s) = %s (rule %s), want %s", tt.tool, tt.args, v.Action, v.RuleID, tt.want)
+		}
+	}
+}
