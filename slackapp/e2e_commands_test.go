@@ -1,0 +1,204 @@
+package slackapp_test
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// slash runs /approvals text as user in the general channel and returns
+// the answer's text.
+func (e *env) slash(user, text string) string {
+	e.t.Helper()
+	ack, err := e.slack.Slash(user, channel, "/approvals", text)
+	must(e.t, err)
+	var reply struct {
+		Text string `json:"text"`
+	}
+	must(e.t, json.Unmarshal(ack, &reply))
+	return reply.Text
+}
+
+// viewText is a view as JSON with <, > and & unescaped.
+func viewText(v fakeslack.View) string {
+	return blocksText(fakeslack.Message{Blocks: v.JSON})
+}
+
+// wantIn fails the test unless text contains every one of want.
+func wantIn(t *testing.T, what, text string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s does not contain %q:\n%s", what, w, text)
+		}
+	}
+}
+
+// /approvals: help, pending, policy list|test|add, audit and rules
+// list|revoke, with changes reserved to admins.
+func TestApprovalsCommand(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = strings.Replace(e2ePolicy, "      four_eyes: true\n", "", 1)
+	e.cfg.AdminUsers = []string{other}
+	e.start()
+
+	wantIn(t, "help", e.slash(requester, "help"), "/approvals pending", "policy test", "rules revoke")
+	wantIn(t, "an unknown command", e.slash(requester, "frobnicate"), "I don't know that command")
+	wantIn(t, "pending with nothing pending", e.slash(requester, "pending"), "Nothing is waiting")
+
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"11"}`)), fakeopenai.Text("Deployed api 11."))
+	ts := e.slack.Mention(channel, requester, "deploy api 11")
+	card := e.card(ts, "deploy")
+	wantIn(t, "pending", e.slash(stranger, "pending"), "1 call(s) waiting", "`deploy` requested by <@"+requester+">", "rule `deploys`")
+
+	wantIn(t, "policy list", e.slash(stranger, "policy list"), "`reads`", "`no-drop`", "`deploys`")
+	test := e.slash(stranger, `policy test deploy {"service":"a","version":"1"}`)
+	wantIn(t, "policy test", test, "*ask* by rule `deploys`", "Deploys need review.", "Nothing was run.")
+	wantIn(t, "policy test of a denied tool", e.slash(stranger, `policy test drop_db {}`), "*deny* by rule `no-drop`")
+	wantIn(t, "policy test with bad arguments", e.slash(stranger, `policy test deploy {"service":"a"}`), "refused before the policy")
+
+	// Always allow here makes a standing rule, listed and revocable by admins.
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionRemember, "")
+	must(t, err)
+	e.answer(ts, "Deployed api 11.")
+	rules := e.slash(stranger, "rules list")
+	m := regexp.MustCompile("• `([^`]+)`: `deploy` allowed, by <@" + approver + ">").FindStringSubmatch(rules)
+	if m == nil {
+		t.Fatalf("rules list does not show the standing rule:\n%s", rules)
+	}
+	wantIn(t, "rules revoke by a non-admin", e.slash(stranger, "rules revoke "+m[1]), "Only admins")
+	wantIn(t, "rules revoke by an admin", e.slash(other, "rules revoke "+m[1]), "Revoked standing rule `"+m[1]+"`")
+	wantIn(t, "rules list after the revoke", e.slash(stranger, "rules list"), "No standing rules")
+
+	audit := e.slash(stranger, "audit")
+	wantIn(t, "audit", audit, "`decide` deploy", "`execute` deploy", approver)
+
+	// Policy changes are for admins; an added allow rule lets deploys run
+	// without a card.
+	wantIn(t, "policy add by a non-admin", e.slash(requester, "policy add tool=deploy verdict=allow"), "Only admins", "Nothing changed")
+	if list := e.slash(stranger, "policy list"); strings.Count(list, "\n") != 4 {
+		t.Errorf("a refused policy add changed the rules:\n%s", list)
+	}
+	wantIn(t, "policy add by an admin", e.slash(other, "policy add tool=deploy verdict=allow id=deploy-ok"), "Added rule `deploy-ok`")
+	wantIn(t, "policy test after the add", e.slash(stranger, `policy test deploy {"service":"a","version":"1"}`), "*allow* by rule `deploy-ok`")
+
+	e.model.Reply(fakeopenai.ToolCalls(tc("c2", "deploy", `{"service":"api","version":"12"}`)), fakeopenai.Text("Deployed api 12 at once."))
+	ts2 := e.slack.Mention(channel, requester, "deploy api 12")
+	e.answer(ts2, "Deployed api 12 at once.")
+	if cards := e.cards(channel, ts2); len(cards) != 0 {
+		t.Errorf("a deploy asked although an admin allowed it:\n%s", dumpThread(cards))
+	}
+	if n := e.deploy.Load(); n != 2 {
+		t.Errorf("deploy ran %d times, want 2", n)
+	}
+	wantIn(t, "policy remove by an admin", e.slash(other, "policy remove deploy-ok"), "Removed rule `deploy-ok`")
+	wantIn(t, "audit after the policy change", e.slash(stranger, "audit 50"), "deploy-ok")
+}
+
+// App Home lists the pending call in the approver's inbox; Approve there
+// decides it.
+func TestAppHomeApprove(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"13"}`)), fakeopenai.Text("Deployed from the Home tab."))
+	ts := e.slack.Mention(channel, requester, "deploy api 13")
+	card := e.card(ts, "deploy")
+
+	e.slack.OpenHome(approver)
+	var home fakeslack.View
+	waitUntil(t, "the approver's Home tab is published", func() bool {
+		var ok bool
+		home, ok = e.slack.HomeView(approver)
+		return ok
+	})
+	wantIn(t, "the Home tab", viewText(home), "Waiting for your decision* (1)", "deploy", `"action_id":"approve"`, "<@"+requester+">")
+	// The requester sees the call among their own requests, not to decide.
+	e.slack.OpenHome(requester)
+	waitUntil(t, "the requester's Home tab is published", func() bool {
+		_, ok := e.slack.HomeView(requester)
+		return ok
+	})
+	mine, _ := e.slack.HomeView(requester)
+	wantIn(t, "the requester's Home tab", viewText(mine), "Waiting for your decision* (0)", "Your requests waiting for approval* (1)")
+
+	_, err := e.slack.ClickInView(approver, home.ID, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed from the Home tab.")
+	if n := e.deploy.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+	updated, _ := e.slack.Message(channel, card.TS)
+	wantIn(t, "the card in the thread", blocksText(updated), "Approved by <@"+approver+">")
+}
+
+// Approvers who cannot see a private channel get a copy of the card, as a
+// DM or in the approvals channel; a decision on a copy updates every copy.
+func TestCardCopiesForBlindApprovers(t *testing.T) {
+	const private = "CPRIVATE01"
+	const approvalsChannel = "CAPPROVALS"
+	for _, where := range []string{"dm", "approvals channel"} {
+		t.Run(where, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+			if where != "dm" {
+				e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: []string{approver, other, e.slack.BotUserID()}})
+				e.cfg.ApprovalsChannel = approvalsChannel
+			}
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)), fakeopenai.Text("Deployed vault 14."))
+			ts := e.slack.Mention(private, requester, "deploy vault 14")
+			card := e.cardIn(private, ts, "deploy")
+
+			copyIn := func(ch string) fakeslack.Message {
+				t.Helper()
+				m, err := e.slack.WaitMessage(ch, func(m fakeslack.Message) bool { return isCard(m) }, 10*time.Second)
+				if err != nil {
+					t.Fatalf("no copy of the card in %s: %v", ch, err)
+				}
+				return m
+			}
+			var copies []fakeslack.Message
+			if where == "dm" {
+				for _, u := range []string{approver, other} {
+					copies = append(copies, copyIn(e.slack.DMChannel(u)))
+				}
+				if n := len(e.slack.Messages(approvalsChannel)); n != 0 {
+					t.Errorf("%d messages in the approvals channel, which is not configured", n)
+				}
+			} else {
+				copies = append(copies, copyIn(approvalsChannel))
+				time.Sleep(100 * time.Millisecond)
+				if n := len(e.slack.Messages(approvalsChannel)); n != 1 {
+					t.Errorf("%d messages in the approvals channel, want one copy", n)
+				}
+				for _, u := range []string{approver, other} {
+					if msgs := e.slack.Messages(e.slack.DMChannel(u)); len(msgs) != 0 {
+						t.Errorf("%s got a DM although an approvals channel is set: %q", u, msgs[0].Text)
+					}
+				}
+			}
+			if buttonValue(t, copies[0], slackapp.ActionApprove) != buttonValue(t, card, slackapp.ActionApprove) {
+				t.Error("the copy's buttons act on another call than the thread's card")
+			}
+
+			_, err := e.slack.Click(approver, copies[0].Channel, copies[0].TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answerIn(private, ts, "Deployed vault 14.")
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+			for _, c := range append(copies, card) {
+				waitUntil(t, "the copy in "+c.Channel+" is updated", func() bool {
+					m, _ := e.slack.Message(c.Channel, c.TS)
+					return !isCard(m) && strings.Contains(blocksText(m), "Approved by <@"+approver+">")
+				})
+			}
+		})
+	}
+}
