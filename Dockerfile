@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+
+# Build a static binary on the build machine's platform, for the target's.
+FROM --platform=$BUILDPLATFORM golang:1.26 AS build
+ARG TARGETOS
+ARG TARGETARCH
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod \
+    go mod download
+COPY . .
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -ldflags "-s -w" -o /out/bot ./cmd/bot \
+ && mkdir -p /out/data /out/workspace
+
+# Distroless: CA certificates and a non-root user (65532), no shell.
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/bot /usr/local/bin/bot
+# The embedded store's directory (used when REDIS_URL is unset) and the
+# built-in workspace tools' root (see config.example.yaml), owned by the
+# user the bot runs as.
+COPY --from=build --chown=65532:65532 /out/data /data
+COPY --from=build --chown=65532:65532 /out/workspace /workspace
+ENV DATA_DIR=/data \
+    HTTP_ADDR=:8080
+VOLUME ["/data"]
+# /healthz, /readyz and /metrics.
+EXPOSE 8080
+USER 65532:65532
+# There is no HEALTHCHECK: the image has no shell or HTTP client to run one.
+# Probe the endpoints from outside instead, for example in Kubernetes:
+#   livenessProbe:  {httpGet: {path: /healthz, port: 8080}}
+#   readinessProbe: {httpGet: {path: /readyz, port: 8080}}
+# The bot stops gracefully on SIGTERM: it lets in-flight work finish for up to
+# 30 seconds, so give it a longer stop timeout than that.
+ENTRYPOINT ["/usr/local/bin/bot"]
