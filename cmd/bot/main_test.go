@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
-
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 )
@@ -43,11 +41,7 @@ var specVariables = []string{
 // leak in), and restored afterwards.
 func setEnv(t *testing.T, vars map[string]string) {
 	t.Helper()
-	var keys bytes.Buffer
-	if err := envconfig.Usagef("", &config{}, &keys, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range strings.Fields(keys.String()) {
+	for _, k := range configKeys(t) {
 		t.Setenv(k, "") // registers the restore
 		if err := os.Unsetenv(k); err != nil {
 			t.Fatal(err)
