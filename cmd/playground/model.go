@@ -1,0 +1,136 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+)
+
+// helpText is the scripted model's answer to anything it does not
+// understand.
+const helpText = "I am the playground's scripted model and understand only a few phrases:\n" +
+	"• `status api`: check a service (allowed by the policy)\n" +
+	"• `restart api`: restart it (needs alice's approval, four eyes)\n" +
+	"• `scale api 8`: scale it (more than 5 replicas needs an approval)\n" +
+	"• `drop users`: drop a database (always denied)\n" +
+	"• `ask what to restart`: ask the people in this thread a question\n" +
+	"Join several with \"and\", e.g. `status api and restart worker`."
+
+// intents are the phrases the scripted model understands, each turned into
+// one tool call.
+var intents = []struct {
+	re   *regexp.Regexp
+	call func(m []string) (tool string, args any)
+}{
+	{regexp.MustCompile(`^(?:get )?status(?: of)? ([\w-]+)$`), func(m []string) (string, any) {
+		return "get_status", map[string]any{"service": m[1]}
+	}},
+	{regexp.MustCompile(`^restart ([\w-]+)$`), func(m []string) (string, any) {
+		return "restart_service", map[string]any{"service": m[1]}
+	}},
+	{regexp.MustCompile(`^scale ([\w-]+) (?:to )?(-?\d+)(?: replicas)?$`), func(m []string) (string, any) {
+		var n int
+		fmt.Sscan(m[2], &n)
+		return "scale_service", map[string]any{"service": m[1], "replicas": n}
+	}},
+	{regexp.MustCompile(`^drop(?: database)? ([\w-]+)$`), func(m []string) (string, any) {
+		return "drop_database", map[string]any{"name": m[1]}
+	}},
+	{regexp.MustCompile(`^ask (.+)$`), func(m []string) (string, any) {
+		return "ask_human", map[string]any{"question": strings.TrimSuffix(m[1], "?") + "?"}
+	}},
+}
+
+// splitRE separates several requests in one message.
+var splitRE = regexp.MustCompile(`\s*(?:,|;|\band\b|\bthen\b)\s*`)
+
+// scriptedModel answers like a very small model would: it turns known
+// phrases in the last user message into tool calls and summarises tool
+// results. It is deterministic, so the playground can be scripted.
+func scriptedModel(req openai.ChatCompletionRequest) fakeopenai.Response {
+	msgs := req.Messages
+	if len(msgs) == 0 {
+		return fakeopenai.Text(helpText)
+	}
+	last := msgs[len(msgs)-1]
+	switch last.Role {
+	case openai.ChatMessageRoleTool:
+		return fakeopenai.Text(summarize(msgs))
+	case openai.ChatMessageRoleUser:
+		calls, ok := parseRequest(last.Content)
+		if !ok {
+			return fakeopenai.Text(helpText)
+		}
+		return fakeopenai.ToolCalls(calls...)
+	}
+	return fakeopenai.Text(helpText)
+}
+
+// parseRequest turns a user message into tool calls; ok is false unless
+// every part of the message is understood.
+func parseRequest(text string) (calls []fakeopenai.ToolCall, ok bool) {
+	text = strings.ToLower(strings.Join(strings.Fields(text), " "))
+	text = strings.TrimRight(text, ".!?")
+	for part := range strings.SplitSeq(splitRE.ReplaceAllString(text, "\x00"), "\x00") {
+		part = strings.TrimPrefix(strings.TrimSpace(part), "please ")
+		if part == "" {
+			continue
+		}
+		matched := false
+		for _, in := range intents {
+			if m := in.re.FindStringSubmatch(part); m != nil {
+				tool, args := in.call(m)
+				raw, _ := json.Marshal(args)
+				calls = append(calls, fakeopenai.ToolCall{ID: newCallID(), Name: tool, Arguments: string(raw)})
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			return nil, false
+		}
+	}
+	return calls, len(calls) > 0
+}
+
+// summarize answers the results of the latest step's tool calls, one line
+// per call, quoting each result as the bot gave it.
+func summarize(msgs []openai.ChatCompletionMessage) string {
+	start := len(msgs)
+	for start > 0 && msgs[start-1].Role == openai.ChatMessageRoleTool {
+		start--
+	}
+	names := map[string]string{}
+	if start > 0 {
+		for _, tc := range msgs[start-1].ToolCalls {
+			names[tc.ID] = tc.Function.Name
+		}
+	}
+	var b strings.Builder
+	for i, m := range msgs[start:] {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		name := names[m.ToolCallID]
+		if name == "" {
+			name = m.Name
+		}
+		fmt.Fprintf(&b, "%s: %s", name, strings.TrimSpace(m.Content))
+	}
+	return b.String()
+}
+
+// newCallID returns a tool call id; the bot keys paused calls by it, so it
+// must be unique across conversations.
+func newCallID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "call_" + hex.EncodeToString(b[:])
+}
