@@ -42,7 +42,12 @@ func (m message) key() string {
 	return ConversationKey(m.team, m.channel, thread)
 }
 
-func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event) {
+// onEventsAPI routes an event. It runs in the Socket Mode loop, after the
+// ack, so it must not touch the store: every store round trip here would
+// delay the acks of all the envelopes behind it, and a burst of events
+// would break Slack's 3 s ack deadline. De-duplication and the other store
+// lookups run on the conversation's worker (see onMessage).
+func (a *App) onEventsAPI(_ context.Context, evt socketmode.Event) {
 	e, ok := evt.Data.(slackevents.EventsAPIEvent)
 	if !ok {
 		return
@@ -52,10 +57,7 @@ func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event) {
 		TeamID  string `json:"team_id"`
 	}
 	_ = json.Unmarshal(evt.Request.Payload, &envelope)
-	if envelope.EventID != "" && !a.firstTime(ctx, "event:"+envelope.EventID) {
-		a.m.duplicate()
-		return
-	}
+	eventID := envelope.EventID
 	team := envelope.TeamID
 	if team == "" {
 		team = a.teamID
@@ -65,29 +67,38 @@ func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event) {
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID {
 			return
 		}
-		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TimeStamp, threadTS: ev.ThreadTimeStamp})
+		a.onMessage(message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TimeStamp, threadTS: ev.ThreadTimeStamp}, eventID, false)
 	case *slackevents.MessageEvent:
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
 			return
 		}
 		m := message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TimeStamp, threadTS: ev.ThreadTimeStamp}
+		followUp := false
 		switch {
 		case ev.ChannelType == "im":
 		case a.mentionsBot(ev.Text):
 			// The app_mention of the same message arrives too; whichever
 			// comes first is answered.
-		case ev.ThreadTimeStamp != "" && a.knownConversation(ctx, m.key()):
-			// A follow-up in a thread the bot is part of.
+		case ev.ThreadTimeStamp != "":
+			// Maybe a follow-up in a thread the bot is part of; the worker
+			// looks the conversation up.
+			followUp = true
 		default:
 			return
 		}
-		a.onMessage(ctx, m)
+		a.onMessage(m, eventID, followUp)
 	case *slackevents.AppHomeOpenedEvent:
 		if ev.Tab != "" && ev.Tab != "home" {
 			return
 		}
 		user := ev.User
-		a.spawn(func(ctx context.Context) { a.publishHome(ctx, user) })
+		a.spawn(func(ctx context.Context) {
+			if eventID != "" && !a.firstTime(ctx, "event:"+eventID) {
+				a.m.duplicate()
+				return
+			}
+			a.publishHome(ctx, user)
+		})
 	}
 }
 
@@ -117,20 +128,41 @@ func (a *App) cleanText(text string) string {
 }
 
 // onMessage answers a message once (the same message may arrive as
-// app_mention and message) on the conversation's worker.
-func (a *App) onMessage(ctx context.Context, m message) {
-	if !a.firstTime(ctx, "msg:"+m.channel+":"+m.ts) {
-		a.m.duplicate()
-		return
-	}
-	text := a.cleanText(m.text)
-	if text == "" {
-		text = "(empty message)"
-	}
+// app_mention and message, and any envelope may be redelivered) on the
+// conversation's worker. Both copies of a message and every redelivery
+// have the same conversation key, so they are checked one after the other
+// on the same worker. A followUp message is answered only in a thread the
+// bot is part of.
+func (a *App) onMessage(m message, eventID string, followUp bool) {
 	key := m.key()
-	req := agent.Request{Conversation: key, User: m.user, Channel: m.channel, Text: text}
-	if !a.enqueue(key, func(ctx context.Context) { a.runTurn(ctx, req) }) {
+	ok := a.enqueue(key, func(ctx context.Context) {
+		if eventID != "" && !a.firstTime(ctx, "event:"+eventID) {
+			a.m.duplicate()
+			return
+		}
+		if followUp && !a.knownConversation(ctx, key) {
+			return
+		}
+		if !a.firstTime(ctx, "msg:"+m.channel+":"+m.ts) {
+			a.m.duplicate()
+			return
+		}
+		text := a.cleanText(m.text)
+		if text == "" {
+			text = "(empty message)"
+		}
+		a.runTurn(ctx, agent.Request{Conversation: key, User: m.user, Channel: m.channel, Text: text})
+	})
+	if !ok {
 		a.spawn(func(ctx context.Context) {
+			// Only in a conversation of the bot's, and only for a message
+			// not already answered (or refused) through another copy.
+			if followUp && !a.knownConversation(ctx, key) {
+				return
+			}
+			if !a.firstTime(ctx, "msg:"+m.channel+":"+m.ts) {
+				return
+			}
 			a.post(ctx, m.channel, threadOf(m), "I'm too busy to take this right now; nothing was started. Please send it again in a minute.")
 		})
 	}

@@ -1,0 +1,92 @@
+package slackapp_test
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+)
+
+// A burst of 500 mentions while the model is slow: every envelope is acked
+// within Slack's 3 seconds, the bot does not start a goroutine per message,
+// and it still answers a slash command.
+func TestEnvelopeBurst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a burst of 500 mentions")
+	}
+	const mentions = 500
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.ShutdownGrace = 100 * time.Millisecond
+	var slow atomic.Bool
+	slow.Store(true)
+	e.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		if slow.Load() {
+			return fakeopenai.Response{Delay: 2 * time.Second, Text: "ok"}
+		}
+		return fakeopenai.Text("ok")
+	})
+	e.start()
+	baseline := runtime.NumGoroutine()
+
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if n := int64(runtime.NumGoroutine()); n > peak.Load() {
+				peak.Store(n)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+
+	var threads []string
+	for i := range mentions {
+		// Distinct channels, so no two mentions share a conversation.
+		threads = append(threads, e.slack.Mention(fmt.Sprintf("CBURST%04d", i), requester, "status please"))
+	}
+	var envs []string
+	for _, ts := range threads {
+		for _, env := range e.slack.EnvelopesByTS(ts) {
+			envs = append(envs, env.ID)
+		}
+	}
+	if len(envs) != 2*mentions {
+		t.Fatalf("%d envelopes for %d mentions, want two each", len(envs), mentions)
+	}
+	var worst time.Duration
+	for _, id := range envs {
+		if _, err := e.slack.WaitAck(id, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		latency, _ := e.slack.AckLatency(id)
+		worst = max(worst, latency)
+	}
+	if worst >= 3*time.Second {
+		t.Errorf("the slowest ack took %v; Slack allows 3s", worst)
+	}
+
+	// The bot is busy with slow turns but still answers a command at once.
+	if text := e.slash(requester, "help"); !strings.Contains(text, "/approvals pending") {
+		t.Errorf("/approvals help during the burst answered %q", text)
+	}
+	close(stop)
+	<-sampled
+	if grown := peak.Load() - int64(baseline); grown > mentions/2 {
+		t.Errorf("the goroutines grew by %d during a burst of %d mentions: work is not bounded", grown, mentions)
+	}
+	// Let the backlog drain quickly; the rest is cut short at shutdown.
+	slow.Store(false)
+	t.Logf("slowest ack %v, goroutines %d -> peak %d", worst, baseline, peak.Load())
+}
