@@ -21,7 +21,7 @@ const helpText = "I am the playground's scripted model and understand only a few
 	"• `scale api 8`: scale it (more than 5 replicas needs an approval)\n" +
 	"• `drop users`: drop a database (always denied)\n" +
 	"• `ask what to restart`: ask the people in this thread a question\n" +
-	"Join several with \"and\", e.g. `status api and restart worker`."
+	"Join requests with \"and\", e.g. `status api and restart worker`."
 
 // intents are the phrases the scripted model understands, each turned into
 // one tool call.
@@ -42,9 +42,6 @@ var intents = []struct {
 	}},
 	{regexp.MustCompile(`^drop(?: database)? ([\w-]+)$`), func(m []string) (string, any) {
 		return "drop_database", map[string]any{"name": m[1]}
-	}},
-	{regexp.MustCompile(`^ask (.+)$`), func(m []string) (string, any) {
-		return "ask_human", map[string]any{"question": strings.TrimSuffix(m[1], "?") + "?"}
 	}},
 }
 
@@ -78,6 +75,11 @@ func scriptedModel(req openai.ChatCompletionRequest) fakeopenai.Response {
 func parseRequest(text string) (calls []fakeopenai.ToolCall, ok bool) {
 	text = strings.ToLower(strings.Join(strings.Fields(text), " "))
 	text = strings.TrimRight(text, ".!?")
+	if q, ok := strings.CutPrefix(text, "ask "); ok {
+		// A question is passed on whole, "and" included.
+		raw, _ := json.Marshal(map[string]string{"question": q + "?"})
+		return []fakeopenai.ToolCall{{ID: newCallID(), Name: "ask_human", Arguments: string(raw)}}, true
+	}
 	for part := range strings.SplitSeq(splitRE.ReplaceAllString(text, "\x00"), "\x00") {
 		part = strings.TrimPrefix(strings.TrimSpace(part), "please ")
 		if part == "" {

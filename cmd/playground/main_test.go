@@ -1,0 +1,269 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// step is one command of a script and what the transcript must (and must
+// not) show in reaction to it.
+type step struct {
+	prompt  string // the person typing, as the transcript names them
+	command string
+	want    []string
+	notWant []string
+	// skipped steps come after /quit: they must not run.
+	skipped bool
+}
+
+// play runs the playground on the commands of steps and checks the part of
+// the transcript that follows each command. It returns the transcript.
+func play(t *testing.T, steps []step, args ...string) string {
+	t.Helper()
+	// The playground makes its temporary directory here; it must be gone
+	// when run returns.
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	t.Setenv("OPENAI_API_KEY", "")
+
+	var script strings.Builder
+	for _, s := range steps {
+		script.WriteString(s.command + "\n")
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	args = append([]string{"-quiet", "300ms", "-wait", "10s"}, args...)
+	if err := run(ctx, strings.NewReader(script.String()), &out, args); err != nil {
+		t.Fatalf("run: %v\ntranscript:\n%s", err, out.String())
+	}
+	transcript := out.String()
+
+	rest := transcript
+	for i, s := range steps {
+		echo := s.prompt + "> " + s.command + "\n"
+		if s.skipped {
+			if strings.Contains(rest, echo) {
+				t.Errorf("step %d (%s) ran after /quit", i+1, s.command)
+			}
+			continue
+		}
+		at := strings.Index(rest, echo)
+		if at < 0 {
+			t.Fatalf("step %d: %q is not echoed in the transcript:\n%s", i+1, echo, transcript)
+		}
+		rest = rest[at+len(echo):]
+		part := rest
+		if i+1 < len(steps) && !steps[i+1].skipped {
+			if next := strings.Index(rest, steps[i+1].prompt+"> "+steps[i+1].command+"\n"); next >= 0 {
+				part = rest[:next]
+			}
+		}
+		for _, w := range s.want {
+			if !strings.Contains(part, w) {
+				t.Errorf("step %d (%s): output lacks %q; it is:\n%s", i+1, s.command, w, part)
+			}
+		}
+		for _, w := range s.notWant {
+			if strings.Contains(part, w) {
+				t.Errorf("step %d (%s): output has %q; it is:\n%s", i+1, s.command, w, part)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("transcript:\n%s", transcript)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "toolgate-playground-*")); len(left) > 0 {
+		t.Errorf("temporary directories left behind: %v", left)
+	}
+	return transcript
+}
+
+func TestScriptedSession(t *testing.T) {
+	transcript := play(t, []step{
+		{prompt: "you", command: "restart api", want: []string{
+			"card #1:", "== Approval: restart_service ==", "Restarts need a second person", "Approvers: @alice",
+			"[Approve] [Deny] [Reject with reason] [Edit arguments] [Always allow here]",
+		}},
+		{prompt: "you", command: "/approve", want: []string{"(only you see this)", "second pair of eyes"}, notWant: []string{"restarted api"}},
+		{prompt: "you", command: "/as alice", want: []string{"you are now alice"}},
+		{prompt: "alice", command: "/approve", want: []string{
+			"card #1 updated:", "Approved by @alice", "restarted api", "restart_service: restarted api",
+		}, notWant: []string{"[Approve]"}},
+		{prompt: "alice", command: "drop users", want: []string{
+			"drop_database: Dropping databases from chat is never allowed. Ask a DBA.",
+		}, notWant: []string{"card #"}},
+		{prompt: "alice", command: "scale api 8", want: []string{
+			"card #2:", "== Approval: scale_service ==", "Scaling above 5 replicas costs money", `"replicas": 8`,
+		}},
+		{prompt: "alice", command: "/reject too many", want: []string{
+			`"Reject with reason" form`, "card #2 updated:", "Rejected by @alice", "with the reason: too many",
+		}, notWant: []string{"scaled api"}},
+		{prompt: "alice", command: "status api and scale api 3", want: []string{
+			"get_status: api: healthy, 3 pods", "scale_service: scaled api to 3 replicas",
+		}, notWant: []string{"card #3"}},
+	})
+	if !strings.Contains(transcript, "Toolgate playground") || !strings.Contains(transcript, "scripted model") {
+		t.Errorf("the transcript does not start with the introduction:\n%s", transcript)
+	}
+}
+
+func TestEditAlwaysAndCommands(t *testing.T) {
+	play(t, []step{
+		{prompt: "you", command: "/approve", want: []string{"no thread yet"}},
+		{prompt: "you", command: "scale api 9 and restart worker", want: []string{"card #1:", "card #2:", `"replicas": 9`, `"service": "worker"`}},
+		{prompt: "you", command: "/as bob", want: []string{"you are now bob"}},
+		{prompt: "bob", command: "/approve 2", want: []string{"(only bob sees this)", "not an approver"}},
+		{prompt: "bob", command: `/edit #1 {"service":"api","replicas":40}`, want: []string{"the form was not accepted"}},
+		{prompt: "bob", command: `/edit #1 {"service":"api","replicas":4}`, want: []string{"card #1 updated:", "Edited by @bob"}},
+		{prompt: "bob", command: "/pending", want: []string{"(only bob sees this)", "restart_service"}},
+		{prompt: "bob", command: "/as alice", want: []string{"you are now alice"}},
+		{prompt: "alice", command: "/approve", want: []string{
+			"card #2 updated:", "Approved by @alice", "scale_service: ", "scaled api to 4 replicas", "restart_service: restarted worker",
+		}},
+		{prompt: "alice", command: "/new", want: []string{"new thread"}},
+		{prompt: "alice", command: "scale web 7", want: []string{"card #1:"}},
+		{prompt: "alice", command: "/always", want: []string{"allowed in this channel from now on", "scale_service: scaled web to 7 replicas"}},
+		{prompt: "alice", command: "scale web 9", want: []string{"scale_service: scaled web to 9 replicas"}, notWant: []string{"card #"}},
+		{prompt: "alice", command: "/policy", want: []string{"four_eyes: true", "big-scale"}},
+		{prompt: "alice", command: "/approvals policy test drop_database {\"name\":\"x\"}", want: []string{"deny"}},
+		{prompt: "alice", command: "/quit"},
+		// Nothing after /quit runs.
+		{prompt: "alice", command: "status api", skipped: true},
+	})
+}
+
+func TestQuitStopsReading(t *testing.T) {
+	play(t, []step{
+		{prompt: "you", command: "/quit"},
+		{prompt: "you", command: "status api", skipped: true},
+	})
+}
+
+func TestScriptFlagAndHelp(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	t.Setenv("OPENAI_API_KEY", "")
+	file := filepath.Join(t.TempDir(), "script.txt")
+	if err := os.WriteFile(file, []byte("# a comment\nstatus api\n/help\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	// Standard input is ignored when -script is given.
+	if err := run(context.Background(), strings.NewReader("restart api\n"), &out, []string{"-script", file, "-quiet", "300ms"}); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	got := out.String()
+	for _, w := range []string{"you> status api\n", "get_status: api: healthy, 3 pods", "/reject [#N] REASON"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("output lacks %q:\n%s", w, got)
+		}
+	}
+	for _, w := range []string{"a comment", "restart api\n"} {
+		if strings.Contains(got, "> "+w) {
+			t.Errorf("output has %q:\n%s", w, got)
+		}
+	}
+
+	out.Reset()
+	if err := run(context.Background(), strings.NewReader(""), &out, []string{"-h"}); err != nil {
+		t.Errorf("-h: %v", err)
+	}
+	if !strings.Contains(out.String(), "-script") {
+		t.Errorf("-h does not list the flags:\n%s", out.String())
+	}
+	if err := run(context.Background(), strings.NewReader(""), &out, []string{"extra"}); err == nil {
+		t.Error("an extra argument was accepted")
+	}
+}
+
+func TestCancelledContextStops(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	t.Setenv("OPENAI_API_KEY", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	defer r.Close()
+	done := make(chan error, 1)
+	var out bytes.Buffer
+	go func() { done <- run(ctx, r, &out, []string{"-quiet", "300ms"}) }()
+	time.Sleep(500 * time.Millisecond)
+	cancel() // as Ctrl-C does
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+}
+
+func TestScriptedModel(t *testing.T) {
+	for _, tc := range []struct {
+		text  string
+		tools []string
+		args  []string
+	}{
+		{"status api", []string{"get_status"}, []string{`{"service":"api"}`}},
+		{"Restart API.", []string{"restart_service"}, []string{`{"service":"api"}`}},
+		{"scale worker to 8 replicas", []string{"scale_service"}, []string{`{"replicas":8,"service":"worker"}`}},
+		{"drop users", []string{"drop_database"}, []string{`{"name":"users"}`}},
+		{"status api and restart web, drop users", []string{"get_status", "restart_service", "drop_database"}, nil},
+		{"ask which one and why", []string{"ask_human"}, []string{`{"question":"which one and why?"}`}},
+		{"make me a sandwich", nil, nil},
+		{"status api and make me a sandwich", nil, nil},
+	} {
+		calls, ok := parseRequest(tc.text)
+		if ok != (tc.tools != nil) {
+			t.Errorf("%q: understood = %v", tc.text, ok)
+			continue
+		}
+		var tools []string
+		for i, c := range calls {
+			tools = append(tools, c.Name)
+			if i < len(tc.args) && c.Arguments != tc.args[i] {
+				t.Errorf("%q: call %d arguments %s, want %s", tc.text, i, c.Arguments, tc.args[i])
+			}
+			if !strings.HasPrefix(c.ID, "call_") {
+				t.Errorf("%q: call id %q", tc.text, c.ID)
+			}
+		}
+		if strings.Join(tools, ",") != strings.Join(tc.tools, ",") {
+			t.Errorf("%q: tools %v, want %v", tc.text, tools, tc.tools)
+		}
+	}
+}
+
+func TestBlocksText(t *testing.T) {
+	blocks := json.RawMessage(`[
+		{"type":"header","text":{"type":"plain_text","text":"Approval: restart_service"}},
+		{"type":"section","text":{"type":"mrkdwn","text":"*Approvers:* <@U0ALICE001> &amp; <!subteam^S1|@oncall>\n` + "```" + `\n{&quot;a&quot;: 1 &lt; 2}\n` + "```" + `"},
+		 "accessory":{"type":"button","action_id":"view_args","text":{"type":"plain_text","text":"View full arguments"}}},
+		{"type":"section","fields":[{"type":"mrkdwn","text":"*Rule:* restarts"}]},
+		{"type":"context","elements":[{"type":"mrkdwn","text":":hourglass_flowing_sand: Expires <!date^1700000000^{date}|Nov 14>"},{"type":"plain_text","text":"see <https://example.com|docs>"}]},
+		{"type":"actions","elements":[{"type":"button","action_id":"approve","text":{"type":"plain_text","text":"Approve"}},{"type":"button","action_id":"deny","text":{"type":"plain_text","text":"Deny"}}]}
+	]`)
+	got := blocksText(blocks, "fallback")
+	want := "== Approval: restart_service ==\n" +
+		"Approvers: @alice & @oncall\n" +
+		"  {&quot;a&quot;: 1 < 2}\n" +
+		"[View full arguments]\n" +
+		"Rule: restarts\n" +
+		"⏳ Expires Nov 14 · see <https://example.com|docs>\n" +
+		"[Approve] [Deny]"
+	if got != want {
+		t.Errorf("blocksText:\n%s\nwant:\n%s", got, want)
+	}
+	if got := blocksText(nil, "plain <@U0BOB00001>"); got != "plain @bob" {
+		t.Errorf("without blocks: %q", got)
+	}
+}
