@@ -100,6 +100,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func serve(ctx context.Context, cfg config, red redactor, logOut io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// After the first signal, a second one kills the process at once instead
+	// of waiting for in-flight work.
+	context.AfterFunc(ctx, stop)
 
 	log := newLogger(logOut, cfg, red)
 	file, err := loadFile(cfg.ConfigFile)
