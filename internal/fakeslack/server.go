@@ -1,11 +1,14 @@
 package fakeslack
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,6 +147,7 @@ type Server struct {
 	changed   chan struct{} // closed and replaced whenever state changes
 	closed    bool
 	seq       int
+	idPrefix  string // random per server, so ids never repeat across runs
 	lastTS    time.Time
 	users     map[string]*User
 	channels  map[string]*channelState
@@ -364,7 +368,12 @@ func (s *Server) dmLocked(user string) (id string, existed bool) {
 // idLocked returns a fresh upper-case suffix for generated ids.
 func (s *Server) idLocked() string {
 	s.seq++
-	return fmt.Sprintf("0F%07d", s.seq)
+	if s.idPrefix == "" {
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		s.idPrefix = strings.ToUpper(hex.EncodeToString(b[:]))
+	}
+	return fmt.Sprintf("%s%07d", s.idPrefix, s.seq)
 }
 
 // tsLocked returns a fresh message timestamp, strictly increasing even when
