@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
 )
 
 // step is one command of a script and what the transcript must (and must
@@ -265,5 +267,28 @@ func TestBlocksText(t *testing.T) {
 	}
 	if got := blocksText(nil, "plain <@U0BOB00001>"); got != "plain @bob" {
 		t.Errorf("without blocks: %q", got)
+	}
+}
+
+func TestModelFromEnvironment(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	model := fakeopenai.New(t)
+	model.Handle(scriptedModel)
+	t.Setenv("OPENAI_API_KEY", "sk-test")
+	t.Setenv("OPENAI_BASE_URL", model.URL())
+	t.Setenv("OPENAI_MODEL", "test-model")
+
+	var out bytes.Buffer
+	if err := run(context.Background(), strings.NewReader("status api\n"), &out, []string{"-quiet", "300ms"}); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	for _, w := range []string{"the real model test-model", "get_status: api: healthy, 3 pods"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+	reqs := model.Requests()
+	if len(reqs) == 0 || reqs[0].Model != "test-model" {
+		t.Errorf("the configured model was not asked: %d requests", len(reqs))
 	}
 }

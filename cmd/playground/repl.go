@@ -230,22 +230,23 @@ func (s *session) modal(action, callback, blockID, actionID, arg, what string) {
 	for _, v := range s.pg.slack.OpenModals(s.user.id) {
 		open[v.ID] = true
 	}
+	told := len(s.pg.slack.Ephemerals(s.user.id))
 	before := s.pg.activity()
 	if _, err := s.pg.slack.Click(s.user.id, channelOps, card.TS, action, ""); err != nil {
 		s.printf("  could not click: %v\n", err)
 		return
 	}
 	var view fakeslack.View
-	found := s.waitFor(func() bool {
+	s.waitFor(func() bool {
 		for _, v := range s.pg.slack.OpenModals(s.user.id) {
 			if !open[v.ID] && v.CallbackID == callback {
 				view = v
 				return true
 			}
 		}
-		return false
+		return len(s.pg.slack.Ephemerals(s.user.id)) > told
 	})
-	if !found {
+	if view.ID == "" {
 		// The bot answered the click some other way, such as "you are
 		// not an approver for this".
 		s.settle(before)
@@ -339,6 +340,7 @@ func (s *session) settle(before int64) {
 		}
 		if !reacted {
 			if time.Since(start) > min(startWait, s.opts.wait) {
+				s.printf("  (the bot did not react)\n")
 				return
 			}
 			continue
