@@ -133,8 +133,6 @@ func TestDecisionKinds(t *testing.T) {
 			want:     []string{"UAPPROVER1", "Not during the freeze, use 1.9 next week."}},
 		{name: "respond", tool: call("c1", "ask_human", `{"question":"Which region?"}`),
 			decision: approvals.Decision{Kind: approvals.Respond, Answer: "eu-west-1"}, want: []string{"eu-west-1"}},
-		{name: "remember", tool: call("c1", "deploy", `{"service":"api","version":"2"}`),
-			decision: approvals.Decision{Kind: approvals.Remember}, wantRuns: 1, want: []string{"deployed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -221,6 +219,7 @@ func TestRefusedDecisions(t *testing.T) {
 		{"not an approver", with(func(d *approvals.Decision) { d.Decider = "USTRANGER3" }), approvals.ErrNotApprover},
 		{"four eyes", with(func(d *approvals.Decision) { d.Decider = "UREQUESTER" }), approvals.ErrNotApprover},
 		{"reject without reason", with(func(d *approvals.Decision) { d.Kind = approvals.Reject }), agent.ErrBadDecision},
+		{"remember a four-eyes call", with(func(d *approvals.Decision) { d.Kind = approvals.Remember }), agent.ErrBadDecision},
 		{"respond to a non-question", with(func(d *approvals.Decision) { d.Kind = approvals.Respond; d.Answer = "x" }), agent.ErrBadDecision},
 		{"edit with invalid JSON", with(func(d *approvals.Decision) { d.Kind = approvals.Edit; d.Args = json.RawMessage(`{"service":`) }), approvals.ErrInvalidArgs},
 		{"edit failing the schema", with(func(d *approvals.Decision) { d.Kind = approvals.Edit; d.Args = json.RawMessage(`{"service":"api"}`) }), approvals.ErrInvalidArgs},

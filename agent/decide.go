@@ -95,6 +95,9 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			return sd, fmt.Errorf("%w: %s is a question; answer it instead", ErrBadDecision, c.Tool)
 		}
 		if d.Kind == approvals.Remember {
+			if c.FourEyes {
+				return sd, fmt.Errorf("%w: a four-eyes call cannot be allowed from now on; approve it instead", ErrBadDecision)
+			}
 			sd.Conditions, sd.TTL = d.Conditions, d.TTL
 		}
 		if d.Kind == approvals.Edit {

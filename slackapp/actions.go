@@ -32,14 +32,19 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 	switch cb.Type {
 	case slack.InteractionTypeBlockActions:
 		a.ack(evt.Request, nil, start)
-		if !a.firstTime(ctx, "envelope:"+evt.Request.EnvelopeID) {
-			a.m.duplicate()
-			return
-		}
-		for _, act := range cb.ActionCallback.BlockActions {
-			c := click{user: cb.User.ID, channel: cb.Channel.ID, actionID: act.ActionID, value: act.Value, triggerID: cb.TriggerID}
-			a.onClick(c)
-		}
+		envelope := evt.Request.EnvelopeID
+		a.spawn(func(ctx context.Context) {
+			// A redelivered envelope is dropped; a click delivered twice
+			// in other envelopes is still decided once by the store.
+			if !a.firstTime(ctx, "envelope:"+envelope) {
+				a.m.duplicate()
+				return
+			}
+			for _, act := range cb.ActionCallback.BlockActions {
+				c := click{user: cb.User.ID, channel: cb.Channel.ID, actionID: act.ActionID, value: act.Value, triggerID: cb.TriggerID}
+				a.onClick(c)
+			}
+		})
 	case slack.InteractionTypeViewSubmission:
 		// The ack carries the outcome, so it waits for the decision; that
 		// work runs off the event loop, which must keep draining envelopes.

@@ -2,7 +2,6 @@ package slackapp_test
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -94,27 +93,16 @@ func TestConcurrentClicksRunOnce(t *testing.T) {
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)), fakeopenai.Text("done once"))
 			ts := e.slack.Mention(channel, requester, "deploy")
 			card := e.card(ts, "deploy")
-			var wg sync.WaitGroup
-			envs := make(chan string, 10)
-			for i := 0; i < 10; i++ {
-				wg.Add(1)
-				go func(i int) {
-					defer wg.Done()
-					user := approver
-					if i%2 == 1 {
-						user = other
-					}
-					id, err := e.slack.Click(user, channel, card.TS, slackapp.ActionApprove, "")
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					envs <- id
-				}(i)
+			users := make([]string, 10)
+			for i := range users {
+				users[i] = approver
+				if i%2 == 1 {
+					users[i] = other
+				}
 			}
-			wg.Wait()
-			close(envs)
-			first := <-envs
+			envs, err := e.slack.ClickMany(users, channel, card.TS, slackapp.ActionApprove)
+			must(t, err)
+			first := envs[0]
 			must(t, e.slack.Redeliver(first))
 			e.answer(ts, "done once")
 			time.Sleep(200 * time.Millisecond)

@@ -301,14 +301,18 @@ func cardButtons(c Card) []slack.BlockElement {
 			plain("Allow", 30),
 			plain("Cancel", 30),
 		))
-	return []slack.BlockElement{
+	buttons := []slack.BlockElement{
 		button(ActionApprove, "Approve", c.CallID).WithStyle(slack.StylePrimary),
 		deny,
 		reject,
 		button(ActionEdit, "Edit arguments", c.CallID),
-		remember,
-		cancel,
 	}
+	if !c.FourEyes {
+		// A standing rule never relaxes a four-eyes rule, so the card does
+		// not offer one.
+		buttons = append(buttons, remember)
+	}
+	return append(buttons, cancel)
 }
 
 // statusText says how a card that is no longer pending ended.

@@ -45,9 +45,9 @@ func TestHomeButtons(t *testing.T) {
 	}
 	got := strings.Join(actionIDs(v.Blocks.BlockSet), ",")
 	want := strings.Join([]string{
-		ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, // pending card
+		ActionApprove, ActionDeny, ActionReject, ActionEdit, // pending four-eyes card
 		ActionRespond, ActionDeny, ActionReject, // ask_human
-		ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionViewArgs, // long arguments
+		ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionViewArgs, // long arguments, four eyes
 		ActionCancel, // own request
 	}, ",")
 	if got != want {

@@ -301,12 +301,17 @@ func buttonValues(blocks []slack.Block) []string {
 
 func TestCardButtons(t *testing.T) {
 	cards := goldenCards()
+	open := cards["card_pending"]
+	open.FourEyes = false
+	cards["card_open"] = open
 	tests := []struct {
 		card string
 		want []string
 	}{
-		{"card_pending", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionCancel}},
-		{"card_huge_args", []string{ActionViewArgs, ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionCancel}},
+		// Four-eyes cards: no "Always allow here", which could never apply.
+		{"card_pending", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionCancel}},
+		{"card_huge_args", []string{ActionViewArgs, ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionCancel}},
+		{"card_open", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionCancel}},
 		{"card_ask_human", []string{ActionRespond, ActionDeny, ActionReject, ActionCancel}},
 		{"card_approved", nil},
 		{"card_rejected", nil},

@@ -211,6 +211,27 @@ func actionJSON(el jsonObject, blockID, value, actionTS string) jsonObject {
 func (s *Server) Click(user, channel, messageTS, actionID, value string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.clickLocked(user, channel, messageTS, actionID, value)
+}
+
+// ClickMany delivers one click per user on the same version of the message,
+// as when several people press a button before the card changes. It returns
+// the envelope ids in the order of users.
+func (s *Server) ClickMany(users []string, channel, messageTS, actionID string) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(users))
+	for _, u := range users {
+		id, err := s.clickLocked(u, channel, messageTS, actionID, "")
+		if err != nil {
+			return ids, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func (s *Server) clickLocked(user, channel, messageTS, actionID, value string) (string, error) {
 	st := s.channels[channel]
 	if st == nil {
 		return "", fmt.Errorf("fakeslack: unknown channel %s", channel)
