@@ -151,7 +151,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	if sd.Kind == string(approvals.Remember) {
 		a.remember(ctx, got, sd)
 	}
-	u := CallUpdate{Call: got, Phase: PhaseDecided}
+	u := CallUpdate{Call: got, Phase: PhaseDecided, StepPending: !complete}
 	if !approvals.Kind(sd.Kind).Runs() {
 		u.Phase = PhaseSkipped
 	}

@@ -69,6 +69,9 @@ type CallUpdate struct {
 	Result Result
 	// Note explains a skip (e.g. "policy now denies: ...").
 	Note string
+	// StepPending is set on PhaseDecided while other calls of the same
+	// step still wait on a decision: nothing runs before they are decided.
+	StepPending bool
 }
 
 // OutcomeStatus says how a turn, decision or resume ended.

@@ -187,12 +187,11 @@ func (a *App) runTurn(ctx context.Context, req agent.Request) {
 		return
 	}
 	if out.Status == agent.Waiting {
-		var tools, approvers []string
+		waits := make([]Waiting, 0, len(out.Pending))
 		for _, p := range out.Pending {
-			tools = append(tools, p.Tool)
-			approvers = append(approvers, p.Approvers...)
+			waits = append(waits, Waiting{Tool: p.Tool, Approvers: p.Approvers})
 		}
-		a.post(ctx, channel, thread, WaitingText(dedupe(tools), dedupe(approvers)))
+		a.post(ctx, channel, thread, WaitingText(waits))
 	}
 }
 

@@ -3,6 +3,7 @@ package slackapp
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -225,23 +226,47 @@ func joinAnd(items []string, word string) string {
 	return strings.Join(items[:len(items)-1], ", ") + " " + word + " " + items[len(items)-1]
 }
 
+// Waiting is a paused call a thread waits on: its tool and who may decide.
+type Waiting struct {
+	Tool      string
+	Approvers []string
+}
+
 // WaitingText is the reply to a new message in a thread whose turn is paused
-// on approval of tools. Approvers are mentioned so they are reminded; ids
-// that are not well-formed user or group ids are dropped, and with none left
-// the text says anyone in the channel may approve.
-func WaitingText(tools []string, approvers []string) string {
-	var b strings.Builder
-	b.WriteString("This thread is waiting on approval")
-	if len(tools) > 0 {
-		b.WriteString(" of " + toolList(tools))
+// on approval of calls. Calls with the same approvers are named together.
+// Approvers are mentioned so they are reminded; ids that are not well-formed
+// user or group ids are dropped, and with none left the text says anyone in
+// the channel may approve.
+func WaitingText(waits []Waiting) string {
+	type group struct {
+		tools []string
+		who   string
 	}
-	if ms := approverMentions(approvers); len(ms) > 0 {
-		b.WriteString(" by " + joinAnd(ms, "or"))
-	} else {
-		b.WriteString(" by anyone in this channel")
+	var groups []*group
+	byWho := map[string]*group{}
+	for _, w := range waits {
+		who := "anyone in this channel"
+		if ms := approverMentions(w.Approvers); len(ms) > 0 {
+			who = joinAnd(ms, "or")
+		}
+		g := byWho[who]
+		if g == nil {
+			g = &group{who: who}
+			byWho[who] = g
+			groups = append(groups, g)
+		}
+		if !slices.Contains(g.tools, w.Tool) {
+			g.tools = append(g.tools, w.Tool)
+		}
 	}
-	b.WriteString("; I'll answer your message after that.")
-	return b.String()
+	parts := make([]string, 0, len(groups))
+	for _, g := range groups {
+		parts = append(parts, toolList(g.tools)+" by "+g.who)
+	}
+	if len(parts) == 0 {
+		return "This thread is waiting on approval; I'll answer your message after that."
+	}
+	return "This thread is waiting on approval of " + joinAnd(parts, "and") + "; I'll answer your message after that."
 }
 
 // NotApproverText is the ephemeral answer to someone who clicked a decision

@@ -413,6 +413,9 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 				switch DecisionKind(c.Decision.Kind) {
 				case DecisionApprove, DecisionEdit, DecisionRemember:
 					card.Outcome = "running…"
+					if u.StepPending {
+						card.Outcome = "runs once the other calls of this step are decided"
+					}
 				}
 			}
 		}

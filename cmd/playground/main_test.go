@@ -91,7 +91,7 @@ func TestScriptedSession(t *testing.T) {
 	transcript := play(t, []step{
 		{prompt: "you", command: "restart api", want: []string{
 			"card #1:", "== Approval: restart_service ==", "Restarts need a second person", "Approvers: @alice",
-			"[Approve] [Deny] [Reject with reason] [Edit arguments] [Always allow here]",
+			"[Approve] [Deny] [Reject with reason] [Edit arguments] [Cancel request]",
 		}},
 		{prompt: "you", command: "/approve", want: []string{"(only you see this)", "second pair of eyes"}, notWant: []string{"restarted api"}},
 		{prompt: "you", command: "/as alice", want: []string{"you are now alice"}},
