@@ -165,10 +165,10 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	rep.Status(ctx, "is running "+c.Tool+"…")
 	res := a.execute(ctx, tool, args)
 	a.audit(ctx, store.AuditEntry{Actor: d.Decider, Action: "execute", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: outcomeOf(res)})
+	rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseExecuted, Result: res})
 	if approvals.Kind(d.Kind) == approvals.Edit {
 		res.Content = fmt.Sprintf("Note: user %s edited the arguments before approving. The call ran with %s instead of the original %s. Do not re-issue the original call.\n\n%s", who, args, c.Args, res.Content)
 	}
-	rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseExecuted, Result: res})
 	return res
 }
 
