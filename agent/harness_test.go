@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,9 +15,7 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
-	"github.com/toolgate/toolgate/store"
-	"github.com/toolgate/toolgate/store/boltstore"
-	"github.com/toolgate/toolgate/store/redisstore"
+	"github.com/toolgate/toolgate/internal/teststore"
 )
 
 type openaiRequest = openai.ChatCompletionRequest
@@ -30,55 +26,17 @@ type backend struct {
 	open func(t *testing.T) (st agent.Store, reopen func() agent.Store)
 }
 
-type closer interface{ Close() error }
-
 func backends(t *testing.T) []backend {
 	t.Helper()
-	bs := []backend{{name: "bolt", open: func(t *testing.T) (agent.Store, func() agent.Store) {
-		path := filepath.Join(t.TempDir(), "toolgate.db")
-		var cur *boltstore.Store
-		open := func() agent.Store {
-			if cur != nil {
-				_ = cur.Close()
-			}
-			s, err := boltstore.Open(path, boltstore.Options{})
-			if err != nil {
-				t.Fatalf("open bolt store: %v", err)
-			}
-			cur = s
-			return s
-		}
-		s := open()
-		t.Cleanup(func() { _ = cur.Close() })
-		return s, open
-	}}}
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("REDIS_URL is not set; CI must run the Redis tests")
-		}
-		t.Log("REDIS_URL is not set: skipping the Redis backend")
-		return bs
+	var bs []backend
+	for _, k := range teststore.Kinds(t) {
+		bs = append(bs, backend{name: k.Name, open: func(t *testing.T) (agent.Store, func() agent.Store) {
+			open := k.Open(t)
+			reopen := func() agent.Store { return open() }
+			return reopen(), reopen
+		}})
 	}
-	return append(bs, backend{name: "redis", open: func(t *testing.T) (agent.Store, func() agent.Store) {
-		prefix := "agenttest-" + store.NewRunID()
-		var opened []closer
-		open := func() agent.Store {
-			s, err := redisstore.New(context.Background(), url, redisstore.Options{Prefix: prefix})
-			if err != nil {
-				t.Fatalf("open redis store: %v", err)
-			}
-			opened = append(opened, s)
-			return s
-		}
-		s := open()
-		t.Cleanup(func() {
-			for _, c := range opened {
-				_ = c.Close()
-			}
-		})
-		return s, open
-	}})
+	return bs
 }
 
 // recorder is a Reporter that keeps everything it is told.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,10 +16,8 @@ import (
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/internal/teststore"
 	"github.com/toolgate/toolgate/slackapp"
-	"github.com/toolgate/toolgate/store"
-	"github.com/toolgate/toolgate/store/boltstore"
-	"github.com/toolgate/toolgate/store/redisstore"
 )
 
 // Users and channels of the test workspace.
@@ -41,42 +37,22 @@ type fullStore interface {
 	Close() error
 }
 
-// storeKind opens stores of one kind; reopen models a restart on the same
-// data (a new handle; the old one must be closed first for bolt).
+// storeKind opens stores of one kind; each open models a process start on
+// the same data.
 type storeKind struct {
 	name string
 	open func(t *testing.T) func() fullStore
 }
 
 func storeKinds(t *testing.T) []storeKind {
-	kinds := []storeKind{{name: "bolt", open: func(t *testing.T) func() fullStore {
-		path := filepath.Join(t.TempDir(), "toolgate.db")
-		return func() fullStore {
-			s, err := boltstore.Open(path, boltstore.Options{})
-			if err != nil {
-				t.Fatalf("open bolt store: %v", err)
-			}
-			return s
-		}
-	}}}
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("REDIS_URL is not set; CI must run the Redis tests")
-		}
-		t.Log("REDIS_URL is not set: skipping the Redis store")
-		return kinds
+	var kinds []storeKind
+	for _, k := range teststore.Kinds(t) {
+		kinds = append(kinds, storeKind{name: k.Name, open: func(t *testing.T) func() fullStore {
+			open := k.Open(t)
+			return func() fullStore { return open() }
+		}})
 	}
-	return append(kinds, storeKind{name: "redis", open: func(t *testing.T) func() fullStore {
-		prefix := "slacktest-" + store.NewRunID()
-		return func() fullStore {
-			s, err := redisstore.New(context.Background(), url, redisstore.Options{Prefix: prefix})
-			if err != nil {
-				t.Fatalf("open redis store: %v", err)
-			}
-			return s
-		}
-	}})
+	return kinds
 }
 
 const e2ePolicy = `
