@@ -201,6 +201,10 @@ func (a *Agent) Tools() *Registry { return a.tools }
 // Config.LeaseWait.
 var ErrLeaseTimeout = errors.New("conversation is busy")
 
+// ErrLeaseLost is returned when the lease on a conversation ran out or was
+// taken while a turn was running; the turn stopped where it was.
+var ErrLeaseLost = errors.New("lost the lease on the conversation")
+
 // withLease runs fn while holding the lease on the conversation, renewing
 // it until fn returns. It waits for another holder up to LeaseWait.
 func (a *Agent) withLease(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
@@ -227,26 +231,48 @@ func (a *Agent) withLease(ctx context.Context, conversation string, fn func(ctx 
 			wait *= 2
 		}
 	}
+	// fn runs under a context that ends if the lease is lost: work on a
+	// conversation someone else now holds must stop, not overwrite theirs.
+	workCtx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
 	renewCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(a.cfg.LeaseTTL / 3)
 		defer t.Stop()
+		renewed := time.Now()
 		for {
 			select {
 			case <-renewCtx.Done():
 				return
 			case <-t.C:
-				if _, err := a.store.AcquireLease(renewCtx, key, a.cfg.Owner, a.cfg.LeaseTTL); err != nil && renewCtx.Err() == nil {
+				ok, err := a.store.AcquireLease(renewCtx, key, a.cfg.Owner, a.cfg.LeaseTTL)
+				switch {
+				case renewCtx.Err() != nil:
+					return
+				case err == nil && ok:
+					renewed = time.Now()
+				case err == nil:
+					a.log.Error("conversation lease taken by another process; stopping this turn", "conversation", conversation)
+					lost(ErrLeaseLost)
+					return
+				default:
 					a.log.Warn("renew conversation lease", "conversation", conversation, "err", err)
+					if time.Since(renewed) >= a.cfg.LeaseTTL {
+						lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+						return
+					}
 				}
 			}
 		}
 	}()
-	err := fn(ctx)
+	err := fn(workCtx)
 	stop()
 	<-done
+	if cause := context.Cause(workCtx); err != nil && errors.Is(cause, ErrLeaseLost) {
+		err = errors.Join(err, cause)
+	}
 	// Release even if ctx was cancelled: a lease left behind only delays
 	// the next turn by LeaseTTL, but there is no reason to wait.
 	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

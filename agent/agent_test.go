@@ -223,10 +223,15 @@ func TestRefusedDecisions(t *testing.T) {
 		{"respond to a non-question", with(func(d *approvals.Decision) { d.Kind = approvals.Respond; d.Answer = "x" }), agent.ErrBadDecision},
 		{"edit with invalid JSON", with(func(d *approvals.Decision) { d.Kind = approvals.Edit; d.Args = json.RawMessage(`{"service":`) }), approvals.ErrInvalidArgs},
 		{"edit failing the schema", with(func(d *approvals.Decision) { d.Kind = approvals.Edit; d.Args = json.RawMessage(`{"service":"api"}`) }), approvals.ErrInvalidArgs},
-		{"expired", with(func(d *approvals.Decision) { d.At = p.ExpiresAt.Add(time.Second) }), approvals.ErrExpired},
+		{"a caller's clock does not reopen an expired call", with(func(d *approvals.Decision) { d.At = p.CreatedAt }), approvals.ErrExpired},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.want == approvals.ErrExpired {
+				late := p.ExpiresAt.Sub(w.clock()) + time.Second
+				w.advance(late)
+				defer w.advance(-late)
+			}
 			_, err := a.Decide(ctx, tt.d)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("got error %v, want %v", err, tt.want)
@@ -365,13 +370,13 @@ func TestExpirySweep(t *testing.T) {
 			w.cfg.ApprovalTTL = time.Hour
 			a := w.agent()
 			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
-			must(t, a.Sweep(ctx))
+			must(t, a.Sweep(ctx, nil))
 			if c, _ := a.Call(ctx, p.ID); c.Status != store.Pending {
 				t.Fatalf("got %s before the expiry, want pending", c.Status)
 			}
 			w.advance(time.Hour + time.Second)
 			w.model.Reply(fakeopenai.Text("it expired"))
-			must(t, a.Sweep(ctx))
+			must(t, a.Sweep(ctx, nil))
 			c, err := a.Call(ctx, p.ID)
 			must(t, err)
 			if c.Status != store.Expired {
@@ -385,8 +390,8 @@ func TestExpirySweep(t *testing.T) {
 				t.Errorf("restart ran %d times", n)
 			}
 			_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-			if !errors.Is(err, approvals.ErrAlreadyDecided) {
-				t.Errorf("got %v deciding an expired call, want already decided", err)
+			if !errors.Is(err, approvals.ErrExpired) {
+				t.Errorf("got %v deciding an expired call, want ErrExpired", err)
 			}
 		})
 	}
@@ -592,7 +597,7 @@ func TestSweepResumesStalledRun(t *testing.T) {
 	// The process dies here, before Resume.
 	b := w.restart()
 	w.model.Reply(fakeopenai.Text("deployed after all"))
-	must(t, b.Sweep(ctx))
+	must(t, b.Sweep(ctx, nil))
 	if n := w.deploys.n.Load(); n != 1 {
 		t.Fatalf("deploy ran %d times, want 1", n)
 	}

@@ -38,9 +38,9 @@ const System = "system"
 // leaves no call of its step pending has Complete set: its caller should
 // then call Resume.
 func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult, error) {
-	if d.At.IsZero() {
-		d.At = a.cfg.Now()
-	}
+	// The decision time is this process's clock, never the caller's: a
+	// caller's clock must not reopen an expired call.
+	d.At = a.cfg.Now()
 	if !d.Kind.Valid() || d.Kind == approvals.Expire || d.Kind == approvals.Cancel {
 		return DecideResult{}, fmt.Errorf("%w: kind %q cannot be decided by a person here", ErrBadDecision, d.Kind)
 	}
@@ -101,7 +101,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			sd.Conditions, sd.TTL = d.Conditions, d.TTL
 		}
 		if d.Kind == approvals.Edit {
-			args, err := a.checkEdit(ctx, c, d.Args)
+			args, err := a.checkEdit(ctx, c, d)
 			if err != nil {
 				return sd, err
 			}
@@ -112,8 +112,11 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 }
 
 // checkEdit validates edited arguments against the tool's schema and
-// re-judges them: an edit cannot turn a call into one the policy denies.
-func (a *Agent) checkEdit(ctx context.Context, c store.Call, args json.RawMessage) (json.RawMessage, error) {
+// re-judges them: an edit cannot turn a call into one the policy denies,
+// and if the edited call falls under another rule that asks, the decider
+// must be an approver under that rule too.
+func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decision) (json.RawMessage, error) {
+	args := d.Args
 	if len(args) == 0 {
 		return nil, fmt.Errorf("%w: an edit needs arguments", ErrBadDecision)
 	}
@@ -128,6 +131,12 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, args json.RawMessag
 			reason = "rule " + v.RuleID
 		}
 		return nil, fmt.Errorf("%w: %s", approvals.ErrPolicyDenied, reason)
+	}
+	if v.Action == approvals.Ask {
+		who := approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester}
+		if err := approvals.Authorize(ctx, who, d.Decider, a.cfg.Groups); err != nil {
+			return nil, fmt.Errorf("the edited call falls under rule %s: %w", v.RuleID, err)
+		}
 	}
 	return canonical, nil
 }

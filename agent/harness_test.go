@@ -147,6 +147,7 @@ type world struct {
 	deploys  *counter
 	restarts *counter
 	cfg      agent.Config
+	policy   string // the config file's YAML; testPolicy unless a test sets it
 }
 
 func newWorld(t *testing.T, b backend) *world {
@@ -187,7 +188,11 @@ func (w *world) advance(d time.Duration) {
 // agent builds an agent on the current store, as a fresh process would.
 func (w *world) agent() *agent.Agent {
 	w.t.Helper()
-	p, err := approvals.ParseConfig([]byte(testPolicy))
+	policy := w.policy
+	if policy == "" {
+		policy = testPolicy
+	}
+	p, err := approvals.ParseConfig([]byte(policy))
 	must(w.t, err)
 	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock))
 	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: w.model.URL(), APIKey: "test-key", Model: "fake-model", Timeout: 10 * time.Second})

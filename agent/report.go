@@ -128,6 +128,9 @@ type DecideResult struct {
 
 func refusedByOther(c store.Call) error {
 	e := &approvals.RefusedError{Err: approvals.ErrAlreadyDecided}
+	if c.Status == store.Expired {
+		e.Err = approvals.ErrExpired
+	}
 	if c.Decision != nil {
 		e.DecidedBy = c.Decision.Decider
 		e.DecidedAt = c.Decision.At

@@ -56,9 +56,17 @@ func (a *Agent) resumeClaimed(ctx context.Context, runID string, rep Reporter) (
 	if err := json.Unmarshal(run.State, &st); err != nil {
 		return Outcome{}, fmt.Errorf("decode run %s: %w", runID, err)
 	}
-	cs, _, err := a.loadConversation(ctx, run.Conversation)
+	cs, pausedRun, err := a.loadConversation(ctx, run.Conversation)
 	if err != nil {
 		return Outcome{}, err
+	}
+	if pausedRun != runID && a.conversationExists(ctx, run.Conversation) {
+		// The conversation moved on: this step was resumed before, but
+		// finishing the run failed. Finish it now; never run it twice.
+		if err := a.store.FinishRun(ctx, runID); err != nil {
+			return Outcome{}, fmt.Errorf("finish run %s: %w", runID, err)
+		}
+		return Outcome{Status: Idle, RunID: runID}, nil
 	}
 	byID := make(map[string]store.Call, len(calls))
 	cancelled := false
@@ -100,6 +108,13 @@ func (a *Agent) resumeClaimed(ctx context.Context, runID string, rep Reporter) (
 		return out, err
 	}
 	return a.answerQueued(ctx, t, out, rep)
+}
+
+// conversationExists reports whether the conversation's record is there
+// (a failure to tell counts as there, which only defers a resume).
+func (a *Agent) conversationExists(ctx context.Context, key string) bool {
+	_, err := a.store.LoadConversation(ctx, key)
+	return !errors.Is(err, store.ErrNotFound)
 }
 
 // answerQueued runs one more turn for messages that arrived while the step
@@ -204,16 +219,18 @@ func dropUnexecuted(msgs []openai.ChatCompletionMessage, slots []slot) []openai.
 
 // Sweep expires due calls and resumes steps that are decided but were never
 // resumed (their resumer crashed). It is safe to run on every replica at
-// once: expiry is a compare-and-set and each resume is claimed once. It
-// returns the first error after doing what it can.
-func (a *Agent) Sweep(ctx context.Context) error {
+// once: expiry is a compare-and-set and each resume is claimed once. Each
+// run to resume is passed to resume, which may schedule it elsewhere; with a
+// nil resume, Sweep calls Resume itself. It returns every error after doing
+// what it can.
+func (a *Agent) Sweep(ctx context.Context, resume func(runID string)) error {
 	var errs []error
 	now := a.cfg.Now()
 	due, err := a.store.Due(ctx, now, 100)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list due calls: %w", err))
 	}
-	var resume []string
+	var runs []string
 	for _, c := range due {
 		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: string(approvals.Expire), Decider: System, At: now})
 		if errors.Is(err, store.ErrAlreadyDecided) || errors.Is(err, store.ErrConflict) {
@@ -226,20 +243,24 @@ func (a *Agent) Sweep(ctx context.Context) error {
 		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "expire"})
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "expired"})
 		if complete {
-			resume = append(resume, got.RunID)
+			runs = append(runs, got.RunID)
 		}
 	}
 	stalled, err := a.store.Stalled(ctx, 100)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list stalled runs: %w", err))
 	}
-	resume = append(resume, stalled...)
+	runs = append(runs, stalled...)
 	seen := map[string]bool{}
-	for _, id := range resume {
+	for _, id := range runs {
 		if seen[id] {
 			continue
 		}
 		seen[id] = true
+		if resume != nil {
+			resume(id)
+			continue
+		}
 		if _, err := a.Resume(ctx, id); err != nil {
 			errs = append(errs, err)
 		}

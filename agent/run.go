@@ -103,6 +103,11 @@ func (a *Agent) Run(ctx context.Context, req Request) (Outcome, error) {
 			}
 		}
 		t := &turn{conv: req.Conversation, user: req.User, channel: req.Channel, messages: cs.Messages}
+		// Messages queued during a pause whose resume failed are answered
+		// now, before this one.
+		for _, old := range cs.Queued {
+			t.messages = append(t.messages, userMessage(old))
+		}
 		t.messages = append(t.messages, userMessage(q))
 		out, err = a.continueTurn(ctx, t, rep)
 		return err
@@ -149,6 +154,7 @@ func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 
 // continueTurn calls the model until the turn ends or pauses.
 func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcome, error) {
+	ctx = context.WithValue(ctx, requesterKey{}, t.user)
 	for {
 		if t.steps >= a.cfg.MaxSteps {
 			text := fmt.Sprintf("I stopped after %d steps without finishing. Tell me how you would like to continue.", a.cfg.MaxSteps)
@@ -179,6 +185,7 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			return Outcome{Status: Answered, Answer: msg.Content}, nil
 		}
 		slots, asks := a.judge(ctx, t, msg.ToolCalls, rep)
+		a.sanitizeCalls(&t.messages[len(t.messages)-1])
 		if len(asks) == 0 {
 			t.messages = append(t.messages, toolMessages(slots)...)
 			continue
@@ -223,6 +230,31 @@ func normalizeAssistant(m openai.ChatCompletionMessage, step int) openai.ChatCom
 		seen[tc.ID] = true
 	}
 	return m
+}
+
+// sanitizeCalls keeps what the history holds of a model step sendable: a
+// tool name that is not a valid function name, or arguments over the size
+// limit, would make every later request fail. The model already got an
+// error result for those calls.
+func (a *Agent) sanitizeCalls(m *openai.ChatCompletionMessage) {
+	for i := range m.ToolCalls {
+		f := &m.ToolCalls[i].Function
+		if !ValidName(f.Name) {
+			f.Name = "invalid_tool_name"
+		}
+		if n := len(f.Arguments); n > a.cfg.MaxArgBytes {
+			f.Arguments = fmt.Sprintf(`{"omitted":"%d bytes of arguments, over the limit"}`, n)
+		}
+	}
+}
+
+type requesterKey struct{}
+
+// RequesterOf returns the user whose turn ctx belongs to, for the Reporter
+// methods the agent calls ("" outside a turn).
+func RequesterOf(ctx context.Context) string {
+	u, _ := ctx.Value(requesterKey{}).(string)
+	return u
 }
 
 // ask is a call that needs a human.
@@ -414,7 +446,17 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 	}
 	run.State = mustJSON(runState{Messages: t.messages, Slots: slots, User: t.user, Channel: t.channel, Steps: t.steps})
 	if err := a.store.CreateRun(ctx, run, calls); err != nil {
-		return Outcome{}, fmt.Errorf("save paused step: %w", err)
+		// Keep what happened (calls already allowed may have run) with
+		// every call answered, so the history stays valid.
+		for _, q := range asks {
+			slots[q.slot].Result = &Result{Content: "not performed: the approval request could not be saved, so nothing ran; say so and let the user ask again", IsError: true}
+		}
+		t.messages = append(t.messages, toolMessages(slots)...)
+		err = fmt.Errorf("save paused step: %w", err)
+		if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return Outcome{}, err
 	}
 	if err := a.saveConversation(ctx, t.conv, convState{Queued: t.queued}, runID); err != nil {
 		return Outcome{}, err

@@ -323,7 +323,13 @@ func (a *activation) get() (map[string]any, error) {
 
 // evaluate returns the verdict of the first matching rule, or nil if none
 // matches. failed reports a fail-closed verdict from an evaluation error.
+//
+// A rule whose condition cannot be evaluated might have matched, so the
+// rules after it still count where they are stricter: the scan goes on, and
+// a later rule that denies wins over the fail-closed ask. Otherwise the
+// fail-closed verdict of the first such rule stands.
 func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, failed bool) {
+	var closed *Verdict
 	for i := range rules {
 		r := &rules[i]
 		if !matchesTool(r.Tool, in.Tool) {
@@ -332,14 +338,23 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 		ok, err := r.matches(act)
 		if err != nil {
 			fc := r.failClosed(err)
-			return &fc, true
+			if fc.Action == Deny {
+				return &fc, true
+			}
+			if closed == nil {
+				closed = &fc
+			}
+			continue
 		}
-		if ok {
-			v := r.verdict()
+		if !ok {
+			continue
+		}
+		v := r.verdict()
+		if closed == nil || v.Action == Deny {
 			return &v, false
 		}
 	}
-	return nil, false
+	return closed, closed != nil
 }
 
 // matchesTool reports whether the glob pattern matches tool.

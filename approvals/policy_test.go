@@ -143,6 +143,34 @@ func TestPolicyEvaluateFailsClosed(t *testing.T) {
 	}
 }
 
+// A rule that cannot be evaluated does not hide a later rule that denies.
+func TestPolicyEvaluateErrorDoesNotHideDeny(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "dev-ok", Tool: "deploy", When: `args.env == "dev"`, Verdict: Allow},
+		{ID: "staging-asks", Tool: "deploy", When: `args.cluster == "staging"`, Verdict: Ask},
+		{ID: "no-prod", Tool: "deploy", When: `args.cluster == "prod"`, Verdict: Deny, Reason: "never prod"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args       string
+		wantAction Action
+		wantRule   string
+	}{
+		{`{"cluster":"prod"}`, Deny, "no-prod"},             // dev-ok errors (no env); the deny below still wins
+		{`{"cluster":"staging"}`, Ask, "dev-ok"},            // fail-closed ask of the first error stands
+		{`{"cluster":"other"}`, Ask, "dev-ok"},              // nothing stricter below
+		{`{"env":"dev","cluster":"prod"}`, Allow, "dev-ok"}, // no error: first match wins
+	}
+	for _, tt := range tests {
+		got := p.Evaluate(Input{Tool: "deploy", Args: json.RawMessage(tt.args)})
+		if got.Action != tt.wantAction || got.RuleID != tt.wantRule {
+			t.Errorf("Evaluate(%s) = %s by %q, want %s by %q", tt.args, got.Action, got.RuleID, tt.wantAction, tt.wantRule)
+		}
+	}
+}
+
 func TestPolicyEvaluateDeterministic(t *testing.T) {
 	p := mustParse(t, testConfig)
 	in := Input{Tool: "files__delete_file", Args: json.RawMessage(`{"path":"/etc"}`)}

@@ -87,6 +87,7 @@ type App struct {
 	botID     string
 
 	connected atomic.Bool
+	sweeping  atomic.Bool
 	shards    []chan job
 	closing   atomic.Bool
 	workers   sync.WaitGroup
@@ -313,13 +314,22 @@ func (a *App) spawn(fn func(ctx context.Context)) {
 	}()
 }
 
-func (a *App) sweep(ctx context.Context) {
+// sweep expires due approvals and recovers lost resumes, on its own
+// goroutine so conversations never wait behind it; a tick is skipped while
+// the previous sweep still runs. Each resume goes to its run's worker.
+func (a *App) sweep(context.Context) {
 	ag := a.ag.Load()
-	if ag == nil {
+	if ag == nil || !a.sweeping.CompareAndSwap(false, true) {
 		return
 	}
-	a.enqueue("sweep", func(ctx context.Context) {
-		if err := ag.Sweep(ctx); err != nil {
+	a.spawn(func(ctx context.Context) {
+		defer a.sweeping.Store(false)
+		err := ag.Sweep(ctx, func(runID string) {
+			if !a.enqueue(runID, func(ctx context.Context) { a.resume(ctx, runID) }) {
+				a.log.Warn("resume queue full; the next sweep retries", "run", runID)
+			}
+		})
+		if err != nil {
 			a.log.Warn("sweep", "err", err)
 			a.m.error("sweep")
 		}

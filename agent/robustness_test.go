@@ -1,0 +1,192 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/storetest"
+)
+
+// flakyStore fails chosen writes a number of times.
+type flakyStore struct {
+	storetest.Store
+	failFinish atomic.Int32
+	failCreate atomic.Int32
+}
+
+var errInjected = errors.New("injected store failure")
+
+func (s *flakyStore) FinishRun(ctx context.Context, runID string) error {
+	if s.failFinish.Add(-1) >= 0 {
+		return errInjected
+	}
+	return s.Store.FinishRun(ctx, runID)
+}
+
+func (s *flakyStore) CreateRun(ctx context.Context, r store.Run, calls []store.Call) error {
+	if s.failCreate.Add(-1) >= 0 {
+		return errInjected
+	}
+	return s.Store.CreateRun(ctx, r, calls)
+}
+
+// An edit that moves a call under a stricter rule needs that rule's
+// approvers.
+func TestEditIntoStricterRuleNeedsItsApprovers(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  rules:
+    - id: small
+      tool: restart
+      when: 'args.env != "prod"'
+      verdict: ask
+      approvers: [UOTHER2]
+    - id: prod
+      tool: restart
+      verdict: ask
+      approvers: [UBOSS00001]
+      four_eyes: true
+`
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	edit := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UOTHER2", Args: json.RawMessage(`{"env":"prod"}`)}
+	if _, err := a.Decide(ctx, edit); !errors.Is(err, approvals.ErrNotApprover) || !strings.Contains(err.Error(), "rule prod") {
+		t.Fatalf("got %v, want ErrNotApprover naming rule prod", err)
+	}
+	edit.Decider = "UBOSS00001"
+	if _, err := a.Decide(ctx, edit); !errors.Is(err, approvals.ErrNotApprover) {
+		t.Fatalf("got %v for an approver of prod who may not decide the original call, want ErrNotApprover", err)
+	}
+	if c, _ := a.Call(ctx, p.ID); c.Status != store.Pending {
+		t.Errorf("got %s after refused edits, want pending", c.Status)
+	}
+	// Within the same rule the edit goes through.
+	edit.Decider, edit.Args = "UOTHER2", json.RawMessage(`{"env":"dev"}`)
+	if _, err := a.Decide(ctx, edit); err != nil {
+		t.Fatalf("got %v for an edit within the rule", err)
+	}
+}
+
+// Messages queued during a pause are not lost when the resume fails.
+func TestQueuedMessagesSurviveAFailedResume(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	if _, err := a.Run(ctx, request("also, is the cache warm?")); err != nil {
+		t.Fatal(err)
+	}
+	w.model.Reply(fakeopenai.Error(500, "down"))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	if _, err := a.Resume(ctx, p.RunID); err == nil {
+		t.Fatal("the resume did not report the model failure")
+	}
+	w.model.Reply(fakeopenai.Text("yes, and the deploy is done"))
+	_, err = a.Run(ctx, request("hello?"))
+	must(t, err)
+	reqs := w.model.Requests()
+	var users []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "user" {
+			users = append(users, m.Content)
+		}
+	}
+	if got := strings.Join(users, "|"); got != "please|also, is the cache warm?|hello?" {
+		t.Errorf("got user messages %q, want the queued one kept before the new one", got)
+	}
+}
+
+// A resume whose run could not be finished is not run again by the sweep.
+func TestSweepDoesNotRepeatAFinishedResume(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.cfg.LeaseTTL = 100 * time.Millisecond // the resume claim lasts ten of these
+	flaky := &flakyStore{Store: w.store.(storetest.Store)}
+	w.store = flaky
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	flaky.failFinish.Store(1)
+	w.model.Reply(fakeopenai.Text("deployed"))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	if _, err := a.Resume(ctx, p.RunID); !errors.Is(err, errInjected) {
+		t.Fatalf("got %v, want the injected FinishRun failure", err)
+	}
+	requests := len(w.model.Requests())
+	time.Sleep(1200 * time.Millisecond) // the claim runs out
+	must(t, a.Sweep(ctx, nil))
+	if n := len(w.model.Requests()); n != requests {
+		t.Errorf("the sweep asked the model again (%d requests, want %d)", n, requests)
+	}
+	if n := w.deploys.n.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+	stalled, err := w.store.Stalled(ctx, 10)
+	must(t, err)
+	if len(stalled) != 0 {
+		t.Errorf("got stalled runs %v after the sweep, want none", stalled)
+	}
+}
+
+// When the pause cannot be saved, what already ran is kept and every call
+// is answered in the history.
+func TestPauseSaveFailureKeepsHistory(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	flaky := &flakyStore{Store: w.store.(storetest.Store)}
+	w.store = flaky
+	a := w.agent()
+	flaky.failCreate.Store(1)
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "read_file", `{"path":"/a"}`), call("c2", "deploy", `{"service":"a","version":"1"}`)))
+	if _, err := a.Run(ctx, request("read and deploy")); !errors.Is(err, errInjected) {
+		t.Fatalf("got %v, want the injected CreateRun failure", err)
+	}
+	w.model.Reply(fakeopenai.Text("ok"))
+	_, err := a.Run(ctx, request("what happened?"))
+	must(t, err)
+	reqs := w.model.Requests()
+	var results []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "tool" {
+			results = append(results, m.ToolCallID+": "+m.Content)
+		}
+	}
+	if len(results) != 2 || results[0] != "c1: file contents" || !strings.Contains(results[1], "could not be saved") {
+		t.Errorf("got tool results %q, want the read's output and a note that the deploy was not asked", results)
+	}
+	if n := w.reads.n.Load(); n != 1 {
+		t.Errorf("read_file ran %d times, want 1", n)
+	}
+}
+
+// Arguments over the limit and invalid names do not stay in the history.
+func TestBadCallsAreSanitizedInTheHistory(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	huge := `{"path":"` + strings.Repeat("a", 1<<20) + `"}`
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "read_file", huge), call("c2", "read file", `{"path":"/a"}`)), fakeopenai.Text("sorry"))
+	_, err := w.agent().Run(context.Background(), request("read"))
+	must(t, err)
+	reqs := w.model.Requests()
+	for _, m := range reqs[len(reqs)-1].Messages {
+		for _, tc := range m.ToolCalls {
+			if len(tc.Function.Arguments) > 200 {
+				t.Errorf("call %s kept %d bytes of arguments in the history", tc.ID, len(tc.Function.Arguments))
+			}
+			if !agent.ValidName(tc.Function.Name) {
+				t.Errorf("call %s kept the invalid name %q", tc.ID, tc.Function.Name)
+			}
+		}
+	}
+}
