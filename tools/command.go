@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,8 +195,11 @@ func (r *commandTool) workDir(dir string) (string, error) {
 	return full, nil
 }
 
+// commandEnv is the environment of a command or stdio server: the passedEnv
+// variables that are set, then extra. It is never nil, even when empty: an
+// exec.Cmd with a nil Env would inherit the bot's whole environment.
 func commandEnv(extra map[string]string) []string {
-	var env []string
+	env := make([]string, 0, len(passedEnv)+len(extra))
 	for _, k := range passedEnv {
 		if _, ok := extra[k]; ok {
 			continue
@@ -204,8 +208,8 @@ func commandEnv(extra map[string]string) []string {
 			env = append(env, k+"="+v)
 		}
 	}
-	for k, v := range extra {
-		env = append(env, k+"="+v)
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		env = append(env, k+"="+extra[k])
 	}
 	return env
 }

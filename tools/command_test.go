@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -170,4 +171,38 @@ func TestRunCommandConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestRunCommandGetsNoSecrets(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/env"); err != nil {
+		t.Skip("no /usr/bin/env")
+	}
+	t.Setenv("SLACK_BOT_TOKEN", "xoxb-leak")
+	unsetPassedEnv(t)
+	tool, err := RunCommand(CommandConfig{Allow: []string{"/usr/bin/env"}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("RunCommand: %v", err)
+	}
+	got := runTool(t, tool, map[string]any{"argv": []string{"/usr/bin/env"}})
+	if got.IsError || strings.Contains(got.Content, "xoxb-leak") {
+		t.Errorf("run_command env: got %+v, want a success without the bot's token", got)
+	}
+}
+
+func TestRunCommandBackgroundChild(t *testing.T) {
+	tool, err := RunCommand(CommandConfig{Allow: []string{"/bin/sh"}, Dir: t.TempDir(), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("RunCommand: %v", err)
+	}
+	// The background sleep keeps the output pipe open after sh exits.
+	got := runTool(t, tool, map[string]any{"argv": []string{"/bin/sh", "-c", "sleep 300 & echo $!; echo hi"}})
+	if got.IsError || !strings.HasPrefix(got.Content, "exit status 0\n") || !strings.Contains(got.Content, "\nhi\n") {
+		t.Fatalf("run_command with a background child: got %+v, want exit status 0 and hi", got)
+	}
+	pid, err := strconv.Atoi(strings.SplitN(got.Content, "\n", 3)[1])
+	if err != nil {
+		t.Fatalf("no child pid in %q: %v", got.Content, err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	waitFor(t, fmt.Sprintf("the background child %d is gone", pid), func() bool { return processGone(pid) })
 }
