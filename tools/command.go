@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -18,6 +19,10 @@ import (
 	"github.com/toolgate/toolgate/approvals"
 )
 
+// outputGrace is how long run_command waits for the rest of the output
+// once the program and its process group are gone.
+const outputGrace = time.Second
+
 // passedEnv are the variables of the bot's own environment a command sees;
 // everything else (tokens, API keys) stays out.
 var passedEnv = []string{"PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR"}
@@ -30,7 +35,8 @@ var passedEnv = []string{"PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR
 // resolves to an allowed path or that is itself allowed by name; relative
 // paths and unclean paths ("/usr/bin/../bin/rm") are refused. The working
 // directory is c.Dir or a directory inside it, symlinks included. After
-// c.Timeout the whole process group is killed. Commands run with PATH,
+// c.Timeout, and as soon as the program has exited, the whole process group
+// is killed, so nothing it started in the background outlives the call. Commands run with PATH,
 // HOME, USER, LANG, LC_ALL, TZ and TMPDIR from the bot's environment plus
 // c.Env, nothing else. A non-zero exit is an error result. The tool is
 // marked destructive, so policies ask by default. Zero settings take their
@@ -101,11 +107,45 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 	cmd.Dir = dir
 	cmd.Env = commandEnv(r.cfg.Env)
 	out := &cappedBuffer{max: r.cfg.MaxOutputBytes}
-	cmd.Stdout, cmd.Stderr = out, out
+	// The output goes through a pipe of our own rather than one exec.Cmd
+	// makes, so that Wait returns when the program exits even if something
+	// it started still holds the pipe open.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return agent.Result{}, fmt.Errorf("run %s: %w", args.Argv[0], err)
+	}
+	defer pr.Close()
+	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.WaitDelay = time.Second
 	killProcessGroup(cmd)
 
-	err = cmd.Run()
+	err = cmd.Start()
+	pw.Close()
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		io.Copy(out, pr)
+	}()
+	leftBehind := false
+	if err == nil {
+		err = cmd.Wait()
+		// What the program left running dies with the call.
+		leftBehind = killGroup(cmd)
+		// The program did run to its end: its exit status is what counts.
+		if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil {
+			err = nil
+			if !cmd.ProcessState.Success() {
+				err = &exec.ExitError{ProcessState: cmd.ProcessState}
+			}
+		}
+	}
+	select {
+	case <-copied:
+	case <-time.After(outputGrace):
+		// Something outside the process group holds the pipe.
+		pr.Close()
+		<-copied
+	}
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
 	var status string
 	var exitErr *exec.ExitError
@@ -127,6 +167,9 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 	b.Write(out.buf)
 	if out.dropped > 0 {
 		fmt.Fprintf(&b, "\n[output truncated: %d more bytes not shown]\n", out.dropped)
+	}
+	if leftBehind && !timedOut {
+		b.WriteString("\n[processes the program left running were killed]\n")
 	}
 	return agent.Result{Content: b.String(), IsError: err != nil || timedOut}, nil
 }

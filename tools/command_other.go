@@ -7,3 +7,7 @@ import "os/exec"
 // killProcessGroup leaves cmd as it is: without process groups, cancelling
 // the context kills the process only.
 func killProcessGroup(cmd *exec.Cmd) {}
+
+// killGroup does nothing: without process groups there is nothing left to
+// kill once cmd has been waited for.
+func killGroup(cmd *exec.Cmd) bool { return false }

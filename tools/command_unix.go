@@ -16,3 +16,10 @@ func killProcessGroup(cmd *exec.Cmd) {
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 }
+
+// killGroup kills what is left of the process group of cmd, which has been
+// waited for, and reports whether anything was. The group's id cannot be
+// reused while any member is alive.
+func killGroup(cmd *exec.Cmd) bool {
+	return cmd.Process != nil && syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) == nil
+}
