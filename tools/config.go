@@ -56,8 +56,9 @@ type AskHumanConfig struct{}
 type HTTPConfig struct {
 	// AllowedHosts are host names ("api.github.com") or suffix globs
 	// ("*.internal.example", which matches any subdomain but not the bare
-	// domain), optionally with a port ("127.0.0.1:8080"); without a port any
-	// port matches. Matching is case-insensitive.
+	// domain), optionally with a port. Without a port only the scheme's
+	// default port matches (80 for http, 443 for https); "host:8080" allows
+	// port 8080 only and "host:*" any port. Matching is case-insensitive.
 	AllowedHosts []string
 	// MaxResponseBytes caps the response body given to the model; longer
 	// bodies are truncated with a note.

@@ -114,6 +114,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"http url host", "builtin_tools:\n  http_request: {allowed_hosts: [\"https://x.com\"]}\n", "want a host name"},
 		{"http inner wildcard", "builtin_tools:\n  http_request: {allowed_hosts: [\"a.*.com\"]}\n", "leading"},
 		{"http bad port", "builtin_tools:\n  http_request: {allowed_hosts: [\"a.com:99999\"]}\n", "invalid port"},
+		{"http bad port glob", "builtin_tools:\n  http_request: {allowed_hosts: [\"a.com:8*\"]}\n", "invalid port"},
 		{"http bad timeout", "builtin_tools:\n  http_request: {allowed_hosts: [a.com], timeout: soon}\n", "line 2|cannot unmarshal"},
 		{"http negative size", "builtin_tools:\n  http_request: {allowed_hosts: [a.com], max_response_bytes: -1}\n", "max_response_bytes must be positive"},
 		{"http unknown key", "builtin_tools:\n  http_request:\n    allowed_hosts: [a.com]\n    hosts: [b.com]\n", `line 4|unknown key "hosts"`},

@@ -33,6 +33,8 @@ var shownHeaders = []string{"Content-Type", "Content-Length", "Location", "Retry
 // Both only reach c.AllowedHosts: the host is checked after the URL is
 // parsed, URLs with user info are refused, and every redirect is checked
 // the same way. The host name is checked, not the address it resolves to.
+// Requests go straight to the host: HTTP_PROXY and HTTPS_PROXY are not
+// used, and the model may not set the Host header or Proxy-* headers.
 // Zero settings take their defaults.
 func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
 	c.MaxResponseBytes = orDefault(c.MaxResponseBytes, DefaultHTTPMaxResponseBytes)
@@ -44,9 +46,8 @@ func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
 	for _, p := range c.AllowedHosts {
 		h.hosts = append(h.hosts, parseHostPattern(p))
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
 	h.client = &http.Client{
-		Transport: transport,
+		Transport: newHTTPTransport(),
 		Timeout:   c.Timeout,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= maxRedirects {
@@ -155,8 +156,11 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 		return errorResult("invalid request: %v", err)
 	}
 	for k, v := range args.Headers {
-		if strings.EqualFold(k, "Host") {
+		switch {
+		case strings.EqualFold(k, "Host"):
 			return errorResult("the Host header cannot be set; put the host in the url")
+		case len(k) >= len("Proxy-") && strings.EqualFold(k[:len("Proxy-")], "Proxy-"):
+			return errorResult("header %q cannot be set: requests do not go through a proxy", k)
 		}
 		req.Header.Set(k, v)
 	}
@@ -226,10 +230,10 @@ func (h *httpTool) check(u *url.URL) error {
 	}
 	port := u.Port()
 	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		port = defaultPort(u.Scheme)
 	}
 	for _, p := range h.hosts {
-		if p.match(host, port) {
+		if p.match(host, port, u.Scheme) {
 			return nil
 		}
 	}
@@ -237,21 +241,49 @@ func (h *httpTool) check(u *url.URL) error {
 }
 
 // hostPattern is one allowed_hosts entry: an exact host or, with suffix
-// set, any subdomain of host; port "" matches any port.
+// set, any subdomain of host. Port "" matches only the default port of the
+// URL's scheme, "*" any port.
 type hostPattern struct {
 	host   string
 	suffix bool
 	port   string
 }
 
-func (p hostPattern) match(host, port string) bool {
-	if p.port != "" && p.port != port {
-		return false
+func (p hostPattern) match(host, port, scheme string) bool {
+	switch p.port {
+	case "*":
+	case "":
+		if port != defaultPort(scheme) {
+			return false
+		}
+	default:
+		if p.port != port {
+			return false
+		}
 	}
 	if p.suffix {
 		return strings.HasSuffix(host, "."+p.host)
 	}
 	return host == p.host
+}
+
+func defaultPort(scheme string) string {
+	switch scheme {
+	case "http":
+		return "80"
+	case "https":
+		return "443"
+	}
+	return ""
+}
+
+// newHTTPTransport is the transport of the HTTP tools and of MCP servers
+// over HTTP: the default one without a proxy, so that requests go where
+// their URL says and the environment cannot send them elsewhere.
+func newHTTPTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	return t
 }
 
 // parseHostPattern parses an entry checkHostPattern accepted.
@@ -281,7 +313,7 @@ func checkHostPattern(s string) error {
 	if strings.Contains(p.host, "*") {
 		return fmt.Errorf("%q: a wildcard is only allowed as a leading \"*.\"", s)
 	}
-	if p.port != "" {
+	if p.port != "" && p.port != "*" {
 		if n, err := strconv.Atoi(p.port); err != nil || n < 1 || n > 65535 {
 			return fmt.Errorf("%q: invalid port %q", s, p.port)
 		}

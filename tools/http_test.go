@@ -90,7 +90,7 @@ func runTool(t *testing.T, tool agent.Tool, args any) agent.Result {
 func TestHTTPTools(t *testing.T) {
 	srv := httpTestServer(t)
 	u, _ := url.Parse(srv.URL)
-	tools := httpTools(t, HTTPConfig{AllowedHosts: []string{"127.0.0.1", "*.example.com"}, MaxResponseBytes: 10, Timeout: 300 * time.Millisecond})
+	tools := httpTools(t, HTTPConfig{AllowedHosts: []string{"127.0.0.1:*", "*.example.com"}, MaxResponseBytes: 10, Timeout: 300 * time.Millisecond})
 	get, req := tools["http_get"], tools["http_request"]
 
 	for _, tc := range []struct {
@@ -107,7 +107,7 @@ func TestHTTPTools(t *testing.T) {
 		{"post with headers", req, map[string]any{"method": "POST", "url": srv.URL + "/echo", "headers": map[string]string{"X-Test": "v"}, "body": "b"}, []string{"POST v b"}, "", false},
 		{"redirect to an allowed host", get, map[string]any{"url": srv.URL + "/hop"}, []string{"Final-URL: " + srv.URL + "/ok\n", "hello"}, "", false},
 		{"truncated", get, map[string]any{"url": srv.URL + "/big"}, []string{"\n\naaaaaaaaaa\n[body truncated: only the first 10 bytes are shown]"}, "aaaaaaaaaaa", false},
-		{"disallowed host", get, map[string]any{"url": "http://localhost:" + u.Port() + "/ok"}, []string{`host "localhost:` + u.Port() + `" is not in the allowed hosts (127.0.0.1, *.example.com)`}, "", true},
+		{"disallowed host", get, map[string]any{"url": "http://localhost:" + u.Port() + "/ok"}, []string{`host "localhost:` + u.Port() + `" is not in the allowed hosts (127.0.0.1:*, *.example.com)`}, "", true},
 		{"bare domain of a glob", get, map[string]any{"url": "https://example.com/"}, []string{`host "example.com" is not in the allowed hosts`}, "", true},
 		{"userinfo", get, map[string]any{"url": "http://user:pw@127.0.0.1:" + u.Port() + "/ok"}, []string{"user info"}, "pw", true},
 		{"userinfo trick", get, map[string]any{"url": "http://127.0.0.1@localhost:" + u.Port() + "/ok"}, []string{"refused"}, "", true},
@@ -116,6 +116,10 @@ func TestHTTPTools(t *testing.T) {
 		{"timeout", get, map[string]any{"url": srv.URL + "/slow"}, []string{"timed out after 300ms"}, "", true},
 		{"method not allowed", get, map[string]any{"url": srv.URL + "/echo", "method": "POST"}, []string{`method "POST" is not allowed here; use one of GET, HEAD`}, "", true},
 		{"host header", req, map[string]any{"method": "GET", "url": srv.URL + "/ok", "headers": map[string]string{"Host": "evil"}}, []string{"Host header cannot be set"}, "", true},
+		{"host header lower case", get, map[string]any{"url": srv.URL + "/ok", "headers": map[string]string{"host": "evil"}}, []string{"Host header cannot be set"}, "", true},
+		{"proxy header", get, map[string]any{"url": srv.URL + "/ok", "headers": map[string]string{"Proxy-Authorization": "Basic eA=="}}, []string{`header "Proxy-Authorization" cannot be set`}, "hello", true},
+		{"proxy header lower case", req, map[string]any{"method": "GET", "url": srv.URL + "/ok", "headers": map[string]string{"proxy-connection": "keep-alive"}}, []string{`header "proxy-connection" cannot be set`}, "hello", true},
+		{"port not allowed", get, map[string]any{"url": "http://api.example.com:8200/"}, []string{`host "api.example.com:8200" is not in the allowed hosts`}, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := runTool(t, tc.tool, tc.args)
@@ -160,7 +164,17 @@ func TestHostPattern(t *testing.T) {
 	}{
 		{"api.github.com", "https://api.github.com/x", true},
 		{"api.github.com", "https://API.GitHub.com./x", true},
-		{"api.github.com", "https://api.github.com:8443/x", true},
+		{"api.github.com", "https://api.github.com:8443/x", false},
+		{"api.github.com", "http://api.github.com/x", true},
+		{"api.github.com", "http://api.github.com:443/x", false},
+		{"api.github.com", "https://api.github.com:443/x", true},
+		{"api.example", "http://api.example:8200/", false},
+		{"api.example:*", "http://api.example:8200/", true},
+		{"api.example:*", "https://api.example/", true},
+		{"api.example:*", "https://other.example/", false},
+		{"*.internal.example:*", "http://a.internal.example:9000/", true},
+		{"*.internal.example", "http://a.internal.example:9000/", false},
+		{"[::1]:*", "http://[::1]:9000/", true},
 		{"api.github.com", "https://github.com/x", false},
 		{"api.github.com", "https://api.github.com.evil.com/x", false},
 		{"*.internal.example", "http://a.internal.example/", true},
@@ -172,7 +186,8 @@ func TestHostPattern(t *testing.T) {
 		{"example.com:443", "https://example.com/", true},
 		{"example.com:443", "http://example.com/", false},
 		{"[::1]:80", "http://[::1]/", true},
-		{"::1", "http://[::1]:9000/", true},
+		{"::1", "http://[::1]:9000/", false},
+		{"::1", "http://[::1]/", true},
 	} {
 		h := &httpTool{cfg: HTTPConfig{AllowedHosts: []string{tc.pattern}}, hosts: []hostPattern{parseHostPattern(tc.pattern)}}
 		if err := checkHostPattern(tc.pattern); err != nil {
@@ -185,5 +200,14 @@ func TestHostPattern(t *testing.T) {
 		if got := h.check(u) == nil; got != tc.want {
 			t.Errorf("pattern %q, url %q: got allowed=%v, want %v", tc.pattern, tc.url, got, tc.want)
 		}
+	}
+}
+
+
+func TestHTTPTransportUsesNoProxy(t *testing.T) {
+	t.Setenv("HTTP_PROXY", "http://127.0.0.1:1")
+	t.Setenv("HTTPS_PROXY", "http://127.0.0.1:1")
+	if newHTTPTransport().Proxy != nil {
+		t.Error("the HTTP tools' transport uses a proxy, want none")
 	}
 }
