@@ -88,14 +88,16 @@ type App struct {
 
 	connected atomic.Bool
 	sweeping  atomic.Bool
-	shards    []chan job
-	closing   atomic.Bool
-	workers   sync.WaitGroup
-	spawned   sync.WaitGroup
-	workCtx   context.Context
-	stopWork  context.CancelFunc
-	mu        sync.Mutex
-	admins    map[string]bool
+	// spawnSlots bounds the goroutines spawn starts.
+	spawnSlots chan struct{}
+	shards     []chan job
+	closing    atomic.Bool
+	workers    sync.WaitGroup
+	spawned    sync.WaitGroup
+	workCtx    context.Context
+	stopWork   context.CancelFunc
+	mu         sync.Mutex
+	admins     map[string]bool
 }
 
 // job is a piece of work for one conversation.
@@ -154,6 +156,7 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	}
 	a.sm = socketmode.New(api, smOpts...)
 	a.workCtx, a.stopWork = context.WithCancel(context.Background())
+	a.spawnSlots = make(chan struct{}, maxSpawned)
 	return a, nil
 }
 
@@ -206,7 +209,9 @@ func (a *App) Run(ctx context.Context, ag *agent.Agent) error {
 		go a.worker(a.shards[i])
 	}
 
-	smCtx, stopSM := context.WithCancel(ctx)
+	// Socket Mode outlives ctx a little: work still answering envelopes
+	// when shutdown starts needs the connection to send its acks.
+	smCtx, stopSM := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSM()
 	smErr := make(chan error, 1)
 	go func() { smErr <- a.sm.RunContext(smCtx) }()
@@ -235,32 +240,46 @@ loop:
 			a.handle(ctx, evt)
 		}
 	}
+	// No envelope is read from here on (unread ones are redelivered by
+	// Slack); handlers already running finish and ack before the
+	// connection closes.
+	waitFor(&a.spawned, a.cfg.ShutdownGrace/2)
 	stopSM()
 	a.connected.Store(false)
 	a.shutdown()
 	return runErr
 }
 
+// waitFor waits for wg, at most d; it reports whether wg finished.
+func waitFor(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
 // shutdown closes the queues and waits for the workers to drain them, then
-// cancels what is left after the grace period.
+// cancels what is left after the grace period: a turn cut short keeps its
+// conversation, and a message not started gets a note asking to send it
+// again.
 func (a *App) shutdown() {
 	a.closing.Store(true)
-	a.spawned.Wait()
 	a.mu.Lock()
 	for _, s := range a.shards {
 		close(s)
 	}
 	a.mu.Unlock()
-	done := make(chan struct{})
-	go func() { a.workers.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(a.cfg.ShutdownGrace):
+	if !waitFor(&a.workers, a.cfg.ShutdownGrace) {
 		a.log.Warn("shutdown grace period over: cancelling in-flight work")
 		a.stopWork()
-		<-done
+		a.workers.Wait()
 	}
 	a.stopWork()
+	waitFor(&a.spawned, 5*time.Second)
 }
 
 func (a *App) worker(q chan job) {
@@ -300,18 +319,38 @@ func (a *App) enqueue(key string, run func(ctx context.Context)) bool {
 
 // spawn runs short interactive work (opening a modal, answering a click)
 // in its own goroutine, waited for on shutdown.
+//
+// At most maxSpawned run at once; past that the work runs in the caller,
+// the Socket Mode loop, which slows the reading of envelopes instead of
+// letting a burst start unbounded goroutines.
 func (a *App) spawn(fn func(ctx context.Context)) {
+	select {
+	case a.spawnSlots <- struct{}{}:
+	default:
+		a.m.error("spawn_saturated")
+		a.spawned.Add(1)
+		a.runSpawned(fn)
+		return
+	}
 	a.spawned.Add(1)
 	go func() {
-		defer a.spawned.Done()
-		defer func() {
-			if r := recover(); r != nil {
-				a.log.Error("handler panicked", "panic", r)
-				a.m.error("panic")
-			}
-		}()
-		fn(a.workCtx)
+		defer func() { <-a.spawnSlots }()
+		a.runSpawned(fn)
 	}()
+}
+
+// maxSpawned bounds the interactive handlers running at once.
+const maxSpawned = 128
+
+func (a *App) runSpawned(fn func(ctx context.Context)) {
+	defer a.spawned.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error("handler panicked", "panic", r)
+			a.m.error("panic")
+		}
+	}()
+	fn(a.workCtx)
 }
 
 // sweep expires due approvals and recovers lost resumes, on its own
@@ -376,12 +415,11 @@ func (a *App) handle(ctx context.Context, evt socketmode.Event) {
 }
 
 func (a *App) ack(req *socketmode.Request, payload any, start time.Time) {
-	var err error
-	if payload == nil {
-		err = a.sm.Ack(*req)
-	} else {
-		err = a.sm.Ack(*req, payload)
-	}
+	// Past 3 s Slack has given up on the envelope; do not wait forever
+	// for a connection that is gone.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := a.sm.AckCtx(ctx, req.EnvelopeID, payload)
 	if err != nil {
 		a.log.Warn("ack envelope", "envelope", req.EnvelopeID, "err", err)
 		a.m.error("ack")

@@ -34,7 +34,6 @@ type threadReporter struct {
 	team, channel, thread string
 
 	mu        sync.Mutex
-	user      string // the recipient of a stream
 	streamTS  string
 	streamErr bool
 	buf       strings.Builder
@@ -108,29 +107,10 @@ func (r *threadReporter) flush(ctx context.Context, final bool) {
 	r.streamed.WriteString(chunk)
 }
 
-// recipient is the user a stream in a channel is addressed to: the
-// requester of the conversation.
+// recipient is the user a stream in a channel is addressed to: the person
+// whose turn it is.
 func (r *threadReporter) recipient(ctx context.Context) string {
-	if r.user != "" {
-		return r.user
-	}
-	if c, err := r.app.st.LoadConversation(ctx, ConversationKey(r.team, r.channel, r.thread)); err == nil {
-		var st struct {
-			Messages []struct {
-				Role string `json:"role"`
-				Name string `json:"name"`
-			} `json:"messages"`
-		}
-		if json.Unmarshal(c.State, &st) == nil {
-			for i := len(st.Messages) - 1; i >= 0; i-- {
-				if st.Messages[i].Role == "user" && st.Messages[i].Name != "" {
-					r.user = st.Messages[i].Name
-					break
-				}
-			}
-		}
-	}
-	return r.user
+	return agent.RequesterOf(ctx)
 }
 
 // Answer ends the stream with the rest of the text, or posts the whole
@@ -138,8 +118,13 @@ func (r *threadReporter) recipient(ctx context.Context) string {
 func (r *threadReporter) Answer(ctx context.Context, text string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.endStream(ctx) == text {
+	shown := r.endStream(ctx)
+	if shown == text {
 		return
+	}
+	if shown != "" && strings.HasPrefix(text, shown) {
+		// The stream broke part way: post only what it did not show.
+		text = strings.TrimLeft(text[len(shown):], " \n")
 	}
 	if strings.TrimSpace(text) == "" {
 		text = "(no answer)"
@@ -150,25 +135,16 @@ func (r *threadReporter) Answer(ctx context.Context, text string) {
 }
 
 func fallbackText(text string) string {
-	const max = 300
-	t := Escape(text)
-	if len(t) > max {
-		t = t[:max] + "…"
-	}
-	return t
+	return clip(linkSyntax.Replace(Escape(text)), 300)
 }
 
 // endStream finishes the open stream, if any, and returns the text it
-// showed in full ("" when nothing was streamed or streaming failed, so the
-// text must be posted).
+// showed ("" when nothing was streamed).
 func (r *threadReporter) endStream(ctx context.Context) string {
-	var shown string
 	if r.streamTS != "" && !r.streamErr {
 		r.flush(ctx, true)
-		if !r.streamErr {
-			shown = r.streamed.String()
-		}
 	}
+	shown := r.streamed.String()
 	if r.streamTS != "" {
 		if _, _, err := r.app.api.StopStreamContext(ctx, r.channel, r.streamTS); err != nil {
 			r.app.log.Debug("stop stream", "channel", r.channel, "err", err)
@@ -361,8 +337,12 @@ func (a *App) postBlocks(ctx context.Context, channel, thread string, blocks []s
 	return ts
 }
 
-// post posts plain mrkdwn text (already safe) in a thread.
+// post posts plain mrkdwn text (already safe) in a thread. These are
+// notices people must get even when the work that sends them was cut
+// short (a shutdown), so the post is not cancelled with ctx.
 func (a *App) post(ctx context.Context, channel, thread, text string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	a.postBlocks(ctx, channel, thread, []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)}, text)
 }
 
@@ -446,5 +426,9 @@ func mustJSON(v any) json.RawMessage {
 // mention, broadcast or link syntax survives, and "[label](url)" cannot
 // become a link whose label hides its target.
 func streamSafe(s string) string {
-	return strings.ReplaceAll(Escape(s), "](", "] (")
+	return linkSyntax.Replace(Escape(s))
 }
+
+// linkSyntax breaks Markdown's inline ("[label](url)") and reference
+// ("[label][1]", "[1]: url") link forms.
+var linkSyntax = strings.NewReplacer("](", "] (", "][", "] [", "]:", "] :")

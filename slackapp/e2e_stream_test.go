@@ -1,0 +1,134 @@
+package slackapp_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+)
+
+// A first answer in a channel is streamed to the person who asked, and the
+// thread shows a status while the model works.
+func TestAnswerIsStreamedToTheRequester(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.Response{Text: "Here is a fairly long answer that arrives in several pieces, one after the other.", Chunks: 8})
+	ts := e.slack.Mention(channel, requester, "tell me something")
+	m := e.answer(ts, "several pieces")
+	if !m.Streamed {
+		t.Errorf("the answer was posted, not streamed")
+	}
+	starts := e.slack.Calls("chat.startStream")
+	if len(starts) != 1 {
+		t.Fatalf("got %d chat.startStream calls, want 1", len(starts))
+	}
+	if got := starts[0].Param("recipient_user_id"); got != requester {
+		t.Errorf("stream addressed to %q, want the requester %q", got, requester)
+	}
+	if len(e.slack.Calls("assistant.threads.setStatus")) == 0 {
+		t.Error("no thread status was set while the model worked")
+	}
+	// A follow-up by someone else is streamed to them.
+	e.model.Reply(fakeopenai.Response{Text: "And a second answer, streamed to whoever asked this time.", Chunks: 4})
+	e.slack.ThreadReply(channel, ts, approver, "and for me?")
+	e.answer(ts, "second answer")
+	starts = e.slack.Calls("chat.startStream")
+	if got := starts[len(starts)-1].Param("recipient_user_id"); got != approver {
+		t.Errorf("follow-up streamed to %q, want %q", got, approver)
+	}
+}
+
+// Model text cannot ping or spoof links, streamed or posted.
+func TestHostileAnswerIsInert(t *testing.T) {
+	hostile := "Hi <!channel> and <@U123> @here, click [your bank](https://evil.example) or [this][1] or <https://evil|x>.\n\n[1]: https://evil.example"
+	for _, streamed := range []bool{true, false} {
+		name := "posted"
+		if streamed {
+			name = "streamed"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.start()
+			if !streamed {
+				e.slack.FailNext("chat.startStream", 400)
+			}
+			e.model.Reply(fakeopenai.Response{Text: hostile, Chunks: 7})
+			ts := e.slack.Mention(channel, requester, "say hi")
+			m := e.answer(ts, "click")
+			if m.Streamed != streamed {
+				t.Fatalf("got streamed=%v, want %v", m.Streamed, streamed)
+			}
+			all := m.Text + blocksText(m)
+			bad := []string{"<!channel>", "<@U123>", "<https://evil", " @here"}
+			if streamed {
+				// A stream is Markdown, where these forms are links too.
+				bad = append(bad, "](https://evil", "][1]", "]: https://evil")
+			}
+			for _, bad := range bad {
+				if strings.Contains(all, bad) {
+					t.Errorf("the answer contains %q: %s", bad, all)
+				}
+			}
+		})
+	}
+}
+
+// A stream that breaks part way does not show the answer twice.
+func TestBrokenStreamPostsOnlyTheRest(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.slack.FailNext("chat.appendStream", 400)
+	words := strings.Repeat("alpha beta gamma delta ", 40) + "THE END"
+	e.model.Reply(fakeopenai.Response{Text: words, Chunks: 40, ChunkDelay: 5 * time.Millisecond})
+	ts := e.slack.Mention(channel, requester, "long one")
+	e.answer(ts, "THE END")
+	var shown string
+	for _, m := range e.slack.Thread(channel, ts) {
+		switch {
+		case m.BotID == "":
+		case m.Streamed:
+			shown += m.Text + "\n"
+		default:
+			shown += blocksText(m) + "\n"
+		}
+	}
+	if n := strings.Count(shown, "alpha beta gamma delta"); n != 40 {
+		t.Errorf("the answer's 40 phrases appear %d times across the thread", n)
+	}
+}
+
+// Messages waiting in the queue when the bot stops are not dropped
+// silently: they get a note asking to send them again.
+func TestShutdownTellsAboutUnstartedMessages(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.Workers = 1
+	e.cfg.ShutdownGrace = 500 * time.Millisecond
+	e.start()
+	e.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		return fakeopenai.Response{Text: "slow", Delay: 2 * time.Second}
+	})
+	var threads []string
+	for i := 0; i < 3; i++ {
+		ch := "CBUSY000" + string(rune('1'+i))
+		e.slack.AddChannel(fakeslack.Channel{ID: ch, Members: []string{requester, e.slack.BotUserID()}})
+		threads = append(threads, ch+"/"+e.slack.Mention(ch, requester, "hi"))
+	}
+	waitUntil(t, "the first turn reaches the model", func() bool { return len(e.model.Requests()) >= 1 })
+	e.stop()
+	for _, th := range threads[1:] {
+		ch, ts, _ := strings.Cut(th, "/")
+		found := false
+		for _, m := range e.slack.Thread(ch, ts) {
+			if m.BotID != "" && strings.Contains(m.Text, "send your message again") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("the unstarted message in %s got no note; thread:\n%s", ch, dumpThread(e.slack.Thread(ch, ts)))
+		}
+	}
+}
