@@ -29,6 +29,8 @@ VOLUME ["/data"]
 # /healthz, /readyz and /metrics.
 EXPOSE 8080
 USER 65532:65532
+# config.example.yaml's relative workspace root resolves to /workspace.
+WORKDIR /
 # There is no HEALTHCHECK: the image has no shell or HTTP client to run one.
 # Probe the endpoints from outside instead, for example in Kubernetes:
 #   livenessProbe:  {httpGet: {path: /healthz, port: 8080}}
