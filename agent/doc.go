@@ -89,7 +89,11 @@
 // whose time is up and resumes the steps left complete but never resumed
 // (their resumer crashed, or the decider never called Resume). Expiry is a
 // compare-and-set like any decision and resumes are claimed once, so
-// replicas sweeping together do no harm.
+// replicas sweeping together do no harm. The caller may schedule each
+// resume itself (the Slack app puts it on the conversation's worker). A
+// resume finds a run whose conversation has moved on (it was resumed before
+// but could not be marked finished) and only finishes it: a step never runs
+// twice.
 //
 // # Reporting
 //
@@ -108,5 +112,13 @@
 // third of Config.LeaseTTL, so turns of one conversation never overlap, not
 // even across processes; a turn that finds the lease taken waits for it up
 // to Config.LeaseWait and then fails with ErrLeaseTimeout. A lease left by a
-// crashed process lapses after LeaseTTL.
+// crashed process lapses after LeaseTTL. If the lease cannot be renewed for
+// a whole LeaseTTL, or another process took it, the turn's context is
+// cancelled and the turn fails with ErrLeaseLost rather than overwrite the
+// other's work.
+//
+// Decisions are stamped with the agent's clock (Config.Now), never the
+// caller's, so a decider's clock cannot reopen an expired call. Edited
+// arguments are judged again: if they fall under another rule that asks,
+// the decider must be one of its approvers too.
 package agent
