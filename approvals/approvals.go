@@ -80,7 +80,8 @@ func (k Kind) Valid() bool {
 // Decision is what someone decided about one paused call. It names the call,
 // the fingerprint of the arguments the decider was shown, the decider and the
 // time. Reason goes with Reject, Args with Edit (the new arguments), Answer
-// with Respond, Conditions optionally with Remember.
+// with Respond, Conditions optionally with Remember. The agent stamps At
+// with its own clock when it records the decision.
 type Decision struct {
 	CallID      string          `json:"call_id"`
 	Fingerprint string          `json:"fingerprint"`
