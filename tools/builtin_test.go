@@ -3,6 +3,7 @@ package tools
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -118,8 +119,8 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := Load(t.Context(), cfg, reg, nil); err == nil || !strings.Contains(err.Error(), "already registered") {
 		t.Errorf("Load with ask_human already registered: got %v, want an already registered error", err)
 	}
-	cfg = Config{Builtins: BuiltinConfig{Workspace: &WorkspaceConfig{Root: "/nonexistent/toolgate"}}}
-	if _, err := Load(t.Context(), cfg, agent.NewRegistry(), nil); err == nil || !strings.Contains(err.Error(), "workspace") {
-		t.Errorf("Load with a missing workspace root: got %v, want a workspace error", err)
+	cfg = Config{Builtins: BuiltinConfig{RunCommand: &CommandConfig{Allow: []string{"ls"}, Dir: filepath.Join(t.TempDir(), "nope")}}}
+	if _, err := Load(t.Context(), cfg, agent.NewRegistry(), nil); err == nil || !strings.Contains(err.Error(), "run_command") {
+		t.Errorf("Load with a missing run_command dir: got %v, want a run_command error", err)
 	}
 }

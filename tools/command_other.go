@@ -11,3 +11,6 @@ func killProcessGroup(cmd *exec.Cmd) {}
 // killGroup does nothing: without process groups there is nothing left to
 // kill once cmd has been waited for.
 func killGroup(cmd *exec.Cmd) bool { return false }
+
+// newProcessGroup leaves cmd as it is: there are no process groups.
+func newProcessGroup(cmd *exec.Cmd) {}

@@ -11,7 +11,7 @@ import (
 // context's cancellation kill the whole group, so that children the command
 // started die with it.
 func killProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	newProcessGroup(cmd)
 	cmd.Cancel = func() error {
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
@@ -22,4 +22,9 @@ func killProcessGroup(cmd *exec.Cmd) {
 // reused while any member is alive.
 func killGroup(cmd *exec.Cmd) bool {
 	return cmd.Process != nil && syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) == nil
+}
+
+// newProcessGroup starts cmd in a process group of its own, for killGroup.
+func newProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 }

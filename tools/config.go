@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,6 +22,29 @@ type Config struct {
 	Servers []ServerConfig
 	// Builtins says which built-in tools are enabled and how.
 	Builtins BuiltinConfig
+
+	// secrets are the values ParseConfig expanded that may be secret; see
+	// Secrets.
+	secrets []string
+}
+
+// Secrets returns the values of the configuration that may be secret, for a
+// caller to redact from its logs and error messages. They are the values
+// [ParseConfig] got from ${VAR} references, for each value that has one:
+//
+//   - an MCP server's header values and env values, and run_command's env
+//     values, each whole as expanded;
+//   - the user information, the path and the query of an MCP server's url,
+//     each whole as expanded, when that part of the url as written has a
+//     reference (the scheme and host are not secrets);
+//   - the value of every variable referenced in them, as is and, for the
+//     url, escaped as in a URL path and in a query.
+//
+// Values written in the file without a reference are not returned, nor is
+// anything of a Config not made by ParseConfig. The result is sorted and
+// has no duplicates or empty strings.
+func (c Config) Secrets() []string {
+	return slices.Clone(c.secrets)
 }
 
 // ServerConfig is one entry of mcp_servers. Exactly one of Command (a stdio
@@ -36,8 +60,13 @@ type ServerConfig struct {
 	Dir string
 	// URL is the endpoint of a streamable HTTP server.
 	URL string
-	// Headers are sent with every request to an HTTP server.
+	// Headers are sent with every request to an HTTP server's endpoint
+	// (its scheme, host and port), not to a host it redirects to.
 	Headers map[string]string
+	// MaxOutputBytes caps the text of a tool result given to the model;
+	// longer results are truncated with a note. Zero means
+	// DefaultMCPMaxOutputBytes.
+	MaxOutputBytes int64
 }
 
 // BuiltinConfig enables built-in tools one by one; a nil field means the
@@ -82,11 +111,17 @@ type CommandConfig struct {
 	Timeout time.Duration
 	// MaxOutputBytes caps the combined stdout and stderr kept.
 	MaxOutputBytes int64
+	// AllowOverlap lets Dir and the workspace root overlap (one inside the
+	// other). Without it [ParseConfig] refuses such a configuration: a file
+	// the model writes there, such as .git/config or a Makefile, could make
+	// an allowed program run arbitrary code.
+	AllowOverlap bool
 }
 
 // WorkspaceConfig configures the workspace_* tools.
 type WorkspaceConfig struct {
-	// Root is the directory the tools may touch; it must exist.
+	// Root is the directory the tools may touch; it is created (mode 0750)
+	// if it does not exist.
 	Root string
 	// MaxFileBytes caps what workspace_read returns and what
 	// workspace_write accepts.
@@ -100,6 +135,7 @@ const (
 	DefaultCommandTimeout        = 30 * time.Second
 	DefaultCommandMaxOutputBytes = 64 << 10
 	DefaultWorkspaceMaxFileBytes = 1 << 20
+	DefaultMCPMaxOutputBytes     = 64 << 10
 )
 
 // MaxServerNameLen is the longest server name allowed, leaving room for the
@@ -131,18 +167,67 @@ func ParseConfig(data []byte) (Config, error) {
 		var err error
 		switch key.Value {
 		case "mcp_servers":
-			cfg.Servers, err = parseServers(val)
+			cfg.Servers, err = parseServers(val, &cfg.secrets)
 		case "builtin_tools":
-			cfg.Builtins, err = parseBuiltins(val)
+			cfg.Builtins, err = parseBuiltins(val, &cfg.secrets)
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("parse config: %w", err)
 		}
 	}
+	if len(cfg.secrets) > 0 {
+		slices.Sort(cfg.secrets)
+		cfg.secrets = slices.Compact(cfg.secrets)
+		if cfg.secrets[0] == "" {
+			cfg.secrets = cfg.secrets[1:]
+		}
+	}
 	return cfg, nil
 }
 
-func parseServers(n *yaml.Node) ([]ServerConfig, error) {
+// refSecrets appends to secrets what Config.Secrets says of raw, a value
+// as written: if it has a ${VAR} reference, raw expanded and the value of
+// each variable it references.
+func refSecrets(secrets *[]string, raw string) {
+	refs := envRef.FindAllStringSubmatch(raw, -1)
+	if len(refs) == 0 {
+		return
+	}
+	v, _ := expand(raw)
+	*secrets = append(*secrets, v)
+	for _, r := range refs {
+		*secrets = append(*secrets, os.Getenv(r[1]))
+	}
+}
+
+// urlRefSecrets appends the secrets of a url as written: its user
+// information, path and query when they have references.
+func urlRefSecrets(secrets *[]string, raw string) {
+	rest := raw
+	if _, after, ok := strings.Cut(rest, "://"); ok {
+		rest = after
+	}
+	authority, tail := rest, ""
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority, tail = rest[:i], rest[i:]
+	}
+	tail, _, _ = strings.Cut(tail, "#")
+	path, query, _ := strings.Cut(tail, "?")
+	var parts []string
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		parts = append(parts, authority[:i])
+	}
+	parts = append(parts, path, query)
+	for _, p := range parts {
+		refSecrets(secrets, p)
+		for _, r := range envRef.FindAllStringSubmatch(p, -1) {
+			v := os.Getenv(r[1])
+			*secrets = append(*secrets, url.PathEscape(v), url.QueryEscape(v))
+		}
+	}
+}
+
+func parseServers(n *yaml.Node, secrets *[]string) ([]ServerConfig, error) {
 	if isNull(n) {
 		return nil, nil
 	}
@@ -152,16 +237,17 @@ func parseServers(n *yaml.Node) ([]ServerConfig, error) {
 	seen := map[string]int{}
 	var out []ServerConfig
 	for _, item := range n.Content {
-		if err := checkKeys(item, "mcp server", "name", "command", "env", "dir", "url", "headers"); err != nil {
+		if err := checkKeys(item, "mcp server", "name", "command", "env", "dir", "url", "headers", "max_output_bytes"); err != nil {
 			return nil, err
 		}
 		var raw struct {
-			Name    string            `yaml:"name"`
-			Command []string          `yaml:"command"`
-			Env     map[string]string `yaml:"env"`
-			Dir     string            `yaml:"dir"`
-			URL     string            `yaml:"url"`
-			Headers map[string]string `yaml:"headers"`
+			Name           string            `yaml:"name"`
+			Command        []string          `yaml:"command"`
+			Env            map[string]string `yaml:"env"`
+			Dir            string            `yaml:"dir"`
+			URL            string            `yaml:"url"`
+			Headers        map[string]string `yaml:"headers"`
+			MaxOutputBytes int64             `yaml:"max_output_bytes"`
 		}
 		if err := item.Decode(&raw); err != nil {
 			return nil, fmt.Errorf("mcp server: %w", decodeError(err))
@@ -170,10 +256,21 @@ func parseServers(n *yaml.Node) ([]ServerConfig, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: mcp server %q: %w", item.Line, raw.Name, err)
 		}
+		if raw.MaxOutputBytes < 0 {
+			return nil, fmt.Errorf("line %d: mcp server %q: max_output_bytes must be positive, got %d", item.Line, raw.Name, raw.MaxOutputBytes)
+		}
+		s.MaxOutputBytes = orDefault(raw.MaxOutputBytes, DefaultMCPMaxOutputBytes)
 		if line, ok := seen[s.Name]; ok {
 			return nil, fmt.Errorf("line %d: mcp server %q: name already used on line %d", item.Line, s.Name, line)
 		}
 		seen[s.Name] = item.Line
+		for _, v := range raw.Env {
+			refSecrets(secrets, v)
+		}
+		for _, v := range raw.Headers {
+			refSecrets(secrets, v)
+		}
+		urlRefSecrets(secrets, raw.URL)
 		out = append(out, s)
 	}
 	return out, nil
@@ -239,7 +336,7 @@ func checkServerName(name string) error {
 	return nil
 }
 
-func parseBuiltins(n *yaml.Node) (BuiltinConfig, error) {
+func parseBuiltins(n *yaml.Node, secrets *[]string) (BuiltinConfig, error) {
 	var b BuiltinConfig
 	if isNull(n) {
 		return b, nil
@@ -256,7 +353,7 @@ func parseBuiltins(n *yaml.Node) (BuiltinConfig, error) {
 		case "http_request":
 			b.HTTPRequest, err = parseHTTP(val)
 		case "run_command":
-			b.RunCommand, err = parseCommand(val)
+			b.RunCommand, err = parseCommand(val, secrets)
 		case "workspace":
 			b.Workspace, err = parseWorkspace(val)
 		}
@@ -264,7 +361,28 @@ func parseBuiltins(n *yaml.Node) (BuiltinConfig, error) {
 			return b, fmt.Errorf("builtin_tools.%s: %w", key.Value, err)
 		}
 	}
+	if c, w := b.RunCommand, b.Workspace; c != nil && w != nil && !c.AllowOverlap && overlap(c.Dir, w.Root) {
+		return b, fmt.Errorf("builtin_tools: run_command.dir %s and workspace.root %s overlap: "+
+			"a file written with workspace_write (such as .git/config or a Makefile) could make an allowed program run arbitrary code; "+
+			"use separate directories, or set allow_overlap: true in run_command to accept the risk", c.Dir, w.Root)
+	}
 	return b, nil
+}
+
+// overlap reports whether directory a is b or lies inside it, or the other
+// way round, as written or with symlinks resolved.
+func overlap(a, b string) bool {
+	inside := func(a, b string) bool {
+		rel, err := filepath.Rel(b, a)
+		return err == nil && filepath.IsLocal(rel) // "." is local
+	}
+	a, b = filepath.Clean(a), filepath.Clean(b)
+	if inside(a, b) || inside(b, a) {
+		return true
+	}
+	ra, errA := filepath.EvalSymlinks(a)
+	rb, errB := filepath.EvalSymlinks(b)
+	return errA == nil && errB == nil && (inside(ra, rb) || inside(rb, ra))
 }
 
 func parseAskHuman(n *yaml.Node) (*AskHumanConfig, error) {
@@ -317,8 +435,8 @@ func (c *HTTPConfig) validate() error {
 	return nil
 }
 
-func parseCommand(n *yaml.Node) (*CommandConfig, error) {
-	if err := checkKeys(n, "run_command", "allow", "dir", "env", "timeout", "max_output_bytes"); err != nil {
+func parseCommand(n *yaml.Node, secrets *[]string) (*CommandConfig, error) {
+	if err := checkKeys(n, "run_command", "allow", "dir", "env", "timeout", "max_output_bytes", "allow_overlap"); err != nil {
 		return nil, err
 	}
 	var raw struct {
@@ -327,6 +445,7 @@ func parseCommand(n *yaml.Node) (*CommandConfig, error) {
 		Env            map[string]string `yaml:"env"`
 		Timeout        time.Duration     `yaml:"timeout"`
 		MaxOutputBytes int64             `yaml:"max_output_bytes"`
+		AllowOverlap   bool              `yaml:"allow_overlap"`
 	}
 	if err := n.Decode(&raw); err != nil {
 		return nil, decodeError(err)
@@ -341,9 +460,13 @@ func parseCommand(n *yaml.Node) (*CommandConfig, error) {
 		Env:            env,
 		Timeout:        orDefault(raw.Timeout, DefaultCommandTimeout),
 		MaxOutputBytes: orDefault(raw.MaxOutputBytes, DefaultCommandMaxOutputBytes),
+		AllowOverlap:   raw.AllowOverlap,
 	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	for _, v := range raw.Env {
+		refSecrets(secrets, v)
 	}
 	return c, nil
 }

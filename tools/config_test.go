@@ -2,6 +2,7 @@ package tools
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ builtin_tools:
   ask_human: {}
   http_request: {allowed_hosts: ["api.github.com", "*.internal.example"], max_response_bytes: 65536, timeout: 10s}
   run_command: {allow: ["kubectl", "/usr/bin/systemctl"], dir: /srv, timeout: 30s, max_output_bytes: 4096}
-  workspace: {root: /srv/scratch}
+  workspace: {root: /var/scratch}
 policy:
   default: ask
   rules:
@@ -36,15 +37,16 @@ policy:
 	}
 	want := Config{
 		Servers: []ServerConfig{
-			{Name: "files", Command: []string{"./files-mcp", "--root", "/srv/files"}, Env: map[string]string{"LOG": "debug-tok"}, Dir: "/srv"},
-			{Name: "github", URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer tok", "X-Literal": "$HOME and $"}},
+			{Name: "files", Command: []string{"./files-mcp", "--root", "/srv/files"}, Env: map[string]string{"LOG": "debug-tok"}, Dir: "/srv", MaxOutputBytes: DefaultMCPMaxOutputBytes},
+			{Name: "github", URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer tok", "X-Literal": "$HOME and $"}, MaxOutputBytes: DefaultMCPMaxOutputBytes},
 		},
 		Builtins: BuiltinConfig{
 			AskHuman:    &AskHumanConfig{},
 			HTTPRequest: &HTTPConfig{AllowedHosts: []string{"api.github.com", "*.internal.example"}, MaxResponseBytes: 65536, Timeout: 10 * time.Second},
 			RunCommand:  &CommandConfig{Allow: []string{"kubectl", "/usr/bin/systemctl"}, Dir: "/srv", Timeout: 30 * time.Second, MaxOutputBytes: 4096},
-			Workspace:   &WorkspaceConfig{Root: "/srv/scratch", MaxFileBytes: DefaultWorkspaceMaxFileBytes},
+			Workspace:   &WorkspaceConfig{Root: "/var/scratch", MaxFileBytes: DefaultWorkspaceMaxFileBytes},
 		},
+		secrets: []string{"Bearer tok", "debug-tok", "tok"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseConfig:\ngot  %+v\nwant %+v", got, want)
@@ -127,6 +129,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"workspace no root", "builtin_tools:\n  workspace: {max_file_bytes: 10}\n", "root is required"},
 		{"workspace relative root", "builtin_tools:\n  workspace: {root: scratch}\n", "must be an absolute path"},
 		{"workspace not a mapping", "builtin_tools:\n  workspace: /srv\n", "line 2|workspace must be a mapping"},
+		{"mcp negative output cap", "mcp_servers:\n  - name: a\n    command: [x]\n    max_output_bytes: -1\n", "line 2|max_output_bytes must be positive"},
+		{"workspace in command dir", "builtin_tools:\n  run_command: {allow: [git], dir: /srv}\n  workspace: {root: /srv/scratch}\n", "run_command.dir /srv and workspace.root /srv/scratch overlap|.git/config|allow_overlap: true"},
+		{"command dir in workspace", "builtin_tools:\n  workspace: {root: /srv}\n  run_command: {allow: [git], dir: /srv/repo/}\n", "overlap"},
+		{"same directory", "builtin_tools:\n  workspace: {root: /srv/}\n  run_command: {allow: [git], dir: /srv}\n", "overlap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.data))
@@ -139,5 +145,76 @@ func TestParseConfigErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestParseConfigOverlapAllowed(t *testing.T) {
+	for _, data := range []string{
+		"builtin_tools:\n  run_command: {allow: [git], dir: /srv, allow_overlap: true}\n  workspace: {root: /srv/scratch}\n",
+		"builtin_tools:\n  run_command: {allow: [git], dir: /srv/a}\n  workspace: {root: /srv/ab}\n",
+	} {
+		cfg, err := ParseConfig([]byte(data))
+		if err != nil {
+			t.Errorf("ParseConfig(%q): %v", data, err)
+			continue
+		}
+		if cfg.Builtins.RunCommand == nil || cfg.Builtins.Workspace == nil {
+			t.Errorf("ParseConfig(%q): got %+v, want both tools", data, cfg.Builtins)
+		}
+	}
+}
+
+func TestConfigSecrets(t *testing.T) {
+	t.Setenv("TOOLGATE_TEST_TOKEN", "tok-1234")
+	t.Setenv("TOOLGATE_TEST_KEY", "key/5678")
+	t.Setenv("TOOLGATE_TEST_PASS", "pass-9012")
+	t.Setenv("TOOLGATE_TEST_HOST", "mcp.example.com")
+	t.Setenv("TOOLGATE_TEST_DIR", "/srv/files")
+	cfg, err := ParseConfig([]byte(`
+mcp_servers:
+  - name: files
+    command: ["./files-mcp", "--root", "${TOOLGATE_TEST_DIR}"]
+    env: {API_KEY: "${TOOLGATE_TEST_TOKEN}", LOG_LEVEL: debug}
+  - name: github
+    url: https://u:${TOOLGATE_TEST_PASS}@${TOOLGATE_TEST_HOST}/mcp/${TOOLGATE_TEST_KEY}?x=1
+    headers: {Authorization: "Bearer ${TOOLGATE_TEST_TOKEN}", Accept: application/json}
+  - name: plain
+    url: https://${TOOLGATE_TEST_HOST}/mcp?key=${TOOLGATE_TEST_KEY}
+builtin_tools:
+  run_command: {allow: [ls], dir: /tmp, env: {TOKEN: "${TOOLGATE_TEST_PASS}"}}
+`))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	want := []string{
+		"/mcp/key/5678", "Bearer tok-1234", "key%2F5678", "key/5678", "key=key/5678",
+		"pass-9012", "tok-1234", "u:pass-9012",
+	}
+	got := cfg.Secrets()
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("Secrets() = %q, want it to have %q", got, w)
+		}
+	}
+	for _, notWant := range []string{"debug", "application/json", "mcp.example.com", "/srv/files", "/mcp", "x=1", ""} {
+		if slices.Contains(got, notWant) {
+			t.Errorf("Secrets() = %q, want no %q", got, notWant)
+		}
+	}
+	if !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
+		t.Errorf("Secrets() = %q, want sorted without duplicates", got)
+	}
+	if got := (Config{Servers: cfg.Servers}).Secrets(); len(got) != 0 {
+		t.Errorf("Secrets() of a Config not from ParseConfig = %q, want none", got)
+	}
+}
+
+func TestParseConfigMCPOutputCap(t *testing.T) {
+	cfg, err := ParseConfig([]byte("mcp_servers:\n  - name: a\n    command: [x]\n    max_output_bytes: 100\n  - name: b\n    command: [x]\n"))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	if a, b := cfg.Servers[0].MaxOutputBytes, cfg.Servers[1].MaxOutputBytes; a != 100 || b != DefaultMCPMaxOutputBytes {
+		t.Errorf("max_output_bytes: got %d and %d, want 100 and the default %d", a, b, DefaultMCPMaxOutputBytes)
 	}
 }

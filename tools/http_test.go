@@ -203,7 +203,6 @@ func TestHostPattern(t *testing.T) {
 	}
 }
 
-
 func TestHTTPTransportUsesNoProxy(t *testing.T) {
 	t.Setenv("HTTP_PROXY", "http://127.0.0.1:1")
 	t.Setenv("HTTPS_PROXY", "http://127.0.0.1:1")

@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"reflect"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -46,7 +49,23 @@ type ServerStatus struct {
 //
 // Each stdio server runs with PATH, HOME, USER, LANG, LC_ALL, TZ and TMPDIR
 // from the bot's environment plus its configured env, so that the bot's
-// own secrets do not reach it; its stderr is logged.
+// own secrets do not reach it; its stderr is logged. On Unix it runs in a
+// process group of its own, which is killed when the server is
+// disconnected, so that children of a wrapper (npx starting node) do not
+// outlive it.
+//
+// An HTTP server's headers are sent only to its endpoint's scheme, host and
+// port, never to a host it redirects to, and no proxy is used. Errors and
+// statuses name an HTTP server by scheme, host and port only: URLs in them
+// lose their user information, path and query.
+//
+// A tool result longer than the server's max_output_bytes is truncated
+// with a note.
+//
+// A server's tools are only known once it has connected: a server that has
+// never connected has no tools in the registry, so the model does not see
+// them at all (rather than seeing them fail), and only its status tells
+// that it is down.
 //
 // A Manager is safe for concurrent use. Close stops it.
 type Manager struct {
@@ -156,11 +175,13 @@ func (o managerOptions) delay(n int) time.Duration {
 
 // server is one MCP server and the goroutine that keeps it connected.
 type server struct {
-	cfg    ServerConfig
-	prefix string
-	m      *Manager
-	log    *slog.Logger
-	client *mcp.Client
+	cfg       ServerConfig
+	prefix    string
+	m         *Manager
+	log       *slog.Logger
+	client    *mcp.Client
+	http      *http.Client // for an HTTP server
+	maxOutput int64
 
 	ready     chan struct{} // closed after the first connection attempt
 	readyOnce sync.Once
@@ -175,14 +196,22 @@ type server struct {
 
 func (m *Manager) newServer(cfg ServerConfig) *server {
 	s := &server{
-		cfg:     cfg,
-		prefix:  cfg.Name + "__",
-		m:       m,
-		log:     m.log.With("mcp_server", cfg.Name),
-		ready:   make(chan struct{}),
-		refresh: make(chan struct{}, 1),
-		broken:  make(chan *mcp.ClientSession, 1),
-		lastErr: errors.New("not connected yet"),
+		cfg:       cfg,
+		prefix:    cfg.Name + "__",
+		m:         m,
+		log:       m.log.With("mcp_server", cfg.Name),
+		ready:     make(chan struct{}),
+		refresh:   make(chan struct{}, 1),
+		broken:    make(chan *mcp.ClientSession, 1),
+		lastErr:   errors.New("not connected yet"),
+		maxOutput: orDefault(cfg.MaxOutputBytes, DefaultMCPMaxOutputBytes),
+	}
+	if cfg.URL != "" {
+		origin := ""
+		if u, err := url.Parse(cfg.URL); err == nil {
+			origin = urlOrigin(u)
+		}
+		s.http = &http.Client{Transport: &headerTransport{base: newHTTPTransport(), origin: origin, headers: cfg.Headers}}
 	}
 	s.client = mcp.NewClient(&mcp.Implementation{Name: "toolgate"}, &mcp.ClientOptions{
 		Logger:       s.log,
@@ -242,13 +271,15 @@ func (s *server) run(ctx context.Context) {
 // serve connects once, registers the tools and watches the session until it
 // ends, returning why.
 func (s *server) serve(ctx context.Context) error {
-	cs, err := s.connect(ctx)
+	cs, stop, err := s.connect(ctx)
+	defer stop()
 	if err != nil {
+		err = cleanError(err)
 		s.setDown(err)
 		return err
 	}
 	if err := s.sync(ctx, cs); err != nil {
-		err = fmt.Errorf("list tools: %w", err)
+		err = cleanError(fmt.Errorf("list tools: %w", err))
 		cs.Close()
 		s.setDown(err)
 		return err
@@ -260,24 +291,24 @@ func (s *server) serve(ctx context.Context) error {
 	s.markReady()
 	s.log.Info("mcp server connected", "tools", n)
 
-	err = s.watch(ctx, cs)
+	err = cleanError(s.watch(ctx, cs))
 	s.setDown(err)
 	return err
 }
 
-func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
+// connect starts a session. The caller calls stop once the session is
+// closed (or failed to start): for a stdio server it kills what is left of
+// the server's process group.
+func (s *server) connect(ctx context.Context) (cs *mcp.ClientSession, stop func(), err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.m.opts.connectTimeout)
 	defer cancel()
 	if s.cfg.URL != "" {
-		t := &mcp.StreamableClientTransport{
-			Endpoint:   s.cfg.URL,
-			HTTPClient: &http.Client{Transport: &headerTransport{base: http.DefaultTransport, headers: s.cfg.Headers}},
-		}
+		t := &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: s.http}
 		cs, err := s.client.Connect(ctx, t, nil)
 		if err != nil {
-			return nil, fmt.Errorf("connect to %s: %w", s.cfg.URL, err)
+			return nil, func() {}, fmt.Errorf("connect to %s: %w", safeURL(s.cfg.URL), err)
 		}
-		return cs, nil
+		return cs, func() {}, nil
 	}
 	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
 	cmd.Dir = s.cfg.Dir
@@ -285,7 +316,9 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	stderr := &logWriter{log: s.log}
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
-	cs, err := s.client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	newProcessGroup(cmd)
+	stop = func() { killGroup(cmd) }
+	cs, err = s.client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		var details []string
 		if cmd.ProcessState != nil {
@@ -295,11 +328,11 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
 			details = append(details, fmt.Sprintf("last stderr line %q", l))
 		}
 		if len(details) > 0 {
-			return nil, fmt.Errorf("start %s (%s): %w", s.cfg.Command[0], strings.Join(details, "; "), err)
+			return nil, stop, fmt.Errorf("start %s (%s): %w", s.cfg.Command[0], strings.Join(details, "; "), err)
 		}
-		return nil, fmt.Errorf("start %s: %w", s.cfg.Command[0], err)
+		return nil, stop, fmt.Errorf("start %s: %w", s.cfg.Command[0], err)
 	}
-	return cs, nil
+	return cs, stop, nil
 }
 
 // watch waits until the session ends, ctx ends or a call finds the server
@@ -347,7 +380,7 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
 				if isTransportError(err) {
 					return fmt.Errorf("list tools: %w", err)
 				}
-				s.log.Warn("refreshing mcp tools failed", "err", err)
+				s.log.Warn("refreshing mcp tools failed", "err", cleanError(err))
 			}
 		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, s.m.opts.pingTimeout)
@@ -371,6 +404,7 @@ func (s *server) markReady() { s.readyOnce.Do(func() { close(s.ready) }) }
 
 // fail records that a call found cs unusable and wakes the supervisor.
 func (s *server) fail(cs *mcp.ClientSession, err error) {
+	err = cleanError(err)
 	s.mu.Lock()
 	if s.session != cs {
 		s.mu.Unlock()
@@ -507,17 +541,31 @@ func (s *server) handler(name string) agent.Handler {
 				return agent.Result{}, fmt.Errorf("call %s on mcp server %s: %w", name, s.cfg.Name, ctx.Err())
 			}
 			if !isTransportError(err) {
-				return errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, err), nil
+				return errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, cleanError(err)), nil
 			}
 			s.fail(cs, err)
 			return s.unavailable(err), nil
 		}
-		return toResult(res), nil
+		return capResult(toResult(res), s.maxOutput), nil
 	}
 }
 
 func (s *server) unavailable(err error) agent.Result {
-	return errorResult("MCP server %s is unavailable: %v. It is being reconnected; try again later or do without it.", s.cfg.Name, err)
+	return errorResult("MCP server %s is unavailable: %v. It is being reconnected; try again later or do without it.", s.cfg.Name, cleanError(err))
+}
+
+// capResult truncates r's content to at most max bytes, not cutting a
+// character, and says how much was left out.
+func capResult(r agent.Result, max int64) agent.Result {
+	if int64(len(r.Content)) <= max {
+		return r
+	}
+	kept := r.Content[:max]
+	for len(kept) > 0 && !utf8.ValidString(kept) {
+		kept = kept[:len(kept)-1]
+	}
+	r.Content = fmt.Sprintf("%s\n[output truncated: %d more bytes not shown]\n", kept, len(r.Content)-len(kept))
+	return r
 }
 
 // toResult turns an MCP tool result into text for the model: text content
@@ -570,14 +618,17 @@ func sameJSON(text string, b []byte) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-// headerTransport adds configured headers to every request.
+// headerTransport adds configured headers to the requests to origin (the
+// endpoint's scheme://host:port), and only to them: a redirect to another
+// host does not get them.
 type headerTransport struct {
 	base    http.RoundTripper
+	origin  string
 	headers map[string]string
 }
 
 func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if len(t.headers) > 0 {
+	if len(t.headers) > 0 && t.origin != "" && urlOrigin(r.URL) == t.origin {
 		r = r.Clone(r.Context())
 		for k, v := range t.headers {
 			r.Header.Set(k, v)
@@ -629,3 +680,58 @@ func (w *logWriter) emit(line []byte) {
 		w.log.Info("mcp server stderr", "line", l)
 	}
 }
+
+// urlOrigin is u's scheme, host and port, lower case and with the default
+// port filled in, to tell whether two URLs reach the same server.
+func urlOrigin(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" {
+		port = defaultPort(scheme)
+	}
+	return scheme + "://" + net.JoinHostPort(normalizeHost(u.Hostname()), port)
+}
+
+// safeURL is raw without user information, path, query and fragment:
+// scheme://host[:port], which is all errors and statuses show of a URL.
+func safeURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		if scheme, _, ok := strings.Cut(raw, "://"); ok {
+			return scheme + "://[url hidden]"
+		}
+		return "[url hidden]"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+}
+
+var urlInText = regexp.MustCompile(`(?i)\bhttps?://[^\s"'<>]+`)
+
+// cleanError returns err with every http or https URL in its message cut
+// to scheme://host[:port], so that a key in a URL's user information, path
+// or query stays out of statuses, logs and the model's view. errors.Is and
+// errors.As still see err.
+func cleanError(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	clean := urlInText.ReplaceAllStringFunc(msg, func(u string) string {
+		// Keep punctuation that ends a sentence out of the URL.
+		trimmed := strings.TrimRight(u, ".,;:)]}")
+		return safeURL(trimmed) + u[len(trimmed):]
+	})
+	if clean == msg {
+		return err
+	}
+	return &cleanedError{msg: clean, err: err}
+}
+
+type cleanedError struct {
+	msg string
+	err error
+}
+
+func (e *cleanedError) Error() string { return e.msg }
+
+func (e *cleanedError) Unwrap() error { return e.err }

@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,8 +34,19 @@ const (
 	envDown  = "TOOLGATE_TEST_MCP_DOWN" // a file; while it exists the server exits at once
 )
 
+// Arguments that make the test binary an MCP stdio server without any
+// environment, or a process that only sleeps.
+const (
+	argServe = "-toolgate-test-mcp-serve"
+	argSleep = "-toolgate-test-sleep"
+)
+
 func TestMain(m *testing.M) {
-	if os.Getenv(envServe) == "1" {
+	switch {
+	case slices.Contains(os.Args[1:], argSleep):
+		time.Sleep(5 * time.Minute)
+		os.Exit(0)
+	case os.Getenv(envServe) == "1" || slices.Contains(os.Args[1:], argServe):
 		os.Exit(serveStdio())
 	}
 	os.Exit(m.Run())
@@ -63,6 +77,11 @@ type idIn struct {
 type addIn struct {
 	A int `json:"a"`
 	B int `json:"b"`
+}
+
+type repeatIn struct {
+	Text string `json:"text"`
+	N    int    `json:"n"`
 }
 
 type sumOut struct {
@@ -96,6 +115,23 @@ func newTestServer() *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "pid", Description: "The server's process id.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return text(strconv.Itoa(os.Getpid())), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "environ", Description: "The server's environment.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return text(strings.Join(os.Environ(), "\n")), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "spawn", Description: "Start a child process that sleeps; return its pid."},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			cmd := exec.Command(os.Args[0], argSleep)
+			if err := cmd.Start(); err != nil {
+				return nil, nil, err
+			}
+			go cmd.Wait()
+			return text(strconv.Itoa(cmd.Process.Pid)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "repeat", Description: "Repeat text n times.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in repeatIn) (*mcp.CallToolResult, any, error) {
+			return text(strings.Repeat(in.Text, in.N)), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "add_tool", Description: "Add the tool extra."},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
@@ -310,8 +346,8 @@ policy:
 
 	t.Run("status", func(t *testing.T) {
 		st := m.Status()
-		if len(st) != 1 || !st[0].Connected || st[0].Tools != 6 || st[0].LastError != "" {
-			t.Fatalf("Status() = %+v, want srv connected with 6 tools", st)
+		if len(st) != 1 || !st[0].Connected || st[0].Tools != 9 || st[0].LastError != "" {
+			t.Fatalf("Status() = %+v, want srv connected with 9 tools", st)
 		}
 	})
 
@@ -320,7 +356,7 @@ policy:
 		for _, tool := range reg.List() {
 			names = append(names, tool.Name)
 		}
-		want := "ask_human srv__add srv__add_tool srv__delete_item srv__echo srv__fail srv__pid"
+		want := "ask_human srv__add srv__add_tool srv__delete_item srv__echo srv__environ srv__fail srv__pid srv__repeat srv__spawn"
 		if got := strings.Join(names, " "); got != want {
 			t.Errorf("registered tools: got %s, want %s", got, want)
 		}
@@ -408,8 +444,8 @@ policy:
 		if got := call(t, reg, "srv__extra", `{}`); got.Content != "extra" {
 			t.Errorf("srv__extra: got %+v, want extra", got)
 		}
-		if got := m.Status()[0].Tools; got != 7 {
-			t.Errorf("tool count after list_changed: got %d, want 7", got)
+		if got := m.Status()[0].Tools; got != 10 {
+			t.Errorf("tool count after list_changed: got %d, want 10", got)
 		}
 	})
 
@@ -586,4 +622,194 @@ func TestPingFindsHTTPServerGone(t *testing.T) {
 	})
 	f.start(t)
 	waitFor(t, "the server is connected again", func() bool { return m.Status()[0].Connected })
+}
+
+// unsetPassedEnv unsets the variables of the bot's environment that
+// commands and stdio servers see, restoring them when the test ends.
+func unsetPassedEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range passedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			if err := os.Unsetenv(k); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.Setenv(k, v) })
+		}
+	}
+}
+
+// processGone reports whether the process pid has ended (a zombie waiting
+// for its reaper counts as ended).
+func processGone(pid int) bool {
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		return strings.HasPrefix(rest, "Z")
+	}
+	return syscall.Kill(pid, 0) != nil
+}
+
+func TestStdioServerGetsNoSecrets(t *testing.T) {
+	t.Setenv("SLACK_BOT_TOKEN", "xoxb-leak")
+	unsetPassedEnv(t)
+	cfg := Config{Servers: []ServerConfig{{Name: "srv", Command: []string{os.Args[0], argServe}}}}
+	reg := agent.NewRegistry()
+	m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer m.Close()
+	if st := m.Status()[0]; !st.Connected {
+		t.Fatalf("status: got %+v, want connected", st)
+	}
+	if got := call(t, reg, "srv__environ", `{}`); strings.Contains(got.Content, "xoxb-leak") {
+		t.Errorf("the stdio server's environment has the bot's token:\n%s", got.Content)
+	}
+}
+
+func TestStdioServerProcessGroupKilled(t *testing.T) {
+	f := stdioFixture(t)
+	cfg, err := ParseConfig([]byte(f.yaml))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	reg := agent.NewRegistry()
+	m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer m.Close()
+	spawn := func() int {
+		t.Helper()
+		pid, err := strconv.Atoi(call(t, reg, "srv__spawn", `{}`).Content)
+		if err != nil {
+			t.Fatalf("srv__spawn: %v", err)
+		}
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+		return pid
+	}
+
+	// The server dies and is reconnected: its child goes with it.
+	child := spawn()
+	server, err := strconv.Atoi(call(t, reg, "srv__pid", `{}`).Content)
+	if err != nil {
+		t.Fatalf("srv__pid: %v", err)
+	}
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("the server's child %d is gone after the server died", child), func() bool { return processGone(child) })
+	waitFor(t, "the server is connected again", func() bool { return m.Status()[0].Connected })
+
+	// Close stops the server and its child.
+	child = spawn()
+	if err := m.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	waitFor(t, fmt.Sprintf("the server's child %d is gone after Close", child), func() bool { return processGone(child) })
+}
+
+func TestHTTPHeadersStayOnTheEndpoint(t *testing.T) {
+	srv := newTestServer()
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	var mu sync.Mutex
+	var endpointKeys, otherKeys []string
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		otherKeys = append(otherKeys, r.Header.Get("X-Api-Key"))
+		mu.Unlock()
+		handler.ServeHTTP(w, r)
+	}))
+	defer other.Close()
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		endpointKeys = append(endpointKeys, r.Header.Get("X-Api-Key"))
+		mu.Unlock()
+		http.Redirect(w, r, other.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	}))
+	defer endpoint.Close()
+
+	cfg := Config{Servers: []ServerConfig{{Name: "srv", URL: endpoint.URL + "/mcp", Headers: map[string]string{"X-Api-Key": "s3cret"}}}}
+	m, err := load(t.Context(), cfg, agent.NewRegistry(), testLogger(t), testOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer m.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(endpointKeys) == 0 || endpointKeys[0] != "s3cret" {
+		t.Errorf("X-Api-Key at the endpoint: got %q, want s3cret", endpointKeys)
+	}
+	if len(otherKeys) == 0 {
+		t.Fatal("the redirect was not followed")
+	}
+	for _, k := range otherKeys {
+		if k != "" {
+			t.Errorf("X-Api-Key reached the host redirected to: %q", k)
+		}
+	}
+}
+
+func TestHTTPServerErrorsHideTheURL(t *testing.T) {
+	t.Setenv("TOOLGATE_TEST_KEY", "k3y-in-the-url")
+	// Nothing listens on port 1.
+	cfg, err := ParseConfig([]byte(`
+mcp_servers:
+  - name: srv
+    url: http://user:${TOOLGATE_TEST_KEY}@127.0.0.1:1/mcp/${TOOLGATE_TEST_KEY}?key=${TOOLGATE_TEST_KEY}
+`))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	m, err := load(t.Context(), cfg, agent.NewRegistry(), log, testOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer m.Close()
+	st := m.Status()[0]
+	if st.Connected || !strings.Contains(st.LastError, "http://127.0.0.1:1") {
+		t.Errorf("status: got %+v, want an error naming http://127.0.0.1:1", st)
+	}
+	res, err := m.servers[0].handler("echo")(t.Context(), json.RawMessage(`{}`))
+	if err != nil || !res.IsError || !strings.Contains(res.Content, "unavailable") {
+		t.Errorf("a call: got %+v, %v; want an unavailable error", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for what, s := range map[string]string{"status": st.LastError, "call result": res.Content, "log": logs.String()} {
+		for _, secret := range []string{"k3y-in-the-url", "user:", "/mcp"} {
+			if strings.Contains(s, secret) {
+				t.Errorf("the %s has %q: %s", what, secret, s)
+			}
+		}
+	}
+}
+
+func TestMCPResultCapped(t *testing.T) {
+	f := stdioFixture(t)
+	cfg, err := ParseConfig([]byte(f.yaml + "    max_output_bytes: 101\n"))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	reg := agent.NewRegistry()
+	m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer m.Close()
+	got := call(t, reg, "srv__repeat", `{"text": "é", "n": 100}`)
+	// 101 bytes would cut the 51st é in two.
+	want := strings.Repeat("é", 50) + "\n[output truncated: 100 more bytes not shown]\n"
+	if got.Content != want || got.IsError {
+		t.Errorf("srv__repeat: got %+v, want %q", got, want)
+	}
+	if got := call(t, reg, "srv__repeat", `{"text": "a", "n": 101}`); got.Content != strings.Repeat("a", 101) {
+		t.Errorf("srv__repeat at the cap: got %+v, want 101 bytes", got)
+	}
 }

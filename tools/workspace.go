@@ -26,13 +26,19 @@ const maxListEntries = 1000
 // absolute inside it. Every access goes through [os.Root], so a path that
 // leaves the root, by ".." or through a symlink, is refused. Reads longer
 // than c.MaxFileBytes are truncated with a note; larger writes are refused.
-// The root must exist. Zero settings take their defaults.
+// The root is created, with mode 0750, if it does not exist. Zero settings
+// take their defaults.
 func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 	c.MaxFileBytes = orDefault(c.MaxFileBytes, DefaultWorkspaceMaxFileBytes)
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	c.Root = filepath.Clean(c.Root)
+	if _, err := os.Lstat(c.Root); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(c.Root, 0o750); err != nil {
+			return nil, fmt.Errorf("workspace: create root: %w", err)
+		}
+	}
 	if fi, err := os.Stat(c.Root); err != nil {
 		return nil, fmt.Errorf("workspace: root: %w", err)
 	} else if !fi.IsDir() {

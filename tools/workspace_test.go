@@ -126,9 +126,27 @@ func TestWorkspaceHints(t *testing.T) {
 	}
 }
 
-func TestWorkspaceRootMissing(t *testing.T) {
-	_, err := WorkspaceTools(WorkspaceConfig{Root: filepath.Join(t.TempDir(), "nope")})
-	if err == nil || !strings.Contains(err.Error(), "no such file") {
-		t.Errorf("WorkspaceTools with a missing root: got %v, want a no such file error", err)
+func TestWorkspaceRootCreated(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "a", "workspace")
+	if _, err := WorkspaceTools(WorkspaceConfig{Root: root}); err != nil {
+		t.Fatalf("WorkspaceTools with a missing root: %v", err)
+	}
+	fi, err := os.Stat(root)
+	if err != nil || !fi.IsDir() {
+		t.Fatalf("the root was not created: %v", err)
+	}
+	if perm := fi.Mode().Perm(); perm&^0o750 != 0 {
+		t.Errorf("root permissions: got %v, want at most 0750", perm)
+	}
+}
+
+func TestWorkspaceRootNotADirectory(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(root, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := WorkspaceTools(WorkspaceConfig{Root: root})
+	if err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("WorkspaceTools with a file as root: got %v, want a not a directory error", err)
 	}
 }
