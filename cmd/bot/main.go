@@ -86,18 +86,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return configErrorf("unexpected argument %q: bot is configured by environment variables, see bot --help", fs.Arg(0))
 	}
 
-	red := newRedactor(append([]string{
+	secrets := append([]string{
 		os.Getenv("SLACK_APP_TOKEN"), os.Getenv("SLACK_BOT_TOKEN"), os.Getenv("OPENAI_API_KEY"),
-	}, urlSecrets(os.Getenv("REDIS_URL"))...)...)
+	}, urlSecrets(os.Getenv("REDIS_URL"))...)
+	red := newRedactor(secrets...)
 	cfg, err := loadConfig()
 	if err != nil {
 		return red.Error(err)
 	}
-	return red.Error(serve(ctx, cfg, red, stderr))
+	file, err := loadFile(cfg.ConfigFile)
+	if err != nil {
+		return red.Error(err)
+	}
+	// The tools' headers, env values and URL parts from ${VAR} references.
+	red = newRedactor(append(secrets, file.tools.Secrets()...)...)
+	return red.Error(serve(ctx, cfg, file, red, stderr))
 }
 
 // serve runs the bot with a checked configuration until ctx ends.
-func serve(ctx context.Context, cfg config, red redactor, logOut io.Writer) error {
+func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOut io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// After the first signal, a second one kills the process at once instead
@@ -105,11 +112,6 @@ func serve(ctx context.Context, cfg config, red redactor, logOut io.Writer) erro
 	context.AfterFunc(ctx, stop)
 
 	log := newLogger(logOut, cfg, red)
-	file, err := loadFile(cfg.ConfigFile)
-	if err != nil {
-		return err
-	}
-
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err

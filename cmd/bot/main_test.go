@@ -487,3 +487,46 @@ func TestRunBadSlackToken(t *testing.T) {
 		t.Fatal("run did not stop on a bad token")
 	}
 }
+
+// TestRunRedactsToolSecrets runs the bot with a stdio MCP server that
+// prints a secret from its configured env on stderr and exits: the logs,
+// which quote the server's stderr, must not show it.
+func TestRunRedactsToolSecrets(t *testing.T) {
+	const secret = "mcp-secret-token-1234"
+	slack := fakeslack.New(t)
+	model := fakeopenai.New(t)
+	configFile := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(configFile, []byte(`mcp_servers:
+  - name: leaky
+    command: ["/bin/sh", "-c", "echo token=$MCP_TOKEN >&2; exit 1"]
+    env: {MCP_TOKEN: "${TOOLGATE_TEST_MCP_TOKEN}"}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	setEnv(t, map[string]string{
+		"SLACK_APP_TOKEN": slack.AppToken(),
+		"SLACK_BOT_TOKEN": "xoxb-revoked-secret-token",
+		"SLACK_API_URL":   slack.APIURL(),
+		"OPENAI_BASE_URL": model.URL(),
+		"DATA_DIR":        t.TempDir(),
+		"CONFIG_FILE":     configFile,
+		"HTTP_ADDR":       "127.0.0.1:0",
+	})
+	t.Setenv("TOOLGATE_TEST_MCP_TOKEN", secret)
+	logs := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(t.Context(), nil, io.Discard, logs) }()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("run succeeded with a bad bot token")
+		}
+		assertNoSecrets(t, "error", err.Error(), secret)
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not stop on a bad token")
+	}
+	if !strings.Contains(logs.String(), "token=[redacted]") {
+		t.Errorf("the log does not quote the server's stderr, redacted:\n%s", logs)
+	}
+	assertNoSecrets(t, "the log", logs.String(), secret)
+}
