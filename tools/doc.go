@@ -13,22 +13,45 @@
 //	  - name: github
 //	    url: https://mcp.example.com/mcp
 //	    headers: {Authorization: "Bearer ${GITHUB_TOKEN}"}
+//	    max_output_bytes: 65536
 //	builtin_tools:
 //	  ask_human: {}
-//	  http_request: {allowed_hosts: ["api.github.com", "*.internal.example"], max_response_bytes: 65536, timeout: 10s}
-//	  run_command: {allow: ["kubectl", "/usr/bin/systemctl"], dir: /srv, timeout: 30s, max_output_bytes: 65536}
+//	  http_request: {allowed_hosts: ["api.github.com", "*.internal.example", "127.0.0.1:8080"], max_response_bytes: 65536, timeout: 10s}
+//	  run_command: {allow: ["kubectl", "/usr/bin/systemctl"], dir: /srv/ops, timeout: 30s, max_output_bytes: 65536}
 //	  workspace: {root: /srv/scratch, max_file_bytes: 1048576}
 //
 // Keys: a server takes name, command or url, env and dir (command only),
-// headers (url only); ${VAR} in them comes from the environment. The
-// built-ins take http_request: allowed_hosts, max_response_bytes, timeout,
-// read_only; run_command: allow, dir, env, timeout, max_output_bytes;
-// workspace: root, max_file_bytes; ask_human: nothing. A section left out
-// leaves its tools off; unknown keys are errors.
+// headers (url only), max_output_bytes; ${VAR} in command, env, dir, url
+// and headers comes from the environment. The built-ins take http_request:
+// allowed_hosts, max_response_bytes, timeout, read_only; run_command:
+// allow, dir, env, timeout, max_output_bytes, allow_overlap; workspace:
+// root, max_file_bytes; ask_human: nothing. A section left out leaves its
+// tools off; unknown keys are errors.
+//
+// An allowed host without a port allows only the scheme's default port (80
+// for http, 443 for https); "host:8080" allows port 8080 and "host:*" any
+// port. The HTTP tools and MCP servers over HTTP use no proxy: HTTP_PROXY
+// and HTTPS_PROXY are ignored.
+//
+// run_command's dir and the workspace root must not overlap (one inside
+// the other): a file the model writes, such as .git/config or a Makefile,
+// could make an allowed program run arbitrary code. allow_overlap: true in
+// run_command accepts that risk. The workspace root is created if missing.
+//
+// [Config.Secrets] lists the values that came from ${VAR} references and
+// may be secret (headers, env values, parts of URLs), for the caller's log
+// redaction.
 //
 // [Load] registers the enabled built-ins and the MCP servers' tools into an
 // [agent.Registry] and returns a [Manager] that keeps the servers connected
-// and reports their state for health checks.
+// and reports their state for health checks. A server's tools are
+// registered once it first connects: while a server has never connected,
+// the model does not see its tools at all (rather than seeing them fail
+// with "server unavailable"), and only the server's status on the health
+// checks tells that it is down. A server that disconnects later keeps its
+// tools, which answer that it is unavailable. An MCP tool result longer
+// than the server's max_output_bytes (default 64 KiB) is truncated with a
+// note.
 //
 // The built-ins and their hints (policies allow read-only tools and ask for
 // destructive ones unless a rule says otherwise):
@@ -38,7 +61,8 @@
 //   - http_request: any method on allowed hosts; destructive. The
 //     http_request section enables both HTTP tools, or only http_get with
 //     read_only: true.
-//   - run_command: an allowlisted program, no shell; destructive.
+//   - run_command: an allowlisted program, no shell; destructive. What it
+//     leaves running in the background is killed when it exits.
 //   - workspace_list, workspace_read: read-only.
 //   - workspace_write, workspace_delete: destructive.
 //
