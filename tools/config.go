@@ -121,7 +121,8 @@ type CommandConfig struct {
 // WorkspaceConfig configures the workspace_* tools.
 type WorkspaceConfig struct {
 	// Root is the directory the tools may touch; it is created (mode 0750)
-	// if it does not exist.
+	// if it does not exist. A relative root is resolved against the
+	// working directory when the configuration is loaded.
 	Root string
 	// MaxFileBytes caps what workspace_read returns and what
 	// workspace_write accepts.
@@ -523,7 +524,12 @@ func (c *WorkspaceConfig) validate() error {
 		return errors.New("root is required")
 	}
 	if !filepath.IsAbs(c.Root) {
-		return fmt.Errorf("root %q must be an absolute path", c.Root)
+		// Relative to the bot's working directory, fixed at load.
+		abs, err := filepath.Abs(c.Root)
+		if err != nil {
+			return fmt.Errorf("root %q: %w", c.Root, err)
+		}
+		c.Root = abs
 	}
 	if c.MaxFileBytes <= 0 {
 		return fmt.Errorf("max_file_bytes must be positive, got %d", c.MaxFileBytes)

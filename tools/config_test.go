@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -127,7 +129,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{"command relative dir", "builtin_tools:\n  run_command: {allow: [ls], dir: srv}\n", "must be an absolute path"},
 		{"command env unset", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, env: {A: \"${TOOLGATE_TEST_UNSET}\"}}\n", "TOOLGATE_TEST_UNSET is not set"},
 		{"workspace no root", "builtin_tools:\n  workspace: {max_file_bytes: 10}\n", "root is required"},
-		{"workspace relative root", "builtin_tools:\n  workspace: {root: scratch}\n", "must be an absolute path"},
 		{"workspace not a mapping", "builtin_tools:\n  workspace: /srv\n", "line 2|workspace must be a mapping"},
 		{"mcp negative output cap", "mcp_servers:\n  - name: a\n    command: [x]\n    max_output_bytes: -1\n", "line 2|max_output_bytes must be positive"},
 		{"workspace in command dir", "builtin_tools:\n  run_command: {allow: [git], dir: /srv}\n  workspace: {root: /srv/scratch}\n", "run_command.dir /srv and workspace.root /srv/scratch overlap|.git/config|allow_overlap: true"},
@@ -216,5 +217,19 @@ func TestParseConfigMCPOutputCap(t *testing.T) {
 	}
 	if a, b := cfg.Servers[0].MaxOutputBytes, cfg.Servers[1].MaxOutputBytes; a != 100 || b != DefaultMCPMaxOutputBytes {
 		t.Errorf("max_output_bytes: got %d and %d, want 100 and the default %d", a, b, DefaultMCPMaxOutputBytes)
+	}
+}
+
+func TestParseConfigRelativeWorkspaceRoot(t *testing.T) {
+	cfg, err := ParseConfig([]byte("builtin_tools:\n  workspace: {root: scratch}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Builtins.Workspace.Root, filepath.Join(wd, "scratch"); got != want {
+		t.Errorf("got root %q, want %q (relative to the working directory)", got, want)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/toolgate/toolgate/approvals"
@@ -27,8 +28,9 @@ func TestConfigExample(t *testing.T) {
 	if tc.Builtins.AskHuman == nil {
 		t.Error("ask_human is not enabled")
 	}
-	if tc.Builtins.Workspace == nil || tc.Builtins.Workspace.Root != "/workspace" {
-		t.Errorf("workspace = %+v, want root /workspace (the Docker image's directory)", tc.Builtins.Workspace)
+	wd, _ := os.Getwd()
+	if tc.Builtins.Workspace == nil || tc.Builtins.Workspace.Root != filepath.Join(wd, "workspace") {
+		t.Errorf("workspace = %+v, want root ./workspace resolved against the working directory (/workspace in the Docker image)", tc.Builtins.Workspace)
 	}
 
 	tests := []struct {

@@ -61,6 +61,10 @@ func validEnv(t *testing.T) map[string]string {
 		"OPENAI_API_KEY":  testAPIKey,
 		"DATA_DIR":        t.TempDir(),
 		"HTTP_ADDR":       "127.0.0.1:0",
+		// Nothing here may reach the real Slack or OpenAI: a start that
+		// gets past the configuration fails on a closed local port.
+		"SLACK_API_URL":   "http://127.0.0.1:1/api/",
+		"OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
 	}
 }
 
@@ -140,7 +144,8 @@ func TestConfigErrors(t *testing.T) {
 	badTools := writeFile("bad-tools.yaml", `builtin_tools:
   ask_human: {}
   workspace:
-    root: relative/dir
+    root: /srv/scratch
+    max_file_bytes: -1
 `)
 	badYAML := writeFile("bad-yaml.yaml", "policy: [\n")
 
@@ -164,11 +169,11 @@ func TestConfigErrors(t *testing.T) {
 		{name: "unknown log format", set: map[string]string{"LOG_FORMAT": "xml"}, want: []string{`LOG_FORMAT: "xml" is not json or text`}},
 		{name: "unknown log level", set: map[string]string{"LOG_LEVEL": "loud"}, want: []string{`LOG_LEVEL: "loud"`}},
 		{name: "bad admin id", set: map[string]string{"ADMIN_USERS": "U0ADMIN1, bob"}, want: []string{`ADMIN_USERS: "bob" is not a Slack user id`}},
-		{name: "openai without key", unset: []string{"OPENAI_API_KEY"}, want: []string{"OPENAI_API_KEY is required"}},
+		{name: "openai without key", unset: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL"}, want: []string{"OPENAI_API_KEY is required"}},
 		{name: "bad model url", set: map[string]string{"OPENAI_BASE_URL": "localhost:11434"}, want: []string{"OPENAI_BASE_URL", "not an http or https URL"}},
 		{name: "missing config file", set: map[string]string{"CONFIG_FILE": filepath.Join(dir, "nope.yaml")}, want: []string{"CONFIG_FILE", "nope.yaml"}},
 		{name: "cel syntax error", set: map[string]string{"CONFIG_FILE": badCEL}, want: []string{badCEL, "rule 1", "line 5", "Syntax error"}},
-		{name: "bad builtin tool", set: map[string]string{"CONFIG_FILE": badTools}, want: []string{badTools, "line 4", "absolute"}},
+		{name: "bad builtin tool", set: map[string]string{"CONFIG_FILE": badTools}, want: []string{badTools, "line 4", "max_file_bytes"}},
 		{name: "yaml syntax error", set: map[string]string{"CONFIG_FILE": badYAML}, want: []string{badYAML, "line 1"}},
 		{name: "argument", args: []string{"serve"}, want: []string{`unexpected argument "serve"`, "--help"}},
 		{name: "unknown flag", args: []string{"--port=1"}, want: []string{"-port"}},
