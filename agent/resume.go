@@ -23,12 +23,17 @@ import (
 // are answered afterwards. A cancelled step ends the turn without calling
 // the model.
 func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
-	run, _, err := a.store.LoadRun(ctx, runID)
+	run, calls, err := a.store.LoadRun(ctx, runID)
 	if errors.Is(err, store.ErrNotFound) {
 		return Outcome{Status: Idle}, nil
 	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("resume %s: %w", runID, err)
+	}
+	for _, c := range calls {
+		if c.Status == store.Pending {
+			return Outcome{Status: Idle}, nil // not decided yet; the last decision resumes
+		}
 	}
 	rep := a.reporter(run.Conversation)
 	var out Outcome
@@ -41,17 +46,16 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 			out = Outcome{Status: Idle}
 			return nil
 		}
-		out, err = a.resumeClaimed(ctx, runID, rep)
+		// Decided calls are final, so what was loaded before the claim
+		// is still what the claim covers.
+		out, err = a.resumeClaimed(ctx, run, calls, rep)
 		return err
 	})
 	return out, err
 }
 
-func (a *Agent) resumeClaimed(ctx context.Context, runID string, rep Reporter) (Outcome, error) {
-	run, calls, err := a.store.LoadRun(ctx, runID)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("load run %s: %w", runID, err)
-	}
+func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.Call, rep Reporter) (Outcome, error) {
+	runID := run.ID
 	var st runState
 	if err := json.Unmarshal(run.State, &st); err != nil {
 		return Outcome{}, fmt.Errorf("decode run %s: %w", runID, err)

@@ -204,17 +204,9 @@ type standingCompiled struct {
 
 // load reads the admin rules, removals and standing rules.
 func (e *Engine) load(ctx context.Context) (*state, error) {
-	recs, err := e.rs.Records(ctx, KindPolicyRule)
+	recs, removed, standing, err := e.records(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("load policy rules: %w", err)
-	}
-	removed, err := e.rs.Records(ctx, KindPolicyRemoved)
-	if err != nil {
-		return nil, fmt.Errorf("load policy removals: %w", err)
-	}
-	standing, err := e.rs.Records(ctx, KindStandingRule)
-	if err != nil {
-		return nil, fmt.Errorf("load standing rules: %w", err)
+		return nil, err
 	}
 	st := &state{removed: make(map[string]bool, len(removed))}
 	for _, r := range removed {
@@ -291,6 +283,33 @@ func (e *Engine) load(ctx context.Context) (*state, error) {
 		}
 	}
 	return st, nil
+}
+
+// BatchRecordStore is a RecordStore that can list several kinds in one
+// round trip; the Engine uses it when the store offers it.
+type BatchRecordStore interface {
+	RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error)
+}
+
+// records reads the admin rules, removals and standing rules.
+func (e *Engine) records(ctx context.Context) (rules, removed, standing []store.Record, err error) {
+	if b, ok := e.rs.(BatchRecordStore); ok {
+		m, err := b.RecordsOf(ctx, KindPolicyRule, KindPolicyRemoved, KindStandingRule)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("load policy records: %w", err)
+		}
+		return m[KindPolicyRule], m[KindPolicyRemoved], m[KindStandingRule], nil
+	}
+	if rules, err = e.rs.Records(ctx, KindPolicyRule); err != nil {
+		return nil, nil, nil, fmt.Errorf("load policy rules: %w", err)
+	}
+	if removed, err = e.rs.Records(ctx, KindPolicyRemoved); err != nil {
+		return nil, nil, nil, fmt.Errorf("load policy removals: %w", err)
+	}
+	if standing, err = e.rs.Records(ctx, KindStandingRule); err != nil {
+		return nil, nil, nil, fmt.Errorf("load standing rules: %w", err)
+	}
+	return rules, removed, standing, nil
 }
 
 // Evaluate judges one call against the effective policy (see Engine for the

@@ -783,6 +783,35 @@ func (s *Store) Records(ctx context.Context, kind string) ([]store.Record, error
 	if err != nil {
 		return nil, fmt.Errorf("list records %s: %w", kind, err)
 	}
+	return decodeRecords(kind, m)
+}
+
+// RecordsOf lists the records of several kinds in one round trip, each
+// kind's by id.
+func (s *Store) RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error) {
+	cmds := make([]*redis.MapStringStringCmd, len(kinds))
+	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range kinds {
+			cmds[i] = p.HGetAll(ctx, s.recordsKey(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list records %v: %w", kinds, err)
+	}
+	out := make(map[string][]store.Record, len(kinds))
+	for i, k := range kinds {
+		recs, err := decodeRecords(k, cmds[i].Val())
+		if err != nil {
+			return nil, err
+		}
+		out[k] = recs
+	}
+	return out, nil
+}
+
+// decodeRecords turns a kind's hash into records sorted by id.
+func decodeRecords(kind string, m map[string]string) ([]store.Record, error) {
 	var out []store.Record
 	for f, v := range m {
 		id, ok := strings.CutPrefix(f, "d:")
@@ -793,6 +822,7 @@ func (s *Store) Records(ctx context.Context, kind string) ([]store.Record, error
 		if err := json.Unmarshal([]byte(v), &r); err != nil {
 			return nil, fmt.Errorf("list records %s: %s: %w", kind, id, err)
 		}
+		var err error
 		if r.Version, err = strconv.ParseInt(m["v:"+id], 10, 64); err != nil {
 			return nil, fmt.Errorf("list records %s: %s: %w", kind, id, err)
 		}

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -398,5 +399,42 @@ func TestStaleIndexEntriesDropped(t *testing.T) {
 		if n, err := c.ZCard(ctx, k).Result(); err != nil || n != 0 {
 			t.Errorf("ZCARD %s = %d, %v; want 0 after the stale entry was read", k, n, err)
 		}
+	}
+}
+
+// RecordsOf lists several kinds as Records does, in one round trip.
+func TestRecordsOf(t *testing.T) {
+	u := redisURL(t)
+	s := newStore(t, u, redisstore.Options{Prefix: newPrefix(t, u)})
+	ctx := context.Background()
+	for _, r := range []store.Record{
+		{Kind: "a", ID: "2", Data: json.RawMessage(`{"n":2}`)},
+		{Kind: "a", ID: "1", Data: json.RawMessage(`{"n":1}`)},
+		{Kind: "b", ID: "x", Data: json.RawMessage(`{}`)},
+	} {
+		if _, err := s.PutRecord(ctx, r, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.RecordsOf(ctx, "a", "b", "empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"a", "b", "empty"} {
+		want, err := s.Records(ctx, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got[kind]) != len(want) {
+			t.Fatalf("kind %s: got %d records, want %d", kind, len(got[kind]), len(want))
+		}
+		for i := range want {
+			if got[kind][i].ID != want[i].ID || got[kind][i].Version != want[i].Version || string(got[kind][i].Data) != string(want[i].Data) {
+				t.Errorf("kind %s record %d: got %+v, want %+v", kind, i, got[kind][i], want[i])
+			}
+		}
+	}
+	if ids := []string{got["a"][0].ID, got["a"][1].ID}; ids[0] != "1" || ids[1] != "2" {
+		t.Errorf("got ids %v, want sorted [1 2]", ids)
 	}
 }
