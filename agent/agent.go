@@ -46,6 +46,12 @@ type Rememberer interface {
 // GroupResolver expands user-group approvers (Slack user groups).
 type GroupResolver = approvals.GroupResolver
 
+// Audience tells whether a user can see a channel (is a member of it, or is
+// the other party of a direct message).
+type Audience interface {
+	CanSee(ctx context.Context, channel, user string) (bool, error)
+}
+
 // Conversations keeps the agent's state of each conversation between turns.
 type Conversations interface {
 	SaveConversation(ctx context.Context, c store.Conversation) error
@@ -119,6 +125,10 @@ type Config struct {
 	// Groups expands user-group approvers; nil means group approvers match
 	// no one.
 	Groups GroupResolver
+	// Audience tells who can see a conversation's channel. A call whose
+	// rule names no approvers may be decided by anyone who can; nil lets
+	// anyone decide it.
+	Audience Audience
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -259,7 +269,9 @@ func (a *Agent) withLease(ctx context.Context, conversation string, fn func(ctx 
 					return
 				default:
 					a.log.Warn("renew conversation lease", "conversation", conversation, "err", err)
-					if time.Since(renewed) >= a.cfg.LeaseTTL {
+					// Give up before the lease can have run out in the
+					// store, so no one else is working on it yet.
+					if time.Since(renewed) >= a.cfg.LeaseTTL*2/3 {
 						lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 						return
 					}
@@ -290,6 +302,12 @@ func (a *Agent) audit(ctx context.Context, e store.AuditEntry) {
 	if err := a.store.Audit(ctx, e); err != nil {
 		a.log.Warn("write audit entry", "action", e.Action, "call", e.CallID, "err", err)
 	}
+}
+
+// leaseLost reports whether ctx ended because the conversation's lease was
+// lost; then nothing more may be written for the conversation.
+func leaseLost(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), ErrLeaseLost)
 }
 
 func mustJSON(v any) json.RawMessage {

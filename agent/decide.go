@@ -60,7 +60,7 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 	if !d.At.Before(c.ExpiresAt) {
 		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrExpired)
 	}
-	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, d.Decider, a.cfg.Groups); err != nil {
+	if err := a.authorize(ctx, c, d); err != nil {
 		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
 	sd, err := a.checkDecision(ctx, c, d)
@@ -68,6 +68,46 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
 	return a.record(ctx, c, d.Fingerprint, sd)
+}
+
+// authorize checks that the decider may decide c: under the approvers the
+// card showed, as someone who can see the conversation when the rule names
+// no approvers, and, for a decision that runs the call, under the policy as
+// it is now (an admin may have tightened it since the card was posted).
+func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decision) error {
+	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, d.Decider, a.cfg.Groups); err != nil {
+		return err
+	}
+	if len(c.Approvers) == 0 && a.cfg.Audience != nil && d.Decider != c.Requester {
+		ok, err := a.cfg.Audience.CanSee(ctx, c.Channel, d.Decider)
+		if err != nil {
+			return fmt.Errorf("%w: could not check that you can see the conversation: %w", approvals.ErrNotApprover, err)
+		}
+		if !ok {
+			return fmt.Errorf("%w: only people in the conversation may decide this call", approvals.ErrNotApprover)
+		}
+	}
+	if d.Kind != approvals.Approve && d.Kind != approvals.Remember {
+		return nil // edits are judged on their new arguments in checkEdit
+	}
+	tool, ok := a.tools.Lookup(c.Tool)
+	if !ok {
+		return nil // settled as "no longer available" at resume
+	}
+	v := a.evaluate(ctx, approvals.Input{Tool: c.Tool, Args: c.Args, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
+	switch v.Action {
+	case approvals.Deny:
+		reason := v.Reason
+		if reason == "" {
+			reason = "rule " + v.RuleID
+		}
+		return fmt.Errorf("%w: %s", approvals.ErrPolicyDenied, reason)
+	case approvals.Ask:
+		if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester}, d.Decider, a.cfg.Groups); err != nil {
+			return fmt.Errorf("the call now falls under rule %s: %w", v.RuleID, err)
+		}
+	}
+	return nil
 }
 
 // checkDecision validates a decision against the call and returns what is
@@ -177,7 +217,7 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision) {
 		return
 	}
 	d := approvals.Decision{Kind: approvals.Remember, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: sd.TTL}
-	sr := approvals.RememberedRule(d, c.Tool, c.Channel)
+	sr := approvals.RememberedRule(d, c.Tool, c.Channel, c.RuleID)
 	if _, err := r.Remember(ctx, sd.Decider, sr); err != nil {
 		a.log.Error("store standing rule", "call", c.ID, "tool", c.Tool, "err", err)
 	}

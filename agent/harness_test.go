@@ -147,7 +147,8 @@ type world struct {
 	deploys  *counter
 	restarts *counter
 	cfg      agent.Config
-	policy   string // the config file's YAML; testPolicy unless a test sets it
+	policy   string            // the config file's YAML; testPolicy unless a test sets it
+	engine   *approvals.Engine // the latest agent's policy engine
 }
 
 func newWorld(t *testing.T, b backend) *world {
@@ -195,6 +196,7 @@ func (w *world) agent() *agent.Agent {
 	p, err := approvals.ParseConfig([]byte(policy))
 	must(w.t, err)
 	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock))
+	w.engine = engine
 	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: w.model.URL(), APIKey: "test-key", Model: "fake-model", Timeout: 10 * time.Second})
 	return agent.New(model, w.reg, engine, w.store, func(string) agent.Reporter { return w.rec }, w.cfg)
 }

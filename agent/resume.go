@@ -105,6 +105,11 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 	}
 	t.messages = append(t.messages, toolMessages(st.Slots)...)
 	out, err := a.continueTurn(ctx, t, rep)
+	if leaseLost(ctx) {
+		// Another process holds the conversation now; leave the run for
+		// a later resume, which will not run its calls again.
+		return out, err
+	}
 	if ferr := a.store.FinishRun(context.WithoutCancel(ctx), runID); ferr != nil {
 		err = errors.Join(err, fmt.Errorf("finish run %s: %w", runID, ferr))
 	}
@@ -224,17 +229,19 @@ func dropUnexecuted(msgs []openai.ChatCompletionMessage, slots []slot) []openai.
 // Sweep expires due calls and resumes steps that are decided but were never
 // resumed (their resumer crashed). It is safe to run on every replica at
 // once: expiry is a compare-and-set and each resume is claimed once. Each
-// run to resume is passed to resume, which may schedule it elsewhere; with a
-// nil resume, Sweep calls Resume itself. It returns every error after doing
+// run to resume is passed to resume with its conversation key, so it may be
+// scheduled with the conversation's other work; with a nil resume, Sweep
+// calls Resume itself. It returns every error after doing
 // what it can.
-func (a *Agent) Sweep(ctx context.Context, resume func(runID string)) error {
+func (a *Agent) Sweep(ctx context.Context, resume func(runID, conversation string)) error {
 	var errs []error
 	now := a.cfg.Now()
 	due, err := a.store.Due(ctx, now, 100)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list due calls: %w", err))
 	}
-	var runs []string
+	type ref struct{ run, conversation string }
+	var runs []ref
 	for _, c := range due {
 		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: string(approvals.Expire), Decider: System, At: now})
 		if errors.Is(err, store.ErrAlreadyDecided) || errors.Is(err, store.ErrConflict) {
@@ -247,25 +254,32 @@ func (a *Agent) Sweep(ctx context.Context, resume func(runID string)) error {
 		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "expire"})
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "expired"})
 		if complete {
-			runs = append(runs, got.RunID)
+			runs = append(runs, ref{got.RunID, got.Conversation})
 		}
 	}
 	stalled, err := a.store.Stalled(ctx, 100)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list stalled runs: %w", err))
 	}
-	runs = append(runs, stalled...)
+	for _, id := range stalled {
+		run, _, err := a.store.LoadRun(ctx, id)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("load stalled run %s: %w", id, err))
+			continue
+		}
+		runs = append(runs, ref{id, run.Conversation})
+	}
 	seen := map[string]bool{}
-	for _, id := range runs {
-		if seen[id] {
+	for _, r := range runs {
+		if seen[r.run] {
 			continue
 		}
-		seen[id] = true
+		seen[r.run] = true
 		if resume != nil {
-			resume(id)
+			resume(r.run, r.conversation)
 			continue
 		}
-		if _, err := a.Resume(ctx, id); err != nil {
+		if _, err := a.Resume(ctx, r.run); err != nil {
 			errs = append(errs, err)
 		}
 	}

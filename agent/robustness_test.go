@@ -190,3 +190,60 @@ func TestBadCallsAreSanitizedInTheHistory(t *testing.T) {
 		}
 	}
 }
+
+// audience is a fixed channel membership.
+type audience map[string][]string
+
+func (a audience) CanSee(_ context.Context, channel, user string) (bool, error) {
+	for _, u := range a[channel] {
+		if u == user {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// A call whose rule names no approvers is decided only by people who can
+// see the conversation.
+func TestOpenCallsNeedTheAudience(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.cfg.Audience = audience{"C1": {"UREQUESTER", "UMEMBER01"}}
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOUTSIDER"}
+	if _, err := a.Decide(ctx, d); !errors.Is(err, approvals.ErrNotApprover) {
+		t.Fatalf("got %v from someone outside the channel, want ErrNotApprover", err)
+	}
+	d.Decider = "UMEMBER01"
+	if _, err := a.Decide(ctx, d); err != nil {
+		t.Fatalf("got %v from a member of the channel", err)
+	}
+}
+
+// An approval is checked against the policy as it is now, not only as it
+// was when the card was posted.
+func TestApprovalUnderTightenedPolicy(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	_, err := w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "tight", Tool: "restart", Verdict: approvals.Ask, Approvers: []string{"ULEAD00001"}})
+	must(t, err)
+	d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"}
+	if _, err := a.Decide(ctx, d); !errors.Is(err, approvals.ErrNotApprover) || !strings.Contains(err.Error(), "rule tight") {
+		t.Fatalf("got %v, want ErrNotApprover under rule tight", err)
+	}
+	w.advance(time.Second) // admin rules apply newest first
+	_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "banned", Tool: "restart", Verdict: approvals.Deny, Reason: "frozen"})
+	must(t, err)
+	d.Decider = "ULEAD00001"
+	if _, err := a.Decide(ctx, d); !errors.Is(err, approvals.ErrPolicyDenied) {
+		t.Fatalf("got %v, want ErrPolicyDenied once the policy denies", err)
+	}
+	// Saying no is still possible.
+	d.Kind = approvals.Refuse
+	if _, err := a.Decide(ctx, d); err != nil {
+		t.Fatalf("got %v denying the call", err)
+	}
+}

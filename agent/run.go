@@ -170,6 +170,9 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 		msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(t.messages), Tools: a.modelTools()}, func(d string) { rep.Delta(ctx, d) })
 		t.steps++
 		if err != nil {
+			if leaseLost(ctx) {
+				return Outcome{}, fmt.Errorf("model: %w", err)
+			}
 			if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {
 				return Outcome{}, errors.Join(fmt.Errorf("model: %w", err), serr)
 			}
@@ -453,6 +456,9 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		}
 		t.messages = append(t.messages, toolMessages(slots)...)
 		err = fmt.Errorf("save paused step: %w", err)
+		if leaseLost(ctx) {
+			return Outcome{}, err
+		}
 		if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {
 			err = errors.Join(err, serr)
 		}

@@ -98,6 +98,11 @@ type StandingRule struct {
 	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is when the rule stops applying; zero means never.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// RuleID is the policy rule whose ask this standing rule relaxes; it
+	// applies only to calls that rule asks about, so allowing a tool under
+	// one rule never waives another rule's approvers. Empty applies to any
+	// ask of the tool.
+	RuleID string `json:"rule_id,omitempty"`
 }
 
 // Expired reports whether s no longer applies at now.
@@ -108,8 +113,8 @@ func (s StandingRule) Expired(now time.Time) bool {
 // RememberedRule builds the standing rule a Remember decision asks for on a
 // call of tool in channel: its conditions, and an expiry TTL after the
 // decision when TTL is set. Pass it to Engine.Remember.
-func RememberedRule(d Decision, tool, channel string) StandingRule {
-	s := StandingRule{Tool: tool, Channel: channel, When: d.Conditions, CreatedBy: d.Decider, CreatedAt: d.At}
+func RememberedRule(d Decision, tool, channel, ruleID string) StandingRule {
+	s := StandingRule{Tool: tool, Channel: channel, When: d.Conditions, CreatedBy: d.Decider, CreatedAt: d.At, RuleID: ruleID}
 	if d.TTL > 0 {
 		s.ExpiresAt = d.At.Add(d.TTL)
 	}
@@ -341,7 +346,7 @@ func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 	}
 	now := e.now()
 	for _, s := range st.standing {
-		if s.Tool != in.Tool || s.Channel != in.Channel || s.Expired(now) || s.err != nil {
+		if s.Tool != in.Tool || s.Channel != in.Channel || s.Expired(now) || s.err != nil || (s.RuleID != "" && s.RuleID != v.RuleID) {
 			continue
 		}
 		if s.prg != nil {

@@ -419,13 +419,13 @@ func TestEngineRememberErrors(t *testing.T) {
 func TestRememberedRule(t *testing.T) {
 	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	d := Decision{Kind: Remember, Decider: "U1", At: at, Conditions: `args.x == 1`, TTL: 24 * time.Hour}
-	got := RememberedRule(d, "files__delete", "C1")
-	want := StandingRule{Tool: "files__delete", Channel: "C1", When: `args.x == 1`, CreatedBy: "U1", CreatedAt: at, ExpiresAt: at.Add(24 * time.Hour)}
+	got := RememberedRule(d, "files__delete", "C1", "deletes")
+	want := StandingRule{Tool: "files__delete", Channel: "C1", When: `args.x == 1`, CreatedBy: "U1", CreatedAt: at, ExpiresAt: at.Add(24 * time.Hour), RuleID: "deletes"}
 	if got != want {
 		t.Errorf("RememberedRule: got %+v, want %+v", got, want)
 	}
 	d.TTL = 0
-	if got := RememberedRule(d, "t", "C"); !got.ExpiresAt.IsZero() {
+	if got := RememberedRule(d, "t", "C", ""); !got.ExpiresAt.IsZero() {
 		t.Errorf("RememberedRule without TTL: got ExpiresAt %v, want zero", got.ExpiresAt)
 	}
 }
@@ -543,5 +543,33 @@ func TestEngineWithoutAuditor(t *testing.T) {
 	}
 	if got := evalEngine(t, e, call("u", `{}`, "C1")); got.Action != Ask || got.RuleID != RuleAnnotations {
 		t.Errorf("nil policy, no hints: got %s by %q, want ask by annotations", got.Action, got.RuleID)
+	}
+}
+
+// A standing rule made under one rule does not waive another rule's ask.
+func TestStandingRuleKeepsToItsRule(t *testing.T) {
+	ctx := context.Background()
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "staging", Tool: "restart", When: `args.env == "staging"`, Verdict: Ask, Approvers: []string{"UBOB"}},
+		{ID: "prod", Tool: "restart", When: `args.env == "prod"`, Verdict: Ask, Approvers: []string{"SLEADS"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(p, newMemStore())
+	if _, err := e.Remember(ctx, "UBOB", StandingRule{Tool: "restart", Channel: "C1", RuleID: "staging"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		env        string
+		wantAction Action
+	}{{"staging", Allow}, {"prod", Ask}} {
+		v, err := e.Evaluate(ctx, Input{Tool: "restart", Channel: "C1", Args: json.RawMessage(`{"env":"` + tt.env + `"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Action != tt.wantAction {
+			t.Errorf("env %s: got %s by %s, want %s", tt.env, v.Action, v.RuleID, tt.wantAction)
+		}
 	}
 }
