@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -182,9 +183,21 @@ func cardKind(callID string) string { return "card:" + callID }
 
 const cardRefsID = "refs"
 
+// cardRefs is the record of where a call's card copies are. Posting is set
+// while they are being posted: a decision can arrive before the last copy
+// is out, and its update waits for the list to be complete.
+type cardRefs struct {
+	Posting bool      `json:"posting,omitempty"`
+	Refs    []cardRef `json:"refs"`
+}
+
 func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.PendingCall) {
 	card := cardOf(pc, nil)
 	blocks, text := CardBlocks(card), CardText(card)
+	posting := store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(cardRefs{Posting: true})}
+	if _, err := a.st.PutRecord(ctx, posting, -1); err != nil {
+		a.log.Warn("mark the card as being posted", "call", pc.ID, "err", err)
+	}
 	var refs []cardRef
 	if ts := a.postBlocks(ctx, channel, thread, blocks, text); ts != "" {
 		refs = append(refs, cardRef{Channel: channel, TS: ts})
@@ -196,11 +209,39 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	}
 	if len(refs) == 0 {
 		a.log.Error("no copy of the approval card could be posted; it is listed by /approvals pending and in App Home", "call", pc.ID)
-		return
 	}
-	rec := store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(refs)}
+	rec := store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(cardRefs{Refs: refs})}
 	if _, err := a.st.PutRecord(ctx, rec, -1); err != nil {
 		a.log.Error("remember where the card is", "call", pc.ID, "err", err)
+	}
+}
+
+// cardWait bounds how long an update waits for a card still being posted.
+const cardWait = 5 * time.Second
+
+// cardLocations returns where the call's card copies are, waiting while
+// they are still being posted.
+func (a *App) cardLocations(ctx context.Context, callID string) ([]cardRef, error) {
+	deadline := time.Now().Add(cardWait)
+	for {
+		recs, err := a.st.Records(ctx, cardKind(callID))
+		if err != nil {
+			return nil, err
+		}
+		var refs cardRefs
+		for _, rec := range recs {
+			if err := json.Unmarshal(rec.Data, &refs); err != nil {
+				return nil, fmt.Errorf("decode card locations: %w", err)
+			}
+		}
+		if !refs.Posting || time.Now().After(deadline) {
+			return refs.Refs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
@@ -287,7 +328,7 @@ func (a *App) expand(ctx context.Context, approvers []string) []string {
 
 // updateCard renders the call's current state on every copy of its card.
 func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
-	recs, err := a.st.Records(ctx, cardKind(u.Call.ID))
+	refs, err := a.cardLocations(ctx, u.Call.ID)
 	if err != nil {
 		a.log.Error("find the card to update", "call", u.Call.ID, "err", err)
 		return
@@ -300,17 +341,11 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	}
 	card := cardOf(pc, &u)
 	blocks, text := CardBlocks(card), CardText(card)
-	for _, rec := range recs {
-		var refs []cardRef
-		if err := json.Unmarshal(rec.Data, &refs); err != nil {
-			continue
-		}
-		for _, ref := range refs {
-			_, _, _, err := a.api.UpdateMessageContext(ctx, ref.Channel, ref.TS, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(text, false))
-			if err != nil {
-				a.log.Error("update card", "call", u.Call.ID, "channel", ref.Channel, "err", err)
-				a.m.error("slack_update")
-			}
+	for _, ref := range refs {
+		_, _, _, err := a.api.UpdateMessageContext(ctx, ref.Channel, ref.TS, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(text, false))
+		if err != nil {
+			a.log.Error("update card", "call", u.Call.ID, "channel", ref.Channel, "err", err)
+			a.m.error("slack_update")
 		}
 	}
 	if u.Phase != agent.PhaseDecided || u.Call.Status != store.Decided {
