@@ -71,14 +71,15 @@ type Store interface {
 // App is the Slack side of the bot: it turns Socket Mode envelopes into
 // agent turns and decisions, and renders what the agent reports.
 type App struct {
-	cfg    Config
-	api    *slack.Client
-	sm     *socketmode.Client
-	st     Store
-	policy *approvals.Engine
-	log    *slog.Logger
-	m      *Metrics
-	groups *groupCache
+	cfg      Config
+	api      *slack.Client
+	sm       *socketmode.Client
+	st       Store
+	policy   *approvals.Engine
+	log      *slog.Logger
+	m        *Metrics
+	groups   *groupCache
+	audience *audienceCache
 
 	ag atomic.Pointer[agent.Agent]
 
@@ -150,6 +151,7 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 		a.admins[strings.TrimSpace(u)] = true
 	}
 	a.groups = &groupCache{api: api, ttl: time.Minute, entries: map[string]groupEntry{}}
+	a.audience = newAudienceCache(api, time.Minute)
 	smOpts := []socketmode.Option{}
 	if cfg.Debug {
 		smOpts = append(smOpts, socketmode.OptionDebug(true), socketmode.OptionLog(slogLogger{a.log}))
@@ -363,8 +365,8 @@ func (a *App) sweep(context.Context) {
 	}
 	a.spawn(func(ctx context.Context) {
 		defer a.sweeping.Store(false)
-		err := ag.Sweep(ctx, func(runID string) {
-			if !a.enqueue(runID, func(ctx context.Context) { a.resume(ctx, runID) }) {
+		err := ag.Sweep(ctx, func(runID, conversation string) {
+			if !a.enqueue(conversation, func(ctx context.Context) { a.resume(ctx, runID) }) {
 				a.log.Warn("resume queue full; the next sweep retries", "run", runID)
 			}
 		})

@@ -303,6 +303,21 @@ func (a *App) cmdRulesRevoke(ctx context.Context, user, id string) string {
 	return fmt.Sprintf("Revoked standing rule `%s`.", Escape(id))
 }
 
+// inAudience reports whether user may decide a call open to anyone in its
+// conversation, as the agent checks it: the requester, or someone who can
+// see the channel. A failed check hides the call.
+func (a *App) inAudience(ctx context.Context, channel, requester, user string) bool {
+	if user == requester {
+		return true
+	}
+	ok, err := a.audience.CanSee(ctx, channel, user)
+	if err != nil {
+		a.log.Warn("check who can see a conversation", "channel", channel, "user", user, "err", err)
+		return false
+	}
+	return ok
+}
+
 // publishHome shows a user's approver inbox and their own waiting requests.
 func (a *App) publishHome(ctx context.Context, user string) {
 	ag := a.ag.Load()
@@ -311,7 +326,7 @@ func (a *App) publishHome(ctx context.Context, user string) {
 	}
 	var inbox, mine []Card
 	seen := map[string]bool{}
-	for _, approver := range []string{user, "*"} {
+	for _, approver := range []string{user, store.AnyApprover} {
 		calls, err := ag.Pending(ctx, store.Filter{Approver: approver})
 		if err != nil {
 			a.log.Warn("list inbox", "user", user, "err", err)
@@ -323,6 +338,9 @@ func (a *App) publishHome(ctx context.Context, user string) {
 			}
 			seen[c.ID] = true
 			if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, user, a.groups) != nil {
+				continue
+			}
+			if approver == store.AnyApprover && !a.inAudience(ctx, c.Channel, c.Requester, user) {
 				continue
 			}
 			inbox = append(inbox, cardOf(c, nil))

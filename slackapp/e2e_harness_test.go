@@ -146,7 +146,7 @@ func (e *env) start() *bot {
 	app, err := slackapp.New(e.cfg, st, engine)
 	must(e.t, err)
 	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: e.model.URL(), APIKey: "k", Model: "m", Timeout: 20 * time.Second})
-	ag := agent.New(model, e.reg, engine, st, app.Reporter, agent.Config{Groups: app.Groups(), LeaseTTL: 2 * time.Second, Logger: e.cfg.Logger})
+	ag := agent.New(model, e.reg, engine, st, app.Reporter, agent.Config{Groups: app.Groups(), Audience: app.Audience(), LeaseTTL: 2 * time.Second, Logger: e.cfg.Logger})
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bot{st: st, app: app, cancel: cancel, done: make(chan error, 1)}
 	go func() { b.done <- app.Run(ctx, ag) }()

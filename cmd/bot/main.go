@@ -152,6 +152,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		MaxSteps:     cfg.MaxSteps,
 		ApprovalTTL:  cfg.ApprovalTTL,
 		Groups:       app.Groups(),
+		Audience:     app.Audience(),
 		Logger:       log,
 	})
 

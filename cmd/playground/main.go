@@ -212,6 +212,7 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 		SystemPrompt: systemPrompt,
 		ApprovalTTL:  time.Hour,
 		Groups:       pg.app.Groups(),
+		Audience:     pg.app.Audience(),
 		Logger:       log,
 	})
 

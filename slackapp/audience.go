@@ -1,0 +1,109 @@
+package slackapp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/agent"
+)
+
+// Audience tells the agent who can see a conversation: the members of a
+// channel, or the other party of a direct message. A call whose rule names
+// no approvers may be decided, and is listed in App Home, only for them.
+func (a *App) Audience() agent.Audience { return a.audience }
+
+// audienceCache answers CanSee from conversations.info (the other party of
+// a DM, which never changes) and conversations.members (kept for ttl, so a
+// burst of clicks or Home tabs is not a burst of API calls). Errors are
+// returned, never guessed: the caller refuses.
+type audienceCache struct {
+	api *slack.Client
+	ttl time.Duration
+
+	mu      sync.Mutex
+	dms     map[string]string
+	members map[string]memberEntry
+}
+
+type memberEntry struct {
+	members map[string]bool
+	at      time.Time
+}
+
+func newAudienceCache(api *slack.Client, ttl time.Duration) *audienceCache {
+	return &audienceCache{api: api, ttl: ttl, dms: map[string]string{}, members: map[string]memberEntry{}}
+}
+
+// CanSee reports whether user can see channel.
+func (c *audienceCache) CanSee(ctx context.Context, channel, user string) (bool, error) {
+	if channel == "" || user == "" {
+		return false, nil
+	}
+	if strings.HasPrefix(channel, "D") {
+		other, err := c.dmUser(ctx, channel)
+		if err != nil {
+			return false, err
+		}
+		return other == user, nil
+	}
+	members, err := c.channelMembers(ctx, channel)
+	if err != nil {
+		return false, err
+	}
+	return members[user], nil
+}
+
+// dmUser returns the person the bot talks to in a DM channel.
+func (c *audienceCache) dmUser(ctx context.Context, channel string) (string, error) {
+	c.mu.Lock()
+	other, ok := c.dms[channel]
+	c.mu.Unlock()
+	if ok {
+		return other, nil
+	}
+	info, err := c.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: channel})
+	if err != nil {
+		return "", fmt.Errorf("look up DM %s: %w", channel, err)
+	}
+	if !info.IsIM || info.User == "" {
+		return "", fmt.Errorf("look up DM %s: not a direct message", channel)
+	}
+	c.mu.Lock()
+	c.dms[channel] = info.User
+	c.mu.Unlock()
+	return info.User, nil
+}
+
+// channelMembers returns the members of a channel, every page of them.
+func (c *audienceCache) channelMembers(ctx context.Context, channel string) (map[string]bool, error) {
+	c.mu.Lock()
+	e, ok := c.members[channel]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < c.ttl {
+		return e.members, nil
+	}
+	members := map[string]bool{}
+	cursor := ""
+	for {
+		ids, next, err := c.api.GetUsersInConversationContext(ctx, &slack.GetUsersInConversationParameters{ChannelID: channel, Cursor: cursor, Limit: 1000})
+		if err != nil {
+			return nil, fmt.Errorf("list members of %s: %w", channel, err)
+		}
+		for _, id := range ids {
+			members[id] = true
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	c.mu.Lock()
+	c.members[channel] = memberEntry{members: members, at: time.Now()}
+	c.mu.Unlock()
+	return members, nil
+}

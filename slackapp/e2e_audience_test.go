@@ -1,0 +1,80 @@
+package slackapp_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// home opens user's Home tab and waits until it is published.
+func (e *env) home(user string) fakeslack.View {
+	e.t.Helper()
+	before, _ := e.slack.HomeView(user)
+	e.slack.OpenHome(user)
+	var home fakeslack.View
+	waitUntil(e.t, user+"'s Home tab is published", func() bool {
+		var ok bool
+		home, ok = e.slack.HomeView(user)
+		return ok && (home.ID != before.ID || home.JSON != nil && string(home.JSON) != string(before.JSON))
+	})
+	return home
+}
+
+// A call whose rule names no approvers may be decided by anyone who can see
+// its conversation, and only by them: someone outside a private channel
+// does not find it in App Home, and their click changes nothing.
+func TestOpenCallsStayInTheirConversation(t *testing.T) {
+	const private = "CPRIVATE02"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n"
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, other, e.slack.BotUserID()}})
+	b := e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"15"}`)), fakeopenai.Text("Deployed vault 15."))
+	ts := e.slack.Mention(private, requester, "deploy vault 15")
+	card := e.cardIn(private, ts, "deploy")
+
+	outside := e.home(stranger)
+	wantIn(t, "the Home tab of someone outside the channel", viewText(outside), "Waiting for your decision* (0)")
+	if strings.Contains(viewText(outside), "vault") {
+		t.Errorf("someone outside the private channel sees its call in App Home:\n%s", viewText(outside))
+	}
+	inside := e.home(other)
+	wantIn(t, "the Home tab of a channel member", viewText(inside), "Waiting for your decision* (1)", "vault")
+
+	// A click from outside, on a Home tab that lists the call, is refused.
+	_, err := e.slack.ClickInView(stranger, inside.ID, slackapp.ActionApprove, "")
+	must(t, err)
+	dm := e.slack.DMChannel(stranger)
+	if _, err := e.slack.WaitMessage(dm, func(m fakeslack.Message) bool {
+		return strings.Contains(m.Text, "nothing changed")
+	}, 10*time.Second); err != nil {
+		t.Fatalf("the stranger was not told their click changed nothing: %v", err)
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Fatalf("deploy ran %d times on a stranger's approval", n)
+	}
+	if m, _ := e.slack.Message(private, card.TS); !isCard(m) {
+		t.Fatalf("the card changed after a refused click: %s", m.Blocks)
+	}
+
+	_, err = e.slack.Click(other, private, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(private, ts, "Deployed vault 15.")
+	if n := e.deploy.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+
+	// In a DM only the other party can see the conversation.
+	ctx := context.Background()
+	for user, want := range map[string]bool{requester: true, stranger: false, other: false} {
+		got, err := b.app.Audience().CanSee(ctx, e.slack.DMChannel(requester), user)
+		if err != nil || got != want {
+			t.Errorf("CanSee(DM with the requester, %s) = %v, %v; want %v", user, got, err, want)
+		}
+	}
+}
