@@ -45,10 +45,9 @@
 // [Load] registers the enabled built-ins and the MCP servers' tools into an
 // [agent.Registry] and returns a [Manager] that keeps the servers connected
 // and reports their state for health checks. A server's tools are
-// registered once it first connects: while a server has never connected,
-// the model does not see its tools at all (rather than seeing them fail
-// with "server unavailable"), and only the server's status on the health
-// checks tells that it is down. A server that disconnects later keeps its
+// registered once it first connects; until then the model sees one
+// read-only stand-in, <server>__unavailable, which answers that the server
+// is not connected and why. A server that disconnects later keeps its
 // tools, which answer that it is unavailable. An MCP tool result longer
 // than the server's max_output_bytes (default 64 KiB) is truncated with a
 // note.

@@ -62,10 +62,9 @@ type ServerStatus struct {
 // A tool result longer than the server's max_output_bytes is truncated
 // with a note.
 //
-// A server's tools are only known once it has connected: a server that has
-// never connected has no tools in the registry, so the model does not see
-// them at all (rather than seeing them fail), and only its status tells
-// that it is down.
+// A server's tools are only known once it has connected; until then the
+// registry holds one read-only stand-in, <server>__unavailable, whose
+// result tells the model that the server is not connected and why.
 //
 // A Manager is safe for concurrent use. Close stops it.
 type Manager struct {
@@ -127,7 +126,14 @@ func load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m := &Manager{reg: reg, log: log, opts: opts, cancel: cancel}
 	for _, sc := range cfg.Servers {
-		m.servers = append(m.servers, m.newServer(sc))
+		s := m.newServer(sc)
+		// Until the server's own tools are listed, one stand-in tool tells
+		// the model the server is not connected and why.
+		if err := reg.Register(s.standIn()); err != nil {
+			cancel()
+			return nil, fmt.Errorf("load tools: %w", err)
+		}
+		m.servers = append(m.servers, s)
 	}
 	for _, s := range m.servers {
 		m.wg.Go(func() { s.run(runCtx) })
@@ -547,6 +553,28 @@ func (s *server) handler(name string) agent.Handler {
 			return s.unavailable(err), nil
 		}
 		return capResult(toResult(res), s.maxOutput), nil
+	}
+}
+
+// standIn is the tool registered for a server that has not listed its
+// tools yet (it is starting, or failed to start): calling it answers that
+// the server is unavailable and why. The server's tools replace it once it
+// connects. It is read-only, so no one is asked to approve it.
+func (s *server) standIn() agent.Tool {
+	return agent.Tool{
+		Name:        s.prefix + "unavailable",
+		Description: fmt.Sprintf("The MCP server %s is not connected, so its tools are not available yet. Call this to learn why.", s.cfg.Name),
+		Schema:      json.RawMessage(`{"type":"object","properties":{}}`),
+		Annotations: approvals.Hints{ReadOnly: true},
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			s.mu.Lock()
+			err := s.lastErr
+			s.mu.Unlock()
+			if err == nil {
+				err = errors.New("its tools are being listed")
+			}
+			return s.unavailable(err), nil
+		},
 	}
 }
 

@@ -503,13 +503,20 @@ func TestLoadServerDownAtStart(t *testing.T) {
 	if st.Connected || st.Transport != "stdio" || !strings.Contains(st.LastError, `exit status 1; last stderr line "test server is down"`) {
 		t.Errorf("status: got %+v, want a stdio server not connected, with its exit status and stderr", st)
 	}
-	if n := len(reg.List()); n != 0 {
-		t.Errorf("tools registered: got %d, want 0", n)
+	// The model sees one stand-in tool that says why the server is missing.
+	if list := reg.List(); len(list) != 1 || list[0].Name != "srv__unavailable" || !list[0].Annotations.ReadOnly {
+		t.Fatalf("tools registered: got %v, want only the read-only srv__unavailable", list)
+	}
+	if got := call(t, reg, "srv__unavailable", `{}`); !got.IsError || !strings.Contains(got.Content, "MCP server srv is unavailable") || !strings.Contains(got.Content, "test server is down") {
+		t.Errorf("srv__unavailable: got %+v, want an error saying why the server is down", got)
 	}
 	f.start(t)
 	waitFor(t, "the server connects", func() bool { return m.Status()[0].Connected })
 	if got := call(t, reg, "srv__echo", `{"text": "late"}`); got.Content != "echo: late" {
 		t.Errorf("srv__echo: got %+v, want echo: late", got)
+	}
+	if _, ok := reg.Lookup("srv__unavailable"); ok {
+		t.Error("the stand-in tool is still registered after the server connected")
 	}
 }
 
