@@ -20,6 +20,9 @@ type click struct {
 	user, channel, actionID, value, triggerID string
 }
 
+// busyText answers an envelope that found every handler busy.
+const busyText = "I'm busy, try again in a moment."
+
 // onInteractive handles block actions (acked at once, then worked on) and
 // view submissions (acked with the outcome: a modal with an invalid input
 // stays open with the error shown inline).
@@ -42,8 +45,11 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 			}
 			for _, act := range cb.ActionCallback.BlockActions {
 				c := click{user: cb.User.ID, channel: cb.Channel.ID, actionID: act.ActionID, value: act.Value, triggerID: cb.TriggerID}
-				a.onClick(c)
+				a.onClick(ctx, c)
 			}
+		}, func() {
+			// The card is unchanged: the click can be repeated.
+			a.log.Warn("too busy to handle a click; dropped", "user", cb.User.ID)
 		})
 	case slack.InteractionTypeViewSubmission:
 		// The ack carries the outcome, so it waits for the decision; that
@@ -55,41 +61,64 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 				return
 			}
 			a.ack(req, nil, start)
+		}, func() {
+			// Nothing is recorded; the modal stays open to submit again.
+			var resp any
+			if block := submitBlock(cb.View.CallbackID); block != "" {
+				resp = slack.NewErrorsViewSubmissionResponse(map[string]string{block: busyText})
+			}
+			a.ack(req, resp, start)
 		})
 	default:
 		a.ack(evt.Request, nil, start)
 	}
 }
 
-// onClick routes a button by its action id.
-func (a *App) onClick(c click) {
+// onClick routes a button by its action id. It runs in a handler, off the
+// event loop.
+func (a *App) onClick(ctx context.Context, c click) {
 	switch c.actionID {
 	case ActionApprove:
-		a.decideLater(c, approvals.Approve)
+		a.decideLater(ctx, c, approvals.Approve)
 	case ActionDeny:
-		a.decideLater(c, approvals.Refuse)
+		a.decideLater(ctx, c, approvals.Refuse)
 	case ActionRemember:
-		a.decideLater(c, approvals.Remember)
+		a.decideLater(ctx, c, approvals.Remember)
 	case ActionCancel:
-		a.cancelLater(c)
+		a.cancelLater(ctx, c)
 	case ActionReject, ActionEdit, ActionRespond, ActionViewArgs:
 		// A trigger id is good for 3 s: open the modal now.
-		a.spawn(func(ctx context.Context) { a.openModal(ctx, c) })
+		a.openModal(ctx, c)
 	}
 }
 
-// decideLater records a button decision on the call's worker.
-func (a *App) decideLater(c click, kind approvals.Kind) {
+// decideLater records a button decision on the worker of the call's
+// conversation, in order with the conversation's other work.
+func (a *App) decideLater(ctx context.Context, c click, kind approvals.Kind) {
 	callID, fp := parseToken(c.value)
-	key := store.RunOf(callID)
-	ok := a.enqueue(key, func(ctx context.Context) {
+	pc, err := a.ag.Load().Call(ctx, callID)
+	if err != nil {
+		text, result := refusalText(store.Call{}, c.user, err)
+		a.m.decision(string(kind), result, 0)
+		if result == "error" {
+			a.log.Error("look up call", "call", callID, "err", err)
+		}
+		a.tell(ctx, c.user, c.channel, text)
+		return
+	}
+	ok := a.enqueue(pc.Conversation, func(ctx context.Context) {
+		if ctx.Err() != nil {
+			// Shutting down before this click's turn: nothing recorded.
+			a.tell(ctx, c.user, c.channel, DecisionFailedText())
+			return
+		}
 		d := approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user}
 		if text := a.decide(ctx, d); text != "" {
 			a.tell(ctx, c.user, c.channel, text)
 		}
 	})
 	if !ok {
-		a.spawn(func(ctx context.Context) { a.tell(ctx, c.user, c.channel, DecisionFailedText()) })
+		a.tell(ctx, c.user, c.channel, DecisionFailedText())
 	}
 }
 
@@ -115,21 +144,27 @@ func (a *App) decide(ctx context.Context, d approvals.Decision) string {
 	return ""
 }
 
-// resume runs the resume of a run whose step is decided.
+// resume runs the resume of a run whose step is decided, on its
+// conversation's worker.
 func (a *App) resume(ctx context.Context, runID string) {
 	ag := a.ag.Load()
 	out, err := ag.Resume(ctx, runID)
 	if out.Status != agent.Idle {
 		a.m.turn(string(out.Status), err)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, agent.ErrLeaseTimeout):
+		// Another process held the conversation all along; the run is
+		// still decided and unclaimed, so the sweep resumes it. The
+		// thread has nothing to act on.
+		a.log.Warn("resume waited too long for the conversation; the sweep retries", "run", runID, "err", err)
+	default:
 		a.log.Error("resume failed", "run", runID, "err", err)
-		if c, lerr := ag.Pending(ctx, store.Filter{}); lerr == nil {
-			_ = c // the sweep retries a resume that was claimed but not finished
-		}
-		run := runID
-		if calls, cerr := a.callOfRun(ctx, run); cerr == nil {
-			_, channel, thread, _ := parseKey(calls.Conversation)
+		lctx, cancel := detached(ctx)
+		defer cancel()
+		if c, cerr := a.callOfRun(lctx, runID); cerr == nil {
+			_, channel, thread, _ := parseKey(c.Conversation)
 			a.post(ctx, channel, thread, failureText(err))
 		}
 	}
@@ -139,6 +174,16 @@ func (a *App) resume(ctx context.Context, runID string) {
 func (a *App) callOfRun(ctx context.Context, runID string) (store.Call, error) {
 	pc, err := a.ag.Load().Call(ctx, store.CallID(runID, 0))
 	return pc.Call, err
+}
+
+// resumeQueued is a queued resume: one that had not started by the end of
+// the shutdown grace period is left to the sweep of the next process.
+func (a *App) resumeQueued(ctx context.Context, runID string) {
+	if ctx.Err() != nil {
+		a.log.Warn("shutting down before a queued resume; the sweep resumes it", "run", runID)
+		return
+	}
+	a.resume(ctx, runID)
 }
 
 // refusalText explains a refused decision to the decider, and names the
@@ -160,7 +205,7 @@ func refusalText(c store.Call, decider string, err error) (text, result string) 
 	case errors.Is(err, approvals.ErrUnknownCall):
 		return "I don't know this request any more (it may have finished long ago). Nothing changed.", "unknown"
 	case errors.Is(err, approvals.ErrPolicyDenied):
-		return "The policy denies the edited call: " + Escape(strings.TrimPrefix(errAfter(err, approvals.ErrPolicyDenied), ": ")) + ". Nothing ran.", "policy_denied"
+		return "The policy now denies this call: " + Escape(strings.TrimPrefix(errAfter(err, approvals.ErrPolicyDenied), ": ")) + ". Nothing ran.", "policy_denied"
 	case errors.Is(err, approvals.ErrInvalidArgs), errors.Is(err, agent.ErrBadDecision):
 		return Escape(err.Error()), "invalid"
 	default:
@@ -177,15 +222,29 @@ func errAfter(err, sentinel error) string {
 	return s
 }
 
-// cancelLater stops a paused turn on behalf of its requester.
-func (a *App) cancelLater(c click) {
+// cancelLater stops a paused turn on behalf of its requester, on the
+// worker of its conversation.
+func (a *App) cancelLater(ctx context.Context, c click) {
 	callID, _ := parseToken(c.value)
 	runID := store.RunOf(callID)
-	ok := a.enqueue(runID, func(ctx context.Context) {
-		ag := a.ag.Load()
+	ag := a.ag.Load()
+	pc, err := ag.Call(ctx, callID)
+	if err != nil {
+		text, result := refusalText(store.Call{}, c.user, err)
+		a.m.decision("cancel", result, 0)
+		if result == "error" {
+			a.log.Error("look up call", "call", callID, "err", err)
+		}
+		a.tell(ctx, c.user, c.channel, text)
+		return
+	}
+	ok := a.enqueue(pc.Conversation, func(ctx context.Context) {
+		if ctx.Err() != nil {
+			a.tell(ctx, c.user, c.channel, DecisionFailedText())
+			return
+		}
 		res, err := ag.Cancel(ctx, runID, c.user)
 		if err != nil {
-			pc, _ := ag.Call(ctx, callID)
 			text, result := refusalText(pc.Call, c.user, err)
 			if errors.Is(err, approvals.ErrNotApprover) {
 				text = NotRequesterText(pc.Requester)
@@ -200,7 +259,7 @@ func (a *App) cancelLater(c click) {
 		}
 	})
 	if !ok {
-		a.spawn(func(ctx context.Context) { a.tell(ctx, c.user, c.channel, DecisionFailedText()) })
+		a.tell(ctx, c.user, c.channel, DecisionFailedText())
 	}
 }
 
@@ -258,14 +317,14 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 	value := ReadCallID(cb.View)
 	callID, fp := parseToken(value)
 	d := approvals.Decision{CallID: callID, Fingerprint: fp, Decider: cb.User.ID}
-	block := ""
+	block := submitBlock(cb.View.CallbackID)
 	switch cb.View.CallbackID {
 	case CallbackReject:
-		d.Kind, d.Reason, block = approvals.Reject, ReadRejectReason(cb.View), BlockRejectReason
+		d.Kind, d.Reason = approvals.Reject, ReadRejectReason(cb.View)
 	case CallbackRespond:
-		d.Kind, d.Answer, block = approvals.Respond, ReadAnswer(cb.View), BlockAnswer
+		d.Kind, d.Answer = approvals.Respond, ReadAnswer(cb.View)
 	case CallbackEdit:
-		d.Kind, block = approvals.Edit, BlockEditArgs
+		d.Kind = approvals.Edit
 		raw := strings.TrimSpace(ReadEditedArgs(cb.View))
 		if !json.Valid([]byte(raw)) {
 			var v any
@@ -295,11 +354,25 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 	a.m.decision(string(d.Kind), "ok", time.Since(res.Call.CreatedAt))
 	if res.Complete {
 		runID := res.Call.RunID
-		if !a.enqueue(runID, func(ctx context.Context) { a.resume(ctx, runID) }) {
-			a.log.Warn("resume queue full; the sweep will resume the run", "run", runID)
+		if !a.enqueue(res.Call.Conversation, func(ctx context.Context) { a.resumeQueued(ctx, runID) }) {
+			a.log.Warn("could not queue the resume; the sweep will resume the run", "run", runID)
 		}
 	}
 	return nil
+}
+
+// submitBlock is the input block of a decision modal, where its errors
+// show.
+func submitBlock(callbackID string) string {
+	switch callbackID {
+	case CallbackReject:
+		return BlockRejectReason
+	case CallbackRespond:
+		return BlockAnswer
+	case CallbackEdit:
+		return BlockEditArgs
+	}
+	return ""
 }
 
 func errString(err error) string {
@@ -322,8 +395,12 @@ func clip(s string, n int) string {
 }
 
 // tell answers one person privately: an ephemeral message in the channel,
-// or a DM where there is no channel (a click in App Home).
+// or a DM where there is no channel (a click in App Home). Like post, it
+// is not cancelled with ctx: the answer to a click matters most when the
+// bot is shutting down.
 func (a *App) tell(ctx context.Context, user, channel, text string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	if channel != "" {
 		if _, err := a.api.PostEphemeralContext(ctx, channel, user, slack.MsgOptionText(text, false)); err == nil {
 			return

@@ -46,6 +46,13 @@ type Config struct {
 	// ShutdownGrace bounds how long in-flight work may take to finish on
 	// shutdown (default 30s).
 	ShutdownGrace time.Duration
+	// MaxHandlers bounds the interactive handlers (slash commands, clicks,
+	// modal submissions, Home tabs) running at once (default 128). Past it
+	// an envelope is answered with "busy" at once (a slash command or a
+	// modal submission) or dropped with a log line (a click, which the user
+	// can repeat, or a Home tab), so a burst never starts unbounded
+	// goroutines nor slows the reading of envelopes.
+	MaxHandlers int
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics, if set, is updated as envelopes, turns and decisions go by.
@@ -95,6 +102,7 @@ type App struct {
 	closing    atomic.Bool
 	workers    sync.WaitGroup
 	spawned    sync.WaitGroup
+	sweeps     sync.WaitGroup
 	workCtx    context.Context
 	stopWork   context.CancelFunc
 	mu         sync.Mutex
@@ -127,6 +135,9 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 30 * time.Second
 	}
+	if cfg.MaxHandlers <= 0 {
+		cfg.MaxHandlers = 128
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -158,7 +169,7 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	}
 	a.sm = socketmode.New(api, smOpts...)
 	a.workCtx, a.stopWork = context.WithCancel(context.Background())
-	a.spawnSlots = make(chan struct{}, maxSpawned)
+	a.spawnSlots = make(chan struct{}, cfg.MaxHandlers)
 	return a, nil
 }
 
@@ -216,11 +227,15 @@ func (a *App) Run(ctx context.Context, ag *agent.Agent) error {
 	smCtx, stopSM := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSM()
 	smErr := make(chan error, 1)
-	go func() { smErr <- a.sm.RunContext(smCtx) }()
+	smDone := make(chan struct{})
+	go func() {
+		defer close(smDone)
+		smErr <- a.sm.RunContext(smCtx)
+	}()
 
 	sweep := time.NewTicker(a.cfg.SweepInterval)
 	defer sweep.Stop()
-	a.sweep(ctx)
+	a.sweep()
 
 	var runErr error
 loop:
@@ -234,7 +249,7 @@ loop:
 			}
 			break loop
 		case <-sweep.C:
-			a.sweep(ctx)
+			a.sweep()
 		case evt, ok := <-a.sm.Events:
 			if !ok {
 				break loop
@@ -242,46 +257,74 @@ loop:
 			a.handle(ctx, evt)
 		}
 	}
-	// No envelope is read from here on (unread ones are redelivered by
-	// Slack); handlers already running finish and ack before the
-	// connection closes.
-	waitFor(&a.spawned, a.cfg.ShutdownGrace/2)
-	stopSM()
-	a.connected.Store(false)
-	a.shutdown()
+	a.shutdown(func() {
+		stopSM()
+		if !wait(smDone, 5*time.Second) {
+			a.log.Warn("socket mode did not stop in time")
+		}
+	})
 	return runErr
 }
 
-// waitFor waits for wg, at most d; it reports whether wg finished.
-func waitFor(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
+// shutdown stops the app once the event loop has ended. No envelope is
+// read any more (unread ones are redelivered by Slack), and nothing starts
+// a handler: only the loop does.
+//
+//  1. Handlers already running get up to ShutdownGrace/2 to finish while
+//     Socket Mode is still up, so that their acks go out.
+//  2. Socket Mode stops.
+//  3. The queues close and the workers drain them, up to ShutdownGrace;
+//     then the work context is cancelled. A turn cut short keeps its
+//     conversation, a message not started gets a note asking to send it
+//     again, and a click not recorded is told so.
+//  4. Handlers still running and the sweep see the cancelled context; they
+//     are waited for, so nothing touches the store after Run returns.
+func (a *App) shutdown(stopSM func()) {
+	handlers := doneWhen(&a.spawned)
+	if !wait(handlers, a.cfg.ShutdownGrace/2) {
+		a.log.Warn("handlers still running at shutdown; their acks may be lost")
 	}
-}
+	stopSM()
+	a.connected.Store(false)
 
-// shutdown closes the queues and waits for the workers to drain them, then
-// cancels what is left after the grace period: a turn cut short keeps its
-// conversation, and a message not started gets a note asking to send it
-// again.
-func (a *App) shutdown() {
-	a.closing.Store(true)
 	a.mu.Lock()
+	a.closing.Store(true)
 	for _, s := range a.shards {
 		close(s)
 	}
 	a.mu.Unlock()
-	if !waitFor(&a.workers, a.cfg.ShutdownGrace) {
+	workers := doneWhen(&a.workers)
+	if !wait(workers, a.cfg.ShutdownGrace) {
 		a.log.Warn("shutdown grace period over: cancelling in-flight work")
-		a.stopWork()
-		a.workers.Wait()
 	}
 	a.stopWork()
-	waitFor(&a.spawned, 5*time.Second)
+	<-workers
+	<-handlers
+	a.sweeps.Wait()
+}
+
+// doneWhen returns a channel closed once wg is done. No Add may follow.
+// The goroutine behind it ends with wg, so waiting on the channel also
+// waits for it.
+func doneWhen(wg *sync.WaitGroup) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return done
+}
+
+// wait waits for done, at most d; it reports whether done was closed.
+func wait(done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func (a *App) worker(q chan job) {
@@ -320,61 +363,73 @@ func (a *App) enqueue(key string, run func(ctx context.Context)) bool {
 }
 
 // spawn runs short interactive work (opening a modal, answering a click)
-// in its own goroutine, waited for on shutdown.
+// in its own goroutine, waited for on shutdown. It is called from the
+// Socket Mode loop only.
 //
-// At most maxSpawned run at once; past that the work runs in the caller,
-// the Socket Mode loop, which slows the reading of envelopes instead of
-// letting a burst start unbounded goroutines.
-func (a *App) spawn(fn func(ctx context.Context)) {
+// At most Config.MaxHandlers run at once. Past that, busy runs instead of
+// fn, in the loop: it must be quick and touch neither the store nor the
+// Web API (an ack is fine: it is bounded by a timeout). A nil busy drops
+// the work.
+func (a *App) spawn(fn func(ctx context.Context), busy func()) {
 	select {
 	case a.spawnSlots <- struct{}{}:
 	default:
 		a.m.error("spawn_saturated")
-		a.spawned.Add(1)
-		a.runSpawned(fn)
+		if busy != nil {
+			busy()
+		}
 		return
 	}
 	a.spawned.Add(1)
 	go func() {
 		defer func() { <-a.spawnSlots }()
-		a.runSpawned(fn)
+		defer a.spawned.Done()
+		defer func() {
+			if r := recover(); r != nil {
+				a.log.Error("handler panicked", "panic", r)
+				a.m.error("panic")
+			}
+		}()
+		fn(a.workCtx)
 	}()
-}
-
-// maxSpawned bounds the interactive handlers running at once.
-const maxSpawned = 128
-
-func (a *App) runSpawned(fn func(ctx context.Context)) {
-	defer a.spawned.Done()
-	defer func() {
-		if r := recover(); r != nil {
-			a.log.Error("handler panicked", "panic", r)
-			a.m.error("panic")
-		}
-	}()
-	fn(a.workCtx)
 }
 
 // sweep expires due approvals and recovers lost resumes, on its own
-// goroutine so conversations never wait behind it; a tick is skipped while
-// the previous sweep still runs. Each resume goes to its run's worker.
-func (a *App) sweep(context.Context) {
+// goroutine so neither the event loop nor conversations wait behind it; a
+// tick is skipped while the previous sweep still runs. Each resume goes to
+// its conversation's worker.
+func (a *App) sweep() {
 	ag := a.ag.Load()
 	if ag == nil || !a.sweeping.CompareAndSwap(false, true) {
 		return
 	}
-	a.spawn(func(ctx context.Context) {
+	a.sweeps.Add(1)
+	go func() {
+		defer a.sweeps.Done()
 		defer a.sweeping.Store(false)
-		err := ag.Sweep(ctx, func(runID, conversation string) {
-			if !a.enqueue(conversation, func(ctx context.Context) { a.resume(ctx, runID) }) {
-				a.log.Warn("resume queue full; the next sweep retries", "run", runID)
+		defer func() {
+			if r := recover(); r != nil {
+				a.log.Error("sweep panicked", "panic", r)
+				a.m.error("panic")
+			}
+		}()
+		err := ag.Sweep(a.workCtx, func(runID, conversation string) {
+			if !a.enqueue(conversation, func(ctx context.Context) { a.resumeQueued(ctx, runID) }) {
+				a.log.Warn("could not queue a resume; the next sweep retries", "run", runID)
 			}
 		})
-		if err != nil {
+		if err != nil && a.workCtx.Err() == nil {
 			a.log.Warn("sweep", "err", err)
 			a.m.error("sweep")
 		}
-	})
+	}()
+}
+
+// detached returns a context for cleaning up after ctx ended (a note in a
+// thread, a lookup that decides whether to send it): it keeps ctx's values
+// but not its cancellation, and ends after a few seconds.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 }
 
 // handle acks an envelope at once and routes it.

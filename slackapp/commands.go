@@ -43,6 +43,8 @@ func (a *App) onSlash(ctx context.Context, evt socketmode.Event, start time.Time
 		defer cancel()
 		text := a.command(ctx, cmd)
 		a.ack(req, map[string]any{"response_type": "ephemeral", "text": clip(text, 3900)}, start)
+	}, func() {
+		a.ack(req, map[string]any{"response_type": "ephemeral", "text": busyText}, start)
 	})
 }
 
@@ -81,8 +83,8 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 		case "test":
 			return a.cmdPolicyTest(ctx, cmd, rest(2))
 		case "add", "remove":
-			if err := a.requireAdmin(ctx, cmd.UserID); err != nil {
-				return err.Error()
+			if refusal, ok := a.requireAdmin(ctx, cmd.UserID); !ok {
+				return refusal
 			}
 			if strings.ToLower(args[1]) == "add" {
 				return a.cmdPolicyAdd(ctx, cmd.UserID, rest(2))
@@ -94,8 +96,8 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 		case "list":
 			return a.cmdRulesList(ctx, cmd.ChannelID)
 		case "revoke":
-			if err := a.requireAdmin(ctx, cmd.UserID); err != nil {
-				return err.Error()
+			if refusal, ok := a.requireAdmin(ctx, cmd.UserID); !ok {
+				return refusal
 			}
 			return a.cmdRulesRevoke(ctx, cmd.UserID, rest(2))
 		}
@@ -103,20 +105,21 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 	return "I don't know that command.\n\n" + CommandHelp
 }
 
-// requireAdmin allows ADMIN_USERS and workspace admins and owners.
-func (a *App) requireAdmin(ctx context.Context, user string) error {
+// requireAdmin allows ADMIN_USERS and workspace admins and owners. For
+// anyone else it returns false and the answer to give them.
+func (a *App) requireAdmin(ctx context.Context, user string) (refusal string, ok bool) {
 	if a.admins[user] {
-		return nil
+		return "", true
 	}
 	u, err := a.api.GetUserInfoContext(ctx, user)
 	if err != nil {
 		a.log.Warn("look up user", "user", user, "err", err)
-		return errors.New("I couldn't check whether you are an admin, so nothing changed. Please try again.")
+		return "I couldn't check whether you are an admin, so nothing changed. Please try again.", false
 	}
 	if u.IsAdmin || u.IsOwner || u.IsPrimaryOwner {
-		return nil
+		return "", true
 	}
-	return errors.New("Only admins can change the policy (ADMIN_USERS, or workspace admins and owners). Nothing changed.")
+	return "Only admins can change the policy (ADMIN_USERS, or workspace admins and owners). Nothing changed.", false
 }
 
 func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand) string {

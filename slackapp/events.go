@@ -98,6 +98,8 @@ func (a *App) onEventsAPI(_ context.Context, evt socketmode.Event) {
 				return
 			}
 			a.publishHome(ctx, user)
+		}, func() {
+			a.log.Warn("too busy to show a Home tab; dropped", "user", user)
 		})
 	}
 }
@@ -136,15 +138,17 @@ func (a *App) cleanText(text string) string {
 func (a *App) onMessage(m message, eventID string, followUp bool) {
 	key := m.key()
 	ok := a.enqueue(key, func(ctx context.Context) {
-		if eventID != "" && !a.firstTime(ctx, "event:"+eventID) {
-			a.m.duplicate()
+		if ctx.Err() != nil {
+			// Shutdown cancelled the work before this message's turn.
+			// The lookups and the note must not fail with it.
+			ctx, cancel := detached(ctx)
+			defer cancel()
+			if a.accept(ctx, m, eventID, followUp) {
+				a.post(ctx, m.channel, threadOf(m), restartingText)
+			}
 			return
 		}
-		if followUp && !a.knownConversation(ctx, key) {
-			return
-		}
-		if !a.firstTime(ctx, "msg:"+m.channel+":"+m.ts) {
-			a.m.duplicate()
+		if !a.accept(ctx, m, eventID, followUp) {
 			return
 		}
 		text := a.cleanText(m.text)
@@ -164,8 +168,32 @@ func (a *App) onMessage(m message, eventID string, followUp bool) {
 				return
 			}
 			a.post(ctx, m.channel, threadOf(m), "I'm too busy to take this right now; nothing was started. Please send it again in a minute.")
+		}, func() {
+			a.log.Warn("too busy to answer a message, even to say so; dropped", "conversation", key)
+			a.m.error("message_dropped")
 		})
 	}
+}
+
+// restartingText answers a message whose turn had not started when the bot
+// began shutting down.
+const restartingText = "I was restarting before I got to this; please send your message again."
+
+// accept reports whether the bot should answer m: the first copy of the
+// message, and for a follow-up, in a thread the bot is part of.
+func (a *App) accept(ctx context.Context, m message, eventID string, followUp bool) bool {
+	if eventID != "" && !a.firstTime(ctx, "event:"+eventID) {
+		a.m.duplicate()
+		return false
+	}
+	if followUp && !a.knownConversation(ctx, m.key()) {
+		return false
+	}
+	if !a.firstTime(ctx, "msg:"+m.channel+":"+m.ts) {
+		a.m.duplicate()
+		return false
+	}
+	return true
 }
 
 func threadOf(m message) string {
