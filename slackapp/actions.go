@@ -346,7 +346,11 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 		if result == "invalid" || result == "policy_denied" {
 			text = strings.TrimPrefix(errAfter(err, approvals.ErrInvalidArgs), ": ")
 			if result == "policy_denied" {
-				text = "The policy denies this call: " + strings.TrimPrefix(errAfter(err, approvals.ErrPolicyDenied), ": ")
+				what := "this call"
+				if d.Kind == approvals.Edit {
+					what = "the call with these arguments"
+				}
+				text = "The policy denies " + what + ": " + strings.TrimPrefix(errAfter(err, approvals.ErrPolicyDenied), ": ") + ". Nothing ran."
 			}
 		}
 		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: clip(plainText(text), 1000)})
