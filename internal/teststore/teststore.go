@@ -46,6 +46,9 @@ func Kinds(t *testing.T) []Kind {
 	} else {
 		t.Log("REDIS_URL is not set: leaving out the Redis store")
 	}
+	if url := os.Getenv("REDIS_CLUSTER_URL"); url != "" {
+		kinds = append(kinds, Kind{Name: "redis-cluster", Open: func(t *testing.T) func() storetest.Store { return openRedis(t, url) }})
+	}
 	return kinds
 }
 
