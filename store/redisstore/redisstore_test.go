@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -22,22 +23,28 @@ import (
 
 var _ storetest.Store = (*redisstore.Store)(nil)
 
-// redisURL returns REDIS_URL, skipping the test when it is unset outside
-// CI.
+// redisURL returns REDIS_URL: skipped locally when unset, fatal in CI.
 func redisURL(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv("REDIS_URL")
+	return envURL(t, "REDIS_URL", "redis://127.0.0.1:6379/3")
+}
+
+// envURL returns the Redis URL in the environment variable name. Unset, the
+// test is skipped locally and fails in CI.
+func envURL(t *testing.T, name, example string) string {
+	t.Helper()
+	u := os.Getenv(name)
 	if u == "" {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("REDIS_URL is not set; CI must run the Redis store tests against a real Redis")
+			t.Fatalf("%s is not set; CI must run the Redis store tests against a real Redis", name)
 		}
-		t.Skip("REDIS_URL is not set; set it (e.g. REDIS_URL=redis://127.0.0.1:6379/3) to run the Redis store tests")
+		t.Skipf("%s is not set; set it (e.g. %s=%s) to run these Redis store tests", name, name, example)
 	}
 	return u
 }
 
 // newPrefix returns a key prefix of its own for one test, and deletes its
-// keys when the test ends.
+// keys when the test ends (on every master of a cluster).
 func newPrefix(t *testing.T, rawURL string) string {
 	t.Helper()
 	prefix := "toolgate-test-" + store.NewRunID()
@@ -49,19 +56,25 @@ func newPrefix(t *testing.T, rawURL string) string {
 		}
 		defer c.Close()
 		ctx := context.Background()
-		iter := c.Scan(ctx, 0, prefix+":*", 500).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Errorf("clean up %s: %v", prefix, err)
-			return
-		}
-		for chunk := range slices.Chunk(keys, 500) {
-			if err := c.Del(ctx, chunk...).Err(); err != nil {
-				t.Errorf("clean up %s: %v", prefix, err)
+		del := func(ctx context.Context, node *redis.Client) error {
+			iter := node.Scan(ctx, 0, prefix+":*", 500).Iterator()
+			for iter.Next(ctx) {
+				if err := node.Del(ctx, iter.Val()).Err(); err != nil {
+					return err
+				}
 			}
+			return iter.Err()
+		}
+		switch c := c.(type) {
+		case *redis.ClusterClient:
+			err = c.ForEachMaster(ctx, del)
+		case *redis.Client:
+			err = del(ctx, c)
+		default:
+			err = fmt.Errorf("unexpected client %T", c)
+		}
+		if err != nil {
+			t.Errorf("clean up %s: %v", prefix, err)
 		}
 	})
 	return prefix
