@@ -132,3 +132,25 @@ func TestShutdownTellsAboutUnstartedMessages(t *testing.T) {
 		}
 	}
 }
+
+// A model failure is reported in the thread, and the conversation goes on.
+func TestModelErrorIsReportedInTheThread(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.Error(503, "overloaded"))
+	ts := e.slack.Mention(channel, requester, "first question")
+	e.answer(ts, "couldn't get an answer from the model")
+	e.model.Reply(fakeopenai.Text("Second answer."))
+	e.slack.ThreadReply(channel, ts, requester, "try again")
+	e.answer(ts, "Second answer.")
+	reqs := e.model.Requests()
+	var users []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "user" {
+			users = append(users, m.Content)
+		}
+	}
+	if strings.Join(users, "|") != "first question|try again" {
+		t.Errorf("got user messages %q, want both kept", users)
+	}
+}
