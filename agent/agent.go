@@ -110,6 +110,9 @@ type Config struct {
 	// ApprovalTTL is how long a paused call waits when its rule sets no
 	// TTL (default 72h).
 	ApprovalTTL time.Duration
+	// RememberTTL is how long a standing rule made by a Remember decision
+	// lasts when the decision sets no TTL (zero: until revoked).
+	RememberTTL time.Duration
 	// ToolTimeout bounds one tool execution (default 2m).
 	ToolTimeout time.Duration
 	// LeaseTTL is the lease on a conversation while a turn runs; it is

@@ -173,6 +173,7 @@ func TestDecisionKinds(t *testing.T) {
 func TestRememberMakesAStandingRule(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, backends(t)[0])
+	w.cfg.RememberTTL = 24 * time.Hour
 	a := w.agent()
 	// restart has no approvers list: anyone but nobody special.
 	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
@@ -198,6 +199,16 @@ func TestRememberMakesAStandingRule(t *testing.T) {
 	must(t, err)
 	if out.Status != agent.Paused {
 		t.Errorf("got %s in another channel, want paused", out.Status)
+	}
+	// After RememberTTL the rule is gone and the call is asked again.
+	w.advance(25 * time.Hour)
+	w.model.Reply(fakeopenai.ToolCalls(call("c4", "restart", `{"env":"staging"}`)))
+	req = request("a day later")
+	req.Conversation = "T1/C1/2"
+	out, err = a.Run(ctx, req)
+	must(t, err)
+	if out.Status != agent.Paused {
+		t.Errorf("got %s after the standing rule expired, want paused", out.Status)
 	}
 }
 

@@ -216,7 +216,11 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision) {
 		a.log.Warn("remember decision without a rule store", "call", c.ID)
 		return
 	}
-	d := approvals.Decision{Kind: approvals.Remember, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: sd.TTL}
+	ttl := sd.TTL
+	if ttl <= 0 {
+		ttl = a.cfg.RememberTTL
+	}
+	d := approvals.Decision{Kind: approvals.Remember, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: ttl}
 	sr := approvals.RememberedRule(d, c.Tool, c.Channel, c.RuleID)
 	if _, err := r.Remember(ctx, sd.Decider, sr); err != nil {
 		a.log.Error("store standing rule", "call", c.ID, "tool", c.Tool, "err", err)

@@ -151,6 +151,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		SystemPrompt: cfg.SystemPrompt,
 		MaxSteps:     cfg.MaxSteps,
 		ApprovalTTL:  cfg.ApprovalTTL,
+		RememberTTL:  cfg.RememberTTL,
 		Groups:       app.Groups(),
 		Audience:     app.Audience(),
 		Logger:       log,

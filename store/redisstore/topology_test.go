@@ -35,3 +35,30 @@ func TestConformanceCluster(t *testing.T) {
 		return s, reopen
 	})
 }
+
+// The conformance suite through Redis Sentinel: the store finds the master
+// through the sentinels.
+func TestConformanceSentinel(t *testing.T) {
+	u := envURL(t, "REDIS_SENTINEL_URL", "redis+sentinel://127.0.0.1:26379/9?master_name=mymaster")
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.(*redis.Client); !ok {
+		t.Fatalf("NewClient(%s) gave a %T, want a failover client", u, c)
+	}
+	_ = c.Close()
+	storetest.Run(t, func(t *testing.T) (storetest.Store, func() storetest.Store) {
+		opts := redisstore.Options{Prefix: newPrefix(t, u)}
+		s := newStore(t, u, opts)
+		t.Cleanup(func() { _ = s.Close() })
+		reopen := func() storetest.Store {
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close before reopening: %v", err)
+			}
+			s = newStore(t, u, opts)
+			return s
+		}
+		return s, reopen
+	})
+}
