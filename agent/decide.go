@@ -60,59 +60,69 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 	if !d.At.Before(c.ExpiresAt) {
 		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrExpired)
 	}
-	if err := a.authorize(ctx, c, d); err != nil {
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
-	}
-	sd, err := a.checkDecision(ctx, c, d)
+	v, err := a.authorize(ctx, c, d)
 	if err != nil {
 		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
-	return a.record(ctx, c, d.Fingerprint, sd)
+	sd, err := a.checkDecision(ctx, c, d, v)
+	if err != nil {
+		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
+	}
+	return a.record(ctx, c, d.Fingerprint, sd, v)
 }
 
 // authorize checks that the decider may decide c: under the approvers the
 // card showed, as someone who can see the conversation when the rule names
 // no approvers, and, for a decision that runs the call, under the policy as
-// it is now (an admin may have tightened it since the card was posted).
-func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decision) error {
+// it is now (an admin may have tightened it since the card was posted). For
+// a decision that runs the call it returns the current verdict.
+func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decision) (approvals.Verdict, error) {
 	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, d.Decider, a.cfg.Groups); err != nil {
-		return err
+		return approvals.Verdict{}, err
 	}
 	if len(c.Approvers) == 0 && a.cfg.Audience != nil && d.Decider != c.Requester {
 		ok, err := a.cfg.Audience.CanSee(ctx, c.Channel, d.Decider)
 		if err != nil {
-			return fmt.Errorf("%w: could not check that you can see the conversation: %w", approvals.ErrNotApprover, err)
+			return approvals.Verdict{}, fmt.Errorf("%w: could not check that you can see the conversation: %w", approvals.ErrNotApprover, err)
 		}
 		if !ok {
-			return fmt.Errorf("%w: only people in the conversation may decide this call", approvals.ErrNotApprover)
+			return approvals.Verdict{}, fmt.Errorf("%w: only people in the conversation may decide this call", approvals.ErrNotApprover)
 		}
 	}
 	if d.Kind != approvals.Approve && d.Kind != approvals.Remember {
-		return nil // edits are judged on their new arguments in checkEdit
+		return approvals.Verdict{}, nil // edits are judged on their new arguments in checkEdit
 	}
 	tool, ok := a.tools.Lookup(c.Tool)
 	if !ok {
-		return nil // settled as "no longer available" at resume
+		return approvals.Verdict{}, nil // settled as "no longer available" at resume
 	}
-	v := a.evaluate(ctx, approvals.Input{Tool: c.Tool, Args: c.Args, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: c.Args, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
+	if err != nil {
+		return v, err
+	}
 	switch v.Action {
 	case approvals.Deny:
-		reason := v.Reason
-		if reason == "" {
-			reason = "rule " + v.RuleID
-		}
-		return fmt.Errorf("%w: %s", approvals.ErrPolicyDenied, reason)
+		return v, deniedBy(v)
 	case approvals.Ask:
 		if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester}, d.Decider, a.cfg.Groups); err != nil {
-			return fmt.Errorf("the call now falls under rule %s: %w", v.RuleID, err)
+			return v, fmt.Errorf("the call now falls under rule %s: %w", v.RuleID, err)
 		}
 	}
-	return nil
+	return v, nil
+}
+
+// deniedBy is the error for a call the policy denies.
+func deniedBy(v approvals.Verdict) error {
+	reason := v.Reason
+	if reason == "" {
+		reason = "rule " + v.RuleID
+	}
+	return fmt.Errorf("%w: %s", approvals.ErrPolicyDenied, reason)
 }
 
 // checkDecision validates a decision against the call and returns what is
 // stored.
-func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Decision) (store.Decision, error) {
+func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Decision, v approvals.Verdict) (store.Decision, error) {
 	sd := store.Decision{Kind: string(d.Kind), Decider: d.Decider, At: d.At}
 	tool, known := a.tools.Lookup(c.Tool)
 	human := known && tool.Human
@@ -137,6 +147,9 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 		if d.Kind == approvals.Remember {
 			if c.FourEyes {
 				return sd, fmt.Errorf("%w: a four-eyes call cannot be allowed from now on; approve it instead", ErrBadDecision)
+			}
+			if v.Action != approvals.Ask || v.FailClosed {
+				return sd, fmt.Errorf("%w: this call is not asked under a rule that can be relaxed now; approve it instead", ErrBadDecision)
 			}
 			sd.Conditions, sd.TTL = d.Conditions, d.TTL
 		}
@@ -164,13 +177,12 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", approvals.ErrInvalidArgs, err)
 	}
-	v := a.evaluate(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
+	if err != nil {
+		return nil, err
+	}
 	if v.Action == approvals.Deny {
-		reason := v.Reason
-		if reason == "" {
-			reason = "rule " + v.RuleID
-		}
-		return nil, fmt.Errorf("%w: %s", approvals.ErrPolicyDenied, reason)
+		return nil, deniedBy(v)
 	}
 	if v.Action == approvals.Ask {
 		who := approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester}
@@ -182,7 +194,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 }
 
 // record writes a checked decision and reports it.
-func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision) (DecideResult, error) {
+func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict) (DecideResult, error) {
 	got, complete, err := a.store.Decide(ctx, c.ID, fp, sd)
 	switch {
 	case errors.Is(err, store.ErrAlreadyDecided):
@@ -198,7 +210,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	}
 	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: sd.Kind, Detail: sd.Reason})
 	if sd.Kind == string(approvals.Remember) {
-		a.remember(ctx, got, sd)
+		a.remember(ctx, got, sd, v)
 	}
 	u := CallUpdate{Call: got, Phase: PhaseDecided, StepPending: !complete}
 	if !approvals.Kind(sd.Kind).Runs() {
@@ -210,7 +222,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 
 // remember stores the standing rule of a Remember decision. The decision
 // stands even if this fails; the failure is logged.
-func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision) {
+func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v approvals.Verdict) {
 	r, ok := a.policy.(Rememberer)
 	if !ok {
 		a.log.Warn("remember decision without a rule store", "call", c.ID)
@@ -221,7 +233,7 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision) {
 		ttl = a.cfg.RememberTTL
 	}
 	d := approvals.Decision{Kind: approvals.Remember, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: ttl}
-	sr := approvals.RememberedRule(d, c.Tool, c.Channel, c.RuleID)
+	sr := approvals.RememberedRule(d, c.Tool, c.Channel, v)
 	if _, err := r.Remember(ctx, sd.Decider, sr); err != nil {
 		a.log.Error("store standing rule", "call", c.ID, "tool", c.Tool, "err", err)
 	}
@@ -231,7 +243,8 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision) {
 // of the run is cancelled. Only the requester may cancel. Calls that already
 // ran keep their results; the others are dropped from the history when the
 // step resumes. Complete is set when this left nothing pending; then call
-// Resume, which ends the turn without calling the model.
+// Resume, which ends the step without calling the model (messages queued
+// while it waited are still answered).
 func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, error) {
 	run, calls, err := a.store.LoadRun(ctx, runID)
 	if errors.Is(err, store.ErrNotFound) {

@@ -82,8 +82,9 @@
 // Cancel lets the requester stop a paused step: its pending calls are
 // cancelled. On resume, the calls that did not run before the pause are
 // dropped from the history (the calls allowed and run at once keep their
-// results), queued messages are discarded, the model is not called and the
-// outcome is Stopped.
+// results) and the model is not called for the step: the outcome is
+// Stopped, unless messages were queued while the step waited, which are
+// then answered.
 //
 // Sweep is meant to run periodically on every replica: it expires the calls
 // whose time is up and resumes the steps left complete but never resumed
@@ -116,6 +117,12 @@
 // a whole LeaseTTL, or another process took it, the turn's context is
 // cancelled and the turn fails with ErrLeaseLost rather than overwrite the
 // other's work.
+//
+// A decision that runs a call is checked against the policy as it is then;
+// if the policy cannot be read, nothing runs on a decision (the call stays
+// pending, or, at resume, is reported not performed), while the policy
+// file's denies still hold. A standing rule made by Remember is tied to the
+// rule that asked (its id and content) and lasts Config.RememberTTL.
 //
 // Decisions are stamped with the agent's clock (Config.Now), never the
 // caller's, so a decider's clock cannot reopen an expired call. Edited

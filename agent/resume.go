@@ -30,6 +30,9 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("resume %s: %w", runID, err)
 	}
+	if run.Finished {
+		return Outcome{Status: Idle}, nil
+	}
 	for _, c := range calls {
 		if c.Status == store.Pending {
 			return Outcome{Status: Idle}, nil // not decided yet; the last decision resumes
@@ -60,13 +63,18 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 	if err := json.Unmarshal(run.State, &st); err != nil {
 		return Outcome{}, fmt.Errorf("decode run %s: %w", runID, err)
 	}
-	cs, pausedRun, err := a.loadConversation(ctx, run.Conversation)
+	cs, pausedRun, found, err := a.loadConversation(ctx, run.Conversation)
 	if err != nil {
 		return Outcome{}, err
 	}
-	if pausedRun != runID && a.conversationExists(ctx, run.Conversation) {
+	if found && pausedRun != runID {
 		// The conversation moved on: this step was resumed before, but
 		// finishing the run failed. Finish it now; never run it twice.
+		for _, c := range calls {
+			if c.Status == store.Decided && !c.Executing && c.Decision != nil && approvals.Kind(c.Decision.Kind).Runs() {
+				rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseSkipped, Note: "the conversation moved on before it ran"})
+			}
+		}
 		if err := a.store.FinishRun(ctx, runID); err != nil {
 			return Outcome{}, fmt.Errorf("finish run %s: %w", runID, err)
 		}
@@ -81,7 +89,6 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 	t := &turn{conv: run.Conversation, user: st.User, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued}
 	if cancelled {
 		t.messages = dropUnexecuted(t.messages, st.Slots)
-		t.queued = nil // a stop ends the turn; messages sent meanwhile are not answered
 		for _, s := range st.Slots {
 			if c, ok := byID[s.CallID]; ok && c.Status != store.Cancelled {
 				rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseSkipped, Note: "not run: the requester cancelled the turn"})
@@ -93,7 +100,9 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		if err := a.store.FinishRun(ctx, runID); err != nil {
 			return Outcome{}, fmt.Errorf("finish run %s: %w", runID, err)
 		}
-		return Outcome{Status: Stopped, RunID: runID}, nil
+		// A stop ends the step, not the conversation: messages people
+		// sent while it waited are still answered.
+		return a.answerQueued(ctx, t, Outcome{Status: Stopped, RunID: runID}, rep)
 	}
 	for i := range st.Slots {
 		s := &st.Slots[i]
@@ -117,13 +126,6 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		return out, err
 	}
 	return a.answerQueued(ctx, t, out, rep)
-}
-
-// conversationExists reports whether the conversation's record is there
-// (a failure to tell counts as there, which only defers a resume).
-func (a *Agent) conversationExists(ctx context.Context, key string) bool {
-	_, err := a.store.LoadConversation(ctx, key)
-	return !errors.Is(err, store.ErrNotFound)
 }
 
 // answerQueued runs one more turn for messages that arrived while the step
@@ -171,7 +173,10 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	}
 	// The verdict is checked again: a call approved under a rule that now
 	// denies does not run.
-	v := a.evaluate(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Channel: st.Channel, Hints: tool.Annotations})
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Channel: st.Channel, Hints: tool.Annotations})
+	if err != nil {
+		return skip(Result{Content: fmt.Sprintf("not performed: the policy could not be checked (%v), so nothing ran; ask again later", err), IsError: true}, "policy could not be checked")
+	}
 	if v.Action == approvals.Deny {
 		reason := v.Reason
 		if reason == "" {

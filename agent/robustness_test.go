@@ -19,8 +19,16 @@ import (
 // flakyStore fails chosen writes a number of times.
 type flakyStore struct {
 	storetest.Store
-	failFinish atomic.Int32
-	failCreate atomic.Int32
+	failFinish  atomic.Int32
+	failCreate  atomic.Int32
+	failRecords atomic.Bool
+}
+
+func (s *flakyStore) Records(ctx context.Context, kind string) ([]store.Record, error) {
+	if s.failRecords.Load() {
+		return nil, errInjected
+	}
+	return s.Store.Records(ctx, kind)
 }
 
 var errInjected = errors.New("injected store failure")
@@ -245,5 +253,92 @@ func TestApprovalUnderTightenedPolicy(t *testing.T) {
 	d.Kind = approvals.Refuse
 	if _, err := a.Decide(ctx, d); err != nil {
 		t.Fatalf("got %v denying the call", err)
+	}
+}
+
+// While the policy's stored rules cannot be read, nothing runs on a human's
+// decision: an approval is refused, and a call approved before the outage
+// is not run at resume.
+func TestNothingRunsWhileThePolicyCannotBeRead(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	flaky := &flakyStore{Store: w.store.(storetest.Store)}
+	w.store = flaky
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	flaky.failRecords.Store(true)
+	d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}
+	if _, err := a.Decide(ctx, d); !errors.Is(err, errInjected) {
+		t.Fatalf("got %v approving during the outage, want the store error", err)
+	}
+	flaky.failRecords.Store(false)
+	_, err := a.Decide(ctx, d)
+	must(t, err)
+	flaky.failRecords.Store(true)
+	w.model.Reply(fakeopenai.Text("ok"))
+	if _, err := a.Resume(ctx, p.RunID); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.deploys.n.Load(); n != 0 {
+		t.Errorf("deploy ran %d times while the policy could not be read", n)
+	}
+	if got := toolResults(t, w.model); len(got) != 1 || !strings.Contains(got[0], "the policy could not be checked") {
+		t.Errorf("got results %q, want a note that the policy could not be checked", got)
+	}
+	// The file's denies hold during the outage: drop_db is still refused.
+	w.model.Reply(fakeopenai.ToolCalls(call("c2", "drop_db", `{}`)), fakeopenai.Text("refused"))
+	req := request("drop it")
+	req.Conversation = "T1/C1/9"
+	out, err := a.Run(ctx, req)
+	must(t, err)
+	if out.Status != agent.Answered {
+		t.Errorf("got %s, want drop_db denied by the file rule (no card)", out.Status)
+	}
+}
+
+// A conversation left pointing at a finished run is not stuck waiting.
+func TestConversationPausedOnAFinishedRunCarriesOn(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	w.model.Reply(fakeopenai.Text("deployed"))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	_, err = a.Resume(ctx, p.RunID)
+	must(t, err)
+	// A late write puts the finished run back on the conversation.
+	conv, err := w.store.LoadConversation(ctx, request("").Conversation)
+	must(t, err)
+	conv.PausedRun = p.RunID
+	must(t, w.store.SaveConversation(ctx, conv))
+	w.model.Reply(fakeopenai.Text("hello again"))
+	out, err := a.Run(ctx, request("still there?"))
+	must(t, err)
+	if out.Status != agent.Answered || out.Answer != "hello again" {
+		t.Errorf("got %s %q, want the message answered", out.Status, out.Answer)
+	}
+}
+
+// Cancelling a step still answers what others asked while it waited.
+func TestCancelAnswersQueuedMessages(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	q := request("meanwhile: is the cache warm?")
+	q.User = "UOTHER2"
+	_, err := a.Run(ctx, q)
+	must(t, err)
+	res, err := a.Cancel(ctx, p.RunID, "UREQUESTER")
+	must(t, err)
+	w.model.Reply(fakeopenai.Text("the cache is warm"))
+	out, err := a.Resume(ctx, res.Call.RunID)
+	must(t, err)
+	if out.Answer != "the cache is warm" {
+		t.Errorf("got %s %q, want the queued question answered", out.Status, out.Answer)
+	}
+	if n := w.deploys.n.Load(); n != 0 {
+		t.Errorf("deploy ran %d times after a cancel", n)
 	}
 }

@@ -79,16 +79,16 @@ func (a *Agent) Run(ctx context.Context, req Request) (Outcome, error) {
 	rep := a.reporter(req.Conversation)
 	var out Outcome
 	err := a.withLease(ctx, req.Conversation, func(ctx context.Context) error {
-		cs, pausedRun, err := a.loadConversation(ctx, req.Conversation)
+		cs, pausedRun, _, err := a.loadConversation(ctx, req.Conversation)
 		if err != nil {
 			return err
 		}
 		q := queuedMessage{User: req.User, Channel: req.Channel, Text: req.Text, At: req.At}
 		if pausedRun != "" {
-			_, calls, err := a.store.LoadRun(ctx, pausedRun)
+			run, calls, err := a.store.LoadRun(ctx, pausedRun)
 			switch {
-			case errors.Is(err, store.ErrNotFound):
-				pausedRun = "" // finished and gone: carry on
+			case errors.Is(err, store.ErrNotFound), err == nil && run.Finished:
+				pausedRun = "" // finished (and maybe gone): carry on
 			case err != nil:
 				return fmt.Errorf("load paused run: %w", err)
 			default:
@@ -123,21 +123,22 @@ func userMessage(q queuedMessage) openai.ChatCompletionMessage {
 	return m
 }
 
-func (a *Agent) loadConversation(ctx context.Context, key string) (convState, string, error) {
+// loadConversation returns a conversation's state and the run it is paused
+// on; found is false for a conversation with no record (new, or expired).
+func (a *Agent) loadConversation(ctx context.Context, key string) (cs convState, pausedRun string, found bool, err error) {
 	c, err := a.store.LoadConversation(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
-		return convState{}, "", nil
+		return convState{}, "", false, nil
 	}
 	if err != nil {
-		return convState{}, "", fmt.Errorf("load conversation: %w", err)
+		return convState{}, "", false, fmt.Errorf("load conversation: %w", err)
 	}
-	var cs convState
 	if len(c.State) > 0 {
 		if err := json.Unmarshal(c.State, &cs); err != nil {
-			return convState{}, "", fmt.Errorf("decode conversation %s: %w", key, err)
+			return convState{}, "", true, fmt.Errorf("decode conversation %s: %w", key, err)
 		}
 	}
-	return cs, c.PausedRun, nil
+	return cs, c.PausedRun, true, nil
 }
 
 func (a *Agent) saveConversation(ctx context.Context, key string, cs convState, pausedRun string) error {
@@ -342,6 +343,22 @@ func (a *Agent) toolNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// evaluateStrict asks the policy and returns its error too: before a call
+// runs on a human's decision, a policy that could not be fully read stops it.
+func (a *Agent) evaluateStrict(ctx context.Context, in approvals.Input) (approvals.Verdict, error) {
+	v, err := a.policy.Evaluate(ctx, in)
+	if err != nil {
+		if v.Action == approvals.Deny {
+			return v, nil // a deny stands whatever else failed
+		}
+		return v, fmt.Errorf("check the policy: %w", err)
+	}
+	if !v.Action.Valid() {
+		return v, fmt.Errorf("check the policy: invalid verdict %q", v.Action)
+	}
+	return v, nil
 }
 
 // evaluate asks the policy, failing closed: a policy that cannot answer

@@ -43,11 +43,18 @@ type Verdict struct {
 	Action Action `json:"action"`
 	// RuleID names the rule that matched: a policy rule's id, a standing
 	// rule's id, "annotations" or "default".
-	RuleID    string        `json:"rule_id"`
-	Reason    string        `json:"reason,omitempty"`
-	Approvers []string      `json:"approvers,omitempty"`
-	FourEyes  bool          `json:"four_eyes,omitempty"`
-	TTL       time.Duration `json:"ttl,omitempty"`
+	RuleID string `json:"rule_id"`
+	// RuleDigest identifies the content of the matching policy rule (empty
+	// for annotations and the default), so a standing rule never carries
+	// over to a different rule that took the same id.
+	RuleDigest string `json:"rule_digest,omitempty"`
+	// FailClosed marks a verdict forced by a condition that could not be
+	// evaluated, or by a policy that could not be read.
+	FailClosed bool          `json:"fail_closed,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
+	Approvers  []string      `json:"approvers,omitempty"`
+	FourEyes   bool          `json:"four_eyes,omitempty"`
+	TTL        time.Duration `json:"ttl,omitempty"`
 }
 
 // Kind is the kind of a decision on a paused call (SPEC section 2).

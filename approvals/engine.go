@@ -103,6 +103,21 @@ type StandingRule struct {
 	// one rule never waives another rule's approvers. Empty applies to any
 	// ask of the tool.
 	RuleID string `json:"rule_id,omitempty"`
+	// RuleDigest is the Verdict.RuleDigest of that rule when the standing
+	// rule was made; if the rule changes (or its id is reused), the
+	// standing rule stops applying.
+	RuleDigest string `json:"rule_digest,omitempty"`
+}
+
+// relaxes reports whether s may turn the ask verdict v into allow: v comes
+// from the rule s was made under, unchanged since. A standing rule that
+// names no rule (made before rules were recorded) relaxes only asks that
+// name no approvers.
+func (s StandingRule) relaxes(v Verdict) bool {
+	if s.RuleID == "" {
+		return len(v.Approvers) == 0
+	}
+	return s.RuleID == v.RuleID && (s.RuleDigest == "" || s.RuleDigest == v.RuleDigest)
 }
 
 // Expired reports whether s no longer applies at now.
@@ -111,10 +126,11 @@ func (s StandingRule) Expired(now time.Time) bool {
 }
 
 // RememberedRule builds the standing rule a Remember decision asks for on a
-// call of tool in channel: its conditions, and an expiry TTL after the
-// decision when TTL is set. Pass it to Engine.Remember.
-func RememberedRule(d Decision, tool, channel, ruleID string) StandingRule {
-	s := StandingRule{Tool: tool, Channel: channel, When: d.Conditions, CreatedBy: d.Decider, CreatedAt: d.At, RuleID: ruleID}
+// call of tool in channel that the verdict v asked about: its conditions,
+// an expiry TTL after the decision when TTL is set, and v's rule, which is
+// the only one it relaxes. Pass it to Engine.Remember.
+func RememberedRule(d Decision, tool, channel string, v Verdict) StandingRule {
+	s := StandingRule{Tool: tool, Channel: channel, When: d.Conditions, CreatedBy: d.Decider, CreatedAt: d.At, RuleID: v.RuleID, RuleDigest: v.RuleDigest}
 	if d.TTL > 0 {
 		s.ExpiresAt = d.At.Add(d.TTL)
 	}
@@ -240,7 +256,7 @@ func (e *Engine) load(ctx context.Context) (*state, error) {
 			c, err := compileRule(e.env, ar.Rule)
 			if err != nil {
 				// Keep the rule so it fails closed on the tools it names.
-				c = compiledRule{Rule: ar.Rule, err: fmt.Errorf("rule does not compile: %w", err)}
+				c = compiledRule{Rule: ar.Rule, digest: ruleDigest(ar.Rule), err: fmt.Errorf("rule does not compile: %w", err)}
 			}
 			cp = cachedProgram{data: slices.Clone(rec.Data), rule: c}
 			e.cache[key] = cp
@@ -323,10 +339,16 @@ func (e *Engine) records(ctx context.Context) (rules, removed, standing []store.
 func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 	st, err := e.load(ctx)
 	if err != nil {
+		// The file's rules are still known: a call one of them denies
+		// stays denied; anything else fails closed.
+		if v, _ := evaluate(e.file.rules, in, newActivation(in)); v != nil && v.Action == Deny {
+			return *v, err
+		}
 		return Verdict{
-			Action: Ask,
-			RuleID: RuleUnavailable,
-			Reason: "the policy store could not be read, so the call needs a decision",
+			Action:     Ask,
+			RuleID:     RuleUnavailable,
+			Reason:     "the policy store could not be read, so the call needs a decision",
+			FailClosed: true,
 		}, err
 	}
 	act := newActivation(in)
@@ -346,7 +368,7 @@ func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 	}
 	now := e.now()
 	for _, s := range st.standing {
-		if s.Tool != in.Tool || s.Channel != in.Channel || s.Expired(now) || s.err != nil || (s.RuleID != "" && s.RuleID != v.RuleID) {
+		if s.Tool != in.Tool || s.Channel != in.Channel || s.Expired(now) || s.err != nil || !s.relaxes(*v) {
 			continue
 		}
 		if s.prg != nil {

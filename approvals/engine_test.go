@@ -419,13 +419,13 @@ func TestEngineRememberErrors(t *testing.T) {
 func TestRememberedRule(t *testing.T) {
 	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	d := Decision{Kind: Remember, Decider: "U1", At: at, Conditions: `args.x == 1`, TTL: 24 * time.Hour}
-	got := RememberedRule(d, "files__delete", "C1", "deletes")
-	want := StandingRule{Tool: "files__delete", Channel: "C1", When: `args.x == 1`, CreatedBy: "U1", CreatedAt: at, ExpiresAt: at.Add(24 * time.Hour), RuleID: "deletes"}
+	got := RememberedRule(d, "files__delete", "C1", Verdict{Action: Ask, RuleID: "deletes", RuleDigest: "abc"})
+	want := StandingRule{Tool: "files__delete", Channel: "C1", When: `args.x == 1`, CreatedBy: "U1", CreatedAt: at, ExpiresAt: at.Add(24 * time.Hour), RuleID: "deletes", RuleDigest: "abc"}
 	if got != want {
 		t.Errorf("RememberedRule: got %+v, want %+v", got, want)
 	}
 	d.TTL = 0
-	if got := RememberedRule(d, "t", "C", ""); !got.ExpiresAt.IsZero() {
+	if got := RememberedRule(d, "t", "C", Verdict{}); !got.ExpiresAt.IsZero() {
 		t.Errorf("RememberedRule without TTL: got ExpiresAt %v, want zero", got.ExpiresAt)
 	}
 }
@@ -571,5 +571,70 @@ func TestStandingRuleKeepsToItsRule(t *testing.T) {
 		if v.Action != tt.wantAction {
 			t.Errorf("env %s: got %s by %s, want %s", tt.env, v.Action, v.RuleID, tt.wantAction)
 		}
+	}
+}
+
+// A standing rule does not carry over to another rule that takes its id,
+// and one made before rules were recorded waives no named approvers.
+func TestStandingRuleNeedsTheSameRule(t *testing.T) {
+	ctx := context.Background()
+	st := newMemStore()
+	p1, err := NewPolicy(Ask, []Rule{{Tool: "files__write", Verdict: Ask}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Tool: "files__write", Channel: "C1", Args: json.RawMessage(`{"path":"/etc/passwd"}`)}
+	v, err := NewEngine(p1, st).Evaluate(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewEngine(p1, st).Remember(ctx, "U1", RememberedRule(Decision{Decider: "U1"}, "files__write", "C1", v)); err != nil {
+		t.Fatal(err)
+	}
+	// The file changes: a stricter rule now has the generated id rule-1.
+	p2, err := NewPolicy(Ask, []Rule{
+		{Tool: "files__write", When: `args.path.startsWith("/etc/")`, Verdict: Ask, Approvers: []string{"USECURITY1"}},
+		{Tool: "files__write", Verdict: Ask},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := NewEngine(p2, st).Evaluate(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Action != Ask || got.RuleID != "rule-1" || len(got.Approvers) != 1 {
+		t.Errorf("got %s by %s %v, want the new rule-1 to ask USECURITY1", got.Action, got.RuleID, got.Approvers)
+	}
+	// A legacy standing rule (no rule recorded) relaxes only asks that name
+	// no approvers.
+	if _, err := NewEngine(p2, st).Remember(ctx, "U1", StandingRule{Tool: "files__write", Channel: "C1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := NewEngine(p2, st).Evaluate(ctx, in); got.Action != Ask {
+		t.Errorf("a legacy standing rule waived named approvers: got %s by %s", got.Action, got.RuleID)
+	}
+	other := in
+	other.Args = json.RawMessage(`{"path":"/tmp/x"}`)
+	if got, _ := NewEngine(p2, st).Evaluate(ctx, other); got.Action != Allow {
+		t.Errorf("a legacy standing rule did not relax an ask without approvers: got %s by %s", got.Action, got.RuleID)
+	}
+}
+
+// When the stored changes cannot be read, the file's denies still hold.
+func TestFileDenyHoldsDuringStoreOutage(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{{ID: "no-drop", Tool: "drop_db", Verdict: Deny, Reason: "never"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newMemStore()
+	st.fail = errors.New("store down")
+	v, err := NewEngine(p, st).Evaluate(context.Background(), Input{Tool: "drop_db", Args: json.RawMessage(`{}`)})
+	if err == nil || v.Action != Deny || v.RuleID != "no-drop" {
+		t.Errorf("got %s by %s, %v; want the file's deny and the error", v.Action, v.RuleID, err)
+	}
+	v, err = NewEngine(p, st).Evaluate(context.Background(), Input{Tool: "other", Args: json.RawMessage(`{}`)})
+	if err == nil || v.Action != Ask || !v.FailClosed {
+		t.Errorf("got %s (fail closed %v), %v; want a fail-closed ask and the error", v.Action, v.FailClosed, err)
 	}
 }

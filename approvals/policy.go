@@ -2,6 +2,8 @@ package approvals
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -189,15 +191,16 @@ func (e *ruleError) Unwrap() error { return e.err }
 // and fails closed whenever its tool matches.
 type compiledRule struct {
 	Rule
-	prg cel.Program
-	err error
+	prg    cel.Program
+	err    error
+	digest string
 }
 
 func compileRule(env *cel.Env, r Rule) (compiledRule, error) {
 	if err := validateFields(r); err != nil {
 		return compiledRule{}, err
 	}
-	c := compiledRule{Rule: r}
+	c := compiledRule{Rule: r, digest: ruleDigest(r)}
 	c.Approvers = slices.Clone(r.Approvers)
 	if r.When != "" {
 		prg, err := compileWhen(env, r.When)
@@ -392,13 +395,24 @@ func evalBool(prg cel.Program, vars map[string]any) (bool, error) {
 
 func (r *compiledRule) verdict() Verdict {
 	return Verdict{
-		Action:    r.Verdict,
-		RuleID:    r.ID,
-		Reason:    r.Reason,
-		Approvers: slices.Clone(r.Approvers),
-		FourEyes:  r.FourEyes,
-		TTL:       r.TTL,
+		Action:     r.Verdict,
+		RuleID:     r.ID,
+		RuleDigest: r.digest,
+		Reason:     r.Reason,
+		Approvers:  slices.Clone(r.Approvers),
+		FourEyes:   r.FourEyes,
+		TTL:        r.TTL,
 	}
+}
+
+// ruleDigest identifies what a rule says, whatever its id: a standing rule
+// made under one rule must not carry over to another rule that later gets
+// the same id (generated ids follow the rules' positions).
+func ruleDigest(r Rule) string {
+	r.ID = ""
+	b, _ := json.Marshal(r)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 func (r *compiledRule) failClosed(err error) Verdict {
@@ -406,6 +420,7 @@ func (r *compiledRule) failClosed(err error) Verdict {
 	if v.Action != Deny {
 		v.Action = Ask
 	}
+	v.FailClosed = true
 	v.Reason = fmt.Sprintf("rule %s could not be evaluated (%v), so the call needs a decision", r.ID, err)
 	if v.Action == Deny {
 		v.Reason = fmt.Sprintf("rule %s could not be evaluated (%v); its verdict is deny", r.ID, err)

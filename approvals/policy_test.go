@@ -85,6 +85,10 @@ func TestPolicyEvaluate(t *testing.T) {
 func TestPolicyEvaluateCopiesRuleFields(t *testing.T) {
 	p := mustParse(t, testConfig)
 	got := p.Evaluate(Input{Tool: "files__delete_file", Args: json.RawMessage(`{"path":"/etc"}`)})
+	if len(got.RuleDigest) != 16 {
+		t.Errorf("got rule digest %q, want 16 hex characters", got.RuleDigest)
+	}
+	got.RuleDigest = ""
 	want := Verdict{
 		Action:    Ask,
 		RuleID:    "delete-outside-tmp",

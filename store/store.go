@@ -82,6 +82,9 @@ type Run struct {
 	CreatedAt    time.Time       `json:"created_at"`
 	// ExpiresAt is the latest ExpiresAt of its calls.
 	ExpiresAt time.Time `json:"expires_at"`
+	// Finished is set by LoadRun once FinishRun ended the run; it is not
+	// stored by CreateRun.
+	Finished bool `json:"-"`
 }
 
 // Conversation is the agent's state of one conversation between turns

@@ -409,6 +409,7 @@ func (s *Store) LoadRun(ctx context.Context, runID string) (store.Run, []store.C
 	if err != nil {
 		return store.Run{}, nil, fmt.Errorf("load run %s: %w", runID, err)
 	}
+	rec.Run.Finished = rec.Finished
 	return rec.Run, calls, nil
 }
 

@@ -358,7 +358,8 @@ func (s *Store) runRecord(ctx context.Context, runID string) (r store.Run, finis
 // LoadRun returns the run and its calls in CallIDs order, or
 // store.ErrNotFound.
 func (s *Store) LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error) {
-	r, _, ok, err := s.runRecord(ctx, runID)
+	r, finished, ok, err := s.runRecord(ctx, runID)
+	r.Finished = finished
 	if err != nil {
 		return store.Run{}, nil, fmt.Errorf("load run %s: %w", runID, err)
 	}

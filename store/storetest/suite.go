@@ -751,8 +751,11 @@ func testFinishRun(t *testing.T, open Opener) {
 	if gotConv.PausedRun != "" {
 		t.Errorf("LoadConversation(%s).PausedRun = %q after FinishRun, want empty", conv, gotConv.PausedRun)
 	}
-	if _, gotCalls, err := s.LoadRun(ctx, r.ID); err != nil || len(gotCalls) != len(calls) {
-		t.Errorf("LoadRun(%s) after FinishRun = %d calls, %v; want it kept with %d calls", r.ID, len(gotCalls), err, len(calls))
+	if gotRun, gotCalls, err := s.LoadRun(ctx, r.ID); err != nil || len(gotCalls) != len(calls) || !gotRun.Finished {
+		t.Errorf("LoadRun(%s) after FinishRun = %d calls, finished %v, %v; want it kept with %d calls and finished", r.ID, len(gotCalls), gotRun.Finished, err, len(calls))
+	}
+	if gotRun, _, err := s.LoadRun(ctx, other.ID); err != nil || gotRun.Finished {
+		t.Errorf("LoadRun(%s) of an unfinished run: finished %v, %v; want false", other.ID, gotRun.Finished, err)
 	}
 	if err := s.FinishRun(ctx, r.ID); err != nil {
 		t.Errorf("FinishRun(%s) again: %v, want nil", r.ID, err)
