@@ -66,6 +66,7 @@ type Runs interface {
 	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error)
 	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	BeginExecution(ctx context.Context, callID string) (bool, error)
+	SaveResult(ctx context.Context, callID string, result []byte) error
 	FinishRun(ctx context.Context, runID string) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)

@@ -65,9 +65,10 @@
 //
 // Before an approved call runs, the policy judges it again: a call whose
 // rule now denies it does not run. Each approved call is started at most
-// once (store BeginExecution): if a resume crashed after starting it, the
-// next resume tells the model the call was interrupted instead of running
-// it again.
+// once (store BeginExecution), and its result is saved as soon as it
+// returns (store SaveResult): if a resume crashed or lost its lease after
+// starting a call, the next resume gives the model the saved result, or
+// says the call was interrupted, instead of running it again.
 //
 // # Resuming
 //

@@ -167,6 +167,22 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	if approvals.Kind(d.Kind) == approvals.Edit {
 		args = d.Args
 	}
+	withNote := func(res Result) Result {
+		if approvals.Kind(d.Kind) == approvals.Edit {
+			res.Content = fmt.Sprintf("Note: user %s edited the arguments before approving. The call ran with %s instead of the original %s. Do not re-issue the original call.\n\n%s", who, args, c.Args, res.Content)
+		}
+		return res
+	}
+	if c.Executing {
+		// A resume claimed again: the call started before, and never runs
+		// twice. Its saved result says how it ended, if it got that far.
+		var res Result
+		if len(c.Result) == 0 || json.Unmarshal(c.Result, &res) != nil {
+			return skip(Result{Content: fmt.Sprintf("interrupted: %s was started before a restart and may or may not have completed; it was not run again", c.Tool), IsError: true}, "interrupted")
+		}
+		rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseExecuted, Result: res})
+		return withNote(res)
+	}
 	tool, ok := a.tools.Lookup(c.Tool)
 	if !ok {
 		return skip(Result{Content: fmt.Sprintf("not performed: tool %s is no longer available", c.Tool), IsError: true}, "tool unavailable")
@@ -193,12 +209,12 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	}
 	rep.Status(ctx, "is running "+c.Tool+"…")
 	res := a.execute(ctx, tool, args)
+	if err := a.store.SaveResult(context.WithoutCancel(ctx), c.ID, mustJSON(res)); err != nil {
+		a.log.Warn("save tool result", "call", c.ID, "err", err)
+	}
 	a.audit(ctx, store.AuditEntry{Actor: d.Decider, Action: "execute", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: outcomeOf(res)})
 	rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseExecuted, Result: res})
-	if approvals.Kind(d.Kind) == approvals.Edit {
-		res.Content = fmt.Sprintf("Note: user %s edited the arguments before approving. The call ran with %s instead of the original %s. Do not re-issue the original call.\n\n%s", who, args, c.Args, res.Content)
-	}
-	return res
+	return withNote(res)
 }
 
 // dropUnexecuted removes from the last assistant message the tool calls

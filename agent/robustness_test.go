@@ -342,3 +342,44 @@ func TestCancelAnswersQueuedMessages(t *testing.T) {
 		t.Errorf("deploy ran %d times after a cancel", n)
 	}
 }
+
+// A resume claimed again after its runner died reports what the call
+// returned, or that it was interrupted, and never runs it twice.
+func TestReclaimedResumeReportsTheSavedResult(t *testing.T) {
+	for _, saved := range []bool{true, false} {
+		name := "interrupted"
+		if saved {
+			name = "saved"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, backends(t)[0])
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			// A first resumer started the call, maybe saved its result, and died.
+			ok, err := w.store.BeginExecution(ctx, p.ID)
+			must(t, err)
+			if !ok {
+				t.Fatal("BeginExecution refused")
+			}
+			if saved {
+				must(t, w.store.SaveResult(ctx, p.ID, []byte(`{"content":"deployed by the first resumer"}`)))
+			}
+			w.model.Reply(fakeopenai.Text("done"))
+			_, err = w.restart().Resume(ctx, p.RunID)
+			must(t, err)
+			if n := w.deploys.n.Load(); n != 0 {
+				t.Errorf("deploy ran %d times on the second resume, want 0", n)
+			}
+			want := "c1: interrupted: deploy was started before a restart"
+			if saved {
+				want = "c1: deployed by the first resumer"
+			}
+			if got := toolResults(t, w.model); len(got) != 1 || !strings.HasPrefix(got[0], want) {
+				t.Errorf("got results %q, want one starting %q", got, want)
+			}
+		})
+	}
+}

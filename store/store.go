@@ -68,6 +68,9 @@ type Call struct {
 	Decision     *Decision       `json:"decision,omitempty"`
 	// Executing is set by BeginExecution: the tool was started at most once.
 	Executing bool `json:"executing,omitempty"`
+	// Result is what the tool returned, as saved by SaveResult (opaque to
+	// the store); empty while it runs or if the runner died.
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // Run is a paused step of a conversation: the agent's whole state (opaque to

@@ -548,6 +548,32 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 	return begun, nil
 }
 
+// SaveResult keeps the result of an executing call.
+func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var c store.Call
+		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		if !c.Executing {
+			return fmt.Errorf("not executing: %w", store.ErrConflict)
+		}
+		c.Result = append(json.RawMessage(nil), result...)
+		return put(tx.Bucket(bucketCalls), callID, c)
+	})
+	if err != nil {
+		return fmt.Errorf("save result of call %s: %w", callID, err)
+	}
+	return nil
+}
+
 // FinishRun marks the run finished, takes it and its calls out of every
 // listing, shortens its life to the retention time and clears the
 // conversation's PausedRun if it names the run, in one transaction.

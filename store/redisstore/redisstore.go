@@ -261,7 +261,7 @@ func expireAtLeast(ctx context.Context, p redis.Pipeliner, key string, t time.Ti
 
 // callFields are the fields of a call hash that make up a store.Call, in
 // the order decodeCall reads them.
-var callFields = []string{"call", "status", "decision", "executing"}
+var callFields = []string{"call", "status", "decision", "executing", "result"}
 
 // decodeCall builds a call from the values of callFields; ok is false if
 // the call does not exist.
@@ -287,6 +287,9 @@ func decodeCall(vals []any) (c store.Call, ok bool, err error) {
 		}
 	}
 	c.Executing = str(3) == "1"
+	if r := str(4); r != "" {
+		c.Result = json.RawMessage(r)
+	}
 	return c, true, nil
 }
 
@@ -478,6 +481,23 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 		return false, fmt.Errorf("begin execution of call %s: %w", callID, store.ErrNotFound)
 	}
 	return n == 1, nil
+}
+
+// SaveResult keeps the result of an executing call (one script).
+func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) error {
+	if store.RunOf(callID) == "" {
+		return fmt.Errorf("save result of call %s: %w", callID, store.ErrNotFound)
+	}
+	n, err := saveResult.Run(ctx, s.c, []string{s.callKey(callID)}, result).Int()
+	switch {
+	case err != nil:
+		return fmt.Errorf("save result of call %s: %w", callID, err)
+	case n < 0:
+		return fmt.Errorf("save result of call %s: %w", callID, store.ErrNotFound)
+	case n == 0:
+		return fmt.Errorf("save result of call %s: not executing: %w", callID, store.ErrConflict)
+	}
+	return nil
 }
 
 // FinishRun marks the run finished (one script on its hash slot), which

@@ -75,6 +75,17 @@ if st ~= 'decided' then return 0 end
 return redis.call('HSETNX', KEYS[1], 'executing', '1')
 `)
 
+// saveResult stores the result of an executing call.
+// KEYS: call
+// ARGV: result
+// Returns 1 if saved, 0 if the call is not executing, -1 if unknown.
+var saveResult = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('HGET', KEYS[1], 'executing') ~= '1' then return 0 end
+redis.call('HSET', KEYS[1], 'result', ARGV[1])
+return 1
+`)
+
 // finishRun marks a run finished and shortens the life of its keys to the
 // retention time.
 // KEYS: run, claim, call...

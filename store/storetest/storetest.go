@@ -59,6 +59,11 @@ type Store interface {
 	// False for a call that is not Decided (pending, expired, cancelled);
 	// store.ErrNotFound for an unknown call.
 	BeginExecution(ctx context.Context, callID string) (bool, error)
+	// SaveResult keeps what an executing call's tool returned, so a resume
+	// claimed again after a crash reports it instead of running the tool
+	// again. It fails with ErrConflict for a call that is not executing and
+	// ErrNotFound for an unknown one.
+	SaveResult(ctx context.Context, callID string, result []byte) error
 	// FinishRun ends a run after its resume: it is no longer listed
 	// anywhere, and its records expire after the retention time. It also
 	// clears the conversation's PausedRun if that still names the run.

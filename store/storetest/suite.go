@@ -40,6 +40,7 @@ func Run(t *testing.T, open Opener) {
 		{"ClaimResumeAfterCrash", testClaimResumeAfterCrash},
 		{"StalledAfterRestart", testStalledAfterRestart},
 		{"BeginExecution", testBeginExecution},
+		{"SaveResult", testSaveResult},
 		{"FinishRun", testFinishRun},
 		{"Due", testDue},
 		{"PendingFilters", testPendingFilters},
@@ -700,6 +701,37 @@ func testBeginExecution(t *testing.T, open Opener) {
 	}
 	if _, err := s.BeginExecution(t.Context(), store.CallID(store.NewRunID(), 0)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("BeginExecution(unknown) error = %v, want ErrNotFound", err)
+	}
+}
+
+func testSaveResult(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	r, calls := create(t, s, 1, nil)
+	c := calls[0]
+	result := []byte(`{"content":"deployed"}`)
+	decideAll(t, s, calls)
+	if err := s.SaveResult(ctx, c.ID, result); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("SaveResult(%s) before BeginExecution = %v, want ErrConflict", c.ID, err)
+	}
+	if ok, err := s.BeginExecution(ctx, c.ID); err != nil || !ok {
+		t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", c.ID, ok, err)
+	}
+	if got := wantStatus(t, s, c.ID, store.Decided); len(got.Result) != 0 {
+		t.Errorf("GetCall(%s).Result = %s before SaveResult, want empty", c.ID, got.Result)
+	}
+	if err := s.SaveResult(ctx, c.ID, result); err != nil {
+		t.Fatalf("SaveResult(%s) = %v", c.ID, err)
+	}
+	s = reopen()
+	if got := wantStatus(t, s, c.ID, store.Decided); string(got.Result) != string(result) {
+		t.Errorf("GetCall(%s).Result after restart = %s, want %s", c.ID, got.Result, result)
+	}
+	if _, got, err := s.LoadRun(t.Context(), r.ID); err != nil || string(got[0].Result) != string(result) {
+		t.Errorf("LoadRun(%s) call result = %v, %v; want %s", r.ID, got, err, result)
+	}
+	if err := s.SaveResult(t.Context(), store.CallID(store.NewRunID(), 0), result); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("SaveResult(unknown) = %v, want ErrNotFound", err)
 	}
 }
 
