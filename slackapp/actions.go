@@ -23,6 +23,10 @@ type click struct {
 // busyText answers an envelope that found every handler busy.
 const busyText = "I'm busy, try again in a moment."
 
+// submitFailedText answers a modal submission whose handler failed
+// unexpectedly, perhaps after recording the decision.
+const submitFailedText = "Something went wrong, and I can't tell whether your decision was recorded. The card shows where the call stands."
+
 // onInteractive handles block actions (acked at once, then worked on) and
 // view submissions (acked with the outcome: a modal with an invalid input
 // stays open with the error shown inline).
@@ -50,24 +54,25 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 		}, func() {
 			// The card is unchanged: the click can be repeated.
 			a.log.Warn("too busy to handle a click; dropped", "user", cb.User.ID)
+			a.m.error("click_dropped")
+			a.notify(cb.User.ID, cb.Channel.ID, busyClickText)
 		})
 	case slack.InteractionTypeViewSubmission:
 		// The ack carries the outcome, so it waits for the decision; that
 		// work runs off the event loop, which must keep draining envelopes.
-		req := evt.Request
+		k := a.acker(evt.Request, start)
 		a.spawn(func(ctx context.Context) {
+			// Deferred here, it runs before spawn recovers a panic: the
+			// submission is answered whatever happens.
+			defer k.ack(viewError(cb.View.CallbackID, submitFailedText))
 			if resp := a.onSubmit(ctx, cb); resp != nil {
-				a.ack(req, resp, start)
+				k.ack(resp)
 				return
 			}
-			a.ack(req, nil, start)
+			k.ack(nil)
 		}, func() {
 			// Nothing is recorded; the modal stays open to submit again.
-			var resp any
-			if block := submitBlock(cb.View.CallbackID); block != "" {
-				resp = slack.NewErrorsViewSubmissionResponse(map[string]string{block: busyText})
-			}
-			a.ack(req, resp, start)
+			k.ack(viewError(cb.View.CallbackID, busyText))
 		})
 	default:
 		a.ack(evt.Request, nil, start)
@@ -161,8 +166,12 @@ func (a *App) resume(ctx context.Context, runID string) {
 		a.log.Warn("resume waited too long for the conversation; the sweep retries", "run", runID, "err", err)
 	default:
 		a.log.Error("resume failed", "run", runID, "err", err)
-		lctx, cancel := detached(ctx)
+		lctx, cancel, ok := a.noteContext(ctx, 5*time.Second)
 		defer cancel()
+		if !ok {
+			a.log.Warn("shutdown deadline passed; failure not reported in the thread", "run", runID)
+			return
+		}
 		if c, cerr := a.callOfRun(lctx, runID); cerr == nil {
 			_, channel, thread, _ := parseKey(c.Conversation)
 			a.post(ctx, channel, thread, failureText(err))
@@ -339,11 +348,14 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 	res, err := ag.Decide(ctx, d)
 	if err != nil {
 		text, result := refusalText(res.Call, d.Decider, err)
+		// An error under a modal input is plain text, not mrkdwn.
+		text = modalText(text)
 		a.m.decision(string(d.Kind), result, 0)
 		if result == "error" {
 			a.log.Error("record decision", "call", d.CallID, "err", err)
 		}
 		if result == "invalid" || result == "policy_denied" {
+			// Plain text made from the error itself.
 			text = strings.TrimPrefix(errAfter(err, approvals.ErrInvalidArgs), ": ")
 			if result == "policy_denied" {
 				what := "this call"
@@ -353,7 +365,7 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 				text = "The policy denies " + what + ": " + strings.TrimPrefix(errAfter(err, approvals.ErrPolicyDenied), ": ") + ". Nothing ran."
 			}
 		}
-		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: clip(plainText(text), 1000)})
+		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: clip(text, 1000)})
 	}
 	a.m.decision(string(d.Kind), "ok", time.Since(res.Call.CreatedAt))
 	if res.Complete {
@@ -401,10 +413,15 @@ func clip(s string, n int) string {
 // tell answers one person privately: an ephemeral message in the channel,
 // or a DM where there is no channel (a click in App Home). Like post, it
 // is not cancelled with ctx: the answer to a click matters most when the
-// bot is shutting down.
+// bot is shutting down. It ends at the shutdown deadline, and past it the
+// answer is logged instead.
 func (a *App) tell(ctx context.Context, user, channel, text string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ctx, cancel, ok := a.noteContext(ctx, 10*time.Second)
 	defer cancel()
+	if !ok {
+		a.log.Warn("shutdown deadline passed; answer not sent", "user", user, "text", clip(text, 200))
+		return
+	}
 	if channel != "" {
 		if _, err := a.api.PostEphemeralContext(ctx, channel, user, slack.MsgOptionText(text, false)); err == nil {
 			return

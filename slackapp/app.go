@@ -44,14 +44,18 @@ type Config struct {
 	// resumes recovered (default 30s).
 	SweepInterval time.Duration
 	// ShutdownGrace bounds how long in-flight work may take to finish on
-	// shutdown (default 30s).
+	// shutdown (default 30s). Notes about work cut short may take a few
+	// seconds more (see noteAllowance); Run returns within about
+	// ShutdownGrace plus that.
 	ShutdownGrace time.Duration
 	// MaxHandlers bounds the interactive handlers (slash commands, clicks,
 	// modal submissions, Home tabs) running at once (default 128). Past it
 	// an envelope is answered with "busy" at once (a slash command or a
-	// modal submission) or dropped with a log line (a click, which the user
-	// can repeat, or a Home tab), so a burst never starts unbounded
-	// goroutines nor slows the reading of envelopes.
+	// modal submission), a click is dropped and the clicker told so
+	// privately (through a small bounded queue; if that is full too, the
+	// click is dropped with a log line and a metric), and a Home tab is
+	// dropped with a log line, so a burst never starts unbounded goroutines
+	// nor slows the reading of envelopes.
 	MaxHandlers int
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
@@ -81,7 +85,7 @@ type App struct {
 	cfg      Config
 	api      *slack.Client
 	sm       *socketmode.Client
-	st       Store
+	st       *storeGate
 	policy   *approvals.Engine
 	log      *slog.Logger
 	m        *Metrics
@@ -105,8 +109,18 @@ type App struct {
 	sweeps     sync.WaitGroup
 	workCtx    context.Context
 	stopWork   context.CancelFunc
-	mu         sync.Mutex
-	admins     map[string]bool
+	// notesCtx ends at the shutdown deadline: the end of the grace period
+	// plus noteAllowance. Every note, clean-up and card update made with
+	// noteContext ends with it.
+	notesCtx  context.Context
+	stopNotes context.CancelFunc
+	// notices feeds the notifier, which tells people privately that their
+	// click was not handled.
+	notices     chan notice
+	noticesDone chan struct{}
+	cards       *cardUpdater
+	mu          sync.Mutex
+	admins      map[string]bool
 }
 
 // job is a piece of work for one conversation.
@@ -157,11 +171,11 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 		opts = append(opts, slack.OptionAPIURL(u))
 	}
 	api := slack.New(cfg.BotToken, opts...)
-	a := &App{cfg: cfg, api: api, st: st, policy: policy, log: cfg.Logger, m: cfg.Metrics, admins: map[string]bool{}}
+	a := &App{cfg: cfg, api: api, st: &storeGate{s: st}, policy: policy, log: cfg.Logger, m: cfg.Metrics, admins: map[string]bool{}}
 	for _, u := range cfg.AdminUsers {
 		a.admins[strings.TrimSpace(u)] = true
 	}
-	a.groups = &groupCache{api: api, ttl: time.Minute, entries: map[string]groupEntry{}}
+	a.groups = newGroupCache(api, time.Minute)
 	a.audience = newAudienceCache(api, time.Minute)
 	smOpts := []socketmode.Option{}
 	if cfg.Debug {
@@ -169,7 +183,11 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	}
 	a.sm = socketmode.New(api, smOpts...)
 	a.workCtx, a.stopWork = context.WithCancel(context.Background())
+	a.notesCtx, a.stopNotes = context.WithCancel(context.Background())
 	a.spawnSlots = make(chan struct{}, cfg.MaxHandlers)
+	a.notices = make(chan notice, noticeQueueSize)
+	a.noticesDone = make(chan struct{})
+	a.cards = &cardUpdater{a: a}
 	return a, nil
 }
 
@@ -204,8 +222,8 @@ func (a *App) Ready(ctx context.Context) error {
 }
 
 // Run connects to Slack and serves until ctx ends, then stops taking
-// envelopes, lets in-flight work finish (up to ShutdownGrace) and returns.
-// A bad token is returned as an error at once.
+// work, lets in-flight work finish (up to ShutdownGrace) and returns (see
+// shutdown). A bad token is returned as an error at once.
 func (a *App) Run(ctx context.Context, ag *agent.Agent) error {
 	a.ag.Store(ag)
 	auth, err := a.api.AuthTestContext(ctx)
@@ -221,6 +239,8 @@ func (a *App) Run(ctx context.Context, ag *agent.Agent) error {
 		a.workers.Add(1)
 		go a.worker(a.shards[i])
 	}
+	go a.notifier()
+	a.cards.start()
 
 	// Socket Mode outlives ctx a little: work still answering envelopes
 	// when shutdown starts needs the connection to send its acks.
@@ -257,7 +277,7 @@ loop:
 			a.handle(ctx, evt)
 		}
 	}
-	a.shutdown(func() {
+	a.shutdown(smErr, func() {
 		stopSM()
 		if !wait(smDone, 5*time.Second) {
 			a.log.Warn("socket mode did not stop in time")
@@ -266,26 +286,57 @@ loop:
 	return runErr
 }
 
-// shutdown stops the app once the event loop has ended. No envelope is
-// read any more (unread ones are redelivered by Slack), and nothing starts
-// a handler: only the loop does.
+// noteAllowance is how long past the end of the shutdown grace period
+// notes about work cut short (a message not started, a click not
+// recorded, a turn interrupted) and card updates may take.
+const noteAllowance = 5 * time.Second
+
+// finalWait is how long past the shutdown deadline shutdown waits for
+// goroutines to notice it before Run returns anyway.
+const finalWait = time.Second
+
+// shutdown stops the app once the event loop has ended.
 //
 //  1. Handlers already running get up to ShutdownGrace/2 to finish while
-//     Socket Mode is still up, so that their acks go out.
-//  2. Socket Mode stops.
-//  3. The queues close and the workers drain them, up to ShutdownGrace;
-//     then the work context is cancelled. A turn cut short keeps its
-//     conversation, a message not started gets a note asking to send it
-//     again, and a click not recorded is told so.
-//  4. Handlers still running and the sweep see the cancelled context; they
-//     are waited for, so nothing touches the store after Run returns.
-func (a *App) shutdown(stopSM func()) {
+//     Socket Mode is still up, so that their acks go out. Envelopes are
+//     still read meanwhile, but no new work starts: Events API envelopes
+//     are left unacked, so Slack delivers them again (with retry_attempt
+//     increased, to another connection of the app, or to this app once it
+//     is back); a slash command is answered that the bot is restarting, a
+//     modal submission gets the same as an error under its input (the
+//     modal stays open), and a click is acked and the clicker told that
+//     nothing changed. Slack does not redeliver interactions, so those
+//     must be answered.
+//  2. Socket Mode stops; envelopes sent after this reach another replica
+//     or, when there is none, wait for Slack's own retries.
+//  3. The queues close and the workers drain them until ShutdownGrace
+//     after the start of the shutdown; then the work context is cancelled.
+//     A turn cut short keeps its conversation, a message not started gets
+//     a note asking to send it again, and a click not recorded is told so.
+//  4. Notes, clean-ups and card updates made from then on share one
+//     deadline, noteAllowance after the end of the grace period (see
+//     noteContext); past it they are skipped and logged.
+//  5. Handlers, workers, the sweep, the notifier and the card updater are
+//     waited for until finalWait after that deadline. Everything of this
+//     app that can outlast the grace period runs under the deadline, so
+//     they normally end in time. If one does not (a call that ignores its
+//     context), Run returns anyway rather than hang, and closes the gate
+//     in front of the store: from then on every store call of this app
+//     fails without reaching the store. A call already in flight at that
+//     moment is not stopped by the gate; its context ended at the
+//     deadline. Work the agent does on its own (saving a turn cut short)
+//     is bounded by the agent's timeouts, not by this one.
+func (a *App) shutdown(smErr <-chan error, stopSM func()) {
+	begin := time.Now()
+	graceEnd := begin.Add(a.cfg.ShutdownGrace)
 	handlers := doneWhen(&a.spawned)
-	if !wait(handlers, a.cfg.ShutdownGrace/2) {
+	if !a.drain(handlers, smErr, begin.Add(a.cfg.ShutdownGrace/2)) {
 		a.log.Warn("handlers still running at shutdown; their acks may be lost")
 	}
 	stopSM()
 	a.connected.Store(false)
+	// Only the event loop and drain send notices, and both are over.
+	close(a.notices)
 
 	a.mu.Lock()
 	a.closing.Store(true)
@@ -294,13 +345,70 @@ func (a *App) shutdown(stopSM func()) {
 	}
 	a.mu.Unlock()
 	workers := doneWhen(&a.workers)
-	if !wait(workers, a.cfg.ShutdownGrace) {
+	if !waitUntil(workers, graceEnd) {
 		a.log.Warn("shutdown grace period over: cancelling in-flight work")
 	}
+	deadline := graceEnd
+	if now := time.Now(); now.After(deadline) {
+		deadline = now
+	}
+	deadline = deadline.Add(noteAllowance)
+	notesTimer := time.AfterFunc(time.Until(deadline), a.stopNotes)
+	defer notesTimer.Stop()
 	a.stopWork()
-	<-workers
-	<-handlers
-	a.sweeps.Wait()
+
+	final := deadline.Add(finalWait)
+	late := false
+	for _, w := range []struct {
+		what string
+		done <-chan struct{}
+	}{{"workers", workers}, {"handlers", handlers}, {"sweep", doneWhen(&a.sweeps)}} {
+		if !waitUntil(w.done, final) {
+			a.log.Error("still running past the shutdown deadline; stopping anyway", "what", w.what)
+			late = true
+		}
+	}
+	// The card updater's producers (turns, decisions, the sweep) are done,
+	// unless one is late; a late one updates its card inline.
+	if !a.cards.stop(final) {
+		a.log.Error("card updates still running past the shutdown deadline; stopping anyway")
+		late = true
+	}
+	if !waitUntil(a.noticesDone, final) {
+		a.log.Error("notices still being sent past the shutdown deadline; stopping anyway")
+		late = true
+	}
+	if late {
+		a.m.error("shutdown_late")
+	}
+	a.stopNotes()
+	a.st.close()
+}
+
+// drain reads envelopes while handlers finish, until handlers is closed
+// or the deadline; it reports whether handlers finished. Nothing it does
+// starts a handler or touches the store (see shutdown).
+func (a *App) drain(handlers <-chan struct{}, smErr <-chan error, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	events := a.sm.Events
+	for {
+		select {
+		case <-handlers:
+			return true
+		case <-t.C:
+			return false
+		case <-smErr:
+			// Socket Mode has stopped: nothing more to read.
+			events = nil
+		case evt, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			a.refuse(evt)
+		}
+	}
 }
 
 // doneWhen returns a channel closed once wg is done. No Add may follow.
@@ -315,8 +423,19 @@ func doneWhen(wg *sync.WaitGroup) <-chan struct{} {
 	return done
 }
 
+// waitUntil waits for done until the deadline; it reports whether done was
+// closed.
+func waitUntil(done <-chan struct{}, deadline time.Time) bool {
+	return wait(done, time.Until(deadline))
+}
+
 // wait waits for done, at most d; it reports whether done was closed.
 func wait(done <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -425,35 +544,27 @@ func (a *App) sweep() {
 	}()
 }
 
-// detached returns a context for cleaning up after ctx ended (a note in a
-// thread, a lookup that decides whether to send it): it keeps ctx's values
-// but not its cancellation, and ends after a few seconds.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+// noteContext returns a context for a note or a clean-up that must not
+// end with ctx (a note in a thread after a turn was cut short, the lookup
+// that decides whether to send it, a card update): it keeps ctx's values
+// but not its cancellation, and ends after d or at the shutdown deadline,
+// whichever comes first. ok is false, and the note must be skipped, once
+// the shutdown deadline has passed.
+func (a *App) noteContext(ctx context.Context, d time.Duration) (_ context.Context, cancel context.CancelFunc, ok bool) {
+	if a.notesCtx.Err() != nil {
+		return nil, func() {}, false
+	}
+	nctx, cancelNote := context.WithTimeout(context.WithoutCancel(ctx), d)
+	stop := context.AfterFunc(a.notesCtx, cancelNote)
+	return nctx, func() {
+		stop()
+		cancelNote()
+	}, true
 }
 
 // handle acks an envelope at once and routes it.
 func (a *App) handle(ctx context.Context, evt socketmode.Event) {
-	switch evt.Type {
-	case socketmode.EventTypeConnected:
-		a.connected.Store(true)
-		a.log.Info("socket mode connected")
-		return
-	case socketmode.EventTypeConnecting:
-		return
-	case socketmode.EventTypeDisconnect, socketmode.EventTypeConnectionError, socketmode.EventTypeIncomingError:
-		a.connected.Store(false)
-		a.log.Warn("socket mode connection lost", "type", evt.Type)
-		return
-	case socketmode.EventTypeInvalidAuth:
-		a.connected.Store(false)
-		a.log.Error("socket mode: invalid auth")
-		return
-	case socketmode.EventTypeHello:
-		a.connected.Store(true)
-		return
-	}
-	if evt.Request == nil {
+	if a.connection(evt) || evt.Request == nil {
 		return
 	}
 	start := time.Now()
@@ -469,6 +580,98 @@ func (a *App) handle(ctx context.Context, evt socketmode.Event) {
 	default:
 		a.ack(evt.Request, nil, start)
 	}
+}
+
+// Answers to envelopes that arrive while the bot shuts down.
+const (
+	restartingCommandText = "I'm restarting; try again in a minute."
+	restartingSubmitText  = "I'm restarting, so nothing was recorded; please submit again in a minute."
+	restartingClickText   = "I'm restarting, so nothing changed; please click again in a minute."
+)
+
+// refuse answers an envelope read during shutdown without starting any
+// work (see shutdown). It runs in the loop.
+func (a *App) refuse(evt socketmode.Event) {
+	if a.connection(evt) || evt.Request == nil {
+		return
+	}
+	start := time.Now()
+	a.m.envelope(string(evt.Type))
+	req := evt.Request
+	switch evt.Type {
+	case socketmode.EventTypeEventsAPI:
+		// Left unacked on purpose: Slack delivers it again.
+		a.log.Info("shutting down: leaving an event unacked for Slack to deliver again", "envelope", req.EnvelopeID)
+	case socketmode.EventTypeSlashCommand:
+		a.ack(req, ephemeral(restartingCommandText), start)
+	case socketmode.EventTypeInteractive:
+		cb, ok := evt.Data.(slack.InteractionCallback)
+		switch {
+		case ok && cb.Type == slack.InteractionTypeViewSubmission:
+			a.ack(req, viewError(cb.View.CallbackID, restartingSubmitText), start)
+		case ok && cb.Type == slack.InteractionTypeBlockActions:
+			a.ack(req, nil, start)
+			a.notify(cb.User.ID, cb.Channel.ID, restartingClickText)
+		default:
+			a.ack(req, nil, start)
+		}
+	default:
+		a.ack(req, nil, start)
+	}
+}
+
+// connection tracks connection events; it reports whether evt was one.
+func (a *App) connection(evt socketmode.Event) bool {
+	switch evt.Type {
+	case socketmode.EventTypeConnected:
+		a.connected.Store(true)
+		a.log.Info("socket mode connected")
+	case socketmode.EventTypeConnecting:
+	case socketmode.EventTypeDisconnect, socketmode.EventTypeConnectionError, socketmode.EventTypeIncomingError:
+		a.connected.Store(false)
+		a.log.Warn("socket mode connection lost", "type", evt.Type)
+	case socketmode.EventTypeInvalidAuth:
+		a.connected.Store(false)
+		a.log.Error("socket mode: invalid auth")
+	case socketmode.EventTypeHello:
+		a.connected.Store(true)
+	default:
+		return false
+	}
+	return true
+}
+
+// ephemeral is the ack payload of a slash command answered privately.
+func ephemeral(text string) map[string]any {
+	return map[string]any{"response_type": "ephemeral", "text": clip(text, 3900)}
+}
+
+// viewError is the ack payload of a decision modal's submission that keeps
+// the modal open with text under its input; nil (closing the modal) for a
+// view without one.
+func viewError(callbackID, text string) any {
+	if block := submitBlock(callbackID); block != "" {
+		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: clip(text, 1000)})
+	}
+	return nil
+}
+
+// acker acks one envelope exactly once: with the handler's answer, or, when
+// the handler ends without one (it panicked), with a fallback.
+type acker struct {
+	a     *App
+	req   *socketmode.Request
+	start time.Time
+	once  sync.Once
+}
+
+func (a *App) acker(req *socketmode.Request, start time.Time) *acker {
+	return &acker{a: a, req: req, start: start}
+}
+
+// ack acks the envelope with payload unless it was acked already.
+func (k *acker) ack(payload any) {
+	k.once.Do(func() { k.a.ack(k.req, payload, k.start) })
 }
 
 func (a *App) ack(req *socketmode.Request, payload any, start time.Time) {

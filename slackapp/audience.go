@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/toolgate/toolgate/agent"
 )
@@ -17,17 +18,33 @@ import (
 // no approvers may be decided, and is listed in App Home, only for them.
 func (a *App) Audience() agent.Audience { return a.audience }
 
+// Bounds of the audience cache.
+const (
+	maxDMs      = 10000
+	maxChannels = 256
+)
+
 // audienceCache answers CanSee from conversations.info (the other party of
 // a DM, which never changes) and conversations.members (kept for ttl, so a
-// burst of clicks or Home tabs is not a burst of API calls). Errors are
-// returned, never guessed: the caller refuses.
+// burst of clicks or Home tabs is not a burst of API calls). Callers
+// missing the same conversation at once share one lookup, and at most
+// maxDMs DMs and maxChannels channels are kept. Errors are returned, never
+// guessed: the caller refuses.
 type audienceCache struct {
-	api *slack.Client
-	ttl time.Duration
+	api         *slack.Client
+	ttl         time.Duration
+	maxDMs      int
+	maxChannels int
+	sf          singleflight.Group
 
 	mu      sync.Mutex
-	dms     map[string]string
+	dms     map[string]dmEntry
 	members map[string]memberEntry
+}
+
+type dmEntry struct {
+	user string
+	at   time.Time
 }
 
 type memberEntry struct {
@@ -36,7 +53,7 @@ type memberEntry struct {
 }
 
 func newAudienceCache(api *slack.Client, ttl time.Duration) *audienceCache {
-	return &audienceCache{api: api, ttl: ttl, dms: map[string]string{}, members: map[string]memberEntry{}}
+	return &audienceCache{api: api, ttl: ttl, maxDMs: maxDMs, maxChannels: maxChannels, dms: map[string]dmEntry{}, members: map[string]memberEntry{}}
 }
 
 // CanSee reports whether user can see channel.
@@ -61,22 +78,30 @@ func (c *audienceCache) CanSee(ctx context.Context, channel, user string) (bool,
 // dmUser returns the person the bot talks to in a DM channel.
 func (c *audienceCache) dmUser(ctx context.Context, channel string) (string, error) {
 	c.mu.Lock()
-	other, ok := c.dms[channel]
+	e, ok := c.dms[channel]
 	c.mu.Unlock()
 	if ok {
-		return other, nil
+		return e.user, nil
 	}
-	info, err := c.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: channel})
+	v, err := shared(ctx, &c.sf, "dm:"+channel, func(ctx context.Context) (any, error) {
+		info, err := c.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: channel})
+		if err != nil {
+			return nil, fmt.Errorf("look up DM %s: %w", channel, err)
+		}
+		if !info.IsIM || info.User == "" {
+			return nil, fmt.Errorf("look up DM %s: not a direct message", channel)
+		}
+		c.mu.Lock()
+		// A DM's other party never changes: entries do not expire, only
+		// the oldest make room.
+		put(c.dms, channel, dmEntry{user: info.User, at: time.Now()}, c.maxDMs, 0, func(e dmEntry) time.Time { return e.at })
+		c.mu.Unlock()
+		return info.User, nil
+	})
 	if err != nil {
-		return "", fmt.Errorf("look up DM %s: %w", channel, err)
+		return "", err
 	}
-	if !info.IsIM || info.User == "" {
-		return "", fmt.Errorf("look up DM %s: not a direct message", channel)
-	}
-	c.mu.Lock()
-	c.dms[channel] = info.User
-	c.mu.Unlock()
-	return info.User, nil
+	return v.(string), nil
 }
 
 // channelMembers returns the members of a channel, every page of them.
@@ -87,23 +112,29 @@ func (c *audienceCache) channelMembers(ctx context.Context, channel string) (map
 	if ok && time.Since(e.at) < c.ttl {
 		return e.members, nil
 	}
-	members := map[string]bool{}
-	cursor := ""
-	for {
-		ids, next, err := c.api.GetUsersInConversationContext(ctx, &slack.GetUsersInConversationParameters{ChannelID: channel, Cursor: cursor, Limit: 1000})
-		if err != nil {
-			return nil, fmt.Errorf("list members of %s: %w", channel, err)
+	v, err := shared(ctx, &c.sf, "members:"+channel, func(ctx context.Context) (any, error) {
+		members := map[string]bool{}
+		cursor := ""
+		for {
+			ids, next, err := c.api.GetUsersInConversationContext(ctx, &slack.GetUsersInConversationParameters{ChannelID: channel, Cursor: cursor, Limit: 1000})
+			if err != nil {
+				return nil, fmt.Errorf("list members of %s: %w", channel, err)
+			}
+			for _, id := range ids {
+				members[id] = true
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
 		}
-		for _, id := range ids {
-			members[id] = true
-		}
-		if next == "" {
-			break
-		}
-		cursor = next
+		c.mu.Lock()
+		put(c.members, channel, memberEntry{members: members, at: time.Now()}, c.maxChannels, c.ttl, func(e memberEntry) time.Time { return e.at })
+		c.mu.Unlock()
+		return members, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	c.mu.Lock()
-	c.members[channel] = memberEntry{members: members, at: time.Now()}
-	c.mu.Unlock()
-	return members, nil
+	return v.(map[string]bool), nil
 }

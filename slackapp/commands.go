@@ -37,16 +37,21 @@ func (a *App) onSlash(ctx context.Context, evt socketmode.Event, start time.Time
 		a.ack(evt.Request, nil, start)
 		return
 	}
-	req := evt.Request
+	k := a.acker(evt.Request, start)
 	a.spawn(func(ctx context.Context) {
+		// Deferred here, it runs before spawn recovers a panic: the
+		// command is answered whatever happens.
+		defer k.ack(ephemeral(commandFailedText))
 		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 		defer cancel()
-		text := a.command(ctx, cmd)
-		a.ack(req, map[string]any{"response_type": "ephemeral", "text": clip(text, 3900)}, start)
+		k.ack(ephemeral(a.command(ctx, cmd)))
 	}, func() {
-		a.ack(req, map[string]any{"response_type": "ephemeral", "text": busyText}, start)
+		k.ack(ephemeral(busyText))
 	})
 }
+
+// commandFailedText answers a command whose handler failed unexpectedly.
+const commandFailedText = "Something went wrong while answering this command; please try again."
 
 // command runs one /approvals command and returns its answer.
 func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
@@ -321,33 +326,38 @@ func (a *App) inAudience(ctx context.Context, channel, requester, user string) b
 	return ok
 }
 
+// homeScanLimit bounds the pending calls checked for one Home tab, so that
+// a large backlog does not become a long series of group and channel
+// lookups. The tab shows the first maxHomeInbox entries anyway; past the
+// limit its count covers the calls checked.
+const homeScanLimit = 500
+
 // publishHome shows a user's approver inbox and their own waiting requests.
+// The inbox lists the pending calls the user may decide: those naming the
+// user or a user group they belong to, and those open to anyone in their
+// conversation that the user can see.
 func (a *App) publishHome(ctx context.Context, user string) {
 	ag := a.ag.Load()
 	if ag == nil {
 		return
 	}
 	var inbox, mine []Card
-	seen := map[string]bool{}
-	for _, approver := range []string{user, store.AnyApprover} {
-		calls, err := ag.Pending(ctx, store.Filter{Approver: approver})
-		if err != nil {
-			a.log.Warn("list inbox", "user", user, "err", err)
+	calls, err := ag.Pending(ctx, store.Filter{})
+	if err != nil {
+		a.log.Warn("list inbox", "user", user, "err", err)
+	}
+	if len(calls) > homeScanLimit {
+		a.log.Info("many pending calls; the Home tab checks the first ones", "user", user, "pending", len(calls), "checked", homeScanLimit)
+		calls = calls[:homeScanLimit]
+	}
+	for _, c := range calls {
+		if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, user, a.groups) != nil {
 			continue
 		}
-		for _, c := range calls {
-			if seen[c.ID] {
-				continue
-			}
-			seen[c.ID] = true
-			if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, user, a.groups) != nil {
-				continue
-			}
-			if approver == store.AnyApprover && !a.inAudience(ctx, c.Channel, c.Requester, user) {
-				continue
-			}
-			inbox = append(inbox, cardOf(c, nil))
+		if len(c.Approvers) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
+			continue
 		}
+		inbox = append(inbox, cardOf(c, nil))
 	}
 	own, err := ag.Pending(ctx, store.Filter{Requester: user})
 	if err != nil {

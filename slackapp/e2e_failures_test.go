@@ -37,6 +37,10 @@ func TestRateLimitedPostsAreRetried(t *testing.T) {
 	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
 	must(t, err)
 	e.answer(ts, "Deployed despite the rate limits.")
+	// Cards are updated in the background: the answer may come first.
+	e.waitThread(ts, "with the approved card", func(m fakeslack.Message) bool {
+		return m.TS == card.TS && strings.Contains(blocksText(m), "Approved by <@"+approver+">")
+	})
 	for _, method := range []string{"chat.startStream", "chat.update"} {
 		var statuses []int
 		for _, c := range e.slack.Calls(method) {
@@ -46,9 +50,6 @@ func TestRateLimitedPostsAreRetried(t *testing.T) {
 			t.Errorf("%s answered %v, want a 429 and then a retry", method, statuses)
 		}
 	}
-	e.waitThread(ts, "with the approved card", func(m fakeslack.Message) bool {
-		return m.TS == card.TS && strings.Contains(blocksText(m), "Approved by <@"+approver+">")
-	})
 	answers := 0
 	for _, m := range e.slack.Thread(channel, ts) {
 		if strings.Contains(m.Text+blocksText(m), "Deployed despite the rate limits.") {

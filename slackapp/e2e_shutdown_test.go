@@ -52,3 +52,87 @@ func TestShutdownAnswersQueuedFollowUpsAndClicks(t *testing.T) {
 		t.Errorf("deploy ran %d times on a click queued at shutdown", n)
 	}
 }
+
+// Shutdown stays within ShutdownGrace and a few seconds even when Slack
+// rate-limits every note about work cut short: the notes share one
+// deadline and are skipped past it.
+func TestShutdownBoundedWhenSlackIsSlow(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.Workers = 1
+	e.cfg.ShutdownGrace = 500 * time.Millisecond
+	e.start()
+	e.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		return fakeopenai.Response{Text: "slow", Delay: 2 * time.Second}
+	})
+	e.slack.Mention(channel, requester, "first")
+	waitUntil(t, "the turn reaches the model", func() bool { return len(e.model.Requests()) >= 1 })
+	for range 6 {
+		e.slack.Mention(channel, requester, "queued")
+	}
+	time.Sleep(300 * time.Millisecond) // the messages are queued
+	e.slack.RateLimit("chat.postMessage", 1000, 1)
+
+	b := e.bot
+	e.bot = nil
+	start := time.Now()
+	b.cancel()
+	select {
+	case err := <-b.done:
+		if err != nil {
+			t.Errorf("bot stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the bot did not stop")
+	}
+	// ShutdownGrace, plus the 5s allowed for notes, plus a little.
+	if d := time.Since(start); d > e.cfg.ShutdownGrace+7*time.Second {
+		t.Errorf("shutdown took %v with ShutdownGrace %v", d, e.cfg.ShutdownGrace)
+	}
+	must(t, b.st.Close())
+}
+
+// While handlers finish at shutdown, envelopes are still read: a command is
+// told the bot is restarting, and a message is left unacked, so that Slack
+// delivers it again and the next process answers it.
+func TestShutdownAnswersEnvelopesDuringGrace(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	// A handler waits out a rate limit while it publishes a Home tab,
+	// which keeps the shutdown in its grace period for handlers.
+	e.slack.RateLimit("views.publish", 1, 3)
+	e.slack.OpenHome(stranger)
+	if _, err := e.slack.WaitCall("views.publish", func(c fakeslack.Call) bool { return c.Status == 429 }, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b := e.bot
+	b.cancel()
+	time.Sleep(200 * time.Millisecond) // the event loop sees the cancellation
+
+	wantIn(t, "a command during shutdown", e.slash(stranger, "help"), "I'm restarting; try again in a minute")
+	e.model.Reply(fakeopenai.Text("Hello after the restart."))
+	ts := e.slack.Mention(channel, requester, "are you there?")
+	env := e.slack.EnvelopesByTS(ts)
+	if len(env) == 0 {
+		t.Fatal("no envelope for the mention")
+	}
+	if _, err := e.slack.WaitAck(env[0].ID, 500*time.Millisecond); err == nil {
+		t.Error("an event was acked during shutdown although nothing will handle it")
+	}
+
+	select {
+	case err := <-b.done:
+		if err != nil {
+			t.Errorf("bot stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the bot did not stop")
+	}
+	must(t, b.st.Close())
+	e.bot = nil
+	if _, ok := e.slack.HomeView(stranger); !ok {
+		t.Error("the Home tab of the handler running at shutdown was not published")
+	}
+
+	e.start()
+	e.answer(ts, "Hello after the restart.")
+}

@@ -177,3 +177,53 @@ func quote(s string, max int) string {
 	out, _ := truncate(strings.Join(lines, "\n"), max)
 	return out
 }
+
+// controlSequence matches a mrkdwn control sequence: a mention, a channel,
+// a special command such as a date, or a link.
+var controlSequence = regexp.MustCompile(`<([^<>]*)>`)
+
+// modalText turns mrkdwn written by this package (a refusal text, say)
+// into plain text for a place that shows no mrkdwn, such as an error under
+// a modal input: "<@U1>" becomes "@U1" ("@name" with a label),
+// "<!subteam^S1>" becomes "@S1", "<#C1|general>" becomes "#general", a
+// date token becomes its fallback text, a link "<url|label>" becomes
+// "label (url)", and the escapes &lt;, &gt; and &amp; become the characters.
+// Text escaped with Escape stays literal: it holds no '<' or '>' before
+// the escapes are undone, which happens last.
+func modalText(s string) string {
+	s = controlSequence.ReplaceAllStringFunc(s, func(m string) string {
+		inner := m[1 : len(m)-1]
+		body, label, hasLabel := strings.Cut(inner, "|")
+		switch {
+		case strings.HasPrefix(body, "@"):
+			if hasLabel && label != "" {
+				return "@" + strings.TrimPrefix(label, "@")
+			}
+			return body
+		case strings.HasPrefix(body, "#"):
+			if hasLabel && label != "" {
+				return "#" + strings.TrimPrefix(label, "#")
+			}
+			return body
+		case strings.HasPrefix(body, "!subteam^"):
+			if hasLabel && label != "" {
+				return "@" + strings.TrimPrefix(label, "@")
+			}
+			return "@" + strings.TrimPrefix(body, "!subteam^")
+		case strings.HasPrefix(body, "!date^"):
+			if hasLabel {
+				return label
+			}
+			return "a date"
+		case strings.HasPrefix(body, "!"):
+			// A broadcast such as <!here>: named, never triggered.
+			name, _, _ := strings.Cut(strings.TrimPrefix(body, "!"), "^")
+			return "@" + name
+		case hasLabel && label != "":
+			return label + " (" + body + ")"
+		default:
+			return body
+		}
+	})
+	return strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&").Replace(s)
+}

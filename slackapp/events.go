@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/slack-go/slack/slackevents"
 	"github.com/slack-go/slack/socketmode"
@@ -140,9 +141,14 @@ func (a *App) onMessage(m message, eventID string, followUp bool) {
 	ok := a.enqueue(key, func(ctx context.Context) {
 		if ctx.Err() != nil {
 			// Shutdown cancelled the work before this message's turn.
-			// The lookups and the note must not fail with it.
-			ctx, cancel := detached(ctx)
+			// The lookups and the note must not fail with it, but end at
+			// the shutdown deadline.
+			ctx, cancel, ok := a.noteContext(ctx, 5*time.Second)
 			defer cancel()
+			if !ok {
+				a.log.Warn("shutdown deadline passed; a message not started was not answered", "conversation", key)
+				return
+			}
 			if a.accept(ctx, m, eventID, followUp) {
 				a.post(ctx, m.channel, threadOf(m), restartingText)
 			}

@@ -168,9 +168,11 @@ func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) 
 	}
 }
 
-// Updated updates every copy of the call's card in place.
+// Updated updates every copy of the call's card in place. The update is
+// queued (see cardUpdater): the decision or turn that reported it goes on
+// without waiting for Slack.
 func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
-	r.app.updateCard(ctx, u)
+	r.app.cards.update(ctx, u)
 }
 
 // cardRef is where one copy of a card was posted.
@@ -183,44 +185,75 @@ func cardKind(callID string) string { return "card:" + callID }
 
 const cardRefsID = "refs"
 
-// cardRefs is the record of where a call's card copies are. Posting is set
-// while they are being posted: a decision can arrive before the last copy
-// is out, and its update waits for the list to be complete.
+// cardRefs is the record of where a call's card copies are. Posting is set,
+// with the time posting began, while they are being posted: a decision can
+// arrive before the last copy is out, and its update waits for the list to
+// be complete. The record is written again after each copy, so an update
+// that stops waiting still finds the copies already out, and a marker older
+// than cardWait counts as finished, so a final write that failed does not
+// hold updates back for good.
 type cardRefs struct {
-	Posting bool      `json:"posting,omitempty"`
-	Refs    []cardRef `json:"refs"`
+	Posting      bool      `json:"posting,omitempty"`
+	PostingSince time.Time `json:"posting_since,omitzero"`
+	Refs         []cardRef `json:"refs"`
+}
+
+// posting reports whether the copies are still being posted at now.
+func (r cardRefs) posting(now time.Time) bool {
+	return r.Posting && now.Sub(r.PostingSince) < cardWait
 }
 
 func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.PendingCall) {
 	card := cardOf(pc, nil)
 	blocks, text := CardBlocks(card), CardText(card)
-	posting := store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(cardRefs{Posting: true})}
-	if _, err := a.st.PutRecord(ctx, posting, -1); err != nil {
+	since := time.Now()
+	var refs []cardRef
+	save := func(ctx context.Context, refs cardRefs) error {
+		_, err := a.st.PutRecord(ctx, store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(refs)}, -1)
+		return err
+	}
+	if err := save(ctx, cardRefs{Posting: true, PostingSince: since}); err != nil {
 		a.log.Warn("mark the card as being posted", "call", pc.ID, "err", err)
 	}
-	var refs []cardRef
-	if ts := a.postBlocks(ctx, channel, thread, blocks, text); ts != "" {
+	added := func(channel, ts string) {
 		refs = append(refs, cardRef{Channel: channel, TS: ts})
+		if err := save(ctx, cardRefs{Posting: true, PostingSince: since, Refs: refs}); err != nil {
+			a.log.Warn("remember where a card copy is", "call", pc.ID, "err", err)
+		}
+	}
+	if ts := a.postBlocks(ctx, channel, thread, blocks, text); ts != "" {
+		added(channel, ts)
 	}
 	for _, target := range a.copyTargets(ctx, channel, pc.Requester, pc.Approvers) {
 		if ts := a.postBlocks(ctx, target, "", blocks, text); ts != "" {
-			refs = append(refs, cardRef{Channel: target, TS: ts})
+			added(target, ts)
 		}
 	}
 	if len(refs) == 0 {
 		a.log.Error("no copy of the approval card could be posted; it is listed by /approvals pending and in App Home", "call", pc.ID)
 	}
-	rec := store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(cardRefs{Refs: refs})}
-	if _, err := a.st.PutRecord(ctx, rec, -1); err != nil {
-		a.log.Error("remember where the card is", "call", pc.ID, "err", err)
+	// The final write clears the marker. It is made even when ctx ended
+	// meanwhile, and tried twice.
+	var err error
+	for range 2 {
+		wctx, cancel, ok := a.noteContext(ctx, 5*time.Second)
+		if !ok {
+			break
+		}
+		err = save(wctx, cardRefs{Refs: refs})
+		cancel()
+		if err == nil {
+			return
+		}
 	}
+	a.log.Error("remember where the card is; updates wait for it until the marker is older than cardWait", "call", pc.ID, "err", err)
 }
 
 // cardWait bounds how long an update waits for a card still being posted.
 const cardWait = 5 * time.Second
 
 // cardLocations returns where the call's card copies are, waiting while
-// they are still being posted.
+// they are still being posted (at most cardWait).
 func (a *App) cardLocations(ctx context.Context, callID string) ([]cardRef, error) {
 	deadline := time.Now().Add(cardWait)
 	for {
@@ -234,7 +267,8 @@ func (a *App) cardLocations(ctx context.Context, callID string) ([]cardRef, erro
 				return nil, fmt.Errorf("decode card locations: %w", err)
 			}
 		}
-		if !refs.Posting || time.Now().After(deadline) {
+		now := time.Now()
+		if !refs.posting(now) || now.After(deadline) {
 			return refs.Refs, nil
 		}
 		select {
@@ -374,10 +408,15 @@ func (a *App) postBlocks(ctx context.Context, channel, thread string, blocks []s
 
 // post posts plain mrkdwn text (already safe) in a thread. These are
 // notices people must get even when the work that sends them was cut
-// short (a shutdown), so the post is not cancelled with ctx.
+// short (a shutdown), so the post is not cancelled with ctx; it ends at the
+// shutdown deadline, and past it the note is logged instead.
 func (a *App) post(ctx context.Context, channel, thread, text string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ctx, cancel, ok := a.noteContext(ctx, 10*time.Second)
 	defer cancel()
+	if !ok {
+		a.log.Warn("shutdown deadline passed; note not posted", "channel", channel, "thread", thread, "text", clip(text, 200))
+		return
+	}
 	a.postBlocks(ctx, channel, thread, []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)}, text)
 }
 

@@ -1,0 +1,195 @@
+package slackapp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
+)
+
+// panickyAudit is a store whose audit log panics.
+type panickyAudit struct{ fullStore }
+
+func (panickyAudit) AuditLog(context.Context, int) ([]store.AuditEntry, error) {
+	panic("audit log exploded")
+}
+
+// A command whose handler panics is still answered, once, with an error,
+// and the bot goes on answering commands.
+func TestCommandHandlerPanicIsAnswered(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	open := e.open
+	e.open = func() fullStore { return panickyAudit{open()} }
+	e.start()
+	wantIn(t, "/approvals audit with a panicking store", e.slash(requester, "audit"), "Something went wrong")
+	wantIn(t, "/approvals help after a panic", e.slash(requester, "help"), "manages tool-call approvals")
+}
+
+// Rejecting in a modal is acked at once even when chat.update is rate
+// limited for longer than Slack waits for the ack; the card is updated
+// afterwards.
+func TestSubmissionAckDoesNotWaitForCardUpdate(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)), fakeopenai.Text("Understood, not deploying."))
+	ts := e.slack.Mention(channel, requester, "deploy api 3")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionReject, "")
+	must(t, err)
+	view := e.modal(approver, slackapp.CallbackReject)
+	e.slack.RateLimit("chat.update", 1, 4)
+	start := time.Now()
+	ack, err := e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
+		slackapp.BlockRejectReason: {slackapp.ActionRejectReason: "Not today."},
+	}, "")
+	must(t, err)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the submission was acked after %v; Slack gives up after 3s", d)
+	}
+	if strings.Contains(string(ack), "errors") {
+		t.Errorf("the submission was acked with %s, want a plain ack", ack)
+	}
+	waitUntil(t, "the card shows the rejection", func() bool {
+		m, _ := e.slack.Message(channel, card.TS)
+		return !isCard(m) && strings.Contains(blocksText(m), "Not today.")
+	})
+	e.answer(ts, "Understood, not deploying.")
+}
+
+// finalCardWriteFails is a store that cannot write the final record of a
+// card's locations (the one without the posting marker).
+type finalCardWriteFails struct{ fullStore }
+
+func (f finalCardWriteFails) PutRecord(ctx context.Context, r store.Record, v int64) (store.Record, error) {
+	if strings.HasPrefix(r.Kind, "card:") && !strings.Contains(string(r.Data), `"posting":true`) {
+		return store.Record{}, errors.New("store blip")
+	}
+	return f.fullStore.PutRecord(ctx, r, v)
+}
+
+// When the final write of where a card is fails, the card is still
+// updated: its locations were written as each copy went out, and the
+// marker saying copies are being posted stops counting after a while.
+func TestCardUpdatedWhenFinalLocationWriteFails(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	open := e.open
+	e.open = func() fullStore { return finalCardWriteFails{open()} }
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c2", "deploy", `{"service":"api","version":"9"}`)), fakeopenai.Text("Deployed api 9."))
+	ts := e.slack.Mention(channel, requester, "deploy api 9")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	_, err = e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed api 9.")
+	waitUntil(t, "the card shows the call ran", func() bool {
+		m, _ := e.slack.Message(channel, card.TS)
+		return !isCard(m) && strings.Contains(blocksText(m), "api")
+	})
+}
+
+// A click that finds every handler busy changes nothing, and the clicker is
+// told so.
+func TestBusyClickIsAnswered(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.MaxHandlers = 1
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"18"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 18")
+	card := e.card(ts, "deploy")
+
+	// The only handler waits out a rate limit while it publishes a Home tab.
+	e.slack.RateLimit("views.publish", 1, 2)
+	e.slack.OpenHome(stranger)
+	if _, err := e.slack.WaitCall("views.publish", func(c fakeslack.Call) bool { return c.Status == 429 }, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	click, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	if _, err := e.slack.WaitAck(click, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.ephemeral(approver, "I'm busy right now; nothing changed")
+	if m, _ := e.slack.Message(channel, card.TS); !isCard(m) {
+		t.Errorf("a click dropped as busy changed the card: %s", m.Blocks)
+	}
+}
+
+// A call whose approvers are a user group is in the Home inbox of the
+// group's members, and of nobody else.
+func TestHomeListsUserGroupApprovals(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [SOPS00001]
+`
+	e.slack.AddUserGroup("SOPS00001", approver)
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"5"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 5")
+	e.card(ts, "deploy")
+	home := func(user string) fakeslack.View {
+		e.slack.OpenHome(user)
+		var v fakeslack.View
+		waitUntil(t, "the Home tab of "+user+" is published", func() bool {
+			var ok bool
+			v, ok = e.slack.HomeView(user)
+			return ok
+		})
+		return v
+	}
+	if v := home(approver); !strings.Contains(string(v.JSON), `"action_id":"approve"`) {
+		t.Errorf("the Home inbox of a member of the approving group lacks the call: %s", v.JSON)
+	}
+	if v := home(stranger); strings.Contains(string(v.JSON), `"action_id":"approve"`) {
+		t.Errorf("the Home inbox of someone outside the approving group lists the call: %s", v.JSON)
+	}
+}
+
+// A refusal under a modal input is plain text: no mention or date token
+// shows raw.
+func TestModalRefusalIsPlainText(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"4"}`)), fakeopenai.Text("Not deploying."))
+	ts := e.slack.Mention(channel, requester, "deploy api 4")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionReject, "")
+	must(t, err)
+	first := e.modal(approver, slackapp.CallbackReject)
+	_, err = e.slack.Click(other, channel, card.TS, slackapp.ActionReject, "")
+	must(t, err)
+	second := e.modal(other, slackapp.CallbackReject)
+	_, err = e.slack.SubmitView(approver, first.ID, map[string]map[string]string{
+		slackapp.BlockRejectReason: {slackapp.ActionRejectReason: "No."},
+	}, "")
+	must(t, err)
+	ack, err := e.slack.SubmitView(other, second.ID, map[string]map[string]string{
+		slackapp.BlockRejectReason: {slackapp.ActionRejectReason: "Also no."},
+	}, "")
+	must(t, err)
+	var resp struct {
+		Errors map[string]string `json:"errors"`
+	}
+	must(t, json.Unmarshal(ack, &resp))
+	text := resp.Errors[slackapp.BlockRejectReason]
+	if !strings.Contains(text, "already") || !strings.Contains(text, "@"+approver) {
+		t.Errorf("the second rejection was answered %q, want the call already rejected by @%s", text, approver)
+	}
+	if strings.ContainsAny(text, "<>") {
+		t.Errorf("the modal error shows mrkdwn tokens: %q", text)
+	}
+}
