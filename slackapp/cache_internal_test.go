@@ -1,0 +1,189 @@
+package slackapp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+// slowSlack is a Web API that answers usergroups.users.list,
+// conversations.members and conversations.info slowly, counting calls per
+// method.
+type slowSlack struct {
+	calls sync.Map // method -> *atomic.Int64
+}
+
+func (s *slowSlack) count(method string) int64 {
+	v, _ := s.calls.LoadOrStore(method, new(atomic.Int64))
+	return v.(*atomic.Int64).Load()
+}
+
+func newSlowSlack(t *testing.T) (*slowSlack, *slack.Client) {
+	s := &slowSlack{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		method := r.URL.Path[len("/api/"):]
+		v, _ := s.calls.LoadOrStore(method, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+		time.Sleep(100 * time.Millisecond)
+		_ = r.ParseForm()
+		var body any
+		switch method {
+		case "usergroups.users.list":
+			body = map[string]any{"ok": true, "users": []string{"U1", "U2"}}
+		case "conversations.members":
+			body = map[string]any{"ok": true, "members": []string{"U1"}, "response_metadata": map[string]string{"next_cursor": ""}}
+		case "conversations.info":
+			body = map[string]any{"ok": true, "channel": map[string]any{"id": r.Form.Get("channel"), "is_im": true, "user": "U1"}}
+		default:
+			body = map[string]any{"ok": false, "error": "unknown_method"}
+		}
+		_ = json.NewEncoder(w).Encode(body)
+	}))
+	t.Cleanup(srv.Close)
+	return s, slack.New("xoxb-test", slack.OptionAPIURL(srv.URL+"/api/"))
+}
+
+// Concurrent misses of one group share a single API call.
+func TestGroupCacheSharesConcurrentLookups(t *testing.T) {
+	api, client := newSlowSlack(t)
+	g := newGroupCache(client, time.Minute)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			m, err := g.Members(context.Background(), "S1")
+			if err != nil || len(m) != 2 {
+				t.Errorf("Members = %v, %v", m, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := api.count("usergroups.users.list"); n != 1 {
+		t.Errorf("20 concurrent lookups of one group made %d API calls, want 1", n)
+	}
+}
+
+// The group cache keeps at most its limit of entries, dropping expired ones
+// first, then the oldest.
+func TestGroupCacheIsBounded(t *testing.T) {
+	api, client := newSlowSlack(t)
+	g := newGroupCache(client, time.Minute)
+	g.max = 3
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := g.Members(ctx, fmt.Sprintf("S%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(g.entries) != 3 {
+		t.Errorf("the cache holds %d groups, want at most 3", len(g.entries))
+	}
+	for _, id := range []string{"S2", "S3", "S4"} {
+		if _, ok := g.entries[id]; !ok {
+			t.Errorf("the newest group %s was evicted", id)
+		}
+	}
+	before := api.count("usergroups.users.list")
+	if _, err := g.Members(ctx, "S4"); err != nil {
+		t.Fatal(err)
+	}
+	if api.count("usergroups.users.list") != before {
+		t.Error("a cached group was looked up again")
+	}
+}
+
+func TestPutEvictsExpiredBeforeOldest(t *testing.T) {
+	now := time.Now()
+	m := map[string]time.Time{
+		"expired": now.Add(-2 * time.Minute),
+		"old":     now.Add(-30 * time.Second),
+		"new":     now.Add(-time.Second),
+	}
+	at := func(t time.Time) time.Time { return t }
+	put(m, "fresh", now, 3, time.Minute, at)
+	if _, ok := m["expired"]; ok || len(m) != 3 {
+		t.Errorf("after put into a full map: %v, want the expired entry gone", m)
+	}
+	put(m, "fresher", now.Add(time.Second), 3, time.Minute, at)
+	if _, ok := m["old"]; ok || len(m) != 3 {
+		t.Errorf("after put into a full map: %v, want the oldest entry gone", m)
+	}
+	put(m, "fresher", now, 3, time.Minute, at)
+	if len(m) != 3 {
+		t.Errorf("replacing an entry changed the size: %v", m)
+	}
+}
+
+// Concurrent misses of one channel or DM share a single API call, and the
+// audience cache is bounded.
+func TestAudienceCacheSharesLookupsAndIsBounded(t *testing.T) {
+	api, client := newSlowSlack(t)
+	c := newAudienceCache(client, time.Minute)
+	c.maxChannels, c.maxDMs = 2, 2
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			if ok, err := c.CanSee(ctx, "C1", "U1"); !ok || err != nil {
+				t.Errorf("CanSee(C1, U1) = %v, %v", ok, err)
+			}
+		})
+		wg.Go(func() {
+			if ok, err := c.CanSee(ctx, "D1", "U1"); !ok || err != nil {
+				t.Errorf("CanSee(D1, U1) = %v, %v", ok, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := api.count("conversations.members"); n != 1 {
+		t.Errorf("10 concurrent checks of one channel made %d API calls, want 1", n)
+	}
+	if n := api.count("conversations.info"); n != 1 {
+		t.Errorf("10 concurrent checks of one DM made %d API calls, want 1", n)
+	}
+	for _, ch := range []string{"C2", "C3", "D2", "D3"} {
+		if _, err := c.CanSee(ctx, ch, "U1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.members) != 2 || len(c.dms) != 2 {
+		t.Errorf("the cache holds %d channels and %d DMs, want at most 2 of each", len(c.members), len(c.dms))
+	}
+}
+
+// A waiting caller whose context ends stops waiting; the shared lookup
+// goes on for the others.
+func TestSharedLookupCallerGivesUp(t *testing.T) {
+	_, client := newSlowSlack(t)
+	g := newGroupCache(client, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := g.Members(ctx, "S1"); err == nil {
+		t.Error("Members with an ended context succeeded")
+	}
+	if m, err := g.Members(context.Background(), "S1"); err != nil || len(m) != 2 {
+		t.Errorf("Members after another caller gave up = %v, %v", m, err)
+	}
+}
+
+func TestModalText(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"already rejected by <@U123> at <!date^1700000000^{date_short_pretty} at {time}|2023-11-14 22:13 UTC>.", "already rejected by @U123 at 2023-11-14 22:13 UTC."},
+		{"<@U1|alice> and <!subteam^S1> and <!subteam^S2|@ops>", "@alice and @S1 and @ops"},
+		{"in <#C1|general> or <#C2>", "in #general or #C2"},
+		{"see <https://example.com|the docs> or <https://example.com>", "see the docs (https://example.com) or https://example.com"},
+		{"<!here> &lt;@U9&gt; &amp; more", "@here <@U9> & more"},
+		{Escape("a <b> & @channel"), "a <b> & @\u2060channel"},
+	} {
+		if got := modalText(tt.in); got != tt.want {
+			t.Errorf("modalText(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
