@@ -307,8 +307,9 @@ const finalWait = time.Second
 //     modal stays open), and a click is acked and the clicker told that
 //     nothing changed. Slack does not redeliver interactions, so those
 //     must be answered.
-//  2. Socket Mode stops; envelopes sent after this reach another replica
-//     or, when there is none, wait for Slack's own retries.
+//  2. Socket Mode stops. Envelopes sent after this go to another
+//     connection of the app if there is one; if not, Slack retries events
+//     later, while an interaction fails in the user's Slack client.
 //  3. The queues close and the workers drain them until ShutdownGrace
 //     after the start of the shutdown; then the work context is cancelled.
 //     A turn cut short keeps its conversation, a message not started gets

@@ -238,6 +238,7 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	for range 2 {
 		wctx, cancel, ok := a.noteContext(ctx, 5*time.Second)
 		if !ok {
+			err = errors.New("the shutdown deadline has passed")
 			break
 		}
 		err = save(wctx, cardRefs{Refs: refs})
