@@ -26,10 +26,19 @@ func TestBusyHandlers(t *testing.T) {
 	view := e.modal(approver, slackapp.CallbackReject)
 
 	// The only handler waits out a rate limit while it publishes a Home tab.
+	// (The handler that opened the modal may still hold the slot for a
+	// moment, and a Home tab opened while busy is dropped: open it again
+	// until one is being published.)
 	e.slack.RateLimit("views.publish", 1, 2)
-	e.slack.OpenHome(stranger)
-	if _, err := e.slack.WaitCall("views.publish", func(c fakeslack.Call) bool { return c.Status == 429 }, 10*time.Second); err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.slack.OpenHome(stranger)
+		if _, err := e.slack.WaitCall("views.publish", func(c fakeslack.Call) bool { return c.Status == 429 }, time.Second); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no Home tab was published")
+		}
 	}
 
 	start := time.Now()
