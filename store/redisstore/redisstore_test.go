@@ -89,25 +89,32 @@ func newStore(t *testing.T, rawURL string, opts redisstore.Options) *redisstore.
 	return s
 }
 
-// open opens a store on a prefix of its own; reopen closes it and opens a
-// new client on the same prefix, as a restarted process would.
+// open opens a store on REDIS_URL; see openOn.
 func open(t *testing.T) (storetest.Store, func() storetest.Store) {
-	u := redisURL(t)
-	opts := redisstore.Options{Prefix: newPrefix(t, u)}
-	s := newStore(t, u, opts)
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
+	return openOn(redisURL(t))(t)
+}
+
+// openOn returns an opener of stores on the Redis at u, each on a prefix of
+// its own; reopen closes the store and opens a new client on the same
+// prefix, as a restarted process would.
+func openOn(u string) storetest.Opener {
+	return func(t *testing.T) (storetest.Store, func() storetest.Store) {
+		opts := redisstore.Options{Prefix: newPrefix(t, u)}
+		s := newStore(t, u, opts)
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+		reopen := func() storetest.Store {
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close before reopening: %v", err)
+			}
+			s = newStore(t, u, opts)
+			return s
 		}
-	})
-	reopen := func() storetest.Store {
-		if err := s.Close(); err != nil {
-			t.Fatalf("Close before reopening: %v", err)
-		}
-		s = newStore(t, u, opts)
-		return s
+		return s, reopen
 	}
-	return s, reopen
 }
 
 func TestConformance(t *testing.T) {
