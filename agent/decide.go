@@ -111,13 +111,34 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	return v, nil
 }
 
+// DetailError is a refused decision with the words that explain it to the
+// decider (the policy's reason, what is wrong with edited arguments). Err
+// is the sentinel to test with errors.Is.
+type DetailError struct {
+	Err    error
+	Detail string
+}
+
+func (e *DetailError) Error() string { return e.Err.Error() + ": " + e.Detail }
+func (e *DetailError) Unwrap() error { return e.Err }
+
+// Detail returns the explanation carried by a *DetailError in err's chain,
+// or err's whole text.
+func Detail(err error) string {
+	var d *DetailError
+	if errors.As(err, &d) {
+		return d.Detail
+	}
+	return err.Error()
+}
+
 // deniedBy is the error for a call the policy denies.
 func deniedBy(v approvals.Verdict) error {
 	reason := v.Reason
 	if reason == "" {
 		reason = "rule " + v.RuleID
 	}
-	return fmt.Errorf("%w: %s", approvals.ErrPolicyDenied, reason)
+	return &DetailError{Err: approvals.ErrPolicyDenied, Detail: reason}
 }
 
 // checkDecision validates a decision against the call and returns what is
@@ -175,7 +196,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 	}
 	tool, canonical, _, err := a.check(c.Tool, args)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", approvals.ErrInvalidArgs, err)
+		return nil, &DetailError{Err: approvals.ErrInvalidArgs, Detail: err.Error()}
 	}
 	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
 	if err != nil {

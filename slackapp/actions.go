@@ -214,21 +214,12 @@ func refusalText(c store.Call, decider string, err error) (text, result string) 
 	case errors.Is(err, approvals.ErrUnknownCall):
 		return "I don't know this request any more (it may have finished long ago). Nothing changed.", "unknown"
 	case errors.Is(err, approvals.ErrPolicyDenied):
-		return "The policy now denies this call: " + Escape(strings.TrimPrefix(errAfter(err, approvals.ErrPolicyDenied), ": ")) + ". Nothing ran.", "policy_denied"
+		return "The policy now denies this call: " + Escape(agent.Detail(err)) + ". Nothing ran.", "policy_denied"
 	case errors.Is(err, approvals.ErrInvalidArgs), errors.Is(err, agent.ErrBadDecision):
 		return Escape(err.Error()), "invalid"
 	default:
 		return DecisionFailedText(), "error"
 	}
-}
-
-// errAfter returns the text of err after the sentinel's message.
-func errAfter(err, sentinel error) string {
-	s := err.Error()
-	if i := strings.Index(s, sentinel.Error()); i >= 0 {
-		return s[i+len(sentinel.Error()):]
-	}
-	return s
 }
 
 // cancelLater stops a paused turn on behalf of its requester, on the
@@ -356,13 +347,13 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 		}
 		if result == "invalid" || result == "policy_denied" {
 			// Plain text made from the error itself.
-			text = strings.TrimPrefix(errAfter(err, approvals.ErrInvalidArgs), ": ")
+			text = agent.Detail(err)
 			if result == "policy_denied" {
 				what := "this call"
 				if d.Kind == approvals.Edit {
 					what = "the call with these arguments"
 				}
-				text = "The policy denies " + what + ": " + strings.TrimPrefix(errAfter(err, approvals.ErrPolicyDenied), ": ") + ". Nothing ran."
+				text = "The policy denies " + what + ": " + text + ". Nothing ran."
 			}
 		}
 		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: clip(text, 1000)})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/store"
 )
@@ -45,7 +46,7 @@ func TestSpawnBusyWhenSaturated(t *testing.T) {
 }
 
 func TestRefusalTextPolicyDenied(t *testing.T) {
-	err := fmt.Errorf("decide r.0: %w: Deploys are frozen", approvals.ErrPolicyDenied)
+	err := fmt.Errorf("decide r.0: %w", &agent.DetailError{Err: approvals.ErrPolicyDenied, Detail: "Deploys are frozen"})
 	text, result := refusalText(store.Call{}, "U1", err)
 	if result != "policy_denied" || text != "The policy now denies this call: Deploys are frozen. Nothing ran." {
 		t.Errorf("refusalText = %q, %q", text, result)
