@@ -180,6 +180,9 @@ func (c *config) validate() error {
 			return fmt.Errorf("ADMIN_USERS: %q is not a Slack user id (U… or W…)", u)
 		}
 	}
+	if c.ApprovalsChannel != "" && !isChannelID(c.ApprovalsChannel) {
+		return fmt.Errorf("APPROVALS_CHANNEL: %q is not a channel id (C… or G…; it is shown at the bottom of the channel's details, not its #name)", c.ApprovalsChannel)
+	}
 	if c.RememberTTL < 0 {
 		return fmt.Errorf("REMEMBER_TTL: %s is negative", c.RememberTTL)
 	}
@@ -214,8 +217,14 @@ func checkHTTPURL(raw string) error {
 }
 
 // isUserID reports whether s looks like a Slack user id.
-func isUserID(s string) bool {
-	if len(s) < 2 || (s[0] != 'U' && s[0] != 'W') {
+func isUserID(s string) bool { return isSlackID(s, "UW") }
+
+func isChannelID(s string) bool { return isSlackID(s, "CG") }
+
+// isSlackID reports whether s is a Slack id starting with one of prefixes:
+// that letter, then upper-case letters and digits.
+func isSlackID(s, prefixes string) bool {
+	if len(s) < 2 || !strings.ContainsRune(prefixes, rune(s[0])) {
 		return false
 	}
 	for _, r := range s[1:] {

@@ -169,6 +169,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "unknown log format", set: map[string]string{"LOG_FORMAT": "xml"}, want: []string{`LOG_FORMAT: "xml" is not json or text`}},
 		{name: "unknown log level", set: map[string]string{"LOG_LEVEL": "loud"}, want: []string{`LOG_LEVEL: "loud"`}},
 		{name: "bad admin id", set: map[string]string{"ADMIN_USERS": "U0ADMIN1, bob"}, want: []string{`ADMIN_USERS: "bob" is not a Slack user id`}},
+		{name: "approvals channel by name", set: map[string]string{"APPROVALS_CHANNEL": "#approvals"}, want: []string{`APPROVALS_CHANNEL: "#approvals" is not a channel id`}},
 		{name: "openai without key", unset: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL"}, want: []string{"OPENAI_API_KEY is required"}},
 		{name: "bad model url", set: map[string]string{"OPENAI_BASE_URL": "localhost:11434"}, want: []string{"OPENAI_BASE_URL", "not an http or https URL"}},
 		{name: "missing config file", set: map[string]string{"CONFIG_FILE": filepath.Join(dir, "nope.yaml")}, want: []string{"CONFIG_FILE", "nope.yaml"}},
