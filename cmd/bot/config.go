@@ -55,12 +55,14 @@ const usageFormat = `VARIABLE	DEFAULT	MEANING
 // printUsage writes the --help text to w.
 func printUsage(w io.Writer) error {
 	fmt.Fprint(w, `Usage: bot
+       bot policy check|test ...   (offline policy checks, see bot policy -h)
 
 Toolgate is a Slack bot (Socket Mode) that runs an LLM agent. Every tool call
 the model makes is judged by a policy; risky calls wait for a human to approve
 them on a Block Kit card.
 
-It takes no arguments: it is configured by these environment variables.
+The bot itself takes no arguments: it is configured by these environment
+variables.
 
 `)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

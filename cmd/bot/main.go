@@ -38,7 +38,8 @@ const (
 
 func main() {
 	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
-	if err != nil {
+	var se *statusError
+	if err != nil && !errors.As(err, &se) {
 		fmt.Fprintf(os.Stderr, "bot: %v\n", err)
 	}
 	os.Exit(exitCode(err))
@@ -47,9 +48,12 @@ func main() {
 // exitCode is the process exit status for run's result.
 func exitCode(err error) int {
 	var ce *configError
+	var se *statusError
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &se):
+		return se.code
 	case errors.As(err, &ce):
 		return 2
 	default:
@@ -62,8 +66,12 @@ func exitCode(err error) int {
 // and serves until ctx ends or SIGINT or SIGTERM arrives. It returns nil
 // after a clean stop, a *configError for a bad configuration, and any other
 // error that stopped the bot. Logs go to stderr, --help to stdout. No token
-// appears in the logs or the returned error.
+// appears in the logs or the returned error. With args "policy ...", it runs
+// the offline policy commands instead (see runPolicy).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "policy" {
+		return runPolicy(ctx, args[1:], stdout)
+	}
 	fs := flag.NewFlagSet("bot", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
