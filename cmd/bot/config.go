@@ -44,6 +44,14 @@ type config struct {
 	MaxSteps         int           `envconfig:"MAX_STEPS" default:"10" desc:"model calls allowed in one turn"`
 	Workers          int           `envconfig:"WORKERS" default:"8" desc:"conversations served at once"`
 	SystemPrompt     string        `envconfig:"SYSTEM_PROMPT" desc:"system prompt of every model request; empty: the built-in one"`
+	OpenAIAPIVersion string        `envconfig:"OPENAI_API_VERSION" desc:"Azure OpenAI API version (such as 2024-10-21); set, or an OPENAI_BASE_URL host ending in .openai.azure.com, means Azure (OPENAI_BASE_URL is then the resource endpoint)"`
+	ModelTimeout     time.Duration `envconfig:"MODEL_TIMEOUT" default:"2m" desc:"bound on one model request, streaming included"`
+	ModelRetries     int           `envconfig:"MODEL_RETRIES" default:"3" desc:"retries of a model request that failed with 429, 5xx, a reset or a time-out before any output; 0: none"`
+	ModelMaxTokens   int           `envconfig:"MODEL_MAX_TOKENS" default:"0" desc:"tokens the model may generate per answer; 0 leaves it to the server"`
+	ContextBudget    int           `envconfig:"CONTEXT_BUDGET" default:"64000" desc:"estimated tokens of history sent to the model; older tool output and messages are dropped first"`
+	ToolTimeout      time.Duration `envconfig:"TOOL_TIMEOUT" default:"2m" desc:"bound on one tool execution"`
+	ShutdownGrace    time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s" desc:"how long in-flight work may take to finish after SIGTERM (keep the orchestrator's grace period longer)"`
+	RunRetention     time.Duration `envconfig:"RUN_RETENTION" default:"168h" desc:"how long a finished or expired run and its calls are kept in the store"`
 }
 
 // usageFormat is the envconfig.Usagef template of --help: one row per
@@ -130,6 +138,9 @@ func loadConfig() (config, error) {
 		c.AdminUsers[i] = strings.TrimSpace(u)
 	}
 	if err := c.validate(); err != nil {
+		return config{}, &configError{err: err}
+	}
+	if err := c.validateOps(); err != nil {
 		return config{}, &configError{err: err}
 	}
 	return c, nil

@@ -28,8 +28,6 @@ import (
 )
 
 const (
-	// modelTimeout bounds one model request, streaming included.
-	modelTimeout = 2 * time.Minute
 	// httpShutdownTimeout bounds the graceful stop of the HTTP server.
 	httpShutdownTimeout = 5 * time.Second
 	// storeFile is the embedded store's file name in DATA_DIR.
@@ -139,6 +137,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		AdminUsers:       cfg.AdminUsers,
 		ApprovalsChannel: cfg.ApprovalsChannel,
 		Workers:          cfg.Workers,
+		ShutdownGrace:    cfg.ShutdownGrace,
 		Logger:           log,
 		Metrics:          metrics,
 	}, st, engine)
@@ -151,18 +150,25 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 			BaseURL: cfg.OpenAIBaseURL,
 			APIKey:  cfg.OpenAIAPIKey,
 			Model:   cfg.OpenAIModel,
-			Timeout: modelTimeout,
+			Timeout: cfg.ModelTimeout,
+
+			MaxTokens:       cfg.ModelMaxTokens,
+			AzureAPIVersion: cfg.azureAPIVersion(),
+			Retries:         cfg.ModelRetries,
+			OnRetry:         logRetry(log),
 		}),
 		metrics: metrics,
 	}
 	ag := agent.New(model, reg, meteredPolicy{engine: engine, metrics: metrics}, st, app.Reporter, agent.Config{
-		SystemPrompt: cfg.SystemPrompt,
-		MaxSteps:     cfg.MaxSteps,
-		ApprovalTTL:  cfg.ApprovalTTL,
-		RememberTTL:  cfg.RememberTTL,
-		Groups:       app.Groups(),
-		Audience:     app.Audience(),
-		Logger:       log,
+		SystemPrompt:  cfg.SystemPrompt,
+		MaxSteps:      cfg.MaxSteps,
+		ContextBudget: cfg.ContextBudget,
+		ToolTimeout:   cfg.ToolTimeout,
+		ApprovalTTL:   cfg.ApprovalTTL,
+		RememberTTL:   cfg.RememberTTL,
+		Groups:        app.Groups(),
+		Audience:      app.Audience(),
+		Logger:        log,
 	})
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
@@ -246,7 +252,7 @@ var (
 // embedded store in DATA_DIR.
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, error) {
 	if cfg.RedisURL != "" {
-		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{})
+		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{Retention: cfg.RunRetention})
 		if err != nil {
 			return nil, fmt.Errorf("connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
 		}
@@ -254,7 +260,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, err
 		return st, nil
 	}
 	path := filepath.Join(cfg.DataDir, storeFile)
-	st, err := boltstore.Open(path, boltstore.Options{})
+	st, err := boltstore.Open(path, boltstore.Options{Retention: cfg.RunRetention})
 	if err != nil {
 		return nil, err
 	}
