@@ -271,6 +271,9 @@ func loadFile(path string) (fileConfig, error) {
 	var data []byte
 	if path != "" {
 		var err error
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			return fileConfig{}, configErrorf("CONFIG_FILE: %s is a directory, not a file (Docker creates one when the file to mount is missing: create config.yaml, for example from config.example.yaml)", path)
+		}
 		data, err = os.ReadFile(path)
 		if err != nil {
 			return fileConfig{}, configErrorf("CONFIG_FILE: %w", err)
