@@ -64,6 +64,10 @@ type ModelConfig struct {
 	// OnRetry, if set, is called before each wait with the retry's number
 	// (1 for the first), the wait and the error being retried.
 	OnRetry func(ctx context.Context, retry int, wait time.Duration, err *ModelError)
+	// StreamUsage asks the server for the answer's token counts
+	// (stream_options.include_usage), reported through WithUsage. Most
+	// OpenAI-compatible servers support it; off, nothing is asked.
+	StreamUsage bool
 }
 
 // ModelRequest is what the model is asked: the conversation so far and the
@@ -148,6 +152,7 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 	defer stream.Close()
 
 	var acc accumulator
+	defer func() { addUsage(ctx, acc.usage) }()
 	for {
 		chunk, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -184,6 +189,9 @@ func (m *OpenAIModel) request(req ModelRequest) openai.ChatCompletionRequest {
 		Tools:    req.Tools,
 		Stream:   true,
 	}
+	if m.cfg.StreamUsage {
+		r.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+	}
 	if t := m.cfg.Temperature; t != nil {
 		r.Temperature = *t
 		if r.Temperature == 0 {
@@ -210,10 +218,14 @@ type accumulator struct {
 	calls    map[int]*openai.ToolCall
 	chunks   int
 	finished bool
+	usage    Usage
 }
 
 func (a *accumulator) add(chunk openai.ChatCompletionStreamResponse, onDelta func(string)) {
 	a.chunks++
+	if u := chunk.Usage; u != nil {
+		a.usage = Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens}
+	}
 	for _, choice := range chunk.Choices {
 		if choice.Index != 0 {
 			continue

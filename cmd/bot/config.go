@@ -52,6 +52,8 @@ type config struct {
 	ToolTimeout      time.Duration `envconfig:"TOOL_TIMEOUT" default:"2m" desc:"bound on one tool execution"`
 	ShutdownGrace    time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s" desc:"how long in-flight work may take to finish after SIGTERM (keep the orchestrator's grace period longer)"`
 	RunRetention     time.Duration `envconfig:"RUN_RETENTION" default:"168h" desc:"how long a finished or expired run and its calls are kept in the store"`
+	OTELEndpoint     string        `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"OTLP/HTTP collector for traces (such as http://otel-collector:4318); empty: no tracing. The other standard OTEL_* variables apply"`
+	OTELCapture      bool          `envconfig:"OTEL_CAPTURE_CONTENT" default:"false" desc:"put tool arguments and output and model messages in spans; off, spans carry none"`
 }
 
 // usageFormat is the envconfig.Usagef template of --help: one row per

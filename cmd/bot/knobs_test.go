@@ -90,6 +90,8 @@ func TestHelpListsOpsSettings(t *testing.T) {
 		{"TOOL_TIMEOUT", "2m"},
 		{"SHUTDOWN_GRACE", "30s"},
 		{"RUN_RETENTION", "168h"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "-", "no tracing"},
+		{"OTEL_CAPTURE_CONTENT", "false"},
 	} {
 		found := false
 		for l := range strings.Lines(stdout.String()) {

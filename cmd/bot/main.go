@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store/boltstore"
 	"github.com/toolgate/toolgate/store/redisstore"
+	"github.com/toolgate/toolgate/telemetry"
 	"github.com/toolgate/toolgate/tools"
 )
 
@@ -145,20 +146,13 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		return fmt.Errorf("set up slack app: %w", err)
 	}
 
-	model := meteredModel{
-		model: agent.NewOpenAIModel(agent.ModelConfig{
-			BaseURL: cfg.OpenAIBaseURL,
-			APIKey:  cfg.OpenAIAPIKey,
-			Model:   cfg.OpenAIModel,
-			Timeout: cfg.ModelTimeout,
-
-			MaxTokens:       cfg.ModelMaxTokens,
-			AzureAPIVersion: cfg.azureAPIVersion(),
-			Retries:         cfg.ModelRetries,
-			OnRetry:         logRetry(log),
-		}),
-		metrics: metrics,
+	traces, err := telemetry.Start(ctx, os.Getenv, "", cfg.OTELCapture)
+	if err != nil {
+		return fmt.Errorf("start tracing: %w", err)
 	}
+	defer flushTraces(log, traces)
+	model, tracer := newModel(cfg, log, traces.Tracer())
+	model = meteredModel{model: model, metrics: metrics}
 	ag := agent.New(model, reg, meteredPolicy{engine: engine, metrics: metrics}, st, app.Reporter, agent.Config{
 		SystemPrompt:  cfg.SystemPrompt,
 		MaxSteps:      cfg.MaxSteps,
@@ -169,6 +163,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		Groups:        app.Groups(),
 		Audience:      app.Audience(),
 		Logger:        log,
+		Tracer:        tracer,
 	})
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
