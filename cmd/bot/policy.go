@@ -109,10 +109,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // newPolicyFlags returns a flag set for a policy command with -config.
-func newPolicyFlags(name string, stdout io.Writer) (*flag.FlagSet, *string) {
+func newPolicyFlags(name string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("bot policy "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Usage = func() { fmt.Fprint(stdout, policyUsage) }
+	fs.Usage = func() {} // flagError prints it for -h; errors say what is wrong
 	config := fs.String("config", os.Getenv("CONFIG_FILE"), "config file with the policy: section")
 	return fs, config
 }
@@ -160,7 +160,7 @@ func (noRecords) DeleteRecord(context.Context, string, string) error { return st
 
 // policyCheck runs `bot policy check`.
 func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, config := newPolicyFlags("check", stdout)
+	fs, config := newPolicyFlags("check")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return flagError(fs, stdout, err)
@@ -202,7 +202,7 @@ func plural(n int, one, many string) string {
 
 // policyTest runs `bot policy test`.
 func policyTest(ctx context.Context, args []string, stdout io.Writer) error {
-	fs, config := newPolicyFlags("test", stdout)
+	fs, config := newPolicyFlags("test")
 	user := fs.String("user", "", "Slack user id of the requester")
 	channel := fs.String("channel", "", "Slack channel id of the conversation")
 	cases := fs.String("cases", "", "YAML file of test cases")

@@ -101,6 +101,7 @@ func TestPolicyCommands(t *testing.T) {
 		code    int
 		want    []string // substrings of stdout
 		wantErr string   // substring of the error, for exit status 1 with a message
+		once    string   // a substring stdout has exactly once
 	}{
 		{
 			name: "check sound",
@@ -195,7 +196,7 @@ func TestPolicyCommands(t *testing.T) {
 		{name: "no command", args: nil, code: 1, wantErr: "want a command"},
 		{name: "unknown command", args: []string{"lint"}, code: 1, wantErr: `unknown command "lint"`},
 		{name: "help", args: []string{"-h"}, want: []string{"bot policy check [-config FILE]", "Exit 0 allow, 3 ask, 4 deny, 1 error"}},
-		{name: "help of a command", args: []string{"test", "-h"}, want: []string{"Cases file:"}},
+		{name: "help of a command", args: []string{"test", "-h"}, want: []string{"Cases file:"}, once: "Usage:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -217,6 +218,12 @@ func TestPolicyCommands(t *testing.T) {
 				if !strings.Contains(stdout.String(), w) {
 					t.Errorf("stdout does not contain %q:\n%s", w, stdout.String())
 				}
+			}
+			if tt.once != "" && strings.Count(stdout.String(), tt.once) != 1 {
+				t.Errorf("stdout has %q %d times, want once:\n%s", tt.once, strings.Count(stdout.String(), tt.once), stdout.String())
+			}
+			if tt.wantErr != "" && strings.Contains(stdout.String(), "Usage:") {
+				t.Errorf("an error printed the usage:\n%s", stdout.String())
 			}
 			if stderr.Len() != 0 {
 				t.Errorf("stderr: %q, want nothing", stderr.String())
