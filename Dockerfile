@@ -15,8 +15,30 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     go build -trimpath -ldflags "-s -w" -o /out/bot ./cmd/bot \
  && mkdir -p /out/data /out/workspace
 
-# Distroless: CA certificates and a non-root user (65532), no shell.
-FROM gcr.io/distroless/static-debian12:nonroot
+# The "tools" image: Debian slim with a shell, for bots that start stdio MCP
+# servers or run_command programs. Build it with `docker build --target tools`
+# and add the tools' binaries on top (see the README). tini as PID 1 reaps
+# the processes tools leave behind and passes SIGTERM on to the bot.
+FROM debian:trixie-slim AS tools
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 nonroot \
+ && useradd --uid 65532 --gid 65532 --home-dir /home/nonroot --create-home --shell /bin/sh nonroot
+COPY --from=build /out/bot /usr/local/bin/bot
+COPY --from=build --chown=65532:65532 /out/data /data
+COPY --from=build --chown=65532:65532 /out/workspace /workspace
+ENV DATA_DIR=/data \
+    HTTP_ADDR=:8080
+VOLUME ["/data"]
+EXPOSE 8080
+USER 65532:65532
+WORKDIR /
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/bot"]
+
+# The default image. Distroless: CA certificates and a non-root user (65532),
+# no shell.
+FROM gcr.io/distroless/static-debian12:nonroot AS distroless
 COPY --from=build /out/bot /usr/local/bin/bot
 # The embedded store's directory (used when REDIS_URL is unset) and the
 # built-in workspace tools' root (see config.example.yaml), owned by the
@@ -36,5 +58,5 @@ WORKDIR /
 #   livenessProbe:  {httpGet: {path: /healthz, port: 8080}}
 #   readinessProbe: {httpGet: {path: /readyz, port: 8080}}
 # The bot stops gracefully on SIGTERM: it lets in-flight work finish for up to
-# 30 seconds, so give it a longer stop timeout than that.
+# SHUTDOWN_GRACE (30 seconds), so give it a longer stop timeout than that.
 ENTRYPOINT ["/usr/local/bin/bot"]

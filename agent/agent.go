@@ -135,6 +135,8 @@ type Config struct {
 	Audience Audience
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
+	// Tracer, if set, observes turns and tool executions (see Tracer).
+	Tracer Tracer
 }
 
 // DefaultSystemPrompt is used when Config.SystemPrompt is empty.

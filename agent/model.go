@@ -31,9 +31,10 @@ type ModelConfig struct {
 	APIKey string
 	// Model is the model name, or the deployment name on Azure.
 	Model string
-	// Timeout bounds each Complete call, from sending the request to the
-	// end of the streamed answer. Zero means no limit beyond the caller's
-	// context.
+	// Timeout bounds each attempt of a Complete call, from sending the
+	// request to the end of the streamed answer; an attempt that times out
+	// before any output may be retried. Zero means no limit beyond the
+	// caller's context.
 	Timeout time.Duration
 	// MaxTokens caps the tokens generated per answer. Zero leaves it to the
 	// server.
@@ -44,6 +45,29 @@ type ModelConfig struct {
 	// with this API version (such as "2024-10-21"); BaseURL is then the
 	// resource endpoint, "https://NAME.openai.azure.com".
 	AzureAPIVersion string
+
+	// Retries is how many times Complete retries a retryable failure
+	// before any output (see Complete). Zero: no retries.
+	Retries int
+	// RetryBackoff is the wait before the first retry when the server
+	// gave no Retry-After; it doubles with each retry up to
+	// RetryBackoffMax, and each wait is jittered down by up to half.
+	// Defaults DefaultRetryBackoff and DefaultRetryBackoffMax.
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
+	// MaxRetryWait is the longest Retry-After waited for; a server asking
+	// for longer gets no retry. Default DefaultMaxRetryWait.
+	MaxRetryWait time.Duration
+	// Sleep waits between attempts; it returns ctx's error if ctx ends
+	// first. Nil means a timer. Tests set it to avoid waiting.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// OnRetry, if set, is called before each wait with the retry's number
+	// (1 for the first), the wait and the error being retried.
+	OnRetry func(ctx context.Context, retry int, wait time.Duration, err *ModelError)
+	// StreamUsage asks the server for the answer's token counts
+	// (stream_options.include_usage), reported through WithUsage. Most
+	// OpenAI-compatible servers support it; off, nothing is asked.
+	StreamUsage bool
 }
 
 // ModelRequest is what the model is asked: the conversation so far and the
@@ -81,7 +105,16 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 			oc.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 		}
 	}
-	oc.HTTPClient = &http.Client{Transport: jsonToStream{next: http.DefaultTransport}}
+	oc.HTTPClient = &http.Client{Transport: retryAfterTransport{next: jsonToStream{next: http.DefaultTransport}, now: time.Now}}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.RetryBackoffMax <= 0 {
+		cfg.RetryBackoffMax = DefaultRetryBackoffMax
+	}
+	if cfg.MaxRetryWait <= 0 {
+		cfg.MaxRetryWait = DefaultMaxRetryWait
+	}
 	return &OpenAIModel{
 		client:  openai.NewClientWithConfig(oc),
 		cfg:     cfg,
@@ -89,8 +122,8 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 	}
 }
 
-// Complete asks the model for the next assistant message, streaming it.
-// onDelta, if not nil, is called with each fragment of the message's text
+// attempt asks the model once for the next assistant message, streaming
+// it. onDelta, if not nil, is called with each fragment of the message's text
 // content as it arrives, in order, from the calling goroutine.
 //
 // The returned message has the assistant role, the full text content and
@@ -101,21 +134,25 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 // returned as it is, possibly with incomplete tool call arguments.
 //
 // Every error is a *ModelError. If the stream ends before the model
-// reports that it has finished, Complete fails with ErrKindStreamCut even
+// reports that it has finished, attempt fails with ErrKindStreamCut even
 // though onDelta may already have seen some text.
-func (m *OpenAIModel) Complete(ctx context.Context, req ModelRequest, onDelta func(text string)) (openai.ChatCompletionMessage, error) {
+func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta func(text string)) (openai.ChatCompletionMessage, error) {
 	if m.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, m.cfg.Timeout, m.timeout)
 		defer cancel()
 	}
-	stream, err := m.client.CreateChatCompletionStream(ctx, m.request(req))
+	var retryAfter time.Duration
+	stream, err := m.client.CreateChatCompletionStream(withRetryAfter(ctx, &retryAfter), m.request(req))
 	if err != nil {
-		return openai.ChatCompletionMessage{}, m.requestError(ctx, err)
+		me := m.requestError(ctx, err)
+		me.RetryAfter = retryAfter
+		return openai.ChatCompletionMessage{}, me
 	}
 	defer stream.Close()
 
 	var acc accumulator
+	defer func() { addUsage(ctx, acc.usage) }()
 	for {
 		chunk, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -152,6 +189,9 @@ func (m *OpenAIModel) request(req ModelRequest) openai.ChatCompletionRequest {
 		Tools:    req.Tools,
 		Stream:   true,
 	}
+	if m.cfg.StreamUsage {
+		r.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+	}
 	if t := m.cfg.Temperature; t != nil {
 		r.Temperature = *t
 		if r.Temperature == 0 {
@@ -178,10 +218,14 @@ type accumulator struct {
 	calls    map[int]*openai.ToolCall
 	chunks   int
 	finished bool
+	usage    Usage
 }
 
 func (a *accumulator) add(chunk openai.ChatCompletionStreamResponse, onDelta func(string)) {
 	a.chunks++
+	if u := chunk.Usage; u != nil {
+		a.usage = Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens}
+	}
 	for _, choice := range chunk.Choices {
 		if choice.Index != 0 {
 			continue
@@ -308,6 +352,9 @@ type ModelError struct {
 	// Err is the underlying error, if any: an *openai.APIError, an
 	// *openai.RequestError, a network or context error.
 	Err error
+	// RetryAfter is how long the server asked to wait before trying again
+	// (Retry-After), zero if it did not say.
+	RetryAfter time.Duration
 }
 
 func (e *ModelError) Error() string {

@@ -51,7 +51,11 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 		}
 		// Decided calls are final, so what was loaded before the claim
 		// is still what the claim covers.
+		var st runState
+		_ = json.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
+		ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: runID, Calls: calls})
 		out, err = a.resumeClaimed(ctx, run, calls, rep)
+		end(out, err)
 		return err
 	})
 	return out, err
@@ -208,7 +212,7 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 		return skip(Result{Content: fmt.Sprintf("interrupted: %s was started before a restart and may or may not have completed; it was not run again", c.Tool), IsError: true}, "interrupted")
 	}
 	rep.Status(ctx, "is running "+c.Tool+"…")
-	res := a.execute(ctx, tool, args)
+	res := a.execute(ctx, tool, args, c.ID, v)
 	if err := a.store.SaveResult(context.WithoutCancel(ctx), c.ID, mustJSON(res)); err != nil {
 		a.log.Warn("save tool result", "call", c.ID, "err", err)
 	}

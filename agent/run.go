@@ -73,6 +73,13 @@ type turn struct {
 // A model error is returned as is (a *ModelError for the OpenAI client);
 // the conversation keeps the message and everything before it.
 func (a *Agent) Run(ctx context.Context, req Request) (Outcome, error) {
+	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnMessage, Conversation: req.Conversation, User: req.User, Channel: req.Channel})
+	out, err := a.run(ctx, req)
+	end(out, err)
+	return out, err
+}
+
+func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 	if req.At.IsZero() {
 		req.At = a.cfg.Now()
 	}
@@ -296,7 +303,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, rep
 		switch v.Action {
 		case approvals.Allow:
 			rep.Status(ctx, "is running "+name+"…")
-			res := a.execute(ctx, tool, canonical)
+			res := a.execute(ctx, tool, canonical, "", v)
 			slots[i].Result, slots[i].Ran = &res, true
 			a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "execute", Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "rule " + v.RuleID})
 		case approvals.Deny:
@@ -379,7 +386,9 @@ func (a *Agent) evaluate(ctx context.Context, in approvals.Input) approvals.Verd
 
 // execute runs a tool with a timeout; errors and panics become error
 // results, and the output is capped.
-func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage) (res Result) {
+func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, callID string, v approvals.Verdict) (res Result) {
+	ctx, end := a.startTool(ctx, ToolStart{Tool: tool.Name, CallID: callID, Verdict: v, Args: args})
+	defer func() { end(res) }()
 	if tool.Handler == nil {
 		return Result{Content: fmt.Sprintf("tool %s cannot be run", tool.Name), IsError: true}
 	}

@@ -44,6 +44,16 @@ type config struct {
 	MaxSteps         int           `envconfig:"MAX_STEPS" default:"10" desc:"model calls allowed in one turn"`
 	Workers          int           `envconfig:"WORKERS" default:"8" desc:"conversations served at once"`
 	SystemPrompt     string        `envconfig:"SYSTEM_PROMPT" desc:"system prompt of every model request; empty: the built-in one"`
+	OpenAIAPIVersion string        `envconfig:"OPENAI_API_VERSION" desc:"Azure OpenAI API version (such as 2024-10-21); set, or an OPENAI_BASE_URL host ending in .openai.azure.com, means Azure (OPENAI_BASE_URL is then the resource endpoint)"`
+	ModelTimeout     time.Duration `envconfig:"MODEL_TIMEOUT" default:"2m" desc:"bound on one model request, streaming included"`
+	ModelRetries     int           `envconfig:"MODEL_RETRIES" default:"3" desc:"retries of a model request that failed with 429, 5xx, a reset or a time-out before any output; 0: none"`
+	ModelMaxTokens   int           `envconfig:"MODEL_MAX_TOKENS" default:"0" desc:"tokens the model may generate per answer; 0 leaves it to the server"`
+	ContextBudget    int           `envconfig:"CONTEXT_BUDGET" default:"64000" desc:"estimated tokens of history sent to the model; older tool output and messages are dropped first"`
+	ToolTimeout      time.Duration `envconfig:"TOOL_TIMEOUT" default:"2m" desc:"bound on one tool execution"`
+	ShutdownGrace    time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s" desc:"how long in-flight work may take to finish after SIGTERM (keep the orchestrator's grace period longer)"`
+	RunRetention     time.Duration `envconfig:"RUN_RETENTION" default:"168h" desc:"how long a finished or expired run and its calls are kept in the store"`
+	OTELEndpoint     string        `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"OTLP/HTTP collector for traces (such as http://otel-collector:4318); empty: no tracing. The other standard OTEL_* variables apply"`
+	OTELCapture      bool          `envconfig:"OTEL_CAPTURE_CONTENT" default:"false" desc:"put tool arguments and output and model messages in spans; off, spans carry none"`
 }
 
 // usageFormat is the envconfig.Usagef template of --help: one row per
@@ -55,12 +65,14 @@ const usageFormat = `VARIABLE	DEFAULT	MEANING
 // printUsage writes the --help text to w.
 func printUsage(w io.Writer) error {
 	fmt.Fprint(w, `Usage: bot
+       bot policy check|test ...   (offline policy checks, see bot policy -h)
 
 Toolgate is a Slack bot (Socket Mode) that runs an LLM agent. Every tool call
 the model makes is judged by a policy; risky calls wait for a human to approve
 them on a Block Kit card.
 
-It takes no arguments: it is configured by these environment variables.
+The bot itself takes no arguments: it is configured by these environment
+variables.
 
 `)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -128,6 +140,9 @@ func loadConfig() (config, error) {
 		c.AdminUsers[i] = strings.TrimSpace(u)
 	}
 	if err := c.validate(); err != nil {
+		return config{}, &configError{err: err}
+	}
+	if err := c.validateOps(); err != nil {
 		return config{}, &configError{err: err}
 	}
 	return c, nil
@@ -258,6 +273,9 @@ func loadFile(path string) (fileConfig, error) {
 	var data []byte
 	if path != "" {
 		var err error
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			return fileConfig{}, configErrorf("CONFIG_FILE: %s is a directory, not a file (Docker creates one when the file to mount is missing: create config.yaml, for example from config.example.yaml)", path)
+		}
 		data, err = os.ReadFile(path)
 		if err != nil {
 			return fileConfig{}, configErrorf("CONFIG_FILE: %w", err)

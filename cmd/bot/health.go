@@ -78,9 +78,6 @@ func (p probes) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
 	body := readiness{SocketMode: "disconnected", Store: "ok", MCPServers: []tools.ServerStatus{}}
-	if p.app.Connected() {
-		body.SocketMode = "connected"
-	}
 	if err := p.store.Ping(ctx); err != nil {
 		body.Store = p.redact.String(err.Error())
 	}
@@ -96,6 +93,11 @@ func (p probes) readyz(w http.ResponseWriter, r *http.Request) {
 		body.Error = p.redact.String(err.Error())
 	} else {
 		body.Ready = true
+	}
+	// Asked after Ready, and connected whenever ready, so the body never
+	// says ready but disconnected when the connection came up meanwhile.
+	if body.Ready || p.app.Connected() {
+		body.SocketMode = "connected"
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -24,12 +24,11 @@ import (
 	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store/boltstore"
 	"github.com/toolgate/toolgate/store/redisstore"
+	"github.com/toolgate/toolgate/telemetry"
 	"github.com/toolgate/toolgate/tools"
 )
 
 const (
-	// modelTimeout bounds one model request, streaming included.
-	modelTimeout = 2 * time.Minute
 	// httpShutdownTimeout bounds the graceful stop of the HTTP server.
 	httpShutdownTimeout = 5 * time.Second
 	// storeFile is the embedded store's file name in DATA_DIR.
@@ -38,7 +37,8 @@ const (
 
 func main() {
 	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
-	if err != nil {
+	var se *statusError
+	if err != nil && !errors.As(err, &se) {
 		fmt.Fprintf(os.Stderr, "bot: %v\n", err)
 	}
 	os.Exit(exitCode(err))
@@ -47,9 +47,12 @@ func main() {
 // exitCode is the process exit status for run's result.
 func exitCode(err error) int {
 	var ce *configError
+	var se *statusError
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &se):
+		return se.code
 	case errors.As(err, &ce):
 		return 2
 	default:
@@ -62,8 +65,12 @@ func exitCode(err error) int {
 // and serves until ctx ends or SIGINT or SIGTERM arrives. It returns nil
 // after a clean stop, a *configError for a bad configuration, and any other
 // error that stopped the bot. Logs go to stderr, --help to stdout. No token
-// appears in the logs or the returned error.
+// appears in the logs or the returned error. With args "policy ...", it runs
+// the offline policy commands instead (see runPolicy).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "policy" {
+		return runPolicy(ctx, args[1:], stdout)
+	}
 	fs := flag.NewFlagSet("bot", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -131,6 +138,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		AdminUsers:       cfg.AdminUsers,
 		ApprovalsChannel: cfg.ApprovalsChannel,
 		Workers:          cfg.Workers,
+		ShutdownGrace:    cfg.ShutdownGrace,
 		Logger:           log,
 		Metrics:          metrics,
 	}, st, engine)
@@ -138,23 +146,24 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		return fmt.Errorf("set up slack app: %w", err)
 	}
 
-	model := meteredModel{
-		model: agent.NewOpenAIModel(agent.ModelConfig{
-			BaseURL: cfg.OpenAIBaseURL,
-			APIKey:  cfg.OpenAIAPIKey,
-			Model:   cfg.OpenAIModel,
-			Timeout: modelTimeout,
-		}),
-		metrics: metrics,
+	traces, err := telemetry.Start(ctx, os.Getenv, "", cfg.OTELCapture)
+	if err != nil {
+		return fmt.Errorf("start tracing: %w", err)
 	}
+	defer flushTraces(log, traces)
+	model, tracer := newModel(cfg, log, traces.Tracer())
+	model = meteredModel{model: model, metrics: metrics}
 	ag := agent.New(model, reg, meteredPolicy{engine: engine, metrics: metrics}, st, app.Reporter, agent.Config{
-		SystemPrompt: cfg.SystemPrompt,
-		MaxSteps:     cfg.MaxSteps,
-		ApprovalTTL:  cfg.ApprovalTTL,
-		RememberTTL:  cfg.RememberTTL,
-		Groups:       app.Groups(),
-		Audience:     app.Audience(),
-		Logger:       log,
+		SystemPrompt:  cfg.SystemPrompt,
+		MaxSteps:      cfg.MaxSteps,
+		ContextBudget: cfg.ContextBudget,
+		ToolTimeout:   cfg.ToolTimeout,
+		ApprovalTTL:   cfg.ApprovalTTL,
+		RememberTTL:   cfg.RememberTTL,
+		Groups:        app.Groups(),
+		Audience:      app.Audience(),
+		Logger:        log,
+		Tracer:        tracer,
 	})
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
@@ -238,7 +247,7 @@ var (
 // embedded store in DATA_DIR.
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, error) {
 	if cfg.RedisURL != "" {
-		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{})
+		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{Retention: cfg.RunRetention})
 		if err != nil {
 			return nil, fmt.Errorf("connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
 		}
@@ -246,7 +255,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, err
 		return st, nil
 	}
 	path := filepath.Join(cfg.DataDir, storeFile)
-	st, err := boltstore.Open(path, boltstore.Options{})
+	st, err := boltstore.Open(path, boltstore.Options{Retention: cfg.RunRetention})
 	if err != nil {
 		return nil, err
 	}

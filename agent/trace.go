@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// Tracer observes an agent's turns and tool executions, for tracing (see
+// Config.Tracer). Its methods may be called concurrently; they must not
+// block. The telemetry package implements it with OpenTelemetry.
+type Tracer interface {
+	// StartTurn is called when a turn begins: a message (Run) or a claimed
+	// resume (Resume). Its context is used for all of the turn's work
+	// (model calls, tool executions); end is called once, with the turn's
+	// outcome and error, when it ends. A turn that pauses ends with status
+	// Paused and the pending calls.
+	StartTurn(ctx context.Context, t TurnStart) (_ context.Context, end func(Outcome, error))
+	// StartTool is called before a tool runs; its context is the tool's,
+	// and end is called once with the result.
+	StartTool(ctx context.Context, t ToolStart) (_ context.Context, end func(Result))
+}
+
+// TurnKind says what started a turn.
+type TurnKind string
+
+// The kinds of turn.
+const (
+	TurnMessage TurnKind = "message" // a person's message (Run)
+	TurnResume  TurnKind = "resume"  // the decisions on a paused step (Resume)
+)
+
+// TurnStart describes a turn that begins.
+type TurnStart struct {
+	Kind         TurnKind
+	Conversation string
+	// User and Channel are the requester and the conversation's channel.
+	User    string
+	Channel string
+	// RunID and Calls are, for a resume, the paused step and its calls as
+	// decided (each with its Decision, CreatedAt being when it paused).
+	RunID string
+	Calls []store.Call
+}
+
+// ToolStart describes a tool execution that begins.
+type ToolStart struct {
+	Tool string
+	// CallID is the paused call's id for a call run after a decision, empty
+	// for one the policy allowed at once.
+	CallID string
+	// Verdict is the policy's verdict on the call as it runs.
+	Verdict approvals.Verdict
+	// Args are the exact arguments the tool gets.
+	Args json.RawMessage
+}
+
+// startTurn calls the tracer, if any.
+func (a *Agent) startTurn(ctx context.Context, t TurnStart) (context.Context, func(Outcome, error)) {
+	if a.cfg.Tracer == nil {
+		return ctx, func(Outcome, error) {}
+	}
+	return a.cfg.Tracer.StartTurn(ctx, t)
+}
+
+// startTool calls the tracer, if any.
+func (a *Agent) startTool(ctx context.Context, t ToolStart) (context.Context, func(Result)) {
+	if a.cfg.Tracer == nil {
+		return ctx, func(Result) {}
+	}
+	return a.cfg.Tracer.StartTool(ctx, t)
+}

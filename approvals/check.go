@@ -1,0 +1,78 @@
+package approvals
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// CheckConfig reads the `policy:` section like ParseConfig but does not stop
+// at the first bad rule: it returns the compiled policy when every rule is
+// sound, and otherwise nil and every problem found, in rule order. Each
+// problem is the error ParseConfig would give for that rule (its 1-based
+// position, YAML line and field). A problem outside the rules (YAML that does
+// not parse, a bad default) is returned alone. Rules keep their positions
+// while the others are checked, so generated ids ("rule-N") are the ones
+// ParseConfig would give.
+func CheckConfig(data []byte) (*Policy, []error) {
+	var doc struct {
+		Policy yaml.Node `yaml:"policy"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, []error{fmt.Errorf("parse config: %w", err)}
+	}
+	seq := rulesNode(&doc.Policy)
+	var problems []*ruleError
+	for {
+		def, rules, err := parsePolicySection(&doc.Policy)
+		if err == nil {
+			var p *Policy
+			if p, err = newPolicyAt(def, rules); err == nil {
+				if len(problems) == 0 {
+					return p, nil
+				}
+				break
+			}
+		}
+		var re *ruleError
+		if seq == nil || !errors.As(err, &re) || re.index >= len(seq.Content) || slices.ContainsFunc(problems, func(p *ruleError) bool { return p.index == re.index }) {
+			return nil, []error{err}
+		}
+		problems = append(problems, re)
+		// Check the others with this rule replaced by a sound one.
+		seq.Content[re.index] = placeholderRule(seq.Content[re.index].Line)
+	}
+	slices.SortStableFunc(problems, func(a, b *ruleError) int { return cmp.Compare(a.index, b.index) })
+	errs := make([]error, len(problems))
+	for i, p := range problems {
+		errs[i] = p
+	}
+	return nil, errs
+}
+
+// rulesNode returns the sequence node of policy.rules, or nil.
+func rulesNode(policy *yaml.Node) *yaml.Node {
+	if policy.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(policy.Content); i += 2 {
+		if policy.Content[i].Value == "rules" && policy.Content[i+1].Kind == yaml.SequenceNode {
+			return policy.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// placeholderRule is a sound rule mapping that matches no tool name (tool
+// names have no spaces or angle brackets).
+func placeholderRule(line int) *yaml.Node {
+	str := func(v string) *yaml.Node {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v, Line: line}
+	}
+	return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: line, Content: []*yaml.Node{
+		str("tool"), str("<rule with a problem>"), str("verdict"), str("deny"),
+	}}
+}

@@ -1,0 +1,401 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// Exit statuses of `bot policy test`, one per verdict; errors exit 1.
+const (
+	exitAllow = 0
+	exitAsk   = 3
+	exitDeny  = 4
+)
+
+// statusError ends the program with an exit status; whatever there was to
+// say was already printed, so main prints nothing more.
+type statusError struct{ code int }
+
+func (e *statusError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// verdictStatus is the exit status of `bot policy test` for a verdict.
+func verdictStatus(a approvals.Action) error {
+	switch a {
+	case approvals.Allow:
+		return nil
+	case approvals.Deny:
+		return &statusError{code: exitDeny}
+	default:
+		return &statusError{code: exitAsk}
+	}
+}
+
+const policyUsage = `Usage:
+  bot policy check [-config FILE]
+      Load the policy of the config file, compile every rule and condition,
+      and print every problem (rule position and line) or the rules in
+      evaluation order. Exit 0 when the policy is sound, 1 otherwise.
+  bot policy test [-config FILE] TOOL 'JSON' [-user U] [-channel C]
+      Print the verdict a call would get, the rule that produced it and the
+      approvers. Exit 0 allow, 3 ask, 4 deny, 1 error.
+  bot policy test [-config FILE] -cases CASES.yaml
+      Run table tests; print ok or FAIL per case and a summary. Exit 0 when
+      every case passes, 1 otherwise.
+
+FILE defaults to $CONFIG_FILE. Nothing is run and no Slack token, model or
+store is needed: only the policy file counts (rules added with /approvals
+policy add live in the bot's store). MCP tool annotations are not known
+offline: a call no rule matches is judged as if its tool had none (ask),
+unless a case gives its annotations.
+
+Cases file:
+  cases:
+    - name: reads are allowed          # optional; default: tool and args
+      tool: files__read_file
+      args: {path: /srv/scratch/a.txt} # a mapping, or a JSON string
+      user: U024BE7LH                  # optional
+      channel: C0123456789             # optional
+      annotations: {read_only: true}   # optional: read_only, destructive
+      verdict: allow                   # expected: allow, ask or deny
+      rule: read-files                 # optional expected rule id
+`
+
+// runPolicy runs `bot policy ...` (args after "policy"). It returns nil for
+// success and an allow verdict, a *statusError after printing a verdict or
+// problems, and any other error (exit 1) for bad usage or input.
+func runPolicy(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("policy: want a command, check or test (see bot policy -h)")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		_, err := fmt.Fprint(stdout, policyUsage)
+		return err
+	case "check":
+		return policyCheck(ctx, args[1:], stdout)
+	case "test":
+		return policyTest(ctx, args[1:], stdout)
+	}
+	return fmt.Errorf("policy: unknown command %q: want check or test (see bot policy -h)", args[0])
+}
+
+// parseInterspersed parses flags that may come before, between or after the
+// positional arguments, which it returns in order.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// newPolicyFlags returns a flag set for a policy command with -config.
+func newPolicyFlags(name string) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("bot policy "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {} // flagError prints it for -h; errors say what is wrong
+	config := fs.String("config", os.Getenv("CONFIG_FILE"), "config file with the policy: section")
+	return fs, config
+}
+
+// flagError is a command-line error, or nil after -h printed the usage.
+func flagError(fs *flag.FlagSet, stdout io.Writer, err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		_, werr := fmt.Fprint(stdout, policyUsage)
+		return werr
+	}
+	return fmt.Errorf("%s: %w", fs.Name(), err)
+}
+
+// readPolicyFile reads the config file for a policy command.
+func readPolicyFile(path string) ([]byte, error) {
+	if path == "" {
+		return nil, errors.New("no config file: give -config FILE or set CONFIG_FILE")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	return data, nil
+}
+
+// offlineEngine is the effective policy of the file alone: the engine reads
+// its stored rules from an empty source.
+func offlineEngine(p *approvals.Policy) *approvals.Engine {
+	return approvals.NewEngine(p, noRecords{})
+}
+
+// noRecords is a record source with no records, for judging the policy
+// file offline; nothing can be stored in it.
+type noRecords struct{}
+
+var _ approvals.RecordStore = noRecords{}
+
+func (noRecords) PutRecord(context.Context, store.Record, int64) (store.Record, error) {
+	return store.Record{}, errors.New("the offline policy check stores nothing")
+}
+
+func (noRecords) Records(context.Context, string) ([]store.Record, error) { return nil, nil }
+
+func (noRecords) DeleteRecord(context.Context, string, string) error { return store.ErrNotFound }
+
+// policyCheck runs `bot policy check`.
+func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, config := newPolicyFlags("check")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return flagError(fs, stdout, err)
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("policy check: unexpected argument %q", pos[0])
+	}
+	data, err := readPolicyFile(*config)
+	if err != nil {
+		return err
+	}
+	p, problems := approvals.CheckConfig(data)
+	if len(problems) > 0 {
+		for _, e := range problems {
+			fmt.Fprintf(stdout, "%s: %s\n", *config, oneLine(e.Error()))
+		}
+		fmt.Fprintf(stdout, "FAIL\t%s: %d %s\n", *config, len(problems), plural(len(problems), "problem", "problems"))
+		return &statusError{code: 1}
+	}
+	rules, err := offlineEngine(p).Rules(ctx)
+	if err != nil {
+		return fmt.Errorf("list rules: %w", err)
+	}
+	fmt.Fprintf(stdout, "Rules in evaluation order (the first match wins):\n")
+	for i, r := range rules {
+		fmt.Fprintf(stdout, "%3d  %s\n", i+1, r.String())
+	}
+	fmt.Fprintf(stdout, "Then: the tool's annotations (read-only: allow; destructive or none: ask), then the default: %s\n", p.Default())
+	fmt.Fprintf(stdout, "ok\t%s: %d %s\n", *config, len(rules), plural(len(rules), "rule", "rules"))
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// policyTest runs `bot policy test`.
+func policyTest(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, config := newPolicyFlags("test")
+	user := fs.String("user", "", "Slack user id of the requester")
+	channel := fs.String("channel", "", "Slack channel id of the conversation")
+	cases := fs.String("cases", "", "YAML file of test cases")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return flagError(fs, stdout, err)
+	}
+	switch {
+	case *cases != "" && len(pos) > 0:
+		return errors.New("policy test: give either -cases FILE or TOOL 'JSON', not both")
+	case *cases == "" && len(pos) != 2:
+		return errors.New("policy test: want TOOL 'JSON' (or -cases FILE)")
+	}
+	data, err := readPolicyFile(*config)
+	if err != nil {
+		return err
+	}
+	p, err := approvals.ParseConfig(data)
+	if err != nil {
+		return fmt.Errorf("config file %s: %s (run bot policy check for every problem)", *config, oneLine(err.Error()))
+	}
+	engine := offlineEngine(p)
+	if *cases != "" {
+		return runCases(ctx, engine, *cases, stdout)
+	}
+	argsJSON, err := objectJSON(pos[1])
+	if err != nil {
+		return fmt.Errorf("policy test: arguments: %w", err)
+	}
+	v, err := engine.Test(ctx, approvals.Input{Tool: pos[0], Args: argsJSON, User: *user, Channel: *channel})
+	if err != nil {
+		return fmt.Errorf("policy test: %w", err)
+	}
+	printVerdict(stdout, v)
+	return verdictStatus(v.Action)
+}
+
+// objectJSON checks that s is one JSON object.
+func objectJSON(s string) (json.RawMessage, error) {
+	var m map[string]any
+	dec := json.NewDecoder(strings.NewReader(s))
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("want a JSON object such as '{\"path\": \"/tmp/a\"}': %w", err)
+	}
+	if m == nil {
+		return nil, errors.New("want a JSON object, got null")
+	}
+	if dec.More() {
+		return nil, errors.New("data after the JSON object")
+	}
+	return json.RawMessage(strings.TrimSpace(s)), nil
+}
+
+// annotationsNote says what an offline verdict from the annotations means.
+const annotationsNote = "no rule matched, so the tool's MCP annotations decide; they are not known offline: this is the verdict for a tool without annotations (a read-only tool would be allowed)"
+
+func printVerdict(w io.Writer, v approvals.Verdict) {
+	fmt.Fprintf(w, "verdict:   %s\n", v.Action)
+	fmt.Fprintf(w, "rule:      %s\n", v.RuleID)
+	if v.Reason != "" {
+		fmt.Fprintf(w, "reason:    %s\n", v.Reason)
+	}
+	if v.Action == approvals.Ask {
+		approvers := "anyone in the channel"
+		if len(v.Approvers) > 0 {
+			approvers = strings.Join(v.Approvers, ", ")
+		}
+		if v.FourEyes {
+			approvers += " (four eyes: not the requester)"
+		}
+		fmt.Fprintf(w, "approvers: %s\n", approvers)
+	}
+	if v.RuleID == approvals.RuleAnnotations {
+		fmt.Fprintf(w, "note:      %s\n", annotationsNote)
+	}
+}
+
+// policyCase is one case of a -cases file.
+type policyCase struct {
+	Name        string           `yaml:"name"`
+	Tool        string           `yaml:"tool"`
+	Args        yaml.Node        `yaml:"args"`
+	User        string           `yaml:"user"`
+	Channel     string           `yaml:"channel"`
+	Annotations *caseAnnotations `yaml:"annotations"`
+	Verdict     approvals.Action `yaml:"verdict"`
+	Rule        string           `yaml:"rule"`
+}
+
+type caseAnnotations struct {
+	ReadOnly    bool  `yaml:"read_only"`
+	Destructive *bool `yaml:"destructive"`
+}
+
+// readCases reads and checks a -cases file.
+func readCases(path string) ([]policyCase, []json.RawMessage, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read cases: %w", err)
+	}
+	var doc struct {
+		Cases []policyCase `yaml:"cases"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, fmt.Errorf("cases file %s: %w", path, err)
+	}
+	if len(doc.Cases) == 0 {
+		return nil, nil, fmt.Errorf("cases file %s: no cases (want a cases: list)", path)
+	}
+	args := make([]json.RawMessage, len(doc.Cases))
+	for i := range doc.Cases {
+		c := &doc.Cases[i]
+		where := fmt.Sprintf("cases file %s: case %d", path, i+1)
+		if c.Tool == "" {
+			return nil, nil, fmt.Errorf("%s: tool is missing", where)
+		}
+		if !c.Verdict.Valid() {
+			return nil, nil, fmt.Errorf("%s: verdict %q: want allow, ask or deny", where, c.Verdict)
+		}
+		a, err := caseArgs(&c.Args)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: args: %w", where, err)
+		}
+		args[i] = a
+		if c.Name == "" {
+			c.Name = c.Tool + " " + string(a)
+		}
+	}
+	return doc.Cases, args, nil
+}
+
+// caseArgs turns a case's args (a mapping, a JSON string, or nothing) into
+// a JSON object.
+func caseArgs(n *yaml.Node) (json.RawMessage, error) {
+	switch n.Kind {
+	case 0:
+		return json.RawMessage("{}"), nil
+	case yaml.ScalarNode:
+		return objectJSON(n.Value)
+	case yaml.MappingNode:
+		var m map[string]any
+		if err := n.Decode(&m); err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n.Line, err)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("line %d: want a mapping or a JSON object string", n.Line)
+}
+
+// runCases runs the cases of a file against engine, printing a line per
+// case and a summary like go test.
+func runCases(ctx context.Context, engine *approvals.Engine, path string, stdout io.Writer) error {
+	cases, args, err := readCases(path)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for i, c := range cases {
+		in := approvals.Input{Tool: c.Tool, Args: args[i], User: c.User, Channel: c.Channel}
+		if c.Annotations != nil {
+			in.Hints = approvals.Hints{ReadOnly: c.Annotations.ReadOnly, Destructive: c.Annotations.Destructive}
+		}
+		v, err := engine.Test(ctx, in)
+		if err != nil {
+			return fmt.Errorf("case %d: %w", i+1, err)
+		}
+		got := fmt.Sprintf("%s by rule %s", v.Action, v.RuleID)
+		ok := v.Action == c.Verdict && (c.Rule == "" || c.Rule == v.RuleID)
+		note := ""
+		if v.RuleID == approvals.RuleAnnotations && c.Annotations == nil {
+			note = " (no rule matched; MCP annotations are not known offline: give the case annotations)"
+		}
+		if ok {
+			fmt.Fprintf(stdout, "ok  \t%s: %s%s\n", c.Name, got, note)
+			continue
+		}
+		failed++
+		want := string(c.Verdict)
+		if c.Rule != "" {
+			want += " by rule " + c.Rule
+		}
+		fmt.Fprintf(stdout, "FAIL\t%s: got %s, want %s%s\n", c.Name, got, want, note)
+	}
+	if failed > 0 {
+		fmt.Fprintf(stdout, "FAIL\t%s: %d of %d cases failed\n", path, failed, len(cases))
+		return &statusError{code: 1}
+	}
+	fmt.Fprintf(stdout, "ok  \t%s: %d %s passed\n", path, len(cases), plural(len(cases), "case", "cases"))
+	return nil
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const testPolicy = `mcp_servers:
+  - name: files
+    command: ["./files-mcp"]
+    env: {TOKEN: "${UNSET_IN_CI}"}
+policy:
+  default: deny
+  rules:
+    - id: read-files
+      tool: "files__read_*"
+      verdict: allow
+    - tool: "files__delete_*"
+      when: '!args.path.startsWith("/srv/scratch/tmp/")'
+      verdict: ask
+      approvers: ["U024BE7LH", "S0614TZR7"]
+      four_eyes: true
+      reason: Deleting outside tmp needs review
+    - id: no-prod
+      tool: "deploy"
+      when: 'channel == "C0PROD"'
+      verdict: deny
+      reason: no deploys from the prod channel
+    - tool: "deploy"
+      verdict: ask
+`
+
+const badPolicy = `policy:
+  rules:
+    - tool: "a"
+      verdict: allow
+    - tool: "b"
+      when: 'args.x +'
+      verdict: ask
+    - tool: "c"
+      verdict: perhaps
+`
+
+// writeFile writes content to name in a temporary directory.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestPolicyCommands(t *testing.T) {
+	good := writeFile(t, "config.yaml", testPolicy)
+	bad := writeFile(t, "bad.yaml", badPolicy)
+	passing := writeFile(t, "cases.yaml", `cases:
+  - name: reads are allowed
+    tool: files__read_file
+    args: {path: /etc/passwd}
+    verdict: allow
+    rule: read-files
+  - tool: files__delete_file
+    args: '{"path": "/srv/data/x"}'
+    user: U1
+    verdict: ask
+    rule: rule-2
+  - name: tmp deletes fall through
+    tool: files__delete_file
+    args: {path: /srv/scratch/tmp/x}
+    annotations: {destructive: false}
+    verdict: deny
+    rule: default
+  - name: prod deploy
+    tool: deploy
+    channel: C0PROD
+    verdict: deny
+`)
+	failing := writeFile(t, "failing.yaml", `cases:
+  - name: deploy allowed
+    tool: deploy
+    verdict: allow
+  - name: unknown tool
+    tool: other
+    verdict: ask
+  - name: read by the wrong rule
+    tool: files__read_x
+    verdict: allow
+    rule: rule-9
+`)
+	badCases := writeFile(t, "badcases.yaml", "cases:\n  - tool: deploy\n    verdict: maybe\n")
+	unknownKey := writeFile(t, "unknown.yaml", "cases:\n  - tool: deploy\n    verdit: allow\n")
+
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		code    int
+		want    []string // substrings of stdout
+		wantErr string   // substring of the error, for exit status 1 with a message
+		once    string   // a substring stdout has exactly once
+	}{
+		{
+			name: "check sound",
+			args: []string{"check", "-config", good},
+			want: []string{
+				"  1  id=read-files tool=files__read_* verdict=allow\n",
+				"  2  id=rule-2 tool=files__delete_* verdict=ask when='!args.path.startsWith(\"/srv/scratch/tmp/\")' approvers=U024BE7LH,S0614TZR7 four_eyes=true reason='Deleting outside tmp needs review'\n",
+				"  3  id=no-prod",
+				"  4  id=rule-4 tool=deploy verdict=ask\n",
+				"then the default: deny",
+				"ok\t" + good + ": 4 rules\n",
+			},
+		},
+		{
+			name: "check from CONFIG_FILE",
+			args: []string{"check"},
+			env:  map[string]string{"CONFIG_FILE": good},
+			want: []string{"ok\t" + good + ": 4 rules\n"},
+		},
+		{
+			name: "check every problem",
+			args: []string{"check", "-config", bad},
+			code: 1,
+			want: []string{
+				bad + ": policy rule 2 (line 5, id rule-2): when (line 6): ERROR: <input>:1:9: Syntax error",
+				bad + ": policy rule 3 (line 8, id rule-3): verdict (line 9): unknown verdict \"perhaps\"",
+				"FAIL\t" + bad + ": 2 problems\n",
+			},
+		},
+		{name: "check no file", args: []string{"check"}, code: 1, wantErr: "no config file: give -config FILE or set CONFIG_FILE"},
+		{name: "check missing file", args: []string{"check", "-config", filepath.Join(t.TempDir(), "none.yaml")}, code: 1, wantErr: "read config file"},
+		{name: "check extra argument", args: []string{"check", "-config", good, "x"}, code: 1, wantErr: `unexpected argument "x"`},
+		{
+			name: "test allow",
+			args: []string{"test", "-config", good, "files__read_file", `{"path": "/a"}`},
+			want: []string{"verdict:   allow\n", "rule:      read-files\n"},
+		},
+		{
+			name: "test ask with approvers, flags after the arguments",
+			args: []string{"test", "-config", good, "files__delete_file", `{"path": "/srv/data"}`, "-user", "U1", "-channel", "C1"},
+			code: 3,
+			want: []string{"verdict:   ask\n", "rule:      rule-2\n", "reason:    Deleting outside tmp needs review\n", "approvers: U024BE7LH, S0614TZR7 (four eyes: not the requester)\n"},
+		},
+		{
+			name: "test deny by channel",
+			args: []string{"test", "-channel", "C0PROD", "-config", good, "deploy", `{}`},
+			code: 4,
+			want: []string{"verdict:   deny\n", "rule:      no-prod\n", "reason:    no deploys from the prod channel\n"},
+		},
+		{
+			name: "test falls through to annotations",
+			args: []string{"test", "-config", good, "other__tool", `{}`},
+			code: 3,
+			want: []string{"verdict:   ask\n", "rule:      annotations\n", "approvers: anyone in the channel\n", "not known offline"},
+		},
+		{
+			name: "test fail-closed condition",
+			args: []string{"test", "-config", good, "files__delete_file", `{"other": 1}`},
+			code: 3,
+			want: []string{"verdict:   ask\n", "rule:      rule-2\n", "could not be evaluated"},
+		},
+		{name: "test bad json", args: []string{"test", "-config", good, "deploy", `{"a":`}, code: 1, wantErr: "arguments: want a JSON object"},
+		{name: "test json not an object", args: []string{"test", "-config", good, "deploy", `[1]`}, code: 1, wantErr: "arguments: want a JSON object"},
+		{name: "test missing json", args: []string{"test", "-config", good, "deploy"}, code: 1, wantErr: "want TOOL 'JSON'"},
+		{name: "test bad policy", args: []string{"test", "-config", bad, "a", "{}"}, code: 1, wantErr: "run bot policy check for every problem"},
+		{name: "test unknown flag", args: []string{"test", "-config", good, "-usr", "U1", "a", "{}"}, code: 1, wantErr: "flag provided but not defined: -usr"},
+		{
+			name: "cases pass",
+			args: []string{"test", "-config", good, "-cases", passing},
+			want: []string{
+				"ok  \treads are allowed: allow by rule read-files\n",
+				"ok  \tfiles__delete_file {\"path\": \"/srv/data/x\"}: ask by rule rule-2\n",
+				"ok  \ttmp deletes fall through: deny by rule default\n",
+				"ok  \tprod deploy: deny by rule no-prod\n",
+				"ok  \t" + passing + ": 4 cases passed\n",
+			},
+		},
+		{
+			name: "cases fail",
+			args: []string{"test", "-config", good, "-cases", failing},
+			code: 1,
+			want: []string{
+				"FAIL\tdeploy allowed: got ask by rule rule-4, want allow\n",
+				"ok  \tunknown tool: ask by rule annotations (no rule matched; MCP annotations are not known offline: give the case annotations)\n",
+				"FAIL\tread by the wrong rule: got allow by rule read-files, want allow by rule rule-9\n",
+				"FAIL\t" + failing + ": 2 of 3 cases failed\n",
+			},
+		},
+		{name: "cases bad verdict", args: []string{"test", "-config", good, "-cases", badCases}, code: 1, wantErr: `case 1: verdict "maybe"`},
+		{name: "cases unknown key", args: []string{"test", "-config", good, "-cases", unknownKey}, code: 1, wantErr: "field verdit not found"},
+		{name: "cases and a call", args: []string{"test", "-config", good, "-cases", passing, "deploy", "{}"}, code: 1, wantErr: "not both"},
+		{name: "no command", args: nil, code: 1, wantErr: "want a command"},
+		{name: "unknown command", args: []string{"lint"}, code: 1, wantErr: `unknown command "lint"`},
+		{name: "help", args: []string{"-h"}, want: []string{"bot policy check [-config FILE]", "Exit 0 allow, 3 ask, 4 deny, 1 error"}},
+		{name: "help of a command", args: []string{"test", "-h"}, want: []string{"Cases file:"}, once: "Usage:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Only the policy file counts: no Slack token, model or store.
+			setEnv(t, tt.env)
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), append([]string{"policy"}, tt.args...), &stdout, &stderr)
+			if code := exitCode(err); code != tt.code {
+				t.Errorf("exit status %d (err %v), want %d\nstdout:\n%s", code, err, tt.code, stdout.String())
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("error %v, want one containing %q", err, tt.wantErr)
+				}
+			} else if err != nil && tt.code == 0 {
+				t.Errorf("error %v, want none", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout does not contain %q:\n%s", w, stdout.String())
+				}
+			}
+			if tt.once != "" && strings.Count(stdout.String(), tt.once) != 1 {
+				t.Errorf("stdout has %q %d times, want once:\n%s", tt.once, strings.Count(stdout.String(), tt.once), stdout.String())
+			}
+			if tt.wantErr != "" && strings.Contains(stdout.String(), "Usage:") {
+				t.Errorf("an error printed the usage:\n%s", stdout.String())
+			}
+			if stderr.Len() != 0 {
+				t.Errorf("stderr: %q, want nothing", stderr.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,273 @@
+package charttest
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const chartDir = "../toolgate"
+
+// render renders the chart with the values of valuesFile (relative to the
+// chart, "" for none) overlaid with set, and returns the manifests by
+// template file name, leaving out empty ones.
+func render(t *testing.T, valuesFile string, set map[string]any) (map[string]string, error) {
+	t.Helper()
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("load chart: %v", err)
+	}
+	vals := map[string]any{}
+	if valuesFile != "" {
+		data, err := os.ReadFile(filepath.Join(chartDir, valuesFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(data, &vals); err != nil {
+			t.Fatalf("%s: %v", valuesFile, err)
+		}
+	}
+	for k, v := range set {
+		vals[k] = v
+	}
+	rv, err := chartutil.ToRenderValues(chrt, vals, chartutil.ReleaseOptions{Name: "tg", Namespace: "ops", IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatalf("values: %v", err)
+	}
+	out, err := engine.Render(chrt, rv)
+	if err != nil {
+		return nil, err
+	}
+	manifests := map[string]string{}
+	for name, m := range out {
+		if strings.TrimSpace(m) != "" && !strings.HasSuffix(name, "NOTES.txt") {
+			manifests[filepath.Base(name)] = m
+		}
+	}
+	return manifests, nil
+}
+
+func mustRender(t *testing.T, valuesFile string, set map[string]any) map[string]string {
+	t.Helper()
+	m, err := render(t, valuesFile, set)
+	if err != nil {
+		t.Fatalf("render %s with %v: %v", valuesFile, set, err)
+	}
+	return m
+}
+
+func deployment(t *testing.T, m map[string]string) appsv1.Deployment {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict([]byte(m["deployment.yaml"]), &d); err != nil {
+		t.Fatalf("deployment.yaml: %v\n%s", err, m["deployment.yaml"])
+	}
+	return d
+}
+
+func env(c corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
+func TestEmbeddedStore(t *testing.T) {
+	m := mustRender(t, "ci/embedded-values.yaml", nil)
+	d := deployment(t, m)
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("replicas %d, strategy %s: want 1 and Recreate (the store file has one owner)", *d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if e := env(c, "REDIS_URL"); e != nil {
+		t.Errorf("REDIS_URL set without Redis: %+v", e)
+	}
+	if _, ok := m["pvc.yaml"]; !ok {
+		t.Error("no PersistentVolumeClaim for the embedded store")
+	}
+	var pvcUsed bool
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "data" && v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "tg-toolgate" {
+			pvcUsed = true
+		}
+	}
+	if !pvcUsed {
+		t.Errorf("the data volume is not the claim: %+v", d.Spec.Template.Spec.Volumes)
+	}
+	for _, name := range []string{"SLACK_APP_TOKEN", "SLACK_BOT_TOKEN", "OPENAI_API_KEY"} {
+		e := env(c, name)
+		if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "tg-toolgate" || e.ValueFrom.SecretKeyRef.Key != name {
+			t.Errorf("%s is not read from the chart's secret: %+v", name, e)
+		}
+	}
+	var secret corev1.Secret
+	if err := yaml.UnmarshalStrict([]byte(m["secret.yaml"]), &secret); err != nil {
+		t.Fatalf("secret.yaml: %v", err)
+	}
+	if secret.StringData["SLACK_BOT_TOKEN"] != "xoxb-test" || secret.StringData["SLACK_APP_TOKEN"] != "xapp-1-test" {
+		t.Errorf("secret data %v", secret.StringData)
+	}
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict([]byte(m["configmap.yaml"]), &cm); err != nil {
+		t.Fatalf("configmap.yaml: %v", err)
+	}
+	var cfg struct {
+		Policy struct {
+			Rules []map[string]any `json:"rules"`
+		} `json:"policy"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &cfg); err != nil || len(cfg.Policy.Rules) != 1 {
+		t.Errorf("config.yaml in the ConfigMap = %q (%v), want the values' policy", cm.Data["config.yaml"], err)
+	}
+	if e := env(c, "CONFIG_FILE"); e == nil || e.Value != "/config/config.yaml" {
+		t.Errorf("CONFIG_FILE = %+v, want /config/config.yaml", e)
+	}
+	if e := env(c, "ADMIN_USERS"); e == nil || e.Value != "U01ABCDEF" {
+		t.Errorf("ADMIN_USERS = %+v, want the env value", e)
+	}
+	if _, ok := m["servicemonitor.yaml"]; ok {
+		t.Error("a ServiceMonitor although it is off by default")
+	}
+}
+
+func TestRedisReplicas(t *testing.T) {
+	m := mustRender(t, "ci/redis-values.yaml", nil)
+	d := deployment(t, m)
+	if *d.Spec.Replicas != 3 || d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
+		t.Errorf("replicas %d, strategy %s: want 3 and RollingUpdate", *d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	e := env(c, "REDIS_URL")
+	if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef.Name != "toolgate-tokens" || e.ValueFrom.SecretKeyRef.Key != "REDIS_URL" {
+		t.Errorf("REDIS_URL = %+v, want it from the existing secret", e)
+	}
+	if e := env(c, "SLACK_BOT_TOKEN"); e == nil || e.ValueFrom.SecretKeyRef.Name != "toolgate-tokens" {
+		t.Errorf("SLACK_BOT_TOKEN = %+v, want it from the existing secret", e)
+	}
+	for _, f := range []string{"secret.yaml", "pvc.yaml", "configmap.yaml"} {
+		if _, ok := m[f]; ok {
+			t.Errorf("%s rendered, want none (existing secret and ConfigMap, Redis store)", f)
+		}
+	}
+	var cmUsed bool
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "config" && v.ConfigMap != nil && v.ConfigMap.Name == "toolgate-config" {
+			cmUsed = true
+		}
+	}
+	if !cmUsed {
+		t.Error("the existing ConfigMap is not mounted")
+	}
+	for _, f := range []string{"servicemonitor.yaml", "pdb.yaml", "service.yaml"} {
+		if _, ok := m[f]; !ok {
+			t.Errorf("no %s", f)
+		}
+	}
+	if !strings.Contains(m["servicemonitor.yaml"], "release: prometheus") || !strings.Contains(m["servicemonitor.yaml"], "path: /metrics") {
+		t.Errorf("servicemonitor.yaml:\n%s", m["servicemonitor.yaml"])
+	}
+}
+
+// Every values file: probes, security, resources and a termination grace
+// longer than the bot's.
+func TestPodShape(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(chartDir, "ci", "*.yaml"))
+	if len(files) < 3 {
+		t.Fatalf("values files %q, want at least 3", files)
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(chartDir, f)
+		t.Run(rel, func(t *testing.T) {
+			d := deployment(t, mustRender(t, rel, nil))
+			spec := d.Spec.Template.Spec
+			c := spec.Containers[0]
+			if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "http" {
+				t.Errorf("liveness probe %+v, want GET /healthz on http", p)
+			}
+			if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
+				t.Errorf("readiness probe %+v, want GET /readyz", p)
+			}
+			if len(c.Ports) != 1 || c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != 8080 {
+				t.Errorf("ports %+v, want http 8080", c.Ports)
+			}
+			if e := env(c, "HTTP_ADDR"); e == nil || e.Value != ":8080" {
+				t.Errorf("HTTP_ADDR = %+v, want :8080", e)
+			}
+			psc, sc := spec.SecurityContext, c.SecurityContext
+			if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+				t.Errorf("security contexts %+v / %+v, want non-root, no escalation, read-only root, no capabilities", psc, sc)
+			}
+			if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+				t.Errorf("resources %+v, want memory requests and limits", c.Resources)
+			}
+			grace := env(c, "SHUTDOWN_GRACE")
+			if grace == nil {
+				t.Fatal("SHUTDOWN_GRACE not set")
+			}
+			g, err := time.ParseDuration(grace.Value)
+			if err != nil {
+				t.Fatalf("SHUTDOWN_GRACE %q: %v", grace.Value, err)
+			}
+			if tg := spec.TerminationGracePeriodSeconds; tg == nil || time.Duration(*tg)*time.Second < g+5*time.Second {
+				t.Errorf("terminationGracePeriodSeconds %v, want at least SHUTDOWN_GRACE %v + 5s", tg, g)
+			}
+			if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+				t.Error("the service account token is mounted; the bot needs none")
+			}
+			for _, v := range []string{"/data", "/tmp", "/workspace"} {
+				if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == v }) {
+					t.Errorf("no writable volume at %s on the read-only root", v)
+				}
+			}
+		})
+	}
+}
+
+func TestRefusedValues(t *testing.T) {
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1"}
+	tests := []struct {
+		name string
+		set  map[string]any
+		want string
+	}{
+		{"replicas without redis", map[string]any{"replicaCount": 2, "secrets": tokens}, "replicaCount 2 needs Redis"},
+		{"replicas with an existing secret but no redis key", map[string]any{"replicaCount": 2, "secrets": map[string]any{"existingSecret": "s"}}, "needs Redis"},
+		{"no tokens", nil, "secrets.slackAppToken must be the app-level token"},
+		{"bot token of the wrong kind", map[string]any{"secrets": map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxp-1"}}, "secrets.slackBotToken must be the bot token"},
+		{"redis url with an existing secret", map[string]any{"secrets": map[string]any{"existingSecret": "s"}, "redis": map[string]any{"url": "redis://r:6379"}}, "redis.url cannot be used with secrets.existingSecret"},
+		{"redis key without an existing secret", map[string]any{"secrets": tokens, "redis": map[string]any{"existingSecretKey": "URL"}}, "redis.existingSecretKey needs secrets.existingSecret"},
+		{"a token in env", map[string]any{"secrets": tokens, "env": map[string]any{"SLACK_BOT_TOKEN": "xoxb-2"}}, "env.SLACK_BOT_TOKEN: secrets go in secrets"},
+		{"shutdown grace in env", map[string]any{"secrets": tokens, "env": map[string]any{"SHUTDOWN_GRACE": "10s"}}, "env.SHUTDOWN_GRACE is set by the chart"},
+		{"config twice", map[string]any{"secrets": tokens, "config": "policy: {}", "existingConfigMap": "c"}, "not both"},
+		{"no room after the grace", map[string]any{"secrets": tokens, "terminationExtraSeconds": 0}, "terminationExtraSeconds must be at least 5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := render(t, "", tt.set)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("render with %v: error %v, want %q", tt.set, err, tt.want)
+			}
+		})
+	}
+	// The same values with Redis are accepted.
+	m := mustRender(t, "", map[string]any{"replicaCount": 2, "secrets": tokens, "redis": map[string]any{"url": "redis://r:6379/0"}})
+	if d := deployment(t, m); *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %d, want 2", *d.Spec.Replicas)
+	}
+	if !strings.Contains(m["secret.yaml"], `REDIS_URL: "redis://r:6379/0"`) {
+		t.Errorf("secret.yaml has no REDIS_URL:\n%s", m["secret.yaml"])
+	}
+}

@@ -1,0 +1,84 @@
+{{/* The chart's name. */}}
+{{- define "toolgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name, used for every object. */}}
+{{- define "toolgate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "toolgate.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "toolgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "toolgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "toolgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The Secret holding the tokens. */}}
+{{- define "toolgate.secretName" -}}
+{{- default (include "toolgate.fullname" .) .Values.secrets.existingSecret }}
+{{- end }}
+
+{{/* "true" when the bot uses Redis, else empty. */}}
+{{- define "toolgate.redis" -}}
+{{- if or .Values.redis.url (and .Values.secrets.existingSecret .Values.redis.existingSecretKey) }}true{{ end }}
+{{- end }}
+
+{{/* The ConfigMap holding config.yaml, or empty for none. */}}
+{{- define "toolgate.configMapName" -}}
+{{- if .Values.existingConfigMap }}{{ .Values.existingConfigMap }}{{ else if .Values.config }}{{ include "toolgate.fullname" . }}{{ end }}
+{{- end }}
+
+{{/* Refuses values that cannot work, with a message saying what to change. */}}
+{{- define "toolgate.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not (include "toolgate.redis" .)) }}
+{{- fail (printf "replicaCount %d needs Redis: the embedded store is a file one process owns. Set redis.url (or redis.existingSecretKey with secrets.existingSecret), or replicaCount: 1" (int .Values.replicaCount)) }}
+{{- end }}
+{{- if .Values.secrets.existingSecret }}
+{{- if .Values.redis.url }}
+{{- fail "redis.url cannot be used with secrets.existingSecret: put REDIS_URL in that secret and set redis.existingSecretKey" }}
+{{- end }}
+{{- else }}
+{{- if not (hasPrefix "xapp-" .Values.secrets.slackAppToken) }}
+{{- fail "secrets.slackAppToken must be the app-level token (xapp-…), or set secrets.existingSecret" }}
+{{- end }}
+{{- if not (hasPrefix "xoxb-" .Values.secrets.slackBotToken) }}
+{{- fail "secrets.slackBotToken must be the bot token (xoxb-…), or set secrets.existingSecret" }}
+{{- end }}
+{{- if .Values.redis.existingSecretKey }}
+{{- fail "redis.existingSecretKey needs secrets.existingSecret; without one, set redis.url" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.config .Values.existingConfigMap }}
+{{- fail "set config or existingConfigMap, not both" }}
+{{- end }}
+{{- range $k, $v := .Values.env }}
+{{- if has $k (list "SLACK_APP_TOKEN" "SLACK_BOT_TOKEN" "OPENAI_API_KEY" "REDIS_URL") }}
+{{- fail (printf "env.%s: secrets go in secrets or redis, not env" $k) }}
+{{- end }}
+{{- if has $k (list "SHUTDOWN_GRACE" "HTTP_ADDR" "DATA_DIR" "CONFIG_FILE") }}
+{{- fail (printf "env.%s is set by the chart (see shutdownGraceSeconds, config)" $k) }}
+{{- end }}
+{{- end }}
+{{- if lt (int .Values.shutdownGraceSeconds) 1 }}
+{{- fail "shutdownGraceSeconds must be at least 1" }}
+{{- end }}
+{{- if lt (int .Values.terminationExtraSeconds) 5 }}
+{{- fail "terminationExtraSeconds must be at least 5: the bot needs time after the grace to tell threads and close the store" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,82 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// Provider exports the bot's traces. A nil *Provider is off: its methods
+// do nothing.
+type Provider struct {
+	tp      *sdktrace.TracerProvider
+	capture bool
+}
+
+// Enabled reports whether getenv asks for traces: an OTLP endpoint is set
+// (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), the
+// SDK is not disabled (OTEL_SDK_DISABLED) and OTEL_TRACES_EXPORTER is
+// unset or "otlp".
+func Enabled(getenv func(string) string) bool {
+	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return false
+	}
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+		return false
+	}
+	exp := getenv("OTEL_TRACES_EXPORTER")
+	return exp == "" || exp == "otlp"
+}
+
+// Start returns a Provider exporting over OTLP/HTTP, configured by the
+// standard OTEL_* variables of the process (endpoint, headers, timeout,
+// sampler, batch settings, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES),
+// when Enabled(getenv) says so; the service name defaults to "toolgate".
+// Otherwise it returns nil, nil: nothing is started. capture records
+// arguments, tool output and model messages in spans. It fails only on
+// settings the exporter refuses; it makes no connection.
+func Start(ctx context.Context, getenv func(string) string, version string, capture bool) (*Provider, error) {
+	if !Enabled(getenv) {
+		return nil, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("otlp trace exporter: %w", err)
+	}
+	attrs := []attribute.KeyValue{attribute.String("service.name", "toolgate")}
+	if version != "" {
+		attrs = append(attrs, attribute.String("service.version", version))
+	}
+	res, err := resource.New(ctx, resource.WithAttributes(attrs...), resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, errors.Join(fmt.Errorf("trace resource: %w", err), exp.Shutdown(ctx))
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	return &Provider{tp: tp, capture: capture}, nil
+}
+
+// Tracer returns the bot's tracer, or nil when p is nil.
+func (p *Provider) Tracer() *Tracer {
+	if p == nil {
+		return nil
+	}
+	return NewTracer(p.tp, p.capture)
+}
+
+// Shutdown exports the spans not sent yet and stops the exporter; ctx
+// bounds how long it may take. It does nothing on a nil Provider.
+func (p *Provider) Shutdown(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	if err := p.tp.Shutdown(ctx); err != nil {
+		return fmt.Errorf("flush traces: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package telemetry_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/telemetry"
+)
+
+func TestEnabled(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		want bool
+	}{
+		{nil, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, true},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, true},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "otlp"}, true},
+	}
+	for _, tt := range tests {
+		if got := telemetry.Enabled(func(k string) string { return tt.env[k] }); got != tt.want {
+			t.Errorf("Enabled(%v) = %v, want %v", tt.env, got, tt.want)
+		}
+	}
+}
+
+// Unset, nothing starts and the nil Provider is safe to use.
+func TestStartOff(t *testing.T) {
+	p, err := telemetry.Start(context.Background(), func(string) string { return "" }, "1.0", false)
+	if p != nil || err != nil {
+		t.Fatalf("Start = %v, %v; want nil, nil", p, err)
+	}
+	if p.Tracer() != nil {
+		t.Error("a nil Provider gave a Tracer")
+	}
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown of nil: %v", err)
+	}
+}
+
+// The exporter sends OTLP/HTTP protobuf to the endpoint of the standard
+// variable, with the service name and the spans of a turn.
+func TestExportsOverOTLPHTTP(t *testing.T) {
+	got := make(chan *coltracepb.ExportTraceServiceRequest, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" || err != nil {
+			t.Errorf("got %s %s (%s), want POST /v1/traces in protobuf", r.Method, r.URL.Path, r.Header.Get("Content-Type"))
+			http.Error(w, "no", http.StatusBadRequest)
+			return
+		}
+		req := &coltracepb.ExportTraceServiceRequest{}
+		if err := proto.Unmarshal(body, req); err != nil {
+			t.Errorf("decode export request: %v", err)
+		}
+		got <- req
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "")
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+
+	ctx := context.Background()
+	p, err := telemetry.Start(ctx, os.Getenv, "1.2.3", false)
+	if err != nil || p == nil {
+		t.Fatalf("Start = %v, %v", p, err)
+	}
+	tr := p.Tracer()
+	tctx, endTurn := tr.StartTurn(ctx, agent.TurnStart{Kind: agent.TurnMessage, Conversation: "T/C/1", User: "U1", Channel: "C1"})
+	_, endTool := tr.StartTool(tctx, agent.ToolStart{Tool: "read_file", Verdict: approvals.Verdict{Action: approvals.Allow, RuleID: "reads"}})
+	endTool(agent.Result{Content: "x"})
+	endTurn(agent.Outcome{Status: agent.Answered}, nil)
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	close(got)
+
+	var names []string
+	resAttrs := map[string]string{}
+	for req := range got {
+		for _, rs := range req.ResourceSpans {
+			for _, kv := range rs.Resource.Attributes {
+				resAttrs[kv.Key] = kv.Value.GetStringValue()
+			}
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					names = append(names, s.Name)
+				}
+			}
+		}
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"execute_tool read_file", "invoke_agent toolgate"}) {
+		t.Errorf("exported spans %q, want the turn and the tool", names)
+	}
+	if resAttrs["service.name"] != "toolgate" || resAttrs["service.version"] != "1.2.3" || resAttrs["deployment.environment"] != "test" {
+		t.Errorf("resource %v, want service toolgate 1.2.3 and the OTEL_RESOURCE_ATTRIBUTES", resAttrs)
+	}
+}

@@ -1,0 +1,244 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// instrumentation names the tracer.
+const instrumentation = "github.com/toolgate/toolgate/telemetry"
+
+// maxContent bounds a captured argument, result or message attribute.
+const maxContent = 8 << 10
+
+// Attribute keys outside the GenAI conventions.
+const (
+	keyConversation = attribute.Key("toolgate.conversation")
+	keyUser         = attribute.Key("toolgate.user")
+	keyChannel      = attribute.Key("toolgate.channel")
+	keyRunID        = attribute.Key("toolgate.run_id")
+	keyTurnKind     = attribute.Key("toolgate.turn.kind")
+	keyTurnOutcome  = attribute.Key("toolgate.turn.outcome")
+	keyPending      = attribute.Key("toolgate.turn.pending_calls")
+	keyVerdict      = attribute.Key("toolgate.verdict")
+	keyRule         = attribute.Key("toolgate.rule_id")
+	keyOutcome      = attribute.Key("toolgate.tool.outcome")
+	keyDecision     = attribute.Key("toolgate.decision.kind")
+	keyDecider      = attribute.Key("toolgate.decision.decider")
+	keyWait         = attribute.Key("toolgate.decision.wait_seconds")
+	keyRetries      = attribute.Key("toolgate.model.retries")
+)
+
+// Tracer records the bot's spans; it implements agent.Tracer. It is safe
+// for concurrent use.
+type Tracer struct {
+	tracer  trace.Tracer
+	capture bool
+}
+
+var _ agent.Tracer = (*Tracer)(nil)
+
+// NewTracer returns a Tracer on tp. With capture, spans carry the tools'
+// arguments and output and the model's messages.
+func NewTracer(tp trace.TracerProvider, capture bool) *Tracer {
+	return &Tracer{tracer: tp.Tracer(instrumentation), capture: capture}
+}
+
+// StartTurn starts the span of a turn, "invoke_agent toolgate". For a
+// resume it also records, for each decided call, an "approval_wait" span
+// from the pause to the decision (decision kind, decider, wait time) in a
+// trace of its own, linked both ways with the turn.
+func (t *Tracer) StartTurn(ctx context.Context, ts agent.TurnStart) (context.Context, func(agent.Outcome, error)) {
+	ctx, span := t.tracer.Start(ctx, "invoke_agent toolgate", trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "invoke_agent"),
+		attribute.String("gen_ai.agent.name", "toolgate"),
+		keyTurnKind.String(string(ts.Kind)),
+		keyConversation.String(ts.Conversation),
+		keyUser.String(ts.User),
+		keyChannel.String(ts.Channel),
+	))
+	if ts.RunID != "" {
+		span.SetAttributes(keyRunID.String(ts.RunID))
+	}
+	for _, c := range ts.Calls {
+		wait := t.waitSpan(ctx, span.SpanContext(), c)
+		span.AddLink(trace.Link{SpanContext: wait, Attributes: []attribute.KeyValue{attribute.String("toolgate.link", "approval_wait")}})
+	}
+	return ctx, func(out agent.Outcome, err error) {
+		span.SetAttributes(keyTurnOutcome.String(string(out.Status)))
+		if out.RunID != "" && ts.RunID == "" {
+			span.SetAttributes(keyRunID.String(out.RunID))
+		}
+		if len(out.Pending) > 0 {
+			span.SetAttributes(keyPending.Int(len(out.Pending)))
+			for _, p := range out.Pending {
+				span.AddEvent("paused", trace.WithAttributes(
+					attribute.String("gen_ai.tool.name", p.Tool),
+					attribute.String("gen_ai.tool.call.id", p.ID),
+					keyRule.String(p.RuleID),
+				))
+			}
+		}
+		setError(span, err)
+		span.End()
+	}
+}
+
+// waitSpan records the wait of one paused call for its decision and
+// returns the span's context.
+func (t *Tracer) waitSpan(ctx context.Context, turn trace.SpanContext, c store.Call) trace.SpanContext {
+	kind, decider, at := string(approvals.Expire), agent.System, c.ExpiresAt
+	if d := c.Decision; d != nil {
+		kind, decider, at = d.Kind, d.Decider, d.At
+	}
+	if at.Before(c.CreatedAt) {
+		at = c.CreatedAt
+	}
+	_, span := t.tracer.Start(ctx, "approval_wait "+c.Tool,
+		trace.WithNewRoot(),
+		trace.WithTimestamp(c.CreatedAt),
+		trace.WithLinks(trace.Link{SpanContext: turn, Attributes: []attribute.KeyValue{attribute.String("toolgate.link", "resumed_by")}}),
+		trace.WithAttributes(
+			attribute.String("gen_ai.tool.name", c.Tool),
+			attribute.String("gen_ai.tool.call.id", c.ID),
+			keyRunID.String(c.RunID),
+			keyRule.String(c.RuleID),
+			keyDecision.String(kind),
+			keyDecider.String(decider),
+			keyWait.Float64(at.Sub(c.CreatedAt).Seconds()),
+		))
+	span.End(trace.WithTimestamp(at))
+	return span.SpanContext()
+}
+
+// StartTool starts the span of one tool execution, "execute_tool NAME".
+func (t *Tracer) StartTool(ctx context.Context, ts agent.ToolStart) (context.Context, func(agent.Result)) {
+	attrs := []attribute.KeyValue{
+		attribute.String("gen_ai.operation.name", "execute_tool"),
+		attribute.String("gen_ai.tool.name", ts.Tool),
+		keyVerdict.String(string(ts.Verdict.Action)),
+		keyRule.String(ts.Verdict.RuleID),
+	}
+	if ts.CallID != "" {
+		attrs = append(attrs, attribute.String("gen_ai.tool.call.id", ts.CallID))
+	}
+	if t.capture {
+		attrs = append(attrs, attribute.String("gen_ai.tool.call.arguments", clip(string(ts.Args))))
+	}
+	ctx, span := t.tracer.Start(ctx, "execute_tool "+ts.Tool, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	return ctx, func(res agent.Result) {
+		outcome := "ok"
+		if res.IsError {
+			outcome = "error"
+			span.SetStatus(codes.Error, "the tool reported an error")
+		}
+		span.SetAttributes(keyOutcome.String(outcome))
+		if t.capture {
+			span.SetAttributes(attribute.String("gen_ai.tool.call.result", clip(res.Content)))
+		}
+		span.End()
+	}
+}
+
+// Model wraps m so that each call is a client span "chat MODEL" under the
+// turn's span, with the GenAI attributes and the token counts the server
+// reports (see agent.ModelConfig.StreamUsage). model is the model name
+// sent in requests.
+func (t *Tracer) Model(m agent.Model, model string) agent.Model {
+	return tracedModel{next: m, t: t, model: model}
+}
+
+type tracedModel struct {
+	next  agent.Model
+	t     *Tracer
+	model string
+}
+
+func (m tracedModel) Complete(ctx context.Context, req agent.ModelRequest, onDelta func(string)) (openai.ChatCompletionMessage, error) {
+	ctx, span := m.t.tracer.Start(ctx, "chat "+m.model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "chat"),
+		attribute.String("gen_ai.provider.name", "openai"),
+		attribute.String("gen_ai.request.model", m.model),
+	))
+	defer span.End()
+	if m.t.capture {
+		span.SetAttributes(attribute.String("gen_ai.input.messages", clipJSON(req.Messages)))
+	}
+	var usage agent.Usage
+	msg, err := m.next.Complete(agent.WithUsage(ctx, &usage), req, onDelta)
+	span.SetAttributes(
+		attribute.Int("gen_ai.usage.input_tokens", usage.InputTokens),
+		attribute.Int("gen_ai.usage.output_tokens", usage.OutputTokens),
+	)
+	if err != nil {
+		var me *agent.ModelError
+		if errors.As(err, &me) {
+			span.SetAttributes(attribute.String("error.type", me.Kind.String()))
+			if me.StatusCode != 0 {
+				span.SetAttributes(attribute.Int("http.response.status_code", me.StatusCode))
+			}
+		}
+		setError(span, err)
+		return msg, err
+	}
+	span.SetAttributes(attribute.Int("toolgate.model.tool_calls", len(msg.ToolCalls)))
+	if m.t.capture {
+		span.SetAttributes(attribute.String("gen_ai.output.messages", clipJSON([]openai.ChatCompletionMessage{msg})))
+	}
+	return msg, nil
+}
+
+// RecordRetry notes a retried model request on the model call's span in
+// ctx, as an event "retry" with the retry's number, the wait and the error
+// kind. It fits agent.ModelConfig.OnRetry.
+func RecordRetry(ctx context.Context, retry int, wait time.Duration, err *agent.ModelError) {
+	span := trace.SpanFromContext(ctx)
+	attrs := []attribute.KeyValue{
+		attribute.Int("toolgate.retry", retry),
+		attribute.Float64("toolgate.retry.wait_seconds", wait.Seconds()),
+		attribute.String("error.type", err.Kind.String()),
+	}
+	if err.StatusCode != 0 {
+		attrs = append(attrs, attribute.Int("http.response.status_code", err.StatusCode))
+	}
+	span.AddEvent("retry", trace.WithAttributes(attrs...))
+	span.SetAttributes(keyRetries.Int(retry))
+}
+
+// setError marks a span failed. The message is the error's text: the
+// agent's and model's errors name what failed, not the content.
+func setError(span trace.Span, err error) {
+	if err == nil {
+		return
+	}
+	span.SetStatus(codes.Error, err.Error())
+}
+
+// clip shortens s to maxContent bytes on a rune boundary.
+func clip(s string) string {
+	if len(s) <= maxContent {
+		return s
+	}
+	cut := maxContent
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func clipJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return clip(string(b))
+}

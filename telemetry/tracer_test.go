@@ -1,0 +1,323 @@
+package telemetry_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/teststore"
+	"github.com/toolgate/toolgate/telemetry"
+)
+
+const policy = `
+policy:
+  default: ask
+  rules:
+    - id: reads
+      tool: "read_*"
+      verdict: allow
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      reason: deploys need a look
+`
+
+// world is an agent on the fake model and a real store, traced into an
+// in-memory exporter.
+type world struct {
+	t     *testing.T
+	model *fakeopenai.Server
+	spans *tracetest.InMemoryExporter
+	agent *agent.Agent
+	ran   map[string]json.RawMessage // tool -> arguments it ran with
+
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newWorld(t *testing.T, capture bool) *world {
+	t.Helper()
+	w := &world{t: t, model: fakeopenai.New(t), spans: tracetest.NewInMemoryExporter(), ran: map[string]json.RawMessage{},
+		now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(w.spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tr := telemetry.NewTracer(tp, capture)
+
+	st := teststore.Kinds(t)[0].Open(t)()
+	reg := agent.NewRegistry()
+	handler := func(name, out string) agent.Handler {
+		return func(_ context.Context, args json.RawMessage) (agent.Result, error) {
+			w.ran[name] = args
+			return agent.Result{Content: out}, nil
+		}
+	}
+	must(t, reg.Register(agent.Tool{Name: "read_file", Description: "Read a file", Schema: json.RawMessage(`{"type":"object"}`),
+		Annotations: approvals.Hints{ReadOnly: true}, Handler: handler("read_file", "SECRET-FILE-CONTENT")}))
+	must(t, reg.Register(agent.Tool{Name: "deploy", Description: "Deploy", Schema: json.RawMessage(`{"type":"object"}`), Handler: handler("deploy", "deployed")}))
+	p, err := approvals.ParseConfig([]byte(policy))
+	must(t, err)
+	engine := approvals.NewEngine(p, st)
+	model := agent.NewOpenAIModel(agent.ModelConfig{
+		BaseURL: w.model.URL(), Model: "fake-model", StreamUsage: true, Retries: 2,
+		Sleep:   func(context.Context, time.Duration) error { return nil },
+		OnRetry: telemetry.RecordRetry,
+	})
+	w.agent = agent.New(tr.Model(model, "fake-model"), reg, engine, st, nil, agent.Config{Now: w.clock, Tracer: tr})
+	return w
+}
+
+func (w *world) clock() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.now
+}
+
+func (w *world) advance(d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.now = w.now.Add(d)
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var request = agent.Request{Conversation: "T1/C1/1.2", User: "UREQ", Channel: "C1", Text: "what is in the file?"}
+
+// byName returns the ended spans with the name, in end order.
+func (w *world) byName(name string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range w.spans.GetSpans() {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (w *world) one(name string) tracetest.SpanStub {
+	w.t.Helper()
+	s := w.byName(name)
+	if len(s) != 1 {
+		w.t.Fatalf("%d spans %q, want 1; all: %v", len(s), name, w.names())
+	}
+	return s[0]
+}
+
+func (w *world) names() []string {
+	var n []string
+	for _, s := range w.spans.GetSpans() {
+		n = append(n, s.Name)
+	}
+	return n
+}
+
+func attrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// wantAttrs checks attributes of a span by their printed value.
+func wantAttrs(t *testing.T, s tracetest.SpanStub, want map[string]string) {
+	t.Helper()
+	got := attrs(s)
+	for k, v := range want {
+		if g, ok := got[attribute.Key(k)]; !ok || g.Emit() != v {
+			t.Errorf("span %q: %s = %q (set %v), want %q", s.Name, k, g.Emit(), ok, v)
+		}
+	}
+}
+
+func childOf(t *testing.T, child, parent tracetest.SpanStub) {
+	t.Helper()
+	if child.Parent.SpanID() != parent.SpanContext.SpanID() || child.SpanContext.TraceID() != parent.SpanContext.TraceID() {
+		t.Errorf("span %q is not a child of %q", child.Name, parent.Name)
+	}
+}
+
+func TestTurnWithAnAllowedCall(t *testing.T) {
+	w := newWorld(t, false)
+	w.model.Reply(
+		fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "c1", Name: "read_file", Arguments: `{"path":"/etc/token"}`}),
+		fakeopenai.Text("the file holds a token"),
+	)
+	out, err := w.agent.Run(context.Background(), request)
+	must(t, err)
+	if out.Status != agent.Answered {
+		t.Fatalf("outcome %v", out.Status)
+	}
+	turn := w.one("invoke_agent toolgate")
+	if turn.Parent.IsValid() {
+		t.Error("the turn span has a parent")
+	}
+	wantAttrs(t, turn, map[string]string{
+		"gen_ai.operation.name": "invoke_agent", "toolgate.turn.kind": "message", "toolgate.turn.outcome": "answered",
+		"toolgate.user": "UREQ", "toolgate.channel": "C1",
+	})
+	chats := w.byName("chat fake-model")
+	if len(chats) != 2 {
+		t.Fatalf("%d model spans, want 2: %v", len(chats), w.names())
+	}
+	for _, c := range chats {
+		childOf(t, c, turn)
+		if c.SpanKind != trace.SpanKindClient {
+			t.Errorf("model span kind %v, want client", c.SpanKind)
+		}
+		wantAttrs(t, c, map[string]string{"gen_ai.operation.name": "chat", "gen_ai.request.model": "fake-model"})
+		a := attrs(c)
+		if a["gen_ai.usage.input_tokens"].AsInt64() <= 0 || a["gen_ai.usage.output_tokens"].AsInt64() <= 0 {
+			t.Errorf("model span usage %v / %v, want the fake's counts", a["gen_ai.usage.input_tokens"].Emit(), a["gen_ai.usage.output_tokens"].Emit())
+		}
+	}
+	tool := w.one("execute_tool read_file")
+	childOf(t, tool, turn)
+	wantAttrs(t, tool, map[string]string{"gen_ai.tool.name": "read_file", "toolgate.verdict": "allow", "toolgate.rule_id": "reads", "toolgate.tool.outcome": "ok"})
+	// The tool ran between the two model calls.
+	if !(chats[0].EndTime.Compare(tool.StartTime) <= 0 && tool.EndTime.Compare(chats[1].StartTime) <= 0) {
+		t.Error("the tool span is not between the model calls")
+	}
+	// No content without OTEL_CAPTURE_CONTENT.
+	for _, s := range w.spans.GetSpans() {
+		for _, kv := range s.Attributes {
+			if v := kv.Value.Emit(); strings.Contains(v, "/etc/token") || strings.Contains(v, "SECRET-FILE-CONTENT") || strings.Contains(v, "what is in the file") {
+				t.Errorf("span %q attribute %s carries content: %q", s.Name, kv.Key, v)
+			}
+		}
+	}
+}
+
+func TestCapturedContent(t *testing.T) {
+	w := newWorld(t, true)
+	w.model.Reply(
+		fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "c1", Name: "read_file", Arguments: `{"path":"/etc/token"}`}),
+		fakeopenai.Text("done"),
+	)
+	_, err := w.agent.Run(context.Background(), request)
+	must(t, err)
+	a := attrs(w.one("execute_tool read_file"))
+	if a["gen_ai.tool.call.arguments"].AsString() != `{"path":"/etc/token"}` || a["gen_ai.tool.call.result"].AsString() != "SECRET-FILE-CONTENT" {
+		t.Errorf("tool span arguments %q, result %q", a["gen_ai.tool.call.arguments"].Emit(), a["gen_ai.tool.call.result"].Emit())
+	}
+	chat := w.byName("chat fake-model")[1]
+	if in := attrs(chat)["gen_ai.input.messages"].AsString(); !strings.Contains(in, "what is in the file?") {
+		t.Errorf("model span input messages %q, want the question", in)
+	}
+	if out := attrs(chat)["gen_ai.output.messages"].AsString(); !strings.Contains(out, "done") {
+		t.Errorf("model span output messages %q, want the answer", out)
+	}
+}
+
+func TestPausedCallApprovedLater(t *testing.T) {
+	w := newWorld(t, false)
+	ctx := context.Background()
+	w.model.Reply(fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "c1", Name: "deploy", Arguments: `{"service":"api"}`}))
+	out, err := w.agent.Run(ctx, request)
+	must(t, err)
+	if out.Status != agent.Paused || len(out.Pending) != 1 {
+		t.Fatalf("outcome %v with %d pending, want paused with 1", out.Status, len(out.Pending))
+	}
+	pausing := w.one("invoke_agent toolgate")
+	wantAttrs(t, pausing, map[string]string{"toolgate.turn.outcome": "paused", "toolgate.turn.pending_calls": "1", "toolgate.run_id": out.RunID})
+	if ev := pausing.Events; len(ev) != 1 || ev[0].Name != "paused" {
+		t.Errorf("pausing turn events %v, want one paused", ev)
+	}
+	if len(w.byName("execute_tool deploy")) != 0 {
+		t.Fatal("the deploy ran before the decision")
+	}
+
+	w.advance(90 * time.Minute)
+	call := out.Pending[0]
+	res, err := w.agent.Decide(ctx, approvals.Decision{CallID: call.ID, Fingerprint: call.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER"})
+	must(t, err)
+	if !res.Complete {
+		t.Fatal("decision not complete")
+	}
+	w.model.Reply(fakeopenai.Text("deployed api"))
+	_, err = w.agent.Resume(ctx, out.RunID)
+	must(t, err)
+
+	turns := w.byName("invoke_agent toolgate")
+	if len(turns) != 2 {
+		t.Fatalf("%d turn spans, want 2", len(turns))
+	}
+	resume := turns[1]
+	wantAttrs(t, resume, map[string]string{"toolgate.turn.kind": "resume", "toolgate.turn.outcome": "answered", "toolgate.run_id": out.RunID})
+	tool := w.one("execute_tool deploy")
+	childOf(t, tool, resume)
+	wantAttrs(t, tool, map[string]string{"gen_ai.tool.call.id": call.ID, "toolgate.tool.outcome": "ok"})
+	childOf(t, w.byName("chat fake-model")[1], resume)
+
+	wait := w.one("approval_wait deploy")
+	if wait.Parent.IsValid() {
+		t.Error("the wait span has a parent; want a root linked to the turn")
+	}
+	wantAttrs(t, wait, map[string]string{
+		"toolgate.decision.kind": "approve", "toolgate.decision.decider": "UAPPROVER",
+		"toolgate.decision.wait_seconds": "5400", "gen_ai.tool.call.id": call.ID, "toolgate.rule_id": "deploys",
+	})
+	if !wait.StartTime.Equal(call.CreatedAt) || wait.EndTime.Sub(wait.StartTime) != 90*time.Minute {
+		t.Errorf("wait span %v to %v, want from the pause (%v) for 90m", wait.StartTime, wait.EndTime, call.CreatedAt)
+	}
+	if !slices.ContainsFunc(wait.Links, func(l sdktrace.Link) bool { return l.SpanContext.SpanID() == resume.SpanContext.SpanID() }) {
+		t.Error("the wait span is not linked to the resuming turn")
+	}
+	if !slices.ContainsFunc(resume.Links, func(l sdktrace.Link) bool { return l.SpanContext.SpanID() == wait.SpanContext.SpanID() }) {
+		t.Error("the resuming turn is not linked to the wait span")
+	}
+}
+
+func TestModelRetryOnTheModelSpan(t *testing.T) {
+	w := newWorld(t, false)
+	w.model.Reply(fakeopenai.Error(503, "busy"), fakeopenai.Text("hello"))
+	_, err := w.agent.Run(context.Background(), request)
+	must(t, err)
+	chat := w.one("chat fake-model")
+	childOf(t, chat, w.one("invoke_agent toolgate"))
+	if chat.Status.Code == codes.Error {
+		t.Errorf("model span status %v after a successful retry", chat.Status)
+	}
+	wantAttrs(t, chat, map[string]string{"toolgate.model.retries": "1"})
+	if len(chat.Events) != 1 || chat.Events[0].Name != "retry" {
+		t.Fatalf("model span events %v, want one retry", chat.Events)
+	}
+	ev := map[attribute.Key]string{}
+	for _, kv := range chat.Events[0].Attributes {
+		ev[kv.Key] = kv.Value.Emit()
+	}
+	if ev["toolgate.retry"] != "1" || ev["http.response.status_code"] != "503" || ev["error.type"] != "http error" {
+		t.Errorf("retry event %v", ev)
+	}
+}
+
+func TestModelFailureOnTheSpans(t *testing.T) {
+	w := newWorld(t, false)
+	w.model.Reply(fakeopenai.Error(400, "bad request"))
+	_, err := w.agent.Run(context.Background(), request)
+	if err == nil {
+		t.Fatal("Run succeeded")
+	}
+	chat := w.one("chat fake-model")
+	wantAttrs(t, chat, map[string]string{"error.type": "http error", "http.response.status_code": "400"})
+	if chat.Status.Code != codes.Error || w.one("invoke_agent toolgate").Status.Code != codes.Error {
+		t.Error("the model and turn spans are not marked failed")
+	}
+}
