@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,9 @@ const (
 	quietStep = 50 * time.Millisecond
 	quietFor  = 200 * time.Millisecond
 	quietMax  = 5 * time.Second
+	// pausedInflight bounds the mentions waiting for their card while runs
+	// are parked.
+	pausedInflight = 64
 	// stepTimeout bounds each wait of the probe and paused phases.
 	stepTimeout = 60 * time.Second
 )
@@ -63,7 +67,8 @@ policy:
 type env struct {
 	o      options
 	slack  *fakeslack.Server
-	model  *fakeopenai.Server
+	llm    *fakeopenai.Server
+	model  *model
 	tools  *httptest.Server
 	t      *tracker
 	bots   []*botProc
@@ -96,10 +101,12 @@ func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 	e.t.onCard = e.scheduleClick
 	e.slack = fakeslack.Start(fakeslack.WithAPIObserver(e.t.observe))
 	defer e.slack.Close()
-	e.model = fakeopenai.Start()
-	defer e.model.Close()
-	m := &model{t: e.t, latency: o.modelLatency}
-	e.model.Handle(m.answer)
+	e.llm = fakeopenai.Start()
+	defer e.llm.Close()
+	m := &model{t: e.t}
+	m.latency.Store(int64(o.modelLatency))
+	e.model = m
+	e.llm.Handle(m.answer)
 	e.tools = httptest.NewServer(http.HandlerFunc(e.serveTool))
 	defer e.tools.Close()
 	m.toolURL = e.tools.URL + "/exec"
@@ -118,7 +125,7 @@ func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 		"SLACK_APP_TOKEN=" + e.slack.AppToken(),
 		"SLACK_BOT_TOKEN=" + e.slack.BotToken(),
 		"SLACK_API_URL=" + e.slack.APIURL(),
-		"OPENAI_BASE_URL=" + e.model.URL(),
+		"OPENAI_BASE_URL=" + e.llm.URL(),
 		"OPENAI_API_KEY=loadbench",
 		"CONFIG_FILE=" + cfgPath,
 		"LOG_LEVEL=" + o.logLevel,
@@ -524,13 +531,17 @@ func (e *env) accountAll(rep *Report) {
 	rep.Accounting.account(e.t.snapshot(0))
 	e.t.mu.Lock()
 	rep.Accounting.UnknownExecutions = e.t.unknown
+	rep.Accounting.OtherReplySample = e.t.otherSample
 	e.t.mu.Unlock()
 	rep.Accounting.Unapproved += rep.Accounting.UnknownExecutions
 }
 
 // pausedPhase parks runs (cards never clicked) up to each count of
-// o.paused and samples the bots' memory and the stored bytes at each.
+// o.paused and samples the bots' memory and the stored bytes at each. The
+// model answers without delay meanwhile.
 func (e *env) pausedPhase() ([]PausedSample, error) {
+	// Parking measures memory, not latency: the model answers at once.
+	e.model.latency.Store(0)
 	baseBytes, err := e.storedBytes()
 	if err != nil {
 		return nil, err
@@ -539,23 +550,39 @@ func (e *env) pausedPhase() ([]PausedSample, error) {
 	parked := 0
 	for _, level := range e.o.paused {
 		start := time.Now()
-		var convs []*conv
-		for i := 0; parked < level; i++ {
+		// At most pausedInflight mentions wait for their card at once, so
+		// parking never overflows the bot's queues.
+		slots := make(chan struct{}, pausedInflight)
+		var waiting sync.WaitGroup
+		var missed atomic.Int64
+		for i := 0; parked < level && e.ctx.Err() == nil; i++ {
 			at := start.Add(time.Duration(float64(i) / e.o.pausedRate * float64(time.Second)))
 			if d := time.Until(at); d > 0 {
 				select {
 				case <-time.After(d):
 				case <-e.ctx.Done():
-					return out, e.ctx.Err()
 				}
 			}
-			convs = append(convs, e.mention(convKind{ask: true, noClick: true}))
-			parked++
-		}
-		for _, c := range convs {
-			if err := e.wait(c.card, fmt.Sprintf("paused conv-%d: card", c.id)); err != nil {
-				return out, err
+			select {
+			case slots <- struct{}{}:
+			case <-e.ctx.Done():
+				continue
 			}
+			c := e.mention(convKind{ask: true, noClick: true})
+			parked++
+			waiting.Go(func() {
+				defer func() { <-slots }()
+				if e.wait(c.card, "") != nil {
+					missed.Add(1)
+				}
+			})
+		}
+		waiting.Wait()
+		if err := e.ctx.Err(); err != nil {
+			return out, err
+		}
+		if n := missed.Load(); n > 0 {
+			return out, fmt.Errorf("%d of %d parked runs got no card within %v", n, level, stepTimeout)
 		}
 		if _, err := e.quiet(); err != nil {
 			return out, err

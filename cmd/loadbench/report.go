@@ -216,11 +216,19 @@ type Accounting struct {
 	Unapproved        int `json:"unapproved"`
 	UnknownExecutions int `json:"unknown_executions"`
 	UnackedEnvelopes  int `json:"unacked_envelopes"`
+	// OtherReplies counts conversations that got a bot message that is
+	// neither a card nor the answer (such as a busy notice);
+	// OtherReplySample is the first such text.
+	OtherReplies     int    `json:"other_replies"`
+	OtherReplySample string `json:"other_reply_sample"`
 }
 
 func (a *Accounting) account(convs []conv) {
 	for _, c := range convs {
 		a.Conversations++
+		if c.others > 0 {
+			a.OtherReplies++
+		}
 		n := len(c.execAt)
 		if n > 1 {
 			a.Duplicated++
@@ -325,6 +333,9 @@ func writeTable(w io.Writer, r *Report) {
 	a := r.Accounting
 	fmt.Fprintf(w, "\naccounting: %d conversations, %d completed, %d parked; lost %d, duplicated %d, unapproved %d, unacked envelopes %d, bots died %d\n",
 		a.Conversations, a.Completed, a.Parked, a.Lost, a.Duplicated, a.Unapproved, a.UnackedEnvelopes, r.BotsDied)
+	if a.OtherReplies > 0 {
+		fmt.Fprintf(w, "%d conversations got other bot replies, such as %q\n", a.OtherReplies, a.OtherReplySample)
+	}
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

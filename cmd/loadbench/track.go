@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sashabaranov/go-openai"
@@ -38,6 +39,7 @@ type conv struct {
 	execAt    []time.Time // every execution of its tool call
 	execEnd   time.Time   // the first execution's answer
 	answerAt  time.Time
+	others    int // bot messages in the thread that are neither card nor answer
 
 	card     chan struct{} // closed when the card is posted
 	answered chan struct{} // closed when the final answer is complete
@@ -47,14 +49,15 @@ type conv struct {
 
 // tracker follows every conversation through the fakes' observations.
 type tracker struct {
-	mu       sync.Mutex
-	convs    []*conv
-	byThread map[string]*conv
-	early    map[string][]func(*conv) // thread -> observations before its conversation was registered
-	streams  map[string]string        // stream message ts -> thread
-	unknown  int                      // tool executions for no known conversation
-	history  []int                    // raw history bytes of each paused step
-	onCard   func(*conv)              // called without the lock, once per card
+	mu          sync.Mutex
+	convs       []*conv
+	byThread    map[string]*conv
+	early       map[string][]func(*conv) // thread -> observations before its conversation was registered
+	streams     map[string]string        // stream message ts -> thread
+	unknown     int                      // tool executions for no known conversation
+	history     []int                    // raw history bytes of each paused step
+	otherSample string                   // the first bot reply that was neither card nor answer
+	onCard      func(*conv)              // called without the lock, once per card
 }
 
 func newTracker() *tracker {
@@ -166,6 +169,9 @@ func (t *tracker) observe(e fakeslack.APIEvent) {
 			t.inThread(m.Message.ThreadTS, func(c *conv) { t.cardPosted(c, ts, at) })
 		case isAnswer:
 			t.inThread(m.Message.ThreadTS, func(c *conv) { t.answerDone(c, at) })
+		default:
+			text := m.Message.Text
+			t.inThread(m.Message.ThreadTS, func(c *conv) { t.otherReply(c, text) })
 		}
 	case "chat.startStream":
 		var m message
@@ -199,6 +205,17 @@ func (t *tracker) cardPosted(c *conv, ts string, at time.Time) {
 		if onCard != nil {
 			onCard(c)
 		}
+	}
+}
+
+// otherReply records a bot message in the thread that is neither a card
+// nor the answer, such as "busy, try again".
+func (t *tracker) otherReply(c *conv, text string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c.others++
+	if t.otherSample == "" {
+		t.otherSample = text
 	}
 }
 
@@ -263,19 +280,15 @@ func (t *tracker) snapshot(from int) []conv {
 // model is the scripted model: the first request of a conversation gets one
 // tool call of http_get on the bench's tool server, the request after the
 // tool result gets the final answer "done conv-N". Each answer waits
-// latency.
+// latency (nanoseconds), which may change while the model answers.
 type model struct {
-	t        *tracker
-	toolURL  string
-	latency  time.Duration
-	mu       sync.Mutex
-	requests int
+	t       *tracker
+	toolURL string
+	latency atomic.Int64
 }
 
 func (m *model) answer(req openai.ChatCompletionRequest) fakeopenai.Response {
-	m.mu.Lock()
-	m.requests++
-	m.mu.Unlock()
+	latency := time.Duration(m.latency.Load())
 	id := -1
 	hasResult := false
 	for _, msg := range req.Messages {
@@ -289,10 +302,10 @@ func (m *model) answer(req openai.ChatCompletionRequest) fakeopenai.Response {
 		}
 	}
 	if id < 0 {
-		return fakeopenai.Response{Delay: m.latency, Text: "I do not know this conversation."}
+		return fakeopenai.Response{Delay: latency, Text: "I do not know this conversation."}
 	}
 	if hasResult {
-		return fakeopenai.Response{Delay: m.latency, Text: fmt.Sprintf("done conv-%d", id)}
+		return fakeopenai.Response{Delay: latency, Text: fmt.Sprintf("done conv-%d", id)}
 	}
 	c := m.t.get(id)
 	mode := "allow"
@@ -312,5 +325,5 @@ func (m *model) answer(req openai.ChatCompletionRequest) fakeopenai.Response {
 		m.t.history = append(m.t.history, len(hist)+len(tc))
 		m.t.mu.Unlock()
 	}
-	return fakeopenai.Response{Delay: m.latency, ToolCalls: []fakeopenai.ToolCall{call}}
+	return fakeopenai.Response{Delay: latency, ToolCalls: []fakeopenai.ToolCall{call}}
 }
