@@ -23,7 +23,7 @@ const (
 	startTimeout = 30 * time.Second
 	// stopTimeout bounds a bot's graceful stop after SIGTERM; then it is
 	// killed.
-	stopTimeout = 20 * time.Second
+	stopTimeout = 60 * time.Second
 	// logTail is how many of a bot's last log lines an error quotes.
 	logTail = 20
 )

@@ -128,6 +128,8 @@ type BotAdded struct {
 }
 
 // loadResult computes the load phase's numbers from its conversations.
+// Each span counts every conversation that reached its end, finished or
+// not; cycles count only the finished ones.
 func loadResult(convs []conv, o options, start time.Time, offered time.Duration) LoadResult {
 	r := LoadResult{Offered: len(convs), OfferedSeconds: offered.Seconds()}
 	var card, exec, answer, allowed []time.Duration
@@ -135,30 +137,32 @@ func loadResult(convs []conv, o options, start time.Time, offered time.Duration)
 	var last time.Time
 	L := o.modelLatency
 	for _, c := range convs {
-		if c.answerAt.IsZero() || len(c.execAt) != 1 {
+		if c.ask && !c.cardAt.IsZero() {
+			d := c.cardAt.Sub(c.mentionAt)
+			eCard, card = append(eCard, d), append(card, d-L)
+		}
+		approved := c.ask && !c.clickAt.IsZero() && len(c.execAt) > 0 && !c.execAt[0].Before(c.clickAt)
+		if approved {
+			d := c.execAt[0].Sub(c.clickAt)
+			eExec, exec = append(eExec, d), append(exec, d)
+		}
+		if c.answerAt.IsZero() || len(c.execAt) != 1 || c.execEnd.IsZero() {
 			continue
 		}
 		tool := c.execEnd.Sub(c.execAt[0])
-		if !c.ask {
+		switch {
+		case !c.ask:
 			r.Allowed++
 			d := c.answerAt.Sub(c.mentionAt)
-			eAllowed = append(eAllowed, d)
-			allowed = append(allowed, d-2*L-tool)
-			continue
+			eAllowed, allowed = append(eAllowed, d), append(allowed, d-2*L-tool)
+		case approved:
+			r.Cycles++
+			if c.answerAt.After(last) {
+				last = c.answerAt
+			}
+			d := c.answerAt.Sub(c.clickAt)
+			eAnswer, answer = append(eAnswer, d), append(answer, d-L-tool)
 		}
-		if c.clickAt.IsZero() || c.execAt[0].Before(c.clickAt) {
-			continue
-		}
-		r.Cycles++
-		if c.answerAt.After(last) {
-			last = c.answerAt
-		}
-		d := c.cardAt.Sub(c.mentionAt)
-		eCard, card = append(eCard, d), append(card, d-L)
-		d = c.execAt[0].Sub(c.clickAt)
-		eExec, exec = append(eExec, d), append(exec, d)
-		d = c.answerAt.Sub(c.clickAt)
-		eAnswer, answer = append(eAnswer, d), append(answer, d-L-tool)
 	}
 	if r.Cycles > 0 {
 		r.CyclesPerSecond = float64(r.Cycles) / last.Sub(start).Seconds()
