@@ -328,6 +328,9 @@ func writeTable(w io.Writer, r *Report) {
 	if len(r.Paused) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		if s.Replicas > 1 {
+			fmt.Fprintf(w, "memory summed over the %d bots:\n", s.Replicas)
+		}
 		fmt.Fprintln(tw, "PAUSED RUNS\tRSS (MiB)\tGO HEAP IN USE (MiB)\tSTORED BYTES/RUN\tRAW HISTORY BYTES/RUN")
 		for _, p := range r.Paused {
 			fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.0f\t%.0f\n", p.Runs, mib(p.RSSBytes), mib(p.HeapInuseBytes), p.StoredBytesPerRun, p.RawHistoryBytesPerRun)
