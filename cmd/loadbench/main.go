@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +52,7 @@ type options struct {
 	env           []string
 	logLevel      string
 	verbose       bool
+	cpuProfile    string
 }
 
 // envFlags collects repeated -env KEY=VALUE flags.
@@ -103,6 +105,7 @@ with many paused runs, and lost, duplicated or unapproved executions.
 	fs.Var(&env, "env", "extra KEY=VALUE for the bot's environment (repeatable), e.g. -env WORKERS=256")
 	fs.StringVar(&o.logLevel, "log-level", "info", "the bot's LOG_LEVEL")
 	fs.BoolVar(&o.verbose, "v", false, "copy the bots' logs to stderr")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench itself (the fakes) to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
@@ -167,6 +170,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("start the cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := bench(ctx, o, stderr)
 	if err != nil {
