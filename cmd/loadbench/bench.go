@@ -186,6 +186,7 @@ func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 		}
 	}
 	e.clicks.Wait()
+	rep.Machine.LoadEnd = loadAverage()
 	e.accountAll(rep)
 	for _, b := range e.bots {
 		if !b.alive() {
@@ -678,7 +679,7 @@ func (e *env) storedBytes() (int64, error) {
 
 // machine describes the host: CPUs and model name.
 func machine() Machine {
-	m := Machine{CPUs: numCPU()}
+	m := Machine{CPUs: numCPU(), LoadStart: loadAverage()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -67,6 +68,21 @@ func nonNil[T any](s []T) []T {
 type Machine struct {
 	CPUs  int    `json:"cpus"`
 	Model string `json:"cpu_model"`
+	// LoadStart and LoadEnd are the one-minute load averages when the
+	// bots had started and at the end: other work on the machine makes
+	// the tails noisy.
+	LoadStart float64 `json:"load_average_start"`
+	LoadEnd   float64 `json:"load_average_end"`
+}
+
+// loadAverage is the one-minute load average, 0 if unknown.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(b) + " 0")[0], 64)
+	return f
 }
 
 func numCPU() int { return runtime.NumCPU() }
@@ -295,8 +311,8 @@ func writeJSON(path string, r *Report) error {
 // writeTable prints the report for people.
 func writeTable(w io.Writer, r *Report) {
 	s := r.Settings
-	fmt.Fprintf(w, "loadbench: %d conversations at %g/s, model %gms, click %gms, ask %g, store %s, %d replica(s); %d CPUs (%s)\n\n",
-		s.Conversations, s.Rate, s.ModelLatencyMS, s.ClickDelayMS, s.AskShare, s.Store, s.Replicas, r.Machine.CPUs, r.Machine.Model)
+	fmt.Fprintf(w, "loadbench: %d conversations at %g/s, model %gms, click %gms, ask %g, store %s, %d replica(s); %d CPUs (%s), load average %.1f -> %.1f\n\n",
+		s.Conversations, s.Rate, s.ModelLatencyMS, s.ClickDelayMS, s.AskShare, s.Store, s.Replicas, r.Machine.CPUs, r.Machine.Model, r.Machine.LoadStart, r.Machine.LoadEnd)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	dist := func(name string, d Dist) {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\n", name, d.Count, d.P50, d.P99, d.Max)
