@@ -109,7 +109,12 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 	context.AfterFunc(ctx, stop)
 
 	log := newLogger(logOut, cfg, red)
-	st, err := openStore(ctx, cfg, log)
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	st, err := openStore(ctx, cfg, log, promReg)
 	if err != nil {
 		return err
 	}
@@ -123,11 +128,6 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 	// Deferred after the store's Close, so it runs first.
 	defer closeLogged(log, "tools", mgr)
 
-	promReg := prometheus.NewRegistry()
-	promReg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
 	metrics := slackapp.NewMetrics(promReg)
 
 	engine := approvals.NewEngine(file.policy, st)
@@ -244,15 +244,15 @@ var (
 )
 
 // openStore connects to Redis when REDIS_URL is set, and otherwise opens the
-// embedded store in DATA_DIR.
-func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, error) {
+// embedded store in DATA_DIR. Its calls are counted in reg.
+func openStore(ctx context.Context, cfg config, log *slog.Logger, reg prometheus.Registerer) (botStore, error) {
 	if cfg.RedisURL != "" {
-		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{Retention: cfg.RunRetention})
+		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{Prefix: cfg.RedisPrefix, Retention: cfg.RunRetention})
 		if err != nil {
 			return nil, fmt.Errorf("connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
 		}
-		log.Info("using redis store", "url", safeURL(cfg.RedisURL))
-		return st, nil
+		log.Info("using redis store", "url", safeURL(cfg.RedisURL), "prefix", cfg.RedisPrefix)
+		return countStore(st, reg), nil
 	}
 	path := filepath.Join(cfg.DataDir, storeFile)
 	st, err := boltstore.Open(path, boltstore.Options{Retention: cfg.RunRetention})
@@ -260,7 +260,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, err
 		return nil, err
 	}
 	log.Info("using embedded store", "path", path)
-	return st, nil
+	return countStore(st, reg), nil
 }
 
 // newLogger returns the bot's logger: JSON or text on w, at LOG_LEVEL, with

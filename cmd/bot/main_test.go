@@ -166,6 +166,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "negative approval ttl", set: map[string]string{"APPROVAL_TTL": "-1h"}, want: []string{"APPROVAL_TTL", "not positive"}},
 		{name: "malformed workers", set: map[string]string{"WORKERS": "many"}, want: []string{`WORKERS: "many" is not a whole number`}},
 		{name: "zero max steps", set: map[string]string{"MAX_STEPS": "0"}, want: []string{"MAX_STEPS"}},
+		{name: "redis prefix with a hash tag", set: map[string]string{"REDIS_PREFIX": "bot{1}"}, want: []string{`REDIS_PREFIX: "bot{1}"`, "no { or }"}},
 		{name: "unknown log format", set: map[string]string{"LOG_FORMAT": "xml"}, want: []string{`LOG_FORMAT: "xml" is not json or text`}},
 		{name: "unknown log level", set: map[string]string{"LOG_LEVEL": "loud"}, want: []string{`LOG_LEVEL: "loud"`}},
 		{name: "bad admin id", set: map[string]string{"ADMIN_USERS": "U0ADMIN1, bob"}, want: []string{`ADMIN_USERS: "bob" is not a Slack user id`}},

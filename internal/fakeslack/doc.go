@@ -38,6 +38,11 @@
 // of retries and reconnects. RateLimit and FailNext script HTTP 429 and
 // 5xx answers.
 //
+// For load tools: WithAPIObserver hands every answered Web API call and its
+// answer to a function as it happens, and RoundTrip measures the loopback
+// websocket round trip (PING to PONG) on the app's connections, the
+// baseline for envelope ack times.
+//
 // # What is mimicked from real Slack
 //
 // The fake deliberately reproduces the platform behaviour that apps get

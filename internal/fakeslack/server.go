@@ -76,6 +76,7 @@ type config struct {
 	ackWait      time.Duration
 	now          func() time.Time
 	logf         func(format string, args ...any)
+	observe      func(APIEvent) // see WithAPIObserver
 }
 
 // WithTokens sets the bot token (xoxb-) and the app-level token (xapp-) the
@@ -169,6 +170,7 @@ type Server struct {
 	envs      map[string]*envelope
 	envOrder  []string
 	pending   []*envelope // waiting for a connection
+	rtt       rttProbes
 }
 
 // New starts a fake Slack for a test and stops it when the test ends.

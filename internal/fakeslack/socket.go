@@ -123,6 +123,7 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &conn{ws: ws, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	ws.SetPongHandler(func(data string) error { s.rtt.pong(data); return nil })
 
 	s.mu.Lock()
 	if s.closed {

@@ -138,6 +138,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		call.Status = inj.status
 		s.recordLocked(call)
 		s.mu.Unlock()
+		s.observe(call, nil)
 		if inj.status == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", strconv.Itoa(inj.retryAfter))
 		}
@@ -178,6 +179,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	s.recordLocked(call)
 	s.mu.Unlock()
+	s.observe(call, res)
 
 	s.logf("%s -> %s", rq.method, orOK(call.Error))
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")

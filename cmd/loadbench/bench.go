@@ -1,0 +1,692 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+)
+
+const (
+	requester = "U0REQUEST1"
+	approver  = "U0APPROVE1"
+	// rttEvery is how often the websocket round trip is sampled during the
+	// load phase.
+	rttEvery = 20 * time.Millisecond
+	// quietFor and quietMax: the bots count as quiet once their store
+	// counters stay unchanged for quietFor (checked every quietStep), or
+	// after quietMax.
+	quietStep = 50 * time.Millisecond
+	quietFor  = 200 * time.Millisecond
+	quietMax  = 5 * time.Second
+	// pausedInflight bounds the mentions waiting for their card while runs
+	// are parked.
+	pausedInflight = 64
+	// stepTimeout bounds each wait of the probe and paused phases.
+	stepTimeout = 60 * time.Second
+)
+
+// policyFile is the bot's CONFIG_FILE: http_get to the bench's tool server,
+// asked when the URL says so and allowed otherwise.
+const policyFile = `builtin_tools:
+  http_request:
+    allowed_hosts: ["127.0.0.1:*"]
+    read_only: true
+policy:
+  default: ask
+  rules:
+    - id: bench-ask
+      tool: http_get
+      when: 'args.url.contains("/ask/")'
+      verdict: ask
+      reason: the load bench asks for this call
+    - id: bench-allow
+      tool: http_get
+      verdict: allow
+`
+
+// env is everything one bench run sets up: the fakes, the tool server and
+// the bot processes.
+type env struct {
+	o      options
+	slack  *fakeslack.Server
+	llm    *fakeopenai.Server
+	model  *model
+	tools  *httptest.Server
+	t      *tracker
+	bots   []*botProc
+	client *http.Client
+	dir    string // DATA_DIR of the embedded store
+	prefix string // Redis key prefix
+	redis  *redis.Client
+	log    io.Writer
+
+	ctx    context.Context
+	clicks sync.WaitGroup // the scheduled clicks
+}
+
+// bench runs every phase and returns the report.
+func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
+	tmp, err := os.MkdirTemp("", "loadbench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	bin := o.bot
+	if bin == "" {
+		fmt.Fprintln(log, "loadbench: building cmd/bot")
+		if bin, err = buildBot(ctx, tmp); err != nil {
+			return nil, err
+		}
+	}
+
+	e := &env{o: o, t: newTracker(), client: &http.Client{Timeout: 10 * time.Second}, log: log, ctx: ctx}
+	e.t.onCard = e.scheduleClick
+	e.slack = fakeslack.Start(fakeslack.WithAPIObserver(e.t.observe))
+	defer e.slack.Close()
+	e.llm = fakeopenai.Start()
+	defer e.llm.Close()
+	m := &model{t: e.t}
+	m.latency.Store(int64(o.modelLatency))
+	e.model = m
+	e.llm.Handle(m.answer)
+	e.tools = httptest.NewServer(http.HandlerFunc(e.serveTool))
+	defer e.tools.Close()
+	m.toolURL = e.tools.URL + "/exec"
+
+	e.slack.AddUser(fakeslack.User{ID: requester, Name: "requester"})
+	e.slack.AddUser(fakeslack.User{ID: approver, Name: "approver"})
+	for i := range o.channels {
+		e.slack.AddChannel(fakeslack.Channel{ID: channelID(i), Members: []string{e.slack.BotUserID(), requester, approver}})
+	}
+
+	cfgPath := filepath.Join(tmp, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(policyFile), 0o600); err != nil {
+		return nil, err
+	}
+	botEnv := []string{
+		"SLACK_APP_TOKEN=" + e.slack.AppToken(),
+		"SLACK_BOT_TOKEN=" + e.slack.BotToken(),
+		"SLACK_API_URL=" + e.slack.APIURL(),
+		"OPENAI_BASE_URL=" + e.llm.URL(),
+		"OPENAI_API_KEY=loadbench",
+		"CONFIG_FILE=" + cfgPath,
+		"LOG_LEVEL=" + o.logLevel,
+		"LOG_FORMAT=json",
+	}
+	if o.store == "redis" {
+		e.prefix = "loadbench-" + randomHex(6)
+		botEnv = append(botEnv, "REDIS_URL="+o.redisURL, "REDIS_PREFIX="+e.prefix)
+		if opt, err := redis.ParseURL(o.redisURL); err == nil {
+			e.redis = redis.NewClient(opt)
+			defer e.redis.Close()
+			defer e.cleanRedis()
+		} else {
+			fmt.Fprintf(log, "loadbench: %v: stored bytes are not measured and keys with prefix %s are left behind\n", err, e.prefix)
+		}
+	} else {
+		e.dir = filepath.Join(tmp, "data")
+		botEnv = append(botEnv, "DATA_DIR="+e.dir)
+	}
+	botEnv = append(botEnv, o.env...)
+
+	var verbose io.Writer
+	if o.verbose {
+		verbose = log
+	}
+	defer e.stopBots()
+	for i := range o.replicas {
+		p, err := startBot(ctx, fmt.Sprintf("bot%d", i+1), bin, botEnv, verbose)
+		if err != nil {
+			return nil, err
+		}
+		e.bots = append(e.bots, p)
+	}
+	if err := e.slack.WaitConnected(o.replicas, startTimeout); err != nil {
+		return nil, fmt.Errorf("the bots did not connect to Socket Mode: %w", err)
+	}
+	defer e.clicks.Wait()
+
+	empty := func() StorePhase { return StorePhase{ByMethod: map[string]float64{}} }
+	rep := &Report{
+		Settings: settingsOf(o), Machine: machine(),
+		StoreCalls: StoreCalls{Pause: empty(), Decide: empty(), Resume: empty()},
+		Paused:     []PausedSample{}, StopErrors: []string{},
+	}
+	if o.probe > 0 {
+		if rep.StoreCalls, err = e.probePhase(); err != nil {
+			return nil, fmt.Errorf("probe phase: %w", err)
+		}
+	}
+	if o.conversations > 0 {
+		if err := e.loadPhase(rep); err != nil {
+			return nil, fmt.Errorf("load phase: %w", err)
+		}
+	}
+	if len(o.paused) > 0 {
+		if rep.Paused, err = e.pausedPhase(); err != nil {
+			return nil, fmt.Errorf("paused phase: %w", err)
+		}
+	}
+	e.clicks.Wait()
+	rep.Machine.LoadEnd = loadAverage()
+	e.accountAll(rep)
+	for _, b := range e.bots {
+		if !b.alive() {
+			rep.BotsDied++
+		}
+	}
+	if err := e.stopBots(); err != nil {
+		rep.StopErrors = append(rep.StopErrors, err.Error())
+	}
+	return rep, nil
+}
+
+func channelID(i int) string { return fmt.Sprintf("CLOAD%05d", i) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// stopBots stops every bot once and returns the first failure.
+func (e *env) stopBots() error {
+	var errs []error
+	for _, b := range e.bots {
+		if err := b.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", b.name, err))
+		}
+	}
+	e.bots = nil
+	return errors.Join(errs...)
+}
+
+// cleanRedis deletes the keys of this run's prefix.
+func (e *env) cleanRedis() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	iter := e.redis.Scan(ctx, 0, e.prefix+":*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 1000 {
+			e.redis.Unlink(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		e.redis.Unlink(ctx, batch...)
+	}
+	if err := iter.Err(); err != nil {
+		fmt.Fprintf(e.log, "loadbench: delete keys %s:*: %v\n", e.prefix, err)
+	}
+}
+
+// serveTool is the tool the model calls (http_get on /exec/MODE/conv-N):
+// it records the execution and, for a held conversation, waits for its
+// release before answering.
+func (e *env) serveTool(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	id := -1
+	if sm := convMarker.FindStringSubmatch(r.URL.Path); sm != nil {
+		id, _ = strconv.Atoi(sm[1])
+	}
+	c, hold := e.t.executedCall(id, at)
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+	}
+	if c != nil {
+		e.t.toolAnswered(c, time.Now())
+	}
+	_, _ = io.WriteString(w, "ok")
+}
+
+// scheduleClick approves a card after the click delay, unless the
+// conversation is parked.
+func (e *env) scheduleClick(c *conv) {
+	if c.noClick || c.hold != nil {
+		return
+	}
+	e.clicks.Add(1)
+	time.AfterFunc(e.o.clickDelay, func() {
+		defer e.clicks.Done()
+		if e.ctx.Err() != nil {
+			return
+		}
+		e.click(c)
+	})
+}
+
+// click presses Approve on the conversation's card.
+func (e *env) click(c *conv) {
+	e.t.mu.Lock()
+	ts := c.cardTS
+	e.t.mu.Unlock()
+	e.t.clicked(c, time.Now())
+	if _, err := e.slack.Click(approver, c.channel, ts, approveAction, ""); err != nil {
+		fmt.Fprintf(e.log, "loadbench: click conv-%d: %v\n", c.id, err)
+	}
+}
+
+// mention starts a conversation.
+func (e *env) mention(k convKind) *conv {
+	c := e.t.add(k, e.o.channels)
+	at := time.Now()
+	ts := e.slack.Mention(c.channel, requester, fmt.Sprintf("conv-%d please fetch the status", c.id))
+	e.t.mentioned(c, ts, at)
+	return c
+}
+
+// scrapeAll sums the bots' metrics.
+func (e *env) scrapeAll() (metricSet, error) {
+	sum := metricSet{}
+	for _, b := range e.bots {
+		m, err := b.scrape(e.ctx, e.client)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range m {
+			sum[k] += v
+		}
+	}
+	return sum, nil
+}
+
+// storeCalls returns the bots' store calls by method.
+func (e *env) storeCalls() (map[string]float64, error) {
+	m, err := e.scrapeAll()
+	if err != nil {
+		return nil, err
+	}
+	calls := m.storeCalls()
+	if len(calls) == 0 {
+		return nil, errStoreCountMissing
+	}
+	return calls, nil
+}
+
+// quiet waits until the bots' store counters stop moving and returns them.
+func (e *env) quiet() (map[string]float64, error) {
+	deadline := time.Now().Add(quietMax)
+	last, err := e.storeCalls()
+	if err != nil {
+		return nil, err
+	}
+	stable := time.Now()
+	for time.Now().Before(deadline) && time.Since(stable) < quietFor {
+		select {
+		case <-time.After(quietStep):
+		case <-e.ctx.Done():
+			return nil, e.ctx.Err()
+		}
+		cur, err := e.storeCalls()
+		if err != nil {
+			return nil, err
+		}
+		if !maps.Equal(cur, last) {
+			last, stable = cur, time.Now()
+		}
+	}
+	return last, nil
+}
+
+// wait waits for ch or fails after stepTimeout.
+func (e *env) wait(ch <-chan struct{}, what string) error {
+	timer := time.NewTimer(stepTimeout)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("%s: nothing after %v", what, stepTimeout)
+	case <-e.ctx.Done():
+		return e.ctx.Err()
+	}
+}
+
+// probePhase runs o.probe conversations one at a time and counts the store
+// calls of each step, split by what the bench sees:
+//
+//   - pause: from the mention until the card is posted and the bots are
+//     quiet;
+//   - decide: from the click until the tool starts (the tool is held) and
+//     the bots are quiet: the decision and the resume's start;
+//   - resume: from the tool's release until the answer is posted and the
+//     bots are quiet.
+//
+// Each conversation's counts are averaged. Ping calls (health probes) are
+// left out.
+func (e *env) probePhase() (StoreCalls, error) {
+	phases := map[string]map[string]float64{"pause": {}, "decide": {}, "resume": {}}
+	add := func(phase string, before, after map[string]float64) {
+		for k, v := range after {
+			if d := v - before[k]; d != 0 && k != "Ping" {
+				phases[phase][k] += d
+			}
+		}
+	}
+	// A warm-up conversation first, outside the counts, so per-channel
+	// lookups and the policy cache are not counted as per-call work.
+	for i := -1; i < e.o.probe; i++ {
+		start, err := e.quiet()
+		if err != nil {
+			return StoreCalls{}, err
+		}
+		c := e.mention(convKind{ask: true, hold: true})
+		if err := e.wait(c.card, fmt.Sprintf("probe conv-%d: card", c.id)); err != nil {
+			return StoreCalls{}, err
+		}
+		paused, err := e.quiet()
+		if err != nil {
+			return StoreCalls{}, err
+		}
+		e.click(c)
+		if err := e.wait(c.executed, fmt.Sprintf("probe conv-%d: tool run", c.id)); err != nil {
+			return StoreCalls{}, err
+		}
+		decided, err := e.quiet()
+		if err != nil {
+			return StoreCalls{}, err
+		}
+		close(c.hold)
+		if err := e.wait(c.answered, fmt.Sprintf("probe conv-%d: answer", c.id)); err != nil {
+			return StoreCalls{}, err
+		}
+		resumed, err := e.quiet()
+		if err != nil {
+			return StoreCalls{}, err
+		}
+		if i < 0 {
+			continue
+		}
+		add("pause", start, paused)
+		add("decide", paused, decided)
+		add("resume", decided, resumed)
+	}
+	out := StoreCalls{Conversations: e.o.probe}
+	for name, calls := range phases {
+		p := StorePhase{ByMethod: map[string]float64{}}
+		for k, v := range calls {
+			p.ByMethod[k] = v / float64(e.o.probe)
+			p.Total += v / float64(e.o.probe)
+		}
+		switch name {
+		case "pause":
+			out.Pause = p
+		case "decide":
+			out.Decide = p
+		case "resume":
+			out.Resume = p
+		}
+	}
+	return out, nil
+}
+
+// loadPhase offers o.conversations mentions at o.rate and waits for them
+// to finish, sampling the websocket round trip meanwhile.
+func (e *env) loadPhase(rep *Report) error {
+	o := e.o
+	first := e.t.count()
+	var rtts []time.Duration
+	var rttMu sync.Mutex
+	stopRTT := make(chan struct{})
+	var rttWG sync.WaitGroup
+	rttWG.Go(func() {
+		tick := time.NewTicker(rttEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopRTT:
+				return
+			case <-tick.C:
+			}
+			if d, err := e.slack.RoundTrip(time.Second); err == nil {
+				rttMu.Lock()
+				rtts = append(rtts, d)
+				rttMu.Unlock()
+			}
+		}
+	})
+
+	start := time.Now()
+	var convs []*conv
+	for i := range o.conversations {
+		at := start.Add(time.Duration(float64(i) / o.rate * float64(time.Second)))
+		if d := time.Until(at); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-e.ctx.Done():
+			}
+		}
+		if e.ctx.Err() != nil {
+			break
+		}
+		// Spread asks evenly: conversation i asks when the running share
+		// crosses a whole number.
+		ask := int(float64(i+1)*o.askShare) > int(float64(i)*o.askShare)
+		convs = append(convs, e.mention(convKind{ask: ask}))
+	}
+	offered := time.Since(start)
+	deadline := time.NewTimer(o.timeout)
+	defer deadline.Stop()
+	for _, c := range convs {
+		select {
+		case <-c.answered:
+			continue
+		case <-deadline.C:
+		case <-e.ctx.Done():
+		}
+		break
+	}
+	close(stopRTT)
+	rttWG.Wait()
+	e.clicks.Wait()
+	if _, err := e.quiet(); err != nil {
+		return err
+	}
+
+	rep.Load = loadResult(e.t.snapshot(first)[:len(convs)], o, start, offered)
+	rttMu.Lock()
+	rep.Load.RoundTrip = summarize(rtts)
+	rttMu.Unlock()
+	return nil
+}
+
+// accountAll fills the report's ack and accounting sections over every
+// envelope and conversation of the run.
+func (e *env) accountAll(rep *Report) {
+	var acks []time.Duration
+	for _, env := range e.slack.Envelopes() {
+		if !env.Acked {
+			rep.Accounting.UnackedEnvelopes++
+			continue
+		}
+		acks = append(acks, env.AckedAt.Sub(env.SentAt))
+	}
+	rep.Acks = summarize(acks)
+	rep.Acks.Count = len(acks)
+	if rep.Load.RoundTrip.P99 > 0 {
+		rep.AckToRoundTripP99 = rep.Acks.P99 / rep.Load.RoundTrip.P99
+	}
+	rep.Accounting.account(e.t.snapshot(0))
+	e.t.mu.Lock()
+	rep.Accounting.UnknownExecutions = e.t.unknown
+	rep.Accounting.OtherReplySample = e.t.otherSample
+	e.t.mu.Unlock()
+	rep.Accounting.Unapproved += rep.Accounting.UnknownExecutions
+}
+
+// pausedPhase parks runs (cards never clicked) up to each count of
+// o.paused and samples the bots' memory and the stored bytes at each. The
+// model answers without delay meanwhile.
+func (e *env) pausedPhase() ([]PausedSample, error) {
+	// Parking measures memory, not latency: the model answers at once.
+	e.model.latency.Store(0)
+	baseBytes, err := e.storedBytes()
+	if err != nil {
+		return nil, err
+	}
+	var out []PausedSample
+	parked := 0
+	for _, level := range e.o.paused {
+		start := time.Now()
+		// At most pausedInflight mentions wait for their card at once, so
+		// parking never overflows the bot's queues.
+		slots := make(chan struct{}, pausedInflight)
+		var waiting sync.WaitGroup
+		var missed atomic.Int64
+		for i := 0; parked < level && e.ctx.Err() == nil; i++ {
+			at := start.Add(time.Duration(float64(i) / e.o.pausedRate * float64(time.Second)))
+			if d := time.Until(at); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-e.ctx.Done():
+				}
+			}
+			select {
+			case slots <- struct{}{}:
+			case <-e.ctx.Done():
+				continue
+			}
+			c := e.mention(convKind{ask: true, noClick: true})
+			parked++
+			waiting.Go(func() {
+				defer func() { <-slots }()
+				if e.wait(c.card, "") != nil {
+					missed.Add(1)
+				}
+			})
+		}
+		waiting.Wait()
+		if err := e.ctx.Err(); err != nil {
+			return out, err
+		}
+		if n := missed.Load(); n > 0 {
+			return out, fmt.Errorf("%d of %d parked runs got no card within %v", n, level, stepTimeout)
+		}
+		if _, err := e.quiet(); err != nil {
+			return out, err
+		}
+		s := PausedSample{Runs: level}
+		m, err := e.scrapeAll()
+		if err != nil {
+			return out, err
+		}
+		s.HeapInuseBytes = int64(m["go_memstats_heap_inuse_bytes"])
+		for _, b := range e.bots {
+			rss, err := b.rss()
+			if err != nil {
+				return out, err
+			}
+			s.RSSBytes += rss
+		}
+		bytes, err := e.storedBytes()
+		if err != nil {
+			return out, err
+		}
+		if bytes >= 0 && baseBytes >= 0 {
+			s.StoredBytesPerRun = float64(bytes-baseBytes) / float64(level)
+		} else {
+			s.StoredBytesPerRun = -1
+		}
+		e.t.mu.Lock()
+		if n := len(e.t.history); n > 0 {
+			sum := 0
+			for _, h := range e.t.history {
+				sum += h
+			}
+			s.RawHistoryBytesPerRun = float64(sum) / float64(n)
+		}
+		e.t.mu.Unlock()
+		fmt.Fprintf(e.log, "loadbench: %d paused runs parked in %v\n", level, time.Since(start).Round(time.Millisecond))
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// storedBytes is what the store holds: the sum of MEMORY USAGE over the
+// run's Redis keys, or the embedded store's file size; -1 when it cannot
+// be measured.
+func (e *env) storedBytes() (int64, error) {
+	if e.dir != "" {
+		fi, err := os.Stat(filepath.Join(e.dir, "toolgate.db"))
+		if err != nil {
+			return 0, fmt.Errorf("size of the embedded store: %w", err)
+		}
+		return fi.Size(), nil
+	}
+	if e.redis == nil {
+		return -1, nil
+	}
+	ctx := e.ctx
+	var total int64
+	iter := e.redis.Scan(ctx, 0, e.prefix+":*", 1000).Iterator()
+	var keys []string
+	flush := func() error {
+		pipe := e.redis.Pipeline()
+		cmds := make([]*redis.IntCmd, len(keys))
+		for i, k := range keys {
+			cmds[i] = pipe.MemoryUsage(ctx, k, 0)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("memory usage of %s:*: %w", e.prefix, err)
+		}
+		for _, c := range cmds {
+			total += c.Val()
+		}
+		keys = keys[:0]
+		return nil
+	}
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 1000 {
+			if err := flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return 0, fmt.Errorf("scan %s:*: %w", e.prefix, err)
+	}
+	if len(keys) > 0 {
+		if err := flush(); err != nil {
+			return 0, err
+		}
+	}
+	return total, nil
+}
+
+// machine describes the host: CPUs and model name.
+func machine() Machine {
+	m := Machine{CPUs: numCPU(), LoadStart: loadAverage()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}

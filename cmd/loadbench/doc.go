@@ -1,0 +1,38 @@
+// Command loadbench measures the bot under load. It runs the real bot
+// binary (cmd/bot, built into a temporary directory unless -bot names
+// one) as one or more processes against a fake Slack (internal/fakeslack)
+// and a scripted fake model (internal/fakeopenai), both served by this
+// process on 127.0.0.1, and checks that nothing is lost.
+//
+// Every conversation is a mention; the model answers it with one http_get
+// call on a tool server of the bench, which the policy asks about (a card
+// the bench approves after -click-delay) or allows (-ask sets the share),
+// and then with a final answer. The tool server sees every execution, so
+// each call is checked to run exactly once, and only after its click.
+//
+// Phases, in order:
+//
+//   - probe (-probe N): N conversations one at a time, after one warm-up,
+//     with the bots' toolgate_store_calls_total scraped between the steps
+//     (the tool is held until the scrape), to count store calls per pause
+//     (mention -> card), decide (click -> tool starts) and resume (tool ->
+//     answer);
+//   - load: -conversations mentions (or -rate x -duration) at -rate per
+//     second, with the websocket round trip sampled meanwhile;
+//   - paused (-paused 100,10000,...): runs parked (cards never clicked)
+//     up to each count, then the bots' RSS (VmRSS), Go heap in use
+//     (go_memstats_heap_inuse_bytes) and the stored bytes per run. Parking
+//     100,000 runs takes minutes and memory in this process too (the fakes
+//     keep every message); it is off by default.
+//
+// The report is a table on stdout and, with -json FILE, JSON. The exit
+// status is 1 when anything was lost, duplicated, unapproved or unacked.
+//
+// Times the bot adds are end to end minus the time spent in the fakes: the
+// model latency for each model call and the tool's time. Ack times are
+// from the fake writing an envelope to its queue to reading the ack.
+//
+// With -store redis the bots use -redis-url (default $REDIS_URL) with a
+// fresh REDIS_PREFIX; its keys are deleted at the end. Stored bytes are
+// measured with MEMORY USAGE on single-node Redis URLs only.
+package main

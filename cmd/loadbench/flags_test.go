@@ -1,0 +1,89 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Bad command lines are refused with a message naming the flag.
+func TestParseFlagsErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-replicas", "2"}, "-replicas 2 needs -store redis"},
+		{[]string{"-store", "redis", "-redis-url", ""}, "-store redis needs -redis-url"},
+		{[]string{"-store", "mongo"}, `-store: "mongo" is not embedded or redis`},
+		{[]string{"-ask", "1.5"}, "-ask: 1.5 is not between 0 and 1"},
+		{[]string{"-rate", "0"}, "-rate and -paused-rate must be positive"},
+		{[]string{"-paused", "100,10"}, "counts must increase"},
+		{[]string{"-paused", "ten"}, `-paused: "ten" is not a positive count`},
+		{[]string{"-env", "WORKERS"}, `"WORKERS" is not KEY=VALUE`},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, err := parseFlags(tt.args, io.Discard)
+			if err == nil || !errors.Is(err, errFlags) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("parseFlags(%q) = %v, want a command-line error containing %q", tt.args, err, tt.want)
+			}
+		})
+	}
+}
+
+// -duration turns the rate into a number of conversations; -paused keeps
+// its counts in order.
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-rate", "200", "-duration", "1m", "-paused", "100, 10000,100000", "-env", "WORKERS=256", "-model-latency", "2s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.conversations != 12000 {
+		t.Errorf("200/s for 1m gives %d conversations, want 12000", o.conversations)
+	}
+	if got := o.paused; len(got) != 3 || got[0] != 100 || got[1] != 10000 || got[2] != 100000 {
+		t.Errorf("-paused gave %v, want [100 10000 100000]", got)
+	}
+	if len(o.env) != 1 || o.env[0] != "WORKERS=256" || o.modelLatency != 2*time.Second {
+		t.Errorf("-env gave %v and -model-latency %v", o.env, o.modelLatency)
+	}
+}
+
+// The metrics parser keeps samples with their labels and sums the store
+// counter by method.
+func TestParseMetrics(t *testing.T) {
+	m, err := parseMetrics(strings.NewReader(`# HELP toolgate_store_calls_total Calls to the store.
+# TYPE toolgate_store_calls_total counter
+toolgate_store_calls_total{method="Decide"} 3
+toolgate_store_calls_total{method="SeenEvent"} 12
+go_memstats_heap_inuse_bytes 1.2345e+07
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m["go_memstats_heap_inuse_bytes"]; got != 12345000 {
+		t.Errorf("heap in use %v, want 12345000", got)
+	}
+	calls := m.storeCalls()
+	if len(calls) != 2 || calls["Decide"] != 3 || calls["SeenEvent"] != 12 {
+		t.Errorf("store calls %v, want Decide 3 and SeenEvent 12", calls)
+	}
+}
+
+// Percentiles are nearest-rank.
+func TestSummarize(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	got := summarize(ds)
+	if want := (Dist{Count: 100, P50: 50, P99: 99, Max: 100}); got != want {
+		t.Errorf("summarize(1..100 ms) = %+v, want %+v", got, want)
+	}
+	if got := summarize(nil); got != (Dist{}) {
+		t.Errorf("summarize(nil) = %+v, want zero", got)
+	}
+}

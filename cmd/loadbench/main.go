@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "loadbench: %v\n", err)
+		if errors.Is(err, errFlags) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// errFlags marks a bad command line.
+var errFlags = errors.New("bad command line")
+
+// options are the command-line flags.
+type options struct {
+	conversations int
+	duration      time.Duration
+	rate          float64
+	modelLatency  time.Duration
+	clickDelay    time.Duration
+	askShare      float64
+	store         string
+	redisURL      string
+	replicas      int
+	timeout       time.Duration
+	jsonFile      string
+	bot           string
+	probe         int
+	paused        []int
+	pausedRate    float64
+	channels      int
+	env           []string
+	logLevel      string
+	verbose       bool
+	cpuProfile    string
+}
+
+// envFlags collects repeated -env KEY=VALUE flags.
+type envFlags []string
+
+func (e *envFlags) String() string { return strings.Join(*e, ",") }
+
+func (e *envFlags) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("%q is not KEY=VALUE", v)
+	}
+	*e = append(*e, v)
+	return nil
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var env envFlags
+	var paused string
+	fs := flag.NewFlagSet("loadbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: loadbench [flags]
+
+Runs the real bot (cmd/bot, as processes) against a fake Slack and a fake
+model in this process, offers conversations (mention -> card -> click ->
+answer) and reports what the bot costs: ack times next to the websocket
+round trip, the time the bot adds, cycles per second, store calls, memory
+with many paused runs, and lost, duplicated or unapproved executions.
+
+`)
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&o.conversations, "conversations", 200, "conversations offered in the load phase")
+	fs.DurationVar(&o.duration, "duration", 0, "if set, offer rate x duration conversations instead of -conversations")
+	fs.Float64Var(&o.rate, "rate", 50, "mentions offered per second")
+	fs.DurationVar(&o.modelLatency, "model-latency", 200*time.Millisecond, "time the fake model takes for each answer")
+	fs.DurationVar(&o.clickDelay, "click-delay", 500*time.Millisecond, "time between a card appearing and its Approve click")
+	fs.Float64Var(&o.askShare, "ask", 1, "share of tool calls the policy asks about (0..1); the rest it allows")
+	fs.StringVar(&o.store, "store", "embedded", "embedded (bbolt in a temporary DATA_DIR) or redis (-redis-url)")
+	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("REDIS_URL"), "Redis URL for -store redis (default $REDIS_URL); keys get a fresh prefix, deleted at the end")
+	fs.IntVar(&o.replicas, "replicas", 1, "bot processes (more than 1 only with -store redis)")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long the load phase may take to finish after the last mention")
+	fs.StringVar(&o.jsonFile, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&o.bot, "bot", "", "bot binary to run; empty: build cmd/bot into a temporary directory")
+	fs.IntVar(&o.probe, "probe", 3, "conversations run one at a time, before the load, to count store calls per pause, decide and resume (0: skip)")
+	fs.StringVar(&paused, "paused", "", "comma-separated counts of paused runs at which to sample memory and stored bytes, e.g. 100,10000,100000 (empty: skip)")
+	fs.Float64Var(&o.pausedRate, "paused-rate", 500, "mentions per second while parking paused runs")
+	fs.IntVar(&o.channels, "channels", 100, "channels the conversations are spread over")
+	fs.Var(&env, "env", "extra KEY=VALUE for the bot's environment (repeatable), e.g. -env WORKERS=256")
+	fs.StringVar(&o.logLevel, "log-level", "info", "the bot's LOG_LEVEL")
+	fs.BoolVar(&o.verbose, "v", false, "copy the bots' logs to stderr")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench itself (the fakes) to this file")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, fmt.Errorf("%w: %w", errFlags, err)
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("%w: unexpected argument %q", errFlags, fs.Arg(0))
+	}
+	o.env = env
+	for _, p := range strings.Split(paused, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("%w: -paused: %q is not a positive count", errFlags, p)
+		}
+		if len(o.paused) > 0 && n <= o.paused[len(o.paused)-1] {
+			return o, fmt.Errorf("%w: -paused: counts must increase, %d after %d", errFlags, n, o.paused[len(o.paused)-1])
+		}
+		o.paused = append(o.paused, n)
+	}
+	if o.duration > 0 {
+		o.conversations = int(o.rate * o.duration.Seconds())
+	}
+	switch {
+	case o.conversations < 0:
+		return o, fmt.Errorf("%w: -conversations: %d is negative", errFlags, o.conversations)
+	case o.rate <= 0 || o.pausedRate <= 0:
+		return o, fmt.Errorf("%w: -rate and -paused-rate must be positive", errFlags)
+	case o.askShare < 0 || o.askShare > 1:
+		return o, fmt.Errorf("%w: -ask: %v is not between 0 and 1", errFlags, o.askShare)
+	case o.modelLatency < 0 || o.clickDelay < 0:
+		return o, fmt.Errorf("%w: -model-latency and -click-delay must not be negative", errFlags)
+	case o.store != "embedded" && o.store != "redis":
+		return o, fmt.Errorf("%w: -store: %q is not embedded or redis", errFlags, o.store)
+	case o.store == "redis" && o.redisURL == "":
+		return o, fmt.Errorf("%w: -store redis needs -redis-url or REDIS_URL", errFlags)
+	case o.replicas < 1:
+		return o, fmt.Errorf("%w: -replicas: %d is not at least 1", errFlags, o.replicas)
+	case o.replicas > 1 && o.store != "redis":
+		return o, fmt.Errorf("%w: -replicas %d needs -store redis: the embedded store belongs to one process", errFlags, o.replicas)
+	case o.probe < 0:
+		return o, fmt.Errorf("%w: -probe: %d is negative", errFlags, o.probe)
+	case o.channels < 1:
+		return o, fmt.Errorf("%w: -channels: %d is not at least 1", errFlags, o.channels)
+	case o.timeout <= 0:
+		return o, fmt.Errorf("%w: -timeout must be positive", errFlags)
+	}
+	return o, nil
+}
+
+// run parses the flags, runs the bench and writes the report: a table on
+// stdout and, with -json, a JSON file. It fails when the bench could not
+// run (bad flags, the bot did not start); a bench that ran but lost or
+// duplicated work still reports, and returns an error saying so.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("start the cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := bench(ctx, o, stderr)
+	if err != nil {
+		return err
+	}
+	writeTable(stdout, rep)
+	if o.jsonFile != "" {
+		if err := writeJSON(o.jsonFile, rep); err != nil {
+			return err
+		}
+	}
+	return rep.Problems()
+}

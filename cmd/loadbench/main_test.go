@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A short run on each store checks the tool's own accounting: every
+// conversation of every phase is counted once, every cycle completes, and
+// nothing is lost, duplicated, unapproved or unacked. No timing is
+// asserted.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the bot")
+	}
+	bin, err := buildBot(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stores := [][]string{{"-store", "embedded"}}
+	if url := os.Getenv("REDIS_URL"); url != "" {
+		stores = append(stores, []string{"-store", "redis", "-redis-url", url, "-replicas", "2"})
+	} else if os.Getenv("CI") == "true" {
+		t.Error("REDIS_URL is not set: the Redis smoke run cannot run")
+	}
+	for _, st := range stores {
+		t.Run(st[1], func(t *testing.T) {
+			const (
+				conversations = 24
+				probe         = 1
+				parked        = 10
+				asked         = 18 // 24 x 0.75
+			)
+			out := filepath.Join(t.TempDir(), "report.json")
+			args := append([]string{
+				"-bot", bin, "-conversations", "24", "-rate", "40", "-ask", "0.75",
+				"-model-latency", "20ms", "-click-delay", "20ms", "-probe", "1",
+				"-paused", "10", "-paused-rate", "100", "-channels", "5", "-timeout", "60s",
+				"-log-level", "warn", "-json", out,
+			}, st...)
+			var stdout, stderr bytes.Buffer
+			if err := run(t.Context(), args, &stdout, &stderr); err != nil {
+				t.Fatalf("loadbench %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, &stdout, &stderr)
+			}
+			raw, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(raw, &got); err != nil {
+				t.Fatalf("the JSON report does not parse: %v\n%s", err, raw)
+			}
+			if missing := missingKeys(t, got); len(missing) > 0 {
+				t.Errorf("the JSON report lacks %v:\n%s", missing, raw)
+			}
+			var rep Report
+			if err := json.Unmarshal(raw, &rep); err != nil {
+				t.Fatal(err)
+			}
+			a := rep.Accounting
+			// The probe phase runs one warm-up conversation first.
+			if want := conversations + probe + 1 + parked; a.Conversations != want {
+				t.Errorf("accounted %d conversations, want %d", a.Conversations, want)
+			}
+			if want := conversations + probe + 1; a.Completed != want {
+				t.Errorf("%d conversations completed, want %d", a.Completed, want)
+			}
+			if a.Parked != parked {
+				t.Errorf("%d runs parked, want %d", a.Parked, parked)
+			}
+			if a.Lost+a.Duplicated+a.DuplicateExecutions+a.Unapproved+a.UnknownExecutions+a.UnackedEnvelopes+rep.BotsDied != 0 {
+				t.Errorf("accounting %+v, bots died %d; want nothing lost, duplicated, unapproved or unacked", a, rep.BotsDied)
+			}
+			l := rep.Load
+			if l.Offered != conversations || l.Cycles != asked || l.Allowed != conversations-asked {
+				t.Errorf("load phase offered %d, %d cycles, %d allowed; want %d, %d, %d", l.Offered, l.Cycles, l.Allowed, conversations, asked, conversations-asked)
+			}
+			for name, d := range map[string]Dist{
+				"mention -> card": l.BotAdded.MentionToCard, "click -> executed": l.BotAdded.ClickToExecuted,
+				"click -> answer": l.BotAdded.ClickToAnswer,
+			} {
+				if d.Count != asked {
+					t.Errorf("%s has %d samples, want one per cycle (%d)", name, d.Count, asked)
+				}
+			}
+			if l.BotAdded.MentionToAnswerAllowed.Count != conversations-asked {
+				t.Errorf("mention -> answer (allowed) has %d samples, want %d", l.BotAdded.MentionToAnswerAllowed.Count, conversations-asked)
+			}
+			if l.RoundTrip.Count == 0 || rep.Acks.Count == 0 {
+				t.Errorf("%d round trips and %d acks measured, want some of each", l.RoundTrip.Count, rep.Acks.Count)
+			}
+			if sc := rep.StoreCalls; sc.Pause.Total <= 0 || sc.Decide.Total <= 0 || sc.Resume.Total <= 0 {
+				t.Errorf("store calls per pause, decide, resume: %v, %v, %v; want each counted", sc.Pause.Total, sc.Decide.Total, sc.Resume.Total)
+			}
+			if len(rep.Paused) != 1 || rep.Paused[0].Runs != parked || rep.Paused[0].RSSBytes <= 0 || rep.Paused[0].HeapInuseBytes <= 0 || rep.Paused[0].RawHistoryBytesPerRun <= 0 {
+				t.Errorf("paused samples %+v, want one at %d runs with memory and history measured", rep.Paused, parked)
+			}
+			if !strings.Contains(stdout.String(), "accounting: ") {
+				t.Errorf("the table has no accounting line:\n%s", &stdout)
+			}
+		})
+	}
+}
+
+// missingKeys returns the key paths of a full report that got lacks.
+func missingKeys(t *testing.T, got map[string]any) []string {
+	t.Helper()
+	full := Report{Paused: []PausedSample{{}}, StopErrors: []string{}}
+	b, err := json.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	var walk func(prefix string, want, got any)
+	walk = func(prefix string, want, got any) {
+		switch w := want.(type) {
+		case map[string]any:
+			g, ok := got.(map[string]any)
+			if !ok {
+				missing = append(missing, prefix+" (not an object)")
+				return
+			}
+			for k, v := range w {
+				gv, ok := g[k]
+				if !ok {
+					missing = append(missing, prefix+"."+k)
+					continue
+				}
+				walk(prefix+"."+k, v, gv)
+			}
+		case []any:
+			g, ok := got.([]any)
+			if !ok {
+				missing = append(missing, prefix+" (not a list)")
+				return
+			}
+			if len(w) > 0 && len(g) > 0 {
+				walk(prefix+"[0]", w[0], g[0])
+			}
+		}
+	}
+	walk("", want, got)
+	sort.Strings(missing)
+	return missing
+}
+
+// The accounting counts each kind of failure.
+func TestAccounting(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	convs := []conv{
+		{ask: true, cardTS: "1", clickAt: at(2), execAt: []time.Time{at(3)}, answerAt: at(4)},        // completed
+		{ask: false, execAt: []time.Time{at(1)}, answerAt: at(2)},                                    // completed, allowed
+		{ask: true, cardTS: "1", clickAt: at(2), execAt: []time.Time{at(3), at(3)}, answerAt: at(4)}, // duplicated
+		{ask: true, cardTS: "1", clickAt: at(5), execAt: []time.Time{at(3)}, answerAt: at(6)},        // ran before the click
+		{ask: true, cardTS: "1", execAt: []time.Time{at(3)}, answerAt: at(6)},                        // ran with no click
+		{ask: true, cardTS: "1", clickAt: at(2)},                                                     // lost: never answered
+		{ask: true, noClick: true, cardTS: "1"},                                                      // parked
+		{ask: true, noClick: true},                                                                   // lost: no card
+		{ask: true, noClick: true, cardTS: "1", execAt: []time.Time{at(3)}},                          // parked, but ran
+		{ask: true, cardTS: "1", clickAt: at(2), execAt: []time.Time{at(3)}, answerAt: time.Time{}},  // lost: executed, no answer
+	}
+	var a Accounting
+	a.account(convs)
+	want := Accounting{Conversations: 10, Completed: 2, Parked: 2, Lost: 3, Duplicated: 1, DuplicateExecutions: 1, Unapproved: 3}
+	if a != want {
+		t.Errorf("accounting\n got %+v\nwant %+v", a, want)
+	}
+	r := Report{Accounting: a}
+	if r.Problems() == nil {
+		t.Error("a report with lost, duplicated and unapproved calls has no problems")
+	}
+	if (&Report{Accounting: Accounting{Conversations: 3, Completed: 3}}).Problems() != nil {
+		t.Error("a clean report has problems")
+	}
+}

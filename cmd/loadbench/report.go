@@ -1,0 +1,387 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is everything one bench run measured. Times are in milliseconds,
+// sizes in bytes. Every field is always present in the JSON.
+type Report struct {
+	Settings Settings `json:"settings"`
+	Machine  Machine  `json:"machine"`
+	// Acks are the times from an envelope's delivery to its ack, over
+	// every envelope of the run.
+	Acks Dist `json:"acks_ms"`
+	// AckToRoundTripP99 is Acks.P99 / Load.RoundTrip.P99.
+	AckToRoundTripP99 float64        `json:"ack_p99_over_round_trip_p99"`
+	Load              LoadResult     `json:"load"`
+	StoreCalls        StoreCalls     `json:"store_calls"`
+	Paused            []PausedSample `json:"paused"`
+	Accounting        Accounting     `json:"accounting"`
+	// BotsDied counts bot processes that were not running at the end.
+	BotsDied   int      `json:"bots_died"`
+	StopErrors []string `json:"stop_errors"`
+}
+
+// Settings are the flags of the run.
+type Settings struct {
+	Conversations  int      `json:"conversations"`
+	Rate           float64  `json:"rate_per_second"`
+	ModelLatencyMS float64  `json:"model_latency_ms"`
+	ClickDelayMS   float64  `json:"click_delay_ms"`
+	AskShare       float64  `json:"ask_share"`
+	Store          string   `json:"store"`
+	Replicas       int      `json:"replicas"`
+	Probe          int      `json:"probe_conversations"`
+	Paused         []int    `json:"paused_levels"`
+	Channels       int      `json:"channels"`
+	Env            []string `json:"bot_env"`
+}
+
+func settingsOf(o options) Settings {
+	return Settings{
+		Conversations: o.conversations, Rate: o.rate, ModelLatencyMS: ms(o.modelLatency), ClickDelayMS: ms(o.clickDelay),
+		AskShare: o.askShare, Store: o.store, Replicas: o.replicas, Probe: o.probe,
+		Paused: nonNil(o.paused), Channels: o.channels, Env: nonNil(o.env),
+	}
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// Machine is the host the run was on.
+type Machine struct {
+	CPUs  int    `json:"cpus"`
+	Model string `json:"cpu_model"`
+	// LoadStart and LoadEnd are the one-minute load averages when the
+	// bots had started and at the end: other work on the machine makes
+	// the tails noisy.
+	LoadStart float64 `json:"load_average_start"`
+	LoadEnd   float64 `json:"load_average_end"`
+}
+
+// loadAverage is the one-minute load average, 0 if unknown.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(b) + " 0")[0], 64)
+	return f
+}
+
+func numCPU() int { return runtime.NumCPU() }
+
+// Dist is a distribution of durations in milliseconds.
+type Dist struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+// summarize returns the nearest-rank percentiles of ds.
+func summarize(ds []time.Duration) Dist {
+	if len(ds) == 0 {
+		return Dist{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := func(p float64) time.Duration {
+		i := int(p*float64(len(s))+0.999999) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return Dist{Count: len(s), P50: ms(rank(0.50)), P99: ms(rank(0.99)), Max: ms(s[len(s)-1])}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// LoadResult is the load phase: conversations offered at a rate.
+type LoadResult struct {
+	Offered        int     `json:"offered"`
+	OfferedSeconds float64 `json:"offered_seconds"`
+	// Cycles counts asked conversations that completed: card, click, one
+	// execution after the click, answer.
+	Cycles int `json:"cycles"`
+	// CyclesPerSecond is Cycles over the time from the first mention to
+	// the last answer of a cycle.
+	CyclesPerSecond float64 `json:"cycles_per_second"`
+	// Allowed counts completed conversations whose call the policy
+	// allowed.
+	Allowed int `json:"allowed"`
+	// RoundTrip is the websocket PING -> PONG time to the bots, sampled
+	// during the phase.
+	RoundTrip Dist `json:"round_trip_ms"`
+	// BotAdded is end to end minus the time spent in the fakes (the model
+	// latency for each model call, the tool's time).
+	BotAdded BotAdded `json:"bot_added_ms"`
+	// EndToEnd are the same spans, fakes included.
+	EndToEnd BotAdded `json:"end_to_end_ms"`
+}
+
+// BotAdded are the spans of a conversation.
+type BotAdded struct {
+	MentionToCard   Dist `json:"mention_to_card"`
+	ClickToExecuted Dist `json:"click_to_executed"`
+	ClickToAnswer   Dist `json:"click_to_answer"`
+	// MentionToAnswerAllowed is for conversations whose call was allowed.
+	MentionToAnswerAllowed Dist `json:"mention_to_answer_allowed"`
+}
+
+// loadResult computes the load phase's numbers from its conversations.
+// Each span counts every conversation that reached its end, finished or
+// not; cycles count only the finished ones.
+func loadResult(convs []conv, o options, start time.Time, offered time.Duration) LoadResult {
+	r := LoadResult{Offered: len(convs), OfferedSeconds: offered.Seconds()}
+	var card, exec, answer, allowed []time.Duration
+	var eCard, eExec, eAnswer, eAllowed []time.Duration
+	var last time.Time
+	L := o.modelLatency
+	for _, c := range convs {
+		if c.ask && !c.cardAt.IsZero() {
+			d := c.cardAt.Sub(c.mentionAt)
+			eCard, card = append(eCard, d), append(card, d-L)
+		}
+		approved := c.ask && !c.clickAt.IsZero() && len(c.execAt) > 0 && !c.execAt[0].Before(c.clickAt)
+		if approved {
+			d := c.execAt[0].Sub(c.clickAt)
+			eExec, exec = append(eExec, d), append(exec, d)
+		}
+		if c.answerAt.IsZero() || len(c.execAt) != 1 || c.execEnd.IsZero() {
+			continue
+		}
+		tool := c.execEnd.Sub(c.execAt[0])
+		switch {
+		case !c.ask:
+			r.Allowed++
+			d := c.answerAt.Sub(c.mentionAt)
+			eAllowed, allowed = append(eAllowed, d), append(allowed, d-2*L-tool)
+		case approved:
+			r.Cycles++
+			if c.answerAt.After(last) {
+				last = c.answerAt
+			}
+			d := c.answerAt.Sub(c.clickAt)
+			eAnswer, answer = append(eAnswer, d), append(answer, d-L-tool)
+		}
+	}
+	if r.Cycles > 0 {
+		r.CyclesPerSecond = float64(r.Cycles) / last.Sub(start).Seconds()
+	}
+	r.BotAdded = BotAdded{summarize(card), summarize(exec), summarize(answer), summarize(allowed)}
+	r.EndToEnd = BotAdded{summarize(eCard), summarize(eExec), summarize(eAnswer), summarize(eAllowed)}
+	return r
+}
+
+// StoreCalls are the store calls per conversation of the probe phase.
+type StoreCalls struct {
+	Conversations int        `json:"conversations"`
+	Pause         StorePhase `json:"pause"`
+	Decide        StorePhase `json:"decide"`
+	Resume        StorePhase `json:"resume"`
+}
+
+// StorePhase is the store calls of one step, in all and by method.
+type StorePhase struct {
+	Total    float64            `json:"total"`
+	ByMethod map[string]float64 `json:"by_method"`
+}
+
+// PausedSample is measured with Runs paused runs parked.
+type PausedSample struct {
+	Runs           int   `json:"runs"`
+	RSSBytes       int64 `json:"rss_bytes"`
+	HeapInuseBytes int64 `json:"heap_inuse_bytes"`
+	// StoredBytesPerRun is the growth of the store (Redis: MEMORY USAGE of
+	// the run's keys; embedded: the file's size) per parked run; -1 when
+	// it cannot be measured.
+	StoredBytesPerRun float64 `json:"stored_bytes_per_run"`
+	// RawHistoryBytesPerRun is the JSON of what the model was sent for
+	// the paused step plus its tool call, on average.
+	RawHistoryBytesPerRun float64 `json:"raw_history_bytes_per_run"`
+}
+
+// Accounting checks every conversation of the run, every phase included.
+type Accounting struct {
+	Conversations int `json:"conversations"`
+	// Completed: answered, with exactly one execution, after the click
+	// when the call asked.
+	Completed int `json:"completed"`
+	// Parked: conversations left paused on purpose, with their card and no
+	// execution.
+	Parked int `json:"parked"`
+	// Lost: not answered in time, or (parked) no card.
+	Lost int `json:"lost"`
+	// Duplicated: conversations whose call ran more than once;
+	// DuplicateExecutions counts the extra runs.
+	Duplicated          int `json:"duplicated"`
+	DuplicateExecutions int `json:"duplicate_executions"`
+	// Unapproved: asked calls that ran before their click or without one,
+	// and executions of no known conversation.
+	Unapproved        int `json:"unapproved"`
+	UnknownExecutions int `json:"unknown_executions"`
+	UnackedEnvelopes  int `json:"unacked_envelopes"`
+	// OtherReplies counts conversations that got a bot message that is
+	// neither a card nor the answer (such as a busy notice);
+	// OtherReplySample is the first such text.
+	OtherReplies     int    `json:"other_replies"`
+	OtherReplySample string `json:"other_reply_sample"`
+}
+
+func (a *Accounting) account(convs []conv) {
+	for _, c := range convs {
+		a.Conversations++
+		if c.others > 0 {
+			a.OtherReplies++
+		}
+		n := len(c.execAt)
+		if n > 1 {
+			a.Duplicated++
+			a.DuplicateExecutions += n - 1
+		}
+		if c.ask && n > 0 && (c.clickAt.IsZero() || c.execAt[0].Before(c.clickAt)) {
+			a.Unapproved++
+		}
+		switch {
+		case c.noClick && c.cardTS == "":
+			a.Lost++
+		case c.noClick:
+			a.Parked++
+		case c.answerAt.IsZero() || n == 0:
+			a.Lost++
+		case n == 1 && (!c.ask || (!c.clickAt.IsZero() && !c.execAt[0].Before(c.clickAt))):
+			a.Completed++
+		}
+	}
+}
+
+// Problems returns an error naming what went wrong in the run, nil when
+// nothing did.
+func (r *Report) Problems() error {
+	a := r.Accounting
+	var errs []error
+	if a.Lost > 0 {
+		errs = append(errs, fmt.Errorf("%d conversations lost", a.Lost))
+	}
+	if a.Duplicated > 0 {
+		errs = append(errs, fmt.Errorf("%d calls ran more than once", a.Duplicated))
+	}
+	if a.Unapproved > 0 {
+		errs = append(errs, fmt.Errorf("%d executions without approval", a.Unapproved))
+	}
+	if a.UnackedEnvelopes > 0 {
+		errs = append(errs, fmt.Errorf("%d envelopes never acked", a.UnackedEnvelopes))
+	}
+	if r.BotsDied > 0 {
+		errs = append(errs, fmt.Errorf("%d bot processes died", r.BotsDied))
+	}
+	for _, s := range r.StopErrors {
+		errs = append(errs, errors.New(s))
+	}
+	return errors.Join(errs...)
+}
+
+// writeJSON writes the report to path.
+func writeJSON(path string, r *Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode the report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write the report: %w", err)
+	}
+	return nil
+}
+
+// writeTable prints the report for people.
+func writeTable(w io.Writer, r *Report) {
+	s := r.Settings
+	fmt.Fprintf(w, "loadbench: %d conversations at %g/s, model %gms, click %gms, ask %g, store %s, %d replica(s); %d CPUs (%s), load average %.1f -> %.1f\n\n",
+		s.Conversations, s.Rate, s.ModelLatencyMS, s.ClickDelayMS, s.AskShare, s.Store, s.Replicas, r.Machine.CPUs, r.Machine.Model, r.Machine.LoadStart, r.Machine.LoadEnd)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	dist := func(name string, d Dist) {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\n", name, d.Count, d.P50, d.P99, d.Max)
+	}
+	fmt.Fprintln(tw, "TIMES (ms)\tCOUNT\tP50\tP99\tMAX")
+	dist("envelope ack", r.Acks)
+	dist("websocket round trip", r.Load.RoundTrip)
+	b, e := r.Load.BotAdded, r.Load.EndToEnd
+	dist("bot adds: mention -> card", b.MentionToCard)
+	dist("bot adds: click -> executed", b.ClickToExecuted)
+	dist("bot adds: click -> answer", b.ClickToAnswer)
+	dist("bot adds: mention -> answer (allowed)", b.MentionToAnswerAllowed)
+	dist("end to end: mention -> card", e.MentionToCard)
+	dist("end to end: click -> answer", e.ClickToAnswer)
+	tw.Flush()
+	fmt.Fprintf(w, "\nack p99 / round trip p99: %.1f\n", r.AckToRoundTripP99)
+	fmt.Fprintf(w, "approval cycles: %d in the load phase, %.1f per second (offered over %.1fs); allowed turns: %d\n",
+		r.Load.Cycles, r.Load.CyclesPerSecond, r.Load.OfferedSeconds, r.Load.Allowed)
+
+	if sc := r.StoreCalls; sc.Conversations > 0 {
+		fmt.Fprintf(w, "\nstore calls per conversation (mean of %d, one at a time):\n", sc.Conversations)
+		for _, p := range []struct {
+			name string
+			p    StorePhase
+		}{{"pause (mention -> card)", sc.Pause}, {"decide (click -> tool starts)", sc.Decide}, {"resume (tool -> answer)", sc.Resume}} {
+			fmt.Fprintf(w, "  %-30s %5.1f  %s\n", p.name, p.p.Total, methods(p.p.ByMethod))
+		}
+	}
+	if len(r.Paused) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		if s.Replicas > 1 {
+			fmt.Fprintf(w, "memory summed over the %d bots:\n", s.Replicas)
+		}
+		fmt.Fprintln(tw, "PAUSED RUNS\tRSS (MiB)\tGO HEAP IN USE (MiB)\tSTORED BYTES/RUN\tRAW HISTORY BYTES/RUN")
+		for _, p := range r.Paused {
+			fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.0f\t%.0f\n", p.Runs, mib(p.RSSBytes), mib(p.HeapInuseBytes), p.StoredBytesPerRun, p.RawHistoryBytesPerRun)
+		}
+		tw.Flush()
+	}
+	a := r.Accounting
+	fmt.Fprintf(w, "\naccounting: %d conversations, %d completed, %d parked; lost %d, duplicated %d, unapproved %d, unacked envelopes %d, bots died %d\n",
+		a.Conversations, a.Completed, a.Parked, a.Lost, a.Duplicated, a.Unapproved, a.UnackedEnvelopes, r.BotsDied)
+	if a.OtherReplies > 0 {
+		fmt.Fprintf(w, "%d conversations got other bot replies, such as %q\n", a.OtherReplies, a.OtherReplySample)
+	}
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// methods formats per-method counts, largest first.
+func methods(m map[string]float64) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var list []kv
+	for k, v := range m {
+		list = append(list, kv{k, v})
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].v != list[j].v {
+			return list[i].v > list[j].v
+		}
+		return list[i].k < list[j].k
+	})
+	parts := make([]string, len(list))
+	for i, x := range list {
+		parts[i] = fmt.Sprintf("%s %g", x.k, x.v)
+	}
+	return strings.Join(parts, ", ")
+}

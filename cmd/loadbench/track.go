@@ -1,0 +1,329 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+)
+
+// approveAction is the action id of the card's Approve button.
+const approveAction = "approve"
+
+// convMarker names a conversation in the mention, the tool's URL and the
+// model's answer: "conv-17".
+var convMarker = regexp.MustCompile(`conv-(\d+)`)
+
+// conv is one conversation of the bench and what happened to it. Times are
+// wall-clock times taken by the fakes as each event reached them.
+type conv struct {
+	id      int
+	ask     bool // the tool call asks; otherwise the policy allows it
+	noClick bool // parked: the card is never clicked
+	channel string
+
+	thread    string // ts of the mention
+	mentionAt time.Time
+	cardAt    time.Time
+	cardTS    string
+	clickAt   time.Time
+	execAt    []time.Time // every execution of its tool call
+	execEnd   time.Time   // the first execution's answer
+	answerAt  time.Time
+	others    int // bot messages in the thread that are neither card nor answer
+
+	card     chan struct{} // closed when the card is posted
+	answered chan struct{} // closed when the final answer is complete
+	executed chan struct{} // closed when the tool starts running
+	hold     chan struct{} // non-nil: the tool waits for it to close
+}
+
+// tracker follows every conversation through the fakes' observations.
+type tracker struct {
+	mu          sync.Mutex
+	convs       []*conv
+	byThread    map[string]*conv
+	early       map[string][]func(*conv) // thread -> observations before its conversation was registered
+	streams     map[string]string        // stream message ts -> thread
+	unknown     int                      // tool executions for no known conversation
+	history     []int                    // raw history bytes of each paused step
+	otherSample string                   // the first bot reply that was neither card nor answer
+	onCard      func(*conv)              // called without the lock, once per card
+}
+
+func newTracker() *tracker {
+	return &tracker{
+		byThread: map[string]*conv{},
+		early:    map[string][]func(*conv){},
+		streams:  map[string]string{},
+	}
+}
+
+// convKind says what a new conversation does.
+type convKind struct {
+	ask     bool // its call asks (else the policy allows it)
+	noClick bool // parked: its card is never clicked
+	hold    bool // its tool waits for close(c.hold) before answering
+}
+
+// add registers a new conversation in one of channels channels, by its
+// number.
+func (t *tracker) add(k convKind, channels int) *conv {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id := len(t.convs)
+	c := &conv{
+		id: id, ask: k.ask, noClick: k.noClick, channel: channelID(id % channels),
+		card: make(chan struct{}), answered: make(chan struct{}), executed: make(chan struct{}),
+	}
+	if k.hold {
+		c.hold = make(chan struct{})
+	}
+	t.convs = append(t.convs, c)
+	return c
+}
+
+// count returns the number of conversations.
+func (t *tracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.convs)
+}
+
+// get returns conversation id, or nil.
+func (t *tracker) get(id int) *conv {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id < 0 || id >= len(t.convs) {
+		return nil
+	}
+	return t.convs[id]
+}
+
+// mentioned records the thread of a conversation once its mention is
+// posted, and applies what was observed in the thread before.
+func (t *tracker) mentioned(c *conv, thread string, at time.Time) {
+	t.mu.Lock()
+	c.thread, c.mentionAt = thread, at
+	t.byThread[thread] = c
+	early := t.early[thread]
+	delete(t.early, thread)
+	t.mu.Unlock()
+	for _, f := range early {
+		f(c)
+	}
+}
+
+// inThread runs f on the conversation of thread, now or once it is
+// registered.
+func (t *tracker) inThread(thread string, f func(*conv)) {
+	t.mu.Lock()
+	c := t.byThread[thread]
+	if c == nil {
+		t.early[thread] = append(t.early[thread], f)
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	f(c)
+}
+
+// message is the part of a Web API answer the tracker reads.
+type message struct {
+	OK      bool   `json:"ok"`
+	TS      string `json:"ts"`
+	Message struct {
+		Text     string          `json:"text"`
+		ThreadTS string          `json:"thread_ts"`
+		Blocks   json.RawMessage `json:"blocks"`
+	} `json:"message"`
+}
+
+// observe is the fake Slack's API observer: it spots cards and final
+// answers as they are posted.
+func (t *tracker) observe(e fakeslack.APIEvent) {
+	if e.Call.Error != "" || len(e.Response) == 0 {
+		return
+	}
+	at := e.Call.At
+	switch e.Call.Method {
+	case "chat.postMessage":
+		var m message
+		if json.Unmarshal(e.Response, &m) != nil || !m.OK || m.Message.ThreadTS == "" {
+			return
+		}
+		isCard := strings.Contains(string(m.Message.Blocks), `"action_id":"`+approveAction+`"`)
+		isAnswer := !isCard && (strings.Contains(m.Message.Text, "done conv-") || strings.Contains(string(m.Message.Blocks), "done conv-"))
+		ts := m.TS
+		switch {
+		case isCard:
+			t.inThread(m.Message.ThreadTS, func(c *conv) { t.cardPosted(c, ts, at) })
+		case isAnswer:
+			t.inThread(m.Message.ThreadTS, func(c *conv) { t.answerDone(c, at) })
+		default:
+			text := m.Message.Text
+			t.inThread(m.Message.ThreadTS, func(c *conv) { t.otherReply(c, text) })
+		}
+	case "chat.startStream":
+		var m message
+		if json.Unmarshal(e.Response, &m) != nil || !m.OK {
+			return
+		}
+		t.mu.Lock()
+		t.streams[m.TS] = e.Call.Param("thread_ts")
+		t.mu.Unlock()
+	case "chat.stopStream":
+		t.mu.Lock()
+		thread, ok := t.streams[e.Call.Param("ts")]
+		delete(t.streams, e.Call.Param("ts"))
+		t.mu.Unlock()
+		if ok {
+			t.inThread(thread, func(c *conv) { t.answerDone(c, at) })
+		}
+	}
+}
+
+func (t *tracker) cardPosted(c *conv, ts string, at time.Time) {
+	t.mu.Lock()
+	first := c.cardTS == ""
+	if first {
+		c.cardTS, c.cardAt = ts, at
+	}
+	onCard := t.onCard
+	t.mu.Unlock()
+	if first {
+		close(c.card)
+		if onCard != nil {
+			onCard(c)
+		}
+	}
+}
+
+// otherReply records a bot message in the thread that is neither a card
+// nor the answer, such as "busy, try again".
+func (t *tracker) otherReply(c *conv, text string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c.others++
+	if t.otherSample == "" {
+		t.otherSample = text
+	}
+}
+
+func (t *tracker) answerDone(c *conv, at time.Time) {
+	t.mu.Lock()
+	first := c.answerAt.IsZero()
+	if first {
+		c.answerAt = at
+	}
+	t.mu.Unlock()
+	if first {
+		close(c.answered)
+	}
+}
+
+// executed records a run of conversation id's tool and returns the channel
+// to wait on before answering (nil: answer at once).
+func (t *tracker) executedCall(id int, at time.Time) (*conv, <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id < 0 || id >= len(t.convs) {
+		t.unknown++
+		return nil, nil
+	}
+	c := t.convs[id]
+	c.execAt = append(c.execAt, at)
+	if len(c.execAt) == 1 {
+		close(c.executed)
+	}
+	return c, c.hold
+}
+
+// toolAnswered records when the first execution's answer was written.
+func (t *tracker) toolAnswered(c *conv, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c.execEnd.IsZero() {
+		c.execEnd = at
+	}
+}
+
+// clicked records the click time.
+func (t *tracker) clicked(c *conv, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c.clickAt = at
+}
+
+// snapshot returns copies of the conversations from index from on.
+func (t *tracker) snapshot(from int) []conv {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]conv, 0, len(t.convs)-from)
+	for _, c := range t.convs[from:] {
+		cp := *c
+		cp.execAt = append([]time.Time(nil), c.execAt...)
+		out = append(out, cp)
+	}
+	return out
+}
+
+// model is the scripted model: the first request of a conversation gets one
+// tool call of http_get on the bench's tool server, the request after the
+// tool result gets the final answer "done conv-N". Each answer waits
+// latency (nanoseconds), which may change while the model answers.
+type model struct {
+	t       *tracker
+	toolURL string
+	latency atomic.Int64
+}
+
+func (m *model) answer(req openai.ChatCompletionRequest) fakeopenai.Response {
+	latency := time.Duration(m.latency.Load())
+	id := -1
+	hasResult := false
+	for _, msg := range req.Messages {
+		if msg.Role == openai.ChatMessageRoleUser && id < 0 {
+			if sm := convMarker.FindStringSubmatch(msg.Content); sm != nil {
+				id, _ = strconv.Atoi(sm[1])
+			}
+		}
+		if msg.Role == openai.ChatMessageRoleTool {
+			hasResult = true
+		}
+	}
+	if id < 0 {
+		return fakeopenai.Response{Delay: latency, Text: "I do not know this conversation."}
+	}
+	if hasResult {
+		return fakeopenai.Response{Delay: latency, Text: fmt.Sprintf("done conv-%d", id)}
+	}
+	c := m.t.get(id)
+	mode := "allow"
+	if c != nil && c.ask {
+		mode = "ask"
+	}
+	args := fmt.Sprintf(`{"url":"%s/%s/conv-%d"}`, m.toolURL, mode, id)
+	call := fakeopenai.ToolCall{ID: fmt.Sprintf("call_%d", id), Name: "http_get", Arguments: args}
+	if c != nil && c.ask {
+		// The raw history of the paused step: what the model was sent, and
+		// its tool call.
+		hist, _ := json.Marshal(req.Messages)
+		tc, _ := json.Marshal(openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, ToolCalls: []openai.ToolCall{{
+			ID: call.ID, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: call.Name, Arguments: args},
+		}}})
+		m.t.mu.Lock()
+		m.t.history = append(m.t.history, len(hist)+len(tc))
+		m.t.mu.Unlock()
+	}
+	return fakeopenai.Response{Delay: latency, ToolCalls: []fakeopenai.ToolCall{call}}
+}
