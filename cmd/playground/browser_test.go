@@ -310,3 +310,82 @@ func void[T any](a chromedp.Action[T], dst *T) chromedp.Action[chromedp.Void] {
 		return chromedp.Void{}, err
 	}
 }
+
+// TestBrowserSurfaces walks the rest of the page: a DM whose card goes to
+// #approvals, the App Home inbox, a slash command's private answer and a
+// person outside #ops.
+func TestBrowserSurfaces(t *testing.T) {
+	pg, url := startPage(t)
+	ctx := startBrowser(t)
+	shots := *shotsDir
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
+		})
+	}
+	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			_ = chromedp.Do(ctx, shot("failed"))
+			html, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("body")))
+			t.Fatalf("%s: %v\nscreenshots in %s\npage:\n%s", step, err, shots, html)
+		}
+	}
+	var dmThread string
+	run("load the page",
+		chromedp.Navigate(url+"?user="+userYou),
+		chromedp.WaitVisible(chromedp.CSS(`#sidebar .nav-item.active`)),
+	)
+	run("a request in the DM with the bot",
+		click(`.nav-item[data-conv="dm"]`),
+		waitText(`#title`, "toolgate (DM)"),
+		ask("delete notes.md", &dmThread),
+		shot("s1-dm"),
+	)
+	run("alice cannot see the DM: the card is in #approvals",
+		actAs(userAlice),
+		click(`.nav-item[data-conv="`+channelApprov+`"]`),
+		waitText(`#title`, "#approvals"),
+		waitText(`#main .bk-header`, "workspace_delete"),
+		waitJS(`document.querySelector('#main button[data-action-id="approve"]') !== null`),
+		shot("s2-approvals"),
+	)
+	run("alice's Home tab lists it with the same buttons",
+		click(`.nav-item[data-conv="home"]`),
+		waitJS(`document.querySelector('#main .home-view button[data-action-id="approve"]') !== null`),
+		waitText(`#main .home-view`, "workspace_delete"),
+		shot("s3-home"),
+		click(`#main .home-view button[data-action-id="approve"]`),
+	)
+	run("approved from the Home tab: the requester's thread has the answer",
+		actAs(userYou),
+		click(`.nav-item[data-conv="dm"]`),
+		openThread(dmThread),
+		waitText(`#thread .msg`, "Approved by"),
+		waitText(`#thread .msg`, "workspace_delete: deleted notes.md"),
+	)
+	if _, err := os.Stat(filepath.Join(pg.workspace, "notes.md")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("notes.md after the approval: got %v, want it gone", err)
+	}
+	run("a slash command answers privately",
+		actAs(userBob),
+		click(`.nav-item[data-conv="`+channelOps+`"]`),
+		chromedp.SetValue(chromedp.CSS("#text"), "/approvals help"),
+		click("#send"),
+		waitText(`#main .msg.ephemeral`, "/approvals"),
+		waitText(`#main .msg.ephemeral .only-you`, "Only visible to you"),
+		shot("s4-slash"),
+	)
+	run("dave, outside #ops, cannot post there",
+		actAs(userDave),
+		waitJS(`document.getElementById("text").disabled && document.getElementById("text").placeholder.includes("not in #ops")`),
+		waitJS(`!document.body.textContent.includes("Only visible to you")`),
+	)
+}
