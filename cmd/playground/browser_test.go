@@ -127,6 +127,12 @@ func click(sel string) chromedp.Action[chromedp.Void] {
 	return waitJS(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel))
 }
 
+// setValue types value into the first element matching sel as soon as
+// there is one, finding and typing in one step as click does.
+func setValue(sel, value string) chromedp.Action[chromedp.Void] {
+	return waitJS(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.value = %q; return true })()`, sel, value))
+}
+
 // actAs switches the page's user.
 func actAs(userID string) chromedp.Action[chromedp.Void] {
 	return void(chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById("user"); s.value = %q; s.dispatchEvent(new Event("change")); return true })()`, userID)), nil)
@@ -145,7 +151,7 @@ func openThread(ts string) chromedp.Action[chromedp.Void] {
 func ask(text string, ts *string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(
 		waitJS(`(state.thread = "") === ""`), // the reply opens the new thread
-		chromedp.SetValue(chromedp.CSS("#text"), text),
+		setValue("#text", text),
 		click("#send"),
 		waitJS(`state.thread !== "" && document.querySelector('#thread button[data-action-id="approve"]') !== null`),
 		void(chromedp.Evaluate[string](`state.thread`), ts),
@@ -220,7 +226,7 @@ func TestBrowser(t *testing.T) {
 	run("the approver rejects with a reason through the modal",
 		click(`#thread button[data-action-id="reject"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#modal .modal .bk-field-input`)),
-		chromedp.SetValue(chromedp.CSS(`#modal .bk-field-input`), reason),
+		setValue(`#modal .bk-field-input`, reason),
 		shot("3-reject-modal"),
 		click(`#modal .modal-submit`),
 		waitJS(`document.getElementById("modal-layer").hidden`),
@@ -271,7 +277,7 @@ func TestBrowser(t *testing.T) {
 	run("Edit with invalid JSON shows the inline error",
 		click(`#thread button[data-action-id="edit"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#modal textarea.bk-field-input`)),
-		chromedp.SetValue(chromedp.CSS(`#modal textarea.bk-field-input`), `{"path": "report.csv",`),
+		setValue(`#modal textarea.bk-field-input`, `{"path": "report.csv",`),
 		click(`#modal .modal-submit`),
 		chromedp.WaitVisible(chromedp.CSS(`#modal .bk-has-error .bk-error`)),
 		// What was typed is kept next to the error.
@@ -377,7 +383,7 @@ func TestBrowserSurfaces(t *testing.T) {
 	run("a slash command answers privately",
 		actAs(userBob),
 		click(`.nav-item[data-conv="`+channelOps+`"]`),
-		chromedp.SetValue(chromedp.CSS("#text"), "/approvals help"),
+		setValue("#text", "/approvals help"),
 		click("#send"),
 		waitText(`#main .msg.ephemeral`, "/approvals"),
 		waitText(`#main .msg.ephemeral .only-you`, "Only visible to you"),

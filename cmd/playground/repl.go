@@ -56,12 +56,12 @@ func (s *session) intro() {
              carol (admin) and the bot; dave is not in #ops.
   Model:     %s.
   Store:     %s.
-
-Lines you type are posted in #ops as the current person; /commands click and type for them.
 `, model, s.pg.storeName)
 	if s.pg.workspace != "" {
-		s.printf(`Tools:     the built-in workspace tools on a seeded temporary workspace, run_command
-           and ask_human; /policy shows the policy.
+		s.printf(`  Tools:     the built-in workspace tools on a seeded temporary workspace, run_command
+             and ask_human; /policy shows the policy.
+
+Lines you type are posted in #ops as the current person; /commands click and type for them.
 Try:
   delete scratch.csv   you ask the bot; the policy wants alice's approval, the bot posts a card
   /approve             you approve your own request: refused, deletes need a second person
@@ -72,7 +72,9 @@ Then: read secrets/api-token.txt (denied); write hi to notes.md, /reject not now
 
 `)
 	} else {
-		s.printf("Tools and policy: your config file; /policy shows it. /help lists the commands, /quit ends.\n\n")
+		s.printf("  Tools:     those of your config file; /policy shows it.\n\n" +
+			"Lines you type are posted in #ops as the current person; /commands click and type for them.\n" +
+			"/help lists the commands, /quit ends.\n\n")
 	}
 }
 
