@@ -274,6 +274,14 @@ func TestBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	run("Deny asks for confirmation first; keeping it pending changes nothing",
+		click(`#thread button[data-action-id="deny"]`),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-layer .bk-confirm-box`)),
+		waitText(`#confirm-layer .bk-confirm-title`, "Deny this call?"),
+		click(`#confirm-layer .bk-confirm-no`),
+		waitJS(`document.getElementById("confirm-layer").hidden`),
+		waitJS(`document.querySelector('#thread button[data-action-id="approve"]') !== null`),
+	)
 	run("Edit with invalid JSON shows the inline error",
 		click(`#thread button[data-action-id="edit"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#modal textarea.bk-field-input`)),
@@ -285,6 +293,8 @@ func TestBrowser(t *testing.T) {
 		shot("5-edit-error"),
 		click(`#modal .modal-close`),
 		waitJS(`document.getElementById("modal-layer").hidden`),
+		// Neither the kept-pending Deny nor the failed edit decided it.
+		waitJS(`document.querySelector('#thread button[data-action-id="approve"]') !== null && !document.getElementById("thread").textContent.includes("Denied by")`),
 	)
 	if _, err := os.Stat(filepath.Join(pg.workspace, "report.csv")); err != nil {
 		t.Errorf("report.csv after a failed edit: %v", err)

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -239,5 +240,66 @@ func TestPageRefusals(t *testing.T) {
 		if !strings.Contains(string(page), w) {
 			t.Errorf("the page lacks %q", w)
 		}
+	}
+}
+
+// TestDefaultModeServesThePage runs the program as `go run
+// ./cmd/playground -no-open` does: it prints the page's URL, serves it,
+// and stops cleanly when its context ends, an open event stream included.
+func TestDefaultModeServesThePage(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("REDIS_URL", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, strings.NewReader(""), outW, []string{"-no-open", "-addr", "127.0.0.1:0"})
+		outW.Close()
+		done <- err
+	}()
+	lines := bufio.NewScanner(out)
+	var pageURL string
+	for pageURL == "" && lines.Scan() {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(lines.Text()), "Open "); ok {
+			pageURL = u
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }() // the rest of the output
+	if !strings.HasPrefix(pageURL, "http://127.0.0.1:") {
+		t.Fatalf("no page URL printed (got %q)", pageURL)
+	}
+	resp, err := http.Get(pageURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "Toolgate playground") {
+		t.Fatalf("GET %s: %d\n%s", pageURL, resp.StatusCode, page)
+	}
+	events, err := http.Get(pageURL + "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Body.Close()
+
+	cancel() // as Ctrl-C does
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+	if _, err := io.ReadAll(events.Body); err != nil && !strings.Contains(err.Error(), "EOF") {
+		t.Logf("event stream ended with %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "toolgate-playground-*")); len(left) > 0 {
+		t.Errorf("temporary directories left behind: %v", left)
 	}
 }
