@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -133,6 +134,13 @@ func setValue(sel, value string) chromedp.Action[chromedp.Void] {
 	return waitJS(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.value = %q; return true })()`, sel, value))
 }
 
+// lastMessageHas waits until the last message of the open thread contains
+// every one of texts.
+func lastMessageHas(texts ...string) chromedp.Action[chromedp.Void] {
+	list, _ := json.Marshal(texts)
+	return waitJS(fmt.Sprintf(`(() => { const ms = document.querySelectorAll("#thread .msg"); const last = ms[ms.length - 1]; return !!last && %s.every(s => last.textContent.includes(s)) })()`, list))
+}
+
 // actAs switches the page's user.
 func actAs(userID string) chromedp.Action[chromedp.Void] {
 	return void(chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById("user"); s.value = %q; s.dispatchEvent(new Event("change")); return true })()`, userID)), nil)
@@ -231,8 +239,9 @@ func TestBrowser(t *testing.T) {
 		click(`#modal .modal-submit`),
 		waitJS(`document.getElementById("modal-layer").hidden`),
 		waitText(`#thread .msg`, "Rejected by"),
-		// The scripted model quotes the tool result: the reason reached it.
-		waitText(`#thread .msg`, "not during the freeze"),
+		// The answer, last in the thread, quotes the tool result: the
+		// scripted model read the reason.
+		lastMessageHas("workspace_delete: ", "not during the freeze"),
 		waitJS(`document.querySelector('#thread button[data-action-id="approve"]') === null`),
 	)
 	if !modelSaw(pg, "not during the freeze <b>really</b>") {
@@ -254,7 +263,7 @@ func TestBrowser(t *testing.T) {
 		click(approve),
 		waitText(`#thread .msg`, "Approved by"),
 		waitJS(`document.querySelector('#thread button[data-action-id="approve"]') === null`),
-		waitText(`#thread .msg`, "workspace_delete: "),
+		lastMessageHas("workspace_delete: deleted scratch.csv"),
 		shot("4-approved"),
 	)
 	if _, err := os.Stat(filepath.Join(pg.workspace, "scratch.csv")); !errors.Is(err, fs.ErrNotExist) {
