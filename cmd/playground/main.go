@@ -315,7 +315,7 @@ func (pg *playground) startBot(ctx context.Context, model agent.Model, reg *agen
 		BotToken:         pg.slack.BotToken(),
 		AppToken:         pg.slack.AppToken(),
 		APIURL:           pg.slack.APIURL(),
-		AdminUsers:       adminUsers,
+		AdminUsers:       []string{userCarol},
 		ApprovalsChannel: channelApprov,
 		ShutdownGrace:    5 * time.Second,
 		Logger:           pg.log,

@@ -190,21 +190,22 @@ type personView struct {
 
 func (w *web) index(rw http.ResponseWriter, _ *http.Request) {
 	data := struct {
-		People    []personView
-		Model     string
-		Scripted  bool
-		Store     string
-		Examples  []string
-		OwnConfig bool
-	}{Scripted: w.pg.fakeModel != nil, Store: w.pg.storeName, OwnConfig: w.pg.workspace == ""}
+		People   []personView
+		Model    string
+		Scripted bool
+		Store    string
+		Examples []string // phrases the scripted model understands on the demo workspace
+	}{Scripted: w.pg.fakeModel != nil, Store: w.pg.storeName}
 	for _, p := range people {
 		data.People = append(data.People, personView{p.id, p.name, p.role})
 	}
 	if data.Scripted {
 		data.Model = "scripted demo model (no API key)"
-		data.Examples = []string{"delete scratch.csv", "list files", "read secrets/api-token.txt", "write hi to notes.md", "run df -h", "/approvals pending"}
 	} else {
 		data.Model = "model: " + w.pg.modelName
+	}
+	if data.Scripted && w.pg.workspace != "" {
+		data.Examples = []string{"delete scratch.csv", "list files", "read secrets/api-token.txt", "write hi to notes.md", "run df -h", "/approvals pending"}
 	}
 	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := w.page.Execute(rw, data); err != nil {

@@ -36,9 +36,6 @@ var people = []person{
 	{userDave, "dave", "outsider: not in #ops", false},
 }
 
-// adminUsers are the playground's ADMIN_USERS.
-var adminUsers = []string{userCarol}
-
 // personByName finds a person by handle, with or without a leading @.
 func personByName(name string) (person, bool) {
 	name = strings.TrimPrefix(name, "@")
@@ -119,19 +116,17 @@ policy:
       verdict: allow
 `
 
-// seedFiles are the demo workspace's files.
-var seedFiles = map[string]string{
-	"scratch.csv":           "id,value\n1,42\n2,17\n",
-	"report.csv":            "week,incidents\n48,3\n49,1\n",
-	"notes.md":              "# On-call notes\n\n- api was restarted on Monday\n- worker is flaky\n",
-	"secrets/api-token.txt": "not-a-real-token\n",
-	"tmp/.keep":             "",
-}
-
 // seedWorkspace writes the demo files under root and returns the demo
 // config file's content for root and the command directory cmdDir.
 func seedWorkspace(root, cmdDir string) (string, error) {
-	for name, content := range seedFiles {
+	files := map[string]string{
+		"scratch.csv":           "id,value\n1,42\n2,17\n",
+		"report.csv":            "week,incidents\n48,3\n49,1\n",
+		"notes.md":              "# On-call notes\n\n- api was restarted on Monday\n- worker is flaky\n",
+		"secrets/api-token.txt": "not-a-real-token\n",
+		"tmp/.keep":             "",
+	}
+	for name, content := range files {
 		p := filepath.Join(root, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
 			return "", fmt.Errorf("seed workspace: %w", err)
