@@ -195,7 +195,8 @@ func (w *web) index(rw http.ResponseWriter, _ *http.Request) {
 		Scripted bool
 		Store    string
 		Examples []string // phrases the scripted model understands on the demo workspace
-	}{Scripted: w.pg.fakeModel != nil, Store: w.pg.storeName}
+		Channel  string   // the conversation shown first
+	}{Scripted: w.pg.fakeModel != nil, Store: w.pg.storeName, Channel: channelOps}
 	for _, p := range people {
 		data.People = append(data.People, personView{p.id, p.name, p.role})
 	}
