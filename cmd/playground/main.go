@@ -79,7 +79,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("playground", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "`address` of the web page (default: a free port on 127.0.0.1)")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "`address` of the web page; port 0 picks a free one")
 	fs.StringVar(&o.config, "config", "", "run your own config `file` (policy, builtin_tools, mcp_servers; the format of the bot's CONFIG_FILE) instead of the demo one")
 	fs.BoolVar(&o.noOpen, "no-open", false, "do not open the page in a browser")
 	fs.StringVar(&o.script, "script", "", "play in the terminal: read commands from `file` (- for standard input) and exit at its end")
