@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sashabaranov/go-openai"
+	"github.com/slack-go/slack"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 )
@@ -301,5 +302,46 @@ func TestDefaultModeServesThePage(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(tmp, "toolgate-playground-*")); len(left) > 0 {
 		t.Errorf("temporary directories left behind: %v", left)
+	}
+}
+
+// TestPageShowsStreams shows an answer while it is streamed: the text so
+// far, as Markdown, marked as streaming until the stream stops.
+func TestPageShowsStreams(t *testing.T) {
+	pg, srv := startWeb(t)
+	api := slack.New(pg.slack.BotToken(), slack.OptionAPIURL(pg.slack.APIURL()))
+	dm := pg.slack.DMChannel(userYou)
+	parent := pg.slack.Post(dm, userYou, "hello") // the bot answers it, too; the stream below is ours
+	_, ts, err := api.StartStream(dm, slack.MsgOptionTS(parent), slack.MsgOptionMarkdownText("**Deleting** `scratch.csv` &lt;now&gt;"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func() string {
+		p := getPanes(t, srv, userYou, "dm", parent)
+		html := string(p.Thread)
+		at := strings.Index(html, `data-ts="`+ts+`"`)
+		if at < 0 {
+			t.Fatalf("the streamed message %s is not in the thread:\n%s", ts, html)
+		}
+		start := strings.LastIndex(html[:at], `<div class="msg`)
+		return html[start:]
+	}
+	got := msg()
+	for _, w := range []string{`<div class="msg streaming"`, `<div class="markdown"><div class="md-p"><b>Deleting</b> <code>scratch.csv</code> &lt;now&gt;`} {
+		if !strings.Contains(got, w) {
+			t.Errorf("while streaming, the message lacks %s:\n%s", w, got)
+		}
+	}
+	if _, _, err := api.AppendStream(dm, ts, slack.MsgOptionMarkdownText(" done.")); err != nil {
+		t.Fatal(err)
+	}
+	if got := msg(); !strings.Contains(got, "&lt;now&gt; done.") {
+		t.Errorf("after an append, the message lacks the new text:\n%s", got)
+	}
+	if _, _, err := api.StopStream(dm, ts); err != nil {
+		t.Fatal(err)
+	}
+	if got := msg(); strings.HasPrefix(got, `<div class="msg streaming"`) || !strings.Contains(got, "done.") {
+		t.Errorf("after the stream stopped:\n%s", got)
 	}
 }
