@@ -231,14 +231,17 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	for _, p := range people {
 		pg.slack.AddUser(fakeslack.User{ID: p.id, Name: p.name, RealName: strings.ToUpper(p.name[:1]) + p.name[1:], TZ: "Europe/Berlin"})
 	}
-	ops := []string{pg.slack.BotUserID()}
+	ops, approv := []string{pg.slack.BotUserID()}, []string{pg.slack.BotUserID()}
 	for _, p := range people {
 		if p.inOps {
 			ops = append(ops, p.id)
 		}
+		if p.inApprovals {
+			approv = append(approv, p.id)
+		}
 	}
 	pg.slack.AddChannel(fakeslack.Channel{ID: channelOps, Name: "ops", Members: ops})
-	pg.slack.AddChannel(fakeslack.Channel{ID: channelApprov, Name: "approvals", Members: []string{pg.slack.BotUserID(), userAlice, userCarol}})
+	pg.slack.AddChannel(fakeslack.Channel{ID: channelApprov, Name: "approvals", Members: approv})
 
 	model := pg.startModel(opts)
 	if pg.store, err = pg.openStore(ctx); err != nil {

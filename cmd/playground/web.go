@@ -307,7 +307,7 @@ func (w *web) panes(rw http.ResponseWriter, r *http.Request) {
 func (w *web) channelFor(p person, conv string) (id, name string, member bool) {
 	switch conv {
 	case channelApprov:
-		return channelApprov, "#approvals", p.id == userAlice || p.id == userCarol
+		return channelApprov, "#approvals", p.inApprovals
 	case "dm":
 		return w.pg.slack.DMChannel(p.id), "toolgate (DM)", true
 	}

@@ -25,15 +25,16 @@ const (
 // person is a member of the fake workspace the playground can act as.
 type person struct {
 	id, name, role string
-	inOps          bool
+	// inOps and inApprovals say whether they are in #ops and #approvals.
+	inOps, inApprovals bool
 }
 
 var people = []person{
-	{userYou, "you", "requester: asks the bot to do things", true},
-	{userAlice, "alice", "approver: on call, approves deletes", true},
-	{userBob, "bob", "bystander: in #ops, approves nothing", true},
-	{userCarol, "carol", "admin: may change the policy", true},
-	{userDave, "dave", "outsider: not in #ops", false},
+	{userYou, "you", "requester: asks the bot to do things", true, false},
+	{userAlice, "alice", "approver: on call, approves deletes", true, true},
+	{userBob, "bob", "bystander: in #ops, approves nothing", true, false},
+	{userCarol, "carol", "admin: may change the policy", true, true},
+	{userDave, "dave", "outsider: not in #ops", false, false},
 }
 
 // personByName finds a person by handle, with or without a leading @.
