@@ -35,9 +35,14 @@ async function refresh() {
   try {
     do {
       dirty = false;
-      const q = new URLSearchParams({ user: state.user, conv: state.conv, thread: state.thread });
+      const q = new URLSearchParams({ user: state.user, conv: state.conv, thread: state.thread }).toString();
       const res = await fetch("/panes?" + q);
-      if (res.ok) render(await res.json());
+      const panes = res.ok ? await res.json() : null;
+      // Panes asked for before a switch of person or conversation are
+      // not shown: the next round asks again.
+      const now = new URLSearchParams({ user: state.user, conv: state.conv, thread: state.thread }).toString();
+      if (now !== q) dirty = true;
+      else if (panes) render(panes);
     } while (dirty);
   } finally {
     fetching = false;
