@@ -1,40 +1,56 @@
-// Command playground tries Toolgate out in a terminal, with no Slack
-// workspace and no model API key:
+// Command playground tries Toolgate out with no Slack workspace and no
+// model API key:
 //
 //	go run ./cmd/playground
 //
-// It runs the real bot (the Slack app, the agent, the policy engine and the
-// embedded store, in a temporary directory) against an in-process fake
-// Slack and a small scripted model, and lets you play the people of the
-// fake workspace: you, who asks the bot to do things; alice, who approves
-// restarts; and bob. All of them are in #ops with the bot.
+// It runs the real bot (the Slack app, the agent, the policy engine and a
+// store) connected over the real Socket Mode protocol and Web API to an
+// in-process fake Slack (internal/fakeslack), with a small scripted model
+// served by a fake OpenAI-compatible server, and serves a web page on
+// 127.0.0.1 (-addr; a free port by default) that shows the fake workspace
+// like a Slack client: #ops, #approvals, the DM with the bot and its Home
+// tab; threads, the bot's status and streamed answers; Block Kit cards with
+// their buttons and confirm dialogs, modals with inline errors, messages
+// only one person sees. A switcher at the top picks the person acting: you
+// (the requester), alice (the approver), bob (in #ops, approves nothing),
+// carol (an admin) and dave (not in #ops). The page's URL is printed, and
+// opened in a browser where a desktop is present (DISPLAY or
+// WAYLAND_DISPLAY, or macOS) unless -no-open is given.
 //
-// The bot has four demo tools that only pretend to act: get_status,
-// restart_service, scale_service and drop_database, plus ask_human. The
-// policy (print it with /policy) allows reads, denies drops, asks alice to
-// approve restarts (never the person who asked: four eyes) and asks anyone
-// to approve scaling above five replicas.
+// The page is rendered on the server (html.go): Block Kit, Slack mrkdwn and
+// the Markdown of streamed answers become HTML whose every string from the
+// bot is escaped text; links are made for http, https and mailto only. The
+// page's script (static/app.js) follows server-sent events, fetches the
+// rendered panes and posts clicks, form submissions and messages, which the
+// server turns into the envelopes Slack would send (block_actions,
+// view_submission, view_closed, slash commands, app_home_opened, message and
+// app_mention events). Messages in #ops mention the bot.
 //
-// A line you type is posted as the current person: the first one mentions
-// the bot in #ops and starts a thread, the next ones are replies in that
-// thread. Commands play the rest of Slack: /as switches person; /approve,
-// /deny, /always, /cancel, /reject REASON, /edit JSON and /reply ANSWER
-// press the buttons of the latest pending approval card (or of card #N) and
-// fill in their forms; /pending, /policy and /approvals run the bot's slash
-// command. /help lists them all. After each command the playground waits
-// until the bot is idle and prints what changed in the thread: new
-// messages, cards that were updated, and messages only one person sees.
-// A card's buttons are shown as [Approve] [Deny] and so on.
+// The demo configuration (workspace.go) enables the tools package's
+// built-ins on a seeded temporary workspace: workspace_list/read/write/
+// delete, run_command and ask_human, with a policy that allows reads,
+// denies anything under secrets/ and rm, asks alice to approve deletes
+// (never the requester: four eyes), allows writes under tmp/ and harmless
+// commands (CEL conditions) and asks anyone for other writes. -config FILE
+// runs your own config file instead, parsed by the bot's own parsers. The
+// store is an embedded one in the temporary directory, or Redis when
+// REDIS_URL is set. With OPENAI_API_KEY or OPENAI_BASE_URL set (and
+// optionally OPENAI_MODEL) the bot talks to that model; -scripted keeps the
+// scripted one, which understands "list files", "read FILE", "delete FILE",
+// "write TEXT to FILE", "run COMMAND" and "ask QUESTION", joined with "and".
 //
-// The scripted model understands "status api", "restart api", "scale api 8",
-// "drop users" and "ask QUESTION", several of them joined with "and" (they
-// become parallel tool calls), and answers tool results by quoting them. With
-// OPENAI_API_KEY set (and optionally OPENAI_BASE_URL and OPENAI_MODEL), the
-// playground talks to that model instead; -scripted keeps the scripted one.
+// In a terminal, -tty reads commands from standard input and -script FILE
+// (- for standard input) from a file, ending at its end: a line is posted
+// as the current person (the first one mentions the bot in #ops and starts
+// a thread), and commands play the rest of Slack: /as NAME switches person;
+// /approve, /deny, /always, /cancel, /reject REASON, /edit JSON and /reply
+// ANSWER press the buttons of the latest pending card (or of card #N) and
+// fill in their forms; /pending, /policy and /approvals run the slash
+// command. After each command it waits until the bot is idle and prints
+// what changed.
 //
-// Commands are read from standard input, which may be a file or a pipe, or
-// from the file named by -script; the playground stops at the end of the
-// input, at /quit or on Ctrl-C, and then stops the bot, closes the store and
-// removes its temporary directory. The bot's warnings go to standard error;
-// -v shows all of its logs.
+// Either way the playground stops on Ctrl-C (or at /quit or the end of the
+// input in a terminal): it stops the bot, closes the store and removes its
+// temporary directory. The bot's warnings go to standard error; -v shows
+// all of its logs.
 package main

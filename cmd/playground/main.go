@@ -25,6 +25,8 @@ import (
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store/boltstore"
+	"github.com/toolgate/toolgate/store/redisstore"
+	"github.com/toolgate/toolgate/tools"
 )
 
 const (
@@ -35,11 +37,14 @@ const (
 	stopTimeout = 15 * time.Second
 	// defaultModel is the model asked when OPENAI_MODEL is not set.
 	defaultModel = "gpt-4o-mini"
+	// defaultBaseURL is OpenAI's endpoint, used when only OPENAI_API_KEY
+	// is set.
+	defaultBaseURL = "https://api.openai.com/v1"
 )
 
 // systemPrompt is given to a real model; the scripted one ignores it.
 const systemPrompt = "You are Toolgate, an operations assistant in a Slack channel. " +
-	"Use the tools to check, restart and scale services when asked. " +
+	"Use the tools to look at and change the files of the workspace and to run commands when asked. " +
 	"Some calls wait for a human approval; when a call was refused or rejected, say so plainly and quote the reason. " +
 	"Keep answers short."
 
@@ -55,27 +60,41 @@ func main() {
 
 // options are the command-line flags.
 type options struct {
+	addr     string
+	config   string
+	noOpen   bool
 	script   string
+	tty      bool
 	verbose  bool
 	scripted bool
 	wait     time.Duration
 	quiet    time.Duration
 }
 
+// terminal reports whether the playground runs in the terminal rather
+// than in a browser.
+func (o options) terminal() bool { return o.script != "" || o.tty }
+
 func parseFlags(args []string, out io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("playground", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.script, "script", "", "read commands from `file` instead of standard input and exit at its end")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "`address` of the web page; port 0 picks a free one")
+	fs.StringVar(&o.config, "config", "", "run your own config `file` (policy, builtin_tools, mcp_servers; the format of the bot's CONFIG_FILE) instead of the demo one")
+	fs.BoolVar(&o.noOpen, "no-open", false, "do not open the page in a browser")
+	fs.StringVar(&o.script, "script", "", "play in the terminal: read commands from `file` (- for standard input) and exit at its end")
+	fs.BoolVar(&o.tty, "tty", false, "play in the terminal, reading commands from standard input")
 	fs.BoolVar(&o.verbose, "v", false, "show the bot's logs (on standard error)")
-	fs.BoolVar(&o.scripted, "scripted", false, "use the scripted model even when OPENAI_API_KEY is set")
-	fs.DurationVar(&o.wait, "wait", 30*time.Second, "how long to wait at most for the bot after each action")
-	fs.DurationVar(&o.quiet, "quiet", 400*time.Millisecond, "how long the bot must be idle before its output is shown")
+	fs.BoolVar(&o.scripted, "scripted", false, "use the scripted model even when OPENAI_API_KEY or OPENAI_BASE_URL is set")
+	fs.DurationVar(&o.wait, "wait", 30*time.Second, "terminal mode: how long to wait at most for the bot after each action")
+	fs.DurationVar(&o.quiet, "quiet", 400*time.Millisecond, "terminal mode: how long the bot must be idle before its output is shown")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: go run ./cmd/playground [flags]\n\n"+
 			"Runs the Toolgate bot against an in-process fake Slack workspace and a scripted\n"+
-			"model, and lets you play the workspace's people from the terminal.\n"+
-			"Set OPENAI_API_KEY (and optionally OPENAI_BASE_URL, OPENAI_MODEL) to talk to a real model.\n\nFlags:\n")
+			"model, and shows the workspace as a web page where you play its people.\n"+
+			"With -script or -tty it plays in the terminal instead.\n"+
+			"Set OPENAI_API_KEY or OPENAI_BASE_URL (and OPENAI_MODEL) to talk to a real model,\n"+
+			"REDIS_URL to keep the bot's state in Redis.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -84,14 +103,18 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q (use -script to read commands from a file)", fs.Arg(0))
 	}
+	if o.script != "" && o.tty {
+		return o, errors.New("-script and -tty both read commands: give one of them")
+	}
 	return o, nil
 }
 
 // run is the whole program: it starts the fake workspace, the model and
-// the bot, plays the commands read from stdin (or the -script file) and
-// shuts everything down at /quit, at the end of the input or when ctx
-// ends. The transcript goes to stdout; the bot's warnings and errors (all
-// of its logs with -v) go to standard error.
+// the bot, then serves the web page until ctx ends or, in terminal mode,
+// plays the commands read from stdin (or the -script file) until /quit,
+// the end of the input or ctx's end. Either way it then shuts everything
+// down. Output goes to stdout; the bot's warnings and errors (all of its
+// logs with -v) go to standard error.
 func run(ctx context.Context, stdin io.Reader, stdout io.Writer, args []string) error {
 	opts, err := parseFlags(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
@@ -102,13 +125,15 @@ func run(ctx context.Context, stdin io.Reader, stdout io.Writer, args []string) 
 	}
 
 	in, interactive := stdin, isTerminal(stdin)
-	if opts.script != "" {
+	if opts.script != "" && opts.script != "-" {
 		f, err := os.Open(opts.script)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		in, interactive = f, false
+	} else if opts.script == "-" {
+		interactive = false
 	}
 
 	level := slog.LevelWarn
@@ -123,6 +148,9 @@ func run(ctx context.Context, stdin io.Reader, stdout io.Writer, args []string) 
 	}
 	defer pg.close()
 
+	if !opts.terminal() {
+		return serveWeb(ctx, pg, opts, stdout)
+	}
 	s := newSession(pg, stdout, opts)
 	s.intro()
 	return s.loop(ctx, in, interactive)
@@ -138,21 +166,40 @@ func isTerminal(r io.Reader) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// botStore is what the bot needs of a store; both implementations have it.
+type botStore interface {
+	agent.Store
+	slackapp.Store
+	io.Closer
+}
+
+var (
+	_ botStore = (*redisstore.Store)(nil)
+	_ botStore = (*boltstore.Store)(nil)
+)
+
 // playground is everything that runs: the fakes, the store and the bot.
 type playground struct {
 	dir       string
+	workspace string // the demo workspace's root; empty with -config
+	config    string // the config file's text
 	slack     *fakeslack.Server
 	fakeModel *fakeopenai.Server // nil with a real model
 	modelName string
 	modelSeen atomic.Int64 // requests the scripted model answered
-	store     *boltstore.Store
+	storeName string
+	store     botStore
+	tools     *tools.Manager
 	app       *slackapp.App
 	stopBot   context.CancelFunc
 	botDone   chan error
 	log       *slog.Logger
 }
 
-// start builds the fake workspace and starts the bot on it.
+// start builds the fake workspace and starts the bot on it: the demo
+// configuration on a seeded workspace in a temporary directory, or the
+// -config file; the embedded store in the temporary directory, or Redis
+// at REDIS_URL; the scripted model, or the one OPENAI_* names.
 func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, err error) {
 	pg := &playground{log: log}
 	defer func() {
@@ -163,85 +210,157 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	if pg.dir, err = os.MkdirTemp("", "toolgate-playground-"); err != nil {
 		return nil, err
 	}
+	if opts.config != "" {
+		data, err := os.ReadFile(opts.config)
+		if err != nil {
+			return nil, fmt.Errorf("-config: %w", err)
+		}
+		pg.config = string(data)
+	} else {
+		pg.workspace = filepath.Join(pg.dir, "workspace")
+		if pg.config, err = seedWorkspace(pg.workspace, filepath.Join(pg.dir, "commands")); err != nil {
+			return nil, err
+		}
+	}
+	policy, toolCfg, err := parseConfig(opts.config, []byte(pg.config))
+	if err != nil {
+		return nil, err
+	}
 
 	pg.slack = fakeslack.Start()
 	for _, p := range people {
 		pg.slack.AddUser(fakeslack.User{ID: p.id, Name: p.name, RealName: strings.ToUpper(p.name[:1]) + p.name[1:], TZ: "Europe/Berlin"})
 	}
-	pg.slack.AddChannel(fakeslack.Channel{ID: channelOps, Name: "ops", Members: []string{userYou, userAlice, userBob, pg.slack.BotUserID()}})
+	ops, approv := []string{pg.slack.BotUserID()}, []string{pg.slack.BotUserID()}
+	for _, p := range people {
+		if p.inOps {
+			ops = append(ops, p.id)
+		}
+		if p.inApprovals {
+			approv = append(approv, p.id)
+		}
+	}
+	pg.slack.AddChannel(fakeslack.Channel{ID: channelOps, Name: "ops", Members: ops})
+	pg.slack.AddChannel(fakeslack.Channel{ID: channelApprov, Name: "approvals", Members: approv})
 
-	var model agent.Model
-	if key := os.Getenv("OPENAI_API_KEY"); key != "" && !opts.scripted {
-		pg.modelName = cmp.Or(os.Getenv("OPENAI_MODEL"), defaultModel)
-		model = agent.NewOpenAIModel(agent.ModelConfig{BaseURL: os.Getenv("OPENAI_BASE_URL"), APIKey: key, Model: pg.modelName, Timeout: 2 * time.Minute})
-	} else {
-		pg.fakeModel = fakeopenai.Start()
-		pg.fakeModel.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
-			pg.modelSeen.Add(1)
-			return scriptedModel(req)
-		})
-		model = agent.NewOpenAIModel(agent.ModelConfig{BaseURL: pg.fakeModel.URL(), APIKey: "playground", Model: "scripted", Timeout: 30 * time.Second})
-	}
-
-	if pg.store, err = boltstore.Open(filepath.Join(pg.dir, "toolgate.db"), boltstore.Options{}); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	policy, err := approvals.ParseConfig([]byte(policyYAML))
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	engine := approvals.NewEngine(policy, pg.store)
-	pg.app, err = slackapp.New(slackapp.Config{
-		BotToken:      pg.slack.BotToken(),
-		AppToken:      pg.slack.AppToken(),
-		APIURL:        pg.slack.APIURL(),
-		AdminUsers:    []string{userYou, userAlice},
-		ShutdownGrace: 5 * time.Second,
-		Logger:        log,
-	}, pg.store, engine)
-	if err != nil {
+	model := pg.startModel(opts)
+	if pg.store, err = pg.openStore(ctx); err != nil {
 		return nil, err
 	}
 	reg := agent.NewRegistry()
-	for _, t := range demoTools() {
-		if err := reg.Register(t); err != nil {
-			return nil, fmt.Errorf("register %s: %w", t.Name, err)
-		}
+	if pg.tools, err = tools.Load(ctx, toolCfg, reg, log); err != nil {
+		return nil, err
 	}
-	ag := agent.New(model, reg, engine, pg.store, pg.app.Reporter, agent.Config{
+	if err := pg.startBot(ctx, model, reg, policy); err != nil {
+		return nil, err
+	}
+	return pg, nil
+}
+
+// parseConfig parses a config file with the bot's own parsers: the policy
+// and the tools sections.
+func parseConfig(name string, data []byte) (*approvals.Policy, tools.Config, error) {
+	if name == "" {
+		name = "the demo config"
+	}
+	policy, err := approvals.ParseConfig(data)
+	if err != nil {
+		return nil, tools.Config{}, fmt.Errorf("%s: %w", name, err)
+	}
+	tc, err := tools.ParseConfig(data)
+	if err != nil {
+		return nil, tools.Config{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return policy, tc, nil
+}
+
+// startModel returns the model the bot talks to: the endpoint OPENAI_*
+// names when OPENAI_API_KEY or OPENAI_BASE_URL is set (unless -scripted),
+// otherwise the scripted model, served by a fake OpenAI-compatible server.
+func (pg *playground) startModel(opts options) agent.Model {
+	key, base := os.Getenv("OPENAI_API_KEY"), os.Getenv("OPENAI_BASE_URL")
+	if (key != "" || base != "") && !opts.scripted {
+		pg.modelName = cmp.Or(os.Getenv("OPENAI_MODEL"), defaultModel)
+		return agent.NewOpenAIModel(agent.ModelConfig{BaseURL: cmp.Or(base, defaultBaseURL), APIKey: key, Model: pg.modelName, Timeout: 2 * time.Minute})
+	}
+	pg.fakeModel = fakeopenai.Start()
+	pg.fakeModel.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		pg.modelSeen.Add(1)
+		return scriptedModel(req)
+	})
+	return agent.NewOpenAIModel(agent.ModelConfig{BaseURL: pg.fakeModel.URL(), APIKey: "playground", Model: "scripted", Timeout: 30 * time.Second})
+}
+
+// openStore opens Redis at REDIS_URL when it is set, otherwise the
+// embedded store in the temporary directory.
+func (pg *playground) openStore(ctx context.Context) (botStore, error) {
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		st, err := redisstore.New(ctx, u, redisstore.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("connect to REDIS_URL: %w", err)
+		}
+		pg.storeName = "Redis (REDIS_URL)"
+		return st, nil
+	}
+	st, err := boltstore.Open(filepath.Join(pg.dir, "toolgate.db"), boltstore.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	pg.storeName = "an embedded store in a temporary directory, removed at the end"
+	return st, nil
+}
+
+// startBot builds the Slack app and the agent on the fake workspace, runs
+// them and waits until the bot's Socket Mode connection is up.
+func (pg *playground) startBot(ctx context.Context, model agent.Model, reg *agent.Registry, policy *approvals.Policy) error {
+	engine := approvals.NewEngine(policy, pg.store)
+	app, err := slackapp.New(slackapp.Config{
+		BotToken:         pg.slack.BotToken(),
+		AppToken:         pg.slack.AppToken(),
+		APIURL:           pg.slack.APIURL(),
+		AdminUsers:       []string{userCarol},
+		ApprovalsChannel: channelApprov,
+		ShutdownGrace:    5 * time.Second,
+		Logger:           pg.log,
+	}, pg.store, engine)
+	if err != nil {
+		return err
+	}
+	pg.app = app
+	ag := agent.New(model, reg, engine, pg.store, app.Reporter, agent.Config{
 		SystemPrompt: systemPrompt,
 		ApprovalTTL:  time.Hour,
-		Groups:       pg.app.Groups(),
-		Audience:     pg.app.Audience(),
-		Logger:       log,
+		Groups:       app.Groups(),
+		Audience:     app.Audience(),
+		Logger:       pg.log,
 	})
 
 	botCtx, cancel := context.WithCancel(context.Background())
 	pg.stopBot, pg.botDone = cancel, make(chan error, 1)
-	go func() { pg.botDone <- pg.app.Run(botCtx, ag) }()
+	go func() { pg.botDone <- app.Run(botCtx, ag) }()
 
 	deadline := time.NewTimer(connectTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for !pg.app.Connected() {
+	for !app.Connected() {
 		select {
 		case err := <-pg.botDone:
 			pg.botDone <- err // for close
-			return nil, fmt.Errorf("the bot stopped at start: %w", err)
+			return fmt.Errorf("the bot stopped at start: %w", err)
 		case <-deadline.C:
-			return nil, errors.New("the bot did not connect to the fake Slack")
+			return errors.New("the bot did not connect to the fake Slack")
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-tick.C:
 		}
 	}
-	return pg, nil
+	return nil
 }
 
 // close stops the bot and lets in-flight work finish, then closes the
-// store and the fakes and removes the temporary directory. It is safe on a
-// partly started playground.
+// tools, the store and the fakes and removes the temporary directory. It
+// is safe on a partly started playground.
 func (pg *playground) close() {
 	if pg.stopBot != nil {
 		pg.stopBot()
@@ -252,6 +371,11 @@ func (pg *playground) close() {
 			}
 		case <-time.After(stopTimeout):
 			pg.log.Error("the bot did not stop in time")
+		}
+	}
+	if pg.tools != nil {
+		if err := pg.tools.Close(); err != nil {
+			pg.log.Error("close tools", "err", err)
 		}
 	}
 	if pg.store != nil {

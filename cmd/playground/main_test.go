@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,8 @@ func play(t *testing.T, steps []step, args ...string) string {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("REDIS_URL", "")
 
 	var script strings.Builder
 	for _, s := range steps {
@@ -41,7 +44,7 @@ func play(t *testing.T, steps []step, args ...string) string {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
-	args = append([]string{"-quiet", "300ms", "-wait", "10s"}, args...)
+	args = append([]string{"-script", "-", "-quiet", "300ms", "-wait", "10s"}, args...)
 	if err := run(ctx, strings.NewReader(script.String()), &out, args); err != nil {
 		t.Fatalf("run: %v\ntranscript:\n%s", err, out.String())
 	}
@@ -89,26 +92,29 @@ func play(t *testing.T, steps []step, args ...string) string {
 
 func TestScriptedSession(t *testing.T) {
 	transcript := play(t, []step{
-		{prompt: "you", command: "restart api", want: []string{
-			"card #1:", "== Approval: restart_service ==", "Restarts need a second person", "Approvers: @alice",
+		{prompt: "you", command: "delete scratch.csv", want: []string{
+			"card #1:", "== Approval: workspace_delete ==", "Deleting files needs a second person", "Approvers: @alice",
 			"[Approve] [Deny] [Reject with reason] [Edit arguments] [Cancel request]",
 		}},
-		{prompt: "you", command: "/approve", want: []string{"(only you see this)", "second pair of eyes"}, notWant: []string{"restarted api"}},
+		{prompt: "you", command: "/approve", want: []string{"(only you see this)", "second pair of eyes"}, notWant: []string{"deleted scratch.csv"}},
 		{prompt: "you", command: "/as alice", want: []string{"you are now alice"}},
 		{prompt: "alice", command: "/approve", want: []string{
-			"card #1 updated:", "Approved by @alice", "restarted api", "restart_service: restarted api",
+			"card #1 updated:", "Approved by @alice", "workspace_delete: deleted scratch.csv",
 		}, notWant: []string{"[Approve]"}},
-		{prompt: "alice", command: "drop users", want: []string{
-			"drop_database: Dropping databases from chat is never allowed. Ask a DBA.",
-		}, notWant: []string{"card #"}},
-		{prompt: "alice", command: "scale api 8", want: []string{
-			"card #2:", "== Approval: scale_service ==", "Scaling above 5 replicas costs money", `"replicas": 8`,
+		{prompt: "alice", command: "read secrets/api-token.txt", want: []string{
+			"workspace_read: secrets/ is off limits from chat; ask the security team.",
+		}, notWant: []string{"card #", "not-a-real-token"}},
+		{prompt: "alice", command: "write hi to notes.md", want: []string{
+			"card #2:", "== Approval: workspace_write ==", "Changing files needs a review", `"path": "notes.md"`,
 		}},
-		{prompt: "alice", command: "/reject too many", want: []string{
-			`"Reject with reason" form`, "card #2 updated:", "Rejected by @alice", "with the reason: too many",
-		}, notWant: []string{"scaled api"}},
-		{prompt: "alice", command: "status api and scale api 3", want: []string{
-			"get_status: api: healthy, 3 pods", "scale_service: scaled api to 3 replicas",
+		{prompt: "alice", command: "/reject not now", want: []string{
+			`"Reject with reason" form`, "card #2 updated:", "Rejected by @alice", "with the reason: not now",
+		}, notWant: []string{"wrote"}},
+		{prompt: "alice", command: "list files and write hi to tmp/a.txt", want: []string{
+			"workspace_list: ", "notes.md", "workspace_write: wrote 3 bytes to tmp/a.txt",
+		}, notWant: []string{"card #3", "scratch.csv"}},
+		{prompt: "alice", command: "run rm notes.md", want: []string{
+			"run_command: Use workspace_delete, which asks for an approval.",
 		}, notWant: []string{"card #3"}},
 	})
 	if !strings.Contains(transcript, "Toolgate playground") || !strings.Contains(transcript, "scripted model") {
@@ -119,26 +125,49 @@ func TestScriptedSession(t *testing.T) {
 func TestEditAlwaysAndCommands(t *testing.T) {
 	play(t, []step{
 		{prompt: "you", command: "/approve", want: []string{"no thread yet"}},
-		{prompt: "you", command: "scale api 9 and restart worker", want: []string{"card #1:", "card #2:", `"replicas": 9`, `"service": "worker"`}},
+		{prompt: "you", command: "write a to notes.md and delete report.csv", want: []string{"card #1:", "card #2:", `"path": "notes.md"`, `"path": "report.csv"`}},
 		{prompt: "you", command: "/as bob", want: []string{"you are now bob"}},
 		{prompt: "bob", command: "/approve 2", want: []string{"(only bob sees this)", "not an approver"}},
-		{prompt: "bob", command: `/edit #1 {"service":"api","replicas":40}`, want: []string{"the form was not accepted"}},
-		{prompt: "bob", command: `/edit #1 {"service":"api","replicas":4}`, want: []string{"card #1 updated:", "Edited by @bob"}},
-		{prompt: "bob", command: "/pending", want: []string{"(only bob sees this)", "restart_service"}},
+		{prompt: "bob", command: `/edit #1 {"path":"notes.md"}`, want: []string{"the form was not accepted"}},
+		{prompt: "bob", command: `/edit #1 {"path":"notes.md","content":"b"}`, want: []string{"card #1 updated:", "Edited by @bob"}},
+		{prompt: "bob", command: "/pending", want: []string{"(only bob sees this)", "workspace_delete"}},
 		{prompt: "bob", command: "/as alice", want: []string{"you are now alice"}},
 		{prompt: "alice", command: "/approve", want: []string{
-			"card #2 updated:", "Approved by @alice", "scale_service: ", "scaled api to 4 replicas", "restart_service: restarted worker",
+			"card #2 updated:", "Approved by @alice", "workspace_write: ", "wrote 1 bytes to notes.md", "workspace_delete: deleted report.csv",
 		}},
 		{prompt: "alice", command: "/new", want: []string{"new thread"}},
-		{prompt: "alice", command: "scale web 7", want: []string{"card #1:"}},
-		{prompt: "alice", command: "/always", want: []string{"allowed in this channel from now on", "scale_service: scaled web to 7 replicas"}},
-		{prompt: "alice", command: "scale web 9", want: []string{"scale_service: scaled web to 9 replicas"}, notWant: []string{"card #"}},
-		{prompt: "alice", command: "/policy", want: []string{"four_eyes: true", "big-scale"}},
-		{prompt: "alice", command: "/approvals policy test drop_database {\"name\":\"x\"}", want: []string{"deny"}},
+		{prompt: "alice", command: "write x to draft.txt", want: []string{"card #1:"}},
+		{prompt: "alice", command: "/always", want: []string{"allowed in this channel from now on", "workspace_write: wrote 2 bytes to draft.txt"}},
+		{prompt: "alice", command: "write y to draft.txt", want: []string{"workspace_write: wrote 2 bytes to draft.txt"}, notWant: []string{"card #"}},
+		{prompt: "alice", command: "/policy", want: []string{"four_eyes: true", "tmp-writes"}},
+		{prompt: "alice", command: `/approvals policy test run_command {"argv":["rm","x"]}`, want: []string{"deny"}},
 		{prompt: "alice", command: "/quit"},
 		// Nothing after /quit runs.
-		{prompt: "alice", command: "status api", skipped: true},
+		{prompt: "alice", command: "list files", skipped: true},
 	})
+}
+
+func TestOwnConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.yaml")
+	config := "builtin_tools:\n  workspace: {root: " + strconv.Quote(filepath.Join(dir, "ws")) + "}\n" +
+		"policy:\n  default: ask\n  rules:\n    - id: my-rule\n      tool: \"workspace_*\"\n      verdict: deny\n      reason: Not in my workspace.\n"
+	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	play(t, []step{
+		{prompt: "you", command: "list files", want: []string{"workspace_list: Not in my workspace."}},
+		{prompt: "you", command: "/policy", want: []string{"my-rule"}, notWant: []string{"tmp-writes"}},
+	}, "-config", file)
+
+	if err := os.WriteFile(file, []byte("policy:\n  rules:\n    - tool: x\n      verdict: maybe\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err := run(context.Background(), strings.NewReader(""), &out, []string{"-script", "-", "-config", file})
+	if err == nil || !strings.Contains(err.Error(), file) {
+		t.Errorf("a bad config file: got %v, want an error naming %s", err, file)
+	}
 }
 
 func TestQuitStopsReading(t *testing.T) {
@@ -151,22 +180,23 @@ func TestQuitStopsReading(t *testing.T) {
 func TestScriptFlagAndHelp(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
 	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", "")
 	file := filepath.Join(t.TempDir(), "script.txt")
-	if err := os.WriteFile(file, []byte("# a comment\nstatus api\n/help\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("# a comment\nlist files\n/help\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
 	// Standard input is ignored when -script is given.
-	if err := run(context.Background(), strings.NewReader("restart api\n"), &out, []string{"-script", file, "-quiet", "300ms"}); err != nil {
+	if err := run(context.Background(), strings.NewReader("delete scratch.csv\n"), &out, []string{"-script", file, "-quiet", "300ms"}); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	got := out.String()
-	for _, w := range []string{"you> status api\n", "get_status: api: healthy, 3 pods", "/reject [#N] REASON"} {
+	for _, w := range []string{"you> list files\n", "workspace_list: ", "scratch.csv", "/reject [#N] REASON"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("output lacks %q:\n%s", w, got)
 		}
 	}
-	for _, w := range []string{"a comment", "restart api\n"} {
+	for _, w := range []string{"a comment", "delete scratch.csv\n"} {
 		if strings.Contains(got, "> "+w) {
 			t.Errorf("output has %q:\n%s", w, got)
 		}
@@ -182,11 +212,15 @@ func TestScriptFlagAndHelp(t *testing.T) {
 	if err := run(context.Background(), strings.NewReader(""), &out, []string{"extra"}); err == nil {
 		t.Error("an extra argument was accepted")
 	}
+	if err := run(context.Background(), strings.NewReader(""), &out, []string{"-tty", "-script", file}); err == nil {
+		t.Error("-tty and -script together were accepted")
+	}
 }
 
 func TestCancelledContextStops(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
 	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", "")
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -196,7 +230,7 @@ func TestCancelledContextStops(t *testing.T) {
 	defer r.Close()
 	done := make(chan error, 1)
 	var out bytes.Buffer
-	go func() { done <- run(ctx, r, &out, []string{"-quiet", "300ms"}) }()
+	go func() { done <- run(ctx, r, &out, []string{"-tty", "-quiet", "300ms"}) }()
 	time.Sleep(500 * time.Millisecond)
 	cancel() // as Ctrl-C does
 	select {
@@ -215,14 +249,16 @@ func TestScriptedModel(t *testing.T) {
 		tools []string
 		args  []string
 	}{
-		{"status api", []string{"get_status"}, []string{`{"service":"api"}`}},
-		{"Restart API.", []string{"restart_service"}, []string{`{"service":"api"}`}},
-		{"scale worker to 8 replicas", []string{"scale_service"}, []string{`{"replicas":8,"service":"worker"}`}},
-		{"drop users", []string{"drop_database"}, []string{`{"name":"users"}`}},
-		{"status api and restart web, drop users", []string{"get_status", "restart_service", "drop_database"}, nil},
+		{"list files", []string{"workspace_list"}, []string{`{}`}},
+		{"ls tmp", []string{"workspace_list"}, []string{`{"path":"tmp"}`}},
+		{"Read Notes.md", []string{"workspace_read"}, []string{`{"path":"Notes.md"}`}},
+		{"delete scratch.csv.", []string{"workspace_delete"}, []string{`{"path":"scratch.csv"}`}},
+		{"write hello world to tmp/a.txt", []string{"workspace_write"}, []string{`{"content":"hello world\n","path":"tmp/a.txt"}`}},
+		{"run df -h", []string{"run_command"}, []string{`{"argv":["df","-h"]}`}},
+		{"list files and delete a.csv, run uptime", []string{"workspace_list", "workspace_delete", "run_command"}, nil},
 		{"ask which one and why", []string{"ask_human"}, []string{`{"question":"which one and why?"}`}},
 		{"make me a sandwich", nil, nil},
-		{"status api and make me a sandwich", nil, nil},
+		{"list files and make me a sandwich", nil, nil},
 	} {
 		calls, ok := parseRequest(tc.text)
 		if ok != (tc.tools != nil) {
@@ -271,24 +307,42 @@ func TestBlocksText(t *testing.T) {
 }
 
 func TestModelFromEnvironment(t *testing.T) {
-	t.Setenv("TMPDIR", t.TempDir())
-	model := fakeopenai.New(t)
-	model.Handle(scriptedModel)
-	t.Setenv("OPENAI_API_KEY", "sk-test")
-	t.Setenv("OPENAI_BASE_URL", model.URL())
-	t.Setenv("OPENAI_MODEL", "test-model")
+	for _, key := range []string{"sk-test", ""} {
+		t.Run("key="+key, func(t *testing.T) {
+			t.Setenv("TMPDIR", t.TempDir())
+			model := fakeopenai.New(t)
+			model.Handle(scriptedModel)
+			// OPENAI_BASE_URL alone (a local server) is enough.
+			t.Setenv("OPENAI_API_KEY", key)
+			t.Setenv("OPENAI_BASE_URL", model.URL())
+			t.Setenv("OPENAI_MODEL", "test-model")
 
+			var out bytes.Buffer
+			if err := run(context.Background(), strings.NewReader("list files\n"), &out, []string{"-script", "-", "-quiet", "300ms"}); err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			for _, w := range []string{"the real model test-model", "workspace_list: "} {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			reqs := model.Requests()
+			if len(reqs) == 0 || reqs[0].Model != "test-model" {
+				t.Errorf("the configured model was not asked: %d requests", len(reqs))
+			}
+		})
+	}
+}
+
+func TestRedisURLIsHonoured(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", "")
+	// Nothing listens on port 1: the playground must have tried Redis.
+	t.Setenv("REDIS_URL", "redis://127.0.0.1:1/0")
 	var out bytes.Buffer
-	if err := run(context.Background(), strings.NewReader("status api\n"), &out, []string{"-quiet", "300ms"}); err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	for _, w := range []string{"the real model test-model", "get_status: api: healthy, 3 pods"} {
-		if !strings.Contains(out.String(), w) {
-			t.Errorf("output lacks %q:\n%s", w, out.String())
-		}
-	}
-	reqs := model.Requests()
-	if len(reqs) == 0 || reqs[0].Model != "test-model" {
-		t.Errorf("the configured model was not asked: %d requests", len(reqs))
+	err := run(context.Background(), strings.NewReader(""), &out, []string{"-script", "-"})
+	if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+		t.Errorf("got %v, want an error about REDIS_URL", err)
 	}
 }

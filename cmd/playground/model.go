@@ -16,12 +16,13 @@ import (
 // helpText is the scripted model's answer to anything it does not
 // understand.
 const helpText = "I am the playground's scripted model and understand only a few phrases:\n" +
-	"• `status api`: check a service (allowed by the policy)\n" +
-	"• `restart api`: restart it (needs alice's approval, four eyes)\n" +
-	"• `scale api 8`: scale it (more than 5 replicas needs an approval)\n" +
-	"• `drop users`: drop a database (always denied)\n" +
-	"• `ask what to restart`: ask the people in this thread a question\n" +
-	"Join requests with \"and\", e.g. `status api and restart worker`."
+	"• `list files`: list the workspace (allowed)\n" +
+	"• `read notes.md`: read a file (allowed; secrets/ is denied)\n" +
+	"• `delete scratch.csv`: delete a file (alice approves; never the requester)\n" +
+	"• `write hello to tmp/a.txt`: write a file (allowed under tmp/, asks elsewhere)\n" +
+	"• `run df -h`: run a command (ls, df, uptime, date and wc are allowed; rm is denied)\n" +
+	"• `ask what to delete`: ask the people in this thread a question\n" +
+	"Join requests with \"and\", e.g. `list files and read notes.md`."
 
 // intents are the phrases the scripted model understands, each turned into
 // one tool call.
@@ -29,24 +30,28 @@ var intents = []struct {
 	re   *regexp.Regexp
 	call func(m []string) (tool string, args any)
 }{
-	{regexp.MustCompile(`^(?:get )?status(?: of)? ([\w-]+)$`), func(m []string) (string, any) {
-		return "get_status", map[string]any{"service": m[1]}
+	{regexp.MustCompile(`(?i)^(?:list|ls)(?: the)?(?: files)?(?:(?: in)? ([\w./-]+))?$`), func(m []string) (string, any) {
+		if m[1] == "" {
+			return "workspace_list", map[string]any{}
+		}
+		return "workspace_list", map[string]any{"path": m[1]}
 	}},
-	{regexp.MustCompile(`^restart ([\w-]+)$`), func(m []string) (string, any) {
-		return "restart_service", map[string]any{"service": m[1]}
+	{regexp.MustCompile(`(?i)^(?:read|show|cat) ([\w./-]+)$`), func(m []string) (string, any) {
+		return "workspace_read", map[string]any{"path": m[1]}
 	}},
-	{regexp.MustCompile(`^scale ([\w-]+) (?:to )?(-?\d+)(?: replicas)?$`), func(m []string) (string, any) {
-		var n int
-		fmt.Sscan(m[2], &n)
-		return "scale_service", map[string]any{"service": m[1], "replicas": n}
+	{regexp.MustCompile(`(?i)^(?:delete|remove) ([\w./-]+)$`), func(m []string) (string, any) {
+		return "workspace_delete", map[string]any{"path": m[1]}
 	}},
-	{regexp.MustCompile(`^drop(?: database)? ([\w-]+)$`), func(m []string) (string, any) {
-		return "drop_database", map[string]any{"name": m[1]}
+	{regexp.MustCompile(`(?i)^write (.+) to ([\w./-]+)$`), func(m []string) (string, any) {
+		return "workspace_write", map[string]any{"path": m[2], "content": m[1] + "\n"}
+	}},
+	{regexp.MustCompile(`(?i)^run ([\w./ -]+)$`), func(m []string) (string, any) {
+		return "run_command", map[string]any{"argv": strings.Fields(m[1])}
 	}},
 }
 
 // splitRE separates several requests in one message.
-var splitRE = regexp.MustCompile(`\s*(?:,|;|\band\b|\bthen\b)\s*`)
+var splitRE = regexp.MustCompile(`(?i)\s*(?:,|;|\band\b|\bthen\b)\s*`)
 
 // scriptedModel answers like a very small model would: it turns known
 // phrases in the last user message into tool calls and summarises tool
@@ -73,15 +78,18 @@ func scriptedModel(req openai.ChatCompletionRequest) fakeopenai.Response {
 // parseRequest turns a user message into tool calls; ok is false unless
 // every part of the message is understood.
 func parseRequest(text string) (calls []fakeopenai.ToolCall, ok bool) {
-	text = strings.ToLower(strings.Join(strings.Fields(text), " "))
+	text = strings.Join(strings.Fields(text), " ")
 	text = strings.TrimRight(text, ".!?")
-	if q, ok := strings.CutPrefix(text, "ask "); ok {
+	if q, ok := cutPrefixFold(text, "ask "); ok {
 		// A question is passed on whole, "and" included.
 		raw, _ := json.Marshal(map[string]string{"question": q + "?"})
 		return []fakeopenai.ToolCall{{ID: newCallID(), Name: "ask_human", Arguments: string(raw)}}, true
 	}
 	for part := range strings.SplitSeq(splitRE.ReplaceAllString(text, "\x00"), "\x00") {
-		part = strings.TrimPrefix(strings.TrimSpace(part), "please ")
+		part = strings.TrimSpace(part)
+		if p, ok := cutPrefixFold(part, "please "); ok {
+			part = p
+		}
 		if part == "" {
 			continue
 		}
@@ -135,4 +143,12 @@ func newCallID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "call_" + hex.EncodeToString(b[:])
+}
+
+// cutPrefixFold is strings.CutPrefix ignoring the case of prefix.
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix) {
+		return s[len(prefix):], true
+	}
+	return s, false
 }

@@ -180,13 +180,6 @@ func mrkdwnText(s string) string {
 	return strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&").Replace(s)
 }
 
-// emoji are the emoji codes the bot uses, as characters.
-var emoji = strings.NewReplacer(
-	":white_check_mark:", "✅", ":no_entry:", "⛔", ":no_entry_sign:", "🚫", ":x:", "❌",
-	":hourglass_flowing_sand:", "⏳", ":hourglass:", "⌛", ":eyes:", "👀", ":pencil2:", "✏️",
-	":speech_balloon:", "💬", ":warning:", "⚠️", ":lock:", "🔒", ":information_source:", "ℹ️",
-)
-
 // bold is mrkdwn's *bold*.
 var bold = regexp.MustCompile(`\*([^*\n]+)\*`)
 
@@ -205,7 +198,7 @@ func terminalMarkup(s string) string {
 			out = append(out, "  "+line)
 			continue
 		}
-		out = append(out, emoji.Replace(bold.ReplaceAllString(line, "$1")))
+		out = append(out, emojiCodes.Replace(bold.ReplaceAllString(line, "$1")))
 	}
 	return strings.Join(out, "\n")
 }

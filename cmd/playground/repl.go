@@ -48,31 +48,40 @@ func (s *session) printf(format string, args ...any) {
 func (s *session) intro() {
 	model := "a scripted model (no API key needed; /help lists what it understands)"
 	if s.pg.fakeModel == nil {
-		model = "the real model " + s.pg.modelName + " (OPENAI_API_KEY is set; -scripted uses the scripted one)"
+		model = "the real model " + s.pg.modelName + " (OPENAI_* is set; -scripted uses the scripted one)"
 	}
 	s.printf(`Toolgate playground: the real bot against a fake Slack workspace, in this process.
 
-  Workspace: #ops, with you (%s), alice (%s, approves restarts), bob (%s) and the bot.
+  Workspace: #ops, with you (requester), alice (approves deletes), bob (approves nothing),
+             carol (admin) and the bot; dave is not in #ops.
   Model:     %s.
-  Tools:     get_status (allowed), restart_service (alice approves; never the requester),
-             scale_service (asks above 5 replicas), drop_database (always denied).
-  Store:     an embedded store in a temporary directory, removed at the end.
+  Store:     %s.
+`, model, s.pg.storeName)
+	if s.pg.workspace != "" {
+		s.printf(`  Tools:     the built-in workspace tools on a seeded temporary workspace, run_command
+             and ask_human; /policy shows the policy.
 
 Lines you type are posted in #ops as the current person; /commands click and type for them.
 Try:
-  restart api     you ask the bot; the policy wants an approval, the bot posts a card
-  /approve        you approve your own request: refused, restarts need a second person
-  /as alice       become alice
-  /approve        the restart runs and the bot answers in the thread
-Then: scale api 8, /reject too many; drop users; /pending; /policy. /help lists all commands, /quit ends.
+  delete scratch.csv   you ask the bot; the policy wants alice's approval, the bot posts a card
+  /approve             you approve your own request: refused, deletes need a second person
+  /as alice            become alice
+  /approve             the file is deleted and the bot answers in the thread
+Then: read secrets/api-token.txt (denied); write hi to notes.md, /reject not now; run df -h;
+/pending; /policy. /help lists all commands, /quit ends.
 
-`, userYou, userAlice, userBob, model)
+`)
+	} else {
+		s.printf("  Tools:     those of your config file; /policy shows it.\n\n" +
+			"Lines you type are posted in #ops as the current person; /commands click and type for them.\n" +
+			"/help lists the commands, /quit ends.\n\n")
+	}
 }
 
 const helpCommands = `Lines that do not start with / are posted as the current person: the first one
 mentions the bot in #ops and starts a thread, the next ones are replies in it.
 
-  /as alice|bob|you       act as someone else
+  /as NAME                act as someone else: you, alice, bob, carol or dave
   /new                    start a new thread with the next message
   /approve [N]            click Approve on the latest pending card (or card #N)
   /deny [N]               click Deny
@@ -144,7 +153,7 @@ func (s *session) do(line string) (quit bool) {
 	case "/as":
 		p, ok := personByName(rest)
 		if !ok {
-			s.printf("  no such person %q: try alice, bob or you\n", rest)
+			s.printf("  no such person %q: try you, alice, bob, carol or dave\n", rest)
 			break
 		}
 		s.user = p
@@ -169,7 +178,7 @@ func (s *session) do(line string) (quit bool) {
 	case "/pending":
 		s.slash("pending")
 	case "/policy":
-		s.printf("  policy file:\n%s\n", indent(strings.TrimRight(policyYAML, "\n"), "    "))
+		s.printf("  config file:\n%s\n", indent(strings.TrimRight(s.pg.config, "\n"), "    "))
 		s.slash("policy list")
 	case "/approvals":
 		s.slash(rest)

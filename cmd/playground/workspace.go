@@ -1,41 +1,57 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
-	"github.com/toolgate/toolgate/agent"
-	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 )
 
-// The fake workspace: three people and one channel the bot is in.
+// The fake workspace: five people, #ops (the bot and everyone but dave)
+// and #approvals, where the bot posts cards for approvers who cannot see
+// the conversation.
 const (
-	userYou    = "U0YOU00001"
-	userAlice  = "U0ALICE001"
-	userBob    = "U0BOB00001"
-	channelOps = "C0OPS00001"
+	userYou       = "U0YOU00001"
+	userAlice     = "U0ALICE001"
+	userBob       = "U0BOB00001"
+	userCarol     = "U0CAROL001"
+	userDave      = "U0DAVE0001"
+	channelOps    = "C0OPS00001"
+	channelApprov = "C0APPROVAL"
 )
 
-// person is a member of the fake workspace the REPL can act as.
+// person is a member of the fake workspace the playground can act as.
 type person struct {
 	id, name, role string
+	// inOps and inApprovals say whether they are in #ops and #approvals.
+	inOps, inApprovals bool
 }
 
 var people = []person{
-	{userYou, "you", "asks the bot to do things"},
-	{userAlice, "alice", "on-call; approves restarts"},
-	{userBob, "bob", "a teammate"},
+	{userYou, "you", "requester: asks the bot to do things", true, false},
+	{userAlice, "alice", "approver: on call, approves deletes", true, true},
+	{userBob, "bob", "bystander: in #ops, approves nothing", true, false},
+	{userCarol, "carol", "admin: may change the policy", true, true},
+	{userDave, "dave", "outsider: not in #ops", false, false},
 }
 
 // personByName finds a person by handle, with or without a leading @.
 func personByName(name string) (person, bool) {
-	if len(name) > 0 && name[0] == '@' {
-		name = name[1:]
-	}
+	name = strings.TrimPrefix(name, "@")
 	for _, p := range people {
 		if p.name == name {
+			return p, true
+		}
+	}
+	return person{}, false
+}
+
+// personByID finds a person by user id.
+func personByID(id string) (person, bool) {
+	for _, p := range people {
+		if p.id == id {
 			return p, true
 		}
 	}
@@ -47,129 +63,81 @@ func nameOf(id string) string {
 	if id == fakeslack.DefaultBotUserID {
 		return "toolgate"
 	}
-	for _, p := range people {
-		if p.id == id {
-			return p.name
-		}
+	if p, ok := personByID(id); ok {
+		return p.name
 	}
 	return id
 }
 
-// policyYAML is the playground's policy, in the format of the bot's config
-// file. /policy prints it.
-const policyYAML = `policy:
+// demoConfig is the playground's config file, in the format of the bot's
+// CONFIG_FILE; %[1]s is the workspace root and %[2]s the directory
+// run_command runs in. /policy prints it.
+const demoConfig = `builtin_tools:
+  ask_human: {}
+  workspace: {root: %[1]q}
+  run_command:
+    allow: [ls, df, uptime, date, wc, rm]
+    dir: %[2]q
+    timeout: 10s
+
+policy:
   default: ask
   rules:
     - id: reads
-      tool: "get_*"
+      tool: "workspace_[lr]*"     # workspace_list and workspace_read
+      when: '!has(args.path) || !args.path.startsWith("secrets")'
       verdict: allow
-    - id: no-drops
-      tool: "drop_*"
+    - id: secrets
+      tool: "workspace_*"
+      when: 'has(args.path) && args.path.startsWith("secrets")'
       verdict: deny
-      reason: Dropping databases from chat is never allowed. Ask a DBA.
-    - id: restarts
-      tool: restart_service
+      reason: secrets/ is off limits from chat; ask the security team.
+    - id: deletes
+      tool: workspace_delete
       verdict: ask
       approvers: [U0ALICE001]
       four_eyes: true
-      reason: Restarts need a second person
-    - id: big-scale
-      tool: scale_service
-      when: 'args.replicas > 5'
+      reason: Deleting files needs a second person
+    - id: tmp-writes
+      tool: workspace_write
+      when: 'args.path.startsWith("tmp/")'
+      verdict: allow
+    - id: writes
+      tool: workspace_write
       verdict: ask
-      reason: Scaling above 5 replicas costs money
-    - id: small-scale
-      tool: scale_service
+      reason: Changing files needs a review
+    - id: no-rm
+      tool: run_command
+      when: 'args.argv[0] == "rm"'
+      verdict: deny
+      reason: Use workspace_delete, which asks for an approval.
+    - id: harmless-commands
+      tool: run_command
+      when: 'args.argv[0] in ["ls", "df", "uptime", "date", "wc"]'
       verdict: allow
 `
 
-// services are the services the demo tools know.
-var services = map[string]string{
-	"api":     "healthy, 3 pods",
-	"web":     "healthy, 2 pods",
-	"worker":  "degraded, 1 of 2 pods ready",
-	"billing": "healthy, 1 pod",
-}
-
-// Argument schemas of the demo tools.
-var (
-	serviceSchema = json.RawMessage(`{"type":"object","properties":{"service":{"type":"string","description":"service name, e.g. api"}},"required":["service"],"additionalProperties":false}`)
-	scaleSchema   = json.RawMessage(`{"type":"object","properties":{"service":{"type":"string","description":"service name, e.g. api"},"replicas":{"type":"integer","minimum":1,"maximum":20}},"required":["service","replicas"],"additionalProperties":false}`)
-	dropSchema    = json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","description":"database name"}},"required":["name"],"additionalProperties":false}`)
-	askSchema     = json.RawMessage(`{"type":"object","properties":{"question":{"type":"string"}},"required":["question"],"additionalProperties":false}`)
-)
-
-// demoTools are the tools the bot offers. They only pretend: nothing on
-// this machine is touched.
-func demoTools() []agent.Tool {
-	type svcArgs struct {
-		Service  string `json:"service"`
-		Replicas int    `json:"replicas"`
+// seedWorkspace writes the demo files under root and returns the demo
+// config file's content for root and the command directory cmdDir.
+func seedWorkspace(root, cmdDir string) (string, error) {
+	files := map[string]string{
+		"scratch.csv":           "id,value\n1,42\n2,17\n",
+		"report.csv":            "week,incidents\n48,3\n49,1\n",
+		"notes.md":              "# On-call notes\n\n- api was restarted on Monday\n- worker is flaky\n",
+		"secrets/api-token.txt": "not-a-real-token\n",
+		"tmp/.keep":             "",
 	}
-	parse := func(raw json.RawMessage) (svcArgs, error) {
-		var a svcArgs
-		err := json.Unmarshal(raw, &a)
-		return a, err
+	for name, content := range files {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+			return "", fmt.Errorf("seed workspace: %w", err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o640); err != nil {
+			return "", fmt.Errorf("seed workspace: %w", err)
+		}
 	}
-	return []agent.Tool{
-		{
-			Name:        "get_status",
-			Description: "Show the health of a service.",
-			Schema:      serviceSchema,
-			Annotations: approvals.Hints{ReadOnly: true},
-			Handler: func(_ context.Context, raw json.RawMessage) (agent.Result, error) {
-				a, err := parse(raw)
-				if err != nil {
-					return agent.Result{}, err
-				}
-				status, ok := services[a.Service]
-				if !ok {
-					return agent.Result{Content: "no service named " + a.Service, IsError: true}, nil
-				}
-				return agent.Result{Content: a.Service + ": " + status}, nil
-			},
-		},
-		{
-			Name:        "restart_service",
-			Description: "Restart all pods of a service.",
-			Schema:      serviceSchema,
-			Handler: func(_ context.Context, raw json.RawMessage) (agent.Result, error) {
-				a, err := parse(raw)
-				if err != nil {
-					return agent.Result{}, err
-				}
-				return agent.Result{Content: "restarted " + a.Service}, nil
-			},
-		},
-		{
-			Name:        "scale_service",
-			Description: "Set the number of replicas of a service.",
-			Schema:      scaleSchema,
-			Handler: func(_ context.Context, raw json.RawMessage) (agent.Result, error) {
-				a, err := parse(raw)
-				if err != nil {
-					return agent.Result{}, err
-				}
-				return agent.Result{Content: fmt.Sprintf("scaled %s to %d replicas", a.Service, a.Replicas)}, nil
-			},
-		},
-		{
-			Name:        "drop_database",
-			Description: "Drop a database.",
-			Schema:      dropSchema,
-			Handler: func(_ context.Context, raw json.RawMessage) (agent.Result, error) {
-				// The policy denies every call; this only runs if someone
-				// adds a rule that allows it.
-				var a struct{ Name string }
-				_ = json.Unmarshal(raw, &a)
-				return agent.Result{Content: "pretended to drop database " + a.Name + " (nothing was touched)"}, nil
-			},
-		},
-		{
-			Name:        "ask_human",
-			Description: "Ask the people in the thread a question and wait for their answer.",
-			Schema:      askSchema,
-			Human:       true,
-		},
+	if err := os.MkdirAll(cmdDir, 0o750); err != nil {
+		return "", fmt.Errorf("seed workspace: %w", err)
 	}
+	return fmt.Sprintf(demoConfig, root, cmdDir), nil
 }

@@ -29,10 +29,11 @@
 // UnknownMethods. Every call is recorded (Calls, WaitCall), as are messages
 // in their latest version (Messages, Thread, Message), ephemeral messages
 // (Ephemerals), views (Views, HomeView, OpenModals) and thread statuses
-// (ThreadStatus).
+// (ThreadStatus). Changed signals the next change of any of it, for a
+// client that follows the workspace live (the playground's web page).
 //
 // Socket Mode: tests act as users with Mention, Post, ThreadReply, DM,
-// PostAsBot, Click, ClickInView, SubmitView, Slash and OpenHome; each
+// PostAsBot, Click, ClickInView, SubmitView, CloseView, Slash and OpenHome; each
 // delivery is an Envelope whose ack can be awaited (WaitAck) and timed
 // (AckLatency). Redeliver, Disconnect and Drop exercise the app's handling
 // of retries and reconnects. RateLimit and FailNext script HTTP 429 and

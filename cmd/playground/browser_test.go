@@ -1,0 +1,416 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+var (
+	screenshot = flag.Bool("screenshot", false, "write the README's screenshot, docs/playground.png, from the browser test")
+	shotsDir   = flag.String("shots", "", "keep the browser test's screenshots in `dir` (default: the test's temporary directory)")
+)
+
+// browserTimeout bounds the whole browser scenario.
+const browserTimeout = 90 * time.Second
+
+// startBrowser starts a headless Chromium for the test. Without one it
+// skips, except in CI (CI=true), where it fails.
+func startBrowser(t *testing.T) context.Context {
+	t.Helper()
+	exe := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			exe = p
+			break
+		}
+	}
+	if exe == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no chromium on PATH: the browser test needs Debian's chromium package")
+		}
+		t.Skip("no chromium on PATH (apt-get install chromium); CI fails here instead")
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 860),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, browserTimeout)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelCtx()
+		cancelAlloc()
+	})
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium (%s): %v", exe, err)
+	}
+	return ctx
+}
+
+// startPage runs the playground with the demo config and serves its page
+// on a free loopback port until the test ends.
+func startPage(t *testing.T) (*playground, string) {
+	t.Helper()
+	t.Setenv("TMPDIR", t.TempDir())
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("REDIS_URL", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	pg, err := start(ctx, options{}, log)
+	if err != nil {
+		cancel()
+		t.Fatalf("start: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newWeb(pg, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := w.serve(ctx, ln); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		pg.close()
+	})
+	return pg, "http://" + ln.Addr().String() + "/"
+}
+
+// waitJS waits until the JavaScript expression is true in the page.
+func waitJS(expr string) chromedp.Action[chromedp.Void] {
+	return void(chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second)), nil)
+}
+
+// waitText waits until an element matching sel contains text.
+func waitText(sel, text string) chromedp.Action[chromedp.Void] {
+	return waitJS(fmt.Sprintf(`[...document.querySelectorAll(%q)].some(e => e.textContent.includes(%q))`, sel, text))
+}
+
+// click clicks the first element matching sel as soon as there is one.
+// It finds and clicks in one step: the page replaces its panes whenever
+// the workspace changes, so a node found in one step may be gone in the
+// next.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return waitJS(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel))
+}
+
+// setValue types value into the first element matching sel as soon as
+// there is one, finding and typing in one step as click does.
+func setValue(sel, value string) chromedp.Action[chromedp.Void] {
+	return waitJS(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.value = %q; return true })()`, sel, value))
+}
+
+// lastMessageHas waits until the last message of the open thread contains
+// every one of texts.
+func lastMessageHas(texts ...string) chromedp.Action[chromedp.Void] {
+	list, _ := json.Marshal(texts)
+	return waitJS(fmt.Sprintf(`(() => { const ms = document.querySelectorAll("#thread .msg"); const last = ms[ms.length - 1]; return !!last && %s.every(s => last.textContent.includes(s)) })()`, list))
+}
+
+// actAs switches the page's user.
+func actAs(userID string) chromedp.Action[chromedp.Void] {
+	return void(chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById("user"); s.value = %q; s.dispatchEvent(new Event("change")); return true })()`, userID)), nil)
+}
+
+// openThread shows the thread ts in the thread pane.
+func openThread(ts string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		click(fmt.Sprintf(`.replies[data-thread=%q]`, ts)),
+		waitJS(fmt.Sprintf(`state.thread === %q && !document.getElementById("thread-pane").hidden`, ts)),
+	)
+}
+
+// ask sends text as the current user in #ops and stores the new thread's
+// ts once the bot's card is in it.
+func ask(text string, ts *string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		waitJS(`(state.thread = "") === ""`), // the reply opens the new thread
+		setValue("#text", text),
+		click("#send"),
+		waitJS(`state.thread !== "" && document.querySelector('#thread button[data-action-id="approve"]') !== null`),
+		void(chromedp.Evaluate[string](`state.thread`), ts),
+	)
+}
+
+func TestBrowser(t *testing.T) {
+	pg, url := startPage(t)
+	ctx := startBrowser(t)
+	shots := *shotsDir
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
+		})
+	}
+	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			_ = chromedp.Do(ctx, shot("failed"))
+			html, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("body")))
+			t.Fatalf("%s: %v\nscreenshots in %s\npage:\n%s", step, err, shots, html)
+		}
+	}
+	// The Approve button of the card in the open thread.
+	const approve = `#thread .msg[data-ts] button[data-action-id="approve"]`
+
+	var threadA, threadB, threadC string
+	run("load the page",
+		chromedp.Navigate(url+"?user="+userYou),
+		chromedp.WaitVisible(chromedp.CSS(`#sidebar .nav-item.active`)),
+		waitText(`#model`, "scripted demo model"),
+	)
+	run("the requester asks to delete scratch.csv: a card with its buttons",
+		ask("delete scratch.csv", &threadA),
+		waitText(`#thread .bk-header`, "workspace_delete"),
+		waitText(`#thread .bk-text`, "Deleting files needs a second person"),
+		waitText(`#thread .mention`, "@alice"),
+		chromedp.WaitVisible(chromedp.CSS(`#thread button.bk-primary[data-action-id="approve"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#thread button[data-action-id="reject"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#thread button[data-action-id="edit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#thread button.bk-danger[data-action-id="deny"]`)),
+		shot("1-card"),
+	)
+	run("a second request in another thread",
+		ask("delete scratch.csv", &threadB),
+	)
+	if threadA == threadB {
+		t.Fatalf("both requests landed in thread %s", threadA)
+	}
+
+	run("a bystander's Approve is refused privately",
+		actAs(userBob),
+		openThread(threadA),
+		click(approve),
+		waitText(`.msg.ephemeral`, "not an approver"),
+		waitText(`.msg.ephemeral .only-you`, "Only visible to you"),
+		shot("2-bystander"),
+	)
+	run("the refusal is only bob's",
+		actAs(userAlice),
+		waitJS(`document.querySelector("#user").value === "`+userAlice+`" && !document.body.textContent.includes("not an approver")`),
+	)
+
+	const reason = "not during the freeze <b>really</b>"
+	run("the approver rejects with a reason through the modal",
+		click(`#thread button[data-action-id="reject"]`),
+		chromedp.WaitVisible(chromedp.CSS(`#modal .modal .bk-field-input`)),
+		setValue(`#modal .bk-field-input`, reason),
+		shot("3-reject-modal"),
+		click(`#modal .modal-submit`),
+		waitJS(`document.getElementById("modal-layer").hidden`),
+		waitText(`#thread .msg`, "Rejected by"),
+		// The answer, last in the thread, quotes the tool result: the
+		// scripted model read the reason.
+		lastMessageHas("workspace_delete: ", "not during the freeze"),
+		waitJS(`document.querySelector('#thread button[data-action-id="approve"]') === null`),
+	)
+	if !modelSaw(pg, "not during the freeze <b>really</b>") {
+		t.Error("the reviewer's reason did not reach the model verbatim")
+	}
+	var injected bool
+	run("the reason is text, not markup",
+		void(chromedp.Evaluate[bool](`[...document.querySelectorAll("#thread b")].some(b => b.textContent === "really")`), &injected),
+	)
+	if injected {
+		t.Error("the reason's <b> became markup")
+	}
+	if _, err := os.Stat(filepath.Join(pg.workspace, "scratch.csv")); err != nil {
+		t.Fatalf("scratch.csv is gone after a rejection: %v", err)
+	}
+
+	run("the approver approves in the other thread",
+		openThread(threadB),
+		click(approve),
+		waitText(`#thread .msg`, "Approved by"),
+		waitJS(`document.querySelector('#thread button[data-action-id="approve"]') === null`),
+		lastMessageHas("workspace_delete: deleted scratch.csv"),
+		shot("4-approved"),
+	)
+	if _, err := os.Stat(filepath.Join(pg.workspace, "scratch.csv")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("scratch.csv after the approval: got %v, want it gone", err)
+	}
+
+	run("a third request, for the edit form",
+		actAs(userYou),
+		ask("delete report.csv", &threadC),
+		actAs(userAlice),
+		waitJS(`document.querySelector('#thread button[data-action-id="edit"]') !== null`),
+	)
+	if *screenshot {
+		var buf []byte
+		run("the README's screenshot", void(chromedp.FullScreenshot(100), &buf))
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", "playground.png"), buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("Deny asks for confirmation first; keeping it pending changes nothing",
+		click(`#thread button[data-action-id="deny"]`),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-layer .bk-confirm-box`)),
+		waitText(`#confirm-layer .bk-confirm-title`, "Deny this call?"),
+		click(`#confirm-layer .bk-confirm-no`),
+		waitJS(`document.getElementById("confirm-layer").hidden`),
+		waitJS(`document.querySelector('#thread button[data-action-id="approve"]') !== null`),
+	)
+	run("Edit with invalid JSON shows the inline error",
+		click(`#thread button[data-action-id="edit"]`),
+		chromedp.WaitVisible(chromedp.CSS(`#modal textarea.bk-field-input`)),
+		setValue(`#modal textarea.bk-field-input`, `{"path": "report.csv",`),
+		click(`#modal .modal-submit`),
+		chromedp.WaitVisible(chromedp.CSS(`#modal .bk-has-error .bk-error`)),
+		// What was typed is kept next to the error.
+		waitJS(`document.querySelector("#modal textarea.bk-field-input").value === '{"path": "report.csv",'`),
+		shot("5-edit-error"),
+		click(`#modal .modal-close`),
+		waitJS(`document.getElementById("modal-layer").hidden`),
+		// Neither the kept-pending Deny nor the failed edit decided it.
+		waitJS(`document.querySelector('#thread button[data-action-id="approve"]') !== null && !document.getElementById("thread").textContent.includes("Denied by")`),
+	)
+	if _, err := os.Stat(filepath.Join(pg.workspace, "report.csv")); err != nil {
+		t.Errorf("report.csv after a failed edit: %v", err)
+	}
+	t.Logf("screenshots in %s", shots)
+}
+
+// modelSaw reports whether a tool result given to the scripted model
+// contains text.
+func modelSaw(pg *playground, text string) bool {
+	for _, req := range pg.fakeModel.Requests() {
+		for _, m := range req.Messages {
+			if m.Role == "tool" && strings.Contains(m.Content, text) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// void runs a, stores its value in dst (if not nil) and returns nothing,
+// so that actions with values can be steps.
+func void[T any](a chromedp.Action[T], dst *T) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		v, err := a(ctx, tg)
+		if dst != nil {
+			*dst = v
+		}
+		return chromedp.Void{}, err
+	}
+}
+
+// TestBrowserSurfaces walks the rest of the page: a DM whose card goes to
+// #approvals, the App Home inbox, a slash command's private answer and a
+// person outside #ops.
+func TestBrowserSurfaces(t *testing.T) {
+	pg, url := startPage(t)
+	ctx := startBrowser(t)
+	shots := *shotsDir
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
+		})
+	}
+	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			_ = chromedp.Do(ctx, shot("failed"))
+			html, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("body")))
+			t.Fatalf("%s: %v\nscreenshots in %s\npage:\n%s", step, err, shots, html)
+		}
+	}
+	var dmThread string
+	run("load the page",
+		chromedp.Navigate(url+"?user="+userYou),
+		chromedp.WaitVisible(chromedp.CSS(`#sidebar .nav-item.active`)),
+	)
+	run("a request in the DM with the bot",
+		click(`.nav-item[data-conv="dm"]`),
+		waitText(`#title`, "toolgate (DM)"),
+		ask("delete notes.md", &dmThread),
+		shot("s1-dm"),
+	)
+	run("alice cannot see the DM: the card is in #approvals",
+		actAs(userAlice),
+		click(`.nav-item[data-conv="`+channelApprov+`"]`),
+		waitText(`#title`, "#approvals"),
+		waitText(`#main .bk-header`, "workspace_delete"),
+		waitJS(`document.querySelector('#main button[data-action-id="approve"]') !== null`),
+		shot("s2-approvals"),
+	)
+	run("alice's Home tab lists it with the same buttons",
+		click(`.nav-item[data-conv="home"]`),
+		waitJS(`document.querySelector('#main .home-view button[data-action-id="approve"]') !== null`),
+		waitText(`#main .home-view`, "workspace_delete"),
+		shot("s3-home"),
+		click(`#main .home-view button[data-action-id="approve"]`),
+	)
+	run("approved from the Home tab: the requester's thread has the answer",
+		actAs(userYou),
+		click(`.nav-item[data-conv="dm"]`),
+		openThread(dmThread),
+		waitText(`#thread .msg`, "Approved by"),
+		waitText(`#thread .msg`, "workspace_delete: deleted notes.md"),
+	)
+	if _, err := os.Stat(filepath.Join(pg.workspace, "notes.md")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("notes.md after the approval: got %v, want it gone", err)
+	}
+	run("a slash command answers privately",
+		actAs(userBob),
+		click(`.nav-item[data-conv="`+channelOps+`"]`),
+		setValue("#text", "/approvals help"),
+		click("#send"),
+		waitText(`#main .msg.ephemeral`, "/approvals"),
+		waitText(`#main .msg.ephemeral .only-you`, "Only visible to you"),
+		shot("s4-slash"),
+	)
+	run("dave, outside #ops, cannot post there",
+		actAs(userDave),
+		waitJS(`document.getElementById("text").disabled && document.getElementById("text").placeholder.includes("not in #ops")`),
+		waitJS(`!document.body.textContent.includes("Only visible to you")`),
+	)
+}

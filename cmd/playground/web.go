@@ -1,0 +1,673 @@
+package main
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolgate/toolgate/internal/fakeslack"
+)
+
+// The web page: a small Slack client for the fake workspace. The server
+// renders everything (html.go) and pushes "something changed" over
+// server-sent events; the page's script (static/app.js) fetches the
+// rendered panes again and posts what the person does, which the server
+// turns into the Socket Mode envelopes Slack would send.
+
+//go:embed static
+var staticFiles embed.FS
+
+// maxRequestBody bounds what the page may post.
+const maxRequestBody = 1 << 20
+
+// web serves the page for one playground.
+type web struct {
+	pg   *playground
+	r    renderer
+	page *template.Template
+	// host is the address the page is served on; requests naming another
+	// host (DNS rebinding) are refused.
+	host string
+
+	mu   sync.Mutex
+	errs map[string]map[string]string // view id -> the inline errors of its last submission
+}
+
+func newWeb(pg *playground, host string) (*web, error) {
+	page, err := template.ParseFS(staticFiles, "static/index.html")
+	if err != nil {
+		return nil, fmt.Errorf("page template: %w", err)
+	}
+	w := &web{pg: pg, page: page, host: host, errs: map[string]map[string]string{}}
+	w.r = renderer{
+		user: func(id string) (string, bool) {
+			if id == pg.slack.BotUserID() {
+				return "toolgate", true
+			}
+			p, ok := personByID(id)
+			return p.name, ok
+		},
+		channel: func(id string) (string, bool) {
+			switch id {
+			case channelOps:
+				return "ops", true
+			case channelApprov:
+				return "approvals", true
+			}
+			return "", false
+		},
+		loc: time.Local,
+	}
+	return w, nil
+}
+
+// serveWeb serves the page on opts.addr until ctx ends, prints its URL to
+// out and, where a desktop is present, opens it in a browser.
+func serveWeb(ctx context.Context, pg *playground, opts options, out io.Writer) error {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", opts.addr)
+	if err != nil {
+		return fmt.Errorf("-addr: %w", err)
+	}
+	w, err := newWeb(pg, ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	url := "http://" + ln.Addr().String() + "/"
+	model := "the scripted demo model"
+	if pg.fakeModel == nil {
+		model = "the model " + pg.modelName
+	}
+	fmt.Fprintf(out, "Toolgate playground: the real bot, a fake Slack workspace and %s, in this process.\n"+
+		"Store: %s.\n\n  Open %s\n\nCtrl-C stops it.\n", model, pg.storeName, url)
+	if !opts.noOpen {
+		if opener := openBrowser(url); opener != nil {
+			defer func() { _ = opener.Wait() }()
+		}
+	}
+	return w.serve(ctx, ln)
+}
+
+// serve serves the page on ln until ctx ends, then stops the server,
+// ending the page's event streams.
+func (w *web) serve(ctx context.Context, ln net.Listener) error {
+	streams, stopStreams := context.WithCancel(ctx)
+	defer stopStreams()
+	srv := &http.Server{
+		Handler:           w.handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return streams },
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve the page: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		stopStreams()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	return g.Wait()
+}
+
+// openBrowser opens url where a desktop is present: on macOS, or with
+// DISPLAY or WAYLAND_DISPLAY set. Failing to open it is not an error: the
+// URL is printed. It returns the started opener, for the caller to wait
+// for, or nil.
+func openBrowser(url string) *exec.Cmd {
+	var cmd *exec.Cmd
+	switch {
+	case runtime.GOOS == "darwin":
+		cmd = exec.Command("open", url)
+	case os.Getenv("DISPLAY") != "" || os.Getenv("WAYLAND_DISPLAY") != "":
+		cmd = exec.Command("xdg-open", url)
+	default:
+		return nil
+	}
+	if cmd.Start() != nil {
+		return nil
+	}
+	return cmd
+}
+
+func (w *web) handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(staticFiles, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", w.index)
+	mux.HandleFunc("GET /events", w.events)
+	mux.HandleFunc("GET /panes", w.panes)
+	mux.HandleFunc("POST /api/send", w.send)
+	mux.HandleFunc("POST /api/click", w.click)
+	mux.HandleFunc("POST /api/submit", w.submit)
+	mux.HandleFunc("POST /api/close", w.closeModal)
+	mux.HandleFunc("POST /api/home", w.openHome)
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if !w.allowedHost(r.Host) {
+			http.Error(rw, "unknown host", http.StatusForbidden)
+			return
+		}
+		rw.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'")
+		rw.Header().Set("X-Content-Type-Options", "nosniff")
+		mux.ServeHTTP(rw, r)
+	})
+}
+
+// allowedHost reports whether a request's Host names this server.
+func (w *web) allowedHost(host string) bool {
+	if host == w.host {
+		return true
+	}
+	_, port, _ := net.SplitHostPort(w.host)
+	return host == "localhost:"+port || host == "127.0.0.1:"+port
+}
+
+// personView is a person in the page's user switcher.
+type personView struct {
+	ID, Name, Role string
+}
+
+func (w *web) index(rw http.ResponseWriter, _ *http.Request) {
+	data := struct {
+		People   []personView
+		Model    string
+		Scripted bool
+		Store    string
+		Examples []string // phrases the scripted model understands on the demo workspace
+		Channel  string   // the conversation shown first
+	}{Scripted: w.pg.fakeModel != nil, Store: w.pg.storeName, Channel: channelOps}
+	for _, p := range people {
+		data.People = append(data.People, personView{p.id, p.name, p.role})
+	}
+	if data.Scripted {
+		data.Model = "scripted demo model (no API key)"
+	} else {
+		data.Model = "model: " + w.pg.modelName
+	}
+	if data.Scripted && w.pg.workspace != "" {
+		data.Examples = []string{"delete scratch.csv", "list files", "read secrets/api-token.txt", "write hi to notes.md", "run df -h", "/approvals pending"}
+	}
+	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := w.page.Execute(rw, data); err != nil {
+		w.pg.log.Error("render the page", "err", err)
+	}
+}
+
+// events streams one "change" event whenever the fake workspace changes,
+// until the page goes away or the server stops.
+func (w *web) events(rw http.ResponseWriter, r *http.Request) {
+	flusher, ok := rw.(http.Flusher)
+	if !ok {
+		http.Error(rw, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	rw.Header().Set("Content-Type", "text/event-stream")
+	rw.Header().Set("Cache-Control", "no-store")
+	for {
+		changed := w.pg.slack.Changed()
+		if _, err := io.WriteString(rw, "data: change\n\n"); err != nil {
+			return
+		}
+		flusher.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// panesReply is what the page shows, rendered.
+type panesReply struct {
+	Sidebar  template.HTML `json:"sidebar"`
+	Title    string        `json:"title"`
+	Main     template.HTML `json:"main"`
+	Thread   template.HTML `json:"thread"`
+	Modal    template.HTML `json:"modal"`
+	ModalKey string        `json:"modal_key"`
+	CanPost  bool          `json:"can_post"`
+	PostHint string        `json:"post_hint"`
+}
+
+// panes renders the page for ?user= looking at ?conv= (a channel id, "dm"
+// or "home") with ?thread= open.
+func (w *web) panes(rw http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p, ok := personByID(q.Get("user"))
+	if !ok {
+		http.Error(rw, "unknown user", http.StatusBadRequest)
+		return
+	}
+	conv, thread := q.Get("conv"), q.Get("thread")
+	var reply panesReply
+	reply.Sidebar = w.sidebar(p, conv)
+	switch conv {
+	case "home":
+		reply.Title = "toolgate · Home"
+		if v, ok := w.pg.slack.HomeView(p.id); ok {
+			reply.Main = w.r.view(v.JSON)
+		} else {
+			reply.Main = template.HTML(`<div class="empty">The Home tab is loading…</div>`)
+		}
+	default:
+		ch, name, member := w.channelFor(p, conv)
+		reply.Title = name
+		reply.Main = w.channelPane(p, ch)
+		if thread != "" {
+			reply.Thread = w.threadPane(p, ch, thread)
+		}
+		reply.CanPost = member
+		switch {
+		case !member:
+			reply.PostHint = p.name + " is not in " + name + ", so cannot post here"
+		case ch == channelOps || ch == channelApprov:
+			reply.PostHint = "Message " + name + " (mentions @toolgate; /approvals … runs the command)"
+		default:
+			reply.PostHint = "Message toolgate"
+		}
+	}
+	if modals := w.pg.slack.OpenModals(p.id); len(modals) > 0 {
+		v := modals[len(modals)-1]
+		w.mu.Lock()
+		errs := w.errs[v.ID]
+		w.mu.Unlock()
+		reply.Modal = w.r.modal(v.JSON, errs)
+		errKey, _ := json.Marshal(errs)
+		reply.ModalKey = v.ID + "/" + v.Hash + "/" + string(errKey)
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	rw.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(rw).Encode(reply)
+}
+
+// channelFor resolves the conversation a page names: "dm" is the person's
+// DM with the bot. It returns the channel id, its display name and
+// whether the person is a member.
+func (w *web) channelFor(p person, conv string) (id, name string, member bool) {
+	switch conv {
+	case channelApprov:
+		return channelApprov, "#approvals", p.inApprovals
+	case "dm":
+		return w.pg.slack.DMChannel(p.id), "toolgate (DM)", true
+	}
+	return channelOps, "#ops", p.inOps
+}
+
+func (w *web) sidebar(p person, conv string) template.HTML {
+	var b htmlBuilder
+	item := func(conv, cur, label, extra string) {
+		b.raw(`<a href="#" class="nav-item`)
+		if conv == cur || (cur == "" && conv == channelOps) {
+			b.raw(` active`)
+		}
+		b.raw(`"`)
+		b.attr("data-conv", conv)
+		b.raw(`>`)
+		b.text(label)
+		if extra != "" {
+			b.raw(`<span class="nav-note">`)
+			b.text(extra)
+			b.raw(`</span>`)
+		}
+		b.raw(`</a>`)
+	}
+	b.raw(`<div class="nav-section">Channels</div>`)
+	_, _, inOps := w.channelFor(p, channelOps)
+	item(channelOps, conv, "# ops", map[bool]string{false: "not a member"}[inOps])
+	_, _, inApprov := w.channelFor(p, channelApprov)
+	item(channelApprov, conv, "# approvals", map[bool]string{false: "not a member"}[inApprov])
+	b.raw(`<div class="nav-section">Direct messages</div>`)
+	item("dm", conv, "toolgate", "")
+	b.raw(`<div class="nav-section">Apps</div>`)
+	item("home", conv, "toolgate · Home", "")
+	return b.html()
+}
+
+// entry is a message or an ephemeral message in a pane, in ts order.
+type entry struct {
+	ts  string
+	msg *fakeslack.Message
+	eph *fakeslack.Ephemeral
+}
+
+func sortEntries(es []entry) {
+	slices.SortStableFunc(es, func(a, b entry) int { return strings.Compare(a.ts, b.ts) })
+}
+
+// channelPane renders a channel's top-level messages, the person's
+// ephemeral messages there, and under each thread parent its reply count
+// and the bot's status.
+func (w *web) channelPane(p person, ch string) template.HTML {
+	msgs := w.pg.slack.Messages(ch)
+	replies := map[string]int{}
+	var es []entry
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Deleted {
+			continue
+		}
+		if m.ThreadTS != "" && m.ThreadTS != m.TS {
+			replies[m.ThreadTS]++
+			continue
+		}
+		es = append(es, entry{ts: m.TS, msg: m})
+	}
+	for _, e := range w.pg.slack.Ephemerals(p.id) {
+		if e.Channel == ch && e.ThreadTS == "" {
+			es = append(es, entry{ts: e.TS, eph: &e})
+		}
+	}
+	sortEntries(es)
+	var b htmlBuilder
+	if len(es) == 0 {
+		b.raw(`<div class="empty">No messages yet. Say something to the bot below.</div>`)
+	}
+	for _, e := range es {
+		w.entry(&b, ch, e)
+		if e.msg == nil {
+			continue
+		}
+		if n := replies[e.msg.TS]; n > 0 {
+			b.raw(`<a href="#" class="replies"`)
+			b.attr("data-thread", e.msg.TS)
+			b.raw(`>`)
+			b.text(fmt.Sprintf("%d %s", n, map[bool]string{true: "reply", false: "replies"}[n == 1]))
+			b.raw(`</a>`)
+		}
+		if st := w.pg.slack.ThreadStatus(ch, e.msg.TS); st != "" {
+			w.status(&b, st)
+		}
+	}
+	return b.html()
+}
+
+// threadPane renders a thread: its parent, the replies, the person's
+// ephemeral messages in it and the bot's status.
+func (w *web) threadPane(p person, ch, thread string) template.HTML {
+	var es []entry
+	msgs := w.pg.slack.Thread(ch, thread)
+	for i := range msgs {
+		if !msgs[i].Deleted {
+			es = append(es, entry{ts: msgs[i].TS, msg: &msgs[i]})
+		}
+	}
+	for _, e := range w.pg.slack.Ephemerals(p.id) {
+		if e.Channel == ch && e.ThreadTS == thread {
+			es = append(es, entry{ts: e.TS, eph: &e})
+		}
+	}
+	sortEntries(es)
+	var b htmlBuilder
+	b.raw(`<div class="thread-head"><span>Thread</span><button type="button" class="thread-close" title="Close">×</button></div><div class="thread-body">`)
+	for i, e := range es {
+		w.entry(&b, ch, e)
+		if i == 0 && len(es) > 1 {
+			b.raw(`<div class="thread-sep">`)
+			b.text(fmt.Sprintf("%d %s", len(es)-1, map[bool]string{true: "reply", false: "replies"}[len(es) == 2]))
+			b.raw(`</div>`)
+		}
+	}
+	if st := w.pg.slack.ThreadStatus(ch, thread); st != "" {
+		w.status(&b, st)
+	}
+	b.raw(`</div>`)
+	return b.html()
+}
+
+func (w *web) status(b *htmlBuilder, status string) {
+	b.raw(`<div class="bot-status"><span class="dots"></span> toolgate `)
+	b.text(status)
+	b.raw(`</div>`)
+}
+
+// entry renders one message with its author, time and content.
+func (w *web) entry(b *htmlBuilder, ch string, e entry) {
+	var author, ts string
+	var bot bool
+	var content template.HTML
+	b.raw(`<div class="msg`)
+	if e.eph != nil {
+		author, ts, bot = "toolgate", e.eph.TS, true
+		content = w.r.message(e.eph.Blocks, e.eph.Text, false)
+		b.raw(` ephemeral"`)
+	} else {
+		m := e.msg
+		ts = m.TS
+		if m.BotID != "" {
+			author, bot = "toolgate", true
+		} else {
+			author = nameOf(m.User)
+		}
+		content = w.r.message(m.Blocks, m.Text, m.Streamed)
+		if m.Streaming {
+			b.raw(` streaming`)
+		}
+		b.raw(`"`)
+		b.attr("data-channel", ch)
+		b.attr("data-ts", m.TS)
+	}
+	b.raw(`><div class="avatar`)
+	if bot {
+		b.raw(` bot`)
+	}
+	b.raw(`">`)
+	b.text(strings.ToUpper(author[:1]))
+	b.raw(`</div><div class="msg-main"><div class="msg-head"><span class="author">`)
+	b.text(author)
+	b.raw(`</span>`)
+	if bot {
+		b.raw(`<span class="app-badge">APP</span>`)
+	}
+	b.raw(`<span class="time">`)
+	b.text(tsClock(ts))
+	b.raw(`</span>`)
+	if e.msg != nil && e.msg.Updates > 0 {
+		b.raw(`<span class="edited">(edited)</span>`)
+	}
+	b.raw(`</div><div class="msg-body">`)
+	b.raw(string(content))
+	b.raw(`</div>`)
+	if e.eph != nil {
+		b.raw(`<div class="only-you">👁 Only visible to you</div>`)
+	}
+	b.raw(`</div></div>`)
+}
+
+// tsClock renders a message ts as a local clock time.
+func tsClock(ts string) string {
+	sec, _, _ := strings.Cut(ts, ".")
+	var n int64
+	if _, err := fmt.Sscan(sec, &n); err != nil {
+		return ""
+	}
+	return time.Unix(n, 0).Format("15:04")
+}
+
+// decode reads a JSON request body into v and finds the person it names;
+// it refuses other content types so that a plain cross-site form cannot
+// post. On failure it has answered the request.
+func decode(rw http.ResponseWriter, r *http.Request, v any, user *string) (person, bool) {
+	if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		http.Error(rw, "want application/json", http.StatusUnsupportedMediaType)
+		return person{}, false
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(rw, r.Body, maxRequestBody)).Decode(v); err != nil {
+		http.Error(rw, "bad request: "+err.Error(), http.StatusBadRequest)
+		return person{}, false
+	}
+	p, ok := personByID(*user)
+	if !ok {
+		http.Error(rw, "unknown user", http.StatusBadRequest)
+	}
+	return p, ok
+}
+
+func reply(rw http.ResponseWriter, v any) {
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(v)
+}
+
+// send posts what the person typed: a slash command, a thread reply, a
+// DM, or a message in a channel that mentions the bot.
+func (w *web) send(rw http.ResponseWriter, r *http.Request) {
+	var req struct {
+		User   string `json:"user"`
+		Conv   string `json:"conv"`
+		Thread string `json:"thread"`
+		Text   string `json:"text"`
+	}
+	p, ok := decode(rw, r, &req, &req.User)
+	if !ok {
+		return
+	}
+	text := strings.TrimSpace(req.Text)
+	if text == "" {
+		http.Error(rw, "nothing to send", http.StatusBadRequest)
+		return
+	}
+	ch, name, member := w.channelFor(p, req.Conv)
+	if !member {
+		http.Error(rw, p.name+" is not in "+name, http.StatusForbidden)
+		return
+	}
+	if strings.HasPrefix(text, "/") {
+		cmd, args, _ := strings.Cut(text, " ")
+		if cmd != "/approvals" {
+			http.Error(rw, "unknown command "+cmd+": the bot has /approvals", http.StatusBadRequest)
+			return
+		}
+		if _, err := w.pg.slack.Slash(p.id, ch, cmd, strings.TrimSpace(args)); err != nil {
+			http.Error(rw, "/approvals: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		reply(rw, map[string]string{})
+		return
+	}
+	var ts string
+	switch {
+	case req.Thread != "":
+		ts = w.pg.slack.ThreadReply(ch, req.Thread, p.id, text)
+	case req.Conv == "dm":
+		ts = w.pg.slack.DM(p.id, text)
+	default:
+		ts = w.pg.slack.Mention(ch, p.id, text)
+	}
+	reply(rw, map[string]string{"ts": ts})
+}
+
+// click presses a button: in a message (channel and ts) or in a view.
+func (w *web) click(rw http.ResponseWriter, r *http.Request) {
+	var req struct {
+		User     string `json:"user"`
+		Channel  string `json:"channel"`
+		TS       string `json:"ts"`
+		ViewID   string `json:"view_id"`
+		ActionID string `json:"action_id"`
+		Value    string `json:"value"`
+	}
+	p, ok := decode(rw, r, &req, &req.User)
+	if !ok {
+		return
+	}
+	var err error
+	if req.ViewID != "" {
+		_, err = w.pg.slack.ClickInView(p.id, req.ViewID, req.ActionID, req.Value)
+	} else {
+		_, err = w.pg.slack.Click(p.id, req.Channel, req.TS, req.ActionID, req.Value)
+	}
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
+	}
+	reply(rw, map[string]string{})
+}
+
+// submit submits a modal with the values typed into it and keeps the
+// inline errors the bot answers with, if any.
+func (w *web) submit(rw http.ResponseWriter, r *http.Request) {
+	var req struct {
+		User   string                       `json:"user"`
+		ViewID string                       `json:"view_id"`
+		Values map[string]map[string]string `json:"values"`
+	}
+	p, ok := decode(rw, r, &req, &req.User)
+	if !ok {
+		return
+	}
+	if v, ok := w.pg.slack.View(req.ViewID); !ok || v.User != p.id || v.Closed {
+		http.Error(rw, "no such open modal", http.StatusBadRequest)
+		return
+	}
+	ack, err := w.pg.slack.SubmitView(p.id, req.ViewID, req.Values, "")
+	if err != nil {
+		http.Error(rw, "submit: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	var resp struct {
+		Action string            `json:"response_action"`
+		Errors map[string]string `json:"errors"`
+	}
+	_ = json.Unmarshal(ack, &resp)
+	w.mu.Lock()
+	if resp.Action == "errors" {
+		w.errs[req.ViewID] = resp.Errors
+	} else {
+		delete(w.errs, req.ViewID)
+	}
+	w.mu.Unlock()
+	reply(rw, map[string]any{"errors": resp.Errors})
+}
+
+// closeModal closes a modal, as its Cancel button does.
+func (w *web) closeModal(rw http.ResponseWriter, r *http.Request) {
+	var req struct {
+		User   string `json:"user"`
+		ViewID string `json:"view_id"`
+	}
+	p, ok := decode(rw, r, &req, &req.User)
+	if !ok {
+		return
+	}
+	if err := w.pg.slack.CloseView(p.id, req.ViewID); err != nil {
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.mu.Lock()
+	delete(w.errs, req.ViewID)
+	w.mu.Unlock()
+	reply(rw, map[string]string{})
+}
+
+// openHome tells the bot that the person opened its Home tab.
+func (w *web) openHome(rw http.ResponseWriter, r *http.Request) {
+	var req struct {
+		User string `json:"user"`
+	}
+	p, ok := decode(rw, r, &req, &req.User)
+	if !ok {
+		return
+	}
+	w.pg.slack.OpenHome(p.id)
+	reply(rw, map[string]string{})
+}
