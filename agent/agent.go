@@ -70,6 +70,7 @@ type Runs interface {
 	FinishRun(ctx context.Context, runID string) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
+	NextExpiry(ctx context.Context) (time.Time, error)
 	Stalled(ctx context.Context, limit int) ([]string, error)
 }
 

@@ -255,28 +255,10 @@ func dropUnexecuted(msgs []openai.ChatCompletionMessage, slots []slot) []openai.
 // calls Resume itself. It returns every error after doing
 // what it can.
 func (a *Agent) Sweep(ctx context.Context, resume func(runID, conversation string)) error {
+	runs, err := a.expireDue(ctx)
 	var errs []error
-	now := a.cfg.Now()
-	due, err := a.store.Due(ctx, now, 100)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("list due calls: %w", err))
-	}
-	type ref struct{ run, conversation string }
-	var runs []ref
-	for _, c := range due {
-		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: string(approvals.Expire), Decider: System, At: now})
-		if errors.Is(err, store.ErrAlreadyDecided) || errors.Is(err, store.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("expire %s: %w", c.ID, err))
-			continue
-		}
-		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "expire"})
-		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "expired"})
-		if complete {
-			runs = append(runs, ref{got.RunID, got.Conversation})
-		}
+		errs = append(errs, err)
 	}
 	stalled, err := a.store.Stalled(ctx, 100)
 	if err != nil {
@@ -288,7 +270,7 @@ func (a *Agent) Sweep(ctx context.Context, resume func(runID, conversation strin
 			errs = append(errs, fmt.Errorf("load stalled run %s: %w", id, err))
 			continue
 		}
-		runs = append(runs, ref{id, run.Conversation})
+		runs = append(runs, runRef{id, run.Conversation})
 	}
 	seen := map[string]bool{}
 	for _, r := range runs {

@@ -130,7 +130,8 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		APIURL:           cfg.SlackAPIURL,
 		AdminUsers:       cfg.AdminUsers,
 		ApprovalsChannel: cfg.ApprovalsChannel,
-		Workers:          cfg.Workers,
+		MaxTurns:         cfg.MaxTurns,
+		SweepInterval:    cfg.SweepInterval,
 		Logger:           log,
 		Metrics:          metrics,
 	}, st, engine)
@@ -180,7 +181,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		"model", cfg.OpenAIModel,
 		"model_url", safeURL(cfg.OpenAIBaseURL),
 		"http_addr", ln.Addr().String(),
-		"workers", cfg.Workers,
+		"max_turns", cfg.MaxTurns,
 		"mcp_servers", len(file.tools.Servers),
 		"builtin_tools", builtinNames(file.tools.Builtins),
 		"approvals_channel", cfg.ApprovalsChannel,

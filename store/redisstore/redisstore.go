@@ -661,6 +661,24 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call
 	return out, nil
 }
 
+// NextExpiry returns the earliest ExpiresAt of a pending call, or the zero
+// time if none is pending.
+func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
+	var next time.Time
+	err := s.scanIndex(ctx, s.dueKey(), "+inf", func(ls []liveCall) bool {
+		for _, l := range ls {
+			if next.IsZero() || l.call.ExpiresAt.Before(next) {
+				next = l.call.ExpiresAt
+			}
+		}
+		return len(ls) > 0
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("next expiry: %w", err)
+	}
+	return next, nil
+}
+
 // Stalled lists up to limit runs with no pending call, not finished and
 // with no live resume claim, earliest expiry first; limit <= 0 lists all.
 func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
