@@ -40,7 +40,7 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 	}
 	rep := a.reporter(run.Conversation)
 	var out Outcome
-	err = a.withLease(ctx, run.Conversation, func(ctx context.Context) error {
+	err = a.leases.run(ctx, run.Conversation, func(ctx context.Context) error {
 		ok, err := a.store.ClaimResume(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL*10)
 		if err != nil {
 			return fmt.Errorf("claim resume %s: %w", runID, err)

@@ -78,7 +78,7 @@ func (a *Agent) Run(ctx context.Context, req Request) (Outcome, error) {
 	}
 	rep := a.reporter(req.Conversation)
 	var out Outcome
-	err := a.withLease(ctx, req.Conversation, func(ctx context.Context) error {
+	err := a.leases.run(ctx, req.Conversation, func(ctx context.Context) error {
 		cs, pausedRun, _, err := a.loadConversation(ctx, req.Conversation)
 		if err != nil {
 			return err

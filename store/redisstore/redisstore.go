@@ -746,10 +746,71 @@ func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Du
 // ReleaseLease frees the lease on key if owner holds it, and does nothing
 // otherwise.
 func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {
-	if err := releaseLease.Run(ctx, s.c, []string{s.leaseKey(key)}, owner).Err(); err != nil {
+	if err := releaseLease.Run(ctx, s.c, []string{s.leaseKey(key)}, owner, s.leaseChannel(key)).Err(); err != nil {
 		return fmt.Errorf("release lease %s: %w", key, err)
 	}
 	return nil
+}
+
+// leaseChannel is the pub/sub channel on which releases of a lease are
+// announced.
+func (s *Store) leaseChannel(key string) string { return s.prefix + ":lease-released:" + key }
+
+// WatchLease subscribes to the releases of the lease on key, by any process
+// on this Redis and prefix; the subscription is confirmed when it returns.
+// Releases are announced with PUBLISH, which Redis Cluster relays to every
+// node. An announcement lost on the way (a reconnect) is not replayed: a
+// waiter must also re-check now and then. Close ends the subscription and
+// its goroutine.
+func (s *Store) WatchLease(ctx context.Context, key string) (store.LeaseWatch, error) {
+	ps := s.c.Subscribe(ctx, s.leaseChannel(key))
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, fmt.Errorf("watch lease %s: %w", key, err)
+	}
+	w := &leaseWatch{ps: ps, released: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w, nil
+}
+
+// leaseWatch turns the messages of a subscription into wake-ups.
+type leaseWatch struct {
+	ps       *redis.PubSub
+	released chan struct{}
+	closing  chan struct{}
+	done     chan struct{}
+}
+
+func (w *leaseWatch) run() {
+	defer close(w.done)
+	for {
+		// Ends with an error once Close closes the subscription.
+		if _, err := w.ps.ReceiveMessage(context.Background()); err != nil {
+			// The subscription reconnects on the next receive; do not
+			// spin while Redis is away.
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-w.closing:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		select {
+		case w.released <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (w *leaseWatch) Released() <-chan struct{} { return w.released }
+
+func (w *leaseWatch) Close() error {
+	close(w.closing)
+	err := w.ps.Close()
+	<-w.done
+	return err
 }
 
 // Audit appends an entry to a list capped at AuditMax entries. A zero At
