@@ -52,21 +52,21 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 		return DecideResult{}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
 	if c.Status != store.Pending {
-		return DecideResult{Call: c}, refusedByOther(c)
+		return DecideResult{Call: viewOf(c)}, refusedByOther(c)
 	}
 	if d.Fingerprint != c.Fingerprint {
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrFingerprintMismatch)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrFingerprintMismatch)
 	}
 	if !d.At.Before(c.ExpiresAt) {
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrExpired)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrExpired)
 	}
 	v, err := a.authorize(ctx, c, d)
 	if err != nil {
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
 	sd, err := a.checkDecision(ctx, c, d, v)
 	if err != nil {
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
 	return a.record(ctx, c, d.Fingerprint, sd, v)
 }
@@ -219,26 +219,26 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	got, complete, err := a.store.Decide(ctx, c.ID, fp, sd)
 	switch {
 	case errors.Is(err, store.ErrAlreadyDecided):
-		return DecideResult{Call: got}, refusedByOther(got)
+		return DecideResult{Call: viewOf(got)}, refusedByOther(got)
 	case errors.Is(err, store.ErrFingerprintMismatch):
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrFingerprintMismatch)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrFingerprintMismatch)
 	case errors.Is(err, store.ErrExpired):
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrExpired)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrExpired)
 	case errors.Is(err, store.ErrNotFound):
 		return DecideResult{}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrUnknownCall)
 	case err != nil:
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", c.ID, err)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 	}
 	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: sd.Kind, Detail: sd.Reason})
 	if sd.Kind == string(approvals.Remember) {
 		a.remember(ctx, got, sd, v)
 	}
-	u := CallUpdate{Call: got, Phase: PhaseDecided, StepPending: !complete}
+	u := CallUpdate{Call: viewOf(got), Phase: PhaseDecided, StepPending: !complete}
 	if !approvals.Kind(sd.Kind).Runs() {
 		u.Phase = PhaseSkipped
 	}
 	a.reporter(got.Conversation).Updated(ctx, u)
-	return DecideResult{Call: got, Complete: complete}, nil
+	return DecideResult{Call: viewOf(got), Complete: complete}, nil
 }
 
 // remember stores the standing rule of a Remember decision. The decision
@@ -292,8 +292,8 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		}
 		cancelled++
 		a.audit(ctx, store.AuditEntry{Actor: user, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "cancel"})
-		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "cancelled by the requester"})
-		res = DecideResult{Call: got, Complete: res.Complete || complete}
+		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "cancelled by the requester"})
+		res = DecideResult{Call: viewOf(got), Complete: res.Complete || complete}
 	}
 	if cancelled == 0 {
 		return res, fmt.Errorf("cancel %s: %w", runID, &approvals.RefusedError{Err: approvals.ErrAlreadyDecided})

@@ -63,7 +63,7 @@ func (a *Agent) expireDue(ctx context.Context) ([]runRef, error) {
 			continue
 		}
 		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "expire"})
-		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "expired"})
+		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "expired"})
 		if complete {
 			runs = append(runs, runRef{got.RunID, got.Conversation})
 		}

@@ -72,7 +72,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		// finishing the run failed. Finish it now; never run it twice.
 		for _, c := range calls {
 			if c.Status == store.Decided && !c.Executing && c.Decision != nil && approvals.Kind(c.Decision.Kind).Runs() {
-				rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseSkipped, Note: "the conversation moved on before it ran"})
+				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: "the conversation moved on before it ran"})
 			}
 		}
 		if err := a.store.FinishRun(ctx, runID); err != nil {
@@ -91,7 +91,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		t.messages = dropUnexecuted(t.messages, st.Slots)
 		for _, s := range st.Slots {
 			if c, ok := byID[s.CallID]; ok && c.Status != store.Cancelled {
-				rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseSkipped, Note: "not run: the requester cancelled the turn"})
+				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: "not run: the requester cancelled the turn"})
 			}
 		}
 		if err := a.saveTurn(ctx, t); err != nil {
@@ -146,7 +146,7 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 // reads, executing the tool if the decision runs it.
 func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Reporter) Result {
 	skip := func(res Result, note string) Result {
-		rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseSkipped, Result: res, Note: note})
+		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note})
 		return res
 	}
 	if c.Status == store.Expired || c.Decision == nil {
@@ -180,7 +180,7 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 		if len(c.Result) == 0 || json.Unmarshal(c.Result, &res) != nil {
 			return skip(Result{Content: fmt.Sprintf("interrupted: %s was started before a restart and may or may not have completed; it was not run again", c.Tool), IsError: true}, "interrupted")
 		}
-		rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseExecuted, Result: res})
+		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 		return withNote(res)
 	}
 	tool, ok := a.tools.Lookup(c.Tool)
@@ -213,7 +213,7 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 		a.log.Warn("save tool result", "call", c.ID, "err", err)
 	}
 	a.audit(ctx, store.AuditEntry{Actor: d.Decider, Action: "execute", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: outcomeOf(res)})
-	rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseExecuted, Result: res})
+	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 	return withNote(res)
 }
 
@@ -308,7 +308,7 @@ func (a *Agent) Call(ctx context.Context, callID string) (PendingCall, error) {
 	if err != nil {
 		return PendingCall{}, fmt.Errorf("call %s: %w", callID, err)
 	}
-	p := PendingCall{Call: c}
+	p := PendingCall{Call: viewOf(c)}
 	if t, ok := a.tools.Lookup(c.Tool); ok {
 		p.Human, p.Schema = t.Human, t.Schema
 	}

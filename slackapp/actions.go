@@ -156,7 +156,7 @@ func (a *App) resume(ctx context.Context, runID string) {
 }
 
 // callOfRun returns the first call of a run, to find its conversation.
-func (a *App) callOfRun(ctx context.Context, runID string) (store.Call, error) {
+func (a *App) callOfRun(ctx context.Context, runID string) (agent.Call, error) {
 	pc, err := a.ag.Call(ctx, store.CallID(runID, 0))
 	return pc.Call, err
 }
@@ -179,11 +179,11 @@ func (a *App) resumeQueued(ctx context.Context, conversation, runID string) {
 
 // refusalText explains a refused decision to the decider, and names the
 // refusal for metrics.
-func refusalText(c store.Call, decider string, err error) (text, result string) {
+func refusalText(c agent.Call, decider string, err error) (text, result string) {
 	var refused *approvals.RefusedError
 	switch {
 	case errors.As(err, &refused) && errors.Is(err, approvals.ErrAlreadyDecided):
-		return AlreadyDecidedText(refused.DecidedBy, DecisionKind(refused.Kind), refused.DecidedAt), "already_decided"
+		return AlreadyDecidedText(refused.DecidedBy, refused.Kind, refused.DecidedAt), "already_decided"
 	case errors.Is(err, approvals.ErrNotApprover):
 		if c.FourEyes && decider == c.Requester {
 			return RequesterCannotApproveText(), "not_approver"
@@ -238,12 +238,12 @@ func (a *App) openModal(ctx context.Context, c click) {
 	callID, _ := parseToken(c.value)
 	pc, err := a.ag.Call(ctx, callID)
 	if err != nil {
-		text, _ := refusalText(store.Call{}, c.user, err)
+		text, _ := refusalText(agent.Call{}, c.user, err)
 		a.tell(ctx, c.user, c.channel, text)
 		return
 	}
 	if c.actionID != ActionViewArgs {
-		if pc.Status != store.Pending {
+		if pc.Status != agent.CallPending {
 			a.tell(ctx, c.user, c.channel, refusedText(pc.Call))
 			return
 		}
@@ -274,11 +274,18 @@ func (a *App) openModal(ctx context.Context, c click) {
 }
 
 // refusedText explains that a call is no longer pending.
-func refusedText(c store.Call) string {
+func refusedText(c agent.Call) string {
 	if c.Decision != nil {
-		return AlreadyDecidedText(c.Decision.Decider, DecisionKind(c.Decision.Kind), c.Decision.At)
+		return AlreadyDecidedText(c.Decision.Decider, c.Decision.Kind, c.Decision.At)
 	}
-	return AlreadyDecidedText("", DecisionKind(c.Status), time.Time{})
+	var kind approvals.Kind
+	switch c.Status {
+	case agent.CallExpired:
+		kind = approvals.Expire
+	case agent.CallCancelled:
+		kind = approvals.Cancel
+	}
+	return AlreadyDecidedText("", kind, time.Time{})
 }
 
 // onSubmit handles a modal submission. It returns the ack payload: nil to

@@ -9,7 +9,6 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
-	"github.com/toolgate/toolgate/store"
 )
 
 // Work of one key runs in order, one at a time; work of another key does
@@ -56,7 +55,7 @@ func TestQueuesRunInOrderAndApart(t *testing.T) {
 
 func TestRefusalTextPolicyDenied(t *testing.T) {
 	err := fmt.Errorf("decide r.0: %w", &agent.DetailError{Err: approvals.ErrPolicyDenied, Detail: "Deploys are frozen"})
-	text, result := refusalText(store.Call{}, "U1", err)
+	text, result := refusalText(agent.Call{}, "U1", err)
 	if result != "policy_denied" || text != "The policy now denies this call: Deploys are frozen. Nothing ran." {
 		t.Errorf("refusalText = %q, %q", text, result)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -440,7 +441,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 			a.m.error("slack_update")
 		}
 	}
-	if u.Phase != agent.PhaseDecided || u.Call.Status != store.Decided {
+	if u.Phase != agent.PhaseDecided || u.Call.Status != agent.CallDecided {
 		// Final: nothing will change the card again.
 		if err := a.st.DeleteRecord(ctx, cardKind(u.Call.ID), cardRefsID); err != nil && !errors.Is(err, store.ErrNotFound) {
 			a.log.Warn("forget card", "call", u.Call.ID, "err", err)
@@ -494,17 +495,17 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 		card.Question = q.Question
 	}
 	switch c.Status {
-	case store.Decided:
+	case agent.CallDecided:
 		card.Status = StatusDecided
-	case store.Expired:
+	case agent.CallExpired:
 		card.Status = StatusExpired
-	case store.Cancelled:
+	case agent.CallCancelled:
 		card.Status = StatusCancelled
 	default:
 		card.Status = StatusPending
 	}
 	if d := c.Decision; d != nil {
-		card.Decision, card.Decider, card.DecidedAt = DecisionKind(d.Kind), d.Decider, d.At
+		card.Decision, card.Decider, card.DecidedAt = d.Kind, d.Decider, d.At
 		card.RejectReason, card.EditedArgs, card.Answer = d.Reason, d.Args, d.Answer
 	}
 	if u != nil {
@@ -516,14 +517,14 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 			}
 			card.OutputSummary = u.Result.Content
 		case agent.PhaseSkipped:
-			if u.Note != "" && c.Status == store.Decided && DecisionKind(c.Decision.Kind) != DecisionDeny &&
-				DecisionKind(c.Decision.Kind) != DecisionReject && DecisionKind(c.Decision.Kind) != DecisionRespond {
+			if u.Note != "" && c.Status == agent.CallDecided && c.Decision.Kind != approvals.Refuse &&
+				c.Decision.Kind != approvals.Reject && c.Decision.Kind != approvals.Respond {
 				card.Outcome = "not run: " + u.Note
 			}
 		case agent.PhaseDecided:
-			if c.Status == store.Decided && c.Decision != nil {
-				switch DecisionKind(c.Decision.Kind) {
-				case DecisionApprove, DecisionEdit, DecisionRemember:
+			if c.Status == agent.CallDecided && c.Decision != nil {
+				switch c.Decision.Kind {
+				case approvals.Approve, approvals.Edit, approvals.Remember:
 					card.Outcome = "running…"
 					if u.StepPending {
 						card.Outcome = "runs once the other calls of this step are decided"
