@@ -65,11 +65,16 @@ func (l *leases) run(ctx context.Context, conversation string, fn func(ctx conte
 	// conversation someone else now holds must stop, not overwrite theirs.
 	workCtx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
-	renewCtx, stop := context.WithCancel(ctx)
+	renewCtx, stop := context.WithCancel(workCtx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		l.renew(renewCtx, key, conversation, lost)
+	}()
+	// Renewing stops before the lease is released, even if fn panics.
+	defer func() {
+		stop()
+		<-done
 	}()
 	err := fn(workCtx)
 	stop()

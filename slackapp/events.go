@@ -81,7 +81,7 @@ func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event) {
 			// The app_mention of the same message arrives too; whichever
 			// comes first is answered.
 		case ev.ThreadTimeStamp != "":
-			// Maybe a follow-up in a thread the bot is part of; the worker
+			// Maybe a follow-up in a thread the bot is part of; its queue
 			// looks the conversation up.
 			followUp = true
 		default:
