@@ -54,6 +54,19 @@ type Call struct {
 	Decision *Decision
 }
 
+// kindOf reads the kind of a stored decision ("" for none): the store keeps
+// it as an opaque string, written by storedKind. These two are the only
+// conversions between the store's string and approvals.Kind.
+func kindOf(d *store.Decision) approvals.Kind {
+	if d == nil {
+		return ""
+	}
+	return approvals.Kind(d.Kind)
+}
+
+// storedKind is how a decision kind is kept in the store.
+func storedKind(k approvals.Kind) string { return string(k) }
+
 // viewOf is the one place where a stored call becomes the agent's view of
 // it: the store keeps the decision kind as an opaque string.
 func viewOf(c store.Call) Call {
@@ -64,7 +77,7 @@ func viewOf(c store.Call) Call {
 		CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Status: CallStatus(c.Status),
 	}
 	if d := c.Decision; d != nil {
-		v.Decision = &Decision{Kind: approvals.Kind(d.Kind), Decider: d.Decider, At: d.At, Reason: d.Reason, Args: d.Args, Answer: d.Answer}
+		v.Decision = &Decision{Kind: kindOf(d), Decider: d.Decider, At: d.At, Reason: d.Reason, Args: d.Args, Answer: d.Answer}
 	}
 	return v
 }

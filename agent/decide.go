@@ -144,7 +144,7 @@ func deniedBy(v approvals.Verdict) error {
 // checkDecision validates a decision against the call and returns what is
 // stored.
 func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Decision, v approvals.Verdict) (store.Decision, error) {
-	sd := store.Decision{Kind: string(d.Kind), Decider: d.Decider, At: d.At}
+	sd := store.Decision{Kind: storedKind(d.Kind), Decider: d.Decider, At: d.At}
 	tool, known := a.tools.Lookup(c.Tool)
 	human := known && tool.Human
 	switch d.Kind {
@@ -230,11 +230,11 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 	}
 	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: sd.Kind, Detail: sd.Reason})
-	if sd.Kind == string(approvals.Remember) {
+	if kindOf(&sd) == approvals.Remember {
 		a.remember(ctx, got, sd, v)
 	}
 	u := CallUpdate{Call: viewOf(got), Phase: PhaseDecided, StepPending: !complete}
-	if !approvals.Kind(sd.Kind).Runs() {
+	if !kindOf(&sd).Runs() {
 		u.Phase = PhaseSkipped
 	}
 	a.reporter(got.Conversation).Updated(ctx, u)
@@ -283,7 +283,7 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		if c.Status != store.Pending {
 			continue
 		}
-		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: string(approvals.Cancel), Decider: user, At: a.cfg.Now()})
+		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: storedKind(approvals.Cancel), Decider: user, At: a.cfg.Now()})
 		if errors.Is(err, store.ErrAlreadyDecided) {
 			continue
 		}

@@ -54,7 +54,7 @@ func (a *Agent) expireDue(ctx context.Context) ([]runRef, error) {
 	}
 	var runs []runRef
 	for _, c := range due {
-		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: string(approvals.Expire), Decider: System, At: now})
+		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: storedKind(approvals.Expire), Decider: System, At: now})
 		if errors.Is(err, store.ErrAlreadyDecided) || errors.Is(err, store.ErrConflict) {
 			continue
 		}

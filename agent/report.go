@@ -134,7 +134,7 @@ func refusedByOther(c store.Call) error {
 	if c.Decision != nil {
 		e.DecidedBy = c.Decision.Decider
 		e.DecidedAt = c.Decision.At
-		e.Kind = approvals.Kind(c.Decision.Kind)
+		e.Kind = kindOf(c.Decision)
 	}
 	return e
 }

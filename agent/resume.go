@@ -71,7 +71,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		// The conversation moved on: this step was resumed before, but
 		// finishing the run failed. Finish it now; never run it twice.
 		for _, c := range calls {
-			if c.Status == store.Decided && !c.Executing && c.Decision != nil && approvals.Kind(c.Decision.Kind).Runs() {
+			if c.Status == store.Decided && !c.Executing && c.Decision != nil && kindOf(c.Decision).Runs() {
 				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: "the conversation moved on before it ran"})
 			}
 		}
@@ -155,7 +155,7 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	}
 	d := *c.Decision
 	who := d.Decider
-	switch approvals.Kind(d.Kind) {
+	switch kindOf(&d) {
 	case approvals.Refuse:
 		return skip(Result{Content: fmt.Sprintf("not performed: user %s denied this call. Do not retry the same call; ask how to proceed instead.", who), IsError: true}, "denied")
 	case approvals.Reject:
@@ -164,11 +164,11 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 		return skip(Result{Content: d.Answer}, "answered")
 	}
 	args := c.Args
-	if approvals.Kind(d.Kind) == approvals.Edit {
+	if kindOf(&d) == approvals.Edit {
 		args = d.Args
 	}
 	withNote := func(res Result) Result {
-		if approvals.Kind(d.Kind) == approvals.Edit {
+		if kindOf(&d) == approvals.Edit {
 			res.Content = fmt.Sprintf("Note: user %s edited the arguments before approving. The call ran with %s instead of the original %s. Do not re-issue the original call.\n\n%s", who, args, c.Args, res.Content)
 		}
 		return res
