@@ -50,6 +50,8 @@ type Store struct {
 	retention time.Duration
 	convTTL   time.Duration
 	auditMax  int64
+	// leases announces lease releases to this process's waiters.
+	leases *leaseHub
 }
 
 // New connects to the Redis at rawURL (see NewClient for the forms it
@@ -87,6 +89,7 @@ func NewFromClient(c redis.UniversalClient, opts Options) *Store {
 		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
 		auditMax:  int64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
 	}
+	s.leases = newLeaseHub(c, s.prefix+":lease-released:")
 	return s
 }
 
@@ -752,67 +755,6 @@ func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {
 	return nil
 }
 
-// leaseChannel is the pub/sub channel on which releases of a lease are
-// announced.
-func (s *Store) leaseChannel(key string) string { return s.prefix + ":lease-released:" + key }
-
-// WatchLease subscribes to the releases of the lease on key, by any process
-// on this Redis and prefix; the subscription is confirmed when it returns.
-// Releases are announced with PUBLISH, which Redis Cluster relays to every
-// node. An announcement lost on the way (a reconnect) is not replayed: a
-// waiter must also re-check now and then. Close ends the subscription and
-// its goroutine.
-func (s *Store) WatchLease(ctx context.Context, key string) (store.LeaseWatch, error) {
-	ps := s.c.Subscribe(ctx, s.leaseChannel(key))
-	if _, err := ps.Receive(ctx); err != nil {
-		_ = ps.Close()
-		return nil, fmt.Errorf("watch lease %s: %w", key, err)
-	}
-	w := &leaseWatch{ps: ps, released: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
-	go w.run()
-	return w, nil
-}
-
-// leaseWatch turns the messages of a subscription into wake-ups.
-type leaseWatch struct {
-	ps       *redis.PubSub
-	released chan struct{}
-	closing  chan struct{}
-	done     chan struct{}
-}
-
-func (w *leaseWatch) run() {
-	defer close(w.done)
-	for {
-		// Ends with an error once Close closes the subscription.
-		if _, err := w.ps.ReceiveMessage(context.Background()); err != nil {
-			// The subscription reconnects on the next receive; do not
-			// spin while Redis is away.
-			t := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-w.closing:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			continue
-		}
-		select {
-		case w.released <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (w *leaseWatch) Released() <-chan struct{} { return w.released }
-
-func (w *leaseWatch) Close() error {
-	close(w.closing)
-	err := w.ps.Close()
-	<-w.done
-	return err
-}
-
 // Audit appends an entry to a list capped at AuditMax entries. A zero At
 // is set to now.
 func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
@@ -969,6 +911,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes the client.
 func (s *Store) Close() error {
+	s.leases.close()
 	if err := s.c.Close(); err != nil {
 		return fmt.Errorf("close redis client: %w", err)
 	}
