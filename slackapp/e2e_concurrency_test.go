@@ -222,6 +222,7 @@ func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
 			for i := range threads {
 				threads[i] = e.slack.Mention(channel, requester, fmt.Sprintf("deploy svc%d %d", i, i))
 			}
+			start := time.Now()
 			for i, ts := range threads {
 				card := e.card(ts, "deploy")
 				_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
@@ -231,9 +232,11 @@ func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
 					must(t, err)
 				}
 			}
+			t.Logf("cards and clicks: %v", time.Since(start))
 			for _, ts := range threads {
 				e.answer(ts, "Deployed: deployed")
 			}
+			t.Logf("answers: %v", time.Since(start))
 			runs := map[string]int{}
 			for _, a := range e.deployArgs() {
 				var args struct{ Service string }
