@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
@@ -73,4 +74,51 @@ func TestRequireAdmin(t *testing.T) {
 	if refusal, ok := a.requireAdmin(context.Background(), "USOMEONE"); ok || !strings.Contains(refusal, "nothing changed") {
 		t.Errorf("requireAdmin(someone, no Web API) = %q, %v", refusal, ok)
 	}
+}
+
+// expiryAgent records expiry passes and answers each with the next deadline
+// it is given.
+type expiryAgent struct {
+	Agent
+	passes chan struct{}
+	next   chan time.Time
+}
+
+func (f *expiryAgent) Expire(context.Context, func(runID, conversation string)) (time.Time, error) {
+	f.passes <- struct{}{}
+	return <-f.next, nil
+}
+
+// The expiry timer sleeps until the next deadline it knows: one the store
+// reports after a pass, or one a call paused in this process sets; never a
+// fixed tick (SweepInterval is an hour here).
+func TestExpiryTimerFollowsDeadlines(t *testing.T) {
+	a, err := New(Config{BotToken: "xoxb-test", AppToken: "xapp-test", SweepInterval: time.Hour}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &expiryAgent{passes: make(chan struct{}), next: make(chan time.Time)}
+	a.ag = f
+	stopping := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.expire(t.Context(), stopping)
+	}()
+	pass := func(what string, next time.Time) {
+		t.Helper()
+		select {
+		case <-f.passes:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no expiry pass %s", what)
+		}
+		f.next <- next
+	}
+	pass("at start", time.Time{})
+	// A call paused here wakes the timer.
+	a.expiry.at(time.Now().Add(20 * time.Millisecond))
+	pass("at a deadline set by a pause", time.Now().Add(20*time.Millisecond))
+	pass("at the deadline the store reported", time.Time{})
+	close(stopping)
+	<-done
 }
