@@ -47,6 +47,7 @@ func TestEnvelopeBurst(t *testing.T) {
 		}
 	}()
 
+	begin := time.Now()
 	var threads []string
 	for i := range mentions {
 		// Distinct channels, so no two mentions share a conversation.
@@ -77,9 +78,11 @@ func TestEnvelopeBurst(t *testing.T) {
 	if text := e.slash(requester, "help"); !strings.Contains(text, "/approvals pending") {
 		t.Errorf("/approvals help during the burst answered %q", text)
 	}
+	t.Logf("acked and command answered after %v", time.Since(begin))
 	for i, ts := range threads {
 		e.answerIn(fmt.Sprintf("CBURST%04d", i), ts, "ok")
 	}
+	t.Logf("all answered after %v", time.Since(begin))
 	close(stop)
 	<-sampled
 	// Idle HTTP connections of the fakes and the clients keep a few.
