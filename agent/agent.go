@@ -70,6 +70,7 @@ type Runs interface {
 	FinishRun(ctx context.Context, runID string) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
+	NextExpiry(ctx context.Context) (time.Time, error)
 	Stalled(ctx context.Context, limit int) ([]string, error)
 }
 
@@ -160,6 +161,7 @@ type Agent struct {
 	reporter func(conversation string) Reporter
 	cfg      Config
 	log      *slog.Logger
+	leases   *leases
 }
 
 // New returns an Agent. reporter gives the Reporter of a conversation (by
@@ -207,7 +209,10 @@ func New(model Model, tools *Registry, policy Policy, st Store, reporter func(co
 	if reporter == nil {
 		reporter = func(string) Reporter { return NopReporter{} }
 	}
-	return &Agent{model: model, tools: tools, policy: policy, store: st, reporter: reporter, cfg: cfg, log: cfg.Logger}
+	return &Agent{
+		model: model, tools: tools, policy: policy, store: st, reporter: reporter, cfg: cfg, log: cfg.Logger,
+		leases: newLeases(st, cfg.Owner, cfg.LeaseTTL, cfg.LeaseWait, cfg.Logger),
+	}
 }
 
 // Tools returns the agent's tool registry.
@@ -220,86 +225,6 @@ var ErrLeaseTimeout = errors.New("conversation is busy")
 // ErrLeaseLost is returned when the lease on a conversation ran out or was
 // taken while a turn was running; the turn stopped where it was.
 var ErrLeaseLost = errors.New("lost the lease on the conversation")
-
-// withLease runs fn while holding the lease on the conversation, renewing
-// it until fn returns. It waits for another holder up to LeaseWait.
-func (a *Agent) withLease(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
-	key := "conv:" + conversation
-	deadline := time.Now().Add(a.cfg.LeaseWait)
-	wait := 20 * time.Millisecond
-	for {
-		ok, err := a.store.AcquireLease(ctx, key, a.cfg.Owner, a.cfg.LeaseTTL)
-		if err != nil {
-			return fmt.Errorf("lease conversation: %w", err)
-		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("lease conversation %s: %w", conversation, ErrLeaseTimeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		if wait < 500*time.Millisecond {
-			wait *= 2
-		}
-	}
-	// fn runs under a context that ends if the lease is lost: work on a
-	// conversation someone else now holds must stop, not overwrite theirs.
-	workCtx, lost := context.WithCancelCause(ctx)
-	defer lost(nil)
-	renewCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(a.cfg.LeaseTTL / 3)
-		defer t.Stop()
-		renewed := time.Now()
-		for {
-			select {
-			case <-renewCtx.Done():
-				return
-			case <-t.C:
-				ok, err := a.store.AcquireLease(renewCtx, key, a.cfg.Owner, a.cfg.LeaseTTL)
-				switch {
-				case renewCtx.Err() != nil:
-					return
-				case err == nil && ok:
-					renewed = time.Now()
-				case err == nil:
-					a.log.Error("conversation lease taken by another process; stopping this turn", "conversation", conversation)
-					lost(ErrLeaseLost)
-					return
-				default:
-					a.log.Warn("renew conversation lease", "conversation", conversation, "err", err)
-					// Give up before the lease can have run out in the
-					// store, so no one else is working on it yet.
-					if time.Since(renewed) >= a.cfg.LeaseTTL*2/3 {
-						lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
-						return
-					}
-				}
-			}
-		}
-	}()
-	err := fn(workCtx)
-	stop()
-	<-done
-	if cause := context.Cause(workCtx); err != nil && errors.Is(cause, ErrLeaseLost) {
-		err = errors.Join(err, cause)
-	}
-	// Release even if ctx was cancelled: a lease left behind only delays
-	// the next turn by LeaseTTL, but there is no reason to wait.
-	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if rerr := a.store.ReleaseLease(relCtx, key, a.cfg.Owner); rerr != nil {
-		a.log.Warn("release conversation lease", "conversation", conversation, "err", rerr)
-	}
-	return err
-}
 
 func (a *Agent) audit(ctx context.Context, e store.AuditEntry) {
 	if e.At.IsZero() {

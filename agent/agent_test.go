@@ -12,7 +12,6 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
-	"github.com/toolgate/toolgate/store"
 )
 
 // A step with an allowed, a denied and an asked call pauses; after a
@@ -249,7 +248,7 @@ func TestRefusedDecisions(t *testing.T) {
 			}
 			c, err := a.Call(ctx, p.ID)
 			must(t, err)
-			if c.Status != store.Pending {
+			if c.Status != agent.CallPending {
 				t.Errorf("got status %s after a refused decision, want pending", c.Status)
 			}
 		})
@@ -382,7 +381,7 @@ func TestExpirySweep(t *testing.T) {
 			a := w.agent()
 			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
 			must(t, a.Sweep(ctx, nil))
-			if c, _ := a.Call(ctx, p.ID); c.Status != store.Pending {
+			if c, _ := a.Call(ctx, p.ID); c.Status != agent.CallPending {
 				t.Fatalf("got %s before the expiry, want pending", c.Status)
 			}
 			w.advance(time.Hour + time.Second)
@@ -390,7 +389,7 @@ func TestExpirySweep(t *testing.T) {
 			must(t, a.Sweep(ctx, nil))
 			c, err := a.Call(ctx, p.ID)
 			must(t, err)
-			if c.Status != store.Expired {
+			if c.Status != agent.CallExpired {
 				t.Fatalf("got %s after the expiry, want expired", c.Status)
 			}
 			got := toolResults(t, w.model)

@@ -52,21 +52,21 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 		return DecideResult{}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
 	if c.Status != store.Pending {
-		return DecideResult{Call: c}, refusedByOther(c)
+		return DecideResult{Call: viewOf(c)}, refusedByOther(c)
 	}
 	if d.Fingerprint != c.Fingerprint {
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrFingerprintMismatch)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrFingerprintMismatch)
 	}
 	if !d.At.Before(c.ExpiresAt) {
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrExpired)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrExpired)
 	}
 	v, err := a.authorize(ctx, c, d)
 	if err != nil {
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
 	sd, err := a.checkDecision(ctx, c, d, v)
 	if err != nil {
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", d.CallID, err)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
 	return a.record(ctx, c, d.Fingerprint, sd, v)
 }
@@ -144,7 +144,7 @@ func deniedBy(v approvals.Verdict) error {
 // checkDecision validates a decision against the call and returns what is
 // stored.
 func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Decision, v approvals.Verdict) (store.Decision, error) {
-	sd := store.Decision{Kind: string(d.Kind), Decider: d.Decider, At: d.At}
+	sd := store.Decision{Kind: storedKind(d.Kind), Decider: d.Decider, At: d.At}
 	tool, known := a.tools.Lookup(c.Tool)
 	human := known && tool.Human
 	switch d.Kind {
@@ -219,26 +219,26 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	got, complete, err := a.store.Decide(ctx, c.ID, fp, sd)
 	switch {
 	case errors.Is(err, store.ErrAlreadyDecided):
-		return DecideResult{Call: got}, refusedByOther(got)
+		return DecideResult{Call: viewOf(got)}, refusedByOther(got)
 	case errors.Is(err, store.ErrFingerprintMismatch):
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrFingerprintMismatch)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrFingerprintMismatch)
 	case errors.Is(err, store.ErrExpired):
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrExpired)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrExpired)
 	case errors.Is(err, store.ErrNotFound):
 		return DecideResult{}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrUnknownCall)
 	case err != nil:
-		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", c.ID, err)
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 	}
 	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: sd.Kind, Detail: sd.Reason})
-	if sd.Kind == string(approvals.Remember) {
+	if kindOf(&sd) == approvals.Remember {
 		a.remember(ctx, got, sd, v)
 	}
-	u := CallUpdate{Call: got, Phase: PhaseDecided, StepPending: !complete}
-	if !approvals.Kind(sd.Kind).Runs() {
+	u := CallUpdate{Call: viewOf(got), Phase: PhaseDecided, StepPending: !complete}
+	if !kindOf(&sd).Runs() {
 		u.Phase = PhaseSkipped
 	}
 	a.reporter(got.Conversation).Updated(ctx, u)
-	return DecideResult{Call: got, Complete: complete}, nil
+	return DecideResult{Call: viewOf(got), Complete: complete}, nil
 }
 
 // remember stores the standing rule of a Remember decision. The decision
@@ -283,7 +283,7 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		if c.Status != store.Pending {
 			continue
 		}
-		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: string(approvals.Cancel), Decider: user, At: a.cfg.Now()})
+		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: storedKind(approvals.Cancel), Decider: user, At: a.cfg.Now()})
 		if errors.Is(err, store.ErrAlreadyDecided) {
 			continue
 		}
@@ -292,8 +292,8 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		}
 		cancelled++
 		a.audit(ctx, store.AuditEntry{Actor: user, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "cancel"})
-		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "cancelled by the requester"})
-		res = DecideResult{Call: got, Complete: res.Complete || complete}
+		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "cancelled by the requester"})
+		res = DecideResult{Call: viewOf(got), Complete: res.Complete || complete}
 	}
 	if cancelled == 0 {
 		return res, fmt.Errorf("cancel %s: %w", runID, &approvals.RefusedError{Err: approvals.ErrAlreadyDecided})

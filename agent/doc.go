@@ -92,10 +92,19 @@
 // (their resumer crashed, or the decider never called Resume). Expiry is a
 // compare-and-set like any decision and resumes are claimed once, so
 // replicas sweeping together do no harm. The caller may schedule each
-// resume itself (the Slack app puts it on the conversation's worker). A
+// resume itself (the Slack app puts it on the conversation's queue). A
 // resume finds a run whose conversation has moved on (it was resumed before
 // but could not be marked finished) and only finishes it: a step never runs
-// twice.
+// twice. Expire does the expiry part alone and returns the next deadline of
+// a pending call, so that a caller can sleep until then and expire calls on
+// time.
+//
+// Work on one conversation holds its lease (see Config.LeaseTTL): one
+// holder at a time, in this process and across processes. A turn waiting
+// for the lease learns of its release at once: from this process directly,
+// and from other processes through the store when it announces releases
+// (Redis, by pub/sub); in case an announcement is missed it re-checks every
+// LeaseTTL/3.
 //
 // # Reporting
 //

@@ -39,7 +39,7 @@ func (NopReporter) Updated(context.Context, CallUpdate)   {}
 
 // PendingCall is a paused call as shown to approvers.
 type PendingCall struct {
-	store.Call
+	Call
 	// Human is set for ask_human-style tools: the card asks for an answer.
 	Human bool
 	// Schema is the tool's argument schema, for the edit form.
@@ -63,7 +63,7 @@ const (
 
 // CallUpdate is the news about one paused call.
 type CallUpdate struct {
-	Call  store.Call
+	Call  Call
 	Phase Phase
 	// Result is what the model reads as the call's result.
 	Result Result
@@ -119,8 +119,8 @@ type Request struct {
 
 // DecideResult is the outcome of a recorded decision.
 type DecideResult struct {
-	// Call is the stored call after the decision.
-	Call store.Call
+	// Call is the call after the decision.
+	Call Call
 	// Complete is true for exactly one decision of a step: the one that
 	// left nothing pending. Its caller should call Resume(Call.RunID).
 	Complete bool
@@ -134,7 +134,7 @@ func refusedByOther(c store.Call) error {
 	if c.Decision != nil {
 		e.DecidedBy = c.Decision.Decider
 		e.DecidedAt = c.Decision.At
-		e.Kind = approvals.Kind(c.Decision.Kind)
+		e.Kind = kindOf(c.Decision)
 	}
 	return e
 }

@@ -40,7 +40,7 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 	}
 	rep := a.reporter(run.Conversation)
 	var out Outcome
-	err = a.withLease(ctx, run.Conversation, func(ctx context.Context) error {
+	err = a.leases.run(ctx, run.Conversation, func(ctx context.Context) error {
 		ok, err := a.store.ClaimResume(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL*10)
 		if err != nil {
 			return fmt.Errorf("claim resume %s: %w", runID, err)
@@ -75,8 +75,8 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		// The conversation moved on: this step was resumed before, but
 		// finishing the run failed. Finish it now; never run it twice.
 		for _, c := range calls {
-			if c.Status == store.Decided && !c.Executing && c.Decision != nil && approvals.Kind(c.Decision.Kind).Runs() {
-				rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseSkipped, Note: "the conversation moved on before it ran"})
+			if c.Status == store.Decided && !c.Executing && c.Decision != nil && kindOf(c.Decision).Runs() {
+				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: "the conversation moved on before it ran"})
 			}
 		}
 		if err := a.store.FinishRun(ctx, runID); err != nil {
@@ -95,7 +95,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		t.messages = dropUnexecuted(t.messages, st.Slots)
 		for _, s := range st.Slots {
 			if c, ok := byID[s.CallID]; ok && c.Status != store.Cancelled {
-				rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseSkipped, Note: "not run: the requester cancelled the turn"})
+				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: "not run: the requester cancelled the turn"})
 			}
 		}
 		if err := a.saveTurn(ctx, t); err != nil {
@@ -150,7 +150,7 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 // reads, executing the tool if the decision runs it.
 func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Reporter) Result {
 	skip := func(res Result, note string) Result {
-		rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseSkipped, Result: res, Note: note})
+		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note})
 		return res
 	}
 	if c.Status == store.Expired || c.Decision == nil {
@@ -159,7 +159,7 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	}
 	d := *c.Decision
 	who := d.Decider
-	switch approvals.Kind(d.Kind) {
+	switch kindOf(&d) {
 	case approvals.Refuse:
 		return skip(Result{Content: fmt.Sprintf("not performed: user %s denied this call. Do not retry the same call; ask how to proceed instead.", who), IsError: true}, "denied")
 	case approvals.Reject:
@@ -168,11 +168,11 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 		return skip(Result{Content: d.Answer}, "answered")
 	}
 	args := c.Args
-	if approvals.Kind(d.Kind) == approvals.Edit {
+	if kindOf(&d) == approvals.Edit {
 		args = d.Args
 	}
 	withNote := func(res Result) Result {
-		if approvals.Kind(d.Kind) == approvals.Edit {
+		if kindOf(&d) == approvals.Edit {
 			res.Content = fmt.Sprintf("Note: user %s edited the arguments before approving. The call ran with %s instead of the original %s. Do not re-issue the original call.\n\n%s", who, args, c.Args, res.Content)
 		}
 		return res
@@ -184,7 +184,7 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 		if len(c.Result) == 0 || json.Unmarshal(c.Result, &res) != nil {
 			return skip(Result{Content: fmt.Sprintf("interrupted: %s was started before a restart and may or may not have completed; it was not run again", c.Tool), IsError: true}, "interrupted")
 		}
-		rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseExecuted, Result: res})
+		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 		return withNote(res)
 	}
 	tool, ok := a.tools.Lookup(c.Tool)
@@ -217,7 +217,7 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 		a.log.Warn("save tool result", "call", c.ID, "err", err)
 	}
 	a.audit(ctx, store.AuditEntry{Actor: d.Decider, Action: "execute", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: outcomeOf(res)})
-	rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseExecuted, Result: res})
+	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 	return withNote(res)
 }
 
@@ -259,28 +259,10 @@ func dropUnexecuted(msgs []openai.ChatCompletionMessage, slots []slot) []openai.
 // calls Resume itself. It returns every error after doing
 // what it can.
 func (a *Agent) Sweep(ctx context.Context, resume func(runID, conversation string)) error {
+	runs, err := a.expireDue(ctx)
 	var errs []error
-	now := a.cfg.Now()
-	due, err := a.store.Due(ctx, now, 100)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("list due calls: %w", err))
-	}
-	type ref struct{ run, conversation string }
-	var runs []ref
-	for _, c := range due {
-		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: string(approvals.Expire), Decider: System, At: now})
-		if errors.Is(err, store.ErrAlreadyDecided) || errors.Is(err, store.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("expire %s: %w", c.ID, err))
-			continue
-		}
-		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "expire"})
-		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "expired"})
-		if complete {
-			runs = append(runs, ref{got.RunID, got.Conversation})
-		}
+		errs = append(errs, err)
 	}
 	stalled, err := a.store.Stalled(ctx, 100)
 	if err != nil {
@@ -292,7 +274,7 @@ func (a *Agent) Sweep(ctx context.Context, resume func(runID, conversation strin
 			errs = append(errs, fmt.Errorf("load stalled run %s: %w", id, err))
 			continue
 		}
-		runs = append(runs, ref{id, run.Conversation})
+		runs = append(runs, runRef{id, run.Conversation})
 	}
 	seen := map[string]bool{}
 	for _, r := range runs {
@@ -330,7 +312,7 @@ func (a *Agent) Call(ctx context.Context, callID string) (PendingCall, error) {
 	if err != nil {
 		return PendingCall{}, fmt.Errorf("call %s: %w", callID, err)
 	}
-	p := PendingCall{Call: c}
+	p := PendingCall{Call: viewOf(c)}
 	if t, ok := a.tools.Lookup(c.Tool); ok {
 		p.Human, p.Schema = t.Human, t.Schema
 	}

@@ -76,7 +76,7 @@ policy:
 	if _, err := a.Decide(ctx, edit); !errors.Is(err, approvals.ErrNotApprover) {
 		t.Fatalf("got %v for an approver of prod who may not decide the original call, want ErrNotApprover", err)
 	}
-	if c, _ := a.Call(ctx, p.ID); c.Status != store.Pending {
+	if c, _ := a.Call(ctx, p.ID); c.Status != agent.CallPending {
 		t.Errorf("got %s after refused edits, want pending", c.Status)
 	}
 	// Within the same rule the edit goes through.

@@ -85,7 +85,7 @@ func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 	}
 	rep := a.reporter(req.Conversation)
 	var out Outcome
-	err := a.withLease(ctx, req.Conversation, func(ctx context.Context) error {
+	err := a.leases.run(ctx, req.Conversation, func(ctx context.Context) error {
 		cs, pausedRun, _, err := a.loadConversation(ctx, req.Conversation)
 		if err != nil {
 			return err
@@ -471,7 +471,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		if c.ExpiresAt.After(run.ExpiresAt) {
 			run.ExpiresAt = c.ExpiresAt
 		}
-		pending[k] = PendingCall{Call: c, Human: q.tool.Human, Schema: q.tool.Schema}
+		pending[k] = PendingCall{Call: viewOf(c), Human: q.tool.Human, Schema: q.tool.Schema}
 	}
 	run.State = mustJSON(runState{Messages: t.messages, Slots: slots, User: t.user, Channel: t.channel, Steps: t.steps})
 	if err := a.store.CreateRun(ctx, run, calls); err != nil {
@@ -507,7 +507,7 @@ func (a *Agent) pendingOf(calls []store.Call) []PendingCall {
 		if c.Status != store.Pending {
 			continue
 		}
-		p := PendingCall{Call: c}
+		p := PendingCall{Call: viewOf(c)}
 		if t, ok := a.tools.Lookup(c.Tool); ok {
 			p.Human, p.Schema = t.Human, t.Schema
 		}

@@ -20,16 +20,14 @@ type click struct {
 	user, channel, actionID, value, triggerID string
 }
 
-// busyText answers an envelope that found every handler busy.
-const busyText = "I'm busy, try again in a moment."
-
 // submitFailedText answers a modal submission whose handler failed
 // unexpectedly, perhaps after recording the decision.
 const submitFailedText = "Something went wrong, and I can't tell whether your decision was recorded. The card shows where the call stands."
 
 // onInteractive handles block actions (acked at once, then worked on) and
 // view submissions (acked with the outcome: a modal with an invalid input
-// stays open with the error shown inline).
+// stays open with the error shown inline). Each runs in its own goroutine,
+// never behind a conversation's turn.
 func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start time.Time) {
 	cb, ok := evt.Data.(slack.InteractionCallback)
 	if !ok {
@@ -40,7 +38,7 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 	case slack.InteractionTypeBlockActions:
 		a.ack(evt.Request, nil, start)
 		envelope := evt.Request.EnvelopeID
-		a.spawn(func(ctx context.Context) {
+		a.spawn(ctx, "click", func(ctx context.Context) {
 			// A redelivered envelope is dropped; a click delivered twice
 			// in other envelopes is still decided once by the store.
 			if !a.firstTime(ctx, "envelope:"+envelope) {
@@ -51,17 +49,12 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 				c := click{user: cb.User.ID, channel: cb.Channel.ID, actionID: act.ActionID, value: act.Value, triggerID: cb.TriggerID}
 				a.onClick(ctx, c)
 			}
-		}, func() {
-			// The card is unchanged: the click can be repeated.
-			a.log.Warn("too busy to handle a click; dropped", "user", cb.User.ID)
-			a.m.error("click_dropped")
-			a.notify(cb.User.ID, cb.Channel.ID, busyClickText)
 		})
 	case slack.InteractionTypeViewSubmission:
 		// The ack carries the outcome, so it waits for the decision; that
 		// work runs off the event loop, which must keep draining envelopes.
 		k := a.acker(evt.Request, start)
-		a.spawn(func(ctx context.Context) {
+		a.spawn(ctx, "submission", func(ctx context.Context) {
 			// Deferred here, it runs before spawn recovers a panic: the
 			// submission is answered whatever happens.
 			defer k.ack(viewError(cb.View.CallbackID, submitFailedText))
@@ -70,9 +63,6 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 				return
 			}
 			k.ack(nil)
-		}, func() {
-			// Nothing is recorded; the modal stays open to submit again.
-			k.ack(viewError(cb.View.CallbackID, busyText))
 		})
 	default:
 		a.ack(evt.Request, nil, start)
@@ -84,55 +74,36 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 func (a *App) onClick(ctx context.Context, c click) {
 	switch c.actionID {
 	case ActionApprove:
-		a.decideLater(ctx, c, approvals.Approve)
+		a.decideClick(ctx, c, approvals.Approve)
 	case ActionDeny:
-		a.decideLater(ctx, c, approvals.Refuse)
+		a.decideClick(ctx, c, approvals.Refuse)
 	case ActionRemember:
-		a.decideLater(ctx, c, approvals.Remember)
+		a.decideClick(ctx, c, approvals.Remember)
 	case ActionCancel:
-		a.cancelLater(ctx, c)
+		a.cancelClick(ctx, c)
 	case ActionReject, ActionEdit, ActionRespond, ActionViewArgs:
 		// A trigger id is good for 3 s: open the modal now.
 		a.openModal(ctx, c)
 	}
 }
 
-// decideLater records a button decision on the worker of the call's
-// conversation, in order with the conversation's other work.
-func (a *App) decideLater(ctx context.Context, c click, kind approvals.Kind) {
+// decideClick records a button decision at once (the store decides
+// atomically, whatever the conversation is doing) and tells the clicker
+// when it was refused.
+func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
 	callID, fp := parseToken(c.value)
-	pc, err := a.ag.Load().Call(ctx, callID)
-	if err != nil {
-		text, result := refusalText(store.Call{}, c.user, err)
-		a.m.decision(string(kind), result, 0)
-		if result == "error" {
-			a.log.Error("look up call", "call", callID, "err", err)
-		}
+	d := approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user}
+	if text := a.decide(ctx, d); text != "" {
 		a.tell(ctx, c.user, c.channel, text)
-		return
-	}
-	ok := a.enqueue(pc.Conversation, func(ctx context.Context) {
-		if ctx.Err() != nil {
-			// Shutting down before this click's turn: nothing recorded.
-			a.tell(ctx, c.user, c.channel, DecisionFailedText())
-			return
-		}
-		d := approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user}
-		if text := a.decide(ctx, d); text != "" {
-			a.tell(ctx, c.user, c.channel, text)
-		}
-	})
-	if !ok {
-		a.tell(ctx, c.user, c.channel, DecisionFailedText())
 	}
 }
 
-// decide records a decision and resumes the turn when it was the last one
-// pending. It returns the text to tell the decider when the decision was
+// decide records a decision and, when it was the last one pending, queues
+// the resume on the conversation's queue, after whatever the conversation
+// is doing. It returns the text to tell the decider when the decision was
 // refused or failed, and "" on success.
 func (a *App) decide(ctx context.Context, d approvals.Decision) string {
-	ag := a.ag.Load()
-	res, err := ag.Decide(ctx, d)
+	res, err := a.ag.Decide(ctx, d)
 	kind := string(d.Kind)
 	if err != nil {
 		text, result := refusalText(res.Call, d.Decider, err)
@@ -144,16 +115,21 @@ func (a *App) decide(ctx context.Context, d approvals.Decision) string {
 	}
 	a.m.decision(kind, "ok", time.Since(res.Call.CreatedAt))
 	if res.Complete {
-		a.resume(ctx, res.Call.RunID)
+		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}
 	return ""
 }
 
+// resumeLater queues the resume of a decided run on its conversation's
+// queue.
+func (a *App) resumeLater(ctx context.Context, conversation, runID string) {
+	a.enqueue(ctx, conversation, func(ctx context.Context) { a.resumeQueued(ctx, conversation, runID) })
+}
+
 // resume runs the resume of a run whose step is decided, on its
-// conversation's worker.
+// conversation's queue, once a turn slot is free.
 func (a *App) resume(ctx context.Context, runID string) {
-	ag := a.ag.Load()
-	out, err := ag.Resume(ctx, runID)
+	out, err := a.ag.Resume(ctx, runID)
 	if out.Status != agent.Idle {
 		a.m.turn(string(out.Status), err)
 	}
@@ -180,28 +156,34 @@ func (a *App) resume(ctx context.Context, runID string) {
 }
 
 // callOfRun returns the first call of a run, to find its conversation.
-func (a *App) callOfRun(ctx context.Context, runID string) (store.Call, error) {
-	pc, err := a.ag.Load().Call(ctx, store.CallID(runID, 0))
+func (a *App) callOfRun(ctx context.Context, runID string) (agent.Call, error) {
+	pc, err := a.ag.Call(ctx, store.CallID(runID, 0))
 	return pc.Call, err
 }
 
 // resumeQueued is a queued resume: one that had not started by the end of
 // the shutdown grace period is left to the sweep of the next process.
-func (a *App) resumeQueued(ctx context.Context, runID string) {
+func (a *App) resumeQueued(ctx context.Context, conversation, runID string) {
 	if ctx.Err() != nil {
 		a.log.Warn("shutting down before a queued resume; the sweep resumes it", "run", runID)
 		return
 	}
+	release, err := a.turnSlot(ctx, conversation)
+	if err != nil {
+		a.log.Warn("shutting down before a queued resume; the sweep resumes it", "run", runID)
+		return
+	}
+	defer release()
 	a.resume(ctx, runID)
 }
 
 // refusalText explains a refused decision to the decider, and names the
 // refusal for metrics.
-func refusalText(c store.Call, decider string, err error) (text, result string) {
+func refusalText(c agent.Call, decider string, err error) (text, result string) {
 	var refused *approvals.RefusedError
 	switch {
 	case errors.As(err, &refused) && errors.Is(err, approvals.ErrAlreadyDecided):
-		return AlreadyDecidedText(refused.DecidedBy, DecisionKind(refused.Kind), refused.DecidedAt), "already_decided"
+		return AlreadyDecidedText(refused.DecidedBy, refused.Kind, refused.DecidedAt), "already_decided"
 	case errors.Is(err, approvals.ErrNotApprover):
 		if c.FourEyes && decider == c.Requester {
 			return RequesterCannotApproveText(), "not_approver"
@@ -222,58 +204,46 @@ func refusalText(c store.Call, decider string, err error) (text, result string) 
 	}
 }
 
-// cancelLater stops a paused turn on behalf of its requester, on the
-// worker of its conversation.
-func (a *App) cancelLater(ctx context.Context, c click) {
+// cancelClick stops a paused turn on behalf of its requester, at once
+// (each call is cancelled atomically in the store); the resume that ends
+// the step goes on the conversation's queue.
+func (a *App) cancelClick(ctx context.Context, c click) {
 	callID, _ := parseToken(c.value)
 	runID := store.RunOf(callID)
-	ag := a.ag.Load()
-	pc, err := ag.Call(ctx, callID)
+	res, err := a.ag.Cancel(ctx, runID, c.user)
 	if err != nil {
-		text, result := refusalText(store.Call{}, c.user, err)
+		text, result := refusalText(res.Call, c.user, err)
+		if errors.Is(err, approvals.ErrNotApprover) {
+			requester := ""
+			if pc, err := a.ag.Call(ctx, callID); err == nil {
+				requester = pc.Requester
+			}
+			text = NotRequesterText(requester)
+		}
 		a.m.decision("cancel", result, 0)
 		if result == "error" {
-			a.log.Error("look up call", "call", callID, "err", err)
+			a.log.Error("cancel", "run", runID, "err", err)
 		}
 		a.tell(ctx, c.user, c.channel, text)
 		return
 	}
-	ok := a.enqueue(pc.Conversation, func(ctx context.Context) {
-		if ctx.Err() != nil {
-			a.tell(ctx, c.user, c.channel, DecisionFailedText())
-			return
-		}
-		res, err := ag.Cancel(ctx, runID, c.user)
-		if err != nil {
-			text, result := refusalText(pc.Call, c.user, err)
-			if errors.Is(err, approvals.ErrNotApprover) {
-				text = NotRequesterText(pc.Requester)
-			}
-			a.m.decision("cancel", result, 0)
-			a.tell(ctx, c.user, c.channel, text)
-			return
-		}
-		a.m.decision("cancel", "ok", 0)
-		if res.Complete {
-			a.resume(ctx, runID)
-		}
-	})
-	if !ok {
-		a.tell(ctx, c.user, c.channel, DecisionFailedText())
+	a.m.decision("cancel", "ok", 0)
+	if res.Complete {
+		a.resumeLater(ctx, res.Call.Conversation, runID)
 	}
 }
 
 // openModal opens the modal of a Reject, Edit, Reply or View button.
 func (a *App) openModal(ctx context.Context, c click) {
 	callID, _ := parseToken(c.value)
-	pc, err := a.ag.Load().Call(ctx, callID)
+	pc, err := a.ag.Call(ctx, callID)
 	if err != nil {
-		text, _ := refusalText(store.Call{}, c.user, err)
+		text, _ := refusalText(agent.Call{}, c.user, err)
 		a.tell(ctx, c.user, c.channel, text)
 		return
 	}
 	if c.actionID != ActionViewArgs {
-		if pc.Status != store.Pending {
+		if pc.Status != agent.CallPending {
 			a.tell(ctx, c.user, c.channel, refusedText(pc.Call))
 			return
 		}
@@ -304,11 +274,18 @@ func (a *App) openModal(ctx context.Context, c click) {
 }
 
 // refusedText explains that a call is no longer pending.
-func refusedText(c store.Call) string {
+func refusedText(c agent.Call) string {
 	if c.Decision != nil {
-		return AlreadyDecidedText(c.Decision.Decider, DecisionKind(c.Decision.Kind), c.Decision.At)
+		return AlreadyDecidedText(c.Decision.Decider, c.Decision.Kind, c.Decision.At)
 	}
-	return AlreadyDecidedText("", DecisionKind(c.Status), time.Time{})
+	var kind approvals.Kind
+	switch c.Status {
+	case agent.CallExpired:
+		kind = approvals.Expire
+	case agent.CallCancelled:
+		kind = approvals.Cancel
+	}
+	return AlreadyDecidedText("", kind, time.Time{})
 }
 
 // onSubmit handles a modal submission. It returns the ack payload: nil to
@@ -335,8 +312,7 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 	default:
 		return nil
 	}
-	ag := a.ag.Load()
-	res, err := ag.Decide(ctx, d)
+	res, err := a.ag.Decide(ctx, d)
 	if err != nil {
 		text, result := refusalText(res.Call, d.Decider, err)
 		// An error under a modal input is plain text, not mrkdwn.
@@ -360,10 +336,7 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 	}
 	a.m.decision(string(d.Kind), "ok", time.Since(res.Call.CreatedAt))
 	if res.Complete {
-		runID := res.Call.RunID
-		if !a.enqueue(res.Call.Conversation, func(ctx context.Context) { a.resumeQueued(ctx, runID) }) {
-			a.log.Warn("could not queue the resume; the sweep will resume the run", "run", runID)
-		}
+		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/socketmode"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
@@ -34,29 +34,22 @@ type Config struct {
 	// ApprovalsChannel, when set, receives a copy of each card whose
 	// approvers cannot see the conversation, instead of DMs to them.
 	ApprovalsChannel string
-	// Workers is how many turns run at once (default 8). Work on one
-	// conversation always runs in order on the same worker.
-	Workers int
-	// QueueSize bounds the work waiting per worker (default 256); when a
-	// queue is full the user is told to retry, nothing is dropped silently.
-	QueueSize int
-	// SweepInterval is how often due approvals are expired and lost
-	// resumes recovered (default 30s).
+	// MaxTurns bounds the turns (a message's turn or a resume) running at
+	// once (default 1000). Past it, new turns wait in arrival order and
+	// their thread is told once that they are queued. Clicks, forms,
+	// commands and Home tabs are never bounded by it.
+	MaxTurns int
+	// SweepInterval is how often decided runs whose resume was lost (its
+	// process died) are recovered, and the longest the expiry timer sleeps
+	// (default 30s). Calls paused in this process expire on time whatever
+	// the interval; one paused by another replica that died expires within
+	// it.
 	SweepInterval time.Duration
 	// ShutdownGrace bounds how long in-flight work may take to finish on
 	// shutdown (default 30s). Notes about work cut short may take a few
 	// seconds more (see noteAllowance); Run returns within about
 	// ShutdownGrace plus that.
 	ShutdownGrace time.Duration
-	// MaxHandlers bounds the interactive handlers (slash commands, clicks,
-	// modal submissions, Home tabs) running at once (default 128). Past it
-	// an envelope is answered with "busy" at once (a slash command or a
-	// modal submission), a click is dropped and the clicker told so
-	// privately (through a small bounded queue; if that is full too, the
-	// click is dropped with a log line and a metric), and a Home tab is
-	// dropped with a log line, so a burst never starts unbounded goroutines
-	// nor slows the reading of envelopes.
-	MaxHandlers int
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics, if set, is updated as envelopes, turns and decisions go by.
@@ -79,57 +72,95 @@ type Store interface {
 	Ping(ctx context.Context) error
 }
 
+// Turns runs and resumes the turns of conversations.
+type Turns interface {
+	Run(ctx context.Context, req agent.Request) (agent.Outcome, error)
+	Resume(ctx context.Context, runID string) (agent.Outcome, error)
+}
+
+// Decisions records decisions on paused calls.
+type Decisions interface {
+	Decide(ctx context.Context, d approvals.Decision) (agent.DecideResult, error)
+	Cancel(ctx context.Context, runID, user string) (agent.DecideResult, error)
+}
+
+// Calls looks paused calls up, for cards, forms and inboxes.
+type Calls interface {
+	Call(ctx context.Context, callID string) (agent.PendingCall, error)
+	Pending(ctx context.Context, f store.Filter) ([]agent.PendingCall, error)
+	Tools() *agent.Registry
+}
+
+// Upkeep expires due calls and recovers lost resumes.
+type Upkeep interface {
+	// Expire expires the calls due now and returns the next deadline of a
+	// pending call (zero if none).
+	Expire(ctx context.Context, resume func(runID, conversation string)) (time.Time, error)
+	Sweep(ctx context.Context, resume func(runID, conversation string)) error
+}
+
+// Agent is everything the app needs of the agent; *agent.Agent implements
+// it.
+type Agent interface {
+	Turns
+	Decisions
+	Calls
+	Upkeep
+}
+
+var _ Agent = (*agent.Agent)(nil)
+
 // App is the Slack side of the bot: it turns Socket Mode envelopes into
 // agent turns and decisions, and renders what the agent reports.
+//
+// Each conversation has a queue and a goroutine while it has work; one
+// semaphore bounds running turns; one WaitGroup owned by Run waits for them
+// all. Clicks, forms, commands and Home tabs each run in their own
+// goroutine, never behind a turn.
 type App struct {
 	cfg      Config
 	api      *slack.Client
 	sm       *socketmode.Client
-	st       *storeGate
+	st       Store
 	policy   *approvals.Engine
 	log      *slog.Logger
 	m        *Metrics
 	groups   *groupCache
 	audience *audienceCache
 
-	ag atomic.Pointer[agent.Agent]
+	// ag is set by Run before anything that uses it starts.
+	ag Agent
 
 	teamID    string
 	botUserID string
 	botID     string
 
 	connected atomic.Bool
-	sweeping  atomic.Bool
-	// spawnSlots bounds the goroutines spawn starts.
-	spawnSlots chan struct{}
-	shards     []chan job
-	closing    atomic.Bool
-	workers    sync.WaitGroup
-	spawned    sync.WaitGroup
-	sweeps     sync.WaitGroup
-	workCtx    context.Context
-	stopWork   context.CancelFunc
-	// notesCtx ends at the shutdown deadline: the end of the grace period
-	// plus noteAllowance. Every note, clean-up and card update made with
-	// noteContext ends with it.
-	notesCtx  context.Context
-	stopNotes context.CancelFunc
-	// notices feeds the notifier, which tells people privately that their
-	// click was not handled.
-	notices     chan notice
-	noticesDone chan struct{}
-	cards       *cardUpdater
-	mu          sync.Mutex
-	admins      map[string]bool
+	// running is set while Run serves; card updates reported outside it
+	// are made inline.
+	running atomic.Bool
+	// wg counts every goroutine the app starts; Run waits for it.
+	wg sync.WaitGroup
+	// active counts the same goroutines, and quiet is signalled when it
+	// drops to zero, so that the shutdown knows when to stop answering
+	// envelopes.
+	active atomic.Int64
+	quiet  chan struct{}
+	// slots bounds the turns running at once.
+	slots *semaphore.Weighted
+
+	mu     sync.Mutex
+	queues map[string]*queue
+	// posting holds a channel per card being posted by this process,
+	// closed once its copies are posted and recorded.
+	posting map[string]chan struct{}
+	admins  map[string]bool
+	expiry  expiryClock
 }
 
-// job is a piece of work for one conversation.
-type job struct {
-	key string
-	run func(ctx context.Context)
-}
-
-// New returns an App. It does not connect: Run does.
+// New returns an App. It does not connect: Run does. Reporter, Groups and
+// Audience work from here on, so the agent can be built with them before
+// Run.
 func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	if !strings.HasPrefix(cfg.BotToken, "xoxb-") {
 		return nil, errors.New("slack bot token must start with xoxb-")
@@ -137,20 +168,14 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	if !strings.HasPrefix(cfg.AppToken, "xapp-") {
 		return nil, errors.New("slack app token must start with xapp-")
 	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 8
-	}
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = 256
+	if cfg.MaxTurns <= 0 {
+		cfg.MaxTurns = 1000
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 30 * time.Second
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 30 * time.Second
-	}
-	if cfg.MaxHandlers <= 0 {
-		cfg.MaxHandlers = 128
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -171,7 +196,12 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 		opts = append(opts, slack.OptionAPIURL(u))
 	}
 	api := slack.New(cfg.BotToken, opts...)
-	a := &App{cfg: cfg, api: api, st: &storeGate{s: st}, policy: policy, log: cfg.Logger, m: cfg.Metrics, admins: map[string]bool{}}
+	a := &App{
+		cfg: cfg, api: api, st: st, policy: policy, log: cfg.Logger, m: cfg.Metrics,
+		quiet: make(chan struct{}, 1), slots: semaphore.NewWeighted(int64(cfg.MaxTurns)),
+		queues: map[string]*queue{}, posting: map[string]chan struct{}{}, admins: map[string]bool{},
+		expiry: expiryClock{wake: make(chan struct{}, 1)},
+	}
 	for _, u := range cfg.AdminUsers {
 		a.admins[strings.TrimSpace(u)] = true
 	}
@@ -182,12 +212,6 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 		smOpts = append(smOpts, socketmode.OptionDebug(true), socketmode.OptionLog(slogLogger{a.log}))
 	}
 	a.sm = socketmode.New(api, smOpts...)
-	a.workCtx, a.stopWork = context.WithCancel(context.Background())
-	a.notesCtx, a.stopNotes = context.WithCancel(context.Background())
-	a.spawnSlots = make(chan struct{}, cfg.MaxHandlers)
-	a.notices = make(chan notice, noticeQueueSize)
-	a.noticesDone = make(chan struct{})
-	a.cards = &cardUpdater{a: a}
 	return a, nil
 }
 
@@ -221,11 +245,12 @@ func (a *App) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Run connects to Slack and serves until ctx ends, then stops taking
-// work, lets in-flight work finish (up to ShutdownGrace) and returns (see
-// shutdown). A bad token is returned as an error at once.
-func (a *App) Run(ctx context.Context, ag *agent.Agent) error {
-	a.ag.Store(ag)
+// Run connects to Slack and serves with ag until ctx ends, then stops
+// taking work, lets in-flight work finish (up to ShutdownGrace) and
+// returns (see shutdown). A bad token is returned as an error at once. Run
+// may be called once.
+func (a *App) Run(ctx context.Context, ag Agent) error {
+	a.ag = ag
 	auth, err := a.api.AuthTestContext(ctx)
 	if err != nil {
 		return fmt.Errorf("slack auth.test: %w", err)
@@ -233,14 +258,13 @@ func (a *App) Run(ctx context.Context, ag *agent.Agent) error {
 	a.teamID, a.botUserID, a.botID = auth.TeamID, auth.UserID, auth.BotID
 	a.log.Info("connected to slack", "team", auth.Team, "bot_user", auth.UserID)
 
-	a.shards = make([]chan job, a.cfg.Workers)
-	for i := range a.shards {
-		a.shards[i] = make(chan job, a.cfg.QueueSize)
-		a.workers.Add(1)
-		go a.worker(a.shards[i])
-	}
-	go a.notifier()
-	a.cards.start()
+	// Work runs under workCtx, which ends at the end of the shutdown grace
+	// period; notes about work cut short run under notesCtx (see
+	// noteContext), which ends a little later.
+	notesCtx, stopNotes := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopNotes()
+	workCtx, stopWork := context.WithCancel(context.WithValue(notesCtx, notesKey{}, notesCtx))
+	defer stopWork()
 
 	// Socket Mode outlives ctx a little: work still answering envelopes
 	// when shutdown starts needs the connection to send its acks.
@@ -253,9 +277,11 @@ func (a *App) Run(ctx context.Context, ag *agent.Agent) error {
 		smErr <- a.sm.RunContext(smCtx)
 	}()
 
-	sweep := time.NewTicker(a.cfg.SweepInterval)
-	defer sweep.Stop()
-	a.sweep()
+	a.running.Store(true)
+	// The expiry timer and the sweep stop when the shutdown starts.
+	stopping := make(chan struct{})
+	a.spawn(workCtx, "expiry", func(ctx context.Context) { a.expire(ctx, stopping) })
+	a.spawn(workCtx, "sweep", func(ctx context.Context) { a.sweep(ctx, stopping) })
 
 	var runErr error
 loop:
@@ -268,23 +294,27 @@ loop:
 				runErr = fmt.Errorf("socket mode: %w", err)
 			}
 			break loop
-		case <-sweep.C:
-			a.sweep()
 		case evt, ok := <-a.sm.Events:
 			if !ok {
 				break loop
 			}
-			a.handle(ctx, evt)
+			a.handle(workCtx, evt)
 		}
 	}
-	a.shutdown(smErr, func() {
-		stopSM()
-		if !wait(smDone, 5*time.Second) {
-			a.log.Warn("socket mode did not stop in time")
-		}
-	})
+	close(stopping)
+	a.shutdown(workCtx, stopWork, stopNotes, smErr)
+	stopSM()
+	a.connected.Store(false)
+	if !wait(smDone, 5*time.Second) {
+		a.log.Warn("socket mode did not stop in time")
+	}
+	a.running.Store(false)
 	return runErr
 }
+
+// notesKey carries the context of notes (see noteContext) in the work
+// context.
+type notesKey struct{}
 
 // noteAllowance is how long past the end of the shutdown grace period
 // notes about work cut short (a message not started, a click not
@@ -295,108 +325,49 @@ const noteAllowance = 5 * time.Second
 // goroutines to notice it before Run returns anyway.
 const finalWait = time.Second
 
-// shutdown stops the app once the event loop has ended.
-//
-//  1. Handlers already running get up to ShutdownGrace/2 to finish while
-//     Socket Mode is still up, so that their acks go out. Envelopes are
-//     still read meanwhile, but no new work starts: Events API envelopes
-//     are left unacked, so Slack delivers them again (with retry_attempt
-//     increased, to another connection of the app, or to this app once it
-//     is back); a slash command is answered that the bot is restarting, a
-//     modal submission gets the same as an error under its input (the
-//     modal stays open), and a click is acked and the clicker told that
-//     nothing changed. Slack does not redeliver interactions, so those
-//     must be answered.
-//  2. Socket Mode stops. Envelopes sent after this go to another
-//     connection of the app if there is one; if not, Slack retries events
-//     later, while an interaction fails in the user's Slack client.
-//  3. The queues close and the workers drain them until ShutdownGrace
-//     after the start of the shutdown; then the work context is cancelled.
-//     A turn cut short keeps its conversation, a message not started gets
-//     a note asking to send it again, and a click not recorded is told so.
-//  4. Notes, clean-ups and card updates made from then on share one
-//     deadline, noteAllowance after the end of the grace period (see
-//     noteContext); past it they are skipped and logged.
-//  5. Handlers, workers, the sweep, the notifier and the card updater are
-//     waited for until finalWait after that deadline. Everything of this
-//     app that can outlast the grace period runs under the deadline, so
-//     they normally end in time. If one does not (a call that ignores its
-//     context), Run returns anyway rather than hang, and closes the gate
-//     in front of the store: from then on every store call of this app
-//     fails without reaching the store. A call already in flight at that
-//     moment is not stopped by the gate; its context ended at the
-//     deadline. Work the agent does on its own (saving a turn cut short)
-//     is bounded by the agent's timeouts, not by this one.
-func (a *App) shutdown(smErr <-chan error, stopSM func()) {
-	begin := time.Now()
-	graceEnd := begin.Add(a.cfg.ShutdownGrace)
-	handlers := doneWhen(&a.spawned)
-	if !a.drain(handlers, smErr, begin.Add(a.cfg.ShutdownGrace/2)) {
-		a.log.Warn("handlers still running at shutdown; their acks may be lost")
-	}
-	stopSM()
-	a.connected.Store(false)
-	// Only the event loop and drain send notices, and both are over.
-	close(a.notices)
-
-	a.mu.Lock()
-	a.closing.Store(true)
-	for _, s := range a.shards {
-		close(s)
-	}
-	a.mu.Unlock()
-	workers := doneWhen(&a.workers)
-	if !waitUntil(workers, graceEnd) {
+// shutdown stops the app once the event loop has ended. No new work starts:
+// envelopes are still read and answered without starting any (see refuse):
+// events are left unacked for Slack to deliver again, and interactions are
+// told the bot is restarting. Work already started (turns, queued
+// messages and resumes, clicks, forms) goes on until it is done or
+// ShutdownGrace has passed; then the work context ends: a turn cut short
+// keeps its conversation, a queued message not started gets a note asking
+// to send it again, and a queued resume is left to the sweep of the next
+// process. Notes and card updates made from then on end at the shutdown
+// deadline, noteAllowance later. Run returns once every goroutine has
+// ended, or finalWait after that deadline if one ignores its context.
+func (a *App) shutdown(ctx context.Context, stopWork, stopNotes context.CancelFunc, smErr <-chan error) {
+	graceEnd := time.Now().Add(a.cfg.ShutdownGrace)
+	if !a.drain(ctx, smErr, graceEnd) {
 		a.log.Warn("shutdown grace period over: cancelling in-flight work")
 	}
-	deadline := graceEnd
-	if now := time.Now(); now.After(deadline) {
-		deadline = now
-	}
-	deadline = deadline.Add(noteAllowance)
-	notesTimer := time.AfterFunc(time.Until(deadline), a.stopNotes)
+	stopWork()
+	deadline := time.Now().Add(noteAllowance)
+	notesTimer := time.AfterFunc(time.Until(deadline), stopNotes)
 	defer notesTimer.Stop()
-	a.stopWork()
-
-	final := deadline.Add(finalWait)
-	late := false
-	for _, w := range []struct {
-		what string
-		done <-chan struct{}
-	}{{"workers", workers}, {"handlers", handlers}, {"sweep", doneWhen(&a.sweeps)}} {
-		if !waitUntil(w.done, final) {
-			a.log.Error("still running past the shutdown deadline; stopping anyway", "what", w.what)
-			late = true
-		}
-	}
-	// The card updater's producers (turns, decisions, the sweep) are done,
-	// unless one is late; a late one updates its card inline.
-	if !a.cards.stop(final) {
-		a.log.Error("card updates still running past the shutdown deadline; stopping anyway")
-		late = true
-	}
-	if !waitUntil(a.noticesDone, final) {
-		a.log.Error("notices still being sent past the shutdown deadline; stopping anyway")
-		late = true
-	}
-	if late {
+	a.drain(ctx, smErr, deadline)
+	done := make(chan struct{})
+	go func() {
+		a.wg.Wait()
+		close(done)
+	}()
+	if !waitUntil(done, deadline.Add(finalWait)) {
+		a.log.Error("work still running past the shutdown deadline; stopping anyway")
 		a.m.error("shutdown_late")
 	}
-	a.stopNotes()
-	a.st.close()
+	stopNotes()
 }
 
-// drain reads envelopes while handlers finish, until handlers is closed
-// or the deadline; it reports whether handlers finished. Nothing it does
-// starts a handler or touches the store (see shutdown).
-func (a *App) drain(handlers <-chan struct{}, smErr <-chan error, deadline time.Time) bool {
+// drain answers envelopes without starting work (see refuse) until the
+// app's goroutines have all ended or the deadline; it reports whether they
+// ended. The answers it starts count as the app's goroutines.
+func (a *App) drain(ctx context.Context, smErr <-chan error, deadline time.Time) bool {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	events := a.sm.Events
-	for {
+	for a.active.Load() > 0 {
 		select {
-		case <-handlers:
-			return true
+		case <-a.quiet:
 		case <-t.C:
 			return false
 		case <-smErr:
@@ -407,21 +378,10 @@ func (a *App) drain(handlers <-chan struct{}, smErr <-chan error, deadline time.
 				events = nil
 				continue
 			}
-			a.refuse(evt)
+			a.refuse(ctx, evt)
 		}
 	}
-}
-
-// doneWhen returns a channel closed once wg is done. No Add may follow.
-// The goroutine behind it ends with wg, so waiting on the channel also
-// waits for it.
-func doneWhen(wg *sync.WaitGroup) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	return done
+	return true
 }
 
 // waitUntil waits for done until the deadline; it reports whether done was
@@ -447,102 +407,116 @@ func wait(done <-chan struct{}, d time.Duration) bool {
 	}
 }
 
-func (a *App) worker(q chan job) {
-	defer a.workers.Done()
-	for j := range q {
+// spawn runs fn in a goroutine of the app's, waited for by Run. It must be
+// called from Run or from a goroutine spawn started (so the count never
+// drops to zero while Run may still wait for it). A panic in fn is logged.
+func (a *App) spawn(ctx context.Context, what string, fn func(ctx context.Context)) {
+	a.active.Add(1)
+	a.wg.Go(func() {
+		defer func() {
+			if a.active.Add(-1) == 0 {
+				select {
+				case a.quiet <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		defer func() {
+			if r := recover(); r != nil {
+				a.log.Error("panic", "in", what, "panic", r)
+				a.m.error("panic")
+			}
+		}()
+		fn(ctx)
+	})
+}
+
+// queue is the work waiting on one key (a conversation, or a card), run in
+// order by one goroutine that exists while there is work.
+type queue struct {
+	jobs []func(ctx context.Context)
+}
+
+// enqueue adds work to key's queue and starts the queue's goroutine if it
+// has none. Work of one key runs in the order it was queued, one at a
+// time; work of different keys never waits on each other. It must be
+// called where spawn may be.
+func (a *App) enqueue(ctx context.Context, key string, job func(ctx context.Context)) {
+	a.mu.Lock()
+	if q, ok := a.queues[key]; ok {
+		q.jobs = append(q.jobs, job)
+		a.mu.Unlock()
+		return
+	}
+	q := &queue{jobs: []func(context.Context){job}}
+	a.queues[key] = q
+	a.mu.Unlock()
+	a.spawn(ctx, "queue", func(ctx context.Context) { a.serve(ctx, key, q) })
+}
+
+// serve runs q's work until it is empty, then forgets q.
+func (a *App) serve(ctx context.Context, key string, q *queue) {
+	for {
+		a.mu.Lock()
+		if len(q.jobs) == 0 {
+			delete(a.queues, key)
+			a.mu.Unlock()
+			return
+		}
+		job := q.jobs[0]
+		q.jobs[0] = nil
+		q.jobs = q.jobs[1:]
+		a.mu.Unlock()
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					a.log.Error("work panicked", "conversation", j.key, "panic", r)
+					a.log.Error("work panicked", "key", key, "panic", r)
 					a.m.error("panic")
 				}
 			}()
-			j.run(a.workCtx)
+			job(ctx)
 		}()
 	}
 }
 
-// enqueue queues work for a conversation on its worker. It reports false
-// when the queue is full or the app is shutting down.
-func (a *App) enqueue(key string, run func(ctx context.Context)) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closing.Load() || len(a.shards) == 0 {
-		return false
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	q := a.shards[int(h.Sum32()%uint32(len(a.shards)))]
-	select {
-	case q <- job{key: key, run: run}:
-		return true
-	default:
-		a.m.error("queue_full")
-		return false
-	}
-}
+// queuedText tells a thread its turn waits for a free slot.
+const queuedText = "I'm working on many conversations right now; yours is queued and starts as soon as one finishes."
 
-// spawn runs short interactive work (opening a modal, answering a click)
-// in its own goroutine, waited for on shutdown. It is called from the
-// Socket Mode loop only.
-//
-// At most Config.MaxHandlers run at once. Past that, busy runs instead of
-// fn, in the loop: it must be quick and touch neither the store nor the
-// Web API (an ack is fine: it is bounded by a timeout). A nil busy drops
-// the work.
-func (a *App) spawn(fn func(ctx context.Context), busy func()) {
-	select {
-	case a.spawnSlots <- struct{}{}:
-	default:
-		a.m.error("spawn_saturated")
-		if busy != nil {
-			busy()
+// turnSlot waits for a slot to run a turn of the conversation, telling its
+// thread once if it has to wait. It returns a release func, or an error if
+// ctx ended first.
+func (a *App) turnSlot(ctx context.Context, conversation string) (release func(), err error) {
+	if !a.slots.TryAcquire(1) {
+		a.m.error("turns_queued")
+		if _, channel, thread, ok := parseKey(conversation); ok {
+			a.post(ctx, channel, thread, queuedText)
 		}
-		return
+		if err := a.slots.Acquire(ctx, 1); err != nil {
+			return nil, err
+		}
 	}
-	a.spawned.Add(1)
-	go func() {
-		defer func() { <-a.spawnSlots }()
-		defer a.spawned.Done()
-		defer func() {
-			if r := recover(); r != nil {
-				a.log.Error("handler panicked", "panic", r)
-				a.m.error("panic")
-			}
-		}()
-		fn(a.workCtx)
-	}()
+	return func() { a.slots.Release(1) }, nil
 }
 
-// sweep expires due approvals and recovers lost resumes, on its own
-// goroutine so neither the event loop nor conversations wait behind it; a
-// tick is skipped while the previous sweep still runs. Each resume goes to
-// its conversation's worker.
-func (a *App) sweep() {
-	ag := a.ag.Load()
-	if ag == nil || !a.sweeping.CompareAndSwap(false, true) {
-		return
-	}
-	a.sweeps.Add(1)
-	go func() {
-		defer a.sweeps.Done()
-		defer a.sweeping.Store(false)
-		defer func() {
-			if r := recover(); r != nil {
-				a.log.Error("sweep panicked", "panic", r)
-				a.m.error("panic")
-			}
-		}()
-		err := ag.Sweep(a.workCtx, func(runID, conversation string) {
-			if !a.enqueue(conversation, func(ctx context.Context) { a.resumeQueued(ctx, runID) }) {
-				a.log.Warn("could not queue a resume; the next sweep retries", "run", runID)
-			}
+// sweep recovers lost resumes every SweepInterval until stopping is
+// closed. Each resume goes on its conversation's queue.
+func (a *App) sweep(ctx context.Context, stopping <-chan struct{}) {
+	t := time.NewTicker(a.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		err := a.ag.Sweep(ctx, func(runID, conversation string) {
+			a.resumeLater(ctx, conversation, runID)
 		})
-		if err != nil && a.workCtx.Err() == nil {
+		if err != nil && ctx.Err() == nil {
 			a.log.Warn("sweep", "err", err)
 			a.m.error("sweep")
 		}
-	}()
+		select {
+		case <-stopping:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // noteContext returns a context for a note or a clean-up that must not
@@ -552,11 +526,15 @@ func (a *App) sweep() {
 // whichever comes first. ok is false, and the note must be skipped, once
 // the shutdown deadline has passed.
 func (a *App) noteContext(ctx context.Context, d time.Duration) (_ context.Context, cancel context.CancelFunc, ok bool) {
-	if a.notesCtx.Err() != nil {
+	notes, _ := ctx.Value(notesKey{}).(context.Context)
+	if notes == nil {
+		notes = context.Background()
+	}
+	if notes.Err() != nil {
 		return nil, func() {}, false
 	}
 	nctx, cancelNote := context.WithTimeout(context.WithoutCancel(ctx), d)
-	stop := context.AfterFunc(a.notesCtx, cancelNote)
+	stop := context.AfterFunc(notes, cancelNote)
 	return nctx, func() {
 		stop()
 		cancelNote()
@@ -592,7 +570,7 @@ const (
 
 // refuse answers an envelope read during shutdown without starting any
 // work (see shutdown). It runs in the loop.
-func (a *App) refuse(evt socketmode.Event) {
+func (a *App) refuse(ctx context.Context, evt socketmode.Event) {
 	if a.connection(evt) || evt.Request == nil {
 		return
 	}
@@ -612,7 +590,7 @@ func (a *App) refuse(evt socketmode.Event) {
 			a.ack(req, viewError(cb.View.CallbackID, restartingSubmitText), start)
 		case ok && cb.Type == slack.InteractionTypeBlockActions:
 			a.ack(req, nil, start)
-			a.notify(cb.User.ID, cb.Channel.ID, restartingClickText)
+			a.spawn(ctx, "refuse", func(ctx context.Context) { a.tell(ctx, cb.User.ID, cb.Channel.ID, restartingClickText) })
 		default:
 			a.ack(req, nil, start)
 		}

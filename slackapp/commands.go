@@ -38,15 +38,13 @@ func (a *App) onSlash(ctx context.Context, evt socketmode.Event, start time.Time
 		return
 	}
 	k := a.acker(evt.Request, start)
-	a.spawn(func(ctx context.Context) {
+	a.spawn(ctx, "command", func(ctx context.Context) {
 		// Deferred here, it runs before spawn recovers a panic: the
 		// command is answered whatever happens.
 		defer k.ack(ephemeral(commandFailedText))
 		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 		defer cancel()
 		k.ack(ephemeral(a.command(ctx, cmd)))
-	}, func() {
-		k.ack(ephemeral(busyText))
 	})
 }
 
@@ -128,7 +126,7 @@ func (a *App) requireAdmin(ctx context.Context, user string) (refusal string, ok
 }
 
 func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand) string {
-	calls, err := a.ag.Load().Pending(ctx, store.Filter{})
+	calls, err := a.ag.Pending(ctx, store.Filter{})
 	if err != nil {
 		return "I couldn't read the pending calls right now; please try again."
 	}
@@ -242,7 +240,7 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	}
 	args = plainText(args)
 	in := approvals.Input{Tool: tool, Args: json.RawMessage(args), User: cmd.UserID, Channel: cmd.ChannelID}
-	if ag := a.ag.Load(); ag != nil {
+	if ag := a.ag; ag != nil {
 		t, ok := ag.Tools().Lookup(tool)
 		if !ok {
 			return fmt.Sprintf("There is no tool `%s`.", Escape(tool))
@@ -337,7 +335,7 @@ const homeScanLimit = 500
 // user or a user group they belong to, and those open to anyone in their
 // conversation that the user can see.
 func (a *App) publishHome(ctx context.Context, user string) {
-	ag := a.ag.Load()
+	ag := a.ag
 	if ag == nil {
 		return
 	}

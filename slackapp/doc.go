@@ -17,6 +17,19 @@
 //     CallbackEdit, CallbackRespond);
 //   - the /approvals slash command and the App Home tab.
 //
+// # Concurrency
+//
+// Each conversation has a queue and a goroutine while it has work; one
+// semaphore (Config.MaxTurns) bounds running turns; one WaitGroup owned by
+// Run waits for them all. A message's turn and the resume that follows a
+// decision go on the conversation's queue, so they run in order and never
+// behind another conversation's. A click, a form submission, a slash
+// command or a Home tab runs in its own goroutine as soon as it arrives: a
+// decision is recorded at once (the store decides atomically) even while
+// the conversation's turn runs. Updates of one card run in order on the
+// card's own queue, and wait on a signal for the card's post to finish.
+// Approvals expire on a timer set to the next deadline the store knows.
+//
 // # Rendering
 //
 // Everything users see is built by pure functions of plain data: CardBlocks

@@ -135,7 +135,15 @@ func newEnv(t *testing.T, kind storeKind, opts ...fakeslack.Option) *env {
 // start runs a bot process on a fresh store handle.
 func (e *env) start() *bot {
 	e.t.Helper()
-	st := e.open()
+	b := e.run(e.open())
+	e.bot = b
+	return b
+}
+
+// run runs a bot process on st and waits until it is connected. The caller
+// stops it.
+func (e *env) run(st fullStore) *bot {
+	e.t.Helper()
 	policy := e.policy
 	if policy == "" {
 		policy = e2ePolicy
@@ -157,7 +165,6 @@ func (e *env) start() *bot {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	e.bot = b
 	return b
 }
 

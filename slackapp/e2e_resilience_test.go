@@ -96,33 +96,6 @@ func TestCardUpdatedWhenFinalLocationWriteFails(t *testing.T) {
 	})
 }
 
-// A click that finds every handler busy changes nothing, and the clicker is
-// told so.
-func TestBusyClickIsAnswered(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	e.cfg.MaxHandlers = 1
-	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"18"}`)))
-	ts := e.slack.Mention(channel, requester, "deploy api 18")
-	card := e.card(ts, "deploy")
-
-	// The only handler waits out a rate limit while it publishes a Home tab.
-	e.slack.RateLimit("views.publish", 1, 2)
-	e.slack.OpenHome(stranger)
-	if _, err := e.slack.WaitCall("views.publish", func(c fakeslack.Call) bool { return c.Status == 429 }, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	click, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
-	must(t, err)
-	if _, err := e.slack.WaitAck(click, 3*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	e.ephemeral(approver, "I'm busy right now; nothing changed")
-	if m, _ := e.slack.Message(channel, card.TS); !isCard(m) {
-		t.Errorf("a click dropped as busy changed the card: %s", m.Blocks)
-	}
-}
-
 // A call whose approvers are a user group is in the Home inbox of the
 // group's members, and of nobody else.
 func TestHomeListsUserGroupApprovals(t *testing.T) {

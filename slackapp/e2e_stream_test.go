@@ -105,7 +105,7 @@ func TestBrokenStreamPostsOnlyTheRest(t *testing.T) {
 // silently: they get a note asking to send them again.
 func TestShutdownTellsAboutUnstartedMessages(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
-	e.cfg.Workers = 1
+	e.cfg.MaxTurns = 1
 	e.cfg.ShutdownGrace = 500 * time.Millisecond
 	e.start()
 	e.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
@@ -115,9 +115,15 @@ func TestShutdownTellsAboutUnstartedMessages(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		ch := "CBUSY000" + string(rune('1'+i))
 		e.slack.AddChannel(fakeslack.Channel{ID: ch, Members: []string{requester, e.slack.BotUserID()}})
-		threads = append(threads, ch+"/"+e.slack.Mention(ch, requester, "hi"))
+		ts := e.slack.Mention(ch, requester, "hi")
+		threads = append(threads, ch+"/"+ts)
+		if i == 0 {
+			waitUntil(t, "the first turn reaches the model", func() bool { return len(e.model.Requests()) >= 1 })
+		} else {
+			// The only turn slot is taken: the thread is told it waits.
+			e.answerIn(ch, ts, "yours is queued")
+		}
 	}
-	waitUntil(t, "the first turn reaches the model", func() bool { return len(e.model.Requests()) >= 1 })
 	e.stop()
 	for _, th := range threads[1:] {
 		ch, ts, _ := strings.Cut(th, "/")

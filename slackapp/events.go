@@ -47,8 +47,8 @@ func (m message) key() string {
 // ack, so it must not touch the store: every store round trip here would
 // delay the acks of all the envelopes behind it, and a burst of events
 // would break Slack's 3 s ack deadline. De-duplication and the other store
-// lookups run on the conversation's worker (see onMessage).
-func (a *App) onEventsAPI(_ context.Context, evt socketmode.Event) {
+// lookups run on the conversation's queue (see onMessage).
+func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event) {
 	e, ok := evt.Data.(slackevents.EventsAPIEvent)
 	if !ok {
 		return
@@ -68,7 +68,7 @@ func (a *App) onEventsAPI(_ context.Context, evt socketmode.Event) {
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID {
 			return
 		}
-		a.onMessage(message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TimeStamp, threadTS: ev.ThreadTimeStamp}, eventID, false)
+		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TimeStamp, threadTS: ev.ThreadTimeStamp}, eventID, false)
 	case *slackevents.MessageEvent:
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
 			return
@@ -81,26 +81,24 @@ func (a *App) onEventsAPI(_ context.Context, evt socketmode.Event) {
 			// The app_mention of the same message arrives too; whichever
 			// comes first is answered.
 		case ev.ThreadTimeStamp != "":
-			// Maybe a follow-up in a thread the bot is part of; the worker
+			// Maybe a follow-up in a thread the bot is part of; its queue
 			// looks the conversation up.
 			followUp = true
 		default:
 			return
 		}
-		a.onMessage(m, eventID, followUp)
+		a.onMessage(ctx, m, eventID, followUp)
 	case *slackevents.AppHomeOpenedEvent:
 		if ev.Tab != "" && ev.Tab != "home" {
 			return
 		}
 		user := ev.User
-		a.spawn(func(ctx context.Context) {
+		a.spawn(ctx, "home", func(ctx context.Context) {
 			if eventID != "" && !a.firstTime(ctx, "event:"+eventID) {
 				a.m.duplicate()
 				return
 			}
 			a.publishHome(ctx, user)
-		}, func() {
-			a.log.Warn("too busy to show a Home tab; dropped", "user", user)
 		})
 	}
 }
@@ -132,52 +130,47 @@ func (a *App) cleanText(text string) string {
 
 // onMessage answers a message once (the same message may arrive as
 // app_mention and message, and any envelope may be redelivered) on the
-// conversation's worker. Both copies of a message and every redelivery
-// have the same conversation key, so they are checked one after the other
-// on the same worker. A followUp message is answered only in a thread the
-// bot is part of.
-func (a *App) onMessage(m message, eventID string, followUp bool) {
+// conversation's queue. Both copies of a message and every redelivery
+// have the same conversation key, so they are checked one after the other.
+// A followUp message is answered only in a thread the bot is part of. This
+// is the one place where an accepted message is handed to the agent.
+func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp bool) {
 	key := m.key()
-	ok := a.enqueue(key, func(ctx context.Context) {
+	a.enqueue(ctx, key, func(ctx context.Context) {
 		if ctx.Err() != nil {
 			// Shutdown cancelled the work before this message's turn.
-			// The lookups and the note must not fail with it, but end at
-			// the shutdown deadline.
-			ctx, cancel, ok := a.noteContext(ctx, 5*time.Second)
-			defer cancel()
-			if !ok {
-				a.log.Warn("shutdown deadline passed; a message not started was not answered", "conversation", key)
-				return
-			}
-			if a.accept(ctx, m, eventID, followUp) {
-				a.post(ctx, m.channel, threadOf(m), restartingText)
-			}
+			a.notStarted(ctx, m, eventID, followUp)
 			return
 		}
 		if !a.accept(ctx, m, eventID, followUp) {
 			return
 		}
+		release, err := a.turnSlot(ctx, key)
+		if err != nil {
+			a.post(ctx, m.channel, threadOf(m), restartingText)
+			return
+		}
+		defer release()
 		text := a.cleanText(m.text)
 		if text == "" {
 			text = "(empty message)"
 		}
 		a.runTurn(ctx, agent.Request{Conversation: key, User: m.user, Channel: m.channel, Text: text})
 	})
+}
+
+// notStarted answers a message whose turn had not started when the
+// shutdown cut work short. The lookups and the note must not fail with ctx,
+// but end at the shutdown deadline.
+func (a *App) notStarted(ctx context.Context, m message, eventID string, followUp bool) {
+	ctx, cancel, ok := a.noteContext(ctx, 5*time.Second)
+	defer cancel()
 	if !ok {
-		a.spawn(func(ctx context.Context) {
-			// Only in a conversation of the bot's, and only for a message
-			// not already answered (or refused) through another copy.
-			if followUp && !a.knownConversation(ctx, key) {
-				return
-			}
-			if !a.firstTime(ctx, "msg:"+m.channel+":"+m.ts) {
-				return
-			}
-			a.post(ctx, m.channel, threadOf(m), "I'm too busy to take this right now; nothing was started. Please send it again in a minute.")
-		}, func() {
-			a.log.Warn("too busy to answer a message, even to say so; dropped", "conversation", key)
-			a.m.error("message_dropped")
-		})
+		a.log.Warn("shutdown deadline passed; a message not started was not answered", "conversation", m.key())
+		return
+	}
+	if a.accept(ctx, m, eventID, followUp) {
+		a.post(ctx, m.channel, threadOf(m), restartingText)
 	}
 }
 
@@ -211,9 +204,8 @@ func threadOf(m message) string {
 
 // runTurn runs one turn and reports failures in the thread.
 func (a *App) runTurn(ctx context.Context, req agent.Request) {
-	ag := a.ag.Load()
 	_, channel, thread, _ := parseKey(req.Conversation)
-	out, err := ag.Run(ctx, req)
+	out, err := a.ag.Run(ctx, req)
 	a.m.turn(string(out.Status), err)
 	if err != nil {
 		a.log.Error("turn failed", "conversation", req.Conversation, "err", err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/approvals"
 )
 
 // Action ids of the interactive elements this package renders. Handlers are
@@ -294,14 +296,14 @@ func NotRequesterText(requester string) string {
 // AlreadyDecidedText is the ephemeral answer to someone who acted on a call
 // that was decided first by decider (a user id) at at. A zero at and an
 // empty decider are left out.
-func AlreadyDecidedText(decider string, kind DecisionKind, at time.Time) string {
+func AlreadyDecidedText(decider string, kind approvals.Kind, at time.Time) string {
 	switch kind {
-	case DecisionExpire:
+	case approvals.Expire:
 		return ExpiredText()
-	case DecisionCancel:
+	case approvals.Cancel:
 		return CancelledText()
 	}
-	text := "This call was already " + kind.pastTense()
+	text := "This call was already " + pastTense(kind)
 	if decider != "" {
 		text += " by " + userRef(decider, "")
 	}

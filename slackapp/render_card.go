@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/approvals"
 )
 
 // Status is the state of an approval card.
@@ -20,39 +22,24 @@ const (
 	StatusCancelled Status = "cancelled"
 )
 
-// DecisionKind is what was decided on a call.
-type DecisionKind string
-
-// Decision kinds; see SPEC.md section 2.
-const (
-	DecisionApprove  DecisionKind = "approve"
-	DecisionEdit     DecisionKind = "edit"
-	DecisionDeny     DecisionKind = "deny"
-	DecisionReject   DecisionKind = "reject"
-	DecisionRespond  DecisionKind = "respond"
-	DecisionRemember DecisionKind = "remember"
-	DecisionExpire   DecisionKind = "expire"
-	DecisionCancel   DecisionKind = "cancel"
-)
-
 // pastTense renders k for "This call was already …".
-func (k DecisionKind) pastTense() string {
+func pastTense(k approvals.Kind) string {
 	switch k {
-	case DecisionApprove:
+	case approvals.Approve:
 		return "approved"
-	case DecisionEdit:
+	case approvals.Edit:
 		return "approved with edited arguments"
-	case DecisionDeny:
+	case approvals.Refuse:
 		return "denied"
-	case DecisionReject:
+	case approvals.Reject:
 		return "rejected"
-	case DecisionRespond:
+	case approvals.Respond:
 		return "answered"
-	case DecisionRemember:
+	case approvals.Remember:
 		return "approved and allowed from now on"
-	case DecisionExpire:
+	case approvals.Expire:
 		return "expired"
-	case DecisionCancel:
+	case approvals.Cancel:
 		return "cancelled"
 	}
 	return "decided"
@@ -98,7 +85,7 @@ type Card struct {
 	Status Status
 
 	// The decision, for a card that is no longer pending.
-	Decision  DecisionKind
+	Decision  approvals.Kind
 	Decider   string // Slack user id
 	DecidedAt time.Time
 	// RejectReason is the reviewer's reason for a reject decision.
@@ -167,7 +154,7 @@ func CardBlocks(c Card) []slack.Block {
 	}
 
 	blocks = append(blocks, slack.NewDividerBlock(), section(statusText(c)))
-	if c.Status == StatusDecided && c.Decision == DecisionEdit && !c.Human {
+	if c.Status == StatusDecided && c.Decision == approvals.Edit && !c.Human {
 		text, _ := argsSection("*Edited arguments*", c.EditedArgs)
 		blocks = append(blocks, section(text))
 	}
@@ -329,29 +316,29 @@ func statusText(c Card) string {
 		when = " at " + slackDate(c.DecidedAt)
 	}
 	switch c.Decision {
-	case DecisionApprove:
+	case approvals.Approve:
 		return ":white_check_mark: Approved by " + who + when
-	case DecisionRemember:
+	case approvals.Remember:
 		return ":white_check_mark: Approved by " + who + when + ", and allowed in this channel from now on"
-	case DecisionEdit:
+	case approvals.Edit:
 		return ":pencil2: Edited by " + who + when + "; the edited arguments are below"
-	case DecisionDeny:
+	case approvals.Refuse:
 		return ":no_entry: Denied by " + who + when
-	case DecisionReject:
+	case approvals.Reject:
 		text := ":no_entry: Rejected by " + who + when
 		if q := quote(c.RejectReason, 2000); q != "" {
 			text += ":\n" + q
 		}
 		return text
-	case DecisionRespond:
+	case approvals.Respond:
 		text := ":speech_balloon: Answered by " + who + when
 		if q := quote(c.Answer, 2000); q != "" {
 			text += ":\n" + q
 		}
 		return text
-	case DecisionExpire:
+	case approvals.Expire:
 		return expiredText(c)
-	case DecisionCancel:
+	case approvals.Cancel:
 		return ":no_entry_sign: Cancelled by the requester. Nothing ran."
 	}
 	return "Decided by " + who + when

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/approvals"
 )
 
 func homeCards() (inbox, mine []Card) {
@@ -14,7 +16,7 @@ func homeCards() (inbox, mine []Card) {
 	h.CallID = "77aa00bb11cc22dd.1"
 	big := goldenCards()["card_huge_args"]
 	big.CallID = "77aa00bb11cc22dd.2"
-	done := decided(pendingCard(), DecisionApprove)
+	done := decided(pendingCard(), approvals.Approve)
 
 	m := pendingCard()
 	m.CallID = "0123456789abcdef.0"

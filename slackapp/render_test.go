@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/approvals"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from the current output")
@@ -166,7 +168,7 @@ func pendingCard() Card {
 }
 
 // decided returns c decided with kind by U0APPROVR an hour after t0.
-func decided(c Card, kind DecisionKind) Card {
+func decided(c Card, kind approvals.Kind) Card {
 	c.Status = StatusDecided
 	c.Decision = kind
 	c.Decider = "U0APPROVR"
@@ -201,26 +203,26 @@ func goldenCards() map[string]Card {
 	human.RuleID, human.Reason = "", ""
 	human.Approvers = nil
 
-	approved := decided(pendingCard(), DecisionApprove)
+	approved := decided(pendingCard(), approvals.Approve)
 	approved.Outcome = "ran"
 	approved.OutputSummary = "deleted /srv/data/report.csv (1.2 MB)"
 
-	rejected := decided(pendingCard(), DecisionReject)
+	rejected := decided(pendingCard(), approvals.Reject)
 	rejected.RejectReason = "Wrong file.\nUse the staging copy <@U999> & tell @channel"
 	rejected.Outcome = "not run"
 
-	edited := decided(pendingCard(), DecisionEdit)
+	edited := decided(pendingCard(), approvals.Edit)
 	edited.EditedArgs = json.RawMessage(`{"path":"/srv/scratch/tmp/report.csv","recursive":false}`)
 	edited.Outcome = "failed"
 	edited.OutputSummary = "open /srv/scratch/tmp/report.csv: no such file or directory"
 
-	remembered := decided(pendingCard(), DecisionRemember)
+	remembered := decided(pendingCard(), approvals.Remember)
 	remembered.Outcome = "ran"
 
-	denied := decided(pendingCard(), DecisionDeny)
+	denied := decided(pendingCard(), approvals.Refuse)
 	denied.Outcome = "not run"
 
-	answered := decided(human, DecisionRespond)
+	answered := decided(human, approvals.Respond)
 	answered.Answer = "eu-west-1, please"
 
 	expired := pendingCard()
@@ -335,7 +337,7 @@ func TestCardButtons(t *testing.T) {
 }
 
 func TestCardDecidedKeepsViewArgs(t *testing.T) {
-	c := decided(goldenCards()["card_huge_args"], DecisionApprove)
+	c := decided(goldenCards()["card_huge_args"], approvals.Approve)
 	got := actionIDs(CardBlocks(c))
 	if len(got) != 1 || got[0] != ActionViewArgs {
 		t.Errorf("decided card with long arguments: buttons %v, want only %s", got, ActionViewArgs)
@@ -458,13 +460,13 @@ func TestCardLimitsExtreme(t *testing.T) {
 	c.Args = json.RawMessage(`"` + strings.Repeat("&", 10000) + `"`)
 	checkLimits(t, "extreme pending", CardBlocks(c), maxMessageBlocks)
 
-	c = decided(c, DecisionEdit)
+	c = decided(c, approvals.Edit)
 	c.EditedArgs = c.Args
 	c.RejectReason = long
 	c.Outcome = long
 	c.OutputSummary = long
 	checkLimits(t, "extreme edited", CardBlocks(c), maxMessageBlocks)
-	c.Decision = DecisionReject
+	c.Decision = approvals.Reject
 	checkLimits(t, "extreme rejected", CardBlocks(c), maxMessageBlocks)
 
 	h := pendingCard()
@@ -483,7 +485,7 @@ func TestCardText(t *testing.T) {
 		want string
 	}{
 		{"pending", pendingCard(), "Approval needed for `files__delete_path` from <@U024BE7LH>, <!subteam^S0614TZR7>"},
-		{"approved", decided(pendingCard(), DecisionApprove), "`files__delete_path`: :white_check_mark: Approved by <@U0APPROVR> at <!date^1741086000^{date_short_pretty} at {time}|2025-03-04 11:00 UTC>"},
+		{"approved", decided(pendingCard(), approvals.Approve), "`files__delete_path`: :white_check_mark: Approved by <@U0APPROVR> at <!date^1741086000^{date_short_pretty} at {time}|2025-03-04 11:00 UTC>"},
 		{"hostile tool", Card{Tool: "<!channel>"}, "Approval needed for `&lt;!channel&gt;`"},
 	}
 	for _, tt := range tests {
@@ -509,12 +511,12 @@ func TestMessageTexts(t *testing.T) {
 		{"not approver, no list", NotApproverText(nil), "You are not an approver for this call, so nothing changed."},
 		{"not requester", NotRequesterText("U1ABC"), "Only <@U1ABC> can cancel this request. Nothing changed."},
 		{"not requester, bad id", NotRequesterText("<!here>"), "Only &lt;!here&gt; can cancel this request. Nothing changed."},
-		{"already approved", AlreadyDecidedText("U1ABC", DecisionApprove, at),
+		{"already approved", AlreadyDecidedText("U1ABC", approvals.Approve, at),
 			"This call was already approved by <@U1ABC> at <!date^1741086000^{date_short_pretty} at {time}|2025-03-04 11:00 UTC>. Nothing changed."},
-		{"already rejected, no time", AlreadyDecidedText("U1ABC", DecisionReject, time.Time{}),
+		{"already rejected, no time", AlreadyDecidedText("U1ABC", approvals.Reject, time.Time{}),
 			"This call was already rejected by <@U1ABC>. Nothing changed."},
-		{"already expired", AlreadyDecidedText("", DecisionExpire, at), ExpiredText()},
-		{"already cancelled", AlreadyDecidedText("U1ABC", DecisionCancel, at), CancelledText()},
+		{"already expired", AlreadyDecidedText("", approvals.Expire, at), ExpiredText()},
+		{"already cancelled", AlreadyDecidedText("U1ABC", approvals.Cancel, at), CancelledText()},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

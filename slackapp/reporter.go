@@ -12,6 +12,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -158,21 +159,49 @@ func (r *threadReporter) endStream(ctx context.Context) string {
 }
 
 // Paused posts one card per call in the thread, and copies for approvers
-// who cannot see the conversation.
+// who cannot see the conversation, and sets the expiry timer for them.
 func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) {
 	r.mu.Lock()
 	r.endStream(ctx)
 	r.mu.Unlock()
 	for _, c := range calls {
+		r.app.expiry.at(c.ExpiresAt)
+	}
+	for _, c := range calls {
 		r.app.postCard(ctx, r.channel, r.thread, c)
 	}
 }
 
-// Updated updates every copy of the call's card in place. The update is
-// queued (see cardUpdater): the decision or turn that reported it goes on
-// without waiting for Slack.
+// Updated updates every copy of the call's card in place, on the card's
+// own queue: the decision or turn that reported it goes on without
+// waiting for Slack, and the updates of one card are made in the order
+// they were reported (decided before executed).
 func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
-	r.app.cards.update(ctx, u)
+	r.app.updateLater(ctx, u)
+}
+
+// cardUpdateTimeout bounds one card update: waiting for a card still being
+// posted, then chat.update on each copy, with the retries of rate-limited
+// calls.
+const cardUpdateTimeout = 30 * time.Second
+
+// updateLater queues a card update on the card's queue; outside Run it is
+// made at once.
+func (a *App) updateLater(ctx context.Context, u agent.CallUpdate) {
+	update := func(ctx context.Context) {
+		ctx, cancel, ok := a.noteContext(ctx, cardUpdateTimeout)
+		defer cancel()
+		if !ok {
+			a.log.Warn("shutdown deadline passed; card not updated", "call", u.Call.ID, "phase", u.Phase)
+			return
+		}
+		a.updateCard(ctx, u)
+	}
+	if !a.running.Load() {
+		update(ctx)
+		return
+	}
+	a.enqueue(ctx, cardKind(u.Call.ID), update)
 }
 
 // cardRef is where one copy of a card was posted.
@@ -212,6 +241,18 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 		_, err := a.st.PutRecord(ctx, store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(refs)}, -1)
 		return err
 	}
+	// Updates of this card made by this process wait for posted to be
+	// closed; other replicas see the marker in the store.
+	posted := make(chan struct{})
+	a.mu.Lock()
+	a.posting[pc.ID] = posted
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.posting, pc.ID)
+		a.mu.Unlock()
+		close(posted)
+	}()
 	if err := save(ctx, cardRefs{Posting: true, PostingSince: since}); err != nil {
 		a.log.Warn("mark the card as being posted", "call", pc.ID, "err", err)
 	}
@@ -254,9 +295,26 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 const cardWait = 5 * time.Second
 
 // cardLocations returns where the call's card copies are, waiting while
-// they are still being posted (at most cardWait).
+// they are still being posted (at most cardWait): for a card this process
+// posts, until it signals that it is done; for one another replica posts
+// (rare: the card is visible once its first copy is out), by re-reading
+// the record now and then.
 func (a *App) cardLocations(ctx context.Context, callID string) ([]cardRef, error) {
 	deadline := time.Now().Add(cardWait)
+	a.mu.Lock()
+	posted := a.posting[callID]
+	a.mu.Unlock()
+	if posted != nil {
+		t := time.NewTimer(cardWait)
+		select {
+		case <-posted:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		t.Stop()
+	}
 	for {
 		recs, err := a.st.Records(ctx, cardKind(callID))
 		if err != nil {
@@ -275,7 +333,7 @@ func (a *App) cardLocations(ctx context.Context, callID string) ([]cardRef, erro
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -369,8 +427,8 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 		return
 	}
 	pc := agent.PendingCall{Call: u.Call}
-	if ag := a.ag.Load(); ag != nil {
-		if t, ok := ag.Tools().Lookup(u.Call.Tool); ok {
+	if a.ag != nil {
+		if t, ok := a.ag.Tools().Lookup(u.Call.Tool); ok {
 			pc.Human = t.Human
 		}
 	}
@@ -383,7 +441,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 			a.m.error("slack_update")
 		}
 	}
-	if u.Phase != agent.PhaseDecided || u.Call.Status != store.Decided {
+	if u.Phase != agent.PhaseDecided || u.Call.Status != agent.CallDecided {
 		// Final: nothing will change the card again.
 		if err := a.st.DeleteRecord(ctx, cardKind(u.Call.ID), cardRefsID); err != nil && !errors.Is(err, store.ErrNotFound) {
 			a.log.Warn("forget card", "call", u.Call.ID, "err", err)
@@ -437,17 +495,17 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 		card.Question = q.Question
 	}
 	switch c.Status {
-	case store.Decided:
+	case agent.CallDecided:
 		card.Status = StatusDecided
-	case store.Expired:
+	case agent.CallExpired:
 		card.Status = StatusExpired
-	case store.Cancelled:
+	case agent.CallCancelled:
 		card.Status = StatusCancelled
 	default:
 		card.Status = StatusPending
 	}
 	if d := c.Decision; d != nil {
-		card.Decision, card.Decider, card.DecidedAt = DecisionKind(d.Kind), d.Decider, d.At
+		card.Decision, card.Decider, card.DecidedAt = d.Kind, d.Decider, d.At
 		card.RejectReason, card.EditedArgs, card.Answer = d.Reason, d.Args, d.Answer
 	}
 	if u != nil {
@@ -459,14 +517,14 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 			}
 			card.OutputSummary = u.Result.Content
 		case agent.PhaseSkipped:
-			if u.Note != "" && c.Status == store.Decided && DecisionKind(c.Decision.Kind) != DecisionDeny &&
-				DecisionKind(c.Decision.Kind) != DecisionReject && DecisionKind(c.Decision.Kind) != DecisionRespond {
+			if u.Note != "" && c.Status == agent.CallDecided && c.Decision.Kind != approvals.Refuse &&
+				c.Decision.Kind != approvals.Reject && c.Decision.Kind != approvals.Respond {
 				card.Outcome = "not run: " + u.Note
 			}
 		case agent.PhaseDecided:
-			if c.Status == store.Decided && c.Decision != nil {
-				switch DecisionKind(c.Decision.Kind) {
-				case DecisionApprove, DecisionEdit, DecisionRemember:
+			if c.Status == agent.CallDecided && c.Decision != nil {
+				switch c.Decision.Kind {
+				case approvals.Approve, approvals.Edit, approvals.Remember:
 					card.Outcome = "running…"
 					if u.StepPending {
 						card.Outcome = "runs once the other calls of this step are decided"

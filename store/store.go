@@ -172,3 +172,15 @@ func RunOf(callID string) string {
 	}
 	return run
 }
+
+// LeaseWatch is a subscription to the releases of one lease, by any
+// process sharing the store. A store that serves several processes (Redis)
+// offers one, so that a waiter learns of a release at once instead of
+// polling; a release made while nobody is subscribed is not kept.
+type LeaseWatch interface {
+	// Released receives a value after each release announced since the
+	// subscription (several releases may be merged into one value).
+	Released() <-chan struct{}
+	// Close ends the subscription.
+	Close() error
+}

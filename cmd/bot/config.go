@@ -43,7 +43,8 @@ type config struct {
 	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat        string        `envconfig:"LOG_FORMAT" default:"json" desc:"json, or text for humans"`
 	MaxSteps         int           `envconfig:"MAX_STEPS" default:"10" desc:"model calls allowed in one turn"`
-	Workers          int           `envconfig:"WORKERS" default:"8" desc:"conversations served at once"`
+	MaxTurns         int           `envconfig:"MAX_TURNS" default:"1000" desc:"turns running at once; more wait in arrival order and their thread is told"`
+	SweepInterval    time.Duration `envconfig:"SWEEP_INTERVAL" default:"30s" desc:"how often decided runs whose resume was lost in a crash are resumed"`
 	SystemPrompt     string        `envconfig:"SYSTEM_PROMPT" desc:"system prompt of every model request; empty: the built-in one"`
 	OpenAIAPIVersion string        `envconfig:"OPENAI_API_VERSION" desc:"Azure OpenAI API version (such as 2024-10-21); set, or an OPENAI_BASE_URL host ending in .openai.azure.com, means Azure (OPENAI_BASE_URL is then the resource endpoint)"`
 	ModelTimeout     time.Duration `envconfig:"MODEL_TIMEOUT" default:"2m" desc:"bound on one model request, streaming included"`
@@ -220,8 +221,11 @@ func (c *config) validate() error {
 	if c.MaxSteps < 1 {
 		return fmt.Errorf("MAX_STEPS: %d is not at least 1", c.MaxSteps)
 	}
-	if c.Workers < 1 {
-		return fmt.Errorf("WORKERS: %d is not at least 1", c.Workers)
+	if c.MaxTurns < 1 {
+		return fmt.Errorf("MAX_TURNS: %d is not at least 1", c.MaxTurns)
+	}
+	if c.SweepInterval <= 0 {
+		return fmt.Errorf("SWEEP_INTERVAL: %v is not positive", c.SweepInterval)
 	}
 	return nil
 }

@@ -33,7 +33,7 @@ var specVariables = []string{
 	"OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL",
 	"REDIS_URL", "DATA_DIR", "CONFIG_FILE", "ADMIN_USERS", "APPROVAL_TTL",
 	"HTTP_ADDR", "APPROVALS_CHANNEL",
-	"LOG_LEVEL", "LOG_FORMAT", "MAX_STEPS", "WORKERS", "SYSTEM_PROMPT",
+	"LOG_LEVEL", "LOG_FORMAT", "MAX_STEPS", "MAX_TURNS", "SWEEP_INTERVAL", "SYSTEM_PROMPT",
 }
 
 // setEnv makes the bot's environment exactly vars: every variable of config
@@ -164,7 +164,9 @@ func TestConfigErrors(t *testing.T) {
 		{name: "app token of the wrong kind", set: map[string]string{"SLACK_APP_TOKEN": testBotToken}, want: []string{"SLACK_APP_TOKEN", "xapp-"}},
 		{name: "malformed approval ttl", set: map[string]string{"APPROVAL_TTL": "3x"}, want: []string{`APPROVAL_TTL: "3x" is not a duration`}},
 		{name: "negative approval ttl", set: map[string]string{"APPROVAL_TTL": "-1h"}, want: []string{"APPROVAL_TTL", "not positive"}},
-		{name: "malformed workers", set: map[string]string{"WORKERS": "many"}, want: []string{`WORKERS: "many" is not a whole number`}},
+		{name: "malformed max turns", set: map[string]string{"MAX_TURNS": "many"}, want: []string{`MAX_TURNS: "many" is not a whole number`}},
+		{name: "zero max turns", set: map[string]string{"MAX_TURNS": "0"}, want: []string{"MAX_TURNS: 0 is not at least 1"}},
+		{name: "zero sweep interval", set: map[string]string{"SWEEP_INTERVAL": "0s"}, want: []string{"SWEEP_INTERVAL", "not positive"}},
 		{name: "zero max steps", set: map[string]string{"MAX_STEPS": "0"}, want: []string{"MAX_STEPS"}},
 		{name: "redis prefix with a hash tag", set: map[string]string{"REDIS_PREFIX": "bot{1}"}, want: []string{`REDIS_PREFIX: "bot{1}"`, "no { or }"}},
 		{name: "unknown log format", set: map[string]string{"LOG_FORMAT": "xml"}, want: []string{`LOG_FORMAT: "xml" is not json or text`}},

@@ -37,7 +37,8 @@
 // delivery is an Envelope whose ack can be awaited (WaitAck) and timed
 // (AckLatency). Redeliver, Disconnect and Drop exercise the app's handling
 // of retries and reconnects. RateLimit and FailNext script HTTP 429 and
-// 5xx answers.
+// 5xx answers; HoldNext keeps a call waiting until the test releases it, to
+// order events without sleeping.
 //
 // For load tools: WithAPIObserver hands every answered Web API call and its
 // answer to a function as it happens, and RoundTrip measures the loopback

@@ -10,10 +10,12 @@ import (
 	"strings"
 )
 
-// injection is a scripted failure for the next call to a method.
+// injection is a scripted failure, or a hold (see HoldNext), for the next
+// call to a method.
 type injection struct {
 	status     int
 	retryAfter int
+	hold       *hold
 }
 
 // RateLimit makes the next times calls to method answer HTTP 429 with a
@@ -132,7 +134,14 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	call := Call{Method: rq.method, Params: rq.params, Body: rq.body, At: s.cfg.now()}
-	if q := s.inject[rq.method]; len(q) > 0 {
+	if q := s.inject[rq.method]; len(q) > 0 && q[0].hold != nil {
+		h := q[0].hold
+		s.inject[rq.method] = q[1:]
+		s.mu.Unlock()
+		h.wait(r.Context())
+		s.mu.Lock()
+	}
+	if q := s.inject[rq.method]; len(q) > 0 && q[0].hold == nil {
 		inj := q[0]
 		s.inject[rq.method] = q[1:]
 		call.Status = inj.status

@@ -684,6 +684,25 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call
 	return out, nil
 }
 
+// NextExpiry returns the earliest ExpiresAt of a pending call, or the zero
+// time if none is pending.
+func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	var next time.Time
+	_, err := s.pendingCalls(func(c store.Call) bool {
+		if next.IsZero() || c.ExpiresAt.Before(next) {
+			next = c.ExpiresAt
+		}
+		return false
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("next expiry: %w", err)
+	}
+	return next, nil
+}
+
 // Stalled lists up to limit runs with no pending call, not finished and
 // with no live resume claim, earliest expiry first; limit <= 0 lists all.
 func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {

@@ -50,6 +50,8 @@ type Store struct {
 	retention time.Duration
 	convTTL   time.Duration
 	auditMax  int64
+	// leases announces lease releases to this process's waiters.
+	leases *leaseHub
 }
 
 // New connects to the Redis at rawURL (see NewClient for the forms it
@@ -87,6 +89,7 @@ func NewFromClient(c redis.UniversalClient, opts Options) *Store {
 		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
 		auditMax:  int64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
 	}
+	s.leases = newLeaseHub(c, s.prefix+":lease-released:")
 	return s
 }
 
@@ -661,6 +664,24 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call
 	return out, nil
 }
 
+// NextExpiry returns the earliest ExpiresAt of a pending call, or the zero
+// time if none is pending.
+func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
+	var next time.Time
+	err := s.scanIndex(ctx, s.dueKey(), "+inf", func(ls []liveCall) bool {
+		for _, l := range ls {
+			if next.IsZero() || l.call.ExpiresAt.Before(next) {
+				next = l.call.ExpiresAt
+			}
+		}
+		return len(ls) > 0
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("next expiry: %w", err)
+	}
+	return next, nil
+}
+
 // Stalled lists up to limit runs with no pending call, not finished and
 // with no live resume claim, earliest expiry first; limit <= 0 lists all.
 func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
@@ -728,7 +749,7 @@ func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Du
 // ReleaseLease frees the lease on key if owner holds it, and does nothing
 // otherwise.
 func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {
-	if err := releaseLease.Run(ctx, s.c, []string{s.leaseKey(key)}, owner).Err(); err != nil {
+	if err := releaseLease.Run(ctx, s.c, []string{s.leaseKey(key)}, owner, s.leaseChannel(key)).Err(); err != nil {
 		return fmt.Errorf("release lease %s: %w", key, err)
 	}
 	return nil
@@ -890,6 +911,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes the client.
 func (s *Store) Close() error {
+	s.leases.close()
 	if err := s.c.Close(); err != nil {
 		return fmt.Errorf("close redis client: %w", err)
 	}

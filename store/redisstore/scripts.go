@@ -128,12 +128,15 @@ end
 return 0
 `)
 
-// releaseLease deletes a lease if the owner holds it.
+// releaseLease deletes a lease if the owner holds it, and announces the
+// release to waiters (see WatchLease).
 // KEYS: lease
-// ARGV: owner
+// ARGV: owner, release channel
 var releaseLease = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '1')
+  return 1
 end
 return 0
 `)

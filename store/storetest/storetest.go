@@ -76,6 +76,9 @@ type Store interface {
 	// Due lists up to limit pending calls whose ExpiresAt is at or before now,
 	// earliest first.
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
+	// NextExpiry returns the earliest ExpiresAt of a pending call; the zero
+	// time when none is pending. An expiry timer sleeps until then.
+	NextExpiry(ctx context.Context) (time.Time, error)
 	// Stalled lists up to limit runs that have no pending call, are not
 	// finished and have no live resume claim: resumes lost to a crash.
 	Stalled(ctx context.Context, limit int) ([]string, error)

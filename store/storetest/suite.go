@@ -43,6 +43,7 @@ func Run(t *testing.T, open Opener) {
 		{"SaveResult", testSaveResult},
 		{"FinishRun", testFinishRun},
 		{"Due", testDue},
+		{"NextExpiry", testNextExpiry},
 		{"PendingFilters", testPendingFilters},
 		{"Restart", testRestart},
 		{"Lease", testLease},
@@ -832,6 +833,33 @@ func testDue(t *testing.T, open Opener) {
 			t.Errorf("Due(now%+v, %d) = %v, want %v", tt.now.Sub(now).Round(time.Second), tt.limit, ids, tt.want)
 		}
 	}
+}
+
+func testNextExpiry(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	if next, err := s.NextExpiry(ctx); err != nil || !next.IsZero() {
+		t.Fatalf("NextExpiry with nothing pending = %v, %v; want the zero time, nil", next, err)
+	}
+	now := time.Now().Truncate(time.Millisecond)
+	_, calls := create(t, s, 3, func(_ *store.Run, cs []store.Call) {
+		cs[0].ExpiresAt = now.Add(time.Hour)
+		cs[1].ExpiresAt = now.Add(time.Minute)
+		cs[2].ExpiresAt = now.Add(2 * time.Hour)
+	})
+	want := func(w time.Time) {
+		t.Helper()
+		got, err := s.NextExpiry(ctx)
+		if err != nil || !got.Equal(w) {
+			t.Errorf("NextExpiry = %v, %v; want %v, nil", got, err, w)
+		}
+	}
+	want(calls[1].ExpiresAt)
+	d := store.Decision{Kind: "approve", Decider: "U_APP", At: now}
+	if _, _, err := s.Decide(ctx, calls[1].ID, calls[1].Fingerprint, d); err != nil {
+		t.Fatalf("Decide(%s): %v", calls[1].ID, err)
+	}
+	want(calls[0].ExpiresAt)
 }
 
 func testPendingFilters(t *testing.T, open Opener) {

@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// CallStatus says where a paused call stands.
+type CallStatus string
+
+// The statuses of a paused call. A call is pending until it is decided (by
+// a person), expires or is cancelled; the last three are final.
+const (
+	CallPending   CallStatus = "pending"
+	CallDecided   CallStatus = "decided"
+	CallExpired   CallStatus = "expired"
+	CallCancelled CallStatus = "cancelled"
+)
+
+// Decision is how a paused call was decided.
+type Decision struct {
+	Kind    approvals.Kind
+	Decider string
+	At      time.Time
+	// Reason is a rejection's reason; Args the edited arguments of an
+	// Edit; Answer a Respond's answer.
+	Reason string
+	Args   json.RawMessage
+	Answer string
+}
+
+// Call is a paused call as the agent reports it to whoever drives it: what
+// a card shows and what deciding it needs.
+type Call struct {
+	ID           string
+	RunID        string
+	Tool         string
+	Args         json.RawMessage // canonical JSON
+	Fingerprint  string
+	Requester    string
+	Channel      string
+	Conversation string
+	RuleID       string
+	Reason       string
+	Approvers    []string
+	FourEyes     bool
+	CreatedAt    time.Time
+	ExpiresAt    time.Time
+	Status       CallStatus
+	// Decision is set once the call is decided, expired or cancelled.
+	Decision *Decision
+}
+
+// kindOf reads the kind of a stored decision ("" for none): the store keeps
+// it as an opaque string, written by storedKind. These two are the only
+// conversions between the store's string and approvals.Kind.
+func kindOf(d *store.Decision) approvals.Kind {
+	if d == nil {
+		return ""
+	}
+	return approvals.Kind(d.Kind)
+}
+
+// storedKind is how a decision kind is kept in the store.
+func storedKind(k approvals.Kind) string { return string(k) }
+
+// viewOf is the one place where a stored call becomes the agent's view of
+// it: the store keeps the decision kind as an opaque string.
+func viewOf(c store.Call) Call {
+	v := Call{
+		ID: c.ID, RunID: c.RunID, Tool: c.Tool, Args: c.Args, Fingerprint: c.Fingerprint,
+		Requester: c.Requester, Channel: c.Channel, Conversation: c.Conversation,
+		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
+		CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Status: CallStatus(c.Status),
+	}
+	if d := c.Decision; d != nil {
+		v.Decision = &Decision{Kind: kindOf(d), Decider: d.Decider, At: d.At, Reason: d.Reason, Args: d.Args, Answer: d.Answer}
+	}
+	return v
+}

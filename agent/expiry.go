@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// runRef names a run to resume and its conversation.
+type runRef struct{ run, conversation string }
+
+// Expire expires the calls that are due now and returns the deadline of the
+// next pending call (the zero time if none is pending), so the caller can
+// sleep until then. It is safe to run on every replica at once: expiry is a
+// compare-and-set, and exactly one expiry or decision completes a step.
+// Each run whose step the expiry completed is passed to resume with its
+// conversation key (Resume it there); with a nil resume, Expire calls
+// Resume itself. It returns every error after doing what it can; the next
+// deadline is then what could be read (zero if nothing).
+func (a *Agent) Expire(ctx context.Context, resume func(runID, conversation string)) (time.Time, error) {
+	runs, err := a.expireDue(ctx)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, r := range runs {
+		if resume != nil {
+			resume(r.run, r.conversation)
+			continue
+		}
+		if _, err := a.Resume(ctx, r.run); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	next, err := a.store.NextExpiry(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("next expiry: %w", err))
+	}
+	return next, errors.Join(errs...)
+}
+
+// expireDue expires the due calls (a batch of at most 100) and returns the
+// runs whose step that completed.
+func (a *Agent) expireDue(ctx context.Context) ([]runRef, error) {
+	var errs []error
+	now := a.cfg.Now()
+	due, err := a.store.Due(ctx, now, 100)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list due calls: %w", err))
+	}
+	var runs []runRef
+	for _, c := range due {
+		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: storedKind(approvals.Expire), Decider: System, At: now})
+		if errors.Is(err, store.ErrAlreadyDecided) || errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("expire %s: %w", c.ID, err))
+			continue
+		}
+		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "expire"})
+		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "expired"})
+		if complete {
+			runs = append(runs, runRef{got.RunID, got.Conversation})
+		}
+	}
+	return runs, errors.Join(errs...)
+}

@@ -1,0 +1,226 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// LeaseWatcher is offered by stores shared by several processes (Redis): it
+// announces lease releases, so a waiter in another process learns of one
+// at once. Without it, waiters in other processes re-check every LeaseTTL/3.
+type LeaseWatcher interface {
+	WatchLease(ctx context.Context, key string) (store.LeaseWatch, error)
+}
+
+// leases serialises work on conversations across goroutines and processes:
+// one holder per conversation at a time, with a lease in the store that the
+// holder renews, and that lapses if the holder dies.
+//
+// A waiter learns that a lease it waits for was released at once: from
+// this process directly (a channel per held key, closed on release), from
+// other processes through the store's LeaseWatcher when it has one. In
+// case a release is missed (the holder died, or an announcement was lost)
+// the waiter re-checks every ttl/3.
+type leases struct {
+	store   Leases
+	watcher LeaseWatcher // nil if the store has none
+	owner   string
+	ttl     time.Duration
+	wait    time.Duration
+	log     *slog.Logger
+
+	mu sync.Mutex
+	// held has a channel per key this process holds, closed on release.
+	held map[string]chan struct{}
+	// waiting counts the waits in progress.
+	waiting atomic.Int64
+}
+
+func newLeases(st Leases, owner string, ttl, wait time.Duration, log *slog.Logger) *leases {
+	l := &leases{store: st, owner: owner, ttl: ttl, wait: wait, log: log, held: map[string]chan struct{}{}}
+	l.watcher, _ = st.(LeaseWatcher)
+	return l
+}
+
+// run runs fn while holding the lease on the conversation. It waits for
+// another holder up to the lease wait (then ErrLeaseTimeout), renews the
+// lease every ttl/3 while fn runs, and cancels fn's context with
+// ErrLeaseLost as its cause if the lease is taken or cannot be renewed in
+// time; then fn's error is joined with ErrLeaseLost. The lease is released
+// when fn returns, even if ctx has ended.
+func (l *leases) run(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
+	key := "conv:" + conversation
+	if err := l.acquire(ctx, key, conversation); err != nil {
+		return err
+	}
+	defer l.release(ctx, key, conversation)
+	// fn runs under a context that ends if the lease is lost: work on a
+	// conversation someone else now holds must stop, not overwrite theirs.
+	workCtx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	renewCtx, stop := context.WithCancel(workCtx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.renew(renewCtx, key, conversation, lost)
+	}()
+	// Renewing stops before the lease is released, even if fn panics.
+	defer func() {
+		stop()
+		<-done
+	}()
+	err := fn(workCtx)
+	stop()
+	<-done
+	if cause := context.Cause(workCtx); err != nil && errors.Is(cause, ErrLeaseLost) {
+		err = errors.Join(err, cause)
+	}
+	return err
+}
+
+// acquire takes the lease on key, waiting for its holder to release it.
+// Within this process the lease is exclusive too: a second turn of the
+// same conversation waits for the first without asking the store.
+func (l *leases) acquire(ctx context.Context, key, conversation string) error {
+	deadline := time.Now().Add(l.wait)
+	var watch store.LeaseWatch
+	defer func() {
+		if watch != nil {
+			_ = watch.Close()
+		}
+	}()
+	for {
+		if busy := l.claim(key); busy != nil {
+			// Another turn of this process holds it.
+			if err := l.sleep(ctx, conversation, deadline, busy, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		ok, err := l.store.AcquireLease(ctx, key, l.owner, l.ttl)
+		if err == nil && ok {
+			return nil
+		}
+		l.unclaim(key)
+		if err != nil {
+			return fmt.Errorf("lease conversation: %w", err)
+		}
+		// Another process holds it. Subscribe to its releases, then try
+		// again: a release between the failed try and the subscription
+		// would otherwise be missed.
+		if watch == nil && l.watcher != nil {
+			w, err := l.watcher.WatchLease(ctx, key)
+			if err == nil {
+				watch = w
+				continue
+			}
+			l.log.Warn("watch conversation lease; re-checking instead", "conversation", conversation, "err", err)
+		}
+		var announced <-chan struct{}
+		if watch != nil {
+			announced = watch.Released()
+		}
+		if err := l.sleep(ctx, conversation, deadline, nil, announced); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits until local is closed, a release is announced, ttl/3 has
+// passed (a re-check, in case a release was missed) or ctx ends. Past the
+// deadline it returns ErrLeaseTimeout.
+func (l *leases) sleep(ctx context.Context, conversation string, deadline time.Time, local, announced <-chan struct{}) error {
+	remaining := time.Until(deadline)
+	if remaining <= 0 {
+		return fmt.Errorf("lease conversation %s: %w", conversation, ErrLeaseTimeout)
+	}
+	l.waiting.Add(1)
+	defer l.waiting.Add(-1)
+	t := time.NewTimer(min(l.ttl/3, remaining))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-local:
+	case <-announced:
+	case <-t.C:
+	}
+	return nil
+}
+
+// claim marks key as held by this process and returns nil, or, if a turn
+// of this process holds it already, returns the channel closed when that
+// turn releases it.
+func (l *leases) claim(key string) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ch, ok := l.held[key]; ok {
+		return ch
+	}
+	l.held[key] = make(chan struct{})
+	return nil
+}
+
+// unclaim forgets this process's hold on key and wakes its waiters.
+func (l *leases) unclaim(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ch, ok := l.held[key]; ok {
+		close(ch)
+		delete(l.held, key)
+	}
+}
+
+// release frees the lease and wakes this process's waiters for it. It is
+// made even if ctx was cancelled: a lease left behind only delays the next
+// turn by the ttl, but there is no reason to wait.
+func (l *leases) release(ctx context.Context, key, conversation string) {
+	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := l.store.ReleaseLease(relCtx, key, l.owner); err != nil {
+		l.log.Warn("release conversation lease", "conversation", conversation, "err", err)
+	}
+	l.unclaim(key)
+}
+
+// renew renews the lease every ttl/3 until ctx ends. If another process
+// holds it, or renewing fails until the lease may have run out in the
+// store, it calls lost with ErrLeaseLost and returns.
+func (l *leases) renew(ctx context.Context, key, conversation string, lost context.CancelCauseFunc) {
+	t := time.NewTicker(l.ttl / 3)
+	defer t.Stop()
+	renewed := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ok, err := l.store.AcquireLease(ctx, key, l.owner, l.ttl)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil && ok:
+			renewed = time.Now()
+		case err == nil:
+			l.log.Error("conversation lease taken by another process; stopping this turn", "conversation", conversation)
+			lost(ErrLeaseLost)
+			return
+		default:
+			l.log.Warn("renew conversation lease", "conversation", conversation, "err", err)
+			// Give up before the lease can have run out in the store, so
+			// no one else is working on it yet.
+			if time.Since(renewed) >= l.ttl*2/3 {
+				lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package slackapp_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
+)
+
+// scriptedModel answers by the conversation's last message: "deploy S V"
+// asks to deploy, a tool result is answered "Deployed ...", "hold" waits
+// for release, anything else gets "ok".
+type scriptedModel struct {
+	release     chan struct{}
+	releaseOnce sync.Once
+	once        sync.Once
+	held        chan struct{} // closed when a "hold" request arrived
+}
+
+// unblock releases held requests, now and from then on.
+func (s *scriptedModel) unblock() { s.releaseOnce.Do(func() { close(s.release) }) }
+
+func newScriptedModel() *scriptedModel {
+	return &scriptedModel{release: make(chan struct{}), held: make(chan struct{})}
+}
+
+func (s *scriptedModel) answer(req openai.ChatCompletionRequest) fakeopenai.Response {
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role == openai.ChatMessageRoleTool {
+		return fakeopenai.Text("Deployed: " + last.Content)
+	}
+	words := strings.Fields(last.Content)
+	switch {
+	case len(words) >= 3 && words[len(words)-3] == "deploy":
+		svc, version := words[len(words)-2], words[len(words)-1]
+		return fakeopenai.ToolCalls(tc("c-"+svc+"-"+version, "deploy", fmt.Sprintf(`{"service":%q,"version":%q}`, svc, version)))
+	case strings.HasSuffix(last.Content, "hold"):
+		s.once.Do(func() { close(s.held) })
+		<-s.release
+		return fakeopenai.Text("Held answer.")
+	}
+	return fakeopenai.Text("ok")
+}
+
+// While conversation A's model call is held, conversation B gets its card
+// and a click on conversation C's card is decided, run and answered.
+func TestConversationsDoNotWaitForEachOther(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			m := newScriptedModel()
+			t.Cleanup(m.unblock)
+			e.model.Handle(m.answer)
+			e.start()
+			tsC := e.slack.Mention(channel, requester, "deploy c 1")
+			cardC := e.card(tsC, "deploy")
+
+			tsA := e.slack.Mention(channel, requester, "hold")
+			<-m.held
+			tsB := e.slack.Mention(channel, requester, "deploy b 2")
+			e.card(tsB, "deploy")
+			_, err := e.slack.Click(approver, channel, cardC.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(tsC, "Deployed: deployed")
+			if got := e.deployArgs(); len(got) != 1 || !strings.Contains(got[0], `"c"`) {
+				t.Errorf("deploys while A's model call is held: %v, want c's only", got)
+			}
+			for _, msg := range e.slack.Thread(channel, tsA) {
+				if strings.Contains(msg.Text, "Held answer") {
+					t.Fatal("A was answered although its model call is held")
+				}
+			}
+			m.unblock()
+			e.answer(tsA, "Held answer.")
+		})
+	}
+}
+
+// A click that arrives while its own conversation's turn is still running
+// (here: posting the card's copies for approvers outside the channel) is
+// decided at once, and the resume runs right after that turn.
+func TestClickDuringItsTurnIsDecidedAtOnce(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			const private = "CPRIVATE09"
+			e := newEnv(t, kind)
+			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "ops", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+			m := newScriptedModel()
+			m.unblock()
+			e.model.Handle(m.answer)
+			b := e.start()
+			// The turn stops, after posting the card in the thread, at the
+			// DM to the first approver outside the channel.
+			arrived, release := e.slack.HoldNext("conversations.open")
+			defer release()
+			ts := e.slack.Mention(private, requester, "deploy vault 3")
+			card := e.cardIn(private, ts, "deploy")
+			<-arrived
+
+			_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+			waitUntil(t, "the click is recorded while the turn still runs", func() bool {
+				c, err := b.st.GetCall(t.Context(), callID)
+				return err == nil && c.Status == store.Decided
+			})
+			if n := e.deploy.Load(); n != 0 {
+				t.Errorf("deploy ran %d times before the turn that paused it ended", n)
+			}
+			if msgs := e.slack.Messages(e.slack.DMChannel(approver)); len(msgs) != 0 {
+				t.Fatalf("the held turn already posted the DM copy: %+v", msgs)
+			}
+			release()
+			e.answerIn(private, ts, "Deployed: deployed")
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+			for _, u := range []string{approver, other} {
+				dm := e.slack.DMChannel(u)
+				if _, err := e.slack.WaitMessage(dm, func(m fakeslack.Message) bool { return m.BotID != "" }, 10*time.Second); err != nil {
+					t.Errorf("%s got no copy of the card: %v", u, err)
+				}
+			}
+			waitUntil(t, "the thread's card shows the call ran", func() bool {
+				m, _ := e.slack.Message(private, card.TS)
+				return !isCard(m) && strings.Contains(blocksText(m), "Approved by")
+			})
+		})
+	}
+}
+
+// Past MaxTurns, a new turn waits for a slot, and its thread is told once.
+func TestTurnsPastTheBoundWaitAndAreTold(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.MaxTurns = 1
+	m := newScriptedModel()
+	t.Cleanup(m.unblock)
+	e.model.Handle(m.answer)
+	e.start()
+	tsA := e.slack.Mention(channel, requester, "hold")
+	<-m.held
+	tsB := e.slack.Mention(channel, requester, "hello")
+	e.answer(tsB, "yours is queued")
+	m.unblock()
+	e.answer(tsA, "Held answer.")
+	e.answer(tsB, "ok")
+	if n := strings.Count(dumpThread(e.slack.Thread(channel, tsB)), "yours is queued"); n != 1 {
+		t.Errorf("the waiting thread was told %d times that it is queued, want once", n)
+	}
+}
+
+// Without any sweep, an approval expires on time: the card says so within
+// a generous bound after its deadline.
+func TestExpiryFollowsTheDeadline(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = ttlPolicy
+			e.cfg.SweepInterval = time.Hour // only the expiry timer can expire it
+			m := newScriptedModel()
+			m.unblock()
+			e.model.Handle(m.answer)
+			e.start()
+			ts := e.slack.Mention(channel, requester, "deploy api 7")
+			card := e.card(ts, "deploy")
+			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+			c, err := e.bot.st.GetCall(t.Context(), callID)
+			must(t, err)
+			e.waitThread(ts, "with the expired card", func(m fakeslack.Message) bool {
+				return m.TS == card.TS && strings.Contains(blocksText(m), "Expired")
+			})
+			if late := time.Since(c.ExpiresAt); late > 3*time.Second {
+				t.Errorf("the card said it expired %v after the deadline", late)
+			}
+			if n := e.deploy.Load(); n != 0 {
+				t.Errorf("deploy ran %d times on an expired approval", n)
+			}
+		})
+	}
+}
+
+// Three replicas on one Redis, envelopes spread over their connections, a
+// tenth of the clicks sent twice: every approved call runs exactly once and
+// every thread is answered.
+func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
+	const conversations = 200
+	for _, kind := range storeKinds(t) {
+		if kind.name == "bolt" {
+			continue // the embedded store serves one process
+		}
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			m := newScriptedModel()
+			m.unblock()
+			e.model.Handle(m.answer)
+			st := e.open()
+			var bots []*bot
+			for range 3 {
+				bots = append(bots, e.run(st))
+			}
+			t.Cleanup(func() {
+				for _, b := range bots {
+					b.cancel()
+					if err := <-b.done; err != nil {
+						t.Errorf("replica stopped with %v", err)
+					}
+				}
+			})
+			if err := e.slack.WaitConnected(3, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			threads := make([]string, conversations)
+			for i := range threads {
+				threads[i] = e.slack.Mention(channel, requester, fmt.Sprintf("deploy svc%d %d", i, i))
+			}
+			start := time.Now()
+			for i, ts := range threads {
+				card := e.card(ts, "deploy")
+				_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+				must(t, err)
+				if i%10 == 0 {
+					_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+					must(t, err)
+				}
+			}
+			t.Logf("cards and clicks: %v", time.Since(start))
+			for _, ts := range threads {
+				e.answer(ts, "Deployed: deployed")
+			}
+			t.Logf("answers: %v", time.Since(start))
+			runs := map[string]int{}
+			for _, a := range e.deployArgs() {
+				var args struct{ Service string }
+				must(t, json.Unmarshal([]byte(a), &args))
+				runs[args.Service]++
+			}
+			for i := range conversations {
+				if n := runs[fmt.Sprintf("svc%d", i)]; n != 1 {
+					t.Errorf("svc%d was deployed %d times, want once", i, n)
+				}
+			}
+			if len(runs) != conversations {
+				t.Errorf("%d services deployed, want %d", len(runs), conversations)
+			}
+		})
+	}
+}

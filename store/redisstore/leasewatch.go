@@ -1,0 +1,146 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// leaseChannel is the pub/sub channel on which releases of a lease are
+// announced (by the releaseLease script).
+func (s *Store) leaseChannel(key string) string { return s.leases.prefix + key }
+
+// WatchLease subscribes to the releases of the lease on key, by any process
+// on this Redis and prefix; the subscription is live when it returns.
+// Releases are announced with PUBLISH, which Redis Cluster relays to every
+// node. The process shares one pattern subscription among all its
+// watches, made on the first one and ended by Close. An announcement lost
+// on the way (during a reconnect) is not replayed: a waiter must also
+// re-check now and then. Closing the watch ends it.
+func (s *Store) WatchLease(ctx context.Context, key string) (store.LeaseWatch, error) {
+	w, err := s.leases.watch(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("watch lease %s: %w", key, err)
+	}
+	return w, nil
+}
+
+// leaseHub shares one pattern subscription to lease releases among the
+// process's watches.
+type leaseHub struct {
+	c      redis.UniversalClient
+	prefix string
+
+	mu      sync.Mutex
+	ps      *redis.PubSub // nil until the first watch
+	watches map[string]map[*leaseWatch]struct{}
+	closing chan struct{}
+	done    chan struct{} // closed when the receiving goroutine has ended
+}
+
+func newLeaseHub(c redis.UniversalClient, prefix string) *leaseHub {
+	return &leaseHub{c: c, prefix: prefix, watches: map[string]map[*leaseWatch]struct{}{}, closing: make(chan struct{})}
+}
+
+func (h *leaseHub) watch(ctx context.Context, key string) (*leaseWatch, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.closing:
+		return nil, redis.ErrClosed
+	default:
+	}
+	if h.ps == nil {
+		ps := h.c.PSubscribe(ctx, h.prefix+"*")
+		// The confirmation: from here on, releases reach this process.
+		if _, err := ps.Receive(ctx); err != nil {
+			_ = ps.Close()
+			return nil, err
+		}
+		h.ps, h.done = ps, make(chan struct{})
+		go h.run(ps)
+	}
+	w := &leaseWatch{hub: h, key: key, released: make(chan struct{}, 1)}
+	if h.watches[key] == nil {
+		h.watches[key] = map[*leaseWatch]struct{}{}
+	}
+	h.watches[key][w] = struct{}{}
+	return w, nil
+}
+
+// run hands each announced release to the watches of its lease until the
+// hub is closed.
+func (h *leaseHub) run(ps *redis.PubSub) {
+	defer close(h.done)
+	for {
+		msg, err := ps.ReceiveMessage(context.Background())
+		if err != nil {
+			// The subscription reconnects (and subscribes again) on the
+			// next receive; do not spin while Redis is away.
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-h.closing:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		key := strings.TrimPrefix(msg.Channel, h.prefix)
+		h.mu.Lock()
+		for w := range h.watches[key] {
+			select {
+			case w.released <- struct{}{}:
+			default:
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *leaseHub) remove(w *leaseWatch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.watches[w.key], w)
+	if len(h.watches[w.key]) == 0 {
+		delete(h.watches, w.key)
+	}
+}
+
+// close ends the subscription and waits for its goroutine.
+func (h *leaseHub) close() {
+	h.mu.Lock()
+	select {
+	case <-h.closing:
+		h.mu.Unlock()
+		return
+	default:
+	}
+	close(h.closing)
+	ps, done := h.ps, h.done
+	h.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close()
+		<-done
+	}
+}
+
+// leaseWatch is one waiter's share of the hub's subscription.
+type leaseWatch struct {
+	hub      *leaseHub
+	key      string
+	released chan struct{}
+}
+
+func (w *leaseWatch) Released() <-chan struct{} { return w.released }
+
+func (w *leaseWatch) Close() error {
+	w.hub.remove(w)
+	return nil
+}
