@@ -47,6 +47,12 @@ func Run(t *testing.T, open Opener) {
 		{"Restart", testRestart},
 		{"Lease", testLease},
 		{"SeenEvent", testSeenEvent},
+		{"RenewClaim", testRenewClaim},
+		{"AcceptMessage", testAcceptMessage},
+		{"AcceptMessageConcurrent", testAcceptMessageConcurrent},
+		{"AcceptMessageKnown", testAcceptMessageKnown},
+		{"AnswerInbox", testAnswerInbox},
+		{"InboxAfterRestart", testInboxAfterRestart},
 		{"Records", testRecords},
 		{"AuditLog", testAuditLog},
 	}
