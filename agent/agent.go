@@ -65,12 +65,22 @@ type Runs interface {
 	GetCall(ctx context.Context, callID string) (store.Call, error)
 	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error)
 	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
+	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	BeginExecution(ctx context.Context, callID string) (bool, error)
 	SaveResult(ctx context.Context, callID string, result []byte) error
 	FinishRun(ctx context.Context, runID string) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
 	Stalled(ctx context.Context, limit int) ([]string, error)
+}
+
+// Inboxes records people's messages before they are acknowledged, so a
+// turn that dies with its process is taken over (see Accept and TakeOver).
+type Inboxes interface {
+	AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error)
+	Inbox(ctx context.Context, conversation string) ([]store.Inbound, error)
+	AnswerInbox(ctx context.Context, conversation string, upTo int64) error
+	Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
 }
 
 // Leases serialises work on one conversation across processes.
@@ -88,6 +98,7 @@ type Auditor interface {
 type Store interface {
 	Conversations
 	Runs
+	Inboxes
 	Leases
 	Auditor
 }
@@ -116,9 +127,16 @@ type Config struct {
 	RememberTTL time.Duration
 	// ToolTimeout bounds one tool execution (default 2m).
 	ToolTimeout time.Duration
-	// LeaseTTL is the lease on a conversation while a turn runs; it is
-	// renewed while the turn lasts (default 1m).
+	// LeaseTTL is the lease on a conversation while a turn runs, and the
+	// claim on a resume; both are renewed every LeaseTTL/3 while the work
+	// lasts, so those of a process that died lapse within LeaseTTL
+	// (default 10s).
 	LeaseTTL time.Duration
+	// TakeoverAfter is how old an unanswered message must be before
+	// Unanswered offers its conversation for TakeOver (default LeaseTTL):
+	// a younger one is normally being answered by the process that
+	// accepted it.
+	TakeoverAfter time.Duration
 	// LeaseWait bounds how long a turn waits for another to release the
 	// conversation (default 10m).
 	LeaseWait time.Duration
@@ -185,7 +203,10 @@ func New(model Model, tools *Registry, policy Policy, st Store, reporter func(co
 		cfg.ToolTimeout = 2 * time.Minute
 	}
 	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = time.Minute
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.TakeoverAfter <= 0 {
+		cfg.TakeoverAfter = cfg.LeaseTTL
 	}
 	if cfg.LeaseWait <= 0 {
 		cfg.LeaseWait = 10 * time.Minute
@@ -219,11 +240,24 @@ var ErrLeaseTimeout = errors.New("conversation is busy")
 // taken while a turn was running; the turn stopped where it was.
 var ErrLeaseLost = errors.New("lost the lease on the conversation")
 
+// DefaultLeaseTTL is the default Config.LeaseTTL.
+const DefaultLeaseTTL = 10 * time.Second
+
+// errBusy is returned by withLeaseWait when another process holds the
+// conversation and there is no time to wait.
+var errBusy = errors.New("conversation is busy elsewhere")
+
 // withLease runs fn while holding the lease on the conversation, renewing
 // it until fn returns. It waits for another holder up to LeaseWait.
 func (a *Agent) withLease(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
+	return a.withLeaseWait(ctx, conversation, a.cfg.LeaseWait, fn)
+}
+
+// withLeaseWait is withLease waiting up to maxWait; with maxWait 0 it tries
+// once and returns errBusy if the conversation is held.
+func (a *Agent) withLeaseWait(ctx context.Context, conversation string, maxWait time.Duration, fn func(ctx context.Context) error) error {
 	key := "conv:" + conversation
-	deadline := time.Now().Add(a.cfg.LeaseWait)
+	deadline := time.Now().Add(maxWait)
 	wait := 20 * time.Millisecond
 	for {
 		ok, err := a.store.AcquireLease(ctx, key, a.cfg.Owner, a.cfg.LeaseTTL)
@@ -232,6 +266,9 @@ func (a *Agent) withLease(ctx context.Context, conversation string, fn func(ctx 
 		}
 		if ok {
 			break
+		}
+		if maxWait <= 0 {
+			return errBusy
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("lease conversation %s: %w", conversation, ErrLeaseTimeout)
