@@ -43,6 +43,12 @@ type Config struct {
 	// SweepInterval is how often due approvals are expired and lost
 	// resumes recovered (default 30s).
 	SweepInterval time.Duration
+	// TakeoverInterval is how often the app looks for conversations with
+	// recorded messages that no turn answered (their process died, or
+	// their turn never started) and takes them over (default 5s). With
+	// the agent's defaults a turn that died with its process is taken over
+	// within LeaseTTL + TakeoverInterval (15 s) of the crash.
+	TakeoverInterval time.Duration
 	// ShutdownGrace bounds how long in-flight work may take to finish on
 	// shutdown (default 30s). Notes about work cut short may take a few
 	// seconds more (see noteAllowance); Run returns within about
@@ -71,7 +77,6 @@ type Config struct {
 // Store is what the Slack app keeps itself, beside the agent's state.
 type Store interface {
 	SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error)
-	LoadConversation(ctx context.Context, key string) (store.Conversation, error)
 	PutRecord(ctx context.Context, r store.Record, expectVersion int64) (store.Record, error)
 	Records(ctx context.Context, kind string) ([]store.Record, error)
 	DeleteRecord(ctx context.Context, kind, id string) error
@@ -100,6 +105,8 @@ type App struct {
 
 	connected atomic.Bool
 	sweeping  atomic.Bool
+	// takingOver is set while a takeover scan runs.
+	takingOver atomic.Bool
 	// spawnSlots bounds the goroutines spawn starts.
 	spawnSlots chan struct{}
 	shards     []chan job
@@ -145,6 +152,9 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 30 * time.Second
+	}
+	if cfg.TakeoverInterval <= 0 {
+		cfg.TakeoverInterval = 5 * time.Second
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 30 * time.Second
@@ -256,6 +266,9 @@ func (a *App) Run(ctx context.Context, ag *agent.Agent) error {
 	sweep := time.NewTicker(a.cfg.SweepInterval)
 	defer sweep.Stop()
 	a.sweep()
+	takeover := time.NewTicker(a.cfg.TakeoverInterval)
+	defer takeover.Stop()
+	a.takeover()
 
 	var runErr error
 loop:
@@ -270,6 +283,8 @@ loop:
 			break loop
 		case <-sweep.C:
 			a.sweep()
+		case <-takeover.C:
+			a.takeover()
 		case evt, ok := <-a.sm.Events:
 			if !ok {
 				break loop
@@ -313,7 +328,10 @@ const finalWait = time.Second
 //  3. The queues close and the workers drain them until ShutdownGrace
 //     after the start of the shutdown; then the work context is cancelled.
 //     A turn cut short keeps its conversation, a message not started gets
-//     a note asking to send it again, and a click not recorded is told so.
+//     a note that it will be answered after the restart (it is recorded,
+//     so it is taken over then or by another replica; one the store could
+//     not record gets a note asking to send it again), and a click not
+//     recorded is told so.
 //  4. Notes, clean-ups and card updates made from then on share one
 //     deadline, noteAllowance after the end of the grace period (see
 //     noteContext); past it they are skipped and logged.
@@ -545,6 +563,42 @@ func (a *App) sweep() {
 	}()
 }
 
+// takeover queues a TakeOver on the worker of each conversation with
+// recorded messages that no turn answered in time, on its own goroutine
+// (waited for with the sweep); a tick is skipped while the previous scan
+// still runs. Where a live process holds the conversation, or its own
+// turn ran first, TakeOver does nothing.
+func (a *App) takeover() {
+	ag := a.ag.Load()
+	if ag == nil || !a.takingOver.CompareAndSwap(false, true) {
+		return
+	}
+	a.sweeps.Add(1)
+	go func() {
+		defer a.sweeps.Done()
+		defer a.takingOver.Store(false)
+		defer func() {
+			if r := recover(); r != nil {
+				a.log.Error("takeover scan panicked", "panic", r)
+				a.m.error("panic")
+			}
+		}()
+		keys, err := ag.Unanswered(a.workCtx, 100)
+		if err != nil {
+			if a.workCtx.Err() == nil {
+				a.log.Warn("takeover scan", "err", err)
+				a.m.error("takeover")
+			}
+			return
+		}
+		for _, key := range keys {
+			if !a.enqueue(key, func(ctx context.Context) { a.takeOverTurn(ctx, key) }) {
+				a.log.Warn("could not queue a takeover; the next scan retries", "conversation", key)
+			}
+		}
+	}()
+}
+
 // noteContext returns a context for a note or a clean-up that must not
 // end with ctx (a note in a thread after a turn was cut short, the lookup
 // that decides whether to send it, a card update): it keeps ctx's values
@@ -572,8 +626,8 @@ func (a *App) handle(ctx context.Context, evt socketmode.Event) {
 	a.m.envelope(string(evt.Type))
 	switch evt.Type {
 	case socketmode.EventTypeEventsAPI:
-		a.ack(evt.Request, nil, start)
-		a.onEventsAPI(ctx, evt)
+		var once sync.Once
+		a.onEventsAPI(ctx, evt, func() { once.Do(func() { a.ack(evt.Request, nil, start) }) })
 	case socketmode.EventTypeInteractive:
 		a.onInteractive(ctx, evt, start)
 	case socketmode.EventTypeSlashCommand:

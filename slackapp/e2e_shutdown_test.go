@@ -13,8 +13,8 @@ import (
 )
 
 // Work queued behind a long turn when the bot stops is answered, not
-// dropped: a follow-up in a thread of the bot's gets a note asking to send
-// it again, and a click is told that nothing was recorded.
+// dropped: a follow-up in a thread of the bot's gets a note that it will be
+// answered after the restart, and a click is told that nothing was recorded.
 func TestShutdownAnswersQueuedFollowUpsAndClicks(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.cfg.Workers = 1
@@ -42,7 +42,7 @@ func TestShutdownAnswersQueuedFollowUpsAndClicks(t *testing.T) {
 
 	found := false
 	for _, m := range e.slack.Thread(channel, ts) {
-		found = found || m.BotID != "" && strings.Contains(m.Text, "I was restarting before I got to this")
+		found = found || m.BotID != "" && strings.Contains(m.Text, "I'll answer this as soon as I'm back")
 	}
 	if !found {
 		t.Errorf("the queued follow-up got no note; thread:\n%s", dumpThread(e.slack.Thread(channel, ts)))

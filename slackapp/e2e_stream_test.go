@@ -102,7 +102,7 @@ func TestBrokenStreamPostsOnlyTheRest(t *testing.T) {
 }
 
 // Messages waiting in the queue when the bot stops are not dropped
-// silently: they get a note asking to send them again.
+// silently: they get a note that they will be answered after the restart.
 func TestShutdownTellsAboutUnstartedMessages(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.cfg.Workers = 1
@@ -117,13 +117,22 @@ func TestShutdownTellsAboutUnstartedMessages(t *testing.T) {
 		e.slack.AddChannel(fakeslack.Channel{ID: ch, Members: []string{requester, e.slack.BotUserID()}})
 		threads = append(threads, ch+"/"+e.slack.Mention(ch, requester, "hi"))
 	}
+	// Acked means recorded: each message is in the store before its ack.
+	for _, th := range threads {
+		_, ts, _ := strings.Cut(th, "/")
+		for _, env := range e.slack.EnvelopesByTS(ts) {
+			if _, err := e.slack.WaitAck(env.ID, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	waitUntil(t, "the first turn reaches the model", func() bool { return len(e.model.Requests()) >= 1 })
 	e.stop()
 	for _, th := range threads[1:] {
 		ch, ts, _ := strings.Cut(th, "/")
 		found := false
 		for _, m := range e.slack.Thread(ch, ts) {
-			if m.BotID != "" && strings.Contains(m.Text, "send your message again") {
+			if m.BotID != "" && strings.Contains(m.Text, "I'll answer this as soon as I'm back") {
 				found = true
 			}
 		}

@@ -32,13 +32,6 @@ func (g *storeGate) SeenEvent(ctx context.Context, id string, ttl time.Duration)
 	return g.s.SeenEvent(ctx, id, ttl)
 }
 
-func (g *storeGate) LoadConversation(ctx context.Context, key string) (store.Conversation, error) {
-	if g.closed.Load() {
-		return store.Conversation{}, errStopped
-	}
-	return g.s.LoadConversation(ctx, key)
-}
-
 func (g *storeGate) PutRecord(ctx context.Context, r store.Record, expectVersion int64) (store.Record, error) {
 	if g.closed.Load() {
 		return store.Record{}, errStopped

@@ -86,7 +86,8 @@ func seenInboxKey(conversation, kind, id string) []byte {
 	return []byte("inbox\x00" + conversation + "\x00" + kind + "\x00" + id)
 }
 
-// AcceptMessage is one transaction: see storetest.Store for the contract.
+// AcceptMessage is one transaction (batched with concurrent ones): see
+// storetest.Store for the contract.
 func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
 	if err := ctx.Err(); err != nil {
 		return m, "", err
@@ -96,7 +97,10 @@ func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.
 		m.At = now
 	}
 	var got store.Acceptance
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	// Batch: concurrent accepts (a burst of events) share one commit. The
+	// function may run twice, so it sets everything it returns.
+	err := s.db.Batch(func(tx *bolt.Tx) error {
+		got = ""
 		seen, inbox, unans := tx.Bucket(bucketSeen), tx.Bucket(bucketInbox), tx.Bucket(bucketUnans)
 		var rec inboxRecord
 		found, err := get(inbox, conversation, &rec)
