@@ -44,6 +44,8 @@ type config struct {
 	MaxSteps         int           `envconfig:"MAX_STEPS" default:"10" desc:"model calls allowed in one turn"`
 	Workers          int           `envconfig:"WORKERS" default:"8" desc:"conversations served at once"`
 	SystemPrompt     string        `envconfig:"SYSTEM_PROMPT" desc:"system prompt of every model request; empty: the built-in one"`
+	LeaseTTL         time.Duration `envconfig:"LEASE_TTL" default:"10s" desc:"lease on a conversation while a turn or resume runs, renewed every third of it; a dead replica's work is taken over once it lapses"`
+	TakeoverInterval time.Duration `envconfig:"TAKEOVER_INTERVAL" default:"5s" desc:"how often each replica looks for conversations whose turn died with its replica and takes them over"`
 }
 
 // usageFormat is the envconfig.Usagef template of --help: one row per
@@ -185,6 +187,12 @@ func (c *config) validate() error {
 	}
 	if c.RememberTTL < 0 {
 		return fmt.Errorf("REMEMBER_TTL: %s is negative", c.RememberTTL)
+	}
+	if c.LeaseTTL < time.Second {
+		return fmt.Errorf("LEASE_TTL: %s is under 1s", c.LeaseTTL)
+	}
+	if c.TakeoverInterval <= 0 {
+		return fmt.Errorf("TAKEOVER_INTERVAL: %s is not positive", c.TakeoverInterval)
 	}
 	if c.ApprovalTTL <= 0 {
 		return fmt.Errorf("APPROVAL_TTL: %s is not positive", c.ApprovalTTL)

@@ -131,6 +131,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		AdminUsers:       cfg.AdminUsers,
 		ApprovalsChannel: cfg.ApprovalsChannel,
 		Workers:          cfg.Workers,
+		TakeoverInterval: cfg.TakeoverInterval,
 		Logger:           log,
 		Metrics:          metrics,
 	}, st, engine)
@@ -152,6 +153,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		MaxSteps:     cfg.MaxSteps,
 		ApprovalTTL:  cfg.ApprovalTTL,
 		RememberTTL:  cfg.RememberTTL,
+		LeaseTTL:     cfg.LeaseTTL,
 		Groups:       app.Groups(),
 		Audience:     app.Audience(),
 		Logger:       log,
