@@ -32,6 +32,7 @@ type config struct {
 	OpenAIBaseURL    string        `envconfig:"OPENAI_BASE_URL" default:"https://api.openai.com/v1" desc:"any OpenAI-compatible Chat Completions endpoint (OpenAI, Azure, Ollama, vLLM, LiteLLM)"`
 	OpenAIModel      string        `envconfig:"OPENAI_MODEL" default:"gpt-4o-mini" desc:"model name (the deployment name on Azure)"`
 	RedisURL         string        `envconfig:"REDIS_URL" desc:"redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty: the embedded store in DATA_DIR"`
+	RedisPrefix      string        `envconfig:"REDIS_PREFIX" default:"toolgate" desc:"start of every Redis key, so several bots can share one database; no { or }"`
 	DataDir          string        `envconfig:"DATA_DIR" default:"./data" desc:"directory of the embedded store's file (toolgate.db) when REDIS_URL is empty"`
 	ConfigFile       string        `envconfig:"CONFIG_FILE" desc:"YAML file with mcp_servers, builtin_tools and policy; empty: no tools, every call asks"`
 	AdminUsers       []string      `envconfig:"ADMIN_USERS" desc:"comma-separated Slack user ids who may change the policy (workspace admins and owners always may)"`
@@ -173,6 +174,9 @@ func (c *config) validate() error {
 	}
 	if c.OpenAIModel == "" {
 		return errors.New("OPENAI_MODEL must not be empty")
+	}
+	if strings.ContainsAny(c.RedisPrefix, "{}") || c.RedisPrefix == "" {
+		return fmt.Errorf("REDIS_PREFIX: %q must be non-empty and without { or }", c.RedisPrefix)
 	}
 	if c.RedisURL == "" && c.DataDir == "" {
 		return errors.New("DATA_DIR must not be empty when REDIS_URL is not set")

@@ -240,7 +240,7 @@ var (
 // embedded store in DATA_DIR.
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, error) {
 	if cfg.RedisURL != "" {
-		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{})
+		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{Prefix: cfg.RedisPrefix})
 		if err != nil {
 			return nil, fmt.Errorf("connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
 		}
