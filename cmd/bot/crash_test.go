@@ -46,9 +46,19 @@ func crashRedisURL(t *testing.T) string {
 
 var (
 	botBinaryOnce sync.Once
+	botBinaryDir  string
 	botBinary     string
 	botBinaryErr  error
 )
+
+// TestMain removes the bot binary the crash tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if botBinaryDir != "" {
+		_ = os.RemoveAll(botBinaryDir)
+	}
+	os.Exit(code)
+}
 
 // buildBot builds cmd/bot once per test binary.
 func buildBot(t *testing.T) string {
@@ -59,6 +69,7 @@ func buildBot(t *testing.T) string {
 			botBinaryErr = err
 			return
 		}
+		botBinaryDir = dir
 		botBinary = filepath.Join(dir, "bot")
 		goBin, err := exec.LookPath("go")
 		if err != nil {
