@@ -80,6 +80,7 @@ type Inboxes interface {
 	AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error)
 	Inbox(ctx context.Context, conversation string) ([]store.Inbound, error)
 	AnswerInbox(ctx context.Context, conversation string, upTo int64) error
+	MarkUnanswered(ctx context.Context, conversation string, at time.Time) error
 	Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
 }
 

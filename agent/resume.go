@@ -38,27 +38,36 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 			return Outcome{Status: Idle}, nil // not decided yet; the last decision resumes
 		}
 	}
-	rep := a.reporter(run.Conversation)
 	var out Outcome
-	err = a.withLease(ctx, run.Conversation, func(ctx context.Context) error {
-		ok, err := a.store.ClaimResume(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL)
-		if err != nil {
-			return fmt.Errorf("claim resume %s: %w", runID, err)
-		}
-		if !ok {
-			out = Outcome{Status: Idle}
-			return nil
-		}
-		// Renewed like the lease, so the claim of a process that dies
-		// lapses within LeaseTTL and the stalled-resume sweep takes over.
-		stop := a.keepClaim(ctx, runID)
-		defer stop()
-		// Decided calls are final, so what was loaded before the claim
-		// is still what the claim covers.
-		out, err = a.resumeClaimed(ctx, run, calls, rep)
+	err = a.withLease(ctx, run.Conversation, func(ctx context.Context) (err error) {
+		out, err = a.claimAndResume(ctx, run, calls)
 		return err
 	})
 	return out, err
+}
+
+// claimAndResume claims the resume of a decided run and runs it; Idle if
+// someone else holds the claim. The caller holds the conversation's lease.
+func (a *Agent) claimAndResume(ctx context.Context, run store.Run, calls []store.Call) (Outcome, error) {
+	ok, err := a.store.ClaimResume(ctx, run.ID, a.cfg.Owner, a.cfg.LeaseTTL)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("claim resume %s: %w", run.ID, err)
+	}
+	if !ok {
+		return Outcome{Status: Idle}, nil
+	}
+	// Renewed like the lease, so the claim of a process that dies lapses
+	// within LeaseTTL; the conversation is listed for TakeOver until the
+	// resumed turn saves its result, so another process (or this one
+	// after a restart) takes it over then.
+	stop := a.keepClaim(ctx, run.ID)
+	defer stop()
+	if err := a.store.MarkUnanswered(ctx, run.Conversation, a.cfg.Now()); err != nil {
+		a.log.Warn("list a resume for takeover; the stalled-resume sweep still finds it", "run", run.ID, "err", err)
+	}
+	// Decided calls are final, so what was loaded before the claim is
+	// still what the claim covers.
+	return a.resumeClaimed(ctx, run, calls, a.reporter(run.Conversation))
 }
 
 func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.Call, rep Reporter) (Outcome, error) {

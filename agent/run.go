@@ -198,19 +198,27 @@ func (a *Agent) answer(ctx context.Context, conv string) (Outcome, error) {
 		case err != nil:
 			return Outcome{}, fmt.Errorf("load paused run: %w", err)
 		default:
-			if len(fresh) == 0 {
-				a.drained(ctx, conv, seq)
-				return Outcome{Status: Idle, RunID: pausedRun}, nil
+			if len(fresh) > 0 {
+				cs.Queued = append(cs.Queued, fresh...)
+				cs.InboxSeq = seq
+				if err := a.saveConversation(ctx, conv, cs, pausedRun); err != nil {
+					return Outcome{}, err
+				}
 			}
-			cs.Queued = append(cs.Queued, fresh...)
-			cs.InboxSeq = seq
-			if err := a.saveConversation(ctx, conv, cs, pausedRun); err != nil {
-				return Outcome{}, err
+			pending := a.pendingOf(calls)
+			if len(pending) == 0 {
+				// Decided but not resumed: its resumer died, or has not
+				// started yet. The resume answers the queued messages.
+				out, err := a.claimAndResume(ctx, run, calls)
+				if err != nil || out.Status != Idle {
+					return out, err
+				}
 			}
 			a.drained(ctx, conv, seq)
-			// With nothing pending the step is decided but not resumed
-			// yet; the resume answers the queued messages.
-			return Outcome{Status: Waiting, RunID: pausedRun, Pending: a.pendingOf(calls)}, nil
+			if len(fresh) == 0 {
+				return Outcome{Status: Idle, RunID: pausedRun}, nil
+			}
+			return Outcome{Status: Waiting, RunID: pausedRun, Pending: pending}, nil
 		}
 	}
 	if len(fresh) == 0 && cs.Step == nil {
@@ -264,9 +272,6 @@ func repeatable(t Tool) bool { return t.Annotations.ReadOnly || t.Annotations.Id
 // failure is only logged: the next TakeOver finds nothing new to answer and
 // drains it then.
 func (a *Agent) drained(ctx context.Context, conv string, seq int64) {
-	if seq == 0 {
-		return
-	}
 	if err := a.store.AnswerInbox(ctx, conv, seq); err != nil {
 		a.log.Warn("drain answered messages", "conversation", conv, "err", err)
 	}

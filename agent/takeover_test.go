@@ -104,7 +104,11 @@ func (d *dyingStore) ReleaseLease(ctx context.Context, key, owner string) error 
 // reporter of its own (what a killed process posts is lost with it).
 func (w *world) doomed() (*agent.Agent, *dyingStore) {
 	w.t.Helper()
-	p, err := approvals.ParseConfig([]byte(w.policy))
+	policy := w.policy
+	if policy == "" {
+		policy = testPolicy
+	}
+	p, err := approvals.ParseConfig([]byte(policy))
 	must(w.t, err)
 	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock))
 	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: w.model.URL(), APIKey: "test-key", Model: "fake-model", Timeout: 10 * time.Second})
@@ -285,5 +289,62 @@ func TestTakeOverAfterDeathInToolCall(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A resume whose process died in the model call, after the approved call
+// ran: the conversation is listed for TakeOver, which resumes it from the
+// saved result without running the call again.
+func TestTakeOverAfterDeathInResume(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.cfg.LeaseTTL = 300 * time.Millisecond
+			p := pauseOne(t, w, w.agent(), call("c1", "deploy", `{"service":"api","version":"2"}`))
+			entered := make(chan struct{})
+			release := make(chan struct{})
+			var n atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				if n.Add(1) == 1 {
+					close(entered)
+					<-release
+					return fakeopenai.Error(500, "the process asking is gone")
+				}
+				return fakeopenai.Text("resumed by the survivor")
+			})
+			a, d := w.doomed()
+			if _, err := a.Decide(context.Background(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.Resume(context.Background(), p.RunID)
+				done <- err
+			}()
+			<-entered
+			d.kill()
+			close(release)
+			<-done
+
+			b := w.restart()
+			out := takeOver(t, w, b, p.Conversation)
+			if out.Status != agent.Answered || out.Answer != "resumed by the survivor" {
+				t.Fatalf("TakeOver = %+v, want the resumed answer", out)
+			}
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once", n)
+			}
+			if got := toolResults(t, w.model); !slices.Equal(got, []string{"c1: deployed"}) {
+				t.Errorf("tool results = %q, want the saved result", got)
+			}
+			keys, err := b.Unanswered(t.Context(), 0)
+			must(t, err)
+			if len(keys) != 0 {
+				t.Errorf("Unanswered after the takeover = %q, want nothing", keys)
+			}
+			if out, err := b.Resume(t.Context(), p.RunID); err != nil || out.Status != agent.Idle {
+				t.Errorf("Resume after the takeover = %+v, %v; want Idle", out, err)
+			}
+		})
 	}
 }

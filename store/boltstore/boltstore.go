@@ -239,7 +239,7 @@ func (s *Store) prune(now time.Time) error {
 		}); err != nil {
 			return err
 		}
-		return pruneInbox(tx, now)
+		return pruneInbox(tx, now, s.convTTL)
 	})
 }
 

@@ -21,9 +21,9 @@ type inboxRecord struct {
 	DeleteAt time.Time       `json:"delete_at"`
 }
 
-// pruneInbox deletes inboxes whose time has passed and listings of
-// conversations with no inbox left.
-func pruneInbox(tx *bolt.Tx, now time.Time) error {
+// pruneInbox deletes inboxes whose time has passed, and listings older
+// than keep of conversations with no inbox left.
+func pruneInbox(tx *bolt.Tx, now time.Time, keep time.Duration) error {
 	inbox := tx.Bucket(bucketInbox)
 	if err := deleteWhere(inbox, func(v []byte) bool {
 		var rec inboxRecord
@@ -33,8 +33,8 @@ func pruneInbox(tx *bolt.Tx, now time.Time) error {
 	}
 	unans := tx.Bucket(bucketUnans)
 	var gone [][]byte
-	err := unans.ForEach(func(k, _ []byte) error {
-		if inbox.Get(k) == nil {
+	err := unans.ForEach(func(k, v []byte) error {
+		if inbox.Get(k) == nil && decodeTime(v).Add(keep).Before(now) {
 			gone = append(gone, k)
 		}
 		return nil
@@ -209,6 +209,24 @@ func (s *Store) AnswerInbox(ctx context.Context, conversation string, upTo int64
 	})
 	if err != nil {
 		return fmt.Errorf("answer inbox of %s: %w", conversation, err)
+	}
+	return nil
+}
+
+// MarkUnanswered lists the conversation unless it is listed already.
+func (s *Store) MarkUnanswered(ctx context.Context, conversation string, at time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketUnans)
+		if b.Get([]byte(conversation)) != nil {
+			return nil
+		}
+		return b.Put([]byte(conversation), encodeTime(at))
+	})
+	if err != nil {
+		return fmt.Errorf("list %s as unanswered: %w", conversation, err)
 	}
 	return nil
 }

@@ -140,6 +140,15 @@ func (s *Store) AnswerInbox(ctx context.Context, conversation string, upTo int64
 	return nil
 }
 
+// MarkUnanswered lists the conversation (ZADD NX).
+func (s *Store) MarkUnanswered(ctx context.Context, conversation string, at time.Time) error {
+	err := s.c.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(at.UnixMilli()), Member: conversation}).Err()
+	if err != nil {
+		return fmt.Errorf("list %s as unanswered: %w", conversation, err)
+	}
+	return nil
+}
+
 // Unanswered lists conversations listed at or before the given time,
 // oldest first.
 func (s *Store) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {

@@ -250,6 +250,54 @@ func testAnswerInbox(t *testing.T, open Opener) {
 	}
 }
 
+func testMarkUnanswered(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	now := time.Now()
+	conv := "T1/C1/" + store.NewRunID()
+	if err := s.MarkUnanswered(ctx, conv, now.Add(-time.Hour)); err != nil {
+		t.Fatalf("MarkUnanswered: %v", err)
+	}
+	if err := s.MarkUnanswered(ctx, conv, now); err != nil { // keeps the earlier time
+		t.Fatalf("MarkUnanswered again: %v", err)
+	}
+	if got := unanswered(t, s, now.Add(-30*time.Minute)); !slices.Equal(got, []string{conv}) {
+		t.Errorf("Unanswered(30 min ago) after MarkUnanswered = %q, want [%s]", got, conv)
+	}
+	s = reopen()
+	if got := unanswered(t, s, now.Add(time.Minute)); !slices.Equal(got, []string{conv}) {
+		t.Errorf("Unanswered after restart = %q, want [%s]", got, conv)
+	}
+	// With nothing in the inbox, answering unlists it.
+	if err := s.AnswerInbox(ctx, conv, 0); err != nil {
+		t.Fatalf("AnswerInbox: %v", err)
+	}
+	if got := unanswered(t, s, now.Add(time.Minute)); len(got) != 0 {
+		t.Errorf("Unanswered after AnswerInbox = %q, want nothing", got)
+	}
+	// With a message in the inbox, answering what came before keeps it.
+	a := accept(t, s, conv, inbound("Ev1", "m1", "hi", now), false, store.Accepted)
+	if err := s.AnswerInbox(ctx, conv, a.Seq); err != nil {
+		t.Fatalf("AnswerInbox: %v", err)
+	}
+	if err := s.MarkUnanswered(ctx, conv, now); err != nil {
+		t.Fatalf("MarkUnanswered: %v", err)
+	}
+	b := accept(t, s, conv, inbound("Ev2", "m2", "again", now), false, store.Accepted)
+	if err := s.AnswerInbox(ctx, conv, a.Seq); err != nil {
+		t.Fatalf("AnswerInbox: %v", err)
+	}
+	if got := unanswered(t, s, now.Add(time.Minute)); !slices.Equal(got, []string{conv}) {
+		t.Errorf("Unanswered with a message left = %q, want [%s]", got, conv)
+	}
+	if err := s.AnswerInbox(ctx, conv, b.Seq); err != nil {
+		t.Fatalf("AnswerInbox: %v", err)
+	}
+	if got := unanswered(t, s, now.Add(time.Minute)); len(got) != 0 {
+		t.Errorf("Unanswered after answering all = %q, want nothing", got)
+	}
+}
+
 func testInboxAfterRestart(t *testing.T, open Opener) {
 	s, reopen := open(t)
 	now := time.Now()

@@ -132,6 +132,11 @@ type Store interface {
 	// accepted meanwhile keeps it listed. Answering what was answered
 	// already does nothing.
 	AnswerInbox(ctx context.Context, conversation string, upTo int64) error
+	// MarkUnanswered lists the conversation in Unanswered from at (an
+	// earlier listing keeps its time) whatever its inbox holds: work on it
+	// is in progress (a resume) and must be taken over if its process
+	// dies. AnswerInbox unlists it once the inbox is empty.
+	MarkUnanswered(ctx context.Context, conversation string, at time.Time) error
 	// Unanswered lists up to limit conversations with a message in the
 	// inbox accepted at or before the given time (the oldest listing time
 	// counts), oldest first.

@@ -53,6 +53,7 @@ func Run(t *testing.T, open Opener) {
 		{"AcceptMessageKnown", testAcceptMessageKnown},
 		{"AnswerInbox", testAnswerInbox},
 		{"InboxAfterRestart", testInboxAfterRestart},
+		{"MarkUnanswered", testMarkUnanswered},
 		{"Records", testRecords},
 		{"AuditLog", testAuditLog},
 	}
