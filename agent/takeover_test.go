@@ -348,3 +348,42 @@ func TestTakeOverAfterDeathInResume(t *testing.T) {
 		})
 	}
 }
+
+// An approved call that started before a crash and saved no result runs
+// again on the next resume only if its tool is idempotent.
+func TestReclaimedResumeRunsIdempotentCallAgain(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  default: ask
+`
+	var runs atomic.Int64
+	must(t, w.reg.Register(agent.Tool{
+		Name: "warm_cache", Schema: json.RawMessage(`{"type":"object"}`),
+		Annotations: approvals.Hints{Idempotent: true},
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			runs.Add(1)
+			return agent.Result{Content: "warm"}, nil
+		},
+	}))
+	ctx := t.Context()
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "warm_cache", `{}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	// A first resumer started the call and died before saving its result.
+	ok, err := w.store.BeginExecution(ctx, p.ID)
+	must(t, err)
+	if !ok {
+		t.Fatal("BeginExecution refused")
+	}
+	w.model.Reply(fakeopenai.Text("done"))
+	_, err = w.restart().Resume(ctx, p.RunID)
+	must(t, err)
+	if n := runs.Load(); n != 1 {
+		t.Errorf("warm_cache ran %d times on the second resume, want 1", n)
+	}
+	if got := toolResults(t, w.model); !slices.Equal(got, []string{"c1: warm"}) {
+		t.Errorf("tool results = %q, want the new run's", got)
+	}
+}
