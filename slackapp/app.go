@@ -500,14 +500,16 @@ func (a *App) enqueue(key string, run func(ctx context.Context)) bool {
 	}
 }
 
-// spawn runs short interactive work (opening a modal, answering a click)
-// in its own goroutine, waited for on shutdown. It is called from the
-// Socket Mode loop only.
+// spawn runs short interactive work (opening a modal, answering a click,
+// recording a message before its ack) in its own goroutine, waited for on
+// shutdown. It is called from the Socket Mode loop, and by the recording
+// of a message for its "too busy" note.
 //
 // At most Config.MaxHandlers run at once. Past that, busy runs instead of
-// fn, in the loop: it must be quick and touch neither the store nor the
-// Web API (an ack is fine: it is bounded by a timeout). A nil busy drops
-// the work.
+// fn, in the caller: it must be quick and not call the Web API (an ack is
+// fine: it is bounded by a timeout), and touch the store only to record a
+// message before its ack (onMessage), which slows the reading of envelopes
+// rather than ack one it has not recorded. A nil busy drops the work.
 func (a *App) spawn(fn func(ctx context.Context), busy func()) {
 	select {
 	case a.spawnSlots <- struct{}{}:
