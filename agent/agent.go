@@ -65,6 +65,7 @@ type Runs interface {
 	GetCall(ctx context.Context, callID string) (store.Call, error)
 	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error)
 	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
+	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	BeginExecution(ctx context.Context, callID string) (bool, error)
 	SaveResult(ctx context.Context, callID string, result []byte) error
 	FinishRun(ctx context.Context, runID string) error
@@ -72,6 +73,16 @@ type Runs interface {
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
 	NextExpiry(ctx context.Context) (time.Time, error)
 	Stalled(ctx context.Context, limit int) ([]string, error)
+}
+
+// Inboxes records people's messages before they are acknowledged, so a
+// turn that dies with its process is taken over (see Accept and TakeOver).
+type Inboxes interface {
+	AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error)
+	Inbox(ctx context.Context, conversation string) ([]store.Inbound, error)
+	AnswerInbox(ctx context.Context, conversation string, upTo int64) error
+	MarkUnanswered(ctx context.Context, conversation string, at time.Time) error
+	Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
 }
 
 // Leases serialises work on one conversation across processes.
@@ -89,6 +100,7 @@ type Auditor interface {
 type Store interface {
 	Conversations
 	Runs
+	Inboxes
 	Leases
 	Auditor
 }
@@ -117,9 +129,16 @@ type Config struct {
 	RememberTTL time.Duration
 	// ToolTimeout bounds one tool execution (default 2m).
 	ToolTimeout time.Duration
-	// LeaseTTL is the lease on a conversation while a turn runs; it is
-	// renewed while the turn lasts (default 1m).
+	// LeaseTTL is the lease on a conversation while a turn runs, and the
+	// claim on a resume; both are renewed every LeaseTTL/3 while the work
+	// lasts, so those of a process that died lapse within LeaseTTL
+	// (default 10s).
 	LeaseTTL time.Duration
+	// TakeoverAfter is how old an unanswered message must be before
+	// Unanswered offers its conversation for TakeOver (default LeaseTTL):
+	// a younger one is normally being answered by the process that
+	// accepted it.
+	TakeoverAfter time.Duration
 	// LeaseWait bounds how long a turn waits for another to release the
 	// conversation (default 10m).
 	LeaseWait time.Duration
@@ -189,7 +208,10 @@ func New(model Model, tools *Registry, policy Policy, st Store, reporter func(co
 		cfg.ToolTimeout = 2 * time.Minute
 	}
 	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = time.Minute
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.TakeoverAfter <= 0 {
+		cfg.TakeoverAfter = cfg.LeaseTTL
 	}
 	if cfg.LeaseWait <= 0 {
 		cfg.LeaseWait = 10 * time.Minute
@@ -225,6 +247,9 @@ var ErrLeaseTimeout = errors.New("conversation is busy")
 // ErrLeaseLost is returned when the lease on a conversation ran out or was
 // taken while a turn was running; the turn stopped where it was.
 var ErrLeaseLost = errors.New("lost the lease on the conversation")
+
+// DefaultLeaseTTL is the default Config.LeaseTTL.
+const DefaultLeaseTTL = 10 * time.Second
 
 func (a *Agent) audit(ctx context.Context, e store.AuditEntry) {
 	if e.At.IsZero() {

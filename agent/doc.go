@@ -68,7 +68,8 @@
 // once (store BeginExecution), and its result is saved as soon as it
 // returns (store SaveResult): if a resume crashed or lost its lease after
 // starting a call, the next resume gives the model the saved result, or
-// says the call was interrupted, instead of running it again.
+// says its outcome is unknown, instead of running it again (a read-only or
+// idempotent tool's call without a saved result runs again).
 //
 // # Resuming
 //
@@ -105,6 +106,26 @@
 // and from other processes through the store when it announces releases
 // (Redis, by pub/sub); in case an announcement is missed it re-checks every
 // LeaseTTL/3.
+//
+// # Crashes
+//
+// Nothing acknowledged is lost when a process dies. The edge records each
+// person's message with Accept before it acknowledges the event (Run
+// records a message itself when given one Accept did not record); a turn
+// answers every recorded message not yet answered and drains them once it
+// has saved its result. Before an allowed call whose tool is neither
+// read-only nor idempotent (approvals.Hints) runs, the turn records its
+// step, and once the step's calls are done, their results. A resume claims
+// its run for Config.LeaseTTL, renews the claim with the lease, and lists
+// its conversation for takeover until it has saved its result.
+//
+// Unanswered lists the conversations whose recorded work is older than
+// Config.TakeoverAfter; TakeOver tries each one's lease once, so it takes
+// only work whose process died (its lease lapsed), and answers it: it runs
+// the turn again from what was recorded, finishes a recorded step (a call
+// that was running is reported to the model as of unknown outcome and not
+// run again, unless its tool is read-only or idempotent), or resumes a
+// decided run whose resumer died.
 //
 // # Reporting
 //

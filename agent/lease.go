@@ -56,8 +56,22 @@ func newLeases(st Leases, owner string, ttl, wait time.Duration, log *slog.Logge
 // time; then fn's error is joined with ErrLeaseLost. The lease is released
 // when fn returns, even if ctx has ended.
 func (l *leases) run(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
+	return l.runWaiting(ctx, conversation, true, fn)
+}
+
+// errBusy is returned by tryRun when another turn, of this process or
+// another, holds the conversation.
+var errBusy = errors.New("conversation is busy")
+
+// tryRun is run without waiting: if the conversation is held, it returns
+// errBusy at once and fn does not run.
+func (l *leases) tryRun(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
+	return l.runWaiting(ctx, conversation, false, fn)
+}
+
+func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool, fn func(ctx context.Context) error) error {
 	key := "conv:" + conversation
-	if err := l.acquire(ctx, key, conversation); err != nil {
+	if err := l.acquire(ctx, key, conversation, wait); err != nil {
 		return err
 	}
 	defer l.release(ctx, key, conversation)
@@ -85,10 +99,11 @@ func (l *leases) run(ctx context.Context, conversation string, fn func(ctx conte
 	return err
 }
 
-// acquire takes the lease on key, waiting for its holder to release it.
-// Within this process the lease is exclusive too: a second turn of the
-// same conversation waits for the first without asking the store.
-func (l *leases) acquire(ctx context.Context, key, conversation string) error {
+// acquire takes the lease on key, waiting for its holder to release it
+// (or, without wait, returning errBusy at once). Within this process the
+// lease is exclusive too: a second turn of the same conversation waits for
+// the first without asking the store.
+func (l *leases) acquire(ctx context.Context, key, conversation string, wait bool) error {
 	deadline := time.Now().Add(l.wait)
 	var watch store.LeaseWatch
 	defer func() {
@@ -99,6 +114,9 @@ func (l *leases) acquire(ctx context.Context, key, conversation string) error {
 	for {
 		if busy := l.claim(key); busy != nil {
 			// Another turn of this process holds it.
+			if !wait {
+				return errBusy
+			}
 			if err := l.sleep(ctx, conversation, deadline, busy, nil); err != nil {
 				return err
 			}
@@ -111,6 +129,9 @@ func (l *leases) acquire(ctx context.Context, key, conversation string) error {
 		l.unclaim(key)
 		if err != nil {
 			return fmt.Errorf("lease conversation: %w", err)
+		}
+		if !wait {
+			return errBusy
 		}
 		// Another process holds it. Subscribe to its releases, then try
 		// again: a release between the failed try and the subscription

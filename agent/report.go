@@ -115,6 +115,13 @@ type Request struct {
 	Channel string
 	Text    string
 	At      time.Time
+	// EventID and MsgID de-duplicate the message in Accept (see
+	// store.Inbound); both may be empty.
+	EventID string
+	MsgID   string
+	// Seq is set by Accept once the message is recorded; Run records a
+	// message with Seq 0 itself.
+	Seq int64
 }
 
 // DecideResult is the outcome of a recorded decision.

@@ -38,26 +38,40 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 			return Outcome{Status: Idle}, nil // not decided yet; the last decision resumes
 		}
 	}
-	rep := a.reporter(run.Conversation)
 	var out Outcome
-	err = a.leases.run(ctx, run.Conversation, func(ctx context.Context) error {
-		ok, err := a.store.ClaimResume(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL*10)
-		if err != nil {
-			return fmt.Errorf("claim resume %s: %w", runID, err)
-		}
-		if !ok {
-			out = Outcome{Status: Idle}
-			return nil
-		}
-		// Decided calls are final, so what was loaded before the claim
-		// is still what the claim covers.
-		var st runState
-		_ = json.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
-		ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: runID, Calls: calls})
-		out, err = a.resumeClaimed(ctx, run, calls, rep)
-		end(out, err)
+	err = a.leases.run(ctx, run.Conversation, func(ctx context.Context) (err error) {
+		out, err = a.claimAndResume(ctx, run, calls)
 		return err
 	})
+	return out, err
+}
+
+// claimAndResume claims the resume of a decided run and runs it; Idle if
+// someone else holds the claim. The caller holds the conversation's lease.
+func (a *Agent) claimAndResume(ctx context.Context, run store.Run, calls []store.Call) (Outcome, error) {
+	ok, err := a.store.ClaimResume(ctx, run.ID, a.cfg.Owner, a.cfg.LeaseTTL)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("claim resume %s: %w", run.ID, err)
+	}
+	if !ok {
+		return Outcome{Status: Idle}, nil
+	}
+	// Renewed like the lease, so the claim of a process that dies lapses
+	// within LeaseTTL; the conversation is listed for TakeOver until the
+	// resumed turn saves its result, so another process (or this one
+	// after a restart) takes it over then.
+	stop := a.keepClaim(ctx, run.ID)
+	defer stop()
+	if err := a.store.MarkUnanswered(ctx, run.Conversation, a.cfg.Now()); err != nil {
+		a.log.Warn("list a resume for takeover; the stalled-resume sweep still finds it", "run", run.ID, "err", err)
+	}
+	// Decided calls are final, so what was loaded before the claim is
+	// still what the claim covers.
+	var st runState
+	_ = json.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
+	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: calls})
+	out, err := a.resumeClaimed(ctx, run, calls, a.reporter(run.Conversation))
+	end(out, err)
 	return out, err
 }
 
@@ -90,7 +104,14 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		byID[c.ID] = c
 		cancelled = cancelled || c.Status == store.Cancelled
 	}
-	t := &turn{conv: run.Conversation, user: st.User, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued}
+	t := &turn{conv: run.Conversation, user: st.User, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued, inboxSeq: cs.InboxSeq, pausedRun: runID}
+	if cs.Step != nil && !cancelled {
+		// An earlier resume of this run settled its calls and was running
+		// a later step when its process died: go on from that step.
+		t.messages, t.steps, t.user, t.channel = cs.Messages, cs.Step.Steps, cs.Step.User, cs.Step.Channel
+		t.step = a.interrupted(cs.Step)
+		return a.finishResume(ctx, runID, t, rep)
+	}
 	if cancelled {
 		t.messages = dropUnexecuted(t.messages, st.Slots)
 		for _, s := range st.Slots {
@@ -117,6 +138,12 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		s.Result = &res
 	}
 	t.messages = append(t.messages, toolMessages(st.Slots)...)
+	return a.finishResume(ctx, runID, t, rep)
+}
+
+// finishResume runs the resumed turn, finishes the run and answers the
+// messages queued while it was paused.
+func (a *Agent) finishResume(ctx context.Context, runID string, t *turn, rep Reporter) (Outcome, error) {
 	out, err := a.continueTurn(ctx, t, rep)
 	if leaseLost(ctx) {
 		// Another process holds the conversation now; leave the run for
@@ -177,17 +204,22 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 		}
 		return res
 	}
-	if c.Executing {
-		// A resume claimed again: the call started before, and never runs
-		// twice. Its saved result says how it ended, if it got that far.
-		var res Result
-		if len(c.Result) == 0 || json.Unmarshal(c.Result, &res) != nil {
-			return skip(Result{Content: fmt.Sprintf("interrupted: %s was started before a restart and may or may not have completed; it was not run again", c.Tool), IsError: true}, "interrupted")
-		}
-		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
-		return withNote(res)
-	}
 	tool, ok := a.tools.Lookup(c.Tool)
+	again := false
+	if c.Executing {
+		// A resume claimed again: the call started before. Its saved
+		// result says how it ended, if it got that far; if not, it runs
+		// again only if its tool may (read-only or idempotent).
+		var res Result
+		if len(c.Result) > 0 && json.Unmarshal(c.Result, &res) == nil {
+			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
+			return withNote(res)
+		}
+		if !ok || !repeatable(tool) {
+			return skip(Result{Content: fmt.Sprintf(interruptedText, c.Tool), IsError: true}, "interrupted: outcome unknown")
+		}
+		again = true
+	}
 	if !ok {
 		return skip(Result{Content: fmt.Sprintf("not performed: tool %s is no longer available", c.Tool), IsError: true}, "tool unavailable")
 	}
@@ -208,8 +240,8 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	if err != nil {
 		return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 	}
-	if !first {
-		return skip(Result{Content: fmt.Sprintf("interrupted: %s was started before a restart and may or may not have completed; it was not run again", c.Tool), IsError: true}, "interrupted")
+	if !first && !again {
+		return skip(Result{Content: fmt.Sprintf(interruptedText, c.Tool), IsError: true}, "interrupted: outcome unknown")
 	}
 	rep.Status(ctx, "is running "+c.Tool+"…")
 	res := a.execute(ctx, tool, args, c.ID, v)
@@ -220,6 +252,10 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 	return withNote(res)
 }
+
+// interruptedText is the result of an approved call that was running when
+// the bot stopped, and is not run again.
+const interruptedText = "outcome unknown: the bot stopped while %s was running, so it may or may not have completed; it was not run again"
 
 // dropUnexecuted removes from the last assistant message the tool calls
 // that did not run, so a stopped step leaves only what happened.

@@ -373,7 +373,7 @@ func TestReclaimedResumeReportsTheSavedResult(t *testing.T) {
 			if n := w.deploys.n.Load(); n != 0 {
 				t.Errorf("deploy ran %d times on the second resume, want 0", n)
 			}
-			want := "c1: interrupted: deploy was started before a restart"
+			want := "c1: outcome unknown: the bot stopped while deploy was running"
 			if saved {
 				want = "c1: deployed by the first resumer"
 			}

@@ -22,6 +22,25 @@ import (
 type convState struct {
 	Messages []openai.ChatCompletionMessage `json:"messages,omitempty"`
 	Queued   []queuedMessage                `json:"queued,omitempty"`
+	// InboxSeq is the last message of the store's inbox that Messages or
+	// Queued hold; later ones are still to be answered.
+	InboxSeq int64 `json:"inbox_seq,omitempty"`
+	// Step is set while a turn runs the calls of a model step that may not
+	// be repeated (see stepMark); Messages then end with that step.
+	Step *stepMark `json:"step,omitempty"`
+}
+
+// stepMark records a model step whose calls are running, written before
+// each call whose tool may not run twice and once the step's calls are
+// done, so that a turn taken over after a crash knows what ran: slots with
+// a Result are done, the slot Started (if not -1) was running when the mark
+// was written and its outcome is unknown, and the others never started.
+type stepMark struct {
+	Slots   []slot `json:"slots"`
+	Started int    `json:"started"`
+	Steps   int    `json:"steps"`
+	User    string `json:"user"`
+	Channel string `json:"channel"`
 }
 
 type queuedMessage struct {
@@ -61,14 +80,48 @@ type turn struct {
 	messages []openai.ChatCompletionMessage
 	steps    int
 	queued   []queuedMessage
+	// inboxSeq is the last inbox message this turn answers; the inbox is
+	// drained up to it when the turn saves its result.
+	inboxSeq int64
+	// pausedRun is the run the conversation stays paused on while this
+	// turn (a resume) runs; step marks keep it.
+	pausedRun string
+	// step, when set, is a model step interrupted by a crash, to finish
+	// before calling the model (the last message holds its calls).
+	step []slot
+	// later are messages to add once the step is finished.
+	later []queuedMessage
 }
 
-// Run handles a message from a person: it runs the model and tools until
-// the model answers in text, the step limit is hit, or a call needs a human
-// (then the step is persisted and Paused returned). If the conversation is
-// already paused, the message is queued, Waiting is returned, and the message
-// is answered after the resume. Work on one conversation is serialised
-// across processes by the store's lease.
+// Accept records a person's message in its conversation's inbox, with its
+// de-duplication (req.EventID, req.MsgID), before the edge acknowledges the
+// event: from then on the message is answered even if this process dies
+// (see TakeOver). With requireKnown the message is recorded only in a
+// conversation the agent is part of. It returns req with Seq set and
+// store.Accepted, or store.Duplicate or store.Unknown with nothing to
+// answer. A store error is returned as is; the message was not recorded.
+func (a *Agent) Accept(ctx context.Context, req Request, requireKnown bool) (Request, store.Acceptance, error) {
+	if req.At.IsZero() {
+		req.At = a.cfg.Now()
+	}
+	m := store.Inbound{EventID: req.EventID, MsgID: req.MsgID, User: req.User, Channel: req.Channel, Text: req.Text, At: req.At}
+	got, acc, err := a.store.AcceptMessage(ctx, req.Conversation, m, requireKnown)
+	if err != nil {
+		return req, "", fmt.Errorf("record message: %w", err)
+	}
+	req.Seq = got.Seq
+	return req, acc, nil
+}
+
+// Run handles a message from a person: it records the message (unless
+// Accept did: req.Seq set) and answers the conversation's unanswered
+// messages, this one included, running the model and tools until the model
+// answers in text, the step limit is hit, or a call needs a human (then the
+// step is persisted and Paused returned). If the conversation is already
+// paused, the messages are queued, Waiting is returned, and they are
+// answered after the resume. If another turn answered the message first,
+// Idle is returned. Work on one conversation is serialised across processes
+// by the store's lease.
 //
 // A model error is returned as is (a *ModelError for the OpenAI client);
 // the conversation keeps the message and everything before it.
@@ -80,46 +133,155 @@ func (a *Agent) Run(ctx context.Context, req Request) (Outcome, error) {
 }
 
 func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
-	if req.At.IsZero() {
-		req.At = a.cfg.Now()
+	if req.Seq == 0 {
+		var err error
+		if req, _, err = a.Accept(ctx, req, false); err != nil {
+			return Outcome{}, err
+		}
 	}
-	rep := a.reporter(req.Conversation)
 	var out Outcome
-	err := a.leases.run(ctx, req.Conversation, func(ctx context.Context) error {
-		cs, pausedRun, _, err := a.loadConversation(ctx, req.Conversation)
-		if err != nil {
-			return err
-		}
-		q := queuedMessage{User: req.User, Channel: req.Channel, Text: req.Text, At: req.At}
-		if pausedRun != "" {
-			run, calls, err := a.store.LoadRun(ctx, pausedRun)
-			switch {
-			case errors.Is(err, store.ErrNotFound), err == nil && run.Finished:
-				pausedRun = "" // finished (and maybe gone): carry on
-			case err != nil:
-				return fmt.Errorf("load paused run: %w", err)
-			default:
-				cs.Queued = append(cs.Queued, q)
-				if err := a.saveConversation(ctx, req.Conversation, cs, pausedRun); err != nil {
-					return err
-				}
-				// With nothing pending the step is decided but not resumed
-				// yet; the resume answers the queued message.
-				out = Outcome{Status: Waiting, RunID: pausedRun, Pending: a.pendingOf(calls)}
-				return nil
-			}
-		}
-		t := &turn{conv: req.Conversation, user: req.User, channel: req.Channel, messages: cs.Messages}
-		// Messages queued during a pause whose resume failed are answered
-		// now, before this one.
-		for _, old := range cs.Queued {
-			t.messages = append(t.messages, userMessage(old))
-		}
-		t.messages = append(t.messages, userMessage(q))
-		out, err = a.continueTurn(ctx, t, rep)
+	err := a.leases.run(ctx, req.Conversation, func(ctx context.Context) (err error) {
+		out, err = a.answer(ctx, req.Conversation)
 		return err
 	})
 	return out, err
+}
+
+// TakeOver answers what a conversation left unanswered when the process
+// working on it died: messages recorded by Accept that no turn saved an
+// answer to, and a step whose calls were running (a call whose tool is
+// neither read-only nor idempotent is not run again: the model is told its
+// outcome is unknown). It does not wait: if a live process holds the
+// conversation, it returns Idle, as it does when there is nothing to
+// answer. Call it for the conversations Unanswered lists.
+func (a *Agent) TakeOver(ctx context.Context, conversation string) (Outcome, error) {
+	var out Outcome
+	err := a.leases.tryRun(ctx, conversation, func(ctx context.Context) (err error) {
+		out, err = a.answer(ctx, conversation)
+		return err
+	})
+	if errors.Is(err, errBusy) {
+		return Outcome{Status: Idle}, nil
+	}
+	return out, err
+}
+
+// Unanswered lists up to limit conversations with messages recorded more
+// than Config.TakeoverAfter ago and not answered yet, oldest first: those
+// whose turn may have died with its process. Pass each to TakeOver.
+func (a *Agent) Unanswered(ctx context.Context, limit int) ([]string, error) {
+	keys, err := a.store.Unanswered(ctx, a.cfg.Now().Add(-a.cfg.TakeoverAfter), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list unanswered conversations: %w", err)
+	}
+	return keys, nil
+}
+
+// answer runs a turn for the conversation's unanswered messages, under its
+// lease.
+func (a *Agent) answer(ctx context.Context, conv string) (Outcome, error) {
+	rep := a.reporter(conv)
+	cs, pausedRun, _, err := a.loadConversation(ctx, conv)
+	if err != nil {
+		return Outcome{}, err
+	}
+	inbox, err := a.store.Inbox(ctx, conv)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("read inbox: %w", err)
+	}
+	var fresh []queuedMessage
+	seq := cs.InboxSeq
+	for _, m := range inbox {
+		if m.Seq > cs.InboxSeq {
+			fresh = append(fresh, queuedMessage{User: m.User, Channel: m.Channel, Text: m.Text, At: m.At})
+		}
+		seq = max(seq, m.Seq)
+	}
+	if pausedRun != "" {
+		run, calls, err := a.store.LoadRun(ctx, pausedRun)
+		switch {
+		case errors.Is(err, store.ErrNotFound), err == nil && run.Finished:
+			pausedRun = "" // finished (and maybe gone): carry on
+		case err != nil:
+			return Outcome{}, fmt.Errorf("load paused run: %w", err)
+		default:
+			if len(fresh) > 0 {
+				cs.Queued = append(cs.Queued, fresh...)
+				cs.InboxSeq = seq
+				if err := a.saveConversation(ctx, conv, cs, pausedRun); err != nil {
+					return Outcome{}, err
+				}
+			}
+			pending := a.pendingOf(calls)
+			if len(pending) == 0 {
+				// Decided but not resumed: its resumer died, or has not
+				// started yet. The resume answers the queued messages.
+				out, err := a.claimAndResume(ctx, run, calls)
+				if err != nil || out.Status != Idle {
+					return out, err
+				}
+			}
+			a.drained(ctx, conv, seq)
+			if len(fresh) == 0 {
+				return Outcome{Status: Idle, RunID: pausedRun}, nil
+			}
+			return Outcome{Status: Waiting, RunID: pausedRun, Pending: pending}, nil
+		}
+	}
+	if len(fresh) == 0 && cs.Step == nil {
+		a.drained(ctx, conv, seq)
+		return Outcome{Status: Idle}, nil
+	}
+	t := &turn{conv: conv, messages: cs.Messages, inboxSeq: seq}
+	// Messages queued during a pause whose resume failed are answered
+	// now, before the new ones.
+	pending := append(cs.Queued, fresh...)
+	if cs.Step != nil {
+		t.user, t.channel, t.steps = cs.Step.User, cs.Step.Channel, cs.Step.Steps
+		t.step = a.interrupted(cs.Step)
+		t.later = pending
+	} else {
+		for _, q := range pending {
+			t.messages = append(t.messages, userMessage(q))
+		}
+	}
+	if len(pending) > 0 && cs.Step == nil {
+		last := pending[len(pending)-1]
+		t.user, t.channel = last.User, last.Channel
+	}
+	return a.continueTurn(ctx, t, rep)
+}
+
+// interrupted returns the slots of a step taken over after a crash: the
+// call that was running gets an "outcome unknown" result unless its tool
+// may run again, in which case it is judged again like the calls that never
+// started.
+func (a *Agent) interrupted(m *stepMark) []slot {
+	slots := append([]slot(nil), m.Slots...)
+	if m.Started < 0 || m.Started >= len(slots) || slots[m.Started].Result != nil {
+		return slots
+	}
+	s := &slots[m.Started]
+	if tool, ok := a.tools.Lookup(s.Tool); ok && repeatable(tool) {
+		return slots
+	}
+	s.Result = &Result{Content: fmt.Sprintf(interruptedText, s.Tool), IsError: true}
+	s.Ran = true
+	return slots
+}
+
+// repeatable reports whether a call of t may run again after a crash
+// interrupted it: its tool is read-only or idempotent (MCP readOnlyHint,
+// idempotentHint).
+func repeatable(t Tool) bool { return t.Annotations.ReadOnly || t.Annotations.Idempotent }
+
+// drained drains the inbox up to seq once a turn saved its result. A
+// failure is only logged: the next TakeOver finds nothing new to answer and
+// drains it then.
+func (a *Agent) drained(ctx context.Context, conv string, seq int64) {
+	if err := a.store.AnswerInbox(ctx, conv, seq); err != nil {
+		a.log.Warn("drain answered messages", "conversation", conv, "err", err)
+	}
 }
 
 func userMessage(q queuedMessage) openai.ChatCompletionMessage {
@@ -156,14 +318,52 @@ func (a *Agent) saveConversation(ctx context.Context, key string, cs convState, 
 	return nil
 }
 
+// saveTurn saves the result of a turn and drains the messages it answered.
 func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
-	return a.saveConversation(ctx, t.conv, convState{Messages: t.messages, Queued: t.queued}, "")
+	t.queued = append(t.queued, t.later...)
+	t.later = nil
+	if err := a.saveConversation(ctx, t.conv, convState{Messages: t.messages, Queued: t.queued, InboxSeq: t.inboxSeq}, ""); err != nil {
+		return err
+	}
+	a.drained(ctx, t.conv, t.inboxSeq)
+	return nil
+}
+
+// markStep records the step whose calls are running (see stepMark); started
+// is the call about to run, or -1 once all are done. The turn goes on
+// either way only if the mark was saved.
+func (a *Agent) markStep(ctx context.Context, t *turn, slots []slot, started int) error {
+	m := &stepMark{Slots: slots, Started: started, Steps: t.steps, User: t.user, Channel: t.channel}
+	cs := convState{Messages: t.messages, Queued: t.queued, InboxSeq: t.inboxSeq, Step: m}
+	return a.saveConversation(ctx, t.conv, cs, t.pausedRun)
 }
 
 // continueTurn calls the model until the turn ends or pauses.
 func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcome, error) {
 	ctx = context.WithValue(ctx, requesterKey{}, t.user)
 	for {
+		if t.step != nil {
+			// A step taken over after a crash: finish its calls first.
+			slots := t.step
+			t.step = nil
+			last := &t.messages[len(t.messages)-1]
+			slots, asks, err := a.judge(ctx, t, last.ToolCalls, slots, rep)
+			if err != nil {
+				return Outcome{}, err
+			}
+			a.sanitizeCalls(last)
+			if len(asks) > 0 {
+				t.queued = append(t.queued, t.later...)
+				t.later = nil
+				return a.pause(ctx, t, slots, asks, rep)
+			}
+			t.messages = append(t.messages, toolMessages(slots)...)
+			for _, q := range t.later {
+				t.messages = append(t.messages, userMessage(q))
+			}
+			t.later = nil
+			continue
+		}
 		if t.steps >= a.cfg.MaxSteps {
 			text := fmt.Sprintf("I stopped after %d steps without finishing. Tell me how you would like to continue.", a.cfg.MaxSteps)
 			t.messages = append(t.messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: text})
@@ -195,7 +395,10 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			rep.Answer(ctx, msg.Content)
 			return Outcome{Status: Answered, Answer: msg.Content}, nil
 		}
-		slots, asks := a.judge(ctx, t, msg.ToolCalls, rep)
+		slots, asks, err := a.judge(ctx, t, msg.ToolCalls, make([]slot, len(msg.ToolCalls)), rep)
+		if err != nil {
+			return Outcome{}, err
+		}
 		a.sanitizeCalls(&t.messages[len(t.messages)-1])
 		if len(asks) == 0 {
 			t.messages = append(t.messages, toolMessages(slots)...)
@@ -279,11 +482,19 @@ type ask struct {
 
 // judge validates and judges each call of a model step in order: allowed
 // calls run now, denied and invalid ones get their result, asked ones are
-// returned.
-func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, rep Reporter) ([]slot, []ask) {
-	slots := make([]slot, len(calls))
+// returned. Calls whose slot has a Result already (done before a crash)
+// are kept as they are. Before an allowed call whose tool may not run
+// twice, and once the step's calls are done if one of them was such a call,
+// the step is recorded (markStep), so a turn taken over after a crash does
+// not run it again; the error is that of the mark after the calls, when the
+// step's results could not be recorded (the lease was lost).
+func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slots []slot, rep Reporter) ([]slot, []ask, error) {
 	var asks []ask
+	marked := false
 	for i, tc := range calls {
+		if i < len(slots) && slots[i].Result != nil {
+			continue
+		}
 		name, args := tc.Function.Name, json.RawMessage(tc.Function.Arguments)
 		slots[i] = slot{ToolCallID: tc.ID, Tool: name}
 		fail := func(format string, v ...any) {
@@ -302,6 +513,14 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, rep
 		}
 		switch v.Action {
 		case approvals.Allow:
+			if !repeatable(tool) {
+				if err := a.markStep(ctx, t, slots, i); err != nil {
+					a.log.Warn("record a running step", "conversation", t.conv, "tool", name, "err", err)
+					fail("not performed: the bot could not record that %s was starting (%v), so it did not run it; try again later", name, err)
+					continue
+				}
+				marked = true
+			}
 			rep.Status(ctx, "is running "+name+"…")
 			res := a.execute(ctx, tool, canonical, "", v)
 			slots[i].Result, slots[i].Ran = &res, true
@@ -316,7 +535,16 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, rep
 			asks = append(asks, ask{slot: i, tool: tool, canonical: canonical, fp: fp, verdict: v})
 		}
 	}
-	return slots, asks
+	if marked && len(asks) == 0 {
+		// The pause records the results otherwise.
+		if err := a.markStep(ctx, t, slots, -1); err != nil {
+			if leaseLost(ctx) {
+				return slots, nil, fmt.Errorf("record the results of a step: %w", err)
+			}
+			a.log.Warn("record the results of a step", "conversation", t.conv, "err", err)
+		}
+	}
+	return slots, asks, nil
 }
 
 // check validates a call from the model: a known tool, arguments of a sane
@@ -490,9 +718,12 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		}
 		return Outcome{}, err
 	}
-	if err := a.saveConversation(ctx, t.conv, convState{Queued: t.queued}, runID); err != nil {
+	t.queued = append(t.queued, t.later...)
+	t.later = nil
+	if err := a.saveConversation(ctx, t.conv, convState{Queued: t.queued, InboxSeq: t.inboxSeq}, runID); err != nil {
 		return Outcome{}, err
 	}
+	a.drained(ctx, t.conv, t.inboxSeq)
 	for _, c := range calls {
 		a.audit(ctx, store.AuditEntry{Actor: c.Requester, Action: "pause", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
 	}

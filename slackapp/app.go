@@ -45,6 +45,12 @@ type Config struct {
 	// the interval; one paused by another replica that died expires within
 	// it.
 	SweepInterval time.Duration
+	// TakeoverInterval is how often the app looks for conversations with
+	// recorded messages that no turn answered (their process died, or
+	// their turn never started) and takes them over (default 5s). With
+	// the agent's defaults a turn that died with its process is taken over
+	// within LeaseTTL + TakeoverInterval (15 s) of the crash.
+	TakeoverInterval time.Duration
 	// ShutdownGrace bounds how long in-flight work may take to finish on
 	// shutdown (default 30s). Notes about work cut short may take a few
 	// seconds more (see noteAllowance); Run returns within about
@@ -64,7 +70,6 @@ type Config struct {
 // Store is what the Slack app keeps itself, beside the agent's state.
 type Store interface {
 	SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error)
-	LoadConversation(ctx context.Context, key string) (store.Conversation, error)
 	PutRecord(ctx context.Context, r store.Record, expectVersion int64) (store.Record, error)
 	Records(ctx context.Context, kind string) ([]store.Record, error)
 	DeleteRecord(ctx context.Context, kind, id string) error
@@ -72,10 +77,13 @@ type Store interface {
 	Ping(ctx context.Context) error
 }
 
-// Turns runs and resumes the turns of conversations.
+// Turns records messages, and runs, resumes and takes over the turns of
+// conversations.
 type Turns interface {
+	Accept(ctx context.Context, req agent.Request, requireKnown bool) (agent.Request, store.Acceptance, error)
 	Run(ctx context.Context, req agent.Request) (agent.Outcome, error)
 	Resume(ctx context.Context, runID string) (agent.Outcome, error)
+	TakeOver(ctx context.Context, conversation string) (agent.Outcome, error)
 }
 
 // Decisions records decisions on paused calls.
@@ -91,12 +99,14 @@ type Calls interface {
 	Tools() *agent.Registry
 }
 
-// Upkeep expires due calls and recovers lost resumes.
+// Upkeep expires due calls, recovers lost resumes and lists the
+// conversations a dead process left unanswered.
 type Upkeep interface {
 	// Expire expires the calls due now and returns the next deadline of a
 	// pending call (zero if none).
 	Expire(ctx context.Context, resume func(runID, conversation string)) (time.Time, error)
 	Sweep(ctx context.Context, resume func(runID, conversation string)) error
+	Unanswered(ctx context.Context, limit int) ([]string, error)
 }
 
 // Agent is everything the app needs of the agent; *agent.Agent implements
@@ -173,6 +183,9 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 30 * time.Second
+	}
+	if cfg.TakeoverInterval <= 0 {
+		cfg.TakeoverInterval = 5 * time.Second
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 30 * time.Second
@@ -282,6 +295,7 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 	stopping := make(chan struct{})
 	a.spawn(workCtx, "expiry", func(ctx context.Context) { a.expire(ctx, stopping) })
 	a.spawn(workCtx, "sweep", func(ctx context.Context) { a.sweep(ctx, stopping) })
+	a.spawn(workCtx, "takeover", func(ctx context.Context) { a.takeover(ctx, stopping) })
 
 	var runErr error
 loop:
@@ -519,6 +533,44 @@ func (a *App) sweep(ctx context.Context, stopping <-chan struct{}) {
 	}
 }
 
+// takeover looks every TakeoverInterval, until stopping is closed, for
+// conversations with recorded messages that no turn answered in time (their
+// process died, or their turn never started), and queues a TakeOver on
+// each one's queue. Where a live process holds the conversation, or its
+// own turn ran first, TakeOver does nothing.
+func (a *App) takeover(ctx context.Context, stopping <-chan struct{}) {
+	t := time.NewTicker(a.cfg.TakeoverInterval)
+	defer t.Stop()
+	for {
+		keys, err := a.ag.Unanswered(ctx, takeoverBatch)
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn("takeover scan", "err", err)
+			a.m.error("takeover")
+		}
+		for _, key := range keys {
+			a.enqueue(ctx, key, func(ctx context.Context) {
+				if ctx.Err() != nil {
+					return // the next process takes it over
+				}
+				release, err := a.turnSlot(ctx, key)
+				if err != nil {
+					return
+				}
+				defer release()
+				a.takeOverTurn(ctx, key)
+			})
+		}
+		select {
+		case <-stopping:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// takeoverBatch bounds the conversations one takeover scan queues.
+const takeoverBatch = 100
+
 // noteContext returns a context for a note or a clean-up that must not
 // end with ctx (a note in a thread after a turn was cut short, the lookup
 // that decides whether to send it, a card update): it keeps ctx's values
@@ -550,8 +602,8 @@ func (a *App) handle(ctx context.Context, evt socketmode.Event) {
 	a.m.envelope(string(evt.Type))
 	switch evt.Type {
 	case socketmode.EventTypeEventsAPI:
-		a.ack(evt.Request, nil, start)
-		a.onEventsAPI(ctx, evt)
+		var once sync.Once
+		a.onEventsAPI(ctx, evt, func() { once.Do(func() { a.ack(evt.Request, nil, start) }) })
 	case socketmode.EventTypeInteractive:
 		a.onInteractive(ctx, evt, start)
 	case socketmode.EventTypeSlashCommand:

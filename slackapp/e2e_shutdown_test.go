@@ -13,9 +13,9 @@ import (
 )
 
 // Work waiting for a turn slot when the bot stops is answered, not
-// dropped: a follow-up gets a note asking to send it again, and a click is
-// recorded at once (it never waits for a slot) while its resume is left to
-// the next process, which runs the call once.
+// dropped: a follow-up gets a note that it will be answered after the
+// restart, and a click is recorded at once (it never waits for a slot)
+// while its resume is left to the next process, which runs the call once.
 func TestShutdownAnswersQueuedFollowUpsAndClicks(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.cfg.MaxTurns = 1
@@ -53,7 +53,7 @@ func TestShutdownAnswersQueuedFollowUpsAndClicks(t *testing.T) {
 	}
 	e.stop()
 
-	e.answer(ts, "I was restarting before I got to this")
+	e.answer(ts, "I'll answer this as soon as I'm back")
 	if n := e.deploy.Load(); n != 0 {
 		t.Errorf("deploy ran %d times on a resume queued at shutdown", n)
 	}

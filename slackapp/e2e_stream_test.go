@@ -102,7 +102,7 @@ func TestBrokenStreamPostsOnlyTheRest(t *testing.T) {
 }
 
 // Messages waiting in the queue when the bot stops are not dropped
-// silently: they get a note asking to send them again.
+// silently: they get a note that they will be answered after the restart.
 func TestShutdownTellsAboutUnstartedMessages(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.cfg.MaxTurns = 1
@@ -129,7 +129,7 @@ func TestShutdownTellsAboutUnstartedMessages(t *testing.T) {
 		ch, ts, _ := strings.Cut(th, "/")
 		found := false
 		for _, m := range e.slack.Thread(ch, ts) {
-			if m.BotID != "" && strings.Contains(m.Text, "send your message again") {
+			if m.BotID != "" && strings.Contains(m.Text, "I'll answer this as soon as I'm back") {
 				found = true
 			}
 		}

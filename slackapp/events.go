@@ -43,12 +43,19 @@ func (m message) key() string {
 	return ConversationKey(m.team, m.channel, thread)
 }
 
-// onEventsAPI routes an event. It runs in the Socket Mode loop, after the
-// ack, so it must not touch the store: every store round trip here would
-// delay the acks of all the envelopes behind it, and a burst of events
-// would break Slack's 3 s ack deadline. De-duplication and the other store
-// lookups run on the conversation's queue (see onMessage).
-func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event) {
+// onEventsAPI routes an event and acks it. It runs in the Socket Mode
+// loop, so it must not touch the store itself: every store round trip here
+// would delay the acks of all the envelopes behind it. A person's message
+// is recorded in its conversation before its ack, on a goroutine of its own
+// (see onMessage), so that once Slack stops delivering it, it is answered
+// even if this process dies; everything else is acked at once.
+func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event, ack func()) {
+	handed := false // to onMessage, which acks once the message is recorded
+	defer func() {
+		if !handed {
+			ack()
+		}
+	}()
 	e, ok := evt.Data.(slackevents.EventsAPIEvent)
 	if !ok {
 		return
@@ -68,7 +75,8 @@ func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event) {
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID {
 			return
 		}
-		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TimeStamp, threadTS: ev.ThreadTimeStamp}, eventID, false)
+		handed = true
+		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TimeStamp, threadTS: ev.ThreadTimeStamp}, eventID, false, ack)
 	case *slackevents.MessageEvent:
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
 			return
@@ -81,13 +89,14 @@ func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event) {
 			// The app_mention of the same message arrives too; whichever
 			// comes first is answered.
 		case ev.ThreadTimeStamp != "":
-			// Maybe a follow-up in a thread the bot is part of; its queue
-			// looks the conversation up.
+			// Maybe a follow-up in a thread the bot is part of: it is
+			// recorded only in a conversation the agent knows.
 			followUp = true
 		default:
 			return
 		}
-		a.onMessage(ctx, m, eventID, followUp)
+		handed = true
+		a.onMessage(ctx, m, eventID, followUp, ack)
 	case *slackevents.AppHomeOpenedEvent:
 		if ev.Tab != "" && ev.Tab != "home" {
 			return
@@ -107,14 +116,6 @@ func (a *App) mentionsBot(text string) bool {
 	return a.botUserID != "" && strings.Contains(text, "<@"+a.botUserID)
 }
 
-func (a *App) knownConversation(ctx context.Context, key string) bool {
-	_, err := a.st.LoadConversation(ctx, key)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		a.log.Warn("look up conversation", "conversation", key, "err", err)
-	}
-	return err == nil
-}
-
 var mentionRE = regexp.MustCompile(`<@([UW][A-Z0-9]+)(\|[^>]*)?>`)
 
 // cleanText strips the bot's mention from a message.
@@ -128,72 +129,103 @@ func (a *App) cleanText(text string) string {
 	return strings.TrimSpace(text)
 }
 
-// onMessage answers a message once (the same message may arrive as
-// app_mention and message, and any envelope may be redelivered) on the
-// conversation's queue. Both copies of a message and every redelivery
-// have the same conversation key, so they are checked one after the other.
-// A followUp message is answered only in a thread the bot is part of. This
-// is the one place where an accepted message is handed to the agent.
-func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp bool) {
-	key := m.key()
-	a.enqueue(ctx, key, func(ctx context.Context) {
-		if ctx.Err() != nil {
-			// Shutdown cancelled the work before this message's turn.
-			a.notStarted(ctx, m, eventID, followUp)
+// onMessage records a message, acks its envelope and queues its turn on
+// the conversation's queue. The record (agent.Accept) is one atomic store
+// step that also de-duplicates: the same message arrives as app_mention and
+// message, and any envelope may be redelivered. A followUp message is
+// recorded only in a thread the bot is part of. A recorded message is
+// answered whatever happens to this process: if its turn does not run here
+// (the bot shuts down, the process dies), another replica, or this one
+// after a restart, takes it over (see App.takeover). If the store cannot
+// record it, the envelope is acked all the same and the turn runs, so that
+// the thread hears about the store's failure. This is the one place where
+// an accepted message is handed to the agent.
+func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp bool, ack func()) {
+	a.spawn(ctx, "message", func(ctx context.Context) {
+		req, recorded, ok := a.record(ctx, m, eventID, followUp)
+		ack()
+		if !ok {
 			return
 		}
-		if !a.accept(ctx, m, eventID, followUp) {
-			return
-		}
-		release, err := a.turnSlot(ctx, key)
-		if err != nil {
-			a.post(ctx, m.channel, threadOf(m), restartingText)
-			return
-		}
-		defer release()
-		text := a.cleanText(m.text)
-		if text == "" {
-			text = "(empty message)"
-		}
-		a.runTurn(ctx, agent.Request{Conversation: key, User: m.user, Channel: m.channel, Text: text})
+		key := req.Conversation
+		a.enqueue(ctx, key, func(ctx context.Context) {
+			if ctx.Err() != nil {
+				// Shutdown cancelled the work before this message's turn.
+				a.notStarted(ctx, m, recorded)
+				return
+			}
+			release, err := a.turnSlot(ctx, key)
+			if err != nil {
+				a.notStarted(ctx, m, recorded)
+				return
+			}
+			defer release()
+			a.runTurn(ctx, req)
+		})
 	})
 }
 
+// recordTimeout bounds recording a message before its ack (Slack wants
+// the ack within 3 s).
+const recordTimeout = 2 * time.Second
+
+// record records m in its conversation (agent.Accept). It returns the
+// request for its turn, whether it was recorded, and whether it is to be
+// answered at all (not a duplicate, not a thread reply outside the bot's
+// conversations).
+func (a *App) record(ctx context.Context, m message, eventID string, followUp bool) (req agent.Request, recorded, ok bool) {
+	text := a.cleanText(m.text)
+	if text == "" {
+		text = "(empty message)"
+	}
+	req = agent.Request{Conversation: m.key(), User: m.user, Channel: m.channel, Text: text, EventID: eventID, MsgID: m.channel + ":" + m.ts}
+	rctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	r, acc, err := a.ag.Accept(rctx, req, followUp)
+	cancel()
+	switch {
+	case err != nil && followUp:
+		a.log.Warn("could not record a thread reply; dropped, as it may not be for the bot", "conversation", req.Conversation, "err", err)
+		a.m.error("record")
+		return req, false, false
+	case err != nil:
+		a.log.Warn("could not record a message; answering it without a record", "conversation", req.Conversation, "err", err)
+		a.m.error("record")
+		return req, false, true
+	case acc == store.Duplicate:
+		a.m.duplicate()
+		return req, false, false
+	case acc == store.Unknown:
+		return req, false, false
+	}
+	return r, true, true
+}
+
 // notStarted answers a message whose turn had not started when the
-// shutdown cut work short. The lookups and the note must not fail with ctx,
-// but end at the shutdown deadline.
-func (a *App) notStarted(ctx context.Context, m message, eventID string, followUp bool) {
+// shutdown cut work short. The note must not fail with ctx, but ends at the
+// shutdown deadline. A recorded message is answered after the restart (or
+// by another replica); one the store could not record must be sent again.
+func (a *App) notStarted(ctx context.Context, m message, recorded bool) {
 	ctx, cancel, ok := a.noteContext(ctx, 5*time.Second)
 	defer cancel()
 	if !ok {
-		a.log.Warn("shutdown deadline passed; a message not started was not answered", "conversation", m.key())
+		a.log.Warn("shutdown deadline passed; a message not started was not answered", "conversation", m.key(), "recorded", recorded)
 		return
 	}
-	if a.accept(ctx, m, eventID, followUp) {
-		a.post(ctx, m.channel, threadOf(m), restartingText)
+	note := restartingText
+	if recorded {
+		note = restartingRecordedText
 	}
+	a.post(ctx, m.channel, threadOf(m), note)
 }
 
-// restartingText answers a message whose turn had not started when the bot
-// began shutting down.
+// restartingText answers a message that could not be recorded and whose
+// turn had not started when the bot began shutting down.
 const restartingText = "I was restarting before I got to this; please send your message again."
 
-// accept reports whether the bot should answer m: the first copy of the
-// message, and for a follow-up, in a thread the bot is part of.
-func (a *App) accept(ctx context.Context, m message, eventID string, followUp bool) bool {
-	if eventID != "" && !a.firstTime(ctx, "event:"+eventID) {
-		a.m.duplicate()
-		return false
-	}
-	if followUp && !a.knownConversation(ctx, m.key()) {
-		return false
-	}
-	if !a.firstTime(ctx, "msg:"+m.channel+":"+m.ts) {
-		a.m.duplicate()
-		return false
-	}
-	return true
-}
+// restartingRecordedText answers a recorded message whose turn had not
+// started when the bot began shutting down: it is answered after the
+// restart (or by another replica).
+const restartingRecordedText = "I'm restarting; I'll answer this as soon as I'm back."
 
 func threadOf(m message) string {
 	if m.threadTS != "" {
@@ -204,11 +236,28 @@ func threadOf(m message) string {
 
 // runTurn runs one turn and reports failures in the thread.
 func (a *App) runTurn(ctx context.Context, req agent.Request) {
-	_, channel, thread, _ := parseKey(req.Conversation)
 	out, err := a.ag.Run(ctx, req)
+	a.reportTurn(ctx, req.Conversation, out, err)
+}
+
+// takeOverTurn answers what a conversation left unanswered (see
+// agent.TakeOver); with nothing to do it reports nothing.
+func (a *App) takeOverTurn(ctx context.Context, key string) {
+	out, err := a.ag.TakeOver(ctx, key)
+	if err == nil && out.Status == agent.Idle {
+		return
+	}
+	a.log.Info("took over a conversation", "conversation", key, "status", out.Status)
+	a.reportTurn(ctx, key, out, err)
+}
+
+// reportTurn reports how a turn ended: failures, and a message that waits
+// on a paused step.
+func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err error) {
+	_, channel, thread, _ := parseKey(key)
 	a.m.turn(string(out.Status), err)
 	if err != nil {
-		a.log.Error("turn failed", "conversation", req.Conversation, "err", err)
+		a.log.Error("turn failed", "conversation", key, "err", err)
 		a.post(ctx, channel, thread, failureText(err))
 		return
 	}

@@ -184,3 +184,40 @@ type LeaseWatch interface {
 	// Close ends the subscription.
 	Close() error
 }
+
+// Inbound is a person's message, recorded in its conversation's inbox by
+// AcceptMessage before its event is acknowledged, so that a turn that dies
+// with its process is answered by another one.
+type Inbound struct {
+	// Seq numbers the messages of one conversation 1, 2, ...; set by
+	// AcceptMessage.
+	Seq int64 `json:"seq"`
+	// EventID and MsgID de-duplicate: the same event delivered again has
+	// the same EventID, and the two events of one message (app_mention and
+	// message) the same MsgID. Empty ones are not checked.
+	EventID string    `json:"event_id,omitempty"`
+	MsgID   string    `json:"msg_id,omitempty"`
+	User    string    `json:"user"`
+	Channel string    `json:"channel"`
+	Text    string    `json:"text"`
+	At      time.Time `json:"at"`
+}
+
+// Acceptance says what AcceptMessage did with a message.
+type Acceptance string
+
+// The answers of AcceptMessage.
+const (
+	// Accepted: the message is in the inbox and the conversation in the
+	// index of unanswered ones.
+	Accepted Acceptance = "accepted"
+	// Duplicate: its EventID or MsgID was accepted before; nothing changed.
+	Duplicate Acceptance = "duplicate"
+	// Unknown: a message that needed a known conversation arrived in one
+	// with no record and no accepted message; nothing was recorded but
+	// its EventID.
+	Unknown Acceptance = "unknown"
+)
+
+// DedupeTTL is how long AcceptMessage remembers an EventID or MsgID.
+const DedupeTTL = 24 * time.Hour

@@ -56,6 +56,8 @@ type config struct {
 	RunRetention     time.Duration `envconfig:"RUN_RETENTION" default:"168h" desc:"how long a finished or expired run and its calls are kept in the store"`
 	OTELEndpoint     string        `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"OTLP/HTTP collector for traces (such as http://otel-collector:4318); empty: no tracing. The other standard OTEL_* variables apply"`
 	OTELCapture      bool          `envconfig:"OTEL_CAPTURE_CONTENT" default:"false" desc:"put tool arguments and output and model messages in spans; off, spans carry none"`
+	LeaseTTL         time.Duration `envconfig:"LEASE_TTL" default:"10s" desc:"lease on a conversation while a turn or resume runs, renewed every third of it; a dead replica's work is taken over once it lapses"`
+	TakeoverInterval time.Duration `envconfig:"TAKEOVER_INTERVAL" default:"5s" desc:"how often each replica looks for conversations whose turn died with its replica and takes them over"`
 }
 
 // usageFormat is the envconfig.Usagef template of --help: one row per
@@ -205,6 +207,12 @@ func (c *config) validate() error {
 	}
 	if c.RememberTTL < 0 {
 		return fmt.Errorf("REMEMBER_TTL: %s is negative", c.RememberTTL)
+	}
+	if c.LeaseTTL < time.Second {
+		return fmt.Errorf("LEASE_TTL: %s is under 1s", c.LeaseTTL)
+	}
+	if c.TakeoverInterval <= 0 {
+		return fmt.Errorf("TAKEOVER_INTERVAL: %s is not positive", c.TakeoverInterval)
 	}
 	if c.ApprovalTTL <= 0 {
 		return fmt.Errorf("APPROVAL_TTL: %s is not positive", c.ApprovalTTL)

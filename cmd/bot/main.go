@@ -140,6 +140,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		MaxTurns:         cfg.MaxTurns,
 		SweepInterval:    cfg.SweepInterval,
 		ShutdownGrace:    cfg.ShutdownGrace,
+		TakeoverInterval: cfg.TakeoverInterval,
 		Logger:           log,
 		Metrics:          metrics,
 	}, st, engine)
@@ -165,6 +166,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		Audience:      app.Audience(),
 		Logger:        log,
 		Tracer:        tracer,
+		LeaseTTL:      cfg.LeaseTTL,
 	})
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)

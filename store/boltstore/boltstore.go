@@ -67,20 +67,22 @@ type Store struct {
 
 // Bucket names.
 var (
-	bucketRuns    = []byte("runs")    // run id -> runRecord
-	bucketCalls   = []byte("calls")   // call id -> store.Call
-	bucketPending = []byte("pending") // call id -> nothing: pending calls of unfinished runs
-	bucketActive  = []byte("active")  // run id -> nothing: unfinished runs
-	bucketConvs   = []byte("convs")   // key -> convRecord
-	bucketLeases  = []byte("leases")  // key -> leaseRecord
-	bucketSeen    = []byte("seen")    // event id -> expiry (Unix ns, big endian)
-	bucketAudit   = []byte("audit")   // sequence (big endian) -> store.AuditEntry
-	bucketRecords = []byte("records") // kind -> bucket: id -> store.Record
+	bucketRuns    = []byte("runs")       // run id -> runRecord
+	bucketCalls   = []byte("calls")      // call id -> store.Call
+	bucketPending = []byte("pending")    // call id -> nothing: pending calls of unfinished runs
+	bucketActive  = []byte("active")     // run id -> nothing: unfinished runs
+	bucketConvs   = []byte("convs")      // key -> convRecord
+	bucketLeases  = []byte("leases")     // key -> leaseRecord
+	bucketSeen    = []byte("seen")       // event id -> expiry (Unix ns, big endian)
+	bucketAudit   = []byte("audit")      // sequence (big endian) -> store.AuditEntry
+	bucketRecords = []byte("records")    // kind -> bucket: id -> store.Record
+	bucketInbox   = []byte("inbox")      // conversation -> inboxRecord
+	bucketUnans   = []byte("unanswered") // conversation -> listing time (Unix ns, big endian)
 )
 
 var allBuckets = [][]byte{
 	bucketRuns, bucketCalls, bucketPending, bucketActive, bucketConvs,
-	bucketLeases, bucketSeen, bucketAudit, bucketRecords,
+	bucketLeases, bucketSeen, bucketAudit, bucketRecords, bucketInbox, bucketUnans,
 }
 
 // runRecord is a run with its bookkeeping.
@@ -232,9 +234,12 @@ func (s *Store) prune(now time.Time) error {
 		}); err != nil {
 			return err
 		}
-		return deleteWhere(tx.Bucket(bucketSeen), func(v []byte) bool {
+		if err := deleteWhere(tx.Bucket(bucketSeen), func(v []byte) bool {
 			return !decodeTime(v).After(now)
-		})
+		}); err != nil {
+			return err
+		}
+		return pruneInbox(tx, now, s.convTTL)
 	})
 }
 

@@ -114,15 +114,21 @@ func (s *Store) callKey(callID string) string {
 }
 func (s *Store) convKey(key string) string        { return s.prefix + ":conv:{conv:" + key + "}" }
 func (s *Store) convPendingKey(key string) string { return s.convKey(key) + ":pending" }
-func (s *Store) dueKey() string                   { return s.prefix + ":due" }
-func (s *Store) pendingKey() string               { return s.prefix + ":pending" }
-func (s *Store) approverKey(id string) string     { return s.prefix + ":pending:approver:" + id }
-func (s *Store) requesterKey(id string) string    { return s.prefix + ":pending:requester:" + id }
-func (s *Store) runsKey() string                  { return s.prefix + ":runs" }
-func (s *Store) leaseKey(key string) string       { return s.prefix + ":lease:" + key }
-func (s *Store) seenKey(id string) string         { return s.prefix + ":seen:" + id }
-func (s *Store) auditKey() string                 { return s.prefix + ":audit" }
-func (s *Store) recordsKey(kind string) string    { return s.prefix + ":records:" + kind }
+func (s *Store) inboxKey(key string) string       { return s.convKey(key) + ":inbox" }
+func (s *Store) inboxSeqKey(key string) string    { return s.convKey(key) + ":inbox-seq" }
+func (s *Store) convSeenKey(key, kind, id string) string {
+	return s.convKey(key) + ":seen:" + kind + ":" + id
+}
+func (s *Store) unansweredKey() string         { return s.prefix + ":unanswered" }
+func (s *Store) dueKey() string                { return s.prefix + ":due" }
+func (s *Store) pendingKey() string            { return s.prefix + ":pending" }
+func (s *Store) approverKey(id string) string  { return s.prefix + ":pending:approver:" + id }
+func (s *Store) requesterKey(id string) string { return s.prefix + ":pending:requester:" + id }
+func (s *Store) runsKey() string               { return s.prefix + ":runs" }
+func (s *Store) leaseKey(key string) string    { return s.prefix + ":lease:" + key }
+func (s *Store) seenKey(id string) string      { return s.prefix + ":seen:" + id }
+func (s *Store) auditKey() string              { return s.prefix + ":audit" }
+func (s *Store) recordsKey(kind string) string { return s.prefix + ":records:" + kind }
 
 // anyApprover is the approver index entry of calls without approvers.
 const anyApprover = store.AnyApprover

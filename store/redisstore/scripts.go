@@ -152,3 +152,59 @@ if expect >= 0 and expect ~= cur then return -1 end
 redis.call('HSET', KEYS[1], 'v:' .. ARGV[1], cur + 1, 'd:' .. ARGV[1], ARGV[3])
 return cur + 1
 `)
+
+// renewClaim extends the resume claim of its owner.
+// KEYS: run, claim
+// ARGV: owner, lease (ms)
+// Returns 1 if renewed, 0 if the owner holds no live claim or the run is
+// finished, -1 if the run is unknown.
+var renewClaim = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('HGET', KEYS[1], 'finished') == '1' then return 0 end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// acceptMessage de-duplicates a message and appends it to the inbox.
+// KEYS: conversation, inbox, inbox seq, seen event id, seen message id
+// ARGV: require known (1/0), check event id (1/0), check message id (1/0),
+// dedupe ttl (ms), message JSON starting {"seq":0, , keep (ms), now (µs)
+// Returns {code, seq, inbox length} where code is accepted, duplicate or
+// unknown. Seq is max(previous + 1, now): it keeps growing even after the
+// counter expired with an idle conversation.
+var acceptMessage = redis.NewScript(`
+if ARGV[2] == '1' and not redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[4]) then
+  return {'duplicate', 0, redis.call('LLEN', KEYS[2])}
+end
+if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
+  return {'unknown', 0, 0}
+end
+if ARGV[3] == '1' and not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[4]) then
+  return {'duplicate', 0, redis.call('LLEN', KEYS[2])}
+end
+local n = math.max(tonumber(redis.call('GET', KEYS[3]) or '0') + 1, tonumber(ARGV[7]))
+local s = string.format('%d', n)
+redis.call('SET', KEYS[3], s, 'PX', ARGV[6])
+redis.call('RPUSH', KEYS[2], '{"seq":' .. s .. string.sub(ARGV[5], 9))
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+return {'accepted', s, redis.call('LLEN', KEYS[2])}
+`)
+
+// answerInbox drops the messages up to a seq from the head of the inbox.
+// KEYS: inbox
+// ARGV: up to (seq)
+// Returns how many messages are left.
+var answerInbox = redis.NewScript(`
+local upTo = tonumber(ARGV[1])
+while true do
+  local v = redis.call('LINDEX', KEYS[1], 0)
+  if not v then break end
+  local seq = tonumber(string.match(v, '^{"seq":(%d+)'))
+  if seq and seq > upTo then break end
+  redis.call('LPOP', KEYS[1])
+end
+return redis.call('LLEN', KEYS[1])
+`)

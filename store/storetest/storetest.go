@@ -54,6 +54,12 @@ type Store interface {
 	// granted again, not even to its owner). store.ErrNotFound for an
 	// unknown run.
 	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
+	// RenewClaim extends the live resume claim of owner on a run by lease
+	// from now, so a resume that runs longer than one lease keeps it while
+	// a crashed one loses it soon. False (and nothing changes) if owner
+	// does not hold a live claim: it ran out, someone else holds it, or the
+	// run is finished. store.ErrNotFound for an unknown run.
+	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	// BeginExecution marks a decided call as executing; true the first time
 	// only, so a tool runs at most once even if a resume is claimed again.
 	// False for a call that is not Decided (pending, expired, cancelled);
@@ -105,6 +111,39 @@ type Store interface {
 	// SeenEvent records an event id for ttl; true if it was new (used to
 	// drop redelivered or duplicate events across replicas).
 	SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error)
+
+	// AcceptMessage records a person's message in the conversation's inbox
+	// before its event is acknowledged, in one atomic step with its
+	// de-duplication: store.Duplicate if m.EventID or m.MsgID (each
+	// checked when not empty, and remembered for store.DedupeTTL) was
+	// accepted before in this conversation; store.Unknown, recording only
+	// m.EventID, if requireKnown and the conversation has neither a record
+	// (SaveConversation) nor an accepted message; otherwise
+	// store.Accepted: m is appended with the next Seq of the conversation
+	// (1 for the first; returned in the Inbound) and the conversation is
+	// listed by Unanswered from m.At (an earlier listing keeps its time).
+	// A Duplicate of a conversation whose inbox is not empty lists it
+	// again if it was missing, so a crash between the two steps of a
+	// store that needs two is repaired by the redelivery.
+	AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error)
+	// Inbox returns the conversation's recorded messages not yet answered
+	// (AnswerInbox), in Seq order; none for an unknown conversation.
+	Inbox(ctx context.Context, conversation string) ([]store.Inbound, error)
+	// AnswerInbox removes the messages up to Seq upTo from the inbox (a
+	// turn answered them and saved its result). Once the inbox is empty
+	// the conversation is no longer listed by Unanswered; a message
+	// accepted meanwhile keeps it listed. Answering what was answered
+	// already does nothing.
+	AnswerInbox(ctx context.Context, conversation string, upTo int64) error
+	// MarkUnanswered lists the conversation in Unanswered from at (an
+	// earlier listing keeps its time) whatever its inbox holds: work on it
+	// is in progress (a resume) and must be taken over if its process
+	// dies. AnswerInbox unlists it once the inbox is empty.
+	MarkUnanswered(ctx context.Context, conversation string, at time.Time) error
+	// Unanswered lists up to limit conversations with a message in the
+	// inbox accepted at or before the given time (the oldest listing time
+	// counts), oldest first.
+	Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
 
 	// Ping checks the store is reachable.
 	Ping(ctx context.Context) error

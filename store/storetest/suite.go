@@ -48,6 +48,13 @@ func Run(t *testing.T, open Opener) {
 		{"Restart", testRestart},
 		{"Lease", testLease},
 		{"SeenEvent", testSeenEvent},
+		{"RenewClaim", testRenewClaim},
+		{"AcceptMessage", testAcceptMessage},
+		{"AcceptMessageConcurrent", testAcceptMessageConcurrent},
+		{"AcceptMessageKnown", testAcceptMessageKnown},
+		{"AnswerInbox", testAnswerInbox},
+		{"InboxAfterRestart", testInboxAfterRestart},
+		{"MarkUnanswered", testMarkUnanswered},
 		{"Records", testRecords},
 		{"AuditLog", testAuditLog},
 	}

@@ -1,0 +1,389 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
+)
+
+// dyingStore is the store as a process sees it until it is killed: after
+// kill, nothing it writes reaches the store (its lease is neither renewed
+// nor released, its results are not saved), as with kill -9.
+type dyingStore struct {
+	agent.Store
+	dead atomic.Bool
+}
+
+var errKilled = errors.New("process killed")
+
+func (d *dyingStore) kill() { d.dead.Store(true) }
+
+func (d *dyingStore) check() error {
+	if d.dead.Load() {
+		return errKilled
+	}
+	return nil
+}
+
+func (d *dyingStore) SaveConversation(ctx context.Context, c store.Conversation) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Store.SaveConversation(ctx, c)
+}
+
+func (d *dyingStore) CreateRun(ctx context.Context, r store.Run, calls []store.Call) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Store.CreateRun(ctx, r, calls)
+}
+
+func (d *dyingStore) BeginExecution(ctx context.Context, id string) (bool, error) {
+	if err := d.check(); err != nil {
+		return false, err
+	}
+	return d.Store.BeginExecution(ctx, id)
+}
+
+func (d *dyingStore) SaveResult(ctx context.Context, id string, r []byte) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Store.SaveResult(ctx, id, r)
+}
+
+func (d *dyingStore) FinishRun(ctx context.Context, id string) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Store.FinishRun(ctx, id)
+}
+
+func (d *dyingStore) RenewClaim(ctx context.Context, id, owner string, lease time.Duration) (bool, error) {
+	if err := d.check(); err != nil {
+		return false, err
+	}
+	return d.Store.RenewClaim(ctx, id, owner, lease)
+}
+
+func (d *dyingStore) AnswerInbox(ctx context.Context, conv string, upTo int64) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Store.AnswerInbox(ctx, conv, upTo)
+}
+
+func (d *dyingStore) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := d.check(); err != nil {
+		return false, err
+	}
+	return d.Store.AcquireLease(ctx, key, owner, ttl)
+}
+
+func (d *dyingStore) ReleaseLease(ctx context.Context, key, owner string) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Store.ReleaseLease(ctx, key, owner)
+}
+
+// doomed builds an agent on w's store that kill cuts off from it, with a
+// reporter of its own (what a killed process posts is lost with it).
+func (w *world) doomed() (*agent.Agent, *dyingStore) {
+	w.t.Helper()
+	policy := w.policy
+	if policy == "" {
+		policy = testPolicy
+	}
+	p, err := approvals.ParseConfig([]byte(policy))
+	must(w.t, err)
+	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock))
+	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: w.model.URL(), APIKey: "test-key", Model: "fake-model", Timeout: 10 * time.Second})
+	d := &dyingStore{Store: w.store}
+	return agent.New(model, w.reg, engine, d, func(string) agent.Reporter { return &recorder{} }, w.cfg), d
+}
+
+// takeOver lists the conversation as unanswered once the takeover delay
+// has passed, and takes it over as soon as the dead process's lease lapses.
+func takeOver(t *testing.T, w *world, a *agent.Agent, conv string) agent.Outcome {
+	t.Helper()
+	ctx := t.Context()
+	w.advance(time.Minute) // past Config.TakeoverAfter on the agent's clock
+	keys, err := a.Unanswered(ctx, 0)
+	must(t, err)
+	if !slices.Contains(keys, conv) {
+		t.Fatalf("Unanswered = %q, want it to list %s", keys, conv)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := a.TakeOver(ctx, conv)
+		must(t, err)
+		if out.Status != agent.Idle {
+			return out
+		}
+		// Idle: the dead process's lease has not lapsed yet.
+		if time.Now().After(deadline) {
+			t.Fatal("TakeOver stayed idle for 10s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+const takeoverPolicy = `
+policy:
+  default: ask
+  rules:
+    - tool: "*"
+      verdict: allow
+`
+
+func TestTakeOverAfterDeathInModelCall(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = takeoverPolicy
+			w.cfg.LeaseTTL = 300 * time.Millisecond
+			entered := make(chan struct{})
+			release := make(chan struct{})
+			var n atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				if n.Add(1) == 1 {
+					close(entered)
+					<-release
+					return fakeopenai.Error(500, "the process asking is gone")
+				}
+				return fakeopenai.Text("taken over and answered")
+			})
+			a, d := w.doomed()
+			done := make(chan error, 1)
+			req := request("what changed in prod?")
+			go func() {
+				_, err := a.Run(context.Background(), req)
+				done <- err
+			}()
+			<-entered
+			d.kill()
+			close(release)
+			if err := <-done; err == nil {
+				t.Fatal("the killed process's turn succeeded")
+			}
+
+			b := w.restart()
+			out := takeOver(t, w, b, req.Conversation)
+			if out.Status != agent.Answered || out.Answer != "taken over and answered" {
+				t.Fatalf("TakeOver = %+v, want the answer", out)
+			}
+			if got := w.rec.Answers(); !slices.Equal(got, []string{"taken over and answered"}) {
+				t.Errorf("answers in the thread = %q, want the survivor's one", got)
+			}
+			reqs := w.model.Requests()
+			var users []string
+			for _, m := range reqs[len(reqs)-1].Messages {
+				if m.Role == openai.ChatMessageRoleUser {
+					users = append(users, m.Content)
+				}
+			}
+			if !slices.Equal(users, []string{"what changed in prod?"}) {
+				t.Errorf("the survivor sent the user messages %q, want the message once", users)
+			}
+			keys, err := b.Unanswered(t.Context(), 0)
+			must(t, err)
+			if len(keys) != 0 {
+				t.Errorf("Unanswered after the takeover = %q, want nothing", keys)
+			}
+			// Nothing left to take over: a second takeover does nothing.
+			if out, err := b.TakeOver(t.Context(), req.Conversation); err != nil || out.Status != agent.Idle {
+				t.Errorf("second TakeOver = %+v, %v; want Idle", out, err)
+			}
+			// The conversation goes on from the answer.
+			w.model.Reply(fakeopenai.Text("and here is more"))
+			next := request("more?")
+			if out, err := b.Run(t.Context(), next); err != nil || out.Answer != "and here is more" {
+				t.Fatalf("next Run = %+v, %v", out, err)
+			}
+		})
+	}
+}
+
+func TestTakeOverAfterDeathInToolCall(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, idempotent := range []bool{false, true} {
+			name := b.name + "/not-idempotent"
+			if idempotent {
+				name = b.name + "/idempotent"
+			}
+			t.Run(name, func(t *testing.T) {
+				w := newWorld(t, b)
+				w.policy = takeoverPolicy
+				w.cfg.LeaseTTL = 300 * time.Millisecond
+				var runs atomic.Int64
+				entered := make(chan struct{})
+				must(t, w.reg.Register(agent.Tool{
+					Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+					Annotations: approvals.Hints{Idempotent: idempotent},
+					Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+						if runs.Add(1) == 1 {
+							close(entered)
+							<-ctx.Done() // until the process is gone
+							return agent.Result{}, ctx.Err()
+						}
+						return agent.Result{Content: "migrated"}, nil
+					},
+				}))
+				w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
+				if idempotent {
+					// The survivor runs the turn again from the message.
+					w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
+				}
+				w.model.Reply(fakeopenai.Text("here is what happened"))
+				a, d := w.doomed()
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				req := request("migrate the schema")
+				go func() {
+					_, err := a.Run(ctx, req)
+					done <- err
+				}()
+				<-entered
+				d.kill()
+				cancel()
+				<-done
+
+				b := w.restart()
+				out := takeOver(t, w, b, req.Conversation)
+				if out.Status != agent.Answered || out.Answer != "here is what happened" {
+					t.Fatalf("TakeOver = %+v, want the answer", out)
+				}
+				got := toolResults(t, w.model)
+				if idempotent {
+					if n := runs.Load(); n != 2 {
+						t.Errorf("an idempotent tool ran %d times, want 2 (again after the crash)", n)
+					}
+					if !slices.Equal(got, []string{"c1: migrated"}) {
+						t.Errorf("tool results = %q, want the second run's", got)
+					}
+					return
+				}
+				if n := runs.Load(); n != 1 {
+					t.Errorf("a tool that may not repeat ran %d times, want 1", n)
+				}
+				want := "c1: outcome unknown: the bot stopped while migrate was running"
+				if len(got) != 1 || !strings.HasPrefix(got[0], want) {
+					t.Errorf("tool results = %q, want one starting %q", got, want)
+				}
+				if w.model.Pending() != 0 {
+					t.Errorf("%d model answers unused", w.model.Pending())
+				}
+			})
+		}
+	}
+}
+
+// A resume whose process died in the model call, after the approved call
+// ran: the conversation is listed for TakeOver, which resumes it from the
+// saved result without running the call again.
+func TestTakeOverAfterDeathInResume(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.cfg.LeaseTTL = 300 * time.Millisecond
+			p := pauseOne(t, w, w.agent(), call("c1", "deploy", `{"service":"api","version":"2"}`))
+			entered := make(chan struct{})
+			release := make(chan struct{})
+			var n atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				if n.Add(1) == 1 {
+					close(entered)
+					<-release
+					return fakeopenai.Error(500, "the process asking is gone")
+				}
+				return fakeopenai.Text("resumed by the survivor")
+			})
+			a, d := w.doomed()
+			if _, err := a.Decide(context.Background(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.Resume(context.Background(), p.RunID)
+				done <- err
+			}()
+			<-entered
+			d.kill()
+			close(release)
+			<-done
+
+			b := w.restart()
+			out := takeOver(t, w, b, p.Conversation)
+			if out.Status != agent.Answered || out.Answer != "resumed by the survivor" {
+				t.Fatalf("TakeOver = %+v, want the resumed answer", out)
+			}
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once", n)
+			}
+			if got := toolResults(t, w.model); !slices.Equal(got, []string{"c1: deployed"}) {
+				t.Errorf("tool results = %q, want the saved result", got)
+			}
+			keys, err := b.Unanswered(t.Context(), 0)
+			must(t, err)
+			if len(keys) != 0 {
+				t.Errorf("Unanswered after the takeover = %q, want nothing", keys)
+			}
+			if out, err := b.Resume(t.Context(), p.RunID); err != nil || out.Status != agent.Idle {
+				t.Errorf("Resume after the takeover = %+v, %v; want Idle", out, err)
+			}
+		})
+	}
+}
+
+// An approved call that started before a crash and saved no result runs
+// again on the next resume only if its tool is idempotent.
+func TestReclaimedResumeRunsIdempotentCallAgain(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  default: ask
+`
+	var runs atomic.Int64
+	must(t, w.reg.Register(agent.Tool{
+		Name: "warm_cache", Schema: json.RawMessage(`{"type":"object"}`),
+		Annotations: approvals.Hints{Idempotent: true},
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			runs.Add(1)
+			return agent.Result{Content: "warm"}, nil
+		},
+	}))
+	ctx := t.Context()
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "warm_cache", `{}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	// A first resumer started the call and died before saving its result.
+	ok, err := w.store.BeginExecution(ctx, p.ID)
+	must(t, err)
+	if !ok {
+		t.Fatal("BeginExecution refused")
+	}
+	w.model.Reply(fakeopenai.Text("done"))
+	_, err = w.restart().Resume(ctx, p.RunID)
+	must(t, err)
+	if n := runs.Load(); n != 1 {
+		t.Errorf("warm_cache ran %d times on the second resume, want 1", n)
+	}
+	if got := toolResults(t, w.model); !slices.Equal(got, []string{"c1: warm"}) {
+		t.Errorf("tool results = %q, want the new run's", got)
+	}
+}

@@ -1,0 +1,394 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/redisstore"
+)
+
+// The crash tests run the real bot as processes: two replicas on one Redis,
+// one fake Slack (each replica a Socket Mode connection of its own) and one
+// fake model. The replica working on a turn is killed with SIGKILL, and the
+// survivor must answer the thread.
+
+// crashRedisURL returns REDIS_URL: the tests are skipped locally without it
+// and fail in CI.
+func crashRedisURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("REDIS_URL is not set; CI must run the crash tests against a real Redis")
+		}
+		t.Skip("REDIS_URL is not set; set it (e.g. REDIS_URL=redis://127.0.0.1:6379/9) to run the crash tests")
+	}
+	return u
+}
+
+var (
+	botBinaryOnce sync.Once
+	botBinaryDir  string
+	botBinary     string
+	botBinaryErr  error
+)
+
+// TestMain removes the bot binary the crash tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if botBinaryDir != "" {
+		_ = os.RemoveAll(botBinaryDir)
+	}
+	os.Exit(code)
+}
+
+// buildBot builds cmd/bot once per test binary.
+func buildBot(t *testing.T) string {
+	t.Helper()
+	botBinaryOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "toolgate-crash-")
+		if err != nil {
+			botBinaryErr = err
+			return
+		}
+		botBinaryDir = dir
+		botBinary = filepath.Join(dir, "bot")
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		out, err := exec.Command(goBin, "build", "-o", botBinary, ".").CombinedOutput()
+		if err != nil {
+			botBinaryErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if botBinaryErr != nil {
+		t.Fatal(botBinaryErr)
+	}
+	return botBinary
+}
+
+// cluster is the world of one crash test.
+type cluster struct {
+	t      *testing.T
+	bin    string
+	slack  *fakeslack.Server
+	model  *fakeopenai.Server
+	env    []string
+	prefix string
+}
+
+const (
+	crashChannel   = "CCRASH0001"
+	crashRequester = "UCRASHREQ1"
+)
+
+func newCluster(t *testing.T, config string) *cluster {
+	t.Helper()
+	redisURL := crashRedisURL(t)
+	c := &cluster{t: t, bin: buildBot(t), slack: fakeslack.New(t), model: fakeopenai.New(t), prefix: "toolgate-crash-" + store.NewRunID()}
+	c.slack.AddChannel(fakeslack.Channel{ID: crashChannel, Members: []string{crashRequester, c.slack.BotUserID()}})
+	cfgFile := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"SLACK_APP_TOKEN=" + c.slack.AppToken(),
+		"SLACK_BOT_TOKEN=" + c.slack.BotToken(),
+		"SLACK_API_URL=" + c.slack.APIURL(),
+		"OPENAI_API_KEY=sk-crash-test",
+		"OPENAI_BASE_URL=" + c.model.URL(),
+		"REDIS_URL=" + redisURL,
+		"REDIS_PREFIX=" + c.prefix,
+		"CONFIG_FILE=" + cfgFile,
+		"HTTP_ADDR=127.0.0.1:0",
+		"LOG_FORMAT=text",
+		"LOG_LEVEL=info",
+		// Short lease and scan so the takeover comes within seconds; the
+		// defaults (10s, 5s) give 15s.
+		"LEASE_TTL=1s",
+		"TAKEOVER_INTERVAL=200ms",
+	}
+	t.Cleanup(func() { cleanPrefix(t, redisURL, c.prefix) })
+	return c
+}
+
+// cleanPrefix deletes the test's keys (on every master of a cluster).
+func cleanPrefix(t *testing.T, rawURL, prefix string) {
+	cl, err := redisstore.NewClient(rawURL)
+	if err != nil {
+		t.Errorf("clean up %s: %v", prefix, err)
+		return
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	del := func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, prefix+":*", 500).Iterator()
+		for iter.Next(ctx) {
+			if err := node.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	switch cl := cl.(type) {
+	case *redis.ClusterClient:
+		err = cl.ForEachMaster(ctx, del)
+	case *redis.Client:
+		err = del(ctx, cl)
+	}
+	if err != nil {
+		t.Errorf("clean up %s: %v", prefix, err)
+	}
+}
+
+// replica is one bot process.
+type replica struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+// start starts a replica and waits until fake Slack has conns connections.
+func (c *cluster) start(name string, conns int) *replica {
+	c.t.Helper()
+	r := &replica{name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	r.cmd = exec.Command(c.bin)
+	r.cmd.Env = c.env
+	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
+	if err := r.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() {
+		defer close(r.done)
+		_ = r.cmd.Wait()
+	}()
+	c.t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		<-r.done
+		if c.t.Failed() {
+			c.t.Logf("--- output of replica %s:\n%s", r.name, r.out.String())
+		}
+	})
+	if err := c.slack.WaitConnected(conns, 20*time.Second); err != nil {
+		c.t.Fatalf("replica %s: %v", name, err)
+	}
+	return r
+}
+
+// kill kills the replica with SIGKILL and waits for it to be gone.
+func (r *replica) kill(t *testing.T) {
+	t.Helper()
+	if err := r.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-r.done
+}
+
+// mention posts a mention and waits until its envelopes are acked: from then
+// on Slack would not deliver them again.
+func (c *cluster) mention(text string) string {
+	c.t.Helper()
+	ts := c.slack.Mention(crashChannel, crashRequester, text)
+	for _, env := range c.slack.EnvelopesByTS(ts) {
+		if _, err := c.slack.WaitAck(env.ID, 10*time.Second); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	return ts
+}
+
+// botReplies waits until the thread has a bot message containing want
+// (within the 30 s the README promises) and returns the bot's messages.
+func (c *cluster) botReplies(ts, want string) []string {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var got []string
+		found := false
+		for _, m := range c.slack.Thread(crashChannel, ts) {
+			if m.BotID != "" {
+				got = append(got, m.Text)
+				found = found || strings.Contains(m.Text, want)
+			}
+		}
+		if found {
+			return got
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no answer %q in the thread 30s after the crash; bot messages: %q", want, got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// hold makes the first model request wait until the test ends, reporting
+// it on the returned channel; later requests get answer.
+func (c *cluster) hold(first fakeopenai.Response, answer func(openai.ChatCompletionRequest) fakeopenai.Response) <-chan struct{} {
+	entered := make(chan struct{})
+	released := make(chan struct{})
+	// Registered after the fake model's own clean-up, so it runs first and
+	// lets the held request end before the server closes.
+	c.t.Cleanup(func() { close(released) })
+	var n atomic.Int64
+	c.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		if n.Add(1) == 1 {
+			close(entered)
+			if first.Text == "" && len(first.ToolCalls) == 0 {
+				<-released
+			}
+			return first
+		}
+		return answer(req)
+	})
+	return entered
+}
+
+// waitFor waits for ch to close, failing the test after 20s.
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not come within 20s", what)
+	}
+}
+
+const crashModelConfig = `
+policy:
+  default: allow
+`
+
+// A replica killed while its turn waits on the model: the other replica
+// takes the turn over once the lease lapses and answers the thread, once.
+func TestCrashDuringModelCall(t *testing.T) {
+	c := newCluster(t, crashModelConfig)
+	entered := c.hold(fakeopenai.Response{}, func(openai.ChatCompletionRequest) fakeopenai.Response {
+		return fakeopenai.Text("answered by the survivor")
+	})
+	a := c.start("a", 1)
+	ts := c.mention("what is deployed?")
+	waitFor(t, entered, "the first replica's model call") // a holds the turn
+	c.start("b", 2)
+	a.kill(t)
+
+	got := c.botReplies(ts, "answered by the survivor")
+	if n := strings.Count(strings.Join(got, "\n"), "answered by the survivor"); n != 1 {
+		t.Errorf("the answer was posted %d times, want once; bot messages: %q", n, got)
+	}
+	reqs := c.model.Requests()
+	last := reqs[len(reqs)-1]
+	users := 0
+	for _, m := range last.Messages {
+		if m.Role == openai.ChatMessageRoleUser {
+			users++
+			if m.Content != "what is deployed?" {
+				t.Errorf("the survivor sent the user message %q", m.Content)
+			}
+		}
+	}
+	if users != 1 {
+		t.Errorf("the survivor sent %d user messages, want the mention once", users)
+	}
+}
+
+// A replica killed while an allowed tool runs: the survivor answers; a tool
+// that may not repeat (http_request) is not run again and the model is told
+// its outcome is unknown, while a read-only one (http_get) runs again.
+func TestCrashDuringToolCall(t *testing.T) {
+	for _, tc := range []struct {
+		tool, args string
+		wantHits   int64
+		wantResult string
+	}{
+		{"http_request", `{"method":"POST","url":"%s/deploy"}`, 1, "outcome unknown: the bot stopped while http_request was running"},
+		{"http_get", `{"url":"%s/status"}`, 2, "all green"},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			var hits atomic.Int64
+			hit := make(chan struct{})
+			release := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if hits.Add(1) == 1 {
+					close(hit)
+					select { // until the replica that sent it is gone
+					case <-release:
+					case <-r.Context().Done():
+					}
+					return
+				}
+				fmt.Fprint(w, "all green")
+			}))
+			t.Cleanup(srv.Close)
+			t.Cleanup(func() { close(release) })
+			host := strings.TrimPrefix(srv.URL, "http://")
+			c := newCluster(t, fmt.Sprintf(`
+builtin_tools:
+  http_request:
+    allowed_hosts: [%q]
+    timeout: 60s
+policy:
+  default: ask
+  rules:
+    - tool: "http_*"
+      verdict: allow
+`, host))
+			call := fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: tc.tool, Arguments: fmt.Sprintf(tc.args, srv.URL)})
+			var results []string
+			var mu sync.Mutex
+			c.hold(call, func(req openai.ChatCompletionRequest) fakeopenai.Response {
+				last := req.Messages[len(req.Messages)-1]
+				if last.Role != openai.ChatMessageRoleTool {
+					return call // the survivor starts the turn over
+				}
+				mu.Lock()
+				results = append(results, last.Content)
+				mu.Unlock()
+				return fakeopenai.Text("survivor reporting")
+			})
+			a := c.start("a", 1)
+			ts := c.mention("roll it out")
+			t.Cleanup(func() {
+				if t.Failed() {
+					for i, r := range c.model.Requests() {
+						b, _ := json.Marshal(r.Messages)
+						t.Logf("model request %d: %s", i+1, b)
+					}
+				}
+			})
+			waitFor(t, hit, "the first replica's tool call") // a runs the tool
+			c.start("b", 2)
+			a.kill(t)
+
+			c.botReplies(ts, "survivor reporting")
+			if n := hits.Load(); n != tc.wantHits {
+				t.Errorf("%s ran %d times, want %d", tc.tool, n, tc.wantHits)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(results) != 1 || !strings.Contains(results[0], tc.wantResult) {
+				t.Errorf("the survivor gave the model the results %q, want one with %q", results, tc.wantResult)
+			}
+		})
+	}
+}

@@ -1,0 +1,265 @@
+package boltstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// inboxRecord is a conversation's unanswered messages, and the last Seq
+// given out (kept while the record lives, so Seqs only grow).
+type inboxRecord struct {
+	Seq      int64           `json:"seq"`
+	Messages []store.Inbound `json:"messages,omitempty"`
+	DeleteAt time.Time       `json:"delete_at"`
+}
+
+// pruneInbox deletes inboxes whose time has passed, and listings older
+// than keep of conversations with no inbox left.
+func pruneInbox(tx *bolt.Tx, now time.Time, keep time.Duration) error {
+	inbox := tx.Bucket(bucketInbox)
+	if err := deleteWhere(inbox, func(v []byte) bool {
+		var rec inboxRecord
+		return json.Unmarshal(v, &rec) == nil && !rec.DeleteAt.After(now)
+	}); err != nil {
+		return err
+	}
+	unans := tx.Bucket(bucketUnans)
+	var gone [][]byte
+	err := unans.ForEach(func(k, v []byte) error {
+		if inbox.Get(k) == nil && decodeTime(v).Add(keep).Before(now) {
+			gone = append(gone, k)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range gone {
+		if err := unans.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RenewClaim is one transaction: see storetest.Store for the contract.
+func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if lease <= 0 {
+		return false, fmt.Errorf("renew resume claim of run %s: lease %v is not positive", runID, lease)
+	}
+	var renewed bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var rec runRecord
+		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		now := time.Now()
+		if rec.Finished || rec.ClaimOwner != owner || !rec.ClaimUntil.After(now) {
+			return nil
+		}
+		rec.ClaimUntil = now.Add(lease)
+		renewed = true
+		return put(tx.Bucket(bucketRuns), runID, rec)
+	})
+	if err != nil {
+		return false, fmt.Errorf("renew resume claim of run %s: %w", runID, err)
+	}
+	return renewed, nil
+}
+
+func seenInboxKey(conversation, kind, id string) []byte {
+	return []byte("inbox\x00" + conversation + "\x00" + kind + "\x00" + id)
+}
+
+// AcceptMessage is one transaction (batched with concurrent ones): see
+// storetest.Store for the contract.
+func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
+	if err := ctx.Err(); err != nil {
+		return m, "", err
+	}
+	now := time.Now()
+	if m.At.IsZero() {
+		m.At = now
+	}
+	var got store.Acceptance
+	// Batch: concurrent accepts (a burst of events) share one commit. The
+	// function may run twice, so it sets everything it returns.
+	err := s.db.Batch(func(tx *bolt.Tx) error {
+		got = ""
+		seen, inbox, unans := tx.Bucket(bucketSeen), tx.Bucket(bucketInbox), tx.Bucket(bucketUnans)
+		var rec inboxRecord
+		found, err := get(inbox, conversation, &rec)
+		if err != nil {
+			return err
+		}
+		firstTime := func(kind, id string) (bool, error) {
+			if id == "" {
+				return true, nil
+			}
+			k := seenInboxKey(conversation, kind, id)
+			if v := seen.Get(k); v != nil && decodeTime(v).After(now) {
+				return false, nil
+			}
+			return true, seen.Put(k, encodeTime(now.Add(store.DedupeTTL)))
+		}
+		duplicate := func() error {
+			got = store.Duplicate
+			if len(rec.Messages) > 0 && unans.Get([]byte(conversation)) == nil {
+				return unans.Put([]byte(conversation), encodeTime(m.At))
+			}
+			return nil
+		}
+		if ok, err := firstTime("event", m.EventID); err != nil || !ok {
+			if err != nil {
+				return err
+			}
+			return duplicate()
+		}
+		if requireKnown && !found && tx.Bucket(bucketConvs).Get([]byte(conversation)) == nil {
+			got = store.Unknown
+			return nil
+		}
+		if ok, err := firstTime("msg", m.MsgID); err != nil || !ok {
+			if err != nil {
+				return err
+			}
+			return duplicate()
+		}
+		m.Seq = max(rec.Seq+1, now.UnixMicro())
+		rec.Seq = m.Seq
+		rec.Messages = append(rec.Messages, m)
+		rec.DeleteAt = now.Add(s.convTTL)
+		if err := put(inbox, conversation, rec); err != nil {
+			return err
+		}
+		got = store.Accepted
+		if unans.Get([]byte(conversation)) != nil {
+			return nil
+		}
+		return unans.Put([]byte(conversation), encodeTime(m.At))
+	})
+	if err != nil {
+		return m, "", fmt.Errorf("accept message in %s: %w", conversation, err)
+	}
+	if got != store.Accepted {
+		m.Seq = 0
+	}
+	return m, got, nil
+}
+
+// Inbox returns the conversation's unanswered messages in Seq order.
+func (s *Store) Inbox(ctx context.Context, conversation string) ([]store.Inbound, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var rec inboxRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		_, err := get(tx.Bucket(bucketInbox), conversation, &rec)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read inbox of %s: %w", conversation, err)
+	}
+	return rec.Messages, nil
+}
+
+// AnswerInbox is one transaction: see storetest.Store for the contract.
+func (s *Store) AnswerInbox(ctx context.Context, conversation string, upTo int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		inbox := tx.Bucket(bucketInbox)
+		var rec inboxRecord
+		found, err := get(inbox, conversation, &rec)
+		if err != nil {
+			return err
+		}
+		if found {
+			n := len(rec.Messages)
+			rec.Messages = slices.DeleteFunc(rec.Messages, func(m store.Inbound) bool { return m.Seq <= upTo })
+			if len(rec.Messages) > 0 {
+				if len(rec.Messages) != n {
+					return put(inbox, conversation, rec)
+				}
+				return nil
+			}
+			if n > 0 {
+				if err := put(inbox, conversation, rec); err != nil {
+					return err
+				}
+			}
+		}
+		return tx.Bucket(bucketUnans).Delete([]byte(conversation))
+	})
+	if err != nil {
+		return fmt.Errorf("answer inbox of %s: %w", conversation, err)
+	}
+	return nil
+}
+
+// MarkUnanswered lists the conversation unless it is listed already.
+func (s *Store) MarkUnanswered(ctx context.Context, conversation string, at time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketUnans)
+		if b.Get([]byte(conversation)) != nil {
+			return nil
+		}
+		return b.Put([]byte(conversation), encodeTime(at))
+	})
+	if err != nil {
+		return fmt.Errorf("list %s as unanswered: %w", conversation, err)
+	}
+	return nil
+}
+
+// Unanswered lists conversations listed at or before the given time,
+// oldest first.
+func (s *Store) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	type listed struct {
+		key string
+		at  time.Time
+	}
+	var all []listed
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketUnans).ForEach(func(k, v []byte) error {
+			if at := decodeTime(v); !at.After(before) {
+				all = append(all, listed{string(k), at})
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list unanswered conversations: %w", err)
+	}
+	slices.SortFunc(all, func(a, b listed) int { return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.key, b.key)) })
+	if limit > 0 && len(all) > limit {
+		all = all[:limit]
+	}
+	out := make([]string, len(all))
+	for i, l := range all {
+		out[i] = l.key
+	}
+	return out, nil
+}

@@ -1,0 +1,164 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// The inbox of a conversation is a list under the conversation's hash tag,
+// next to its de-duplication keys and its sequence counter, so one script
+// accepts a message atomically on Redis Cluster too. The index of
+// conversations with unanswered messages is one global sorted set (score:
+// Unix ms of the oldest listing), written by separate commands in an order
+// that keeps it right whatever interleaves: AcceptMessage lists the
+// conversation after appending to the inbox, and AnswerInbox looks at the
+// inbox again after unlisting it.
+
+// RenewClaim extends owner's live resume claim. See storetest.Store for the
+// contract.
+func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
+	if lease < time.Millisecond {
+		return false, fmt.Errorf("renew resume claim of run %s: lease %v is under 1ms", runID, lease)
+	}
+	n, err := renewClaim.Run(ctx, s.c, []string{s.runKey(runID), s.claimKey(runID)}, owner, lease.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("renew resume claim of run %s: %w", runID, err)
+	}
+	if n < 0 {
+		return false, fmt.Errorf("renew resume claim of run %s: %w", runID, store.ErrNotFound)
+	}
+	return n == 1, nil
+}
+
+// AcceptMessage is one script on the conversation's hash slot, then one
+// ZADD listing the conversation. See storetest.Store for the contract.
+func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
+	if m.At.IsZero() {
+		m.At = time.Now()
+	}
+	m.Seq = 0
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return m, "", fmt.Errorf("accept message in %s: %w", conversation, err)
+	}
+	if !strings.HasPrefix(string(raw), `{"seq":0`) {
+		return m, "", fmt.Errorf("accept message in %s: unexpected encoding %.20s", conversation, raw)
+	}
+	flag := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return "0"
+	}
+	keys := []string{
+		s.convKey(conversation), s.inboxKey(conversation), s.inboxSeqKey(conversation),
+		s.convSeenKey(conversation, "event", m.EventID), s.convSeenKey(conversation, "msg", m.MsgID),
+	}
+	res, err := acceptMessage.Run(ctx, s.c, keys,
+		flag(requireKnown), flag(m.EventID != ""), flag(m.MsgID != ""),
+		store.DedupeTTL.Milliseconds(), raw, s.convTTL.Milliseconds(), time.Now().UnixMicro()).Slice()
+	if err != nil {
+		return m, "", fmt.Errorf("accept message in %s: %w", conversation, err)
+	}
+	if len(res) != 3 {
+		return m, "", fmt.Errorf("accept message in %s: unexpected reply %v", conversation, res)
+	}
+	code, _ := res[0].(string)
+	left, _ := res[2].(int64)
+	switch store.Acceptance(code) {
+	case store.Accepted:
+		seq, _ := res[1].(string)
+		if m.Seq, err = strconv.ParseInt(seq, 10, 64); err != nil {
+			return m, "", fmt.Errorf("accept message in %s: bad seq %q", conversation, seq)
+		}
+	case store.Duplicate:
+		if left == 0 {
+			return m, store.Duplicate, nil
+		}
+	case store.Unknown:
+		return m, store.Unknown, nil
+	default:
+		return m, "", fmt.Errorf("accept message in %s: unexpected reply %v", conversation, res)
+	}
+	// Listed after the append (see above); NX keeps an earlier time.
+	err = s.c.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(m.At.UnixMilli()), Member: conversation}).Err()
+	if err != nil {
+		return m, "", fmt.Errorf("accept message in %s: list unanswered: %w", conversation, err)
+	}
+	return m, store.Acceptance(code), nil
+}
+
+// Inbox returns the conversation's unanswered messages in Seq order.
+func (s *Store) Inbox(ctx context.Context, conversation string) ([]store.Inbound, error) {
+	vals, err := s.c.LRange(ctx, s.inboxKey(conversation), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read inbox of %s: %w", conversation, err)
+	}
+	out := make([]store.Inbound, 0, len(vals))
+	for _, v := range vals {
+		var m store.Inbound
+		if err := json.Unmarshal([]byte(v), &m); err != nil {
+			return nil, fmt.Errorf("read inbox of %s: %w", conversation, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// AnswerInbox drops answered messages; once none is left it unlists the
+// conversation, then lists it again if a message arrived meanwhile.
+func (s *Store) AnswerInbox(ctx context.Context, conversation string, upTo int64) error {
+	left, err := answerInbox.Run(ctx, s.c, []string{s.inboxKey(conversation)}, upTo).Int64()
+	if err != nil {
+		return fmt.Errorf("answer inbox of %s: %w", conversation, err)
+	}
+	if left > 0 {
+		return nil
+	}
+	if err := s.c.ZRem(ctx, s.unansweredKey(), conversation).Err(); err != nil {
+		return fmt.Errorf("answer inbox of %s: unlist: %w", conversation, err)
+	}
+	n, err := s.c.LLen(ctx, s.inboxKey(conversation)).Result()
+	if err != nil {
+		return fmt.Errorf("answer inbox of %s: %w", conversation, err)
+	}
+	if n > 0 {
+		err = s.c.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(time.Now().UnixMilli()), Member: conversation}).Err()
+		if err != nil {
+			return fmt.Errorf("answer inbox of %s: list again: %w", conversation, err)
+		}
+	}
+	return nil
+}
+
+// MarkUnanswered lists the conversation (ZADD NX).
+func (s *Store) MarkUnanswered(ctx context.Context, conversation string, at time.Time) error {
+	err := s.c.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(at.UnixMilli()), Member: conversation}).Err()
+	if err != nil {
+		return fmt.Errorf("list %s as unanswered: %w", conversation, err)
+	}
+	return nil
+}
+
+// Unanswered lists conversations listed at or before the given time,
+// oldest first.
+func (s *Store) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	by := &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(before.UnixMilli(), 10)}
+	if limit > 0 {
+		by.Count = int64(limit)
+	}
+	ids, err := s.c.ZRangeByScore(ctx, s.unansweredKey(), by).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("list unanswered conversations: %w", err)
+	}
+	return ids, nil
+}
