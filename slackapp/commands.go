@@ -19,9 +19,9 @@ import (
 // CommandHelp is the text of /approvals help.
 const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 	"• `/approvals pending`: calls waiting on a decision in this channel\n" +
-	"• `/approvals policy list`: the effective policy rules, first match wins\n" +
+	"• `/approvals policy list`: the effective policy rules, with their layer (file or runtime) and what wins\n" +
 	"• `/approvals policy add tool=<glob> verdict=allow|ask|deny [when='<CEL>'] [approvers=U1,S2] [four_eyes=true] [ttl=2h] [reason=\"…\"] [id=name]` (admins)\n" +
-	"• `/approvals policy remove <rule id>` (admins)\n" +
+	"• `/approvals policy remove <rule id>` (admins; rules added here only: the policy file changes by editing it)\n" +
 	"• `/approvals policy test <tool> <json arguments>`: the verdict and the rule that gives it; nothing runs\n" +
 	"• `/approvals rules list`: standing rules (\"Always allow here\") in this channel\n" +
 	"• `/approvals rules revoke <id>` (admins)\n" +
@@ -198,11 +198,58 @@ func (a *App) cmdPolicyList(ctx context.Context) string {
 		return "No policy rules: tool annotations decide (read-only tools run, others ask), then the default."
 	}
 	var b strings.Builder
-	b.WriteString("*Policy rules, first match wins:*\n")
+	b.WriteString(policyLayersText + "\n")
 	for i, r := range rules {
-		fmt.Fprintf(&b, "%d. `%s` [%s] %s\n", i+1, Escape(r.ID), r.Source, Escape(r.Rule.String()))
+		fmt.Fprintf(&b, "%d. %s [%s] %s", i+1, inlineCode(r.ID), layerName(r.Source), inlineCode(ruleBody(r.Rule)))
+		if r.Source != approvals.SourceFile {
+			if over := a.policy.Overrules(r.Rule); len(over) > 0 {
+				b.WriteString(": " + overrulesText(over))
+			}
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// ruleBody is a rule's text without its id, for lines that name the id
+// already.
+func ruleBody(r approvals.Rule) string {
+	r.ID = ""
+	return r.String()
+}
+
+// policyLayersText says how the two layers of rules combine.
+const policyLayersText = "*Policy rules.* Two layers: the policy file (a floor) and rules added at run time. " +
+	"In each layer the first matching rule counts (runtime rules newest first); the stricter of the two wins " +
+	"(deny > ask > allow), so a runtime rule can tighten a call but never relax a file rule."
+
+// layerName is how policy list names a rule's layer.
+func layerName(s approvals.Source) string {
+	if s == approvals.SourceFile {
+		return "file"
+	}
+	return "runtime"
+}
+
+// overrulesText says which stricter file rules win over a runtime rule.
+func overrulesText(over []approvals.Overrule) string {
+	var always, partly []string
+	for _, o := range over {
+		name := fmt.Sprintf("%s (%s)", inlineCode(o.Rule.ID), o.Rule.Verdict)
+		if o.Always {
+			always = append(always, name)
+		} else {
+			partly = append(partly, name)
+		}
+	}
+	var parts []string
+	if len(always) > 0 {
+		parts = append(parts, "no effect where the stricter file rule "+strings.Join(always, ", ")+" applies: it matches every call this rule does")
+	}
+	if len(partly) > 0 {
+		parts = append(parts, "the stricter file rule "+strings.Join(partly, ", ")+" wins where both match")
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
@@ -214,7 +261,11 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 	if err != nil {
 		return "I couldn't add the rule: " + Escape(err.Error())
 	}
-	return fmt.Sprintf("Added rule `%s` (checked before the policy file's rules): %s", Escape(added.ID), Escape(added.String()))
+	out := fmt.Sprintf("Added runtime rule %s: %s", inlineCode(added.ID), inlineCode(ruleBody(added)))
+	if over := a.policy.Overrules(added); len(over) > 0 {
+		out += "\nNote: " + overrulesText(over) + ". The policy file is a floor: change the file to relax it."
+	}
+	return out
 }
 
 func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
@@ -223,6 +274,9 @@ func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
 		return "Which rule? `/approvals policy remove <rule id>`"
 	}
 	if err := a.policy.RemoveRule(ctx, user, id); err != nil {
+		if errors.Is(err, approvals.ErrFileRule) {
+			return fmt.Sprintf("Rule `%s` is in the policy file, which is a floor: change the file to remove it. Nothing changed.", Escape(id))
+		}
 		if errors.Is(err, approvals.ErrUnknownRule) {
 			return fmt.Sprintf("There is no rule `%s`. Nothing changed.", Escape(id))
 		}
