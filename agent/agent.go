@@ -314,8 +314,10 @@ func leaseLost(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), ErrLeaseLost)
 }
 
+// mustJSON encodes agent state without HTML escaping, so the raw arguments
+// it holds keep their bytes (see store.EncodeJSON).
 func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
+	b, err := store.EncodeJSON(v)
 	if err != nil {
 		panic(fmt.Sprintf("marshal %T: %v", v, err))
 	}

@@ -520,7 +520,7 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 	if slices.ContainsFunc(e.file.rules, func(c compiledRule) bool { return c.ID == r.ID }) {
 		return Rule{}, fmt.Errorf("add rule %s: the policy file has a rule with this id: %w", r.ID, ErrRuleExists)
 	}
-	data, err := json.Marshal(adminRule{Rule: r, AddedBy: actor, AddedAt: e.now().UTC()})
+	data, err := store.EncodeJSON(adminRule{Rule: r, AddedBy: actor, AddedAt: e.now().UTC()})
 	if err != nil {
 		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
 	}
@@ -588,7 +588,7 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 	if !s.ExpiresAt.IsZero() && !s.ExpiresAt.After(s.CreatedAt) {
 		return StandingRule{}, fmt.Errorf("remember: expires_at %s is not after created_at %s", s.ExpiresAt.Format(time.RFC3339), s.CreatedAt.Format(time.RFC3339))
 	}
-	data, err := json.Marshal(s)
+	data, err := store.EncodeJSON(s)
 	if err != nil {
 		return StandingRule{}, fmt.Errorf("remember: %w", err)
 	}

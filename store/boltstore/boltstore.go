@@ -280,7 +280,7 @@ func get(b *bolt.Bucket, key string, v any) (bool, error) {
 
 // put encodes v as the JSON value of key in b.
 func put(b *bolt.Bucket, key string, v any) error {
-	raw, err := json.Marshal(v)
+	raw, err := store.EncodeJSON(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", key, err)
 	}
@@ -782,7 +782,7 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	raw, err := json.Marshal(e)
+	raw, err := store.EncodeJSON(e)
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}

@@ -190,7 +190,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 	if err != nil {
 		return fmt.Errorf("create run: %w", err)
 	}
-	runJSON, err := json.Marshal(r)
+	runJSON, err := store.EncodeJSON(r)
 	if err != nil {
 		return fmt.Errorf("create run %s: %w", r.ID, err)
 	}
@@ -200,7 +200,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 	for _, c := range calls {
 		fp := c.Fingerprint
 		c.Status = "" // the status lives in its own field
-		b, err := json.Marshal(c)
+		b, err := store.EncodeJSON(c)
 		if err != nil {
 			return fmt.Errorf("create run %s: %w", r.ID, err)
 		}
@@ -412,7 +412,7 @@ func (s *Store) Decide(ctx context.Context, callID, fingerprint string, d store.
 	if d.At.IsZero() {
 		d.At = time.Now()
 	}
-	dj, err := json.Marshal(d)
+	dj, err := store.EncodeJSON(d)
 	if err != nil {
 		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
 	}
@@ -740,7 +740,7 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	b, err := json.Marshal(e)
+	b, err := store.EncodeJSON(e)
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
@@ -783,7 +783,7 @@ func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int
 		r.UpdatedAt = time.Now()
 	}
 	r.Version = 0
-	b, err := json.Marshal(r)
+	b, err := store.EncodeJSON(r)
 	if err != nil {
 		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, err)
 	}

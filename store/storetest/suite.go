@@ -45,6 +45,7 @@ func Run(t *testing.T, open Opener) {
 		{"Due", testDue},
 		{"PendingFilters", testPendingFilters},
 		{"Restart", testRestart},
+		{"RawBytesKept", testRawBytesKept},
 		{"Lease", testLease},
 		{"SeenEvent", testSeenEvent},
 		{"Records", testRecords},
@@ -907,6 +908,68 @@ func testPendingFilters(t *testing.T, open Opener) {
 	if !slices.Contains(callIDs(anyone), a[1].ID) {
 		t.Errorf("Pending(approver *) = %v, want it to contain %s", callIDs(anyone), a[1].ID)
 	}
+}
+
+// Raw JSON (arguments, edited arguments, results, state, records) comes
+// back byte for byte, before and after a restart: no '<', '>' or '&'
+// rewritten as \u003c, \u003e or \u0026 on the way through.
+func testRawBytesKept(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	const (
+		args   = `{"filter":"a<b && c>d","path":"/srv/<x>&y"}`
+		edited = `{"filter":"x>1&y<2"}`
+		state  = `{"messages":[{"role":"user","content":"<&>"}],"raw":{"q":"<b>"}}`
+		result = `{"output":"<done> & ok"}`
+		data   = `{"when":"args.n > 5 && args.s < \"x\""}`
+	)
+	r, calls := create(t, s, 1, func(r *store.Run, calls []store.Call) {
+		r.State = json.RawMessage(state)
+		calls[0].Args = json.RawMessage(args)
+	})
+	d := approve("U_APPROVER")
+	d.Kind, d.Args = "edit", json.RawMessage(edited)
+	if _, _, err := s.Decide(ctx, calls[0].ID, calls[0].Fingerprint, d); err != nil {
+		t.Fatalf("Decide(%s): %v", calls[0].ID, err)
+	}
+	if ok, err := s.BeginExecution(ctx, calls[0].ID); err != nil || !ok {
+		t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", calls[0].ID, ok, err)
+	}
+	if err := s.SaveResult(ctx, calls[0].ID, json.RawMessage(result)); err != nil {
+		t.Fatalf("SaveResult(%s): %v", calls[0].ID, err)
+	}
+	conv := store.Conversation{Key: "C6:1.6", State: json.RawMessage(state), UpdatedAt: time.Now()}
+	if err := s.SaveConversation(ctx, conv); err != nil {
+		t.Fatalf("SaveConversation: %v", err)
+	}
+	if _, err := s.PutRecord(ctx, store.Record{Kind: "rule", ID: "r1", Data: json.RawMessage(data)}, 0); err != nil {
+		t.Fatalf("PutRecord: %v", err)
+	}
+	check := func(when string, s Store) {
+		t.Helper()
+		gotRun, gotCalls, err := s.LoadRun(ctx, r.ID)
+		if err != nil {
+			t.Fatalf("LoadRun(%s) %s: %v", r.ID, when, err)
+		}
+		for _, c := range []struct{ what, got, want string }{
+			{"run state", string(gotRun.State), state},
+			{"call arguments", string(gotCalls[0].Args), args},
+			{"edited arguments", string(gotCalls[0].Decision.Args), edited},
+			{"result", string(gotCalls[0].Result), result},
+		} {
+			if c.got != c.want {
+				t.Errorf("%s %s: got %s, want %s", c.what, when, c.got, c.want)
+			}
+		}
+		if got, err := s.LoadConversation(ctx, conv.Key); err != nil || string(got.State) != state {
+			t.Errorf("conversation state %s: got %s (%v), want %s", when, got.State, err, state)
+		}
+		if recs, err := s.Records(ctx, "rule"); err != nil || len(recs) != 1 || string(recs[0].Data) != data {
+			t.Errorf("record %s: got %+v (%v), want data %s", when, recs, err, data)
+		}
+	}
+	check("before a restart", s)
+	check("after a restart", reopen())
 }
 
 func testRestart(t *testing.T, open Opener) {
