@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -443,6 +446,8 @@ func fallback(h Hints, def Action) Verdict {
 
 // argsValue parses call arguments for CEL: objects become map[string]any,
 // integers int64, other numbers float64. Empty arguments are an empty map.
+// A number CEL would see other than as written is an error, so conditions
+// fail closed instead of judging a rounded value (see exactNumber).
 func argsValue(raw json.RawMessage) (any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return map[string]any{}, nil
@@ -456,27 +461,61 @@ func argsValue(raw json.RawMessage) (any, error) {
 	if dec.More() {
 		return nil, errors.New("parse arguments: data after the value")
 	}
-	return celValue(v), nil
+	return celValue(v)
 }
 
-func celValue(v any) any {
+func celValue(v any) (any, error) {
 	switch v := v.(type) {
 	case json.Number:
-		if i, err := v.Int64(); err == nil {
-			return i
-		}
-		f, _ := v.Float64()
-		return f
+		return exactNumber(v)
 	case map[string]any:
 		for k, e := range v {
-			v[k] = celValue(e)
+			c, err := celValue(e)
+			if err != nil {
+				return nil, err
+			}
+			v[k] = c
 		}
-		return v
+		return v, nil
 	case []any:
 		for i, e := range v {
-			v[i] = celValue(e)
+			c, err := celValue(e)
+			if err != nil {
+				return nil, err
+			}
+			v[i] = c
 		}
-		return v
+		return v, nil
 	}
-	return v
+	return v, nil
+}
+
+// maxExactInt is 2^53: integers up to it in size have the same value as an
+// int64 and as a float64, so a condition comparing them with a double
+// judges the number written.
+const maxExactInt = 1 << 53
+
+// exactNumber converts a JSON number for CEL: an integer literal of at most
+// 2^53 in size becomes an int64, any other literal a float64 when that
+// float64, written back in shortest form, has the literal's exact value.
+// Otherwise (5.0000000000000001, 9007199254740993, 1e400) it returns an
+// error naming the literal: the policy cannot see that number exactly.
+func exactNumber(n json.Number) (any, error) {
+	lit := n.String()
+	if i, err := n.Int64(); err == nil {
+		if i > maxExactInt || i < -maxExactInt {
+			return nil, fmt.Errorf("the number %s is too large for the policy to judge exactly", lit)
+		}
+		return i, nil
+	}
+	f, err := n.Float64()
+	want, ok := new(big.Rat).SetString(lit)
+	if err != nil || !ok || math.IsInf(f, 0) {
+		return nil, fmt.Errorf("the number %s is out of the range the policy can judge", lit)
+	}
+	got, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+	if got == nil || got.Cmp(want) != 0 {
+		return nil, fmt.Errorf("the number %s has more digits than the policy can judge exactly (it would see %s)", lit, strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	return f, nil
 }

@@ -308,7 +308,9 @@ func TestArgsValue(t *testing.T) {
 		{`{"n": -5}`, "int64:-5"},
 		{`{"n": 5.0}`, "float64:5"},
 		{`{"n": 1e3}`, "float64:1000"},
-		{`{"n": 99999999999999999999}`, "float64:1e+20"},
+		{`{"n": 0.1}`, "float64:0.1"},
+		{`{"n": 9007199254740992}`, "int64:9007199254740992"},
+		{`{"n": 100000000000000000000}`, "float64:1e+20"},
 		{`{"n": [1, 2.5]}`, "[]interface {}:[1 2.5]"},
 	}
 	for _, tt := range tests {
@@ -325,3 +327,35 @@ func TestArgsValue(t *testing.T) {
 }
 
 func typeAndValue(v any) string { return fmt.Sprintf("%T:%v", v, v) }
+
+// Numbers the policy cannot see exactly are not judged by a rounded value:
+// conditions fail closed, and the reason names the literal.
+func TestInexactNumbersFailClosed(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "big", Tool: "scale", When: "args.n > 5", Verdict: Ask, Reason: "more than 5 replicas"},
+		{ID: "small", Tool: "scale", Verdict: Allow},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lit := range []string{"5.0000000000000001", "9007199254740993", "-9007199254740993", "99999999999999999999", "1e400", "[1, 5.0000000000000001]"} {
+		args := `{"n": ` + lit + `}`
+		if strings.HasPrefix(lit, "[") {
+			args = `{"n": 6, "list": ` + lit + `}`
+		}
+		v := p.Evaluate(Input{Tool: "scale", Args: json.RawMessage(args)})
+		if v.Action != Ask || !v.FailClosed || v.RuleID != "big" {
+			t.Errorf("Evaluate(%s) = %s by %q (fail closed %v), want a fail-closed ask by big", args, v.Action, v.RuleID, v.FailClosed)
+		}
+		want := strings.Trim(strings.TrimPrefix(lit, "[1, "), "]")
+		if !strings.Contains(v.Reason, want) {
+			t.Errorf("Evaluate(%s): reason %q does not name the literal %s", args, v.Reason, want)
+		}
+	}
+	for _, args := range []string{`{"n": 5}`, `{"n": 5.0}`, `{"n": 0.5}`, `{"n": 9007199254740992}`} {
+		v := p.Evaluate(Input{Tool: "scale", Args: json.RawMessage(args)})
+		if v.FailClosed {
+			t.Errorf("Evaluate(%s): failed closed (%s), want an exact judgement", args, v.Reason)
+		}
+	}
+}
