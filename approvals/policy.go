@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
 )
@@ -40,6 +41,24 @@ const (
 // costLimit bounds the work a single condition may do when evaluated; a
 // condition exceeding it fails closed like any other evaluation error.
 const costLimit = 100_000
+
+// sizeHintEntries is the size the cost estimate assumes for every list, map
+// and string of the arguments. A condition whose estimated cost with that
+// size exceeds costLimit is refused when it is compiled: it would fail
+// closed on any realistic call. Larger arguments are still bounded by
+// costLimit when the condition runs.
+const sizeHintEntries = 20
+
+// sizeHint is the cel cost estimator behind sizeHintEntries.
+type sizeHint struct{}
+
+func (sizeHint) EstimateSize(checker.AstNode) *checker.SizeEstimate {
+	return &checker.SizeEstimate{Min: 0, Max: sizeHintEntries}
+}
+
+func (sizeHint) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
+	return nil
+}
 
 // Rule is one policy rule. A rule matches a call when Tool matches the tool
 // name and When, if set, evaluates to true.
@@ -155,6 +174,13 @@ func compileWhen(env *cel.Env, when string) (cel.Program, error) {
 	}
 	if !ast.OutputType().IsExactType(cel.BoolType) {
 		return nil, &fieldError{field: "when", err: fmt.Errorf("must be a bool expression, got %s (compare it, e.g. args.force == true)", ast.OutputType())}
+	}
+	est, err := env.EstimateCost(ast, sizeHint{})
+	if err != nil {
+		return nil, &fieldError{field: "when", err: fmt.Errorf("estimate its cost: %w", err)}
+	}
+	if est.Max > costLimit {
+		return nil, &fieldError{field: "when", err: fmt.Errorf("its estimated cost (%d) exceeds the evaluation limit (%d) for arguments whose lists, maps and strings have %d entries, so it could never be evaluated: use fewer nested comprehensions (all, exists, map, filter)", est.Max, costLimit, sizeHintEntries)}
 	}
 	prg, err := env.Program(ast, cel.CostLimit(costLimit))
 	if err != nil {

@@ -1,6 +1,7 @@
 package approvals
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -357,5 +358,41 @@ func TestInexactNumbersFailClosed(t *testing.T) {
 		if v.FailClosed {
 			t.Errorf("Evaluate(%s): failed closed (%s), want an exact judgement", args, v.Reason)
 		}
+	}
+}
+
+// A condition whose estimated cost exceeds the evaluation limit could never
+// be evaluated: it is refused at load, when added and when remembered, with
+// the reason.
+func TestTooCostlyConditionsRefused(t *testing.T) {
+	nested := func(depth int) string {
+		expr := "x1 == x1"
+		for i := depth; i >= 1; i-- {
+			expr = fmt.Sprintf("args.items.all(x%d, %s)", i, expr)
+		}
+		return strings.Replace(expr, "x1 == x1", fmt.Sprintf("x%d == x%d", depth, depth), 1)
+	}
+	costly, cheap := nested(7), nested(2)
+	const want = "exceeds the evaluation limit"
+	if _, err := NewPolicy(Ask, []Rule{{Tool: "t", When: costly, Verdict: Ask}}); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "policy rule 1") {
+		t.Errorf("NewPolicy with seven nested all(): got %v, want an error naming the rule and containing %q", err, want)
+	}
+	p, err := NewPolicy(Ask, []Rule{{Tool: "t", When: cheap, Verdict: Ask}})
+	if err != nil {
+		t.Fatalf("NewPolicy with two nested all(): %v", err)
+	}
+	if v := p.Evaluate(Input{Tool: "t", Args: json.RawMessage(`{"items":[1,2,3]}`)}); v.FailClosed {
+		t.Errorf("two nested all() failed closed: %s", v.Reason)
+	}
+	e := NewEngine(p, newMemStore())
+	ctx := context.Background()
+	if _, err := e.AddRule(ctx, "U1", Rule{Tool: "t", When: costly, Verdict: Deny}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("AddRule with seven nested all(): got %v, want an error containing %q", err, want)
+	}
+	if _, err := e.Remember(ctx, "U1", StandingRule{Tool: "t", Channel: "C1", When: costly}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Remember with seven nested all(): got %v, want an error containing %q", err, want)
+	}
+	if rules, _ := e.Rules(ctx); len(rules) != 1 {
+		t.Errorf("a refused rule was stored: %d rules, want 1", len(rules))
 	}
 }
