@@ -313,7 +313,8 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, rep
 }
 
 // check validates a call from the model: a known tool, arguments of a sane
-// size that are a JSON object passing the tool's schema. It returns the
+// size that are a JSON object passing the tool's schema, with no keys that
+// look like others (see checkKeys). It returns the
 // canonical arguments and their fingerprint. Errors are worded for the model.
 func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage, string, error) {
 	tool, ok := a.tools.Lookup(name)
@@ -327,6 +328,9 @@ func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage,
 		args = json.RawMessage("{}")
 	}
 	if err := a.tools.Validate(name, args); err != nil {
+		return Tool{}, nil, "", fmt.Errorf("invalid arguments for %s: %v. Fix them and call the tool again", name, err)
+	}
+	if err := checkKeys(args); err != nil {
 		return Tool{}, nil, "", fmt.Errorf("invalid arguments for %s: %v. Fix them and call the tool again", name, err)
 	}
 	canonical, fp, err := approvals.Fingerprint(args)

@@ -55,3 +55,58 @@ func TestArgumentBytesSurviveARestart(t *testing.T) {
 		})
 	}
 }
+
+// Hidden characters in arguments are written out on the card with a
+// warning; the tool gets the exact characters approved.
+func TestHiddenCharactersShownOnTheCard(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	const args = "{\"service\":\"reports/\u202evsc.exe\",\"version\":\"\u200b1\"}"
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", args)), fakeopenai.Text("Deployed."))
+	ts := e.slack.Mention(channel, requester, "deploy")
+	card := e.card(ts, "deploy")
+	text := blocksText(card)
+	for _, want := range []string{"reports/⟦U+202E⟧vsc.exe", "⟦U+200B⟧1", "2 hidden character(s)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the card does not show %q: %s", want, text)
+		}
+	}
+	if strings.ContainsAny(text, "\u202e\u200b") {
+		t.Errorf("the card carries the hidden characters themselves: %q", text)
+	}
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed.")
+	if got := e.deployArgs(); len(got) != 1 || got[0] != args {
+		t.Errorf("deploy ran with %q, want exactly %q", got, args)
+	}
+}
+
+// Keys that differ only by Unicode normalisation, or that mix look-alike
+// scripts, are refused like duplicate keys: the tool does not run and the
+// model is told why.
+func TestLookAlikeKeysRefused(t *testing.T) {
+	tests := []struct {
+		name, args, want string
+	}{
+		{"normalisation", "{\"path\":\"a\",\"caf\u00e9\":1,\"cafe\u0301\":2}", "differ only by Unicode normalisation"},
+		{"full width", "{\"path\":\"a\",\"\uff50\uff41\uff54\uff48\":\"/etc/passwd\"}", "differ only by Unicode normalisation"},
+		{"mixed scripts", "{\"path\":\"a\",\"p\u0430th\":\"/etc/passwd\"}", "mixes letters of Latin and Cyrillic"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "read_file", tt.args)), fakeopenai.Text("I will fix the keys."))
+			ts := e.slack.Mention(channel, requester, "read it")
+			e.answer(ts, "I will fix the keys.")
+			res := toolResults(e.request(2))
+			if len(res) != 1 || !strings.Contains(res[0].Content, tt.want) {
+				t.Errorf("the model was told %v, want a tool error containing %q", res, tt.want)
+			}
+			if n := e.reads.Load(); n != 0 {
+				t.Errorf("read_file ran %d times with look-alike keys, want 0", n)
+			}
+		})
+	}
+}

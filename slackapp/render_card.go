@@ -265,14 +265,20 @@ func prettyJSON(raw json.RawMessage) string {
 }
 
 // argsSection renders arguments as a titled code block within one section,
-// reporting whether they were cut.
+// reporting whether they were cut. Hidden characters are written out (see
+// revealHidden), with a warning line after the block.
 func argsSection(title string, args json.RawMessage) (string, bool) {
 	pretty := prettyJSON(args)
 	if pretty == "" || pretty == "{}" || pretty == "null" {
 		return title + "\n_(no arguments)_", false
 	}
-	block, cut := codeBlock(codeBody(pretty), maxSectionText-textLen(title)-1)
-	return title + "\n" + block, cut
+	shown, n := revealHidden(pretty)
+	warning := ""
+	if n > 0 {
+		warning = "\n" + hiddenWarning(n)
+	}
+	block, cut := codeBlock(codeBody(shown), maxSectionText-textLen(title)-1-textLen(warning))
+	return title + "\n" + block + warning, cut
 }
 
 // cardButtons returns the decision buttons of a pending card.

@@ -108,7 +108,11 @@ func inboxEntry(c Card) []slack.Block {
 	} else if pretty := prettyJSON(c.Args); pretty == "" || pretty == "{}" || pretty == "null" {
 		detail = "_(no arguments)_"
 	} else {
-		detail, cut = codeBlock(codeBody(pretty), homeArgsPreview)
+		shown, n := revealHidden(pretty)
+		detail, cut = codeBlock(codeBody(shown), homeArgsPreview)
+		if n > 0 {
+			detail += "\n" + hiddenWarning(n)
+		}
 	}
 
 	buttons := cardButtons(c)
