@@ -77,7 +77,7 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 // it is now (an admin may have tightened it since the card was posted). For
 // a decision that runs the call it returns the current verdict.
 func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decision) (approvals.Verdict, error) {
-	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, d.Decider, a.cfg.Groups); err != nil {
+	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, d.Decider, a.cfg.Groups); err != nil {
 		return approvals.Verdict{}, err
 	}
 	if len(c.Approvers) == 0 && a.cfg.Audience != nil && d.Decider != c.Requester {
@@ -104,7 +104,7 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	case approvals.Deny:
 		return v, deniedBy(v)
 	case approvals.Ask:
-		if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester}, d.Decider, a.cfg.Groups); err != nil {
+		if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, d.Decider, a.cfg.Groups); err != nil {
 			return v, fmt.Errorf("the call now falls under rule %s: %w", v.RuleID, err)
 		}
 	}
@@ -206,7 +206,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 		return nil, deniedBy(v)
 	}
 	if v.Action == approvals.Ask {
-		who := approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester}
+		who := approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester, Requesters: c.Requesters}
 		if err := approvals.Authorize(ctx, who, d.Decider, a.cfg.Groups); err != nil {
 			return nil, fmt.Errorf("the edited call falls under rule %s: %w", v.RuleID, err)
 		}

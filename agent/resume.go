@@ -86,7 +86,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		byID[c.ID] = c
 		cancelled = cancelled || c.Status == store.Cancelled
 	}
-	t := &turn{conv: run.Conversation, user: st.User, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued}
+	t := &turn{conv: run.Conversation, user: st.User, askers: st.Requesters, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued}
 	if cancelled {
 		t.messages = dropUnexecuted(t.messages, st.Slots)
 		for _, s := range st.Slots {
@@ -134,8 +134,10 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 	if len(t.queued) == 0 {
 		return out, nil
 	}
+	t.askers = nil
 	for _, q := range t.queued {
 		t.messages = append(t.messages, userMessage(q))
+		t.addAsker(q.User)
 	}
 	last := t.queued[len(t.queued)-1]
 	t.user, t.channel, t.queued, t.steps = last.User, last.Channel, nil, 0

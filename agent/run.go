@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -38,8 +39,11 @@ type runState struct {
 	Messages []openai.ChatCompletionMessage `json:"messages"`
 	Slots    []slot                         `json:"slots"`
 	User     string                         `json:"user"`
-	Channel  string                         `json:"channel"`
-	Steps    int                            `json:"steps"`
+	// Requesters are everyone whose message the turn answers; empty in
+	// runs stored before they were recorded, where User is the only one.
+	Requesters []string `json:"requesters,omitempty"`
+	Channel    string   `json:"channel"`
+	Steps      int      `json:"steps"`
 }
 
 // slot is one tool call of a model step: either done (Result set) or
@@ -57,6 +61,7 @@ type slot struct {
 type turn struct {
 	conv     string
 	user     string
+	askers   []string // everyone whose message the turn answers; see requesters
 	channel  string
 	messages []openai.ChatCompletionMessage
 	steps    int
@@ -107,12 +112,30 @@ func (a *Agent) Run(ctx context.Context, req Request) (Outcome, error) {
 		// now, before this one.
 		for _, old := range cs.Queued {
 			t.messages = append(t.messages, userMessage(old))
+			t.addAsker(old.User)
 		}
+		t.addAsker(req.User)
 		t.messages = append(t.messages, userMessage(q))
 		out, err = a.continueTurn(ctx, t, rep)
 		return err
 	})
 	return out, err
+}
+
+// addAsker records that the turn answers a message of user.
+func (t *turn) addAsker(user string) {
+	if user != "" && !slices.Contains(t.askers, user) {
+		t.askers = append(t.askers, user)
+	}
+}
+
+// requesters are the people whose messages the turn answers: four eyes
+// forbids each of them from deciding a call the turn makes.
+func (t *turn) requesters() []string {
+	if len(t.askers) == 0 && t.user != "" {
+		return []string{t.user}
+	}
+	return slices.Clone(t.askers)
 }
 
 func userMessage(q queuedMessage) openai.ChatCompletionMessage {
@@ -456,7 +479,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		c := store.Call{
 			ID: store.CallID(runID, k), RunID: runID, ToolCallID: slots[q.slot].ToolCallID,
 			Tool: q.tool.Name, Args: q.canonical, Fingerprint: q.fp,
-			Requester: t.user, Channel: t.channel, Conversation: t.conv,
+			Requester: t.user, Requesters: t.requesters(), Channel: t.channel, Conversation: t.conv,
 			RuleID: q.verdict.RuleID, Reason: q.verdict.Reason, Approvers: q.verdict.Approvers, FourEyes: q.verdict.FourEyes,
 			CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
 		}
@@ -468,7 +491,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		}
 		pending[k] = PendingCall{Call: c, Human: q.tool.Human, Schema: q.tool.Schema}
 	}
-	run.State = mustJSON(runState{Messages: t.messages, Slots: slots, User: t.user, Channel: t.channel, Steps: t.steps})
+	run.State = mustJSON(runState{Messages: t.messages, Slots: slots, User: t.user, Requesters: t.requesters(), Channel: t.channel, Steps: t.steps})
 	if err := a.store.CreateRun(ctx, run, calls); err != nil {
 		// Keep what happened (calls already allowed may have run) with
 		// every call answered, so the history stays valid.

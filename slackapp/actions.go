@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -203,7 +204,7 @@ func refusalText(c store.Call, decider string, err error) (text, result string) 
 	case errors.As(err, &refused) && errors.Is(err, approvals.ErrAlreadyDecided):
 		return AlreadyDecidedText(refused.DecidedBy, DecisionKind(refused.Kind), refused.DecidedAt), "already_decided"
 	case errors.Is(err, approvals.ErrNotApprover):
-		if c.FourEyes && decider == c.Requester {
+		if c.FourEyes && (decider == c.Requester || slices.Contains(c.Requesters, decider)) {
 			return RequesterCannotApproveText(), "not_approver"
 		}
 		return NotApproverText(c.Approvers), "not_approver"
@@ -279,7 +280,7 @@ func (a *App) openModal(ctx context.Context, c click) {
 		}
 		// Check before opening the form, so nobody fills in a form that
 		// will be refused. The decision is checked again on submit.
-		who := approvals.Approvable{Approvers: pc.Approvers, FourEyes: pc.FourEyes, Requester: pc.Requester}
+		who := approvals.Approvable{Approvers: pc.Approvers, FourEyes: pc.FourEyes, Requester: pc.Requester, Requesters: pc.Requesters}
 		if err := approvals.Authorize(ctx, who, c.user, a.groups); err != nil {
 			text, _ := refusalText(pc.Call, c.user, err)
 			a.tell(ctx, c.user, c.channel, text)

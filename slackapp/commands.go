@@ -142,7 +142,7 @@ func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand) string {
 		if n > 20 {
 			continue
 		}
-		fmt.Fprintf(&b, "• `%s` requested by <@%s>, rule `%s`, expires %s\n", Escape(c.Tool), c.Requester, Escape(c.RuleID), slackDate(c.ExpiresAt))
+		fmt.Fprintf(&b, "• %s requested by %s, rule %s, expires %s\n", inlineCode(c.Tool), requesterRefs(c.Requester, c.Requesters), inlineCode(c.RuleID), slackDate(c.ExpiresAt))
 	}
 	if n == 0 {
 		return "Nothing is waiting on approval in this channel."
@@ -405,7 +405,7 @@ func (a *App) publishHome(ctx context.Context, user string) {
 		calls = calls[:homeScanLimit]
 	}
 	for _, c := range calls {
-		if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, user, a.groups) != nil {
+		if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, user, a.groups) != nil {
 			continue
 		}
 		if len(c.Approvers) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {

@@ -110,3 +110,64 @@ func TestLookAlikeKeysRefused(t *testing.T) {
 		})
 	}
 }
+
+// Four eyes counts every asker: a call made by a turn that answers several
+// people's messages cannot be approved by any of them, and the card names
+// them all.
+func TestFourEyesCountsEveryAsker(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed api 1."),
+				fakeopenai.ToolCalls(tc("c2", "deploy", `{"service":"api","version":"2"}`)), fakeopenai.Text("Deployed api 2."))
+			ts := e.slack.Mention(channel, requester, "deploy api 1")
+			card1 := e.card(ts, "deploy")
+
+			// While the thread waits, the approver asks for another deploy
+			// and the requester says thanks: the next turn answers both.
+			e.slack.ThreadReply(channel, ts, approver, "deploy api 2 as well")
+			e.answer(ts, "waiting on approval")
+			e.slack.ThreadReply(channel, ts, requester, "thanks")
+			waitUntil(t, "both follow-ups are queued", func() bool {
+				n := 0
+				for _, m := range e.slack.Thread(channel, ts) {
+					if m.BotID != "" && strings.Contains(m.Text, "waiting on approval") {
+						n++
+					}
+				}
+				return n == 2
+			})
+			_, err := e.slack.Click(other, channel, card1.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed api 1.")
+			var card2 fakeslack.Message
+			waitUntil(t, "a second card", func() bool {
+				cards := e.cards(channel, ts)
+				for _, c := range cards {
+					if c.TS != card1.TS {
+						card2 = c
+						return true
+					}
+				}
+				return false
+			})
+			if text := blocksText(card2); !strings.Contains(text, "Requested by <@"+approver+">, <@"+requester+">") {
+				t.Errorf("the second card does not name both askers: %s", text)
+			}
+			e.restart() // the askers are stored with the call
+			_, err = e.slack.Click(approver, channel, card2.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.ephemeral(approver, "second pair of eyes")
+			if n := e.deploy.Load(); n != 1 {
+				t.Fatalf("deploy ran %d times after an asker approved their own call, want 1", n)
+			}
+			_, err = e.slack.Click(other, channel, card2.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed api 2.")
+			if n := e.deploy.Load(); n != 2 {
+				t.Errorf("deploy ran %d times, want 2", n)
+			}
+		})
+	}
+}

@@ -146,6 +146,19 @@ func userRef(id, fallback string) string {
 	return Escape(id)
 }
 
+// requesterRefs names the people who asked for a call: requesters when
+// known (everyone whose message the turn answers), else requester alone.
+func requesterRefs(requester string, requesters []string) string {
+	if len(requesters) == 0 {
+		return userRef(requester, "an unknown user")
+	}
+	refs := make([]string, len(requesters))
+	for i, r := range requesters {
+		refs[i] = userRef(r, "an unknown user")
+	}
+	return strings.Join(refs, ", ")
+}
+
 // approverList renders approver ids as mentions joined by sep, dropping any
 // id that is not a well-formed user or user-group id. It returns "" when
 // none is left.

@@ -76,6 +76,9 @@ type Card struct {
 	Args json.RawMessage
 	// Requester is the Slack user id of the person whose turn made the call.
 	Requester string
+	// Requesters are everyone whose message that turn answers; when set,
+	// the card names them all (four eyes forbids each).
+	Requesters []string
 	// RuleID and Reason name the policy rule that asked for approval.
 	RuleID string
 	Reason string
@@ -214,7 +217,7 @@ func cardTitle(c Card) string {
 // requestText describes who asked, under which rule, and who may decide.
 func requestText(c Card) string {
 	var lines []string
-	lines = append(lines, "Requested by "+userRef(c.Requester, "an unknown user")+" · tool "+inlineCode(c.Tool))
+	lines = append(lines, "Requested by "+requesterRefs(c.Requester, c.Requesters)+" · tool "+inlineCode(c.Tool))
 	if c.RuleID != "" || c.Reason != "" {
 		rule := "*Rule:*"
 		if c.RuleID != "" {
@@ -239,10 +242,18 @@ func requestText(c Card) string {
 		}
 		lines = append(lines, label+who)
 		if c.FourEyes {
-			lines = append(lines, ":eyes: Four-eyes: the requester cannot approve this call.")
+			lines = append(lines, ":eyes: Four-eyes: "+fourEyesWho(c)+" cannot approve this call.")
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// fourEyesWho names who a four-eyes rule keeps from approving.
+func fourEyesWho(c Card) string {
+	if len(c.Requesters) > 1 {
+		return "the requesters"
+	}
+	return "the requester"
 }
 
 // oneLine collapses runs of white space, line breaks included.

@@ -83,7 +83,7 @@ func inboxEntry(c Card) []slack.Block {
 	if c.Human {
 		kind = "*Question:* "
 	}
-	lines = append(lines, kind+inlineCode(c.Tool)+" · requested by "+userRef(c.Requester, "an unknown user"))
+	lines = append(lines, kind+inlineCode(c.Tool)+" · requested by "+requesterRefs(c.Requester, c.Requesters))
 	if c.RuleID != "" || c.Reason != "" {
 		rule := "Rule"
 		if c.RuleID != "" {

@@ -49,23 +49,27 @@ type Decision struct {
 
 // Call is one tool call of a paused step that waits on people.
 type Call struct {
-	ID           string          `json:"id"`           // opaque id, see CallID
-	RunID        string          `json:"run_id"`       // the run it belongs to
-	ToolCallID   string          `json:"tool_call_id"` // the model's id for the call
-	Tool         string          `json:"tool"`
-	Args         json.RawMessage `json:"args"` // canonical JSON
-	Fingerprint  string          `json:"fingerprint"`
-	Requester    string          `json:"requester"`
-	Channel      string          `json:"channel"`
-	Conversation string          `json:"conversation"`
-	RuleID       string          `json:"rule_id"`
-	Reason       string          `json:"reason,omitempty"`
-	Approvers    []string        `json:"approvers,omitempty"`
-	FourEyes     bool            `json:"four_eyes,omitempty"`
-	CreatedAt    time.Time       `json:"created_at"`
-	ExpiresAt    time.Time       `json:"expires_at"`
-	Status       Status          `json:"status"`
-	Decision     *Decision       `json:"decision,omitempty"`
+	ID          string          `json:"id"`           // opaque id, see CallID
+	RunID       string          `json:"run_id"`       // the run it belongs to
+	ToolCallID  string          `json:"tool_call_id"` // the model's id for the call
+	Tool        string          `json:"tool"`
+	Args        json.RawMessage `json:"args"` // canonical JSON
+	Fingerprint string          `json:"fingerprint"`
+	Requester   string          `json:"requester"`
+	// Requesters are everyone whose message the turn that made the call
+	// answers (Requester among them); empty in calls stored before it was
+	// recorded, where Requester is the only one known.
+	Requesters   []string  `json:"requesters,omitempty"`
+	Channel      string    `json:"channel"`
+	Conversation string    `json:"conversation"`
+	RuleID       string    `json:"rule_id"`
+	Reason       string    `json:"reason,omitempty"`
+	Approvers    []string  `json:"approvers,omitempty"`
+	FourEyes     bool      `json:"four_eyes,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	Status       Status    `json:"status"`
+	Decision     *Decision `json:"decision,omitempty"`
 	// Executing is set by BeginExecution: the tool was started at most once.
 	Executing bool `json:"executing,omitempty"`
 	// Result is what the tool returned, as saved by SaveResult (opaque to
