@@ -303,6 +303,7 @@ func (a *Agent) audit(ctx context.Context, e store.AuditEntry) {
 	if e.At.IsZero() {
 		e.At = a.cfg.Now()
 	}
+	e.Log(ctx, a.log)
 	if err := a.store.Audit(ctx, e); err != nil {
 		a.log.Warn("write audit entry", "action", e.Action, "call", e.CallID, "err", err)
 	}

@@ -229,7 +229,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	case err != nil:
 		return DecideResult{Call: c}, fmt.Errorf("decide %s: %w", c.ID, err)
 	}
-	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: sd.Kind, Detail: sd.Reason})
+	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: sd.Kind, Outcome: "recorded", Detail: sd.Reason})
 	if sd.Kind == string(approvals.Remember) {
 		a.remember(ctx, got, sd, v)
 	}
@@ -291,7 +291,7 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 			return res, fmt.Errorf("cancel %s: %w", c.ID, err)
 		}
 		cancelled++
-		a.audit(ctx, store.AuditEntry{Actor: user, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "cancel"})
+		a.audit(ctx, store.AuditEntry{Actor: user, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: string(approvals.Cancel), Outcome: "recorded"})
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "cancelled by the requester"})
 		res = DecideResult{Call: got, Complete: res.Complete || complete}
 	}

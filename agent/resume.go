@@ -214,7 +214,13 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	if err := a.store.SaveResult(context.WithoutCancel(ctx), c.ID, mustJSON(res)); err != nil {
 		a.log.Warn("save tool result", "call", c.ID, "err", err)
 	}
-	a.audit(ctx, store.AuditEntry{Actor: d.Decider, Action: "execute", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: outcomeOf(res)})
+	ranFP := c.Fingerprint
+	if approvals.Kind(d.Kind) == approvals.Edit {
+		if _, fp, err := approvals.Fingerprint(args); err == nil {
+			ranFP = fp
+		}
+	}
+	a.audit(ctx, store.AuditEntry{Actor: d.Decider, Action: "execute", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: ranFP, Decision: d.Kind, Outcome: outcomeOf(res)})
 	rep.Updated(ctx, CallUpdate{Call: c, Phase: PhaseExecuted, Result: res})
 	return withNote(res)
 }
@@ -274,7 +280,7 @@ func (a *Agent) Sweep(ctx context.Context, resume func(runID, conversation strin
 			errs = append(errs, fmt.Errorf("expire %s: %w", c.ID, err))
 			continue
 		}
-		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "expire"})
+		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: string(approvals.Expire), Outcome: "recorded"})
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: got, Phase: PhaseSkipped, Note: "expired"})
 		if complete {
 			runs = append(runs, ref{got.RunID, got.Conversation})

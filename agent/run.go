@@ -312,7 +312,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, rep
 		}
 		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Channel: t.channel, Hints: tool.Annotations}
 		v := a.evaluate(ctx, in)
-		a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "request", Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
+		a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
 		}
@@ -321,7 +321,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, rep
 			rep.Status(ctx, "is running "+name+"…")
 			res := a.execute(ctx, tool, canonical)
 			slots[i].Result, slots[i].Ran = &res, true
-			a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "execute", Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "rule " + v.RuleID})
+			a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "execute", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "allowed by rule " + v.RuleID})
 		case approvals.Deny:
 			reason := v.Reason
 			if reason == "" {
@@ -512,7 +512,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		return Outcome{}, err
 	}
 	for _, c := range calls {
-		a.audit(ctx, store.AuditEntry{Actor: c.Requester, Action: "pause", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
+		a.audit(ctx, store.AuditEntry{Actor: c.Requester, Action: "pause", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
 	}
 	rep.Paused(ctx, pending)
 	return Outcome{Status: Paused, RunID: runID, Pending: pending}, nil

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -174,6 +175,7 @@ type Engine struct {
 	rs   RecordStore
 	env  *cel.Env
 	now  func() time.Time
+	log  *slog.Logger // audit lines; nil: none
 
 	mu    sync.Mutex
 	cache map[string]cachedProgram // "kind/id" -> compiled record
@@ -196,6 +198,12 @@ type EngineOption func(*Engine)
 // the default is time.Now.
 func WithClock(now func() time.Time) EngineOption {
 	return func(e *Engine) { e.now = now }
+}
+
+// WithAuditLog writes every audit entry of the Engine's changes to l as
+// well, as one line with the message "audit" (see store.AuditEntry.Log).
+func WithAuditLog(l *slog.Logger) EngineOption {
+	return func(e *Engine) { e.log = l }
 }
 
 // NewEngine returns an Engine over the file policy p (nil: no file rules,
@@ -655,25 +663,30 @@ func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
 	return nil
 }
 
-// audit writes an entry if the store keeps an audit log.
+// audit logs an entry with the audit logger, if there is one, and writes
+// it if the store keeps an audit log.
 func (e *Engine) audit(ctx context.Context, actor, action, tool, id, detail string) error {
-	a, ok := e.rs.(Auditor)
-	if !ok {
-		return nil
-	}
 	if detail != "" {
 		detail = "id=" + id + " " + detail
 	} else {
 		detail = "id=" + id
 	}
-	return a.Audit(ctx, store.AuditEntry{
+	entry := store.AuditEntry{
 		At:      e.now().UTC(),
 		Actor:   actor,
 		Action:  action,
 		Tool:    tool,
 		Outcome: "ok",
 		Detail:  detail,
-	})
+	}
+	if e.log != nil {
+		entry.Log(ctx, e.log)
+	}
+	a, ok := e.rs.(Auditor)
+	if !ok {
+		return nil
+	}
+	return a.Audit(ctx, entry)
 }
 
 func randomHex(n int) string {

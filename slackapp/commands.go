@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,7 @@ const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 	"• `/approvals policy test <tool> <json arguments>`: the verdict and the rule that gives it; nothing runs\n" +
 	"• `/approvals rules list`: standing rules (\"Always allow here\") in this channel\n" +
 	"• `/approvals rules revoke <id>` (admins)\n" +
-	"• `/approvals audit [n]`: the newest audit entries"
+	"• `/approvals audit [n]`: the newest audit entries (admins)"
 
 // commandTimeout keeps a command's answer within Slack's 3 seconds.
 const commandTimeout = 2500 * time.Millisecond
@@ -74,6 +75,9 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 	case sub == "pending":
 		return a.cmdPending(ctx, cmd)
 	case sub == "audit":
+		if refusal, ok := a.requireAdmin(ctx, cmd.UserID, adminRead); !ok {
+			return refusal
+		}
 		n := 20
 		if len(args) > 1 {
 			if v, err := strconv.Atoi(args[1]); err == nil && v > 0 && v <= 100 {
@@ -88,7 +92,7 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 		case "test":
 			return a.cmdPolicyTest(ctx, cmd, rest(2))
 		case "add", "remove":
-			if refusal, ok := a.requireAdmin(ctx, cmd.UserID); !ok {
+			if refusal, ok := a.requireAdmin(ctx, cmd.UserID, adminChange); !ok {
 				return refusal
 			}
 			if strings.ToLower(args[1]) == "add" {
@@ -101,7 +105,7 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 		case "list":
 			return a.cmdRulesList(ctx, cmd.ChannelID)
 		case "revoke":
-			if refusal, ok := a.requireAdmin(ctx, cmd.UserID); !ok {
+			if refusal, ok := a.requireAdmin(ctx, cmd.UserID, adminChange); !ok {
 				return refusal
 			}
 			return a.cmdRulesRevoke(ctx, cmd.UserID, rest(2))
@@ -110,19 +114,33 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 	return "I don't know that command.\n\n" + CommandHelp
 }
 
+// adminUse is what an admin-only command does, for its refusal.
+type adminUse bool
+
+const (
+	adminChange adminUse = false // changes the policy or standing rules
+	adminRead   adminUse = true  // reads the audit log
+)
+
 // requireAdmin allows ADMIN_USERS and workspace admins and owners. For
 // anyone else it returns false and the answer to give them.
-func (a *App) requireAdmin(ctx context.Context, user string) (refusal string, ok bool) {
+func (a *App) requireAdmin(ctx context.Context, user string, use adminUse) (refusal string, ok bool) {
 	if a.admins[user] {
 		return "", true
 	}
 	u, err := a.api.GetUserInfoContext(ctx, user)
 	if err != nil {
 		a.log.Warn("look up user", "user", user, "err", err)
+		if use == adminRead {
+			return "I couldn't check whether you are an admin, so I can't show the audit log. Please try again.", false
+		}
 		return "I couldn't check whether you are an admin, so nothing changed. Please try again.", false
 	}
 	if u.IsAdmin || u.IsOwner || u.IsPrimaryOwner {
 		return "", true
+	}
+	if use == adminRead {
+		return "Only admins can read the audit log (ADMIN_USERS, or workspace admins and owners).", false
 	}
 	return "Only admins can change the policy (ADMIN_USERS, or workspace admins and owners). Nothing changed.", false
 }
@@ -164,22 +182,49 @@ func (a *App) cmdAudit(ctx context.Context, n int) string {
 	var b strings.Builder
 	b.WriteString("*Audit log, newest first:*\n")
 	for _, e := range entries {
-		fmt.Fprintf(&b, "• %s %s `%s`", e.At.UTC().Format("2006-01-02 15:04:05Z"), Escape(e.Actor), Escape(e.Action))
-		if e.Tool != "" {
-			fmt.Fprintf(&b, " %s", Escape(e.Tool))
-		}
-		if e.Fingerprint != "" {
-			fmt.Fprintf(&b, " args %s", Escape(shortFP(e.Fingerprint)))
-		}
-		if e.Outcome != "" {
-			fmt.Fprintf(&b, " → %s", Escape(e.Outcome))
-		}
-		if e.Detail != "" {
-			fmt.Fprintf(&b, " (%s)", Escape(clip(e.Detail, 120)))
-		}
-		b.WriteString("\n")
+		b.WriteString(auditLine(e) + "\n")
 	}
 	return b.String()
+}
+
+// channelIDRE is the shape of a Slack channel id that may be linked.
+var channelIDRE = regexp.MustCompile(`^[CGD][A-Z0-9]+$`)
+
+// auditLine renders one audit entry: each field once, and every text that
+// came from a person or the model (tool names, rule text, reasons) in a code
+// span, so it shows as typed and cannot format or ping.
+func auditLine(e store.AuditEntry) string {
+	parts := []string{e.At.UTC().Format("2006-01-02 15:04:05Z"), inlineCode(e.Action), "by " + userRef(e.Actor, "someone unknown")}
+	if e.Tool != "" {
+		parts = append(parts, "tool "+inlineCode(e.Tool))
+	}
+	if e.Channel != "" {
+		where := "in " + inlineCode(e.Channel)
+		if channelIDRE.MatchString(e.Channel) {
+			where = "in <#" + e.Channel + ">"
+		}
+		if _, _, thread, ok := parseKey(e.Thread); ok {
+			where += " thread " + inlineCode(thread)
+		}
+		parts = append(parts, where)
+	}
+	if e.CallID != "" {
+		parts = append(parts, "call "+inlineCode(e.CallID))
+	}
+	if e.Fingerprint != "" {
+		parts = append(parts, "args "+inlineCode(shortFP(e.Fingerprint)))
+	}
+	if e.Decision != "" {
+		parts = append(parts, "decision "+inlineCode(e.Decision))
+	}
+	if e.Outcome != "" {
+		parts = append(parts, "outcome "+inlineCode(e.Outcome))
+	}
+	if e.Detail != "" {
+		detail, _ := truncate(e.Detail, 120)
+		parts = append(parts, inlineCode(detail))
+	}
+	return "• " + strings.Join(parts, " · ")
 }
 
 func shortFP(fp string) string {

@@ -76,8 +76,9 @@ func TestApprovalsCommand(t *testing.T) {
 	wantIn(t, "rules revoke by an admin", e.slash(other, "rules revoke "+m[1]), "Revoked standing rule `"+m[1]+"`")
 	wantIn(t, "rules list after the revoke", e.slash(stranger, "rules list"), "No standing rules")
 
-	audit := e.slash(stranger, "audit")
-	wantIn(t, "audit", audit, "`decide` deploy", "`execute` deploy", approver)
+	wantIn(t, "audit by a non-admin", e.slash(stranger, "audit"), "Only admins can read the audit log")
+	audit := e.slash(other, "audit")
+	wantIn(t, "audit", audit, "`decide` · by <@"+approver+"> · tool `deploy`", "`execute` · by <@"+approver+"> · tool `deploy`")
 
 	// Policy changes are for admins. The file is a floor: an added allow
 	// rule changes nothing where a file rule is stricter, and says so; an
@@ -107,7 +108,7 @@ func TestApprovalsCommand(t *testing.T) {
 		t.Errorf("deploy ran %d times, want 1", n)
 	}
 	wantIn(t, "policy remove by an admin", e.slash(other, "policy remove deploy-ok"), "Removed rule `deploy-ok`")
-	wantIn(t, "audit after the policy change", e.slash(stranger, "audit 50"), "deploy-ok")
+	wantIn(t, "audit after the policy change", e.slash(other, "audit 50"), "deploy-ok")
 }
 
 // App Home lists the pending call in the approver's inbox; Approve there

@@ -1,9 +1,14 @@
 package slackapp_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
@@ -169,5 +174,83 @@ func TestFourEyesCountsEveryAsker(t *testing.T) {
 				t.Errorf("deploy ran %d times, want 2", n)
 			}
 		})
+	}
+}
+
+// syncBuffer is a log sink safe for the bot's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The audit of an edited call names the channel, the thread, the decision
+// and the fingerprint of the arguments that ran; every entry is also one
+// msg=audit log line; /approvals audit is for admins, shows each field once
+// and puts user-supplied text in code spans.
+func TestAuditOfAnEditedCall(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	logs := &syncBuffer{}
+	e.cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	e.cfg.AdminUsers = []string{other}
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1.0.0"}`)), fakeopenai.Text("Deployed the edited version."))
+	ts := e.slack.Mention(channel, requester, "deploy")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionEdit, "")
+	must(t, err)
+	view := e.modal(approver, slackapp.CallbackEdit)
+	const edited = `{"service":"api","version":"1.0.1"}`
+	_, err = e.slack.SubmitView(approver, view.ID, map[string]map[string]string{slackapp.BlockEditArgs: {slackapp.ActionEditArgs: edited}}, "")
+	must(t, err)
+	e.answer(ts, "Deployed the edited version.")
+
+	_, original, _ := approvals.Fingerprint(json.RawMessage(`{"service":"api","version":"1.0.0"}`))
+	_, ran, _ := approvals.Fingerprint(json.RawMessage(edited))
+	var line string
+	waitUntil(t, "the execution is logged", func() bool {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "msg=audit") && strings.Contains(l, "action=execute") {
+				line = l
+				return true
+			}
+		}
+		return false
+	})
+	for _, want := range []string{"fingerprint=" + ran, "decision=edit", "channel=" + channel, "tool=deploy", "actor=" + approver, "outcome=ok"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the audit log line does not contain %q: %s", want, line)
+		}
+	}
+
+	wantIn(t, "audit by a non-admin", e.slash(stranger, "audit"), "Only admins can read the audit log")
+	audit := e.slash(other, "audit")
+	var exec string
+	for _, l := range strings.Split(audit, "\n") {
+		if strings.Contains(l, "`execute`") {
+			exec = l
+		}
+	}
+	for _, want := range []string{"by <@" + approver + ">", "tool `deploy`", "in <#" + channel + "> thread `" + ts + "`", "args `" + ran[:12] + "`", "decision `edit`", "outcome `ok`"} {
+		if !strings.Contains(exec, want) {
+			t.Errorf("the audit line of the execution does not contain %q: %s", want, exec)
+		}
+	}
+	if strings.Contains(exec, original[:12]) {
+		t.Errorf("the execution is audited with the original arguments' fingerprint: %s", exec)
+	}
+	if n := strings.Count(exec, "edit"); n != 1 {
+		t.Errorf("the audit line names the decision %d times: %s", n, exec)
 	}
 }

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,15 +136,44 @@ func (f Filter) Match(c Call) bool {
 
 // AuditEntry is one line of the audit log.
 type AuditEntry struct {
-	At          time.Time `json:"at"`
-	Actor       string    `json:"actor"`
-	Action      string    `json:"action"` // request, decide, execute, policy_add, ...
-	Tool        string    `json:"tool,omitempty"`
-	CallID      string    `json:"call_id,omitempty"`
-	Fingerprint string    `json:"fingerprint,omitempty"`
-	Outcome     string    `json:"outcome,omitempty"`
-	Detail      string    `json:"detail,omitempty"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"` // request, decide, execute, policy_add, ...
+	// Channel and Thread say where the call was made: the channel id and
+	// the conversation key of its thread (empty for a change made outside
+	// a conversation, such as a policy change).
+	Channel string `json:"channel,omitempty"`
+	Thread  string `json:"thread,omitempty"`
+	Tool    string `json:"tool,omitempty"`
+	CallID  string `json:"call_id,omitempty"`
+	// Fingerprint is that of the arguments the entry is about: for an
+	// execution, the arguments that ran (an edit's, not the original's).
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Decision is the decision kind of a decide or execute entry.
+	Decision string `json:"decision,omitempty"`
+	Outcome  string `json:"outcome,omitempty"`
+	Detail   string `json:"detail,omitempty"`
 }
+
+// Log writes e as one structured log line with the message "audit", so
+// the audit reaches a log pipeline as well as the store. Empty fields are
+// left out.
+func (e AuditEntry) Log(ctx context.Context, l *slog.Logger) {
+	attrs := []slog.Attr{slog.Time("at", e.At), slog.String("actor", e.Actor), slog.String("action", e.Action)}
+	for _, f := range []struct{ k, v string }{
+		{"channel", e.Channel}, {"thread", e.Thread}, {"tool", e.Tool}, {"call", e.CallID},
+		{"fingerprint", e.Fingerprint}, {"decision", e.Decision}, {"outcome", e.Outcome}, {"detail", e.Detail},
+	} {
+		if f.v != "" {
+			attrs = append(attrs, slog.String(f.k, f.v))
+		}
+	}
+	l.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
+}
+
+// DefaultAuditRetention is how long stores keep audit entries unless told
+// otherwise.
+const DefaultAuditRetention = 90 * 24 * time.Hour
 
 // Record is a small named JSON document the store keeps for other packages:
 // policy changes from the slash command, standing rules, and the like.

@@ -37,6 +37,7 @@ type config struct {
 	AdminUsers       []string      `envconfig:"ADMIN_USERS" desc:"comma-separated Slack user ids who may change the policy (workspace admins and owners always may)"`
 	ApprovalTTL      time.Duration `envconfig:"APPROVAL_TTL" default:"72h" desc:"how long a pending approval waits when its rule sets no ttl"`
 	RememberTTL      time.Duration `envconfig:"REMEMBER_TTL" default:"720h" desc:"how long an \"Always allow here\" rule lasts; 0 keeps it until revoked"`
+	AuditRetention   time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h" desc:"how long audit entries are kept (2160h is 90 days); each entry is also logged as msg=audit"`
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of /healthz, /readyz and /metrics"`
 	ApprovalsChannel string        `envconfig:"APPROVALS_CHANNEL" desc:"channel id for cards whose approvers cannot see the conversation; empty: DM each approver"`
 	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
@@ -185,6 +186,9 @@ func (c *config) validate() error {
 	}
 	if c.RememberTTL < 0 {
 		return fmt.Errorf("REMEMBER_TTL: %s is negative", c.RememberTTL)
+	}
+	if c.AuditRetention <= 0 {
+		return fmt.Errorf("AUDIT_RETENTION: %s is not positive", c.AuditRetention)
 	}
 	if c.ApprovalTTL <= 0 {
 		return fmt.Errorf("APPROVAL_TTL: %s is not positive", c.ApprovalTTL)

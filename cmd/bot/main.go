@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 	)
 	metrics := slackapp.NewMetrics(promReg)
 
-	engine := approvals.NewEngine(file.policy, st)
+	engine := approvals.NewEngine(file.policy, st, approvals.WithAuditLog(log))
 	app, err := slackapp.New(slackapp.Config{
 		BotToken:         cfg.SlackBotToken,
 		AppToken:         cfg.SlackAppToken,
@@ -238,7 +238,7 @@ var (
 // embedded store in DATA_DIR.
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, error) {
 	if cfg.RedisURL != "" {
-		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{})
+		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{AuditRetention: cfg.AuditRetention})
 		if err != nil {
 			return nil, fmt.Errorf("connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
 		}
@@ -246,7 +246,7 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, err
 		return st, nil
 	}
 	path := filepath.Join(cfg.DataDir, storeFile)
-	st, err := boltstore.Open(path, boltstore.Options{})
+	st, err := boltstore.Open(path, boltstore.Options{AuditRetention: cfg.AuditRetention})
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,10 @@ type Options struct {
 	// AuditMax is how many audit entries are kept; older ones are dropped.
 	// Default DefaultAuditMax.
 	AuditMax int
+	// AuditRetention is how long an audit entry is kept after its At;
+	// older entries are trimmed when entries are added and never listed.
+	// Default store.DefaultAuditRetention.
+	AuditRetention time.Duration
 	// PruneInterval is how often expired runs, conversations, leases and
 	// event ids are deleted from the file. Default DefaultPruneInterval.
 	PruneInterval time.Duration
@@ -58,6 +62,7 @@ type Store struct {
 	retention time.Duration
 	convTTL   time.Duration
 	auditMax  uint64
+	auditTTL  time.Duration
 
 	stop      chan struct{}
 	done      sync.WaitGroup
@@ -110,7 +115,7 @@ type leaseRecord struct {
 // Everything saved before a Close is there again after Open. Expired data
 // is pruned at Open and every PruneInterval until Close.
 func Open(path string, opts Options) (*Store, error) {
-	if opts.Retention < 0 || opts.ConversationTTL < 0 || opts.AuditMax < 0 ||
+	if opts.Retention < 0 || opts.ConversationTTL < 0 || opts.AuditMax < 0 || opts.AuditRetention < 0 ||
 		opts.PruneInterval < 0 || opts.LockTimeout < 0 {
 		return nil, errors.New("boltstore: negative option")
 	}
@@ -141,6 +146,7 @@ func Open(path string, opts Options) (*Store, error) {
 		retention: cmp.Or(opts.Retention, DefaultRetention),
 		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
 		auditMax:  uint64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
+		auditTTL:  cmp.Or(opts.AuditRetention, store.DefaultAuditRetention),
 		stop:      make(chan struct{}),
 	}
 	if err := s.prune(time.Now()); err != nil {
@@ -795,6 +801,9 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 		if err := b.Put(binary.BigEndian.AppendUint64(nil, seq), raw); err != nil {
 			return err
 		}
+		if err := trimAudit(b, time.Now().Add(-s.auditTTL)); err != nil {
+			return err
+		}
 		if seq <= s.auditMax {
 			return nil
 		}
@@ -813,19 +822,38 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	return nil
 }
 
-// AuditLog returns the newest limit entries, newest first; limit <= 0
-// returns all that are kept.
+// trimAudit deletes the audit entries from before cutoff, oldest first.
+func trimAudit(b *bolt.Bucket, cutoff time.Time) error {
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.First() {
+		var e store.AuditEntry
+		if json.Unmarshal(v, &e) != nil || !e.At.Before(cutoff) {
+			return nil // a recent entry, or one to keep for a person to read
+		}
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AuditLog returns the newest limit entries younger than AuditRetention,
+// newest first; limit <= 0 returns all that are kept.
 func (s *Store) AuditLog(ctx context.Context, limit int) ([]store.AuditEntry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	var out []store.AuditEntry
+	cutoff := time.Now().Add(-s.auditTTL)
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketAudit).Cursor()
 		for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
 			var e store.AuditEntry
 			if err := json.Unmarshal(v, &e); err != nil {
 				return fmt.Errorf("decode audit entry: %w", err)
+			}
+			if e.At.Before(cutoff) {
+				break // older entries come before
 			}
 			out = append(out, e)
 		}

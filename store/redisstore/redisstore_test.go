@@ -458,3 +458,29 @@ func TestRecordsOf(t *testing.T) {
 		t.Errorf("got ids %v, want sorted [1 2]", ids)
 	}
 }
+
+// Audit entries past the retention are deleted, not only hidden: a store
+// told to keep them longer no longer finds them.
+func TestAuditRetentionTrims(t *testing.T) {
+	u := redisURL(t)
+	prefix := newPrefix(t, u)
+	ctx := t.Context()
+	long := redisstore.Options{Prefix: prefix, AuditRetention: 1000 * 24 * time.Hour}
+	s := newStore(t, u, long)
+	old := store.AuditEntry{At: time.Now().Add(-100 * 24 * time.Hour), Actor: "U1", Action: "decide", CallID: "old"}
+	if err := s.Audit(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = newStore(t, u, redisstore.Options{Prefix: prefix, AuditRetention: 90 * 24 * time.Hour})
+	if err := s.Audit(ctx, store.AuditEntry{Actor: "U1", Action: "decide", CallID: "new"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = newStore(t, u, long)
+	defer s.Close()
+	log, err := s.AuditLog(ctx, 0)
+	if err != nil || len(log) != 1 || log[0].CallID != "new" {
+		t.Errorf("AuditLog after trimming = %+v, %v; want only the new entry", log, err)
+	}
+}

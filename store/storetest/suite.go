@@ -50,6 +50,7 @@ func Run(t *testing.T, open Opener) {
 		{"SeenEvent", testSeenEvent},
 		{"Records", testRecords},
 		{"AuditLog", testAuditLog},
+		{"AuditRetention", testAuditRetention},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1181,5 +1182,44 @@ func testAuditLog(t *testing.T, open Opener) {
 	log, _ := s.AuditLog(ctx, 1)
 	if len(log) == 1 && (!log[0].At.Equal(start.Add(4*time.Second)) || log[0].Tool != "files__delete_file" || log[0].Outcome != "approve") {
 		t.Errorf("AuditLog(1)[0] = %+v, want the fields written", log[0])
+	}
+}
+
+// Audit entries older than the retention (store.DefaultAuditRetention
+// unless the store was told otherwise) are trimmed and never listed, also
+// after a restart; the fields of an entry come back as written.
+func testAuditRetention(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	now := time.Now()
+	old := store.AuditEntry{At: now.Add(-store.DefaultAuditRetention - time.Hour), Actor: "U1", Action: "decide", CallID: "old"}
+	recent := store.AuditEntry{At: now, Actor: "U2", Action: "execute", Channel: "C1", Thread: "100.1", Tool: "deploy",
+		CallID: "new", Fingerprint: "fp-edited", Decision: "edit", Outcome: "ok", Detail: "rule r1"}
+	for _, e := range []store.AuditEntry{old, recent} {
+		if err := s.Audit(ctx, e); err != nil {
+			t.Fatalf("Audit(%s): %v", e.CallID, err)
+		}
+	}
+	for _, when := range []string{"before", "after"} {
+		if when == "after" {
+			s = reopen()
+		}
+		log, err := s.AuditLog(ctx, 0)
+		if err != nil {
+			t.Fatalf("AuditLog %s a restart: %v", when, err)
+		}
+		if len(log) != 1 {
+			t.Fatalf("AuditLog %s a restart = %+v, want only the recent entry", when, log)
+		}
+		got := log[0]
+		got.At = got.At.Round(0)
+		want := recent
+		if !got.At.Equal(want.At) {
+			t.Errorf("entry time %s a restart = %v, want %v", when, got.At, want.At)
+		}
+		got.At, want.At = time.Time{}, time.Time{}
+		if got != want {
+			t.Errorf("entry %s a restart = %+v, want %+v", when, got, want)
+		}
 	}
 }
