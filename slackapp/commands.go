@@ -320,14 +320,14 @@ func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
 	}
 	if err := a.policy.RemoveRule(ctx, user, id); err != nil {
 		if errors.Is(err, approvals.ErrFileRule) {
-			return fmt.Sprintf("Rule `%s` is in the policy file, which is a floor: change the file to remove it. Nothing changed.", Escape(id))
+			return fmt.Sprintf("Rule %s is in the policy file, which is a floor: change the file to remove it. Nothing changed.", inlineCode(id))
 		}
 		if errors.Is(err, approvals.ErrUnknownRule) {
-			return fmt.Sprintf("There is no rule `%s`. Nothing changed.", Escape(id))
+			return fmt.Sprintf("There is no rule %s. Nothing changed.", inlineCode(id))
 		}
 		return "I couldn't remove the rule: " + Escape(err.Error())
 	}
-	return fmt.Sprintf("Removed rule `%s`.", Escape(id))
+	return fmt.Sprintf("Removed rule %s.", inlineCode(id))
 }
 
 func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text string) string {
@@ -344,7 +344,7 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	if ag := a.ag.Load(); ag != nil {
 		t, ok := ag.Tools().Lookup(tool)
 		if !ok {
-			return fmt.Sprintf("There is no tool `%s`.", Escape(tool))
+			return fmt.Sprintf("There is no tool %s.", inlineCode(tool))
 		}
 		if err := ag.Tools().Validate(tool, in.Args); err != nil {
 			return "Those arguments would be refused before the policy: " + Escape(err.Error())
@@ -357,12 +357,12 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	}
 	in.Args = canonical
 	v, err := a.policy.Test(ctx, in)
-	out := fmt.Sprintf("`%s` %s → *%s* by rule `%s`", Escape(tool), Escape(string(canonical)), v.Action, Escape(v.RuleID))
+	out := fmt.Sprintf("%s %s → *%s* by rule %s", inlineCode(tool), inlineCode(string(canonical)), v.Action, inlineCode(v.RuleID))
 	if v.Reason != "" {
 		out += ": " + Escape(v.Reason)
 	}
 	if len(v.Approvers) > 0 {
-		out += "\nApprovers: " + Escape(strings.Join(v.Approvers, ", "))
+		out += "\nApprovers: " + inlineCode(strings.Join(v.Approvers, ", "))
 	}
 	if v.FourEyes {
 		out += " (four eyes)"
@@ -384,9 +384,9 @@ func (a *App) cmdRulesList(ctx context.Context, channel string) string {
 	var b strings.Builder
 	b.WriteString("*Standing rules in this channel:*\n")
 	for _, r := range rules {
-		fmt.Fprintf(&b, "• `%s`: `%s` allowed, by <@%s>", Escape(r.ID), Escape(r.Tool), r.CreatedBy)
+		fmt.Fprintf(&b, "• %s: %s allowed, by %s", inlineCode(r.ID), inlineCode(r.Tool), userRef(r.CreatedBy, "someone unknown"))
 		if r.When != "" {
-			fmt.Fprintf(&b, " when `%s`", Escape(r.When))
+			fmt.Fprintf(&b, " when %s", inlineCode(r.When))
 		}
 		if !r.ExpiresAt.IsZero() {
 			fmt.Fprintf(&b, ", until %s", slackDate(r.ExpiresAt))
@@ -403,11 +403,11 @@ func (a *App) cmdRulesRevoke(ctx context.Context, user, id string) string {
 	}
 	if err := a.policy.Revoke(ctx, user, id); err != nil {
 		if errors.Is(err, approvals.ErrUnknownRule) {
-			return fmt.Sprintf("There is no standing rule `%s`. Nothing changed.", Escape(id))
+			return fmt.Sprintf("There is no standing rule %s. Nothing changed.", inlineCode(id))
 		}
 		return "I couldn't revoke the rule: " + Escape(err.Error())
 	}
-	return fmt.Sprintf("Revoked standing rule `%s`.", Escape(id))
+	return fmt.Sprintf("Revoked standing rule %s.", inlineCode(id))
 }
 
 // inAudience reports whether user may decide a call open to anyone in its
