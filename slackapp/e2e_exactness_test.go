@@ -254,3 +254,20 @@ func TestAuditOfAnEditedCall(t *testing.T) {
 		t.Errorf("the audit line names the decision %d times: %s", n, exec)
 	}
 }
+
+// A conversation in a group DM carries on with a follow-up in its thread,
+// as in a channel.
+func TestGroupDMFollowUp(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	const group = "GMPIM00001"
+	e.slack.AddGroupDM(group, requester, approver, e.slack.BotUserID())
+	e.start()
+	e.model.Reply(fakeopenai.Text("Hello, both of you."), fakeopenai.Text("Here is the follow-up."))
+	ts := e.slack.Mention(group, requester, "hi")
+	e.answerIn(group, ts, "Hello, both of you.")
+	e.slack.ThreadReply(group, ts, approver, "and one more thing")
+	e.answerIn(group, ts, "Here is the follow-up.")
+	if req := e.request(2); !strings.Contains(req.Messages[len(req.Messages)-1].Content, "one more thing") {
+		t.Errorf("the follow-up did not reach the model: %+v", req.Messages)
+	}
+}
