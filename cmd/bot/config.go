@@ -154,10 +154,14 @@ func (c *config) validate() error {
 		return errors.New("SLACK_APP_TOKEN is required (xapp-…, an app-level token with connections:write)")
 	case !strings.HasPrefix(c.SlackAppToken, "xapp-"):
 		return errors.New("SLACK_APP_TOKEN must be an app-level token starting with xapp-")
+	case placeholderToken(c.SlackAppToken, "xapp-"):
+		return errors.New("SLACK_APP_TOKEN is still the placeholder of .env.example: paste the app-level token from the app's Basic Information page, App-Level Tokens (xapp-1-…)")
 	case c.SlackBotToken == "":
 		return errors.New("SLACK_BOT_TOKEN is required (xoxb-…)")
 	case !strings.HasPrefix(c.SlackBotToken, "xoxb-"):
 		return errors.New("SLACK_BOT_TOKEN must be a bot token starting with xoxb-")
+	case placeholderToken(c.SlackBotToken, "xoxb-"):
+		return errors.New("SLACK_BOT_TOKEN is still the placeholder of .env.example: paste the Bot User OAuth Token from the app's OAuth & Permissions page (xoxb-…)")
 	}
 	if c.SlackAPIURL != "" {
 		if err := checkHTTPURL(c.SlackAPIURL); err != nil {
@@ -221,6 +225,23 @@ func checkHTTPURL(raw string) error {
 }
 
 // isUserID reports whether s looks like a Slack user id.
+// placeholderToken reports whether tok is its prefix alone or a stand-in
+// for a token ("xoxb-…", "xapp-...", "xoxb-<your token>", "xoxb-xxxx"),
+// never a token Slack issued.
+func placeholderToken(tok, prefix string) bool {
+	rest := strings.TrimPrefix(tok, prefix)
+	if strings.Trim(rest, ".…xX*-_ ") == "" {
+		return true
+	}
+	lower := strings.ToLower(rest)
+	for _, p := range []string{"…", "...", "<", "your", "changeme", "replace"} {
+		if strings.Contains(lower, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func isUserID(s string) bool { return isSlackID(s, "UW") }
 
 func isChannelID(s string) bool { return isSlackID(s, "CG") }

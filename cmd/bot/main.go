@@ -34,6 +34,8 @@ const (
 	httpShutdownTimeout = 5 * time.Second
 	// storeFile is the embedded store's file name in DATA_DIR.
 	storeFile = "toolgate.db"
+	// redisCheckTimeout bounds the first connection to REDIS_URL.
+	redisCheckTimeout = 5 * time.Second
 )
 
 func main() {
@@ -238,9 +240,14 @@ var (
 // embedded store in DATA_DIR.
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (botStore, error) {
 	if cfg.RedisURL != "" {
+		// Checked with a plain dial first: go-redis would log a line per
+		// failed pool dial before its error.
+		if err := redisstore.CheckURL(ctx, cfg.RedisURL, redisCheckTimeout); err != nil {
+			return nil, configErrorf("REDIS_URL: connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
+		}
 		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{AuditRetention: cfg.AuditRetention})
 		if err != nil {
-			return nil, fmt.Errorf("connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
+			return nil, configErrorf("REDIS_URL: connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
 		}
 		log.Info("using redis store", "url", safeURL(cfg.RedisURL))
 		return st, nil
