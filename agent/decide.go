@@ -196,7 +196,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 	}
 	tool, canonical, _, err := a.check(c.Tool, args)
 	if err != nil {
-		return nil, &DetailError{Err: approvals.ErrInvalidArgs, Detail: err.Error()}
+		return nil, &DetailError{Err: approvals.ErrInvalidArgs, Detail: personText(err)}
 	}
 	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
 	if err != nil {

@@ -338,27 +338,31 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, rep
 // check validates a call from the model: a known tool, arguments of a sane
 // size that are a JSON object passing the tool's schema, with no keys that
 // look like others (see checkKeys). It returns the
-// canonical arguments and their fingerprint. Errors are worded for the model.
+// canonical arguments and their fingerprint. Refused arguments are an
+// *argsError, worded for the model and for a person.
 func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage, string, error) {
 	tool, ok := a.tools.Lookup(name)
 	if !ok {
 		return Tool{}, nil, "", fmt.Errorf("unknown tool %q; the available tools are: %s", name, strings.Join(a.toolNames(), ", "))
 	}
 	if len(args) > a.cfg.MaxArgBytes {
-		return Tool{}, nil, "", fmt.Errorf("arguments for %s are too large (%d bytes; the limit is %d)", name, len(args), a.cfg.MaxArgBytes)
+		return Tool{}, nil, "", argsProblem("arguments for %s are too large (%d bytes; the limit is %d)", name, len(args), a.cfg.MaxArgBytes)
 	}
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = json.RawMessage("{}")
 	}
+	invalid := func(err error) *argsError {
+		return &argsError{Model: fmt.Sprintf("invalid arguments for %s: %v. Fix them and call the tool again", name, err), Person: personText(err)}
+	}
 	if err := a.tools.Validate(name, args); err != nil {
-		return Tool{}, nil, "", fmt.Errorf("invalid arguments for %s: %v. Fix them and call the tool again", name, err)
+		return Tool{}, nil, "", invalid(err)
 	}
 	if err := checkKeys(args); err != nil {
-		return Tool{}, nil, "", fmt.Errorf("invalid arguments for %s: %v. Fix them and call the tool again", name, err)
+		return Tool{}, nil, "", invalid(err)
 	}
 	canonical, fp, err := approvals.Fingerprint(args)
 	if err != nil {
-		return Tool{}, nil, "", fmt.Errorf("invalid arguments for %s: %v", name, err)
+		return Tool{}, nil, "", &argsError{Model: fmt.Sprintf("invalid arguments for %s: %v", name, err), Person: err.Error()}
 	}
 	return tool, canonical, fp, nil
 }
