@@ -101,6 +101,11 @@ func (a *App) onClick(ctx context.Context, c click) {
 // decideLater records a button decision on the worker of the call's
 // conversation, in order with the conversation's other work.
 func (a *App) decideLater(ctx context.Context, c click, kind approvals.Kind) {
+	if !validToken(c.value) {
+		a.m.decision(string(kind), "invalid", 0)
+		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		return
+	}
 	callID, fp := parseToken(c.value)
 	pc, err := a.ag.Load().Call(ctx, callID)
 	if err != nil {
@@ -226,6 +231,10 @@ func refusalText(c store.Call, decider string, err error) (text, result string) 
 // cancelLater stops a paused turn on behalf of its requester, on the
 // worker of its conversation.
 func (a *App) cancelLater(ctx context.Context, c click) {
+	if !validToken(c.value) {
+		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		return
+	}
 	callID, _ := parseToken(c.value)
 	runID := store.RunOf(callID)
 	ag := a.ag.Load()
@@ -266,6 +275,10 @@ func (a *App) cancelLater(ctx context.Context, c click) {
 
 // openModal opens the modal of a Reject, Edit, Reply or View button.
 func (a *App) openModal(ctx context.Context, c click) {
+	if !validToken(c.value) {
+		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		return
+	}
 	callID, _ := parseToken(c.value)
 	pc, err := a.ag.Load().Call(ctx, callID)
 	if err != nil {
@@ -319,6 +332,9 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 	callID, fp := parseToken(value)
 	d := approvals.Decision{CallID: callID, Fingerprint: fp, Decider: cb.User.ID}
 	block := submitBlock(cb.View.CallbackID)
+	if !validToken(value) {
+		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: InvalidRequestText()})
+	}
 	switch cb.View.CallbackID {
 	case CallbackReject:
 		d.Kind, d.Reason = approvals.Reject, ReadRejectReason(cb.View)

@@ -271,3 +271,35 @@ func TestGroupDMFollowUp(t *testing.T) {
 		t.Errorf("the follow-up did not reach the model: %+v", req.Messages)
 	}
 }
+
+// A forged or garbled button value is told it is not a valid request; a
+// well-formed one for a call that is gone is told the call is unknown.
+func TestForgedButtonValue(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"9"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy")
+	card := e.card(ts, "deploy")
+	for _, action := range []string{slackapp.ActionApprove, slackapp.ActionEdit, slackapp.ActionCancel} {
+		_, err := e.slack.Click(approver, channel, card.TS, action, "garbage~x")
+		must(t, err)
+	}
+	waitUntil(t, "every forged click is answered", func() bool {
+		n := 0
+		for _, m := range e.slack.Ephemerals(approver) {
+			if strings.Contains(m.Text, "not a valid request") {
+				n++
+			}
+		}
+		return n == 3
+	})
+	gone := "0123456789abcdef.0~" + strings.Repeat("ab", 32)
+	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, gone)
+	must(t, err)
+	if m := e.ephemeral(other, "I don't know this request"); strings.Contains(m.Text, "not a valid request") {
+		t.Errorf("a well-formed unknown call was called invalid: %q", m.Text)
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Errorf("deploy ran %d times on forged clicks", n)
+	}
+}
