@@ -286,16 +286,19 @@ func (a *App) openModal(ctx context.Context, c click) {
 		a.tell(ctx, c.user, c.channel, text)
 		return
 	}
-	if c.actionID != ActionViewArgs {
+	if c.actionID == ActionViewArgs {
+		if !a.maySee(ctx, pc.Call, c.user) {
+			a.tell(ctx, c.user, c.channel, NotInConversationText())
+			return
+		}
+	} else {
 		if pc.Status != store.Pending {
 			a.tell(ctx, c.user, c.channel, refusedText(pc.Call))
 			return
 		}
 		// Check before opening the form, so nobody fills in a form that
 		// will be refused. The decision is checked again on submit.
-		who := approvals.Approvable{Approvers: pc.Approvers, FourEyes: pc.FourEyes, Requester: pc.Requester, Requesters: pc.Requesters}
-		if err := approvals.Authorize(ctx, who, c.user, a.groups); err != nil {
-			text, _ := refusalText(pc.Call, c.user, err)
+		if text := a.formRefusal(ctx, pc.Call, c.user); text != "" {
 			a.tell(ctx, c.user, c.channel, text)
 			return
 		}

@@ -153,7 +153,7 @@ func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand) string {
 	var b strings.Builder
 	n := 0
 	for _, c := range calls {
-		if c.Channel != cmd.ChannelID {
+		if c.Channel != cmd.ChannelID || !a.maySee(ctx, c.Call, cmd.UserID) {
 			continue
 		}
 		n++

@@ -303,3 +303,51 @@ func TestForgedButtonValue(t *testing.T) {
 		t.Errorf("deploy ran %d times on forged clicks", n)
 	}
 }
+
+// Who may see a call: someone who can neither see its conversation nor
+// decide it gets no full-arguments view and no decision form.
+func TestOutsidersSeeNoCall(t *testing.T) {
+	const private = "CPRIVATE03"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n" // deploys ask anyone in the conversation
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, other, e.slack.BotUserID()}})
+	e.start()
+	long := strings.Repeat("9", 3500)
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"`+long+`"}`)))
+	ts := e.slack.Mention(private, requester, "deploy vault")
+	card := e.cardIn(private, ts, "deploy")
+
+	for _, action := range []string{slackapp.ActionViewArgs, slackapp.ActionReject, slackapp.ActionEdit} {
+		_, err := e.slack.Click(stranger, private, card.TS, action, "")
+		must(t, err)
+	}
+	waitUntil(t, "the outsider is answered three times", func() bool {
+		// Not in the channel, the outsider is answered by DM.
+		n := 0
+		for _, m := range e.slack.Messages(e.slack.DMChannel(stranger)) {
+			if strings.Contains(m.Text, "conversation you are not part of") {
+				n++
+			}
+		}
+		return n == 3
+	})
+	if open := e.slack.OpenModals(stranger); len(open) != 0 {
+		t.Errorf("a form or view opened for someone outside the conversation: %+v", open)
+	}
+	ack, err := e.slack.Slash(stranger, private, "/approvals", "pending")
+	must(t, err)
+	if strings.Contains(string(ack), "vault") || !strings.Contains(string(ack), "Nothing is waiting") {
+		t.Errorf("/approvals pending shows the call to an outsider: %s", ack)
+	}
+	ack, err = e.slack.Slash(other, private, "/approvals", "pending")
+	must(t, err)
+	if !strings.Contains(string(ack), "1 call(s) waiting") {
+		t.Errorf("/approvals pending does not show the call to a member: %s", ack)
+	}
+	_, err = e.slack.Click(other, private, card.TS, slackapp.ActionViewArgs, "")
+	must(t, err)
+	view := e.modal(other, slackapp.CallbackViewArgs)
+	if !strings.Contains(viewText(view), long[:100]) {
+		t.Errorf("the full arguments are not shown to a member of the conversation: %s", view.JSON)
+	}
+}
