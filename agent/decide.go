@@ -172,7 +172,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			if v.Action != approvals.Ask || v.FailClosed {
 				return sd, fmt.Errorf("%w: this call is not asked under a rule that can be relaxed now; approve it instead", ErrBadDecision)
 			}
-			sd.Conditions, sd.TTL = d.Conditions, d.TTL
+			sd.Conditions, sd.TTL, sd.Exact = d.Conditions, d.TTL, d.Exact
 		}
 		if d.Kind == approvals.Edit {
 			args, err := a.checkEdit(ctx, c, d)
@@ -253,7 +253,7 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 	if ttl <= 0 {
 		ttl = a.cfg.RememberTTL
 	}
-	d := approvals.Decision{Kind: approvals.Remember, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: ttl}
+	d := approvals.Decision{Kind: approvals.Remember, Fingerprint: c.Fingerprint, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: ttl, Exact: sd.Exact}
 	sr := approvals.RememberedRule(d, c.Tool, c.Channel, v)
 	if _, err := r.Remember(ctx, sd.Decider, sr); err != nil {
 		a.log.Error("store standing rule", "call", c.ID, "tool", c.Tool, "err", err)

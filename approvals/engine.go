@@ -37,7 +37,12 @@ const (
 	AuditPolicyRemove   = "policy_remove"
 	AuditStandingAdd    = "standing_add"
 	AuditStandingRevoke = "standing_revoke"
+	AuditStandingExpire = "standing_expire"
 )
+
+// SystemActor is the actor of audit entries of changes no person made, such
+// as deleting an expired standing rule.
+const SystemActor = "system"
 
 // ErrUnknownRule is wrapped by errors about a rule id that does not exist.
 var ErrUnknownRule = errors.New("unknown rule")
@@ -110,6 +115,9 @@ type StandingRule struct {
 	// rule was made; if the rule changes (or its id is reused), the
 	// standing rule stops applying.
 	RuleDigest string `json:"rule_digest,omitempty"`
+	// Fingerprint, when set, narrows the rule to calls whose arguments have
+	// this fingerprint (see Fingerprint): "for these exact arguments".
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // relaxes reports whether s may turn the ask verdict v into allow: v comes
@@ -130,10 +138,14 @@ func (s StandingRule) Expired(now time.Time) bool {
 
 // RememberedRule builds the standing rule a Remember decision asks for on a
 // call of tool in channel that the verdict v asked about: its conditions,
-// an expiry TTL after the decision when TTL is set, and v's rule, which is
-// the only one it relaxes. Pass it to Engine.Remember.
+// an expiry TTL after the decision when TTL is set, the decided arguments'
+// fingerprint when Exact is set, and v's rule, which is the only one it
+// relaxes. Pass it to Engine.Remember.
 func RememberedRule(d Decision, tool, channel string, v Verdict) StandingRule {
 	s := StandingRule{Tool: tool, Channel: channel, When: d.Conditions, CreatedBy: d.Decider, CreatedAt: d.At, RuleID: v.RuleID, RuleDigest: v.RuleDigest}
+	if d.Exact {
+		s.Fingerprint = d.Fingerprint
+	}
 	if d.TTL > 0 {
 		s.ExpiresAt = d.At.Add(d.TTL)
 	}
@@ -223,7 +235,8 @@ func NewEngine(p *Policy, rs RecordStore, opts ...EngineOption) *Engine {
 type state struct {
 	admin    []RuleView // newest first
 	compiled []compiledRule
-	standing []standingCompiled // oldest first
+	standing []standingCompiled // oldest first, none expired
+	expired  []string           // ids of expired standing rules, to delete
 }
 
 type standingCompiled struct {
@@ -280,12 +293,17 @@ func (e *Engine) load(ctx context.Context) (*state, error) {
 		st.compiled = append(st.compiled, a.c)
 	}
 
+	now := e.now()
 	for _, rec := range standing {
 		var s StandingRule
 		if err := json.Unmarshal(rec.Data, &s); err != nil {
 			continue // standing rules only relax; an unreadable one is ignored
 		}
 		s.ID = rec.ID
+		if s.Expired(now) {
+			st.expired = append(st.expired, s.ID)
+			continue
+		}
 		key := KindStandingRule + "/" + rec.ID
 		live[key] = true
 		cp, ok := e.cache[key]
@@ -355,6 +373,7 @@ func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 			FailClosed: true,
 		}, err
 	}
+	e.dropExpired(ctx, st.expired)
 	act := newActivation(in)
 	fileV, fileFailed := evaluate(e.file.rules, in, act)
 	adminV, adminFailed := evaluate(st.compiled, in, act)
@@ -366,10 +385,20 @@ func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 	if v.Action != Ask || v.FourEyes || failed {
 		return *v, nil
 	}
-	now := e.now()
+	argsFP := ""
 	for _, s := range st.standing {
-		if s.Tool != in.Tool || s.Channel != in.Channel || s.Expired(now) || s.err != nil || !s.relaxes(*v) {
+		if s.Tool != in.Tool || s.Channel != in.Channel || s.err != nil || !s.relaxes(*v) {
 			continue
+		}
+		if s.Fingerprint != "" {
+			if argsFP == "" {
+				if _, fp, err := Fingerprint(in.Args); err == nil {
+					argsFP = fp
+				}
+			}
+			if argsFP != s.Fingerprint {
+				continue
+			}
 		}
 		if s.prg != nil {
 			vars, err := act.get()
@@ -387,6 +416,22 @@ func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 		}, nil
 	}
 	return *v, nil
+}
+
+// dropExpired deletes expired standing rules, so they are not read on
+// every later check, and audits each as AuditStandingExpire. A rule
+// another replica deleted first is skipped; other failures leave the rule
+// for the next check, which skips it as expired meanwhile.
+func (e *Engine) dropExpired(ctx context.Context, ids []string) {
+	for _, id := range ids {
+		err := e.rs.DeleteRecord(ctx, KindStandingRule, id)
+		if err == nil {
+			err = e.audit(ctx, SystemActor, AuditStandingExpire, "", id, "")
+		}
+		if err != nil && !errors.Is(err, store.ErrNotFound) && e.log != nil {
+			e.log.Warn("delete expired standing rule", "id", id, "err", err)
+		}
+	}
 }
 
 // strictness orders actions: deny > ask > allow.
@@ -607,6 +652,9 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 		return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, err)
 	}
 	detail := "channel=" + s.Channel
+	if s.Fingerprint != "" {
+		detail += " exact_args=" + s.Fingerprint[:min(12, len(s.Fingerprint))]
+	}
 	if s.When != "" {
 		detail += " when=" + quote(s.When)
 	}

@@ -371,6 +371,10 @@ func TestEngineStandingRules(t *testing.T) {
 	if list, _ := e.StandingRules(ctx, ""); len(list) != 3 {
 		t.Errorf("StandingRules after expiry: got %d, want 3", len(list))
 	}
+	// The expired rule was deleted, not kept to be skipped on every check.
+	if recs, _ := ms.Records(ctx, KindStandingRule); len(recs) != 3 {
+		t.Errorf("standing rule records after expiry: got %d, want 3 (the expired one deleted)", len(recs))
+	}
 
 	// Revoke.
 	if err := e.Revoke(ctx, "U3", s.ID); err != nil {
@@ -379,7 +383,7 @@ func TestEngineStandingRules(t *testing.T) {
 	if got := evalEngine(t, e, call("files__delete", `{"path":"/tmp/a","size":1}`, "C1")); got.Action != Ask {
 		t.Errorf("after revoke: got %s by %q, want ask", got.Action, got.RuleID)
 	}
-	want := "U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,U3:standing_revoke"
+	want := "U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,system:standing_expire,U3:standing_revoke"
 	if got := strings.Join(ms.auditActions(), ","); got != want {
 		t.Errorf("audit: got %s, want %s", got, want)
 	}

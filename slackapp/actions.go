@@ -88,10 +88,12 @@ func (a *App) onClick(ctx context.Context, c click) {
 		a.decideLater(ctx, c, approvals.Approve)
 	case ActionDeny:
 		a.decideLater(ctx, c, approvals.Refuse)
-	case ActionRemember:
+	case ActionRemember, ActionRememberExact:
 		a.decideLater(ctx, c, approvals.Remember)
 	case ActionCancel:
 		a.cancelLater(ctx, c)
+	case ActionRevokeRule:
+		a.revokeFromHome(ctx, c)
 	case ActionReject, ActionEdit, ActionRespond, ActionViewArgs:
 		// A trigger id is good for 3 s: open the modal now.
 		a.openModal(ctx, c)
@@ -123,7 +125,7 @@ func (a *App) decideLater(ctx context.Context, c click, kind approvals.Kind) {
 			a.tell(ctx, c.user, c.channel, DecisionFailedText())
 			return
 		}
-		d := approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user}
+		d := approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user, Exact: c.actionID == ActionRememberExact}
 		if text := a.decide(ctx, d); text != "" {
 			a.tell(ctx, c.user, c.channel, text)
 		}

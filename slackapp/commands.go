@@ -25,7 +25,7 @@ const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 	"• `/approvals policy remove <rule id>` (admins; rules added here only: the policy file changes by editing it)\n" +
 	"• `/approvals policy test <tool> <json arguments>`: the verdict and the rule that gives it; nothing runs\n" +
 	"• `/approvals rules list`: standing rules (\"Always allow here\") in this channel\n" +
-	"• `/approvals rules revoke <id>` (admins)\n" +
+	"• `/approvals rules revoke <id>` (the rule's creator, or admins)\n" +
 	"• `/approvals audit [n]`: the newest audit entries (admins)"
 
 // commandTimeout keeps a command's answer within Slack's 3 seconds.
@@ -105,9 +105,6 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 		case "list":
 			return a.cmdRulesList(ctx, cmd.ChannelID)
 		case "revoke":
-			if refusal, ok := a.requireAdmin(ctx, cmd.UserID, adminChange); !ok {
-				return refusal
-			}
 			return a.cmdRulesRevoke(ctx, cmd.UserID, rest(2))
 		}
 	}
@@ -385,6 +382,9 @@ func (a *App) cmdRulesList(ctx context.Context, channel string) string {
 	b.WriteString("*Standing rules in this channel:*\n")
 	for _, r := range rules {
 		fmt.Fprintf(&b, "• %s: %s allowed, by %s", inlineCode(r.ID), inlineCode(r.Tool), userRef(r.CreatedBy, "someone unknown"))
+		if r.Fingerprint != "" {
+			fmt.Fprintf(&b, " for exactly the arguments %s", inlineCode(shortFP(r.Fingerprint)))
+		}
 		if r.When != "" {
 			fmt.Fprintf(&b, " when %s", inlineCode(r.When))
 		}
@@ -401,13 +401,7 @@ func (a *App) cmdRulesRevoke(ctx context.Context, user, id string) string {
 	if id == "" {
 		return "Which rule? `/approvals rules revoke <id>`"
 	}
-	if err := a.policy.Revoke(ctx, user, id); err != nil {
-		if errors.Is(err, approvals.ErrUnknownRule) {
-			return fmt.Sprintf("There is no standing rule %s. Nothing changed.", inlineCode(id))
-		}
-		return "I couldn't revoke the rule: " + Escape(err.Error())
-	}
-	return fmt.Sprintf("Revoked standing rule %s.", inlineCode(id))
+	return a.revokeStanding(ctx, user, id)
 }
 
 // inAudience reports whether user may decide a call open to anyone in its
@@ -465,7 +459,19 @@ func (a *App) publishHome(ctx context.Context, user string) {
 	for _, c := range own {
 		mine = append(mine, cardOf(c, nil))
 	}
-	if _, err := a.api.PublishViewContext(ctx, slack.PublishViewContextRequest{UserID: user, View: HomeView(inbox, mine)}); err != nil {
+	view := HomeView(inbox, mine)
+	if rules, err := a.policy.StandingRules(ctx, ""); err != nil {
+		a.log.Warn("list standing rules", "user", user, "err", err)
+	} else {
+		var own []approvals.StandingRule
+		for _, r := range rules {
+			if r.CreatedBy == user {
+				own = append(own, r)
+			}
+		}
+		view.Blocks.BlockSet = append(view.Blocks.BlockSet, StandingRuleBlocks(own, maxViewBlocks-len(view.Blocks.BlockSet))...)
+	}
+	if _, err := a.api.PublishViewContext(ctx, slack.PublishViewContextRequest{UserID: user, View: view}); err != nil {
 		a.log.Warn("publish home", "user", user, "err", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -349,5 +350,60 @@ func TestOutsidersSeeNoCall(t *testing.T) {
 	view := e.modal(other, slackapp.CallbackViewArgs)
 	if !strings.Contains(viewText(view), long[:100]) {
 		t.Errorf("the full arguments are not shown to a member of the conversation: %s", view.JSON)
+	}
+}
+
+// "Always allow these arguments here" allows only calls with exactly those
+// arguments; its creator sees it in App Home and revokes it there, and
+// nobody else but an admin may revoke it.
+func TestAlwaysAllowExactArguments(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = "policy:\n  default: ask\n" // deploys ask anyone in the channel
+			e.start()
+			const args = `{"service":"api","version":"7"}`
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", args)), fakeopenai.Text("Deployed 7."))
+			ts := e.slack.Mention(channel, requester, "deploy 7")
+			card := e.card(ts, "deploy")
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionRememberExact, "")
+			must(t, err)
+			e.answer(ts, "Deployed 7.")
+
+			// The same arguments run at once; others ask.
+			e.model.Reply(fakeopenai.ToolCalls(tc("c2", "deploy", args)), fakeopenai.Text("Deployed 7 again."))
+			ts2 := e.slack.Mention(channel, requester, "deploy 7 again")
+			e.answer(ts2, "Deployed 7 again.")
+			if cards := e.cards(channel, ts2); len(cards) != 0 {
+				t.Errorf("the same arguments asked again:\n%s", dumpThread(cards))
+			}
+			e.model.Reply(fakeopenai.ToolCalls(tc("c3", "deploy", `{"service":"api","version":"8"}`)))
+			ts3 := e.slack.Mention(channel, requester, "deploy 8")
+			e.card(ts3, "deploy")
+
+			rules := e.slash(stranger, "rules list")
+			m := regexp.MustCompile("• `([^`]+)`: `deploy` allowed, by <@" + approver + "> for exactly the arguments").FindStringSubmatch(rules)
+			if m == nil {
+				t.Fatalf("rules list does not show the exact-arguments rule:\n%s", rules)
+			}
+			wantIn(t, "rules revoke by someone else", e.slash(stranger, "rules revoke "+m[1]), "Only <@"+approver+">", "Nothing changed")
+
+			home := e.home(approver)
+			wantIn(t, "the creator's Home tab", viewText(home), "Your standing rules* (1)", "for exactly the arguments", `"action_id":"`+slackapp.ActionRevokeRule+`"`)
+			_, err = e.slack.ClickInView(approver, home.ID, slackapp.ActionRevokeRule, "")
+			must(t, err)
+			waitUntil(t, "the Home tab no longer lists the rule", func() bool {
+				v, _ := e.slack.HomeView(approver)
+				return strings.Contains(viewText(v), "Your standing rules* (0)")
+			})
+
+			// Revoked, the same arguments ask again.
+			e.model.Reply(fakeopenai.ToolCalls(tc("c4", "deploy", args)))
+			ts4 := e.slack.Mention(channel, requester, "deploy 7 once more")
+			e.card(ts4, "deploy")
+			if n := e.deploy.Load(); n != 2 {
+				t.Errorf("deploy ran %d times, want 2", n)
+			}
+		})
 	}
 }

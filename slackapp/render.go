@@ -27,6 +27,10 @@ const (
 	// ActionRemember approves a call and stores a standing rule for the tool
 	// in this channel ("Always allow here").
 	ActionRemember = "remember"
+	// ActionRememberExact approves a call and stores a standing rule for
+	// the tool in the channel with exactly these arguments ("Always allow
+	// these arguments here"). Its value is the call's token.
+	ActionRememberExact = "remember_exact"
 	// ActionRespond opens RespondModal to answer an ask_human call.
 	ActionRespond = "respond"
 	// ActionCancel is the requester's button to stop the paused turn. It is

@@ -314,7 +314,14 @@ func cardButtons(c Card) []slack.BlockElement {
 	remember := button(ActionRemember, "Always allow here", c.CallID).
 		WithConfirm(slack.NewConfirmationBlockObject(
 			plain("Always allow this tool here?", 100),
-			plain("This call runs now, and later calls of this tool in this channel will run without asking. Admins can revoke the rule with /approvals rules revoke.", 300),
+			plain("This call runs now, and later calls of this tool in this channel will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),
+			plain("Allow", 30),
+			plain("Cancel", 30),
+		))
+	exact := button(ActionRememberExact, "Always allow these arguments here", c.CallID).
+		WithConfirm(slack.NewConfirmationBlockObject(
+			plain("Always allow these exact arguments here?", 100),
+			plain("This call runs now, and later calls of this tool in this channel with exactly these arguments will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),
 			plain("Allow", 30),
 			plain("Cancel", 30),
 		))
@@ -327,7 +334,7 @@ func cardButtons(c Card) []slack.BlockElement {
 	if !c.FourEyes {
 		// A standing rule never relaxes a four-eyes rule, so the card does
 		// not offer one.
-		buttons = append(buttons, remember)
+		buttons = append(buttons, remember, exact)
 	}
 	return append(buttons, cancel)
 }

@@ -47,6 +47,8 @@ type Decision struct {
 	Answer     string          `json:"answer,omitempty"`
 	Conditions string          `json:"conditions,omitempty"`
 	TTL        time.Duration   `json:"ttl,omitempty"`
+	// Exact marks a Remember decision for these exact arguments only.
+	Exact bool `json:"exact,omitempty"`
 }
 
 // Call is one tool call of a paused step that waits on people.
