@@ -255,6 +255,7 @@ func (a *Agent) audit(ctx context.Context, e store.AuditEntry) {
 	if e.At.IsZero() {
 		e.At = a.cfg.Now()
 	}
+	e.Log(ctx, a.log)
 	if err := a.store.Audit(ctx, e); err != nil {
 		a.log.Warn("write audit entry", "action", e.Action, "call", e.CallID, "err", err)
 	}
@@ -266,8 +267,10 @@ func leaseLost(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), ErrLeaseLost)
 }
 
+// mustJSON encodes agent state without HTML escaping, so the raw arguments
+// it holds keep their bytes (see store.EncodeJSON).
 func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
+	b, err := store.EncodeJSON(v)
 	if err != nil {
 		panic(fmt.Sprintf("marshal %T: %v", v, err))
 	}

@@ -35,12 +35,15 @@ type Decision struct {
 // Call is a paused call as the agent reports it to whoever drives it: what
 // a card shows and what deciding it needs.
 type Call struct {
-	ID           string
-	RunID        string
-	Tool         string
-	Args         json.RawMessage // canonical JSON
-	Fingerprint  string
-	Requester    string
+	ID          string
+	RunID       string
+	Tool        string
+	Args        json.RawMessage // canonical JSON
+	Fingerprint string
+	Requester   string
+	// Requesters are everyone whose message the turn that made the call
+	// answers (Requester among them); four eyes forbids each of them.
+	Requesters   []string
 	Channel      string
 	Conversation string
 	RuleID       string
@@ -72,7 +75,7 @@ func storedKind(k approvals.Kind) string { return string(k) }
 func viewOf(c store.Call) Call {
 	v := Call{
 		ID: c.ID, RunID: c.RunID, Tool: c.Tool, Args: c.Args, Fingerprint: c.Fingerprint,
-		Requester: c.Requester, Channel: c.Channel, Conversation: c.Conversation,
+		Requester: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Conversation: c.Conversation,
 		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
 		CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Status: CallStatus(c.Status),
 	}

@@ -77,7 +77,7 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 // it is now (an admin may have tightened it since the card was posted). For
 // a decision that runs the call it returns the current verdict.
 func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decision) (approvals.Verdict, error) {
-	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, d.Decider, a.cfg.Groups); err != nil {
+	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, d.Decider, a.cfg.Groups); err != nil {
 		return approvals.Verdict{}, err
 	}
 	if len(c.Approvers) == 0 && a.cfg.Audience != nil && d.Decider != c.Requester {
@@ -104,7 +104,7 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	case approvals.Deny:
 		return v, deniedBy(v)
 	case approvals.Ask:
-		if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester}, d.Decider, a.cfg.Groups); err != nil {
+		if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, d.Decider, a.cfg.Groups); err != nil {
 			return v, fmt.Errorf("the call now falls under rule %s: %w", v.RuleID, err)
 		}
 	}
@@ -172,7 +172,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			if v.Action != approvals.Ask || v.FailClosed {
 				return sd, fmt.Errorf("%w: this call is not asked under a rule that can be relaxed now; approve it instead", ErrBadDecision)
 			}
-			sd.Conditions, sd.TTL = d.Conditions, d.TTL
+			sd.Conditions, sd.TTL, sd.Exact = d.Conditions, d.TTL, d.Exact
 		}
 		if d.Kind == approvals.Edit {
 			args, err := a.checkEdit(ctx, c, d)
@@ -196,7 +196,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 	}
 	tool, canonical, _, err := a.check(c.Tool, args)
 	if err != nil {
-		return nil, &DetailError{Err: approvals.ErrInvalidArgs, Detail: err.Error()}
+		return nil, &DetailError{Err: approvals.ErrInvalidArgs, Detail: personText(err)}
 	}
 	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
 	if err != nil {
@@ -206,7 +206,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 		return nil, deniedBy(v)
 	}
 	if v.Action == approvals.Ask {
-		who := approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester}
+		who := approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester, Requesters: c.Requesters}
 		if err := approvals.Authorize(ctx, who, d.Decider, a.cfg.Groups); err != nil {
 			return nil, fmt.Errorf("the edited call falls under rule %s: %w", v.RuleID, err)
 		}
@@ -229,7 +229,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	case err != nil:
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 	}
-	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: sd.Kind, Detail: sd.Reason})
+	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: sd.Kind, Outcome: "recorded", Detail: sd.Reason})
 	if kindOf(&sd) == approvals.Remember {
 		a.remember(ctx, got, sd, v)
 	}
@@ -253,7 +253,7 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 	if ttl <= 0 {
 		ttl = a.cfg.RememberTTL
 	}
-	d := approvals.Decision{Kind: approvals.Remember, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: ttl}
+	d := approvals.Decision{Kind: approvals.Remember, Fingerprint: c.Fingerprint, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: ttl, Exact: sd.Exact}
 	sr := approvals.RememberedRule(d, c.Tool, c.Channel, v)
 	if _, err := r.Remember(ctx, sd.Decider, sr); err != nil {
 		a.log.Error("store standing rule", "call", c.ID, "tool", c.Tool, "err", err)
@@ -291,7 +291,7 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 			return res, fmt.Errorf("cancel %s: %w", c.ID, err)
 		}
 		cancelled++
-		a.audit(ctx, store.AuditEntry{Actor: user, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "cancel"})
+		a.audit(ctx, store.AuditEntry{Actor: user, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: storedKind(approvals.Cancel), Outcome: "recorded"})
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "cancelled by the requester"})
 		res = DecideResult{Call: viewOf(got), Complete: res.Complete || complete}
 	}

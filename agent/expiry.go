@@ -62,7 +62,7 @@ func (a *Agent) expireDue(ctx context.Context) ([]runRef, error) {
 			errs = append(errs, fmt.Errorf("expire %s: %w", c.ID, err))
 			continue
 		}
-		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Outcome: "expire"})
+		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: storedKind(approvals.Expire), Outcome: "recorded"})
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "expired"})
 		if complete {
 			runs = append(runs, runRef{got.RunID, got.Conversation})

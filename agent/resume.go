@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -104,11 +105,14 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		byID[c.ID] = c
 		cancelled = cancelled || c.Status == store.Cancelled
 	}
-	t := &turn{conv: run.Conversation, user: st.User, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued, inboxSeq: cs.InboxSeq, pausedRun: runID}
+	t := &turn{conv: run.Conversation, user: st.User, askers: st.Requesters, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued, inboxSeq: cs.InboxSeq, pausedRun: runID}
 	if cs.Step != nil && !cancelled {
 		// An earlier resume of this run settled its calls and was running
 		// a later step when its process died: go on from that step.
 		t.messages, t.steps, t.user, t.channel = cs.Messages, cs.Step.Steps, cs.Step.User, cs.Step.Channel
+		if len(cs.Step.Requesters) > 0 {
+			t.askers = slices.Clone(cs.Step.Requesters)
+		}
 		t.step = a.interrupted(cs.Step)
 		return a.finishResume(ctx, runID, t, rep)
 	}
@@ -165,8 +169,10 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 	if len(t.queued) == 0 {
 		return out, nil
 	}
+	t.askers = nil
 	for _, q := range t.queued {
 		t.messages = append(t.messages, userMessage(q))
+		t.addAsker(q.User)
 	}
 	last := t.queued[len(t.queued)-1]
 	t.user, t.channel, t.queued, t.steps = last.User, last.Channel, nil, 0
@@ -248,7 +254,13 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	if err := a.store.SaveResult(context.WithoutCancel(ctx), c.ID, mustJSON(res)); err != nil {
 		a.log.Warn("save tool result", "call", c.ID, "err", err)
 	}
-	a.audit(ctx, store.AuditEntry{Actor: d.Decider, Action: "execute", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: outcomeOf(res)})
+	ranFP := c.Fingerprint
+	if kindOf(&d) == approvals.Edit {
+		if _, fp, err := approvals.Fingerprint(args); err == nil {
+			ranFP = fp
+		}
+	}
+	a.audit(ctx, store.AuditEntry{Actor: d.Decider, Action: "execute", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: ranFP, Decision: d.Kind, Outcome: outcomeOf(res)})
 	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 	return withNote(res)
 }

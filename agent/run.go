@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -40,7 +41,9 @@ type stepMark struct {
 	Started int    `json:"started"`
 	Steps   int    `json:"steps"`
 	User    string `json:"user"`
-	Channel string `json:"channel"`
+	// Requesters are the people whose messages the turn answers.
+	Requesters []string `json:"requesters,omitempty"`
+	Channel    string   `json:"channel"`
 }
 
 type queuedMessage struct {
@@ -57,8 +60,11 @@ type runState struct {
 	Messages []openai.ChatCompletionMessage `json:"messages"`
 	Slots    []slot                         `json:"slots"`
 	User     string                         `json:"user"`
-	Channel  string                         `json:"channel"`
-	Steps    int                            `json:"steps"`
+	// Requesters are everyone whose message the turn answers; empty in
+	// runs stored before they were recorded, where User is the only one.
+	Requesters []string `json:"requesters,omitempty"`
+	Channel    string   `json:"channel"`
+	Steps      int      `json:"steps"`
 }
 
 // slot is one tool call of a model step: either done (Result set) or
@@ -76,6 +82,7 @@ type slot struct {
 type turn struct {
 	conv     string
 	user     string
+	askers   []string // everyone whose message the turn answers; see requesters
 	channel  string
 	messages []openai.ChatCompletionMessage
 	steps    int
@@ -238,11 +245,13 @@ func (a *Agent) answer(ctx context.Context, conv string) (Outcome, error) {
 	pending := append(cs.Queued, fresh...)
 	if cs.Step != nil {
 		t.user, t.channel, t.steps = cs.Step.User, cs.Step.Channel, cs.Step.Steps
+		t.askers = slices.Clone(cs.Step.Requesters)
 		t.step = a.interrupted(cs.Step)
 		t.later = pending
 	} else {
 		for _, q := range pending {
 			t.messages = append(t.messages, userMessage(q))
+			t.addAsker(q.User)
 		}
 	}
 	if len(pending) > 0 && cs.Step == nil {
@@ -282,6 +291,22 @@ func (a *Agent) drained(ctx context.Context, conv string, seq int64) {
 	if err := a.store.AnswerInbox(ctx, conv, seq); err != nil {
 		a.log.Warn("drain answered messages", "conversation", conv, "err", err)
 	}
+}
+
+// addAsker records that the turn answers a message of user.
+func (t *turn) addAsker(user string) {
+	if user != "" && !slices.Contains(t.askers, user) {
+		t.askers = append(t.askers, user)
+	}
+}
+
+// requesters are the people whose messages the turn answers: four eyes
+// forbids each of them from deciding a call the turn makes.
+func (t *turn) requesters() []string {
+	if len(t.askers) == 0 && t.user != "" {
+		return []string{t.user}
+	}
+	return slices.Clone(t.askers)
 }
 
 func userMessage(q queuedMessage) openai.ChatCompletionMessage {
@@ -333,7 +358,7 @@ func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 // is the call about to run, or -1 once all are done. The turn goes on
 // either way only if the mark was saved.
 func (a *Agent) markStep(ctx context.Context, t *turn, slots []slot, started int) error {
-	m := &stepMark{Slots: slots, Started: started, Steps: t.steps, User: t.user, Channel: t.channel}
+	m := &stepMark{Slots: slots, Started: started, Steps: t.steps, User: t.user, Requesters: t.requesters(), Channel: t.channel}
 	cs := convState{Messages: t.messages, Queued: t.queued, InboxSeq: t.inboxSeq, Step: m}
 	return a.saveConversation(ctx, t.conv, cs, t.pausedRun)
 }
@@ -360,6 +385,7 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			t.messages = append(t.messages, toolMessages(slots)...)
 			for _, q := range t.later {
 				t.messages = append(t.messages, userMessage(q))
+				t.addAsker(q.User)
 			}
 			t.later = nil
 			continue
@@ -507,7 +533,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Channel: t.channel, Hints: tool.Annotations}
 		v := a.evaluate(ctx, in)
-		a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "request", Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
+		a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
 		}
@@ -524,7 +550,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			rep.Status(ctx, "is running "+name+"…")
 			res := a.execute(ctx, tool, canonical, "", v)
 			slots[i].Result, slots[i].Ran = &res, true
-			a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "execute", Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "rule " + v.RuleID})
+			a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "execute", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "allowed by rule " + v.RuleID})
 		case approvals.Deny:
 			reason := v.Reason
 			if reason == "" {
@@ -548,25 +574,33 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 }
 
 // check validates a call from the model: a known tool, arguments of a sane
-// size that are a JSON object passing the tool's schema. It returns the
-// canonical arguments and their fingerprint. Errors are worded for the model.
+// size that are a JSON object passing the tool's schema, with no keys that
+// look like others (see checkKeys). It returns the
+// canonical arguments and their fingerprint. Refused arguments are an
+// *argsError, worded for the model and for a person.
 func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage, string, error) {
 	tool, ok := a.tools.Lookup(name)
 	if !ok {
 		return Tool{}, nil, "", fmt.Errorf("unknown tool %q; the available tools are: %s", name, strings.Join(a.toolNames(), ", "))
 	}
 	if len(args) > a.cfg.MaxArgBytes {
-		return Tool{}, nil, "", fmt.Errorf("arguments for %s are too large (%d bytes; the limit is %d)", name, len(args), a.cfg.MaxArgBytes)
+		return Tool{}, nil, "", argsProblem("arguments for %s are too large (%d bytes; the limit is %d)", name, len(args), a.cfg.MaxArgBytes)
 	}
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = json.RawMessage("{}")
 	}
+	invalid := func(err error) *argsError {
+		return &argsError{Model: fmt.Sprintf("invalid arguments for %s: %v. Fix them and call the tool again", name, err), Person: personText(err)}
+	}
 	if err := a.tools.Validate(name, args); err != nil {
-		return Tool{}, nil, "", fmt.Errorf("invalid arguments for %s: %v. Fix them and call the tool again", name, err)
+		return Tool{}, nil, "", invalid(err)
+	}
+	if err := checkKeys(args); err != nil {
+		return Tool{}, nil, "", invalid(err)
 	}
 	canonical, fp, err := approvals.Fingerprint(args)
 	if err != nil {
-		return Tool{}, nil, "", fmt.Errorf("invalid arguments for %s: %v", name, err)
+		return Tool{}, nil, "", &argsError{Model: fmt.Sprintf("invalid arguments for %s: %v", name, err), Person: err.Error()}
 	}
 	return tool, canonical, fp, nil
 }
@@ -689,7 +723,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		c := store.Call{
 			ID: store.CallID(runID, k), RunID: runID, ToolCallID: slots[q.slot].ToolCallID,
 			Tool: q.tool.Name, Args: q.canonical, Fingerprint: q.fp,
-			Requester: t.user, Channel: t.channel, Conversation: t.conv,
+			Requester: t.user, Requesters: t.requesters(), Channel: t.channel, Conversation: t.conv,
 			RuleID: q.verdict.RuleID, Reason: q.verdict.Reason, Approvers: q.verdict.Approvers, FourEyes: q.verdict.FourEyes,
 			CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
 		}
@@ -701,7 +735,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		}
 		pending[k] = PendingCall{Call: viewOf(c), Human: q.tool.Human, Schema: q.tool.Schema}
 	}
-	run.State = mustJSON(runState{Messages: t.messages, Slots: slots, User: t.user, Channel: t.channel, Steps: t.steps})
+	run.State = mustJSON(runState{Messages: t.messages, Slots: slots, User: t.user, Requesters: t.requesters(), Channel: t.channel, Steps: t.steps})
 	if err := a.store.CreateRun(ctx, run, calls); err != nil {
 		// Keep what happened (calls already allowed may have run) with
 		// every call answered, so the history stays valid.
@@ -725,7 +759,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 	}
 	a.drained(ctx, t.conv, t.inboxSeq)
 	for _, c := range calls {
-		a.audit(ctx, store.AuditEntry{Actor: c.Requester, Action: "pause", Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
+		a.audit(ctx, store.AuditEntry{Actor: c.Requester, Action: "pause", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
 	}
 	rep.Paused(ctx, pending)
 	return Outcome{Status: Paused, RunID: runID, Pending: pending}, nil

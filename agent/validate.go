@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -17,6 +19,32 @@ var printer = message.NewPrinter(language.English)
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
+// argsError is arguments refused before the policy: Error says what is
+// wrong in words for the model, Person in words for a person who edited
+// them (`replicas must be an integer, got "3"`).
+type argsError struct {
+	Model  string
+	Person string
+}
+
+func (e *argsError) Error() string { return e.Model }
+
+// argsProblem is an argsError that reads the same for both.
+func argsProblem(format string, v ...any) *argsError {
+	s := fmt.Sprintf(format, v...)
+	return &argsError{Model: s, Person: s}
+}
+
+// personText says what is wrong with refused arguments in words for a
+// person: argsError's Person text when err has one, err's text otherwise.
+func personText(err error) string {
+	var ae *argsError
+	if errors.As(err, &ae) {
+		return ae.Person
+	}
+	return err.Error()
+}
+
 func (t *registered) validate(args json.RawMessage) error {
 	trimmed := bytes.TrimSpace(args)
 	if len(trimmed) == 0 {
@@ -24,10 +52,10 @@ func (t *registered) validate(args json.RawMessage) error {
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(trimmed))
 	if err != nil {
-		return fmt.Errorf("arguments are not valid JSON: %v", err)
+		return argsProblem("arguments are not valid JSON: %v", err)
 	}
 	if _, ok := v.(map[string]any); !ok {
-		return errors.New("arguments must be a JSON object")
+		return argsProblem("arguments must be a JSON object")
 	}
 	if t.schema == nil {
 		return nil
@@ -35,11 +63,106 @@ func (t *registered) validate(args json.RawMessage) error {
 	if err := t.schema.Validate(v); err != nil {
 		var ve *jsonschema.ValidationError
 		if errors.As(err, &ve) {
-			return fmt.Errorf("arguments do not match the schema: %s", schemaMessage(ve))
+			return &argsError{Model: "arguments do not match the schema: " + schemaMessage(ve), Person: personMessage(ve, v)}
 		}
-		return fmt.Errorf("arguments do not match the schema: %v", err)
+		return argsProblem("arguments do not match the schema: %v", err)
 	}
 	return nil
+}
+
+// personMessage words a validation error for a person: each problem names
+// the field and, for a wrong type, the value given, as in
+// `replicas must be an integer, got "3"`.
+func personMessage(ve *jsonschema.ValidationError, doc any) string {
+	var lines []string
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		field := strings.Join(e.InstanceLocation, ".")
+		switch k := e.ErrorKind.(type) {
+		case *kind.Type:
+			got := "a " + k.Got
+			if val, ok := lookup(doc, e.InstanceLocation); ok {
+				if b, err := json.Marshal(val); err == nil {
+					got = string(b)
+				}
+			}
+			lines = append(lines, fmt.Sprintf("%s must be %s, got %s", fieldName(field), typeWords(k.Want), got))
+		case *kind.Required:
+			for _, m := range k.Missing {
+				lines = append(lines, fmt.Sprintf("%s is required", fieldName(join(field, m))))
+			}
+		case *kind.AdditionalProperties:
+			for _, p := range k.Properties {
+				lines = append(lines, fmt.Sprintf("%s is not a field of this tool", fieldName(join(field, p))))
+			}
+		default:
+			lines = append(lines, fmt.Sprintf("%s: %s", fieldName(field), e.ErrorKind.LocalizedString(printer)))
+		}
+	}
+	walk(ve)
+	return strings.Join(lines, "; ")
+}
+
+// join appends a key to a dotted field path.
+func join(field, key string) string {
+	if field == "" {
+		return key
+	}
+	return field + "." + key
+}
+
+// fieldName names a dotted field path, or the arguments as a whole.
+func fieldName(field string) string {
+	if field == "" {
+		return "the arguments"
+	}
+	return field
+}
+
+// typeWords says a list of JSON Schema types in words: "an integer",
+// "a string or null".
+func typeWords(types []string) string {
+	words := make([]string, len(types))
+	for i, t := range types {
+		switch t {
+		case "integer", "object", "array":
+			words[i] = "an " + t
+		case "null":
+			words[i] = "null"
+		default:
+			words[i] = "a " + t
+		}
+	}
+	return strings.Join(words, " or ")
+}
+
+// lookup finds the value at a JSON pointer's tokens in a parsed document.
+func lookup(doc any, path []string) (any, bool) {
+	for _, tok := range path {
+		switch d := doc.(type) {
+		case map[string]any:
+			v, ok := d[tok]
+			if !ok {
+				return nil, false
+			}
+			doc = v
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(d) {
+				return nil, false
+			}
+			doc = d[i]
+		default:
+			return nil, false
+		}
+	}
+	return doc, true
 }
 
 // schemaMessage flattens a validation error into "at /path: message" lines.

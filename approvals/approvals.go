@@ -102,6 +102,9 @@ type Decision struct {
 	Conditions string `json:"conditions,omitempty"`
 	// TTL is an optional lifetime for a Remember rule; zero means no expiry.
 	TTL time.Duration `json:"ttl,omitempty"`
+	// Exact narrows a Remember rule to calls with exactly the arguments
+	// decided on (those of Fingerprint).
+	Exact bool `json:"exact,omitempty"`
 }
 
 // Errors a refused decision wraps; check them with errors.Is.

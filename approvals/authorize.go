@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -17,6 +18,9 @@ type Approvable struct {
 	FourEyes bool
 	// Requester is the Slack user id of whoever started the turn.
 	Requester string
+	// Requesters are everyone whose message the turn answers; four eyes
+	// forbids each of them, as it does Requester.
+	Requesters []string
 }
 
 // GroupResolver lists the members of a Slack user group (usergroups.users.list).
@@ -26,8 +30,9 @@ type GroupResolver interface {
 
 // Authorize reports whether decider may decide the call c. It returns nil
 // when the decider is allowed, and otherwise an error wrapping
-// ErrNotApprover that says why: the decider is the requester of a four-eyes
-// call, or is neither listed nor a member of a listed user group. With no
+// ErrNotApprover that says why: the decider is a requester (Requester or
+// one of Requesters) of a four-eyes call, or is neither listed nor a member
+// of a listed user group. With no
 // approvers anyone may decide (subject to four eyes). Listed user ids are
 // checked before any group is looked up; a group lookup that fails refuses
 // the decider (fail closed) unless another listed group admits them, and the
@@ -37,7 +42,7 @@ func Authorize(ctx context.Context, c Approvable, decider string, groups GroupRe
 	if decider == "" {
 		return fmt.Errorf("no decider given: %w", ErrNotApprover)
 	}
-	if c.FourEyes && decider == c.Requester {
+	if c.FourEyes && (decider == c.Requester || slices.Contains(c.Requesters, decider)) {
 		return fmt.Errorf("%s asked for this call and it needs a second person: %w", decider, ErrNotApprover)
 	}
 	if len(c.Approvers) == 0 {

@@ -69,3 +69,27 @@ func TestAuthorize(t *testing.T) {
 		})
 	}
 }
+
+// Four eyes forbids every requester of a call, and still the one Requester
+// of calls stored before Requesters were recorded.
+func TestAuthorizeFourEyesEveryRequester(t *testing.T) {
+	ctx := context.Background()
+	c := Approvable{FourEyes: true, Requester: "U2", Requesters: []string{"U1", "U2"}}
+	for _, tt := range []struct {
+		c       Approvable
+		decider string
+		ok      bool
+	}{
+		{c, "U1", false},
+		{c, "U2", false},
+		{c, "U3", true},
+		{Approvable{FourEyes: true, Requester: "U2"}, "U2", false},
+		{Approvable{FourEyes: true, Requester: "U2"}, "U1", true},
+		{Approvable{Requester: "U2", Requesters: []string{"U1", "U2"}}, "U1", true},
+	} {
+		err := Authorize(ctx, tt.c, tt.decider, nil)
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrNotApprover)) {
+			t.Errorf("Authorize(%+v, %s) = %v, want allowed %v", tt.c, tt.decider, err, tt.ok)
+		}
+	}
+}

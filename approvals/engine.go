@@ -5,10 +5,12 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -24,9 +26,6 @@ const (
 	// KindPolicyRule records hold rules added with the slash command; the
 	// record id is the rule id.
 	KindPolicyRule = "policy_rule"
-	// KindPolicyRemoved records mark a file rule as removed; the record id
-	// is the rule id.
-	KindPolicyRemoved = "policy_removed"
 	// KindStandingRule records hold standing rules made by Remember; the
 	// record id is the standing rule id.
 	KindStandingRule = "standing_rule"
@@ -38,13 +37,22 @@ const (
 	AuditPolicyRemove   = "policy_remove"
 	AuditStandingAdd    = "standing_add"
 	AuditStandingRevoke = "standing_revoke"
+	AuditStandingExpire = "standing_expire"
 )
+
+// SystemActor is the actor of audit entries of changes no person made, such
+// as deleting an expired standing rule.
+const SystemActor = "system"
 
 // ErrUnknownRule is wrapped by errors about a rule id that does not exist.
 var ErrUnknownRule = errors.New("unknown rule")
 
 // ErrRuleExists is wrapped when a rule is added with an id already in use.
 var ErrRuleExists = errors.New("rule id already in use")
+
+// ErrFileRule is wrapped when a change made at run time would remove a rule
+// of the policy file: the file is a floor, changed only by editing it.
+var ErrFileRule = errors.New("rule is in the policy file")
 
 // RecordStore keeps the Engine's records. store implementations satisfy it;
 // when the store also has an Audit method (see Auditor), every change is
@@ -107,6 +115,9 @@ type StandingRule struct {
 	// rule was made; if the rule changes (or its id is reused), the
 	// standing rule stops applying.
 	RuleDigest string `json:"rule_digest,omitempty"`
+	// Fingerprint, when set, narrows the rule to calls whose arguments have
+	// this fingerprint (see Fingerprint): "for these exact arguments".
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // relaxes reports whether s may turn the ask verdict v into allow: v comes
@@ -127,10 +138,14 @@ func (s StandingRule) Expired(now time.Time) bool {
 
 // RememberedRule builds the standing rule a Remember decision asks for on a
 // call of tool in channel that the verdict v asked about: its conditions,
-// an expiry TTL after the decision when TTL is set, and v's rule, which is
-// the only one it relaxes. Pass it to Engine.Remember.
+// an expiry TTL after the decision when TTL is set, the decided arguments'
+// fingerprint when Exact is set, and v's rule, which is the only one it
+// relaxes. Pass it to Engine.Remember.
 func RememberedRule(d Decision, tool, channel string, v Verdict) StandingRule {
 	s := StandingRule{Tool: tool, Channel: channel, When: d.Conditions, CreatedBy: d.Decider, CreatedAt: d.At, RuleID: v.RuleID, RuleDigest: v.RuleDigest}
+	if d.Exact {
+		s.Fingerprint = d.Fingerprint
+	}
 	if d.TTL > 0 {
 		s.ExpiresAt = d.At.Add(d.TTL)
 	}
@@ -144,25 +159,25 @@ type adminRule struct {
 	AddedAt time.Time `json:"added_at"`
 }
 
-// removal is the data of a KindPolicyRemoved record.
-type removal struct {
-	RemovedBy string    `json:"removed_by"`
-	RemovedAt time.Time `json:"removed_at"`
-}
-
 // Engine is the effective policy: the file Policy merged with changes made
 // with the slash command and standing rules from Remember, all kept in a
-// RecordStore so every replica judges alike. Evaluation order:
+// RecordStore so every replica judges alike. There are two layers of rules:
 //
-//  1. admin rules (added with AddRule), newest first, so a later, more
-//     specific exception wins over an earlier one;
-//  2. the file's rules in file order, except those removed with RemoveRule;
-//  3. the tool's hints, then the policy default (see Policy.Evaluate).
+//   - the file's rules, in file order (the first match of the layer counts);
+//   - admin rules added with AddRule at run time, newest first, so a later,
+//     more specific exception wins over an earlier one.
+//
+// The file is a floor: the verdict is the strictest of the two layers'
+// matches (deny > ask > allow), so a runtime rule can tighten any call
+// (deny, ask, four eyes, a shorter TTL, approvers where the file names
+// none) but relax no file rule. When no rule of either layer matches, the
+// tool's hints decide, then the policy default (see Policy.Evaluate).
 //
 // Then, if the verdict is ask, a standing rule for that exact tool in the
-// call's channel whose condition holds relaxes it to allow. Standing rules
-// never override deny, never relax the ask of a four-eyes rule, and never
-// relax a fail-closed ask from a condition that could not be evaluated.
+// call's channel, made under the rule that asked and whose condition holds,
+// relaxes it to allow. Standing rules never override deny, never relax the
+// ask of a four-eyes rule, and never relax a fail-closed ask from a
+// condition that could not be evaluated.
 //
 // An Engine reads the store on every evaluation and caches only compiled
 // conditions (keyed by the record's content), so a change made on one replica applies on all at once. It is
@@ -172,6 +187,7 @@ type Engine struct {
 	rs   RecordStore
 	env  *cel.Env
 	now  func() time.Time
+	log  *slog.Logger // audit lines; nil: none
 
 	mu    sync.Mutex
 	cache map[string]cachedProgram // "kind/id" -> compiled record
@@ -196,6 +212,12 @@ func WithClock(now func() time.Time) EngineOption {
 	return func(e *Engine) { e.now = now }
 }
 
+// WithAuditLog writes every audit entry of the Engine's changes to l as
+// well, as one line with the message "audit" (see store.AuditEntry.Log).
+func WithAuditLog(l *slog.Logger) EngineOption {
+	return func(e *Engine) { e.log = l }
+}
+
 // NewEngine returns an Engine over the file policy p (nil: no file rules,
 // default ask) and the record store rs.
 func NewEngine(p *Policy, rs RecordStore, opts ...EngineOption) *Engine {
@@ -213,8 +235,8 @@ func NewEngine(p *Policy, rs RecordStore, opts ...EngineOption) *Engine {
 type state struct {
 	admin    []RuleView // newest first
 	compiled []compiledRule
-	removed  map[string]bool
-	standing []standingCompiled // oldest first
+	standing []standingCompiled // oldest first, none expired
+	expired  []string           // ids of expired standing rules, to delete
 }
 
 type standingCompiled struct {
@@ -225,14 +247,11 @@ type standingCompiled struct {
 
 // load reads the admin rules, removals and standing rules.
 func (e *Engine) load(ctx context.Context) (*state, error) {
-	recs, removed, standing, err := e.records(ctx)
+	recs, standing, err := e.records(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st := &state{removed: make(map[string]bool, len(removed))}
-	for _, r := range removed {
-		st.removed[r.ID] = true
-	}
+	st := &state{}
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -274,12 +293,17 @@ func (e *Engine) load(ctx context.Context) (*state, error) {
 		st.compiled = append(st.compiled, a.c)
 	}
 
+	now := e.now()
 	for _, rec := range standing {
 		var s StandingRule
 		if err := json.Unmarshal(rec.Data, &s); err != nil {
 			continue // standing rules only relax; an unreadable one is ignored
 		}
 		s.ID = rec.ID
+		if s.Expired(now) {
+			st.expired = append(st.expired, s.ID)
+			continue
+		}
 		key := KindStandingRule + "/" + rec.ID
 		live[key] = true
 		cp, ok := e.cache[key]
@@ -312,30 +336,28 @@ type BatchRecordStore interface {
 	RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error)
 }
 
-// records reads the admin rules, removals and standing rules.
-func (e *Engine) records(ctx context.Context) (rules, removed, standing []store.Record, err error) {
+// records reads the admin rules and standing rules.
+func (e *Engine) records(ctx context.Context) (rules, standing []store.Record, err error) {
 	if b, ok := e.rs.(BatchRecordStore); ok {
-		m, err := b.RecordsOf(ctx, KindPolicyRule, KindPolicyRemoved, KindStandingRule)
+		m, err := b.RecordsOf(ctx, KindPolicyRule, KindStandingRule)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("load policy records: %w", err)
+			return nil, nil, fmt.Errorf("load policy records: %w", err)
 		}
-		return m[KindPolicyRule], m[KindPolicyRemoved], m[KindStandingRule], nil
+		return m[KindPolicyRule], m[KindStandingRule], nil
 	}
 	if rules, err = e.rs.Records(ctx, KindPolicyRule); err != nil {
-		return nil, nil, nil, fmt.Errorf("load policy rules: %w", err)
-	}
-	if removed, err = e.rs.Records(ctx, KindPolicyRemoved); err != nil {
-		return nil, nil, nil, fmt.Errorf("load policy removals: %w", err)
+		return nil, nil, fmt.Errorf("load policy rules: %w", err)
 	}
 	if standing, err = e.rs.Records(ctx, KindStandingRule); err != nil {
-		return nil, nil, nil, fmt.Errorf("load standing rules: %w", err)
+		return nil, nil, fmt.Errorf("load standing rules: %w", err)
 	}
-	return rules, removed, standing, nil
+	return rules, standing, nil
 }
 
 // Evaluate judges one call against the effective policy (see Engine for the
-// order). If the stored changes cannot be read it fails closed: it returns
-// an ask verdict with RuleID RuleUnavailable and a reason, and the error.
+// layers). If the stored changes cannot be read it fails closed: a call a
+// file rule denies stays denied; any other call gets an ask verdict with
+// RuleID RuleUnavailable and a reason; the error is returned with it.
 func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 	st, err := e.load(ctx)
 	if err != nil {
@@ -351,14 +373,11 @@ func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 			FailClosed: true,
 		}, err
 	}
+	e.dropExpired(ctx, st.expired)
 	act := newActivation(in)
-	rules := st.compiled
-	for _, c := range e.file.rules {
-		if !st.removed[c.ID] {
-			rules = append(rules, c)
-		}
-	}
-	v, failed := evaluate(rules, in, act)
+	fileV, fileFailed := evaluate(e.file.rules, in, act)
+	adminV, adminFailed := evaluate(st.compiled, in, act)
+	v, failed := strictest(fileV, fileFailed, adminV, adminFailed)
 	if v == nil {
 		fb := fallback(in.Hints, e.file.def)
 		v = &fb
@@ -366,10 +385,20 @@ func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 	if v.Action != Ask || v.FourEyes || failed {
 		return *v, nil
 	}
-	now := e.now()
+	argsFP := ""
 	for _, s := range st.standing {
-		if s.Tool != in.Tool || s.Channel != in.Channel || s.Expired(now) || s.err != nil || !s.relaxes(*v) {
+		if s.Tool != in.Tool || s.Channel != in.Channel || s.err != nil || !s.relaxes(*v) {
 			continue
+		}
+		if s.Fingerprint != "" {
+			if argsFP == "" {
+				if _, fp, err := Fingerprint(in.Args); err == nil {
+					argsFP = fp
+				}
+			}
+			if argsFP != s.Fingerprint {
+				continue
+			}
 		}
 		if s.prg != nil {
 			vars, err := act.get()
@@ -389,6 +418,68 @@ func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 	return *v, nil
 }
 
+// dropExpired deletes expired standing rules, so they are not read on
+// every later check, and audits each as AuditStandingExpire. A rule
+// another replica deleted first is skipped; other failures leave the rule
+// for the next check, which skips it as expired meanwhile.
+func (e *Engine) dropExpired(ctx context.Context, ids []string) {
+	for _, id := range ids {
+		err := e.rs.DeleteRecord(ctx, KindStandingRule, id)
+		if err == nil {
+			err = e.audit(ctx, SystemActor, AuditStandingExpire, "", id, "")
+		}
+		if err != nil && !errors.Is(err, store.ErrNotFound) && e.log != nil {
+			e.log.Warn("delete expired standing rule", "id", id, "err", err)
+		}
+	}
+}
+
+// strictness orders actions: deny > ask > allow.
+func strictness(a Action) int {
+	switch a {
+	case Deny:
+		return 2
+	case Ask:
+		return 1
+	}
+	return 0
+}
+
+// strictest combines the verdict of the file layer with that of the
+// runtime layer (either nil when no rule of the layer matched). The
+// stricter action wins. When both say the same, the runtime rule (the newer,
+// more specific one) speaks, but for an ask it cannot loosen the file rule:
+// the file's approvers stay when it names any, four eyes holds if either
+// says so, the shorter TTL applies, and the digest covers both rules so a
+// standing rule made under this ask stops applying when either changes.
+func strictest(file *Verdict, fileFailed bool, admin *Verdict, adminFailed bool) (*Verdict, bool) {
+	switch {
+	case admin == nil:
+		return file, fileFailed
+	case file == nil:
+		return admin, adminFailed
+	case strictness(file.Action) > strictness(admin.Action):
+		return file, fileFailed
+	case strictness(admin.Action) > strictness(file.Action) || admin.Action != Ask:
+		return admin, adminFailed
+	}
+	v := *admin
+	if len(file.Approvers) > 0 {
+		v.Approvers = slices.Clone(file.Approvers)
+	}
+	v.FourEyes = file.FourEyes || admin.FourEyes
+	if file.TTL > 0 && (v.TTL == 0 || file.TTL < v.TTL) {
+		v.TTL = file.TTL
+	}
+	if v.Reason == "" {
+		v.Reason = file.Reason
+	}
+	v.FailClosed = file.FailClosed || admin.FailClosed
+	sum := sha256.Sum256([]byte(file.RuleID + "\x00" + file.RuleDigest + "\x00" + admin.RuleDigest))
+	v.RuleDigest = hex.EncodeToString(sum[:8])
+	return &v, fileFailed || adminFailed
+}
+
 // describe names the rule and reason of a verdict in a few words.
 func describe(v Verdict) string {
 	if v.Reason == "" {
@@ -403,8 +494,9 @@ func (e *Engine) Test(ctx context.Context, in Input) (Verdict, error) {
 	return e.Evaluate(ctx, in)
 }
 
-// Rules returns the effective policy rules in evaluation order: admin rules
-// newest first, then the file rules that were not removed.
+// Rules returns the effective policy rules: admin rules newest first, then
+// the file rules in file order. Each layer's first match counts, and the
+// stricter of the two wins (see Engine).
 func (e *Engine) Rules(ctx context.Context) ([]RuleView, error) {
 	st, err := e.load(ctx)
 	if err != nil {
@@ -412,18 +504,61 @@ func (e *Engine) Rules(ctx context.Context) ([]RuleView, error) {
 	}
 	out := slices.Clone(st.admin)
 	for _, r := range e.file.Rules() {
-		if !st.removed[r.ID] {
-			out = append(out, RuleView{Rule: r, Source: SourceFile})
-		}
+		out = append(out, RuleView{Rule: r, Source: SourceFile})
 	}
 	return out, nil
 }
 
-// AddRule validates r and stores it as an admin rule, evaluated before all
-// file rules and before older admin rules. An empty ID gets a generated one
+// Overrule is a file rule stricter than a runtime rule where both match.
+type Overrule struct {
+	Rule Rule
+	// Always is set when the file rule matches every call the runtime rule
+	// does (no condition, a glob covering the runtime rule's), so the
+	// runtime rule never changes the verdict on those calls.
+	Always bool
+}
+
+// Overrules lists the file rules stricter than r (deny > ask > allow) that
+// may match a call r matches, in file order. Globs are compared by what
+// they can match; a condition is not analysed, so a file rule with one is
+// listed as overruling r where it holds.
+func (e *Engine) Overrules(r Rule) []Overrule {
+	var out []Overrule
+	for _, f := range e.file.Rules() {
+		if strictness(f.Verdict) <= strictness(r.Verdict) || !globsOverlap(f.Tool, r.Tool) {
+			continue
+		}
+		out = append(out, Overrule{Rule: f, Always: f.When == "" && globCovers(f.Tool, r.Tool)})
+	}
+	return out
+}
+
+// hasMeta reports whether a glob has pattern characters.
+func hasMeta(glob string) bool { return strings.ContainsAny(glob, `*?[\`) }
+
+// globsOverlap reports whether some tool name may match both globs; two
+// patterns with wildcards are assumed to overlap.
+func globsOverlap(a, b string) bool {
+	switch {
+	case !hasMeta(a):
+		return matchesTool(b, a)
+	case !hasMeta(b):
+		return matchesTool(a, b)
+	}
+	return true
+}
+
+// globCovers reports whether every tool name matching inner matches outer.
+func globCovers(outer, inner string) bool {
+	return outer == "*" || outer == inner || (!hasMeta(inner) && matchesTool(outer, inner))
+}
+
+// AddRule validates r and stores it as an admin rule, in the runtime layer
+// before older admin rules; it tightens calls it matches and cannot relax
+// a file rule (see Engine and Overrules). An empty ID gets a generated one
 // ("admin-" and 8 hex digits). It fails, changing nothing, if r is invalid,
-// or with ErrRuleExists if the id names an admin rule or a file rule that
-// was not removed (remove a rule first to replace it). The change is
+// or with ErrRuleExists if the id names an admin rule or a file rule
+// (remove an admin rule first to replace it). The change is
 // audited as AuditPolicyAdd; if only the audit fails, the rule stays added
 // and the error says so.
 func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error) {
@@ -436,15 +571,9 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
 	}
 	if slices.ContainsFunc(e.file.rules, func(c compiledRule) bool { return c.ID == r.ID }) {
-		removed, err := e.rs.Records(ctx, KindPolicyRemoved)
-		if err != nil {
-			return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
-		}
-		if !slices.ContainsFunc(removed, func(rec store.Record) bool { return rec.ID == r.ID }) {
-			return Rule{}, fmt.Errorf("add rule %s: the policy file has a rule with this id: %w", r.ID, ErrRuleExists)
-		}
+		return Rule{}, fmt.Errorf("add rule %s: the policy file has a rule with this id: %w", r.ID, ErrRuleExists)
 	}
-	data, err := json.Marshal(adminRule{Rule: r, AddedBy: actor, AddedAt: e.now().UTC()})
+	data, err := store.EncodeJSON(adminRule{Rule: r, AddedBy: actor, AddedAt: e.now().UTC()})
 	if err != nil {
 		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
 	}
@@ -460,30 +589,20 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 	return r, nil
 }
 
-// RemoveRule removes the rule with the given id from the effective policy:
-// an admin rule is deleted, a file rule is marked removed (it stays in the
-// file but is skipped until the mark is deleted from the store). It returns
-// an error wrapping ErrUnknownRule if no effective rule has that id. The
-// change is audited as AuditPolicyRemove.
+// RemoveRule deletes the admin rule with the given id. It returns an error
+// wrapping ErrFileRule, changing nothing, if id names a file rule (the file
+// is a floor: change the file to remove one), and one wrapping
+// ErrUnknownRule if no rule has that id. The change is audited as
+// AuditPolicyRemove.
 func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
-	err := e.rs.DeleteRecord(ctx, KindPolicyRule, id)
-	switch {
-	case err == nil:
-	case !errors.Is(err, store.ErrNotFound):
+	if slices.ContainsFunc(e.file.rules, func(c compiledRule) bool { return c.ID == id }) {
+		return fmt.Errorf("remove rule %s: change the policy file to remove it: %w", id, ErrFileRule)
+	}
+	if err := e.rs.DeleteRecord(ctx, KindPolicyRule, id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("remove rule %s: %w", id, ErrUnknownRule)
+		}
 		return fmt.Errorf("remove rule %s: %w", id, err)
-	case !slices.ContainsFunc(e.file.rules, func(c compiledRule) bool { return c.ID == id }):
-		return fmt.Errorf("remove rule %s: %w", id, ErrUnknownRule)
-	default:
-		data, err := json.Marshal(removal{RemovedBy: actor, RemovedAt: e.now().UTC()})
-		if err != nil {
-			return fmt.Errorf("remove rule %s: %w", id, err)
-		}
-		if _, err := e.rs.PutRecord(ctx, store.Record{Kind: KindPolicyRemoved, ID: id, Data: data}, 0); err != nil {
-			if errors.Is(err, store.ErrConflict) {
-				return fmt.Errorf("remove rule %s: already removed: %w", id, ErrUnknownRule)
-			}
-			return fmt.Errorf("remove rule %s: %w", id, err)
-		}
 	}
 	if err := e.audit(ctx, actor, AuditPolicyRemove, "", id, ""); err != nil {
 		return fmt.Errorf("rule %s removed, but auditing it failed: %w", id, err)
@@ -522,7 +641,7 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 	if !s.ExpiresAt.IsZero() && !s.ExpiresAt.After(s.CreatedAt) {
 		return StandingRule{}, fmt.Errorf("remember: expires_at %s is not after created_at %s", s.ExpiresAt.Format(time.RFC3339), s.CreatedAt.Format(time.RFC3339))
 	}
-	data, err := json.Marshal(s)
+	data, err := store.EncodeJSON(s)
 	if err != nil {
 		return StandingRule{}, fmt.Errorf("remember: %w", err)
 	}
@@ -533,6 +652,9 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 		return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, err)
 	}
 	detail := "channel=" + s.Channel
+	if s.Fingerprint != "" {
+		detail += " exact_args=" + s.Fingerprint[:min(12, len(s.Fingerprint))]
+	}
 	if s.When != "" {
 		detail += " when=" + quote(s.When)
 	}
@@ -589,25 +711,30 @@ func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
 	return nil
 }
 
-// audit writes an entry if the store keeps an audit log.
+// audit logs an entry with the audit logger, if there is one, and writes
+// it if the store keeps an audit log.
 func (e *Engine) audit(ctx context.Context, actor, action, tool, id, detail string) error {
-	a, ok := e.rs.(Auditor)
-	if !ok {
-		return nil
-	}
 	if detail != "" {
 		detail = "id=" + id + " " + detail
 	} else {
 		detail = "id=" + id
 	}
-	return a.Audit(ctx, store.AuditEntry{
+	entry := store.AuditEntry{
 		At:      e.now().UTC(),
 		Actor:   actor,
 		Action:  action,
 		Tool:    tool,
 		Outcome: "ok",
 		Detail:  detail,
-	})
+	}
+	if e.log != nil {
+		entry.Log(ctx, e.log)
+	}
+	a, ok := e.rs.(Auditor)
+	if !ok {
+		return nil
+	}
+	return a.Audit(ctx, entry)
 }
 
 func randomHex(n int) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -181,16 +182,16 @@ func TestEngineAdminRules(t *testing.T) {
 	e, ms, c := newTestEngine(t)
 	in := call("files__delete", `{"path":"/tmp/x"}`, "C1")
 
-	// An admin rule is evaluated before the file rules.
-	first, err := ParseRule(`id=tmp-ok tool=files__delete verdict=allow when='args.path.startsWith("/tmp/")'`)
+	// An admin rule tightens a file rule's ask.
+	first, err := ParseRule(`id=tmp-ok tool=files__delete verdict=ask four_eyes=true when='args.path.startsWith("/tmp/")'`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.AddRule(ctx, "U1ADMIN", first); err != nil {
 		t.Fatalf("AddRule: %v", err)
 	}
-	if got := evalEngine(t, e, in); got.Action != Allow || got.RuleID != "tmp-ok" {
-		t.Errorf("after adding tmp-ok: got %s by %q, want allow by tmp-ok", got.Action, got.RuleID)
+	if got := evalEngine(t, e, in); got.Action != Ask || got.RuleID != "tmp-ok" || !got.FourEyes {
+		t.Errorf("after adding tmp-ok: got %s by %q (four eyes %v), want a four-eyes ask by tmp-ok", got.Action, got.RuleID, got.FourEyes)
 	}
 
 	// A newer admin rule wins over an older one.
@@ -230,15 +231,15 @@ func TestEngineAdminRules(t *testing.T) {
 		t.Errorf("after removing the freeze: got rule %q, want tmp-ok", got.RuleID)
 	}
 
-	// Removing a file rule skips it.
-	if err := e.RemoveRule(ctx, "U1ADMIN", "no-etc"); err != nil {
-		t.Fatalf("RemoveRule(no-etc): %v", err)
+	// A file rule cannot be removed at run time.
+	if err := e.RemoveRule(ctx, "U1ADMIN", "no-etc"); !errors.Is(err, ErrFileRule) {
+		t.Fatalf("RemoveRule(no-etc): got %v, want ErrFileRule", err)
 	}
-	if got := evalEngine(t, e, call("files__delete", `{"path":"/etc/passwd"}`, "C1")); got.Action != Ask || got.RuleID != "delete" {
-		t.Errorf("after removing no-etc: got %s by %q, want ask by delete", got.Action, got.RuleID)
+	if got := evalEngine(t, e, call("files__delete", `{"path":"/etc/passwd"}`, "C1")); got.Action != Deny || got.RuleID != "no-etc" {
+		t.Errorf("after trying to remove no-etc: got %s by %q, want deny by no-etc", got.Action, got.RuleID)
 	}
 
-	wantAudit := "U1ADMIN:policy_add,U1ADMIN:policy_add,U1ADMIN:policy_remove,U1ADMIN:policy_remove"
+	wantAudit := "U1ADMIN:policy_add,U1ADMIN:policy_add,U1ADMIN:policy_remove"
 	if got := strings.Join(ms.auditActions(), ","); got != wantAudit {
 		t.Errorf("audit: got %s, want %s", got, wantAudit)
 	}
@@ -292,19 +293,12 @@ func TestEngineRuleChangeErrors(t *testing.T) {
 			}
 		})
 	}
-	// Removing a file rule twice.
-	if err := e.RemoveRule(ctx, "U1", "read"); err != nil {
-		t.Fatal(err)
+	// A file rule cannot be removed at run time.
+	if err := e.RemoveRule(ctx, "U1", "read"); !errors.Is(err, ErrFileRule) || !strings.Contains(err.Error(), "policy file") {
+		t.Errorf("RemoveRule(read): got %v, want ErrFileRule naming the policy file", err)
 	}
-	if err := e.RemoveRule(ctx, "U1", "read"); !errors.Is(err, ErrUnknownRule) {
-		t.Errorf("second RemoveRule(read): got %v, want ErrUnknownRule", err)
-	}
-	// Once removed, a file rule's id can be reused by an admin rule.
-	if _, err := e.AddRule(ctx, "U1", Rule{ID: "read", Tool: "files__read_*", Verdict: Ask}); err != nil {
-		t.Errorf("AddRule(read) after removing file rule read: %v", err)
-	}
-	if got := len(ms.auditActions()); got != 3 {
-		t.Errorf("audit entries: got %d, want 3 (failed changes are not audited)", got)
+	if got := len(ms.auditActions()); got != 1 {
+		t.Errorf("audit entries: got %d, want 1 (failed changes are not audited)", got)
 	}
 }
 
@@ -377,6 +371,10 @@ func TestEngineStandingRules(t *testing.T) {
 	if list, _ := e.StandingRules(ctx, ""); len(list) != 3 {
 		t.Errorf("StandingRules after expiry: got %d, want 3", len(list))
 	}
+	// The expired rule was deleted, not kept to be skipped on every check.
+	if recs, _ := ms.Records(ctx, KindStandingRule); len(recs) != 3 {
+		t.Errorf("standing rule records after expiry: got %d, want 3 (the expired one deleted)", len(recs))
+	}
 
 	// Revoke.
 	if err := e.Revoke(ctx, "U3", s.ID); err != nil {
@@ -385,7 +383,7 @@ func TestEngineStandingRules(t *testing.T) {
 	if got := evalEngine(t, e, call("files__delete", `{"path":"/tmp/a","size":1}`, "C1")); got.Action != Ask {
 		t.Errorf("after revoke: got %s by %q, want ask", got.Action, got.RuleID)
 	}
-	want := "U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,U3:standing_revoke"
+	want := "U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,system:standing_expire,U3:standing_revoke"
 	if got := strings.Join(ms.auditActions(), ","); got != want {
 		t.Errorf("audit: got %s, want %s", got, want)
 	}
@@ -636,5 +634,100 @@ func TestFileDenyHoldsDuringStoreOutage(t *testing.T) {
 	v, err = NewEngine(p, st).Evaluate(context.Background(), Input{Tool: "other", Args: json.RawMessage(`{}`)})
 	if err == nil || v.Action != Ask || !v.FailClosed {
 		t.Errorf("got %s (fail closed %v), %v; want a fail-closed ask and the error", v.Action, v.FailClosed, err)
+	}
+}
+
+// The policy file is a floor: runtime rules tighten any call but relax no
+// file rule, and standing rules relax only the ask of the rule that asked.
+func TestEngineFileIsAFloor(t *testing.T) {
+	ctx := context.Background()
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "no-drop", Tool: "*drop*", Verdict: Deny, Reason: "never drop"},
+		{ID: "deploy", Tool: "deploy", Verdict: Ask, Approvers: []string{"SOPS"}, TTL: time.Hour},
+		{ID: "restart", Tool: "restart", Verdict: Ask},
+		{ID: "reads", Tool: "read_*", Verdict: Allow},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(p, newMemStore())
+	add := func(text string) Rule {
+		t.Helper()
+		r, err := ParseRule(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		added, err := e.AddRule(ctx, "UADMIN", r)
+		if err != nil {
+			t.Fatalf("AddRule(%s): %v", text, err)
+		}
+		return added
+	}
+	add(`id=open tool=* verdict=allow`)
+	add(`id=tight tool=deploy verdict=ask approvers=UEVE four_eyes=true ttl=2h`)
+	add(`id=reads-ask tool=read_secrets verdict=ask approvers=UBOB`)
+
+	tests := []struct {
+		name      string
+		in        Input
+		want      Action
+		wantRule  string
+		approvers string
+		fourEyes  bool
+		ttl       time.Duration
+	}{
+		{"a runtime allow does not lift a file deny", call("db_drop", `{}`, "C1"), Deny, "no-drop", "", false, 0},
+		{"a runtime allow does not lift a file ask", call("restart", `{}`, "C1"), Ask, "restart", "", false, 0},
+		{"a runtime ask tightens a file allow", call("read_secrets", `{}`, "C1"), Ask, "reads-ask", "UBOB", false, 0},
+		{"a runtime ask keeps the file's approvers and shorter ttl, adds four eyes", call("deploy", `{}`, "C1"), Ask, "tight", "SOPS", true, time.Hour},
+		{"a runtime rule decides calls no file rule matches", call("other", `{}`, "C1"), Allow, "open", "", false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := evalEngine(t, e, tt.in)
+			if got.Action != tt.want || got.RuleID != tt.wantRule || strings.Join(got.Approvers, ",") != tt.approvers || got.FourEyes != tt.fourEyes || got.TTL != tt.ttl {
+				t.Errorf("Evaluate(%s) = %s by %q approvers %v four eyes %v ttl %s, want %s by %q approvers %q four eyes %v ttl %s",
+					tt.in.Tool, got.Action, got.RuleID, got.Approvers, got.FourEyes, got.TTL, tt.want, tt.wantRule, tt.approvers, tt.fourEyes, tt.ttl)
+			}
+		})
+	}
+
+	// A runtime deny tightens a file ask.
+	add(`id=freeze tool=restart verdict=deny reason=frozen`)
+	if got := evalEngine(t, e, call("restart", `{}`, "C1")); got.Action != Deny || got.RuleID != "freeze" {
+		t.Errorf("runtime deny over a file ask: got %s by %q, want deny by freeze", got.Action, got.RuleID)
+	}
+
+	// A standing rule never relaxes a deny, even one made for that tool.
+	if _, err := e.Remember(ctx, "UADMIN", StandingRule{Tool: "db_drop", Channel: "C1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := evalEngine(t, e, call("db_drop", `{}`, "C1")); got.Action != Deny {
+		t.Errorf("standing rule over a file deny: got %s by %q, want deny", got.Action, got.RuleID)
+	}
+
+	// Overrules says which file rules beat a runtime rule.
+	for _, tt := range []struct {
+		rule string
+		want string
+	}{
+		{`tool=* verdict=allow`, "no-drop:false,deploy:false,restart:false"},
+		{`tool=db_drop verdict=allow`, "no-drop:true"},
+		{`tool=db_drop verdict=ask`, "no-drop:true"},
+		{`tool=restart verdict=allow`, "restart:true"},
+		{`tool=read_x verdict=allow`, ""},
+		{`tool=db_drop verdict=deny`, ""},
+	} {
+		r, err := ParseRule(tt.rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, o := range e.Overrules(r) {
+			got = append(got, fmt.Sprintf("%s:%v", o.Rule.ID, o.Always))
+		}
+		if strings.Join(got, ",") != tt.want {
+			t.Errorf("Overrules(%s): got %q, want %q", tt.rule, strings.Join(got, ","), tt.want)
+		}
 	}
 }

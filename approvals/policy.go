@@ -7,13 +7,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
 )
@@ -37,6 +41,24 @@ const (
 // costLimit bounds the work a single condition may do when evaluated; a
 // condition exceeding it fails closed like any other evaluation error.
 const costLimit = 100_000
+
+// sizeHintEntries is the size the cost estimate assumes for every list, map
+// and string of the arguments. A condition whose estimated cost with that
+// size exceeds costLimit is refused when it is compiled: it would fail
+// closed on any realistic call. Larger arguments are still bounded by
+// costLimit when the condition runs.
+const sizeHintEntries = 20
+
+// sizeHint is the cel cost estimator behind sizeHintEntries.
+type sizeHint struct{}
+
+func (sizeHint) EstimateSize(checker.AstNode) *checker.SizeEstimate {
+	return &checker.SizeEstimate{Min: 0, Max: sizeHintEntries}
+}
+
+func (sizeHint) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
+	return nil
+}
 
 // Rule is one policy rule. A rule matches a call when Tool matches the tool
 // name and When, if set, evaluates to true.
@@ -152,6 +174,13 @@ func compileWhen(env *cel.Env, when string) (cel.Program, error) {
 	}
 	if !ast.OutputType().IsExactType(cel.BoolType) {
 		return nil, &fieldError{field: "when", err: fmt.Errorf("must be a bool expression, got %s (compare it, e.g. args.force == true)", ast.OutputType())}
+	}
+	est, err := env.EstimateCost(ast, sizeHint{})
+	if err != nil {
+		return nil, &fieldError{field: "when", err: fmt.Errorf("estimate its cost: %w", err)}
+	}
+	if est.Max > costLimit {
+		return nil, &fieldError{field: "when", err: fmt.Errorf("its estimated cost (%d) exceeds the evaluation limit (%d) for arguments whose lists, maps and strings have %d entries, so it could never be evaluated: use fewer nested comprehensions (all, exists, map, filter)", est.Max, costLimit, sizeHintEntries)}
 	}
 	prg, err := env.Program(ast, cel.CostLimit(costLimit))
 	if err != nil {
@@ -443,6 +472,8 @@ func fallback(h Hints, def Action) Verdict {
 
 // argsValue parses call arguments for CEL: objects become map[string]any,
 // integers int64, other numbers float64. Empty arguments are an empty map.
+// A number CEL would see other than as written is an error, so conditions
+// fail closed instead of judging a rounded value (see exactNumber).
 func argsValue(raw json.RawMessage) (any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return map[string]any{}, nil
@@ -456,27 +487,61 @@ func argsValue(raw json.RawMessage) (any, error) {
 	if dec.More() {
 		return nil, errors.New("parse arguments: data after the value")
 	}
-	return celValue(v), nil
+	return celValue(v)
 }
 
-func celValue(v any) any {
+func celValue(v any) (any, error) {
 	switch v := v.(type) {
 	case json.Number:
-		if i, err := v.Int64(); err == nil {
-			return i
-		}
-		f, _ := v.Float64()
-		return f
+		return exactNumber(v)
 	case map[string]any:
 		for k, e := range v {
-			v[k] = celValue(e)
+			c, err := celValue(e)
+			if err != nil {
+				return nil, err
+			}
+			v[k] = c
 		}
-		return v
+		return v, nil
 	case []any:
 		for i, e := range v {
-			v[i] = celValue(e)
+			c, err := celValue(e)
+			if err != nil {
+				return nil, err
+			}
+			v[i] = c
 		}
-		return v
+		return v, nil
 	}
-	return v
+	return v, nil
+}
+
+// maxExactInt is 2^53: integers up to it in size have the same value as an
+// int64 and as a float64, so a condition comparing them with a double
+// judges the number written.
+const maxExactInt = 1 << 53
+
+// exactNumber converts a JSON number for CEL: an integer literal of at most
+// 2^53 in size becomes an int64, any other literal a float64 when that
+// float64, written back in shortest form, has the literal's exact value.
+// Otherwise (5.0000000000000001, 9007199254740993, 1e400) it returns an
+// error naming the literal: the policy cannot see that number exactly.
+func exactNumber(n json.Number) (any, error) {
+	lit := n.String()
+	if i, err := n.Int64(); err == nil {
+		if i > maxExactInt || i < -maxExactInt {
+			return nil, fmt.Errorf("the number %s is too large for the policy to judge exactly", lit)
+		}
+		return i, nil
+	}
+	f, err := n.Float64()
+	want, ok := new(big.Rat).SetString(lit)
+	if err != nil || !ok || math.IsInf(f, 0) {
+		return nil, fmt.Errorf("the number %s is out of the range the policy can judge", lit)
+	}
+	got, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+	if got == nil || got.Cmp(want) != 0 {
+		return nil, fmt.Errorf("the number %s has more digits than the policy can judge exactly (it would see %s)", lit, strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	return f, nil
 }

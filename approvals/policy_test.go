@@ -1,6 +1,7 @@
 package approvals
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -308,7 +309,9 @@ func TestArgsValue(t *testing.T) {
 		{`{"n": -5}`, "int64:-5"},
 		{`{"n": 5.0}`, "float64:5"},
 		{`{"n": 1e3}`, "float64:1000"},
-		{`{"n": 99999999999999999999}`, "float64:1e+20"},
+		{`{"n": 0.1}`, "float64:0.1"},
+		{`{"n": 9007199254740992}`, "int64:9007199254740992"},
+		{`{"n": 100000000000000000000}`, "float64:1e+20"},
 		{`{"n": [1, 2.5]}`, "[]interface {}:[1 2.5]"},
 	}
 	for _, tt := range tests {
@@ -325,3 +328,71 @@ func TestArgsValue(t *testing.T) {
 }
 
 func typeAndValue(v any) string { return fmt.Sprintf("%T:%v", v, v) }
+
+// Numbers the policy cannot see exactly are not judged by a rounded value:
+// conditions fail closed, and the reason names the literal.
+func TestInexactNumbersFailClosed(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "big", Tool: "scale", When: "args.n > 5", Verdict: Ask, Reason: "more than 5 replicas"},
+		{ID: "small", Tool: "scale", Verdict: Allow},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lit := range []string{"5.0000000000000001", "9007199254740993", "-9007199254740993", "99999999999999999999", "1e400", "[1, 5.0000000000000001]"} {
+		args := `{"n": ` + lit + `}`
+		if strings.HasPrefix(lit, "[") {
+			args = `{"n": 6, "list": ` + lit + `}`
+		}
+		v := p.Evaluate(Input{Tool: "scale", Args: json.RawMessage(args)})
+		if v.Action != Ask || !v.FailClosed || v.RuleID != "big" {
+			t.Errorf("Evaluate(%s) = %s by %q (fail closed %v), want a fail-closed ask by big", args, v.Action, v.RuleID, v.FailClosed)
+		}
+		want := strings.Trim(strings.TrimPrefix(lit, "[1, "), "]")
+		if !strings.Contains(v.Reason, want) {
+			t.Errorf("Evaluate(%s): reason %q does not name the literal %s", args, v.Reason, want)
+		}
+	}
+	for _, args := range []string{`{"n": 5}`, `{"n": 5.0}`, `{"n": 0.5}`, `{"n": 9007199254740992}`} {
+		v := p.Evaluate(Input{Tool: "scale", Args: json.RawMessage(args)})
+		if v.FailClosed {
+			t.Errorf("Evaluate(%s): failed closed (%s), want an exact judgement", args, v.Reason)
+		}
+	}
+}
+
+// A condition whose estimated cost exceeds the evaluation limit could never
+// be evaluated: it is refused at load, when added and when remembered, with
+// the reason.
+func TestTooCostlyConditionsRefused(t *testing.T) {
+	nested := func(depth int) string {
+		expr := "x1 == x1"
+		for i := depth; i >= 1; i-- {
+			expr = fmt.Sprintf("args.items.all(x%d, %s)", i, expr)
+		}
+		return strings.Replace(expr, "x1 == x1", fmt.Sprintf("x%d == x%d", depth, depth), 1)
+	}
+	costly, cheap := nested(7), nested(2)
+	const want = "exceeds the evaluation limit"
+	if _, err := NewPolicy(Ask, []Rule{{Tool: "t", When: costly, Verdict: Ask}}); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "policy rule 1") {
+		t.Errorf("NewPolicy with seven nested all(): got %v, want an error naming the rule and containing %q", err, want)
+	}
+	p, err := NewPolicy(Ask, []Rule{{Tool: "t", When: cheap, Verdict: Ask}})
+	if err != nil {
+		t.Fatalf("NewPolicy with two nested all(): %v", err)
+	}
+	if v := p.Evaluate(Input{Tool: "t", Args: json.RawMessage(`{"items":[1,2,3]}`)}); v.FailClosed {
+		t.Errorf("two nested all() failed closed: %s", v.Reason)
+	}
+	e := NewEngine(p, newMemStore())
+	ctx := context.Background()
+	if _, err := e.AddRule(ctx, "U1", Rule{Tool: "t", When: costly, Verdict: Deny}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("AddRule with seven nested all(): got %v, want an error containing %q", err, want)
+	}
+	if _, err := e.Remember(ctx, "U1", StandingRule{Tool: "t", Channel: "C1", When: costly}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Remember with seven nested all(): got %v, want an error containing %q", err, want)
+	}
+	if rules, _ := e.Rules(ctx); len(rules) != 1 {
+		t.Errorf("a refused rule was stored: %d rules, want 1", len(rules))
+	}
+}

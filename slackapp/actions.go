@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,10 +78,12 @@ func (a *App) onClick(ctx context.Context, c click) {
 		a.decideClick(ctx, c, approvals.Approve)
 	case ActionDeny:
 		a.decideClick(ctx, c, approvals.Refuse)
-	case ActionRemember:
+	case ActionRemember, ActionRememberExact:
 		a.decideClick(ctx, c, approvals.Remember)
 	case ActionCancel:
 		a.cancelClick(ctx, c)
+	case ActionRevokeRule:
+		a.revokeFromHome(ctx, c)
 	case ActionReject, ActionEdit, ActionRespond, ActionViewArgs:
 		// A trigger id is good for 3 s: open the modal now.
 		a.openModal(ctx, c)
@@ -91,8 +94,13 @@ func (a *App) onClick(ctx context.Context, c click) {
 // atomically, whatever the conversation is doing) and tells the clicker
 // when it was refused.
 func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
+	if !validToken(c.value) {
+		a.m.decision(string(kind), "invalid", 0)
+		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		return
+	}
 	callID, fp := parseToken(c.value)
-	d := approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user}
+	d := approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user, Exact: c.actionID == ActionRememberExact}
 	if text := a.decide(ctx, d); text != "" {
 		a.tell(ctx, c.user, c.channel, text)
 	}
@@ -185,7 +193,7 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 	case errors.As(err, &refused) && errors.Is(err, approvals.ErrAlreadyDecided):
 		return AlreadyDecidedText(refused.DecidedBy, refused.Kind, refused.DecidedAt), "already_decided"
 	case errors.Is(err, approvals.ErrNotApprover):
-		if c.FourEyes && decider == c.Requester {
+		if c.FourEyes && (decider == c.Requester || slices.Contains(c.Requesters, decider)) {
 			return RequesterCannotApproveText(), "not_approver"
 		}
 		return NotApproverText(c.Approvers), "not_approver"
@@ -208,6 +216,10 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 // (each call is cancelled atomically in the store); the resume that ends
 // the step goes on the conversation's queue.
 func (a *App) cancelClick(ctx context.Context, c click) {
+	if !validToken(c.value) {
+		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		return
+	}
 	callID, _ := parseToken(c.value)
 	runID := store.RunOf(callID)
 	res, err := a.ag.Cancel(ctx, runID, c.user)
@@ -235,6 +247,10 @@ func (a *App) cancelClick(ctx context.Context, c click) {
 
 // openModal opens the modal of a Reject, Edit, Reply or View button.
 func (a *App) openModal(ctx context.Context, c click) {
+	if !validToken(c.value) {
+		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		return
+	}
 	callID, _ := parseToken(c.value)
 	pc, err := a.ag.Call(ctx, callID)
 	if err != nil {
@@ -242,16 +258,19 @@ func (a *App) openModal(ctx context.Context, c click) {
 		a.tell(ctx, c.user, c.channel, text)
 		return
 	}
-	if c.actionID != ActionViewArgs {
+	if c.actionID == ActionViewArgs {
+		if !a.maySee(ctx, pc.Call, c.user) {
+			a.tell(ctx, c.user, c.channel, NotInConversationText())
+			return
+		}
+	} else {
 		if pc.Status != agent.CallPending {
 			a.tell(ctx, c.user, c.channel, refusedText(pc.Call))
 			return
 		}
 		// Check before opening the form, so nobody fills in a form that
 		// will be refused. The decision is checked again on submit.
-		who := approvals.Approvable{Approvers: pc.Approvers, FourEyes: pc.FourEyes, Requester: pc.Requester}
-		if err := approvals.Authorize(ctx, who, c.user, a.groups); err != nil {
-			text, _ := refusalText(pc.Call, c.user, err)
+		if text := a.formRefusal(ctx, pc.Call, c.user); text != "" {
 			a.tell(ctx, c.user, c.channel, text)
 			return
 		}
@@ -295,6 +314,9 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 	callID, fp := parseToken(value)
 	d := approvals.Decision{CallID: callID, Fingerprint: fp, Decider: cb.User.ID}
 	block := submitBlock(cb.View.CallbackID)
+	if !validToken(value) {
+		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: InvalidRequestText()})
+	}
 	switch cb.View.CallbackID {
 	case CallbackReject:
 		d.Kind, d.Reason = approvals.Reject, ReadRejectReason(cb.View)

@@ -68,10 +68,10 @@ func TestRequireAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if refusal, ok := a.requireAdmin(context.Background(), "UADMIN"); !ok || refusal != "" {
+	if refusal, ok := a.requireAdmin(context.Background(), "UADMIN", adminChange); !ok || refusal != "" {
 		t.Errorf("requireAdmin(an admin) = %q, %v", refusal, ok)
 	}
-	if refusal, ok := a.requireAdmin(context.Background(), "USOMEONE"); ok || !strings.Contains(refusal, "nothing changed") {
+	if refusal, ok := a.requireAdmin(context.Background(), "USOMEONE", adminChange); ok || !strings.Contains(refusal, "nothing changed") {
 		t.Errorf("requireAdmin(someone, no Web API) = %q, %v", refusal, ok)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -19,13 +20,13 @@ import (
 // CommandHelp is the text of /approvals help.
 const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 	"• `/approvals pending`: calls waiting on a decision in this channel\n" +
-	"• `/approvals policy list`: the effective policy rules, first match wins\n" +
+	"• `/approvals policy list`: the effective policy rules, with their layer (file or runtime) and what wins\n" +
 	"• `/approvals policy add tool=<glob> verdict=allow|ask|deny [when='<CEL>'] [approvers=U1,S2] [four_eyes=true] [ttl=2h] [reason=\"…\"] [id=name]` (admins)\n" +
-	"• `/approvals policy remove <rule id>` (admins)\n" +
+	"• `/approvals policy remove <rule id>` (admins; rules added here only: the policy file changes by editing it)\n" +
 	"• `/approvals policy test <tool> <json arguments>`: the verdict and the rule that gives it; nothing runs\n" +
 	"• `/approvals rules list`: standing rules (\"Always allow here\") in this channel\n" +
-	"• `/approvals rules revoke <id>` (admins)\n" +
-	"• `/approvals audit [n]`: the newest audit entries"
+	"• `/approvals rules revoke <id>` (the rule's creator, or admins)\n" +
+	"• `/approvals audit [n]`: the newest audit entries (admins)"
 
 // commandTimeout keeps a command's answer within Slack's 3 seconds.
 const commandTimeout = 2500 * time.Millisecond
@@ -72,6 +73,9 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 	case sub == "pending":
 		return a.cmdPending(ctx, cmd)
 	case sub == "audit":
+		if refusal, ok := a.requireAdmin(ctx, cmd.UserID, adminRead); !ok {
+			return refusal
+		}
 		n := 20
 		if len(args) > 1 {
 			if v, err := strconv.Atoi(args[1]); err == nil && v > 0 && v <= 100 {
@@ -86,7 +90,7 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 		case "test":
 			return a.cmdPolicyTest(ctx, cmd, rest(2))
 		case "add", "remove":
-			if refusal, ok := a.requireAdmin(ctx, cmd.UserID); !ok {
+			if refusal, ok := a.requireAdmin(ctx, cmd.UserID, adminChange); !ok {
 				return refusal
 			}
 			if strings.ToLower(args[1]) == "add" {
@@ -99,28 +103,39 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 		case "list":
 			return a.cmdRulesList(ctx, cmd.ChannelID)
 		case "revoke":
-			if refusal, ok := a.requireAdmin(ctx, cmd.UserID); !ok {
-				return refusal
-			}
 			return a.cmdRulesRevoke(ctx, cmd.UserID, rest(2))
 		}
 	}
 	return "I don't know that command.\n\n" + CommandHelp
 }
 
+// adminUse is what an admin-only command does, for its refusal.
+type adminUse bool
+
+const (
+	adminChange adminUse = false // changes the policy or standing rules
+	adminRead   adminUse = true  // reads the audit log
+)
+
 // requireAdmin allows ADMIN_USERS and workspace admins and owners. For
 // anyone else it returns false and the answer to give them.
-func (a *App) requireAdmin(ctx context.Context, user string) (refusal string, ok bool) {
+func (a *App) requireAdmin(ctx context.Context, user string, use adminUse) (refusal string, ok bool) {
 	if a.admins[user] {
 		return "", true
 	}
 	u, err := a.api.GetUserInfoContext(ctx, user)
 	if err != nil {
 		a.log.Warn("look up user", "user", user, "err", err)
+		if use == adminRead {
+			return "I couldn't check whether you are an admin, so I can't show the audit log. Please try again.", false
+		}
 		return "I couldn't check whether you are an admin, so nothing changed. Please try again.", false
 	}
 	if u.IsAdmin || u.IsOwner || u.IsPrimaryOwner {
 		return "", true
+	}
+	if use == adminRead {
+		return "Only admins can read the audit log (ADMIN_USERS, or workspace admins and owners).", false
 	}
 	return "Only admins can change the policy (ADMIN_USERS, or workspace admins and owners). Nothing changed.", false
 }
@@ -133,14 +148,14 @@ func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand) string {
 	var b strings.Builder
 	n := 0
 	for _, c := range calls {
-		if c.Channel != cmd.ChannelID {
+		if c.Channel != cmd.ChannelID || !a.maySee(ctx, c.Call, cmd.UserID) {
 			continue
 		}
 		n++
 		if n > 20 {
 			continue
 		}
-		fmt.Fprintf(&b, "• `%s` requested by <@%s>, rule `%s`, expires %s\n", Escape(c.Tool), c.Requester, Escape(c.RuleID), slackDate(c.ExpiresAt))
+		fmt.Fprintf(&b, "• %s requested by %s, rule %s, expires %s\n", inlineCode(c.Tool), requesterRefs(c.Requester, c.Requesters), inlineCode(c.RuleID), slackDate(c.ExpiresAt))
 	}
 	if n == 0 {
 		return "Nothing is waiting on approval in this channel."
@@ -162,22 +177,49 @@ func (a *App) cmdAudit(ctx context.Context, n int) string {
 	var b strings.Builder
 	b.WriteString("*Audit log, newest first:*\n")
 	for _, e := range entries {
-		fmt.Fprintf(&b, "• %s %s `%s`", e.At.UTC().Format("2006-01-02 15:04:05Z"), Escape(e.Actor), Escape(e.Action))
-		if e.Tool != "" {
-			fmt.Fprintf(&b, " %s", Escape(e.Tool))
-		}
-		if e.Fingerprint != "" {
-			fmt.Fprintf(&b, " args %s", Escape(shortFP(e.Fingerprint)))
-		}
-		if e.Outcome != "" {
-			fmt.Fprintf(&b, " → %s", Escape(e.Outcome))
-		}
-		if e.Detail != "" {
-			fmt.Fprintf(&b, " (%s)", Escape(clip(e.Detail, 120)))
-		}
-		b.WriteString("\n")
+		b.WriteString(auditLine(e) + "\n")
 	}
 	return b.String()
+}
+
+// channelIDRE is the shape of a Slack channel id that may be linked.
+var channelIDRE = regexp.MustCompile(`^[CGD][A-Z0-9]+$`)
+
+// auditLine renders one audit entry: each field once, and every text that
+// came from a person or the model (tool names, rule text, reasons) in a code
+// span, so it shows as typed and cannot format or ping.
+func auditLine(e store.AuditEntry) string {
+	parts := []string{e.At.UTC().Format("2006-01-02 15:04:05Z"), inlineCode(e.Action), "by " + userRef(e.Actor, "someone unknown")}
+	if e.Tool != "" {
+		parts = append(parts, "tool "+inlineCode(e.Tool))
+	}
+	if e.Channel != "" {
+		where := "in " + inlineCode(e.Channel)
+		if channelIDRE.MatchString(e.Channel) {
+			where = "in <#" + e.Channel + ">"
+		}
+		if _, _, thread, ok := parseKey(e.Thread); ok {
+			where += " thread " + inlineCode(thread)
+		}
+		parts = append(parts, where)
+	}
+	if e.CallID != "" {
+		parts = append(parts, "call "+inlineCode(e.CallID))
+	}
+	if e.Fingerprint != "" {
+		parts = append(parts, "args "+inlineCode(shortFP(e.Fingerprint)))
+	}
+	if e.Decision != "" {
+		parts = append(parts, "decision "+inlineCode(e.Decision))
+	}
+	if e.Outcome != "" {
+		parts = append(parts, "outcome "+inlineCode(e.Outcome))
+	}
+	if e.Detail != "" {
+		detail, _ := truncate(e.Detail, 120)
+		parts = append(parts, inlineCode(detail))
+	}
+	return "• " + strings.Join(parts, " · ")
 }
 
 func shortFP(fp string) string {
@@ -196,11 +238,58 @@ func (a *App) cmdPolicyList(ctx context.Context) string {
 		return "No policy rules: tool annotations decide (read-only tools run, others ask), then the default."
 	}
 	var b strings.Builder
-	b.WriteString("*Policy rules, first match wins:*\n")
+	b.WriteString(policyLayersText + "\n")
 	for i, r := range rules {
-		fmt.Fprintf(&b, "%d. `%s` [%s] %s\n", i+1, Escape(r.ID), r.Source, Escape(r.Rule.String()))
+		fmt.Fprintf(&b, "%d. %s [%s] %s", i+1, inlineCode(r.ID), layerName(r.Source), inlineCode(ruleBody(r.Rule)))
+		if r.Source != approvals.SourceFile {
+			if over := a.policy.Overrules(r.Rule); len(over) > 0 {
+				b.WriteString(": " + overrulesText(over))
+			}
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// ruleBody is a rule's text without its id, for lines that name the id
+// already.
+func ruleBody(r approvals.Rule) string {
+	r.ID = ""
+	return r.String()
+}
+
+// policyLayersText says how the two layers of rules combine.
+const policyLayersText = "*Policy rules.* Two layers: the policy file (a floor) and rules added at run time. " +
+	"In each layer the first matching rule counts (runtime rules newest first); the stricter of the two wins " +
+	"(deny > ask > allow), so a runtime rule can tighten a call but never relax a file rule."
+
+// layerName is how policy list names a rule's layer.
+func layerName(s approvals.Source) string {
+	if s == approvals.SourceFile {
+		return "file"
+	}
+	return "runtime"
+}
+
+// overrulesText says which stricter file rules win over a runtime rule.
+func overrulesText(over []approvals.Overrule) string {
+	var always, partly []string
+	for _, o := range over {
+		name := fmt.Sprintf("%s (%s)", inlineCode(o.Rule.ID), o.Rule.Verdict)
+		if o.Always {
+			always = append(always, name)
+		} else {
+			partly = append(partly, name)
+		}
+	}
+	var parts []string
+	if len(always) > 0 {
+		parts = append(parts, "no effect where the stricter file rule "+strings.Join(always, ", ")+" applies: it matches every call this rule does")
+	}
+	if len(partly) > 0 {
+		parts = append(parts, "the stricter file rule "+strings.Join(partly, ", ")+" wins where both match")
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
@@ -212,7 +301,11 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 	if err != nil {
 		return "I couldn't add the rule: " + Escape(err.Error())
 	}
-	return fmt.Sprintf("Added rule `%s` (checked before the policy file's rules): %s", Escape(added.ID), Escape(added.String()))
+	out := fmt.Sprintf("Added runtime rule %s: %s", inlineCode(added.ID), inlineCode(ruleBody(added)))
+	if over := a.policy.Overrules(added); len(over) > 0 {
+		out += "\nNote: " + overrulesText(over) + ". The policy file is a floor: change the file to relax it."
+	}
+	return out
 }
 
 func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
@@ -221,12 +314,15 @@ func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
 		return "Which rule? `/approvals policy remove <rule id>`"
 	}
 	if err := a.policy.RemoveRule(ctx, user, id); err != nil {
+		if errors.Is(err, approvals.ErrFileRule) {
+			return fmt.Sprintf("Rule %s is in the policy file, which is a floor: change the file to remove it. Nothing changed.", inlineCode(id))
+		}
 		if errors.Is(err, approvals.ErrUnknownRule) {
-			return fmt.Sprintf("There is no rule `%s`. Nothing changed.", Escape(id))
+			return fmt.Sprintf("There is no rule %s. Nothing changed.", inlineCode(id))
 		}
 		return "I couldn't remove the rule: " + Escape(err.Error())
 	}
-	return fmt.Sprintf("Removed rule `%s`.", Escape(id))
+	return fmt.Sprintf("Removed rule %s.", inlineCode(id))
 }
 
 func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text string) string {
@@ -243,7 +339,7 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	if ag := a.ag; ag != nil {
 		t, ok := ag.Tools().Lookup(tool)
 		if !ok {
-			return fmt.Sprintf("There is no tool `%s`.", Escape(tool))
+			return fmt.Sprintf("There is no tool %s.", inlineCode(tool))
 		}
 		if err := ag.Tools().Validate(tool, in.Args); err != nil {
 			return "Those arguments would be refused before the policy: " + Escape(err.Error())
@@ -256,12 +352,12 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	}
 	in.Args = canonical
 	v, err := a.policy.Test(ctx, in)
-	out := fmt.Sprintf("`%s` %s → *%s* by rule `%s`", Escape(tool), Escape(string(canonical)), v.Action, Escape(v.RuleID))
+	out := fmt.Sprintf("%s %s → *%s* by rule %s", inlineCode(tool), inlineCode(string(canonical)), v.Action, inlineCode(v.RuleID))
 	if v.Reason != "" {
 		out += ": " + Escape(v.Reason)
 	}
 	if len(v.Approvers) > 0 {
-		out += "\nApprovers: " + Escape(strings.Join(v.Approvers, ", "))
+		out += "\nApprovers: " + inlineCode(strings.Join(v.Approvers, ", "))
 	}
 	if v.FourEyes {
 		out += " (four eyes)"
@@ -283,9 +379,12 @@ func (a *App) cmdRulesList(ctx context.Context, channel string) string {
 	var b strings.Builder
 	b.WriteString("*Standing rules in this channel:*\n")
 	for _, r := range rules {
-		fmt.Fprintf(&b, "• `%s`: `%s` allowed, by <@%s>", Escape(r.ID), Escape(r.Tool), r.CreatedBy)
+		fmt.Fprintf(&b, "• %s: %s allowed, by %s", inlineCode(r.ID), inlineCode(r.Tool), userRef(r.CreatedBy, "someone unknown"))
+		if r.Fingerprint != "" {
+			fmt.Fprintf(&b, " for exactly the arguments %s", inlineCode(shortFP(r.Fingerprint)))
+		}
 		if r.When != "" {
-			fmt.Fprintf(&b, " when `%s`", Escape(r.When))
+			fmt.Fprintf(&b, " when %s", inlineCode(r.When))
 		}
 		if !r.ExpiresAt.IsZero() {
 			fmt.Fprintf(&b, ", until %s", slackDate(r.ExpiresAt))
@@ -300,13 +399,7 @@ func (a *App) cmdRulesRevoke(ctx context.Context, user, id string) string {
 	if id == "" {
 		return "Which rule? `/approvals rules revoke <id>`"
 	}
-	if err := a.policy.Revoke(ctx, user, id); err != nil {
-		if errors.Is(err, approvals.ErrUnknownRule) {
-			return fmt.Sprintf("There is no standing rule `%s`. Nothing changed.", Escape(id))
-		}
-		return "I couldn't revoke the rule: " + Escape(err.Error())
-	}
-	return fmt.Sprintf("Revoked standing rule `%s`.", Escape(id))
+	return a.revokeStanding(ctx, user, id)
 }
 
 // inAudience reports whether user may decide a call open to anyone in its
@@ -349,7 +442,7 @@ func (a *App) publishHome(ctx context.Context, user string) {
 		calls = calls[:homeScanLimit]
 	}
 	for _, c := range calls {
-		if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester}, user, a.groups) != nil {
+		if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, user, a.groups) != nil {
 			continue
 		}
 		if len(c.Approvers) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
@@ -364,7 +457,19 @@ func (a *App) publishHome(ctx context.Context, user string) {
 	for _, c := range own {
 		mine = append(mine, cardOf(c, nil))
 	}
-	if _, err := a.api.PublishViewContext(ctx, slack.PublishViewContextRequest{UserID: user, View: HomeView(inbox, mine)}); err != nil {
+	view := HomeView(inbox, mine)
+	if rules, err := a.policy.StandingRules(ctx, ""); err != nil {
+		a.log.Warn("list standing rules", "user", user, "err", err)
+	} else {
+		var own []approvals.StandingRule
+		for _, r := range rules {
+			if r.CreatedBy == user {
+				own = append(own, r)
+			}
+		}
+		view.Blocks.BlockSet = append(view.Blocks.BlockSet, StandingRuleBlocks(own, maxViewBlocks-len(view.Blocks.BlockSet))...)
+	}
+	if _, err := a.api.PublishViewContext(ctx, slack.PublishViewContextRequest{UserID: user, View: view}); err != nil {
 		a.log.Warn("publish home", "user", user, "err", err)
 	}
 }

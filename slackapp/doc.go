@@ -11,7 +11,8 @@
 //     conversation, answered in the thread of the message that started it;
 //   - buttons: the decisions on approval cards, one handler per action id
 //     (ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember,
-//     ActionRespond, ActionCancel, ActionViewArgs);
+//     ActionRememberExact, ActionRespond, ActionCancel, ActionViewArgs), and
+//     the Home tab's ActionRevokeRule;
 //   - modals: reject with a reason, edit arguments, answer a question and
 //     view full arguments, routed by callback id (CallbackReject,
 //     CallbackEdit, CallbackRespond);
@@ -34,7 +35,7 @@
 //
 // Everything users see is built by pure functions of plain data: CardBlocks
 // for approval cards, RejectModal, EditModal, RespondModal and ArgsModal
-// for modals, HomeView for the App Home tab, AnswerMessages for the model's
+// for modals, HomeView and StandingRuleBlocks for the App Home tab, AnswerMessages for the model's
 // answers, and the *Text functions for short replies. They keep no state,
 // make no calls, and stay within Block Kit limits (50 blocks per message,
 // 100 per view, 3000 characters per section, 2000 per button value). Their

@@ -72,33 +72,43 @@ func TestApprovalsCommand(t *testing.T) {
 	if m == nil {
 		t.Fatalf("rules list does not show the standing rule:\n%s", rules)
 	}
-	wantIn(t, "rules revoke by a non-admin", e.slash(stranger, "rules revoke "+m[1]), "Only admins")
+	wantIn(t, "rules revoke by someone who is neither its creator nor an admin", e.slash(stranger, "rules revoke "+m[1]), "or an admin can revoke it", "Nothing changed")
 	wantIn(t, "rules revoke by an admin", e.slash(other, "rules revoke "+m[1]), "Revoked standing rule `"+m[1]+"`")
 	wantIn(t, "rules list after the revoke", e.slash(stranger, "rules list"), "No standing rules")
 
-	audit := e.slash(stranger, "audit")
-	wantIn(t, "audit", audit, "`decide` deploy", "`execute` deploy", approver)
+	wantIn(t, "audit by a non-admin", e.slash(stranger, "audit"), "Only admins can read the audit log")
+	audit := e.slash(other, "audit")
+	wantIn(t, "audit", audit, "`decide` · by <@"+approver+"> · tool `deploy`", "`execute` · by <@"+approver+"> · tool `deploy`")
 
-	// Policy changes are for admins; an added allow rule lets deploys run
-	// without a card.
+	// Policy changes are for admins. The file is a floor: an added allow
+	// rule changes nothing where a file rule is stricter, and says so; an
+	// added deny tightens.
 	wantIn(t, "policy add by a non-admin", e.slash(requester, "policy add tool=deploy verdict=allow"), "Only admins", "Nothing changed")
 	if list := e.slash(stranger, "policy list"); strings.Count(list, "\n") != 4 {
 		t.Errorf("a refused policy add changed the rules:\n%s", list)
 	}
-	wantIn(t, "policy add by an admin", e.slash(other, "policy add tool=deploy verdict=allow id=deploy-ok"), "Added rule `deploy-ok`")
-	wantIn(t, "policy test after the add", e.slash(stranger, `policy test deploy {"service":"a","version":"1"}`), "*allow* by rule `deploy-ok`")
-
-	e.model.Reply(fakeopenai.ToolCalls(tc("c2", "deploy", `{"service":"api","version":"12"}`)), fakeopenai.Text("Deployed api 12 at once."))
+	wantIn(t, "policy add by an admin", e.slash(other, "policy add tool=deploy verdict=allow id=deploy-ok"),
+		"Added runtime rule `deploy-ok`", "no effect where the stricter file rule `deploys` (ask) applies")
+	wantIn(t, "policy test after the add", e.slash(stranger, `policy test deploy {"service":"a","version":"1"}`), "*ask* by rule `deploys`")
+	wantIn(t, "policy add of a glob", e.slash(other, "policy add tool=* verdict=allow id=open"),
+		"the stricter file rule `no-drop` (deny), `deploys` (ask) wins where both match")
+	wantIn(t, "policy test of the denied tool", e.slash(stranger, `policy test drop_db {}`), "*deny* by rule `no-drop`")
+	wantIn(t, "policy list with runtime rules", e.slash(stranger, "policy list"),
+		"the stricter of the two wins", "`open` [runtime] `tool=* verdict=allow`", "`deploys` [file]")
+	wantIn(t, "policy remove of a file rule", e.slash(other, "policy remove no-drop"), "is in the policy file", "Nothing changed")
+	wantIn(t, "policy add of a deny", e.slash(other, "policy add tool=deploy verdict=deny id=freeze reason=frozen"), "Added runtime rule `freeze`")
+	wantIn(t, "policy test after the deny", e.slash(stranger, `policy test deploy {"service":"a","version":"1"}`), "*deny* by rule `freeze`")
+	e.model.Reply(fakeopenai.ToolCalls(tc("c2", "deploy", `{"service":"api","version":"12"}`)), fakeopenai.Text("The deploy is frozen."))
 	ts2 := e.slack.Mention(channel, requester, "deploy api 12")
-	e.answer(ts2, "Deployed api 12 at once.")
+	e.answer(ts2, "The deploy is frozen.")
 	if cards := e.cards(channel, ts2); len(cards) != 0 {
-		t.Errorf("a deploy asked although an admin allowed it:\n%s", dumpThread(cards))
+		t.Errorf("a deploy asked although an admin denied it:\n%s", dumpThread(cards))
 	}
-	if n := e.deploy.Load(); n != 2 {
-		t.Errorf("deploy ran %d times, want 2", n)
+	if n := e.deploy.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
 	}
 	wantIn(t, "policy remove by an admin", e.slash(other, "policy remove deploy-ok"), "Removed rule `deploy-ok`")
-	wantIn(t, "audit after the policy change", e.slash(stranger, "audit 50"), "deploy-ok")
+	wantIn(t, "audit after the policy change", e.slash(other, "audit 50"), "deploy-ok")
 }
 
 // App Home lists the pending call in the approver's inbox; Approve there

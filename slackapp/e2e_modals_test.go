@@ -94,7 +94,12 @@ func TestEditArgumentsModal(t *testing.T) {
 	}
 
 	inlineError(submit(`{"service":`), "JSON")
-	inlineError(submit(`{"service":"api"}`), "version")
+	inlineError(submit(`{"service":"api"}`), "version is required")
+	wrongType := submit(`{"service":"api","version":3}`)
+	inlineError(wrongType, `version must be a string, got 3`)
+	if strings.Contains(wrongType, "call the tool") || strings.Contains(wrongType, "at /") {
+		t.Errorf("the edit form's error speaks to the model, not to a person: %s", wrongType)
+	}
 	time.Sleep(100 * time.Millisecond)
 	if n := e.deploy.Load(); n != 0 {
 		t.Fatalf("deploy ran %d times on refused edits", n)

@@ -27,6 +27,7 @@ func TestCommandHandlerPanicIsAnswered(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	open := e.open
 	e.open = func() fullStore { return panickyAudit{open()} }
+	e.cfg.AdminUsers = []string{requester}
 	e.start()
 	wantIn(t, "/approvals audit with a panicking store", e.slash(requester, "audit"), "Something went wrong")
 	wantIn(t, "/approvals help after a panic", e.slash(requester, "help"), "manages tool-call approvals")

@@ -1,8 +1,10 @@
 package slackapp
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -226,4 +228,47 @@ func modalText(s string) string {
 		}
 	})
 	return strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&").Replace(s)
+}
+
+// revealHidden writes out every invisible format character of untrusted
+// text as its code point between white square brackets ("⟦U+202E⟧"), so
+// that what a reader sees is what is there: bidirectional controls
+// (U+202A-202E, U+2066-2069, which can make "reports/⟦U+202E⟧exe.csv" read as
+// another name), zero-width and joining characters (U+200B-200F,
+// U+2060-2064), the byte-order mark U+FEFF, tag characters and every other
+// character of Unicode's format category (Cf). It returns how many it
+// wrote out. Apply it before Escape: Escape's own word joiners are not
+// untrusted.
+func revealHidden(s string) (string, int) {
+	n := 0
+	var b strings.Builder
+	for i, r := range s {
+		if !hidden(r) {
+			if n > 0 {
+				b.WriteRune(r)
+			}
+			continue
+		}
+		if n == 0 {
+			b.Grow(len(s) + 16)
+			b.WriteString(s[:i])
+		}
+		n++
+		fmt.Fprintf(&b, "⟦U+%04X⟧", r)
+	}
+	if n == 0 {
+		return s, 0
+	}
+	return b.String(), n
+}
+
+// hidden reports whether r is an invisible format character.
+func hidden(r rune) bool {
+	return unicode.Is(unicode.Cf, r)
+}
+
+// hiddenWarning is the line shown with arguments that had hidden characters
+// written out.
+func hiddenWarning(n int) string {
+	return fmt.Sprintf(":warning: *%d hidden character(s)* in the arguments are written out as ⟦U+…⟧: they can make text read differently from what the tool gets (the tool gets the characters, not the ⟦U+…⟧ notation).", n)
 }

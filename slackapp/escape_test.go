@@ -159,3 +159,23 @@ func TestInlineCode(t *testing.T) {
 		}
 	}
 }
+
+func TestRevealHidden(t *testing.T) {
+	tests := []struct {
+		in, want string
+		n        int
+	}{
+		{"plain /etc/passwd", "plain /etc/passwd", 0},
+		{"\u200b/etc/passwd", "⟦U+200B⟧/etc/passwd", 1},
+		{"reports/\u202evsc.exe", "reports/⟦U+202E⟧vsc.exe", 1},
+		{"a\u2066b\u2069c\ufeff", "a⟦U+2066⟧b⟦U+2069⟧c⟦U+FEFF⟧", 3},
+		{"tag\U000E0041", "tag⟦U+E0041⟧", 1},
+		{"émoji ok ✓", "émoji ok ✓", 0},
+	}
+	for _, tt := range tests {
+		got, n := revealHidden(tt.in)
+		if got != tt.want || n != tt.n {
+			t.Errorf("revealHidden(%q) = %q, %d; want %q, %d", tt.in, got, n, tt.want, tt.n)
+		}
+	}
+}

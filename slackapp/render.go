@@ -29,6 +29,10 @@ const (
 	// ActionRemember approves a call and stores a standing rule for the tool
 	// in this channel ("Always allow here").
 	ActionRemember = "remember"
+	// ActionRememberExact approves a call and stores a standing rule for
+	// the tool in the channel with exactly these arguments ("Always allow
+	// these arguments here"). Its value is the call's token.
+	ActionRememberExact = "remember_exact"
 	// ActionRespond opens RespondModal to answer an ask_human call.
 	ActionRespond = "respond"
 	// ActionCancel is the requester's button to stop the paused turn. It is
@@ -146,6 +150,19 @@ func userRef(id, fallback string) string {
 		return m
 	}
 	return Escape(id)
+}
+
+// requesterRefs names the people who asked for a call: requesters when
+// known (everyone whose message the turn answers), else requester alone.
+func requesterRefs(requester string, requesters []string) string {
+	if len(requesters) == 0 {
+		return userRef(requester, "an unknown user")
+	}
+	refs := make([]string, len(requesters))
+	for i, r := range requesters {
+		refs[i] = userRef(r, "an unknown user")
+	}
+	return strings.Join(refs, ", ")
 }
 
 // approverList renders approver ids as mentions joined by sep, dropping any

@@ -63,6 +63,9 @@ type Card struct {
 	Args json.RawMessage
 	// Requester is the Slack user id of the person whose turn made the call.
 	Requester string
+	// Requesters are everyone whose message that turn answers; when set,
+	// the card names them all (four eyes forbids each).
+	Requesters []string
 	// RuleID and Reason name the policy rule that asked for approval.
 	RuleID string
 	Reason string
@@ -201,7 +204,7 @@ func cardTitle(c Card) string {
 // requestText describes who asked, under which rule, and who may decide.
 func requestText(c Card) string {
 	var lines []string
-	lines = append(lines, "Requested by "+userRef(c.Requester, "an unknown user")+" · tool "+inlineCode(c.Tool))
+	lines = append(lines, "Requested by "+requesterRefs(c.Requester, c.Requesters)+" · tool "+inlineCode(c.Tool))
 	if c.RuleID != "" || c.Reason != "" {
 		rule := "*Rule:*"
 		if c.RuleID != "" {
@@ -226,10 +229,18 @@ func requestText(c Card) string {
 		}
 		lines = append(lines, label+who)
 		if c.FourEyes {
-			lines = append(lines, ":eyes: Four-eyes: the requester cannot approve this call.")
+			lines = append(lines, ":eyes: Four-eyes: "+fourEyesWho(c)+" cannot approve this call.")
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// fourEyesWho names who a four-eyes rule keeps from approving.
+func fourEyesWho(c Card) string {
+	if len(c.Requesters) > 1 {
+		return "the requesters"
+	}
+	return "the requester"
 }
 
 // oneLine collapses runs of white space, line breaks included.
@@ -252,14 +263,20 @@ func prettyJSON(raw json.RawMessage) string {
 }
 
 // argsSection renders arguments as a titled code block within one section,
-// reporting whether they were cut.
+// reporting whether they were cut. Hidden characters are written out (see
+// revealHidden), with a warning line after the block.
 func argsSection(title string, args json.RawMessage) (string, bool) {
 	pretty := prettyJSON(args)
 	if pretty == "" || pretty == "{}" || pretty == "null" {
 		return title + "\n_(no arguments)_", false
 	}
-	block, cut := codeBlock(codeBody(pretty), maxSectionText-textLen(title)-1)
-	return title + "\n" + block, cut
+	shown, n := revealHidden(pretty)
+	warning := ""
+	if n > 0 {
+		warning = "\n" + hiddenWarning(n)
+	}
+	block, cut := codeBlock(codeBody(shown), maxSectionText-textLen(title)-1-textLen(warning))
+	return title + "\n" + block + warning, cut
 }
 
 // cardButtons returns the decision buttons of a pending card.
@@ -284,7 +301,14 @@ func cardButtons(c Card) []slack.BlockElement {
 	remember := button(ActionRemember, "Always allow here", c.CallID).
 		WithConfirm(slack.NewConfirmationBlockObject(
 			plain("Always allow this tool here?", 100),
-			plain("This call runs now, and later calls of this tool in this channel will run without asking. Admins can revoke the rule with /approvals rules revoke.", 300),
+			plain("This call runs now, and later calls of this tool in this channel will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),
+			plain("Allow", 30),
+			plain("Cancel", 30),
+		))
+	exact := button(ActionRememberExact, "Always allow these arguments here", c.CallID).
+		WithConfirm(slack.NewConfirmationBlockObject(
+			plain("Always allow these exact arguments here?", 100),
+			plain("This call runs now, and later calls of this tool in this channel with exactly these arguments will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),
 			plain("Allow", 30),
 			plain("Cancel", 30),
 		))
@@ -297,7 +321,7 @@ func cardButtons(c Card) []slack.BlockElement {
 	if !c.FourEyes {
 		// A standing rule never relaxes a four-eyes rule, so the card does
 		// not offer one.
-		buttons = append(buttons, remember)
+		buttons = append(buttons, remember, exact)
 	}
 	return append(buttons, cancel)
 }

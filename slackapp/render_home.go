@@ -83,7 +83,7 @@ func inboxEntry(c Card) []slack.Block {
 	if c.Human {
 		kind = "*Question:* "
 	}
-	lines = append(lines, kind+inlineCode(c.Tool)+" · requested by "+userRef(c.Requester, "an unknown user"))
+	lines = append(lines, kind+inlineCode(c.Tool)+" · requested by "+requesterRefs(c.Requester, c.Requesters))
 	if c.RuleID != "" || c.Reason != "" {
 		rule := "Rule"
 		if c.RuleID != "" {
@@ -108,7 +108,11 @@ func inboxEntry(c Card) []slack.Block {
 	} else if pretty := prettyJSON(c.Args); pretty == "" || pretty == "{}" || pretty == "null" {
 		detail = "_(no arguments)_"
 	} else {
-		detail, cut = codeBlock(codeBody(pretty), homeArgsPreview)
+		shown, n := revealHidden(pretty)
+		detail, cut = codeBlock(codeBody(shown), homeArgsPreview)
+		if n > 0 {
+			detail += "\n" + hiddenWarning(n)
+		}
 	}
 
 	buttons := cardButtons(c)

@@ -206,7 +206,11 @@ func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
 		blocks = append(blocks, section("_(no arguments)_"))
 	}
 	const wrap = len("```\n\n```")
-	chunks := splitLines(codeBody(pretty), maxSectionText-wrap)
+	shown, hiddenChars := revealHidden(pretty)
+	if hiddenChars > 0 {
+		blocks = append(blocks, section(hiddenWarning(hiddenChars)))
+	}
+	chunks := splitLines(codeBody(shown), maxSectionText-wrap)
 	for i, c := range chunks {
 		if len(blocks) == maxViewBlocks-1 && i < len(chunks)-1 {
 			rest := 0

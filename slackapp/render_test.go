@@ -313,7 +313,7 @@ func TestCardButtons(t *testing.T) {
 		// Four-eyes cards: no "Always allow here", which could never apply.
 		{"card_pending", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionCancel}},
 		{"card_huge_args", []string{ActionViewArgs, ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionCancel}},
-		{"card_open", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionCancel}},
+		{"card_open", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionRememberExact, ActionCancel}},
 		{"card_ask_human", []string{ActionRespond, ActionDeny, ActionReject, ActionCancel}},
 		{"card_approved", nil},
 		{"card_rejected", nil},

@@ -483,7 +483,7 @@ func (a *App) post(ctx context.Context, channel, thread, text string) {
 func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 	c := pc.Call
 	card := Card{
-		CallID: token(c.ID, c.Fingerprint), Tool: c.Tool, Args: c.Args, Requester: c.Requester,
+		CallID: token(c.ID, c.Fingerprint), Tool: c.Tool, Args: c.Args, Requester: c.Requester, Requesters: c.Requesters,
 		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
 		RequestedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Human: pc.Human,
 	}

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,27 +47,33 @@ type Decision struct {
 	Answer     string          `json:"answer,omitempty"`
 	Conditions string          `json:"conditions,omitempty"`
 	TTL        time.Duration   `json:"ttl,omitempty"`
+	// Exact marks a Remember decision for these exact arguments only.
+	Exact bool `json:"exact,omitempty"`
 }
 
 // Call is one tool call of a paused step that waits on people.
 type Call struct {
-	ID           string          `json:"id"`           // opaque id, see CallID
-	RunID        string          `json:"run_id"`       // the run it belongs to
-	ToolCallID   string          `json:"tool_call_id"` // the model's id for the call
-	Tool         string          `json:"tool"`
-	Args         json.RawMessage `json:"args"` // canonical JSON
-	Fingerprint  string          `json:"fingerprint"`
-	Requester    string          `json:"requester"`
-	Channel      string          `json:"channel"`
-	Conversation string          `json:"conversation"`
-	RuleID       string          `json:"rule_id"`
-	Reason       string          `json:"reason,omitempty"`
-	Approvers    []string        `json:"approvers,omitempty"`
-	FourEyes     bool            `json:"four_eyes,omitempty"`
-	CreatedAt    time.Time       `json:"created_at"`
-	ExpiresAt    time.Time       `json:"expires_at"`
-	Status       Status          `json:"status"`
-	Decision     *Decision       `json:"decision,omitempty"`
+	ID          string          `json:"id"`           // opaque id, see CallID
+	RunID       string          `json:"run_id"`       // the run it belongs to
+	ToolCallID  string          `json:"tool_call_id"` // the model's id for the call
+	Tool        string          `json:"tool"`
+	Args        json.RawMessage `json:"args"` // canonical JSON
+	Fingerprint string          `json:"fingerprint"`
+	Requester   string          `json:"requester"`
+	// Requesters are everyone whose message the turn that made the call
+	// answers (Requester among them); empty in calls stored before it was
+	// recorded, where Requester is the only one known.
+	Requesters   []string  `json:"requesters,omitempty"`
+	Channel      string    `json:"channel"`
+	Conversation string    `json:"conversation"`
+	RuleID       string    `json:"rule_id"`
+	Reason       string    `json:"reason,omitempty"`
+	Approvers    []string  `json:"approvers,omitempty"`
+	FourEyes     bool      `json:"four_eyes,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	Status       Status    `json:"status"`
+	Decision     *Decision `json:"decision,omitempty"`
 	// Executing is set by BeginExecution: the tool was started at most once.
 	Executing bool `json:"executing,omitempty"`
 	// Result is what the tool returned, as saved by SaveResult (opaque to
@@ -130,15 +138,44 @@ func (f Filter) Match(c Call) bool {
 
 // AuditEntry is one line of the audit log.
 type AuditEntry struct {
-	At          time.Time `json:"at"`
-	Actor       string    `json:"actor"`
-	Action      string    `json:"action"` // request, decide, execute, policy_add, ...
-	Tool        string    `json:"tool,omitempty"`
-	CallID      string    `json:"call_id,omitempty"`
-	Fingerprint string    `json:"fingerprint,omitempty"`
-	Outcome     string    `json:"outcome,omitempty"`
-	Detail      string    `json:"detail,omitempty"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"` // request, decide, execute, policy_add, ...
+	// Channel and Thread say where the call was made: the channel id and
+	// the conversation key of its thread (empty for a change made outside
+	// a conversation, such as a policy change).
+	Channel string `json:"channel,omitempty"`
+	Thread  string `json:"thread,omitempty"`
+	Tool    string `json:"tool,omitempty"`
+	CallID  string `json:"call_id,omitempty"`
+	// Fingerprint is that of the arguments the entry is about: for an
+	// execution, the arguments that ran (an edit's, not the original's).
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Decision is the decision kind of a decide or execute entry.
+	Decision string `json:"decision,omitempty"`
+	Outcome  string `json:"outcome,omitempty"`
+	Detail   string `json:"detail,omitempty"`
 }
+
+// Log writes e as one structured log line with the message "audit", so
+// the audit reaches a log pipeline as well as the store. Empty fields are
+// left out.
+func (e AuditEntry) Log(ctx context.Context, l *slog.Logger) {
+	attrs := []slog.Attr{slog.Time("at", e.At), slog.String("actor", e.Actor), slog.String("action", e.Action)}
+	for _, f := range []struct{ k, v string }{
+		{"channel", e.Channel}, {"thread", e.Thread}, {"tool", e.Tool}, {"call", e.CallID},
+		{"fingerprint", e.Fingerprint}, {"decision", e.Decision}, {"outcome", e.Outcome}, {"detail", e.Detail},
+	} {
+		if f.v != "" {
+			attrs = append(attrs, slog.String(f.k, f.v))
+		}
+	}
+	l.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
+}
+
+// DefaultAuditRetention is how long stores keep audit entries unless told
+// otherwise.
+const DefaultAuditRetention = 90 * 24 * time.Hour
 
 // Record is a small named JSON document the store keeps for other packages:
 // policy changes from the slash command, standing rules, and the like.

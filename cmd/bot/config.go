@@ -38,6 +38,7 @@ type config struct {
 	AdminUsers       []string      `envconfig:"ADMIN_USERS" desc:"comma-separated Slack user ids who may change the policy (workspace admins and owners always may)"`
 	ApprovalTTL      time.Duration `envconfig:"APPROVAL_TTL" default:"72h" desc:"how long a pending approval waits when its rule sets no ttl"`
 	RememberTTL      time.Duration `envconfig:"REMEMBER_TTL" default:"720h" desc:"how long an \"Always allow here\" rule lasts; 0 keeps it until revoked"`
+	AuditRetention   time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h" desc:"how long audit entries are kept (2160h is 90 days); each entry is also logged as msg=audit"`
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of /healthz, /readyz and /metrics"`
 	ApprovalsChannel string        `envconfig:"APPROVALS_CHANNEL" desc:"channel id for cards whose approvers cannot see the conversation; empty: DM each approver"`
 	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
@@ -172,10 +173,14 @@ func (c *config) validate() error {
 		return errors.New("SLACK_APP_TOKEN is required (xapp-…, an app-level token with connections:write)")
 	case !strings.HasPrefix(c.SlackAppToken, "xapp-"):
 		return errors.New("SLACK_APP_TOKEN must be an app-level token starting with xapp-")
+	case placeholderToken(c.SlackAppToken, "xapp-"):
+		return errors.New("SLACK_APP_TOKEN is still the placeholder of .env.example: paste the app-level token from the app's Basic Information page, App-Level Tokens (xapp-1-…)")
 	case c.SlackBotToken == "":
 		return errors.New("SLACK_BOT_TOKEN is required (xoxb-…)")
 	case !strings.HasPrefix(c.SlackBotToken, "xoxb-"):
 		return errors.New("SLACK_BOT_TOKEN must be a bot token starting with xoxb-")
+	case placeholderToken(c.SlackBotToken, "xoxb-"):
+		return errors.New("SLACK_BOT_TOKEN is still the placeholder of .env.example: paste the Bot User OAuth Token from the app's OAuth & Permissions page (xoxb-…)")
 	}
 	if c.SlackAPIURL != "" {
 		if err := checkHTTPURL(c.SlackAPIURL); err != nil {
@@ -214,6 +219,9 @@ func (c *config) validate() error {
 	if c.TakeoverInterval <= 0 {
 		return fmt.Errorf("TAKEOVER_INTERVAL: %s is not positive", c.TakeoverInterval)
 	}
+	if c.AuditRetention <= 0 {
+		return fmt.Errorf("AUDIT_RETENTION: %s is not positive", c.AuditRetention)
+	}
 	if c.ApprovalTTL <= 0 {
 		return fmt.Errorf("APPROVAL_TTL: %s is not positive", c.ApprovalTTL)
 	}
@@ -248,6 +256,23 @@ func checkHTTPURL(raw string) error {
 }
 
 // isUserID reports whether s looks like a Slack user id.
+// placeholderToken reports whether tok is its prefix alone or a stand-in
+// for a token ("xoxb-…", "xapp-...", "xoxb-<your token>", "xoxb-xxxx"),
+// never a token Slack issued.
+func placeholderToken(tok, prefix string) bool {
+	rest := strings.TrimPrefix(tok, prefix)
+	if strings.Trim(rest, ".…xX*-_ ") == "" {
+		return true
+	}
+	lower := strings.ToLower(rest)
+	for _, p := range []string{"…", "...", "<", "your", "changeme", "replace"} {
+		if strings.Contains(lower, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func isUserID(s string) bool { return isSlackID(s, "UW") }
 
 func isChannelID(s string) bool { return isSlackID(s, "CG") }

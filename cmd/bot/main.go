@@ -33,6 +33,8 @@ const (
 	httpShutdownTimeout = 5 * time.Second
 	// storeFile is the embedded store's file name in DATA_DIR.
 	storeFile = "toolgate.db"
+	// redisCheckTimeout bounds the first connection to REDIS_URL.
+	redisCheckTimeout = 5 * time.Second
 )
 
 func main() {
@@ -130,7 +132,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 
 	metrics := slackapp.NewMetrics(promReg)
 
-	engine := approvals.NewEngine(file.policy, st)
+	engine := approvals.NewEngine(file.policy, st, approvals.WithAuditLog(log))
 	app, err := slackapp.New(slackapp.Config{
 		BotToken:         cfg.SlackBotToken,
 		AppToken:         cfg.SlackAppToken,
@@ -238,6 +240,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 type botStore interface {
 	agent.Store
 	slackapp.Store
+	approvals.BatchRecordStore
 	io.Closer
 }
 
@@ -250,15 +253,20 @@ var (
 // embedded store in DATA_DIR. Its calls are counted in reg.
 func openStore(ctx context.Context, cfg config, log *slog.Logger, reg prometheus.Registerer) (botStore, error) {
 	if cfg.RedisURL != "" {
-		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{Prefix: cfg.RedisPrefix, Retention: cfg.RunRetention})
+		// Checked with a plain dial first: go-redis would log a line per
+		// failed pool dial before its error.
+		if err := redisstore.CheckURL(ctx, cfg.RedisURL, redisCheckTimeout); err != nil {
+			return nil, configErrorf("REDIS_URL: connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
+		}
+		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{Prefix: cfg.RedisPrefix, Retention: cfg.RunRetention, AuditRetention: cfg.AuditRetention})
 		if err != nil {
-			return nil, fmt.Errorf("connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
+			return nil, configErrorf("REDIS_URL: connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
 		}
 		log.Info("using redis store", "url", safeURL(cfg.RedisURL), "prefix", cfg.RedisPrefix)
 		return countStore(st, reg), nil
 	}
 	path := filepath.Join(cfg.DataDir, storeFile)
-	st, err := boltstore.Open(path, boltstore.Options{Retention: cfg.RunRetention})
+	st, err := boltstore.Open(path, boltstore.Options{Retention: cfg.RunRetention, AuditRetention: cfg.AuditRetention})
 	if err != nil {
 		return nil, err
 	}

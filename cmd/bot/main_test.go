@@ -162,6 +162,9 @@ func TestConfigErrors(t *testing.T) {
 		{name: "missing app token", unset: []string{"SLACK_APP_TOKEN"}, want: []string{"SLACK_APP_TOKEN is required", "xapp-"}},
 		{name: "bot token of the wrong kind", set: map[string]string{"SLACK_BOT_TOKEN": "xoxp-user-secret-token"}, want: []string{"SLACK_BOT_TOKEN", "xoxb-"}},
 		{name: "app token of the wrong kind", set: map[string]string{"SLACK_APP_TOKEN": testBotToken}, want: []string{"SLACK_APP_TOKEN", "xapp-"}},
+		{name: "placeholder app token", set: map[string]string{"SLACK_APP_TOKEN": "xapp-"}, want: []string{"SLACK_APP_TOKEN is still the placeholder", "App-Level Tokens"}},
+		{name: "placeholder bot token", set: map[string]string{"SLACK_BOT_TOKEN": "xoxb-"}, want: []string{"SLACK_BOT_TOKEN is still the placeholder", "OAuth"}},
+		{name: "stand-in bot token", set: map[string]string{"SLACK_BOT_TOKEN": "xoxb-…"}, want: []string{"SLACK_BOT_TOKEN is still the placeholder"}},
 		{name: "malformed approval ttl", set: map[string]string{"APPROVAL_TTL": "3x"}, want: []string{`APPROVAL_TTL: "3x" is not a duration`}},
 		{name: "negative approval ttl", set: map[string]string{"APPROVAL_TTL": "-1h"}, want: []string{"APPROVAL_TTL", "not positive"}},
 		{name: "malformed max turns", set: map[string]string{"MAX_TURNS": "many"}, want: []string{`MAX_TURNS: "many" is not a whole number`}},
@@ -242,14 +245,30 @@ func TestRunFailsOnUnreachableRedis(t *testing.T) {
 	if err == nil {
 		t.Fatal("run succeeded with an unreachable Redis")
 	}
-	if code := exitCode(err); code != 1 {
-		t.Errorf("exit code %d, want 1 (error %v)", code, err)
+	if code := exitCode(err); code != 2 {
+		t.Errorf("exit code %d, want 2 (error %v)", code, err)
 	}
-	if !strings.Contains(err.Error(), "connect to redis at redis://default:xxxxx@127.0.0.1:1") {
-		t.Errorf("error %q does not name the Redis URL without its password", err)
+	if !strings.HasPrefix(err.Error(), "REDIS_URL: ") || !strings.Contains(err.Error(), "connect to redis at redis://default:xxxxx@127.0.0.1:1") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("error %q is not one line naming REDIS_URL and the Redis URL without its password", err)
 	}
 	assertNoSecrets(t, "error", err.Error(), "hunter2-redis-password")
 	assertNoSecrets(t, "stderr", stderr.String(), "hunter2-redis-password")
+}
+
+func TestRunFailsOnMalformedRedisURL(t *testing.T) {
+	for _, u := range []string{"localhost:6379", "redis://127.0.0.1:6379/notadb", "redis+sentinel://127.0.0.1:26379/0", "http://127.0.0.1:6379"} {
+		env := validEnv(t)
+		env["REDIS_URL"] = u
+		setEnv(t, env)
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), nil, &stdout, &stderr)
+		if err == nil {
+			t.Fatalf("run succeeded with REDIS_URL=%s", u)
+		}
+		if code := exitCode(err); code != 2 || !strings.HasPrefix(err.Error(), "REDIS_URL: ") {
+			t.Errorf("REDIS_URL=%s: exit code %d, error %q; want 2 and one line naming REDIS_URL", u, code, err)
+		}
+	}
 }
 
 // logLine is a line of the bot's JSON log.

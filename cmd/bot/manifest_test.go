@@ -50,13 +50,13 @@ func TestManifest(t *testing.T) {
 	for _, scope := range []string{
 		"app_mentions:read", "channels:history", "groups:history", "im:history", "im:write",
 		"chat:write", "commands", "users:read", "usergroups:read", "channels:read",
-		"groups:read", "im:read", "assistant:write",
+		"groups:read", "im:read", "assistant:write", "mpim:history", "mpim:read",
 	} {
 		if !slices.Contains(m.OAuthConfig.Scopes.Bot, scope) {
 			t.Errorf("bot scope %s is missing", scope)
 		}
 	}
-	for _, event := range []string{"app_mention", "message.im", "message.channels", "message.groups", "app_home_opened"} {
+	for _, event := range []string{"app_mention", "message.im", "message.channels", "message.groups", "message.mpim", "app_home_opened"} {
 		if !slices.Contains(m.Settings.EventSubscriptions.BotEvents, event) {
 			t.Errorf("bot event %s is missing", event)
 		}

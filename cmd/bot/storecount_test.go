@@ -8,20 +8,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/boltstore"
 )
 
-// batchStore is a botStore that also lists several record kinds at once.
-type batchStore struct {
+// watchStore is a botStore that also announces lease releases, as Redis
+// does.
+type watchStore struct {
 	botStore
-	kinds [][]string
+	keys []string
 }
 
-func (b *batchStore) RecordsOf(_ context.Context, kinds ...string) (map[string][]store.Record, error) {
-	b.kinds = append(b.kinds, kinds)
-	return map[string][]store.Record{}, nil
+func (w *watchStore) WatchLease(_ context.Context, key string) (store.LeaseWatch, error) {
+	w.keys = append(w.keys, key)
+	return nil, nil
 }
 
 func openBolt(t *testing.T) *boltstore.Store {
@@ -62,25 +63,32 @@ func TestCountStoreCounts(t *testing.T) {
 	}
 }
 
-// The policy engine's batch listing is offered exactly when the wrapped
-// store has it, and is counted.
-func TestCountStoreKeepsBatchRecords(t *testing.T) {
-	if _, ok := countStore(openBolt(t), prometheus.NewRegistry()).(approvals.BatchRecordStore); ok {
-		t.Error("the wrapper of a store without RecordsOf offers RecordsOf")
+// Lease release announcements are offered exactly when the wrapped store
+// has them (without them the agent's waiters in other processes fall back
+// to re-checking), and are counted; so is the policy's batch listing.
+func TestCountStoreKeepsLeaseWatchAndBatchRecords(t *testing.T) {
+	if _, ok := countStore(openBolt(t), prometheus.NewRegistry()).(agent.LeaseWatcher); ok {
+		t.Error("the wrapper of a store without WatchLease offers WatchLease")
 	}
-	inner := &batchStore{botStore: openBolt(t)}
+	inner := &watchStore{botStore: openBolt(t)}
 	reg := prometheus.NewRegistry()
-	b, ok := countStore(inner, reg).(approvals.BatchRecordStore)
+	st := countStore(inner, reg)
+	w, ok := st.(agent.LeaseWatcher)
 	if !ok {
-		t.Fatal("the wrapper of a store with RecordsOf does not offer it")
+		t.Fatal("the wrapper of a store with WatchLease does not offer it")
 	}
-	if _, err := b.RecordsOf(t.Context(), "a", "b"); err != nil {
+	if _, err := w.WatchLease(t.Context(), "conv:C1/1.0"); err != nil {
 		t.Fatal(err)
 	}
-	if len(inner.kinds) != 1 || len(inner.kinds[0]) != 2 {
-		t.Errorf("the store got RecordsOf calls %v, want one with two kinds", inner.kinds)
+	if len(inner.keys) != 1 || inner.keys[0] != "conv:C1/1.0" {
+		t.Errorf("the store got WatchLease calls %v, want one for conv:C1/1.0", inner.keys)
 	}
-	if got := counterValue(t, reg, "toolgate_store_calls_total", "method", "RecordsOf"); got != 1 {
-		t.Errorf("RecordsOf counted %v times, want 1", got)
+	if _, err := st.RecordsOf(t.Context(), "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, method := range []string{"WatchLease", "RecordsOf"} {
+		if got := counterValue(t, reg, "toolgate_store_calls_total", "method", method); got != 1 {
+			t.Errorf("%s counted %v times, want 1", method, got)
+		}
 	}
 }

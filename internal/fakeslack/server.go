@@ -323,6 +323,21 @@ func (s *Server) AddChannel(c Channel) {
 	st.kind = kindChannel
 }
 
+// AddGroupDM adds or replaces a group direct message (an mpim) between
+// members; its events have channel_type "mpim". Add the bot's user id to
+// members for the bot to be in it.
+func (s *Server) AddGroupDM(id string, members ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.channels[id]
+	if st == nil {
+		st = &channelState{}
+		s.channels[id] = st
+	}
+	st.Channel = Channel{ID: id, Name: "mpdm-" + id, Private: true, Members: slices.Clone(members)}
+	st.kind = kindMPIM
+}
+
 // Join adds users to a channel's members. It does nothing for an unknown
 // channel.
 func (s *Server) Join(channel string, users ...string) {

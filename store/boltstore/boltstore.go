@@ -42,6 +42,10 @@ type Options struct {
 	// AuditMax is how many audit entries are kept; older ones are dropped.
 	// Default DefaultAuditMax.
 	AuditMax int
+	// AuditRetention is how long an audit entry is kept after its At;
+	// older entries are trimmed when entries are added and never listed.
+	// Default store.DefaultAuditRetention.
+	AuditRetention time.Duration
 	// PruneInterval is how often expired runs, conversations, leases and
 	// event ids are deleted from the file. Default DefaultPruneInterval.
 	PruneInterval time.Duration
@@ -58,6 +62,7 @@ type Store struct {
 	retention time.Duration
 	convTTL   time.Duration
 	auditMax  uint64
+	auditTTL  time.Duration
 
 	stop      chan struct{}
 	done      sync.WaitGroup
@@ -112,7 +117,7 @@ type leaseRecord struct {
 // Everything saved before a Close is there again after Open. Expired data
 // is pruned at Open and every PruneInterval until Close.
 func Open(path string, opts Options) (*Store, error) {
-	if opts.Retention < 0 || opts.ConversationTTL < 0 || opts.AuditMax < 0 ||
+	if opts.Retention < 0 || opts.ConversationTTL < 0 || opts.AuditMax < 0 || opts.AuditRetention < 0 ||
 		opts.PruneInterval < 0 || opts.LockTimeout < 0 {
 		return nil, errors.New("boltstore: negative option")
 	}
@@ -143,6 +148,7 @@ func Open(path string, opts Options) (*Store, error) {
 		retention: cmp.Or(opts.Retention, DefaultRetention),
 		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
 		auditMax:  uint64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
+		auditTTL:  cmp.Or(opts.AuditRetention, store.DefaultAuditRetention),
 		stop:      make(chan struct{}),
 	}
 	if err := s.prune(time.Now()); err != nil {
@@ -285,7 +291,7 @@ func get(b *bolt.Bucket, key string, v any) (bool, error) {
 
 // put encodes v as the JSON value of key in b.
 func put(b *bolt.Bucket, key string, v any) error {
-	raw, err := json.Marshal(v)
+	raw, err := store.EncodeJSON(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", key, err)
 	}
@@ -806,7 +812,7 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	raw, err := json.Marshal(e)
+	raw, err := store.EncodeJSON(e)
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
@@ -817,6 +823,9 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 			return err
 		}
 		if err := b.Put(binary.BigEndian.AppendUint64(nil, seq), raw); err != nil {
+			return err
+		}
+		if err := trimAudit(b, time.Now().Add(-s.auditTTL)); err != nil {
 			return err
 		}
 		if seq <= s.auditMax {
@@ -837,19 +846,38 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	return nil
 }
 
-// AuditLog returns the newest limit entries, newest first; limit <= 0
-// returns all that are kept.
+// trimAudit deletes the audit entries from before cutoff, oldest first.
+func trimAudit(b *bolt.Bucket, cutoff time.Time) error {
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.First() {
+		var e store.AuditEntry
+		if json.Unmarshal(v, &e) != nil || !e.At.Before(cutoff) {
+			return nil // a recent entry, or one to keep for a person to read
+		}
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AuditLog returns the newest limit entries younger than AuditRetention,
+// newest first; limit <= 0 returns all that are kept.
 func (s *Store) AuditLog(ctx context.Context, limit int) ([]store.AuditEntry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	var out []store.AuditEntry
+	cutoff := time.Now().Add(-s.auditTTL)
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketAudit).Cursor()
 		for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
 			var e store.AuditEntry
 			if err := json.Unmarshal(v, &e); err != nil {
 				return fmt.Errorf("decode audit entry: %w", err)
+			}
+			if e.At.Before(cutoff) {
+				break // older entries come before
 			}
 			out = append(out, e)
 		}
@@ -913,6 +941,39 @@ func (s *Store) Records(ctx context.Context, kind string) ([]store.Record, error
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list records %s: %w", kind, err)
+	}
+	return out, nil
+}
+
+// RecordsOf lists the records of several kinds in one read transaction,
+// each kind's as Records lists them.
+func (s *Store) RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]store.Record, len(kinds))
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for _, kind := range kinds {
+			var recs []store.Record
+			if b := tx.Bucket(bucketRecords).Bucket([]byte(kind)); b != nil {
+				err := b.ForEach(func(k, v []byte) error {
+					var r store.Record
+					if err := json.Unmarshal(v, &r); err != nil {
+						return fmt.Errorf("decode record %s/%s: %w", kind, k, err)
+					}
+					recs = append(recs, r)
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			out[kind] = recs
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list records %v: %w", kinds, err)
 	}
 	return out, nil
 }

@@ -90,3 +90,35 @@ func TestPruneDeletesExpiredRuns(t *testing.T) {
 		t.Errorf("Due after pruning = %v, %v; want none", due, err)
 	}
 }
+
+// Audit entries past the retention are deleted, not only hidden: a store
+// told to keep them longer no longer finds them.
+func TestAuditRetentionTrims(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	ctx := t.Context()
+	long := boltstore.Options{AuditRetention: 1000 * 24 * time.Hour}
+	reopen := func(opts boltstore.Options) *boltstore.Store {
+		t.Helper()
+		s, err := boltstore.Open(path, opts)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", path, err)
+		}
+		return s
+	}
+	s := reopen(long)
+	if err := s.Audit(ctx, store.AuditEntry{At: time.Now().Add(-100 * 24 * time.Hour), Actor: "U1", Action: "decide", CallID: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = reopen(boltstore.Options{AuditRetention: 90 * 24 * time.Hour})
+	if err := s.Audit(ctx, store.AuditEntry{Actor: "U1", Action: "decide", CallID: "new"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = reopen(long)
+	defer s.Close()
+	log, err := s.AuditLog(ctx, 0)
+	if err != nil || len(log) != 1 || log[0].CallID != "new" {
+		t.Errorf("AuditLog after trimming = %+v, %v; want only the new entry", log, err)
+	}
+}

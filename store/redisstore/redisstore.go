@@ -40,6 +40,10 @@ type Options struct {
 	// AuditMax is how many audit entries are kept; older ones are dropped.
 	// Default DefaultAuditMax.
 	AuditMax int
+	// AuditRetention is how long an audit entry is kept after its At;
+	// older entries are trimmed when entries are added and never listed.
+	// Default store.DefaultAuditRetention.
+	AuditRetention time.Duration
 }
 
 // Store keeps the bot's state in Redis. It is safe for concurrent use by
@@ -50,6 +54,7 @@ type Store struct {
 	retention time.Duration
 	convTTL   time.Duration
 	auditMax  int64
+	auditTTL  time.Duration
 	// leases announces lease releases to this process's waiters.
 	leases *leaseHub
 }
@@ -88,6 +93,7 @@ func NewFromClient(c redis.UniversalClient, opts Options) *Store {
 		retention: cmp.Or(opts.Retention, DefaultRetention),
 		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
 		auditMax:  int64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
+		auditTTL:  cmp.Or(opts.AuditRetention, store.DefaultAuditRetention),
 	}
 	s.leases = newLeaseHub(c, s.prefix+":lease-released:")
 	return s
@@ -97,7 +103,7 @@ func (o Options) validate() error {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return fmt.Errorf("redisstore: prefix %q contains '{' or '}'", o.Prefix)
 	}
-	if o.Retention < 0 || o.ConversationTTL < 0 || o.AuditMax < 0 {
+	if o.Retention < 0 || o.ConversationTTL < 0 || o.AuditMax < 0 || o.AuditRetention < 0 {
 		return errors.New("redisstore: negative option")
 	}
 	return nil
@@ -199,7 +205,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 	if err != nil {
 		return fmt.Errorf("create run: %w", err)
 	}
-	runJSON, err := json.Marshal(r)
+	runJSON, err := store.EncodeJSON(r)
 	if err != nil {
 		return fmt.Errorf("create run %s: %w", r.ID, err)
 	}
@@ -209,7 +215,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 	for _, c := range calls {
 		fp := c.Fingerprint
 		c.Status = "" // the status lives in its own field
-		b, err := json.Marshal(c)
+		b, err := store.EncodeJSON(c)
 		if err != nil {
 			return fmt.Errorf("create run %s: %w", r.ID, err)
 		}
@@ -421,7 +427,7 @@ func (s *Store) Decide(ctx context.Context, callID, fingerprint string, d store.
 	if d.At.IsZero() {
 		d.At = time.Now()
 	}
-	dj, err := json.Marshal(d)
+	dj, err := store.EncodeJSON(d)
 	if err != nil {
 		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
 	}
@@ -761,13 +767,14 @@ func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {
 	return nil
 }
 
-// Audit appends an entry to a list capped at AuditMax entries. A zero At
-// is set to now.
+// Audit appends an entry to a list capped at AuditMax entries, and trims
+// the entries older than AuditRetention from its old end. A zero At is set
+// to now.
 func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	b, err := json.Marshal(e)
+	b, err := store.EncodeJSON(e)
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
@@ -779,11 +786,48 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
+	if err := s.trimAudit(ctx, time.Now().Add(-s.auditTTL)); err != nil {
+		return fmt.Errorf("audit %s: %w", e.Action, err)
+	}
 	return nil
 }
 
-// AuditLog returns the newest limit entries, newest first; limit <= 0
-// returns all that are kept.
+// auditTrimBatch bounds the entries one Audit call trims, so a backlog is
+// worked off over several writes instead of delaying one.
+const auditTrimBatch = 100
+
+// popIfTail removes the oldest audit entry if it is still ARGV[1]: two
+// replicas trimming at once never drop an entry the other found recent.
+var popIfTail = redis.NewScript(`
+if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then
+  redis.call('RPOP', KEYS[1])
+  return 1
+end
+return 0`)
+
+// trimAudit drops audit entries from before cutoff, oldest first.
+func (s *Store) trimAudit(ctx context.Context, cutoff time.Time) error {
+	for range auditTrimBatch {
+		tail, err := s.c.LIndex(ctx, s.auditKey(), -1).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("trim audit log: %w", err)
+		}
+		var e store.AuditEntry
+		if json.Unmarshal([]byte(tail), &e) != nil || !e.At.Before(cutoff) {
+			return nil // a recent entry, or one to keep for a person to read
+		}
+		if err := popIfTail.Run(ctx, s.c, []string{s.auditKey()}, tail).Err(); err != nil {
+			return fmt.Errorf("trim audit log: %w", err)
+		}
+	}
+	return nil
+}
+
+// AuditLog returns the newest limit entries younger than AuditRetention,
+// newest first; limit <= 0 returns all that are kept.
 func (s *Store) AuditLog(ctx context.Context, limit int) ([]store.AuditEntry, error) {
 	stop := int64(limit) - 1
 	if limit <= 0 {
@@ -793,11 +837,17 @@ func (s *Store) AuditLog(ctx context.Context, limit int) ([]store.AuditEntry, er
 	if err != nil {
 		return nil, fmt.Errorf("read audit log: %w", err)
 	}
-	out := make([]store.AuditEntry, len(raw))
-	for i, r := range raw {
-		if err := json.Unmarshal([]byte(r), &out[i]); err != nil {
+	cutoff := time.Now().Add(-s.auditTTL)
+	out := make([]store.AuditEntry, 0, len(raw))
+	for _, r := range raw {
+		var e store.AuditEntry
+		if err := json.Unmarshal([]byte(r), &e); err != nil {
 			return nil, fmt.Errorf("read audit log: %w", err)
 		}
+		if e.At.Before(cutoff) {
+			break // older entries follow
+		}
+		out = append(out, e)
 	}
 	return out, nil
 }
@@ -810,7 +860,7 @@ func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int
 		r.UpdatedAt = time.Now()
 	}
 	r.Version = 0
-	b, err := json.Marshal(r)
+	b, err := store.EncodeJSON(r)
 	if err != nil {
 		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, err)
 	}

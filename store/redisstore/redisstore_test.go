@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -422,39 +421,29 @@ func TestStaleIndexEntriesDropped(t *testing.T) {
 	}
 }
 
-// RecordsOf lists several kinds as Records does, in one round trip.
-func TestRecordsOf(t *testing.T) {
+
+// Audit entries past the retention are deleted, not only hidden: a store
+// told to keep them longer no longer finds them.
+func TestAuditRetentionTrims(t *testing.T) {
 	u := redisURL(t)
-	s := newStore(t, u, redisstore.Options{Prefix: newPrefix(t, u)})
-	ctx := context.Background()
-	for _, r := range []store.Record{
-		{Kind: "a", ID: "2", Data: json.RawMessage(`{"n":2}`)},
-		{Kind: "a", ID: "1", Data: json.RawMessage(`{"n":1}`)},
-		{Kind: "b", ID: "x", Data: json.RawMessage(`{}`)},
-	} {
-		if _, err := s.PutRecord(ctx, r, -1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := s.RecordsOf(ctx, "a", "b", "empty")
-	if err != nil {
+	prefix := newPrefix(t, u)
+	ctx := t.Context()
+	long := redisstore.Options{Prefix: prefix, AuditRetention: 1000 * 24 * time.Hour}
+	s := newStore(t, u, long)
+	old := store.AuditEntry{At: time.Now().Add(-100 * 24 * time.Hour), Actor: "U1", Action: "decide", CallID: "old"}
+	if err := s.Audit(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []string{"a", "b", "empty"} {
-		want, err := s.Records(ctx, kind)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got[kind]) != len(want) {
-			t.Fatalf("kind %s: got %d records, want %d", kind, len(got[kind]), len(want))
-		}
-		for i := range want {
-			if got[kind][i].ID != want[i].ID || got[kind][i].Version != want[i].Version || string(got[kind][i].Data) != string(want[i].Data) {
-				t.Errorf("kind %s record %d: got %+v, want %+v", kind, i, got[kind][i], want[i])
-			}
-		}
+	s.Close()
+	s = newStore(t, u, redisstore.Options{Prefix: prefix, AuditRetention: 90 * 24 * time.Hour})
+	if err := s.Audit(ctx, store.AuditEntry{Actor: "U1", Action: "decide", CallID: "new"}); err != nil {
+		t.Fatal(err)
 	}
-	if ids := []string{got["a"][0].ID, got["a"][1].ID}; ids[0] != "1" || ids[1] != "2" {
-		t.Errorf("got ids %v, want sorted [1 2]", ids)
+	s.Close()
+	s = newStore(t, u, long)
+	defer s.Close()
+	log, err := s.AuditLog(ctx, 0)
+	if err != nil || len(log) != 1 || log[0].CallID != "new" {
+		t.Errorf("AuditLog after trimming = %+v, %v; want only the new entry", log, err)
 	}
 }

@@ -1,9 +1,14 @@
 package redisstore
 
 import (
+	"cmp"
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -25,43 +30,88 @@ import (
 // In the sentinel form the user information authenticates to the
 // sentinels, and the username and password options to the master.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
+	t, err := parseTarget(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return t.client(), nil
+}
+
+// target is a parsed Redis URL: how to make its client, and the addresses
+// of the nodes it starts from (the node, the cluster seeds, the sentinels).
+type target struct {
+	client  func() redis.UniversalClient
+	network string
+	addrs   []string
+}
+
+func parseTarget(rawURL string) (target, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return nil, fmt.Errorf("parse redis url: missing scheme")
+		return target{}, fmt.Errorf("parse redis url: missing scheme")
 	}
 	switch scheme {
 	case "redis", "rediss", "unix":
 		o, err := redis.ParseURL(rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("parse redis url: %w", err)
+			return target{}, fmt.Errorf("parse redis url: %w", err)
 		}
-		return redis.NewClient(o), nil
+		return target{client: func() redis.UniversalClient { return redis.NewClient(o) }, network: o.Network, addrs: []string{o.Addr}}, nil
 	case "redis+cluster", "rediss+cluster":
 		u, err := seedURL(strings.TrimSuffix(scheme, "+cluster"), rest)
 		if err != nil {
-			return nil, err
+			return target{}, err
 		}
 		o, err := redis.ParseClusterURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("parse redis cluster url: %w", err)
+			return target{}, fmt.Errorf("parse redis cluster url: %w", err)
 		}
-		return redis.NewClusterClient(o), nil
+		return target{client: func() redis.UniversalClient { return redis.NewClusterClient(o) }, network: "tcp", addrs: o.Addrs}, nil
 	case "redis+sentinel", "rediss+sentinel":
 		u, err := seedURL(strings.TrimSuffix(scheme, "+sentinel"), rest)
 		if err != nil {
-			return nil, err
+			return target{}, err
 		}
 		o, err := redis.ParseFailoverURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("parse redis sentinel url: %w", err)
+			return target{}, fmt.Errorf("parse redis sentinel url: %w", err)
 		}
 		if o.MasterName == "" {
-			return nil, fmt.Errorf("parse redis sentinel url: master_name option is required")
+			return target{}, fmt.Errorf("parse redis sentinel url: master_name option is required")
 		}
-		return redis.NewFailoverClient(o), nil
+		return target{client: func() redis.UniversalClient { return redis.NewFailoverClient(o) }, network: "tcp", addrs: o.SentinelAddrs}, nil
 	default:
-		return nil, fmt.Errorf("parse redis url: unsupported scheme %q", scheme)
+		return target{}, fmt.Errorf("parse redis url: unsupported scheme %q", scheme)
 	}
+}
+
+// CheckURL reports whether rawURL is a Redis URL NewClient accepts, and if
+// it is, whether one of the nodes it names (the node, a cluster seed, a
+// sentinel) accepts a connection within timeout. It dials with a plain
+// net.Dialer, so an unreachable Redis is one error and none of go-redis's
+// pool log lines. A nil error does not promise that commands will work
+// (authentication and TLS are checked by the first command).
+func CheckURL(ctx context.Context, rawURL string, timeout time.Duration) error {
+	t, err := parseTarget(rawURL)
+	if err != nil {
+		return err
+	}
+	network := cmp.Or(t.network, "tcp")
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	var errs []error
+	for _, addr := range t.addrs {
+		c, err := d.DialContext(ctx, network, addr)
+		if err == nil {
+			return c.Close()
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return errors.New("the url names no redis node")
+	}
+	return fmt.Errorf("cannot reach redis: %w", errors.Join(errs...))
 }
 
 // seedURL turns "user@h1:p1,h2:p2/path?q" into a URL of scheme with host h1:p1

@@ -106,6 +106,10 @@ type Store interface {
 	// records by id; DeleteRecord returns ErrNotFound when absent.
 	PutRecord(ctx context.Context, r store.Record, expectVersion int64) (store.Record, error)
 	Records(ctx context.Context, kind string) ([]store.Record, error)
+	// RecordsOf lists several kinds at once (one round trip or
+	// transaction), each kind's records as Records lists them; a kind
+	// with none maps to an empty list.
+	RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error)
 	DeleteRecord(ctx context.Context, kind, id string) error
 
 	// SeenEvent records an event id for ttl; true if it was new (used to

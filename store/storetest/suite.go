@@ -46,6 +46,7 @@ func Run(t *testing.T, open Opener) {
 		{"NextExpiry", testNextExpiry},
 		{"PendingFilters", testPendingFilters},
 		{"Restart", testRestart},
+		{"RawBytesKept", testRawBytesKept},
 		{"Lease", testLease},
 		{"SeenEvent", testSeenEvent},
 		{"RenewClaim", testRenewClaim},
@@ -56,7 +57,9 @@ func Run(t *testing.T, open Opener) {
 		{"InboxAfterRestart", testInboxAfterRestart},
 		{"MarkUnanswered", testMarkUnanswered},
 		{"Records", testRecords},
+		{"RecordsOf", testRecordsOf},
 		{"AuditLog", testAuditLog},
+		{"AuditRetention", testAuditRetention},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -944,6 +947,68 @@ func testPendingFilters(t *testing.T, open Opener) {
 	}
 }
 
+// Raw JSON (arguments, edited arguments, results, state, records) comes
+// back byte for byte, before and after a restart: no '<', '>' or '&'
+// rewritten as \u003c, \u003e or \u0026 on the way through.
+func testRawBytesKept(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	const (
+		args   = `{"filter":"a<b && c>d","path":"/srv/<x>&y"}`
+		edited = `{"filter":"x>1&y<2"}`
+		state  = `{"messages":[{"role":"user","content":"<&>"}],"raw":{"q":"<b>"}}`
+		result = `{"output":"<done> & ok"}`
+		data   = `{"when":"args.n > 5 && args.s < \"x\""}`
+	)
+	r, calls := create(t, s, 1, func(r *store.Run, calls []store.Call) {
+		r.State = json.RawMessage(state)
+		calls[0].Args = json.RawMessage(args)
+	})
+	d := approve("U_APPROVER")
+	d.Kind, d.Args = "edit", json.RawMessage(edited)
+	if _, _, err := s.Decide(ctx, calls[0].ID, calls[0].Fingerprint, d); err != nil {
+		t.Fatalf("Decide(%s): %v", calls[0].ID, err)
+	}
+	if ok, err := s.BeginExecution(ctx, calls[0].ID); err != nil || !ok {
+		t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", calls[0].ID, ok, err)
+	}
+	if err := s.SaveResult(ctx, calls[0].ID, json.RawMessage(result)); err != nil {
+		t.Fatalf("SaveResult(%s): %v", calls[0].ID, err)
+	}
+	conv := store.Conversation{Key: "C6:1.6", State: json.RawMessage(state), UpdatedAt: time.Now()}
+	if err := s.SaveConversation(ctx, conv); err != nil {
+		t.Fatalf("SaveConversation: %v", err)
+	}
+	if _, err := s.PutRecord(ctx, store.Record{Kind: "rule", ID: "r1", Data: json.RawMessage(data)}, 0); err != nil {
+		t.Fatalf("PutRecord: %v", err)
+	}
+	check := func(when string, s Store) {
+		t.Helper()
+		gotRun, gotCalls, err := s.LoadRun(ctx, r.ID)
+		if err != nil {
+			t.Fatalf("LoadRun(%s) %s: %v", r.ID, when, err)
+		}
+		for _, c := range []struct{ what, got, want string }{
+			{"run state", string(gotRun.State), state},
+			{"call arguments", string(gotCalls[0].Args), args},
+			{"edited arguments", string(gotCalls[0].Decision.Args), edited},
+			{"result", string(gotCalls[0].Result), result},
+		} {
+			if c.got != c.want {
+				t.Errorf("%s %s: got %s, want %s", c.what, when, c.got, c.want)
+			}
+		}
+		if got, err := s.LoadConversation(ctx, conv.Key); err != nil || string(got.State) != state {
+			t.Errorf("conversation state %s: got %s (%v), want %s", when, got.State, err, state)
+		}
+		if recs, err := s.Records(ctx, "rule"); err != nil || len(recs) != 1 || string(recs[0].Data) != data {
+			t.Errorf("record %s: got %+v (%v), want data %s", when, recs, err, data)
+		}
+	}
+	check("before a restart", s)
+	check("after a restart", reopen())
+}
+
 func testRestart(t *testing.T, open Opener) {
 	s, reopen := open(t)
 	ctx := t.Context()
@@ -1153,5 +1218,81 @@ func testAuditLog(t *testing.T, open Opener) {
 	log, _ := s.AuditLog(ctx, 1)
 	if len(log) == 1 && (!log[0].At.Equal(start.Add(4*time.Second)) || log[0].Tool != "files__delete_file" || log[0].Outcome != "approve") {
 		t.Errorf("AuditLog(1)[0] = %+v, want the fields written", log[0])
+	}
+}
+
+// Audit entries older than the retention (store.DefaultAuditRetention
+// unless the store was told otherwise) are trimmed and never listed, also
+// after a restart; the fields of an entry come back as written.
+func testAuditRetention(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	now := time.Now()
+	old := store.AuditEntry{At: now.Add(-store.DefaultAuditRetention - time.Hour), Actor: "U1", Action: "decide", CallID: "old"}
+	recent := store.AuditEntry{At: now, Actor: "U2", Action: "execute", Channel: "C1", Thread: "100.1", Tool: "deploy",
+		CallID: "new", Fingerprint: "fp-edited", Decision: "edit", Outcome: "ok", Detail: "rule r1"}
+	for _, e := range []store.AuditEntry{old, recent} {
+		if err := s.Audit(ctx, e); err != nil {
+			t.Fatalf("Audit(%s): %v", e.CallID, err)
+		}
+	}
+	for _, when := range []string{"before", "after"} {
+		if when == "after" {
+			s = reopen()
+		}
+		log, err := s.AuditLog(ctx, 0)
+		if err != nil {
+			t.Fatalf("AuditLog %s a restart: %v", when, err)
+		}
+		if len(log) != 1 {
+			t.Fatalf("AuditLog %s a restart = %+v, want only the recent entry", when, log)
+		}
+		got := log[0]
+		got.At = got.At.Round(0)
+		want := recent
+		if !got.At.Equal(want.At) {
+			t.Errorf("entry time %s a restart = %v, want %v", when, got.At, want.At)
+		}
+		got.At, want.At = time.Time{}, time.Time{}
+		if got != want {
+			t.Errorf("entry %s a restart = %+v, want %+v", when, got, want)
+		}
+	}
+}
+
+func testRecordsOf(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	for _, r := range []store.Record{
+		{Kind: "a", ID: "2", Data: json.RawMessage(`{"n":2}`)},
+		{Kind: "a", ID: "1", Data: json.RawMessage(`{"n":1}`)},
+		{Kind: "b", ID: "x", Data: json.RawMessage(`{}`)},
+	} {
+		if _, err := s.PutRecord(ctx, r, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.RecordsOf(ctx, "a", "b", "empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"a", "b", "empty"} {
+		want, err := s.Records(ctx, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got[kind]) != len(want) {
+			t.Fatalf("RecordsOf kind %s: got %d records, want %d", kind, len(got[kind]), len(want))
+		}
+		for i := range want {
+			if got[kind][i].ID != want[i].ID || got[kind][i].Version != want[i].Version || string(got[kind][i].Data) != string(want[i].Data) {
+				t.Errorf("RecordsOf kind %s record %d: got %+v, want %+v", kind, i, got[kind][i], want[i])
+			}
+		}
+	}
+	if len(got["a"]) == 2 {
+		if ids := []string{got["a"][0].ID, got["a"][1].ID}; ids[0] != "1" || ids[1] != "2" {
+			t.Errorf("RecordsOf kind a: got ids %v, want sorted [1 2]", ids)
+		}
 	}
 }

@@ -1,0 +1,108 @@
+package slackapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/approvals"
+)
+
+// ActionRevokeRule is the Home tab's button that revokes one of the
+// user's standing rules; its value is the standing rule's id.
+const ActionRevokeRule = "revoke_rule"
+
+// maxHomeRules bounds the standing rules listed on a Home tab.
+const maxHomeRules = 10
+
+// standingIDRE is the shape of a standing rule id a Revoke button may carry.
+var standingIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$`)
+
+// revokeStanding revokes the standing rule id for user: its creator may,
+// and admins may revoke anyone's. It returns the answer to give.
+func (a *App) revokeStanding(ctx context.Context, user, id string) string {
+	rules, err := a.policy.StandingRules(ctx, "")
+	if err != nil {
+		return "I couldn't read the standing rules right now; nothing changed. Please try again."
+	}
+	var rule *approvals.StandingRule
+	for i := range rules {
+		if rules[i].ID == id {
+			rule = &rules[i]
+		}
+	}
+	if rule == nil {
+		return fmt.Sprintf("There is no standing rule %s. Nothing changed.", inlineCode(id))
+	}
+	if rule.CreatedBy != user {
+		if _, ok := a.requireAdmin(ctx, user, adminChange); !ok {
+			return fmt.Sprintf("Only %s, who made standing rule %s, or an admin can revoke it. Nothing changed.", userRef(rule.CreatedBy, "its creator"), inlineCode(id))
+		}
+	}
+	if err := a.policy.Revoke(ctx, user, id); err != nil {
+		if errors.Is(err, approvals.ErrUnknownRule) {
+			return fmt.Sprintf("There is no standing rule %s. Nothing changed.", inlineCode(id))
+		}
+		return "I couldn't revoke the rule: " + Escape(err.Error())
+	}
+	return fmt.Sprintf("Revoked standing rule %s: %s in %s asks again.", inlineCode(id), inlineCode(rule.Tool), channelRef(rule.Channel))
+}
+
+// revokeFromHome handles a Revoke button of the Home tab, then shows the
+// tab again without the rule.
+func (a *App) revokeFromHome(ctx context.Context, c click) {
+	if !standingIDRE.MatchString(c.value) {
+		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		return
+	}
+	a.tell(ctx, c.user, c.channel, a.revokeStanding(ctx, c.user, c.value))
+	a.publishHome(ctx, c.user)
+}
+
+// channelRef links a channel id, or shows other text in a code span.
+func channelRef(id string) string {
+	if channelIDRE.MatchString(id) {
+		return "<#" + id + ">"
+	}
+	return inlineCode(id)
+}
+
+// StandingRuleBlocks lists a user's standing rules for the Home tab, each
+// with a Revoke button, in at most room blocks (nothing when room is too
+// small for the title and one rule).
+func StandingRuleBlocks(rules []approvals.StandingRule, room int) []slack.Block {
+	if room < 3 {
+		return nil
+	}
+	blocks := []slack.Block{
+		slack.NewDividerBlock(),
+		section(fmt.Sprintf("*Your standing rules* (%d)", len(rules))),
+	}
+	if len(rules) == 0 {
+		return append(blocks, contextBlock("Calls you allow with \"Always allow here\" run without asking; they are listed here to revoke."))
+	}
+	max := min(maxHomeRules, room-len(blocks)-1)
+	for i, r := range rules {
+		if i == max {
+			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more. `/approvals rules list` in a channel lists its rules.", len(rules)-i)))
+			break
+		}
+		text := inlineCode(r.Tool) + " allowed in " + channelRef(r.Channel)
+		if r.Fingerprint != "" {
+			text += " for exactly the arguments " + inlineCode(r.Fingerprint[:min(12, len(r.Fingerprint))])
+		}
+		if r.When != "" {
+			text += " when " + inlineCode(r.When)
+		}
+		if !r.ExpiresAt.IsZero() {
+			text += ", until " + slackDate(r.ExpiresAt)
+		}
+		text, _ = truncate(text, maxSectionText)
+		revoke := button(ActionRevokeRule, "Revoke", r.ID).WithStyle(slack.StyleDanger)
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(text), nil, slack.NewAccessory(revoke)))
+	}
+	return blocks
+}
