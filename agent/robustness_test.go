@@ -31,6 +31,13 @@ func (s *flakyStore) Records(ctx context.Context, kind string) ([]store.Record, 
 	return s.Store.Records(ctx, kind)
 }
 
+func (s *flakyStore) RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error) {
+	if s.failRecords.Load() {
+		return nil, errInjected
+	}
+	return s.Store.RecordsOf(ctx, kinds...)
+}
+
 var errInjected = errors.New("injected store failure")
 
 func (s *flakyStore) FinishRun(ctx context.Context, runID string) error {
