@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -21,9 +20,8 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/slackapp"
-	"github.com/toolgate/toolgate/store/boltstore"
-	"github.com/toolgate/toolgate/store/redisstore"
 	"github.com/toolgate/toolgate/telemetry"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -31,10 +29,6 @@ import (
 const (
 	// httpShutdownTimeout bounds the graceful stop of the HTTP server.
 	httpShutdownTimeout = 5 * time.Second
-	// storeFile is the embedded store's file name in DATA_DIR.
-	storeFile = "toolgate.db"
-	// redisCheckTimeout bounds the first connection to REDIS_URL.
-	redisCheckTimeout = 5 * time.Second
 )
 
 func main() {
@@ -93,17 +87,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return red.Error(err)
 	}
-	file, err := loadFile(cfg.ConfigFile)
+	file, err := botsetup.LoadFile("CONFIG_FILE", cfg.ConfigFile)
 	if err != nil {
 		return red.Error(err)
 	}
 	// The tools' headers, env values and URL parts from ${VAR} references.
-	red = newRedactor(append(secrets, file.tools.Secrets()...)...)
+	red = newRedactor(append(secrets, file.Tools.Secrets()...)...)
 	return red.Error(serve(ctx, cfg, file, red, stderr))
 }
 
 // serve runs the bot with a checked configuration until ctx ends.
-func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOut io.Writer) error {
+func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, logOut io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// After the first signal, a second one kills the process at once instead
@@ -116,14 +110,21 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	st, err := openStore(ctx, cfg, log, promReg)
+	st, err := botsetup.OpenStore(ctx, botsetup.StoreConfig{
+		RedisURL:       cfg.RedisURL,
+		RedisPrefix:    cfg.RedisPrefix,
+		Dir:            cfg.DataDir,
+		Retention:      cfg.RunRetention,
+		AuditRetention: cfg.AuditRetention,
+	}, log)
 	if err != nil {
 		return err
 	}
+	st = countStore(st, promReg)
 	defer closeLogged(log, "store", st)
 
 	reg := agent.NewRegistry()
-	mgr, err := tools.Load(ctx, file.tools, reg, log)
+	mgr, err := tools.Load(ctx, file.Tools, reg, log)
 	if err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 
 	metrics := slackapp.NewMetrics(promReg)
 
-	engine := approvals.NewEngine(file.policy, st, approvals.WithAuditLog(log))
+	engine := approvals.NewEngine(file.Policy, st, approvals.WithAuditLog(log))
 	app, err := slackapp.New(slackapp.Config{
 		BotToken:         cfg.SlackBotToken,
 		AppToken:         cfg.SlackAppToken,
@@ -192,11 +193,11 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 
 	log.Info("starting",
 		"model", cfg.OpenAIModel,
-		"model_url", safeURL(cfg.OpenAIBaseURL),
+		"model_url", botsetup.SafeURL(cfg.OpenAIBaseURL),
 		"http_addr", ln.Addr().String(),
 		"max_turns", cfg.MaxTurns,
-		"mcp_servers", len(file.tools.Servers),
-		"builtin_tools", builtinNames(file.tools.Builtins),
+		"mcp_servers", len(file.Tools.Servers),
+		"builtin_tools", builtinNames(file.Tools.Builtins),
 		"approvals_channel", cfg.ApprovalsChannel,
 	)
 
@@ -234,44 +235,6 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		log.Info("stopped")
 	}
 	return err
-}
-
-// botStore is what the bot needs of a store; both implementations have it.
-type botStore interface {
-	agent.Store
-	slackapp.Store
-	approvals.BatchRecordStore
-	io.Closer
-}
-
-var (
-	_ botStore = (*redisstore.Store)(nil)
-	_ botStore = (*boltstore.Store)(nil)
-)
-
-// openStore connects to Redis when REDIS_URL is set, and otherwise opens the
-// embedded store in DATA_DIR. Its calls are counted in reg.
-func openStore(ctx context.Context, cfg config, log *slog.Logger, reg prometheus.Registerer) (botStore, error) {
-	if cfg.RedisURL != "" {
-		// Checked with a plain dial first: go-redis would log a line per
-		// failed pool dial before its error.
-		if err := redisstore.CheckURL(ctx, cfg.RedisURL, redisCheckTimeout); err != nil {
-			return nil, configErrorf("REDIS_URL: connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
-		}
-		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{Prefix: cfg.RedisPrefix, Retention: cfg.RunRetention, AuditRetention: cfg.AuditRetention})
-		if err != nil {
-			return nil, configErrorf("REDIS_URL: connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
-		}
-		log.Info("using redis store", "url", safeURL(cfg.RedisURL), "prefix", cfg.RedisPrefix)
-		return countStore(st, reg), nil
-	}
-	path := filepath.Join(cfg.DataDir, storeFile)
-	st, err := boltstore.Open(path, boltstore.Options{Retention: cfg.RunRetention, AuditRetention: cfg.AuditRetention})
-	if err != nil {
-		return nil, err
-	}
-	log.Info("using embedded store", "path", path)
-	return countStore(st, reg), nil
 }
 
 // newLogger returns the bot's logger: JSON or text on w, at LOG_LEVEL, with

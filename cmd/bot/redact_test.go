@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/toolgate/toolgate/internal/botsetup"
 )
 
 func TestRedactor(t *testing.T) {
@@ -51,8 +53,8 @@ func TestURLSecrets(t *testing.T) {
 		{url: "redis://user:pw-1234@host:bad port/", safe: "redis://[redacted]", secrets: []string{"redis://user:pw-1234@host:bad port/"}},
 	}
 	for _, tt := range tests {
-		if got := safeURL(tt.url); got != tt.safe {
-			t.Errorf("safeURL(%q) = %q, want %q", tt.url, got, tt.safe)
+		if got := botsetup.SafeURL(tt.url); got != tt.safe {
+			t.Errorf("SafeURL(%q) = %q, want %q", tt.url, got, tt.safe)
 		}
 		got := urlSecrets(tt.url)
 		if tt.noSecret && len(got) != 0 {

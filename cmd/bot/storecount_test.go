@@ -9,14 +9,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/boltstore"
 )
 
-// watchStore is a botStore that also announces lease releases, as Redis
+// watchStore is a botsetup.Store that also announces lease releases, as Redis
 // does.
 type watchStore struct {
-	botStore
+	botsetup.Store
 	keys []string
 }
 
@@ -70,7 +71,7 @@ func TestCountStoreKeepsLeaseWatchAndBatchRecords(t *testing.T) {
 	if _, ok := countStore(openBolt(t), prometheus.NewRegistry()).(agent.LeaseWatcher); ok {
 		t.Error("the wrapper of a store without WatchLease offers WatchLease")
 	}
-	inner := &watchStore{botStore: openBolt(t)}
+	inner := &watchStore{Store: openBolt(t)}
 	reg := prometheus.NewRegistry()
 	st := countStore(inner, reg)
 	w, ok := st.(agent.LeaseWatcher)

@@ -21,11 +21,10 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
-	"github.com/toolgate/toolgate/store/boltstore"
-	"github.com/toolgate/toolgate/store/redisstore"
 	"github.com/toolgate/toolgate/tools"
 )
 
@@ -166,18 +165,6 @@ func isTerminal(r io.Reader) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// botStore is what the bot needs of a store; both implementations have it.
-type botStore interface {
-	agent.Store
-	slackapp.Store
-	io.Closer
-}
-
-var (
-	_ botStore = (*redisstore.Store)(nil)
-	_ botStore = (*boltstore.Store)(nil)
-)
-
 // playground is everything that runs: the fakes, the store and the bot.
 type playground struct {
 	dir       string
@@ -188,7 +175,7 @@ type playground struct {
 	modelName string
 	modelSeen atomic.Int64 // requests the scripted model answered
 	storeName string
-	store     botStore
+	store     botsetup.Store
 	tools     *tools.Manager
 	app       *slackapp.App
 	stopBot   context.CancelFunc
@@ -210,22 +197,19 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	if pg.dir, err = os.MkdirTemp("", "toolgate-playground-"); err != nil {
 		return nil, err
 	}
-	if opts.config != "" {
-		data, err := os.ReadFile(opts.config)
-		if err != nil {
-			return nil, fmt.Errorf("-config: %w", err)
-		}
-		pg.config = string(data)
-	} else {
+	configFile := opts.config
+	if configFile == "" {
 		pg.workspace = filepath.Join(pg.dir, "workspace")
-		if pg.config, err = seedWorkspace(pg.workspace, filepath.Join(pg.dir, "commands")); err != nil {
+		configFile = filepath.Join(pg.dir, "config.yaml")
+		if err := seedWorkspace(pg.workspace, filepath.Join(pg.dir, "commands"), configFile); err != nil {
 			return nil, err
 		}
 	}
-	policy, toolCfg, err := parseConfig(opts.config, []byte(pg.config))
+	file, err := botsetup.LoadFile("-config", configFile)
 	if err != nil {
 		return nil, err
 	}
+	pg.config = string(file.Data)
 
 	pg.slack = fakeslack.Start()
 	for _, p := range people {
@@ -248,30 +232,13 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 		return nil, err
 	}
 	reg := agent.NewRegistry()
-	if pg.tools, err = tools.Load(ctx, toolCfg, reg, log); err != nil {
+	if pg.tools, err = tools.Load(ctx, file.Tools, reg, log); err != nil {
 		return nil, err
 	}
-	if err := pg.startBot(ctx, model, reg, policy); err != nil {
+	if err := pg.startBot(ctx, model, reg, file.Policy); err != nil {
 		return nil, err
 	}
 	return pg, nil
-}
-
-// parseConfig parses a config file with the bot's own parsers: the policy
-// and the tools sections.
-func parseConfig(name string, data []byte) (*approvals.Policy, tools.Config, error) {
-	if name == "" {
-		name = "the demo config"
-	}
-	policy, err := approvals.ParseConfig(data)
-	if err != nil {
-		return nil, tools.Config{}, fmt.Errorf("%s: %w", name, err)
-	}
-	tc, err := tools.ParseConfig(data)
-	if err != nil {
-		return nil, tools.Config{}, fmt.Errorf("%s: %w", name, err)
-	}
-	return policy, tc, nil
 }
 
 // startModel returns the model the bot talks to: the endpoint OPENAI_*
@@ -292,21 +259,17 @@ func (pg *playground) startModel(opts options) agent.Model {
 }
 
 // openStore opens Redis at REDIS_URL when it is set, otherwise the
-// embedded store in the temporary directory.
-func (pg *playground) openStore(ctx context.Context) (botStore, error) {
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		st, err := redisstore.New(ctx, u, redisstore.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("connect to REDIS_URL: %w", err)
-		}
-		pg.storeName = "Redis (REDIS_URL)"
-		return st, nil
-	}
-	st, err := boltstore.Open(filepath.Join(pg.dir, "toolgate.db"), boltstore.Options{})
+// embedded store in the temporary directory, the way the bot does.
+func (pg *playground) openStore(ctx context.Context) (botsetup.Store, error) {
+	u := os.Getenv("REDIS_URL")
+	st, err := botsetup.OpenStore(ctx, botsetup.StoreConfig{RedisURL: u, Dir: pg.dir}, pg.log)
 	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return nil, err
 	}
 	pg.storeName = "an embedded store in a temporary directory, removed at the end"
+	if u != "" {
+		pg.storeName = "Redis (REDIS_URL)"
+	}
 	return st, nil
 }
 
