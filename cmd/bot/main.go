@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/agent"
-	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/telemetry"
@@ -123,54 +122,45 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 	st = countStore(st, promReg)
 	defer closeLogged(log, "store", st)
 
-	reg := agent.NewRegistry()
-	mgr, err := tools.Load(ctx, file.Tools, reg, log)
-	if err != nil {
-		return err
-	}
-	// Deferred after the store's Close, so it runs first.
-	defer closeLogged(log, "tools", mgr)
-
-	metrics := slackapp.NewMetrics(promReg)
-
-	engine := approvals.NewEngine(file.Policy, st, approvals.WithAuditLog(log))
-	app, err := slackapp.New(slackapp.Config{
-		BotToken:         cfg.SlackBotToken,
-		AppToken:         cfg.SlackAppToken,
-		APIURL:           cfg.SlackAPIURL,
-		AdminUsers:       cfg.AdminUsers,
-		ApprovalsChannel: cfg.ApprovalsChannel,
-		MaxTurns:         cfg.MaxTurns,
-		SweepInterval:    cfg.SweepInterval,
-		ShutdownGrace:    cfg.ShutdownGrace,
-		TakeoverInterval: cfg.TakeoverInterval,
-		Logger:           log,
-		Metrics:          metrics,
-	}, st, engine)
-	if err != nil {
-		return fmt.Errorf("set up slack app: %w", err)
-	}
-
 	traces, err := telemetry.Start(ctx, os.Getenv, "", cfg.OTELCapture)
 	if err != nil {
 		return fmt.Errorf("start tracing: %w", err)
 	}
 	defer flushTraces(log, traces)
 	model, tracer := newModel(cfg, log, traces.Tracer())
-	model = meteredModel{model: model, metrics: metrics}
-	ag := agent.New(model, reg, meteredPolicy{engine: engine, metrics: metrics}, st, app.Reporter, agent.Config{
-		SystemPrompt:  cfg.SystemPrompt,
-		MaxSteps:      cfg.MaxSteps,
-		ContextBudget: cfg.ContextBudget,
-		ToolTimeout:   cfg.ToolTimeout,
-		ApprovalTTL:   cfg.ApprovalTTL,
-		RememberTTL:   cfg.RememberTTL,
-		Groups:        app.Groups(),
-		Audience:      app.Audience(),
-		Logger:        log,
-		Tracer:        tracer,
-		LeaseTTL:      cfg.LeaseTTL,
+	bot, err := botsetup.Build(ctx, botsetup.Parts{
+		Store: st,
+		File:  file,
+		Model: model,
+		Slack: slackapp.Config{
+			BotToken:         cfg.SlackBotToken,
+			AppToken:         cfg.SlackAppToken,
+			APIURL:           cfg.SlackAPIURL,
+			AdminUsers:       cfg.AdminUsers,
+			ApprovalsChannel: cfg.ApprovalsChannel,
+			MaxTurns:         cfg.MaxTurns,
+			SweepInterval:    cfg.SweepInterval,
+			ShutdownGrace:    cfg.ShutdownGrace,
+			TakeoverInterval: cfg.TakeoverInterval,
+		},
+		Agent: agent.Config{
+			SystemPrompt:  cfg.SystemPrompt,
+			MaxSteps:      cfg.MaxSteps,
+			ContextBudget: cfg.ContextBudget,
+			ToolTimeout:   cfg.ToolTimeout,
+			ApprovalTTL:   cfg.ApprovalTTL,
+			RememberTTL:   cfg.RememberTTL,
+			Tracer:        tracer,
+			LeaseTTL:      cfg.LeaseTTL,
+		},
+		Metrics: slackapp.NewMetrics(promReg),
+		Logger:  log,
 	})
+	if err != nil {
+		return err
+	}
+	// Deferred after the store's Close, so it runs first.
+	defer closeLogged(log, "tools", bot)
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -178,9 +168,9 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 	}
 	srv := &http.Server{
 		Handler: probes{
-			app:      app,
+			app:      bot.App,
 			store:    st,
-			mcp:      mgr.Status,
+			mcp:      bot.Tools.Status,
 			gatherer: promReg,
 			redact:   red,
 		}.handler(),
@@ -205,7 +195,7 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 	appDone := make(chan struct{})
 	g.Go(func() error {
 		defer close(appDone)
-		err := app.Run(gctx, ag)
+		err := bot.App.Run(gctx, bot.Agent)
 		if err == nil && gctx.Err() == nil {
 			err = errors.New("slack app stopped unexpectedly")
 		}

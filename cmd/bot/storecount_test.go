@@ -36,6 +36,29 @@ func openBolt(t *testing.T) *boltstore.Store {
 	return st
 }
 
+// counterValue returns the value of the counter name with label=value, or
+// -1 when there is none.
+func counterValue(t *testing.T, g prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
 // Every call through the wrapper is counted by method, and reaches the
 // store.
 func TestCountStoreCounts(t *testing.T) {

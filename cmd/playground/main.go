@@ -20,12 +20,10 @@ import (
 	"github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/agent"
-	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
-	"github.com/toolgate/toolgate/tools"
 )
 
 const (
@@ -176,8 +174,7 @@ type playground struct {
 	modelSeen atomic.Int64 // requests the scripted model answered
 	storeName string
 	store     botsetup.Store
-	tools     *tools.Manager
-	app       *slackapp.App
+	bot       *botsetup.Bot
 	stopBot   context.CancelFunc
 	botDone   chan error
 	log       *slog.Logger
@@ -231,11 +228,7 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	if pg.store, err = pg.openStore(ctx); err != nil {
 		return nil, err
 	}
-	reg := agent.NewRegistry()
-	if pg.tools, err = tools.Load(ctx, file.Tools, reg, log); err != nil {
-		return nil, err
-	}
-	if err := pg.startBot(ctx, model, reg, file.Policy); err != nil {
+	if err := pg.startBot(ctx, model, file); err != nil {
 		return nil, err
 	}
 	return pg, nil
@@ -273,40 +266,41 @@ func (pg *playground) openStore(ctx context.Context) (botsetup.Store, error) {
 	return st, nil
 }
 
-// startBot builds the Slack app and the agent on the fake workspace, runs
-// them and waits until the bot's Socket Mode connection is up.
-func (pg *playground) startBot(ctx context.Context, model agent.Model, reg *agent.Registry, policy *approvals.Policy) error {
-	engine := approvals.NewEngine(policy, pg.store)
-	app, err := slackapp.New(slackapp.Config{
-		BotToken:         pg.slack.BotToken(),
-		AppToken:         pg.slack.AppToken(),
-		APIURL:           pg.slack.APIURL(),
-		AdminUsers:       []string{userCarol},
-		ApprovalsChannel: channelApprov,
-		ShutdownGrace:    5 * time.Second,
-		Logger:           pg.log,
-	}, pg.store, engine)
+// startBot builds the bot the way cmd/bot does, on the fake workspace,
+// runs it and waits until its Socket Mode connection is up.
+func (pg *playground) startBot(ctx context.Context, model agent.Model, file botsetup.File) error {
+	bot, err := botsetup.Build(ctx, botsetup.Parts{
+		Store: pg.store,
+		File:  file,
+		Model: model,
+		Slack: slackapp.Config{
+			BotToken:         pg.slack.BotToken(),
+			AppToken:         pg.slack.AppToken(),
+			APIURL:           pg.slack.APIURL(),
+			AdminUsers:       []string{userCarol},
+			ApprovalsChannel: channelApprov,
+			ShutdownGrace:    5 * time.Second,
+		},
+		Agent: agent.Config{
+			SystemPrompt: systemPrompt,
+			ApprovalTTL:  time.Hour,
+		},
+		Logger: pg.log,
+	})
 	if err != nil {
 		return err
 	}
-	pg.app = app
-	ag := agent.New(model, reg, engine, pg.store, app.Reporter, agent.Config{
-		SystemPrompt: systemPrompt,
-		ApprovalTTL:  time.Hour,
-		Groups:       app.Groups(),
-		Audience:     app.Audience(),
-		Logger:       pg.log,
-	})
+	pg.bot = bot
 
 	botCtx, cancel := context.WithCancel(context.Background())
 	pg.stopBot, pg.botDone = cancel, make(chan error, 1)
-	go func() { pg.botDone <- app.Run(botCtx, ag) }()
+	go func() { pg.botDone <- bot.App.Run(botCtx, bot.Agent) }()
 
 	deadline := time.NewTimer(connectTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for !app.Connected() {
+	for !bot.App.Connected() {
 		select {
 		case err := <-pg.botDone:
 			pg.botDone <- err // for close
@@ -336,8 +330,8 @@ func (pg *playground) close() {
 			pg.log.Error("the bot did not stop in time")
 		}
 	}
-	if pg.tools != nil {
-		if err := pg.tools.Close(); err != nil {
+	if pg.bot != nil {
+		if err := pg.bot.Close(); err != nil {
 			pg.log.Error("close tools", "err", err)
 		}
 	}
