@@ -6,15 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
 
-	"github.com/toolgate/toolgate/approvals"
-	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/internal/botsetup"
 )
 
 // defaultOpenAIBaseURL is OpenAI's own endpoint, the default of
@@ -96,37 +94,13 @@ connected and the store reachable; MCP servers are reported but do not count),
 }
 
 // configError is a problem with the configuration: a missing or malformed
-// variable or a config file that does not parse. The process exits with
-// status 2 on it.
-type configError struct {
-	err error
-}
-
-func (e *configError) Error() string { return oneLine(e.err.Error()) }
-
-func (e *configError) Unwrap() error { return e.err }
+// variable, an unreachable REDIS_URL or a config file that does not parse.
+// The process exits with status 2 on it.
+type configError = botsetup.ConfigError
 
 // configErrorf returns a *configError with a formatted message.
 func configErrorf(format string, args ...any) error {
-	return &configError{err: fmt.Errorf(format, args...)}
-}
-
-// oneLine folds a multi-line message onto one line. Lines that only point at
-// a column (CEL's " | expr" and " | ...^" excerpts) are left out: the message
-// already gives the line and column.
-func oneLine(s string) string {
-	if !strings.Contains(s, "\n") {
-		return s
-	}
-	var kept []string
-	for _, l := range strings.Split(s, "\n") {
-		l = strings.TrimSpace(l)
-		if l == "" || strings.HasPrefix(l, "|") {
-			continue
-		}
-		kept = append(kept, l)
-	}
-	return strings.Join(kept, "; ")
+	return &configError{Err: fmt.Errorf(format, args...)}
 }
 
 // loadConfig reads the configuration from the process environment and checks
@@ -139,16 +113,16 @@ func loadConfig() (config, error) {
 		if errors.As(err, &pe) {
 			return config{}, configErrorf("%s: %q is not %s", pe.KeyName, pe.Value, describeType(pe.TypeName))
 		}
-		return config{}, &configError{err: err}
+		return config{}, &configError{Err: err}
 	}
 	for i, u := range c.AdminUsers {
 		c.AdminUsers[i] = strings.TrimSpace(u)
 	}
 	if err := c.validate(); err != nil {
-		return config{}, &configError{err: err}
+		return config{}, &configError{Err: err}
 	}
 	if err := c.validateOps(); err != nil {
-		return config{}, &configError{err: err}
+		return config{}, &configError{Err: err}
 	}
 	return c, nil
 }
@@ -298,37 +272,4 @@ func parseLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
 	}
 	return l, nil
-}
-
-// fileConfig is what the config file holds, parsed by the packages that own
-// each section.
-type fileConfig struct {
-	policy *approvals.Policy
-	tools  tools.Config
-}
-
-// loadFile reads and parses the config file at path; an empty path gives
-// the empty configuration (no tools, the default policy). Errors are
-// *configError values naming the file.
-func loadFile(path string) (fileConfig, error) {
-	var data []byte
-	if path != "" {
-		var err error
-		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-			return fileConfig{}, configErrorf("CONFIG_FILE: %s is a directory, not a file (Docker creates one when the file to mount is missing: create config.yaml, for example from config.example.yaml)", path)
-		}
-		data, err = os.ReadFile(path)
-		if err != nil {
-			return fileConfig{}, configErrorf("CONFIG_FILE: %w", err)
-		}
-	}
-	policy, err := approvals.ParseConfig(data)
-	if err != nil {
-		return fileConfig{}, configErrorf("config file %s: %w", path, err)
-	}
-	tc, err := tools.ParseConfig(data)
-	if err != nil {
-		return fileConfig{}, configErrorf("config file %s: %w", path, err)
-	}
-	return fileConfig{policy: policy, tools: tc}, nil
 }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -20,10 +19,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/agent"
-	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/slackapp"
-	"github.com/toolgate/toolgate/store/boltstore"
-	"github.com/toolgate/toolgate/store/redisstore"
 	"github.com/toolgate/toolgate/telemetry"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -31,10 +28,6 @@ import (
 const (
 	// httpShutdownTimeout bounds the graceful stop of the HTTP server.
 	httpShutdownTimeout = 5 * time.Second
-	// storeFile is the embedded store's file name in DATA_DIR.
-	storeFile = "toolgate.db"
-	// redisCheckTimeout bounds the first connection to REDIS_URL.
-	redisCheckTimeout = 5 * time.Second
 )
 
 func main() {
@@ -93,17 +86,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return red.Error(err)
 	}
-	file, err := loadFile(cfg.ConfigFile)
+	file, err := botsetup.LoadFile("CONFIG_FILE", cfg.ConfigFile)
 	if err != nil {
 		return red.Error(err)
 	}
 	// The tools' headers, env values and URL parts from ${VAR} references.
-	red = newRedactor(append(secrets, file.tools.Secrets()...)...)
+	red = newRedactor(append(secrets, file.Tools.Secrets()...)...)
 	return red.Error(serve(ctx, cfg, file, red, stderr))
 }
 
 // serve runs the bot with a checked configuration until ctx ends.
-func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOut io.Writer) error {
+func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, logOut io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// After the first signal, a second one kills the process at once instead
@@ -116,39 +109,18 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	st, err := openStore(ctx, cfg, log, promReg)
+	st, err := botsetup.OpenStore(ctx, botsetup.StoreConfig{
+		RedisURL:       cfg.RedisURL,
+		RedisPrefix:    cfg.RedisPrefix,
+		Dir:            cfg.DataDir,
+		Retention:      cfg.RunRetention,
+		AuditRetention: cfg.AuditRetention,
+	}, log)
 	if err != nil {
 		return err
 	}
+	st = countStore(st, promReg)
 	defer closeLogged(log, "store", st)
-
-	reg := agent.NewRegistry()
-	mgr, err := tools.Load(ctx, file.tools, reg, log)
-	if err != nil {
-		return err
-	}
-	// Deferred after the store's Close, so it runs first.
-	defer closeLogged(log, "tools", mgr)
-
-	metrics := slackapp.NewMetrics(promReg)
-
-	engine := approvals.NewEngine(file.policy, st, approvals.WithAuditLog(log))
-	app, err := slackapp.New(slackapp.Config{
-		BotToken:         cfg.SlackBotToken,
-		AppToken:         cfg.SlackAppToken,
-		APIURL:           cfg.SlackAPIURL,
-		AdminUsers:       cfg.AdminUsers,
-		ApprovalsChannel: cfg.ApprovalsChannel,
-		MaxTurns:         cfg.MaxTurns,
-		SweepInterval:    cfg.SweepInterval,
-		ShutdownGrace:    cfg.ShutdownGrace,
-		TakeoverInterval: cfg.TakeoverInterval,
-		Logger:           log,
-		Metrics:          metrics,
-	}, st, engine)
-	if err != nil {
-		return fmt.Errorf("set up slack app: %w", err)
-	}
 
 	traces, err := telemetry.Start(ctx, os.Getenv, "", cfg.OTELCapture)
 	if err != nil {
@@ -156,20 +128,39 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 	}
 	defer flushTraces(log, traces)
 	model, tracer := newModel(cfg, log, traces.Tracer())
-	model = meteredModel{model: model, metrics: metrics}
-	ag := agent.New(model, reg, meteredPolicy{engine: engine, metrics: metrics}, st, app.Reporter, agent.Config{
-		SystemPrompt:  cfg.SystemPrompt,
-		MaxSteps:      cfg.MaxSteps,
-		ContextBudget: cfg.ContextBudget,
-		ToolTimeout:   cfg.ToolTimeout,
-		ApprovalTTL:   cfg.ApprovalTTL,
-		RememberTTL:   cfg.RememberTTL,
-		Groups:        app.Groups(),
-		Audience:      app.Audience(),
-		Logger:        log,
-		Tracer:        tracer,
-		LeaseTTL:      cfg.LeaseTTL,
+	bot, err := botsetup.Build(ctx, botsetup.Parts{
+		Store: st,
+		File:  file,
+		Model: model,
+		Slack: slackapp.Config{
+			BotToken:         cfg.SlackBotToken,
+			AppToken:         cfg.SlackAppToken,
+			APIURL:           cfg.SlackAPIURL,
+			AdminUsers:       cfg.AdminUsers,
+			ApprovalsChannel: cfg.ApprovalsChannel,
+			MaxTurns:         cfg.MaxTurns,
+			SweepInterval:    cfg.SweepInterval,
+			ShutdownGrace:    cfg.ShutdownGrace,
+			TakeoverInterval: cfg.TakeoverInterval,
+		},
+		Agent: agent.Config{
+			SystemPrompt:  cfg.SystemPrompt,
+			MaxSteps:      cfg.MaxSteps,
+			ContextBudget: cfg.ContextBudget,
+			ToolTimeout:   cfg.ToolTimeout,
+			ApprovalTTL:   cfg.ApprovalTTL,
+			RememberTTL:   cfg.RememberTTL,
+			Tracer:        tracer,
+			LeaseTTL:      cfg.LeaseTTL,
+		},
+		Metrics: slackapp.NewMetrics(promReg),
+		Logger:  log,
 	})
+	if err != nil {
+		return err
+	}
+	// Deferred after the store's Close, so it runs first.
+	defer closeLogged(log, "tools", bot)
 
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -177,9 +168,9 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 	}
 	srv := &http.Server{
 		Handler: probes{
-			app:      app,
+			app:      bot.App,
 			store:    st,
-			mcp:      mgr.Status,
+			mcp:      bot.Tools.Status,
 			gatherer: promReg,
 			redact:   red,
 		}.handler(),
@@ -192,11 +183,11 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 
 	log.Info("starting",
 		"model", cfg.OpenAIModel,
-		"model_url", safeURL(cfg.OpenAIBaseURL),
+		"model_url", botsetup.SafeURL(cfg.OpenAIBaseURL),
 		"http_addr", ln.Addr().String(),
 		"max_turns", cfg.MaxTurns,
-		"mcp_servers", len(file.tools.Servers),
-		"builtin_tools", builtinNames(file.tools.Builtins),
+		"mcp_servers", len(file.Tools.Servers),
+		"builtin_tools", builtinNames(file.Tools.Builtins),
 		"approvals_channel", cfg.ApprovalsChannel,
 	)
 
@@ -204,7 +195,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 	appDone := make(chan struct{})
 	g.Go(func() error {
 		defer close(appDone)
-		err := app.Run(gctx, ag)
+		err := bot.App.Run(gctx, bot.Agent)
 		if err == nil && gctx.Err() == nil {
 			err = errors.New("slack app stopped unexpectedly")
 		}
@@ -234,44 +225,6 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		log.Info("stopped")
 	}
 	return err
-}
-
-// botStore is what the bot needs of a store; both implementations have it.
-type botStore interface {
-	agent.Store
-	slackapp.Store
-	approvals.BatchRecordStore
-	io.Closer
-}
-
-var (
-	_ botStore = (*redisstore.Store)(nil)
-	_ botStore = (*boltstore.Store)(nil)
-)
-
-// openStore connects to Redis when REDIS_URL is set, and otherwise opens the
-// embedded store in DATA_DIR. Its calls are counted in reg.
-func openStore(ctx context.Context, cfg config, log *slog.Logger, reg prometheus.Registerer) (botStore, error) {
-	if cfg.RedisURL != "" {
-		// Checked with a plain dial first: go-redis would log a line per
-		// failed pool dial before its error.
-		if err := redisstore.CheckURL(ctx, cfg.RedisURL, redisCheckTimeout); err != nil {
-			return nil, configErrorf("REDIS_URL: connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
-		}
-		st, err := redisstore.New(ctx, cfg.RedisURL, redisstore.Options{Prefix: cfg.RedisPrefix, Retention: cfg.RunRetention, AuditRetention: cfg.AuditRetention})
-		if err != nil {
-			return nil, configErrorf("REDIS_URL: connect to redis at %s: %w", safeURL(cfg.RedisURL), err)
-		}
-		log.Info("using redis store", "url", safeURL(cfg.RedisURL), "prefix", cfg.RedisPrefix)
-		return countStore(st, reg), nil
-	}
-	path := filepath.Join(cfg.DataDir, storeFile)
-	st, err := boltstore.Open(path, boltstore.Options{Retention: cfg.RunRetention, AuditRetention: cfg.AuditRetention})
-	if err != nil {
-		return nil, err
-	}
-	log.Info("using embedded store", "path", path)
-	return countStore(st, reg), nil
 }
 
 // newLogger returns the bot's logger: JSON or text on w, at LOG_LEVEL, with

@@ -226,7 +226,7 @@ func TestExitCode(t *testing.T) {
 	}{
 		{nil, 0},
 		{configErrorf("X is required"), 2},
-		{errors.Join(errors.New("context"), &configError{err: errors.New("wrapped")}), 2},
+		{errors.Join(errors.New("context"), &configError{Err: errors.New("wrapped")}), 2},
 		{errors.New("slack auth.test: invalid_auth"), 1},
 	}
 	for _, tt := range tests {

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -175,7 +176,7 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 	p, problems := approvals.CheckConfig(data)
 	if len(problems) > 0 {
 		for _, e := range problems {
-			fmt.Fprintf(stdout, "%s: %s\n", *config, oneLine(e.Error()))
+			fmt.Fprintf(stdout, "%s: %s\n", *config, botsetup.OneLine(e.Error()))
 		}
 		fmt.Fprintf(stdout, "FAIL\t%s: %d %s\n", *config, len(problems), plural(len(problems), "problem", "problems"))
 		return &statusError{code: 1}
@@ -222,7 +223,7 @@ func policyTest(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	p, err := approvals.ParseConfig(data)
 	if err != nil {
-		return fmt.Errorf("config file %s: %s (run bot policy check for every problem)", *config, oneLine(err.Error()))
+		return fmt.Errorf("config file %s: %s (run bot policy check for every problem)", *config, botsetup.OneLine(err.Error()))
 	}
 	engine := offlineEngine(p)
 	if *cases != "" {

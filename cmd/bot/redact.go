@@ -95,21 +95,3 @@ func urlSecrets(raw string) []string {
 	}
 	return out
 }
-
-// safeURL returns raw without its password, for logs. A URL that does not
-// parse is shown only by its scheme.
-func safeURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		if scheme, _, ok := strings.Cut(raw, "://"); ok {
-			return scheme + "://" + redactedText
-		}
-		return redactedText
-	}
-	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
-}

@@ -41,19 +41,15 @@ func TestRedactor(t *testing.T) {
 func TestURLSecrets(t *testing.T) {
 	tests := []struct {
 		url      string
-		safe     string
 		secrets  []string
 		noSecret bool
 	}{
-		{url: "redis://127.0.0.1:6379/0", safe: "redis://127.0.0.1:6379/0", noSecret: true},
-		{url: "redis://:p%40ss-word@redis:6379/0", safe: "redis://:xxxxx@redis:6379/0", secrets: []string{"p@ss-word", "p%40ss-word"}},
-		{url: "redis+sentinel://s1:26379,s2:26379/0?master_name=m&password=sentinel-pw", safe: "redis+sentinel://s1:26379,s2:26379/0?master_name=m&password=xxxxx", secrets: []string{"sentinel-pw"}},
-		{url: "redis://user:pw-1234@host:bad port/", safe: "redis://[redacted]", secrets: []string{"redis://user:pw-1234@host:bad port/"}},
+		{url: "redis://127.0.0.1:6379/0", noSecret: true},
+		{url: "redis://:p%40ss-word@redis:6379/0", secrets: []string{"p@ss-word", "p%40ss-word"}},
+		{url: "redis+sentinel://s1:26379,s2:26379/0?master_name=m&password=sentinel-pw", secrets: []string{"sentinel-pw"}},
+		{url: "redis://user:pw-1234@host:bad port/", secrets: []string{"redis://user:pw-1234@host:bad port/"}},
 	}
 	for _, tt := range tests {
-		if got := safeURL(tt.url); got != tt.safe {
-			t.Errorf("safeURL(%q) = %q, want %q", tt.url, got, tt.safe)
-		}
 		got := urlSecrets(tt.url)
 		if tt.noSecret && len(got) != 0 {
 			t.Errorf("urlSecrets(%q) = %q, want none", tt.url, got)

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -16,10 +17,10 @@ import (
 // methods). The load tool reads the counter to report the store calls of a
 // pause, a decision and a resume.
 //
-// It does not embed the store: a method added to botStore stops the build
+// It does not embed the store: a method added to botsetup.Store stops the build
 // here until it is counted, rather than passing through uncounted.
 type countedStore struct {
-	st    botStore
+	st    botsetup.Store
 	calls *prometheus.CounterVec
 }
 
@@ -31,14 +32,14 @@ type countedWatchStore struct {
 }
 
 var (
-	_ botStore           = (*countedStore)(nil)
+	_ botsetup.Store     = (*countedStore)(nil)
 	_ agent.LeaseWatcher = (*countedWatchStore)(nil)
 )
 
 // countStore wraps st so that each of its calls is counted in a
 // toolgate_store_calls_total counter registered with reg. The result
 // offers WatchLease exactly when st does. Close is not counted.
-func countStore(st botStore, reg prometheus.Registerer) botStore {
+func countStore(st botsetup.Store, reg prometheus.Registerer) botsetup.Store {
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_store_calls_total",
 		Help: "Calls to the store (Redis or the embedded store), by method.",

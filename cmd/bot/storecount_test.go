@@ -9,14 +9,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/boltstore"
 )
 
-// watchStore is a botStore that also announces lease releases, as Redis
+// watchStore is a botsetup.Store that also announces lease releases, as Redis
 // does.
 type watchStore struct {
-	botStore
+	botsetup.Store
 	keys []string
 }
 
@@ -33,6 +34,29 @@ func openBolt(t *testing.T) *boltstore.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// counterValue returns the value of the counter name with label=value, or
+// -1 when there is none.
+func counterValue(t *testing.T, g prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // Every call through the wrapper is counted by method, and reaches the
@@ -70,7 +94,7 @@ func TestCountStoreKeepsLeaseWatchAndBatchRecords(t *testing.T) {
 	if _, ok := countStore(openBolt(t), prometheus.NewRegistry()).(agent.LeaseWatcher); ok {
 		t.Error("the wrapper of a store without WatchLease offers WatchLease")
 	}
-	inner := &watchStore{botStore: openBolt(t)}
+	inner := &watchStore{Store: openBolt(t)}
 	reg := prometheus.NewRegistry()
 	st := countStore(inner, reg)
 	w, ok := st.(agent.LeaseWatcher)

@@ -4,7 +4,7 @@
 //	go run ./cmd/playground
 //
 // It runs the real bot (the Slack app, the agent, the policy engine and a
-// store) connected over the real Socket Mode protocol and Web API to an
+// store, built by internal/botsetup as cmd/bot builds them) connected over the real Socket Mode protocol and Web API to an
 // in-process fake Slack (internal/fakeslack), with a small scripted model
 // served by a fake OpenAI-compatible server, and serves a web page on
 // 127.0.0.1 (-addr; a free port by default) that shows the fake workspace

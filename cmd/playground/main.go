@@ -20,13 +20,10 @@ import (
 	"github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/agent"
-	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
-	"github.com/toolgate/toolgate/store/boltstore"
-	"github.com/toolgate/toolgate/store/redisstore"
-	"github.com/toolgate/toolgate/tools"
 )
 
 const (
@@ -166,18 +163,6 @@ func isTerminal(r io.Reader) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// botStore is what the bot needs of a store; both implementations have it.
-type botStore interface {
-	agent.Store
-	slackapp.Store
-	io.Closer
-}
-
-var (
-	_ botStore = (*redisstore.Store)(nil)
-	_ botStore = (*boltstore.Store)(nil)
-)
-
 // playground is everything that runs: the fakes, the store and the bot.
 type playground struct {
 	dir       string
@@ -188,9 +173,8 @@ type playground struct {
 	modelName string
 	modelSeen atomic.Int64 // requests the scripted model answered
 	storeName string
-	store     botStore
-	tools     *tools.Manager
-	app       *slackapp.App
+	store     botsetup.Store
+	bot       *botsetup.Bot
 	stopBot   context.CancelFunc
 	botDone   chan error
 	log       *slog.Logger
@@ -210,22 +194,19 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	if pg.dir, err = os.MkdirTemp("", "toolgate-playground-"); err != nil {
 		return nil, err
 	}
-	if opts.config != "" {
-		data, err := os.ReadFile(opts.config)
-		if err != nil {
-			return nil, fmt.Errorf("-config: %w", err)
-		}
-		pg.config = string(data)
-	} else {
+	configFile := opts.config
+	if configFile == "" {
 		pg.workspace = filepath.Join(pg.dir, "workspace")
-		if pg.config, err = seedWorkspace(pg.workspace, filepath.Join(pg.dir, "commands")); err != nil {
+		configFile = filepath.Join(pg.dir, "config.yaml")
+		if err := seedWorkspace(pg.workspace, filepath.Join(pg.dir, "commands"), configFile); err != nil {
 			return nil, err
 		}
 	}
-	policy, toolCfg, err := parseConfig(opts.config, []byte(pg.config))
+	file, err := botsetup.LoadFile("-config", configFile)
 	if err != nil {
 		return nil, err
 	}
+	pg.config = string(file.Data)
 
 	pg.slack = fakeslack.Start()
 	for _, p := range people {
@@ -247,31 +228,10 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	if pg.store, err = pg.openStore(ctx); err != nil {
 		return nil, err
 	}
-	reg := agent.NewRegistry()
-	if pg.tools, err = tools.Load(ctx, toolCfg, reg, log); err != nil {
-		return nil, err
-	}
-	if err := pg.startBot(ctx, model, reg, policy); err != nil {
+	if err := pg.startBot(ctx, model, file); err != nil {
 		return nil, err
 	}
 	return pg, nil
-}
-
-// parseConfig parses a config file with the bot's own parsers: the policy
-// and the tools sections.
-func parseConfig(name string, data []byte) (*approvals.Policy, tools.Config, error) {
-	if name == "" {
-		name = "the demo config"
-	}
-	policy, err := approvals.ParseConfig(data)
-	if err != nil {
-		return nil, tools.Config{}, fmt.Errorf("%s: %w", name, err)
-	}
-	tc, err := tools.ParseConfig(data)
-	if err != nil {
-		return nil, tools.Config{}, fmt.Errorf("%s: %w", name, err)
-	}
-	return policy, tc, nil
 }
 
 // startModel returns the model the bot talks to: the endpoint OPENAI_*
@@ -292,58 +252,55 @@ func (pg *playground) startModel(opts options) agent.Model {
 }
 
 // openStore opens Redis at REDIS_URL when it is set, otherwise the
-// embedded store in the temporary directory.
-func (pg *playground) openStore(ctx context.Context) (botStore, error) {
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		st, err := redisstore.New(ctx, u, redisstore.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("connect to REDIS_URL: %w", err)
-		}
-		pg.storeName = "Redis (REDIS_URL)"
-		return st, nil
-	}
-	st, err := boltstore.Open(filepath.Join(pg.dir, "toolgate.db"), boltstore.Options{})
+// embedded store in the temporary directory, the way the bot does.
+func (pg *playground) openStore(ctx context.Context) (botsetup.Store, error) {
+	u := os.Getenv("REDIS_URL")
+	st, err := botsetup.OpenStore(ctx, botsetup.StoreConfig{RedisURL: u, Dir: pg.dir}, pg.log)
 	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+		return nil, err
 	}
 	pg.storeName = "an embedded store in a temporary directory, removed at the end"
+	if u != "" {
+		pg.storeName = "Redis (REDIS_URL)"
+	}
 	return st, nil
 }
 
-// startBot builds the Slack app and the agent on the fake workspace, runs
-// them and waits until the bot's Socket Mode connection is up.
-func (pg *playground) startBot(ctx context.Context, model agent.Model, reg *agent.Registry, policy *approvals.Policy) error {
-	engine := approvals.NewEngine(policy, pg.store)
-	app, err := slackapp.New(slackapp.Config{
-		BotToken:         pg.slack.BotToken(),
-		AppToken:         pg.slack.AppToken(),
-		APIURL:           pg.slack.APIURL(),
-		AdminUsers:       []string{userCarol},
-		ApprovalsChannel: channelApprov,
-		ShutdownGrace:    5 * time.Second,
-		Logger:           pg.log,
-	}, pg.store, engine)
+// startBot builds the bot the way cmd/bot does, on the fake workspace,
+// runs it and waits until its Socket Mode connection is up.
+func (pg *playground) startBot(ctx context.Context, model agent.Model, file botsetup.File) error {
+	bot, err := botsetup.Build(ctx, botsetup.Parts{
+		Store: pg.store,
+		File:  file,
+		Model: model,
+		Slack: slackapp.Config{
+			BotToken:         pg.slack.BotToken(),
+			AppToken:         pg.slack.AppToken(),
+			APIURL:           pg.slack.APIURL(),
+			AdminUsers:       []string{userCarol},
+			ApprovalsChannel: channelApprov,
+			ShutdownGrace:    5 * time.Second,
+		},
+		Agent: agent.Config{
+			SystemPrompt: systemPrompt,
+			ApprovalTTL:  time.Hour,
+		},
+		Logger: pg.log,
+	})
 	if err != nil {
 		return err
 	}
-	pg.app = app
-	ag := agent.New(model, reg, engine, pg.store, app.Reporter, agent.Config{
-		SystemPrompt: systemPrompt,
-		ApprovalTTL:  time.Hour,
-		Groups:       app.Groups(),
-		Audience:     app.Audience(),
-		Logger:       pg.log,
-	})
+	pg.bot = bot
 
 	botCtx, cancel := context.WithCancel(context.Background())
 	pg.stopBot, pg.botDone = cancel, make(chan error, 1)
-	go func() { pg.botDone <- app.Run(botCtx, ag) }()
+	go func() { pg.botDone <- bot.App.Run(botCtx, bot.Agent) }()
 
 	deadline := time.NewTimer(connectTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for !app.Connected() {
+	for !bot.App.Connected() {
 		select {
 		case err := <-pg.botDone:
 			pg.botDone <- err // for close
@@ -373,8 +330,8 @@ func (pg *playground) close() {
 			pg.log.Error("the bot did not stop in time")
 		}
 	}
-	if pg.tools != nil {
-		if err := pg.tools.Close(); err != nil {
+	if pg.bot != nil {
+		if err := pg.bot.Close(); err != nil {
 			pg.log.Error("close tools", "err", err)
 		}
 	}

@@ -117,9 +117,9 @@ policy:
       verdict: allow
 `
 
-// seedWorkspace writes the demo files under root and returns the demo
-// config file's content for root and the command directory cmdDir.
-func seedWorkspace(root, cmdDir string) (string, error) {
+// seedWorkspace writes the demo files under root and the demo config file
+// (for root and the command directory cmdDir) at configPath.
+func seedWorkspace(root, cmdDir, configPath string) error {
 	files := map[string]string{
 		"scratch.csv":           "id,value\n1,42\n2,17\n",
 		"report.csv":            "week,incidents\n48,3\n49,1\n",
@@ -130,14 +130,17 @@ func seedWorkspace(root, cmdDir string) (string, error) {
 	for name, content := range files {
 		p := filepath.Join(root, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
-			return "", fmt.Errorf("seed workspace: %w", err)
+			return fmt.Errorf("seed workspace: %w", err)
 		}
 		if err := os.WriteFile(p, []byte(content), 0o640); err != nil {
-			return "", fmt.Errorf("seed workspace: %w", err)
+			return fmt.Errorf("seed workspace: %w", err)
 		}
 	}
 	if err := os.MkdirAll(cmdDir, 0o750); err != nil {
-		return "", fmt.Errorf("seed workspace: %w", err)
+		return fmt.Errorf("seed workspace: %w", err)
 	}
-	return fmt.Sprintf(demoConfig, root, cmdDir), nil
+	if err := os.WriteFile(configPath, fmt.Appendf(nil, demoConfig, root, cmdDir), 0o600); err != nil {
+		return fmt.Errorf("seed workspace: %w", err)
+	}
+	return nil
 }

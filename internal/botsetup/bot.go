@@ -1,0 +1,75 @@
+package botsetup
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/tools"
+)
+
+// Parts is what Build assembles a bot from.
+type Parts struct {
+	// Store keeps the bot's state; the caller opens and closes it.
+	Store Store
+	// File gives the policy and the tools.
+	File File
+	// Model is the model client; Build records its requests in Metrics.
+	Model agent.Model
+	// Slack configures the Slack app; Build sets its Logger and Metrics.
+	Slack slackapp.Config
+	// Agent configures the agent; Build sets its Groups, Audience and
+	// Logger.
+	Agent agent.Config
+	// Metrics, if set, counts the Slack app's envelopes, turns and
+	// decisions, the policy's verdicts and the model's requests.
+	Metrics *slackapp.Metrics
+	// Logger gets the logs of every part and the audit log of the policy
+	// engine.
+	Logger *slog.Logger
+}
+
+// Bot is a bot built on a store, ready to run: b.App.Run(ctx, b.Agent)
+// serves Slack until ctx ends.
+type Bot struct {
+	App   *slackapp.App
+	Agent *agent.Agent
+	// Tools are the loaded tools; their Status reports the MCP servers.
+	Tools *tools.Manager
+}
+
+// Build loads the tools of p.File (connecting its MCP servers, see
+// tools.Load), then builds on p.Store the policy engine for p.File.Policy,
+// the Slack app and the agent, whose model and policy verdicts are metered
+// in p.Metrics. It fails, with nothing left running, when a tool cannot be
+// set up or the Slack app's configuration is refused ("set up slack app:
+// ..."). The caller closes the Bot after App.Run has returned, before the
+// store.
+func Build(ctx context.Context, p Parts) (*Bot, error) {
+	reg := agent.NewRegistry()
+	mgr, err := tools.Load(ctx, p.File.Tools, reg, p.Logger)
+	if err != nil {
+		return nil, err
+	}
+	engine := approvals.NewEngine(p.File.Policy, p.Store, approvals.WithAuditLog(p.Logger))
+	sc := p.Slack
+	sc.Logger, sc.Metrics = p.Logger, p.Metrics
+	app, err := slackapp.New(sc, p.Store, engine)
+	if err != nil {
+		if cerr := mgr.Close(); cerr != nil {
+			p.Logger.Warn("close tools", "err", cerr)
+		}
+		return nil, fmt.Errorf("set up slack app: %w", err)
+	}
+	ac := p.Agent
+	ac.Groups, ac.Audience, ac.Logger = app.Groups(), app.Audience(), p.Logger
+	ag := agent.New(meteredModel{model: p.Model, metrics: p.Metrics}, reg,
+		meteredPolicy{engine: engine, metrics: p.Metrics}, p.Store, app.Reporter, ac)
+	return &Bot{App: app, Agent: ag, Tools: mgr}, nil
+}
+
+// Close disconnects the MCP servers and stops the tools' background work.
+func (b *Bot) Close() error { return b.Tools.Close() }

@@ -1,0 +1,95 @@
+package botsetup
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/approvals"
+)
+
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.yaml", "builtin_tools:\n  workspace: {root: "+filepath.Join(dir, "ws")+"}\npolicy:\n  rules:\n    - tool: workspace_read\n      verdict: allow\n")
+	f, err := LoadFile("CONFIG_FILE", good)
+	if err != nil {
+		t.Fatalf("LoadFile: %v", err)
+	}
+	if f.Tools.Builtins.Workspace == nil || f.Tools.Builtins.Workspace.Root != filepath.Join(dir, "ws") {
+		t.Errorf("workspace = %+v, want root %s", f.Tools.Builtins.Workspace, filepath.Join(dir, "ws"))
+	}
+	if v := f.Policy.Evaluate(approvals.Input{Tool: "workspace_read", Args: []byte(`{}`), User: "U1", Channel: "C1"}); v.Action != approvals.Allow {
+		t.Errorf("workspace_read: %s, want the file's allow", v.Action)
+	}
+	if data, _ := os.ReadFile(good); string(f.Data) != string(data) {
+		t.Errorf("Data = %q, want the file's text", f.Data)
+	}
+
+	// No file: no tools, and every call asks.
+	f, err = LoadFile("CONFIG_FILE", "")
+	if err != nil {
+		t.Fatalf("LoadFile(\"\"): %v", err)
+	}
+	if f.Data != nil || f.Tools.Builtins.Workspace != nil || len(f.Tools.Servers) != 0 {
+		t.Errorf("no file: %+v, want no tools and no data", f)
+	}
+	if v := f.Policy.Evaluate(approvals.Input{Tool: "anything", Args: []byte(`{}`), User: "U1", Channel: "C1"}); v.Action != approvals.Ask {
+		t.Errorf("no file: %s, want ask", v.Action)
+	}
+}
+
+func TestLoadFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	badYAML := writeFile(t, dir, "yaml.yaml", "policy: [\n")
+	badCEL := writeFile(t, dir, "cel.yaml", "policy:\n  rules:\n    - tool: x\n      verdict: ask\n      when: 'args.x =='\n")
+	badTools := writeFile(t, dir, "tools.yaml", "builtin_tools:\n  workspace:\n    root: "+dir+"\n    max_file_bytes: -1\n")
+	tests := []struct {
+		name, setting, path string
+		want                []string
+	}{
+		{"missing", "CONFIG_FILE", filepath.Join(dir, "nope.yaml"), []string{"CONFIG_FILE: ", "nope.yaml"}},
+		{"directory", "-config", dir, []string{"-config: " + dir + " is a directory, not a file"}},
+		{"yaml syntax", "CONFIG_FILE", badYAML, []string{"config file " + badYAML + ": ", "line 1"}},
+		{"cel syntax", "CONFIG_FILE", badCEL, []string{"config file " + badCEL + ": ", "rule 1", "line 5", "Syntax error"}},
+		{"bad builtin tool", "CONFIG_FILE", badTools, []string{"config file " + badTools + ": ", "line 3", "max_file_bytes"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadFile(tt.setting, tt.path)
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %T %v, want a *ConfigError", err, err)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error %q is not on one line", msg)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q lacks %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	in := "rule 1: when: ERROR: <input>:1:8: Syntax error\n | args.x ==\n | .......^\nsecond line\n"
+	if got, want := OneLine(in), "rule 1: when: ERROR: <input>:1:8: Syntax error; second line"; got != want {
+		t.Errorf("OneLine = %q, want %q", got, want)
+	}
+	if got := OneLine("plain"); got != "plain" {
+		t.Errorf("OneLine(plain) = %q", got)
+	}
+}

@@ -1,0 +1,78 @@
+package botsetup
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store/boltstore"
+	"github.com/toolgate/toolgate/store/redisstore"
+)
+
+const (
+	// StoreFile is the embedded store's file name in StoreConfig.Dir.
+	StoreFile = "toolgate.db"
+	// redisCheckTimeout bounds the first connection to the Redis URL.
+	redisCheckTimeout = 5 * time.Second
+)
+
+// Store is what the bot needs of a store; both implementations have it.
+type Store interface {
+	agent.Store
+	slackapp.Store
+	approvals.BatchRecordStore
+	io.Closer
+}
+
+var (
+	_ Store = (*redisstore.Store)(nil)
+	_ Store = (*boltstore.Store)(nil)
+)
+
+// StoreConfig says which store to open and how.
+type StoreConfig struct {
+	// RedisURL is the Redis to use (redis://, rediss://, redis+cluster://
+	// or redis+sentinel://); empty means the embedded store in Dir.
+	RedisURL string
+	// RedisPrefix starts every Redis key; empty means redisstore's default.
+	RedisPrefix string
+	// Dir is the directory of the embedded store's file, StoreFile.
+	Dir string
+	// Retention and AuditRetention are how long finished runs and audit
+	// entries are kept; zero means the store's defaults.
+	Retention, AuditRetention time.Duration
+}
+
+// OpenStore connects to Redis when c.RedisURL is set, and otherwise opens
+// the embedded store in c.Dir; it logs which one on log. The Redis URL is
+// checked with a plain dial first, so an unreachable or malformed URL is one
+// *ConfigError ("REDIS_URL: connect to redis at URL: ...", the URL without
+// its password) rather than a log line per failed pool dial. An embedded
+// store that cannot be opened (a missing directory, a file another process
+// holds) is a plain error naming the file. The caller closes the store.
+func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, error) {
+	if c.RedisURL != "" {
+		if err := redisstore.CheckURL(ctx, c.RedisURL, redisCheckTimeout); err != nil {
+			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
+		}
+		st, err := redisstore.New(ctx, c.RedisURL, redisstore.Options{Prefix: c.RedisPrefix, Retention: c.Retention, AuditRetention: c.AuditRetention})
+		if err != nil {
+			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
+		}
+		log.Info("using redis store", "url", SafeURL(c.RedisURL), "prefix", c.RedisPrefix)
+		return st, nil
+	}
+	path := filepath.Join(c.Dir, StoreFile)
+	st, err := boltstore.Open(path, boltstore.Options{Retention: c.Retention, AuditRetention: c.AuditRetention})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("using embedded store", "path", path)
+	return st, nil
+}

@@ -1,0 +1,133 @@
+package botsetup
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/teststore"
+	"github.com/toolgate/toolgate/store"
+)
+
+// TestOpenStore opens each kind of store twice on the same data: what the
+// first handle saved, the second one reads, as after a restart.
+func TestOpenStore(t *testing.T) {
+	kinds := []struct {
+		name, logMsg string
+		cfg          func(t *testing.T) StoreConfig
+	}{
+		{name: "embedded", logMsg: "using embedded store", cfg: func(t *testing.T) StoreConfig {
+			return StoreConfig{Dir: t.TempDir()}
+		}},
+		{name: "redis", logMsg: "using redis store", cfg: func(t *testing.T) StoreConfig {
+			url, ok := teststore.RedisURL(t)
+			if !ok {
+				t.Skip("REDIS_URL is not set")
+			}
+			return StoreConfig{RedisURL: url, RedisPrefix: "test-" + store.NewRunID()}
+		}},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			cfg := k.cfg(t)
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			ctx := t.Context()
+			conv := store.Conversation{Key: "T1:C1:1.0", State: json.RawMessage(`{"n":1}`), UpdatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+
+			st, err := OpenStore(ctx, cfg, log)
+			if err != nil {
+				t.Fatalf("OpenStore: %v", err)
+			}
+			if err := st.SaveConversation(ctx, conv); err != nil {
+				t.Fatalf("SaveConversation: %v", err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if !strings.Contains(logs.String(), k.logMsg) {
+				t.Errorf("logs lack %q: %s", k.logMsg, logs.String())
+			}
+			if cfg.RedisURL == "" {
+				if _, err := os.Stat(filepath.Join(cfg.Dir, StoreFile)); err != nil {
+					t.Errorf("no store file in the directory: %v", err)
+				}
+			}
+
+			st, err = OpenStore(ctx, cfg, log)
+			if err != nil {
+				t.Fatalf("OpenStore again: %v", err)
+			}
+			defer st.Close()
+			got, err := st.LoadConversation(ctx, conv.Key)
+			if err != nil {
+				t.Fatalf("LoadConversation after reopening: %v", err)
+			}
+			if string(got.State) != string(conv.State) {
+				t.Errorf("state after reopening = %s, want %s", got.State, conv.State)
+			}
+		})
+	}
+}
+
+// A Redis URL that is malformed or names nothing listening is one
+// *ConfigError naming REDIS_URL, without the password.
+func TestOpenStoreBadRedisURL(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, u := range []string{
+		"redis://default:hunter2-pass@127.0.0.1:1/0",
+		"redis://127.0.0.1:6379/notadb",
+		"localhost:6379",
+		"http://127.0.0.1:6379",
+		"redis+sentinel://127.0.0.1:26379/0",
+	} {
+		st, err := OpenStore(t.Context(), StoreConfig{RedisURL: u, Dir: t.TempDir()}, log)
+		if err == nil {
+			st.Close()
+			t.Errorf("OpenStore(%s) succeeded", u)
+			continue
+		}
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("OpenStore(%s): %T %v, want a *ConfigError", u, err, err)
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, "REDIS_URL: connect to redis at ") || strings.Contains(msg, "hunter2-pass") || strings.Contains(msg, "\n") {
+			t.Errorf("OpenStore(%s): error %q, want one line naming REDIS_URL, without the password", u, msg)
+		}
+	}
+}
+
+// An embedded store that cannot be opened (here its directory is a file) is
+// an error naming the file, not a *ConfigError.
+func TestOpenStoreBadDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenStore(t.Context(), StoreConfig{Dir: dir}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var ce *ConfigError
+	if err == nil || errors.As(err, &ce) || !strings.Contains(err.Error(), filepath.Join(dir, StoreFile)) {
+		t.Errorf("got %v, want a plain error naming %s", err, filepath.Join(dir, StoreFile))
+	}
+}
+
+func TestSafeURL(t *testing.T) {
+	tests := []struct{ url, want string }{
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+		{"redis://:p%40ss-word@redis:6379/0", "redis://:xxxxx@redis:6379/0"},
+		{"redis+sentinel://s1:26379,s2:26379/0?master_name=m&password=sentinel-pw", "redis+sentinel://s1:26379,s2:26379/0?master_name=m&password=xxxxx"},
+		{"redis://user:pw-1234@host:bad port/", "redis://[redacted]"},
+	}
+	for _, tt := range tests {
+		if got := SafeURL(tt.url); got != tt.want {
+			t.Errorf("SafeURL(%q) = %q, want %q", tt.url, got, tt.want)
+		}
+	}
+}
