@@ -421,7 +421,6 @@ func TestStaleIndexEntriesDropped(t *testing.T) {
 	}
 }
 
-
 // Audit entries past the retention are deleted, not only hidden: a store
 // told to keep them longer no longer finds them.
 func TestAuditRetentionTrims(t *testing.T) {
