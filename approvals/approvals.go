@@ -55,6 +55,9 @@ type Verdict struct {
 	Approvers  []string      `json:"approvers,omitempty"`
 	FourEyes   bool          `json:"four_eyes,omitempty"`
 	TTL        time.Duration `json:"ttl,omitempty"`
+	// MinApprovals is how many distinct approvers an ask needs (0 or 1:
+	// one).
+	MinApprovals int `json:"min_approvals,omitempty"`
 }
 
 // Kind is the kind of a decision on a paused call (SPEC section 2).
