@@ -725,7 +725,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 			Tool: q.tool.Name, Args: q.canonical, Fingerprint: q.fp,
 			Requester: t.user, Requesters: t.requesters(), Channel: t.channel, Conversation: t.conv,
 			RuleID: q.verdict.RuleID, Reason: q.verdict.Reason, Approvers: q.verdict.Approvers, FourEyes: q.verdict.FourEyes,
-			CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
+			MinApprovals: q.verdict.MinApprovals, CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
 		}
 		slots[q.slot].CallID = c.ID
 		calls[k] = c

@@ -119,6 +119,9 @@ var (
 	ErrNotApprover         = errors.New("you are not an approver for this")
 	ErrInvalidArgs         = errors.New("invalid arguments")
 	ErrPolicyDenied        = errors.New("denied by policy")
+	// ErrAlreadyApproved: the decider's approval of these arguments is
+	// already counted toward a rule's min_approvals; it counts once.
+	ErrAlreadyApproved = errors.New("your approval is already counted")
 )
 
 // RefusedError is returned when a decision is refused because the call was

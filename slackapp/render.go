@@ -354,3 +354,13 @@ func ChangedArgsText() string {
 func DecisionFailedText() string {
 	return "I could not record your decision right now; the call is still pending. Please try again in a moment."
 }
+
+// AlreadyApprovedText is the ephemeral answer to a second approval by the
+// same person on a call that needs several approvers: it counts once.
+func AlreadyApprovedText(have, need int) string {
+	text := "You already approved this call; an approval counts once per person."
+	if need > 1 {
+		text += fmt.Sprintf(" It has %d of %d approvals and needs another approver.", have, need)
+	}
+	return text
+}

@@ -441,7 +441,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 			a.m.error("slack_update")
 		}
 	}
-	if u.Phase != agent.PhaseDecided || u.Call.Status != agent.CallDecided {
+	if u.Phase != agent.PhaseCounted && (u.Phase != agent.PhaseDecided || u.Call.Status != agent.CallDecided) {
 		// Final: nothing will change the card again.
 		if err := a.st.DeleteRecord(ctx, cardKind(u.Call.ID), cardRefsID); err != nil && !errors.Is(err, store.ErrNotFound) {
 			a.log.Warn("forget card", "call", u.Call.ID, "err", err)
@@ -486,6 +486,7 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 		CallID: token(c.ID, c.Fingerprint), Tool: c.Tool, Args: c.Args, Requester: c.Requester, Requesters: c.Requesters,
 		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
 		RequestedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Human: pc.Human,
+		MinApprovals: c.MinApprovals, Approvals: c.Approvals, ArgsEdited: c.Edited,
 	}
 	if pc.Human {
 		var q struct {

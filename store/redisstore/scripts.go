@@ -58,7 +58,7 @@ return reply('ok', left)
 // approvals; edit and fp hold an edit that restarted the count.
 // KEYS: call, run
 // ARGV: fingerprint, at, approver, approval JSON, need, decision JSON,
-// new status, edit JSON ('' for none), edit fingerprint
+// new status, edit JSON (empty for none), edit fingerprint
 // Returns {code, pending calls left, the call's callFields} where code is
 // ok, counted, duplicate, notfound, decided, mismatch or expired.
 var approve = redis.NewScript(`
