@@ -62,6 +62,9 @@ type Call struct {
 	// Edited is set while a pending call's arguments are an edit (Args
 	// holds them; the count restarted with the editor).
 	Edited bool
+	// RemindAt are the times its approvers are reminded while it is
+	// pending (none when reminders are off).
+	RemindAt []time.Time
 }
 
 // kindOf reads the kind of a stored decision ("" for none): the store keeps
@@ -93,6 +96,7 @@ func viewOf(c store.Call) Call {
 	for _, ap := range c.Approvals {
 		v.Approvals = append(v.Approvals, ap.Approver)
 	}
+	v.RemindAt = reminders(c)
 	if c.Edit != nil && c.Status == store.Pending {
 		v.Args, v.Edited = c.Edit.Args, true
 	}

@@ -58,6 +58,8 @@ type Verdict struct {
 	// MinApprovals is how many distinct approvers an ask needs (0 or 1:
 	// one).
 	MinApprovals int `json:"min_approvals,omitempty"`
+	// RemindAfter is the rule's remind_after (zero: the bot's default).
+	RemindAfter time.Duration `json:"remind_after,omitempty"`
 }
 
 // Kind is the kind of a decision on a paused call (SPEC section 2).

@@ -91,6 +91,9 @@ type Rule struct {
 	// arguments before an asked call runs; zero means one. One Deny or
 	// Reject still ends the call at once.
 	MinApprovals int `json:"min_approvals,omitempty"`
+	// RemindAfter is how long an asked call waits before its approvers
+	// are reminded; zero means the bot's default.
+	RemindAfter time.Duration `json:"remind_after,omitempty"`
 }
 
 // approverRE is the shape of Slack user (U, W) and user-group (S) ids.
@@ -151,6 +154,9 @@ func validateFields(r Rule) error {
 	}
 	if r.TTL < 0 {
 		return &fieldError{field: "ttl", err: fmt.Errorf("negative duration %s", r.TTL)}
+	}
+	if r.RemindAfter < 0 {
+		return &fieldError{field: "remind_after", err: fmt.Errorf("negative duration %s", r.RemindAfter)}
 	}
 	return validateMinApprovals(r)
 }
@@ -466,6 +472,7 @@ func (r *compiledRule) verdict() Verdict {
 		FourEyes:     r.FourEyes,
 		TTL:          r.TTL,
 		MinApprovals: r.MinApprovals,
+		RemindAfter:  r.RemindAfter,
 	}
 }
 

@@ -89,6 +89,7 @@ func TestRuleStringRoundTrip(t *testing.T) {
 		{Tool: "c", Verdict: Ask, When: `args.s == 'x' && args.t == "y"`},
 		{Tool: "d", Verdict: Ask, TTL: 72 * time.Hour},
 		{Tool: "e", Verdict: Ask, Approvers: []string{"S1"}, MinApprovals: 2},
+		{Tool: "f", Verdict: Ask, RemindAfter: 30 * time.Minute},
 	}
 	for _, r := range rules {
 		s := r.String()

@@ -364,3 +364,35 @@ func AlreadyApprovedText(have, need int) string {
 	}
 	return text
 }
+
+// ReminderText reminds the approvers of a pending card that it still
+// waits: reminder n (1 after the remind-after time, 2 when a quarter of
+// its TTL is left) names those who may still approve (mentioned, so they
+// are notified) and when it expires.
+func ReminderText(c Card, n int) string {
+	var who []string
+	for _, id := range c.Approvers {
+		if !slices.Contains(c.Approvals, id) {
+			who = append(who, id)
+		}
+	}
+	list := approverList(who, ", ")
+	if len(c.Approvers) == 0 {
+		list = "anyone in this channel"
+	}
+	text := ":bell: Reminder: " + inlineCode(c.Tool) + " is still waiting for approval"
+	if n > 1 {
+		text = ":bell: Last reminder: " + inlineCode(c.Tool) + " is still waiting for approval"
+	}
+	if list != "" {
+		text += " from " + list
+	}
+	if c.MinApprovals > 1 {
+		text += fmt.Sprintf(" (%d of %d approvals)", len(c.Approvals), c.MinApprovals)
+	}
+	text += "."
+	if !c.ExpiresAt.IsZero() {
+		text += " It expires " + slackDate(c.ExpiresAt) + "; nothing runs without a decision."
+	}
+	return text
+}

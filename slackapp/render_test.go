@@ -601,3 +601,21 @@ func TestCardLongQuestionKeepsCodeClosed(t *testing.T) {
 		}
 	}
 }
+
+// A reminder mentions the approvers who have not approved yet, and never
+// lets the tool name ping anyone.
+func TestReminderText(t *testing.T) {
+	c := goldenCards()["card_two_person"]
+	c.Approvers = []string{"U0APPROVER1", "U0APPROVER2"}
+	c.Tool = "deploy<!channel>"
+	got := ReminderText(c, 1)
+	if !strings.Contains(got, "<@U0APPROVER2>") || strings.Contains(got, "<@U0APPROVER1>") {
+		t.Errorf("ReminderText = %q, want it to mention U0APPROVER2 only (U0APPROVER1 approved)", got)
+	}
+	if strings.Contains(got, "<!channel>") || !strings.Contains(got, "1 of 2 approvals") {
+		t.Errorf("ReminderText = %q, want the count and no broadcast", got)
+	}
+	if last := ReminderText(c, 2); !strings.HasPrefix(last, ":bell: Last reminder") {
+		t.Errorf("second ReminderText = %q, want it to say Last reminder", last)
+	}
+}

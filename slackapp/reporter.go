@@ -166,11 +166,27 @@ func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) 
 	r.mu.Unlock()
 	for _, c := range calls {
 		r.app.expiry.at(c.ExpiresAt)
+		if len(c.RemindAt) > 0 {
+			r.app.expiry.at(c.RemindAt[0])
+		}
 	}
 	for _, c := range calls {
 		r.app.postCard(ctx, r.channel, r.thread, c)
 	}
 }
+
+// Remind posts a reminder in the thread, mentioning the approvers who
+// have not approved yet, and in the places the card's copies went for
+// approvers who cannot see the conversation.
+func (r *threadReporter) Remind(ctx context.Context, c agent.PendingCall, n int) {
+	text := ReminderText(cardOf(c, nil), n)
+	r.app.post(ctx, r.channel, r.thread, text)
+	for _, target := range r.app.copyTargets(ctx, r.channel, c.Requester, c.Approvers) {
+		r.app.post(ctx, target, "", text)
+	}
+}
+
+var _ agent.Reminder = (*threadReporter)(nil)
 
 // Updated updates every copy of the call's card in place, on the card's
 // own queue: the decision or turn that reported it goes on without

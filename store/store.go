@@ -92,6 +92,9 @@ type Call struct {
 	// pending arguments are Edit.Args, and Fingerprint is theirs; Args
 	// stays what the model asked for.
 	Edit *Decision `json:"edit,omitempty"`
+	// RemindAfter is how long after CreatedAt the approvers are reminded
+	// (zero: never); opaque to the store.
+	RemindAfter time.Duration `json:"remind_after,omitempty"`
 }
 
 // Approval is one approver's approval counted toward a call's

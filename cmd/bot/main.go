@@ -164,6 +164,7 @@ func serve(ctx context.Context, cfg config, file fileConfig, red redactor, logOu
 		ToolTimeout:   cfg.ToolTimeout,
 		ApprovalTTL:   cfg.ApprovalTTL,
 		RememberTTL:   cfg.RememberTTL,
+		ReminderAfter: cfg.ReminderAfter,
 		Groups:        app.Groups(),
 		Audience:      app.Audience(),
 		Logger:        log,
