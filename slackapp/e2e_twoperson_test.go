@@ -117,3 +117,35 @@ func TestDenyAfterOneApproval(t *testing.T) {
 		})
 	}
 }
+
+func TestEditRestartsTheCount(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e, ts, card := startTwoPerson(t, kind, "Deployed the edited version.")
+			_, err := e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			e.waitCount(ts, "1 of 2 approvals: <@"+approver+">")
+			// Another approver edits: the approval above was of other
+			// arguments, so the count starts again with the editor.
+			_, err = e.slack.Click(other, channel, card, slackapp.ActionEdit, "")
+			must(t, err)
+			view := e.modal(other, slackapp.CallbackEdit)
+			const edited = `{"service":"api","version":"1.0.1"}`
+			_, err = e.slack.SubmitView(other, view.ID, map[string]map[string]string{slackapp.BlockEditArgs: {slackapp.ActionEditArgs: edited}}, "")
+			must(t, err)
+			e.waitCount(ts, "1 of 2 approvals: <@"+other+"> · the arguments were edited")
+			if text := blocksText(e.card(ts, "deploy")); !strings.Contains(text, "1.0.1") {
+				t.Errorf("the live card does not show the edited arguments: %s", text)
+			}
+			if n := e.deploy.Load(); n != 0 {
+				t.Fatalf("deploy ran %d times after an edit restarted the count, want 0", n)
+			}
+			_, err = e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed the edited version.")
+			if args := e.deployArgs(); len(args) != 1 || args[0] != edited {
+				t.Errorf("deploy ran with %q, want once with the edited %s", args, edited)
+			}
+		})
+	}
+}
