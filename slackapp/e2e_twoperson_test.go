@@ -59,6 +59,12 @@ func TestTwoApprovalsNeeded(t *testing.T) {
 			if n := e.deploy.Load(); n != 0 {
 				t.Fatalf("deploy ran %d times after one of two approvals, want 0", n)
 			}
+			// The second approver's App Home shows the count too.
+			e.slack.OpenHome(other)
+			waitUntil(t, "the Home tab shows the count", func() bool {
+				home, ok := e.slack.HomeView(other)
+				return ok && strings.Contains(viewText(home), "1 of 2 approvals: <@"+approver+">")
+			})
 			// The same person again counts once, and is told so privately.
 			_, err = e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
 			must(t, err)
