@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store"
 )
@@ -76,6 +77,35 @@ func TestReminderSentOnceByTwoReplicas(t *testing.T) {
 			}
 			if n != 1 {
 				t.Errorf("%d reminders in the thread, want 1:\n%s", n, dumpThread(e.slack.Thread(channel, ts)))
+			}
+		})
+	}
+}
+
+// Approvers who cannot see a private conversation get their reminder by
+// DM, as they got the card.
+func TestReminderReachesBlindApproversByDM(t *testing.T) {
+	const private = "CPRIVATE01"
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.reminderAfter = 200 * time.Millisecond
+			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)), fakeopenai.Text("Deployed vault 14."))
+			ts := e.slack.Mention(private, requester, "deploy vault 14")
+			e.cardIn(private, ts, "deploy")
+			e.answerIn(private, ts, "Reminder:")
+			for _, u := range []string{approver, other} {
+				m, err := e.slack.WaitMessage(e.slack.DMChannel(u), func(m fakeslack.Message) bool {
+					return strings.Contains(m.Text+blocksText(m), "Reminder:")
+				}, 10*time.Second)
+				if err != nil {
+					t.Fatalf("%s got no reminder by DM: %v", u, err)
+				}
+				if !strings.Contains(m.Text+blocksText(m), "<@"+u+">") {
+					t.Errorf("the DM reminder to %s does not name them: %q", u, m.Text)
+				}
 			}
 		})
 	}

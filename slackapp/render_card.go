@@ -128,7 +128,9 @@ const maxOutputSummary = 1500
 // here, Cancel; for an ask_human call Reply, Deny, Reject with reason,
 // Cancel). A card in any other state has no decision buttons and says who
 // decided what and when, or that it expired or was cancelled, followed by
-// the outcome. When the arguments do not fit in one section they are cut
+// the outcome. A call that needs several approvers (MinApprovals > 1)
+// shows the count so far, stays pending with its buttons until the count
+// is met, and offers no Always allow. When the arguments do not fit in one section they are cut
 // and a read-only "View full arguments" button opens ArgsModal.
 //
 // The result is within Block Kit limits for a message: at most 50 blocks,
