@@ -130,8 +130,9 @@ const maxOutputSummary = 1500
 // decided what and when, or that it expired or was cancelled, followed by
 // the outcome. A call that needs several approvers (MinApprovals > 1)
 // shows the count so far, stays pending with its buttons until the count
-// is met, and offers no Always allow. When the arguments do not fit in one section they are cut
-// and a read-only "View full arguments" button opens ArgsModal.
+// is met, and offers no Always allow. When the arguments do not fit in
+// one section they are cut and a read-only "View full arguments" button
+// opens ArgsModal.
 //
 // The result is within Block Kit limits for a message: at most 50 blocks,
 // section texts of at most 3000 characters and button values of at most
