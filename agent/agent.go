@@ -64,6 +64,7 @@ type Runs interface {
 	LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error)
 	GetCall(ctx context.Context, callID string) (store.Call, error)
 	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error)
+	Approve(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error)
 	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	BeginExecution(ctx context.Context, callID string) (bool, error)
@@ -91,6 +92,12 @@ type Leases interface {
 	ReleaseLease(ctx context.Context, key, owner string) error
 }
 
+// Claims hands out one-time claims shared by every process, so that a
+// reminder is sent once whichever replica sends it.
+type Claims interface {
+	SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error)
+}
+
 // Auditor records what happened.
 type Auditor interface {
 	Audit(ctx context.Context, e store.AuditEntry) error
@@ -102,6 +109,7 @@ type Store interface {
 	Runs
 	Inboxes
 	Leases
+	Claims
 	Auditor
 }
 
@@ -124,6 +132,11 @@ type Config struct {
 	// ApprovalTTL is how long a paused call waits when its rule sets no
 	// TTL (default 72h).
 	ApprovalTTL time.Duration
+	// ReminderAfter is how long a paused call waits before its approvers
+	// get a reminder (a second one follows when a quarter of its TTL is
+	// left); a rule's remind_after overrides it. Zero: no reminders but
+	// those rules ask for.
+	ReminderAfter time.Duration
 	// RememberTTL is how long a standing rule made by a Remember decision
 	// lasts when the decision sets no TTL (zero: until revoked).
 	RememberTTL time.Duration

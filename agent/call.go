@@ -55,6 +55,16 @@ type Call struct {
 	Status       CallStatus
 	// Decision is set once the call is decided, expired or cancelled.
 	Decision *Decision
+	// MinApprovals is how many distinct approvers the call needs (0 or 1:
+	// one); Approvals are those counted so far, of the arguments in Args.
+	MinApprovals int
+	Approvals    []string
+	// Edited is set while a pending call's arguments are an edit (Args
+	// holds them; the count restarted with the editor).
+	Edited bool
+	// RemindAt are the times its approvers are reminded while it is
+	// pending (none when reminders are off).
+	RemindAt []time.Time
 }
 
 // kindOf reads the kind of a stored decision ("" for none): the store keeps
@@ -81,6 +91,14 @@ func viewOf(c store.Call) Call {
 	}
 	if d := c.Decision; d != nil {
 		v.Decision = &Decision{Kind: kindOf(d), Decider: d.Decider, At: d.At, Reason: d.Reason, Args: d.Args, Answer: d.Answer}
+	}
+	v.MinApprovals = c.MinApprovals
+	for _, ap := range c.Approvals {
+		v.Approvals = append(v.Approvals, ap.Approver)
+	}
+	v.RemindAt = reminders(c)
+	if c.Edit != nil && c.Status == store.Pending {
+		v.Args, v.Edited = c.Edit.Args, true
 	}
 	return v
 }

@@ -32,11 +32,20 @@ const System = "system"
 //   - approvals.ErrNotApprover: the decider may not decide this call;
 //   - approvals.ErrPolicyDenied: edited arguments the policy denies;
 //   - ErrBadDecision: the decision does not fit the call;
+//   - approvals.ErrAlreadyApproved: on a call that needs several approvers,
+//     the decider's approval of these arguments is already counted;
 //   - anything else: the store failed, and the call is still pending.
 //
 // Of the concurrent decisions on one call exactly one succeeds. The one that
 // leaves no call of its step pending has Complete set: its caller should
 // then call Resume.
+//
+// A call under a rule with min_approvals N > 1 (on the card or in the
+// policy now, whichever is more) is decided by an Approve only once N
+// distinct approvers approved the arguments it shows; before that an
+// Approve succeeds with the call still pending and its approval counted.
+// An Edit replaces the pending arguments and restarts the count with the
+// editor. Deny, Reject and Respond decide at once.
 func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult, error) {
 	// The decision time is this process's clock, never the caller's: a
 	// caller's clock must not reopen an expired call.
@@ -68,7 +77,60 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 	if err != nil {
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
+	if need := max(c.MinApprovals, v.MinApprovals); need > 1 && (d.Kind == approvals.Approve || d.Kind == approvals.Edit) {
+		return a.approve(ctx, c, d, sd, need)
+	}
 	return a.record(ctx, c, d.Fingerprint, sd, v)
+}
+
+// approve counts one approval (or an edit, which restarts the count) of a
+// call that needs need distinct approvers, and records the decision once
+// the count is met: the one that runs the pending arguments, an edit's
+// when the pending arguments are one.
+func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision, sd store.Decision, need int) (DecideResult, error) {
+	ap := store.Approval{Approver: d.Decider, At: d.At}
+	var edit *store.Proposal
+	final := sd
+	switch {
+	case d.Kind == approvals.Edit:
+		_, fp, err := approvals.Fingerprint(sd.Args)
+		if err != nil {
+			return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
+		}
+		edit = &store.Proposal{Fingerprint: fp, Edit: sd}
+	case c.Edit != nil:
+		final = store.Decision{Kind: storedKind(approvals.Edit), Decider: c.Edit.Decider, At: d.At, Args: c.Edit.Args}
+	}
+	got, complete, err := a.store.Approve(ctx, c.ID, d.Fingerprint, ap, edit, need, final)
+	switch {
+	case errors.Is(err, store.ErrDuplicateApproval):
+		return DecideResult{Call: viewOf(got)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrAlreadyApproved)
+	case errors.Is(err, store.ErrAlreadyDecided):
+		return DecideResult{Call: viewOf(got)}, refusedByOther(got)
+	case errors.Is(err, store.ErrFingerprintMismatch):
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrFingerprintMismatch)
+	case errors.Is(err, store.ErrExpired):
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrExpired)
+	case errors.Is(err, store.ErrNotFound):
+		return DecideResult{}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrUnknownCall)
+	case err != nil:
+		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
+	}
+	fp := d.Fingerprint
+	if edit != nil {
+		fp = edit.Fingerprint
+	}
+	outcome := "counted"
+	if got.Status != store.Pending {
+		outcome = "recorded"
+	}
+	a.audit(ctx, store.AuditEntry{At: d.At, Actor: d.Decider, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: fp, Decision: storedKind(d.Kind), Outcome: outcome, Detail: fmt.Sprintf("%d of %d approvals", len(got.Approvals), need)})
+	u := CallUpdate{Call: viewOf(got), Phase: PhaseCounted}
+	if got.Status != store.Pending {
+		u.Phase, u.StepPending = PhaseDecided, !complete
+	}
+	a.reporter(got.Conversation).Updated(ctx, u)
+	return DecideResult{Call: viewOf(got), Complete: complete}, nil
 }
 
 // authorize checks that the decider may decide c: under the approvers the
@@ -96,7 +158,11 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	if !ok {
 		return approvals.Verdict{}, nil // settled as "no longer available" at resume
 	}
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: c.Args, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
+	args := c.Args
+	if c.Edit != nil {
+		args = c.Edit.Args // the pending arguments are an edit's
+	}
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
 	if err != nil {
 		return v, err
 	}
@@ -168,6 +234,9 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 		if d.Kind == approvals.Remember {
 			if c.FourEyes {
 				return sd, fmt.Errorf("%w: a four-eyes call cannot be allowed from now on; approve it instead", ErrBadDecision)
+			}
+			if n := max(c.MinApprovals, v.MinApprovals); n > 1 {
+				return sd, fmt.Errorf("%w: this call needs %d approvers, so it cannot be allowed from now on; approve it instead", ErrBadDecision, n)
 			}
 			if v.Action != approvals.Ask || v.FailClosed {
 				return sd, fmt.Errorf("%w: this call is not asked under a rule that can be relaxed now; approve it instead", ErrBadDecision)

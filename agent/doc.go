@@ -96,9 +96,15 @@
 // resume itself (the Slack app puts it on the conversation's queue). A
 // resume finds a run whose conversation has moved on (it was resumed before
 // but could not be marked finished) and only finishes it: a step never runs
-// twice. Expire does the expiry part alone and returns the next deadline of
-// a pending call, so that a caller can sleep until then and expire calls on
-// time.
+// twice. Expire does the expiry part alone, sends the reminders that are
+// due (Config.ReminderAfter, a rule's remind_after; each claimed once in
+// the store, so replicas send it once), and returns the next deadline of a
+// pending call or reminder, so that a caller can sleep until then and
+// expire calls and remind approvers on time.
+//
+// A rule with min_approvals N > 1 is decided by the N-th distinct approval
+// of the same arguments (Store.Approve counts them atomically); an Edit
+// restarts the count, and a Deny or Reject decides at once.
 //
 // Work on one conversation holds its lease (see Config.LeaseTTL): one
 // holder at a time, in this process and across processes. A turn waiting

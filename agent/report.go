@@ -54,6 +54,9 @@ const (
 	// PhaseDecided: a decision was recorded; for a decision that runs the
 	// tool, execution follows when the step resumes.
 	PhaseDecided Phase = "decided"
+	// PhaseCounted: an approval was counted toward the call's
+	// MinApprovals; it is still pending and its card stays live.
+	PhaseCounted Phase = "counted"
 	// PhaseExecuted: the tool ran; Result holds its output.
 	PhaseExecuted Phase = "executed"
 	// PhaseSkipped: the call will not run (denied, rejected, answered,

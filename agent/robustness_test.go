@@ -31,6 +31,7 @@ func (s *flakyStore) Records(ctx context.Context, kind string) ([]store.Record, 
 	return s.Store.Records(ctx, kind)
 }
 
+// RecordsOf fails with Records: the policy engine reads its rules with it.
 func (s *flakyStore) RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error) {
 	if s.failRecords.Load() {
 		return nil, errInjected

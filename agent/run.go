@@ -720,12 +720,16 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		if ttl <= 0 {
 			ttl = a.cfg.ApprovalTTL
 		}
+		remind := q.verdict.RemindAfter
+		if remind <= 0 {
+			remind = a.cfg.ReminderAfter
+		}
 		c := store.Call{
 			ID: store.CallID(runID, k), RunID: runID, ToolCallID: slots[q.slot].ToolCallID,
 			Tool: q.tool.Name, Args: q.canonical, Fingerprint: q.fp,
 			Requester: t.user, Requesters: t.requesters(), Channel: t.channel, Conversation: t.conv,
 			RuleID: q.verdict.RuleID, Reason: q.verdict.Reason, Approvers: q.verdict.Approvers, FourEyes: q.verdict.FourEyes,
-			CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
+			MinApprovals: q.verdict.MinApprovals, RemindAfter: remind, CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
 		}
 		slots[q.slot].CallID = c.ID
 		calls[k] = c

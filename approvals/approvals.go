@@ -55,6 +55,11 @@ type Verdict struct {
 	Approvers  []string      `json:"approvers,omitempty"`
 	FourEyes   bool          `json:"four_eyes,omitempty"`
 	TTL        time.Duration `json:"ttl,omitempty"`
+	// MinApprovals is how many distinct approvers an ask needs (0 or 1:
+	// one).
+	MinApprovals int `json:"min_approvals,omitempty"`
+	// RemindAfter is the rule's remind_after (zero: the bot's default).
+	RemindAfter time.Duration `json:"remind_after,omitempty"`
 }
 
 // Kind is the kind of a decision on a paused call (SPEC section 2).
@@ -116,6 +121,9 @@ var (
 	ErrNotApprover         = errors.New("you are not an approver for this")
 	ErrInvalidArgs         = errors.New("invalid arguments")
 	ErrPolicyDenied        = errors.New("denied by policy")
+	// ErrAlreadyApproved: the decider's approval of these arguments is
+	// already counted toward a rule's min_approvals; it counts once.
+	ErrAlreadyApproved = errors.New("your approval is already counted")
 )
 
 // RefusedError is returned when a decision is refused because the call was

@@ -108,7 +108,7 @@ func parseRuleNode(n *yaml.Node) (lineRule, error) {
 	lr := lineRule{line: n.Line, fields: make(map[string]int)}
 	r := &lr.Rule
 	if n.Kind != yaml.MappingNode {
-		return lr, errors.New("want a mapping with tool, verdict and optional when, reason, approvers, four_eyes, ttl, id")
+		return lr, errors.New("want a mapping with tool, verdict and optional when, reason, approvers, four_eyes, ttl, min_approvals, remind_after, id")
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -143,8 +143,17 @@ func parseRuleNode(n *yaml.Node) (lineRule, error) {
 			if err = scalar(v, &s); err == nil && s != "" {
 				r.TTL, err = parseTTL(s)
 			}
+		case "remind_after":
+			var s string
+			if err = scalar(v, &s); err == nil && s != "" {
+				r.RemindAfter, err = parseTTL(s)
+			}
+		case "min_approvals":
+			if err = v.Decode(&r.MinApprovals); err == nil && r.MinApprovals < 1 {
+				err = fmt.Errorf("%d: want 1 or more", r.MinApprovals)
+			}
 		default:
-			return lr, fmt.Errorf("unknown key %q (line %d): want id, tool, when, verdict, reason, approvers, four_eyes or ttl", k.Value, k.Line)
+			return lr, fmt.Errorf("unknown key %q (line %d): want id, tool, when, verdict, reason, approvers, four_eyes, ttl, min_approvals or remind_after", k.Value, k.Line)
 		}
 		if err != nil {
 			return lr, &fieldError{field: k.Value, line: v.Line, err: cleanYAMLError(err)}

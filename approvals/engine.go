@@ -382,7 +382,7 @@ func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
 		fb := fallback(in.Hints, e.file.def)
 		v = &fb
 	}
-	if v.Action != Ask || v.FourEyes || failed {
+	if v.Action != Ask || v.FourEyes || v.MinApprovals > 1 || failed {
 		return *v, nil
 	}
 	argsFP := ""
@@ -468,6 +468,10 @@ func strictest(file *Verdict, fileFailed bool, admin *Verdict, adminFailed bool)
 		v.Approvers = slices.Clone(file.Approvers)
 	}
 	v.FourEyes = file.FourEyes || admin.FourEyes
+	v.MinApprovals = max(file.MinApprovals, admin.MinApprovals)
+	if file.RemindAfter > 0 && (v.RemindAfter == 0 || file.RemindAfter < v.RemindAfter) {
+		v.RemindAfter = file.RemindAfter
+	}
 	if file.TTL > 0 && (v.TTL == 0 || file.TTL < v.TTL) {
 		v.TTL = file.TTL
 	}

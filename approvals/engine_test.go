@@ -731,3 +731,34 @@ func TestEngineFileIsAFloor(t *testing.T) {
 		}
 	}
 }
+
+// A standing rule never relaxes a two-person rule, and when both layers
+// ask, the larger min_approvals and the shorter remind_after hold.
+func TestTwoPersonRuleIsKept(t *testing.T) {
+	ctx := context.Background()
+	p, err := NewPolicy(Ask, []Rule{{ID: "deploys", Tool: "deploy", Verdict: Ask, Approvers: []string{"SOPS"}, MinApprovals: 2, RemindAfter: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(p, newMemStore())
+	if _, err := e.Remember(ctx, "UBOB", StandingRule{Tool: "deploy", Channel: "C1", RuleID: "deploys"}); err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Tool: "deploy", Channel: "C1", Args: json.RawMessage(`{}`)}
+	v, err := e.Evaluate(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Action != Ask || v.MinApprovals != 2 {
+		t.Fatalf("with a standing rule: got %s by %s needing %d, want an ask needing 2", v.Action, v.RuleID, v.MinApprovals)
+	}
+	if _, err := e.AddRule(ctx, "UADMIN", Rule{Tool: "deploy", Verdict: Ask, MinApprovals: 1, RemindAfter: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = e.Evaluate(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if v.MinApprovals != 2 || v.RemindAfter != time.Hour {
+		t.Errorf("with a runtime rule asking for 1 approval, reminding after 2h: got %d approvals, remind after %v; want the file's 2 and 1h", v.MinApprovals, v.RemindAfter)
+	}
+}

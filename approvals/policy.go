@@ -87,6 +87,13 @@ type Rule struct {
 	// TTL is how long an asked call waits for a decision; zero means the
 	// bot's default.
 	TTL time.Duration `json:"ttl,omitempty"`
+	// MinApprovals is how many distinct approvers must approve the same
+	// arguments before an asked call runs; zero means one. One Deny or
+	// Reject still ends the call at once.
+	MinApprovals int `json:"min_approvals,omitempty"`
+	// RemindAfter is how long an asked call waits before its approvers
+	// are reminded; zero means the bot's default.
+	RemindAfter time.Duration `json:"remind_after,omitempty"`
 }
 
 // approverRE is the shape of Slack user (U, W) and user-group (S) ids.
@@ -147,6 +154,39 @@ func validateFields(r Rule) error {
 	}
 	if r.TTL < 0 {
 		return &fieldError{field: "ttl", err: fmt.Errorf("negative duration %s", r.TTL)}
+	}
+	if r.RemindAfter < 0 {
+		return &fieldError{field: "remind_after", err: fmt.Errorf("negative duration %s", r.RemindAfter)}
+	}
+	return validateMinApprovals(r)
+}
+
+// validateMinApprovals checks that a rule's approvers can reach its
+// MinApprovals: when every approver is a named user (no user group), there
+// must be at least that many distinct ones.
+func validateMinApprovals(r Rule) error {
+	n := r.MinApprovals
+	if n < 0 {
+		return &fieldError{field: "min_approvals", err: fmt.Errorf("%d: want 1 or more", n)}
+	}
+	if n <= 1 {
+		return nil
+	}
+	if r.Verdict != Ask {
+		return &fieldError{field: "min_approvals", err: fmt.Errorf("%d on a rule whose verdict is %s: only an ask waits for approvals", n, r.Verdict)}
+	}
+	if len(r.Approvers) == 0 {
+		return nil
+	}
+	users := make(map[string]bool)
+	for _, a := range r.Approvers {
+		if strings.HasPrefix(a, "S") {
+			return nil // a group can hold enough people
+		}
+		users[a] = true
+	}
+	if len(users) < n {
+		return &fieldError{field: "min_approvals", err: fmt.Errorf("%d, but the rule names only %d approver(s), all individual users: the call could never run; name more approvers, add a user group, or lower min_approvals", n, len(users))}
 	}
 	return nil
 }
@@ -424,13 +464,15 @@ func evalBool(prg cel.Program, vars map[string]any) (bool, error) {
 
 func (r *compiledRule) verdict() Verdict {
 	return Verdict{
-		Action:     r.Verdict,
-		RuleID:     r.ID,
-		RuleDigest: r.digest,
-		Reason:     r.Reason,
-		Approvers:  slices.Clone(r.Approvers),
-		FourEyes:   r.FourEyes,
-		TTL:        r.TTL,
+		Action:       r.Verdict,
+		RuleID:       r.ID,
+		RuleDigest:   r.digest,
+		Reason:       r.Reason,
+		Approvers:    slices.Clone(r.Approvers),
+		FourEyes:     r.FourEyes,
+		TTL:          r.TTL,
+		MinApprovals: r.MinApprovals,
+		RemindAfter:  r.RemindAfter,
 	}
 }
 

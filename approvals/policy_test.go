@@ -222,6 +222,13 @@ func TestParseConfigFields(t *testing.T) {
 	}
 }
 
+func TestMinApprovalsInTheVerdict(t *testing.T) {
+	p := mustParse(t, "policy:\n  rules:\n    - {tool: deploy, verdict: ask, approvers: [U1, U2], min_approvals: 2}\n")
+	if got := p.Evaluate(Input{Tool: "deploy", Args: json.RawMessage(`{}`)}); got.MinApprovals != 2 {
+		t.Errorf("verdict %+v, want MinApprovals 2", got)
+	}
+}
+
 func TestParseConfigErrors(t *testing.T) {
 	rule := func(body string) string {
 		return "policy:\n  rules:\n    - tool: ok\n      verdict: allow\n" + body
@@ -257,6 +264,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad approver", rule("    - tool: x\n      verdict: ask\n      approvers: [ana]\n"), []string{"policy rule 2", "approvers", `bad id "ana"`}},
 		{"approvers not a list", rule("    - tool: x\n      verdict: ask\n      approvers: U1\n"), []string{"approvers", "want a list"}},
 		{"four_eyes not bool", rule("    - tool: x\n      verdict: ask\n      four_eyes: maybe\n"), []string{"policy rule 2", "four_eyes (line 7)"}},
+		{"min_approvals zero", rule("    - tool: x\n      verdict: ask\n      min_approvals: 0\n"), []string{"policy rule 2", "min_approvals (line 7)", "want 1 or more"}},
+		{"min_approvals beyond approvers", rule("    - tool: x\n      verdict: ask\n      approvers: [U1, U2]\n      min_approvals: 3\n"), []string{"policy rule 2", "min_approvals", "names only 2 approver(s)"}},
 		{"bad default", "policy:\n  default: perhaps\n", []string{"policy.default", `unknown verdict "perhaps"`}},
 		{"rule not a mapping", "policy:\n  rules:\n    - files__*\n", []string{"policy rule 1", "line 3", "want a mapping"}},
 		{"reserved id", "policy:\n  rules:\n    - {id: default, tool: x, verdict: allow}\n", []string{"policy rule 1", "reserved"}},

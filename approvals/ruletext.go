@@ -20,8 +20,9 @@ import (
 // Keys: tool (required, a glob), verdict (required: allow, ask or deny),
 // id, when (a CEL bool condition), reason, approvers (comma-separated Slack
 // user and user-group ids; Slack mentions such as <@U1ABC|ana> and
-// <!subteam^S2DEF|@ops> are accepted too), four_eyes (true or false) and
-// ttl (a Go duration such as 2h or 90m). A value containing spaces is
+// <!subteam^S2DEF|@ops> are accepted too), four_eyes (true or false),
+// ttl (a Go duration such as 2h or 90m), min_approvals (a whole number,
+// 1 or more: distinct approvers needed) and remind_after (a duration). A value containing spaces is
 // quoted: 'single quotes' take everything literally up to the next single
 // quote; "double quotes" allow \" and \\ inside. Typographic quotes (“ ” ‘ ’)
 // count as plain ones, and Slack's escapes &amp; &lt; &gt; are decoded, so
@@ -74,8 +75,20 @@ func ParseRule(text string) (Rule, error) {
 				return Rule{}, fmt.Errorf("ttl: %w", err)
 			}
 			r.TTL = d
+		case "remind_after":
+			d, err := parseTTL(f.value)
+			if err != nil {
+				return Rule{}, fmt.Errorf("remind_after: %w", err)
+			}
+			r.RemindAfter = d
+		case "min_approvals":
+			n, err := strconv.Atoi(f.value)
+			if err != nil || n < 1 {
+				return Rule{}, fmt.Errorf("min_approvals: want a whole number, 1 or more, got %q", f.value)
+			}
+			r.MinApprovals = n
 		default:
-			return Rule{}, fmt.Errorf("unknown key %q: want tool, verdict, when, reason, approvers, four_eyes, ttl or id", f.key)
+			return Rule{}, fmt.Errorf("unknown key %q: want tool, verdict, when, reason, approvers, four_eyes, ttl, min_approvals, remind_after or id", f.key)
 		}
 	}
 	env, err := newEnv()
@@ -113,6 +126,12 @@ func (r Rule) String() string {
 	}
 	if r.TTL > 0 {
 		add("ttl", formatDuration(r.TTL))
+	}
+	if r.MinApprovals > 1 {
+		add("min_approvals", strconv.Itoa(r.MinApprovals))
+	}
+	if r.RemindAfter > 0 {
+		add("remind_after", formatDuration(r.RemindAfter))
 	}
 	if r.Reason != "" {
 		add("reason", quote(r.Reason))

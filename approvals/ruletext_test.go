@@ -25,6 +25,9 @@ func TestParseRule(t *testing.T) {
 		{"quoted list with spaces", `tool=a verdict=ask approvers="U1, U2"`, Rule{Tool: "a", Verdict: Ask, Approvers: []string{"U1", "U2"}}},
 		{"quotes mid value", `tool=a verdict=ask reason=a' 'b`, Rule{Tool: "a", Verdict: Ask, Reason: "a b"}},
 		{"four_eyes false", "tool=a verdict=ask four_eyes=false", Rule{Tool: "a", Verdict: Ask}},
+		{"min_approvals", "tool=a verdict=ask approvers=U1,U2 min_approvals=2", Rule{Tool: "a", Verdict: Ask, Approvers: []string{"U1", "U2"}, MinApprovals: 2}},
+		{"min_approvals with a group", "tool=a verdict=ask approvers=S1 min_approvals=3", Rule{Tool: "a", Verdict: Ask, Approvers: []string{"S1"}, MinApprovals: 3}},
+		{"min_approvals anyone", "tool=a verdict=ask min_approvals=2", Rule{Tool: "a", Verdict: Ask, MinApprovals: 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,6 +61,10 @@ func TestParseRuleErrors(t *testing.T) {
 		{"bad four_eyes", "tool=a verdict=ask four_eyes=sure", "four_eyes: want true or false"},
 		{"bad approver", "tool=a verdict=ask approvers=ana", `approvers: bad id "ana"`},
 		{"bad id", "tool=a verdict=ask id=standing:x", "id: invalid id"},
+		{"min_approvals zero", "tool=a verdict=ask min_approvals=0", "min_approvals: want a whole number, 1 or more"},
+		{"min_approvals not a number", "tool=a verdict=ask min_approvals=two", "min_approvals: want a whole number"},
+		{"min_approvals beyond the named users", "tool=a verdict=ask approvers=U1,U2,U1 min_approvals=3", "names only 2 approver(s), all individual users"},
+		{"min_approvals on allow", "tool=a verdict=allow min_approvals=2", "only an ask waits for approvals"},
 		{"unterminated single", "tool=a verdict=ask when='args.x", "when: unterminated ' quote"},
 		{"unterminated double", `tool=a verdict=ask reason="oops`, `reason: unterminated " quote`},
 	}
@@ -81,6 +88,8 @@ func TestRuleStringRoundTrip(t *testing.T) {
 		{Tool: "b", Verdict: Deny, Reason: `it's "bad" \ really`},
 		{Tool: "c", Verdict: Ask, When: `args.s == 'x' && args.t == "y"`},
 		{Tool: "d", Verdict: Ask, TTL: 72 * time.Hour},
+		{Tool: "e", Verdict: Ask, Approvers: []string{"S1"}, MinApprovals: 2},
+		{Tool: "f", Verdict: Ask, RemindAfter: 30 * time.Minute},
 	}
 	for _, r := range rules {
 		s := r.String()

@@ -197,6 +197,8 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 			return RequesterCannotApproveText(), "not_approver"
 		}
 		return NotApproverText(c.Approvers), "not_approver"
+	case errors.Is(err, approvals.ErrAlreadyApproved):
+		return AlreadyApprovedText(len(c.Approvals), c.MinApprovals), "already_approved"
 	case errors.Is(err, approvals.ErrFingerprintMismatch):
 		return ChangedArgsText(), "fingerprint_mismatch"
 	case errors.Is(err, approvals.ErrExpired):

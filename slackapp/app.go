@@ -102,8 +102,9 @@ type Calls interface {
 // Upkeep expires due calls, recovers lost resumes and lists the
 // conversations a dead process left unanswered.
 type Upkeep interface {
-	// Expire expires the calls due now and returns the next deadline of a
-	// pending call (zero if none).
+	// Expire expires the calls due now, sends the reminders due (through
+	// the Reporter, which implements agent.Reminder), and returns the next
+	// deadline of a pending call or reminder (zero if none).
 	Expire(ctx context.Context, resume func(runID, conversation string)) (time.Time, error)
 	Sweep(ctx context.Context, resume func(runID, conversation string)) error
 	Unanswered(ctx context.Context, limit int) ([]string, error)

@@ -21,7 +21,7 @@ import (
 const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 	"• `/approvals pending`: calls waiting on a decision in this channel\n" +
 	"• `/approvals policy list`: the effective policy rules, with their layer (file or runtime) and what wins\n" +
-	"• `/approvals policy add tool=<glob> verdict=allow|ask|deny [when='<CEL>'] [approvers=U1,S2] [four_eyes=true] [ttl=2h] [reason=\"…\"] [id=name]` (admins)\n" +
+	"• `/approvals policy add tool=<glob> verdict=allow|ask|deny [when='<CEL>'] [approvers=U1,S2] [four_eyes=true] [min_approvals=2] [ttl=2h] [reason=\"…\"] [id=name]` (admins)\n" +
 	"• `/approvals policy remove <rule id>` (admins; rules added here only: the policy file changes by editing it)\n" +
 	"• `/approvals policy test <tool> <json arguments>`: the verdict and the rule that gives it; nothing runs\n" +
 	"• `/approvals rules list`: standing rules (\"Always allow here\") in this channel\n" +
@@ -361,6 +361,9 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	}
 	if v.FourEyes {
 		out += " (four eyes)"
+	}
+	if v.MinApprovals > 1 {
+		out += fmt.Sprintf("\nNeeds %d distinct approvers.", v.MinApprovals)
 	}
 	if err != nil {
 		out += "\n(The policy store could not be read: " + Escape(err.Error()) + ")"

@@ -98,6 +98,8 @@ type env struct {
 	cfg    slackapp.Config
 	// policy is the policy file the bot starts with; empty means e2ePolicy.
 	policy string
+	// reminderAfter is the agent's ReminderAfter (zero: no reminders).
+	reminderAfter time.Duration
 }
 
 func newEnv(t *testing.T, kind storeKind, opts ...fakeslack.Option) *env {
@@ -154,7 +156,7 @@ func (e *env) run(st fullStore) *bot {
 	app, err := slackapp.New(e.cfg, st, engine)
 	must(e.t, err)
 	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: e.model.URL(), APIKey: "k", Model: "m", Timeout: 20 * time.Second})
-	ag := agent.New(model, e.reg, engine, st, app.Reporter, agent.Config{Groups: app.Groups(), Audience: app.Audience(), LeaseTTL: 2 * time.Second, Logger: e.cfg.Logger})
+	ag := agent.New(model, e.reg, engine, st, app.Reporter, agent.Config{Groups: app.Groups(), Audience: app.Audience(), LeaseTTL: 2 * time.Second, Logger: e.cfg.Logger, ReminderAfter: e.reminderAfter})
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bot{st: st, app: app, cancel: cancel, done: make(chan error, 1)}
 	go func() { b.done <- app.Run(ctx, ag) }()

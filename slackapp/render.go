@@ -354,3 +354,45 @@ func ChangedArgsText() string {
 func DecisionFailedText() string {
 	return "I could not record your decision right now; the call is still pending. Please try again in a moment."
 }
+
+// AlreadyApprovedText is the ephemeral answer to a second approval by the
+// same person on a call that needs several approvers: it counts once.
+func AlreadyApprovedText(have, need int) string {
+	text := "You already approved this call; an approval counts once per person."
+	if need > 1 {
+		text += fmt.Sprintf(" It has %d of %d approvals and needs another approver.", have, need)
+	}
+	return text
+}
+
+// ReminderText reminds the approvers of a pending card that it still
+// waits: reminder n (1 after the remind-after time, 2 when a quarter of
+// its TTL is left) names those who may still approve (mentioned, so they
+// are notified) and when it expires.
+func ReminderText(c Card, n int) string {
+	var who []string
+	for _, id := range c.Approvers {
+		if !slices.Contains(c.Approvals, id) {
+			who = append(who, id)
+		}
+	}
+	list := approverList(who, ", ")
+	if len(c.Approvers) == 0 {
+		list = "anyone in this channel"
+	}
+	text := ":bell: Reminder: " + inlineCode(c.Tool) + " is still waiting for approval"
+	if n > 1 {
+		text = ":bell: Last reminder: " + inlineCode(c.Tool) + " is still waiting for approval"
+	}
+	if list != "" {
+		text += " from " + list
+	}
+	if c.MinApprovals > 1 {
+		text += fmt.Sprintf(" (%d of %d approvals)", len(c.Approvals), c.MinApprovals)
+	}
+	text += "."
+	if !c.ExpiresAt.IsZero() {
+		text += " It expires " + slackDate(c.ExpiresAt) + "; nothing runs without a decision."
+	}
+	return text
+}

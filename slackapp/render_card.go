@@ -3,6 +3,7 @@ package slackapp
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -87,6 +88,13 @@ type Card struct {
 	// Status is the card's state; the zero value renders as pending.
 	Status Status
 
+	// MinApprovals is how many distinct approvers the call needs (0 or 1:
+	// one); Approvals are the user ids counted so far, and ArgsEdited
+	// says the arguments shown are an edit that restarted the count.
+	MinApprovals int
+	Approvals    []string
+	ArgsEdited   bool
+
 	// The decision, for a card that is no longer pending.
 	Decision  approvals.Kind
 	Decider   string // Slack user id
@@ -120,8 +128,11 @@ const maxOutputSummary = 1500
 // here, Cancel; for an ask_human call Reply, Deny, Reject with reason,
 // Cancel). A card in any other state has no decision buttons and says who
 // decided what and when, or that it expired or was cancelled, followed by
-// the outcome. When the arguments do not fit in one section they are cut
-// and a read-only "View full arguments" button opens ArgsModal.
+// the outcome. A call that needs several approvers (MinApprovals > 1)
+// shows the count so far, stays pending with its buttons until the count
+// is met, and offers no Always allow. When the arguments do not fit in
+// one section they are cut and a read-only "View full arguments" button
+// opens ArgsModal.
 //
 // The result is within Block Kit limits for a message: at most 50 blocks,
 // section texts of at most 3000 characters and button values of at most
@@ -152,11 +163,13 @@ func CardBlocks(c Card) []slack.Block {
 		if !c.ExpiresAt.IsZero() {
 			blocks = append(blocks, contextBlock(":hourglass_flowing_sand: Expires "+slackDate(c.ExpiresAt)))
 		}
+		blocks = append(blocks, approvalsBlocks(c)...)
 		blocks = append(blocks, slack.NewActionBlock("", cardButtons(c)...))
 		return blocks
 	}
 
 	blocks = append(blocks, slack.NewDividerBlock(), section(statusText(c)))
+	blocks = append(blocks, approvalsBlocks(c)...)
 	if c.Status == StatusDecided && c.Decision == approvals.Edit && !c.Human {
 		text, _ := argsSection("*Edited arguments*", c.EditedArgs)
 		blocks = append(blocks, section(text))
@@ -318,12 +331,41 @@ func cardButtons(c Card) []slack.BlockElement {
 		reject,
 		button(ActionEdit, "Edit arguments", c.CallID),
 	}
-	if !c.FourEyes {
-		// A standing rule never relaxes a four-eyes rule, so the card does
-		// not offer one.
+	if !c.FourEyes && c.MinApprovals <= 1 {
+		// A standing rule never relaxes a four-eyes or two-person rule,
+		// so the card does not offer one.
 		buttons = append(buttons, remember, exact)
 	}
 	return append(buttons, cancel)
+}
+
+// approvalsBlocks shows the count of a call that needs several approvers
+// ("1 of 2 approvals: @a"), on a pending card and on one its approvals
+// decided; nothing for a call that needs one.
+func approvalsBlocks(c Card) []slack.Block {
+	if c.MinApprovals <= 1 || c.Human {
+		return nil
+	}
+	if !c.pending() && (c.Status != StatusDecided || !c.Decision.Runs()) {
+		return nil
+	}
+	return []slack.Block{contextBlock(approvalsText(c))}
+}
+
+// approvalsText is the count of approvals of a two-person (or more) call.
+func approvalsText(c Card) string {
+	text := fmt.Sprintf(":busts_in_silhouette: %d of %d approvals", len(c.Approvals), c.MinApprovals)
+	var who []string
+	for _, id := range c.Approvals {
+		who = append(who, userRef(id, "someone"))
+	}
+	if len(who) > 0 {
+		text += ": " + strings.Join(who, ", ")
+	}
+	if c.ArgsEdited && c.pending() {
+		text += " · the arguments were edited, so the count started again"
+	}
+	return text
 }
 
 // statusText says how a card that is no longer pending ended.

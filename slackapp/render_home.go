@@ -97,6 +97,9 @@ func inboxEntry(c Card) []slack.Block {
 	if c.FourEyes {
 		lines = append(lines, ":eyes: Four-eyes: the requester cannot approve this call.")
 	}
+	if c.MinApprovals > 1 && !c.Human {
+		lines = append(lines, approvalsText(c))
+	}
 	if !c.ExpiresAt.IsZero() {
 		lines = append(lines, "Expires "+slackDate(c.ExpiresAt))
 	}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -235,19 +236,51 @@ func goldenCards() map[string]Card {
 	hostile.Args = hostileArgs
 	hostile.Tool = "notify<!here>"
 
+	twoPerson := pendingCard()
+	twoPerson.FourEyes = false
+	twoPerson.MinApprovals, twoPerson.Approvals = 2, []string{"U0APPROVER1"}
+
+	twoApproved := decided(twoPerson, approvals.Approve)
+	twoApproved.Approvals = []string{"U0APPROVER1", "U0APPROVER2"}
+	twoApproved.Decider = "U0APPROVER2"
+	twoApproved.Outcome = "ran"
+
 	return map[string]Card{
-		"card_pending":   pendingCard(),
-		"card_huge_args": huge,
-		"card_ask_human": human,
-		"card_approved":  approved,
-		"card_rejected":  rejected,
-		"card_edited":    edited,
-		"card_remember":  remembered,
-		"card_denied":    denied,
-		"card_answered":  answered,
-		"card_expired":   expired,
-		"card_cancelled": cancelled,
-		"card_hostile":   hostile,
+		"card_two_person":          twoPerson,
+		"card_two_person_approved": twoApproved,
+		"card_pending":             pendingCard(),
+		"card_huge_args":           huge,
+		"card_ask_human":           human,
+		"card_approved":            approved,
+		"card_rejected":            rejected,
+		"card_edited":              edited,
+		"card_remember":            remembered,
+		"card_denied":              denied,
+		"card_answered":            answered,
+		"card_expired":             expired,
+		"card_cancelled":           cancelled,
+		"card_hostile":             hostile,
+	}
+}
+
+// TestTwoPersonCardOffersNoStandingRule checks that a call needing two
+// approvers keeps its decision buttons but offers no "Always allow": a
+// standing rule would let one person skip the second approval.
+func TestTwoPersonCardOffersNoStandingRule(t *testing.T) {
+	c := goldenCards()["card_two_person"]
+	ids := actionIDs(CardBlocks(c))
+	for _, want := range []string{ActionApprove, ActionDeny, ActionReject, ActionEdit} {
+		if !slices.Contains(ids, want) {
+			t.Errorf("two-person card actions %v, want %s kept until the count is met", ids, want)
+		}
+	}
+	for _, no := range []string{ActionRemember, ActionRememberExact} {
+		if slices.Contains(ids, no) {
+			t.Errorf("two-person card actions %v include %s, want none", ids, no)
+		}
+	}
+	if got := approvalsText(c); !strings.Contains(got, "1 of 2 approvals: <@U0APPROVER1>") {
+		t.Errorf("approvalsText = %q, want it to say 1 of 2 approvals: <@U0APPROVER1>", got)
 	}
 }
 
@@ -566,5 +599,23 @@ func TestCardLongQuestionKeepsCodeClosed(t *testing.T) {
 		if !strings.HasSuffix(s.Text.Text, questionCutNote) {
 			t.Errorf("cut question does not end with %q", questionCutNote)
 		}
+	}
+}
+
+// A reminder mentions the approvers who have not approved yet, and never
+// lets the tool name ping anyone.
+func TestReminderText(t *testing.T) {
+	c := goldenCards()["card_two_person"]
+	c.Approvers = []string{"U0APPROVER1", "U0APPROVER2"}
+	c.Tool = "deploy<!channel>"
+	got := ReminderText(c, 1)
+	if !strings.Contains(got, "<@U0APPROVER2>") || strings.Contains(got, "<@U0APPROVER1>") {
+		t.Errorf("ReminderText = %q, want it to mention U0APPROVER2 only (U0APPROVER1 approved)", got)
+	}
+	if strings.Contains(got, "<!channel>") || !strings.Contains(got, "1 of 2 approvals") {
+		t.Errorf("ReminderText = %q, want the count and no broadcast", got)
+	}
+	if last := ReminderText(c, 2); !strings.HasPrefix(last, ":bell: Last reminder") {
+		t.Errorf("second ReminderText = %q, want it to say Last reminder", last)
 	}
 }

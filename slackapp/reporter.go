@@ -166,11 +166,27 @@ func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) 
 	r.mu.Unlock()
 	for _, c := range calls {
 		r.app.expiry.at(c.ExpiresAt)
+		if len(c.RemindAt) > 0 {
+			r.app.expiry.at(c.RemindAt[0])
+		}
 	}
 	for _, c := range calls {
 		r.app.postCard(ctx, r.channel, r.thread, c)
 	}
 }
+
+// Remind posts a reminder in the thread, mentioning the approvers who
+// have not approved yet, and in the places the card's copies went for
+// approvers who cannot see the conversation.
+func (r *threadReporter) Remind(ctx context.Context, c agent.PendingCall, n int) {
+	text := ReminderText(cardOf(c, nil), n)
+	r.app.post(ctx, r.channel, r.thread, text)
+	for _, target := range r.app.copyTargets(ctx, r.channel, c.Requester, c.Approvers) {
+		r.app.post(ctx, target, "", text)
+	}
+}
+
+var _ agent.Reminder = (*threadReporter)(nil)
 
 // Updated updates every copy of the call's card in place, on the card's
 // own queue: the decision or turn that reported it goes on without
@@ -441,7 +457,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 			a.m.error("slack_update")
 		}
 	}
-	if u.Phase != agent.PhaseDecided || u.Call.Status != agent.CallDecided {
+	if u.Phase != agent.PhaseCounted && (u.Phase != agent.PhaseDecided || u.Call.Status != agent.CallDecided) {
 		// Final: nothing will change the card again.
 		if err := a.st.DeleteRecord(ctx, cardKind(u.Call.ID), cardRefsID); err != nil && !errors.Is(err, store.ErrNotFound) {
 			a.log.Warn("forget card", "call", u.Call.ID, "err", err)
@@ -486,6 +502,7 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 		CallID: token(c.ID, c.Fingerprint), Tool: c.Tool, Args: c.Args, Requester: c.Requester, Requesters: c.Requesters,
 		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
 		RequestedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Human: pc.Human,
+		MinApprovals: c.MinApprovals, Approvals: c.Approvals, ArgsEdited: c.Edited,
 	}
 	if pc.Human {
 		var q struct {

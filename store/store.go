@@ -21,6 +21,9 @@ var (
 	ErrFingerprintMismatch = errors.New("fingerprint mismatch")
 	ErrRunExists           = errors.New("run already exists")
 	ErrConflict            = errors.New("version conflict")
+	// ErrDuplicateApproval: Approve found the approver's approval of these
+	// arguments already counted.
+	ErrDuplicateApproval = errors.New("approval already counted")
 )
 
 // Status is the state of one paused call.
@@ -79,6 +82,33 @@ type Call struct {
 	// Result is what the tool returned, as saved by SaveResult (opaque to
 	// the store); empty while it runs or if the runner died.
 	Result json.RawMessage `json:"result,omitempty"`
+	// MinApprovals is how many distinct approvers the call needs (0 or 1:
+	// one, decided by Decide); set at CreateRun.
+	MinApprovals int `json:"min_approvals,omitempty"`
+	// Approvals are the approvals counted by Approve toward MinApprovals,
+	// all of the arguments with the current Fingerprint, in order.
+	Approvals []Approval `json:"approvals,omitempty"`
+	// Edit is the edit that restarted the count (set by Approve): the
+	// pending arguments are Edit.Args, and Fingerprint is theirs; Args
+	// stays what the model asked for.
+	Edit *Decision `json:"edit,omitempty"`
+	// RemindAfter is how long after CreatedAt the approvers are reminded
+	// (zero: never); opaque to the store.
+	RemindAfter time.Duration `json:"remind_after,omitempty"`
+}
+
+// Approval is one approver's approval counted toward a call's
+// MinApprovals.
+type Approval struct {
+	Approver string    `json:"approver"`
+	At       time.Time `json:"at"`
+}
+
+// Proposal is an edit handed to Approve: arguments that replace the pending
+// ones, with their fingerprint, as Decision records them.
+type Proposal struct {
+	Fingerprint string
+	Edit        Decision
 }
 
 // Run is a paused step of a conversation: the agent's whole state (opaque to

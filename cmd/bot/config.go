@@ -35,6 +35,7 @@ type config struct {
 	ConfigFile       string        `envconfig:"CONFIG_FILE" desc:"YAML file with mcp_servers, builtin_tools and policy; empty: no tools, every call asks"`
 	AdminUsers       []string      `envconfig:"ADMIN_USERS" desc:"comma-separated Slack user ids who may change the policy (workspace admins and owners always may)"`
 	ApprovalTTL      time.Duration `envconfig:"APPROVAL_TTL" default:"72h" desc:"how long a pending approval waits when its rule sets no ttl"`
+	ReminderAfter    time.Duration `envconfig:"REMINDER_AFTER" default:"1h" desc:"how long a pending approval waits before its approvers are reminded (again when a quarter of its TTL is left); 0 turns reminders off"`
 	RememberTTL      time.Duration `envconfig:"REMEMBER_TTL" default:"720h" desc:"how long an \"Always allow here\" rule lasts; 0 keeps it until revoked"`
 	AuditRetention   time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h" desc:"how long audit entries are kept (2160h is 90 days); each entry is also logged as msg=audit"`
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of /healthz, /readyz and /metrics"`
@@ -183,6 +184,9 @@ func (c *config) validate() error {
 	}
 	if c.ApprovalsChannel != "" && !isChannelID(c.ApprovalsChannel) {
 		return fmt.Errorf("APPROVALS_CHANNEL: %q is not a channel id (C… or G…; it is shown at the bottom of the channel's details, not its #name)", c.ApprovalsChannel)
+	}
+	if c.ReminderAfter < 0 {
+		return fmt.Errorf("REMINDER_AFTER: %s is negative; 0 turns reminders off", c.ReminderAfter)
 	}
 	if c.RememberTTL < 0 {
 		return fmt.Errorf("REMEMBER_TTL: %s is negative", c.RememberTTL)

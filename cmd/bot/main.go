@@ -150,6 +150,7 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 			ToolTimeout:   cfg.ToolTimeout,
 			ApprovalTTL:   cfg.ApprovalTTL,
 			RememberTTL:   cfg.RememberTTL,
+			ReminderAfter: cfg.ReminderAfter,
 			Tracer:        tracer,
 			LeaseTTL:      cfg.LeaseTTL,
 		},

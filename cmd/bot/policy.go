@@ -274,6 +274,9 @@ func printVerdict(w io.Writer, v approvals.Verdict) {
 		if v.FourEyes {
 			approvers += " (four eyes: not the requester)"
 		}
+		if v.MinApprovals > 1 {
+			approvers += fmt.Sprintf(" (%d of them must approve)", v.MinApprovals)
+		}
 		fmt.Fprintf(w, "approvers: %s\n", approvers)
 	}
 	if v.RuleID == approvals.RuleAnnotations {

@@ -96,6 +96,11 @@ func (s *countedStore) Decide(ctx context.Context, callID, fingerprint string, d
 	return s.st.Decide(ctx, callID, fingerprint, d)
 }
 
+func (s *countedStore) Approve(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error) {
+	s.count("Approve")
+	return s.st.Approve(ctx, callID, fingerprint, ap, edit, need, d)
+}
+
 func (s *countedStore) ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
 	s.count("ClaimResume")
 	return s.st.ClaimResume(ctx, runID, owner, lease)

@@ -443,6 +443,76 @@ func (s *Store) GetCall(ctx context.Context, callID string) (store.Call, error) 
 	return c, nil
 }
 
+// Approve is one transaction: see storetest.Store for the contract. A
+// zero a.At or d.At is set to now.
+func (s *Store) Approve(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Call{}, false, err
+	}
+	now := time.Now()
+	if a.At.IsZero() {
+		a.At = now
+	}
+	if d.At.IsZero() {
+		d.At = now
+	}
+	var c store.Call
+	var complete bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+		if err != nil {
+			return err
+		}
+		var rec runRecord
+		if ok {
+			ok, err = get(tx.Bucket(bucketRuns), c.RunID, &rec)
+			if err != nil {
+				return err
+			}
+		}
+		if !ok {
+			c = store.Call{}
+			return store.ErrNotFound
+		}
+		switch {
+		case c.Status != store.Pending:
+			return store.ErrAlreadyDecided
+		case fingerprint != c.Fingerprint:
+			return store.ErrFingerprintMismatch
+		case !a.At.Before(c.ExpiresAt):
+			return store.ErrExpired
+		}
+		if edit != nil {
+			e := edit.Edit
+			c.Edit, c.Fingerprint, c.Approvals = &e, edit.Fingerprint, []store.Approval{a}
+		} else {
+			for _, got := range c.Approvals {
+				if got.Approver == a.Approver {
+					return store.ErrDuplicateApproval
+				}
+			}
+			c.Approvals = append(c.Approvals, a)
+		}
+		if len(c.Approvals) >= need {
+			c.Status = newrun.Outcome(d.Kind)
+			c.Decision = &d
+			if err := tx.Bucket(bucketPending).Delete([]byte(callID)); err != nil {
+				return err
+			}
+			rec.Pending--
+			complete = rec.Pending == 0
+			if err := put(tx.Bucket(bucketRuns), c.RunID, rec); err != nil {
+				return err
+			}
+		}
+		return put(tx.Bucket(bucketCalls), callID, c)
+	})
+	if err != nil {
+		return c, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	return c, complete, nil
+}
+
 // Decide is one transaction: see storetest.Store for the contract. A zero
 // d.At is set to now.
 func (s *Store) Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error) {

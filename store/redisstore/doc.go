@@ -7,7 +7,7 @@
 //
 // Every key of a run lives under the hash tag {runID} and every key of a
 // conversation under {conv:key}, so the scripts that must be atomic touch
-// one hash slot and run on Redis Cluster. Decide, ClaimResume and
+// one hash slot and run on Redis Cluster. Decide, Approve, ClaimResume and
 // BeginExecution are each one Lua script, that is one round trip. CreateRun
 // writes the run and its calls in one script, then the indexes in one
 // pipeline.

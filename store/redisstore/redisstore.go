@@ -276,7 +276,7 @@ func expireAtLeast(ctx context.Context, p redis.Pipeliner, key string, t time.Ti
 
 // callFields are the fields of a call hash that make up a store.Call, in
 // the order decodeCall reads them.
-var callFields = []string{"call", "status", "decision", "executing", "result"}
+var callFields = []string{"call", "status", "decision", "executing", "result", "approvals", "edit", "fp"}
 
 // decodeCall builds a call from the values of callFields; ok is false if
 // the call does not exist.
@@ -304,6 +304,20 @@ func decodeCall(vals []any) (c store.Call, ok bool, err error) {
 	c.Executing = str(3) == "1"
 	if r := str(4); r != "" {
 		c.Result = json.RawMessage(r)
+	}
+	if a := str(5); a != "" {
+		if err := json.Unmarshal([]byte(a), &c.Approvals); err != nil {
+			return store.Call{}, false, fmt.Errorf("decode approvals of call %s: %w", c.ID, err)
+		}
+	}
+	if e := str(6); e != "" {
+		c.Edit = new(store.Decision)
+		if err := json.Unmarshal([]byte(e), c.Edit); err != nil {
+			return store.Call{}, false, fmt.Errorf("decode edit of call %s: %w", c.ID, err)
+		}
+	}
+	if fp := str(7); fp != "" {
+		c.Fingerprint = fp // an edit replaces the one the call was created with
 	}
 	return c, true, nil
 }
@@ -415,6 +429,71 @@ func (s *Store) GetCall(ctx context.Context, callID string) (store.Call, error) 
 		return store.Call{}, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
 	}
 	return c, nil
+}
+
+// Approve is one Lua script, like Decide: see storetest.Store for the
+// contract. A zero a.At or d.At is set to now.
+func (s *Store) Approve(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error) {
+	if store.RunOf(callID) == "" {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, store.ErrNotFound)
+	}
+	now := time.Now()
+	if a.At.IsZero() {
+		a.At = now
+	}
+	if d.At.IsZero() {
+		d.At = now
+	}
+	aj, err := store.EncodeJSON(a)
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	dj, err := store.EncodeJSON(d)
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	var ej, efp string
+	if edit != nil {
+		b, err := store.EncodeJSON(edit.Edit)
+		if err != nil {
+			return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+		}
+		ej, efp = string(b), edit.Fingerprint
+	}
+	keys := []string{s.callKey(callID), s.runKey(store.RunOf(callID))}
+	res, err := approve.Run(ctx, s.c, keys, fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
+		dj, string(newrun.Outcome(d.Kind)), ej, efp).Slice()
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	code, _ := res[0].(string)
+	if code == "notfound" {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, store.ErrNotFound)
+	}
+	if len(res) < 3 {
+		return store.Call{}, false, fmt.Errorf("approve call %s: unexpected script reply %v", callID, res)
+	}
+	left, _ := res[1].(int64)
+	c, _, err := decodeCall(res[2:])
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	switch code {
+	case "ok":
+		return c, left == 0, nil
+	case "counted":
+		return c, false, nil
+	case "duplicate":
+		return c, false, fmt.Errorf("approve call %s: %w", callID, store.ErrDuplicateApproval)
+	case "decided":
+		return c, false, fmt.Errorf("approve call %s: %w", callID, store.ErrAlreadyDecided)
+	case "mismatch":
+		return c, false, fmt.Errorf("approve call %s: %w", callID, store.ErrFingerprintMismatch)
+	case "expired":
+		return c, false, fmt.Errorf("approve call %s: %w", callID, store.ErrExpired)
+	default:
+		return store.Call{}, false, fmt.Errorf("approve call %s: unexpected script reply %q", callID, code)
+	}
 }
 
 // Decide is one Lua script, so one round trip: see storetest.Store for

@@ -26,15 +26,15 @@ return 1
 // decide moves a call from pending to a final status.
 // KEYS: call, run
 // ARGV: fingerprint, kind, at, decision JSON, new status
-// Returns {code, pending calls left, call, status, decision, executing}
+// Returns {code, pending calls left, the call's callFields}
 // where code is ok, notfound, decided, mismatch, expired or early.
 var decide = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return {'notfound'}
 end
 local function reply(code, left)
-  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing')
-  return {code, left, f[1], f[2], f[3], f[4]}
+  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp')
+  return {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]}
 end
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
 local kind = ARGV[2]
@@ -49,6 +49,46 @@ elseif kind ~= 'cancel' and at >= exp then
   return reply('expired', -1)
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[5], 'decision', ARGV[4])
+local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
+return reply('ok', left)
+`)
+
+// approve counts one approval of a call that needs several, and decides
+// it once enough are counted. The approvals field is a JSON array of
+// approvals; edit and fp hold an edit that restarted the count.
+// KEYS: call, run
+// ARGV: fingerprint, at, approver, approval JSON, need, decision JSON,
+// new status, edit JSON (empty for none), edit fingerprint
+// Returns {code, pending calls left, the call's callFields} where code is
+// ok, counted, duplicate, notfound, decided, mismatch or expired.
+var approve = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
+  return {'notfound'}
+end
+local function reply(code, left)
+  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp')
+  return {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]}
+end
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
+if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return reply('mismatch', -1) end
+if tonumber(ARGV[2]) >= tonumber(redis.call('HGET', KEYS[1], 'exp')) then return reply('expired', -1) end
+local list = '[' .. ARGV[4] .. ']'
+local n = 1
+if ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[1], 'edit', ARGV[8], 'fp', ARGV[9])
+else
+  local cur = redis.call('HGET', KEYS[1], 'approvals')
+  if cur then
+    for _, a in ipairs(cjson.decode(cur)) do
+      if a.approver == ARGV[3] then return reply('duplicate', -1) end
+      n = n + 1
+    end
+    list = string.sub(cur, 1, -2) .. ',' .. ARGV[4] .. ']'
+  end
+end
+redis.call('HSET', KEYS[1], 'approvals', list)
+if n < tonumber(ARGV[5]) then return reply('counted', -1) end
+redis.call('HSET', KEYS[1], 'status', ARGV[7], 'decision', ARGV[6])
 local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
 return reply('ok', left)
 `)

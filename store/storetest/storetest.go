@@ -46,6 +46,20 @@ type Store interface {
 	// On a refusal other than ErrNotFound the returned Call is the stored,
 	// unchanged one; a refusal changes nothing.
 	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (c store.Call, complete bool, err error)
+	// Approve counts one approval of a call that needs several (a
+	// two-person rule), atomically like Decide: it is refused as Decide
+	// refuses (ErrNotFound, ErrAlreadyDecided, ErrFingerprintMismatch
+	// against the current Fingerprint, ErrExpired when a.At is at or after
+	// ExpiresAt), and with ErrDuplicateApproval when a.Approver is already
+	// among the Approvals (nothing changes; the returned Call is the
+	// stored one). With edit set, the pending arguments are replaced
+	// (Call.Edit = edit.Edit, Fingerprint = edit.Fingerprint) and the
+	// count restarts with a alone. Otherwise a is appended to Approvals.
+	// Once Approvals holds need approvals the call is decided with d
+	// exactly as Decide would (complete as there); before that it stays
+	// Pending and complete is false. Of concurrent approvals each approver
+	// is counted once and exactly one of those reaching need decides.
+	Approve(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision) (c store.Call, complete bool, err error)
 	// ClaimResume claims the single resume of a run whose calls are all
 	// decided. It returns true to exactly one caller while the claim (held
 	// for lease) is live; a claim whose lease ran out without FinishRun can

@@ -1,0 +1,112 @@
+package slackapp_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
+)
+
+// claimCounter counts the reminder claims the replicas make.
+type claimCounter struct {
+	fullStore
+	claims atomic.Int64
+}
+
+func (c *claimCounter) SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error) {
+	if strings.HasPrefix(id, "remind:") {
+		c.claims.Add(1)
+	}
+	return c.fullStore.SeenEvent(ctx, id, ttl)
+}
+
+// WatchLease keeps the wrapped store's lease announcements.
+func (c *claimCounter) WatchLease(ctx context.Context, key string) (store.LeaseWatch, error) {
+	return c.fullStore.(agent.LeaseWatcher).WatchLease(ctx, key)
+}
+
+// Two replicas on one Redis both sweep for due reminders; the approvers
+// get the reminder once, in the thread, mentioning them.
+func TestReminderSentOnceByTwoReplicas(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		if kind.name == "bolt" {
+			continue // the embedded store serves one process
+		}
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.reminderAfter = 300 * time.Millisecond
+			e.cfg.SweepInterval = 20 * time.Millisecond // both replicas look often
+			st := &claimCounter{fullStore: e.open()}
+			bots := []*bot{e.run(st), e.run(st)}
+			t.Cleanup(func() {
+				for _, b := range bots {
+					b.cancel()
+					if err := <-b.done; err != nil {
+						t.Errorf("replica stopped with %v", err)
+					}
+				}
+			})
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed api 1."))
+			ts := e.slack.Mention(channel, requester, "deploy api 1")
+			card := e.card(ts, "deploy")
+			reminder := e.answer(ts, "Reminder:")
+			text := reminder.Text + blocksText(reminder)
+			for _, who := range []string{approver, other} {
+				if !strings.Contains(text, "<@"+who+">") {
+					t.Errorf("reminder %q does not mention %s", text, who)
+				}
+			}
+			// Both replicas go on trying to claim the reminder before the
+			// call is decided; none of those claims may send another.
+			waitUntil(t, "more claims of the reminder", func() bool { return st.claims.Load() >= 6 })
+			_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed api 1.")
+			n := 0
+			for _, m := range e.slack.Thread(channel, ts) {
+				if m.BotID != "" && strings.Contains(m.Text+blocksText(m), "Reminder:") {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d reminders in the thread, want 1:\n%s", n, dumpThread(e.slack.Thread(channel, ts)))
+			}
+		})
+	}
+}
+
+// Approvers who cannot see a private conversation get their reminder by
+// DM, as they got the card.
+func TestReminderReachesBlindApproversByDM(t *testing.T) {
+	const private = "CPRIVATE01"
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.reminderAfter = 200 * time.Millisecond
+			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)), fakeopenai.Text("Deployed vault 14."))
+			ts := e.slack.Mention(private, requester, "deploy vault 14")
+			e.cardIn(private, ts, "deploy")
+			e.answerIn(private, ts, "Reminder:")
+			for _, u := range []string{approver, other} {
+				m, err := e.slack.WaitMessage(e.slack.DMChannel(u), func(m fakeslack.Message) bool {
+					return strings.Contains(m.Text+blocksText(m), "Reminder:")
+				}, 10*time.Second)
+				if err != nil {
+					t.Fatalf("%s got no reminder by DM: %v", u, err)
+				}
+				if !strings.Contains(m.Text+blocksText(m), "<@"+u+">") {
+					t.Errorf("the DM reminder to %s does not name them: %q", u, m.Text)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,157 @@
+package slackapp_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// twoPersonPolicy makes deploys need two of the three named approvers;
+// the requester is not one of them.
+const twoPersonPolicy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      reason: Deploys need two people.
+      approvers: [UAPPROVER1, UOTHER0001, USTRANGER1]
+      four_eyes: true
+      min_approvals: 2
+`
+
+// startTwoPerson starts a bot under twoPersonPolicy with one deploy asked
+// for in a new thread, and returns the thread and the card's ts.
+func startTwoPerson(t *testing.T, kind storeKind, after string) (*env, string, string) {
+	e := newEnv(t, kind)
+	e.policy = twoPersonPolicy
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text(after))
+	ts := e.slack.Mention(channel, requester, "deploy api 1")
+	return e, ts, e.card(ts, "deploy").TS
+}
+
+// waitCount waits until the card in thread says text (its approvals count)
+// and still has its Approve button.
+func (e *env) waitCount(thread, text string) {
+	e.t.Helper()
+	waitUntil(e.t, "the card to say "+text, func() bool {
+		for _, m := range e.cards(channel, thread) {
+			if strings.Contains(blocksText(m), text) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestTwoApprovalsNeeded(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e, ts, card := startTwoPerson(t, kind, "Deployed api 1.")
+			_, err := e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			e.waitCount(ts, "1 of 2 approvals: <@"+approver+">")
+			if n := e.deploy.Load(); n != 0 {
+				t.Fatalf("deploy ran %d times after one of two approvals, want 0", n)
+			}
+			// The second approver's App Home shows the count too.
+			e.slack.OpenHome(other)
+			waitUntil(t, "the Home tab shows the count", func() bool {
+				home, ok := e.slack.HomeView(other)
+				return ok && strings.Contains(viewText(home), "1 of 2 approvals: <@"+approver+">")
+			})
+			// The same person again counts once, and is told so privately.
+			_, err = e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			e.ephemeral(approver, "already approved")
+			e.restart() // the count is stored with the call
+			if n := e.deploy.Load(); n != 0 {
+				t.Fatalf("deploy ran %d times after the same approver clicked twice, want 0", n)
+			}
+			_, err = e.slack.Click(other, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed api 1.")
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times after two approvals, want 1", n)
+			}
+			e.waitIn(channel, ts, "the decided card with both approvals", func(m fakeslack.Message) bool {
+				text := blocksText(m)
+				return strings.Contains(text, "2 of 2 approvals: <@"+approver+">, <@"+other+">") && !isCard(m)
+			})
+		})
+	}
+}
+
+func TestTwoApproversClickAtOnce(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e, ts, card := startTwoPerson(t, kind, "Deployed api 1.")
+			// Both approvers press Approve on the same version of the card,
+			// and each click is delivered twice.
+			_, err := e.slack.ClickMany([]string{approver, other, approver, other}, channel, card, slackapp.ActionApprove)
+			must(t, err)
+			e.answer(ts, "Deployed api 1.")
+			e.waitIn(channel, ts, "the decided card", func(m fakeslack.Message) bool {
+				return strings.Contains(blocksText(m), "2 of 2 approvals") && !isCard(m)
+			})
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times after two approvers clicked at once, want 1", n)
+			}
+		})
+	}
+}
+
+func TestDenyAfterOneApproval(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e, ts, card := startTwoPerson(t, kind, "Understood, not deploying.")
+			_, err := e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			e.waitCount(ts, "1 of 2 approvals")
+			_, err = e.slack.Click(other, channel, card, slackapp.ActionDeny, "")
+			must(t, err)
+			e.answer(ts, "Understood, not deploying.")
+			e.answer(ts, "Denied by <@"+other+">")
+			if n := e.deploy.Load(); n != 0 {
+				t.Errorf("deploy ran %d times after a Deny, want 0", n)
+			}
+		})
+	}
+}
+
+func TestEditRestartsTheCount(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e, ts, card := startTwoPerson(t, kind, "Deployed the edited version.")
+			_, err := e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			e.waitCount(ts, "1 of 2 approvals: <@"+approver+">")
+			// Another approver edits: the approval above was of other
+			// arguments, so the count starts again with the editor.
+			_, err = e.slack.Click(other, channel, card, slackapp.ActionEdit, "")
+			must(t, err)
+			view := e.modal(other, slackapp.CallbackEdit)
+			const edited = `{"service":"api","version":"1.0.1"}`
+			_, err = e.slack.SubmitView(other, view.ID, map[string]map[string]string{slackapp.BlockEditArgs: {slackapp.ActionEditArgs: edited}}, "")
+			must(t, err)
+			e.waitCount(ts, "1 of 2 approvals: <@"+other+"> · the arguments were edited")
+			if text := blocksText(e.card(ts, "deploy")); !strings.Contains(text, "1.0.1") {
+				t.Errorf("the live card does not show the edited arguments: %s", text)
+			}
+			if n := e.deploy.Load(); n != 0 {
+				t.Fatalf("deploy ran %d times after an edit restarted the count, want 0", n)
+			}
+			_, err = e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed the edited version.")
+			if args := e.deployArgs(); len(args) != 1 || args[0] != edited {
+				t.Errorf("deploy ran with %q, want once with the edited %s", args, edited)
+			}
+		})
+	}
+}
