@@ -84,6 +84,8 @@ func (a *App) onClick(ctx context.Context, c click) {
 		a.cancelClick(ctx, c)
 	case ActionRevokeRule:
 		a.revokeFromHome(ctx, c)
+	case ActionWhy:
+		a.whyClick(ctx, c)
 	case ActionReject, ActionEdit, ActionRespond, ActionViewArgs:
 		// A trigger id is good for 3 s: open the modal now.
 		a.openModal(ctx, c)

@@ -109,6 +109,11 @@ type Upkeep interface {
 	Unanswered(ctx context.Context, limit int) ([]string, error)
 }
 
+// Explainer asks the model why it wants a pending call (the Why? button).
+type Explainer interface {
+	Explain(ctx context.Context, callID, asker string) (string, error)
+}
+
 // Agent is everything the app needs of the agent; *agent.Agent implements
 // it.
 type Agent interface {
@@ -116,6 +121,7 @@ type Agent interface {
 	Decisions
 	Calls
 	Upkeep
+	Explainer
 }
 
 var _ Agent = (*agent.Agent)(nil)
@@ -164,8 +170,10 @@ type App struct {
 	// posting holds a channel per card being posted by this process,
 	// closed once its copies are posted and recorded.
 	posting map[string]chan struct{}
-	admins  map[string]bool
-	expiry  expiryClock
+	// explaining holds the calls whose Why? this process is answering.
+	explaining map[string]bool
+	admins     map[string]bool
+	expiry     expiryClock
 }
 
 // New returns an App. It does not connect: Run does. Reporter, Groups and
@@ -212,7 +220,7 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	a := &App{
 		cfg: cfg, api: api, st: st, policy: policy, log: cfg.Logger, m: cfg.Metrics,
 		quiet: make(chan struct{}, 1), slots: semaphore.NewWeighted(int64(cfg.MaxTurns)),
-		queues: map[string]*queue{}, posting: map[string]chan struct{}{}, admins: map[string]bool{},
+		queues: map[string]*queue{}, posting: map[string]chan struct{}{}, explaining: map[string]bool{}, admins: map[string]bool{},
 		expiry: expiryClock{wake: make(chan struct{}, 1)},
 	}
 	for _, u := range cfg.AdminUsers {

@@ -43,6 +43,10 @@ const (
 	// ActionViewArgs opens ArgsModal with a call's full arguments. It is
 	// read-only and stays on a card after the decision.
 	ActionViewArgs = "view_args"
+	// ActionWhy asks the model to explain a pending call in its thread
+	// ("Why?"); nothing is decided and nothing runs. Anyone who may see
+	// the call may click it.
+	ActionWhy = "why"
 )
 
 // Callback ids of the modals this package renders. Each modal's

@@ -117,8 +117,8 @@ const maxOutputSummary = 1500
 
 // CardBlocks renders an approval card. A pending card has the decision
 // buttons (Approve, Deny, Reject with reason, Edit arguments, Always allow
-// here, Cancel; for an ask_human call Reply, Deny, Reject with reason,
-// Cancel). A card in any other state has no decision buttons and says who
+// here, Why?, Cancel; for an ask_human call Reply, Deny, Reject with
+// reason, Why?, Cancel). A card in any other state has no decision buttons and says who
 // decided what and when, or that it expired or was cancelled, followed by
 // the outcome. When the arguments do not fit in one section they are cut
 // and a read-only "View full arguments" button opens ArgsModal.
@@ -291,11 +291,12 @@ func cardButtons(c Card) []slack.BlockElement {
 		).WithStyle(slack.StyleDanger))
 	reject := button(ActionReject, "Reject with reason", c.CallID)
 	cancel := button(ActionCancel, "Cancel request", c.CallID)
+	why := button(ActionWhy, "Why?", c.CallID)
 
 	if c.Human {
 		return []slack.BlockElement{
 			button(ActionRespond, "Reply", c.CallID).WithStyle(slack.StylePrimary),
-			deny, reject, cancel,
+			deny, reject, why, cancel,
 		}
 	}
 	remember := button(ActionRemember, "Always allow here", c.CallID).
@@ -323,7 +324,7 @@ func cardButtons(c Card) []slack.BlockElement {
 		// not offer one.
 		buttons = append(buttons, remember, exact)
 	}
-	return append(buttons, cancel)
+	return append(buttons, why, cancel)
 }
 
 // statusText says how a card that is no longer pending ended.

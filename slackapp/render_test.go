@@ -311,10 +311,10 @@ func TestCardButtons(t *testing.T) {
 		want []string
 	}{
 		// Four-eyes cards: no "Always allow here", which could never apply.
-		{"card_pending", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionCancel}},
-		{"card_huge_args", []string{ActionViewArgs, ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionCancel}},
-		{"card_open", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionRememberExact, ActionCancel}},
-		{"card_ask_human", []string{ActionRespond, ActionDeny, ActionReject, ActionCancel}},
+		{"card_pending", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionWhy, ActionCancel}},
+		{"card_huge_args", []string{ActionViewArgs, ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionWhy, ActionCancel}},
+		{"card_open", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionRememberExact, ActionWhy, ActionCancel}},
+		{"card_ask_human", []string{ActionRespond, ActionDeny, ActionReject, ActionWhy, ActionCancel}},
 		{"card_approved", nil},
 		{"card_rejected", nil},
 		{"card_edited", nil},
@@ -565,6 +565,22 @@ func TestCardLongQuestionKeepsCodeClosed(t *testing.T) {
 		}
 		if !strings.HasSuffix(s.Text.Text, questionCutNote) {
 			t.Errorf("cut question does not end with %q", questionCutNote)
+		}
+	}
+}
+
+// The explanation of a pending call is marked as one, and the model's text
+// can mention no one nor hide a link.
+func TestGoldenExplanation(t *testing.T) {
+	blocks := ExplanationBlocks("deploy", "UAPPROVER1", "It deploys **api** 5 <!channel> [docs](https://evil.example) <@U123>.")
+	checkGolden(t, "explanation", blocks)
+	raw, err := json.Marshal(blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"<!channel>", "<@U123>", "|docs"} {
+		if strings.Contains(string(raw), bad) {
+			t.Errorf("the explanation blocks contain %q: %s", bad, raw)
 		}
 	}
 }
