@@ -727,6 +727,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 			RuleID: q.verdict.RuleID, Reason: q.verdict.Reason, Approvers: q.verdict.Approvers, FourEyes: q.verdict.FourEyes,
 			CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
 		}
+		c.Preview, c.PreviewError = a.preview(ctx, q.tool, q.canonical)
 		slots[q.slot].CallID = c.ID
 		calls[k] = c
 		run.CallIDs = append(run.CallIDs, c.ID)

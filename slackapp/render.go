@@ -47,6 +47,9 @@ const (
 	// ("Why?"); nothing is decided and nothing runs. Anyone who may see
 	// the call may click it.
 	ActionWhy = "why"
+	// ActionViewPreview opens PreviewModal with a call's whole effect
+	// preview. It is read-only.
+	ActionViewPreview = "view_preview"
 )
 
 // Callback ids of the modals this package renders. Each modal's
@@ -60,6 +63,9 @@ const (
 	CallbackRespond = "respond_modal"
 	// CallbackViewArgs identifies ArgsModal, which has nothing to submit.
 	CallbackViewArgs = "args_modal"
+	// CallbackViewPreview identifies PreviewModal, which has nothing to
+	// submit.
+	CallbackViewPreview = "preview_modal"
 )
 
 // Block and action ids of modal inputs. Submitted values are found in

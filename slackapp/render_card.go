@@ -102,6 +102,12 @@ type Card struct {
 	// output. Both are optional.
 	Outcome       string
 	OutputSummary string
+
+	// Preview is what the tool said the call would do (a diff, the request
+	// to be sent), shown on a pending card; PreviewError why it could not
+	// say. Both are tool output, escaped where shown.
+	Preview      string
+	PreviewError string
 }
 
 // pending reports whether c still waits for a decision.
@@ -149,6 +155,9 @@ func CardBlocks(c Card) []slack.Block {
 	}
 
 	if c.pending() {
+		if b := previewBlock(c); b != nil {
+			blocks = append(blocks, b)
+		}
 		if !c.ExpiresAt.IsZero() {
 			blocks = append(blocks, contextBlock(":hourglass_flowing_sand: Expires "+slackDate(c.ExpiresAt)))
 		}
@@ -277,6 +286,34 @@ func argsSection(title string, args json.RawMessage) (string, bool) {
 	}
 	block, cut := codeBlock(codeBody(shown), maxSectionText-textLen(title)-1-textLen(warning))
 	return title + "\n" + block + warning, cut
+}
+
+// maxCardPreview bounds the preview shown on a card; the rest is behind
+// "View full preview".
+const maxCardPreview = 2000
+
+// previewBlock renders a pending call's effect preview, cut to
+// maxCardPreview characters with a "View full preview" button when longer,
+// or says why there is none; nil when the tool offers none.
+func previewBlock(c Card) slack.Block {
+	if c.PreviewError != "" {
+		return contextBlock(":warning: Preview unavailable: " + Escape(clip(oneLine(c.PreviewError), 500)))
+	}
+	if strings.TrimSpace(c.Preview) == "" {
+		return nil
+	}
+	const title = "*Preview*"
+	shown, n := revealHidden(c.Preview)
+	warning := ""
+	if n > 0 {
+		warning = "\n" + hiddenWarning(n)
+	}
+	block, cut := codeBlock(codeBody(shown), maxCardPreview)
+	var acc *slack.Accessory
+	if cut {
+		acc = slack.NewAccessory(button(ActionViewPreview, "View full preview", c.CallID))
+	}
+	return slack.NewSectionBlock(mrkdwn(title+"\n"+block+warning), nil, acc)
 }
 
 // cardButtons returns the decision buttons of a pending card.

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -235,19 +237,35 @@ func goldenCards() map[string]Card {
 	hostile.Args = hostileArgs
 	hostile.Tool = "notify<!here>"
 
+	preview := pendingCard()
+	preview.Preview = "--- a/app.conf\n+++ b/app.conf\n@@ -1,2 +1,2 @@\n-replicas: 2\n+replicas: 3 <!channel> ```\n image: api:4\n"
+
+	var long strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&long, "+line %d of the new file\n", i)
+	}
+	previewLong := pendingCard()
+	previewLong.Preview = long.String()
+
+	previewFailed := pendingCard()
+	previewFailed.PreviewError = "no answer within 5s from <mcp server>"
+
 	return map[string]Card{
-		"card_pending":   pendingCard(),
-		"card_huge_args": huge,
-		"card_ask_human": human,
-		"card_approved":  approved,
-		"card_rejected":  rejected,
-		"card_edited":    edited,
-		"card_remember":  remembered,
-		"card_denied":    denied,
-		"card_answered":  answered,
-		"card_expired":   expired,
-		"card_cancelled": cancelled,
-		"card_hostile":   hostile,
+		"card_preview":        preview,
+		"card_preview_long":   previewLong,
+		"card_preview_failed": previewFailed,
+		"card_pending":        pendingCard(),
+		"card_huge_args":      huge,
+		"card_ask_human":      human,
+		"card_approved":       approved,
+		"card_rejected":       rejected,
+		"card_edited":         edited,
+		"card_remember":       remembered,
+		"card_denied":         denied,
+		"card_answered":       answered,
+		"card_expired":        expired,
+		"card_cancelled":      cancelled,
+		"card_hostile":        hostile,
 	}
 }
 
@@ -582,5 +600,27 @@ func TestGoldenExplanation(t *testing.T) {
 		if strings.Contains(string(raw), bad) {
 			t.Errorf("the explanation blocks contain %q: %s", bad, raw)
 		}
+	}
+}
+
+// A long preview is cut on the card, with a button to the whole of it; a
+// short one has no button; a pending card's preview is gone once decided.
+func TestCardPreviewParts(t *testing.T) {
+	cards := goldenCards()
+	if ids := actionIDs(CardBlocks(cards["card_preview_long"])); !slices.Contains(ids, ActionViewPreview) {
+		t.Errorf("a long preview has no %s button: %v", ActionViewPreview, ids)
+	}
+	if ids := actionIDs(CardBlocks(cards["card_preview"])); slices.Contains(ids, ActionViewPreview) {
+		t.Errorf("a short preview has a %s button: %v", ActionViewPreview, ids)
+	}
+	done := decided(cards["card_preview"], approvals.Approve)
+	if raw, _ := json.Marshal(CardBlocks(done)); strings.Contains(string(raw), "Preview") {
+		t.Errorf("a decided card still shows the preview: %s", raw)
+	}
+	m := PreviewModal("workspace_write", cards["card_preview_long"].Preview)
+	checkGolden(t, "modal_preview", m)
+	raw, _ := json.Marshal(m)
+	if !strings.Contains(string(raw), "line 399 of the new file") {
+		t.Error("the full-preview modal does not show the end of the preview")
 	}
 }

@@ -486,6 +486,7 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 		CallID: token(c.ID, c.Fingerprint), Tool: c.Tool, Args: c.Args, Requester: c.Requester, Requesters: c.Requesters,
 		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
 		RequestedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Human: pc.Human,
+		Preview: c.Preview, PreviewError: c.PreviewError,
 	}
 	if pc.Human {
 		var q struct {

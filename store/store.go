@@ -79,6 +79,11 @@ type Call struct {
 	// Result is what the tool returned, as saved by SaveResult (opaque to
 	// the store); empty while it runs or if the runner died.
 	Result json.RawMessage `json:"result,omitempty"`
+	// Preview is what the tool said the call would do, computed for Args
+	// when the call paused (opaque to the store); PreviewError why it
+	// could not say. Both are empty for a tool that offers no preview.
+	Preview      string `json:"preview,omitempty"`
+	PreviewError string `json:"preview_error,omitempty"`
 }
 
 // Run is a paused step of a conversation: the agent's whole state (opaque to
