@@ -201,6 +201,12 @@ func slackDate(t time.Time) string {
 		t.Unix(), t.UTC().Format("2006-01-02 15:04 UTC"))
 }
 
+// slackAgo renders t as Slack's live relative date ("3 hours ago"), which
+// each client keeps current, with the UTC time as the fallback.
+func slackAgo(t time.Time) string {
+	return fmt.Sprintf("<!date^%d^{ago}|%s>", t.Unix(), t.UTC().Format("2006-01-02 15:04 UTC"))
+}
+
 // humanDuration renders d for people: "3 days", "1 hour 30 minutes",
 // "45 seconds". It keeps the two largest non-zero units.
 func humanDuration(d time.Duration) string {

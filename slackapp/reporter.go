@@ -169,6 +169,7 @@ func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) 
 	}
 	for _, c := range calls {
 		r.app.postCard(ctx, r.channel, r.thread, c)
+		r.app.homes.changed(c.Call)
 	}
 }
 
@@ -178,6 +179,7 @@ func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) 
 // they were reported (decided before executed).
 func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
 	r.app.updateLater(ctx, u)
+	r.app.homes.changed(u.Call)
 }
 
 // cardUpdateTimeout bounds one card update: waiting for a card still being
