@@ -85,7 +85,9 @@ func TestPreviewStoredWithCall(t *testing.T) {
 			w.cfg.PreviewTimeout = 50 * time.Millisecond
 			schema := json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)
 			must(t, w.reg.Register(agent.Tool{Name: "migrate", Schema: schema, Handler: w.deploys.handler("migrated"),
-				Preview: func(_ context.Context, args json.RawMessage) (string, error) { return "would migrate " + string(args), nil }}))
+				Preview: func(_ context.Context, args json.RawMessage) (string, error) {
+					return "would migrate " + string(args), nil
+				}}))
 			must(t, w.reg.Register(agent.Tool{Name: "slow", Schema: schema, Handler: w.deploys.handler("slow"),
 				Preview: func(ctx context.Context, _ json.RawMessage) (string, error) {
 					<-ctx.Done()
