@@ -6,11 +6,34 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 )
 
 // maxPreviewBytes caps a stored preview; the card shows less, and the
 // full-preview modal at most this.
 const maxPreviewBytes = 64 << 10
+
+// previewed is one call's preview, or the reason there is none.
+type previewed struct{ text, problem string }
+
+// previews computes the previews of the asked calls of a step at once, so
+// a step waits at most one Config.PreviewTimeout for them: for each call,
+// its preview and the reason there is none.
+func (a *Agent) previews(ctx context.Context, asks []ask) []previewed {
+	out := make([]previewed, len(asks))
+	var wg sync.WaitGroup
+	for k, q := range asks {
+		if q.tool.Preview == nil {
+			continue
+		}
+		wg.Go(func() {
+			text, problem := a.preview(ctx, q.tool, q.canonical)
+			out[k] = previewed{text, problem}
+		})
+	}
+	wg.Wait()
+	return out
+}
 
 // preview runs the tool's Preview for args within Config.PreviewTimeout.
 // It returns the preview, or the reason there is none ("" and "" for a
