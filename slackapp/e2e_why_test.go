@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	openai "github.com/sashabaranov/go-openai"
+
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
@@ -109,5 +111,41 @@ func TestWhyRefusedToOutsider(t *testing.T) {
 	e.answerIn(e.slack.DMChannel(outsider), "", "not part of")
 	if n := len(e.model.Requests()); n != 1 {
 		t.Errorf("the model was asked %d times, want 1 (no explanation for an outsider)", n)
+	}
+}
+
+// One explanation per call at a time: a second Why? while the model is
+// still writing the first is answered privately, and the model is asked
+// once.
+func TestWhyOneAtATime(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		arrived <- struct{}{}
+		<-release
+		return fakeopenai.Text("Because you asked for version 10.")
+	})
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"10"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 10")
+	card := e.card(ts, "deploy")
+
+	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionWhy, "")
+	must(t, err)
+	<-arrived
+	_, err = e.slack.Click(stranger, channel, card.TS, slackapp.ActionWhy, "")
+	must(t, err)
+	e.ephemeral(stranger, "already being written")
+	close(release)
+	e.answer(ts, "Because you asked for version 10.")
+	if n := len(e.model.Requests()); n != 2 {
+		t.Errorf("the model was asked %d times, want 2 (the turn and one explanation)", n)
 	}
 }
