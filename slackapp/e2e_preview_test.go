@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,5 +80,44 @@ func TestPreviewFailureShownOnCard(t *testing.T) {
 	case <-ran:
 	default:
 		t.Error("the call did not run after the approval")
+	}
+}
+
+// A preview too long for the card is cut there, and View full preview
+// opens all of it in a modal.
+func TestPreviewViewFull(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	root := t.TempDir()
+	ws, err := tools.WorkspaceTools(tools.WorkspaceConfig{Root: root})
+	must(t, err)
+	for _, tool := range ws {
+		must(t, e.reg.Register(tool))
+	}
+	e.start()
+	var content strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&content, "line %d of the generated file\n", i)
+	}
+	args, _ := json.Marshal(map[string]string{"path": "gen.txt", "content": content.String()})
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "workspace_write", string(args))))
+	ts := e.slack.Mention(channel, requester, "generate")
+	card := e.card(ts, "workspace_write")
+	if text := blocksText(card); !strings.Contains(text, "new file gen.txt, 300 lines") {
+		t.Fatalf("the card lacks the new-file preview: %s", text)
+	}
+
+	// A diff too long for the card: change every line of the file.
+	must(t, os.WriteFile(filepath.Join(root, "gen.txt"), []byte(strings.ReplaceAll(content.String(), "line", "LINE")), 0o644))
+	e.model.Reply(fakeopenai.ToolCalls(tc("c2", "workspace_write", string(args))))
+	ts2 := e.slack.Mention(channel, requester, "generate again")
+	card2 := e.card(ts2, "workspace_write")
+	if !strings.Contains(string(card2.Blocks), slackapp.ActionViewPreview) {
+		t.Fatalf("a long diff has no View full preview button: %s", card2.Blocks)
+	}
+	_, err = e.slack.Click(stranger, channel, card2.TS, slackapp.ActionViewPreview, "")
+	must(t, err)
+	m := e.modal(stranger, slackapp.CallbackViewPreview)
+	if raw := string(m.JSON); !strings.Contains(raw, "+line 299 of the generated file") || !strings.Contains(raw, "-LINE 0 of the generated file") {
+		t.Errorf("the full-preview modal does not hold the whole diff: %.500s", raw)
 	}
 }
