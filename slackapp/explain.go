@@ -10,7 +10,7 @@ import (
 	"github.com/toolgate/toolgate/agent"
 )
 
-// explainTimeout bounds one Why?: the model's answer and posting it.
+// explainTimeout bounds the model's answer to one Why?.
 const explainTimeout = 2 * time.Minute
 
 // explainGuardTTL is how long a Why? of one call keeps other replicas from
@@ -48,9 +48,9 @@ func (a *App) whyClick(ctx context.Context, c click) {
 		return
 	}
 	defer a.doneExplaining(callID)
-	ctx, cancel := context.WithTimeout(ctx, explainTimeout)
+	mctx, cancel := context.WithTimeout(ctx, explainTimeout)
 	defer cancel()
-	text, err := a.ag.Explain(ctx, callID, c.user)
+	text, err := a.ag.Explain(mctx, callID, c.user)
 	if err != nil {
 		a.log.Warn("explain a pending call", "call", callID, "err", err)
 		a.tell(ctx, c.user, c.channel, ExplainFailedText(err))
