@@ -124,10 +124,12 @@ const maxOutputSummary = 1500
 // CardBlocks renders an approval card. A pending card has the decision
 // buttons (Approve, Deny, Reject with reason, Edit arguments, Always allow
 // here, Why?, Cancel; for an ask_human call Reply, Deny, Reject with
-// reason, Why?, Cancel). A card in any other state has no decision buttons and says who
-// decided what and when, or that it expired or was cancelled, followed by
-// the outcome. When the arguments do not fit in one section they are cut
-// and a read-only "View full arguments" button opens ArgsModal.
+// reason, Why?, Cancel), and the effect preview when the tool gave one (cut
+// to maxCardPreview, with "View full preview" opening PreviewModal) or why
+// it could not. A card in any other state has no decision buttons and says
+// who decided what and when, or that it expired or was cancelled, followed
+// by the outcome. When the arguments do not fit in one section they are
+// cut and a read-only "View full arguments" button opens ArgsModal.
 //
 // The result is within Block Kit limits for a message: at most 50 blocks,
 // section texts of at most 3000 characters and button values of at most
