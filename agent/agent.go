@@ -142,6 +142,9 @@ type Config struct {
 	RememberTTL time.Duration
 	// ToolTimeout bounds one tool execution (default 2m).
 	ToolTimeout time.Duration
+	// PreviewTimeout bounds one tool's effect preview when its call pauses
+	// (default 5s); a preview that takes longer is shown as unavailable.
+	PreviewTimeout time.Duration
 	// LeaseTTL is the lease on a conversation while a turn runs, and the
 	// claim on a resume; both are renewed every LeaseTTL/3 while the work
 	// lasts, so those of a process that died lapse within LeaseTTL
@@ -219,6 +222,9 @@ func New(model Model, tools *Registry, policy Policy, st Store, reporter func(co
 	}
 	if cfg.ToolTimeout <= 0 {
 		cfg.ToolTimeout = 2 * time.Minute
+	}
+	if cfg.PreviewTimeout <= 0 {
+		cfg.PreviewTimeout = 5 * time.Second
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL

@@ -65,6 +65,10 @@ type Call struct {
 	// RemindAt are the times its approvers are reminded while it is
 	// pending (none when reminders are off).
 	RemindAt []time.Time
+	// Preview is what the tool said the call would do with Args, computed
+	// when it paused; PreviewError why it could not (see Tool.Preview).
+	Preview      string
+	PreviewError string
 }
 
 // kindOf reads the kind of a stored decision ("" for none): the store keeps
@@ -88,6 +92,7 @@ func viewOf(c store.Call) Call {
 		Requester: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Conversation: c.Conversation,
 		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
 		CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Status: CallStatus(c.Status),
+		Preview: c.Preview, PreviewError: c.PreviewError,
 	}
 	if d := c.Decision; d != nil {
 		v.Decision = &Decision{Kind: kindOf(d), Decider: d.Decider, At: d.At, Reason: d.Reason, Args: d.Args, Answer: d.Answer}

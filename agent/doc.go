@@ -28,7 +28,12 @@
 // the results of the step's calls that were already settled and one
 // store.Call per asked call are written to the Store as a run, the
 // conversation is marked as paused on it, Reporter.Paused is told, and Run
-// returns Paused with the pending calls. Nothing is kept in memory, so any
+// returns Paused with the pending calls. A tool with a Preview says first,
+// within Config.PreviewTimeout, what each call would do; the preview (or why
+// there is none) is stored with the call, so every card of it, also after a
+// restart, shows the preview of exactly the stored arguments. Explain asks
+// the model, offering no tools, why it wants a pending call, and changes
+// nothing. Nothing is kept in memory, so any
 // process sharing the store may decide the calls and resume the step, also
 // after a restart. A message that arrives while the conversation is paused
 // is queued (Waiting) and answered after the resume.

@@ -715,6 +715,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 	calls := make([]store.Call, len(asks))
 	pending := make([]PendingCall, len(asks))
 	run := store.Run{ID: runID, Conversation: t.conv, Requester: t.user, Channel: t.channel, CreatedAt: now}
+	previews := a.previews(ctx, asks)
 	for k, q := range asks {
 		ttl := q.verdict.TTL
 		if ttl <= 0 {
@@ -731,6 +732,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 			RuleID: q.verdict.RuleID, Reason: q.verdict.Reason, Approvers: q.verdict.Approvers, FourEyes: q.verdict.FourEyes,
 			MinApprovals: q.verdict.MinApprovals, RemindAfter: remind, CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
 		}
+		c.Preview, c.PreviewError = previews[k].text, previews[k].problem
 		slots[q.slot].CallID = c.ID
 		calls[k] = c
 		run.CallIDs = append(run.CallIDs, c.ID)

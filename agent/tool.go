@@ -38,7 +38,17 @@ type Tool struct {
 	// Respond decision gives its result and nothing runs.
 	Human   bool
 	Handler Handler
+	// Preview, if set, says what a call with these arguments would do
+	// (a diff, the request to be sent), without doing it. It is called
+	// when a call of the tool pauses for approval, within
+	// Config.PreviewTimeout; its text, or its error, is stored with the
+	// call and shown on the card.
+	Preview PreviewFunc
 }
+
+// PreviewFunc tells what a call would do with args, which are valid for
+// the tool's schema, without side effects.
+type PreviewFunc func(ctx context.Context, args json.RawMessage) (string, error)
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 

@@ -84,7 +84,9 @@ func (a *App) onClick(ctx context.Context, c click) {
 		a.cancelClick(ctx, c)
 	case ActionRevokeRule:
 		a.revokeFromHome(ctx, c)
-	case ActionReject, ActionEdit, ActionRespond, ActionViewArgs:
+	case ActionWhy:
+		a.whyClick(ctx, c)
+	case ActionReject, ActionEdit, ActionRespond, ActionViewArgs, ActionViewPreview:
 		// A trigger id is good for 3 s: open the modal now.
 		a.openModal(ctx, c)
 	}
@@ -260,7 +262,7 @@ func (a *App) openModal(ctx context.Context, c click) {
 		a.tell(ctx, c.user, c.channel, text)
 		return
 	}
-	if c.actionID == ActionViewArgs {
+	if c.actionID == ActionViewArgs || c.actionID == ActionViewPreview {
 		if !a.maySee(ctx, pc.Call, c.user) {
 			a.tell(ctx, c.user, c.channel, NotInConversationText())
 			return
@@ -287,6 +289,8 @@ func (a *App) openModal(ctx context.Context, c click) {
 		view = RespondModal(c.value, cardOf(pc, nil).Question)
 	case ActionViewArgs:
 		view = ArgsModal(pc.Tool, pc.Args)
+	case ActionViewPreview:
+		view = PreviewModal(pc.Tool, pc.Preview)
 	}
 	if _, err := a.api.OpenViewContext(ctx, c.triggerID, view); err != nil {
 		a.log.Warn("open modal", "action", c.actionID, "err", err)

@@ -45,6 +45,10 @@ type Config struct {
 	// the interval; one paused by another replica that died expires within
 	// it.
 	SweepInterval time.Duration
+	// HomeRefreshDelay gathers changes to pending calls before the Home
+	// tabs of the people concerned are republished, so a burst of changes
+	// republishes each tab once (default 2s).
+	HomeRefreshDelay time.Duration
 	// TakeoverInterval is how often the app looks for conversations with
 	// recorded messages that no turn answered (their process died, or
 	// their turn never started) and takes them over (default 5s). With
@@ -110,6 +114,11 @@ type Upkeep interface {
 	Unanswered(ctx context.Context, limit int) ([]string, error)
 }
 
+// Explainer asks the model why it wants a pending call (the Why? button).
+type Explainer interface {
+	Explain(ctx context.Context, callID, asker string) (string, error)
+}
+
 // Agent is everything the app needs of the agent; *agent.Agent implements
 // it.
 type Agent interface {
@@ -117,6 +126,7 @@ type Agent interface {
 	Decisions
 	Calls
 	Upkeep
+	Explainer
 }
 
 var _ Agent = (*agent.Agent)(nil)
@@ -165,8 +175,11 @@ type App struct {
 	// posting holds a channel per card being posted by this process,
 	// closed once its copies are posted and recorded.
 	posting map[string]chan struct{}
-	admins  map[string]bool
-	expiry  expiryClock
+	// explaining holds the calls whose Why? this process is answering.
+	explaining map[string]bool
+	admins     map[string]bool
+	homes      homeRefresh
+	expiry     expiryClock
 }
 
 // New returns an App. It does not connect: Run does. Reporter, Groups and
@@ -187,6 +200,9 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	}
 	if cfg.TakeoverInterval <= 0 {
 		cfg.TakeoverInterval = 5 * time.Second
+	}
+	if cfg.HomeRefreshDelay <= 0 {
+		cfg.HomeRefreshDelay = 2 * time.Second
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 30 * time.Second
@@ -213,7 +229,7 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	a := &App{
 		cfg: cfg, api: api, st: st, policy: policy, log: cfg.Logger, m: cfg.Metrics,
 		quiet: make(chan struct{}, 1), slots: semaphore.NewWeighted(int64(cfg.MaxTurns)),
-		queues: map[string]*queue{}, posting: map[string]chan struct{}{}, admins: map[string]bool{},
+		queues: map[string]*queue{}, posting: map[string]chan struct{}{}, explaining: map[string]bool{}, homes: newHomeRefresh(), admins: map[string]bool{},
 		expiry: expiryClock{wake: make(chan struct{}, 1)},
 	}
 	for _, u := range cfg.AdminUsers {
@@ -297,6 +313,7 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 	a.spawn(workCtx, "expiry", func(ctx context.Context) { a.expire(ctx, stopping) })
 	a.spawn(workCtx, "sweep", func(ctx context.Context) { a.sweep(ctx, stopping) })
 	a.spawn(workCtx, "takeover", func(ctx context.Context) { a.takeover(ctx, stopping) })
+	a.spawn(workCtx, "homes", func(ctx context.Context) { a.refreshHomes(ctx, stopping) })
 
 	var runErr error
 loop:

@@ -11,12 +11,14 @@
 //     conversation, answered in the thread of the message that started it;
 //   - buttons: the decisions on approval cards, one handler per action id
 //     (ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember,
-//     ActionRememberExact, ActionRespond, ActionCancel, ActionViewArgs), and
-//     the Home tab's ActionRevokeRule;
+//     ActionRememberExact, ActionRespond, ActionCancel, ActionViewArgs,
+//     ActionViewPreview), ActionWhy (the model explains the pending call in
+//     its thread; nothing is decided), and the Home tab's ActionRevokeRule;
 //   - modals: reject with a reason, edit arguments, answer a question and
-//     view full arguments, routed by callback id (CallbackReject,
-//     CallbackEdit, CallbackRespond);
-//   - the /approvals slash command and the App Home tab.
+//     view full arguments or the full effect preview, routed by callback id
+//     (CallbackReject, CallbackEdit, CallbackRespond);
+//   - the /approvals slash command and the App Home tab, republished for
+//     the people concerned whenever a pending call appears or ends.
 //
 // # Concurrency
 //
@@ -34,8 +36,8 @@
 // # Rendering
 //
 // Everything users see is built by pure functions of plain data: CardBlocks
-// for approval cards, RejectModal, EditModal, RespondModal and ArgsModal
-// for modals, HomeView and StandingRuleBlocks for the App Home tab, AnswerMessages for the model's
+// for approval cards, ExplanationBlocks for a Why? answer, RejectModal,
+// EditModal, RespondModal, ArgsModal and PreviewModal for modals, HomeView and StandingRuleBlocks for the App Home tab, AnswerMessages for the model's
 // answers, and the *Text functions for short replies. They keep no state,
 // make no calls, and stay within Block Kit limits (50 blocks per message,
 // 100 per view, 3000 characters per section, 2000 per button value). Their

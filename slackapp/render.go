@@ -43,6 +43,13 @@ const (
 	// ActionViewArgs opens ArgsModal with a call's full arguments. It is
 	// read-only and stays on a card after the decision.
 	ActionViewArgs = "view_args"
+	// ActionWhy asks the model to explain a pending call in its thread
+	// ("Why?"); nothing is decided and nothing runs. Anyone who may see
+	// the call may click it.
+	ActionWhy = "why"
+	// ActionViewPreview opens PreviewModal with a call's whole effect
+	// preview. It is read-only.
+	ActionViewPreview = "view_preview"
 )
 
 // Callback ids of the modals this package renders. Each modal's
@@ -56,6 +63,9 @@ const (
 	CallbackRespond = "respond_modal"
 	// CallbackViewArgs identifies ArgsModal, which has nothing to submit.
 	CallbackViewArgs = "args_modal"
+	// CallbackViewPreview identifies PreviewModal, which has nothing to
+	// submit.
+	CallbackViewPreview = "preview_modal"
 )
 
 // Block and action ids of modal inputs. Submitted values are found in
@@ -189,6 +199,12 @@ func approverMentions(ids []string) []string {
 func slackDate(t time.Time) string {
 	return fmt.Sprintf("<!date^%d^{date_short_pretty} at {time}|%s>",
 		t.Unix(), t.UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+// slackAgo renders t as Slack's live relative date ("3 hours ago"), which
+// each client keeps current, with the UTC time as the fallback.
+func slackAgo(t time.Time) string {
+	return fmt.Sprintf("<!date^%d^{ago}|%s>", t.Unix(), t.UTC().Format("2006-01-02 15:04 UTC"))
 }
 
 // humanDuration renders d for people: "3 days", "1 hour 30 minutes",

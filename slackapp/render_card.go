@@ -110,6 +110,12 @@ type Card struct {
 	// output. Both are optional.
 	Outcome       string
 	OutputSummary string
+
+	// Preview is what the tool said the call would do (a diff, the request
+	// to be sent), shown on a pending card; PreviewError why it could not
+	// say. Both are tool output, escaped where shown.
+	Preview      string
+	PreviewError string
 }
 
 // pending reports whether c still waits for a decision.
@@ -125,14 +131,16 @@ const maxOutputSummary = 1500
 
 // CardBlocks renders an approval card. A pending card has the decision
 // buttons (Approve, Deny, Reject with reason, Edit arguments, Always allow
-// here, Cancel; for an ask_human call Reply, Deny, Reject with reason,
-// Cancel). A card in any other state has no decision buttons and says who
-// decided what and when, or that it expired or was cancelled, followed by
-// the outcome. A call that needs several approvers (MinApprovals > 1)
+// here, Why?, Cancel; for an ask_human call Reply, Deny, Reject with
+// reason, Why?, Cancel), and the effect preview when the tool gave one (cut
+// to maxCardPreview, with "View full preview" opening PreviewModal) or why
+// it could not. A card in any other state has no decision buttons and says
+// who decided what and when, or that it expired or was cancelled, followed
+// by the outcome. A call that needs several approvers (MinApprovals > 1)
 // shows the count so far, stays pending with its buttons until the count
-// is met, and offers no Always allow. When the arguments do not fit in
-// one section they are cut and a read-only "View full arguments" button
-// opens ArgsModal.
+// is met, and offers no Always allow. When the arguments do not fit in one
+// section they are cut and a read-only "View full arguments" button opens
+// ArgsModal.
 //
 // The result is within Block Kit limits for a message: at most 50 blocks,
 // section texts of at most 3000 characters and button values of at most
@@ -160,6 +168,9 @@ func CardBlocks(c Card) []slack.Block {
 	}
 
 	if c.pending() {
+		if b := previewBlock(c); b != nil {
+			blocks = append(blocks, b)
+		}
 		if !c.ExpiresAt.IsZero() {
 			blocks = append(blocks, contextBlock(":hourglass_flowing_sand: Expires "+slackDate(c.ExpiresAt)))
 		}
@@ -292,6 +303,34 @@ func argsSection(title string, args json.RawMessage) (string, bool) {
 	return title + "\n" + block + warning, cut
 }
 
+// maxCardPreview bounds the preview shown on a card; the rest is behind
+// "View full preview".
+const maxCardPreview = 2000
+
+// previewBlock renders a pending call's effect preview, cut to
+// maxCardPreview characters with a "View full preview" button when longer,
+// or says why there is none; nil when the tool offers none.
+func previewBlock(c Card) slack.Block {
+	if c.PreviewError != "" {
+		return contextBlock(":warning: Preview unavailable: " + Escape(clip(oneLine(c.PreviewError), 500)))
+	}
+	if strings.TrimSpace(c.Preview) == "" {
+		return nil
+	}
+	const title = "*Preview*"
+	shown, n := revealHidden(c.Preview)
+	warning := ""
+	if n > 0 {
+		warning = "\n" + hiddenWarning(n)
+	}
+	block, cut := codeBlock(codeBody(shown), maxCardPreview)
+	var acc *slack.Accessory
+	if cut {
+		acc = slack.NewAccessory(button(ActionViewPreview, "View full preview", c.CallID))
+	}
+	return slack.NewSectionBlock(mrkdwn(title+"\n"+block+warning), nil, acc)
+}
+
 // cardButtons returns the decision buttons of a pending card.
 func cardButtons(c Card) []slack.BlockElement {
 	deny := button(ActionDeny, "Deny", c.CallID).
@@ -304,11 +343,12 @@ func cardButtons(c Card) []slack.BlockElement {
 		).WithStyle(slack.StyleDanger))
 	reject := button(ActionReject, "Reject with reason", c.CallID)
 	cancel := button(ActionCancel, "Cancel request", c.CallID)
+	why := button(ActionWhy, "Why?", c.CallID)
 
 	if c.Human {
 		return []slack.BlockElement{
 			button(ActionRespond, "Reply", c.CallID).WithStyle(slack.StylePrimary),
-			deny, reject, cancel,
+			deny, reject, why, cancel,
 		}
 	}
 	remember := button(ActionRemember, "Always allow here", c.CallID).
@@ -336,7 +376,7 @@ func cardButtons(c Card) []slack.BlockElement {
 		// so the card does not offer one.
 		buttons = append(buttons, remember, exact)
 	}
-	return append(buttons, cancel)
+	return append(buttons, why, cancel)
 }
 
 // approvalsBlocks shows the count of a call that needs several approvers

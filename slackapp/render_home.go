@@ -100,8 +100,8 @@ func inboxEntry(c Card) []slack.Block {
 	if c.MinApprovals > 1 && !c.Human {
 		lines = append(lines, approvalsText(c))
 	}
-	if !c.ExpiresAt.IsZero() {
-		lines = append(lines, "Expires "+slackDate(c.ExpiresAt))
+	if age := ageLine(c); age != "" {
+		lines = append(lines, age)
 	}
 
 	var detail string
@@ -153,12 +153,25 @@ func mineEntry(c Card) slack.Block {
 		args, _ := truncate(Escape(strings.ReplaceAll(compact, "`", "ˋ")), homeMinePreview)
 		lines = append(lines, "`"+args+"`")
 	}
-	if !c.ExpiresAt.IsZero() {
-		lines = append(lines, "Expires "+slackDate(c.ExpiresAt))
+	if age := ageLine(c); age != "" {
+		lines = append(lines, age)
 	}
 	text, _ := truncate(strings.Join(lines, "\n"), maxSectionText)
 	cancel := button(ActionCancel, "Cancel request", c.CallID)
 	return slack.NewSectionBlock(mrkdwn(text), nil, slack.NewAccessory(cancel))
+}
+
+// ageLine says how long a call has waited (live, as Slack renders relative
+// dates) and when it expires; "" parts are left out.
+func ageLine(c Card) string {
+	var parts []string
+	if !c.RequestedAt.IsZero() {
+		parts = append(parts, ":stopwatch: Waiting since "+slackAgo(c.RequestedAt))
+	}
+	if !c.ExpiresAt.IsZero() {
+		parts = append(parts, "expires "+slackDate(c.ExpiresAt))
+	}
+	return strings.Join(parts, " · ")
 }
 
 // compactJSON returns JSON without insignificant white space, raw input that

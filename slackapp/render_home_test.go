@@ -47,9 +47,9 @@ func TestHomeButtons(t *testing.T) {
 	}
 	got := strings.Join(actionIDs(v.Blocks.BlockSet), ",")
 	want := strings.Join([]string{
-		ActionApprove, ActionDeny, ActionReject, ActionEdit, // pending four-eyes card
-		ActionRespond, ActionDeny, ActionReject, // ask_human
-		ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionViewArgs, // long arguments, four eyes
+		ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionWhy, // pending four-eyes card
+		ActionRespond, ActionDeny, ActionReject, ActionWhy, // ask_human
+		ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionWhy, ActionViewArgs, // long arguments, four eyes
 		ActionCancel, // own request
 	}, ",")
 	if got != want {

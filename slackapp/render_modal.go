@@ -205,8 +205,26 @@ func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
 	if pretty == "" {
 		blocks = append(blocks, section("_(no arguments)_"))
 	}
+	m := modal(CallbackViewArgs, "Arguments", "", codeSections(blocks, pretty))
+	m.Close = plain("Close", maxModalTitle)
+	return m
+}
+
+// PreviewModal is the read-only modal of "View full preview": the whole
+// effect preview of a call (as stored, up to the agent's cap), escaped,
+// with hidden characters written out.
+func PreviewModal(tool, preview string) slack.ModalViewRequest {
+	blocks := []slack.Block{section("What the call to " + inlineCode(tool) + " would do")}
+	m := modal(CallbackViewPreview, "Preview", "", codeSections(blocks, preview))
+	m.Close = plain("Close", maxModalTitle)
+	return m
+}
+
+// codeSections appends text to blocks as code sections within the limits
+// of a modal, with hidden characters written out and a warning about them.
+func codeSections(blocks []slack.Block, text string) []slack.Block {
 	const wrap = len("```\n\n```")
-	shown, hiddenChars := revealHidden(pretty)
+	shown, hiddenChars := revealHidden(text)
 	if hiddenChars > 0 {
 		blocks = append(blocks, section(hiddenWarning(hiddenChars)))
 	}
@@ -225,9 +243,7 @@ func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
 		}
 		blocks = append(blocks, section("```\n"+c+"\n```"))
 	}
-	m := modal(CallbackViewArgs, "Arguments", "", blocks)
-	m.Close = plain("Close", maxModalTitle)
-	return m
+	return blocks
 }
 
 // inputValue returns the value submitted in a view for blockID/actionID, or

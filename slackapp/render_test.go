@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -245,7 +246,23 @@ func goldenCards() map[string]Card {
 	twoApproved.Decider = "U0APPROVER2"
 	twoApproved.Outcome = "ran"
 
+	preview := pendingCard()
+	preview.Preview = "--- a/app.conf\n+++ b/app.conf\n@@ -1,2 +1,2 @@\n-replicas: 2\n+replicas: 3 <!channel> ```\n image: api:4\n"
+
+	var long strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&long, "+line %d of the new file\n", i)
+	}
+	previewLong := pendingCard()
+	previewLong.Preview = long.String()
+
+	previewFailed := pendingCard()
+	previewFailed.PreviewError = "no answer within 5s from <mcp server>"
+
 	return map[string]Card{
+		"card_preview":             preview,
+		"card_preview_long":        previewLong,
+		"card_preview_failed":      previewFailed,
 		"card_two_person":          twoPerson,
 		"card_two_person_approved": twoApproved,
 		"card_pending":             pendingCard(),
@@ -344,10 +361,10 @@ func TestCardButtons(t *testing.T) {
 		want []string
 	}{
 		// Four-eyes cards: no "Always allow here", which could never apply.
-		{"card_pending", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionCancel}},
-		{"card_huge_args", []string{ActionViewArgs, ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionCancel}},
-		{"card_open", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionRememberExact, ActionCancel}},
-		{"card_ask_human", []string{ActionRespond, ActionDeny, ActionReject, ActionCancel}},
+		{"card_pending", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionWhy, ActionCancel}},
+		{"card_huge_args", []string{ActionViewArgs, ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionWhy, ActionCancel}},
+		{"card_open", []string{ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember, ActionRememberExact, ActionWhy, ActionCancel}},
+		{"card_ask_human", []string{ActionRespond, ActionDeny, ActionReject, ActionWhy, ActionCancel}},
 		{"card_approved", nil},
 		{"card_rejected", nil},
 		{"card_edited", nil},
@@ -617,5 +634,43 @@ func TestReminderText(t *testing.T) {
 	}
 	if last := ReminderText(c, 2); !strings.HasPrefix(last, ":bell: Last reminder") {
 		t.Errorf("second ReminderText = %q, want it to say Last reminder", last)
+	}
+}
+
+// The explanation of a pending call is marked as one, and the model's text
+// can mention no one nor hide a link.
+func TestGoldenExplanation(t *testing.T) {
+	blocks := ExplanationBlocks("deploy", "UAPPROVER1", "It deploys **api** 5 <!channel> [docs](https://evil.example) <@U123>.")
+	checkGolden(t, "explanation", blocks)
+	raw, err := json.Marshal(blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"<!channel>", "<@U123>", "|docs"} {
+		if strings.Contains(string(raw), bad) {
+			t.Errorf("the explanation blocks contain %q: %s", bad, raw)
+		}
+	}
+}
+
+// A long preview is cut on the card, with a button to the whole of it; a
+// short one has no button; a pending card's preview is gone once decided.
+func TestCardPreviewParts(t *testing.T) {
+	cards := goldenCards()
+	if ids := actionIDs(CardBlocks(cards["card_preview_long"])); !slices.Contains(ids, ActionViewPreview) {
+		t.Errorf("a long preview has no %s button: %v", ActionViewPreview, ids)
+	}
+	if ids := actionIDs(CardBlocks(cards["card_preview"])); slices.Contains(ids, ActionViewPreview) {
+		t.Errorf("a short preview has a %s button: %v", ActionViewPreview, ids)
+	}
+	done := decided(cards["card_preview"], approvals.Approve)
+	if raw, _ := json.Marshal(CardBlocks(done)); strings.Contains(string(raw), "Preview") {
+		t.Errorf("a decided card still shows the preview: %s", raw)
+	}
+	m := PreviewModal("workspace_write", cards["card_preview_long"].Preview)
+	checkGolden(t, "modal_preview", m)
+	raw, _ := json.Marshal(m)
+	if !strings.Contains(string(raw), "line 399 of the new file") {
+		t.Error("the full-preview modal does not show the end of the preview")
 	}
 }

@@ -172,6 +172,7 @@ func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) 
 	}
 	for _, c := range calls {
 		r.app.postCard(ctx, r.channel, r.thread, c)
+		r.app.homes.changed(c.Call)
 	}
 }
 
@@ -194,6 +195,7 @@ var _ agent.Reminder = (*threadReporter)(nil)
 // they were reported (decided before executed).
 func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
 	r.app.updateLater(ctx, u)
+	r.app.homes.changed(u.Call)
 }
 
 // cardUpdateTimeout bounds one card update: waiting for a card still being
@@ -503,6 +505,7 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
 		RequestedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Human: pc.Human,
 		MinApprovals: c.MinApprovals, Approvals: c.Approvals, ArgsEdited: c.Edited,
+		Preview: c.Preview, PreviewError: c.PreviewError,
 	}
 	if pc.Human {
 		var q struct {

@@ -95,6 +95,11 @@ type Call struct {
 	// RemindAfter is how long after CreatedAt the approvers are reminded
 	// (zero: never); opaque to the store.
 	RemindAfter time.Duration `json:"remind_after,omitempty"`
+	// Preview is what the tool said the call would do, computed for Args
+	// when the call paused (opaque to the store); PreviewError why it
+	// could not say. Both are empty for a tool that offers no preview.
+	Preview      string `json:"preview,omitempty"`
+	PreviewError string `json:"preview_error,omitempty"`
 }
 
 // Approval is one approver's approval counted toward a call's

@@ -70,6 +70,7 @@ func RunCommand(c CommandConfig) (agent.Tool, error) {
 }`),
 		Annotations: approvals.Hints{Destructive: ptr(true)},
 		Handler:     r.run,
+		Preview:     r.previewCommand,
 	}, nil
 }
 

@@ -67,6 +67,13 @@ type ServerConfig struct {
 	// longer results are truncated with a note. Zero means
 	// DefaultMCPMaxOutputBytes.
 	MaxOutputBytes int64
+	// Preview maps a tool of the server to a read-only tool of the same
+	// server that takes the same arguments and returns, as text, what the
+	// call would do. It runs when a call pauses for approval, and its
+	// answer is shown on the card. The server's tools are refused (the
+	// server reported down) while a preview tool is missing or not
+	// annotated readOnlyHint.
+	Preview map[string]string
 }
 
 // BuiltinConfig enables built-in tools one by one; a nil field means the
@@ -238,7 +245,7 @@ func parseServers(n *yaml.Node, secrets *[]string) ([]ServerConfig, error) {
 	seen := map[string]int{}
 	var out []ServerConfig
 	for _, item := range n.Content {
-		if err := checkKeys(item, "mcp server", "name", "command", "env", "dir", "url", "headers", "max_output_bytes"); err != nil {
+		if err := checkKeys(item, "mcp server", "name", "command", "env", "dir", "url", "headers", "max_output_bytes", "preview"); err != nil {
 			return nil, err
 		}
 		var raw struct {
@@ -249,6 +256,7 @@ func parseServers(n *yaml.Node, secrets *[]string) ([]ServerConfig, error) {
 			URL            string            `yaml:"url"`
 			Headers        map[string]string `yaml:"headers"`
 			MaxOutputBytes int64             `yaml:"max_output_bytes"`
+			Preview        map[string]string `yaml:"preview"`
 		}
 		if err := item.Decode(&raw); err != nil {
 			return nil, fmt.Errorf("mcp server: %w", decodeError(err))
@@ -261,6 +269,15 @@ func parseServers(n *yaml.Node, secrets *[]string) ([]ServerConfig, error) {
 			return nil, fmt.Errorf("line %d: mcp server %q: max_output_bytes must be positive, got %d", item.Line, raw.Name, raw.MaxOutputBytes)
 		}
 		s.MaxOutputBytes = orDefault(raw.MaxOutputBytes, DefaultMCPMaxOutputBytes)
+		for tool, preview := range raw.Preview {
+			switch {
+			case tool == "" || preview == "":
+				return nil, fmt.Errorf("line %d: mcp server %q: preview: tool names must not be empty", item.Line, raw.Name)
+			case tool == preview:
+				return nil, fmt.Errorf("line %d: mcp server %q: preview: %q cannot preview itself", item.Line, raw.Name, tool)
+			}
+		}
+		s.Preview = raw.Preview
 		if line, ok := seen[s.Name]; ok {
 			return nil, fmt.Errorf("line %d: mcp server %q: name already used on line %d", item.Line, s.Name, line)
 		}

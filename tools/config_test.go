@@ -131,6 +131,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"workspace no root", "builtin_tools:\n  workspace: {max_file_bytes: 10}\n", "root is required"},
 		{"workspace not a mapping", "builtin_tools:\n  workspace: /srv\n", "line 2|workspace must be a mapping"},
 		{"mcp negative output cap", "mcp_servers:\n  - name: a\n    command: [x]\n    max_output_bytes: -1\n", "line 2|max_output_bytes must be positive"},
+		{"mcp preview of itself", "mcp_servers:\n  - name: a\n    command: [x]\n    preview: {t: t}\n", "line 2|cannot preview itself"},
+		{"mcp preview empty", "mcp_servers:\n  - name: a\n    command: [x]\n    preview: {t: \"\"}\n", "line 2|must not be empty"},
 		{"workspace in command dir", "builtin_tools:\n  run_command: {allow: [git], dir: /srv}\n  workspace: {root: /srv/scratch}\n", "run_command.dir /srv and workspace.root /srv/scratch overlap|.git/config|allow_overlap: true"},
 		{"command dir in workspace", "builtin_tools:\n  workspace: {root: /srv}\n  run_command: {allow: [git], dir: /srv/repo/}\n", "overlap"},
 		{"same directory", "builtin_tools:\n  workspace: {root: /srv/}\n  run_command: {allow: [git], dir: /srv}\n", "overlap"},

@@ -96,6 +96,7 @@ func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
 }`),
 			Annotations: approvals.Hints{Destructive: ptr(true)},
 			Handler:     h.handler(methods),
+			Preview:     h.previewRequest,
 		})
 	}
 	return tools, nil

@@ -104,8 +104,9 @@ func defaultManagerOptions() managerOptions {
 // MCP server of cfg and registers its tools. It waits for each server's
 // first connection attempt (or for ctx); a server that fails does not make
 // Load fail: its status says why and it is retried in the background until
-// Close. Load fails if a built-in cannot be set up or registered, or if ctx
-// ends first. A nil log discards the manager's logs.
+// Close. Load fails if a built-in cannot be set up or registered, if a
+// server's configured preview tool is missing or not annotated
+// readOnlyHint, or if ctx ends first. A nil log discards the manager's logs.
 func Load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger) (*Manager, error) {
 	return load(ctx, cfg, reg, log, defaultManagerOptions())
 }
@@ -144,6 +145,13 @@ func load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger
 		case <-ctx.Done():
 			m.Close()
 			return nil, fmt.Errorf("load tools: %w", ctx.Err())
+		}
+		s.mu.Lock()
+		refused := s.refused
+		s.mu.Unlock()
+		if refused != nil {
+			m.Close()
+			return nil, fmt.Errorf("load tools: mcp server %s: %w", s.cfg.Name, refused)
 		}
 	}
 	return m, nil
@@ -198,7 +206,15 @@ type server struct {
 	session   *mcp.ClientSession // nil when not connected
 	lastErr   error
 	toolCount int
+	// refused is why the last tool list was refused for its preview
+	// configuration (see errPreviewRefused); nil otherwise.
+	refused error
 }
+
+// errPreviewRefused marks a tool list refused because a configured preview
+// tool is missing or not read-only: a configuration mistake, which makes
+// Load fail rather than wait for the server to change.
+var errPreviewRefused = errors.New("preview configuration refused")
 
 func (m *Manager) newServer(cfg ServerConfig) *server {
 	s := &server{
@@ -449,13 +465,33 @@ func isTransportError(err error) bool {
 }
 
 // sync lists the server's tools and replaces its tools in the registry.
+// A configured preview tool that is missing or not read-only fails it: the
+// server's tools stay out rather than run a tool with effects as a preview.
 func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
-	var tools []agent.Tool
-	seen := map[string]string{}
+	var listed []*mcp.Tool
+	byName := map[string]*mcp.Tool{}
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return err
 		}
+		listed = append(listed, t)
+		byName[t.Name] = t
+	}
+	for target, name := range s.cfg.Preview {
+		p, ok := byName[name]
+		switch {
+		case !ok:
+			return s.refuse(fmt.Errorf("preview tool %q of %q: the server has no such tool: %w", name, target, errPreviewRefused))
+		case p.Annotations == nil || !p.Annotations.ReadOnlyHint:
+			return s.refuse(fmt.Errorf("preview tool %q of %q: it is not annotated readOnlyHint: %w", name, target, errPreviewRefused))
+		}
+		if _, ok := byName[target]; !ok {
+			return s.refuse(fmt.Errorf("preview tool %q: the server has no tool %q to preview: %w", name, target, errPreviewRefused))
+		}
+	}
+	var tools []agent.Tool
+	seen := map[string]string{}
+	for _, t := range listed {
 		tool, err := s.convert(t)
 		if err != nil {
 			s.log.Warn("skipping mcp tool", "tool", t.Name, "err", err)
@@ -465,6 +501,9 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 			s.log.Warn("skipping mcp tool", "tool", t.Name, "err", fmt.Sprintf("its name %s is taken by tool %q", tool.Name, other))
 			continue
 		}
+		if p, ok := s.cfg.Preview[t.Name]; ok {
+			tool.Preview = s.previewer(p)
+		}
 		seen[tool.Name] = t.Name
 		tools = append(tools, tool)
 	}
@@ -472,9 +511,35 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 		return fmt.Errorf("register tools: %w", err)
 	}
 	s.mu.Lock()
-	s.toolCount = len(tools)
+	s.toolCount, s.refused = len(tools), nil
 	s.mu.Unlock()
 	return nil
+}
+
+// refuse records err as why the tool list was refused and returns it.
+func (s *server) refuse(err error) error {
+	s.mu.Lock()
+	s.refused = err
+	s.mu.Unlock()
+	return err
+}
+
+// previewer calls the read-only MCP tool name with a call's arguments and
+// returns its text as the call's preview. A tool error, an unavailable
+// server or ctx's end (the agent bounds previews) is an error: the card
+// then says the preview is unavailable.
+func (s *server) previewer(name string) agent.PreviewFunc {
+	call := s.handler(name)
+	return func(ctx context.Context, args json.RawMessage) (string, error) {
+		res, err := call(ctx, args)
+		if err != nil {
+			return "", err
+		}
+		if res.IsError {
+			return "", errors.New(res.Content)
+		}
+		return res.Content, nil
+	}
 }
 
 // convert turns an MCP tool into an agent tool calling it through s.

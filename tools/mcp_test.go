@@ -104,6 +104,13 @@ func newTestServer() *mcp.Server {
 		func(_ context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, any, error) {
 			return text("deleted " + in.ID), nil, nil
 		})
+	mcp.AddTool(s, &mcp.Tool{Name: "preview_delete", Description: "Say what delete_item would do.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, any, error) {
+			if in.ID == "missing" {
+				return nil, nil, errors.New("no item " + in.ID)
+			}
+			return text("would delete item " + in.ID + " (3 rows)"), nil, nil
+		})
 	mcp.AddTool(s, &mcp.Tool{Name: "fail", Description: "Always fails."},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return nil, nil, errors.New("boom")
@@ -346,7 +353,7 @@ policy:
 
 	t.Run("status", func(t *testing.T) {
 		st := m.Status()
-		if len(st) != 1 || !st[0].Connected || st[0].Tools != 9 || st[0].LastError != "" {
+		if len(st) != 1 || !st[0].Connected || st[0].Tools != 10 || st[0].LastError != "" {
 			t.Fatalf("Status() = %+v, want srv connected with 9 tools", st)
 		}
 	})
@@ -356,7 +363,7 @@ policy:
 		for _, tool := range reg.List() {
 			names = append(names, tool.Name)
 		}
-		want := "ask_human srv__add srv__add_tool srv__delete_item srv__echo srv__environ srv__fail srv__pid srv__repeat srv__spawn"
+		want := "ask_human srv__add srv__add_tool srv__delete_item srv__echo srv__environ srv__fail srv__pid srv__preview_delete srv__repeat srv__spawn"
 		if got := strings.Join(names, " "); got != want {
 			t.Errorf("registered tools: got %s, want %s", got, want)
 		}
@@ -444,8 +451,8 @@ policy:
 		if got := call(t, reg, "srv__extra", `{}`); got.Content != "extra" {
 			t.Errorf("srv__extra: got %+v, want extra", got)
 		}
-		if got := m.Status()[0].Tools; got != 10 {
-			t.Errorf("tool count after list_changed: got %d, want 10", got)
+		if got := m.Status()[0].Tools; got != 11 {
+			t.Errorf("tool count after list_changed: got %d, want 11", got)
 		}
 	})
 
@@ -818,5 +825,68 @@ func TestMCPResultCapped(t *testing.T) {
 	}
 	if got := call(t, reg, "srv__repeat", `{"text": "a", "n": 101}`); got.Content != strings.Repeat("a", 101) {
 		t.Errorf("srv__repeat at the cap: got %+v, want 101 bytes", got)
+	}
+}
+
+// A server's preview tool runs with the call's arguments and its text is
+// the preview; its error is the preview's error.
+func TestMCPPreviewTool(t *testing.T) {
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			f := stdioFixture(t)
+			if transport == "http" {
+				f = httpFixture(t, new(atomic.Value))
+			}
+			cfg, err := ParseConfig([]byte(f.yaml + "    preview: {delete_item: preview_delete}\n"))
+			if err != nil {
+				t.Fatalf("ParseConfig: %v", err)
+			}
+			reg := agent.NewRegistry()
+			m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			defer m.Close()
+			del, ok := reg.Lookup("srv__delete_item")
+			if !ok || del.Preview == nil {
+				t.Fatalf("srv__delete_item registered %v, with a preview %v; want both", ok, ok && del.Preview != nil)
+			}
+			if echo, _ := reg.Lookup("srv__echo"); echo.Preview != nil {
+				t.Error("srv__echo has a preview although none is configured")
+			}
+			got, err := del.Preview(t.Context(), json.RawMessage(`{"id":"7"}`))
+			if err != nil || got != "would delete item 7 (3 rows)" {
+				t.Errorf("preview of delete_item 7: got %q, %v; want the preview tool's text", got, err)
+			}
+			if _, err := del.Preview(t.Context(), json.RawMessage(`{"id":"missing"}`)); err == nil || !strings.Contains(err.Error(), "no item missing") {
+				t.Errorf("preview of a failing preview tool: got %v, want its error", err)
+			}
+		})
+	}
+}
+
+// A preview tool that is not read-only, or does not exist, is refused at
+// start-up.
+func TestMCPPreviewToolMustBeReadOnly(t *testing.T) {
+	for _, tc := range []struct{ preview, want string }{
+		{"{delete_item: fail}", `preview tool "fail" of "delete_item": it is not annotated readOnlyHint`},
+		{"{delete_item: nope}", `preview tool "nope" of "delete_item": the server has no such tool`},
+		{"{gone: echo}", `the server has no tool "gone" to preview`},
+	} {
+		t.Run(tc.preview, func(t *testing.T) {
+			f := stdioFixture(t)
+			cfg, err := ParseConfig([]byte(f.yaml + "    preview: " + tc.preview + "\n"))
+			if err != nil {
+				t.Fatalf("ParseConfig: %v", err)
+			}
+			m, err := load(t.Context(), cfg, agent.NewRegistry(), testLogger(t), testOptions())
+			if err == nil {
+				m.Close()
+				t.Fatalf("Load with preview %s succeeded, want it refused", tc.preview)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Load with preview %s: got %v, want %q", tc.preview, err, tc.want)
+			}
+		})
 	}
 }

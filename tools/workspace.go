@@ -88,6 +88,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 }`),
 			Annotations: approvals.Hints{Destructive: ptr(true), Idempotent: true},
 			Handler:     w.write,
+			Preview:     w.previewWrite,
 		},
 		{
 			Name:        "workspace_delete",
@@ -102,6 +103,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 }`),
 			Annotations: approvals.Hints{Destructive: ptr(true), Idempotent: true},
 			Handler:     w.delete,
+			Preview:     w.previewDelete,
 		},
 	}, nil
 }

@@ -94,7 +94,7 @@ func TestScriptedSession(t *testing.T) {
 	transcript := play(t, []step{
 		{prompt: "you", command: "delete scratch.csv", want: []string{
 			"card #1:", "== Approval: workspace_delete ==", "Deleting files needs a second person", "Approvers: @alice",
-			"[Approve] [Deny] [Reject with reason] [Edit arguments] [Cancel request]",
+			"[Approve] [Deny] [Reject with reason] [Edit arguments] [Why?] [Cancel request]",
 		}},
 		{prompt: "you", command: "/approve", want: []string{"(only you see this)", "second pair of eyes"}, notWant: []string{"deleted scratch.csv"}},
 		{prompt: "you", command: "/as alice", want: []string{"you are now alice"}},

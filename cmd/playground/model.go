@@ -62,6 +62,10 @@ func scriptedModel(req openai.ChatCompletionRequest) fakeopenai.Response {
 		return fakeopenai.Text(helpText)
 	}
 	last := msgs[len(msgs)-1]
+	if len(req.Tools) == 0 && last.Role == openai.ChatMessageRoleUser {
+		// Offered no tools: a Why? about a pending call.
+		return fakeopenai.Text(explain(msgs))
+	}
 	switch last.Role {
 	case openai.ChatMessageRoleTool:
 		return fakeopenai.Text(summarize(msgs))
@@ -108,6 +112,27 @@ func parseRequest(text string) (calls []fakeopenai.ToolCall, ok bool) {
 		}
 	}
 	return calls, len(calls) > 0
+}
+
+// explain answers a Why? about a pending call: which calls the step made,
+// for which request.
+func explain(msgs []openai.ChatCompletionMessage) string {
+	asked := ""
+	var calls []string
+	for _, m := range msgs[:len(msgs)-1] {
+		switch {
+		case m.Role == openai.ChatMessageRoleUser:
+			asked, calls = m.Content, nil
+		case m.Role == openai.ChatMessageRoleAssistant && len(m.ToolCalls) > 0:
+			for _, tc := range m.ToolCalls {
+				calls = append(calls, "`"+tc.Function.Name+"` with "+tc.Function.Arguments)
+			}
+		}
+	}
+	if len(calls) == 0 {
+		return "I am the playground's scripted model; I cannot find the call you ask about."
+	}
+	return fmt.Sprintf("You asked me to %q, so I called %s. I am the playground's scripted model: that phrase maps to this call.", asked, strings.Join(calls, " and "))
 }
 
 // summarize answers the results of the latest step's tool calls, one line

@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// ErrNoExplanation is returned by Explain when the model answered with no
+// text.
+var ErrNoExplanation = errors.New("the model gave no explanation")
+
+// explainPrompt asks the model about one pending call; %s are the tool and
+// its arguments.
+const explainPrompt = `A person reviewing your pending call to the tool %s with these arguments:
+%s
+asks why. Explain in a few sentences, in plain words, what this call will do and why you want it. Do not call any tool; this call has not run and will run only if a person approves it.`
+
+// Explain asks the model, with the conversation so far and the pending
+// call, to explain in a few sentences what the call will do and why it
+// wants it, offering it no tools, and returns the explanation (model text,
+// to be escaped before it is shown). Nothing is written but an audit entry:
+// the call stays pending as it was, the run and the conversation's history
+// are unchanged, and no lease is taken, so it may run while the
+// conversation is busy. Errors wrap approvals.ErrUnknownCall (no such
+// call), approvals.ErrAlreadyDecided or approvals.ErrExpired (as
+// *approvals.RefusedError: the call is not pending), ErrNoExplanation (the
+// model answered with no text), the model's error, or the store's.
+func (a *Agent) Explain(ctx context.Context, callID, asker string) (string, error) {
+	c, err := a.store.GetCall(ctx, callID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", fmt.Errorf("call %s: %w", callID, approvals.ErrUnknownCall)
+	}
+	if err != nil {
+		return "", fmt.Errorf("call %s: %w", callID, err)
+	}
+	if c.Status != store.Pending {
+		return "", refusedByOther(c)
+	}
+	run, _, err := a.store.LoadRun(ctx, c.RunID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", fmt.Errorf("run of call %s: %w", callID, approvals.ErrUnknownCall)
+	}
+	if err != nil {
+		return "", fmt.Errorf("load run of call %s: %w", callID, err)
+	}
+	var st runState
+	if err := json.Unmarshal(run.State, &st); err != nil {
+		return "", fmt.Errorf("decode run %s: %w", run.ID, err)
+	}
+	msgs := explainMessages(st, c)
+	msgs = fitBudget(msgs, a.cfg.ContextBudget)
+	msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(msgs)}, func(string) {})
+	if err != nil {
+		return "", fmt.Errorf("model: %w", err)
+	}
+	text := strings.TrimSpace(msg.Content)
+	if text == "" {
+		return "", ErrNoExplanation
+	}
+	a.audit(ctx, store.AuditEntry{Actor: asker, Action: "explain", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "ok"})
+	return text, nil
+}
+
+// explainMessages is the history of a paused step made sendable (every
+// tool call of its last step answered: by its result, or by a note that it
+// waits on a person) followed by the question about call c. The slice is
+// new; st is not changed.
+func explainMessages(st runState, c store.Call) []openai.ChatCompletionMessage {
+	msgs := make([]openai.ChatCompletionMessage, 0, len(st.Messages)+len(st.Slots)+1)
+	msgs = append(msgs, st.Messages...)
+	slots := make([]slot, len(st.Slots))
+	for i, s := range st.Slots {
+		slots[i] = s
+		if s.Result == nil {
+			slots[i].Result = &Result{Content: "not run yet: this call is waiting for a person's approval"}
+		}
+	}
+	msgs = append(msgs, toolMessages(slots)...)
+	return append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: fmt.Sprintf(explainPrompt, c.Tool, string(c.Args))})
+}

@@ -1,0 +1,127 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+)
+
+// Explain asks the model with the paused step's history made sendable and
+// no tools; nothing about the call or the conversation changes, so the
+// resume sends the history without the explanation exchange.
+func TestExplainLeavesTheCallAlone(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			a := w.agent()
+			ctx := context.Background()
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "read_file", `{"path":"/etc/motd"}`), call("c2", "deploy", `{"service":"api","version":"9"}`)),
+				fakeopenai.Text("It deploys api 9."), fakeopenai.Text("Done."))
+			out, err := a.Run(ctx, request("read motd and deploy api 9"))
+			must(t, err)
+			if out.Status != agent.Paused || len(out.Pending) != 1 {
+				t.Fatalf("outcome %+v, want paused on one call", out)
+			}
+			pc := out.Pending[0]
+			text, err := a.Explain(ctx, pc.ID, "UOTHER2")
+			if err != nil || text != "It deploys api 9." {
+				t.Fatalf("Explain: got %q, %v; want the model's text", text, err)
+			}
+			req := w.model.Requests()[1]
+			if len(req.Tools) != 0 {
+				t.Errorf("the explanation request offered %d tools, want none", len(req.Tools))
+			}
+			var roles []string
+			for _, m := range req.Messages {
+				roles = append(roles, m.Role)
+			}
+			if got := strings.Join(roles, " "); got != "system user assistant tool tool user" {
+				t.Errorf("explanation request roles: got %s, want every tool call answered, then the question", got)
+			}
+			if got, _ := a.Call(ctx, pc.ID); got.Status != agent.CallPending || got.Fingerprint != pc.Fingerprint {
+				t.Errorf("after Explain the call is %+v, want it pending as it was", got.Call)
+			}
+			if n := len(w.deploys.Args()); n != 0 {
+				t.Errorf("deploy ran %d times after Explain", n)
+			}
+
+			res, err := a.Decide(ctx, approvals.Decision{CallID: pc.ID, Fingerprint: pc.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			if !res.Complete {
+				t.Fatal("the approval did not complete the step")
+			}
+			if _, err := a.Resume(ctx, pc.RunID); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range w.model.Requests()[2].Messages {
+				if strings.Contains(m.Content, "It deploys api 9.") || strings.Contains(m.Content, "asks why") {
+					t.Errorf("the resume's history holds the explanation exchange: %q", m.Content)
+				}
+			}
+			if _, err := a.Explain(ctx, pc.ID, "UOTHER2"); !errors.Is(err, approvals.ErrAlreadyDecided) {
+				t.Errorf("Explain of a decided call: got %v, want ErrAlreadyDecided", err)
+			}
+			if _, err := a.Explain(ctx, "nope.0", "UOTHER2"); !errors.Is(err, approvals.ErrUnknownCall) {
+				t.Errorf("Explain of an unknown call: got %v, want ErrUnknownCall", err)
+			}
+		})
+	}
+}
+
+// A tool's preview is computed when its call pauses and stored with the
+// call (a restart keeps it); a slow or panicking preview is stored as
+// unavailable and the call pauses all the same.
+func TestPreviewStoredWithCall(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.cfg.PreviewTimeout = 50 * time.Millisecond
+			schema := json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)
+			must(t, w.reg.Register(agent.Tool{Name: "migrate", Schema: schema, Handler: w.deploys.handler("migrated"),
+				Preview: func(_ context.Context, args json.RawMessage) (string, error) {
+					return "would migrate " + string(args), nil
+				}}))
+			must(t, w.reg.Register(agent.Tool{Name: "slow", Schema: schema, Handler: w.deploys.handler("slow"),
+				Preview: func(ctx context.Context, _ json.RawMessage) (string, error) {
+					<-ctx.Done()
+					return "", ctx.Err()
+				}}))
+			must(t, w.reg.Register(agent.Tool{Name: "broken", Schema: schema, Handler: w.deploys.handler("broken"),
+				Preview: func(context.Context, json.RawMessage) (string, error) { panic("boom") }}))
+			a := w.agent()
+			ctx := context.Background()
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{"n":1}`), call("c2", "slow", `{}`), call("c3", "broken", `{}`)))
+			out, err := a.Run(ctx, request("migrate"))
+			must(t, err)
+			if out.Status != agent.Paused || len(out.Pending) != 3 {
+				t.Fatalf("outcome %+v, want paused on three calls", out)
+			}
+			if p := out.Pending[0]; p.Preview != `would migrate {"n":1}` || p.PreviewError != "" {
+				t.Errorf("migrate preview: got %q / %q, want the preview of the stored arguments", p.Preview, p.PreviewError)
+			}
+			a = w.restart()
+			got, err := a.Call(ctx, out.Pending[0].ID)
+			must(t, err)
+			if got.Preview != `would migrate {"n":1}` {
+				t.Errorf("after a restart the preview is %q", got.Preview)
+			}
+			slow, err := a.Call(ctx, out.Pending[1].ID)
+			must(t, err)
+			if slow.Preview != "" || !strings.Contains(slow.PreviewError, "no answer within 50ms") {
+				t.Errorf("slow preview: got %q / %q, want unavailable after the timeout", slow.Preview, slow.PreviewError)
+			}
+			broken, err := a.Call(ctx, out.Pending[2].ID)
+			must(t, err)
+			if !strings.Contains(broken.PreviewError, "internal error") {
+				t.Errorf("panicking preview: got error %q, want an internal error", broken.PreviewError)
+			}
+		})
+	}
+}

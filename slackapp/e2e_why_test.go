@@ -1,0 +1,151 @@
+package slackapp_test
+
+import (
+	"strings"
+	"testing"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// Why? on a pending card: the model, offered no tools, explains the call
+// in the thread; the call stays pending, the stored history does not keep
+// the explanation, and the call is decided and runs afterwards as usual.
+func TestWhyExplainsAndLeavesCallPending(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.start()
+			const why = "It deploys api version 5, because you asked for it."
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"5"}`)),
+				fakeopenai.Text(why), fakeopenai.Text("Deployed api 5."))
+			ts := e.slack.Mention(channel, requester, "deploy api 5")
+			card := e.card(ts, "deploy")
+
+			// Anyone who can see the conversation may ask, not only approvers.
+			_, err := e.slack.Click(stranger, channel, card.TS, slackapp.ActionWhy, "")
+			must(t, err)
+			got := e.answer(ts, why)
+			if text := blocksText(got); !strings.Contains(text, "Explanation") || !strings.Contains(text, "<@"+stranger+">") {
+				t.Errorf("the explanation is not marked as one, asked for by the clicker: %s", text)
+			}
+			req := e.request(2)
+			if len(req.Tools) != 0 {
+				t.Errorf("the model was offered %d tools for the explanation, want none", len(req.Tools))
+			}
+			last := req.Messages[len(req.Messages)-1]
+			if !strings.Contains(last.Content, "deploy") || !strings.Contains(last.Content, `"version":"5"`) {
+				t.Errorf("the explanation request does not name the pending call: %q", last.Content)
+			}
+			if n := e.deploy.Load(); n != 0 {
+				t.Errorf("deploy ran %d times after Why?", n)
+			}
+			if cards := e.cards(channel, ts); len(cards) != 1 {
+				t.Fatalf("%d pending cards after Why?, want the one card still pending:\n%s", len(cards), dumpThread(e.slack.Thread(channel, ts)))
+			}
+
+			_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed api 5.")
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times after the approval, want 1", n)
+			}
+			for _, m := range e.request(3).Messages {
+				if strings.Contains(m.Content, why) || strings.Contains(m.Content, "asks why") {
+					t.Errorf("the resumed turn's history holds the explanation exchange: %q", m.Content)
+				}
+			}
+		})
+	}
+}
+
+// A model failure on Why? is told to the clicker only; the thread gets
+// nothing and the call can still be decided.
+func TestWhyModelFailureIsPrivate(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"6"}`)),
+		fakeopenai.Error(400, "the model is confused"), fakeopenai.Text("Deployed api 6."))
+	ts := e.slack.Mention(channel, requester, "deploy api 6")
+	card := e.card(ts, "deploy")
+	before := len(e.slack.Thread(channel, ts))
+
+	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionWhy, "")
+	must(t, err)
+	e.ephemeral(other, "couldn't get an explanation")
+	for _, u := range []string{requester, approver} {
+		for _, m := range e.slack.Ephemerals(u) {
+			if strings.Contains(m.Text, "explanation") {
+				t.Errorf("%s was told about another person's failed Why?: %q", u, m.Text)
+			}
+		}
+	}
+	if n := len(e.slack.Thread(channel, ts)); n != before {
+		t.Errorf("the thread has %d messages after a failed Why?, want %d:\n%s", n, before, dumpThread(e.slack.Thread(channel, ts)))
+	}
+
+	_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed api 6.")
+	if n := e.deploy.Load(); n != 1 {
+		t.Errorf("deploy ran %d times after the approval, want 1", n)
+	}
+}
+
+// Why? from someone who cannot see the conversation and is no approver
+// is refused privately, and the model is not asked.
+func TestWhyRefusedToOutsider(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	const outsider = "UOUTSIDER1"
+	e.slack.AddUser(fakeslack.User{ID: outsider, Name: "outsider"})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 7")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(outsider, channel, card.TS, slackapp.ActionWhy, "")
+	must(t, err)
+	// Not in the channel, the outsider is told in a DM.
+	e.answerIn(e.slack.DMChannel(outsider), "", "not part of")
+	if n := len(e.model.Requests()); n != 1 {
+		t.Errorf("the model was asked %d times, want 1 (no explanation for an outsider)", n)
+	}
+}
+
+// One explanation per call at a time: a second Why? while the model is
+// still writing the first is answered privately, and the model is asked
+// once.
+func TestWhyOneAtATime(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		arrived <- struct{}{}
+		<-release
+		return fakeopenai.Text("Because you asked for version 10.")
+	})
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"10"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 10")
+	card := e.card(ts, "deploy")
+
+	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionWhy, "")
+	must(t, err)
+	<-arrived
+	_, err = e.slack.Click(stranger, channel, card.TS, slackapp.ActionWhy, "")
+	must(t, err)
+	e.ephemeral(stranger, "already being written")
+	close(release)
+	e.answer(ts, "Because you asked for version 10.")
+	if n := len(e.model.Requests()); n != 2 {
+		t.Errorf("the model was asked %d times, want 2 (the turn and one explanation)", n)
+	}
+}

@@ -1,0 +1,136 @@
+package slackapp
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/agent"
+)
+
+// explainTimeout bounds the model's answer to one Why?.
+const explainTimeout = 2 * time.Minute
+
+// explainGuardTTL is how long a Why? of one call keeps other replicas from
+// asking the model about the same call.
+const explainGuardTTL = 30 * time.Second
+
+// whyClick answers the Why? button: for someone who may see the call, the
+// model explains the pending call in its thread; nothing is decided and the
+// turn is not resumed. One explanation per call at a time: this process
+// keeps a set of the calls it is explaining, and a short-lived store marker
+// keeps other replicas off the same call. A failure is told to the clicker
+// only.
+func (a *App) whyClick(ctx context.Context, c click) {
+	if !validToken(c.value) {
+		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		return
+	}
+	callID, _ := parseToken(c.value)
+	pc, err := a.ag.Call(ctx, callID)
+	if err != nil {
+		text, _ := refusalText(agent.Call{}, c.user, err)
+		a.tell(ctx, c.user, c.channel, text)
+		return
+	}
+	if !a.maySee(ctx, pc.Call, c.user) {
+		a.tell(ctx, c.user, c.channel, NotInConversationText())
+		return
+	}
+	if pc.Status != agent.CallPending {
+		a.tell(ctx, c.user, c.channel, refusedText(pc.Call))
+		return
+	}
+	if !a.startExplaining(ctx, callID) {
+		a.tell(ctx, c.user, c.channel, ExplainBusyText())
+		return
+	}
+	defer a.doneExplaining(callID)
+	mctx, cancel := context.WithTimeout(ctx, explainTimeout)
+	defer cancel()
+	text, err := a.ag.Explain(mctx, callID, c.user)
+	if err != nil {
+		a.log.Warn("explain a pending call", "call", callID, "err", err)
+		a.tell(ctx, c.user, c.channel, ExplainFailedText(err))
+		return
+	}
+	_, channel, thread, ok := parseKey(pc.Conversation)
+	if !ok {
+		a.log.Error("conversation key is not team/channel/thread", "conversation", pc.Conversation)
+		return
+	}
+	blocks := ExplanationBlocks(pc.Tool, c.user, text)
+	fallback := "Why " + inlineCode(pc.Tool) + ": " + fallbackText(text)
+	if a.postBlocks(ctx, channel, thread, blocks, fallback) == "" {
+		a.tell(ctx, c.user, c.channel, ExplainFailedText(errors.New("the explanation could not be posted in the thread")))
+		return
+	}
+	if c.channel != channel {
+		// Clicked on a copy of the card outside the conversation, or in
+		// App Home: the clicker may not see the thread, so they get it
+		// where they clicked, or in a DM.
+		to := c.channel
+		if to == "" {
+			ch, _, _, err := a.api.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{c.user}, ReturnIM: true})
+			if err != nil {
+				a.log.Warn("open DM for an explanation", "user", c.user, "err", err)
+				return
+			}
+			to = ch.ID
+		}
+		a.postBlocks(ctx, to, "", blocks, fallback)
+	}
+}
+
+// startExplaining claims the Why? of a call: false when this process or,
+// within explainGuardTTL, another replica is already explaining it. A store
+// failure does not stop the explanation.
+func (a *App) startExplaining(ctx context.Context, callID string) bool {
+	a.mu.Lock()
+	if a.explaining[callID] {
+		a.mu.Unlock()
+		return false
+	}
+	a.explaining[callID] = true
+	a.mu.Unlock()
+	ok, err := a.st.SeenEvent(ctx, "explain:"+callID, explainGuardTTL)
+	if err != nil {
+		a.log.Warn("mark an explanation as started", "call", callID, "err", err)
+		return true
+	}
+	if !ok {
+		a.doneExplaining(callID)
+	}
+	return ok
+}
+
+func (a *App) doneExplaining(callID string) {
+	a.mu.Lock()
+	delete(a.explaining, callID)
+	a.mu.Unlock()
+}
+
+// ExplanationBlocks renders the model's explanation of a pending call,
+// asked for by asker: a context line marking it as an explanation (nothing
+// ran, the call still waits), then the text, escaped and cut to one
+// section.
+func ExplanationBlocks(tool, asker, text string) []slack.Block {
+	body, _ := fitMrkdwn(MarkdownToMrkdwn(text), maxSectionText)
+	return []slack.Block{
+		contextBlock(":thinking_face: *Explanation* of the pending " + inlineCode(tool) + " call, asked for by " + userRef(asker, "someone") + ". Nothing ran; the call still waits for a decision."),
+		section(body),
+	}
+}
+
+// ExplainBusyText answers a Why? while the same call is being explained.
+func ExplainBusyText() string {
+	return "An explanation of this call is already being written (or was just posted); it appears in the thread. Nothing changed."
+}
+
+// ExplainFailedText tells the clicker of Why? that no explanation came.
+// The call is untouched.
+func ExplainFailedText(err error) string {
+	return "I couldn't get an explanation of this call: " + Escape(clip(err.Error(), 500)) + ". The call is still pending; nothing changed."
+}

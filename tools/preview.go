@@ -1,0 +1,211 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/pmezard/go-difflib/difflib"
+)
+
+// previewLines is how many lines of a file a delete preview shows.
+const previewLines = 10
+
+// previewWrite is workspace_write's preview: a unified diff of the file
+// against the new content, or "new file, N lines". It reads, never writes.
+func (w *workspace) previewWrite(_ context.Context, raw json.RawMessage) (string, error) {
+	root, args, err := w.open(raw, "")
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
+	if args.Content == nil {
+		return "", errors.New("content is required")
+	}
+	next := *args.Content
+	old, err := root.ReadFile(args.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Sprintf("new file %s, %d lines, %d bytes", args.Path, countLines(next), len(next)), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", args.Path, err)
+	}
+	if !utf8.Valid(old) {
+		return fmt.Sprintf("overwrites %s, a binary file of %d bytes, with %d lines of text", args.Path, len(old), countLines(next)), nil
+	}
+	if string(old) == next {
+		return fmt.Sprintf("no change: %s already has this content", args.Path), nil
+	}
+	diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(string(old)), B: difflib.SplitLines(next),
+		FromFile: "a/" + args.Path, ToFile: "b/" + args.Path, Context: 3,
+	})
+	if err != nil {
+		return "", fmt.Errorf("diff %s: %w", args.Path, err)
+	}
+	return diff, nil
+}
+
+// previewDelete is workspace_delete's preview: what is there, its size and
+// first lines.
+func (w *workspace) previewDelete(_ context.Context, raw json.RawMessage) (string, error) {
+	root, args, err := w.open(raw, "")
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
+	fi, err := root.Lstat(args.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Sprintf("%s does not exist: nothing to delete", args.Path), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("stat %s: %w", args.Path, err)
+	}
+	if fi.IsDir() {
+		return fmt.Sprintf("deletes the directory %s (only if it is empty)", args.Path), nil
+	}
+	f, err := root.Open(args.Path)
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", args.Path, err)
+	}
+	defer f.Close()
+	head, err := io.ReadAll(io.LimitReader(f, 4<<10))
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", args.Path, err)
+	}
+	out := fmt.Sprintf("deletes %s (%d bytes)", args.Path, fi.Size())
+	if !validPrefix(head) {
+		return out + ", a binary file", nil
+	}
+	lines := strings.SplitAfter(string(head), "\n")
+	if len(lines) > previewLines {
+		lines = lines[:previewLines]
+	}
+	first := strings.TrimRight(strings.Join(lines, ""), "\n")
+	if first == "" {
+		return out + ", empty", nil
+	}
+	return out + ", starting with:\n" + first, nil
+}
+
+// validPrefix reports whether b is UTF-8 text, allowing a rune cut at its
+// end.
+func validPrefix(b []byte) bool {
+	for i := 0; i < utf8.UTFMax && len(b) > 0; i++ {
+		if utf8.Valid(b) {
+			return true
+		}
+		b = b[:len(b)-1]
+	}
+	return utf8.Valid(b)
+}
+
+func countLines(s string) int {
+	if s == "" {
+		return 0
+	}
+	n := strings.Count(s, "\n")
+	if !strings.HasSuffix(s, "\n") {
+		n++
+	}
+	return n
+}
+
+// secretHeaders are the request headers whose values a preview hides.
+var secretHeaders = []string{"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key", "x-auth-token"}
+
+// secretHeader reports whether a header's value is a secret: a known one,
+// or one whose name says token, secret, key or password.
+func secretHeader(name string) bool {
+	n := strings.ToLower(name)
+	if slices.Contains(secretHeaders, n) {
+		return true
+	}
+	for _, w := range []string{"token", "secret", "password", "key"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// previewRequest is http_request's preview: the request line, the headers
+// with secrets redacted (and the URL's password), and the body.
+func (h *httpTool) previewRequest(_ context.Context, raw json.RawMessage) (string, error) {
+	var args httpArgs
+	if err := decodeArgs(raw, &args); err != nil {
+		return "", err
+	}
+	if args.Method == "" {
+		args.Method = http.MethodGet
+	}
+	u, err := url.Parse(args.URL)
+	if err != nil {
+		return "", fmt.Errorf("invalid url: %w", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s\n", args.Method, u.Redacted())
+	if err := h.check(u); err != nil {
+		fmt.Fprintf(&b, "(refused when run: %v)\n", err)
+	}
+	names := make([]string, 0, len(args.Headers))
+	for k := range args.Headers {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		v := args.Headers[k]
+		if secretHeader(k) {
+			v = "[redacted, " + strconv.Itoa(len(v)) + " characters]"
+		}
+		fmt.Fprintf(&b, "%s: %s\n", k, v)
+	}
+	if args.Body != "" {
+		body := args.Body
+		var pretty bytes.Buffer
+		if json.Indent(&pretty, []byte(body), "", "  ") == nil {
+			body = pretty.String()
+		}
+		fmt.Fprintf(&b, "\n%s\n", body)
+	}
+	return b.String(), nil
+}
+
+// previewCommand is run_command's preview: the program and its arguments
+// (quoted), the directory it runs in and its timeout.
+func (r *commandTool) previewCommand(_ context.Context, raw json.RawMessage) (string, error) {
+	var args commandArgs
+	if err := decodeArgs(raw, &args); err != nil {
+		return "", err
+	}
+	if len(args.Argv) == 0 {
+		return "", errors.New("argv must name a program")
+	}
+	quoted := make([]string, len(args.Argv))
+	for i, a := range args.Argv {
+		quoted[i] = strconv.Quote(a)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "argv: [%s]\n", strings.Join(quoted, ", "))
+	if _, err := r.resolve(args.Argv[0]); err != nil {
+		fmt.Fprintf(&b, "(refused when run: %v)\n", err)
+	}
+	dir, err := r.workDir(args.Dir)
+	if err != nil {
+		fmt.Fprintf(&b, "directory: %q (refused when run: %v)\n", args.Dir, err)
+	} else {
+		fmt.Fprintf(&b, "directory: %s\n", dir)
+	}
+	fmt.Fprintf(&b, "timeout: %s\n", r.cfg.Timeout)
+	return b.String(), nil
+}

@@ -1,0 +1,104 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+)
+
+func previewOf(t *testing.T, tool agent.Tool, args string) string {
+	t.Helper()
+	if tool.Preview == nil {
+		t.Fatalf("%s offers no preview", tool.Name)
+	}
+	out, err := tool.Preview(context.Background(), json.RawMessage(args))
+	if err != nil {
+		t.Fatalf("%s preview of %s: %v", tool.Name, args, err)
+	}
+	return out
+}
+
+func TestWorkspacePreviews(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "a.txt"), []byte("one\ntwo\nthree\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	list, err := WorkspaceTools(WorkspaceConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]agent.Tool{}
+	for _, tool := range list {
+		byName[tool.Name] = tool
+	}
+	write, del := byName["workspace_write"], byName["workspace_delete"]
+	for _, tc := range []struct {
+		name string
+		tool agent.Tool
+		args string
+		want []string
+	}{
+		{"diff", write, `{"path":"a.txt","content":"one\nTWO\nthree\n"}`, []string{"--- a/a.txt\n", "+++ b/a.txt\n", "-two\n", "+TWO\n", " one\n"}},
+		{"new file", write, `{"path":"dir/b.txt","content":"x\ny"}`, []string{"new file dir/b.txt, 2 lines, 3 bytes"}},
+		{"same", write, `{"path":"a.txt","content":"one\ntwo\nthree\n"}`, []string{"no change"}},
+		{"delete", del, `{"path":"a.txt"}`, []string{"deletes a.txt (14 bytes), starting with:\none\ntwo\nthree"}},
+		{"delete missing", del, `{"path":"gone.txt"}`, []string{"does not exist"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := previewOf(t, tc.tool, tc.args)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("preview of %s is %q, want it to contain %q", tc.args, got, w)
+				}
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(root, "dir")); !os.IsNotExist(err) {
+		t.Errorf("a write preview created a directory: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "a.txt")); string(got) != "one\ntwo\nthree\n" {
+		t.Errorf("previews changed the file: %q", got)
+	}
+	if _, err := write.Preview(context.Background(), json.RawMessage(`{"path":"../x","content":""}`)); err == nil {
+		t.Error("a preview of a path outside the workspace did not fail")
+	}
+}
+
+func TestHTTPRequestPreviewRedactsSecrets(t *testing.T) {
+	tools := httpTools(t, HTTPConfig{AllowedHosts: []string{"api.example.com"}})
+	got := previewOf(t, tools["http_request"], `{"method":"POST","url":"https://bob:pw@api.example.com/v1/deploy","headers":{"Authorization":"Bearer s3cr3t","X-Request-Id":"42","X-Api-Token":"t0k"},"body":"{\"service\":\"api\"}"}`)
+	for _, w := range []string{"POST https://bob:xxxxx@api.example.com/v1/deploy\n", "Authorization: [redacted, 13 characters]", "X-Api-Token: [redacted", "X-Request-Id: 42", `"service": "api"`} {
+		if !strings.Contains(got, w) {
+			t.Errorf("preview %q lacks %q", got, w)
+		}
+	}
+	for _, secret := range []string{"s3cr3t", "t0k", ":pw@"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("preview %q shows the secret %q", got, secret)
+		}
+	}
+	refused := previewOf(t, tools["http_request"], `{"method":"DELETE","url":"https://other.example.org/"}`)
+	if !strings.Contains(refused, "refused when run") {
+		t.Errorf("preview of a request to a host not allowed does not say it will be refused: %q", refused)
+	}
+}
+
+func TestRunCommandPreview(t *testing.T) {
+	_, work := commandFixture(t)
+	tool, err := RunCommand(CommandConfig{Allow: []string{"hello"}, Dir: work, Timeout: 7 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := previewOf(t, tool, `{"argv":["hello","a b"],"dir":"."}`)
+	for _, w := range []string{`argv: ["hello", "a b"]`, "directory: ", "timeout: 7s"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("preview %q lacks %q", got, w)
+		}
+	}
+}
