@@ -104,6 +104,7 @@ func viewOf(c store.Call) Call {
 	v.RemindAt = reminders(c)
 	if c.Edit != nil && c.Status == store.Pending {
 		v.Args, v.Edited = c.Edit.Args, true
+		v.Preview, v.PreviewError = c.Edit.Preview, c.Edit.PreviewError
 	}
 	return v
 }

@@ -97,6 +97,11 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		if err != nil {
 			return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 		}
+		// The pending card shows the edited arguments: so does its
+		// preview.
+		if tool, ok := a.tools.Lookup(c.Tool); ok {
+			sd.Preview, sd.PreviewError = a.preview(ctx, tool, sd.Args)
+		}
 		edit = &store.Proposal{Fingerprint: fp, Edit: sd}
 	case c.Edit != nil:
 		final = store.Decision{Kind: storedKind(approvals.Edit), Decider: c.Edit.Decider, At: d.At, Args: c.Edit.Args}

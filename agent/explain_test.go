@@ -125,3 +125,48 @@ func TestPreviewStoredWithCall(t *testing.T) {
 		})
 	}
 }
+
+// An edit that restarts a two-person count leaves the call pending on the
+// edited arguments: its preview is the edited arguments' one, also after a
+// restart, and the original's is not shown any more.
+func TestPreviewFollowsAnEditThatRestartsTheCount(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = `
+policy:
+  rules:
+    - id: two
+      tool: migrate
+      verdict: ask
+      approvers: [UONE000001, UTWO000002]
+      min_approvals: 2
+`
+			schema := json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)
+			must(t, w.reg.Register(agent.Tool{Name: "migrate", Schema: schema, Handler: w.deploys.handler("migrated"),
+				Preview: func(_ context.Context, args json.RawMessage) (string, error) {
+					return "would migrate " + string(args), nil
+				}}))
+			a := w.agent()
+			ctx := context.Background()
+			p := pauseOne(t, w, a, call("c1", "migrate", `{"n":1}`))
+			if p.Preview != `would migrate {"n":1}` {
+				t.Fatalf("preview before the edit: %q", p.Preview)
+			}
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UONE000001", Args: json.RawMessage(`{"n":2}`)})
+			must(t, err)
+			if res.Call.Status != agent.CallPending || !res.Call.Edited {
+				t.Fatalf("after the edit: %+v, want the call pending on the edited arguments", res.Call)
+			}
+			if res.Call.Preview != `would migrate {"n":2}` {
+				t.Errorf("preview after the edit: got %q, want the edited arguments' preview", res.Call.Preview)
+			}
+			a = w.restart()
+			got, err := a.Call(ctx, p.ID)
+			must(t, err)
+			if got.Preview != `would migrate {"n":2}` || string(got.Args) != `{"n":2}` {
+				t.Errorf("after a restart: args %s, preview %q; want the edited ones", got.Args, got.Preview)
+			}
+		})
+	}
+}

@@ -52,6 +52,11 @@ type Decision struct {
 	TTL        time.Duration   `json:"ttl,omitempty"`
 	// Exact marks a Remember decision for these exact arguments only.
 	Exact bool `json:"exact,omitempty"`
+	// Preview and PreviewError are, for an edit that restarted a count
+	// (see Call.Edit), what the tool said the edited arguments would do,
+	// or why it could not; opaque to the store.
+	Preview      string `json:"preview,omitempty"`
+	PreviewError string `json:"preview_error,omitempty"`
 }
 
 // Call is one tool call of a paused step that waits on people.
