@@ -92,10 +92,13 @@ type Leases interface {
 	ReleaseLease(ctx context.Context, key, owner string) error
 }
 
-// Claims hands out one-time claims shared by every process, so that a
-// reminder is sent once whichever replica sends it.
-type Claims interface {
-	SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error)
+// Reminders lists the calls whose next reminder is due and claims each
+// reminder once, shared by every process, so that a reminder is sent once
+// whichever replica sends it.
+type Reminders interface {
+	DueReminders(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
+	ClaimReminder(ctx context.Context, callID string, n int, next time.Time) (bool, error)
+	NextReminder(ctx context.Context) (time.Time, error)
 }
 
 // Auditor records what happened.
@@ -109,7 +112,7 @@ type Store interface {
 	Runs
 	Inboxes
 	Leases
-	Claims
+	Reminders
 	Auditor
 }
 

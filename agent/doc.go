@@ -102,10 +102,11 @@
 // resume finds a run whose conversation has moved on (it was resumed before
 // but could not be marked finished) and only finishes it: a step never runs
 // twice. Expire does the expiry part alone, sends the reminders that are
-// due (Config.ReminderAfter, a rule's remind_after; each claimed once in
-// the store, so replicas send it once), and returns the next deadline of a
-// pending call or reminder, so that a caller can sleep until then and
-// expire calls and remind approvers on time.
+// due (Config.ReminderAfter, a rule's remind_after; found through the
+// store's reminder index and each claimed once there, so replicas send it
+// once and a pass reads nothing about calls already reminded), and returns
+// the next deadline of a pending call or reminder, so that a caller can
+// sleep until then and expire calls and remind approvers on time.
 //
 // A rule with min_approvals N > 1 is decided by the N-th distinct approval
 // of the same arguments (Store.Approve counts them atomically); an Edit

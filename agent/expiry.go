@@ -15,8 +15,9 @@ type runRef struct{ run, conversation string }
 
 // Expire expires the calls that are due now, sends the reminders that are
 // due (each once, see Reminder), and returns the next deadline: the
-// earliest expiry of a pending call or reminder still to send (the zero
-// time if none), so the caller can sleep until then. It is safe to run on every replica at once: expiry is a
+// earliest expiry of a pending call or reminder still to send, from the
+// store's indexes (the zero time if none), so the caller can sleep until
+// then. It is safe to run on every replica at once: expiry is a
 // compare-and-set, and exactly one expiry or decision completes a step.
 // Each run whose step the expiry completed is passed to resume with its
 // conversation key (Resume it there); with a nil resume, Expire calls
@@ -37,13 +38,16 @@ func (a *Agent) Expire(ctx context.Context, resume func(runID, conversation stri
 			errs = append(errs, err)
 		}
 	}
-	remind, err := a.remindDue(ctx, a.cfg.Now())
-	if err != nil {
+	if err := a.remindDue(ctx, a.cfg.Now()); err != nil {
 		errs = append(errs, err)
 	}
 	next, err := a.store.NextExpiry(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("next expiry: %w", err))
+	}
+	remind, err := a.store.NextReminder(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("next reminder: %w", err))
 	}
 	if !remind.IsZero() && (next.IsZero() || remind.Before(next)) {
 		next = remind

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/toolgate/toolgate/store"
@@ -19,70 +18,69 @@ type Reminder interface {
 
 // reminders returns when the approvers of c are reminded: once RemindAfter
 // after it paused, and again when a quarter of its TTL is left, each only
-// before it expires and the second only after the first.
+// before it expires and the second only after the first. The first is the
+// call's RemindAt when it is created; each claim moves RemindAt to the
+// next one. The times are whole milliseconds, which every store keeps
+// exactly, so a RemindAt read back is one of them.
 func reminders(c store.Call) []time.Time {
 	if c.RemindAfter <= 0 {
 		return nil
 	}
-	first := c.CreatedAt.Add(c.RemindAfter)
+	first := c.CreatedAt.Add(c.RemindAfter).Truncate(time.Millisecond)
 	if !first.Before(c.ExpiresAt) {
 		return nil
 	}
 	out := []time.Time{first}
-	if last := c.ExpiresAt.Add(-c.ExpiresAt.Sub(c.CreatedAt) / 4); last.After(first) {
+	if last := c.ExpiresAt.Add(-c.ExpiresAt.Sub(c.CreatedAt) / 4).Truncate(time.Millisecond); last.After(first) {
 		out = append(out, last)
 	}
 	return out
 }
 
-// remindDue sends the reminders of pending calls that are due at now and
-// returns the time of the next one (zero if none). Each reminder is
-// claimed in the store first, so it is sent once, whichever replica and
-// however many passes get to it; when a pass finds both reminders of a
-// call due (the bot was down), only the later one is sent.
-func (a *Agent) remindDue(ctx context.Context, now time.Time) (time.Time, error) {
-	calls, err := a.store.Pending(ctx, store.Filter{})
+// remindBatch bounds the reminders one pass sends; a pass that fills it
+// finds the next one due at once.
+const remindBatch = 100
+
+// remindDue sends the reminders that the store's reminder index lists as
+// due at now (a batch of at most remindBatch), reading nothing about calls
+// whose reminder is not due. Each reminder is claimed in the store first
+// (which moves the call to its next reminder time), so it is sent once,
+// whichever replica and however many passes get to it; when a pass finds
+// both reminders of a call due (the bot was down), only the later one is
+// claimed and sent.
+func (a *Agent) remindDue(ctx context.Context, now time.Time) error {
+	calls, err := a.store.DueReminders(ctx, now, remindBatch)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("list calls to remind: %w", err)
+		return fmt.Errorf("list due reminders: %w", err)
 	}
-	var next time.Time
 	var errs []error
 	for _, c := range calls {
 		times := reminders(c)
 		due := 0
-		for i, t := range times {
-			if t.After(now) {
-				if next.IsZero() || t.Before(next) {
-					next = t
-				}
-				break
-			}
-			due = i + 1
+		for due < len(times) && !times[due].After(now) {
+			due++
 		}
 		if due == 0 {
-			continue
+			continue // not due by the call's own times: nothing to send yet
 		}
-		send := false
-		for n := 1; n <= due; n++ {
-			ok, err := a.store.SeenEvent(ctx, "remind:"+c.ID+":"+strconv.Itoa(n), time.Until(c.ExpiresAt)+store.DedupeTTL)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("claim reminder %d of %s: %w", n, c.ID, err))
-				send = false
-				break
-			}
-			send = ok && n == due // earlier ones are claimed, not sent
+		var next time.Time
+		if due < len(times) {
+			next = times[due]
 		}
-		if !send {
-			continue
+		ok, err := a.store.ClaimReminder(ctx, c.ID, due, next)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("claim reminder %d of %s: %w", due, c.ID, err))
 		}
-		rep, ok := a.reporter(c.Conversation).(Reminder)
 		if !ok {
 			continue
 		}
-		p := a.pendingOf([]store.Call{c})
-		if len(p) == 1 {
+		rep, isReminder := a.reporter(c.Conversation).(Reminder)
+		if !isReminder {
+			continue
+		}
+		if p := a.pendingOf([]store.Call{c}); len(p) == 1 {
 			rep.Remind(ctx, p[0], due)
 		}
 	}
-	return next, errors.Join(errs...)
+	return errors.Join(errs...)
 }

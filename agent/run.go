@@ -733,6 +733,9 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 			MinApprovals: q.verdict.MinApprovals, RemindAfter: remind, CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
 		}
 		c.Preview, c.PreviewError = previews[k].text, previews[k].problem
+		if times := reminders(c); len(times) > 0 {
+			c.RemindAt = times[0]
+		}
 		slots[q.slot].CallID = c.ID
 		calls[k] = c
 		run.CallIDs = append(run.CallIDs, c.ID)

@@ -14,17 +14,15 @@ import (
 	"github.com/toolgate/toolgate/store"
 )
 
-// claimCounter counts the reminder claims the replicas make.
+// claimCounter counts the looks for due reminders the replicas make.
 type claimCounter struct {
 	fullStore
-	claims atomic.Int64
+	looks atomic.Int64
 }
 
-func (c *claimCounter) SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error) {
-	if strings.HasPrefix(id, "remind:") {
-		c.claims.Add(1)
-	}
-	return c.fullStore.SeenEvent(ctx, id, ttl)
+func (c *claimCounter) DueReminders(ctx context.Context, now time.Time, limit int) ([]store.Call, error) {
+	c.looks.Add(1)
+	return c.fullStore.DueReminders(ctx, now, limit)
 }
 
 // WatchLease keeps the wrapped store's lease announcements.
@@ -63,9 +61,10 @@ func TestReminderSentOnceByTwoReplicas(t *testing.T) {
 					t.Errorf("reminder %q does not mention %s", text, who)
 				}
 			}
-			// Both replicas go on trying to claim the reminder before the
-			// call is decided; none of those claims may send another.
-			waitUntil(t, "more claims of the reminder", func() bool { return st.claims.Load() >= 6 })
+			// Both replicas go on looking for due reminders before the
+			// call is decided; none of those passes may send another.
+			seen := st.looks.Load()
+			waitUntil(t, "more looks for due reminders", func() bool { return st.looks.Load() >= seen+6 })
 			_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
 			must(t, err)
 			e.answer(ts, "Deployed api 1.")

@@ -100,6 +100,14 @@ type Call struct {
 	// RemindAfter is how long after CreatedAt the approvers are reminded
 	// (zero: never); opaque to the store.
 	RemindAfter time.Duration `json:"remind_after,omitempty"`
+	// RemindAt is when the next reminder of the call is due (zero: none),
+	// set by the caller at CreateRun and moved by ClaimReminder; the store
+	// keeps the time and lists the call by it (DueReminders) while the
+	// call is pending, and sets it to zero when the call leaves Pending.
+	RemindAt time.Time `json:"remind_at,omitzero"`
+	// Reminded is the number of the last reminder claimed with
+	// ClaimReminder (zero: none).
+	Reminded int `json:"reminded,omitempty"`
 	// Preview is what the tool said the call would do, computed for Args
 	// when the call paused (opaque to the store); PreviewError why it
 	// could not say. Both are empty for a tool that offers no preview.

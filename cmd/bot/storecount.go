@@ -191,6 +191,21 @@ func (s *countedStore) NextExpiry(ctx context.Context) (time.Time, error) {
 	return s.st.NextExpiry(ctx)
 }
 
+func (s *countedStore) DueReminders(ctx context.Context, now time.Time, limit int) ([]store.Call, error) {
+	s.count("DueReminders")
+	return s.st.DueReminders(ctx, now, limit)
+}
+
+func (s *countedStore) ClaimReminder(ctx context.Context, callID string, n int, next time.Time) (bool, error) {
+	s.count("ClaimReminder")
+	return s.st.ClaimReminder(ctx, callID, n, next)
+}
+
+func (s *countedStore) NextReminder(ctx context.Context) (time.Time, error) {
+	s.count("NextReminder")
+	return s.st.NextReminder(ctx)
+}
+
 func (s *countedStore) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
 	s.count("AcceptMessage")
 	return s.st.AcceptMessage(ctx, conversation, m, requireKnown)

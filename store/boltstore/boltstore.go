@@ -83,11 +83,12 @@ var (
 	bucketRecords = []byte("records")    // kind -> bucket: id -> store.Record
 	bucketInbox   = []byte("inbox")      // conversation -> inboxRecord
 	bucketUnans   = []byte("unanswered") // conversation -> listing time (Unix ns, big endian)
+	bucketRemind  = []byte("remind")     // RemindAt (Unix ns, big endian) + call id -> nothing: pending calls with a reminder to send
 )
 
 var allBuckets = [][]byte{
 	bucketRuns, bucketCalls, bucketPending, bucketActive, bucketConvs,
-	bucketLeases, bucketSeen, bucketAudit, bucketRecords, bucketInbox, bucketUnans,
+	bucketLeases, bucketSeen, bucketAudit, bucketRecords, bucketInbox, bucketUnans, bucketRemind,
 }
 
 // runRecord is a run with its bookkeeping.
@@ -208,6 +209,9 @@ func (s *Store) prune(now time.Time) error {
 			if !rec.DeleteAt.After(now) {
 				runs = append(runs, k)
 				for _, id := range rec.Run.CallIDs {
+					if err := unlistReminder(tx, id); err != nil {
+						return err
+					}
 					for _, b := range [][]byte{bucketCalls, bucketPending} {
 						if err := tx.Bucket(b).Delete([]byte(id)); err != nil {
 							return err
@@ -267,6 +271,23 @@ func deleteWhere(b *bolt.Bucket, drop func(v []byte) bool) error {
 		}
 	}
 	return nil
+}
+
+// remindKey is the bucketRemind key of a call reminded at t: in time
+// order, then by id.
+func remindKey(t time.Time, callID string) []byte {
+	return append(encodeTime(t), callID...)
+}
+
+// unlistReminder removes the stored call from the reminder index, if it
+// is listed there.
+func unlistReminder(tx *bolt.Tx, callID string) error {
+	var c store.Call
+	ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+	if err != nil || !ok || c.RemindAt.IsZero() {
+		return err
+	}
+	return tx.Bucket(bucketRemind).Delete(remindKey(c.RemindAt, callID))
 }
 
 func encodeTime(t time.Time) []byte { return binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())) }
@@ -367,6 +388,11 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 			}
 			if err := tx.Bucket(bucketPending).Put([]byte(c.ID), nil); err != nil {
 				return err
+			}
+			if !c.RemindAt.IsZero() {
+				if err := tx.Bucket(bucketRemind).Put(remindKey(c.RemindAt, c.ID), nil); err != nil {
+					return err
+				}
 			}
 		}
 		if r.Conversation == "" {
@@ -496,6 +522,10 @@ func (s *Store) Approve(ctx context.Context, callID, fingerprint string, a store
 		if len(c.Approvals) >= need {
 			c.Status = newrun.Outcome(d.Kind)
 			c.Decision = &d
+			if err := unlistReminder(tx, callID); err != nil {
+				return err
+			}
+			c.RemindAt = time.Time{}
 			if err := tx.Bucket(bucketPending).Delete([]byte(callID)); err != nil {
 				return err
 			}
@@ -553,6 +583,10 @@ func (s *Store) Decide(ctx context.Context, callID, fingerprint string, d store.
 		}
 		c.Status = newrun.Outcome(d.Kind)
 		c.Decision = &d
+		if err := unlistReminder(tx, callID); err != nil {
+			return err
+		}
+		c.RemindAt = time.Time{}
 		if err := put(tx.Bucket(bucketCalls), callID, c); err != nil {
 			return err
 		}
@@ -688,6 +722,9 @@ func (s *Store) FinishRun(ctx context.Context, runID string) error {
 			return err
 		}
 		for _, id := range rec.Run.CallIDs {
+			if err := unlistReminder(tx, id); err != nil {
+				return err
+			}
 			if err := tx.Bucket(bucketPending).Delete([]byte(id)); err != nil {
 				return err
 			}
@@ -780,6 +817,107 @@ func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("next expiry: %w", err)
+	}
+	return next, nil
+}
+
+// DueReminders lists up to limit pending calls whose RemindAt is at or
+// before now, earliest first, from the reminder index (limit <= 0: all).
+// Decide, Approve and FinishRun take a call out of the index in the
+// transaction that takes it out of Pending.
+func (s *Store) DueReminders(ctx context.Context, now time.Time, limit int) ([]store.Call, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []store.Call
+	err := s.db.View(func(tx *bolt.Tx) error {
+		calls, pending := tx.Bucket(bucketCalls), tx.Bucket(bucketPending)
+		cur := tx.Bucket(bucketRemind).Cursor()
+		for k, _ := cur.First(); k != nil && len(k) > 8; k, _ = cur.Next() {
+			if decodeTime(k[:8]).After(now) || (limit > 0 && len(out) == limit) {
+				break
+			}
+			id := string(k[8:])
+			if pending.Get([]byte(id)) == nil {
+				continue
+			}
+			var c store.Call
+			ok, err := get(calls, id, &c)
+			if err != nil {
+				return err
+			}
+			if ok {
+				out = append(out, c)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list due reminders: %w", err)
+	}
+	return out, nil
+}
+
+// ClaimReminder is one transaction: see storetest.Store for the contract.
+func (s *Store) ClaimReminder(ctx context.Context, callID string, n int, next time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if n < 1 {
+		return false, fmt.Errorf("claim reminder %d of call %s: reminders count from 1", n, callID)
+	}
+	var claimed bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var c store.Call
+		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		if c.Status != store.Pending || c.RemindAt.IsZero() || c.Reminded >= n || tx.Bucket(bucketPending).Get([]byte(callID)) == nil {
+			return nil
+		}
+		idx := tx.Bucket(bucketRemind)
+		if err := idx.Delete(remindKey(c.RemindAt, callID)); err != nil {
+			return err
+		}
+		c.RemindAt, c.Reminded = next, n
+		if !next.IsZero() {
+			if err := idx.Put(remindKey(next, callID), nil); err != nil {
+				return err
+			}
+		}
+		claimed = true
+		return put(tx.Bucket(bucketCalls), callID, c)
+	})
+	if err != nil {
+		return false, fmt.Errorf("claim reminder %d of call %s: %w", n, callID, err)
+	}
+	return claimed, nil
+}
+
+// NextReminder returns the earliest RemindAt of a pending call, or the
+// zero time if none has a reminder to send.
+func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	var next time.Time
+	err := s.db.View(func(tx *bolt.Tx) error {
+		pending := tx.Bucket(bucketPending)
+		cur := tx.Bucket(bucketRemind).Cursor()
+		for k, _ := cur.First(); k != nil && len(k) > 8; k, _ = cur.Next() {
+			if pending.Get(k[8:]) != nil {
+				next = decodeTime(k[:8])
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("next reminder: %w", err)
 	}
 	return next, nil
 }

@@ -7,6 +7,11 @@
 // file, so a second process (or a second Open in the same process) fails
 // after Options.LockTimeout instead of sharing it.
 //
+// The calls with a reminder to send are kept in a bucket ordered by
+// reminder time, which DueReminders and NextReminder read from the start;
+// Decide, Approve, ClaimReminder and FinishRun update it in the
+// transaction that changes the call.
+//
 // Leases, resume claims and event ids store their expiry time and are
 // judged against time.Now. Runs are deleted Options.Retention after they
 // expired or finished, conversations Options.ConversationTTL after their

@@ -14,13 +14,16 @@
 //
 // # Indexes
 //
-// Pending, Due and Stalled read global sorted sets (due calls, pending calls
-// by approver, requester and conversation, active runs). Those keys are in
+// Pending, Due, DueReminders and Stalled read global sorted sets (due
+// calls, calls by reminder time, pending calls by approver, requester and
+// conversation, active runs). Those keys are in
 // other hash slots than the runs, so scripts cannot update them together:
 // they are hints. Readers check every entry against the call or run it
 // names and remove entries whose call is decided, expired, cancelled,
 // finished or gone. A call never becomes pending again, so this never drops
-// a pending call.
+// a pending call. A call's reminder time lives in its hash (ClaimReminder
+// moves it in one script); the reminder index entry follows in a second
+// command, and a reader that finds it behind the call's time moves it.
 //
 // # Lifetimes
 //

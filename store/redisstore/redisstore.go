@@ -127,6 +127,7 @@ func (s *Store) convSeenKey(key, kind, id string) string {
 }
 func (s *Store) unansweredKey() string         { return s.prefix + ":unanswered" }
 func (s *Store) dueKey() string                { return s.prefix + ":due" }
+func (s *Store) remindKey() string             { return s.prefix + ":remind" }
 func (s *Store) pendingKey() string            { return s.prefix + ":pending" }
 func (s *Store) approverKey(id string) string  { return s.prefix + ":pending:approver:" + id }
 func (s *Store) requesterKey(id string) string { return s.prefix + ":pending:requester:" + id }
@@ -220,7 +221,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 			return fmt.Errorf("create run %s: %w", r.ID, err)
 		}
 		keys = append(keys, s.callKey(c.ID))
-		args = append(args, b, fp, c.ExpiresAt.UnixMicro())
+		args = append(args, b, fp, c.ExpiresAt.UnixMicro(), remindArg(c.RemindAt))
 	}
 	created, err := createRun.Run(ctx, s.c, keys, args...).Int()
 	if err != nil {
@@ -230,8 +231,9 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 		return fmt.Errorf("create run %s: %w", r.ID, store.ErrRunExists)
 	}
 
-	// The indexes. Scores are expiry times in ms; entries older than the
-	// retention time point at deleted calls and are trimmed here.
+	// The indexes. Scores are expiry times in ms (reminder times in the
+	// reminder index); entries older than the retention time point at
+	// deleted calls and are trimmed here.
 	trimBefore := strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
 	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		add := func(key string, score time.Time, member string) {
@@ -241,6 +243,9 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 		}
 		for _, c := range calls {
 			add(s.dueKey(), c.ExpiresAt, c.ID)
+			if !c.RemindAt.IsZero() {
+				add(s.remindKey(), c.RemindAt, c.ID)
+			}
 			add(s.pendingKey(), c.ExpiresAt, c.ID)
 			if c.Requester != "" {
 				add(s.requesterKey(c.Requester), c.ExpiresAt, c.ID)
@@ -266,6 +271,14 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 	return nil
 }
 
+// remindArg is a reminder time as the scripts take it: Unix µs, 0 for none.
+func remindArg(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
 // expireAtLeast makes key live at least until t, never shortening a longer
 // life (a new key has none, hence NX before GT).
 func expireAtLeast(ctx context.Context, p redis.Pipeliner, key string, t time.Time) {
@@ -276,7 +289,7 @@ func expireAtLeast(ctx context.Context, p redis.Pipeliner, key string, t time.Ti
 
 // callFields are the fields of a call hash that make up a store.Call, in
 // the order decodeCall reads them.
-var callFields = []string{"call", "status", "decision", "executing", "result", "approvals", "edit", "fp"}
+var callFields = []string{"call", "status", "decision", "executing", "result", "approvals", "edit", "fp", "remind", "reminded"}
 
 // decodeCall builds a call from the values of callFields; ok is false if
 // the call does not exist.
@@ -318,6 +331,23 @@ func decodeCall(vals []any) (c store.Call, ok bool, err error) {
 	}
 	if fp := str(7); fp != "" {
 		c.Fingerprint = fp // an edit replaces the one the call was created with
+	}
+	// The reminder fields, not the JSON, say what ClaimReminder and the
+	// decision scripts made of them.
+	c.RemindAt, c.Reminded = time.Time{}, 0
+	if r := str(8); r != "" {
+		us, err := strconv.ParseInt(r, 10, 64)
+		if err != nil {
+			return store.Call{}, false, fmt.Errorf("decode reminder time of call %s: %w", c.ID, err)
+		}
+		c.RemindAt = time.UnixMicro(us)
+	}
+	if r := str(9); r != "" {
+		n, err := strconv.Atoi(r)
+		if err != nil {
+			return store.Call{}, false, fmt.Errorf("decode reminder count of call %s: %w", c.ID, err)
+		}
+		c.Reminded = n
 	}
 	return c, true, nil
 }
@@ -632,6 +662,7 @@ func (s *Store) FinishRun(ctx context.Context, runID string) error {
 			}
 			c := l.call
 			p.ZRem(ctx, s.dueKey(), c.ID)
+			p.ZRem(ctx, s.remindKey(), c.ID)
 			p.ZRem(ctx, s.pendingKey(), c.ID)
 			if c.Requester != "" {
 				p.ZRem(ctx, s.requesterKey(c.Requester), c.ID)
@@ -769,6 +800,129 @@ func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("next expiry: %w", err)
+	}
+	return next, nil
+}
+
+// DueReminders lists up to limit pending calls whose RemindAt is at or
+// before now, earliest first, from the reminder index (limit <= 0: all).
+// Entries whose call left Pending or has no reminder left are removed; an
+// entry scored earlier than its call's RemindAt (ClaimReminder's index
+// update failed or was overtaken) is scored again.
+func (s *Store) DueReminders(ctx context.Context, now time.Time, limit int) ([]store.Call, error) {
+	var out []store.Call
+	var gone []any
+	var later []redis.Z
+	err := s.scanIndex(ctx, s.remindKey(), strconv.FormatInt(now.UnixMilli(), 10), func(ls []liveCall) bool {
+		for _, l := range ls {
+			switch at := l.call.RemindAt; {
+			case at.IsZero():
+				gone = append(gone, l.call.ID)
+			case at.After(now):
+				later = append(later, redis.Z{Score: float64(at.UnixMilli()), Member: l.call.ID})
+			default:
+				out = append(out, l.call)
+				if limit > 0 && len(out) == limit {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list due reminders: %w", err)
+	}
+	if err := s.fixReminders(ctx, gone, later); err != nil {
+		return nil, fmt.Errorf("list due reminders: %w", err)
+	}
+	slices.SortFunc(out, func(a, b store.Call) int {
+		return cmp.Or(a.RemindAt.Compare(b.RemindAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// fixReminders removes the reminder index entries of calls with no
+// reminder left (a terminal state, so this cannot drop one to send) and
+// moves existing entries to their calls' reminder times (XX: an entry
+// removed meanwhile is not added back).
+func (s *Store) fixReminders(ctx context.Context, gone []any, later []redis.Z) error {
+	if len(gone) == 0 && len(later) == 0 {
+		return nil
+	}
+	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if len(gone) > 0 {
+			p.ZRem(ctx, s.remindKey(), gone...)
+		}
+		if len(later) > 0 {
+			p.ZAddXX(ctx, s.remindKey(), later...)
+		}
+		return nil
+	})
+	return err
+}
+
+// ClaimReminder is one Lua script on the call's hash slot (see
+// storetest.Store for the contract), then an update of the global
+// reminder index in a second command, as CreateRun writes its indexes.
+// When that second command fails the claim stands: it returns true with
+// the error, and the entry left at the earlier time is moved by the next
+// DueReminders that meets it.
+func (s *Store) ClaimReminder(ctx context.Context, callID string, n int, next time.Time) (bool, error) {
+	if n < 1 {
+		return false, fmt.Errorf("claim reminder %d of call %s: reminders count from 1", n, callID)
+	}
+	if store.RunOf(callID) == "" {
+		return false, fmt.Errorf("claim reminder %d of call %s: %w", n, callID, store.ErrNotFound)
+	}
+	res, err := claimReminder.Run(ctx, s.c, []string{s.callKey(callID), s.runKey(store.RunOf(callID))}, n, remindArg(next)).Int()
+	if err != nil {
+		return false, fmt.Errorf("claim reminder %d of call %s: %w", n, callID, err)
+	}
+	switch res {
+	case -1:
+		return false, fmt.Errorf("claim reminder %d of call %s: %w", n, callID, store.ErrNotFound)
+	case 0:
+		if err := s.c.ZRem(ctx, s.remindKey(), callID).Err(); err != nil {
+			return false, fmt.Errorf("claim reminder %d of call %s: unlist: %w", n, callID, err)
+		}
+		return false, nil
+	case 2:
+		return false, nil
+	}
+	if next.IsZero() {
+		err = s.c.ZRem(ctx, s.remindKey(), callID).Err()
+	} else {
+		err = s.c.ZAddXX(ctx, s.remindKey(), redis.Z{Score: float64(next.UnixMilli()), Member: callID}).Err()
+	}
+	if err != nil {
+		return true, fmt.Errorf("claim reminder %d of call %s: index: %w", n, callID, err)
+	}
+	return true, nil
+}
+
+// NextReminder returns the earliest RemindAt of a pending call, or the
+// zero time if none has a reminder to send.
+func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
+	var next time.Time
+	var gone []any
+	err := s.scanIndex(ctx, s.remindKey(), "+inf", func(ls []liveCall) bool {
+		for _, l := range ls {
+			at := l.call.RemindAt
+			if at.IsZero() {
+				gone = append(gone, l.call.ID)
+				continue
+			}
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+		return !next.IsZero()
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("next reminder: %w", err)
+	}
+	if err := s.fixReminders(ctx, gone, nil); err != nil {
+		return time.Time{}, fmt.Errorf("next reminder: %w", err)
 	}
 	return next, nil
 }

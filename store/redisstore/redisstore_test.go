@@ -390,6 +390,7 @@ func TestStaleIndexEntriesDropped(t *testing.T) {
 	ctx := t.Context()
 	r, calls := testRun()
 	calls[0].ExpiresAt = time.Now().Add(-time.Second)
+	calls[0].RemindAt = time.Now().Add(-time.Minute)
 	if err := s.CreateRun(ctx, r, calls); err != nil {
 		t.Fatalf("CreateRun: %v", err)
 	}
@@ -414,10 +415,66 @@ func TestStaleIndexEntriesDropped(t *testing.T) {
 	if ids, err := s.Stalled(ctx, 0); err != nil || len(ids) != 0 {
 		t.Errorf("Stalled with a deleted run = %v, %v; want none", ids, err)
 	}
-	for _, k := range []string{prefix + ":due", prefix + ":pending", prefix + ":runs"} {
+	if due, err := s.DueReminders(ctx, time.Now(), 0); err != nil || len(due) != 0 {
+		t.Errorf("DueReminders with a deleted call = %v, %v; want none", due, err)
+	}
+	for _, k := range []string{prefix + ":due", prefix + ":pending", prefix + ":runs", prefix + ":remind"} {
 		if n, err := c.ZCard(ctx, k).Result(); err != nil || n != 0 {
 			t.Errorf("ZCARD %s = %d, %v; want 0 after the stale entry was read", k, n, err)
 		}
+	}
+}
+
+// A reminder index entry left at an earlier time than its call's RemindAt
+// (ClaimReminder's second command failed) is not listed as due, and
+// DueReminders moves it to the call's time; one whose call has no
+// reminder left is removed.
+func TestReminderIndexRepaired(t *testing.T) {
+	u := redisURL(t)
+	prefix := newPrefix(t, u)
+	s := newStore(t, u, redisstore.Options{Prefix: prefix})
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Now().Truncate(time.Millisecond)
+	r, calls := testRun()
+	calls = append(calls, store.Call{ID: store.CallID(r.ID, 1), Tool: "t", Fingerprint: "fp", ExpiresAt: now.Add(time.Hour)})
+	calls[0].RemindAt = now.Add(-time.Minute)
+	calls[1].RemindAt = now.Add(-time.Minute)
+	if err := s.CreateRun(ctx, r, calls); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	later := now.Add(30 * time.Minute)
+	for _, claim := range []struct {
+		id   string
+		next time.Time
+	}{{calls[0].ID, later}, {calls[1].ID, time.Time{}}} {
+		if ok, err := s.ClaimReminder(ctx, claim.id, 1, claim.next); err != nil || !ok {
+			t.Fatalf("ClaimReminder(%s) = %v, %v; want true, nil", claim.id, ok, err)
+		}
+	}
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	key := prefix + ":remind"
+	stale := float64(now.Add(-time.Minute).UnixMilli())
+	if err := c.ZAdd(ctx, key, redis.Z{Score: stale, Member: calls[0].ID}, redis.Z{Score: stale, Member: calls[1].ID}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if due, err := s.DueReminders(ctx, now, 0); err != nil || len(due) != 0 {
+		t.Fatalf("DueReminders with entries left behind = %v, %v; want none", due, err)
+	}
+	got, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []redis.Z{{Score: float64(later.UnixMilli()), Member: calls[0].ID}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("reminder index after DueReminders = %v, want %v", got, want)
+	}
+	if next, err := s.NextReminder(ctx); err != nil || !next.Equal(later) {
+		t.Errorf("NextReminder = %v, %v; want %v, nil", next, err, later)
 	}
 }
 

@@ -8,7 +8,8 @@ import "github.com/redis/go-redis/v9"
 
 // createRun writes a run and its calls unless the run exists.
 // KEYS: run, call...
-// ARGV: run JSON, delete-at (ms), then per call: call JSON, fingerprint, expires-at.
+// ARGV: run JSON, delete-at (ms), then per call: call JSON, fingerprint,
+// expires-at, remind-at (0: none).
 // Returns 1 if created, 0 if the run exists.
 var createRun = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -16,8 +17,9 @@ local n = #KEYS - 1
 redis.call('HSET', KEYS[1], 'run', ARGV[1], 'pending', n)
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
 for i = 1, n do
-  local a = 2 + (i - 1) * 3
+  local a = 2 + (i - 1) * 4
   redis.call('HSET', KEYS[i + 1], 'call', ARGV[a + 1], 'fp', ARGV[a + 2], 'exp', ARGV[a + 3], 'status', 'pending')
+  if ARGV[a + 4] ~= '0' then redis.call('HSET', KEYS[i + 1], 'remind', ARGV[a + 4]) end
   redis.call('PEXPIREAT', KEYS[i + 1], ARGV[2])
 end
 return 1
@@ -33,8 +35,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return {'notfound'}
 end
 local function reply(code, left)
-  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp')
-  return {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]}
+  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
+  return {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]}
 end
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
 local kind = ARGV[2]
@@ -49,6 +51,7 @@ elseif kind ~= 'cancel' and at >= exp then
   return reply('expired', -1)
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[5], 'decision', ARGV[4])
+redis.call('HDEL', KEYS[1], 'remind')
 local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
 return reply('ok', left)
 `)
@@ -66,8 +69,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return {'notfound'}
 end
 local function reply(code, left)
-  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp')
-  return {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]}
+  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
+  return {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]}
 end
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
 if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return reply('mismatch', -1) end
@@ -89,8 +92,30 @@ end
 redis.call('HSET', KEYS[1], 'approvals', list)
 if n < tonumber(ARGV[5]) then return reply('counted', -1) end
 redis.call('HSET', KEYS[1], 'status', ARGV[7], 'decision', ARGV[6])
+redis.call('HDEL', KEYS[1], 'remind')
 local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
 return reply('ok', left)
+`)
+
+// claimReminder claims reminder n of a pending call and moves its
+// remind-at time; the global reminder index is updated by the caller.
+// KEYS: call, run
+// ARGV: n, next remind-at (0: none)
+// Returns 1 if claimed, 0 if the call is not pending (of an unfinished run)
+// or has no reminder to send, 2 if reminder n or a later one was claimed,
+// -1 if the call is unknown.
+var claimReminder = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'status', 'remind', 'reminded')
+if not v[1] then return -1 end
+if v[1] ~= 'pending' or not v[2] or redis.call('HGET', KEYS[2], 'finished') == '1' then return 0 end
+if tonumber(v[3] or '0') >= tonumber(ARGV[1]) then return 2 end
+redis.call('HSET', KEYS[1], 'reminded', ARGV[1])
+if ARGV[2] == '0' then
+  redis.call('HDEL', KEYS[1], 'remind')
+else
+  redis.call('HSET', KEYS[1], 'remind', ARGV[2])
+end
+return 1
 `)
 
 // claimResume takes the resume claim of a run with no pending call.

@@ -24,7 +24,8 @@ type Store interface {
 	// ExpiresAt. The store fills in a call's RunID, and its Conversation,
 	// Requester and Channel from the run when empty, and sets r.ExpiresAt
 	// to the latest ExpiresAt of the calls. Invalid input is an error that
-	// changes nothing. The run and its calls are kept until some retention
+	// changes nothing. A call with a RemindAt is listed by DueReminders
+	// from then on (see ClaimReminder). The run and its calls are kept until some retention
 	// time (days) after r.ExpiresAt.
 	CreateRun(ctx context.Context, r store.Run, calls []store.Call) error
 	// LoadRun returns the run and its calls in CallIDs order, or
@@ -99,6 +100,26 @@ type Store interface {
 	// NextExpiry returns the earliest ExpiresAt of a pending call; the zero
 	// time when none is pending. An expiry timer sleeps until then.
 	NextExpiry(ctx context.Context) (time.Time, error)
+	// DueReminders lists up to limit pending calls whose RemindAt is set
+	// and at or before now, earliest RemindAt first (limit <= 0: all). It
+	// reads an index of the calls with a reminder to send, not every
+	// pending call; a call that left Pending (decided, expired,
+	// cancelled, its run finished) is never listed.
+	DueReminders(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
+	// ClaimReminder claims reminder n (n >= 1) of a call and moves its
+	// RemindAt to next (zero: no more reminders; the call leaves the
+	// index), atomically: true to exactly one of concurrent callers, and
+	// only if the call is pending, has a RemindAt set and no reminder n or
+	// later was claimed (Reminded < n; Reminded becomes n). False, and
+	// nothing changes, otherwise. store.ErrNotFound for an unknown call.
+	// A store that updates its index in a second step may return true
+	// with an error when that step failed: the reminder is claimed (send
+	// it) and readers repair the index.
+	ClaimReminder(ctx context.Context, callID string, n int, next time.Time) (bool, error)
+	// NextReminder returns the earliest RemindAt of a pending call; the
+	// zero time when none has a reminder to send. A reminder timer sleeps
+	// until then.
+	NextReminder(ctx context.Context) (time.Time, error)
 	// Stalled lists up to limit runs that have no pending call, are not
 	// finished and have no live resume claim: resumes lost to a crash.
 	Stalled(ctx context.Context, limit int) ([]string, error)

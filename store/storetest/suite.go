@@ -47,6 +47,9 @@ func Run(t *testing.T, open Opener) {
 		{"FinishRun", testFinishRun},
 		{"Due", testDue},
 		{"NextExpiry", testNextExpiry},
+		{"Reminders", testReminders},
+		{"RemindersLeaveWithTheCall", testRemindersLeaveWithTheCall},
+		{"ClaimReminderConcurrent", testClaimReminderConcurrent},
 		{"PendingFilters", testPendingFilters},
 		{"Restart", testRestart},
 		{"RawBytesKept", testRawBytesKept},
@@ -152,6 +155,9 @@ func approve(decider string) store.Decision {
 func normCall(c store.Call) store.Call {
 	c.CreatedAt = c.CreatedAt.UTC().Round(0)
 	c.ExpiresAt = c.ExpiresAt.UTC().Round(0)
+	if !c.RemindAt.IsZero() {
+		c.RemindAt = c.RemindAt.UTC().Round(0)
+	}
 	if c.Decision != nil {
 		d := *c.Decision
 		d.At = d.At.UTC().Round(0)

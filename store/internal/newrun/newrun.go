@@ -16,7 +16,8 @@ import (
 //     calls' ids in order;
 //   - every call id must be made by store.CallID from r.ID;
 //   - every call gets RunID, and Conversation, Requester and Channel from
-//     the run when it has none, Status Pending, no decision, not executing;
+//     the run when it has none, Status Pending, no decision, not executing,
+//     no reminder claimed (Reminded 0);
 //   - CreatedAt defaults to now (the run's for its calls);
 //   - r.ExpiresAt becomes the latest ExpiresAt of the calls.
 func Prepare(r store.Run, calls []store.Call, now time.Time) (store.Run, []store.Call, error) {
@@ -72,6 +73,7 @@ func Prepare(r store.Run, calls []store.Call, now time.Time) (store.Run, []store
 		c.Status = store.Pending
 		c.Decision = nil
 		c.Executing = false
+		c.Reminded = 0
 		if c.ExpiresAt.After(r.ExpiresAt) {
 			r.ExpiresAt = c.ExpiresAt
 		}
