@@ -58,6 +58,7 @@ type config struct {
 	OTELCapture      bool          `envconfig:"OTEL_CAPTURE_CONTENT" default:"false" desc:"put tool arguments and output and model messages in spans; off, spans carry none"`
 	LeaseTTL         time.Duration `envconfig:"LEASE_TTL" default:"10s" desc:"lease on a conversation while a turn or resume runs, renewed every third of it; a dead replica's work is taken over once it lapses"`
 	TakeoverInterval time.Duration `envconfig:"TAKEOVER_INTERVAL" default:"5s" desc:"how often each replica looks for conversations whose turn died with its replica and takes them over"`
+	Pprof            bool          `envconfig:"PPROF" default:"false" desc:"serve Go's profiler under /debug/pprof/ on HTTP_ADDR; keep HTTP_ADDR private when on"`
 }
 
 // usageFormat is the envconfig.Usagef template of --help: one row per

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,8 @@ type probes struct {
 	gatherer prometheus.Gatherer
 	// redact cleans error texts shown by /readyz.
 	redact redactor
+	// pprof serves net/http/pprof under /debug/pprof/.
+	pprof bool
 }
 
 // readiness is the body of /readyz.
@@ -62,7 +65,8 @@ type readiness struct {
 // otherwise, with a JSON body detailing Socket Mode, the store and each MCP
 // server. MCP servers are reported but never make /readyz fail: they are
 // reconnected in the background and their tools report the outage to the
-// model. /metrics is the Prometheus exposition of gatherer.
+// model. /metrics is the Prometheus exposition of gatherer. With pprof,
+// /debug/pprof/ serves the Go profiler.
 func (p probes) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -71,6 +75,13 @@ func (p probes) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", p.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.gatherer, promhttp.HandlerOpts{}))
+	if p.pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

@@ -138,3 +138,17 @@ func TestHealthzAndMetrics(t *testing.T) {
 		t.Errorf("POST /healthz: %d, want 405", rec.Code)
 	}
 }
+
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	st := &fakeStore{}
+	for _, on := range []bool{false, true} {
+		h := probes{app: fakeApp{store: st}, store: st, gatherer: reg, pprof: on}.handler()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/goroutine?debug=1", nil))
+		served := rec.Code == http.StatusOK && strings.Contains(rec.Body.String(), "goroutine profile")
+		if served != on {
+			t.Errorf("PPROF=%v: /debug/pprof/goroutine answered %d (%d bytes)", on, rec.Code, rec.Body.Len())
+		}
+	}
+}

@@ -174,6 +174,7 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 			mcp:      bot.Tools.Status,
 			gatherer: promReg,
 			redact:   red,
+			pprof:    cfg.Pprof,
 		}.handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,

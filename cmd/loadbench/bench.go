@@ -131,6 +131,9 @@ func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 		"LOG_LEVEL=" + o.logLevel,
 		"LOG_FORMAT=json",
 	}
+	if o.botProfile != "" {
+		botEnv = append(botEnv, "PPROF=true")
+	}
 	if o.store == "redis" {
 		e.prefix = "loadbench-" + randomHex(6)
 		botEnv = append(botEnv, "REDIS_URL="+o.redisURL, "REDIS_PREFIX="+e.prefix)
@@ -470,6 +473,13 @@ func (e *env) loadPhase(rep *Report) error {
 	})
 
 	start := time.Now()
+	profiled := make(chan error, 1)
+	if o.botProfile != "" {
+		secs := max(1, int(float64(o.conversations)/o.rate))
+		go func() { profiled <- e.bots[0].profile(e.ctx, secs, o.botProfile) }()
+	} else {
+		profiled <- nil
+	}
 	var convs []*conv
 	for i := range o.conversations {
 		at := start.Add(time.Duration(float64(i) / o.rate * float64(time.Second)))
@@ -502,6 +512,9 @@ func (e *env) loadPhase(rep *Report) error {
 	close(stopRTT)
 	rttWG.Wait()
 	e.clicks.Wait()
+	if err := <-profiled; err != nil {
+		return fmt.Errorf("bot cpu profile: %w", err)
+	}
 	if _, err := e.quiet(); err != nil {
 		return err
 	}

@@ -258,3 +258,29 @@ func (m metricSet) storeCalls() map[string]float64 {
 
 // errStoreCountMissing means the bot does not export the store counter.
 var errStoreCountMissing = errors.New("the bot exports no toolgate_store_calls_total")
+
+// profile fetches a CPU profile of secs seconds from the bot's
+// /debug/pprof/profile (served with PPROF=true) into the file path.
+func (p *botProc) profile(ctx context.Context, secs int, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.base, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", p.name, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
