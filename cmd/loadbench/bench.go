@@ -131,7 +131,7 @@ func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 		"LOG_LEVEL=" + o.logLevel,
 		"LOG_FORMAT=json",
 	}
-	if o.botProfile != "" {
+	if o.botProfile != "" || o.botHeap != "" {
 		botEnv = append(botEnv, "PPROF=true")
 	}
 	if o.store == "redis" {
@@ -476,7 +476,9 @@ func (e *env) loadPhase(rep *Report) error {
 	profiled := make(chan error, 1)
 	if o.botProfile != "" {
 		secs := max(1, int(float64(o.conversations)/o.rate))
-		go func() { profiled <- e.bots[0].profile(e.ctx, secs, o.botProfile) }()
+		go func() {
+			profiled <- e.bots[0].fetch(e.ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), o.botProfile)
+		}()
 	} else {
 		profiled <- nil
 	}
@@ -634,6 +636,11 @@ func (e *env) pausedPhase() ([]PausedSample, error) {
 		e.t.mu.Unlock()
 		fmt.Fprintf(e.log, "loadbench: %d paused runs parked in %v\n", level, time.Since(start).Round(time.Millisecond))
 		out = append(out, s)
+	}
+	if e.o.botHeap != "" {
+		if err := e.bots[0].fetch(e.ctx, "/debug/pprof/heap?gc=1", e.o.botHeap); err != nil {
+			return out, fmt.Errorf("bot heap profile: %w", err)
+		}
 	}
 	return out, nil
 }

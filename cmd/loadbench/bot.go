@@ -259,10 +259,10 @@ func (m metricSet) storeCalls() map[string]float64 {
 // errStoreCountMissing means the bot does not export the store counter.
 var errStoreCountMissing = errors.New("the bot exports no toolgate_store_calls_total")
 
-// profile fetches a CPU profile of secs seconds from the bot's
-// /debug/pprof/profile (served with PPROF=true) into the file path.
-func (p *botProc) profile(ctx context.Context, secs int, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.base, secs), nil)
+// fetch writes what the bot serves at urlPath (a /debug/pprof/ profile,
+// served with PPROF=true) into the file path.
+func (p *botProc) fetch(ctx context.Context, urlPath, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+urlPath, nil)
 	if err != nil {
 		return err
 	}

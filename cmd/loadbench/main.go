@@ -54,6 +54,7 @@ type options struct {
 	verbose       bool
 	cpuProfile    string
 	botProfile    string
+	botHeap       string
 }
 
 // envFlags collects repeated -env KEY=VALUE flags.
@@ -107,6 +108,7 @@ with many paused runs, and lost, duplicated or unapproved executions.
 	fs.StringVar(&o.logLevel, "log-level", "info", "the bot's LOG_LEVEL")
 	fs.BoolVar(&o.verbose, "v", false, "copy the bots' logs to stderr")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench itself (the fakes) to this file")
+	fs.StringVar(&o.botHeap, "bot-heapprofile", "", "write a heap profile of the first bot, taken after the last -paused count is parked, to this file (runs the bots with PPROF=true)")
 	fs.StringVar(&o.botProfile, "bot-cpuprofile", "", "write a CPU profile of the first bot, taken while the load phase offers mentions, to this file (runs the bots with PPROF=true)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
