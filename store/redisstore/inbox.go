@@ -124,6 +124,13 @@ func (s *Store) AnswerInbox(ctx context.Context, conversation string, upTo int64
 	if left > 0 {
 		return nil
 	}
+	return s.unlist(ctx, conversation)
+}
+
+// unlist takes a conversation whose inbox was found empty out of the
+// index of unanswered ones, then lists it again if a message arrived
+// meanwhile.
+func (s *Store) unlist(ctx context.Context, conversation string) error {
 	if err := s.c.ZRem(ctx, s.unansweredKey(), conversation).Err(); err != nil {
 		return fmt.Errorf("answer inbox of %s: unlist: %w", conversation, err)
 	}
