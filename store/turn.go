@@ -36,8 +36,10 @@ type Commit struct {
 	Finish string
 	// Audit entries are appended to the audit log, in order.
 	Audit []AuditEntry
-	// AnswerUpTo, if positive, removes the inbox's messages up to that
-	// Seq as AnswerInbox does.
+	// Answer removes the inbox's messages up to Seq AnswerUpTo as
+	// AnswerInbox does (once the inbox is empty the conversation is no
+	// longer listed by Unanswered).
+	Answer     bool
 	AnswerUpTo int64
 	// Release, if set, is the owner whose lease on the conversation
 	// (TurnLease) is released, if that owner holds it.

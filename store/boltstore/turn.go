@@ -86,7 +86,7 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 				return err
 			}
 		}
-		if c.AnswerUpTo > 0 {
+		if c.Answer {
 			if err := answerInbox(tx, c.Key, c.AnswerUpTo); err != nil {
 				return err
 			}

@@ -29,7 +29,7 @@ return {1, redis.call('HGETALL', KEYS[2]), redis.call('LRANGE', KEYS[3], 0, -1)}
 // and releases the lease on its turns, each when asked.
 // KEYS: conversation, inbox, lease
 // ARGV: save (1/0), key, state, paused run, updated at, conversation ttl
-// (ms), answer up to (seq, 0: none), release owner (empty: none), release
+// (ms), answer up to (seq, empty: none), release owner (empty: none), release
 // channel
 // Returns how many messages the inbox holds, or -1 when none was answered.
 var commitTurn = redis.NewScript(`
@@ -39,8 +39,8 @@ if ARGV[1] == '1' then
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
 end
 local left = -1
-local upTo = tonumber(ARGV[7])
-if upTo > 0 then
+if ARGV[7] ~= '' then
+  local upTo = tonumber(ARGV[7])
   while true do
     local v = redis.call('LINDEX', KEYS[2], 0)
     if not v then break end
@@ -127,7 +127,10 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		}
 	}
 	keys := []string{s.convKey(c.Key), s.inboxKey(c.Key), s.leaseKey(store.TurnLease(c.Key))}
-	args := []any{"0", c.Key, "", "", "", s.convTTL.Milliseconds(), c.AnswerUpTo, c.Release, s.leaseChannel(store.TurnLease(c.Key))}
+	args := []any{"0", c.Key, "", "", "", s.convTTL.Milliseconds(), "", c.Release, s.leaseChannel(store.TurnLease(c.Key))}
+	if c.Answer {
+		args[6] = c.AnswerUpTo
+	}
 	if conv := c.Conversation; conv != nil {
 		at := conv.UpdatedAt
 		if at.IsZero() {

@@ -27,7 +27,7 @@ type Turns interface {
 	// CreateRun), saves c.Conversation (as SaveConversation), finishes
 	// the run c.Finish (as FinishRun; an unknown run is left alone),
 	// appends c.Audit (as Audit, in order), answers the inbox up to
-	// c.AnswerUpTo (as AnswerInbox) and releases the lease
+	// c.AnswerUpTo when c.Answer (as AnswerInbox) and releases the lease
 	// store.TurnLease(c.Key) held by c.Release (as ReleaseLease). Each
 	// part is skipped when its field is empty. Invalid run input or
 	// store.ErrRunExists fail the commit with nothing written.
@@ -138,7 +138,7 @@ func testCommitTurnPause(t *testing.T, open Opener) {
 		{Actor: "U1", Action: "pause", Thread: conv, CallID: calls[0].ID},
 		{Actor: "U1", Action: "pause", Thread: conv, CallID: calls[1].ID},
 	}
-	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Run: &r, Calls: calls, Audit: audit, AnswerUpTo: msgs[0].Seq, Release: "a"})
+	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Run: &r, Calls: calls, Audit: audit, Answer: true, AnswerUpTo: msgs[0].Seq, Release: "a"})
 
 	check := func(s Store) {
 		t.Helper()
@@ -186,7 +186,7 @@ func testCommitTurnFinish(t *testing.T, open Opener) {
 	decideAll(t, s, calls)
 	begin(t, s, conv, "a", time.Minute, true)
 	saved := store.Conversation{State: json.RawMessage(`{"messages":[]}`)}
-	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Finish: r.ID, AnswerUpTo: msgs[1].Seq, Release: "a",
+	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Finish: r.ID, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a",
 		Audit: []store.AuditEntry{{Actor: "U2", Action: "execute", CallID: calls[0].ID}}})
 	if got, _, err := s.LoadRun(ctx, r.ID); err != nil || !got.Finished {
 		t.Errorf("LoadRun(%s) = finished %v, %v; want finished", r.ID, got.Finished, err)
@@ -220,7 +220,7 @@ func testCommitTurnRefused(t *testing.T, open Opener) {
 	r, calls := create(t, s, 1, nil)
 	begin(t, s, conv, "a", time.Minute, true)
 	saved := store.Conversation{State: json.RawMessage(`{"x":1}`), PausedRun: r.ID}
-	err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &saved, Run: &r, Calls: calls, AnswerUpTo: msgs[1].Seq, Release: "a",
+	err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &saved, Run: &r, Calls: calls, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a",
 		Audit: []store.AuditEntry{{Actor: "U1", Action: "pause"}}})
 	if !errors.Is(err, store.ErrRunExists) {
 		t.Fatalf("CommitTurn with a taken run id = %v, want ErrRunExists", err)
