@@ -653,40 +653,56 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) er
 // FinishRun marks the run finished (one script on its hash slot), which
 // takes it out of every listing, and shortens the life of its keys to the
 // retention time. It then drops its index entries and clears the
-// conversation's PausedRun if it names the run. Finishing a finished run
-// does nothing.
+// conversation's PausedRun if it names the run (one pipeline). Finishing a
+// finished run does nothing.
 func (s *Store) FinishRun(ctx context.Context, runID string) error {
-	r, _, ok, err := s.runRecord(ctx, runID)
-	if err != nil {
-		return fmt.Errorf("finish run %s: %w", runID, err)
-	}
-	if !ok {
-		return fmt.Errorf("finish run %s: %w", runID, store.ErrNotFound)
-	}
-	keys := []string{s.runKey(runID), s.claimKey(runID)}
-	for _, id := range r.CallIDs {
-		keys = append(keys, s.callKey(id))
-	}
-	n, err := finishRun.Run(ctx, s.c, keys, s.retention.Milliseconds()).Int()
-	if err != nil {
-		return fmt.Errorf("finish run %s: %w", runID, err)
-	}
-	switch n {
-	case 0:
-		return fmt.Errorf("finish run %s: %w", runID, store.ErrNotFound)
-	case 2:
-		return nil
-	}
-	live, err := s.loadCalls(ctx, r.CallIDs)
-	if err != nil {
-		return fmt.Errorf("finish run %s: %w", runID, err)
+	unindex, err := s.finishRun(ctx, runID)
+	if err != nil || unindex == nil {
+		return err
 	}
 	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, l := range live {
-			if !l.exists {
-				continue
-			}
-			c := l.call
+		unindex(p)
+		return nil
+	})
+	if err != nil {
+		// The run is finished; readers skip and drop the entries left behind.
+		return fmt.Errorf("finish run %s: clean up: %w", runID, err)
+	}
+	return nil
+}
+
+// finishRun marks the run finished (one script) and returns what adds to a
+// pipeline the commands that drop its index entries and clear the
+// conversation's PausedRun; nil if the run was finished already.
+func (s *Store) finishRun(ctx context.Context, runID string) (unindex func(p redis.Pipeliner), err error) {
+	keys := []string{s.runKey(runID), s.claimKey(runID)}
+	res, err := finishRun.Run(ctx, s.c, keys, s.retention.Milliseconds(), runID).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	switch n, _ := res[0].(int64); n {
+	case 0:
+		return nil, fmt.Errorf("finish run %s: %w", runID, store.ErrNotFound)
+	case 2:
+		return nil, nil
+	}
+	var r struct {
+		Conversation string `json:"conversation"`
+	}
+	if raw, _ := res[1].(string); json.Unmarshal([]byte(raw), &r) != nil {
+		return nil, fmt.Errorf("finish run %s: bad run record", runID)
+	}
+	calls := make([]store.Call, 0, len(res)-2)
+	for _, v := range res[2:] {
+		raw, _ := v.(string)
+		var c store.Call
+		if err := json.Unmarshal([]byte(raw), &c); err != nil {
+			return nil, fmt.Errorf("finish run %s: decode call: %w", runID, err)
+		}
+		calls = append(calls, c)
+	}
+	return func(p redis.Pipeliner) {
+		for _, c := range calls {
 			p.ZRem(ctx, s.dueKey(), c.ID)
 			p.ZRem(ctx, s.remindKey(), c.ID)
 			p.ZRem(ctx, s.pendingKey(), c.ID)
@@ -705,13 +721,7 @@ func (s *Store) FinishRun(ctx context.Context, runID string) error {
 			// Eval, not Run: a pipeline cannot fall back from EVALSHA.
 			clearPaused.Eval(ctx, p, []string{s.convKey(r.Conversation)}, runID)
 		}
-		return nil
-	})
-	if err != nil {
-		// The run is finished; readers skip and drop the entries left behind.
-		return fmt.Errorf("finish run %s: clean up: %w", runID, err)
-	}
-	return nil
+	}, nil
 }
 
 // scanIndex walks a sorted set in score order, batch entries at a time,
@@ -1070,6 +1080,14 @@ if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then
 end
 return 0`)
 
+// staleAudit reports whether the audit entry raw is from before cutoff;
+// false for a recent entry, or one that does not decode (kept for a
+// person to read).
+func staleAudit(raw string, cutoff time.Time) bool {
+	var e store.AuditEntry
+	return json.Unmarshal([]byte(raw), &e) == nil && e.At.Before(cutoff)
+}
+
 // trimAudit drops audit entries from before cutoff, oldest first.
 func (s *Store) trimAudit(ctx context.Context, cutoff time.Time) error {
 	for range auditTrimBatch {
@@ -1080,9 +1098,8 @@ func (s *Store) trimAudit(ctx context.Context, cutoff time.Time) error {
 		if err != nil {
 			return fmt.Errorf("trim audit log: %w", err)
 		}
-		var e store.AuditEntry
-		if json.Unmarshal([]byte(tail), &e) != nil || !e.At.Before(cutoff) {
-			return nil // a recent entry, or one to keep for a person to read
+		if !staleAudit(tail, cutoff) {
+			return nil
 		}
 		if err := popIfTail.Run(ctx, s.c, []string{s.auditKey()}, tail).Err(); err != nil {
 			return fmt.Errorf("trim audit log: %w", err)

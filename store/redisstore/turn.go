@@ -104,10 +104,13 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 // leaves what a later turn can carry on from: the run (one script on its
 // hash slot), then in one pipeline its index entries, the audit entries
 // and one script on the conversation's hash slot (the conversation, its
-// inbox and its lease), then the finished run (as FinishRun), then the
-// index of unanswered conversations (as AnswerInbox). A run that cannot be
-// created stops the commit before anything else is written. See
-// storetest.Store for the contract.
+// inbox and its lease), then the finished run (one script), then in one
+// pipeline the finished run's index entries dropped and the conversation
+// unlisted if its inbox is empty, then a check of the inbox that lists it
+// again if a message arrived meanwhile (as AnswerInbox). A run that cannot
+// be created stops the commit before anything else is written. That is
+// four round trips for a pause or the end of a resume. See storetest.Store
+// for the contract.
 func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	var run store.Run
 	var calls []store.Call
@@ -138,8 +141,15 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		}
 		args[0], args[2], args[3], args[4] = "1", []byte(conv.State), conv.PausedRun, at.Format(time.RFC3339Nano)
 	}
+	var tail *redis.StringCmd
+	if len(c.Audit) > 0 {
+		tail = p.LIndex(ctx, s.auditKey(), -1)
+	}
 	commit := commitTurn.EvalSha(ctx, p, keys, args...)
 	cmds, err := p.Exec(ctx)
+	if errors.Is(err, redis.Nil) {
+		err = nil // the audit log's tail, read after the entries were added
+	}
 	if redis.HasErrorPrefix(commit.Err(), "NOSCRIPT") {
 		// The script was not loaded, so it did not run: run it alone
 		// unless another command failed.
@@ -162,18 +172,31 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
+	var unindex func(redis.Pipeliner)
 	if c.Finish != "" {
-		if err := s.FinishRun(ctx, c.Finish); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if unindex, err = s.finishRun(ctx, c.Finish); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 		}
 	}
-	if left == 0 {
-		if err := s.unlist(ctx, c.Key); err != nil {
-			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+	if unindex != nil || left == 0 {
+		p := s.c.Pipeline()
+		if unindex != nil {
+			unindex(p)
+		}
+		if left == 0 {
+			p.ZRem(ctx, s.unansweredKey(), c.Key)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			return fmt.Errorf("commit turn of %s: index: %w", c.Key, err)
+		}
+		if left == 0 {
+			if err := s.relist(ctx, c.Key); err != nil {
+				return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+			}
 		}
 	}
-	if len(c.Audit) > 0 {
-		if err := s.trimAudit(ctx, time.Now().Add(-s.auditTTL)); err != nil {
+	if cutoff := time.Now().Add(-s.auditTTL); tail != nil && tail.Err() == nil && staleAudit(tail.Val(), cutoff) {
+		if err := s.trimAudit(ctx, cutoff); err != nil {
 			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 		}
 	}
