@@ -67,8 +67,8 @@ func (l *leases) run(ctx context.Context, conversation string, fn func(ctx conte
 }
 
 // turn is run for a turn: the lease is taken with BeginTurn, and fn gets
-// what it read. Without wait, it returns errBusy at once if the
-// conversation is held, as tryRun does.
+// what it read. Without wait, if the conversation is held, it returns
+// errBusy at once and fn does not run.
 func (l *leases) turn(ctx context.Context, conversation string, wait bool, fn func(ctx context.Context, b store.Begun) error) error {
 	var b store.Begun
 	take := func(ctx context.Context) (bool, error) {
@@ -87,15 +87,9 @@ func (l *leases) acquireLease(conversation string) func(ctx context.Context) (bo
 	}
 }
 
-// errBusy is returned by tryRun when another turn, of this process or
-// another, holds the conversation.
+// errBusy is returned by turn without wait when another turn, of this
+// process or another, holds the conversation.
 var errBusy = errors.New("conversation is busy")
-
-// tryRun is run without waiting: if the conversation is held, it returns
-// errBusy at once and fn does not run.
-func (l *leases) tryRun(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
-	return l.runWaiting(ctx, conversation, false, l.acquireLease(conversation), fn)
-}
 
 // hold is a lease held by this process while fn runs; fn finds it in its
 // context (holdOf) to release the lease with its last write.
