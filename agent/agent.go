@@ -52,15 +52,14 @@ type Audience interface {
 	CanSee(ctx context.Context, channel, user string) (bool, error)
 }
 
-// Conversations keeps the agent's state of each conversation between turns.
+// Conversations keeps the agent's state of each conversation between turns
+// (written with CommitTurn).
 type Conversations interface {
-	SaveConversation(ctx context.Context, c store.Conversation) error
 	LoadConversation(ctx context.Context, key string) (store.Conversation, error)
 }
 
 // Runs keeps paused steps and their calls.
 type Runs interface {
-	CreateRun(ctx context.Context, r store.Run, calls []store.Call) error
 	LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error)
 	GetCall(ctx context.Context, callID string) (store.Call, error)
 	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error)
@@ -69,7 +68,6 @@ type Runs interface {
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	BeginExecution(ctx context.Context, callID string) (bool, error)
 	SaveResult(ctx context.Context, callID string, result []byte) error
-	FinishRun(ctx context.Context, runID string) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
 	NextExpiry(ctx context.Context) (time.Time, error)
@@ -80,8 +78,6 @@ type Runs interface {
 // turn that dies with its process is taken over (see Accept and TakeOver).
 type Inboxes interface {
 	AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error)
-	Inbox(ctx context.Context, conversation string) ([]store.Inbound, error)
-	AnswerInbox(ctx context.Context, conversation string, upTo int64) error
 	MarkUnanswered(ctx context.Context, conversation string, at time.Time) error
 	Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
 }
@@ -108,6 +104,7 @@ type Auditor interface {
 
 // Store is everything the agent keeps. Both store implementations satisfy it.
 type Store interface {
+	Turns
 	Conversations
 	Runs
 	Inboxes

@@ -119,6 +119,16 @@
 // (Redis, by pub/sub); in case an announcement is missed it re-checks every
 // LeaseTTL/3.
 //
+// A turn reads and writes the store in few, composite steps (Turns): it
+// takes the lease and reads the conversation and its inbox in one
+// (BeginTurn), and records each result in one (CommitTurn): a step mark;
+// a pause (the run, the conversation paused on it, the audit entries, the
+// answered messages drained, the lease released); an answer (the
+// conversation, the run a resume finishes, the audit entries, the drained
+// messages, the lease). Audit entries are logged at once and stored with
+// the next of these writes, so an entry is in the audit log exactly when
+// what it describes was recorded.
+//
 // # Crashes
 //
 // Nothing acknowledged is lost when a process dies. The edge records each

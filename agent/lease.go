@@ -29,7 +29,7 @@ type LeaseWatcher interface {
 // case a release is missed (the holder died, or an announcement was lost)
 // the waiter re-checks every ttl/3.
 type leases struct {
-	store   Leases
+	store   leaseStore
 	watcher LeaseWatcher // nil if the store has none
 	owner   string
 	ttl     time.Duration
@@ -43,7 +43,14 @@ type leases struct {
 	waiting atomic.Int64
 }
 
-func newLeases(st Leases, owner string, ttl, wait time.Duration, log *slog.Logger) *leases {
+// leaseStore is what leases needs of the store: the leases, and BeginTurn,
+// which takes one and reads what a turn starts from.
+type leaseStore interface {
+	Leases
+	BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error)
+}
+
+func newLeases(st leaseStore, owner string, ttl, wait time.Duration, log *slog.Logger) *leases {
 	l := &leases{store: st, owner: owner, ttl: ttl, wait: wait, log: log, held: map[string]chan struct{}{}}
 	l.watcher, _ = st.(LeaseWatcher)
 	return l
@@ -56,25 +63,67 @@ func newLeases(st Leases, owner string, ttl, wait time.Duration, log *slog.Logge
 // time; then fn's error is joined with ErrLeaseLost. The lease is released
 // when fn returns, even if ctx has ended.
 func (l *leases) run(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
-	return l.runWaiting(ctx, conversation, true, fn)
+	return l.runWaiting(ctx, conversation, true, l.acquireLease(conversation), fn)
 }
 
-// errBusy is returned by tryRun when another turn, of this process or
-// another, holds the conversation.
+// turn is run for a turn: the lease is taken with BeginTurn, and fn gets
+// what it read. Without wait, if the conversation is held, it returns
+// errBusy at once and fn does not run.
+func (l *leases) turn(ctx context.Context, conversation string, wait bool, fn func(ctx context.Context, b store.Begun) error) error {
+	var b store.Begun
+	take := func(ctx context.Context) (bool, error) {
+		var err error
+		b, err = l.store.BeginTurn(ctx, conversation, l.owner, l.ttl)
+		return b.Acquired, err
+	}
+	return l.runWaiting(ctx, conversation, wait, take, func(ctx context.Context) error { return fn(ctx, b) })
+}
+
+// acquireLease returns the taker of the conversation's lease that only
+// takes it.
+func (l *leases) acquireLease(conversation string) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		return l.store.AcquireLease(ctx, store.TurnLease(conversation), l.owner, l.ttl)
+	}
+}
+
+// errBusy is returned by turn without wait when another turn, of this
+// process or another, holds the conversation.
 var errBusy = errors.New("conversation is busy")
 
-// tryRun is run without waiting: if the conversation is held, it returns
-// errBusy at once and fn does not run.
-func (l *leases) tryRun(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
-	return l.runWaiting(ctx, conversation, false, fn)
+// hold is a lease held by this process while fn runs; fn finds it in its
+// context (holdOf) to release the lease with its last write.
+type hold struct {
+	conversation string
+	stopOnce     sync.Once
+	stop         func()
+	// released is set once the lease was released by the holder's last
+	// write; release then only wakes this process's waiters.
+	released bool
 }
 
-func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool, fn func(ctx context.Context) error) error {
-	key := "conv:" + conversation
-	if err := l.acquire(ctx, key, conversation, wait); err != nil {
+type holdKey struct{}
+
+// holdOf returns the hold on conversation that ctx runs under, or nil.
+func holdOf(ctx context.Context, conversation string) *hold {
+	h, _ := ctx.Value(holdKey{}).(*hold)
+	if h == nil || h.conversation != conversation {
+		return nil
+	}
+	return h
+}
+
+// stopRenewing stops renewing the lease (and waits for the renewer), so
+// that a write may release it: nothing may renew it afterwards.
+func (h *hold) stopRenewing() { h.stopOnce.Do(h.stop) }
+
+func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool, take func(ctx context.Context) (bool, error), fn func(ctx context.Context) error) error {
+	key := store.TurnLease(conversation)
+	if err := l.acquire(ctx, key, conversation, wait, take); err != nil {
 		return err
 	}
-	defer l.release(ctx, key, conversation)
+	h := &hold{conversation: conversation}
+	defer func() { l.release(ctx, key, conversation, h.released) }()
 	// fn runs under a context that ends if the lease is lost: work on a
 	// conversation someone else now holds must stop, not overwrite theirs.
 	workCtx, lost := context.WithCancelCause(ctx)
@@ -85,14 +134,14 @@ func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool,
 		defer close(done)
 		l.renew(renewCtx, key, conversation, lost)
 	}()
-	// Renewing stops before the lease is released, even if fn panics.
-	defer func() {
+	h.stop = func() {
 		stop()
 		<-done
-	}()
-	err := fn(workCtx)
-	stop()
-	<-done
+	}
+	// Renewing stops before the lease is released, even if fn panics.
+	defer h.stopRenewing()
+	err := fn(context.WithValue(workCtx, holdKey{}, h))
+	h.stopRenewing()
 	if cause := context.Cause(workCtx); err != nil && errors.Is(cause, ErrLeaseLost) {
 		err = errors.Join(err, cause)
 	}
@@ -103,7 +152,7 @@ func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool,
 // (or, without wait, returning errBusy at once). Within this process the
 // lease is exclusive too: a second turn of the same conversation waits for
 // the first without asking the store.
-func (l *leases) acquire(ctx context.Context, key, conversation string, wait bool) error {
+func (l *leases) acquire(ctx context.Context, key, conversation string, wait bool, take func(ctx context.Context) (bool, error)) error {
 	deadline := time.Now().Add(l.wait)
 	var watch store.LeaseWatch
 	defer func() {
@@ -122,7 +171,7 @@ func (l *leases) acquire(ctx context.Context, key, conversation string, wait boo
 			}
 			continue
 		}
-		ok, err := l.store.AcquireLease(ctx, key, l.owner, l.ttl)
+		ok, err := take(ctx)
 		if err == nil && ok {
 			return nil
 		}
@@ -199,14 +248,17 @@ func (l *leases) unclaim(key string) {
 	}
 }
 
-// release frees the lease and wakes this process's waiters for it. It is
-// made even if ctx was cancelled: a lease left behind only delays the next
-// turn by the ttl, but there is no reason to wait.
-func (l *leases) release(ctx context.Context, key, conversation string) {
-	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := l.store.ReleaseLease(relCtx, key, l.owner); err != nil {
-		l.log.Warn("release conversation lease", "conversation", conversation, "err", err)
+// release frees the lease, unless the holder's last write released it
+// already, and wakes this process's waiters for it. It is made even if ctx
+// was cancelled: a lease left behind only delays the next turn by the ttl,
+// but there is no reason to wait.
+func (l *leases) release(ctx context.Context, key, conversation string, released bool) {
+	if !released {
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := l.store.ReleaseLease(relCtx, key, l.owner); err != nil {
+			l.log.Warn("release conversation lease", "conversation", conversation, "err", err)
+		}
 	}
 	l.unclaim(key)
 }

@@ -94,7 +94,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: "the conversation moved on before it ran"})
 			}
 		}
-		if err := a.store.FinishRun(ctx, runID); err != nil {
+		if err := a.commit(ctx, nil, store.Commit{Key: run.Conversation, Finish: runID}, false); err != nil {
 			return Outcome{}, fmt.Errorf("finish run %s: %w", runID, err)
 		}
 		return Outcome{Status: Idle, RunID: runID}, nil
@@ -105,7 +105,8 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		byID[c.ID] = c
 		cancelled = cancelled || c.Status == store.Cancelled
 	}
-	t := &turn{conv: run.Conversation, user: st.User, askers: st.Requesters, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued, inboxSeq: cs.InboxSeq, pausedRun: runID}
+	t := &turn{conv: run.Conversation, user: st.User, askers: st.Requesters, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued, inboxSeq: cs.InboxSeq, pausedRun: runID, finish: runID}
+	defer a.flushAudits(ctx, t)
 	if cs.Step != nil && !cancelled {
 		// An earlier resume of this run settled its calls and was running
 		// a later step when its process died: go on from that step.
@@ -114,7 +115,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 			t.askers = slices.Clone(cs.Step.Requesters)
 		}
 		t.step = a.interrupted(cs.Step)
-		return a.finishResume(ctx, runID, t, rep)
+		return a.finishResume(ctx, t, rep)
 	}
 	if cancelled {
 		t.messages = dropUnexecuted(t.messages, st.Slots)
@@ -126,9 +127,6 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		if err := a.saveTurn(ctx, t); err != nil {
 			return Outcome{}, err
 		}
-		if err := a.store.FinishRun(ctx, runID); err != nil {
-			return Outcome{}, fmt.Errorf("finish run %s: %w", runID, err)
-		}
 		// A stop ends the step, not the conversation: messages people
 		// sent while it waited are still answered.
 		return a.answerQueued(ctx, t, Outcome{Status: Stopped, RunID: runID}, rep)
@@ -138,25 +136,20 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		if s.CallID == "" {
 			continue
 		}
-		res := a.settle(ctx, byID[s.CallID], st, rep)
+		res := a.settle(ctx, t, byID[s.CallID], st, rep)
 		s.Result = &res
 	}
 	t.messages = append(t.messages, toolMessages(st.Slots)...)
-	return a.finishResume(ctx, runID, t, rep)
+	return a.finishResume(ctx, t, rep)
 }
 
-// finishResume runs the resumed turn, finishes the run and answers the
-// messages queued while it was paused.
-func (a *Agent) finishResume(ctx context.Context, runID string, t *turn, rep Reporter) (Outcome, error) {
+// finishResume runs the resumed turn, which finishes the run with the write
+// that records its result, and answers the messages queued while it was
+// paused. A turn that could not record its result leaves the run to a
+// later resume, which does not run its calls again; so does one that lost
+// the lease to another process.
+func (a *Agent) finishResume(ctx context.Context, t *turn, rep Reporter) (Outcome, error) {
 	out, err := a.continueTurn(ctx, t, rep)
-	if leaseLost(ctx) {
-		// Another process holds the conversation now; leave the run for
-		// a later resume, which will not run its calls again.
-		return out, err
-	}
-	if ferr := a.store.FinishRun(context.WithoutCancel(ctx), runID); ferr != nil {
-		err = errors.Join(err, fmt.Errorf("finish run %s: %w", runID, ferr))
-	}
 	if err != nil || out.Status == Paused {
 		return out, err
 	}
@@ -181,7 +174,7 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 
 // settle turns the decision on one paused call into the result the model
 // reads, executing the tool if the decision runs it.
-func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Reporter) Result {
+func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, rep Reporter) Result {
 	skip := func(res Result, note string) Result {
 		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note})
 		return res
@@ -218,6 +211,9 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 		// again only if its tool may (read-only or idempotent).
 		var res Result
 		if len(c.Result) > 0 && json.Unmarshal(c.Result, &res) == nil {
+			// The resume that ran it stopped before it recorded the
+			// turn, and the execution's audit entry with it.
+			a.note(ctx, t, executed(c, d, args, res, "result saved before the bot stopped"))
 			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 			return withNote(res)
 		}
@@ -254,15 +250,20 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	if err := a.store.SaveResult(context.WithoutCancel(ctx), c.ID, mustJSON(res)); err != nil {
 		a.log.Warn("save tool result", "call", c.ID, "err", err)
 	}
+	a.note(ctx, t, executed(c, d, args, res, ""))
+	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
+	return withNote(res)
+}
+
+// executed is the audit entry of an approved call that ran with args.
+func executed(c store.Call, d store.Decision, args json.RawMessage, res Result, detail string) store.AuditEntry {
 	ranFP := c.Fingerprint
 	if kindOf(&d) == approvals.Edit {
 		if _, fp, err := approvals.Fingerprint(args); err == nil {
 			ranFP = fp
 		}
 	}
-	a.audit(ctx, store.AuditEntry{Actor: d.Decider, Action: "execute", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: ranFP, Decision: d.Kind, Outcome: outcomeOf(res)})
-	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
-	return withNote(res)
+	return store.AuditEntry{Actor: d.Decider, Action: "execute", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: ranFP, Decision: d.Kind, Outcome: outcomeOf(res), Detail: detail}
 }
 
 // interruptedText is the result of an approved call that was running when

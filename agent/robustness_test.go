@@ -16,7 +16,10 @@ import (
 	"github.com/toolgate/toolgate/store/storetest"
 )
 
-// flakyStore fails chosen writes a number of times.
+// flakyStore fails chosen writes a number of times: the creation of a
+// run (nothing of its commit is written) and the finishing of one (the
+// rest of its commit is written first, as a store that writes in several
+// steps may leave it).
 type flakyStore struct {
 	storetest.Store
 	failFinish  atomic.Int32
@@ -41,18 +44,15 @@ func (s *flakyStore) RecordsOf(ctx context.Context, kinds ...string) (map[string
 
 var errInjected = errors.New("injected store failure")
 
-func (s *flakyStore) FinishRun(ctx context.Context, runID string) error {
-	if s.failFinish.Add(-1) >= 0 {
+func (s *flakyStore) CommitTurn(ctx context.Context, c store.Commit) error {
+	if c.Run != nil && s.failCreate.Add(-1) >= 0 {
 		return errInjected
 	}
-	return s.Store.FinishRun(ctx, runID)
-}
-
-func (s *flakyStore) CreateRun(ctx context.Context, r store.Run, calls []store.Call) error {
-	if s.failCreate.Add(-1) >= 0 {
-		return errInjected
+	if c.Finish != "" && s.failFinish.Add(-1) >= 0 {
+		c.Finish = ""
+		return errors.Join(s.Store.CommitTurn(ctx, c), errInjected)
 	}
-	return s.Store.CreateRun(ctx, r, calls)
+	return s.Store.CommitTurn(ctx, c)
 }
 
 // An edit that moves a call under a stricter rule needs that rule's
@@ -319,7 +319,7 @@ func TestConversationPausedOnAFinishedRunCarriesOn(t *testing.T) {
 	conv, err := w.store.LoadConversation(ctx, request("").Conversation)
 	must(t, err)
 	conv.PausedRun = p.RunID
-	must(t, w.store.SaveConversation(ctx, conv))
+	must(t, w.store.(storetest.Store).SaveConversation(ctx, conv))
 	w.model.Reply(fakeopenai.Text("hello again"))
 	out, err := a.Run(ctx, request("still there?"))
 	must(t, err)

@@ -98,6 +98,12 @@ type turn struct {
 	step []slot
 	// later are messages to add once the step is finished.
 	later []queuedMessage
+	// finish is the paused run a resume finishes with its next write
+	// that moves the conversation on from it.
+	finish string
+	// audits are the audit entries noted since the turn's last write,
+	// stored with the next one (see note).
+	audits []store.AuditEntry
 }
 
 // Accept records a person's message in its conversation's inbox, with its
@@ -147,8 +153,8 @@ func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 		}
 	}
 	var out Outcome
-	err := a.leases.run(ctx, req.Conversation, func(ctx context.Context) (err error) {
-		out, err = a.answer(ctx, req.Conversation)
+	err := a.leases.turn(ctx, req.Conversation, true, func(ctx context.Context, b store.Begun) (err error) {
+		out, err = a.answer(ctx, req.Conversation, b)
 		return err
 	})
 	return out, err
@@ -163,8 +169,8 @@ func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 // answer. Call it for the conversations Unanswered lists.
 func (a *Agent) TakeOver(ctx context.Context, conversation string) (Outcome, error) {
 	var out Outcome
-	err := a.leases.tryRun(ctx, conversation, func(ctx context.Context) (err error) {
-		out, err = a.answer(ctx, conversation)
+	err := a.leases.turn(ctx, conversation, false, func(ctx context.Context, b store.Begun) (err error) {
+		out, err = a.answer(ctx, conversation, b)
 		return err
 	})
 	if errors.Is(err, errBusy) {
@@ -185,20 +191,16 @@ func (a *Agent) Unanswered(ctx context.Context, limit int) ([]string, error) {
 }
 
 // answer runs a turn for the conversation's unanswered messages, under its
-// lease.
-func (a *Agent) answer(ctx context.Context, conv string) (Outcome, error) {
+// lease, from what BeginTurn read.
+func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome, error) {
 	rep := a.reporter(conv)
-	cs, pausedRun, _, err := a.loadConversation(ctx, conv)
+	cs, pausedRun, err := conversationOf(b.Conversation, b.Found)
 	if err != nil {
 		return Outcome{}, err
 	}
-	inbox, err := a.store.Inbox(ctx, conv)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("read inbox: %w", err)
-	}
 	var fresh []queuedMessage
 	seq := cs.InboxSeq
-	for _, m := range inbox {
+	for _, m := range b.Inbox {
 		if m.Seq > cs.InboxSeq {
 			fresh = append(fresh, queuedMessage{User: m.User, Channel: m.Channel, Text: m.Text, At: m.At})
 		}
@@ -212,23 +214,32 @@ func (a *Agent) answer(ctx context.Context, conv string) (Outcome, error) {
 		case err != nil:
 			return Outcome{}, fmt.Errorf("load paused run: %w", err)
 		default:
+			// New messages wait in the conversation for the resume,
+			// which answers them.
+			c := store.Commit{Key: conv, Answer: true, AnswerUpTo: seq}
 			if len(fresh) > 0 {
 				cs.Queued = append(cs.Queued, fresh...)
 				cs.InboxSeq = seq
-				if err := a.saveConversation(ctx, conv, cs, pausedRun); err != nil {
-					return Outcome{}, err
-				}
+				c.Conversation = a.convRecord(cs, pausedRun)
 			}
 			pending := a.pendingOf(calls)
 			if len(pending) == 0 {
 				// Decided but not resumed: its resumer died, or has not
-				// started yet. The resume answers the queued messages.
+				// started yet.
+				if c.Conversation != nil {
+					if err := a.commit(ctx, nil, c, false); err != nil {
+						return Outcome{}, err
+					}
+					c.Conversation = nil
+				}
 				out, err := a.claimAndResume(ctx, run, calls)
 				if err != nil || out.Status != Idle {
 					return out, err
 				}
 			}
-			a.drained(ctx, conv, seq)
+			if err := a.commit(ctx, nil, c, true); err != nil {
+				return Outcome{}, err
+			}
 			if len(fresh) == 0 {
 				return Outcome{Status: Idle, RunID: pausedRun}, nil
 			}
@@ -236,10 +247,13 @@ func (a *Agent) answer(ctx context.Context, conv string) (Outcome, error) {
 		}
 	}
 	if len(fresh) == 0 && cs.Step == nil {
-		a.drained(ctx, conv, seq)
+		if err := a.commit(ctx, nil, store.Commit{Key: conv, Answer: true, AnswerUpTo: seq}, true); err != nil {
+			a.log.Warn("drain answered messages", "conversation", conv, "err", err)
+		}
 		return Outcome{Status: Idle}, nil
 	}
 	t := &turn{conv: conv, messages: cs.Messages, inboxSeq: seq}
+	defer a.flushAudits(ctx, t)
 	// Messages queued during a pause whose resume failed are answered
 	// now, before the new ones.
 	pending := append(cs.Queued, fresh...)
@@ -284,15 +298,6 @@ func (a *Agent) interrupted(m *stepMark) []slot {
 // idempotentHint).
 func repeatable(t Tool) bool { return t.Annotations.ReadOnly || t.Annotations.Idempotent }
 
-// drained drains the inbox up to seq once a turn saved its result. A
-// failure is only logged: the next TakeOver finds nothing new to answer and
-// drains it then.
-func (a *Agent) drained(ctx context.Context, conv string, seq int64) {
-	if err := a.store.AnswerInbox(ctx, conv, seq); err != nil {
-		a.log.Warn("drain answered messages", "conversation", conv, "err", err)
-	}
-}
-
 // addAsker records that the turn answers a message of user.
 func (t *turn) addAsker(user string) {
 	if user != "" && !slices.Contains(t.askers, user) {
@@ -327,30 +332,28 @@ func (a *Agent) loadConversation(ctx context.Context, key string) (cs convState,
 	if err != nil {
 		return convState{}, "", false, fmt.Errorf("load conversation: %w", err)
 	}
-	if len(c.State) > 0 {
-		if err := json.Unmarshal(c.State, &cs); err != nil {
-			return convState{}, "", true, fmt.Errorf("decode conversation %s: %w", key, err)
-		}
-	}
-	return cs, c.PausedRun, true, nil
+	cs, pausedRun, err = conversationOf(c, true)
+	return cs, pausedRun, true, err
 }
 
-func (a *Agent) saveConversation(ctx context.Context, key string, cs convState, pausedRun string) error {
-	c := store.Conversation{Key: key, State: mustJSON(cs), PausedRun: pausedRun, UpdatedAt: a.cfg.Now()}
-	if err := a.store.SaveConversation(ctx, c); err != nil {
-		return fmt.Errorf("save conversation: %w", err)
-	}
-	return nil
-}
-
-// saveTurn saves the result of a turn and drains the messages it answered.
+// saveTurn saves the result of a turn, with the messages it answered
+// drained from the inbox and the run it resumed finished, in one write. It
+// releases the lease unless queued messages are left, which a resume
+// answers next (see answerQueued).
 func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 	t.queued = append(t.queued, t.later...)
 	t.later = nil
-	if err := a.saveConversation(ctx, t.conv, convState{Messages: t.messages, Queued: t.queued, InboxSeq: t.inboxSeq}, ""); err != nil {
+	c := store.Commit{
+		Key:          t.conv,
+		Conversation: a.convRecord(convState{Messages: t.messages, Queued: t.queued, InboxSeq: t.inboxSeq}, ""),
+		Finish:       t.finish,
+		Answer:       true,
+		AnswerUpTo:   t.inboxSeq,
+	}
+	if err := a.commit(ctx, t, c, len(t.queued) == 0); err != nil {
 		return err
 	}
-	a.drained(ctx, t.conv, t.inboxSeq)
+	t.finish, t.pausedRun = "", ""
 	return nil
 }
 
@@ -360,7 +363,7 @@ func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 func (a *Agent) markStep(ctx context.Context, t *turn, slots []slot, started int) error {
 	m := &stepMark{Slots: slots, Started: started, Steps: t.steps, User: t.user, Requesters: t.requesters(), Channel: t.channel}
 	cs := convState{Messages: t.messages, Queued: t.queued, InboxSeq: t.inboxSeq, Step: m}
-	return a.saveConversation(ctx, t.conv, cs, t.pausedRun)
+	return a.commit(ctx, t, store.Commit{Key: t.conv, Conversation: a.convRecord(cs, t.pausedRun)}, false)
 }
 
 // continueTurn calls the model until the turn ends or pauses.
@@ -533,7 +536,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Channel: t.channel, Hints: tool.Annotations}
 		v := a.evaluate(ctx, in)
-		a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
+		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
 		}
@@ -550,7 +553,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			rep.Status(ctx, "is running "+name+"…")
 			res := a.execute(ctx, tool, canonical, "", v)
 			slots[i].Result, slots[i].Ran = &res, true
-			a.audit(ctx, store.AuditEntry{Actor: t.user, Action: "execute", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "allowed by rule " + v.RuleID})
+			a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "execute", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "allowed by rule " + v.RuleID})
 		case approvals.Deny:
 			reason := v.Reason
 			if reason == "" {
@@ -745,7 +748,26 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		pending[k] = PendingCall{Call: viewOf(c), Human: q.tool.Human, Schema: q.tool.Schema}
 	}
 	run.State = mustJSON(runState{Messages: t.messages, Slots: slots, User: t.user, Requesters: t.requesters(), Channel: t.channel, Steps: t.steps})
-	if err := a.store.CreateRun(ctx, run, calls); err != nil {
+	for _, c := range calls {
+		a.note(ctx, t, store.AuditEntry{Actor: c.Requester, Action: "pause", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
+	}
+	t.queued = append(t.queued, t.later...)
+	t.later = nil
+	// One write: the run, the conversation paused on it with the messages
+	// that wait for the resume, the audit entries, the inbox drained, the
+	// run this turn resumed finished, and the lease released.
+	c := store.Commit{
+		Key:          t.conv,
+		Conversation: a.convRecord(convState{Queued: t.queued, InboxSeq: t.inboxSeq}, runID),
+		Run:          &run,
+		Calls:        calls,
+		Finish:       t.finish,
+		Answer:       true,
+		AnswerUpTo:   t.inboxSeq,
+	}
+	if err := a.commit(ctx, t, c, true); err != nil {
+		// The pause entries describe a run that does not exist.
+		t.audits = t.audits[:len(t.audits)-len(calls)]
 		// Keep what happened (calls already allowed may have run) with
 		// every call answered, so the history stays valid.
 		for _, q := range asks {
@@ -761,15 +783,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		}
 		return Outcome{}, err
 	}
-	t.queued = append(t.queued, t.later...)
-	t.later = nil
-	if err := a.saveConversation(ctx, t.conv, convState{Queued: t.queued, InboxSeq: t.inboxSeq}, runID); err != nil {
-		return Outcome{}, err
-	}
-	a.drained(ctx, t.conv, t.inboxSeq)
-	for _, c := range calls {
-		a.audit(ctx, store.AuditEntry{Actor: c.Requester, Action: "pause", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
-	}
+	t.finish, t.pausedRun = "", ""
 	rep.Paused(ctx, pending)
 	return Outcome{Status: Paused, RunID: runID, Pending: pending}, nil
 }

@@ -37,18 +37,18 @@ func (d *dyingStore) check() error {
 	return nil
 }
 
-func (d *dyingStore) SaveConversation(ctx context.Context, c store.Conversation) error {
+func (d *dyingStore) BeginTurn(ctx context.Context, conv, owner string, ttl time.Duration) (store.Begun, error) {
 	if err := d.check(); err != nil {
-		return err
+		return store.Begun{}, err
 	}
-	return d.Store.SaveConversation(ctx, c)
+	return d.Store.BeginTurn(ctx, conv, owner, ttl)
 }
 
-func (d *dyingStore) CreateRun(ctx context.Context, r store.Run, calls []store.Call) error {
+func (d *dyingStore) CommitTurn(ctx context.Context, c store.Commit) error {
 	if err := d.check(); err != nil {
 		return err
 	}
-	return d.Store.CreateRun(ctx, r, calls)
+	return d.Store.CommitTurn(ctx, c)
 }
 
 func (d *dyingStore) BeginExecution(ctx context.Context, id string) (bool, error) {
@@ -65,25 +65,11 @@ func (d *dyingStore) SaveResult(ctx context.Context, id string, r []byte) error 
 	return d.Store.SaveResult(ctx, id, r)
 }
 
-func (d *dyingStore) FinishRun(ctx context.Context, id string) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return d.Store.FinishRun(ctx, id)
-}
-
 func (d *dyingStore) RenewClaim(ctx context.Context, id, owner string, lease time.Duration) (bool, error) {
 	if err := d.check(); err != nil {
 		return false, err
 	}
 	return d.Store.RenewClaim(ctx, id, owner, lease)
-}
-
-func (d *dyingStore) AnswerInbox(ctx context.Context, conv string, upTo int64) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return d.Store.AnswerInbox(ctx, conv, upTo)
 }
 
 func (d *dyingStore) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {

@@ -66,19 +66,9 @@ func (s *countedStore) RecordsOf(ctx context.Context, kinds ...string) (map[stri
 	return s.st.RecordsOf(ctx, kinds...)
 }
 
-func (s *countedStore) SaveConversation(ctx context.Context, c store.Conversation) error {
-	s.count("SaveConversation")
-	return s.st.SaveConversation(ctx, c)
-}
-
 func (s *countedStore) LoadConversation(ctx context.Context, key string) (store.Conversation, error) {
 	s.count("LoadConversation")
 	return s.st.LoadConversation(ctx, key)
-}
-
-func (s *countedStore) CreateRun(ctx context.Context, r store.Run, calls []store.Call) error {
-	s.count("CreateRun")
-	return s.st.CreateRun(ctx, r, calls)
 }
 
 func (s *countedStore) LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error) {
@@ -114,11 +104,6 @@ func (s *countedStore) BeginExecution(ctx context.Context, callID string) (bool,
 func (s *countedStore) SaveResult(ctx context.Context, callID string, result []byte) error {
 	s.count("SaveResult")
 	return s.st.SaveResult(ctx, callID, result)
-}
-
-func (s *countedStore) FinishRun(ctx context.Context, runID string) error {
-	s.count("FinishRun")
-	return s.st.FinishRun(ctx, runID)
 }
 
 func (s *countedStore) Pending(ctx context.Context, f store.Filter) ([]store.Call, error) {
@@ -211,16 +196,6 @@ func (s *countedStore) AcceptMessage(ctx context.Context, conversation string, m
 	return s.st.AcceptMessage(ctx, conversation, m, requireKnown)
 }
 
-func (s *countedStore) Inbox(ctx context.Context, conversation string) ([]store.Inbound, error) {
-	s.count("Inbox")
-	return s.st.Inbox(ctx, conversation)
-}
-
-func (s *countedStore) AnswerInbox(ctx context.Context, conversation string, upTo int64) error {
-	s.count("AnswerInbox")
-	return s.st.AnswerInbox(ctx, conversation, upTo)
-}
-
 func (s *countedStore) MarkUnanswered(ctx context.Context, conversation string, at time.Time) error {
 	s.count("MarkUnanswered")
 	return s.st.MarkUnanswered(ctx, conversation, at)
@@ -229,4 +204,14 @@ func (s *countedStore) MarkUnanswered(ctx context.Context, conversation string, 
 func (s *countedStore) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {
 	s.count("Unanswered")
 	return s.st.Unanswered(ctx, before, limit)
+}
+
+func (s *countedStore) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error) {
+	s.count("BeginTurn")
+	return s.st.BeginTurn(ctx, conversation, owner, ttl)
+}
+
+func (s *countedStore) CommitTurn(ctx context.Context, c store.Commit) error {
+	s.count("CommitTurn")
+	return s.st.CommitTurn(ctx, c)
 }

@@ -70,13 +70,13 @@ func TestCountStoreCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := st.SaveConversation(ctx, store.Conversation{Key: "C1/1.0"}); err != nil {
+	if err := st.CommitTurn(ctx, store.Commit{Key: "C1/1.0", Conversation: &store.Conversation{}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.LoadConversation(ctx, "C1/1.0"); err != nil {
 		t.Fatal(err)
 	}
-	for method, want := range map[string]float64{"SeenEvent": 2, "SaveConversation": 1, "LoadConversation": 1, "Decide": -1} {
+	for method, want := range map[string]float64{"SeenEvent": 2, "CommitTurn": 1, "LoadConversation": 1, "Decide": -1} {
 		if got := counterValue(t, reg, "toolgate_store_calls_total", "method", method); got != want {
 			t.Errorf("toolgate_store_calls_total{method=%q} = %v, want %v", method, got, want)
 		}

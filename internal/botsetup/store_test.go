@@ -46,8 +46,8 @@ func TestOpenStore(t *testing.T) {
 			if err != nil {
 				t.Fatalf("OpenStore: %v", err)
 			}
-			if err := st.SaveConversation(ctx, conv); err != nil {
-				t.Fatalf("SaveConversation: %v", err)
+			if err := st.CommitTurn(ctx, store.Commit{Key: conv.Key, Conversation: &conv}); err != nil {
+				t.Fatalf("CommitTurn: %v", err)
 			}
 			if err := st.Close(); err != nil {
 				t.Fatalf("Close: %v", err)

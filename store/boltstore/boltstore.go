@@ -329,13 +329,15 @@ func (s *Store) SaveConversation(ctx context.Context, c store.Conversation) erro
 	if c.UpdatedAt.IsZero() {
 		c.UpdatedAt = now
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		return put(tx.Bucket(bucketConvs), c.Key, convRecord{Conversation: c, DeleteAt: now.Add(s.convTTL)})
-	})
+	err := s.db.Update(func(tx *bolt.Tx) error { return s.saveConversation(tx, c, now) })
 	if err != nil {
 		return fmt.Errorf("save conversation %s: %w", c.Key, err)
 	}
 	return nil
+}
+
+func (s *Store) saveConversation(tx *bolt.Tx, c store.Conversation, now time.Time) error {
+	return put(tx.Bucket(bucketConvs), c.Key, convRecord{Conversation: c, DeleteAt: now.Add(s.convTTL)})
 }
 
 // LoadConversation returns the conversation, or store.ErrNotFound.
@@ -370,48 +372,51 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 	if err != nil {
 		return fmt.Errorf("create run: %w", err)
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		runs := tx.Bucket(bucketRuns)
-		if runs.Get([]byte(r.ID)) != nil {
-			return store.ErrRunExists
-		}
-		rec := runRecord{Run: r, Pending: len(calls), DeleteAt: r.ExpiresAt.Add(s.retention)}
-		if err := put(runs, r.ID, rec); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketActive).Put([]byte(r.ID), nil); err != nil {
-			return err
-		}
-		for _, c := range calls {
-			if err := put(tx.Bucket(bucketCalls), c.ID, c); err != nil {
-				return err
-			}
-			if err := tx.Bucket(bucketPending).Put([]byte(c.ID), nil); err != nil {
-				return err
-			}
-			if !c.RemindAt.IsZero() {
-				if err := tx.Bucket(bucketRemind).Put(remindKey(c.RemindAt, c.ID), nil); err != nil {
-					return err
-				}
-			}
-		}
-		if r.Conversation == "" {
-			return nil
-		}
-		convs := tx.Bucket(bucketConvs)
-		var conv convRecord
-		if _, err := get(convs, r.Conversation, &conv); err != nil {
-			return err
-		}
-		conv.Conversation.Key = r.Conversation
-		conv.Conversation.PausedRun = r.ID
-		conv.DeleteAt = now.Add(s.convTTL)
-		return put(convs, r.Conversation, conv)
-	})
+	err = s.db.Update(func(tx *bolt.Tx) error { return s.createRun(tx, r, calls, now) })
 	if err != nil {
 		return fmt.Errorf("create run %s: %w", r.ID, err)
 	}
 	return nil
+}
+
+// createRun writes a run prepared by newrun.Prepare and its calls.
+func (s *Store) createRun(tx *bolt.Tx, r store.Run, calls []store.Call, now time.Time) error {
+	runs := tx.Bucket(bucketRuns)
+	if runs.Get([]byte(r.ID)) != nil {
+		return store.ErrRunExists
+	}
+	rec := runRecord{Run: r, Pending: len(calls), DeleteAt: r.ExpiresAt.Add(s.retention)}
+	if err := put(runs, r.ID, rec); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketActive).Put([]byte(r.ID), nil); err != nil {
+		return err
+	}
+	for _, c := range calls {
+		if err := put(tx.Bucket(bucketCalls), c.ID, c); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketPending).Put([]byte(c.ID), nil); err != nil {
+			return err
+		}
+		if !c.RemindAt.IsZero() {
+			if err := tx.Bucket(bucketRemind).Put(remindKey(c.RemindAt, c.ID), nil); err != nil {
+				return err
+			}
+		}
+	}
+	if r.Conversation == "" {
+		return nil
+	}
+	convs := tx.Bucket(bucketConvs)
+	var conv convRecord
+	if _, err := get(convs, r.Conversation, &conv); err != nil {
+		return err
+	}
+	conv.Conversation.Key = r.Conversation
+	conv.Conversation.PausedRun = r.ID
+	conv.DeleteAt = now.Add(s.convTTL)
+	return put(convs, r.Conversation, conv)
 }
 
 // LoadRun returns the run and its calls in CallIDs order, or
@@ -697,54 +702,57 @@ func (s *Store) FinishRun(ctx context.Context, runID string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		var rec runRecord
-		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return store.ErrNotFound
-		}
-		if rec.Finished {
-			return nil
-		}
-		now := time.Now()
-		rec.Finished = true
-		rec.ClaimOwner, rec.ClaimUntil = "", time.Time{}
-		if t := now.Add(s.retention); t.Before(rec.DeleteAt) {
-			rec.DeleteAt = t
-		}
-		if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketActive).Delete([]byte(runID)); err != nil {
-			return err
-		}
-		for _, id := range rec.Run.CallIDs {
-			if err := unlistReminder(tx, id); err != nil {
-				return err
-			}
-			if err := tx.Bucket(bucketPending).Delete([]byte(id)); err != nil {
-				return err
-			}
-		}
-		if rec.Run.Conversation == "" {
-			return nil
-		}
-		convs := tx.Bucket(bucketConvs)
-		var conv convRecord
-		ok, err = get(convs, rec.Run.Conversation, &conv)
-		if err != nil || !ok || conv.Conversation.PausedRun != runID {
-			return err
-		}
-		conv.Conversation.PausedRun = ""
-		return put(convs, rec.Run.Conversation, conv)
-	})
+	err := s.db.Update(func(tx *bolt.Tx) error { return s.finishRun(tx, runID, time.Now()) })
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", runID, err)
 	}
 	return nil
+}
+
+// finishRun finishes a run: store.ErrNotFound if it is unknown, nothing if
+// it is finished.
+func (s *Store) finishRun(tx *bolt.Tx, runID string, now time.Time) error {
+	var rec runRecord
+	ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return store.ErrNotFound
+	}
+	if rec.Finished {
+		return nil
+	}
+	rec.Finished = true
+	rec.ClaimOwner, rec.ClaimUntil = "", time.Time{}
+	if t := now.Add(s.retention); t.Before(rec.DeleteAt) {
+		rec.DeleteAt = t
+	}
+	if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketActive).Delete([]byte(runID)); err != nil {
+		return err
+	}
+	for _, id := range rec.Run.CallIDs {
+		if err := unlistReminder(tx, id); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketPending).Delete([]byte(id)); err != nil {
+			return err
+		}
+	}
+	if rec.Run.Conversation == "" {
+		return nil
+	}
+	convs := tx.Bucket(bucketConvs)
+	var conv convRecord
+	ok, err = get(convs, rec.Run.Conversation, &conv)
+	if err != nil || !ok || conv.Conversation.PausedRun != runID {
+		return err
+	}
+	conv.Conversation.PausedRun = ""
+	return put(convs, rec.Run.Conversation, conv)
 }
 
 // pendingCalls returns every pending call of an unfinished run that keep
@@ -970,24 +978,29 @@ func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Du
 		return false, fmt.Errorf("acquire lease %s: ttl %v is not positive", key, ttl)
 	}
 	var got bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketLeases)
-		var rec leaseRecord
-		ok, err := get(b, key, &rec)
-		if err != nil {
-			return err
-		}
-		now := time.Now()
-		if ok && rec.Owner != owner && rec.Until.After(now) {
-			return nil
-		}
-		got = true
-		return put(b, key, leaseRecord{Owner: owner, Until: now.Add(ttl)})
+	err := s.db.Update(func(tx *bolt.Tx) (err error) {
+		got, err = acquireLease(tx, key, owner, ttl, time.Now())
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("acquire lease %s: %w", key, err)
 	}
 	return got, nil
+}
+
+// acquireLease takes or renews the lease on key for owner; false if
+// someone else holds it.
+func acquireLease(tx *bolt.Tx, key, owner string, ttl time.Duration, now time.Time) (bool, error) {
+	b := tx.Bucket(bucketLeases)
+	var rec leaseRecord
+	ok, err := get(b, key, &rec)
+	if err != nil {
+		return false, err
+	}
+	if ok && rec.Owner != owner && rec.Until.After(now) {
+		return false, nil
+	}
+	return true, put(b, key, leaseRecord{Owner: owner, Until: now.Add(ttl)})
 }
 
 // ReleaseLease frees the lease on key if owner holds it, and does nothing
@@ -996,19 +1009,22 @@ func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketLeases)
-		var rec leaseRecord
-		ok, err := get(b, key, &rec)
-		if err != nil || !ok || rec.Owner != owner {
-			return err
-		}
-		return b.Delete([]byte(key))
-	})
+	err := s.db.Update(func(tx *bolt.Tx) error { return releaseLease(tx, key, owner) })
 	if err != nil {
 		return fmt.Errorf("release lease %s: %w", key, err)
 	}
 	return nil
+}
+
+// releaseLease deletes the lease on key if owner holds it.
+func releaseLease(tx *bolt.Tx, key, owner string) error {
+	b := tx.Bucket(bucketLeases)
+	var rec leaseRecord
+	ok, err := get(b, key, &rec)
+	if err != nil || !ok || rec.Owner != owner {
+		return err
+	}
+	return b.Delete([]byte(key))
 }
 
 // Audit appends an entry and drops the oldest beyond AuditMax. A zero At
@@ -1017,39 +1033,42 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	err := s.db.Update(func(tx *bolt.Tx) error { return s.audit(tx, e) })
+	if err != nil {
+		return fmt.Errorf("audit %s: %w", e.Action, err)
+	}
+	return nil
+}
+
+// audit appends an entry (a zero At is set to now) and trims the log.
+func (s *Store) audit(tx *bolt.Tx, e store.AuditEntry) error {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
 	raw, err := store.EncodeJSON(e)
 	if err != nil {
-		return fmt.Errorf("audit %s: %w", e.Action, err)
+		return err
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketAudit)
-		seq, err := b.NextSequence()
-		if err != nil {
-			return err
-		}
-		if err := b.Put(binary.BigEndian.AppendUint64(nil, seq), raw); err != nil {
-			return err
-		}
-		if err := trimAudit(b, time.Now().Add(-s.auditTTL)); err != nil {
-			return err
-		}
-		if seq <= s.auditMax {
-			return nil
-		}
-		first := binary.BigEndian.AppendUint64(nil, seq-s.auditMax+1)
-		c := b.Cursor()
-		for k, _ := c.First(); k != nil && bytes.Compare(k, first) < 0; k, _ = c.First() {
-			if err := c.Delete(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	b := tx.Bucket(bucketAudit)
+	seq, err := b.NextSequence()
 	if err != nil {
-		return fmt.Errorf("audit %s: %w", e.Action, err)
+		return err
+	}
+	if err := b.Put(binary.BigEndian.AppendUint64(nil, seq), raw); err != nil {
+		return err
+	}
+	if err := trimAudit(b, time.Now().Add(-s.auditTTL)); err != nil {
+		return err
+	}
+	if seq <= s.auditMax {
+		return nil
+	}
+	first := binary.BigEndian.AppendUint64(nil, seq-s.auditMax+1)
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && bytes.Compare(k, first) < 0; k, _ = c.First() {
+		if err := c.Delete(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

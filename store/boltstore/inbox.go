@@ -183,34 +183,38 @@ func (s *Store) AnswerInbox(ctx context.Context, conversation string, upTo int64
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		inbox := tx.Bucket(bucketInbox)
-		var rec inboxRecord
-		found, err := get(inbox, conversation, &rec)
-		if err != nil {
-			return err
-		}
-		if found {
-			n := len(rec.Messages)
-			rec.Messages = slices.DeleteFunc(rec.Messages, func(m store.Inbound) bool { return m.Seq <= upTo })
-			if len(rec.Messages) > 0 {
-				if len(rec.Messages) != n {
-					return put(inbox, conversation, rec)
-				}
-				return nil
-			}
-			if n > 0 {
-				if err := put(inbox, conversation, rec); err != nil {
-					return err
-				}
-			}
-		}
-		return tx.Bucket(bucketUnans).Delete([]byte(conversation))
-	})
+	err := s.db.Update(func(tx *bolt.Tx) error { return answerInbox(tx, conversation, upTo) })
 	if err != nil {
 		return fmt.Errorf("answer inbox of %s: %w", conversation, err)
 	}
 	return nil
+}
+
+// answerInbox removes the messages up to upTo, and unlists the
+// conversation once none is left.
+func answerInbox(tx *bolt.Tx, conversation string, upTo int64) error {
+	inbox := tx.Bucket(bucketInbox)
+	var rec inboxRecord
+	found, err := get(inbox, conversation, &rec)
+	if err != nil {
+		return err
+	}
+	if found {
+		n := len(rec.Messages)
+		rec.Messages = slices.DeleteFunc(rec.Messages, func(m store.Inbound) bool { return m.Seq <= upTo })
+		if len(rec.Messages) > 0 {
+			if len(rec.Messages) != n {
+				return put(inbox, conversation, rec)
+			}
+			return nil
+		}
+		if n > 0 {
+			if err := put(inbox, conversation, rec); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Bucket(bucketUnans).Delete([]byte(conversation))
 }
 
 // MarkUnanswered lists the conversation unless it is listed already.

@@ -124,9 +124,22 @@ func (s *Store) AnswerInbox(ctx context.Context, conversation string, upTo int64
 	if left > 0 {
 		return nil
 	}
+	return s.unlist(ctx, conversation)
+}
+
+// unlist takes a conversation whose inbox was found empty out of the
+// index of unanswered ones, then lists it again if a message arrived
+// meanwhile.
+func (s *Store) unlist(ctx context.Context, conversation string) error {
 	if err := s.c.ZRem(ctx, s.unansweredKey(), conversation).Err(); err != nil {
 		return fmt.Errorf("answer inbox of %s: unlist: %w", conversation, err)
 	}
+	return s.relist(ctx, conversation)
+}
+
+// relist lists a conversation just unlisted again if its inbox holds a
+// message.
+func (s *Store) relist(ctx context.Context, conversation string) error {
 	n, err := s.c.LLen(ctx, s.inboxKey(conversation)).Result()
 	if err != nil {
 		return fmt.Errorf("answer inbox of %s: %w", conversation, err)

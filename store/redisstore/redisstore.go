@@ -110,9 +110,10 @@ func (o Options) validate() error {
 }
 
 // Key layout. The keys of one run share the hash tag {runID}, the keys of
-// one conversation share {conv:key}; the indexes are global keys that only
-// ever point at calls and runs, and readers check every entry against the
-// call or run it names.
+// one conversation share {conv:key}, and so does the lease of its turns
+// (store.TurnLease); the indexes are global keys that only ever point at
+// calls and runs, and readers check every entry against the call or run it
+// names.
 func (s *Store) runKey(runID string) string   { return s.prefix + ":run:{" + runID + "}" }
 func (s *Store) claimKey(runID string) string { return s.runKey(runID) + ":claim" }
 func (s *Store) callKey(callID string) string {
@@ -132,7 +133,7 @@ func (s *Store) pendingKey() string            { return s.prefix + ":pending" }
 func (s *Store) approverKey(id string) string  { return s.prefix + ":pending:approver:" + id }
 func (s *Store) requesterKey(id string) string { return s.prefix + ":pending:requester:" + id }
 func (s *Store) runsKey() string               { return s.prefix + ":runs" }
-func (s *Store) leaseKey(key string) string    { return s.prefix + ":lease:" + key }
+func (s *Store) leaseKey(key string) string    { return s.prefix + ":lease:{" + key + "}" }
 func (s *Store) seenKey(id string) string      { return s.prefix + ":seen:" + id }
 func (s *Store) auditKey() string              { return s.prefix + ":audit" }
 func (s *Store) recordsKey(kind string) string { return s.prefix + ":records:" + kind }
@@ -184,13 +185,23 @@ func (s *Store) LoadConversation(ctx context.Context, key string) (store.Convers
 	if len(m) == 0 {
 		return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, store.ErrNotFound)
 	}
+	c, err := decodeConversation(key, m)
+	if err != nil {
+		return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, err)
+	}
+	return c, nil
+}
+
+// decodeConversation builds a conversation from the fields of its hash.
+func decodeConversation(key string, m map[string]string) (store.Conversation, error) {
 	c := store.Conversation{Key: key, PausedRun: m["paused_run"]}
 	if st := m["state"]; st != "" {
 		c.State = json.RawMessage(st)
 	}
 	if at := m["updated_at"]; at != "" {
+		var err error
 		if c.UpdatedAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
-			return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, err)
+			return store.Conversation{}, err
 		}
 	}
 	return c, nil
@@ -202,13 +213,30 @@ func (s *Store) LoadConversation(ctx context.Context, key string) (store.Convers
 // is returned and the run, which nobody knows about yet, expires unseen.
 // See storetest.Store for the contract.
 func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) error {
+	r, calls, err := s.createRun(ctx, r, calls)
+	if err != nil {
+		return err
+	}
+	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		s.indexRun(ctx, p, r, calls)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("create run %s: index: %w", r.ID, err)
+	}
+	return nil
+}
+
+// createRun writes the run and its calls (one script), and returns them
+// as prepared for indexRun.
+func (s *Store) createRun(ctx context.Context, r store.Run, calls []store.Call) (store.Run, []store.Call, error) {
 	r, calls, err := newrun.Prepare(r, calls, time.Now())
 	if err != nil {
-		return fmt.Errorf("create run: %w", err)
+		return r, nil, fmt.Errorf("create run: %w", err)
 	}
 	runJSON, err := store.EncodeJSON(r)
 	if err != nil {
-		return fmt.Errorf("create run %s: %w", r.ID, err)
+		return r, nil, fmt.Errorf("create run %s: %w", r.ID, err)
 	}
 	deleteAt := r.ExpiresAt.Add(s.retention)
 	keys := []string{s.runKey(r.ID)}
@@ -218,57 +246,55 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 		c.Status = "" // the status lives in its own field
 		b, err := store.EncodeJSON(c)
 		if err != nil {
-			return fmt.Errorf("create run %s: %w", r.ID, err)
+			return r, nil, fmt.Errorf("create run %s: %w", r.ID, err)
 		}
 		keys = append(keys, s.callKey(c.ID))
 		args = append(args, b, fp, c.ExpiresAt.UnixMicro(), remindArg(c.RemindAt))
 	}
 	created, err := createRun.Run(ctx, s.c, keys, args...).Int()
 	if err != nil {
-		return fmt.Errorf("create run %s: %w", r.ID, err)
+		return r, nil, fmt.Errorf("create run %s: %w", r.ID, err)
 	}
 	if created == 0 {
-		return fmt.Errorf("create run %s: %w", r.ID, store.ErrRunExists)
+		return r, nil, fmt.Errorf("create run %s: %w", r.ID, store.ErrRunExists)
 	}
+	return r, calls, nil
+}
 
-	// The indexes. Scores are expiry times in ms (reminder times in the
-	// reminder index); entries older than the retention time point at
-	// deleted calls and are trimmed here.
+// indexRun adds a created run and its calls to the indexes, and marks the
+// conversation as paused on the run. Scores are expiry times in ms
+// (reminder times in the reminder index); entries older than the retention
+// time point at deleted calls and are trimmed here.
+func (s *Store) indexRun(ctx context.Context, p redis.Pipeliner, r store.Run, calls []store.Call) {
+	deleteAt := r.ExpiresAt.Add(s.retention)
 	trimBefore := strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
-	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		add := func(key string, score time.Time, member string) {
-			p.ZAdd(ctx, key, redis.Z{Score: float64(score.UnixMilli()), Member: member})
-			p.ZRemRangeByScore(ctx, key, "-inf", "("+trimBefore)
-			expireAtLeast(ctx, p, key, deleteAt)
-		}
-		for _, c := range calls {
-			add(s.dueKey(), c.ExpiresAt, c.ID)
-			if !c.RemindAt.IsZero() {
-				add(s.remindKey(), c.RemindAt, c.ID)
-			}
-			add(s.pendingKey(), c.ExpiresAt, c.ID)
-			if c.Requester != "" {
-				add(s.requesterKey(c.Requester), c.ExpiresAt, c.ID)
-			}
-			for _, k := range s.approverKeys(c) {
-				add(k, c.ExpiresAt, c.ID)
-			}
-			if c.Conversation != "" {
-				add(s.convPendingKey(c.Conversation), c.ExpiresAt, c.ID)
-			}
-		}
-		add(s.runsKey(), r.ExpiresAt, r.ID)
-		if r.Conversation != "" {
-			k := s.convKey(r.Conversation)
-			p.HSet(ctx, k, "key", r.Conversation, "paused_run", r.ID)
-			p.PExpire(ctx, k, s.convTTL)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("create run %s: index: %w", r.ID, err)
+	add := func(key string, score time.Time, member string) {
+		p.ZAdd(ctx, key, redis.Z{Score: float64(score.UnixMilli()), Member: member})
+		p.ZRemRangeByScore(ctx, key, "-inf", "("+trimBefore)
+		expireAtLeast(ctx, p, key, deleteAt)
 	}
-	return nil
+	for _, c := range calls {
+		add(s.dueKey(), c.ExpiresAt, c.ID)
+		if !c.RemindAt.IsZero() {
+			add(s.remindKey(), c.RemindAt, c.ID)
+		}
+		add(s.pendingKey(), c.ExpiresAt, c.ID)
+		if c.Requester != "" {
+			add(s.requesterKey(c.Requester), c.ExpiresAt, c.ID)
+		}
+		for _, k := range s.approverKeys(c) {
+			add(k, c.ExpiresAt, c.ID)
+		}
+		if c.Conversation != "" {
+			add(s.convPendingKey(c.Conversation), c.ExpiresAt, c.ID)
+		}
+	}
+	add(s.runsKey(), r.ExpiresAt, r.ID)
+	if r.Conversation != "" {
+		k := s.convKey(r.Conversation)
+		p.HSet(ctx, k, "key", r.Conversation, "paused_run", r.ID)
+		p.PExpire(ctx, k, s.convTTL)
+	}
 }
 
 // remindArg is a reminder time as the scripts take it: Unix µs, 0 for none.
@@ -627,40 +653,56 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) er
 // FinishRun marks the run finished (one script on its hash slot), which
 // takes it out of every listing, and shortens the life of its keys to the
 // retention time. It then drops its index entries and clears the
-// conversation's PausedRun if it names the run. Finishing a finished run
-// does nothing.
+// conversation's PausedRun if it names the run (one pipeline). Finishing a
+// finished run does nothing.
 func (s *Store) FinishRun(ctx context.Context, runID string) error {
-	r, _, ok, err := s.runRecord(ctx, runID)
-	if err != nil {
-		return fmt.Errorf("finish run %s: %w", runID, err)
-	}
-	if !ok {
-		return fmt.Errorf("finish run %s: %w", runID, store.ErrNotFound)
-	}
-	keys := []string{s.runKey(runID), s.claimKey(runID)}
-	for _, id := range r.CallIDs {
-		keys = append(keys, s.callKey(id))
-	}
-	n, err := finishRun.Run(ctx, s.c, keys, s.retention.Milliseconds()).Int()
-	if err != nil {
-		return fmt.Errorf("finish run %s: %w", runID, err)
-	}
-	switch n {
-	case 0:
-		return fmt.Errorf("finish run %s: %w", runID, store.ErrNotFound)
-	case 2:
-		return nil
-	}
-	live, err := s.loadCalls(ctx, r.CallIDs)
-	if err != nil {
-		return fmt.Errorf("finish run %s: %w", runID, err)
+	unindex, err := s.finishRun(ctx, runID)
+	if err != nil || unindex == nil {
+		return err
 	}
 	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, l := range live {
-			if !l.exists {
-				continue
-			}
-			c := l.call
+		unindex(p)
+		return nil
+	})
+	if err != nil {
+		// The run is finished; readers skip and drop the entries left behind.
+		return fmt.Errorf("finish run %s: clean up: %w", runID, err)
+	}
+	return nil
+}
+
+// finishRun marks the run finished (one script) and returns what adds to a
+// pipeline the commands that drop its index entries and clear the
+// conversation's PausedRun; nil if the run was finished already.
+func (s *Store) finishRun(ctx context.Context, runID string) (unindex func(p redis.Pipeliner), err error) {
+	keys := []string{s.runKey(runID), s.claimKey(runID)}
+	res, err := finishRun.Run(ctx, s.c, keys, s.retention.Milliseconds(), runID).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	switch n, _ := res[0].(int64); n {
+	case 0:
+		return nil, fmt.Errorf("finish run %s: %w", runID, store.ErrNotFound)
+	case 2:
+		return nil, nil
+	}
+	var r struct {
+		Conversation string `json:"conversation"`
+	}
+	if raw, _ := res[1].(string); json.Unmarshal([]byte(raw), &r) != nil {
+		return nil, fmt.Errorf("finish run %s: bad run record", runID)
+	}
+	calls := make([]store.Call, 0, len(res)-2)
+	for _, v := range res[2:] {
+		raw, _ := v.(string)
+		var c store.Call
+		if err := json.Unmarshal([]byte(raw), &c); err != nil {
+			return nil, fmt.Errorf("finish run %s: decode call: %w", runID, err)
+		}
+		calls = append(calls, c)
+	}
+	return func(p redis.Pipeliner) {
+		for _, c := range calls {
 			p.ZRem(ctx, s.dueKey(), c.ID)
 			p.ZRem(ctx, s.remindKey(), c.ID)
 			p.ZRem(ctx, s.pendingKey(), c.ID)
@@ -679,13 +721,7 @@ func (s *Store) FinishRun(ctx context.Context, runID string) error {
 			// Eval, not Run: a pipeline cannot fall back from EVALSHA.
 			clearPaused.Eval(ctx, p, []string{s.convKey(r.Conversation)}, runID)
 		}
-		return nil
-	})
-	if err != nil {
-		// The run is finished; readers skip and drop the entries left behind.
-		return fmt.Errorf("finish run %s: clean up: %w", runID, err)
-	}
-	return nil
+	}, nil
 }
 
 // scanIndex walks a sorted set in score order, batch entries at a time,
@@ -1007,21 +1043,27 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	b, err := store.EncodeJSON(e)
-	if err != nil {
-		return fmt.Errorf("audit %s: %w", e.Action, err)
-	}
-	_, err = s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.LPush(ctx, s.auditKey(), b)
-		p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1)
-		return nil
-	})
+	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error { return s.pushAudit(ctx, p, e) })
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
 	if err := s.trimAudit(ctx, time.Now().Add(-s.auditTTL)); err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
+	return nil
+}
+
+// pushAudit adds to p the commands that append e to the capped audit list.
+func (s *Store) pushAudit(ctx context.Context, p redis.Pipeliner, e store.AuditEntry) error {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	b, err := store.EncodeJSON(e)
+	if err != nil {
+		return err
+	}
+	p.LPush(ctx, s.auditKey(), b)
+	p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1)
 	return nil
 }
 
@@ -1038,6 +1080,14 @@ if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then
 end
 return 0`)
 
+// staleAudit reports whether the audit entry raw is from before cutoff;
+// false for a recent entry, or one that does not decode (kept for a
+// person to read).
+func staleAudit(raw string, cutoff time.Time) bool {
+	var e store.AuditEntry
+	return json.Unmarshal([]byte(raw), &e) == nil && e.At.Before(cutoff)
+}
+
 // trimAudit drops audit entries from before cutoff, oldest first.
 func (s *Store) trimAudit(ctx context.Context, cutoff time.Time) error {
 	for range auditTrimBatch {
@@ -1048,9 +1098,8 @@ func (s *Store) trimAudit(ctx context.Context, cutoff time.Time) error {
 		if err != nil {
 			return fmt.Errorf("trim audit log: %w", err)
 		}
-		var e store.AuditEntry
-		if json.Unmarshal([]byte(tail), &e) != nil || !e.At.Before(cutoff) {
-			return nil // a recent entry, or one to keep for a person to read
+		if !staleAudit(tail, cutoff) {
+			return nil
 		}
 		if err := popIfTail.Run(ctx, s.c, []string{s.auditKey()}, tail).Err(); err != nil {
 			return fmt.Errorf("trim audit log: %w", err)

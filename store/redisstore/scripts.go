@@ -152,19 +152,30 @@ return 1
 `)
 
 // finishRun marks a run finished and shortens the life of its keys to the
-// retention time.
-// KEYS: run, claim, call...
-// ARGV: retention (ms)
-// Returns 1 if finished now, 2 if it was finished already, 0 if unknown.
+// retention time. Its calls are found by their ids (store.CallID: run id,
+// ".", 0, 1, ...).
+// KEYS: run, claim
+// ARGV: retention (ms), run id
+// Returns {1, run JSON, each call's JSON...} if finished now, {2} if it was
+// finished already, {0} if unknown.
 var finishRun = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('HGET', KEYS[1], 'finished') == '1' then return 2 end
+local run = redis.call('HMGET', KEYS[1], 'run', 'finished')
+if not run[1] then return {0} end
+if run[2] == '1' then return {2} end
 redis.call('HSET', KEYS[1], 'finished', '1')
 redis.call('DEL', KEYS[2])
-for i = 1, #KEYS do
-  if i ~= 2 then redis.call('PEXPIRE', KEYS[i], ARGV[1], 'LT') end
+redis.call('PEXPIRE', KEYS[1], ARGV[1], 'LT')
+local out = {1, run[1]}
+local i = 0
+while true do
+  local k = KEYS[1] .. ':call:' .. ARGV[2] .. '.' .. i
+  local c = redis.call('HGET', k, 'call')
+  if not c then break end
+  redis.call('PEXPIRE', k, ARGV[1], 'LT')
+  out[#out + 1] = c
+  i = i + 1
 end
-return 1
+return out
 `)
 
 // clearPaused removes a conversation's paused run if it is the given one.

@@ -184,6 +184,8 @@ type Store interface {
 	// counts), oldest first.
 	Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
 
+	Turns
+
 	// Ping checks the store is reachable.
 	Ping(ctx context.Context) error
 	Close() error

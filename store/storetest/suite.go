@@ -66,6 +66,10 @@ func Run(t *testing.T, open Opener) {
 		{"RecordsOf", testRecordsOf},
 		{"AuditLog", testAuditLog},
 		{"AuditRetention", testAuditRetention},
+		{"BeginTurn", testBeginTurn},
+		{"CommitTurnPause", testCommitTurnPause},
+		{"CommitTurnFinish", testCommitTurnFinish},
+		{"CommitTurnRefused", testCommitTurnRefused},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// Turns starts and records turns, one store operation each: BeginTurn
+// takes the conversation's lease and reads what the turn starts from;
+// CommitTurn writes what the turn recorded (its conversation, a run
+// created or finished, audit entries, the messages it answered) and
+// releases the lease with the turn's last write.
+type Turns interface {
+	BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error)
+	CommitTurn(ctx context.Context, c store.Commit) error
+}
+
+// commit writes c for the conversation c.Key in one store operation,
+// with the audit entries t noted since its last write (t may be nil).
+// With last, nothing more is written for the conversation under the
+// lease that ctx holds, so the commit releases it (its renewal stops
+// first). On an error the entries stay noted for the next write.
+func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) error {
+	if t != nil {
+		c.Audit = t.audits
+	}
+	h := holdOf(ctx, c.Key)
+	if last && h != nil {
+		h.stopRenewing()
+		c.Release = a.cfg.Owner
+	}
+	if err := a.store.CommitTurn(ctx, c); err != nil {
+		return fmt.Errorf("record the turn: %w", err)
+	}
+	if t != nil {
+		t.audits = nil
+	}
+	if c.Release != "" {
+		h.released = true
+	}
+	return nil
+}
+
+// note logs an audit entry at once and keeps it for the turn's next write,
+// so it is stored with what it is about (see commit).
+func (a *Agent) note(ctx context.Context, t *turn, e store.AuditEntry) {
+	if e.At.IsZero() {
+		e.At = a.cfg.Now()
+	}
+	e.Log(ctx, a.log)
+	t.audits = append(t.audits, e)
+}
+
+// flushAudits writes the entries noted by a turn that ended without
+// another write (an error, a lost lease), one by one, as audit did.
+func (a *Agent) flushAudits(ctx context.Context, t *turn) {
+	ctx = context.WithoutCancel(ctx)
+	for _, e := range t.audits {
+		if err := a.store.Audit(ctx, e); err != nil {
+			a.log.Warn("write audit entry", "action", e.Action, "call", e.CallID, "err", err)
+		}
+	}
+	t.audits = nil
+}
+
+// conversationOf decodes a conversation's state and the run it is paused
+// on; found is false for a conversation with no record (new, or expired).
+func conversationOf(c store.Conversation, found bool) (cs convState, pausedRun string, err error) {
+	if !found {
+		return convState{}, "", nil
+	}
+	if len(c.State) > 0 {
+		if err := json.Unmarshal(c.State, &cs); err != nil {
+			return convState{}, "", fmt.Errorf("decode conversation %s: %w", c.Key, err)
+		}
+	}
+	return cs, c.PausedRun, nil
+}
+
+// convRecord returns the store record of a conversation's state.
+func (a *Agent) convRecord(cs convState, pausedRun string) *store.Conversation {
+	return &store.Conversation{State: mustJSON(cs), PausedRun: pausedRun, UpdatedAt: a.cfg.Now()}
+}

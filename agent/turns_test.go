@@ -1,0 +1,243 @@
+package agent_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/storetest"
+)
+
+// turnLog is a store that records the agent's calls that start and record
+// turns, write audit entries or hold leases, in order, and can hold a
+// commit until it is let through.
+type turnLog struct {
+	storetest.Store
+	mu      sync.Mutex
+	calls   []string
+	commits []store.Commit
+	// hold, if set, receives each commit before it is made, and the
+	// commit waits for a value on resume.
+	hold   chan store.Commit
+	resume chan struct{}
+}
+
+func (l *turnLog) add(call string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, call)
+}
+
+// take returns the calls recorded since the last take.
+func (l *turnLog) take() ([]string, []store.Commit) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	calls, commits := l.calls, l.commits
+	l.calls, l.commits = nil, nil
+	return calls, commits
+}
+
+func (l *turnLog) BeginTurn(ctx context.Context, conv, owner string, ttl time.Duration) (store.Begun, error) {
+	l.add("BeginTurn")
+	return l.Store.BeginTurn(ctx, conv, owner, ttl)
+}
+
+func (l *turnLog) CommitTurn(ctx context.Context, c store.Commit) error {
+	if l.hold != nil {
+		l.hold <- c
+		<-l.resume
+	}
+	l.mu.Lock()
+	l.calls = append(l.calls, "CommitTurn")
+	l.commits = append(l.commits, c)
+	l.mu.Unlock()
+	return l.Store.CommitTurn(ctx, c)
+}
+
+func (l *turnLog) Audit(ctx context.Context, e store.AuditEntry) error {
+	l.add("Audit")
+	return l.Store.Audit(ctx, e)
+}
+
+func (l *turnLog) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	l.add("AcquireLease")
+	return l.Store.AcquireLease(ctx, key, owner, ttl)
+}
+
+func (l *turnLog) ReleaseLease(ctx context.Context, key, owner string) error {
+	l.add("ReleaseLease")
+	return l.Store.ReleaseLease(ctx, key, owner)
+}
+
+func (l *turnLog) SaveResult(ctx context.Context, id string, r []byte) error {
+	l.add("SaveResult")
+	return l.Store.SaveResult(ctx, id, r)
+}
+
+func actions(es []store.AuditEntry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Action)
+	}
+	return out
+}
+
+func auditLog(t *testing.T, st agent.Store) []string {
+	t.Helper()
+	log, err := st.(storetest.Store).AuditLog(t.Context(), 0)
+	must(t, err)
+	var out []string
+	for _, e := range log {
+		out = append(out, e.Action+" "+e.Tool)
+	}
+	return out
+}
+
+// A turn that pauses reads with one BeginTurn and writes with one
+// CommitTurn: the run, the audit entries of the request and the pause, the
+// inbox answered and the lease released. The entries are written with the
+// commit, not before it.
+func TestPauseIsOneBeginAndOneCommit(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			log := &turnLog{Store: w.store.(storetest.Store), hold: make(chan store.Commit), resume: make(chan struct{})}
+			w.store = log
+			a := w.agent()
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`)))
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.Run(ctx, request("deploy api 2"))
+				done <- err
+			}()
+			held := <-log.hold
+			if got := auditLog(t, w.store); len(got) != 0 {
+				t.Errorf("audit log while the commit is held = %q, want nothing yet", got)
+			}
+			close(log.resume)
+			must(t, <-done)
+			calls, commits := log.take()
+			if !slices.Equal(calls, []string{"BeginTurn", "CommitTurn"}) {
+				t.Errorf("store calls of the turn = %q, want BeginTurn, CommitTurn", calls)
+			}
+			c := commits[0]
+			if c.Run == nil || len(c.Calls) != 1 || c.Conversation == nil || c.Conversation.PausedRun != c.Run.ID || !c.Answer || c.Release == "" || c.Key != held.Key {
+				t.Errorf("the commit = %+v, want the run, the conversation paused on it, the inbox answered and the lease released", c)
+			}
+			if got := actions(c.Audit); !slices.Equal(got, []string{"request", "pause"}) {
+				t.Errorf("audit entries of the commit = %q, want request, pause", got)
+			}
+			if got := auditLog(t, w.store); !slices.Equal(got, []string{"pause deploy", "request deploy"}) {
+				t.Errorf("audit log after the commit = %q, want the pause and the request", got)
+			}
+			// The lease is free: another process takes the conversation at once.
+			b, err := log.Store.BeginTurn(ctx, request("").Conversation, "other", time.Minute)
+			if err != nil || !b.Acquired {
+				t.Errorf("BeginTurn by another owner after the pause = %v, %v; want the lease", b.Acquired, err)
+			}
+		})
+	}
+}
+
+// The end of a resumed step is one commit after the tool's result is
+// saved: the conversation, the run finished, the execution's audit entry
+// and the lease released.
+func TestResumeEndsWithOneCommit(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	log := &turnLog{Store: w.store.(storetest.Store)}
+	w.store = log
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	log.take()
+	w.model.Reply(fakeopenai.Text("deployed"))
+	out, err := a.Resume(ctx, p.RunID)
+	must(t, err)
+	if out.Status != agent.Answered {
+		t.Fatalf("got %s, want the resume answered", out.Status)
+	}
+	calls, commits := log.take()
+	i := slices.Index(calls, "SaveResult")
+	if i < 0 || !slices.Equal(calls[i:], []string{"SaveResult", "CommitTurn"}) {
+		t.Errorf("store calls of the resume = %q, want SaveResult then one CommitTurn at the end", calls)
+	}
+	if slices.Contains(calls, "Audit") || slices.Contains(calls, "ReleaseLease") {
+		t.Errorf("store calls of the resume = %q, want the audit entry and the release in the commit", calls)
+	}
+	c := commits[len(commits)-1]
+	if c.Finish != p.RunID || c.Conversation == nil || c.Conversation.PausedRun != "" || c.Release == "" || !c.Answer {
+		t.Errorf("the commit = %+v, want the run finished, the conversation moved on and the lease released", c)
+	}
+	if got := actions(c.Audit); !slices.Equal(got, []string{"execute"}) {
+		t.Errorf("audit entries of the commit = %q, want execute", got)
+	}
+}
+
+// When the pause cannot be recorded, its audit entries are not written
+// (the run does not exist); the request is, with the turn's result.
+func TestFailedPauseWritesNoPauseEntries(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	flaky := &flakyStore{Store: w.store.(storetest.Store)}
+	w.store = flaky
+	a := w.agent()
+	flaky.failCreate.Store(1)
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"a","version":"1"}`)))
+	if _, err := a.Run(ctx, request("deploy")); err == nil {
+		t.Fatal("the failed pause was not reported")
+	}
+	if got := auditLog(t, w.store); !slices.Equal(got, []string{"request deploy"}) {
+		t.Errorf("audit log = %q, want only the request", got)
+	}
+}
+
+// A resume claimed again after its runner died with the call's result
+// saved writes the execution's audit entry, which the dead runner would
+// have written with its commit; an interrupted call gets none.
+func TestReclaimedResumeAuditsASavedExecution(t *testing.T) {
+	for _, saved := range []bool{true, false} {
+		t.Run(map[bool]string{true: "saved", false: "interrupted"}[saved], func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, backends(t)[0])
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			ok, err := w.store.BeginExecution(ctx, p.ID)
+			must(t, err)
+			if !ok {
+				t.Fatal("BeginExecution refused")
+			}
+			if saved {
+				must(t, w.store.SaveResult(ctx, p.ID, []byte(`{"content":"deployed by the first resumer"}`)))
+			}
+			w.model.Reply(fakeopenai.Text("done"))
+			_, err = w.restart().Resume(ctx, p.RunID)
+			must(t, err)
+			log, err := w.store.(storetest.Store).AuditLog(ctx, 0)
+			must(t, err)
+			var executes []store.AuditEntry
+			for _, e := range log {
+				if e.Action == "execute" {
+					executes = append(executes, e)
+				}
+			}
+			switch {
+			case saved && (len(executes) != 1 || executes[0].CallID != p.ID || executes[0].Actor != "UAPPROVER1" || !strings.Contains(executes[0].Detail, "saved")):
+				t.Errorf("execute entries = %+v, want one for %s by UAPPROVER1 saying the result was saved", executes, p.ID)
+			case !saved && len(executes) != 0:
+				t.Errorf("execute entries = %+v, want none for an interrupted call", executes)
+			}
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/internal/newrun"
+)
+
+// BeginTurn is one transaction: see storetest.Store for the contract.
+func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Begun{}, err
+	}
+	if ttl <= 0 {
+		return store.Begun{}, fmt.Errorf("begin turn of %s: ttl %v is not positive", conversation, ttl)
+	}
+	var b store.Begun
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b = store.Begun{}
+		ok, err := acquireLease(tx, store.TurnLease(conversation), owner, ttl, time.Now())
+		if err != nil || !ok {
+			return err
+		}
+		b.Acquired = true
+		var conv convRecord
+		if b.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
+			return err
+		}
+		b.Conversation = conv.Conversation
+		var inbox inboxRecord
+		if _, err := get(tx.Bucket(bucketInbox), conversation, &inbox); err != nil {
+			return err
+		}
+		b.Inbox = inbox.Messages
+		return nil
+	})
+	if err != nil {
+		return store.Begun{}, fmt.Errorf("begin turn of %s: %w", conversation, err)
+	}
+	return b, nil
+}
+
+// CommitTurn is one transaction: see storetest.Store for the contract.
+func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := time.Now()
+	var run store.Run
+	var calls []store.Call
+	if c.Run != nil {
+		var err error
+		if run, calls, err = newrun.Prepare(*c.Run, c.Calls, now); err != nil {
+			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+		}
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if c.Run != nil {
+			if err := s.createRun(tx, run, calls, now); err != nil {
+				return err
+			}
+		}
+		if c.Conversation != nil {
+			conv := *c.Conversation
+			conv.Key = c.Key
+			if conv.UpdatedAt.IsZero() {
+				conv.UpdatedAt = now
+			}
+			if err := s.saveConversation(tx, conv, now); err != nil {
+				return err
+			}
+		}
+		if c.Finish != "" {
+			if err := s.finishRun(tx, c.Finish, now); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+		for _, e := range c.Audit {
+			if err := s.audit(tx, e); err != nil {
+				return err
+			}
+		}
+		if c.Answer {
+			if err := answerInbox(tx, c.Key, c.AnswerUpTo); err != nil {
+				return err
+			}
+		}
+		if c.Release != "" {
+			return releaseLease(tx, store.TurnLease(c.Key), c.Release)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+	}
+	return nil
+}

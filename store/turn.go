@@ -1,0 +1,47 @@
+package store
+
+// TurnLease is the lease key that serialises the turns of a conversation:
+// BeginTurn takes it, Commit releases it, and AcquireLease and
+// ReleaseLease renew and release it under this key.
+func TurnLease(conversation string) string { return "conv:" + conversation }
+
+// Begun is what BeginTurn found when it took a conversation's lease.
+type Begun struct {
+	// Acquired is false when another owner holds the lease; then nothing
+	// else is set.
+	Acquired bool
+	// Found is false for a conversation with no record; Conversation is
+	// then the zero value.
+	Found        bool
+	Conversation Conversation
+	// Inbox is the conversation's unanswered messages, in Seq order.
+	Inbox []Inbound
+}
+
+// Commit is what a turn writes when it records its result, applied by
+// one store operation (see storetest.Store.CommitTurn). Empty fields
+// write nothing.
+type Commit struct {
+	// Key is the conversation's key.
+	Key string
+	// Conversation, if set, replaces the conversation's record (its Key
+	// is set to Key).
+	Conversation *Conversation
+	// Run and Calls, if Run is set, are a paused run created as CreateRun
+	// creates one.
+	Run   *Run
+	Calls []Call
+	// Finish names a run to finish as FinishRun does; an unknown or
+	// finished run is left as it is.
+	Finish string
+	// Audit entries are appended to the audit log, in order.
+	Audit []AuditEntry
+	// Answer removes the inbox's messages up to Seq AnswerUpTo as
+	// AnswerInbox does (once the inbox is empty the conversation is no
+	// longer listed by Unanswered).
+	Answer     bool
+	AnswerUpTo int64
+	// Release, if set, is the owner whose lease on the conversation
+	// (TurnLease) is released, if that owner holds it.
+	Release string
+}
