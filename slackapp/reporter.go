@@ -192,10 +192,15 @@ var _ agent.Reminder = (*threadReporter)(nil)
 // Updated updates every copy of the call's card in place, on the card's
 // own queue: the decision or turn that reported it goes on without
 // waiting for Slack, and the updates of one card are made in the order
-// they were reported (decided before executed).
+// they were reported (decided before executed). Home tabs list pending
+// calls only, so they are refreshed when a call leaves Pending or gets an
+// approval, not when a decided call's tool has run (the decision's update
+// refreshed them already).
 func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
 	r.app.updateLater(ctx, u)
-	r.app.homes.changed(u.Call)
+	if u.Phase != agent.PhaseExecuted {
+		r.app.homes.changed(u.Call)
+	}
 }
 
 // cardUpdateTimeout bounds one card update: waiting for a card still being
