@@ -172,9 +172,8 @@ type App struct {
 
 	mu     sync.Mutex
 	queues map[string]*queue
-	// posting holds a channel per card being posted by this process,
-	// closed once its copies are posted and recorded.
-	posting map[string]chan struct{}
+	// cards remembers where this process posted cards.
+	cards cardMemory
 	// explaining holds the calls whose Why? this process is answering.
 	explaining map[string]bool
 	admins     map[string]bool
@@ -229,7 +228,7 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	a := &App{
 		cfg: cfg, api: api, st: st, policy: policy, log: cfg.Logger, m: cfg.Metrics,
 		quiet: make(chan struct{}, 1), slots: semaphore.NewWeighted(int64(cfg.MaxTurns)),
-		queues: map[string]*queue{}, posting: map[string]chan struct{}{}, explaining: map[string]bool{}, homes: newHomeRefresh(), admins: map[string]bool{},
+		queues: map[string]*queue{}, explaining: map[string]bool{}, homes: newHomeRefresh(), admins: map[string]bool{},
 		expiry: expiryClock{wake: make(chan struct{}, 1)},
 	}
 	for _, u := range cfg.AdminUsers {
