@@ -457,7 +457,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	card := cardOf(pc, &u)
 	blocks, text := CardBlocks(card), CardText(card)
 	for _, ref := range refs {
-		_, _, _, err := a.api.UpdateMessageContext(ctx, ref.Channel, ref.TS, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(text, false))
+		_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: blocks, text: text})
 		if err != nil {
 			a.log.Error("update card", "call", u.Call.ID, "channel", ref.Channel, "err", err)
 			a.m.error("slack_update")
@@ -475,11 +475,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 // postBlocks posts a message (in a thread if thread is set) and returns its
 // ts, or "" after logging a failure that persisted through the retries.
 func (a *App) postBlocks(ctx context.Context, channel, thread string, blocks []slack.Block, text string) string {
-	opts := []slack.MsgOption{slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(text, false)}
-	if thread != "" {
-		opts = append(opts, slack.MsgOptionTS(thread))
-	}
-	_, ts, err := a.api.PostMessageContext(ctx, channel, opts...)
+	ts, err := a.chat(ctx, chatMessage{channel: channel, thread: thread, blocks: blocks, text: text})
 	if err != nil {
 		a.log.Error("post message", "channel", channel, "err", err)
 		a.m.error("slack_post")
