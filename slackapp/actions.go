@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -19,6 +20,9 @@ import (
 // click is one button press, with where to answer the clicker.
 type click struct {
 	user, channel, actionID, value, triggerID string
+	// redelivered reports whether the click's envelope was seen before,
+	// by any replica; it asks the store at most once per envelope.
+	redelivered func() bool
 }
 
 // submitFailedText answers a modal submission whose handler failed
@@ -40,14 +44,9 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 		a.ack(evt.Request, nil, start)
 		envelope := evt.Request.EnvelopeID
 		a.spawn(ctx, "click", func(ctx context.Context) {
-			// A redelivered envelope is dropped; a click delivered twice
-			// in other envelopes is still decided once by the store.
-			if !a.firstTime(ctx, "envelope:"+envelope) {
-				a.m.duplicate()
-				return
-			}
+			redelivered := sync.OnceValue(func() bool { return !a.firstTime(ctx, "envelope:"+envelope) })
 			for _, act := range cb.ActionCallback.BlockActions {
-				c := click{user: cb.User.ID, channel: cb.Channel.ID, actionID: act.ActionID, value: act.Value, triggerID: cb.TriggerID}
+				c := click{user: cb.User.ID, channel: cb.Channel.ID, actionID: act.ActionID, value: act.Value, triggerID: cb.TriggerID, redelivered: redelivered}
 				a.onClick(ctx, c)
 			}
 		})
@@ -72,7 +71,21 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 
 // onClick routes a button by its action id. It runs in a handler, off the
 // event loop.
+//
+// A redelivered envelope is dropped. A decision is not checked for that
+// first: the store decides atomically and refuses a second decision, so
+// only a refusal asks whether the click was a redelivery, to tell the
+// clicker once. A redelivered click whose first delivery was decided is
+// thus answered "already decided" (by the clicker); nothing runs twice.
 func (a *App) onClick(ctx context.Context, c click) {
+	switch c.actionID {
+	case ActionApprove, ActionDeny, ActionRemember, ActionRememberExact:
+	default:
+		if c.redelivered() {
+			a.m.duplicate()
+			return
+		}
+	}
 	switch c.actionID {
 	case ActionApprove:
 		a.decideClick(ctx, c, approvals.Approve)
@@ -96,16 +109,21 @@ func (a *App) onClick(ctx context.Context, c click) {
 // atomically, whatever the conversation is doing) and tells the clicker
 // when it was refused.
 func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
-	if !validToken(c.value) {
+	text := InvalidRequestText()
+	if validToken(c.value) {
+		callID, fp := parseToken(c.value)
+		text = a.decide(ctx, approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user, Exact: c.actionID == ActionRememberExact})
+	} else {
 		a.m.decision(string(kind), "invalid", 0)
-		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+	}
+	if text == "" {
 		return
 	}
-	callID, fp := parseToken(c.value)
-	d := approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user, Exact: c.actionID == ActionRememberExact}
-	if text := a.decide(ctx, d); text != "" {
-		a.tell(ctx, c.user, c.channel, text)
+	if c.redelivered() {
+		a.m.duplicate()
+		return
 	}
+	a.tell(ctx, c.user, c.channel, text)
 }
 
 // decide records a decision and, when it was the last one pending, queues

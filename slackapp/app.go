@@ -141,6 +141,8 @@ var _ Agent = (*agent.Agent)(nil)
 type App struct {
 	cfg      Config
 	api      *slack.Client
+	web      webClient // the HTTP client of api, for the calls made without it
+	apiURL   string
 	sm       *socketmode.Client
 	st       Store
 	policy   *approvals.Engine
@@ -172,9 +174,8 @@ type App struct {
 
 	mu     sync.Mutex
 	queues map[string]*queue
-	// posting holds a channel per card being posted by this process,
-	// closed once its copies are posted and recorded.
-	posting map[string]chan struct{}
+	// cards remembers where this process posted cards.
+	cards cardMemory
 	// explaining holds the calls whose Why? this process is answering.
 	explaining map[string]bool
 	admins     map[string]bool
@@ -213,23 +214,19 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
-	opts := []slack.Option{
-		slack.OptionAppLevelToken(cfg.AppToken),
-		slack.OptionHTTPClient(cfg.HTTPClient),
-		slack.OptionRetryConfig(retryConfig()),
-	}
+	web := webClient{client: cfg.HTTPClient}
+	apiURL := slack.APIURL
 	if cfg.APIURL != "" {
-		u := cfg.APIURL
-		if !strings.HasSuffix(u, "/") {
-			u += "/"
+		apiURL = cfg.APIURL
+		if !strings.HasSuffix(apiURL, "/") {
+			apiURL += "/"
 		}
-		opts = append(opts, slack.OptionAPIURL(u))
 	}
-	api := slack.New(cfg.BotToken, opts...)
+	api := slack.New(cfg.BotToken, slack.OptionAppLevelToken(cfg.AppToken), slack.OptionHTTPClient(web), slack.OptionAPIURL(apiURL))
 	a := &App{
-		cfg: cfg, api: api, st: st, policy: policy, log: cfg.Logger, m: cfg.Metrics,
+		cfg: cfg, api: api, web: web, apiURL: apiURL, st: st, policy: policy, log: cfg.Logger, m: cfg.Metrics,
 		quiet: make(chan struct{}, 1), slots: semaphore.NewWeighted(int64(cfg.MaxTurns)),
-		queues: map[string]*queue{}, posting: map[string]chan struct{}{}, explaining: map[string]bool{}, homes: newHomeRefresh(), admins: map[string]bool{},
+		queues: map[string]*queue{}, explaining: map[string]bool{}, homes: newHomeRefresh(), admins: map[string]bool{},
 		expiry: expiryClock{wake: make(chan struct{}, 1)},
 	}
 	for _, u := range cfg.AdminUsers {
@@ -243,18 +240,6 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	}
 	a.sm = socketmode.New(api, smOpts...)
 	return a, nil
-}
-
-// retryConfig retries rate-limited calls after Retry-After and server
-// errors with backoff. Connection errors are not retried: a post whose
-// answer was lost may have been made, and posting it twice is worse.
-func retryConfig() slack.RetryConfig {
-	c := slack.DefaultRetryConfig()
-	c.MaxRetries = 4
-	c.BackoffMax = 10 * time.Second
-	c.RetryAfterDuration = 5 * time.Second
-	c.Handlers = []slack.RetryHandler{slack.NewRateLimitErrorRetryHandler(c), slack.NewServerErrorRetryHandler(c)}
-	return c
 }
 
 // Groups resolves Slack user groups for approver checks.

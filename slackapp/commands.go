@@ -426,53 +426,69 @@ func (a *App) inAudience(ctx context.Context, channel, requester, user string) b
 // limit its count covers the calls checked.
 const homeScanLimit = 500
 
-// publishHome shows a user's approver inbox and their own waiting requests.
-// The inbox lists the pending calls the user may decide: those naming the
-// user or a user group they belong to, and those open to anyone in their
-// conversation that the user can see.
+// publishHome shows a user's approver inbox and their own waiting requests
+// (see publishHomes).
 func (a *App) publishHome(ctx context.Context, user string) {
+	a.publishHomes(ctx, []string{user}, nil)
+}
+
+// publishHomes shows each user's approver inbox and own waiting requests,
+// one tab at a time, from one listing of the pending calls and of the
+// standing rules. The inbox lists the pending calls the user may decide:
+// those naming the user or a user group they belong to, and those open to
+// anyone in their conversation that the user can see. It stops early when
+// stopping is closed.
+func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan struct{}) {
 	ag := a.ag
-	if ag == nil {
+	if ag == nil || len(users) == 0 {
 		return
 	}
-	var inbox, mine []Card
 	calls, err := ag.Pending(ctx, store.Filter{})
 	if err != nil {
-		a.log.Warn("list inbox", "user", user, "err", err)
+		a.log.Warn("list pending calls for Home tabs", "users", len(users), "err", err)
 	}
-	if len(calls) > homeScanLimit {
-		a.log.Info("many pending calls; the Home tab checks the first ones", "user", user, "pending", len(calls), "checked", homeScanLimit)
-		calls = calls[:homeScanLimit]
+	scanned := calls
+	if len(scanned) > homeScanLimit {
+		a.log.Info("many pending calls; the Home tab checks the first ones", "pending", len(calls), "checked", homeScanLimit)
+		scanned = scanned[:homeScanLimit]
 	}
-	for _, c := range calls {
-		if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, user, a.groups) != nil {
-			continue
+	rules, rulesErr := a.policy.StandingRules(ctx, "")
+	if rulesErr != nil {
+		a.log.Warn("list standing rules", "err", rulesErr)
+	}
+	for _, user := range users {
+		select {
+		case <-stopping:
+			return
+		default:
 		}
-		if len(c.Approvers) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
-			continue
+		var inbox, mine []Card
+		for _, c := range scanned {
+			if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, user, a.groups) != nil {
+				continue
+			}
+			if len(c.Approvers) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
+				continue
+			}
+			inbox = append(inbox, cardOf(c, nil))
 		}
-		inbox = append(inbox, cardOf(c, nil))
-	}
-	own, err := ag.Pending(ctx, store.Filter{Requester: user})
-	if err != nil {
-		a.log.Warn("list own requests", "user", user, "err", err)
-	}
-	for _, c := range own {
-		mine = append(mine, cardOf(c, nil))
-	}
-	view := HomeView(inbox, mine)
-	if rules, err := a.policy.StandingRules(ctx, ""); err != nil {
-		a.log.Warn("list standing rules", "user", user, "err", err)
-	} else {
-		var own []approvals.StandingRule
-		for _, r := range rules {
-			if r.CreatedBy == user {
-				own = append(own, r)
+		for _, c := range calls {
+			if c.Requester == user {
+				mine = append(mine, cardOf(c, nil))
 			}
 		}
-		view.Blocks.BlockSet = append(view.Blocks.BlockSet, StandingRuleBlocks(own, maxViewBlocks-len(view.Blocks.BlockSet))...)
-	}
-	if _, err := a.api.PublishViewContext(ctx, slack.PublishViewContextRequest{UserID: user, View: view}); err != nil {
-		a.log.Warn("publish home", "user", user, "err", err)
+		view := HomeView(inbox, mine)
+		if rulesErr == nil {
+			var own []approvals.StandingRule
+			for _, r := range rules {
+				if r.CreatedBy == user {
+					own = append(own, r)
+				}
+			}
+			view.Blocks.BlockSet = append(view.Blocks.BlockSet, StandingRuleBlocks(own, maxViewBlocks-len(view.Blocks.BlockSet))...)
+		}
+		if _, err := a.api.PublishViewContext(ctx, slack.PublishViewContextRequest{UserID: user, View: view}); err != nil {
+			a.log.Warn("publish home", "user", user, "err", err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,37 +65,58 @@ func TestSubmissionAckDoesNotWaitForCardUpdate(t *testing.T) {
 	e.answer(ts, "Understood, not deploying.")
 }
 
-// finalCardWriteFails is a store that cannot write the final record of a
-// card's locations (the one without the posting marker).
-type finalCardWriteFails struct{ fullStore }
+// cardWritesFail is a store that cannot write where cards are: every
+// write fails, or with once only the first one of each card.
+type cardWritesFail struct {
+	fullStore
+	once   bool
+	failed *sync.Map // card kinds whose write failed
+}
 
-func (f finalCardWriteFails) PutRecord(ctx context.Context, r store.Record, v int64) (store.Record, error) {
-	if strings.HasPrefix(r.Kind, "card:") && !strings.Contains(string(r.Data), `"posting":true`) {
-		return store.Record{}, errors.New("store blip")
+func (f cardWritesFail) PutRecord(ctx context.Context, r store.Record, v int64) (store.Record, error) {
+	if strings.HasPrefix(r.Kind, "card:") {
+		if _, seen := f.failed.LoadOrStore(r.Kind, true); !seen || !f.once {
+			return store.Record{}, errors.New("store blip")
+		}
 	}
 	return f.fullStore.PutRecord(ctx, r, v)
 }
 
-// When the final write of where a card is fails, the card is still
-// updated: its locations were written as each copy went out, and the
-// marker saying copies are being posted stops counting after a while.
-func TestCardUpdatedWhenFinalLocationWriteFails(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	open := e.open
-	e.open = func() fullStore { return finalCardWriteFails{open()} }
-	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c2", "deploy", `{"service":"api","version":"9"}`)), fakeopenai.Text("Deployed api 9."))
-	ts := e.slack.Mention(channel, requester, "deploy api 9")
-	card := e.card(ts, "deploy")
-	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
-	must(t, err)
-	_, err = e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
-	must(t, err)
-	e.answer(ts, "Deployed api 9.")
-	waitUntil(t, "the card shows the call ran", func() bool {
-		m, _ := e.slack.Message(channel, card.TS)
-		return !isCard(m) && strings.Contains(blocksText(m), "api")
-	})
+// Where a card is survives failed writes: the process that posted it
+// remembers, and a write that failed once is made again, so a process
+// started afterwards still updates the card.
+func TestCardUpdatedWhenLocationWritesFail(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		once    bool
+		restart bool
+	}{
+		{name: "every write fails, same process", once: false},
+		{name: "a write fails once, then a restart", once: true, restart: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			open := e.open
+			failed := &sync.Map{}
+			e.open = func() fullStore { return cardWritesFail{fullStore: open(), once: c.once, failed: failed} }
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c2", "deploy", `{"service":"api","version":"9"}`)), fakeopenai.Text("Deployed api 9."))
+			ts := e.slack.Mention(channel, requester, "deploy api 9")
+			card := e.card(ts, "deploy")
+			if c.restart {
+				e.restart()
+			}
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			_, err = e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed api 9.")
+			waitUntil(t, "the card shows the call ran", func() bool {
+				m, _ := e.slack.Message(channel, card.TS)
+				return !isCard(m) && strings.Contains(blocksText(m), "api")
+			})
+		})
+	}
 }
 
 // A call whose approvers are a user group is in the Home inbox of the

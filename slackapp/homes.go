@@ -30,7 +30,8 @@ const (
 type homeRefresh struct {
 	mu    sync.Mutex
 	calls []agent.Call
-	users []string // left over from a round that hit maxHomesPerRound
+	index map[string]int // position in calls by call id
+	users []string       // left over from a round that hit maxHomesPerRound
 	wake  chan struct{}
 }
 
@@ -39,10 +40,17 @@ func newHomeRefresh() homeRefresh {
 }
 
 // changed notes that call c appeared, was decided, expired or was
-// cancelled. It never blocks.
+// cancelled; changes of one call before the next round count once. It
+// never blocks.
 func (h *homeRefresh) changed(c agent.Call) {
 	h.mu.Lock()
-	if len(h.calls) < maxHomeChanges {
+	if i, ok := h.index[c.ID]; ok {
+		h.calls[i] = c
+	} else if len(h.calls) < maxHomeChanges {
+		if h.index == nil {
+			h.index = map[string]int{}
+		}
+		h.index[c.ID] = len(h.calls)
 		h.calls = append(h.calls, c)
 	}
 	h.mu.Unlock()
@@ -57,7 +65,7 @@ func (h *homeRefresh) take() ([]agent.Call, []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	calls, users := h.calls, h.users
-	h.calls, h.users = nil, nil
+	h.calls, h.users, h.index = nil, nil, nil
 	return calls, users
 }
 
@@ -78,7 +86,9 @@ func (h *homeRefresh) later(users []string) {
 // its channel, the channel's members (up to maxHomeAudience). Changes are
 // gathered for Config.HomeRefreshDelay, so each person's tab is published
 // at most once a round, and a round publishes at most maxHomesPerRound
-// tabs, one at a time, so the bot stays within Slack's rate limits. It
+// tabs, one at a time and from one listing of the pending calls, so the
+// bot stays within Slack's rate limits and the store is read once a
+// round. It
 // returns when stopping is closed or ctx ends.
 func (a *App) refreshHomes(ctx context.Context, stopping <-chan struct{}) {
 	for {
@@ -105,14 +115,7 @@ func (a *App) refreshHomes(ctx context.Context, stopping <-chan struct{}) {
 			a.homes.later(users[maxHomesPerRound:])
 			users = users[:maxHomesPerRound]
 		}
-		for _, u := range users {
-			select {
-			case <-stopping:
-				return
-			default:
-			}
-			a.publishHome(ctx, u)
-		}
+		a.publishHomes(ctx, users, stopping)
 	}
 }
 

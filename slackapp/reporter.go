@@ -192,10 +192,15 @@ var _ agent.Reminder = (*threadReporter)(nil)
 // Updated updates every copy of the call's card in place, on the card's
 // own queue: the decision or turn that reported it goes on without
 // waiting for Slack, and the updates of one card are made in the order
-// they were reported (decided before executed).
+// they were reported (decided before executed). Home tabs list pending
+// calls only, so they are refreshed when a call leaves Pending or gets an
+// approval, not when a decided call's tool has run (the decision's update
+// refreshed them already).
 func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
 	r.app.updateLater(ctx, u)
-	r.app.homes.changed(u.Call)
+	if u.Phase != agent.PhaseExecuted {
+		r.app.homes.changed(u.Call)
+	}
 }
 
 // cardUpdateTimeout bounds one card update: waiting for a card still being
@@ -232,13 +237,17 @@ func cardKind(callID string) string { return "card:" + callID }
 
 const cardRefsID = "refs"
 
-// cardRefs is the record of where a call's card copies are. Posting is set,
-// with the time posting began, while they are being posted: a decision can
-// arrive before the last copy is out, and its update waits for the list to
-// be complete. The record is written again after each copy, so an update
-// that stops waiting still finds the copies already out, and a marker older
-// than cardWait counts as finished, so a final write that failed does not
-// hold updates back for good.
+// cardRefs is the record, in the store, of where a call's card copies are,
+// for every replica and after a restart. It is written once the thread's
+// card is out and where the copies go is known, again before each further
+// copy is posted, and once all are out, so a crash loses at most the copy
+// whose post had just returned. Posting is set, with the time posting
+// began, while copies are still to come: a decision can arrive before the
+// last copy is out, and its update waits for the list to be complete. A
+// marker older than cardWait counts as finished, so a final write that
+// failed does not hold updates back for good. Until the first write
+// there is no record: an update elsewhere waits for one while the call is
+// younger than cardWait.
 type cardRefs struct {
 	Posting      bool      `json:"posting,omitempty"`
 	PostingSince time.Time `json:"posting_since,omitzero"`
@@ -254,36 +263,32 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	card := cardOf(pc, nil)
 	blocks, text := CardBlocks(card), CardText(card)
 	since := time.Now()
+	// Updates of this card made by this process read where it is from
+	// memory, once it is posted; other replicas read the store.
+	mem := a.cards.posting(pc.ID)
+	defer a.cards.done(mem)
 	var refs []cardRef
-	save := func(ctx context.Context, refs cardRefs) error {
-		_, err := a.st.PutRecord(ctx, store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(refs)}, -1)
+	saved := 0 // of refs, the ones in the store
+	save := func(ctx context.Context, r cardRefs) error {
+		_, err := a.st.PutRecord(ctx, store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(r)}, -1)
+		if err == nil {
+			saved = len(r.Refs)
+		}
 		return err
-	}
-	// Updates of this card made by this process wait for posted to be
-	// closed; other replicas see the marker in the store.
-	posted := make(chan struct{})
-	a.mu.Lock()
-	a.posting[pc.ID] = posted
-	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		delete(a.posting, pc.ID)
-		a.mu.Unlock()
-		close(posted)
-	}()
-	if err := save(ctx, cardRefs{Posting: true, PostingSince: since}); err != nil {
-		a.log.Warn("mark the card as being posted", "call", pc.ID, "err", err)
 	}
 	added := func(channel, ts string) {
 		refs = append(refs, cardRef{Channel: channel, TS: ts})
-		if err := save(ctx, cardRefs{Posting: true, PostingSince: since, Refs: refs}); err != nil {
-			a.log.Warn("remember where a card copy is", "call", pc.ID, "err", err)
-		}
+		a.cards.add(mem, cardRef{Channel: channel, TS: ts})
 	}
 	if ts := a.postBlocks(ctx, channel, thread, blocks, text); ts != "" {
 		added(channel, ts)
 	}
 	for _, target := range a.copyTargets(ctx, channel, pc.Requester, pc.Approvers) {
+		if len(refs) > saved {
+			if err := save(ctx, cardRefs{Posting: true, PostingSince: since, Refs: refs}); err != nil {
+				a.log.Warn("remember where a card copy is", "call", pc.ID, "err", err)
+			}
+		}
 		if ts := a.postBlocks(ctx, target, "", blocks, text); ts != "" {
 			added(target, ts)
 		}
@@ -306,7 +311,7 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 			return
 		}
 	}
-	a.log.Error("remember where the card is; updates wait for it until the marker is older than cardWait", "call", pc.ID, "err", err)
+	a.log.Error("remember where the card is; replicas other than this one update the copies recorded so far", "call", pc.ID, "err", err)
 }
 
 // cardWait bounds how long an update waits for a card still being posted.
@@ -314,27 +319,25 @@ const cardWait = 5 * time.Second
 
 // cardLocations returns where the call's card copies are, waiting while
 // they are still being posted (at most cardWait): for a card this process
-// posts, until it signals that it is done; for one another replica posts
-// (rare: the card is visible once its first copy is out), by re-reading
-// the record now and then.
-func (a *App) cardLocations(ctx context.Context, callID string) ([]cardRef, error) {
-	deadline := time.Now().Add(cardWait)
-	a.mu.Lock()
-	posted := a.posting[callID]
-	a.mu.Unlock()
-	if posted != nil {
+// posts, until it signals that it is done, and then from memory; for one
+// another replica posts (rare: the card is visible once its first copy is
+// out), by re-reading the record now and then while it is marked as
+// being posted, or is missing for a call younger than cardWait.
+func (a *App) cardLocations(ctx context.Context, c agent.Call) ([]cardRef, error) {
+	if mem, ok := a.cards.lookup(c.ID); ok {
 		t := time.NewTimer(cardWait)
+		defer t.Stop()
 		select {
-		case <-posted:
+		case <-mem.posted:
 		case <-t.C:
 		case <-ctx.Done():
-			t.Stop()
 			return nil, ctx.Err()
 		}
-		t.Stop()
+		return a.cards.refsOf(mem), nil
 	}
+	deadline := time.Now().Add(cardWait)
 	for {
-		recs, err := a.st.Records(ctx, cardKind(callID))
+		recs, err := a.st.Records(ctx, cardKind(c.ID))
 		if err != nil {
 			return nil, err
 		}
@@ -345,7 +348,8 @@ func (a *App) cardLocations(ctx context.Context, callID string) ([]cardRef, erro
 			}
 		}
 		now := time.Now()
-		if !refs.posting(now) || now.After(deadline) {
+		unwritten := len(recs) == 0 && now.Sub(c.CreatedAt) < cardWait
+		if !(refs.posting(now) || unwritten) || now.After(deadline) {
 			return refs.Refs, nil
 		}
 		select {
@@ -439,7 +443,7 @@ func (a *App) expand(ctx context.Context, approvers []string) []string {
 
 // updateCard renders the call's current state on every copy of its card.
 func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
-	refs, err := a.cardLocations(ctx, u.Call.ID)
+	refs, err := a.cardLocations(ctx, u.Call)
 	if err != nil {
 		a.log.Error("find the card to update", "call", u.Call.ID, "err", err)
 		return
@@ -453,7 +457,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	card := cardOf(pc, &u)
 	blocks, text := CardBlocks(card), CardText(card)
 	for _, ref := range refs {
-		_, _, _, err := a.api.UpdateMessageContext(ctx, ref.Channel, ref.TS, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(text, false))
+		_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: blocks, text: text})
 		if err != nil {
 			a.log.Error("update card", "call", u.Call.ID, "channel", ref.Channel, "err", err)
 			a.m.error("slack_update")
@@ -461,6 +465,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	}
 	if u.Phase != agent.PhaseCounted && (u.Phase != agent.PhaseDecided || u.Call.Status != agent.CallDecided) {
 		// Final: nothing will change the card again.
+		a.cards.forget(u.Call.ID)
 		if err := a.st.DeleteRecord(ctx, cardKind(u.Call.ID), cardRefsID); err != nil && !errors.Is(err, store.ErrNotFound) {
 			a.log.Warn("forget card", "call", u.Call.ID, "err", err)
 		}
@@ -470,11 +475,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 // postBlocks posts a message (in a thread if thread is set) and returns its
 // ts, or "" after logging a failure that persisted through the retries.
 func (a *App) postBlocks(ctx context.Context, channel, thread string, blocks []slack.Block, text string) string {
-	opts := []slack.MsgOption{slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(text, false)}
-	if thread != "" {
-		opts = append(opts, slack.MsgOptionTS(thread))
-	}
-	_, ts, err := a.api.PostMessageContext(ctx, channel, opts...)
+	ts, err := a.chat(ctx, chatMessage{channel: channel, thread: thread, blocks: blocks, text: text})
 	if err != nil {
 		a.log.Error("post message", "channel", channel, "err", err)
 		a.m.error("slack_post")

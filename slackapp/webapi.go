@@ -1,0 +1,159 @@
+package slackapp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+// How Web API calls are retried (see webClient).
+const (
+	maxWebRetries = 4
+	// retryAfterDefault is the wait after a 429 without a usable
+	// Retry-After; retryAfterMin is the shortest wait after a 429, and
+	// retryAfterJitter the most added at random.
+	retryAfterDefault = 5 * time.Second
+	retryAfterMin     = time.Second
+	retryAfterJitter  = time.Second
+	// A server error (5xx) is retried after backoffFirst, doubling up to
+	// backoffMax, plus up to backoffJitter at random.
+	backoffFirst  = 100 * time.Millisecond
+	backoffMax    = 10 * time.Second
+	backoffJitter = 50 * time.Millisecond
+)
+
+// webClient makes every Web API call of the bot, slack-go's and the chat
+// methods the bot calls itself (see chat). It retries a rate-limited call
+// (429) after its Retry-After, and a server error (5xx) with exponential
+// backoff, up to maxWebRetries times; each attempt has the client's
+// timeout. Connection errors are not retried: a post whose answer was lost
+// may have been made, and posting it twice is worse. A request whose body
+// cannot be sent again is not retried.
+type webClient struct {
+	client *http.Client
+}
+
+// Do sends req, retrying as described on webClient. Once the retries are
+// spent it returns the last answer.
+func (c webClient) Do(req *http.Request) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 && req.GetBody != nil {
+			body, err := req.GetBody()
+			if err != nil {
+				return nil, err
+			}
+			req.Body = body
+		}
+		resp, err := c.client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		wait, retry := retryWait(resp, attempt)
+		if !retry || attempt >= maxWebRetries || (req.Body != nil && req.GetBody == nil) {
+			return resp, nil
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-req.Context().Done():
+			t.Stop()
+			return nil, req.Context().Err()
+		}
+	}
+}
+
+// retryWait reports whether resp, the answer to attempt (0 for the
+// first), is worth retrying, and after how long.
+func retryWait(resp *http.Response, attempt int) (time.Duration, bool) {
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		wait := retryAfterDefault
+		if sec, err := strconv.ParseInt(strings.TrimSpace(resp.Header.Get("Retry-After")), 10, 64); err == nil {
+			wait = time.Duration(sec) * time.Second
+		}
+		return max(wait, retryAfterMin) + rand.N(retryAfterJitter), true
+	case resp.StatusCode >= http.StatusInternalServerError:
+		wait := backoffMax
+		if attempt < 10 {
+			wait = min(backoffFirst<<attempt, backoffMax)
+		}
+		return wait + rand.N(backoffJitter), true
+	}
+	return 0, false
+}
+
+// chatAnswer is what the bot reads of a chat.postMessage or chat.update
+// answer. slack-go would also decode the message it echoes, blocks and
+// all, which the bot never reads.
+type chatAnswer struct {
+	OK      bool   `json:"ok"`
+	Error   string `json:"error"`
+	Channel string `json:"channel"`
+	TS      string `json:"ts"`
+}
+
+// chatMessage is a message the bot posts (thread set: in that thread) or
+// updates (ts set).
+type chatMessage struct {
+	channel, thread, ts string
+	blocks              []slack.Block
+	text                string
+}
+
+// chat posts msg with chat.postMessage, or updates it with chat.update when
+// msg.ts is set, and returns the message's ts. Errors are slack-go's:
+// *slack.RateLimitedError once the retries are spent, slack.StatusCodeError,
+// slack.SlackErrorResponse.
+func (a *App) chat(ctx context.Context, msg chatMessage) (string, error) {
+	blocks, err := json.Marshal(msg.blocks)
+	if err != nil {
+		return "", fmt.Errorf("encode blocks: %w", err)
+	}
+	method := "chat.postMessage"
+	form := url.Values{"channel": {msg.channel}, "blocks": {string(blocks)}, "text": {msg.text}}
+	if msg.thread != "" {
+		form.Set("thread_ts", msg.thread)
+	}
+	if msg.ts != "" {
+		method = "chat.update"
+		form.Set("ts", msg.ts)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.apiURL+method, strings.NewReader(form.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+a.cfg.BotToken)
+	resp, err := a.web.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		sec, _ := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)
+		return "", &slack.RateLimitedError{RetryAfter: time.Duration(sec) * time.Second}
+	case resp.StatusCode != http.StatusOK:
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return "", slack.StatusCodeError{Code: resp.StatusCode, Status: resp.Status}
+	}
+	var ans chatAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+		return "", fmt.Errorf("decode %s answer: %w", method, err)
+	}
+	if !ans.OK {
+		return "", slack.SlackErrorResponse{Err: ans.Error}
+	}
+	return ans.TS, nil
+}
