@@ -132,3 +132,116 @@ func TestThreadReplyDuringStoreOutageIsAnsweredOnceTheStoreIsBack(t *testing.T) 
 		})
 	}
 }
+
+// heldStore holds decisions while hold is set, as a store that stopped
+// answering would, ignoring their context: each held decision signals
+// arrived and waits for its outcome on release (nil lets it through).
+type heldStore struct {
+	fullStore
+	hold    *atomic.Bool
+	arrived chan struct{}
+	release chan error
+}
+
+func (s *heldStore) Decide(ctx context.Context, id, fp string, d store.Decision) (store.Call, bool, error) {
+	if s.hold.Load() {
+		s.arrived <- struct{}{}
+		if err := <-s.release; err != nil {
+			return store.Call{}, false, err
+		}
+	}
+	return s.fullStore.Decide(ctx, id, fp, d)
+}
+
+// newHeldEnv runs a bot whose store decisions can be held.
+func newHeldEnv(t *testing.T, kind storeKind) (*env, *heldStore) {
+	e := newEnv(t, kind)
+	held := &heldStore{hold: new(atomic.Bool), arrived: make(chan struct{}, 1), release: make(chan error)}
+	open := e.open
+	e.open = func() fullStore {
+		held.fullStore = open()
+		return held
+	}
+	e.start()
+	return e, held
+}
+
+// A click is acked while the store holds its decision, and once the store
+// fails it, the clicker is told privately that nothing was decided; the
+// same click works once the store answers again.
+func TestClickIsAckedWhileTheStoreHoldsItsDecision(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e, held := newHeldEnv(t, kind)
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)), fakeopenai.Text("deployed at last"))
+			ts := e.slack.Mention(channel, requester, "deploy")
+			card := e.card(ts, "deploy")
+
+			held.hold.Store(true)
+			id, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			<-held.arrived
+			if _, err := e.slack.WaitAck(id, 15*time.Second); err != nil {
+				t.Fatalf("the click was not acked while the store held its decision: %v", err)
+			}
+			held.release <- errOutage
+			e.ephemeral(approver, "could not record your decision")
+			if n := e.deploy.Load(); n != 0 {
+				t.Fatalf("deploy ran %d times although nothing was decided", n)
+			}
+
+			held.hold.Store(false)
+			_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "deployed at last")
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// A modal submission is acked while the store holds its decision, with
+// the modal kept open and a note that the decision is not recorded yet;
+// the outcome, once the store answers, is told in a direct message.
+func TestSubmissionIsAckedWhileTheStoreHoldsItsDecision(t *testing.T) {
+	e, held := newHeldEnv(t, storeKinds(t)[0])
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)), fakeopenai.Text("Understood, no deploy today."))
+	ts := e.slack.Mention(channel, requester, "deploy api 3")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionReject, "")
+	must(t, err)
+	view := e.modal(approver, slackapp.CallbackReject)
+	reason := map[string]map[string]string{slackapp.BlockRejectReason: {slackapp.ActionRejectReason: "Not on a Friday."}}
+	dm := e.slack.DMChannel(approver)
+	toldDM := func(text string) {
+		t.Helper()
+		if _, err := e.slack.WaitMessage(dm, func(m fakeslack.Message) bool { return strings.Contains(m.Text, text) }, 15*time.Second); err != nil {
+			t.Fatalf("%s was not told %q in a DM: %v", approver, text, err)
+		}
+	}
+
+	held.hold.Store(true)
+	for _, outcome := range []error{errOutage, nil} {
+		// SubmitView returns once the submission is acked: the store
+		// still holds the decision.
+		ack, err := e.slack.SubmitView(approver, view.ID, reason, "")
+		must(t, err)
+		if !strings.Contains(string(ack), "not recorded yet") {
+			t.Fatalf("the submission was acked with %s; want the modal kept open with a note that nothing is recorded yet", ack)
+		}
+		<-held.arrived
+		held.release <- outcome
+		if outcome != nil {
+			toldDM("could not record your decision")
+			if m, _ := e.slack.Message(channel, card.TS); !isCard(m) {
+				t.Fatalf("the card changed although nothing was recorded: %s", m.Text)
+			}
+		}
+	}
+	toldDM("recorded after all")
+	e.answer(ts, "Understood, no deploy today.")
+	if n := e.deploy.Load(); n != 0 {
+		t.Errorf("deploy ran %d times after a reject", n)
+	}
+}
