@@ -310,7 +310,7 @@ func TestExpiryFollowsTheDeadline(t *testing.T) {
 // tenth of the clicks sent twice: every approved call runs exactly once and
 // every thread is answered.
 func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
-	const conversations = 200
+	const conversations = 300
 	for _, kind := range storeKinds(t) {
 		if kind.name == "bolt" {
 			continue // the embedded store serves one process
@@ -336,23 +336,38 @@ func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
 			if err := e.slack.WaitConnected(3, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
+			// A channel per conversation: finding a thread's messages in
+			// the fake then costs the same whatever the number of
+			// conversations. Mentions come in waves of a batch, each
+			// wave's cards clicked while the resumes of the wave before
+			// run: all of them at once, in one test process with one store
+			// client for the three replicas, starve the lease renewals
+			// (2 s leases here) on a loaded machine. Bursts are
+			// cmd/loadbench's.
+			const batch = 50
+			channels := make([]string, conversations)
 			threads := make([]string, conversations)
-			for i := range threads {
-				threads[i] = e.slack.Mention(channel, requester, fmt.Sprintf("deploy svc%d %d", i, i))
-			}
 			start := time.Now()
-			for i, ts := range threads {
-				card := e.card(ts, "deploy")
-				_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
-				must(t, err)
-				if i%10 == 0 {
-					_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			for first := 0; first < conversations; first += batch {
+				wave := min(conversations, first+batch)
+				for i := first; i < wave; i++ {
+					channels[i] = fmt.Sprintf("CREPL%04d", i)
+					e.slack.AddChannel(fakeslack.Channel{ID: channels[i], Name: fmt.Sprintf("repl%d", i), Members: []string{requester, approver, other, e.slack.BotUserID()}})
+					threads[i] = e.slack.Mention(channels[i], requester, fmt.Sprintf("deploy svc%d %d", i, i))
+				}
+				for i := first; i < wave; i++ {
+					card := e.cardIn(channels[i], threads[i], "deploy")
+					_, err := e.slack.Click(approver, channels[i], card.TS, slackapp.ActionApprove, "")
 					must(t, err)
+					if i%10 == 0 {
+						_, err := e.slack.Click(approver, channels[i], card.TS, slackapp.ActionApprove, "")
+						must(t, err)
+					}
 				}
 			}
 			t.Logf("cards and clicks: %v", time.Since(start))
-			for _, ts := range threads {
-				e.answer(ts, "Deployed: deployed")
+			for i, ts := range threads {
+				e.answerIn(channels[i], ts, "Deployed: deployed")
 			}
 			t.Logf("answers: %v", time.Since(start))
 			runs := map[string]int{}
