@@ -29,6 +29,20 @@ type click struct {
 // unexpectedly, perhaps after recording the decision.
 const submitFailedText = "Something went wrong, and I can't tell whether your decision was recorded. The card shows where the call stands."
 
+// submitAckWait is how long the ack of a modal submission waits for the
+// decision to carry its outcome (Slack wants the ack within 3 s). Past it
+// the ack keeps the modal open with submitSlowText, and the outcome is told
+// privately once the store answers.
+const submitAckWait = 2 * time.Second
+
+// submitSlowText keeps a modal open when the store is too slow to decide
+// within submitAckWait.
+const submitSlowText = "My state store is slow to answer, so your decision is not recorded yet. I'll tell you in a direct message whether it was; you can close this form."
+
+// submitRecordedLateText tells the submitter that a decision the store was
+// slow to record was recorded.
+const submitRecordedLateText = "Your decision was recorded after all; the card shows where the call stands."
+
 // onInteractive handles block actions (acked at once, then worked on) and
 // view submissions (acked with the outcome: a modal with an invalid input
 // stays open with the error shown inline). Each runs in its own goroutine,
@@ -51,18 +65,29 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 			}
 		})
 	case slack.InteractionTypeViewSubmission:
-		// The ack carries the outcome, so it waits for the decision; that
-		// work runs off the event loop, which must keep draining envelopes.
+		// The ack carries the outcome, so it waits for the decision, but
+		// never past submitAckWait, whatever the store is doing; that work
+		// runs off the event loop, which must keep draining envelopes.
 		k := a.acker(evt.Request, start)
 		a.spawn(ctx, "submission", func(ctx context.Context) {
 			// Deferred here, it runs before spawn recovers a panic: the
 			// submission is answered whatever happens.
 			defer k.ack(viewError(cb.View.CallbackID, submitFailedText))
-			if resp := a.onSubmit(ctx, cb); resp != nil {
+			slowAck := func() { k.ack(viewError(cb.View.CallbackID, submitSlowText)) }
+			slow := time.AfterFunc(submitAckWait, slowAck)
+			resp, text := a.onSubmit(ctx, cb)
+			if slow.Stop() {
 				k.ack(resp)
 				return
 			}
-			k.ack(nil)
+			// The timer fired: the ack goes (or went) without the outcome,
+			// which is told privately. Acking here too waits for the
+			// timer's ack, or makes it.
+			slowAck()
+			if resp == nil {
+				text = submitRecordedLateText
+			}
+			a.tell(ctx, cb.User.ID, "", text)
 		})
 	default:
 		a.ack(evt.Request, nil, start)
@@ -331,15 +356,19 @@ func refusedText(c agent.Call) string {
 	return AlreadyDecidedText("", kind, time.Time{})
 }
 
-// onSubmit handles a modal submission. It returns the ack payload: nil to
-// close the modal, or errors to show inline.
-func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack.ViewSubmissionResponse {
+// onSubmit handles a modal submission. It returns the ack payload (nil to
+// close the modal, or errors to show inline) and, with errors, their text
+// in mrkdwn, to tell the submitter privately once the ack has gone.
+func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) (*slack.ViewSubmissionResponse, string) {
 	value := ReadCallID(cb.View)
 	callID, fp := parseToken(value)
 	d := approvals.Decision{CallID: callID, Fingerprint: fp, Decider: cb.User.ID}
 	block := submitBlock(cb.View.CallbackID)
+	refuse := func(plain string) (*slack.ViewSubmissionResponse, string) {
+		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: clip(plain, 1000)}), Escape(plain)
+	}
 	if !validToken(value) {
-		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: InvalidRequestText()})
+		return refuse(InvalidRequestText())
 	}
 	switch cb.View.CallbackID {
 	case CallbackReject:
@@ -352,39 +381,40 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) *slack
 		if !json.Valid([]byte(raw)) {
 			var v any
 			err := json.Unmarshal([]byte(raw), &v)
-			return slack.NewErrorsViewSubmissionResponse(map[string]string{block: "Not valid JSON: " + errString(err)})
+			return refuse("Not valid JSON: " + errString(err))
 		}
 		d.Args = json.RawMessage(raw)
 	default:
-		return nil
+		return nil, ""
 	}
 	res, err := a.ag.Decide(ctx, d)
 	if err != nil {
 		text, result := refusalText(res.Call, d.Decider, err)
-		// An error under a modal input is plain text, not mrkdwn.
-		text = modalText(text)
 		a.m.decision(string(d.Kind), result, 0)
 		if result == "error" {
 			a.log.Error("record decision", "call", d.CallID, "err", err)
 		}
 		if result == "invalid" || result == "policy_denied" {
 			// Plain text made from the error itself.
-			text = agent.Detail(err)
+			plain := agent.Detail(err)
 			if result == "policy_denied" {
 				what := "this call"
 				if d.Kind == approvals.Edit {
 					what = "the call with these arguments"
 				}
-				text = "The policy denies " + what + ": " + text + ". Nothing ran."
+				plain = "The policy denies " + what + ": " + plain + ". Nothing ran."
 			}
+			return refuse(plain)
 		}
-		return slack.NewErrorsViewSubmissionResponse(map[string]string{block: clip(text, 1000)})
+		// An error under a modal input is plain text, not mrkdwn.
+		resp, _ := refuse(modalText(text))
+		return resp, text
 	}
 	a.m.decision(string(d.Kind), "ok", time.Since(res.Call.CreatedAt))
 	if res.Complete {
 		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}
-	return nil
+	return nil, ""
 }
 
 // submitBlock is the input block of a decision modal, where its errors

@@ -35,10 +35,13 @@ type Config struct {
 	// approvers cannot see the conversation, instead of DMs to them.
 	ApprovalsChannel string
 	// MaxTurns bounds the turns (a message's turn or a resume) running at
-	// once (default 1000). Past it, new turns wait in arrival order and
-	// their thread is told once that they are queued. Clicks, forms,
-	// commands and Home tabs are never bounded by it.
+	// once (default 1000). Past it, new turns wait in arrival order. Clicks,
+	// forms, commands and Home tabs are never bounded by it.
 	MaxTurns int
+	// QueuedNoticeAfter is how long a turn waits for a slot before its
+	// thread is told that it is queued (default 2s). A conversation is told
+	// at most once while it has work.
+	QueuedNoticeAfter time.Duration
 	// SweepInterval is how often decided runs whose resume was lost (its
 	// process died) are recovered, and the longest the expiry timer sleeps
 	// (default 30s). Calls paused in this process expire on time whatever
@@ -195,6 +198,9 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	}
 	if cfg.MaxTurns <= 0 {
 		cfg.MaxTurns = 1000
+	}
+	if cfg.QueuedNoticeAfter <= 0 {
+		cfg.QueuedNoticeAfter = 2 * time.Second
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 30 * time.Second
@@ -452,6 +458,9 @@ func (a *App) spawn(ctx context.Context, what string, fn func(ctx context.Contex
 // order by one goroutine that exists while there is work.
 type queue struct {
 	jobs []func(ctx context.Context)
+	// told is set once the conversation's thread was told that a turn of
+	// it is queued (see turnSlot).
+	told bool
 }
 
 // enqueue adds work to key's queue and starts the queue's goroutine if it
@@ -499,20 +508,53 @@ func (a *App) serve(ctx context.Context, key string, q *queue) {
 // queuedText tells a thread its turn waits for a free slot.
 const queuedText = "I'm working on many conversations right now; yours is queued and starts as soon as one finishes."
 
-// turnSlot waits for a slot to run a turn of the conversation, telling its
-// thread once if it has to wait. It returns a release func, or an error if
-// ctx ended first.
+// turnSlot waits for a slot to run a turn of the conversation, from the
+// conversation's queue. A turn that waits longer than QueuedNoticeAfter has
+// its thread told that it is queued, unless the thread was told already
+// while the conversation has had work: while the bot is saturated, each
+// waiting conversation costs Slack one post at most. It returns a release
+// func, or an error if ctx ended first.
 func (a *App) turnSlot(ctx context.Context, conversation string) (release func(), err error) {
-	if !a.slots.TryAcquire(1) {
-		a.m.error("turns_queued")
-		if _, channel, thread, ok := parseKey(conversation); ok {
-			a.post(ctx, channel, thread, queuedText)
-		}
-		if err := a.slots.Acquire(ctx, 1); err != nil {
-			return nil, err
-		}
+	release = func() { a.slots.Release(1) }
+	if a.slots.TryAcquire(1) {
+		return release, nil
 	}
-	return func() { a.slots.Release(1) }, nil
+	a.m.error("turns_queued")
+	// The timer hands the notice to a goroutine of the app's; this one
+	// waits for the hand-off, so that the notice is counted before the
+	// queue's goroutine may end.
+	handed := make(chan struct{})
+	notice := time.AfterFunc(a.cfg.QueuedNoticeAfter, func() {
+		defer close(handed)
+		if a.firstQueuedNotice(conversation) {
+			a.spawn(ctx, "queued notice", func(ctx context.Context) {
+				if _, channel, thread, ok := parseKey(conversation); ok {
+					a.post(ctx, channel, thread, queuedText)
+				}
+			})
+		}
+	})
+	err = a.slots.Acquire(ctx, 1)
+	if !notice.Stop() {
+		<-handed
+	}
+	if err != nil {
+		return nil, err
+	}
+	return release, nil
+}
+
+// firstQueuedNotice reports whether the conversation's thread is to be told
+// that its turn is queued: the first time while its queue has work.
+func (a *App) firstQueuedNotice(conversation string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	q := a.queues[conversation]
+	if q == nil || q.told {
+		return false
+	}
+	q.told = true
+	return true
 }
 
 // sweep recovers lost resumes every SweepInterval until stopping is

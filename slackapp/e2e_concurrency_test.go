@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
@@ -138,24 +139,141 @@ func TestClickDuringItsTurnIsDecidedAtOnce(t *testing.T) {
 	}
 }
 
-// Past MaxTurns, a new turn waits for a slot, and its thread is told once.
-func TestTurnsPastTheBoundWaitAndAreTold(t *testing.T) {
+// Past MaxTurns, a new turn waits for a slot in arrival order, and its
+// thread is told that it is queued, once however many of its turns wait.
+func TestTurnsPastTheBoundWaitAndAreToldOnce(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.cfg.MaxTurns = 1
-	m := newScriptedModel()
-	t.Cleanup(m.unblock)
-	e.model.Handle(m.answer)
+	e.cfg.QueuedNoticeAfter = time.Millisecond
+	reg := prometheus.NewRegistry()
+	e.cfg.Metrics = slackapp.NewMetrics(reg)
+	held := newHeldModel(e, "hold a", "hold c")
 	e.start()
-	tsA := e.slack.Mention(channel, requester, "hold")
-	<-m.held
+	tsA := e.slack.Mention(channel, requester, "hold a")
+	held.arrived(t, "hold a")
 	tsB := e.slack.Mention(channel, requester, "hello")
 	e.answer(tsB, "yours is queued")
-	m.unblock()
-	e.answer(tsA, "Held answer.")
+	tsC := e.slack.Mention(channel, requester, "hold c")
+	e.answer(tsC, "yours is queued")
+	// B's second message waits behind its first, and then, once C has
+	// the slot, for the slot: its thread was told already.
+	again := e.slack.ThreadReply(channel, tsB, requester, "<@"+e.slack.BotUserID()+"> and again")
+	for _, env := range e.slack.EnvelopesByTS(again) {
+		if _, err := e.slack.WaitAck(env.ID, 15*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held.release("hold a")
+	e.answer(tsA, "held: hold a")
+	held.arrived(t, "hold c")
+	waitUntil(t, "B's second turn waits for the slot", func() bool { return counter(t, reg, "toolgate_errors_total", "turns_queued") == 3 })
+	held.release("hold c")
+	e.answer(tsC, "held: hold c")
 	e.answer(tsB, "ok")
+	// A, B's two turns (the first answered both messages) and C.
+	waitUntil(t, "every turn ended", func() bool { return counter(t, reg, "toolgate_turns_total", "") == 4 })
 	if n := strings.Count(dumpThread(e.slack.Thread(channel, tsB)), "yours is queued"); n != 1 {
 		t.Errorf("the waiting thread was told %d times that it is queued, want once", n)
 	}
+}
+
+// A turn that gets its slot within QueuedNoticeAfter is not told that it
+// was queued.
+func TestShortWaitForATurnIsNotTold(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.MaxTurns = 1
+	e.cfg.QueuedNoticeAfter = time.Hour
+	reg := prometheus.NewRegistry()
+	e.cfg.Metrics = slackapp.NewMetrics(reg)
+	held := newHeldModel(e, "hold a")
+	e.start()
+	tsA := e.slack.Mention(channel, requester, "hold a")
+	held.arrived(t, "hold a")
+	tsB := e.slack.Mention(channel, requester, "hello")
+	waitUntil(t, "B's turn waits for the slot", func() bool { return counter(t, reg, "toolgate_errors_total", "turns_queued") == 1 })
+	held.release("hold a")
+	e.answer(tsA, "held: hold a")
+	e.answer(tsB, "ok")
+	if strings.Contains(dumpThread(e.slack.Thread(channel, tsB)), "yours is queued") {
+		t.Error("a turn that waited less than QueuedNoticeAfter was told it is queued")
+	}
+}
+
+// heldModel holds the model requests whose last message ends with one of
+// its keys until the test releases that key, and answers "held: <key>";
+// other requests are answered "ok".
+type heldModel struct {
+	holds map[string]chan struct{}
+	got   chan string
+}
+
+func newHeldModel(e *env, keys ...string) *heldModel {
+	h := &heldModel{holds: map[string]chan struct{}{}, got: make(chan string, len(keys))}
+	for _, k := range keys {
+		h.holds[k] = make(chan struct{})
+	}
+	e.t.Cleanup(func() {
+		for k := range h.holds {
+			h.release(k)
+		}
+	})
+	e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		last := req.Messages[len(req.Messages)-1].Content
+		for k, release := range h.holds {
+			if strings.HasSuffix(last, k) {
+				h.got <- k
+				<-release
+				return fakeopenai.Text("held: " + k)
+			}
+		}
+		return fakeopenai.Text("ok")
+	})
+	return h
+}
+
+// arrived waits until the request held by key reached the model.
+func (h *heldModel) arrived(t *testing.T, key string) {
+	t.Helper()
+	select {
+	case got := <-h.got:
+		if got != key {
+			t.Fatalf("the model was asked %q first, want %q", got, key)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the model was never asked %q", key)
+	}
+}
+
+// release lets the requests held by key through, now and from then on.
+func (h *heldModel) release(key string) {
+	select {
+	case <-h.holds[key]:
+	default:
+		close(h.holds[key])
+	}
+}
+
+// counter reads the counter name of reg with the label value (any one
+// label), or the sum over all its labels when value is empty.
+func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	must(t, err)
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if value == "" || l.GetValue() == value {
+					sum += m.GetCounter().GetValue()
+					break
+				}
+			}
+		}
+	}
+	return sum
 }
 
 // Without any sweep, an approval expires on time: the card says so within
@@ -192,7 +310,7 @@ func TestExpiryFollowsTheDeadline(t *testing.T) {
 // tenth of the clicks sent twice: every approved call runs exactly once and
 // every thread is answered.
 func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
-	const conversations = 200
+	const conversations = 300
 	for _, kind := range storeKinds(t) {
 		if kind.name == "bolt" {
 			continue // the embedded store serves one process
@@ -218,23 +336,38 @@ func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
 			if err := e.slack.WaitConnected(3, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
+			// A channel per conversation: finding a thread's messages in
+			// the fake then costs the same whatever the number of
+			// conversations. Mentions come in waves of a batch, each
+			// wave's cards clicked while the resumes of the wave before
+			// run: all of them at once, in one test process with one store
+			// client for the three replicas, starve the lease renewals
+			// (2 s leases here) on a loaded machine. Bursts are
+			// cmd/loadbench's.
+			const batch = 50
+			channels := make([]string, conversations)
 			threads := make([]string, conversations)
-			for i := range threads {
-				threads[i] = e.slack.Mention(channel, requester, fmt.Sprintf("deploy svc%d %d", i, i))
-			}
 			start := time.Now()
-			for i, ts := range threads {
-				card := e.card(ts, "deploy")
-				_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
-				must(t, err)
-				if i%10 == 0 {
-					_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			for first := 0; first < conversations; first += batch {
+				wave := min(conversations, first+batch)
+				for i := first; i < wave; i++ {
+					channels[i] = fmt.Sprintf("CREPL%04d", i)
+					e.slack.AddChannel(fakeslack.Channel{ID: channels[i], Name: fmt.Sprintf("repl%d", i), Members: []string{requester, approver, other, e.slack.BotUserID()}})
+					threads[i] = e.slack.Mention(channels[i], requester, fmt.Sprintf("deploy svc%d %d", i, i))
+				}
+				for i := first; i < wave; i++ {
+					card := e.cardIn(channels[i], threads[i], "deploy")
+					_, err := e.slack.Click(approver, channels[i], card.TS, slackapp.ActionApprove, "")
 					must(t, err)
+					if i%10 == 0 {
+						_, err := e.slack.Click(approver, channels[i], card.TS, slackapp.ActionApprove, "")
+						must(t, err)
+					}
 				}
 			}
 			t.Logf("cards and clicks: %v", time.Since(start))
-			for _, ts := range threads {
-				e.answer(ts, "Deployed: deployed")
+			for i, ts := range threads {
+				e.answerIn(channels[i], ts, "Deployed: deployed")
 			}
 			t.Logf("answers: %v", time.Since(start))
 			runs := map[string]int{}

@@ -3,11 +3,13 @@ package slackapp_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store"
 )
@@ -69,5 +71,177 @@ func TestStoreOutageLosesNoApproval(t *testing.T) {
 				t.Errorf("deploy ran %d times, want 1", n)
 			}
 		})
+	}
+}
+
+// acceptOutage fails recording messages, as an unreachable Redis would,
+// until it is released; each failed attempt is signalled on failed.
+type acceptOutage struct {
+	fullStore
+	down   *atomic.Bool
+	failed chan<- struct{}
+}
+
+func (s *acceptOutage) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
+	if s.down.Load() {
+		s.failed <- struct{}{}
+		return store.Inbound{}, "", errOutage
+	}
+	return s.fullStore.AcceptMessage(ctx, conversation, m, requireKnown)
+}
+
+// A thread reply that does not mention the bot, sent while the store
+// cannot record it, is left unacked (the bot cannot tell whether the
+// thread is one of its conversations), so Slack delivers it again; the
+// first delivery once the store is back records it and the thread gets its
+// answer.
+func TestThreadReplyDuringStoreOutageIsAnsweredOnceTheStoreIsBack(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			// Slack retries an event not acked in time; here sooner.
+			e := newEnv(t, kind, fakeslack.WithEventRetry(200*time.Millisecond))
+			var down atomic.Bool
+			failed := make(chan struct{}, 10)
+			open := e.open
+			e.open = func() fullStore { return &acceptOutage{fullStore: open(), down: &down, failed: failed} }
+			e.start()
+			e.model.Reply(fakeopenai.Text("api is at version 2"), fakeopenai.Text("web is at version 5"))
+			ts := e.slack.Mention(channel, requester, "which version is api at?")
+			e.answer(ts, "api is at version 2")
+
+			down.Store(true)
+			reply := e.slack.ThreadReply(channel, ts, requester, "and web?")
+			// The first delivery and the retry fail to be recorded; had
+			// the first been acked, there would be no retry.
+			for attempt := range 2 {
+				select {
+				case <-failed:
+				case <-time.After(15 * time.Second):
+					t.Fatalf("delivery %d of the reply never reached the store", attempt+1)
+				}
+			}
+			down.Store(false)
+			e.answer(ts, "web is at version 5")
+			if last := e.request(2).Messages; !strings.Contains(last[len(last)-1].Content, "and web?") {
+				t.Errorf("the model was last asked %q, want the reply", last[len(last)-1].Content)
+			}
+			envs := e.slack.EnvelopesByTS(reply)
+			if len(envs) != 1 || !envs[0].Acked || envs[0].RetryAttempt < 2 {
+				t.Errorf("the reply's envelopes: %+v; want one, acked on a retry after the outage", envs)
+			}
+		})
+	}
+}
+
+// heldStore holds decisions while hold is set, as a store that stopped
+// answering would, ignoring their context: each held decision signals
+// arrived and waits for its outcome on release (nil lets it through).
+type heldStore struct {
+	fullStore
+	hold    *atomic.Bool
+	arrived chan struct{}
+	release chan error
+}
+
+func (s *heldStore) Decide(ctx context.Context, id, fp string, d store.Decision) (store.Call, bool, error) {
+	if s.hold.Load() {
+		s.arrived <- struct{}{}
+		if err := <-s.release; err != nil {
+			return store.Call{}, false, err
+		}
+	}
+	return s.fullStore.Decide(ctx, id, fp, d)
+}
+
+// newHeldEnv runs a bot whose store decisions can be held.
+func newHeldEnv(t *testing.T, kind storeKind) (*env, *heldStore) {
+	e := newEnv(t, kind)
+	held := &heldStore{hold: new(atomic.Bool), arrived: make(chan struct{}, 1), release: make(chan error)}
+	open := e.open
+	e.open = func() fullStore {
+		held.fullStore = open()
+		return held
+	}
+	e.start()
+	return e, held
+}
+
+// A click is acked while the store holds its decision, and once the store
+// fails it, the clicker is told privately that nothing was decided; the
+// same click works once the store answers again.
+func TestClickIsAckedWhileTheStoreHoldsItsDecision(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e, held := newHeldEnv(t, kind)
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)), fakeopenai.Text("deployed at last"))
+			ts := e.slack.Mention(channel, requester, "deploy")
+			card := e.card(ts, "deploy")
+
+			held.hold.Store(true)
+			id, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			<-held.arrived
+			if _, err := e.slack.WaitAck(id, 15*time.Second); err != nil {
+				t.Fatalf("the click was not acked while the store held its decision: %v", err)
+			}
+			held.release <- errOutage
+			e.ephemeral(approver, "could not record your decision")
+			if n := e.deploy.Load(); n != 0 {
+				t.Fatalf("deploy ran %d times although nothing was decided", n)
+			}
+
+			held.hold.Store(false)
+			_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "deployed at last")
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// A modal submission is acked while the store holds its decision, with
+// the modal kept open and a note that the decision is not recorded yet;
+// the outcome, once the store answers, is told in a direct message.
+func TestSubmissionIsAckedWhileTheStoreHoldsItsDecision(t *testing.T) {
+	e, held := newHeldEnv(t, storeKinds(t)[0])
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)), fakeopenai.Text("Understood, no deploy today."))
+	ts := e.slack.Mention(channel, requester, "deploy api 3")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionReject, "")
+	must(t, err)
+	view := e.modal(approver, slackapp.CallbackReject)
+	reason := map[string]map[string]string{slackapp.BlockRejectReason: {slackapp.ActionRejectReason: "Not on a Friday."}}
+	dm := e.slack.DMChannel(approver)
+	toldDM := func(text string) {
+		t.Helper()
+		if _, err := e.slack.WaitMessage(dm, func(m fakeslack.Message) bool { return strings.Contains(m.Text, text) }, 15*time.Second); err != nil {
+			t.Fatalf("%s was not told %q in a DM: %v", approver, text, err)
+		}
+	}
+
+	held.hold.Store(true)
+	for _, outcome := range []error{errOutage, nil} {
+		// SubmitView returns once the submission is acked: the store
+		// still holds the decision.
+		ack, err := e.slack.SubmitView(approver, view.ID, reason, "")
+		must(t, err)
+		if !strings.Contains(string(ack), "not recorded yet") {
+			t.Fatalf("the submission was acked with %s; want the modal kept open with a note that nothing is recorded yet", ack)
+		}
+		<-held.arrived
+		held.release <- outcome
+		if outcome != nil {
+			toldDM("could not record your decision")
+			if m, _ := e.slack.Message(channel, card.TS); !isCard(m) {
+				t.Fatalf("the card changed although nothing was recorded: %s", m.Text)
+			}
+		}
+	}
+	toldDM("recorded after all")
+	e.answer(ts, "Understood, no deploy today.")
+	if n := e.deploy.Load(); n != 0 {
+		t.Errorf("deploy ran %d times after a reject", n)
 	}
 }

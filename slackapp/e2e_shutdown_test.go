@@ -19,6 +19,7 @@ import (
 func TestShutdownAnswersQueuedFollowUpsAndClicks(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.cfg.MaxTurns = 1
+	e.cfg.QueuedNoticeAfter = time.Millisecond // the notice says the turn waits
 	e.cfg.ShutdownGrace = 500 * time.Millisecond
 	e.start()
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"17"}`)))

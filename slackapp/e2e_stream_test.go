@@ -106,6 +106,7 @@ func TestBrokenStreamPostsOnlyTheRest(t *testing.T) {
 func TestShutdownTellsAboutUnstartedMessages(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.cfg.MaxTurns = 1
+	e.cfg.QueuedNoticeAfter = time.Millisecond // the notice says the turn waits
 	e.cfg.ShutdownGrace = 500 * time.Millisecond
 	e.start()
 	e.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {

@@ -137,16 +137,21 @@ func (a *App) cleanText(text string) string {
 // answered whatever happens to this process: if its turn does not run here
 // (the bot shuts down, the process dies), another replica, or this one
 // after a restart, takes it over (see App.takeover). If the store cannot
-// record it, the envelope is acked all the same and the turn runs, so that
-// the thread hears about the store's failure. This is the one place where
-// an accepted message is handed to the agent.
+// record a message to the bot, the envelope is acked all the same and the
+// turn runs, so that the thread hears about the store's failure; a followUp
+// message is left unacked instead, for Slack to deliver again (see record).
+// This is the one place where an accepted message is handed to the agent.
 func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp bool, ack func()) {
 	a.spawn(ctx, "message", func(ctx context.Context) {
-		req, recorded, ok := a.record(ctx, m, eventID, followUp)
-		ack()
-		if !ok {
+		req, in := a.record(ctx, m, eventID, followUp)
+		if in == intakeRedeliver {
 			return
 		}
+		ack()
+		if in == intakeDrop {
+			return
+		}
+		recorded := in == intakeRecorded
 		key := req.Conversation
 		a.enqueue(ctx, key, func(ctx context.Context) {
 			if ctx.Err() != nil {
@@ -169,35 +174,54 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 // the ack within 3 s).
 const recordTimeout = 2 * time.Second
 
+// intake is what becomes of a message once record has tried to record it.
+type intake int
+
+const (
+	// intakeRecorded: recorded; ack it and run its turn.
+	intakeRecorded intake = iota
+	// intakeUnrecorded: the store failed; ack it and run its turn all the
+	// same, which reports the failure in the thread.
+	intakeUnrecorded
+	// intakeDrop: a duplicate, or a thread reply outside the bot's
+	// conversations; ack it and do nothing.
+	intakeDrop
+	// intakeRedeliver: a thread reply the store could not record; leave it
+	// unacked, so that Slack delivers it again.
+	intakeRedeliver
+)
+
 // record records m in its conversation (agent.Accept). It returns the
-// request for its turn, whether it was recorded, and whether it is to be
-// answered at all (not a duplicate, not a thread reply outside the bot's
-// conversations).
-func (a *App) record(ctx context.Context, m message, eventID string, followUp bool) (req agent.Request, recorded, ok bool) {
+// request for its turn and what to do with the message. A thread reply
+// that does not mention the bot (followUp) is recorded only in a
+// conversation the bot is part of, which only the store knows: when the
+// store fails, it is left unacked, and Slack's next delivery records it
+// once the store is back.
+func (a *App) record(ctx context.Context, m message, eventID string, followUp bool) (agent.Request, intake) {
 	text := a.cleanText(m.text)
 	if text == "" {
 		text = "(empty message)"
 	}
-	req = agent.Request{Conversation: m.key(), User: m.user, Channel: m.channel, Text: text, EventID: eventID, MsgID: m.channel + ":" + m.ts}
+	req := agent.Request{Conversation: m.key(), User: m.user, Channel: m.channel, Text: text, EventID: eventID, MsgID: m.channel + ":" + m.ts}
 	rctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	r, acc, err := a.ag.Accept(rctx, req, followUp)
 	cancel()
 	switch {
 	case err != nil && followUp:
-		a.log.Warn("could not record a thread reply; dropped, as it may not be for the bot", "conversation", req.Conversation, "err", err)
+		a.log.Warn("could not record a thread reply; leaving it unacked for Slack to deliver again", "conversation", req.Conversation, "err", err)
 		a.m.error("record")
-		return req, false, false
+		return req, intakeRedeliver
 	case err != nil:
 		a.log.Warn("could not record a message; answering it without a record", "conversation", req.Conversation, "err", err)
 		a.m.error("record")
-		return req, false, true
+		return req, intakeUnrecorded
 	case acc == store.Duplicate:
 		a.m.duplicate()
-		return req, false, false
+		return req, intakeDrop
 	case acc == store.Unknown:
-		return req, false, false
+		return req, intakeDrop
 	}
-	return r, true, true
+	return r, intakeRecorded
 }
 
 // notStarted answers a message whose turn had not started when the

@@ -35,8 +35,8 @@
 // Socket Mode: tests act as users with Mention, Post, ThreadReply, DM,
 // PostAsBot, Click, ClickInView, SubmitView, CloseView, Slash and OpenHome; each
 // delivery is an Envelope whose ack can be awaited (WaitAck) and timed
-// (AckLatency). Redeliver, Disconnect and Drop exercise the app's handling
-// of retries and reconnects. RateLimit and FailNext script HTTP 429 and
+// (AckLatency). Redeliver, WithEventRetry, Disconnect and Drop exercise the
+// app's handling of retries and reconnects. RateLimit and FailNext script HTTP 429 and
 // 5xx answers; HoldNext keeps a call waiting until the test releases it, to
 // order events without sleeping.
 //
@@ -88,6 +88,7 @@
 // message_deleted events are sent, nothing is paginated, response_url posts
 // are only recorded (as the pseudo-method "response_url"), and a slash
 // command's ack payload is recorded as an ephemeral message. Unacked
-// envelopes are redelivered only on a dropped connection or by Redeliver,
-// never on a timer.
+// envelopes are redelivered on a dropped connection or by Redeliver, and
+// on a timer only with WithEventRetry (events only, at a fixed interval
+// rather than Slack's schedule).
 package fakeslack

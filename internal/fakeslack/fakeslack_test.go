@@ -237,6 +237,37 @@ func TestRedeliver(t *testing.T) {
 	}
 }
 
+// With WithEventRetry, an event not acked in time is delivered again, at
+// most three times (as Slack), and not once it is acked.
+func TestEventRetryRedeliversUnackedEvents(t *testing.T) {
+	const maxEventRetries = 3
+	s := newServer(t, fakeslack.WithEventRetry(10*time.Millisecond))
+	// Ack the last retry only.
+	b := startBot(t, s, func(evt socketmode.Event) (any, bool) {
+		return nil, evt.Request.RetryAttempt == maxEventRetries
+	})
+	b.next(t, socketmode.EventTypeHello)
+	s.DM("U1ALICE", "are you there?")
+	for attempt := range maxEventRetries + 1 {
+		evt := b.next(t, socketmode.EventTypeEventsAPI)
+		if evt.Request.RetryAttempt != attempt {
+			t.Fatalf("got retry_attempt %d, want %d", evt.Request.RetryAttempt, attempt)
+		}
+		if attempt > 0 && evt.Request.RetryReason != "timeout" {
+			t.Errorf("got retry_reason %q, want timeout", evt.Request.RetryReason)
+		}
+	}
+	id := s.Envelopes()[0].ID
+	if _, err := s.WaitAck(id, wait); err != nil {
+		t.Fatal(err)
+	}
+	// Past the retries and acked: a later event is the next to arrive.
+	s.DM("U1ALICE", "hello again")
+	if evt := b.next(t, socketmode.EventTypeEventsAPI); evt.Request.EnvelopeID == id {
+		t.Errorf("the acked event was delivered again (retry_attempt %d)", evt.Request.RetryAttempt)
+	}
+}
+
 func TestRoundRobinOverConnections(t *testing.T) {
 	s := newServer(t)
 	var counts [2]atomic.Int32

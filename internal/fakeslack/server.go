@@ -74,6 +74,7 @@ type config struct {
 	pingInterval time.Duration
 	triggerTTL   time.Duration
 	ackWait      time.Duration
+	eventRetry   time.Duration
 	now          func() time.Time
 	logf         func(format string, args ...any)
 	observe      func(APIEvent) // see WithAPIObserver
@@ -119,6 +120,21 @@ func WithTriggerTTL(d time.Duration) Option {
 func WithAckWait(d time.Duration) Option {
 	return func(c *config) { c.ackWait = d }
 }
+
+// WithEventRetry makes the fake deliver an events_api envelope again, as
+// Slack does with an event not acked in time, when the app has not acked it
+// d after a delivery: with retry_attempt increased and retry_reason
+// "timeout", at most maxEventRetries times. (Slack waits 3 s for the ack,
+// then retries at once, after a minute and after five minutes.) Without
+// this option unacked envelopes are delivered again only on a dropped
+// connection or by Redeliver. Interactive and slash command envelopes are
+// never retried on a timer: Slack shows the user an error instead.
+func WithEventRetry(d time.Duration) Option {
+	return func(c *config) { c.eventRetry = d }
+}
+
+// maxEventRetries is how often Slack retries an event that is not acked.
+const maxEventRetries = 3
 
 // WithClock replaces time.Now for everything the fake timestamps: message
 // ts values, trigger expiry and the recorded call times. Socket pings and
@@ -169,7 +185,8 @@ type Server struct {
 	pings     int
 	envs      map[string]*envelope
 	envOrder  []string
-	pending   []*envelope // waiting for a connection
+	pending   []*envelope          // waiting for a connection
+	retries   map[*time.Timer]bool // pending WithEventRetry timers
 	rtt       rttProbes
 }
 
@@ -234,6 +251,7 @@ func start(opts ...Option) (*Server, error) {
 		inject:   make(map[string][]injection),
 		envs:     make(map[string]*envelope),
 		tickets:  make(map[string]bool),
+		retries:  make(map[*time.Timer]bool),
 	}
 	s.users[cfg.botUserID] = &User{ID: cfg.botUserID, Name: cfg.botName, RealName: cfg.botName, IsBot: true}
 	mux := http.NewServeMux()
@@ -255,6 +273,9 @@ func (s *Server) Close() {
 	s.close.Do(func() {
 		s.mu.Lock()
 		s.closed = true
+		for t := range s.retries {
+			t.Stop()
+		}
 		conns := slices.Clone(s.conns)
 		s.notifyLocked()
 		s.mu.Unlock()

@@ -290,6 +290,32 @@ func (s *Server) sendLocked(c *conn, e *envelope) {
 	e.Deliveries++
 	e.SentAt = time.Now()
 	c.enqueue(e.wire(), false)
+	if s.cfg.eventRetry > 0 && e.Type == "events_api" && e.RetryAttempt < maxEventRetries {
+		delivery := e.Deliveries
+		var t *time.Timer
+		t = time.AfterFunc(s.cfg.eventRetry, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			delete(s.retries, t)
+			s.retryUnackedLocked(e, delivery)
+		})
+		s.retries[t] = true
+	}
+}
+
+// retryUnackedLocked delivers e again if its delivery number delivery is
+// still the latest and not acked (see WithEventRetry).
+func (s *Server) retryUnackedLocked(e *envelope, delivery int) {
+	if s.closed || e.Acked || e.Deliveries != delivery {
+		return
+	}
+	e.conn = nil
+	e.RetryAttempt++
+	e.RetryReason = "timeout"
+	s.pending = append(s.pending, e)
+	s.flushPendingLocked()
+	s.notifyLocked()
+	s.logf("envelope %s not acked in time: retry %d", e.ID, e.RetryAttempt)
 }
 
 // deliverEventLocked wraps an Events API event in an event_callback and an
