@@ -63,8 +63,8 @@ type Runs interface {
 	CreateRun(ctx context.Context, r store.Run, calls []store.Call) error
 	LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error)
 	GetCall(ctx context.Context, callID string) (store.Call, error)
-	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error)
-	Approve(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error)
+	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error)
+	ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error)
 	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	BeginExecution(ctx context.Context, callID string) (bool, error)
@@ -82,7 +82,6 @@ type Inboxes interface {
 	AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error)
 	Inbox(ctx context.Context, conversation string) ([]store.Inbound, error)
 	AnswerInbox(ctx context.Context, conversation string, upTo int64) error
-	MarkUnanswered(ctx context.Context, conversation string, at time.Time) error
 	Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
 }
 
@@ -272,6 +271,31 @@ var ErrLeaseLost = errors.New("lost the lease on the conversation")
 
 // DefaultLeaseTTL is the default Config.LeaseTTL.
 const DefaultLeaseTTL = 10 * time.Second
+
+// decisionEffects are the effects written with a decision of kind on c by
+// actor at at: its audit entry (of the arguments with fingerprint fp), and the conversation listed
+// for takeover once the step is complete, so that a resume that dies with
+// its process is taken over.
+func decisionEffects(c store.Call, actor, kind, fp string, at time.Time) store.Effects {
+	return store.Effects{
+		Audit:      store.AuditEntry{At: at, Actor: actor, Action: "decide", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: fp, Decision: kind, Outcome: store.OutcomeRecorded},
+		Unanswered: c.Conversation,
+	}
+}
+
+// decided logs the audit entry a decision wrote with the store, and
+// returns err unless it only says that the decision's effects were not all
+// written: the decision stands then, and that is logged.
+func (a *Agent) decided(ctx context.Context, e store.AuditEntry, err error) error {
+	if err != nil && !errors.Is(err, store.ErrEffects) {
+		return err
+	}
+	if err != nil {
+		a.log.Warn("write the audit entry of a decision", "call", e.CallID, "err", err)
+	}
+	e.Log(ctx, a.log)
+	return nil
+}
 
 func (a *Agent) audit(ctx context.Context, e store.AuditEntry) {
 	if e.At.IsZero() {

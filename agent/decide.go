@@ -106,7 +106,13 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	case c.Edit != nil:
 		final = store.Decision{Kind: storedKind(approvals.Edit), Decider: c.Edit.Decider, At: d.At, Args: c.Edit.Args}
 	}
-	got, complete, err := a.store.Approve(ctx, c.ID, d.Fingerprint, ap, edit, need, final)
+	fp := d.Fingerprint
+	if edit != nil {
+		fp = edit.Fingerprint
+	}
+	fx := decisionEffects(c, d.Decider, storedKind(d.Kind), fp, d.At)
+	got, complete, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, edit, need, final, fx)
+	err = a.decided(ctx, store.ApprovalAudit(fx.Audit, len(got.Approvals), need), err)
 	switch {
 	case errors.Is(err, store.ErrDuplicateApproval):
 		return DecideResult{Call: viewOf(got)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrAlreadyApproved)
@@ -121,15 +127,6 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	case err != nil:
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 	}
-	fp := d.Fingerprint
-	if edit != nil {
-		fp = edit.Fingerprint
-	}
-	outcome := "counted"
-	if got.Status != store.Pending {
-		outcome = "recorded"
-	}
-	a.audit(ctx, store.AuditEntry{At: d.At, Actor: d.Decider, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: fp, Decision: storedKind(d.Kind), Outcome: outcome, Detail: fmt.Sprintf("%d of %d approvals", len(got.Approvals), need)})
 	u := CallUpdate{Call: viewOf(got), Phase: PhaseCounted}
 	if got.Status != store.Pending {
 		u.Phase, u.StepPending = PhaseDecided, !complete
@@ -290,7 +287,10 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 
 // record writes a checked decision and reports it.
 func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict) (DecideResult, error) {
-	got, complete, err := a.store.Decide(ctx, c.ID, fp, sd)
+	fx := decisionEffects(c, sd.Decider, sd.Kind, c.Fingerprint, sd.At)
+	fx.Audit.Detail = sd.Reason
+	got, complete, err := a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
+	err = a.decided(ctx, fx.Audit, err)
 	switch {
 	case errors.Is(err, store.ErrAlreadyDecided):
 		return DecideResult{Call: viewOf(got)}, refusedByOther(got)
@@ -303,7 +303,6 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	case err != nil:
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 	}
-	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: sd.Kind, Outcome: "recorded", Detail: sd.Reason})
 	if kindOf(&sd) == approvals.Remember {
 		a.remember(ctx, got, sd, v)
 	}
@@ -357,15 +356,16 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		if c.Status != store.Pending {
 			continue
 		}
-		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: storedKind(approvals.Cancel), Decider: user, At: a.cfg.Now()})
+		d := store.Decision{Kind: storedKind(approvals.Cancel), Decider: user, At: a.cfg.Now()}
+		fx := decisionEffects(c, user, d.Kind, c.Fingerprint, d.At)
+		got, complete, err := a.store.DecideAudited(ctx, c.ID, "", d, fx)
 		if errors.Is(err, store.ErrAlreadyDecided) {
 			continue
 		}
-		if err != nil {
+		if err = a.decided(ctx, fx.Audit, err); err != nil {
 			return res, fmt.Errorf("cancel %s: %w", c.ID, err)
 		}
 		cancelled++
-		a.audit(ctx, store.AuditEntry{Actor: user, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: storedKind(approvals.Cancel), Outcome: "recorded"})
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "cancelled by the requester"})
 		res = DecideResult{Call: viewOf(got), Complete: res.Complete || complete}
 	}

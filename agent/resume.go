@@ -58,14 +58,11 @@ func (a *Agent) claimAndResume(ctx context.Context, run store.Run, calls []store
 		return Outcome{Status: Idle}, nil
 	}
 	// Renewed like the lease, so the claim of a process that dies lapses
-	// within LeaseTTL; the conversation is listed for TakeOver until the
-	// resumed turn saves its result, so another process (or this one
-	// after a restart) takes it over then.
+	// within LeaseTTL; the decision that completed the step listed the
+	// conversation for TakeOver until the resumed turn saves its result,
+	// so another process (or this one after a restart) takes it over then.
 	stop := a.keepClaim(ctx, run.ID)
 	defer stop()
-	if err := a.store.MarkUnanswered(ctx, run.Conversation, a.cfg.Now()); err != nil {
-		a.log.Warn("list a resume for takeover; the stalled-resume sweep still finds it", "run", run.ID, "err", err)
-	}
 	// Decided calls are final, so what was loaded before the claim is
 	// still what the claim covers.
 	var st runState

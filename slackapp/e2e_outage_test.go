@@ -28,11 +28,11 @@ func (s *outageStore) GetCall(ctx context.Context, id string) (store.Call, error
 	return s.fullStore.GetCall(ctx, id)
 }
 
-func (s *outageStore) Decide(ctx context.Context, id, fp string, d store.Decision) (store.Call, bool, error) {
+func (s *outageStore) DecideAudited(ctx context.Context, id, fp string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
 	if s.down.Load() {
 		return store.Call{}, false, errOutage
 	}
-	return s.fullStore.Decide(ctx, id, fp, d)
+	return s.fullStore.DecideAudited(ctx, id, fp, d, fx)
 }
 
 // A click during a store outage is refused with a clear message and the

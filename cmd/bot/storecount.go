@@ -91,14 +91,14 @@ func (s *countedStore) GetCall(ctx context.Context, callID string) (store.Call, 
 	return s.st.GetCall(ctx, callID)
 }
 
-func (s *countedStore) Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error) {
-	s.count("Decide")
-	return s.st.Decide(ctx, callID, fingerprint, d)
+func (s *countedStore) DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	s.count("DecideAudited")
+	return s.st.DecideAudited(ctx, callID, fingerprint, d, fx)
 }
 
-func (s *countedStore) Approve(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error) {
-	s.count("Approve")
-	return s.st.Approve(ctx, callID, fingerprint, ap, edit, need, d)
+func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	s.count("ApproveAudited")
+	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, edit, need, d, fx)
 }
 
 func (s *countedStore) ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
@@ -219,11 +219,6 @@ func (s *countedStore) Inbox(ctx context.Context, conversation string) ([]store.
 func (s *countedStore) AnswerInbox(ctx context.Context, conversation string, upTo int64) error {
 	s.count("AnswerInbox")
 	return s.st.AnswerInbox(ctx, conversation, upTo)
-}
-
-func (s *countedStore) MarkUnanswered(ctx context.Context, conversation string, at time.Time) error {
-	s.count("MarkUnanswered")
-	return s.st.MarkUnanswered(ctx, conversation, at)
 }
 
 func (s *countedStore) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {

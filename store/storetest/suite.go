@@ -37,6 +37,8 @@ func Run(t *testing.T, open Opener) {
 		{"ApproveCounts", testApproveCounts},
 		{"ApproveEdit", testApproveEdit},
 		{"ApproveConcurrent", testApproveConcurrent},
+		{"DecideAudited", testDecideAudited},
+		{"ApproveAudited", testApproveAudited},
 		{"CompleteOnce", testCompleteOnce},
 		{"CompleteOnceConcurrent", testCompleteOnceConcurrent},
 		{"ClaimResume", testClaimResume},

@@ -1,0 +1,139 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// audited is the part of the contract about decisions written with their
+// effects, so that a click is decided, audited and, when it completes its
+// step, listed for takeover in one step.
+type audited interface {
+	// DecideAudited is Decide, and, in the same atomic step when the
+	// decision is recorded, its effects (see store.Effects): fx.Audit
+	// appended to the audit log, and fx.Unanswered listed as
+	// MarkUnanswered lists it, at d.At, when complete. A refusal writes
+	// none of them. A store that must write the effects in a second step
+	// returns the recorded decision with an error wrapping
+	// store.ErrEffects when that step failed.
+	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
+	// ApproveAudited is Approve with effects as DecideAudited writes them,
+	// for a counted approval as for one that decides the call; the audit
+	// entry is store.ApprovalAudit(fx.Audit, approvals counted, need), at
+	// a.At when its At is zero.
+	ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
+}
+
+// auditedEffects are the effects of a decision on c in its conversation.
+func auditedEffects(c store.Call, actor string) store.Effects {
+	return store.Effects{
+		Audit:      store.AuditEntry{Actor: actor, Action: "decide", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Decision: "approve"},
+		Unanswered: c.Conversation,
+	}
+}
+
+// auditedCalls returns the call ids and outcomes of the audit log, oldest
+// first.
+func auditedCalls(t *testing.T, s Store) []string {
+	t.Helper()
+	log, err := s.AuditLog(t.Context(), 0)
+	if err != nil {
+		t.Fatalf("AuditLog: %v", err)
+	}
+	var out []string
+	for _, e := range slices.Backward(log) {
+		out = append(out, e.CallID+" "+e.Outcome+" "+e.Detail)
+	}
+	return out
+}
+
+func testDecideAudited(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 2, func(r *store.Run, cs []store.Call) {
+		r.Conversation = "T1/C1/" + r.ID
+		for i := range cs {
+			cs[i].Conversation = r.Conversation
+		}
+	})
+	conv := calls[0].Conversation
+	d := approve("U_APPROVER")
+	fx := auditedEffects(calls[0], "U_APPROVER")
+	fx.Audit.Outcome = "recorded"
+	if _, _, err := s.DecideAudited(ctx, calls[0].ID, "other", d, fx); !errors.Is(err, store.ErrFingerprintMismatch) {
+		t.Fatalf("DecideAudited with another fingerprint: error = %v, want ErrFingerprintMismatch", err)
+	}
+	if got := auditedCalls(t, s); len(got) != 0 {
+		t.Errorf("audit log after a refused DecideAudited = %q, want nothing", got)
+	}
+	got, complete, err := s.DecideAudited(ctx, calls[0].ID, calls[0].Fingerprint, d, fx)
+	if err != nil || complete || got.Status != store.Decided {
+		t.Fatalf("DecideAudited(%s) = %q, complete %v, %v; want decided, false, nil", calls[0].ID, got.Status, complete, err)
+	}
+	if got := unanswered(t, s, time.Now().Add(time.Minute)); len(got) != 0 {
+		t.Errorf("Unanswered after a decision that left a call pending = %q, want nothing", got)
+	}
+	if _, _, err := s.DecideAudited(ctx, calls[0].ID, calls[0].Fingerprint, d, fx); !errors.Is(err, store.ErrAlreadyDecided) {
+		t.Fatalf("DecideAudited(%s) again: error = %v, want ErrAlreadyDecided", calls[0].ID, err)
+	}
+	fx = auditedEffects(calls[1], "U_APPROVER")
+	fx.Audit.Outcome = "recorded"
+	if _, complete, err = s.DecideAudited(ctx, calls[1].ID, calls[1].Fingerprint, d, fx); err != nil || !complete {
+		t.Fatalf("DecideAudited(%s) = complete %v, %v; want true, nil", calls[1].ID, complete, err)
+	}
+	s = reopen()
+	want := []string{calls[0].ID + " recorded ", calls[1].ID + " recorded "}
+	if got := auditedCalls(t, s); !slices.Equal(got, want) {
+		t.Errorf("audit log after two decisions = %q, want %q", got, want)
+	}
+	if log, _ := s.AuditLog(ctx, 1); len(log) == 1 && (!log[0].At.Equal(d.At) || log[0].Thread != conv || log[0].Fingerprint != calls[1].Fingerprint) {
+		t.Errorf("audit entry = %+v, want the fields written, at the decision's time", log[0])
+	}
+	if got := unanswered(t, s, d.At.Add(-time.Second)); len(got) != 0 {
+		t.Errorf("Unanswered(before the decision) = %q, want nothing", got)
+	}
+	if got := unanswered(t, s, d.At.Add(time.Second)); !slices.Equal(got, []string{conv}) {
+		t.Errorf("Unanswered after the decision that completed the step = %q, want [%s]", got, conv)
+	}
+}
+
+func testApproveAudited(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 1, func(r *store.Run, cs []store.Call) {
+		r.Conversation = "T1/C1/" + r.ID
+		cs[0].Conversation = r.Conversation
+	})
+	c := calls[0]
+	first := approval("U_A")
+	if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, first, nil, 2, approve("U_A"), auditedEffects(c, "U_A")); err != nil {
+		t.Fatalf("first ApproveAudited: %v", err)
+	}
+	if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, 2, approve("U_A"), auditedEffects(c, "U_A")); !errors.Is(err, store.ErrDuplicateApproval) {
+		t.Fatalf("ApproveAudited by the same approver: error = %v, want ErrDuplicateApproval", err)
+	}
+	if got := unanswered(t, s, time.Now().Add(time.Minute)); len(got) != 0 {
+		t.Errorf("Unanswered after a counted approval = %q, want nothing", got)
+	}
+	second := approval("U_B")
+	_, complete, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, second, nil, 2, approve("U_B"), auditedEffects(c, "U_B"))
+	if err != nil || !complete {
+		t.Fatalf("second ApproveAudited = complete %v, %v; want true, nil", complete, err)
+	}
+	want := []string{c.ID + " counted 1 of 2 approvals", c.ID + " recorded 2 of 2 approvals"}
+	if got := auditedCalls(t, s); !slices.Equal(got, want) {
+		t.Errorf("audit log after two approvals = %q, want %q", got, want)
+	}
+	log, _ := s.AuditLog(ctx, 2)
+	if len(log) == 2 && (log[0].Actor != "U_B" || !log[0].At.Equal(second.At) || !log[1].At.Equal(first.At) || log[1].Tool != c.Tool) {
+		t.Errorf("audit entries = %+v, want each approver's, at its approval's time", log)
+	}
+	if got := unanswered(t, s, time.Now().Add(time.Minute)); !slices.Equal(got, []string{c.Conversation}) {
+		t.Errorf("Unanswered after the approval that completed the step = %q, want [%s]", got, c.Conversation)
+	}
+}
