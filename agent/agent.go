@@ -65,7 +65,7 @@ type Runs interface {
 	GetCall(ctx context.Context, callID string) (store.Call, error)
 	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error)
 	ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error)
-	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
+	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	BeginExecution(ctx context.Context, callID string) (bool, error)
 	SaveResult(ctx context.Context, callID string, result []byte) error
@@ -199,6 +199,8 @@ type Agent struct {
 	cfg      Config
 	log      *slog.Logger
 	leases   *leases
+	// resumable knows the conversations of the runs to resume.
+	resumable resumable
 }
 
 // New returns an Agent. reporter gives the Reporter of a conversation (by

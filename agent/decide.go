@@ -127,6 +127,9 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	case err != nil:
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 	}
+	if complete {
+		a.resumable.add(got.RunID, got.Conversation)
+	}
 	u := CallUpdate{Call: viewOf(got), Phase: PhaseCounted}
 	if got.Status != store.Pending {
 		u.Phase, u.StepPending = PhaseDecided, !complete
@@ -306,6 +309,9 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	if kindOf(&sd) == approvals.Remember {
 		a.remember(ctx, got, sd, v)
 	}
+	if complete {
+		a.resumable.add(got.RunID, got.Conversation)
+	}
 	u := CallUpdate{Call: viewOf(got), Phase: PhaseDecided, StepPending: !complete}
 	if !kindOf(&sd).Runs() {
 		u.Phase = PhaseSkipped
@@ -366,6 +372,9 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 			return res, fmt.Errorf("cancel %s: %w", c.ID, err)
 		}
 		cancelled++
+		if complete {
+			a.resumable.add(got.RunID, got.Conversation)
+		}
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "cancelled by the requester"})
 		res = DecideResult{Call: viewOf(got), Complete: res.Complete || complete}
 	}

@@ -78,6 +78,7 @@ func (a *Agent) expireDue(ctx context.Context) ([]runRef, error) {
 		}
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "expired"})
 		if complete {
+			a.resumable.add(got.RunID, got.Conversation)
 			runs = append(runs, runRef{got.RunID, got.Conversation})
 		}
 	}

@@ -56,7 +56,18 @@ func newLeases(st Leases, owner string, ttl, wait time.Duration, log *slog.Logge
 // time; then fn's error is joined with ErrLeaseLost. The lease is released
 // when fn returns, even if ctx has ended.
 func (l *leases) run(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
-	return l.runWaiting(ctx, conversation, true, fn)
+	return l.runWaiting(ctx, conversation, true, nil, fn)
+}
+
+// take is a store operation that takes the lease on key (as AcquireLease
+// does) together with other work, atomically; held is false if another
+// process holds the lease.
+type take func(ctx context.Context, key string) (held bool, err error)
+
+// runTaking is run with take in place of the store's AcquireLease. An
+// error of take ends the wait and is returned (wrapped), fn unrun.
+func (l *leases) runTaking(ctx context.Context, conversation string, take take, fn func(ctx context.Context) error) error {
+	return l.runWaiting(ctx, conversation, true, take, fn)
 }
 
 // errBusy is returned by tryRun when another turn, of this process or
@@ -66,12 +77,20 @@ var errBusy = errors.New("conversation is busy")
 // tryRun is run without waiting: if the conversation is held, it returns
 // errBusy at once and fn does not run.
 func (l *leases) tryRun(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
-	return l.runWaiting(ctx, conversation, false, fn)
+	return l.runWaiting(ctx, conversation, false, nil, fn)
 }
 
-func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool, fn func(ctx context.Context) error) error {
-	key := "conv:" + conversation
-	if err := l.acquire(ctx, key, conversation, wait); err != nil {
+// leaseKey is the store's lease key of a conversation.
+func leaseKey(conversation string) string { return "conv:" + conversation }
+
+func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool, take take, fn func(ctx context.Context) error) error {
+	key := leaseKey(conversation)
+	if take == nil {
+		take = func(ctx context.Context, key string) (bool, error) {
+			return l.store.AcquireLease(ctx, key, l.owner, l.ttl)
+		}
+	}
+	if err := l.acquire(ctx, key, conversation, wait, take); err != nil {
 		return err
 	}
 	defer l.release(ctx, key, conversation)
@@ -103,7 +122,7 @@ func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool,
 // (or, without wait, returning errBusy at once). Within this process the
 // lease is exclusive too: a second turn of the same conversation waits for
 // the first without asking the store.
-func (l *leases) acquire(ctx context.Context, key, conversation string, wait bool) error {
+func (l *leases) acquire(ctx context.Context, key, conversation string, wait bool, take take) error {
 	deadline := time.Now().Add(l.wait)
 	var watch store.LeaseWatch
 	defer func() {
@@ -122,7 +141,7 @@ func (l *leases) acquire(ctx context.Context, key, conversation string, wait boo
 			}
 			continue
 		}
-		ok, err := l.store.AcquireLease(ctx, key, l.owner, l.ttl)
+		ok, err := take(ctx, key)
 		if err == nil && ok {
 			return nil
 		}

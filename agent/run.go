@@ -327,12 +327,18 @@ func (a *Agent) loadConversation(ctx context.Context, key string) (cs convState,
 	if err != nil {
 		return convState{}, "", false, fmt.Errorf("load conversation: %w", err)
 	}
+	cs, err = convStateOf(c)
+	return cs, c.PausedRun, true, err
+}
+
+// convStateOf decodes the state of a stored conversation.
+func convStateOf(c store.Conversation) (cs convState, err error) {
 	if len(c.State) > 0 {
 		if err := json.Unmarshal(c.State, &cs); err != nil {
-			return convState{}, "", true, fmt.Errorf("decode conversation %s: %w", key, err)
+			return convState{}, fmt.Errorf("decode conversation %s: %w", c.Key, err)
 		}
 	}
-	return cs, c.PausedRun, true, nil
+	return cs, nil
 }
 
 func (a *Agent) saveConversation(ctx context.Context, key string, cs convState, pausedRun string) error {

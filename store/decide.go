@@ -45,3 +45,19 @@ func ApprovalAudit(e AuditEntry, n, need int) AuditEntry {
 	e.Detail = fmt.Sprintf("%d of %d approvals", n, need)
 	return e
 }
+
+// ResumeStart is what BeginResume found, and whether it took the resume.
+type ResumeStart struct {
+	// Run is the run (Finished set once FinishRun ended it).
+	Run Run
+	// Claimed: the resume claim, and the lease when one was asked for,
+	// are the caller's now; only then are Calls and Conversation set.
+	Claimed bool
+	// Busy: another owner holds the lease; nothing was taken.
+	Busy bool
+	// Calls are the run's calls in CallIDs order.
+	Calls []Call
+	// Conversation is the run's conversation, if Found.
+	Conversation Conversation
+	Found        bool
+}

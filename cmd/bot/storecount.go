@@ -101,9 +101,9 @@ func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint s
 	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, edit, need, d, fx)
 }
 
-func (s *countedStore) ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
-	s.count("ClaimResume")
-	return s.st.ClaimResume(ctx, runID, owner, lease)
+func (s *countedStore) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error) {
+	s.count("BeginResume")
+	return s.st.BeginResume(ctx, runID, conversation, lease, owner, ttl)
 }
 
 func (s *countedStore) BeginExecution(ctx context.Context, callID string) (bool, error) {

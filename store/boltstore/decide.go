@@ -166,3 +166,71 @@ func (s *Store) effects(tx *bolt.Tx, at time.Time, complete bool, fx store.Effec
 	}
 	return nil
 }
+
+// BeginResume is one transaction: see storetest.Store for the contract.
+func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ResumeStart{}, err
+	}
+	if ttl <= 0 {
+		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: ttl %v is not positive", runID, ttl)
+	}
+	var rs store.ResumeStart
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var rec runRecord
+		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		rs.Run = rec.Run
+		rs.Run.Finished = rec.Finished
+		now := time.Now()
+		if rec.Finished || rec.Pending > 0 || rec.ClaimUntil.After(now) {
+			return nil
+		}
+		if lease != "" {
+			leases := tx.Bucket(bucketLeases)
+			var l leaseRecord
+			ok, err := get(leases, lease, &l)
+			if err != nil {
+				return err
+			}
+			if ok && l.Owner != owner && l.Until.After(now) {
+				rs.Busy = true
+				return nil
+			}
+			if err := put(leases, lease, leaseRecord{Owner: owner, Until: now.Add(ttl)}); err != nil {
+				return err
+			}
+		}
+		rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(ttl)
+		if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
+			return err
+		}
+		rs.Claimed = true
+		for _, id := range rec.Run.CallIDs {
+			var c store.Call
+			ok, err := get(tx.Bucket(bucketCalls), id, &c)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("call %s: %w", id, store.ErrNotFound)
+			}
+			rs.Calls = append(rs.Calls, c)
+		}
+		var conv convRecord
+		if rs.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
+			return err
+		}
+		rs.Conversation = conv.Conversation
+		return nil
+	})
+	if err != nil {
+		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: %w", runID, err)
+	}
+	return rs, nil
+}

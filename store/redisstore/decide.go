@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -227,4 +228,130 @@ func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effec
 		return fmt.Errorf("%w: %w", store.ErrEffects, err)
 	}
 	return nil
+}
+
+// BeginResume is one Lua script on one Redis node. On a Cluster, where the
+// lease, the run and the conversation are in three hash slots, it takes
+// the lease first (one script), then claims and loads the run and loads
+// the conversation (one pipeline), and releases the lease again if the
+// claim was not taken. See storetest.Store for the contract.
+func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error) {
+	rs, err := s.beginResume(ctx, runID, conversation, lease, owner, ttl)
+	if err != nil {
+		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: %w", runID, err)
+	}
+	return rs, nil
+}
+
+func (s *Store) beginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error) {
+	if ttl < time.Millisecond {
+		return store.ResumeStart{}, fmt.Errorf("ttl %v is under 1ms", ttl)
+	}
+	keys := []string{s.runKey(runID), s.claimKey(runID)}
+	args := []any{owner, ttl.Milliseconds(), runID}
+	if !s.cluster {
+		keys = append(keys, s.convKey(conversation))
+		if lease != "" {
+			keys = append(keys, s.leaseKey(lease))
+		}
+		res, err := beginResume.Run(ctx, s.c, keys, args...).Slice()
+		if err != nil {
+			return store.ResumeStart{}, err
+		}
+		return decodeResume(conversation, res, nil)
+	}
+	if lease != "" {
+		ok, err := s.AcquireLease(ctx, lease, owner, ttl)
+		if err != nil || !ok {
+			return store.ResumeStart{Busy: !ok}, err
+		}
+	}
+	var res *redis.Cmd
+	var conv *redis.MapStringStringCmd
+	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
+		res = beginResume.Eval(ctx, p, keys, args...)
+		conv = p.HGetAll(ctx, s.convKey(conversation))
+		return nil
+	})
+	var rs store.ResumeStart
+	if err == nil {
+		var vals []any
+		if vals, err = res.Slice(); err == nil {
+			rs, err = decodeResume(conversation, vals, conv.Val())
+		}
+	}
+	if lease != "" && (err != nil || !rs.Claimed) {
+		err = errors.Join(err, s.ReleaseLease(ctx, lease, owner))
+	}
+	return rs, err
+}
+
+// decodeResume reads the reply of the beginResume script, with the
+// conversation's fields from it or, when they were read apart, from conv.
+func decodeResume(conversation string, res []any, conv map[string]string) (store.ResumeStart, error) {
+	code, _ := res[0].(string)
+	if code == "notfound" {
+		return store.ResumeStart{}, store.ErrNotFound
+	}
+	if len(res) < 3 {
+		return store.ResumeStart{}, fmt.Errorf("unexpected script reply %v", res)
+	}
+	var rs store.ResumeStart
+	raw, _ := res[1].(string)
+	if err := json.Unmarshal([]byte(raw), &rs.Run); err != nil {
+		return store.ResumeStart{}, fmt.Errorf("decode run: %w", err)
+	}
+	fin, _ := res[2].(string)
+	rs.Run.Finished = fin == "1"
+	switch code {
+	case "busy":
+		rs.Busy = true
+		return rs, nil
+	case "idle":
+		return rs, nil
+	case "claimed":
+	default:
+		return store.ResumeStart{}, fmt.Errorf("unexpected script reply %q", code)
+	}
+	if len(res) < 5 {
+		return store.ResumeStart{}, fmt.Errorf("unexpected script reply %v", res)
+	}
+	rs.Claimed = true
+	calls, _ := res[3].([]any)
+	for i, v := range calls {
+		f, _ := v.([]any)
+		c, ok, err := decodeCall(f)
+		if err != nil {
+			return store.ResumeStart{}, fmt.Errorf("call %d: %w", i, err)
+		}
+		if ok {
+			rs.Calls = append(rs.Calls, c)
+		}
+	}
+	if len(rs.Calls) != len(rs.Run.CallIDs) {
+		return store.ResumeStart{}, fmt.Errorf("run has %d calls, found %d: %w", len(rs.Run.CallIDs), len(rs.Calls), store.ErrNotFound)
+	}
+	for i, c := range rs.Calls {
+		if c.ID != rs.Run.CallIDs[i] {
+			return store.ResumeStart{}, fmt.Errorf("call %d is %s, want %s", i, c.ID, rs.Run.CallIDs[i])
+		}
+	}
+	if conv == nil {
+		flat, _ := res[4].([]any)
+		conv = make(map[string]string, len(flat)/2)
+		for i := 0; i+1 < len(flat); i += 2 {
+			k, _ := flat[i].(string)
+			conv[k], _ = flat[i+1].(string)
+		}
+	}
+	if len(conv) == 0 {
+		return rs, nil
+	}
+	c, err := decodeConversation(conversation, conv)
+	if err != nil {
+		return store.ResumeStart{}, fmt.Errorf("decode conversation %s: %w", conversation, err)
+	}
+	rs.Conversation, rs.Found = c, true
+	return rs, nil
 }

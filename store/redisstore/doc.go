@@ -10,7 +10,12 @@
 // one hash slot and run on Redis Cluster. Decide, Approve, ClaimResume and
 // BeginExecution are each one Lua script, that is one round trip. CreateRun
 // writes the run and its calls in one script, then the indexes in one
-// pipeline.
+// pipeline. On one node (or a Sentinel-managed primary), DecideAudited and
+// ApproveAudited also write the audit entry and the takeover listing in
+// their script, and BeginResume takes the lease and the claim and loads
+// the run and the conversation in one script; on a Cluster, where those
+// keys are in other hash slots, each takes one more round trip (see
+// their docs).
 //
 // # Indexes
 //

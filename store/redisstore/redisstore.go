@@ -188,13 +188,23 @@ func (s *Store) LoadConversation(ctx context.Context, key string) (store.Convers
 	if len(m) == 0 {
 		return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, store.ErrNotFound)
 	}
+	c, err := decodeConversation(key, m)
+	if err != nil {
+		return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, err)
+	}
+	return c, nil
+}
+
+// decodeConversation builds a conversation from the fields of its hash.
+func decodeConversation(key string, m map[string]string) (store.Conversation, error) {
 	c := store.Conversation{Key: key, PausedRun: m["paused_run"]}
 	if st := m["state"]; st != "" {
 		c.State = json.RawMessage(st)
 	}
 	if at := m["updated_at"]; at != "" {
+		var err error
 		if c.UpdatedAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
-			return store.Conversation{}, fmt.Errorf("load conversation %s: %w", key, err)
+			return store.Conversation{}, err
 		}
 	}
 	return c, nil

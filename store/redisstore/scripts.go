@@ -307,3 +307,35 @@ while true do
 end
 return redis.call('LLEN', KEYS[1])
 `)
+
+// beginResume takes the lease of a run's conversation and the run's resume
+// claim, and loads the run, its calls and the conversation (see
+// Store.BeginResume). The call keys are the run key, ":call:" and the
+// call ids runID.0, runID.1, ..., in the run's hash slot.
+// KEYS: run, claim [, conversation [, lease]]
+// ARGV: owner, ttl (ms), run id
+// Returns {code, run JSON, finished, calls (each its callFields), the
+// conversation's HGETALL} where code is claimed, idle, busy or notfound.
+var beginResume = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'run', 'pending', 'finished')
+if not v[1] then return {'notfound'} end
+local fin = v[3] or ''
+if fin == '1' or tonumber(v[2]) > 0 or redis.call('EXISTS', KEYS[2]) == 1 then
+  return {'idle', v[1], fin}
+end
+if #KEYS >= 4 then
+  local l = redis.call('GET', KEYS[4])
+  if l and l ~= ARGV[1] then return {'busy', v[1], fin} end
+  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[2])
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+local calls = {}
+for i = 0, 1000000 do
+  local f = redis.call('HMGET', KEYS[1] .. ':call:' .. ARGV[3] .. '.' .. i, 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
+  if not f[1] then break end
+  calls[#calls + 1] = f
+end
+local conv = {}
+if #KEYS >= 3 then conv = redis.call('HGETALL', KEYS[3]) end
+return {'claimed', v[1], fin, calls, conv}
+`)

@@ -27,6 +27,17 @@ type audited interface {
 	// entry is store.ApprovalAudit(fx.Audit, approvals counted, need), at
 	// a.At when its At is zero.
 	ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
+	// BeginResume takes, in one atomic step, what the resume of a run
+	// needs before it starts: the lease on the key lease for owner (taken
+	// or renewed as AcquireLease does; an empty lease means the caller
+	// holds it already) and the run's resume claim (as ClaimResume takes
+	// it), both for ttl, and loads the run, its calls and conversation
+	// (the run's, which the caller names). It takes nothing and returns
+	// the Run with Claimed false when the run is finished, has a pending
+	// call or a live claim, and with Busy set when another owner holds
+	// the lease (a store may report Busy before it looks at the run).
+	// store.ErrNotFound for an unknown run.
+	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error)
 }
 
 // auditedEffects are the effects of a decision on c in its conversation.
@@ -135,5 +146,65 @@ func testApproveAudited(t *testing.T, open Opener) {
 	}
 	if got := unanswered(t, s, time.Now().Add(time.Minute)); !slices.Equal(got, []string{c.Conversation}) {
 		t.Errorf("Unanswered after the approval that completed the step = %q, want [%s]", got, c.Conversation)
+	}
+}
+
+func testBeginResume(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	r, calls := create(t, s, 2, nil)
+	lease := "conv:" + r.Conversation + "/" + r.ID
+	if _, err := s.BeginResume(ctx, store.NewRunID(), r.Conversation, lease, "a", time.Minute); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("BeginResume of an unknown run: error = %v, want ErrNotFound", err)
+	}
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute); err != nil || rs.Claimed || rs.Busy || rs.Run.ID != r.ID {
+		t.Fatalf("BeginResume with a call pending = %+v, %v; want the run, not claimed", rs, err)
+	}
+	decideAll(t, s, calls)
+	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease after a BeginResume that took nothing = %v, %v; want true, nil", ok, err)
+	}
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute); err != nil || rs.Claimed || !rs.Busy {
+		t.Fatalf("BeginResume while b holds the lease = claimed %v busy %v, %v; want busy", rs.Claimed, rs.Busy, err)
+	}
+	if !stalled(t, s, r.ID) {
+		t.Errorf("Stalled does not list %s after a busy BeginResume: it took the claim", r.ID)
+	}
+	if err := s.ReleaseLease(ctx, lease, "b"); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", short)
+	if err != nil || !rs.Claimed || rs.Busy {
+		t.Fatalf("BeginResume of a decided run = claimed %v busy %v, %v; want claimed", rs.Claimed, rs.Busy, err)
+	}
+	if got := callIDs(rs.Calls); !slices.Equal(got, r.CallIDs) || rs.Calls[0].Status != store.Decided || rs.Calls[0].Decision == nil {
+		t.Errorf("BeginResume calls = %v (first %+v), want the decided calls %v", got, rs.Calls[0], r.CallIDs)
+	}
+	if !rs.Found || rs.Conversation.Key != r.Conversation || rs.Conversation.PausedRun != r.ID {
+		t.Errorf("BeginResume conversation = %+v (found %v), want %s paused on %s", rs.Conversation, rs.Found, r.Conversation, r.ID)
+	}
+	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || ok {
+		t.Errorf("AcquireLease by b after a's BeginResume = %v, %v; want false: a holds the lease", ok, err)
+	}
+	if ok, err := s.ClaimResume(ctx, r.ID, "b", time.Minute); err != nil || ok {
+		t.Errorf("ClaimResume by b after a's BeginResume = %v, %v; want false: a holds the claim", ok, err)
+	}
+	if ok, err := s.RenewClaim(ctx, r.ID, "a", short); err != nil || !ok {
+		t.Errorf("RenewClaim by a after its BeginResume = %v, %v; want true", ok, err)
+	}
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute); err != nil || rs.Claimed {
+		t.Errorf("BeginResume again while the claim is live = claimed %v, %v; want false", rs.Claimed, err)
+	}
+	// Without a lease the caller holds it: the claim of a process that
+	// died (its claim ran out) is taken over under the caller's lease.
+	eventually(t, "BeginResume without a lease claims the run once a's claim ran out", func() (bool, error) {
+		rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "c", time.Minute)
+		return rs.Claimed && len(rs.Calls) == 2, err
+	})
+	if err := s.FinishRun(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "d", time.Minute); err != nil || rs.Claimed || !rs.Run.Finished {
+		t.Errorf("BeginResume of a finished run = claimed %v finished %v, %v; want finished, not claimed", rs.Claimed, rs.Run.Finished, err)
 	}
 }

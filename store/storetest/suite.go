@@ -39,6 +39,7 @@ func Run(t *testing.T, open Opener) {
 		{"ApproveConcurrent", testApproveConcurrent},
 		{"DecideAudited", testDecideAudited},
 		{"ApproveAudited", testApproveAudited},
+		{"BeginResume", testBeginResume},
 		{"CompleteOnce", testCompleteOnce},
 		{"CompleteOnceConcurrent", testCompleteOnceConcurrent},
 		{"ClaimResume", testClaimResume},
