@@ -37,6 +37,17 @@ func (f PolicyFunc) Evaluate(ctx context.Context, in approvals.Input) (approvals
 	return f(ctx, in)
 }
 
+// RecordPolicy is a Policy that judges by records of the store
+// (approvals.Engine is one). The agent reads them with the store reads a
+// decision and a resume make anyway (the call, the run), so judging them
+// costs no round trip of its own.
+type RecordPolicy interface {
+	// RecordKinds are the kinds of the records it judges by.
+	RecordKinds() []string
+	// EvaluateRecords is Evaluate on those records, as just read.
+	EvaluateRecords(ctx context.Context, in approvals.Input, recs map[string][]store.Record) (approvals.Verdict, error)
+}
+
 // Rememberer stores a standing rule after a Remember decision. A Policy
 // that also implements it (approvals.Engine does) is used for that.
 type Rememberer interface {
@@ -63,9 +74,10 @@ type Runs interface {
 	CreateRun(ctx context.Context, r store.Run, calls []store.Call) error
 	LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error)
 	GetCall(ctx context.Context, callID string) (store.Call, error)
+	GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error)
 	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error)
 	ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error)
-	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error)
+	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	BeginExecution(ctx context.Context, callID string) (bool, error)
 	SaveResult(ctx context.Context, callID string, result []byte) error
@@ -296,6 +308,15 @@ func (a *Agent) decided(ctx context.Context, e store.AuditEntry, err error) erro
 		a.log.Warn("write the audit entry of a decision", "call", e.CallID, "err", err)
 	}
 	e.Log(ctx, a.log)
+	return nil
+}
+
+// policyKinds are the record kinds the policy judges by, to read with a
+// call or a run; none unless it is a RecordPolicy.
+func (a *Agent) policyKinds() []string {
+	if p, ok := a.policy.(RecordPolicy); ok {
+		return p.RecordKinds()
+	}
 	return nil
 }
 

@@ -65,7 +65,7 @@ var errNoResume = errors.New("nothing to resume")
 // gone, finished, not decided or claimed by someone else, and Claimed
 // false, nil if another process holds the lease.
 func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (store.ResumeStart, error) {
-	rs, err := a.store.BeginResume(ctx, runID, conv, key, a.cfg.Owner, a.cfg.LeaseTTL)
+	rs, err := a.store.BeginResume(ctx, runID, conv, key, a.cfg.Owner, a.cfg.LeaseTTL, a.policyKinds()...)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return rs, errNoResume
@@ -166,12 +166,15 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, rep Rep
 		// sent while it waited are still answered.
 		return a.answerQueued(ctx, t, Outcome{Status: Stopped, RunID: runID}, rep)
 	}
+	// The policy's records read with the run judge the first call that
+	// would run; the others are judged by a fresh read, after it ran.
+	recs := rs.Records
 	for i := range st.Slots {
 		s := &st.Slots[i]
 		if s.CallID == "" {
 			continue
 		}
-		res := a.settle(ctx, byID[s.CallID], st, rep)
+		res := a.settle(ctx, byID[s.CallID], st, rep, &recs)
 		s.Result = &res
 	}
 	t.messages = append(t.messages, toolMessages(st.Slots)...)
@@ -213,8 +216,9 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 }
 
 // settle turns the decision on one paused call into the result the model
-// reads, executing the tool if the decision runs it.
-func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Reporter) Result {
+// reads, executing the tool if the decision runs it. The policy judges it
+// by *recs if set (see policyKinds), which are then used up.
+func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Reporter, recs *map[string][]store.Record) Result {
 	skip := func(res Result, note string) Result {
 		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note})
 		return res
@@ -264,7 +268,8 @@ func (a *Agent) settle(ctx context.Context, c store.Call, st runState, rep Repor
 	}
 	// The verdict is checked again: a call approved under a rule that now
 	// denies does not run.
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Channel: st.Channel, Hints: tool.Annotations})
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Channel: st.Channel, Hints: tool.Annotations}, *recs)
+	*recs = nil
 	if err != nil {
 		return skip(Result{Content: fmt.Sprintf("not performed: the policy could not be checked (%v), so nothing ran; ask again later", err), IsError: true}, "policy could not be checked")
 	}

@@ -28,6 +28,13 @@ func (s *outageStore) GetCall(ctx context.Context, id string) (store.Call, error
 	return s.fullStore.GetCall(ctx, id)
 }
 
+func (s *outageStore) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	if s.down.Load() {
+		return store.Call{}, nil, errOutage
+	}
+	return s.fullStore.GetCallWith(ctx, id, kinds...)
+}
+
 func (s *outageStore) DecideAudited(ctx context.Context, id, fp string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
 	if s.down.Load() {
 		return store.Call{}, false, errOutage

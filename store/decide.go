@@ -60,4 +60,7 @@ type ResumeStart struct {
 	// Conversation is the run's conversation, if Found.
 	Conversation Conversation
 	Found        bool
+	// Records are the records of the kinds asked for, by kind, read with
+	// the rest when Claimed; nil if they could not be read.
+	Records map[string][]Record
 }

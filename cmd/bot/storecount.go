@@ -86,6 +86,11 @@ func (s *countedStore) LoadRun(ctx context.Context, runID string) (store.Run, []
 	return s.st.LoadRun(ctx, runID)
 }
 
+func (s *countedStore) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	s.count("GetCallWith")
+	return s.st.GetCallWith(ctx, callID, kinds...)
+}
+
 func (s *countedStore) GetCall(ctx context.Context, callID string) (store.Call, error) {
 	s.count("GetCall")
 	return s.st.GetCall(ctx, callID)
@@ -101,9 +106,9 @@ func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint s
 	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, edit, need, d, fx)
 }
 
-func (s *countedStore) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error) {
+func (s *countedStore) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
 	s.count("BeginResume")
-	return s.st.BeginResume(ctx, runID, conversation, lease, owner, ttl)
+	return s.st.BeginResume(ctx, runID, conversation, lease, owner, ttl, kinds...)
 }
 
 func (s *countedStore) BeginExecution(ctx context.Context, callID string) (bool, error) {

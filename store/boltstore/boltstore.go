@@ -1039,29 +1039,40 @@ func (s *Store) RecordsOf(ctx context.Context, kinds ...string) (map[string][]st
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make(map[string][]store.Record, len(kinds))
-	err := s.db.View(func(tx *bolt.Tx) error {
-		for _, kind := range kinds {
-			var recs []store.Record
-			if b := tx.Bucket(bucketRecords).Bucket([]byte(kind)); b != nil {
-				err := b.ForEach(func(k, v []byte) error {
-					var r store.Record
-					if err := json.Unmarshal(v, &r); err != nil {
-						return fmt.Errorf("decode record %s/%s: %w", kind, k, err)
-					}
-					recs = append(recs, r)
-					return nil
-				})
-				if err != nil {
-					return err
-				}
-			}
-			out[kind] = recs
-		}
-		return nil
+	var out map[string][]store.Record
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		out, err = recordsOf(tx, kinds)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list records %v: %w", kinds, err)
+	}
+	return out, nil
+}
+
+// recordsOf lists the records of each kind, as RecordsOf does; nil for
+// no kinds.
+func recordsOf(tx *bolt.Tx, kinds []string) (map[string][]store.Record, error) {
+	if len(kinds) == 0 {
+		return nil, nil
+	}
+	out := make(map[string][]store.Record, len(kinds))
+	for _, kind := range kinds {
+		var recs []store.Record
+		if b := tx.Bucket(bucketRecords).Bucket([]byte(kind)); b != nil {
+			err := b.ForEach(func(k, v []byte) error {
+				var r store.Record
+				if err := json.Unmarshal(v, &r); err != nil {
+					return fmt.Errorf("decode record %s/%s: %w", kind, k, err)
+				}
+				recs = append(recs, r)
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+		out[kind] = recs
 	}
 	return out, nil
 }

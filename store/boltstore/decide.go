@@ -168,7 +168,7 @@ func (s *Store) effects(tx *bolt.Tx, at time.Time, complete bool, fx store.Effec
 }
 
 // BeginResume is one transaction: see storetest.Store for the contract.
-func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error) {
+func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ResumeStart{}, err
 	}
@@ -227,10 +227,35 @@ func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, own
 			return err
 		}
 		rs.Conversation = conv.Conversation
+		rs.Records, _ = recordsOf(tx, kinds) // nil if they cannot be read
 		return nil
 	})
 	if err != nil {
 		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: %w", runID, err)
 	}
 	return rs, nil
+}
+
+// GetCallWith is one transaction: see storetest.Store for the contract.
+func (s *Store) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Call{}, nil, err
+	}
+	var c store.Call
+	var recs map[string][]store.Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		recs, _ = recordsOf(tx, kinds) // nil if they cannot be read
+		return nil
+	})
+	if err != nil {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, err)
+	}
+	return c, recs, nil
 }

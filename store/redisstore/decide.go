@@ -230,37 +230,32 @@ func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effec
 	return nil
 }
 
-// BeginResume is one Lua script on one Redis node. On a Cluster, where the
-// lease, the run and the conversation are in three hash slots, it takes
-// the lease first (one script), then claims and loads the run and loads
-// the conversation (one pipeline), and releases the lease again if the
-// claim was not taken. See storetest.Store for the contract.
-func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error) {
-	rs, err := s.beginResume(ctx, runID, conversation, lease, owner, ttl)
+// BeginResume is one pipeline on one Redis node: a Lua script that takes
+// the lease and the claim and loads the run, its calls and the
+// conversation, and the listings of the records asked for. On a Cluster,
+// where the lease, the run and the conversation are in three hash slots,
+// it takes the lease first (one script), then claims and loads the run and
+// reads the rest (one pipeline), and releases the lease again if the claim
+// was not taken. See storetest.Store for the contract.
+func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
+	rs, err := s.beginResume(ctx, runID, conversation, lease, owner, ttl, kinds)
 	if err != nil {
 		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: %w", runID, err)
 	}
 	return rs, nil
 }
 
-func (s *Store) beginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error) {
+func (s *Store) beginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds []string) (store.ResumeStart, error) {
 	if ttl < time.Millisecond {
 		return store.ResumeStart{}, fmt.Errorf("ttl %v is under 1ms", ttl)
 	}
 	keys := []string{s.runKey(runID), s.claimKey(runID)}
-	args := []any{owner, ttl.Milliseconds(), runID}
 	if !s.cluster {
 		keys = append(keys, s.convKey(conversation))
 		if lease != "" {
 			keys = append(keys, s.leaseKey(lease))
 		}
-		res, err := beginResume.Run(ctx, s.c, keys, args...).Slice()
-		if err != nil {
-			return store.ResumeStart{}, err
-		}
-		return decodeResume(conversation, res, nil)
-	}
-	if lease != "" {
+	} else if lease != "" {
 		ok, err := s.AcquireLease(ctx, lease, owner, ttl)
 		if err != nil || !ok {
 			return store.ResumeStart{Busy: !ok}, err
@@ -268,23 +263,91 @@ func (s *Store) beginResume(ctx context.Context, runID, conversation, lease, own
 	}
 	var res *redis.Cmd
 	var conv *redis.MapStringStringCmd
-	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	recs := make([]*redis.MapStringStringCmd, len(kinds))
+	// Each command's error is checked apart: records that cannot be
+	// read are left out, the rest stands.
+	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
-		res = beginResume.Eval(ctx, p, keys, args...)
-		conv = p.HGetAll(ctx, s.convKey(conversation))
+		res = beginResume.Eval(ctx, p, keys, owner, ttl.Milliseconds(), runID)
+		if s.cluster {
+			conv = p.HGetAll(ctx, s.convKey(conversation))
+		}
+		for i, k := range kinds {
+			recs[i] = p.HGetAll(ctx, s.recordsKey(k))
+		}
 		return nil
 	})
 	var rs store.ResumeStart
-	if err == nil {
-		var vals []any
-		if vals, err = res.Slice(); err == nil {
-			rs, err = decodeResume(conversation, vals, conv.Val())
-		}
+	vals, err := res.Slice()
+	if err == nil && conv != nil {
+		err = conv.Err()
 	}
-	if lease != "" && (err != nil || !rs.Claimed) {
+	if err == nil {
+		var fields map[string]string
+		if conv != nil {
+			fields = conv.Val()
+		}
+		rs, err = decodeResume(conversation, vals, fields)
+	}
+	if err == nil && rs.Claimed {
+		rs.Records = records(kinds, recs)
+	}
+	if s.cluster && lease != "" && (err != nil || !rs.Claimed) {
 		err = errors.Join(err, s.ReleaseLease(ctx, lease, owner))
 	}
-	return rs, err
+	if err != nil {
+		return store.ResumeStart{}, err
+	}
+	return rs, nil
+}
+
+// GetCallWith is GetCall and RecordsOf in one pipeline (one round trip).
+func (s *Store) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	if store.RunOf(callID) == "" {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
+	}
+	var call *redis.SliceCmd
+	recs := make([]*redis.MapStringStringCmd, len(kinds))
+	// Each command's error is checked apart: records that cannot be read
+	// are left out, the call stands.
+	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		call = p.HMGet(ctx, s.callKey(callID), callFields...)
+		for i, k := range kinds {
+			recs[i] = p.HGetAll(ctx, s.recordsKey(k))
+		}
+		return nil
+	})
+	vals, err := call.Result()
+	if err != nil {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, err)
+	}
+	c, ok, err := decodeCall(vals)
+	if err != nil {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, err)
+	}
+	if !ok {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
+	}
+	return c, records(kinds, recs), nil
+}
+
+// records decodes the listings of kinds; nil if there are none, or if one
+// of them failed or cannot be decoded.
+func records(kinds []string, cmds []*redis.MapStringStringCmd) map[string][]store.Record {
+	if len(kinds) == 0 {
+		return nil
+	}
+	out := make(map[string][]store.Record, len(kinds))
+	for i, k := range kinds {
+		m, err := cmds[i].Result()
+		if err != nil {
+			return nil
+		}
+		if out[k], err = decodeRecords(k, m); err != nil {
+			return nil
+		}
+	}
+	return out
 }
 
 // decodeResume reads the reply of the beginResume script, with the

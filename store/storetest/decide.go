@@ -36,8 +36,15 @@ type audited interface {
 	// the Run with Claimed false when the run is finished, has a pending
 	// call or a live claim, and with Busy set when another owner holds
 	// the lease (a store may report Busy before it looks at the run).
+	// When it claims, it also lists the records of kinds, as RecordsOf
+	// lists them, in Records (nil if they cannot be read: the rest
+	// stands).
 	// store.ErrNotFound for an unknown run.
-	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration) (store.ResumeStart, error)
+	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error)
+	// GetCallWith is GetCall and RecordsOf(kinds) in one round trip or
+	// transaction; store.ErrNotFound for an unknown call. The records are
+	// nil if they cannot be read; the call stands.
+	GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error)
 }
 
 // auditedEffects are the effects of a decision on c in its conversation.
@@ -173,9 +180,13 @@ func testBeginResume(t *testing.T, open Opener) {
 	if err := s.ReleaseLease(ctx, lease, "b"); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", short)
+	putRecord(t, s, "rules", "r1")
+	rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", short, "rules", "none")
 	if err != nil || !rs.Claimed || rs.Busy {
 		t.Fatalf("BeginResume of a decided run = claimed %v busy %v, %v; want claimed", rs.Claimed, rs.Busy, err)
+	}
+	if got := rs.Records; len(got) != 2 || len(got["rules"]) != 1 || got["rules"][0].ID != "r1" || len(got["none"]) != 0 {
+		t.Errorf("BeginResume records = %+v, want rules [r1] and none []", got)
 	}
 	if got := callIDs(rs.Calls); !slices.Equal(got, r.CallIDs) || rs.Calls[0].Status != store.Decided || rs.Calls[0].Decision == nil {
 		t.Errorf("BeginResume calls = %v (first %+v), want the decided calls %v", got, rs.Calls[0], r.CallIDs)
@@ -206,5 +217,34 @@ func testBeginResume(t *testing.T, open Opener) {
 	}
 	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "d", time.Minute); err != nil || rs.Claimed || !rs.Run.Finished {
 		t.Errorf("BeginResume of a finished run = claimed %v finished %v, %v; want finished, not claimed", rs.Claimed, rs.Run.Finished, err)
+	}
+}
+
+// putRecord stores a record of kind with id.
+func putRecord(t *testing.T, s Store, kind, id string) {
+	t.Helper()
+	if _, err := s.PutRecord(t.Context(), store.Record{Kind: kind, ID: id, Data: []byte(`{"n":1}`)}, -1); err != nil {
+		t.Fatalf("PutRecord(%s/%s): %v", kind, id, err)
+	}
+}
+
+func testGetCallWith(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 1, nil)
+	putRecord(t, s, "rules", "r1")
+	putRecord(t, s, "rules", "r2")
+	c, recs, err := s.GetCallWith(ctx, calls[0].ID, "rules", "none")
+	if err != nil {
+		t.Fatalf("GetCallWith(%s): %v", calls[0].ID, err)
+	}
+	if c.ID != calls[0].ID || c.Fingerprint != calls[0].Fingerprint || c.Status != store.Pending {
+		t.Errorf("GetCallWith call = %+v, want %s pending", c, calls[0].ID)
+	}
+	if len(recs) != 2 || len(recs["rules"]) != 2 || recs["rules"][0].ID != "r1" || recs["rules"][1].Version != 1 || len(recs["none"]) != 0 {
+		t.Errorf("GetCallWith records = %+v, want rules [r1 r2] and none []", recs)
+	}
+	if _, _, err := s.GetCallWith(ctx, store.CallID(store.NewRunID(), 0), "rules"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetCallWith of an unknown call: error = %v, want ErrNotFound", err)
 	}
 }

@@ -40,6 +40,7 @@ func Run(t *testing.T, open Opener) {
 		{"DecideAudited", testDecideAudited},
 		{"ApproveAudited", testApproveAudited},
 		{"BeginResume", testBeginResume},
+		{"GetCallWith", testGetCallWith},
 		{"CompleteOnce", testCompleteOnce},
 		{"CompleteOnceConcurrent", testCompleteOnceConcurrent},
 		{"ClaimResume", testClaimResume},
