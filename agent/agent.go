@@ -37,6 +37,17 @@ func (f PolicyFunc) Evaluate(ctx context.Context, in approvals.Input) (approvals
 	return f(ctx, in)
 }
 
+// RecordPolicy is a Policy that judges by records of the store
+// (approvals.Engine is one). The agent reads them with the store reads a
+// decision and a resume make anyway (the call, the run), so judging them
+// costs no round trip of its own.
+type RecordPolicy interface {
+	// RecordKinds are the kinds of the records it judges by.
+	RecordKinds() []string
+	// EvaluateRecords is Evaluate on those records, as just read.
+	EvaluateRecords(ctx context.Context, in approvals.Input, recs map[string][]store.Record) (approvals.Verdict, error)
+}
+
 // Rememberer stores a standing rule after a Remember decision. A Policy
 // that also implements it (approvals.Engine does) is used for that.
 type Rememberer interface {
@@ -62,9 +73,10 @@ type Conversations interface {
 type Runs interface {
 	LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error)
 	GetCall(ctx context.Context, callID string) (store.Call, error)
-	Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error)
-	Approve(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error)
-	ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
+	GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error)
+	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error)
+	ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error)
+	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	BeginExecution(ctx context.Context, callID string) (bool, error)
 	SaveResult(ctx context.Context, callID string, result []byte) error
@@ -78,7 +90,6 @@ type Runs interface {
 // turn that dies with its process is taken over (see Accept and TakeOver).
 type Inboxes interface {
 	AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error)
-	MarkUnanswered(ctx context.Context, conversation string, at time.Time) error
 	Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
 }
 
@@ -197,6 +208,8 @@ type Agent struct {
 	cfg      Config
 	log      *slog.Logger
 	leases   *leases
+	// resumable knows the conversations of the runs to resume.
+	resumable resumable
 }
 
 // New returns an Agent. reporter gives the Reporter of a conversation (by
@@ -269,6 +282,40 @@ var ErrLeaseLost = errors.New("lost the lease on the conversation")
 
 // DefaultLeaseTTL is the default Config.LeaseTTL.
 const DefaultLeaseTTL = 10 * time.Second
+
+// decisionEffects are the effects written with a decision of kind on c by
+// actor at at: its audit entry (of the arguments with fingerprint fp), and the conversation listed
+// for takeover once the step is complete, so that a resume that dies with
+// its process is taken over.
+func decisionEffects(c store.Call, actor, kind, fp string, at time.Time) store.Effects {
+	return store.Effects{
+		Audit:      store.AuditEntry{At: at, Actor: actor, Action: "decide", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: fp, Decision: kind, Outcome: store.OutcomeRecorded},
+		Unanswered: c.Conversation,
+	}
+}
+
+// decided logs the audit entry a decision wrote with the store, and
+// returns err unless it only says that the decision's effects were not all
+// written: the decision stands then, and that is logged.
+func (a *Agent) decided(ctx context.Context, e store.AuditEntry, err error) error {
+	if err != nil && !errors.Is(err, store.ErrEffects) {
+		return err
+	}
+	if err != nil {
+		a.log.Warn("write the audit entry of a decision", "call", e.CallID, "err", err)
+	}
+	e.Log(ctx, a.log)
+	return nil
+}
+
+// policyKinds are the record kinds the policy judges by, to read with a
+// call or a run; none unless it is a RecordPolicy.
+func (a *Agent) policyKinds() []string {
+	if p, ok := a.policy.(RecordPolicy); ok {
+		return p.RecordKinds()
+	}
+	return nil
+}
 
 func (a *Agent) audit(ctx context.Context, e store.AuditEntry) {
 	if e.At.IsZero() {

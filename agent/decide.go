@@ -53,7 +53,7 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 	if !d.Kind.Valid() || d.Kind == approvals.Expire || d.Kind == approvals.Cancel {
 		return DecideResult{}, fmt.Errorf("%w: kind %q cannot be decided by a person here", ErrBadDecision, d.Kind)
 	}
-	c, err := a.store.GetCall(ctx, d.CallID)
+	c, recs, err := a.store.GetCallWith(ctx, d.CallID, a.policyKinds()...)
 	if errors.Is(err, store.ErrNotFound) {
 		return DecideResult{}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrUnknownCall)
 	}
@@ -69,11 +69,11 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 	if !d.At.Before(c.ExpiresAt) {
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrExpired)
 	}
-	v, err := a.authorize(ctx, c, d)
+	v, err := a.authorize(ctx, c, d, recs)
 	if err != nil {
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
-	sd, err := a.checkDecision(ctx, c, d, v)
+	sd, err := a.checkDecision(ctx, c, d, v, recs)
 	if err != nil {
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
@@ -106,7 +106,13 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	case c.Edit != nil:
 		final = store.Decision{Kind: storedKind(approvals.Edit), Decider: c.Edit.Decider, At: d.At, Args: c.Edit.Args}
 	}
-	got, complete, err := a.store.Approve(ctx, c.ID, d.Fingerprint, ap, edit, need, final)
+	fp := d.Fingerprint
+	if edit != nil {
+		fp = edit.Fingerprint
+	}
+	fx := decisionEffects(c, d.Decider, storedKind(d.Kind), fp, d.At)
+	got, complete, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, edit, need, final, fx)
+	err = a.decided(ctx, store.ApprovalAudit(fx.Audit, len(got.Approvals), need), err)
 	switch {
 	case errors.Is(err, store.ErrDuplicateApproval):
 		return DecideResult{Call: viewOf(got)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrAlreadyApproved)
@@ -121,15 +127,9 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	case err != nil:
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 	}
-	fp := d.Fingerprint
-	if edit != nil {
-		fp = edit.Fingerprint
+	if complete {
+		a.resumable.add(got.RunID, got.Conversation)
 	}
-	outcome := "counted"
-	if got.Status != store.Pending {
-		outcome = "recorded"
-	}
-	a.audit(ctx, store.AuditEntry{At: d.At, Actor: d.Decider, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: fp, Decision: storedKind(d.Kind), Outcome: outcome, Detail: fmt.Sprintf("%d of %d approvals", len(got.Approvals), need)})
 	u := CallUpdate{Call: viewOf(got), Phase: PhaseCounted}
 	if got.Status != store.Pending {
 		u.Phase, u.StepPending = PhaseDecided, !complete
@@ -142,8 +142,9 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 // card showed, as someone who can see the conversation when the rule names
 // no approvers, and, for a decision that runs the call, under the policy as
 // it is now (an admin may have tightened it since the card was posted). For
-// a decision that runs the call it returns the current verdict.
-func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decision) (approvals.Verdict, error) {
+// a decision that runs the call it returns the current verdict. The policy
+// judges by recs, read with the call.
+func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decision, recs map[string][]store.Record) (approvals.Verdict, error) {
 	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, d.Decider, a.cfg.Groups); err != nil {
 		return approvals.Verdict{}, err
 	}
@@ -167,7 +168,7 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	if c.Edit != nil {
 		args = c.Edit.Args // the pending arguments are an edit's
 	}
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations}, recs)
 	if err != nil {
 		return v, err
 	}
@@ -213,8 +214,8 @@ func deniedBy(v approvals.Verdict) error {
 }
 
 // checkDecision validates a decision against the call and returns what is
-// stored.
-func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Decision, v approvals.Verdict) (store.Decision, error) {
+// stored; the policy judges an edit by recs, read with the call.
+func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Decision, v approvals.Verdict, recs map[string][]store.Record) (store.Decision, error) {
 	sd := store.Decision{Kind: storedKind(d.Kind), Decider: d.Decider, At: d.At}
 	tool, known := a.tools.Lookup(c.Tool)
 	human := known && tool.Human
@@ -249,7 +250,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			sd.Conditions, sd.TTL, sd.Exact = d.Conditions, d.TTL, d.Exact
 		}
 		if d.Kind == approvals.Edit {
-			args, err := a.checkEdit(ctx, c, d)
+			args, err := a.checkEdit(ctx, c, d, recs)
 			if err != nil {
 				return sd, err
 			}
@@ -263,7 +264,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 // re-judges them: an edit cannot turn a call into one the policy denies,
 // and if the edited call falls under another rule that asks, the decider
 // must be an approver under that rule too.
-func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decision) (json.RawMessage, error) {
+func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decision, recs map[string][]store.Record) (json.RawMessage, error) {
 	args := d.Args
 	if len(args) == 0 {
 		return nil, fmt.Errorf("%w: an edit needs arguments", ErrBadDecision)
@@ -272,7 +273,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 	if err != nil {
 		return nil, &DetailError{Err: approvals.ErrInvalidArgs, Detail: personText(err)}
 	}
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations})
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations}, recs)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +291,10 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 
 // record writes a checked decision and reports it.
 func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict) (DecideResult, error) {
-	got, complete, err := a.store.Decide(ctx, c.ID, fp, sd)
+	fx := decisionEffects(c, sd.Decider, sd.Kind, c.Fingerprint, sd.At)
+	fx.Audit.Detail = sd.Reason
+	got, complete, err := a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
+	err = a.decided(ctx, fx.Audit, err)
 	switch {
 	case errors.Is(err, store.ErrAlreadyDecided):
 		return DecideResult{Call: viewOf(got)}, refusedByOther(got)
@@ -303,9 +307,11 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	case err != nil:
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 	}
-	a.audit(ctx, store.AuditEntry{At: sd.At, Actor: sd.Decider, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: sd.Kind, Outcome: "recorded", Detail: sd.Reason})
 	if kindOf(&sd) == approvals.Remember {
 		a.remember(ctx, got, sd, v)
+	}
+	if complete {
+		a.resumable.add(got.RunID, got.Conversation)
 	}
 	u := CallUpdate{Call: viewOf(got), Phase: PhaseDecided, StepPending: !complete}
 	if !kindOf(&sd).Runs() {
@@ -357,15 +363,19 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		if c.Status != store.Pending {
 			continue
 		}
-		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: storedKind(approvals.Cancel), Decider: user, At: a.cfg.Now()})
+		d := store.Decision{Kind: storedKind(approvals.Cancel), Decider: user, At: a.cfg.Now()}
+		fx := decisionEffects(c, user, d.Kind, c.Fingerprint, d.At)
+		got, complete, err := a.store.DecideAudited(ctx, c.ID, "", d, fx)
 		if errors.Is(err, store.ErrAlreadyDecided) {
 			continue
 		}
-		if err != nil {
+		if err = a.decided(ctx, fx.Audit, err); err != nil {
 			return res, fmt.Errorf("cancel %s: %w", c.ID, err)
 		}
 		cancelled++
-		a.audit(ctx, store.AuditEntry{Actor: user, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: storedKind(approvals.Cancel), Outcome: "recorded"})
+		if complete {
+			a.resumable.add(got.RunID, got.Conversation)
+		}
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "cancelled by the requester"})
 		res = DecideResult{Call: viewOf(got), Complete: res.Complete || complete}
 	}

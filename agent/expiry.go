@@ -66,17 +66,19 @@ func (a *Agent) expireDue(ctx context.Context) ([]runRef, error) {
 	}
 	var runs []runRef
 	for _, c := range due {
-		got, complete, err := a.store.Decide(ctx, c.ID, "", store.Decision{Kind: storedKind(approvals.Expire), Decider: System, At: now})
+		d := store.Decision{Kind: storedKind(approvals.Expire), Decider: System, At: now}
+		fx := decisionEffects(c, System, d.Kind, c.Fingerprint, now)
+		got, complete, err := a.store.DecideAudited(ctx, c.ID, "", d, fx)
 		if errors.Is(err, store.ErrAlreadyDecided) || errors.Is(err, store.ErrConflict) {
 			continue
 		}
-		if err != nil {
+		if err = a.decided(ctx, fx.Audit, err); err != nil {
 			errs = append(errs, fmt.Errorf("expire %s: %w", c.ID, err))
 			continue
 		}
-		a.audit(ctx, store.AuditEntry{Actor: System, Action: "decide", Channel: got.Channel, Thread: got.Conversation, Tool: got.Tool, CallID: got.ID, Fingerprint: got.Fingerprint, Decision: storedKind(approvals.Expire), Outcome: "recorded"})
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "expired"})
 		if complete {
+			a.resumable.add(got.RunID, got.Conversation)
 			runs = append(runs, runRef{got.RunID, got.Conversation})
 		}
 	}

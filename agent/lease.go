@@ -66,6 +66,15 @@ func (l *leases) run(ctx context.Context, conversation string, fn func(ctx conte
 	return l.runWaiting(ctx, conversation, true, l.acquireLease(conversation), fn)
 }
 
+// runTaking is run with take in place of the store's AcquireLease: take
+// takes the lease on key (as AcquireLease does) together with other work,
+// atomically, and reports held false if another process holds it. An
+// error of take ends the wait and is returned (wrapped), fn unrun.
+func (l *leases) runTaking(ctx context.Context, conversation string, take func(ctx context.Context, key string) (held bool, err error), fn func(ctx context.Context) error) error {
+	key := store.TurnLease(conversation)
+	return l.runWaiting(ctx, conversation, true, func(ctx context.Context) (bool, error) { return take(ctx, key) }, fn)
+}
+
 // turn is run for a turn: the lease is taken with BeginTurn, and fn gets
 // what it read. Without wait, if the conversation is held, it returns
 // errBusy at once and fn does not run.

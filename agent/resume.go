@@ -24,69 +24,102 @@ import (
 // are answered afterwards. A cancelled step ends the turn without calling
 // the model.
 func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
-	run, calls, err := a.store.LoadRun(ctx, runID)
-	if errors.Is(err, store.ErrNotFound) {
-		return Outcome{Status: Idle}, nil
-	}
-	if err != nil {
-		return Outcome{}, fmt.Errorf("resume %s: %w", runID, err)
-	}
-	if run.Finished {
-		return Outcome{Status: Idle}, nil
-	}
-	for _, c := range calls {
-		if c.Status == store.Pending {
+	conv, known := a.resumable.take(runID)
+	if !known {
+		run, calls, err := a.store.LoadRun(ctx, runID)
+		if errors.Is(err, store.ErrNotFound) {
+			return Outcome{Status: Idle}, nil
+		}
+		if err != nil {
+			return Outcome{}, fmt.Errorf("resume %s: %w", runID, err)
+		}
+		if run.Finished || slices.ContainsFunc(calls, func(c store.Call) bool { return c.Status == store.Pending }) {
 			return Outcome{Status: Idle}, nil // not decided yet; the last decision resumes
 		}
+		conv = run.Conversation
+	}
+	var rs store.ResumeStart
+	begin := func(ctx context.Context, key string) (bool, error) {
+		var err error
+		rs, err = a.beginResume(ctx, runID, conv, key)
+		return rs.Claimed, err
 	}
 	var out Outcome
-	err = a.leases.run(ctx, run.Conversation, func(ctx context.Context) (err error) {
-		out, err = a.claimAndResume(ctx, run, calls)
+	err := a.leases.runTaking(ctx, conv, begin, func(ctx context.Context) (err error) {
+		out, err = a.resumeStarted(ctx, rs)
 		return err
 	})
+	if errors.Is(err, errNoResume) {
+		return Outcome{Status: Idle}, nil
+	}
 	return out, err
+}
+
+// errNoResume ends a wait for the lease of a run that has nothing to
+// resume, or that someone else resumes.
+var errNoResume = errors.New("nothing to resume")
+
+// beginResume takes the resume claim of a decided run, and the lease on
+// key unless it is empty (the caller holds it), and loads what the resume
+// needs (see store.ResumeStart). It returns errNoResume if the run is
+// gone, finished, not decided or claimed by someone else, and Claimed
+// false, nil if another process holds the lease.
+func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (store.ResumeStart, error) {
+	rs, err := a.store.BeginResume(ctx, runID, conv, key, a.cfg.Owner, a.cfg.LeaseTTL, a.policyKinds()...)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return rs, errNoResume
+	case err != nil:
+		return rs, fmt.Errorf("begin resume %s: %w", runID, err)
+	case !rs.Claimed && !rs.Busy:
+		return rs, errNoResume
+	}
+	return rs, nil
 }
 
 // claimAndResume claims the resume of a decided run and runs it; Idle if
 // someone else holds the claim. The caller holds the conversation's lease.
-func (a *Agent) claimAndResume(ctx context.Context, run store.Run, calls []store.Call) (Outcome, error) {
-	ok, err := a.store.ClaimResume(ctx, run.ID, a.cfg.Owner, a.cfg.LeaseTTL)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("claim resume %s: %w", run.ID, err)
-	}
-	if !ok {
+func (a *Agent) claimAndResume(ctx context.Context, run store.Run, _ []store.Call) (Outcome, error) {
+	rs, err := a.beginResume(ctx, run.ID, run.Conversation, "")
+	if errors.Is(err, errNoResume) || err == nil && !rs.Claimed {
 		return Outcome{Status: Idle}, nil
 	}
+	if err != nil {
+		return Outcome{}, err
+	}
+	return a.resumeStarted(ctx, rs)
+}
+
+// resumeStarted runs the resume of a run whose claim (and conversation's
+// lease) this process took with rs.
+func (a *Agent) resumeStarted(ctx context.Context, rs store.ResumeStart) (Outcome, error) {
+	run, calls := rs.Run, rs.Calls
 	// Renewed like the lease, so the claim of a process that dies lapses
-	// within LeaseTTL; the conversation is listed for TakeOver until the
-	// resumed turn saves its result, so another process (or this one
-	// after a restart) takes it over then.
+	// within LeaseTTL; the decision that completed the step listed the
+	// conversation for TakeOver until the resumed turn saves its result,
+	// so another process (or this one after a restart) takes it over then.
 	stop := a.keepClaim(ctx, run.ID)
 	defer stop()
-	if err := a.store.MarkUnanswered(ctx, run.Conversation, a.cfg.Now()); err != nil {
-		a.log.Warn("list a resume for takeover; the stalled-resume sweep still finds it", "run", run.ID, "err", err)
-	}
-	// Decided calls are final, so what was loaded before the claim is
-	// still what the claim covers.
 	var st runState
 	_ = json.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: calls})
-	out, err := a.resumeClaimed(ctx, run, calls, a.reporter(run.Conversation))
+	out, err := a.resumeClaimed(ctx, rs, a.reporter(run.Conversation))
 	end(out, err)
 	return out, err
 }
 
-func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.Call, rep Reporter) (Outcome, error) {
+func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, rep Reporter) (Outcome, error) {
+	run, calls := rs.Run, rs.Calls
 	runID := run.ID
 	var st runState
 	if err := json.Unmarshal(run.State, &st); err != nil {
 		return Outcome{}, fmt.Errorf("decode run %s: %w", runID, err)
 	}
-	cs, pausedRun, found, err := a.loadConversation(ctx, run.Conversation)
+	cs, _, err := conversationOf(rs.Conversation, true)
 	if err != nil {
 		return Outcome{}, err
 	}
-	if found && pausedRun != runID {
+	if rs.Found && rs.Conversation.PausedRun != runID {
 		// The conversation moved on: this step was resumed before, but
 		// finishing the run failed. Finish it now; never run it twice.
 		for _, c := range calls {
@@ -131,12 +164,15 @@ func (a *Agent) resumeClaimed(ctx context.Context, run store.Run, calls []store.
 		// sent while it waited are still answered.
 		return a.answerQueued(ctx, t, Outcome{Status: Stopped, RunID: runID}, rep)
 	}
+	// The policy's records read with the run judge the first call that
+	// would run; the others are judged by a fresh read, after it ran.
+	recs := rs.Records
 	for i := range st.Slots {
 		s := &st.Slots[i]
 		if s.CallID == "" {
 			continue
 		}
-		res := a.settle(ctx, t, byID[s.CallID], st, rep)
+		res := a.settle(ctx, t, byID[s.CallID], st, rep, &recs)
 		s.Result = &res
 	}
 	t.messages = append(t.messages, toolMessages(st.Slots)...)
@@ -173,8 +209,9 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 }
 
 // settle turns the decision on one paused call into the result the model
-// reads, executing the tool if the decision runs it.
-func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, rep Reporter) Result {
+// reads, executing the tool if the decision runs it. The policy judges it
+// by *recs if set (see policyKinds), which are then used up.
+func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, rep Reporter, recs *map[string][]store.Record) Result {
 	skip := func(res Result, note string) Result {
 		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note})
 		return res
@@ -227,7 +264,8 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	}
 	// The verdict is checked again: a call approved under a rule that now
 	// denies does not run.
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Channel: st.Channel, Hints: tool.Annotations})
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Channel: st.Channel, Hints: tool.Annotations}, *recs)
+	*recs = nil
 	if err != nil {
 		return skip(Result{Content: fmt.Sprintf("not performed: the policy could not be checked (%v), so nothing ran; ask again later", err), IsError: true}, "policy could not be checked")
 	}
@@ -323,6 +361,7 @@ func (a *Agent) Sweep(ctx context.Context, resume func(runID, conversation strin
 			errs = append(errs, fmt.Errorf("load stalled run %s: %w", id, err))
 			continue
 		}
+		a.resumable.add(id, run.Conversation)
 		runs = append(runs, runRef{id, run.Conversation})
 	}
 	seen := map[string]bool{}

@@ -42,6 +42,22 @@ func (s *flakyStore) RecordsOf(ctx context.Context, kinds ...string) (map[string
 	return s.Store.RecordsOf(ctx, kinds...)
 }
 
+// GetCallWith and BeginResume leave the records out, as stores do when
+// they cannot read them.
+func (s *flakyStore) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	if s.failRecords.Load() {
+		kinds = nil
+	}
+	return s.Store.GetCallWith(ctx, id, kinds...)
+}
+
+func (s *flakyStore) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
+	if s.failRecords.Load() {
+		kinds = nil
+	}
+	return s.Store.BeginResume(ctx, runID, conv, lease, owner, ttl, kinds...)
+}
+
 var errInjected = errors.New("injected store failure")
 
 func (s *flakyStore) CommitTurn(ctx context.Context, c store.Commit) error {

@@ -619,8 +619,15 @@ func (a *Agent) toolNames() []string {
 
 // evaluateStrict asks the policy and returns its error too: before a call
 // runs on a human's decision, a policy that could not be fully read stops it.
-func (a *Agent) evaluateStrict(ctx context.Context, in approvals.Input) (approvals.Verdict, error) {
-	v, err := a.policy.Evaluate(ctx, in)
+// With recs (see policyKinds) a RecordPolicy judges by them.
+func (a *Agent) evaluateStrict(ctx context.Context, in approvals.Input, recs map[string][]store.Record) (approvals.Verdict, error) {
+	var v approvals.Verdict
+	var err error
+	if p, ok := a.policy.(RecordPolicy); ok && recs != nil {
+		v, err = p.EvaluateRecords(ctx, in, recs)
+	} else {
+		v, err = a.policy.Evaluate(ctx, in)
+	}
 	if err != nil {
 		if v.Action == approvals.Deny {
 			return v, nil // a deny stands whatever else failed

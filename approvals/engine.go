@@ -251,6 +251,11 @@ func (e *Engine) load(ctx context.Context) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
+	return e.compile(recs, standing)
+}
+
+// compile builds the state from the admin rules and standing rules.
+func (e *Engine) compile(recs, standing []store.Record) (*state, error) {
 	st := &state{}
 
 	e.mu.Lock()
@@ -359,7 +364,25 @@ func (e *Engine) records(ctx context.Context) (rules, standing []store.Record, e
 // file rule denies stays denied; any other call gets an ask verdict with
 // RuleID RuleUnavailable and a reason; the error is returned with it.
 func (e *Engine) Evaluate(ctx context.Context, in Input) (Verdict, error) {
-	st, err := e.load(ctx)
+	return e.EvaluateRecords(ctx, in, nil)
+}
+
+// RecordKinds are the kinds of the records an Engine judges by.
+func (e *Engine) RecordKinds() []string { return []string{KindPolicyRule, KindStandingRule} }
+
+// EvaluateRecords is Evaluate on records the caller read, each of
+// RecordKinds as BatchRecordStore.RecordsOf lists it, so a
+// caller that reads the store anyway, for the call it judges, spares the
+// Engine its own read. The verdict is the one Evaluate gives at the time
+// of that read. A nil recs is read as Evaluate reads it.
+func (e *Engine) EvaluateRecords(ctx context.Context, in Input, recs map[string][]store.Record) (Verdict, error) {
+	var st *state
+	var err error
+	if recs == nil {
+		st, err = e.load(ctx)
+	} else {
+		st, err = e.compile(recs[KindPolicyRule], recs[KindStandingRule])
+	}
 	if err != nil {
 		// The file's rules are still known: a call one of them denies
 		// stays denied; anything else fails closed.

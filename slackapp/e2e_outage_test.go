@@ -30,11 +30,18 @@ func (s *outageStore) GetCall(ctx context.Context, id string) (store.Call, error
 	return s.fullStore.GetCall(ctx, id)
 }
 
-func (s *outageStore) Decide(ctx context.Context, id, fp string, d store.Decision) (store.Call, bool, error) {
+func (s *outageStore) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	if s.down.Load() {
+		return store.Call{}, nil, errOutage
+	}
+	return s.fullStore.GetCallWith(ctx, id, kinds...)
+}
+
+func (s *outageStore) DecideAudited(ctx context.Context, id, fp string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
 	if s.down.Load() {
 		return store.Call{}, false, errOutage
 	}
-	return s.fullStore.Decide(ctx, id, fp, d)
+	return s.fullStore.DecideAudited(ctx, id, fp, d, fx)
 }
 
 // A click during a store outage is refused with a clear message and the
@@ -143,14 +150,14 @@ type heldStore struct {
 	release chan error
 }
 
-func (s *heldStore) Decide(ctx context.Context, id, fp string, d store.Decision) (store.Call, bool, error) {
+func (s *heldStore) DecideAudited(ctx context.Context, id, fp string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
 	if s.hold.Load() {
 		s.arrived <- struct{}{}
 		if err := <-s.release; err != nil {
 			return store.Call{}, false, err
 		}
 	}
-	return s.fullStore.Decide(ctx, id, fp, d)
+	return s.fullStore.DecideAudited(ctx, id, fp, d, fx)
 }
 
 // newHeldEnv runs a bot whose store decisions can be held.

@@ -76,24 +76,29 @@ func (s *countedStore) LoadRun(ctx context.Context, runID string) (store.Run, []
 	return s.st.LoadRun(ctx, runID)
 }
 
+func (s *countedStore) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	s.count("GetCallWith")
+	return s.st.GetCallWith(ctx, callID, kinds...)
+}
+
 func (s *countedStore) GetCall(ctx context.Context, callID string) (store.Call, error) {
 	s.count("GetCall")
 	return s.st.GetCall(ctx, callID)
 }
 
-func (s *countedStore) Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error) {
-	s.count("Decide")
-	return s.st.Decide(ctx, callID, fingerprint, d)
+func (s *countedStore) DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	s.count("DecideAudited")
+	return s.st.DecideAudited(ctx, callID, fingerprint, d, fx)
 }
 
-func (s *countedStore) Approve(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error) {
-	s.count("Approve")
-	return s.st.Approve(ctx, callID, fingerprint, ap, edit, need, d)
+func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	s.count("ApproveAudited")
+	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, edit, need, d, fx)
 }
 
-func (s *countedStore) ClaimResume(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
-	s.count("ClaimResume")
-	return s.st.ClaimResume(ctx, runID, owner, lease)
+func (s *countedStore) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
+	s.count("BeginResume")
+	return s.st.BeginResume(ctx, runID, conversation, lease, owner, ttl, kinds...)
 }
 
 func (s *countedStore) BeginExecution(ctx context.Context, callID string) (bool, error) {
@@ -194,11 +199,6 @@ func (s *countedStore) NextReminder(ctx context.Context) (time.Time, error) {
 func (s *countedStore) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
 	s.count("AcceptMessage")
 	return s.st.AcceptMessage(ctx, conversation, m, requireKnown)
-}
-
-func (s *countedStore) MarkUnanswered(ctx context.Context, conversation string, at time.Time) error {
-	s.count("MarkUnanswered")
-	return s.st.MarkUnanswered(ctx, conversation, at)
 }
 
 func (s *countedStore) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {

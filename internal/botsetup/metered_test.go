@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/boltstore"
 )
 
@@ -91,6 +92,12 @@ func (failingEngine) Evaluate(context.Context, approvals.Input) (approvals.Verdi
 	return approvals.Verdict{}, errors.New("store unreachable")
 }
 
+func (failingEngine) RecordKinds() []string { return []string{"policy_rule"} }
+
+func (failingEngine) EvaluateRecords(context.Context, approvals.Input, map[string][]store.Record) (approvals.Verdict, error) {
+	return approvals.Verdict{}, errors.New("store unreachable")
+}
+
 func (failingEngine) Remember(context.Context, string, approvals.StandingRule) (approvals.StandingRule, error) {
 	return approvals.StandingRule{}, errors.New("store unreachable")
 }
@@ -101,8 +108,11 @@ func TestMeteredPolicyCountsErrors(t *testing.T) {
 	if _, err := p.Evaluate(t.Context(), approvals.Input{Tool: "x"}); err == nil {
 		t.Fatal("Evaluate hid the engine's error")
 	}
-	if got := counterValue(t, reg, "toolgate_tool_calls_total", "verdict", "error"); got != 1 {
-		t.Errorf(`toolgate_tool_calls_total{verdict="error"} = %v, want 1`, got)
+	if _, err := p.EvaluateRecords(t.Context(), approvals.Input{Tool: "x"}, nil); err == nil {
+		t.Fatal("EvaluateRecords hid the engine's error")
+	}
+	if got := counterValue(t, reg, "toolgate_tool_calls_total", "verdict", "error"); got != 2 {
+		t.Errorf(`toolgate_tool_calls_total{verdict="error"} = %v, want 2`, got)
 	}
 }
 

@@ -474,138 +474,14 @@ func (s *Store) GetCall(ctx context.Context, callID string) (store.Call, error) 
 	return c, nil
 }
 
-// Approve is one transaction: see storetest.Store for the contract. A
-// zero a.At or d.At is set to now.
+// Approve is ApproveAudited with no effects.
 func (s *Store) Approve(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return store.Call{}, false, err
-	}
-	now := time.Now()
-	if a.At.IsZero() {
-		a.At = now
-	}
-	if d.At.IsZero() {
-		d.At = now
-	}
-	var c store.Call
-	var complete bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
-		if err != nil {
-			return err
-		}
-		var rec runRecord
-		if ok {
-			ok, err = get(tx.Bucket(bucketRuns), c.RunID, &rec)
-			if err != nil {
-				return err
-			}
-		}
-		if !ok {
-			c = store.Call{}
-			return store.ErrNotFound
-		}
-		switch {
-		case c.Status != store.Pending:
-			return store.ErrAlreadyDecided
-		case fingerprint != c.Fingerprint:
-			return store.ErrFingerprintMismatch
-		case !a.At.Before(c.ExpiresAt):
-			return store.ErrExpired
-		}
-		if edit != nil {
-			e := edit.Edit
-			c.Edit, c.Fingerprint, c.Approvals = &e, edit.Fingerprint, []store.Approval{a}
-		} else {
-			for _, got := range c.Approvals {
-				if got.Approver == a.Approver {
-					return store.ErrDuplicateApproval
-				}
-			}
-			c.Approvals = append(c.Approvals, a)
-		}
-		if len(c.Approvals) >= need {
-			c.Status = newrun.Outcome(d.Kind)
-			c.Decision = &d
-			if err := unlistReminder(tx, callID); err != nil {
-				return err
-			}
-			c.RemindAt = time.Time{}
-			if err := tx.Bucket(bucketPending).Delete([]byte(callID)); err != nil {
-				return err
-			}
-			rec.Pending--
-			complete = rec.Pending == 0
-			if err := put(tx.Bucket(bucketRuns), c.RunID, rec); err != nil {
-				return err
-			}
-		}
-		return put(tx.Bucket(bucketCalls), callID, c)
-	})
-	if err != nil {
-		return c, false, fmt.Errorf("approve call %s: %w", callID, err)
-	}
-	return c, complete, nil
+	return s.ApproveAudited(ctx, callID, fingerprint, a, edit, need, d, store.Effects{})
 }
 
-// Decide is one transaction: see storetest.Store for the contract. A zero
-// d.At is set to now.
+// Decide is DecideAudited with no effects.
 func (s *Store) Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return store.Call{}, false, err
-	}
-	if d.At.IsZero() {
-		d.At = time.Now()
-	}
-	var c store.Call
-	var complete bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
-		if err != nil {
-			return err
-		}
-		var rec runRecord
-		if ok {
-			ok, err = get(tx.Bucket(bucketRuns), c.RunID, &rec)
-			if err != nil {
-				return err
-			}
-		}
-		if !ok {
-			c = store.Call{}
-			return store.ErrNotFound
-		}
-		special := d.Kind == "expire" || d.Kind == "cancel"
-		switch {
-		case c.Status != store.Pending:
-			return store.ErrAlreadyDecided
-		case !special && fingerprint != c.Fingerprint:
-			return store.ErrFingerprintMismatch
-		case d.Kind == "expire" && d.At.Before(c.ExpiresAt):
-			return fmt.Errorf("expire before %s: %w", c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
-		case !special && !d.At.Before(c.ExpiresAt):
-			return store.ErrExpired
-		}
-		c.Status = newrun.Outcome(d.Kind)
-		c.Decision = &d
-		if err := unlistReminder(tx, callID); err != nil {
-			return err
-		}
-		c.RemindAt = time.Time{}
-		if err := put(tx.Bucket(bucketCalls), callID, c); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketPending).Delete([]byte(callID)); err != nil {
-			return err
-		}
-		rec.Pending--
-		complete = rec.Pending == 0
-		return put(tx.Bucket(bucketRuns), c.RunID, rec)
-	})
-	if err != nil {
-		return c, false, fmt.Errorf("decide call %s: %w", callID, err)
-	}
-	return c, complete, nil
+	return s.DecideAudited(ctx, callID, fingerprint, d, store.Effects{})
 }
 
 // ClaimResume is one transaction: see storetest.Store for the contract.
@@ -1049,6 +925,12 @@ func (s *Store) audit(tx *bolt.Tx, e store.AuditEntry) error {
 	if err != nil {
 		return err
 	}
+	return s.appendAudit(tx, raw)
+}
+
+// appendAudit appends an encoded entry, trims the entries older than
+// AuditRetention and drops the oldest beyond AuditMax.
+func (s *Store) appendAudit(tx *bolt.Tx, raw []byte) error {
 	b := tx.Bucket(bucketAudit)
 	seq, err := b.NextSequence()
 	if err != nil {
@@ -1178,29 +1060,40 @@ func (s *Store) RecordsOf(ctx context.Context, kinds ...string) (map[string][]st
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make(map[string][]store.Record, len(kinds))
-	err := s.db.View(func(tx *bolt.Tx) error {
-		for _, kind := range kinds {
-			var recs []store.Record
-			if b := tx.Bucket(bucketRecords).Bucket([]byte(kind)); b != nil {
-				err := b.ForEach(func(k, v []byte) error {
-					var r store.Record
-					if err := json.Unmarshal(v, &r); err != nil {
-						return fmt.Errorf("decode record %s/%s: %w", kind, k, err)
-					}
-					recs = append(recs, r)
-					return nil
-				})
-				if err != nil {
-					return err
-				}
-			}
-			out[kind] = recs
-		}
-		return nil
+	var out map[string][]store.Record
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		out, err = recordsOf(tx, kinds)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list records %v: %w", kinds, err)
+	}
+	return out, nil
+}
+
+// recordsOf lists the records of each kind, as RecordsOf does; nil for
+// no kinds.
+func recordsOf(tx *bolt.Tx, kinds []string) (map[string][]store.Record, error) {
+	if len(kinds) == 0 {
+		return nil, nil
+	}
+	out := make(map[string][]store.Record, len(kinds))
+	for _, kind := range kinds {
+		var recs []store.Record
+		if b := tx.Bucket(bucketRecords).Bucket([]byte(kind)); b != nil {
+			err := b.ForEach(func(k, v []byte) error {
+				var r store.Record
+				if err := json.Unmarshal(v, &r); err != nil {
+					return fmt.Errorf("decode record %s/%s: %w", kind, k, err)
+				}
+				recs = append(recs, r)
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+		out[kind] = recs
 	}
 	return out, nil
 }

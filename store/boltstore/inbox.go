@@ -222,17 +222,20 @@ func (s *Store) MarkUnanswered(ctx context.Context, conversation string, at time
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketUnans)
-		if b.Get([]byte(conversation)) != nil {
-			return nil
-		}
-		return b.Put([]byte(conversation), encodeTime(at))
-	})
+	err := s.db.Update(func(tx *bolt.Tx) error { return markUnanswered(tx, conversation, at) })
 	if err != nil {
 		return fmt.Errorf("list %s as unanswered: %w", conversation, err)
 	}
 	return nil
+}
+
+// markUnanswered lists the conversation unless it is listed already.
+func markUnanswered(tx *bolt.Tx, conversation string, at time.Time) error {
+	b := tx.Bucket(bucketUnans)
+	if b.Get([]byte(conversation)) != nil {
+		return nil
+	}
+	return b.Put([]byte(conversation), encodeTime(at))
 }
 
 // Unanswered lists conversations listed at or before the given time,

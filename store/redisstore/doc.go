@@ -14,7 +14,12 @@
 // CommitTurn, which spans a run and a conversation, writes the run first,
 // then the run's indexes, the audit entries and the conversation's part
 // (its record, inbox and lease: one script) in one pipeline, then what
-// finishing a run and unlisting an answered conversation need.
+// finishing a run and unlisting an answered conversation need. On one
+// node (or a Sentinel-managed primary), DecideAudited and ApproveAudited
+// also write the audit entry and the takeover listing in their script, and
+// BeginResume takes the lease and the claim and loads the run and the
+// conversation in one script; on a Cluster, where those keys are in other
+// hash slots, each takes one more round trip (see their docs).
 //
 // # Indexes
 //

@@ -57,6 +57,9 @@ type Store struct {
 	auditTTL  time.Duration
 	// leases announces lease releases to this process's waiters.
 	leases *leaseHub
+	// cluster is set on Redis Cluster, where a script reaches the keys of
+	// one hash slot only.
+	cluster bool
 }
 
 // New connects to the Redis at rawURL (see NewClient for the forms it
@@ -96,6 +99,7 @@ func NewFromClient(c redis.UniversalClient, opts Options) *Store {
 		auditTTL:  cmp.Or(opts.AuditRetention, store.DefaultAuditRetention),
 	}
 	s.leases = newLeaseHub(c, s.prefix+":lease-released:")
+	_, s.cluster = c.(*redis.ClusterClient)
 	return s
 }
 
@@ -487,118 +491,14 @@ func (s *Store) GetCall(ctx context.Context, callID string) (store.Call, error) 
 	return c, nil
 }
 
-// Approve is one Lua script, like Decide: see storetest.Store for the
-// contract. A zero a.At or d.At is set to now.
+// Approve is ApproveAudited with no effects.
 func (s *Store) Approve(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error) {
-	if store.RunOf(callID) == "" {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, store.ErrNotFound)
-	}
-	now := time.Now()
-	if a.At.IsZero() {
-		a.At = now
-	}
-	if d.At.IsZero() {
-		d.At = now
-	}
-	aj, err := store.EncodeJSON(a)
-	if err != nil {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
-	}
-	dj, err := store.EncodeJSON(d)
-	if err != nil {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
-	}
-	var ej, efp string
-	if edit != nil {
-		b, err := store.EncodeJSON(edit.Edit)
-		if err != nil {
-			return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
-		}
-		ej, efp = string(b), edit.Fingerprint
-	}
-	keys := []string{s.callKey(callID), s.runKey(store.RunOf(callID))}
-	res, err := approve.Run(ctx, s.c, keys, fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
-		dj, string(newrun.Outcome(d.Kind)), ej, efp).Slice()
-	if err != nil {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
-	}
-	code, _ := res[0].(string)
-	if code == "notfound" {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, store.ErrNotFound)
-	}
-	if len(res) < 3 {
-		return store.Call{}, false, fmt.Errorf("approve call %s: unexpected script reply %v", callID, res)
-	}
-	left, _ := res[1].(int64)
-	c, _, err := decodeCall(res[2:])
-	if err != nil {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
-	}
-	switch code {
-	case "ok":
-		return c, left == 0, nil
-	case "counted":
-		return c, false, nil
-	case "duplicate":
-		return c, false, fmt.Errorf("approve call %s: %w", callID, store.ErrDuplicateApproval)
-	case "decided":
-		return c, false, fmt.Errorf("approve call %s: %w", callID, store.ErrAlreadyDecided)
-	case "mismatch":
-		return c, false, fmt.Errorf("approve call %s: %w", callID, store.ErrFingerprintMismatch)
-	case "expired":
-		return c, false, fmt.Errorf("approve call %s: %w", callID, store.ErrExpired)
-	default:
-		return store.Call{}, false, fmt.Errorf("approve call %s: unexpected script reply %q", callID, code)
-	}
+	return s.ApproveAudited(ctx, callID, fingerprint, a, edit, need, d, store.Effects{})
 }
 
-// Decide is one Lua script, so one round trip: see storetest.Store for
-// the contract. A zero d.At is set to now. The call leaves the indexes
-// lazily, when a reader next finds it decided.
+// Decide is DecideAudited with no effects.
 func (s *Store) Decide(ctx context.Context, callID, fingerprint string, d store.Decision) (store.Call, bool, error) {
-	if store.RunOf(callID) == "" {
-		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, store.ErrNotFound)
-	}
-	if d.At.IsZero() {
-		d.At = time.Now()
-	}
-	dj, err := store.EncodeJSON(d)
-	if err != nil {
-		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
-	}
-	keys := []string{s.callKey(callID), s.runKey(store.RunOf(callID))}
-	res, err := decide.Run(ctx, s.c, keys,
-		fingerprint, d.Kind, d.At.UnixMicro(), dj, string(newrun.Outcome(d.Kind))).Slice()
-	if err != nil {
-		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
-	}
-	code, _ := res[0].(string)
-	if code == "notfound" {
-		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, store.ErrNotFound)
-	}
-	if len(res) < 3 {
-		return store.Call{}, false, fmt.Errorf("decide call %s: unexpected script reply %v", callID, res)
-	}
-	left, _ := res[1].(int64)
-	c, _, err := decodeCall(res[2:])
-	if err != nil {
-		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
-	}
-	switch code {
-	case "ok":
-		return c, left == 0, nil
-	case "decided":
-		return c, false, fmt.Errorf("decide call %s: %w", callID, store.ErrAlreadyDecided)
-	case "mismatch":
-		return c, false, fmt.Errorf("decide call %s: %w", callID, store.ErrFingerprintMismatch)
-	case "expired":
-		return c, false, fmt.Errorf("decide call %s: %w", callID, store.ErrExpired)
-	case "early":
-		return c, false, fmt.Errorf("decide call %s: expire before %s: %w",
-			callID, c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
-	default:
-		return store.Call{}, false, fmt.Errorf("decide call %s: unexpected script reply %q", callID, code)
-	}
+	return s.DecideAudited(ctx, callID, fingerprint, d, store.Effects{})
 }
 
 // ClaimResume is one Lua script: see storetest.Store for the contract. The

@@ -25,18 +25,15 @@ end
 return 1
 `)
 
-// decide moves a call from pending to a final status.
-// KEYS: call, run
-// ARGV: fingerprint, kind, at, decision JSON, new status
-// Returns {code, pending calls left, the call's callFields}
+// decide moves a call from pending to a final status, and writes the
+// effects of the decision (see decisionEffects).
+// KEYS: call, run [, audit, unanswered]
+// ARGV: fingerprint, kind, at, decision JSON, new status, then the effects
+// Returns {code, pending calls left, the call's callFields[, audit tail]}
 // where code is ok, notfound, decided, mismatch, expired or early.
-var decide = redis.NewScript(`
+var decide = redis.NewScript(decisionEffects + `
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return {'notfound'}
-end
-local function reply(code, left)
-  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
-  return {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]}
 end
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
 local kind = ARGV[2]
@@ -53,24 +50,25 @@ end
 redis.call('HSET', KEYS[1], 'status', ARGV[5], 'decision', ARGV[4])
 redis.call('HDEL', KEYS[1], 'remind')
 local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
+effects(ARGV[#ARGV - 3], left)
 return reply('ok', left)
 `)
 
 // approve counts one approval of a call that needs several, and decides
-// it once enough are counted. The approvals field is a JSON array of
-// approvals; edit and fp hold an edit that restarted the count.
-// KEYS: call, run
+// it once enough are counted; it writes the effects of either (see
+// decisionEffects), the audit entry completed as store.ApprovalAudit
+// does. The approvals field is a JSON array of approvals; edit and fp hold
+// an edit that restarted the count.
+// KEYS: call, run [, audit, unanswered]
 // ARGV: fingerprint, at, approver, approval JSON, need, decision JSON,
-// new status, edit JSON (empty for none), edit fingerprint
-// Returns {code, pending calls left, the call's callFields} where code is
-// ok, counted, duplicate, notfound, decided, mismatch or expired.
-var approve = redis.NewScript(`
+// new status, edit JSON (empty for none), edit fingerprint, then the
+// effects, the audit entry without its closing brace
+// Returns {code, pending calls left, the call's callFields[, audit tail]}
+// where code is ok, counted, duplicate, notfound, decided, mismatch or
+// expired.
+var approve = redis.NewScript(decisionEffects + `
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return {'notfound'}
-end
-local function reply(code, left)
-  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
-  return {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]}
 end
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
 if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return reply('mismatch', -1) end
@@ -90,12 +88,48 @@ else
   end
 end
 redis.call('HSET', KEYS[1], 'approvals', list)
-if n < tonumber(ARGV[5]) then return reply('counted', -1) end
+local entry = ARGV[#ARGV - 3]
+if entry ~= '' then
+  local outcome = 'recorded'
+  if n < tonumber(ARGV[5]) then outcome = 'counted' end
+  entry = entry .. ',"outcome":"' .. outcome .. '","detail":"' .. n .. ' of ' .. ARGV[5] .. ' approvals"}'
+end
+if n < tonumber(ARGV[5]) then
+  effects(entry, -1)
+  return reply('counted', -1)
+end
 redis.call('HSET', KEYS[1], 'status', ARGV[7], 'decision', ARGV[6])
 redis.call('HDEL', KEYS[1], 'remind')
 local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
+effects(entry, left)
 return reply('ok', left)
 `)
+
+// decisionEffects starts the decide and approve scripts: reply, and
+// effects, which writes what a decision brings with it when the script
+// has the audit and unanswered keys (one Redis node; on a Cluster they are
+// in other hash slots, and the caller writes them after the script).
+// ARGV ends with the effects: audit entry JSON (empty: none), audit max,
+// conversation to list as unanswered once nothing is pending (empty:
+// none), at (ms).
+const decisionEffects = `
+local function reply(code, left)
+  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
+  local r = {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]}
+  if #KEYS > 2 then r[13] = redis.call('LINDEX', KEYS[3], -1) end
+  return r
+end
+local function effects(entry, left)
+  if #KEYS < 4 then return end
+  if entry ~= '' then
+    redis.call('LPUSH', KEYS[3], entry)
+    redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[#ARGV - 2]) - 1)
+  end
+  if ARGV[#ARGV - 1] ~= '' and left == 0 then
+    redis.call('ZADD', KEYS[4], 'NX', ARGV[#ARGV], ARGV[#ARGV - 1])
+  end
+end
+`
 
 // claimReminder claims reminder n of a pending call and moves its
 // remind-at time; the global reminder index is updated by the caller.
@@ -283,4 +317,36 @@ while true do
   redis.call('LPOP', KEYS[1])
 end
 return redis.call('LLEN', KEYS[1])
+`)
+
+// beginResume takes the lease of a run's conversation and the run's resume
+// claim, and loads the run, its calls and the conversation (see
+// Store.BeginResume). The call keys are the run key, ":call:" and the
+// call ids runID.0, runID.1, ..., in the run's hash slot.
+// KEYS: run, claim [, conversation [, lease]]
+// ARGV: owner, ttl (ms), run id
+// Returns {code, run JSON, finished, calls (each its callFields), the
+// conversation's HGETALL} where code is claimed, idle, busy or notfound.
+var beginResume = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'run', 'pending', 'finished')
+if not v[1] then return {'notfound'} end
+local fin = v[3] or ''
+if fin == '1' or tonumber(v[2]) > 0 or redis.call('EXISTS', KEYS[2]) == 1 then
+  return {'idle', v[1], fin}
+end
+if #KEYS >= 4 then
+  local l = redis.call('GET', KEYS[4])
+  if l and l ~= ARGV[1] then return {'busy', v[1], fin} end
+  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[2])
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+local calls = {}
+for i = 0, 1000000 do
+  local f = redis.call('HMGET', KEYS[1] .. ':call:' .. ARGV[3] .. '.' .. i, 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
+  if not f[1] then break end
+  calls[#calls + 1] = f
+end
+local conv = {}
+if #KEYS >= 3 then conv = redis.call('HGETALL', KEYS[3]) end
+return {'claimed', v[1], fin, calls, conv}
 `)

@@ -61,6 +61,7 @@ type Store interface {
 	// Pending and complete is false. Of concurrent approvals each approver
 	// is counted once and exactly one of those reaching need decides.
 	Approve(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision) (c store.Call, complete bool, err error)
+	audited
 	// ClaimResume claims the single resume of a run whose calls are all
 	// decided. It returns true to exactly one caller while the claim (held
 	// for lease) is live; a claim whose lease ran out without FinishRun can

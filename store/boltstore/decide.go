@@ -1,0 +1,261 @@
+package boltstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/internal/newrun"
+)
+
+// DecideAudited is one transaction: the decision and its effects. See
+// storetest.Store for the contract. A zero d.At is set to now.
+func (s *Store) DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Call{}, false, err
+	}
+	if d.At.IsZero() {
+		d.At = time.Now()
+	}
+	var c store.Call
+	var complete bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		rec, err := pendingCall(tx, callID, &c)
+		if err != nil {
+			return err
+		}
+		special := d.Kind == "expire" || d.Kind == "cancel"
+		switch {
+		case !special && fingerprint != c.Fingerprint:
+			return store.ErrFingerprintMismatch
+		case d.Kind == "expire" && d.At.Before(c.ExpiresAt):
+			return fmt.Errorf("expire before %s: %w", c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
+		case !special && !d.At.Before(c.ExpiresAt):
+			return store.ErrExpired
+		}
+		if complete, err = decided(tx, &c, rec, d); err != nil {
+			return err
+		}
+		return s.effects(tx, d.At, complete, fx)
+	})
+	if err != nil {
+		return c, false, fmt.Errorf("decide call %s: %w", callID, err)
+	}
+	return c, complete, nil
+}
+
+// ApproveAudited is one transaction: the approval, the decision it may
+// complete, and their effects. See storetest.Store for the contract. A
+// zero a.At or d.At is set to now.
+func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Call{}, false, err
+	}
+	now := time.Now()
+	if a.At.IsZero() {
+		a.At = now
+	}
+	if d.At.IsZero() {
+		d.At = now
+	}
+	var c store.Call
+	var complete bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		rec, err := pendingCall(tx, callID, &c)
+		if err != nil {
+			return err
+		}
+		switch {
+		case fingerprint != c.Fingerprint:
+			return store.ErrFingerprintMismatch
+		case !a.At.Before(c.ExpiresAt):
+			return store.ErrExpired
+		}
+		if edit != nil {
+			e := edit.Edit
+			c.Edit, c.Fingerprint, c.Approvals = &e, edit.Fingerprint, []store.Approval{a}
+		} else {
+			for _, got := range c.Approvals {
+				if got.Approver == a.Approver {
+					return store.ErrDuplicateApproval
+				}
+			}
+			c.Approvals = append(c.Approvals, a)
+		}
+		if len(c.Approvals) < need {
+			if err := put(tx.Bucket(bucketCalls), callID, c); err != nil {
+				return err
+			}
+		} else if complete, err = decided(tx, &c, rec, d); err != nil {
+			return err
+		}
+		if fx.Audit.Action != "" {
+			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)
+		}
+		return s.effects(tx, a.At, complete, fx)
+	})
+	if err != nil {
+		return c, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	return c, complete, nil
+}
+
+// pendingCall reads a call into c and its run; store.ErrNotFound (with c
+// zero) if either is missing, store.ErrAlreadyDecided if the call is not
+// pending.
+func pendingCall(tx *bolt.Tx, callID string, c *store.Call) (runRecord, error) {
+	var rec runRecord
+	ok, err := get(tx.Bucket(bucketCalls), callID, c)
+	if err != nil {
+		return rec, err
+	}
+	if ok {
+		ok, err = get(tx.Bucket(bucketRuns), c.RunID, &rec)
+		if err != nil {
+			return rec, err
+		}
+	}
+	if !ok {
+		*c = store.Call{}
+		return rec, store.ErrNotFound
+	}
+	if c.Status != store.Pending {
+		return rec, store.ErrAlreadyDecided
+	}
+	return rec, nil
+}
+
+// decided records decision d on the pending call c of the run rec, and
+// reports whether it left no call of the run pending.
+func decided(tx *bolt.Tx, c *store.Call, rec runRecord, d store.Decision) (bool, error) {
+	c.Status = newrun.Outcome(d.Kind)
+	c.Decision = &d
+	if err := unlistReminder(tx, c.ID); err != nil {
+		return false, err
+	}
+	c.RemindAt = time.Time{}
+	if err := put(tx.Bucket(bucketCalls), c.ID, *c); err != nil {
+		return false, err
+	}
+	if err := tx.Bucket(bucketPending).Delete([]byte(c.ID)); err != nil {
+		return false, err
+	}
+	rec.Pending--
+	return rec.Pending == 0, put(tx.Bucket(bucketRuns), c.RunID, rec)
+}
+
+// effects writes the effects of a decision made at at.
+func (s *Store) effects(tx *bolt.Tx, at time.Time, complete bool, fx store.Effects) error {
+	if e := fx.Audit; e.Action != "" {
+		if e.At.IsZero() {
+			e.At = at
+		}
+		raw, err := store.EncodeJSON(e)
+		if err != nil {
+			return err
+		}
+		if err := s.appendAudit(tx, raw); err != nil {
+			return err
+		}
+	}
+	if fx.Unanswered != "" && complete {
+		return markUnanswered(tx, fx.Unanswered, at)
+	}
+	return nil
+}
+
+// BeginResume is one transaction: see storetest.Store for the contract.
+func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ResumeStart{}, err
+	}
+	if ttl <= 0 {
+		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: ttl %v is not positive", runID, ttl)
+	}
+	var rs store.ResumeStart
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var rec runRecord
+		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		rs.Run = rec.Run
+		rs.Run.Finished = rec.Finished
+		now := time.Now()
+		if rec.Finished || rec.Pending > 0 || rec.ClaimUntil.After(now) {
+			return nil
+		}
+		if lease != "" {
+			leases := tx.Bucket(bucketLeases)
+			var l leaseRecord
+			ok, err := get(leases, lease, &l)
+			if err != nil {
+				return err
+			}
+			if ok && l.Owner != owner && l.Until.After(now) {
+				rs.Busy = true
+				return nil
+			}
+			if err := put(leases, lease, leaseRecord{Owner: owner, Until: now.Add(ttl)}); err != nil {
+				return err
+			}
+		}
+		rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(ttl)
+		if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
+			return err
+		}
+		rs.Claimed = true
+		for _, id := range rec.Run.CallIDs {
+			var c store.Call
+			ok, err := get(tx.Bucket(bucketCalls), id, &c)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("call %s: %w", id, store.ErrNotFound)
+			}
+			rs.Calls = append(rs.Calls, c)
+		}
+		var conv convRecord
+		if rs.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
+			return err
+		}
+		rs.Conversation = conv.Conversation
+		rs.Records, _ = recordsOf(tx, kinds) // nil if they cannot be read
+		return nil
+	})
+	if err != nil {
+		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: %w", runID, err)
+	}
+	return rs, nil
+}
+
+// GetCallWith is one transaction: see storetest.Store for the contract.
+func (s *Store) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Call{}, nil, err
+	}
+	var c store.Call
+	var recs map[string][]store.Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		recs, _ = recordsOf(tx, kinds) // nil if they cannot be read
+		return nil
+	})
+	if err != nil {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, err)
+	}
+	return c, recs, nil
+}

@@ -1,0 +1,66 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Effects are what DecideAudited and ApproveAudited write in the same
+// atomic step as a decision, or a counted approval, that succeeds; nothing
+// of them is written when it is refused or fails.
+type Effects struct {
+	// Audit, when its Action is set, is appended to the audit log as Audit
+	// appends it (a zero At is the decision's time). ApproveAudited sets
+	// its Outcome and Detail (see ApprovalAudit).
+	Audit AuditEntry
+	// Unanswered, when set, is the conversation listed as MarkUnanswered
+	// lists it, at the decision's time, if the decision leaves no call of
+	// its run pending: the resume is then work in progress that another
+	// process takes over if this one dies before it answers.
+	Unanswered string
+}
+
+// ErrEffects is wrapped by the error of a decision that was recorded but
+// whose effects could not all be written (a store that writes them in a
+// second step); the returned call and completeness are those of the
+// recorded decision.
+var ErrEffects = errors.New("decision recorded, but not all of its effects")
+
+// Audit outcomes that ApproveAudited writes.
+const (
+	// OutcomeCounted: the approval was counted and the call still waits
+	// for more.
+	OutcomeCounted = "counted"
+	// OutcomeRecorded: the decision was recorded.
+	OutcomeRecorded = "recorded"
+)
+
+// ApprovalAudit is the audit entry ApproveAudited writes for e after an
+// approval that left n of need approvals counted.
+func ApprovalAudit(e AuditEntry, n, need int) AuditEntry {
+	e.Outcome = OutcomeRecorded
+	if n < need {
+		e.Outcome = OutcomeCounted
+	}
+	e.Detail = fmt.Sprintf("%d of %d approvals", n, need)
+	return e
+}
+
+// ResumeStart is what BeginResume found, and whether it took the resume.
+type ResumeStart struct {
+	// Run is the run (Finished set once FinishRun ended it).
+	Run Run
+	// Claimed: the resume claim, and the lease when one was asked for,
+	// are the caller's now; only then are Calls and Conversation set.
+	Claimed bool
+	// Busy: another owner holds the lease; nothing was taken.
+	Busy bool
+	// Calls are the run's calls in CallIDs order.
+	Calls []Call
+	// Conversation is the run's conversation, if Found.
+	Conversation Conversation
+	Found        bool
+	// Records are the records of the kinds asked for, by kind, read with
+	// the rest when Claimed; nil if they could not be read.
+	Records map[string][]Record
+}

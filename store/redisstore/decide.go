@@ -1,0 +1,420 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/internal/newrun"
+)
+
+// DecideAudited is one Lua script, so one round trip, with its effects on
+// one Redis node; on a Cluster the effects, in other hash slots, follow in
+// one pipeline. See storetest.Store for the contract. A zero d.At is set
+// to now. The call leaves the indexes lazily, when a reader next finds it
+// decided.
+func (s *Store) DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	if store.RunOf(callID) == "" {
+		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, store.ErrNotFound)
+	}
+	if d.At.IsZero() {
+		d.At = time.Now()
+	}
+	dj, err := store.EncodeJSON(d)
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
+	}
+	fx.Audit.At = cmpTime(fx.Audit.At, d.At)
+	entry, err := auditArg(fx.Audit)
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
+	}
+	keys, effects := s.effectsOf(callID, entry, fx, d.At)
+	args := append([]any{fingerprint, d.Kind, d.At.UnixMicro(), dj, string(newrun.Outcome(d.Kind))}, effects...)
+	res, err := decide.Run(ctx, s.c, keys, args...).Slice()
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
+	}
+	code, c, left, tail, err := decodeDecision(res)
+	if err != nil {
+		return c, false, fmt.Errorf("decide call %s: %w", callID, err)
+	}
+	switch code {
+	case "ok":
+		err = s.followEffects(ctx, left == 0, fx, d.At, tail)
+		if err != nil {
+			err = fmt.Errorf("decide call %s: %w", callID, err)
+		}
+		return c, left == 0, err
+	case "early":
+		return c, false, fmt.Errorf("decide call %s: expire before %s: %w",
+			callID, c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
+	}
+	return c, false, fmt.Errorf("decide call %s: %w", callID, refusal(code))
+}
+
+// ApproveAudited is one Lua script, like DecideAudited: see storetest.Store
+// for the contract. A zero a.At or d.At is set to now.
+func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	if store.RunOf(callID) == "" {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, store.ErrNotFound)
+	}
+	now := time.Now()
+	if a.At.IsZero() {
+		a.At = now
+	}
+	if d.At.IsZero() {
+		d.At = now
+	}
+	aj, err := store.EncodeJSON(a)
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	dj, err := store.EncodeJSON(d)
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	var ej, efp string
+	if edit != nil {
+		b, err := store.EncodeJSON(edit.Edit)
+		if err != nil {
+			return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+		}
+		ej, efp = string(b), edit.Fingerprint
+	}
+	// The script completes the entry with its outcome and detail.
+	fx.Audit.At = cmpTime(fx.Audit.At, a.At)
+	fx.Audit.Outcome, fx.Audit.Detail = "", ""
+	entry, err := auditArg(fx.Audit)
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	if entry != "" {
+		entry = entry[:len(entry)-1]
+	}
+	keys, effects := s.effectsOf(callID, entry, fx, a.At)
+	args := append([]any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
+		dj, string(newrun.Outcome(d.Kind)), ej, efp}, effects...)
+	res, err := approve.Run(ctx, s.c, keys, args...).Slice()
+	if err != nil {
+		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	code, c, left, tail, err := decodeDecision(res)
+	if err != nil {
+		return c, false, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	switch code {
+	case "ok", "counted":
+		complete := code == "ok" && left == 0
+		if fx.Audit.Action != "" {
+			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)
+		}
+		err = s.followEffects(ctx, complete, fx, a.At, tail)
+		if err != nil {
+			err = fmt.Errorf("approve call %s: %w", callID, err)
+		}
+		return c, complete, err
+	case "duplicate":
+		return c, false, fmt.Errorf("approve call %s: %w", callID, store.ErrDuplicateApproval)
+	}
+	return c, false, fmt.Errorf("approve call %s: %w", callID, refusal(code))
+}
+
+// cmpTime returns t, or def when t is zero.
+func cmpTime(t, def time.Time) time.Time {
+	if t.IsZero() {
+		return def
+	}
+	return t
+}
+
+// auditArg is the JSON of an audit entry, or "" for one without an Action.
+func auditArg(e store.AuditEntry) (string, error) {
+	if e.Action == "" {
+		return "", nil
+	}
+	b, err := store.EncodeJSON(e)
+	if err != nil {
+		return "", fmt.Errorf("audit %s: %w", e.Action, err)
+	}
+	return string(b), nil
+}
+
+// effectsOf returns the keys of the decide and approve scripts on a call,
+// and the effects arguments that end their ARGV. On a Cluster the scripts
+// get the call's keys only, and followEffects writes the effects.
+func (s *Store) effectsOf(callID, entry string, fx store.Effects, at time.Time) (keys []string, args []any) {
+	keys = []string{s.callKey(callID), s.runKey(store.RunOf(callID))}
+	if s.cluster {
+		return keys, []any{"", 0, "", 0}
+	}
+	keys = append(keys, s.auditKey(), s.unansweredKey())
+	return keys, []any{entry, s.auditMax, fx.Unanswered, at.UnixMilli()}
+}
+
+// decodeDecision reads the reply of the decide and approve scripts.
+func decodeDecision(res []any) (code string, c store.Call, left int64, tail string, err error) {
+	code, _ = res[0].(string)
+	if code == "notfound" {
+		return code, store.Call{}, 0, "", store.ErrNotFound
+	}
+	if len(res) < 12 {
+		return code, store.Call{}, 0, "", fmt.Errorf("unexpected script reply %v", res)
+	}
+	left, _ = res[1].(int64)
+	c, _, err = decodeCall(res[2:12])
+	if len(res) > 12 {
+		tail, _ = res[12].(string)
+	}
+	return code, c, left, tail, err
+}
+
+// refusal is the error of a refused decision's script code.
+func refusal(code string) error {
+	switch code {
+	case "decided":
+		return store.ErrAlreadyDecided
+	case "mismatch":
+		return store.ErrFingerprintMismatch
+	case "expired":
+		return store.ErrExpired
+	}
+	return fmt.Errorf("unexpected script reply %q", code)
+}
+
+// followEffects writes, on a Cluster, the effects of a decision made at at
+// that the script could not (see effectsOf), then trims audit entries
+// past the retention time if the oldest one kept (tail) is. A failure is
+// returned wrapped in store.ErrEffects: the decision stands.
+func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effects, at time.Time, tail string) error {
+	if s.cluster {
+		entry, err := auditArg(fx.Audit)
+		if err != nil {
+			return fmt.Errorf("%w: %w", store.ErrEffects, err)
+		}
+		var last *redis.StringCmd
+		_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if entry != "" {
+				p.LPush(ctx, s.auditKey(), entry)
+				p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1)
+				last = p.LIndex(ctx, s.auditKey(), -1)
+			}
+			if fx.Unanswered != "" && complete {
+				p.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(at.UnixMilli()), Member: fx.Unanswered})
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %w", store.ErrEffects, err)
+		}
+		if last != nil {
+			tail = last.Val()
+		}
+	}
+	if tail == "" || fx.Audit.Action == "" {
+		return nil
+	}
+	var e store.AuditEntry
+	cutoff := time.Now().Add(-s.auditTTL)
+	if json.Unmarshal([]byte(tail), &e) != nil || !e.At.Before(cutoff) {
+		return nil
+	}
+	if err := s.trimAudit(ctx, cutoff); err != nil {
+		return fmt.Errorf("%w: %w", store.ErrEffects, err)
+	}
+	return nil
+}
+
+// BeginResume is one pipeline on one Redis node: a Lua script that takes
+// the lease and the claim and loads the run, its calls and the
+// conversation, and the listings of the records asked for. On a Cluster,
+// where the lease, the run and the conversation are in three hash slots,
+// it takes the lease first (one script), then claims and loads the run and
+// reads the rest (one pipeline), and releases the lease again if the claim
+// was not taken. See storetest.Store for the contract.
+func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
+	rs, err := s.beginResume(ctx, runID, conversation, lease, owner, ttl, kinds)
+	if err != nil {
+		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: %w", runID, err)
+	}
+	return rs, nil
+}
+
+func (s *Store) beginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds []string) (store.ResumeStart, error) {
+	if ttl < time.Millisecond {
+		return store.ResumeStart{}, fmt.Errorf("ttl %v is under 1ms", ttl)
+	}
+	keys := []string{s.runKey(runID), s.claimKey(runID)}
+	if !s.cluster {
+		keys = append(keys, s.convKey(conversation))
+		if lease != "" {
+			keys = append(keys, s.leaseKey(lease))
+		}
+	} else if lease != "" {
+		ok, err := s.AcquireLease(ctx, lease, owner, ttl)
+		if err != nil || !ok {
+			return store.ResumeStart{Busy: !ok}, err
+		}
+	}
+	var res *redis.Cmd
+	var conv *redis.MapStringStringCmd
+	recs := make([]*redis.MapStringStringCmd, len(kinds))
+	// Each command's error is checked apart: records that cannot be
+	// read are left out, the rest stands.
+	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
+		res = beginResume.Eval(ctx, p, keys, owner, ttl.Milliseconds(), runID)
+		if s.cluster {
+			conv = p.HGetAll(ctx, s.convKey(conversation))
+		}
+		for i, k := range kinds {
+			recs[i] = p.HGetAll(ctx, s.recordsKey(k))
+		}
+		return nil
+	})
+	var rs store.ResumeStart
+	vals, err := res.Slice()
+	if err == nil && conv != nil {
+		err = conv.Err()
+	}
+	if err == nil {
+		var fields map[string]string
+		if conv != nil {
+			fields = conv.Val()
+		}
+		rs, err = decodeResume(conversation, vals, fields)
+	}
+	if err == nil && rs.Claimed {
+		rs.Records = records(kinds, recs)
+	}
+	if s.cluster && lease != "" && (err != nil || !rs.Claimed) {
+		err = errors.Join(err, s.ReleaseLease(ctx, lease, owner))
+	}
+	if err != nil {
+		return store.ResumeStart{}, err
+	}
+	return rs, nil
+}
+
+// GetCallWith is GetCall and RecordsOf in one pipeline (one round trip).
+func (s *Store) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	if store.RunOf(callID) == "" {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
+	}
+	var call *redis.SliceCmd
+	recs := make([]*redis.MapStringStringCmd, len(kinds))
+	// Each command's error is checked apart: records that cannot be read
+	// are left out, the call stands.
+	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		call = p.HMGet(ctx, s.callKey(callID), callFields...)
+		for i, k := range kinds {
+			recs[i] = p.HGetAll(ctx, s.recordsKey(k))
+		}
+		return nil
+	})
+	vals, err := call.Result()
+	if err != nil {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, err)
+	}
+	c, ok, err := decodeCall(vals)
+	if err != nil {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, err)
+	}
+	if !ok {
+		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
+	}
+	return c, records(kinds, recs), nil
+}
+
+// records decodes the listings of kinds; nil if there are none, or if one
+// of them failed or cannot be decoded.
+func records(kinds []string, cmds []*redis.MapStringStringCmd) map[string][]store.Record {
+	if len(kinds) == 0 {
+		return nil
+	}
+	out := make(map[string][]store.Record, len(kinds))
+	for i, k := range kinds {
+		m, err := cmds[i].Result()
+		if err != nil {
+			return nil
+		}
+		if out[k], err = decodeRecords(k, m); err != nil {
+			return nil
+		}
+	}
+	return out
+}
+
+// decodeResume reads the reply of the beginResume script, with the
+// conversation's fields from it or, when they were read apart, from conv.
+func decodeResume(conversation string, res []any, conv map[string]string) (store.ResumeStart, error) {
+	code, _ := res[0].(string)
+	if code == "notfound" {
+		return store.ResumeStart{}, store.ErrNotFound
+	}
+	if len(res) < 3 {
+		return store.ResumeStart{}, fmt.Errorf("unexpected script reply %v", res)
+	}
+	var rs store.ResumeStart
+	raw, _ := res[1].(string)
+	if err := json.Unmarshal([]byte(raw), &rs.Run); err != nil {
+		return store.ResumeStart{}, fmt.Errorf("decode run: %w", err)
+	}
+	fin, _ := res[2].(string)
+	rs.Run.Finished = fin == "1"
+	switch code {
+	case "busy":
+		rs.Busy = true
+		return rs, nil
+	case "idle":
+		return rs, nil
+	case "claimed":
+	default:
+		return store.ResumeStart{}, fmt.Errorf("unexpected script reply %q", code)
+	}
+	if len(res) < 5 {
+		return store.ResumeStart{}, fmt.Errorf("unexpected script reply %v", res)
+	}
+	rs.Claimed = true
+	calls, _ := res[3].([]any)
+	for i, v := range calls {
+		f, _ := v.([]any)
+		c, ok, err := decodeCall(f)
+		if err != nil {
+			return store.ResumeStart{}, fmt.Errorf("call %d: %w", i, err)
+		}
+		if ok {
+			rs.Calls = append(rs.Calls, c)
+		}
+	}
+	if len(rs.Calls) != len(rs.Run.CallIDs) {
+		return store.ResumeStart{}, fmt.Errorf("run has %d calls, found %d: %w", len(rs.Run.CallIDs), len(rs.Calls), store.ErrNotFound)
+	}
+	for i, c := range rs.Calls {
+		if c.ID != rs.Run.CallIDs[i] {
+			return store.ResumeStart{}, fmt.Errorf("call %d is %s, want %s", i, c.ID, rs.Run.CallIDs[i])
+		}
+	}
+	if conv == nil {
+		flat, _ := res[4].([]any)
+		conv = make(map[string]string, len(flat)/2)
+		for i := 0; i+1 < len(flat); i += 2 {
+			k, _ := flat[i].(string)
+			conv[k], _ = flat[i+1].(string)
+		}
+	}
+	if len(conv) == 0 {
+		return rs, nil
+	}
+	c, err := decodeConversation(conversation, conv)
+	if err != nil {
+		return store.ResumeStart{}, fmt.Errorf("decode conversation %s: %w", conversation, err)
+	}
+	rs.Conversation, rs.Found = c, true
+	return rs, nil
+}

@@ -1,0 +1,250 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// audited is the part of the contract about decisions written with their
+// effects, so that a click is decided, audited and, when it completes its
+// step, listed for takeover in one step.
+type audited interface {
+	// DecideAudited is Decide, and, in the same atomic step when the
+	// decision is recorded, its effects (see store.Effects): fx.Audit
+	// appended to the audit log, and fx.Unanswered listed as
+	// MarkUnanswered lists it, at d.At, when complete. A refusal writes
+	// none of them. A store that must write the effects in a second step
+	// returns the recorded decision with an error wrapping
+	// store.ErrEffects when that step failed.
+	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
+	// ApproveAudited is Approve with effects as DecideAudited writes them,
+	// for a counted approval as for one that decides the call; the audit
+	// entry is store.ApprovalAudit(fx.Audit, approvals counted, need), at
+	// a.At when its At is zero.
+	ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
+	// BeginResume takes, in one atomic step, what the resume of a run
+	// needs before it starts: the lease on the key lease for owner (taken
+	// or renewed as AcquireLease does; an empty lease means the caller
+	// holds it already) and the run's resume claim (as ClaimResume takes
+	// it), both for ttl, and loads the run, its calls and conversation
+	// (the run's, which the caller names). It takes nothing and returns
+	// the Run with Claimed false when the run is finished, has a pending
+	// call or a live claim, and with Busy set when another owner holds
+	// the lease (a store may report Busy before it looks at the run).
+	// When it claims, it also lists the records of kinds, as RecordsOf
+	// lists them, in Records (nil if they cannot be read: the rest
+	// stands).
+	// store.ErrNotFound for an unknown run.
+	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error)
+	// GetCallWith is GetCall and RecordsOf(kinds) in one round trip or
+	// transaction; store.ErrNotFound for an unknown call. The records are
+	// nil if they cannot be read; the call stands.
+	GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error)
+}
+
+// auditedEffects are the effects of a decision on c in its conversation.
+func auditedEffects(c store.Call, actor string) store.Effects {
+	return store.Effects{
+		Audit:      store.AuditEntry{Actor: actor, Action: "decide", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Decision: "approve"},
+		Unanswered: c.Conversation,
+	}
+}
+
+// auditedCalls returns the call ids and outcomes of the audit log, oldest
+// first.
+func auditedCalls(t *testing.T, s Store) []string {
+	t.Helper()
+	log, err := s.AuditLog(t.Context(), 0)
+	if err != nil {
+		t.Fatalf("AuditLog: %v", err)
+	}
+	var out []string
+	for _, e := range slices.Backward(log) {
+		out = append(out, e.CallID+" "+e.Outcome+" "+e.Detail)
+	}
+	return out
+}
+
+func testDecideAudited(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 2, func(r *store.Run, cs []store.Call) {
+		r.Conversation = "T1/C1/" + r.ID
+		for i := range cs {
+			cs[i].Conversation = r.Conversation
+		}
+	})
+	conv := calls[0].Conversation
+	d := approve("U_APPROVER")
+	fx := auditedEffects(calls[0], "U_APPROVER")
+	fx.Audit.Outcome = "recorded"
+	if _, _, err := s.DecideAudited(ctx, calls[0].ID, "other", d, fx); !errors.Is(err, store.ErrFingerprintMismatch) {
+		t.Fatalf("DecideAudited with another fingerprint: error = %v, want ErrFingerprintMismatch", err)
+	}
+	if got := auditedCalls(t, s); len(got) != 0 {
+		t.Errorf("audit log after a refused DecideAudited = %q, want nothing", got)
+	}
+	got, complete, err := s.DecideAudited(ctx, calls[0].ID, calls[0].Fingerprint, d, fx)
+	if err != nil || complete || got.Status != store.Decided {
+		t.Fatalf("DecideAudited(%s) = %q, complete %v, %v; want decided, false, nil", calls[0].ID, got.Status, complete, err)
+	}
+	if got := unanswered(t, s, time.Now().Add(time.Minute)); len(got) != 0 {
+		t.Errorf("Unanswered after a decision that left a call pending = %q, want nothing", got)
+	}
+	if _, _, err := s.DecideAudited(ctx, calls[0].ID, calls[0].Fingerprint, d, fx); !errors.Is(err, store.ErrAlreadyDecided) {
+		t.Fatalf("DecideAudited(%s) again: error = %v, want ErrAlreadyDecided", calls[0].ID, err)
+	}
+	fx = auditedEffects(calls[1], "U_APPROVER")
+	fx.Audit.Outcome = "recorded"
+	if _, complete, err = s.DecideAudited(ctx, calls[1].ID, calls[1].Fingerprint, d, fx); err != nil || !complete {
+		t.Fatalf("DecideAudited(%s) = complete %v, %v; want true, nil", calls[1].ID, complete, err)
+	}
+	s = reopen()
+	want := []string{calls[0].ID + " recorded ", calls[1].ID + " recorded "}
+	if got := auditedCalls(t, s); !slices.Equal(got, want) {
+		t.Errorf("audit log after two decisions = %q, want %q", got, want)
+	}
+	if log, _ := s.AuditLog(ctx, 1); len(log) == 1 && (!log[0].At.Equal(d.At) || log[0].Thread != conv || log[0].Fingerprint != calls[1].Fingerprint) {
+		t.Errorf("audit entry = %+v, want the fields written, at the decision's time", log[0])
+	}
+	if got := unanswered(t, s, d.At.Add(-time.Second)); len(got) != 0 {
+		t.Errorf("Unanswered(before the decision) = %q, want nothing", got)
+	}
+	if got := unanswered(t, s, d.At.Add(time.Second)); !slices.Equal(got, []string{conv}) {
+		t.Errorf("Unanswered after the decision that completed the step = %q, want [%s]", got, conv)
+	}
+}
+
+func testApproveAudited(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 1, func(r *store.Run, cs []store.Call) {
+		r.Conversation = "T1/C1/" + r.ID
+		cs[0].Conversation = r.Conversation
+	})
+	c := calls[0]
+	first := approval("U_A")
+	if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, first, nil, 2, approve("U_A"), auditedEffects(c, "U_A")); err != nil {
+		t.Fatalf("first ApproveAudited: %v", err)
+	}
+	if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, 2, approve("U_A"), auditedEffects(c, "U_A")); !errors.Is(err, store.ErrDuplicateApproval) {
+		t.Fatalf("ApproveAudited by the same approver: error = %v, want ErrDuplicateApproval", err)
+	}
+	if got := unanswered(t, s, time.Now().Add(time.Minute)); len(got) != 0 {
+		t.Errorf("Unanswered after a counted approval = %q, want nothing", got)
+	}
+	second := approval("U_B")
+	_, complete, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, second, nil, 2, approve("U_B"), auditedEffects(c, "U_B"))
+	if err != nil || !complete {
+		t.Fatalf("second ApproveAudited = complete %v, %v; want true, nil", complete, err)
+	}
+	want := []string{c.ID + " counted 1 of 2 approvals", c.ID + " recorded 2 of 2 approvals"}
+	if got := auditedCalls(t, s); !slices.Equal(got, want) {
+		t.Errorf("audit log after two approvals = %q, want %q", got, want)
+	}
+	log, _ := s.AuditLog(ctx, 2)
+	if len(log) == 2 && (log[0].Actor != "U_B" || !log[0].At.Equal(second.At) || !log[1].At.Equal(first.At) || log[1].Tool != c.Tool) {
+		t.Errorf("audit entries = %+v, want each approver's, at its approval's time", log)
+	}
+	if got := unanswered(t, s, time.Now().Add(time.Minute)); !slices.Equal(got, []string{c.Conversation}) {
+		t.Errorf("Unanswered after the approval that completed the step = %q, want [%s]", got, c.Conversation)
+	}
+}
+
+func testBeginResume(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	r, calls := create(t, s, 2, nil)
+	lease := "conv:" + r.Conversation + "/" + r.ID
+	if _, err := s.BeginResume(ctx, store.NewRunID(), r.Conversation, lease, "a", time.Minute); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("BeginResume of an unknown run: error = %v, want ErrNotFound", err)
+	}
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute); err != nil || rs.Claimed || rs.Busy || rs.Run.ID != r.ID {
+		t.Fatalf("BeginResume with a call pending = %+v, %v; want the run, not claimed", rs, err)
+	}
+	decideAll(t, s, calls)
+	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease after a BeginResume that took nothing = %v, %v; want true, nil", ok, err)
+	}
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute); err != nil || rs.Claimed || !rs.Busy {
+		t.Fatalf("BeginResume while b holds the lease = claimed %v busy %v, %v; want busy", rs.Claimed, rs.Busy, err)
+	}
+	if !stalled(t, s, r.ID) {
+		t.Errorf("Stalled does not list %s after a busy BeginResume: it took the claim", r.ID)
+	}
+	if err := s.ReleaseLease(ctx, lease, "b"); err != nil {
+		t.Fatal(err)
+	}
+	putRecord(t, s, "rules", "r1")
+	rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", short, "rules", "none")
+	if err != nil || !rs.Claimed || rs.Busy {
+		t.Fatalf("BeginResume of a decided run = claimed %v busy %v, %v; want claimed", rs.Claimed, rs.Busy, err)
+	}
+	if got := rs.Records; len(got) != 2 || len(got["rules"]) != 1 || got["rules"][0].ID != "r1" || len(got["none"]) != 0 {
+		t.Errorf("BeginResume records = %+v, want rules [r1] and none []", got)
+	}
+	if got := callIDs(rs.Calls); !slices.Equal(got, r.CallIDs) || rs.Calls[0].Status != store.Decided || rs.Calls[0].Decision == nil {
+		t.Errorf("BeginResume calls = %v (first %+v), want the decided calls %v", got, rs.Calls[0], r.CallIDs)
+	}
+	if !rs.Found || rs.Conversation.Key != r.Conversation || rs.Conversation.PausedRun != r.ID {
+		t.Errorf("BeginResume conversation = %+v (found %v), want %s paused on %s", rs.Conversation, rs.Found, r.Conversation, r.ID)
+	}
+	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || ok {
+		t.Errorf("AcquireLease by b after a's BeginResume = %v, %v; want false: a holds the lease", ok, err)
+	}
+	if ok, err := s.ClaimResume(ctx, r.ID, "b", time.Minute); err != nil || ok {
+		t.Errorf("ClaimResume by b after a's BeginResume = %v, %v; want false: a holds the claim", ok, err)
+	}
+	if ok, err := s.RenewClaim(ctx, r.ID, "a", short); err != nil || !ok {
+		t.Errorf("RenewClaim by a after its BeginResume = %v, %v; want true", ok, err)
+	}
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute); err != nil || rs.Claimed {
+		t.Errorf("BeginResume again while the claim is live = claimed %v, %v; want false", rs.Claimed, err)
+	}
+	// Without a lease the caller holds it: the claim of a process that
+	// died (its claim ran out) is taken over under the caller's lease.
+	eventually(t, "BeginResume without a lease claims the run once a's claim ran out", func() (bool, error) {
+		rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "c", time.Minute)
+		return rs.Claimed && len(rs.Calls) == 2, err
+	})
+	if err := s.FinishRun(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "d", time.Minute); err != nil || rs.Claimed || !rs.Run.Finished {
+		t.Errorf("BeginResume of a finished run = claimed %v finished %v, %v; want finished, not claimed", rs.Claimed, rs.Run.Finished, err)
+	}
+}
+
+// putRecord stores a record of kind with id.
+func putRecord(t *testing.T, s Store, kind, id string) {
+	t.Helper()
+	if _, err := s.PutRecord(t.Context(), store.Record{Kind: kind, ID: id, Data: []byte(`{"n":1}`)}, -1); err != nil {
+		t.Fatalf("PutRecord(%s/%s): %v", kind, id, err)
+	}
+}
+
+func testGetCallWith(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 1, nil)
+	putRecord(t, s, "rules", "r1")
+	putRecord(t, s, "rules", "r2")
+	c, recs, err := s.GetCallWith(ctx, calls[0].ID, "rules", "none")
+	if err != nil {
+		t.Fatalf("GetCallWith(%s): %v", calls[0].ID, err)
+	}
+	if c.ID != calls[0].ID || c.Fingerprint != calls[0].Fingerprint || c.Status != store.Pending {
+		t.Errorf("GetCallWith call = %+v, want %s pending", c, calls[0].ID)
+	}
+	if len(recs) != 2 || len(recs["rules"]) != 2 || recs["rules"][0].ID != "r1" || recs["rules"][1].Version != 1 || len(recs["none"]) != 0 {
+		t.Errorf("GetCallWith records = %+v, want rules [r1 r2] and none []", recs)
+	}
+	if _, _, err := s.GetCallWith(ctx, store.CallID(store.NewRunID(), 0), "rules"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetCallWith of an unknown call: error = %v, want ErrNotFound", err)
+	}
+}
