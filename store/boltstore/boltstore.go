@@ -59,6 +59,7 @@ type Options struct {
 // processes out.
 type Store struct {
 	db        *bolt.DB
+	commits   committer
 	retention time.Duration
 	convTTL   time.Duration
 	auditMax  uint64
@@ -146,6 +147,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		db:        db,
+		commits:   committer{db: db},
 		retention: cmp.Or(opts.Retention, DefaultRetention),
 		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
 		auditMax:  uint64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
@@ -179,6 +181,98 @@ func (s *Store) Ping(ctx context.Context) error {
 		return err
 	}
 	return s.db.View(func(*bolt.Tx) error { return nil })
+}
+
+// committer commits write transactions in groups: a write that arrives
+// while no commit is running commits at once, alone; writes that arrive
+// during a commit wait for it and then commit together, in one
+// transaction and one fsync. So an idle store commits each write at once,
+// and a busy one does not queue its writers one fsync each.
+//
+// The writes of a group run in arrival order in one transaction. If one
+// returns an error, the transaction is rolled back, the others run again
+// without it and it runs again alone, its error then being its answer
+// (as in bbolt's DB.Batch): a write function may run more than once, so it
+// must set everything it returns on each run and change nothing outside
+// the transaction.
+type committer struct {
+	db    *bolt.DB
+	mu    sync.Mutex
+	queue []*write // waiting for the next commit, in arrival order
+	busy  bool     // a commit is running or its leader is about to start it
+}
+
+// write is one queued write transaction. Its goroutine waits for done (its
+// group was committed or failed, err says which) or for lead (it is first
+// in the queue and commits the next group).
+type write struct {
+	fn   func(*bolt.Tx) error
+	err  error
+	done chan struct{}
+	lead chan struct{}
+}
+
+// update runs fn in a write transaction, committed with the writes that
+// arrive while the previous commit runs, and returns fn's error or the
+// commit's. fn may run more than once: see committer.
+func (c *committer) update(fn func(*bolt.Tx) error) error {
+	w := &write{fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	c.mu.Lock()
+	c.queue = append(c.queue, w)
+	if !c.busy {
+		c.busy = true
+		w.lead <- struct{}{}
+	}
+	c.mu.Unlock()
+	select {
+	case <-w.done:
+		return w.err
+	case <-w.lead:
+	}
+	c.mu.Lock()
+	group := c.queue // w is first: only a leader takes the queue
+	c.queue = nil
+	c.mu.Unlock()
+	c.commit(group)
+	c.mu.Lock()
+	if len(c.queue) > 0 {
+		c.queue[0].lead <- struct{}{}
+	} else {
+		c.busy = false
+	}
+	c.mu.Unlock()
+	return w.err
+}
+
+// commit runs the group in one transaction and tells each write its
+// outcome; a write that fails runs again alone.
+func (c *committer) commit(group []*write) {
+	for len(group) > 0 {
+		failed := -1
+		err := c.db.Update(func(tx *bolt.Tx) error {
+			for i, w := range group {
+				if err := w.fn(tx); err != nil {
+					failed = i
+					return err
+				}
+			}
+			return nil
+		})
+		if failed < 0 {
+			for _, w := range group {
+				w.err = err
+				close(w.done)
+			}
+			return
+		}
+		w := group[failed]
+		group = slices.Delete(group, failed, failed+1)
+		w.err = err
+		if failed > 0 { // it ran after others: run it again alone
+			w.err = c.db.Update(w.fn)
+		}
+		close(w.done)
+	}
 }
 
 func (s *Store) pruneLoop(every time.Duration) {
@@ -329,7 +423,7 @@ func (s *Store) SaveConversation(ctx context.Context, c store.Conversation) erro
 	if c.UpdatedAt.IsZero() {
 		c.UpdatedAt = now
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		return put(tx.Bucket(bucketConvs), c.Key, convRecord{Conversation: c, DeleteAt: now.Add(s.convTTL)})
 	})
 	if err != nil {
@@ -370,7 +464,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 	if err != nil {
 		return fmt.Errorf("create run: %w", err)
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.commits.update(func(tx *bolt.Tx) error {
 		runs := tx.Bucket(bucketRuns)
 		if runs.Get([]byte(r.ID)) != nil {
 			return store.ErrRunExists
@@ -484,7 +578,8 @@ func (s *Store) Approve(ctx context.Context, callID, fingerprint string, a store
 	}
 	var c store.Call
 	var complete bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		c, complete = store.Call{}, false
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
 			return err
@@ -554,7 +649,8 @@ func (s *Store) Decide(ctx context.Context, callID, fingerprint string, d store.
 	}
 	var c store.Call
 	var complete bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		c, complete = store.Call{}, false
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
 			return err
@@ -612,7 +708,8 @@ func (s *Store) ClaimResume(ctx context.Context, runID, owner string, lease time
 		return false, fmt.Errorf("claim resume of run %s: lease %v is not positive", runID, lease)
 	}
 	var claimed bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		claimed = false
 		var rec runRecord
 		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
 		if err != nil {
@@ -641,7 +738,8 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 		return false, err
 	}
 	var begun bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		begun = false
 		var c store.Call
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
@@ -668,7 +766,7 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		var c store.Call
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
@@ -697,7 +795,7 @@ func (s *Store) FinishRun(ctx context.Context, runID string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		var rec runRecord
 		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
 		if err != nil {
@@ -867,7 +965,8 @@ func (s *Store) ClaimReminder(ctx context.Context, callID string, n int, next ti
 		return false, fmt.Errorf("claim reminder %d of call %s: reminders count from 1", n, callID)
 	}
 	var claimed bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		claimed = false
 		var c store.Call
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
@@ -970,7 +1069,8 @@ func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Du
 		return false, fmt.Errorf("acquire lease %s: ttl %v is not positive", key, ttl)
 	}
 	var got bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		got = false
 		b := tx.Bucket(bucketLeases)
 		var rec leaseRecord
 		ok, err := get(b, key, &rec)
@@ -996,7 +1096,7 @@ func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketLeases)
 		var rec leaseRecord
 		ok, err := get(b, key, &rec)
@@ -1024,7 +1124,7 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.commits.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAudit)
 		seq, err := b.NextSequence()
 		if err != nil {
@@ -1106,7 +1206,7 @@ func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int
 	if r.UpdatedAt.IsZero() {
 		r.UpdatedAt = time.Now()
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		b, err := tx.Bucket(bucketRecords).CreateBucketIfNotExists([]byte(r.Kind))
 		if err != nil {
 			return err
@@ -1191,7 +1291,7 @@ func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketRecords).Bucket([]byte(kind))
 		if b == nil || b.Get([]byte(id)) == nil {
 			return store.ErrNotFound
@@ -1214,7 +1314,8 @@ func (s *Store) SeenEvent(ctx context.Context, id string, ttl time.Duration) (bo
 		return false, fmt.Errorf("record event %s: ttl %v is not positive", id, ttl)
 	}
 	var fresh bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		fresh = false
 		b := tx.Bucket(bucketSeen)
 		now := time.Now()
 		if v := b.Get([]byte(id)); v != nil && decodeTime(v).After(now) {

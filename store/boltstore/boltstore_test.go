@@ -2,8 +2,10 @@ package boltstore_test
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,3 +124,55 @@ func TestAuditRetentionTrims(t *testing.T) {
 		t.Errorf("AuditLog after trimming = %+v, %v; want only the new entry", log, err)
 	}
 }
+
+// benchAccept accepts b.N messages, each in a conversation of its own, from
+// perCPU goroutines per GOMAXPROCS at once, and reports the mean time a
+// caller waits for its accept (wait/op; ns/op is the time per accept of the
+// whole group).
+func benchAccept(b *testing.B, perCPU int) {
+	path := filepath.Join(b.TempDir(), "toolgate.db")
+	s, err := boltstore.Open(path, boltstore.Options{})
+	if err != nil {
+		b.Fatalf("Open(%s): %v", path, err)
+	}
+	defer s.Close()
+	ctx := b.Context()
+	var n, waited atomic.Int64
+	b.SetParallelism(perCPU)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			m := store.Inbound{EventID: fmt.Sprint("Ev", i), MsgID: fmt.Sprint("M", i), User: "U1", Channel: "C1", Text: "hello"}
+			start := time.Now()
+			if _, got, err := s.AcceptMessage(ctx, fmt.Sprint("C1:", i), m, false); err != nil || got != store.Accepted {
+				b.Errorf("AcceptMessage %d = %q, %v; want accepted", i, got, err)
+				return
+			}
+			waited.Add(int64(time.Since(start)))
+		}
+	})
+	b.ReportMetric(float64(waited.Load())/float64(b.N), "wait-ns/op")
+}
+
+// BenchmarkAcceptMessage is one caller at a time: the latency of an accept
+// when the bot is idle.
+func BenchmarkAcceptMessage(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "toolgate.db")
+	s, err := boltstore.Open(path, boltstore.Options{})
+	if err != nil {
+		b.Fatalf("Open(%s): %v", path, err)
+	}
+	defer s.Close()
+	ctx := b.Context()
+	for i := 0; b.Loop(); i++ {
+		m := store.Inbound{EventID: fmt.Sprint("Ev", i), MsgID: fmt.Sprint("M", i), User: "U1", Channel: "C1", Text: "hello"}
+		if _, got, err := s.AcceptMessage(ctx, fmt.Sprint("C1:", i), m, false); err != nil || got != store.Accepted {
+			b.Fatalf("AcceptMessage %d = %q, %v; want accepted", i, got, err)
+		}
+	}
+}
+
+// BenchmarkAcceptMessageParallel is 64 callers per CPU at once, as in a
+// burst of events.
+func BenchmarkAcceptMessageParallel(b *testing.B) { benchAccept(b, 64) }

@@ -59,7 +59,8 @@ func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.
 		return false, fmt.Errorf("renew resume claim of run %s: lease %v is not positive", runID, lease)
 	}
 	var renewed bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		renewed = false
 		var rec runRecord
 		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
 		if err != nil {
@@ -86,7 +87,7 @@ func seenInboxKey(conversation, kind, id string) []byte {
 	return []byte("inbox\x00" + conversation + "\x00" + kind + "\x00" + id)
 }
 
-// AcceptMessage is one transaction (batched with concurrent ones): see
+// AcceptMessage is one transaction (committed with concurrent ones): see
 // storetest.Store for the contract.
 func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
 	if err := ctx.Err(); err != nil {
@@ -97,9 +98,7 @@ func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.
 		m.At = now
 	}
 	var got store.Acceptance
-	// Batch: concurrent accepts (a burst of events) share one commit. The
-	// function may run twice, so it sets everything it returns.
-	err := s.db.Batch(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		got = ""
 		seen, inbox, unans := tx.Bucket(bucketSeen), tx.Bucket(bucketInbox), tx.Bucket(bucketUnans)
 		var rec inboxRecord
@@ -183,7 +182,7 @@ func (s *Store) AnswerInbox(ctx context.Context, conversation string, upTo int64
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		inbox := tx.Bucket(bucketInbox)
 		var rec inboxRecord
 		found, err := get(inbox, conversation, &rec)
@@ -218,7 +217,7 @@ func (s *Store) MarkUnanswered(ctx context.Context, conversation string, at time
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketUnans)
 		if b.Get([]byte(conversation)) != nil {
 			return nil
