@@ -290,81 +290,131 @@ func (s *Store) pruneLoop(every time.Duration) {
 	}
 }
 
-// prune deletes runs, conversations, leases and event ids whose time has
-// passed.
+// prune deletes runs, conversations, inboxes, leases and event ids whose
+// time has passed. It finds them in a read transaction, which the writes
+// of the bot do not wait for, and deletes them in a write transaction that
+// checks each one again, so that a scan of a large file does not hold up
+// the writes.
 func (s *Store) prune(now time.Time) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		var runs [][]byte
-		err := tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
-			var rec runRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("decode run %s: %w", k, err)
-			}
-			if !rec.DeleteAt.After(now) {
-				runs = append(runs, k)
-				for _, id := range rec.Run.CallIDs {
-					if err := unlistReminder(tx, id); err != nil {
-						return err
-					}
-					for _, b := range [][]byte{bucketCalls, bucketPending} {
-						if err := tx.Bucket(b).Delete([]byte(id)); err != nil {
-							return err
-						}
-					}
+	rules := s.pruneRules(now)
+	found := make([][][]byte, len(rules))
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for i, r := range rules {
+			err := tx.Bucket(r.bucket).ForEach(func(k, v []byte) error {
+				gone, err := r.expired(tx, k, v)
+				if gone {
+					found[i] = append(found[i], bytes.Clone(k))
 				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range runs {
-			if err := tx.Bucket(bucketRuns).Delete(k); err != nil {
+				return err
+			})
+			if err != nil {
 				return err
 			}
-			if err := tx.Bucket(bucketActive).Delete(k); err != nil {
-				return err
-			}
-		}
-		if err := deleteWhere(tx.Bucket(bucketConvs), func(v []byte) bool {
-			var rec convRecord
-			return json.Unmarshal(v, &rec) == nil && !rec.DeleteAt.After(now)
-		}); err != nil {
-			return err
-		}
-		if err := deleteWhere(tx.Bucket(bucketLeases), func(v []byte) bool {
-			var rec leaseRecord
-			return json.Unmarshal(v, &rec) == nil && !rec.Until.After(now)
-		}); err != nil {
-			return err
-		}
-		if err := deleteWhere(tx.Bucket(bucketSeen), func(v []byte) bool {
-			return !decodeTime(v).After(now)
-		}); err != nil {
-			return err
-		}
-		return pruneInbox(tx, now, s.convTTL)
-	})
-}
-
-// deleteWhere deletes the keys of b whose value satisfies drop.
-func deleteWhere(b *bolt.Bucket, drop func(v []byte) bool) error {
-	var keys [][]byte
-	err := b.ForEach(func(k, v []byte) error {
-		if drop(v) {
-			keys = append(keys, k)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for _, k := range keys {
-		if err := b.Delete(k); err != nil {
-			return err
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for i, r := range rules {
+			b := tx.Bucket(r.bucket)
+			for _, k := range found[i] {
+				v := b.Get(k)
+				if v == nil {
+					continue
+				}
+				if gone, err := r.expired(tx, k, v); err != nil || !gone {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+				if r.drop != nil {
+					if err := r.drop(tx, k, v); err != nil {
+						return err
+					}
+				}
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// pruneRule says which keys of a bucket prune deletes, and what else goes
+// with each (drop, before the key is deleted).
+type pruneRule struct {
+	bucket  []byte
+	expired func(tx *bolt.Tx, k, v []byte) (bool, error)
+	drop    func(tx *bolt.Tx, k, v []byte) error
+}
+
+// expiry is the deletion time of a run, conversation or inbox record.
+type expiry struct {
+	DeleteAt time.Time `json:"delete_at"`
+	Until    time.Time `json:"until"` // of a lease
+}
+
+// pruneRules are the rules of a prune at now, in the order they apply: an
+// inbox is deleted before the listing of its conversation.
+func (s *Store) pruneRules(now time.Time) []pruneRule {
+	past := func(field func(expiry) time.Time) func(*bolt.Tx, []byte, []byte) (bool, error) {
+		return func(_ *bolt.Tx, _, v []byte) (bool, error) {
+			var e expiry
+			return json.Unmarshal(v, &e) == nil && !field(e).After(now), nil
 		}
 	}
-	return nil
+	deleteAt := past(func(e expiry) time.Time { return e.DeleteAt })
+	return []pruneRule{
+		{bucket: bucketRuns, expired: func(_ *bolt.Tx, k, v []byte) (bool, error) {
+			var e expiry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return false, fmt.Errorf("decode run %s: %w", k, err)
+			}
+			return !e.DeleteAt.After(now), nil
+		}, drop: dropRun},
+		{bucket: bucketConvs, expired: deleteAt},
+		{bucket: bucketLeases, expired: past(func(e expiry) time.Time { return e.Until })},
+		{bucket: bucketSeen, expired: func(_ *bolt.Tx, _, v []byte) (bool, error) {
+			return !decodeTime(v).After(now), nil
+		}},
+		{bucket: bucketInbox, expired: deleteAt},
+		// The listing of a conversation with no inbox left, older than a
+		// conversation lives.
+		{bucket: bucketUnans, expired: func(tx *bolt.Tx, k, v []byte) (bool, error) {
+			if !decodeTime(v).Add(s.convTTL).Before(now) {
+				return false, nil
+			}
+			inbox := tx.Bucket(bucketInbox).Get(k)
+			if inbox == nil {
+				return true, nil
+			}
+			return deleteAt(tx, k, inbox)
+		}},
+	}
+}
+
+// dropRun deletes the calls of a run, and takes it out of the unfinished
+// runs.
+func dropRun(tx *bolt.Tx, k, v []byte) error {
+	var rec runRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return fmt.Errorf("decode run %s: %w", k, err)
+	}
+	for _, id := range rec.Run.CallIDs {
+		if err := unlistReminder(tx, id); err != nil {
+			return err
+		}
+		for _, b := range [][]byte{bucketCalls, bucketPending} {
+			if err := tx.Bucket(b).Delete([]byte(id)); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Bucket(bucketActive).Delete(k)
 }
 
 // remindKey is the bucketRemind key of a call reminded at t: in time

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -176,3 +177,70 @@ func BenchmarkAcceptMessage(b *testing.B) {
 // BenchmarkAcceptMessageParallel is 64 callers per CPU at once, as in a
 // burst of events.
 func BenchmarkAcceptMessageParallel(b *testing.B) { benchAccept(b, 64) }
+
+// Open prunes what has lapsed: a conversation, its inbox and its listing as
+// unanswered, and a finished run, and keeps what has not.
+func TestOpenPrunesLapsed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	ctx := t.Context()
+	short := boltstore.Options{ConversationTTL: time.Nanosecond, Retention: time.Nanosecond}
+	s, err := boltstore.Open(path, short)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	r := store.Run{ID: store.NewRunID(), Conversation: "C1:1.1"}
+	if err := s.CreateRun(ctx, r, []store.Call{{ID: store.CallID(r.ID, 0), Fingerprint: "fp", ExpiresAt: time.Now().Add(time.Hour)}}); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	if err := s.FinishRun(ctx, r.ID); err != nil {
+		t.Fatalf("FinishRun: %v", err)
+	}
+	if _, _, err := s.AcceptMessage(ctx, "C1:1.1", store.Inbound{EventID: "Ev1", User: "U1", Channel: "C1", Text: "hi"}, false); err != nil {
+		t.Fatalf("AcceptMessage: %v", err)
+	}
+	s.Close()
+	s, err = boltstore.Open(path, short)
+	if err != nil {
+		t.Fatalf("reopen %s: %v", path, err)
+	}
+	defer func() { s.Close() }()
+	if _, err := s.LoadConversation(ctx, "C1:1.1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadConversation of a lapsed conversation after Open: error = %v, want ErrNotFound", err)
+	}
+	if _, _, err := s.LoadRun(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadRun of a finished run past its retention after Open: error = %v, want ErrNotFound", err)
+	}
+	if in, err := s.Inbox(ctx, "C1:1.1"); err != nil || len(in) != 0 {
+		t.Errorf("Inbox of a lapsed conversation after Open = %v, %v; want empty", in, err)
+	}
+	if un, err := s.Unanswered(ctx, time.Now(), 0); err != nil || len(un) != 0 {
+		t.Errorf("Unanswered after Open = %v, %v; want none", un, err)
+	}
+	s.Close()
+	// Kept for a day from now: still there after the next Open.
+	long := boltstore.Options{ConversationTTL: 24 * time.Hour, Retention: 24 * time.Hour}
+	s, err = boltstore.Open(path, long)
+	if err != nil {
+		t.Fatalf("reopen %s: %v", path, err)
+	}
+	if err := s.SaveConversation(ctx, store.Conversation{Key: "C2:1.1"}); err != nil {
+		t.Fatalf("SaveConversation: %v", err)
+	}
+	if _, _, err := s.AcceptMessage(ctx, "C2:1.1", store.Inbound{EventID: "Ev2", User: "U1", Channel: "C2", Text: "hi"}, false); err != nil {
+		t.Fatalf("AcceptMessage: %v", err)
+	}
+	s.Close()
+	s, err = boltstore.Open(path, long)
+	if err != nil {
+		t.Fatalf("reopen %s: %v", path, err)
+	}
+	if _, err := s.LoadConversation(ctx, "C2:1.1"); err != nil {
+		t.Errorf("LoadConversation of a live conversation after Open: %v", err)
+	}
+	if in, err := s.Inbox(ctx, "C2:1.1"); err != nil || len(in) != 1 {
+		t.Errorf("Inbox of a live conversation after Open = %v, %v; want its message", in, err)
+	}
+	if un, err := s.Unanswered(ctx, time.Now(), 0); err != nil || !slices.Equal(un, []string{"C2:1.1"}) {
+		t.Errorf("Unanswered after Open = %v, %v; want [C2:1.1]", un, err)
+	}
+}

@@ -3,7 +3,6 @@ package boltstore
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -19,35 +18,6 @@ type inboxRecord struct {
 	Seq      int64           `json:"seq"`
 	Messages []store.Inbound `json:"messages,omitempty"`
 	DeleteAt time.Time       `json:"delete_at"`
-}
-
-// pruneInbox deletes inboxes whose time has passed, and listings older
-// than keep of conversations with no inbox left.
-func pruneInbox(tx *bolt.Tx, now time.Time, keep time.Duration) error {
-	inbox := tx.Bucket(bucketInbox)
-	if err := deleteWhere(inbox, func(v []byte) bool {
-		var rec inboxRecord
-		return json.Unmarshal(v, &rec) == nil && !rec.DeleteAt.After(now)
-	}); err != nil {
-		return err
-	}
-	unans := tx.Bucket(bucketUnans)
-	var gone [][]byte
-	err := unans.ForEach(func(k, v []byte) error {
-		if inbox.Get(k) == nil && decodeTime(v).Add(keep).Before(now) {
-			gone = append(gone, k)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, k := range gone {
-		if err := unans.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // RenewClaim is one transaction: see storetest.Store for the contract.
