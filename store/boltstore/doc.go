@@ -21,9 +21,10 @@
 // judged against time.Now. Runs are deleted Options.Retention after they
 // expired or finished, conversations Options.ConversationTTL after their
 // last save, and lapsed leases and event ids soon after they lapse: a
-// goroutine prunes the file every Options.PruneInterval until Close. The
-// audit log keeps the newest Options.AuditMax entries; records are kept
-// until deleted.
+// goroutine prunes the file every Options.PruneInterval until Close,
+// finding what has lapsed in a read transaction so that writes do not wait
+// for the scan. The audit log keeps the newest Options.AuditMax entries;
+// records are kept until deleted.
 //
 // Everything written before Close is there again after Open on the same
 // path.
