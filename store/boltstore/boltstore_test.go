@@ -126,28 +126,26 @@ func TestAuditRetentionTrims(t *testing.T) {
 	}
 }
 
-// benchAccept accepts b.N messages, each in a conversation of its own, from
-// perCPU goroutines per GOMAXPROCS at once, and reports the mean time a
-// caller waits for its accept (wait/op; ns/op is the time per accept of the
-// whole group).
-func benchAccept(b *testing.B, perCPU int) {
+// benchParallel runs write b.N times, with i = 1, 2, ..., from 64
+// goroutines per GOMAXPROCS at once, as in a burst of events, and reports
+// the mean time a caller waits for its write (wait-ns/op; ns/op is the
+// time per write of the whole group).
+func benchParallel(b *testing.B, write func(s *boltstore.Store, i int64) error) {
 	path := filepath.Join(b.TempDir(), "toolgate.db")
 	s, err := boltstore.Open(path, boltstore.Options{})
 	if err != nil {
 		b.Fatalf("Open(%s): %v", path, err)
 	}
 	defer s.Close()
-	ctx := b.Context()
 	var n, waited atomic.Int64
-	b.SetParallelism(perCPU)
+	b.SetParallelism(64)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
-			m := store.Inbound{EventID: fmt.Sprint("Ev", i), MsgID: fmt.Sprint("M", i), User: "U1", Channel: "C1", Text: "hello"}
 			start := time.Now()
-			if _, got, err := s.AcceptMessage(ctx, fmt.Sprint("C1:", i), m, false); err != nil || got != store.Accepted {
-				b.Errorf("AcceptMessage %d = %q, %v; want accepted", i, got, err)
+			if err := write(s, i); err != nil {
+				b.Error(err)
 				return
 			}
 			waited.Add(int64(time.Since(start)))
@@ -174,9 +172,25 @@ func BenchmarkAcceptMessage(b *testing.B) {
 	}
 }
 
-// BenchmarkAcceptMessageParallel is 64 callers per CPU at once, as in a
-// burst of events.
-func BenchmarkAcceptMessageParallel(b *testing.B) { benchAccept(b, 64) }
+// BenchmarkAcceptMessageParallel accepts messages in conversations of
+// their own, many at once.
+func BenchmarkAcceptMessageParallel(b *testing.B) {
+	benchParallel(b, func(s *boltstore.Store, i int64) error {
+		m := store.Inbound{EventID: fmt.Sprint("Ev", i), MsgID: fmt.Sprint("M", i), User: "U1", Channel: "C1", Text: "hello"}
+		_, got, err := s.AcceptMessage(b.Context(), fmt.Sprint("C1:", i), m, false)
+		if err == nil && got != store.Accepted {
+			err = fmt.Errorf("AcceptMessage %d = %q, want accepted", i, got)
+		}
+		return err
+	})
+}
+
+// BenchmarkSaveConversationParallel saves conversations, many at once.
+func BenchmarkSaveConversationParallel(b *testing.B) {
+	benchParallel(b, func(s *boltstore.Store, i int64) error {
+		return s.SaveConversation(b.Context(), store.Conversation{Key: fmt.Sprint("C1:", i), State: []byte(`{"messages":[]}`)})
+	})
+}
 
 // Open prunes what has lapsed: a conversation, its inbox and its listing as
 // unanswered, and a finished run, and keeps what has not.
