@@ -186,8 +186,12 @@ func (s *Store) Ping(ctx context.Context) error {
 // committer commits write transactions in groups: a write that arrives
 // while no commit is running commits at once, alone; writes that arrive
 // during a commit wait for it and then commit together, in one
-// transaction and one fsync. So an idle store commits each write at once,
-// and a busy one does not queue its writers one fsync each.
+// transaction and one fsync, up to maxGroup at a time. So an idle store
+// commits each write at once, and a busy one does not queue its writers
+// one fsync each. The writes someone waits on at once (updateFirst:
+// recording a message before its ack, deciding a call) go ahead of the
+// others in the queue, so that they wait for at most the commit running
+// and their own, however many writes of turns are queued.
 //
 // The writes of a group run in arrival order in one transaction. If one
 // returns an error, the transaction is rolled back, the others run again
@@ -199,12 +203,17 @@ type committer struct {
 	db    *bolt.DB
 	mu    sync.Mutex
 	queue []*write // waiting for the next commit, in arrival order
+	first int      // how many at the front of queue came by updateFirst
 	busy  bool     // a commit is running or its leader is about to start it
 }
 
+// maxGroup bounds the writes of one group, and so how long a running
+// commit holds up the next.
+const maxGroup = 128
+
 // write is one queued write transaction. Its goroutine waits for done (its
-// group was committed or failed, err says which) or for lead (it is first
-// in the queue and commits the next group).
+// group was committed or failed, err says which) or for lead (it was first
+// in the queue when the last commit ended, and commits the next group).
 type write struct {
 	fn   func(*bolt.Tx) error
 	err  error
@@ -215,33 +224,52 @@ type write struct {
 // update runs fn in a write transaction, committed with the writes that
 // arrive while the previous commit runs, and returns fn's error or the
 // commit's. fn may run more than once: see committer.
-func (c *committer) update(fn func(*bolt.Tx) error) error {
+func (c *committer) update(fn func(*bolt.Tx) error) error { return c.enqueue(fn, false) }
+
+// updateFirst is update for a write someone waits on at once: it goes in
+// the queue ahead of the update writes, behind the other updateFirst ones.
+func (c *committer) updateFirst(fn func(*bolt.Tx) error) error { return c.enqueue(fn, true) }
+
+// enqueue queues the write, and waits until it is committed, leading the
+// commits that the queue's order puts before it. A write told to lead takes
+// the next group from the front of the queue (up to maxGroup writes, and
+// every updateFirst one), commits it, and tells the write then first in
+// the queue to lead, which may be itself.
+func (c *committer) enqueue(fn func(*bolt.Tx) error, first bool) error {
 	w := &write{fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	c.mu.Lock()
-	c.queue = append(c.queue, w)
+	if first {
+		c.queue = slices.Insert(c.queue, c.first, w)
+		c.first++
+	} else {
+		c.queue = append(c.queue, w)
+	}
 	if !c.busy {
 		c.busy = true
-		w.lead <- struct{}{}
-	}
-	c.mu.Unlock()
-	select {
-	case <-w.done:
-		return w.err
-	case <-w.lead:
-	}
-	c.mu.Lock()
-	group := c.queue // w is first: only a leader takes the queue
-	c.queue = nil
-	c.mu.Unlock()
-	c.commit(group)
-	c.mu.Lock()
-	if len(c.queue) > 0 {
 		c.queue[0].lead <- struct{}{}
-	} else {
-		c.busy = false
 	}
 	c.mu.Unlock()
-	return w.err
+	for {
+		select {
+		case <-w.done:
+			return w.err
+		case <-w.lead:
+		}
+		c.mu.Lock()
+		n := max(c.first, min(len(c.queue), maxGroup))
+		group := slices.Clone(c.queue[:n])
+		c.queue = slices.Delete(c.queue, 0, n)
+		c.first = 0
+		c.mu.Unlock()
+		c.commit(group)
+		c.mu.Lock()
+		if len(c.queue) > 0 {
+			c.queue[0].lead <- struct{}{}
+		} else {
+			c.busy = false
+		}
+		c.mu.Unlock()
+	}
 }
 
 // commit runs the group in one transaction and tells each write its
@@ -628,7 +656,7 @@ func (s *Store) Approve(ctx context.Context, callID, fingerprint string, a store
 	}
 	var c store.Call
 	var complete bool
-	err := s.commits.update(func(tx *bolt.Tx) error {
+	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
 		c, complete = store.Call{}, false
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
@@ -699,7 +727,7 @@ func (s *Store) Decide(ctx context.Context, callID, fingerprint string, d store.
 	}
 	var c store.Call
 	var complete bool
-	err := s.commits.update(func(tx *bolt.Tx) error {
+	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
 		c, complete = store.Call{}, false
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"path/filepath"
 	"runtime"
@@ -50,14 +51,18 @@ func holdCommit(t *testing.T) *held {
 	return h
 }
 
-// start runs fn as a write of its own and returns once it is queued
-// behind the held commit and every write started before it.
-func (h *held) start(fn func(*bolt.Tx) error) <-chan error {
+// start runs fn as a write of its own (by updateFirst if first) and
+// returns once it is queued behind the held commit.
+func (h *held) start(fn func(*bolt.Tx) error, first ...bool) <-chan error {
 	h.c.mu.Lock()
 	n := len(h.c.queue) + 1
 	h.c.mu.Unlock()
 	done := make(chan error, 1)
-	go func() { done <- h.c.update(fn) }()
+	update := h.c.update
+	if len(first) > 0 && first[0] {
+		update = h.c.updateFirst
+	}
+	go func() { done <- update(fn) }()
 	for {
 		h.c.mu.Lock()
 		queued := len(h.c.queue)
@@ -169,5 +174,67 @@ func TestCommitterFailedWriteFailsAlone(t *testing.T) {
 	// again alone; ok1 and ok2 commit in the third.
 	if want := map[string]int{"fail-first": 1, "ok1": 2, "fail-later": 2, "ok2": 1}; !maps.Equal(runs, want) {
 		t.Errorf("runs of each write = %v, want %v", runs, want)
+	}
+}
+
+// recorder is a write that notes its key and transaction, in run order.
+type recorder struct {
+	mu   sync.Mutex
+	keys []string
+	txs  []int
+}
+
+func (r *recorder) write(k string) func(*bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
+		r.mu.Lock()
+		r.keys = append(r.keys, k)
+		r.txs = append(r.txs, tx.ID())
+		r.mu.Unlock()
+		return tx.Bucket([]byte("b")).Put([]byte(k), nil)
+	}
+}
+
+// The updateFirst writes queued during a commit run first in the next one,
+// in their arrival order, ahead of the update writes queued before them.
+func TestCommitterFirstWritesGoAhead(t *testing.T) {
+	h := holdCommit(t)
+	var r recorder
+	var done []<-chan error
+	for _, w := range []struct {
+		key   string
+		first bool
+	}{{"a", false}, {"x", true}, {"b", false}, {"y", true}} {
+		done = append(done, h.start(r.write(w.key), w.first))
+	}
+	h.release()
+	for i, d := range append(done, h.done) {
+		if err := <-d; err != nil {
+			t.Errorf("write %d: %v", i, err)
+		}
+	}
+	if want := []string{"x", "y", "a", "b"}; !slices.Equal(r.keys, want) {
+		t.Errorf("writes ran in order %v, want %v", r.keys, want)
+	}
+	if !slices.Equal(r.txs, []int{r.txs[0], r.txs[0], r.txs[0], r.txs[0]}) {
+		t.Errorf("the writes ran in transactions %v, want one", r.txs)
+	}
+}
+
+// No more than maxGroup writes share a commit.
+func TestCommitterBoundsAGroup(t *testing.T) {
+	h := holdCommit(t)
+	var r recorder
+	var done []<-chan error
+	for i := range maxGroup + 1 {
+		done = append(done, h.start(r.write(fmt.Sprint(i))))
+	}
+	h.release()
+	for i, d := range append(done, h.done) {
+		if err := <-d; err != nil {
+			t.Errorf("write %d: %v", i, err)
+		}
+	}
+	if got := slices.Compact(slices.Clone(r.txs)); len(got) != 2 || slices.Index(r.txs, got[1]) != maxGroup {
+		t.Errorf("%d writes queued during a commit ran in transactions %v, want %d in one and 1 in the next", maxGroup+1, got, maxGroup)
 	}
 }

@@ -6,11 +6,12 @@
 // operations atomic within the process. A write that arrives while the
 // store is idle commits at once; the writes that arrive while a commit is
 // running wait for it and are committed together in the next one, in one
-// fsync, so under load a write waits for at most two commits instead of
-// one per writer ahead of it. A method returns only once its write is
-// committed. bbolt locks the
-// file, so a second process (or a second Open in the same process) fails
-// after Options.LockTimeout instead of sharing it.
+// fsync, so that writers do not queue one fsync each. AcceptMessage (the
+// ack of a message waits for it), Decide and Approve go ahead of the other
+// queued writes, so that a burst of turns writing does not hold up acks
+// and clicks. A method returns only once its write is committed. bbolt
+// locks the file, so a second process (or a second Open in the same
+// process) fails after Options.LockTimeout instead of sharing it.
 //
 // The calls with a reminder to send are kept in a bucket ordered by
 // reminder time, which DueReminders and NextReminder read from the start;

@@ -68,7 +68,7 @@ func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.
 		m.At = now
 	}
 	var got store.Acceptance
-	err := s.commits.update(func(tx *bolt.Tx) error {
+	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
 		got = ""
 		seen, inbox, unans := tx.Bucket(bucketSeen), tx.Bucket(bucketInbox), tx.Bucket(bucketUnans)
 		var rec inboxRecord
