@@ -59,6 +59,7 @@ type Options struct {
 // processes out.
 type Store struct {
 	db        *bolt.DB
+	commits   committer
 	retention time.Duration
 	convTTL   time.Duration
 	auditMax  uint64
@@ -146,6 +147,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		db:        db,
+		commits:   committer{db: db},
 		retention: cmp.Or(opts.Retention, DefaultRetention),
 		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
 		auditMax:  uint64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
@@ -181,6 +183,126 @@ func (s *Store) Ping(ctx context.Context) error {
 	return s.db.View(func(*bolt.Tx) error { return nil })
 }
 
+// committer commits write transactions in groups: a write that arrives
+// while no commit is running commits at once, alone; writes that arrive
+// during a commit wait for it and then commit together, in one
+// transaction and one fsync, up to maxGroup at a time. So an idle store
+// commits each write at once, and a busy one does not queue its writers
+// one fsync each. The writes someone waits on at once (updateFirst:
+// recording a message before its ack, deciding a call) go ahead of the
+// others in the queue, so that they wait for at most the commit running
+// and their own, however many writes of turns are queued.
+//
+// The writes of a group run in arrival order in one transaction. If one
+// returns an error, the transaction is rolled back, the others run again
+// without it and it runs again alone, its error then being its answer
+// (as in bbolt's DB.Batch): a write function may run more than once, so it
+// must set everything it returns on each run and change nothing outside
+// the transaction.
+type committer struct {
+	db    *bolt.DB
+	mu    sync.Mutex
+	queue []*write // waiting for the next commit, in arrival order
+	first int      // how many at the front of queue came by updateFirst
+	busy  bool     // a commit is running or its leader is about to start it
+}
+
+// maxGroup bounds the writes of one group, and so how long a running
+// commit holds up the next.
+const maxGroup = 128
+
+// write is one queued write transaction. Its goroutine waits for done (its
+// group was committed or failed, err says which) or for lead (it was first
+// in the queue when the last commit ended, and commits the next group).
+type write struct {
+	fn   func(*bolt.Tx) error
+	err  error
+	done chan struct{}
+	lead chan struct{}
+}
+
+// update runs fn in a write transaction, committed with the writes that
+// arrive while the previous commit runs, and returns fn's error or the
+// commit's. fn may run more than once: see committer.
+func (c *committer) update(fn func(*bolt.Tx) error) error { return c.enqueue(fn, false) }
+
+// updateFirst is update for a write someone waits on at once: it goes in
+// the queue ahead of the update writes, behind the other updateFirst ones.
+func (c *committer) updateFirst(fn func(*bolt.Tx) error) error { return c.enqueue(fn, true) }
+
+// enqueue queues the write, and waits until it is committed, leading the
+// commits that the queue's order puts before it. A write told to lead takes
+// the next group from the front of the queue (up to maxGroup writes, and
+// every updateFirst one), commits it, and tells the write then first in
+// the queue to lead, which may be itself.
+func (c *committer) enqueue(fn func(*bolt.Tx) error, first bool) error {
+	w := &write{fn: fn, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	c.mu.Lock()
+	if first {
+		c.queue = slices.Insert(c.queue, c.first, w)
+		c.first++
+	} else {
+		c.queue = append(c.queue, w)
+	}
+	if !c.busy {
+		c.busy = true
+		c.queue[0].lead <- struct{}{}
+	}
+	c.mu.Unlock()
+	for {
+		select {
+		case <-w.done:
+			return w.err
+		case <-w.lead:
+		}
+		c.mu.Lock()
+		n := max(c.first, min(len(c.queue), maxGroup))
+		group := slices.Clone(c.queue[:n])
+		c.queue = slices.Delete(c.queue, 0, n)
+		c.first = 0
+		c.mu.Unlock()
+		c.commit(group)
+		c.mu.Lock()
+		if len(c.queue) > 0 {
+			c.queue[0].lead <- struct{}{}
+		} else {
+			c.busy = false
+		}
+		c.mu.Unlock()
+	}
+}
+
+// commit runs the group in one transaction and tells each write its
+// outcome; a write that fails runs again alone.
+func (c *committer) commit(group []*write) {
+	for len(group) > 0 {
+		failed := -1
+		err := c.db.Update(func(tx *bolt.Tx) error {
+			for i, w := range group {
+				if err := w.fn(tx); err != nil {
+					failed = i
+					return err
+				}
+			}
+			return nil
+		})
+		if failed < 0 {
+			for _, w := range group {
+				w.err = err
+				close(w.done)
+			}
+			return
+		}
+		w := group[failed]
+		group = slices.Delete(group, failed, failed+1)
+		w.err = err
+		if failed > 0 { // it ran after others: run it again alone
+			w.err = c.db.Update(w.fn)
+		}
+		close(w.done)
+	}
+}
+
 func (s *Store) pruneLoop(every time.Duration) {
 	defer s.done.Done()
 	t := time.NewTicker(every)
@@ -196,81 +318,131 @@ func (s *Store) pruneLoop(every time.Duration) {
 	}
 }
 
-// prune deletes runs, conversations, leases and event ids whose time has
-// passed.
+// prune deletes runs, conversations, inboxes, leases and event ids whose
+// time has passed. It finds them in a read transaction, which the writes
+// of the bot do not wait for, and deletes them in a write transaction that
+// checks each one again, so that a scan of a large file does not hold up
+// the writes.
 func (s *Store) prune(now time.Time) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		var runs [][]byte
-		err := tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {
-			var rec runRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("decode run %s: %w", k, err)
-			}
-			if !rec.DeleteAt.After(now) {
-				runs = append(runs, k)
-				for _, id := range rec.Run.CallIDs {
-					if err := unlistReminder(tx, id); err != nil {
-						return err
-					}
-					for _, b := range [][]byte{bucketCalls, bucketPending} {
-						if err := tx.Bucket(b).Delete([]byte(id)); err != nil {
-							return err
-						}
-					}
+	rules := s.pruneRules(now)
+	found := make([][][]byte, len(rules))
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for i, r := range rules {
+			err := tx.Bucket(r.bucket).ForEach(func(k, v []byte) error {
+				gone, err := r.expired(tx, k, v)
+				if gone {
+					found[i] = append(found[i], bytes.Clone(k))
 				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range runs {
-			if err := tx.Bucket(bucketRuns).Delete(k); err != nil {
+				return err
+			})
+			if err != nil {
 				return err
 			}
-			if err := tx.Bucket(bucketActive).Delete(k); err != nil {
-				return err
-			}
-		}
-		if err := deleteWhere(tx.Bucket(bucketConvs), func(v []byte) bool {
-			var rec convRecord
-			return json.Unmarshal(v, &rec) == nil && !rec.DeleteAt.After(now)
-		}); err != nil {
-			return err
-		}
-		if err := deleteWhere(tx.Bucket(bucketLeases), func(v []byte) bool {
-			var rec leaseRecord
-			return json.Unmarshal(v, &rec) == nil && !rec.Until.After(now)
-		}); err != nil {
-			return err
-		}
-		if err := deleteWhere(tx.Bucket(bucketSeen), func(v []byte) bool {
-			return !decodeTime(v).After(now)
-		}); err != nil {
-			return err
-		}
-		return pruneInbox(tx, now, s.convTTL)
-	})
-}
-
-// deleteWhere deletes the keys of b whose value satisfies drop.
-func deleteWhere(b *bolt.Bucket, drop func(v []byte) bool) error {
-	var keys [][]byte
-	err := b.ForEach(func(k, v []byte) error {
-		if drop(v) {
-			keys = append(keys, k)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for _, k := range keys {
-		if err := b.Delete(k); err != nil {
-			return err
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for i, r := range rules {
+			b := tx.Bucket(r.bucket)
+			for _, k := range found[i] {
+				v := b.Get(k)
+				if v == nil {
+					continue
+				}
+				if gone, err := r.expired(tx, k, v); err != nil || !gone {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+				if r.drop != nil {
+					if err := r.drop(tx, k, v); err != nil {
+						return err
+					}
+				}
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// pruneRule says which keys of a bucket prune deletes, and what else goes
+// with each (drop, before the key is deleted).
+type pruneRule struct {
+	bucket  []byte
+	expired func(tx *bolt.Tx, k, v []byte) (bool, error)
+	drop    func(tx *bolt.Tx, k, v []byte) error
+}
+
+// expiry is the deletion time of a run, conversation or inbox record.
+type expiry struct {
+	DeleteAt time.Time `json:"delete_at"`
+	Until    time.Time `json:"until"` // of a lease
+}
+
+// pruneRules are the rules of a prune at now, in the order they apply: an
+// inbox is deleted before the listing of its conversation.
+func (s *Store) pruneRules(now time.Time) []pruneRule {
+	past := func(field func(expiry) time.Time) func(*bolt.Tx, []byte, []byte) (bool, error) {
+		return func(_ *bolt.Tx, _, v []byte) (bool, error) {
+			var e expiry
+			return json.Unmarshal(v, &e) == nil && !field(e).After(now), nil
 		}
 	}
-	return nil
+	deleteAt := past(func(e expiry) time.Time { return e.DeleteAt })
+	return []pruneRule{
+		{bucket: bucketRuns, expired: func(_ *bolt.Tx, k, v []byte) (bool, error) {
+			var e expiry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return false, fmt.Errorf("decode run %s: %w", k, err)
+			}
+			return !e.DeleteAt.After(now), nil
+		}, drop: dropRun},
+		{bucket: bucketConvs, expired: deleteAt},
+		{bucket: bucketLeases, expired: past(func(e expiry) time.Time { return e.Until })},
+		{bucket: bucketSeen, expired: func(_ *bolt.Tx, _, v []byte) (bool, error) {
+			return !decodeTime(v).After(now), nil
+		}},
+		{bucket: bucketInbox, expired: deleteAt},
+		// The listing of a conversation with no inbox left, older than a
+		// conversation lives.
+		{bucket: bucketUnans, expired: func(tx *bolt.Tx, k, v []byte) (bool, error) {
+			if !decodeTime(v).Add(s.convTTL).Before(now) {
+				return false, nil
+			}
+			inbox := tx.Bucket(bucketInbox).Get(k)
+			if inbox == nil {
+				return true, nil
+			}
+			return deleteAt(tx, k, inbox)
+		}},
+	}
+}
+
+// dropRun deletes the calls of a run, and takes it out of the unfinished
+// runs.
+func dropRun(tx *bolt.Tx, k, v []byte) error {
+	var rec runRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return fmt.Errorf("decode run %s: %w", k, err)
+	}
+	for _, id := range rec.Run.CallIDs {
+		if err := unlistReminder(tx, id); err != nil {
+			return err
+		}
+		for _, b := range [][]byte{bucketCalls, bucketPending} {
+			if err := tx.Bucket(b).Delete([]byte(id)); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Bucket(bucketActive).Delete(k)
 }
 
 // remindKey is the bucketRemind key of a call reminded at t: in time
@@ -329,7 +501,7 @@ func (s *Store) SaveConversation(ctx context.Context, c store.Conversation) erro
 	if c.UpdatedAt.IsZero() {
 		c.UpdatedAt = now
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error { return s.saveConversation(tx, c, now) })
+	err := s.commits.update(func(tx *bolt.Tx) error { return s.saveConversation(tx, c, now) })
 	if err != nil {
 		return fmt.Errorf("save conversation %s: %w", c.Key, err)
 	}
@@ -372,7 +544,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 	if err != nil {
 		return fmt.Errorf("create run: %w", err)
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error { return s.createRun(tx, r, calls, now) })
+	err = s.commits.update(func(tx *bolt.Tx) error { return s.createRun(tx, r, calls, now) })
 	if err != nil {
 		return fmt.Errorf("create run %s: %w", r.ID, err)
 	}
@@ -493,7 +665,8 @@ func (s *Store) ClaimResume(ctx context.Context, runID, owner string, lease time
 		return false, fmt.Errorf("claim resume of run %s: lease %v is not positive", runID, lease)
 	}
 	var claimed bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		claimed = false
 		var rec runRecord
 		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
 		if err != nil {
@@ -522,7 +695,8 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 		return false, err
 	}
 	var begun bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		begun = false
 		var c store.Call
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
@@ -549,7 +723,7 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		var c store.Call
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
@@ -578,7 +752,7 @@ func (s *Store) FinishRun(ctx context.Context, runID string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error { return s.finishRun(tx, runID, time.Now()) })
+	err := s.commits.update(func(tx *bolt.Tx) error { return s.finishRun(tx, runID, time.Now()) })
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", runID, err)
 	}
@@ -751,7 +925,8 @@ func (s *Store) ClaimReminder(ctx context.Context, callID string, n int, next ti
 		return false, fmt.Errorf("claim reminder %d of call %s: reminders count from 1", n, callID)
 	}
 	var claimed bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		claimed = false
 		var c store.Call
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
@@ -854,7 +1029,7 @@ func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Du
 		return false, fmt.Errorf("acquire lease %s: ttl %v is not positive", key, ttl)
 	}
 	var got bool
-	err := s.db.Update(func(tx *bolt.Tx) (err error) {
+	err := s.commits.update(func(tx *bolt.Tx) (err error) {
 		got, err = acquireLease(tx, key, owner, ttl, time.Now())
 		return err
 	})
@@ -885,7 +1060,7 @@ func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error { return releaseLease(tx, key, owner) })
+	err := s.commits.update(func(tx *bolt.Tx) error { return releaseLease(tx, key, owner) })
 	if err != nil {
 		return fmt.Errorf("release lease %s: %w", key, err)
 	}
@@ -909,7 +1084,7 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error { return s.audit(tx, e) })
+	err := s.commits.update(func(tx *bolt.Tx) error { return s.audit(tx, e) })
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
@@ -1007,7 +1182,7 @@ func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int
 	if r.UpdatedAt.IsZero() {
 		r.UpdatedAt = time.Now()
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		b, err := tx.Bucket(bucketRecords).CreateBucketIfNotExists([]byte(r.Kind))
 		if err != nil {
 			return err
@@ -1103,7 +1278,7 @@ func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketRecords).Bucket([]byte(kind))
 		if b == nil || b.Get([]byte(id)) == nil {
 			return store.ErrNotFound
@@ -1126,7 +1301,8 @@ func (s *Store) SeenEvent(ctx context.Context, id string, ttl time.Duration) (bo
 		return false, fmt.Errorf("record event %s: ttl %v is not positive", id, ttl)
 	}
 	var fresh bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		fresh = false
 		b := tx.Bucket(bucketSeen)
 		now := time.Now()
 		if v := b.Get([]byte(id)); v != nil && decodeTime(v).After(now) {

@@ -22,7 +22,9 @@ func (s *Store) DecideAudited(ctx context.Context, callID, fingerprint string, d
 	}
 	var c store.Call
 	var complete bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	// The function may run more than once (see committer): it starts afresh.
+	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
+		c, complete = store.Call{}, false
 		rec, err := pendingCall(tx, callID, &c)
 		if err != nil {
 			return err
@@ -63,7 +65,10 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 	}
 	var c store.Call
 	var complete bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	// The function may run more than once (see committer): it starts afresh.
+	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
+		c, complete = store.Call{}, false
+		fx := fx
 		rec, err := pendingCall(tx, callID, &c)
 		if err != nil {
 			return err
@@ -176,7 +181,8 @@ func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, own
 		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: ttl %v is not positive", runID, ttl)
 	}
 	var rs store.ResumeStart
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		rs = store.ResumeStart{} // the function may run more than once (see committer)
 		var rec runRecord
 		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
 		if err != nil {

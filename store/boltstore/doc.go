@@ -1,11 +1,17 @@
 // Package boltstore implements the store in one bbolt file, for a single
 // bot process without Redis.
 //
-// Every method is one bbolt transaction, and bbolt runs one writing
-// transaction at a time, which makes Decide, ClaimResume and the other
-// compare-and-set operations atomic within the process. bbolt locks the
-// file, so a second process (or a second Open in the same process) fails
-// after Options.LockTimeout instead of sharing it.
+// Every method is one bbolt transaction, and the writing ones run one at
+// a time, which makes Decide, ClaimResume and the other compare-and-set
+// operations atomic within the process. A write that arrives while the
+// store is idle commits at once; the writes that arrive while a commit is
+// running wait for it and are committed together in the next one, in one
+// fsync, so that writers do not queue one fsync each. AcceptMessage (the
+// ack of a message waits for it), Decide and Approve go ahead of the other
+// queued writes, so that a burst of turns writing does not hold up acks
+// and clicks. A method returns only once its write is committed. bbolt
+// locks the file, so a second process (or a second Open in the same
+// process) fails after Options.LockTimeout instead of sharing it.
 //
 // The calls with a reminder to send are kept in a bucket ordered by
 // reminder time, which DueReminders and NextReminder read from the start;
@@ -16,9 +22,10 @@
 // judged against time.Now. Runs are deleted Options.Retention after they
 // expired or finished, conversations Options.ConversationTTL after their
 // last save, and lapsed leases and event ids soon after they lapse: a
-// goroutine prunes the file every Options.PruneInterval until Close. The
-// audit log keeps the newest Options.AuditMax entries; records are kept
-// until deleted.
+// goroutine prunes the file every Options.PruneInterval until Close,
+// finding what has lapsed in a read transaction so that writes do not wait
+// for the scan. The audit log keeps the newest Options.AuditMax entries;
+// records are kept until deleted.
 //
 // Everything written before Close is there again after Open on the same
 // path.

@@ -3,7 +3,6 @@ package boltstore
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -21,35 +20,6 @@ type inboxRecord struct {
 	DeleteAt time.Time       `json:"delete_at"`
 }
 
-// pruneInbox deletes inboxes whose time has passed, and listings older
-// than keep of conversations with no inbox left.
-func pruneInbox(tx *bolt.Tx, now time.Time, keep time.Duration) error {
-	inbox := tx.Bucket(bucketInbox)
-	if err := deleteWhere(inbox, func(v []byte) bool {
-		var rec inboxRecord
-		return json.Unmarshal(v, &rec) == nil && !rec.DeleteAt.After(now)
-	}); err != nil {
-		return err
-	}
-	unans := tx.Bucket(bucketUnans)
-	var gone [][]byte
-	err := unans.ForEach(func(k, v []byte) error {
-		if inbox.Get(k) == nil && decodeTime(v).Add(keep).Before(now) {
-			gone = append(gone, k)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, k := range gone {
-		if err := unans.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // RenewClaim is one transaction: see storetest.Store for the contract.
 func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
 	if err := ctx.Err(); err != nil {
@@ -59,7 +29,8 @@ func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.
 		return false, fmt.Errorf("renew resume claim of run %s: lease %v is not positive", runID, lease)
 	}
 	var renewed bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		renewed = false
 		var rec runRecord
 		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
 		if err != nil {
@@ -86,7 +57,7 @@ func seenInboxKey(conversation, kind, id string) []byte {
 	return []byte("inbox\x00" + conversation + "\x00" + kind + "\x00" + id)
 }
 
-// AcceptMessage is one transaction (batched with concurrent ones): see
+// AcceptMessage is one transaction (committed with concurrent ones): see
 // storetest.Store for the contract.
 func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
 	if err := ctx.Err(); err != nil {
@@ -97,9 +68,7 @@ func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.
 		m.At = now
 	}
 	var got store.Acceptance
-	// Batch: concurrent accepts (a burst of events) share one commit. The
-	// function may run twice, so it sets everything it returns.
-	err := s.db.Batch(func(tx *bolt.Tx) error {
+	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
 		got = ""
 		seen, inbox, unans := tx.Bucket(bucketSeen), tx.Bucket(bucketInbox), tx.Bucket(bucketUnans)
 		var rec inboxRecord
@@ -183,7 +152,7 @@ func (s *Store) AnswerInbox(ctx context.Context, conversation string, upTo int64
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error { return answerInbox(tx, conversation, upTo) })
+	err := s.commits.update(func(tx *bolt.Tx) error { return answerInbox(tx, conversation, upTo) })
 	if err != nil {
 		return fmt.Errorf("answer inbox of %s: %w", conversation, err)
 	}
@@ -222,7 +191,7 @@ func (s *Store) MarkUnanswered(ctx context.Context, conversation string, at time
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error { return markUnanswered(tx, conversation, at) })
+	err := s.commits.update(func(tx *bolt.Tx) error { return markUnanswered(tx, conversation, at) })
 	if err != nil {
 		return fmt.Errorf("list %s as unanswered: %w", conversation, err)
 	}

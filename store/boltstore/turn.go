@@ -21,7 +21,7 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 		return store.Begun{}, fmt.Errorf("begin turn of %s: ttl %v is not positive", conversation, ttl)
 	}
 	var b store.Begun
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		b = store.Begun{}
 		ok, err := acquireLease(tx, store.TurnLease(conversation), owner, ttl, time.Now())
 		if err != nil || !ok {
@@ -60,7 +60,7 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 		}
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commits.update(func(tx *bolt.Tx) error {
 		if c.Run != nil {
 			if err := s.createRun(tx, run, calls, now); err != nil {
 				return err
