@@ -179,6 +179,9 @@ type App struct {
 	queues map[string]*queue
 	// cards remembers where this process posted cards.
 	cards cardMemory
+	// recent spares the store the second copy of a message (see
+	// recentMessages).
+	recent recentMessages
 	// explaining holds the calls whose Why? this process is answering.
 	explaining map[string]bool
 	admins     map[string]bool

@@ -1,13 +1,16 @@
 package slackapp_test
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 )
 
 // Mention -> card -> Approve -> the tool runs once with the shown
@@ -165,5 +168,55 @@ func TestDMConversation(t *testing.T) {
 	must(t, err)
 	if msg.ThreadTS != ts {
 		t.Errorf("got the answer in thread %q, want %q", msg.ThreadTS, ts)
+	}
+}
+
+// acceptCounter counts the messages the app asks the store to record.
+type acceptCounter struct {
+	fullStore
+	n *atomic.Int64
+}
+
+func (s *acceptCounter) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
+	s.n.Add(1)
+	return s.fullStore.AcceptMessage(ctx, conversation, m, requireKnown)
+}
+
+// The app_mention and message copies of one mention reach the same
+// process together; the first records the message and the second waits for
+// it, so the store is asked once; a thread reply without a mention is
+// recorded by its one copy.
+func TestCopiesOfOneMessageAreRecordedOnce(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			n := new(atomic.Int64)
+			open := e.open
+			e.open = func() fullStore { return &acceptCounter{fullStore: open(), n: n} }
+			e.start()
+			e.model.Reply(fakeopenai.Text("api is at version 2"), fakeopenai.Text("web is at version 5"))
+			ts := e.slack.Mention(channel, requester, "which version is api at?")
+			e.answer(ts, "api is at version 2")
+			envs := e.slack.EnvelopesByTS(ts)
+			if len(envs) != 2 {
+				t.Fatalf("the mention came as %d envelopes, want app_mention and message", len(envs))
+			}
+			for _, env := range envs {
+				if _, err := e.slack.WaitAck(env.ID, 10*time.Second); err != nil {
+					t.Fatalf("envelope %s (%s) not acked: %v", env.ID, env.EventType, err)
+				}
+			}
+			if got := n.Load(); got != 1 {
+				t.Errorf("the store was asked to record the mention %d times, want 1", got)
+			}
+			e.slack.ThreadReply(channel, ts, requester, "and web?")
+			e.answer(ts, "web is at version 5")
+			if got := n.Load(); got != 2 {
+				t.Errorf("after a thread reply the store was asked %d times, want 2", got)
+			}
+			if reqs := len(e.model.Requests()); reqs != 2 {
+				t.Errorf("the model was asked %d times, want one turn per message", reqs)
+			}
+		})
 	}
 }

@@ -204,8 +204,22 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 	}
 	req := agent.Request{Conversation: m.key(), User: m.user, Channel: m.channel, Text: text, EventID: eventID, MsgID: m.channel + ":" + m.ts}
 	rctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	rec, first := a.recent.begin(req.MsgID)
+	for !first {
+		if rec.wait(rctx) {
+			a.m.duplicate()
+			return req, intakeDrop
+		}
+		if rctx.Err() != nil {
+			break // record it ourselves; the store de-duplicates
+		}
+		rec, first = a.recent.begin(req.MsgID)
+	}
 	r, acc, err := a.ag.Accept(rctx, req, followUp)
-	cancel()
+	if first {
+		a.recent.finish(req.MsgID, rec, err == nil && acc != store.Unknown)
+	}
 	switch {
 	case err != nil && followUp:
 		a.log.Warn("could not record a thread reply; leaving it unacked for Slack to deliver again", "conversation", req.Conversation, "err", err)

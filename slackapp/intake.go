@@ -1,0 +1,79 @@
+package slackapp
+
+import (
+	"context"
+	"sync"
+)
+
+// maxRecentMessages bounds the messages a process remembers recording;
+// past it the oldest are forgotten, and a later copy of one of them is
+// de-duplicated by the store instead.
+const maxRecentMessages = 4096
+
+// recentMessages lets the copies of one message that reach this process
+// (Slack sends a mention as an app_mention and a message event, with the
+// same channel and ts) cost one store write: the first copy records the
+// message, later ones wait for it and are dropped if it was recorded. A
+// copy that reaches another replica is de-duplicated by the store, which
+// stays the truth; this only saves the second round trip.
+type recentMessages struct {
+	mu    sync.Mutex
+	byID  map[string]*recording
+	order []string // ids in byID, oldest first
+}
+
+// recording is one message being recorded, or recorded, by this process.
+type recording struct {
+	done chan struct{}
+	// recorded is set before done is closed: the store has the message
+	// (recorded now, or found a duplicate of it).
+	recorded bool
+}
+
+// begin returns the recording of the message msgID; first is true if this
+// copy is the first and must record it, then finish it.
+func (r *recentMessages) begin(msgID string) (rec *recording, first bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec, ok := r.byID[msgID]; ok {
+		return rec, false
+	}
+	if r.byID == nil {
+		r.byID = map[string]*recording{}
+	}
+	for len(r.order) >= maxRecentMessages {
+		delete(r.byID, r.order[0])
+		r.order = r.order[1:]
+	}
+	rec = &recording{done: make(chan struct{})}
+	r.byID[msgID] = rec
+	r.order = append(r.order, msgID)
+	return rec, true
+}
+
+// finish ends the first copy's recording. A message that was not recorded
+// (the store failed, or a thread reply outside the bot's conversations) is
+// forgotten, so the next copy tries for itself: an app_mention copy of a
+// thread reply starts a conversation where the message copy did not.
+func (r *recentMessages) finish(msgID string, rec *recording, recorded bool) {
+	rec.recorded = recorded
+	if !recorded {
+		r.mu.Lock()
+		if r.byID[msgID] == rec {
+			delete(r.byID, msgID)
+		}
+		r.mu.Unlock()
+	}
+	close(rec.done)
+}
+
+// wait waits for the first copy's recording and reports whether it
+// recorded the message; false if ctx ends first.
+func (rec *recording) wait(ctx context.Context) bool {
+	select {
+	case <-rec.done:
+		return rec.recorded
+	case <-ctx.Done():
+		return false
+	}
+}

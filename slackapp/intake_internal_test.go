@@ -1,0 +1,55 @@
+package slackapp
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+func TestRecentMessages(t *testing.T) {
+	var r recentMessages
+	rec, first := r.begin("C1:1")
+	if !first {
+		t.Fatal("the first copy was not first")
+	}
+	second, first := r.begin("C1:1")
+	if first || second != rec {
+		t.Fatal("a second copy while the first records did not wait for it")
+	}
+	r.finish("C1:1", rec, true)
+	if !second.wait(context.Background()) {
+		t.Error("the second copy did not learn that the first recorded the message")
+	}
+
+	// A copy that did not record (store error, unknown thread) is
+	// forgotten: the next copy records for itself.
+	rec, _ = r.begin("C1:2")
+	waiting, _ := r.begin("C1:2")
+	r.finish("C1:2", rec, false)
+	if waiting.wait(context.Background()) {
+		t.Error("a waiting copy took an unrecorded message as recorded")
+	}
+	if _, first := r.begin("C1:2"); !first {
+		t.Error("after an unrecorded first copy, the next copy was not first")
+	}
+
+	// A copy whose context ends stops waiting.
+	rec, _ = r.begin("C1:3")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if rec.wait(ctx) {
+		t.Error("a wait whose context ended reported the message recorded")
+	}
+
+	// Past the bound the oldest are forgotten.
+	for i := range maxRecentMessages {
+		rec, _ := r.begin(fmt.Sprintf("C2:%d", i))
+		r.finish(fmt.Sprintf("C2:%d", i), rec, true)
+	}
+	if len(r.byID) != maxRecentMessages || len(r.order) != maxRecentMessages {
+		t.Errorf("remembered %d (%d in order), want at most %d", len(r.byID), len(r.order), maxRecentMessages)
+	}
+	if _, first := r.begin("C1:1"); !first {
+		t.Error("the oldest message was not forgotten past the bound")
+	}
+}
