@@ -13,6 +13,7 @@ import (
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/socketmode"
 
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/store"
 )
@@ -140,8 +141,12 @@ func (a *App) requireAdmin(ctx context.Context, user string, use adminUse) (refu
 	return "Only admins can change the policy (ADMIN_USERS, or workspace admins and owners). Nothing changed.", false
 }
 
+// approvalsScanLimit bounds the pending calls /approvals pending checks,
+// oldest first.
+const approvalsScanLimit = 500
+
 func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand) string {
-	calls, err := a.ag.Pending(ctx, store.Filter{})
+	calls, err := a.ag.Pending(ctx, store.Filter{Limit: approvalsScanLimit})
 	if err != nil {
 		return "I couldn't read the pending calls right now; please try again."
 	}
@@ -157,13 +162,17 @@ func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand) string {
 		}
 		fmt.Fprintf(&b, "• %s requested by %s, rule %s, expires %s\n", inlineCode(c.Tool), requesterRefs(c.Requester, c.Requesters), inlineCode(c.RuleID), slackDate(c.ExpiresAt))
 	}
+	more := ""
+	if len(calls) == approvalsScanLimit {
+		more = fmt.Sprintf("\nOnly the oldest %d pending calls of the workspace were checked; more may be waiting here.", approvalsScanLimit)
+	}
 	if n == 0 {
-		return "Nothing is waiting on approval in this channel."
+		return "Nothing is waiting on approval in this channel." + more
 	}
 	if n > 20 {
 		fmt.Fprintf(&b, "…and %d more.\n", n-20)
 	}
-	return fmt.Sprintf("*%d call(s) waiting on approval here:*\n%s", n, b.String())
+	return fmt.Sprintf("*%d call(s) waiting on approval here:*\n%s", n, b.String()) + more
 }
 
 func (a *App) cmdAudit(ctx context.Context, n int) string {
@@ -420,10 +429,11 @@ func (a *App) inAudience(ctx context.Context, channel, requester, user string) b
 	return ok
 }
 
-// homeScanLimit bounds the pending calls checked for one Home tab, so that
-// a large backlog does not become a long series of group and channel
-// lookups. The tab shows the first maxHomeInbox entries anyway; past the
-// limit its count covers the calls checked.
+// homeScanLimit bounds the pending calls read for the Home tabs (the
+// oldest), and a user's own requests, so that a large backlog does not
+// become a long read nor a long series of group and channel lookups. The
+// tab shows the first maxHomeInbox entries anyway; past the limit its
+// counts cover the calls read.
 const homeScanLimit = 500
 
 // publishHome shows a user's approver inbox and their own waiting requests
@@ -443,14 +453,12 @@ func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan 
 	if ag == nil || len(users) == 0 {
 		return
 	}
-	calls, err := ag.Pending(ctx, store.Filter{})
+	scanned, err := ag.Pending(ctx, store.Filter{Limit: homeScanLimit})
 	if err != nil {
 		a.log.Warn("list pending calls for Home tabs", "users", len(users), "err", err)
 	}
-	scanned := calls
-	if len(scanned) > homeScanLimit {
-		a.log.Info("many pending calls; the Home tab checks the first ones", "pending", len(calls), "checked", homeScanLimit)
-		scanned = scanned[:homeScanLimit]
+	if len(scanned) == homeScanLimit {
+		a.log.Info("many pending calls; the Home tab checks the oldest ones", "checked", homeScanLimit)
 	}
 	rules, rulesErr := a.policy.StandingRules(ctx, "")
 	if rulesErr != nil {
@@ -472,10 +480,8 @@ func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan 
 			}
 			inbox = append(inbox, cardOf(c, nil))
 		}
-		for _, c := range calls {
-			if c.Requester == user {
-				mine = append(mine, cardOf(c, nil))
-			}
+		for _, c := range a.ownPending(ctx, ag, scanned, user) {
+			mine = append(mine, cardOf(c, nil))
 		}
 		view := HomeView(inbox, mine)
 		if rulesErr == nil {
@@ -491,4 +497,24 @@ func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan 
 			a.log.Warn("publish home", "user", user, "err", err)
 		}
 	}
+}
+
+// ownPending returns the oldest homeScanLimit pending calls user
+// requested: from scanned, the oldest pending calls, when that listing is
+// complete (shorter than homeScanLimit), and from the store otherwise.
+func (a *App) ownPending(ctx context.Context, ag Agent, scanned []agent.PendingCall, user string) []agent.PendingCall {
+	if len(scanned) == homeScanLimit {
+		own, err := ag.Pending(ctx, store.Filter{Requester: user, Limit: homeScanLimit})
+		if err != nil {
+			a.log.Warn("list own requests", "user", user, "err", err)
+		}
+		return own
+	}
+	var own []agent.PendingCall
+	for _, c := range scanned {
+		if c.Requester == user {
+			own = append(own, c)
+		}
+	}
+	return own
 }

@@ -1,12 +1,16 @@
 package slackapp_test
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 )
 
 // The Home tab is live: an approver who opened it once sees a call they may
@@ -45,6 +49,37 @@ func TestHomeRepublishedOnChanges(t *testing.T) {
 			if n := len(e.slack.Calls("views.publish")); n <= opened {
 				t.Errorf("views.publish was called %d times in all, %d before the call appeared; want republishing", n, opened)
 			}
+		})
+	}
+}
+
+// With more pending calls than the Home reads, the Home and /approvals
+// pending read the oldest ones, a user's own newer request still shows on
+// their tab, and /approvals pending says that more may be waiting.
+func TestHomeAndPendingPastTheScanLimit(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			st := e.open()
+			create := st.(interface {
+				CreateRun(context.Context, store.Run, []store.Call) error
+			}).CreateRun
+			old := time.Now().Add(-time.Hour)
+			for i := range 501 {
+				who, at := other, old.Add(time.Duration(i)*time.Millisecond)
+				if i == 500 {
+					who, at = requester, time.Now()
+				}
+				r := store.Run{ID: store.NewRunID(), Conversation: fmt.Sprintf("%s:1.%d", channel, i), Requester: who, Channel: channel, CreatedAt: at}
+				c := store.Call{ID: store.CallID(r.ID, 0), Tool: "deploy", Args: json.RawMessage(`{}`), Fingerprint: "fp",
+					Approvers: []string{approver}, ExpiresAt: time.Now().Add(time.Hour)}
+				must(t, create(t.Context(), r, []store.Call{c}))
+			}
+			must(t, st.Close())
+			e.start()
+
+			wantIn(t, "the requester's Home tab", viewText(e.home(requester)), "Your requests waiting for approval* (1)")
+			wantIn(t, "/approvals pending", e.slash(approver, "pending"), "Only the oldest 500 pending calls")
 		})
 	}
 }

@@ -158,10 +158,12 @@ type Conversation struct {
 // Filter selects pending calls. Empty fields match everything.
 // Approver matches calls that name that id among their approvers, and calls
 // with no approvers (open to anyone in the channel) when it is "*".
+// Limit bounds the listing to the oldest Limit matching calls (0: all).
 type Filter struct {
 	Conversation string
 	Approver     string
 	Requester    string
+	Limit        int
 }
 
 // AnyApprover is the Filter.Approver that selects calls open to anyone.

@@ -139,7 +139,7 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
-		return nil
+		return ensureIndexes(tx)
 	})
 	if err != nil {
 		_ = db.Close()
@@ -433,13 +433,11 @@ func dropRun(tx *bolt.Tx, k, v []byte) error {
 		return fmt.Errorf("decode run %s: %w", k, err)
 	}
 	for _, id := range rec.Run.CallIDs {
-		if err := unlistReminder(tx, id); err != nil {
+		if err := unlistPending(tx, id); err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketCalls, bucketPending} {
-			if err := tx.Bucket(b).Delete([]byte(id)); err != nil {
-				return err
-			}
+		if err := tx.Bucket(bucketCalls).Delete([]byte(id)); err != nil {
+			return err
 		}
 	}
 	return tx.Bucket(bucketActive).Delete(k)
@@ -449,17 +447,6 @@ func dropRun(tx *bolt.Tx, k, v []byte) error {
 // order, then by id.
 func remindKey(t time.Time, callID string) []byte {
 	return append(encodeTime(t), callID...)
-}
-
-// unlistReminder removes the stored call from the reminder index, if it
-// is listed there.
-func unlistReminder(tx *bolt.Tx, callID string) error {
-	var c store.Call
-	ok, err := get(tx.Bucket(bucketCalls), callID, &c)
-	if err != nil || !ok || c.RemindAt.IsZero() {
-		return err
-	}
-	return tx.Bucket(bucketRemind).Delete(remindKey(c.RemindAt, callID))
 }
 
 func encodeTime(t time.Time) []byte { return binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())) }
@@ -568,13 +555,8 @@ func (s *Store) createRun(tx *bolt.Tx, r store.Run, calls []store.Call, now time
 		if err := put(tx.Bucket(bucketCalls), c.ID, c); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketPending).Put([]byte(c.ID), nil); err != nil {
+		if err := listPending(tx, c); err != nil {
 			return err
-		}
-		if !c.RemindAt.IsZero() {
-			if err := tx.Bucket(bucketRemind).Put(remindKey(c.RemindAt, c.ID), nil); err != nil {
-				return err
-			}
 		}
 	}
 	if r.Conversation == "" {
@@ -785,10 +767,7 @@ func (s *Store) finishRun(tx *bolt.Tx, runID string, now time.Time) error {
 		return err
 	}
 	for _, id := range rec.Run.CallIDs {
-		if err := unlistReminder(tx, id); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketPending).Delete([]byte(id)); err != nil {
+		if err := unlistPending(tx, id); err != nil {
 			return err
 		}
 	}
@@ -805,73 +784,63 @@ func (s *Store) finishRun(tx *bolt.Tx, runID string, now time.Time) error {
 	return put(convs, rec.Run.Conversation, conv)
 }
 
-// pendingCalls returns every pending call of an unfinished run that keep
-// accepts.
-func (s *Store) pendingCalls(keep func(store.Call) bool) ([]store.Call, error) {
-	var out []store.Call
-	err := s.db.View(func(tx *bolt.Tx) error {
-		calls := tx.Bucket(bucketCalls)
-		return tx.Bucket(bucketPending).ForEach(func(k, _ []byte) error {
-			var c store.Call
-			ok, err := get(calls, string(k), &c)
-			if err != nil || !ok {
-				return err
-			}
-			if keep(c) {
-				out = append(out, c)
-			}
-			return nil
-		})
-	})
-	return out, err
-}
-
-// Pending lists pending calls matching f, oldest first.
+// Pending lists pending calls matching f, oldest first, from the index of
+// one of f's fields (or of every pending call); with f.Limit > 0 it stops
+// after f.Limit.
 func (s *Store) Pending(ctx context.Context, f store.Filter) ([]store.Call, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out, err := s.pendingCalls(func(c store.Call) bool { return f.Match(c) })
+	var out []store.Call
+	bucket, prefix := pendingIndex(f)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return scanIndex(tx, bucket, prefix, func(_ time.Time, c store.Call) bool {
+			if f.Match(c) {
+				out = append(out, c)
+			}
+			return f.Limit > 0 && len(out) == f.Limit
+		})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list pending calls: %w", err)
 	}
-	slices.SortFunc(out, func(a, b store.Call) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	})
 	return out, nil
 }
 
 // Due lists up to limit pending calls whose ExpiresAt is at or before now,
-// earliest expiry first; limit <= 0 lists all.
+// earliest expiry first, from the expiry index; limit <= 0 lists all.
 func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out, err := s.pendingCalls(func(c store.Call) bool { return !c.ExpiresAt.After(now) })
+	var out []store.Call
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return scanIndex(tx, bucketByExpiry, nil, func(at time.Time, c store.Call) bool {
+			if at.After(now) {
+				return true
+			}
+			out = append(out, c)
+			return limit > 0 && len(out) == limit
+		})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list due calls: %w", err)
-	}
-	slices.SortFunc(out, func(a, b store.Call) int {
-		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
-	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
 	}
 	return out, nil
 }
 
-// NextExpiry returns the earliest ExpiresAt of a pending call, or the zero
-// time if none is pending.
+// NextExpiry returns the earliest ExpiresAt of a pending call, from the
+// expiry index, or the zero time if none is pending.
 func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
 	var next time.Time
-	_, err := s.pendingCalls(func(c store.Call) bool {
-		if next.IsZero() || c.ExpiresAt.Before(next) {
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return scanIndex(tx, bucketByExpiry, nil, func(_ time.Time, c store.Call) bool {
 			next = c.ExpiresAt
-		}
-		return false
+			return true
+		})
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("next expiry: %w", err)

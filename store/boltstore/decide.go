@@ -138,14 +138,11 @@ func pendingCall(tx *bolt.Tx, callID string, c *store.Call) (runRecord, error) {
 func decided(tx *bolt.Tx, c *store.Call, rec runRecord, d store.Decision) (bool, error) {
 	c.Status = newrun.Outcome(d.Kind)
 	c.Decision = &d
-	if err := unlistReminder(tx, c.ID); err != nil {
+	if err := unlistPending(tx, c.ID); err != nil {
 		return false, err
 	}
 	c.RemindAt = time.Time{}
 	if err := put(tx.Bucket(bucketCalls), c.ID, *c); err != nil {
-		return false, err
-	}
-	if err := tx.Bucket(bucketPending).Delete([]byte(c.ID)); err != nil {
 		return false, err
 	}
 	rec.Pending--

@@ -16,7 +16,12 @@
 // The calls with a reminder to send are kept in a bucket ordered by
 // reminder time, which DueReminders and NextReminder read from the start;
 // Decide, Approve, ClaimReminder and FinishRun update it in the
-// transaction that changes the call.
+// transaction that changes the call. The pending calls are indexed the
+// same way, by expiry (for Due and NextExpiry), by creation, and by
+// conversation, requester and approver (for Pending, oldest first, which
+// stops at a Filter's Limit); the transactions that make a call pending or
+// take it out of Pending write the indexes, and Open builds them for a
+// file that has none.
 //
 // Leases, resume claims and event ids store their expiry time and are
 // judged against time.Now. Runs are deleted Options.Retention after they

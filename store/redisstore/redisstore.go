@@ -266,31 +266,37 @@ func (s *Store) createRun(ctx context.Context, r store.Run, calls []store.Call) 
 }
 
 // indexRun adds a created run and its calls to the indexes, and marks the
-// conversation as paused on the run. Scores are expiry times in ms
-// (reminder times in the reminder index); entries older than the retention
-// time point at deleted calls and are trimmed here.
+// conversation as paused on the run. Scores are times in ms: expiry times
+// in the due and runs indexes, reminder times in the reminder index, and
+// creation times in the pending-call listings, so that a bounded listing
+// reads only its oldest entries. Entries of the first three older than the
+// retention time point at deleted calls and are trimmed here; a listing's
+// entries leave it with FinishRun, or when a reader finds them stale.
 func (s *Store) indexRun(ctx context.Context, p redis.Pipeliner, r store.Run, calls []store.Call) {
 	deleteAt := r.ExpiresAt.Add(s.retention)
 	trimBefore := strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
-	add := func(key string, score time.Time, member string) {
+	list := func(key string, score time.Time, member string) {
 		p.ZAdd(ctx, key, redis.Z{Score: float64(score.UnixMilli()), Member: member})
-		p.ZRemRangeByScore(ctx, key, "-inf", "("+trimBefore)
 		expireAtLeast(ctx, p, key, deleteAt)
+	}
+	add := func(key string, score time.Time, member string) {
+		list(key, score, member)
+		p.ZRemRangeByScore(ctx, key, "-inf", "("+trimBefore)
 	}
 	for _, c := range calls {
 		add(s.dueKey(), c.ExpiresAt, c.ID)
 		if !c.RemindAt.IsZero() {
 			add(s.remindKey(), c.RemindAt, c.ID)
 		}
-		add(s.pendingKey(), c.ExpiresAt, c.ID)
+		list(s.pendingKey(), c.CreatedAt, c.ID)
 		if c.Requester != "" {
-			add(s.requesterKey(c.Requester), c.ExpiresAt, c.ID)
+			list(s.requesterKey(c.Requester), c.CreatedAt, c.ID)
 		}
 		for _, k := range s.approverKeys(c) {
-			add(k, c.ExpiresAt, c.ID)
+			list(k, c.CreatedAt, c.ID)
 		}
 		if c.Conversation != "" {
-			add(s.convPendingKey(c.Conversation), c.ExpiresAt, c.ID)
+			list(s.convPendingKey(c.Conversation), c.CreatedAt, c.ID)
 		}
 	}
 	add(s.runsKey(), r.ExpiresAt, r.ID)
@@ -666,7 +672,8 @@ func (s *Store) scanIndex(ctx context.Context, key, max string, keep func([]live
 }
 
 // Pending lists pending calls matching f, oldest first, from the most
-// selective index for f.
+// selective index for f (scored by creation time); with f.Limit > 0 it
+// stops reading once it has the oldest f.Limit.
 func (s *Store) Pending(ctx context.Context, f store.Filter) ([]store.Call, error) {
 	key := s.pendingKey()
 	switch {
@@ -684,7 +691,15 @@ func (s *Store) Pending(ctx context.Context, f store.Filter) ([]store.Call, erro
 				out = append(out, l.call)
 			}
 		}
-		return false
+		if f.Limit <= 0 || len(out) < f.Limit || len(ls) == 0 {
+			return false
+		}
+		// Entries of one millisecond share a score and come in id order,
+		// not in CreatedAt order: read on past the millisecond of the
+		// last call kept.
+		sortCalls(out)
+		out = out[:f.Limit]
+		return ls[len(ls)-1].call.CreatedAt.UnixMilli() > out[f.Limit-1].CreatedAt.UnixMilli()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list pending calls: %w", err)

@@ -425,6 +425,51 @@ func TestStaleIndexEntriesDropped(t *testing.T) {
 	}
 }
 
+// A bounded listing skips and drops the stale entries it reads, counts
+// only pending calls toward its limit, and leaves the entries past it.
+func TestStaleEntriesAndALimit(t *testing.T) {
+	u := redisURL(t)
+	prefix := newPrefix(t, u)
+	s := newStore(t, u, redisstore.Options{Prefix: prefix})
+	defer s.Close()
+	ctx := t.Context()
+	gone, _ := testRun()
+	gone.CreatedAt = time.Now().Add(-time.Hour)
+	var live []store.Call
+	for i := range 3 {
+		r, calls := testRun()
+		r.CreatedAt = time.Now().Add(time.Duration(i-3) * time.Minute)
+		if err := s.CreateRun(ctx, r, calls); err != nil {
+			t.Fatalf("CreateRun: %v", err)
+		}
+		live = append(live, calls[0])
+	}
+	_, calls := testRun()
+	calls[0].ID = store.CallID(gone.ID, 0)
+	if err := s.CreateRun(ctx, gone, calls); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runKeys, err := c.Keys(ctx, prefix+":run:{"+gone.ID+"}*").Result()
+	if err != nil || len(runKeys) == 0 {
+		t.Fatalf("keys of run %s = %v, %v", gone.ID, runKeys, err)
+	}
+	if err := c.Del(ctx, runKeys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Pending(ctx, store.Filter{Limit: 2})
+	if err != nil || len(p) != 2 || p[0].ID != live[0].ID || p[1].ID != live[1].ID {
+		t.Errorf("Pending(limit 2) with the oldest call deleted = %v, %v; want %s, %s", p, err, live[0].ID, live[1].ID)
+	}
+	if n, err := c.ZCard(ctx, prefix+":pending").Result(); err != nil || n != 3 {
+		t.Errorf("ZCARD %s:pending = %d, %v; want 3, the stale entry dropped", prefix, n, err)
+	}
+}
+
 // A reminder index entry left at an earlier time than its call's RemindAt
 // (ClaimReminder's second command failed) is not listed as due, and
 // DueReminders moves it to the call's time; one whose call has no

@@ -93,7 +93,10 @@ type Store interface {
 	// unknown run.
 	FinishRun(ctx context.Context, runID string) error
 
-	// Pending lists pending calls matching f, oldest first.
+	// Pending lists pending calls matching f, oldest first (by CreatedAt,
+	// then id): with f.Limit > 0 the oldest f.Limit of them. It reads an
+	// index in that order and stops once it has f.Limit calls, so that a
+	// bounded listing costs the same however many calls are pending.
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
 	// Due lists up to limit pending calls whose ExpiresAt is at or before now,
 	// earliest first.

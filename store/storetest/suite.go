@@ -55,6 +55,7 @@ func Run(t *testing.T, open Opener) {
 		{"RemindersLeaveWithTheCall", testRemindersLeaveWithTheCall},
 		{"ClaimReminderConcurrent", testClaimReminderConcurrent},
 		{"PendingFilters", testPendingFilters},
+		{"PendingLimit", testPendingLimit},
 		{"Restart", testRestart},
 		{"RawBytesKept", testRawBytesKept},
 		{"Lease", testLease},
