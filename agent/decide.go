@@ -112,20 +112,8 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	}
 	fx := decisionEffects(c, d.Decider, storedKind(d.Kind), fp, d.At)
 	got, complete, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, edit, need, final, fx)
-	err = a.decided(ctx, store.ApprovalAudit(fx.Audit, len(got.Approvals), need), err)
-	switch {
-	case errors.Is(err, store.ErrDuplicateApproval):
-		return DecideResult{Call: viewOf(got)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrAlreadyApproved)
-	case errors.Is(err, store.ErrAlreadyDecided):
-		return DecideResult{Call: viewOf(got)}, refusedByOther(got)
-	case errors.Is(err, store.ErrFingerprintMismatch):
-		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrFingerprintMismatch)
-	case errors.Is(err, store.ErrExpired):
-		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrExpired)
-	case errors.Is(err, store.ErrNotFound):
-		return DecideResult{}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrUnknownCall)
-	case err != nil:
-		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
+	if err := a.decided(ctx, store.ApprovalAudit(fx.Audit, len(got.Approvals), need), err); err != nil {
+		return refused(c, got, err)
 	}
 	if complete {
 		a.resumable.add(got.RunID, got.Conversation)
@@ -289,13 +277,12 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 	return canonical, nil
 }
 
-// record writes a checked decision and reports it.
-func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict) (DecideResult, error) {
-	fx := decisionEffects(c, sd.Decider, sd.Kind, c.Fingerprint, sd.At)
-	fx.Audit.Detail = sd.Reason
-	got, complete, err := a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
-	err = a.decided(ctx, fx.Audit, err)
+// refused is what Decide returns when the store refused or failed the
+// decision on c; got is the call as the store has it.
+func refused(c, got store.Call, err error) (DecideResult, error) {
 	switch {
+	case errors.Is(err, store.ErrDuplicateApproval):
+		return DecideResult{Call: viewOf(got)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrAlreadyApproved)
 	case errors.Is(err, store.ErrAlreadyDecided):
 		return DecideResult{Call: viewOf(got)}, refusedByOther(got)
 	case errors.Is(err, store.ErrFingerprintMismatch):
@@ -304,8 +291,17 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrExpired)
 	case errors.Is(err, store.ErrNotFound):
 		return DecideResult{}, fmt.Errorf("decide %s: %w", c.ID, approvals.ErrUnknownCall)
-	case err != nil:
-		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
+	}
+	return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
+}
+
+// record writes a checked decision and reports it.
+func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict) (DecideResult, error) {
+	fx := decisionEffects(c, sd.Decider, sd.Kind, c.Fingerprint, sd.At)
+	fx.Audit.Detail = sd.Reason
+	got, complete, err := a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
+	if err := a.decided(ctx, fx.Audit, err); err != nil {
+		return refused(c, got, err)
 	}
 	if kindOf(&sd) == approvals.Remember {
 		a.remember(ctx, got, sd, v)
