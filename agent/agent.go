@@ -78,6 +78,7 @@ type Runs interface {
 	ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error)
 	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
+	ReleaseClaim(ctx context.Context, runID, owner string) error
 	BeginExecution(ctx context.Context, callID string) (bool, error)
 	SaveResult(ctx context.Context, callID string, result []byte) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
