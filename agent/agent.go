@@ -277,8 +277,14 @@ func (a *Agent) Tools() *Registry { return a.tools }
 // Config.LeaseWait.
 var ErrLeaseTimeout = errors.New("conversation is busy")
 
-// ErrLeaseLost is returned when the lease on a conversation ran out or was
-// taken while a turn was running; the turn stopped where it was.
+// ErrLeaseLost is returned when the lease on a conversation, or a
+// resume's claim on its run, ran out or was taken while a turn or resume
+// was running: it stopped where it was and wrote nothing more. The work is
+// not lost: the conversation stays listed by Unanswered until it is
+// answered, and the resume's claim was released, so TakeOver, here or in
+// the process that holds the conversation now, carries it on (a call that
+// started is not run again unless its tool is read-only or idempotent).
+// Nothing needs to be said in the thread.
 var ErrLeaseLost = errors.New("lost the lease on the conversation")
 
 // DefaultLeaseTTL is the default Config.LeaseTTL.
