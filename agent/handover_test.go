@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,85 +13,30 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/teststore"
 	"github.com/toolgate/toolgate/store"
 )
 
 // starvedStore is the store as a live process sees it while it is starved
-// of CPU: once starve is called, its renewals of leases and resume claims
-// are held until unstarve, and then get the store's answer. After
-// loseLease or loseClaim, the renewals of leases, or of claims, report
-// them lost without asking the store. Everything else goes through.
+// of CPU (see teststore.Starvation). Everything else goes through.
 type starvedStore struct {
 	agent.Store
-	mu         sync.Mutex
-	held       chan struct{} // closed by unstarve; nil while not starved
-	lostLeases bool
-	lostClaims bool
-	renewed    chan struct{} // closed at the first renewal held or lost
-	once       sync.Once
+	*teststore.Starvation
 }
 
 func newStarvedStore(st agent.Store) *starvedStore {
-	return &starvedStore{Store: st, renewed: make(chan struct{})}
-}
-
-func (s *starvedStore) starve() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.held = make(chan struct{})
-}
-
-func (s *starvedStore) unstarve() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	close(s.held)
-}
-
-func (s *starvedStore) loseLease() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.lostLeases = true
-}
-
-func (s *starvedStore) loseClaim() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.lostClaims = true
-}
-
-// renewal decides what a renewal (of a claim, or a lease) gets: lost
-// reports it lost; otherwise it waits while starved, then asks the store.
-func (s *starvedStore) renewal(ctx context.Context, claim bool) (lost bool, err error) {
-	s.mu.Lock()
-	held, l := s.held, s.lostLeases
-	if claim {
-		l = s.lostClaims
-	}
-	s.mu.Unlock()
-	if !l && held == nil {
-		return false, nil
-	}
-	s.once.Do(func() { close(s.renewed) })
-	if l {
-		return true, nil
-	}
-	select {
-	case <-held:
-		return false, nil
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
+	return &starvedStore{Store: st, Starvation: teststore.NewStarvation()}
 }
 
 func (s *starvedStore) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if lost, err := s.renewal(ctx, false); lost || err != nil {
+	if lost, err := s.Renewal(ctx, false); lost || err != nil {
 		return false, err
 	}
 	return s.Store.AcquireLease(ctx, key, owner, ttl)
 }
 
 func (s *starvedStore) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
-	if lost, err := s.renewal(ctx, true); lost || err != nil {
+	if lost, err := s.Renewal(ctx, true); lost || err != nil {
 		return false, err
 	}
 	return s.Store.RenewClaim(ctx, runID, owner, lease)
@@ -189,7 +133,7 @@ func TestLostClaimHandsResumeOver(t *testing.T) {
 			}
 			done := resumeAsync(a, p.RunID)
 			<-entered
-			st.loseClaim()
+			st.LoseClaims()
 			if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
 				t.Fatalf("Resume after its claim was lost = %v, want ErrLeaseLost", err)
 			}
@@ -231,8 +175,8 @@ func TestResumeStarvedAndTakenOver(t *testing.T) {
 			}
 			done := resumeAsync(a, p.RunID)
 			<-entered
-			st.starve()
-			<-st.renewed
+			st.Starve()
+			<-st.Renewed()
 			// Its lease and claim run out while it is starved.
 			must(t, w.store.ReleaseLease(t.Context(), store.TurnLease(p.Conversation), "starved"))
 			must(t, w.store.ReleaseClaim(t.Context(), p.RunID, "starved"))
@@ -249,7 +193,7 @@ func TestResumeStarvedAndTakenOver(t *testing.T) {
 				taken <- out
 			}()
 			<-survivorEntered
-			st.unstarve()
+			st.Unstarve()
 			if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
 				t.Fatalf("the starved resume = %v, want ErrLeaseLost", err)
 			}
@@ -281,7 +225,7 @@ func TestLostLeaseHandsTurnOver(t *testing.T) {
 				done <- err
 			}()
 			<-entered
-			st.loseLease()
+			st.LoseLeases()
 			if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
 				t.Fatalf("Run after its lease was lost = %v, want ErrLeaseLost", err)
 			}
