@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -288,6 +289,59 @@ func TestTakeOverKeepsClaimedRunListed(t *testing.T) {
 			}
 			if n := w.deploys.n.Load(); n != 1 {
 				t.Errorf("deploy ran %d times, want once", n)
+			}
+		})
+	}
+}
+
+// finishedClaimStore tells when a renewal of a resume claim was refused
+// (refused is closed then): after the resume finished its run, say.
+type finishedClaimStore struct {
+	agent.Store
+	refused chan struct{}
+	once    sync.Once
+}
+
+func (s *finishedClaimStore) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
+	ok, err := s.Store.RenewClaim(ctx, runID, owner, lease)
+	if err == nil && !ok {
+		s.once.Do(func() { close(s.refused) })
+	}
+	return ok, err
+}
+
+// A resume that finished its run goes on to answer the messages queued
+// while it was paused; the claim it no longer needs is not renewed, and
+// its refused renewal does not stop that answer.
+func TestFinishedRunsClaimDoesNotStopQueuedAnswer(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.cfg.LeaseTTL = 300 * time.Millisecond
+			st := &finishedClaimStore{Store: w.store, refused: make(chan struct{})}
+			a := w.agentWith(st, w.rec)
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			ctx := t.Context()
+			if out, err := a.Run(ctx, request("also, what time is it?")); err != nil || out.Status != agent.Waiting {
+				t.Fatalf("Run while paused = %+v, %v; want Waiting", out, err)
+			}
+			var n atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				if n.Add(1) == 1 {
+					return fakeopenai.Text("deployed")
+				}
+				<-st.refused // a renewal after the run was finished
+				return fakeopenai.Text("noon")
+			})
+			if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+				t.Fatal(err)
+			}
+			out, err := a.Resume(ctx, p.RunID)
+			if err != nil || out.Answer != "noon" {
+				t.Fatalf("Resume = %+v, %v; want the queued message answered", out, err)
+			}
+			if got := w.rec.Answers(); !slices.Equal(got, []string{"deployed", "noon"}) {
+				t.Errorf("answers = %q, want both", got)
 			}
 		})
 	}

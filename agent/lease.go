@@ -281,13 +281,18 @@ func (l *leases) renew(ctx context.Context, key, conversation string, lost conte
 	}, "conversation lease", "conversation", conversation)
 }
 
+// errNothingToRenew is returned by a renewal of keepRenewed when the work
+// no longer needs its hold; renewing stops quietly.
+var errNothingToRenew = errors.New("nothing left to renew")
+
 // keepRenewed calls renew every ttl/3 until ctx ends, to keep a hold in
-// the store that lasts ttl (a lease, a resume claim). If renew reports the
-// hold lost (another process holds it, or it ran out), or fails until the
-// hold may have run out in the store, it logs that and calls lost with
-// ErrLeaseLost, so the work under the hold stops before anyone else can
-// have started on it, and returns. name and the key/value pairs in attrs
-// name the hold in the log.
+// the store that lasts ttl (a lease, a resume claim), or until renew
+// returns errNothingToRenew. If renew reports the hold lost (another
+// process holds it, or it ran out), or fails until the hold may have run
+// out in the store, it logs that and calls lost with ErrLeaseLost, so the
+// work under the hold stops before anyone else can have started on it,
+// and returns. name and the key/value pairs in attrs name the hold in the
+// log.
 func keepRenewed(ctx context.Context, ttl time.Duration, log *slog.Logger, lost context.CancelCauseFunc, renew func(context.Context) (bool, error), name string, attrs ...any) {
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
@@ -300,7 +305,7 @@ func keepRenewed(ctx context.Context, ttl time.Duration, log *slog.Logger, lost 
 		}
 		ok, err := renew(ctx)
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil, errors.Is(err, errNothingToRenew):
 			return
 		case err == nil && ok:
 			renewed = time.Now()
