@@ -78,6 +78,7 @@ type Runs interface {
 	ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error)
 	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
+	ReleaseClaim(ctx context.Context, runID, owner string) error
 	BeginExecution(ctx context.Context, callID string) (bool, error)
 	SaveResult(ctx context.Context, callID string, result []byte) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
@@ -276,8 +277,14 @@ func (a *Agent) Tools() *Registry { return a.tools }
 // Config.LeaseWait.
 var ErrLeaseTimeout = errors.New("conversation is busy")
 
-// ErrLeaseLost is returned when the lease on a conversation ran out or was
-// taken while a turn was running; the turn stopped where it was.
+// ErrLeaseLost is returned when the lease on a conversation, or a
+// resume's claim on its run, ran out or was taken while a turn or resume
+// was running: it stopped where it was and wrote nothing more. The work is
+// not lost: the conversation stays listed by Unanswered until it is
+// answered, and the resume's claim was released, so TakeOver, here or in
+// the process that holds the conversation now, carries it on (a call that
+// started is not run again unless its tool is read-only or idempotent).
+// Nothing needs to be said in the thread.
 var ErrLeaseLost = errors.New("lost the lease on the conversation")
 
 // DefaultLeaseTTL is the default Config.LeaseTTL.

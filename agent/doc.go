@@ -147,7 +147,15 @@
 // the turn again from what was recorded, finishes a recorded step (a call
 // that was running is reported to the model as of unknown outcome and not
 // run again, unless its tool is read-only or idempotent), or resumes a
-// decided run whose resumer died.
+// decided run whose resumer died. A run whose claim is still held (its
+// resumer died a moment ago) stays listed for the next try.
+//
+// A process that is alive but loses a conversation's lease or a run's
+// resume claim (its renewal found it taken or run out, as under CPU
+// starvation) stops the turn or resume at once, writes nothing more,
+// releases the claim and returns ErrLeaseLost; the work is still listed,
+// so TakeOver carries it on, in the process holding the conversation now
+// or in any other once the lease is free.
 //
 // # Reporting
 //

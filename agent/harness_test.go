@@ -189,6 +189,13 @@ func (w *world) advance(d time.Duration) {
 // agent builds an agent on the current store, as a fresh process would.
 func (w *world) agent() *agent.Agent {
 	w.t.Helper()
+	return w.agentWith(w.store, w.rec)
+}
+
+// agentWith builds an agent, as a fresh process would, on st (the current
+// store, or a wrapper of it) that reports to rep.
+func (w *world) agentWith(st agent.Store, rep agent.Reporter) *agent.Agent {
+	w.t.Helper()
 	policy := w.policy
 	if policy == "" {
 		policy = testPolicy
@@ -198,7 +205,7 @@ func (w *world) agent() *agent.Agent {
 	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock))
 	w.engine = engine
 	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: w.model.URL(), APIKey: "test-key", Model: "fake-model", Timeout: 10 * time.Second})
-	return agent.New(model, w.reg, engine, w.store, func(string) agent.Reporter { return w.rec }, w.cfg)
+	return agent.New(model, w.reg, engine, st, func(string) agent.Reporter { return rep }, w.cfg)
 }
 
 // restart models a process restart: a new store handle on the same data.

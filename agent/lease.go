@@ -276,7 +276,25 @@ func (l *leases) release(ctx context.Context, key, conversation string, released
 // holds it, or renewing fails until the lease may have run out in the
 // store, it calls lost with ErrLeaseLost and returns.
 func (l *leases) renew(ctx context.Context, key, conversation string, lost context.CancelCauseFunc) {
-	t := time.NewTicker(l.ttl / 3)
+	keepRenewed(ctx, l.ttl, l.log, lost, func(ctx context.Context) (bool, error) {
+		return l.store.AcquireLease(ctx, key, l.owner, l.ttl)
+	}, "conversation lease", "conversation", conversation)
+}
+
+// errNothingToRenew is returned by a renewal of keepRenewed when the work
+// no longer needs its hold; renewing stops quietly.
+var errNothingToRenew = errors.New("nothing left to renew")
+
+// keepRenewed calls renew every ttl/3 until ctx ends, to keep a hold in
+// the store that lasts ttl (a lease, a resume claim), or until renew
+// returns errNothingToRenew. If renew reports the hold lost (another
+// process holds it, or it ran out), or fails until the hold may have run
+// out in the store, it logs that and calls lost with ErrLeaseLost, so the
+// work under the hold stops before anyone else can have started on it,
+// and returns. name and the key/value pairs in attrs name the hold in the
+// log.
+func keepRenewed(ctx context.Context, ttl time.Duration, log *slog.Logger, lost context.CancelCauseFunc, renew func(context.Context) (bool, error), name string, attrs ...any) {
+	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
 	renewed := time.Now()
 	for {
@@ -285,21 +303,21 @@ func (l *leases) renew(ctx context.Context, key, conversation string, lost conte
 			return
 		case <-t.C:
 		}
-		ok, err := l.store.AcquireLease(ctx, key, l.owner, l.ttl)
+		ok, err := renew(ctx)
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil, errors.Is(err, errNothingToRenew):
 			return
 		case err == nil && ok:
 			renewed = time.Now()
 		case err == nil:
-			l.log.Error("conversation lease taken by another process; stopping this turn", "conversation", conversation)
+			log.Error(name+" lost; stopping the work under it for another process to carry on", attrs...)
 			lost(ErrLeaseLost)
 			return
 		default:
-			l.log.Warn("renew conversation lease", "conversation", conversation, "err", err)
-			// Give up before the lease can have run out in the store, so
+			log.Warn("renew "+name, append(attrs, "err", err)...)
+			// Give up before the hold can have run out in the store, so
 			// no one else is working on it yet.
-			if time.Since(renewed) >= l.ttl*2/3 {
+			if time.Since(renewed) >= ttl*2/3 {
 				lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 				return
 			}

@@ -59,11 +59,17 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 // resume, or that someone else resumes.
 var errNoResume = errors.New("nothing to resume")
 
+// errClaimed is errNoResume for a decided run whose resume claim another
+// process holds. Found by the holder of the conversation's lease, the
+// claim is that of a resume that stopped or died before it finished.
+var errClaimed = fmt.Errorf("%w: another process holds the resume claim", errNoResume)
+
 // beginResume takes the resume claim of a decided run, and the lease on
 // key unless it is empty (the caller holds it), and loads what the resume
 // needs (see store.ResumeStart). It returns errNoResume if the run is
-// gone, finished, not decided or claimed by someone else, and Claimed
-// false, nil if another process holds the lease.
+// gone, finished or not decided, errClaimed if it is decided and claimed
+// by someone else, and Claimed false, nil if another process holds the
+// lease.
 func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (store.ResumeStart, error) {
 	rs, err := a.store.BeginResume(ctx, runID, conv, key, a.cfg.Owner, a.cfg.LeaseTTL, a.policyKinds()...)
 	switch {
@@ -71,6 +77,9 @@ func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (store
 		return rs, errNoResume
 	case err != nil:
 		return rs, fmt.Errorf("begin resume %s: %w", runID, err)
+	case !rs.Claimed && !rs.Busy && !rs.Run.Finished:
+		// A decided run (callers only resume those): claimed.
+		return rs, errClaimed
 	case !rs.Claimed && !rs.Busy:
 		return rs, errNoResume
 	}
@@ -78,9 +87,13 @@ func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (store
 }
 
 // claimAndResume claims the resume of a decided run and runs it; Idle if
-// someone else holds the claim. The caller holds the conversation's lease.
-func (a *Agent) claimAndResume(ctx context.Context, run store.Run, _ []store.Call) (Outcome, error) {
+// the run has nothing to resume, errClaimed if someone else holds the
+// claim. The caller holds the conversation's lease.
+func (a *Agent) claimAndResume(ctx context.Context, run store.Run) (Outcome, error) {
 	rs, err := a.beginResume(ctx, run.ID, run.Conversation, "")
+	if errors.Is(err, errClaimed) {
+		return Outcome{}, err
+	}
 	if errors.Is(err, errNoResume) || err == nil && !rs.Claimed {
 		return Outcome{Status: Idle}, nil
 	}
@@ -98,12 +111,17 @@ func (a *Agent) resumeStarted(ctx context.Context, rs store.ResumeStart) (Outcom
 	// within LeaseTTL; the decision that completed the step listed the
 	// conversation for TakeOver until the resumed turn saves its result,
 	// so another process (or this one after a restart) takes it over then.
-	stop := a.keepClaim(ctx, run.ID)
+	// A resume that loses the claim or the lease stops and releases the
+	// claim, for the takeover to carry the run on at once.
+	ctx, stop := a.keepClaim(ctx, run.ID)
 	defer stop()
 	var st runState
 	_ = json.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: calls})
 	out, err := a.resumeClaimed(ctx, rs, a.reporter(run.Conversation))
+	if err != nil && leaseLost(ctx) && !errors.Is(err, ErrLeaseLost) {
+		err = errors.Join(err, context.Cause(ctx))
+	}
 	end(out, err)
 	return out, err
 }
@@ -173,6 +191,11 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, rep Rep
 			continue
 		}
 		res := a.settle(ctx, t, byID[s.CallID], st, rep, &recs)
+		if leaseLost(ctx) {
+			// Whoever holds the run now settles the calls left (a call
+			// that started is not run again).
+			return Outcome{}, fmt.Errorf("resume %s: %w", runID, context.Cause(ctx))
+		}
 		s.Result = &res
 	}
 	t.messages = append(t.messages, toolMessages(st.Slots)...)
@@ -277,6 +300,9 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return skip(Result{Content: "not performed: the policy now denies this call: " + reason, IsError: true}, "policy now denies: "+reason)
 	}
 	first, err := a.store.BeginExecution(ctx, c.ID)
+	if err != nil && leaseLost(ctx) {
+		return Result{} // the resume stops; its card is left to whoever settles the call
+	}
 	if err != nil {
 		return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 	}

@@ -224,15 +224,25 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 			}
 			pending := a.pendingOf(calls)
 			if len(pending) == 0 {
-				// Decided but not resumed: its resumer died, or has not
-				// started yet.
+				// Decided but not resumed: its resumer died or lost the
+				// conversation, or has not started yet. The new messages
+				// are queued for the resume, which drains them from the
+				// inbox when it saves its result; until then they, and
+				// the decision's listing, keep the conversation listed.
 				if c.Conversation != nil {
-					if err := a.commit(ctx, nil, c, false); err != nil {
+					if err := a.commit(ctx, nil, store.Commit{Key: conv, Conversation: c.Conversation}, false); err != nil {
 						return Outcome{}, err
 					}
 					c.Conversation = nil
 				}
-				out, err := a.claimAndResume(ctx, run, calls)
+				out, err := a.claimAndResume(ctx, run)
+				if errors.Is(err, errClaimed) {
+					// The resumer stopped or died without finishing, and
+					// its claim has not been released or lapsed yet: the
+					// conversation stays listed, and a later takeover
+					// resumes the run once the claim is free.
+					return Outcome{Status: Idle, RunID: pausedRun}, nil
+				}
 				if err != nil || out.Status != Idle {
 					return out, err
 				}

@@ -97,16 +97,8 @@ func (d *dyingStore) ReleaseLease(ctx context.Context, key, owner string) error 
 // reporter of its own (what a killed process posts is lost with it).
 func (w *world) doomed() (*agent.Agent, *dyingStore) {
 	w.t.Helper()
-	policy := w.policy
-	if policy == "" {
-		policy = testPolicy
-	}
-	p, err := approvals.ParseConfig([]byte(policy))
-	must(w.t, err)
-	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock))
-	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: w.model.URL(), APIKey: "test-key", Model: "fake-model", Timeout: 10 * time.Second})
 	d := &dyingStore{Store: w.store}
-	return agent.New(model, w.reg, engine, d, func(string) agent.Reporter { return &recorder{} }, w.cfg), d
+	return w.agentWith(d, &recorder{}), d
 }
 
 // takeOver lists the conversation as unanswered once the takeover delay

@@ -23,10 +23,15 @@ type Turns interface {
 // with the audit entries t noted since its last write (t may be nil).
 // With last, nothing more is written for the conversation under the
 // lease that ctx holds, so the commit releases it (its renewal stops
-// first). On an error the entries stay noted for the next write.
+// first). A commit that finishes the run whose resume claim ctx holds
+// ends the need for the claim (see claim). On an error the entries stay
+// noted for the next write.
 func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) error {
 	if t != nil {
 		c.Audit = t.audits
+	}
+	if cl := claimOf(ctx, c.Finish); cl != nil {
+		cl.finishing.Store(true)
 	}
 	h := holdOf(ctx, c.Key)
 	if last && h != nil {

@@ -181,13 +181,15 @@ func (a *App) resumeLater(ctx context.Context, conversation, runID string) {
 
 // resume runs the resume of a run whose step is decided, on its
 // conversation's queue, once a turn slot is free.
-func (a *App) resume(ctx context.Context, runID string) {
+func (a *App) resume(ctx context.Context, conversation, runID string) {
 	out, err := a.ag.Resume(ctx, runID)
 	if out.Status != agent.Idle {
 		a.m.turn(string(out.Status), err)
 	}
 	switch {
 	case err == nil:
+	case errors.Is(err, agent.ErrLeaseLost):
+		a.handOver(ctx, conversation, err)
 	case errors.Is(err, agent.ErrLeaseTimeout):
 		// Another process held the conversation all along; the run is
 		// still decided and unclaimed, so the sweep resumes it. The
@@ -195,23 +197,9 @@ func (a *App) resume(ctx context.Context, runID string) {
 		a.log.Warn("resume waited too long for the conversation; the sweep retries", "run", runID, "err", err)
 	default:
 		a.log.Error("resume failed", "run", runID, "err", err)
-		lctx, cancel, ok := a.noteContext(ctx, 5*time.Second)
-		defer cancel()
-		if !ok {
-			a.log.Warn("shutdown deadline passed; failure not reported in the thread", "run", runID)
-			return
-		}
-		if c, cerr := a.callOfRun(lctx, runID); cerr == nil {
-			_, channel, thread, _ := parseKey(c.Conversation)
-			a.post(ctx, channel, thread, failureText(err))
-		}
+		_, channel, thread, _ := parseKey(conversation)
+		a.post(ctx, channel, thread, failureText(err))
 	}
-}
-
-// callOfRun returns the first call of a run, to find its conversation.
-func (a *App) callOfRun(ctx context.Context, runID string) (agent.Call, error) {
-	pc, err := a.ag.Call(ctx, store.CallID(runID, 0))
-	return pc.Call, err
 }
 
 // resumeQueued is a queued resume: one that had not started by the end of
@@ -227,7 +215,7 @@ func (a *App) resumeQueued(ctx context.Context, conversation, runID string) {
 		return
 	}
 	defer release()
-	a.resume(ctx, runID)
+	a.resume(ctx, conversation, runID)
 }
 
 // refusalText explains a refused decision to the decider, and names the

@@ -596,17 +596,7 @@ func (a *App) takeover(ctx context.Context, stopping <-chan struct{}) {
 			a.m.error("takeover")
 		}
 		for _, key := range keys {
-			a.enqueue(ctx, key, func(ctx context.Context) {
-				if ctx.Err() != nil {
-					return // the next process takes it over
-				}
-				release, err := a.turnSlot(ctx, key)
-				if err != nil {
-					return
-				}
-				defer release()
-				a.takeOverTurn(ctx, key)
-			})
+			a.takeOverLater(ctx, key)
 		}
 		select {
 		case <-stopping:
@@ -614,6 +604,21 @@ func (a *App) takeover(ctx context.Context, stopping <-chan struct{}) {
 		case <-t.C:
 		}
 	}
+}
+
+// takeOverLater queues a TakeOver of the conversation on its queue.
+func (a *App) takeOverLater(ctx context.Context, key string) {
+	a.enqueue(ctx, key, func(ctx context.Context) {
+		if ctx.Err() != nil {
+			return // the next process takes it over
+		}
+		release, err := a.turnSlot(ctx, key)
+		if err != nil {
+			return
+		}
+		defer release()
+		a.takeOverTurn(ctx, key)
+	})
 }
 
 // takeoverBatch bounds the conversations one takeover scan queues.

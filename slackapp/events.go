@@ -294,6 +294,10 @@ func (a *App) takeOverTurn(ctx context.Context, key string) {
 func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err error) {
 	_, channel, thread, _ := parseKey(key)
 	a.m.turn(string(out.Status), err)
+	if errors.Is(err, agent.ErrLeaseLost) {
+		a.handOver(ctx, key, err)
+		return
+	}
 	if err != nil {
 		a.log.Error("turn failed", "conversation", key, "err", err)
 		a.post(ctx, channel, thread, failureText(err))
@@ -306,6 +310,18 @@ func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err
 		}
 		a.post(ctx, channel, thread, WaitingText(waits))
 	}
+}
+
+// handOver follows a turn or resume that stopped because it lost the
+// conversation's lease or the run's resume claim (agent.ErrLeaseLost). The
+// thread is told nothing: the work is still listed for takeover, and
+// another process may be carrying it on already. A TakeOver is queued
+// here: it does nothing while another process holds the conversation,
+// and otherwise carries the work on at once, without waiting for the
+// takeover scan.
+func (a *App) handOver(ctx context.Context, key string, err error) {
+	a.log.Warn("lost the conversation to another process or to the clock; handing it over", "conversation", key, "err", err)
+	a.takeOverLater(ctx, key)
 }
 
 // failureText tells people in the thread what went wrong, without internals

@@ -176,6 +176,11 @@ func (s *countedStore) RenewClaim(ctx context.Context, runID, owner string, leas
 	return s.st.RenewClaim(ctx, runID, owner, lease)
 }
 
+func (s *countedStore) ReleaseClaim(ctx context.Context, runID, owner string) error {
+	s.count("ReleaseClaim")
+	return s.st.ReleaseClaim(ctx, runID, owner)
+}
+
 func (s *countedStore) NextExpiry(ctx context.Context) (time.Time, error) {
 	s.count("NextExpiry")
 	return s.st.NextExpiry(ctx)

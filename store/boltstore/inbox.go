@@ -53,6 +53,26 @@ func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.
 	return renewed, nil
 }
 
+// ReleaseClaim is one transaction: see storetest.Store for the contract.
+func (s *Store) ReleaseClaim(ctx context.Context, runID, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		var rec runRecord
+		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		if err != nil || !ok || rec.Finished || rec.ClaimOwner != owner || !rec.ClaimUntil.After(time.Now()) {
+			return err
+		}
+		rec.ClaimOwner, rec.ClaimUntil = "", time.Time{}
+		return put(tx.Bucket(bucketRuns), runID, rec)
+	})
+	if err != nil {
+		return fmt.Errorf("release resume claim of run %s: %w", runID, err)
+	}
+	return nil
+}
+
 func seenInboxKey(conversation, kind, id string) []byte {
 	return []byte("inbox\x00" + conversation + "\x00" + kind + "\x00" + id)
 }

@@ -39,6 +39,15 @@ func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.
 	return n == 1, nil
 }
 
+// ReleaseClaim deletes owner's resume claim, one script. See storetest.Store
+// for the contract.
+func (s *Store) ReleaseClaim(ctx context.Context, runID, owner string) error {
+	if err := releaseClaim.Run(ctx, s.c, []string{s.claimKey(runID)}, owner).Err(); err != nil {
+		return fmt.Errorf("release resume claim of run %s: %w", runID, err)
+	}
+	return nil
+}
+
 // AcceptMessage is one script on the conversation's hash slot, then one
 // ZADD listing the conversation. See storetest.Store for the contract.
 func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {

@@ -278,6 +278,14 @@ end
 return 0
 `)
 
+// releaseClaim deletes the resume claim if its owner holds it.
+// KEYS: claim
+// ARGV: owner
+var releaseClaim = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
 // acceptMessage de-duplicates a message and appends it to the inbox.
 // KEYS: conversation, inbox, inbox seq, seen event id, seen message id
 // ARGV: require known (1/0), check event id (1/0), check message id (1/0),

@@ -57,6 +57,60 @@ func testRenewClaim(t *testing.T, open Opener) {
 	}
 }
 
+func testReleaseClaim(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	r, calls := create(t, s, 1, nil)
+	decideAll(t, s, calls)
+	if ok, err := s.ClaimResume(ctx, r.ID, "a", time.Hour); err != nil || !ok {
+		t.Fatalf("ClaimResume(%s) = %v, %v; want true, nil", r.ID, ok, err)
+	}
+	// Only the holder releases the claim.
+	if err := s.ReleaseClaim(ctx, r.ID, "b"); err != nil {
+		t.Fatalf("ReleaseClaim(%s) by a non-holder: %v", r.ID, err)
+	}
+	if ok, err := s.ClaimResume(ctx, r.ID, "b", time.Hour); err != nil || ok {
+		t.Errorf("ClaimResume(%s) after a non-holder released = %v, %v; want false, nil", r.ID, ok, err)
+	}
+	if stalled(t, s, r.ID) {
+		t.Errorf("Stalled lists %s while its claim is live", r.ID)
+	}
+	// Released by its holder, the claim is gone at once, long before it
+	// would have run out.
+	if err := s.ReleaseClaim(ctx, r.ID, "a"); err != nil {
+		t.Fatalf("ReleaseClaim(%s) by the holder: %v", r.ID, err)
+	}
+	if !stalled(t, s, r.ID) {
+		t.Errorf("Stalled does not list %s after its claim was released", r.ID)
+	}
+	if ok, err := s.RenewClaim(ctx, r.ID, "a", time.Hour); err != nil || ok {
+		t.Errorf("RenewClaim(%s) after the release = %v, %v; want false, nil", r.ID, ok, err)
+	}
+	if ok, err := s.ClaimResume(ctx, r.ID, "b", time.Hour); err != nil || !ok {
+		t.Fatalf("ClaimResume(%s) after the release = %v, %v; want true, nil", r.ID, ok, err)
+	}
+	// The former holder's late release leaves the new claim alone.
+	if err := s.ReleaseClaim(ctx, r.ID, "a"); err != nil {
+		t.Fatalf("ReleaseClaim(%s) by the former holder: %v", r.ID, err)
+	}
+	if ok, err := s.RenewClaim(ctx, r.ID, "b", time.Hour); err != nil || !ok {
+		t.Errorf("RenewClaim(%s) by the new holder after a stale release = %v, %v; want true, nil", r.ID, ok, err)
+	}
+	// A finished run and an unknown one: nothing to release.
+	if err := s.FinishRun(ctx, r.ID); err != nil {
+		t.Fatalf("FinishRun(%s): %v", r.ID, err)
+	}
+	if err := s.ReleaseClaim(ctx, r.ID, "b"); err != nil {
+		t.Errorf("ReleaseClaim(%s) after FinishRun: %v", r.ID, err)
+	}
+	if stalled(t, s, r.ID) {
+		t.Errorf("Stalled lists the finished run %s after a release", r.ID)
+	}
+	if err := s.ReleaseClaim(ctx, store.NewRunID(), "a"); err != nil {
+		t.Errorf("ReleaseClaim(unknown run): %v", err)
+	}
+}
+
 // inbound is a message of user U1 with the given ids, at the given time.
 func inbound(event, msg, text string, at time.Time) store.Inbound {
 	return store.Inbound{EventID: event, MsgID: msg, User: "U1", Channel: "C1", Text: text, At: at}

@@ -76,6 +76,13 @@ type Store interface {
 	// does not hold a live claim: it ran out, someone else holds it, or the
 	// run is finished. store.ErrNotFound for an unknown run.
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
+	// ReleaseClaim ends owner's live resume claim on a run at once, so
+	// that the run can be claimed again (and Stalled lists it) without
+	// waiting for the claim to run out: a resume that stopped before it
+	// finished the run (it lost the conversation's lease) hands the run
+	// over. Nothing changes if owner holds no live claim on the run (it
+	// ran out, someone else holds it, the run is finished or unknown).
+	ReleaseClaim(ctx context.Context, runID, owner string) error
 	// BeginExecution marks a decided call as executing; true the first time
 	// only, so a tool runs at most once even if a resume is claimed again.
 	// False for a call that is not Decided (pending, expired, cancelled);

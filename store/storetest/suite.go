@@ -61,6 +61,7 @@ func Run(t *testing.T, open Opener) {
 		{"Lease", testLease},
 		{"SeenEvent", testSeenEvent},
 		{"RenewClaim", testRenewClaim},
+		{"ReleaseClaim", testReleaseClaim},
 		{"AcceptMessage", testAcceptMessage},
 		{"AcceptMessageConcurrent", testAcceptMessageConcurrent},
 		{"AcceptMessageKnown", testAcceptMessageKnown},

@@ -1,0 +1,156 @@
+package slackapp_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/internal/teststore"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// starvedStore is the store of a replica starved of CPU (see
+// teststore.Starvation); released is closed when it first releases a
+// conversation's lease itself, which it does once its turn or resume has
+// stopped on a lost lease (a turn's own writes release the lease
+// otherwise).
+type starvedStore struct {
+	fullStore
+	*teststore.Starvation
+	released chan struct{}
+	once     sync.Once
+}
+
+func (s *starvedStore) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if lost, err := s.Renewal(ctx, false); lost || err != nil {
+		return false, err
+	}
+	return s.fullStore.AcquireLease(ctx, key, owner, ttl)
+}
+
+func (s *starvedStore) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
+	if lost, err := s.Renewal(ctx, true); lost || err != nil {
+		return false, err
+	}
+	return s.fullStore.RenewClaim(ctx, runID, owner, lease)
+}
+
+func (s *starvedStore) ReleaseLease(ctx context.Context, key, owner string) error {
+	defer s.once.Do(func() { close(s.released) })
+	return s.fullStore.ReleaseLease(ctx, key, owner)
+}
+
+// A replica is starved of CPU while it works on a conversation (the turn
+// of a message, or the resume of an approved call after the call ran):
+// its lease (and claim) run out, another replica's takeover scan carries
+// the work on (a resume from the call's saved result), and when the
+// starved replica gets to renew it finds the conversation taken, stops and
+// says nothing in the thread. The thread gets one answer, the call ran
+// at most once.
+func TestStarvedReplicaIsTakenOver(t *testing.T) {
+	tests := []struct {
+		name, mention, answer string
+		deploys               int64
+	}{
+		{"resume", "deploy api 2", "Deployed: deployed", 1},
+		{"turn", "what changed?", "Nothing changed.", 0},
+	}
+	for _, kind := range storeKinds(t) {
+		for _, tt := range tests {
+			t.Run(kind.name+"/"+tt.name, func(t *testing.T) {
+				e := newEnv(t, kind)
+				starvedAsks, survivorAsks := make(chan struct{}), make(chan struct{})
+				survivorMayAnswer := make(chan struct{})
+				staleAnswer := make(chan struct{})
+				t.Cleanup(func() { close(staleAnswer) })
+				resumes := 0
+				var mu sync.Mutex
+				e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+					last := req.Messages[len(req.Messages)-1]
+					if strings.HasSuffix(last.Content, "deploy api 2") {
+						return fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`))
+					}
+					mu.Lock()
+					resumes++
+					n := resumes
+					mu.Unlock()
+					if n == 1 {
+						close(starvedAsks)
+						<-staleAnswer // the starved replica never gets its answer
+						return fakeopenai.Text("the starved replica's answer")
+					}
+					close(survivorAsks)
+					<-survivorMayAnswer
+					if last.Role == openai.ChatMessageRoleTool {
+						return fakeopenai.Text("Deployed: " + last.Content)
+					}
+					return fakeopenai.Text("Nothing changed.")
+				})
+				base := e.open()
+				st := &starvedStore{fullStore: base, Starvation: teststore.NewStarvation(), released: make(chan struct{})}
+				e.cfg.TakeoverInterval = time.Hour // the starved replica's own scan stays out of the way
+				starved := e.run(st)
+				var survivor *bot
+				t.Cleanup(func() {
+					for _, b := range []*bot{survivor, starved} {
+						if b == nil {
+							continue
+						}
+						b.cancel()
+						if err := <-b.done; err != nil {
+							t.Errorf("replica stopped with %v", err)
+						}
+					}
+				})
+
+				ts := e.slack.Mention(channel, requester, tt.mention)
+				var card fakeslack.Message
+				if tt.deploys > 0 {
+					card = e.card(ts, "deploy")
+					_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+					must(t, err)
+				}
+				<-starvedAsks
+				st.Starve()
+				<-st.Renewed()
+
+				e.cfg.TakeoverInterval = 50 * time.Millisecond
+				survivor = e.run(base)
+				<-survivorAsks // the survivor holds the conversation and the claim
+				st.Unstarve()
+				<-st.released // the starved replica stopped
+				close(survivorMayAnswer)
+				e.answer(ts, tt.answer)
+
+				// Stop both, so that anything the starved replica would say has
+				// been said.
+				for _, b := range []*bot{survivor, starved} {
+					b.cancel()
+					if err := <-b.done; err != nil {
+						t.Errorf("replica stopped with %v", err)
+					}
+				}
+				survivor, starved = nil, nil
+				var answers []string
+				for _, m := range e.slack.Thread(channel, ts) {
+					if m.BotID == "" || isCard(m) || card.TS != "" && m.TS == card.TS {
+						continue
+					}
+					answers = append(answers, m.Text)
+				}
+				if len(answers) != 1 || !strings.Contains(answers[0], tt.answer) {
+					t.Errorf("the bot's messages in the thread besides the card = %q, want the one answer; thread:\n%s", answers, dumpThread(e.slack.Thread(channel, ts)))
+				}
+				if n := e.deploy.Load(); n != tt.deploys {
+					t.Errorf("deploy ran %d times, want %d", n, tt.deploys)
+				}
+			})
+		}
+	}
+}
