@@ -104,6 +104,10 @@ type turn struct {
 	// audits are the audit entries noted since the turn's last write,
 	// stored with the next one (see note).
 	audits []store.AuditEntry
+	// recs are the policy's records read when the turn began (see
+	// policyKinds), which judge the calls of its first step (see
+	// judgeCall); nil once used.
+	recs map[string][]store.Record
 }
 
 // Accept records a person's message in its conversation's inbox, with its
@@ -153,7 +157,7 @@ func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 		}
 	}
 	var out Outcome
-	err := a.leases.turn(ctx, req.Conversation, true, func(ctx context.Context, b store.Begun) (err error) {
+	err := a.leases.turn(ctx, req.Conversation, true, a.policyKinds(), func(ctx context.Context, b store.Begun) (err error) {
 		out, err = a.answer(ctx, req.Conversation, b)
 		return err
 	})
@@ -169,7 +173,7 @@ func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 // answer. Call it for the conversations Unanswered lists.
 func (a *Agent) TakeOver(ctx context.Context, conversation string) (Outcome, error) {
 	var out Outcome
-	err := a.leases.turn(ctx, conversation, false, func(ctx context.Context, b store.Begun) (err error) {
+	err := a.leases.turn(ctx, conversation, false, a.policyKinds(), func(ctx context.Context, b store.Begun) (err error) {
 		out, err = a.answer(ctx, conversation, b)
 		return err
 	})
@@ -252,7 +256,7 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 		}
 		return Outcome{Status: Idle}, nil
 	}
-	t := &turn{conv: conv, messages: cs.Messages, inboxSeq: seq}
+	t := &turn{conv: conv, messages: cs.Messages, inboxSeq: seq, recs: b.Records}
 	defer a.flushAudits(ctx, t)
 	// Messages queued during a pause whose resume failed are answered
 	// now, before the new ones.
@@ -535,7 +539,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			continue
 		}
 		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Channel: t.channel, Hints: tool.Annotations}
-		v := a.evaluate(ctx, in)
+		v := a.judgeCall(ctx, in, tool, t.recs)
 		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
@@ -564,6 +568,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			asks = append(asks, ask{slot: i, tool: tool, canonical: canonical, fp: fp, verdict: v})
 		}
 	}
+	t.recs = nil // later steps come after a model call, or calls that ran
 	if marked && len(asks) == 0 {
 		// The pause records the results otherwise.
 		if err := a.markStep(ctx, t, slots, -1); err != nil {
@@ -638,6 +643,23 @@ func (a *Agent) evaluateStrict(ctx context.Context, in approvals.Input, recs map
 		return v, fmt.Errorf("check the policy: invalid verdict %q", v.Action)
 	}
 	return v, nil
+}
+
+// judgeCall is the verdict on a call of a turn's step. With recs (the
+// policy's records, read when the turn began) a RecordPolicy judges by
+// them, unless they let the call run now: a call that runs is judged by
+// the policy as it is when it runs, read again, so a rule an admin added
+// while the model was thinking stops it. A verdict that does not run the
+// call is checked again before anything runs on it: decisions are
+// authorized, and approved calls judged, by the policy of their time.
+func (a *Agent) judgeCall(ctx context.Context, in approvals.Input, tool Tool, recs map[string][]store.Record) approvals.Verdict {
+	if p, ok := a.policy.(RecordPolicy); ok && recs != nil {
+		v, err := p.EvaluateRecords(ctx, in, recs)
+		if err == nil && v.Action.Valid() && (v.Action != approvals.Allow || tool.Human) {
+			return v
+		}
+	}
+	return a.evaluate(ctx, in)
 }
 
 // evaluate asks the policy, failing closed: a policy that cannot answer

@@ -37,11 +37,11 @@ func (d *dyingStore) check() error {
 	return nil
 }
 
-func (d *dyingStore) BeginTurn(ctx context.Context, conv, owner string, ttl time.Duration) (store.Begun, error) {
+func (d *dyingStore) BeginTurn(ctx context.Context, conv, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
 	if err := d.check(); err != nil {
 		return store.Begun{}, err
 	}
-	return d.Store.BeginTurn(ctx, conv, owner, ttl)
+	return d.Store.BeginTurn(ctx, conv, owner, ttl, kinds...)
 }
 
 func (d *dyingStore) CommitTurn(ctx context.Context, c store.Commit) error {

@@ -44,9 +44,14 @@ func (l *turnLog) take() ([]string, []store.Commit) {
 	return calls, commits
 }
 
-func (l *turnLog) BeginTurn(ctx context.Context, conv, owner string, ttl time.Duration) (store.Begun, error) {
+func (l *turnLog) BeginTurn(ctx context.Context, conv, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
 	l.add("BeginTurn")
-	return l.Store.BeginTurn(ctx, conv, owner, ttl)
+	return l.Store.BeginTurn(ctx, conv, owner, ttl, kinds...)
+}
+
+func (l *turnLog) RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error) {
+	l.add("RecordsOf")
+	return l.Store.RecordsOf(ctx, kinds...)
 }
 
 func (l *turnLog) CommitTurn(ctx context.Context, c store.Commit) error {
@@ -100,7 +105,8 @@ func auditLog(t *testing.T, st agent.Store) []string {
 	return out
 }
 
-// A turn that pauses reads with one BeginTurn and writes with one
+// A turn that pauses reads with one BeginTurn (the policy judges by the
+// records it read, with no read of its own) and writes with one
 // CommitTurn: the run, the audit entries of the request and the pause, the
 // inbox answered and the lease released. The entries are written with the
 // commit, not before it.
@@ -126,7 +132,7 @@ func TestPauseIsOneBeginAndOneCommit(t *testing.T) {
 			must(t, <-done)
 			calls, commits := log.take()
 			if !slices.Equal(calls, []string{"BeginTurn", "CommitTurn"}) {
-				t.Errorf("store calls of the turn = %q, want BeginTurn, CommitTurn", calls)
+				t.Errorf("store calls of the turn = %q, want BeginTurn, CommitTurn and no RecordsOf", calls)
 			}
 			c := commits[0]
 			if c.Run == nil || len(c.Calls) != 1 || c.Conversation == nil || c.Conversation.PausedRun != c.Run.ID || !c.Answer || c.Release == "" || c.Key != held.Key {
@@ -142,6 +148,41 @@ func TestPauseIsOneBeginAndOneCommit(t *testing.T) {
 			b, err := log.Store.BeginTurn(ctx, request("").Conversation, "other", time.Minute)
 			if err != nil || !b.Acquired {
 				t.Errorf("BeginTurn by another owner after the pause = %v, %v; want the lease", b.Acquired, err)
+			}
+		})
+	}
+}
+
+// A call that the records read when the turn began allow is judged again
+// before it runs: a deny rule an admin added while the model was thinking
+// stops it, and the pause of a gated call beside it still reads nothing.
+func TestAllowedCallIsJudgedByThePolicyOfItsTime(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			log := &turnLog{Store: w.store.(storetest.Store)}
+			w.store = log
+			a := w.agent()
+			w.model.Handle(func(openaiRequest) fakeopenai.Response {
+				// The model answers once the admin's rule is in.
+				if _, err := w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "read_file", Verdict: approvals.Deny, Reason: "reads are frozen"}); err != nil {
+					t.Errorf("AddRule: %v", err)
+				}
+				w.model.Handle(nil)
+				return fakeopenai.ToolCalls(call("c1", "read_file", `{"path":"/etc/motd"}`), call("c2", "deploy", `{"service":"api","version":"2"}`))
+			})
+			out, err := a.Run(ctx, request("read the motd and deploy api 2"))
+			must(t, err)
+			if out.Status != agent.Paused {
+				t.Fatalf("got %s, want the deploy paused", out.Status)
+			}
+			if n := w.reads.n.Load(); n != 0 {
+				t.Errorf("read_file ran %d times, want never: the rule added before the call denies it", n)
+			}
+			calls, _ := log.take()
+			if got := slices.DeleteFunc(calls, func(c string) bool { return c != "RecordsOf" }); len(got) != 1 {
+				t.Errorf("RecordsOf calls of the turn = %d, want one, for the call the turn's records allowed", len(got))
 			}
 		})
 	}

@@ -206,9 +206,9 @@ func (s *countedStore) Unanswered(ctx context.Context, before time.Time, limit i
 	return s.st.Unanswered(ctx, before, limit)
 }
 
-func (s *countedStore) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error) {
+func (s *countedStore) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
 	s.count("BeginTurn")
-	return s.st.BeginTurn(ctx, conversation, owner, ttl)
+	return s.st.BeginTurn(ctx, conversation, owner, ttl, kinds...)
 }
 
 func (s *countedStore) CommitTurn(ctx context.Context, c store.Commit) error {
