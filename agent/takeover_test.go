@@ -79,11 +79,11 @@ func (d *dyingStore) AcquireLease(ctx context.Context, key, owner string, ttl ti
 	return d.Store.AcquireLease(ctx, key, owner, ttl)
 }
 
-func (d *dyingStore) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
+func (d *dyingStore) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
 	if err := d.check(); err != nil {
 		return store.ResumeStart{}, err
 	}
-	return d.Store.BeginResume(ctx, runID, conv, lease, owner, ttl, kinds...)
+	return d.Store.BeginResume(ctx, runID, conv, lease, owner, ttl, start, kinds...)
 }
 
 func (d *dyingStore) ReleaseLease(ctx context.Context, key, owner string) error {

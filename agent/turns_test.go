@@ -81,6 +81,21 @@ func (l *turnLog) ReleaseLease(ctx context.Context, key, owner string) error {
 	return l.Store.ReleaseLease(ctx, key, owner)
 }
 
+func (l *turnLog) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
+	l.add("BeginResume")
+	return l.Store.BeginResume(ctx, runID, conv, lease, owner, ttl, start, kinds...)
+}
+
+func (l *turnLog) BeginExecution(ctx context.Context, id string) (bool, error) {
+	l.add("BeginExecution")
+	return l.Store.BeginExecution(ctx, id)
+}
+
+func (l *turnLog) AbandonExecution(ctx context.Context, id string) error {
+	l.add("AbandonExecution")
+	return l.Store.AbandonExecution(ctx, id)
+}
+
 func (l *turnLog) SaveResult(ctx context.Context, id string, r []byte) error {
 	l.add("SaveResult")
 	return l.Store.SaveResult(ctx, id, r)
@@ -221,6 +236,58 @@ func TestResumeEndsWithOneCommit(t *testing.T) {
 	}
 	if got := actions(c.Audit); !slices.Equal(got, []string{"execute"}) {
 		t.Errorf("audit entries of the commit = %q, want execute", got)
+	}
+}
+
+// The resume marks the approved call as started with the claim it takes
+// (no BeginExecution of its own); a call so marked that the policy now
+// denies does not run, and its mark is taken back, so a resume claimed
+// again would judge it afresh rather than call its outcome unknown.
+func TestResumeStartsItsFirstCallWithItsClaim(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			log := &turnLog{Store: w.store.(storetest.Store)}
+			w.store = log
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			log.take()
+			w.model.Reply(fakeopenai.Text("deployed"))
+			_, err = a.Resume(ctx, p.RunID)
+			must(t, err)
+			calls, _ := log.take()
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once", n)
+			}
+			if !slices.Contains(calls, "BeginResume") || slices.Contains(calls, "BeginExecution") || slices.Contains(calls, "AbandonExecution") {
+				t.Errorf("store calls of the resume = %q, want BeginResume and no BeginExecution or AbandonExecution", calls)
+			}
+
+			p = pauseOne(t, w, a, call("c2", "restart", `{"env":"staging"}`))
+			_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
+			must(t, err)
+			_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "banned", Tool: "restart", Verdict: approvals.Deny, Reason: "frozen"})
+			must(t, err)
+			log.take()
+			w.model.Reply(fakeopenai.Text("not restarted"))
+			_, err = a.Resume(ctx, p.RunID)
+			must(t, err)
+			calls, _ = log.take()
+			if n := w.restarts.n.Load(); n != 0 {
+				t.Errorf("restart ran %d times, want never: the policy now denies it", n)
+			}
+			if !slices.Contains(calls, "AbandonExecution") {
+				t.Errorf("store calls of the denied resume = %q, want the start taken back", calls)
+			}
+			c, err := log.Store.GetCall(ctx, p.ID)
+			must(t, err)
+			if c.Executing {
+				t.Errorf("call %s executing after a resume that did not run it, want the mark taken back", p.ID)
+			}
+		})
 	}
 }
 

@@ -96,14 +96,19 @@ func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint s
 	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, edit, need, d, fx)
 }
 
-func (s *countedStore) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
+func (s *countedStore) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
 	s.count("BeginResume")
-	return s.st.BeginResume(ctx, runID, conversation, lease, owner, ttl, kinds...)
+	return s.st.BeginResume(ctx, runID, conversation, lease, owner, ttl, start, kinds...)
 }
 
 func (s *countedStore) BeginExecution(ctx context.Context, callID string) (bool, error) {
 	s.count("BeginExecution")
 	return s.st.BeginExecution(ctx, callID)
+}
+
+func (s *countedStore) AbandonExecution(ctx context.Context, callID string) error {
+	s.count("AbandonExecution")
+	return s.st.AbandonExecution(ctx, callID)
 }
 
 func (s *countedStore) SaveResult(ctx context.Context, callID string, result []byte) error {

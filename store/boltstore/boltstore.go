@@ -700,6 +700,33 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 	return begun, nil
 }
 
+// AbandonExecution is one transaction: see storetest.Store for the
+// contract.
+func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		var c store.Call
+		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		if !c.Executing || len(c.Result) > 0 {
+			return nil
+		}
+		c.Executing = false
+		return put(tx.Bucket(bucketCalls), callID, c)
+	})
+	if err != nil {
+		return fmt.Errorf("abandon execution of call %s: %w", callID, err)
+	}
+	return nil
+}
+
 // SaveResult keeps the result of an executing call.
 func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) error {
 	if err := ctx.Err(); err != nil {

@@ -539,6 +539,22 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 	return n == 1, nil
 }
 
+// AbandonExecution is one Lua script: see storetest.Store for the
+// contract.
+func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
+	if store.RunOf(callID) == "" {
+		return fmt.Errorf("abandon execution of call %s: %w", callID, store.ErrNotFound)
+	}
+	n, err := abandonExecution.Run(ctx, s.c, []string{s.callKey(callID)}).Int()
+	if err != nil {
+		return fmt.Errorf("abandon execution of call %s: %w", callID, err)
+	}
+	if n < 0 {
+		return fmt.Errorf("abandon execution of call %s: %w", callID, store.ErrNotFound)
+	}
+	return nil
+}
+
 // SaveResult keeps the result of an executing call (one script).
 func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) error {
 	if store.RunOf(callID) == "" {

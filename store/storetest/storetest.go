@@ -81,6 +81,12 @@ type Store interface {
 	// False for a call that is not Decided (pending, expired, cancelled);
 	// store.ErrNotFound for an unknown call.
 	BeginExecution(ctx context.Context, callID string) (bool, error)
+	// AbandonExecution takes back the mark of BeginExecution (or of
+	// BeginResume) on a call whose tool was not started after all, so
+	// that a resume claimed again judges it afresh; a call with a saved
+	// result, or not executing, is left as it is. store.ErrNotFound for
+	// an unknown call.
+	AbandonExecution(ctx context.Context, callID string) error
 	// SaveResult keeps what an executing call's tool returned, so a resume
 	// claimed again after a crash reports it instead of running the tool
 	// again. It fails with ErrConflict for a call that is not executing and

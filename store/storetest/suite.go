@@ -40,6 +40,8 @@ func Run(t *testing.T, open Opener) {
 		{"DecideAudited", testDecideAudited},
 		{"ApproveAudited", testApproveAudited},
 		{"BeginResume", testBeginResume},
+		{"BeginResumeStarts", testBeginResumeStarts},
+		{"AbandonExecution", testAbandonExecution},
 		{"GetCallWith", testGetCallWith},
 		{"CompleteOnce", testCompleteOnce},
 		{"CompleteOnceConcurrent", testCompleteOnceConcurrent},
