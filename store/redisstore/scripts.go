@@ -337,7 +337,7 @@ return redis.call('LLEN', KEYS[1])
 // KEYS: run, claim [, conversation [, lease]]
 // ARGV: owner, ttl (ms), run id, then the decision kinds that start a call
 // Returns {code, run JSON, finished, calls (each its callFields), the
-// conversation's HGETALL, the id of the call marked or ''} where code is
+// conversation's HGETALL, the id of the call marked or an empty string} where code is
 // claimed, idle, busy or notfound.
 var beginResume = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'run', 'pending', 'finished')
