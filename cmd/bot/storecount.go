@@ -81,6 +81,16 @@ func (s *countedStore) GetCallWith(ctx context.Context, callID string, kinds ...
 	return s.st.GetCallWith(ctx, callID, kinds...)
 }
 
+func (s *countedStore) PutCallNote(ctx context.Context, callID string, note []byte) error {
+	s.count("PutCallNote")
+	return s.st.PutCallNote(ctx, callID, note)
+}
+
+func (s *countedStore) CallNote(ctx context.Context, callID string) ([]byte, error) {
+	s.count("CallNote")
+	return s.st.CallNote(ctx, callID)
+}
+
 func (s *countedStore) GetCall(ctx context.Context, callID string) (store.Call, error) {
 	s.count("GetCall")
 	return s.st.GetCall(ctx, callID)

@@ -174,6 +174,16 @@ if st ~= 'decided' then return 0 end
 return redis.call('HSETNX', KEYS[1], 'executing', '1')
 `)
 
+// putCallNote sets the note of an existing call.
+// KEYS: call
+// ARGV: note
+// Returns 1, or -1 if the call is unknown.
+var putCallNote = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], 'call') == 0 then return -1 end
+redis.call('HSET', KEYS[1], 'note', ARGV[1])
+return 1
+`)
+
 // abandonExecution clears the executing flag of a call with no result.
 // KEYS: call
 // Returns 1 if the call exists, -1 if unknown.

@@ -33,6 +33,15 @@ type Store interface {
 	LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error)
 	// GetCall returns one call or store.ErrNotFound.
 	GetCall(ctx context.Context, callID string) (store.Call, error)
+	// PutCallNote keeps note, a small opaque document of another package
+	// (the Slack edge keeps where a call's card is), with a call,
+	// replacing the one it had. The note lives as long as the call: it
+	// is gone with the call's run, with nothing to delete. ErrNotFound
+	// for an unknown call, and nothing is written.
+	PutCallNote(ctx context.Context, callID string, note []byte) error
+	// CallNote returns the note kept with a call, nil if it has none;
+	// ErrNotFound for an unknown call.
+	CallNote(ctx context.Context, callID string) ([]byte, error)
 
 	// Decide is one atomic compare-and-set of a call from Pending to a final
 	// status, checked in this order: ErrNotFound (unknown call),
