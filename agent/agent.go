@@ -109,6 +109,13 @@ type Reminders interface {
 	NextReminder(ctx context.Context) (time.Time, error)
 }
 
+// PolicyRecords lists records of several kinds at once: those a
+// RecordPolicy judges by, read again before a call runs on a verdict
+// judged by records read earlier.
+type PolicyRecords interface {
+	RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error)
+}
+
 // Auditor records what happened.
 type Auditor interface {
 	Audit(ctx context.Context, e store.AuditEntry) error
@@ -122,6 +129,7 @@ type Store interface {
 	Inboxes
 	Leases
 	Reminders
+	PolicyRecords
 	Auditor
 }
 

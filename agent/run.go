@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -626,13 +627,7 @@ func (a *Agent) toolNames() []string {
 // runs on a human's decision, a policy that could not be fully read stops it.
 // With recs (see policyKinds) a RecordPolicy judges by them.
 func (a *Agent) evaluateStrict(ctx context.Context, in approvals.Input, recs map[string][]store.Record) (approvals.Verdict, error) {
-	var v approvals.Verdict
-	var err error
-	if p, ok := a.policy.(RecordPolicy); ok && recs != nil {
-		v, err = p.EvaluateRecords(ctx, in, recs)
-	} else {
-		v, err = a.policy.Evaluate(ctx, in)
-	}
+	v, err := a.policyVerdict(ctx, in, recs)
 	if err != nil {
 		if v.Action == approvals.Deny {
 			return v, nil // a deny stands whatever else failed
@@ -647,25 +642,62 @@ func (a *Agent) evaluateStrict(ctx context.Context, in approvals.Input, recs map
 
 // judgeCall is the verdict on a call of a turn's step. With recs (the
 // policy's records, read when the turn began) a RecordPolicy judges by
-// them, unless they let the call run now: a call that runs is judged by
-// the policy as it is when it runs, read again, so a rule an admin added
-// while the model was thinking stops it. A verdict that does not run the
-// call is checked again before anything runs on it: decisions are
-// authorized, and approved calls judged, by the policy of their time.
+// them. A call that runs now is judged by the policy as it is when it
+// runs: its verdict stands only if the records read again are the same,
+// else it is judged by those, so a rule an admin added while the model was
+// thinking stops it. A verdict that runs nothing is checked again before
+// anything runs on it: decisions are authorized, and approved calls
+// judged, by the policy of their time.
 func (a *Agent) judgeCall(ctx context.Context, in approvals.Input, tool Tool, recs map[string][]store.Record) approvals.Verdict {
-	if p, ok := a.policy.(RecordPolicy); ok && recs != nil {
-		v, err := p.EvaluateRecords(ctx, in, recs)
-		if err == nil && v.Action.Valid() && (v.Action != approvals.Allow || tool.Human) {
-			return v
+	p, ok := a.policy.(RecordPolicy)
+	if !ok || recs == nil {
+		return a.evaluate(ctx, in, nil)
+	}
+	v := a.evaluate(ctx, in, recs)
+	if v.Action != approvals.Allow || tool.Human {
+		return v
+	}
+	now, err := a.store.RecordsOf(ctx, p.RecordKinds()...)
+	if err != nil {
+		return a.evaluate(ctx, in, nil) // the policy reads them itself, failing closed
+	}
+	if sameRecords(recs, now) {
+		return v
+	}
+	return a.evaluate(ctx, in, now)
+}
+
+// sameRecords reports whether two listings of records (by kind, as
+// RecordsOf lists them) hold the same versions of the same records.
+func sameRecords(a, b map[string][]store.Record) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for kind, as := range a {
+		bs, ok := b[kind]
+		if !ok || !slices.EqualFunc(as, bs, func(x, y store.Record) bool {
+			return x.ID == y.ID && x.Version == y.Version && bytes.Equal(x.Data, y.Data)
+		}) {
+			return false
 		}
 	}
-	return a.evaluate(ctx, in)
+	return true
+}
+
+// policyVerdict asks the policy; with recs (see policyKinds) a
+// RecordPolicy judges by them.
+func (a *Agent) policyVerdict(ctx context.Context, in approvals.Input, recs map[string][]store.Record) (approvals.Verdict, error) {
+	if p, ok := a.policy.(RecordPolicy); ok && recs != nil {
+		return p.EvaluateRecords(ctx, in, recs)
+	}
+	return a.policy.Evaluate(ctx, in)
 }
 
 // evaluate asks the policy, failing closed: a policy that cannot answer
-// makes the call ask.
-func (a *Agent) evaluate(ctx context.Context, in approvals.Input) approvals.Verdict {
-	v, err := a.policy.Evaluate(ctx, in)
+// makes the call ask. With recs (see policyKinds) a RecordPolicy judges
+// by them.
+func (a *Agent) evaluate(ctx context.Context, in approvals.Input, recs map[string][]store.Record) approvals.Verdict {
+	v, err := a.policyVerdict(ctx, in, recs)
 	if err != nil {
 		a.log.Warn("evaluate policy", "tool", in.Tool, "err", err)
 		if !v.Action.Valid() {
