@@ -76,10 +76,11 @@ type Runs interface {
 	GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error)
 	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error)
 	ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error)
-	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error)
+	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	ReleaseClaim(ctx context.Context, runID, owner string) error
 	BeginExecution(ctx context.Context, callID string) (bool, error)
+	AbandonExecution(ctx context.Context, callID string) error
 	SaveResult(ctx context.Context, callID string, result []byte) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
@@ -109,6 +110,13 @@ type Reminders interface {
 	NextReminder(ctx context.Context) (time.Time, error)
 }
 
+// PolicyRecords lists records of several kinds at once: those a
+// RecordPolicy judges by, read again before a call runs on a verdict
+// judged by records read earlier.
+type PolicyRecords interface {
+	RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error)
+}
+
 // Auditor records what happened.
 type Auditor interface {
 	Audit(ctx context.Context, e store.AuditEntry) error
@@ -122,6 +130,7 @@ type Store interface {
 	Inboxes
 	Leases
 	Reminders
+	PolicyRecords
 	Auditor
 }
 

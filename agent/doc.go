@@ -70,7 +70,9 @@
 //
 // Before an approved call runs, the policy judges it again: a call whose
 // rule now denies it does not run. Each approved call is started at most
-// once (store BeginExecution), and its result is saved as soon as it
+// once (marked by the resume's store BeginResume, or BeginExecution; a
+// mark whose call did not run is taken back with AbandonExecution), and
+// its result is saved as soon as it
 // returns (store SaveResult): if a resume crashed or lost its lease after
 // starting a call, the next resume gives the model the saved result, or
 // says its outcome is unknown, instead of running it again (a read-only or

@@ -47,7 +47,7 @@ type leases struct {
 // which takes one and reads what a turn starts from.
 type leaseStore interface {
 	Leases
-	BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error)
+	BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error)
 }
 
 func newLeases(st leaseStore, owner string, ttl, wait time.Duration, log *slog.Logger) *leases {
@@ -75,14 +75,14 @@ func (l *leases) runTaking(ctx context.Context, conversation string, take func(c
 	return l.runWaiting(ctx, conversation, true, func(ctx context.Context) (bool, error) { return take(ctx, key) }, fn)
 }
 
-// turn is run for a turn: the lease is taken with BeginTurn, and fn gets
-// what it read. Without wait, if the conversation is held, it returns
-// errBusy at once and fn does not run.
-func (l *leases) turn(ctx context.Context, conversation string, wait bool, fn func(ctx context.Context, b store.Begun) error) error {
+// turn is run for a turn: the lease is taken with BeginTurn, with the
+// records of kinds, and fn gets what it read. Without wait, if the
+// conversation is held, it returns errBusy at once and fn does not run.
+func (l *leases) turn(ctx context.Context, conversation string, wait bool, kinds []string, fn func(ctx context.Context, b store.Begun) error) error {
 	var b store.Begun
 	take := func(ctx context.Context) (bool, error) {
 		var err error
-		b, err = l.store.BeginTurn(ctx, conversation, l.owner, l.ttl)
+		b, err = l.store.BeginTurn(ctx, conversation, l.owner, l.ttl, kinds...)
 		return b.Acquired, err
 	}
 	return l.runWaiting(ctx, conversation, wait, take, func(ctx context.Context) error { return fn(ctx, b) })

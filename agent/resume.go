@@ -55,6 +55,19 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 	return out, err
 }
 
+// startKinds are the stored decision kinds that run a call: BeginResume
+// marks the first call decided with one of them as started, sparing its
+// BeginExecution.
+var startKinds = func() []string {
+	var out []string
+	for _, k := range approvals.Kinds {
+		if k.Runs() {
+			out = append(out, storedKind(k))
+		}
+	}
+	return out
+}()
+
 // errNoResume ends a wait for the lease of a run that has nothing to
 // resume, or that someone else resumes.
 var errNoResume = errors.New("nothing to resume")
@@ -71,7 +84,7 @@ var errClaimed = fmt.Errorf("%w: another process holds the resume claim", errNoR
 // by someone else, and Claimed false, nil if another process holds the
 // lease.
 func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (store.ResumeStart, error) {
-	rs, err := a.store.BeginResume(ctx, runID, conv, key, a.cfg.Owner, a.cfg.LeaseTTL, a.policyKinds()...)
+	rs, err := a.store.BeginResume(ctx, runID, conv, key, a.cfg.Owner, a.cfg.LeaseTTL, startKinds, a.policyKinds()...)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return rs, errNoResume
@@ -129,6 +142,10 @@ func (a *Agent) resumeStarted(ctx context.Context, rs store.ResumeStart) (Outcom
 func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, rep Reporter) (Outcome, error) {
 	run, calls := rs.Run, rs.Calls
 	runID := run.ID
+	// The call BeginResume marked as started runs in settle, which
+	// clears started; if it does not run, the mark is taken back.
+	started := rs.Started
+	defer func() { a.abandon(ctx, &started) }()
 	var st runState
 	if err := json.Unmarshal(run.State, &st); err != nil {
 		return Outcome{}, fmt.Errorf("decode run %s: %w", runID, err)
@@ -190,7 +207,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, rep Rep
 		if s.CallID == "" {
 			continue
 		}
-		res := a.settle(ctx, t, byID[s.CallID], st, rep, &recs)
+		res := a.settle(ctx, t, byID[s.CallID], st, rep, &recs, &started)
 		if leaseLost(ctx) {
 			// Whoever holds the run now settles the calls left (a call
 			// that started is not run again).
@@ -233,9 +250,15 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 
 // settle turns the decision on one paused call into the result the model
 // reads, executing the tool if the decision runs it. The policy judges it
-// by *recs if set (see policyKinds), which are then used up.
-func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, rep Reporter, recs *map[string][]store.Record) Result {
+// by *recs if set (see policyKinds), which are then used up. If c is the
+// call *started names, BeginResume marked it as started: it runs without
+// BeginExecution, or its mark is taken back if it does not.
+func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, rep Reporter, recs *map[string][]store.Record, started *string) Result {
+	marked := c.ID == *started
 	skip := func(res Result, note string) Result {
+		if marked {
+			a.abandon(ctx, started)
+		}
 		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note})
 		return res
 	}
@@ -299,11 +322,13 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		}
 		return skip(Result{Content: "not performed: the policy now denies this call: " + reason, IsError: true}, "policy now denies: "+reason)
 	}
-	first, err := a.store.BeginExecution(ctx, c.ID)
-	if err != nil && leaseLost(ctx) {
-		return Result{} // the resume stops; its card is left to whoever settles the call
-	}
-	if err != nil {
+	first := marked
+	if marked {
+		*started = ""
+	} else if first, err = a.store.BeginExecution(ctx, c.ID); err != nil {
+		if leaseLost(ctx) {
+			return Result{} // the resume stops; its card is left to whoever settles the call
+		}
 		return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 	}
 	if !first && !again {
@@ -317,6 +342,20 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	a.note(ctx, t, executed(c, d, args, res, ""))
 	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 	return withNote(res)
+}
+
+// abandon takes back the mark BeginResume set on the call *started names,
+// whose tool did not start, and clears *started. If that fails, a resume
+// claimed again reports the call's outcome as unknown: it never runs twice.
+func (a *Agent) abandon(ctx context.Context, started *string) {
+	if *started == "" {
+		return
+	}
+	id := *started
+	*started = ""
+	if err := a.store.AbandonExecution(context.WithoutCancel(ctx), id); err != nil {
+		a.log.Warn("take back the start of a call that did not run", "call", id, "err", err)
+	}
 }
 
 // executed is the audit entry of an approved call that ran with args.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,6 +105,10 @@ type turn struct {
 	// audits are the audit entries noted since the turn's last write,
 	// stored with the next one (see note).
 	audits []store.AuditEntry
+	// recs are the policy's records read when the turn began (see
+	// policyKinds), which judge the calls of its first step (see
+	// judgeCall); nil once used.
+	recs map[string][]store.Record
 }
 
 // Accept records a person's message in its conversation's inbox, with its
@@ -153,7 +158,7 @@ func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 		}
 	}
 	var out Outcome
-	err := a.leases.turn(ctx, req.Conversation, true, func(ctx context.Context, b store.Begun) (err error) {
+	err := a.leases.turn(ctx, req.Conversation, true, a.policyKinds(), func(ctx context.Context, b store.Begun) (err error) {
 		out, err = a.answer(ctx, req.Conversation, b)
 		return err
 	})
@@ -169,7 +174,7 @@ func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 // answer. Call it for the conversations Unanswered lists.
 func (a *Agent) TakeOver(ctx context.Context, conversation string) (Outcome, error) {
 	var out Outcome
-	err := a.leases.turn(ctx, conversation, false, func(ctx context.Context, b store.Begun) (err error) {
+	err := a.leases.turn(ctx, conversation, false, a.policyKinds(), func(ctx context.Context, b store.Begun) (err error) {
 		out, err = a.answer(ctx, conversation, b)
 		return err
 	})
@@ -262,7 +267,7 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 		}
 		return Outcome{Status: Idle}, nil
 	}
-	t := &turn{conv: conv, messages: cs.Messages, inboxSeq: seq}
+	t := &turn{conv: conv, messages: cs.Messages, inboxSeq: seq, recs: b.Records}
 	defer a.flushAudits(ctx, t)
 	// Messages queued during a pause whose resume failed are answered
 	// now, before the new ones.
@@ -545,7 +550,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			continue
 		}
 		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Channel: t.channel, Hints: tool.Annotations}
-		v := a.evaluate(ctx, in)
+		v := a.judgeCall(ctx, in, tool, t.recs)
 		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
@@ -574,6 +579,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			asks = append(asks, ask{slot: i, tool: tool, canonical: canonical, fp: fp, verdict: v})
 		}
 	}
+	t.recs = nil // later steps come after a model call, or calls that ran
 	if marked && len(asks) == 0 {
 		// The pause records the results otherwise.
 		if err := a.markStep(ctx, t, slots, -1); err != nil {
@@ -631,13 +637,7 @@ func (a *Agent) toolNames() []string {
 // runs on a human's decision, a policy that could not be fully read stops it.
 // With recs (see policyKinds) a RecordPolicy judges by them.
 func (a *Agent) evaluateStrict(ctx context.Context, in approvals.Input, recs map[string][]store.Record) (approvals.Verdict, error) {
-	var v approvals.Verdict
-	var err error
-	if p, ok := a.policy.(RecordPolicy); ok && recs != nil {
-		v, err = p.EvaluateRecords(ctx, in, recs)
-	} else {
-		v, err = a.policy.Evaluate(ctx, in)
-	}
+	v, err := a.policyVerdict(ctx, in, recs)
 	if err != nil {
 		if v.Action == approvals.Deny {
 			return v, nil // a deny stands whatever else failed
@@ -650,10 +650,64 @@ func (a *Agent) evaluateStrict(ctx context.Context, in approvals.Input, recs map
 	return v, nil
 }
 
+// judgeCall is the verdict on a call of a turn's step. With recs (the
+// policy's records, read when the turn began) a RecordPolicy judges by
+// them. A call that runs now is judged by the policy as it is when it
+// runs: its verdict stands only if the records read again are the same,
+// else it is judged by those, so a rule an admin added while the model was
+// thinking stops it. A verdict that runs nothing is checked again before
+// anything runs on it: decisions are authorized, and approved calls
+// judged, by the policy of their time.
+func (a *Agent) judgeCall(ctx context.Context, in approvals.Input, tool Tool, recs map[string][]store.Record) approvals.Verdict {
+	p, ok := a.policy.(RecordPolicy)
+	if !ok || recs == nil {
+		return a.evaluate(ctx, in, nil)
+	}
+	v := a.evaluate(ctx, in, recs)
+	if v.Action != approvals.Allow || tool.Human {
+		return v
+	}
+	now, err := a.store.RecordsOf(ctx, p.RecordKinds()...)
+	if err != nil {
+		return a.evaluate(ctx, in, nil) // the policy reads them itself, failing closed
+	}
+	if sameRecords(recs, now) {
+		return v
+	}
+	return a.evaluate(ctx, in, now)
+}
+
+// sameRecords reports whether two listings of records (by kind, as
+// RecordsOf lists them) hold the same versions of the same records.
+func sameRecords(a, b map[string][]store.Record) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for kind, as := range a {
+		bs, ok := b[kind]
+		if !ok || !slices.EqualFunc(as, bs, func(x, y store.Record) bool {
+			return x.ID == y.ID && x.Version == y.Version && bytes.Equal(x.Data, y.Data)
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// policyVerdict asks the policy; with recs (see policyKinds) a
+// RecordPolicy judges by them.
+func (a *Agent) policyVerdict(ctx context.Context, in approvals.Input, recs map[string][]store.Record) (approvals.Verdict, error) {
+	if p, ok := a.policy.(RecordPolicy); ok && recs != nil {
+		return p.EvaluateRecords(ctx, in, recs)
+	}
+	return a.policy.Evaluate(ctx, in)
+}
+
 // evaluate asks the policy, failing closed: a policy that cannot answer
-// makes the call ask.
-func (a *Agent) evaluate(ctx context.Context, in approvals.Input) approvals.Verdict {
-	v, err := a.policy.Evaluate(ctx, in)
+// makes the call ask. With recs (see policyKinds) a RecordPolicy judges
+// by them.
+func (a *Agent) evaluate(ctx context.Context, in approvals.Input, recs map[string][]store.Record) approvals.Verdict {
+	v, err := a.policyVerdict(ctx, in, recs)
 	if err != nil {
 		a.log.Warn("evaluate policy", "tool", in.Tool, "err", err)
 		if !v.Action.Valid() {

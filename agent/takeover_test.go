@@ -37,11 +37,11 @@ func (d *dyingStore) check() error {
 	return nil
 }
 
-func (d *dyingStore) BeginTurn(ctx context.Context, conv, owner string, ttl time.Duration) (store.Begun, error) {
+func (d *dyingStore) BeginTurn(ctx context.Context, conv, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
 	if err := d.check(); err != nil {
 		return store.Begun{}, err
 	}
-	return d.Store.BeginTurn(ctx, conv, owner, ttl)
+	return d.Store.BeginTurn(ctx, conv, owner, ttl, kinds...)
 }
 
 func (d *dyingStore) CommitTurn(ctx context.Context, c store.Commit) error {
@@ -79,11 +79,11 @@ func (d *dyingStore) AcquireLease(ctx context.Context, key, owner string, ttl ti
 	return d.Store.AcquireLease(ctx, key, owner, ttl)
 }
 
-func (d *dyingStore) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
+func (d *dyingStore) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
 	if err := d.check(); err != nil {
 		return store.ResumeStart{}, err
 	}
-	return d.Store.BeginResume(ctx, runID, conv, lease, owner, ttl, kinds...)
+	return d.Store.BeginResume(ctx, runID, conv, lease, owner, ttl, start, kinds...)
 }
 
 func (d *dyingStore) ReleaseLease(ctx context.Context, key, owner string) error {

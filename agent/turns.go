@@ -10,12 +10,13 @@ import (
 )
 
 // Turns starts and records turns, one store operation each: BeginTurn
-// takes the conversation's lease and reads what the turn starts from;
+// takes the conversation's lease and reads what the turn starts from (with
+// the records of kinds, those the policy judges by);
 // CommitTurn writes what the turn recorded (its conversation, a run
 // created or finished, audit entries, the messages it answered) and
 // releases the lease with the turn's last write.
 type Turns interface {
-	BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error)
+	BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error)
 	CommitTurn(ctx context.Context, c store.Commit) error
 }
 

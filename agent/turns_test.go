@@ -44,9 +44,14 @@ func (l *turnLog) take() ([]string, []store.Commit) {
 	return calls, commits
 }
 
-func (l *turnLog) BeginTurn(ctx context.Context, conv, owner string, ttl time.Duration) (store.Begun, error) {
+func (l *turnLog) BeginTurn(ctx context.Context, conv, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
 	l.add("BeginTurn")
-	return l.Store.BeginTurn(ctx, conv, owner, ttl)
+	return l.Store.BeginTurn(ctx, conv, owner, ttl, kinds...)
+}
+
+func (l *turnLog) RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error) {
+	l.add("RecordsOf")
+	return l.Store.RecordsOf(ctx, kinds...)
 }
 
 func (l *turnLog) CommitTurn(ctx context.Context, c store.Commit) error {
@@ -76,6 +81,21 @@ func (l *turnLog) ReleaseLease(ctx context.Context, key, owner string) error {
 	return l.Store.ReleaseLease(ctx, key, owner)
 }
 
+func (l *turnLog) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
+	l.add("BeginResume")
+	return l.Store.BeginResume(ctx, runID, conv, lease, owner, ttl, start, kinds...)
+}
+
+func (l *turnLog) BeginExecution(ctx context.Context, id string) (bool, error) {
+	l.add("BeginExecution")
+	return l.Store.BeginExecution(ctx, id)
+}
+
+func (l *turnLog) AbandonExecution(ctx context.Context, id string) error {
+	l.add("AbandonExecution")
+	return l.Store.AbandonExecution(ctx, id)
+}
+
 func (l *turnLog) SaveResult(ctx context.Context, id string, r []byte) error {
 	l.add("SaveResult")
 	return l.Store.SaveResult(ctx, id, r)
@@ -100,7 +120,8 @@ func auditLog(t *testing.T, st agent.Store) []string {
 	return out
 }
 
-// A turn that pauses reads with one BeginTurn and writes with one
+// A turn that pauses reads with one BeginTurn (the policy judges by the
+// records it read, with no read of its own) and writes with one
 // CommitTurn: the run, the audit entries of the request and the pause, the
 // inbox answered and the lease released. The entries are written with the
 // commit, not before it.
@@ -126,7 +147,7 @@ func TestPauseIsOneBeginAndOneCommit(t *testing.T) {
 			must(t, <-done)
 			calls, commits := log.take()
 			if !slices.Equal(calls, []string{"BeginTurn", "CommitTurn"}) {
-				t.Errorf("store calls of the turn = %q, want BeginTurn, CommitTurn", calls)
+				t.Errorf("store calls of the turn = %q, want BeginTurn, CommitTurn and no RecordsOf", calls)
 			}
 			c := commits[0]
 			if c.Run == nil || len(c.Calls) != 1 || c.Conversation == nil || c.Conversation.PausedRun != c.Run.ID || !c.Answer || c.Release == "" || c.Key != held.Key {
@@ -142,6 +163,41 @@ func TestPauseIsOneBeginAndOneCommit(t *testing.T) {
 			b, err := log.Store.BeginTurn(ctx, request("").Conversation, "other", time.Minute)
 			if err != nil || !b.Acquired {
 				t.Errorf("BeginTurn by another owner after the pause = %v, %v; want the lease", b.Acquired, err)
+			}
+		})
+	}
+}
+
+// A call that the records read when the turn began allow is judged again
+// before it runs: a deny rule an admin added while the model was thinking
+// stops it, and the pause of a gated call beside it still reads nothing.
+func TestAllowedCallIsJudgedByThePolicyOfItsTime(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			log := &turnLog{Store: w.store.(storetest.Store)}
+			w.store = log
+			a := w.agent()
+			w.model.Handle(func(openaiRequest) fakeopenai.Response {
+				// The model answers once the admin's rule is in.
+				if _, err := w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "read_file", Verdict: approvals.Deny, Reason: "reads are frozen"}); err != nil {
+					t.Errorf("AddRule: %v", err)
+				}
+				w.model.Handle(nil)
+				return fakeopenai.ToolCalls(call("c1", "read_file", `{"path":"/etc/motd"}`), call("c2", "deploy", `{"service":"api","version":"2"}`))
+			})
+			out, err := a.Run(ctx, request("read the motd and deploy api 2"))
+			must(t, err)
+			if out.Status != agent.Paused {
+				t.Fatalf("got %s, want the deploy paused", out.Status)
+			}
+			if n := w.reads.n.Load(); n != 0 {
+				t.Errorf("read_file ran %d times, want never: the rule added before the call denies it", n)
+			}
+			calls, _ := log.take()
+			if got := slices.DeleteFunc(calls, func(c string) bool { return c != "RecordsOf" }); len(got) != 1 {
+				t.Errorf("RecordsOf calls of the turn = %d, want one, for the call the turn's records allowed", len(got))
 			}
 		})
 	}
@@ -180,6 +236,58 @@ func TestResumeEndsWithOneCommit(t *testing.T) {
 	}
 	if got := actions(c.Audit); !slices.Equal(got, []string{"execute"}) {
 		t.Errorf("audit entries of the commit = %q, want execute", got)
+	}
+}
+
+// The resume marks the approved call as started with the claim it takes
+// (no BeginExecution of its own); a call so marked that the policy now
+// denies does not run, and its mark is taken back, so a resume claimed
+// again would judge it afresh rather than call its outcome unknown.
+func TestResumeStartsItsFirstCallWithItsClaim(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			log := &turnLog{Store: w.store.(storetest.Store)}
+			w.store = log
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			log.take()
+			w.model.Reply(fakeopenai.Text("deployed"))
+			_, err = a.Resume(ctx, p.RunID)
+			must(t, err)
+			calls, _ := log.take()
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once", n)
+			}
+			if !slices.Contains(calls, "BeginResume") || slices.Contains(calls, "BeginExecution") || slices.Contains(calls, "AbandonExecution") {
+				t.Errorf("store calls of the resume = %q, want BeginResume and no BeginExecution or AbandonExecution", calls)
+			}
+
+			p = pauseOne(t, w, a, call("c2", "restart", `{"env":"staging"}`))
+			_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
+			must(t, err)
+			_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "banned", Tool: "restart", Verdict: approvals.Deny, Reason: "frozen"})
+			must(t, err)
+			log.take()
+			w.model.Reply(fakeopenai.Text("not restarted"))
+			_, err = a.Resume(ctx, p.RunID)
+			must(t, err)
+			calls, _ = log.take()
+			if n := w.restarts.n.Load(); n != 0 {
+				t.Errorf("restart ran %d times, want never: the policy now denies it", n)
+			}
+			if !slices.Contains(calls, "AbandonExecution") {
+				t.Errorf("store calls of the denied resume = %q, want the start taken back", calls)
+			}
+			c, err := log.Store.GetCall(ctx, p.ID)
+			must(t, err)
+			if c.Executing {
+				t.Errorf("call %s executing after a resume that did not run it, want the mark taken back", p.ID)
+			}
+		})
 	}
 }
 

@@ -3,6 +3,7 @@ package approvals
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -80,14 +81,11 @@ const (
 // Runs reports whether a decision of kind k executes the tool.
 func (k Kind) Runs() bool { return k == Approve || k == Edit || k == Remember }
 
+// Kinds are the known kinds.
+var Kinds = []Kind{Approve, Edit, Reject, Refuse, Respond, Remember, Expire, Cancel}
+
 // Valid reports whether k is a known kind.
-func (k Kind) Valid() bool {
-	switch k {
-	case Approve, Edit, Reject, Refuse, Respond, Remember, Expire, Cancel:
-		return true
-	}
-	return false
-}
+func (k Kind) Valid() bool { return slices.Contains(Kinds, k) }
 
 // Decision is what someone decided about one paused call. It names the call,
 // the fingerprint of the arguments the decider was shown, the decider and the

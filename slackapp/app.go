@@ -77,9 +77,10 @@ type Config struct {
 // Store is what the Slack app keeps itself, beside the agent's state.
 type Store interface {
 	SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error)
-	PutRecord(ctx context.Context, r store.Record, expectVersion int64) (store.Record, error)
-	Records(ctx context.Context, kind string) ([]store.Record, error)
-	DeleteRecord(ctx context.Context, kind, id string) error
+	// PutCallNote and CallNote keep where a call's card is, with the
+	// call, for as long as the call is kept.
+	PutCallNote(ctx context.Context, callID string, note []byte) error
+	CallNote(ctx context.Context, callID string) ([]byte, error)
 	AuditLog(ctx context.Context, limit int) ([]store.AuditEntry, error)
 	Ping(ctx context.Context) error
 }

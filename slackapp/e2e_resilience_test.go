@@ -70,16 +70,14 @@ func TestSubmissionAckDoesNotWaitForCardUpdate(t *testing.T) {
 type cardWritesFail struct {
 	fullStore
 	once   bool
-	failed *sync.Map // card kinds whose write failed
+	failed *sync.Map // calls whose card's write failed
 }
 
-func (f cardWritesFail) PutRecord(ctx context.Context, r store.Record, v int64) (store.Record, error) {
-	if strings.HasPrefix(r.Kind, "card:") {
-		if _, seen := f.failed.LoadOrStore(r.Kind, true); !seen || !f.once {
-			return store.Record{}, errors.New("store blip")
-		}
+func (f cardWritesFail) PutCallNote(ctx context.Context, callID string, note []byte) error {
+	if _, seen := f.failed.LoadOrStore(callID, true); !seen || !f.once {
+		return errors.New("store blip")
 	}
-	return f.fullStore.PutRecord(ctx, r, v)
+	return f.fullStore.PutCallNote(ctx, callID, note)
 }
 
 // Where a card is survives failed writes: the process that posted it

@@ -224,8 +224,11 @@ func (a *App) updateLater(ctx context.Context, u agent.CallUpdate) {
 		update(ctx)
 		return
 	}
-	a.enqueue(ctx, cardKind(u.Call.ID), update)
+	a.enqueue(ctx, cardQueue(u.Call.ID), update)
 }
+
+// cardQueue is the queue that serialises the updates of a call's card.
+func cardQueue(callID string) string { return "card:" + callID }
 
 // cardRef is where one copy of a card was posted.
 type cardRef struct {
@@ -233,12 +236,9 @@ type cardRef struct {
 	TS      string `json:"ts"`
 }
 
-func cardKind(callID string) string { return "card:" + callID }
-
-const cardRefsID = "refs"
-
-// cardRefs is the record, in the store, of where a call's card copies are,
-// for every replica and after a restart. It is written once the thread's
+// cardRefs is the note kept with a call in the store (PutCallNote) of
+// where its card copies are, for every replica and after a restart; it
+// lives as long as the call, so nothing deletes it. It is written once the thread's
 // card is out and where the copies go is known, again before each further
 // copy is posted, and once all are out, so a crash loses at most the copy
 // whose post had just returned. Posting is set, with the time posting
@@ -270,7 +270,7 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	var refs []cardRef
 	saved := 0 // of refs, the ones in the store
 	save := func(ctx context.Context, r cardRefs) error {
-		_, err := a.st.PutRecord(ctx, store.Record{Kind: cardKind(pc.ID), ID: cardRefsID, Data: mustJSON(r)}, -1)
+		err := a.st.PutCallNote(ctx, pc.ID, mustJSON(r))
 		if err == nil {
 			saved = len(r.Refs)
 		}
@@ -337,18 +337,21 @@ func (a *App) cardLocations(ctx context.Context, c agent.Call) ([]cardRef, error
 	}
 	deadline := time.Now().Add(cardWait)
 	for {
-		recs, err := a.st.Records(ctx, cardKind(c.ID))
+		note, err := a.st.CallNote(ctx, c.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil // the call is gone, and its card with it
+		}
 		if err != nil {
 			return nil, err
 		}
 		var refs cardRefs
-		for _, rec := range recs {
-			if err := json.Unmarshal(rec.Data, &refs); err != nil {
+		if note != nil {
+			if err := json.Unmarshal(note, &refs); err != nil {
 				return nil, fmt.Errorf("decode card locations: %w", err)
 			}
 		}
 		now := time.Now()
-		unwritten := len(recs) == 0 && now.Sub(c.CreatedAt) < cardWait
+		unwritten := note == nil && now.Sub(c.CreatedAt) < cardWait
 		if !(refs.posting(now) || unwritten) || now.After(deadline) {
 			return refs.Refs, nil
 		}
@@ -464,11 +467,9 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 		}
 	}
 	if u.Phase != agent.PhaseCounted && (u.Phase != agent.PhaseDecided || u.Call.Status != agent.CallDecided) {
-		// Final: nothing will change the card again.
+		// Final: nothing will change the card again. Where it is stays
+		// in the store with the call.
 		a.cards.forget(u.Call.ID)
-		if err := a.st.DeleteRecord(ctx, cardKind(u.Call.ID), cardRefsID); err != nil && !errors.Is(err, store.ErrNotFound) {
-			a.log.Warn("forget card", "call", u.Call.ID, "err", err)
-		}
 	}
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Effects are what DecideAudited and ApproveAudited write in the same
@@ -46,6 +47,25 @@ func ApprovalAudit(e AuditEntry, n, need int) AuditEntry {
 	return e
 }
 
+// FirstToStart returns the index of the call that BeginResume marks as
+// executing (see storetest.Store), or -1: unless one of calls is
+// cancelled, the first that is decided with a decision whose Kind is in
+// start, if it is not executing yet.
+func FirstToStart(calls []Call, start []string) int {
+	if len(start) == 0 || slices.ContainsFunc(calls, func(c Call) bool { return c.Status == Cancelled }) {
+		return -1
+	}
+	for i, c := range calls {
+		if c.Status == Decided && c.Decision != nil && slices.Contains(start, c.Decision.Kind) {
+			if c.Executing {
+				return -1
+			}
+			return i
+		}
+	}
+	return -1
+}
+
 // ResumeStart is what BeginResume found, and whether it took the resume.
 type ResumeStart struct {
 	// Run is the run (Finished set once FinishRun ended it).
@@ -63,4 +83,8 @@ type ResumeStart struct {
 	// Records are the records of the kinds asked for, by kind, read with
 	// the rest when Claimed; nil if they could not be read.
 	Records map[string][]Record
+	// Started is the call that BeginResume marked as executing, as
+	// BeginExecution does, when Claimed (empty: none); Calls show it as
+	// it was before.
+	Started string
 }

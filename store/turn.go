@@ -16,6 +16,10 @@ type Begun struct {
 	Conversation Conversation
 	// Inbox is the conversation's unanswered messages, in Seq order.
 	Inbox []Inbound
+	// Records are the records of the kinds asked for, by kind, read with
+	// the rest when Acquired; nil if none were asked for or they could
+	// not be read.
+	Records map[string][]Record
 }
 
 // Commit is what a turn writes when it records its result, applied by

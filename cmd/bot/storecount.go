@@ -81,6 +81,16 @@ func (s *countedStore) GetCallWith(ctx context.Context, callID string, kinds ...
 	return s.st.GetCallWith(ctx, callID, kinds...)
 }
 
+func (s *countedStore) PutCallNote(ctx context.Context, callID string, note []byte) error {
+	s.count("PutCallNote")
+	return s.st.PutCallNote(ctx, callID, note)
+}
+
+func (s *countedStore) CallNote(ctx context.Context, callID string) ([]byte, error) {
+	s.count("CallNote")
+	return s.st.CallNote(ctx, callID)
+}
+
 func (s *countedStore) GetCall(ctx context.Context, callID string) (store.Call, error) {
 	s.count("GetCall")
 	return s.st.GetCall(ctx, callID)
@@ -96,14 +106,19 @@ func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint s
 	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, edit, need, d, fx)
 }
 
-func (s *countedStore) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
+func (s *countedStore) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
 	s.count("BeginResume")
-	return s.st.BeginResume(ctx, runID, conversation, lease, owner, ttl, kinds...)
+	return s.st.BeginResume(ctx, runID, conversation, lease, owner, ttl, start, kinds...)
 }
 
 func (s *countedStore) BeginExecution(ctx context.Context, callID string) (bool, error) {
 	s.count("BeginExecution")
 	return s.st.BeginExecution(ctx, callID)
+}
+
+func (s *countedStore) AbandonExecution(ctx context.Context, callID string) error {
+	s.count("AbandonExecution")
+	return s.st.AbandonExecution(ctx, callID)
 }
 
 func (s *countedStore) SaveResult(ctx context.Context, callID string, result []byte) error {
@@ -211,9 +226,9 @@ func (s *countedStore) Unanswered(ctx context.Context, before time.Time, limit i
 	return s.st.Unanswered(ctx, before, limit)
 }
 
-func (s *countedStore) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error) {
+func (s *countedStore) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
 	s.count("BeginTurn")
-	return s.st.BeginTurn(ctx, conversation, owner, ttl)
+	return s.st.BeginTurn(ctx, conversation, owner, ttl, kinds...)
 }
 
 func (s *countedStore) CommitTurn(ctx context.Context, c store.Commit) error {

@@ -26,6 +26,7 @@ const (
 type Store interface {
 	agent.Store
 	slackapp.Store
+	approvals.RecordStore
 	approvals.BatchRecordStore
 	io.Closer
 }

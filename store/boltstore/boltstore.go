@@ -85,11 +85,12 @@ var (
 	bucketInbox   = []byte("inbox")      // conversation -> inboxRecord
 	bucketUnans   = []byte("unanswered") // conversation -> listing time (Unix ns, big endian)
 	bucketRemind  = []byte("remind")     // RemindAt (Unix ns, big endian) + call id -> nothing: pending calls with a reminder to send
+	bucketNotes   = []byte("notes")      // call id -> the call's note (see PutCallNote)
 )
 
 var allBuckets = [][]byte{
 	bucketRuns, bucketCalls, bucketPending, bucketActive, bucketConvs,
-	bucketLeases, bucketSeen, bucketAudit, bucketRecords, bucketInbox, bucketUnans, bucketRemind,
+	bucketLeases, bucketSeen, bucketAudit, bucketRecords, bucketInbox, bucketUnans, bucketRemind, bucketNotes,
 }
 
 // runRecord is a run with its bookkeeping.
@@ -439,6 +440,9 @@ func dropRun(tx *bolt.Tx, k, v []byte) error {
 		if err := tx.Bucket(bucketCalls).Delete([]byte(id)); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bucketNotes).Delete([]byte(id)); err != nil {
+			return err
+		}
 	}
 	return tx.Bucket(bucketActive).Delete(k)
 }
@@ -698,6 +702,70 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 		return false, fmt.Errorf("begin execution of call %s: %w", callID, err)
 	}
 	return begun, nil
+}
+
+// PutCallNote is one transaction; the note is deleted with the call's
+// run. See storetest.Store for the contract.
+func (s *Store) PutCallNote(ctx context.Context, callID string, note []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketCalls).Get([]byte(callID)) == nil {
+			return store.ErrNotFound
+		}
+		return tx.Bucket(bucketNotes).Put([]byte(callID), slices.Clone(note))
+	})
+	if err != nil {
+		return fmt.Errorf("put note of call %s: %w", callID, err)
+	}
+	return nil
+}
+
+// CallNote is one read transaction: see storetest.Store for the contract.
+func (s *Store) CallNote(ctx context.Context, callID string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var note []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketCalls).Get([]byte(callID)) == nil {
+			return store.ErrNotFound
+		}
+		note = slices.Clone(tx.Bucket(bucketNotes).Get([]byte(callID)))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get note of call %s: %w", callID, err)
+	}
+	return note, nil
+}
+
+// AbandonExecution is one transaction: see storetest.Store for the
+// contract.
+func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		var c store.Call
+		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return store.ErrNotFound
+		}
+		if !c.Executing || len(c.Result) > 0 {
+			return nil
+		}
+		c.Executing = false
+		return put(tx.Bucket(bucketCalls), callID, c)
+	})
+	if err != nil {
+		return fmt.Errorf("abandon execution of call %s: %w", callID, err)
+	}
+	return nil
 }
 
 // SaveResult keeps the result of an executing call.

@@ -71,9 +71,12 @@ func TestPruneDeletesExpiredRuns(t *testing.T) {
 	defer s.Close()
 	ctx := t.Context()
 	r := store.Run{ID: store.NewRunID(), Conversation: "C1:1.1"}
-	c := store.Call{ID: store.CallID(r.ID, 0), Fingerprint: "fp", ExpiresAt: time.Now().Add(-time.Second)}
+	c := store.Call{ID: store.CallID(r.ID, 0), Fingerprint: "fp", ExpiresAt: time.Now().Add(200 * time.Millisecond)}
 	if err := s.CreateRun(ctx, r, []store.Call{c}); err != nil {
 		t.Fatalf("CreateRun: %v", err)
+	}
+	if err := s.PutCallNote(ctx, c.ID, []byte(`{"refs":[]}`)); err != nil {
+		t.Fatalf("PutCallNote: %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -91,6 +94,15 @@ func TestPruneDeletesExpiredRuns(t *testing.T) {
 	}
 	if due, err := s.Due(ctx, time.Now(), 0); err != nil || len(due) != 0 {
 		t.Errorf("Due after pruning = %v, %v; want none", due, err)
+	}
+	// The call's note went with it: a run made again with the same id
+	// starts with none.
+	c.ExpiresAt = time.Now().Add(time.Hour)
+	if err := s.CreateRun(ctx, r, []store.Call{c}); err != nil {
+		t.Fatalf("CreateRun again: %v", err)
+	}
+	if note, err := s.CallNote(ctx, c.ID); err != nil || note != nil {
+		t.Errorf("CallNote(%s) of the run made again = %q, %v; want nil, nil", c.ID, note, err)
 	}
 }
 

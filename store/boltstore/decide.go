@@ -170,7 +170,7 @@ func (s *Store) effects(tx *bolt.Tx, at time.Time, complete bool, fx store.Effec
 }
 
 // BeginResume is one transaction: see storetest.Store for the contract.
-func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
+func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ResumeStart{}, err
 	}
@@ -224,6 +224,14 @@ func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, own
 				return fmt.Errorf("call %s: %w", id, store.ErrNotFound)
 			}
 			rs.Calls = append(rs.Calls, c)
+		}
+		if i := store.FirstToStart(rs.Calls, start); i >= 0 {
+			c := rs.Calls[i]
+			c.Executing = true
+			if err := put(tx.Bucket(bucketCalls), c.ID, c); err != nil {
+				return err
+			}
+			rs.Started = c.ID
 		}
 		var conv convRecord
 		if rs.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {

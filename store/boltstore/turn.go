@@ -13,7 +13,7 @@ import (
 )
 
 // BeginTurn is one transaction: see storetest.Store for the contract.
-func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error) {
+func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Begun{}, err
 	}
@@ -38,6 +38,7 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 			return err
 		}
 		b.Inbox = inbox.Messages
+		b.Records, _ = recordsOf(tx, kinds) // nil if they cannot be read
 		return nil
 	})
 	if err != nil {

@@ -237,15 +237,15 @@ func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effec
 // it takes the lease first (one script), then claims and loads the run and
 // reads the rest (one pipeline), and releases the lease again if the claim
 // was not taken. See storetest.Store for the contract.
-func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error) {
-	rs, err := s.beginResume(ctx, runID, conversation, lease, owner, ttl, kinds)
+func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
+	rs, err := s.beginResume(ctx, runID, conversation, lease, owner, ttl, start, kinds)
 	if err != nil {
 		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: %w", runID, err)
 	}
 	return rs, nil
 }
 
-func (s *Store) beginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds []string) (store.ResumeStart, error) {
+func (s *Store) beginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start, kinds []string) (store.ResumeStart, error) {
 	if ttl < time.Millisecond {
 		return store.ResumeStart{}, fmt.Errorf("ttl %v is under 1ms", ttl)
 	}
@@ -268,7 +268,11 @@ func (s *Store) beginResume(ctx context.Context, runID, conversation, lease, own
 	// read are left out, the rest stands.
 	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
-		res = beginResume.Eval(ctx, p, keys, owner, ttl.Milliseconds(), runID)
+		args := []any{owner, ttl.Milliseconds(), runID}
+		for _, k := range start {
+			args = append(args, k)
+		}
+		res = beginResume.Eval(ctx, p, keys, args...)
 		if s.cluster {
 			conv = p.HGetAll(ctx, s.convKey(conversation))
 		}
@@ -377,10 +381,11 @@ func decodeResume(conversation string, res []any, conv map[string]string) (store
 	default:
 		return store.ResumeStart{}, fmt.Errorf("unexpected script reply %q", code)
 	}
-	if len(res) < 5 {
+	if len(res) < 6 {
 		return store.ResumeStart{}, fmt.Errorf("unexpected script reply %v", res)
 	}
 	rs.Claimed = true
+	rs.Started, _ = res[5].(string)
 	calls, _ := res[3].([]any)
 	for i, v := range calls {
 		f, _ := v.([]any)

@@ -8,8 +8,9 @@
 // Every key of a run lives under the hash tag {runID} and every key of a
 // conversation, the lease of its turns included, under {conv:key}, so the
 // scripts that must be atomic touch one hash slot and run on Redis
-// Cluster. Decide, Approve, ClaimResume, BeginExecution and BeginTurn are
-// each one Lua script, that is one round trip. CreateRun writes the run
+// Cluster. Decide, Approve, ClaimResume, BeginExecution, AbandonExecution,
+// PutCallNote and BeginTurn are each one Lua script, that is one round
+// trip (BeginTurn pipelines the records asked for with it). CreateRun writes the run
 // and its calls in one script, then the indexes in one pipeline.
 // CommitTurn, which spans a run and a conversation, writes the run first,
 // then the run's indexes, the audit entries and the conversation's part

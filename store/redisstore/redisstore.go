@@ -497,6 +497,41 @@ func (s *Store) GetCall(ctx context.Context, callID string) (store.Call, error) 
 	return c, nil
 }
 
+// PutCallNote is one Lua script: the note is a field of the call's hash,
+// which expires with the call. See storetest.Store for the contract.
+func (s *Store) PutCallNote(ctx context.Context, callID string, note []byte) error {
+	if store.RunOf(callID) == "" {
+		return fmt.Errorf("put note of call %s: %w", callID, store.ErrNotFound)
+	}
+	n, err := putCallNote.Run(ctx, s.c, []string{s.callKey(callID)}, note).Int()
+	if err != nil {
+		return fmt.Errorf("put note of call %s: %w", callID, err)
+	}
+	if n < 0 {
+		return fmt.Errorf("put note of call %s: %w", callID, store.ErrNotFound)
+	}
+	return nil
+}
+
+// CallNote is one read: see storetest.Store for the contract.
+func (s *Store) CallNote(ctx context.Context, callID string) ([]byte, error) {
+	if store.RunOf(callID) == "" {
+		return nil, fmt.Errorf("get note of call %s: %w", callID, store.ErrNotFound)
+	}
+	vals, err := s.c.HMGet(ctx, s.callKey(callID), "call", "note").Result()
+	if err != nil {
+		return nil, fmt.Errorf("get note of call %s: %w", callID, err)
+	}
+	if vals[0] == nil {
+		return nil, fmt.Errorf("get note of call %s: %w", callID, store.ErrNotFound)
+	}
+	note, _ := vals[1].(string)
+	if note == "" {
+		return nil, nil
+	}
+	return []byte(note), nil
+}
+
 // Approve is ApproveAudited with no effects.
 func (s *Store) Approve(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error) {
 	return s.ApproveAudited(ctx, callID, fingerprint, a, edit, need, d, store.Effects{})
@@ -537,6 +572,22 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 		return false, fmt.Errorf("begin execution of call %s: %w", callID, store.ErrNotFound)
 	}
 	return n == 1, nil
+}
+
+// AbandonExecution is one Lua script: see storetest.Store for the
+// contract.
+func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
+	if store.RunOf(callID) == "" {
+		return fmt.Errorf("abandon execution of call %s: %w", callID, store.ErrNotFound)
+	}
+	n, err := abandonExecution.Run(ctx, s.c, []string{s.callKey(callID)}).Int()
+	if err != nil {
+		return fmt.Errorf("abandon execution of call %s: %w", callID, err)
+	}
+	if n < 0 {
+		return fmt.Errorf("abandon execution of call %s: %w", callID, store.ErrNotFound)
+	}
+	return nil
 }
 
 // SaveResult keeps the result of an executing call (one script).

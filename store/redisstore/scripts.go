@@ -174,6 +174,25 @@ if st ~= 'decided' then return 0 end
 return redis.call('HSETNX', KEYS[1], 'executing', '1')
 `)
 
+// putCallNote sets the note of an existing call.
+// KEYS: call
+// ARGV: note
+// Returns 1, or -1 if the call is unknown.
+var putCallNote = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], 'call') == 0 then return -1 end
+redis.call('HSET', KEYS[1], 'note', ARGV[1])
+return 1
+`)
+
+// abandonExecution clears the executing flag of a call with no result.
+// KEYS: call
+// Returns 1 if the call exists, -1 if unknown.
+var abandonExecution = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('HEXISTS', KEYS[1], 'result') == 0 then redis.call('HDEL', KEYS[1], 'executing') end
+return 1
+`)
+
 // saveResult stores the result of an executing call.
 // KEYS: call
 // ARGV: result
@@ -331,10 +350,13 @@ return redis.call('LLEN', KEYS[1])
 // claim, and loads the run, its calls and the conversation (see
 // Store.BeginResume). The call keys are the run key, ":call:" and the
 // call ids runID.0, runID.1, ..., in the run's hash slot.
+// When it claims, it marks the call to start as executing, as
+// beginExecution does (see store.FirstToStart).
 // KEYS: run, claim [, conversation [, lease]]
-// ARGV: owner, ttl (ms), run id
+// ARGV: owner, ttl (ms), run id, then the decision kinds that start a call
 // Returns {code, run JSON, finished, calls (each its callFields), the
-// conversation's HGETALL} where code is claimed, idle, busy or notfound.
+// conversation's HGETALL, the id of the call marked or an empty string} where code is
+// claimed, idle, busy or notfound.
 var beginResume = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'run', 'pending', 'finished')
 if not v[1] then return {'notfound'} end
@@ -356,5 +378,22 @@ for i = 0, 1000000 do
 end
 local conv = {}
 if #KEYS >= 3 then conv = redis.call('HGETALL', KEYS[3]) end
-return {'claimed', v[1], fin, calls, conv}
+local started = ''
+if #ARGV > 3 then
+  local first, cancelled = nil, false
+  for i, f in ipairs(calls) do
+    if f[2] == 'cancelled' then cancelled = true end
+    if not first and f[2] == 'decided' and f[3] then
+      local kind = cjson.decode(f[3]).kind
+      for j = 4, #ARGV do
+        if kind == ARGV[j] then first = i end
+      end
+    end
+  end
+  if first and not cancelled and calls[first][4] ~= '1' then
+    started = ARGV[3] .. '.' .. (first - 1)
+    redis.call('HSET', KEYS[1] .. ':call:' .. started, 'executing', '1')
+  end
+end
+return {'claimed', v[1], fin, calls, conv, started}
 `)

@@ -57,14 +57,31 @@ end
 return left
 `)
 
-// BeginTurn is one script on the conversation's hash slot. See
+// BeginTurn is one script on the conversation's hash slot, pipelined with
+// the listings of the records asked for (one round trip). See
 // storetest.Store for the contract.
-func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error) {
+func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
 	if ttl < time.Millisecond {
 		return store.Begun{}, fmt.Errorf("begin turn of %s: ttl %v is under 1ms", conversation, ttl)
 	}
 	keys := []string{s.leaseKey(store.TurnLease(conversation)), s.convKey(conversation), s.inboxKey(conversation)}
-	res, err := beginTurn.Run(ctx, s.c, keys, owner, ttl.Milliseconds()).Slice()
+	var cmd *redis.Cmd
+	recs := make([]*redis.MapStringStringCmd, len(kinds))
+	if len(kinds) == 0 {
+		cmd = beginTurn.Run(ctx, s.c, keys, owner, ttl.Milliseconds())
+	} else {
+		// Each command's error is checked apart: records that cannot be
+		// read are left out, the rest stands.
+		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			// Eval, not Run: a pipeline cannot fall back from EVALSHA.
+			cmd = beginTurn.Eval(ctx, p, keys, owner, ttl.Milliseconds())
+			for i, k := range kinds {
+				recs[i] = p.HGetAll(ctx, s.recordsKey(k))
+			}
+			return nil
+		})
+	}
+	res, err := cmd.Slice()
 	if err != nil {
 		return store.Begun{}, fmt.Errorf("begin turn of %s: %w", conversation, err)
 	}
@@ -74,7 +91,7 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 	if len(res) != 3 {
 		return store.Begun{}, fmt.Errorf("begin turn of %s: unexpected reply %v", conversation, res)
 	}
-	b := store.Begun{Acquired: true}
+	b := store.Begun{Acquired: true, Records: records(kinds, recs)}
 	fields, _ := res[1].([]any)
 	if len(fields) > 0 {
 		m := make(map[string]string, len(fields)/2)

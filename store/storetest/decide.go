@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
@@ -38,9 +39,12 @@ type audited interface {
 	// the lease (a store may report Busy before it looks at the run).
 	// When it claims, it also lists the records of kinds, as RecordsOf
 	// lists them, in Records (nil if they cannot be read: the rest
-	// stands).
+	// stands), and, unless a call of the run is cancelled, it takes the
+	// first call (in CallIDs order) that is decided with a decision whose
+	// Kind is one of start: if that call is not executing yet, it marks
+	// it executing, as BeginExecution does, and names it in Started.
 	// store.ErrNotFound for an unknown run.
-	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, kinds ...string) (store.ResumeStart, error)
+	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error)
 	// GetCallWith is GetCall and RecordsOf(kinds) in one round trip or
 	// transaction; store.ErrNotFound for an unknown call. The records are
 	// nil if they cannot be read; the call stands.
@@ -161,17 +165,17 @@ func testBeginResume(t *testing.T, open Opener) {
 	ctx := t.Context()
 	r, calls := create(t, s, 2, nil)
 	lease := "conv:" + r.Conversation + "/" + r.ID
-	if _, err := s.BeginResume(ctx, store.NewRunID(), r.Conversation, lease, "a", time.Minute); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.BeginResume(ctx, store.NewRunID(), r.Conversation, lease, "a", time.Minute, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("BeginResume of an unknown run: error = %v, want ErrNotFound", err)
 	}
-	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute); err != nil || rs.Claimed || rs.Busy || rs.Run.ID != r.ID {
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute, nil); err != nil || rs.Claimed || rs.Busy || rs.Run.ID != r.ID {
 		t.Fatalf("BeginResume with a call pending = %+v, %v; want the run, not claimed", rs, err)
 	}
 	decideAll(t, s, calls)
 	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || !ok {
 		t.Fatalf("AcquireLease after a BeginResume that took nothing = %v, %v; want true, nil", ok, err)
 	}
-	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute); err != nil || rs.Claimed || !rs.Busy {
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute, nil); err != nil || rs.Claimed || !rs.Busy {
 		t.Fatalf("BeginResume while b holds the lease = claimed %v busy %v, %v; want busy", rs.Claimed, rs.Busy, err)
 	}
 	if !stalled(t, s, r.ID) {
@@ -181,7 +185,7 @@ func testBeginResume(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	putRecord(t, s, "rules", "r1")
-	rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", short, "rules", "none")
+	rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", short, nil, "rules", "none")
 	if err != nil || !rs.Claimed || rs.Busy {
 		t.Fatalf("BeginResume of a decided run = claimed %v busy %v, %v; want claimed", rs.Claimed, rs.Busy, err)
 	}
@@ -203,21 +207,132 @@ func testBeginResume(t *testing.T, open Opener) {
 	if ok, err := s.RenewClaim(ctx, r.ID, "a", short); err != nil || !ok {
 		t.Errorf("RenewClaim by a after its BeginResume = %v, %v; want true", ok, err)
 	}
-	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute); err != nil || rs.Claimed {
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute, nil); err != nil || rs.Claimed {
 		t.Errorf("BeginResume again while the claim is live = claimed %v, %v; want false", rs.Claimed, err)
 	}
 	// Without a lease the caller holds it: the claim of a process that
 	// died (its claim ran out) is taken over under the caller's lease.
 	eventually(t, "BeginResume without a lease claims the run once a's claim ran out", func() (bool, error) {
-		rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "c", time.Minute)
+		rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "c", time.Minute, nil)
 		return rs.Claimed && len(rs.Calls) == 2, err
 	})
 	if err := s.FinishRun(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
-	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "d", time.Minute); err != nil || rs.Claimed || !rs.Run.Finished {
+	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "d", time.Minute, nil); err != nil || rs.Claimed || !rs.Run.Finished {
 		t.Errorf("BeginResume of a finished run = claimed %v finished %v, %v; want finished, not claimed", rs.Claimed, rs.Run.Finished, err)
 	}
+}
+
+// BeginResume marks the first call whose decision is of a start kind as
+// executing, once, and none in a cancelled run.
+func testBeginResumeStarts(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	start := []string{"approve", "edit"}
+	r, calls := create(t, s, 3, nil)
+	decideAs(t, s, calls[0], "deny")
+	decideAs(t, s, calls[1], "approve")
+	decideAs(t, s, calls[2], "approve")
+	rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "a", short, start)
+	if err != nil || !rs.Claimed {
+		t.Fatalf("BeginResume(%s) = claimed %v, %v; want claimed", r.ID, rs.Claimed, err)
+	}
+	if rs.Started != calls[1].ID {
+		t.Errorf("BeginResume(%s).Started = %q, want %s: the first call approved", r.ID, rs.Started, calls[1].ID)
+	}
+	if rs.Calls[1].Executing {
+		t.Errorf("BeginResume(%s) shows %s executing, want it as it was before the mark", r.ID, calls[1].ID)
+	}
+	s = reopen()
+	for i, want := range []bool{false, true, false} {
+		if c := getCall(t, s, calls[i].ID); c.Executing != want {
+			t.Errorf("GetCall(%s).Executing = %v after BeginResume, want %v", calls[i].ID, c.Executing, want)
+		}
+	}
+	if ok, err := s.BeginExecution(ctx, calls[1].ID); err != nil || ok {
+		t.Errorf("BeginExecution(%s) after BeginResume marked it = %v, %v; want false, nil", calls[1].ID, ok, err)
+	}
+	// Claimed again (the first claim ran out): the call to start is
+	// executing already, so nothing is marked.
+	eventually(t, "BeginResume claims the run again once the claim ran out", func() (bool, error) {
+		rs, err = s.BeginResume(ctx, r.ID, r.Conversation, "", "b", short, start)
+		return rs.Claimed, err
+	})
+	if rs.Started != "" || !rs.Calls[1].Executing {
+		t.Errorf("BeginResume claimed again: Started = %q, calls[1] executing %v; want none marked and %s executing", rs.Started, rs.Calls[1].Executing, calls[1].ID)
+	}
+	if c := getCall(t, s, calls[2].ID); c.Executing {
+		t.Errorf("GetCall(%s).Executing = true, want false: only the first call to start is marked", calls[2].ID)
+	}
+	// A cancelled run starts nothing.
+	r2, calls2 := create(t, s, 2, nil)
+	decideAs(t, s, calls2[0], "approve")
+	decideAs(t, s, calls2[1], "cancel")
+	rs, err = s.BeginResume(ctx, r2.ID, r2.Conversation, "", "a", time.Minute, start)
+	if err != nil || !rs.Claimed || rs.Started != "" {
+		t.Errorf("BeginResume of a cancelled run = claimed %v started %q, %v; want claimed, nothing started", rs.Claimed, rs.Started, err)
+	}
+	if c := getCall(t, s, calls2[0].ID); c.Executing {
+		t.Errorf("GetCall(%s).Executing = true in a cancelled run, want false", calls2[0].ID)
+	}
+	// Without start kinds nothing is marked.
+	r3, calls3 := create(t, s, 1, nil)
+	decideAs(t, s, calls3[0], "approve")
+	if rs, err := s.BeginResume(ctx, r3.ID, r3.Conversation, "", "a", time.Minute, nil); err != nil || !rs.Claimed || rs.Started != "" {
+		t.Errorf("BeginResume with no start kinds = claimed %v started %q, %v; want claimed, nothing started", rs.Claimed, rs.Started, err)
+	}
+}
+
+// AbandonExecution takes the mark back from a call with no result, and
+// leaves one with a result alone.
+func testAbandonExecution(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 2, nil)
+	decideAll(t, s, calls)
+	for _, c := range calls {
+		if ok, err := s.BeginExecution(ctx, c.ID); err != nil || !ok {
+			t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", c.ID, ok, err)
+		}
+	}
+	if err := s.SaveResult(ctx, calls[1].ID, json.RawMessage(`{"ok":true}`)); err != nil {
+		t.Fatalf("SaveResult(%s): %v", calls[1].ID, err)
+	}
+	for _, c := range calls {
+		if err := s.AbandonExecution(ctx, c.ID); err != nil {
+			t.Fatalf("AbandonExecution(%s): %v", c.ID, err)
+		}
+	}
+	if c := getCall(t, s, calls[0].ID); c.Executing {
+		t.Errorf("GetCall(%s).Executing = true after AbandonExecution, want false", calls[0].ID)
+	}
+	if c := getCall(t, s, calls[1].ID); !c.Executing || len(c.Result) == 0 {
+		t.Errorf("GetCall(%s) = executing %v result %s after AbandonExecution, want its saved result kept", calls[1].ID, c.Executing, c.Result)
+	}
+	if ok, err := s.BeginExecution(ctx, calls[0].ID); err != nil || !ok {
+		t.Errorf("BeginExecution(%s) after AbandonExecution = %v, %v; want true, nil", calls[0].ID, ok, err)
+	}
+	if err := s.AbandonExecution(ctx, store.CallID(store.NewRunID(), 0)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("AbandonExecution(unknown) = %v, want ErrNotFound", err)
+	}
+}
+
+// decideAs decides c with a decision of kind.
+func decideAs(t *testing.T, s Store, c store.Call, kind string) {
+	t.Helper()
+	if _, _, err := s.Decide(t.Context(), c.ID, c.Fingerprint, store.Decision{Kind: kind, Decider: "U_APPROVER", At: time.Now()}); err != nil {
+		t.Fatalf("Decide(%s, %s): %v", c.ID, kind, err)
+	}
+}
+
+func getCall(t *testing.T, s Store, id string) store.Call {
+	t.Helper()
+	c, err := s.GetCall(t.Context(), id)
+	if err != nil {
+		t.Fatalf("GetCall(%s): %v", id, err)
+	}
+	return c
 }
 
 // putRecord stores a record of kind with id.

@@ -33,6 +33,15 @@ type Store interface {
 	LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error)
 	// GetCall returns one call or store.ErrNotFound.
 	GetCall(ctx context.Context, callID string) (store.Call, error)
+	// PutCallNote keeps note, a small opaque document of another package
+	// (the Slack edge keeps where a call's card is), with a call,
+	// replacing the one it had. The note lives as long as the call: it
+	// is gone with the call's run, with nothing to delete. ErrNotFound
+	// for an unknown call, and nothing is written.
+	PutCallNote(ctx context.Context, callID string, note []byte) error
+	// CallNote returns the note kept with a call, nil if it has none;
+	// ErrNotFound for an unknown call.
+	CallNote(ctx context.Context, callID string) ([]byte, error)
 
 	// Decide is one atomic compare-and-set of a call from Pending to a final
 	// status, checked in this order: ErrNotFound (unknown call),
@@ -88,6 +97,12 @@ type Store interface {
 	// False for a call that is not Decided (pending, expired, cancelled);
 	// store.ErrNotFound for an unknown call.
 	BeginExecution(ctx context.Context, callID string) (bool, error)
+	// AbandonExecution takes back the mark of BeginExecution (or of
+	// BeginResume) on a call whose tool was not started after all, so
+	// that a resume claimed again judges it afresh; a call with a saved
+	// result, or not executing, is left as it is. store.ErrNotFound for
+	// an unknown call.
+	AbandonExecution(ctx context.Context, callID string) error
 	// SaveResult keeps what an executing call's tool returned, so a resume
 	// claimed again after a crash reports it instead of running the tool
 	// again. It fails with ErrConflict for a call that is not executing and

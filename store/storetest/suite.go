@@ -40,6 +40,8 @@ func Run(t *testing.T, open Opener) {
 		{"DecideAudited", testDecideAudited},
 		{"ApproveAudited", testApproveAudited},
 		{"BeginResume", testBeginResume},
+		{"BeginResumeStarts", testBeginResumeStarts},
+		{"AbandonExecution", testAbandonExecution},
 		{"GetCallWith", testGetCallWith},
 		{"CompleteOnce", testCompleteOnce},
 		{"CompleteOnceConcurrent", testCompleteOnceConcurrent},
@@ -47,6 +49,7 @@ func Run(t *testing.T, open Opener) {
 		{"ClaimResumeAfterCrash", testClaimResumeAfterCrash},
 		{"StalledAfterRestart", testStalledAfterRestart},
 		{"BeginExecution", testBeginExecution},
+		{"CallNote", testCallNote},
 		{"SaveResult", testSaveResult},
 		{"FinishRun", testFinishRun},
 		{"Due", testDue},
@@ -704,6 +707,38 @@ func testStalledAfterRestart(t *testing.T, open Opener) {
 	}
 	if stalled(t, s, r.ID) {
 		t.Errorf("Stalled lists %s after it was claimed", r.ID)
+	}
+}
+
+func testCallNote(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 2, nil)
+	id := calls[0].ID
+	if note, err := s.CallNote(ctx, id); err != nil || note != nil {
+		t.Errorf("CallNote(%s) before any note = %q, %v; want nil, nil", id, note, err)
+	}
+	for _, note := range []string{`{"refs":[1]}`, `{"refs":[1,2]}`} {
+		if err := s.PutCallNote(ctx, id, []byte(note)); err != nil {
+			t.Fatalf("PutCallNote(%s, %s): %v", id, note, err)
+		}
+		if got, err := s.CallNote(ctx, id); err != nil || string(got) != note {
+			t.Errorf("CallNote(%s) = %q, %v; want %s", id, got, err, note)
+		}
+	}
+	if note, err := s.CallNote(ctx, calls[1].ID); err != nil || note != nil {
+		t.Errorf("CallNote(%s) of the other call = %q, %v; want nil, nil", calls[1].ID, note, err)
+	}
+	s = reopen()
+	if got, err := s.CallNote(t.Context(), id); err != nil || string(got) != `{"refs":[1,2]}` {
+		t.Errorf("CallNote(%s) after restart = %q, %v; want the last note", id, got, err)
+	}
+	unknown := store.CallID(store.NewRunID(), 0)
+	if err := s.PutCallNote(t.Context(), unknown, []byte("{}")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("PutCallNote(unknown) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.CallNote(t.Context(), unknown); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("CallNote(unknown) after PutCallNote = %v, want ErrNotFound: nothing written", err)
 	}
 }
 

@@ -20,9 +20,11 @@ type Turns interface {
 	// BeginTurn takes or renews the lease store.TurnLease(conversation)
 	// for owner for ttl, as AcquireLease does, and in the same step reads
 	// the conversation (as LoadConversation) and its inbox (as Inbox).
-	// When another owner holds the lease it returns Acquired false and
-	// reads nothing.
-	BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration) (store.Begun, error)
+	// When it takes the lease it also lists the records of kinds, as
+	// RecordsOf lists them, in Records (nil if they cannot be read: the
+	// rest stands). When another owner holds the lease it returns
+	// Acquired false and reads nothing.
+	BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error)
 	// CommitTurn applies c in one step: it creates c.Run with c.Calls (as
 	// CreateRun), saves c.Conversation (as SaveConversation), finishes
 	// the run c.Finish (as FinishRun; an unknown run is left alone),
@@ -102,8 +104,23 @@ func testBeginTurn(t *testing.T, open Opener) {
 	if got, want := inboxSeqs(b.Inbox), inboxSeqs(msgs); !slices.Equal(got, want) || b.Inbox[0].Text != "first" {
 		t.Errorf("BeginTurn(%s).Inbox = %+v, want %+v", conv, b.Inbox, msgs)
 	}
-	if b := begin(t, s, conv, "b", time.Minute, false); b.Found || b.Inbox != nil {
-		t.Errorf("BeginTurn by a non-holder = %+v, want nothing read", b)
+	if b.Records != nil {
+		t.Errorf("BeginTurn(%s) with no kinds: Records = %+v, want nil", conv, b.Records)
+	}
+	putRecord(t, s, "rules", "r1")
+	putRecord(t, s, "rules", "r2")
+	b, err := s.BeginTurn(ctx, conv, "a", short, "rules", "none")
+	if err != nil || !b.Acquired {
+		t.Fatalf("BeginTurn(%s, rules, none) = acquired %v, %v; want the lease", conv, b.Acquired, err)
+	}
+	if recs := b.Records; len(recs) != 2 || len(recs["rules"]) != 2 || recs["rules"][0].ID != "r1" || recs["rules"][1].Version != 1 || len(recs["none"]) != 0 {
+		t.Errorf("BeginTurn(%s, rules, none).Records = %+v, want rules [r1 r2] and none []", conv, recs)
+	}
+	if !b.Found || len(b.Inbox) != len(msgs) {
+		t.Errorf("BeginTurn(%s, rules, none) = %+v, want the conversation and its inbox with the records", conv, b)
+	}
+	if b, err := s.BeginTurn(ctx, conv, "b", time.Minute, "rules"); err != nil || b.Acquired || b.Found || b.Inbox != nil || b.Records != nil {
+		t.Errorf("BeginTurn by a non-holder = %+v, %v; want nothing read", b, err)
 	}
 	// The lease is the one AcquireLease and ReleaseLease know.
 	if ok, err := s.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute); err != nil || ok {
