@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/store"
 )
