@@ -103,6 +103,9 @@ type socketConn struct {
 	once    sync.Once
 	refresh chan struct{} // closed when Slack asks to replace the connection
 	asked   sync.Once
+	// retire closes the connection a while after it was replaced; only
+	// Run touches it.
+	retire *time.Timer
 }
 
 func (c *socketConn) close() {
@@ -110,6 +113,15 @@ func (c *socketConn) close() {
 		close(c.closed)
 		_ = c.ws.Close()
 	})
+}
+
+// stop closes the connection for good and stops its retire timer; only
+// Run calls it.
+func (c *socketConn) stop() {
+	if c.retire != nil {
+		c.retire.Stop()
+	}
+	c.close()
 }
 
 // write writes one message. A failed write closes the connection, whose
@@ -142,12 +154,12 @@ func (c *socketConn) write(ctx context.Context, msg []byte) error {
 // readers it starts.
 func (s *socket) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	var conns []*socketConn
+	var conns []*socketConn // open, or closed since the last connect
 	defer func() {
 		s.connected.Store(false)
 		s.setCurrent(nil)
 		for _, c := range conns {
-			c.close()
+			c.stop()
 		}
 		wg.Wait()
 	}()
@@ -156,12 +168,11 @@ func (s *socket) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		conns = append(openConns(conns), c)
-		prev := s.setCurrent(c)
-		wg.Go(func() { s.read(ctx, c) })
-		if prev != nil {
-			time.AfterFunc(oldConnGrace, prev.close)
+		if prev := s.setCurrent(c); prev != nil {
+			prev.retire = time.AfterFunc(oldConnGrace, prev.close)
 		}
+		conns = append(openConns(conns), c)
+		wg.Go(func() { s.read(ctx, c) })
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -169,17 +180,19 @@ func (s *socket) Run(ctx context.Context) error {
 			// Open the next connection; this one is read until Slack
 			// closes it.
 		case <-c.closed:
-			s.log.Warn("socket mode connection lost; reconnecting")
+			// Lost (read logged why): replace it at once.
 		}
 	}
 }
 
-// openConns returns the connections of conns not closed yet.
+// openConns returns the connections of conns not closed yet, and stops
+// the others.
 func openConns(conns []*socketConn) []*socketConn {
 	open := conns[:0]
 	for _, c := range conns {
 		select {
 		case <-c.closed:
+			c.stop()
 		default:
 			open = append(open, c)
 		}
@@ -285,9 +298,11 @@ func (s *socket) read(ctx context.Context, c *socketConn) {
 		_, data, err := c.ws.ReadMessage()
 		if err != nil {
 			select {
-			case <-c.closed:
+			case <-c.closed: // closed here, on purpose or after a failed write
 			default:
-				s.log.Warn("socket mode read", "err", err)
+				if cur, _ := s.currentConn(); cur == c {
+					s.log.Warn("socket mode connection lost; reconnecting", "err", err)
+				}
 			}
 			return
 		}
