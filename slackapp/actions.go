@@ -42,42 +42,14 @@ const submitSlowText = "My state store is slow to answer, so your decision is no
 // slow to record was recorded.
 const submitRecordedLateText = "Your decision was recorded after all; the card shows where the call stands."
 
-// interaction is what the app reads of an interactive payload to route
-// it, and all it reads of a click: a block_actions payload also carries the
-// whole card or view, which is skipped unread. A view submission is then
-// decoded in full (slack.InteractionCallback).
-type interaction struct {
-	Type      slack.InteractionType `json:"type"`
-	TriggerID string                `json:"trigger_id"`
-	User      struct {
-		ID string `json:"id"`
-	} `json:"user"`
-	Channel struct {
-		ID string `json:"id"`
-	} `json:"channel"`
-	View struct {
-		CallbackID string `json:"callback_id"`
-	} `json:"view"`
-	Actions []struct {
-		ActionID string `json:"action_id"`
-		Value    string `json:"value"`
-	} `json:"actions"`
-}
-
 // onInteractive handles block actions (acked at once, then worked on) and
 // view submissions (acked with the outcome: a modal with an invalid input
 // stays open with the error shown inline). Each runs in its own goroutine,
-// never behind a conversation's turn. A payload that does not decode is
+// never behind a conversation's turn. A submission that does not decode is
 // logged and acked.
 func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time) {
-	var in interaction
-	if err := json.Unmarshal(env.Payload, &in); err != nil {
-		a.log.Warn("skipping a malformed interaction", "envelope", env.ID, "err", err)
-		a.m.error("bad_envelope")
-		a.ack(env, nil, start)
-		return
-	}
-	switch in.Type {
+	in := &env.Payload
+	switch slack.InteractionType(in.Type) {
 	case slack.InteractionTypeBlockActions:
 		a.ack(env, nil, start)
 		a.spawn(ctx, "click", func(ctx context.Context) {
@@ -89,9 +61,8 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 		})
 	case slack.InteractionTypeViewSubmission:
 		var cb slack.InteractionCallback
-		if err := json.Unmarshal(env.Payload, &cb); err != nil {
-			a.log.Warn("skipping a malformed view submission", "envelope", env.ID, "err", err)
-			a.m.error("bad_envelope")
+		if err := env.decodePayload(&cb); err != nil {
+			a.malformed(env, err)
 			a.ack(env, nil, start)
 			return
 		}

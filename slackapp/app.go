@@ -2,7 +2,6 @@ package slackapp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -636,10 +635,64 @@ func (a *App) noteContext(ctx context.Context, d time.Duration) (_ context.Conte
 	}, true
 }
 
-// handle acks an envelope at once and routes it.
+// payload is what the app reads of an envelope's payload to route it,
+// decoded with the envelope in one pass: the fields of the events the app
+// handles, and of clicks. The rest (blocks, the card or view a click came
+// from) is skipped unread, so the echoes of the bot's own posts, most of
+// the events, cost little. A view submission and a slash command are then
+// decoded in full (envelope.decodePayload).
+type payload struct {
+	// Type is event_callback for an event, the interaction's type for an
+	// interaction.
+	Type string `json:"type"`
+
+	// Events.
+	TeamID  string `json:"team_id"`
+	EventID string `json:"event_id"`
+	Event   struct {
+		Type        string `json:"type"`
+		SubType     string `json:"subtype"`
+		User        string `json:"user"`
+		BotID       string `json:"bot_id"`
+		Channel     string `json:"channel"`
+		ChannelType string `json:"channel_type"`
+		Text        string `json:"text"`
+		TS          string `json:"ts"`
+		ThreadTS    string `json:"thread_ts"`
+		Tab         string `json:"tab"`
+	} `json:"event"`
+
+	// Interactions.
+	TriggerID string `json:"trigger_id"`
+	User      struct {
+		ID string `json:"id"`
+	} `json:"user"`
+	Channel struct {
+		ID string `json:"id"`
+	} `json:"channel"`
+	View struct {
+		CallbackID string `json:"callback_id"`
+	} `json:"view"`
+	Actions []struct {
+		ActionID string `json:"action_id"`
+		Value    string `json:"value"`
+	} `json:"actions"`
+}
+
+// handle acks an envelope at once and routes it. An envelope that did not
+// decode is acked, so that Slack does not deliver it again, and logged
+// unless it is an event the app does not handle (whose fields may have
+// other shapes).
 func (a *App) handle(ctx context.Context, env *envelope) {
 	start := env.received
 	a.m.envelope(env.Type)
+	if env.bad != nil {
+		if env.Type != envelopeEvents || handledEvent(env.Payload.Event.Type) {
+			a.malformed(env, env.bad)
+		}
+		a.ack(env, nil, start)
+		return
+	}
 	switch env.Type {
 	case envelopeEvents:
 		var once sync.Once
@@ -672,20 +725,25 @@ func (a *App) refuse(ctx context.Context, env *envelope) {
 	case envelopeCommand:
 		a.ack(env, ephemeral(restartingCommandText), start)
 	case envelopeInteractive:
-		var in interaction
-		err := json.Unmarshal(env.Payload, &in)
-		switch {
-		case err == nil && in.Type == slack.InteractionTypeViewSubmission:
-			a.ack(env, viewError(in.View.CallbackID, restartingSubmitText), start)
-		case err == nil && in.Type == slack.InteractionTypeBlockActions:
+		p := &env.Payload
+		switch slack.InteractionType(p.Type) {
+		case slack.InteractionTypeViewSubmission:
+			a.ack(env, viewError(p.View.CallbackID, restartingSubmitText), start)
+		case slack.InteractionTypeBlockActions:
 			a.ack(env, nil, start)
-			a.spawn(ctx, "refuse", func(ctx context.Context) { a.tell(ctx, in.User.ID, in.Channel.ID, restartingClickText) })
+			a.spawn(ctx, "refuse", func(ctx context.Context) { a.tell(ctx, p.User.ID, p.Channel.ID, restartingClickText) })
 		default:
 			a.ack(env, nil, start)
 		}
 	default:
 		a.ack(env, nil, start)
 	}
+}
+
+// malformed logs an envelope whose payload did not decode.
+func (a *App) malformed(env *envelope, err error) {
+	a.log.Warn("skipping a malformed envelope", "envelope", env.ID, "type", env.Type, "err", err)
+	a.m.error("bad_envelope")
 }
 
 // ephemeral is the ack payload of a slash command answered privately.

@@ -35,9 +35,8 @@ const commandTimeout = 2500 * time.Millisecond
 // A payload that does not decode is logged and acked.
 func (a *App) onSlash(ctx context.Context, env *envelope, start time.Time) {
 	var cmd slack.SlashCommand
-	if err := json.Unmarshal(env.Payload, &cmd); err != nil {
-		a.log.Warn("skipping a malformed slash command", "envelope", env.ID, "err", err)
-		a.m.error("bad_envelope")
+	if err := env.decodePayload(&cmd); err != nil {
+		a.malformed(env, err)
 		a.ack(env, nil, start)
 		return
 	}

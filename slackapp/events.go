@@ -2,7 +2,6 @@ package slackapp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -40,25 +39,13 @@ func (m message) key() string {
 	return ConversationKey(m.team, m.channel, thread)
 }
 
-// eventPayload is what the app reads of an events_api payload: the fields
-// of the events it handles, in one pass. The rest (blocks, attachments,
-// edits) is skipped unread, so the echoes of the bot's own posts, which are
-// most of the events, cost little.
-type eventPayload struct {
-	TeamID  string `json:"team_id"`
-	EventID string `json:"event_id"`
-	Event   struct {
-		Type        string `json:"type"`
-		SubType     string `json:"subtype"`
-		User        string `json:"user"`
-		BotID       string `json:"bot_id"`
-		Channel     string `json:"channel"`
-		ChannelType string `json:"channel_type"`
-		Text        string `json:"text"`
-		TS          string `json:"ts"`
-		ThreadTS    string `json:"thread_ts"`
-		Tab         string `json:"tab"`
-	} `json:"event"`
+// handledEvent reports whether the app acts on events of type typ.
+func handledEvent(typ string) bool {
+	switch typ {
+	case "app_mention", "message", "app_home_opened":
+		return true
+	}
+	return false
 }
 
 // onEventsAPI routes an event and acks it. It runs in the Socket Mode
@@ -67,8 +54,7 @@ type eventPayload struct {
 // is recorded in its conversation before its ack, on a goroutine of its own
 // (see onMessage), so that once Slack stops delivering it, it is answered
 // even if this process dies; everything else, the bot's own posts and
-// other bots' among it, is acked at once. An event that does not decode is
-// logged and acked.
+// other bots' among it, is acked at once.
 func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	handed := false // to onMessage, which acks once the message is recorded
 	defer func() {
@@ -76,18 +62,9 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 			ack()
 		}
 	}()
-	var p eventPayload
-	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		switch p.Event.Type {
-		case "app_mention", "message", "app_home_opened":
-			a.log.Warn("skipping a malformed event", "envelope", env.ID, "type", p.Event.Type, "err", err)
-			a.m.error("bad_envelope")
-		}
-		return
-	}
-	ev := &p.Event
-	eventID := p.EventID
-	team := p.TeamID
+	ev := &env.Payload.Event
+	eventID := env.Payload.EventID
+	team := env.Payload.TeamID
 	if team == "" {
 		team = a.teamID
 	}

@@ -24,22 +24,34 @@ const (
 	envelopeCommand     = "slash_commands"
 )
 
-// envelope is one Socket Mode envelope. Its payload is decoded by the
-// handler of its type, and only as far as the handler needs.
+// envelope is one Socket Mode envelope, decoded in one pass with what the
+// app routes by in its payload; the handlers that need the whole payload
+// decode it with decodePayload.
 type envelope struct {
-	ID                     string          `json:"envelope_id"`
-	Type                   string          `json:"type"`
-	Payload                json.RawMessage `json:"payload"`
-	AcceptsResponsePayload bool            `json:"accepts_response_payload"`
-	RetryAttempt           int             `json:"retry_attempt"`
-	RetryReason            string          `json:"retry_reason"`
+	ID                     string  `json:"envelope_id"`
+	Type                   string  `json:"type"`
+	Payload                payload `json:"payload"`
+	AcceptsResponsePayload bool    `json:"accepts_response_payload"`
+	RetryAttempt           int     `json:"retry_attempt"`
+	RetryReason            string  `json:"retry_reason"`
 	// Reason is a disconnect message's.
 	Reason string `json:"reason"`
 
+	// raw is the message as read; bad, if set, is why some of its fields
+	// did not decode.
+	raw []byte
+	bad error
 	// conn is the connection the envelope came on; received is when it
 	// was read.
 	conn     *socketConn
 	received time.Time
+}
+
+// decodePayload decodes env's whole payload into v.
+func (env *envelope) decodePayload(v any) error {
+	return json.Unmarshal(env.raw, &struct {
+		Payload any `json:"payload"`
+	}{v})
 }
 
 // Socket Mode limits.
@@ -282,10 +294,9 @@ func (s *socket) dial(ctx context.Context) (*socketConn, error) {
 }
 
 // read reads c until it fails, is closed, or stays silent for longer than
-// s.silence. Envelopes go to s.envelopes; hello and disconnect messages are
-// handled here. A message that is not an envelope is logged and skipped;
-// an envelope whose fields do not decode is acked, so that Slack does not
-// deliver it again.
+// s.silence. Envelopes go to s.envelopes, with bad set if some of their
+// fields did not decode; hello and disconnect messages are handled here. A
+// message that is not an envelope (no envelope id) is logged and skipped.
 func (s *socket) read(ctx context.Context, c *socketConn) {
 	defer func() {
 		if cur, _ := s.currentConn(); cur == c {
@@ -309,17 +320,13 @@ func (s *socket) read(ctx context.Context, c *socketConn) {
 		if s.debug {
 			s.log.Debug("socket mode message", "message", redactJSON(data))
 		}
-		env := &envelope{conn: c, received: time.Now()}
+		env := &envelope{raw: data, conn: c, received: time.Now()}
 		if err := json.Unmarshal(data, env); err != nil {
-			s.log.Warn("socket mode: skipping a malformed message", "err", err, "envelope", env.ID)
-			if env.ID != "" {
-				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				if err := s.ack(actx, env, nil); err != nil {
-					s.log.Warn("ack envelope", "envelope", env.ID, "err", err)
-				}
-				cancel()
+			if env.ID == "" {
+				s.log.Warn("socket mode: skipping a message that is not an envelope", "err", err)
+				continue
 			}
-			continue
+			env.bad = err
 		}
 		switch env.Type {
 		case "hello":
