@@ -62,8 +62,7 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 	case slack.InteractionTypeViewSubmission:
 		var cb slack.InteractionCallback
 		if err := env.decodePayload(&cb); err != nil {
-			a.malformed(env, err)
-			a.ack(env, nil, start)
+			a.malformed(env, err, start)
 			return
 		}
 		// The ack carries the outcome, so it waits for the decision, but

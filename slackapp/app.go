@@ -687,10 +687,11 @@ func (a *App) handle(ctx context.Context, env *envelope) {
 	start := env.received
 	a.m.envelope(env.Type)
 	if env.bad != nil {
-		if env.Type != envelopeEvents || handledEvent(env.Payload.Event.Type) {
-			a.malformed(env, env.bad)
+		if env.Type == envelopeEvents && !handledEvent(env.Payload.Event.Type) {
+			a.ack(env, nil, start)
+		} else {
+			a.malformed(env, env.bad, start)
 		}
-		a.ack(env, nil, start)
 		return
 	}
 	switch env.Type {
@@ -740,10 +741,11 @@ func (a *App) refuse(ctx context.Context, env *envelope) {
 	}
 }
 
-// malformed logs an envelope whose payload did not decode.
-func (a *App) malformed(env *envelope, err error) {
+// malformed logs an envelope whose payload did not decode, and acks it.
+func (a *App) malformed(env *envelope, err error, start time.Time) {
 	a.log.Warn("skipping a malformed envelope", "envelope", env.ID, "type", env.Type, "err", err)
 	a.m.error("bad_envelope")
+	a.ack(env, nil, start)
 }
 
 // ephemeral is the ack payload of a slash command answered privately.

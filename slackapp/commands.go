@@ -36,8 +36,7 @@ const commandTimeout = 2500 * time.Millisecond
 func (a *App) onSlash(ctx context.Context, env *envelope, start time.Time) {
 	var cmd slack.SlashCommand
 	if err := env.decodePayload(&cmd); err != nil {
-		a.malformed(env, err)
-		a.ack(env, nil, start)
+		a.malformed(env, err, start)
 		return
 	}
 	k := a.acker(env, start)
