@@ -101,6 +101,7 @@ func newSocket(open func(ctx context.Context) (string, error), log *slog.Logger,
 	}
 	return &socket{
 		open: open, log: log, debug: debug, silence: silence,
+		// A write buffer larger than any ack sends each ack as one frame.
 		dialer:    websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 30 * time.Second, WriteBufferSize: 32 * 1024},
 		envelopes: make(chan *envelope, 64),
 		changed:   make(chan struct{}),
