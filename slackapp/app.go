@@ -67,7 +67,7 @@ type Config struct {
 	// Metrics, if set, is updated as envelopes, turns and decisions go by.
 	Metrics *Metrics
 	// HTTPClient is used for the Web API (default a client with a 30s
-	// timeout that keeps up to webIdleConns connections open for reuse).
+	// timeout).
 	HTTPClient *http.Client
 	// Debug logs every Socket Mode message (never tokens).
 	Debug bool
@@ -223,9 +223,7 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.HTTPClient == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConns, t.MaxIdleConnsPerHost = webIdleConns, webIdleConns
-		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: t}
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
 	web := webClient{client: cfg.HTTPClient}
 	apiURL := slack.APIURL

@@ -15,12 +15,6 @@ import (
 	"github.com/slack-go/slack"
 )
 
-// webIdleConns is how many connections to the Web API the default client
-// keeps open for reuse. The bot makes several calls per approval, many at
-// once; with net/http's default of 2 per host most calls would open (and
-// on Slack, handshake) a connection of their own.
-const webIdleConns = 100
-
 // How Web API calls are retried (see webClient).
 const (
 	maxWebRetries = 4
