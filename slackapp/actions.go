@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
-	"github.com/slack-go/slack/socketmode"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
@@ -46,29 +45,30 @@ const submitRecordedLateText = "Your decision was recorded after all; the card s
 // onInteractive handles block actions (acked at once, then worked on) and
 // view submissions (acked with the outcome: a modal with an invalid input
 // stays open with the error shown inline). Each runs in its own goroutine,
-// never behind a conversation's turn.
-func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start time.Time) {
-	cb, ok := evt.Data.(slack.InteractionCallback)
-	if !ok {
-		a.ack(evt.Request, nil, start)
-		return
-	}
-	switch cb.Type {
+// never behind a conversation's turn. A submission that does not decode is
+// logged and acked.
+func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time) {
+	in := &env.Payload
+	switch slack.InteractionType(in.Type) {
 	case slack.InteractionTypeBlockActions:
-		a.ack(evt.Request, nil, start)
-		envelope := evt.Request.EnvelopeID
+		a.ack(env, nil, start)
 		a.spawn(ctx, "click", func(ctx context.Context) {
-			redelivered := sync.OnceValue(func() bool { return !a.firstTime(ctx, "envelope:"+envelope) })
-			for _, act := range cb.ActionCallback.BlockActions {
-				c := click{user: cb.User.ID, channel: cb.Channel.ID, actionID: act.ActionID, value: act.Value, triggerID: cb.TriggerID, redelivered: redelivered}
+			redelivered := sync.OnceValue(func() bool { return !a.firstTime(ctx, "envelope:"+env.ID) })
+			for _, act := range in.Actions {
+				c := click{user: in.User.ID, channel: in.Channel.ID, actionID: act.ActionID, value: act.Value, triggerID: in.TriggerID, redelivered: redelivered}
 				a.onClick(ctx, c)
 			}
 		})
 	case slack.InteractionTypeViewSubmission:
+		var cb slack.InteractionCallback
+		if err := env.decodePayload(&cb); err != nil {
+			a.malformed(env, err, start)
+			return
+		}
 		// The ack carries the outcome, so it waits for the decision, but
 		// never past submitAckWait, whatever the store is doing; that work
 		// runs off the event loop, which must keep draining envelopes.
-		k := a.acker(evt.Request, start)
+		k := a.acker(env, start)
 		a.spawn(ctx, "submission", func(ctx context.Context) {
 			// Deferred here, it runs before spawn recovers a panic: the
 			// submission is answered whatever happens.
@@ -90,7 +90,7 @@ func (a *App) onInteractive(ctx context.Context, evt socketmode.Event, start tim
 			a.tell(ctx, cb.User.ID, "", text)
 		})
 	default:
-		a.ack(evt.Request, nil, start)
+		a.ack(env, nil, start)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
-	"github.com/slack-go/slack/socketmode"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/toolgate/toolgate/agent"
@@ -72,6 +71,10 @@ type Config struct {
 	HTTPClient *http.Client
 	// Debug logs every Socket Mode message (never tokens).
 	Debug bool
+	// SocketSilence is how long a Socket Mode connection may go without
+	// any frame before it is taken for dead and replaced (default 30s;
+	// Slack pings every few seconds).
+	SocketSilence time.Duration
 }
 
 // Store is what the Slack app keeps itself, beside the agent's state.
@@ -147,7 +150,7 @@ type App struct {
 	api      *slack.Client
 	web      webClient // the HTTP client of api, for the calls made without it
 	apiURL   string
-	sm       *socketmode.Client
+	sock     *socket
 	st       Store
 	policy   *approvals.Engine
 	log      *slog.Logger
@@ -162,7 +165,6 @@ type App struct {
 	botUserID string
 	botID     string
 
-	connected atomic.Bool
 	// running is set while Run serves; card updates reported outside it
 	// are made inline.
 	running atomic.Bool
@@ -244,11 +246,11 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	}
 	a.groups = newGroupCache(api, time.Minute)
 	a.audience = newAudienceCache(api, time.Minute)
-	smOpts := []socketmode.Option{}
-	if cfg.Debug {
-		smOpts = append(smOpts, socketmode.OptionDebug(true), socketmode.OptionLog(slogLogger{a.log}))
+	open := func(ctx context.Context) (string, error) {
+		_, url, err := api.StartSocketModeContext(ctx)
+		return url, err
 	}
-	a.sm = socketmode.New(api, smOpts...)
+	a.sock = newSocket(open, a.log, cfg.Debug, cfg.SocketSilence)
 	return a, nil
 }
 
@@ -256,12 +258,12 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 func (a *App) Groups() approvals.GroupResolver { return a.groups }
 
 // Connected reports whether Socket Mode is connected.
-func (a *App) Connected() bool { return a.connected.Load() }
+func (a *App) Connected() bool { return a.sock.connected.Load() }
 
 // Ready reports whether the app can serve: Socket Mode connected and the
 // store reachable.
 func (a *App) Ready(ctx context.Context) error {
-	if !a.connected.Load() {
+	if !a.sock.connected.Load() {
 		return errors.New("socket mode is not connected")
 	}
 	if err := a.st.Ping(ctx); err != nil {
@@ -299,7 +301,7 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 	smDone := make(chan struct{})
 	go func() {
 		defer close(smDone)
-		smErr <- a.sm.RunContext(smCtx)
+		smErr <- a.sock.Run(smCtx)
 	}()
 
 	a.running.Store(true)
@@ -321,17 +323,13 @@ loop:
 				runErr = fmt.Errorf("socket mode: %w", err)
 			}
 			break loop
-		case evt, ok := <-a.sm.Events:
-			if !ok {
-				break loop
-			}
-			a.handle(workCtx, evt)
+		case env := <-a.sock.envelopes:
+			a.handle(workCtx, env)
 		}
 	}
 	close(stopping)
 	a.shutdown(workCtx, stopWork, stopNotes, smErr)
 	stopSM()
-	a.connected.Store(false)
 	if !wait(smDone, 5*time.Second) {
 		a.log.Warn("socket mode did not stop in time")
 	}
@@ -391,7 +389,7 @@ func (a *App) shutdown(ctx context.Context, stopWork, stopNotes context.CancelFu
 func (a *App) drain(ctx context.Context, smErr <-chan error, deadline time.Time) bool {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
-	events := a.sm.Events
+	envelopes := a.sock.envelopes
 	for a.active.Load() > 0 {
 		select {
 		case <-a.quiet:
@@ -399,13 +397,9 @@ func (a *App) drain(ctx context.Context, smErr <-chan error, deadline time.Time)
 			return false
 		case <-smErr:
 			// Socket Mode has stopped: nothing more to read.
-			events = nil
-		case evt, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			a.refuse(ctx, evt)
+			envelopes = nil
+		case env := <-envelopes:
+			a.refuse(ctx, env)
 		}
 	}
 	return true
@@ -647,23 +641,75 @@ func (a *App) noteContext(ctx context.Context, d time.Duration) (_ context.Conte
 	}, true
 }
 
-// handle acks an envelope at once and routes it.
-func (a *App) handle(ctx context.Context, evt socketmode.Event) {
-	if a.connection(evt) || evt.Request == nil {
+// payload is what the app reads of an envelope's payload to route it,
+// decoded with the envelope in one pass: the fields of the events the app
+// handles, and of clicks. The rest (blocks, the card or view a click came
+// from) is skipped unread, so the echoes of the bot's own posts, most of
+// the events, cost little. A view submission and a slash command are then
+// decoded in full (envelope.decodePayload).
+type payload struct {
+	// Type is event_callback for an event, the interaction's type for an
+	// interaction.
+	Type string `json:"type"`
+
+	// Events.
+	TeamID  string `json:"team_id"`
+	EventID string `json:"event_id"`
+	Event   struct {
+		Type        string `json:"type"`
+		SubType     string `json:"subtype"`
+		User        string `json:"user"`
+		BotID       string `json:"bot_id"`
+		Channel     string `json:"channel"`
+		ChannelType string `json:"channel_type"`
+		Text        string `json:"text"`
+		TS          string `json:"ts"`
+		ThreadTS    string `json:"thread_ts"`
+		Tab         string `json:"tab"`
+	} `json:"event"`
+
+	// Interactions.
+	TriggerID string `json:"trigger_id"`
+	User      struct {
+		ID string `json:"id"`
+	} `json:"user"`
+	Channel struct {
+		ID string `json:"id"`
+	} `json:"channel"`
+	View struct {
+		CallbackID string `json:"callback_id"`
+	} `json:"view"`
+	Actions []struct {
+		ActionID string `json:"action_id"`
+		Value    string `json:"value"`
+	} `json:"actions"`
+}
+
+// handle acks an envelope at once and routes it. An envelope that did not
+// decode is acked, so that Slack does not deliver it again, and logged
+// unless it is an event the app does not handle (whose fields may have
+// other shapes).
+func (a *App) handle(ctx context.Context, env *envelope) {
+	start := env.received
+	a.m.envelope(env.Type)
+	if env.bad != nil {
+		if env.Type == envelopeEvents && !handledEvent(env.Payload.Event.Type) {
+			a.ack(env, nil, start)
+		} else {
+			a.malformed(env, env.bad, start)
+		}
 		return
 	}
-	start := time.Now()
-	a.m.envelope(string(evt.Type))
-	switch evt.Type {
-	case socketmode.EventTypeEventsAPI:
+	switch env.Type {
+	case envelopeEvents:
 		var once sync.Once
-		a.onEventsAPI(ctx, evt, func() { once.Do(func() { a.ack(evt.Request, nil, start) }) })
-	case socketmode.EventTypeInteractive:
-		a.onInteractive(ctx, evt, start)
-	case socketmode.EventTypeSlashCommand:
-		a.onSlash(ctx, evt, start)
+		a.onEventsAPI(ctx, env, func() { once.Do(func() { a.ack(env, nil, start) }) })
+	case envelopeInteractive:
+		a.onInteractive(ctx, env, start)
+	case envelopeCommand:
+		a.onSlash(ctx, env, start)
 	default:
-		a.ack(evt.Request, nil, start)
+		a.ack(env, nil, start)
 	}
 }
 
@@ -676,54 +722,36 @@ const (
 
 // refuse answers an envelope read during shutdown without starting any
 // work (see shutdown). It runs in the loop.
-func (a *App) refuse(ctx context.Context, evt socketmode.Event) {
-	if a.connection(evt) || evt.Request == nil {
-		return
-	}
-	start := time.Now()
-	a.m.envelope(string(evt.Type))
-	req := evt.Request
-	switch evt.Type {
-	case socketmode.EventTypeEventsAPI:
+func (a *App) refuse(ctx context.Context, env *envelope) {
+	start := env.received
+	a.m.envelope(env.Type)
+	switch env.Type {
+	case envelopeEvents:
 		// Left unacked on purpose: Slack delivers it again.
-		a.log.Info("shutting down: leaving an event unacked for Slack to deliver again", "envelope", req.EnvelopeID)
-	case socketmode.EventTypeSlashCommand:
-		a.ack(req, ephemeral(restartingCommandText), start)
-	case socketmode.EventTypeInteractive:
-		cb, ok := evt.Data.(slack.InteractionCallback)
-		switch {
-		case ok && cb.Type == slack.InteractionTypeViewSubmission:
-			a.ack(req, viewError(cb.View.CallbackID, restartingSubmitText), start)
-		case ok && cb.Type == slack.InteractionTypeBlockActions:
-			a.ack(req, nil, start)
-			a.spawn(ctx, "refuse", func(ctx context.Context) { a.tell(ctx, cb.User.ID, cb.Channel.ID, restartingClickText) })
+		a.log.Info("shutting down: leaving an event unacked for Slack to deliver again", "envelope", env.ID)
+	case envelopeCommand:
+		a.ack(env, ephemeral(restartingCommandText), start)
+	case envelopeInteractive:
+		p := &env.Payload
+		switch slack.InteractionType(p.Type) {
+		case slack.InteractionTypeViewSubmission:
+			a.ack(env, viewError(p.View.CallbackID, restartingSubmitText), start)
+		case slack.InteractionTypeBlockActions:
+			a.ack(env, nil, start)
+			a.spawn(ctx, "refuse", func(ctx context.Context) { a.tell(ctx, p.User.ID, p.Channel.ID, restartingClickText) })
 		default:
-			a.ack(req, nil, start)
+			a.ack(env, nil, start)
 		}
 	default:
-		a.ack(req, nil, start)
+		a.ack(env, nil, start)
 	}
 }
 
-// connection tracks connection events; it reports whether evt was one.
-func (a *App) connection(evt socketmode.Event) bool {
-	switch evt.Type {
-	case socketmode.EventTypeConnected:
-		a.connected.Store(true)
-		a.log.Info("socket mode connected")
-	case socketmode.EventTypeConnecting:
-	case socketmode.EventTypeDisconnect, socketmode.EventTypeConnectionError, socketmode.EventTypeIncomingError:
-		a.connected.Store(false)
-		a.log.Warn("socket mode connection lost", "type", evt.Type)
-	case socketmode.EventTypeInvalidAuth:
-		a.connected.Store(false)
-		a.log.Error("socket mode: invalid auth")
-	case socketmode.EventTypeHello:
-		a.connected.Store(true)
-	default:
-		return false
-	}
-	return true
+// malformed logs an envelope whose payload did not decode, and acks it.
+func (a *App) malformed(env *envelope, err error, start time.Time) {
+	a.log.Warn("skipping a malformed envelope", "envelope", env.ID, "type", env.Type, "err", err)
+	a.m.error("bad_envelope")
+	a.ack(env, nil, start)
 }
 
 // ephemeral is the ack payload of a slash command answered privately.
@@ -745,28 +773,30 @@ func viewError(callbackID, text string) any {
 // the handler ends without one (it panicked), with a fallback.
 type acker struct {
 	a     *App
-	req   *socketmode.Request
+	env   *envelope
 	start time.Time
 	once  sync.Once
 }
 
-func (a *App) acker(req *socketmode.Request, start time.Time) *acker {
-	return &acker{a: a, req: req, start: start}
+func (a *App) acker(env *envelope, start time.Time) *acker {
+	return &acker{a: a, env: env, start: start}
 }
 
 // ack acks the envelope with payload unless it was acked already.
 func (k *acker) ack(payload any) {
-	k.once.Do(func() { k.a.ack(k.req, payload, k.start) })
+	k.once.Do(func() { k.a.ack(k.env, payload, k.start) })
 }
 
-func (a *App) ack(req *socketmode.Request, payload any, start time.Time) {
+// ack acks env with payload (nil for none) and records how long after its
+// arrival it was acked.
+func (a *App) ack(env *envelope, payload any, start time.Time) {
 	// Past 3 s Slack has given up on the envelope; do not wait forever
 	// for a connection that is gone.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	err := a.sm.AckCtx(ctx, req.EnvelopeID, payload)
+	err := a.sock.ack(ctx, env, payload)
 	if err != nil {
-		a.log.Warn("ack envelope", "envelope", req.EnvelopeID, "err", err)
+		a.log.Warn("ack envelope", "envelope", env.ID, "err", err)
 		a.m.error("ack")
 	}
 	a.m.ackLatency(time.Since(start))
@@ -782,12 +812,4 @@ func (a *App) firstTime(ctx context.Context, id string) bool {
 		return true
 	}
 	return ok
-}
-
-// slogLogger adapts slog to the logger slack-go's debug output expects.
-type slogLogger struct{ log *slog.Logger }
-
-func (l slogLogger) Output(_ int, s string) error {
-	l.log.Debug(strings.TrimSpace(s), "source", "slack")
-	return nil
 }

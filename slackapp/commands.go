@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
-	"github.com/slack-go/slack/socketmode"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
@@ -33,13 +32,14 @@ const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 const commandTimeout = 2500 * time.Millisecond
 
 // onSlash answers /approvals in the ack, as an ephemeral message.
-func (a *App) onSlash(ctx context.Context, evt socketmode.Event, start time.Time) {
-	cmd, ok := evt.Data.(slack.SlashCommand)
-	if !ok {
-		a.ack(evt.Request, nil, start)
+// A payload that does not decode is logged and acked.
+func (a *App) onSlash(ctx context.Context, env *envelope, start time.Time) {
+	var cmd slack.SlashCommand
+	if err := env.decodePayload(&cmd); err != nil {
+		a.malformed(env, err, start)
 		return
 	}
-	k := a.acker(evt.Request, start)
+	k := a.acker(env, start)
 	a.spawn(ctx, "command", func(ctx context.Context) {
 		// Deferred here, it runs before spawn recovers a panic: the
 		// command is answered whatever happens.

@@ -4,9 +4,15 @@
 //
 // The package covers:
 //
-//   - Socket Mode: the connection to Slack (no public URL), acking every
-//     envelope within three seconds before any slow work, de-duplicating
-//     events by event_id and ignoring the bot's own and other bots' posts;
+//   - Socket Mode: the connection to Slack (no public URL), through the
+//     app's own small client (gorilla/websocket; slack-go serves the Web
+//     API and its types): a connection Slack asks to replace is read until
+//     its successor is open and Slack closes it, a lost or silent one is
+//     replaced at once, and envelopes are decoded only as far as their
+//     handler needs, so the echoes of the bot's own posts cost little;
+//     acking every envelope within three seconds before any slow work,
+//     de-duplicating events by event_id and ignoring the bot's own and
+//     other bots' posts;
 //   - events: mentions and thread replies that start or continue a
 //     conversation, answered in the thread of the message that started it;
 //   - buttons: the decisions on approval cards, one handler per action id

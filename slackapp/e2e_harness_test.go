@@ -146,6 +146,20 @@ func (e *env) start() *bot {
 // stops it.
 func (e *env) run(st fullStore) *bot {
 	e.t.Helper()
+	b := e.launch(st)
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.app.Connected() {
+		if time.Now().After(deadline) {
+			e.t.Fatal("the bot did not connect to Socket Mode")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return b
+}
+
+// launch starts a bot process on st; Run's result goes to its done.
+func (e *env) launch(st fullStore) *bot {
+	e.t.Helper()
 	policy := e.policy
 	if policy == "" {
 		policy = e2ePolicy
@@ -160,13 +174,6 @@ func (e *env) run(st fullStore) *bot {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bot{st: st, app: app, cancel: cancel, done: make(chan error, 1)}
 	go func() { b.done <- app.Run(ctx, ag) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !app.Connected() {
-		if time.Now().After(deadline) {
-			e.t.Fatal("the bot did not connect to Socket Mode")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	return b
 }
 

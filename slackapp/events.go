@@ -2,15 +2,11 @@ package slackapp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/slack-go/slack/slackevents"
-	"github.com/slack-go/slack/socketmode"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/store"
@@ -43,52 +39,54 @@ func (m message) key() string {
 	return ConversationKey(m.team, m.channel, thread)
 }
 
+// handledEvent reports whether the app acts on events of type typ.
+func handledEvent(typ string) bool {
+	switch typ {
+	case "app_mention", "message", "app_home_opened":
+		return true
+	}
+	return false
+}
+
 // onEventsAPI routes an event and acks it. It runs in the Socket Mode
 // loop, so it must not touch the store itself: every store round trip here
 // would delay the acks of all the envelopes behind it. A person's message
 // is recorded in its conversation before its ack, on a goroutine of its own
 // (see onMessage), so that once Slack stops delivering it, it is answered
-// even if this process dies; everything else is acked at once.
-func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event, ack func()) {
+// even if this process dies; everything else, the bot's own posts and
+// other bots' among it, is acked at once.
+func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	handed := false // to onMessage, which acks once the message is recorded
 	defer func() {
 		if !handed {
 			ack()
 		}
 	}()
-	e, ok := evt.Data.(slackevents.EventsAPIEvent)
-	if !ok {
-		return
-	}
-	var envelope struct {
-		EventID string `json:"event_id"`
-		TeamID  string `json:"team_id"`
-	}
-	_ = json.Unmarshal(evt.Request.Payload, &envelope)
-	eventID := envelope.EventID
-	team := envelope.TeamID
+	ev := &env.Payload.Event
+	eventID := env.Payload.EventID
+	team := env.Payload.TeamID
 	if team == "" {
 		team = a.teamID
 	}
-	switch ev := e.InnerEvent.Data.(type) {
-	case *slackevents.AppMentionEvent:
+	switch ev.Type {
+	case "app_mention":
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID {
 			return
 		}
 		handed = true
-		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TimeStamp, threadTS: ev.ThreadTimeStamp}, eventID, false, ack)
-	case *slackevents.MessageEvent:
+		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS}, eventID, false, ack)
+	case "message":
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
 			return
 		}
-		m := message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TimeStamp, threadTS: ev.ThreadTimeStamp}
+		m := message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS}
 		followUp := false
 		switch {
 		case ev.ChannelType == "im":
 		case a.mentionsBot(ev.Text):
 			// The app_mention of the same message arrives too; whichever
 			// comes first is answered.
-		case ev.ThreadTimeStamp != "":
+		case ev.ThreadTS != "":
 			// Maybe a follow-up in a thread the bot is part of: it is
 			// recorded only in a conversation the agent knows.
 			followUp = true
@@ -97,7 +95,7 @@ func (a *App) onEventsAPI(ctx context.Context, evt socketmode.Event, ack func())
 		}
 		handed = true
 		a.onMessage(ctx, m, eventID, followUp, ack)
-	case *slackevents.AppHomeOpenedEvent:
+	case "app_home_opened":
 		if ev.Tab != "" && ev.Tab != "home" {
 			return
 		}

@@ -84,13 +84,19 @@ func retryWait(resp *http.Response, attempt int) (time.Duration, bool) {
 		}
 		return max(wait, retryAfterMin) + rand.N(retryAfterJitter), true
 	case resp.StatusCode >= http.StatusInternalServerError:
-		wait := backoffMax
-		if attempt < 10 {
-			wait = min(backoffFirst<<attempt, backoffMax)
-		}
-		return wait + rand.N(backoffJitter), true
+		return backoff(attempt), true
 	}
 	return 0, false
+}
+
+// backoff is the wait before retry attempt+1 after a failure: backoffFirst
+// doubling up to backoffMax, plus up to backoffJitter at random.
+func backoff(attempt int) time.Duration {
+	wait := backoffMax
+	if attempt < 10 {
+		wait = min(backoffFirst<<attempt, backoffMax)
+	}
+	return wait + rand.N(backoffJitter)
 }
 
 // chatAnswer is what the bot reads of a chat.postMessage or chat.update

@@ -1,6 +1,6 @@
 // Package fakeslack is a fake Slack for tests: a Web API and a Socket Mode
-// websocket endpoint on one loopback HTTP server, driven by the real
-// slack-go client.
+// websocket endpoint on one loopback HTTP server, driven by real clients
+// (slack-go's, the bot's own Socket Mode client).
 //
 // Point the client at it with
 //
@@ -35,8 +35,9 @@
 // Socket Mode: tests act as users with Mention, Post, ThreadReply, DM,
 // PostAsBot, Click, ClickInView, SubmitView, CloseView, Slash and OpenHome; each
 // delivery is an Envelope whose ack can be awaited (WaitAck) and timed
-// (AckLatency). Redeliver, WithEventRetry, Disconnect and Drop exercise the
-// app's handling of retries and reconnects. RateLimit and FailNext script HTTP 429 and
+// (AckLatency). Redeliver, WithEventRetry, Disconnect, Drop, Silence and
+// RevokeAppToken exercise the app's handling of retries and reconnects;
+// Deliver and SendFrame send envelopes and messages of any shape. RateLimit and FailNext script HTTP 429 and
 // 5xx answers; HoldNext keeps a call waiting until the test releases it, to
 // order events without sleeping.
 //

@@ -23,6 +23,9 @@ func (s *Server) appsConnectionsOpen(*request) (response, *apiError) {
 	if s.closed {
 		return nil, fail("internal_error")
 	}
+	if s.revoked {
+		return nil, fail("token_revoked")
+	}
 	s.opened++
 	ticket := fmt.Sprintf("%d-%s", s.opened, s.idLocked())
 	s.tickets[ticket] = true

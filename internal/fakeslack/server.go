@@ -72,12 +72,15 @@ type config struct {
 	appID        string
 	addr         string
 	pingInterval time.Duration
-	triggerTTL   time.Duration
-	ackWait      time.Duration
-	eventRetry   time.Duration
-	now          func() time.Time
-	logf         func(format string, args ...any)
-	observe      func(APIEvent) // see WithAPIObserver
+	// disconnectGrace is how long a connection stays open after a
+	// disconnect message if the client does not close it first.
+	disconnectGrace time.Duration
+	triggerTTL      time.Duration
+	ackWait         time.Duration
+	eventRetry      time.Duration
+	now             func() time.Time
+	logf            func(format string, args ...any)
+	observe         func(APIEvent) // see WithAPIObserver
 }
 
 // WithTokens sets the bot token (xoxb-) and the app-level token (xapp-) the
@@ -107,6 +110,13 @@ func WithAddr(addr string) Option {
 // slack-go drops a connection that stays silent for 30 s.
 func WithPingInterval(d time.Duration) Option {
 	return func(c *config) { c.pingInterval = d }
+}
+
+// WithDisconnectGrace sets how long a connection stays open after
+// Disconnect sends its disconnect message, if the client does not close it
+// first (default a second; Slack waits about ten).
+func WithDisconnectGrace(d time.Duration) Option {
+	return func(c *config) { c.disconnectGrace = d }
 }
 
 // WithTriggerTTL sets how long a trigger_id stays valid for views.open and
@@ -183,6 +193,7 @@ type Server struct {
 	opened    int             // apps.connections.open calls answered with a URL
 	tickets   map[string]bool // socket URLs handed out and not yet used
 	pings     int
+	revoked   bool // the app token is revoked (RevokeAppToken)
 	envs      map[string]*envelope
 	envOrder  []string
 	pending   []*envelope          // waiting for a connection
@@ -213,20 +224,21 @@ func Start(opts ...Option) *Server {
 
 func start(opts ...Option) (*Server, error) {
 	cfg := config{
-		botToken:     DefaultBotToken,
-		appToken:     DefaultAppToken,
-		teamID:       DefaultTeamID,
-		teamName:     DefaultTeamName,
-		domain:       DefaultDomain,
-		botUserID:    DefaultBotUserID,
-		botID:        DefaultBotID,
-		botName:      DefaultBotName,
-		appID:        DefaultAppID,
-		addr:         "127.0.0.1:0",
-		pingInterval: DefaultPingInterval,
-		triggerTTL:   DefaultTriggerTTL,
-		ackWait:      DefaultAckWait,
-		now:          time.Now,
+		botToken:        DefaultBotToken,
+		appToken:        DefaultAppToken,
+		teamID:          DefaultTeamID,
+		teamName:        DefaultTeamName,
+		domain:          DefaultDomain,
+		botUserID:       DefaultBotUserID,
+		botID:           DefaultBotID,
+		botName:         DefaultBotName,
+		appID:           DefaultAppID,
+		addr:            "127.0.0.1:0",
+		pingInterval:    DefaultPingInterval,
+		disconnectGrace: time.Second,
+		triggerTTL:      DefaultTriggerTTL,
+		ackWait:         DefaultAckWait,
+		now:             time.Now,
 	}
 	for _, opt := range opts {
 		opt(&cfg)

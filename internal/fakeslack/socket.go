@@ -14,10 +14,6 @@ import (
 // slackOrigin is the Origin header slack-go's Socket Mode client sends.
 const slackOrigin = "https://api.slack.com"
 
-// disconnectGrace is how long a connection stays open after a disconnect
-// message if the client does not close it first.
-const disconnectGrace = time.Second
-
 const writeTimeout = 5 * time.Second
 
 // Envelope is a Socket Mode envelope the fake sent, with its ack.
@@ -81,7 +77,8 @@ type conn struct {
 
 	mu         sync.Mutex
 	queue      [][]byte
-	closeAfter bool // close once the queue is written, after disconnectGrace
+	closeAfter bool // close once the queue is written, after the disconnect grace
+	silent     bool // sends no pings (Silence)
 }
 
 func (c *conn) enqueue(msg []byte, thenClose bool) {
@@ -175,6 +172,12 @@ func (s *Server) writeLoop(c *conn) {
 		case <-closing:
 			return
 		case <-ping.C:
+			c.mu.Lock()
+			silent := c.silent
+			c.mu.Unlock()
+			if silent {
+				continue
+			}
 			if err := c.ws.WriteControl(websocket.PingMessage, []byte("ping"), time.Now().Add(writeTimeout)); err != nil {
 				return
 			}
@@ -194,7 +197,7 @@ func (s *Server) writeLoop(c *conn) {
 				}
 			}
 			if thenClose && closing == nil {
-				t := time.NewTimer(disconnectGrace)
+				t := time.NewTimer(s.cfg.disconnectGrace)
 				defer t.Stop()
 				closing = t.C
 			}
@@ -378,7 +381,7 @@ func (s *Server) PingsSent() int {
 
 // Disconnect sends a disconnect message with reason ("refresh_requested",
 // "link_disabled", "warning") on every connection and closes each one when
-// the client does, or after a second. Unacked envelopes are redelivered on
+// the client does, or after a second (see WithDisconnectGrace). Unacked envelopes are redelivered on
 // the next connection.
 func (s *Server) Disconnect(reason string) {
 	msg, _ := json.Marshal(map[string]any{
@@ -391,6 +394,52 @@ func (s *Server) Disconnect(reason string) {
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.enqueue(msg, true)
+	}
+}
+
+// Silence stops the pings on every open connection, as on a connection
+// that died without closing; connections opened later are pinged as usual.
+func (s *Server) Silence() {
+	s.mu.Lock()
+	conns := slices.Clone(s.conns)
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		c.silent = true
+		c.mu.Unlock()
+	}
+}
+
+// WaitConnections waits until open connections are open and opened socket
+// URLs have been handed out in all (see ConnectionsOpened).
+func (s *Server) WaitConnections(open, opened int, timeout time.Duration) error {
+	return s.waitFor(timeout, func() bool { return len(s.conns) == open && s.opened == opened })
+}
+
+// RevokeAppToken makes apps.connections.open answer token_revoked from now
+// on, as Slack does once the app-level token is revoked.
+func (s *Server) RevokeAppToken() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.revoked = true
+}
+
+// Deliver sends an envelope of type typ with payload as it is, valid for its
+// type or not, and returns its id. Its ack can be awaited like any other's.
+func (s *Server) Deliver(typ string, payload json.RawMessage) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.newEnvelopeLocked(typ, payload, false).ID
+}
+
+// SendFrame writes data as a text frame on every open connection: a message
+// that need not be an envelope, nor JSON.
+func (s *Server) SendFrame(data []byte) {
+	s.mu.Lock()
+	conns := slices.Clone(s.conns)
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.enqueue(slices.Clone(data), false)
 	}
 }
 

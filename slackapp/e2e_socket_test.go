@@ -1,0 +1,180 @@
+package slackapp_test
+
+import (
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+)
+
+// When Slack asks for a new connection, the bot opens it before it drops
+// the old one, and still reads what the old one delivers: a mention sent
+// on the old connection after the disconnect message is answered from its
+// first delivery, and later ones over the new connection.
+func TestSocketRefreshKeepsEveryEnvelope(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0], fakeslack.WithDisconnectGrace(time.Minute))
+	e.start()
+	e.model.Reply(fakeopenai.Text("Answered across the refresh."))
+	e.slack.Disconnect("refresh_requested")
+	ts := e.slack.Mention(channel, requester, "hello")
+	e.answer(ts, "Answered across the refresh.")
+	// Two open at once: the new one opened while Slack kept the old.
+	must(t, e.slack.WaitConnections(2, 2, 10*time.Second))
+	envs := e.slack.EnvelopesByTS(ts)
+	if len(envs) != 2 {
+		t.Fatalf("the mention came as %d envelopes, want 2", len(envs))
+	}
+	for _, env := range envs {
+		if _, err := e.slack.WaitAck(env.ID, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := e.slack.Envelope(env.ID)
+		if got.Deliveries != 1 || got.RetryAttempt != 0 {
+			t.Errorf("envelope %s (%s) was delivered %d times (retry %d), want once", env.ID, env.EventType, got.Deliveries, got.RetryAttempt)
+		}
+	}
+
+	e.model.Reply(fakeopenai.Text("Answered after the refresh."))
+	e.answer(e.slack.Mention(channel, requester, "again"), "Answered after the refresh.")
+}
+
+// A connection on which nothing arrives for SocketSilence, not even a
+// ping, is taken for dead and replaced; the new one serves.
+func TestSocketSilentConnectionIsReplaced(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0], fakeslack.WithPingInterval(20*time.Millisecond))
+	e.cfg.SocketSilence = 500 * time.Millisecond
+	e.start()
+	e.slack.Silence()
+	// The bot closes the silent connection and opens another.
+	must(t, e.slack.WaitConnections(1, 2, 10*time.Second))
+	e.model.Reply(fakeopenai.Text("Still here."))
+	e.answer(e.slack.Mention(channel, requester, "hello"), "Still here.")
+	if n := e.slack.ConnectionsOpened(); n != 2 {
+		t.Errorf("the bot opened %d connections, want 2 (one replacement of the silent one)", n)
+	}
+}
+
+// An app token Slack refuses for good ends Run with the error, at start or
+// on a reconnect, without retrying.
+func TestSocketFatalAuthEndsRun(t *testing.T) {
+	waitDone := func(t *testing.T, b *bot) error {
+		t.Helper()
+		select {
+		case err := <-b.done:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatal("Run did not end")
+			return nil
+		}
+	}
+	t.Run("invalid app token", func(t *testing.T) {
+		e := newEnv(t, storeKinds(t)[0])
+		e.cfg.AppToken = "xapp-not-the-right-one"
+		b := e.launch(e.open())
+		defer b.st.Close()
+		err := waitDone(t, b)
+		if err == nil || !strings.Contains(err.Error(), "invalid_auth") {
+			t.Errorf("Run returned %v, want an invalid_auth error", err)
+		}
+		if n := len(e.slack.Calls("apps.connections.open")); n != 1 {
+			t.Errorf("apps.connections.open was called %d times, want 1", n)
+		}
+		if b.app.Connected() {
+			t.Error("the app says it is connected")
+		}
+	})
+	t.Run("revoked while running", func(t *testing.T) {
+		e := newEnv(t, storeKinds(t)[0])
+		b := e.start()
+		e.bot = nil // stopped here, not by the clean-up
+		defer b.st.Close()
+		defer b.cancel()
+		e.slack.RevokeAppToken()
+		e.slack.Drop()
+		err := waitDone(t, b)
+		if err == nil || !strings.Contains(err.Error(), "token_revoked") {
+			t.Errorf("Run returned %v, want a token_revoked error", err)
+		}
+		if n := len(e.slack.Calls("apps.connections.open")); n != 2 {
+			t.Errorf("apps.connections.open was called %d times, want 2 (the start and one reconnect)", n)
+		}
+	})
+}
+
+// The bot's own posts, which Slack sends back to it, are acked and dropped
+// without being recorded, even where a person's message would be answered
+// (a DM mentioning the bot).
+func TestSocketOwnEchoesAreAckedNotHandled(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	var accepts atomic.Int64
+	open := e.open
+	e.open = func() fullStore { return &acceptCounter{fullStore: open(), n: &accepts} }
+	e.start()
+	dm := e.slack.DMChannel(requester)
+	mention := "<@" + e.slack.BotUserID() + "> deploy everything"
+	for _, c := range []struct {
+		name  string
+		event map[string]any
+	}{
+		{"bot id and user", map[string]any{"user": e.slack.BotUserID(), "bot_id": e.slack.BotID()}},
+		{"bot id only", map[string]any{"bot_id": e.slack.BotID()}},
+		{"user only", map[string]any{"user": e.slack.BotUserID()}},
+	} {
+		for _, typ := range []string{"message", "app_mention"} {
+			ev := map[string]any{"type": typ, "channel": dm, "channel_type": "im", "text": mention, "ts": "1700000000.000100", "blocks": []any{map[string]any{"type": "section"}}}
+			for k, v := range c.event {
+				ev[k] = v
+			}
+			payload, err := json.Marshal(map[string]any{"type": "event_callback", "team_id": e.slack.TeamID(), "event_id": "EvECHO" + typ + c.name, "event": ev})
+			must(t, err)
+			id := e.slack.Deliver("events_api", payload)
+			if _, err := e.slack.WaitAck(id, 10*time.Second); err != nil {
+				t.Fatalf("%s %s: %v", typ, c.name, err)
+			}
+			// A message is recorded before its ack: had the echo been
+			// taken for a person's message, it would be recorded by now.
+			if n := accepts.Load(); n != 0 {
+				t.Errorf("%s %s: %d messages recorded, want none", typ, c.name, n)
+			}
+		}
+	}
+	e.model.Reply(fakeopenai.Text("Hello, person."))
+	e.answerIn(dm, e.slack.DM(requester, "hi"), "Hello, person.")
+	if n := accepts.Load(); n != 1 {
+		t.Errorf("%d messages recorded, want 1 (the person's)", n)
+	}
+}
+
+// Envelopes whose payload does not decode for their type, of unknown
+// types, and messages that are not JSON are logged and skipped; envelopes
+// are acked, so that Slack does not deliver them again, and the connection
+// goes on serving.
+func TestSocketMalformedEnvelopesAreSkipped(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.slack.SendFrame([]byte("this is not JSON"))
+	e.slack.SendFrame([]byte(`{"type":"events_api","payload":`))
+	for _, c := range []struct{ typ, payload string }{
+		{"events_api", `{"type":"event_callback","event":{"type":"message","user":["U1"],"text":"hi","channel_type":"im"}}`},
+		{"events_api", `"an event"`},
+		{"events_api", `{"type":"event_callback","event":{"type":"user_change","user":{"id":"U1"}}}`},
+		{"interactive", `[1, 2]`},
+		{"interactive", `{"type":"view_submission","view":{"state":"not an object"}}`},
+		{"slash_commands", `{"command":["/approvals"]}`},
+		{"mystery", `{}`},
+	} {
+		id := e.slack.Deliver(c.typ, json.RawMessage(c.payload))
+		if _, err := e.slack.WaitAck(id, 10*time.Second); err != nil {
+			t.Errorf("%s %s: %v", c.typ, c.payload, err)
+		}
+	}
+	e.model.Reply(fakeopenai.Text("Still serving."))
+	e.answer(e.slack.Mention(channel, requester, "hello"), "Still serving.")
+	if n := e.slack.ConnectionsOpened(); n != 1 {
+		t.Errorf("the bot opened %d connections, want 1", n)
+	}
+}

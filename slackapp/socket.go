@@ -1,0 +1,420 @@
+package slackapp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/slack-go/slack"
+)
+
+// Envelope types the app handles.
+const (
+	envelopeEvents      = "events_api"
+	envelopeInteractive = "interactive"
+	envelopeCommand     = "slash_commands"
+)
+
+// envelope is one Socket Mode envelope, decoded in one pass with what the
+// app routes by in its payload; the handlers that need the whole payload
+// decode it with decodePayload.
+type envelope struct {
+	ID                     string  `json:"envelope_id"`
+	Type                   string  `json:"type"`
+	Payload                payload `json:"payload"`
+	AcceptsResponsePayload bool    `json:"accepts_response_payload"`
+	RetryAttempt           int     `json:"retry_attempt"`
+	RetryReason            string  `json:"retry_reason"`
+	// Reason is a disconnect message's.
+	Reason string `json:"reason"`
+
+	// raw is the message as read; bad, if set, is why some of its fields
+	// did not decode.
+	raw []byte
+	bad error
+	// conn is the connection the envelope came on; received is when it
+	// was read.
+	conn     *socketConn
+	received time.Time
+}
+
+// decodePayload decodes env's whole payload into v.
+func (env *envelope) decodePayload(v any) error {
+	return json.Unmarshal(env.raw, &struct {
+		Payload any `json:"payload"`
+	}{v})
+}
+
+// Socket Mode limits.
+const (
+	// maxAckSize: Slack silently drops replies of 20 KB or more.
+	maxAckSize = 20 * 1024
+	// defaultSilence is how long a connection may stay without any frame
+	// (Slack pings every few seconds) before it is taken for dead.
+	defaultSilence = 30 * time.Second
+	// oldConnGrace is how long a connection Slack asked to replace is
+	// still read once its successor is open (Slack closes it itself,
+	// usually sooner); what it delivers meanwhile is handled.
+	oldConnGrace = 10 * time.Second
+	// socketWriteWait bounds a write without a deadline of its own.
+	socketWriteWait = 10 * time.Second
+	// slackOrigin is the Origin header Slack's clients send.
+	slackOrigin = "https://api.slack.com"
+)
+
+// socket is the app's Socket Mode client. Run opens a connection with
+// apps.connections.open, reads envelopes from it into envelopes, and
+// replaces it when Slack asks (a disconnect message: the new connection
+// opens before the old one is dropped), when it fails, or when it stays
+// silent for longer than silence. Acks are written on the envelope's
+// connection, or on the current one if that one is gone; writes are
+// serialized per connection.
+type socket struct {
+	open    func(ctx context.Context) (url string, err error)
+	dialer  websocket.Dialer
+	log     *slog.Logger
+	debug   bool
+	silence time.Duration
+
+	envelopes chan *envelope
+	// connected is set once the current connection said hello, and unset
+	// when it is lost.
+	connected atomic.Bool
+
+	mu      sync.Mutex
+	current *socketConn
+	changed chan struct{} // closed when current changes
+}
+
+func newSocket(open func(ctx context.Context) (string, error), log *slog.Logger, debug bool, silence time.Duration) *socket {
+	if silence <= 0 {
+		silence = defaultSilence
+	}
+	return &socket{
+		open: open, log: log, debug: debug, silence: silence,
+		// A write buffer larger than any ack sends each ack as one frame.
+		dialer:    websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 30 * time.Second, WriteBufferSize: 32 * 1024},
+		envelopes: make(chan *envelope, 64),
+		changed:   make(chan struct{}),
+	}
+}
+
+// socketConn is one websocket connection.
+type socketConn struct {
+	ws      *websocket.Conn
+	wmu     sync.Mutex    // serializes writes other than control frames
+	closed  chan struct{} // closed by close
+	once    sync.Once
+	refresh chan struct{} // closed when Slack asks to replace the connection
+	asked   sync.Once
+	// retire closes the connection a while after it was replaced; only
+	// Run touches it.
+	retire *time.Timer
+}
+
+func (c *socketConn) close() {
+	c.once.Do(func() {
+		close(c.closed)
+		_ = c.ws.Close()
+	})
+}
+
+// stop closes the connection for good and stops its retire timer; only
+// Run calls it.
+func (c *socketConn) stop() {
+	if c.retire != nil {
+		c.retire.Stop()
+	}
+	c.close()
+}
+
+// write writes one message. A failed write closes the connection, whose
+// reader then ends.
+func (c *socketConn) write(ctx context.Context, msg []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	select {
+	case <-c.closed:
+		return net.ErrClosed
+	default:
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(socketWriteWait)
+	}
+	_ = c.ws.SetWriteDeadline(deadline)
+	if err := c.ws.WriteMessage(websocket.TextMessage, msg); err != nil {
+		c.close()
+		return err
+	}
+	return nil
+}
+
+// Run serves Socket Mode until ctx ends (it returns ctx's error) or a
+// connection is refused for good: a revoked, invalid or missing app token
+// (invalid_auth, account_inactive, token_revoked, not_authed, or an HTTP
+// 404), returned as the error. Any other failure to connect is retried with
+// capped backoff; a lost connection is replaced at once. Run waits for the
+// readers it starts.
+func (s *socket) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	var conns []*socketConn // open, or closed since the last connect
+	defer func() {
+		s.connected.Store(false)
+		s.setCurrent(nil)
+		for _, c := range conns {
+			c.stop()
+		}
+		wg.Wait()
+	}()
+	for {
+		c, err := s.connect(ctx)
+		if err != nil {
+			return err
+		}
+		if prev := s.setCurrent(c); prev != nil {
+			prev.retire = time.AfterFunc(oldConnGrace, prev.close)
+		}
+		conns = append(openConns(conns), c)
+		wg.Go(func() { s.read(ctx, c) })
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.refresh:
+			// Open the next connection; this one is read until Slack
+			// closes it.
+		case <-c.closed:
+			// Lost (read logged why): replace it at once.
+		}
+	}
+}
+
+// openConns returns the connections of conns not closed yet, and stops
+// the others.
+func openConns(conns []*socketConn) []*socketConn {
+	open := conns[:0]
+	for _, c := range conns {
+		select {
+		case <-c.closed:
+			c.stop()
+		default:
+			open = append(open, c)
+		}
+	}
+	return open
+}
+
+func (s *socket) setCurrent(c *socketConn) (prev *socketConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev, s.current = s.current, c
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return prev
+}
+
+func (s *socket) currentConn() (*socketConn, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current, s.changed
+}
+
+// connect opens a connection, retrying with backoff until it succeeds, ctx
+// ends, or the app token is refused for good.
+func (s *socket) connect(ctx context.Context) (*socketConn, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := s.dial(ctx)
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if fatalSocketError(err) {
+			return nil, err
+		}
+		wait := backoff(attempt)
+		if rl, ok := errors.AsType[*slack.RateLimitedError](err); ok {
+			wait = max(wait, rl.RetryAfter)
+		}
+		s.log.Warn("socket mode: could not connect; retrying", "attempt", attempt+1, "retry_in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// fatalSocketError reports whether err, from opening a connection, means
+// the app token will not be accepted however often it is tried.
+func fatalSocketError(err error) bool {
+	if e, ok := errors.AsType[slack.SlackErrorResponse](err); ok {
+		switch e.Err {
+		case "invalid_auth", "account_inactive", "token_revoked", "not_authed":
+			return true
+		}
+	}
+	e, ok := errors.AsType[slack.StatusCodeError](err)
+	return ok && e.Code == http.StatusNotFound
+}
+
+func (s *socket) dial(ctx context.Context) (*socketConn, error) {
+	url, err := s.open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("apps.connections.open: %w", err)
+	}
+	ws, resp, err := s.dialer.DialContext(ctx, url, http.Header{"Origin": {slackOrigin}})
+	if resp != nil && resp.Body != nil {
+		_ = resp.Body.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dial socket mode: %w", err)
+	}
+	c := &socketConn{ws: ws, closed: make(chan struct{}), refresh: make(chan struct{})}
+	ws.SetPingHandler(func(data string) error {
+		_ = ws.SetReadDeadline(time.Now().Add(s.silence))
+		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(socketWriteWait))
+		if _, temporary := err.(net.Error); err == websocket.ErrCloseSent || temporary {
+			return nil
+		}
+		return err
+	})
+	return c, nil
+}
+
+// read reads c until it fails, is closed, or stays silent for longer than
+// s.silence. Envelopes go to s.envelopes, with bad set if some of their
+// fields did not decode; hello and disconnect messages are handled here. A
+// message that is not an envelope (no envelope id) is logged and skipped.
+func (s *socket) read(ctx context.Context, c *socketConn) {
+	defer func() {
+		if cur, _ := s.currentConn(); cur == c {
+			s.connected.Store(false)
+		}
+		c.close()
+	}()
+	for {
+		_ = c.ws.SetReadDeadline(time.Now().Add(s.silence))
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			select {
+			case <-c.closed: // closed here, on purpose or after a failed write
+			default:
+				if cur, _ := s.currentConn(); cur == c {
+					s.log.Warn("socket mode connection lost; reconnecting", "err", err)
+				}
+			}
+			return
+		}
+		if s.debug {
+			s.log.Debug("socket mode message", "message", redactJSON(data))
+		}
+		env := &envelope{raw: data, conn: c, received: time.Now()}
+		if err := json.Unmarshal(data, env); err != nil {
+			if env.ID == "" {
+				s.log.Warn("socket mode: skipping a message that is not an envelope", "err", err)
+				continue
+			}
+			env.bad = err
+		}
+		switch env.Type {
+		case "hello":
+			if cur, _ := s.currentConn(); cur == c {
+				s.connected.Store(true)
+				s.log.Info("socket mode connected")
+			}
+		case "disconnect":
+			s.log.Info("socket mode: slack asks to reconnect", "reason", env.Reason)
+			c.asked.Do(func() { close(c.refresh) })
+		default:
+			select {
+			case s.envelopes <- env:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// ackMessage is the reply to an envelope.
+type ackMessage struct {
+	EnvelopeID string `json:"envelope_id"`
+	Payload    any    `json:"payload,omitempty"`
+}
+
+// ack replies to env with payload (nil for none). A reply of maxAckSize or
+// more is refused, as Slack would drop it. It is written on env's
+// connection, or, once that one is gone, on the current one, waiting for
+// one until ctx ends.
+func (s *socket) ack(ctx context.Context, env *envelope, payload any) error {
+	msg, err := json.Marshal(ackMessage{EnvelopeID: env.ID, Payload: payload})
+	if err != nil {
+		return fmt.Errorf("encode ack: %w", err)
+	}
+	if len(msg) >= maxAckSize {
+		return fmt.Errorf("ack of %d bytes: Slack drops replies of %d bytes or more", len(msg), maxAckSize)
+	}
+	if s.debug {
+		s.log.Debug("socket mode ack", "message", redactJSON(msg))
+	}
+	tried := env.conn
+	if tried != nil && tried.write(ctx, msg) == nil {
+		return nil
+	}
+	for {
+		c, changed := s.currentConn()
+		if c != nil && c != tried {
+			if c.write(ctx, msg) == nil {
+				return nil
+			}
+			tried = c
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("no socket mode connection to ack on: %w", ctx.Err())
+		}
+	}
+}
+
+// redactJSON returns a JSON message for a debug log, with its tokens and
+// response URLs blanked.
+func redactJSON(data []byte) string {
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return "(not JSON)"
+	}
+	redactValue(v)
+	out, _ := json.Marshal(v)
+	return string(out)
+}
+
+func redactValue(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, child := range v {
+			switch strings.ToLower(k) {
+			case "token", "bot_access_token", "action_token", "response_url", "url":
+				v[k] = "[redacted]"
+			default:
+				redactValue(child)
+			}
+		}
+	case []any:
+		for _, child := range v {
+			redactValue(child)
+		}
+	}
+}
