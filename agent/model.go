@@ -91,6 +91,20 @@ type OpenAIModel struct {
 
 var _ Model = (*OpenAIModel)(nil)
 
+// modelIdleConns is how many idle connections to the model's server are
+// kept for reuse. net/http keeps 2 per host by default, so with many turns
+// waiting on the model at once nearly every call dialled (and, for https,
+// shook hands) anew.
+const modelIdleConns = 64
+
+// modelTransport is http.DefaultTransport keeping modelIdleConns idle
+// connections per host.
+func modelTransport() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = modelIdleConns
+	return t
+}
+
 // NewOpenAIModel returns a model client for cfg. It makes no request.
 func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 	var oc openai.ClientConfig
@@ -105,7 +119,7 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 			oc.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 		}
 	}
-	oc.HTTPClient = &http.Client{Transport: retryAfterTransport{next: jsonToStream{next: http.DefaultTransport}, now: time.Now}}
+	oc.HTTPClient = &http.Client{Transport: retryAfterTransport{next: jsonToStream{next: modelTransport()}, now: time.Now}}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
 	}
