@@ -51,19 +51,29 @@ func (r *recentMessages) begin(msgID string) (rec *recording, first bool) {
 	return rec, true
 }
 
+// recordedMessage is the recording of every message recorded: once
+// finished, a recording of its own would only cost memory.
+var recordedMessage = func() *recording {
+	rec := &recording{done: make(chan struct{}), recorded: true}
+	close(rec.done)
+	return rec
+}()
+
 // finish ends the first copy's recording. A message that was not recorded
 // (the store failed, or a thread reply outside the bot's conversations) is
 // forgotten, so the next copy tries for itself: an app_mention copy of a
 // thread reply starts a conversation where the message copy did not.
 func (r *recentMessages) finish(msgID string, rec *recording, recorded bool) {
 	rec.recorded = recorded
-	if !recorded {
-		r.mu.Lock()
-		if r.byID[msgID] == rec {
+	r.mu.Lock()
+	if r.byID[msgID] == rec {
+		if recorded {
+			r.byID[msgID] = recordedMessage
+		} else {
 			delete(r.byID, msgID)
 		}
-		r.mu.Unlock()
 	}
+	r.mu.Unlock()
 	close(rec.done)
 }
 

@@ -20,6 +20,9 @@ func TestRecentMessages(t *testing.T) {
 	if !second.wait(context.Background()) {
 		t.Error("the second copy did not learn that the first recorded the message")
 	}
+	if later, first := r.begin("C1:1"); first || !later.wait(context.Background()) {
+		t.Error("a copy arriving after the first recorded the message did not learn that it was recorded")
+	}
 
 	// A copy that did not record (store error, unknown thread) is
 	// forgotten: the next copy records for itself.
