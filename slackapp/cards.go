@@ -18,27 +18,59 @@ const maxCardMemory = 4096
 // A card's locations never change once posted, so what is remembered is
 // never stale, only incomplete while the card is being posted.
 //
-// It may hold maxCardMemory cards for as long as they are pending, so a
-// posted card costs little: its locations packed in one string (see
-// packRefs), and its place in a ring of call ids that forgets the oldest.
-// Only the few cards being posted have a postedCard.
+// It may hold maxCardMemory cards for as long as they are pending, so the
+// posted cards live in one ring allocated once, oldest forgotten first,
+// found through a map of fixed-size keys: remembering a card allocates
+// nothing that outlives it, and nothing long-lived is scattered among the
+// short-lived allocations of the burst that posted it. Only the few cards
+// being posted have a postedCard.
 type cardMemory struct {
 	mu sync.Mutex
 	// inFlight holds the cards being posted, by call id.
 	inFlight map[string]*postedCard
-	// posted holds the cards posted, by call id.
-	posted map[string]rememberedCard
-	// ring holds the call ids of posted, oldest at next; "" where a card
-	// was forgotten.
-	ring []string
+	// posted finds the cards posted in ring.
+	posted map[cardKey]int32
+	// ring holds the cards posted, oldest at next.
+	ring []rememberedCard
 	next int
 }
 
-// rememberedCard is a posted card: where its copies are (packRefs) and
-// its place in the ring.
+// cardKey is a call id as a map key: call ids are 16 hex characters, a dot
+// and the call's index (store.CallID). Longer ids, and ids with a NUL, are
+// not remembered.
+type cardKey [24]byte
+
+func keyOfCall(callID string) (k cardKey, ok bool) {
+	if callID == "" || len(callID) > len(k) || strings.IndexByte(callID, 0) >= 0 {
+		return k, false
+	}
+	copy(k[:], callID)
+	return k, true
+}
+
+// rememberedCard is a posted card: where its copies are (packRefs), in
+// place when they fit, as is the case of a card with one copy.
 type rememberedCard struct {
-	refs string
-	slot int
+	key  cardKey // zero: no card
+	n    uint8   // of refs used; 0 when the locations are in more
+	refs [63]byte
+	more string
+}
+
+func (r *rememberedCard) set(key cardKey, refs string) {
+	*r = rememberedCard{key: key}
+	if len(refs) > 0 && len(refs) <= len(r.refs) {
+		r.n = uint8(copy(r.refs[:], refs))
+	} else {
+		r.more = strings.Clone(refs) // it may be cut from a bigger string
+	}
+}
+
+func (r *rememberedCard) locations() string {
+	if r.n > 0 {
+		return string(r.refs[:r.n])
+	}
+	return r.more
 }
 
 // postedCard is where one card's copies went, while they are posted, or
@@ -80,8 +112,8 @@ func (m *cardMemory) add(c *postedCard, ref cardRef) {
 }
 
 // done notes that every copy of c is out and recorded: c is remembered as
-// posted, unless it was forgotten or posted again meanwhile, or its
-// locations cannot be packed.
+// posted, unless it was forgotten or posted again meanwhile, or its id or
+// its locations cannot be kept.
 func (m *cardMemory) done(c *postedCard) {
 	m.mu.Lock()
 	if m.inFlight[c.callID] == c {
@@ -89,8 +121,10 @@ func (m *cardMemory) done(c *postedCard) {
 		if len(m.inFlight) == 0 {
 			m.inFlight = nil // a map keeps the size a burst gave it
 		}
-		if refs, ok := packRefs(c.refs); ok {
-			m.remember(c.callID, refs)
+		key, ok := keyOfCall(c.callID)
+		refs, packed := packRefs(c.refs)
+		if ok && packed {
+			m.remember(key, refs)
 		}
 	}
 	m.mu.Unlock()
@@ -99,25 +133,29 @@ func (m *cardMemory) done(c *postedCard) {
 
 // remember adds a posted card in the ring's oldest place, forgetting the
 // card there.
-func (m *cardMemory) remember(callID, refs string) {
+func (m *cardMemory) remember(key cardKey, refs string) {
 	if m.ring == nil {
-		m.ring = make([]string, maxCardMemory)
-		m.posted = make(map[string]rememberedCard, maxCardMemory)
+		m.ring = make([]rememberedCard, maxCardMemory)
+		m.posted = make(map[cardKey]int32, maxCardMemory)
 	}
-	if old := m.ring[m.next]; old != "" {
-		delete(m.posted, old)
+	slot := &m.ring[m.next]
+	if slot.key != (cardKey{}) {
+		delete(m.posted, slot.key)
 	}
-	callID = strings.Clone(callID) // it may be cut from a bigger string
-	m.ring[m.next] = callID
-	m.posted[callID] = rememberedCard{refs: refs, slot: m.next}
+	slot.set(key, refs)
+	m.posted[key] = int32(m.next)
 	m.next = (m.next + 1) % len(m.ring)
 }
 
 // dropPosted forgets the posted card of callID, if remembered.
 func (m *cardMemory) dropPosted(callID string) {
-	if r, ok := m.posted[callID]; ok {
-		m.ring[r.slot] = ""
-		delete(m.posted, callID)
+	key, ok := keyOfCall(callID)
+	if !ok {
+		return
+	}
+	if i, ok := m.posted[key]; ok {
+		m.ring[i] = rememberedCard{}
+		delete(m.posted, key)
 	}
 }
 
@@ -129,11 +167,15 @@ func (m *cardMemory) lookup(callID string) (c *postedCard, ok bool) {
 	if c, ok := m.inFlight[callID]; ok {
 		return c, true
 	}
-	r, ok := m.posted[callID]
+	key, ok := keyOfCall(callID)
 	if !ok {
 		return nil, false
 	}
-	return &postedCard{callID: callID, posted: cardPosted, refs: unpackRefs(r.refs)}, true
+	i, ok := m.posted[key]
+	if !ok {
+		return nil, false
+	}
+	return &postedCard{callID: callID, posted: cardPosted, refs: unpackRefs(m.ring[i].locations())}, true
 }
 
 // refsOf returns the copies of c out so far.
@@ -152,11 +194,9 @@ func (m *cardMemory) forget(callID string) {
 	m.dropPosted(callID)
 }
 
-// packRefs joins a card's locations in one string of fresh memory,
-// "channel ts" pairs separated by spaces, so that a remembered card holds
-// no part of the bigger strings they were cut from. Slack's channel ids
-// and message timestamps have no spaces; ok is false for refs that do,
-// which are not remembered.
+// packRefs joins a card's locations in one string, "channel ts" pairs
+// separated by spaces. Slack's channel ids and message timestamps have no
+// spaces; ok is false for refs that do, which are not remembered.
 func packRefs(refs []cardRef) (string, bool) {
 	var b strings.Builder
 	for i, r := range refs {

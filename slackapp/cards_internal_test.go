@@ -146,4 +146,18 @@ func TestCardRefsPacking(t *testing.T) {
 	if _, ok := m.lookup("odd"); ok {
 		t.Errorf("a card whose channel has a space is remembered")
 	}
+	long := "0123456789abcdef0123456789abcdef.0"
+	m.post(long, cardRef{Channel: "C1", TS: "1.0"})
+	if _, ok := m.lookup(long); ok {
+		t.Errorf("a card whose call id is longer than a key is remembered")
+	}
+	// Locations too long to keep in place are kept beside.
+	many := []cardRef{
+		{Channel: "C0123456789", TS: "1700000000.000100"}, {Channel: "D0123456789", TS: "1700000000.000200"},
+		{Channel: "D9876543210", TS: "1700000000.000300"},
+	}
+	m.post("0123456789abcdef.1", many...)
+	if refs, ok := m.remembered(t, "0123456789abcdef.1"); !ok || !slices.Equal(refs, many) {
+		t.Errorf("card with three copies: remembered %v (%+v); want %+v", ok, refs, many)
+	}
 }

@@ -112,7 +112,7 @@ func TestSmoke(t *testing.T) {
 
 // measured reports whether every figure of m was read.
 func measured(m Memory) bool {
-	return m.RSSBytes > 0 && m.RSSFileBytes > 0 && m.HeapInuseBytes > 0 && m.HeapFreeBytes >= 0 && m.StackInuseBytes > 0 && m.Goroutines > 0 && m.OpenFDs > 0
+	return m.RSSBytes > 0 && m.RSSFileBytes > 0 && m.HeapInuseBytes > 0 && m.HeapFreeBytes >= 0 && m.HeapGoalBytes > 0 && m.StackInuseBytes > 0 && m.Goroutines > 0 && m.OpenFDs > 0
 }
 
 // missingKeys returns the key paths of a full report that got lacks.

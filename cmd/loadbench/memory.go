@@ -21,7 +21,12 @@ type Memory struct {
 	// HeapFreeBytes is heap the runtime holds free and has not returned
 	// to the OS (go_memstats_heap_idle_bytes minus
 	// go_memstats_heap_released_bytes): resident, but not in use.
-	HeapFreeBytes   int64 `json:"heap_free_bytes"`
+	HeapFreeBytes int64 `json:"heap_free_bytes"`
+	// HeapGoalBytes is go_memstats_next_gc_bytes: the heap at which the
+	// next collection starts, set by the last one from what it found live
+	// (twice that, plus stacks and globals, by default), so unlike the heap
+	// in use it does not depend on where in its cycle the bot is.
+	HeapGoalBytes   int64 `json:"heap_goal_bytes"`
 	StackInuseBytes int64 `json:"stack_inuse_bytes"`
 	Goroutines      int   `json:"goroutines"`
 	// OpenFDs is process_open_fds: connections, files and the rest.
@@ -46,6 +51,7 @@ func (e *env) memory() (Memory, []int64, error) {
 		out.RSSFileBytes += file
 		out.HeapInuseBytes += int64(m["go_memstats_heap_inuse_bytes"])
 		out.HeapFreeBytes += int64(m["go_memstats_heap_idle_bytes"] - m["go_memstats_heap_released_bytes"])
+		out.HeapGoalBytes += int64(m["go_memstats_next_gc_bytes"])
 		out.StackInuseBytes += int64(m["go_memstats_stack_inuse_bytes"])
 		out.Goroutines += int(m["go_goroutines"])
 		out.OpenFDs += int(m["process_open_fds"])
