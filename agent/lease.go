@@ -254,6 +254,10 @@ func (l *leases) unclaim(key string) {
 	if ch, ok := l.held[key]; ok {
 		close(ch)
 		delete(l.held, key)
+		if len(l.held) == 0 {
+			// A map keeps the size a burst gave it.
+			l.held = map[string]chan struct{}{}
+		}
 	}
 }
 

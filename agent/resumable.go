@@ -33,5 +33,8 @@ func (r *resumable) take(runID string) (string, bool) {
 	defer r.mu.Unlock()
 	conv, ok := r.runs[runID]
 	delete(r.runs, runID)
+	if len(r.runs) == 0 {
+		r.runs = nil // a map keeps the size a burst gave it
+	}
 	return conv, ok
 }

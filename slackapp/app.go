@@ -484,6 +484,10 @@ func (a *App) serve(ctx context.Context, key string, q *queue) {
 		a.mu.Lock()
 		if len(q.jobs) == 0 {
 			delete(a.queues, key)
+			if len(a.queues) == 0 {
+				// A map keeps the size a burst gave it.
+				a.queues = map[string]*queue{}
+			}
 			a.mu.Unlock()
 			return
 		}

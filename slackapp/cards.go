@@ -1,26 +1,80 @@
 package slackapp
 
 import (
-	"container/list"
+	"strings"
 	"sync"
 )
 
-// maxCardMemory bounds the cards whose locations a process remembers;
-// past it the oldest are forgotten (their updates read the store).
-const maxCardMemory = 10000
+// maxCardMemory bounds the posted cards whose locations a process
+// remembers; past it the oldest are forgotten (their updates read the
+// store, as on another replica). It covers the cards of several seconds at
+// the bot's peak rate, and of hours at a person's pace, which is when
+// their updates come: a decision, an expiry or a cancellation.
+const maxCardMemory = 4096
 
 // cardMemory remembers where this process posted cards, so that updating
 // them needs no store read. The store stays the truth, read for cards
 // posted by another replica or before a restart, and for those forgotten.
 // A card's locations never change once posted, so what is remembered is
 // never stale, only incomplete while the card is being posted.
+//
+// It may hold maxCardMemory cards for as long as they are pending, so the
+// posted cards live in one ring allocated once, oldest forgotten first,
+// found through a map of fixed-size keys: remembering a card allocates
+// nothing that outlives it, and nothing long-lived is scattered among the
+// short-lived allocations of the burst that posted it. Only the few cards
+// being posted have a postedCard.
 type cardMemory struct {
-	mu    sync.Mutex
-	cards map[string]*list.Element // of *postedCard, by call id
-	order list.List                // oldest first
+	mu sync.Mutex
+	// inFlight holds the cards being posted, by call id.
+	inFlight map[string]*postedCard
+	// posted finds the cards posted in ring.
+	posted map[cardKey]int32
+	// ring holds the cards posted, oldest at next.
+	ring []rememberedCard
+	next int
 }
 
-// postedCard is where one card's copies went.
+// cardKey is a call id as a map key: call ids are 16 hex characters, a dot
+// and the call's index (store.CallID). Longer ids, and ids with a NUL, are
+// not remembered.
+type cardKey [24]byte
+
+func keyOfCall(callID string) (k cardKey, ok bool) {
+	if callID == "" || len(callID) > len(k) || strings.IndexByte(callID, 0) >= 0 {
+		return k, false
+	}
+	copy(k[:], callID)
+	return k, true
+}
+
+// rememberedCard is a posted card: where its copies are (packRefs), in
+// place when they fit, as is the case of a card with one copy.
+type rememberedCard struct {
+	key  cardKey // zero: no card
+	n    uint8   // of refs used; 0 when the locations are in more
+	refs [63]byte
+	more string
+}
+
+func (r *rememberedCard) set(key cardKey, refs string) {
+	*r = rememberedCard{key: key}
+	if len(refs) > 0 && len(refs) <= len(r.refs) {
+		r.n = uint8(copy(r.refs[:], refs))
+	} else {
+		r.more = strings.Clone(refs) // it may be cut from a bigger string
+	}
+}
+
+func (r *rememberedCard) locations() string {
+	if r.n > 0 {
+		return string(r.refs[:r.n])
+	}
+	return r.more
+}
+
+// postedCard is where one card's copies went, while they are posted, or
+// as remembered once they are.
 type postedCard struct {
 	callID string
 	// posted is closed once every copy is posted and recorded in the
@@ -29,24 +83,24 @@ type postedCard struct {
 	refs   []cardRef
 }
 
+// cardPosted is the posted channel of the cards already posted.
+var cardPosted = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
 // posting starts remembering a card being posted, replacing what was
 // remembered of it, and returns it for add and done.
 func (m *cardMemory) posting(callID string) *postedCard {
 	c := &postedCard{callID: callID, posted: make(chan struct{})}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cards == nil {
-		m.cards = map[string]*list.Element{}
+	m.dropPosted(callID)
+	if m.inFlight == nil {
+		m.inFlight = map[string]*postedCard{}
 	}
-	if e, ok := m.cards[callID]; ok {
-		m.order.Remove(e)
-	}
-	for len(m.cards) >= maxCardMemory {
-		oldest := m.order.Front()
-		m.order.Remove(oldest)
-		delete(m.cards, oldest.Value.(*postedCard).callID)
-	}
-	m.cards[callID] = m.order.PushBack(c)
+	m.inFlight[callID] = c
 	return c
 }
 
@@ -57,19 +111,71 @@ func (m *cardMemory) add(c *postedCard, ref cardRef) {
 	m.mu.Unlock()
 }
 
-// done notes that every copy of c is out and recorded.
-func (m *cardMemory) done(c *postedCard) { close(c.posted) }
+// done notes that every copy of c is out and recorded: c is remembered as
+// posted, unless it was forgotten or posted again meanwhile, or its id or
+// its locations cannot be kept.
+func (m *cardMemory) done(c *postedCard) {
+	m.mu.Lock()
+	if m.inFlight[c.callID] == c {
+		delete(m.inFlight, c.callID)
+		if len(m.inFlight) == 0 {
+			m.inFlight = nil // a map keeps the size a burst gave it
+		}
+		key, ok := keyOfCall(c.callID)
+		refs, packed := packRefs(c.refs)
+		if ok && packed {
+			m.remember(key, refs)
+		}
+	}
+	m.mu.Unlock()
+	close(c.posted)
+}
+
+// remember adds a posted card in the ring's oldest place, forgetting the
+// card there.
+func (m *cardMemory) remember(key cardKey, refs string) {
+	if m.ring == nil {
+		m.ring = make([]rememberedCard, maxCardMemory)
+		m.posted = make(map[cardKey]int32, maxCardMemory)
+	}
+	slot := &m.ring[m.next]
+	if slot.key != (cardKey{}) {
+		delete(m.posted, slot.key)
+	}
+	slot.set(key, refs)
+	m.posted[key] = int32(m.next)
+	m.next = (m.next + 1) % len(m.ring)
+}
+
+// dropPosted forgets the posted card of callID, if remembered.
+func (m *cardMemory) dropPosted(callID string) {
+	key, ok := keyOfCall(callID)
+	if !ok {
+		return
+	}
+	if i, ok := m.posted[key]; ok {
+		m.ring[i] = rememberedCard{}
+		delete(m.posted, key)
+	}
+}
 
 // lookup returns the card remembered for callID, if any, with a channel
 // closed once it is posted.
 func (m *cardMemory) lookup(callID string) (c *postedCard, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.cards[callID]
+	if c, ok := m.inFlight[callID]; ok {
+		return c, true
+	}
+	key, ok := keyOfCall(callID)
 	if !ok {
 		return nil, false
 	}
-	return e.Value.(*postedCard), true
+	i, ok := m.posted[key]
+	if !ok {
+		return nil, false
+	}
+	return &postedCard{callID: callID, posted: cardPosted, refs: unpackRefs(m.ring[i].locations())}, true
 }
 
 // refsOf returns the copies of c out so far.
@@ -84,8 +190,38 @@ func (m *cardMemory) refsOf(c *postedCard) []cardRef {
 func (m *cardMemory) forget(callID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e, ok := m.cards[callID]; ok {
-		m.order.Remove(e)
-		delete(m.cards, callID)
+	delete(m.inFlight, callID)
+	m.dropPosted(callID)
+}
+
+// packRefs joins a card's locations in one string, "channel ts" pairs
+// separated by spaces. Slack's channel ids and message timestamps have no
+// spaces; ok is false for refs that do, which are not remembered.
+func packRefs(refs []cardRef) (string, bool) {
+	var b strings.Builder
+	for i, r := range refs {
+		if r.Channel == "" || r.TS == "" || strings.Contains(r.Channel, " ") || strings.Contains(r.TS, " ") {
+			return "", false
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(r.Channel)
+		b.WriteByte(' ')
+		b.WriteString(r.TS)
 	}
+	return b.String(), true
+}
+
+// unpackRefs is the inverse of packRefs.
+func unpackRefs(s string) []cardRef {
+	if s == "" {
+		return nil
+	}
+	f := strings.Split(s, " ")
+	refs := make([]cardRef, 0, len(f)/2)
+	for i := 0; i+1 < len(f); i += 2 {
+		refs = append(refs, cardRef{Channel: f[i], TS: f[i+1]})
+	}
+	return refs
 }

@@ -2,6 +2,7 @@ package slackapp
 
 import (
 	"context"
+	"strings"
 	"sync"
 )
 
@@ -16,10 +17,28 @@ const maxRecentMessages = 4096
 // message, later ones wait for it and are dropped if it was recorded. A
 // copy that reaches another replica is de-duplicated by the store, which
 // stays the truth; this only saves the second round trip.
+//
+// The messages are kept under fixed-size keys, in a map and a ring
+// allocated once, so remembering one allocates nothing that outlives its
+// recording.
 type recentMessages struct {
-	mu    sync.Mutex
-	byID  map[string]*recording
-	order []string // ids in byID, oldest first
+	mu   sync.Mutex
+	byID map[msgKey]*recording
+	ring []msgKey // the keys in byID, oldest at next; zero where forgotten
+	next int
+}
+
+// msgKey is a message id (channel:ts) as a map key. Longer ids, and ids
+// with a NUL, are not remembered: their copies are de-duplicated by the
+// store.
+type msgKey [32]byte
+
+func keyOfMsg(msgID string) (k msgKey, ok bool) {
+	if msgID == "" || len(msgID) > len(k) || strings.IndexByte(msgID, 0) >= 0 {
+		return k, false
+	}
+	copy(k[:], msgID)
+	return k, true
 }
 
 // recording is one message being recorded, or recorded, by this process.
@@ -33,23 +52,36 @@ type recording struct {
 // begin returns the recording of the message msgID; first is true if this
 // copy is the first and must record it, then finish it.
 func (r *recentMessages) begin(msgID string) (rec *recording, first bool) {
+	rec = &recording{done: make(chan struct{})}
+	key, ok := keyOfMsg(msgID)
+	if !ok {
+		return rec, true
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if rec, ok := r.byID[msgID]; ok {
-		return rec, false
+	if seen, ok := r.byID[key]; ok {
+		return seen, false
 	}
 	if r.byID == nil {
-		r.byID = map[string]*recording{}
+		r.byID = make(map[msgKey]*recording, maxRecentMessages)
+		r.ring = make([]msgKey, maxRecentMessages)
 	}
-	for len(r.order) >= maxRecentMessages {
-		delete(r.byID, r.order[0])
-		r.order = r.order[1:]
+	if old := r.ring[r.next]; old != (msgKey{}) {
+		delete(r.byID, old)
 	}
-	rec = &recording{done: make(chan struct{})}
-	r.byID[msgID] = rec
-	r.order = append(r.order, msgID)
+	r.ring[r.next] = key
+	r.next = (r.next + 1) % len(r.ring)
+	r.byID[key] = rec
 	return rec, true
 }
+
+// recordedMessage is the recording of every message recorded: once
+// finished, a recording of its own would only cost memory.
+var recordedMessage = func() *recording {
+	rec := &recording{done: make(chan struct{}), recorded: true}
+	close(rec.done)
+	return rec
+}()
 
 // finish ends the first copy's recording. A message that was not recorded
 // (the store failed, or a thread reply outside the bot's conversations) is
@@ -57,10 +89,14 @@ func (r *recentMessages) begin(msgID string) (rec *recording, first bool) {
 // thread reply starts a conversation where the message copy did not.
 func (r *recentMessages) finish(msgID string, rec *recording, recorded bool) {
 	rec.recorded = recorded
-	if !recorded {
+	if key, ok := keyOfMsg(msgID); ok {
 		r.mu.Lock()
-		if r.byID[msgID] == rec {
-			delete(r.byID, msgID)
+		if r.byID[key] == rec {
+			if recorded {
+				r.byID[key] = recordedMessage
+			} else {
+				delete(r.byID, key)
+			}
 		}
 		r.mu.Unlock()
 	}

@@ -20,6 +20,9 @@ func TestRecentMessages(t *testing.T) {
 	if !second.wait(context.Background()) {
 		t.Error("the second copy did not learn that the first recorded the message")
 	}
+	if later, first := r.begin("C1:1"); first || !later.wait(context.Background()) {
+		t.Error("a copy arriving after the first recorded the message did not learn that it was recorded")
+	}
 
 	// A copy that did not record (store error, unknown thread) is
 	// forgotten: the next copy records for itself.
@@ -46,10 +49,19 @@ func TestRecentMessages(t *testing.T) {
 		rec, _ := r.begin(fmt.Sprintf("C2:%d", i))
 		r.finish(fmt.Sprintf("C2:%d", i), rec, true)
 	}
-	if len(r.byID) != maxRecentMessages || len(r.order) != maxRecentMessages {
-		t.Errorf("remembered %d (%d in order), want at most %d", len(r.byID), len(r.order), maxRecentMessages)
+	if len(r.byID) != maxRecentMessages {
+		t.Errorf("remembered %d, want at most %d", len(r.byID), maxRecentMessages)
 	}
 	if _, first := r.begin("C1:1"); !first {
 		t.Error("the oldest message was not forgotten past the bound")
+	}
+
+	// An id longer than a key is not remembered: each copy records it,
+	// and the store de-duplicates.
+	long := "C0123456789ABCDEFGHIJ:1700000000.000100"
+	rec, _ = r.begin(long)
+	r.finish(long, rec, true)
+	if _, first := r.begin(long); !first {
+		t.Error("a copy of a message with a long id waited for another instead of recording it")
 	}
 }

@@ -603,18 +603,22 @@ func (e *env) pausedPhase() ([]PausedSample, error) {
 		if _, err := e.quiet(); err != nil {
 			return out, err
 		}
+		parkedIn := time.Since(start)
 		s := PausedSample{Runs: level}
-		m, err := e.scrapeAll()
-		if err != nil {
+		var gcs []int64
+		if s.AfterBurst, gcs, err = e.memory(); err != nil {
 			return out, err
 		}
-		s.HeapInuseBytes = int64(m["go_memstats_heap_inuse_bytes"])
-		for _, b := range e.bots {
-			rss, err := b.rss()
-			if err != nil {
+		if e.o.settle > 0 {
+			settling := time.Now()
+			var settled bool
+			if s.Settled, settled, err = e.settle(gcs); err != nil {
 				return out, err
 			}
-			s.RSSBytes += rss
+			s.SettleSeconds = time.Since(settling).Seconds()
+			if !settled {
+				fmt.Fprintf(e.log, "loadbench: %d paused runs: memory still falling or no collection after -settle %v\n", level, e.o.settle)
+			}
 		}
 		bytes, err := e.storedBytes()
 		if err != nil {
@@ -634,12 +638,14 @@ func (e *env) pausedPhase() ([]PausedSample, error) {
 			s.RawHistoryBytesPerRun = float64(sum) / float64(n)
 		}
 		e.t.mu.Unlock()
-		fmt.Fprintf(e.log, "loadbench: %d paused runs parked in %v\n", level, time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(e.log, "loadbench: %d paused runs parked in %v\n", level, parkedIn.Round(time.Millisecond))
 		out = append(out, s)
-	}
-	if e.o.botHeap != "" {
-		if err := e.bots[0].fetch(e.ctx, "/debug/pprof/heap?gc=1", e.o.botHeap); err != nil {
-			return out, fmt.Errorf("bot heap profile: %w", err)
+		// Last: the profile's collection changes what the bot holds.
+		if e.o.botHeap != "" {
+			path := heapProfilePath(e.o.botHeap, level, e.o.paused[len(e.o.paused)-1])
+			if err := e.bots[0].fetch(e.ctx, "/debug/pprof/heap?gc=1", path); err != nil {
+				return out, fmt.Errorf("bot heap profile: %w", err)
+			}
 		}
 	}
 	return out, nil

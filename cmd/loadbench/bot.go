@@ -178,22 +178,38 @@ func (p *botProc) alive() bool {
 	}
 }
 
-// rss returns the process's resident set size from /proc/PID/status.
-func (p *botProc) rss() (int64, error) {
+// rss returns the process's resident set size and the part of it mapped
+// from files (the binary's pages, mostly), from /proc/PID/status.
+func (p *botProc) rss() (rss, file int64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
-		return 0, fmt.Errorf("read rss of %s: %w", p.name, err)
+		return 0, 0, fmt.Errorf("read rss of %s: %w", p.name, err)
 	}
+	found := 0
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("read rss of %s: %q: %w", p.name, line, err)
-			}
-			return kb * 1024, nil
+		name, v, ok := strings.Cut(line, ":")
+		var into *int64
+		switch {
+		case !ok:
+			continue
+		case name == "VmRSS":
+			into = &rss
+		case name == "RssFile":
+			into = &file
+		default:
+			continue
 		}
+		kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("read rss of %s: %q: %w", p.name, line, err)
+		}
+		*into = kb * 1024
+		found++
 	}
-	return 0, fmt.Errorf("read rss of %s: no VmRSS line", p.name)
+	if found != 2 {
+		return 0, 0, fmt.Errorf("read rss of %s: no VmRSS or RssFile line", p.name)
+	}
+	return rss, file, nil
 }
 
 // metricSet is a scrape of /metrics: sample name with its labels (as
@@ -206,6 +222,9 @@ func (p *botProc) scrape(ctx context.Context, client *http.Client) (metricSet, e
 	if err != nil {
 		return nil, err
 	}
+	// Uncompressed: a gzip writer per scrape would add to the memory the
+	// bench reads.
+	req.Header.Set("Accept-Encoding", "identity")
 	res, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", p.name, err)

@@ -20,10 +20,17 @@
 //   - load: -conversations mentions (or -rate x -duration) at -rate per
 //     second, with the websocket round trip sampled meanwhile;
 //   - paused (-paused 100,10000,...): runs parked (cards never clicked)
-//     up to each count, then the bots' RSS (VmRSS), Go heap in use
-//     (go_memstats_heap_inuse_bytes) and the stored bytes per run. Parking
-//     100,000 runs takes minutes and memory in this process too (the fakes
-//     keep every message); it is off by default.
+//     up to each count, then the bots' memory (RSS and its part mapped
+//     from files, from /proc/PID/status; the Go heap in use, the free heap
+//     not returned to the OS, the next collection's heap goal, stacks and
+//     goroutines from /metrics; open files) and the stored bytes per run. Memory is read once the
+//     parking burst is over (the bots' store calls have stopped), and
+//     again at its peak over one whole garbage collection cycle of each
+//     bot's own after it (-settle): within a cycle the heap swings from
+//     what is live to the next collection's goal, so a single reading
+//     depends on where in its cycle the bot happens to be. Parking 100,000
+//     runs takes minutes and memory in this process too (the fakes keep
+//     every message); it is off by default.
 //
 // The report is a table on stdout and, with -json FILE, JSON. The exit
 // status is 1 when anything was lost, duplicated, unapproved or unacked.

@@ -48,6 +48,7 @@ type options struct {
 	probe         int
 	paused        []int
 	pausedRate    float64
+	settle        time.Duration
 	channels      int
 	env           []string
 	logLevel      string
@@ -103,12 +104,13 @@ with many paused runs, and lost, duplicated or unapproved executions.
 	fs.IntVar(&o.probe, "probe", 3, "conversations run one at a time, before the load, to count store calls per pause, decide and resume (0: skip)")
 	fs.StringVar(&paused, "paused", "", "comma-separated counts of paused runs at which to sample memory and stored bytes, e.g. 100,10000,100000 (empty: skip)")
 	fs.Float64Var(&o.pausedRate, "paused-rate", 500, "mentions per second while parking paused runs")
+	fs.DurationVar(&o.settle, "settle", 5*time.Minute, "after each -paused count, how long to wait at most for the bots' memory once the burst is over: the peak over one whole garbage collection cycle of each bot's own, from its first collection after the burst to the next (the Go runtime collects at least every 2 minutes); memory is reported right after the burst and settled (0: right after the burst only)")
 	fs.IntVar(&o.channels, "channels", 100, "channels the conversations are spread over")
 	fs.Var(&env, "env", "extra KEY=VALUE for the bot's environment (repeatable), e.g. -env WORKERS=256")
 	fs.StringVar(&o.logLevel, "log-level", "info", "the bot's LOG_LEVEL")
 	fs.BoolVar(&o.verbose, "v", false, "copy the bots' logs to stderr")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench itself (the fakes) to this file")
-	fs.StringVar(&o.botHeap, "bot-heapprofile", "", "write a heap profile of the first bot, taken after the last -paused count is parked, to this file (runs the bots with PPROF=true)")
+	fs.StringVar(&o.botHeap, "bot-heapprofile", "", "write heap profiles of the first bot, taken after each -paused count is parked and its memory read, to this file for the last count and to this file with .COUNT appended for the others (runs the bots with PPROF=true; the profile's collection comes after the reading)")
 	fs.StringVar(&o.botProfile, "bot-cpuprofile", "", "write a CPU profile of the first bot, taken while the load phase offers mentions, to this file (runs the bots with PPROF=true)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -159,6 +161,8 @@ with many paused runs, and lost, duplicated or unapproved executions.
 		return o, fmt.Errorf("%w: -channels: %d is not at least 1", errFlags, o.channels)
 	case o.timeout <= 0:
 		return o, fmt.Errorf("%w: -timeout must be positive", errFlags)
+	case o.settle < 0:
+		return o, fmt.Errorf("%w: -settle must not be negative", errFlags)
 	}
 	return o, nil
 }

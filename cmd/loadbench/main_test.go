@@ -41,7 +41,7 @@ func TestSmoke(t *testing.T) {
 			args := append([]string{
 				"-bot", bin, "-conversations", "24", "-rate", "40", "-ask", "0.75",
 				"-model-latency", "20ms", "-click-delay", "20ms", "-probe", "1",
-				"-paused", "10", "-paused-rate", "100", "-channels", "5", "-timeout", "60s",
+				"-paused", "10", "-paused-rate", "100", "-settle", "1s", "-channels", "5", "-timeout", "60s",
 				"-log-level", "warn", "-json", out,
 			}, st...)
 			var stdout, stderr bytes.Buffer
@@ -98,14 +98,21 @@ func TestSmoke(t *testing.T) {
 			if sc := rep.StoreCalls; sc.Pause.Total <= 0 || sc.Decide.Total <= 0 || sc.Resume.Total <= 0 {
 				t.Errorf("store calls per pause, decide, resume: %v, %v, %v; want each counted", sc.Pause.Total, sc.Decide.Total, sc.Resume.Total)
 			}
-			if len(rep.Paused) != 1 || rep.Paused[0].Runs != parked || rep.Paused[0].RSSBytes <= 0 || rep.Paused[0].HeapInuseBytes <= 0 || rep.Paused[0].RawHistoryBytesPerRun <= 0 {
-				t.Errorf("paused samples %+v, want one at %d runs with memory and history measured", rep.Paused, parked)
+			if len(rep.Paused) != 1 || rep.Paused[0].Runs != parked || rep.Paused[0].RawHistoryBytesPerRun <= 0 {
+				t.Errorf("paused samples %+v, want one at %d runs with history measured", rep.Paused, parked)
+			} else if p := rep.Paused[0]; !measured(p.AfterBurst) || !measured(p.Settled) || p.SettleSeconds < 1 {
+				t.Errorf("paused memory after the burst %+v, settled %+v after %vs; want both measured, settled after at least -settle 1s", p.AfterBurst, p.Settled, p.SettleSeconds)
 			}
 			if !strings.Contains(stdout.String(), "accounting: ") {
 				t.Errorf("the table has no accounting line:\n%s", &stdout)
 			}
 		})
 	}
+}
+
+// measured reports whether every figure of m was read.
+func measured(m Memory) bool {
+	return m.RSSBytes > 0 && m.RSSFileBytes > 0 && m.HeapInuseBytes > 0 && m.HeapFreeBytes >= 0 && m.HeapGoalBytes > 0 && m.StackInuseBytes > 0 && m.Goroutines > 0 && m.OpenFDs > 0
 }
 
 // missingKeys returns the key paths of a full report that got lacks.

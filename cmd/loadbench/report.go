@@ -204,9 +204,16 @@ type StorePhase struct {
 
 // PausedSample is measured with Runs paused runs parked.
 type PausedSample struct {
-	Runs           int   `json:"runs"`
-	RSSBytes       int64 `json:"rss_bytes"`
-	HeapInuseBytes int64 `json:"heap_inuse_bytes"`
+	Runs int `json:"runs"`
+	// AfterBurst is the bots' memory once parking is done and their store
+	// calls have stopped: the garbage of the burst not yet collected, and
+	// memory it freed not yet returned to the OS, still count.
+	AfterBurst Memory `json:"after_burst"`
+	// Settled is the bots' memory at its peak over one whole garbage
+	// collection cycle of each after the burst (see settle), read up to
+	// SettleSeconds later; zero with -settle 0.
+	Settled       Memory  `json:"settled"`
+	SettleSeconds float64 `json:"settle_seconds"`
 	// StoredBytesPerRun is the growth of the store (Redis: MEMORY USAGE of
 	// the run's keys; embedded: the file's size) per parked run; -1 when
 	// it cannot be measured.
@@ -347,9 +354,16 @@ func writeTable(w io.Writer, r *Report) {
 		if s.Replicas > 1 {
 			fmt.Fprintf(w, "memory summed over the %d bots:\n", s.Replicas)
 		}
-		fmt.Fprintln(tw, "PAUSED RUNS\tRSS (MiB)\tGO HEAP IN USE (MiB)\tSTORED BYTES/RUN\tRAW HISTORY BYTES/RUN")
+		fmt.Fprintln(tw, "PAUSED RUNS\tMEMORY\tRSS (MiB)\tOF FILES\tHEAP IN USE\tHEAP FREE\tHEAP GOAL\tSTACKS\tGOROUTINES\tOPEN FDS\tSTORED BYTES/RUN\tRAW HISTORY BYTES/RUN")
 		for _, p := range r.Paused {
-			fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.0f\t%.0f\n", p.Runs, mib(p.RSSBytes), mib(p.HeapInuseBytes), p.StoredBytesPerRun, p.RawHistoryBytesPerRun)
+			row := func(when string, m Memory) {
+				fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.0f\t%.0f\n", p.Runs, when, mib(m.RSSBytes), mib(m.RSSFileBytes), mib(m.HeapInuseBytes),
+					mib(m.HeapFreeBytes), mib(m.HeapGoalBytes), mib(m.StackInuseBytes), m.Goroutines, m.OpenFDs, p.StoredBytesPerRun, p.RawHistoryBytesPerRun)
+			}
+			row("after the burst", p.AfterBurst)
+			if p.SettleSeconds > 0 {
+				row(fmt.Sprintf("settled (+%.0fs)", p.SettleSeconds), p.Settled)
+			}
 		}
 		tw.Flush()
 	}
