@@ -182,6 +182,8 @@ type App struct {
 	queues map[string]*queue
 	// cards remembers where this process posted cards.
 	cards cardMemory
+	// statuses are the thread status calls in flight.
+	statuses threadStatuses
 	// recent spares the store the second copy of a message (see
 	// recentMessages).
 	recent recentMessages

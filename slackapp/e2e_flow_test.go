@@ -250,3 +250,36 @@ func TestRememberAllowsHere(t *testing.T) {
 		t.Errorf("the remembered call asked again:\n%s", dumpThread(cards))
 	}
 }
+
+// The thread's status is set without holding the turn up: the model is
+// asked while Slack has not answered the status call yet. The answer waits
+// for that call, so the status lands first and the answer clears it.
+func TestStatusDoesNotHoldTheTurn(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	asked := make(chan struct{}, 1)
+	e.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		return fakeopenai.Text("All quiet.")
+	})
+	e.start()
+	arrived, release := e.slack.HoldNext("assistant.threads.setStatus")
+	defer release()
+	ts := e.slack.Mention(channel, requester, "status please")
+	<-arrived
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the model was not asked while the thread's status call was held")
+	}
+	if msgs := e.slack.Thread(channel, ts); len(msgs) != 1 {
+		t.Fatalf("the thread has %d messages while its status call is held, want the mention only: %+v", len(msgs), msgs)
+	}
+	release()
+	e.answer(ts, "All quiet.")
+	if s := e.slack.ThreadStatus(channel, ts); s != "" {
+		t.Errorf("thread status %q after the answer, want it cleared (the status landed after the answer)", s)
+	}
+}

@@ -292,6 +292,7 @@ func (a *App) takeOverTurn(ctx context.Context, key string) {
 func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err error) {
 	_, channel, thread, _ := parseKey(key)
 	a.m.turn(string(out.Status), err)
+	a.statusSettled(ctx, key) // a reply here clears it
 	if errors.Is(err, agent.ErrLeaseLost) {
 		a.handOver(ctx, key, err)
 		return

@@ -25,7 +25,7 @@ func (a *App) Reporter(conversation string) agent.Reporter {
 		a.log.Error("conversation key is not team/channel/thread", "conversation", conversation)
 		return agent.NopReporter{}
 	}
-	return &threadReporter{app: a, team: team, channel: channel, thread: thread}
+	return &threadReporter{app: a, conv: conversation, team: team, channel: channel, thread: thread}
 }
 
 // threadReporter reports one conversation in its Slack thread. Answers are
@@ -33,6 +33,7 @@ func (a *App) Reporter(conversation string) agent.Reporter {
 // posted whole.
 type threadReporter struct {
 	app                   *App
+	conv                  string
 	team, channel, thread string
 
 	mu        sync.Mutex
@@ -53,10 +54,7 @@ func (r *threadReporter) Status(ctx context.Context, text string) {
 	r.mu.Lock()
 	r.endStream(ctx)
 	r.mu.Unlock()
-	err := r.app.api.SetAssistantThreadsStatusContext(ctx, slack.AssistantThreadsSetStatusParameters{ChannelID: r.channel, ThreadTS: r.thread, Status: text})
-	if err != nil {
-		r.app.log.Debug("set thread status", "channel", r.channel, "err", err)
-	}
+	r.app.setStatus(ctx, r.conv, r.channel, r.thread, text)
 }
 
 func (r *threadReporter) Delta(ctx context.Context, text string) {
@@ -90,6 +88,7 @@ func (r *threadReporter) flush(ctx context.Context, final bool) {
 		return
 	}
 	r.lastFlush = time.Now()
+	r.app.statusSettled(ctx, r.conv)
 	safe := streamSafe(chunk)
 	var err error
 	if r.streamTS == "" {
@@ -118,6 +117,7 @@ func (r *threadReporter) recipient(ctx context.Context) string {
 // Answer ends the stream with the rest of the text, or posts the whole
 // answer, split within Block Kit limits, if streaming was not possible.
 func (r *threadReporter) Answer(ctx context.Context, text string) {
+	r.app.statusSettled(ctx, r.conv)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	shown := r.endStream(ctx)
@@ -161,6 +161,7 @@ func (r *threadReporter) endStream(ctx context.Context) string {
 // Paused posts one card per call in the thread, and copies for approvers
 // who cannot see the conversation, and sets the expiry timer for them.
 func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) {
+	r.app.statusSettled(ctx, r.conv)
 	r.mu.Lock()
 	r.endStream(ctx)
 	r.mu.Unlock()
@@ -180,6 +181,7 @@ func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) 
 // have not approved yet, and in the places the card's copies went for
 // approvers who cannot see the conversation.
 func (r *threadReporter) Remind(ctx context.Context, c agent.PendingCall, n int) {
+	r.app.statusSettled(ctx, r.conv)
 	text := ReminderText(cardOf(c, nil), n)
 	r.app.post(ctx, r.channel, r.thread, text)
 	for _, target := range r.app.copyTargets(ctx, r.channel, c.Requester, c.Approvers) {
