@@ -67,7 +67,7 @@ type Config struct {
 	// Metrics, if set, is updated as envelopes, turns and decisions go by.
 	Metrics *Metrics
 	// HTTPClient is used for the Web API (default a client with a 30s
-	// timeout).
+	// timeout keeping webIdleConns idle connections).
 	HTTPClient *http.Client
 	// Debug logs every Socket Mode message (never tokens).
 	Debug bool
@@ -226,7 +226,7 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: webTransport()}
 	}
 	web := webClient{client: cfg.HTTPClient}
 	apiURL := slack.APIURL

@@ -47,6 +47,9 @@ func (a *App) setStatus(ctx context.Context, conv, channel, thread, text string)
 			s.mu.Lock()
 			if s.inflight[conv] == done {
 				delete(s.inflight, conv)
+				if len(s.inflight) == 0 {
+					s.inflight = nil // a map keeps the size a burst gave it
+				}
 			}
 			s.mu.Unlock()
 			close(done)

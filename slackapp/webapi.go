@@ -31,6 +31,20 @@ const (
 	backoffJitter = 50 * time.Millisecond
 )
 
+// webIdleConns is how many idle connections to the Web API are kept for
+// reuse. net/http keeps 2 per host by default, so when posts and updates
+// overlap most of them dial (and shake hands) anew; IdleConnTimeout (90 s,
+// net/http's default) closes them once it is quiet.
+const webIdleConns = 64
+
+// webTransport is http.DefaultTransport keeping webIdleConns idle
+// connections per host.
+func webTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = webIdleConns
+	return t
+}
+
 // webClient makes every Web API call of the bot, slack-go's and the chat
 // methods the bot calls itself (see chat). It retries a rate-limited call
 // (429) after its Retry-After, and a server error (5xx) with exponential

@@ -278,12 +278,20 @@ func defaultPort(scheme string) string {
 	return ""
 }
 
+// httpIdleConns is how many idle connections per host the HTTP tools and
+// MCP servers over HTTP keep for reuse: net/http keeps 2 by default, so
+// calls that overlap mostly dial anew. IdleConnTimeout (90 s, net/http's
+// default) closes them once calls stop.
+const httpIdleConns = 16
+
 // newHTTPTransport is the transport of the HTTP tools and of MCP servers
 // over HTTP: the default one without a proxy, so that requests go where
-// their URL says and the environment cannot send them elsewhere.
+// their URL says and the environment cannot send them elsewhere, keeping
+// httpIdleConns idle connections per host.
 func newHTTPTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
+	t.MaxIdleConnsPerHost = httpIdleConns
 	return t
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/internal/conntest"
 )
 
 // httpTestServer serves a few paths on 127.0.0.1.
@@ -208,5 +209,26 @@ func TestHTTPTransportUsesNoProxy(t *testing.T) {
 	t.Setenv("HTTPS_PROXY", "http://127.0.0.1:1")
 	if newHTTPTransport().Proxy != nil {
 		t.Error("the HTTP tools' transport uses a proxy, want none")
+	}
+}
+
+// TestHTTPToolsReuseConnections checks that the transport of the HTTP
+// tools keeps the connections of calls made at once for the next calls.
+func TestHTTPToolsReuseConnections(t *testing.T) {
+	const n = 8
+	srv := conntest.Start(t, n, func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok"))
+	})
+	c := &http.Client{Transport: newHTTPTransport()}
+	first, later := srv.Rounds(t, n, 2, func() error {
+		resp, err := c.Get(srv.URL)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return err
+	})
+	if first != n || later != 0 {
+		t.Fatalf("connections: %d in the first round, %d new later; want %d and 0", first, later, n)
 	}
 }
