@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -10,6 +11,12 @@ import (
 // it in its context (claimOf).
 type claim struct {
 	run string
+	// confirmed is when the request that last took or renewed the claim
+	// was sent (nanoseconds after base): the claim is this process's for
+	// LeaseTTL from then at least.
+	base      time.Time
+	confirmed atomic.Int64
+	lose      context.CancelCauseFunc
 	// finishing is set before the write that finishes the run: the claim
 	// is no longer needed then, and a renewal refused for a finished run
 	// stops renewing without stopping the resume, which may go on to
@@ -39,15 +46,20 @@ func claimOf(ctx context.Context, runID string) *claim {
 // a resume that stopped on a lost lease or claim it also releases the
 // claim, so that the takeover of the conversation (listed until the resume
 // saves its result) can claim the run at once instead of after LeaseTTL.
-func (a *Agent) keepClaim(ctx context.Context, runID string) (_ context.Context, stop func()) {
-	c := &claim{run: runID}
+func (a *Agent) keepClaim(ctx context.Context, runID string, claimedAt time.Time) (_ context.Context, stop func()) {
+	c := &claim{run: runID, base: claimedAt}
 	work, lost := context.WithCancelCause(context.WithValue(ctx, claimKey{}, c))
+	c.lose = lost
 	renewCtx, cancel := context.WithCancel(work)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		keepRenewed(renewCtx, a.cfg.LeaseTTL, a.log, lost, func(ctx context.Context) (bool, error) {
+			sent := time.Now()
 			ok, err := a.store.RenewClaim(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL)
+			if err == nil && ok {
+				c.confirm(sent)
+			}
 			if err == nil && !ok && c.finishing.Load() {
 				return false, errNothingToRenew
 			}
@@ -66,4 +78,50 @@ func (a *Agent) keepClaim(ctx context.Context, runID string) (_ context.Context,
 		}
 		lost(nil)
 	}
+}
+
+// confirm notes that the claim was taken or renewed by a request sent at
+// sent.
+func (c *claim) confirm(sent time.Time) {
+	d := int64(sent.Sub(c.base))
+	for {
+		old := c.confirmed.Load()
+		if d <= old || c.confirmed.CompareAndSwap(old, d) {
+			return
+		}
+	}
+}
+
+// age is how long ago the claim was last confirmed.
+func (c *claim) age() time.Duration {
+	return time.Since(c.base) - time.Duration(c.confirmed.Load())
+}
+
+// confirmClaim checks, before a call marked with the claim runs, that the
+// claim on runID that ctx runs under is still this process's. A claim
+// confirmed less than LeaseTTL/2 ago is (it lasts LeaseTTL); an older one
+// (the process stalled, or renewals failed) is renewed first, since it
+// may have lapsed and another process may have claimed the run and found
+// the call started. A claim found lost stops the resume (ErrLeaseLost);
+// an error otherwise (a context already ended, the store unreachable) is
+// returned, and the call does not run.
+func (a *Agent) confirmClaim(ctx context.Context, runID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c := claimOf(ctx, runID)
+	if c == nil || c.age() < a.cfg.LeaseTTL/2 {
+		return nil
+	}
+	sent := time.Now()
+	ok, err := a.store.RenewClaim(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL)
+	switch {
+	case err != nil:
+		return fmt.Errorf("renew resume claim: %w", err)
+	case !ok:
+		c.lose(ErrLeaseLost)
+		return ErrLeaseLost
+	}
+	c.confirm(sent)
+	return nil
 }

@@ -38,7 +38,7 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 		}
 		conv = run.Conversation
 	}
-	var rs store.ResumeStart
+	var rs claimed
 	begin := func(ctx context.Context, key string) (bool, error) {
 		var err error
 		rs, err = a.beginResume(ctx, runID, conv, key)
@@ -83,8 +83,10 @@ var errClaimed = fmt.Errorf("%w: another process holds the resume claim", errNoR
 // gone, finished or not decided, errClaimed if it is decided and claimed
 // by someone else, and Claimed false, nil if another process holds the
 // lease.
-func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (store.ResumeStart, error) {
-	rs, err := a.store.BeginResume(ctx, runID, conv, key, a.cfg.Owner, a.cfg.LeaseTTL, startKinds, a.policyKinds()...)
+func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (claimed, error) {
+	sent := time.Now()
+	st, err := a.store.BeginResume(ctx, runID, conv, key, a.cfg.Owner, a.cfg.LeaseTTL, startKinds, a.policyKinds()...)
+	rs := claimed{ResumeStart: st, at: sent}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return rs, errNoResume
@@ -118,7 +120,7 @@ func (a *Agent) claimAndResume(ctx context.Context, run store.Run) (Outcome, err
 
 // resumeStarted runs the resume of a run whose claim (and conversation's
 // lease) this process took with rs.
-func (a *Agent) resumeStarted(ctx context.Context, rs store.ResumeStart) (Outcome, error) {
+func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (Outcome, error) {
 	run, calls := rs.Run, rs.Calls
 	// Renewed like the lease, so the claim of a process that dies lapses
 	// within LeaseTTL; the decision that completed the step listed the
@@ -126,12 +128,12 @@ func (a *Agent) resumeStarted(ctx context.Context, rs store.ResumeStart) (Outcom
 	// so another process (or this one after a restart) takes it over then.
 	// A resume that loses the claim or the lease stops and releases the
 	// claim, for the takeover to carry the run on at once.
-	ctx, stop := a.keepClaim(ctx, run.ID)
+	ctx, stop := a.keepClaim(ctx, run.ID, rs.at)
 	defer stop()
 	var st runState
 	_ = json.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: calls})
-	out, err := a.resumeClaimed(ctx, rs, a.reporter(run.Conversation))
+	out, err := a.resumeClaimed(ctx, rs.ResumeStart, a.reporter(run.Conversation))
 	if err != nil && leaseLost(ctx) && !errors.Is(err, ErrLeaseLost) {
 		err = errors.Join(err, context.Cause(ctx))
 	}
@@ -324,6 +326,15 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	}
 	first := marked
 	if marked {
+		// Marked with the claim: it runs only while the claim is still
+		// this process's (see claim.confirm). A resume cut short takes the
+		// mark back, so whoever resumes the run next runs the call.
+		if err := a.confirmClaim(ctx, c.RunID); err != nil {
+			if leaseLost(ctx) {
+				return Result{} // the resume stops; its mark is taken back on the way out
+			}
+			return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
+		}
 		*started = ""
 	} else if first, err = a.store.BeginExecution(ctx, c.ID); err != nil {
 		if leaseLost(ctx) {
@@ -470,4 +481,11 @@ func (a *Agent) Call(ctx context.Context, callID string) (PendingCall, error) {
 		p.Human, p.Schema = t.Human, t.Schema
 	}
 	return p, nil
+}
+
+// claimed is what BeginResume started, with the time its request was
+// sent: the claim is this process's for LeaseTTL from then.
+type claimed struct {
+	store.ResumeStart
+	at time.Time
 }
