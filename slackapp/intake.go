@@ -44,6 +44,8 @@ func keyOfMsg(msgID string) (k msgKey, ok bool) {
 // recording is one message being recorded, or recorded, by this process.
 type recording struct {
 	done chan struct{}
+	// slot is where the key is in the ring.
+	slot int
 	// recorded is set before done is closed: the store has the message
 	// (recorded now, or found a duplicate of it).
 	recorded bool
@@ -70,6 +72,7 @@ func (r *recentMessages) begin(msgID string) (rec *recording, first bool) {
 		delete(r.byID, old)
 	}
 	r.ring[r.next] = key
+	rec.slot = r.next
 	r.next = (r.next + 1) % len(r.ring)
 	r.byID[key] = rec
 	return rec, true
@@ -95,7 +98,10 @@ func (r *recentMessages) finish(msgID string, rec *recording, recorded bool) {
 			if recorded {
 				r.byID[key] = recordedMessage
 			} else {
+				// Its slot is freed too, or, when it comes round, it would
+				// forget the recording of a later copy in another slot.
 				delete(r.byID, key)
+				r.ring[rec.slot] = msgKey{}
 			}
 		}
 		r.mu.Unlock()

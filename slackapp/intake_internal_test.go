@@ -65,3 +65,26 @@ func TestRecentMessages(t *testing.T) {
 		t.Error("a copy of a message with a long id waited for another instead of recording it")
 	}
 }
+
+// A message that was not recorded leaves no trace in the ring: a later
+// copy, recorded in a slot of its own, is remembered for as long as any
+// other recording, not forgotten when the first copy's slot comes round.
+func TestRecentMessagesUnrecordedLeavesNoSlot(t *testing.T) {
+	var r recentMessages
+	rec, _ := r.begin("C1:1")
+	r.finish("C1:1", rec, false)
+	rec, first := r.begin("C1:1")
+	if !first {
+		t.Fatal("the copy after an unrecorded one did not record for itself")
+	}
+	r.finish("C1:1", rec, true)
+	// Come round to the first copy's slot, and short of the second's.
+	for i := range maxRecentMessages - 1 {
+		other := fmt.Sprintf("C2:%d", i)
+		rec, _ := r.begin(other)
+		r.finish(other, rec, true)
+	}
+	if _, first := r.begin("C1:1"); first {
+		t.Error("the recorded message was forgotten before its own slot came round")
+	}
+}
