@@ -677,12 +677,26 @@ func (s *Store) ClaimResume(ctx context.Context, runID, owner string, lease time
 
 // BeginExecution is one transaction: see storetest.Store for the contract.
 func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
 	var begun bool
-	err := s.commits.update(func(tx *bolt.Tx) error {
-		begun = false
+	err := s.updateCall(ctx, callID, func(c *store.Call) (bool, error) {
+		begun = c.Status == store.Decided && !c.Executing
+		c.Executing = true
+		return begun, nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("begin execution of call %s: %w", callID, err)
+	}
+	return begun, nil
+}
+
+// updateCall reads the call callID, lets edit change it, and writes it if
+// edit says so, in one transaction (a commit that may run edit again);
+// store.ErrNotFound if there is no such call.
+func (s *Store) updateCall(ctx context.Context, callID string, edit func(c *store.Call) (write bool, err error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.commits.update(func(tx *bolt.Tx) error {
 		var c store.Call
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
@@ -691,17 +705,12 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 		if !ok {
 			return store.ErrNotFound
 		}
-		if c.Status != store.Decided || c.Executing {
-			return nil
+		write, err := edit(&c)
+		if err != nil || !write {
+			return err
 		}
-		c.Executing = true
-		begun = true
 		return put(tx.Bucket(bucketCalls), callID, c)
 	})
-	if err != nil {
-		return false, fmt.Errorf("begin execution of call %s: %w", callID, err)
-	}
-	return begun, nil
 }
 
 // PutCallNote is one transaction; the note is deleted with the call's
@@ -744,23 +753,12 @@ func (s *Store) CallNote(ctx context.Context, callID string) ([]byte, error) {
 // AbandonExecution is one transaction: see storetest.Store for the
 // contract.
 func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	err := s.commits.update(func(tx *bolt.Tx) error {
-		var c store.Call
-		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return store.ErrNotFound
-		}
+	err := s.updateCall(ctx, callID, func(c *store.Call) (bool, error) {
 		if !c.Executing || len(c.Result) > 0 {
-			return nil
+			return false, nil
 		}
 		c.Executing = false
-		return put(tx.Bucket(bucketCalls), callID, c)
+		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("abandon execution of call %s: %w", callID, err)
@@ -770,23 +768,12 @@ func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
 
 // SaveResult keeps the result of an executing call.
 func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	err := s.commits.update(func(tx *bolt.Tx) error {
-		var c store.Call
-		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return store.ErrNotFound
-		}
+	err := s.updateCall(ctx, callID, func(c *store.Call) (bool, error) {
 		if !c.Executing {
-			return fmt.Errorf("not executing: %w", store.ErrConflict)
+			return false, fmt.Errorf("not executing: %w", store.ErrConflict)
 		}
 		c.Result = append(json.RawMessage(nil), result...)
-		return put(tx.Bucket(bucketCalls), callID, c)
+		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("save result of call %s: %w", callID, err)
