@@ -21,28 +21,10 @@ import (
 	"github.com/toolgate/toolgate/store/redisstore"
 )
 
-// roundTrips is a go-redis hook counting round trips to the server: one per
-// command (a script is one EVALSHA, plus an EVAL when the script was not
-// cached yet) and one per pipeline, however many commands it holds.
+// roundTrips counts the round trips of a redisstore.RoundTrips hook.
 type roundTrips struct{ n atomic.Int64 }
 
-var _ redis.Hook = (*roundTrips)(nil)
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
+func (r *roundTrips) hook() redisstore.RoundTrips { return func() { r.n.Add(1) } }
 
 func (r *roundTrips) load() int64 {
 	if r == nil {
@@ -64,7 +46,7 @@ func BenchmarkDecideResumeRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	trips := &roundTrips{}
-	client.AddHook(trips)
+	client.AddHook(trips.hook())
 	prefix := "agentbench-" + store.NewRunID()
 	st := redisstore.NewFromClient(client, redisstore.Options{Prefix: prefix})
 	b.Cleanup(func() { _ = st.Close() })

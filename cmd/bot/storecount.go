@@ -5,17 +5,20 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/redisstore"
 )
 
 // countedStore is the bot's store with every method call counted in
 // toolgate_store_calls_total{method}. Each call is one request to the store
-// as the bot sees it (one Redis round trip or bolt transaction for most
-// methods). The load tool reads the counter to report the store calls of a
-// pause, a decision and a resume.
+// as the bot sees it: one bolt transaction on the embedded store, one or
+// more round trips on Redis, which are counted apart in
+// toolgate_store_round_trips_total. The load tool reads both to report the
+// store calls and round trips of a pause, a decision and a resume.
 //
 // It does not embed the store: a method added to botsetup.Store stops the build
 // here until it is counted, rather than passing through uncounted.
@@ -36,6 +39,9 @@ var (
 	_ agent.LeaseWatcher = (*countedWatchStore)(nil)
 )
 
+// hooked is a store whose commands a go-redis hook can see (Redis).
+type hooked interface{ AddHook(redis.Hook) }
+
 // countStore wraps st so that each of its calls is counted in a
 // toolgate_store_calls_total counter registered with reg. The result
 // offers WatchLease exactly when st does. Close is not counted.
@@ -45,6 +51,14 @@ func countStore(st botsetup.Store, reg prometheus.Registerer) botsetup.Store {
 		Help: "Calls to the store (Redis or the embedded store), by method.",
 	}, []string{"method"})
 	reg.MustRegister(calls)
+	if h, ok := st.(hooked); ok {
+		trips := prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "toolgate_store_round_trips_total",
+			Help: "Round trips to Redis: one per command sent alone, one per pipeline.",
+		})
+		reg.MustRegister(trips)
+		h.AddHook(redisstore.RoundTrips(trips.Inc))
+	}
 	c := &countedStore{st: st, calls: calls}
 	if w, ok := st.(agent.LeaseWatcher); ok {
 		return &countedWatchStore{countedStore: c, watch: w}

@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/boltstore"
+	"github.com/toolgate/toolgate/store/redisstore"
 )
 
 // watchStore is a botsetup.Store that also announces lease releases, as Redis
@@ -114,5 +115,48 @@ func TestCountStoreKeepsLeaseWatchAndBatchRecords(t *testing.T) {
 		if got := counterValue(t, reg, "toolgate_store_calls_total", "method", method); got != 1 {
 			t.Errorf("%s counted %v times, want 1", method, got)
 		}
+	}
+}
+
+// On Redis the round trips are counted too: a script sent alone is one, as
+// is a pipeline of several commands (RecordsOf lists two kinds in one).
+func TestCountStoreCountsRedisRoundTrips(t *testing.T) {
+	url := crashRedisURL(t)
+	rs, err := redisstore.New(t.Context(), url, redisstore.Options{Prefix: "storecount-" + store.NewRunID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	reg := prometheus.NewRegistry()
+	st := countStore(rs, reg)
+	trips := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "toolgate_store_round_trips_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		t.Fatal("no toolgate_store_round_trips_total")
+		return 0
+	}
+	ctx := t.Context()
+	// Load the scripts first: an EVALSHA the server does not know is
+	// followed by an EVAL, a second round trip.
+	if _, err := st.AcquireLease(ctx, "conv:C1/1.0", "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before := trips()
+	if _, err := st.AcquireLease(ctx, "conv:C1/1.0", "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RecordsOf(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := trips() - before; got != 2 {
+		t.Errorf("round trips of a lease renewal and a listing of two kinds = %v, want 2", got)
 	}
 }

@@ -378,13 +378,19 @@ func (e *env) wait(ch <-chan struct{}, what string) error {
 //   - resume: from the tool's release until the answer is posted and the
 //     bots are quiet.
 //
-// Each conversation's counts are averaged. Ping calls (health probes) are
-// left out.
+// Each conversation's counts are averaged, and so are the Redis round
+// trips of each step. Ping calls (health probes), and their round trips,
+// are left out.
 func (e *env) probePhase() (StoreCalls, error) {
 	phases := map[string]map[string]float64{"pause": {}, "decide": {}, "resume": {}}
 	add := func(phase string, before, after map[string]float64) {
+		pings := after["Ping"] - before["Ping"] // one round trip each
 		for k, v := range after {
-			if d := v - before[k]; d != 0 && k != "Ping" {
+			d := v - before[k]
+			if k == roundTripsKey {
+				d -= pings
+			}
+			if d != 0 && k != "Ping" {
 				phases[phase][k] += d
 			}
 		}
@@ -431,6 +437,10 @@ func (e *env) probePhase() (StoreCalls, error) {
 	for name, calls := range phases {
 		p := StorePhase{ByMethod: map[string]float64{}}
 		for k, v := range calls {
+			if k == roundTripsKey {
+				p.RoundTrips = v / float64(e.o.probe)
+				continue
+			}
 			p.ByMethod[k] = v / float64(e.o.probe)
 			p.Total += v / float64(e.o.probe)
 		}

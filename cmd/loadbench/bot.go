@@ -262,10 +262,20 @@ func parseMetrics(r io.Reader) (metricSet, error) {
 	return out, nil
 }
 
-// storeCalls returns the toolgate_store_calls_total samples by method.
+// roundTripsKey is where storeCalls puts the bots' Redis round trips
+// (toolgate_store_round_trips_total), among the methods.
+const roundTripsKey = "(round trips)"
+
+// storeCalls returns the toolgate_store_calls_total samples by method, and
+// under roundTripsKey the toolgate_store_round_trips_total sample if the
+// bot exports one (on Redis).
 func (m metricSet) storeCalls() map[string]float64 {
 	out := map[string]float64{}
 	for k, v := range m {
+		if k == "toolgate_store_round_trips_total" {
+			out[roundTripsKey] += v
+			continue
+		}
 		rest, ok := strings.CutPrefix(k, `toolgate_store_calls_total{method="`)
 		if !ok {
 			continue

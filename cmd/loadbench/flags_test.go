@@ -53,13 +53,15 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// The metrics parser keeps samples with their labels and sums the store
-// counter by method.
+// The metrics parser keeps samples with their labels, sums the store
+// counter by method and keeps the Redis round trips apart.
 func TestParseMetrics(t *testing.T) {
 	m, err := parseMetrics(strings.NewReader(`# HELP toolgate_store_calls_total Calls to the store.
 # TYPE toolgate_store_calls_total counter
 toolgate_store_calls_total{method="Decide"} 3
 toolgate_store_calls_total{method="SeenEvent"} 12
+# TYPE toolgate_store_round_trips_total counter
+toolgate_store_round_trips_total 17
 go_memstats_heap_inuse_bytes 1.2345e+07
 `))
 	if err != nil {
@@ -69,8 +71,8 @@ go_memstats_heap_inuse_bytes 1.2345e+07
 		t.Errorf("heap in use %v, want 12345000", got)
 	}
 	calls := m.storeCalls()
-	if len(calls) != 2 || calls["Decide"] != 3 || calls["SeenEvent"] != 12 {
-		t.Errorf("store calls %v, want Decide 3 and SeenEvent 12", calls)
+	if len(calls) != 3 || calls["Decide"] != 3 || calls["SeenEvent"] != 12 || calls[roundTripsKey] != 17 {
+		t.Errorf("store calls %v, want Decide 3, SeenEvent 12 and %s 17", calls, roundTripsKey)
 	}
 }
 

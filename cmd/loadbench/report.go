@@ -196,10 +196,13 @@ type StoreCalls struct {
 	Resume        StorePhase `json:"resume"`
 }
 
-// StorePhase is the store calls of one step, in all and by method.
+// StorePhase is the store calls of one step, in all and by method, and
+// the round trips to Redis they took (zero on the embedded store, where
+// each call is one transaction in the bot's process).
 type StorePhase struct {
-	Total    float64            `json:"total"`
-	ByMethod map[string]float64 `json:"by_method"`
+	Total      float64            `json:"total"`
+	ByMethod   map[string]float64 `json:"by_method"`
+	RoundTrips float64            `json:"round_trips,omitempty"`
 }
 
 // PausedSample is measured with Runs paused runs parked.
@@ -345,7 +348,11 @@ func writeTable(w io.Writer, r *Report) {
 			name string
 			p    StorePhase
 		}{{"pause (mention -> card)", sc.Pause}, {"decide (click -> tool starts)", sc.Decide}, {"resume (tool -> answer)", sc.Resume}} {
-			fmt.Fprintf(w, "  %-30s %5.1f  %s\n", p.name, p.p.Total, methods(p.p.ByMethod))
+			trips := ""
+			if p.p.RoundTrips > 0 {
+				trips = fmt.Sprintf("  (Redis round trips %.1f)", p.p.RoundTrips)
+			}
+			fmt.Fprintf(w, "  %-30s %5.1f  %s%s\n", p.name, p.p.Total, methods(p.p.ByMethod), trips)
 		}
 	}
 	if len(r.Paused) > 0 {

@@ -48,8 +48,10 @@ func (s *Store) ReleaseClaim(ctx context.Context, runID, owner string) error {
 	return nil
 }
 
-// AcceptMessage is one script on the conversation's hash slot, then one
-// ZADD listing the conversation. See storetest.Store for the contract.
+// AcceptMessage is one script, one round trip: on a single node (or a
+// Sentinel primary) the script lists the conversation as unanswered too;
+// on Redis Cluster it runs on the conversation's hash slot and one ZADD
+// lists the conversation after it. See storetest.Store for the contract.
 func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
 	if m.At.IsZero() {
 		m.At = time.Now()
@@ -72,17 +74,22 @@ func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.
 		s.convKey(conversation), s.inboxKey(conversation), s.inboxSeqKey(conversation),
 		s.convSeenKey(conversation, "event", m.EventID), s.convSeenKey(conversation, "msg", m.MsgID),
 	}
+	if !s.cluster {
+		keys = append(keys, s.unansweredKey())
+	}
 	res, err := acceptMessage.Run(ctx, s.c, keys,
 		flag(requireKnown), flag(m.EventID != ""), flag(m.MsgID != ""),
-		store.DedupeTTL.Milliseconds(), raw, s.convTTL.Milliseconds(), time.Now().UnixMicro()).Slice()
+		store.DedupeTTL.Milliseconds(), raw, s.convTTL.Milliseconds(), time.Now().UnixMicro(),
+		m.At.UnixMilli(), conversation).Slice()
 	if err != nil {
 		return m, "", fmt.Errorf("accept message in %s: %w", conversation, err)
 	}
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return m, "", fmt.Errorf("accept message in %s: unexpected reply %v", conversation, res)
 	}
 	code, _ := res[0].(string)
 	left, _ := res[2].(int64)
+	listed, _ := res[3].(int64)
 	switch store.Acceptance(code) {
 	case store.Accepted:
 		seq, _ := res[1].(string)
@@ -97,6 +104,9 @@ func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.
 		return m, store.Unknown, nil
 	default:
 		return m, "", fmt.Errorf("accept message in %s: unexpected reply %v", conversation, res)
+	}
+	if listed == 1 {
+		return m, store.Acceptance(code), nil
 	}
 	// Listed after the append (see above); NX keeps an earlier time.
 	err = s.c.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(m.At.UnixMilli()), Member: conversation}).Err()

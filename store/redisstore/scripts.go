@@ -307,27 +307,41 @@ return 0
 
 // acceptMessage de-duplicates a message and appends it to the inbox.
 // KEYS: conversation, inbox, inbox seq, seen event id, seen message id
+// [, unanswered index]
 // ARGV: require known (1/0), check event id (1/0), check message id (1/0),
-// dedupe ttl (ms), message JSON starting {"seq":0, , keep (ms), now (µs)
-// Returns {code, seq, inbox length} where code is accepted, duplicate or
-// unknown. Seq is max(previous + 1, now): it keeps growing even after the
-// counter expired with an idle conversation.
+// dedupe ttl (ms), message JSON starting {"seq":0, , keep (ms), now (µs),
+// listing time (ms), conversation (the index's member)
+// Returns {code, seq, inbox length, listed} where code is accepted,
+// duplicate or unknown. Seq is max(previous + 1, now): it keeps growing
+// even after the counter expired with an idle conversation. Given the index
+// of unanswered conversations (a single node, where a script reaches every
+// key), a message accepted, or a duplicate while the inbox holds messages,
+// lists the conversation there too (ZADD NX) and listed is 1; on Redis
+// Cluster the index is in another hash slot and the caller lists it.
 var acceptMessage = redis.NewScript(`
+local function reply(code, seq)
+  local left = redis.call('LLEN', KEYS[2])
+  if #KEYS >= 6 and left > 0 then
+    redis.call('ZADD', KEYS[6], 'NX', ARGV[8], ARGV[9])
+    return {code, seq, left, 1}
+  end
+  return {code, seq, left, 0}
+end
 if ARGV[2] == '1' and not redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[4]) then
-  return {'duplicate', 0, redis.call('LLEN', KEYS[2])}
+  return reply('duplicate', 0)
 end
 if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
-  return {'unknown', 0, 0}
+  return {'unknown', 0, 0, 0}
 end
 if ARGV[3] == '1' and not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[4]) then
-  return {'duplicate', 0, redis.call('LLEN', KEYS[2])}
+  return reply('duplicate', 0)
 end
 local n = math.max(tonumber(redis.call('GET', KEYS[3]) or '0') + 1, tonumber(ARGV[7]))
 local s = string.format('%d', n)
 redis.call('SET', KEYS[3], s, 'PX', ARGV[6])
 redis.call('RPUSH', KEYS[2], '{"seq":' .. s .. string.sub(ARGV[5], 9))
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
-return {'accepted', s, redis.call('LLEN', KEYS[2])}
+return reply('accepted', s)
 `)
 
 // answerInbox drops the messages up to a seq from the head of the inbox.

@@ -27,11 +27,14 @@ return {1, redis.call('HGETALL', KEYS[2]), redis.call('LRANGE', KEYS[3], 0, -1)}
 
 // commitTurn saves a conversation, drops answered messages from its inbox
 // and releases the lease on its turns, each when asked.
-// KEYS: conversation, inbox, lease
+// KEYS: conversation, inbox, lease [, unanswered index]
 // ARGV: save (1/0), key, state, paused run, updated at, conversation ttl
 // (ms), answer up to (seq, empty: none), release owner (empty: none), release
 // channel
 // Returns how many messages the inbox holds, or -1 when none was answered.
+// Given the index of unanswered conversations (a single node, where a
+// script reaches every key), an inbox left empty by the answer takes the
+// conversation (ARGV[2]) out of it in the same step.
 var commitTurn = redis.NewScript(`
 if ARGV[1] == '1' then
   redis.call('DEL', KEYS[1])
@@ -49,12 +52,23 @@ if ARGV[7] ~= '' then
     redis.call('LPOP', KEYS[2])
   end
   left = redis.call('LLEN', KEYS[2])
+  if left == 0 and #KEYS >= 4 then redis.call('ZREM', KEYS[4], ARGV[2]) end
 end
 if ARGV[8] ~= '' and redis.call('GET', KEYS[3]) == ARGV[8] then
   redis.call('DEL', KEYS[3])
   redis.call('PUBLISH', ARGV[9], '1')
 end
 return left
+`)
+
+// unlistIfAnswered takes a conversation out of the index of unanswered
+// ones if its inbox is empty (a single node only: the two keys are in
+// different hash slots).
+// KEYS: inbox, unanswered index
+// ARGV: conversation
+var unlistIfAnswered = redis.NewScript(`
+if redis.call('LLEN', KEYS[1]) == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) end
+return 0
 `)
 
 // BeginTurn is one script on the conversation's hash slot, pipelined with
@@ -147,6 +161,12 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		}
 	}
 	keys := []string{s.convKey(c.Key), s.inboxKey(c.Key), s.leaseKey(store.TurnLease(c.Key))}
+	// On a single node the script unlists the conversation itself, at
+	// once, unless a run is finished first (see above).
+	unlisted := !s.cluster && c.Finish == ""
+	if unlisted {
+		keys = append(keys, s.unansweredKey())
+	}
 	args := []any{"0", c.Key, "", "", "", s.convTTL.Milliseconds(), "", c.Release, s.leaseChannel(store.TurnLease(c.Key))}
 	if c.Answer {
 		args[6] = c.AnswerUpTo
@@ -195,18 +215,24 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 		}
 	}
-	if unindex != nil || left == 0 {
+	unlist := left == 0 && !unlisted
+	if unindex != nil || unlist {
 		p := s.c.Pipeline()
 		if unindex != nil {
 			unindex(p)
 		}
-		if left == 0 {
+		switch {
+		case unlist && !s.cluster:
+			// One script on a single node: unlisted only if the inbox is
+			// still empty, so there is nothing to list again.
+			unlistIfAnswered.Eval(ctx, p, []string{s.inboxKey(c.Key), s.unansweredKey()}, c.Key)
+		case unlist:
 			p.ZRem(ctx, s.unansweredKey(), c.Key)
 		}
 		if _, err := p.Exec(ctx); err != nil {
 			return fmt.Errorf("commit turn of %s: index: %w", c.Key, err)
 		}
-		if left == 0 {
+		if unlist && s.cluster {
 			if err := s.relist(ctx, c.Key); err != nil {
 				return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 			}

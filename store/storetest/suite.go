@@ -77,6 +77,7 @@ func Run(t *testing.T, open Opener) {
 		{"AuditRetention", testAuditRetention},
 		{"BeginTurn", testBeginTurn},
 		{"CommitTurnPause", testCommitTurnPause},
+		{"CommitTurnAnswerAll", testCommitTurnAnswerAll},
 		{"CommitTurnFinish", testCommitTurnFinish},
 		{"CommitTurnRefused", testCommitTurnRefused},
 	}

@@ -190,6 +190,31 @@ func testCommitTurnPause(t *testing.T, open Opener) {
 	check(reopen())
 }
 
+// A turn that answers every message unlists the conversation; a message
+// accepted after it lists the conversation again.
+func testCommitTurnAnswerAll(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	conv, msgs := turnConversation(t, s)
+	later := time.Now().Add(time.Hour)
+	if got := unanswered(t, s, later); !slices.Contains(got, conv) {
+		t.Fatalf("Unanswered before the turn = %v, want %s listed", got, conv)
+	}
+	begin(t, s, conv, "a", time.Minute, true)
+	saved := store.Conversation{State: json.RawMessage(`{"messages":[]}`)}
+	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a"})
+	if got := unanswered(t, s, later); slices.Contains(got, conv) {
+		t.Errorf("Unanswered after answering every message = %v, want %s no longer listed", got, conv)
+	}
+	s = reopen()
+	if got := unanswered(t, s, later); slices.Contains(got, conv) {
+		t.Errorf("Unanswered after answering every message and a restart = %v, want %s no longer listed", got, conv)
+	}
+	accept(t, s, conv, inbound("E3", "M3", "third", time.Now()), false, store.Accepted)
+	if got := unanswered(t, s, later); !slices.Contains(got, conv) {
+		t.Errorf("Unanswered after a new message = %v, want %s listed again", got, conv)
+	}
+}
+
 // A commit that ends a resumed step: the run finished, the conversation
 // moved on, the inbox empty and unlisted.
 func testCommitTurnFinish(t *testing.T, open Opener) {
