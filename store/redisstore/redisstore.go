@@ -234,72 +234,106 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 // createRun writes the run and its calls (one script), and returns them
 // as prepared for indexRun.
 func (s *Store) createRun(ctx context.Context, r store.Run, calls []store.Call) (store.Run, []store.Call, error) {
+	nr, err := s.newRun(r, calls)
+	if err != nil {
+		return r, nil, err
+	}
+	created, err := createRun.Run(ctx, s.c, nr.keys, nr.args...).Int()
+	if err != nil {
+		return r, nil, fmt.Errorf("create run %s: %w", nr.run.ID, err)
+	}
+	if created == 0 {
+		return r, nil, fmt.Errorf("create run %s: %w", nr.run.ID, store.ErrRunExists)
+	}
+	return nr.run, nr.calls, nil
+}
+
+// newRun is a run and its calls prepared for the createRun script: its
+// keys (the run's, then each call's) and arguments.
+type newRun struct {
+	run   store.Run
+	calls []store.Call
+	keys  []string
+	args  []any
+}
+
+// newRun prepares r and calls (newrun.Prepare) and encodes them for the
+// createRun script.
+func (s *Store) newRun(r store.Run, calls []store.Call) (newRun, error) {
 	r, calls, err := newrun.Prepare(r, calls, time.Now())
 	if err != nil {
-		return r, nil, fmt.Errorf("create run: %w", err)
+		return newRun{}, fmt.Errorf("create run: %w", err)
 	}
 	runJSON, err := store.EncodeJSON(r)
 	if err != nil {
-		return r, nil, fmt.Errorf("create run %s: %w", r.ID, err)
+		return newRun{}, fmt.Errorf("create run %s: %w", r.ID, err)
 	}
 	deleteAt := r.ExpiresAt.Add(s.retention)
-	keys := []string{s.runKey(r.ID)}
-	args := []any{runJSON, deleteAt.UnixMilli()}
+	nr := newRun{run: r, calls: calls, keys: []string{s.runKey(r.ID)}, args: []any{runJSON, deleteAt.UnixMilli()}}
 	for _, c := range calls {
 		fp := c.Fingerprint
 		c.Status = "" // the status lives in its own field
 		b, err := store.EncodeJSON(c)
 		if err != nil {
-			return r, nil, fmt.Errorf("create run %s: %w", r.ID, err)
+			return newRun{}, fmt.Errorf("create run %s: %w", r.ID, err)
 		}
-		keys = append(keys, s.callKey(c.ID))
-		args = append(args, b, fp, c.ExpiresAt.UnixMicro(), remindArg(c.RemindAt))
+		nr.keys = append(nr.keys, s.callKey(c.ID))
+		nr.args = append(nr.args, b, fp, c.ExpiresAt.UnixMicro(), remindArg(c.RemindAt))
 	}
-	created, err := createRun.Run(ctx, s.c, keys, args...).Int()
-	if err != nil {
-		return r, nil, fmt.Errorf("create run %s: %w", r.ID, err)
-	}
-	if created == 0 {
-		return r, nil, fmt.Errorf("create run %s: %w", r.ID, store.ErrRunExists)
-	}
-	return r, calls, nil
+	return nr, nil
 }
 
-// indexRun adds a created run and its calls to the indexes, and marks the
-// conversation as paused on the run. Scores are times in ms: expiry times
-// in the due and runs indexes, reminder times in the reminder index, and
-// creation times in the pending-call listings, so that a bounded listing
-// reads only its oldest entries. Entries of the first three older than the
-// retention time point at deleted calls and are trimmed here; a listing's
-// entries leave it with FinishRun, or when a reader finds them stale.
-func (s *Store) indexRun(ctx context.Context, p redis.Pipeliner, r store.Run, calls []store.Call) {
-	deleteAt := r.ExpiresAt.Add(s.retention)
-	trimBefore := strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
-	list := func(key string, score time.Time, member string) {
-		p.ZAdd(ctx, key, redis.Z{Score: float64(score.UnixMilli()), Member: member})
-		expireAtLeast(ctx, p, key, deleteAt)
-	}
-	add := func(key string, score time.Time, member string) {
-		list(key, score, member)
-		p.ZRemRangeByScore(ctx, key, "-inf", "("+trimBefore)
-	}
+// indexEntry is one entry of a sorted-set index that a created run adds:
+// member at score (a time, as Unix ms) in key; with trim, the entries of
+// key older than the retention time are trimmed too.
+type indexEntry struct {
+	key    string
+	score  time.Time
+	member string
+	trim   bool
+}
+
+// runIndex returns the index entries of a created run and its calls.
+// Scores are times in ms: expiry times in the due and runs indexes,
+// reminder times in the reminder index, and creation times in the
+// pending-call listings, so that a bounded listing reads only its oldest
+// entries. Entries of the first three older than the retention time point
+// at deleted calls and are trimmed; a listing's entries leave it with
+// FinishRun, or when a reader finds them stale.
+func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
+	var out []indexEntry
 	for _, c := range calls {
-		add(s.dueKey(), c.ExpiresAt, c.ID)
+		out = append(out, indexEntry{s.dueKey(), c.ExpiresAt, c.ID, true})
 		if !c.RemindAt.IsZero() {
-			add(s.remindKey(), c.RemindAt, c.ID)
+			out = append(out, indexEntry{s.remindKey(), c.RemindAt, c.ID, true})
 		}
-		list(s.pendingKey(), c.CreatedAt, c.ID)
+		out = append(out, indexEntry{s.pendingKey(), c.CreatedAt, c.ID, false})
 		if c.Requester != "" {
-			list(s.requesterKey(c.Requester), c.CreatedAt, c.ID)
+			out = append(out, indexEntry{s.requesterKey(c.Requester), c.CreatedAt, c.ID, false})
 		}
 		for _, k := range s.approverKeys(c) {
-			list(k, c.CreatedAt, c.ID)
+			out = append(out, indexEntry{k, c.CreatedAt, c.ID, false})
 		}
 		if c.Conversation != "" {
-			list(s.convPendingKey(c.Conversation), c.CreatedAt, c.ID)
+			out = append(out, indexEntry{s.convPendingKey(c.Conversation), c.CreatedAt, c.ID, false})
 		}
 	}
-	add(s.runsKey(), r.ExpiresAt, r.ID)
+	return append(out, indexEntry{s.runsKey(), r.ExpiresAt, r.ID, true})
+}
+
+// indexRun adds a created run and its calls to the indexes (runIndex),
+// each kept at least until the run's keys are deleted, and marks the
+// conversation as paused on the run.
+func (s *Store) indexRun(ctx context.Context, p redis.Pipeliner, r store.Run, calls []store.Call) {
+	deleteAt := r.ExpiresAt.Add(s.retention)
+	trimBefore := "(" + strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
+	for _, e := range s.runIndex(r, calls) {
+		p.ZAdd(ctx, e.key, redis.Z{Score: float64(e.score.UnixMilli()), Member: e.member})
+		expireAtLeast(ctx, p, e.key, deleteAt)
+		if e.trim {
+			p.ZRemRangeByScore(ctx, e.key, "-inf", trimBefore)
+		}
+	}
 	if r.Conversation != "" {
 		k := s.convKey(r.Conversation)
 		p.HSet(ctx, k, "key", r.Conversation, "paused_run", r.ID)
@@ -1021,16 +1055,22 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 
 // pushAudit adds to p the commands that append e to the capped audit list.
 func (s *Store) pushAudit(ctx context.Context, p redis.Pipeliner, e store.AuditEntry) error {
-	if e.At.IsZero() {
-		e.At = time.Now()
-	}
-	b, err := store.EncodeJSON(e)
+	b, err := auditJSON(e)
 	if err != nil {
 		return err
 	}
 	p.LPush(ctx, s.auditKey(), b)
 	p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1)
 	return nil
+}
+
+// auditJSON encodes an audit entry as the list keeps it, dated now if it
+// has no time.
+func auditJSON(e store.AuditEntry) ([]byte, error) {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	return store.EncodeJSON(e)
 }
 
 // auditTrimBatch bounds the entries one Audit call trims, so a backlog is

@@ -3,26 +3,38 @@ package redisstore
 import "github.com/redis/go-redis/v9"
 
 // Every script touches keys of one hash tag only, so it runs on Redis
-// Cluster too. Times are Unix microseconds (exact in a Lua number) unless a
+// Cluster too, except those that say they run on a single node only. Times are Unix microseconds (exact in a Lua number) unless a
 // name says ms.
 
-// createRun writes a run and its calls unless the run exists.
-// KEYS: run, call...
-// ARGV: run JSON, delete-at (ms), then per call: call JSON, fingerprint,
-// expires-at, remind-at (0: none).
-// Returns 1 if created, 0 if the run exists.
-var createRun = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local n = #KEYS - 1
-redis.call('HSET', KEYS[1], 'run', ARGV[1], 'pending', n)
-redis.call('PEXPIREAT', KEYS[1], ARGV[2])
-for i = 1, n do
-  local a = 2 + (i - 1) * 4
-  redis.call('HSET', KEYS[i + 1], 'call', ARGV[a + 1], 'fp', ARGV[a + 2], 'exp', ARGV[a + 3], 'status', 'pending')
-  if ARGV[a + 4] ~= '0' then redis.call('HSET', KEYS[i + 1], 'remind', ARGV[a + 4]) end
-  redis.call('PEXPIREAT', KEYS[i + 1], ARGV[2])
+// createRunFn is the Lua function createRun(k, a, n) that writes a run
+// and its n calls unless the run exists, and reports whether it did.
+// KEYS from k: run, call...
+// ARGV from a: run JSON, delete-at (ms), then per call: call JSON,
+// fingerprint, expires-at, remind-at (0: none).
+const createRunFn = `
+local function createRun(k, a, n)
+  if redis.call('EXISTS', KEYS[k]) == 1 then return false end
+  redis.call('HSET', KEYS[k], 'run', ARGV[a], 'pending', n)
+  redis.call('PEXPIREAT', KEYS[k], ARGV[a + 1])
+  for i = 1, n do
+    local b = a + 1 + (i - 1) * 4
+    local key = KEYS[k + i]
+    redis.call('HSET', key, 'call', ARGV[b + 1], 'fp', ARGV[b + 2], 'exp', ARGV[b + 3], 'status', 'pending')
+    if ARGV[b + 4] ~= '0' then redis.call('HSET', key, 'remind', ARGV[b + 4]) end
+    redis.call('PEXPIREAT', key, ARGV[a + 1])
+  end
+  return true
 end
-return 1
+`
+
+// createRun writes a run and its calls unless the run exists
+// (createRunFn).
+// KEYS: run, call...
+// ARGV: as createRunFn
+// Returns 1 if created, 0 if the run exists.
+var createRun = redis.NewScript(createRunFn + `
+if createRun(1, 1, #KEYS - 1) then return 1 end
+return 0
 `)
 
 // decide moves a call from pending to a final status, and writes the

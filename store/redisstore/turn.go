@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,40 +26,100 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, redis.call('HGETALL', KEYS[2]), redis.call('LRANGE', KEYS[3], 0, -1)}
 `)
 
-// commitTurn saves a conversation, drops answered messages from its inbox
-// and releases the lease on its turns, each when asked.
-// KEYS: conversation, inbox, lease [, unanswered index]
-// ARGV: save (1/0), key, state, paused run, updated at, conversation ttl
-// (ms), answer up to (seq, empty: none), release owner (empty: none), release
-// channel
-// Returns how many messages the inbox holds, or -1 when none was answered.
-// Given the index of unanswered conversations (a single node, where a
-// script reaches every key), an inbox left empty by the answer takes the
-// conversation (ARGV[2]) out of it in the same step.
-var commitTurn = redis.NewScript(`
-if ARGV[1] == '1' then
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'key', ARGV[2], 'state', ARGV[3], 'paused_run', ARGV[4], 'updated_at', ARGV[5])
-  redis.call('PEXPIRE', KEYS[1], ARGV[6])
-end
-local left = -1
-if ARGV[7] ~= '' then
-  local upTo = tonumber(ARGV[7])
-  while true do
-    local v = redis.call('LINDEX', KEYS[2], 0)
-    if not v then break end
-    local seq = tonumber(string.match(v, '^{"seq":(%d+)'))
-    if seq and seq > upTo then break end
-    redis.call('LPOP', KEYS[2])
+// commitTurnFn is the Lua function commit(k, a, unlist) that saves a
+// conversation, drops answered messages from its inbox and releases the
+// lease on its turns, each when asked.
+// KEYS from k: conversation, inbox, lease, unanswered index (with unlist)
+// ARGV from a: save (1/0), key, state, paused run, updated at,
+// conversation ttl (ms), answer up to (seq, empty: none), release owner
+// (empty: none), release channel
+// It returns how many messages the inbox holds, or -1 when none was
+// answered. With unlist (a single node, where a script reaches every key),
+// an inbox left empty by the answer takes the conversation out of the
+// index of unanswered ones in the same step.
+const commitTurnFn = `
+local function commit(k, a, unlist)
+  if ARGV[a] == '1' then
+    redis.call('DEL', KEYS[k])
+    redis.call('HSET', KEYS[k], 'key', ARGV[a + 1], 'state', ARGV[a + 2], 'paused_run', ARGV[a + 3], 'updated_at', ARGV[a + 4])
+    redis.call('PEXPIRE', KEYS[k], ARGV[a + 5])
   end
-  left = redis.call('LLEN', KEYS[2])
-  if left == 0 and #KEYS >= 4 then redis.call('ZREM', KEYS[4], ARGV[2]) end
+  local left = -1
+  if ARGV[a + 6] ~= '' then
+    local upTo = tonumber(ARGV[a + 6])
+    while true do
+      local v = redis.call('LINDEX', KEYS[k + 1], 0)
+      if not v then break end
+      local seq = tonumber(string.match(v, '^{"seq":(%d+)'))
+      if seq and seq > upTo then break end
+      redis.call('LPOP', KEYS[k + 1])
+    end
+    left = redis.call('LLEN', KEYS[k + 1])
+    if left == 0 and unlist then redis.call('ZREM', KEYS[k + 3], ARGV[a + 1]) end
+  end
+  if ARGV[a + 7] ~= '' and redis.call('GET', KEYS[k + 2]) == ARGV[a + 7] then
+    redis.call('DEL', KEYS[k + 2])
+    redis.call('PUBLISH', ARGV[a + 8], '1')
+  end
+  return left
 end
-if ARGV[8] ~= '' and redis.call('GET', KEYS[3]) == ARGV[8] then
-  redis.call('DEL', KEYS[3])
-  redis.call('PUBLISH', ARGV[9], '1')
+`
+
+// commitTurn is commitTurnFn as a script on the conversation's hash slot,
+// with the unanswered index as a fourth key on a single node.
+// KEYS: conversation, inbox, lease [, unanswered index]
+// ARGV: as commitTurnFn
+// Returns what commit returns.
+var commitTurn = redis.NewScript(commitTurnFn + `
+return commit(1, 1, #KEYS >= 4)
+`)
+
+// commitPause is CommitTurn of a turn that creates a run, in one script
+// on a single node (where a script reaches every key): the run and its
+// calls (createRunFn), their index entries and the conversation marked as
+// paused on the run (as indexRun), the audit entries, then commitTurnFn.
+// If the run exists it writes nothing.
+// KEYS: run, call..., conversation, inbox, lease, unanswered index, audit,
+// then one key per index entry
+// ARGV: the number of calls n, the createRunFn arguments (2 + 4n), the
+// number of index entries m, the trim bound ("(" and Unix ms), per entry
+// score (ms), member and trim (1/0), the run's conversation key (empty:
+// none), the run id, the conversation ttl (ms), the number of audit entries
+// e, the entries, the audit list's last index kept, then the commitTurnFn
+// arguments.
+// Returns {'exists'} or {'ok', inbox left (as commit), the audit list's
+// oldest entry (empty with no entry written)}.
+var commitPause = redis.NewScript(createRunFn + commitTurnFn + `
+local n = tonumber(ARGV[1])
+if not createRun(1, 2, n) then return {'exists'} end
+local deleteAt = ARGV[3]
+local k = 2 + n
+local a = 4 + 4 * n
+local m = tonumber(ARGV[a])
+local trimBefore = ARGV[a + 1]
+for i = 1, m do
+  local key = KEYS[k + 4 + i]
+  local b = a + 2 + (i - 1) * 3
+  redis.call('ZADD', key, ARGV[b], ARGV[b + 1])
+  redis.call('PEXPIREAT', key, deleteAt, 'NX')
+  redis.call('PEXPIREAT', key, deleteAt, 'GT')
+  if ARGV[b + 2] == '1' then redis.call('ZREMRANGEBYSCORE', key, '-inf', trimBefore) end
 end
-return left
+a = a + 2 + 3 * m
+if ARGV[a] ~= '' then
+  redis.call('HSET', KEYS[k], 'key', ARGV[a], 'paused_run', ARGV[a + 1])
+  redis.call('PEXPIRE', KEYS[k], ARGV[a + 2])
+end
+a = a + 3
+local e = tonumber(ARGV[a])
+for i = 1, e do
+  redis.call('LPUSH', KEYS[k + 4], ARGV[a + i])
+  redis.call('LTRIM', KEYS[k + 4], 0, ARGV[a + e + 1])
+end
+local tail = ''
+if e > 0 then tail = redis.call('LINDEX', KEYS[k + 4], -1) or '' end
+a = a + e + 2
+return {'ok', commit(k, a, true), tail}
 `)
 
 // unlistIfAnswered takes a conversation out of the index of unanswered
@@ -131,6 +192,77 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 	return b, nil
 }
 
+// commitArgs returns the keys (conversation, inbox, lease) and arguments
+// of commitTurnFn for c.
+func (s *Store) commitArgs(c store.Commit) ([]string, []any) {
+	keys := []string{s.convKey(c.Key), s.inboxKey(c.Key), s.leaseKey(store.TurnLease(c.Key))}
+	args := []any{"0", c.Key, "", "", "", s.convTTL.Milliseconds(), "", c.Release, s.leaseChannel(store.TurnLease(c.Key))}
+	if c.Answer {
+		args[6] = c.AnswerUpTo
+	}
+	if conv := c.Conversation; conv != nil {
+		at := conv.UpdatedAt
+		if at.IsZero() {
+			at = time.Now()
+		}
+		args[0], args[2], args[3], args[4] = "1", []byte(conv.State), conv.PausedRun, at.Format(time.RFC3339Nano)
+	}
+	return keys, args
+}
+
+// commitPause is CommitTurn of a commit that creates a run and finishes
+// none, on a single node: one script (commitPause) writes all of it, in
+// the order of the general path. commitKeys and commitArgs are those of
+// commitTurnFn, the unanswered index included.
+func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []string, commitArgs []any) error {
+	nr, err := s.newRun(*c.Run, c.Calls)
+	if err != nil {
+		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+	}
+	entries := s.runIndex(nr.run, nr.calls)
+	keys := make([]string, 0, len(nr.keys)+len(commitKeys)+1+len(entries))
+	keys = append(append(append(keys, nr.keys...), commitKeys...), s.auditKey())
+	args := make([]any, 0, 1+len(nr.args)+2+3*len(entries)+4+len(c.Audit)+1+len(commitArgs))
+	args = append(append(args, len(nr.calls)), nr.args...)
+	trimBefore := "(" + strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
+	args = append(args, len(entries), trimBefore)
+	for _, e := range entries {
+		keys = append(keys, e.key)
+		trim := "0"
+		if e.trim {
+			trim = "1"
+		}
+		args = append(args, e.score.UnixMilli(), e.member, trim)
+	}
+	args = append(args, nr.run.Conversation, nr.run.ID, s.convTTL.Milliseconds(), len(c.Audit))
+	for _, e := range c.Audit {
+		b, err := auditJSON(e)
+		if err != nil {
+			return fmt.Errorf("commit turn of %s: audit %s: %w", c.Key, e.Action, err)
+		}
+		args = append(args, b)
+	}
+	args = append(append(args, s.auditMax-1), commitArgs...)
+	res, err := commitPause.Run(ctx, s.c, keys, args...).Slice()
+	if err != nil {
+		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+	}
+	if code, _ := res[0].(string); code == "exists" {
+		return fmt.Errorf("commit turn of %s: create run %s: %w", c.Key, nr.run.ID, store.ErrRunExists)
+	}
+	if len(res) != 3 {
+		return fmt.Errorf("commit turn of %s: unexpected reply %v", c.Key, res)
+	}
+	if tail, _ := res[2].(string); tail != "" {
+		if cutoff := time.Now().Add(-s.auditTTL); staleAudit(tail, cutoff) {
+			if err := s.trimAudit(ctx, cutoff); err != nil {
+				return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+			}
+		}
+	}
+	return nil
+}
+
 // CommitTurn writes in this order, so that a failure or a crash part way
 // leaves what a later turn can carry on from: the run (one script on its
 // hash slot), then in one pipeline its index entries, the audit entries
@@ -139,10 +271,23 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 // pipeline the finished run's index entries dropped and the conversation
 // unlisted if its inbox is empty, then a check of the inbox that lists it
 // again if a message arrived meanwhile (as AnswerInbox). A run that cannot
-// be created stops the commit before anything else is written. That is
-// four round trips for a pause or the end of a resume. See storetest.Store
-// for the contract.
+// be created stops the commit before anything else is written. On Redis
+// Cluster that is four round trips for a pause or the end of a resume. On a
+// single node (or a Sentinel primary) a pause is one script (commitPause),
+// and the commit's script unlists an answered conversation itself: a turn
+// that creates no run is one round trip, the end of a resume three. See
+// storetest.Store for the contract.
 func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
+	keys, args := s.commitArgs(c)
+	// On a single node the script unlists the conversation itself, at
+	// once, unless a run is finished first (see above).
+	unlisted := !s.cluster && c.Finish == ""
+	if unlisted {
+		keys = append(keys, s.unansweredKey())
+		if c.Run != nil && (c.Run.Conversation == "" || c.Run.Conversation == c.Key) {
+			return s.commitPause(ctx, c, keys, args)
+		}
+	}
 	var run store.Run
 	var calls []store.Call
 	if c.Run != nil {
@@ -159,24 +304,6 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		if err := s.pushAudit(ctx, p, e); err != nil {
 			return fmt.Errorf("commit turn of %s: audit %s: %w", c.Key, e.Action, err)
 		}
-	}
-	keys := []string{s.convKey(c.Key), s.inboxKey(c.Key), s.leaseKey(store.TurnLease(c.Key))}
-	// On a single node the script unlists the conversation itself, at
-	// once, unless a run is finished first (see above).
-	unlisted := !s.cluster && c.Finish == ""
-	if unlisted {
-		keys = append(keys, s.unansweredKey())
-	}
-	args := []any{"0", c.Key, "", "", "", s.convTTL.Milliseconds(), "", c.Release, s.leaseChannel(store.TurnLease(c.Key))}
-	if c.Answer {
-		args[6] = c.AnswerUpTo
-	}
-	if conv := c.Conversation; conv != nil {
-		at := conv.UpdatedAt
-		if at.IsZero() {
-			at = time.Now()
-		}
-		args[0], args[2], args[3], args[4] = "1", []byte(conv.State), conv.PausedRun, at.Format(time.RFC3339Nano)
 	}
 	var tail *redis.StringCmd
 	if len(c.Audit) > 0 {
