@@ -269,7 +269,18 @@ func (s *Store) newRun(r store.Run, calls []store.Call) (newRun, error) {
 		return newRun{}, fmt.Errorf("create run %s: %w", r.ID, err)
 	}
 	deleteAt := r.ExpiresAt.Add(s.retention)
-	nr := newRun{run: r, calls: calls, keys: []string{s.runKey(r.ID)}, args: []any{runJSON, deleteAt.UnixMilli()}}
+	conv := ""
+	if r.Conversation != "" {
+		conv = s.convKey(r.Conversation)
+	}
+	nr := newRun{run: r, calls: calls, keys: []string{s.runKey(r.ID)}, args: []any{runJSON, deleteAt.UnixMilli(), conv}}
+	// The index keys of each call, for commitFinish (a single node only).
+	idx := map[string][]string{}
+	if !s.cluster {
+		for _, e := range s.runIndex(r, calls) {
+			idx[e.member] = append(idx[e.member], e.key)
+		}
+	}
 	for _, c := range calls {
 		fp := c.Fingerprint
 		c.Status = "" // the status lives in its own field
@@ -278,7 +289,7 @@ func (s *Store) newRun(r store.Run, calls []store.Call) (newRun, error) {
 			return newRun{}, fmt.Errorf("create run %s: %w", r.ID, err)
 		}
 		nr.keys = append(nr.keys, s.callKey(c.ID))
-		nr.args = append(nr.args, b, fp, c.ExpiresAt.UnixMicro(), remindArg(c.RemindAt))
+		nr.args = append(nr.args, b, fp, c.ExpiresAt.UnixMicro(), remindArg(c.RemindAt), strings.Join(idx[c.ID], "\n"))
 	}
 	return nr, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -81,7 +82,7 @@ return commit(1, 1, #KEYS >= 4)
 // If the run exists it writes nothing.
 // KEYS: run, call..., conversation, inbox, lease, unanswered index, audit,
 // then one key per index entry
-// ARGV: the number of calls n, the createRunFn arguments (2 + 4n), the
+// ARGV: the number of calls n, the createRunFn arguments (3 + 5n), the
 // number of index entries m, the trim bound ("(" and Unix ms), per entry
 // score (ms), member and trim (1/0), the run's conversation key (empty:
 // none), the run id, the conversation ttl (ms), the number of audit entries
@@ -94,7 +95,7 @@ local n = tonumber(ARGV[1])
 if not createRun(1, 2, n) then return {'exists'} end
 local deleteAt = ARGV[3]
 local k = 2 + n
-local a = 4 + 4 * n
+local a = 5 + 5 * n
 local m = tonumber(ARGV[a])
 local trimBefore = ARGV[a + 1]
 for i = 1, m do
@@ -120,6 +121,59 @@ local tail = ''
 if e > 0 then tail = redis.call('LINDEX', KEYS[k + 4], -1) or '' end
 a = a + e + 2
 return {'ok', commit(k, a, true), tail}
+`)
+
+// commitFinish is CommitTurn of a commit that finishes a run and creates
+// none, in one script on a single node: the audit entries, commitTurnFn,
+// then the run finished as finishRun finishes it, its calls taken out of
+// the indexes that list them (their idx fields), the run out of the runs
+// index and the conversation's paused run cleared if it is this one (as
+// clearPaused), and the conversation unlisted if its inbox is empty. A run
+// created before runs kept their conversation's key (no conv field) is
+// left to the general path: the script then writes nothing and returns
+// {'legacy'}.
+// KEYS: conversation, inbox, lease, unanswered index, audit, run, claim,
+// runs index
+// ARGV: the number of audit entries e, the entries, the audit list's last
+// index kept, the commitTurnFn arguments, the retention (ms), the run id
+// Returns {'legacy'} or {'ok', inbox left (as commit), the audit list's
+// oldest entry (empty with no entry written)}.
+var commitFinish = redis.NewScript(commitTurnFn + `
+local run = redis.call('HMGET', KEYS[6], 'run', 'finished', 'conv')
+local finish = run[1] and run[2] ~= '1'
+if finish and not run[3] then return {'legacy'} end
+local e = tonumber(ARGV[1])
+for i = 1, e do
+  redis.call('LPUSH', KEYS[5], ARGV[1 + i])
+  redis.call('LTRIM', KEYS[5], 0, ARGV[e + 2])
+end
+local tail = ''
+if e > 0 then tail = redis.call('LINDEX', KEYS[5], -1) or '' end
+local a = e + 3
+local left = commit(1, a, true)
+a = a + 9
+if finish then
+  local ret, id = ARGV[a], ARGV[a + 1]
+  redis.call('HSET', KEYS[6], 'finished', '1')
+  redis.call('DEL', KEYS[7])
+  redis.call('PEXPIRE', KEYS[6], ret, 'LT')
+  local i = 0
+  while true do
+    local k = KEYS[6] .. ':call:' .. id .. '.' .. i
+    local c = redis.call('HMGET', k, 'call', 'idx')
+    if not c[1] then break end
+    redis.call('PEXPIRE', k, ret, 'LT')
+    if c[2] then
+      for key in string.gmatch(c[2], '[^\n]+') do redis.call('ZREM', key, id .. '.' .. i) end
+    end
+    i = i + 1
+  end
+  redis.call('ZREM', KEYS[8], id)
+  if run[3] ~= '' and redis.call('HGET', run[3], 'paused_run') == id then
+    redis.call('HDEL', run[3], 'paused_run')
+  end
+end
+return {'ok', left, tail}
 `)
 
 // unlistIfAnswered takes a conversation out of the index of unanswered
@@ -253,11 +307,51 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 	if len(res) != 3 {
 		return fmt.Errorf("commit turn of %s: unexpected reply %v", c.Key, res)
 	}
-	if tail, _ := res[2].(string); tail != "" {
-		if cutoff := time.Now().Add(-s.auditTTL); staleAudit(tail, cutoff) {
-			if err := s.trimAudit(ctx, cutoff); err != nil {
-				return fmt.Errorf("commit turn of %s: %w", c.Key, err)
-			}
+	tail, _ := res[2].(string)
+	return s.trimStaleAudit(ctx, c.Key, tail)
+}
+
+// commitFinish is CommitTurn of a commit that finishes a run and creates
+// none, on a single node: one script (commitFinish). It reports false, with
+// nothing written, for a run that must be finished by the general path
+// (one created before runs kept their conversation's key). commitKeys and
+// commitArgs are those of commitTurnFn, the unanswered index included.
+func (s *Store) commitFinish(ctx context.Context, c store.Commit, commitKeys []string, commitArgs []any) (bool, error) {
+	keys := append(slices.Clone(commitKeys), s.auditKey(), s.runKey(c.Finish), s.claimKey(c.Finish), s.runsKey())
+	args := make([]any, 0, 2+len(c.Audit)+len(commitArgs)+2)
+	args = append(args, len(c.Audit))
+	for _, e := range c.Audit {
+		b, err := auditJSON(e)
+		if err != nil {
+			return false, fmt.Errorf("commit turn of %s: audit %s: %w", c.Key, e.Action, err)
+		}
+		args = append(args, b)
+	}
+	args = append(append(args, s.auditMax-1), commitArgs...)
+	args = append(args, s.retention.Milliseconds(), c.Finish)
+	res, err := commitFinish.Run(ctx, s.c, keys, args...).Slice()
+	if err != nil {
+		return false, fmt.Errorf("commit turn of %s: %w", c.Key, err)
+	}
+	if code, _ := res[0].(string); code == "legacy" {
+		return false, nil
+	}
+	if len(res) != 3 {
+		return false, fmt.Errorf("commit turn of %s: unexpected reply %v", c.Key, res)
+	}
+	tail, _ := res[2].(string)
+	return true, s.trimStaleAudit(ctx, c.Key, tail)
+}
+
+// trimStaleAudit trims the audit log when tail, its oldest entry read by a
+// commit's script (empty: none), is past the audit retention.
+func (s *Store) trimStaleAudit(ctx context.Context, key, tail string) error {
+	if tail == "" {
+		return nil
+	}
+	if cutoff := time.Now().Add(-s.auditTTL); staleAudit(tail, cutoff) {
+		if err := s.trimAudit(ctx, cutoff); err != nil {
+			return fmt.Errorf("commit turn of %s: %w", key, err)
 		}
 	}
 	return nil
@@ -274,8 +368,9 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 // be created stops the commit before anything else is written. On Redis
 // Cluster that is four round trips for a pause or the end of a resume. On a
 // single node (or a Sentinel primary) a pause is one script (commitPause),
-// and the commit's script unlists an answered conversation itself: a turn
-// that creates no run is one round trip, the end of a resume three. See
+// a commit that finishes a run (the end of a resume) is one script
+// (commitFinish) for runs created by this version, and the commit's script
+// unlists an answered conversation itself: each is one round trip. See
 // storetest.Store for the contract.
 func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	keys, args := s.commitArgs(c)
@@ -286,6 +381,12 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		keys = append(keys, s.unansweredKey())
 		if c.Run != nil && (c.Run.Conversation == "" || c.Run.Conversation == c.Key) {
 			return s.commitPause(ctx, c, keys, args)
+		}
+	}
+	if !s.cluster && c.Finish != "" && c.Run == nil {
+		done, err := s.commitFinish(ctx, c, append(keys, s.unansweredKey()), args)
+		if done || err != nil {
+			return err
 		}
 	}
 	var run store.Run

@@ -1,8 +1,13 @@
 package redisstore_test
 
 import (
+	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/redisstore"
@@ -32,5 +37,133 @@ func TestCommitTurnAnnouncesRelease(t *testing.T) {
 			t.Fatalf("%s: no release announced within 10s of the commit", u)
 		}
 		_ = w.Close()
+	}
+}
+
+// indexMembers returns the members of every sorted set under prefix, on
+// every master.
+func indexMembers(t *testing.T, rawURL, prefix string) map[string][]string {
+	t.Helper()
+	c, err := redisstore.NewClient(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	out := map[string][]string{}
+	var mu sync.Mutex
+	read := func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, prefix+":*", 500).Iterator()
+		for iter.Next(ctx) {
+			if node.Type(ctx, iter.Val()).Val() != "zset" {
+				continue
+			}
+			ms, err := node.ZRange(ctx, iter.Val(), 0, -1).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			out[iter.Val()] = ms
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, read)
+	case *redis.Client:
+		err = read(ctx, c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A commit that finishes a run takes its calls out of every index that
+// listed them and clears the conversation's paused run: on a single node
+// in the finishing script, on Redis Cluster with the pipeline after it, and
+// for a run created before runs kept their conversation's key (no conv
+// field) by the general path.
+func TestCommitTurnFinishUnindexes(t *testing.T) {
+	for _, tc := range []struct {
+		name, url string
+		legacy    bool
+	}{
+		{"single node", redisURL(t), false},
+		{"single node, legacy run", redisURL(t), true},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := newPrefix(t, tc.url)
+			s := newStore(t, tc.url, redisstore.Options{Prefix: prefix})
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := t.Context()
+			conv := "C1:" + store.NewRunID()
+			if _, _, err := s.AcceptMessage(ctx, conv, store.Inbound{User: "U1", Channel: "C1", Text: "hi"}, false); err != nil {
+				t.Fatal(err)
+			}
+			r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+			calls := []store.Call{
+				{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, Approvers: []string{"UA", "UB"}, ExpiresAt: time.Now().Add(time.Hour), RemindAt: time.Now().Add(time.Minute)},
+				{ID: store.CallID(r.ID, 1), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)},
+			}
+			b, err := s.BeginTurn(ctx, conv, "a", time.Minute)
+			if err != nil || !b.Acquired {
+				t.Fatalf("BeginTurn = %v, %v", b.Acquired, err)
+			}
+			paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+			if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls, Answer: true, AnswerUpTo: b.Inbox[0].Seq, Release: "a"}); err != nil {
+				t.Fatalf("CommitTurn (pause): %v", err)
+			}
+			listed := 0
+			for _, ms := range indexMembers(t, tc.url, prefix) {
+				for _, m := range ms {
+					if strings.HasPrefix(m, r.ID) {
+						listed++
+					}
+				}
+			}
+			if listed < 8 {
+				t.Fatalf("the paused run is in %d index entries, want at least 8", listed)
+			}
+			if tc.legacy {
+				c, err := redisstore.NewClient(tc.url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if err := c.HDel(ctx, prefix+":run:{"+r.ID+"}", "conv").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, c := range calls {
+				if _, _, err := s.Decide(ctx, c.ID, c.Fingerprint, store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}); err != nil {
+					t.Fatalf("Decide(%s): %v", c.ID, err)
+				}
+			}
+			done := store.Conversation{State: []byte(`{"done":true}`)}
+			if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &done, Finish: r.ID,
+				Audit: []store.AuditEntry{{Actor: "UA", Action: "execute", CallID: calls[0].ID}}}); err != nil {
+				t.Fatalf("CommitTurn (finish): %v", err)
+			}
+			for k, ms := range indexMembers(t, tc.url, prefix) {
+				for _, m := range ms {
+					if strings.HasPrefix(m, r.ID) {
+						t.Errorf("index %s still lists %s after the run was finished", k, m)
+					}
+				}
+			}
+			got, _, err := s.LoadRun(ctx, r.ID)
+			if err != nil || !got.Finished {
+				t.Errorf("LoadRun = finished %v, %v; want finished", got.Finished, err)
+			}
+			if c, err := s.LoadConversation(ctx, conv); err != nil || c.PausedRun != "" || string(c.State) != `{"done":true}` {
+				t.Errorf("LoadConversation = %+v, %v; want the saved state, not paused", c, err)
+			}
+			if log, err := s.AuditLog(ctx, 1); err != nil || len(log) != 1 || log[0].Action != "execute" {
+				t.Errorf("AuditLog = %+v, %v; want the execute entry", log, err)
+			}
+		})
 	}
 }
