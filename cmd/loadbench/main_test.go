@@ -92,11 +92,22 @@ func TestSmoke(t *testing.T) {
 			if l.BotAdded.MentionToAnswerAllowed.Count != conversations-asked {
 				t.Errorf("mention -> answer (allowed) has %d samples, want %d", l.BotAdded.MentionToAnswerAllowed.Count, conversations-asked)
 			}
+			// The fake model's time is measured for each asked
+			// conversation's first request, and covers at least its
+			// latency (-model-latency 20ms).
+			if l.InModel.Count != asked || l.InModel.P50 < 20 {
+				t.Errorf("time in the fake model: %d samples, p50 %v ms; want %d, at least 20 ms", l.InModel.Count, l.InModel.P50, asked)
+			}
 			if l.RoundTrip.Count == 0 || rep.Acks.Count == 0 {
 				t.Errorf("%d round trips and %d acks measured, want some of each", l.RoundTrip.Count, rep.Acks.Count)
 			}
-			if sc := rep.StoreCalls; sc.Pause.Total <= 0 || sc.Decide.Total <= 0 || sc.Resume.Total <= 0 {
+			sc := rep.StoreCalls
+			if sc.Pause.Total <= 0 || sc.Decide.Total <= 0 || sc.Resume.Total <= 0 {
 				t.Errorf("store calls per pause, decide, resume: %v, %v, %v; want each counted", sc.Pause.Total, sc.Decide.Total, sc.Resume.Total)
+			}
+			// Redis round trips are counted on Redis only.
+			if trips := sc.Pause.RoundTrips * sc.Decide.RoundTrips * sc.Resume.RoundTrips; (st[1] == "redis") != (trips > 0) {
+				t.Errorf("%s: Redis round trips per pause, decide, resume: %v, %v, %v", st[1], sc.Pause.RoundTrips, sc.Decide.RoundTrips, sc.Resume.RoundTrips)
 			}
 			if len(rep.Paused) != 1 || rep.Paused[0].Runs != parked || rep.Paused[0].RawHistoryBytesPerRun <= 0 {
 				t.Errorf("paused samples %+v, want one at %d runs with history measured", rep.Paused, parked)

@@ -127,11 +127,17 @@ type LoadResult struct {
 	// RoundTrip is the websocket PING -> PONG time to the bots, sampled
 	// during the phase.
 	RoundTrip Dist `json:"round_trip_ms"`
-	// BotAdded is end to end minus the time spent in the fakes (the model
-	// latency for each model call, the tool's time).
+	// BotAdded is end to end minus the time spent in the fakes: for each
+	// model call, the time the fake model spent on it (InModel), and the
+	// tool's time.
 	BotAdded BotAdded `json:"bot_added_ms"`
 	// EndToEnd are the same spans, fakes included.
 	EndToEnd BotAdded `json:"end_to_end_ms"`
+	// InModel is the time the fake model spent on the first request of
+	// each asked conversation, from its body read to its answer written:
+	// the model latency, the fake's own work, and how late its timer and
+	// its writes were.
+	InModel Dist `json:"in_model_ms"`
 }
 
 // BotAdded are the spans of a conversation.
@@ -149,13 +155,22 @@ type BotAdded struct {
 func loadResult(convs []conv, o options, start time.Time, offered time.Duration) LoadResult {
 	r := LoadResult{Offered: len(convs), OfferedSeconds: offered.Seconds()}
 	var card, exec, answer, allowed []time.Duration
-	var eCard, eExec, eAnswer, eAllowed []time.Duration
+	var eCard, eExec, eAnswer, eAllowed, model []time.Duration
 	var last time.Time
-	L := o.modelLatency
+	// The time in the model is what the fake model spent on each request,
+	// from its body read to its answer written: its latency, its own
+	// work, and how late its timer and its writes were on a busy machine.
+	inModel := func(c conv, step int) time.Duration {
+		if c.inModel[step] > 0 {
+			return c.inModel[step]
+		}
+		return o.modelLatency
+	}
 	for _, c := range convs {
 		if c.ask && !c.cardAt.IsZero() {
 			d := c.cardAt.Sub(c.mentionAt)
-			eCard, card = append(eCard, d), append(card, d-L)
+			eCard, card = append(eCard, d), append(card, d-inModel(c, 0))
+			model = append(model, inModel(c, 0))
 		}
 		approved := c.ask && !c.clickAt.IsZero() && len(c.execAt) > 0 && !c.execAt[0].Before(c.clickAt)
 		if approved {
@@ -170,14 +185,14 @@ func loadResult(convs []conv, o options, start time.Time, offered time.Duration)
 		case !c.ask:
 			r.Allowed++
 			d := c.answerAt.Sub(c.mentionAt)
-			eAllowed, allowed = append(eAllowed, d), append(allowed, d-2*L-tool)
+			eAllowed, allowed = append(eAllowed, d), append(allowed, d-inModel(c, 0)-inModel(c, 1)-tool)
 		case approved:
 			r.Cycles++
 			if c.answerAt.After(last) {
 				last = c.answerAt
 			}
 			d := c.answerAt.Sub(c.clickAt)
-			eAnswer, answer = append(eAnswer, d), append(answer, d-L-tool)
+			eAnswer, answer = append(eAnswer, d), append(answer, d-inModel(c, 1)-tool)
 		}
 	}
 	if r.Cycles > 0 {
@@ -185,6 +200,7 @@ func loadResult(convs []conv, o options, start time.Time, offered time.Duration)
 	}
 	r.BotAdded = BotAdded{summarize(card), summarize(exec), summarize(answer), summarize(allowed)}
 	r.EndToEnd = BotAdded{summarize(eCard), summarize(eExec), summarize(eAnswer), summarize(eAllowed)}
+	r.InModel = summarize(model)
 	return r
 }
 
@@ -336,6 +352,7 @@ func writeTable(w io.Writer, r *Report) {
 	dist("bot adds: click -> answer", b.ClickToAnswer)
 	dist("bot adds: mention -> answer (allowed)", b.MentionToAnswerAllowed)
 	dist("end to end: mention -> card", e.MentionToCard)
+	dist("in the fake model, first request", r.Load.InModel)
 	dist("end to end: click -> answer", e.ClickToAnswer)
 	tw.Flush()
 	fmt.Fprintf(w, "\nack p99 / round trip p99: %.1f\n", r.AckToRoundTripP99)

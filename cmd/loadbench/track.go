@@ -40,6 +40,10 @@ type conv struct {
 	execEnd   time.Time   // the first execution's answer
 	answerAt  time.Time
 	others    int // bot messages in the thread that are neither card nor answer
+	// inModel is the time the fake model spent on each request of the
+	// conversation, by step: 0 before the tool call, 1 after its result.
+	// Zero where unknown (then the model's latency stands in for it).
+	inModel [2]time.Duration
 
 	card     chan struct{} // closed when the card is posted
 	answered chan struct{} // closed when the final answer is complete
@@ -280,7 +284,8 @@ func (t *tracker) snapshot(from int) []conv {
 // model is the scripted model: the first request of a conversation gets one
 // tool call of http_get on the bench's tool server, the request after the
 // tool result gets the final answer "done conv-N". Each answer waits
-// latency (nanoseconds), which may change while the model answers.
+// latency (nanoseconds), which may change while the model answers, and the
+// time the fake spent on each request is recorded with its conversation.
 type model struct {
 	t       *tracker
 	toolURL string
@@ -304,8 +309,13 @@ func (m *model) answer(req openai.ChatCompletionRequest) fakeopenai.Response {
 	if id < 0 {
 		return fakeopenai.Response{Delay: latency, Text: "I do not know this conversation."}
 	}
+	step := 0
 	if hasResult {
-		return fakeopenai.Response{Delay: latency, Text: fmt.Sprintf("done conv-%d", id)}
+		step = 1
+	}
+	served := func(d time.Duration) { m.t.inModel(id, step, d) }
+	if hasResult {
+		return fakeopenai.Response{Delay: latency, Text: fmt.Sprintf("done conv-%d", id), Served: served}
 	}
 	c := m.t.get(id)
 	mode := "allow"
@@ -325,5 +335,15 @@ func (m *model) answer(req openai.ChatCompletionRequest) fakeopenai.Response {
 		m.t.history = append(m.t.history, len(hist)+len(tc))
 		m.t.mu.Unlock()
 	}
-	return fakeopenai.Response{Delay: latency, ToolCalls: []fakeopenai.ToolCall{call}}
+	return fakeopenai.Response{Delay: latency, ToolCalls: []fakeopenai.ToolCall{call}, Served: served}
+}
+
+// inModel records the time the fake model spent on step's request of
+// conversation id (the first one, if it was asked more than once).
+func (t *tracker) inModel(id, step int, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id >= 0 && id < len(t.convs) && t.convs[id].inModel[step] == 0 {
+		t.convs[id].inModel[step] = d
+	}
 }

@@ -85,6 +85,13 @@ type Response struct {
 	// IgnoreStream answers with a plain JSON completion even when the
 	// request asks for a stream, as some servers do.
 	IgnoreStream bool
+
+	// Served, if set, is called once the answer is written (or given up
+	// when the client went away), with the time the server spent on the
+	// request from the moment its body was read: what the model took, as
+	// its client would see it but for the network. A load test subtracts
+	// it from the time its client waited to tell the client's own share.
+	Served func(time.Duration)
 }
 
 // Text returns a Response answering with text.
@@ -264,7 +271,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid JSON body: "+err.Error())
 		return
 	}
+	read := time.Now()
 	seq, resp := s.next(body, req)
+	if resp.Served != nil {
+		defer func() { resp.Served(time.Since(read)) }()
+	}
 	if !s.sleep(r.Context(), resp.Delay) {
 		return
 	}

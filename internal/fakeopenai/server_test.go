@@ -378,3 +378,31 @@ func TestCloseEndsDelay(t *testing.T) {
 		t.Error("request answered after Close, want an error")
 	}
 }
+
+// Served is told once, after the whole stream, how long the server spent on
+// the request: at least its delay and the delays between chunks.
+func TestServedReportsTheTimeInTheServer(t *testing.T) {
+	s := fakeopenai.Start()
+	defer s.Close()
+	served := make(chan time.Duration, 2)
+	const delay, chunk = 30 * time.Millisecond, 10 * time.Millisecond
+	s.Reply(fakeopenai.Response{Text: "one two three", Delay: delay, ChunkDelay: chunk, Served: func(d time.Duration) { served <- d }})
+	data := events(t, s, userRequest("hi"))
+	if len(data) < 3 || data[len(data)-1] != "[DONE]" {
+		t.Fatalf("events = %q, want a stream ending in [DONE]", data)
+	}
+	var got time.Duration
+	select {
+	case got = <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Served was not called after the answer")
+	}
+	if min := delay + time.Duration(len(data)-3)*chunk; got < min {
+		t.Errorf("Served(%v) for a delay of %v and %d chunks %v apart; want at least %v", got, delay, len(data)-1, chunk, min)
+	}
+	select {
+	case d := <-served:
+		t.Errorf("Served called again (%v)", d)
+	default:
+	}
+}
