@@ -92,6 +92,7 @@ type Runs interface {
 // turn that dies with its process is taken over (see Accept and TakeOver).
 type Inboxes interface {
 	AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error)
+	AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error)
 	Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
 }
 

@@ -131,6 +131,31 @@ func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool,
 	if err := l.acquire(ctx, key, conversation, wait, take); err != nil {
 		return err
 	}
+	return l.runHeld(ctx, conversation, fn)
+}
+
+// take takes the lease on conversation for work that starts later, with
+// begin, which takes it in the store (as BeginTurn does, together with
+// other work) and reports whether it did. It returns false, having taken
+// nothing, if a turn of this process holds the conversation, begin fails
+// or another process holds it. Once it returns true the caller runs the
+// work with runHeld, or gives the lease back with release.
+func (l *leases) take(conversation string, begin func() (bool, error)) (bool, error) {
+	key := store.TurnLease(conversation)
+	if busy := l.claim(key); busy != nil {
+		return false, nil
+	}
+	ok, err := begin()
+	if err != nil || !ok {
+		l.unclaim(key)
+	}
+	return ok && err == nil, err
+}
+
+// runHeld is run for a lease this process holds already (see take): it
+// renews the lease while fn runs, and releases it when fn returns.
+func (l *leases) runHeld(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
+	key := store.TurnLease(conversation)
 	h := &hold{conversation: conversation}
 	defer func() { l.release(ctx, key, conversation, h.released) }()
 	// fn runs under a context that ends if the lease is lost: work on a

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -122,13 +123,90 @@ func (a *Agent) Accept(ctx context.Context, req Request, requireKnown bool) (Req
 	if req.At.IsZero() {
 		req.At = a.cfg.Now()
 	}
-	m := store.Inbound{EventID: req.EventID, MsgID: req.MsgID, User: req.User, Channel: req.Channel, Text: req.Text, At: req.At}
-	got, acc, err := a.store.AcceptMessage(ctx, req.Conversation, m, requireKnown)
+	got, acc, err := a.store.AcceptMessage(ctx, req.Conversation, inboundOf(req), requireKnown)
 	if err != nil {
 		return req, "", fmt.Errorf("record message: %w", err)
 	}
 	req.Seq = got.Seq
 	return req, acc, nil
+}
+
+// Taken is a conversation's lease taken by AcceptTaking together with the
+// record of a message, so that the message's turn starts without another
+// store step: pass it to RunTaken, or give it back with ReleaseTaken.
+// One of them must be called, once.
+type Taken struct {
+	conversation string
+	begun        store.Begun
+	used         atomic.Bool
+}
+
+// AcceptTaking is Accept that, for a message accepted in a conversation
+// that no turn of this process holds, also takes the conversation's lease
+// and reads what its turn starts from, in the same store step. It returns
+// a *Taken when it did: the caller must then run the turn at once with
+// RunTaken (or ReleaseTaken), since nothing else in this process may work
+// on the conversation meanwhile. Otherwise the *Taken is nil and the
+// message is recorded as Accept records it.
+func (a *Agent) AcceptTaking(ctx context.Context, req Request, requireKnown bool) (Request, store.Acceptance, *Taken, error) {
+	if req.At.IsZero() {
+		req.At = a.cfg.Now()
+	}
+	var acc store.Acceptance
+	var b store.Begun
+	var seq int64
+	asked := false
+	taken, err := a.leases.take(req.Conversation, func() (bool, error) {
+		asked = true
+		got, ac, bg, err := a.store.AcceptBegin(ctx, req.Conversation, inboundOf(req), requireKnown, a.cfg.Owner, a.cfg.LeaseTTL, a.policyKinds()...)
+		seq, acc, b = got.Seq, ac, bg
+		return bg.Acquired, err
+	})
+	switch {
+	case err != nil:
+		return req, "", nil, fmt.Errorf("record message: %w", err)
+	case !asked:
+		// A turn of this process holds the conversation: record only.
+		req, acc, err := a.Accept(ctx, req, requireKnown)
+		return req, acc, nil, err
+	}
+	req.Seq = seq
+	if !taken {
+		return req, acc, nil, nil
+	}
+	return req, acc, &Taken{conversation: req.Conversation, begun: b}, nil
+}
+
+// RunTaken is Run for a message recorded by AcceptTaking (req as it
+// returned it), under the lease it took: the turn starts from what
+// AcceptTaking read.
+func (a *Agent) RunTaken(ctx context.Context, req Request, t *Taken) (Outcome, error) {
+	if t == nil || t.conversation != req.Conversation || !t.used.CompareAndSwap(false, true) {
+		return Outcome{}, errors.New("run taken: not a lease taken for this conversation, or used already")
+	}
+	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnMessage, Conversation: req.Conversation, User: req.User, Channel: req.Channel})
+	var out Outcome
+	err := a.leases.runHeld(ctx, req.Conversation, func(ctx context.Context) (err error) {
+		out, err = a.answer(ctx, req.Conversation, t.begun)
+		return err
+	})
+	end(out, err)
+	return out, err
+}
+
+// ReleaseTaken gives back the lease of a Taken that will not run: the
+// message stays recorded, for a later turn or the takeover to answer.
+// Releasing a Taken that ran, or was released, does nothing.
+func (a *Agent) ReleaseTaken(ctx context.Context, t *Taken) {
+	if t == nil || !t.used.CompareAndSwap(false, true) {
+		return
+	}
+	a.leases.release(ctx, store.TurnLease(t.conversation), t.conversation, false)
+}
+
+// inboundOf is the store record of a request's message.
+func inboundOf(req Request) store.Inbound {
+	return store.Inbound{EventID: req.EventID, MsgID: req.MsgID, User: req.User, Channel: req.Channel, Text: req.Text, At: req.At}
 }
 
 // Run handles a message from a person: it records the message (unless

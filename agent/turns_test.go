@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -345,6 +346,108 @@ func TestReclaimedResumeAuditsASavedExecution(t *testing.T) {
 				t.Errorf("execute entries = %+v, want one for %s by UAPPROVER1 saying the result was saved", executes, p.ID)
 			case !saved && len(executes) != 0:
 				t.Errorf("execute entries = %+v, want none for an interrupted call", executes)
+			}
+		})
+	}
+}
+
+func (l *turnLog) AcceptBegin(ctx context.Context, conv string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	l.add("AcceptBegin")
+	return l.Store.AcceptBegin(ctx, conv, m, requireKnown, owner, ttl, kinds...)
+}
+
+func (l *turnLog) AcceptMessage(ctx context.Context, conv string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
+	l.add("AcceptMessage")
+	return l.Store.AcceptMessage(ctx, conv, m, requireKnown)
+}
+
+// A message recorded with AcceptTaking takes the conversation's lease in
+// the same store step, and its turn (RunTaken) starts from what that step
+// read: the pause is AcceptBegin and CommitTurn, with no BeginTurn. While
+// a turn of this process holds the conversation, AcceptTaking only records
+// the message; a Taken given back frees the lease, and runs once at most.
+func TestAcceptTakingStartsTheTurnInTheSameStep(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			log := &turnLog{Store: w.store.(storetest.Store)}
+			w.store = log
+			a := w.agent()
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`)))
+			req, acc, taken, err := a.AcceptTaking(ctx, request("deploy api 2"), false)
+			must(t, err)
+			if acc != store.Accepted || taken == nil || req.Seq == 0 {
+				t.Fatalf("AcceptTaking = %q, taken %v, seq %d; want accepted, taken, a seq", acc, taken != nil, req.Seq)
+			}
+			out, err := a.RunTaken(ctx, req, taken)
+			must(t, err)
+			if out.Status != agent.Paused {
+				t.Fatalf("RunTaken = %s, want paused", out.Status)
+			}
+			if calls, _ := log.take(); !slices.Equal(calls, []string{"AcceptBegin", "CommitTurn"}) {
+				t.Errorf("store calls of the message and its turn = %q, want AcceptBegin, CommitTurn", calls)
+			}
+			if _, err := a.RunTaken(ctx, req, taken); err == nil {
+				t.Error("RunTaken of a Taken that ran succeeded, want an error")
+			}
+
+			// A second conversation, held by a turn of this process (its
+			// model call held): the message is only recorded.
+			held := make(chan struct{})
+			w.model.Handle(func(openaiRequest) fakeopenai.Response {
+				<-held
+				return fakeopenai.Text("done")
+			})
+			busy := request("what is up")
+			busy.Conversation = "T1/C1/busy"
+			done := make(chan error, 1)
+			started := make(chan struct{})
+			go func() {
+				r, _, tk, err := a.AcceptTaking(ctx, busy, false)
+				if err != nil || tk == nil {
+					close(started)
+					done <- fmt.Errorf("AcceptTaking of the first message = taken %v, %v", tk != nil, err)
+					return
+				}
+				close(started)
+				_, err = a.RunTaken(ctx, r, tk)
+				done <- err
+			}()
+			<-started
+			// The first request was the first conversation's.
+			if _, err := w.model.WaitRequests(ctx, 2); err != nil {
+				close(held)
+				t.Fatal(err)
+			}
+			log.take()
+			second := busy
+			second.Text, second.MsgID, second.EventID = "and now?", "M2", "E2"
+			_, acc, tk, err := a.AcceptTaking(ctx, second, false)
+			must(t, err)
+			if acc != store.Accepted || tk != nil {
+				t.Errorf("AcceptTaking while a turn holds the conversation = %q, taken %v; want accepted, not taken", acc, tk != nil)
+			}
+			if calls, _ := log.take(); !slices.Equal(calls, []string{"AcceptMessage"}) {
+				t.Errorf("store calls of the message = %q, want AcceptMessage only", calls)
+			}
+			close(held)
+			must(t, <-done)
+
+			// A Taken given back: another owner takes the lease at once.
+			third := request("later")
+			third.Conversation = "T1/C1/released"
+			_, _, tk, err = a.AcceptTaking(ctx, third, false)
+			must(t, err)
+			if tk == nil {
+				t.Fatal("AcceptTaking of an idle conversation took nothing")
+			}
+			a.ReleaseTaken(ctx, tk)
+			if ok, err := log.Store.AcquireLease(ctx, store.TurnLease(third.Conversation), "other", time.Minute); err != nil || !ok {
+				t.Errorf("AcquireLease by another owner after ReleaseTaken = %v, %v; want the lease", ok, err)
+			}
+			if _, err := a.RunTaken(ctx, third, tk); err == nil {
+				t.Error("RunTaken of a released Taken succeeded, want an error")
 			}
 		})
 	}

@@ -92,7 +92,10 @@ type Store interface {
 // conversations.
 type Turns interface {
 	Accept(ctx context.Context, req agent.Request, requireKnown bool) (agent.Request, store.Acceptance, error)
+	AcceptTaking(ctx context.Context, req agent.Request, requireKnown bool) (agent.Request, store.Acceptance, *agent.Taken, error)
 	Run(ctx context.Context, req agent.Request) (agent.Outcome, error)
+	RunTaken(ctx context.Context, req agent.Request, t *agent.Taken) (agent.Outcome, error)
+	ReleaseTaken(ctx context.Context, t *agent.Taken)
 	Resume(ctx context.Context, runID string) (agent.Outcome, error)
 	TakeOver(ctx context.Context, conversation string) (agent.Outcome, error)
 }
@@ -478,6 +481,25 @@ func (a *App) enqueue(ctx context.Context, key string, job func(ctx context.Cont
 	a.queues[key] = q
 	a.mu.Unlock()
 	a.spawn(ctx, "queue", func(ctx context.Context) { a.serve(ctx, key, q) })
+}
+
+// reserve makes the caller the server of key's queue, with a turn slot,
+// when key has no queue in this process and a slot is free; otherwise it
+// returns nil. The caller runs its work, calls release, then serve(q) for
+// the work queued behind it meanwhile.
+func (a *App) reserve(key string) (q *queue, release func()) {
+	if !a.slots.TryAcquire(1) {
+		return nil, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.queues[key]; ok {
+		a.slots.Release(1)
+		return nil, nil
+	}
+	q = &queue{}
+	a.queues[key] = q
+	return q, func() { a.slots.Release(1) }
 }
 
 // serve runs q's work until it is empty, then forgets q.

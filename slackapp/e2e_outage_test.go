@@ -97,6 +97,14 @@ func (s *acceptOutage) AcceptMessage(ctx context.Context, conversation string, m
 	return s.fullStore.AcceptMessage(ctx, conversation, m, requireKnown)
 }
 
+func (s *acceptOutage) AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	if s.down.Load() {
+		s.failed <- struct{}{}
+		return store.Inbound{}, "", store.Begun{}, errOutage
+	}
+	return s.fullStore.AcceptBegin(ctx, conversation, m, requireKnown, owner, ttl, kinds...)
+}
+
 // A thread reply that does not mention the bot, sent while the store
 // cannot record it, is left unacked (the bot cannot tell whether the
 // thread is one of its conversations), so Slack delivers it again; the

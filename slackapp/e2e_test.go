@@ -2,7 +2,9 @@ package slackapp_test
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,6 +184,11 @@ func (s *acceptCounter) AcceptMessage(ctx context.Context, conversation string, 
 	return s.fullStore.AcceptMessage(ctx, conversation, m, requireKnown)
 }
 
+func (s *acceptCounter) AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	s.n.Add(1)
+	return s.fullStore.AcceptBegin(ctx, conversation, m, requireKnown, owner, ttl, kinds...)
+}
+
 // The app_mention and message copies of one mention reach the same
 // process together; the first records the message and the second waits for
 // it, so the store is asked once; a thread reply without a mention is
@@ -216,6 +223,102 @@ func TestCopiesOfOneMessageAreRecordedOnce(t *testing.T) {
 			}
 			if reqs := len(e.model.Requests()); reqs != 2 {
 				t.Errorf("the model was asked %d times, want one turn per message", reqs)
+			}
+		})
+	}
+}
+
+// stepCounter counts the store steps that record messages and begin turns.
+type stepCounter struct {
+	fullStore
+	mu    sync.Mutex
+	steps map[string]int
+	// recorded gets the text of each message AcceptMessage recorded.
+	recorded chan string
+}
+
+func (s *stepCounter) add(step string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.steps[step]++
+}
+
+// take returns the counts since the last take.
+func (s *stepCounter) take() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.steps
+	s.steps = map[string]int{}
+	return out
+}
+
+func (s *stepCounter) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
+	s.add("AcceptMessage")
+	got, acc, err := s.fullStore.AcceptMessage(ctx, conversation, m, requireKnown)
+	if err == nil && acc == store.Accepted {
+		s.recorded <- m.Text
+	}
+	return got, acc, err
+}
+
+func (s *stepCounter) AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	s.add("AcceptBegin")
+	return s.fullStore.AcceptBegin(ctx, conversation, m, requireKnown, owner, ttl, kinds...)
+}
+
+func (s *stepCounter) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
+	s.add("BeginTurn")
+	return s.fullStore.BeginTurn(ctx, conversation, owner, ttl, kinds...)
+}
+
+// A mention in a conversation with no work in this process is recorded
+// and its turn begun in one store step (AcceptBegin), and the turn runs at
+// once. A reply sent while that turn's model call is held is recorded
+// alone, queued behind the turn, and answered after it, in order.
+func TestIdleConversationRecordsAndBeginsInOneStep(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			counter := &stepCounter{steps: map[string]int{}, recorded: make(chan string, 10)}
+			open := e.open
+			e.open = func() fullStore { counter.fullStore = open(); return counter }
+			m := newScriptedModel()
+			t.Cleanup(m.unblock)
+			e.model.Handle(m.answer)
+			e.start()
+			ts := e.slack.Mention(channel, requester, "deploy api 2")
+			e.card(ts, "deploy")
+			if got := counter.take(); got["AcceptBegin"] != 1 || got["AcceptMessage"] != 0 || got["BeginTurn"] != 0 {
+				t.Errorf("store steps of the mention up to its card = %v, want one AcceptBegin and no AcceptMessage or BeginTurn", got)
+			}
+
+			hold := e.slack.Mention(channel, requester, "please hold")
+			<-m.held
+			e.slack.ThreadReply(channel, hold, requester, "<@"+e.slack.BotUserID()+"> and then?")
+			// The reply is recorded alone while the turn holds the
+			// conversation, then waits on its queue.
+			select {
+			case text := <-counter.recorded:
+				if text != "and then?" {
+					t.Errorf("recorded %q alone, want the reply", text)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the reply was not recorded while the turn was held")
+			}
+			if got := counter.take(); got["AcceptBegin"] != 1 || got["AcceptMessage"] != 1 {
+				t.Errorf("store steps of the held mention and the reply = %v, want one AcceptBegin, one AcceptMessage", got)
+			}
+			m.unblock()
+			e.answer(hold, "Held answer.")
+			e.answer(hold, "ok")
+			var answers []string
+			for _, msg := range e.slack.Thread(channel, hold) {
+				if msg.BotID != "" && (msg.Text == "Held answer." || msg.Text == "ok") {
+					answers = append(answers, msg.Text)
+				}
+			}
+			if !slices.Equal(answers, []string{"Held answer.", "ok"}) {
+				t.Errorf("answers in the held thread = %q, want the held turn's, then the reply's", answers)
 			}
 		})
 	}

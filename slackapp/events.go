@@ -127,7 +127,7 @@ func (a *App) cleanText(text string) string {
 	return strings.TrimSpace(text)
 }
 
-// onMessage records a message, acks its envelope and queues its turn on
+// onMessage records a message, acks its envelope and runs its turn on
 // the conversation's queue. The record (agent.Accept) is one atomic store
 // step that also de-duplicates: the same message arrives as app_mention and
 // message, and any envelope may be redelivered. A followUp message is
@@ -139,32 +139,67 @@ func (a *App) cleanText(text string) string {
 // turn runs, so that the thread hears about the store's failure; a followUp
 // message is left unacked instead, for Slack to deliver again (see record).
 // This is the one place where an accepted message is handed to the agent.
+//
+// A message for a conversation with no work queued in this process, when a
+// turn slot is free, makes this goroutine the conversation's queue server
+// at once: the record also takes the conversation's lease and reads what
+// the turn starts from (agent.AcceptTaking), and the turn runs here, then
+// whatever was queued behind it.
 func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp bool, ack func()) {
 	a.spawn(ctx, "message", func(ctx context.Context) {
-		req, in := a.record(ctx, m, eventID, followUp)
+		key := m.key()
+		q, release := a.reserve(key)
+		if q == nil {
+			a.queueMessage(ctx, m, eventID, followUp, ack)
+			return
+		}
+		defer a.serve(ctx, key, q) // then what was queued behind this turn
+		defer release()
+		req, in, taken := a.record(ctx, m, eventID, followUp, true)
 		if in == intakeRedeliver {
 			return
 		}
 		ack()
-		if in == intakeDrop {
+		switch {
+		case in == intakeDrop:
+		case ctx.Err() != nil:
+			a.ag.ReleaseTaken(ctx, taken)
+			a.notStarted(ctx, m, in == intakeRecorded)
+		case taken != nil:
+			out, err := a.ag.RunTaken(ctx, req, taken)
+			a.reportTurn(ctx, req.Conversation, out, err)
+		default:
+			a.runTurn(ctx, req)
+		}
+	})
+}
+
+// queueMessage records a message, acks it and queues its turn on the
+// conversation's queue (see onMessage).
+func (a *App) queueMessage(ctx context.Context, m message, eventID string, followUp bool, ack func()) {
+	req, in, _ := a.record(ctx, m, eventID, followUp, false)
+	if in == intakeRedeliver {
+		return
+	}
+	ack()
+	if in == intakeDrop {
+		return
+	}
+	recorded := in == intakeRecorded
+	key := req.Conversation
+	a.enqueue(ctx, key, func(ctx context.Context) {
+		if ctx.Err() != nil {
+			// Shutdown cancelled the work before this message's turn.
+			a.notStarted(ctx, m, recorded)
 			return
 		}
-		recorded := in == intakeRecorded
-		key := req.Conversation
-		a.enqueue(ctx, key, func(ctx context.Context) {
-			if ctx.Err() != nil {
-				// Shutdown cancelled the work before this message's turn.
-				a.notStarted(ctx, m, recorded)
-				return
-			}
-			release, err := a.turnSlot(ctx, key)
-			if err != nil {
-				a.notStarted(ctx, m, recorded)
-				return
-			}
-			defer release()
-			a.runTurn(ctx, req)
-		})
+		release, err := a.turnSlot(ctx, key)
+		if err != nil {
+			a.notStarted(ctx, m, recorded)
+			return
+		}
+		defer release()
+		a.runTurn(ctx, req)
 	})
 }
 
@@ -189,13 +224,14 @@ const (
 	intakeRedeliver
 )
 
-// record records m in its conversation (agent.Accept). It returns the
+// record records m in its conversation (agent.Accept; with take,
+// agent.AcceptTaking, whose *agent.Taken it returns). It returns the
 // request for its turn and what to do with the message. A thread reply
 // that does not mention the bot (followUp) is recorded only in a
 // conversation the bot is part of, which only the store knows: when the
 // store fails, it is left unacked, and Slack's next delivery records it
 // once the store is back.
-func (a *App) record(ctx context.Context, m message, eventID string, followUp bool) (agent.Request, intake) {
+func (a *App) record(ctx context.Context, m message, eventID string, followUp, take bool) (agent.Request, intake, *agent.Taken) {
 	text := a.cleanText(m.text)
 	if text == "" {
 		text = "(empty message)"
@@ -207,14 +243,24 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 	for !first {
 		if rec.wait(rctx) {
 			a.m.duplicate()
-			return req, intakeDrop
+			return req, intakeDrop, nil
 		}
 		if rctx.Err() != nil {
 			break // record it ourselves; the store de-duplicates
 		}
 		rec, first = a.recent.begin(req.MsgID)
 	}
-	r, acc, err := a.ag.Accept(rctx, req, followUp)
+	var r agent.Request
+	var acc store.Acceptance
+	var taken *agent.Taken
+	var err error
+	if take {
+		// The lease outlives the record's deadline: the turn runs under
+		// ctx, and renews it.
+		r, acc, taken, err = a.ag.AcceptTaking(rctx, req, followUp)
+	} else {
+		r, acc, err = a.ag.Accept(rctx, req, followUp)
+	}
 	if first {
 		a.recent.finish(req.MsgID, rec, err == nil && acc != store.Unknown)
 	}
@@ -222,18 +268,18 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 	case err != nil && followUp:
 		a.log.Warn("could not record a thread reply; leaving it unacked for Slack to deliver again", "conversation", req.Conversation, "err", err)
 		a.m.error("record")
-		return req, intakeRedeliver
+		return req, intakeRedeliver, nil
 	case err != nil:
 		a.log.Warn("could not record a message; answering it without a record", "conversation", req.Conversation, "err", err)
 		a.m.error("record")
-		return req, intakeUnrecorded
+		return req, intakeUnrecorded, nil
 	case acc == store.Duplicate:
 		a.m.duplicate()
-		return req, intakeDrop
+		return req, intakeDrop, nil
 	case acc == store.Unknown:
-		return req, intakeDrop
+		return req, intakeDrop, nil
 	}
-	return r, intakeRecorded
+	return r, intakeRecorded, taken
 }
 
 // notStarted answers a message whose turn had not started when the

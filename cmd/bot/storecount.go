@@ -230,6 +230,11 @@ func (s *countedStore) NextReminder(ctx context.Context) (time.Time, error) {
 	return s.st.NextReminder(ctx)
 }
 
+func (s *countedStore) AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	s.count("AcceptBegin")
+	return s.st.AcceptBegin(ctx, conversation, m, requireKnown, owner, ttl, kinds...)
+}
+
 func (s *countedStore) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
 	s.count("AcceptMessage")
 	return s.st.AcceptMessage(ctx, conversation, m, requireKnown)

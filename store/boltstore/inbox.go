@@ -80,16 +80,35 @@ func seenInboxKey(conversation, kind, id string) []byte {
 // AcceptMessage is one transaction (committed with concurrent ones): see
 // storetest.Store for the contract.
 func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
+	m, got, _, err := s.accept(ctx, conversation, m, requireKnown, nil)
+	return m, got, err
+}
+
+// AcceptBegin is AcceptMessage and, if the message was accepted, BeginTurn
+// in the same transaction: see storetest.Store for the contract.
+func (s *Store) AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	if ttl <= 0 {
+		return m, "", store.Begun{}, fmt.Errorf("accept message in %s: lease ttl %v is not positive", conversation, ttl)
+	}
+	return s.accept(ctx, conversation, m, requireKnown, func(tx *bolt.Tx) (store.Begun, error) {
+		return beginTurn(tx, conversation, owner, ttl, kinds)
+	})
+}
+
+// accept records m as AcceptMessage does and, if it was accepted and
+// begin is set, runs begin in the same transaction.
+func (s *Store) accept(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, begin func(*bolt.Tx) (store.Begun, error)) (store.Inbound, store.Acceptance, store.Begun, error) {
 	if err := ctx.Err(); err != nil {
-		return m, "", err
+		return m, "", store.Begun{}, err
 	}
 	now := time.Now()
 	if m.At.IsZero() {
 		m.At = now
 	}
 	var got store.Acceptance
+	var b store.Begun
 	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
-		got = ""
+		got, b = "", store.Begun{} // the function may run more than once (see committer)
 		seen, inbox, unans := tx.Bucket(bucketSeen), tx.Bucket(bucketInbox), tx.Bucket(bucketUnans)
 		var rec inboxRecord
 		found, err := get(inbox, conversation, &rec)
@@ -137,18 +156,23 @@ func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.
 			return err
 		}
 		got = store.Accepted
-		if unans.Get([]byte(conversation)) != nil {
-			return nil
+		if unans.Get([]byte(conversation)) == nil {
+			if err := unans.Put([]byte(conversation), encodeTime(m.At)); err != nil {
+				return err
+			}
 		}
-		return unans.Put([]byte(conversation), encodeTime(m.At))
+		if begin != nil {
+			b, err = begin(tx)
+		}
+		return err
 	})
 	if err != nil {
-		return m, "", fmt.Errorf("accept message in %s: %w", conversation, err)
+		return m, "", store.Begun{}, fmt.Errorf("accept message in %s: %w", conversation, err)
 	}
 	if got != store.Accepted {
 		m.Seq = 0
 	}
-	return m, got, nil
+	return m, got, b, nil
 }
 
 // Inbox returns the conversation's unanswered messages in Seq order.

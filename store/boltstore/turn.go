@@ -21,29 +21,35 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 		return store.Begun{}, fmt.Errorf("begin turn of %s: ttl %v is not positive", conversation, ttl)
 	}
 	var b store.Begun
-	err := s.commits.update(func(tx *bolt.Tx) error {
-		b = store.Begun{}
-		ok, err := acquireLease(tx, store.TurnLease(conversation), owner, ttl, time.Now())
-		if err != nil || !ok {
-			return err
-		}
-		b.Acquired = true
-		var conv convRecord
-		if b.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
-			return err
-		}
-		b.Conversation = conv.Conversation
-		var inbox inboxRecord
-		if _, err := get(tx.Bucket(bucketInbox), conversation, &inbox); err != nil {
-			return err
-		}
-		b.Inbox = inbox.Messages
-		b.Records, _ = recordsOf(tx, kinds) // nil if they cannot be read
-		return nil
+	err := s.commits.update(func(tx *bolt.Tx) (err error) {
+		b, err = beginTurn(tx, conversation, owner, ttl, kinds)
+		return err
 	})
 	if err != nil {
 		return store.Begun{}, fmt.Errorf("begin turn of %s: %w", conversation, err)
 	}
+	return b, nil
+}
+
+// beginTurn takes the lease on the conversation's turns for owner and, if
+// it got it, reads what BeginTurn returns.
+func beginTurn(tx *bolt.Tx, conversation, owner string, ttl time.Duration, kinds []string) (store.Begun, error) {
+	ok, err := acquireLease(tx, store.TurnLease(conversation), owner, ttl, time.Now())
+	if err != nil || !ok {
+		return store.Begun{}, err
+	}
+	b := store.Begun{Acquired: true}
+	var conv convRecord
+	if b.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
+		return store.Begun{}, err
+	}
+	b.Conversation = conv.Conversation
+	var inbox inboxRecord
+	if _, err := get(tx.Bucket(bucketInbox), conversation, &inbox); err != nil {
+		return store.Begun{}, err
+	}
+	b.Inbox = inbox.Messages
+	b.Records, _ = recordsOf(tx, kinds) // nil if they cannot be read
 	return b, nil
 }
 

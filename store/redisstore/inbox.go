@@ -53,16 +53,36 @@ func (s *Store) ReleaseClaim(ctx context.Context, runID, owner string) error {
 // on Redis Cluster it runs on the conversation's hash slot and one ZADD
 // lists the conversation after it. See storetest.Store for the contract.
 func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
+	m, acc, _, err := s.accept(ctx, conversation, m, requireKnown, "", 0, nil)
+	return m, acc, err
+}
+
+// AcceptBegin is AcceptMessage and, for a message accepted, BeginTurn in
+// the same script (acceptBegin), pipelined with the listings of the
+// records of kinds: one round trip on a single node, and one more ZADD on
+// Redis Cluster. See storetest.Store for the contract.
+func (s *Store) AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	if ttl < time.Millisecond {
+		return m, "", store.Begun{}, fmt.Errorf("accept message in %s: lease ttl %v is under 1ms", conversation, ttl)
+	}
+	return s.accept(ctx, conversation, m, requireKnown, owner, ttl, kinds)
+}
+
+// accept is AcceptMessage, and with an owner AcceptBegin.
+func (s *Store) accept(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds []string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	fail := func(err error) (store.Inbound, store.Acceptance, store.Begun, error) {
+		return m, "", store.Begun{}, fmt.Errorf("accept message in %s: %w", conversation, err)
+	}
 	if m.At.IsZero() {
 		m.At = time.Now()
 	}
 	m.Seq = 0
 	raw, err := json.Marshal(m)
 	if err != nil {
-		return m, "", fmt.Errorf("accept message in %s: %w", conversation, err)
+		return fail(err)
 	}
 	if !strings.HasPrefix(string(raw), `{"seq":0`) {
-		return m, "", fmt.Errorf("accept message in %s: unexpected encoding %.20s", conversation, raw)
+		return fail(fmt.Errorf("unexpected encoding %.20s", raw))
 	}
 	flag := func(b bool) string {
 		if b {
@@ -74,46 +94,72 @@ func (s *Store) AcceptMessage(ctx context.Context, conversation string, m store.
 		s.convKey(conversation), s.inboxKey(conversation), s.inboxSeqKey(conversation),
 		s.convSeenKey(conversation, "event", m.EventID), s.convSeenKey(conversation, "msg", m.MsgID),
 	}
+	args := []any{
+		flag(requireKnown), flag(m.EventID != ""), flag(m.MsgID != ""),
+		store.DedupeTTL.Milliseconds(), raw, s.convTTL.Milliseconds(), time.Now().UnixMicro(),
+		m.At.UnixMilli(), conversation,
+	}
+	script := acceptMessage
+	if owner != "" {
+		script = acceptBegin
+		keys = append(keys, s.leaseKey(store.TurnLease(conversation)))
+		args = append(args, owner, ttl.Milliseconds())
+	}
 	if !s.cluster {
 		keys = append(keys, s.unansweredKey())
 	}
-	res, err := acceptMessage.Run(ctx, s.c, keys,
-		flag(requireKnown), flag(m.EventID != ""), flag(m.MsgID != ""),
-		store.DedupeTTL.Milliseconds(), raw, s.convTTL.Milliseconds(), time.Now().UnixMicro(),
-		m.At.UnixMilli(), conversation).Slice()
+	var res []any
+	var begun []any
+	var recs []*redis.MapStringStringCmd
+	if owner == "" {
+		res, err = script.Run(ctx, s.c, keys, args...).Slice()
+	} else {
+		var cmd *redis.Cmd
+		cmd, recs = s.runWithRecords(ctx, script, keys, args, kinds)
+		var both []any
+		if both, err = cmd.Slice(); err == nil {
+			res, _ = both[0].([]any)
+			if len(both) > 1 {
+				begun, _ = both[1].([]any)
+			}
+		}
+	}
 	if err != nil {
-		return m, "", fmt.Errorf("accept message in %s: %w", conversation, err)
+		return fail(err)
 	}
 	if len(res) != 4 {
-		return m, "", fmt.Errorf("accept message in %s: unexpected reply %v", conversation, res)
+		return fail(fmt.Errorf("unexpected reply %v", res))
 	}
 	code, _ := res[0].(string)
 	left, _ := res[2].(int64)
 	listed, _ := res[3].(int64)
-	switch store.Acceptance(code) {
+	acc := store.Acceptance(code)
+	switch acc {
 	case store.Accepted:
 		seq, _ := res[1].(string)
 		if m.Seq, err = strconv.ParseInt(seq, 10, 64); err != nil {
-			return m, "", fmt.Errorf("accept message in %s: bad seq %q", conversation, seq)
+			return fail(fmt.Errorf("bad seq %q", seq))
 		}
-	case store.Duplicate:
-		if left == 0 {
-			return m, store.Duplicate, nil
-		}
-	case store.Unknown:
-		return m, store.Unknown, nil
+	case store.Duplicate, store.Unknown:
 	default:
-		return m, "", fmt.Errorf("accept message in %s: unexpected reply %v", conversation, res)
+		return fail(fmt.Errorf("unexpected reply %v", res))
 	}
-	if listed == 1 {
-		return m, store.Acceptance(code), nil
+	if (acc == store.Accepted || acc == store.Duplicate && left > 0) && listed != 1 {
+		// Listed after the append (see above); NX keeps an earlier time.
+		err = s.c.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(m.At.UnixMilli()), Member: conversation}).Err()
+		if err != nil {
+			return fail(fmt.Errorf("list unanswered: %w", err))
+		}
 	}
-	// Listed after the append (see above); NX keeps an earlier time.
-	err = s.c.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(m.At.UnixMilli()), Member: conversation}).Err()
-	if err != nil {
-		return m, "", fmt.Errorf("accept message in %s: list unanswered: %w", conversation, err)
+	var b store.Begun
+	if begun != nil {
+		if b, err = decodeBegun(conversation, begun, kinds, recs); err != nil {
+			// The message is recorded: the turn begins on its own
+			// (BeginTurn), and reports what it cannot read.
+			b = store.Begun{}
+		}
 	}
-	return m, store.Acceptance(code), nil
+	return m, acc, b, nil
 }
 
 // Inbox returns the conversation's unanswered messages in Seq order.

@@ -323,43 +323,70 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0
 `)
 
-// acceptMessage de-duplicates a message and appends it to the inbox.
-// KEYS: conversation, inbox, inbox seq, seen event id, seen message id
-// [, unanswered index]
+// acceptFn is the Lua function accept(u) that de-duplicates a message and
+// appends it to the inbox.
+// KEYS: conversation, inbox, inbox seq, seen event id, seen message id,
+// and at u (nil: none) the index of unanswered conversations
 // ARGV: require known (1/0), check event id (1/0), check message id (1/0),
 // dedupe ttl (ms), message JSON starting {"seq":0, , keep (ms), now (µs),
 // listing time (ms), conversation (the index's member)
-// Returns {code, seq, inbox length, listed} where code is accepted,
+// It returns {code, seq, inbox length, listed} where code is accepted,
 // duplicate or unknown. Seq is max(previous + 1, now): it keeps growing
 // even after the counter expired with an idle conversation. Given the index
 // of unanswered conversations (a single node, where a script reaches every
 // key), a message accepted, or a duplicate while the inbox holds messages,
 // lists the conversation there too (ZADD NX) and listed is 1; on Redis
 // Cluster the index is in another hash slot and the caller lists it.
-var acceptMessage = redis.NewScript(`
-local function reply(code, seq)
-  local left = redis.call('LLEN', KEYS[2])
-  if #KEYS >= 6 and left > 0 then
-    redis.call('ZADD', KEYS[6], 'NX', ARGV[8], ARGV[9])
-    return {code, seq, left, 1}
+const acceptFn = `
+local function accept(u)
+  local function reply(code, seq)
+    local left = redis.call('LLEN', KEYS[2])
+    if u and left > 0 then
+      redis.call('ZADD', KEYS[u], 'NX', ARGV[8], ARGV[9])
+      return {code, seq, left, 1}
+    end
+    return {code, seq, left, 0}
   end
-  return {code, seq, left, 0}
+  if ARGV[2] == '1' and not redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[4]) then
+    return reply('duplicate', 0)
+  end
+  if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
+    return {'unknown', 0, 0, 0}
+  end
+  if ARGV[3] == '1' and not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[4]) then
+    return reply('duplicate', 0)
+  end
+  local n = math.max(tonumber(redis.call('GET', KEYS[3]) or '0') + 1, tonumber(ARGV[7]))
+  local s = string.format('%d', n)
+  redis.call('SET', KEYS[3], s, 'PX', ARGV[6])
+  redis.call('RPUSH', KEYS[2], '{"seq":' .. s .. string.sub(ARGV[5], 9))
+  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+  return reply('accepted', s)
 end
-if ARGV[2] == '1' and not redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[4]) then
-  return reply('duplicate', 0)
-end
-if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
-  return {'unknown', 0, 0, 0}
-end
-if ARGV[3] == '1' and not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[4]) then
-  return reply('duplicate', 0)
-end
-local n = math.max(tonumber(redis.call('GET', KEYS[3]) or '0') + 1, tonumber(ARGV[7]))
-local s = string.format('%d', n)
-redis.call('SET', KEYS[3], s, 'PX', ARGV[6])
-redis.call('RPUSH', KEYS[2], '{"seq":' .. s .. string.sub(ARGV[5], 9))
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
-return reply('accepted', s)
+`
+
+// acceptMessage is acceptFn as a script.
+// KEYS: as acceptFn, the index of unanswered conversations sixth if given
+// ARGV: as acceptFn
+// Returns what accept returns.
+var acceptMessage = redis.NewScript(acceptFn + `
+if #KEYS >= 6 then return accept(6) end
+return accept(nil)
+`)
+
+// acceptBegin is acceptFn and, if the message was accepted, beginTurnFn,
+// in one script on the conversation's hash slot (and the index of
+// unanswered conversations on a single node).
+// KEYS: as acceptFn, then the lease, then the index of unanswered
+// conversations if given
+// ARGV: as acceptFn, then the owner and the lease's ttl (ms)
+// Returns {accept's reply} or {accept's reply, begin's reply}.
+var acceptBegin = redis.NewScript(acceptFn + beginTurnFn + `
+local u = nil
+if #KEYS >= 7 then u = 7 end
+local r = accept(u)
+if r[1] ~= 'accepted' then return {r} end
+return {r, begin(6, 1, 2, ARGV[10], ARGV[11])}
 `)
 
 // answerInbox drops the messages up to a seq from the head of the inbox.

@@ -14,17 +14,26 @@ import (
 	"github.com/toolgate/toolgate/store"
 )
 
-// beginTurn takes or renews the lease on a conversation's turns and, if it
-// got it, reads the conversation and its inbox.
+// beginTurnFn is the Lua function begin(l, c, i, owner, ttl) that takes or
+// renews the lease on a conversation's turns (KEYS[l]) for owner for ttl
+// (ms) and, if it got it, reads the conversation (KEYS[c]) and its inbox
+// (KEYS[i]). It returns {0} if another owner holds the lease, else {1, the
+// conversation's fields and values, the inbox}.
+const beginTurnFn = `
+local function begin(l, c, i, owner, ttl)
+  local v = redis.call('GET', KEYS[l])
+  if v and v ~= owner then return {0} end
+  redis.call('SET', KEYS[l], owner, 'PX', ttl)
+  return {1, redis.call('HGETALL', KEYS[c]), redis.call('LRANGE', KEYS[i], 0, -1)}
+end
+`
+
+// beginTurn is beginTurnFn as a script.
 // KEYS: lease, conversation, inbox
 // ARGV: owner, ttl (ms)
-// Returns {0} if another owner holds the lease, else {1, the
-// conversation's fields and values, the inbox}.
-var beginTurn = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v and v ~= ARGV[1] then return {0} end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, redis.call('HGETALL', KEYS[2]), redis.call('LRANGE', KEYS[3], 0, -1)}
+// Returns what begin returns.
+var beginTurn = redis.NewScript(beginTurnFn + `
+return begin(1, 2, 3, ARGV[1], ARGV[2])
 `)
 
 // commitTurnFn is the Lua function commit(k, a, unlist) that saves a
@@ -194,31 +203,48 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 		return store.Begun{}, fmt.Errorf("begin turn of %s: ttl %v is under 1ms", conversation, ttl)
 	}
 	keys := []string{s.leaseKey(store.TurnLease(conversation)), s.convKey(conversation), s.inboxKey(conversation)}
-	var cmd *redis.Cmd
-	recs := make([]*redis.MapStringStringCmd, len(kinds))
-	if len(kinds) == 0 {
-		cmd = beginTurn.Run(ctx, s.c, keys, owner, ttl.Milliseconds())
-	} else {
-		// Each command's error is checked apart: records that cannot be
-		// read are left out, the rest stands.
-		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			// Eval, not Run: a pipeline cannot fall back from EVALSHA.
-			cmd = beginTurn.Eval(ctx, p, keys, owner, ttl.Milliseconds())
-			for i, k := range kinds {
-				recs[i] = p.HGetAll(ctx, s.recordsKey(k))
-			}
-			return nil
-		})
-	}
+	cmd, recs := s.runWithRecords(ctx, beginTurn, keys, []any{owner, ttl.Milliseconds()}, kinds)
 	res, err := cmd.Slice()
 	if err != nil {
 		return store.Begun{}, fmt.Errorf("begin turn of %s: %w", conversation, err)
 	}
+	b, err := decodeBegun(conversation, res, kinds, recs)
+	if err != nil {
+		return store.Begun{}, fmt.Errorf("begin turn of %s: %w", conversation, err)
+	}
+	return b, nil
+}
+
+// runWithRecords runs script, pipelined with the listings of the records
+// of kinds (one round trip), and returns the script's reply and the
+// listings (nil without kinds).
+func (s *Store) runWithRecords(ctx context.Context, script *redis.Script, keys []string, args []any, kinds []string) (*redis.Cmd, []*redis.MapStringStringCmd) {
+	if len(kinds) == 0 {
+		return script.Run(ctx, s.c, keys, args...), nil
+	}
+	var cmd *redis.Cmd
+	recs := make([]*redis.MapStringStringCmd, len(kinds))
+	// Each command's error is checked apart: records that cannot be read
+	// are left out, the rest stands.
+	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
+		cmd = script.Eval(ctx, p, keys, args...)
+		for i, k := range kinds {
+			recs[i] = p.HGetAll(ctx, s.recordsKey(k))
+		}
+		return nil
+	})
+	return cmd, recs
+}
+
+// decodeBegun decodes the reply of beginTurnFn, with the records of kinds
+// read by recs.
+func decodeBegun(conversation string, res []any, kinds []string, recs []*redis.MapStringStringCmd) (store.Begun, error) {
 	if n, _ := res[0].(int64); n != 1 {
 		return store.Begun{}, nil
 	}
 	if len(res) != 3 {
-		return store.Begun{}, fmt.Errorf("begin turn of %s: unexpected reply %v", conversation, res)
+		return store.Begun{}, fmt.Errorf("unexpected reply %v", res)
 	}
 	b := store.Begun{Acquired: true, Records: records(kinds, recs)}
 	fields, _ := res[1].([]any)
@@ -229,8 +255,9 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 			v, _ := fields[i+1].(string)
 			m[k] = v
 		}
+		var err error
 		if b.Conversation, err = decodeConversation(conversation, m); err != nil {
-			return store.Begun{}, fmt.Errorf("begin turn of %s: %w", conversation, err)
+			return store.Begun{}, err
 		}
 		b.Found = true
 	}
@@ -239,7 +266,7 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 		raw, _ := v.(string)
 		var m store.Inbound
 		if err := json.Unmarshal([]byte(raw), &m); err != nil {
-			return store.Begun{}, fmt.Errorf("begin turn of %s: inbox: %w", conversation, err)
+			return store.Begun{}, fmt.Errorf("inbox: %w", err)
 		}
 		b.Inbox = append(b.Inbox, m)
 	}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -123,6 +124,62 @@ func accept(t *testing.T, s Store, conv string, m store.Inbound, requireKnown bo
 		t.Fatalf("AcceptMessage(%s, event %q, msg %q, known %v) = %q, %v; want %q, nil", conv, m.EventID, m.MsgID, requireKnown, a, err, want)
 	}
 	return got
+}
+
+// A message accepted with AcceptBegin takes the conversation's lease and
+// reads what BeginTurn reads, itself in the inbox; a duplicate or an
+// unknown thread reply takes nothing; another owner's lease is left alone
+// with the message recorded all the same.
+func testAcceptBegin(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	conv := "C9:" + store.NewRunID()
+	if _, err := s.PutRecord(ctx, store.Record{Kind: "rule", ID: "r1", Data: json.RawMessage(`{"tool":"x"}`)}, 0); err != nil {
+		t.Fatalf("PutRecord: %v", err)
+	}
+	now := time.Now().Truncate(time.Millisecond)
+	m, acc, b, err := s.AcceptBegin(ctx, conv, inbound("E1", "M1", "first", now), false, "a", time.Minute, "rule")
+	if err != nil || acc != store.Accepted || !b.Acquired {
+		t.Fatalf("AcceptBegin(first) = %q, acquired %v, %v; want accepted and acquired", acc, b.Acquired, err)
+	}
+	if b.Found || len(b.Inbox) != 1 || b.Inbox[0].Text != "first" || b.Inbox[0].Seq != m.Seq || m.Seq == 0 {
+		t.Errorf("AcceptBegin(first) read found %v, inbox %+v; want no record and the message (seq %d)", b.Found, b.Inbox, m.Seq)
+	}
+	if len(b.Records["rule"]) != 1 || b.Records["rule"][0].ID != "r1" {
+		t.Errorf("AcceptBegin records = %+v, want the rule r1", b.Records)
+	}
+	if got := unanswered(t, s, time.Now().Add(time.Hour)); !slices.Contains(got, conv) {
+		t.Errorf("Unanswered = %v, want %s listed", got, conv)
+	}
+	if ok, err := s.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute); err != nil || ok {
+		t.Errorf("AcquireLease by b after AcceptBegin by a = %v, %v; want false, nil", ok, err)
+	}
+	// The other copy of the same message: nothing is taken or read.
+	if _, acc, b, err := s.AcceptBegin(ctx, conv, inbound("E2", "M1", "first", now), false, "b", time.Minute); err != nil || acc != store.Duplicate || b.Acquired || b.Inbox != nil {
+		t.Errorf("AcceptBegin(copy) by b = %q, %+v, %v; want duplicate with nothing begun", acc, b, err)
+	}
+	// A new message while a holds the lease: recorded, not begun.
+	if m2, acc, b, err := s.AcceptBegin(ctx, conv, inbound("E3", "M3", "second", now), false, "b", time.Minute); err != nil || acc != store.Accepted || b.Acquired || m2.Seq <= m.Seq {
+		t.Errorf("AcceptBegin(second) by b while a holds the lease = %q, acquired %v, seq %d, %v; want accepted, not acquired, seq after %d", acc, b.Acquired, m2.Seq, err, m.Seq)
+	}
+	if got := inboxTexts(t, s, conv); !slices.Equal(got, []string{"first", "second"}) {
+		t.Errorf("inbox = %q, want [first second]", got)
+	}
+	// The holder itself begins again (a renewal) and reads both.
+	if _, acc, b, err := s.AcceptBegin(ctx, conv, inbound("E4", "M4", "third", now), false, "a", time.Minute); err != nil || acc != store.Accepted || !b.Acquired || len(b.Inbox) != 3 || b.Records != nil {
+		t.Errorf("AcceptBegin(third) by a = %q, acquired %v, inbox %d, records %v, %v; want accepted, acquired, 3 messages, no records", acc, b.Acquired, len(b.Inbox), b.Records, err)
+	}
+	// A thread reply in a conversation nobody knows: nothing.
+	other := "C9:" + store.NewRunID()
+	if _, acc, b, err := s.AcceptBegin(ctx, other, inbound("E5", "M5", "reply", now), true, "a", time.Minute); err != nil || acc != store.Unknown || b.Acquired {
+		t.Errorf("AcceptBegin(unknown reply) = %q, acquired %v, %v; want unknown, nothing begun", acc, b.Acquired, err)
+	}
+	if ok, err := s.AcquireLease(ctx, store.TurnLease(other), "b", time.Minute); err != nil || !ok {
+		t.Errorf("AcquireLease of the unknown conversation = %v, %v; want true: no lease was taken", ok, err)
+	}
+	if _, _, _, err := s.AcceptBegin(ctx, conv, inbound("E6", "M6", "x", now), false, "a", 0); err == nil {
+		t.Error("AcceptBegin with a zero ttl succeeded, want an error")
+	}
 }
 
 func inboxTexts(t *testing.T, s Store, conv string) []string {

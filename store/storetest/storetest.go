@@ -191,6 +191,14 @@ type Store interface {
 	// again if it was missing, so a crash between the two steps of a
 	// store that needs two is repaired by the redelivery.
 	AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error)
+	// AcceptBegin is AcceptMessage and, when the message is Accepted,
+	// BeginTurn(conversation, owner, ttl, kinds...) in the same atomic
+	// step: the Begun is that of BeginTurn, the message in its Inbox. A
+	// Duplicate or Unknown message takes no lease and reads nothing
+	// (Begun is zero). A Begun that could not be read after the message
+	// was recorded is zero too, with no error: the caller begins the turn
+	// itself.
+	AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error)
 	// Inbox returns the conversation's recorded messages not yet answered
 	// (AnswerInbox), in Seq order; none for an unknown conversation.
 	Inbox(ctx context.Context, conversation string) ([]store.Inbound, error)

@@ -68,6 +68,7 @@ func Run(t *testing.T, open Opener) {
 		{"AcceptMessage", testAcceptMessage},
 		{"AcceptMessageConcurrent", testAcceptMessageConcurrent},
 		{"AcceptMessageKnown", testAcceptMessageKnown},
+		{"AcceptBegin", testAcceptBegin},
 		{"AnswerInbox", testAnswerInbox},
 		{"InboxAfterRestart", testInboxAfterRestart},
 		{"MarkUnanswered", testMarkUnanswered},
