@@ -147,8 +147,8 @@ func TestPauseIsOneBeginAndOneCommit(t *testing.T) {
 			close(log.resume)
 			must(t, <-done)
 			calls, commits := log.take()
-			if !slices.Equal(calls, []string{"BeginTurn", "CommitTurn"}) {
-				t.Errorf("store calls of the turn = %q, want BeginTurn, CommitTurn and no RecordsOf", calls)
+			if !slices.Equal(calls, []string{"AcceptMessage", "BeginTurn", "CommitTurn"}) {
+				t.Errorf("store calls of the message and its turn = %q, want AcceptMessage (Run records it), BeginTurn, CommitTurn and no RecordsOf", calls)
 			}
 			c := commits[0]
 			if c.Run == nil || len(c.Calls) != 1 || c.Conversation == nil || c.Conversation.PausedRun != c.Run.ID || !c.Answer || c.Release == "" || c.Key != held.Key {

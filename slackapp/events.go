@@ -148,58 +148,49 @@ func (a *App) cleanText(text string) string {
 func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp bool, ack func()) {
 	a.spawn(ctx, "message", func(ctx context.Context) {
 		key := m.key()
-		q, release := a.reserve(key)
-		if q == nil {
-			a.queueMessage(ctx, m, eventID, followUp, ack)
-			return
+		var q *queue
+		var release func()
+		// Tried by the copy of the message that records it, just before.
+		reserve := func() bool {
+			q, release = a.reserve(key)
+			return q != nil
 		}
-		defer a.serve(ctx, key, q) // then what was queued behind this turn
-		defer release()
-		req, in, taken := a.record(ctx, m, eventID, followUp, true)
+		req, in, taken := a.record(ctx, m, eventID, followUp, reserve)
+		if q != nil {
+			defer a.serve(ctx, key, q) // then what was queued behind this turn
+			defer release()
+		}
 		if in == intakeRedeliver {
 			return
 		}
 		ack()
+		recorded := in == intakeRecorded
 		switch {
 		case in == intakeDrop:
+		case q == nil:
+			a.enqueue(ctx, key, func(ctx context.Context) {
+				if ctx.Err() != nil {
+					// Shutdown cancelled the work before this message's turn.
+					a.notStarted(ctx, m, recorded)
+					return
+				}
+				release, err := a.turnSlot(ctx, key)
+				if err != nil {
+					a.notStarted(ctx, m, recorded)
+					return
+				}
+				defer release()
+				a.runTurn(ctx, req)
+			})
 		case ctx.Err() != nil:
 			a.ag.ReleaseTaken(ctx, taken)
-			a.notStarted(ctx, m, in == intakeRecorded)
+			a.notStarted(ctx, m, recorded)
 		case taken != nil:
 			out, err := a.ag.RunTaken(ctx, req, taken)
 			a.reportTurn(ctx, req.Conversation, out, err)
 		default:
 			a.runTurn(ctx, req)
 		}
-	})
-}
-
-// queueMessage records a message, acks it and queues its turn on the
-// conversation's queue (see onMessage).
-func (a *App) queueMessage(ctx context.Context, m message, eventID string, followUp bool, ack func()) {
-	req, in, _ := a.record(ctx, m, eventID, followUp, false)
-	if in == intakeRedeliver {
-		return
-	}
-	ack()
-	if in == intakeDrop {
-		return
-	}
-	recorded := in == intakeRecorded
-	key := req.Conversation
-	a.enqueue(ctx, key, func(ctx context.Context) {
-		if ctx.Err() != nil {
-			// Shutdown cancelled the work before this message's turn.
-			a.notStarted(ctx, m, recorded)
-			return
-		}
-		release, err := a.turnSlot(ctx, key)
-		if err != nil {
-			a.notStarted(ctx, m, recorded)
-			return
-		}
-		defer release()
-		a.runTurn(ctx, req)
 	})
 }
 
@@ -224,14 +215,15 @@ const (
 	intakeRedeliver
 )
 
-// record records m in its conversation (agent.Accept; with take,
-// agent.AcceptTaking, whose *agent.Taken it returns). It returns the
-// request for its turn and what to do with the message. A thread reply
+// record records m in its conversation (agent.Accept). The copy of the
+// message that records it first calls reserve: if that reports true, the
+// record is agent.AcceptTaking, whose *agent.Taken it returns. It returns
+// the request for its turn and what to do with the message. A thread reply
 // that does not mention the bot (followUp) is recorded only in a
 // conversation the bot is part of, which only the store knows: when the
 // store fails, it is left unacked, and Slack's next delivery records it
 // once the store is back.
-func (a *App) record(ctx context.Context, m message, eventID string, followUp, take bool) (agent.Request, intake, *agent.Taken) {
+func (a *App) record(ctx context.Context, m message, eventID string, followUp bool, reserve func() bool) (agent.Request, intake, *agent.Taken) {
 	text := a.cleanText(m.text)
 	if text == "" {
 		text = "(empty message)"
@@ -254,7 +246,7 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp, t
 	var acc store.Acceptance
 	var taken *agent.Taken
 	var err error
-	if take {
+	if reserve() {
 		// The lease outlives the record's deadline: the turn runs under
 		// ctx, and renews it.
 		r, acc, taken, err = a.ag.AcceptTaking(rctx, req, followUp)
