@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Effects are what DecideAudited and ApproveAudited write in the same
@@ -87,4 +88,16 @@ type ResumeStart struct {
 	// BeginExecution does, when Claimed (empty: none); Calls show it as
 	// it was before.
 	Started string
+}
+
+// ResumeBegin asks DecideBegin to begin the resume of the step that the
+// decision completes, as BeginResume(run, Conversation, Lease, Owner, TTL,
+// Start, Kinds...) begins it.
+type ResumeBegin struct {
+	Conversation string
+	Lease        string
+	Owner        string
+	TTL          time.Duration
+	Start        []string
+	Kinds        []string
 }

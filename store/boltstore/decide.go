@@ -14,17 +14,34 @@ import (
 // DecideAudited is one transaction: the decision and its effects. See
 // storetest.Store for the contract. A zero d.At is set to now.
 func (s *Store) DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	c, complete, _, err := s.decide(ctx, callID, fingerprint, d, fx, nil)
+	return c, complete, err
+}
+
+// DecideBegin is DecideAudited and, when the decision completes its step,
+// BeginResume in the same transaction: see storetest.Store for the
+// contract.
+func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	if r.TTL <= 0 {
+		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: resume ttl %v is not positive", callID, r.TTL)
+	}
+	return s.decide(ctx, callID, fingerprint, d, fx, &r)
+}
+
+// decide is DecideAudited, and with r DecideBegin.
+func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r *store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 	if err := ctx.Err(); err != nil {
-		return store.Call{}, false, err
+		return store.Call{}, false, store.ResumeStart{}, err
 	}
 	if d.At.IsZero() {
 		d.At = time.Now()
 	}
 	var c store.Call
 	var complete bool
+	var rs store.ResumeStart
 	// The function may run more than once (see committer): it starts afresh.
 	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
-		c, complete = store.Call{}, false
+		c, complete, rs = store.Call{}, false, store.ResumeStart{}
 		rec, err := pendingCall(tx, callID, &c)
 		if err != nil {
 			return err
@@ -41,12 +58,16 @@ func (s *Store) DecideAudited(ctx context.Context, callID, fingerprint string, d
 		if complete, err = decided(tx, &c, rec, d); err != nil {
 			return err
 		}
-		return s.effects(tx, d.At, complete, fx)
+		if err := s.effects(tx, d.At, complete, fx); err != nil || !complete || r == nil {
+			return err
+		}
+		rs, err = beginResume(tx, c.RunID, r.Conversation, r.Lease, r.Owner, r.TTL, r.Start, r.Kinds)
+		return err
 	})
 	if err != nil {
-		return c, false, fmt.Errorf("decide call %s: %w", callID, err)
+		return c, false, store.ResumeStart{}, fmt.Errorf("decide call %s: %w", callID, err)
 	}
-	return c, complete, nil
+	return c, complete, rs, nil
 }
 
 // ApproveAudited is one transaction: the approval, the decision it may
@@ -178,72 +199,78 @@ func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, own
 		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: ttl %v is not positive", runID, ttl)
 	}
 	var rs store.ResumeStart
-	err := s.commits.update(func(tx *bolt.Tx) error {
-		rs = store.ResumeStart{} // the function may run more than once (see committer)
-		var rec runRecord
-		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return store.ErrNotFound
-		}
-		rs.Run = rec.Run
-		rs.Run.Finished = rec.Finished
-		now := time.Now()
-		if rec.Finished || rec.Pending > 0 || rec.ClaimUntil.After(now) {
-			return nil
-		}
-		if lease != "" {
-			leases := tx.Bucket(bucketLeases)
-			var l leaseRecord
-			ok, err := get(leases, lease, &l)
-			if err != nil {
-				return err
-			}
-			if ok && l.Owner != owner && l.Until.After(now) {
-				rs.Busy = true
-				return nil
-			}
-			if err := put(leases, lease, leaseRecord{Owner: owner, Until: now.Add(ttl)}); err != nil {
-				return err
-			}
-		}
-		rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(ttl)
-		if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
-			return err
-		}
-		rs.Claimed = true
-		for _, id := range rec.Run.CallIDs {
-			var c store.Call
-			ok, err := get(tx.Bucket(bucketCalls), id, &c)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return fmt.Errorf("call %s: %w", id, store.ErrNotFound)
-			}
-			rs.Calls = append(rs.Calls, c)
-		}
-		if i := store.FirstToStart(rs.Calls, start); i >= 0 {
-			c := rs.Calls[i]
-			c.Executing = true
-			if err := put(tx.Bucket(bucketCalls), c.ID, c); err != nil {
-				return err
-			}
-			rs.Started = c.ID
-		}
-		var conv convRecord
-		if rs.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
-			return err
-		}
-		rs.Conversation = conv.Conversation
-		rs.Records, _ = recordsOf(tx, kinds) // nil if they cannot be read
-		return nil
+	err := s.commits.update(func(tx *bolt.Tx) (err error) {
+		rs, err = beginResume(tx, runID, conversation, lease, owner, ttl, start, kinds)
+		return err
 	})
 	if err != nil {
 		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: %w", runID, err)
 	}
+	return rs, nil
+}
+
+// beginResume is BeginResume in tx.
+func beginResume(tx *bolt.Tx, runID, conversation, lease, owner string, ttl time.Duration, start, kinds []string) (store.ResumeStart, error) {
+	var rs store.ResumeStart
+	var rec runRecord
+	ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+	if err != nil {
+		return rs, err
+	}
+	if !ok {
+		return rs, store.ErrNotFound
+	}
+	rs.Run = rec.Run
+	rs.Run.Finished = rec.Finished
+	now := time.Now()
+	if rec.Finished || rec.Pending > 0 || rec.ClaimUntil.After(now) {
+		return rs, nil
+	}
+	if lease != "" {
+		leases := tx.Bucket(bucketLeases)
+		var l leaseRecord
+		ok, err := get(leases, lease, &l)
+		if err != nil {
+			return rs, err
+		}
+		if ok && l.Owner != owner && l.Until.After(now) {
+			rs.Busy = true
+			return rs, nil
+		}
+		if err := put(leases, lease, leaseRecord{Owner: owner, Until: now.Add(ttl)}); err != nil {
+			return rs, err
+		}
+	}
+	rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(ttl)
+	if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
+		return rs, err
+	}
+	rs.Claimed = true
+	for _, id := range rec.Run.CallIDs {
+		var c store.Call
+		ok, err := get(tx.Bucket(bucketCalls), id, &c)
+		if err != nil {
+			return rs, err
+		}
+		if !ok {
+			return rs, fmt.Errorf("call %s: %w", id, store.ErrNotFound)
+		}
+		rs.Calls = append(rs.Calls, c)
+	}
+	if i := store.FirstToStart(rs.Calls, start); i >= 0 {
+		c := rs.Calls[i]
+		c.Executing = true
+		if err := put(tx.Bucket(bucketCalls), c.ID, c); err != nil {
+			return rs, err
+		}
+		rs.Started = c.ID
+	}
+	var conv convRecord
+	if rs.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
+		return rs, err
+	}
+	rs.Conversation = conv.Conversation
+	rs.Records, _ = recordsOf(tx, kinds) // nil if they cannot be read
 	return rs, nil
 }
 

@@ -19,43 +19,135 @@ import (
 // to now. The call leaves the indexes lazily, when a reader next finds it
 // decided.
 func (s *Store) DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
-	if store.RunOf(callID) == "" {
-		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, store.ErrNotFound)
+	c, complete, _, err := s.decideBegin(ctx, callID, fingerprint, d, fx, nil)
+	return c, complete, err
+}
+
+// DecideBegin is DecideAudited and, when the decision completes its step,
+// BeginResume: on a single node (or a Sentinel primary) the decision's
+// script, a script that begins the resume only if the call holds this
+// decision (decidedResume) and the listings of the records asked for, in
+// one pipeline (one round trip); on a Cluster, DecideAudited then
+// BeginResume. See storetest.Store for the contract.
+func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	if r.TTL < time.Millisecond {
+		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: resume ttl %v is under 1ms", callID, r.TTL)
+	}
+	if s.cluster {
+		c, complete, err := s.DecideAudited(ctx, callID, fingerprint, d, fx)
+		if err != nil || !complete {
+			return c, complete, store.ResumeStart{}, err
+		}
+		rs, err := s.beginResume(ctx, c.RunID, r.Conversation, r.Lease, r.Owner, r.TTL, r.Start, r.Kinds)
+		if err != nil {
+			// The decision stands; the resume begins as usual.
+			return c, complete, store.ResumeStart{}, nil
+		}
+		return c, complete, rs, nil
+	}
+	return s.decideBegin(ctx, callID, fingerprint, d, fx, &r)
+}
+
+// decideBegin is DecideAudited, and with r DecideBegin on a single node.
+func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r *store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	fail := func(c store.Call, err error) (store.Call, bool, store.ResumeStart, error) {
+		return c, false, store.ResumeStart{}, fmt.Errorf("decide call %s: %w", callID, err)
+	}
+	runID := store.RunOf(callID)
+	if runID == "" {
+		return fail(store.Call{}, store.ErrNotFound)
 	}
 	if d.At.IsZero() {
 		d.At = time.Now()
 	}
 	dj, err := store.EncodeJSON(d)
 	if err != nil {
-		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
+		return fail(store.Call{}, err)
 	}
 	fx.Audit.At = cmpTime(fx.Audit.At, d.At)
 	entry, err := auditArg(fx.Audit)
 	if err != nil {
-		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
+		return fail(store.Call{}, err)
 	}
 	keys, effects := s.effectsOf(callID, entry, fx, d.At)
 	args := append([]any{fingerprint, d.Kind, d.At.UnixMicro(), dj, string(newrun.Outcome(d.Kind))}, effects...)
-	res, err := decide.Run(ctx, s.c, keys, args...).Slice()
+	var res []any
+	var resumed *redis.Cmd
+	var recs []*redis.MapStringStringCmd
+	if r == nil {
+		res, err = decide.Run(ctx, s.c, keys, args...).Slice()
+	} else {
+		rkeys := []string{s.callKey(callID), s.runKey(runID), s.claimKey(runID), s.convKey(r.Conversation), s.leaseKey(r.Lease)}
+		rargs := []any{string(dj), r.Owner, r.TTL.Milliseconds(), runID}
+		for _, k := range r.Start {
+			rargs = append(rargs, k)
+		}
+		var decided *redis.Cmd
+		recs = make([]*redis.MapStringStringCmd, len(r.Kinds))
+		// Each command's error is checked apart.
+		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			decided = decide.EvalSha(ctx, p, keys, args...)
+			resumed = decidedResume.EvalSha(ctx, p, rkeys, rargs...)
+			for i, k := range r.Kinds {
+				recs[i] = p.HGetAll(ctx, s.recordsKey(k))
+			}
+			return nil
+		})
+		if redis.HasErrorPrefix(decided.Err(), "NOSCRIPT") {
+			// Nothing ran (the resume found no decision of this call):
+			// once more, each script alone, loaded if need be.
+			decided = decide.Run(ctx, s.c, keys, args...)
+			resumed = decidedResume.Run(ctx, s.c, rkeys, rargs...)
+		} else if redis.HasErrorPrefix(resumed.Err(), "NOSCRIPT") {
+			resumed = decidedResume.Run(ctx, s.c, rkeys, rargs...)
+		}
+		res, err = decided.Slice()
+	}
 	if err != nil {
-		return store.Call{}, false, fmt.Errorf("decide call %s: %w", callID, err)
+		return fail(store.Call{}, err)
 	}
 	code, c, left, tail, err := decodeDecision(res)
 	if err != nil {
-		return c, false, fmt.Errorf("decide call %s: %w", callID, err)
+		return fail(c, err)
 	}
 	switch code {
 	case "ok":
+		var rs store.ResumeStart
+		if resumed != nil && left == 0 {
+			rs = s.decodeDecidedResume(r.Conversation, resumed, r.Kinds, recs)
+		}
 		err = s.followEffects(ctx, left == 0, fx, d.At, tail)
 		if err != nil {
 			err = fmt.Errorf("decide call %s: %w", callID, err)
 		}
-		return c, left == 0, err
+		return c, left == 0, rs, err
 	case "early":
-		return c, false, fmt.Errorf("decide call %s: expire before %s: %w",
+		return c, false, store.ResumeStart{}, fmt.Errorf("decide call %s: expire before %s: %w",
 			callID, c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
 	}
-	return c, false, fmt.Errorf("decide call %s: %w", callID, refusal(code))
+	return fail(c, refusal(code))
+}
+
+// decodeDecidedResume decodes the reply of decidedResume, with the
+// records read beside it. A reply that cannot be read gives a zero
+// ResumeStart: the decision stands, and a claim the script may have taken
+// lapses (the resume then begins once it has).
+func (s *Store) decodeDecidedResume(conversation string, cmd *redis.Cmd, kinds []string, recs []*redis.MapStringStringCmd) store.ResumeStart {
+	vals, err := cmd.Slice()
+	if err != nil || len(vals) == 0 {
+		return store.ResumeStart{}
+	}
+	if code, _ := vals[0].(string); code == "undecided" {
+		return store.ResumeStart{}
+	}
+	rs, err := decodeResume(conversation, vals, nil)
+	if err != nil {
+		return store.ResumeStart{}
+	}
+	if rs.Claimed {
+		rs.Records = records(kinds, recs)
+	}
+	return rs
 }
 
 // ApproveAudited is one Lua script, like DecideAudited: see storetest.Store

@@ -405,54 +405,82 @@ end
 return redis.call('LLEN', KEYS[1])
 `)
 
-// beginResume takes the lease of a run's conversation and the run's resume
-// claim, and loads the run, its calls and the conversation (see
-// Store.BeginResume). The call keys are the run key, ":call:" and the
-// call ids runID.0, runID.1, ..., in the run's hash slot.
-// When it claims, it marks the call to start as executing, as
-// beginExecution does (see store.FirstToStart).
-// KEYS: run, claim [, conversation [, lease]]
-// ARGV: owner, ttl (ms), run id, then the decision kinds that start a call
-// Returns {code, run JSON, finished, calls (each its callFields), the
-// conversation's HGETALL, the id of the call marked or an empty string} where code is
-// claimed, idle, busy or notfound.
-var beginResume = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 'run', 'pending', 'finished')
-if not v[1] then return {'notfound'} end
-local fin = v[3] or ''
-if fin == '1' or tonumber(v[2]) > 0 or redis.call('EXISTS', KEYS[2]) == 1 then
-  return {'idle', v[1], fin}
-end
-if #KEYS >= 4 then
-  local l = redis.call('GET', KEYS[4])
-  if l and l ~= ARGV[1] then return {'busy', v[1], fin} end
-  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[2])
-end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-local calls = {}
-for i = 0, 1000000 do
-  local f = redis.call('HMGET', KEYS[1] .. ':call:' .. ARGV[3] .. '.' .. i, 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
-  if not f[1] then break end
-  calls[#calls + 1] = f
-end
-local conv = {}
-if #KEYS >= 3 then conv = redis.call('HGETALL', KEYS[3]) end
-local started = ''
-if #ARGV > 3 then
-  local first, cancelled = nil, false
-  for i, f in ipairs(calls) do
-    if f[2] == 'cancelled' then cancelled = true end
-    if not first and f[2] == 'decided' and f[3] then
-      local kind = cjson.decode(f[3]).kind
-      for j = 4, #ARGV do
-        if kind == ARGV[j] then first = i end
+// beginResumeFn is the Lua function resume(run, claim, conv, lease,
+// owner, ttl, id, start) that takes the lease of a run's conversation and
+// the run's resume claim, and loads the run, its calls and the
+// conversation (see Store.BeginResume); conv and lease may be nil. The
+// call keys are the run key, ":call:" and the call ids id.0, id.1, ...,
+// in the run's hash slot. When it claims, it marks the call to start as
+// executing, as beginExecution does (see store.FirstToStart): the first
+// decided with a kind in the list start.
+// It returns {code, run JSON, finished, calls (each its callFields), the
+// conversation's HGETALL, the id of the call marked or an empty string}
+// where code is claimed, idle, busy or notfound.
+const beginResumeFn = `
+local function resume(run, claim, conv, lease, owner, ttl, id, start)
+  local v = redis.call('HMGET', run, 'run', 'pending', 'finished')
+  if not v[1] then return {'notfound'} end
+  local fin = v[3] or ''
+  if fin == '1' or tonumber(v[2]) > 0 or redis.call('EXISTS', claim) == 1 then
+    return {'idle', v[1], fin}
+  end
+  if lease then
+    local l = redis.call('GET', lease)
+    if l and l ~= owner then return {'busy', v[1], fin} end
+    redis.call('SET', lease, owner, 'PX', ttl)
+  end
+  redis.call('SET', claim, owner, 'PX', ttl)
+  local calls = {}
+  for i = 0, 1000000 do
+    local f = redis.call('HMGET', run .. ':call:' .. id .. '.' .. i, 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
+    if not f[1] then break end
+    calls[#calls + 1] = f
+  end
+  local c = {}
+  if conv then c = redis.call('HGETALL', conv) end
+  local started = ''
+  if #start > 0 then
+    local first, cancelled = nil, false
+    for i, f in ipairs(calls) do
+      if f[2] == 'cancelled' then cancelled = true end
+      if not first and f[2] == 'decided' and f[3] then
+        local kind = cjson.decode(f[3]).kind
+        for _, k in ipairs(start) do
+          if kind == k then first = i end
+        end
       end
     end
+    if first and not cancelled and calls[first][4] ~= '1' then
+      started = id .. '.' .. (first - 1)
+      redis.call('HSET', run .. ':call:' .. started, 'executing', '1')
+    end
   end
-  if first and not cancelled and calls[first][4] ~= '1' then
-    started = ARGV[3] .. '.' .. (first - 1)
-    redis.call('HSET', KEYS[1] .. ':call:' .. started, 'executing', '1')
-  end
+  return {'claimed', v[1], fin, calls, c, started}
 end
-return {'claimed', v[1], fin, calls, conv, started}
+`
+
+// beginResume is beginResumeFn as a script.
+// KEYS: run, claim [, conversation [, lease]]
+// ARGV: owner, ttl (ms), run id, then the decision kinds that start a call
+// Returns what resume returns.
+var beginResume = redis.NewScript(beginResumeFn + `
+local start = {}
+for j = 4, #ARGV do start[#start + 1] = ARGV[j] end
+return resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], start)
+`)
+
+// decidedResume is beginResumeFn, run only if the call holds the given
+// decision: sent right after a decision, it begins the resume of the step
+// that this decision completed, and nothing else (a single node only: the
+// conversation and its lease are in other hash slots than the run).
+// KEYS: call, run, claim, conversation, lease
+// ARGV: decision JSON, owner, ttl (ms), run id, then the decision kinds
+// that start a call
+// Returns {'undecided'} if the call holds another decision or none, else
+// what resume returns.
+var decidedResume = redis.NewScript(beginResumeFn + `
+if redis.call('HGET', KEYS[1], 'decision') ~= ARGV[1] then return {'undecided'} end
+local start = {}
+for j = 5, #ARGV do start[#start + 1] = ARGV[j] end
+return resume(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4], start)
 `)

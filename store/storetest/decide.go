@@ -45,6 +45,16 @@ type audited interface {
 	// it executing, as BeginExecution does, and names it in Started.
 	// store.ErrNotFound for an unknown run.
 	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error)
+	// DecideBegin is DecideAudited and, when the decision is recorded and
+	// completes its step, BeginResume(the call's run, r.Conversation,
+	// r.Lease, r.Owner, r.TTL, r.Start, r.Kinds...) in the same atomic
+	// step (a store may take the second step right after the first, as
+	// long as it begins only the resume of the step this decision
+	// completed). The ResumeStart is BeginResume's; it is zero, and
+	// nothing is taken, when the decision is refused or leaves calls
+	// pending, and a zero one may also come back from a store that could
+	// not read it (the caller then begins the resume itself).
+	DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (c store.Call, complete bool, rs store.ResumeStart, err error)
 	// GetCallWith is GetCall and RecordsOf(kinds) in one round trip or
 	// transaction; store.ErrNotFound for an unknown call. The records are
 	// nil if they cannot be read; the call stands.
@@ -157,6 +167,84 @@ func testApproveAudited(t *testing.T, open Opener) {
 	}
 	if got := unanswered(t, s, time.Now().Add(time.Minute)); !slices.Equal(got, []string{c.Conversation}) {
 		t.Errorf("Unanswered after the approval that completed the step = %q, want [%s]", got, c.Conversation)
+	}
+}
+
+// DecideBegin begins the resume of the step its decision completes, and
+// of no other: a decision that leaves a call pending takes nothing, a
+// refused decision takes nothing even when the step is complete, and
+// another owner's lease is left alone with the decision recorded.
+func testDecideBegin(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	r, calls := create(t, s, 2, nil)
+	lease := "conv:" + r.Conversation + "/" + r.ID
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute, Start: []string{"approve"}, Kinds: []string{"rules"}}
+	putRecord(t, s, "rules", "r1")
+	_, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), auditedEffects(calls[0], "U1"), rb)
+	if err != nil || complete || rs.Claimed || rs.Busy {
+		t.Fatalf("DecideBegin of the first of two calls = complete %v, claimed %v, busy %v, %v; want recorded, nothing begun", complete, rs.Claimed, rs.Busy, err)
+	}
+	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease by b after a decision that left a call pending = %v, %v; want true: nothing was taken", ok, err)
+	}
+	// b holds the lease: the last decision is recorded, the resume busy.
+	c, complete, rs, err := s.DecideBegin(ctx, calls[1].ID, calls[1].Fingerprint, approve("U2"), auditedEffects(calls[1], "U2"), rb)
+	if err != nil || !complete || rs.Claimed || !rs.Busy || c.Status != store.Decided {
+		t.Fatalf("DecideBegin of the last call while b holds the lease = %s, complete %v, claimed %v, busy %v, %v; want decided, complete, busy", c.Status, complete, rs.Claimed, rs.Busy, err)
+	}
+	if !stalled(t, s, r.ID) {
+		t.Errorf("Stalled does not list %s after a busy DecideBegin: it took the claim", r.ID)
+	}
+	if err := s.ReleaseLease(ctx, lease, "b"); err != nil {
+		t.Fatal(err)
+	}
+	// A second decision on the decided call is refused and begins nothing,
+	// although the step is complete and its resume unclaimed.
+	if _, _, rs, err := s.DecideBegin(ctx, calls[1].ID, calls[1].Fingerprint, approve("U3"), auditedEffects(calls[1], "U3"), rb); !errors.Is(err, store.ErrAlreadyDecided) || rs.Claimed {
+		t.Fatalf("DecideBegin of a decided call = claimed %v, %v; want ErrAlreadyDecided, nothing claimed", rs.Claimed, err)
+	}
+	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease after a refused DecideBegin = %v, %v; want true", ok, err)
+	}
+	if err := s.ReleaseLease(ctx, lease, "b"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A run whose one call's decision completes it: the resume is begun
+	// with the decision, as BeginResume begins it.
+	r2, calls2 := create(t, s, 1, nil)
+	lease2 := "conv:" + r2.Conversation + "/" + r2.ID
+	rb2 := rb
+	rb2.Lease = lease2
+	_, complete, rs, err = s.DecideBegin(ctx, calls2[0].ID, calls2[0].Fingerprint, approve("U1"), auditedEffects(calls2[0], "U1"), rb2)
+	if err != nil || !complete || !rs.Claimed || rs.Busy {
+		t.Fatalf("DecideBegin of a run's one call = complete %v, claimed %v, busy %v, %v; want complete and claimed", complete, rs.Claimed, rs.Busy, err)
+	}
+	if rs.Run.ID != r2.ID || !slices.Equal(callIDs(rs.Calls), r2.CallIDs) || rs.Calls[0].Status != store.Decided || rs.Started != calls2[0].ID {
+		t.Errorf("DecideBegin resume = run %s, calls %v (first %s), started %q; want %s, %v decided, %s started", rs.Run.ID, callIDs(rs.Calls), rs.Calls[0].Status, rs.Started, r2.ID, r2.CallIDs, calls2[0].ID)
+	}
+	if !rs.Found || rs.Conversation.Key != r2.Conversation {
+		t.Errorf("DecideBegin conversation = %+v (found %v), want %s", rs.Conversation, rs.Found, r2.Conversation)
+	}
+	if got := rs.Records["rules"]; len(got) != 1 || got[0].ID != "r1" {
+		t.Errorf("DecideBegin records = %+v, want rules [r1]", rs.Records)
+	}
+	if ok, err := s.AcquireLease(ctx, lease2, "b", time.Minute); err != nil || ok {
+		t.Errorf("AcquireLease by b after a's DecideBegin = %v, %v; want false: a holds the lease", ok, err)
+	}
+	if got, err := s.BeginResume(ctx, r2.ID, r2.Conversation, "", "b", time.Minute, nil); err != nil || got.Claimed {
+		t.Errorf("BeginResume by b after a's DecideBegin = claimed %v, %v; want not claimed: a holds the claim", got.Claimed, err)
+	}
+	if got, err := s.GetCall(ctx, calls2[0].ID); err != nil || !got.Executing {
+		t.Errorf("the started call after DecideBegin = executing %v, %v; want marked executing", got.Executing, err)
+	}
+	_, calls3 := create(t, s, 1, nil)
+	if _, _, _, err := s.DecideBegin(ctx, calls3[0].ID, calls3[0].Fingerprint, approve("U1"), store.Effects{}, store.ResumeBegin{}); err == nil {
+		t.Error("DecideBegin with a zero resume ttl succeeded, want an error")
+	}
+	if got, err := s.GetCall(ctx, calls3[0].ID); err != nil || got.Status != store.Pending {
+		t.Errorf("the call after a DecideBegin with a zero ttl = %s, %v; want still pending", got.Status, err)
 	}
 }
 

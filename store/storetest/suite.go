@@ -40,6 +40,7 @@ func Run(t *testing.T, open Opener) {
 		{"DecideAudited", testDecideAudited},
 		{"ApproveAudited", testApproveAudited},
 		{"BeginResume", testBeginResume},
+		{"DecideBegin", testDecideBegin},
 		{"BeginResumeStarts", testBeginResumeStarts},
 		{"AbandonExecution", testAbandonExecution},
 		{"GetCallWith", testGetCallWith},
