@@ -75,6 +75,7 @@ type Runs interface {
 	GetCall(ctx context.Context, callID string) (store.Call, error)
 	GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error)
 	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error)
+	DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)
 	ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error)
 	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"time"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,6 +48,25 @@ const System = "system"
 // An Edit replaces the pending arguments and restarts the count with the
 // editor. Deny, Reject and Respond decide at once.
 func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult, error) {
+	return a.decide(ctx, d, nil)
+}
+
+// DecideTaking is Decide that, for a decision that leaves nothing pending
+// in a conversation that no turn of this process holds, also begins the
+// step's resume in the same store step (the conversation's lease, the
+// run's resume claim, the approved call marked as started). It returns a
+// *Taken when it did: the caller must then run the resume at once with
+// ResumeTaken (or ReleaseTaken), since nothing else in this process may
+// work on the conversation meanwhile; otherwise the *Taken is nil and a
+// Complete result is resumed with Resume as usual.
+func (a *Agent) DecideTaking(ctx context.Context, d approvals.Decision) (DecideResult, *Taken, error) {
+	var t *Taken
+	res, err := a.decide(ctx, d, &t)
+	return res, t, err
+}
+
+// decide is Decide and, with taken set, DecideTaking, which sets *taken.
+func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken) (DecideResult, error) {
 	// The decision time is this process's clock, never the caller's: a
 	// caller's clock must not reopen an expired call.
 	d.At = a.cfg.Now()
@@ -80,7 +100,7 @@ func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult,
 	if need := max(c.MinApprovals, v.MinApprovals); need > 1 && (d.Kind == approvals.Approve || d.Kind == approvals.Edit) {
 		return a.approve(ctx, c, d, sd, need)
 	}
-	return a.record(ctx, c, d.Fingerprint, sd, v)
+	return a.record(ctx, c, d.Fingerprint, sd, v, taken)
 }
 
 // approve counts one approval (or an edit, which restarts the count) of a
@@ -295,18 +315,42 @@ func refused(c, got store.Call, err error) (DecideResult, error) {
 	return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
 }
 
-// record writes a checked decision and reports it.
-func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict) (DecideResult, error) {
+// record writes a checked decision and reports it. With taken set, the
+// decision that completes its step also begins the step's resume when no
+// turn of this process holds the conversation (see DecideTaking).
+func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict, taken **Taken) (DecideResult, error) {
 	fx := decisionEffects(c, sd.Decider, sd.Kind, c.Fingerprint, sd.At)
 	fx.Audit.Detail = sd.Reason
-	got, complete, err := a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
+	var got store.Call
+	var complete, asked bool
+	var err error
+	var rs claimed
+	if taken != nil {
+		rb := store.ResumeBegin{Conversation: c.Conversation, Lease: store.TurnLease(c.Conversation), Owner: a.cfg.Owner,
+			TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds()}
+		_, _ = a.leases.take(c.Conversation, func() (bool, error) {
+			asked = true
+			rs.at = time.Now()
+			got, complete, rs.ResumeStart, err = a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
+			// A decision recorded with effects missing (see decided)
+			// stands, and so does the resume it began.
+			rs.Claimed = rs.Claimed && (err == nil || errors.Is(err, store.ErrEffects))
+			return rs.Claimed, nil
+		})
+	}
+	if !asked {
+		got, complete, err = a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
+	}
 	if err := a.decided(ctx, fx.Audit, err); err != nil {
 		return refused(c, got, err)
 	}
 	if kindOf(&sd) == approvals.Remember {
 		a.remember(ctx, got, sd, v)
 	}
-	if complete {
+	switch {
+	case complete && rs.Claimed:
+		*taken = &Taken{conversation: got.Conversation, resume: &rs}
+	case complete:
 		a.resumable.add(got.RunID, got.Conversation)
 	}
 	u := CallUpdate{Call: viewOf(got), Phase: PhaseDecided, StepPending: !complete}

@@ -137,8 +137,11 @@ func (a *Agent) Accept(ctx context.Context, req Request, requireKnown bool) (Req
 // One of them must be called, once.
 type Taken struct {
 	conversation string
-	begun        store.Begun
-	used         atomic.Bool
+	// begun is what a turn starts from (AcceptTaking), or resume what a
+	// resume starts from (DecideTaking).
+	begun  store.Begun
+	resume *claimed
+	used   atomic.Bool
 }
 
 // AcceptTaking is Accept that, for a message accepted in a conversation
@@ -181,7 +184,7 @@ func (a *Agent) AcceptTaking(ctx context.Context, req Request, requireKnown bool
 // returned it), under the lease it took: the turn starts from what
 // AcceptTaking read.
 func (a *Agent) RunTaken(ctx context.Context, req Request, t *Taken) (Outcome, error) {
-	if t == nil || t.conversation != req.Conversation || !t.used.CompareAndSwap(false, true) {
+	if t == nil || t.resume != nil || t.conversation != req.Conversation || !t.used.CompareAndSwap(false, true) {
 		return Outcome{}, errors.New("run taken: not a lease taken for this conversation, or used already")
 	}
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnMessage, Conversation: req.Conversation, User: req.User, Channel: req.Channel})
@@ -194,12 +197,41 @@ func (a *Agent) RunTaken(ctx context.Context, req Request, t *Taken) (Outcome, e
 	return out, err
 }
 
-// ReleaseTaken gives back the lease of a Taken that will not run: the
-// message stays recorded, for a later turn or the takeover to answer.
-// Releasing a Taken that ran, or was released, does nothing.
+// ResumeTaken is Resume for a step whose resume DecideTaking began, under
+// the lease and the claim it took.
+func (a *Agent) ResumeTaken(ctx context.Context, t *Taken) (Outcome, error) {
+	if t == nil || t.resume == nil || !t.used.CompareAndSwap(false, true) {
+		return Outcome{}, errors.New("resume taken: not a resume taken, or used already")
+	}
+	var out Outcome
+	err := a.leases.runHeld(ctx, t.conversation, func(ctx context.Context) (err error) {
+		out, err = a.resumeStarted(ctx, *t.resume)
+		return err
+	})
+	if errors.Is(err, errNoResume) {
+		return Outcome{Status: Idle}, nil
+	}
+	return out, err
+}
+
+// ReleaseTaken gives back what a Taken holds when it will not run: for a
+// message, the lease (the message stays recorded, for a later turn or the
+// takeover to answer); for a resume, the call marked as started, the
+// run's resume claim and the lease (the step stays decided and listed,
+// for a later Resume, the takeover or the sweep). Releasing a Taken that
+// ran, or was released, does nothing.
 func (a *Agent) ReleaseTaken(ctx context.Context, t *Taken) {
 	if t == nil || !t.used.CompareAndSwap(false, true) {
 		return
+	}
+	if rs := t.resume; rs != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		started := rs.Started
+		a.abandon(rctx, &started)
+		if err := a.store.ReleaseClaim(rctx, rs.Run.ID, a.cfg.Owner); err != nil {
+			a.log.Warn("release resume claim", "run", rs.Run.ID, "err", err)
+		}
 	}
 	a.leases.release(ctx, store.TurnLease(t.conversation), t.conversation, false)
 }

@@ -151,12 +151,25 @@ func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
 	a.tell(ctx, c.user, c.channel, text)
 }
 
-// decide records a decision and, when it was the last one pending, queues
-// the resume on the conversation's queue, after whatever the conversation
-// is doing. It returns the text to tell the decider when the decision was
-// refused or failed, and "" on success.
+// decide records a decision and, when it was the last one pending, has
+// the step resumed: at once, with the decision's own store step having
+// begun the resume, when a turn slot is free and no turn of this process
+// holds the conversation (agent.DecideTaking); otherwise on the
+// conversation's queue, after whatever the conversation is doing. It
+// returns the text to tell the decider when the decision was refused or
+// failed, and "" on success.
 func (a *App) decide(ctx context.Context, d approvals.Decision) string {
-	res, err := a.ag.Decide(ctx, d)
+	var res agent.DecideResult
+	var taken *agent.Taken
+	var err error
+	if a.slots.TryAcquire(1) {
+		res, taken, err = a.ag.DecideTaking(ctx, d)
+		if taken == nil {
+			a.slots.Release(1)
+		}
+	} else {
+		res, err = a.ag.Decide(ctx, d)
+	}
 	kind := string(d.Kind)
 	if err != nil {
 		text, result := refusalText(res.Call, d.Decider, err)
@@ -167,7 +180,20 @@ func (a *App) decide(ctx context.Context, d approvals.Decision) string {
 		return text
 	}
 	a.m.decision(kind, "ok", time.Since(res.Call.CreatedAt))
-	if res.Complete {
+	switch {
+	case taken != nil:
+		conversation := res.Call.Conversation
+		a.spawn(ctx, "resume", func(ctx context.Context) {
+			defer a.slots.Release(1)
+			if ctx.Err() != nil {
+				a.ag.ReleaseTaken(ctx, taken)
+				a.log.Warn("shutting down before a resume; the sweep resumes it", "run", res.Call.RunID)
+				return
+			}
+			out, err := a.ag.ResumeTaken(ctx, taken)
+			a.resumed(ctx, conversation, res.Call.RunID, out, err)
+		})
+	case res.Complete:
 		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}
 	return ""
@@ -183,6 +209,11 @@ func (a *App) resumeLater(ctx context.Context, conversation, runID string) {
 // conversation's queue, once a turn slot is free.
 func (a *App) resume(ctx context.Context, conversation, runID string) {
 	out, err := a.ag.Resume(ctx, runID)
+	a.resumed(ctx, conversation, runID, out, err)
+}
+
+// resumed reports how a resume ended.
+func (a *App) resumed(ctx context.Context, conversation, runID string, out agent.Outcome, err error) {
 	if out.Status != agent.Idle {
 		a.m.turn(string(out.Status), err)
 	}

@@ -103,6 +103,8 @@ type Turns interface {
 // Decisions records decisions on paused calls.
 type Decisions interface {
 	Decide(ctx context.Context, d approvals.Decision) (agent.DecideResult, error)
+	DecideTaking(ctx context.Context, d approvals.Decision) (agent.DecideResult, *agent.Taken, error)
+	ResumeTaken(ctx context.Context, t *agent.Taken) (agent.Outcome, error)
 	Cancel(ctx context.Context, runID, user string) (agent.DecideResult, error)
 }
 

@@ -44,6 +44,13 @@ func (s *outageStore) DecideAudited(ctx context.Context, id, fp string, d store.
 	return s.fullStore.DecideAudited(ctx, id, fp, d, fx)
 }
 
+func (s *outageStore) DecideBegin(ctx context.Context, id, fp string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	if s.down.Load() {
+		return store.Call{}, false, store.ResumeStart{}, errOutage
+	}
+	return s.fullStore.DecideBegin(ctx, id, fp, d, fx, r)
+}
+
 // A click during a store outage is refused with a clear message and the
 // call stays pending; once the store is back, the same click works.
 func TestStoreOutageLosesNoApproval(t *testing.T) {
@@ -166,6 +173,16 @@ func (s *heldStore) DecideAudited(ctx context.Context, id, fp string, d store.De
 		}
 	}
 	return s.fullStore.DecideAudited(ctx, id, fp, d, fx)
+}
+
+func (s *heldStore) DecideBegin(ctx context.Context, id, fp string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	if s.hold.Load() {
+		s.arrived <- struct{}{}
+		if err := <-s.release; err != nil {
+			return store.Call{}, false, store.ResumeStart{}, err
+		}
+	}
+	return s.fullStore.DecideBegin(ctx, id, fp, d, fx, r)
 }
 
 // newHeldEnv runs a bot whose store decisions can be held.

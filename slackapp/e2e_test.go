@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
@@ -266,6 +268,21 @@ func (s *stepCounter) AcceptBegin(ctx context.Context, conversation string, m st
 	return s.fullStore.AcceptBegin(ctx, conversation, m, requireKnown, owner, ttl, kinds...)
 }
 
+func (s *stepCounter) DecideAudited(ctx context.Context, id, fp string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	s.add("DecideAudited")
+	return s.fullStore.DecideAudited(ctx, id, fp, d, fx)
+}
+
+func (s *stepCounter) DecideBegin(ctx context.Context, id, fp string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	s.add("DecideBegin")
+	return s.fullStore.DecideBegin(ctx, id, fp, d, fx, r)
+}
+
+func (s *stepCounter) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
+	s.add("BeginResume")
+	return s.fullStore.BeginResume(ctx, runID, conv, lease, owner, ttl, start, kinds...)
+}
+
 func (s *stepCounter) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
 	s.add("BeginTurn")
 	return s.fullStore.BeginTurn(ctx, conversation, owner, ttl, kinds...)
@@ -273,23 +290,39 @@ func (s *stepCounter) BeginTurn(ctx context.Context, conversation, owner string,
 
 // A mention in a conversation with no work in this process is recorded
 // and its turn begun in one store step (AcceptBegin), and the turn runs at
-// once. A reply sent while that turn's model call is held is recorded
+// once; the click on its card is decided and its resume begun in one
+// store step too (DecideBegin). A reply sent while that turn's model call is held is recorded
 // alone, queued behind the turn, and answered after it, in order.
 func TestIdleConversationRecordsAndBeginsInOneStep(t *testing.T) {
 	for _, kind := range storeKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			e := newEnv(t, kind)
-			counter := &stepCounter{steps: map[string]int{}, recorded: make(chan string, 10)}
+			steps := &stepCounter{steps: map[string]int{}, recorded: make(chan string, 10)}
 			open := e.open
-			e.open = func() fullStore { counter.fullStore = open(); return counter }
+			e.open = func() fullStore { steps.fullStore = open(); return steps }
+			reg := prometheus.NewRegistry()
+			e.cfg.Metrics = slackapp.NewMetrics(reg)
 			m := newScriptedModel()
 			t.Cleanup(m.unblock)
 			e.model.Handle(m.answer)
 			e.start()
 			ts := e.slack.Mention(channel, requester, "deploy api 2")
-			e.card(ts, "deploy")
-			if got := counter.take(); got["AcceptBegin"] != 1 || got["AcceptMessage"] != 0 || got["BeginTurn"] != 0 {
+			card := e.card(ts, "deploy")
+			// The card is posted by the turn, which holds the conversation
+			// until it has returned.
+			waitUntil(t, "the mention's turn ended", func() bool { return counter(t, reg, "toolgate_turns_total", "paused") == 1 })
+			if got := steps.take(); got["AcceptBegin"] != 1 || got["AcceptMessage"] != 0 || got["BeginTurn"] != 0 {
 				t.Errorf("store steps of the mention up to its card = %v, want one AcceptBegin and no AcceptMessage or BeginTurn", got)
+			}
+			// The click's decision begins the resume in the same step.
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed:")
+			if got := steps.take(); got["DecideBegin"] != 1 || got["DecideAudited"] != 0 || got["BeginResume"] != 0 {
+				t.Errorf("store steps of the click up to the answer = %v, want one DecideBegin and no DecideAudited or BeginResume", got)
+			}
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once", n)
 			}
 
 			hold := e.slack.Mention(channel, requester, "please hold")
@@ -298,14 +331,14 @@ func TestIdleConversationRecordsAndBeginsInOneStep(t *testing.T) {
 			// The reply is recorded alone while the turn holds the
 			// conversation, then waits on its queue.
 			select {
-			case text := <-counter.recorded:
+			case text := <-steps.recorded:
 				if text != "and then?" {
 					t.Errorf("recorded %q alone, want the reply", text)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("the reply was not recorded while the turn was held")
 			}
-			if got := counter.take(); got["AcceptBegin"] != 1 || got["AcceptMessage"] != 1 {
+			if got := steps.take(); got["AcceptBegin"] != 1 || got["AcceptMessage"] != 1 {
 				t.Errorf("store steps of the held mention and the reply = %v, want one AcceptBegin, one AcceptMessage", got)
 			}
 			m.unblock()

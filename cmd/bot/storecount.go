@@ -115,6 +115,11 @@ func (s *countedStore) DecideAudited(ctx context.Context, callID, fingerprint st
 	return s.st.DecideAudited(ctx, callID, fingerprint, d, fx)
 }
 
+func (s *countedStore) DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	s.count("DecideBegin")
+	return s.st.DecideBegin(ctx, callID, fingerprint, d, fx, r)
+}
+
 func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
 	s.count("ApproveAudited")
 	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, edit, need, d, fx)
