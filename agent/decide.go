@@ -1,12 +1,12 @@
 package agent
 
 import (
-	"time"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/store"
