@@ -48,35 +48,40 @@ func newPrefix(t *testing.T, rawURL string) string {
 	t.Helper()
 	prefix := "toolgate-test-" + store.NewRunID()
 	t.Cleanup(func() {
-		c, err := redisstore.NewClient(rawURL)
-		if err != nil {
-			t.Errorf("clean up %s: %v", prefix, err)
-			return
-		}
-		defer c.Close()
-		ctx := context.Background()
-		del := func(ctx context.Context, node *redis.Client) error {
-			iter := node.Scan(ctx, 0, prefix+":*", 500).Iterator()
-			for iter.Next(ctx) {
-				if err := node.Del(ctx, iter.Val()).Err(); err != nil {
-					return err
-				}
-			}
-			return iter.Err()
-		}
-		switch c := c.(type) {
-		case *redis.ClusterClient:
-			err = c.ForEachMaster(ctx, del)
-		case *redis.Client:
-			err = del(ctx, c)
-		default:
-			err = fmt.Errorf("unexpected client %T", c)
-		}
+		err := eachKey(context.Background(), rawURL, prefix, func(ctx context.Context, node *redis.Client, key string) error {
+			return node.Del(ctx, key).Err()
+		})
 		if err != nil {
 			t.Errorf("clean up %s: %v", prefix, err)
 		}
 	})
 	return prefix
+}
+
+// eachKey calls fn with each key under prefix, on every master of the
+// Redis at rawURL.
+func eachKey(ctx context.Context, rawURL, prefix string, fn func(ctx context.Context, node *redis.Client, key string) error) error {
+	c, err := redisstore.NewClient(rawURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	scan := func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, prefix+":*", 500).Iterator()
+		for iter.Next(ctx) {
+			if err := fn(ctx, node, iter.Val()); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		return scan(ctx, c)
+	}
+	return fmt.Errorf("unexpected client %T", c)
 }
 
 func newStore(t *testing.T, rawURL string, opts redisstore.Options) *redisstore.Store {

@@ -44,36 +44,18 @@ func TestCommitTurnAnnouncesRelease(t *testing.T) {
 // every master.
 func indexMembers(t *testing.T, rawURL, prefix string) map[string][]string {
 	t.Helper()
-	c, err := redisstore.NewClient(rawURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx := t.Context()
 	out := map[string][]string{}
 	var mu sync.Mutex
-	read := func(ctx context.Context, node *redis.Client) error {
-		iter := node.Scan(ctx, 0, prefix+":*", 500).Iterator()
-		for iter.Next(ctx) {
-			if node.Type(ctx, iter.Val()).Val() != "zset" {
-				continue
-			}
-			ms, err := node.ZRange(ctx, iter.Val(), 0, -1).Result()
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			out[iter.Val()] = ms
-			mu.Unlock()
+	err := eachKey(t.Context(), rawURL, prefix, func(ctx context.Context, node *redis.Client, key string) error {
+		if node.Type(ctx, key).Val() != "zset" {
+			return nil
 		}
-		return iter.Err()
-	}
-	switch c := c.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, read)
-	case *redis.Client:
-		err = read(ctx, c)
-	}
+		ms, err := node.ZRange(ctx, key, 0, -1).Result()
+		mu.Lock()
+		out[key] = ms
+		mu.Unlock()
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
