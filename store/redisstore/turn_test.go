@@ -149,3 +149,31 @@ func TestCommitTurnFinishUnindexes(t *testing.T) {
 		})
 	}
 }
+
+// DecideBegin works when Redis has forgotten its scripts (after a restart
+// or SCRIPT FLUSH): the pipeline's EVALSHAs fail unrun, and the decision
+// and the resume's start are sent again, each loading its script.
+func TestDecideBeginAfterScriptFlush(t *testing.T) {
+	u := redisURL(t)
+	s := newStore(t, u, redisstore.Options{Prefix: newPrefix(t, u)})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	r, calls := testRun()
+	r.Conversation = "C1:" + store.NewRunID()
+	if err := s.CreateRun(ctx, r, calls); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v", err)
+	}
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: store.TurnLease(r.Conversation), Owner: "a", TTL: time.Minute}
+	_, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, store.Decision{Kind: "approve", Decider: "U1", At: time.Now()}, store.Effects{}, rb)
+	if err != nil || !complete || !rs.Claimed || rs.Run.ID != r.ID {
+		t.Fatalf("DecideBegin after SCRIPT FLUSH = complete %v, claimed %v, run %q, %v; want complete, claimed, %s", complete, rs.Claimed, rs.Run.ID, err, r.ID)
+	}
+}
