@@ -70,7 +70,8 @@
 //
 // Before an approved call runs, the policy judges it again: a call whose
 // rule now denies it does not run. Each approved call is started at most
-// once (marked by the resume's store BeginResume, or BeginExecution; a
+// once (marked by the resume's store BeginResume or DecideBegin, or
+// BeginExecution; a
 // mark whose call did not run is taken back with AbandonExecution), and
 // its result is saved as soon as it
 // returns (store SaveResult): if a resume crashed or lost its lease after
@@ -123,7 +124,9 @@
 //
 // A turn reads and writes the store in few, composite steps (Turns): it
 // takes the lease and reads the conversation and its inbox in one
-// (BeginTurn), and records each result in one (CommitTurn): a step mark;
+// (BeginTurn, or AcceptBegin together with the record of the message that
+// starts it: see AcceptTaking), and records each result in one
+// (CommitTurn): a step mark;
 // a pause (the run, the conversation paused on it, the audit entries, the
 // answered messages drained, the lease released); an answer (the
 // conversation, the run a resume finishes, the audit entries, the drained
@@ -137,7 +140,13 @@
 // person's message with Accept before it acknowledges the event (Run
 // records a message itself when given one Accept did not record); a turn
 // answers every recorded message not yet answered and drains them once it
-// has saved its result. Before an allowed call whose tool is neither
+// has saved its result. AcceptTaking records the message and takes the
+// conversation's lease for its turn in one store step, and DecideTaking
+// records a decision and claims the resume of the step it completes in
+// one: the caller then runs that turn or resume at once (RunTaken,
+// ResumeTaken) or gives back what it took (ReleaseTaken); if the process
+// dies first, the lease and claim lapse and the work is taken over as any
+// other. Before an allowed call whose tool is neither
 // read-only nor idempotent (approvals.Hints) runs, the turn records its
 // step, and once the step's calls are done, their results. A resume claims
 // its run for Config.LeaseTTL, renews the claim with the lease, and lists
