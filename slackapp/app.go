@@ -149,7 +149,8 @@ var _ Agent = (*agent.Agent)(nil)
 // Each conversation has a queue and a goroutine while it has work; one
 // semaphore bounds running turns; one WaitGroup owned by Run waits for them
 // all. Clicks, forms, commands and Home tabs each run in their own
-// goroutine, never behind a turn.
+// goroutine, never behind a turn (see the package doc for the turns and
+// resumes that start at once, with the store step that records them).
 type App struct {
 	cfg      Config
 	api      *slack.Client

@@ -32,7 +32,13 @@
 // semaphore (Config.MaxTurns) bounds running turns; one WaitGroup owned by
 // Run waits for them all. A message's turn and the resume that follows a
 // decision go on the conversation's queue, so they run in order and never
-// behind another conversation's. A click, a form submission, a slash
+// behind another conversation's. A message for a conversation with no
+// queue, when a turn slot is free, is recorded together with taking the
+// conversation's lease, and the goroutine that recorded it runs its turn
+// at once and serves the queue; a click whose decision completes a step
+// of a conversation that no turn of this process holds, when a slot is
+// free, claims the resume with the decision, and runs it at once in a
+// goroutine of its own under the conversation's lease. A click, a form submission, a slash
 // command or a Home tab runs in its own goroutine as soon as it arrives: a
 // decision is recorded at once (the store decides atomically) even while
 // the conversation's turn runs. Updates of one card run in order on the
