@@ -100,4 +100,11 @@ type ResumeBegin struct {
 	TTL          time.Duration
 	Start        []string
 	Kinds        []string
+	// IfRecords, when not zero, makes the decision itself conditional:
+	// it is refused with ErrStale, writing nothing, unless the records
+	// are still at this version (a Begun's RecordsVersion), so that a
+	// decider checked against records read earlier is checked against
+	// the records of the decision's time. A store that keeps no version
+	// refuses every such decision.
+	IfRecords int64
 }

@@ -24,6 +24,9 @@ var (
 	// ErrDuplicateApproval: Approve found the approver's approval of these
 	// arguments already counted.
 	ErrDuplicateApproval = errors.New("approval already counted")
+	// ErrStale: DecideBegin was told to decide only on records of a
+	// version they no longer have (see ResumeBegin.IfRecords).
+	ErrStale = errors.New("records changed")
 )
 
 // Status is the state of one paused call.

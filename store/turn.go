@@ -20,6 +20,11 @@ type Begun struct {
 	// the rest when Acquired; nil if none were asked for or they could
 	// not be read.
 	Records map[string][]Record
+	// RecordsVersion is the version of every record at the time Records
+	// were read: a number that any later change of a record makes
+	// different (see ResumeBegin.IfRecords). Zero from a store that keeps
+	// none (the embedded store, Redis Cluster).
+	RecordsVersion int64
 }
 
 // Commit is what a turn writes when it records its result, applied by

@@ -25,6 +25,10 @@ func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d s
 	if r.TTL <= 0 {
 		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: resume ttl %v is not positive", callID, r.TTL)
 	}
+	if r.IfRecords != 0 {
+		// No version of the records is kept: no condition on one holds.
+		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: %w", callID, store.ErrStale)
+	}
 	return s.decide(ctx, callID, fingerprint, d, fx, &r)
 }
 

@@ -34,6 +34,10 @@ func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d s
 		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: resume ttl %v is under 1ms", callID, r.TTL)
 	}
 	if s.cluster {
+		if r.IfRecords != 0 {
+			// No version of the records is kept: no condition on one holds.
+			return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: %w", callID, store.ErrStale)
+		}
 		c, complete, err := s.DecideAudited(ctx, callID, fingerprint, d, fx)
 		if err != nil || !complete {
 			return c, complete, store.ResumeStart{}, err
@@ -70,7 +74,14 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 		return fail(store.Call{}, err)
 	}
 	keys, effects := s.effectsOf(callID, entry, fx, d.At)
-	args := append([]any{fingerprint, d.Kind, d.At.UnixMicro(), dj, string(newrun.Outcome(d.Kind))}, effects...)
+	args := []any{fingerprint, d.Kind, d.At.UnixMicro(), dj, string(newrun.Outcome(d.Kind))}
+	script := decide
+	if r != nil && r.IfRecords != 0 {
+		script = decideIf
+		keys = append(keys, s.recordsVersionKey())
+		args = append(args, r.IfRecords-1)
+	}
+	args = append(args, effects...)
 	var res []any
 	var resumed *redis.Cmd
 	var recs []*redis.MapStringStringCmd
@@ -86,7 +97,7 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 		recs = make([]*redis.MapStringStringCmd, len(r.Kinds))
 		// Each command's error is checked apart.
 		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			decided = decide.EvalSha(ctx, p, keys, args...)
+			decided = script.EvalSha(ctx, p, keys, args...)
 			resumed = decidedResume.EvalSha(ctx, p, rkeys, rargs...)
 			for i, k := range r.Kinds {
 				recs[i] = p.HGetAll(ctx, s.recordsKey(k))
@@ -96,7 +107,7 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 		if redis.HasErrorPrefix(decided.Err(), "NOSCRIPT") {
 			// Nothing ran (the resume found no decision of this call):
 			// once more, each script alone, loaded if need be.
-			decided = decide.Run(ctx, s.c, keys, args...)
+			decided = script.Run(ctx, s.c, keys, args...)
 			resumed = decidedResume.Run(ctx, s.c, rkeys, rargs...)
 		} else if redis.HasErrorPrefix(resumed.Err(), "NOSCRIPT") {
 			resumed = decidedResume.Run(ctx, s.c, rkeys, rargs...)
@@ -105,6 +116,9 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	}
 	if err != nil {
 		return fail(store.Call{}, err)
+	}
+	if code, _ := res[0].(string); len(res) == 1 && code == "stale" {
+		return fail(store.Call{}, store.ErrStale)
 	}
 	code, c, left, tail, err := decodeDecision(res)
 	if err != nil {

@@ -111,11 +111,12 @@ func (s *Store) accept(ctx context.Context, conversation string, m store.Inbound
 	var res []any
 	var begun []any
 	var recs []*redis.MapStringStringCmd
+	var version int64
 	if owner == "" {
 		res, err = script.Run(ctx, s.c, keys, args...).Slice()
 	} else {
 		var cmd *redis.Cmd
-		cmd, recs = s.runWithRecords(ctx, script, keys, args, kinds)
+		cmd, recs, version = s.runWithRecords(ctx, script, keys, args, kinds)
 		var both []any
 		if both, err = cmd.Slice(); err == nil {
 			res, _ = both[0].([]any)
@@ -157,6 +158,9 @@ func (s *Store) accept(ctx context.Context, conversation string, m store.Inbound
 			// The message is recorded: the turn begins on its own
 			// (BeginTurn), and reports what it cannot read.
 			b = store.Begun{}
+		}
+		if b.Acquired {
+			b.RecordsVersion = version
 		}
 	}
 	return m, acc, b, nil

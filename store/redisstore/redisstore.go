@@ -1163,7 +1163,11 @@ func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int
 	if err != nil {
 		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, err)
 	}
-	v, err := putRecord.Run(ctx, s.c, []string{s.recordsKey(r.Kind)}, r.ID, expectVersion, b).Int64()
+	keys := []string{s.recordsKey(r.Kind)}
+	if !s.cluster {
+		keys = append(keys, s.recordsVersionKey())
+	}
+	v, err := putRecord.Run(ctx, s.c, keys, r.ID, expectVersion, b).Int64()
 	if err != nil {
 		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, err)
 	}
@@ -1173,6 +1177,11 @@ func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int
 	r.Version = v
 	return r, nil
 }
+
+// recordsVersionKey counts the changes of records, on a single node (see
+// store.Begun.RecordsVersion, which is the count plus one). Redis Cluster
+// keeps no count: its records are in several hash slots.
+func (s *Store) recordsVersionKey() string { return s.prefix + ":records-version" }
 
 // Records lists a kind's records by id.
 func (s *Store) Records(ctx context.Context, kind string) ([]store.Record, error) {
@@ -1231,7 +1240,20 @@ func decodeRecords(kind string, m map[string]string) ([]store.Record, error) {
 
 // DeleteRecord deletes a record, or returns store.ErrNotFound.
 func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
-	n, err := s.c.HDel(ctx, s.recordsKey(kind), "d:"+id, "v:"+id).Result()
+	var del *redis.IntCmd
+	var err error
+	if s.cluster {
+		del = s.c.HDel(ctx, s.recordsKey(kind), "d:"+id, "v:"+id)
+		err = del.Err()
+	} else {
+		// The change is counted in the same step (MULTI).
+		_, err = s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			del = p.HDel(ctx, s.recordsKey(kind), "d:"+id, "v:"+id)
+			p.Incr(ctx, s.recordsVersionKey())
+			return nil
+		})
+	}
+	n := del.Val()
 	if err != nil {
 		return fmt.Errorf("delete record %s/%s: %w", kind, id, err)
 	}

@@ -360,7 +360,7 @@ func TestKeysExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept := map[string]bool{prefix + ":audit": true, prefix + ":records:rule": true}
+	kept := map[string]bool{prefix + ":audit": true, prefix + ":records:rule": true, prefix + ":records-version": true}
 	runKeys := 0
 	for _, k := range keys {
 		if strings.Contains(k, r.ID) {

@@ -49,7 +49,8 @@ return 0
 // ARGV: fingerprint, kind, at, decision JSON, new status, then the effects
 // Returns {code, pending calls left, the call's callFields[, audit tail]}
 // where code is ok, notfound, decided, mismatch, expired or early.
-var decide = redis.NewScript(decisionEffects + `
+// decideBody is the body of decide, after decisionEffects.
+const decideBody = `
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return {'notfound'}
 end
@@ -70,7 +71,19 @@ redis.call('HDEL', KEYS[1], 'remind')
 local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
 effects(ARGV[#ARGV - 3], left)
 return reply('ok', left)
-`)
+`
+
+var decide = redis.NewScript(decisionEffects + decideBody)
+
+// decideIf is decide on a single node, if the records are still at the
+// version given (see store.ResumeBegin.IfRecords).
+// KEYS: call, run, audit, unanswered, records version
+// ARGV: as decide, with the records version expected (the count of
+// record changes) after the first five
+// Returns {'stale'} when the records changed, else what decide returns.
+var decideIf = redis.NewScript(decisionEffects + `
+if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[6]) then return {'stale'} end
+` + decideBody)
 
 // approve counts one approval of a call that needs several, and decides
 // it once enough are counted; it writes the effects of either (see
@@ -288,8 +301,10 @@ end
 return 0
 `)
 
-// putRecord writes a record with a compare-and-set on its version.
-// KEYS: records of a kind
+// putRecord writes a record with a compare-and-set on its version and,
+// given the key of the count of record changes (a single node), counts the
+// change.
+// KEYS: records of a kind [, count of record changes]
 // ARGV: id, expected version (-1: any), record JSON
 // Returns the new version, or -1 on a version conflict.
 var putRecord = redis.NewScript(`
@@ -297,6 +312,7 @@ local cur = tonumber(redis.call('HGET', KEYS[1], 'v:' .. ARGV[1]) or '0')
 local expect = tonumber(ARGV[2])
 if expect >= 0 and expect ~= cur then return -1 end
 redis.call('HSET', KEYS[1], 'v:' .. ARGV[1], cur + 1, 'd:' .. ARGV[1], ARGV[3])
+if #KEYS >= 2 then redis.call('INCR', KEYS[2]) end
 return cur + 1
 `)
 

@@ -203,7 +203,7 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 		return store.Begun{}, fmt.Errorf("begin turn of %s: ttl %v is under 1ms", conversation, ttl)
 	}
 	keys := []string{s.leaseKey(store.TurnLease(conversation)), s.convKey(conversation), s.inboxKey(conversation)}
-	cmd, recs := s.runWithRecords(ctx, beginTurn, keys, []any{owner, ttl.Milliseconds()}, kinds)
+	cmd, recs, version := s.runWithRecords(ctx, beginTurn, keys, []any{owner, ttl.Milliseconds()}, kinds)
 	res, err := cmd.Slice()
 	if err != nil {
 		return store.Begun{}, fmt.Errorf("begin turn of %s: %w", conversation, err)
@@ -212,21 +212,30 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 	if err != nil {
 		return store.Begun{}, fmt.Errorf("begin turn of %s: %w", conversation, err)
 	}
+	if b.Acquired {
+		b.RecordsVersion = version
+	}
 	return b, nil
 }
 
 // runWithRecords runs script, pipelined with the listings of the records
 // of kinds (one round trip), and returns the script's reply and the
 // listings (nil without kinds).
-func (s *Store) runWithRecords(ctx context.Context, script *redis.Script, keys []string, args []any, kinds []string) (*redis.Cmd, []*redis.MapStringStringCmd) {
+func (s *Store) runWithRecords(ctx context.Context, script *redis.Script, keys []string, args []any, kinds []string) (*redis.Cmd, []*redis.MapStringStringCmd, int64) {
 	if len(kinds) == 0 {
-		return script.Run(ctx, s.c, keys, args...), nil
+		return script.Run(ctx, s.c, keys, args...), nil, 0
 	}
 	var cmd *redis.Cmd
+	var version *redis.StringCmd
 	recs := make([]*redis.MapStringStringCmd, len(kinds))
 	// Each command's error is checked apart: records that cannot be read
 	// are left out, the rest stands.
 	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if !s.cluster {
+			// Before the records: a change between the two reads makes
+			// the version older than the records, never newer.
+			version = p.Get(ctx, s.recordsVersionKey())
+		}
 		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
 		cmd = script.Eval(ctx, p, keys, args...)
 		for i, k := range kinds {
@@ -234,7 +243,28 @@ func (s *Store) runWithRecords(ctx context.Context, script *redis.Script, keys [
 		}
 		return nil
 	})
-	return cmd, recs
+	return cmd, recs, recordsVersion(version, recs)
+}
+
+// recordsVersion is store.Begun.RecordsVersion from the count of record
+// changes read by version before recs: zero if either read failed.
+func recordsVersion(version *redis.StringCmd, recs []*redis.MapStringStringCmd) int64 {
+	if version == nil {
+		return 0
+	}
+	for _, r := range recs {
+		if r.Err() != nil {
+			return 0
+		}
+	}
+	n, err := version.Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 1
+	case err != nil:
+		return 0
+	}
+	return n + 1
 }
 
 // decodeBegun decodes the reply of beginTurnFn, with the records of kinds

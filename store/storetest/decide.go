@@ -248,6 +248,60 @@ func testDecideBegin(t *testing.T, open Opener) {
 	}
 }
 
+// A store that keeps a version of the records changes it with every
+// record put or deleted, and a decision conditional on a version is
+// refused, writing nothing, once the records changed; a store that keeps
+// none refuses every conditional decision.
+func testDecideIfRecords(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	conv := "C9:" + store.NewRunID()
+	version := func() int64 {
+		t.Helper()
+		b, err := s.BeginTurn(ctx, conv, "a", time.Minute, "rules")
+		if err != nil || !b.Acquired {
+			t.Fatalf("BeginTurn = %v, %v", b.Acquired, err)
+		}
+		return b.RecordsVersion
+	}
+	v1 := version()
+	putRecord(t, s, "rules", "r1")
+	v2 := version()
+	if err := s.DeleteRecord(ctx, "rules", "r1"); err != nil {
+		t.Fatalf("DeleteRecord: %v", err)
+	}
+	v3 := version()
+	if _, _, b, err := s.AcceptBegin(ctx, conv, inbound("E1", "M1", "hi", time.Now()), false, "a", time.Minute, "rules"); err != nil || b.RecordsVersion != v3 {
+		t.Errorf("AcceptBegin records version = %d, %v; want %d, as BeginTurn's", b.RecordsVersion, err, v3)
+	}
+	keeps := v1 != 0
+	if keeps && (v2 == v1 || v3 == v2 || v3 == v1) {
+		t.Fatalf("records versions %d, %d, %d around a put and a delete; want each different", v1, v2, v3)
+	}
+	if !keeps && (v2 != 0 || v3 != 0) {
+		t.Fatalf("records versions %d, %d, %d; want all zero or none zero", v1, v2, v3)
+	}
+	r, calls := create(t, s, 1, nil)
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: "conv:" + r.Conversation + "/" + r.ID, Owner: "a", TTL: time.Minute}
+	rb.IfRecords = v2 // stale, or kept by no one
+	if !keeps {
+		rb.IfRecords = 1
+	}
+	if _, _, _, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), auditedEffects(calls[0], "U1"), rb); !errors.Is(err, store.ErrStale) {
+		t.Fatalf("DecideBegin on records of version %d, now %d: error = %v, want ErrStale", rb.IfRecords, v3, err)
+	}
+	if c, err := s.GetCall(ctx, calls[0].ID); err != nil || c.Status != store.Pending {
+		t.Fatalf("the call after a stale decision = %s, %v; want still pending", c.Status, err)
+	}
+	if !keeps {
+		return
+	}
+	rb.IfRecords = v3
+	if _, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), auditedEffects(calls[0], "U1"), rb); err != nil || !complete || !rs.Claimed {
+		t.Errorf("DecideBegin on the records' version = complete %v, claimed %v, %v; want both", complete, rs.Claimed, err)
+	}
+}
+
 func testBeginResume(t *testing.T, open Opener) {
 	s, _ := open(t)
 	ctx := t.Context()

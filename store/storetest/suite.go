@@ -41,6 +41,7 @@ func Run(t *testing.T, open Opener) {
 		{"ApproveAudited", testApproveAudited},
 		{"BeginResume", testBeginResume},
 		{"DecideBegin", testDecideBegin},
+		{"DecideIfRecords", testDecideIfRecords},
 		{"BeginResumeStarts", testBeginResumeStarts},
 		{"AbandonExecution", testAbandonExecution},
 		{"GetCallWith", testGetCallWith},
