@@ -222,6 +222,8 @@ type Agent struct {
 	leases   *leases
 	// resumable knows the conversations of the runs to resume.
 	resumable resumable
+	// paused remembers the calls this process paused, for their decision.
+	paused pausedCalls
 }
 
 // New returns an Agent. reporter gives the Reporter of a conversation (by

@@ -73,6 +73,14 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 	if !d.Kind.Valid() || d.Kind == approvals.Expire || d.Kind == approvals.Cancel {
 		return DecideResult{}, fmt.Errorf("%w: kind %q cannot be decided by a person here", ErrBadDecision, d.Kind)
 	}
+	if taken != nil {
+		if pc, ok := a.paused.take(d.CallID); ok {
+			res, err := a.decidePaused(ctx, d, pc, taken)
+			if !errors.Is(err, errReadCall) {
+				return res, err
+			}
+		}
+	}
 	c, recs, err := a.store.GetCallWith(ctx, d.CallID, a.policyKinds()...)
 	if errors.Is(err, store.ErrNotFound) {
 		return DecideResult{}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrUnknownCall)
@@ -100,7 +108,35 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 	if need := max(c.MinApprovals, v.MinApprovals); need > 1 && (d.Kind == approvals.Approve || d.Kind == approvals.Edit) {
 		return a.approve(ctx, c, d, sd, need)
 	}
-	return a.record(ctx, c, d.Fingerprint, sd, v, taken)
+	return a.record(ctx, c, d.Fingerprint, sd, v, taken, 0)
+}
+
+// errReadCall is returned by decidePaused when the decision must be made
+// from the call as the store has it now; nothing was written.
+var errReadCall = errors.New("decide from the stored call")
+
+// decidePaused decides a call this process paused from the call as it
+// paused it and the records its turn read (see pausedCalls), with no read
+// of its own. Only a decision that all of them accept is made, on the
+// condition that the records have not changed since (IfRecords); the
+// store's decision checks the rest (the call still pending, with these
+// arguments, not expired). Anything else, a refusal included, returns
+// errReadCall, having written nothing: the caller then decides from the
+// stored call, which also words any refusal from what is stored.
+func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pausedCall, taken **Taken) (DecideResult, error) {
+	c, recs := pc.call, pc.recs
+	if c.Status != store.Pending || d.Fingerprint != c.Fingerprint || !d.At.Before(c.ExpiresAt) {
+		return DecideResult{}, errReadCall
+	}
+	v, err := a.authorize(ctx, c, d, recs)
+	if err != nil {
+		return DecideResult{}, errReadCall
+	}
+	sd, err := a.checkDecision(ctx, c, d, v, recs)
+	if err != nil || max(c.MinApprovals, v.MinApprovals) > 1 {
+		return DecideResult{}, errReadCall
+	}
+	return a.record(ctx, c, d.Fingerprint, sd, v, taken, pc.version)
 }
 
 // approve counts one approval (or an edit, which restarts the count) of a
@@ -318,7 +354,7 @@ func refused(c, got store.Call, err error) (DecideResult, error) {
 // record writes a checked decision and reports it. With taken set, the
 // decision that completes its step also begins the step's resume when no
 // turn of this process holds the conversation (see DecideTaking).
-func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict, taken **Taken) (DecideResult, error) {
+func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict, taken **Taken, ifRecords int64) (DecideResult, error) {
 	fx := decisionEffects(c, sd.Decider, sd.Kind, c.Fingerprint, sd.At)
 	fx.Audit.Detail = sd.Reason
 	var got store.Call
@@ -327,7 +363,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	var rs claimed
 	if taken != nil {
 		rb := store.ResumeBegin{Conversation: c.Conversation, Lease: store.TurnLease(c.Conversation), Owner: a.cfg.Owner,
-			TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds()}
+			TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), IfRecords: ifRecords}
 		_, _ = a.leases.take(c.Conversation, func() (bool, error) {
 			asked = true
 			rs.at = time.Now()
@@ -338,7 +374,14 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 			return rs.Claimed, nil
 		})
 	}
-	if !asked {
+	switch {
+	case ifRecords != 0 && !asked:
+		// A turn of this process holds the conversation: no conditional
+		// decision was sent.
+		return DecideResult{}, errReadCall
+	case ifRecords != 0 && refusedWithoutWrite(err):
+		return DecideResult{}, errReadCall
+	case !asked:
 		got, complete, err = a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
 	}
 	if err := a.decided(ctx, fx.Audit, err); err != nil {
@@ -359,6 +402,17 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	}
 	a.reporter(got.Conversation).Updated(ctx, u)
 	return DecideResult{Call: viewOf(got), Complete: complete}, nil
+}
+
+// refusedWithoutWrite reports whether err is the store refusing a
+// decision, having written nothing.
+func refusedWithoutWrite(err error) bool {
+	for _, e := range []error{store.ErrStale, store.ErrNotFound, store.ErrAlreadyDecided, store.ErrFingerprintMismatch, store.ErrExpired} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // remember stores the standing rule of a Remember decision. The decision

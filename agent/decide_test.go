@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -152,6 +153,91 @@ func TestDecideTakingBeginsTheResume(t *testing.T) {
 			}
 			if n := w.deploys.n.Load(); n != 2 {
 				t.Errorf("deploy ran %d times, want twice (once per call)", n)
+			}
+		})
+	}
+}
+
+// A decision on a call this process paused is checked against the call as
+// paused and the records its turn read, with no read of its own, where the
+// store keeps a version of the records (one Redis node): the decision is
+// written on the condition that the records are unchanged. A rule an admin
+// added since makes the store refuse it, and the decision is then made
+// from what is stored: refused by the new rule, nothing run. A call
+// decided meanwhile by someone else is refused naming them.
+func TestDecisionOnAPausedCallReadsNothing(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			log := &turnLog{Store: w.store.(storetest.Store)}
+			w.store = log
+			a := w.agent()
+			keeps := b.name == "redis"
+			approve := func(p agent.PendingCall) (agent.DecideResult, *agent.Taken, error) {
+				return a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			}
+			pause := func(version string) agent.PendingCall {
+				t.Helper()
+				w.model.Reply(fakeopenai.ToolCalls(call("c"+version, "deploy", `{"service":"api","version":"`+version+`"}`)))
+				req := request("deploy api " + version)
+				req.Conversation += "/" + version // each in a thread of its own
+				out, err := a.Run(ctx, req)
+				must(t, err)
+				if out.Status != agent.Paused {
+					t.Fatalf("Run = %s, want paused", out.Status)
+				}
+				return out.Pending[0]
+			}
+
+			p := pause("2")
+			w.model.Reply(fakeopenai.Text("deployed"))
+			log.take()
+			res, taken, err := approve(p)
+			if err != nil || !res.Complete || taken == nil {
+				t.Fatalf("DecideTaking = complete %v, taken %v, %v", res.Complete, taken != nil, err)
+			}
+			calls, _ := log.take()
+			want := []string{"GetCallWith", "DecideBegin"}
+			if keeps {
+				want = []string{"DecideBegin if records"}
+			}
+			if !slices.Equal(calls, want) {
+				t.Errorf("store calls of the decision = %q, want %q", calls, want)
+			}
+			if out, err := a.ResumeTaken(ctx, taken); err != nil || out.Status != agent.Answered {
+				t.Fatalf("ResumeTaken = %+v, %v; want answered", out, err)
+			}
+
+			// A rule added after the pause denies the call.
+			p = pause("3")
+			if _, err := w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "freeze", Tool: "deploy", Verdict: approvals.Deny, Reason: "deploys are frozen"}); err != nil {
+				t.Fatal(err)
+			}
+			log.take()
+			_, taken, err = approve(p)
+			if !errors.Is(err, approvals.ErrPolicyDenied) || taken != nil {
+				t.Errorf("DecideTaking after a deny rule was added = taken %v, %v; want refused by the policy", taken != nil, err)
+			}
+			calls, _ = log.take()
+			if keeps && !slices.Equal(calls, []string{"DecideBegin if records", "GetCallWith"}) {
+				t.Errorf("store calls of the refused decision = %q, want the conditional decision refused, then the read", calls)
+			}
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once (the first call only)", n)
+			}
+			if err := w.engine.RemoveRule(ctx, "UADMIN0001", "freeze"); err != nil {
+				t.Fatal(err)
+			}
+
+			// Decided meanwhile by someone else: refused, naming them.
+			p = pause("4")
+			if _, _, err := w.store.DecideAudited(ctx, p.ID, p.Fingerprint, store.Decision{Kind: "deny", Decider: "UOTHER0001", At: time.Now()}, store.Effects{}); err != nil {
+				t.Fatal(err)
+			}
+			var refused *approvals.RefusedError
+			if _, _, err := approve(p); !errors.As(err, &refused) || refused.DecidedBy != "UOTHER0001" {
+				t.Errorf("DecideTaking of a call decided by another = %v, want refused naming UOTHER0001", err)
 			}
 		})
 	}

@@ -110,6 +110,10 @@ type turn struct {
 	// policyKinds), which judge the calls of its first step (see
 	// judgeCall); nil once used.
 	recs map[string][]store.Record
+	// began are the same records, kept for the calls the turn pauses
+	// (see pausedCalls), and their version (zero: none known).
+	began        map[string][]store.Record
+	beganVersion int64
 }
 
 // Accept records a person's message in its conversation's inbox, with its
@@ -377,7 +381,7 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 		}
 		return Outcome{Status: Idle}, nil
 	}
-	t := &turn{conv: conv, messages: cs.Messages, inboxSeq: seq, recs: b.Records}
+	t := &turn{conv: conv, messages: cs.Messages, inboxSeq: seq, recs: b.Records, began: b.Records, beganVersion: b.RecordsVersion}
 	defer a.flushAudits(ctx, t)
 	// Messages queued during a pause whose resume failed are answered
 	// now, before the new ones.
@@ -965,6 +969,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		return Outcome{}, err
 	}
 	t.finish, t.pausedRun = "", ""
+	a.paused.add(calls, t.began, t.beganVersion)
 	rep.Paused(ctx, pending)
 	return Outcome{Status: Paused, RunID: runID, Pending: pending}, nil
 }
