@@ -51,6 +51,16 @@
 // one reports Complete: the one that left nothing pending. Its caller calls
 // Resume.
 //
+// A decision reads the call and the policy's records, checks the decider
+// against them, then writes. DecideTaking skips the read for a call this
+// process paused recently, where the store keeps a version of the records
+// (one Redis node): it checks the decider against the call as paused and
+// the records its turn read, and the store writes the decision only if
+// those records are still at the version read with them (and the call is
+// still pending, with these arguments, not expired, as always). Any
+// refusal is decided again from the stored call, so a policy changed since
+// the pause is applied, and every refusal is worded from what is stored.
+//
 // Nothing runs in Decide. When the step resumes, every call is settled in
 // order and the model reads, per decision kind (approvals.Kind):
 //
