@@ -11,7 +11,6 @@ import (
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/store"
-	"github.com/toolgate/toolgate/store/storetest"
 )
 
 // The decision that completes a step is audited and lists the conversation
@@ -100,9 +99,7 @@ func TestDecideTakingBeginsTheResume(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
 			w := newWorld(t, b)
-			log := &turnLog{Store: w.store.(storetest.Store)}
-			w.store = log
-			a := w.agent()
+			a, log := loggedAgent(w)
 			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
 			w.model.Reply(fakeopenai.Text("deployed"))
 			log.take()
@@ -170,9 +167,7 @@ func TestDecisionOnAPausedCallReadsNothing(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
 			w := newWorld(t, b)
-			log := &turnLog{Store: w.store.(storetest.Store)}
-			w.store = log
-			a := w.agent()
+			a, log := loggedAgent(w)
 			keeps := b.name == "redis"
 			approve := func(p agent.PendingCall) (agent.DecideResult, *agent.Taken, error) {
 				return a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})

@@ -30,6 +30,13 @@ type turnLog struct {
 	resume chan struct{}
 }
 
+// loggedAgent returns an agent of w's on a turnLog of w's store.
+func loggedAgent(w *world) (*agent.Agent, *turnLog) {
+	log := &turnLog{Store: w.store.(storetest.Store)}
+	w.store = log
+	return w.agent(), log
+}
+
 func (l *turnLog) add(call string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -371,9 +378,7 @@ func TestAcceptTakingStartsTheTurnInTheSameStep(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
 			w := newWorld(t, b)
-			log := &turnLog{Store: w.store.(storetest.Store)}
-			w.store = log
-			a := w.agent()
+			a, log := loggedAgent(w)
 			w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`)))
 			req, acc, taken, err := a.AcceptTaking(ctx, request("deploy api 2"), false)
 			must(t, err)
