@@ -75,6 +75,38 @@ local function commit(k, a, unlist)
 end
 `
 
+// auditFn is the Lua function audit(key, a) that appends audit entries to
+// the capped audit list key, from ARGV[a]: the number of entries e, the
+// entries, the list's last index kept (see auditArgs). It returns the
+// list's oldest entry (empty when none was written) and the index of the
+// ARGV after them.
+const auditFn = `
+local function audit(key, a)
+  local e = tonumber(ARGV[a])
+  for i = 1, e do
+    redis.call('LPUSH', key, ARGV[a + i])
+    redis.call('LTRIM', key, 0, ARGV[a + e + 1])
+  end
+  local tail = ''
+  if e > 0 then tail = redis.call('LINDEX', key, -1) or '' end
+  return tail, a + e + 2
+end
+`
+
+// auditArgs are the ARGV of auditFn for entries.
+func (s *Store) auditArgs(entries []store.AuditEntry) ([]any, error) {
+	args := make([]any, 0, len(entries)+2)
+	args = append(args, len(entries))
+	for _, e := range entries {
+		b, err := auditJSON(e)
+		if err != nil {
+			return nil, fmt.Errorf("audit %s: %w", e.Action, err)
+		}
+		args = append(args, b)
+	}
+	return append(args, s.auditMax-1), nil
+}
+
 // commitTurn is commitTurnFn as a script on the conversation's hash slot,
 // with the unanswered index as a fourth key on a single node.
 // KEYS: conversation, inbox, lease [, unanswered index]
@@ -99,7 +131,7 @@ return commit(1, 1, #KEYS >= 4)
 // arguments.
 // Returns {'exists'} or {'ok', inbox left (as commit), the audit list's
 // oldest entry (empty with no entry written)}.
-var commitPause = redis.NewScript(createRunFn + commitTurnFn + `
+var commitPause = redis.NewScript(createRunFn + commitTurnFn + auditFn + `
 local n = tonumber(ARGV[1])
 if not createRun(1, 2, n) then return {'exists'} end
 local deleteAt = ARGV[3]
@@ -121,14 +153,8 @@ if ARGV[a] ~= '' then
   redis.call('PEXPIRE', KEYS[k], ARGV[a + 2])
 end
 a = a + 3
-local e = tonumber(ARGV[a])
-for i = 1, e do
-  redis.call('LPUSH', KEYS[k + 4], ARGV[a + i])
-  redis.call('LTRIM', KEYS[k + 4], 0, ARGV[a + e + 1])
-end
-local tail = ''
-if e > 0 then tail = redis.call('LINDEX', KEYS[k + 4], -1) or '' end
-a = a + e + 2
+local tail
+tail, a = audit(KEYS[k + 4], a)
 return {'ok', commit(k, a, true), tail}
 `)
 
@@ -147,18 +173,11 @@ return {'ok', commit(k, a, true), tail}
 // index kept, the commitTurnFn arguments, the retention (ms), the run id
 // Returns {'legacy'} or {'ok', inbox left (as commit), the audit list's
 // oldest entry (empty with no entry written)}.
-var commitFinish = redis.NewScript(commitTurnFn + `
+var commitFinish = redis.NewScript(commitTurnFn + auditFn + `
 local run = redis.call('HMGET', KEYS[6], 'run', 'finished', 'conv')
 local finish = run[1] and run[2] ~= '1'
 if finish and not run[3] then return {'legacy'} end
-local e = tonumber(ARGV[1])
-for i = 1, e do
-  redis.call('LPUSH', KEYS[5], ARGV[1 + i])
-  redis.call('LTRIM', KEYS[5], 0, ARGV[e + 2])
-end
-local tail = ''
-if e > 0 then tail = redis.call('LINDEX', KEYS[5], -1) or '' end
-local a = e + 3
+local tail, a = audit(KEYS[5], 1)
 local left = commit(1, a, true)
 a = a + 9
 if finish then
@@ -345,15 +364,12 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 		}
 		args = append(args, e.score.UnixMilli(), e.member, trim)
 	}
-	args = append(args, nr.run.Conversation, nr.run.ID, s.convTTL.Milliseconds(), len(c.Audit))
-	for _, e := range c.Audit {
-		b, err := auditJSON(e)
-		if err != nil {
-			return fmt.Errorf("commit turn of %s: audit %s: %w", c.Key, e.Action, err)
-		}
-		args = append(args, b)
+	audit, err := s.auditArgs(c.Audit)
+	if err != nil {
+		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
-	args = append(append(args, s.auditMax-1), commitArgs...)
+	args = append(args, nr.run.Conversation, nr.run.ID, s.convTTL.Milliseconds())
+	args = append(append(args, audit...), commitArgs...)
 	res, err := commitPause.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
@@ -375,17 +391,11 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 // commitArgs are those of commitTurnFn, the unanswered index included.
 func (s *Store) commitFinish(ctx context.Context, c store.Commit, commitKeys []string, commitArgs []any) (bool, error) {
 	keys := append(slices.Clone(commitKeys), s.auditKey(), s.runKey(c.Finish), s.claimKey(c.Finish), s.runsKey())
-	args := make([]any, 0, 2+len(c.Audit)+len(commitArgs)+2)
-	args = append(args, len(c.Audit))
-	for _, e := range c.Audit {
-		b, err := auditJSON(e)
-		if err != nil {
-			return false, fmt.Errorf("commit turn of %s: audit %s: %w", c.Key, e.Action, err)
-		}
-		args = append(args, b)
+	args, err := s.auditArgs(c.Audit)
+	if err != nil {
+		return false, fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
-	args = append(append(args, s.auditMax-1), commitArgs...)
-	args = append(args, s.retention.Milliseconds(), c.Finish)
+	args = append(append(args, commitArgs...), s.retention.Milliseconds(), c.Finish)
 	res, err := commitFinish.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return false, fmt.Errorf("commit turn of %s: %w", c.Key, err)
@@ -523,10 +533,8 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			}
 		}
 	}
-	if cutoff := time.Now().Add(-s.auditTTL); tail != nil && tail.Err() == nil && staleAudit(tail.Val(), cutoff) {
-		if err := s.trimAudit(ctx, cutoff); err != nil {
-			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
-		}
+	if tail == nil || tail.Err() != nil {
+		return nil
 	}
-	return nil
+	return s.trimStaleAudit(ctx, c.Key, tail.Val())
 }
