@@ -217,35 +217,35 @@ func decodeConversation(key string, m map[string]string) (store.Conversation, er
 // is returned and the run, which nobody knows about yet, expires unseen.
 // See storetest.Store for the contract.
 func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) error {
-	r, calls, err := s.createRun(ctx, r, calls)
+	nr, err := s.createRun(ctx, r, calls)
 	if err != nil {
 		return err
 	}
 	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		s.indexRun(ctx, p, r, calls)
+		s.indexRun(ctx, p, nr)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("create run %s: index: %w", r.ID, err)
+		return fmt.Errorf("create run %s: index: %w", nr.run.ID, err)
 	}
 	return nil
 }
 
 // createRun writes the run and its calls (one script), and returns them
 // as prepared for indexRun.
-func (s *Store) createRun(ctx context.Context, r store.Run, calls []store.Call) (store.Run, []store.Call, error) {
+func (s *Store) createRun(ctx context.Context, r store.Run, calls []store.Call) (newRun, error) {
 	nr, err := s.newRun(r, calls)
 	if err != nil {
-		return r, nil, err
+		return newRun{}, err
 	}
 	created, err := createRun.Run(ctx, s.c, nr.keys, nr.args...).Int()
 	if err != nil {
-		return r, nil, fmt.Errorf("create run %s: %w", nr.run.ID, err)
+		return newRun{}, fmt.Errorf("create run %s: %w", nr.run.ID, err)
 	}
 	if created == 0 {
-		return r, nil, fmt.Errorf("create run %s: %w", nr.run.ID, store.ErrRunExists)
+		return newRun{}, fmt.Errorf("create run %s: %w", nr.run.ID, store.ErrRunExists)
 	}
-	return nr.run, nr.calls, nil
+	return nr, nil
 }
 
 // newRun is a run and its calls prepared for the createRun script: its
@@ -253,6 +253,7 @@ func (s *Store) createRun(ctx context.Context, r store.Run, calls []store.Call) 
 type newRun struct {
 	run   store.Run
 	calls []store.Call
+	index []indexEntry // runIndex of run and calls
 	keys  []string
 	args  []any
 }
@@ -273,11 +274,12 @@ func (s *Store) newRun(r store.Run, calls []store.Call) (newRun, error) {
 	if r.Conversation != "" {
 		conv = s.convKey(r.Conversation)
 	}
-	nr := newRun{run: r, calls: calls, keys: []string{s.runKey(r.ID)}, args: []any{runJSON, deleteAt.UnixMilli(), conv}}
-	// The index keys of each call, for commitFinish (a single node only).
+	nr := newRun{run: r, calls: calls, index: s.runIndex(r, calls), keys: []string{s.runKey(r.ID)}, args: []any{runJSON, deleteAt.UnixMilli(), conv}}
+	// The index keys of each call, kept for commitFinish (a single node
+	// only).
 	idx := map[string][]string{}
 	if !s.cluster {
-		for _, e := range s.runIndex(r, calls) {
+		for _, e := range nr.index {
 			idx[e.member] = append(idx[e.member], e.key)
 		}
 	}
@@ -335,10 +337,11 @@ func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 // indexRun adds a created run and its calls to the indexes (runIndex),
 // each kept at least until the run's keys are deleted, and marks the
 // conversation as paused on the run.
-func (s *Store) indexRun(ctx context.Context, p redis.Pipeliner, r store.Run, calls []store.Call) {
+func (s *Store) indexRun(ctx context.Context, p redis.Pipeliner, nr newRun) {
+	r := nr.run
 	deleteAt := r.ExpiresAt.Add(s.retention)
 	trimBefore := "(" + strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
-	for _, e := range s.runIndex(r, calls) {
+	for _, e := range nr.index {
 		p.ZAdd(ctx, e.key, redis.Z{Score: float64(e.score.UnixMilli()), Member: e.member})
 		expireAtLeast(ctx, p, e.key, deleteAt)
 		if e.trim {

@@ -349,7 +349,7 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
-	entries := s.runIndex(nr.run, nr.calls)
+	entries := nr.index
 	keys := make([]string, 0, len(nr.keys)+len(commitKeys)+1+len(entries))
 	keys = append(append(append(keys, nr.keys...), commitKeys...), s.auditKey())
 	args := make([]any, 0, 1+len(nr.args)+2+3*len(entries)+4+len(c.Audit)+1+len(commitArgs))
@@ -456,17 +456,16 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			return err
 		}
 	}
-	var run store.Run
-	var calls []store.Call
+	var nr newRun
 	if c.Run != nil {
 		var err error
-		if run, calls, err = s.createRun(ctx, *c.Run, c.Calls); err != nil {
+		if nr, err = s.createRun(ctx, *c.Run, c.Calls); err != nil {
 			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 		}
 	}
 	p := s.c.Pipeline()
 	if c.Run != nil {
-		s.indexRun(ctx, p, run, calls)
+		s.indexRun(ctx, p, nr)
 	}
 	for _, e := range c.Audit {
 		if err := s.pushAudit(ctx, p, e); err != nil {
