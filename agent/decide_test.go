@@ -157,7 +157,8 @@ func TestDecideTakingBeginsTheResume(t *testing.T) {
 
 // A decision on a call this process paused is checked against the call as
 // paused and the records its turn read, with no read of its own, where the
-// store keeps a version of the records (one Redis node): the decision is
+// store keeps a version of the records (the embedded store, one Redis
+// node): the decision is
 // written on the condition that the records are unchanged. A rule an admin
 // added since makes the store refuse it, and the decision is then made
 // from what is stored: refused by the new rule, nothing run. A call
@@ -168,7 +169,7 @@ func TestDecisionOnAPausedCallReadsNothing(t *testing.T) {
 			ctx := t.Context()
 			w := newWorld(t, b)
 			a, log := loggedAgent(w)
-			keeps := b.name == "redis"
+			keeps := b.name == "redis" || b.name == "bolt"
 			approve := func(p agent.PendingCall) (agent.DecideResult, *agent.Taken, error) {
 				return a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
 			}

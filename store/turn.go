@@ -23,7 +23,7 @@ type Begun struct {
 	// RecordsVersion is the version of every record at the time Records
 	// were read: a number that any later change of a record makes
 	// different (see ResumeBegin.IfRecords). Zero from a store that keeps
-	// none (the embedded store, Redis Cluster).
+	// none (Redis Cluster).
 	RecordsVersion int64
 }
 

@@ -1219,7 +1219,10 @@ func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int
 			return store.ErrConflict
 		}
 		r.Version = cur.Version + 1
-		return put(b, r.ID, r)
+		if err := put(b, r.ID, r); err != nil {
+			return err
+		}
+		return bumpRecordsVersion(tx)
 	})
 	if err != nil {
 		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, err)
@@ -1297,6 +1300,26 @@ func recordsOf(tx *bolt.Tx, kinds []string) (map[string][]store.Record, error) {
 	return out, nil
 }
 
+// metaRecordsVersion counts the changes of records (PutRecord,
+// DeleteRecord) in bucketMeta.
+var metaRecordsVersion = []byte("records-version")
+
+// recordsVersion is store.Begun.RecordsVersion: the count of record
+// changes plus one, so that it is never zero.
+func recordsVersion(tx *bolt.Tx) int64 {
+	var n uint64
+	if v := tx.Bucket(bucketMeta).Get(metaRecordsVersion); len(v) == 8 {
+		n = binary.BigEndian.Uint64(v)
+	}
+	return int64(n) + 1
+}
+
+// bumpRecordsVersion counts a change of records.
+func bumpRecordsVersion(tx *bolt.Tx) error {
+	n := recordsVersion(tx) // the count plus one: the new count
+	return tx.Bucket(bucketMeta).Put(metaRecordsVersion, binary.BigEndian.AppendUint64(nil, uint64(n)))
+}
+
 // DeleteRecord deletes a record, or returns store.ErrNotFound.
 func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 	if err := ctx.Err(); err != nil {
@@ -1307,7 +1330,10 @@ func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 		if b == nil || b.Get([]byte(id)) == nil {
 			return store.ErrNotFound
 		}
-		return b.Delete([]byte(id))
+		if err := b.Delete([]byte(id)); err != nil {
+			return err
+		}
+		return bumpRecordsVersion(tx)
 	})
 	if err != nil {
 		return fmt.Errorf("delete record %s/%s: %w", kind, id, err)

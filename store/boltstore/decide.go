@@ -25,10 +25,6 @@ func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d s
 	if r.TTL <= 0 {
 		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: resume ttl %v is not positive", callID, r.TTL)
 	}
-	if r.IfRecords != 0 {
-		// No version of the records is kept: no condition on one holds.
-		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: %w", callID, store.ErrStale)
-	}
 	return s.decide(ctx, callID, fingerprint, d, fx, &r)
 }
 
@@ -46,6 +42,9 @@ func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.
 	// The function may run more than once (see committer): it starts afresh.
 	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
 		c, complete, rs = store.Call{}, false, store.ResumeStart{}
+		if r != nil && r.IfRecords != 0 && recordsVersion(tx) != r.IfRecords {
+			return store.ErrStale
+		}
 		rec, err := pendingCall(tx, callID, &c)
 		if err != nil {
 			return err

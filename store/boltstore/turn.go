@@ -49,7 +49,9 @@ func beginTurn(tx *bolt.Tx, conversation, owner string, ttl time.Duration, kinds
 		return store.Begun{}, err
 	}
 	b.Inbox = inbox.Messages
-	b.Records, _ = recordsOf(tx, kinds) // nil if they cannot be read
+	if recs, err := recordsOf(tx, kinds); err == nil { // nil if they cannot be read
+		b.Records, b.RecordsVersion = recs, recordsVersion(tx)
+	}
 	return b, nil
 }
 
