@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -270,9 +271,10 @@ func (p *proxy) stop() {
 
 func TestNewClient(t *testing.T) {
 	tests := []struct {
-		url       string
-		cluster   bool
-		wantAddrs []string
+		url          string
+		cluster      bool
+		wantAddrs    []string
+		pipelineRead int
 	}{
 		{url: "redis://127.0.0.1:6379/3"},
 		{url: "rediss://user:pw@redis.example.com:6380/0"},
@@ -280,7 +282,11 @@ func TestNewClient(t *testing.T) {
 		{url: "rediss+cluster://u:p@10.0.0.1:7000,10.0.0.2:7001/?dial_timeout=1s&addr=10.0.0.3:7002", cluster: true,
 			wantAddrs: []string{"10.0.0.1:7000", "10.0.0.3:7002", "10.0.0.2:7001"}},
 		{url: "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/2?master_name=main"},
+		{url: "redis://127.0.0.1:6379/3?pipeline_read_buffer_size=65536", pipelineRead: 64 << 10},
 	}
+	// Connections get small buffers unless the URL says otherwise: the
+	// store's commands and replies are a few KiB.
+	const small = 16 << 10
 	for _, tt := range tests {
 		c, err := redisstore.NewClient(tt.url)
 		if err != nil {
@@ -298,6 +304,15 @@ func TestNewClient(t *testing.T) {
 			slices.Sort(want)
 			if !slices.Equal(got, want) {
 				t.Errorf("NewClient(%s) seed nodes = %v, want %v", tt.url, got, want)
+			}
+			if o := cc.Options(); o.ReadBufferSize != small || o.WriteBufferSize != small || o.PipelineReadBufferSize != 0 {
+				t.Errorf("NewClient(%s) buffers = read %d, write %d, pipeline read %d; want %d, %d and none (no pipeline pool)", tt.url, o.ReadBufferSize, o.WriteBufferSize, o.PipelineReadBufferSize, small, small)
+			}
+		} else {
+			o := c.(*redis.Client).Options()
+			wantPipe := cmp.Or(tt.pipelineRead, small)
+			if o.ReadBufferSize != small || o.WriteBufferSize != small || o.PipelineReadBufferSize != wantPipe || o.PipelineWriteBufferSize != small {
+				t.Errorf("NewClient(%s) buffers = read %d, write %d, pipeline %d and %d; want %d, %d, %d and %d", tt.url, o.ReadBufferSize, o.WriteBufferSize, o.PipelineReadBufferSize, o.PipelineWriteBufferSize, small, small, wantPipe, small)
 			}
 		}
 		c.Close()

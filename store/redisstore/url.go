@@ -37,6 +37,16 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 	return t.client(), nil
 }
 
+// connBufferSize is the size of each connection's read and write buffers,
+// for plain commands and (unless the URL sets pipeline_read_buffer_size
+// or pipeline_write_buffer_size) for pipelines. go-redis gives 32 KiB to
+// plain commands and 128 KiB to pipelines, for up to 10 per CPU plain
+// connections and 10 pipeline ones: about 4 MiB once a burst has opened
+// them all, held for good. The store's commands and replies are a few KiB
+// (a larger value is read straight into its own slice, and written
+// through), so smaller buffers cost no round trip.
+const connBufferSize = 16 << 10
+
 // target is a parsed Redis URL: how to make its client, and the addresses
 // of the nodes it starts from (the node, the cluster seeds, the sentinels).
 type target struct {
@@ -56,6 +66,9 @@ func parseTarget(rawURL string) (target, error) {
 		if err != nil {
 			return target{}, fmt.Errorf("parse redis url: %w", err)
 		}
+		o.ReadBufferSize, o.WriteBufferSize = connBufferSize, connBufferSize
+		o.PipelineReadBufferSize = cmp.Or(o.PipelineReadBufferSize, connBufferSize)
+		o.PipelineWriteBufferSize = cmp.Or(o.PipelineWriteBufferSize, connBufferSize)
 		return target{client: func() redis.UniversalClient { return redis.NewClient(o) }, network: o.Network, addrs: []string{o.Addr}}, nil
 	case "redis+cluster", "rediss+cluster":
 		u, err := seedURL(strings.TrimSuffix(scheme, "+cluster"), rest)
@@ -66,6 +79,9 @@ func parseTarget(rawURL string) (target, error) {
 		if err != nil {
 			return target{}, fmt.Errorf("parse redis cluster url: %w", err)
 		}
+		// Setting the pipeline buffers would give each node a second pool:
+		// they are left to the URL.
+		o.ReadBufferSize, o.WriteBufferSize = connBufferSize, connBufferSize
 		return target{client: func() redis.UniversalClient { return redis.NewClusterClient(o) }, network: "tcp", addrs: o.Addrs}, nil
 	case "redis+sentinel", "rediss+sentinel":
 		u, err := seedURL(strings.TrimSuffix(scheme, "+sentinel"), rest)
@@ -79,6 +95,9 @@ func parseTarget(rawURL string) (target, error) {
 		if o.MasterName == "" {
 			return target{}, fmt.Errorf("parse redis sentinel url: master_name option is required")
 		}
+		o.ReadBufferSize, o.WriteBufferSize = connBufferSize, connBufferSize
+		o.PipelineReadBufferSize = cmp.Or(o.PipelineReadBufferSize, connBufferSize)
+		o.PipelineWriteBufferSize = cmp.Or(o.PipelineWriteBufferSize, connBufferSize)
 		return target{client: func() redis.UniversalClient { return redis.NewFailoverClient(o) }, network: "tcp", addrs: o.SentinelAddrs}, nil
 	default:
 		return target{}, fmt.Errorf("parse redis url: unsupported scheme %q", scheme)
