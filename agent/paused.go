@@ -1,18 +1,25 @@
 package agent
 
 import (
+	"encoding/json"
+	"strings"
 	"sync"
 
 	"github.com/toolgate/toolgate/store"
 )
 
-// maxPausedCalls bounds the calls a pausedCalls remembers; past it the
-// oldest are forgotten, and a decision on one of them reads it from the
-// store.
-const maxPausedCalls = 1024
-
-// maxPausedArgs bounds the arguments of a call worth remembering.
-const maxPausedArgs = 4 << 10
+const (
+	// maxPausedCalls bounds the calls a pausedCalls remembers; past it
+	// the oldest are forgotten, and a decision on one of them reads it
+	// from the store.
+	maxPausedCalls = 1024
+	// maxPausedArgs bounds the arguments of a call worth remembering.
+	maxPausedArgs = 4 << 10
+	// pausedBytes is the size of the ring the remembered calls are
+	// encoded in: about 700 bytes a call, so the count is what binds
+	// unless arguments are large.
+	pausedBytes = 1 << 20
+)
 
 // pausedCalls remembers the calls this process paused, as it created
 // them, with the policy's records their turn read and the version of those
@@ -23,12 +30,44 @@ const maxPausedArgs = 4 << 10
 // call (pending, fingerprint, expiry) cover what else may have changed.
 // The records of one version are the same whichever turn read them, so
 // one copy of them is kept per version.
+//
+// The calls are kept for as long as they are pending, up to the bound, so
+// they are encoded one after the other in a ring of bytes allocated once,
+// found through a map of fixed-size keys: remembering one allocates
+// nothing that outlives it, and nothing long-lived is scattered among the
+// short-lived allocations of the turns that paused them.
 type pausedCalls struct {
-	mu   sync.Mutex
-	byID map[string]pausedCall
-	ring []string // the ids in byID, oldest at next; empty where taken
-	next int
-	recs map[int64]*sharedRecords
+	mu sync.Mutex
+	// buf holds the encoded calls of slots, in slot order, wrapping
+	// around; head is where the next one goes.
+	buf  []byte
+	head int
+	// slots holds the remembered calls, oldest at tail, n of them; a
+	// taken one stays, with a zero key, until its turn to go.
+	slots   []pausedSlot
+	tail, n int
+	byKey   map[callKey]int32 // the slot of each remembered call
+	recs    map[int64]*sharedRecords
+}
+
+// callKey is a call id as a map key: call ids are 16 hex characters, a dot
+// and the call's index (store.CallID). Longer ids, and ids with a NUL, are
+// not remembered.
+type callKey [24]byte
+
+func keyOfCall(callID string) (k callKey, ok bool) {
+	if callID == "" || len(callID) > len(k) || strings.IndexByte(callID, 0) >= 0 {
+		return k, false
+	}
+	copy(k[:], callID)
+	return k, true
+}
+
+// pausedSlot is a remembered call: its encoding is buf[off:off+size].
+type pausedSlot struct {
+	key       callKey // zero: taken
+	off, size int32
+	version   int64
 }
 
 // pausedCall is a call as paused, and the version of the records it is
@@ -52,55 +91,102 @@ func (p *pausedCalls) add(calls []store.Call, recs map[string][]store.Record, ve
 	if version == 0 || recs == nil {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.byID == nil {
-		p.byID = make(map[string]pausedCall)
-		p.ring = make([]string, maxPausedCalls)
-		p.recs = make(map[int64]*sharedRecords)
-	}
 	for _, c := range calls {
-		if len(c.Args) > maxPausedArgs {
+		key, ok := keyOfCall(c.ID)
+		if !ok || len(c.Args) > maxPausedArgs {
 			continue
 		}
-		if old := p.ring[p.next]; old != "" {
-			p.forget(old)
+		enc, err := json.Marshal(c)
+		if err != nil || len(enc) > pausedBytes/16 {
+			continue
 		}
-		p.ring[p.next] = c.ID
-		p.next = (p.next + 1) % len(p.ring)
-		sr := p.recs[version]
-		if sr == nil {
-			sr = &sharedRecords{recs: recs}
-			p.recs[version] = sr
-		}
-		sr.uses++
-		p.byID[c.ID] = pausedCall{call: c, version: version, recs: sr.recs}
+		p.mu.Lock()
+		p.put(key, enc, recs, version)
+		p.mu.Unlock()
 	}
 }
 
-// take returns and forgets the call id, if remembered. Its ring slot is
-// reused in turn: call ids are never added twice.
+// put stores a call's encoding in the ring, forgetting the oldest calls
+// as far as needed for the room.
+func (p *pausedCalls) put(key callKey, enc []byte, recs map[string][]store.Record, version int64) {
+	if p.buf == nil {
+		p.buf = make([]byte, pausedBytes)
+		p.slots = make([]pausedSlot, maxPausedCalls)
+		p.byKey = make(map[callKey]int32, maxPausedCalls)
+		p.recs = make(map[int64]*sharedRecords)
+	}
+	if i, ok := p.byKey[key]; ok {
+		p.drop(i)
+	}
+	// The calls lie in slot order from the tail's to head, wrapping
+	// around once at most. Without a wrap the room after head is free up
+	// to the tail's call (if it lies after head) and the calls in the way
+	// go oldest first. With one, the calls at head or after it are the
+	// previous lap's: they go first, then those in the way from the start.
+	off, wrap := p.head, false
+	if off+len(enc) > len(p.buf) {
+		off, wrap = 0, true
+	}
+	end := off + len(enc)
+	for p.n > 0 {
+		t := p.slots[p.tail]
+		tOff, tEnd := int(t.off), int(t.off+t.size)
+		inTheWay := tOff < end && off < tEnd
+		if p.n < len(p.slots) && !inTheWay && !(wrap && tOff >= p.head) {
+			break
+		}
+		p.drop(int32(p.tail))
+		p.tail = (p.tail + 1) % len(p.slots)
+		p.n--
+	}
+	copy(p.buf[off:], enc)
+	p.head = end
+	i := (p.tail + p.n) % len(p.slots)
+	p.slots[i] = pausedSlot{key: key, off: int32(off), size: int32(len(enc)), version: version}
+	p.n++
+	p.byKey[key] = int32(i)
+	sr := p.recs[version]
+	if sr == nil {
+		sr = &sharedRecords{recs: recs}
+		p.recs[version] = sr
+	}
+	sr.uses++
+}
+
+// take returns and forgets the call id, if remembered.
 func (p *pausedCalls) take(id string) (pausedCall, bool) {
+	key, ok := keyOfCall(id)
+	if !ok {
+		return pausedCall{}, false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pc, ok := p.byID[id]
-	if ok {
-		p.forget(id)
+	i, ok := p.byKey[key]
+	if !ok {
+		return pausedCall{}, false
 	}
-	return pc, ok
+	s := p.slots[i]
+	pc := pausedCall{version: s.version, recs: p.recs[s.version].recs}
+	err := json.Unmarshal(p.buf[s.off:s.off+s.size], &pc.call)
+	p.drop(i)
+	if err != nil || pc.call.ID != id {
+		return pausedCall{}, false
+	}
+	return pc, true
 }
 
-// forget drops a remembered call, and its records when no other call uses
-// them.
-func (p *pausedCalls) forget(id string) {
-	pc, ok := p.byID[id]
-	if !ok {
+// drop forgets the call in slot i, if it is still remembered, and its
+// records when no other call uses them.
+func (p *pausedCalls) drop(i int32) {
+	s := &p.slots[i]
+	if s.key == (callKey{}) {
 		return
 	}
-	delete(p.byID, id)
-	if sr := p.recs[pc.version]; sr != nil {
+	delete(p.byKey, s.key)
+	s.key = callKey{}
+	if sr := p.recs[s.version]; sr != nil {
 		if sr.uses--; sr.uses == 0 {
-			delete(p.recs, pc.version)
+			delete(p.recs, s.version)
 		}
 	}
 }

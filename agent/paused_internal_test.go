@@ -2,8 +2,12 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/store"
 )
@@ -20,8 +24,8 @@ func TestPausedCallsAreBounded(t *testing.T) {
 	p.add([]store.Call{call("a.0")}, recs(), 0)
 	p.add([]store.Call{call("b.0")}, nil, 3)
 	p.add([]store.Call{{ID: "c.0", Args: json.RawMessage(`"` + strings.Repeat("x", maxPausedArgs) + `"`)}}, recs(), 3)
-	if len(p.byID) != 0 {
-		t.Fatalf("remembered %d calls without a version, records or with large arguments, want none", len(p.byID))
+	if len(p.byKey) != 0 {
+		t.Fatalf("remembered %d calls without a version, records or with large arguments, want none", len(p.byKey))
 	}
 	first := recs()
 	p.add([]store.Call{call("d.0"), call("d.1")}, first, 7)
@@ -38,7 +42,94 @@ func TestPausedCallsAreBounded(t *testing.T) {
 	if _, ok := p.take("d.0"); ok {
 		t.Error("the oldest call is remembered past the bound")
 	}
-	if len(p.byID) != maxPausedCalls || len(p.recs) != 1 || p.recs[8].uses != maxPausedCalls {
-		t.Errorf("remembered %d calls with %d record versions (uses %v), want %d calls, one version", len(p.byID), len(p.recs), p.recs[8], maxPausedCalls)
+	if len(p.byKey) != maxPausedCalls || len(p.recs) != 1 || p.recs[8].uses != maxPausedCalls {
+		t.Errorf("remembered %d calls with %d record versions (uses %v), want %d calls, one version", len(p.byKey), len(p.recs), p.recs[8], maxPausedCalls)
+	}
+}
+
+// The calls are encoded in a ring of bytes: calls of every size, taken or
+// not, wrap around it many times; a call taken is the call added, field
+// for field; the newest calls are remembered as far as the ring holds
+// them; and no two remembered calls share bytes.
+func TestPausedCallsRing(t *testing.T) {
+	var p pausedCalls
+	recs := map[string][]store.Record{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	added := map[string]store.Call{}
+	var order []string
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	for i := range 20000 {
+		// Phases of small calls, where the count binds, and of large
+		// ones, where the bytes do.
+		size := rng.IntN(64)
+		if i/3000%2 == 1 || rng.IntN(10) == 0 {
+			size = rng.IntN(maxPausedArgs - 8)
+		}
+		c := store.Call{
+			ID: store.CallID(fmt.Sprintf("%016x", i), i%3), RunID: fmt.Sprintf("%016x", i), Tool: "deploy",
+			Args: json.RawMessage(`{"v":"` + strings.Repeat("x", size) + `"}`), Fingerprint: fmt.Sprint(i),
+			Requester: "U1", Requesters: []string{"U1", "U2"}, Approvers: []string{"@oncall"}, FourEyes: i%2 == 0,
+			Channel: "C1", Conversation: "C1/1.2", CreatedAt: at, ExpiresAt: at.Add(time.Hour), Status: store.Pending, MinApprovals: i % 3,
+		}
+		p.add([]store.Call{c}, recs, 5)
+		added[c.ID] = c
+		order = append(order, c.ID)
+		if rng.IntN(4) == 0 { // a decision on a recent call
+			id := order[len(order)-1-rng.IntN(min(len(order), 50))]
+			if got, ok := p.take(id); ok {
+				want, _ := json.Marshal(added[id])
+				have, _ := json.Marshal(got.call)
+				if string(have) != string(want) || got.version != 5 {
+					t.Fatalf("take(%s) = %s (version %d), want %s (version 5)", id, have, got.version, want)
+				}
+				delete(added, id)
+			}
+		}
+		if _, ok := p.byKey[mustKey(t, order[len(order)-1])]; !ok {
+			if _, kept := added[order[len(order)-1]]; kept {
+				t.Fatalf("the call just added, %s, is not remembered", order[len(order)-1])
+			}
+		}
+		checkRing(t, &p)
+	}
+	if len(p.byKey) < maxPausedCalls/4 {
+		t.Errorf("%d calls remembered at the end, want the ring to hold hundreds", len(p.byKey))
+	}
+}
+
+func mustKey(t *testing.T, id string) callKey {
+	t.Helper()
+	k, ok := keyOfCall(id)
+	if !ok {
+		t.Fatalf("no key for %q", id)
+	}
+	return k
+}
+
+// checkRing checks that the remembered calls are those of live slots, and
+// that no two of them share bytes.
+func checkRing(t *testing.T, p *pausedCalls) {
+	t.Helper()
+	type span struct{ off, end int32 }
+	var live []span
+	for k := range p.n {
+		i := (p.tail + k) % len(p.slots)
+		s := p.slots[i]
+		if s.key == (callKey{}) {
+			continue
+		}
+		if j, ok := p.byKey[s.key]; !ok || int(j) != i {
+			t.Fatalf("slot %d is live but the map has %d, %v", i, j, ok)
+		}
+		live = append(live, span{s.off, s.off + s.size})
+	}
+	if len(live) != len(p.byKey) {
+		t.Fatalf("%d live slots, %d calls in the map", len(live), len(p.byKey))
+	}
+	slices.SortFunc(live, func(a, b span) int { return int(a.off - b.off) })
+	for i := 1; i < len(live); i++ {
+		if live[i].off < live[i-1].end {
+			t.Fatalf("remembered calls share bytes: %v and %v", live[i-1], live[i])
+		}
 	}
 }

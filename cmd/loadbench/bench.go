@@ -564,10 +564,27 @@ func (e *env) accountAll(rep *Report) {
 
 // pausedPhase parks runs (cards never clicked) up to each count of
 // o.paused and samples the bots' memory and the stored bytes at each. The
-// model answers without delay meanwhile.
+// model answers without delay meanwhile. First, o.pausedWarmup
+// conversations whose call is allowed are answered at the same pace, so
+// that the bots meet the first count having run a burst like the later
+// ones: connection pools, goroutines and code pages that any burst grows
+// are then in every sample, and what differs is what the paused runs
+// hold.
 func (e *env) pausedPhase() ([]PausedSample, error) {
 	// Parking measures memory, not latency: the model answers at once.
 	e.model.latency.Store(0)
+	if n := e.o.pausedWarmup; n > 0 {
+		start := time.Now()
+		if missed, err := e.burst(n, convKind{}, func(c *conv) <-chan struct{} { return c.answered }); err != nil {
+			return nil, err
+		} else if missed > 0 {
+			return nil, fmt.Errorf("warm-up: %d of %d conversations got no answer within %v", missed, n, stepTimeout)
+		}
+		if _, err := e.quiet(); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(e.log, "loadbench: %d warm-up conversations answered in %v\n", n, time.Since(start).Round(time.Millisecond))
+	}
 	baseBytes, err := e.storedBytes()
 	if err != nil {
 		return nil, err
@@ -576,40 +593,14 @@ func (e *env) pausedPhase() ([]PausedSample, error) {
 	parked := 0
 	for _, level := range e.o.paused {
 		start := time.Now()
-		// At most pausedInflight mentions wait for their card at once, so
-		// parking never overflows the bot's queues.
-		slots := make(chan struct{}, pausedInflight)
-		var waiting sync.WaitGroup
-		var missed atomic.Int64
-		for i := 0; parked < level && e.ctx.Err() == nil; i++ {
-			at := start.Add(time.Duration(float64(i) / e.o.pausedRate * float64(time.Second)))
-			if d := time.Until(at); d > 0 {
-				select {
-				case <-time.After(d):
-				case <-e.ctx.Done():
-				}
-			}
-			select {
-			case slots <- struct{}{}:
-			case <-e.ctx.Done():
-				continue
-			}
-			c := e.mention(convKind{ask: true, noClick: true})
-			parked++
-			waiting.Go(func() {
-				defer func() { <-slots }()
-				if e.wait(c.card, "") != nil {
-					missed.Add(1)
-				}
-			})
-		}
-		waiting.Wait()
-		if err := e.ctx.Err(); err != nil {
+		missed, err := e.burst(level-parked, convKind{ask: true, noClick: true}, func(c *conv) <-chan struct{} { return c.card })
+		if err != nil {
 			return out, err
 		}
-		if n := missed.Load(); n > 0 {
-			return out, fmt.Errorf("%d of %d parked runs got no card within %v", n, level, stepTimeout)
+		if missed > 0 {
+			return out, fmt.Errorf("%d of %d parked runs got no card within %v", missed, level-parked, stepTimeout)
 		}
+		parked = level
 		if _, err := e.quiet(); err != nil {
 			return out, err
 		}
@@ -659,6 +650,40 @@ func (e *env) pausedPhase() ([]PausedSample, error) {
 		}
 	}
 	return out, nil
+}
+
+// burst offers n mentions of kind k at o.pausedRate, at most
+// pausedInflight of them waiting at once for until(c) (so that the bot's
+// queues never overflow), and waits for the last. It returns how many
+// waited in vain for stepTimeout.
+func (e *env) burst(n int, k convKind, until func(*conv) <-chan struct{}) (int64, error) {
+	start := time.Now()
+	slots := make(chan struct{}, pausedInflight)
+	var waiting sync.WaitGroup
+	var missed atomic.Int64
+	for i := 0; i < n && e.ctx.Err() == nil; i++ {
+		at := start.Add(time.Duration(float64(i) / e.o.pausedRate * float64(time.Second)))
+		if d := time.Until(at); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-e.ctx.Done():
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-e.ctx.Done():
+			continue
+		}
+		c := e.mention(k)
+		waiting.Go(func() {
+			defer func() { <-slots }()
+			if e.wait(until(c), "") != nil {
+				missed.Add(1)
+			}
+		})
+	}
+	waiting.Wait()
+	return missed.Load(), e.ctx.Err()
 }
 
 // storedBytes is what the store holds: the sum of MEMORY USAGE over the

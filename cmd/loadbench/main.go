@@ -48,6 +48,7 @@ type options struct {
 	probe         int
 	paused        []int
 	pausedRate    float64
+	pausedWarmup  int
 	settle        time.Duration
 	channels      int
 	env           []string
@@ -104,6 +105,7 @@ with many paused runs, and lost, duplicated or unapproved executions.
 	fs.IntVar(&o.probe, "probe", 3, "conversations run one at a time, before the load, to count store calls per pause, decide and resume (0: skip)")
 	fs.StringVar(&paused, "paused", "", "comma-separated counts of paused runs at which to sample memory and stored bytes, e.g. 100,10000,100000 (empty: skip)")
 	fs.Float64Var(&o.pausedRate, "paused-rate", 500, "mentions per second while parking paused runs")
+	fs.IntVar(&o.pausedWarmup, "paused-warmup", 5000, "with -paused, conversations whose call is allowed answered at -paused-rate before the first count, so that every count is sampled after a burst like the one that parks the runs (0: none)")
 	fs.DurationVar(&o.settle, "settle", 5*time.Minute, "after each -paused count, how long to wait at most for the bots' memory once the burst is over: the peak over one whole garbage collection cycle of each bot's own, from its first collection after the burst to the next (the Go runtime collects at least every 2 minutes); memory is reported right after the burst and settled (0: right after the burst only)")
 	fs.IntVar(&o.channels, "channels", 100, "channels the conversations are spread over")
 	fs.Var(&env, "env", "extra KEY=VALUE for the bot's environment (repeatable), e.g. -env WORKERS=256")
@@ -161,6 +163,8 @@ with many paused runs, and lost, duplicated or unapproved executions.
 		return o, fmt.Errorf("%w: -channels: %d is not at least 1", errFlags, o.channels)
 	case o.timeout <= 0:
 		return o, fmt.Errorf("%w: -timeout must be positive", errFlags)
+	case o.pausedWarmup < 0:
+		return o, fmt.Errorf("%w: -paused-warmup must not be negative", errFlags)
 	case o.settle < 0:
 		return o, fmt.Errorf("%w: -settle must not be negative", errFlags)
 	}

@@ -35,13 +35,14 @@ func TestSmoke(t *testing.T) {
 				conversations = 24
 				probe         = 1
 				parked        = 10
+				warmup        = 5
 				asked         = 18 // 24 x 0.75
 			)
 			out := filepath.Join(t.TempDir(), "report.json")
 			args := append([]string{
 				"-bot", bin, "-conversations", "24", "-rate", "40", "-ask", "0.75",
 				"-model-latency", "20ms", "-click-delay", "20ms", "-probe", "1",
-				"-paused", "10", "-paused-rate", "100", "-settle", "1s", "-channels", "5", "-timeout", "60s",
+				"-paused", "10", "-paused-warmup", "5", "-paused-rate", "100", "-settle", "1s", "-channels", "5", "-timeout", "60s",
 				"-log-level", "warn", "-json", out,
 			}, st...)
 			var stdout, stderr bytes.Buffer
@@ -64,11 +65,12 @@ func TestSmoke(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := rep.Accounting
-			// The probe phase runs one warm-up conversation first.
-			if want := conversations + probe + 1 + parked; a.Conversations != want {
+			// The probe phase runs one warm-up conversation first, and the
+			// paused phase warmup allowed ones.
+			if want := conversations + probe + 1 + warmup + parked; a.Conversations != want {
 				t.Errorf("accounted %d conversations, want %d", a.Conversations, want)
 			}
-			if want := conversations + probe + 1; a.Completed != want {
+			if want := conversations + probe + 1 + warmup; a.Completed != want {
 				t.Errorf("%d conversations completed, want %d", a.Completed, want)
 			}
 			if a.Parked != parked {

@@ -45,6 +45,7 @@ type Settings struct {
 	Replicas       int      `json:"replicas"`
 	Probe          int      `json:"probe_conversations"`
 	Paused         []int    `json:"paused_levels"`
+	PausedWarmup   int      `json:"paused_warmup"`
 	Channels       int      `json:"channels"`
 	Env            []string `json:"bot_env"`
 }
@@ -53,7 +54,7 @@ func settingsOf(o options) Settings {
 	return Settings{
 		Conversations: o.conversations, Rate: o.rate, ModelLatencyMS: ms(o.modelLatency), ClickDelayMS: ms(o.clickDelay),
 		AskShare: o.askShare, Store: o.store, Replicas: o.replicas, Probe: o.probe,
-		Paused: nonNil(o.paused), Channels: o.channels, Env: nonNil(o.env),
+		Paused: nonNil(o.paused), PausedWarmup: o.pausedWarmup, Channels: o.channels, Env: nonNil(o.env),
 	}
 }
 
