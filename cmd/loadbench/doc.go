@@ -19,8 +19,10 @@
 //     answer);
 //   - load: -conversations mentions (or -rate x -duration) at -rate per
 //     second, with the websocket round trip sampled meanwhile;
-//   - paused (-paused 100,10000,...): runs parked (cards never clicked)
-//     up to each count, then the bots' memory (RSS and its part mapped
+//   - paused (-paused 100,10000,...): after -paused-warmup conversations
+//     whose call is allowed, answered at the parking pace (so that every
+//     count is sampled after a like burst), runs parked (cards never
+//     clicked) up to each count, then the bots' memory (RSS and its part mapped
 //     from files, from /proc/PID/status; the Go heap in use, the free heap
 //     not returned to the OS, the next collection's heap goal, stacks and
 //     goroutines from /metrics; open files) and the stored bytes per run. Memory is read once the
