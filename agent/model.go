@@ -92,16 +92,20 @@ type OpenAIModel struct {
 var _ Model = (*OpenAIModel)(nil)
 
 // modelIdleConns is how many idle connections to the model's server are
-// kept for reuse. net/http keeps 2 per host by default, so with many turns
-// waiting on the model at once nearly every call dialled (and, for https,
-// shook hands) anew.
-const modelIdleConns = 64
+// kept for reuse. net/http keeps 2 per host (and 100 in all) by default, so
+// with many turns waiting on the model at once most calls dialled (and,
+// for https, shook hands) anew. A server that speaks HTTP/2 needs one
+// connection; over HTTP/1.1 (a model served in-house over http), each
+// call waiting needs its own, and up to this many are kept once they are
+// done, for IdleConnTimeout (90 s, net/http's default).
+const modelIdleConns = 512
 
 // modelTransport is http.DefaultTransport keeping modelIdleConns idle
-// connections per host.
+// connections per host, with no cap over all hosts.
 func modelTransport() http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = modelIdleConns
+	t.MaxIdleConns = 0
 	return t
 }
 

@@ -32,16 +32,19 @@ const (
 )
 
 // webIdleConns is how many idle connections to the Web API are kept for
-// reuse. net/http keeps 2 per host by default, so when posts and updates
-// overlap most of them dial (and shake hands) anew; IdleConnTimeout (90 s,
-// net/http's default) closes them once it is quiet.
-const webIdleConns = 64
+// reuse. net/http keeps 2 per host (and 100 in all) by default, so when
+// posts and updates overlap most of them dial (and shake hands) anew;
+// IdleConnTimeout (90 s, net/http's default) closes them once it is quiet.
+// Slack's own Web API speaks HTTP/2, over one connection; this bounds
+// what a Web API over HTTP/1.1 (a proxy, the fake in tests) keeps.
+const webIdleConns = 256
 
 // webTransport is http.DefaultTransport keeping webIdleConns idle
-// connections per host.
+// connections per host, with no cap over all hosts.
 func webTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = webIdleConns
+	t.MaxIdleConns = 0
 	return t
 }
 

@@ -10,9 +10,10 @@ import (
 
 // TestWebAPIReusesConnections checks that the Web API client of an app
 // made without an HTTPClient keeps the connections of calls made at once
-// for the next calls.
+// for the next calls, more of them than net/http keeps by default (100 in
+// all).
 func TestWebAPIReusesConnections(t *testing.T) {
-	const n = 8
+	const n = 128
 	srv := conntest.Start(t, n, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	})
