@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -482,6 +483,7 @@ func (e *env) loadPhase(rep *Report) error {
 		}
 	})
 
+	botCPU0, benchCPU0 := e.cpuSeconds()
 	start := time.Now()
 	profiled := make(chan error, 1)
 	if o.botProfile != "" {
@@ -531,11 +533,32 @@ func (e *env) loadPhase(rep *Report) error {
 		return err
 	}
 
+	botCPU1, benchCPU1 := e.cpuSeconds()
 	rep.Load = loadResult(e.t.snapshot(first)[:len(convs)], o, start, offered)
+	if done := rep.Load.Cycles + rep.Load.Allowed; done > 0 && botCPU0 >= 0 && botCPU1 >= 0 {
+		rep.Load.BotCPUPerConversation = (botCPU1 - botCPU0) * 1000 / float64(done)
+		rep.Load.BenchCPUPerConversation = (benchCPU1 - benchCPU0) * 1000 / float64(done)
+	}
 	rttMu.Lock()
 	rep.Load.RoundTrip = summarize(rtts)
 	rttMu.Unlock()
 	return nil
+}
+
+// cpuSeconds returns the CPU time the bots have used, summed
+// (process_cpu_seconds_total; -1 if a scrape fails), and that of this
+// process.
+func (e *env) cpuSeconds() (bots, bench float64) {
+	m, err := e.scrapeAll()
+	bots = m["process_cpu_seconds_total"]
+	if err != nil {
+		bots = -1
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		bench = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	return bots, bench
 }
 
 // accountAll fills the report's ack and accounting sections over every

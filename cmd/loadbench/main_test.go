@@ -100,6 +100,10 @@ func TestSmoke(t *testing.T) {
 			if l.InModel.Count != asked || l.InModel.P50 < 20 {
 				t.Errorf("time in the fake model: %d samples, p50 %v ms; want %d, at least 20 ms", l.InModel.Count, l.InModel.P50, asked)
 			}
+			// Both processes worked: each used some CPU per conversation.
+			if l.BotCPUPerConversation <= 0 || l.BenchCPUPerConversation <= 0 {
+				t.Errorf("CPU per conversation: bot %v ms, bench %v ms; want both measured", l.BotCPUPerConversation, l.BenchCPUPerConversation)
+			}
 			if l.RoundTrip.Count == 0 || rep.Acks.Count == 0 {
 				t.Errorf("%d round trips and %d acks measured, want some of each", l.RoundTrip.Count, rep.Acks.Count)
 			}

@@ -128,6 +128,13 @@ type LoadResult struct {
 	// RoundTrip is the websocket PING -> PONG time to the bots, sampled
 	// during the phase.
 	RoundTrip Dist `json:"round_trip_ms"`
+	// BotCPUPerConversation is the CPU time (user and system) the bots
+	// spent in the phase (process_cpu_seconds_total, summed), per
+	// conversation completed; BenchCPUPerConversation is the same for
+	// this process (the fakes, and the bench's own work). Milliseconds;
+	// zero where unknown.
+	BotCPUPerConversation   float64 `json:"bot_cpu_ms_per_conversation"`
+	BenchCPUPerConversation float64 `json:"bench_cpu_ms_per_conversation"`
 	// BotAdded is end to end minus the time spent in the fakes: for each
 	// model call, the time the fake model spent on it (InModel), and the
 	// tool's time.
@@ -359,6 +366,9 @@ func writeTable(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "\nack p99 / round trip p99: %.1f\n", r.AckToRoundTripP99)
 	fmt.Fprintf(w, "approval cycles: %d in the load phase, %.1f per second (offered over %.1fs); allowed turns: %d\n",
 		r.Load.Cycles, r.Load.CyclesPerSecond, r.Load.OfferedSeconds, r.Load.Allowed)
+	if l := r.Load; l.BotCPUPerConversation > 0 {
+		fmt.Fprintf(w, "CPU per completed conversation: bots %.2f ms, bench (fakes included) %.2f ms\n", l.BotCPUPerConversation, l.BenchCPUPerConversation)
+	}
 
 	if sc := r.StoreCalls; sc.Conversations > 0 {
 		fmt.Fprintf(w, "\nstore calls per conversation (mean of %d, one at a time):\n", sc.Conversations)
