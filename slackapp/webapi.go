@@ -1,13 +1,13 @@
 package slackapp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -126,6 +126,15 @@ type chatAnswer struct {
 	TS      string `json:"ts"`
 }
 
+// chatRequest is the JSON body of a chat.postMessage or chat.update call.
+type chatRequest struct {
+	Channel  string        `json:"channel"`
+	ThreadTS string        `json:"thread_ts,omitempty"`
+	TS       string        `json:"ts,omitempty"`
+	Blocks   []slack.Block `json:"blocks"`
+	Text     string        `json:"text"`
+}
+
 // chatMessage is a message the bot posts (thread set: in that thread) or
 // updates (ts set).
 type chatMessage struct {
@@ -139,24 +148,21 @@ type chatMessage struct {
 // *slack.RateLimitedError once the retries are spent, slack.StatusCodeError,
 // slack.SlackErrorResponse.
 func (a *App) chat(ctx context.Context, msg chatMessage) (string, error) {
-	blocks, err := json.Marshal(msg.blocks)
+	method := "chat.postMessage"
+	if msg.ts != "" {
+		method = "chat.update"
+	}
+	// A JSON body: the blocks go as they are, where a form would escape
+	// every character of their JSON that a URL may not hold.
+	body, err := json.Marshal(chatRequest{Channel: msg.channel, ThreadTS: msg.thread, TS: msg.ts, Blocks: msg.blocks, Text: msg.text})
 	if err != nil {
 		return "", fmt.Errorf("encode blocks: %w", err)
 	}
-	method := "chat.postMessage"
-	form := url.Values{"channel": {msg.channel}, "blocks": {string(blocks)}, "text": {msg.text}}
-	if msg.thread != "" {
-		form.Set("thread_ts", msg.thread)
-	}
-	if msg.ts != "" {
-		method = "chat.update"
-		form.Set("ts", msg.ts)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.apiURL+method, strings.NewReader(form.Encode()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.apiURL+method, bytes.NewReader(body))
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	req.Header.Set("Authorization", "Bearer "+a.cfg.BotToken)
 	resp, err := a.web.Do(req)
 	if err != nil {

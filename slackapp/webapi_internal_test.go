@@ -2,6 +2,7 @@ package slackapp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +14,8 @@ import (
 )
 
 // fakeChat answers chat.postMessage with the statuses given, one per
-// call, then with a message; it records the form of each call.
+// call, then with a message; it records the JSON body of each call, its
+// blocks as JSON text, with its path, content type and authorization.
 type fakeChat struct {
 	mu       sync.Mutex
 	statuses []int
@@ -21,10 +23,17 @@ type fakeChat struct {
 }
 
 func (f *fakeChat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_ = r.ParseForm()
+	var body struct {
+		Channel  string          `json:"channel"`
+		ThreadTS string          `json:"thread_ts"`
+		TS       string          `json:"ts"`
+		Blocks   json.RawMessage `json:"blocks"`
+		Text     string          `json:"text"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&body)
 	f.mu.Lock()
-	f.forms = append(f.forms, map[string]string{"path": r.URL.Path, "auth": r.Header.Get("Authorization"),
-		"channel": r.Form.Get("channel"), "thread_ts": r.Form.Get("thread_ts"), "ts": r.Form.Get("ts"), "blocks": r.Form.Get("blocks"), "text": r.Form.Get("text")})
+	f.forms = append(f.forms, map[string]string{"path": r.URL.Path, "auth": r.Header.Get("Authorization"), "type": r.Header.Get("Content-Type"),
+		"channel": body.Channel, "thread_ts": body.ThreadTS, "ts": body.TS, "blocks": string(body.Blocks), "text": body.Text})
 	var status int
 	if len(f.statuses) > 0 {
 		status, f.statuses = f.statuses[0], f.statuses[1:]
@@ -55,7 +64,7 @@ func chatApp(t *testing.T, f *fakeChat) *App {
 	return a
 }
 
-// chat posts and updates with the form slack-go sends, returns the ts,
+// chat posts and updates with a JSON body, returns the ts,
 // retries 429 and 5xx answers with the same body, and reports Slack's
 // errors as slack-go does.
 func TestChatPostsUpdatesAndRetries(t *testing.T) {
@@ -71,7 +80,7 @@ func TestChatPostsUpdatesAndRetries(t *testing.T) {
 			t.Fatalf("%d calls; want 3 (two retries)", len(f.forms))
 		}
 		for i, form := range f.forms {
-			want := map[string]string{"path": "/chat.postMessage", "auth": "Bearer xoxb-test", "channel": "C1", "thread_ts": "1.1", "ts": "", "blocks": `[{"type":"divider"}]`, "text": "hi"}
+			want := map[string]string{"path": "/chat.postMessage", "auth": "Bearer xoxb-test", "type": "application/json; charset=utf-8", "channel": "C1", "thread_ts": "1.1", "ts": "", "blocks": `[{"type":"divider"}]`, "text": "hi"}
 			for k, v := range want {
 				if form[k] != v {
 					t.Errorf("call %d: %s = %q; want %q", i+1, k, form[k], v)
