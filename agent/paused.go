@@ -2,9 +2,9 @@ package agent
 
 import (
 	"encoding/json"
-	"strings"
 	"sync"
 
+	"github.com/toolgate/toolgate/internal/fixedkey"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -46,26 +46,13 @@ type pausedCalls struct {
 	// taken one stays, with a zero key, until its turn to go.
 	slots   []pausedSlot
 	tail, n int
-	byKey   map[callKey]int32 // the slot of each remembered call
+	byKey   map[fixedkey.Key]int32 // the slot of each remembered call
 	recs    map[int64]*sharedRecords
-}
-
-// callKey is a call id as a map key: call ids are 16 hex characters, a dot
-// and the call's index (store.CallID). Longer ids, and ids with a NUL, are
-// not remembered.
-type callKey [24]byte
-
-func keyOfCall(callID string) (k callKey, ok bool) {
-	if callID == "" || len(callID) > len(k) || strings.IndexByte(callID, 0) >= 0 {
-		return k, false
-	}
-	copy(k[:], callID)
-	return k, true
 }
 
 // pausedSlot is a remembered call: its encoding is buf[off:off+size].
 type pausedSlot struct {
-	key       callKey // zero: taken
+	key       fixedkey.Key // zero: taken
 	off, size int32
 	version   int64
 }
@@ -92,7 +79,7 @@ func (p *pausedCalls) add(calls []store.Call, recs map[string][]store.Record, ve
 		return
 	}
 	for _, c := range calls {
-		key, ok := keyOfCall(c.ID)
+		key, ok := fixedkey.Of(c.ID)
 		if !ok || len(c.Args) > maxPausedArgs {
 			continue
 		}
@@ -108,11 +95,11 @@ func (p *pausedCalls) add(calls []store.Call, recs map[string][]store.Record, ve
 
 // put stores a call's encoding in the ring, forgetting the oldest calls
 // as far as needed for the room.
-func (p *pausedCalls) put(key callKey, enc []byte, recs map[string][]store.Record, version int64) {
+func (p *pausedCalls) put(key fixedkey.Key, enc []byte, recs map[string][]store.Record, version int64) {
 	if p.buf == nil {
 		p.buf = make([]byte, pausedBytes)
 		p.slots = make([]pausedSlot, maxPausedCalls)
-		p.byKey = make(map[callKey]int32, maxPausedCalls)
+		p.byKey = make(map[fixedkey.Key]int32, maxPausedCalls)
 		p.recs = make(map[int64]*sharedRecords)
 	}
 	if i, ok := p.byKey[key]; ok {
@@ -155,7 +142,7 @@ func (p *pausedCalls) put(key callKey, enc []byte, recs map[string][]store.Recor
 
 // take returns and forgets the call id, if remembered.
 func (p *pausedCalls) take(id string) (pausedCall, bool) {
-	key, ok := keyOfCall(id)
+	key, ok := fixedkey.Of(id)
 	if !ok {
 		return pausedCall{}, false
 	}
@@ -179,11 +166,11 @@ func (p *pausedCalls) take(id string) (pausedCall, bool) {
 // records when no other call uses them.
 func (p *pausedCalls) drop(i int32) {
 	s := &p.slots[i]
-	if s.key == (callKey{}) {
+	if s.key == (fixedkey.Key{}) {
 		return
 	}
 	delete(p.byKey, s.key)
-	s.key = callKey{}
+	s.key = fixedkey.Key{}
 	if sr := p.recs[s.version]; sr != nil {
 		if sr.uses--; sr.uses == 0 {
 			delete(p.recs, s.version)

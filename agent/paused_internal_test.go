@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/fixedkey"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -97,9 +98,9 @@ func TestPausedCallsRing(t *testing.T) {
 	}
 }
 
-func mustKey(t *testing.T, id string) callKey {
+func mustKey(t *testing.T, id string) fixedkey.Key {
 	t.Helper()
-	k, ok := keyOfCall(id)
+	k, ok := fixedkey.Of(id)
 	if !ok {
 		t.Fatalf("no key for %q", id)
 	}
@@ -115,7 +116,7 @@ func checkRing(t *testing.T, p *pausedCalls) {
 	for k := range p.n {
 		i := (p.tail + k) % len(p.slots)
 		s := p.slots[i]
-		if s.key == (callKey{}) {
+		if s.key == (fixedkey.Key{}) {
 			continue
 		}
 		if j, ok := p.byKey[s.key]; !ok || int(j) != i {

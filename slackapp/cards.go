@@ -3,6 +3,8 @@ package slackapp
 import (
 	"strings"
 	"sync"
+
+	"github.com/toolgate/toolgate/internal/fixedkey"
 )
 
 // maxCardMemory bounds the posted cards whose locations a process
@@ -29,35 +31,22 @@ type cardMemory struct {
 	// inFlight holds the cards being posted, by call id.
 	inFlight map[string]*postedCard
 	// posted finds the cards posted in ring.
-	posted map[cardKey]int32
+	posted map[fixedkey.Key]int32
 	// ring holds the cards posted, oldest at next.
 	ring []rememberedCard
 	next int
 }
 
-// cardKey is a call id as a map key: call ids are 16 hex characters, a dot
-// and the call's index (store.CallID). Longer ids, and ids with a NUL, are
-// not remembered.
-type cardKey [24]byte
-
-func keyOfCall(callID string) (k cardKey, ok bool) {
-	if callID == "" || len(callID) > len(k) || strings.IndexByte(callID, 0) >= 0 {
-		return k, false
-	}
-	copy(k[:], callID)
-	return k, true
-}
-
 // rememberedCard is a posted card: where its copies are (packRefs), in
 // place when they fit, as is the case of a card with one copy.
 type rememberedCard struct {
-	key  cardKey // zero: no card
-	n    uint8   // of refs used; 0 when the locations are in more
+	key  fixedkey.Key // zero: no card
+	n    uint8        // of refs used; 0 when the locations are in more
 	refs [63]byte
 	more string
 }
 
-func (r *rememberedCard) set(key cardKey, refs string) {
+func (r *rememberedCard) set(key fixedkey.Key, refs string) {
 	*r = rememberedCard{key: key}
 	if len(refs) > 0 && len(refs) <= len(r.refs) {
 		r.n = uint8(copy(r.refs[:], refs))
@@ -121,7 +110,7 @@ func (m *cardMemory) done(c *postedCard) {
 		if len(m.inFlight) == 0 {
 			m.inFlight = nil // a map keeps the size a burst gave it
 		}
-		key, ok := keyOfCall(c.callID)
+		key, ok := fixedkey.Of(c.callID)
 		refs, packed := packRefs(c.refs)
 		if ok && packed {
 			m.remember(key, refs)
@@ -133,13 +122,13 @@ func (m *cardMemory) done(c *postedCard) {
 
 // remember adds a posted card in the ring's oldest place, forgetting the
 // card there.
-func (m *cardMemory) remember(key cardKey, refs string) {
+func (m *cardMemory) remember(key fixedkey.Key, refs string) {
 	if m.ring == nil {
 		m.ring = make([]rememberedCard, maxCardMemory)
-		m.posted = make(map[cardKey]int32, maxCardMemory)
+		m.posted = make(map[fixedkey.Key]int32, maxCardMemory)
 	}
 	slot := &m.ring[m.next]
-	if slot.key != (cardKey{}) {
+	if slot.key != (fixedkey.Key{}) {
 		delete(m.posted, slot.key)
 	}
 	slot.set(key, refs)
@@ -149,7 +138,7 @@ func (m *cardMemory) remember(key cardKey, refs string) {
 
 // dropPosted forgets the posted card of callID, if remembered.
 func (m *cardMemory) dropPosted(callID string) {
-	key, ok := keyOfCall(callID)
+	key, ok := fixedkey.Of(callID)
 	if !ok {
 		return
 	}
@@ -167,7 +156,7 @@ func (m *cardMemory) lookup(callID string) (c *postedCard, ok bool) {
 	if c, ok := m.inFlight[callID]; ok {
 		return c, true
 	}
-	key, ok := keyOfCall(callID)
+	key, ok := fixedkey.Of(callID)
 	if !ok {
 		return nil, false
 	}

@@ -2,8 +2,9 @@ package slackapp
 
 import (
 	"context"
-	"strings"
 	"sync"
+
+	"github.com/toolgate/toolgate/internal/fixedkey"
 )
 
 // maxRecentMessages bounds the messages a process remembers recording;
@@ -23,22 +24,9 @@ const maxRecentMessages = 4096
 // recording.
 type recentMessages struct {
 	mu   sync.Mutex
-	byID map[msgKey]*recording
-	ring []msgKey // the keys in byID, oldest at next; zero where forgotten
+	byID map[fixedkey.Key]*recording
+	ring []fixedkey.Key // the keys in byID, oldest at next; zero where forgotten
 	next int
-}
-
-// msgKey is a message id (channel:ts) as a map key. Longer ids, and ids
-// with a NUL, are not remembered: their copies are de-duplicated by the
-// store.
-type msgKey [32]byte
-
-func keyOfMsg(msgID string) (k msgKey, ok bool) {
-	if msgID == "" || len(msgID) > len(k) || strings.IndexByte(msgID, 0) >= 0 {
-		return k, false
-	}
-	copy(k[:], msgID)
-	return k, true
 }
 
 // recording is one message being recorded, or recorded, by this process.
@@ -55,7 +43,7 @@ type recording struct {
 // copy is the first and must record it, then finish it.
 func (r *recentMessages) begin(msgID string) (rec *recording, first bool) {
 	rec = &recording{done: make(chan struct{})}
-	key, ok := keyOfMsg(msgID)
+	key, ok := fixedkey.Of(msgID)
 	if !ok {
 		return rec, true
 	}
@@ -65,10 +53,10 @@ func (r *recentMessages) begin(msgID string) (rec *recording, first bool) {
 		return seen, false
 	}
 	if r.byID == nil {
-		r.byID = make(map[msgKey]*recording, maxRecentMessages)
-		r.ring = make([]msgKey, maxRecentMessages)
+		r.byID = make(map[fixedkey.Key]*recording, maxRecentMessages)
+		r.ring = make([]fixedkey.Key, maxRecentMessages)
 	}
-	if old := r.ring[r.next]; old != (msgKey{}) {
+	if old := r.ring[r.next]; old != (fixedkey.Key{}) {
 		delete(r.byID, old)
 	}
 	r.ring[r.next] = key
@@ -92,7 +80,7 @@ var recordedMessage = func() *recording {
 // thread reply starts a conversation where the message copy did not.
 func (r *recentMessages) finish(msgID string, rec *recording, recorded bool) {
 	rec.recorded = recorded
-	if key, ok := keyOfMsg(msgID); ok {
+	if key, ok := fixedkey.Of(msgID); ok {
 		r.mu.Lock()
 		if r.byID[key] == rec {
 			if recorded {
@@ -101,7 +89,7 @@ func (r *recentMessages) finish(msgID string, rec *recording, recorded bool) {
 				// Its slot is freed too, or, when it comes round, it would
 				// forget the recording of a later copy in another slot.
 				delete(r.byID, key)
-				r.ring[rec.slot] = msgKey{}
+				r.ring[rec.slot] = fixedkey.Key{}
 			}
 		}
 		r.mu.Unlock()
