@@ -99,8 +99,15 @@ func TestParallelCallsPauseRestartResume(t *testing.T) {
 // pauseOne runs a turn whose single call needs approval and returns it.
 func pauseOne(t *testing.T, w *world, a *agent.Agent, tc fakeopenai.ToolCall) agent.PendingCall {
 	t.Helper()
+	return pauseWith(t, w, a, request("please"), tc)
+}
+
+// pauseWith runs req, the model asking for tc, and returns the one call
+// the run paused on.
+func pauseWith(t *testing.T, w *world, a *agent.Agent, req agent.Request, tc fakeopenai.ToolCall) agent.PendingCall {
+	t.Helper()
 	w.model.Reply(fakeopenai.ToolCalls(tc))
-	out, err := a.Run(context.Background(), request("please"))
+	out, err := a.Run(context.Background(), req)
 	must(t, err)
 	if out.Status != agent.Paused || len(out.Pending) != 1 {
 		t.Fatalf("got %s with %d pending, want one paused call", out.Status, len(out.Pending))

@@ -175,15 +175,9 @@ func TestDecisionOnAPausedCallReadsNothing(t *testing.T) {
 			}
 			pause := func(version string) agent.PendingCall {
 				t.Helper()
-				w.model.Reply(fakeopenai.ToolCalls(call("c"+version, "deploy", `{"service":"api","version":"`+version+`"}`)))
 				req := request("deploy api " + version)
 				req.Conversation += "/" + version // each in a thread of its own
-				out, err := a.Run(ctx, req)
-				must(t, err)
-				if out.Status != agent.Paused {
-					t.Fatalf("Run = %s, want paused", out.Status)
-				}
-				return out.Pending[0]
+				return pauseWith(t, w, a, req, call("c"+version, "deploy", `{"service":"api","version":"`+version+`"}`))
 			}
 
 			p := pause("2")
