@@ -28,6 +28,21 @@ type Reporter interface {
 	Updated(ctx context.Context, u CallUpdate)
 }
 
+// Announcer is a Reporter that shows the cards of a pause before the pause
+// is saved, so that where they are is saved with the calls, in the pause's
+// own store step. The turn holds its conversation until the save, so a
+// decision on an announced call that finds no such call can wait for the
+// conversation (AwaitTurn) and try again.
+type Announcer interface {
+	// Announce shows the calls' cards and returns the note to save with
+	// each call (see store.Commit.Notes), by call id; a call may have
+	// none. Paused follows once the pause is saved.
+	Announce(ctx context.Context, calls []PendingCall) map[string][]byte
+	// Unsaved follows Announce, in place of Paused, when the pause could
+	// not be saved: nothing can decide the calls, and nothing runs.
+	Unsaved(ctx context.Context, calls []PendingCall)
+}
+
 // NopReporter reports nothing.
 type NopReporter struct{}
 

@@ -298,6 +298,16 @@ func (a *Agent) TakeOver(ctx context.Context, conversation string) (Outcome, err
 	return out, err
 }
 
+// AwaitTurn returns once no turn, of this process or another, holds the
+// conversation (at most the lease wait, then ErrLeaseTimeout). A turn that
+// pauses shows its cards before it saves the pause (see Announcer) and
+// holds the conversation until then, so a decision that found no such call
+// for a card of the conversation finds it after AwaitTurn if the pause was
+// saved.
+func (a *Agent) AwaitTurn(ctx context.Context, conversation string) error {
+	return a.leases.run(ctx, conversation, func(context.Context) error { return nil })
+}
+
 // Unanswered lists up to limit conversations with messages recorded more
 // than Config.TakeoverAfter ago and not answered yet, oldest first: those
 // whose turn may have died with its process. Pass each to TakeOver.
@@ -938,6 +948,13 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 	}
 	t.queued = append(t.queued, t.later...)
 	t.later = nil
+	// The cards first, when the reporter can show them before the save:
+	// where they are is then saved with the calls.
+	an, _ := rep.(Announcer)
+	var notes map[string][]byte
+	if an != nil {
+		notes = an.Announce(ctx, pending)
+	}
 	// One write: the run, the conversation paused on it with the messages
 	// that wait for the resume, the audit entries, the inbox drained, the
 	// run this turn resumed finished, and the lease released.
@@ -946,11 +963,15 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		Conversation: a.convRecord(convState{Queued: t.queued, InboxSeq: t.inboxSeq}, runID),
 		Run:          &run,
 		Calls:        calls,
+		Notes:        notes,
 		Finish:       t.finish,
 		Answer:       true,
 		AnswerUpTo:   t.inboxSeq,
 	}
 	if err := a.commit(ctx, t, c, true); err != nil {
+		if an != nil {
+			an.Unsaved(context.WithoutCancel(ctx), pending)
+		}
 		// The pause entries describe a run that does not exist.
 		t.audits = t.audits[:len(t.audits)-len(calls)]
 		// Keep what happened (calls already allowed may have run) with

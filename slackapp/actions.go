@@ -19,6 +19,9 @@ import (
 // click is one button press, with where to answer the clicker.
 type click struct {
 	user, channel, actionID, value, triggerID string
+	// conversation is the conversation of the thread the button is in ("":
+	// none, as for a copy of a card in a direct message).
+	conversation string
 	// redelivered reports whether the click's envelope was seen before,
 	// by any replica; it asks the store at most once per envelope.
 	redelivered func() bool
@@ -54,8 +57,12 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 		a.ack(env, nil, start)
 		a.spawn(ctx, "click", func(ctx context.Context) {
 			redelivered := sync.OnceValue(func() bool { return !a.firstTime(ctx, "envelope:"+env.ID) })
+			conversation := ""
+			if in.Team.ID != "" && in.Channel.ID != "" && in.Container.ThreadTS != "" {
+				conversation = ConversationKey(in.Team.ID, in.Channel.ID, in.Container.ThreadTS)
+			}
 			for _, act := range in.Actions {
-				c := click{user: in.User.ID, channel: in.Channel.ID, actionID: act.ActionID, value: act.Value, triggerID: in.TriggerID, redelivered: redelivered}
+				c := click{user: in.User.ID, channel: in.Channel.ID, conversation: conversation, actionID: act.ActionID, value: act.Value, triggerID: in.TriggerID, redelivered: redelivered}
 				a.onClick(ctx, c)
 			}
 		})
@@ -137,7 +144,7 @@ func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
 	text := InvalidRequestText()
 	if validToken(c.value) {
 		callID, fp := parseToken(c.value)
-		text = a.decide(ctx, approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user, Exact: c.actionID == ActionRememberExact})
+		text = a.decide(ctx, c, approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user, Exact: c.actionID == ActionRememberExact})
 	} else {
 		a.m.decision(string(kind), "invalid", 0)
 	}
@@ -157,18 +164,24 @@ func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
 // holds the conversation (agent.DecideTaking); otherwise on the
 // conversation's queue, after whatever the conversation is doing. It
 // returns the text to tell the decider when the decision was refused or
-// failed, and "" on success.
-func (a *App) decide(ctx context.Context, d approvals.Decision) string {
+// failed, and "" on success. A click on a call that is not saved yet is
+// decided once it is (see afterPause).
+func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string {
 	var res agent.DecideResult
 	var taken *agent.Taken
 	var err error
-	if a.slots.TryAcquire(1) {
-		res, taken, err = a.ag.DecideTaking(ctx, d)
-		if taken == nil {
-			a.slots.Release(1)
+	for try := 0; try < 2; try++ {
+		if a.slots.TryAcquire(1) {
+			res, taken, err = a.ag.DecideTaking(ctx, d)
+			if taken == nil {
+				a.slots.Release(1)
+			}
+		} else {
+			res, err = a.ag.Decide(ctx, d)
 		}
-	} else {
-		res, err = a.ag.Decide(ctx, d)
+		if try > 0 || !a.afterPause(ctx, c, err) {
+			break
+		}
 	}
 	kind := string(d.Kind)
 	if err != nil {
@@ -197,6 +210,23 @@ func (a *App) decide(ctx context.Context, d approvals.Decision) string {
 		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}
 	return ""
+}
+
+// afterPause reports whether a click that err answered should be tried
+// again: the call was not found, and the click's thread is a conversation,
+// whose turn may hold it while it saves the pause whose card was clicked
+// (the card is posted first, so that where it is is saved with the call:
+// see agent.Announcer). It returns true once no turn holds the
+// conversation; the call is then saved, or will never be.
+func (a *App) afterPause(ctx context.Context, c click, err error) bool {
+	if !errors.Is(err, approvals.ErrUnknownCall) || c.conversation == "" {
+		return false
+	}
+	if err := a.ag.AwaitTurn(ctx, c.conversation); err != nil {
+		a.log.Warn("wait for the turn that may be saving the clicked call", "conversation", c.conversation, "err", err)
+		return false
+	}
+	return true
 }
 
 // resumeLater queues the resume of a decided run on its conversation's
@@ -289,6 +319,9 @@ func (a *App) cancelClick(ctx context.Context, c click) {
 	callID, _ := parseToken(c.value)
 	runID := store.RunOf(callID)
 	res, err := a.ag.Cancel(ctx, runID, c.user)
+	if a.afterPause(ctx, c, err) {
+		res, err = a.ag.Cancel(ctx, runID, c.user)
+	}
 	if err != nil {
 		text, result := refusalText(res.Call, c.user, err)
 		if errors.Is(err, approvals.ErrNotApprover) {
@@ -311,6 +344,16 @@ func (a *App) cancelClick(ctx context.Context, c click) {
 	}
 }
 
+// clickedCall returns the call whose card's button c is, once it is saved
+// (see afterPause).
+func (a *App) clickedCall(ctx context.Context, c click, callID string) (agent.PendingCall, error) {
+	pc, err := a.ag.Call(ctx, callID)
+	if a.afterPause(ctx, c, err) {
+		pc, err = a.ag.Call(ctx, callID)
+	}
+	return pc, err
+}
+
 // openModal opens the modal of a Reject, Edit, Reply or View button.
 func (a *App) openModal(ctx context.Context, c click) {
 	if !validToken(c.value) {
@@ -318,7 +361,7 @@ func (a *App) openModal(ctx context.Context, c click) {
 		return
 	}
 	callID, _ := parseToken(c.value)
-	pc, err := a.ag.Call(ctx, callID)
+	pc, err := a.clickedCall(ctx, c, callID)
 	if err != nil {
 		text, _ := refusalText(agent.Call{}, c.user, err)
 		a.tell(ctx, c.user, c.channel, text)

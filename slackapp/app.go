@@ -2,6 +2,7 @@ package slackapp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -106,6 +107,10 @@ type Decisions interface {
 	DecideTaking(ctx context.Context, d approvals.Decision) (agent.DecideResult, *agent.Taken, error)
 	ResumeTaken(ctx context.Context, t *agent.Taken) (agent.Outcome, error)
 	Cancel(ctx context.Context, runID, user string) (agent.DecideResult, error)
+	// AwaitTurn returns once no turn holds the conversation: a card is
+	// posted before its pause is saved, by a turn that holds the
+	// conversation until then.
+	AwaitTurn(ctx context.Context, conversation string) error
 }
 
 // Calls looks paused calls up, for cards, forms and inboxes.
@@ -700,6 +705,11 @@ type payload struct {
 	} `json:"event"`
 
 	// Interactions.
+	Team      teamRef `json:"team"`
+	Container struct {
+		// ThreadTS is the thread of the message whose button was pressed.
+		ThreadTS string `json:"thread_ts"`
+	} `json:"container"`
 	TriggerID string `json:"trigger_id"`
 	User      struct {
 		ID string `json:"id"`
@@ -714,6 +724,20 @@ type payload struct {
 		ActionID string `json:"action_id"`
 		Value    string `json:"value"`
 	} `json:"actions"`
+}
+
+// teamRef is an interaction's team, {"id": ...}; anything else decodes to
+// no id.
+type teamRef struct{ ID string }
+
+func (t *teamRef) UnmarshalJSON(b []byte) error {
+	var o struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(b, &o) == nil {
+		t.ID = o.ID
+	}
+	return nil
 }
 
 // handle acks an envelope at once and routes it. An envelope that did not

@@ -235,12 +235,21 @@ func (e *env) card(thread, tool string) fakeslack.Message {
 	return e.cardIn(channel, thread, tool)
 }
 
-// cardIn waits for the approval card of tool in a thread of ch.
+// cardIn waits for the approval card of tool in a thread of ch, and for
+// its pause to be saved (the card is posted just before).
 func (e *env) cardIn(ch, thread, tool string) fakeslack.Message {
 	e.t.Helper()
-	return e.waitIn(ch, thread, "with a card for "+tool, func(m fakeslack.Message) bool {
+	m := e.waitIn(ch, thread, "with a card for "+tool, func(m fakeslack.Message) bool {
 		return isCard(m) && strings.Contains(m.Text, tool)
 	})
+	if e.bot != nil {
+		callID, _, _ := strings.Cut(buttonValue(e.t, m, slackapp.ActionApprove), "~")
+		waitUntil(e.t, "the card's call is saved", func() bool {
+			_, err := e.bot.st.GetCall(e.t.Context(), callID)
+			return err == nil
+		})
+	}
+	return m
 }
 
 // isCard reports whether m is a pending approval card.

@@ -29,7 +29,7 @@ func (a *App) whyClick(ctx context.Context, c click) {
 		return
 	}
 	callID, _ := parseToken(c.value)
-	pc, err := a.ag.Call(ctx, callID)
+	pc, err := a.clickedCall(ctx, c, callID)
 	if err != nil {
 		text, _ := refusalText(agent.Call{}, c.user, err)
 		a.tell(ctx, c.user, c.channel, text)

@@ -21,6 +21,9 @@ const (
 	StatusDecided   Status = "decided"
 	StatusExpired   Status = "expired"
 	StatusCancelled Status = "cancelled"
+	// StatusUnsaved: the card was posted but its request could not be
+	// saved, so nothing can decide it and nothing runs.
+	StatusUnsaved Status = "unsaved"
 )
 
 // pastTense renders k for "This call was already …".
@@ -415,6 +418,8 @@ func statusText(c Card) string {
 		return expiredText(c)
 	case StatusCancelled:
 		return ":no_entry_sign: Cancelled by the requester. Nothing ran."
+	case StatusUnsaved:
+		return ":warning: This request could not be saved, so it cannot be decided and nothing ran. Ask again."
 	}
 	who := userRef(c.Decider, "someone")
 	when := ""

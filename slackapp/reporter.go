@@ -36,6 +36,9 @@ type threadReporter struct {
 	conv                  string
 	team, channel, thread string
 
+	// posts are the cards Announce posted, by call id, for Paused.
+	posts map[string]*cardPost
+
 	mu        sync.Mutex
 	streamTS  string
 	streamErr bool
@@ -158,13 +161,27 @@ func (r *threadReporter) endStream(ctx context.Context) string {
 	return shown
 }
 
-// Paused posts one card per call in the thread, and copies for approvers
-// who cannot see the conversation, and sets the expiry timer for them.
-func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) {
+// Announce posts one card per call in the thread, before the pause is
+// saved, and returns where each went, to be saved with the call (see
+// agent.Announcer). Paused (or Unsaved) finishes what it began.
+func (r *threadReporter) Announce(ctx context.Context, calls []agent.PendingCall) map[string][]byte {
 	r.app.statusSettled(ctx, r.conv)
 	r.mu.Lock()
 	r.endStream(ctx)
 	r.mu.Unlock()
+	notes := make(map[string][]byte, len(calls))
+	r.posts = make(map[string]*cardPost, len(calls))
+	for _, c := range calls {
+		p := r.app.postCard(ctx, r.channel, r.thread, c)
+		r.posts[c.ID] = p
+		notes[c.ID] = p.note()
+	}
+	return notes
+}
+
+// Paused posts the copies of the cards Announce posted for approvers who
+// cannot see the conversation, and sets the expiry timer for them.
+func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) {
 	for _, c := range calls {
 		r.app.expiry.at(c.ExpiresAt)
 		if len(c.RemindAt) > 0 {
@@ -172,9 +189,34 @@ func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) 
 		}
 	}
 	for _, c := range calls {
-		r.app.postCard(ctx, r.channel, r.thread, c)
+		if p := r.posts[c.ID]; p != nil {
+			r.app.postCopies(ctx, p)
+		}
 		r.app.homes.changed(c.Call)
 	}
+	r.posts = nil
+}
+
+// Unsaved turns the cards Announce posted into a notice that the request
+// could not be saved: nothing can decide it, and nothing runs.
+func (r *threadReporter) Unsaved(ctx context.Context, calls []agent.PendingCall) {
+	for _, c := range calls {
+		p := r.posts[c.ID]
+		if p == nil {
+			continue
+		}
+		r.app.cards.done(p.mem)
+		card := cardOf(c, nil)
+		card.Status = StatusUnsaved
+		blocks, text := CardBlocks(card), CardText(card)
+		for _, ref := range p.refs {
+			if _, err := r.app.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: blocks, text: text}); err != nil {
+				r.app.log.Error("mark a card whose request could not be saved", "call", c.ID, "channel", ref.Channel, "err", err)
+			}
+		}
+		r.app.cards.forget(c.ID)
+	}
+	r.posts = nil
 }
 
 // Remind posts a reminder in the thread, mentioning the approvers who
@@ -261,42 +303,75 @@ func (r cardRefs) posting(now time.Time) bool {
 	return r.Posting && now.Sub(r.PostingSince) < cardWait
 }
 
-func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.PendingCall) {
+// cardPost is a card being posted: its copy in the thread is out (or
+// failed), its other copies are still to come.
+type cardPost struct {
+	callID string
+	blocks []slack.Block
+	text   string
+	since  time.Time
+	mem    *postedCard
+	blind  []string  // the approvers the other copies are for
+	refs   []cardRef // the copies out so far
+	saved  int       // of refs, the ones in the store (with the call, or by PutCallNote)
+}
+
+// note is the note to save with the call (cardRefs) once the thread's copy
+// is out (or failed): marked as posting while copies are still to come.
+func (p *cardPost) note() []byte {
+	p.saved = len(p.refs)
+	return mustJSON(cardRefs{Posting: len(p.blind) > 0, PostingSince: p.since, Refs: p.refs})
+}
+
+// postCard posts the call's card in the thread and returns the post, whose
+// copies postCopies posts.
+func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.PendingCall) *cardPost {
 	card := cardOf(pc, nil)
-	blocks, text := CardBlocks(card), CardText(card)
-	since := time.Now()
+	p := &cardPost{callID: pc.ID, since: time.Now()}
+	p.blocks, p.text = CardBlocks(card), CardText(card)
 	// Updates of this card made by this process read where it is from
 	// memory, once it is posted; other replicas read the store.
-	mem := a.cards.posting(pc.ID)
-	defer a.cards.done(mem)
-	var refs []cardRef
-	saved := 0 // of refs, the ones in the store
+	p.mem = a.cards.posting(pc.ID)
+	if ts := a.postBlocks(ctx, channel, thread, p.blocks, p.text); ts != "" {
+		p.added(a, channel, ts)
+	}
+	p.blind = a.blindApprovers(ctx, channel, pc.Requester, pc.Approvers)
+	return p
+}
+
+func (p *cardPost) added(a *App, channel, ts string) {
+	p.refs = append(p.refs, cardRef{Channel: channel, TS: ts})
+	a.cards.add(p.mem, cardRef{Channel: channel, TS: ts})
+}
+
+// postCopies posts the copies of a card posted by postCard, and saves
+// where they are: before each further copy is posted, and once all are
+// out, so a crash loses at most the copy whose post had just returned.
+func (a *App) postCopies(ctx context.Context, p *cardPost) {
+	defer a.cards.done(p.mem)
 	save := func(ctx context.Context, r cardRefs) error {
-		err := a.st.PutCallNote(ctx, pc.ID, mustJSON(r))
+		err := a.st.PutCallNote(ctx, p.callID, mustJSON(r))
 		if err == nil {
-			saved = len(r.Refs)
+			p.saved = len(r.Refs)
 		}
 		return err
 	}
-	added := func(channel, ts string) {
-		refs = append(refs, cardRef{Channel: channel, TS: ts})
-		a.cards.add(mem, cardRef{Channel: channel, TS: ts})
-	}
-	if ts := a.postBlocks(ctx, channel, thread, blocks, text); ts != "" {
-		added(channel, ts)
-	}
-	for _, target := range a.copyTargets(ctx, channel, pc.Requester, pc.Approvers) {
-		if len(refs) > saved {
-			if err := save(ctx, cardRefs{Posting: true, PostingSince: since, Refs: refs}); err != nil {
-				a.log.Warn("remember where a card copy is", "call", pc.ID, "err", err)
+	for _, target := range a.copyPlaces(ctx, p.blind) {
+		if len(p.refs) > p.saved {
+			if err := save(ctx, cardRefs{Posting: true, PostingSince: p.since, Refs: p.refs}); err != nil {
+				a.log.Warn("remember where a card copy is", "call", p.callID, "err", err)
 			}
 		}
-		if ts := a.postBlocks(ctx, target, "", blocks, text); ts != "" {
-			added(target, ts)
+		if ts := a.postBlocks(ctx, target, "", p.blocks, p.text); ts != "" {
+			p.added(a, target, ts)
 		}
 	}
-	if len(refs) == 0 {
-		a.log.Error("no copy of the approval card could be posted; it is listed by /approvals pending and in App Home", "call", pc.ID)
+	if len(p.refs) == 0 {
+		a.log.Error("no copy of the approval card could be posted; it is listed by /approvals pending and in App Home", "call", p.callID)
+	}
+	if len(p.blind) == 0 {
+		// Saved with the call, with no marker: nothing more to write.
+		return
 	}
 	// The final write clears the marker. It is made even when ctx ended
 	// meanwhile, and tried twice.
@@ -307,13 +382,13 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 			err = errors.New("the shutdown deadline has passed")
 			break
 		}
-		err = save(wctx, cardRefs{Refs: refs})
+		err = save(wctx, cardRefs{Refs: p.refs})
 		cancel()
 		if err == nil {
 			return
 		}
 	}
-	a.log.Error("remember where the card is; replicas other than this one update the copies recorded so far", "call", pc.ID, "err", err)
+	a.log.Error("remember where the card is; replicas other than this one update the copies recorded so far", "call", p.callID, "err", err)
 }
 
 // cardWait bounds how long an update waits for a card still being posted.
@@ -369,21 +444,22 @@ func (a *App) cardLocations(ctx context.Context, c agent.Call) ([]cardRef, error
 // see the conversation get it: APPROVALS_CHANNEL if set, else a DM to each
 // named approver (user groups expanded) who cannot see it.
 func (a *App) copyTargets(ctx context.Context, channel, requester string, approvers []string) []string {
+	return a.copyPlaces(ctx, a.blindApprovers(ctx, channel, requester, approvers))
+}
+
+// blindApprovers lists the named approvers (user groups expanded) who
+// cannot see the channel, other than the requester and the bot.
+func (a *App) blindApprovers(ctx context.Context, channel, requester string, approvers []string) []string {
 	if len(approvers) == 0 {
 		return nil
 	}
-	public := false
 	var members map[string]bool
 	if !strings.HasPrefix(channel, "D") {
 		info, err := a.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: channel})
 		if err == nil && !info.IsPrivate && !info.IsIM && !info.IsMpIM {
-			public = true
-		} else {
-			members = a.members(ctx, channel)
+			return nil // public: everyone can see it
 		}
-	}
-	if public {
-		return nil
+		members = a.members(ctx, channel)
 	}
 	var blind []string
 	for _, id := range a.expand(ctx, approvers) {
@@ -391,6 +467,12 @@ func (a *App) copyTargets(ctx context.Context, channel, requester string, approv
 			blind = append(blind, id)
 		}
 	}
+	return blind
+}
+
+// copyPlaces lists where the copies for approvers who cannot see the
+// conversation go: APPROVALS_CHANNEL if set, else a DM to each.
+func (a *App) copyPlaces(ctx context.Context, blind []string) []string {
 	if len(blind) == 0 {
 		return nil
 	}

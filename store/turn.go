@@ -40,6 +40,10 @@ type Commit struct {
 	// creates one.
 	Run   *Run
 	Calls []Call
+	// Notes are the notes of calls among Calls, by call id, written with
+	// them as PutCallNote writes one (a caller that knows where a call's
+	// card is before the call is saved saves both in one step).
+	Notes map[string][]byte
 	// Finish names a run to finish as FinishRun does; an unknown or
 	// finished run is left as it is.
 	Finish string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -69,10 +70,21 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 		}
 	}
+	if err := newrun.CheckNotes(calls, c.Notes); err != nil {
+		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+	}
 	err := s.commits.update(func(tx *bolt.Tx) error {
 		if c.Run != nil {
 			if err := s.createRun(tx, run, calls, now); err != nil {
 				return err
+			}
+			for id, note := range c.Notes {
+				if len(note) == 0 {
+					continue
+				}
+				if err := tx.Bucket(bucketNotes).Put([]byte(id), slices.Clone(note)); err != nil {
+					return err
+				}
 			}
 		}
 		if c.Conversation != nil {

@@ -217,7 +217,7 @@ func decodeConversation(key string, m map[string]string) (store.Conversation, er
 // is returned and the run, which nobody knows about yet, expires unseen.
 // See storetest.Store for the contract.
 func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) error {
-	nr, err := s.createRun(ctx, r, calls)
+	nr, err := s.createRun(ctx, r, calls, nil)
 	if err != nil {
 		return err
 	}
@@ -231,10 +231,10 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 	return nil
 }
 
-// createRun writes the run and its calls (one script), and returns them
-// as prepared for indexRun.
-func (s *Store) createRun(ctx context.Context, r store.Run, calls []store.Call) (newRun, error) {
-	nr, err := s.newRun(r, calls)
+// createRun writes the run and its calls with their notes (one script),
+// and returns them as prepared for indexRun.
+func (s *Store) createRun(ctx context.Context, r store.Run, calls []store.Call, notes map[string][]byte) (newRun, error) {
+	nr, err := s.newRun(r, calls, notes)
 	if err != nil {
 		return newRun{}, err
 	}
@@ -260,8 +260,11 @@ type newRun struct {
 
 // newRun prepares r and calls (newrun.Prepare) and encodes them for the
 // createRun script.
-func (s *Store) newRun(r store.Run, calls []store.Call) (newRun, error) {
+func (s *Store) newRun(r store.Run, calls []store.Call, notes map[string][]byte) (newRun, error) {
 	r, calls, err := newrun.Prepare(r, calls, time.Now())
+	if err == nil {
+		err = newrun.CheckNotes(calls, notes)
+	}
 	if err != nil {
 		return newRun{}, fmt.Errorf("create run: %w", err)
 	}
@@ -291,7 +294,7 @@ func (s *Store) newRun(r store.Run, calls []store.Call) (newRun, error) {
 			return newRun{}, fmt.Errorf("create run %s: %w", r.ID, err)
 		}
 		nr.keys = append(nr.keys, s.callKey(c.ID))
-		nr.args = append(nr.args, b, fp, c.ExpiresAt.UnixMicro(), remindArg(c.RemindAt), strings.Join(idx[c.ID], "\n"))
+		nr.args = append(nr.args, b, fp, c.ExpiresAt.UnixMicro(), remindArg(c.RemindAt), strings.Join(idx[c.ID], "\n"), notes[c.ID])
 	}
 	return nr, nil
 }

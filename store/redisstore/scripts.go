@@ -12,7 +12,7 @@ import "github.com/redis/go-redis/v9"
 // ARGV from a: run JSON, delete-at (ms), the key of the run's conversation
 // (empty: none), then per call: call JSON, fingerprint, expires-at,
 // remind-at (0: none), the index keys that list it, one per line (empty
-// on Redis Cluster, where they are not kept).
+// on Redis Cluster, where they are not kept), its note (empty: none).
 // The conversation's key and each call's index keys are kept (fields conv
 // and idx) for commitFinish, which on a single node unlists the calls and
 // clears the conversation's paused run in the script that finishes it.
@@ -22,11 +22,12 @@ local function createRun(k, a, n)
   redis.call('HSET', KEYS[k], 'run', ARGV[a], 'pending', n, 'conv', ARGV[a + 2])
   redis.call('PEXPIREAT', KEYS[k], ARGV[a + 1])
   for i = 1, n do
-    local b = a + 2 + (i - 1) * 5
+    local b = a + 2 + (i - 1) * 6
     local key = KEYS[k + i]
     redis.call('HSET', key, 'call', ARGV[b + 1], 'fp', ARGV[b + 2], 'exp', ARGV[b + 3], 'status', 'pending')
     if ARGV[b + 4] ~= '0' then redis.call('HSET', key, 'remind', ARGV[b + 4]) end
     if ARGV[b + 5] ~= '' then redis.call('HSET', key, 'idx', ARGV[b + 5]) end
+    if ARGV[b + 6] ~= '' then redis.call('HSET', key, 'note', ARGV[b + 6]) end
     redis.call('PEXPIREAT', key, ARGV[a + 1])
   end
   return true

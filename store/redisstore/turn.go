@@ -123,7 +123,7 @@ return commit(1, 1, #KEYS >= 4)
 // If the run exists it writes nothing.
 // KEYS: run, call..., conversation, inbox, lease, unanswered index, audit,
 // then one key per index entry
-// ARGV: the number of calls n, the createRunFn arguments (3 + 5n), the
+// ARGV: the number of calls n, the createRunFn arguments (3 + 6n), the
 // number of index entries m, the trim bound ("(" and Unix ms), per entry
 // score (ms), member and trim (1/0), the run's conversation key (empty:
 // none), the run id, the conversation ttl (ms), the number of audit entries
@@ -136,7 +136,7 @@ local n = tonumber(ARGV[1])
 if not createRun(1, 2, n) then return {'exists'} end
 local deleteAt = ARGV[3]
 local k = 2 + n
-local a = 5 + 5 * n
+local a = 5 + 6 * n
 local m = tonumber(ARGV[a])
 local trimBefore = ARGV[a + 1]
 for i = 1, m do
@@ -345,7 +345,7 @@ func (s *Store) commitArgs(c store.Commit) ([]string, []any) {
 // the order of the general path. commitKeys and commitArgs are those of
 // commitTurnFn, the unanswered index included.
 func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []string, commitArgs []any) error {
-	nr, err := s.newRun(*c.Run, c.Calls)
+	nr, err := s.newRun(*c.Run, c.Calls, c.Notes)
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
@@ -459,7 +459,7 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	var nr newRun
 	if c.Run != nil {
 		var err error
-		if nr, err = s.createRun(ctx, *c.Run, c.Calls); err != nil {
+		if nr, err = s.createRun(ctx, *c.Run, c.Calls, c.Notes); err != nil {
 			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,10 +156,18 @@ func testCommitTurnPause(t *testing.T, open Opener) {
 		{Actor: "U1", Action: "pause", Thread: conv, CallID: calls[0].ID},
 		{Actor: "U1", Action: "pause", Thread: conv, CallID: calls[1].ID},
 	}
-	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Run: &r, Calls: calls, Audit: audit, Answer: true, AnswerUpTo: msgs[0].Seq, Release: "a"})
+	note := `{"refs":[{"channel":"C1","ts":"1.2"}]}`
+	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Run: &r, Calls: calls, Notes: map[string][]byte{calls[0].ID: []byte(note)},
+		Audit: audit, Answer: true, AnswerUpTo: msgs[0].Seq, Release: "a"})
 
 	check := func(s Store) {
 		t.Helper()
+		if got, err := s.CallNote(ctx, calls[0].ID); err != nil || string(got) != note {
+			t.Errorf("CallNote(%s) = %q, %v; want the note committed with it, %s", calls[0].ID, got, err, note)
+		}
+		if got, err := s.CallNote(ctx, calls[1].ID); err != nil || len(got) != 0 {
+			t.Errorf("CallNote(%s) = %q, %v; want none: the commit gave it none", calls[1].ID, got, err)
+		}
 		got, gotCalls, err := s.LoadRun(ctx, r.ID)
 		if err != nil || got.Finished || !slices.Equal(callIDs(gotCalls), r.CallIDs) {
 			t.Fatalf("LoadRun(%s) = calls %v, finished %v, %v; want the created run", r.ID, callIDs(gotCalls), got.Finished, err)
@@ -278,6 +287,14 @@ func testCommitTurnRefused(t *testing.T, open Opener) {
 	}
 	if ok, err := s.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute); err != nil || ok {
 		t.Errorf("AcquireLease by b after a refused commit = %v, %v; want false: a still holds it", ok, err)
+	}
+	r2, calls2 := fixture(1)
+	err = s.CommitTurn(ctx, store.Commit{Key: conv, Run: &r2, Calls: calls2, Notes: map[string][]byte{calls[0].ID: []byte("{}")}, Release: "a"})
+	if err == nil || !strings.Contains(err.Error(), calls[0].ID) {
+		t.Errorf("CommitTurn with a note for a call it does not create = %v, want an error naming %s", err, calls[0].ID)
+	}
+	if _, _, err := s.LoadRun(ctx, r2.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadRun(%s) after a commit refused for its note = %v, want ErrNotFound", r2.ID, err)
 	}
 	commitTurn(t, s, store.Commit{Key: conv, Release: "b"})
 	if ok, err := s.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute); err != nil || ok {

@@ -3,6 +3,7 @@ package newrun
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,4 +95,15 @@ func Outcome(kind string) store.Status {
 	default:
 		return store.Decided
 	}
+}
+
+// CheckNotes checks that every note of a commit belongs to one of its
+// calls.
+func CheckNotes(calls []store.Call, notes map[string][]byte) error {
+	for id := range notes {
+		if !slices.ContainsFunc(calls, func(c store.Call) bool { return c.ID == id }) {
+			return fmt.Errorf("note for call %s, which the commit does not create", id)
+		}
+	}
+	return nil
 }
