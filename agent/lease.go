@@ -272,6 +272,14 @@ func (l *leases) claim(key string) <-chan struct{} {
 	return nil
 }
 
+// heldHere returns the channel closed when this process's hold on the
+// conversation ends, or nil if this process does not hold it.
+func (l *leases) heldHere(conversation string) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held[store.TurnLease(conversation)]
+}
+
 // unclaim forgets this process's hold on key and wakes its waiters.
 func (l *leases) unclaim(key string) {
 	l.mu.Lock()

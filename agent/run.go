@@ -305,6 +305,20 @@ func (a *Agent) TakeOver(ctx context.Context, conversation string) (Outcome, err
 // for a card of the conversation finds it after AwaitTurn if the pause was
 // saved.
 func (a *Agent) AwaitTurn(ctx context.Context, conversation string) error {
+	if done := a.leases.heldHere(conversation); done != nil {
+		// A turn of this process: its end is known here, with no store
+		// step.
+		t := time.NewTimer(a.cfg.LeaseWait)
+		defer t.Stop()
+		select {
+		case <-done:
+			return nil
+		case <-t.C:
+			return fmt.Errorf("await the turn of %s: %w", conversation, ErrLeaseTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return a.leases.run(ctx, conversation, func(context.Context) error { return nil })
 }
 

@@ -222,6 +222,7 @@ func (a *App) afterPause(ctx context.Context, c click, err error) bool {
 	if !errors.Is(err, approvals.ErrUnknownCall) || c.conversation == "" {
 		return false
 	}
+	a.log.Debug("click on a call not found; waiting for the turn that may be saving it", "conversation", c.conversation)
 	if err := a.ag.AwaitTurn(ctx, c.conversation); err != nil {
 		a.log.Warn("wait for the turn that may be saving the clicked call", "conversation", c.conversation, "err", err)
 		return false

@@ -40,6 +40,12 @@ type audienceCache struct {
 	mu      sync.Mutex
 	dms     map[string]dmEntry
 	members map[string]memberEntry
+	public  map[string]publicEntry
+}
+
+type publicEntry struct {
+	public bool
+	at     time.Time
 }
 
 type dmEntry struct {
@@ -53,7 +59,7 @@ type memberEntry struct {
 }
 
 func newAudienceCache(api *slack.Client, ttl time.Duration) *audienceCache {
-	return &audienceCache{api: api, ttl: ttl, maxDMs: maxDMs, maxChannels: maxChannels, dms: map[string]dmEntry{}, members: map[string]memberEntry{}}
+	return &audienceCache{api: api, ttl: ttl, maxDMs: maxDMs, maxChannels: maxChannels, dms: map[string]dmEntry{}, members: map[string]memberEntry{}, public: map[string]publicEntry{}}
 }
 
 // CanSee reports whether user can see channel.
@@ -102,6 +108,33 @@ func (c *audienceCache) dmUser(ctx context.Context, channel string) (string, err
 		return "", err
 	}
 	return v.(string), nil
+}
+
+// isPublic reports whether channel is a public channel, which everyone in
+// the workspace can see (conversations.info, kept for ttl like the
+// members).
+func (c *audienceCache) isPublic(ctx context.Context, channel string) (bool, error) {
+	c.mu.Lock()
+	e, ok := c.public[channel]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < c.ttl {
+		return e.public, nil
+	}
+	v, err := shared(ctx, &c.sf, "info:"+channel, func(ctx context.Context) (any, error) {
+		info, err := c.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: channel})
+		if err != nil {
+			return nil, fmt.Errorf("look up channel %s: %w", channel, err)
+		}
+		public := !info.IsPrivate && !info.IsIM && !info.IsMpIM
+		c.mu.Lock()
+		put(c.public, channel, publicEntry{public: public, at: time.Now()}, c.maxChannels, c.ttl, func(e publicEntry) time.Time { return e.at })
+		c.mu.Unlock()
+		return public, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return v.(bool), nil
 }
 
 // channelMembers returns the members of a channel, every page of them.

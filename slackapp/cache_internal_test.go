@@ -158,6 +158,47 @@ func TestAudienceCacheSharesLookupsAndIsBounded(t *testing.T) {
 	}
 }
 
+// Whether a channel is public is asked of Slack once per ttl: concurrent
+// misses share one conversations.info, later checks within the ttl make
+// none, and one past it asks again. The cache is bounded.
+func TestAudienceCacheKeepsWhetherAChannelIsPublic(t *testing.T) {
+	api, client := newSlowSlack(t)
+	c := newAudienceCache(client, 300*time.Millisecond)
+	c.maxChannels = 2
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			// The fake answers is_im: not public.
+			if public, err := c.isPublic(ctx, "C1"); public || err != nil {
+				t.Errorf("isPublic(C1) = %v, %v; want false, nil", public, err)
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := c.isPublic(ctx, "C1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := api.count("conversations.info"); n != 1 {
+		t.Errorf("11 checks of one channel within the ttl made %d API calls, want 1", n)
+	}
+	time.Sleep(350 * time.Millisecond)
+	if _, err := c.isPublic(ctx, "C1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := api.count("conversations.info"); n != 2 {
+		t.Errorf("a check past the ttl made %d API calls in all, want 2", n)
+	}
+	for _, ch := range []string{"C2", "C3", "C4"} {
+		if _, err := c.isPublic(ctx, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.public) != 2 {
+		t.Errorf("the cache holds %d channels, want at most 2", len(c.public))
+	}
+}
+
 // A waiting caller whose context ends stops waiting; the shared lookup
 // goes on for the others.
 func TestSharedLookupCallerGivesUp(t *testing.T) {

@@ -136,7 +136,10 @@ func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 		}
 		m, ok := members[c.Channel]
 		if !ok {
-			all := a.members(ctx, c.Channel)
+			all, err := a.audience.channelMembers(ctx, c.Channel)
+			if err != nil {
+				a.log.Warn("list channel members", "channel", c.Channel, "err", err)
+			}
 			if len(all) <= maxHomeAudience {
 				for id := range all {
 					m = append(m, id)

@@ -335,6 +335,9 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	if ts := a.postBlocks(ctx, channel, thread, p.blocks, p.text); ts != "" {
 		p.added(a, channel, ts)
 	}
+	// Who needs a copy is known before the pause is saved (from the
+	// audience cache, which asks Slack at most once a minute per channel),
+	// so the note saved with the call says whether copies are to come.
 	p.blind = a.blindApprovers(ctx, channel, pc.Requester, pc.Approvers)
 	return p
 }
@@ -455,11 +458,13 @@ func (a *App) blindApprovers(ctx context.Context, channel, requester string, app
 	}
 	var members map[string]bool
 	if !strings.HasPrefix(channel, "D") {
-		info, err := a.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: channel})
-		if err == nil && !info.IsPrivate && !info.IsIM && !info.IsMpIM {
-			return nil // public: everyone can see it
+		if public, err := a.audience.isPublic(ctx, channel); err == nil && public {
+			return nil // everyone can see it
 		}
-		members = a.members(ctx, channel)
+		var err error
+		if members, err = a.audience.channelMembers(ctx, channel); err != nil {
+			a.log.Warn("list channel members; every approver gets a copy", "channel", channel, "err", err)
+		}
 	}
 	var blind []string
 	for _, id := range a.expand(ctx, approvers) {
@@ -489,25 +494,6 @@ func (a *App) copyPlaces(ctx context.Context, blind []string) []string {
 		out = append(out, ch.ID)
 	}
 	return out
-}
-
-func (a *App) members(ctx context.Context, channel string) map[string]bool {
-	out := map[string]bool{}
-	cursor := ""
-	for {
-		ids, next, err := a.api.GetUsersInConversationContext(ctx, &slack.GetUsersInConversationParameters{ChannelID: channel, Cursor: cursor, Limit: 1000})
-		if err != nil {
-			a.log.Warn("list channel members", "channel", channel, "err", err)
-			return out
-		}
-		for _, id := range ids {
-			out[id] = true
-		}
-		if next == "" {
-			return out
-		}
-		cursor = next
-	}
 }
 
 // expand turns approver ids into user ids, expanding user groups.

@@ -1,0 +1,182 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
+)
+
+// announcer is a recorder that is also an agent.Announcer: it notes, for
+// each call it announces, whether the store had the call yet, and gives
+// each a note.
+type announcer struct {
+	recorder
+	st agent.Store
+
+	mu        sync.Mutex
+	events    []string
+	announced []string
+}
+
+func (a *announcer) Announce(ctx context.Context, calls []agent.PendingCall) map[string][]byte {
+	notes := map[string][]byte{}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range calls {
+		_, err := a.st.GetCall(ctx, c.ID)
+		a.events = append(a.events, "announce")
+		if !errors.Is(err, store.ErrNotFound) {
+			a.events = append(a.events, "the call was saved before its card: "+errString(err))
+		}
+		a.announced = append(a.announced, c.ID)
+		notes[c.ID] = []byte(`{"card":"` + c.ID + `"}`)
+	}
+	return notes
+}
+
+func (a *announcer) Paused(ctx context.Context, calls []agent.PendingCall) {
+	a.mu.Lock()
+	a.events = append(a.events, "paused")
+	a.mu.Unlock()
+	a.recorder.Paused(ctx, calls)
+}
+
+func (a *announcer) Unsaved(_ context.Context, calls []agent.PendingCall) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.events = append(a.events, "unsaved")
+}
+
+func (a *announcer) Events() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.events)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "found"
+	}
+	return err.Error()
+}
+
+// noteReader reads a call's note (both stores have CallNote).
+type noteReader interface {
+	CallNote(ctx context.Context, callID string) ([]byte, error)
+}
+
+// A reporter that announces its cards is told of the pause before it is
+// saved, and the notes it returns are saved with the calls; Paused follows
+// the save.
+func TestAnnouncedPauseSavesTheNotes(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			rep := &announcer{st: w.store}
+			a := w.agentWith(w.store, rep)
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "deploy", `{"service":"web","version":"3"}`)))
+			out, err := a.Run(t.Context(), request("deploy both"))
+			must(t, err)
+			if out.Status != agent.Paused || len(out.Pending) != 2 {
+				t.Fatalf("Run = %s with %d pending, want paused on 2", out.Status, len(out.Pending))
+			}
+			if got, want := rep.Events(), []string{"announce", "announce", "paused"}; !slices.Equal(got, want) {
+				t.Errorf("reporter events = %q, want %q", got, want)
+			}
+			for _, p := range out.Pending {
+				note, err := w.store.(noteReader).CallNote(t.Context(), p.ID)
+				if err != nil || string(note) != `{"card":"`+p.ID+`"}` {
+					t.Errorf("CallNote(%s) = %s, %v; want the note Announce gave", p.ID, note, err)
+				}
+			}
+		})
+	}
+}
+
+// failingPause fails the commit that saves a pause.
+type failingPause struct {
+	agent.Store
+}
+
+func (s failingPause) CommitTurn(ctx context.Context, c store.Commit) error {
+	if c.Run != nil {
+		return errors.New("store unreachable")
+	}
+	return s.Store.CommitTurn(ctx, c)
+}
+
+// A pause that cannot be saved is reported as Unsaved, never Paused: its
+// announced cards must say that nothing will run.
+func TestAnnouncedPauseThatIsNotSavedIsReportedUnsaved(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			rep := &announcer{st: w.store}
+			a := w.agentWith(failingPause{w.store}, rep)
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`)))
+			if _, err := a.Run(t.Context(), request("deploy")); err == nil {
+				t.Fatal("Run with a pause that cannot be saved succeeded")
+			}
+			if got, want := rep.Events(), []string{"announce", "unsaved"}; !slices.Equal(got, want) {
+				t.Errorf("reporter events = %q, want %q", got, want)
+			}
+			if n := w.deploys.n.Load(); n != 0 {
+				t.Errorf("deploy ran %d times", n)
+			}
+		})
+	}
+}
+
+// AwaitTurn returns only once the turn holding the conversation has ended:
+// for a turn of the same process and for one of another process on the
+// same store.
+func TestAwaitTurnReturnsOnceTheTurnEnds(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			entered, release := make(chan struct{}), make(chan struct{})
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				close(entered)
+				<-release
+				return fakeopenai.Text("done thinking")
+			})
+			w.cfg.Owner = "holder"
+			holder := w.agent()
+			w.cfg.Owner = "other"
+			other := w.agentWith(w.store, &recorder{})
+			req := request("think")
+			ran := make(chan error, 1)
+			go func() {
+				_, err := holder.Run(context.Background(), req)
+				ran <- err
+			}()
+			<-entered
+			awaited := make(chan string, 2)
+			for name, a := range map[string]*agent.Agent{"same process": holder, "other process": other} {
+				go func() {
+					err := a.AwaitTurn(context.Background(), req.Conversation)
+					// The turn's answer is saved before AwaitTurn returns:
+					// the conversation is no longer unanswered.
+					left, lerr := w.store.Unanswered(context.Background(), time.Now().Add(time.Hour), 10)
+					if err != nil || lerr != nil || slices.Contains(left, req.Conversation) {
+						t.Errorf("%s: AwaitTurn = %v, then unanswered %v (%v); want nil once the turn saved its answer", name, err, left, lerr)
+					}
+					awaited <- name
+				}()
+			}
+			close(release)
+			must(t, <-ran)
+			<-awaited
+			<-awaited
+		})
+	}
+}
