@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -390,5 +391,79 @@ policy:
 				t.Errorf("the survivor gave the model the results %q, want one with %q", results, tc.wantResult)
 			}
 		})
+	}
+}
+
+// A replica killed after posting a pause's card and before recording the
+// pause (Slack has the card; the store has nothing of it): a click on that
+// card decides nothing and is told so, the survivor runs the turn again and
+// posts its own card, and approving that one runs the tool once.
+func TestCrashBetweenCardAndSave(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprint(w, "deployed")
+	}))
+	t.Cleanup(srv.Close)
+	c := newCluster(t, fmt.Sprintf(`
+builtin_tools:
+  http_request:
+    allowed_hosts: [%q]
+policy:
+  default: ask
+`, strings.TrimPrefix(srv.URL, "http://")))
+	const approver = "UCRASHAPP1"
+	c.slack.AddUser(fakeslack.User{ID: approver, Name: "approver"})
+	c.slack.Join(crashChannel, approver)
+	call := fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "http_request", Arguments: fmt.Sprintf(`{"method":"POST","url":"%s/deploy"}`, srv.URL)})
+	c.hold(call, func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == openai.ChatMessageRoleTool {
+			return fakeopenai.Text("deployed after approval: " + last.Content)
+		}
+		return call // the survivor starts the turn over
+	})
+	arrived, release := c.slack.HoldNext("chat.postMessage")
+	a := c.start("a", 1)
+	ts := c.mention("roll it out")
+	waitFor(t, arrived, "the first replica's card") // a is posting the card
+	c.start("b", 2)
+	a.kill(t)
+	release() // Slack posts the card whose poster is gone
+
+	isCard := func(m fakeslack.Message) bool {
+		return m.ThreadTS == ts && strings.Contains(string(m.Blocks), `"action_id":"approve"`)
+	}
+	orphan, err := c.slack.WaitMessage(crashChannel, isCard, 10*time.Second)
+	if err != nil {
+		t.Fatalf("the first replica's card: %v", err)
+	}
+	card, err := c.slack.WaitMessage(crashChannel, func(m fakeslack.Message) bool { return isCard(m) && m.TS != orphan.TS }, 30*time.Second)
+	if err != nil {
+		t.Fatalf("the survivor's card: %v", err)
+	}
+
+	if _, err := c.slack.Click(approver, crashChannel, orphan.TS, "approve", ""); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !slices.ContainsFunc(c.slack.Ephemerals(approver), func(e fakeslack.Ephemeral) bool { return strings.Contains(e.Text, "don't know this request") }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the click on the unsaved card was not answered; ephemerals: %+v", c.slack.Ephemerals(approver))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the tool ran %d times before the survivor's card was approved", n)
+	}
+
+	if _, err := c.slack.Click(approver, crashChannel, card.TS, "approve", ""); err != nil {
+		t.Fatal(err)
+	}
+	got := c.botReplies(ts, "deployed after approval")
+	if n := strings.Count(strings.Join(got, "\n"), "deployed after approval"); n != 1 {
+		t.Errorf("the answer was posted %d times, want once; bot messages: %q", n, got)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("the tool ran %d times, want once", n)
 	}
 }
