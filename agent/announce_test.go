@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -136,9 +135,9 @@ func TestAnnouncedPauseThatIsNotSavedIsReportedUnsaved(t *testing.T) {
 	}
 }
 
-// AwaitTurn returns only once the turn holding the conversation has ended:
-// for a turn of the same process and for one of another process on the
-// same store.
+// AwaitTurn returns once no turn holds the conversation, in the process
+// that runs the turn and in another one: a pause is saved by then, and its
+// call is found.
 func TestAwaitTurnReturnsOnceTheTurnEnds(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
@@ -147,13 +146,14 @@ func TestAwaitTurnReturnsOnceTheTurnEnds(t *testing.T) {
 			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
 				close(entered)
 				<-release
-				return fakeopenai.Text("done thinking")
+				return fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`))
 			})
+			rep := &announcer{st: w.store}
 			w.cfg.Owner = "holder"
-			holder := w.agent()
+			holder := w.agentWith(w.store, rep)
 			w.cfg.Owner = "other"
 			other := w.agentWith(w.store, &recorder{})
-			req := request("think")
+			req := request("deploy api 2")
 			ran := make(chan error, 1)
 			go func() {
 				_, err := holder.Run(context.Background(), req)
@@ -164,11 +164,18 @@ func TestAwaitTurnReturnsOnceTheTurnEnds(t *testing.T) {
 			for name, a := range map[string]*agent.Agent{"same process": holder, "other process": other} {
 				go func() {
 					err := a.AwaitTurn(context.Background(), req.Conversation)
-					// The turn's answer is saved before AwaitTurn returns:
-					// the conversation is no longer unanswered.
-					left, lerr := w.store.Unanswered(context.Background(), time.Now().Add(time.Hour), 10)
-					if err != nil || lerr != nil || slices.Contains(left, req.Conversation) {
-						t.Errorf("%s: AwaitTurn = %v, then unanswered %v (%v); want nil once the turn saved its answer", name, err, left, lerr)
+					// The card was announced and its call saved before
+					// AwaitTurn returned.
+					rep.mu.Lock()
+					ids := slices.Clone(rep.announced)
+					rep.mu.Unlock()
+					if err != nil || len(ids) != 1 {
+						t.Errorf("%s: AwaitTurn = %v with calls %v announced; want nil once the one call is saved", name, err, ids)
+					}
+					for _, id := range ids {
+						if _, gerr := w.store.GetCall(context.Background(), id); gerr != nil {
+							t.Errorf("%s: after AwaitTurn, call %s: %v; want it saved", name, id, gerr)
+						}
 					}
 					awaited <- name
 				}()

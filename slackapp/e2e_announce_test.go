@@ -53,14 +53,11 @@ func (s *pauseHeldStore) PutCallNote(ctx context.Context, callID string, note []
 }
 
 func newPauseHeldEnv(t *testing.T, kind storeKind) (*env, *pauseHeldStore) {
-	e := newEnv(t, kind)
 	held := &pauseHeldStore{arrived: make(chan struct{}, 1), release: make(chan error), looked: make(chan string, 4)}
-	open := e.open
-	e.open = func() fullStore {
-		held.fullStore = open()
+	e := newEnvWith(t, kind, func(s fullStore) fullStore {
+		held.fullStore = s
 		return held
-	}
-	e.start()
+	})
 	return e, held
 }
 

@@ -102,6 +102,17 @@ type env struct {
 	reminderAfter time.Duration
 }
 
+// newEnvWith starts a bot whose store is the one newEnv opens, wrapped by
+// wrap (a store that fails, holds or counts some calls).
+func newEnvWith(t *testing.T, kind storeKind, wrap func(fullStore) fullStore) *env {
+	t.Helper()
+	e := newEnv(t, kind)
+	open := e.open
+	e.open = func() fullStore { return wrap(open()) }
+	e.start()
+	return e
+}
+
 func newEnv(t *testing.T, kind storeKind, opts ...fakeslack.Option) *env {
 	t.Helper()
 	e := &env{t: t, slack: fakeslack.New(t, opts...), model: fakeopenai.New(t), open: kind.open(t)}

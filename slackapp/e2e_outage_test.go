@@ -187,14 +187,11 @@ func (s *heldStore) DecideBegin(ctx context.Context, id, fp string, d store.Deci
 
 // newHeldEnv runs a bot whose store decisions can be held.
 func newHeldEnv(t *testing.T, kind storeKind) (*env, *heldStore) {
-	e := newEnv(t, kind)
 	held := &heldStore{hold: new(atomic.Bool), arrived: make(chan struct{}, 1), release: make(chan error)}
-	open := e.open
-	e.open = func() fullStore {
-		held.fullStore = open()
+	e := newEnvWith(t, kind, func(s fullStore) fullStore {
+		held.fullStore = s
 		return held
-	}
-	e.start()
+	})
 	return e, held
 }
 

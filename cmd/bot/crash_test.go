@@ -26,8 +26,9 @@ import (
 	"github.com/toolgate/toolgate/store/redisstore"
 )
 
-// The crash tests run the real bot as processes: two replicas on one Redis,
-// one fake Slack (each replica a Socket Mode connection of its own) and one
+// The crash tests run the real bot as processes: two replicas on one Redis
+// (a single node, and a Redis Cluster when REDIS_CLUSTER_URL is set), one
+// fake Slack (each replica a Socket Mode connection of its own) and one
 // fake model. The replica working on a turn is killed with SIGKILL, and the
 // survivor must answer the thread.
 
@@ -43,6 +44,19 @@ func crashRedisURL(t *testing.T) string {
 		t.Skip("REDIS_URL is not set; set it (e.g. REDIS_URL=redis://127.0.0.1:6379/9) to run the crash tests")
 	}
 	return u
+}
+
+// forEachRedis runs test on REDIS_URL and, when it is set, on
+// REDIS_CLUSTER_URL (a Redis Cluster), each as a subtest.
+func forEachRedis(t *testing.T, test func(t *testing.T, redisURL string)) {
+	t.Helper()
+	urls := [][2]string{{"redis", crashRedisURL(t)}}
+	if u := os.Getenv("REDIS_CLUSTER_URL"); u != "" {
+		urls = append(urls, [2]string{"redis-cluster", u})
+	}
+	for _, u := range urls {
+		t.Run(u[0], func(t *testing.T) { test(t, u[1]) })
+	}
 }
 
 var (
@@ -102,9 +116,8 @@ const (
 	crashRequester = "UCRASHREQ1"
 )
 
-func newCluster(t *testing.T, config string) *cluster {
+func newCluster(t *testing.T, redisURL, config string) *cluster {
 	t.Helper()
-	redisURL := crashRedisURL(t)
 	c := &cluster{t: t, bin: buildBot(t), slack: fakeslack.New(t), model: fakeopenai.New(t), prefix: "toolgate-crash-" + store.NewRunID()}
 	c.slack.AddChannel(fakeslack.Channel{ID: crashChannel, Members: []string{crashRequester, c.slack.BotUserID()}})
 	cfgFile := filepath.Join(t.TempDir(), "config.yaml")
@@ -283,7 +296,11 @@ policy:
 // A replica killed while its turn waits on the model: the other replica
 // takes the turn over once the lease lapses and answers the thread, once.
 func TestCrashDuringModelCall(t *testing.T) {
-	c := newCluster(t, crashModelConfig)
+	forEachRedis(t, testCrashDuringModelCall)
+}
+
+func testCrashDuringModelCall(t *testing.T, redisURL string) {
+	c := newCluster(t, redisURL, crashModelConfig)
 	entered := c.hold(fakeopenai.Response{}, func(openai.ChatCompletionRequest) fakeopenai.Response {
 		return fakeopenai.Text("answered by the survivor")
 	})
@@ -317,6 +334,10 @@ func TestCrashDuringModelCall(t *testing.T) {
 // that may not repeat (http_request) is not run again and the model is told
 // its outcome is unknown, while a read-only one (http_get) runs again.
 func TestCrashDuringToolCall(t *testing.T) {
+	forEachRedis(t, testCrashDuringToolCall)
+}
+
+func testCrashDuringToolCall(t *testing.T, redisURL string) {
 	for _, tc := range []struct {
 		tool, args string
 		wantHits   int64
@@ -343,7 +364,7 @@ func TestCrashDuringToolCall(t *testing.T) {
 			t.Cleanup(srv.Close)
 			t.Cleanup(func() { close(release) })
 			host := strings.TrimPrefix(srv.URL, "http://")
-			c := newCluster(t, fmt.Sprintf(`
+			c := newCluster(t, redisURL, fmt.Sprintf(`
 builtin_tools:
   http_request:
     allowed_hosts: [%q]
@@ -399,13 +420,17 @@ policy:
 // card decides nothing and is told so, the survivor runs the turn again and
 // posts its own card, and approving that one runs the tool once.
 func TestCrashBetweenCardAndSave(t *testing.T) {
+	forEachRedis(t, testCrashBetweenCardAndSave)
+}
+
+func testCrashBetweenCardAndSave(t *testing.T, redisURL string) {
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		fmt.Fprint(w, "deployed")
 	}))
 	t.Cleanup(srv.Close)
-	c := newCluster(t, fmt.Sprintf(`
+	c := newCluster(t, redisURL, fmt.Sprintf(`
 builtin_tools:
   http_request:
     allowed_hosts: [%q]
