@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
@@ -16,7 +17,7 @@ import (
 
 // pauseHeldStore holds the commit that saves a pause until it is released
 // (nil lets it through), signalling arrived first; while it is held, each
-// read of a call signals looked. It counts PutCallNote calls.
+// read of a call (GetCallWith, GetCall) signals looked. It counts PutCallNote calls.
 type pauseHeldStore struct {
 	fullStore
 	arrived chan struct{}
@@ -45,6 +46,14 @@ func (s *pauseHeldStore) GetCallWith(ctx context.Context, id string, kinds ...st
 		s.looked <- id
 	}
 	return c, recs, err
+}
+
+func (s *pauseHeldStore) GetCall(ctx context.Context, id string) (store.Call, error) {
+	c, err := s.fullStore.GetCall(ctx, id)
+	if s.holding.Load() {
+		s.looked <- id
+	}
+	return c, err
 }
 
 func (s *pauseHeldStore) PutCallNote(ctx context.Context, callID string, note []byte) error {
@@ -111,6 +120,41 @@ func TestClickBeforeThePauseIsSavedIsDecidedOnceItIs(t *testing.T) {
 			}
 			if n := held.notes.Load(); n != 0 {
 				t.Errorf("PutCallNote was called %d times; want none: the card's place is saved with the pause", n)
+			}
+		})
+	}
+}
+
+// A Reject clicked before the pause is saved opens its modal, for that
+// call, once the pause is saved, and the clicker is not told the
+// request is unknown.
+func TestModalClickBeforeThePauseIsSavedOpensOnceItIs(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e, held := newPauseHeldEnv(t, kind)
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)))
+			ts := e.slack.Mention(channel, requester, "deploy")
+			<-held.arrived
+			card := e.waitThread(ts, "with the card", isCard)
+			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionReject, "")
+			must(t, err)
+			if got := <-held.looked; got != callID {
+				t.Fatalf("the click read call %s, want %s", got, callID)
+			}
+			if calls := e.slack.Calls("views.open"); len(calls) != 0 {
+				t.Fatalf("a modal opened before the pause was saved: %s", calls[0].Body)
+			}
+			held.release <- nil
+
+			open, err := e.slack.WaitCall("views.open", nil, 10*time.Second)
+			must(t, err)
+			if !strings.Contains(string(open.Body), `"private_metadata":"`+callID+"~") || !strings.Contains(string(open.Body), `"callback_id":"reject_modal"`) {
+				t.Errorf("the modal opened is not the Reject of call %s: %s", callID, open.Body)
+			}
+			for _, m := range e.slack.Ephemerals(approver) {
+				t.Errorf("the approver was told %q; want the modal only", m.Text)
 			}
 		})
 	}
