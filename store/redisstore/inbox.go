@@ -203,15 +203,33 @@ func (s *Store) unlist(ctx context.Context, conversation string) error {
 	if err := s.c.ZRem(ctx, s.unansweredKey(), conversation).Err(); err != nil {
 		return fmt.Errorf("answer inbox of %s: unlist: %w", conversation, err)
 	}
-	return s.relist(ctx, conversation)
+	return s.relist(ctx, conversation, "")
 }
 
 // relist lists a conversation just unlisted again if its inbox holds a
-// message.
-func (s *Store) relist(ctx context.Context, conversation string) error {
+// message, or if run (when not "") has no call pending any more and is not
+// finished: its step was decided, and a decision lists the conversation
+// until the resume saves its result. On Redis Cluster a decision can come
+// between the steps of a commit that pauses on run (the call is saved
+// first), and its listing (ZADD NX, after the decision) finds the
+// conversation still listed, so the commit's unlist would undo it; read
+// after the unlist, the run shows any decision made before, and any made
+// after lists the conversation itself.
+func (s *Store) relist(ctx context.Context, conversation, run string) error {
 	n, err := s.c.LLen(ctx, s.inboxKey(conversation)).Result()
 	if err != nil {
 		return fmt.Errorf("answer inbox of %s: %w", conversation, err)
+	}
+	if n == 0 && run != "" {
+		f, err := s.c.HMGet(ctx, s.runKey(run), "pending", "finished").Result()
+		if err != nil {
+			return fmt.Errorf("check run %s of %s: %w", run, conversation, err)
+		}
+		pending, _ := f[0].(string)
+		finished, _ := f[1].(string)
+		if pending == "0" && finished != "1" {
+			n = 1
+		}
 	}
 	if n > 0 {
 		err = s.c.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(time.Now().UnixMilli()), Member: conversation}).Err()

@@ -527,7 +527,11 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			return fmt.Errorf("commit turn of %s: index: %w", c.Key, err)
 		}
 		if unlist && s.cluster {
-			if err := s.relist(ctx, c.Key); err != nil {
+			run := ""
+			if c.Run != nil {
+				run = c.Run.ID
+			}
+			if err := s.relist(ctx, c.Key, run); err != nil {
 				return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 			}
 		}

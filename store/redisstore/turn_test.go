@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -175,5 +176,76 @@ func TestDecideBeginAfterScriptFlush(t *testing.T) {
 	_, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, store.Decision{Kind: "approve", Decider: "U1", At: time.Now()}, store.Effects{}, rb)
 	if err != nil || !complete || !rs.Claimed || rs.Run.ID != r.ID {
 		t.Fatalf("DecideBegin after SCRIPT FLUSH = complete %v, claimed %v, run %q, %v; want complete, claimed, %s", complete, rs.Claimed, rs.Run.ID, err, r.ID)
+	}
+}
+
+// unlistHook runs before once, just before the first pipeline that takes
+// member out of the sorted set key.
+type unlistHook struct {
+	key, member string
+	before      func()
+	once        *sync.Once
+}
+
+func (unlistHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (unlistHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h unlistHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if a := c.Args(); len(a) == 3 && c.Name() == "zrem" && a[1] == h.key && a[2] == h.member {
+				h.once.Do(h.before)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On Redis Cluster a commit that pauses saves the run and its calls first
+// and takes the answered conversation out of the unanswered index last. A
+// decision made in between (a click on the card, posted before the
+// commit) lists the conversation for the takeover until the resume saves
+// its result; the commit's unlist must not undo that listing.
+func TestDecisionDuringPauseCommitKeepsTheConversationListed(t *testing.T) {
+	u := envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")
+	prefix := newPrefix(t, u)
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	conv := "C1:" + store.NewRunID()
+	if _, _, err := s.AcceptMessage(ctx, conv, store.Inbound{User: "U1", Channel: "C1", Text: "deploy"}, false); err != nil {
+		t.Fatal(err)
+	}
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
+	decided := false
+	c.AddHook(unlistHook{key: prefix + ":unanswered", member: conv, once: new(sync.Once), before: func() {
+		d := store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}
+		fx := store.Effects{Unanswered: conv}
+		if _, complete, err := s.DecideAudited(ctx, call.ID, call.Fingerprint, d, fx); err != nil || !complete {
+			t.Errorf("DecideAudited during the commit = complete %v, %v; want the step complete", complete, err)
+		}
+		decided = true
+	}})
+	b, err := s.BeginTurn(ctx, conv, "a", time.Minute)
+	if err != nil || !b.Acquired {
+		t.Fatalf("BeginTurn = %v, %v", b.Acquired, err)
+	}
+	paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+	if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: []store.Call{call}, Answer: true, AnswerUpTo: b.Inbox[0].Seq, Release: "a"}); err != nil {
+		t.Fatalf("CommitTurn (pause): %v", err)
+	}
+	if !decided {
+		t.Fatal("the commit never unlisted the conversation; the test did not decide in between")
+	}
+	listed, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(listed, conv) {
+		t.Errorf("Unanswered = %v after a decision made during the pause's commit; want %s listed for the resume", listed, conv)
 	}
 }
