@@ -70,6 +70,18 @@ func newPauseHeldEnv(t *testing.T, kind storeKind) (*env, *pauseHeldStore) {
 	return e, held
 }
 
+// heldCard mentions the bot asking for a deploy and waits until the
+// pause's commit is held and its card posted; it returns the thread, the
+// card and its call's id.
+func heldCard(t *testing.T, e *env, held *pauseHeldStore) (string, fakeslack.Message, string) {
+	t.Helper()
+	ts := e.slack.Mention(channel, requester, "deploy")
+	<-held.arrived
+	card := e.waitThread(ts, "with the card", isCard)
+	callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+	return ts, card, callID
+}
+
 // The card is posted before its pause is saved, and where it is is saved
 // with the call, in the pause's own store step: no note is written after
 // it. An Approve clicked before the save finds no call, waits for the turn
@@ -80,10 +92,7 @@ func TestClickBeforeThePauseIsSavedIsDecidedOnceItIs(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			e, held := newPauseHeldEnv(t, kind)
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)), fakeopenai.Text("deployed at last"))
-			ts := e.slack.Mention(channel, requester, "deploy")
-			<-held.arrived
-			card := e.waitThread(ts, "with the card", isCard)
-			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+			ts, card, callID := heldCard(t, e, held)
 			if _, err := held.fullStore.GetCall(t.Context(), callID); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("GetCall(%s) while the pause is held = %v, want ErrNotFound: the card comes first", callID, err)
 			}
@@ -133,10 +142,7 @@ func TestModalClickBeforeThePauseIsSavedOpensOnceItIs(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			e, held := newPauseHeldEnv(t, kind)
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)))
-			ts := e.slack.Mention(channel, requester, "deploy")
-			<-held.arrived
-			card := e.waitThread(ts, "with the card", isCard)
-			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+			_, card, callID := heldCard(t, e, held)
 
 			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionReject, "")
 			must(t, err)
@@ -168,9 +174,7 @@ func TestUnsavedPauseMarksItsCard(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			e, held := newPauseHeldEnv(t, kind)
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)))
-			ts := e.slack.Mention(channel, requester, "deploy")
-			<-held.arrived
-			card := e.waitThread(ts, "with the card", isCard)
+			ts, card, _ := heldCard(t, e, held)
 			held.release <- errOutage
 
 			got := e.waitThread(ts, "with the card marked as not saved", func(m fakeslack.Message) bool {
