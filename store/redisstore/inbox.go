@@ -216,12 +216,22 @@ func (s *Store) unlist(ctx context.Context, conversation string) error {
 // after the unlist, the run shows any decision made before, and any made
 // after lists the conversation itself.
 func (s *Store) relist(ctx context.Context, conversation, run string) error {
-	n, err := s.c.LLen(ctx, s.inboxKey(conversation)).Result()
+	var inbox *redis.IntCmd
+	var step *redis.SliceCmd
+	// One round trip; each read's error is checked apart.
+	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		inbox = p.LLen(ctx, s.inboxKey(conversation))
+		if run != "" {
+			step = p.HMGet(ctx, s.runKey(run), "pending", "finished")
+		}
+		return nil
+	})
+	n, err := inbox.Result()
 	if err != nil {
 		return fmt.Errorf("answer inbox of %s: %w", conversation, err)
 	}
-	if n == 0 && run != "" {
-		f, err := s.c.HMGet(ctx, s.runKey(run), "pending", "finished").Result()
+	if n == 0 && step != nil {
+		f, err := step.Result()
 		if err != nil {
 			return fmt.Errorf("check run %s of %s: %w", run, conversation, err)
 		}

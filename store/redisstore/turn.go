@@ -205,12 +205,20 @@ return {'ok', left, tail}
 `)
 
 // unlistIfAnswered takes a conversation out of the index of unanswered
-// ones if its inbox is empty (a single node only: the two keys are in
-// different hash slots).
-// KEYS: inbox, unanswered index
+// ones if its inbox is empty and, given the run the commit paused on, that
+// run's step is not decided and waiting for its resume (a decision made
+// after the run was created and before this step lists the conversation
+// until the resume saves its result; see relist). A single node only: the
+// keys are in different hash slots.
+// KEYS: inbox, unanswered index [, run]
 // ARGV: conversation
 var unlistIfAnswered = redis.NewScript(`
-if redis.call('LLEN', KEYS[1]) == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) end
+if redis.call('LLEN', KEYS[1]) ~= 0 then return 0 end
+if KEYS[3] then
+  local v = redis.call('HMGET', KEYS[3], 'pending', 'finished')
+  if v[1] == '0' and v[2] ~= '1' then return 0 end
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
 return 0
 `)
 
@@ -515,11 +523,19 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		if unindex != nil {
 			unindex(p)
 		}
+		run := ""
+		if c.Run != nil {
+			run = c.Run.ID
+		}
 		switch {
 		case unlist && !s.cluster:
-			// One script on a single node: unlisted only if the inbox is
-			// still empty, so there is nothing to list again.
-			unlistIfAnswered.Eval(ctx, p, []string{s.inboxKey(c.Key), s.unansweredKey()}, c.Key)
+			// One script on a single node: unlisted only if there is
+			// nothing to list again.
+			keys := []string{s.inboxKey(c.Key), s.unansweredKey()}
+			if run != "" {
+				keys = append(keys, s.runKey(run))
+			}
+			unlistIfAnswered.Eval(ctx, p, keys, c.Key)
 		case unlist:
 			p.ZRem(ctx, s.unansweredKey(), c.Key)
 		}
@@ -527,10 +543,6 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			return fmt.Errorf("commit turn of %s: index: %w", c.Key, err)
 		}
 		if unlist && s.cluster {
-			run := ""
-			if c.Run != nil {
-				run = c.Run.ID
-			}
 			if err := s.relist(ctx, c.Key, run); err != nil {
 				return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 			}

@@ -180,7 +180,7 @@ func TestDecideBeginAfterScriptFlush(t *testing.T) {
 }
 
 // unlistHook runs before once, just before the first pipeline that takes
-// member out of the sorted set key.
+// member out of the sorted set key (ZREM, or a script given both).
 type unlistHook struct {
 	key, member string
 	before      func()
@@ -192,60 +192,95 @@ func (unlistHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return
 func (h unlistHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			if a := c.Args(); len(a) == 3 && c.Name() == "zrem" && a[1] == h.key && a[2] == h.member {
-				h.once.Do(h.before)
+			switch c.Name() {
+			case "zrem", "eval", "evalsha":
+				if a := c.Args(); slices.Contains(a, any(h.key)) && slices.Contains(a, any(h.member)) {
+					h.once.Do(h.before)
+				}
 			}
 		}
 		return next(ctx, cmds)
 	}
 }
 
-// On Redis Cluster a commit that pauses saves the run and its calls first
-// and takes the answered conversation out of the unanswered index last. A
-// decision made in between (a click on the card, posted before the
-// commit) lists the conversation for the takeover until the resume saves
-// its result; the commit's unlist must not undo that listing.
+// A commit that pauses saves the run and its calls before it takes the
+// answered conversation out of the unanswered index: on Redis Cluster
+// always, on a single node when the turn was a resume whose run it
+// finishes. A decision made in between (a click on the card, posted before
+// the commit) lists the conversation for the takeover until the resume
+// saves its result; the commit's unlist must not undo that listing.
 func TestDecisionDuringPauseCommitKeepsTheConversationListed(t *testing.T) {
-	u := envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")
-	prefix := newPrefix(t, u)
-	c, err := redisstore.NewClient(u)
-	if err != nil {
-		t.Fatal(err)
+	cluster := envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")
+	for _, tc := range []struct {
+		name, url string
+		resume    bool
+	}{
+		{"cluster, first pause", cluster, false},
+		{"cluster, pause of a resume", cluster, true},
+		{"single node, pause of a resume", redisURL(t), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := newPrefix(t, tc.url)
+			c, err := redisstore.NewClient(tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := t.Context()
+			conv := "C1:" + store.NewRunID()
+			if _, _, err := s.AcceptMessage(ctx, conv, store.Inbound{User: "U1", Channel: "C1", Text: "deploy"}, false); err != nil {
+				t.Fatal(err)
+			}
+			pause := func(finish string, before func()) store.Call {
+				t.Helper()
+				r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+				call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
+				if before != nil {
+					c.AddHook(unlistHook{key: prefix + ":unanswered", member: conv, once: new(sync.Once), before: func() { before(); decide(t, s, conv, call) }})
+				}
+				b, err := s.BeginTurn(ctx, conv, "a", time.Minute)
+				if err != nil || !b.Acquired {
+					t.Fatalf("BeginTurn = %v, %v", b.Acquired, err)
+				}
+				var upTo int64
+				for _, m := range b.Inbox {
+					upTo = max(upTo, m.Seq)
+				}
+				paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+				if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: []store.Call{call}, Finish: finish, Answer: true, AnswerUpTo: upTo, Release: "a"}); err != nil {
+					t.Fatalf("CommitTurn (pause): %v", err)
+				}
+				return call
+			}
+			decided := false
+			mark := func() { decided = true }
+			if tc.resume {
+				first := pause("", nil)
+				decide(t, s, conv, first)
+				pause(store.RunOf(first.ID), mark)
+			} else {
+				pause("", mark)
+			}
+			if !decided {
+				t.Fatal("the commit never unlisted the conversation; the test did not decide in between")
+			}
+			listed, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(listed, conv) {
+				t.Errorf("Unanswered = %v after a decision made during the pause's commit; want %s listed for the resume", listed, conv)
+			}
+		})
 	}
-	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
-	t.Cleanup(func() { _ = s.Close() })
-	ctx := t.Context()
-	conv := "C1:" + store.NewRunID()
-	if _, _, err := s.AcceptMessage(ctx, conv, store.Inbound{User: "U1", Channel: "C1", Text: "deploy"}, false); err != nil {
-		t.Fatal(err)
-	}
-	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
-	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
-	decided := false
-	c.AddHook(unlistHook{key: prefix + ":unanswered", member: conv, once: new(sync.Once), before: func() {
-		d := store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}
-		fx := store.Effects{Unanswered: conv}
-		if _, complete, err := s.DecideAudited(ctx, call.ID, call.Fingerprint, d, fx); err != nil || !complete {
-			t.Errorf("DecideAudited during the commit = complete %v, %v; want the step complete", complete, err)
-		}
-		decided = true
-	}})
-	b, err := s.BeginTurn(ctx, conv, "a", time.Minute)
-	if err != nil || !b.Acquired {
-		t.Fatalf("BeginTurn = %v, %v", b.Acquired, err)
-	}
-	paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
-	if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: []store.Call{call}, Answer: true, AnswerUpTo: b.Inbox[0].Seq, Release: "a"}); err != nil {
-		t.Fatalf("CommitTurn (pause): %v", err)
-	}
-	if !decided {
-		t.Fatal("the commit never unlisted the conversation; the test did not decide in between")
-	}
-	listed, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(listed, conv) {
-		t.Errorf("Unanswered = %v after a decision made during the pause's commit; want %s listed for the resume", listed, conv)
+}
+
+// decide approves call, listing conv as a click's decision does.
+func decide(t *testing.T, s *redisstore.Store, conv string, call store.Call) {
+	t.Helper()
+	d := store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}
+	if _, complete, err := s.DecideAudited(t.Context(), call.ID, call.Fingerprint, d, store.Effects{Unanswered: conv}); err != nil || !complete {
+		t.Errorf("DecideAudited(%s) = complete %v, %v; want the step complete", call.ID, complete, err)
 	}
 }
