@@ -1,6 +1,7 @@
 package slackapp_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,5 +282,53 @@ func TestStatusDoesNotHoldTheTurn(t *testing.T) {
 	e.answer(ts, "All quiet.")
 	if s := e.slack.ThreadStatus(channel, ts); s != "" {
 		t.Errorf("thread status %q after the answer, want it cleared (the status landed after the answer)", s)
+	}
+}
+
+// A status set while the one before it is still in flight does not hold
+// the turn either: the tool runs and the model is asked again meanwhile.
+// Once the held call returns, only the latest status waiting is sent (the
+// tool's, overtaken by the next step's before it could be sent, never is),
+// and the answer comes after it, clearing it.
+func TestStatusesDoNotWaitForEachOther(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	asked := make(chan struct{}, 1)
+	e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		if len(toolResults(req)) == 0 {
+			return fakeopenai.ToolCalls(tc("call_motd", "read_file", `{"path":"/etc/motd"}`))
+		}
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		return fakeopenai.Text("The file says hello.")
+	})
+	e.start()
+	arrived, release := e.slack.HoldNext("assistant.threads.setStatus")
+	defer release()
+	ts := e.slack.Mention(channel, requester, "read the motd")
+	<-arrived
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the model was not asked after the tool while the first status call was held")
+	}
+	if n := e.reads.Load(); n != 1 {
+		t.Fatalf("read_file ran %d times while the first status call was held, want 1", n)
+	}
+	if msgs := e.slack.Thread(channel, ts); len(msgs) != 1 {
+		t.Fatalf("the thread has %d messages while a status call is held, want the mention only: %+v", len(msgs), msgs)
+	}
+	release()
+	e.answer(ts, "says hello")
+	var sent []string
+	for _, c := range e.slack.Calls("assistant.threads.setStatus") {
+		sent = append(sent, c.Param("status"))
+	}
+	if want := []string{"is thinking…", "is thinking…"}; !slices.Equal(sent, want) {
+		t.Errorf("statuses sent %q, want %q (the tool's, overtaken while the first was in flight, not sent)", sent, want)
+	}
+	if s := e.slack.ThreadStatus(channel, ts); s != "" {
+		t.Errorf("thread status %q after the answer, want it cleared", s)
 	}
 }

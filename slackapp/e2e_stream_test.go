@@ -161,3 +161,55 @@ func TestModelErrorIsReportedInTheThread(t *testing.T) {
 		t.Errorf("got user messages %q, want both kept", users)
 	}
 }
+
+// A short answer takes two calls: the stream starts with the first words
+// and chat.stopStream carries the rest, with no chat.appendStream between.
+func TestShortAnswerStopsTheStreamWithItsRest(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	const text = "All quiet on the western front today."
+	e.model.Reply(fakeopenai.Response{Text: text, Chunks: 4})
+	ts := e.slack.Mention(channel, requester, "anything new?")
+	m := e.answer(ts, "front today.")
+	if !m.Streamed || m.Text != text {
+		t.Errorf("answer streamed=%v %q, want the whole answer streamed: %q", m.Streamed, m.Text, text)
+	}
+	if n := len(e.slack.Calls("chat.appendStream")); n != 0 {
+		t.Errorf("got %d chat.appendStream calls, want none", n)
+	}
+	stops := e.slack.Calls("chat.stopStream")
+	if len(stops) != 1 || stops[0].Param("markdown_text") == "" {
+		t.Fatalf("chat.stopStream calls %+v, want one carrying the rest of the answer", stops)
+	}
+}
+
+// When chat.stopStream refuses the rest of the answer, the stream is still
+// stopped, and the rest is posted: the answer is shown whole, once.
+func TestRefusedStopPostsTheRest(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.slack.FailNext("chat.stopStream", 400)
+	e.model.Reply(fakeopenai.Response{Text: "First words, then the rest that the stop could not carry. THE END", Chunks: 6})
+	ts := e.slack.Mention(channel, requester, "go on")
+	e.answer(ts, "THE END")
+	var shown []string
+	for _, m := range e.slack.Thread(channel, ts) {
+		switch {
+		case m.BotID == "":
+		case m.Streamed:
+			if m.Streaming {
+				t.Errorf("the stream was left open: %+v", m)
+			}
+			shown = append(shown, m.Text)
+		default:
+			shown = append(shown, blocksText(m))
+		}
+	}
+	all := strings.Join(shown, " ")
+	if strings.Count(all, "First") != 1 || strings.Count(all, "could not carry") != 1 || strings.Count(all, "THE END") != 1 {
+		t.Errorf("the answer is not shown whole and once across the thread: %q", shown)
+	}
+	if n := len(e.slack.Calls("chat.stopStream")); n != 2 {
+		t.Errorf("got %d chat.stopStream calls, want 2 (with the rest, refused; then without)", n)
+	}
+}

@@ -70,26 +70,21 @@ func (r *threadReporter) Delta(ctx context.Context, text string) {
 	if r.buf.Len() < streamFlush && time.Since(r.lastFlush) < time.Second {
 		return
 	}
-	r.flush(ctx, false)
+	r.flush(ctx)
 }
 
-// flush sends buffered text to the stream, up to the last white space
-// unless final, so an escape never splits a token such as "@channel".
-func (r *threadReporter) flush(ctx context.Context, final bool) {
+// flush sends buffered text to the stream, up to the last white space, so
+// an escape never splits a token such as "@channel" (endStream sends the
+// rest).
+func (r *threadReporter) flush(ctx context.Context) {
 	pending := r.buf.String()
-	cut := len(pending)
-	if !final {
-		cut = strings.LastIndexAny(pending, " \n\t")
-		if cut <= 0 {
-			return
-		}
+	cut := strings.LastIndexAny(pending, " \n\t")
+	if cut <= 0 {
+		return
 	}
 	chunk := pending[:cut]
 	r.buf.Reset()
 	r.buf.WriteString(pending[cut:])
-	if chunk == "" {
-		return
-	}
 	r.lastFlush = time.Now()
 	r.app.statusSettled(ctx, r.conv)
 	safe := streamSafe(chunk)
@@ -144,17 +139,29 @@ func fallbackText(text string) string {
 }
 
 // endStream finishes the open stream, if any, and returns the text it
-// showed ("" when nothing was streamed).
+// showed ("" when nothing was streamed). The text still buffered goes with
+// chat.stopStream itself, so a short answer takes two calls (start, stop).
+// If that stop fails, the stream is stopped without it, and the text counts
+// as not shown (Answer posts it).
 func (r *threadReporter) endStream(ctx context.Context) string {
-	if r.streamTS != "" && !r.streamErr {
-		r.flush(ctx, true)
-	}
-	shown := r.streamed.String()
 	if r.streamTS != "" {
-		if _, _, err := r.app.api.StopStreamContext(ctx, r.channel, r.streamTS); err != nil {
+		var rest []slack.MsgOption
+		if tail := r.buf.String(); tail != "" && !r.streamErr {
+			r.app.statusSettled(ctx, r.conv)
+			rest = append(rest, slack.MsgOptionMarkdownText(streamSafe(tail)))
+		}
+		_, _, err := r.app.api.StopStreamContext(ctx, r.channel, r.streamTS, rest...)
+		if err != nil && rest != nil {
+			r.app.log.Debug("stop stream with its last text", "channel", r.channel, "err", err)
+			_, _, err = r.app.api.StopStreamContext(ctx, r.channel, r.streamTS)
+		} else if err == nil && rest != nil {
+			r.streamed.WriteString(r.buf.String())
+		}
+		if err != nil {
 			r.app.log.Debug("stop stream", "channel", r.channel, "err", err)
 		}
 	}
+	shown := r.streamed.String()
 	r.streamTS, r.streamErr = "", false
 	r.buf.Reset()
 	r.streamed.Reset()

@@ -484,6 +484,7 @@ func (e *env) loadPhase(rep *Report) error {
 	})
 
 	botCPU0, benchCPU0 := e.cpuSeconds()
+	api0 := e.t.apiCounts()
 	start := time.Now()
 	profiled := make(chan error, 1)
 	if o.botProfile != "" {
@@ -539,10 +540,26 @@ func (e *env) loadPhase(rep *Report) error {
 		rep.Load.BotCPUPerConversation = (botCPU1 - botCPU0) * 1000 / float64(done)
 		rep.Load.BenchCPUPerConversation = (benchCPU1 - benchCPU0) * 1000 / float64(done)
 	}
+	if done := rep.Load.Cycles + rep.Load.Allowed; done > 0 {
+		rep.Load.SlackCalls = perConversation(api0, e.t.apiCounts(), done)
+	}
 	rttMu.Lock()
 	rep.Load.RoundTrip = summarize(rtts)
 	rttMu.Unlock()
 	return nil
+}
+
+// perConversation is the calls counted from before to after, by method,
+// per conversation of done.
+func perConversation(before, after map[string]int, done int) StorePhase {
+	p := StorePhase{ByMethod: map[string]float64{}}
+	for m, n := range after {
+		if d := n - before[m]; d > 0 {
+			p.ByMethod[m] = float64(d) / float64(done)
+			p.Total += float64(d) / float64(done)
+		}
+	}
+	return p
 }
 
 // cpuSeconds returns the CPU time the bots have used, summed

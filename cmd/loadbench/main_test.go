@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -103,6 +104,15 @@ func TestSmoke(t *testing.T) {
 			// Both processes worked: each used some CPU per conversation.
 			if l.BotCPUPerConversation <= 0 || l.BenchCPUPerConversation <= 0 {
 				t.Errorf("CPU per conversation: bot %v ms, bench %v ms; want both measured", l.BotCPUPerConversation, l.BenchCPUPerConversation)
+			}
+			// Every conversation posts a card or starts streaming its
+			// answer, and the per-method figures add up to the total.
+			var sum float64
+			for _, v := range l.SlackCalls.ByMethod {
+				sum += v
+			}
+			if l.SlackCalls.ByMethod["chat.postMessage"]+l.SlackCalls.ByMethod["chat.startStream"] < 1 || math.Abs(sum-l.SlackCalls.Total) > 1e-9 {
+				t.Errorf("Slack calls per conversation %+v: want at least one chat.postMessage or chat.startStream, and methods adding up to the total", l.SlackCalls)
 			}
 			if l.RoundTrip.Count == 0 || rep.Acks.Count == 0 {
 				t.Errorf("%d round trips and %d acks measured, want some of each", l.RoundTrip.Count, rep.Acks.Count)

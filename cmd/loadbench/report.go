@@ -135,6 +135,10 @@ type LoadResult struct {
 	// zero where unknown.
 	BotCPUPerConversation   float64 `json:"bot_cpu_ms_per_conversation"`
 	BenchCPUPerConversation float64 `json:"bench_cpu_ms_per_conversation"`
+	// SlackCalls are the Web API calls the bots made in the phase (every
+	// one the fake Slack answered, failed ones included), per
+	// conversation completed.
+	SlackCalls StorePhase `json:"slack_calls_per_conversation"`
 	// BotAdded is end to end minus the time spent in the fakes: for each
 	// model call, the time the fake model spent on it (InModel), and the
 	// tool's time.
@@ -368,6 +372,9 @@ func writeTable(w io.Writer, r *Report) {
 		r.Load.Cycles, r.Load.CyclesPerSecond, r.Load.OfferedSeconds, r.Load.Allowed)
 	if l := r.Load; l.BotCPUPerConversation > 0 {
 		fmt.Fprintf(w, "CPU per completed conversation: bots %.2f ms, bench (fakes included) %.2f ms\n", l.BotCPUPerConversation, l.BenchCPUPerConversation)
+	}
+	if l := r.Load; l.SlackCalls.Total > 0 {
+		fmt.Fprintf(w, "Slack Web API calls per completed conversation: %.1f  %s\n", l.SlackCalls.Total, methods(l.SlackCalls.ByMethod))
 	}
 
 	if sc := r.StoreCalls; sc.Conversations > 0 {

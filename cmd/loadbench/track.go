@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"strconv"
 	"strings"
@@ -62,6 +63,7 @@ type tracker struct {
 	history     []int                    // raw history bytes of each paused step
 	otherSample string                   // the first bot reply that was neither card nor answer
 	onCard      func(*conv)              // called without the lock, once per card
+	apiCalls    map[string]int           // Web API calls the fake Slack answered, by method
 }
 
 func newTracker() *tracker {
@@ -69,7 +71,15 @@ func newTracker() *tracker {
 		byThread: map[string]*conv{},
 		early:    map[string][]func(*conv){},
 		streams:  map[string]string{},
+		apiCalls: map[string]int{},
 	}
+}
+
+// apiCounts returns a copy of the Web API calls counted so far, by method.
+func (t *tracker) apiCounts() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.apiCalls)
 }
 
 // convKind says what a new conversation does.
@@ -155,6 +165,9 @@ type message struct {
 // observe is the fake Slack's API observer: it spots cards and final
 // answers as they are posted.
 func (t *tracker) observe(e fakeslack.APIEvent) {
+	t.mu.Lock()
+	t.apiCalls[e.Call.Method]++
+	t.mu.Unlock()
 	if e.Call.Error != "" || len(e.Response) == 0 {
 		return
 	}
