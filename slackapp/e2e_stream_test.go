@@ -183,6 +183,28 @@ func TestShortAnswerStopsTheStreamWithItsRest(t *testing.T) {
 	}
 }
 
+// The words a model writes before calling a tool are shown, in their own
+// message before the answer.
+func TestWordsBeforeAToolCallAreShown(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(
+		fakeopenai.Response{Text: "Let me look at the file first.", Chunks: 3, ToolCalls: []fakeopenai.ToolCall{tc("call_look", "read_file", `{"path":"/etc/motd"}`)}},
+		fakeopenai.Text("It says hello."),
+	)
+	ts := e.slack.Mention(channel, requester, "what is in the motd?")
+	e.answer(ts, "It says hello.")
+	var texts []string
+	for _, m := range e.slack.Thread(channel, ts) {
+		if m.BotID != "" {
+			texts = append(texts, m.Text+blocksText(m))
+		}
+	}
+	if len(texts) != 2 || !strings.Contains(texts[0], "Let me look at the file first.") || !strings.Contains(texts[1], "It says hello.") {
+		t.Errorf("bot messages %q, want the words before the tool call, then the answer", texts)
+	}
+}
+
 // When chat.stopStream refuses the rest of the answer, the stream is still
 // stopped, and the rest is posted: the answer is shown whole, once.
 func TestRefusedStopPostsTheRest(t *testing.T) {
