@@ -37,10 +37,20 @@ type leases struct {
 	log     *slog.Logger
 
 	mu sync.Mutex
-	// held has a channel per key this process holds, closed on release.
-	held map[string]chan struct{}
+	// held has an entry per key this process claims: from before it asks
+	// the store for the lease until it releases it (or the store refused
+	// it).
+	held map[string]*leaseClaim
 	// waiting counts the waits in progress.
 	waiting atomic.Int64
+}
+
+// leaseClaim is a key this process claims: done is closed when the claim
+// ends; taken is set once the store gave the lease (a claim whose turn is
+// still asking the store for it holds nothing yet).
+type leaseClaim struct {
+	done  chan struct{}
+	taken bool
 }
 
 // leaseStore is what leases needs of the store: the leases, and BeginTurn,
@@ -51,7 +61,7 @@ type leaseStore interface {
 }
 
 func newLeases(st leaseStore, owner string, ttl, wait time.Duration, log *slog.Logger) *leases {
-	l := &leases{store: st, owner: owner, ttl: ttl, wait: wait, log: log, held: map[string]chan struct{}{}}
+	l := &leases{store: st, owner: owner, ttl: ttl, wait: wait, log: log, held: map[string]*leaseClaim{}}
 	l.watcher, _ = st.(LeaseWatcher)
 	return l
 }
@@ -148,8 +158,10 @@ func (l *leases) take(conversation string, begin func() (bool, error)) (bool, er
 	ok, err := begin()
 	if err != nil || !ok {
 		l.unclaim(key)
+		return false, err
 	}
-	return ok && err == nil, err
+	l.taken(key)
+	return true, nil
 }
 
 // runHeld is run for a lease this process holds already (see take): it
@@ -207,6 +219,7 @@ func (l *leases) acquire(ctx context.Context, key, conversation string, wait boo
 		}
 		ok, err := take(ctx)
 		if err == nil && ok {
+			l.taken(key)
 			return nil
 		}
 		l.unclaim(key)
@@ -259,37 +272,51 @@ func (l *leases) sleep(ctx context.Context, conversation string, deadline time.T
 	return nil
 }
 
-// claim marks key as held by this process and returns nil, or, if a turn
-// of this process holds it already, returns the channel closed when that
-// turn releases it.
+// claim marks key as claimed by this process and returns nil, or, if a
+// turn of this process claims it already, returns the channel closed when
+// that claim ends.
 func (l *leases) claim(key string) <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ch, ok := l.held[key]; ok {
-		return ch
+	if c, ok := l.held[key]; ok {
+		return c.done
 	}
-	l.held[key] = make(chan struct{})
+	l.held[key] = &leaseClaim{done: make(chan struct{})}
 	return nil
 }
 
+// taken records that the store gave this process the lease it claims.
+func (l *leases) taken(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c, ok := l.held[key]; ok {
+		c.taken = true
+	}
+}
+
 // heldHere returns the channel closed when this process's hold on the
-// conversation ends, or nil if this process does not hold it.
+// conversation ends, or nil if this process does not hold its lease: a
+// turn of this process still asking the store for it, which another
+// process may hold, does not count.
 func (l *leases) heldHere(conversation string) <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.held[store.TurnLease(conversation)]
+	if c, ok := l.held[store.TurnLease(conversation)]; ok && c.taken {
+		return c.done
+	}
+	return nil
 }
 
-// unclaim forgets this process's hold on key and wakes its waiters.
+// unclaim forgets this process's claim on key and wakes its waiters.
 func (l *leases) unclaim(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ch, ok := l.held[key]; ok {
-		close(ch)
+	if c, ok := l.held[key]; ok {
+		close(c.done)
 		delete(l.held, key)
 		if len(l.held) == 0 {
 			// A map keeps the size a burst gave it.
-			l.held = map[string]chan struct{}{}
+			l.held = map[string]*leaseClaim{}
 		}
 	}
 }

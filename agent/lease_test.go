@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,5 +108,65 @@ func TestLeaseWaitTimesOut(t *testing.T) {
 	close(release)
 	if err := <-held; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// askingStore holds the first AcquireLease until answer is closed,
+// closing asking when it arrives.
+type askingStore struct {
+	leaseStore
+	once           sync.Once
+	asking, answer chan struct{}
+}
+
+func (s *askingStore) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.asking)
+		<-s.answer
+	}
+	return s.leaseStore.AcquireLease(ctx, key, owner, ttl)
+}
+
+// A process whose turn is still asking the store for a conversation's
+// lease does not hold it (another process may), so AwaitTurn must not take
+// the end of that ask for the end of the holder's turn: heldHere reports a
+// hold only once the store gave the lease, until it is released.
+func TestHeldHereOnlyOnceTheLeaseIsTaken(t *testing.T) {
+	st := teststore.Kinds(t)[0].Open(t)()
+	const conversation = "T1/C1/1.2"
+	holder := newLeases(st, "holder", time.Hour, time.Hour, slog.Default())
+	release := make(chan struct{})
+	held := holdLease(t, holder, conversation, release)
+
+	ask := &askingStore{leaseStore: st, asking: make(chan struct{}), answer: make(chan struct{})}
+	// Re-checks every 100ms: the wrapper announces no releases.
+	waiter := newLeases(ask, "waiter", 300*time.Millisecond, time.Minute, slog.Default())
+	inside := make(chan bool, 1)
+	got := make(chan error, 1)
+	go func() {
+		got <- waiter.run(t.Context(), conversation, func(context.Context) error {
+			inside <- waiter.heldHere(conversation) != nil
+			return nil
+		})
+	}()
+	<-ask.asking
+	if waiter.heldHere(conversation) != nil {
+		t.Error("heldHere reports a hold while the process is still asking the store for the lease, which another holds")
+	}
+	close(ask.answer)
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if !<-inside {
+		t.Error("heldHere reports no hold while the process holds the lease")
+	}
+	if waiter.heldHere(conversation) != nil {
+		t.Error("heldHere reports a hold after the lease was released")
 	}
 }

@@ -3,6 +3,7 @@ package slackapp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -236,8 +237,25 @@ func (e *env) waitIn(ch, thread string, what string, pred func(m fakeslack.Messa
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	e.t.Fatalf("no message in the thread %s; thread has:\n%s", what, dumpThread(e.slack.Thread(ch, thread)))
+	e.t.Fatalf("no message in the thread %s; thread has:\n%s%s", what, dumpThread(e.slack.Thread(ch, thread)), e.ephemeralsIn(ch))
 	return fakeslack.Message{}
+}
+
+// ephemeralsIn lists the ephemeral messages the test's users got in ch,
+// for failure messages: a refused click is told there, not in the thread.
+func (e *env) ephemeralsIn(ch string) string {
+	var b strings.Builder
+	for _, u := range []string{requester, approver, other, stranger} {
+		for _, m := range e.slack.Ephemerals(u) {
+			if m.Channel == ch {
+				fmt.Fprintf(&b, "  ephemeral to %s: %s\n", u, m.Text)
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return "  (no ephemeral messages in the channel)\n"
+	}
+	return b.String()
 }
 
 // card waits for the approval card of tool in the thread.
