@@ -252,6 +252,28 @@ func TestRememberAllowsHere(t *testing.T) {
 	}
 }
 
+// mentionHoldingStatus mentions the bot with the thread's first status
+// call held by Slack, and returns once asked has received (the model was
+// asked, for the last time the test's model says so), having checked that
+// nothing was posted in the thread meanwhile. release lets the status call
+// through; it is also called when the test ends.
+func (e *env) mentionHoldingStatus(text string, asked <-chan struct{}) (ts string, release func()) {
+	e.t.Helper()
+	arrived, release := e.slack.HoldNext("assistant.threads.setStatus")
+	e.t.Cleanup(release)
+	ts = e.slack.Mention(channel, requester, text)
+	<-arrived
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		e.t.Fatal("the model was not asked while the thread's first status call was held")
+	}
+	if msgs := e.slack.Thread(channel, ts); len(msgs) != 1 {
+		e.t.Fatalf("the thread has %d messages while its status call is held, want the mention only: %+v", len(msgs), msgs)
+	}
+	return ts, release
+}
+
 // The thread's status is set without holding the turn up: the model is
 // asked while Slack has not answered the status call yet. The answer waits
 // for that call, so the status lands first and the answer clears it.
@@ -266,18 +288,7 @@ func TestStatusDoesNotHoldTheTurn(t *testing.T) {
 		return fakeopenai.Text("All quiet.")
 	})
 	e.start()
-	arrived, release := e.slack.HoldNext("assistant.threads.setStatus")
-	defer release()
-	ts := e.slack.Mention(channel, requester, "status please")
-	<-arrived
-	select {
-	case <-asked:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the model was not asked while the thread's status call was held")
-	}
-	if msgs := e.slack.Thread(channel, ts); len(msgs) != 1 {
-		t.Fatalf("the thread has %d messages while its status call is held, want the mention only: %+v", len(msgs), msgs)
-	}
+	ts, release := e.mentionHoldingStatus("status please", asked)
 	release()
 	e.answer(ts, "All quiet.")
 	if s := e.slack.ThreadStatus(channel, ts); s != "" {
@@ -304,20 +315,9 @@ func TestStatusesDoNotWaitForEachOther(t *testing.T) {
 		return fakeopenai.Text("The file says hello.")
 	})
 	e.start()
-	arrived, release := e.slack.HoldNext("assistant.threads.setStatus")
-	defer release()
-	ts := e.slack.Mention(channel, requester, "read the motd")
-	<-arrived
-	select {
-	case <-asked:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the model was not asked after the tool while the first status call was held")
-	}
+	ts, release := e.mentionHoldingStatus("read the motd", asked)
 	if n := e.reads.Load(); n != 1 {
 		t.Fatalf("read_file ran %d times while the first status call was held, want 1", n)
-	}
-	if msgs := e.slack.Thread(channel, ts); len(msgs) != 1 {
-		t.Fatalf("the thread has %d messages while a status call is held, want the mention only: %+v", len(msgs), msgs)
 	}
 	release()
 	e.answer(ts, "says hello")
