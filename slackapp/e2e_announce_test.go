@@ -70,11 +70,13 @@ func newPauseHeldEnv(t *testing.T, kind storeKind) (*env, *pauseHeldStore) {
 	return e, held
 }
 
-// heldCard mentions the bot asking for a deploy and waits until the
+// heldCard mentions the bot asking for a deploy, which the model calls
+// (then answering with after, if the step resumes), and waits until the
 // pause's commit is held and its card posted; it returns the thread, the
 // card and its call's id.
-func heldCard(t *testing.T, e *env, held *pauseHeldStore) (string, fakeslack.Message, string) {
+func heldCard(t *testing.T, e *env, held *pauseHeldStore, after ...fakeopenai.Response) (string, fakeslack.Message, string) {
 	t.Helper()
+	e.model.Reply(append([]fakeopenai.Response{fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`))}, after...)...)
 	ts := e.slack.Mention(channel, requester, "deploy")
 	<-held.arrived
 	card := e.waitThread(ts, "with the card", isCard)
@@ -91,8 +93,7 @@ func TestClickBeforeThePauseIsSavedIsDecidedOnceItIs(t *testing.T) {
 	for _, kind := range storeKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			e, held := newPauseHeldEnv(t, kind)
-			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)), fakeopenai.Text("deployed at last"))
-			ts, card, callID := heldCard(t, e, held)
+			ts, card, callID := heldCard(t, e, held, fakeopenai.Text("deployed at last"))
 			if _, err := held.fullStore.GetCall(t.Context(), callID); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("GetCall(%s) while the pause is held = %v, want ErrNotFound: the card comes first", callID, err)
 			}
@@ -141,7 +142,6 @@ func TestModalClickBeforeThePauseIsSavedOpensOnceItIs(t *testing.T) {
 	for _, kind := range storeKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			e, held := newPauseHeldEnv(t, kind)
-			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)))
 			_, card, callID := heldCard(t, e, held)
 
 			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionReject, "")
@@ -173,7 +173,6 @@ func TestUnsavedPauseMarksItsCard(t *testing.T) {
 	for _, kind := range storeKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			e, held := newPauseHeldEnv(t, kind)
-			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)))
 			ts, card, _ := heldCard(t, e, held)
 			held.release <- errOutage
 

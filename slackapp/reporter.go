@@ -145,17 +145,22 @@ func fallbackText(text string) string {
 // as not shown (Answer posts it).
 func (r *threadReporter) endStream(ctx context.Context) string {
 	if r.streamTS != "" {
+		tail := r.buf.String()
+		if r.streamErr {
+			tail = ""
+		}
 		var rest []slack.MsgOption
-		if tail := r.buf.String(); tail != "" && !r.streamErr {
+		if tail != "" {
 			r.app.statusSettled(ctx, r.conv)
 			rest = append(rest, slack.MsgOptionMarkdownText(streamSafe(tail)))
 		}
 		_, _, err := r.app.api.StopStreamContext(ctx, r.channel, r.streamTS, rest...)
-		if err != nil && rest != nil {
+		switch {
+		case err == nil:
+			r.streamed.WriteString(tail)
+		case tail != "":
 			r.app.log.Debug("stop stream with its last text", "channel", r.channel, "err", err)
 			_, _, err = r.app.api.StopStreamContext(ctx, r.channel, r.streamTS)
-		} else if err == nil && rest != nil {
-			r.streamed.WriteString(r.buf.String())
 		}
 		if err != nil {
 			r.app.log.Debug("stop stream", "channel", r.channel, "err", err)
