@@ -131,9 +131,9 @@ func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (Outcome, error) 
 	ctx, stop := a.keepClaim(ctx, run.ID, rs.at)
 	defer stop()
 	var st runState
-	_ = json.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
+	stErr := json.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: calls})
-	out, err := a.resumeClaimed(ctx, rs.ResumeStart, a.reporter(run.Conversation))
+	out, err := a.resumeClaimed(ctx, rs.ResumeStart, st, stErr, a.reporter(run.Conversation))
 	if err != nil && leaseLost(ctx) && !errors.Is(err, ErrLeaseLost) {
 		err = errors.Join(err, context.Cause(ctx))
 	}
@@ -141,16 +141,17 @@ func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (Outcome, error) 
 	return out, err
 }
 
-func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, rep Reporter) (Outcome, error) {
+// resumeClaimed runs the resume rs began, of a run whose state decoded
+// to st, or failed to with stErr.
+func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runState, stErr error, rep Reporter) (Outcome, error) {
 	run, calls := rs.Run, rs.Calls
 	runID := run.ID
 	// The call BeginResume marked as started runs in settle, which
 	// clears started; if it does not run, the mark is taken back.
 	started := rs.Started
 	defer func() { a.abandon(ctx, &started) }()
-	var st runState
-	if err := json.Unmarshal(run.State, &st); err != nil {
-		return Outcome{}, fmt.Errorf("decode run %s: %w", runID, err)
+	if stErr != nil {
+		return Outcome{}, fmt.Errorf("decode run %s: %w", runID, stErr)
 	}
 	cs, _, err := conversationOf(rs.Conversation, true)
 	if err != nil {
@@ -347,12 +348,26 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	}
 	rep.Status(ctx, "is running "+c.Tool+"…")
 	res := a.execute(ctx, tool, args, c.ID, v)
-	if err := a.store.SaveResult(context.WithoutCancel(ctx), c.ID, mustJSON(res)); err != nil {
-		a.log.Warn("save tool result", "call", c.ID, "err", err)
-	}
+	a.saveResult(ctx, t, c.ID, res)
 	a.note(ctx, t, executed(c, d, args, res, ""))
 	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 	return withNote(res)
+}
+
+// saveResult saves the result of a call that ran with the call, so that a
+// resume claimed again after this process died reports how the call ended
+// instead of "outcome unknown". The turn goes on meanwhile (the model is
+// asked with the result at once); its next write, and its end, wait for the
+// save (see commit and flushAudits). A save that fails is logged: the turn's own write
+// records the result anyway.
+func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result) {
+	ctx = context.WithoutCancel(ctx)
+	b := mustJSON(res)
+	t.saving.Go(func() {
+		if err := a.store.SaveResult(ctx, callID, b); err != nil {
+			a.log.Warn("save tool result", "call", callID, "err", err)
+		}
+	})
 }
 
 // abandon takes back the mark BeginResume set on the call *started names,

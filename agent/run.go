@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -114,6 +115,9 @@ type turn struct {
 	// (see pausedCalls), and their version (zero: none known).
 	began        map[string][]store.Record
 	beganVersion int64
+	// saving are the results of the calls the turn ran being saved
+	// (see saveResult); the turn's writes wait for them.
+	saving sync.WaitGroup
 }
 
 // Accept records a person's message in its conversation's inbox, with its

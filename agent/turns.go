@@ -29,6 +29,7 @@ type Turns interface {
 // noted for the next write.
 func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) error {
 	if t != nil {
+		t.saving.Wait()
 		c.Audit = t.audits
 	}
 	if cl := claimOf(ctx, c.Finish); cl != nil {
@@ -62,8 +63,11 @@ func (a *Agent) note(ctx context.Context, t *turn, e store.AuditEntry) {
 }
 
 // flushAudits writes the entries noted by a turn that ended without
-// another write (an error, a lost lease), one by one, as audit did.
+// another write (an error, a lost lease), one by one, as audit did. It is
+// deferred by every turn, so it also waits for the turn's results being
+// saved (see saveResult): none outlives its turn.
 func (a *Agent) flushAudits(ctx context.Context, t *turn) {
+	t.saving.Wait()
 	ctx = context.WithoutCancel(ctx)
 	for _, e := range t.audits {
 		if err := a.store.Audit(ctx, e); err != nil {

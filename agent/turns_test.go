@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,6 +245,83 @@ func TestResumeEndsWithOneCommit(t *testing.T) {
 	}
 	if got := actions(c.Audit); !slices.Equal(got, []string{"execute"}) {
 		t.Errorf("audit entries of the commit = %q, want execute", got)
+	}
+}
+
+// heldSave holds SaveResult until release is closed, closing saving when
+// it arrives, and notes a CommitTurn made before the save ended.
+type heldSave struct {
+	storetest.Store
+	saving, release chan struct{}
+	saved, early    atomic.Bool
+}
+
+func (s *heldSave) SaveResult(ctx context.Context, id string, r []byte) error {
+	close(s.saving)
+	<-s.release
+	err := s.Store.SaveResult(ctx, id, r)
+	s.saved.Store(true)
+	return err
+}
+
+func (s *heldSave) CommitTurn(ctx context.Context, c store.Commit) error {
+	if !s.saved.Load() {
+		s.early.Store(true)
+	}
+	return s.Store.CommitTurn(ctx, c)
+}
+
+// The model is asked with a tool's result while the result is still being
+// saved with its call (a round trip, or a disk sync, less before the
+// answer); the turn's write waits for the save, so the result is on the
+// call before the run is finished.
+func TestModelIsAskedWhileTheResultIsSaved(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(t, backends(t)[0])
+	p := pauseOne(t, w, w.agent(), call("c1", "deploy", `{"service":"api","version":"2"}`))
+	hs := &heldSave{Store: w.store.(storetest.Store), saving: make(chan struct{}), release: make(chan struct{})}
+	a := w.agentWith(hs, w.rec)
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	asked := make(chan struct{})
+	w.model.Handle(func(openaiRequest) fakeopenai.Response {
+		close(asked)
+		return fakeopenai.Text("deployed")
+	})
+	type outcome struct {
+		out agent.Outcome
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		out, err := a.Resume(ctx, p.RunID)
+		done <- outcome{out, err}
+	}()
+	<-hs.saving
+	select {
+	case <-asked:
+	case r := <-done:
+		t.Fatalf("the resume ended (%s, %v) while its tool's result was being saved", r.out.Status, r.err)
+	case <-time.After(10 * time.Second):
+		close(hs.release)
+		t.Fatal("the model was not asked while the tool's result was being saved")
+	}
+	close(hs.release)
+	r := <-done
+	must(t, r.err)
+	if r.out.Status != agent.Answered {
+		t.Fatalf("got %s, want the resume answered", r.out.Status)
+	}
+	if hs.early.Load() {
+		t.Error("the turn was recorded before its tool's result was saved")
+	}
+	if n := w.deploys.n.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want once", n)
+	}
+	c, err := hs.GetCall(ctx, p.ID)
+	must(t, err)
+	if !strings.Contains(string(c.Result), "deployed") {
+		t.Errorf("saved result = %s, want the tool's", c.Result)
 	}
 }
 
