@@ -357,9 +357,9 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 // saveResult saves the result of a call that ran with the call, so that a
 // resume claimed again after this process died reports how the call ended
 // instead of "outcome unknown". The turn goes on meanwhile (the model is
-// asked with the result at once); its next write, and its end, wait for the
-// save (see commit and flushAudits). A save that fails is logged: the turn's own write
-// records the result anyway.
+// asked with the result at once); its next write, and its end, wait for
+// the save (see commit and flushAudits). A save that fails is logged: the
+// turn's own write records the result anyway.
 func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result) {
 	ctx = context.WithoutCancel(ctx)
 	b := mustJSON(res)
