@@ -1,6 +1,7 @@
 package slackapp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -294,6 +295,25 @@ func (s *socket) dial(ctx context.Context) (*socketConn, error) {
 	return c, nil
 }
 
+// readMessage reads the next data message of ws into buf, and returns a
+// copy of it. A buf grown past maxKeptBuffer is let go after the message.
+func readMessage(ws *websocket.Conn, buf *bytes.Buffer) ([]byte, error) {
+	_, r, err := ws.NextReader()
+	if err != nil {
+		return nil, err
+	}
+	buf.Reset()
+	defer func() {
+		if buf.Cap() > maxKeptBuffer {
+			*buf = bytes.Buffer{}
+		}
+	}()
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(buf.Bytes()), nil
+}
+
 // read reads c until it fails, is closed, or stays silent for longer than
 // s.silence. Envelopes go to s.envelopes, with bad set if some of their
 // fields did not decode; hello and disconnect messages are handled here. A
@@ -305,9 +325,12 @@ func (s *socket) read(ctx context.Context, c *socketConn) {
 		}
 		c.close()
 	}()
+	// Each message is read into buf, then copied out at its size: reading
+	// it whole at once grows a fresh buffer from 512 bytes every time.
+	var buf bytes.Buffer
 	for {
 		_ = c.ws.SetReadDeadline(time.Now().Add(s.silence))
-		_, data, err := c.ws.ReadMessage()
+		data, err := readMessage(c.ws, &buf)
 		if err != nil {
 			select {
 			case <-c.closed: // closed here, on purpose or after a failed write

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -143,6 +144,29 @@ type chatMessage struct {
 	text                string
 }
 
+// answerBufs are the buffers Web API answers are read into to be decoded:
+// Slack sends a posted or updated message back whole, and a json.Decoder
+// on the body grows a buffer of its own for every answer.
+var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxKeptBuffer is the largest buffer kept for the next message or answer.
+const maxKeptBuffer = 1 << 20
+
+// decodeAnswer reads a Web API answer to its end and decodes it into v.
+func decodeAnswer(body io.Reader, v any) error {
+	b := answerBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if b.Cap() <= maxKeptBuffer {
+			b.Reset()
+			answerBufs.Put(b)
+		}
+	}()
+	if _, err := b.ReadFrom(body); err != nil {
+		return err
+	}
+	return json.Unmarshal(b.Bytes(), v)
+}
+
 // chat posts msg with chat.postMessage, or updates it with chat.update when
 // msg.ts is set, and returns the message's ts. Errors are slack-go's:
 // *slack.RateLimitedError once the retries are spent, slack.StatusCodeError,
@@ -178,7 +202,7 @@ func (a *App) chat(ctx context.Context, msg chatMessage) (string, error) {
 		return "", slack.StatusCodeError{Code: resp.StatusCode, Status: resp.Status}
 	}
 	var ans chatAnswer
-	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+	if err := decodeAnswer(resp.Body, &ans); err != nil {
 		return "", fmt.Errorf("decode %s answer: %w", method, err)
 	}
 	if !ans.OK {
