@@ -503,8 +503,7 @@ func errString(err error) string {
 
 // plainText strips mrkdwn escapes for a plain-text error under a modal input.
 func plainText(s string) string {
-	r := strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&")
-	return r.Replace(s)
+	return unescapeEntities.Replace(s)
 }
 
 // clip shortens s to at most n characters, marking the cut.

@@ -142,11 +142,14 @@ func breakBackticks(s string) string {
 	return b.String()
 }
 
+// codeSpanText replaces what cannot be in a code span (see inlineCode).
+var codeSpanText = strings.NewReplacer("`", "ˋ", "\r\n", " ", "\n", " ", "\r", " ")
+
 // inlineCode renders untrusted text as a `code span`. Backticks, which
 // cannot appear inside a Slack code span, become U+02CB (ˋ), and line
 // breaks become spaces.
 func inlineCode(s string) string {
-	s = strings.NewReplacer("`", "ˋ", "\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+	s = codeSpanText.Replace(s)
 	if strings.TrimSpace(s) == "" {
 		return "` `"
 	}
@@ -227,8 +230,12 @@ func modalText(s string) string {
 			return body
 		}
 	})
-	return strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&").Replace(s)
+	return unescapeEntities.Replace(s)
 }
+
+// unescapeEntities turns the three entities Slack's mrkdwn escapes back
+// into their characters.
+var unescapeEntities = strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&")
 
 // revealHidden writes out every invisible format character of untrusted
 // text as its code point between white square brackets ("⟦U+202E⟧"), so

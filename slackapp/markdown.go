@@ -18,6 +18,8 @@ const (
 
 var (
 	privateUse = strings.NewReplacer(phOpen, "\uFFFD", phClose, "\uFFFD", phBold, "\uFFFD")
+	// headingEmphasis drops emphasis marks in a heading, shown bold whole.
+	headingEmphasis = strings.NewReplacer("**", "", "__", "")
 
 	mdHeading  = regexp.MustCompile(`^ {0,3}#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$`)
 	mdRule     = regexp.MustCompile(`^ {0,3}(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,})$`)
@@ -103,7 +105,7 @@ func convertLine(line string) string {
 		return "──────────"
 	}
 	if m := mdHeading.FindStringSubmatch(line); m != nil {
-		text := strings.NewReplacer("**", "", "__", "").Replace(strings.TrimSpace(m[1]))
+		text := headingEmphasis.Replace(strings.TrimSpace(m[1]))
 		if text == "" {
 			return ""
 		}
