@@ -1,7 +1,9 @@
 package slackapp_test
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/store"
 )
 
 // A first answer in a channel is streamed to the person who asked, and the
@@ -180,6 +183,101 @@ func TestShortAnswerStopsTheStreamWithItsRest(t *testing.T) {
 	stops := e.slack.Calls("chat.stopStream")
 	if len(stops) != 1 || stops[0].Param("markdown_text") == "" {
 		t.Fatalf("chat.stopStream calls %+v, want one carrying the rest of the answer", stops)
+	}
+}
+
+// answerHeldStore holds the commit that records an answer until release is
+// closed, signalling arrived first.
+type answerHeldStore struct {
+	fullStore
+	arrived, release chan struct{}
+}
+
+func (s *answerHeldStore) CommitTurn(ctx context.Context, c store.Commit) error {
+	if c.Answer && c.Run == nil {
+		s.arrived <- struct{}{}
+		<-s.release
+	}
+	return s.fullStore.CommitTurn(ctx, c)
+}
+
+// A short answer's stream starts with its first words as the model sends
+// them, before the answer is recorded; it is stopped, with the rest, once
+// the answer is recorded (see "Crash semantics" in the README: streamed
+// text may precede the record).
+func TestShortAnswerStreamStartsBeforeItIsRecorded(t *testing.T) {
+	held := &answerHeldStore{arrived: make(chan struct{}, 1), release: make(chan struct{})}
+	e := newEnvWith(t, storeKinds(t)[0], func(s fullStore) fullStore {
+		held.fullStore = s
+		return held
+	})
+	const text = "All quiet on the western front today."
+	e.model.Reply(fakeopenai.Response{Text: text, Chunks: 4})
+	ts := e.slack.Mention(channel, requester, "anything new?")
+	<-held.arrived
+	m := e.waitThread(ts, "a stream started before the answer is recorded", func(m fakeslack.Message) bool { return m.Streamed })
+	if m.Text == "" || !strings.HasPrefix(text, m.Text) || m.Text == text {
+		t.Errorf("the stream started with %q, want the first words of %q", m.Text, text)
+	}
+	if n := len(e.slack.Calls("chat.stopStream")); n != 0 {
+		t.Errorf("chat.stopStream called %d times before the answer was recorded", n)
+	}
+	close(held.release)
+	m = e.answer(ts, "front today.")
+	if !m.Streamed || m.Text != text {
+		t.Errorf("answer streamed=%v %q, want the whole answer streamed: %q", m.Streamed, m.Text, text)
+	}
+	if n := len(e.slack.Calls("chat.appendStream")); n != 0 {
+		t.Errorf("got %d chat.appendStream calls, want none", n)
+	}
+}
+
+// answerSeenStore closes recorded when the commit that records an answer
+// is made.
+type answerSeenStore struct {
+	fullStore
+	once     sync.Once
+	recorded chan struct{}
+}
+
+func (s *answerSeenStore) CommitTurn(ctx context.Context, c store.Commit) error {
+	err := s.fullStore.CommitTurn(ctx, c)
+	if c.Answer && c.Run == nil && err == nil {
+		s.once.Do(func() { close(s.recorded) })
+	}
+	return err
+}
+
+// The turn records its answer while the answer's stream starts: starting
+// the stream does not hold the turn. The stream is stopped, with the rest
+// of the answer, once it started and the answer is recorded.
+func TestAnswerIsRecordedWhileItsStreamStarts(t *testing.T) {
+	seen := &answerSeenStore{recorded: make(chan struct{})}
+	e := newEnvWith(t, storeKinds(t)[0], func(s fullStore) fullStore {
+		seen.fullStore = s
+		return seen
+	})
+	arrived, release := e.slack.HoldNext("chat.startStream")
+	const text = "All quiet on the western front today."
+	e.model.Reply(fakeopenai.Response{Text: text, Chunks: 4})
+	ts := e.slack.Mention(channel, requester, "anything new?")
+	<-arrived
+	select {
+	case <-seen.recorded:
+	case <-time.After(10 * time.Second):
+		release()
+		t.Fatal("the answer was not recorded while its stream was starting")
+	}
+	if n := len(e.slack.Calls("chat.stopStream")); n != 0 {
+		t.Errorf("chat.stopStream called %d times before the stream started", n)
+	}
+	release()
+	m := e.answer(ts, "front today.")
+	if !m.Streamed || m.Text != text {
+		t.Errorf("answer streamed=%v %q, want the whole answer streamed: %q", m.Streamed, m.Text, text)
+	}
+	if n, a := len(e.slack.Calls("chat.startStream")), len(e.slack.Calls("chat.appendStream")); n != 1 || a != 0 {
+		t.Errorf("chat.startStream %d and chat.appendStream %d calls, want one start and no append", n, a)
 	}
 }
 

@@ -45,6 +45,9 @@ type threadReporter struct {
 	buf       strings.Builder
 	streamed  strings.Builder
 	lastFlush time.Time
+	// sent is closed once the last chunk handed to the stream (see flush)
+	// was sent; nil when none is on its way.
+	sent chan struct{}
 }
 
 // streamFlush is how much text is buffered before it is appended to the
@@ -54,6 +57,7 @@ const streamFlush = 120
 func (r *threadReporter) Status(ctx context.Context, text string) {
 	// A new model step: text streamed by the previous one (which went on to
 	// call tools) stays as its own message.
+	r.awaitSent()
 	r.mu.Lock()
 	r.endStream(ctx)
 	r.mu.Unlock()
@@ -73,9 +77,12 @@ func (r *threadReporter) Delta(ctx context.Context, text string) {
 	r.flush(ctx)
 }
 
-// flush sends buffered text to the stream, up to the last white space, so
+// flush hands buffered text to the stream, up to the last white space, so
 // an escape never splits a token such as "@channel" (endStream sends the
-// rest).
+// rest). The chunk is sent in the background, after the chunks handed over
+// before it: the turn goes on meanwhile (it records a short answer while
+// the stream starts), and waits for every chunk before it ends the stream
+// (see awaitSent).
 func (r *threadReporter) flush(ctx context.Context) {
 	pending := r.buf.String()
 	cut := strings.LastIndexAny(pending, " \n\t")
@@ -86,24 +93,59 @@ func (r *threadReporter) flush(ctx context.Context) {
 	r.buf.Reset()
 	r.buf.WriteString(pending[cut:])
 	r.lastFlush = time.Now()
+	prev, done := r.sent, make(chan struct{})
+	r.sent = done
+	r.app.spawn(ctx, "stream", func(ctx context.Context) {
+		defer close(done)
+		if prev != nil {
+			<-prev
+		}
+		r.send(ctx, chunk)
+	})
+}
+
+// send starts the stream with chunk, or appends chunk to it; after a failed
+// call it sends nothing more.
+func (r *threadReporter) send(ctx context.Context, chunk string) {
 	r.app.statusSettled(ctx, r.conv)
+	r.mu.Lock()
+	ts, failed := r.streamTS, r.streamErr
+	r.mu.Unlock()
+	if failed {
+		return
+	}
 	safe := streamSafe(chunk)
 	var err error
-	if r.streamTS == "" {
+	if ts == "" {
 		opts := []slack.MsgOption{slack.MsgOptionTS(r.thread), slack.MsgOptionMarkdownText(safe)}
 		if !strings.HasPrefix(r.channel, "D") {
 			opts = append(opts, slack.MsgOptionRecipientTeamID(r.team), slack.MsgOptionRecipientUserID(r.recipient(ctx)))
 		}
-		_, r.streamTS, err = r.app.api.StartStreamContext(ctx, r.channel, opts...)
+		_, ts, err = r.app.api.StartStreamContext(ctx, r.channel, opts...)
 	} else {
-		_, _, err = r.app.api.AppendStreamContext(ctx, r.channel, r.streamTS, slack.MsgOptionMarkdownText(safe))
+		_, _, err = r.app.api.AppendStreamContext(ctx, r.channel, ts, slack.MsgOptionMarkdownText(safe))
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if err != nil {
 		r.app.log.Debug("stream answer", "channel", r.channel, "err", err)
 		r.streamErr = true
 		return
 	}
+	r.streamTS = ts
 	r.streamed.WriteString(chunk)
+}
+
+// awaitSent waits until every chunk handed to the stream was sent. The
+// turn calls it before it ends the stream: only the turn hands chunks over,
+// so none is handed over meanwhile.
+func (r *threadReporter) awaitSent() {
+	r.mu.Lock()
+	sent := r.sent
+	r.mu.Unlock()
+	if sent != nil {
+		<-sent
+	}
 }
 
 // recipient is the user a stream in a channel is addressed to: the person
@@ -116,6 +158,7 @@ func (r *threadReporter) recipient(ctx context.Context) string {
 // answer, split within Block Kit limits, if streaming was not possible.
 func (r *threadReporter) Answer(ctx context.Context, text string) {
 	r.app.statusSettled(ctx, r.conv)
+	r.awaitSent()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	shown := r.endStream(ctx)
@@ -142,7 +185,8 @@ func fallbackText(text string) string {
 // showed ("" when nothing was streamed). The text still buffered goes with
 // chat.stopStream itself, so a short answer takes two calls (start, stop).
 // If that stop fails, the stream is stopped without it, and the text counts
-// as not shown (Answer posts it).
+// as not shown (Answer posts it). The caller waited for the chunks on their
+// way (awaitSent), and holds r.mu.
 func (r *threadReporter) endStream(ctx context.Context) string {
 	if r.streamTS != "" {
 		tail := r.buf.String()
@@ -167,7 +211,7 @@ func (r *threadReporter) endStream(ctx context.Context) string {
 		}
 	}
 	shown := r.streamed.String()
-	r.streamTS, r.streamErr = "", false
+	r.streamTS, r.streamErr, r.sent = "", false, nil
 	r.buf.Reset()
 	r.streamed.Reset()
 	return shown
@@ -178,6 +222,7 @@ func (r *threadReporter) endStream(ctx context.Context) string {
 // agent.Announcer). Paused (or Unsaved) finishes what it began.
 func (r *threadReporter) Announce(ctx context.Context, calls []agent.PendingCall) map[string][]byte {
 	r.app.statusSettled(ctx, r.conv)
+	r.awaitSent()
 	r.mu.Lock()
 	r.endStream(ctx)
 	r.mu.Unlock()
