@@ -252,6 +252,18 @@ func (s *Store) runWithRecords(ctx context.Context, script *redis.Script, keys [
 	if len(kinds) == 0 {
 		return script.Run(ctx, s.c, keys, args...), nil, 0
 	}
+	cmd, recs, version := s.pipeWithRecords(ctx, script.EvalSha, keys, args, kinds)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		// Redis forgot its scripts (a restart, SCRIPT FLUSH), so the
+		// script did not run: once more, with its text.
+		cmd, recs, version = s.pipeWithRecords(ctx, script.Eval, keys, args, kinds)
+	}
+	return cmd, recs, version
+}
+
+// pipeWithRecords is runWithRecords' pipeline, the script sent by eval
+// (the script's EvalSha, or its Eval).
+func (s *Store) pipeWithRecords(ctx context.Context, eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd, keys []string, args []any, kinds []string) (*redis.Cmd, []*redis.MapStringStringCmd, int64) {
 	var cmd *redis.Cmd
 	var version *redis.StringCmd
 	recs := make([]*redis.MapStringStringCmd, len(kinds))
@@ -263,8 +275,7 @@ func (s *Store) runWithRecords(ctx context.Context, script *redis.Script, keys [
 			// the version older than the records, never newer.
 			version = p.Get(ctx, s.recordsVersionKey())
 		}
-		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
-		cmd = script.Eval(ctx, p, keys, args...)
+		cmd = eval(ctx, p, keys, args...)
 		for i, k := range kinds {
 			recs[i] = p.HGetAll(ctx, s.recordsKey(k))
 		}

@@ -179,6 +179,35 @@ func TestDecideBeginAfterScriptFlush(t *testing.T) {
 	}
 }
 
+// AcceptBegin works when Redis has forgotten its scripts: the pipeline's
+// EVALSHA fails unrun, and the pipeline is sent again with the script's
+// text; the message is recorded once and the turn begun.
+func TestAcceptBeginAfterScriptFlush(t *testing.T) {
+	u := redisURL(t)
+	s := newStore(t, u, redisstore.Options{Prefix: newPrefix(t, u)})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	conv := "C1:" + store.NewRunID()
+	for i, id := range []string{"E1", "E2"} {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatalf("SCRIPT FLUSH: %v", err)
+		}
+		m := store.Inbound{EventID: id, MsgID: "M" + id, User: "U1", Channel: "C1", Text: "hi", At: time.Now()}
+		got, acc, b, err := s.AcceptBegin(ctx, conv, m, false, "a", time.Minute, "rules")
+		if err != nil || acc != store.Accepted || !b.Acquired || len(b.Inbox) != i+1 || b.Inbox[i].Seq != got.Seq {
+			t.Fatalf("AcceptBegin(%s) after SCRIPT FLUSH = %q, acquired %v, inbox %+v, %v; want accepted, acquired, %d in the inbox", id, acc, b.Acquired, b.Inbox, err, i+1)
+		}
+		if err := s.ReleaseLease(ctx, store.TurnLease(conv), "a"); err != nil {
+			t.Fatalf("ReleaseLease: %v", err)
+		}
+	}
+}
+
 // unlistHook runs before once, just before the first pipeline that takes
 // member out of the sorted set key (ZREM, or a script given both).
 type unlistHook struct {
