@@ -57,10 +57,7 @@ const streamFlush = 120
 func (r *threadReporter) Status(ctx context.Context, text string) {
 	// A new model step: text streamed by the previous one (which went on to
 	// call tools) stays as its own message.
-	r.awaitSent()
-	r.mu.Lock()
 	r.endStream(ctx)
-	r.mu.Unlock()
 	r.app.setStatus(ctx, r.conv, r.channel, r.thread, text)
 }
 
@@ -136,9 +133,9 @@ func (r *threadReporter) send(ctx context.Context, chunk string) {
 	r.streamed.WriteString(chunk)
 }
 
-// awaitSent waits until every chunk handed to the stream was sent. The
-// turn calls it before it ends the stream: only the turn hands chunks over,
-// so none is handed over meanwhile.
+// awaitSent waits until every chunk handed to the stream was sent. Only
+// the turn hands chunks over (Delta), and it is the turn that ends the
+// stream, so none is handed over meanwhile.
 func (r *threadReporter) awaitSent() {
 	r.mu.Lock()
 	sent := r.sent
@@ -158,9 +155,6 @@ func (r *threadReporter) recipient(ctx context.Context) string {
 // answer, split within Block Kit limits, if streaming was not possible.
 func (r *threadReporter) Answer(ctx context.Context, text string) {
 	r.app.statusSettled(ctx, r.conv)
-	r.awaitSent()
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	shown := r.endStream(ctx)
 	if shown == text {
 		return
@@ -185,9 +179,12 @@ func fallbackText(text string) string {
 // showed ("" when nothing was streamed). The text still buffered goes with
 // chat.stopStream itself, so a short answer takes two calls (start, stop).
 // If that stop fails, the stream is stopped without it, and the text counts
-// as not shown (Answer posts it). The caller waited for the chunks on their
-// way (awaitSent), and holds r.mu.
+// as not shown (Answer posts it). It waits for the chunks on their way
+// first (awaitSent).
 func (r *threadReporter) endStream(ctx context.Context) string {
+	r.awaitSent()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.streamTS != "" {
 		tail := r.buf.String()
 		if r.streamErr {
@@ -222,10 +219,7 @@ func (r *threadReporter) endStream(ctx context.Context) string {
 // agent.Announcer). Paused (or Unsaved) finishes what it began.
 func (r *threadReporter) Announce(ctx context.Context, calls []agent.PendingCall) map[string][]byte {
 	r.app.statusSettled(ctx, r.conv)
-	r.awaitSent()
-	r.mu.Lock()
 	r.endStream(ctx)
-	r.mu.Unlock()
 	notes := make(map[string][]byte, len(calls))
 	r.posts = make(map[string]*cardPost, len(calls))
 	for _, c := range calls {
