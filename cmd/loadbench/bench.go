@@ -483,7 +483,7 @@ func (e *env) loadPhase(rep *Report) error {
 		}
 	})
 
-	botCPU0, benchCPU0 := e.cpuSeconds()
+	botCPU0, benchCPU0, redisCPU0 := e.cpuSeconds()
 	api0 := e.t.apiCounts()
 	start := time.Now()
 	profiled := make(chan error, 1)
@@ -534,11 +534,14 @@ func (e *env) loadPhase(rep *Report) error {
 		return err
 	}
 
-	botCPU1, benchCPU1 := e.cpuSeconds()
+	botCPU1, benchCPU1, redisCPU1 := e.cpuSeconds()
 	rep.Load = loadResult(e.t.snapshot(first)[:len(convs)], o, start, offered)
 	if done := rep.Load.Cycles + rep.Load.Allowed; done > 0 && botCPU0 >= 0 && botCPU1 >= 0 {
 		rep.Load.BotCPUPerConversation = (botCPU1 - botCPU0) * 1000 / float64(done)
 		rep.Load.BenchCPUPerConversation = (benchCPU1 - benchCPU0) * 1000 / float64(done)
+	}
+	if done := rep.Load.Cycles + rep.Load.Allowed; done > 0 && redisCPU0 >= 0 && redisCPU1 >= 0 {
+		rep.Load.RedisCPUPerConversation = (redisCPU1 - redisCPU0) * 1000 / float64(done)
 	}
 	if done := rep.Load.Cycles + rep.Load.Allowed; done > 0 {
 		rep.Load.SlackCalls = perConversation(api0, e.t.apiCounts(), done)
@@ -563,9 +566,10 @@ func perConversation(before, after map[string]int, done int) StorePhase {
 }
 
 // cpuSeconds returns the CPU time the bots have used, summed
-// (process_cpu_seconds_total; -1 if a scrape fails), and that of this
-// process.
-func (e *env) cpuSeconds() (bots, bench float64) {
+// (process_cpu_seconds_total; -1 if a scrape fails), that of this
+// process, and that of the Redis server (-1 on the embedded store or if
+// it cannot be read).
+func (e *env) cpuSeconds() (bots, bench, redisCPU float64) {
 	m, err := e.scrapeAll()
 	bots = m["process_cpu_seconds_total"]
 	if err != nil {
@@ -575,7 +579,41 @@ func (e *env) cpuSeconds() (bots, bench float64) {
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		bench = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 	}
-	return bots, bench
+	redisCPU = -1
+	if e.redis != nil {
+		info, err := e.redis.Info(e.ctx, "cpu").Result()
+		if err == nil {
+			redisCPU, err = redisCPUSeconds(info)
+		}
+		if err != nil {
+			fmt.Fprintf(e.log, "loadbench: Redis CPU time: %v\n", err)
+			redisCPU = -1
+		}
+	}
+	return bots, bench, redisCPU
+}
+
+// redisCPUSeconds is the CPU time of the Redis server in the answer to
+// INFO cpu: used_cpu_user plus used_cpu_sys, in seconds.
+func redisCPUSeconds(info string) (float64, error) {
+	var sum float64
+	found := 0
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu: %s: %w", k, err)
+		}
+		sum += f
+		found++
+	}
+	if found != 2 {
+		return 0, errors.New("INFO cpu has no used_cpu_user and used_cpu_sys")
+	}
+	return sum, nil
 }
 
 // accountAll fills the report's ack and accounting sections over every

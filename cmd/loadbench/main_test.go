@@ -101,9 +101,13 @@ func TestSmoke(t *testing.T) {
 			if l.InModel.Count != asked || l.InModel.P50 < 20 {
 				t.Errorf("time in the fake model: %d samples, p50 %v ms; want %d, at least 20 ms", l.InModel.Count, l.InModel.P50, asked)
 			}
-			// Both processes worked: each used some CPU per conversation.
+			// Both processes worked: each used some CPU per conversation,
+			// and so did the Redis server, on Redis.
 			if l.BotCPUPerConversation <= 0 || l.BenchCPUPerConversation <= 0 {
 				t.Errorf("CPU per conversation: bot %v ms, bench %v ms; want both measured", l.BotCPUPerConversation, l.BenchCPUPerConversation)
+			}
+			if onRedis := st[1] == "redis"; onRedis != (l.RedisCPUPerConversation > 0) {
+				t.Errorf("%s: Redis server CPU per conversation %v ms; want it measured on Redis only", st[1], l.RedisCPUPerConversation)
 			}
 			// Every conversation posts a card or starts streaming its
 			// answer, and the per-method figures add up to the total.
@@ -216,5 +220,18 @@ func TestAccounting(t *testing.T) {
 	}
 	if (&Report{Accounting: Accounting{Conversations: 3, Completed: 3}}).Problems() != nil {
 		t.Error("a clean report has problems")
+	}
+}
+
+// The Redis server's CPU time is its user and system time from INFO cpu.
+func TestRedisCPUSeconds(t *testing.T) {
+	info := "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:2.500000\r\nused_cpu_sys_children:9.000000\r\nused_cpu_user_children:9.000000\r\nused_cpu_sys_main_thread:1.200000\r\n"
+	if got, err := redisCPUSeconds(info); err != nil || got != 3.75 {
+		t.Errorf("redisCPUSeconds = %v, %v; want 3.75", got, err)
+	}
+	for _, bad := range []string{"# CPU\r\nused_cpu_sys:1.0\r\n", "", "used_cpu_sys:x\r\nused_cpu_user:1\r\n"} {
+		if got, err := redisCPUSeconds(bad); err == nil {
+			t.Errorf("redisCPUSeconds(%q) = %v, nil; want an error", bad, got)
+		}
 	}
 }

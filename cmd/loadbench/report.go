@@ -135,6 +135,11 @@ type LoadResult struct {
 	// zero where unknown.
 	BotCPUPerConversation   float64 `json:"bot_cpu_ms_per_conversation"`
 	BenchCPUPerConversation float64 `json:"bench_cpu_ms_per_conversation"`
+	// RedisCPUPerConversation is the same for the Redis server (INFO cpu:
+	// used_cpu_user and used_cpu_sys): the whole server's, so the work of
+	// its other clients counts too. Zero on the embedded store or where
+	// unknown.
+	RedisCPUPerConversation float64 `json:"redis_cpu_ms_per_conversation"`
 	// SlackCalls are the Web API calls the bots made in the phase (every
 	// one the fake Slack answered, failed ones included), per
 	// conversation completed.
@@ -371,7 +376,11 @@ func writeTable(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "approval cycles: %d in the load phase, %.1f per second (offered over %.1fs); allowed turns: %d\n",
 		r.Load.Cycles, r.Load.CyclesPerSecond, r.Load.OfferedSeconds, r.Load.Allowed)
 	if l := r.Load; l.BotCPUPerConversation > 0 {
-		fmt.Fprintf(w, "CPU per completed conversation: bots %.2f ms, bench (fakes included) %.2f ms\n", l.BotCPUPerConversation, l.BenchCPUPerConversation)
+		fmt.Fprintf(w, "CPU per completed conversation: bots %.2f ms, bench (fakes included) %.2f ms", l.BotCPUPerConversation, l.BenchCPUPerConversation)
+		if l.RedisCPUPerConversation > 0 {
+			fmt.Fprintf(w, ", Redis server %.2f ms", l.RedisCPUPerConversation)
+		}
+		fmt.Fprintln(w)
 	}
 	if l := r.Load; l.SlackCalls.Total > 0 {
 		fmt.Fprintf(w, "Slack Web API calls per completed conversation: %.1f  %s\n", l.SlackCalls.Total, methods(l.SlackCalls.ByMethod))
