@@ -516,10 +516,12 @@ func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 
 // markStep records the step whose calls are running (see stepMark); started
 // is the call about to run, or -1 once all are done. The turn goes on
-// either way only if the mark was saved.
+// either way only if the mark was saved. The messages to answer after the
+// step (t.later: drained from the inbox up to t.inboxSeq, as the mark
+// records) are saved as queued, where a takeover of the step finds them.
 func (a *Agent) markStep(ctx context.Context, t *turn, slots []slot, started int) error {
 	m := &stepMark{Slots: slots, Started: started, Steps: t.steps, User: t.user, Requesters: t.requesters(), Channel: t.channel}
-	cs := convState{Messages: t.messages, Queued: t.queued, InboxSeq: t.inboxSeq, Step: m}
+	cs := convState{Messages: t.messages, Queued: append(slices.Clip(t.queued), t.later...), InboxSeq: t.inboxSeq, Step: m}
 	return a.commit(ctx, t, store.Commit{Key: t.conv, Conversation: a.convRecord(cs, t.pausedRun)}, false)
 }
 

@@ -372,3 +372,100 @@ policy:
 		t.Errorf("tool results = %q, want the new run's", got)
 	}
 }
+
+// A message accepted after a crash stays to be answered through a second
+// crash: the survivor that takes over the step answers it once the step's
+// calls are done, and the mark it records before its next call keeps it,
+// so that whoever takes over after the survivor dies answers it too.
+func TestTakeOverTwiceKeepsMessageAcceptedBetween(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = takeoverPolicy
+			w.cfg.LeaseTTL = 300 * time.Millisecond
+			var runs atomic.Int64
+			entered := make(chan int, 3)
+			must(t, w.reg.Register(agent.Tool{
+				Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+				Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+					entered <- int(runs.Add(1))
+					<-ctx.Done() // until the process is gone
+					return agent.Result{}, ctx.Err()
+				},
+			}))
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{"db":"a"}`), call("c2", "migrate", `{"db":"b"}`)))
+			req := request("migrate both databases")
+
+			// The first process dies while c1 runs.
+			a, d := w.doomed()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.Run(ctx, req)
+				done <- err
+			}()
+			if n := <-entered; n != 1 {
+				t.Fatalf("run %d of the tool first, want 1", n)
+			}
+			d.kill()
+			cancel()
+			<-done
+
+			// A message is recorded (and acked) meanwhile.
+			w.store = w.reopen()
+			if _, acc, err := w.agent().Accept(t.Context(), request("and tell me when it is done"), false); err != nil || acc != store.Accepted {
+				t.Fatalf("Accept = %q, %v; want accepted", acc, err)
+			}
+
+			// The survivor takes the step over and dies while c2 runs.
+			s, sd := w.doomed()
+			w.advance(time.Minute)
+			sctx, scancel := context.WithCancel(context.Background())
+			sdone := make(chan struct{})
+			go func() {
+				defer close(sdone)
+				for sctx.Err() == nil {
+					out, err := s.TakeOver(sctx, req.Conversation)
+					if err != nil || out.Status != agent.Idle {
+						return
+					}
+					time.Sleep(50 * time.Millisecond) // the first lease has not lapsed yet
+				}
+			}()
+			if n := <-entered; n != 2 {
+				t.Fatalf("run %d of the tool second, want 2", n)
+			}
+			sd.kill()
+			scancel()
+			<-sdone
+
+			// The third process answers both messages.
+			w.model.Reply(fakeopenai.Text("both interrupted; I will tell you"))
+			c := w.restart()
+			out := takeOver(t, w, c, req.Conversation)
+			if out.Status != agent.Answered {
+				t.Fatalf("TakeOver = %+v, want the answer", out)
+			}
+			if n := runs.Load(); n != 2 {
+				t.Errorf("the tool ran %d times, want 2 (each call once)", n)
+			}
+			reqs := w.model.Requests()
+			var users []string
+			for _, m := range reqs[len(reqs)-1].Messages {
+				if m.Role == openai.ChatMessageRoleUser {
+					users = append(users, m.Content)
+				}
+			}
+			if want := []string{"migrate both databases", "and tell me when it is done"}; !slices.Equal(users, want) {
+				t.Errorf("the last model request holds the user messages %q, want %q", users, want)
+			}
+			got := toolResults(t, w.model)
+			if len(got) != 2 || !strings.HasPrefix(got[0], "c1: outcome unknown") || !strings.HasPrefix(got[1], "c2: outcome unknown") {
+				t.Errorf("tool results = %q, want both calls' outcome unknown", got)
+			}
+			if keys, err := c.Unanswered(t.Context(), 0); err != nil || len(keys) != 0 {
+				t.Errorf("Unanswered after the takeover = %q, %v; want nothing", keys, err)
+			}
+		})
+	}
+}
