@@ -155,13 +155,22 @@ func (l *leases) take(conversation string, begin func() (bool, error)) (bool, er
 	if busy := l.claim(key); busy != nil {
 		return false, nil
 	}
-	ok, err := begin()
-	if err != nil || !ok {
-		l.unclaim(key)
-		return false, err
-	}
-	l.taken(key)
-	return true, nil
+	return l.begin(key, begin)
+}
+
+// begin runs take for key, which this process has claimed: if take took
+// the lease, the claim becomes the lease held; otherwise (it failed, was
+// refused or panicked) the claim is let go.
+func (l *leases) begin(key string, take func() (bool, error)) (ok bool, err error) {
+	defer func() {
+		if ok {
+			l.taken(key)
+		} else {
+			l.unclaim(key)
+		}
+	}()
+	ok, err = take()
+	return ok && err == nil, err
 }
 
 // runHeld is run for a lease this process holds already (see take): it
@@ -217,12 +226,10 @@ func (l *leases) acquire(ctx context.Context, key, conversation string, wait boo
 			}
 			continue
 		}
-		ok, err := take(ctx)
-		if err == nil && ok {
-			l.taken(key)
+		ok, err := l.begin(key, func() (bool, error) { return take(ctx) })
+		if ok {
 			return nil
 		}
-		l.unclaim(key)
 		if err != nil {
 			return fmt.Errorf("lease conversation: %w", err)
 		}

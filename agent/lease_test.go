@@ -170,3 +170,40 @@ func TestHeldHereOnlyOnceTheLeaseIsTaken(t *testing.T) {
 		t.Error("heldHere reports a hold after the lease was released")
 	}
 }
+
+// panickyStore panics on the first AcquireLease, as a bug in the store's
+// client would.
+type panickyStore struct {
+	leaseStore
+	once sync.Once
+}
+
+func (s *panickyStore) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	s.once.Do(func() { panic("a bug in the store's client") })
+	return s.leaseStore.AcquireLease(ctx, key, owner, ttl)
+}
+
+// A panic while the store is asked for a lease lets this process's claim
+// on the conversation go: the next turn of the conversation takes the
+// lease at once instead of waiting for a turn that will never end. So does
+// a panic in take's store step.
+func TestPanicWhileTakingLeaseLetsClaimGo(t *testing.T) {
+	st := teststore.Kinds(t)[0].Open(t)()
+	l := newLeases(&panickyStore{leaseStore: st}, "owner", time.Hour, 10*time.Millisecond, slog.Default())
+	func() {
+		defer func() { _ = recover() }()
+		_ = l.run(t.Context(), "T1/C1/1.3", func(context.Context) error { return nil })
+		t.Error("the store's panic did not reach the caller")
+	}()
+	ran := false
+	if err := l.run(t.Context(), "T1/C1/1.3", func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+		t.Errorf("run after a panic = %v, ran %v; want the lease taken at once", err, ran)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = l.take("T1/C1/1.4", func() (bool, error) { panic("a bug in the store's client") })
+	}()
+	if ok, err := l.take("T1/C1/1.4", func() (bool, error) { return true, nil }); err != nil || !ok {
+		t.Errorf("take after a panic = %v, %v; want the lease taken", ok, err)
+	}
+}

@@ -172,10 +172,7 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string 
 	var err error
 	for try := 0; try < 2; try++ {
 		if a.slots.TryAcquire(1) {
-			res, taken, err = a.ag.DecideTaking(ctx, d)
-			if taken == nil {
-				a.slots.Release(1)
-			}
+			res, taken, err = a.decideTaking(ctx, d)
 		} else {
 			res, err = a.ag.Decide(ctx, d)
 		}
@@ -278,6 +275,18 @@ func (a *App) resumeQueued(ctx context.Context, conversation, runID string) {
 	}
 	defer release()
 	a.resume(ctx, conversation, runID)
+}
+
+// decideTaking is agent.DecideTaking under a turn slot the caller
+// acquired: the slot stays with the resume it took, and is released
+// otherwise, a panic included.
+func (a *App) decideTaking(ctx context.Context, d approvals.Decision) (res agent.DecideResult, taken *agent.Taken, err error) {
+	defer func() {
+		if taken == nil {
+			a.slots.Release(1)
+		}
+	}()
+	return a.ag.DecideTaking(ctx, d)
 }
 
 // refusalText explains a refused decision to the decider, and names the

@@ -598,7 +598,9 @@ func (a *App) sweep(ctx context.Context, stopping <-chan struct{}) {
 	defer t.Stop()
 	for {
 		err := a.ag.Sweep(ctx, func(runID, conversation string) {
-			a.resumeLater(ctx, conversation, runID)
+			if !closed(stopping) { // else the next process's sweep resumes it
+				a.resumeLater(ctx, conversation, runID)
+			}
 		})
 		if err != nil && ctx.Err() == nil {
 			a.log.Warn("sweep", "err", err)
@@ -627,6 +629,9 @@ func (a *App) takeover(ctx context.Context, stopping <-chan struct{}) {
 			a.m.error("takeover")
 		}
 		for _, key := range keys {
+			if closed(stopping) {
+				break // a scan that ends in the shutdown starts nothing
+			}
 			a.takeOverLater(ctx, key)
 		}
 		select {
@@ -650,6 +655,16 @@ func (a *App) takeOverLater(ctx context.Context, key string) {
 		defer release()
 		a.takeOverTurn(ctx, key)
 	})
+}
+
+// closed reports whether c is closed.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // takeoverBatch bounds the conversations one takeover scan queues.

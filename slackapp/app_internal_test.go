@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
 )
 
 // Work of one key runs in order, one at a time; work of another key does
@@ -121,4 +123,136 @@ func TestExpiryTimerFollowsDeadlines(t *testing.T) {
 	pass("at the deadline the store reported", time.Time{})
 	close(stopping)
 	<-done
+}
+
+// panicAgent panics while it records a message and takes its
+// conversation (a bug in the store's client, say); everything else works.
+type panicAgent struct {
+	Agent
+	ran atomic.Int64
+}
+
+func (f *panicAgent) AcceptTaking(context.Context, agent.Request, bool) (agent.Request, store.Acceptance, *agent.Taken, error) {
+	panic("a bug while recording")
+}
+
+func (f *panicAgent) Accept(_ context.Context, r agent.Request, _ bool) (agent.Request, store.Acceptance, error) {
+	r.Seq = 1
+	return r, store.Accepted, nil
+}
+
+func (f *panicAgent) Run(context.Context, agent.Request) (agent.Outcome, error) {
+	f.ran.Add(1)
+	return agent.Outcome{Status: agent.Answered}, nil
+}
+
+func (f *panicAgent) DecideTaking(context.Context, approvals.Decision) (agent.DecideResult, *agent.Taken, error) {
+	panic("a bug while deciding")
+}
+
+// A panic while a message is recorded under a turn slot it reserved gives
+// the slot back and leaves no queue that nothing serves: the next message
+// of the conversation gets its turn, and every slot is free after.
+func TestPanicWhileRecordingFreesSlotAndQueue(t *testing.T) {
+	a, err := New(Config{BotToken: "xoxb-test", AppToken: "xapp-test", MaxTurns: 2}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &panicAgent{}
+	a.ag = f
+	ctx := t.Context()
+	a.active.Add(1) // as Run's loop would: the count stays positive
+	m := message{team: "T", channel: "C", user: "U", text: "hi", ts: "1.1"}
+	a.onMessage(ctx, m, "E1", false, func() {})
+	a.active.Add(-1)
+	a.wg.Wait() // the message's goroutine panicked and ended
+	a.mu.Lock()
+	q := a.queues[m.key()]
+	a.mu.Unlock()
+	if q != nil {
+		t.Fatalf("the conversation's queue is left after a panic, with %d jobs nothing runs", len(q.jobs))
+	}
+	if !a.slots.TryAcquire(2) {
+		t.Fatal("a turn slot was not given back after a panic")
+	}
+	a.slots.Release(2)
+	// A panic while a click is decided under a slot gives it back too.
+	a.active.Add(1)
+	func() {
+		defer func() { _ = recover() }()
+		a.decide(ctx, click{}, approvals.Decision{})
+	}()
+	a.active.Add(-1)
+	if !a.slots.TryAcquire(2) {
+		t.Fatal("a turn slot was not given back after a panic in a decision")
+	}
+	a.slots.Release(2)
+}
+
+// scanAgent holds each background pass (takeover scan, sweep, expiry)
+// until released, then reports one piece of work; it counts the work
+// started.
+type scanAgent struct {
+	Agent
+	called, proceed chan struct{}
+	started         atomic.Int64
+}
+
+func (f *scanAgent) Unanswered(context.Context, int) ([]string, error) {
+	close(f.called)
+	<-f.proceed
+	return []string{"T/C/1.1"}, nil
+}
+
+func (f *scanAgent) Sweep(_ context.Context, resume func(runID, conversation string)) error {
+	close(f.called)
+	<-f.proceed
+	resume("r1", "T/C/1.1")
+	return nil
+}
+
+func (f *scanAgent) Expire(_ context.Context, resume func(runID, conversation string)) (time.Time, error) {
+	close(f.called)
+	<-f.proceed
+	resume("r1", "T/C/1.1")
+	return time.Time{}, nil
+}
+
+func (f *scanAgent) TakeOver(context.Context, string) (agent.Outcome, error) {
+	f.started.Add(1)
+	return agent.Outcome{Status: agent.Idle}, nil
+}
+
+func (f *scanAgent) Resume(context.Context, string) (agent.Outcome, error) {
+	f.started.Add(1)
+	return agent.Outcome{Status: agent.Idle}, nil
+}
+
+// A takeover scan, sweep or expiry pass still running when the shutdown
+// begins starts no turn or resume when it ends: the next process's passes
+// find that work again.
+func TestPassEndingInShutdownStartsNothing(t *testing.T) {
+	for name, pass := range map[string]func(a *App, ctx context.Context, stopping <-chan struct{}){
+		"takeover": (*App).takeover,
+		"sweep":    (*App).sweep,
+		"expiry":   (*App).expire,
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, err := New(Config{BotToken: "xoxb-test", AppToken: "xapp-test"}, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &scanAgent{called: make(chan struct{}), proceed: make(chan struct{})}
+			a.ag = f
+			stopping := make(chan struct{})
+			a.spawn(t.Context(), name, func(ctx context.Context) { pass(a, ctx, stopping) })
+			<-f.called
+			close(stopping) // the shutdown begins (Run closes stopping first)
+			close(f.proceed)
+			a.wg.Wait()
+			if n := f.started.Load(); n != 0 {
+				t.Errorf("%d turns or resumes started after the shutdown began, want none", n)
+			}
+		})
+	}
 }

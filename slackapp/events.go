@@ -155,11 +155,15 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 			q, release = a.reserve(key)
 			return q != nil
 		}
+		// Once reserved, the slot is given back and the queue served
+		// whatever happens after, a panic included.
+		defer func() {
+			if q != nil {
+				release()
+				a.serve(ctx, key, q) // what was queued behind this turn
+			}
+		}()
 		req, in, taken := a.record(ctx, m, eventID, followUp, reserve)
-		if q != nil {
-			defer a.serve(ctx, key, q) // then what was queued behind this turn
-			defer release()
-		}
 		if in == intakeRedeliver {
 			return
 		}

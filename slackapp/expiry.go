@@ -72,7 +72,9 @@ func (a *App) expire(ctx context.Context, stopping <-chan struct{}) {
 		}
 		a.expiry.take()
 		next, err := a.ag.Expire(ctx, func(runID, conversation string) {
-			a.resumeLater(ctx, conversation, runID)
+			if !closed(stopping) { // else the next process's sweep resumes it
+				a.resumeLater(ctx, conversation, runID)
+			}
 		})
 		if err != nil && ctx.Err() == nil {
 			a.log.Warn("expire due approvals", "err", err)
