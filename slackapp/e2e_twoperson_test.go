@@ -1,12 +1,16 @@
 package slackapp_test
 
 import (
+	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 )
 
 // twoPersonPolicy makes deploys need two of the three named approvers;
@@ -151,6 +155,77 @@ func TestEditRestartsTheCount(t *testing.T) {
 			e.answer(ts, "Deployed the edited version.")
 			if args := e.deployArgs(); len(args) != 1 || args[0] != edited {
 				t.Errorf("deploy ran with %q, want once with the edited %s", args, edited)
+			}
+		})
+	}
+}
+
+// countHeldStore holds the answer of the first ApproveAudited, after its
+// write, until release is closed; then it reports the first GetCall.
+type countHeldStore struct {
+	fullStore
+	held             atomic.Bool
+	written, release chan struct{}
+	read             chan struct{}
+	readOnce         sync.Once
+}
+
+func (s *countHeldStore) ApproveAudited(ctx context.Context, callID, fp string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	c, ok, err := s.fullStore.ApproveAudited(ctx, callID, fp, ap, edit, need, d, fx)
+	if s.held.CompareAndSwap(false, true) {
+		close(s.written)
+		<-s.release
+	}
+	return c, ok, err
+}
+
+func (s *countHeldStore) GetCall(ctx context.Context, callID string) (store.Call, error) {
+	select {
+	case <-s.release:
+		s.readOnce.Do(func() { close(s.read) })
+	default:
+	}
+	return s.fullStore.GetCall(ctx, callID)
+}
+
+// An approval counted whose card update comes after the call was denied
+// (the two clicks' reports can come in any order) does not bring the
+// card's buttons back: the denied card stays as it is.
+func TestCountReportedAfterDenialLeavesCardDenied(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			held := &countHeldStore{written: make(chan struct{}), release: make(chan struct{}), read: make(chan struct{})}
+			e := newEnv(t, kind)
+			e.policy = twoPersonPolicy
+			open := e.open
+			e.open = func() fullStore { held.fullStore = open(); return held }
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Understood, not deploying."))
+			ts := e.slack.Mention(channel, requester, "deploy api 1")
+			card := e.card(ts, "deploy").TS
+			_, err := e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			<-held.written // 1 of 2 is stored; its report waits
+			_, err = e.slack.Click(other, channel, card, slackapp.ActionDeny, "")
+			must(t, err)
+			e.answer(ts, "Understood, not deploying.")
+			waitUntil(t, "the card to show the denial", func() bool { return len(e.cards(channel, ts)) == 0 })
+			close(held.release) // the count is reported now, after the denial
+			// Its update reads the call, or renders the count.
+			waitUntil(t, "the count's update", func() bool {
+				select {
+				case <-held.read:
+					return true
+				default:
+					return len(e.cards(channel, ts)) > 0
+				}
+			})
+			e.stop() // and is done once the bot has stopped
+			if n := len(e.cards(channel, ts)); n != 0 {
+				t.Errorf("the denied call's card has its buttons back:\n%s", dumpThread(e.slack.Thread(channel, ts)))
+			}
+			if n := e.deploy.Load(); n != 0 {
+				t.Errorf("deploy ran %d times, want 0", n)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -567,6 +568,9 @@ func (a *App) expand(ctx context.Context, approvers []string) []string {
 
 // updateCard renders the call's current state on every copy of its card.
 func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
+	if u.Phase == agent.PhaseCounted && a.overtaken(ctx, u.Call) {
+		return
+	}
 	refs, err := a.cardLocations(ctx, u.Call)
 	if err != nil {
 		a.log.Error("find the card to update", "call", u.Call.ID, "err", err)
@@ -592,6 +596,25 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 		// in the store with the call.
 		a.cards.forget(u.Call.ID)
 	}
+}
+
+// overtaken reports whether the call as stored has moved on from c, an
+// approval counted toward it: it was decided, expired or cancelled, or
+// holds other approvals (a later count, or an edit that restarted the
+// count). The update of each such change renders it, before or after this
+// one (reported from another click, they can come in any order), so a
+// count rendered after it would show the buttons of a call that takes no
+// more clicks. If the call cannot be read, the count is rendered.
+func (a *App) overtaken(ctx context.Context, c agent.Call) bool {
+	if a.ag == nil {
+		return false
+	}
+	cur, err := a.ag.Call(ctx, c.ID)
+	if err != nil {
+		a.log.Warn("read the call before rendering its count; rendering it", "call", c.ID, "err", err)
+		return false
+	}
+	return cur.Status != agent.CallPending || cur.Fingerprint != c.Fingerprint || !slices.Equal(cur.Approvals, c.Approvals)
 }
 
 // postBlocks posts a message (in a thread if thread is set) and returns its
