@@ -116,6 +116,9 @@ type hold struct {
 	conversation string
 	stopOnce     sync.Once
 	stop         func()
+	// lose ends the work with a cause, as the renewer does when it finds
+	// the lease lost (a write the store refused finds it first).
+	lose func(error)
 	// released is set once the lease was released by the holder's last
 	// write; release then only wakes this process's waiters.
 	released bool
@@ -193,6 +196,7 @@ func (l *leases) runHeld(ctx context.Context, conversation string, fn func(ctx c
 		stop()
 		<-done
 	}
+	h.lose = lost
 	// Renewing stops before the lease is released, even if fn panics.
 	defer h.stopRenewing()
 	err := fn(context.WithValue(workCtx, holdKey{}, h))

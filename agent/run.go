@@ -703,6 +703,9 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		case approvals.Allow:
 			if !repeatable(tool) {
 				if err := a.markStep(ctx, t, slots, i); err != nil {
+					if errors.Is(err, ErrLeaseLost) {
+						return nil, nil, err // another process carries the turn on
+					}
 					a.log.Warn("record a running step", "conversation", t.conv, "tool", name, "err", err)
 					fail("not performed: the bot could not record that %s was starting (%v), so it did not run it; try again later", name, err)
 					continue

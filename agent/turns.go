@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -36,11 +37,21 @@ func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) 
 		cl.finishing.Store(true)
 	}
 	h := holdOf(ctx, c.Key)
+	if h != nil {
+		// Written only while no one else holds the conversation: a
+		// process stalled past its lease, whose conversation another
+		// process took over, finds out here at the latest.
+		c.Holder = a.cfg.Owner
+	}
 	if last && h != nil {
 		h.stopRenewing()
 		c.Release = a.cfg.Owner
 	}
 	if err := a.store.CommitTurn(ctx, c); err != nil {
+		if h != nil && errors.Is(err, store.ErrNotHolder) {
+			err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
+			h.lose(err)
+		}
 		return fmt.Errorf("record the turn: %w", err)
 	}
 	if t != nil {

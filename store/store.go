@@ -27,6 +27,10 @@ var (
 	// ErrStale: DecideBegin was told to decide only on records of a
 	// version they no longer have (see ResumeBegin.IfRecords).
 	ErrStale = errors.New("records changed")
+	// ErrNotHolder: CommitTurn was told to write only while its holder
+	// holds the conversation's lease (Commit.Holder), and another owner
+	// holds it.
+	ErrNotHolder = errors.New("the conversation's lease is held by another owner")
 )
 
 // Status is the state of one paused call.

@@ -57,4 +57,12 @@ type Commit struct {
 	// Release, if set, is the owner whose lease on the conversation
 	// (TurnLease) is released, if that owner holds it.
 	Release string
+	// Holder, if set, is the owner the commit is made for: if another
+	// owner holds the conversation's lease (TurnLease), as when the
+	// holder's lease ran out while it was stalled and another process
+	// took the conversation over, the commit fails with ErrNotHolder and
+	// leaves the conversation, its inbox and lease, and the run to finish
+	// as they are. A lease that ran out and that nobody took since does
+	// not stop the commit.
+	Holder string
 }

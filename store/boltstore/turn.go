@@ -74,6 +74,11 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
 	err := s.commits.update(func(tx *bolt.Tx) error {
+		if c.Holder != "" {
+			if err := checkHolder(tx, store.TurnLease(c.Key), c.Holder, now); err != nil {
+				return err
+			}
+		}
 		if c.Run != nil {
 			if err := s.createRun(tx, run, calls, now); err != nil {
 				return err
@@ -119,6 +124,20 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	})
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+	}
+	return nil
+}
+
+// checkHolder fails with store.ErrNotHolder if an owner other than holder
+// holds the lease on key.
+func checkHolder(tx *bolt.Tx, key, holder string, now time.Time) error {
+	var rec leaseRecord
+	ok, err := get(tx.Bucket(bucketLeases), key, &rec)
+	if err != nil {
+		return err
+	}
+	if ok && rec.Owner != holder && rec.Until.After(now) {
+		return store.ErrNotHolder
 	}
 	return nil
 }

@@ -44,10 +44,18 @@ return begin(1, 2, 3, ARGV[1], ARGV[2])
 // conversation ttl (ms), answer up to (seq, empty: none), release owner
 // (empty: none), release channel
 // It returns how many messages the inbox holds, or -1 when none was
-// answered. With unlist (a single node, where a script reaches every key),
+// answered. The function held(lease) reports whether the commit's holder,
+// the script's last ARGV (empty: anyone), may write: no other owner holds
+// the lease. With unlist (a single node, where a script reaches every key),
 // an inbox left empty by the answer takes the conversation out of the
 // index of unanswered ones in the same step.
 const commitTurnFn = `
+local function held(lease)
+  local h = ARGV[#ARGV]
+  if h == '' then return true end
+  local l = redis.call('GET', lease)
+  return not l or l == h
+end
 local function commit(k, a, unlist)
   if ARGV[a] == '1' then
     redis.call('DEL', KEYS[k])
@@ -110,9 +118,11 @@ func (s *Store) auditArgs(entries []store.AuditEntry) ([]any, error) {
 // commitTurn is commitTurnFn as a script on the conversation's hash slot,
 // with the unanswered index as a fourth key on a single node.
 // KEYS: conversation, inbox, lease [, unanswered index]
-// ARGV: as commitTurnFn
-// Returns what commit returns.
+// ARGV: as commitTurnFn, then the holder (empty: none)
+// Returns what commit returns, or -2 with nothing written when another
+// owner holds the lease.
 var commitTurn = redis.NewScript(commitTurnFn + `
+if not held(KEYS[3]) then return -2 end
 return commit(1, 1, #KEYS >= 4)
 `)
 
@@ -128,11 +138,13 @@ return commit(1, 1, #KEYS >= 4)
 // score (ms), member and trim (1/0), the run's conversation key (empty:
 // none), the run id, the conversation ttl (ms), the number of audit entries
 // e, the entries, the audit list's last index kept, then the commitTurnFn
-// arguments.
-// Returns {'exists'} or {'ok', inbox left (as commit), the audit list's
+// arguments, then the holder (empty: none).
+// Returns {'notheld'} (another owner holds the lease) or {'exists'}, with
+// nothing written, or {'ok', inbox left (as commit), the audit list's
 // oldest entry (empty with no entry written)}.
 var commitPause = redis.NewScript(createRunFn + commitTurnFn + auditFn + `
 local n = tonumber(ARGV[1])
+if not held(KEYS[4 + n]) then return {'notheld'} end
 if not createRun(1, 2, n) then return {'exists'} end
 local deleteAt = ARGV[3]
 local k = 2 + n
@@ -170,10 +182,13 @@ return {'ok', commit(k, a, true), tail}
 // KEYS: conversation, inbox, lease, unanswered index, audit, run, claim,
 // runs index
 // ARGV: the number of audit entries e, the entries, the audit list's last
-// index kept, the commitTurnFn arguments, the retention (ms), the run id
-// Returns {'legacy'} or {'ok', inbox left (as commit), the audit list's
+// index kept, the commitTurnFn arguments, the retention (ms), the run id,
+// the holder (empty: none)
+// Returns {'notheld'} (another owner holds the lease) or {'legacy'}, with
+// nothing written, or {'ok', inbox left (as commit), the audit list's
 // oldest entry (empty with no entry written)}.
 var commitFinish = redis.NewScript(commitTurnFn + auditFn + `
+if not held(KEYS[3]) then return {'notheld'} end
 local run = redis.call('HMGET', KEYS[6], 'run', 'finished', 'conv')
 local finish = run[1] and run[2] ~= '1'
 if finish and not run[3] then return {'legacy'} end
@@ -388,12 +403,15 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
 	args = append(args, nr.run.Conversation, nr.run.ID, s.convTTL.Milliseconds())
-	args = append(append(args, audit...), commitArgs...)
+	args = append(append(append(args, audit...), commitArgs...), c.Holder)
 	res, err := commitPause.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
-	if code, _ := res[0].(string); code == "exists" {
+	switch code, _ := res[0].(string); code {
+	case "notheld":
+		return fmt.Errorf("commit turn of %s: %w", c.Key, store.ErrNotHolder)
+	case "exists":
 		return fmt.Errorf("commit turn of %s: create run %s: %w", c.Key, nr.run.ID, store.ErrRunExists)
 	}
 	if len(res) != 3 {
@@ -414,12 +432,15 @@ func (s *Store) commitFinish(ctx context.Context, c store.Commit, commitKeys []s
 	if err != nil {
 		return false, fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
-	args = append(append(args, commitArgs...), s.retention.Milliseconds(), c.Finish)
+	args = append(append(args, commitArgs...), s.retention.Milliseconds(), c.Finish, c.Holder)
 	res, err := commitFinish.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return false, fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
-	if code, _ := res[0].(string); code == "legacy" {
+	switch code, _ := res[0].(string); code {
+	case "notheld":
+		return false, fmt.Errorf("commit turn of %s: %w", c.Key, store.ErrNotHolder)
+	case "legacy":
 		return false, nil
 	}
 	if len(res) != 3 {
@@ -427,6 +448,21 @@ func (s *Store) commitFinish(ctx context.Context, c store.Commit, commitKeys []s
 	}
 	tail, _ := res[2].(string)
 	return true, s.trimStaleAudit(ctx, c.Key, tail)
+}
+
+// checkHolder fails with store.ErrNotHolder if an owner other than holder
+// holds the conversation's lease.
+func (s *Store) checkHolder(ctx context.Context, conversation, holder string) error {
+	owner, err := s.c.Get(ctx, s.leaseKey(store.TurnLease(conversation))).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil
+	case err != nil:
+		return err
+	case owner != holder:
+		return store.ErrNotHolder
+	}
+	return nil
 }
 
 // trimStaleAudit trims the audit log when tail, its oldest entry read by a
@@ -456,8 +492,13 @@ func (s *Store) trimStaleAudit(ctx context.Context, key, tail string) error {
 // single node (or a Sentinel primary) a pause is one script (commitPause),
 // a commit that finishes a run (the end of a resume) is one script
 // (commitFinish) for runs created by this version, and the commit's script
-// unlists an answered conversation itself: each is one round trip. See
-// storetest.Store for the contract.
+// unlists an answered conversation itself: each is one round trip. With
+// c.Holder set, each script that writes the conversation first checks
+// that no other owner holds its lease, and writes nothing if one does;
+// on the general path the run, created in its own step first, and the
+// audit entries, pipelined with the conversation's script, are written
+// all the same (they record what the holder did), after a read of the
+// lease when a run is created. See storetest.Store for the contract.
 func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	keys, args := s.commitArgs(c)
 	// On a single node the script unlists the conversation itself, at
@@ -477,6 +518,13 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	}
 	var nr newRun
 	if c.Run != nil {
+		if c.Holder != "" {
+			// The run and the conversation's paused mark are written
+			// before the conversation's script checks the lease.
+			if err := s.checkHolder(ctx, c.Key, c.Holder); err != nil {
+				return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+			}
+		}
 		var err error
 		if nr, err = s.createRun(ctx, *c.Run, c.Calls, c.Notes); err != nil {
 			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
@@ -495,6 +543,7 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	if len(c.Audit) > 0 {
 		tail = p.LIndex(ctx, s.auditKey(), -1)
 	}
+	args = append(args, c.Holder)
 	commit := commitTurn.EvalSha(ctx, p, keys, args...)
 	cmds, err := p.Exec(ctx)
 	if errors.Is(err, redis.Nil) {
@@ -521,6 +570,9 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	left, err := commit.Int64()
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+	}
+	if left == -2 {
+		return fmt.Errorf("commit turn of %s: %w", c.Key, store.ErrNotHolder)
 	}
 	var unindex func(redis.Pipeliner)
 	if c.Finish != "" {

@@ -83,6 +83,7 @@ func Run(t *testing.T, open Opener) {
 		{"CommitTurnAnswerAll", testCommitTurnAnswerAll},
 		{"CommitTurnFinish", testCommitTurnFinish},
 		{"CommitTurnRefused", testCommitTurnRefused},
+		{"CommitTurnHolder", testCommitTurnHolder},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

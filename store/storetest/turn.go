@@ -33,7 +33,12 @@ type Turns interface {
 	// c.AnswerUpTo when c.Answer (as AnswerInbox) and releases the lease
 	// store.TurnLease(c.Key) held by c.Release (as ReleaseLease). Each
 	// part is skipped when its field is empty. Invalid run input or
-	// store.ErrRunExists fail the commit with nothing written.
+	// store.ErrRunExists fail the commit with nothing written. With
+	// c.Holder set, a lease held by another owner fails it with
+	// store.ErrNotHolder: the conversation, its inbox and lease and the
+	// run c.Finish are left as they are (a store that creates the run or
+	// appends the audit entries in a step before the conversation's says
+	// so in its doc).
 	CommitTurn(ctx context.Context, c store.Commit) error
 }
 
@@ -302,4 +307,67 @@ func testCommitTurnRefused(t *testing.T, open Opener) {
 	}
 	commitTurn(t, s, store.Commit{Key: conv, Release: "a"})
 	begin(t, s, conv, "b", time.Minute, true)
+}
+
+// A commit made for a holder whose lease another owner holds now writes
+// nothing of the conversation, its inbox or its lease, and finishes no
+// run; one made for the holder, or once the other owner released the
+// lease, writes.
+func testCommitTurnHolder(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	conv, msgs := turnConversation(t, s)
+	r, calls := create(t, s, 1, func(r *store.Run, cs []store.Call) {
+		r.Conversation = conv
+		cs[0].Conversation = conv
+	})
+	decideAll(t, s, calls)
+	begin(t, s, conv, "b", time.Minute, true) // b took the conversation over from a
+	before, beforeErr := s.LoadConversation(ctx, conv)
+	saved := store.Conversation{State: json.RawMessage(`{"by":"a"}`)}
+	for _, c := range []store.Commit{
+		{Key: conv, Conversation: &saved, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a", Holder: "a"},
+		{Key: conv, Conversation: &saved, Finish: r.ID, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a", Holder: "a"},
+	} {
+		if err := s.CommitTurn(ctx, c); !errors.Is(err, store.ErrNotHolder) {
+			t.Errorf("CommitTurn for a while b holds the lease (finish %q) = %v, want ErrNotHolder", c.Finish, err)
+		}
+	}
+	if after, err := s.LoadConversation(ctx, conv); !errors.Is(err, beforeErr) || string(after.State) != string(before.State) || after.PausedRun != before.PausedRun {
+		t.Errorf("LoadConversation after commits refused = %+v, %v; want it as before: %+v, %v", after, err, before, beforeErr)
+	}
+	if got := inboxTexts(t, s, conv); len(got) != 2 {
+		t.Errorf("inbox after commits refused = %q, want both messages", got)
+	}
+	if got, _, err := s.LoadRun(ctx, r.ID); err != nil || got.Finished {
+		t.Errorf("LoadRun(%s) after a refused finish = finished %v, %v; want not finished", r.ID, got.Finished, err)
+	}
+	if ok, err := s.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute); err != nil || !ok {
+		t.Errorf("AcquireLease by b after commits refused = %v, %v; want b still holding it", ok, err)
+	}
+	// b's own commit writes, and releases the lease.
+	mine := store.Conversation{State: json.RawMessage(`{"by":"b"}`)}
+	commitTurn(t, s, store.Commit{Key: conv, Conversation: &mine, Answer: true, AnswerUpTo: msgs[0].Seq, Release: "b", Holder: "b"})
+	if c, err := s.LoadConversation(ctx, conv); err != nil || string(c.State) != string(mine.State) {
+		t.Errorf("LoadConversation after the holder's commit = %+v, %v; want its state", c, err)
+	}
+	// With nobody holding the lease, a's commit writes.
+	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Finish: r.ID, Answer: true, AnswerUpTo: msgs[1].Seq, Holder: "a"})
+	if c, err := s.LoadConversation(ctx, conv); err != nil || string(c.State) != string(saved.State) {
+		t.Errorf("LoadConversation after a commit with the lease free = %+v, %v; want its state", c, err)
+	}
+	if got, _, err := s.LoadRun(ctx, r.ID); err != nil || !got.Finished {
+		t.Errorf("LoadRun(%s) after a commit with the lease free = finished %v, %v; want finished", r.ID, got.Finished, err)
+	}
+	// A pause for a holder whose lease another owner holds is refused too.
+	begin(t, s, conv, "b", time.Minute, true)
+	r2, calls2 := fixture(1)
+	r2.Conversation = conv
+	paused := store.Conversation{State: json.RawMessage(`{"by":"a","paused":true}`), PausedRun: r2.ID}
+	if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r2, Calls: calls2, Holder: "a"}); !errors.Is(err, store.ErrNotHolder) {
+		t.Errorf("CommitTurn of a pause for a while b holds the lease = %v, want ErrNotHolder", err)
+	}
+	if c, err := s.LoadConversation(ctx, conv); err != nil || c.PausedRun != "" {
+		t.Errorf("LoadConversation after a refused pause = %+v, %v; want it not paused", c, err)
+	}
 }
