@@ -488,7 +488,8 @@ func (s *Store) trimStaleAudit(ctx context.Context, key, tail string) error {
 // unlisted if its inbox is empty, then a check of the inbox that lists it
 // again if a message arrived meanwhile (as AnswerInbox). A run that cannot
 // be created stops the commit before anything else is written. On Redis
-// Cluster that is four round trips for a pause or the end of a resume. On a
+// Cluster that is four round trips for a pause (five with a holder, whose
+// lease is read first) or the end of a resume. On a
 // single node (or a Sentinel primary) a pause is one script (commitPause),
 // a commit that finishes a run (the end of a resume) is one script
 // (commitFinish) for runs created by this version, and the commit's script
