@@ -492,3 +492,92 @@ policy:
 		t.Errorf("the tool ran %d times, want once", n)
 	}
 }
+
+// A replica killed while an approved call's tool runs: the survivor
+// resumes the run once the dead replica's claim lapses, does not run the
+// tool again, tells the model its outcome is unknown and says so on the
+// card, and answers the thread once.
+func TestCrashDuringApprovedToolCall(t *testing.T) {
+	forEachRedis(t, testCrashDuringApprovedToolCall)
+}
+
+func testCrashDuringApprovedToolCall(t *testing.T, redisURL string) {
+	var hits atomic.Int64
+	hit := make(chan struct{})
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) == 1 {
+			close(hit)
+			select { // until the replica that sent it is gone
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		fmt.Fprint(w, "deployed again")
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	c := newCluster(t, redisURL, fmt.Sprintf(`
+builtin_tools:
+  http_request:
+    allowed_hosts: [%q]
+    timeout: 60s
+policy:
+  default: ask
+`, strings.TrimPrefix(srv.URL, "http://")))
+	const approver = "UCRASHAPP1"
+	c.slack.AddUser(fakeslack.User{ID: approver, Name: "approver"})
+	c.slack.Join(crashChannel, approver)
+	call := fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "http_request", Arguments: fmt.Sprintf(`{"method":"POST","url":"%s/deploy"}`, srv.URL)})
+	var results []string
+	var mu sync.Mutex
+	c.hold(call, func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role != openai.ChatMessageRoleTool {
+			return call
+		}
+		mu.Lock()
+		results = append(results, last.Content)
+		mu.Unlock()
+		return fakeopenai.Text("survivor reporting")
+	})
+	a := c.start("a", 1)
+	ts := c.mention("roll it out")
+	card, err := c.slack.WaitMessage(crashChannel, func(m fakeslack.Message) bool {
+		return m.ThreadTS == ts && strings.Contains(string(m.Blocks), `"action_id":"approve"`)
+	}, 20*time.Second)
+	if err != nil {
+		t.Fatalf("the card: %v", err)
+	}
+	if _, err := c.slack.Click(approver, crashChannel, card.TS, "approve", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, hit, "the approved call's tool") // a runs it
+	c.start("b", 2)
+	a.kill(t)
+
+	got := c.botReplies(ts, "survivor reporting")
+	if n := strings.Count(strings.Join(got, "\n"), "survivor reporting"); n != 1 {
+		t.Errorf("the answer was posted %d times, want once; bot messages: %q", n, got)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("the approved tool ran %d times, want once", n)
+	}
+	mu.Lock()
+	if len(results) != 1 || !strings.Contains(results[0], "outcome unknown") {
+		t.Errorf("the survivor gave the model the results %q, want one saying the outcome is unknown", results)
+	}
+	mu.Unlock()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m, ok := c.slack.Message(crashChannel, card.TS)
+		if ok && strings.Contains(strings.ToLower(string(m.Blocks)+m.Text), "outcome unknown") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the card does not say the outcome is unknown: %s %s", m.Text, m.Blocks)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
