@@ -174,13 +174,7 @@ func TestTakeOverAfterDeathInModelCall(t *testing.T) {
 			if got := w.rec.Answers(); !slices.Equal(got, []string{"taken over and answered"}) {
 				t.Errorf("answers in the thread = %q, want the survivor's one", got)
 			}
-			reqs := w.model.Requests()
-			var users []string
-			for _, m := range reqs[len(reqs)-1].Messages {
-				if m.Role == openai.ChatMessageRoleUser {
-					users = append(users, m.Content)
-				}
-			}
+			users := lastUserMessages(w.model)
 			if !slices.Equal(users, []string{"what changed in prod?"}) {
 				t.Errorf("the survivor sent the user messages %q, want the message once", users)
 			}
@@ -449,13 +443,7 @@ func TestTakeOverTwiceKeepsMessageAcceptedBetween(t *testing.T) {
 			if n := runs.Load(); n != 2 {
 				t.Errorf("the tool ran %d times, want 2 (each call once)", n)
 			}
-			reqs := w.model.Requests()
-			var users []string
-			for _, m := range reqs[len(reqs)-1].Messages {
-				if m.Role == openai.ChatMessageRoleUser {
-					users = append(users, m.Content)
-				}
-			}
+			users := lastUserMessages(w.model)
 			if want := []string{"migrate both databases", "and tell me when it is done"}; !slices.Equal(users, want) {
 				t.Errorf("the last model request holds the user messages %q, want %q", users, want)
 			}
@@ -540,4 +528,17 @@ func TestStalledProcessWritesNothingAfterTakeover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lastUserMessages returns the user messages of the last request the model
+// got.
+func lastUserMessages(m *fakeopenai.Server) []string {
+	reqs := m.Requests()
+	var users []string
+	for _, msg := range reqs[len(reqs)-1].Messages {
+		if msg.Role == openai.ChatMessageRoleUser {
+			users = append(users, msg.Content)
+		}
+	}
+	return users
 }

@@ -278,6 +278,16 @@ func (c *cluster) hold(first fakeopenai.Response, answer func(openai.ChatComplet
 	return entered
 }
 
+// answeredOnce waits until the thread has a bot message containing want
+// (see botReplies) and checks that it is there once.
+func (c *cluster) answeredOnce(ts, want string) {
+	c.t.Helper()
+	got := c.botReplies(ts, want)
+	if n := strings.Count(strings.Join(got, "\n"), want); n != 1 {
+		c.t.Errorf("the answer was posted %d times, want once; bot messages: %q", n, got)
+	}
+}
+
 // waitFor waits for ch to close, failing the test after 20s.
 func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
@@ -347,22 +357,7 @@ func testCrashDuringToolCall(t *testing.T, redisURL string) {
 		{"http_get", `{"url":"%s/status"}`, 2, "all green"},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
-			var hits atomic.Int64
-			hit := make(chan struct{})
-			release := make(chan struct{})
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if hits.Add(1) == 1 {
-					close(hit)
-					select { // until the replica that sent it is gone
-					case <-release:
-					case <-r.Context().Done():
-					}
-					return
-				}
-				fmt.Fprint(w, "all green")
-			}))
-			t.Cleanup(srv.Close)
-			t.Cleanup(func() { close(release) })
+			srv, hits, hit := heldTool(t, "all green")
 			host := strings.TrimPrefix(srv.URL, "http://")
 			c := newCluster(t, redisURL, fmt.Sprintf(`
 builtin_tools:
@@ -376,18 +371,7 @@ policy:
       verdict: allow
 `, host))
 			call := fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: tc.tool, Arguments: fmt.Sprintf(tc.args, srv.URL)})
-			var results []string
-			var mu sync.Mutex
-			c.hold(call, func(req openai.ChatCompletionRequest) fakeopenai.Response {
-				last := req.Messages[len(req.Messages)-1]
-				if last.Role != openai.ChatMessageRoleTool {
-					return call // the survivor starts the turn over
-				}
-				mu.Lock()
-				results = append(results, last.Content)
-				mu.Unlock()
-				return fakeopenai.Text("survivor reporting")
-			})
+			results := c.holdReporting(call)
 			a := c.start("a", 1)
 			ts := c.mention("roll it out")
 			t.Cleanup(func() {
@@ -406,10 +390,8 @@ policy:
 			if n := hits.Load(); n != tc.wantHits {
 				t.Errorf("%s ran %d times, want %d", tc.tool, n, tc.wantHits)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if len(results) != 1 || !strings.Contains(results[0], tc.wantResult) {
-				t.Errorf("the survivor gave the model the results %q, want one with %q", results, tc.wantResult)
+			if got := results(); len(got) != 1 || !strings.Contains(got[0], tc.wantResult) {
+				t.Errorf("the survivor gave the model the results %q, want one with %q", got, tc.wantResult)
 			}
 		})
 	}
@@ -437,9 +419,7 @@ builtin_tools:
 policy:
   default: ask
 `, strings.TrimPrefix(srv.URL, "http://")))
-	const approver = "UCRASHAPP1"
-	c.slack.AddUser(fakeslack.User{ID: approver, Name: "approver"})
-	c.slack.Join(crashChannel, approver)
+	approver := c.addApprover()
 	call := fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "http_request", Arguments: fmt.Sprintf(`{"method":"POST","url":"%s/deploy"}`, srv.URL)})
 	c.hold(call, func(req openai.ChatCompletionRequest) fakeopenai.Response {
 		if last := req.Messages[len(req.Messages)-1]; last.Role == openai.ChatMessageRoleTool {
@@ -484,10 +464,7 @@ policy:
 	if _, err := c.slack.Click(approver, crashChannel, card.TS, "approve", ""); err != nil {
 		t.Fatal(err)
 	}
-	got := c.botReplies(ts, "deployed after approval")
-	if n := strings.Count(strings.Join(got, "\n"), "deployed after approval"); n != 1 {
-		t.Errorf("the answer was posted %d times, want once; bot messages: %q", n, got)
-	}
+	c.answeredOnce(ts, "deployed after approval")
 	if n := hits.Load(); n != 1 {
 		t.Errorf("the tool ran %d times, want once", n)
 	}
@@ -502,22 +479,7 @@ func TestCrashDuringApprovedToolCall(t *testing.T) {
 }
 
 func testCrashDuringApprovedToolCall(t *testing.T, redisURL string) {
-	var hits atomic.Int64
-	hit := make(chan struct{})
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hits.Add(1) == 1 {
-			close(hit)
-			select { // until the replica that sent it is gone
-			case <-release:
-			case <-r.Context().Done():
-			}
-			return
-		}
-		fmt.Fprint(w, "deployed again")
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(release) })
+	srv, hits, hit := heldTool(t, "deployed again")
 	c := newCluster(t, redisURL, fmt.Sprintf(`
 builtin_tools:
   http_request:
@@ -526,22 +488,9 @@ builtin_tools:
 policy:
   default: ask
 `, strings.TrimPrefix(srv.URL, "http://")))
-	const approver = "UCRASHAPP1"
-	c.slack.AddUser(fakeslack.User{ID: approver, Name: "approver"})
-	c.slack.Join(crashChannel, approver)
+	approver := c.addApprover()
 	call := fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "http_request", Arguments: fmt.Sprintf(`{"method":"POST","url":"%s/deploy"}`, srv.URL)})
-	var results []string
-	var mu sync.Mutex
-	c.hold(call, func(req openai.ChatCompletionRequest) fakeopenai.Response {
-		last := req.Messages[len(req.Messages)-1]
-		if last.Role != openai.ChatMessageRoleTool {
-			return call
-		}
-		mu.Lock()
-		results = append(results, last.Content)
-		mu.Unlock()
-		return fakeopenai.Text("survivor reporting")
-	})
+	results := c.holdReporting(call)
 	a := c.start("a", 1)
 	ts := c.mention("roll it out")
 	card, err := c.slack.WaitMessage(crashChannel, func(m fakeslack.Message) bool {
@@ -557,18 +506,13 @@ policy:
 	c.start("b", 2)
 	a.kill(t)
 
-	got := c.botReplies(ts, "survivor reporting")
-	if n := strings.Count(strings.Join(got, "\n"), "survivor reporting"); n != 1 {
-		t.Errorf("the answer was posted %d times, want once; bot messages: %q", n, got)
-	}
+	c.answeredOnce(ts, "survivor reporting")
 	if n := hits.Load(); n != 1 {
 		t.Errorf("the approved tool ran %d times, want once", n)
 	}
-	mu.Lock()
-	if len(results) != 1 || !strings.Contains(results[0], "outcome unknown") {
-		t.Errorf("the survivor gave the model the results %q, want one saying the outcome is unknown", results)
+	if got := results(); len(got) != 1 || !strings.Contains(got[0], "outcome unknown") {
+		t.Errorf("the survivor gave the model the results %q, want one saying the outcome is unknown", got)
 	}
-	mu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		m, ok := c.slack.Message(crashChannel, card.TS)
@@ -580,4 +524,60 @@ policy:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// heldTool serves a tool whose first request is held until the replica
+// that sent it is gone (or the test ends); later requests get answer. It
+// returns the server, the count of requests, and a channel closed when the
+// first one arrives.
+func heldTool(t *testing.T, answer string) (*httptest.Server, *atomic.Int64, <-chan struct{}) {
+	var hits atomic.Int64
+	hit := make(chan struct{})
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) == 1 {
+			close(hit)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		fmt.Fprint(w, answer)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	return srv, &hits, hit
+}
+
+// holdReporting makes the model ask for call, first and whenever a turn
+// starts over, and answer "survivor reporting" to a tool's result; it
+// returns the tool results the model got.
+func (c *cluster) holdReporting(call fakeopenai.Response) func() []string {
+	var results []string
+	var mu sync.Mutex
+	c.hold(call, func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role != openai.ChatMessageRoleTool {
+			return call // the survivor starts the turn over
+		}
+		mu.Lock()
+		results = append(results, last.Content)
+		mu.Unlock()
+		return fakeopenai.Text("survivor reporting")
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(results)
+	}
+}
+
+// addApprover adds a person to the channel, who approves with the
+// default policy, and returns their id.
+func (c *cluster) addApprover() string {
+	const approver = "UCRASHAPP1"
+	c.slack.AddUser(fakeslack.User{ID: approver, Name: "approver"})
+	c.slack.Join(crashChannel, approver)
+	return approver
 }

@@ -235,11 +235,7 @@ func testCommitTurnFinish(t *testing.T, open Opener) {
 	s, _ := open(t)
 	ctx := t.Context()
 	conv, msgs := turnConversation(t, s)
-	r, calls := create(t, s, 1, func(r *store.Run, cs []store.Call) {
-		r.Conversation = conv
-		cs[0].Conversation = conv
-	})
-	decideAll(t, s, calls)
+	r, calls := decidedRunOf(t, s, conv)
 	begin(t, s, conv, "a", time.Minute, true)
 	saved := store.Conversation{State: json.RawMessage(`{"messages":[]}`)}
 	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Finish: r.ID, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a",
@@ -317,11 +313,7 @@ func testCommitTurnHolder(t *testing.T, open Opener) {
 	s, _ := open(t)
 	ctx := t.Context()
 	conv, msgs := turnConversation(t, s)
-	r, calls := create(t, s, 1, func(r *store.Run, cs []store.Call) {
-		r.Conversation = conv
-		cs[0].Conversation = conv
-	})
-	decideAll(t, s, calls)
+	r, _ := decidedRunOf(t, s, conv)
 	begin(t, s, conv, "b", time.Minute, true) // b took the conversation over from a
 	before, beforeErr := s.LoadConversation(ctx, conv)
 	saved := store.Conversation{State: json.RawMessage(`{"by":"a"}`)}
@@ -370,4 +362,16 @@ func testCommitTurnHolder(t *testing.T, open Opener) {
 	if c, err := s.LoadConversation(ctx, conv); err != nil || c.PausedRun != "" {
 		t.Errorf("LoadConversation after a refused pause = %+v, %v; want it not paused", c, err)
 	}
+}
+
+// decidedRunOf creates a run of one call in conversation conv and decides
+// the call.
+func decidedRunOf(t *testing.T, s Store, conv string) (store.Run, []store.Call) {
+	t.Helper()
+	r, calls := create(t, s, 1, func(r *store.Run, cs []store.Call) {
+		r.Conversation = conv
+		cs[0].Conversation = conv
+	})
+	decideAll(t, s, calls)
+	return r, calls
 }
