@@ -342,6 +342,8 @@ loop:
 	}
 	close(stopping)
 	a.shutdown(workCtx, stopWork, stopNotes, smErr)
+	a.groups.close()
+	a.audience.close()
 	stopSM()
 	if !wait(smDone, 5*time.Second) {
 		a.log.Warn("socket mode did not stop in time")

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/toolgate/toolgate/agent"
 )
@@ -35,7 +34,7 @@ type audienceCache struct {
 	ttl         time.Duration
 	maxDMs      int
 	maxChannels int
-	sf          singleflight.Group
+	lookups
 
 	mu      sync.Mutex
 	dms     map[string]dmEntry
@@ -89,7 +88,7 @@ func (c *audienceCache) dmUser(ctx context.Context, channel string) (string, err
 	if ok {
 		return e.user, nil
 	}
-	v, err := shared(ctx, &c.sf, "dm:"+channel, func(ctx context.Context) (any, error) {
+	v, err := c.lookups.do(ctx, "dm:"+channel, func(ctx context.Context) (any, error) {
 		info, err := c.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: channel})
 		if err != nil {
 			return nil, fmt.Errorf("look up DM %s: %w", channel, err)
@@ -120,7 +119,7 @@ func (c *audienceCache) isPublic(ctx context.Context, channel string) (bool, err
 	if ok && time.Since(e.at) < c.ttl {
 		return e.public, nil
 	}
-	v, err := shared(ctx, &c.sf, "info:"+channel, func(ctx context.Context) (any, error) {
+	v, err := c.lookups.do(ctx, "info:"+channel, func(ctx context.Context) (any, error) {
 		info, err := c.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: channel})
 		if err != nil {
 			return nil, fmt.Errorf("look up channel %s: %w", channel, err)
@@ -145,7 +144,7 @@ func (c *audienceCache) channelMembers(ctx context.Context, channel string) (map
 	if ok && time.Since(e.at) < c.ttl {
 		return e.members, nil
 	}
-	v, err := shared(ctx, &c.sf, "members:"+channel, func(ctx context.Context) (any, error) {
+	v, err := c.lookups.do(ctx, "members:"+channel, func(ctx context.Context) (any, error) {
 		members := map[string]bool{}
 		cursor := ""
 		for {

@@ -214,6 +214,43 @@ func TestSharedLookupCallerGivesUp(t *testing.T) {
 	}
 }
 
+// Closing the look-ups cancels the one still running, whose caller gave
+// up, and returns only once it has ended; a look-up after that runs in its
+// caller's goroutine. A panicking look-up is its callers' error.
+func TestLookupsCloseWaitsForRunning(t *testing.T) {
+	var l lookups
+	started := make(chan struct{})
+	var ended atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.do(ctx, "k", func(ctx context.Context) (any, error) {
+			close(started)
+			<-ctx.Done() // until close cancels it
+			ended.Store(true)
+			return nil, ctx.Err()
+		})
+		got <- err
+	}()
+	<-started
+	cancel()
+	if err := <-got; err == nil {
+		t.Fatal("a caller whose context ended got a result")
+	}
+	l.close()
+	if !ended.Load() {
+		t.Error("close returned before the running look-up ended")
+	}
+	if v, err := l.do(context.Background(), "k", func(context.Context) (any, error) { return 7, nil }); err != nil || v != 7 {
+		t.Errorf("a look-up after close = %v, %v; want 7", v, err)
+	}
+	var p lookups
+	if _, err := p.do(context.Background(), "p", func(context.Context) (any, error) { panic("a bug") }); err == nil {
+		t.Error("a panicking look-up returned no error")
+	}
+	p.close()
+}
+
 func TestModalText(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
 		{"already rejected by <@U123> at <!date^1700000000^{date_short_pretty} at {time}|2023-11-14 22:13 UTC>.", "already rejected by @U123 at 2023-11-14 22:13 UTC."},

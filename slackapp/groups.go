@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
-	"golang.org/x/sync/singleflight"
 )
 
 const (
@@ -25,7 +24,7 @@ type groupCache struct {
 	api *slack.Client
 	ttl time.Duration
 	max int
-	sf  singleflight.Group
+	lookups
 
 	mu      sync.Mutex
 	entries map[string]groupEntry
@@ -48,7 +47,7 @@ func (g *groupCache) Members(ctx context.Context, id string) ([]string, error) {
 	if ok && time.Since(e.at) < g.ttl {
 		return e.members, nil
 	}
-	v, err := shared(ctx, &g.sf, id, func(ctx context.Context) (any, error) {
+	v, err := g.lookups.do(ctx, id, func(ctx context.Context) (any, error) {
 		members, err := g.api.GetUserGroupMembersContext(ctx, id)
 		if err != nil {
 			return nil, fmt.Errorf("list members of user group %s: %w", id, err)
@@ -64,22 +63,83 @@ func (g *groupCache) Members(ctx context.Context, id string) ([]string, error) {
 	return v.([]string), nil
 }
 
-// shared runs fn once for all the callers asking for key at the same time.
-// fn gets a context that keeps ctx's values but not its cancellation, so
-// one caller giving up does not fail the others; it ends after
-// lookupTimeout. Each caller still stops waiting when its own ctx ends.
-func shared(ctx context.Context, sf *singleflight.Group, key string, fn func(ctx context.Context) (any, error)) (any, error) {
-	ch := sf.DoChan(key, func() (any, error) {
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+// lookups runs the look-ups of a cache: callers asking for the same key at
+// the same time share one (as with singleflight), which runs in a
+// goroutine of its own under a context that keeps the first caller's
+// values but not its cancellation, so one caller giving up does not fail
+// the others; it ends after lookupTimeout. Each caller still stops
+// waiting when its own ctx ends. Its zero value is ready to use; close,
+// called by Run as it ends, cancels the look-ups still running and waits
+// for them.
+type lookups struct {
+	mu      sync.Mutex
+	running map[string]*lookup
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// lookup is one look-up running, and its result once done is closed.
+type lookup struct {
+	done   chan struct{}
+	cancel context.CancelFunc
+	val    any
+	err    error
+}
+
+// do returns what fn returns for key, sharing a look-up running for it.
+// Once the look-ups are closed, fn runs in the caller's goroutine.
+func (l *lookups) do(ctx context.Context, key string, fn func(ctx context.Context) (any, error)) (any, error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 		defer cancel()
 		return fn(lctx)
-	})
+	}
+	c, ok := l.running[key]
+	if !ok {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+		c = &lookup{done: make(chan struct{}), cancel: cancel}
+		if l.running == nil {
+			l.running = map[string]*lookup{}
+		}
+		l.running[key] = c
+		l.wg.Go(func() { l.run(lctx, key, c, fn) })
+	}
+	l.mu.Unlock()
 	select {
-	case r := <-ch:
-		return r.Val, r.Err
+	case <-c.done:
+		return c.val, c.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// run runs the look-up c of key; a panic in fn is its error.
+func (l *lookups) run(ctx context.Context, key string, c *lookup, fn func(ctx context.Context) (any, error)) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.val, c.err = nil, fmt.Errorf("look-up %s: panic: %v", key, r)
+		}
+		c.cancel()
+		l.mu.Lock()
+		delete(l.running, key)
+		l.mu.Unlock()
+		close(c.done)
+	}()
+	c.val, c.err = fn(ctx)
+}
+
+// close cancels the look-ups running and waits for them to end; later
+// look-ups run in their callers' goroutines.
+func (l *lookups) close() {
+	l.mu.Lock()
+	l.closed = true
+	for _, c := range l.running {
+		c.cancel()
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
 }
 
 // put stores v under key in m, which holds at most limit entries: to make
