@@ -51,6 +51,9 @@ type leases struct {
 type leaseClaim struct {
 	done  chan struct{}
 	taken bool
+	// sent is when the request that took the lease was sent: the lease
+	// lasts ttl from no earlier than that.
+	sent time.Time
 }
 
 // leaseStore is what leases needs of the store: the leases, and BeginTurn,
@@ -165,9 +168,10 @@ func (l *leases) take(conversation string, begin func() (bool, error)) (bool, er
 // the lease, the claim becomes the lease held; otherwise (it failed, was
 // refused or panicked) the claim is let go.
 func (l *leases) begin(key string, take func() (bool, error)) (ok bool, err error) {
+	sent := time.Now()
 	defer func() {
 		if ok {
-			l.taken(key)
+			l.taken(key, sent)
 		} else {
 			l.unclaim(key)
 		}
@@ -188,9 +192,10 @@ func (l *leases) runHeld(ctx context.Context, conversation string, fn func(ctx c
 	defer lost(nil)
 	renewCtx, stop := context.WithCancel(workCtx)
 	done := make(chan struct{})
+	since := l.takenAt(key)
 	go func() {
 		defer close(done)
-		l.renew(renewCtx, key, conversation, lost)
+		l.renew(renewCtx, key, conversation, since, lost)
 	}()
 	h.stop = func() {
 		stop()
@@ -296,13 +301,25 @@ func (l *leases) claim(key string) <-chan struct{} {
 	return nil
 }
 
-// taken records that the store gave this process the lease it claims.
-func (l *leases) taken(key string) {
+// taken records that the store gave this process the lease it claims, by
+// a request sent at sent.
+func (l *leases) taken(key string, sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c, ok := l.held[key]; ok {
-		c.taken = true
+		c.taken, c.sent = true, sent
 	}
+}
+
+// takenAt returns when the request that took the lease on key was sent;
+// now if this process does not hold it.
+func (l *leases) takenAt(key string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c, ok := l.held[key]; ok && c.taken {
+		return c.sent
+	}
+	return time.Now()
 }
 
 // heldHere returns the channel closed when this process's hold on the
@@ -347,11 +364,12 @@ func (l *leases) release(ctx context.Context, key, conversation string, released
 	l.unclaim(key)
 }
 
-// renew renews the lease every ttl/3 until ctx ends. If another process
-// holds it, or renewing fails until the lease may have run out in the
-// store, it calls lost with ErrLeaseLost and returns.
-func (l *leases) renew(ctx context.Context, key, conversation string, lost context.CancelCauseFunc) {
-	keepRenewed(ctx, l.ttl, l.log, lost, func(ctx context.Context) (bool, error) {
+// renew renews the lease, taken by a request sent at since, every ttl/3
+// until ctx ends. If another process holds it, or renewing fails until the
+// lease may have run out in the store, it calls lost with ErrLeaseLost and
+// returns.
+func (l *leases) renew(ctx context.Context, key, conversation string, since time.Time, lost context.CancelCauseFunc) {
+	keepRenewed(ctx, l.ttl, since, l.log, lost, func(ctx context.Context) (bool, error) {
 		return l.store.AcquireLease(ctx, key, l.owner, l.ttl)
 	}, "conversation lease", "conversation", conversation)
 }
@@ -361,29 +379,34 @@ func (l *leases) renew(ctx context.Context, key, conversation string, lost conte
 var errNothingToRenew = errors.New("nothing left to renew")
 
 // keepRenewed calls renew every ttl/3 until ctx ends, to keep a hold in
-// the store that lasts ttl (a lease, a resume claim), or until renew
-// returns errNothingToRenew. If renew reports the hold lost (another
-// process holds it, or it ran out), or fails until the hold may have run
-// out in the store, it logs that and calls lost with ErrLeaseLost, so the
-// work under the hold stops before anyone else can have started on it,
-// and returns. name and the key/value pairs in attrs name the hold in the
-// log.
-func keepRenewed(ctx context.Context, ttl time.Duration, log *slog.Logger, lost context.CancelCauseFunc, renew func(context.Context) (bool, error), name string, attrs ...any) {
-	t := time.NewTicker(ttl / 3)
+// the store that lasts ttl (a lease, a resume claim) taken or last renewed
+// by a request sent at since, or until renew returns errNothingToRenew.
+// The first renewal is due ttl/3 after since, at once if that is past
+// (the work may have started well after the hold was taken); each next
+// one ttl/3 after the request of the last renewal was sent. If renew
+// reports the hold lost (another process holds it, or it ran out), or
+// fails until the hold may have run out in the store, it logs that and
+// calls lost with ErrLeaseLost, so the work under the hold stops before
+// anyone else can have started on it, and returns. name and the key/value
+// pairs in attrs name the hold in the log.
+func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *slog.Logger, lost context.CancelCauseFunc, renew func(context.Context) (bool, error), name string, attrs ...any) {
+	renewed := since
+	t := time.NewTimer(time.Until(since.Add(ttl / 3)))
 	defer t.Stop()
-	renewed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		sent := time.Now()
 		ok, err := renew(ctx)
 		switch {
 		case ctx.Err() != nil, errors.Is(err, errNothingToRenew):
 			return
 		case err == nil && ok:
-			renewed = time.Now()
+			renewed = sent
+			t.Reset(time.Until(sent.Add(ttl / 3)))
 		case err == nil:
 			log.Error(name+" lost; stopping the work under it for another process to carry on", attrs...)
 			lost(ErrLeaseLost)
@@ -396,6 +419,7 @@ func keepRenewed(ctx context.Context, ttl time.Duration, log *slog.Logger, lost 
 				lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 				return
 			}
+			t.Reset(ttl / 3)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/teststore"
+	"github.com/toolgate/toolgate/store"
 )
 
 // holdLease holds the lease on conversation through l until release is
@@ -205,5 +206,90 @@ func TestPanicWhileTakingLeaseLetsClaimGo(t *testing.T) {
 	}()
 	if ok, err := l.take("T1/C1/1.4", func() (bool, error) { return true, nil }); err != nil || !ok {
 		t.Errorf("take after a panic = %v, %v; want the lease taken", ok, err)
+	}
+}
+
+// A hold taken well before its work started (the store step that took it
+// was slow) is renewed at once when its first renewal is already due, not
+// ttl/3 after the work started; and a renewal that fails when the hold may
+// have run out since it was taken gives the work up at once.
+func TestRenewalCountsFromWhenHoldWasTaken(t *testing.T) {
+	const ttl = time.Hour // a renewal ttl/3 after the start would take 20 minutes
+	renewed := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		keepRenewed(ctx, ttl, time.Now().Add(-ttl/2), slog.Default(), func(error) { t.Error("a renewed hold was given up") }, func(context.Context) (bool, error) {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+			return true, nil
+		}, "test hold")
+	}()
+	select {
+	case <-renewed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a hold taken ttl/2 ago was not renewed at once")
+	}
+	cancel()
+	<-done
+
+	lost := make(chan error, 1)
+	go keepRenewed(t.Context(), ttl, time.Now().Add(-ttl*3/4), slog.Default(), func(err error) { lost <- err }, func(context.Context) (bool, error) {
+		return false, errors.New("the store is unreachable")
+	}, "test hold")
+	select {
+	case err := <-lost:
+		if !errors.Is(err, ErrLeaseLost) {
+			t.Errorf("lost with %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a hold taken 3/4 ttl ago whose renewal failed was not given up at once")
+	}
+}
+
+// renewSignal reports each AcquireLease (a renewal, once the lease is held).
+type renewSignal struct {
+	leaseStore
+	renewed chan struct{}
+}
+
+func (s *renewSignal) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	select {
+	case s.renewed <- struct{}{}:
+	default:
+	}
+	return s.leaseStore.AcquireLease(ctx, key, owner, ttl)
+}
+
+// A turn that runs under a lease taken by a slow store step (AcceptBegin)
+// renews it counting from when that step was sent.
+func TestRunHeldRenewsFromTake(t *testing.T) {
+	st := teststore.Kinds(t)[0].Open(t)()
+	s := &renewSignal{leaseStore: st, renewed: make(chan struct{}, 1)}
+	const ttl = time.Hour
+	l := newLeases(s, "owner", ttl, time.Minute, slog.Default())
+	conv := "T1/C1/1.5"
+	if ok, err := l.take(conv, func() (bool, error) {
+		return st.AcquireLease(t.Context(), store.TurnLease(conv), "owner", ttl)
+	}); err != nil || !ok {
+		t.Fatalf("take = %v, %v", ok, err)
+	}
+	// The step that took it was sent half a TTL ago.
+	l.mu.Lock()
+	l.held[store.TurnLease(conv)].sent = time.Now().Add(-ttl / 2)
+	l.mu.Unlock()
+	err := l.runHeld(t.Context(), conv, func(context.Context) error {
+		select {
+		case <-s.renewed:
+			return nil
+		case <-time.After(10 * time.Second):
+			return errors.New("the lease, taken half a TTL ago, was not renewed at once")
+		}
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
