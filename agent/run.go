@@ -514,6 +514,31 @@ func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 	return nil
 }
 
+// saveAndAnswer saves the turn that ends with text (see saveTurn) while
+// the reporter shows text as the answer, and returns once both are done,
+// with the save's error. The answer's text was streamed before the save
+// began anyway; ending the stream need not wait for the store's step (a
+// round trip, or a transaction's disk syncs). A crash between the two
+// leaves an answer shown and not recorded, which a takeover answers again,
+// as it does an answer streamed before a crash.
+func (a *Agent) saveAndAnswer(ctx context.Context, t *turn, rep Reporter, text string) error {
+	var err error
+	var panicked any
+	saved := make(chan struct{})
+	go func() {
+		defer close(saved)
+		defer func() { panicked = recover() }()
+		err = a.saveTurn(ctx, t)
+	}()
+	defer func() { <-saved }() // also when the reporter panics
+	rep.Answer(ctx, text)
+	<-saved
+	if panicked != nil {
+		panic(panicked)
+	}
+	return err
+}
+
 // markStep records the step whose calls are running (see stepMark); started
 // is the call about to run, or -1 once all are done. The turn goes on
 // either way only if the mark was saved. The messages to answer after the
@@ -555,10 +580,9 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 		if t.steps >= a.cfg.MaxSteps {
 			text := fmt.Sprintf("I stopped after %d steps without finishing. Tell me how you would like to continue.", a.cfg.MaxSteps)
 			t.messages = append(t.messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: text})
-			if err := a.saveTurn(ctx, t); err != nil {
+			if err := a.saveAndAnswer(ctx, t, rep, text); err != nil {
 				return Outcome{}, err
 			}
-			rep.Answer(ctx, text)
 			return Outcome{Status: StepLimit, Answer: text}, nil
 		}
 		t.messages = fitBudget(t.messages, a.cfg.ContextBudget)
@@ -577,10 +601,9 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 		msg = normalizeAssistant(msg, t.steps)
 		t.messages = append(t.messages, msg)
 		if len(msg.ToolCalls) == 0 {
-			if err := a.saveTurn(ctx, t); err != nil {
+			if err := a.saveAndAnswer(ctx, t, rep, msg.Content); err != nil {
 				return Outcome{}, err
 			}
-			rep.Answer(ctx, msg.Content)
 			return Outcome{Status: Answered, Answer: msg.Content}, nil
 		}
 		slots, asks, err := a.judge(ctx, t, msg.ToolCalls, make([]slot, len(msg.ToolCalls)), rep)

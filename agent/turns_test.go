@@ -549,3 +549,64 @@ func (l *turnLog) DecideBegin(ctx context.Context, id, fp string, d store.Decisi
 	}
 	return l.Store.DecideBegin(ctx, id, fp, d, fx, r)
 }
+
+// signalAnswer is a recorder that also closes answered at its first answer.
+type signalAnswer struct {
+	*recorder
+	answered chan struct{}
+	once     sync.Once
+}
+
+func (r *signalAnswer) Answer(ctx context.Context, s string) {
+	r.recorder.Answer(ctx, s)
+	r.once.Do(func() { close(r.answered) })
+}
+
+// A turn's answer is shown while the write that records it is made, not
+// after it (a round trip, or a transaction's disk syncs, less before the
+// thread has its answer); the turn ends only once the write is done.
+func TestAnswerIsShownWhileTheTurnIsRecorded(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(t, backends(t)[0])
+	log := &turnLog{Store: w.store.(storetest.Store), hold: make(chan store.Commit, 1), resume: make(chan struct{})}
+	rep := &signalAnswer{recorder: &recorder{}, answered: make(chan struct{})}
+	a := w.agentWith(log, rep)
+	w.model.Reply(fakeopenai.Text("all good"))
+	type outcome struct {
+		out agent.Outcome
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		out, err := a.Run(ctx, request("how are things?"))
+		done <- outcome{out, err}
+	}()
+	c := <-log.hold
+	if !c.Answer {
+		t.Fatalf("the held commit = %+v, want the one that records the answer", c)
+	}
+	select {
+	case <-rep.answered:
+	case r := <-done:
+		t.Fatalf("the turn ended (%s, %v) while its answer was being recorded", r.out.Status, r.err)
+	case <-time.After(10 * time.Second):
+		close(log.resume)
+		t.Fatal("the answer was not shown while the turn was being recorded")
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("the turn ended (%s, %v) before its answer was recorded", r.out.Status, r.err)
+	default:
+	}
+	close(log.resume)
+	r := <-done
+	must(t, r.err)
+	if r.out.Status != agent.Answered || !slices.Equal(rep.Answers(), []string{"all good"}) {
+		t.Fatalf("got %s with answers %q, want the turn answered once with the model's text", r.out.Status, rep.Answers())
+	}
+	conv, err := log.LoadConversation(ctx, request("").Conversation)
+	must(t, err)
+	if !strings.Contains(string(conv.State), "all good") {
+		t.Errorf("the conversation recorded = %s, want the answer in it", conv.State)
+	}
+}
