@@ -157,9 +157,14 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runS
 	if err != nil {
 		return Outcome{}, err
 	}
-	if rs.Found && rs.Conversation.PausedRun != runID {
-		// The conversation moved on: this step was resumed before, but
-		// finishing the run failed. Finish it now; never run it twice.
+	if !rs.Found || rs.Conversation.PausedRun != runID {
+		// The conversation is not paused on this run. Either it moved on
+		// (this step was resumed before, but finishing the run failed),
+		// or it never was: on Redis Cluster a pause writes its run before
+		// its conversation, and the process that paused died, or lost the
+		// conversation, between the two, so the turn is answered again
+		// from its recorded messages and may ask again. Finish the run;
+		// never run its calls (twice, or as a step nothing recorded).
 		for _, c := range calls {
 			if c.Status == store.Decided && !c.Executing && c.Decision != nil && kindOf(c.Decision).Runs() {
 				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: "the conversation moved on before it ran"})

@@ -4,18 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/redisstore"
+	"github.com/toolgate/toolgate/store/storetest"
 )
 
 // dyingStore is the store as a process sees it until it is killed: after
@@ -541,4 +545,121 @@ func lastUserMessages(m *fakeopenai.Server) []string {
 		}
 	}
 	return users
+}
+
+// killBeforePipeline makes the process whose store client it hooks die
+// ahead of the first pipeline it would send once armed: that pipeline and
+// everything after it fail, and nothing of them reaches Redis.
+type killBeforePipeline struct {
+	armed *atomic.Bool
+	d     *dyingStore
+}
+
+func (killBeforePipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (killBeforePipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h killBeforePipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.Load() {
+			h.d.kill()
+		}
+		if h.d.dead.Load() {
+			return errKilled
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On Redis Cluster a pause writes its run and calls in their hash slot,
+// then the conversation in its own. A process that dies between the two
+// leaves calls that can be decided while no conversation is paused on
+// their run (here the conversation's first turn: it has no record at
+// all). An approval of one of them runs nothing (its card is told it did
+// not run); the survivor answers the recorded message again, and its own
+// card is the one whose approval runs the tool.
+func TestApprovalOfAPauseNeverRecordedRunsNothing(t *testing.T) {
+	url := os.Getenv("REDIS_CLUSTER_URL")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("REDIS_CLUSTER_URL is not set; CI must run the Redis Cluster tests")
+		}
+		t.Skip("REDIS_CLUSTER_URL is not set: a pause is written in two steps only on Redis Cluster")
+	}
+	prefix := "test-" + store.NewRunID()
+	openPlain := func() agent.Store {
+		s, err := redisstore.New(context.Background(), url, redisstore.Options{Prefix: prefix})
+		must(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	w := newWorld(t, backend{name: "redis-cluster", open: func(*testing.T) (agent.Store, func() agent.Store) { return openPlain(), openPlain }})
+	w.cfg.LeaseTTL = 300 * time.Millisecond
+	ctx := t.Context()
+
+	c, err := redisstore.NewClient(url)
+	must(t, err)
+	hooked := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = hooked.Close() })
+	d := &dyingStore{Store: hooked}
+	var armed atomic.Bool
+	c.AddHook(killBeforePipeline{armed: &armed, d: d})
+	cards := &announcer{st: hooked}
+	dying := w.agentWith(d, cards)
+	req := request("ship api 2")
+	deploy := call("c1", "deploy", `{"service":"api","version":"2"}`)
+	w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		armed.Store(true) // the next pipeline is the pause's second step
+		return fakeopenai.ToolCalls(deploy)
+	})
+	if _, err := dying.Run(ctx, req); !errors.Is(err, errKilled) {
+		t.Fatalf("the dying process's turn ended with %v, want it killed while saving its pause", err)
+	}
+	cards.mu.Lock()
+	announced := slices.Clone(cards.announced)
+	cards.mu.Unlock()
+	if len(announced) != 1 {
+		t.Fatalf("cards posted before the crash: %q, want one", announced)
+	}
+	orphan, err := w.store.(storetest.Store).GetCall(ctx, announced[0])
+	if err != nil {
+		t.Fatalf("GetCall(%s) after the crash: %v; want the call the pause's first step wrote", announced[0], err)
+	}
+
+	a := w.restart()
+	w.model.Reply(fakeopenai.ToolCalls(deploy))
+	res, err := a.Decide(ctx, approvals.Decision{CallID: orphan.ID, Fingerprint: orphan.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	if !res.Complete {
+		t.Fatalf("Decide = %+v, want the step complete", res)
+	}
+	out, err := a.Resume(ctx, orphan.RunID)
+	must(t, err)
+	if out.Status != agent.Idle {
+		t.Errorf("Resume of the run nothing recorded = %+v, want idle", out)
+	}
+	if n := w.deploys.n.Load(); n != 0 {
+		t.Fatalf("deploy ran %d times from a pause whose conversation was never saved, want none", n)
+	}
+	var skipped bool
+	for _, u := range w.rec.Updates() {
+		skipped = skipped || u.Call.ID == orphan.ID && u.Phase == agent.PhaseSkipped
+	}
+	if !skipped {
+		t.Errorf("updates %+v, want the approved call's card told it did not run", w.rec.Updates())
+	}
+
+	again := takeOver(t, w, a, req.Conversation)
+	if again.Status != agent.Paused || len(again.Pending) != 1 || again.Pending[0].ID == orphan.ID {
+		t.Fatalf("TakeOver = %+v, want the message answered again with a card of its own", again)
+	}
+	p := again.Pending[0]
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+		t.Fatal(err)
+	}
+	w.model.Reply(fakeopenai.Text("shipped"))
+	if out, err := a.Resume(ctx, p.RunID); err != nil || out.Status != agent.Answered {
+		t.Fatalf("Resume of the survivor's run = %+v, %v; want answered", out, err)
+	}
+	if n := w.deploys.n.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want once (the survivor's approved call)", n)
+	}
 }

@@ -212,7 +212,13 @@ func newPolicyAt(def Action, rules []lineRule) (*Policy, error) {
 	return nil, err
 }
 
-// parseTTL parses a rule's ttl, a positive Go duration such as 72h.
+// MaxTTL is the longest a call may wait for its approvers: a conversation
+// is kept for 30 days after its last turn, and a call approved once its
+// conversation is gone runs nothing (there is no turn to resume).
+const MaxTTL = 30 * 24 * time.Hour
+
+// parseTTL parses a rule's ttl, a positive Go duration such as 72h, at
+// most MaxTTL.
 func parseTTL(s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil {
@@ -220,6 +226,9 @@ func parseTTL(s string) (time.Duration, error) {
 	}
 	if d < 0 {
 		return 0, fmt.Errorf("negative duration %s", s)
+	}
+	if d > MaxTTL {
+		return 0, fmt.Errorf("duration %s is longer than 720h (30 days, how long a conversation is kept)", s)
 	}
 	return d, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/botsetup"
 )
 
@@ -203,6 +204,9 @@ func (c *config) validate() error {
 	}
 	if c.ApprovalTTL <= 0 {
 		return fmt.Errorf("APPROVAL_TTL: %s is not positive", c.ApprovalTTL)
+	}
+	if c.ApprovalTTL > approvals.MaxTTL {
+		return fmt.Errorf("APPROVAL_TTL: %s is longer than 720h (30 days, how long a conversation is kept)", c.ApprovalTTL)
 	}
 	if c.HTTPAddr == "" {
 		return errors.New("HTTP_ADDR must not be empty")

@@ -222,7 +222,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 		return err
 	}
 	_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		s.indexRun(ctx, p, nr)
+		s.indexRun(ctx, p, nr, true)
 		return nil
 	})
 	if err != nil {
@@ -338,9 +338,9 @@ func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 }
 
 // indexRun adds a created run and its calls to the indexes (runIndex),
-// each kept at least until the run's keys are deleted, and marks the
-// conversation as paused on the run.
-func (s *Store) indexRun(ctx context.Context, p redis.Pipeliner, nr newRun) {
+// each kept at least until the run's keys are deleted, and with mark set
+// marks the conversation as paused on the run.
+func (s *Store) indexRun(ctx context.Context, p redis.Pipeliner, nr newRun, mark bool) {
 	r := nr.run
 	deleteAt := r.ExpiresAt.Add(s.retention)
 	trimBefore := "(" + strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
@@ -351,7 +351,7 @@ func (s *Store) indexRun(ctx context.Context, p redis.Pipeliner, nr newRun) {
 			p.ZRemRangeByScore(ctx, e.key, "-inf", trimBefore)
 		}
 	}
-	if r.Conversation != "" {
+	if mark && r.Conversation != "" {
 		k := s.convKey(r.Conversation)
 		p.HSet(ctx, k, "key", r.Conversation, "paused_run", r.ID)
 		p.PExpire(ctx, k, s.convTTL)

@@ -499,7 +499,9 @@ func (s *Store) trimStaleAudit(ctx context.Context, key, tail string) error {
 // on the general path the run, created in its own step first, and the
 // audit entries, pipelined with the conversation's script, are written
 // all the same (they record what the holder did), after a read of the
-// lease when a run is created. See storetest.Store for the contract.
+// lease when a run is created; the conversation is marked as paused on
+// the run only by its script, with the rest of it. See storetest.Store
+// for the contract.
 func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	keys, args := s.commitArgs(c)
 	// On a single node the script unlists the conversation itself, at
@@ -533,7 +535,11 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	}
 	p := s.c.Pipeline()
 	if c.Run != nil {
-		s.indexRun(ctx, p, nr)
+		// The conversation's script marks it as paused on the run when it
+		// saves the conversation, and only if the lease is held: a run
+		// whose conversation was not saved (a crash between the two
+		// steps, a lost lease) is not one the conversation is paused on.
+		s.indexRun(ctx, p, nr, c.Conversation == nil || c.Run.Conversation != c.Key)
 	}
 	for _, e := range c.Audit {
 		if err := s.pushAudit(ctx, p, e); err != nil {

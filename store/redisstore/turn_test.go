@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -311,5 +312,70 @@ func decide(t *testing.T, s *redisstore.Store, conv string, call store.Call) {
 	d := store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}
 	if _, complete, err := s.DecideAudited(t.Context(), call.ID, call.Fingerprint, d, store.Effects{Unanswered: conv}); err != nil || !complete {
 		t.Errorf("DecideAudited(%s) = complete %v, %v; want the step complete", call.ID, complete, err)
+	}
+}
+
+// pipelineHook calls before, once, ahead of the first pipeline sent after
+// it is armed.
+type pipelineHook struct {
+	armed  *bool
+	before func()
+}
+
+func (pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if *h.armed {
+			*h.armed = false
+			h.before()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On Redis Cluster a pause writes its run and calls in their hash slot
+// before the conversation in its own. If another owner takes the
+// conversation's lease in between, the conversation's step is refused,
+// and the conversation is left as it was: not paused on a run it never
+// recorded (a resume of that run, after an approval of one of its cards,
+// then runs nothing), and not overwriting the new owner's work.
+func TestPauseRefusedMidwayLeavesTheConversationAlone(t *testing.T) {
+	u := envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")
+	prefix := newPrefix(t, u)
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = s.Close() })
+	other := newStore(t, u, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = other.Close() })
+	ctx := t.Context()
+	conv := "C1:" + store.NewRunID()
+	if _, _, err := s.AcceptMessage(ctx, conv, store.Inbound{User: "U1", Channel: "C1", Text: "deploy"}, false); err != nil {
+		t.Fatal(err)
+	}
+	armed := true
+	took := false
+	c.AddHook(pipelineHook{armed: &armed, before: func() {
+		ok, err := other.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute)
+		took = ok && err == nil
+	}})
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
+	paused := store.Conversation{State: []byte(`{"by":"a"}`), PausedRun: r.ID}
+	err = s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: []store.Call{call}, Answer: true, AnswerUpTo: 1, Holder: "a", Release: "a"})
+	if !took {
+		t.Fatal("the other owner did not take the lease between the run's step and the conversation's")
+	}
+	if !errors.Is(err, store.ErrNotHolder) {
+		t.Fatalf("CommitTurn of a pause whose lease was taken midway = %v, want ErrNotHolder", err)
+	}
+	if got, err := s.LoadConversation(ctx, conv); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadConversation after the refused pause = %+v, %v; want no conversation (none was saved)", got, err)
+	}
+	if in, err := s.Inbox(ctx, conv); err != nil || len(in) != 1 {
+		t.Errorf("Inbox after the refused pause = %v, %v; want the message still there", in, err)
 	}
 }
