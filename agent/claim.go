@@ -106,8 +106,9 @@ func (c *claim) age() time.Duration {
 // an error otherwise (a context already ended, the store unreachable) is
 // returned, and the call does not run.
 func (a *Agent) confirmClaim(ctx context.Context, runID string) error {
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		// ErrLeaseLost when the renewer found the claim lost first.
+		return context.Cause(ctx)
 	}
 	c := claimOf(ctx, runID)
 	if c == nil || c.age() < a.cfg.LeaseTTL/2 {
@@ -116,6 +117,8 @@ func (a *Agent) confirmClaim(ctx context.Context, runID string) error {
 	sent := time.Now()
 	ok, err := a.store.RenewClaim(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("renew resume claim: %w", context.Cause(ctx))
 	case err != nil:
 		return fmt.Errorf("renew resume claim: %w", err)
 	case !ok:

@@ -69,6 +69,15 @@ func TestMarkedCallConfirmsAStaleClaim(t *testing.T) {
 				t.Error("the resume's context goes on after its claim was found lost")
 			}
 			stop()
+
+			// Found lost by the renewer before the check: the check says
+			// why, not only that the context ended.
+			gone, stopGone := a.keepClaim(ctx, run.ID, time.Now())
+			defer stopGone()
+			claimOf(gone, run.ID).lose(ErrLeaseLost)
+			if err := a.confirmClaim(gone, run.ID); !errors.Is(err, ErrLeaseLost) {
+				t.Errorf("a claim the renewer found lost: %v, want ErrLeaseLost", err)
+			}
 		})
 	}
 }
