@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -222,8 +223,12 @@ type Agent struct {
 	leases   *leases
 	// resumable knows the conversations of the runs to resume.
 	resumable resumable
-	// paused remembers the calls this process paused, for their decision.
+	// paused remembers the calls this process paused, and those other
+	// processes announced (see FollowPauses), for their decision.
 	paused pausedCalls
+	// read is the latest records a turn of this process read, with their
+	// version, for the calls other processes announce.
+	read atomic.Pointer[readRecords]
 }
 
 // New returns an Agent. reporter gives the Reporter of a conversation (by

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 
 	"github.com/toolgate/toolgate/internal/fixedkey"
@@ -72,25 +74,140 @@ type sharedRecords struct {
 	uses int
 }
 
-// add remembers calls, checked against recs at version; nothing without a
-// version, and no call whose arguments are large.
+// add remembers calls, checked against recs at version (see rememberable).
 func (p *pausedCalls) add(calls []store.Call, recs map[string][]store.Record, version int64) {
+	p.addAll(rememberable(calls, recs, version), recs)
+}
+
+// rememberable returns, as an announcement, the calls worth remembering,
+// checked against recs at version: none without a version, and no call
+// whose arguments are large.
+func rememberable(calls []store.Call, recs map[string][]store.Record, version int64) announcement {
+	an := announcement{Version: version}
 	if version == 0 || recs == nil {
-		return
+		return an
 	}
 	for _, c := range calls {
-		key, ok := fixedkey.Of(c.ID)
-		if !ok || len(c.Args) > maxPausedArgs {
+		if len(c.Args) > maxPausedArgs {
 			continue
 		}
 		enc, err := json.Marshal(c)
 		if err != nil || len(enc) > pausedBytes/16 {
 			continue
 		}
-		p.mu.Lock()
-		p.put(key, enc, recs, version)
-		p.mu.Unlock()
+		an.IDs = append(an.IDs, c.ID)
+		an.Calls = append(an.Calls, enc)
 	}
+	return an
+}
+
+// addAll remembers the calls of an, checked against recs.
+func (p *pausedCalls) addAll(an announcement, recs map[string][]store.Record) {
+	for i, id := range an.IDs {
+		p.addEncoded(id, an.Calls[i], recs, an.Version)
+	}
+}
+
+// addEncoded remembers the call id encoded as enc, checked against recs
+// at version, unless it is too large to keep.
+func (p *pausedCalls) addEncoded(id string, enc []byte, recs map[string][]store.Record, version int64) {
+	key, ok := fixedkey.Of(id)
+	if !ok || len(enc) > pausedBytes/16 {
+		return
+	}
+	p.mu.Lock()
+	p.put(key, enc, recs, version)
+	p.mu.Unlock()
+}
+
+// recordsAt returns the records of version that remembered calls use, or
+// nil.
+func (p *pausedCalls) recordsAt(version int64) map[string][]store.Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sr := p.recs[version]; sr != nil {
+		return sr.recs
+	}
+	return nil
+}
+
+// announcement is what a process tells the others that share its store
+// about the calls it paused (see Agent.FollowPauses): each call as
+// pausedCalls keeps it, and the version of the records its turn judged it
+// by.
+type announcement struct {
+	Owner   string            `json:"owner"`
+	Version int64             `json:"version"`
+	IDs     []string          `json:"ids"`
+	Calls   []json.RawMessage `json:"calls"`
+	// Records are the records of the version, unless they are large:
+	// for a process that has not read them itself.
+	Records json.RawMessage `json:"records,omitempty"`
+}
+
+// maxAnnouncedRecords bounds the records an announcement carries.
+const maxAnnouncedRecords = 16 << 10
+
+// readRecords are records a turn read, and their version.
+type readRecords struct {
+	version int64
+	recs    map[string][]store.Record
+}
+
+// PauseFeed is a store that several processes share and that announces
+// each pause to all of them (redisstore on one node: see store.Commit's
+// Announce).
+type PauseFeed interface {
+	FollowPauses(ctx context.Context, ready func(), fn func(announce []byte)) error
+}
+
+// FollowPauses remembers the calls other processes pause, as each
+// remembers its own, so that a decision made here on one of them soon
+// after takes one store step (see pausedCalls), until ctx ends. It needs a
+// store that announces pauses (PauseFeed) and, for each announcement, the
+// records of the version its calls were judged by, as a turn of this
+// process read them last or as other remembered calls use them;
+// otherwise a decision reads the call first, as it always may. ready, if
+// set, is called once announcements reach this process. With a store that
+// announces nothing it returns at once.
+func (a *Agent) FollowPauses(ctx context.Context, ready func()) error {
+	feed, ok := a.store.(PauseFeed)
+	if !ok {
+		if ready != nil {
+			ready()
+		}
+		return nil
+	}
+	if err := feed.FollowPauses(ctx, ready, a.announced); err != nil {
+		return fmt.Errorf("follow pauses: %w", err)
+	}
+	return nil
+}
+
+// announced remembers the calls of another process's announcement.
+func (a *Agent) announced(b []byte) {
+	var an announcement
+	if json.Unmarshal(b, &an) != nil || an.Owner == a.cfg.Owner || an.Version == 0 || len(an.IDs) != len(an.Calls) {
+		return
+	}
+	recs := a.paused.recordsAt(an.Version)
+	if r := a.read.Load(); recs == nil && r != nil && r.version == an.Version {
+		recs = r.recs
+	}
+	if recs == nil && (len(an.Records) == 0 || json.Unmarshal(an.Records, &recs) != nil || recs == nil) {
+		return
+	}
+	a.paused.addAll(an, recs)
+}
+
+// announce returns the announcement of the calls in remember, checked
+// against recs, for the other processes.
+func (a *Agent) announce(remember announcement, recs map[string][]store.Record) []byte {
+	remember.Owner = a.cfg.Owner
+	if b, err := json.Marshal(recs); err == nil && len(b) <= maxAnnouncedRecords {
+		remember.Records = b
+	}
+	return mustJSON(remember)
 }
 
 // put stores a call's encoding in the ring, forgetting the oldest calls

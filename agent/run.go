@@ -409,6 +409,9 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 		}
 		return Outcome{Status: Idle}, nil
 	}
+	if b.RecordsVersion != 0 && b.Records != nil {
+		a.read.Store(&readRecords{version: b.RecordsVersion, recs: b.Records})
+	}
 	t := &turn{conv: conv, messages: cs.Messages, inboxSeq: seq, recs: b.Records, began: b.Records, beganVersion: b.RecordsVersion}
 	defer a.flushAudits(ctx, t)
 	// Messages queued during a pause whose resume failed are answered
@@ -1014,6 +1017,11 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		Answer:       true,
 		AnswerUpTo:   t.inboxSeq,
 	}
+	remember := rememberable(calls, t.began, t.beganVersion)
+	if _, ok := a.store.(PauseFeed); ok && len(remember.IDs) > 0 {
+		// The other processes remember the calls too (see FollowPauses).
+		c.Announce = a.announce(remember, t.began)
+	}
 	if err := a.commit(ctx, t, c, true); err != nil {
 		if an != nil {
 			an.Unsaved(context.WithoutCancel(ctx), pending)
@@ -1036,7 +1044,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		return Outcome{}, err
 	}
 	t.finish, t.pausedRun = "", ""
-	a.paused.add(calls, t.began, t.beganVersion)
+	a.paused.addAll(remember, t.began)
 	rep.Paused(ctx, pending)
 	return Outcome{Status: Paused, RunID: runID, Pending: pending}, nil
 }

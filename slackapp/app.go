@@ -129,6 +129,10 @@ type Upkeep interface {
 	Expire(ctx context.Context, resume func(runID, conversation string)) (time.Time, error)
 	Sweep(ctx context.Context, resume func(runID, conversation string)) error
 	Unanswered(ctx context.Context, limit int) ([]string, error)
+	// FollowPauses remembers the calls other replicas pause, until ctx
+	// ends, so that a click here on one of their cards is decided in one
+	// store step.
+	FollowPauses(ctx context.Context, ready func()) error
 }
 
 // Explainer asks the model why it wants a pending call (the Why? button).
@@ -324,6 +328,13 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 	a.spawn(workCtx, "sweep", func(ctx context.Context) { a.sweep(ctx, stopping) })
 	a.spawn(workCtx, "takeover", func(ctx context.Context) { a.takeover(ctx, stopping) })
 	a.spawn(workCtx, "homes", func(ctx context.Context) { a.refreshHomes(ctx, stopping) })
+	following, stopFollowing := context.WithCancel(workCtx)
+	defer stopFollowing()
+	a.spawn(workCtx, "pauses", func(context.Context) {
+		if err := a.ag.FollowPauses(following, nil); err != nil {
+			a.log.Warn("not following other replicas' pauses: a click on their cards reads the call first", "err", err)
+		}
+	})
 
 	var runErr error
 loop:
@@ -341,6 +352,7 @@ loop:
 		}
 	}
 	close(stopping)
+	stopFollowing()
 	a.shutdown(workCtx, stopWork, stopNotes, smErr)
 	a.groups.close()
 	a.audience.close()

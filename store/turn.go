@@ -65,4 +65,10 @@ type Commit struct {
 	// as they are. A lease that ran out and that nobody took since does
 	// not stop the commit.
 	Holder string
+	// Announce, if set, is published to the processes that follow the
+	// store's pauses once the commit is made (a store shared by several
+	// processes: see redisstore.Store.FollowPauses); opaque to the store.
+	// A store of one process, or one that cannot publish it with the
+	// commit's step, ignores it.
+	Announce []byte
 }

@@ -118,12 +118,16 @@ func (s *Store) auditArgs(entries []store.AuditEntry) ([]any, error) {
 // commitTurn is commitTurnFn as a script on the conversation's hash slot,
 // with the unanswered index as a fourth key on a single node.
 // KEYS: conversation, inbox, lease [, unanswered index]
-// ARGV: as commitTurnFn, then the holder (empty: none)
+// ARGV: as commitTurnFn (9), the announcement (empty: none) and its
+// channel, then the holder (empty: none)
 // Returns what commit returns, or -2 with nothing written when another
-// owner holds the lease.
+// owner holds the lease. The announcement is published once the rest is
+// written.
 var commitTurn = redis.NewScript(commitTurnFn + `
 if not held(KEYS[3]) then return -2 end
-return commit(1, 1, #KEYS >= 4)
+local left = commit(1, 1, #KEYS >= 4)
+if ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[11], ARGV[10]) end
+return left
 `)
 
 // commitPause is CommitTurn of a turn that creates a run, in one script
@@ -137,11 +141,13 @@ return commit(1, 1, #KEYS >= 4)
 // number of index entries m, the trim bound ("(" and Unix ms), per entry
 // score (ms), member and trim (1/0), the run's conversation key (empty:
 // none), the run id, the conversation ttl (ms), the number of audit entries
-// e, the entries, the audit list's last index kept, then the commitTurnFn
-// arguments, then the holder (empty: none).
+// e, the entries, the audit list's last index kept, the announcement
+// (empty: none) and its channel, then the commitTurnFn arguments, then the
+// holder (empty: none).
 // Returns {'notheld'} (another owner holds the lease) or {'exists'}, with
 // nothing written, or {'ok', inbox left (as commit), the audit list's
-// oldest entry (empty with no entry written)}.
+// oldest entry (empty with no entry written)}. The announcement is
+// published once the rest is written.
 var commitPause = redis.NewScript(createRunFn + commitTurnFn + auditFn + `
 local n = tonumber(ARGV[1])
 if not held(KEYS[4 + n]) then return {'notheld'} end
@@ -167,7 +173,10 @@ end
 a = a + 3
 local tail
 tail, a = audit(KEYS[k + 4], a)
-return {'ok', commit(k, a, true), tail}
+local announce, channel = ARGV[a], ARGV[a + 1]
+local left = commit(k, a + 2, true)
+if announce ~= '' then redis.call('PUBLISH', channel, announce) end
+return {'ok', left, tail}
 `)
 
 // commitFinish is CommitTurn of a commit that finishes a run and creates
@@ -403,7 +412,8 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
 	args = append(args, nr.run.Conversation, nr.run.ID, s.convTTL.Milliseconds())
-	args = append(append(append(args, audit...), commitArgs...), c.Holder)
+	args = append(append(append(args, audit...), string(c.Announce), s.pausesChannel()), commitArgs...)
+	args = append(args, c.Holder)
 	res, err := commitPause.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
@@ -550,7 +560,7 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	if len(c.Audit) > 0 {
 		tail = p.LIndex(ctx, s.auditKey(), -1)
 	}
-	args = append(args, c.Holder)
+	args = append(args, string(c.Announce), s.pausesChannel(), c.Holder)
 	commit := commitTurn.EvalSha(ctx, p, keys, args...)
 	cmds, err := p.Exec(ctx)
 	if errors.Is(err, redis.Nil) {

@@ -379,3 +379,67 @@ func TestPauseRefusedMidwayLeavesTheConversationAlone(t *testing.T) {
 		t.Errorf("Inbox after the refused pause = %v, %v; want the message still there", in, err)
 	}
 }
+
+// A pause's announcement is published to the processes that follow pauses
+// once the pause is recorded, by its own script: a pause in one step, and
+// a resume's pause (which also finishes the resumed run); a pause the
+// store refuses announces nothing.
+func TestPausesAnnouncedOnceRecorded(t *testing.T) {
+	u := redisURL(t)
+	prefix := newPrefix(t, u)
+	s := newStore(t, u, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan struct{})
+	heard := make(chan string, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.FollowPauses(ctx, func() { close(ready) }, func(b []byte) { heard <- string(b) })
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("FollowPauses ended with %v, want nil once its context ended", err)
+		}
+	}()
+	<-ready
+	next := func() string {
+		t.Helper()
+		select {
+		case b := <-heard:
+			return b
+		case <-time.After(10 * time.Second):
+			t.Fatal("no announcement within 10s")
+			return ""
+		}
+	}
+	pause := func(conv, holder, finish, announce string) (store.Call, error) {
+		r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+		call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
+		paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+		return call, s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: []store.Call{call}, Finish: finish, Holder: holder, Announce: []byte(announce)})
+	}
+
+	first, err := pause("C1:"+store.NewRunID(), "", "", "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "first" {
+		t.Errorf("announcement = %q, want the pause's", got)
+	}
+
+	refused := "C1:" + store.NewRunID()
+	if ok, err := s.AcquireLease(ctx, store.TurnLease(refused), "b", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease = %v, %v", ok, err)
+	}
+	if _, err := pause(refused, "a", "", "refused"); !errors.Is(err, store.ErrNotHolder) {
+		t.Fatalf("CommitTurn of a pause while another owner holds the lease = %v, want ErrNotHolder", err)
+	}
+	decide(t, s, first.Conversation, first)
+	if _, err := pause(first.Conversation, "", store.RunOf(first.ID), "again"); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "again" {
+		t.Errorf("announcement after a refused pause and a resume's pause = %q, want the resume's pause's only", got)
+	}
+}

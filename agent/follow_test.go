@@ -1,0 +1,99 @@
+package agent_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/redisstore"
+)
+
+var _ agent.PauseFeed = (*redisstore.Store)(nil)
+
+// following is a store that tells when an announcement of a pause was
+// handed to its follower, and counts the calls read for a decision.
+type following struct {
+	agent.Store
+	heard chan struct{}
+	reads atomic.Int64
+}
+
+func (f *following) FollowPauses(ctx context.Context, ready func(), fn func([]byte)) error {
+	return f.Store.(agent.PauseFeed).FollowPauses(ctx, ready, func(b []byte) {
+		fn(b)
+		f.heard <- struct{}{}
+	})
+}
+
+func (f *following) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	f.reads.Add(1)
+	return f.Store.GetCallWith(ctx, id, kinds...)
+}
+
+// A process that follows the pauses of the others that share its Redis
+// decides a click on a call another one paused from the call as
+// announced, in one store step, without reading it first (as the process
+// that paused it would); the call runs once, and a second click on the
+// process that paused it is refused.
+func TestDecisionOnAnotherProcessesPauseReadsNothing(t *testing.T) {
+	var redis *backend
+	for _, b := range backends(t) {
+		if b.name == "redis" {
+			redis = &b
+		}
+	}
+	if redis == nil {
+		t.Skip("REDIS_URL is not set: pauses are announced on Redis only")
+	}
+	ctx := t.Context()
+	w := newWorld(t, *redis)
+	paused := w.agent()
+	f := &following{Store: w.store, heard: make(chan struct{}, 10)}
+	other := w.agentWith(f, w.rec)
+	followCtx, stop := context.WithCancel(ctx)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- other.FollowPauses(followCtx, func() { close(ready) }) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("FollowPauses = %v, want nil once its context ended", err)
+		}
+	}()
+	<-ready
+
+	p := pauseOne(t, w, paused, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	select {
+	case <-f.heard:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other process heard of no pause within 10s")
+	}
+	res, taken, err := other.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	if !res.Complete || taken == nil {
+		t.Fatalf("DecideTaking = %+v, taken %v; want the step complete and its resume begun", res, taken != nil)
+	}
+	if n := f.reads.Load(); n != 0 {
+		t.Errorf("the other process read the call %d times to decide it, want none (it was announced)", n)
+	}
+	out, err := other.ResumeTaken(ctx, taken)
+	must(t, err)
+	if out.Status != agent.Answered {
+		t.Errorf("Resume = %+v, want answered", out)
+	}
+	if n := w.deploys.n.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want once", n)
+	}
+	// A second click, on the process that paused the call, finds it
+	// decided, from what is stored.
+	if _, _, err := paused.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"}); err == nil {
+		t.Error("a second approval on the process that paused the call succeeded, want it refused as decided")
+	}
+	if n := w.deploys.n.Load(); n != 1 {
+		t.Errorf("deploy ran %d times after a second click, want once", n)
+	}
+}
