@@ -34,9 +34,17 @@ type countedWatchStore struct {
 	watch agent.LeaseWatcher
 }
 
+// countedRedisStore is a countedWatchStore over a store that also
+// announces pauses (Redis), which the agent follows.
+type countedRedisStore struct {
+	*countedWatchStore
+	feed agent.PauseFeed
+}
+
 var (
 	_ botsetup.Store     = (*countedStore)(nil)
 	_ agent.LeaseWatcher = (*countedWatchStore)(nil)
+	_ agent.PauseFeed    = (*countedRedisStore)(nil)
 )
 
 // hooked is a store whose commands a go-redis hook can see (Redis).
@@ -44,7 +52,8 @@ type hooked interface{ AddHook(redis.Hook) }
 
 // countStore wraps st so that each of its calls is counted in a
 // toolgate_store_calls_total counter registered with reg. The result
-// offers WatchLease exactly when st does. Close is not counted.
+// offers WatchLease, and FollowPauses with it, exactly when st does. Close
+// is not counted.
 func countStore(st botsetup.Store, reg prometheus.Registerer) botsetup.Store {
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_store_calls_total",
@@ -60,10 +69,15 @@ func countStore(st botsetup.Store, reg prometheus.Registerer) botsetup.Store {
 		h.AddHook(redisstore.RoundTrips(trips.Inc))
 	}
 	c := &countedStore{st: st, calls: calls}
-	if w, ok := st.(agent.LeaseWatcher); ok {
-		return &countedWatchStore{countedStore: c, watch: w}
+	w, ok := st.(agent.LeaseWatcher)
+	if !ok {
+		return c
 	}
-	return c
+	cw := &countedWatchStore{countedStore: c, watch: w}
+	if f, ok := st.(agent.PauseFeed); ok {
+		return &countedRedisStore{countedWatchStore: cw, feed: f}
+	}
+	return cw
 }
 
 func (s *countedStore) count(method string) { s.calls.WithLabelValues(method).Inc() }
@@ -71,6 +85,11 @@ func (s *countedStore) count(method string) { s.calls.WithLabelValues(method).In
 func (s *countedWatchStore) WatchLease(ctx context.Context, key string) (store.LeaseWatch, error) {
 	s.count("WatchLease")
 	return s.watch.WatchLease(ctx, key)
+}
+
+func (s *countedRedisStore) FollowPauses(ctx context.Context, ready func(), fn func([]byte)) error {
+	s.count("FollowPauses")
+	return s.feed.FollowPauses(ctx, ready, fn)
 }
 
 func (s *countedStore) Close() error { return s.st.Close() }

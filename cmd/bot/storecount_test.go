@@ -88,12 +88,36 @@ func TestCountStoreCounts(t *testing.T) {
 	}
 }
 
+// pauseStore is a watchStore that also announces pauses, as Redis does.
+type pauseStore struct {
+	*watchStore
+	followed int
+}
+
+func (p *pauseStore) FollowPauses(context.Context, func(), func([]byte)) error {
+	p.followed++
+	return nil
+}
+
 // Lease release announcements are offered exactly when the wrapped store
 // has them (without them the agent's waiters in other processes fall back
 // to re-checking), and are counted; so is the policy's batch listing.
+// Pause announcements too (without them a click on another replica's card
+// reads the call first).
 func TestCountStoreKeepsLeaseWatchAndBatchRecords(t *testing.T) {
 	if _, ok := countStore(openBolt(t), prometheus.NewRegistry()).(agent.LeaseWatcher); ok {
 		t.Error("the wrapper of a store without WatchLease offers WatchLease")
+	}
+	if _, ok := countStore(&watchStore{Store: openBolt(t)}, prometheus.NewRegistry()).(agent.PauseFeed); ok {
+		t.Error("the wrapper of a store without FollowPauses offers FollowPauses")
+	}
+	ps := &pauseStore{watchStore: &watchStore{Store: openBolt(t)}}
+	feed, ok := countStore(ps, prometheus.NewRegistry()).(agent.PauseFeed)
+	if !ok {
+		t.Fatal("the wrapper of a store with FollowPauses does not offer it")
+	}
+	if err := feed.FollowPauses(t.Context(), nil, func([]byte) {}); err != nil || ps.followed != 1 {
+		t.Errorf("FollowPauses through the wrapper = %v, the store followed %d times; want once", err, ps.followed)
 	}
 	inner := &watchStore{Store: openBolt(t)}
 	reg := prometheus.NewRegistry()
@@ -129,6 +153,9 @@ func TestCountStoreCountsRedisRoundTrips(t *testing.T) {
 	t.Cleanup(func() { rs.Close() })
 	reg := prometheus.NewRegistry()
 	st := countStore(rs, reg)
+	if _, ok := st.(agent.PauseFeed); !ok {
+		t.Error("the wrapper of the Redis store does not offer FollowPauses")
+	}
 	trips := func() float64 {
 		t.Helper()
 		mfs, err := reg.Gather()
