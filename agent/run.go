@@ -968,6 +968,9 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		if ttl <= 0 {
 			ttl = a.cfg.ApprovalTTL
 		}
+		// A rule stored before the bound, or a configuration set in code,
+		// may ask for more.
+		ttl = min(ttl, approvals.MaxTTL)
 		remind := q.verdict.RemindAfter
 		if remind <= 0 {
 			remind = a.cfg.ReminderAfter

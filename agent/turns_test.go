@@ -610,3 +610,14 @@ func TestAnswerIsShownWhileTheTurnIsRecorded(t *testing.T) {
 		t.Errorf("the conversation recorded = %s, want the answer in it", conv.State)
 	}
 }
+
+// A call waits at most approvals.MaxTTL, whatever the configuration (or a
+// rule stored before that bound) asks: its conversation must outlive it.
+func TestApprovalWaitIsBoundedByTheConversationsLife(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.cfg.ApprovalTTL = 1000 * time.Hour
+	p := pauseOne(t, w, w.agent(), call("c1", "deploy", `{"service":"api","version":"2"}`))
+	if got := p.ExpiresAt.Sub(p.CreatedAt); got != approvals.MaxTTL {
+		t.Errorf("the call waits %s, want %s (approvals.MaxTTL)", got, approvals.MaxTTL)
+	}
+}

@@ -214,8 +214,10 @@ func newPolicyAt(def Action, rules []lineRule) (*Policy, error) {
 
 // MaxTTL is the longest a call may wait for its approvers: a conversation
 // is kept for 30 days after its last turn, and a call approved once its
-// conversation is gone runs nothing (there is no turn to resume).
-const MaxTTL = 30 * 24 * time.Hour
+// conversation is gone runs nothing (there is no turn to resume), so the
+// call's wait ends two days before, which leaves its resume the time to
+// run even after a crash.
+const MaxTTL = 28 * 24 * time.Hour
 
 // parseTTL parses a rule's ttl, a positive Go duration such as 72h, at
 // most MaxTTL.
@@ -228,7 +230,7 @@ func parseTTL(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("negative duration %s", s)
 	}
 	if d > MaxTTL {
-		return 0, fmt.Errorf("duration %s is longer than 720h (30 days, how long a conversation is kept)", s)
+		return 0, fmt.Errorf("duration %s is longer than 672h (28 days: a conversation is kept 30 days after its last turn)", s)
 	}
 	return d, nil
 }

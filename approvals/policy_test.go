@@ -260,7 +260,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"missing tool", rule("    - verdict: ask\n"), []string{"policy rule 2", "tool: missing"}},
 		{"bad glob", rule("    - tool: 'files__[a'\n      verdict: ask\n"), []string{"policy rule 2", "tool", "bad glob"}},
 		{"bad ttl", rule("    - tool: x\n      verdict: ask\n      ttl: 3 days\n"), []string{"policy rule 2", "ttl (line 7)", `bad duration "3 days"`}},
-		{"ttl past a conversation's life", rule("    - tool: x\n      verdict: ask\n      ttl: 800h\n"), []string{"policy rule 2", "ttl (line 7)", "800h is longer than 720h"}},
+		{"ttl past a conversation's life", rule("    - tool: x\n      verdict: ask\n      ttl: 800h\n"), []string{"policy rule 2", "ttl (line 7)", "800h is longer than 672h"}},
 		{"negative ttl", rule("    - tool: x\n      verdict: ask\n      ttl: -1h\n"), []string{"ttl", "negative"}},
 		{"bad approver", rule("    - tool: x\n      verdict: ask\n      approvers: [ana]\n"), []string{"policy rule 2", "approvers", `bad id "ana"`}},
 		{"approvers not a list", rule("    - tool: x\n      verdict: ask\n      approvers: U1\n"), []string{"approvers", "want a list"}},

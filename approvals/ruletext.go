@@ -21,7 +21,7 @@ import (
 // id, when (a CEL bool condition), reason, approvers (comma-separated Slack
 // user and user-group ids; Slack mentions such as <@U1ABC|ana> and
 // <!subteam^S2DEF|@ops> are accepted too), four_eyes (true or false),
-// ttl (a Go duration such as 2h or 90m, at most 720h), min_approvals (a whole number,
+// ttl (a Go duration such as 2h or 90m, at most 672h), min_approvals (a whole number,
 // 1 or more: distinct approvers needed) and remind_after (a duration). A value containing spaces is
 // quoted: 'single quotes' take everything literally up to the next single
 // quote; "double quotes" allow \" and \\ inside. Typographic quotes (“ ” ‘ ’)

@@ -206,7 +206,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("APPROVAL_TTL: %s is not positive", c.ApprovalTTL)
 	}
 	if c.ApprovalTTL > approvals.MaxTTL {
-		return fmt.Errorf("APPROVAL_TTL: %s is longer than 720h (30 days, how long a conversation is kept)", c.ApprovalTTL)
+		return fmt.Errorf("APPROVAL_TTL: %s is longer than 672h (28 days: a conversation is kept 30 days after its last turn)", c.ApprovalTTL)
 	}
 	if c.HTTPAddr == "" {
 		return errors.New("HTTP_ADDR must not be empty")

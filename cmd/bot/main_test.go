@@ -167,7 +167,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "stand-in bot token", set: map[string]string{"SLACK_BOT_TOKEN": "xoxb-…"}, want: []string{"SLACK_BOT_TOKEN is still the placeholder"}},
 		{name: "malformed approval ttl", set: map[string]string{"APPROVAL_TTL": "3x"}, want: []string{`APPROVAL_TTL: "3x" is not a duration`}},
 		{name: "negative approval ttl", set: map[string]string{"APPROVAL_TTL": "-1h"}, want: []string{"APPROVAL_TTL", "not positive"}},
-		{name: "approval ttl past a conversation's life", set: map[string]string{"APPROVAL_TTL": "721h"}, want: []string{"APPROVAL_TTL: 721h0m0s is longer than 720h"}},
+		{name: "approval ttl past a conversation's life", set: map[string]string{"APPROVAL_TTL": "673h"}, want: []string{"APPROVAL_TTL: 673h0m0s is longer than 672h"}},
 		{name: "malformed max turns", set: map[string]string{"MAX_TURNS": "many"}, want: []string{`MAX_TURNS: "many" is not a whole number`}},
 		{name: "zero max turns", set: map[string]string{"MAX_TURNS": "0"}, want: []string{"MAX_TURNS: 0 is not at least 1"}},
 		{name: "zero sweep interval", set: map[string]string{"SWEEP_INTERVAL": "0s"}, want: []string{"SWEEP_INTERVAL", "not positive"}},

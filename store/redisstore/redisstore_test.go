@@ -324,6 +324,11 @@ func TestNewClient(t *testing.T) {
 		"redis+cluster://",
 		"redis+cluster://10.0.0.1:7000,,10.0.0.2:7001",
 		"redis://127.0.0.1:6379/?bogus=1",
+		// Reads from replicas could miss what the store just wrote.
+		"redis+cluster://10.0.0.1:7000?read_only=true",
+		"redis+cluster://10.0.0.1:7000?route_randomly=true",
+		"redis+sentinel://10.0.0.1:26379?master_name=main&replica_only=true",
+		"redis+sentinel://10.0.0.1:26379?master_name=main&route_by_latency=true",
 	} {
 		if c, err := redisstore.NewClient(bad); err == nil {
 			c.Close()

@@ -79,6 +79,9 @@ func parseTarget(rawURL string) (target, error) {
 		if err != nil {
 			return target{}, fmt.Errorf("parse redis cluster url: %w", err)
 		}
+		if o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
+			return target{}, errors.New("parse redis cluster url: read_only, route_by_latency and route_randomly are not supported: the store reads what it has just written, which a replica may not have yet")
+		}
 		// Setting the pipeline buffers would give each node a second pool:
 		// they are left to the URL.
 		o.ReadBufferSize, o.WriteBufferSize = connBufferSize, connBufferSize
@@ -94,6 +97,9 @@ func parseTarget(rawURL string) (target, error) {
 		}
 		if o.MasterName == "" {
 			return target{}, fmt.Errorf("parse redis sentinel url: master_name option is required")
+		}
+		if o.ReplicaOnly || o.RouteByLatency || o.RouteRandomly {
+			return target{}, errors.New("parse redis sentinel url: replica_only, route_by_latency and route_randomly are not supported: the store reads what it has just written, which a replica may not have yet")
 		}
 		o.ReadBufferSize, o.WriteBufferSize = connBufferSize, connBufferSize
 		o.PipelineReadBufferSize = cmp.Or(o.PipelineReadBufferSize, connBufferSize)
