@@ -77,7 +77,7 @@ func TestApprovalsCommand(t *testing.T) {
 	wantIn(t, "rules list after the revoke", e.slash(stranger, "rules list"), "No standing rules")
 
 	wantIn(t, "audit by a non-admin", e.slash(stranger, "audit"), "Only admins can read the audit log")
-	audit := e.slash(other, "audit")
+	audit := e.audit(other, "`execute`")
 	wantIn(t, "audit", audit, "`decide` · by <@"+approver+"> · tool `deploy`", "`execute` · by <@"+approver+"> · tool `deploy`")
 
 	// Policy changes are for admins. The file is a floor: an added allow

@@ -236,7 +236,7 @@ func TestAuditOfAnEditedCall(t *testing.T) {
 	}
 
 	wantIn(t, "audit by a non-admin", e.slash(stranger, "audit"), "Only admins can read the audit log")
-	audit := e.slash(other, "audit")
+	audit := e.audit(other, "`execute`")
 	var exec string
 	for _, l := range strings.Split(audit, "\n") {
 		if strings.Contains(l, "`execute`") {

@@ -397,6 +397,19 @@ func buttonValue(t *testing.T, m fakeslack.Message, actionID string) string {
 	return ""
 }
 
+// audit returns /approvals audit as admin reads it once it lists an entry
+// containing want: a turn's entries are stored with the write that
+// records its result, which the thread's answer does not wait for.
+func (e *env) audit(admin, want string) string {
+	e.t.Helper()
+	var audit string
+	waitUntil(e.t, "the audit log lists "+want, func() bool {
+		audit = e.slash(admin, "audit")
+		return strings.Contains(audit, want)
+	})
+	return audit
+}
+
 // waitUntil polls cond until it holds or the time is up.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
