@@ -74,11 +74,6 @@ type sharedRecords struct {
 	uses int
 }
 
-// add remembers calls, checked against recs at version (see rememberable).
-func (p *pausedCalls) add(calls []store.Call, recs map[string][]store.Record, version int64) {
-	p.addAll(rememberable(calls, recs, version), recs)
-}
-
 // rememberable returns, as an announcement, the calls worth remembering,
 // checked against recs at version: none without a version, and no call
 // whose arguments are large.

@@ -22,15 +22,15 @@ func TestPausedCallsAreBounded(t *testing.T) {
 		return map[string][]store.Record{"rule": {{Kind: "rule", ID: "r1"}}}
 	}
 	call := func(id string) store.Call { return store.Call{ID: id, Args: json.RawMessage(`{}`)} }
-	p.add([]store.Call{call("a.0")}, recs(), 0)
-	p.add([]store.Call{call("b.0")}, nil, 3)
-	p.add([]store.Call{{ID: "c.0", Args: json.RawMessage(`"` + strings.Repeat("x", maxPausedArgs) + `"`)}}, recs(), 3)
+	p.addAll(rememberable([]store.Call{call("a.0")}, recs(), 0), recs())
+	p.addAll(rememberable([]store.Call{call("b.0")}, nil, 3), nil)
+	p.addAll(rememberable([]store.Call{{ID: "c.0", Args: json.RawMessage(`"` + strings.Repeat("x", maxPausedArgs) + `"`)}}, recs(), 3), recs())
 	if len(p.byKey) != 0 {
 		t.Fatalf("remembered %d calls without a version, records or with large arguments, want none", len(p.byKey))
 	}
 	first := recs()
-	p.add([]store.Call{call("d.0"), call("d.1")}, first, 7)
-	p.add([]store.Call{call("e.0")}, recs(), 7)
+	p.addAll(rememberable([]store.Call{call("d.0"), call("d.1")}, first, 7), first)
+	p.addAll(rememberable([]store.Call{call("e.0")}, recs(), 7), recs())
 	if got, ok := p.take("e.0"); !ok || got.version != 7 || &got.recs["rule"][0] != &first["rule"][0] {
 		t.Errorf("take(e.0) = version %d, %v, records shared %v; want version 7 with the records first read at it", got.version, ok, ok && &got.recs["rule"][0] == &first["rule"][0])
 	}
@@ -38,7 +38,7 @@ func TestPausedCallsAreBounded(t *testing.T) {
 		t.Error("take(e.0) twice found it twice")
 	}
 	for i := range maxPausedCalls {
-		p.add([]store.Call{call(store.CallID("f", i))}, recs(), 8)
+		p.addAll(rememberable([]store.Call{call(store.CallID("f", i))}, recs(), 8), recs())
 	}
 	if _, ok := p.take("d.0"); ok {
 		t.Error("the oldest call is remembered past the bound")
@@ -72,7 +72,7 @@ func TestPausedCallsRing(t *testing.T) {
 			Requester: "U1", Requesters: []string{"U1", "U2"}, Approvers: []string{"@oncall"}, FourEyes: i%2 == 0,
 			Channel: "C1", Conversation: "C1/1.2", CreatedAt: at, ExpiresAt: at.Add(time.Hour), Status: store.Pending, MinApprovals: i % 3,
 		}
-		p.add([]store.Call{c}, recs, 5)
+		p.addAll(rememberable([]store.Call{c}, recs, 5), recs)
 		added[c.ID] = c
 		order = append(order, c.ID)
 		if rng.IntN(4) == 0 { // a decision on a recent call
