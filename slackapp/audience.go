@@ -88,7 +88,17 @@ func (c *audienceCache) dmUser(ctx context.Context, channel string) (string, err
 	if ok {
 		return e.user, nil
 	}
-	v, err := c.lookups.do(ctx, "dm:"+channel, func(ctx context.Context) (any, error) {
+	v, err := c.lookups.do(ctx, "dm:"+channel, c.lookUpDM(channel))
+	if err != nil {
+		return "", err
+	}
+	return v.(string), nil
+}
+
+// lookUpDM is the look-up of the person the bot talks to in a DM channel,
+// which it keeps.
+func (c *audienceCache) lookUpDM(channel string) func(ctx context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
 		info, err := c.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: channel})
 		if err != nil {
 			return nil, fmt.Errorf("look up DM %s: %w", channel, err)
@@ -102,11 +112,7 @@ func (c *audienceCache) dmUser(ctx context.Context, channel string) (string, err
 		put(c.dms, channel, dmEntry{user: info.User, at: time.Now()}, c.maxDMs, 0, func(e dmEntry) time.Time { return e.at })
 		c.mu.Unlock()
 		return info.User, nil
-	})
-	if err != nil {
-		return "", err
 	}
-	return v.(string), nil
 }
 
 // isPublic reports whether channel is a public channel, which everyone in
@@ -144,7 +150,17 @@ func (c *audienceCache) channelMembers(ctx context.Context, channel string) (map
 	if ok && time.Since(e.at) < c.ttl {
 		return e.members, nil
 	}
-	v, err := c.lookups.do(ctx, "members:"+channel, func(ctx context.Context) (any, error) {
+	v, err := c.lookups.do(ctx, "members:"+channel, c.lookUpMembers(channel))
+	if err != nil {
+		return nil, err
+	}
+	return v.(map[string]bool), nil
+}
+
+// lookUpMembers is the look-up of a channel's members, every page of them,
+// which it keeps.
+func (c *audienceCache) lookUpMembers(channel string) func(ctx context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
 		members := map[string]bool{}
 		cursor := ""
 		for {
@@ -164,9 +180,32 @@ func (c *audienceCache) channelMembers(ctx context.Context, channel string) (map
 		put(c.members, channel, memberEntry{members: members, at: time.Now()}, c.maxChannels, c.ttl, func(e memberEntry) time.Time { return e.at })
 		c.mu.Unlock()
 		return members, nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	return v.(map[string]bool), nil
+}
+
+// warm starts looking up who can see channel, without waiting, unless what
+// is kept stays fresh for at least half the ttl more: a card that anyone
+// in the conversation may decide is posted there, and its first click
+// should not wait on Slack. A failed look-up is not kept; the click asks
+// again.
+func (c *audienceCache) warm(ctx context.Context, channel string) {
+	if channel == "" {
+		return
+	}
+	c.mu.Lock()
+	var fresh bool
+	if strings.HasPrefix(channel, "D") {
+		_, fresh = c.dms[channel]
+	} else {
+		e, ok := c.members[channel]
+		fresh = ok && time.Since(e.at) < c.ttl/2
+	}
+	c.mu.Unlock()
+	switch {
+	case fresh:
+	case strings.HasPrefix(channel, "D"):
+		c.lookups.start(ctx, "dm:"+channel, c.lookUpDM(channel))
+	default:
+		c.lookups.start(ctx, "members:"+channel, c.lookUpMembers(channel))
+	}
 }

@@ -265,3 +265,73 @@ func TestModalText(t *testing.T) {
 		}
 	}
 }
+
+// warm looks up who can see a conversation in the background when what is
+// kept would not stay fresh for half the ttl, and not otherwise; a DM's
+// other party, which never changes, is looked up once.
+func TestAudienceWarmRefreshesOnlyWhatIsNotFreshForLong(t *testing.T) {
+	api, client := newSlowSlack(t)
+	c := newAudienceCache(client, time.Minute)
+	ctx := context.Background()
+	settle := func() {
+		c.lookups.mu.Lock()
+		var running []chan struct{}
+		for _, l := range c.lookups.running {
+			running = append(running, l.done)
+		}
+		c.lookups.mu.Unlock()
+		for _, done := range running {
+			<-done
+		}
+	}
+
+	c.warm(ctx, "C1")
+	settle()
+	if n := api.count("conversations.members"); n != 1 {
+		t.Fatalf("warming an unknown channel made %d look-ups, want 1", n)
+	}
+	if ok, err := c.CanSee(ctx, "C1", "U1"); !ok || err != nil {
+		t.Fatalf("CanSee(C1, U1) after warming = %v, %v", ok, err)
+	}
+	if n := api.count("conversations.members"); n != 1 {
+		t.Fatalf("a check after warming made a look-up of its own (%d in all)", n)
+	}
+
+	for _, tc := range []struct {
+		age  time.Duration
+		want int64
+	}{
+		{age: 20 * time.Second, want: 0}, // fresh for 40 s more
+		{age: 40 * time.Second, want: 1}, // fresh for 20 s only
+		{age: 2 * time.Minute, want: 1},  // stale
+	} {
+		before := api.count("conversations.members")
+		c.mu.Lock()
+		e := c.members["C1"]
+		e.at = time.Now().Add(-tc.age)
+		c.members["C1"] = e
+		c.mu.Unlock()
+		c.warm(ctx, "C1")
+		settle()
+		if n := api.count("conversations.members") - before; n != tc.want {
+			t.Errorf("warming a channel looked up %v ago made %d look-ups, want %d", tc.age, n, tc.want)
+		}
+	}
+
+	c.warm(ctx, "D1")
+	settle()
+	c.warm(ctx, "D1")
+	settle()
+	if n := api.count("conversations.info"); n != 1 {
+		t.Errorf("warming a DM twice made %d look-ups, want 1", n)
+	}
+	if ok, err := c.CanSee(ctx, "D1", "U1"); !ok || err != nil || api.count("conversations.info") != 1 {
+		t.Errorf("CanSee(D1, U1) after warming = %v, %v, with %d look-ups", ok, err, api.count("conversations.info"))
+	}
+
+	c.lookups.close()
+	c.warm(ctx, "C9")
+	if n := api.count("conversations.members"); n != 3 {
+		t.Errorf("warming once the look-ups are closed made a look-up (%d in all, want 3)", n)
+	}
+}

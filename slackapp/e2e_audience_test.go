@@ -78,3 +78,38 @@ func TestOpenCallsStayInTheirConversation(t *testing.T) {
 		}
 	}
 }
+
+// A card that anyone in the conversation may decide has the conversation's
+// members looked up as it is posted, without waiting for them: its first
+// click finds them and asks Slack nothing.
+func TestOpenCardLooksUpItsDecidersAhead(t *testing.T) {
+	const private = "CPRIVATE03"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n"
+	// No Home tab round, which also looks the members up, before the click.
+	e.cfg.HomeRefreshDelay = time.Hour
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, other, e.slack.BotUserID()}})
+	e.start()
+	arrived, release := e.slack.HoldNext("conversations.members")
+	defer release()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"16"}`)), fakeopenai.Text("Deployed vault 16."))
+	ts := e.slack.Mention(private, requester, "deploy vault 16")
+	select {
+	case <-arrived:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the channel's members were not looked up as the card was posted")
+	}
+	// The look-up is held: the card does not wait for it.
+	card := e.cardIn(private, ts, "deploy")
+	release()
+
+	_, err := e.slack.Click(other, private, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(private, ts, "Deployed vault 16.")
+	if n := e.deploy.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+	if n := len(e.slack.Calls("conversations.members")); n != 1 {
+		t.Errorf("conversations.members was called %d times, want once, as the card was posted", n)
+	}
+}

@@ -89,12 +89,27 @@ type lookup struct {
 // do returns what fn returns for key, sharing a look-up running for it.
 // Once the look-ups are closed, fn runs in the caller's goroutine.
 func (l *lookups) do(ctx context.Context, key string, fn func(ctx context.Context) (any, error)) (any, error) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	c := l.start(ctx, key, fn)
+	if c == nil {
 		lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 		defer cancel()
 		return fn(lctx)
+	}
+	select {
+	case <-c.done:
+		return c.val, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// start returns the look-up running for key, starting it with fn if none
+// is, without waiting for it; nil once the look-ups are closed.
+func (l *lookups) start(ctx context.Context, key string, fn func(ctx context.Context) (any, error)) *lookup {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
 	}
 	c, ok := l.running[key]
 	if !ok {
@@ -106,13 +121,7 @@ func (l *lookups) do(ctx context.Context, key string, fn func(ctx context.Contex
 		l.running[key] = c
 		l.wg.Go(func() { l.run(lctx, key, c, fn) })
 	}
-	l.mu.Unlock()
-	select {
-	case <-c.done:
-		return c.val, c.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return c
 }
 
 // run runs the look-up c of key; a panic in fn is its error.

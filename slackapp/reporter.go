@@ -378,6 +378,11 @@ func (p *cardPost) note() []byte {
 // postCard posts the call's card in the thread and returns the post, whose
 // copies postCopies posts.
 func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.PendingCall) *cardPost {
+	if len(pc.Approvers) == 0 {
+		// Anyone who can see the conversation may decide it: their
+		// clicks look that up, so it is looked up now, off the way.
+		a.audience.warm(ctx, channel)
+	}
 	card := cardOf(pc, nil)
 	p := &cardPost{callID: pc.ID, since: time.Now()}
 	p.blocks, p.text = CardBlocks(card), CardText(card)
