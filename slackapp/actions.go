@@ -54,7 +54,9 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 	in := &env.Payload
 	switch slack.InteractionType(in.Type) {
 	case slack.InteractionTypeBlockActions:
-		a.ack(env, nil, start)
+		// The click's work starts first, and runs while the ack is
+		// written.
+		defer a.ack(env, nil, start)
 		a.spawn(ctx, "click", func(ctx context.Context) {
 			redelivered := sync.OnceValue(func() bool { return !a.firstTime(ctx, "envelope:"+env.ID) })
 			conversation := ""
