@@ -45,7 +45,9 @@ return 0
 `)
 
 // decide moves a call from pending to a final status, and writes the
-// effects of the decision (see decisionEffects).
+// effects of the decision (see decisionEffects). The decision that leaves
+// no call of the run pending names its call in the run (field completed),
+// for decidedResume.
 // KEYS: call, run [, audit, unanswered]
 // ARGV: fingerprint, kind, at, decision JSON, new status, then the effects
 // Returns {code, pending calls left, the call's callFields[, audit tail]}
@@ -70,6 +72,7 @@ end
 redis.call('HSET', KEYS[1], 'status', ARGV[5], 'decision', ARGV[4])
 redis.call('HDEL', KEYS[1], 'remind')
 local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
+if left == 0 then redis.call('HSET', KEYS[2], 'completed', KEYS[1]) end
 effects(ARGV[#ARGV - 3], left)
 return reply('ok', left)
 `
@@ -487,16 +490,21 @@ return resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], sta
 `)
 
 // decidedResume is beginResumeFn, run only if the call holds the given
-// decision: sent right after a decision, it begins the resume of the step
-// that this decision completed, and nothing else (a single node only: the
-// conversation and its lease are in other hash slots than the run).
+// decision and that decision is the one that completed the run's step:
+// sent right after a decision, in the same pipeline but not atomically with
+// it, it begins the resume of the step that this decision completed, and
+// nothing else, however other decisions came in between (a single node
+// only: the conversation and its lease are in other hash slots than the
+// run).
 // KEYS: call, run, claim, conversation, lease
 // ARGV: decision JSON, owner, ttl (ms), run id, then the decision kinds
 // that start a call
-// Returns {'undecided'} if the call holds another decision or none, else
-// what resume returns.
+// Returns {'undecided'} if the call holds another decision or none, or
+// another decision completed the step, else what resume returns.
 var decidedResume = redis.NewScript(beginResumeFn + `
-if redis.call('HGET', KEYS[1], 'decision') ~= ARGV[1] then return {'undecided'} end
+if redis.call('HGET', KEYS[1], 'decision') ~= ARGV[1] or redis.call('HGET', KEYS[2], 'completed') ~= KEYS[1] then
+  return {'undecided'}
+end
 local start = {}
 for j = 5, #ARGV do start[#start + 1] = ARGV[j] end
 return resume(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4], start)

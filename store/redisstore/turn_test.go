@@ -443,3 +443,76 @@ func TestPausesAnnouncedOnceRecorded(t *testing.T) {
 		t.Errorf("announcement after a refused pause and a resume's pause = %q, want the resume's pause's only", got)
 	}
 }
+
+// splitHook sends the first pipeline sent after it is armed in two parts,
+// its first command alone, and calls between in between, as another
+// client's command reaching Redis between them would.
+type splitHook struct {
+	armed   *bool
+	between func()
+}
+
+func (splitHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (splitHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h splitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !*h.armed || len(cmds) < 2 {
+			return next(ctx, cmds)
+		}
+		*h.armed = false
+		err := next(ctx, cmds[:1])
+		h.between()
+		return errors.Join(err, next(ctx, cmds[1:]))
+	}
+}
+
+// On a single node a decision and the resume it begins are two scripts of
+// one pipeline. When another decision completes the step between them, the
+// first decision, which left a call pending, begins nothing: it neither
+// claims the resume nor marks its call as running, so the resume of the
+// decision that completed the step starts with it.
+func TestDecisionThatLeftACallPendingBeginsNoResume(t *testing.T) {
+	u := redisURL(t)
+	prefix := newPrefix(t, u)
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, cluster := c.(*redis.ClusterClient); cluster {
+		t.Skip("a decision and its resume are one pipeline on a single node only")
+	}
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = s.Close() })
+	other := newStore(t, u, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = other.Close() })
+	ctx := t.Context()
+	conv := "C1:" + store.NewRunID()
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	calls := []store.Call{
+		{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp0", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)},
+		{ID: store.CallID(r.ID, 1), Tool: "t", Fingerprint: "fp1", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)},
+	}
+	paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+	if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls, Holder: "a", Release: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	armed := true
+	c.AddHook(splitHook{armed: &armed, between: func() {
+		decide(t, other, conv, calls[1])
+	}})
+	begin := store.ResumeBegin{Conversation: conv, Lease: store.TurnLease(conv), Owner: "a", TTL: time.Minute, Start: []string{"approve"}}
+	_, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, "fp0", store.Decision{Kind: "approve", Decider: "UA"}, store.Effects{}, begin)
+	if armed {
+		t.Fatal("the decision was not sent as a pipeline of two")
+	}
+	if err != nil || complete || rs.Claimed {
+		t.Fatalf("DecideBegin of the first call = complete %v, claimed %v, %v; want neither, nil", complete, rs.Claimed, err)
+	}
+	rs, err = other.BeginResume(ctx, r.ID, conv, store.TurnLease(conv), "b", time.Minute, []string{"approve"})
+	if err != nil || !rs.Claimed {
+		t.Fatalf("BeginResume by the decider that completed the step = claimed %v, busy %v, %v; want it claimed", rs.Claimed, rs.Busy, err)
+	}
+	if rs.Started != calls[0].ID {
+		t.Errorf("the resume started %q, want the first approved call %s, not left marked as running by the other decision", rs.Started, calls[0].ID)
+	}
+}
