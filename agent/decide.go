@@ -101,11 +101,11 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 	if err != nil {
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
-	sd, err := a.checkDecision(ctx, c, d, v, recs)
+	sd, need, err := a.checkDecision(ctx, c, d, v, recs)
 	if err != nil {
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
-	if need := max(c.MinApprovals, v.MinApprovals); need > 1 && (d.Kind == approvals.Approve || d.Kind == approvals.Edit) {
+	if need > 1 && (d.Kind == approvals.Approve || d.Kind == approvals.Edit) {
 		return a.approve(ctx, c, d, sd, need)
 	}
 	return a.record(ctx, c, d.Fingerprint, sd, v, taken, 0)
@@ -132,8 +132,8 @@ func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pause
 	if err != nil {
 		return DecideResult{}, errReadCall
 	}
-	sd, err := a.checkDecision(ctx, c, d, v, recs)
-	if err != nil || max(c.MinApprovals, v.MinApprovals) > 1 {
+	sd, need, err := a.checkDecision(ctx, c, d, v, recs)
+	if err != nil || need > 1 {
 		return DecideResult{}, errReadCall
 	}
 	return a.record(ctx, c, d.Fingerprint, sd, v, taken, pc.version)
@@ -258,79 +258,87 @@ func deniedBy(v approvals.Verdict) error {
 }
 
 // checkDecision validates a decision against the call and returns what is
-// stored; the policy judges an edit by recs, read with the call.
-func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Decision, v approvals.Verdict, recs map[string][]store.Record) (store.Decision, error) {
+// stored, and how many distinct approvers the arguments it would run need
+// (those of the card, or an edit's, whichever rule asks more: an edit
+// cannot take a call out from under a two-person rule); the policy judges
+// an edit by recs, read with the call.
+func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Decision, v approvals.Verdict, recs map[string][]store.Record) (store.Decision, int, error) {
 	sd := store.Decision{Kind: storedKind(d.Kind), Decider: d.Decider, At: d.At}
+	need := max(c.MinApprovals, v.MinApprovals)
 	tool, known := a.tools.Lookup(c.Tool)
 	human := known && tool.Human
 	switch d.Kind {
 	case approvals.Reject:
 		sd.Reason = strings.TrimSpace(d.Reason)
 		if sd.Reason == "" {
-			return sd, fmt.Errorf("%w: a rejection needs a reason", ErrBadDecision)
+			return sd, need, fmt.Errorf("%w: a rejection needs a reason", ErrBadDecision)
 		}
 	case approvals.Respond:
 		if !human {
-			return sd, fmt.Errorf("%w: %s asks no question to answer", ErrBadDecision, c.Tool)
+			return sd, need, fmt.Errorf("%w: %s asks no question to answer", ErrBadDecision, c.Tool)
 		}
 		sd.Answer = strings.TrimSpace(d.Answer)
 		if sd.Answer == "" {
-			return sd, fmt.Errorf("%w: the answer is empty", ErrBadDecision)
+			return sd, need, fmt.Errorf("%w: the answer is empty", ErrBadDecision)
 		}
 	case approvals.Approve, approvals.Remember, approvals.Edit:
 		if human {
-			return sd, fmt.Errorf("%w: %s is a question; answer it instead", ErrBadDecision, c.Tool)
+			return sd, need, fmt.Errorf("%w: %s is a question; answer it instead", ErrBadDecision, c.Tool)
 		}
 		if d.Kind == approvals.Remember {
 			if c.FourEyes {
-				return sd, fmt.Errorf("%w: a four-eyes call cannot be allowed from now on; approve it instead", ErrBadDecision)
+				return sd, need, fmt.Errorf("%w: a four-eyes call cannot be allowed from now on; approve it instead", ErrBadDecision)
 			}
-			if n := max(c.MinApprovals, v.MinApprovals); n > 1 {
-				return sd, fmt.Errorf("%w: this call needs %d approvers, so it cannot be allowed from now on; approve it instead", ErrBadDecision, n)
+			if need > 1 {
+				return sd, need, fmt.Errorf("%w: this call needs %d approvers, so it cannot be allowed from now on; approve it instead", ErrBadDecision, need)
 			}
 			if v.Action != approvals.Ask || v.FailClosed {
-				return sd, fmt.Errorf("%w: this call is not asked under a rule that can be relaxed now; approve it instead", ErrBadDecision)
+				return sd, need, fmt.Errorf("%w: this call is not asked under a rule that can be relaxed now; approve it instead", ErrBadDecision)
 			}
 			sd.Conditions, sd.TTL, sd.Exact = d.Conditions, d.TTL, d.Exact
 		}
 		if d.Kind == approvals.Edit {
-			args, err := a.checkEdit(ctx, c, d, recs)
+			args, ev, err := a.checkEdit(ctx, c, d, recs)
 			if err != nil {
-				return sd, err
+				return sd, need, err
 			}
 			sd.Args = args
+			if ev.Action == approvals.Ask {
+				need = max(need, ev.MinApprovals)
+			}
 		}
 	}
-	return sd, nil
+	return sd, need, nil
 }
 
 // checkEdit validates edited arguments against the tool's schema and
 // re-judges them: an edit cannot turn a call into one the policy denies,
 // and if the edited call falls under another rule that asks, the decider
-// must be an approver under that rule too.
-func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decision, recs map[string][]store.Record) (json.RawMessage, error) {
+// must be an approver under that rule too. It returns the canonical
+// arguments and the policy's verdict on them.
+func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decision, recs map[string][]store.Record) (json.RawMessage, approvals.Verdict, error) {
 	args := d.Args
 	if len(args) == 0 {
-		return nil, fmt.Errorf("%w: an edit needs arguments", ErrBadDecision)
+		return nil, approvals.Verdict{}, fmt.Errorf("%w: an edit needs arguments", ErrBadDecision)
 	}
 	tool, canonical, _, err := a.check(c.Tool, args)
 	if err != nil {
-		return nil, &DetailError{Err: approvals.ErrInvalidArgs, Detail: personText(err)}
+		return nil, approvals.Verdict{}, &DetailError{Err: approvals.ErrInvalidArgs, Detail: personText(err)}
 	}
 	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations}, recs)
 	if err != nil {
-		return nil, err
+		return nil, v, err
 	}
 	if v.Action == approvals.Deny {
-		return nil, deniedBy(v)
+		return nil, v, deniedBy(v)
 	}
 	if v.Action == approvals.Ask {
 		who := approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester, Requesters: c.Requesters}
 		if err := approvals.Authorize(ctx, who, d.Decider, a.cfg.Groups); err != nil {
-			return nil, fmt.Errorf("the edited call falls under rule %s: %w", v.RuleID, err)
+			return nil, v, fmt.Errorf("the edited call falls under rule %s: %w", v.RuleID, err)
 		}
 	}
-	return canonical, nil
+	return canonical, v, nil
 }
 
 // refused is what Decide returns when the store refused or failed the
