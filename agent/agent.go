@@ -101,6 +101,8 @@ type Inboxes interface {
 // Leases serialises work on one conversation across processes.
 type Leases interface {
 	AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
+	// RenewLease extends owner's live lease, and never takes a free one.
+	RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
 	ReleaseLease(ctx context.Context, key, owner string) error
 }
 

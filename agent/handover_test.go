@@ -29,11 +29,11 @@ func newStarvedStore(st agent.Store) *starvedStore {
 	return &starvedStore{Store: st, Starvation: teststore.NewStarvation()}
 }
 
-func (s *starvedStore) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (s *starvedStore) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	if lost, err := s.Renewal(ctx, false); lost || err != nil {
 		return false, err
 	}
-	return s.Store.AcquireLease(ctx, key, owner, ttl)
+	return s.Store.RenewLease(ctx, key, owner, ttl)
 }
 
 func (s *starvedStore) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {

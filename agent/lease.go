@@ -370,7 +370,9 @@ func (l *leases) release(ctx context.Context, key, conversation string, released
 // returns.
 func (l *leases) renew(ctx context.Context, key, conversation string, since time.Time, lost context.CancelCauseFunc) {
 	keepRenewed(ctx, l.ttl, since, l.log, lost, func(ctx context.Context) (bool, error) {
-		return l.store.AcquireLease(ctx, key, l.owner, l.ttl)
+		// Never taken back once it ran out: whoever held it since may
+		// have done this work's work.
+		return l.store.RenewLease(ctx, key, l.owner, l.ttl)
 	}, "conversation lease", "conversation", conversation)
 }
 

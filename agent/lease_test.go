@@ -250,18 +250,18 @@ func TestRenewalCountsFromWhenHoldWasTaken(t *testing.T) {
 	}
 }
 
-// renewSignal reports each AcquireLease (a renewal, once the lease is held).
+// renewSignal reports each RenewLease.
 type renewSignal struct {
 	leaseStore
 	renewed chan struct{}
 }
 
-func (s *renewSignal) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (s *renewSignal) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	select {
 	case s.renewed <- struct{}{}:
 	default:
 	}
-	return s.leaseStore.AcquireLease(ctx, key, owner, ttl)
+	return s.leaseStore.RenewLease(ctx, key, owner, ttl)
 }
 
 // A turn that runs under a lease taken by a slow store step (AcceptBegin)

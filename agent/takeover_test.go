@@ -83,6 +83,13 @@ func (d *dyingStore) AcquireLease(ctx context.Context, key, owner string, ttl ti
 	return d.Store.AcquireLease(ctx, key, owner, ttl)
 }
 
+func (d *dyingStore) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := d.check(); err != nil {
+		return false, err
+	}
+	return d.Store.RenewLease(ctx, key, owner, ttl)
+}
+
 func (d *dyingStore) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
 	if err := d.check(); err != nil {
 		return store.ResumeStart{}, err
@@ -469,68 +476,83 @@ func TestTakeOverTwiceKeepsMessageAcceptedBetween(t *testing.T) {
 // the conversation, and its turn ends with ErrLeaseLost.
 func TestStalledProcessWritesNothingAfterTakeover(t *testing.T) {
 	for _, b := range backends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			w := newWorld(t, b)
-			w.policy = takeoverPolicy
-			w.cfg.LeaseTTL = time.Hour // its renewer would notice only much later
-			w.cfg.Owner = "stalled"
-			var runs atomic.Int64
-			must(t, w.reg.Register(agent.Tool{
-				Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
-				Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
-					runs.Add(1)
-					return agent.Result{Content: "migrated"}, nil
-				},
-			}))
-			entered := make(chan struct{})
-			release := make(chan struct{})
-			var asked atomic.Int64
-			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
-				if asked.Add(1) > 1 {
-					return fakeopenai.Text("migrated")
-				}
-				close(entered)
-				<-release
-				return fakeopenai.ToolCalls(call("c1", "migrate", `{}`))
-			})
-			a := w.agent()
-			req := request("migrate the schema")
-			done := make(chan error, 1)
-			go func() {
-				_, err := a.Run(context.Background(), req)
-				done <- err
-			}()
-			<-entered
-			// Its lease runs out, and another process takes the
-			// conversation over.
-			ctx := t.Context()
-			lease := store.TurnLease(req.Conversation)
-			must(t, w.store.ReleaseLease(ctx, lease, "stalled"))
-			if ok, err := w.store.AcquireLease(ctx, lease, "survivor", time.Hour); err != nil || !ok {
-				t.Fatalf("AcquireLease by the survivor = %v, %v", ok, err)
+		for _, finished := range []bool{false, true} {
+			name := b.name
+			if finished {
+				name += "/survivor finished"
 			}
-			before, beforeErr := w.store.LoadConversation(ctx, req.Conversation)
-			close(release)
-			if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
-				t.Fatalf("the stalled turn ended with %v, want ErrLeaseLost", err)
-			}
-			if n := runs.Load(); n != 0 {
-				t.Errorf("the stalled process ran the tool %d times after losing the conversation, want 0", n)
-			}
-			after, err := w.store.LoadConversation(ctx, req.Conversation)
-			if errors.Is(err, store.ErrNotFound) != errors.Is(beforeErr, store.ErrNotFound) || string(after.State) != string(before.State) {
-				t.Errorf("the conversation after the stalled turn = %s, %v; want it as the survivor had it: %s, %v", after.State, err, before.State, beforeErr)
-			}
-			if keys, err := w.store.Unanswered(ctx, time.Now().Add(time.Hour), 0); err != nil || !slices.Contains(keys, req.Conversation) {
-				t.Errorf("Unanswered after the stalled turn = %q, %v; want the conversation still listed", keys, err)
-			}
-			if ok, err := w.store.AcquireLease(ctx, lease, "third", time.Hour); err != nil || ok {
-				t.Errorf("AcquireLease by a third process = %v, %v; want the survivor still holding it", ok, err)
-			}
-			if got := w.rec.Answers(); len(got) != 0 {
-				t.Errorf("the stalled process answered %q in the thread, want nothing", got)
-			}
-		})
+			t.Run(name, func(t *testing.T) { stalledAfterTakeover(t, b, finished) })
+		}
+	}
+}
+
+// stalledAfterTakeover is TestStalledProcessWritesNothingAfterTakeover
+// with the survivor still holding the conversation when the stalled
+// process wakes up, or (finished) done with it and the lease free.
+func stalledAfterTakeover(t *testing.T, b backend, finished bool) {
+	w := newWorld(t, b)
+	w.policy = takeoverPolicy
+	w.cfg.LeaseTTL = time.Hour // its renewer would notice only much later
+	w.cfg.Owner = "stalled"
+	var runs atomic.Int64
+	must(t, w.reg.Register(agent.Tool{
+		Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			runs.Add(1)
+			return agent.Result{Content: "migrated"}, nil
+		},
+	}))
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var asked atomic.Int64
+	w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		if asked.Add(1) > 1 {
+			return fakeopenai.Text("migrated")
+		}
+		close(entered)
+		<-release
+		return fakeopenai.ToolCalls(call("c1", "migrate", `{}`))
+	})
+	a := w.agent()
+	req := request("migrate the schema")
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Run(context.Background(), req)
+		done <- err
+	}()
+	<-entered
+	// Its lease runs out, and another process takes the
+	// conversation over.
+	ctx := t.Context()
+	lease := store.TurnLease(req.Conversation)
+	must(t, w.store.ReleaseLease(ctx, lease, "stalled"))
+	if ok, err := w.store.AcquireLease(ctx, lease, "survivor", time.Hour); err != nil || !ok {
+		t.Fatalf("AcquireLease by the survivor = %v, %v", ok, err)
+	}
+	if finished {
+		// The survivor answered and let the conversation go.
+		must(t, w.store.ReleaseLease(ctx, lease, "survivor"))
+	}
+	before, beforeErr := w.store.LoadConversation(ctx, req.Conversation)
+	close(release)
+	if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
+		t.Fatalf("the stalled turn ended with %v, want ErrLeaseLost", err)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the stalled process ran the tool %d times after losing the conversation, want 0", n)
+	}
+	after, err := w.store.LoadConversation(ctx, req.Conversation)
+	if errors.Is(err, store.ErrNotFound) != errors.Is(beforeErr, store.ErrNotFound) || string(after.State) != string(before.State) {
+		t.Errorf("the conversation after the stalled turn = %s, %v; want it as the survivor had it: %s, %v", after.State, err, before.State, beforeErr)
+	}
+	if keys, err := w.store.Unanswered(ctx, time.Now().Add(time.Hour), 0); err != nil || !slices.Contains(keys, req.Conversation) {
+		t.Errorf("Unanswered after the stalled turn = %q, %v; want the conversation still listed", keys, err)
+	}
+	if ok, err := w.store.AcquireLease(ctx, lease, "third", time.Hour); err != nil || ok == !finished {
+		t.Errorf("AcquireLease by a third process = %v, %v; want %v (the survivor holding it unless it finished)", ok, err, finished)
+	}
+	if got := w.rec.Answers(); len(got) != 0 {
+		t.Errorf("the stalled process answered %q in the thread, want nothing", got)
 	}
 }
 

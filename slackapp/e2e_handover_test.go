@@ -27,11 +27,11 @@ type starvedStore struct {
 	once     sync.Once
 }
 
-func (s *starvedStore) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (s *starvedStore) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	if lost, err := s.Renewal(ctx, false); lost || err != nil {
 		return false, err
 	}
-	return s.fullStore.AcquireLease(ctx, key, owner, ttl)
+	return s.fullStore.RenewLease(ctx, key, owner, ttl)
 }
 
 func (s *starvedStore) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {

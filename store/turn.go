@@ -1,8 +1,8 @@
 package store
 
 // TurnLease is the lease key that serialises the turns of a conversation:
-// BeginTurn takes it, Commit releases it, and AcquireLease and
-// ReleaseLease renew and release it under this key.
+// BeginTurn takes it, Commit releases it, and AcquireLease, RenewLease and
+// ReleaseLease take, renew and release it under this key.
 func TurnLease(conversation string) string { return "conv:" + conversation }
 
 // Begun is what BeginTurn found when it took a conversation's lease.
@@ -62,8 +62,9 @@ type Commit struct {
 	// holder's lease ran out while it was stalled and another process
 	// took the conversation over, the commit fails with ErrNotHolder and
 	// leaves the conversation, its inbox and lease, and the run to finish
-	// as they are. A lease that ran out and that nobody took since does
-	// not stop the commit.
+	// as they are. So does a lease that ran out and is free: another
+	// process may have taken the conversation over, finished and released
+	// it meanwhile, and what the holder would write is older than that.
 	Holder string
 	// Announce, if set, is published to the processes that follow the
 	// store's pauses once the commit is made (a store shared by several

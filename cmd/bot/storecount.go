@@ -184,6 +184,11 @@ func (s *countedStore) AcquireLease(ctx context.Context, key, owner string, ttl 
 	return s.st.AcquireLease(ctx, key, owner, ttl)
 }
 
+func (s *countedStore) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	s.count("RenewLease")
+	return s.st.RenewLease(ctx, key, owner, ttl)
+}
+
 func (s *countedStore) ReleaseLease(ctx context.Context, key, owner string) error {
 	s.count("ReleaseLease")
 	return s.st.ReleaseLease(ctx, key, owner)

@@ -11,7 +11,7 @@ import (
 // Renewal are held until Unstarve, and then ask the store; after
 // LoseLeases or LoseClaims, renewals of leases, or of claims, report the
 // hold lost without asking the store. The wrapper calls Renewal in its
-// AcquireLease (claim false) and RenewClaim (claim true).
+// RenewLease (claim false) and RenewClaim (claim true).
 type Starvation struct {
 	mu         sync.Mutex
 	held       chan struct{} // closed by Unstarve; nil while not starved

@@ -1078,6 +1078,34 @@ func acquireLease(tx *bolt.Tx, key, owner string, ttl time.Duration, now time.Ti
 	return true, put(b, key, leaseRecord{Owner: owner, Until: now.Add(ttl)})
 }
 
+// RenewLease extends owner's lease on key to ttl from now; false, changing
+// nothing, if the lease ran out or is another owner's.
+func (s *Store) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if ttl <= 0 {
+		return false, fmt.Errorf("renew lease %s: ttl %v is not positive", key, ttl)
+	}
+	var got bool
+	err := s.commits.update(func(tx *bolt.Tx) error {
+		got = false
+		b := tx.Bucket(bucketLeases)
+		var rec leaseRecord
+		ok, err := get(b, key, &rec)
+		now := time.Now()
+		if err != nil || !ok || rec.Owner != owner || !rec.Until.After(now) {
+			return err
+		}
+		got = true
+		return put(b, key, leaseRecord{Owner: owner, Until: now.Add(ttl)})
+	})
+	if err != nil {
+		return false, fmt.Errorf("renew lease %s: %w", key, err)
+	}
+	return got, nil
+}
+
 // ReleaseLease frees the lease on key if owner holds it, and does nothing
 // otherwise.
 func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {

@@ -128,15 +128,16 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	return nil
 }
 
-// checkHolder fails with store.ErrNotHolder if an owner other than holder
-// holds the lease on key.
+// checkHolder fails with store.ErrNotHolder unless holder holds the lease
+// on key: another owner holds it, or nobody does (the holder's ran out, and
+// whoever took the conversation over since may have finished with it).
 func checkHolder(tx *bolt.Tx, key, holder string, now time.Time) error {
 	var rec leaseRecord
 	ok, err := get(tx.Bucket(bucketLeases), key, &rec)
 	if err != nil {
 		return err
 	}
-	if ok && rec.Owner != holder && rec.Until.After(now) {
+	if !ok || rec.Owner != holder || !rec.Until.After(now) {
 		return store.ErrNotHolder
 	}
 	return nil

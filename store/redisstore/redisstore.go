@@ -1044,6 +1044,19 @@ func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Du
 	return n == 1, nil
 }
 
+// RenewLease extends owner's lease on key to ttl from now; false, changing
+// nothing, if the lease ran out (Redis deleted it) or is another owner's.
+func (s *Store) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if ttl < time.Millisecond {
+		return false, fmt.Errorf("renew lease %s: ttl %v is under 1ms", key, ttl)
+	}
+	n, err := renewLease.Run(ctx, s.c, []string{s.leaseKey(key)}, owner, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("renew lease %s: %w", key, err)
+	}
+	return n == 1, nil
+}
+
 // ReleaseLease frees the lease on key if owner holds it, and does nothing
 // otherwise.
 func (s *Store) ReleaseLease(ctx context.Context, key, owner string) error {

@@ -292,6 +292,17 @@ end
 return 0
 `)
 
+// renewLease extends a lease the owner holds; it never takes a free one.
+// KEYS: lease
+// ARGV: owner, ttl (ms)
+var renewLease = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
 // releaseLease deletes a lease if the owner holds it, and announces the
 // release to waiters (see WatchLease).
 // KEYS: lease

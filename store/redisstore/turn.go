@@ -45,16 +45,16 @@ return begin(1, 2, 3, ARGV[1], ARGV[2])
 // (empty: none), release channel
 // It returns how many messages the inbox holds, or -1 when none was
 // answered. The function held(lease) reports whether the commit's holder,
-// the script's last ARGV (empty: anyone), may write: no other owner holds
-// the lease. With unlist (a single node, where a script reaches every key),
+// the script's last ARGV (empty: anyone), may write: it holds the lease
+// (not another owner, and not nobody: a holder whose lease ran out may
+// have been taken over, and the conversation finished, meanwhile). With unlist (a single node, where a script reaches every key),
 // an inbox left empty by the answer takes the conversation out of the
 // index of unanswered ones in the same step.
 const commitTurnFn = `
 local function held(lease)
   local h = ARGV[#ARGV]
   if h == '' then return true end
-  local l = redis.call('GET', lease)
-  return not l or l == h
+  return redis.call('GET', lease) == h
 end
 local function commit(k, a, unlist)
   if ARGV[a] == '1' then
@@ -460,13 +460,13 @@ func (s *Store) commitFinish(ctx context.Context, c store.Commit, commitKeys []s
 	return true, s.trimStaleAudit(ctx, c.Key, tail)
 }
 
-// checkHolder fails with store.ErrNotHolder if an owner other than holder
-// holds the conversation's lease.
+// checkHolder fails with store.ErrNotHolder unless holder holds the
+// conversation's lease.
 func (s *Store) checkHolder(ctx context.Context, conversation, holder string) error {
 	owner, err := s.c.Get(ctx, s.leaseKey(store.TurnLease(conversation))).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return nil
+		return store.ErrNotHolder
 	case err != nil:
 		return err
 	case owner != holder:

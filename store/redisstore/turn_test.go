@@ -356,9 +356,16 @@ func TestPauseRefusedMidwayLeavesTheConversationAlone(t *testing.T) {
 	if _, _, err := s.AcceptMessage(ctx, conv, store.Inbound{User: "U1", Channel: "C1", Text: "deploy"}, false); err != nil {
 		t.Fatal(err)
 	}
+	if ok, err := s.AcquireLease(ctx, store.TurnLease(conv), "a", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease by a = %v, %v", ok, err)
+	}
 	armed := true
 	took := false
 	c.AddHook(pipelineHook{armed: &armed, before: func() {
+		// a's lease runs out, and b takes the conversation over.
+		if err := other.ReleaseLease(ctx, store.TurnLease(conv), "a"); err != nil {
+			t.Error(err)
+		}
 		ok, err := other.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute)
 		took = ok && err == nil
 	}})
@@ -493,6 +500,9 @@ func TestDecisionThatLeftACallPendingBeginsNoResume(t *testing.T) {
 		{ID: store.CallID(r.ID, 1), Tool: "t", Fingerprint: "fp1", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)},
 	}
 	paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+	if ok, err := s.AcquireLease(ctx, store.TurnLease(conv), "a", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease by a = %v, %v", ok, err)
+	}
 	if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls, Holder: "a", Release: "a"}); err != nil {
 		t.Fatal(err)
 	}

@@ -151,9 +151,13 @@ type Store interface {
 	Stalled(ctx context.Context, limit int) ([]string, error)
 
 	// AcquireLease takes or renews the lease on key for owner; false if
-	// someone else holds it. ReleaseLease frees it if owner holds it and
-	// does nothing otherwise.
+	// someone else holds it. RenewLease extends owner's lease that has
+	// not run out, and never takes a free one: false if the lease ran out
+	// or is someone else's (whoever held it since may have done the work
+	// it guarded). ReleaseLease frees it if owner holds it and does
+	// nothing otherwise.
 	AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
+	RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
 	ReleaseLease(ctx context.Context, key, owner string) error
 
 	// Audit appends an entry; AuditLog returns the newest limit entries,

@@ -1149,25 +1149,50 @@ func testLease(t *testing.T, open Opener) {
 			t.Fatalf("AcquireLease(%s) = %v, %v; want %v, nil", owner, ok, err, want)
 		}
 	}
+	renew := func(owner string, ttl time.Duration, want bool) {
+		t.Helper()
+		ok, err := s.RenewLease(ctx, key, owner, ttl)
+		if err != nil || ok != want {
+			t.Fatalf("RenewLease(%s) = %v, %v; want %v, nil", owner, ok, err, want)
+		}
+	}
 	release := func(owner string) {
 		t.Helper()
 		if err := s.ReleaseLease(ctx, key, owner); err != nil {
 			t.Fatalf("ReleaseLease(%s): %v", owner, err)
 		}
 	}
+	renew("a", time.Minute, false) // a free lease is not taken by a renewal
+	acquire("b", time.Minute, true)
+	release("b")
 	acquire("a", short, true)
 	acquire("b", time.Minute, false)
+	renew("b", time.Minute, false)
 	acquire("a", short, true) // renew
+	renew("a", short, true)
 	eventually(t, "b takes the lease after a's ran out", func() (bool, error) {
 		return s.AcquireLease(ctx, key, "b", time.Minute)
 	})
+	renew("a", time.Minute, false) // a's ran out, and is b's
 	acquire("a", time.Minute, false)
 	release("a") // not the owner: nothing happens
 	acquire("c", time.Minute, false)
 	release("b")
+	renew("b", time.Minute, false) // released: not taken back
 	acquire("c", time.Minute, true)
 	release("c")
 	release("c") // releasing a free lease is fine
+
+	// A lease that ran out is not renewed, even when nobody took it since.
+	acquire("d", short, true)
+	eventually(t, "d's lease runs out", func() (bool, error) {
+		ok, err := s.AcquireLease(ctx, key, "e", time.Minute)
+		if ok {
+			release("e")
+		}
+		return ok, err
+	})
+	renew("d", time.Minute, false)
 }
 
 func testSeenEvent(t *testing.T, open Opener) {

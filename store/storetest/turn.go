@@ -305,10 +305,10 @@ func testCommitTurnRefused(t *testing.T, open Opener) {
 	begin(t, s, conv, "b", time.Minute, true)
 }
 
-// A commit made for a holder whose lease another owner holds now writes
-// nothing of the conversation, its inbox or its lease, and finishes no
-// run; one made for the holder, or once the other owner released the
-// lease, writes.
+// A commit made for a holder whose lease another owner holds now, or that
+// nobody holds (the holder's ran out, or was released), writes nothing of
+// the conversation, its inbox or its lease, and finishes no run; one made
+// for the holder while it holds the lease writes.
 func testCommitTurnHolder(t *testing.T, open Opener) {
 	s, _ := open(t)
 	ctx := t.Context()
@@ -343,13 +343,25 @@ func testCommitTurnHolder(t *testing.T, open Opener) {
 	if c, err := s.LoadConversation(ctx, conv); err != nil || string(c.State) != string(mine.State) {
 		t.Errorf("LoadConversation after the holder's commit = %+v, %v; want its state", c, err)
 	}
-	// With nobody holding the lease, a's commit writes.
-	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Finish: r.ID, Answer: true, AnswerUpTo: msgs[1].Seq, Holder: "a"})
+	// With nobody holding the lease, a's commit is refused too: b may
+	// have finished with the conversation, as here.
+	if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &saved, Finish: r.ID, Answer: true, AnswerUpTo: msgs[1].Seq, Holder: "a"}); !errors.Is(err, store.ErrNotHolder) {
+		t.Errorf("CommitTurn for a with the lease free = %v, want ErrNotHolder", err)
+	}
+	if c, err := s.LoadConversation(ctx, conv); err != nil || string(c.State) != string(mine.State) {
+		t.Errorf("LoadConversation after a commit refused with the lease free = %+v, %v; want b's state", c, err)
+	}
+	if got, _, err := s.LoadRun(ctx, r.ID); err != nil || got.Finished {
+		t.Errorf("LoadRun(%s) after a commit refused with the lease free = finished %v, %v; want not finished", r.ID, got.Finished, err)
+	}
+	// Once a holds the lease again, its commit writes.
+	begin(t, s, conv, "a", time.Minute, true)
+	commitTurn(t, s, store.Commit{Key: conv, Conversation: &saved, Finish: r.ID, Answer: true, AnswerUpTo: msgs[1].Seq, Holder: "a", Release: "a"})
 	if c, err := s.LoadConversation(ctx, conv); err != nil || string(c.State) != string(saved.State) {
-		t.Errorf("LoadConversation after a commit with the lease free = %+v, %v; want its state", c, err)
+		t.Errorf("LoadConversation after a's commit under its lease = %+v, %v; want its state", c, err)
 	}
 	if got, _, err := s.LoadRun(ctx, r.ID); err != nil || !got.Finished {
-		t.Errorf("LoadRun(%s) after a commit with the lease free = finished %v, %v; want finished", r.ID, got.Finished, err)
+		t.Errorf("LoadRun(%s) after a's commit under its lease = finished %v, %v; want finished", r.ID, got.Finished, err)
 	}
 	// A pause for a holder whose lease another owner holds is refused too.
 	begin(t, s, conv, "b", time.Minute, true)
