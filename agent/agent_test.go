@@ -545,7 +545,8 @@ func TestStepLimit(t *testing.T) {
 	}
 }
 
-// A model error is returned typed, and the message is kept for the next turn.
+// A model error is returned typed, the step's stream is stopped, and the
+// message is kept for the next turn.
 func TestModelErrorKeepsTheConversation(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, backends(t)[0])
@@ -555,6 +556,9 @@ func TestModelErrorKeepsTheConversation(t *testing.T) {
 	var me *agent.ModelError
 	if !errors.As(err, &me) || me.StatusCode != 500 {
 		t.Fatalf("got %v, want a *ModelError with status 500", err)
+	}
+	if w.rec.stopped != 1 || len(w.rec.answers) != 0 {
+		t.Errorf("the reporter was told Stopped %d times and given %d answers, want the failed step stopped once and no answer", w.rec.stopped, len(w.rec.answers))
 	}
 	w.model.Reply(fakeopenai.Text("answer"))
 	_, err = a.Run(ctx, request("second question"))

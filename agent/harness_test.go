@@ -46,6 +46,7 @@ type recorder struct {
 	paused  [][]agent.PendingCall
 	updates []agent.CallUpdate
 	deltas  strings.Builder
+	stopped int
 }
 
 func (r *recorder) Status(context.Context, string) {}
@@ -58,6 +59,11 @@ func (r *recorder) Answer(_ context.Context, s string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.answers = append(r.answers, s)
+}
+func (r *recorder) Stopped(context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped++
 }
 func (r *recorder) Paused(_ context.Context, c []agent.PendingCall) {
 	r.mu.Lock()

@@ -21,6 +21,10 @@ type Reporter interface {
 	// Answer is the final text of a model step that called no tool (or
 	// the agent's own closing words when the step limit is hit).
 	Answer(ctx context.Context, text string)
+	// Stopped says the model step whose answer Delta was streaming ended
+	// without one (the model failed, or the turn was cut short): what was
+	// streamed stays as it is, and no Answer follows. ctx may be done.
+	Stopped(ctx context.Context)
 	// Paused says the turn waits on these calls, one card each.
 	Paused(ctx context.Context, calls []PendingCall)
 	// Updated says a paused call was decided, executed, or ended without
@@ -49,6 +53,7 @@ type NopReporter struct{}
 func (NopReporter) Status(context.Context, string)        {}
 func (NopReporter) Delta(context.Context, string)         {}
 func (NopReporter) Answer(context.Context, string)        {}
+func (NopReporter) Stopped(context.Context)               {}
 func (NopReporter) Paused(context.Context, []PendingCall) {}
 func (NopReporter) Updated(context.Context, CallUpdate)   {}
 

@@ -593,6 +593,7 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 		msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(t.messages), Tools: a.modelTools()}, func(d string) { rep.Delta(ctx, d) })
 		t.steps++
 		if err != nil {
+			rep.Stopped(ctx)
 			if leaseLost(ctx) {
 				return Outcome{}, fmt.Errorf("model: %w", err)
 			}

@@ -165,6 +165,34 @@ func TestModelErrorIsReportedInTheThread(t *testing.T) {
 	}
 }
 
+// A model whose stream breaks part way through its answer leaves what it
+// wrote shown, the stream stopped (not left "writing" forever), and the
+// failure told in the thread.
+func TestModelCutMidAnswerStopsTheStream(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	words := strings.Repeat("alpha beta gamma delta ", 40)
+	e.model.Reply(fakeopenai.Response{Text: words, Chunks: 40, CutAfter: 30, ChunkDelay: 2 * time.Millisecond})
+	ts := e.slack.Mention(channel, requester, "long one")
+	e.answer(ts, "couldn't get an answer from the model")
+	var streamed int
+	for _, m := range e.slack.Thread(channel, ts) {
+		if !m.Streamed {
+			continue
+		}
+		streamed++
+		if m.Streaming {
+			t.Errorf("the broken answer's stream is still open: %q", m.Text)
+		}
+		if !strings.Contains(m.Text, "alpha beta") {
+			t.Errorf("the stream shows %q, want the words the model wrote before the break", m.Text)
+		}
+	}
+	if streamed != 1 {
+		t.Errorf("got %d streamed messages, want 1; thread:\n%s", streamed, dumpThread(e.slack.Thread(channel, ts)))
+	}
+}
+
 // A short answer takes two calls: the stream starts with the first words
 // and chat.stopStream carries the rest, with no chat.appendStream between.
 func TestShortAnswerStopsTheStreamWithItsRest(t *testing.T) {

@@ -172,6 +172,17 @@ func (r *threadReporter) Answer(ctx context.Context, text string) {
 	}
 }
 
+// Stopped ends the stream of a model step that failed or was cut short:
+// what it showed stays, and is not shown again (no Answer follows). A turn
+// cut by the shutdown still ends its stream, up to the shutdown deadline.
+func (r *threadReporter) Stopped(ctx context.Context) {
+	ctx, cancel, ok := r.app.noteContext(ctx, 5*time.Second)
+	defer cancel()
+	if ok {
+		r.endStream(ctx)
+	}
+}
+
 func fallbackText(text string) string {
 	return clip(linkSyntax.Replace(Escape(text)), 300)
 }
