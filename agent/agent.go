@@ -294,8 +294,15 @@ func New(model Model, tools *Registry, policy Policy, st Store, reporter func(co
 func (a *Agent) Tools() *Registry { return a.tools }
 
 // ErrLeaseTimeout is returned when a conversation stayed busy longer than
-// Config.LeaseWait.
+// Config.LeaseWait. The message stays recorded: a takeover answers it once
+// the conversation is free.
 var ErrLeaseTimeout = errors.New("conversation is busy")
+
+// ErrNotRecorded wraps the error of a Run whose message could not be
+// recorded (see Accept): nothing answers it later, so it must be sent
+// again. Any other error of Run, RunTaken, TakeOver or a resume leaves the
+// work recorded, and a takeover or the sweep carries it on.
+var ErrNotRecorded = errors.New("message not recorded")
 
 // ErrLeaseLost is returned when the lease on a conversation, or a
 // resume's claim on its run, ran out or was taken while a turn or resume

@@ -272,7 +272,7 @@ func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 	if req.Seq == 0 {
 		var err error
 		if req, _, err = a.Accept(ctx, req, false); err != nil {
-			return Outcome{}, err
+			return Outcome{}, fmt.Errorf("%w: %w", ErrNotRecorded, err)
 		}
 	}
 	var out Outcome
@@ -596,6 +596,12 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			rep.Stopped(ctx)
 			if leaseLost(ctx) {
 				return Outcome{}, fmt.Errorf("model: %w", err)
+			}
+			if ctx.Err() != nil {
+				// Cut short (the shutdown), not failed: nothing is saved,
+				// so the messages stay unanswered and a takeover answers
+				// them from the turn's last record.
+				return Outcome{}, fmt.Errorf("turn cut short while the model answered: %w", ctx.Err())
 			}
 			if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {
 				return Outcome{}, errors.Join(fmt.Errorf("model: %w", err), serr)

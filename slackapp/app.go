@@ -632,7 +632,10 @@ func (a *App) sweep(ctx context.Context, stopping <-chan struct{}) {
 // conversations with recorded messages that no turn answered in time (their
 // process died, or their turn never started), and queues a TakeOver on
 // each one's queue. Where a live process holds the conversation, or its
-// own turn ran first, TakeOver does nothing.
+// own turn ran first, TakeOver does nothing. A conversation with work
+// queued or running here is left to a later scan: that work holds it (a
+// TakeOver behind it would find it answered, or be listed again), and a
+// long turn would otherwise gather a TakeOver every scan.
 func (a *App) takeover(ctx context.Context, stopping <-chan struct{}) {
 	t := time.NewTicker(a.cfg.TakeoverInterval)
 	defer t.Stop()
@@ -646,7 +649,9 @@ func (a *App) takeover(ctx context.Context, stopping <-chan struct{}) {
 			if closed(stopping) {
 				break // a scan that ends in the shutdown starts nothing
 			}
-			a.takeOverLater(ctx, key)
+			if !a.busy(key) {
+				a.takeOverLater(ctx, key)
+			}
 		}
 		select {
 		case <-stopping:
@@ -654,6 +659,14 @@ func (a *App) takeover(ctx context.Context, stopping <-chan struct{}) {
 		case <-t.C:
 		}
 	}
+}
+
+// busy reports whether key has work queued or running in this process.
+func (a *App) busy(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.queues[key]
+	return ok
 }
 
 // takeOverLater queues a TakeOver of the conversation on its queue.

@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/internal/teststore"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 )
 
 // starvedStore is the store of a replica starved of CPU (see
@@ -152,5 +153,111 @@ func TestStarvedReplicaIsTakenOver(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A message whose turn waits longer than the lease wait for a conversation
+// another replica holds is told so, not asked to send it again (it stays
+// recorded), and is answered by a takeover once the conversation is free:
+// one answer, with no second copy of the message.
+func TestBusyConversationAnswersTheMessageOnceFree(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.leaseWait = 200 * time.Millisecond
+			e.cfg.TakeoverInterval = 50 * time.Millisecond
+			b := e.start()
+			e.model.Reply(fakeopenai.Text("First answer."))
+			ts := e.slack.Mention(channel, requester, "first")
+			e.answer(ts, "First answer.")
+
+			key := store.TurnLease(e.slack.TeamID() + "/" + channel + "/" + ts)
+			ok, err := b.st.AcquireLease(context.Background(), key, "another-replica", time.Hour)
+			must(t, err)
+			if !ok {
+				t.Fatal("the conversation's lease is not free after its answer")
+			}
+			e.slack.ThreadReply(channel, ts, requester, "<@"+e.slack.BotUserID()+"> second")
+			note := e.answer(ts, "busy with an earlier message")
+			if strings.Contains(note.Text, "again") {
+				t.Errorf("the thread is asked to send the message again: %q", note.Text)
+			}
+			if n := len(e.model.Requests()); n != 1 {
+				t.Fatalf("the model was asked %d times while another replica held the conversation", n)
+			}
+			e.model.Reply(fakeopenai.Text("Second answer."))
+			must(t, b.st.ReleaseLease(context.Background(), key, "another-replica"))
+			e.answer(ts, "Second answer.")
+			var users []string
+			for _, m := range e.request(2).Messages {
+				if m.Role == openai.ChatMessageRoleUser {
+					users = append(users, m.Content)
+				}
+			}
+			if strings.Join(users, "|") != "first|second" {
+				t.Errorf("the model was given the messages %q, want first|second", users)
+			}
+		})
+	}
+}
+
+// scanCounter counts, per conversation, the takeover scans that listed it
+// and the turns begun on it outside a message's own record.
+type scanCounter struct {
+	fullStore
+	mu     sync.Mutex
+	listed map[string]int
+	begun  map[string]int
+}
+
+func (s *scanCounter) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	keys, err := s.fullStore.Unanswered(ctx, before, limit)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		s.listed[k]++
+	}
+	return keys, err
+}
+
+func (s *scanCounter) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
+	s.mu.Lock()
+	s.begun[conversation]++
+	s.mu.Unlock()
+	return s.fullStore.BeginTurn(ctx, conversation, owner, ttl, kinds...)
+}
+
+func (s *scanCounter) counts(key string) (listed, begun int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listed[key], s.begun[key]
+}
+
+// A turn that runs longer than the lease is listed by every takeover scan
+// of its own replica (its message is older than LEASE_TTL and not
+// answered), and those scans queue nothing behind it: once it answers, no
+// pile of takeovers runs through the conversation.
+func TestLongTurnGathersNoTakeovers(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	sc := &scanCounter{listed: map[string]int{}, begun: map[string]int{}}
+	open := e.open
+	e.open = func() fullStore { sc.fullStore = open(); return sc }
+	e.cfg.TakeoverInterval = 20 * time.Millisecond
+	m := newScriptedModel()
+	t.Cleanup(m.unblock)
+	e.model.Handle(m.answer)
+	e.start()
+	ts := e.slack.Mention(channel, requester, "hold")
+	<-m.held
+	key := e.slack.TeamID() + "/" + channel + "/" + ts
+	waitUntil(t, "five scans list the running turn's conversation", func() bool {
+		listed, _ := sc.counts(key)
+		return listed >= 5
+	})
+	m.unblock()
+	e.answer(ts, "Held answer.")
+	e.stop() // whatever was queued has run
+	if _, begun := sc.counts(key); begun > 1 {
+		t.Errorf("%d turns were begun on the conversation after its own, want at most one (a scan that listed it just before it answered)", begun)
 	}
 }

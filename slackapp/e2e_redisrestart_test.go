@@ -140,10 +140,10 @@ func TestRedisStoppedAndStartedDuringClicks(t *testing.T) {
 
 	// A message to the bot in the thread during the outage is acked and
 	// answered without the inbox guarantee: the turn reports the store
-	// error.
+	// error, and that the message must be sent again.
 	e.slack.ThreadReply(channel, ts, requester, "<@"+e.slack.BotUserID()+"> is it done?")
 	e.waitThread(ts, "reporting the store error", func(m fakeslack.Message) bool {
-		return m.BotID != "" && strings.Contains(m.Text, "state store may be unavailable")
+		return m.BotID != "" && strings.Contains(m.Text, "couldn't save your message")
 	})
 
 	if n := e.deploy.Load(); n != 0 {

@@ -66,6 +66,27 @@ func TestShutdownAnswersQueuedFollowUpsAndClicks(t *testing.T) {
 	}
 }
 
+// A turn still waiting on the model at the end of the shutdown grace is
+// cut short; its message is recorded, so the thread is told it will be
+// answered (not asked to send it again), and the next process answers it.
+func TestShutdownCutsATurnThatIsAnsweredAfterTheRestart(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.ShutdownGrace = 200 * time.Millisecond
+	e.cfg.TakeoverInterval = 50 * time.Millisecond
+	e.start()
+	e.model.Reply(fakeopenai.Response{Text: "too slow", Delay: time.Minute})
+	ts := e.slack.Mention(channel, requester, "what changed?")
+	e.request(1)
+	e.stop()
+	note := e.answer(ts, "I'll answer this as soon as I'm back")
+	if strings.Contains(note.Text, "send your message again") {
+		t.Errorf("the cut turn's message is recorded, yet the thread is asked to send it again: %q", note.Text)
+	}
+	e.model.Reply(fakeopenai.Text("Nothing changed."))
+	e.start()
+	e.answer(ts, "Nothing changed.")
+}
+
 // Shutdown stays within ShutdownGrace and a few seconds even when Slack
 // rate-limits every note about work cut short: the notes share one
 // deadline and are skipped past it.

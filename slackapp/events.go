@@ -366,18 +366,25 @@ func (a *App) handOver(ctx context.Context, key string, err error) {
 }
 
 // failureText tells people in the thread what went wrong, without internals
-// they cannot act on.
+// they cannot act on. Work the store recorded (every error but
+// agent.ErrNotRecorded) is carried on by a takeover or the sweep, so the
+// thread is not asked to send it again: that would answer it twice.
 func failureText(err error) string {
 	var me *agent.ModelError
+	recorded := !errors.Is(err, agent.ErrNotRecorded)
 	switch {
 	case errors.As(err, &me):
 		return fmt.Sprintf("I couldn't get an answer from the model (%s). Your message is kept; send another message to try again.", Escape(me.Kind.String()))
 	case errors.Is(err, agent.ErrLeaseTimeout):
-		return "This thread is busy with an earlier message; please try again in a minute."
+		return "This thread is busy with an earlier message; I'll answer this one as soon as it's done."
+	case (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && recorded:
+		return restartingRecordedText
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return "I was interrupted before finishing (the bot is restarting). Please send your message again."
+	case recorded:
+		return "Something went wrong while working on this (my state store may be unavailable). Nothing is lost; I'll try again shortly."
 	default:
-		return "Something went wrong while working on this (my state store may be unavailable). Nothing pending was lost; please try again in a minute."
+		return "Something went wrong and I couldn't save your message (my state store may be unavailable). Please send it again in a minute."
 	}
 }
 
