@@ -172,3 +172,31 @@ func TestDuplicatesStartNoTurn(t *testing.T) {
 		})
 	}
 }
+
+// A card that Slack refuses to post leaves the thread a note naming the
+// call and who may decide it, and where: the call is pending, and their
+// Home tab lists it.
+func TestCardNotPostedLeavesANote(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.HomeRefreshDelay = 20 * time.Millisecond
+	e.start()
+	e.home(approver)
+	e.slack.FailNext("chat.postMessage", 400)
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"8"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 8")
+	note := e.answer(ts, "couldn't post its approval card")
+	for _, want := range []string{"`deploy`", "<@" + approver + ">", "App Home"} {
+		if !strings.Contains(note.Text, want) {
+			t.Errorf("the note %q does not contain %q", note.Text, want)
+		}
+	}
+	waitUntil(t, "the approver's Home tab lists the call", func() bool {
+		home, ok := e.slack.HomeView(approver)
+		return ok && strings.Contains(string(home.JSON), "`deploy`") && strings.Contains(string(home.JSON), "Waiting since")
+	})
+	for _, m := range e.slack.Thread(channel, ts) {
+		if isCard(m) {
+			t.Errorf("a card is in the thread although its post was refused: %s", m.Text)
+		}
+	}
+}

@@ -304,6 +304,21 @@ func WaitingText(waits []Waiting) string {
 	return "This thread is waiting on approval of " + joinAnd(parts, "and") + "; I'll answer your message after that."
 }
 
+// CardNotPostedText tells a thread that a call waits on a decision
+// although its card could not be posted there: it can be decided in the
+// App Home of whoever may decide it. Approvers are mentioned as in
+// WaitingText.
+func CardNotPostedText(tool string, approvers []string, human bool) string {
+	if human {
+		return "I have a question for this thread, but I couldn't post it here. It is in my App Home (the Home tab), where it can be answered."
+	}
+	who := "anyone in this channel"
+	if ms := approverMentions(approvers); len(ms) > 0 {
+		who = joinAnd(ms, "or")
+	}
+	return "I need approval of " + toolList([]string{tool}) + " by " + who + ", but I couldn't post its approval card here. It can be decided in my App Home (the Home tab), and `/approvals pending` lists it."
+}
+
 // NotApproverText is the ephemeral answer to someone who clicked a decision
 // button without being an approver of the call. Nothing changed.
 func NotApproverText(approvers []string) string {

@@ -402,6 +402,9 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	p.mem = a.cards.posting(pc.ID)
 	if ts := a.postBlocks(ctx, channel, thread, p.blocks, p.text); ts != "" {
 		p.added(a, channel, ts)
+	} else {
+		// The thread is not left without a word of the pause.
+		a.post(ctx, channel, thread, CardNotPostedText(pc.Tool, pc.Approvers, pc.Human))
 	}
 	// Who needs a copy is known before the pause is saved (from the
 	// audience cache, which asks Slack at most once a minute per channel),
