@@ -212,3 +212,82 @@ func TestCardCopiesForBlindApprovers(t *testing.T) {
 		})
 	}
 }
+
+// A copy of a card that is still being posted when a decision's update
+// gives up waiting for it (cardWait) is updated once it is out: no copy
+// keeps the buttons of a decided call. The step has two calls and only
+// the first is decided (denied, its card's last update), so nothing else
+// updates its card afterwards.
+func TestLateCardCopyIsUpdated(t *testing.T) {
+	const private = "CPRIVATE01"
+	e := newEnv(t, storeKinds(t)[0])
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+	e.start()
+	// Posted in this order: the two cards in the thread, then the first
+	// call's copies (to each approver), then the second's. The first
+	// call's second copy is held.
+	var releases []func()
+	for range 4 {
+		_, release := e.slack.HoldNext("chat.postMessage")
+		releases = append(releases, release)
+	}
+	for _, release := range releases[:3] {
+		release()
+	}
+	t.Cleanup(releases[3])
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`), tc("c2", "deploy", `{"service":"vault","version":"15"}`)))
+	ts := e.slack.Mention(private, requester, "deploy vault 14 and 15")
+	var card fakeslack.Message // the first call's, posted first
+	waitUntil(t, "both cards are in the thread", func() bool {
+		var cards []fakeslack.Message
+		for _, m := range e.slack.Thread(private, ts) {
+			if isCard(m) {
+				cards = append(cards, m)
+			}
+		}
+		if len(cards) == 2 {
+			card = cards[0]
+		}
+		return len(cards) == 2
+	})
+	token := buttonValue(t, card, slackapp.ActionApprove)
+	copyOf := func(m fakeslack.Message) bool {
+		return isCard(m) && buttonValue(t, m, slackapp.ActionApprove) == token
+	}
+	var first fakeslack.Message
+	waitUntil(t, "the first copy is out", func() bool {
+		for _, u := range []string{approver, other} {
+			for _, m := range e.slack.Messages(e.slack.DMChannel(u)) {
+				if copyOf(m) {
+					first = m
+					return true
+				}
+			}
+		}
+		return false
+	})
+	clicker, late := approver, e.slack.DMChannel(other)
+	if first.Channel != e.slack.DMChannel(approver) {
+		clicker, late = other, e.slack.DMChannel(approver)
+	}
+	_, err := e.slack.Click(clicker, first.Channel, first.TS, slackapp.ActionDeny, "")
+	must(t, err)
+	waitUntil(t, "the thread's card is updated, the second copy still held", func() bool {
+		m, _ := e.slack.Message(private, card.TS)
+		return strings.Contains(blocksText(m), "Denied by")
+	})
+	releases[3]()
+	waitUntil(t, "the late copy is updated", func() bool {
+		for _, m := range e.slack.Messages(late) {
+			if !isCard(m) && strings.Contains(blocksText(m), "Denied by") {
+				return true
+			}
+		}
+		return false
+	})
+	for _, m := range e.slack.Messages(late) {
+		if copyOf(m) {
+			t.Errorf("a copy of the denied call keeps its buttons: %s", m.TS)
+		}
+	}
+}

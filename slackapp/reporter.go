@@ -473,42 +473,52 @@ const cardWait = 5 * time.Second
 // posts, until it signals that it is done, and then from memory; for one
 // another replica posts (rare: the card is visible once its first copy is
 // out), by re-reading the record now and then while it is marked as
-// being posted, or is missing for a call younger than cardWait.
-func (a *App) cardLocations(ctx context.Context, c agent.Call) ([]cardRef, error) {
+// being posted, or is missing for a call younger than cardWait. When this
+// process is still posting copies after cardWait, late is set: it waits
+// until they are all out (or ctx ends) and returns those past the first
+// skip.
+func (a *App) cardLocations(ctx context.Context, c agent.Call) (refs []cardRef, late func(ctx context.Context, skip int) []cardRef, err error) {
 	if mem, ok := a.cards.lookup(c.ID); ok {
 		t := time.NewTimer(cardWait)
 		defer t.Stop()
 		select {
 		case <-mem.posted:
 		case <-t.C:
+			late = func(ctx context.Context, skip int) []cardRef {
+				select {
+				case <-mem.posted:
+				case <-ctx.Done():
+				}
+				return a.cards.refsOf(mem)[skip:]
+			}
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
-		return a.cards.refsOf(mem), nil
+		return a.cards.refsOf(mem), late, nil
 	}
 	deadline := time.Now().Add(cardWait)
 	for {
 		note, err := a.st.CallNote(ctx, c.ID)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, nil // the call is gone, and its card with it
+			return nil, nil, nil // the call is gone, and its card with it
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var refs cardRefs
 		if note != nil {
 			if err := json.Unmarshal(note, &refs); err != nil {
-				return nil, fmt.Errorf("decode card locations: %w", err)
+				return nil, nil, fmt.Errorf("decode card locations: %w", err)
 			}
 		}
 		now := time.Now()
 		unwritten := note == nil && now.Sub(c.CreatedAt) < cardWait
 		if !(refs.posting(now) || unwritten) || now.After(deadline) {
-			return refs.Refs, nil
+			return refs.Refs, nil, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -590,7 +600,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	if u.Phase == agent.PhaseCounted && a.overtaken(ctx, u.Call) {
 		return
 	}
-	refs, err := a.cardLocations(ctx, u.Call)
+	refs, late, err := a.cardLocations(ctx, u.Call)
 	if err != nil {
 		a.log.Error("find the card to update", "call", u.Call.ID, "err", err)
 		return
@@ -603,12 +613,21 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	}
 	card := cardOf(pc, &u)
 	blocks, text := CardBlocks(card), CardText(card)
-	for _, ref := range refs {
-		_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: blocks, text: text})
-		if err != nil {
-			a.log.Error("update card", "call", u.Call.ID, "channel", ref.Channel, "err", err)
-			a.m.error("slack_update")
+	update := func(refs []cardRef) {
+		for _, ref := range refs {
+			_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: blocks, text: text})
+			if err != nil {
+				a.log.Error("update card", "call", u.Call.ID, "channel", ref.Channel, "err", err)
+				a.m.error("slack_update")
+			}
 		}
+	}
+	update(refs)
+	if late != nil {
+		// Copies this process was still posting: updated once they are
+		// out, before any later update of the card (which waits on the
+		// card's queue), so none keeps buttons of a decided call.
+		update(late(ctx, len(refs)))
 	}
 	if u.Phase != agent.PhaseCounted && (u.Phase != agent.PhaseDecided || u.Call.Status != agent.CallDecided) {
 		// Final: nothing will change the card again. Where it is stays
