@@ -302,6 +302,12 @@ func (a *Agent) TakeOver(ctx context.Context, conversation string) (Outcome, err
 	return out, err
 }
 
+// HoldsHere reports whether a turn or resume of this process holds the
+// conversation.
+func (a *Agent) HoldsHere(conversation string) bool {
+	return a.leases.heldHere(conversation) != nil
+}
+
 // AwaitTurn returns once no turn, of this process or another, holds the
 // conversation (at most the lease wait, then ErrLeaseTimeout). A turn that
 // pauses shows its cards before it saves the pause (see Announcer) and

@@ -178,7 +178,7 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string 
 		} else {
 			res, err = a.ag.Decide(ctx, d)
 		}
-		if try > 0 || !a.afterPause(ctx, c, err) {
+		if try > 0 || !a.afterPause(ctx, c, d.CallID, err) {
 			break
 		}
 	}
@@ -211,15 +211,22 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string 
 	return ""
 }
 
-// afterPause reports whether a click that err answered should be tried
-// again: the call was not found, and the click's thread is a conversation,
-// whose turn may hold it while it saves the pause whose card was clicked
-// (the card is posted first, so that where it is is saved with the call:
-// see agent.Announcer). It returns true once no turn holds the
-// conversation; the call is then saved, or will never be.
-func (a *App) afterPause(ctx context.Context, c click, err error) bool {
+// afterPause reports whether a click on callID's card that err answered
+// should be tried again: the call was not found, and the click's thread is
+// a conversation, whose turn may hold it while it saves the pause whose
+// card was clicked (the card is posted first, so that where it is is saved
+// with the call: see agent.Announcer). It returns true once no turn holds
+// the conversation; the call is then saved, or will never be. When a turn
+// of this process holds the conversation and is not posting that card, it
+// is not the one saving it (only the holder writes the pause): it is tried
+// again at once, for a pause saved just before, rather than after a turn
+// that may run for minutes.
+func (a *App) afterPause(ctx context.Context, c click, callID string, err error) bool {
 	if !errors.Is(err, approvals.ErrUnknownCall) || c.conversation == "" {
 		return false
+	}
+	if a.ag.HoldsHere(c.conversation) && !a.cards.announcing(callID) {
+		return true
 	}
 	a.log.Debug("click on a call not found; waiting for the turn that may be saving it", "conversation", c.conversation)
 	if err := a.ag.AwaitTurn(ctx, c.conversation); err != nil {
@@ -331,7 +338,7 @@ func (a *App) cancelClick(ctx context.Context, c click) {
 	callID, _ := parseToken(c.value)
 	runID := store.RunOf(callID)
 	res, err := a.ag.Cancel(ctx, runID, c.user)
-	if a.afterPause(ctx, c, err) {
+	if a.afterPause(ctx, c, callID, err) {
 		res, err = a.ag.Cancel(ctx, runID, c.user)
 	}
 	if err != nil {
@@ -360,7 +367,7 @@ func (a *App) cancelClick(ctx context.Context, c click) {
 // (see afterPause).
 func (a *App) clickedCall(ctx context.Context, c click, callID string) (agent.PendingCall, error) {
 	pc, err := a.ag.Call(ctx, callID)
-	if a.afterPause(ctx, c, err) {
+	if a.afterPause(ctx, c, callID, err) {
 		pc, err = a.ag.Call(ctx, callID)
 	}
 	return pc, err

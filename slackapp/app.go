@@ -111,6 +111,9 @@ type Decisions interface {
 	// posted before its pause is saved, by a turn that holds the
 	// conversation until then.
 	AwaitTurn(ctx context.Context, conversation string) error
+	// HoldsHere reports whether a turn or resume of this process holds
+	// the conversation.
+	HoldsHere(conversation string) bool
 }
 
 // Calls looks paused calls up, for cards, forms and inboxes.

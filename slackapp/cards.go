@@ -167,6 +167,15 @@ func (m *cardMemory) lookup(callID string) (c *postedCard, ok bool) {
 	return &postedCard{callID: callID, posted: cardPosted, refs: unpackRefs(m.ring[i].locations())}, true
 }
 
+// announcing reports whether this process is posting callID's card, or
+// its copies.
+func (m *cardMemory) announcing(callID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.inFlight[callID]
+	return ok
+}
+
 // refsOf returns the copies of c out so far.
 func (m *cardMemory) refsOf(c *postedCard) []cardRef {
 	m.mu.Lock()

@@ -387,3 +387,38 @@ func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
 		})
 	}
 }
+
+// A click on a card whose call the store no longer has (here: the bot
+// restarted on an empty store) is answered at once, while a turn of the
+// same conversation is running: that turn is not the one saving the card's
+// pause, so the click does not wait for it.
+func TestClickOnAForgottenCardDoesNotWaitForTheRunningTurn(t *testing.T) {
+	kind := storeKinds(t)[0]
+	e := newEnv(t, kind)
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 2")
+	card := e.card(ts, "deploy")
+	e.stop()
+	e.open = kind.open(t) // the store is lost
+	e.start()
+
+	m := newScriptedModel()
+	t.Cleanup(m.unblock)
+	e.model.Handle(m.answer)
+	e.slack.ThreadReply(channel, ts, requester, "<@"+e.slack.BotUserID()+"> hold")
+	<-m.held
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.ephemeral(approver, "I don't know this request any more")
+	select {
+	case <-m.release:
+		t.Fatal("the model was released before the click was answered")
+	default:
+	}
+	m.unblock()
+	e.answer(ts, "Held answer.")
+	if n := e.deploy.Load(); n != 0 {
+		t.Errorf("deploy ran %d times", n)
+	}
+}
