@@ -105,7 +105,9 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 	if err != nil {
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
 	}
-	if need > 1 && (d.Kind == approvals.Approve || d.Kind == approvals.Edit) {
+	if (need > 1 || c.Edit != nil) && (d.Kind == approvals.Approve || d.Kind == approvals.Edit) {
+		// Counted; a call with a pending edit is always decided here,
+		// where the approval that decides it runs the edit's arguments.
 		return a.approve(ctx, c, d, sd, need)
 	}
 	return a.record(ctx, c, d.Fingerprint, sd, v, taken, 0)
@@ -133,7 +135,7 @@ func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pause
 		return DecideResult{}, errReadCall
 	}
 	sd, need, err := a.checkDecision(ctx, c, d, v, recs)
-	if err != nil || need > 1 {
+	if err != nil || need > 1 || c.Edit != nil {
 		return DecideResult{}, errReadCall
 	}
 	return a.record(ctx, c, d.Fingerprint, sd, v, taken, pc.version)
@@ -158,6 +160,7 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		if tool, ok := a.tools.Lookup(c.Tool); ok {
 			sd.Preview, sd.PreviewError = a.preview(ctx, tool, sd.Args)
 		}
+		sd.MinApprovals = need
 		edit = &store.Proposal{Fingerprint: fp, Edit: sd}
 	case c.Edit != nil:
 		final = store.Decision{Kind: storedKind(approvals.Edit), Decider: c.Edit.Decider, At: d.At, Args: c.Edit.Args}
@@ -204,15 +207,19 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	if d.Kind != approvals.Approve && d.Kind != approvals.Remember {
 		return approvals.Verdict{}, nil // edits are judged on their new arguments in checkEdit
 	}
-	tool, ok := a.tools.Lookup(c.Tool)
-	if !ok {
-		return approvals.Verdict{}, nil // settled as "no longer available" at resume
+	// A tool not registered now (its MCP server not connected yet, its
+	// list changed) is settled as "no longer available" at resume if it
+	// is still missing then; the decision is judged all the same, with
+	// no hints, so a policy tightened since the card holds meanwhile.
+	var hints approvals.Hints
+	if tool, ok := a.tools.Lookup(c.Tool); ok {
+		hints = tool.Annotations
 	}
 	args := c.Args
 	if c.Edit != nil {
 		args = c.Edit.Args // the pending arguments are an edit's
 	}
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations}, recs)
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: c.Requester, Channel: c.Channel, Hints: hints}, recs)
 	if err != nil {
 		return v, err
 	}
@@ -259,12 +266,16 @@ func deniedBy(v approvals.Verdict) error {
 
 // checkDecision validates a decision against the call and returns what is
 // stored, and how many distinct approvers the arguments it would run need
-// (those of the card, or an edit's, whichever rule asks more: an edit
-// cannot take a call out from under a two-person rule); the policy judges
-// an edit by recs, read with the call.
+// (those of the card, of a pending edit when it was made, or of the rule
+// that asks now, whichever is most: an edit cannot take a call out from
+// under a two-person rule, nor can a rule removed after it); the policy
+// judges an edit by recs, read with the call.
 func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Decision, v approvals.Verdict, recs map[string][]store.Record) (store.Decision, int, error) {
 	sd := store.Decision{Kind: storedKind(d.Kind), Decider: d.Decider, At: d.At}
 	need := max(c.MinApprovals, v.MinApprovals)
+	if c.Edit != nil {
+		need = max(need, c.Edit.MinApprovals)
+	}
 	tool, known := a.tools.Lookup(c.Tool)
 	human := known && tool.Human
 	switch d.Kind {
@@ -286,6 +297,9 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			return sd, need, fmt.Errorf("%w: %s is a question; answer it instead", ErrBadDecision, c.Tool)
 		}
 		if d.Kind == approvals.Remember {
+			if c.Edit != nil {
+				return sd, need, fmt.Errorf("%w: this call's arguments were edited, so it cannot be allowed from now on; approve it instead", ErrBadDecision)
+			}
 			if c.FourEyes {
 				return sd, need, fmt.Errorf("%w: a four-eyes call cannot be allowed from now on; approve it instead", ErrBadDecision)
 			}

@@ -107,3 +107,93 @@ policy:
 		})
 	}
 }
+
+// An edit that needed two approvers keeps needing them after the rule that
+// asked for two is removed, and the approval that decides it runs the
+// edited arguments, never the card's first ones; a pending edit cannot be
+// turned into a standing rule.
+func TestEditedCallKeepsItsNeedAfterTheRuleGoes(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = `
+policy:
+  rules:
+    - id: staging
+      tool: restart
+      verdict: ask
+      approvers: [UONE000001, UTWO000002]
+`
+			a := w.agent()
+			_, err := w.engine.AddRule(ctx, "UADMIN", approvals.Rule{ID: "prod2", Tool: "restart", When: `args.env == "prod"`, Verdict: approvals.Ask, MinApprovals: 2})
+			must(t, err)
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UONE000001", Args: json.RawMessage(`{"env":"prod"}`)})
+			if err != nil || res.Call.Status != agent.CallPending {
+				t.Fatalf("an edit to prod: got %+v, %v; want the call pending on it", res, err)
+			}
+			edited := res.Call.Fingerprint
+			must(t, w.engine.RemoveRule(ctx, "UADMIN", "prod2"))
+			_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: edited, Kind: approvals.Remember, Decider: "UTWO000002"})
+			if !errors.Is(err, agent.ErrBadDecision) {
+				t.Errorf("Always allow on a pending edit: got %v, want ErrBadDecision", err)
+			}
+			res, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: edited, Kind: approvals.Approve, Decider: "UONE000001"})
+			if !errors.Is(err, approvals.ErrAlreadyApproved) {
+				t.Fatalf("the editor approving their own edit again: got %+v, %v; want ErrAlreadyApproved (the edit still needs two)", res, err)
+			}
+			res, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: edited, Kind: approvals.Approve, Decider: "UTWO000002"})
+			if err != nil || !res.Complete {
+				t.Fatalf("the second approver: got %+v, %v; want the call decided", res, err)
+			}
+			w.model.Reply(fakeopenai.Text("restarted prod"))
+			if _, err := a.Resume(ctx, res.Call.RunID); err != nil {
+				t.Fatal(err)
+			}
+			if got := w.restarts.Args(); len(got) != 1 || got[0] != `{"env":"prod"}` {
+				t.Errorf("restart ran with %v, want once with the edited arguments", got)
+			}
+		})
+	}
+}
+
+// A call whose tool is not registered at the moment (an MCP server not
+// connected yet, a tool list that changed) is still decided under the
+// policy as it is now: a four-eyes rule added after the card refuses the
+// requester's approval, and the call does not run on it.
+func TestDecisionWhileTheToolIsMissingFollowsThePolicyNow(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  rules:
+    - id: r
+      tool: "*"
+      verdict: ask
+`
+	a := w.agent()
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "restart", `{"env":"prod"}`), call("c2", "deploy", `{"service":"a","version":"1"}`)))
+	out, err := a.Run(ctx, request("please"))
+	must(t, err)
+	if len(out.Pending) != 2 {
+		t.Fatalf("got %d pending calls, want 2", len(out.Pending))
+	}
+	x, y := out.Pending[0], out.Pending[1]
+	_, err = w.engine.AddRule(ctx, "UADMIN", approvals.Rule{ID: "tight", Tool: "restart", Verdict: approvals.Ask, Approvers: []string{"USECURITY1"}, FourEyes: true})
+	must(t, err)
+	restart, _ := w.reg.Lookup("restart")
+	must(t, w.reg.Replace(func(n string) bool { return n == "restart" }, nil))
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: x.ID, Fingerprint: x.Fingerprint, Kind: approvals.Approve, Decider: "UREQUESTER"}); !errors.Is(err, approvals.ErrNotApprover) {
+		t.Fatalf("the requester approving while the tool is missing: got %v, want a refusal under the four-eyes rule", err)
+	}
+	must(t, w.reg.Replace(func(string) bool { return false }, []agent.Tool{restart}))
+	res, err := a.Decide(ctx, approvals.Decision{CallID: y.ID, Fingerprint: y.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER0001"})
+	must(t, err)
+	if res.Complete {
+		t.Fatal("the step is complete although restart was never decided")
+	}
+	if n := w.restarts.n.Load(); n != 0 {
+		t.Errorf("restart ran %d times", n)
+	}
+}

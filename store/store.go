@@ -64,6 +64,11 @@ type Decision struct {
 	// or why it could not; opaque to the store.
 	Preview      string `json:"preview,omitempty"`
 	PreviewError string `json:"preview_error,omitempty"`
+	// MinApprovals is, for an edit that restarted a count, how many
+	// distinct approvers its arguments needed when it was made: a floor
+	// for the count it restarted, as Call.MinApprovals is for the call's;
+	// opaque to the store.
+	MinApprovals int `json:"min_approvals,omitempty"`
 }
 
 // Call is one tool call of a paused step that waits on people.
