@@ -3,6 +3,7 @@ package slackapp_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -147,5 +148,41 @@ func TestWhyOneAtATime(t *testing.T) {
 	e.answer(ts, "Because you asked for version 10.")
 	if n := len(e.model.Requests()); n != 2 {
 		t.Errorf("the model was asked %d times, want 2 (the turn and one explanation)", n)
+	}
+}
+
+// Why? on the copy of a private conversation's card in APPROVALS_CHANNEL
+// sends the explanation, written from that conversation, to the clicker's
+// DM with the bot: not to the approvals channel, whose other members may
+// not see the conversation.
+func TestWhyOnAnApprovalsChannelCopyIsSentToTheClickerOnly(t *testing.T) {
+	const private = "CPRIVATE01"
+	const approvalsChannel = "CAPPROVALS"
+	const bystander = "UBYSTANDER"
+	e := newEnv(t, storeKinds(t)[0])
+	e.slack.AddUser(fakeslack.User{ID: bystander, Name: "bystander"})
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+	e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: []string{approver, other, bystander, e.slack.BotUserID()}})
+	e.cfg.ApprovalsChannel = approvalsChannel
+	e.start()
+	const why = "The requester said the ACME merger closes Friday, so vault 14 must ship."
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)), fakeopenai.Text(why))
+	ts := e.slack.Mention(private, requester, "deploy vault 14 before the ACME merger")
+	e.cardIn(private, ts, "deploy")
+	cp, err := e.slack.WaitMessage(approvalsChannel, func(m fakeslack.Message) bool { return isCard(m) }, 10*time.Second)
+	must(t, err)
+
+	_, err = e.slack.Click(approver, approvalsChannel, cp.TS, slackapp.ActionWhy, "")
+	must(t, err)
+	e.answerIn(private, ts, why)
+	if _, err := e.slack.WaitMessage(e.slack.DMChannel(approver), func(m fakeslack.Message) bool {
+		return strings.Contains(blocksText(m), "ACME")
+	}, 10*time.Second); err != nil {
+		t.Fatalf("the clicker got no explanation in their DM: %v", err)
+	}
+	for _, m := range e.slack.Messages(approvalsChannel) {
+		if strings.Contains(blocksText(m)+m.Text, "ACME") {
+			t.Fatalf("the explanation of a private conversation was posted in the approvals channel, where %s reads it: %q", bystander, m.Text)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package slackapp
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -69,10 +70,12 @@ func (a *App) whyClick(ctx context.Context, c click) {
 	}
 	if c.channel != channel {
 		// Clicked on a copy of the card outside the conversation, or in
-		// App Home: the clicker may not see the thread, so they get it
-		// where they clicked, or in a DM.
+		// App Home: the clicker may not see the thread, so they get it in
+		// their DM with the bot (where they clicked, for a copy sent
+		// there). Never in a channel others read, such as
+		// APPROVALS_CHANNEL: it is written from the conversation.
 		to := c.channel
-		if to == "" {
+		if !strings.HasPrefix(to, "D") {
 			ch, _, _, err := a.api.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{c.user}, ReturnIM: true})
 			if err != nil {
 				a.log.Warn("open DM for an explanation", "user", c.user, "err", err)
