@@ -1,6 +1,7 @@
 package slackapp_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -330,5 +331,38 @@ func TestStatusesDoNotWaitForEachOther(t *testing.T) {
 	}
 	if s := e.slack.ThreadStatus(channel, ts); s != "" {
 		t.Errorf("thread status %q after the answer, want it cleared", s)
+	}
+}
+
+// Only the first note answering messages in a paused thread mentions the
+// approvers: more messages, from anyone in the channel, cannot make the
+// bot ping them again and again.
+func TestWaitingNotesPingTheApproversOnce(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"5"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 5")
+	e.card(ts, "deploy")
+	var notes []fakeslack.Message
+	for i := range 3 {
+		e.slack.ThreadReply(channel, ts, stranger, fmt.Sprintf("ping %d", i))
+		waitUntil(t, "the message's waiting note", func() bool {
+			notes = notes[:0]
+			for _, m := range e.slack.Thread(channel, ts) {
+				if m.BotID != "" && strings.Contains(m.Text, "waiting on approval") {
+					notes = append(notes, m)
+				}
+			}
+			return len(notes) == i+1
+		})
+	}
+	for i, m := range notes {
+		pings := strings.Contains(m.Text, "<@"+approver+">")
+		if pings != (i == 0) {
+			t.Errorf("waiting note %d mentions the approver: %v, want only the first to: %q", i+1, pings, m.Text)
+		}
+		if !strings.Contains(m.Text, "`deploy`") {
+			t.Errorf("waiting note %d does not name the tool: %q", i+1, m.Text)
+		}
 	}
 }

@@ -349,8 +349,29 @@ func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err
 		for _, p := range out.Pending {
 			waits = append(waits, Waiting{Tool: p.Tool, Approvers: p.Approvers})
 		}
-		a.post(ctx, channel, thread, WaitingText(waits))
+		a.post(ctx, channel, thread, WaitingText(waits, a.firstWaitingNote(ctx, out.Pending)))
 	}
+}
+
+// waitingNoteTTL is how long a paused run's waiting notes mention no one
+// after the first that did.
+const waitingNoteTTL = 24 * time.Hour
+
+// firstWaitingNote reports whether the note answering a message in a thread
+// paused on pending may mention the approvers: only the first of the run's
+// notes does (per waitingNoteTTL, on any replica), so that messages in the
+// thread cannot make the bot ping them again and again (reminders do, on
+// their schedule). If the store cannot tell, no one is mentioned.
+func (a *App) firstWaitingNote(ctx context.Context, pending []agent.PendingCall) bool {
+	if len(pending) == 0 {
+		return false
+	}
+	first, err := a.st.SeenEvent(ctx, "waiting:"+pending[0].RunID, waitingNoteTTL)
+	if err != nil {
+		a.log.Warn("mark a waiting note as sent", "run", pending[0].RunID, "err", err)
+		return false
+	}
+	return first
 }
 
 // handOver follows a turn or resume that stopped because it lost the

@@ -269,10 +269,23 @@ type Waiting struct {
 
 // WaitingText is the reply to a new message in a thread whose turn is paused
 // on approval of calls. Calls with the same approvers are named together.
-// Approvers are mentioned so they are reminded; ids that are not well-formed
-// user or group ids are dropped, and with none left the text says anyone in
-// the channel may approve.
-func WaitingText(waits []Waiting) string {
+// With mention, approvers are mentioned so they are reminded; ids that are
+// not well-formed user or group ids are dropped, and with none left the
+// text says anyone in the channel may approve. Without it, only the tools
+// are named: the cards say who may decide, and no one is pinged.
+func WaitingText(waits []Waiting, mention bool) string {
+	if !mention {
+		var tools []string
+		for _, w := range waits {
+			if !slices.Contains(tools, w.Tool) {
+				tools = append(tools, w.Tool)
+			}
+		}
+		if len(tools) == 0 {
+			return "This thread is waiting on approval; I'll answer your message after that."
+		}
+		return "This thread is waiting on approval of " + toolList(tools) + " (the cards above say who may decide); I'll answer your message after that."
+	}
 	type group struct {
 		tools []string
 		who   string

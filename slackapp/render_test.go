@@ -550,12 +550,14 @@ func TestMessageTexts(t *testing.T) {
 	tests := []struct {
 		name, got, want string
 	}{
-		{"waiting", WaitingText([]Waiting{{Tool: "files__delete_path", Approvers: []string{"U1ABC", "S1ABC", "bad"}}}),
+		{"waiting", WaitingText([]Waiting{{Tool: "files__delete_path", Approvers: []string{"U1ABC", "S1ABC", "bad"}}}, true),
 			"This thread is waiting on approval of `files__delete_path` by <@U1ABC> or <!subteam^S1ABC>; I'll answer your message after that."},
-		{"waiting two tools, anyone", WaitingText([]Waiting{{Tool: "a"}, {Tool: "b<!here>"}, {Tool: "a"}}),
+		{"waiting two tools, anyone", WaitingText([]Waiting{{Tool: "a"}, {Tool: "b<!here>"}, {Tool: "a"}}, true),
 			"This thread is waiting on approval of `a` and `b&lt;!here&gt;` by anyone in this channel; I'll answer your message after that."},
-		{"waiting on different approvers", WaitingText([]Waiting{{Tool: "scale"}, {Tool: "restart", Approvers: []string{"U1ABC"}}, {Tool: "drain"}}),
+		{"waiting on different approvers", WaitingText([]Waiting{{Tool: "scale"}, {Tool: "restart", Approvers: []string{"U1ABC"}}, {Tool: "drain"}}, true),
 			"This thread is waiting on approval of `scale` and `drain` by anyone in this channel and `restart` by <@U1ABC>; I'll answer your message after that."},
+		{"waiting again, no one pinged", WaitingText([]Waiting{{Tool: "scale"}, {Tool: "restart", Approvers: []string{"U1ABC", "S1ABC"}}, {Tool: "scale"}}, false),
+			"This thread is waiting on approval of `scale` and `restart` (the cards above say who may decide); I'll answer your message after that."},
 		{"not approver", NotApproverText([]string{"U1ABC", "<!channel>"}),
 			"You are not an approver for this call, so nothing changed. It can be decided by <@U1ABC>."},
 		{"not approver, no list", NotApproverText(nil), "You are not an approver for this call, so nothing changed."},
