@@ -100,6 +100,11 @@ func FuzzMarkdownToMrkdwn(f *testing.F) {
 		"# <@U1>\n- @channel",
 		"`<!channel>` and ``a`b``",
 		"[<!here>](<https://x>)",
+		// An at-sign outside a link meeting a keyword inside it.
+		"[@](@)here",
+		"@[here](here)",
+		"@[channel](https://x)",
+		"# @[everyone](everyone)",
 	} {
 		f.Add(s)
 	}

@@ -216,13 +216,16 @@ func inlineText(s string) string {
 	s = mdStrike.ReplaceAllString(s, "~${1}~")
 	s = strings.ReplaceAll(s, phBold, "*")
 
-	return phRef.ReplaceAllStringFunc(s, func(m string) string {
+	s = phRef.ReplaceAllStringFunc(s, func(m string) string {
 		i, err := strconv.Atoi(phRef.FindStringSubmatch(m)[1])
 		if err != nil || i >= len(saved) {
 			return ""
 		}
 		return saved[i]
 	})
+	// Each piece was escaped alone: an at-sign outside a link and a word
+	// inside it ("@[here](here)") may meet only now.
+	return broadcastKeyword.ReplaceAllString(s, "@"+wordJoiner+"$1")
 }
 
 // AnswerMessages renders a model's answer as Slack messages: the Markdown is
