@@ -315,22 +315,29 @@ func decide(t *testing.T, s *redisstore.Store, conv string, call store.Call) {
 	}
 }
 
-// pipelineHook calls before, once, ahead of the first pipeline sent after
-// it is armed.
+// pipelineHook calls between, once, within the first pipeline sent after
+// it is armed: after its first at commands went out (0: before any), as
+// another client's command reaching Redis there would.
 type pipelineHook struct {
-	armed  *bool
-	before func()
+	armed   *bool
+	at      int
+	between func()
 }
 
 func (pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if *h.armed {
-			*h.armed = false
-			h.before()
+		if !*h.armed || len(cmds) <= h.at {
+			return next(ctx, cmds)
 		}
-		return next(ctx, cmds)
+		*h.armed = false
+		var err error
+		if h.at > 0 {
+			err = next(ctx, cmds[:h.at])
+		}
+		h.between()
+		return errors.Join(err, next(ctx, cmds[h.at:]))
 	}
 }
 
@@ -361,7 +368,7 @@ func TestPauseRefusedMidwayLeavesTheConversationAlone(t *testing.T) {
 	}
 	armed := true
 	took := false
-	c.AddHook(pipelineHook{armed: &armed, before: func() {
+	c.AddHook(pipelineHook{armed: &armed, between: func() {
 		// a's lease runs out, and b takes the conversation over.
 		if err := other.ReleaseLease(ctx, store.TurnLease(conv), "a"); err != nil {
 			t.Error(err)
@@ -451,28 +458,6 @@ func TestPausesAnnouncedOnceRecorded(t *testing.T) {
 	}
 }
 
-// splitHook sends the first pipeline sent after it is armed in two parts,
-// its first command alone, and calls between in between, as another
-// client's command reaching Redis between them would.
-type splitHook struct {
-	armed   *bool
-	between func()
-}
-
-func (splitHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (splitHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h splitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !*h.armed || len(cmds) < 2 {
-			return next(ctx, cmds)
-		}
-		*h.armed = false
-		err := next(ctx, cmds[:1])
-		h.between()
-		return errors.Join(err, next(ctx, cmds[1:]))
-	}
-}
-
 // On a single node a decision and the resume it begins are two scripts of
 // one pipeline. When another decision completes the step between them, the
 // first decision, which left a call pending, begins nothing: it neither
@@ -507,7 +492,7 @@ func TestDecisionThatLeftACallPendingBeginsNoResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	armed := true
-	c.AddHook(splitHook{armed: &armed, between: func() {
+	c.AddHook(pipelineHook{armed: &armed, at: 1, between: func() {
 		decide(t, other, conv, calls[1])
 	}})
 	begin := store.ResumeBegin{Conversation: conv, Lease: store.TurnLease(conv), Owner: "a", TTL: time.Minute, Start: []string{"approve"}}
