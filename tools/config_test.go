@@ -116,6 +116,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"ask_human settings", "builtin_tools:\n  ask_human: {timeout: 1s}\n", `line 2|unknown key "timeout" in ask_human`},
 		{"http no hosts", "builtin_tools:\n  http_request: {timeout: 1s}\n", "builtin_tools.http_request|line 2|allowed_hosts must list"},
 		{"http url host", "builtin_tools:\n  http_request: {allowed_hosts: [\"https://x.com\"]}\n", "want a host name"},
+		{"http unicode host", "builtin_tools:\n  http_request: {allowed_hosts: [\"*.b\u00fccher.example\"]}\n", "xn--"},
 		{"http inner wildcard", "builtin_tools:\n  http_request: {allowed_hosts: [\"a.*.com\"]}\n", "leading"},
 		{"http bad port", "builtin_tools:\n  http_request: {allowed_hosts: [\"a.com:99999\"]}\n", "invalid port"},
 		{"http bad port glob", "builtin_tools:\n  http_request: {allowed_hosts: [\"a.com:8*\"]}\n", "invalid port"},

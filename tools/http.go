@@ -229,6 +229,12 @@ func (h *httpTool) check(u *url.URL) error {
 	if host == "" {
 		return errors.New("the URL has no host")
 	}
+	if !isASCII(u.Hostname()) {
+		// The check would match a lower-cased form of the name while the
+		// connection goes to its IDNA form, another name ("İ" is "i" to
+		// strings.ToLower, "i̇" to IDNA).
+		return errors.New("the host must be written in ASCII (an internationalized name in its xn-- form)")
+	}
 	port := u.Port()
 	if port == "" {
 		port = defaultPort(u.Scheme)
@@ -322,6 +328,9 @@ func checkHostPattern(s string) error {
 	if strings.Contains(p.host, "*") {
 		return fmt.Errorf("%q: a wildcard is only allowed as a leading \"*.\"", s)
 	}
+	if !isASCII(p.host) {
+		return fmt.Errorf("%q: write an internationalized host name in its ASCII (xn--) form", s)
+	}
 	if p.port != "" && p.port != "*" {
 		if n, err := strconv.Atoi(p.port); err != nil || n < 1 || n > 65535 {
 			return fmt.Errorf("%q: invalid port %q", s, p.port)
@@ -331,3 +340,12 @@ func checkHostPattern(s string) error {
 }
 
 func normalizeHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}

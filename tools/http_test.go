@@ -189,6 +189,11 @@ func TestHostPattern(t *testing.T) {
 		{"[::1]:80", "http://[::1]/", true},
 		{"::1", "http://[::1]:9000/", false},
 		{"::1", "http://[::1]/", true},
+		// "İ" lower-cases to "i", but connects as IDNA's "i̇": another name.
+		{"api.github.com", "http://api.g\u0130thub.com/", false},
+		{"*.internal.io", "http://x.\u0130nternal.io/", false},
+		{"*.xn--bcher-kva.example", "http://a.xn--bcher-kva.example/", true},
+		{"*.xn--bcher-kva.example", "http://a.b\u00fccher.example/", false},
 	} {
 		h := &httpTool{cfg: HTTPConfig{AllowedHosts: []string{tc.pattern}}, hosts: []hostPattern{parseHostPattern(tc.pattern)}}
 		if err := checkHostPattern(tc.pattern); err != nil {
