@@ -166,6 +166,11 @@ func compileTool(t Tool) (*registered, error) {
 			return nil, fmt.Errorf("register tool %q: schema is not JSON: %w", t.Name, err)
 		}
 		c := jsonschema.NewCompiler()
+		// A schema comes from an MCP server, which may be remote: its
+		// $refs reach nothing outside it (the default loader reads
+		// file:// URLs, which would hand the server the bot's files
+		// through validation errors). Metaschemas are built in.
+		c.UseLoader(jsonschema.SchemeURLLoader{})
 		url := "tool:///" + t.Name + ".json"
 		if err := c.AddResource(url, doc); err != nil {
 			return nil, fmt.Errorf("register tool %q: schema: %w", t.Name, err)

@@ -3,6 +3,8 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -107,5 +109,32 @@ func TestRegistryValidate(t *testing.T) {
 	}
 	if err := r.Validate("nope", json.RawMessage(`{}`)); err == nil || !strings.Contains(err.Error(), "unknown tool") {
 		t.Errorf("got %v for an unknown tool", err)
+	}
+}
+
+// A tool's schema (an MCP server's, which may be remote) cannot $ref the
+// bot's files: registering it fails, and nothing of the file reaches the
+// model or the server through validation errors. A schema that names its
+// metaschema, as many servers' do, still registers.
+func TestSchemaRefsReachNoFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret.json")
+	if err := os.WriteFile(path, []byte(`{"enum":["from-local-file"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := agent.NewRegistry()
+	schema := `{"type":"object","properties":{"x":{"$ref":"file://` + filepath.ToSlash(path) + `"}}}`
+	err := reg.Register(agent.Tool{Name: "peek", Schema: json.RawMessage(schema), Handler: nop})
+	if err == nil {
+		err = reg.Validate("peek", json.RawMessage(`{"x":"a"}`))
+		t.Fatalf("a schema with a file $ref registered; validating gives %v", err)
+	}
+	if strings.Contains(err.Error(), "from-local-file") {
+		t.Errorf("the error shows the file: %v", err)
+	}
+	for _, meta := range []string{"http://json-schema.org/draft-07/schema#", "https://json-schema.org/draft/2020-12/schema"} {
+		err := agent.NewRegistry().Register(agent.Tool{Name: "meta", Schema: json.RawMessage(`{"$schema":"` + meta + `","type":"object"}`), Handler: nop})
+		if err != nil {
+			t.Errorf("a schema naming %s: %v", meta, err)
+		}
 	}
 }

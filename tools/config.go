@@ -329,7 +329,7 @@ func newServerConfig(name string, command []string, env map[string]string, dir, 
 		}
 	default:
 		if !strings.HasPrefix(s.URL, "http://") && !strings.HasPrefix(s.URL, "https://") {
-			return ServerConfig{}, fmt.Errorf("url %q: must start with http:// or https://", s.URL)
+			return ServerConfig{}, fmt.Errorf("url %q: must start with http:// or https:// (in lower case)", safeURL(s.URL))
 		}
 		if len(s.Env) > 0 || s.Dir != "" {
 			return ServerConfig{}, errors.New("env and dir only apply to command servers")

@@ -236,3 +236,16 @@ func TestParseConfigRelativeWorkspaceRoot(t *testing.T) {
 		t.Errorf("got root %q, want %q (relative to the working directory)", got, want)
 	}
 }
+
+// A url that fails validation is quoted without its path and query, where
+// a ${VAR} may have put a key.
+func TestConfigErrorHidesTheURLsSecrets(t *testing.T) {
+	t.Setenv("MCP_URL", "HTTPS://mcp.example/sse?api_key=sk-live-123456")
+	_, err := ParseConfig([]byte("mcp_servers:\n  - name: x\n    url: \"${MCP_URL}\"\n"))
+	if err == nil || !strings.Contains(err.Error(), "must start with http://") {
+		t.Fatalf("got %v, want the url refused", err)
+	}
+	if strings.Contains(err.Error(), "sk-live") {
+		t.Errorf("the error quotes the key: %v", err)
+	}
+}
