@@ -31,6 +31,12 @@ const (
 )
 
 func main() {
+	// The programs the bot starts must not read its tokens from
+	// /proc/PID/environ.
+	if err := botsetup.Harden(); err != nil {
+		fmt.Fprintf(os.Stderr, "bot: %v\n", err)
+		os.Exit(1)
+	}
 	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
 	var se *statusError
 	if err != nil && !errors.As(err, &se) {

@@ -174,6 +174,9 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	p, problems := approvals.CheckConfig(data)
+	if err := botsetup.CheckSections(data); err != nil {
+		problems = append([]error{err}, problems...)
+	}
 	if len(problems) > 0 {
 		for _, e := range problems {
 			fmt.Fprintf(stdout, "%s: %s\n", *config, botsetup.OneLine(e.Error()))
@@ -220,6 +223,9 @@ func policyTest(ctx context.Context, args []string, stdout io.Writer) error {
 	data, err := readPolicyFile(*config)
 	if err != nil {
 		return err
+	}
+	if err := botsetup.CheckSections(data); err != nil {
+		return fmt.Errorf("config file %s: %w", *config, err)
 	}
 	p, err := approvals.ParseConfig(data)
 	if err != nil {

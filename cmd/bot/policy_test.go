@@ -93,6 +93,7 @@ func TestPolicyCommands(t *testing.T) {
 `)
 	badCases := writeFile(t, "badcases.yaml", "cases:\n  - tool: deploy\n    verdict: maybe\n")
 	unknownKey := writeFile(t, "unknown.yaml", "cases:\n  - tool: deploy\n    verdit: allow\n")
+	misspelt := writeFile(t, "misspelt.yaml", "polcy:\n  default: deny\n")
 
 	tests := []struct {
 		name    string
@@ -131,6 +132,13 @@ func TestPolicyCommands(t *testing.T) {
 				"FAIL\t" + bad + ": 2 problems\n",
 			},
 		},
+		{
+			name: "check a misspelt section",
+			args: []string{"check", "-config", misspelt},
+			code: 1,
+			want: []string{misspelt + ": unknown section \"polcy\" (line 1): a config file has only mcp_servers, builtin_tools, policy\n", "FAIL\t" + misspelt + ": 1 problem\n"},
+		},
+		{name: "test a misspelt section", args: []string{"test", "-config", misspelt, "a", "{}"}, code: 1, wantErr: `unknown section "polcy"`},
 		{name: "check no file", args: []string{"check"}, code: 1, wantErr: "no config file: give -config FILE or set CONFIG_FILE"},
 		{name: "check missing file", args: []string{"check", "-config", filepath.Join(t.TempDir(), "none.yaml")}, code: 1, wantErr: "read config file"},
 		{name: "check extra argument", args: []string{"check", "-config", good, "x"}, code: 1, wantErr: `unexpected argument "x"`},

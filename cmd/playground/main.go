@@ -46,6 +46,12 @@ const systemPrompt = "You are Toolgate, an operations assistant in a Slack chann
 	"Keep answers short."
 
 func main() {
+	// The programs the playground starts must not read its model key
+	// from /proc/PID/environ.
+	if err := botsetup.Harden(); err != nil {
+		fmt.Fprintf(os.Stderr, "playground: %v\n", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Stdin, os.Stdout, os.Args[1:])
 	stop()

@@ -3,6 +3,9 @@ package botsetup
 import (
 	"fmt"
 	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/tools"
@@ -38,6 +41,9 @@ func LoadFile(setting, path string) (File, error) {
 			return File{}, &ConfigError{Err: fmt.Errorf("%s: %w", setting, err)}
 		}
 	}
+	if err := CheckSections(data); err != nil {
+		return File{}, &ConfigError{Err: fmt.Errorf("config file %s: %w", path, err)}
+	}
 	policy, err := approvals.ParseConfig(data)
 	if err != nil {
 		return File{}, &ConfigError{Err: fmt.Errorf("config file %s: %w", path, err)}
@@ -47,4 +53,33 @@ func LoadFile(setting, path string) (File, error) {
 		return File{}, &ConfigError{Err: fmt.Errorf("config file %s: %w", path, err)}
 	}
 	return File{Policy: policy, Tools: tc, Data: data}, nil
+}
+
+// Sections are the config file's top-level keys.
+var Sections = []string{"mcp_servers", "builtin_tools", "policy"}
+
+// CheckSections refuses a config file with a top-level key that is not one
+// of Sections: a misspelt "polcy:" would otherwise drop every rule in it
+// without a word. A file that does not parse is left to the sections'
+// own parsers, which say where.
+func CheckSections(data []byte) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
+		return nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k := root.Content[i]
+		known := false
+		for _, s := range Sections {
+			known = known || k.Value == s
+		}
+		if !known {
+			return fmt.Errorf("unknown section %q (line %d): a config file has only %s", k.Value, k.Line, strings.Join(Sections, ", "))
+		}
+	}
+	return nil
 }

@@ -54,6 +54,7 @@ func TestLoadFileErrors(t *testing.T) {
 	badYAML := writeFile(t, dir, "yaml.yaml", "policy: [\n")
 	badCEL := writeFile(t, dir, "cel.yaml", "policy:\n  rules:\n    - tool: x\n      verdict: ask\n      when: 'args.x =='\n")
 	badTools := writeFile(t, dir, "tools.yaml", "builtin_tools:\n  workspace:\n    root: "+dir+"\n    max_file_bytes: -1\n")
+	misspelt := writeFile(t, dir, "misspelt.yaml", "builtin_tools: {}\npolcy:\n  default: deny\n")
 	tests := []struct {
 		name, setting, path string
 		want                []string
@@ -63,6 +64,7 @@ func TestLoadFileErrors(t *testing.T) {
 		{"yaml syntax", "CONFIG_FILE", badYAML, []string{"config file " + badYAML + ": ", "line 1"}},
 		{"cel syntax", "CONFIG_FILE", badCEL, []string{"config file " + badCEL + ": ", "rule 1", "line 5", "Syntax error"}},
 		{"bad builtin tool", "CONFIG_FILE", badTools, []string{"config file " + badTools + ": ", "line 3", "max_file_bytes"}},
+		{"misspelt section", "CONFIG_FILE", misspelt, []string{"config file " + misspelt + ": ", `unknown section "polcy" (line 2)`, "policy"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
