@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -385,11 +386,24 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	var rs claimed
 	if taken != nil {
 		rb := store.ResumeBegin{Conversation: c.Conversation, Lease: store.TurnLease(c.Conversation), Owner: a.cfg.Owner,
-			TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), IfRecords: ifRecords}
+			TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), IfRecords: ifRecords, Nonce: newNonce()}
 		_, _ = a.leases.take(c.Conversation, func() (bool, error) {
 			asked = true
 			rs.at = time.Now()
 			got, complete, rs.ResumeStart, err = a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
+			if err != nil && !storeAnswered(err) && ctx.Err() == nil {
+				// The answer was lost (a reset connection, a time-out),
+				// perhaps after the step recorded the decision, claimed
+				// the resume and marked the call to run, which nothing
+				// would run then: asked again, that attempt's claim is
+				// this process's, and the decision stands.
+				if again, aerr := a.store.BeginResume(ctx, c.RunID, rb); aerr == nil && again.Claimed {
+					if i := slices.IndexFunc(again.Calls, func(x store.Call) bool { return x.ID == c.ID }); i >= 0 {
+						a.log.Warn("a decision's answer was lost; it was recorded and began its resume", "call", c.ID, "err", err)
+						got, complete, rs.ResumeStart, err = again.Calls[i], true, again, nil
+					}
+				}
+			}
 			// A decision recorded with effects missing (see decided)
 			// stands, and so does the resume it began.
 			rs.Claimed = rs.Claimed && (err == nil || errors.Is(err, store.ErrEffects))
@@ -428,6 +442,13 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 
 // refusedWithoutWrite reports whether err is the store refusing a
 // decision, having written nothing.
+// storeAnswered reports whether err is the store's answer to a decision
+// (a refusal, or a decision recorded without all of its effects), not a
+// failure to get one.
+func storeAnswered(err error) bool {
+	return refusedWithoutWrite(err) || errors.Is(err, store.ErrEffects) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrDuplicateApproval)
+}
+
 func refusedWithoutWrite(err error) bool {
 	for _, e := range []error{store.ErrStale, store.ErrNotFound, store.ErrAlreadyDecided, store.ErrFingerprintMismatch, store.ErrExpired} {
 		if errors.Is(err, e) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/storetest"
 )
 
 // The decision that completes a step is audited and lists the conversation
@@ -230,5 +233,79 @@ func TestDecisionOnAPausedCallReadsNothing(t *testing.T) {
 				t.Errorf("DecideTaking of a call decided by another = %v, want refused naming UOTHER0001", err)
 			}
 		})
+	}
+}
+
+// lostAnswers makes the store do a DecideBegin or BeginResume and then
+// loses its answer, as a connection reset after the step would: once for
+// each count set.
+type lostAnswers struct {
+	storetest.Store
+	decide, resume atomic.Int32
+}
+
+var errLostAnswer = errors.New("read tcp: connection reset by peer")
+
+func (s *lostAnswers) DecideBegin(ctx context.Context, id, fp string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	c, complete, rs, err := s.Store.DecideBegin(ctx, id, fp, d, fx, r)
+	if err == nil && s.decide.Add(-1) >= 0 {
+		return store.Call{}, false, store.ResumeStart{}, errLostAnswer
+	}
+	return c, complete, rs, err
+}
+
+func (s *lostAnswers) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	rs, err := s.Store.BeginResume(ctx, runID, r)
+	if err == nil && s.resume.Add(-1) >= 0 {
+		return store.ResumeStart{}, errLostAnswer
+	}
+	return rs, err
+}
+
+// A decision, or a resume, whose store step claimed the resume and marked
+// the approved call to run but whose answer was lost is asked again for
+// that claim: the call runs once, with its result, not reported later as
+// "outcome unknown" by a resume that finds it marked and never run.
+func TestLostAnswerOfAClaimStillRunsTheCall(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, lost := range []string{"decision", "resume"} {
+			t.Run(b.name+"/"+lost, func(t *testing.T) {
+				ctx := t.Context()
+				w := newWorld(t, b)
+				st := &lostAnswers{Store: w.store.(storetest.Store)}
+				a := w.agentWith(st, w.rec)
+				p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+				w.model.Reply(fakeopenai.Text("deployed"))
+				var out agent.Outcome
+				d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}
+				switch lost {
+				case "decision":
+					st.decide.Store(1)
+					res, taken, err := a.DecideTaking(ctx, d)
+					if err != nil || !res.Complete || taken == nil || res.Call.Status != agent.CallDecided {
+						t.Fatalf("DecideTaking with its answer lost = %+v, taken %v, %v; want the decision recorded and its resume taken", res, taken != nil, err)
+					}
+					out, err = a.ResumeTaken(ctx, taken)
+					must(t, err)
+				case "resume":
+					res, err := a.Decide(ctx, d)
+					if err != nil || !res.Complete {
+						t.Fatalf("Decide = %+v, %v", res, err)
+					}
+					st.resume.Store(1)
+					out, err = a.Resume(ctx, p.RunID)
+					must(t, err)
+				}
+				if out.Status != agent.Answered || out.Answer != "deployed" {
+					t.Errorf("the resume = %+v, want the answer", out)
+				}
+				if n := w.deploys.n.Load(); n != 1 {
+					t.Errorf("deploy ran %d times, want once", n)
+				}
+				if got := toolResults(t, w.model); len(got) != 1 || strings.Contains(got[0], "outcome unknown") {
+					t.Errorf("the model read %q, want the tool's result", got)
+				}
+			})
+		}
 	}
 }

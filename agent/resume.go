@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,6 +69,9 @@ var startKinds = func() []string {
 	return out
 }()
 
+// newNonce names one attempt to begin a resume (store.ResumeBegin.Nonce).
+func newNonce() string { return rand.Text() }
+
 // errNoResume ends a wait for the lease of a run that has nothing to
 // resume, or that someone else resumes.
 var errNoResume = errors.New("nothing to resume")
@@ -85,7 +89,18 @@ var errClaimed = fmt.Errorf("%w: another process holds the resume claim", errNoR
 // lease.
 func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (claimed, error) {
 	sent := time.Now()
-	st, err := a.store.BeginResume(ctx, runID, conv, key, a.cfg.Owner, a.cfg.LeaseTTL, startKinds, a.policyKinds()...)
+	rb := store.ResumeBegin{Conversation: conv, Lease: key, Owner: a.cfg.Owner, TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()}
+	st, err := a.store.BeginResume(ctx, runID, rb)
+	if err != nil && !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+		// The answer was lost (a reset connection, a time-out), perhaps
+		// after the step claimed the run and marked the call to run,
+		// which nothing would run then: asked again, that attempt's
+		// claim is this process's. The claim counts from the first ask.
+		if again, aerr := a.store.BeginResume(ctx, runID, rb); aerr == nil && again.Claimed {
+			a.log.Warn("a resume's claim was taken but its answer lost; asked again", "run", runID, "err", err)
+			st, err = again, nil
+		}
+	}
 	rs := claimed{ResumeStart: st, at: sent}
 	switch {
 	case errors.Is(err, store.ErrNotFound):

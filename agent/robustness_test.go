@@ -51,11 +51,11 @@ func (s *flakyStore) GetCallWith(ctx context.Context, id string, kinds ...string
 	return s.Store.GetCallWith(ctx, id, kinds...)
 }
 
-func (s *flakyStore) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
+func (s *flakyStore) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	if s.failRecords.Load() {
-		kinds = nil
+		r.Kinds = nil
 	}
-	return s.Store.BeginResume(ctx, runID, conv, lease, owner, ttl, start, kinds...)
+	return s.Store.BeginResume(ctx, runID, r)
 }
 
 var errInjected = errors.New("injected store failure")

@@ -90,11 +90,11 @@ func (d *dyingStore) RenewLease(ctx context.Context, key, owner string, ttl time
 	return d.Store.RenewLease(ctx, key, owner, ttl)
 }
 
-func (d *dyingStore) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
+func (d *dyingStore) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	if err := d.check(); err != nil {
 		return store.ResumeStart{}, err
 	}
-	return d.Store.BeginResume(ctx, runID, conv, lease, owner, ttl, start, kinds...)
+	return d.Store.BeginResume(ctx, runID, r)
 }
 
 func (d *dyingStore) ReleaseLease(ctx context.Context, key, owner string) error {

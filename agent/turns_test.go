@@ -90,9 +90,9 @@ func (l *turnLog) ReleaseLease(ctx context.Context, key, owner string) error {
 	return l.Store.ReleaseLease(ctx, key, owner)
 }
 
-func (l *turnLog) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
+func (l *turnLog) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	l.add("BeginResume")
-	return l.Store.BeginResume(ctx, runID, conv, lease, owner, ttl, start, kinds...)
+	return l.Store.BeginResume(ctx, runID, r)
 }
 
 func (l *turnLog) BeginExecution(ctx context.Context, id string) (bool, error) {

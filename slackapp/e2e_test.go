@@ -278,9 +278,9 @@ func (s *stepCounter) DecideBegin(ctx context.Context, id, fp string, d store.De
 	return s.fullStore.DecideBegin(ctx, id, fp, d, fx, r)
 }
 
-func (s *stepCounter) BeginResume(ctx context.Context, runID, conv, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
+func (s *stepCounter) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	s.add("BeginResume")
-	return s.fullStore.BeginResume(ctx, runID, conv, lease, owner, ttl, start, kinds...)
+	return s.fullStore.BeginResume(ctx, runID, r)
 }
 
 func (s *stepCounter) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {

@@ -90,9 +90,10 @@ type ResumeStart struct {
 	Started string
 }
 
-// ResumeBegin asks DecideBegin to begin the resume of the step that the
-// decision completes, as BeginResume(run, Conversation, Lease, Owner, TTL,
-// Start, Kinds...) begins it.
+// ResumeBegin is what BeginResume takes (the conversation's lease, when
+// Lease is set, and the run's resume claim, for Owner for TTL; Start and
+// Kinds as there), and what DecideBegin takes to begin the resume of the
+// step that the decision completes as BeginResume begins it.
 type ResumeBegin struct {
 	Conversation string
 	Lease        string
@@ -105,6 +106,15 @@ type ResumeBegin struct {
 	// are still at this version (a Begun's RecordsVersion), so that a
 	// decider checked against records read earlier is checked against
 	// the records of the decision's time. A store that keeps no version
-	// refuses every such decision.
+	// refuses every such decision. DecideBegin only.
 	IfRecords int64
+	// Nonce, when set, names this attempt, so that it can be asked again
+	// when its answer was lost (a reset connection, a time-out): a
+	// BeginResume with the same Owner and Nonce that finds the claim
+	// this attempt took still held answers as the attempt would have,
+	// Claimed, with the call it marked in Started (and in Calls as it
+	// was before the mark). Any other claim, the owner's own included,
+	// is not given again: only the attempt that took it knows that the
+	// call it marked has not started.
+	Nonce string
 }

@@ -144,9 +144,9 @@ func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint s
 	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, edit, need, d, fx)
 }
 
-func (s *countedStore) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
+func (s *countedStore) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	s.count("BeginResume")
-	return s.st.BeginResume(ctx, runID, conversation, lease, owner, ttl, start, kinds...)
+	return s.st.BeginResume(ctx, runID, r)
 }
 
 func (s *countedStore) BeginExecution(ctx context.Context, callID string) (bool, error) {

@@ -101,6 +101,10 @@ type runRecord struct {
 	DeleteAt   time.Time `json:"delete_at"`
 	ClaimOwner string    `json:"claim_owner,omitempty"`
 	ClaimUntil time.Time `json:"claim_until,omitzero"`
+	// ClaimNonce and ClaimStarted are the attempt that took the claim
+	// (store.ResumeBegin.Nonce) and the call it marked as executing.
+	ClaimNonce   string `json:"claim_nonce,omitempty"`
+	ClaimStarted string `json:"claim_started,omitempty"`
 }
 
 // convRecord is a conversation and when it is deleted.

@@ -64,7 +64,7 @@ func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.
 		if err := s.effects(tx, d.At, complete, fx); err != nil || !complete || r == nil {
 			return err
 		}
-		rs, err = beginResume(tx, c.RunID, r.Conversation, r.Lease, r.Owner, r.TTL, r.Start, r.Kinds)
+		rs, err = beginResume(tx, c.RunID, *r)
 		return err
 	})
 	if err != nil {
@@ -194,16 +194,16 @@ func (s *Store) effects(tx *bolt.Tx, at time.Time, complete bool, fx store.Effec
 }
 
 // BeginResume is one transaction: see storetest.Store for the contract.
-func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
+func (s *Store) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ResumeStart{}, err
 	}
-	if ttl <= 0 {
-		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: ttl %v is not positive", runID, ttl)
+	if r.TTL <= 0 {
+		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: ttl %v is not positive", runID, r.TTL)
 	}
 	var rs store.ResumeStart
 	err := s.commits.update(func(tx *bolt.Tx) (err error) {
-		rs, err = beginResume(tx, runID, conversation, lease, owner, ttl, start, kinds)
+		rs, err = beginResume(tx, runID, r)
 		return err
 	})
 	if err != nil {
@@ -213,7 +213,8 @@ func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, own
 }
 
 // beginResume is BeginResume in tx.
-func beginResume(tx *bolt.Tx, runID, conversation, lease, owner string, ttl time.Duration, start, kinds []string) (store.ResumeStart, error) {
+func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	conversation, lease, owner, ttl := r.Conversation, r.Lease, r.Owner, r.TTL
 	var rs store.ResumeStart
 	var rec runRecord
 	ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
@@ -226,7 +227,12 @@ func beginResume(tx *bolt.Tx, runID, conversation, lease, owner string, ttl time
 	rs.Run = rec.Run
 	rs.Run.Finished = rec.Finished
 	now := time.Now()
-	if rec.Finished || rec.Pending > 0 || rec.ClaimUntil.After(now) {
+	if rec.Finished || rec.Pending > 0 {
+		return rs, nil
+	}
+	// The same attempt, asked again (see store.ResumeBegin.Nonce).
+	again := rec.ClaimUntil.After(now)
+	if again && (r.Nonce == "" || rec.ClaimNonce != r.Nonce || rec.ClaimOwner != owner) {
 		return rs, nil
 	}
 	if lease != "" {
@@ -244,10 +250,6 @@ func beginResume(tx *bolt.Tx, runID, conversation, lease, owner string, ttl time
 			return rs, err
 		}
 	}
-	rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(ttl)
-	if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
-		return rs, err
-	}
 	rs.Claimed = true
 	for _, id := range rec.Run.CallIDs {
 		var c store.Call
@@ -258,9 +260,15 @@ func beginResume(tx *bolt.Tx, runID, conversation, lease, owner string, ttl time
 		if !ok {
 			return rs, fmt.Errorf("call %s: %w", id, store.ErrNotFound)
 		}
+		if again && id == rec.ClaimStarted {
+			c.Executing = false // as it was before the attempt marked it
+		}
 		rs.Calls = append(rs.Calls, c)
 	}
-	if i := store.FirstToStart(rs.Calls, start); i >= 0 {
+	switch i := store.FirstToStart(rs.Calls, r.Start); {
+	case again:
+		rs.Started = rec.ClaimStarted
+	case i >= 0:
 		c := rs.Calls[i]
 		c.Executing = true
 		if err := put(tx.Bucket(bucketCalls), c.ID, c); err != nil {
@@ -268,12 +276,19 @@ func beginResume(tx *bolt.Tx, runID, conversation, lease, owner string, ttl time
 		}
 		rs.Started = c.ID
 	}
+	rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(ttl)
+	if !again {
+		rec.ClaimNonce, rec.ClaimStarted = r.Nonce, rs.Started
+	}
+	if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
+		return rs, err
+	}
 	var conv convRecord
 	if rs.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
 		return rs, err
 	}
 	rs.Conversation = conv.Conversation
-	rs.Records, _ = recordsOf(tx, kinds) // nil if they cannot be read
+	rs.Records, _ = recordsOf(tx, r.Kinds) // nil if they cannot be read
 	return rs, nil
 }
 

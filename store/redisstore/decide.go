@@ -42,7 +42,7 @@ func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d s
 		if err != nil || !complete {
 			return c, complete, store.ResumeStart{}, err
 		}
-		rs, err := s.beginResume(ctx, c.RunID, r.Conversation, r.Lease, r.Owner, r.TTL, r.Start, r.Kinds)
+		rs, err := s.beginResume(ctx, c.RunID, r)
 		if err != nil {
 			// The decision stands; the resume begins as usual.
 			return c, complete, store.ResumeStart{}, nil
@@ -89,7 +89,7 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 		res, err = decide.Run(ctx, s.c, keys, args...).Slice()
 	} else {
 		rkeys := []string{s.callKey(callID), s.runKey(runID), s.claimKey(runID), s.convKey(r.Conversation), s.leaseKey(r.Lease)}
-		rargs := []any{string(dj), r.Owner, r.TTL.Milliseconds(), runID}
+		rargs := []any{string(dj), r.Owner, r.TTL.Milliseconds(), runID, r.Nonce}
 		for _, k := range r.Start {
 			rargs = append(rargs, k)
 		}
@@ -343,15 +343,16 @@ func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effec
 // it takes the lease first (one script), then claims and loads the run and
 // reads the rest (one pipeline), and releases the lease again if the claim
 // was not taken. See storetest.Store for the contract.
-func (s *Store) BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error) {
-	rs, err := s.beginResume(ctx, runID, conversation, lease, owner, ttl, start, kinds)
+func (s *Store) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	rs, err := s.beginResume(ctx, runID, r)
 	if err != nil {
 		return store.ResumeStart{}, fmt.Errorf("begin resume of run %s: %w", runID, err)
 	}
 	return rs, nil
 }
 
-func (s *Store) beginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start, kinds []string) (store.ResumeStart, error) {
+func (s *Store) beginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	conversation, lease, owner, ttl, start, kinds := r.Conversation, r.Lease, r.Owner, r.TTL, r.Start, r.Kinds
 	if ttl < time.Millisecond {
 		return store.ResumeStart{}, fmt.Errorf("ttl %v is under 1ms", ttl)
 	}
@@ -374,7 +375,7 @@ func (s *Store) beginResume(ctx context.Context, runID, conversation, lease, own
 	// read are left out, the rest stands.
 	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
-		args := []any{owner, ttl.Milliseconds(), runID}
+		args := []any{owner, ttl.Milliseconds(), runID, r.Nonce}
 		for _, k := range start {
 			args = append(args, k)
 		}

@@ -437,23 +437,33 @@ return redis.call('LLEN', KEYS[1])
 `)
 
 // beginResumeFn is the Lua function resume(run, claim, conv, lease,
-// owner, ttl, id, start) that takes the lease of a run's conversation and
-// the run's resume claim, and loads the run, its calls and the
-// conversation (see Store.BeginResume); conv and lease may be nil. The
-// call keys are the run key, ":call:" and the call ids id.0, id.1, ...,
-// in the run's hash slot. When it claims, it marks the call to start as
-// executing, as beginExecution does (see store.FirstToStart): the first
-// decided with a kind in the list start.
+// owner, ttl, id, start, nonce) that takes the lease of a run's
+// conversation and the run's resume claim, and loads the run, its calls
+// and the conversation (see Store.BeginResume); conv and lease may be nil.
+// The call keys are the run key, ":call:" and the call ids id.0, id.1,
+// ..., in the run's hash slot. When it claims, it marks the call to start
+// as executing, as beginExecution does (see store.FirstToStart): the first
+// decided with a kind in the list start. With a nonce (not empty) it
+// keeps the nonce and the call it marked on the run (claim_nonce,
+// claim_start), and a later call with the same owner and nonce that finds
+// that claim still held answers as the first did (store.ResumeBegin.Nonce).
 // It returns {code, run JSON, finished, calls (each its callFields), the
 // conversation's HGETALL, the id of the call marked or an empty string}
 // where code is claimed, idle, busy or notfound.
 const beginResumeFn = `
-local function resume(run, claim, conv, lease, owner, ttl, id, start)
-  local v = redis.call('HMGET', run, 'run', 'pending', 'finished')
+local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce)
+  local v = redis.call('HMGET', run, 'run', 'pending', 'finished', 'claim_nonce', 'claim_start')
   if not v[1] then return {'notfound'} end
   local fin = v[3] or ''
-  if fin == '1' or tonumber(v[2]) > 0 or redis.call('EXISTS', claim) == 1 then
+  if fin == '1' or tonumber(v[2]) > 0 then
     return {'idle', v[1], fin}
+  end
+  local again = false
+  if redis.call('EXISTS', claim) == 1 then
+    if nonce == '' or v[4] ~= nonce or redis.call('GET', claim) ~= owner then
+      return {'idle', v[1], fin}
+    end
+    again = true
   end
   if lease then
     local l = redis.call('GET', lease)
@@ -470,7 +480,13 @@ local function resume(run, claim, conv, lease, owner, ttl, id, start)
   local c = {}
   if conv then c = redis.call('HGETALL', conv) end
   local started = ''
-  if #start > 0 then
+  if again then
+    -- The same attempt, whose answer was lost: the call it marked, shown
+    -- as it was before the mark.
+    started = v[5] or ''
+    local i = tonumber(string.match(started, '%.(%d+)$'))
+    if i and calls[i + 1] then calls[i + 1][4] = false end
+  elseif #start > 0 then
     local first, cancelled = nil, false
     for i, f in ipairs(calls) do
       if f[2] == 'cancelled' then cancelled = true end
@@ -486,18 +502,22 @@ local function resume(run, claim, conv, lease, owner, ttl, id, start)
       redis.call('HSET', run .. ':call:' .. started, 'executing', '1')
     end
   end
+  if not again and nonce ~= '' then
+    redis.call('HSET', run, 'claim_nonce', nonce, 'claim_start', started)
+  end
   return {'claimed', v[1], fin, calls, c, started}
 end
 `
 
 // beginResume is beginResumeFn as a script.
 // KEYS: run, claim [, conversation [, lease]]
-// ARGV: owner, ttl (ms), run id, then the decision kinds that start a call
+// ARGV: owner, ttl (ms), run id, nonce, then the decision kinds that start
+// a call
 // Returns what resume returns.
 var beginResume = redis.NewScript(beginResumeFn + `
 local start = {}
-for j = 4, #ARGV do start[#start + 1] = ARGV[j] end
-return resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], start)
+for j = 5, #ARGV do start[#start + 1] = ARGV[j] end
+return resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], start, ARGV[4])
 `)
 
 // decidedResume is beginResumeFn, run only if the call holds the given
@@ -508,8 +528,8 @@ return resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], sta
 // only: the conversation and its lease are in other hash slots than the
 // run).
 // KEYS: call, run, claim, conversation, lease
-// ARGV: decision JSON, owner, ttl (ms), run id, then the decision kinds
-// that start a call
+// ARGV: decision JSON, owner, ttl (ms), run id, nonce, then the decision
+// kinds that start a call
 // Returns {'undecided'} if the call holds another decision or none, or
 // another decision completed the step, else what resume returns.
 var decidedResume = redis.NewScript(beginResumeFn + `
@@ -517,6 +537,6 @@ if redis.call('HGET', KEYS[1], 'decision') ~= ARGV[1] or redis.call('HGET', KEYS
   return {'undecided'}
 end
 local start = {}
-for j = 5, #ARGV do start[#start + 1] = ARGV[j] end
-return resume(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4], start)
+for j = 6, #ARGV do start[#start + 1] = ARGV[j] end
+return resume(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4], start, ARGV[5])
 `)

@@ -503,7 +503,7 @@ func TestDecisionThatLeftACallPendingBeginsNoResume(t *testing.T) {
 	if err != nil || complete || rs.Claimed {
 		t.Fatalf("DecideBegin of the first call = complete %v, claimed %v, %v; want neither, nil", complete, rs.Claimed, err)
 	}
-	rs, err = other.BeginResume(ctx, r.ID, conv, store.TurnLease(conv), "b", time.Minute, []string{"approve"})
+	rs, err = other.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: conv, Lease: store.TurnLease(conv), Owner: "b", TTL: time.Minute, Start: []string{"approve"}})
 	if err != nil || !rs.Claimed {
 		t.Fatalf("BeginResume by the decider that completed the step = claimed %v, busy %v, %v; want it claimed", rs.Claimed, rs.Busy, err)
 	}

@@ -44,7 +44,7 @@ type audited interface {
 	// Kind is one of start: if that call is not executing yet, it marks
 	// it executing, as BeginExecution does, and names it in Started.
 	// store.ErrNotFound for an unknown run.
-	BeginResume(ctx context.Context, runID, conversation, lease, owner string, ttl time.Duration, start []string, kinds ...string) (store.ResumeStart, error)
+	BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error)
 	// DecideBegin is DecideAudited and, when the decision is recorded and
 	// completes its step, BeginResume(the call's run, r.Conversation,
 	// r.Lease, r.Owner, r.TTL, r.Start, r.Kinds...) in the same atomic
@@ -233,7 +233,7 @@ func testDecideBegin(t *testing.T, open Opener) {
 	if ok, err := s.AcquireLease(ctx, lease2, "b", time.Minute); err != nil || ok {
 		t.Errorf("AcquireLease by b after a's DecideBegin = %v, %v; want false: a holds the lease", ok, err)
 	}
-	if got, err := s.BeginResume(ctx, r2.ID, r2.Conversation, "", "b", time.Minute, nil); err != nil || got.Claimed {
+	if got, err := s.BeginResume(ctx, r2.ID, store.ResumeBegin{Conversation: r2.Conversation, Owner: "b", TTL: time.Minute}); err != nil || got.Claimed {
 		t.Errorf("BeginResume by b after a's DecideBegin = claimed %v, %v; want not claimed: a holds the claim", got.Claimed, err)
 	}
 	if got, err := s.GetCall(ctx, calls2[0].ID); err != nil || !got.Executing {
@@ -307,17 +307,17 @@ func testBeginResume(t *testing.T, open Opener) {
 	ctx := t.Context()
 	r, calls := create(t, s, 2, nil)
 	lease := "conv:" + r.Conversation + "/" + r.ID
-	if _, err := s.BeginResume(ctx, store.NewRunID(), r.Conversation, lease, "a", time.Minute, nil); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.BeginResume(ctx, store.NewRunID(), store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("BeginResume of an unknown run: error = %v, want ErrNotFound", err)
 	}
-	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute, nil); err != nil || rs.Claimed || rs.Busy || rs.Run.ID != r.ID {
+	if rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute}); err != nil || rs.Claimed || rs.Busy || rs.Run.ID != r.ID {
 		t.Fatalf("BeginResume with a call pending = %+v, %v; want the run, not claimed", rs, err)
 	}
 	decideAll(t, s, calls)
 	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || !ok {
 		t.Fatalf("AcquireLease after a BeginResume that took nothing = %v, %v; want true, nil", ok, err)
 	}
-	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute, nil); err != nil || rs.Claimed || !rs.Busy {
+	if rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute}); err != nil || rs.Claimed || !rs.Busy {
 		t.Fatalf("BeginResume while b holds the lease = claimed %v busy %v, %v; want busy", rs.Claimed, rs.Busy, err)
 	}
 	if !stalled(t, s, r.ID) {
@@ -327,7 +327,7 @@ func testBeginResume(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	putRecord(t, s, "rules", "r1")
-	rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", short, nil, "rules", "none")
+	rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: short, Kinds: []string{"rules", "none"}})
 	if err != nil || !rs.Claimed || rs.Busy {
 		t.Fatalf("BeginResume of a decided run = claimed %v busy %v, %v; want claimed", rs.Claimed, rs.Busy, err)
 	}
@@ -349,19 +349,19 @@ func testBeginResume(t *testing.T, open Opener) {
 	if ok, err := s.RenewClaim(ctx, r.ID, "a", short); err != nil || !ok {
 		t.Errorf("RenewClaim by a after its BeginResume = %v, %v; want true", ok, err)
 	}
-	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, lease, "a", time.Minute, nil); err != nil || rs.Claimed {
+	if rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute}); err != nil || rs.Claimed {
 		t.Errorf("BeginResume again while the claim is live = claimed %v, %v; want false", rs.Claimed, err)
 	}
 	// Without a lease the caller holds it: the claim of a process that
 	// died (its claim ran out) is taken over under the caller's lease.
 	eventually(t, "BeginResume without a lease claims the run once a's claim ran out", func() (bool, error) {
-		rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "c", time.Minute, nil)
+		rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Owner: "c", TTL: time.Minute})
 		return rs.Claimed && len(rs.Calls) == 2, err
 	})
 	if err := s.FinishRun(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
-	if rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "d", time.Minute, nil); err != nil || rs.Claimed || !rs.Run.Finished {
+	if rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Owner: "d", TTL: time.Minute}); err != nil || rs.Claimed || !rs.Run.Finished {
 		t.Errorf("BeginResume of a finished run = claimed %v finished %v, %v; want finished, not claimed", rs.Claimed, rs.Run.Finished, err)
 	}
 }
@@ -376,7 +376,7 @@ func testBeginResumeStarts(t *testing.T, open Opener) {
 	decideAs(t, s, calls[0], "deny")
 	decideAs(t, s, calls[1], "approve")
 	decideAs(t, s, calls[2], "approve")
-	rs, err := s.BeginResume(ctx, r.ID, r.Conversation, "", "a", short, start)
+	rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Owner: "a", TTL: short, Start: start})
 	if err != nil || !rs.Claimed {
 		t.Fatalf("BeginResume(%s) = claimed %v, %v; want claimed", r.ID, rs.Claimed, err)
 	}
@@ -398,7 +398,7 @@ func testBeginResumeStarts(t *testing.T, open Opener) {
 	// Claimed again (the first claim ran out): the call to start is
 	// executing already, so nothing is marked.
 	eventually(t, "BeginResume claims the run again once the claim ran out", func() (bool, error) {
-		rs, err = s.BeginResume(ctx, r.ID, r.Conversation, "", "b", short, start)
+		rs, err = s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Owner: "b", TTL: short, Start: start})
 		return rs.Claimed, err
 	})
 	if rs.Started != "" || !rs.Calls[1].Executing {
@@ -411,7 +411,7 @@ func testBeginResumeStarts(t *testing.T, open Opener) {
 	r2, calls2 := create(t, s, 2, nil)
 	decideAs(t, s, calls2[0], "approve")
 	decideAs(t, s, calls2[1], "cancel")
-	rs, err = s.BeginResume(ctx, r2.ID, r2.Conversation, "", "a", time.Minute, start)
+	rs, err = s.BeginResume(ctx, r2.ID, store.ResumeBegin{Conversation: r2.Conversation, Owner: "a", TTL: time.Minute, Start: start})
 	if err != nil || !rs.Claimed || rs.Started != "" {
 		t.Errorf("BeginResume of a cancelled run = claimed %v started %q, %v; want claimed, nothing started", rs.Claimed, rs.Started, err)
 	}
@@ -421,8 +421,66 @@ func testBeginResumeStarts(t *testing.T, open Opener) {
 	// Without start kinds nothing is marked.
 	r3, calls3 := create(t, s, 1, nil)
 	decideAs(t, s, calls3[0], "approve")
-	if rs, err := s.BeginResume(ctx, r3.ID, r3.Conversation, "", "a", time.Minute, nil); err != nil || !rs.Claimed || rs.Started != "" {
+	if rs, err := s.BeginResume(ctx, r3.ID, store.ResumeBegin{Conversation: r3.Conversation, Owner: "a", TTL: time.Minute}); err != nil || !rs.Claimed || rs.Started != "" {
 		t.Errorf("BeginResume with no start kinds = claimed %v started %q, %v; want claimed, nothing started", rs.Claimed, rs.Started, err)
+	}
+}
+
+// A BeginResume asked again with its Nonce (its answer was lost) answers
+// as it would have: claimed, the same call started and shown as it was
+// before the mark, the lease kept. Another nonce, no nonce, or another
+// owner with the same nonce gets nothing; nor does a DecideBegin's
+// attempt asked again by another nonce.
+func testBeginResumeAgain(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	start := []string{"approve"}
+	r, calls := create(t, s, 2, nil)
+	decideAs(t, s, calls[0], "deny")
+	decideAs(t, s, calls[1], "approve")
+	lease := store.TurnLease(r.Conversation)
+	begin := store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute, Start: start, Nonce: "n1"}
+	first, err := s.BeginResume(ctx, r.ID, begin)
+	if err != nil || !first.Claimed || first.Started != calls[1].ID {
+		t.Fatalf("BeginResume = claimed %v started %q, %v; want claimed, %s started", first.Claimed, first.Started, err, calls[1].ID)
+	}
+	s = reopen()
+	for _, other := range []store.ResumeBegin{
+		{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute, Start: start, Nonce: "n2"},
+		{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute, Start: start},
+		{Conversation: r.Conversation, Owner: "b", TTL: time.Minute, Start: start, Nonce: "n1"},
+	} {
+		if rs, err := s.BeginResume(ctx, r.ID, other); err != nil || rs.Claimed {
+			t.Errorf("BeginResume(owner %s, nonce %q) of a run claimed by another attempt = claimed %v, %v; want not claimed", other.Owner, other.Nonce, rs.Claimed, err)
+		}
+	}
+	again, err := s.BeginResume(ctx, r.ID, begin)
+	if err != nil || !again.Claimed {
+		t.Fatalf("BeginResume asked again with its nonce = claimed %v, %v; want claimed", again.Claimed, err)
+	}
+	if again.Started != calls[1].ID || again.Calls[1].Executing {
+		t.Errorf("asked again: Started %q, %s executing %v; want %s started, shown as before the mark", again.Started, calls[1].ID, again.Calls[1].Executing, calls[1].ID)
+	}
+	if c := getCall(t, s, calls[1].ID); !c.Executing {
+		t.Errorf("GetCall(%s).Executing = false after BeginResume marked it", calls[1].ID)
+	}
+	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || ok {
+		t.Errorf("AcquireLease by another owner after the attempt was asked again = %v, %v; want the lease still a's", ok, err)
+	}
+
+	// The same for the resume a decision begins.
+	r2, calls2 := create(t, s, 1, nil)
+	got, complete, rs, err := s.DecideBegin(ctx, calls2[0].ID, calls2[0].Fingerprint, store.Decision{Kind: "approve", Decider: "U1", At: time.Now()}, store.Effects{},
+		store.ResumeBegin{Conversation: r2.Conversation, Lease: store.TurnLease(r2.Conversation), Owner: "a", TTL: time.Minute, Start: start, Nonce: "d1"})
+	if err != nil || !complete || !rs.Claimed || rs.Started != calls2[0].ID || got.Status != store.Decided {
+		t.Fatalf("DecideBegin = %v complete %v claimed %v started %q, %v; want decided, claimed, %s started", got.Status, complete, rs.Claimed, rs.Started, err, calls2[0].ID)
+	}
+	if rs, err := s.BeginResume(ctx, r2.ID, store.ResumeBegin{Conversation: r2.Conversation, Lease: store.TurnLease(r2.Conversation), Owner: "a", TTL: time.Minute, Start: start, Nonce: "d2"}); err != nil || rs.Claimed {
+		t.Errorf("BeginResume with another nonce after DecideBegin claimed = claimed %v, %v; want not claimed", rs.Claimed, err)
+	}
+	rs, err = s.BeginResume(ctx, r2.ID, store.ResumeBegin{Conversation: r2.Conversation, Lease: store.TurnLease(r2.Conversation), Owner: "a", TTL: time.Minute, Start: start, Nonce: "d1"})
+	if err != nil || !rs.Claimed || rs.Started != calls2[0].ID || rs.Calls[0].Executing {
+		t.Errorf("DecideBegin's attempt asked again = claimed %v started %q, %v; want claimed, %s started and shown as before the mark", rs.Claimed, rs.Started, err, calls2[0].ID)
 	}
 }
 

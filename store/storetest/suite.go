@@ -43,6 +43,7 @@ func Run(t *testing.T, open Opener) {
 		{"DecideBegin", testDecideBegin},
 		{"DecideIfRecords", testDecideIfRecords},
 		{"BeginResumeStarts", testBeginResumeStarts},
+		{"BeginResumeAgain", testBeginResumeAgain},
 		{"AbandonExecution", testAbandonExecution},
 		{"GetCallWith", testGetCallWith},
 		{"CompleteOnce", testCompleteOnce},
