@@ -29,25 +29,26 @@ type audited interface {
 	// a.At when its At is zero.
 	ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
 	// BeginResume takes, in one atomic step, what the resume of a run
-	// needs before it starts: the lease on the key lease for owner (taken
-	// or renewed as AcquireLease does; an empty lease means the caller
-	// holds it already) and the run's resume claim (as ClaimResume takes
-	// it), both for ttl, and loads the run, its calls and conversation
-	// (the run's, which the caller names). It takes nothing and returns
-	// the Run with Claimed false when the run is finished, has a pending
-	// call or a live claim, and with Busy set when another owner holds
-	// the lease (a store may report Busy before it looks at the run).
-	// When it claims, it also lists the records of kinds, as RecordsOf
-	// lists them, in Records (nil if they cannot be read: the rest
-	// stands), and, unless a call of the run is cancelled, it takes the
-	// first call (in CallIDs order) that is decided with a decision whose
-	// Kind is one of start: if that call is not executing yet, it marks
-	// it executing, as BeginExecution does, and names it in Started.
-	// store.ErrNotFound for an unknown run.
+	// needs before it starts: the lease on the key r.Lease for r.Owner
+	// (taken or renewed as AcquireLease does; an empty lease means the
+	// caller holds it already) and the run's resume claim (as
+	// ClaimResume takes it), both for r.TTL, and loads the run, its calls
+	// and conversation (the run's, which the caller names in
+	// r.Conversation). It takes nothing and returns the Run with Claimed
+	// false when the run is finished, has a pending call or a live claim
+	// (except the claim of the attempt named by r.Nonce, asked again: see
+	// store.ResumeBegin), and with Busy set when another owner holds the
+	// lease (a store may report Busy before it looks at the run). When it
+	// claims, it also lists the records of r.Kinds, as RecordsOf lists
+	// them, in Records (nil if they cannot be read: the rest stands), and,
+	// unless a call of the run is cancelled, it takes the first call (in
+	// CallIDs order) that is decided with a decision whose Kind is one of
+	// r.Start: if that call is not executing yet, it marks it executing,
+	// as BeginExecution does, and names it in Started. r.IfRecords is not
+	// used. store.ErrNotFound for an unknown run.
 	BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error)
 	// DecideBegin is DecideAudited and, when the decision is recorded and
-	// completes its step, BeginResume(the call's run, r.Conversation,
-	// r.Lease, r.Owner, r.TTL, r.Start, r.Kinds...) in the same atomic
+	// completes its step, BeginResume(the call's run, r) in the same atomic
 	// step (a store may take the second step right after the first, as
 	// long as it begins only the resume of the step this decision
 	// completed). The ResumeStart is BeginResume's; it is zero, and
