@@ -397,6 +397,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 				// the resume and marked the call to run, which nothing
 				// would run then: asked again, that attempt's claim is
 				// this process's, and the decision stands.
+				rb.Again = true
 				if again, aerr := a.store.BeginResume(ctx, c.RunID, rb); aerr == nil && again.Claimed {
 					if i := slices.IndexFunc(again.Calls, func(x store.Call) bool { return x.ID == c.ID }); i >= 0 {
 						a.log.Warn("a decision's answer was lost; it was recorded and began its resume", "call", c.ID, "err", err)

@@ -242,11 +242,16 @@ func TestDecisionOnAPausedCallReadsNothing(t *testing.T) {
 type lostAnswers struct {
 	storetest.Store
 	decide, resume atomic.Int32
+	// unsent fails DecideBegin before it reaches the store.
+	unsent atomic.Int32
 }
 
 var errLostAnswer = errors.New("read tcp: connection reset by peer")
 
 func (s *lostAnswers) DecideBegin(ctx context.Context, id, fp string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	if s.unsent.Add(-1) >= 0 {
+		return store.Call{}, false, store.ResumeStart{}, errLostAnswer
+	}
 	c, complete, rs, err := s.Store.DecideBegin(ctx, id, fp, d, fx, r)
 	if err == nil && s.decide.Add(-1) >= 0 {
 		return store.Call{}, false, store.ResumeStart{}, errLostAnswer
@@ -307,5 +312,36 @@ func TestLostAnswerOfAClaimStillRunsTheCall(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A decision whose store step failed before it wrote anything is not
+// taken for recorded because the step is complete (another decider
+// completed it) and its resume could be claimed: asked again, only the
+// failed attempt's own claim would count, and it took none.
+func TestFailedDecisionIsNotTakenForAnother(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			st := &lostAnswers{Store: w.store.(storetest.Store)}
+			a := w.agentWith(st, w.rec)
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			other := w.agentWith(w.store, w.rec)
+			if res, err := other.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"}); err != nil || !res.Complete {
+				t.Fatalf("the other decider = %+v, %v", res, err)
+			}
+			st.unsent.Store(1)
+			res, taken, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Refuse, Decider: "UAPPROVER1"})
+			if err == nil || taken != nil {
+				t.Fatalf("a decision that never reached the store = %+v, taken %v, %v; want an error and nothing taken", res, taken != nil, err)
+			}
+			w.model.Reply(fakeopenai.Text("deployed"))
+			out, err := a.Resume(ctx, p.RunID)
+			must(t, err)
+			if out.Status != agent.Answered || w.deploys.n.Load() != 1 {
+				t.Errorf("the resume of the other decider's approval = %+v, deploy ran %d times; want it answered, once", out, w.deploys.n.Load())
+			}
+		})
 	}
 }

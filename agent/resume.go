@@ -96,6 +96,7 @@ func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (claim
 		// after the step claimed the run and marked the call to run,
 		// which nothing would run then: asked again, that attempt's
 		// claim is this process's. The claim counts from the first ask.
+		rb.Again = true
 		if again, aerr := a.store.BeginResume(ctx, runID, rb); aerr == nil && again.Claimed {
 			a.log.Warn("a resume's claim was taken but its answer lost; asked again", "run", runID, "err", err)
 			st, err = again, nil

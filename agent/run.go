@@ -603,10 +603,12 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			if leaseLost(ctx) {
 				return Outcome{}, fmt.Errorf("model: %w", err)
 			}
-			if ctx.Err() != nil {
-				// Cut short (the shutdown), not failed: nothing is saved,
-				// so the messages stay unanswered and a takeover answers
-				// them from the turn's last record.
+			if ctx.Err() != nil && t.steps == 1 {
+				// Cut short (the shutdown) at the turn's first model call,
+				// before anything ran: nothing is saved, so the messages
+				// stay unanswered and a takeover answers them. (Later,
+				// the turn is saved as below: a takeover would run its
+				// read-only and idempotent calls again.)
 				return Outcome{}, fmt.Errorf("turn cut short while the model answered: %w", ctx.Err())
 			}
 			if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {

@@ -1,6 +1,7 @@
 package slackapp_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,30 @@ func TestShutdownCutsATurnThatIsAnsweredAfterTheRestart(t *testing.T) {
 	e.model.Reply(fakeopenai.Text("Nothing changed."))
 	e.start()
 	e.answer(ts, "Nothing changed.")
+}
+
+// A turn cut by the shutdown after a step of it ran a tool (here an
+// allowed read) is saved with that step, as a model failure: nothing is
+// left for a takeover to run again.
+func TestShutdownAfterAToolRanSavesTheTurn(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.ShutdownGrace = 200 * time.Millisecond
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("r1", "read_file", `{"path":"/etc/motd"}`)), fakeopenai.Response{Text: "too slow", Delay: time.Minute})
+	ts := e.slack.Mention(channel, requester, "read the motd")
+	e.request(2)
+	e.stop()
+	e.answer(ts, "couldn't get an answer from the model")
+	st := e.open()
+	defer st.Close()
+	keys, err := st.Unanswered(t.Context(), time.Now().Add(time.Hour), 100)
+	must(t, err)
+	if slices.Contains(keys, e.slack.TeamID()+"/"+channel+"/"+ts) {
+		t.Errorf("the cut turn's conversation is listed for a takeover, which would read the file again")
+	}
+	if n := e.reads.Load(); n != 1 {
+		t.Errorf("read_file ran %d times, want once", n)
+	}
 }
 
 // Shutdown stays within ShutdownGrace and a few seconds even when Slack

@@ -110,11 +110,15 @@ type ResumeBegin struct {
 	IfRecords int64
 	// Nonce, when set, names this attempt, so that it can be asked again
 	// when its answer was lost (a reset connection, a time-out): a
-	// BeginResume with the same Owner and Nonce that finds the claim
-	// this attempt took still held answers as the attempt would have,
-	// Claimed, with the call it marked in Started (and in Calls as it
-	// was before the mark). Any other claim, the owner's own included,
-	// is not given again: only the attempt that took it knows that the
-	// call it marked has not started.
+	// BeginResume with the same Owner and Nonce and Again set that finds
+	// the claim this attempt took still held answers as the attempt
+	// would have, Claimed, with the call it marked in Started (and in
+	// Calls as it was before the mark). Any other claim, the owner's own
+	// included, is not given again: only the attempt that took it knows
+	// that the call it marked has not started.
 	Nonce string
+	// Again asks for the claim of the attempt named by Nonce only: when
+	// that attempt took none (it failed before, or another claim has
+	// been taken since), nothing is taken.
+	Again bool
 }

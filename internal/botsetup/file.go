@@ -59,8 +59,8 @@ func LoadFile(setting, path string) (File, error) {
 var Sections = []string{"mcp_servers", "builtin_tools", "policy"}
 
 // CheckSections refuses a config file with a top-level key that is not one
-// of Sections: a misspelt "polcy:" would otherwise drop every rule in it
-// without a word. A file that does not parse is left to the sections'
+// of Sections (or a merge key "<<", or an "x-" key that holds anchors): a
+// misspelt "polcy:" would otherwise drop every rule in it without a word. A file that does not parse is left to the sections'
 // own parsers, which say where.
 func CheckSections(data []byte) error {
 	var doc yaml.Node
@@ -73,6 +73,9 @@ func CheckSections(data []byte) error {
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k := root.Content[i]
+		if k.Value == "<<" || strings.HasPrefix(k.Value, "x-") {
+			continue // a merge key, or a block kept for its YAML anchors
+		}
 		known := false
 		for _, s := range Sections {
 			known = known || k.Value == s

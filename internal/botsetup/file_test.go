@@ -21,7 +21,7 @@ func writeFile(t *testing.T, dir, name, text string) string {
 
 func TestLoadFile(t *testing.T) {
 	dir := t.TempDir()
-	good := writeFile(t, dir, "good.yaml", "builtin_tools:\n  workspace: {root: "+filepath.Join(dir, "ws")+"}\npolicy:\n  rules:\n    - tool: workspace_read\n      verdict: allow\n")
+	good := writeFile(t, dir, "good.yaml", "x-notes: {owner: platform}\nbuiltin_tools:\n  workspace: {root: "+filepath.Join(dir, "ws")+"}\npolicy:\n  rules:\n    - tool: workspace_read\n      verdict: allow\n")
 	f, err := LoadFile("CONFIG_FILE", good)
 	if err != nil {
 		t.Fatalf("LoadFile: %v", err)

@@ -670,6 +670,7 @@ func (s *Store) ClaimResume(ctx context.Context, runID, owner string, lease time
 			return nil
 		}
 		rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(lease)
+		rec.ClaimNonce, rec.ClaimStarted = "", ""
 		claimed = true
 		return put(tx.Bucket(bucketRuns), runID, rec)
 	})

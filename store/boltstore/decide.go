@@ -232,7 +232,7 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 	}
 	// The same attempt, asked again (see store.ResumeBegin.Nonce).
 	again := rec.ClaimUntil.After(now)
-	if again && (r.Nonce == "" || rec.ClaimNonce != r.Nonce || rec.ClaimOwner != owner) {
+	if again && (r.Nonce == "" || rec.ClaimNonce != r.Nonce || rec.ClaimOwner != owner) || r.Again && !again {
 		return rs, nil
 	}
 	if lease != "" {

@@ -43,6 +43,12 @@ func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d s
 			return c, complete, store.ResumeStart{}, err
 		}
 		rs, err := s.beginResume(ctx, c.RunID, r)
+		if err != nil && r.Nonce != "" && ctx.Err() == nil {
+			// The answer may be lost after the claim was taken.
+			again := r
+			again.Again = true
+			rs, err = s.beginResume(ctx, c.RunID, again)
+		}
 		if err != nil {
 			// The decision stands; the resume begins as usual.
 			return c, complete, store.ResumeStart{}, nil
@@ -128,7 +134,17 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	case "ok":
 		var rs store.ResumeStart
 		if resumed != nil && left == 0 {
-			rs = s.decodeDecidedResume(r.Conversation, resumed, r.Kinds, recs)
+			var lost bool
+			rs, lost = s.decodeDecidedResume(r.Conversation, resumed, r.Kinds, recs)
+			if lost && r.Nonce != "" && ctx.Err() == nil {
+				// The resume's answer may be lost after it took the
+				// claim: asked again, for that claim only.
+				again := *r
+				again.Again = true
+				if ars, err := s.beginResume(ctx, runID, again); err == nil {
+					rs = ars
+				}
+			}
 		}
 		err = s.followEffects(ctx, left == 0, fx, d.At, tail)
 		if err != nil {
@@ -144,24 +160,25 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 
 // decodeDecidedResume decodes the reply of decidedResume, with the
 // records read beside it. A reply that cannot be read gives a zero
-// ResumeStart: the decision stands, and a claim the script may have taken
+// ResumeStart and lost: the decision stands, and a claim the script may
+// have taken is the caller's to ask for again (see store.ResumeBegin), or
 // lapses (the resume then begins once it has).
-func (s *Store) decodeDecidedResume(conversation string, cmd *redis.Cmd, kinds []string, recs []*redis.MapStringStringCmd) store.ResumeStart {
+func (s *Store) decodeDecidedResume(conversation string, cmd *redis.Cmd, kinds []string, recs []*redis.MapStringStringCmd) (rs store.ResumeStart, lost bool) {
 	vals, err := cmd.Slice()
 	if err != nil || len(vals) == 0 {
-		return store.ResumeStart{}
+		return store.ResumeStart{}, true
 	}
 	if code, _ := vals[0].(string); code == "undecided" {
-		return store.ResumeStart{}
+		return store.ResumeStart{}, false
 	}
-	rs, err := decodeResume(conversation, vals, nil)
+	rs, err = decodeResume(conversation, vals, nil)
 	if err != nil {
-		return store.ResumeStart{}
+		return store.ResumeStart{}, true
 	}
 	if rs.Claimed {
 		rs.Records = records(kinds, recs)
 	}
-	return rs
+	return rs, false
 }
 
 // ApproveAudited is one Lua script, like DecideAudited: see storetest.Store
@@ -375,7 +392,11 @@ func (s *Store) beginResume(ctx context.Context, runID string, r store.ResumeBeg
 	// read are left out, the rest stands.
 	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
-		args := []any{owner, ttl.Milliseconds(), runID, r.Nonce}
+		again := "0"
+		if r.Again {
+			again = "1"
+		}
+		args := []any{owner, ttl.Milliseconds(), runID, r.Nonce, again}
 		for _, k := range start {
 			args = append(args, k)
 		}

@@ -195,7 +195,10 @@ var claimResume = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'pending', 'finished')
 if not v[1] then return -1 end
 if v[2] == '1' or tonumber(v[1]) > 0 then return 0 end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('HSET', KEYS[1], 'claim_nonce', '', 'claim_start', '')
+  return 1
+end
 return 0
 `)
 
@@ -451,7 +454,7 @@ return redis.call('LLEN', KEYS[1])
 // conversation's HGETALL, the id of the call marked or an empty string}
 // where code is claimed, idle, busy or notfound.
 const beginResumeFn = `
-local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce)
+local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce, againOnly)
   local v = redis.call('HMGET', run, 'run', 'pending', 'finished', 'claim_nonce', 'claim_start')
   if not v[1] then return {'notfound'} end
   local fin = v[3] or ''
@@ -465,6 +468,7 @@ local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce)
     end
     again = true
   end
+  if againOnly and not again then return {'idle', v[1], fin} end
   if lease then
     local l = redis.call('GET', lease)
     if l and l ~= owner then return {'busy', v[1], fin} end
@@ -502,7 +506,7 @@ local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce)
       redis.call('HSET', run .. ':call:' .. started, 'executing', '1')
     end
   end
-  if not again and nonce ~= '' then
+  if not again then
     redis.call('HSET', run, 'claim_nonce', nonce, 'claim_start', started)
   end
   return {'claimed', v[1], fin, calls, c, started}
@@ -511,13 +515,13 @@ end
 
 // beginResume is beginResumeFn as a script.
 // KEYS: run, claim [, conversation [, lease]]
-// ARGV: owner, ttl (ms), run id, nonce, then the decision kinds that start
-// a call
+// ARGV: owner, ttl (ms), run id, nonce, again (1: only the nonce's own
+// claim), then the decision kinds that start a call
 // Returns what resume returns.
 var beginResume = redis.NewScript(beginResumeFn + `
 local start = {}
-for j = 5, #ARGV do start[#start + 1] = ARGV[j] end
-return resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], start, ARGV[4])
+for j = 6, #ARGV do start[#start + 1] = ARGV[j] end
+return resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], start, ARGV[4], ARGV[5] == '1')
 `)
 
 // decidedResume is beginResumeFn, run only if the call holds the given
@@ -538,5 +542,5 @@ if redis.call('HGET', KEYS[1], 'decision') ~= ARGV[1] or redis.call('HGET', KEYS
 end
 local start = {}
 for j = 6, #ARGV do start[#start + 1] = ARGV[j] end
-return resume(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4], start, ARGV[5])
+return resume(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4], start, ARGV[5], false)
 `)

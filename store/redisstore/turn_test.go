@@ -511,3 +511,75 @@ func TestDecisionThatLeftACallPendingBeginsNoResume(t *testing.T) {
 		t.Errorf("the resume started %q, want the first approved call %s, not left marked as running by the other decision", rs.Started, calls[0].ID)
 	}
 }
+
+// loseReplyHook runs the first pipeline sent after it is armed, then
+// loses the reply of its command at index, as a connection reset after
+// Redis ran it would.
+type loseReplyHook struct {
+	armed *bool
+	index int
+}
+
+func (loseReplyHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (loseReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h loseReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if *h.armed && len(cmds) > h.index {
+			*h.armed = false
+			cmds[h.index].SetErr(errors.New("read tcp: connection reset by peer"))
+		}
+		return err
+	}
+}
+
+// On a single node, when the reply of the script that begins a
+// decision's resume is lost after it ran (it took the claim and marked
+// the call), DecideBegin asks for that attempt's claim again: the caller
+// gets the claim and the call to run, not a claim that lapses with the
+// call marked as running and never run.
+func TestDecisionWhoseResumeReplyIsLostStillBeginsIt(t *testing.T) {
+	u := redisURL(t)
+	prefix := newPrefix(t, u)
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, cluster := c.(*redis.ClusterClient); cluster {
+		t.Skip("a decision and its resume are one pipeline on a single node only")
+	}
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	conv := "C1:" + store.NewRunID()
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	calls := []store.Call{{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp0", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}}
+	paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+	if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls}); err != nil {
+		t.Fatal(err)
+	}
+	// A first decision elsewhere loads the scripts, so that the one
+	// under test runs in its pipeline.
+	warm := store.Run{ID: store.NewRunID(), Conversation: conv + "w", Requester: "U1", Channel: "C1"}
+	warmCall := store.Call{ID: store.CallID(warm.ID, 0), Tool: "t", Fingerprint: "fpw", Requester: "U1", Conversation: warm.Conversation, ExpiresAt: time.Now().Add(time.Hour)}
+	if err := s.CommitTurn(ctx, store.Commit{Key: warm.Conversation, Conversation: &store.Conversation{State: []byte(`{}`), PausedRun: warm.ID}, Run: &warm, Calls: []store.Call{warmCall}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.DecideBegin(ctx, warmCall.ID, "fpw", store.Decision{Kind: "approve", Decider: "UA"}, store.Effects{},
+		store.ResumeBegin{Conversation: warm.Conversation, Lease: store.TurnLease(warm.Conversation), Owner: "w", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	armed := true
+	c.AddHook(loseReplyHook{armed: &armed, index: 1})
+	begin := store.ResumeBegin{Conversation: conv, Lease: store.TurnLease(conv), Owner: "a", TTL: time.Minute, Start: []string{"approve"}, Nonce: "n1"}
+	_, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, "fp0", store.Decision{Kind: "approve", Decider: "UA"}, store.Effects{}, begin)
+	if armed {
+		t.Fatal("the decision was not sent as a pipeline")
+	}
+	if err != nil || !complete || !rs.Claimed || rs.Started != calls[0].ID {
+		t.Fatalf("DecideBegin with its resume's reply lost = complete %v, claimed %v, started %q, %v; want complete, claimed, %s started", complete, rs.Claimed, rs.Started, err, calls[0].ID)
+	}
+	if rs.Calls[0].Executing {
+		t.Errorf("the started call is shown executing, want it as it was before the mark")
+	}
+}

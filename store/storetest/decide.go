@@ -479,9 +479,44 @@ func testBeginResumeAgain(t *testing.T, open Opener) {
 	if rs, err := s.BeginResume(ctx, r2.ID, store.ResumeBegin{Conversation: r2.Conversation, Lease: store.TurnLease(r2.Conversation), Owner: "a", TTL: time.Minute, Start: start, Nonce: "d2"}); err != nil || rs.Claimed {
 		t.Errorf("BeginResume with another nonce after DecideBegin claimed = claimed %v, %v; want not claimed", rs.Claimed, err)
 	}
-	rs, err = s.BeginResume(ctx, r2.ID, store.ResumeBegin{Conversation: r2.Conversation, Lease: store.TurnLease(r2.Conversation), Owner: "a", TTL: time.Minute, Start: start, Nonce: "d1"})
+	rs, err = s.BeginResume(ctx, r2.ID, store.ResumeBegin{Conversation: r2.Conversation, Lease: store.TurnLease(r2.Conversation), Owner: "a", TTL: time.Minute, Start: start, Nonce: "d1", Again: true})
 	if err != nil || !rs.Claimed || rs.Started != calls2[0].ID || rs.Calls[0].Executing {
 		t.Errorf("DecideBegin's attempt asked again = claimed %v started %q, %v; want claimed, %s started and shown as before the mark", rs.Claimed, rs.Started, err, calls2[0].ID)
+	}
+
+	// Again takes nothing when the attempt took no claim, and an
+	// attempt's claim is not given again once another was taken, with a
+	// nonce or without.
+	r3, calls3 := create(t, s, 1, nil)
+	decideAs(t, s, calls3[0], "approve")
+	b3 := store.ResumeBegin{Conversation: r3.Conversation, Owner: "a", TTL: short, Start: start, Nonce: "e1"}
+	again3 := b3
+	again3.Again = true
+	if rs, err := s.BeginResume(ctx, r3.ID, again3); err != nil || rs.Claimed {
+		t.Errorf("Again for an attempt that took no claim = claimed %v, %v; want nothing taken", rs.Claimed, err)
+	}
+	if rs, err := s.BeginResume(ctx, r3.ID, b3); err != nil || !rs.Claimed || rs.Started != calls3[0].ID {
+		t.Fatalf("BeginResume = claimed %v started %q, %v; want claimed, %s started", rs.Claimed, rs.Started, err, calls3[0].ID)
+	}
+	eventually(t, "the first claim runs out and owner a claims again with no nonce", func() (bool, error) {
+		rs, err := s.BeginResume(ctx, r3.ID, store.ResumeBegin{Conversation: r3.Conversation, Owner: "a", TTL: time.Minute, Start: start})
+		return rs.Claimed, err
+	})
+	if rs, err := s.BeginResume(ctx, r3.ID, again3); err != nil || rs.Claimed {
+		t.Errorf("the first attempt asked again after another claim = claimed %v started %q, %v; want nothing given", rs.Claimed, rs.Started, err)
+	}
+	r4, calls4 := create(t, s, 1, nil)
+	decideAs(t, s, calls4[0], "approve")
+	b4 := store.ResumeBegin{Conversation: r4.Conversation, Owner: "a", TTL: short, Start: start, Nonce: "f1"}
+	if rs, err := s.BeginResume(ctx, r4.ID, b4); err != nil || !rs.Claimed {
+		t.Fatalf("BeginResume = claimed %v, %v; want claimed", rs.Claimed, err)
+	}
+	eventually(t, "the claim runs out and ClaimResume takes another", func() (bool, error) {
+		return s.ClaimResume(ctx, r4.ID, "a", time.Minute)
+	})
+	b4.Again = true
+	if rs, err := s.BeginResume(ctx, r4.ID, b4); err != nil || rs.Claimed {
+		t.Errorf("an attempt asked again after ClaimResume took the run = claimed %v, %v; want nothing given", rs.Claimed, err)
 	}
 }
 
