@@ -458,14 +458,13 @@ func TestPausesAnnouncedOnceRecorded(t *testing.T) {
 	}
 }
 
-// On a single node a decision and the resume it begins are two scripts of
-// one pipeline. When another decision completes the step between them, the
-// first decision, which left a call pending, begins nothing: it neither
-// claims the resume nor marks its call as running, so the resume of the
-// decision that completed the step starts with it.
-func TestDecisionThatLeftACallPendingBeginsNoResume(t *testing.T) {
-	u := redisURL(t)
-	prefix := newPrefix(t, u)
+// decisionPipelineStore is a store on a fresh prefix of REDIS_URL with its
+// client c, for hooks on the pipeline of a decision and the resume it
+// begins: one pipeline on a single node only, so the test is skipped on a
+// Cluster.
+func decisionPipelineStore(t *testing.T) (u, prefix string, c redis.UniversalClient, s *redisstore.Store) {
+	u = redisURL(t)
+	prefix = newPrefix(t, u)
 	c, err := redisstore.NewClient(u)
 	if err != nil {
 		t.Fatal(err)
@@ -473,8 +472,18 @@ func TestDecisionThatLeftACallPendingBeginsNoResume(t *testing.T) {
 	if _, cluster := c.(*redis.ClusterClient); cluster {
 		t.Skip("a decision and its resume are one pipeline on a single node only")
 	}
-	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	s = redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
 	t.Cleanup(func() { _ = s.Close() })
+	return u, prefix, c, s
+}
+
+// On a single node a decision and the resume it begins are two scripts of
+// one pipeline. When another decision completes the step between them, the
+// first decision, which left a call pending, begins nothing: it neither
+// claims the resume nor marks its call as running, so the resume of the
+// decision that completed the step starts with it.
+func TestDecisionThatLeftACallPendingBeginsNoResume(t *testing.T) {
+	u, prefix, c, s := decisionPipelineStore(t)
 	other := newStore(t, u, redisstore.Options{Prefix: prefix})
 	t.Cleanup(func() { _ = other.Close() })
 	ctx := t.Context()
@@ -539,17 +548,7 @@ func (h loseReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // gets the claim and the call to run, not a claim that lapses with the
 // call marked as running and never run.
 func TestDecisionWhoseResumeReplyIsLostStillBeginsIt(t *testing.T) {
-	u := redisURL(t)
-	prefix := newPrefix(t, u)
-	c, err := redisstore.NewClient(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, cluster := c.(*redis.ClusterClient); cluster {
-		t.Skip("a decision and its resume are one pipeline on a single node only")
-	}
-	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
-	t.Cleanup(func() { _ = s.Close() })
+	_, _, c, s := decisionPipelineStore(t)
 	ctx := t.Context()
 	conv := "C1:" + store.NewRunID()
 	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
