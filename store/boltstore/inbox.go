@@ -204,7 +204,9 @@ func (s *Store) AnswerInbox(ctx context.Context, conversation string, upTo int64
 }
 
 // answerInbox removes the messages up to upTo, and unlists the
-// conversation once none is left.
+// conversation once none is left, unless it is paused on a step that is
+// decided and not resumed yet (a decision lists the conversation until
+// the resume saves its result).
 func answerInbox(tx *bolt.Tx, conversation string, upTo int64) error {
 	inbox := tx.Bucket(bucketInbox)
 	var rec inboxRecord
@@ -227,7 +229,26 @@ func answerInbox(tx *bolt.Tx, conversation string, upTo int64) error {
 			}
 		}
 	}
+	if waiting, err := decidedStep(tx, conversation); err != nil || waiting {
+		return err
+	}
 	return tx.Bucket(bucketUnans).Delete([]byte(conversation))
+}
+
+// decidedStep reports whether the conversation is paused on a run that
+// has no call pending and is not finished: its step waits for its resume.
+func decidedStep(tx *bolt.Tx, conversation string) (bool, error) {
+	var conv convRecord
+	ok, err := get(tx.Bucket(bucketConvs), conversation, &conv)
+	if err != nil || !ok || conv.Conversation.PausedRun == "" {
+		return false, err
+	}
+	var run runRecord
+	ok, err = get(tx.Bucket(bucketRuns), conv.Conversation.PausedRun, &run)
+	if err != nil || !ok {
+		return false, err
+	}
+	return run.Pending == 0 && !run.Finished, nil
 }
 
 // MarkUnanswered lists the conversation unless it is listed already.

@@ -44,7 +44,9 @@ return begin(1, 2, 3, ARGV[1], ARGV[2])
 // conversation ttl (ms), answer up to (seq, empty: none), release owner
 // (empty: none), release channel
 // It returns how many messages the inbox holds, or -1 when none was
-// answered. The function held(lease) reports whether the commit's holder,
+// answered. unlist is 'always' where the commit finishes the run the
+// conversation was paused on; otherwise a conversation paused on a step
+// that is decided and not resumed yet stays listed. The function held(lease) reports whether the commit's holder,
 // the script's last ARGV (empty: anyone), may write: it holds the lease
 // (not another owner, and not nobody: a holder whose lease ran out may
 // have been taken over, and the conversation finished, meanwhile). With unlist (a single node, where a script reaches every key),
@@ -73,7 +75,18 @@ local function commit(k, a, unlist)
       redis.call('LPOP', KEYS[k + 1])
     end
     left = redis.call('LLEN', KEYS[k + 1])
-    if left == 0 and unlist then redis.call('ZREM', KEYS[k + 3], ARGV[a + 1]) end
+    if left == 0 and unlist then
+      local keep = false
+      local pr = unlist ~= 'always' and redis.call('HGET', KEYS[k], 'paused_run')
+      if pr and pr ~= '' then
+        -- Paused on a step decided and not resumed yet: the decision
+        -- lists the conversation until the resume saves its result. The
+        -- run's key is Store.runKey's, from the index's prefix.
+        local v = redis.call('HMGET', string.sub(KEYS[k + 3], 1, -12) .. ':run:{' .. pr .. '}', 'pending', 'finished')
+        keep = v[1] == '0' and v[2] ~= '1'
+      end
+      if not keep then redis.call('ZREM', KEYS[k + 3], ARGV[a + 1]) end
+    end
   end
   if ARGV[a + 7] ~= '' and redis.call('GET', KEYS[k + 2]) == ARGV[a + 7] then
     redis.call('DEL', KEYS[k + 2])
@@ -202,7 +215,7 @@ local run = redis.call('HMGET', KEYS[6], 'run', 'finished', 'conv')
 local finish = run[1] and run[2] ~= '1'
 if finish and not run[3] then return {'legacy'} end
 local tail, a = audit(KEYS[5], 1)
-local left = commit(1, a, true)
+local left = commit(1, a, 'always')
 a = a + 9
 if finish then
   local ret, id = ARGV[a], ARGV[a + 1]
@@ -603,9 +616,14 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		if unindex != nil {
 			unindex(p)
 		}
-		run := ""
-		if c.Run != nil {
+		// The run the conversation is paused on after the commit, if
+		// known here: a decided step keeps the conversation listed.
+		run, paused := "", c.Finish == ""
+		switch {
+		case c.Run != nil:
 			run = c.Run.ID
+		case c.Conversation != nil:
+			run, paused = c.Conversation.PausedRun, false
 		}
 		switch {
 		case unlist && !s.cluster:
@@ -623,6 +641,12 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			return fmt.Errorf("commit turn of %s: index: %w", c.Key, err)
 		}
 		if unlist && s.cluster {
+			if run == "" && paused {
+				// Not saved by this commit: as stored.
+				if run, err = s.c.HGet(ctx, s.convKey(c.Key), "paused_run").Result(); err != nil && !errors.Is(err, redis.Nil) {
+					return fmt.Errorf("commit turn of %s: %w", c.Key, err)
+				}
+			}
 			if err := s.relist(ctx, c.Key, run); err != nil {
 				return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 			}

@@ -83,6 +83,7 @@ func Run(t *testing.T, open Opener) {
 		{"CommitTurnPause", testCommitTurnPause},
 		{"CommitTurnAnswerAll", testCommitTurnAnswerAll},
 		{"CommitTurnFinish", testCommitTurnFinish},
+		{"CommitTurnKeepsADecidedStepListed", testCommitTurnKeepsADecidedStepListed},
 		{"CommitTurnRefused", testCommitTurnRefused},
 		{"CommitTurnHolder", testCommitTurnHolder},
 	}

@@ -229,6 +229,33 @@ func testCommitTurnAnswerAll(t *testing.T, open Opener) {
 	}
 }
 
+// A commit that answers every message of a conversation paused on a step
+// that was decided meanwhile (its turn read the run while a call was
+// pending) keeps the conversation listed: the step's resume has not saved
+// its result, and a takeover must find it if the decider's process dies.
+func testCommitTurnKeepsADecidedStepListed(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	conv, msgs := turnConversation(t, s)
+	later := time.Now().Add(time.Hour)
+	r, calls := fixture(1)
+	r.Conversation, calls[0].Conversation = conv, conv
+	begin(t, s, conv, "a", time.Minute, true)
+	paused := store.Conversation{State: json.RawMessage(`{"messages":[]}`), PausedRun: r.ID}
+	commitTurn(t, s, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls, Answer: true, AnswerUpTo: msgs[0].Seq, Release: "a"})
+	decideAll(t, s, calls)
+	begin(t, s, conv, "a", time.Minute, true)
+	commitTurn(t, s, store.Commit{Key: conv, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a"})
+	if got := inboxTexts(t, s, conv); len(got) != 0 {
+		t.Fatalf("inbox after answering everything = %q, want empty", got)
+	}
+	if got := unanswered(t, s, later); !slices.Contains(got, conv) {
+		t.Errorf("Unanswered after a commit drained the inbox of a conversation whose step is decided = %v, want %s still listed", got, conv)
+	}
+	if got := unanswered(t, reopen(), later); !slices.Contains(got, conv) {
+		t.Errorf("Unanswered after a restart = %v, want %s still listed", got, conv)
+	}
+}
+
 // A commit that ends a resumed step: the run finished, the conversation
 // moved on, the inbox empty and unlisted.
 func testCommitTurnFinish(t *testing.T, open Opener) {
