@@ -384,9 +384,12 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	var complete, asked bool
 	var err error
 	var rs claimed
+	// Names this sending, for a store whose client sends it again after
+	// a lost reply (see store.Decision.Attempt), and the resume it begins.
+	sd.Attempt = newNonce()
 	if taken != nil {
 		rb := store.ResumeBegin{Conversation: c.Conversation, Lease: store.TurnLease(c.Conversation), Owner: a.cfg.Owner,
-			TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), IfRecords: ifRecords, Nonce: newNonce()}
+			TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), IfRecords: ifRecords, Nonce: sd.Attempt}
 		_, _ = a.leases.take(c.Conversation, func() (bool, error) {
 			asked = true
 			rs.at = time.Now()

@@ -69,6 +69,11 @@ type Decision struct {
 	// for the count it restarted, as Call.MinApprovals is for the call's;
 	// opaque to the store.
 	MinApprovals int `json:"min_approvals,omitempty"`
+	// Attempt, when set, names this sending of the decision (unique to
+	// it): a store that finds the call decided with the same Attempt
+	// knows that its client sent the decision again after a lost reply,
+	// and answers as the first sending recorded it.
+	Attempt string `json:"attempt,omitempty"`
 }
 
 // Call is one tool call of a paused step that waits on people.

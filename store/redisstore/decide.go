@@ -130,6 +130,16 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	if err != nil {
 		return fail(c, err)
 	}
+	if code == "decided" && sameDecision(c.Decision, d) {
+		// This very decision, sent again by the client after its reply
+		// was cut (go-redis resends a command or pipeline whose reply an
+		// EOF or a read time-out lost): it stands, as the first sending
+		// recorded it, whose follow-up was never made.
+		if left, err = s.leftBy(ctx, runID, callID); err != nil {
+			return fail(c, err)
+		}
+		code, tail = "ok", ""
+	}
 	switch code {
 	case "ok":
 		var rs store.ResumeStart
@@ -156,6 +166,25 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 			callID, c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
 	}
 	return fail(c, refusal(code))
+}
+
+// sameDecision reports whether stored is d, recorded by an earlier
+// sending of it (see store.Decision.Attempt).
+func sameDecision(stored *store.Decision, d store.Decision) bool {
+	return stored != nil && d.Attempt != "" && stored.Attempt == d.Attempt
+}
+
+// leftBy returns 0 if the decision on callID completed its run's step
+// (see the decide script's completed field), and 1 otherwise.
+func (s *Store) leftBy(ctx context.Context, runID, callID string) (int64, error) {
+	completed, err := s.c.HGet(ctx, s.runKey(runID), "completed").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	if completed == s.callKey(callID) {
+		return 0, nil
+	}
+	return 1, nil
 }
 
 // decodeDecidedResume decodes the reply of decidedResume, with the
@@ -424,7 +453,9 @@ func (s *Store) beginResume(ctx context.Context, runID string, r store.ResumeBeg
 	if err == nil && rs.Claimed {
 		rs.Records = records(kinds, recs)
 	}
-	if s.cluster && lease != "" && (err != nil || !rs.Claimed) {
+	if s.cluster && lease != "" && (err == nil && !rs.Claimed || err != nil && r.Nonce == "") {
+		// Kept on an error when the attempt can be asked again (it may
+		// hold the claim): the lease then lapses, or is the retry's.
 		err = errors.Join(err, s.ReleaseLease(ctx, lease, owner))
 	}
 	if err != nil {

@@ -582,3 +582,43 @@ func TestDecisionWhoseResumeReplyIsLostStillBeginsIt(t *testing.T) {
 		t.Errorf("the started call is shown executing, want it as it was before the mark")
 	}
 }
+
+// A decision sent again by the client after its reply was cut (go-redis
+// resends a command or pipeline whose reply an EOF or a read time-out
+// lost) is answered as the first sending recorded it: complete, with the
+// resume that sending claimed, not "already decided" with the claim and
+// the marked call stranded. Another sending, even of a like decision by
+// the same person at the same time, still finds it decided.
+func TestDecisionSentAgainIsAnsweredAsRecorded(t *testing.T) {
+	for _, topo := range []struct{ name, url string }{
+		{"node", redisURL(t)},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			s := newStore(t, topo.url, redisstore.Options{Prefix: newPrefix(t, topo.url)})
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := t.Context()
+			conv := "C1:" + store.NewRunID()
+			r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+			calls := []store.Call{{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp0", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}}
+			paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+			if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls}); err != nil {
+				t.Fatal(err)
+			}
+			d := store.Decision{Kind: "approve", Decider: "UA", At: time.Now(), Attempt: "n1"}
+			begin := store.ResumeBegin{Conversation: conv, Lease: store.TurnLease(conv), Owner: "a", TTL: time.Minute, Start: []string{"approve"}, Nonce: "n1"}
+			fx := store.Effects{Audit: store.AuditEntry{Actor: "UA", Action: "decide", CallID: calls[0].ID}}
+			if _, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, "fp0", d, fx, begin); err != nil || !complete || !rs.Claimed {
+				t.Fatalf("DecideBegin = complete %v, claimed %v, %v; want both", complete, rs.Claimed, err)
+			}
+			got, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, "fp0", d, fx, begin)
+			if err != nil || !complete || !rs.Claimed || rs.Started != calls[0].ID || got.Status != store.Decided {
+				t.Fatalf("the same DecideBegin sent again = %v complete %v, claimed %v, started %q, %v; want it answered as recorded", got.Status, complete, rs.Claimed, rs.Started, err)
+			}
+			other := store.Decision{Kind: "approve", Decider: "UA", At: d.At, Attempt: "n2"}
+			if _, _, _, err := s.DecideBegin(ctx, calls[0].ID, "fp0", other, store.Effects{}, begin); !errors.Is(err, store.ErrAlreadyDecided) {
+				t.Errorf("another sending of a like decision = %v, want ErrAlreadyDecided", err)
+			}
+		})
+	}
+}
