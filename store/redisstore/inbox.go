@@ -207,8 +207,8 @@ func (s *Store) unlist(ctx context.Context, conversation string) error {
 }
 
 // relist lists a conversation just unlisted again if its inbox holds a
-// message, or if run (when not "") has no call pending any more and is not
-// finished: its step was decided, and a decision lists the conversation
+// message, or if run (when "": the run the conversation is paused on, as
+// stored) has no call pending any more and is not finished: its step was decided, and a decision lists the conversation
 // until the resume saves its result. On Redis Cluster a decision can come
 // between the steps of a commit that pauses on run (the call is saved
 // first), and its listing (ZADD NX, after the decision) finds the
@@ -218,17 +218,29 @@ func (s *Store) unlist(ctx context.Context, conversation string) error {
 func (s *Store) relist(ctx context.Context, conversation, run string) error {
 	var inbox *redis.IntCmd
 	var step *redis.SliceCmd
+	var paused *redis.StringCmd
 	// One round trip; each read's error is checked apart.
 	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		inbox = p.LLen(ctx, s.inboxKey(conversation))
 		if run != "" {
 			step = p.HMGet(ctx, s.runKey(run), "pending", "finished")
+		} else {
+			// The run the conversation is paused on, as stored.
+			paused = p.HGet(ctx, s.convKey(conversation), "paused_run")
 		}
 		return nil
 	})
 	n, err := inbox.Result()
 	if err != nil {
 		return fmt.Errorf("answer inbox of %s: %w", conversation, err)
+	}
+	if n == 0 && paused != nil {
+		if run, err = paused.Result(); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("answer inbox of %s: %w", conversation, err)
+		}
+		if run != "" {
+			step = s.c.HMGet(ctx, s.runKey(run), "pending", "finished")
+		}
 	}
 	if n == 0 && step != nil {
 		f, err := step.Result()

@@ -617,13 +617,14 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			unindex(p)
 		}
 		// The run the conversation is paused on after the commit, if
-		// known here: a decided step keeps the conversation listed.
-		run, paused := "", c.Finish == ""
+		// known here (relist reads it otherwise): a decided step keeps the
+		// conversation listed.
+		run := ""
 		switch {
 		case c.Run != nil:
 			run = c.Run.ID
 		case c.Conversation != nil:
-			run, paused = c.Conversation.PausedRun, false
+			run = c.Conversation.PausedRun
 		}
 		switch {
 		case unlist && !s.cluster:
@@ -641,12 +642,6 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			return fmt.Errorf("commit turn of %s: index: %w", c.Key, err)
 		}
 		if unlist && s.cluster {
-			if run == "" && paused {
-				// Not saved by this commit: as stored.
-				if run, err = s.c.HGet(ctx, s.convKey(c.Key), "paused_run").Result(); err != nil && !errors.Is(err, redis.Nil) {
-					return fmt.Errorf("commit turn of %s: %w", c.Key, err)
-				}
-			}
 			if err := s.relist(ctx, c.Key, run); err != nil {
 				return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 			}

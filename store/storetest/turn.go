@@ -251,8 +251,17 @@ func testCommitTurnKeepsADecidedStepListed(t *testing.T, open Opener) {
 	if got := unanswered(t, s, later); !slices.Contains(got, conv) {
 		t.Errorf("Unanswered after a commit drained the inbox of a conversation whose step is decided = %v, want %s still listed", got, conv)
 	}
-	if got := unanswered(t, reopen(), later); !slices.Contains(got, conv) {
+	s = reopen()
+	if got := unanswered(t, s, later); !slices.Contains(got, conv) {
 		t.Errorf("Unanswered after a restart = %v, want %s still listed", got, conv)
+	}
+	// AnswerInbox, the same.
+	m3 := accept(t, s, conv, inbound("E3", "M3", "third", time.Now()), false, store.Accepted)
+	if err := s.AnswerInbox(t.Context(), conv, m3.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if got := unanswered(t, s, later); !slices.Contains(got, conv) {
+		t.Errorf("Unanswered after AnswerInbox drained the inbox of a conversation whose step is decided = %v, want %s still listed", got, conv)
 	}
 }
 
