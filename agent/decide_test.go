@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -341,6 +342,48 @@ func TestFailedDecisionIsNotTakenForAnother(t *testing.T) {
 			must(t, err)
 			if out.Status != agent.Answered || w.deploys.n.Load() != 1 {
 				t.Errorf("the resume of the other decider's approval = %+v, deploy ran %d times; want it answered, once", out, w.deploys.n.Load())
+			}
+		})
+	}
+}
+
+// lostCommit makes the store save a commit that creates a run and then
+// loses its answer, once: a Redis client that sends the commit again finds
+// the lease it released or the run it created, and answers with an error.
+type lostCommit struct {
+	storetest.Store
+	lose atomic.Int32
+}
+
+func (s *lostCommit) CommitTurn(ctx context.Context, c store.Commit) error {
+	err := s.Store.CommitTurn(ctx, c)
+	if err == nil && c.Run != nil && s.lose.Add(-1) >= 0 {
+		return fmt.Errorf("commit turn of %s: %w", c.Key, store.ErrNotHolder)
+	}
+	return err
+}
+
+// A pause whose store step was made but answered with an error is a
+// pause: its cards stay live (not "could not be saved") and an approval
+// runs the call, once.
+func TestPauseSavedDespiteAnErrorIsAPause(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			st := &lostCommit{Store: w.store.(storetest.Store)}
+			st.lose.Store(1)
+			a := w.agentWith(st, w.rec)
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			w.model.Reply(fakeopenai.Text("deployed"))
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			if err != nil || !res.Complete {
+				t.Fatalf("Decide = %+v, %v", res, err)
+			}
+			out, err := a.Resume(ctx, res.Call.RunID)
+			must(t, err)
+			if out.Status != agent.Answered || w.deploys.n.Load() != 1 {
+				t.Errorf("the resume = %+v, deploy ran %d times; want answered, once", out, w.deploys.n.Load())
 			}
 		})
 	}

@@ -1040,7 +1040,8 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		// The other processes remember the calls too (see FollowPauses).
 		c.Announce = a.announce(remember, t.began)
 	}
-	if err := a.commit(ctx, t, c, true); err != nil {
+	cerr := a.commit(ctx, t, c, true)
+	if err := cerr; err != nil && !a.pauseSaved(ctx, t.conv, runID, err) {
 		if an != nil {
 			an.Unsaved(context.WithoutCancel(ctx), pending)
 		}
@@ -1063,8 +1064,28 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 	}
 	t.finish, t.pausedRun = "", ""
 	a.paused.addAll(remember, t.began)
+	if cerr != nil {
+		// Saved although the step answered with an error, which may have
+		// cancelled ctx as a lost lease: the pause stands, and its
+		// cards' copies still go out.
+		ctx = context.WithoutCancel(ctx)
+	}
 	rep.Paused(ctx, pending)
 	return Outcome{Status: Paused, RunID: runID, Pending: pending}, nil
+}
+
+// pauseSaved reports whether the pause on runID that a commit failed
+// with err to save was saved all the same: the reply of a store step that
+// was made can be lost (a cut connection; a Redis client that sends it
+// again then finds its own work done and refuses it). A run id is this
+// pause's alone, so a conversation paused on it was paused by this commit.
+func (a *Agent) pauseSaved(ctx context.Context, conv, runID string, err error) bool {
+	c, lerr := a.store.LoadConversation(context.WithoutCancel(ctx), conv)
+	if lerr != nil || c.PausedRun != runID {
+		return false
+	}
+	a.log.Warn("a pause's store step answered with an error, but the pause is saved", "conversation", conv, "run", runID, "err", err)
+	return true
 }
 
 // pendingOf returns the still pending calls of a run, as PendingCalls.
