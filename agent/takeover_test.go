@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,9 @@ import (
 type dyingStore struct {
 	agent.Store
 	dead atomic.Bool
+	// saved is closed once a result is saved.
+	saved     chan struct{}
+	savedOnce sync.Once
 }
 
 var errKilled = errors.New("process killed")
@@ -66,7 +70,11 @@ func (d *dyingStore) SaveResult(ctx context.Context, id string, r []byte) error 
 	if err := d.check(); err != nil {
 		return err
 	}
-	return d.Store.SaveResult(ctx, id, r)
+	err := d.Store.SaveResult(ctx, id, r)
+	if err == nil {
+		d.savedOnce.Do(func() { close(d.saved) })
+	}
+	return err
 }
 
 func (d *dyingStore) RenewClaim(ctx context.Context, id, owner string, lease time.Duration) (bool, error) {
@@ -108,7 +116,7 @@ func (d *dyingStore) ReleaseLease(ctx context.Context, key, owner string) error 
 // reporter of its own (what a killed process posts is lost with it).
 func (w *world) doomed() (*agent.Agent, *dyingStore) {
 	w.t.Helper()
-	d := &dyingStore{Store: w.store}
+	d := &dyingStore{Store: w.store, saved: make(chan struct{})}
 	return w.agentWith(d, &recorder{}), d
 }
 
@@ -312,6 +320,7 @@ func TestTakeOverAfterDeathInResume(t *testing.T) {
 				done <- err
 			}()
 			<-entered
+			<-d.saved // saved while the model is asked
 			d.kill()
 			close(release)
 			<-done
