@@ -630,7 +630,7 @@ func TestApprovalOfAPauseNeverRecordedRunsNothing(t *testing.T) {
 	must(t, err)
 	hooked := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
 	t.Cleanup(func() { _ = hooked.Close() })
-	d := &dyingStore{Store: hooked}
+	d := &dyingStore{Store: hooked, saved: make(chan struct{})}
 	var armed atomic.Bool
 	c.AddHook(killBeforePipeline{armed: &armed, d: d})
 	cards := &announcer{st: hooked}
