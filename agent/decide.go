@@ -394,16 +394,11 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 			asked = true
 			rs.at = time.Now()
 			got, complete, rs.ResumeStart, err = a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
-			if err != nil && !storeAnswered(err) && ctx.Err() == nil {
-				// The answer was lost (a reset connection, a time-out),
-				// perhaps after the step recorded the decision, claimed
-				// the resume and marked the call to run, which nothing
-				// would run then: asked again, that attempt's claim is
-				// this process's, and the decision stands.
-				rb.Again = true
-				if again, aerr := a.store.BeginResume(ctx, c.RunID, rb); aerr == nil && again.Claimed {
+			if err != nil && !storeAnswered(err) {
+				// Perhaps recorded, and its resume begun: then the
+				// decision stands, with the claim it took.
+				if again, ok := a.askAgain(ctx, c.RunID, rb, err); ok {
 					if i := slices.IndexFunc(again.Calls, func(x store.Call) bool { return x.ID == c.ID }); i >= 0 {
-						a.log.Warn("a decision's answer was lost; it was recorded and began its resume", "call", c.ID, "err", err)
 						got, complete, rs.ResumeStart, err = again.Calls[i], true, again, nil
 					}
 				}
@@ -444,8 +439,6 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	return DecideResult{Call: viewOf(got), Complete: complete}, nil
 }
 
-// refusedWithoutWrite reports whether err is the store refusing a
-// decision, having written nothing.
 // storeAnswered reports whether err is the store's answer to a decision
 // (a refusal, or a decision recorded without all of its effects), not a
 // failure to get one.
@@ -453,6 +446,8 @@ func storeAnswered(err error) bool {
 	return refusedWithoutWrite(err) || errors.Is(err, store.ErrEffects) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrDuplicateApproval)
 }
 
+// refusedWithoutWrite reports whether err is the store refusing a
+// decision, having written nothing.
 func refusedWithoutWrite(err error) bool {
 	for _, e := range []error{store.ErrStale, store.ErrNotFound, store.ErrAlreadyDecided, store.ErrFingerprintMismatch, store.ErrExpired} {
 		if errors.Is(err, e) {

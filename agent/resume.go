@@ -72,6 +72,24 @@ var startKinds = func() []string {
 // newNonce names one attempt to begin a resume (store.ResumeBegin.Nonce).
 func newNonce() string { return rand.Text() }
 
+// askAgain asks again for the claim of the attempt rb names, which failed
+// with err: its answer may have been lost (a reset connection, a
+// time-out) after the store step claimed the run and marked the call to
+// run, which nothing would run then. It returns that attempt's claim, if
+// it took one; nothing else is taken.
+func (a *Agent) askAgain(ctx context.Context, runID string, rb store.ResumeBegin, err error) (store.ResumeStart, bool) {
+	if ctx.Err() != nil {
+		return store.ResumeStart{}, false
+	}
+	rb.Again = true
+	again, aerr := a.store.BeginResume(ctx, runID, rb)
+	if aerr != nil || !again.Claimed {
+		return store.ResumeStart{}, false
+	}
+	a.log.Warn("a claim was taken but its answer lost; asked again", "run", runID, "err", err)
+	return again, true
+}
+
 // errNoResume ends a wait for the lease of a run that has nothing to
 // resume, or that someone else resumes.
 var errNoResume = errors.New("nothing to resume")
@@ -91,14 +109,9 @@ func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (claim
 	sent := time.Now()
 	rb := store.ResumeBegin{Conversation: conv, Lease: key, Owner: a.cfg.Owner, TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()}
 	st, err := a.store.BeginResume(ctx, runID, rb)
-	if err != nil && !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
-		// The answer was lost (a reset connection, a time-out), perhaps
-		// after the step claimed the run and marked the call to run,
-		// which nothing would run then: asked again, that attempt's
-		// claim is this process's. The claim counts from the first ask.
-		rb.Again = true
-		if again, aerr := a.store.BeginResume(ctx, runID, rb); aerr == nil && again.Claimed {
-			a.log.Warn("a resume's claim was taken but its answer lost; asked again", "run", runID, "err", err)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		// The claim counts from the first ask.
+		if again, ok := a.askAgain(ctx, runID, rb, err); ok {
 			st, err = again, nil
 		}
 	}

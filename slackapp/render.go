@@ -184,6 +184,15 @@ func approverList(ids []string, sep string) string {
 
 // approverMentions renders approver ids as mentions, dropping any id that
 // is not a well-formed user or user-group id.
+// whoMayDecide mentions the approvers ("<@U1> or <!subteam^S1>"), or says
+// that anyone in the channel may decide when no id is well-formed.
+func whoMayDecide(approvers []string) string {
+	if ms := approverMentions(approvers); len(ms) > 0 {
+		return joinAnd(ms, "or")
+	}
+	return "anyone in this channel"
+}
+
 func approverMentions(ids []string) []string {
 	var ms []string
 	for _, id := range ids {
@@ -293,10 +302,7 @@ func WaitingText(waits []Waiting, mention bool) string {
 	var groups []*group
 	byWho := map[string]*group{}
 	for _, w := range waits {
-		who := "anyone in this channel"
-		if ms := approverMentions(w.Approvers); len(ms) > 0 {
-			who = joinAnd(ms, "or")
-		}
+		who := whoMayDecide(w.Approvers)
 		g := byWho[who]
 		if g == nil {
 			g = &group{who: who}
@@ -325,11 +331,7 @@ func CardNotPostedText(tool string, approvers []string, human bool) string {
 	if human {
 		return "I have a question for this thread, but I couldn't post it here. It is in my App Home (the Home tab), where it can be answered."
 	}
-	who := "anyone in this channel"
-	if ms := approverMentions(approvers); len(ms) > 0 {
-		who = joinAnd(ms, "or")
-	}
-	return "I need approval of " + toolList([]string{tool}) + " by " + who + ", but I couldn't post its approval card here. It can be decided in my App Home (the Home tab), and `/approvals pending` lists it."
+	return "I need approval of " + toolList([]string{tool}) + " by " + whoMayDecide(approvers) + ", but I couldn't post its approval card here. It can be decided in my App Home (the Home tab), and `/approvals pending` lists it."
 }
 
 // NotApproverText is the ephemeral answer to someone who clicked a decision

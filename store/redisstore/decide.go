@@ -43,11 +43,8 @@ func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d s
 			return c, complete, store.ResumeStart{}, err
 		}
 		rs, err := s.beginResume(ctx, c.RunID, r)
-		if err != nil && r.Nonce != "" && ctx.Err() == nil {
-			// The answer may be lost after the claim was taken.
-			again := r
-			again.Again = true
-			rs, err = s.beginResume(ctx, c.RunID, again)
+		if err != nil {
+			rs, err = s.askAgain(ctx, c.RunID, r)
 		}
 		if err != nil {
 			// The decision stands; the resume begins as usual.
@@ -146,12 +143,8 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 		if resumed != nil && left == 0 {
 			var lost bool
 			rs, lost = s.decodeDecidedResume(r.Conversation, resumed, r.Kinds, recs)
-			if lost && r.Nonce != "" && ctx.Err() == nil {
-				// The resume's answer may be lost after it took the
-				// claim: asked again, for that claim only.
-				again := *r
-				again.Again = true
-				if ars, err := s.beginResume(ctx, runID, again); err == nil {
+			if lost {
+				if ars, err := s.askAgain(ctx, runID, *r); err == nil {
 					rs = ars
 				}
 			}
@@ -166,6 +159,17 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 			callID, c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
 	}
 	return fail(c, refusal(code))
+}
+
+// askAgain asks again for the claim of the attempt r names, whose answer
+// may have been lost after it took the claim (see store.ResumeBegin); an
+// attempt with no name, or a done ctx, gets an error.
+func (s *Store) askAgain(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	if r.Nonce == "" || ctx.Err() != nil {
+		return store.ResumeStart{}, errors.New("not asked again")
+	}
+	r.Again = true
+	return s.beginResume(ctx, runID, r)
 }
 
 // sameDecision reports whether stored is d, recorded by an earlier

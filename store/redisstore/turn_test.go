@@ -521,6 +521,20 @@ func TestDecisionThatLeftACallPendingBeginsNoResume(t *testing.T) {
 	}
 }
 
+// pausedOnOneCall pauses a new conversation on a new run with one call
+// whose fingerprint is fp.
+func pausedOnOneCall(t *testing.T, s *redisstore.Store, fp string) (string, []store.Call) {
+	t.Helper()
+	conv := "C1:" + store.NewRunID()
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	calls := []store.Call{{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: fp, Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}}
+	paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+	if err := s.CommitTurn(t.Context(), store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls}); err != nil {
+		t.Fatal(err)
+	}
+	return conv, calls
+}
+
 // loseReplyHook runs the first pipeline sent after it is armed, then
 // loses the reply of its command at index, as a connection reset after
 // Redis ran it would.
@@ -550,22 +564,12 @@ func (h loseReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 func TestDecisionWhoseResumeReplyIsLostStillBeginsIt(t *testing.T) {
 	_, _, c, s := decisionPipelineStore(t)
 	ctx := t.Context()
-	conv := "C1:" + store.NewRunID()
-	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
-	calls := []store.Call{{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp0", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}}
-	paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
-	if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls}); err != nil {
-		t.Fatal(err)
-	}
+	conv, calls := pausedOnOneCall(t, s, "fp0")
 	// A first decision elsewhere loads the scripts, so that the one
 	// under test runs in its pipeline.
-	warm := store.Run{ID: store.NewRunID(), Conversation: conv + "w", Requester: "U1", Channel: "C1"}
-	warmCall := store.Call{ID: store.CallID(warm.ID, 0), Tool: "t", Fingerprint: "fpw", Requester: "U1", Conversation: warm.Conversation, ExpiresAt: time.Now().Add(time.Hour)}
-	if err := s.CommitTurn(ctx, store.Commit{Key: warm.Conversation, Conversation: &store.Conversation{State: []byte(`{}`), PausedRun: warm.ID}, Run: &warm, Calls: []store.Call{warmCall}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, _, err := s.DecideBegin(ctx, warmCall.ID, "fpw", store.Decision{Kind: "approve", Decider: "UA"}, store.Effects{},
-		store.ResumeBegin{Conversation: warm.Conversation, Lease: store.TurnLease(warm.Conversation), Owner: "w", TTL: time.Minute}); err != nil {
+	warmConv, warm := pausedOnOneCall(t, s, "fpw")
+	if _, _, _, err := s.DecideBegin(ctx, warm[0].ID, "fpw", store.Decision{Kind: "approve", Decider: "UA"}, store.Effects{},
+		store.ResumeBegin{Conversation: warmConv, Lease: store.TurnLease(warmConv), Owner: "w", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	armed := true
@@ -598,13 +602,7 @@ func TestDecisionSentAgainIsAnsweredAsRecorded(t *testing.T) {
 			s := newStore(t, topo.url, redisstore.Options{Prefix: newPrefix(t, topo.url)})
 			t.Cleanup(func() { _ = s.Close() })
 			ctx := t.Context()
-			conv := "C1:" + store.NewRunID()
-			r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
-			calls := []store.Call{{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp0", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}}
-			paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
-			if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls}); err != nil {
-				t.Fatal(err)
-			}
+			conv, calls := pausedOnOneCall(t, s, "fp0")
 			d := store.Decision{Kind: "approve", Decider: "UA", At: time.Now(), Attempt: "n1"}
 			begin := store.ResumeBegin{Conversation: conv, Lease: store.TurnLease(conv), Owner: "a", TTL: time.Minute, Start: []string{"approve"}, Nonce: "n1"}
 			fx := store.Effects{Audit: store.AuditEntry{Actor: "UA", Action: "decide", CallID: calls[0].ID}}
