@@ -386,7 +386,7 @@ func (e *Engine) EvaluateRecords(ctx context.Context, in Input, recs map[string]
 	if err != nil {
 		// The file's rules are still known: a call one of them denies
 		// stays denied; anything else fails closed.
-		if v, _ := evaluate(e.file.rules, in, newActivation(in)); v != nil && v.Action == Deny {
+		if v, _, _ := evaluate(e.file.rules, in, newActivation(in)); v != nil && v.Action == Deny {
 			return *v, err
 		}
 		return Verdict{
@@ -398,12 +398,16 @@ func (e *Engine) EvaluateRecords(ctx context.Context, in Input, recs map[string]
 	}
 	e.dropExpired(ctx, st.expired)
 	act := newActivation(in)
-	fileV, fileFailed := evaluate(e.file.rules, in, act)
-	adminV, adminFailed := evaluate(st.compiled, in, act)
+	fileV, fileFailed, fileOpen := evaluate(e.file.rules, in, act)
+	adminV, adminFailed, adminOpen := evaluate(st.compiled, in, act)
 	v, failed := strictest(fileV, fileFailed, adminV, adminFailed)
-	if v == nil {
-		fb := fallback(in.Hints, e.file.def)
+	switch fb := fallback(in.Hints, e.file.def); {
+	case v == nil:
 		v = &fb
+	case (fileV == nil || fileOpen) && (adminV == nil || adminOpen):
+		// Only conditions that failed matched, in either layer.
+		t := tightenByFallback(*v, fb)
+		v = &t
 	}
 	if v.Action != Ask || v.FourEyes || v.MinApprovals > 1 || failed {
 		return *v, nil

@@ -637,6 +637,39 @@ func TestFileDenyHoldsDuringStoreOutage(t *testing.T) {
 	}
 }
 
+// A file rule whose condition fails is tightened by the runtime rules
+// that match, and, when no rule of either layer matches otherwise, by the
+// default: who must approve is never fewer than had the rule not matched.
+func TestEngineFailedConditionIsTightenedAcrossLayers(t *testing.T) {
+	ctx := context.Background()
+	p, err := NewPolicy(Deny, []Rule{{ID: "dev-free", Tool: "deploy", When: `args.env == "dev"`, Verdict: Allow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(p, newMemStore())
+	r, err := ParseRule(`id=sre tool=deploy when='args.service == "vault"' verdict=ask approvers=USRE four_eyes=true`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.AddRule(ctx, "UADMIN", r); err != nil {
+		t.Fatal(err)
+	}
+	got := evalEngine(t, e, call("deploy", `{"service":"vault"}`, "C1"))
+	if got.Action != Ask || !got.FailClosed || strings.Join(got.Approvers, ",") != "USRE" || !got.FourEyes {
+		t.Errorf("failed file rule, matching runtime ask: got %s (fail closed %v) approvers %v four eyes %v, want a fail-closed ask by USRE with four eyes",
+			got.Action, got.FailClosed, got.Approvers, got.FourEyes)
+	}
+	no := false
+	web := call("deploy", `{"service":"web"}`, "C1")
+	web.Hints.Destructive = &no // the default decides what no rule matches
+	if got := evalEngine(t, e, web); got.Action != Deny || !got.FailClosed {
+		t.Errorf("failed file rule, nothing else matching, default deny: got %s (fail closed %v, %q), want a fail-closed deny", got.Action, got.FailClosed, got.Reason)
+	}
+	if got := evalEngine(t, e, call("deploy", `{"service":"web","env":"dev"}`, "C1")); got.Action != Allow {
+		t.Errorf("no failure: got %s by %q, want allow", got.Action, got.RuleID)
+	}
+}
+
 // The policy file is a floor: runtime rules tighten any call but relax no
 // file rule, and standing rules relax only the ask of the rule that asked.
 func TestEngineFileIsAFloor(t *testing.T) {

@@ -361,10 +361,13 @@ func (p *Policy) Evaluate(in Input) Verdict {
 	if p != nil {
 		rules, def = p.rules, p.def
 	}
-	v, _ := evaluate(rules, in, newActivation(in))
-	if v == nil {
-		fb := fallback(in.Hints, def)
-		v = &fb
+	v, _, open := evaluate(rules, in, newActivation(in))
+	fb := fallback(in.Hints, def)
+	switch {
+	case v == nil:
+		return fb
+	case open:
+		return tightenByFallback(*v, fb)
 	}
 	return *v
 }
@@ -394,13 +397,18 @@ func (a *activation) get() (map[string]any, error) {
 }
 
 // evaluate returns the verdict of the first matching rule, or nil if none
-// matches. failed reports a fail-closed verdict from an evaluation error.
+// matches. failed reports a fail-closed verdict from an evaluation error;
+// open reports that, had each rule whose condition failed not matched, no
+// rule would have matched (the caller then tightens the verdict by the one
+// for a call no rule matches: see tightenByFallback).
 //
-// A rule whose condition cannot be evaluated might have matched, so the
-// rules after it still count where they are stricter: the scan goes on, and
-// a later rule that denies wins over the fail-closed ask. Otherwise the
-// fail-closed verdict of the first such rule stands.
-func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, failed bool) {
+// A rule whose condition cannot be evaluated might have matched or not, so
+// the verdict is at least as strict as either: its fail-closed ask (or its
+// deny), tightened by whatever the rules after it give. A later rule that
+// denies wins; a later ask adds its approvers (when the failed rule names
+// none), four eyes, approval count and shorter timeouts; a later allow
+// adds nothing.
+func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, failed, open bool) {
 	var closed *Verdict
 	for i := range rules {
 		r := &rules[i]
@@ -411,10 +419,12 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 		if err != nil {
 			fc := r.failClosed(err)
 			if fc.Action == Deny {
-				return &fc, true
+				return &fc, true, false
 			}
 			if closed == nil {
 				closed = &fc
+			} else {
+				tighten(closed, fc)
 			}
 			continue
 		}
@@ -423,10 +433,47 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 		}
 		v := r.verdict()
 		if closed == nil || v.Action == Deny {
-			return &v, false
+			return &v, false, false
 		}
+		tighten(closed, v)
+		return closed, true, false
 	}
-	return closed, closed != nil
+	return closed, closed != nil, closed != nil
+}
+
+// tighten adds to v, an ask, what an ask w requires beyond it: w's
+// approvers when v names none, four eyes, a higher approval count, a
+// shorter ttl or remind_after. An allow adds nothing.
+func tighten(v *Verdict, w Verdict) {
+	if w.Action != Ask {
+		return
+	}
+	if len(v.Approvers) == 0 {
+		v.Approvers = slices.Clone(w.Approvers)
+	}
+	v.FourEyes = v.FourEyes || w.FourEyes
+	v.MinApprovals = max(v.MinApprovals, w.MinApprovals)
+	if w.TTL > 0 && (v.TTL == 0 || w.TTL < v.TTL) {
+		v.TTL = w.TTL
+	}
+	if w.RemindAfter > 0 && (v.RemindAfter == 0 || w.RemindAfter < v.RemindAfter) {
+		v.RemindAfter = w.RemindAfter
+	}
+}
+
+// tightenByFallback is the verdict for a call whose fail-closed verdict v
+// stands only because a condition could not be evaluated, with no rule
+// matching otherwise: had the failed rules not matched, fb (the verdict
+// for a call no rule matches) would decide, so a default that denies
+// denies.
+func tightenByFallback(v Verdict, fb Verdict) Verdict {
+	if fb.Action != Deny {
+		tighten(&v, fb)
+		return v
+	}
+	fb.FailClosed = true
+	fb.Reason = fmt.Sprintf("%s; no other rule matches, and the policy default is %s", strings.TrimSuffix(v.Reason, ", so the call needs a decision"), fb.Action)
+	return fb
 }
 
 // matchesTool reports whether the glob pattern matches tool.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +174,66 @@ func TestPolicyEvaluateErrorDoesNotHideDeny(t *testing.T) {
 		if got.Action != tt.wantAction || got.RuleID != tt.wantRule {
 			t.Errorf("Evaluate(%s) = %s by %q, want %s by %q", tt.args, got.Action, got.RuleID, tt.wantAction, tt.wantRule)
 		}
+	}
+}
+
+// A rule whose condition cannot be evaluated might have matched or not:
+// its fail-closed verdict is tightened by the rule that would decide
+// otherwise, so leaving a key out never weakens who must approve.
+func TestPolicyEvaluateErrorKeepsLaterApprovers(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "dev-free", Tool: "deploy", When: `args.env == "dev"`, Verdict: Allow},
+		{ID: "odd", Tool: "deploy", When: `args.replicas % 2 == 1`, Verdict: Ask, Approvers: []string{"UODD"}, TTL: time.Hour},
+		{ID: "sre", Tool: "deploy", Verdict: Ask, Approvers: []string{"USRE", "USRE2"}, FourEyes: true, MinApprovals: 2, TTL: 2 * time.Hour},
+		{ID: "db-free", Tool: "db", When: `args.table == "scratch"`, Verdict: Allow},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name          string
+		in            Input
+		wantRule      string
+		wantApprovers []string
+		wantFourEyes  bool
+		wantMin       int
+		wantTTL       time.Duration
+	}{
+		{"a later ask's approvers and four eyes", Input{Tool: "deploy", Args: json.RawMessage(`{"replicas":2}`)}, "dev-free", []string{"USRE", "USRE2"}, true, 2, 2 * time.Hour},
+		{"two failed rules: the first to name approvers", Input{Tool: "deploy", Args: json.RawMessage(`{}`)}, "dev-free", []string{"UODD"}, true, 2, time.Hour},
+		{"an inexact number fails every condition", Input{Tool: "deploy", Args: json.RawMessage(`{"env":"dev","replicas":9007199254740993}`)}, "dev-free", []string{"UODD"}, true, 2, time.Hour},
+		{"no error: the first match", Input{Tool: "deploy", Args: json.RawMessage(`{"env":"prod","replicas":3}`)}, "odd", []string{"UODD"}, false, 0, time.Hour},
+		{"nothing stricter below", Input{Tool: "db", Args: json.RawMessage(`{}`)}, "db-free", nil, false, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := p.Evaluate(tt.in)
+			if got.Action != Ask || got.RuleID != tt.wantRule || !slices.Equal(got.Approvers, tt.wantApprovers) ||
+				got.FourEyes != tt.wantFourEyes || got.MinApprovals != tt.wantMin || got.TTL != tt.wantTTL {
+				t.Errorf("Evaluate(%s) = %s by %q, approvers %v, four eyes %v, min %d, ttl %s; want ask by %q, approvers %v, four eyes %v, min %d, ttl %s",
+					tt.in.Args, got.Action, got.RuleID, got.Approvers, got.FourEyes, got.MinApprovals, got.TTL,
+					tt.wantRule, tt.wantApprovers, tt.wantFourEyes, tt.wantMin, tt.wantTTL)
+			}
+		})
+	}
+}
+
+// With no rule matching but one whose condition failed, a default that
+// denies denies: had the rule not matched, the default would decide.
+func TestPolicyEvaluateErrorUnderADenyDefault(t *testing.T) {
+	p, err := NewPolicy(Deny, []Rule{{ID: "tmp-only", Tool: "files__delete", When: `args.path.startsWith("/tmp/")`, Verdict: Allow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	no := false
+	in := Input{Tool: "files__delete", Args: json.RawMessage(`{}`), Hints: Hints{Destructive: &no}}
+	got := p.Evaluate(in)
+	if got.Action != Deny || !got.FailClosed || !strings.Contains(got.Reason, "tmp-only could not be evaluated") || !strings.Contains(got.Reason, "default is deny") {
+		t.Errorf("Evaluate = %s (fail closed %v, %q), want a fail-closed deny naming the rule and the default", got.Action, got.FailClosed, got.Reason)
+	}
+	in.Args = json.RawMessage(`{"path":"/tmp/x"}`)
+	if got := p.Evaluate(in); got.Action != Allow {
+		t.Errorf("Evaluate(/tmp/x) = %s, want allow", got.Action)
 	}
 }
 
