@@ -44,6 +44,11 @@ type Tool struct {
 	// Config.PreviewTimeout; its text, or its error, is stored with the
 	// call and shown on the card.
 	Preview PreviewFunc
+	// Check, if set, refuses arguments that are valid for the schema but
+	// that the handler could not run as they read (two header names that
+	// are one header, say): its error is given to the model, as the
+	// schema's are, before the policy or a card sees the call.
+	Check func(args json.RawMessage) error
 }
 
 // PreviewFunc tells what a call would do with args, which are valid for

@@ -57,15 +57,19 @@ func (t *registered) validate(args json.RawMessage) error {
 	if _, ok := v.(map[string]any); !ok {
 		return argsProblem("arguments must be a JSON object")
 	}
-	if t.schema == nil {
-		return nil
-	}
-	if err := t.schema.Validate(v); err != nil {
-		var ve *jsonschema.ValidationError
-		if errors.As(err, &ve) {
-			return &argsError{Model: "arguments do not match the schema: " + schemaMessage(ve), Person: personMessage(ve, v)}
+	if t.schema != nil {
+		if err := t.schema.Validate(v); err != nil {
+			var ve *jsonschema.ValidationError
+			if errors.As(err, &ve) {
+				return &argsError{Model: "arguments do not match the schema: " + schemaMessage(ve), Person: personMessage(ve, v)}
+			}
+			return argsProblem("arguments do not match the schema: %v", err)
 		}
-		return argsProblem("arguments do not match the schema: %v", err)
+	}
+	if t.tool.Check != nil {
+		if err := t.tool.Check(trimmed); err != nil {
+			return argsProblem("%v", err)
+		}
 	}
 	return nil
 }

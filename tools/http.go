@@ -50,6 +50,12 @@ func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
 		Transport: newHTTPTransport(),
 		Timeout:   c.Timeout,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if m := via[0].Method; m != http.MethodGet && m != http.MethodHead {
+				// A 307 or 308 would send the approved write, body and
+				// headers, to a URL the card did not show: the
+				// redirect is the result.
+				return http.ErrUseLastResponse
+			}
 			if len(via) >= maxRedirects {
 				return fmt.Errorf("stopped after %d redirects", maxRedirects)
 			}
@@ -76,6 +82,7 @@ func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
 }`),
 		Annotations: approvals.Hints{ReadOnly: true, Destructive: ptr(false), Idempotent: true},
 		Handler:     h.handler([]string{http.MethodGet, http.MethodHead}),
+		Check:       checkHTTPArgs,
 	}}
 	if !c.ReadOnly {
 		methods := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
@@ -97,6 +104,7 @@ func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
 			Annotations: approvals.Hints{Destructive: ptr(true)},
 			Handler:     h.handler(methods),
 			Preview:     h.previewRequest,
+			Check:       checkHTTPArgs,
 		})
 	}
 	return tools, nil
@@ -113,6 +121,43 @@ type httpArgs struct {
 	URL     string            `json:"url"`
 	Headers map[string]string `json:"headers"`
 	Body    string            `json:"body"`
+}
+
+// checkHTTPArgs refuses, before any card, headers the request could not
+// send as the arguments read (see checkHeaders).
+func checkHTTPArgs(raw json.RawMessage) error {
+	var args httpArgs
+	if err := decodeArgs(raw, &args); err != nil {
+		return err
+	}
+	return checkHeaders(args.Headers)
+}
+
+// checkHeaders refuses the Host and Proxy-* headers, and two names that
+// are one header: header names are not case-sensitive, so of
+// {"X-Env": "staging", "x-env": "production"} only one would be sent,
+// while a card and the policy see both.
+func checkHeaders(headers map[string]string) error {
+	names := make([]string, 0, len(headers))
+	for k := range headers {
+		names = append(names, k)
+	}
+	slices.Sort(names) // the same error for the same arguments
+	seen := make(map[string]string, len(names))
+	for _, k := range names {
+		switch {
+		case strings.EqualFold(k, "Host"):
+			return errors.New("the Host header cannot be set; put the host in the url")
+		case len(k) >= len("Proxy-") && strings.EqualFold(k[:len("Proxy-")], "Proxy-"):
+			return fmt.Errorf("header %q cannot be set: requests do not go through a proxy", k)
+		}
+		c := http.CanonicalHeaderKey(k)
+		if first, ok := seen[c]; ok {
+			return fmt.Errorf("headers %q and %q are the same header (header names are not case-sensitive); send it once", first, k)
+		}
+		seen[c] = k
+	}
+	return nil
 }
 
 type redirectError struct {
@@ -156,13 +201,10 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 	if err != nil {
 		return errorResult("invalid request: %v", err)
 	}
+	if err := checkHeaders(args.Headers); err != nil {
+		return errorResult("%v", err)
+	}
 	for k, v := range args.Headers {
-		switch {
-		case strings.EqualFold(k, "Host"):
-			return errorResult("the Host header cannot be set; put the host in the url")
-		case len(k) >= len("Proxy-") && strings.EqualFold(k[:len("Proxy-")], "Proxy-"):
-			return errorResult("header %q cannot be set: requests do not go through a proxy", k)
-		}
 		req.Header.Set(k, v)
 	}
 	resp, err := h.client.Do(req)
@@ -198,6 +240,9 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 		if v := resp.Header.Get(k); v != "" {
 			fmt.Fprintf(&b, "%s: %s\n", k, v)
 		}
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "" && args.Method != http.MethodGet && args.Method != http.MethodHead {
+		fmt.Fprintf(&b, "[redirect not followed: a %s is sent only to the url it was approved for]\n", args.Method)
 	}
 	b.WriteString("\n")
 	switch {

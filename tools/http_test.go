@@ -37,6 +37,10 @@ func httpTestServer(t *testing.T) *httptest.Server {
 		case <-time.After(5 * time.Second):
 		}
 	})
+	mux.HandleFunc("/moved", func(w http.ResponseWriter, r *http.Request) {
+		// A 307 keeps the method and the body.
+		http.Redirect(w, r, "/echo", http.StatusTemporaryRedirect)
+	})
 	mux.HandleFunc("/hop", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ok", http.StatusFound)
 	})
@@ -107,6 +111,8 @@ func TestHTTPTools(t *testing.T) {
 		{"not found is a result", get, map[string]any{"url": srv.URL + "/missing"}, []string{"HTTP 404 Not Found\n", "nope"}, "", false},
 		{"post with headers", req, map[string]any{"method": "POST", "url": srv.URL + "/echo", "headers": map[string]string{"X-Test": "v"}, "body": "b"}, []string{"POST v b"}, "", false},
 		{"redirect to an allowed host", get, map[string]any{"url": srv.URL + "/hop"}, []string{"Final-URL: " + srv.URL + "/ok\n", "hello"}, "", false},
+		{"a write is not redirected", req, map[string]any{"method": "DELETE", "url": srv.URL + "/moved", "headers": map[string]string{"X-Test": "v"}, "body": "b"}, []string{"HTTP 307 Temporary Redirect\n", "Location: /echo\n", "[redirect not followed: a DELETE is sent only to the url it was approved for]"}, "DELETE v b", false},
+		{"a read is redirected", req, map[string]any{"method": "GET", "url": srv.URL + "/moved"}, []string{"Final-URL: " + srv.URL + "/echo\n", "GET"}, "not followed", false},
 		{"truncated", get, map[string]any{"url": srv.URL + "/big"}, []string{"\n\naaaaaaaaaa\n[body truncated: only the first 10 bytes are shown]"}, "aaaaaaaaaaa", false},
 		{"disallowed host", get, map[string]any{"url": "http://localhost:" + u.Port() + "/ok"}, []string{`host "localhost:` + u.Port() + `" is not in the allowed hosts (127.0.0.1:*, *.example.com)`}, "", true},
 		{"bare domain of a glob", get, map[string]any{"url": "https://example.com/"}, []string{`host "example.com" is not in the allowed hosts`}, "", true},
@@ -206,6 +212,37 @@ func TestHostPattern(t *testing.T) {
 		if got := h.check(u) == nil; got != tc.want {
 			t.Errorf("pattern %q, url %q: got allowed=%v, want %v", tc.pattern, tc.url, got, tc.want)
 		}
+	}
+}
+
+// Two header names that differ only in case are one header: only one value
+// could be sent, while the card and the policy see both. They are refused
+// with the schema's checks, before any card, and by the handler too.
+func TestHTTPHeadersThatAreOneHeaderAreRefused(t *testing.T) {
+	srv := httpTestServer(t)
+	tools := httpTools(t, HTTPConfig{AllowedHosts: []string{"127.0.0.1:*"}})
+	reg := agent.NewRegistry()
+	for _, name := range []string{"http_get", "http_request"} {
+		if err := reg.Register(tools[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := map[string]any{"method": "POST", "url": srv.URL + "/echo", "headers": map[string]string{"X-Env": "staging", "x-env": "production"}}
+	raw, _ := json.Marshal(args)
+	err := reg.Validate("http_request", raw)
+	if err == nil || !strings.Contains(err.Error(), `headers "X-Env" and "x-env" are the same header`) {
+		t.Errorf("Validate(%s) = %v, want the two names refused as one header", raw, err)
+	}
+	get, _ := json.Marshal(map[string]any{"url": srv.URL + "/ok", "headers": map[string]string{"HOST": "evil"}})
+	if err := reg.Validate("http_get", get); err == nil || !strings.Contains(err.Error(), "Host header cannot be set") {
+		t.Errorf("Validate(%s) = %v, want the Host header refused", get, err)
+	}
+	ok, _ := json.Marshal(map[string]any{"method": "POST", "url": srv.URL + "/echo", "headers": map[string]string{"X-Test": "v", "X-Other": "w"}})
+	if err := reg.Validate("http_request", ok); err != nil {
+		t.Errorf("Validate(%s) = %v, want distinct headers accepted", ok, err)
+	}
+	if got := runTool(t, tools["http_request"], args); !got.IsError || !strings.Contains(got.Content, "are the same header") {
+		t.Errorf("handler: got %q (error %v), want the two names refused and nothing sent", got.Content, got.IsError)
 	}
 }
 
