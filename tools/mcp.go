@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -300,7 +301,7 @@ func (s *server) serve(ctx context.Context) error {
 		s.setDown(err)
 		return err
 	}
-	if err := s.sync(ctx, cs); err != nil {
+	if err := s.syncBounded(ctx, cs); err != nil {
 		err = cleanError(fmt.Errorf("list tools: %w", err))
 		cs.Close()
 		s.setDown(err)
@@ -398,7 +399,7 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
 				return err
 			}
 		case <-s.refresh:
-			if err := s.sync(ctx, cs); err != nil {
+			if err := s.syncBounded(ctx, cs); err != nil {
 				if isTransportError(err) {
 					return fmt.Errorf("list tools: %w", err)
 				}
@@ -464,6 +465,22 @@ func isTransportError(err error) bool {
 	return false
 }
 
+// maxTools bounds how many tools one server may list.
+const maxTools = 1000
+
+// syncBounded is sync within the connect timeout: a server that never
+// answers the list (or pages it forever) neither holds up the bot's start
+// nor stalls the session's watch.
+func (s *server) syncBounded(ctx context.Context, cs *mcp.ClientSession) error {
+	ctx, cancel := context.WithTimeout(ctx, s.m.opts.connectTimeout)
+	defer cancel()
+	err := s.sync(ctx, cs)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("no complete answer within %s: %w", s.m.opts.connectTimeout, err)
+	}
+	return err
+}
+
 // sync lists the server's tools and replaces its tools in the registry.
 // A configured preview tool that is missing or not read-only fails it: the
 // server's tools stay out rather than run a tool with effects as a preview.
@@ -473,6 +490,9 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return err
+		}
+		if len(listed) == maxTools {
+			return fmt.Errorf("the server lists more than %d tools", maxTools)
 		}
 		listed = append(listed, t)
 		byName[t.Name] = t
@@ -720,6 +740,12 @@ type headerTransport struct {
 	headers map[string]string
 }
 
+// maxMessageBytes bounds one message from an HTTP server, as the SDK
+// bounds a stdio line and an event of a stream: a response to a request
+// (a tool call, the tool list) is read whole before anything of it is
+// used, so a server could otherwise fill the bot's memory.
+const maxMessageBytes = 16 << 20
+
 func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if len(t.headers) > 0 && t.origin != "" && urlOrigin(r.URL) == t.origin {
 		r = r.Clone(r.Context())
@@ -727,7 +753,30 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			r.Header.Set(k, v)
 		}
 	}
-	return t.base.RoundTrip(r)
+	resp, err := t.base.RoundTrip(r)
+	if err == nil && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// A stream is read event by event, each bounded by the SDK.
+		resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxMessageBytes}
+	}
+	return resp, err
+}
+
+// boundedBody fails a read past its bound instead of returning more.
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("the server's response is larger than %d MiB", maxMessageBytes>>20)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // logWriter logs each line a stdio server writes to stderr and keeps the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -888,5 +889,93 @@ func TestMCPPreviewToolMustBeReadOnly(t *testing.T) {
 				t.Errorf("Load with preview %s: got %v, want %q", tc.preview, err, tc.want)
 			}
 		})
+	}
+}
+
+// jsonRPCMethod returns the method and the raw id of the JSON-RPC request
+// r carries, leaving r's body readable again.
+func jsonRPCMethod(t *testing.T, r *http.Request) (method string, id json.RawMessage) {
+	t.Helper()
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Error(err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		Method string          `json:"method"`
+		ID     json.RawMessage `json:"id"`
+	}
+	_ = json.Unmarshal(body, &req)
+	return req.Method, req.ID
+}
+
+// An HTTP server's answer is read up to a bound, as a stdio server's line
+// is: a tool result larger than it fails the call instead of being read
+// whole into memory (and cut to max_output_bytes only afterwards).
+func TestHTTPServerAnswerIsBounded(t *testing.T) {
+	srv := newTestServer()
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			if method, id := jsonRPCMethod(t, r); method == "tools/call" {
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"`, id)
+				chunk := bytes.Repeat([]byte("a"), 1<<20)
+				for range maxMessageBytes>>20 + 4 {
+					if _, err := w.Write(chunk); err != nil {
+						return // the client stopped reading
+					}
+				}
+				io.WriteString(w, `"}]}}`)
+				return
+			}
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	reg := agent.NewRegistry()
+	m, err := load(t.Context(), Config{Servers: []ServerConfig{{Name: "srv", URL: ts.URL + "/mcp"}}}, reg, testLogger(t), testOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer m.Close()
+	if st := m.Status()[0]; !st.Connected {
+		t.Fatalf("status: got %+v, want connected", st)
+	}
+	res := call(t, reg, "srv__echo", `{"text":"hi"}`)
+	if !res.IsError || !strings.Contains(res.Content, "larger than 16 MiB") {
+		t.Errorf("a tool result past the bound: got error %v, %.200q; want the call failed as too large", res.IsError, res.Content)
+	}
+}
+
+// A server that answers the handshake but never the tool list holds up
+// neither Load nor the bot's start: the list is bounded by the connect
+// timeout, and the server is reported down.
+func TestHTTPServerThatNeverListsItsTools(t *testing.T) {
+	srv := newTestServer()
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			if method, _ := jsonRPCMethod(t, r); method == "tools/list" {
+				<-r.Context().Done()
+				return
+			}
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	defer ts.CloseClientConnections()
+	opts := testOptions()
+	opts.connectTimeout = 500 * time.Millisecond
+	opts.minBackoff, opts.maxBackoff = time.Hour, time.Hour // one attempt
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	m, err := load(ctx, Config{Servers: []ServerConfig{{Name: "srv", URL: ts.URL + "/mcp"}}}, agent.NewRegistry(), testLogger(t), opts)
+	if err != nil {
+		t.Fatalf("Load: %v (it waited for a list that never came)", err)
+	}
+	defer m.Close()
+	if st := m.Status()[0]; st.Connected || !strings.Contains(st.LastError, "list tools") {
+		t.Errorf("status: got %+v, want the server down with a list error", st)
 	}
 }
