@@ -22,8 +22,10 @@ import (
 const previewLines = 10
 
 // previewWrite is workspace_write's preview: a unified diff of the file
-// against the new content, or "new file, N lines". It reads, never writes.
-func (w *workspace) previewWrite(_ context.Context, raw json.RawMessage) (string, error) {
+// against the new content, or "new file, N lines". It reads, never writes,
+// and at most max_file_bytes of the file: a larger one is only described.
+// It returns when ctx ends, even while the diff is still being made.
+func (w *workspace) previewWrite(ctx context.Context, raw json.RawMessage) (string, error) {
 	root, args, err := w.open(raw, "")
 	if err != nil {
 		return "", err
@@ -33,12 +35,24 @@ func (w *workspace) previewWrite(_ context.Context, raw json.RawMessage) (string
 		return "", errors.New("content is required")
 	}
 	next := *args.Content
-	old, err := root.ReadFile(args.Path)
+	f, err := root.Open(args.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("new file %s, %d lines, %d bytes", args.Path, countLines(next), len(next)), nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", args.Path, err)
+	}
+	defer f.Close()
+	old, err := io.ReadAll(io.LimitReader(f, w.cfg.MaxFileBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", args.Path, err)
+	}
+	if int64(len(old)) > w.cfg.MaxFileBytes {
+		size := int64(len(old))
+		if fi, err := f.Stat(); err == nil {
+			size = fi.Size()
+		}
+		return fmt.Sprintf("overwrites %s, a file of %d bytes (larger than %d, so not compared), with %d lines, %d bytes", args.Path, size, w.cfg.MaxFileBytes, countLines(next), len(next)), nil
 	}
 	if !utf8.Valid(old) {
 		return fmt.Sprintf("overwrites %s, a binary file of %d bytes, with %d lines of text", args.Path, len(old), countLines(next)), nil
@@ -46,14 +60,29 @@ func (w *workspace) previewWrite(_ context.Context, raw json.RawMessage) (string
 	if string(old) == next {
 		return fmt.Sprintf("no change: %s already has this content", args.Path), nil
 	}
-	diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(string(old)), B: difflib.SplitLines(next),
-		FromFile: "a/" + args.Path, ToFile: "b/" + args.Path, Context: 3,
-	})
-	if err != nil {
-		return "", fmt.Errorf("diff %s: %w", args.Path, err)
+	type diffed struct {
+		text string
+		err  error
 	}
-	return diff, nil
+	done := make(chan diffed, 1)
+	go func() {
+		// A diff of long files takes a while; it is given up, not
+		// stopped, when ctx ends first.
+		text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+			A: difflib.SplitLines(string(old)), B: difflib.SplitLines(next),
+			FromFile: "a/" + args.Path, ToFile: "b/" + args.Path, Context: 3,
+		})
+		done <- diffed{text, err}
+	}()
+	select {
+	case d := <-done:
+		if d.err != nil {
+			return "", fmt.Errorf("diff %s: %w", args.Path, d.err)
+		}
+		return d.text, nil
+	case <-ctx.Done():
+		return "", fmt.Errorf("diff %s: %w", args.Path, ctx.Err())
+	}
 }
 
 // previewDelete is workspace_delete's preview: what is there, its size and

@@ -70,6 +70,32 @@ func TestWorkspacePreviews(t *testing.T) {
 	}
 }
 
+// A write's preview reads at most max_file_bytes of the file it would
+// overwrite: a larger file is described, not read whole and diffed.
+func TestWorkspaceWritePreviewOfALargeFile(t *testing.T) {
+	root := t.TempDir()
+	big := strings.Repeat("line\n", 1000) // 5,000 bytes
+	if err := os.WriteFile(filepath.Join(root, "app.log"), []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	list, err := WorkspaceTools(WorkspaceConfig{Root: root, MaxFileBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range list {
+		if tool.Name != "workspace_write" {
+			continue
+		}
+		got := previewOf(t, tool, `{"path":"app.log","content":"x"}`)
+		want := "overwrites app.log, a file of 5000 bytes (larger than 4096, so not compared), with 1 lines, 1 bytes"
+		if got != want {
+			t.Errorf("preview = %.200q, want %q", got, want)
+		}
+		return
+	}
+	t.Fatal("no workspace_write tool")
+}
+
 func TestHTTPRequestPreviewRedactsSecrets(t *testing.T) {
 	tools := httpTools(t, HTTPConfig{AllowedHosts: []string{"api.example.com"}})
 	got := previewOf(t, tools["http_request"], `{"method":"POST","url":"https://bob:pw@api.example.com/v1/deploy","headers":{"Authorization":"Bearer s3cr3t","X-Request-Id":"42","X-Api-Token":"t0k"},"body":"{\"service\":\"api\"}"}`)
