@@ -186,3 +186,39 @@ func TestWhyOnAnApprovalsChannelCopyIsSentToTheClickerOnly(t *testing.T) {
 		}
 	}
 }
+
+// A copy of the card outside the conversation (APPROVALS_CHANNEL, read by
+// people who may not see a private conversation) says that the call ran,
+// not what it returned; the thread's card shows the output.
+func TestApprovalsChannelCopyShowsNoOutput(t *testing.T) {
+	const private = "CPRIVATE01"
+	const approvalsChannel = "CAPPROVALS"
+	e := newEnv(t, storeKinds(t)[0])
+	e.slack.AddUser(fakeslack.User{ID: "UBYSTANDER", Name: "bystander"})
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+	e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: []string{approver, other, "UBYSTANDER", e.slack.BotUserID()}})
+	e.cfg.ApprovalsChannel = approvalsChannel
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)), fakeopenai.Text("shipped"))
+	ts := e.slack.Mention(private, requester, "deploy vault 14")
+	card := e.cardIn(private, ts, "deploy")
+	cp, err := e.slack.WaitMessage(approvalsChannel, func(m fakeslack.Message) bool { return isCard(m) }, 10*time.Second)
+	must(t, err)
+	_, err = e.slack.Click(approver, approvalsChannel, cp.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(private, ts, "shipped")
+	e.waitIn(private, ts, "with the card showing the output", func(m fakeslack.Message) bool {
+		return m.TS == card.TS && strings.Contains(blocksText(m), "deployed {")
+	})
+	ran := func(m fakeslack.Message) bool {
+		return m.TS == cp.TS && strings.Contains(blocksText(m), "Outcome:* ran")
+	}
+	got, err := e.slack.WaitMessage(approvalsChannel, ran, 10*time.Second)
+	must(t, err)
+	if strings.Contains(blocksText(got)+got.Text, "deployed {") {
+		t.Errorf("the copy in the approvals channel shows the tool's output:\n%s", blocksText(got))
+	}
+	if !strings.Contains(blocksText(got), "the output is in the conversation's thread") {
+		t.Errorf("the copy does not say where the output is:\n%s", blocksText(got))
+	}
+}
