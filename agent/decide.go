@@ -196,13 +196,9 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, d.Decider, a.cfg.Groups); err != nil {
 		return approvals.Verdict{}, err
 	}
-	if len(c.Approvers) == 0 && a.cfg.Audience != nil && d.Decider != c.Requester {
-		ok, err := a.cfg.Audience.CanSee(ctx, c.Channel, d.Decider)
-		if err != nil {
-			return approvals.Verdict{}, fmt.Errorf("%w: could not check that you can see the conversation: %w", approvals.ErrNotApprover, err)
-		}
-		if !ok {
-			return approvals.Verdict{}, fmt.Errorf("%w: only people in the conversation may decide this call", approvals.ErrNotApprover)
+	if len(c.Approvers) == 0 {
+		if err := a.inAudience(ctx, c, d.Decider); err != nil {
+			return approvals.Verdict{}, err
 		}
 	}
 	if d.Kind != approvals.Approve && d.Kind != approvals.Remember {
@@ -231,8 +227,31 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 		if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, d.Decider, a.cfg.Groups); err != nil {
 			return v, fmt.Errorf("the call now falls under rule %s: %w", v.RuleID, err)
 		}
+		if len(v.Approvers) == 0 && len(c.Approvers) > 0 {
+			// The rule now lets anyone in the conversation decide: an
+			// approver the card named must be one of them too.
+			if err := a.inAudience(ctx, c, d.Decider); err != nil {
+				return v, fmt.Errorf("the call now falls under rule %s: %w", v.RuleID, err)
+			}
+		}
 	}
 	return v, nil
+}
+
+// inAudience checks that decider may decide c as someone who can see its
+// conversation (the requester always can).
+func (a *Agent) inAudience(ctx context.Context, c store.Call, decider string) error {
+	if a.cfg.Audience == nil || decider == c.Requester {
+		return nil
+	}
+	ok, err := a.cfg.Audience.CanSee(ctx, c.Channel, decider)
+	if err != nil {
+		return fmt.Errorf("%w: could not check that you can see the conversation: %w", approvals.ErrNotApprover, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: only people in the conversation may decide this call", approvals.ErrNotApprover)
+	}
+	return nil
 }
 
 // DetailError is a refused decision with the words that explain it to the

@@ -253,6 +253,42 @@ func TestOpenCallsNeedTheAudience(t *testing.T) {
 	}
 }
 
+// A card's named approver who cannot see the conversation may not decide
+// once the rule lets anyone in the conversation decide instead: both the
+// card's approvers and the policy now must admit the decider.
+func TestApproverOfTheCardMustSeeTheConversationUnderAnOpenRule(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  rules:
+    - id: open
+      tool: "*"
+      verdict: ask
+`
+	w.cfg.Audience = audience{"C1": {"UREQUESTER", "UMEMBER01", "UNAMED002"}}
+	a := w.agent()
+	_, err := w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "named", Tool: "restart", Verdict: approvals.Ask, Approvers: []string{"UNAMED001", "UNAMED002"}})
+	must(t, err)
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	if len(p.Approvers) != 2 {
+		t.Fatalf("the card names %v, want the two approvers of rule named", p.Approvers)
+	}
+	must(t, w.engine.RemoveRule(ctx, "UADMIN0001", "named"))
+	d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UNAMED001"}
+	if _, err := a.Decide(ctx, d); !errors.Is(err, approvals.ErrNotApprover) || !strings.Contains(err.Error(), "only people in the conversation") {
+		t.Fatalf("a named approver outside the conversation under an open rule: got %v, want ErrNotApprover", err)
+	}
+	d.Decider = "UMEMBER01"
+	if _, err := a.Decide(ctx, d); !errors.Is(err, approvals.ErrNotApprover) {
+		t.Fatalf("a member the card does not name: got %v, want ErrNotApprover", err)
+	}
+	d.Decider = "UNAMED002"
+	if _, err := a.Decide(ctx, d); err != nil {
+		t.Fatalf("a named approver in the conversation: got %v", err)
+	}
+}
+
 // An approval is checked against the policy as it is now, not only as it
 // was when the card was posted.
 func TestApprovalUnderTightenedPolicy(t *testing.T) {
