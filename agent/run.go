@@ -409,7 +409,7 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 			return Outcome{Status: Waiting, RunID: pausedRun, Pending: pending}, nil
 		}
 	}
-	if len(fresh) == 0 && cs.Step == nil {
+	if len(fresh) == 0 && cs.Step == nil && len(cs.Queued) == 0 {
 		if err := a.commit(ctx, nil, store.Commit{Key: conv, Answer: true, AnswerUpTo: seq}, true); err != nil {
 			a.log.Warn("drain answered messages", "conversation", conv, "err", err)
 		}
@@ -505,18 +505,23 @@ func (a *Agent) loadConversation(ctx context.Context, key string) (cs convState,
 // saveTurn saves the result of a turn, with the messages it answered
 // drained from the inbox and the run it resumed finished, in one write. It
 // releases the lease unless queued messages are left, which a resume
-// answers next (see answerQueued).
+// answers next (see answerQueued): those keep the conversation listed for
+// a takeover (the decision that completed the step listed it; the inbox is
+// drained, and the conversation unlisted, by the turn that answers them),
+// so that a process that dies before answering them leaves them to
+// another.
 func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 	t.queued = append(t.queued, t.later...)
 	t.later = nil
+	left := len(t.queued) > 0
 	c := store.Commit{
 		Key:          t.conv,
 		Conversation: a.convRecord(convState{Messages: t.messages, Queued: t.queued, InboxSeq: t.inboxSeq}, ""),
 		Finish:       t.finish,
-		Answer:       true,
+		Answer:       !left,
 		AnswerUpTo:   t.inboxSeq,
 	}
-	if err := a.commit(ctx, t, c, len(t.queued) == 0); err != nil {
+	if err := a.commit(ctx, t, c, !left); err != nil {
 		return err
 	}
 	t.finish, t.pausedRun = "", ""

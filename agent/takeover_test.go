@@ -694,3 +694,68 @@ func TestApprovalOfAPauseNeverRecordedRunsNothing(t *testing.T) {
 		t.Errorf("deploy ran %d times, want once (the survivor's approved call)", n)
 	}
 }
+
+// Messages sent while a step waited are answered after its resume, in a
+// turn of their own; a process that dies during that turn leaves them
+// listed, and the survivor answers them.
+func TestTakeOverAfterDeathWhileAnsweringQueuedMessages(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.cfg.LeaseTTL = 300 * time.Millisecond
+			first := w.agent()
+			p := pauseOne(t, w, first, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			if _, err := first.Run(t.Context(), request("also, what time is it?")); err != nil {
+				t.Fatal(err)
+			}
+			entered := make(chan struct{})
+			release := make(chan struct{})
+			var n atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				switch n.Add(1) {
+				case 1:
+					return fakeopenai.Text("deployed")
+				case 2:
+					// The queued message's turn: the resume's result
+					// is saved by now.
+					close(entered)
+					<-release
+					return fakeopenai.Error(500, "the process asking is gone")
+				}
+				return fakeopenai.Text("noon")
+			})
+			a, d := w.doomed()
+			if _, err := a.Decide(context.Background(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.Resume(context.Background(), p.RunID)
+				done <- err
+			}()
+			<-entered
+			d.kill()
+			close(release)
+			<-done
+
+			survivor := w.restart()
+			out := takeOver(t, w, survivor, p.Conversation)
+			if out.Status != agent.Answered || out.Answer != "noon" {
+				t.Fatalf("TakeOver = %+v, want the queued message answered", out)
+			}
+			reqs := w.model.Requests()
+			last := reqs[len(reqs)-1].Messages
+			if m := last[len(last)-1]; m.Role != "user" || m.Content != "also, what time is it?" {
+				t.Errorf("the survivor's request ends with %s %q, want the queued message", m.Role, m.Content)
+			}
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once", n)
+			}
+			keys, err := survivor.Unanswered(t.Context(), 0)
+			must(t, err)
+			if len(keys) != 0 {
+				t.Errorf("Unanswered after the takeover = %q, want nothing", keys)
+			}
+		})
+	}
+}
