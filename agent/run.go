@@ -921,6 +921,7 @@ func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, ca
 	if tool.Handler == nil {
 		return Result{Content: fmt.Sprintf("tool %s cannot be run", tool.Name), IsError: true}
 	}
+	turn := ctx
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.ToolTimeout)
 	defer cancel()
 	defer func() {
@@ -930,6 +931,12 @@ func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, ca
 		}
 	}()
 	r, err := tool.Handler(ctx, args)
+	if turn.Err() != nil && (err != nil || r.IsError) {
+		// Cut by the turn's end (a shutdown, a lost lease), not by a
+		// failure of its own: what it did before it stopped is not
+		// known, as after a crash.
+		return Result{Content: fmt.Sprintf(interruptedText, tool.Name), IsError: true}
+	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 			return Result{Content: fmt.Sprintf("tool %s timed out after %s", tool.Name, a.cfg.ToolTimeout), IsError: true}

@@ -759,3 +759,41 @@ func TestTakeOverAfterDeathWhileAnsweringQueuedMessages(t *testing.T) {
 		})
 	}
 }
+
+// A tool cut by the end of its turn (a shutdown) did not simply fail: what
+// it did before it stopped is unknown, and the model is told so, as after
+// a crash, so that it does not take a write that may have happened for one
+// that did not.
+func TestToolCutByShutdownHasAnUnknownOutcome(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.policy = takeoverPolicy
+	running := make(chan struct{})
+	must(t, w.reg.Register(agent.Tool{
+		Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+			close(running)
+			<-ctx.Done()
+			return agent.Result{}, ctx.Err()
+		},
+	}))
+	a := w.agent()
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Run(ctx, request("migrate the db"))
+		done <- err
+	}()
+	<-running
+	cancel() // the shutdown's grace ran out
+	if err := <-done; err == nil {
+		t.Fatal("the cut turn succeeded")
+	}
+	w.model.Reply(fakeopenai.Text("it may or may not have run"))
+	_, err := a.Run(t.Context(), request("did it work?"))
+	must(t, err)
+	got := toolResults(t, w.model)
+	if len(got) != 1 || !strings.Contains(got[0], "outcome unknown: the bot stopped while migrate was running") {
+		t.Errorf("tool results = %q, want migrate's outcome unknown", got)
+	}
+}
