@@ -123,7 +123,7 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 			oc.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 		}
 	}
-	oc.HTTPClient = &http.Client{Transport: retryAfterTransport{next: jsonToStream{next: modelTransport()}, now: time.Now}}
+	oc.HTTPClient = &http.Client{Transport: retryAfterTransport{next: jsonToStream{next: boundedAnswers{next: modelTransport()}}, now: time.Now}}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
 	}
@@ -427,6 +427,9 @@ func (m *OpenAIModel) requestError(ctx context.Context, err error) *ModelError {
 	if ctx.Err() != nil {
 		return m.contextError(ctx, err)
 	}
+	if errors.Is(err, errAnswerTooLarge) {
+		return &ModelError{Kind: ErrKindBadResponse, Message: "answer too large", Err: err}
+	}
 	if e := httpError(err); e != nil {
 		return e
 	}
@@ -455,6 +458,9 @@ func (m *OpenAIModel) streamError(ctx context.Context, err error) *ModelError {
 	}
 	if e := netTimeout(err); e != nil {
 		return e
+	}
+	if errors.Is(err, errAnswerTooLarge) {
+		return &ModelError{Kind: ErrKindBadResponse, Message: "answer too large", Err: err}
 	}
 	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError
@@ -511,6 +517,60 @@ func bodyMessage(body []byte) string {
 func isEventStream(h http.Header) bool {
 	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
 	return mt == "text/event-stream"
+}
+
+// An answer is read up to maxAnswerBytes in all and maxAnswerLine per
+// line (one event of a stream, or a plain JSON answer): the client reads a
+// line whole before it looks at it, and keeps the text and arguments it
+// accumulates, so a server that sends more would fill the bot's memory.
+// Legitimate answers are far smaller (an event carries one delta).
+const (
+	maxAnswerBytes = 64 << 20
+	maxAnswerLine  = maxJSONAnswer
+)
+
+// errAnswerTooLarge is what reading an answer past its bounds returns.
+var errAnswerTooLarge = errors.New("the model's answer is too large")
+
+// boundedAnswers is an http.RoundTripper whose responses' bodies are read
+// within maxAnswerBytes and maxAnswerLine.
+type boundedAnswers struct {
+	next http.RoundTripper
+}
+
+func (t boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err == nil {
+		resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxAnswerBytes, maxLine: maxAnswerLine}
+	}
+	return resp, err
+}
+
+// boundedBody fails a read past left bytes in all, or once a line grows
+// past maxLine bytes.
+type boundedBody struct {
+	io.ReadCloser
+	left, maxLine, line int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("%w: more than %d MiB", errAnswerTooLarge, maxAnswerBytes>>20)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	if i := bytes.LastIndexByte(p[:n], '\n'); i >= 0 {
+		b.line = int64(n - i - 1)
+	} else {
+		b.line += int64(n)
+	}
+	if b.line > b.maxLine {
+		return 0, fmt.Errorf("%w: a line of more than %d MiB", errAnswerTooLarge, b.maxLine>>20)
+	}
+	return n, err
 }
 
 // jsonToStream is an http.RoundTripper for servers that ignore

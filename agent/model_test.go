@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -337,6 +338,49 @@ func TestModelBrokenStreams(t *testing.T) {
 			me := modelError(t, err, tt.kind)
 			if !strings.Contains(me.Message, tt.wantText) {
 				t.Errorf("message = %q, want it to contain %q", me.Message, tt.wantText)
+			}
+		})
+	}
+}
+
+// An answer is read within bounds: one line (an event) of more than 16 MiB,
+// or more than 64 MiB in all, fails the call as a bad response instead of
+// being read whole into memory.
+func TestModelAnswerIsBounded(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		write func(w http.ResponseWriter)
+		want  string
+	}{
+		{"one long line", func(w http.ResponseWriter) {
+			io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"x","arguments":"`)
+			chunk := strings.Repeat("a", 1<<20)
+			for range 20 {
+				if _, err := io.WriteString(w, chunk); err != nil {
+					return
+				}
+			}
+			io.WriteString(w, "\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n")
+		}, "a line of more than 16 MiB"},
+		{"too many lines", func(w http.ResponseWriter) {
+			event := `data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("a", 64<<10) + "\"}}]}\n\n"
+			for range 1100 { // about 70 MiB
+				if _, err := io.WriteString(w, event); err != nil {
+					return
+				}
+			}
+			io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+		}, "more than 64 MiB"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := rawServer(t, func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				tt.write(w)
+			})
+			_, err := m.Complete(context.Background(), userMessage("hi"), nil)
+			me := modelError(t, err, agent.ErrKindBadResponse)
+			if !strings.Contains(me.Error(), tt.want) {
+				t.Errorf("error = %q, want it to say %q", me.Error(), tt.want)
 			}
 		})
 	}
