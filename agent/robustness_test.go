@@ -203,14 +203,16 @@ func TestPauseSaveFailureKeepsHistory(t *testing.T) {
 	}
 }
 
-// Arguments over the limit and invalid names do not stay in the history.
+// Arguments over the limit or not JSON, and invalid names, do not stay in
+// the history: some servers refuse every later request that carries them.
 func TestBadCallsAreSanitizedInTheHistory(t *testing.T) {
 	w := newWorld(t, backends(t)[0])
 	huge := `{"path":"` + strings.Repeat("a", 1<<20) + `"}`
-	w.model.Reply(fakeopenai.ToolCalls(call("c1", "read_file", huge), call("c2", "read file", `{"path":"/a"}`)), fakeopenai.Text("sorry"))
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "read_file", huge), call("c2", "read file", `{"path":"/a"}`), call("c3", "read_file", `{"path": "/etc/`)), fakeopenai.Text("sorry"))
 	_, err := w.agent().Run(context.Background(), request("read"))
 	must(t, err)
 	reqs := w.model.Requests()
+	var cut string
 	for _, m := range reqs[len(reqs)-1].Messages {
 		for _, tc := range m.ToolCalls {
 			if len(tc.Function.Arguments) > 200 {
@@ -219,6 +221,44 @@ func TestBadCallsAreSanitizedInTheHistory(t *testing.T) {
 			if !agent.ValidName(tc.Function.Name) {
 				t.Errorf("call %s kept the invalid name %q", tc.ID, tc.Function.Name)
 			}
+			if !json.Valid([]byte(tc.Function.Arguments)) {
+				t.Errorf("call %s kept arguments that are not JSON: %q", tc.ID, tc.Function.Arguments)
+			}
+			if tc.ID == "c3" {
+				cut = tc.Function.Arguments
+			}
+		}
+	}
+	if cut != `{"invalid_json":"{\"path\": \"/etc/"}` {
+		t.Errorf("the cut arguments are kept as %q, want them as a string in an object", cut)
+	}
+}
+
+// A refusal is the answer the thread gets, and an empty answer is said to
+// be one; the history keeps either as an answer with content, which some
+// servers require of an assistant message without calls.
+func TestRefusalsAndEmptyAnswersAreAnswers(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	w.model.Reply(fakeopenai.Response{Refusal: "I can't help with that."})
+	out, err := a.Run(context.Background(), request("do something bad"))
+	must(t, err)
+	if out.Answer != "I can't help with that." {
+		t.Errorf("answer to a refusal = %q, want the refusal", out.Answer)
+	}
+	w.model.Reply(fakeopenai.Response{})
+	out, err = a.Run(context.Background(), request("and now?"))
+	must(t, err)
+	if out.Answer != "(the model gave no answer)" {
+		t.Errorf("answer to an empty answer = %q, want it said", out.Answer)
+	}
+	w.model.Reply(fakeopenai.Text("fine"))
+	_, err = a.Run(context.Background(), request("ok"))
+	must(t, err)
+	reqs := w.model.Requests()
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "assistant" && strings.TrimSpace(m.Content) == "" && len(m.ToolCalls) == 0 {
+			t.Errorf("the history sends an assistant message with no content and no calls: %+v", m)
 		}
 	}
 }

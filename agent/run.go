@@ -622,6 +622,16 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			return Outcome{}, fmt.Errorf("model: %w", err)
 		}
 		msg = normalizeAssistant(msg, t.steps)
+		if len(msg.ToolCalls) == 0 && strings.TrimSpace(msg.Content) == "" {
+			// A refusal is the answer; an empty answer is said to be one.
+			// Either way the history keeps an answer with content, which
+			// some servers require of an assistant message with no calls.
+			msg.Content = "(the model gave no answer)"
+			if r := strings.TrimSpace(msg.Refusal); r != "" {
+				msg.Content = r
+			}
+			msg.Refusal = ""
+		}
 		t.messages = append(t.messages, msg)
 		if len(msg.ToolCalls) == 0 {
 			if err := a.saveAndAnswer(ctx, t, rep, msg.Content); err != nil {
@@ -681,17 +691,26 @@ func normalizeAssistant(m openai.ChatCompletionMessage, step int) openai.ChatCom
 }
 
 // sanitizeCalls keeps what the history holds of a model step sendable: a
-// tool name that is not a valid function name, or arguments over the size
-// limit, would make every later request fail. The model already got an
-// error result for those calls.
+// tool name that is not a valid function name, arguments over the size
+// limit, or arguments that are not JSON (cut by the token limit, say: some
+// servers parse the arguments of the history and refuse the request) would
+// make every later request fail. The model already got an error result for
+// those calls; arguments that are not JSON are kept as a string in an
+// object.
 func (a *Agent) sanitizeCalls(m *openai.ChatCompletionMessage) {
 	for i := range m.ToolCalls {
 		f := &m.ToolCalls[i].Function
 		if !ValidName(f.Name) {
 			f.Name = "invalid_tool_name"
 		}
-		if n := len(f.Arguments); n > a.cfg.MaxArgBytes {
+		switch n := len(f.Arguments); {
+		case n > a.cfg.MaxArgBytes:
 			f.Arguments = fmt.Sprintf(`{"omitted":"%d bytes of arguments, over the limit"}`, n)
+		case strings.TrimSpace(f.Arguments) == "":
+			f.Arguments = "{}"
+		case !json.Valid([]byte(f.Arguments)):
+			b, _ := json.Marshal(map[string]string{"invalid_json": strings.ToValidUTF8(f.Arguments, "\uFFFD")})
+			f.Arguments = string(b)
 		}
 	}
 }

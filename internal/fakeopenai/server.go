@@ -35,6 +35,8 @@ type ToolCall struct {
 type Response struct {
 	// Text is the assistant's content.
 	Text string
+	// Refusal is the assistant's refusal (sent before Text, in one piece).
+	Refusal string
 	// Chunks is the number of pieces Text is streamed in; zero or one sends
 	// it whole. Text is split on rune boundaries, so it is never sent in
 	// more pieces than it has runes.
@@ -338,7 +340,7 @@ func (a answer) finishReason() openai.FinishReason {
 }
 
 func (s *Server) complete(w http.ResponseWriter, a answer) {
-	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: a.resp.Text}
+	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: a.resp.Text, Refusal: a.resp.Refusal}
 	for _, c := range a.resp.ToolCalls {
 		msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{
 			ID:       c.ID,
@@ -447,6 +449,9 @@ type streamDelta struct {
 // reason.
 func deltas(resp Response) []streamDelta {
 	ds := []streamDelta{{delta: openai.ChatCompletionStreamChoiceDelta{Role: openai.ChatMessageRoleAssistant}}}
+	if resp.Refusal != "" {
+		ds = append(ds, streamDelta{delta: openai.ChatCompletionStreamChoiceDelta{Refusal: resp.Refusal}})
+	}
 	if resp.Text != "" {
 		for _, p := range split(resp.Text, resp.Chunks) {
 			ds = append(ds, streamDelta{delta: openai.ChatCompletionStreamChoiceDelta{Content: p}})
