@@ -31,7 +31,8 @@
 // delete, run_command and ask_human, with a policy that allows reads,
 // denies anything under secrets/ and rm, asks alice to approve deletes
 // (never the requester: four eyes), allows writes under tmp/ and harmless
-// commands (CEL conditions) and asks anyone for other writes. -config FILE
+// commands (ls, df and uptime with flags only, a bare date: CEL conditions)
+// and asks anyone for other writes and commands. -config FILE
 // runs your own config file instead, parsed by the bot's own parsers. The
 // store is an embedded one in the temporary directory, or Redis when
 // REDIS_URL is set. With OPENAI_API_KEY or OPENAI_BASE_URL set (and

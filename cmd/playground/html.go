@@ -478,11 +478,18 @@ func (r renderer) inline(b *htmlBuilder, s string) {
 		b.text(emojiCodes.Replace(unescapeSlack.Replace(plain.String())))
 		plain.Reset()
 	}
+	// unclosed[c] is set once a search for the close of c found none past
+	// some position, so none past a later one either: each search is then
+	// made once, not once per opening marker (a line of many unclosed
+	// markers would take quadratic time).
+	var unclosed [256]bool
 	for i := 0; i < len(s); {
 		c := s[i]
 		switch {
+		case unclosed[c]:
 		case c == '`':
-			if end := strings.IndexByte(s[i+1:], '`'); end > 0 {
+			end := strings.IndexByte(s[i+1:], '`')
+			if end > 0 {
 				flush()
 				b.raw(`<code>`)
 				b.text(unescapeSlack.Replace(s[i+1 : i+1+end]))
@@ -490,14 +497,17 @@ func (r renderer) inline(b *htmlBuilder, s string) {
 				i += end + 2
 				continue
 			}
+			unclosed[c] = end < 0
 		case c == '<':
-			if end := strings.IndexByte(s[i+1:], '>'); end > 0 {
+			end := strings.IndexByte(s[i+1:], '>')
+			if end > 0 {
 				flush()
 				r.special(b, s[i+1:i+1+end])
 				i += end + 2
 				continue
 			}
-		case styles[c] != [2]string{}:
+			unclosed[c] = end < 0
+		case styles[c] != [2]string{} && styleOpens(s, i):
 			if end, ok := styleEnd(s, i); ok {
 				flush()
 				tags := styles[c]
@@ -507,6 +517,7 @@ func (r renderer) inline(b *htmlBuilder, s string) {
 				i = end + 1
 				continue
 			}
+			unclosed[c] = true
 		}
 		plain.WriteByte(c)
 		i++
@@ -514,20 +525,23 @@ func (r renderer) inline(b *htmlBuilder, s string) {
 	flush()
 }
 
-// styleEnd finds the closing marker of a style opened at s[i]: the marker
-// must open at a word start and be followed by a non-space, and close
-// after a non-space at a word end.
-func styleEnd(s string, i int) (int, bool) {
-	m := s[i]
+// styleOpens reports whether the style marker at s[i] may open a style: at
+// a word start, followed by a non-space other than itself.
+func styleOpens(s string, i int) bool {
 	if i > 0 {
 		prev, _ := utf8.DecodeLastRuneInString(s[:i])
 		if isWordRune(prev) {
-			return 0, false
+			return false
 		}
 	}
-	if i+1 >= len(s) || s[i+1] == ' ' || s[i+1] == m {
-		return 0, false
-	}
+	return i+1 < len(s) && s[i+1] != ' ' && s[i+1] != s[i]
+}
+
+// styleEnd finds the closing marker of a style opened at s[i] (see
+// styleOpens): after a non-space, at a word end. Whether a marker closes
+// does not depend on i, so none past i means none past any later opening.
+func styleEnd(s string, i int) (int, bool) {
+	m := s[i]
 	for j := i + 2; j < len(s); j++ {
 		if s[j] != m || s[j-1] == ' ' {
 			continue

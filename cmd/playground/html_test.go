@@ -103,6 +103,10 @@ func TestMrkdwn(t *testing.T) {
 		{`*bold with _italic_ inside*`, `<b>bold with <i>italic</i> inside</b>`},
 		{`2*3*4 snake_case_name a * b`, `2*3*4 snake_case_name a * b`},
 		{"`*not bold*`", `<code>*not bold*</code>`},
+		// Markers that never close stay text, however many there are.
+		{"*a _b ~c `d <e *f _g", "*a _b ~c `d &lt;e *f _g"},
+		{"_x *y _z* _w_", `<i>x <b>y _z</b> _w</i>`},
+		{"<a <b> `c `d` *e *f*", `&lt;a &lt;b&gt; <code>c </code>d` + "`" + ` <b>e *f</b>`},
 		{":eyes: :white_check_mark:", "👀 ✅"},
 		// Blocks of lines.
 		{"one\ntwo", `one<br>two`},
@@ -172,5 +176,16 @@ func TestBlocksHostile(t *testing.T) {
 	}
 	if got := string(r.message([]byte(`not json`), "fallback", false)); got != `<div class="mrkdwn">fallback</div>` {
 		t.Errorf("unreadable blocks: got %s", got)
+	}
+}
+
+// Rendering a line of many markers that never close takes linear time:
+// each close is searched for once per marker, not once per opening.
+func BenchmarkMrkdwnUnclosedMarkers(b *testing.B) {
+	r := testRenderer()
+	line := strings.Repeat("*a _b ~c `d <e ", 2500) // 37,500 characters
+	for b.Loop() {
+		var h htmlBuilder
+		r.mrkdwn(&h, line)
 	}
 }

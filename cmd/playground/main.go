@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -109,7 +111,27 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	if o.script != "" && o.tty {
 		return o, errors.New("-script and -tty both read commands: give one of them")
 	}
+	if err := loopback(o.addr); err != nil {
+		return o, fmt.Errorf("-addr %s: %w", o.addr, err)
+	}
 	return o, nil
+}
+
+// loopback refuses an address that is not on this machine's loopback
+// interface: the page has no login and lets whoever reaches it act as
+// anyone in the workspace, approvers included, and run the demo's tools.
+func loopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return errors.New("the page has no login and lets anyone who reaches it act as anyone, so it is served on a loopback address only (127.0.0.1, ::1 or localhost); from another machine, reach it through an SSH tunnel")
 }
 
 // run is the whole program: it starts the fake workspace, the model and
@@ -214,7 +236,10 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	}
 	pg.config = string(file.Data)
 
-	pg.slack = fakeslack.Start()
+	// Tokens of its own: the fake Slack takes a token in a form post,
+	// which any web page may send to 127.0.0.1, so the default ones (in
+	// this repository for all to read) would let a page post as the bot.
+	pg.slack = fakeslack.Start(fakeslack.WithTokens("xoxb-"+rand.Text(), "xapp-"+rand.Text()))
 	for _, p := range people {
 		pg.slack.AddUser(fakeslack.User{ID: p.id, Name: p.name, RealName: strings.ToUpper(p.name[:1]) + p.name[1:], TZ: "Europe/Berlin"})
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -116,6 +117,13 @@ func TestScriptedSession(t *testing.T) {
 		{prompt: "alice", command: "run rm notes.md", want: []string{
 			"run_command: Use workspace_delete, which asks for an approval.",
 		}, notWant: []string{"card #3"}},
+		{prompt: "alice", command: "run df -h", want: []string{"run_command: "}, notWant: []string{"card #3"}},
+		// date -f prints the lines of any file it can read in its errors.
+		{prompt: "alice", command: "run date -f ../workspace/secrets/api-token.txt", want: []string{
+			"card #3:", "== Approval: run_command ==",
+		}, notWant: []string{"not-a-real-token"}},
+		{prompt: "alice", command: "/new", want: []string{"new thread"}},
+		{prompt: "alice", command: "run ls ../workspace/secrets", want: []string{"card #1:"}, notWant: []string{"api-token.txt\n"}},
 	})
 	if !strings.Contains(transcript, "Toolgate playground") || !strings.Contains(transcript, "scripted model") {
 		t.Errorf("the transcript does not start with the introduction:\n%s", transcript)
@@ -214,6 +222,22 @@ func TestScriptFlagAndHelp(t *testing.T) {
 	}
 	if err := run(context.Background(), strings.NewReader(""), &out, []string{"-tty", "-script", file}); err == nil {
 		t.Error("-tty and -script together were accepted")
+	}
+}
+
+// The page has no login: it is served on a loopback address only.
+func TestAddrMustBeLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:0": true, "localhost:8088": true, "[::1]:8088": true, "127.0.0.2:80": true,
+		"0.0.0.0:8080": false, ":8080": false, "192.168.1.5:8080": false, "[::]:8080": false, "example.com:80": false,
+	} {
+		_, err := parseFlags([]string{"-addr", addr}, io.Discard)
+		if ok && err != nil {
+			t.Errorf("-addr %s: %v, want it accepted", addr, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "loopback address only")) {
+			t.Errorf("-addr %s: %v, want it refused as not loopback", addr, err)
+		}
 	}
 }
 

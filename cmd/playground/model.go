@@ -20,7 +20,7 @@ const helpText = "I am the playground's scripted model and understand only a few
 	"• `read notes.md`: read a file (allowed; secrets/ is denied)\n" +
 	"• `delete scratch.csv`: delete a file (alice approves; never the requester)\n" +
 	"• `write hello to tmp/a.txt`: write a file (allowed under tmp/, asks elsewhere)\n" +
-	"• `run df -h`: run a command (ls, df, uptime, date and wc are allowed; rm is denied)\n" +
+	"• `run df -h`: run a command (ls, df and uptime with flags only, and a bare date, are allowed; rm is denied; others ask)\n" +
 	"• `ask what to delete`: ask the people in this thread a question\n" +
 	"Join requests with \"and\", e.g. `list files and read notes.md`."
 

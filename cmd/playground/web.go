@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sync/errgroup"
 
@@ -35,6 +36,9 @@ var staticFiles embed.FS
 
 // maxRequestBody bounds what the page may post.
 const maxRequestBody = 1 << 20
+
+// maxMessageChars is the longest message Slack takes.
+const maxMessageChars = 40000
 
 // web serves the page for one playground.
 type web struct {
@@ -168,7 +172,10 @@ func (w *web) handler() http.Handler {
 			http.Error(rw, "unknown host", http.StatusForbidden)
 			return
 		}
-		rw.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'")
+		// No other page may frame this one (a transparent frame over a
+		// decoy button would click Approve for whoever the URL names).
+		rw.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
+		rw.Header().Set("X-Frame-Options", "DENY")
 		rw.Header().Set("X-Content-Type-Options", "nosniff")
 		mux.ServeHTTP(rw, r)
 	})
@@ -544,6 +551,10 @@ func (w *web) send(rw http.ResponseWriter, r *http.Request) {
 	text := strings.TrimSpace(req.Text)
 	if text == "" {
 		http.Error(rw, "nothing to send", http.StatusBadRequest)
+		return
+	}
+	if n := utf8.RuneCountInString(text); n > maxMessageChars {
+		http.Error(rw, fmt.Sprintf("the message has %d characters; Slack takes at most %d", n, maxMessageChars), http.StatusBadRequest)
 		return
 	}
 	ch, name, member := w.channelFor(p, req.Conv)

@@ -21,6 +21,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
 )
 
 // startWeb runs the playground with the demo config and its page handler
@@ -179,6 +180,33 @@ func TestPageIsLive(t *testing.T) {
 	}
 }
 
+// The in-process fake Slack takes the token in a form post, which any web
+// page may send to 127.0.0.1: its tokens are the playground's own, not the
+// well-known defaults, so such a post cannot speak as the bot.
+func TestFakeSlackTokensAreNotTheDefaults(t *testing.T) {
+	pg, _ := startWeb(t)
+	if pg.slack.BotToken() == fakeslack.DefaultBotToken || pg.slack.AppToken() == fakeslack.DefaultAppToken {
+		t.Fatalf("the playground's fake Slack uses the default tokens")
+	}
+	form := url.Values{"token": {fakeslack.DefaultBotToken}, "channel": {channelOps}, "text": {"hi from another page"}}
+	resp, err := http.PostForm(pg.slack.APIURL()+"chat.postMessage", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		OK    bool   `json:"ok"`
+		Error string `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if got.OK {
+		t.Errorf("a post with the default token was accepted")
+	}
+	if msgs := pg.slack.Messages(channelOps); len(msgs) != 0 {
+		t.Errorf("a post with the default token reached #ops: %+v", msgs)
+	}
+}
+
 func TestPageRefusals(t *testing.T) {
 	pg, srv := startWeb(t)
 	send := func(user, conv, text string) map[string]string {
@@ -194,6 +222,7 @@ func TestPageRefusals(t *testing.T) {
 		{"outsider in #ops", "/api/send", send(userDave, channelOps, "hi"), http.StatusForbidden},
 		{"bob in #approvals", "/api/send", send(userBob, channelApprov, "hi"), http.StatusForbidden},
 		{"empty message", "/api/send", send(userYou, channelOps, "  "), http.StatusBadRequest},
+		{"longer than Slack takes", "/api/send", send(userYou, channelOps, strings.Repeat("*a ", 13334)), http.StatusBadRequest},
 		{"unknown command", "/api/send", send(userYou, channelOps, "/deploy now"), http.StatusBadRequest},
 		{"click on no message", "/api/click", map[string]string{"user": userYou, "channel": channelOps, "ts": "1.000001", "action_id": "approve"}, http.StatusBadRequest},
 		{"submit no modal", "/api/submit", map[string]any{"user": userYou, "view_id": "VNOPE"}, http.StatusBadRequest},
@@ -234,8 +263,11 @@ func TestPageRefusals(t *testing.T) {
 	}
 	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
-		t.Errorf("page CSP: %q", csp)
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("page CSP: %q, want scripts from the page only and no framing", csp)
+	}
+	if xfo := resp.Header.Get("X-Frame-Options"); xfo != "DENY" {
+		t.Errorf("X-Frame-Options: %q, want DENY", xfo)
 	}
 	for _, w := range []string{"scripted demo model", "requester", "approver", "admin", "not in #ops"} {
 		if !strings.Contains(string(page), w) {

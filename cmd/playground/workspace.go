@@ -111,9 +111,9 @@ policy:
       when: 'args.argv[0] == "rm"'
       verdict: deny
       reason: Use workspace_delete, which asks for an approval.
-    - id: harmless-commands
+    - id: harmless-commands      # flags only: a path, or a flag's file, could read anything
       tool: run_command
-      when: 'args.argv[0] in ["ls", "df", "uptime", "date", "wc"]'
+      when: 'args.argv[0] in ["ls", "df", "uptime"] && args.argv.filter(a, !a.startsWith("-")).size() == 1 || args.argv == ["date"]'
       verdict: allow
 `
 
