@@ -616,17 +616,18 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	// Copies outside the conversation (APPROVALS_CHANNEL, approvers'
 	// DMs) are read by people who may not see it: they show that the
 	// call ran, not its output, which only the thread shows.
-	copyBlocks, copyText := blocks, text
-	if card.OutputSummary != "" {
-		cp := card
-		cp.OutputSummary = ""
-		cp.Outcome += " (the output is in the conversation's thread)"
-		copyBlocks, copyText = CardBlocks(cp), CardText(cp)
-	}
+	var copyBlocks []slack.Block
+	var copyText string
 	update := func(refs []cardRef) {
 		for _, ref := range refs {
 			blocks, text := blocks, text
-			if ref.Channel != u.Call.Channel {
+			if ref.Channel != u.Call.Channel && card.OutputSummary != "" {
+				if copyBlocks == nil {
+					cp := card
+					cp.OutputSummary = ""
+					cp.Outcome += " (the output is in the conversation's thread)"
+					copyBlocks, copyText = CardBlocks(cp), CardText(cp)
+				}
 				blocks, text = copyBlocks, copyText
 			}
 			_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: blocks, text: text})
