@@ -274,3 +274,34 @@ func TestSubmissionIsAckedWhileTheStoreHoldsItsDecision(t *testing.T) {
 		t.Errorf("deploy ran %d times after a reject", n)
 	}
 }
+
+// A mention the store cannot record is answered without a record, once:
+// its second copy (Slack sends a mention as app_mention and as message)
+// is dropped, not answered again with a second note.
+func TestMentionDuringStoreOutageIsAnsweredOnce(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	var down atomic.Bool
+	down.Store(true)
+	failed := make(chan struct{}, 100)
+	open := e.open
+	e.open = func() fullStore { return &acceptOutage{fullStore: open(), down: &down, failed: failed} }
+	e.start()
+	ts := e.slack.Mention(channel, requester, "deploy api")
+	waitUntil(t, "both copies of the mention are acked", func() bool {
+		envs := e.slack.EnvelopesByTS(ts)
+		return len(envs) == 2 && envs[0].Acked && envs[1].Acked
+	})
+	e.waitThread(ts, "saying the message could not be saved", func(m fakeslack.Message) bool {
+		return m.BotID != "" && strings.Contains(m.Text, "send it again")
+	})
+	e.stop() // every note of the work in flight is posted by then
+	var notes []string
+	for _, m := range e.slack.Thread(channel, ts) {
+		if m.BotID != "" {
+			notes = append(notes, m.Text)
+		}
+	}
+	if len(notes) != 1 {
+		t.Errorf("the thread got %d notes, want 1: %q", len(notes), notes)
+	}
+}

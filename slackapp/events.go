@@ -258,7 +258,13 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 		r, acc, err = a.ag.Accept(rctx, req, followUp)
 	}
 	if first {
-		a.recent.finish(req.MsgID, rec, err == nil && acc != store.Unknown)
+		// Later copies are dropped once this one recorded the message, or
+		// answers it without a record (a mention the store could not
+		// record: one turn tells the thread so, not one per copy); they
+		// try for themselves when this one found the thread unknown, or
+		// leaves a reply unacked for Slack to deliver again.
+		handled := err == nil && acc != store.Unknown || err != nil && !followUp
+		a.recent.finish(req.MsgID, rec, handled)
 	}
 	switch {
 	case err != nil && followUp:

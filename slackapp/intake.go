@@ -74,10 +74,12 @@ var recordedMessage = func() *recording {
 	return rec
 }()
 
-// finish ends the first copy's recording. A message that was not recorded
-// (the store failed, or a thread reply outside the bot's conversations) is
-// forgotten, so the next copy tries for itself: an app_mention copy of a
-// thread reply starts a conversation where the message copy did not.
+// finish ends the first copy's recording; recorded says that later copies
+// are dropped (the message is recorded, or answered without a record). A
+// message that was not (a thread reply outside the bot's conversations,
+// or one left for Slack to deliver again) is forgotten, so the next copy
+// tries for itself: an app_mention copy of a thread reply starts a
+// conversation where the message copy did not.
 func (r *recentMessages) finish(msgID string, rec *recording, recorded bool) {
 	rec.recorded = recorded
 	if key, ok := fixedkey.Of(msgID); ok {
