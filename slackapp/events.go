@@ -110,8 +110,18 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	}
 }
 
+// mentionsBot reports whether text mentions the bot: <@ID> or <@ID|name>,
+// not the mention of a user whose id starts with the bot's.
 func (a *App) mentionsBot(text string) bool {
-	return a.botUserID != "" && strings.Contains(text, "<@"+a.botUserID)
+	if a.botUserID == "" || !strings.Contains(text, "<@"+a.botUserID) {
+		return false
+	}
+	for _, m := range mentionRE.FindAllStringSubmatch(text, -1) {
+		if m[1] == a.botUserID {
+			return true
+		}
+	}
+	return false
 }
 
 var mentionRE = regexp.MustCompile(`<@([UW][A-Z0-9]+)(\|[^>]*)?>`)
@@ -119,7 +129,7 @@ var mentionRE = regexp.MustCompile(`<@([UW][A-Z0-9]+)(\|[^>]*)?>`)
 // cleanText strips the bot's mention from a message.
 func (a *App) cleanText(text string) string {
 	text = mentionRE.ReplaceAllStringFunc(text, func(m string) string {
-		if a.botUserID != "" && strings.HasPrefix(m, "<@"+a.botUserID) {
+		if id := mentionRE.FindStringSubmatch(m); a.botUserID != "" && id[1] == a.botUserID {
 			return ""
 		}
 		return m

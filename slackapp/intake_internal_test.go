@@ -88,3 +88,23 @@ func TestRecentMessagesUnrecordedLeavesNoSlot(t *testing.T) {
 		t.Error("the recorded message was forgotten before its own slot came round")
 	}
 }
+
+// A mention of the bot is <@ID> or <@ID|name>; a user whose id starts with
+// the bot's is someone else.
+func TestMentionsBotMatchesWholeIDs(t *testing.T) {
+	a := &App{botUserID: "U1234567A"}
+	for text, want := range map[string]bool{
+		"<@U1234567A> deploy":        true,
+		"hey <@U1234567A|toolgate>":  true,
+		"<@U1234567AB> deploy":       false,
+		"<@U1234567AB|bob> and more": false,
+		"U1234567A without brackets": false,
+	} {
+		if got := a.mentionsBot(text); got != want {
+			t.Errorf("mentionsBot(%q) = %v, want %v", text, got, want)
+		}
+	}
+	if got := a.cleanText("<@U1234567A> ask <@U1234567AB> about it"); got != "ask <@U1234567AB> about it" {
+		t.Errorf("cleanText kept %q, want the bot's mention stripped and the other user's kept", got)
+	}
+}
