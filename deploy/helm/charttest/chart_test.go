@@ -148,6 +148,19 @@ func TestRedisReplicas(t *testing.T) {
 	if *d.Spec.Replicas != 3 || d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
 		t.Errorf("replicas %d, strategy %s: want 3 and RollingUpdate", *d.Spec.Replicas, d.Spec.Strategy.Type)
 	}
+	// An upgrade that must replace every replica at once can.
+	if d := deployment(t, mustRender(t, "ci/redis-values.yaml", map[string]any{"updateStrategy": "Recreate"})); d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("updateStrategy Recreate: strategy %s, want Recreate", d.Spec.Strategy.Type)
+	}
+	// Secrets the config file names reach the bot from Secrets, not as
+	// values in the Deployment.
+	sd := deployment(t, mustRender(t, "ci/redis-values.yaml", map[string]any{"secretEnv": map[string]any{"GITHUB_TOKEN": map[string]any{"secret": "toolgate-mcp", "key": "gh"}}}))
+	if e := env(sd.Spec.Template.Spec.Containers[0], "GITHUB_TOKEN"); e == nil || e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef.Name != "toolgate-mcp" || e.ValueFrom.SecretKeyRef.Key != "gh" {
+		t.Errorf("GITHUB_TOKEN = %+v, want it from the Secret toolgate-mcp, key gh", e)
+	}
+	if !strings.Contains(m["pdb.yaml"], "unhealthyPodEvictionPolicy: AlwaysAllow") {
+		t.Errorf("pdb.yaml lets no drain evict replicas that are all unready:\n%s", m["pdb.yaml"])
+	}
 	c := d.Spec.Template.Spec.Containers[0]
 	e := env(c, "REDIS_URL")
 	if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef.Name != "toolgate-tokens" || e.ValueFrom.SecretKeyRef.Key != "REDIS_URL" {
@@ -221,8 +234,11 @@ func TestPodShape(t *testing.T) {
 			if err != nil {
 				t.Fatalf("SHUTDOWN_GRACE %q: %v", grace.Value, err)
 			}
-			if tg := spec.TerminationGracePeriodSeconds; tg == nil || time.Duration(*tg)*time.Second < g+5*time.Second {
-				t.Errorf("terminationGracePeriodSeconds %v, want at least SHUTDOWN_GRACE %v + 5s", tg, g)
+			if tg := spec.TerminationGracePeriodSeconds; tg == nil || time.Duration(*tg)*time.Second < g+25*time.Second {
+				t.Errorf("terminationGracePeriodSeconds %v, want at least SHUTDOWN_GRACE %v + 25s", tg, g)
+			}
+			if p := c.ReadinessProbe; p == nil || p.TimeoutSeconds < 4 {
+				t.Errorf("readiness probe %+v, want a timeout past /readyz's 3s store check", p)
 			}
 			if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 				t.Error("the service account token is mounted; the bot needs none")
@@ -252,7 +268,12 @@ func TestRefusedValues(t *testing.T) {
 		{"a token in env", map[string]any{"secrets": tokens, "env": map[string]any{"SLACK_BOT_TOKEN": "xoxb-2"}}, "env.SLACK_BOT_TOKEN: secrets go in secrets"},
 		{"shutdown grace in env", map[string]any{"secrets": tokens, "env": map[string]any{"SHUTDOWN_GRACE": "10s"}}, "env.SHUTDOWN_GRACE is set by the chart"},
 		{"config twice", map[string]any{"secrets": tokens, "config": "policy: {}", "existingConfigMap": "c"}, "not both"},
-		{"no room after the grace", map[string]any{"secrets": tokens, "terminationExtraSeconds": 0}, "terminationExtraSeconds must be at least 5"},
+		{"no room after the grace", map[string]any{"secrets": tokens, "terminationExtraSeconds": 15}, "terminationExtraSeconds must be at least 25"},
+		{"rolling update of the embedded store", map[string]any{"secrets": tokens, "updateStrategy": "RollingUpdate"}, "updateStrategy RollingUpdate needs Redis"},
+		{"an unknown update strategy", map[string]any{"secrets": tokens, "updateStrategy": "BlueGreen"}, `updateStrategy "BlueGreen"`},
+		{"a token in secretEnv", map[string]any{"secrets": tokens, "secretEnv": map[string]any{"SLACK_BOT_TOKEN": map[string]any{"secret": "s", "key": "k"}}}, "secretEnv.SLACK_BOT_TOKEN is set by the chart"},
+		{"secretEnv without a key", map[string]any{"secrets": tokens, "secretEnv": map[string]any{"GITHUB_TOKEN": map[string]any{"secret": "s"}}}, "secretEnv.GITHUB_TOKEN needs secret"},
+		{"a setting in env and secretEnv", map[string]any{"secrets": tokens, "env": map[string]any{"GITHUB_TOKEN": "x"}, "secretEnv": map[string]any{"GITHUB_TOKEN": map[string]any{"secret": "s", "key": "k"}}}, "GITHUB_TOKEN is in both env and secretEnv"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -75,10 +75,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail (printf "env.%s is set by the chart (see shutdownGraceSeconds, config)" $k) }}
 {{- end }}
 {{- end }}
+{{- range $k, $v := .Values.secretEnv }}
+{{- if has $k (list "SLACK_APP_TOKEN" "SLACK_BOT_TOKEN" "OPENAI_API_KEY" "REDIS_URL" "SHUTDOWN_GRACE" "HTTP_ADDR" "DATA_DIR" "CONFIG_FILE") }}
+{{- fail (printf "secretEnv.%s is set by the chart (see secrets, redis, shutdownGraceSeconds, config)" $k) }}
+{{- end }}
+{{- if hasKey $.Values.env $k }}
+{{- fail (printf "%s is in both env and secretEnv" $k) }}
+{{- end }}
+{{- if not (and (kindIs "map" $v) $v.secret $v.key) }}
+{{- fail (printf "secretEnv.%s needs secret (a Secret's name) and key" $k) }}
+{{- end }}
+{{- end }}
+{{- if not (has .Values.updateStrategy (list "" "RollingUpdate" "Recreate")) }}
+{{- fail (printf "updateStrategy %q: RollingUpdate or Recreate" .Values.updateStrategy) }}
+{{- end }}
+{{- if and (eq .Values.updateStrategy "RollingUpdate") (not (include "toolgate.redis" .)) }}
+{{- fail "updateStrategy RollingUpdate needs Redis: the embedded store's file is owned by one process" }}
+{{- end }}
 {{- if lt (int .Values.shutdownGraceSeconds) 1 }}
 {{- fail "shutdownGraceSeconds must be at least 1" }}
 {{- end }}
-{{- if lt (int .Values.terminationExtraSeconds) 5 }}
-{{- fail "terminationExtraSeconds must be at least 5: the bot needs time after the grace to tell threads and close the store" }}
+{{- if lt (int .Values.terminationExtraSeconds) 25 }}
+{{- fail "terminationExtraSeconds must be at least 25: after the grace the bot tells threads (5s), stops Socket Mode (5s), its HTTP server (5s), flushes traces (5s) and closes the store" }}
 {{- end }}
 {{- end }}
