@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,8 +10,11 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/toolgate/toolgate/store"
 )
 
 // held is a committer whose first write holds its commit open until
@@ -236,5 +240,47 @@ func TestCommitterBoundsAGroup(t *testing.T) {
 	}
 	if got := slices.Compact(slices.Clone(r.txs)); len(got) != 2 || slices.Index(r.txs, got[1]) != maxGroup {
 		t.Errorf("%d writes queued during a commit ran in transactions %v, want %d in one and 1 in the next", maxGroup+1, got, maxGroup)
+	}
+}
+
+// A commit made for a lease's holder judges the lease when the write runs:
+// a lease that ran out while the write waited behind another commit is
+// refused, as a lease that ran out before the commit was asked is.
+func TestCommitJudgesTheLeaseWhenItRuns(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	const ttl = 100 * time.Millisecond
+	if ok, err := s.AcquireLease(ctx, store.TurnLease("c1"), "a", ttl); err != nil || !ok {
+		t.Fatalf("AcquireLease = %v, %v", ok, err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = s.commits.update(func(*bolt.Tx) error {
+			close(started)
+			<-release
+			return nil
+		})
+	}()
+	<-started
+	done := make(chan error, 1)
+	asked := time.Now()
+	go func() { done <- s.CommitTurn(ctx, store.Commit{Key: "c1", Holder: "a", Release: "a"}) }()
+	for {
+		s.commits.mu.Lock()
+		queued := len(s.commits.queue)
+		s.commits.mu.Unlock()
+		if queued == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	time.Sleep(time.Until(asked.Add(2 * ttl))) // the lease runs out while the commit waits
+	close(release)
+	if err := <-done; !errors.Is(err, store.ErrNotHolder) {
+		t.Errorf("CommitTurn after the lease ran out in the queue = %v, want ErrNotHolder", err)
 	}
 }

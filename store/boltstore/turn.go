@@ -75,7 +75,9 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	}
 	err := s.commits.update(func(tx *bolt.Tx) error {
 		if c.Holder != "" {
-			if err := checkHolder(tx, store.TurnLease(c.Key), c.Holder, now); err != nil {
+			// The lease is judged when the write runs, not when it was
+			// queued behind a group's commit.
+			if err := checkHolder(tx, store.TurnLease(c.Key), c.Holder, time.Now()); err != nil {
 				return err
 			}
 		}
