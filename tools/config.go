@@ -158,6 +158,34 @@ var serverNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
 // environment variable VAR, which must be set. Unknown keys and bad values
 // are errors naming the YAML line. Defaults fill settings left out.
 func ParseConfig(data []byte) (Config, error) {
+	return parseConfig(data, os.LookupEnv)
+}
+
+// CheckConfig checks the mcp_servers and builtin_tools sections of a
+// configuration file as ParseConfig does, offline and without the
+// environment its ${VAR}s name: an unset variable stands for "1" (which
+// fits a host, a port, a path or a token), so a CI job without the bot's
+// secrets finds every other mistake the bot would refuse to start with.
+// Nothing is connected to or opened.
+func CheckConfig(data []byte) error {
+	_, err := parseConfig(data, func(name string) (string, bool) {
+		if v, ok := os.LookupEnv(name); ok {
+			return v, true
+		}
+		return "1", true
+	})
+	return err
+}
+
+// parsing is the state of one parse: the expanded values that may be
+// secret, and where ${VAR}s are looked up.
+type parsing struct {
+	secrets []string
+	lookup  func(string) (string, bool)
+}
+
+func parseConfig(data []byte, lookup func(string) (string, bool)) (Config, error) {
+	p := &parsing{lookup: lookup}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return Config{}, fmt.Errorf("parse config: %w", err)
@@ -175,14 +203,15 @@ func ParseConfig(data []byte) (Config, error) {
 		var err error
 		switch key.Value {
 		case "mcp_servers":
-			cfg.Servers, err = parseServers(val, &cfg.secrets)
+			cfg.Servers, err = p.servers(val)
 		case "builtin_tools":
-			cfg.Builtins, err = parseBuiltins(val, &cfg.secrets)
+			cfg.Builtins, err = p.builtins(val)
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("parse config: %w", err)
 		}
 	}
+	cfg.secrets = p.secrets
 	if len(cfg.secrets) > 0 {
 		slices.Sort(cfg.secrets)
 		cfg.secrets = slices.Compact(cfg.secrets)
@@ -196,21 +225,22 @@ func ParseConfig(data []byte) (Config, error) {
 // refSecrets appends to secrets what Config.Secrets says of raw, a value
 // as written: if it has a ${VAR} reference, raw expanded and the value of
 // each variable it references.
-func refSecrets(secrets *[]string, raw string) {
+func (p *parsing) refSecrets(raw string) {
 	refs := envRef.FindAllStringSubmatch(raw, -1)
 	if len(refs) == 0 {
 		return
 	}
-	v, _ := expand(raw)
-	*secrets = append(*secrets, v)
+	v, _ := p.expand(raw)
+	p.secrets = append(p.secrets, v)
 	for _, r := range refs {
-		*secrets = append(*secrets, os.Getenv(r[1]))
+		v, _ := p.lookup(r[1])
+		p.secrets = append(p.secrets, v)
 	}
 }
 
 // urlRefSecrets appends the secrets of a url as written: its user
 // information, path and query when they have references.
-func urlRefSecrets(secrets *[]string, raw string) {
+func (p *parsing) urlRefSecrets(raw string) {
 	rest := raw
 	if _, after, ok := strings.Cut(rest, "://"); ok {
 		rest = after
@@ -226,16 +256,16 @@ func urlRefSecrets(secrets *[]string, raw string) {
 		parts = append(parts, authority[:i])
 	}
 	parts = append(parts, path, query)
-	for _, p := range parts {
-		refSecrets(secrets, p)
-		for _, r := range envRef.FindAllStringSubmatch(p, -1) {
-			v := os.Getenv(r[1])
-			*secrets = append(*secrets, url.PathEscape(v), url.QueryEscape(v))
+	for _, part := range parts {
+		p.refSecrets(part)
+		for _, r := range envRef.FindAllStringSubmatch(part, -1) {
+			v, _ := p.lookup(r[1])
+			p.secrets = append(p.secrets, url.PathEscape(v), url.QueryEscape(v))
 		}
 	}
 }
 
-func parseServers(n *yaml.Node, secrets *[]string) ([]ServerConfig, error) {
+func (p *parsing) servers(n *yaml.Node) ([]ServerConfig, error) {
 	if isNull(n) {
 		return nil, nil
 	}
@@ -261,7 +291,7 @@ func parseServers(n *yaml.Node, secrets *[]string) ([]ServerConfig, error) {
 		if err := item.Decode(&raw); err != nil {
 			return nil, fmt.Errorf("mcp server: %w", decodeError(err))
 		}
-		s, err := newServerConfig(raw.Name, raw.Command, raw.Env, raw.Dir, raw.URL, raw.Headers)
+		s, err := p.newServerConfig(raw.Name, raw.Command, raw.Env, raw.Dir, raw.URL, raw.Headers)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: mcp server %q: %w", item.Line, raw.Name, err)
 		}
@@ -283,36 +313,36 @@ func parseServers(n *yaml.Node, secrets *[]string) ([]ServerConfig, error) {
 		}
 		seen[s.Name] = item.Line
 		for _, v := range raw.Env {
-			refSecrets(secrets, v)
+			p.refSecrets(v)
 		}
 		for _, v := range raw.Headers {
-			refSecrets(secrets, v)
+			p.refSecrets(v)
 		}
-		urlRefSecrets(secrets, raw.URL)
+		p.urlRefSecrets(raw.URL)
 		out = append(out, s)
 	}
 	return out, nil
 }
 
-func newServerConfig(name string, command []string, env map[string]string, dir, url string, headers map[string]string) (ServerConfig, error) {
+func (p *parsing) newServerConfig(name string, command []string, env map[string]string, dir, url string, headers map[string]string) (ServerConfig, error) {
 	if err := checkServerName(name); err != nil {
 		return ServerConfig{}, err
 	}
 	s := ServerConfig{Name: name}
 	var err error
-	if s.Command, err = expandAll(command); err != nil {
+	if s.Command, err = p.expandAll(command); err != nil {
 		return ServerConfig{}, fmt.Errorf("command: %w", err)
 	}
-	if s.URL, err = expand(url); err != nil {
+	if s.URL, err = p.expand(url); err != nil {
 		return ServerConfig{}, fmt.Errorf("url: %w", err)
 	}
-	if s.Dir, err = expand(dir); err != nil {
+	if s.Dir, err = p.expand(dir); err != nil {
 		return ServerConfig{}, fmt.Errorf("dir: %w", err)
 	}
-	if s.Env, err = expandMap(env); err != nil {
+	if s.Env, err = p.expandMap(env); err != nil {
 		return ServerConfig{}, fmt.Errorf("env: %w", err)
 	}
-	if s.Headers, err = expandMap(headers); err != nil {
+	if s.Headers, err = p.expandMap(headers); err != nil {
 		return ServerConfig{}, fmt.Errorf("headers: %w", err)
 	}
 	switch {
@@ -354,7 +384,7 @@ func checkServerName(name string) error {
 	return nil
 }
 
-func parseBuiltins(n *yaml.Node, secrets *[]string) (BuiltinConfig, error) {
+func (p *parsing) builtins(n *yaml.Node) (BuiltinConfig, error) {
 	var b BuiltinConfig
 	if isNull(n) {
 		return b, nil
@@ -371,7 +401,7 @@ func parseBuiltins(n *yaml.Node, secrets *[]string) (BuiltinConfig, error) {
 		case "http_request":
 			b.HTTPRequest, err = parseHTTP(val)
 		case "run_command":
-			b.RunCommand, err = parseCommand(val, secrets)
+			b.RunCommand, err = p.command(val)
 		case "workspace":
 			b.Workspace, err = parseWorkspace(val)
 		}
@@ -453,7 +483,7 @@ func (c *HTTPConfig) validate() error {
 	return nil
 }
 
-func parseCommand(n *yaml.Node, secrets *[]string) (*CommandConfig, error) {
+func (p *parsing) command(n *yaml.Node) (*CommandConfig, error) {
 	if err := checkKeys(n, "run_command", "allow", "dir", "env", "timeout", "max_output_bytes", "allow_overlap"); err != nil {
 		return nil, err
 	}
@@ -468,7 +498,7 @@ func parseCommand(n *yaml.Node, secrets *[]string) (*CommandConfig, error) {
 	if err := n.Decode(&raw); err != nil {
 		return nil, decodeError(err)
 	}
-	env, err := expandMap(raw.Env)
+	env, err := p.expandMap(raw.Env)
 	if err != nil {
 		return nil, fmt.Errorf("line %d: env: %w", n.Line, err)
 	}
@@ -484,7 +514,7 @@ func parseCommand(n *yaml.Node, secrets *[]string) (*CommandConfig, error) {
 		return nil, fmt.Errorf("line %d: %w", n.Line, err)
 	}
 	for _, v := range raw.Env {
-		refSecrets(secrets, v)
+		p.refSecrets(v)
 	}
 	return c, nil
 }
@@ -606,11 +636,11 @@ var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 // expand replaces every ${VAR} in s with the value of the environment
 // variable VAR. An unset variable is an error, so that a missing secret is
 // found at startup rather than sent as an empty string.
-func expand(s string) (string, error) {
+func (p *parsing) expand(s string) (string, error) {
 	var missing []string
 	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
 		name := envRef.FindStringSubmatch(ref)[1]
-		v, ok := os.LookupEnv(name)
+		v, ok := p.lookup(name)
 		if !ok {
 			missing = append(missing, name)
 		}
@@ -622,13 +652,13 @@ func expand(s string) (string, error) {
 	return out, nil
 }
 
-func expandAll(ss []string) ([]string, error) {
+func (p *parsing) expandAll(ss []string) ([]string, error) {
 	if ss == nil {
 		return nil, nil
 	}
 	out := make([]string, len(ss))
 	for i, s := range ss {
-		v, err := expand(s)
+		v, err := p.expand(s)
 		if err != nil {
 			return nil, err
 		}
@@ -637,13 +667,13 @@ func expandAll(ss []string) ([]string, error) {
 	return out, nil
 }
 
-func expandMap(m map[string]string) (map[string]string, error) {
+func (p *parsing) expandMap(m map[string]string) (map[string]string, error) {
 	if m == nil {
 		return nil, nil
 	}
 	out := make(map[string]string, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		v, err := expand(m[k])
+		v, err := p.expand(m[k])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}

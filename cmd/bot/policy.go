@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/tools"
 )
 
 // Exit statuses of `bot policy test`, one per verdict; errors exit 1.
@@ -174,6 +175,11 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	p, problems := approvals.CheckConfig(data)
+	if err := tools.CheckConfig(data); err != nil {
+		// The bot would refuse to start with it; the ${VAR}s it names
+		// need not be set here.
+		problems = append([]error{err}, problems...)
+	}
 	if err := botsetup.CheckSections(data); err != nil {
 		problems = append([]error{err}, problems...)
 	}

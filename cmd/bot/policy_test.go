@@ -94,6 +94,8 @@ func TestPolicyCommands(t *testing.T) {
 	badCases := writeFile(t, "badcases.yaml", "cases:\n  - tool: deploy\n    verdict: maybe\n")
 	unknownKey := writeFile(t, "unknown.yaml", "cases:\n  - tool: deploy\n    verdit: allow\n")
 	misspelt := writeFile(t, "misspelt.yaml", "polcy:\n  default: deny\n")
+	badTools := writeFile(t, "badtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    bogus: 1\nbuiltin_tools:\n  workspace: {root: /srv}\npolicy:\n  default: ask\n")
+	goodTools := writeFile(t, "goodtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    headers: {Authorization: \"Bearer ${MCP_TOKEN_UNSET_IN_CI}\"}\npolicy:\n  default: ask\n")
 
 	tests := []struct {
 		name    string
@@ -131,6 +133,17 @@ func TestPolicyCommands(t *testing.T) {
 				bad + ": policy rule 3 (line 8, id rule-3): verdict (line 9): unknown verdict \"perhaps\"",
 				"FAIL\t" + bad + ": 2 problems\n",
 			},
+		},
+		{
+			name: "check the tools the bot would refuse",
+			args: []string{"check", "-config", badTools},
+			code: 1,
+			want: []string{badTools + `: parse config: line 4: unknown key "bogus" in mcp server`, "FAIL\t" + badTools + ": 1 problem\n"},
+		},
+		{
+			name: "check tools whose secrets are not set here",
+			args: []string{"check", "-config", goodTools},
+			want: []string{"ok\t" + goodTools + ": 0 rules\n"},
 		},
 		{
 			name: "check a misspelt section",
