@@ -299,26 +299,9 @@ func TestTakeOverAfterDeathInResume(t *testing.T) {
 			w := newWorld(t, b)
 			w.cfg.LeaseTTL = 300 * time.Millisecond
 			p := pauseOne(t, w, w.agent(), call("c1", "deploy", `{"service":"api","version":"2"}`))
-			entered := make(chan struct{})
-			release := make(chan struct{})
-			var n atomic.Int64
-			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
-				if n.Add(1) == 1 {
-					close(entered)
-					<-release
-					return fakeopenai.Error(500, "the process asking is gone")
-				}
-				return fakeopenai.Text("resumed by the survivor")
-			})
+			entered, release := heldAt(w, 1, func(int64) fakeopenai.Response { return fakeopenai.Text("resumed by the survivor") })
 			a, d := w.doomed()
-			if _, err := a.Decide(context.Background(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := a.Resume(context.Background(), p.RunID)
-				done <- err
-			}()
+			done := resumeApproved(t, a, p)
 			<-entered
 			<-d.saved // saved while the model is asked
 			d.kill()
@@ -708,31 +691,16 @@ func TestTakeOverAfterDeathWhileAnsweringQueuedMessages(t *testing.T) {
 			if _, err := first.Run(t.Context(), request("also, what time is it?")); err != nil {
 				t.Fatal(err)
 			}
-			entered := make(chan struct{})
-			release := make(chan struct{})
-			var n atomic.Int64
-			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
-				switch n.Add(1) {
-				case 1:
+			// The second answer is the queued message's turn: the
+			// resume's result is saved by then.
+			entered, release := heldAt(w, 2, func(n int64) fakeopenai.Response {
+				if n == 1 {
 					return fakeopenai.Text("deployed")
-				case 2:
-					// The queued message's turn: the resume's result
-					// is saved by now.
-					close(entered)
-					<-release
-					return fakeopenai.Error(500, "the process asking is gone")
 				}
 				return fakeopenai.Text("noon")
 			})
 			a, d := w.doomed()
-			if _, err := a.Decide(context.Background(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := a.Resume(context.Background(), p.RunID)
-				done <- err
-			}()
+			done := resumeApproved(t, a, p)
 			<-entered
 			d.kill()
 			close(release)
@@ -796,4 +764,36 @@ func TestToolCutByShutdownHasAnUnknownOutcome(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0], "outcome unknown: the bot stopped while migrate was running") {
 		t.Errorf("tool results = %q, want migrate's outcome unknown", got)
 	}
+}
+
+// heldAt makes the model's nth answer (counting from 1) close entered,
+// wait for release and fail, as a call whose process is gone; answer gives
+// the others.
+func heldAt(w *world, nth int64, answer func(n int64) fakeopenai.Response) (entered, release chan struct{}) {
+	entered, release = make(chan struct{}), make(chan struct{})
+	var n atomic.Int64
+	w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		if k := n.Add(1); k != nth {
+			return answer(k)
+		}
+		close(entered)
+		<-release
+		return fakeopenai.Error(500, "the process asking is gone")
+	})
+	return entered, release
+}
+
+// resumeApproved approves p on a and resumes its run in the background;
+// the resume's error comes on the channel returned.
+func resumeApproved(t *testing.T, a *agent.Agent, p agent.PendingCall) <-chan error {
+	t.Helper()
+	if _, err := a.Decide(context.Background(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Resume(context.Background(), p.RunID)
+		done <- err
+	}()
+	return done
 }

@@ -492,16 +492,9 @@ func strictest(file *Verdict, fileFailed bool, admin *Verdict, adminFailed bool)
 	}
 	v := *admin
 	if len(file.Approvers) > 0 {
-		v.Approvers = slices.Clone(file.Approvers)
+		v.Approvers = nil // the file's approvers stay
 	}
-	v.FourEyes = file.FourEyes || admin.FourEyes
-	v.MinApprovals = max(file.MinApprovals, admin.MinApprovals)
-	if file.RemindAfter > 0 && (v.RemindAfter == 0 || file.RemindAfter < v.RemindAfter) {
-		v.RemindAfter = file.RemindAfter
-	}
-	if file.TTL > 0 && (v.TTL == 0 || file.TTL < v.TTL) {
-		v.TTL = file.TTL
-	}
+	tighten(&v, *file)
 	if v.Reason == "" {
 		v.Reason = file.Reason
 	}
