@@ -1,6 +1,7 @@
 package slackapp_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"sync/atomic"
@@ -177,4 +178,15 @@ func TestSocketMalformedEnvelopesAreSkipped(t *testing.T) {
 	if n := e.slack.ConnectionsOpened(); n != 1 {
 		t.Errorf("the bot opened %d connections, want 1", n)
 	}
+}
+
+// A message past the envelope bound is not read into memory: the
+// connection ends, and the bot opens another and serves on.
+func TestSocketOversizedFrameEndsTheConnection(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.slack.SendFrame(append(append([]byte(`{"envelope_id":"big","type":"events_api","payload":"`), bytes.Repeat([]byte("a"), 17<<20)...), `"}`...))
+	waitUntil(t, "a second connection is opened", func() bool { return e.slack.ConnectionsOpened() >= 2 })
+	e.model.Reply(fakeopenai.Text("Still serving."))
+	e.answer(e.slack.Mention(channel, requester, "hello"), "Still serving.")
 }

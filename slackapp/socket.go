@@ -284,6 +284,10 @@ func (s *socket) dial(ctx context.Context) (*socketConn, error) {
 		return nil, fmt.Errorf("dial socket mode: %w", err)
 	}
 	c := &socketConn{ws: ws, closed: make(chan struct{}), refresh: make(chan struct{})}
+	// Slack's envelopes are a few hundred KiB at most (a click carries its
+	// whole message); a larger frame ends the connection, which is opened
+	// again, instead of being read into memory.
+	ws.SetReadLimit(maxEnvelopeBytes)
 	ws.SetPingHandler(func(data string) error {
 		_ = ws.SetReadDeadline(time.Now().Add(s.silence))
 		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(socketWriteWait))
@@ -294,6 +298,9 @@ func (s *socket) dial(ctx context.Context) (*socketConn, error) {
 	})
 	return c, nil
 }
+
+// maxEnvelopeBytes bounds one Socket Mode message.
+const maxEnvelopeBytes = 16 << 20
 
 // readMessage reads the next data message of ws into buf, and returns a
 // copy of it. A buf grown past maxKeptBuffer is let go after the message.
