@@ -109,3 +109,58 @@ func TestReminderReachesBlindApproversByDM(t *testing.T) {
 		})
 	}
 }
+
+// A reminder waiting on a slow Slack holds up no expiry: the call's card
+// still says it expired while the reminder's post is held.
+func TestSlowReminderDoesNotHoldUpExpiry(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = ttlPolicy // expires after 1 s
+	e.reminderAfter = 200 * time.Millisecond
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("It expired."))
+	ts := e.slack.Mention(channel, requester, "deploy api 1")
+	card := e.card(ts, "deploy")
+	arrived, release := e.slack.HoldNext("chat.postMessage")
+	defer release()
+	<-arrived // the reminder's post, held
+	// The post would give up after 10 s; the card expires 1 s after it
+	// was posted.
+	_, err := e.slack.WaitMessage(channel, func(m fakeslack.Message) bool {
+		return m.TS == card.TS && strings.Contains(blocksText(m), "Expired")
+	}, 8*time.Second)
+	if err != nil {
+		t.Fatalf("the card did not say it expired while a reminder was held: %v", err)
+	}
+	release()
+	e.answer(ts, "Reminder:")
+}
+
+// A reminder is not sent to the approvers' DMs once the call is decided:
+// each post checks that the call is still pending.
+func TestReminderStopsOnceTheCallIsDecided(t *testing.T) {
+	const private = "CPRIVATE01"
+	e := newEnv(t, storeKinds(t)[0])
+	e.reminderAfter = 200 * time.Millisecond
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)), fakeopenai.Text("Deployed vault 14."))
+	ts := e.slack.Mention(private, requester, "deploy vault 14")
+	e.cardIn(private, ts, "deploy")
+	copyMsg, err := e.slack.WaitMessage(e.slack.DMChannel(approver), func(m fakeslack.Message) bool { return isCard(m) }, 10*time.Second)
+	must(t, err)
+	arrived, release := e.slack.HoldNext("chat.postMessage")
+	defer release()
+	<-arrived // the reminder in the thread, held
+	_, err = e.slack.Click(approver, copyMsg.Channel, copyMsg.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(private, ts, "Deployed vault 14.")
+	release()
+	e.stop() // the reminder's work is done by then
+	for _, u := range []string{approver, other} {
+		for _, m := range e.slack.Messages(e.slack.DMChannel(u)) {
+			if strings.Contains(m.Text+blocksText(m), "Reminder:") {
+				t.Errorf("%s got a reminder by DM after the call was decided: %q", u, m.Text)
+			}
+		}
+	}
+}

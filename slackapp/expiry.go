@@ -83,6 +83,13 @@ func (a *App) expire(ctx context.Context, stopping <-chan struct{}) {
 		if !next.IsZero() {
 			a.expiry.at(next)
 		}
+		// A wake-up sent by the at above, or by a pause before the peek
+		// below, is accounted for by the peek; one sent after it stays,
+		// and wakes the loop.
+		select {
+		case <-a.expiry.wake:
+		default:
+		}
 		wait := a.cfg.SweepInterval
 		if next := a.expiry.peek(); !next.IsZero() {
 			wait = min(wait, max(time.Until(next), 0))
@@ -90,11 +97,6 @@ func (a *App) expire(ctx context.Context, stopping <-chan struct{}) {
 		if err != nil {
 			// Try again in a moment: the store may be back.
 			wait = max(min(a.cfg.SweepInterval, time.Second), wait)
-		}
-		// A wake-up sent by the at above is already accounted for.
-		select {
-		case <-a.expiry.wake:
-		default:
 		}
 		timer.Reset(wait)
 	}

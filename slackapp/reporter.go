@@ -284,14 +284,35 @@ func (r *threadReporter) Unsaved(ctx context.Context, calls []agent.PendingCall)
 
 // Remind posts a reminder in the thread, mentioning the approvers who
 // have not approved yet, and in the places the card's copies went for
-// approvers who cannot see the conversation.
+// approvers who cannot see the conversation. The posts are made in the
+// background: the pass that sends reminders also expires calls, which a
+// slow Slack must not hold up. Before each post the call is checked to be
+// still pending, so a decision made meanwhile stops the rest.
 func (r *threadReporter) Remind(ctx context.Context, c agent.PendingCall, n int) {
-	r.app.statusSettled(ctx, r.conv)
-	text := ReminderText(cardOf(c, nil), n)
-	r.app.post(ctx, r.channel, r.thread, text)
-	for _, target := range r.app.copyTargets(ctx, r.channel, c.Requester, c.Approvers) {
-		r.app.post(ctx, target, "", text)
+	r.app.spawn(ctx, "remind", func(ctx context.Context) {
+		r.app.statusSettled(ctx, r.conv)
+		text := ReminderText(cardOf(c, nil), n)
+		if !r.app.stillPending(ctx, c.ID) {
+			return
+		}
+		r.app.post(ctx, r.channel, r.thread, text)
+		for _, target := range r.app.copyTargets(ctx, r.channel, c.Requester, c.Approvers) {
+			if !r.app.stillPending(ctx, c.ID) {
+				return
+			}
+			r.app.post(ctx, target, "", text)
+		}
+	})
+}
+
+// stillPending reports whether the call is pending as stored (true when
+// that cannot be read: a reminder too many beats one lost).
+func (a *App) stillPending(ctx context.Context, callID string) bool {
+	if a.ag == nil {
+		return true
 	}
+	pc, err := a.ag.Call(ctx, callID)
+	return err != nil && !errors.Is(err, approvals.ErrUnknownCall) || err == nil && pc.Status == agent.CallPending
 }
 
 var _ agent.Reminder = (*threadReporter)(nil)
