@@ -84,5 +84,9 @@ func explainMessages(st runState, c store.Call) []openai.ChatCompletionMessage {
 		}
 	}
 	msgs = append(msgs, toolMessages(slots)...)
-	return append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: fmt.Sprintf(explainPrompt, c.Tool, string(c.Args))})
+	args := c.Args
+	if c.Edit != nil {
+		args = c.Edit.Args // the arguments the card shows, and an approval runs
+	}
+	return append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: fmt.Sprintf(explainPrompt, c.Tool, string(args))})
 }

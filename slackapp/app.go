@@ -81,6 +81,10 @@ type Config struct {
 // Store is what the Slack app keeps itself, beside the agent's state.
 type Store interface {
 	SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error)
+	// AcquireLease and ReleaseLease keep one Why? of a call at a time
+	// across replicas.
+	AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
+	ReleaseLease(ctx context.Context, key, owner string) error
 	// PutCallNote and CallNote keep where a call's card is, with the
 	// call, for as long as the call is kept.
 	PutCallNote(ctx context.Context, callID string, note []byte) error

@@ -21,12 +21,12 @@ import (
 const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 	"• `/approvals pending`: calls waiting on a decision in this channel\n" +
 	"• `/approvals policy list`: the effective policy rules, with their layer (file or runtime) and what wins\n" +
-	"• `/approvals policy add tool=<glob> verdict=allow|ask|deny [when='<CEL>'] [approvers=U1,S2] [four_eyes=true] [min_approvals=2] [ttl=2h] [reason=\"…\"] [id=name]` (admins)\n" +
+	"• `/approvals policy add tool=<glob> verdict=allow|ask|deny [when='<CEL>'] [approvers=U1,S2] [four_eyes=true] [min_approvals=2] [ttl=2h] [remind_after=30m] [reason=\"…\"] [id=name]` (admins)\n" +
 	"• `/approvals policy remove <rule id>` (admins; rules added here only: the policy file changes by editing it)\n" +
 	"• `/approvals policy test <tool> <json arguments>`: the verdict and the rule that gives it; nothing runs\n" +
 	"• `/approvals rules list`: standing rules (\"Always allow here\") in this channel\n" +
 	"• `/approvals rules revoke <id>` (the rule's creator, or admins)\n" +
-	"• `/approvals audit [n]`: the newest audit entries (admins)"
+	"• `/approvals audit [n]`: the newest n audit entries, at most 100 (admins)"
 
 // commandTimeout keeps a command's answer within Slack's 3 seconds.
 const commandTimeout = 2500 * time.Millisecond
@@ -79,9 +79,11 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 		}
 		n := 20
 		if len(args) > 1 {
-			if v, err := strconv.Atoi(args[1]); err == nil && v > 0 && v <= 100 {
-				n = v
+			v, err := strconv.Atoi(args[1])
+			if err != nil || v < 1 || v > 100 {
+				return "`/approvals audit [n]` shows the newest n audit entries, n from 1 to 100 (default 20); " + inlineCode(args[1]) + " is not one."
 			}
+			n = v
 		}
 		return a.cmdAudit(ctx, n)
 	case sub == "policy" && len(args) > 1:

@@ -222,3 +222,40 @@ func TestApprovalsChannelCopyShowsNoOutput(t *testing.T) {
 		t.Errorf("the copy does not say where the output is:\n%s", blocksText(got))
 	}
 }
+
+// Why? on a card whose arguments were edited (under a two-person rule the
+// edit waits for a second approval) explains the edited arguments, which
+// the card shows and an approval runs, not the model's first ones.
+func TestWhyExplainsTheEditedArguments(t *testing.T) {
+	// The model's next answer is the explanation.
+	e, ts, card := startTwoPerson(t, storeKinds(t)[0], "It deploys api 999.")
+	_, err := e.slack.Click(other, channel, card, slackapp.ActionEdit, "")
+	must(t, err)
+	view := e.modal(other, slackapp.CallbackEdit)
+	_, err = e.slack.SubmitView(other, view.ID, map[string]map[string]string{slackapp.BlockEditArgs: {slackapp.ActionEditArgs: `{"service":"api","version":"999"}`}}, "")
+	must(t, err)
+	e.waitCount(ts, "the arguments were edited")
+	_, err = e.slack.Click(approver, channel, card, slackapp.ActionWhy, "")
+	must(t, err)
+	e.answer(ts, "It deploys api 999.")
+	last := e.request(2).Messages
+	if q := last[len(last)-1].Content; !strings.Contains(q, `"version":"999"`) {
+		t.Errorf("Why? asked the model about %q, want the edited arguments", q)
+	}
+}
+
+// One Why? of a call at a time, not one per half minute: once an
+// explanation is done, the next Why? is answered.
+func TestWhyAgainOnceTheFirstIsDone(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)), fakeopenai.Text("First explanation."), fakeopenai.Text("Second explanation."))
+	ts := e.slack.Mention(channel, requester, "deploy api 3")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionWhy, "")
+	must(t, err)
+	e.answer(ts, "First explanation.")
+	_, err = e.slack.Click(stranger, channel, card.TS, slackapp.ActionWhy, "")
+	must(t, err)
+	e.answer(ts, "Second explanation.")
+}

@@ -2,6 +2,7 @@ package slackapp
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"strings"
 	"time"
@@ -14,9 +15,10 @@ import (
 // explainTimeout bounds the model's answer to one Why?.
 const explainTimeout = 2 * time.Minute
 
-// explainGuardTTL is how long a Why? of one call keeps other replicas from
-// asking the model about the same call.
-const explainGuardTTL = 30 * time.Second
+// explainGuardTTL bounds how long a Why? of one call keeps other replicas
+// from asking the model about the same call, should its replica die
+// before it is done: longer than the Why? may take.
+const explainGuardTTL = explainTimeout + 30*time.Second
 
 // whyClick answers the Why? button: for someone who may see the call, the
 // model explains the pending call in its thread; nothing is decided and the
@@ -44,11 +46,12 @@ func (a *App) whyClick(ctx context.Context, c click) {
 		a.tell(ctx, c.user, c.channel, refusedText(pc.Call))
 		return
 	}
-	if !a.startExplaining(ctx, callID) {
+	owner, ok := a.startExplaining(ctx, callID)
+	if !ok {
 		a.tell(ctx, c.user, c.channel, ExplainBusyText())
 		return
 	}
-	defer a.doneExplaining(callID)
+	defer a.doneExplaining(ctx, callID, owner)
 	mctx, cancel := context.WithTimeout(ctx, explainTimeout)
 	defer cancel()
 	text, err := a.ag.Explain(mctx, callID, c.user)
@@ -87,29 +90,41 @@ func (a *App) whyClick(ctx context.Context, c click) {
 	}
 }
 
-// startExplaining claims the Why? of a call: false when this process or,
-// within explainGuardTTL, another replica is already explaining it. A store
+// startExplaining claims the Why? of a call, and returns the claim's
+// owner: false when this process or another replica is explaining it now
+// (a lease on the call, released when the explanation is done). A store
 // failure does not stop the explanation.
-func (a *App) startExplaining(ctx context.Context, callID string) bool {
+func (a *App) startExplaining(ctx context.Context, callID string) (string, bool) {
 	a.mu.Lock()
 	if a.explaining[callID] {
 		a.mu.Unlock()
-		return false
+		return "", false
 	}
 	a.explaining[callID] = true
 	a.mu.Unlock()
-	ok, err := a.st.SeenEvent(ctx, "explain:"+callID, explainGuardTTL)
+	owner := rand.Text()
+	ok, err := a.st.AcquireLease(ctx, "explain:"+callID, owner, explainGuardTTL)
 	if err != nil {
 		a.log.Warn("mark an explanation as started", "call", callID, "err", err)
-		return true
+		return "", true
 	}
 	if !ok {
-		a.doneExplaining(callID)
+		a.mu.Lock()
+		delete(a.explaining, callID)
+		a.mu.Unlock()
 	}
-	return ok
+	return owner, ok
 }
 
-func (a *App) doneExplaining(callID string) {
+// doneExplaining gives the Why? of a call back (see startExplaining).
+func (a *App) doneExplaining(ctx context.Context, callID, owner string) {
+	if owner != "" {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := a.st.ReleaseLease(rctx, "explain:"+callID, owner); err != nil {
+			a.log.Warn("mark an explanation as done", "call", callID, "err", err)
+		}
+		cancel()
+	}
 	a.mu.Lock()
 	delete(a.explaining, callID)
 	a.mu.Unlock()
