@@ -421,9 +421,13 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 			if fc.Action == Deny {
 				return &fc, true, false
 			}
-			if closed == nil {
+			switch {
+			case closed == nil:
 				closed = &fc
-			} else {
+			case otherApprovers(*closed, fc):
+				d := approversConflict(*closed, fc)
+				return &d, true, false
+			default:
 				tighten(closed, fc)
 			}
 			continue
@@ -435,10 +439,39 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 		if closed == nil || v.Action == Deny {
 			return &v, false, false
 		}
+		if otherApprovers(*closed, v) {
+			d := approversConflict(*closed, v)
+			return &d, true, false
+		}
 		tighten(closed, v)
 		return closed, true, false
 	}
 	return closed, closed != nil, closed != nil
+}
+
+// otherApprovers reports whether two asks name different approvers: a
+// call that a failed rule might or might not decide then has no approver
+// who may decide it either way.
+func otherApprovers(v, w Verdict) bool {
+	if w.Action != Ask || len(v.Approvers) == 0 || len(w.Approvers) == 0 {
+		return false
+	}
+	a, b := slices.Clone(v.Approvers), slices.Clone(w.Approvers)
+	slices.Sort(a)
+	slices.Sort(b)
+	return !slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+// approversConflict is the verdict for a call whose failed rule (closed)
+// and the rule that would decide otherwise (w) name other approvers: it is
+// denied, saying why, so that the model can send arguments the failed
+// rule can judge.
+func approversConflict(closed, w Verdict) Verdict {
+	return Verdict{
+		Action: Deny, RuleID: closed.RuleID, RuleDigest: closed.RuleDigest, FailClosed: true,
+		Reason: fmt.Sprintf("%s, and rule %s, which decides when it does not match, names other approvers: it cannot be approved until its arguments let rule %s be evaluated",
+			strings.TrimSuffix(closed.Reason, ", so the call needs a decision"), w.RuleID, closed.RuleID),
+	}
 }
 
 // tighten adds to v, an ask, what an ask w requires beyond it: w's

@@ -200,8 +200,6 @@ func TestPolicyEvaluateErrorKeepsLaterApprovers(t *testing.T) {
 		wantTTL       time.Duration
 	}{
 		{"a later ask's approvers and four eyes", Input{Tool: "deploy", Args: json.RawMessage(`{"replicas":2}`)}, "dev-free", []string{"USRE", "USRE2"}, true, 2, 2 * time.Hour},
-		{"two failed rules: the first to name approvers", Input{Tool: "deploy", Args: json.RawMessage(`{}`)}, "dev-free", []string{"UODD"}, true, 2, time.Hour},
-		{"an inexact number fails every condition", Input{Tool: "deploy", Args: json.RawMessage(`{"env":"dev","replicas":9007199254740993}`)}, "dev-free", []string{"UODD"}, true, 2, time.Hour},
 		{"no error: the first match", Input{Tool: "deploy", Args: json.RawMessage(`{"env":"prod","replicas":3}`)}, "odd", []string{"UODD"}, false, 0, time.Hour},
 		{"nothing stricter below", Input{Tool: "db", Args: json.RawMessage(`{}`)}, "db-free", nil, false, 0, 0},
 	}
@@ -215,6 +213,32 @@ func TestPolicyEvaluateErrorKeepsLaterApprovers(t *testing.T) {
 					tt.wantRule, tt.wantApprovers, tt.wantFourEyes, tt.wantMin, tt.wantTTL)
 			}
 		})
+	}
+}
+
+// A failed rule and the rule that would decide otherwise that name other
+// approvers leave no one who may decide the call either way: it is denied,
+// naming the rule to make evaluable.
+func TestPolicyEvaluateErrorBetweenOtherApproversDenies(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "dev", Tool: "deploy", When: `args.env == "dev"`, Verdict: Ask, Approvers: []string{"UDEV"}},
+		{ID: "odd", Tool: "deploy", When: `args.replicas % 2 == 1`, Verdict: Ask, Approvers: []string{"UODD"}},
+		{ID: "prod", Tool: "deploy", Verdict: Ask, Approvers: []string{"USRE"}, FourEyes: true},
+		{ID: "same", Tool: "db", When: `args.table == "scratch"`, Verdict: Ask, Approvers: []string{"UDBA", "UDBA"}},
+		{ID: "db", Tool: "db", Verdict: Ask, Approvers: []string{"UDBA"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range []string{`{"service":"api","replicas":2}`, `{}`, `{"env":"dev","replicas":9007199254740993}`} {
+		got := p.Evaluate(Input{Tool: "deploy", Args: json.RawMessage(args)})
+		if got.Action != Deny || !got.FailClosed || got.RuleID != "dev" || !strings.Contains(got.Reason, "names other approvers") || !strings.Contains(got.Reason, "no such key") && !strings.Contains(got.Reason, "exact") {
+			t.Errorf("Evaluate(%s) = %s by %q (%q), want a fail-closed deny by dev naming the conflict", args, got.Action, got.RuleID, got.Reason)
+		}
+	}
+	// The same approvers: nothing to choose between.
+	if got := p.Evaluate(Input{Tool: "db", Args: json.RawMessage(`{}`)}); got.Action != Ask || !slices.Equal(got.Approvers, []string{"UDBA", "UDBA"}) {
+		t.Errorf("Evaluate(db) = %s by %q approvers %v, want the ask of the failed rule", got.Action, got.RuleID, got.Approvers)
 	}
 }
 
