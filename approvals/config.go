@@ -66,8 +66,14 @@ func parsePolicySection(n *yaml.Node) (Action, []lineRule, error) {
 	}
 	def := Ask
 	var rules []lineRule
+	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
+		if line, ok := seen[k.Value]; ok {
+			// yaml.v3 takes the last of two keys; a reader takes the first.
+			return "", nil, fmt.Errorf("policy.%s (line %d): given twice (first on line %d)", k.Value, k.Line, line)
+		}
+		seen[k.Value] = k.Line
 		switch k.Value {
 		case "default":
 			if isNull(v) {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -461,6 +462,10 @@ func (e *Engine) dropExpired(ctx context.Context, ids []string) {
 	}
 }
 
+// fileRuleID is the shape of the ids the policy file's rules without one
+// get (rule-1, rule-2, ...).
+var fileRuleID = regexp.MustCompile(`^rule-[0-9]+$`)
+
 // strictness orders actions: deny > ask > allow.
 func strictness(a Action) int {
 	switch a {
@@ -590,6 +595,11 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 		r.ID = "admin-" + randomHex(4)
 	} else if err := validateID(r.ID); err != nil {
 		return Rule{}, fmt.Errorf("add rule: id: %w", err)
+	} else if fileRuleID.MatchString(r.ID) {
+		// The ids the file's rules without one get, by position: a file
+		// that grows would take it, and the rule added here could no
+		// longer be removed.
+		return Rule{}, fmt.Errorf("add rule: id: invalid id %q: ids of the form rule-<n> are those of the policy file's rules without an id", r.ID)
 	}
 	if _, err := compileRule(e.env, r); err != nil {
 		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)

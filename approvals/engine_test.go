@@ -637,6 +637,25 @@ func TestFileDenyHoldsDuringStoreOutage(t *testing.T) {
 	}
 }
 
+// Ids of the form rule-<n> are those the file's rules without an id get by
+// position: a rule added at runtime may not take one, or a file that grows
+// would take it from the rule, which could then never be removed.
+func TestRuntimeRuleIDsOfFileRulesAreRefused(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{{Tool: "read_*", Verdict: Allow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(p, newMemStore())
+	for _, id := range []string{"rule-2", "rule-10"} {
+		if _, err := e.AddRule(context.Background(), "UADMIN", Rule{ID: id, Tool: "x", Verdict: Deny}); err == nil || !strings.Contains(err.Error(), "rule-<n>") {
+			t.Errorf("AddRule(id=%s) = %v, want it refused", id, err)
+		}
+	}
+	if _, err := e.AddRule(context.Background(), "UADMIN", Rule{ID: "rule-two", Tool: "x", Verdict: Deny}); err != nil {
+		t.Errorf("AddRule(id=rule-two) = %v, want it added", err)
+	}
+}
+
 // A file rule whose condition fails is tightened by the runtime rules
 // that match, and, when no rule of either layer matches otherwise, by the
 // default: who must approve is never fewer than had the rule not matched.

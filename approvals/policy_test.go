@@ -342,6 +342,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"unknown rule key", rule("    - tool: x\n      verdict: ask\n      approver: [U1]\n"),
 			[]string{"policy rule 2", `unknown key "approver"`, "line 7"}},
 		{"unknown policy key", "policy:\n  defaults: ask\n", []string{`unknown key "defaults"`, "line 2"}},
+		{"default twice", "policy:\n  default: deny\n  rules: []\n  default: allow\n", []string{"policy.default (line 4): given twice (first on line 2)"}},
+		{"rules twice", "policy:\n  rules: [{tool: '*', verdict: deny}]\n  rules: [{tool: x, verdict: allow}]\n", []string{"policy.rules (line 3): given twice"}},
 		{"missing tool", rule("    - verdict: ask\n"), []string{"policy rule 2", "tool: missing"}},
 		{"bad glob", rule("    - tool: 'files__[a'\n      verdict: ask\n"), []string{"policy rule 2", "tool", "bad glob"}},
 		{"bad ttl", rule("    - tool: x\n      verdict: ask\n      ttl: 3 days\n"), []string{"policy rule 2", "ttl (line 7)", `bad duration "3 days"`}},
