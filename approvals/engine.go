@@ -385,17 +385,21 @@ func (e *Engine) EvaluateRecords(ctx context.Context, in Input, recs map[string]
 		st, err = e.compile(recs[KindPolicyRule], recs[KindStandingRule])
 	}
 	if err != nil {
-		// The file's rules are still known: a call one of them denies
-		// stays denied; anything else fails closed.
-		if v, _, _ := evaluate(e.file.rules, in, newActivation(in)); v != nil && v.Action == Deny {
-			return *v, err
+		// The file's rules are still known, and are a floor: a call they
+		// deny (the default included) stays denied; anything else fails
+		// closed, asking at least what the file's verdict asks.
+		fv := e.file.Evaluate(in)
+		if fv.Action == Deny {
+			return fv, err
 		}
-		return Verdict{
+		v := Verdict{
 			Action:     Ask,
 			RuleID:     RuleUnavailable,
 			Reason:     "the policy store could not be read, so the call needs a decision",
 			FailClosed: true,
-		}, err
+		}
+		tighten(&v, fv)
+		return v, err
 	}
 	e.dropExpired(ctx, st.expired)
 	act := newActivation(in)

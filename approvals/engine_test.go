@@ -637,6 +637,27 @@ func TestFileDenyHoldsDuringStoreOutage(t *testing.T) {
 	}
 }
 
+// During the outage the file stays a floor: its default denies what it
+// denies, and its asks keep their approvers, four eyes and count.
+func TestFileFloorHoldsDuringStoreOutage(t *testing.T) {
+	p, err := NewPolicy(Deny, []Rule{{ID: "deploys", Tool: "deploy", Verdict: Ask, Approvers: []string{"SSRE"}, FourEyes: true, MinApprovals: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newMemStore()
+	st.fail = errors.New("store down")
+	e := NewEngine(p, st)
+	no := false
+	v, err := e.Evaluate(context.Background(), Input{Tool: "other", Args: json.RawMessage(`{}`), Hints: Hints{Destructive: &no}})
+	if err == nil || v.Action != Deny {
+		t.Errorf("the default's deny during the outage: got %s by %s, %v; want deny and the error", v.Action, v.RuleID, err)
+	}
+	v, err = e.Evaluate(context.Background(), Input{Tool: "deploy", Args: json.RawMessage(`{}`)})
+	if err == nil || v.Action != Ask || !v.FailClosed || strings.Join(v.Approvers, ",") != "SSRE" || !v.FourEyes || v.MinApprovals != 2 {
+		t.Errorf("a file ask during the outage: got %s approvers %v four eyes %v min %d, %v; want a fail-closed ask by SSRE, four eyes, 2", v.Action, v.Approvers, v.FourEyes, v.MinApprovals, err)
+	}
+}
+
 // Ids of the form rule-<n> are those the file's rules without an id get by
 // position: a rule added at runtime may not take one, or a file that grows
 // would take it from the rule, which could then never be removed.
