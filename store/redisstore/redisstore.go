@@ -3,6 +3,7 @@ package redisstore
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -615,7 +616,10 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 	if store.RunOf(callID) == "" {
 		return false, fmt.Errorf("begin execution of call %s: %w", callID, store.ErrNotFound)
 	}
-	n, err := beginExecution.Run(ctx, s.c, []string{s.callKey(callID)}).Int()
+	// Names this sending: go-redis sends a command again when its reply
+	// is lost (an EOF, a read time-out), and the sending that set the
+	// flag must still be told it did.
+	n, err := beginExecution.Run(ctx, s.c, []string{s.callKey(callID)}, rand.Text()).Int()
 	if err != nil {
 		return false, fmt.Errorf("begin execution of call %s: %w", callID, err)
 	}

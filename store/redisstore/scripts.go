@@ -202,14 +202,22 @@ end
 return 0
 `)
 
-// beginExecution sets the executing flag of a decided call once.
+// beginExecution sets the executing flag of a decided call once, naming
+// the sending that set it: the same sending sent again by the client after
+// its reply was lost is answered 1 again, where any other gets 0.
 // KEYS: call
+// ARGV: the sending's nonce
 // Returns 1 the first time, 0 after or if the call is not decided, -1 if unknown.
 var beginExecution = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return -1 end
 if st ~= 'decided' then return 0 end
-return redis.call('HSETNX', KEYS[1], 'executing', '1')
+if redis.call('HSETNX', KEYS[1], 'executing', '1') == 1 then
+  redis.call('HSET', KEYS[1], 'exec_nonce', ARGV[1])
+  return 1
+end
+if redis.call('HGET', KEYS[1], 'exec_nonce') == ARGV[1] then return 1 end
+return 0
 `)
 
 // putCallNote sets the note of an existing call.
@@ -227,7 +235,7 @@ return 1
 // Returns 1 if the call exists, -1 if unknown.
 var abandonExecution = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if redis.call('HEXISTS', KEYS[1], 'result') == 0 then redis.call('HDEL', KEYS[1], 'executing') end
+if redis.call('HEXISTS', KEYS[1], 'result') == 0 then redis.call('HDEL', KEYS[1], 'executing', 'exec_nonce') end
 return 1
 `)
 

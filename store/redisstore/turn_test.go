@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -616,6 +617,75 @@ func TestDecisionSentAgainIsAnsweredAsRecorded(t *testing.T) {
 			other := store.Decision{Kind: "approve", Decider: "UA", At: d.At, Attempt: "n2"}
 			if _, _, _, err := s.DecideBegin(ctx, calls[0].ID, "fp0", other, store.Effects{}, begin); !errors.Is(err, store.ErrAlreadyDecided) {
 				t.Errorf("another sending of a like decision = %v, want ErrAlreadyDecided", err)
+			}
+		})
+	}
+}
+
+// sendTwiceHook sends the first script run for a key containing key twice,
+// as go-redis does when the first reply is lost, and keeps the second
+// reply.
+type sendTwiceHook struct {
+	armed *bool
+	key   string
+}
+
+func (sendTwiceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h sendTwiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); *h.armed && len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[0]), "eval") && strings.Contains(fmt.Sprint(args[3]), h.key) {
+			*h.armed = false
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (sendTwiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// BeginExecution sent again by the client after its reply was lost is
+// answered as its first sending was: the call is this caller's to run, not
+// marked as started by someone else and never run.
+func TestBeginExecutionSentAgainIsAnsweredAsRecorded(t *testing.T) {
+	for _, topo := range []struct{ name, url string }{
+		{"node", redisURL(t)},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			c, err := redisstore.NewClient(topo.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, topo.url)})
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := t.Context()
+			decided := func() store.Call {
+				_, calls := pausedOnOneCall(t, s, "fp0")
+				if _, _, err := s.Decide(ctx, calls[0].ID, "fp0", store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				return calls[0]
+			}
+			// The script is loaded first, so that the sending under test
+			// is one EVALSHA.
+			if _, err := s.BeginExecution(ctx, decided().ID); err != nil {
+				t.Fatal(err)
+			}
+			call := decided()
+			armed := true
+			c.AddHook(sendTwiceHook{armed: &armed, key: call.ID})
+			first, err := s.BeginExecution(ctx, call.ID)
+			if armed {
+				t.Fatal("BeginExecution was not sent")
+			}
+			if err != nil || !first {
+				t.Fatalf("BeginExecution sent twice = %v, %v; want it first", first, err)
+			}
+			if again, err := s.BeginExecution(ctx, call.ID); err != nil || again {
+				t.Errorf("another BeginExecution = %v, %v; want false", again, err)
 			}
 		})
 	}
