@@ -931,7 +931,8 @@ func (s *Store) ClaimReminder(ctx context.Context, callID string, n int, next ti
 	if store.RunOf(callID) == "" {
 		return false, fmt.Errorf("claim reminder %d of call %s: %w", n, callID, store.ErrNotFound)
 	}
-	res, err := claimReminder.Run(ctx, s.c, []string{s.callKey(callID), s.runKey(store.RunOf(callID))}, n, remindArg(next)).Int()
+	// rand.Text names this sending (see BeginExecution).
+	res, err := claimReminder.Run(ctx, s.c, []string{s.callKey(callID), s.runKey(store.RunOf(callID))}, n, remindArg(next), rand.Text()).Int()
 	if err != nil {
 		return false, fmt.Errorf("claim reminder %d of call %s: %w", n, callID, err)
 	}

@@ -168,17 +168,21 @@ end
 
 // claimReminder claims reminder n of a pending call and moves its
 // remind-at time; the global reminder index is updated by the caller.
+// The sending that claimed a reminder is named with it, so that the same
+// sending sent again by the client after its reply was lost is answered 1
+// again.
 // KEYS: call, run
-// ARGV: n, next remind-at (0: none)
+// ARGV: n, next remind-at (0: none), the sending's nonce
 // Returns 1 if claimed, 0 if the call is not pending (of an unfinished run)
 // or has no reminder to send, 2 if reminder n or a later one was claimed,
 // -1 if the call is unknown.
 var claimReminder = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 'status', 'remind', 'reminded')
+local v = redis.call('HMGET', KEYS[1], 'status', 'remind', 'reminded', 'remind_nonce')
 if not v[1] then return -1 end
+if v[4] == ARGV[3] and v[3] == ARGV[1] then return 1 end
 if v[1] ~= 'pending' or not v[2] or redis.call('HGET', KEYS[2], 'finished') == '1' then return 0 end
 if tonumber(v[3] or '0') >= tonumber(ARGV[1]) then return 2 end
-redis.call('HSET', KEYS[1], 'reminded', ARGV[1])
+redis.call('HSET', KEYS[1], 'reminded', ARGV[1], 'remind_nonce', ARGV[3])
 if ARGV[2] == '0' then
   redis.call('HDEL', KEYS[1], 'remind')
 else

@@ -690,3 +690,49 @@ func TestBeginExecutionSentAgainIsAnsweredAsRecorded(t *testing.T) {
 		})
 	}
 }
+
+// ClaimReminder sent again by the client after its reply was lost is
+// answered as its first sending was: the reminder is this caller's to
+// send, not claimed by someone else and never sent.
+func TestClaimReminderSentAgainIsAnsweredAsRecorded(t *testing.T) {
+	for _, topo := range []struct{ name, url string }{
+		{"node", redisURL(t)},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			c, err := redisstore.NewClient(topo.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, topo.url)})
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := t.Context()
+			reminded := func() store.Call {
+				conv := "C1:" + store.NewRunID()
+				r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+				calls := []store.Call{{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour), RemindAt: time.Now()}}
+				paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+				if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls}); err != nil {
+					t.Fatal(err)
+				}
+				return calls[0]
+			}
+			if _, err := s.ClaimReminder(ctx, reminded().ID, 1, time.Time{}); err != nil { // loads the script
+				t.Fatal(err)
+			}
+			call := reminded()
+			armed := true
+			c.AddHook(sendTwiceHook{armed: &armed, key: call.ID})
+			ok, err := s.ClaimReminder(ctx, call.ID, 1, time.Now().Add(time.Hour))
+			if armed {
+				t.Fatal("ClaimReminder was not sent")
+			}
+			if err != nil || !ok {
+				t.Fatalf("ClaimReminder sent twice = %v, %v; want it claimed", ok, err)
+			}
+			if again, err := s.ClaimReminder(ctx, call.ID, 1, time.Now().Add(time.Hour)); err != nil || again {
+				t.Errorf("another ClaimReminder of the same reminder = %v, %v; want false", again, err)
+			}
+		})
+	}
+}
