@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -254,8 +255,9 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 		entry = entry[:len(entry)-1]
 	}
 	keys, effects := s.effectsOf(callID, entry, fx, a.At)
+	// rand.Text names this sending (see BeginExecution).
 	args := append([]any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
-		dj, string(newrun.Outcome(d.Kind)), ej, efp}, effects...)
+		dj, string(newrun.Outcome(d.Kind)), ej, efp, rand.Text()}, effects...)
 	res, err := approve.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)

@@ -94,16 +94,26 @@ if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[6]) then return 
 // decisionEffects), the audit entry completed as store.ApprovalAudit
 // does. The approvals field is a JSON array of approvals; edit and fp hold
 // an edit that restarted the count.
+// The sending that counted or decided is named on the call (approve_nonce),
+// and the one that completes the run's step in the run (completed), so
+// that the same sending sent again by the client after its reply was lost
+// is answered as the first was.
 // KEYS: call, run [, audit, unanswered]
 // ARGV: fingerprint, at, approver, approval JSON, need, decision JSON,
-// new status, edit JSON (empty for none), edit fingerprint, then the
-// effects, the audit entry without its closing brace
+// new status, edit JSON (empty for none), edit fingerprint, the sending's
+// nonce, then the effects, the audit entry without its closing brace
 // Returns {code, pending calls left, the call's callFields[, audit tail]}
 // where code is ok, counted, duplicate, notfound, decided, mismatch or
 // expired.
 var approve = redis.NewScript(decisionEffects + `
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return {'notfound'}
+end
+if redis.call('HGET', KEYS[1], 'approve_nonce') == ARGV[10] then
+  if redis.call('HGET', KEYS[1], 'status') == 'pending' then return reply('counted', -1) end
+  local left = 1
+  if redis.call('HGET', KEYS[2], 'completed') == KEYS[1] then left = 0 end
+  return reply('ok', left)
 end
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
 if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return reply('mismatch', -1) end
@@ -122,7 +132,7 @@ else
     list = string.sub(cur, 1, -2) .. ',' .. ARGV[4] .. ']'
   end
 end
-redis.call('HSET', KEYS[1], 'approvals', list)
+redis.call('HSET', KEYS[1], 'approvals', list, 'approve_nonce', ARGV[10])
 local entry = ARGV[#ARGV - 3]
 if entry ~= '' then
   local outcome = 'recorded'
@@ -136,6 +146,7 @@ end
 redis.call('HSET', KEYS[1], 'status', ARGV[7], 'decision', ARGV[6])
 redis.call('HDEL', KEYS[1], 'remind')
 local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
+if left == 0 then redis.call('HSET', KEYS[2], 'completed', KEYS[1]) end
 effects(entry, left)
 return reply('ok', left)
 `)

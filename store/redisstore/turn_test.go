@@ -736,3 +736,50 @@ func TestClaimReminderSentAgainIsAnsweredAsRecorded(t *testing.T) {
 		})
 	}
 }
+
+// An approval sent again by the client after its reply was lost is
+// answered as its first sending was: counted, or complete, not refused as
+// a duplicate or as decided by someone else.
+func TestApprovalSentAgainIsAnsweredAsRecorded(t *testing.T) {
+	for _, topo := range []struct{ name, url string }{
+		{"node", redisURL(t)},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			c, err := redisstore.NewClient(topo.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, topo.url)})
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := t.Context()
+			approve := func(call store.Call, who string) (store.Call, bool, error) {
+				now := time.Now()
+				return s.ApproveAudited(ctx, call.ID, "fp0", store.Approval{Approver: who, At: now}, nil, 2,
+					store.Decision{Kind: "approve", Decider: who, At: now}, store.Effects{Audit: store.AuditEntry{Actor: who, Action: "decide", CallID: call.ID}})
+			}
+			_, warm := pausedOnOneCall(t, s, "fp0")
+			if _, _, err := approve(warm[0], "UA"); err != nil { // loads the script
+				t.Fatal(err)
+			}
+			_, calls := pausedOnOneCall(t, s, "fp0")
+			armed := true
+			c.AddHook(sendTwiceHook{armed: &armed, key: calls[0].ID})
+			got, complete, err := approve(calls[0], "UA")
+			if armed {
+				t.Fatal("the approval was not sent")
+			}
+			if err != nil || complete || got.Status != store.Pending {
+				t.Fatalf("the first approval sent twice = %s complete %v, %v; want counted", got.Status, complete, err)
+			}
+			armed = true
+			got, complete, err = approve(calls[0], "UB")
+			if err != nil || !complete || got.Status != store.Decided {
+				t.Fatalf("the second approval sent twice = %s complete %v, %v; want it to complete the step", got.Status, complete, err)
+			}
+			if _, _, err := approve(calls[0], "UC"); !errors.Is(err, store.ErrAlreadyDecided) {
+				t.Errorf("another approval = %v, want ErrAlreadyDecided", err)
+			}
+		})
+	}
+}
