@@ -203,6 +203,11 @@ func newEnv() (*cel.Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create cel environment: %w", err)
 	}
+	// JSON objects iterate in sorted key order: see sortedAdapter.
+	env, err = env.Extend(cel.CustomTypeAdapter(sortedAdapter{env.CELTypeAdapter()}))
+	if err != nil {
+		return nil, fmt.Errorf("create cel environment: %w", err)
+	}
 	return env, nil
 }
 

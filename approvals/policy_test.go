@@ -261,6 +261,41 @@ func TestPolicyEvaluateErrorUnderADenyDefault(t *testing.T) {
 	}
 }
 
+// The same arguments always get the same verdict, even from conditions
+// that depend on the order a JSON object's keys are visited in, or whose
+// cost does: objects are visited in sorted key order, nested ones and
+// those in lists too.
+func TestPolicyEvaluateVisitsKeysInOrder(t *testing.T) {
+	big := strings.Repeat("x", 60000)
+	long := map[string]any{"ok": "x"}
+	for i := range 8 {
+		long[fmt.Sprintf("k%d", i)] = big
+	}
+	longArgs, _ := json.Marshal(long)
+	for _, tc := range []struct {
+		when string
+		args string
+		want Action
+	}{
+		{`args.map(k, k)[0] == "a"`, `{"c":1,"a":2,"b":3}`, Allow},
+		{`args.opts.map(k, k)[0] == "a"`, `{"opts":{"c":1,"a":2,"b":3}}`, Allow},
+		{`args.items[0].map(k, k)[0] == "a"`, `{"items":[{"c":1,"a":2,"b":3}]}`, Allow},
+		{`args.exists(k, k == "k0" || args[k].split("").size() > 1000000)`, string(longArgs), Allow},
+	} {
+		p, err := NewPolicy(Ask, []Rule{{ID: "r", Tool: "t", When: tc.when, Verdict: Allow}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.when, err)
+		}
+		seen := map[Action]int{}
+		for range 50 {
+			seen[p.Evaluate(Input{Tool: "t", Args: json.RawMessage(tc.args)}).Action]++
+		}
+		if len(seen) != 1 || seen[tc.want] != 50 {
+			t.Errorf("when %s over %.40s...: verdicts %v, want %s every time", tc.when, tc.args, seen, tc.want)
+		}
+	}
+}
+
 func TestPolicyEvaluateDeterministic(t *testing.T) {
 	p := mustParse(t, testConfig)
 	in := Input{Tool: "files__delete_file", Args: json.RawMessage(`{"path":"/etc"}`)}
