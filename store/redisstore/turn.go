@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,16 +48,28 @@ return begin(1, 2, 3, ARGV[1], ARGV[2])
 // answered. unlist is 'always' where the commit finishes the run the
 // conversation was paused on; otherwise a conversation paused on a step
 // that is decided and not resumed yet stays listed. The function held(lease) reports whether the commit's holder,
-// the script's last ARGV (empty: anyone), may write: it holds the lease
+// the script's last ARGV but one (empty: anyone), may write: it holds the lease
 // (not another owner, and not nobody: a holder whose lease ran out may
 // have been taken over, and the conversation finished, meanwhile). With unlist (a single node, where a script reaches every key),
 // an inbox left empty by the answer takes the conversation out of the
-// index of unanswered ones in the same step.
+// index of unanswered ones in the same step. The script's last ARGV names
+// the commit's sending (empty: none): applied(lease) reports that this
+// very sending was applied already (the client sent it again after its
+// reply was lost), and done(lease) records, beside the lease, for 30 s,
+// that it was.
 const commitTurnFn = `
 local function held(lease)
-  local h = ARGV[#ARGV]
+  local h = ARGV[#ARGV - 1]
   if h == '' then return true end
   return redis.call('GET', lease) == h
+end
+local function applied(lease)
+  local n = ARGV[#ARGV]
+  return n ~= '' and redis.call('GET', lease .. ':done') == n
+end
+local function done(lease)
+  local n = ARGV[#ARGV]
+  if n ~= '' then redis.call('SET', lease .. ':done', n, 'PX', 30000) end
 end
 local function commit(k, a, unlist)
   if ARGV[a] == '1' then
@@ -137,8 +150,10 @@ func (s *Store) auditArgs(entries []store.AuditEntry) ([]any, error) {
 // owner holds the lease. The announcement is published once the rest is
 // written.
 var commitTurn = redis.NewScript(commitTurnFn + `
+if applied(KEYS[3]) then return redis.call('LLEN', KEYS[2]) end
 if not held(KEYS[3]) then return -2 end
 local left = commit(1, 1, #KEYS >= 4)
+done(KEYS[3])
 if ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[11], ARGV[10]) end
 return left
 `)
@@ -163,6 +178,7 @@ return left
 // published once the rest is written.
 var commitPause = redis.NewScript(createRunFn + commitTurnFn + auditFn + `
 local n = tonumber(ARGV[1])
+if applied(KEYS[4 + n]) then return {'ok', redis.call('LLEN', KEYS[3 + n]), redis.call('LINDEX', KEYS[6 + n], -1) or ''} end
 if not held(KEYS[4 + n]) then return {'notheld'} end
 if not createRun(1, 2, n) then return {'exists'} end
 local deleteAt = ARGV[3]
@@ -188,6 +204,7 @@ local tail
 tail, a = audit(KEYS[k + 4], a)
 local announce, channel = ARGV[a], ARGV[a + 1]
 local left = commit(k, a + 2, true)
+done(KEYS[k + 2])
 if announce ~= '' then redis.call('PUBLISH', channel, announce) end
 return {'ok', left, tail}
 `)
@@ -210,6 +227,7 @@ return {'ok', left, tail}
 // nothing written, or {'ok', inbox left (as commit), the audit list's
 // oldest entry (empty with no entry written)}.
 var commitFinish = redis.NewScript(commitTurnFn + auditFn + `
+if applied(KEYS[3]) then return {'ok', redis.call('LLEN', KEYS[2]), redis.call('LINDEX', KEYS[5], -1) or ''} end
 if not held(KEYS[3]) then return {'notheld'} end
 local run = redis.call('HMGET', KEYS[6], 'run', 'finished', 'conv')
 local finish = run[1] and run[2] ~= '1'
@@ -238,6 +256,7 @@ if finish then
     redis.call('HDEL', run[3], 'paused_run')
   end
 end
+done(KEYS[3])
 return {'ok', left, tail}
 `)
 
@@ -426,7 +445,12 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 	}
 	args = append(args, nr.run.Conversation, nr.run.ID, s.convTTL.Milliseconds())
 	args = append(append(append(args, audit...), string(c.Announce), s.pausesChannel()), commitArgs...)
-	args = append(args, c.Holder)
+	// nonce names this sending: go-redis sends a script again when its
+	// reply is lost (an EOF, a read time-out), and the commit, applied by
+	// the first sending, must not be refused by the second as not held
+	// (the first released the lease) nor written twice.
+	nonce := rand.Text()
+	args = append(args, c.Holder, nonce)
 	res, err := commitPause.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
@@ -455,7 +479,8 @@ func (s *Store) commitFinish(ctx context.Context, c store.Commit, commitKeys []s
 	if err != nil {
 		return false, fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
-	args = append(append(args, commitArgs...), s.retention.Milliseconds(), c.Finish, c.Holder)
+	nonce := rand.Text() // names this sending (see commitPause)
+	args = append(append(args, commitArgs...), s.retention.Milliseconds(), c.Finish, c.Holder, nonce)
 	res, err := commitFinish.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return false, fmt.Errorf("commit turn of %s: %w", c.Key, err)
@@ -573,7 +598,8 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	if len(c.Audit) > 0 {
 		tail = p.LIndex(ctx, s.auditKey(), -1)
 	}
-	args = append(args, string(c.Announce), s.pausesChannel(), c.Holder)
+	nonce := rand.Text() // names this sending (see commitPause)
+	args = append(args, string(c.Announce), s.pausesChannel(), c.Holder, nonce)
 	commit := commitTurn.EvalSha(ctx, p, keys, args...)
 	cmds, err := p.Exec(ctx)
 	if errors.Is(err, redis.Nil) {

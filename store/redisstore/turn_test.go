@@ -783,3 +783,68 @@ func TestApprovalSentAgainIsAnsweredAsRecorded(t *testing.T) {
 		})
 	}
 }
+
+// sendPipelineTwiceHook sends the first pipeline whose commands name key
+// twice, as go-redis does when the first reply is lost, and keeps the
+// second replies.
+type sendPipelineTwiceHook struct {
+	armed *bool
+	key   string
+}
+
+func (sendPipelineTwiceHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (sendPipelineTwiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h sendPipelineTwiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if *h.armed && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return strings.Contains(fmt.Sprint(c.Args()), h.key) }) {
+			*h.armed = false
+			if err := next(ctx, cmds); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A commit sent again by the client after its reply was lost is answered
+// as its first sending was: applied, not refused as not held because the
+// first sending released the lease.
+func TestCommitSentAgainIsAnsweredAsApplied(t *testing.T) {
+	for _, topo := range []struct{ name, url string }{
+		{"node", redisURL(t)},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			c, err := redisstore.NewClient(topo.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, topo.url)})
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := t.Context()
+			for _, finish := range []bool{false, true} {
+				conv, calls := pausedOnOneCall(t, s, "fp0")
+				if _, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				commit := store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{"done":true}`)}, Answer: true, Holder: "a", Release: "a"}
+				if finish {
+					commit.Finish = store.RunOf(calls[0].ID)
+				}
+				armed := true
+				c.AddHook(sendTwiceHook{armed: &armed, key: conv})
+				c.AddHook(sendPipelineTwiceHook{armed: &armed, key: conv})
+				err := s.CommitTurn(ctx, commit)
+				if armed {
+					t.Fatal("the commit was not sent")
+				}
+				if err != nil {
+					t.Errorf("a commit (finishing a run: %v) sent twice = %v, want it applied", finish, err)
+				}
+				if got, err := s.LoadConversation(ctx, conv); err != nil || string(got.State) != `{"done":true}` {
+					t.Errorf("the conversation after the commit = %s, %v", got.State, err)
+				}
+			}
+		})
+	}
+}
