@@ -148,13 +148,19 @@ func TestReminderStopsOnceTheCallIsDecided(t *testing.T) {
 	e.cardIn(private, ts, "deploy")
 	copyMsg, err := e.slack.WaitMessage(e.slack.DMChannel(approver), func(m fakeslack.Message) bool { return isCard(m) }, 10*time.Second)
 	must(t, err)
+	// Every copy is out, so the next post is the reminder's.
+	_, err = e.slack.WaitMessage(e.slack.DMChannel(other), func(m fakeslack.Message) bool { return isCard(m) }, 10*time.Second)
+	must(t, err)
 	arrived, release := e.slack.HoldNext("chat.postMessage")
 	defer release()
 	<-arrived // the reminder in the thread, held
 	_, err = e.slack.Click(approver, copyMsg.Channel, copyMsg.TS, slackapp.ActionApprove, "")
 	must(t, err)
+	e.waitIn(private, ts, "with the card approved", func(m fakeslack.Message) bool {
+		return strings.Contains(blocksText(m), "Approved by")
+	})
+	release() // the reminder goes on to the approvers' DMs
 	e.answerIn(private, ts, "Deployed vault 14.")
-	release()
 	e.stop() // the reminder's work is done by then
 	for _, u := range []string{approver, other} {
 		for _, m := range e.slack.Messages(e.slack.DMChannel(u)) {
