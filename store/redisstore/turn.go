@@ -55,8 +55,8 @@ return begin(1, 2, 3, ARGV[1], ARGV[2])
 // index of unanswered ones in the same step. The script's last ARGV names
 // the commit's sending (empty: none): applied(lease) reports that this
 // very sending was applied already (the client sent it again after its
-// reply was lost), and done(lease) records, beside the lease, for 30 s,
-// that it was.
+// reply was lost), returning what commit returned then, and done(lease,
+// left) records that, beside the lease, for 30 s.
 const commitTurnFn = `
 local function held(lease)
   local h = ARGV[#ARGV - 1]
@@ -65,11 +65,16 @@ local function held(lease)
 end
 local function applied(lease)
   local n = ARGV[#ARGV]
-  return n ~= '' and redis.call('GET', lease .. ':done') == n
+  if n == '' then return nil end
+  local v = redis.call('GET', lease .. ':done')
+  if not v then return nil end
+  local nonce, left = string.match(v, '^(%S+) (%-?%d+)$')
+  if nonce ~= n then return nil end
+  return tonumber(left)
 end
-local function done(lease)
+local function done(lease, left)
   local n = ARGV[#ARGV]
-  if n ~= '' then redis.call('SET', lease .. ':done', n, 'PX', 30000) end
+  if n ~= '' then redis.call('SET', lease .. ':done', n .. ' ' .. left, 'PX', 30000) end
 end
 local function commit(k, a, unlist)
   if ARGV[a] == '1' then
@@ -150,10 +155,11 @@ func (s *Store) auditArgs(entries []store.AuditEntry) ([]any, error) {
 // owner holds the lease. The announcement is published once the rest is
 // written.
 var commitTurn = redis.NewScript(commitTurnFn + `
-if applied(KEYS[3]) then return redis.call('LLEN', KEYS[2]) end
+local prev = applied(KEYS[3])
+if prev then return prev end
 if not held(KEYS[3]) then return -2 end
 local left = commit(1, 1, #KEYS >= 4)
-done(KEYS[3])
+done(KEYS[3], left)
 if ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[11], ARGV[10]) end
 return left
 `)
@@ -178,7 +184,8 @@ return left
 // published once the rest is written.
 var commitPause = redis.NewScript(createRunFn + commitTurnFn + auditFn + `
 local n = tonumber(ARGV[1])
-if applied(KEYS[4 + n]) then return {'ok', redis.call('LLEN', KEYS[3 + n]), redis.call('LINDEX', KEYS[6 + n], -1) or ''} end
+local prev = applied(KEYS[4 + n])
+if prev then return {'ok', prev, redis.call('LINDEX', KEYS[6 + n], -1) or ''} end
 if not held(KEYS[4 + n]) then return {'notheld'} end
 if not createRun(1, 2, n) then return {'exists'} end
 local deleteAt = ARGV[3]
@@ -204,7 +211,7 @@ local tail
 tail, a = audit(KEYS[k + 4], a)
 local announce, channel = ARGV[a], ARGV[a + 1]
 local left = commit(k, a + 2, true)
-done(KEYS[k + 2])
+done(KEYS[k + 2], left)
 if announce ~= '' then redis.call('PUBLISH', channel, announce) end
 return {'ok', left, tail}
 `)
@@ -227,7 +234,8 @@ return {'ok', left, tail}
 // nothing written, or {'ok', inbox left (as commit), the audit list's
 // oldest entry (empty with no entry written)}.
 var commitFinish = redis.NewScript(commitTurnFn + auditFn + `
-if applied(KEYS[3]) then return {'ok', redis.call('LLEN', KEYS[2]), redis.call('LINDEX', KEYS[5], -1) or ''} end
+local prev = applied(KEYS[3])
+if prev then return {'ok', prev, redis.call('LINDEX', KEYS[5], -1) or ''} end
 if not held(KEYS[3]) then return {'notheld'} end
 local run = redis.call('HMGET', KEYS[6], 'run', 'finished', 'conv')
 local finish = run[1] and run[2] ~= '1'
@@ -256,7 +264,7 @@ if finish then
     redis.call('HDEL', run[3], 'paused_run')
   end
 end
-done(KEYS[3])
+done(KEYS[3], left)
 return {'ok', left, tail}
 `)
 

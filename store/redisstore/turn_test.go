@@ -845,6 +845,27 @@ func TestCommitSentAgainIsAnsweredAsApplied(t *testing.T) {
 					t.Errorf("the conversation after the commit = %s, %v", got.State, err)
 				}
 			}
+			// A resume's commit that leaves queued messages answers
+			// nothing, so the conversation stays listed as the decision
+			// listed it; the same commit sent again keeps it listed too.
+			conv, calls := pausedOnOneCall(t, s, "fp0")
+			if _, _, err := s.DecideAudited(ctx, calls[0].ID, "fp0", store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}, store.Effects{Unanswered: conv}); err != nil && !errors.Is(err, store.ErrEffects) {
+				t.Fatal(err)
+			}
+			if _, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			armed := true
+			c.AddHook(sendTwiceHook{armed: &armed, key: conv})
+			c.AddHook(sendPipelineTwiceHook{armed: &armed, key: conv})
+			queued := store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{"queued":1}`)}, Finish: store.RunOf(calls[0].ID), Holder: "a"}
+			if err := s.CommitTurn(ctx, queued); err != nil {
+				t.Fatalf("a commit leaving queued messages, sent twice = %v", err)
+			}
+			keys, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0)
+			if err != nil || !slices.Contains(keys, conv) {
+				t.Errorf("Unanswered after a commit that answered nothing, sent twice = %q, %v; want %s listed", keys, err, conv)
+			}
 		})
 	}
 }
