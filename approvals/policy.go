@@ -426,14 +426,11 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 			if fc.Action == Deny {
 				return &fc, true, false
 			}
-			switch {
-			case closed == nil:
+			if closed == nil {
 				closed = &fc
-			case otherApprovers(*closed, fc):
+			} else if !combine(closed, fc, in.User) {
 				d := approversConflict(*closed, fc)
 				return &d, true, false
-			default:
-				tighten(closed, fc)
 			}
 			continue
 		}
@@ -444,37 +441,71 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 		if closed == nil || v.Action == Deny {
 			return &v, false, false
 		}
-		if otherApprovers(*closed, v) {
+		if !combine(closed, v, in.User) {
 			d := approversConflict(*closed, v)
 			return &d, true, false
 		}
-		tighten(closed, v)
 		return closed, true, false
 	}
 	return closed, closed != nil, closed != nil
 }
 
-// otherApprovers reports whether two asks name different approvers: a
-// call that a failed rule might or might not decide then has no approver
-// who may decide it either way.
-func otherApprovers(v, w Verdict) bool {
-	if w.Action != Ask || len(v.Approvers) == 0 || len(w.Approvers) == 0 {
-		return false
+// combine tightens closed, the fail-closed ask of a rule that might or
+// might not have matched, by w, what would decide otherwise, so that an
+// approver of the result may decide the call either way: the approvers are
+// those both name (either's when the other names none), and four eyes,
+// the approval count and the shorter timeouts of both hold. It reports
+// false when no one could decide the result: the two name different
+// approvers with no one in common (or a user group, whose members are not
+// known here), or fewer than the approvals needed once the requester is
+// left out under four eyes.
+func combine(closed *Verdict, w Verdict, requester string) bool {
+	if w.Action != Ask {
+		return true
 	}
-	a, b := slices.Clone(v.Approvers), slices.Clone(w.Approvers)
-	slices.Sort(a)
-	slices.Sort(b)
-	return !slices.Equal(slices.Compact(a), slices.Compact(b))
+	common := closed.Approvers
+	switch {
+	case len(common) == 0:
+		common = w.Approvers
+	case len(w.Approvers) > 0 && !sameSet(common, w.Approvers):
+		if slices.ContainsFunc(common, isGroup) || slices.ContainsFunc(w.Approvers, isGroup) {
+			return false
+		}
+		common = slices.DeleteFunc(slices.Clone(common), func(a string) bool { return !slices.Contains(w.Approvers, a) })
+		if len(common) == 0 {
+			return false
+		}
+	}
+	tighten(closed, w)
+	closed.Approvers = slices.Clone(common)
+	if len(common) > 0 && !slices.ContainsFunc(common, isGroup) {
+		eligible := slices.Compact(slices.Sorted(slices.Values(common)))
+		if closed.FourEyes {
+			eligible = slices.DeleteFunc(eligible, func(a string) bool { return a == requester })
+		}
+		if len(eligible) < max(1, closed.MinApprovals) {
+			return false
+		}
+	}
+	return true
+}
+
+// isGroup reports whether an approver id is a user group's.
+func isGroup(id string) bool { return strings.HasPrefix(id, "S") }
+
+// sameSet reports whether a and b name the same approvers.
+func sameSet(a, b []string) bool {
+	return slices.Equal(slices.Compact(slices.Sorted(slices.Values(a))), slices.Compact(slices.Sorted(slices.Values(b))))
 }
 
 // approversConflict is the verdict for a call whose failed rule (closed)
-// and the rule that would decide otherwise (w) name other approvers: it is
-// denied, saying why, so that the model can send arguments the failed
-// rule can judge.
+// and the rule that would decide otherwise (w) leave no one who could
+// decide it either way (see combine): it is denied, saying why, so that
+// the model can send arguments the failed rule can judge.
 func approversConflict(closed, w Verdict) Verdict {
 	return Verdict{
 		Action: Deny, RuleID: closed.RuleID, RuleDigest: closed.RuleDigest, FailClosed: true,
-		Reason: fmt.Sprintf("%s, and rule %s, which decides when it does not match, names other approvers: it cannot be approved until its arguments let rule %s be evaluated",
+		Reason: fmt.Sprintf("%s, and together with rule %s, which decides when it does not match, no approver could decide the call either way: it cannot be approved until its arguments let rule %s be evaluated",
 			strings.TrimSuffix(closed.Reason, ", so the call needs a decision"), w.RuleID, closed.RuleID),
 	}
 }

@@ -232,13 +232,43 @@ func TestPolicyEvaluateErrorBetweenOtherApproversDenies(t *testing.T) {
 	}
 	for _, args := range []string{`{"service":"api","replicas":2}`, `{}`, `{"env":"dev","replicas":9007199254740993}`} {
 		got := p.Evaluate(Input{Tool: "deploy", Args: json.RawMessage(args)})
-		if got.Action != Deny || !got.FailClosed || got.RuleID != "dev" || !strings.Contains(got.Reason, "names other approvers") || !strings.Contains(got.Reason, "no such key") && !strings.Contains(got.Reason, "exact") {
+		if got.Action != Deny || !got.FailClosed || got.RuleID != "dev" || !strings.Contains(got.Reason, "no approver could decide") || !strings.Contains(got.Reason, "no such key") && !strings.Contains(got.Reason, "exact") {
 			t.Errorf("Evaluate(%s) = %s by %q (%q), want a fail-closed deny by dev naming the conflict", args, got.Action, got.RuleID, got.Reason)
 		}
 	}
 	// The same approvers: nothing to choose between.
 	if got := p.Evaluate(Input{Tool: "db", Args: json.RawMessage(`{}`)}); got.Action != Ask || !slices.Equal(got.Approvers, []string{"UDBA", "UDBA"}) {
 		t.Errorf("Evaluate(db) = %s by %q approvers %v, want the ask of the failed rule", got.Action, got.RuleID, got.Approvers)
+	}
+}
+
+// A failed rule and the rule that would decide otherwise are combined so
+// that an approver of the result may decide either way: the approvers both
+// name, and both rules' counts and four eyes; when that leaves too few to
+// meet them, the call is denied.
+func TestPolicyEvaluateErrorCombinesTheTwoRules(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "narrow", Tool: "deploy", When: `args.env == "dev"`, Verdict: Ask, Approvers: []string{"U1"}},
+		{ID: "broad", Tool: "deploy", Verdict: Ask, Approvers: []string{"U1", "U2"}},
+		{ID: "two", Tool: "migrate", When: `args.env == "prod"`, Verdict: Ask, MinApprovals: 2},
+		{ID: "one", Tool: "migrate", Verdict: Ask, Approvers: []string{"U1"}},
+		{ID: "eyes", Tool: "restart", When: `args.env == "prod"`, Verdict: Ask, FourEyes: true},
+		{ID: "self", Tool: "restart", Verdict: Ask, Approvers: []string{"UREQ"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Evaluate(Input{Tool: "deploy", Args: json.RawMessage(`{}`)}); got.Action != Ask || !slices.Equal(got.Approvers, []string{"U1"}) {
+		t.Errorf("overlapping approvers: got %s by %q approvers %v, want an ask of U1, whom both name", got.Action, got.RuleID, got.Approvers)
+	}
+	if got := p.Evaluate(Input{Tool: "migrate", Args: json.RawMessage(`{}`)}); got.Action != Deny || !strings.Contains(got.Reason, "no approver could decide") {
+		t.Errorf("two approvals of one named approver: got %s by %q approvers %v min %d, want a deny", got.Action, got.RuleID, got.Approvers, got.MinApprovals)
+	}
+	if got := p.Evaluate(Input{Tool: "restart", User: "UREQ", Args: json.RawMessage(`{}`)}); got.Action != Deny {
+		t.Errorf("four eyes over the requester alone: got %s by %q approvers %v, want a deny", got.Action, got.RuleID, got.Approvers)
+	}
+	if got := p.Evaluate(Input{Tool: "restart", User: "UOTHER", Args: json.RawMessage(`{}`)}); got.Action != Ask || !got.FourEyes || !slices.Equal(got.Approvers, []string{"UREQ"}) {
+		t.Errorf("four eyes over another's call: got %s by %q approvers %v four eyes %v, want an ask of UREQ with four eyes", got.Action, got.RuleID, got.Approvers, got.FourEyes)
 	}
 }
 
