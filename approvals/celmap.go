@@ -37,6 +37,10 @@ type sortedMap struct {
 	keys []string
 }
 
+// IsZeroValue implements traits.Zeroer, as CEL's own maps do
+// (optional.ofNonZeroValue).
+func (m sortedMap) IsZeroValue() bool { return len(m.keys) == 0 }
+
 // Iterator implements traits.Iterable.
 func (m sortedMap) Iterator() traits.Iterator { return &keyIterator{keys: m.keys} }
 

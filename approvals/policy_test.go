@@ -311,6 +311,10 @@ func TestPolicyEvaluateVisitsKeysInOrder(t *testing.T) {
 		{`args.opts.map(k, k)[0] == "a"`, `{"opts":{"c":1,"a":2,"b":3}}`, Allow},
 		{`args.items[0].map(k, k)[0] == "a"`, `{"items":[{"c":1,"a":2,"b":3}]}`, Allow},
 		{`args.exists(k, k == "k0" || args[k].split("").size() > 1000000)`, string(longArgs), Allow},
+		// CEL's map operations are as they were.
+		{`!optional.ofNonZeroValue(args.e).hasValue() && optional.ofNonZeroValue(args.f).hasValue()`, `{"e":{},"f":{"a":1}}`, Allow},
+		{`args.o == {"b": 2, "a": 1} && "a" in args.o && has(args.o.b) && size(args.o) == 2 && args.l[0].x == 1`, `{"o":{"a":1,"b":2},"l":[{"x":1}]}`, Allow},
+		{`args.?o.?z.orValue(3) == 3 && args.o.filter(k, k != "a") == ["b"] && args.o.all(k, args.o[k] > 0)`, `{"o":{"a":1,"b":2}}`, Allow},
 	} {
 		p, err := NewPolicy(Ask, []Rule{{ID: "r", Tool: "t", When: tc.when, Verdict: Allow}})
 		if err != nil {
