@@ -172,10 +172,17 @@ func CheckConfig(data []byte) error {
 		if v, ok := os.LookupEnv(name); ok {
 			return v, true
 		}
-		return "1", true
+		return unsetPlaceholder, true
 	})
 	return err
 }
+
+// unsetPlaceholder is what CheckConfig puts for a ${VAR} that is not set;
+// a url that is one such variable whole stands for placeholderURL.
+const (
+	unsetPlaceholder = "1"
+	placeholderURL   = "https://placeholder.invalid/"
+)
 
 // parsing is the state of one parse: the expanded values that may be
 // secret, and where ${VAR}s are looked up.
@@ -332,6 +339,13 @@ func (p *parsing) newServerConfig(name string, command []string, env map[string]
 	var err error
 	if s.Command, err = p.expandAll(command); err != nil {
 		return ServerConfig{}, fmt.Errorf("command: %w", err)
+	}
+	if m := envRef.FindStringSubmatch(url); m != nil && m[0] == url {
+		if _, set := os.LookupEnv(m[1]); !set {
+			if v, _ := p.lookup(m[1]); v == unsetPlaceholder {
+				url = placeholderURL // checked offline, with the variable unset
+			}
+		}
 	}
 	if s.URL, err = p.expand(url); err != nil {
 		return ServerConfig{}, fmt.Errorf("url: %w", err)

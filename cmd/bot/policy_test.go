@@ -95,7 +95,7 @@ func TestPolicyCommands(t *testing.T) {
 	unknownKey := writeFile(t, "unknown.yaml", "cases:\n  - tool: deploy\n    verdit: allow\n")
 	misspelt := writeFile(t, "misspelt.yaml", "polcy:\n  default: deny\n")
 	badTools := writeFile(t, "badtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    bogus: 1\nbuiltin_tools:\n  workspace: {root: /srv}\npolicy:\n  default: ask\n")
-	goodTools := writeFile(t, "goodtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    headers: {Authorization: \"Bearer ${MCP_TOKEN_UNSET_IN_CI}\"}\npolicy:\n  default: ask\n")
+	goodTools := writeFile(t, "goodtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    headers: {Authorization: \"Bearer ${MCP_TOKEN_UNSET_IN_CI}\"}\n  - name: y\n    url: ${MCP_URL_UNSET_IN_CI}\npolicy:\n  default: ask\n")
 
 	tests := []struct {
 		name    string
