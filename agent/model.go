@@ -555,6 +555,11 @@ type boundedBody struct {
 
 func (b *boundedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
+		// Exactly at the bound: only more is too much.
+		var one [1]byte
+		if n, err := b.ReadCloser.Read(one[:]); n == 0 && err != nil {
+			return 0, err
+		}
 		return 0, fmt.Errorf("%w: more than %d MiB", errAnswerTooLarge, maxAnswerBytes>>20)
 	}
 	if int64(len(p)) > b.left {
@@ -562,10 +567,17 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
-	if i := bytes.LastIndexByte(p[:n], '\n'); i >= 0 {
-		b.line = int64(n - i - 1)
-	} else {
-		b.line += int64(n)
+	for rest := p[:n]; ; {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			b.line += int64(len(rest))
+			break
+		}
+		if b.line+int64(i) > b.maxLine {
+			b.line += int64(i)
+			break
+		}
+		b.line, rest = 0, rest[i+1:]
 	}
 	if b.line > b.maxLine {
 		return 0, fmt.Errorf("%w: a line of more than %d MiB", errAnswerTooLarge, b.maxLine>>20)

@@ -769,6 +769,11 @@ type boundedBody struct {
 
 func (b *boundedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
+		// Exactly at the bound: only more is too much.
+		var one [1]byte
+		if n, err := b.ReadCloser.Read(one[:]); n == 0 && err != nil {
+			return 0, err
+		}
 		return 0, fmt.Errorf("the server's response is larger than %d MiB", maxMessageBytes>>20)
 	}
 	if int64(len(p)) > b.left {
