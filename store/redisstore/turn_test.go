@@ -650,138 +650,105 @@ func (sendTwiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // answered as its first sending was: the call is this caller's to run, not
 // marked as started by someone else and never run.
 func TestBeginExecutionSentAgainIsAnsweredAsRecorded(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
-		t.Run(topo.name, func(t *testing.T) {
-			c, err := redisstore.NewClient(topo.url)
-			if err != nil {
+	onNodeAndCluster(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := t.Context()
+		decided := func() store.Call {
+			_, calls := pausedOnOneCall(t, s, "fp0")
+			if _, _, err := s.Decide(ctx, calls[0].ID, "fp0", store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}); err != nil {
 				t.Fatal(err)
 			}
-			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, topo.url)})
-			t.Cleanup(func() { _ = s.Close() })
-			ctx := t.Context()
-			decided := func() store.Call {
-				_, calls := pausedOnOneCall(t, s, "fp0")
-				if _, _, err := s.Decide(ctx, calls[0].ID, "fp0", store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}); err != nil {
-					t.Fatal(err)
-				}
-				return calls[0]
-			}
-			// The script is loaded first, so that the sending under test
-			// is one EVALSHA.
-			if _, err := s.BeginExecution(ctx, decided().ID); err != nil {
-				t.Fatal(err)
-			}
-			call := decided()
-			armed := true
-			c.AddHook(sendTwiceHook{armed: &armed, key: call.ID})
-			first, err := s.BeginExecution(ctx, call.ID)
-			if armed {
-				t.Fatal("BeginExecution was not sent")
-			}
-			if err != nil || !first {
-				t.Fatalf("BeginExecution sent twice = %v, %v; want it first", first, err)
-			}
-			if again, err := s.BeginExecution(ctx, call.ID); err != nil || again {
-				t.Errorf("another BeginExecution = %v, %v; want false", again, err)
-			}
-		})
-	}
+			return calls[0]
+		}
+		// The script is loaded first, so that the sending under test
+		// is one EVALSHA.
+		if _, err := s.BeginExecution(ctx, decided().ID); err != nil {
+			t.Fatal(err)
+		}
+		call := decided()
+		armed := true
+		c.AddHook(sendTwiceHook{armed: &armed, key: call.ID})
+		first, err := s.BeginExecution(ctx, call.ID)
+		if armed {
+			t.Fatal("BeginExecution was not sent")
+		}
+		if err != nil || !first {
+			t.Fatalf("BeginExecution sent twice = %v, %v; want it first", first, err)
+		}
+		if again, err := s.BeginExecution(ctx, call.ID); err != nil || again {
+			t.Errorf("another BeginExecution = %v, %v; want false", again, err)
+		}
+	})
 }
 
 // ClaimReminder sent again by the client after its reply was lost is
 // answered as its first sending was: the reminder is this caller's to
 // send, not claimed by someone else and never sent.
 func TestClaimReminderSentAgainIsAnsweredAsRecorded(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
-		t.Run(topo.name, func(t *testing.T) {
-			c, err := redisstore.NewClient(topo.url)
-			if err != nil {
+	onNodeAndCluster(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := t.Context()
+		reminded := func() store.Call {
+			conv := "C1:" + store.NewRunID()
+			r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+			calls := []store.Call{{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour), RemindAt: time.Now()}}
+			paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
+			if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls}); err != nil {
 				t.Fatal(err)
 			}
-			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, topo.url)})
-			t.Cleanup(func() { _ = s.Close() })
-			ctx := t.Context()
-			reminded := func() store.Call {
-				conv := "C1:" + store.NewRunID()
-				r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
-				calls := []store.Call{{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour), RemindAt: time.Now()}}
-				paused := store.Conversation{State: []byte(`{}`), PausedRun: r.ID}
-				if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: calls}); err != nil {
-					t.Fatal(err)
-				}
-				return calls[0]
-			}
-			if _, err := s.ClaimReminder(ctx, reminded().ID, 1, time.Time{}); err != nil { // loads the script
-				t.Fatal(err)
-			}
-			call := reminded()
-			armed := true
-			c.AddHook(sendTwiceHook{armed: &armed, key: call.ID})
-			ok, err := s.ClaimReminder(ctx, call.ID, 1, time.Now().Add(time.Hour))
-			if armed {
-				t.Fatal("ClaimReminder was not sent")
-			}
-			if err != nil || !ok {
-				t.Fatalf("ClaimReminder sent twice = %v, %v; want it claimed", ok, err)
-			}
-			if again, err := s.ClaimReminder(ctx, call.ID, 1, time.Now().Add(time.Hour)); err != nil || again {
-				t.Errorf("another ClaimReminder of the same reminder = %v, %v; want false", again, err)
-			}
-		})
-	}
+			return calls[0]
+		}
+		if _, err := s.ClaimReminder(ctx, reminded().ID, 1, time.Time{}); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		call := reminded()
+		armed := true
+		c.AddHook(sendTwiceHook{armed: &armed, key: call.ID})
+		ok, err := s.ClaimReminder(ctx, call.ID, 1, time.Now().Add(time.Hour))
+		if armed {
+			t.Fatal("ClaimReminder was not sent")
+		}
+		if err != nil || !ok {
+			t.Fatalf("ClaimReminder sent twice = %v, %v; want it claimed", ok, err)
+		}
+		if again, err := s.ClaimReminder(ctx, call.ID, 1, time.Now().Add(time.Hour)); err != nil || again {
+			t.Errorf("another ClaimReminder of the same reminder = %v, %v; want false", again, err)
+		}
+	})
 }
 
 // An approval sent again by the client after its reply was lost is
 // answered as its first sending was: counted, or complete, not refused as
 // a duplicate or as decided by someone else.
 func TestApprovalSentAgainIsAnsweredAsRecorded(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
-		t.Run(topo.name, func(t *testing.T) {
-			c, err := redisstore.NewClient(topo.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, topo.url)})
-			t.Cleanup(func() { _ = s.Close() })
-			ctx := t.Context()
-			approve := func(call store.Call, who string) (store.Call, bool, error) {
-				now := time.Now()
-				return s.ApproveAudited(ctx, call.ID, "fp0", store.Approval{Approver: who, At: now}, nil, 2,
-					store.Decision{Kind: "approve", Decider: who, At: now}, store.Effects{Audit: store.AuditEntry{Actor: who, Action: "decide", CallID: call.ID}})
-			}
-			_, warm := pausedOnOneCall(t, s, "fp0")
-			if _, _, err := approve(warm[0], "UA"); err != nil { // loads the script
-				t.Fatal(err)
-			}
-			_, calls := pausedOnOneCall(t, s, "fp0")
-			armed := true
-			c.AddHook(sendTwiceHook{armed: &armed, key: calls[0].ID})
-			got, complete, err := approve(calls[0], "UA")
-			if armed {
-				t.Fatal("the approval was not sent")
-			}
-			if err != nil || complete || got.Status != store.Pending {
-				t.Fatalf("the first approval sent twice = %s complete %v, %v; want counted", got.Status, complete, err)
-			}
-			armed = true
-			got, complete, err = approve(calls[0], "UB")
-			if err != nil || !complete || got.Status != store.Decided {
-				t.Fatalf("the second approval sent twice = %s complete %v, %v; want it to complete the step", got.Status, complete, err)
-			}
-			if _, _, err := approve(calls[0], "UC"); !errors.Is(err, store.ErrAlreadyDecided) {
-				t.Errorf("another approval = %v, want ErrAlreadyDecided", err)
-			}
-		})
-	}
+	onNodeAndCluster(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := t.Context()
+		approve := func(call store.Call, who string) (store.Call, bool, error) {
+			now := time.Now()
+			return s.ApproveAudited(ctx, call.ID, "fp0", store.Approval{Approver: who, At: now}, nil, 2,
+				store.Decision{Kind: "approve", Decider: who, At: now}, store.Effects{Audit: store.AuditEntry{Actor: who, Action: "decide", CallID: call.ID}})
+		}
+		_, warm := pausedOnOneCall(t, s, "fp0")
+		if _, _, err := approve(warm[0], "UA"); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		_, calls := pausedOnOneCall(t, s, "fp0")
+		armed := true
+		c.AddHook(sendTwiceHook{armed: &armed, key: calls[0].ID})
+		got, complete, err := approve(calls[0], "UA")
+		if armed {
+			t.Fatal("the approval was not sent")
+		}
+		if err != nil || complete || got.Status != store.Pending {
+			t.Fatalf("the first approval sent twice = %s complete %v, %v; want counted", got.Status, complete, err)
+		}
+		armed = true
+		got, complete, err = approve(calls[0], "UB")
+		if err != nil || !complete || got.Status != store.Decided {
+			t.Fatalf("the second approval sent twice = %s complete %v, %v; want it to complete the step", got.Status, complete, err)
+		}
+		if _, _, err := approve(calls[0], "UC"); !errors.Is(err, store.ErrAlreadyDecided) {
+			t.Errorf("another approval = %v, want ErrAlreadyDecided", err)
+		}
+	})
 }
 
 // sendPipelineTwiceHook sends the first pipeline whose commands name key
@@ -810,6 +777,58 @@ func (h sendPipelineTwiceHook) ProcessPipelineHook(next redis.ProcessPipelineHoo
 // as its first sending was: applied, not refused as not held because the
 // first sending released the lease.
 func TestCommitSentAgainIsAnsweredAsApplied(t *testing.T) {
+	onNodeAndCluster(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := t.Context()
+		for _, finish := range []bool{false, true} {
+			conv, calls := pausedOnOneCall(t, s, "fp0")
+			if _, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			commit := store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{"done":true}`)}, Answer: true, Holder: "a", Release: "a"}
+			if finish {
+				commit.Finish = store.RunOf(calls[0].ID)
+			}
+			armed := true
+			c.AddHook(sendTwiceHook{armed: &armed, key: conv})
+			c.AddHook(sendPipelineTwiceHook{armed: &armed, key: conv})
+			err := s.CommitTurn(ctx, commit)
+			if armed {
+				t.Fatal("the commit was not sent")
+			}
+			if err != nil {
+				t.Errorf("a commit (finishing a run: %v) sent twice = %v, want it applied", finish, err)
+			}
+			if got, err := s.LoadConversation(ctx, conv); err != nil || string(got.State) != `{"done":true}` {
+				t.Errorf("the conversation after the commit = %s, %v", got.State, err)
+			}
+		}
+		// A resume's commit that leaves queued messages answers
+		// nothing, so the conversation stays listed as the decision
+		// listed it; the same commit sent again keeps it listed too.
+		conv, calls := pausedOnOneCall(t, s, "fp0")
+		if _, _, err := s.DecideAudited(ctx, calls[0].ID, "fp0", store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}, store.Effects{Unanswered: conv}); err != nil && !errors.Is(err, store.ErrEffects) {
+			t.Fatal(err)
+		}
+		if _, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		armed := true
+		c.AddHook(sendTwiceHook{armed: &armed, key: conv})
+		c.AddHook(sendPipelineTwiceHook{armed: &armed, key: conv})
+		queued := store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{"queued":1}`)}, Finish: store.RunOf(calls[0].ID), Holder: "a"}
+		if err := s.CommitTurn(ctx, queued); err != nil {
+			t.Fatalf("a commit leaving queued messages, sent twice = %v", err)
+		}
+		keys, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0)
+		if err != nil || !slices.Contains(keys, conv) {
+			t.Errorf("Unanswered after a commit that answered nothing, sent twice = %q, %v; want %s listed", keys, err, conv)
+		}
+	})
+}
+
+// onNodeAndCluster runs f on a store of one Redis node and on one of the
+// Cluster, each with its client, to add hooks to.
+func onNodeAndCluster(t *testing.T, f func(t *testing.T, c redis.UniversalClient, s *redisstore.Store)) {
 	for _, topo := range []struct{ name, url string }{
 		{"node", redisURL(t)},
 		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
@@ -821,51 +840,7 @@ func TestCommitSentAgainIsAnsweredAsApplied(t *testing.T) {
 			}
 			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, topo.url)})
 			t.Cleanup(func() { _ = s.Close() })
-			ctx := t.Context()
-			for _, finish := range []bool{false, true} {
-				conv, calls := pausedOnOneCall(t, s, "fp0")
-				if _, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil {
-					t.Fatal(err)
-				}
-				commit := store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{"done":true}`)}, Answer: true, Holder: "a", Release: "a"}
-				if finish {
-					commit.Finish = store.RunOf(calls[0].ID)
-				}
-				armed := true
-				c.AddHook(sendTwiceHook{armed: &armed, key: conv})
-				c.AddHook(sendPipelineTwiceHook{armed: &armed, key: conv})
-				err := s.CommitTurn(ctx, commit)
-				if armed {
-					t.Fatal("the commit was not sent")
-				}
-				if err != nil {
-					t.Errorf("a commit (finishing a run: %v) sent twice = %v, want it applied", finish, err)
-				}
-				if got, err := s.LoadConversation(ctx, conv); err != nil || string(got.State) != `{"done":true}` {
-					t.Errorf("the conversation after the commit = %s, %v", got.State, err)
-				}
-			}
-			// A resume's commit that leaves queued messages answers
-			// nothing, so the conversation stays listed as the decision
-			// listed it; the same commit sent again keeps it listed too.
-			conv, calls := pausedOnOneCall(t, s, "fp0")
-			if _, _, err := s.DecideAudited(ctx, calls[0].ID, "fp0", store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}, store.Effects{Unanswered: conv}); err != nil && !errors.Is(err, store.ErrEffects) {
-				t.Fatal(err)
-			}
-			if _, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			armed := true
-			c.AddHook(sendTwiceHook{armed: &armed, key: conv})
-			c.AddHook(sendPipelineTwiceHook{armed: &armed, key: conv})
-			queued := store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{"queued":1}`)}, Finish: store.RunOf(calls[0].ID), Holder: "a"}
-			if err := s.CommitTurn(ctx, queued); err != nil {
-				t.Fatalf("a commit leaving queued messages, sent twice = %v", err)
-			}
-			keys, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0)
-			if err != nil || !slices.Contains(keys, conv) {
-				t.Errorf("Unanswered after a commit that answered nothing, sent twice = %q, %v; want %s listed", keys, err, conv)
-			}
+			f(t, c, s)
 		})
 	}
 }
