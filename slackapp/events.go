@@ -113,15 +113,20 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 // mentionsBot reports whether text mentions the bot: <@ID> or <@ID|name>,
 // not the mention of a user whose id starts with the bot's.
 func (a *App) mentionsBot(text string) bool {
-	if a.botUserID == "" || !strings.Contains(text, "<@"+a.botUserID) {
+	if a.botUserID == "" {
 		return false
 	}
-	for _, m := range mentionRE.FindAllStringSubmatch(text, -1) {
-		if m[1] == a.botUserID {
+	prefix := "<@" + a.botUserID
+	for {
+		i := strings.Index(text, prefix)
+		if i < 0 {
+			return false
+		}
+		text = text[i+len(prefix):]
+		if strings.HasPrefix(text, ">") || strings.HasPrefix(text, "|") {
 			return true
 		}
 	}
-	return false
 }
 
 var mentionRE = regexp.MustCompile(`<@([UW][A-Z0-9]+)(\|[^>]*)?>`)
