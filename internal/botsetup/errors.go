@@ -1,6 +1,7 @@
 package botsetup
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 )
@@ -43,16 +44,40 @@ func OneLine(s string) string {
 // is shown only by its scheme.
 func SafeURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || strings.Contains(raw, "#") {
 		if scheme, _, ok := strings.Cut(raw, "://"); ok {
 			return scheme + "://" + redactedText
 		}
 		return redactedText
 	}
-	q := u.Query()
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		// A query that does not parse could hide a password anywhere.
+		u.RawQuery = redactedText
+		return u.Redacted()
+	}
 	if q.Has("password") {
 		q.Set("password", "xxxxx")
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// checkURLForm refuses a URL written so that parsing it would quote parts
+// of it in its errors (a password with a character that must be
+// percent-encoded): the error says what is wrong without quoting any of
+// it.
+func checkURLForm(raw string) error {
+	const encode = "percent-encode the characters ; # / ? % @ : in the user name and password (%3B %23 %2F %3F %25 %40 %3A)"
+	if strings.Contains(raw, "#") {
+		return errors.New("the URL has a '#': " + encode)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("the URL does not parse: " + encode)
+	}
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		return errors.New("the URL's query does not parse: percent-encode ; and % in its values")
+	}
+	return nil
 }

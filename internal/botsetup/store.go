@@ -59,6 +59,9 @@ type StoreConfig struct {
 // holds) is a plain error naming the file. The caller closes the store.
 func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, error) {
 	if c.RedisURL != "" {
+		if err := checkURLForm(c.RedisURL); err != nil {
+			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: %w", err)}
+		}
 		if err := redisstore.CheckURL(ctx, c.RedisURL, redisCheckTimeout); err != nil {
 			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
 		}
