@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -211,6 +213,11 @@ func (c *config) validate() error {
 	if c.HTTPAddr == "" {
 		return errors.New("HTTP_ADDR must not be empty")
 	}
+	if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return fmt.Errorf("HTTP_ADDR: %q is not host:port (such as :8080 or 127.0.0.1:8080)", c.HTTPAddr)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("HTTP_ADDR: %q has no port number from 0 to 65535", c.HTTPAddr)
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("LOG_LEVEL: %w", err)
 	}
@@ -233,7 +240,7 @@ func (c *config) validate() error {
 func checkHTTPURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an http or https URL", raw)
+		return fmt.Errorf("%q is not an http or https URL", botsetup.SafeURL(raw))
 	}
 	return nil
 }

@@ -155,8 +155,9 @@ func TestConfigErrors(t *testing.T) {
 		// unset removes variables from the valid environment.
 		unset []string
 		args  []string
-		// want are parts of the error message.
-		want []string
+		// want are parts of the error message; notWant must not be one.
+		want    []string
+		notWant string
 	}{
 		{name: "missing bot token", unset: []string{"SLACK_BOT_TOKEN"}, want: []string{"SLACK_BOT_TOKEN is required", "xoxb-"}},
 		{name: "missing app token", unset: []string{"SLACK_APP_TOKEN"}, want: []string{"SLACK_APP_TOKEN is required", "xapp-"}},
@@ -179,6 +180,10 @@ func TestConfigErrors(t *testing.T) {
 		{name: "approvals channel by name", set: map[string]string{"APPROVALS_CHANNEL": "#approvals"}, want: []string{`APPROVALS_CHANNEL: "#approvals" is not a channel id`}},
 		{name: "openai without key", unset: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL"}, want: []string{"OPENAI_API_KEY is required"}},
 		{name: "bad model url", set: map[string]string{"OPENAI_BASE_URL": "localhost:11434"}, want: []string{"OPENAI_BASE_URL", "not an http or https URL"}},
+		{name: "bad model url with a password", set: map[string]string{"OPENAI_BASE_URL": "htps://u:BasicPw99@llm.local/v1"}, want: []string{"OPENAI_BASE_URL", "not an http or https URL"}, notWant: "BasicPw99"},
+		{name: "http addr without a port", set: map[string]string{"HTTP_ADDR": "nonsense"}, want: []string{`HTTP_ADDR: "nonsense" is not host:port`}},
+		{name: "http addr with a port out of range", set: map[string]string{"HTTP_ADDR": ":99999"}, want: []string{`HTTP_ADDR: ":99999" has no port number`}},
+		{name: "data dir that is a file", set: map[string]string{"DATA_DIR": badCEL}, want: []string{"DATA_DIR: ", "not a directory"}},
 		{name: "missing config file", set: map[string]string{"CONFIG_FILE": filepath.Join(dir, "nope.yaml")}, want: []string{"CONFIG_FILE", "nope.yaml"}},
 		{name: "cel syntax error", set: map[string]string{"CONFIG_FILE": badCEL}, want: []string{badCEL, "rule 1", "line 5", "Syntax error"}},
 		{name: "bad builtin tool", set: map[string]string{"CONFIG_FILE": badTools}, want: []string{badTools, "line 4", "max_file_bytes"}},
@@ -212,6 +217,9 @@ func TestConfigErrors(t *testing.T) {
 			}
 			if strings.Contains(msg, "\n") {
 				t.Errorf("error is not one line: %q", msg)
+			}
+			if tt.notWant != "" && strings.Contains(msg+stderr.String(), tt.notWant) {
+				t.Errorf("error %q shows %q", msg, tt.notWant)
 			}
 			assertNoSecrets(t, "error", msg, "xoxp-user-secret-token")
 			assertNoSecrets(t, "stdout", stdout.String())

@@ -47,8 +47,10 @@ func verdictStatus(a approvals.Action) error {
 const policyUsage = `Usage:
   bot policy check [-config FILE]
       Load the policy of the config file, compile every rule and condition,
-      and print every problem (rule position and line) or the rules in
-      evaluation order. Exit 0 when the policy is sound, 1 otherwise.
+      check mcp_servers and builtin_tools as the bot does at start (offline;
+      a ${VAR} that is not set stands for a placeholder), and print every
+      problem (rule position and line) or the rules in evaluation order.
+      Exit 0 when the file is sound, 1 otherwise.
   bot policy test [-config FILE] TOOL 'JSON' [-user U] [-channel C]
       Print the verdict a call would get, the rule that produced it and the
       approvers. Exit 0 allow, 3 ask, 4 deny, 1 error.

@@ -2,10 +2,13 @@ package botsetup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/toolgate/toolgate/agent"
@@ -55,8 +58,10 @@ type StoreConfig struct {
 // checked with a plain dial first, so an unreachable or malformed URL is one
 // *ConfigError ("REDIS_URL: connect to redis at URL: ...", the URL without
 // its password) rather than a log line per failed pool dial. An embedded
-// store that cannot be opened (a missing directory, a file another process
-// holds) is a plain error naming the file. The caller closes the store.
+// store whose DATA_DIR cannot hold it (not a directory, not writable) is a
+// *ConfigError naming DATA_DIR and the file; other failures (a file another
+// process holds) are plain errors naming the file. The caller closes the
+// store.
 func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, error) {
 	if c.RedisURL != "" {
 		if err := checkURLForm(c.RedisURL); err != nil {
@@ -75,7 +80,11 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 	path := filepath.Join(c.Dir, StoreFile)
 	st, err := boltstore.Open(path, boltstore.Options{Retention: c.Retention, AuditRetention: c.AuditRetention})
 	if err != nil {
-		return nil, err
+		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
+			// DATA_DIR names something that cannot hold the store.
+			return nil, &ConfigError{Err: fmt.Errorf("DATA_DIR: %w", err)}
+		}
+		return nil, err // such as a file another process holds
 	}
 	log.Info("using embedded store", "path", path)
 	return st, nil

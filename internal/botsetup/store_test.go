@@ -110,8 +110,9 @@ func TestOpenStoreBadRedisURL(t *testing.T) {
 	}
 }
 
-// An embedded store that cannot be opened (here its directory is a file) is
-// an error naming the file, not a *ConfigError.
+// A DATA_DIR that cannot hold the embedded store (here it is a file) is a
+// *ConfigError naming DATA_DIR and the file: a setting to fix, exit
+// status 2.
 func TestOpenStoreBadDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "not-a-dir")
 	if err := os.WriteFile(dir, nil, 0o600); err != nil {
@@ -119,8 +120,8 @@ func TestOpenStoreBadDir(t *testing.T) {
 	}
 	_, err := OpenStore(t.Context(), StoreConfig{Dir: dir}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var ce *ConfigError
-	if err == nil || errors.As(err, &ce) || !strings.Contains(err.Error(), filepath.Join(dir, StoreFile)) {
-		t.Errorf("got %v, want a plain error naming %s", err, filepath.Join(dir, StoreFile))
+	if err == nil || !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), "DATA_DIR: ") || !strings.Contains(err.Error(), filepath.Join(dir, StoreFile)) {
+		t.Errorf("got %v, want a *ConfigError naming DATA_DIR and %s", err, filepath.Join(dir, StoreFile))
 	}
 }
 
