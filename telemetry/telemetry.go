@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -32,6 +33,43 @@ func Enabled(getenv func(string) string) bool {
 	}
 	exp := getenv("OTEL_TRACES_EXPORTER")
 	return exp == "" || exp == "otlp"
+}
+
+// CheckEnv refuses OTEL_* settings the exporter would reject or misread, in
+// words that quote none of their values (headers carry credentials, an
+// endpoint may too): an endpoint that is not an absolute http or https URL,
+// headers that are not comma-separated key=value pairs with percent-encoded
+// values. It checks nothing when tracing is off (see Enabled).
+func CheckEnv(getenv func(string) string) error {
+	if !Enabled(getenv) {
+		return nil
+	}
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		v := getenv(k)
+		if v == "" {
+			continue
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s is not an absolute http or https URL (percent-encode any user name or password in it)", k)
+		}
+	}
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"} {
+		v := getenv(k)
+		if v == "" {
+			continue
+		}
+		for i, pair := range strings.Split(v, ",") {
+			key, val, ok := strings.Cut(pair, "=")
+			if !ok || strings.TrimSpace(key) == "" {
+				return fmt.Errorf("%s: entry %d is not key=value", k, i+1)
+			}
+			if _, err := url.PathUnescape(strings.TrimSpace(val)); err != nil {
+				return fmt.Errorf("%s: the value of entry %d is not percent-encoded (%%25 for %%, %%2C for a comma)", k, i+1)
+			}
+		}
+	}
+	return nil
 }
 
 // Start returns a Provider exporting over OTLP/HTTP, configured by the

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/botsetup"
+	"github.com/toolgate/toolgate/telemetry"
 )
 
 // defaultOpenAIBaseURL is OpenAI's own endpoint, the default of
@@ -233,7 +235,7 @@ func (c *config) validate() error {
 	if c.SweepInterval <= 0 {
 		return fmt.Errorf("SWEEP_INTERVAL: %v is not positive", c.SweepInterval)
 	}
-	return nil
+	return telemetry.CheckEnv(os.Getenv)
 }
 
 // checkHTTPURL accepts absolute http and https URLs.

@@ -181,6 +181,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "openai without key", unset: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL"}, want: []string{"OPENAI_API_KEY is required"}},
 		{name: "bad model url", set: map[string]string{"OPENAI_BASE_URL": "localhost:11434"}, want: []string{"OPENAI_BASE_URL", "not an http or https URL"}},
 		{name: "bad model url with a password", set: map[string]string{"OPENAI_BASE_URL": "htps://u:BasicPw99@llm.local/v1"}, want: []string{"OPENAI_BASE_URL", "not an http or https URL"}, notWant: "BasicPw99"},
+		{name: "otlp endpoint with a bad escape", set: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://u:S3cretOtelPw%zz@collector:4318"}, want: []string{"OTEL_EXPORTER_OTLP_ENDPOINT is not an absolute http or https URL"}, notWant: "S3cretOtelPw"},
+		{name: "otlp headers with a bad escape", set: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%zzTOKENVALUE"}, want: []string{"OTEL_EXPORTER_OTLP_HEADERS: the value of entry 1 is not percent-encoded"}, notWant: "TOKENVALUE"},
 		{name: "http addr without a port", set: map[string]string{"HTTP_ADDR": "nonsense"}, want: []string{`HTTP_ADDR: "nonsense" is not host:port`}},
 		{name: "http addr with a port out of range", set: map[string]string{"HTTP_ADDR": ":99999"}, want: []string{`HTTP_ADDR: ":99999" has no port number`}},
 		{name: "data dir that is a file", set: map[string]string{"DATA_DIR": badCEL}, want: []string{"DATA_DIR: ", "not a directory"}},
