@@ -70,7 +70,12 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 		if err := redisstore.CheckURL(ctx, c.RedisURL, redisCheckTimeout); err != nil {
 			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
 		}
-		st, err := redisstore.New(ctx, c.RedisURL, redisstore.Options{Prefix: c.RedisPrefix, Retention: c.Retention, AuditRetention: c.AuditRetention})
+		// Bounded as the check above: a Redis that takes the dial but
+		// never answers (TLS asked of a plain server) is refused in
+		// seconds, not after the client's retries.
+		pctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
+		st, err := redisstore.New(pctx, c.RedisURL, redisstore.Options{Prefix: c.RedisPrefix, Retention: c.Retention, AuditRetention: c.AuditRetention})
+		cancel()
 		if err != nil {
 			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
 		}
