@@ -226,7 +226,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runS
 		t.messages = dropUnexecuted(t.messages, st.Slots)
 		for _, s := range st.Slots {
 			if c, ok := byID[s.CallID]; ok && c.Status != store.Cancelled {
-				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: "not run: the requester cancelled the turn"})
+				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: "the requester cancelled the turn"})
 			}
 		}
 		if err := a.saveTurn(ctx, t); err != nil {
@@ -338,7 +338,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			return withNote(res)
 		}
 		if !ok || !repeatable(tool) {
-			return skip(Result{Content: fmt.Sprintf(interruptedText, c.Tool), IsError: true}, "interrupted: outcome unknown")
+			return skip(Result{Content: fmt.Sprintf(interruptedText, c.Tool), IsError: true}, NoteInterrupted)
 		}
 		again = true
 	}
@@ -378,7 +378,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 	}
 	if !first && !again {
-		return skip(Result{Content: fmt.Sprintf(interruptedText, c.Tool), IsError: true}, "interrupted: outcome unknown")
+		return skip(Result{Content: fmt.Sprintf(interruptedText, c.Tool), IsError: true}, NoteInterrupted)
 	}
 	rep.Status(ctx, "is running "+c.Tool+"…")
 	res := a.execute(ctx, tool, args, c.ID, v)
@@ -431,6 +431,10 @@ func executed(c store.Call, d store.Decision, args json.RawMessage, res Result, 
 
 // interruptedText is the result of an approved call that was running when
 // the bot stopped, and is not run again.
+// NoteInterrupted is the note of a call whose run was cut by a crash while
+// it ran: its outcome is unknown, and it is not run again.
+const NoteInterrupted = "interrupted: outcome unknown"
+
 const interruptedText = "outcome unknown: the bot stopped while %s was running, so it may or may not have completed; it was not run again"
 
 // dropUnexecuted removes from the last assistant message the tool calls

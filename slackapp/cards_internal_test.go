@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 )
 
 // post remembers a card posted with refs.
@@ -159,5 +162,21 @@ func TestCardRefsPacking(t *testing.T) {
 	m.post("0123456789abcdef.1", many...)
 	if refs, ok := m.remembered(t, "0123456789abcdef.1"); !ok || !slices.Equal(refs, many) {
 		t.Errorf("card with three copies: remembered %v (%+v); want %+v", ok, refs, many)
+	}
+}
+
+// The outcome a card shows for a call skipped at resume: an interrupted
+// call's outcome is unknown (it may have run), and notes are not prefixed
+// twice.
+func TestSkippedCardOutcome(t *testing.T) {
+	decided := agent.Call{ID: "r.0", Tool: "deploy", Status: agent.CallDecided, Decision: &agent.Decision{Kind: approvals.Approve, Decider: "UAPPROVER1"}}
+	for note, want := range map[string]string{
+		agent.NoteInterrupted:              "outcome unknown: the bot stopped while it ran, and it was not run again",
+		"the requester cancelled the turn": "not run: the requester cancelled the turn",
+	} {
+		card := cardOf(agent.PendingCall{Call: decided}, &agent.CallUpdate{Call: decided, Phase: agent.PhaseSkipped, Note: note})
+		if card.Outcome != want {
+			t.Errorf("note %q: outcome %q, want %q", note, card.Outcome, want)
+		}
 	}
 }

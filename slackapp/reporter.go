@@ -757,8 +757,12 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 			}
 			card.OutputSummary = u.Result.Content
 		case agent.PhaseSkipped:
-			if u.Note != "" && c.Status == agent.CallDecided && c.Decision.Kind != approvals.Refuse &&
-				c.Decision.Kind != approvals.Reject && c.Decision.Kind != approvals.Respond {
+			switch {
+			case u.Note == agent.NoteInterrupted:
+				// It may have run: the bot stopped while it did.
+				card.Outcome = "outcome unknown: the bot stopped while it ran, and it was not run again"
+			case u.Note != "" && c.Status == agent.CallDecided && c.Decision.Kind != approvals.Refuse &&
+				c.Decision.Kind != approvals.Reject && c.Decision.Kind != approvals.Respond:
 				card.Outcome = "not run: " + u.Note
 			}
 		case agent.PhaseDecided:
