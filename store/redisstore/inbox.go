@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,6 +106,10 @@ func (s *Store) accept(ctx context.Context, conversation string, m store.Inbound
 		keys = append(keys, s.leaseKey(store.TurnLease(conversation)))
 		args = append(args, owner, ttl.Milliseconds())
 	}
+	// Names this sending: the client sends a script again when its reply
+	// is lost, and the message the first sending recorded must not then
+	// be answered as a duplicate, with no turn begun.
+	args = append(args, rand.Text())
 	if !s.cluster {
 		keys = append(keys, s.unansweredKey())
 	}

@@ -386,7 +386,8 @@ return 0
 // and at u (nil: none) the index of unanswered conversations
 // ARGV: require known (1/0), check event id (1/0), check message id (1/0),
 // dedupe ttl (ms), message JSON starting {"seq":0, , keep (ms), now (µs),
-// listing time (ms), conversation (the index's member)
+// listing time (ms), conversation (the index's member), and as the
+// script's last ARGV the sending's nonce
 // It returns {code, seq, inbox length, listed} where code is accepted,
 // duplicate or unknown. Seq is max(previous + 1, now): it keeps growing
 // even after the counter expired with an idle conversation. Given the index
@@ -404,20 +405,38 @@ local function accept(u)
     end
     return {code, seq, left, 0}
   end
-  if ARGV[2] == '1' and not redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[4]) then
-    return reply('duplicate', 0)
+  -- A seen key holds the sending that recorded the message and its seq:
+  -- the same sending sent again after its reply was lost is answered as
+  -- the first was.
+  local nonce = ARGV[#ARGV]
+  local function seen(k)
+    if redis.call('SET', KEYS[k], nonce, 'NX', 'PX', ARGV[4]) then return nil end
+    local v = redis.call('GET', KEYS[k]) or ''
+    local n, seq = string.match(v, '^(%S+) (%d+)$')
+    if n and n == nonce then return seq end
+    return false
+  end
+  local again = nil
+  if ARGV[2] == '1' then
+    again = seen(4)
+    if again == false then return reply('duplicate', 0) end
+    if again then return reply('accepted', again) end
   end
   if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
     return {'unknown', 0, 0, 0}
   end
-  if ARGV[3] == '1' and not redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[4]) then
-    return reply('duplicate', 0)
+  if ARGV[3] == '1' then
+    again = seen(5)
+    if again == false then return reply('duplicate', 0) end
+    if again then return reply('accepted', again) end
   end
   local n = math.max(tonumber(redis.call('GET', KEYS[3]) or '0') + 1, tonumber(ARGV[7]))
   local s = string.format('%d', n)
   redis.call('SET', KEYS[3], s, 'PX', ARGV[6])
   redis.call('RPUSH', KEYS[2], '{"seq":' .. s .. string.sub(ARGV[5], 9))
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
+  if ARGV[2] == '1' then redis.call('SET', KEYS[4], nonce .. ' ' .. s, 'PX', ARGV[4]) end
+  if ARGV[3] == '1' then redis.call('SET', KEYS[5], nonce .. ' ' .. s, 'PX', ARGV[4]) end
   return reply('accepted', s)
 end
 `
@@ -436,7 +455,8 @@ return accept(nil)
 // unanswered conversations on a single node).
 // KEYS: as acceptFn, then the lease, then the index of unanswered
 // conversations if given
-// ARGV: as acceptFn, then the owner and the lease's ttl (ms)
+// ARGV: as acceptFn, then the owner and the lease's ttl (ms), then the
+// sending's nonce
 // Returns {accept's reply} or {accept's reply, begin's reply}.
 var acceptBegin = redis.NewScript(acceptFn + beginTurnFn + `
 local u = nil

@@ -844,3 +844,36 @@ func onNodeAndCluster(t *testing.T, f func(t *testing.T, c redis.UniversalClient
 		})
 	}
 }
+
+// A message recorded by a sending whose reply was lost, sent again by the
+// client, is answered as its first sending was: accepted, with its turn
+// begun, not a duplicate with no turn (which left it to a takeover once
+// the lease lapsed).
+func TestAcceptSentAgainIsAnsweredAsRecorded(t *testing.T) {
+	onNodeAndCluster(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := t.Context()
+		conv := "C1:" + store.NewRunID()
+		m := store.Inbound{User: "U1", Channel: "C1", Text: "deploy", EventID: "Ev" + store.NewRunID(), MsgID: "C1:" + store.NewRunID()}
+		// A first message loads the scripts, so that those under test are
+		// sent by their SHA.
+		if _, _, _, err := s.AcceptBegin(ctx, "C1:"+store.NewRunID(), store.Inbound{User: "U1", Channel: "C1", Text: "warm", EventID: "Ew" + store.NewRunID()}, false, "a", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		armed := true
+		c.AddHook(sendTwiceHook{armed: &armed, key: conv})
+		c.AddHook(sendPipelineTwiceHook{armed: &armed, key: conv})
+		got, acc, begun, err := s.AcceptBegin(ctx, conv, m, false, "a", time.Minute)
+		if armed {
+			t.Fatal("the message was not sent")
+		}
+		if err != nil || acc != store.Accepted || !begun.Acquired || len(begun.Inbox) != 1 || begun.Inbox[0].Seq != got.Seq {
+			t.Fatalf("AcceptBegin sent twice = %s, begun %+v, %v; want it accepted with its turn begun and one message", acc, begun, err)
+		}
+		// Another copy of the message is still a duplicate.
+		other := m
+		other.EventID = "Ev" + store.NewRunID()
+		if _, acc, _, err := s.AcceptBegin(ctx, conv, other, false, "a", time.Minute); err != nil || acc != store.Duplicate {
+			t.Errorf("another copy of the message = %s, %v; want a duplicate", acc, err)
+		}
+	})
+}
