@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/bodylimit"
 )
 
 // ModelConfig configures an OpenAIModel.
@@ -532,6 +534,14 @@ const (
 // errAnswerTooLarge is what reading an answer past its bounds returns.
 var errAnswerTooLarge = errors.New("the model's answer is too large")
 
+// answerTooLarge is the error of an answer past a bound (see bodylimit.Body).
+func answerTooLarge(line bool) error {
+	if line {
+		return fmt.Errorf("%w: a line of more than %d MiB", errAnswerTooLarge, maxAnswerLine>>20)
+	}
+	return fmt.Errorf("%w: more than %d MiB", errAnswerTooLarge, maxAnswerBytes>>20)
+}
+
 // boundedAnswers is an http.RoundTripper whose responses' bodies are read
 // within maxAnswerBytes and maxAnswerLine.
 type boundedAnswers struct {
@@ -541,48 +551,9 @@ type boundedAnswers struct {
 func (t boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if err == nil {
-		resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxAnswerBytes, maxLine: maxAnswerLine}
+		resp.Body = &bodylimit.Body{ReadCloser: resp.Body, Total: maxAnswerBytes, MaxLine: maxAnswerLine, TooLarge: answerTooLarge}
 	}
 	return resp, err
-}
-
-// boundedBody fails a read past left bytes in all, or once a line grows
-// past maxLine bytes.
-type boundedBody struct {
-	io.ReadCloser
-	left, maxLine, line int64
-}
-
-func (b *boundedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		// Exactly at the bound: only more is too much.
-		var one [1]byte
-		if n, err := b.ReadCloser.Read(one[:]); n == 0 && err != nil {
-			return 0, err
-		}
-		return 0, fmt.Errorf("%w: more than %d MiB", errAnswerTooLarge, maxAnswerBytes>>20)
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	for rest := p[:n]; ; {
-		i := bytes.IndexByte(rest, '\n')
-		if i < 0 {
-			b.line += int64(len(rest))
-			break
-		}
-		if b.line+int64(i) > b.maxLine {
-			b.line += int64(i)
-			break
-		}
-		b.line, rest = 0, rest[i+1:]
-	}
-	if b.line > b.maxLine {
-		return 0, fmt.Errorf("%w: a line of more than %d MiB", errAnswerTooLarge, b.maxLine>>20)
-	}
-	return n, err
 }
 
 // jsonToStream is an http.RoundTripper for servers that ignore

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/bodylimit"
 )
 
 // ServerStatus is the state of one MCP server, for health checks.
@@ -756,32 +756,11 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
 	if err == nil && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		// A stream is read event by event, each bounded by the SDK.
-		resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxMessageBytes}
+		resp.Body = &bodylimit.Body{ReadCloser: resp.Body, Total: maxMessageBytes, TooLarge: func(bool) error {
+			return fmt.Errorf("the server's response is larger than %d MiB", maxMessageBytes>>20)
+		}}
 	}
 	return resp, err
-}
-
-// boundedBody fails a read past its bound instead of returning more.
-type boundedBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *boundedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		// Exactly at the bound: only more is too much.
-		var one [1]byte
-		if n, err := b.ReadCloser.Read(one[:]); n == 0 && err != nil {
-			return 0, err
-		}
-		return 0, fmt.Errorf("the server's response is larger than %d MiB", maxMessageBytes>>20)
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	return n, err
 }
 
 // logWriter logs each line a stdio server writes to stderr and keeps the
