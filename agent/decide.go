@@ -188,10 +188,14 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 
 // authorize checks that the decider may decide c: under the approvers the
 // card showed, as someone who can see the conversation when the rule names
-// no approvers, and, for a decision that runs the call, under the policy as
-// it is now (an admin may have tightened it since the card was posted). For
-// a decision that runs the call it returns the current verdict. The policy
-// judges by recs, read with the call.
+// no approvers, and, for a decision that runs the call or gives the model
+// someone's words (a rejection's reason, an answer), under the policy as it
+// is now (an admin may have tightened it since the card was posted): one
+// that runs the call is refused when the policy now denies it, and each
+// when the rule that asks now leaves the decider out. A plain deny stays
+// with the card's approvers, and an edit is judged on its new arguments
+// (checkEdit). For a decision that runs the call it returns the current
+// verdict. The policy judges by recs, read with the call.
 func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decision, recs map[string][]store.Record) (approvals.Verdict, error) {
 	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, d.Decider, a.cfg.Groups); err != nil {
 		return approvals.Verdict{}, err
@@ -201,9 +205,13 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 			return approvals.Verdict{}, err
 		}
 	}
-	if d.Kind != approvals.Approve && d.Kind != approvals.Remember {
-		return approvals.Verdict{}, nil // edits are judged on their new arguments in checkEdit
+	switch d.Kind {
+	case approvals.Edit:
+		return approvals.Verdict{}, nil // judged on its new arguments in checkEdit
+	case approvals.Refuse:
+		return approvals.Verdict{}, nil // saying no stays with the card's approvers
 	}
+	runs := d.Kind == approvals.Approve || d.Kind == approvals.Remember
 	// A tool not registered now (its MCP server not connected yet, its
 	// list changed) is settled as "no longer available" at resume if it
 	// is still missing then; the decision is judged all the same, with
@@ -222,20 +230,32 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	}
 	switch v.Action {
 	case approvals.Deny:
-		return v, deniedBy(v)
+		if runs {
+			return v, deniedBy(v)
+		}
 	case approvals.Ask:
-		if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, d.Decider, a.cfg.Groups); err != nil {
+		if err := a.authorizeUnder(ctx, c, v, d.Decider); err != nil {
 			return v, fmt.Errorf("the call now falls under rule %s: %w", v.RuleID, err)
 		}
-		if len(v.Approvers) == 0 && len(c.Approvers) > 0 {
-			// The rule now lets anyone in the conversation decide: an
-			// approver the card named must be one of them too.
-			if err := a.inAudience(ctx, c, d.Decider); err != nil {
-				return v, fmt.Errorf("the call now falls under rule %s: %w", v.RuleID, err)
-			}
-		}
+	}
+	if !runs {
+		return approvals.Verdict{}, nil
 	}
 	return v, nil
+}
+
+// authorizeUnder checks that decider may decide c under v, a verdict that
+// asks, after authorize's checks against the card: as one of v's
+// approvers, and, when v lets anyone in the conversation decide but the
+// card named approvers, as someone who can see the conversation too.
+func (a *Agent) authorizeUnder(ctx context.Context, c store.Call, v approvals.Verdict, decider string) error {
+	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, decider, a.cfg.Groups); err != nil {
+		return err
+	}
+	if len(v.Approvers) == 0 && len(c.Approvers) > 0 {
+		return a.inAudience(ctx, c, decider)
+	}
+	return nil
 }
 
 // inAudience checks that decider may decide c as someone who can see its
@@ -367,8 +387,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 		return nil, v, deniedBy(v)
 	}
 	if v.Action == approvals.Ask {
-		who := approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester, Requesters: c.Requesters}
-		if err := approvals.Authorize(ctx, who, d.Decider, a.cfg.Groups); err != nil {
+		if err := a.authorizeUnder(ctx, c, v, d.Decider); err != nil {
 			return nil, v, fmt.Errorf("the edited call falls under rule %s: %w", v.RuleID, err)
 		}
 	}

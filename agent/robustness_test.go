@@ -329,6 +329,75 @@ policy:
 	}
 }
 
+// An edit that moves a call under a rule that lets anyone in the
+// conversation decide is made only by someone who can see it: a card's
+// named approver outside the conversation cannot edit their way out of the
+// rule that named them.
+func TestEditIntoAnOpenRuleNeedsTheAudience(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  rules:
+    - id: staging
+      tool: restart
+      when: 'args.env == "staging"'
+      verdict: ask
+    - id: named
+      tool: restart
+      verdict: ask
+      approvers: ["UNAMED001", "UNAMED002"]
+`
+	w.cfg.Audience = audience{"C1": {"UREQUESTER", "UNAMED002"}}
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+	if len(p.Approvers) != 2 {
+		t.Fatalf("the card names %v, want the two approvers of rule named", p.Approvers)
+	}
+	d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UNAMED001", Args: json.RawMessage(`{"env":"staging"}`)}
+	if _, err := a.Decide(ctx, d); !errors.Is(err, approvals.ErrNotApprover) || !strings.Contains(err.Error(), "only people in the conversation") {
+		t.Fatalf("an edit into rule staging by a named approver outside the conversation: got %v, want ErrNotApprover", err)
+	}
+	d.Decider = "UNAMED002"
+	if _, err := a.Decide(ctx, d); err != nil {
+		t.Fatalf("the same edit by a named approver in the conversation: got %v", err)
+	}
+}
+
+// Once an admin takes an approver off the rule that asks, the card's
+// approver may still say no, but no longer give the model words: neither
+// a rejection's reason nor an answer to a question.
+func TestRemovedApproverMayOnlyDeny(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	_, err := w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "pair", Tool: "*", Verdict: approvals.Ask, Approvers: []string{"UONE000001", "UTWO000002"}})
+	must(t, err)
+	restart := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	other := request("please")
+	other.Conversation = "T1/C1/1700000000.000200"
+	question := pauseWith(t, w, a, other, call("c2", "ask_human", `{"question":"Which region?"}`))
+	must(t, w.engine.RemoveRule(ctx, "UADMIN0001", "pair"))
+	_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "two", Tool: "*", Verdict: approvals.Ask, Approvers: []string{"UTWO000002"}})
+	must(t, err)
+	reject := approvals.Decision{CallID: restart.ID, Fingerprint: restart.Fingerprint, Kind: approvals.Reject, Reason: "use prod", Decider: "UONE000001"}
+	if _, err := a.Decide(ctx, reject); !errors.Is(err, approvals.ErrNotApprover) || !strings.Contains(err.Error(), "rule two") {
+		t.Fatalf("a rejection by an approver the rule no longer names: got %v, want ErrNotApprover under rule two", err)
+	}
+	respond := approvals.Decision{CallID: question.ID, Fingerprint: question.Fingerprint, Kind: approvals.Respond, Answer: "eu-west-1", Decider: "UONE000001"}
+	if _, err := a.Decide(ctx, respond); !errors.Is(err, approvals.ErrNotApprover) {
+		t.Fatalf("an answer by an approver the rule no longer names: got %v, want ErrNotApprover", err)
+	}
+	respond.Decider = "UTWO000002"
+	if _, err := a.Decide(ctx, respond); err != nil {
+		t.Fatalf("an answer by an approver the rule still names: got %v", err)
+	}
+	refuse := approvals.Decision{CallID: restart.ID, Fingerprint: restart.Fingerprint, Kind: approvals.Refuse, Decider: "UONE000001"}
+	if _, err := a.Decide(ctx, refuse); err != nil {
+		t.Fatalf("a plain deny by the card's approver: got %v", err)
+	}
+}
+
 // An approval is checked against the policy as it is now, not only as it
 // was when the card was posted.
 func TestApprovalUnderTightenedPolicy(t *testing.T) {
