@@ -237,15 +237,10 @@ func modalText(s string) string {
 // into their characters.
 var unescapeEntities = strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&")
 
-// revealHidden writes out every invisible format character of untrusted
-// text as its code point between white square brackets ("⟦U+202E⟧"), so
-// that what a reader sees is what is there: bidirectional controls
-// (U+202A-202E, U+2066-2069, which can make "reports/⟦U+202E⟧exe.csv" read as
-// another name), zero-width and joining characters (U+200B-200F,
-// U+2060-2064), the byte-order mark U+FEFF, tag characters and every other
-// character of Unicode's format category (Cf). It returns how many it
-// wrote out. Apply it before Escape: Escape's own word joiners are not
-// untrusted.
+// revealHidden writes out every invisible character of untrusted text as
+// its code point between white square brackets ("⟦U+202E⟧"), so that what a
+// reader sees is what is there (see hidden). It returns how many it wrote
+// out. Apply it before Escape: Escape's own word joiners are not untrusted.
 func revealHidden(s string) (string, int) {
 	n := 0
 	var b strings.Builder
@@ -269,13 +264,58 @@ func revealHidden(s string) (string, int) {
 	return b.String(), n
 }
 
-// hidden reports whether r is an invisible format character.
+// hidden reports whether r is a character a reader would not see, or not
+// see for what it is: every character of Unicode's format category (Cf:
+// bidirectional controls such as U+202E, which can make
+// "reports/⟦U+202E⟧exe.csv" read as another name, zero-width and joining
+// characters, the byte-order mark, tag characters), control characters
+// other than tab and line breaks (DEL and the C1 controls among them), the
+// other default-ignorable code points (variation selectors, which can
+// carry bytes after a visible character, the combining grapheme joiner,
+// the Khmer and Mongolian inherent vowels and selectors, the unassigned
+// ranges Unicode reserves as ignorable), blank letters (the Hangul
+// fillers, which are valid in identifiers of JavaScript and other
+// languages, and the braille blank) and the line and paragraph separators.
 func hidden(r rune) bool {
-	return unicode.Is(unicode.Cf, r)
+	switch {
+	case r == '\t' || r == '\n' || r == '\r':
+		return false
+	case unicode.Is(unicode.Cf, r), unicode.Is(unicode.Cc, r), unicode.Is(invisible, r):
+		return true
+	}
+	return false
 }
 
-// hiddenWarning is the line shown with arguments that had hidden characters
-// written out.
-func hiddenWarning(n int) string {
-	return fmt.Sprintf(":warning: *%d hidden character(s)* in the arguments are written out as ⟦U+…⟧: they can make text read differently from what the tool gets (the tool gets the characters, not the ⟦U+…⟧ notation).", n)
+// invisible lists the invisible characters outside the format and control
+// categories (see hidden).
+var invisible = &unicode.RangeTable{
+	R16: []unicode.Range16{
+		{Lo: 0x034f, Hi: 0x034f, Stride: 1}, // combining grapheme joiner
+		{Lo: 0x115f, Hi: 0x1160, Stride: 1}, // Hangul choseong and jungseong fillers
+		{Lo: 0x17b4, Hi: 0x17b5, Stride: 1}, // Khmer inherent vowels
+		{Lo: 0x180b, Hi: 0x180f, Stride: 1}, // Mongolian free variation selectors
+		{Lo: 0x2028, Hi: 0x2029, Stride: 1}, // line and paragraph separators
+		{Lo: 0x2065, Hi: 0x2065, Stride: 1}, // reserved, default-ignorable
+		{Lo: 0x2800, Hi: 0x2800, Stride: 1}, // braille pattern blank
+		{Lo: 0x3164, Hi: 0x3164, Stride: 1}, // Hangul filler
+		{Lo: 0xfe00, Hi: 0xfe0f, Stride: 1}, // variation selectors
+		{Lo: 0xffa0, Hi: 0xffa0, Stride: 1}, // halfwidth Hangul filler
+		{Lo: 0xfff0, Hi: 0xfff8, Stride: 1}, // reserved, default-ignorable
+	},
+	R32: []unicode.Range32{
+		{Lo: 0x1bca0, Hi: 0x1bca3, Stride: 1}, // shorthand format controls
+		{Lo: 0x1d173, Hi: 0x1d17a, Stride: 1}, // musical format controls
+		{Lo: 0xe0000, Hi: 0xe0fff, Stride: 1}, // tags, variation selectors supplement, reserved
+	},
+}
+
+// hiddenWarning is the line shown with untrusted text that had hidden
+// characters written out; where names it ("the arguments", "the
+// question", "the preview").
+func hiddenWarning(n int, where string) string {
+	w := fmt.Sprintf(":warning: *%d hidden character(s)* in %s are written out as ⟦U+…⟧: they can make text read differently from what it is", n, where)
+	if where == "the arguments" {
+		w += " (the tool gets the characters, not the ⟦U+…⟧ notation)"
+	}
+	return w + "."
 }

@@ -176,6 +176,12 @@ func TestRevealHidden(t *testing.T) {
 		{"a\u2066b\u2069c\ufeff", "a⟦U+2066⟧b⟦U+2069⟧c⟦U+FEFF⟧", 3},
 		{"tag\U000E0041", "tag⟦U+E0041⟧", 1},
 		{"émoji ok ✓", "émoji ok ✓", 0},
+		{"tab\tand\nlines\r", "tab\tand\nlines\r", 0},
+		{"const { timeout,\u3164} = q", "const { timeout,⟦U+3164⟧} = q", 1},
+		{"\u115f\u1160\uffa0\u2800", "⟦U+115F⟧⟦U+1160⟧⟦U+FFA0⟧⟦U+2800⟧", 4},
+		{"a\u034fb\ufe0fc\U000E0100", "a⟦U+034F⟧b⟦U+FE0F⟧c⟦U+E0100⟧", 3},
+		{"\u17b4\u180b\u2028\u2029", "⟦U+17B4⟧⟦U+180B⟧⟦U+2028⟧⟦U+2029⟧", 4},
+		{"del\u007f csi\u009b", "del⟦U+007F⟧ csi⟦U+009B⟧", 2},
 	}
 	for _, tt := range tests {
 		got, n := revealHidden(tt.in)

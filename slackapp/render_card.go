@@ -156,11 +156,12 @@ func CardBlocks(c Card) []slack.Block {
 
 	if c.Human {
 		const title = "*Question*\n"
-		q, cut := fitMrkdwn(MarkdownToMrkdwn(c.Question), maxSectionText-textLen(title)-textLen(questionCutNote))
+		shown, warning := revealQuestion(c.Question)
+		q, cut := fitMrkdwn(MarkdownToMrkdwn(shown), maxSectionText-textLen(title)-textLen(questionCutNote)-textLen(warning))
 		if cut {
 			q += questionCutNote
 		}
-		blocks = append(blocks, section(title+q))
+		blocks = append(blocks, section(title+q+warning))
 	} else {
 		text, cut := argsSection("*Arguments*", c.Args)
 		var acc *slack.Accessory
@@ -289,6 +290,17 @@ func prettyJSON(raw json.RawMessage) string {
 	return buf.String()
 }
 
+// revealQuestion writes out the hidden characters of an ask_human
+// question (see revealHidden) and returns the line that warns about them,
+// "" when there were none.
+func revealQuestion(q string) (string, string) {
+	shown, n := revealHidden(q)
+	if n == 0 {
+		return q, ""
+	}
+	return shown, "\n" + hiddenWarning(n, "the question")
+}
+
 // argsSection renders arguments as a titled code block within one section,
 // reporting whether they were cut. Hidden characters are written out (see
 // revealHidden), with a warning line after the block.
@@ -300,7 +312,7 @@ func argsSection(title string, args json.RawMessage) (string, bool) {
 	shown, n := revealHidden(pretty)
 	warning := ""
 	if n > 0 {
-		warning = "\n" + hiddenWarning(n)
+		warning = "\n" + hiddenWarning(n, "the arguments")
 	}
 	block, cut := codeBlock(codeBody(shown), maxSectionText-textLen(title)-1-textLen(warning))
 	return title + "\n" + block + warning, cut
@@ -324,7 +336,7 @@ func previewBlock(c Card) slack.Block {
 	shown, n := revealHidden(c.Preview)
 	warning := ""
 	if n > 0 {
-		warning = "\n" + hiddenWarning(n)
+		warning = "\n" + hiddenWarning(n, "the preview")
 	}
 	block, cut := codeBlock(codeBody(shown), maxCardPreview)
 	var acc *slack.Accessory

@@ -107,14 +107,16 @@ func inboxEntry(c Card) []slack.Block {
 	var detail string
 	cut := false
 	if c.Human {
-		detail, _ = fitMrkdwn(MarkdownToMrkdwn(c.Question), homeArgsPreview)
+		shown, warning := revealQuestion(c.Question)
+		detail, _ = fitMrkdwn(MarkdownToMrkdwn(shown), homeArgsPreview)
+		detail += warning
 	} else if pretty := prettyJSON(c.Args); pretty == "" || pretty == "{}" || pretty == "null" {
 		detail = "_(no arguments)_"
 	} else {
 		shown, n := revealHidden(pretty)
 		detail, cut = codeBlock(codeBody(shown), homeArgsPreview)
 		if n > 0 {
-			detail += "\n" + hiddenWarning(n)
+			detail += "\n" + hiddenWarning(n, "the arguments")
 		}
 	}
 
@@ -146,12 +148,20 @@ func mineEntry(c Card) slack.Block {
 	lines = append(lines, line+" · waiting on "+who)
 	if c.Human {
 		if q := strings.TrimSpace(c.Question); q != "" {
-			q, _ = truncate(Escape(oneLine(q)), homeMinePreview)
+			shown, n := revealHidden(oneLine(q))
+			q, _ = truncate(Escape(shown), homeMinePreview)
 			lines = append(lines, q)
+			if n > 0 {
+				lines = append(lines, hiddenWarning(n, "the question"))
+			}
 		}
 	} else if compact := compactJSON(c.Args); compact != "" {
-		args, _ := truncate(Escape(strings.ReplaceAll(compact, "`", "ˋ")), homeMinePreview)
+		shown, n := revealHidden(compact)
+		args, _ := truncate(Escape(strings.ReplaceAll(shown, "`", "ˋ")), homeMinePreview)
 		lines = append(lines, "`"+args+"`")
+		if n > 0 {
+			lines = append(lines, hiddenWarning(n, "the arguments"))
+		}
 	}
 	if age := ageLine(c); age != "" {
 		lines = append(lines, age)

@@ -174,8 +174,12 @@ func schemaSummary(schema json.RawMessage) string {
 // PrivateMetadata is callID; read the answer with ReadAnswer.
 func RespondModal(callID, question string) slack.ModalViewRequest {
 	blocks := []slack.Block{section("*Question*")}
+	shown, n := revealHidden(question)
+	if n > 0 {
+		blocks = append(blocks, section(hiddenWarning(n, "the question")))
+	}
 	// The question in full, leaving room for the input and a note.
-	chunks := splitMrkdwn(MarkdownToMrkdwn(question), maxSectionText)
+	chunks := splitMrkdwn(MarkdownToMrkdwn(shown), maxSectionText)
 	for i, c := range chunks {
 		if len(blocks) == maxViewBlocks-2 && i < len(chunks)-1 {
 			blocks = append(blocks, contextBlock(fmt.Sprintf("… %d more parts of the question not shown.", len(chunks)-i)))
@@ -205,7 +209,7 @@ func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
 	if pretty == "" {
 		blocks = append(blocks, section("_(no arguments)_"))
 	}
-	m := modal(CallbackViewArgs, "Arguments", "", codeSections(blocks, pretty))
+	m := modal(CallbackViewArgs, "Arguments", "", codeSections(blocks, pretty, "the arguments"))
 	m.Close = plain("Close", maxModalTitle)
 	return m
 }
@@ -215,18 +219,18 @@ func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
 // with hidden characters written out.
 func PreviewModal(tool, preview string) slack.ModalViewRequest {
 	blocks := []slack.Block{section("What the call to " + inlineCode(tool) + " would do")}
-	m := modal(CallbackViewPreview, "Preview", "", codeSections(blocks, preview))
+	m := modal(CallbackViewPreview, "Preview", "", codeSections(blocks, preview, "the preview"))
 	m.Close = plain("Close", maxModalTitle)
 	return m
 }
 
 // codeSections appends text to blocks as code sections within the limits
 // of a modal, with hidden characters written out and a warning about them.
-func codeSections(blocks []slack.Block, text string) []slack.Block {
+func codeSections(blocks []slack.Block, text, where string) []slack.Block {
 	const wrap = len("```\n\n```")
 	shown, hiddenChars := revealHidden(text)
 	if hiddenChars > 0 {
-		blocks = append(blocks, section(hiddenWarning(hiddenChars)))
+		blocks = append(blocks, section(hiddenWarning(hiddenChars, where)))
 	}
 	chunks := splitLines(codeBody(shown), maxSectionText-wrap)
 	for i, c := range chunks {

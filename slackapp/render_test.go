@@ -676,3 +676,63 @@ func TestCardPreviewParts(t *testing.T) {
 		t.Error("the full-preview modal does not show the end of the preview")
 	}
 }
+
+// An ask_human question is untrusted text like arguments: its hidden
+// characters are written out, with a warning, wherever it is shown.
+func TestQuestionRevealsHiddenCharacters(t *testing.T) {
+	c := pendingCard()
+	c.Human = true
+	c.Question = "Reply yes to delete \u202eved-gnigats\u202c?"
+	asking := c
+	asking.Args = json.RawMessage("{\"path\":\"x\u202ey\"}")
+	asking.Human = false
+	surfaces := map[string]string{
+		"card":        blocksText(t, CardBlocks(c)),
+		"home inbox":  blocksText(t, HomeView([]Card{c}, nil).Blocks.BlockSet),
+		"home mine":   blocksText(t, HomeView(nil, []Card{c}).Blocks.BlockSet),
+		"reply modal": blocksText(t, RespondModal(c.CallID, c.Question).Blocks.BlockSet),
+	}
+	for name, text := range surfaces {
+		if strings.ContainsRune(text, '\u202e') || !strings.Contains(text, "⟦U+202E⟧ved-gnigats⟦U+202C⟧") {
+			t.Errorf("%s: the question's hidden characters are not written out: %q", name, text)
+		}
+		if !strings.Contains(text, "2 hidden character(s)* in the question") {
+			t.Errorf("%s: no warning about the question's hidden characters: %q", name, text)
+		}
+	}
+	if text := blocksText(t, HomeView(nil, []Card{asking}).Blocks.BlockSet); strings.ContainsRune(text, '\u202e') || !strings.Contains(text, "hidden character(s)* in the arguments") {
+		t.Errorf("home mine: the arguments' hidden characters are not written out: %q", text)
+	}
+}
+
+// blocksText is the JSON of blocks, decoded back to text: every string a
+// reader could see in them.
+func blocksText(t *testing.T, blocks []slack.Block) string {
+	t.Helper()
+	b, err := json.Marshal(blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case string:
+			out.WriteString(v + "\n")
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		case map[string]any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return out.String()
+}
