@@ -3,15 +3,19 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/storetest"
 )
 
 // announcer is a recorder that is also an agent.Announcer: it notes, for
@@ -185,5 +189,81 @@ func TestAwaitTurnReturnsOnceTheTurnEnds(t *testing.T) {
 			<-awaited
 			<-awaited
 		})
+	}
+}
+
+// pauseReplyLost applies (or, with drop, does not apply) a pause's commit,
+// then answers with an error and cannot be read until up is set: the reply
+// of a store step lost, with the store unreachable for a while.
+type pauseReplyLost struct {
+	storetest.Store
+	drop bool
+	down atomic.Bool
+}
+
+func (s *pauseReplyLost) CommitTurn(ctx context.Context, c store.Commit) error {
+	if c.Run == nil || s.down.Load() {
+		return s.Store.CommitTurn(ctx, c)
+	}
+	if !s.drop {
+		if err := s.Store.CommitTurn(ctx, c); err != nil {
+			return err
+		}
+	}
+	s.down.Store(true)
+	return errors.New("i/o timeout")
+}
+
+func (s *pauseReplyLost) LoadConversation(ctx context.Context, key string) (store.Conversation, error) {
+	if s.down.Load() {
+		return store.Conversation{}, errors.New("i/o timeout")
+	}
+	return s.Store.LoadConversation(ctx, key)
+}
+
+// A pause whose commit answered with an error, when the store cannot then
+// tell whether it was saved, keeps its cards: saved, its call is decided
+// and runs as any other; not saved, a decision on it is refused as unknown
+// and nothing runs. Never does a card say "not saved" of a call that was.
+func TestPauseOfUnknownFateKeepsItsCards(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, saved := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/saved=%v", b.name, saved), func(t *testing.T) {
+				w := newWorld(t, b)
+				rep := &announcer{st: w.store}
+				st := &pauseReplyLost{Store: w.store.(storetest.Store), drop: !saved}
+				a := w.agentWith(st, rep)
+				w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`)))
+				out, err := a.Run(t.Context(), request("deploy"))
+				if err != nil || out.Status != agent.Paused || len(out.Pending) != 1 {
+					t.Fatalf("Run = %s with %d pending, %v; want paused on the one call", out.Status, len(out.Pending), err)
+				}
+				if got, want := rep.Events(), []string{"announce", "paused"}; !slices.Equal(got, want) {
+					t.Errorf("reporter events = %q, want %q", got, want)
+				}
+				st.down.Store(false)
+				p := out.Pending[0]
+				w.model.Reply(fakeopenai.Text("deployed"))
+				res, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+				if !saved {
+					if !errors.Is(err, approvals.ErrUnknownCall) {
+						t.Fatalf("a decision on a call that was never saved: got %v, want ErrUnknownCall", err)
+					}
+					if n := w.deploys.n.Load(); n != 0 {
+						t.Errorf("deploy ran %d times", n)
+					}
+					return
+				}
+				must(t, err)
+				if !res.Complete {
+					t.Fatal("the one approval did not complete the step")
+				}
+				_, err = a.Resume(t.Context(), p.RunID)
+				must(t, err)
+				if n := w.deploys.n.Load(); n != 1 {
+					t.Errorf("deploy ran %d times, want once", n)
+				}
+			})
+		}
 	}
 }

@@ -1110,14 +1110,37 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 // was made can be lost (a cut connection; a Redis client that sends it
 // again then finds its own work done and refuses it). A run id is this
 // pause's alone, so a conversation paused on it was paused by this commit.
+// When the store cannot tell (the conversation cannot be read, a few times
+// over a second or two), the pause counts as saved: its cards keep their
+// buttons, and a click on a call that was not saved is refused as unknown,
+// whereas a card that said "not saved" of a call that was could still be
+// approved elsewhere (App Home, a copy) and run.
 func (a *Agent) pauseSaved(ctx context.Context, conv, runID string, err error) bool {
-	c, lerr := a.store.LoadConversation(context.WithoutCancel(ctx), conv)
-	if lerr != nil || c.PausedRun != runID {
-		return false
+	ctx = context.WithoutCancel(ctx)
+	var lerr error
+	for i, wait := range pauseReadWaits {
+		if i > 0 {
+			time.Sleep(wait)
+		}
+		var c store.Conversation
+		c, lerr = a.store.LoadConversation(ctx, conv)
+		if errors.Is(lerr, store.ErrNotFound) {
+			return false
+		}
+		if lerr == nil {
+			if c.PausedRun != runID {
+				return false
+			}
+			a.log.Warn("a pause's store step answered with an error, but the pause is saved", "conversation", conv, "run", runID, "err", err)
+			return true
+		}
 	}
-	a.log.Warn("a pause's store step answered with an error, but the pause is saved", "conversation", conv, "run", runID, "err", err)
+	a.log.Warn("a pause's store step answered with an error, and the store cannot tell whether it was saved; its cards stay", "conversation", conv, "run", runID, "err", err, "read_err", lerr)
 	return true
 }
+
+// pauseReadWaits are the waits before each read of pauseSaved.
+var pauseReadWaits = []time.Duration{0, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}
 
 // pendingOf returns the still pending calls of a run, as PendingCalls.
 func (a *Agent) pendingOf(calls []store.Call) []PendingCall {
