@@ -549,7 +549,7 @@ func (s *server) refuse(err error) error {
 // server or ctx's end (the agent bounds previews) is an error: the card
 // then says the preview is unavailable.
 func (s *server) previewer(name string) agent.PreviewFunc {
-	call := s.handler(name)
+	call := s.handler(name, approvals.Hints{ReadOnly: true})
 	return func(ctx context.Context, args json.RawMessage) (string, error) {
 		res, err := call(ctx, args)
 		if err != nil {
@@ -576,12 +576,13 @@ func (s *server) convert(t *mcp.Tool) (agent.Tool, error) {
 	if desc == "" {
 		desc = t.Title
 	}
+	h := hints(t.Annotations)
 	tool := agent.Tool{
 		Name:        toolName(s.prefix, t.Name),
 		Description: desc,
 		Schema:      schema,
-		Annotations: hints(t.Annotations),
-		Handler:     s.handler(t.Name),
+		Annotations: h,
+		Handler:     s.handler(t.Name, h),
 	}
 	// Check it alone so that one bad tool does not keep the others out.
 	if err := agent.NewRegistry().Register(tool); err != nil {
@@ -613,8 +614,9 @@ func toolName(prefix, name string) string {
 	return n
 }
 
-// handler calls the MCP tool name on the server's current session.
-func (s *server) handler(name string) agent.Handler {
+// handler calls the MCP tool name, with hints h, on the server's current
+// session.
+func (s *server) handler(name string, h approvals.Hints) agent.Handler {
 	return func(ctx context.Context, args json.RawMessage) (agent.Result, error) {
 		s.mu.Lock()
 		cs, lastErr := s.session, s.lastErr
@@ -635,10 +637,30 @@ func (s *server) handler(name string) agent.Handler {
 				return errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, cleanError(err)), nil
 			}
 			s.fail(cs, err)
-			return s.unavailable(err), nil
+			if !delivered(err) || h.ReadOnly || h.Idempotent {
+				return s.unavailable(err), nil
+			}
+			return errorResult("MCP server %s stopped answering while %s ran (%v): whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user.", s.cfg.Name, name, cleanError(err)), nil
 		}
 		return capResult(toResult(res), s.maxOutput), nil
 	}
+}
+
+// delivered reports whether a call that failed with the transport error
+// err may have reached the server: all but the SDK's refusals to send
+// (its client or session closing, the transport rejecting the request)
+// and a connection that could not be made.
+func delivered(err error) bool {
+	if werr, ok := errors.AsType[*jsonrpc.Error](err); ok {
+		switch werr.Code {
+		case codeClientClosing, codeServerClosing, codeRejected:
+			return false
+		}
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+		return false
+	}
+	return true
 }
 
 // standIn is the tool registered for a server that has not listed its

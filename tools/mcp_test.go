@@ -32,7 +32,9 @@ import (
 // Environment variables that make the test binary an MCP stdio server.
 const (
 	envServe = "TOOLGATE_TEST_MCP_SERVE"
-	envDown  = "TOOLGATE_TEST_MCP_DOWN" // a file; while it exists the server exits at once
+	// envDieMark adds tools that write this file and exit before answering.
+	envDieMark = "TOOLGATE_TEST_MCP_DIE_MARK"
+	envDown    = "TOOLGATE_TEST_MCP_DOWN" // a file; while it exists the server exits at once
 )
 
 // Arguments that make the test binary an MCP stdio server without any
@@ -149,6 +151,16 @@ func newTestServer() *mcp.Server {
 				})
 			return text("added"), nil, nil
 		})
+	if mark := os.Getenv(envDieMark); mark != "" {
+		// Tools that do their effect, then exit before answering.
+		die := func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			_ = os.WriteFile(mark, []byte("done"), 0o644)
+			os.Exit(3)
+			return nil, nil, nil
+		}
+		mcp.AddTool(s, &mcp.Tool{Name: "write_then_die", Description: "Write, then exit before answering."}, die)
+		mcp.AddTool(s, &mcp.Tool{Name: "read_then_die", Description: "Read, then exit before answering.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, die)
+	}
 	return s
 }
 
@@ -432,7 +444,7 @@ policy:
 	t.Run("protocol error", func(t *testing.T) {
 		// A tool the server does not know: the server answers with a
 		// JSON-RPC error, which is the model's problem, not an outage.
-		got, err := m.servers[0].handler("missing")(t.Context(), json.RawMessage(`{}`))
+		got, err := m.servers[0].handler("missing", approvals.Hints{})(t.Context(), json.RawMessage(`{}`))
 		if err != nil || !got.IsError || !strings.HasPrefix(got.Content, "MCP server srv refused the call to missing: ") {
 			t.Errorf("calling an unknown tool: got %+v, %v; want a refusal", got, err)
 		}
@@ -791,7 +803,7 @@ mcp_servers:
 	if st.Connected || !strings.Contains(st.LastError, "http://127.0.0.1:1") {
 		t.Errorf("status: got %+v, want an error naming http://127.0.0.1:1", st)
 	}
-	res, err := m.servers[0].handler("echo")(t.Context(), json.RawMessage(`{}`))
+	res, err := m.servers[0].handler("echo", approvals.Hints{})(t.Context(), json.RawMessage(`{}`))
 	if err != nil || !res.IsError || !strings.Contains(res.Content, "unavailable") {
 		t.Errorf("a call: got %+v, %v; want an unavailable error", res, err)
 	}
@@ -977,5 +989,44 @@ func TestHTTPServerThatNeverListsItsTools(t *testing.T) {
 	defer m.Close()
 	if st := m.Status()[0]; st.Connected || !strings.Contains(st.LastError, "list tools") {
 		t.Errorf("status: got %+v, want the server down with a list error", st)
+	}
+}
+
+// A server that stops answering after it took a call, as a stdio server
+// that dies while the call runs: the call may have had its effect, so the
+// model is told that its outcome is unknown and not to call it again
+// blindly, unless the tool is read-only, which may be tried again.
+func TestServerThatDiesDuringACall(t *testing.T) {
+	for _, tt := range []struct {
+		tool, want, not string
+	}{
+		{"srv__write_then_die", "whether the call took effect is unknown. Do not call it again", "try again later"},
+		{"srv__read_then_die", "is unavailable", "unknown"},
+	} {
+		t.Run(tt.tool, func(t *testing.T) {
+			mark := filepath.Join(t.TempDir(), "effect")
+			cfg, err := ParseConfig([]byte(fmt.Sprintf(`
+mcp_servers:
+  - name: srv
+    command: [%q]
+    env: {%s: "1", %s: %q}
+`, os.Args[0], envServe, envDieMark, mark)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := agent.NewRegistry()
+			m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { m.Close() })
+			got := call(t, reg, tt.tool, `{}`)
+			if _, err := os.Stat(mark); err != nil {
+				t.Fatalf("the tool did not run: %v", err)
+			}
+			if !got.IsError || !strings.Contains(got.Content, tt.want) || strings.Contains(got.Content, tt.not) {
+				t.Errorf("result = %+v; want an error saying %q, not %q", got, tt.want, tt.not)
+			}
+		})
 	}
 }
