@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -231,6 +232,37 @@ func TestBadCallsAreSanitizedInTheHistory(t *testing.T) {
 	}
 	if cut != `{"invalid_json":"{\"path\": \"/etc/"}` {
 		t.Errorf("the cut arguments are kept as %q, want them as a string in an object", cut)
+	}
+}
+
+// Tool call ids are unique in the whole history a request sends, however
+// the server makes them up: none at all, or the same ones every turn.
+func TestToolCallIDsAreUniqueInTheHistory(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	for i, ids := range [][2]string{{"", ""}, {"call_0", "call_1"}, {"call_0", "call_0"}} {
+		w.model.Reply(fakeopenai.ToolCalls(call(ids[0], "read_file", `{"path":"/a"}`), call(ids[1], "read_file", `{"path":"/b"}`)), fakeopenai.Text("read"))
+		_, err := a.Run(context.Background(), request(fmt.Sprintf("read %d", i)))
+		must(t, err)
+	}
+	reqs := w.model.Requests()
+	last := reqs[len(reqs)-1].Messages
+	calls, answered := map[string]int{}, map[string]int{}
+	for _, m := range last {
+		for _, tc := range m.ToolCalls {
+			calls[tc.ID]++
+		}
+		if m.Role == "tool" {
+			answered[m.ToolCallID]++
+		}
+	}
+	if len(calls) != 6 {
+		t.Errorf("the history has %d distinct call ids for 6 calls: %v", len(calls), calls)
+	}
+	for id, n := range calls {
+		if id == "" || n != 1 || answered[id] != 1 {
+			t.Errorf("call id %q: %d calls, %d results; want one of each", id, n, answered[id])
+		}
 	}
 }
 

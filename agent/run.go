@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -621,7 +622,7 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			}
 			return Outcome{}, fmt.Errorf("model: %w", err)
 		}
-		msg = normalizeAssistant(msg, t.steps)
+		msg = normalizeAssistant(msg, t.messages)
 		if len(msg.ToolCalls) == 0 && strings.TrimSpace(msg.Content) == "" {
 			// A refusal is the answer; an empty answer is said to be one.
 			// Either way the history keeps an answer with content, which
@@ -674,16 +675,27 @@ func (a *Agent) modelTools() []openai.Tool {
 }
 
 // normalizeAssistant makes the model's message safe to persist and send
-// back: role set, stream indexes cleared, every tool call with a unique id.
-func normalizeAssistant(m openai.ChatCompletionMessage, step int) openai.ChatCompletionMessage {
+// back after history: role set, stream indexes cleared, every tool call
+// with an id unique in the whole history (servers that make up ids, or
+// give none, may repeat one across turns; some servers refuse a history
+// with an id twice).
+func normalizeAssistant(m openai.ChatCompletionMessage, history []openai.ChatCompletionMessage) openai.ChatCompletionMessage {
 	m.Role = openai.ChatMessageRoleAssistant
+	if len(m.ToolCalls) == 0 {
+		return m
+	}
 	seen := map[string]bool{}
+	for _, h := range history {
+		for _, tc := range h.ToolCalls {
+			seen[tc.ID] = true
+		}
+	}
 	for i := range m.ToolCalls {
 		tc := &m.ToolCalls[i]
 		tc.Index = nil
 		tc.Type = openai.ToolTypeFunction
 		if tc.ID == "" || seen[tc.ID] {
-			tc.ID = fmt.Sprintf("call_s%d_%d", step, i)
+			tc.ID = "call_" + rand.Text()
 		}
 		seen[tc.ID] = true
 	}
