@@ -377,7 +377,7 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 		out += fmt.Sprintf("\nNeeds %d distinct approvers.", v.MinApprovals)
 	}
 	if err != nil {
-		out += "\n(The policy store could not be read: " + Escape(err.Error()) + ")"
+		out += "\n(The policy's stored rules could not be read: this is the verdict while they cannot be.)"
 	}
 	return out + "\nNothing was run."
 }

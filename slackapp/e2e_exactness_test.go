@@ -407,3 +407,31 @@ func TestAlwaysAllowExactArguments(t *testing.T) {
 		})
 	}
 }
+
+// No message the bot posts has its links unfurled: Slack would fetch a
+// link of model-written text from its servers (an image link can carry
+// data out) and show a preview the model chose.
+func TestPostsAreNotUnfurled(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	const link = "https://attacker.example/p.png?d=SECRET"
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"`+link+`","version":"1"}`)), fakeopenai.Text("Deployed, see "+link))
+	ts := e.slack.Mention(channel, requester, "deploy")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed, see")
+	posted := 0
+	for _, m := range e.slack.Thread(channel, ts) {
+		if m.BotID == "" || m.Streamed {
+			continue
+		}
+		posted++
+		if m.Unfurls {
+			t.Errorf("message %s is posted with its links unfurled: %s", m.TS, m.Text)
+		}
+	}
+	if posted == 0 {
+		t.Fatal("the bot posted no message with chat.postMessage")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 )
 
 // explainTimeout bounds the model's answer to one Why?.
@@ -68,7 +69,7 @@ func (a *App) whyClick(ctx context.Context, c click) {
 	blocks := ExplanationBlocks(pc.Tool, c.user, text)
 	fallback := "Why " + inlineCode(pc.Tool) + ": " + fallbackText(text)
 	if a.postBlocks(ctx, channel, thread, blocks, fallback) == "" {
-		a.tell(ctx, c.user, c.channel, ExplainFailedText(errors.New("the explanation could not be posted in the thread")))
+		a.tell(ctx, c.user, c.channel, ExplainFailedText(errExplanationNotPosted))
 		return
 	}
 	if c.channel != channel {
@@ -147,8 +148,30 @@ func ExplainBusyText() string {
 	return "An explanation of this call is already being written (or was just posted); it appears in the thread. Nothing changed."
 }
 
-// ExplainFailedText tells the clicker of Why? that no explanation came.
-// The call is untouched.
+// errExplanationNotPosted is the failure of an explanation that came but
+// could not be posted in the thread.
+var errExplanationNotPosted = errors.New("the explanation could not be posted in the thread")
+
+// ExplainFailedText tells the clicker of Why? that no explanation came,
+// naming the cause in a few words: never an error's own text, which can
+// carry the model endpoint's address or the store's. The call is
+// untouched.
 func ExplainFailedText(err error) string {
-	return "I couldn't get an explanation of this call: " + Escape(clip(err.Error(), 500)) + ". The call is still pending; nothing changed."
+	var me *agent.ModelError
+	var why string
+	switch {
+	case errors.As(err, &me):
+		why = "the model failed (" + Escape(me.Kind.String()) + ")"
+	case errors.Is(err, agent.ErrNoExplanation), errors.Is(err, errExplanationNotPosted):
+		why = err.Error()
+	case errors.Is(err, approvals.ErrUnknownCall):
+		why = "the call is no longer known"
+	case errors.Is(err, approvals.ErrAlreadyDecided), errors.Is(err, approvals.ErrExpired):
+		return "This call is no longer pending, so there is nothing to explain."
+	case errors.Is(err, context.DeadlineExceeded):
+		why = "the model took too long"
+	default:
+		why = "something went wrong (my state store may be unavailable)"
+	}
+	return "I couldn't get an explanation of this call: " + why + ". The call is still pending; nothing changed."
 }

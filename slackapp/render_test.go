@@ -3,6 +3,7 @@ package slackapp
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 )
 
@@ -735,4 +737,42 @@ func blocksText(t *testing.T, blocks []slack.Block) string {
 	}
 	walk(v)
 	return out.String()
+}
+
+// A note posted in a thread stays within Block Kit's limits however long
+// it is (a waiting note lists every tool the step waits on), with
+// verbatim text like every other section.
+func TestTextBlocksAreWithinLimits(t *testing.T) {
+	text := strings.Repeat("`files__a_rather_long_tool_name_from_a_server` ", 150)
+	blocks := textBlocks(text)
+	checkLimits(t, "long note", blocks, maxMessageBlocks)
+	var got strings.Builder
+	for _, b := range blocks {
+		s := b.(*slack.SectionBlock)
+		if !s.Text.Verbatim {
+			t.Errorf("a section of the note is not verbatim")
+		}
+		got.WriteString(s.Text.Text)
+	}
+	if len(blocks) < 2 || strings.Count(got.String(), "files__") != 150 {
+		t.Errorf("the note is %d sections holding %d of the 150 tools, want it whole over several", len(blocks), strings.Count(got.String(), "files__"))
+	}
+}
+
+// A failed Why? names its cause in a few words, never the error's own
+// text, which can carry the model endpoint's address and query.
+func TestExplainFailedTextKeepsErrorsOut(t *testing.T) {
+	inner := errors.New(`Post "https://llm.internal.example:8443/v1/chat/completions?key=SECRET": dial tcp 10.2.3.4:8443: connect: connection refused`)
+	for _, err := range []error{
+		fmt.Errorf("model: %w", &agent.ModelError{Kind: agent.ErrKindConnection, Message: inner.Error(), Err: inner}),
+		fmt.Errorf("load run of call x: %w", inner),
+	} {
+		got := ExplainFailedText(err)
+		if strings.Contains(got, "llm.internal") || strings.Contains(got, "SECRET") || strings.Contains(got, "10.2.3.4") {
+			t.Errorf("ExplainFailedText(%v) = %q, quotes the error", err, got)
+		}
+		if !strings.Contains(got, "still pending") {
+			t.Errorf("ExplainFailedText(%v) = %q, want it to say the call is still pending", err, got)
+		}
+	}
 }

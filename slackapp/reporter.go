@@ -714,7 +714,20 @@ func (a *App) post(ctx context.Context, channel, thread, text string) {
 		a.log.Warn("shutdown deadline passed; note not posted", "channel", channel, "thread", thread, "text", clip(text, 200))
 		return
 	}
-	a.postBlocks(ctx, channel, thread, []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)}, text)
+	a.postBlocks(ctx, channel, thread, textBlocks(text), text)
+}
+
+// textBlocks is mrkdwn text (already safe) as sections within Block Kit's
+// limits, cut to the blocks a message may have.
+func textBlocks(text string) []slack.Block {
+	var blocks []slack.Block
+	for _, part := range splitMrkdwn(text, maxSectionText) {
+		if len(blocks) == maxMessageBlocks {
+			break
+		}
+		blocks = append(blocks, section(part))
+	}
+	return blocks
 }
 
 // cardOf renders a stored call, and what happened to it, as a Card.

@@ -134,7 +134,15 @@ type chatRequest struct {
 	TS       string        `json:"ts,omitempty"`
 	Blocks   []slack.Block `json:"blocks"`
 	Text     string        `json:"text"`
+	// Unfurl is false on every post: Slack would otherwise fetch the links
+	// of model-written text from its servers (an image link carrying data
+	// out), and show their previews.
+	UnfurlLinks *bool `json:"unfurl_links,omitempty"`
+	UnfurlMedia *bool `json:"unfurl_media,omitempty"`
 }
+
+// noUnfurl is the false of chatRequest's Unfurl fields.
+var noUnfurl = new(bool)
 
 // chatMessage is a message the bot posts (thread set: in that thread) or
 // updates (ts set).
@@ -178,7 +186,11 @@ func (a *App) chat(ctx context.Context, msg chatMessage) (string, error) {
 	}
 	// A JSON body: the blocks go as they are, where a form would escape
 	// every character of their JSON that a URL may not hold.
-	body, err := json.Marshal(chatRequest{Channel: msg.channel, ThreadTS: msg.thread, TS: msg.ts, Blocks: msg.blocks, Text: msg.text})
+	cr := chatRequest{Channel: msg.channel, ThreadTS: msg.thread, TS: msg.ts, Blocks: msg.blocks, Text: msg.text}
+	if msg.ts == "" {
+		cr.UnfurlLinks, cr.UnfurlMedia = noUnfurl, noUnfurl
+	}
+	body, err := json.Marshal(cr)
 	if err != nil {
 		return "", fmt.Errorf("encode blocks: %w", err)
 	}

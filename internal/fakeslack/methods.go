@@ -96,6 +96,7 @@ func (s *Server) chatPostMessage(rq *request) (response, *apiError) {
 	if md := rq.raw("metadata"); len(md) > 0 && string(md) != "null" {
 		m.Metadata = slices.Clone(md)
 	}
+	m.Unfurls = flag(rq, "unfurl_links", false) || flag(rq, "unfurl_media", true)
 	s.storeBotMessageLocked(st, m)
 	return response{"channel": st.ID, "ts": m.TS, "message": s.messageJSON(m)}, nil
 }
@@ -550,4 +551,15 @@ func (s *Server) userJSON(u *User) jsonObject {
 			"team":         s.cfg.teamID,
 		},
 	}
+}
+
+// flag is a boolean parameter of rq, def when not sent.
+func flag(rq *request, name string, def bool) bool {
+	switch string(rq.raw(name)) {
+	case "true", `"true"`, "1":
+		return true
+	case "false", `"false"`, "0":
+		return false
+	}
+	return def
 }

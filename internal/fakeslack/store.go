@@ -44,6 +44,9 @@ type Message struct {
 	Text     string
 	Blocks   json.RawMessage // as posted; nil when the message has none
 	Metadata json.RawMessage // chat.postMessage metadata, if any
+	// Unfurls is true when Slack would unfurl the links of a posted
+	// message: unfurl_links sent true, or unfurl_media not sent false.
+	Unfurls bool
 	// Updates counts the chat.update calls that changed the message.
 	Updates int
 	Deleted bool
