@@ -85,7 +85,7 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 			}
 			n = v
 		}
-		return a.cmdAudit(ctx, n)
+		return a.cmdAudit(ctx, cmd.UserID, n)
 	case sub == "policy" && len(args) > 1:
 		switch strings.ToLower(args[1]) {
 		case "list":
@@ -177,18 +177,60 @@ func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand) string {
 	return fmt.Sprintf("*%d call(s) waiting on approval here:*\n%s", n, b.String()) + more
 }
 
-func (a *App) cmdAudit(ctx context.Context, n int) string {
-	entries, err := a.st.AuditLog(ctx, n)
+// auditScan bounds the audit entries /approvals audit reads to find the
+// newest n its reader may see.
+const auditScan = 500
+
+// cmdAudit shows user (an admin) the newest n audit entries they may see:
+// those made outside a conversation (policy changes), those of
+// conversations they can see, and those of calls they decided. Entries
+// about other conversations are left out, and counted.
+func (a *App) cmdAudit(ctx context.Context, user string, n int) string {
+	entries, err := a.st.AuditLog(ctx, max(n, auditScan))
 	if err != nil {
 		return "I couldn't read the audit log right now; please try again."
 	}
 	if len(entries) == 0 {
 		return "The audit log is empty."
 	}
+	decided := map[string]bool{}
+	for _, e := range entries {
+		if e.Actor == user && e.CallID != "" {
+			decided[e.CallID] = true
+		}
+	}
+	sees := map[string]bool{}
+	visible := func(e store.AuditEntry) bool {
+		if e.Channel == "" || e.Actor == user || decided[e.CallID] {
+			return true
+		}
+		ok, known := sees[e.Channel]
+		if !known {
+			ok = a.inAudience(ctx, e.Channel, "", user)
+			sees[e.Channel] = ok
+		}
+		return ok
+	}
 	var b strings.Builder
 	b.WriteString("*Audit log, newest first:*\n")
+	shown, left := 0, 0
 	for _, e := range entries {
+		if shown == n {
+			break
+		}
+		if !visible(e) {
+			left++
+			continue
+		}
 		b.WriteString(auditLine(e) + "\n")
+		shown++
+	}
+	if shown == 0 {
+		b.Reset()
+		b.WriteString("Nothing in the audit log is about a conversation you can see.\n")
+	}
+	if left > 0 {
+		fmt.Fprintf(&b, "_%d newer entries about conversations you are not part of are left out._\n", left)
 	}
 	return b.String()
 }

@@ -291,3 +291,39 @@ func TestLateCardCopyIsUpdated(t *testing.T) {
 		}
 	}
 }
+
+// The audit log shows an admin only what they may see of calls: entries of
+// conversations they are in or calls they decided, never a private
+// conversation's reasons or where it is; policy changes are for every
+// admin.
+func TestAuditShowsAdminsOnlyConversationsTheySee(t *testing.T) {
+	const private = "CPRIVATE07"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = strings.Replace(e2ePolicy, "      four_eyes: true\n", "", 1)
+	e.cfg.AdminUsers = []string{other, approver, stranger}
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"payroll","version":"1"}`)), fakeopenai.Text("No deploy."))
+	ts := e.slack.Mention(private, requester, "deploy payroll 1")
+	card := e.cardIn(private, ts, "deploy")
+	_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionReject, "")
+	must(t, err)
+	view := e.modal(approver, slackapp.CallbackReject)
+	const reason = "PRIVATE: the layoffs list is not final"
+	_, err = e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
+		slackapp.BlockRejectReason: {slackapp.ActionRejectReason: reason},
+	}, "")
+	must(t, err)
+	e.answerIn(private, ts, "No deploy.")
+	wantIn(t, "policy add", e.slash(stranger, "policy add tool=deploy verdict=deny id=freeze reason=frozen"), "Added runtime rule `freeze`")
+
+	// The approver is in the conversation and decided the call: all of it.
+	wantIn(t, "the audit of an admin in the conversation", e.audit(approver, "PRIVATE"), "<#"+private+">", reason, "freeze")
+	// The requester's mention was answered, not decided, by the other
+	// admin; they see the policy change and no more.
+	audit := e.slash(other, "audit")
+	wantIn(t, "the audit of an admin outside the conversation", audit, "freeze", "about conversations you are not part of are left out")
+	if strings.Contains(audit, private) || strings.Contains(audit, "PRIVATE") || strings.Contains(audit, "`decide`") {
+		t.Errorf("an admin outside the private conversation reads its entries:\n%s", audit)
+	}
+}
