@@ -259,3 +259,58 @@ func TestWhyAgainOnceTheFirstIsDone(t *testing.T) {
 	must(t, err)
 	e.answer(ts, "Second explanation.")
 }
+
+// The copy in APPROVALS_CHANNEL, read by people who may not see the
+// conversation, shows none of the call's arguments, nor the reason it was
+// rejected with; its "View full arguments" shows them to an approver and
+// to no one else there.
+func TestApprovalsChannelCopyIsSealed(t *testing.T) {
+	const private = "CPRIVATE01"
+	const approvalsChannel = "CAPPROVALS"
+	const secret = "SECRET-TOKEN-123"
+	e := newEnv(t, storeKinds(t)[0])
+	e.slack.AddUser(fakeslack.User{ID: "UBYSTANDER", Name: "bystander"})
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+	e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: []string{approver, other, "UBYSTANDER", e.slack.BotUserID()}})
+	e.cfg.ApprovalsChannel = approvalsChannel
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"`+secret+`","version":"14"}`)), fakeopenai.Text("not shipped"))
+	ts := e.slack.Mention(private, requester, "deploy")
+	card := e.cardIn(private, ts, "deploy")
+	if !strings.Contains(blocksText(card), secret) {
+		t.Fatalf("the card in the conversation does not show the arguments:\n%s", blocksText(card))
+	}
+	cp, err := e.slack.WaitMessage(approvalsChannel, func(m fakeslack.Message) bool { return isCard(m) }, 10*time.Second)
+	must(t, err)
+	if text := blocksText(cp) + cp.Text; strings.Contains(text, secret) || !strings.Contains(text, "Not shown here") {
+		t.Errorf("the copy in the approvals channel shows the arguments, or does not say they are hidden:\n%s", text)
+	}
+	_, err = e.slack.Click("UBYSTANDER", approvalsChannel, cp.TS, slackapp.ActionViewArgs, "")
+	must(t, err)
+	e.ephemeral("UBYSTANDER", "not part of")
+	if views := e.slack.OpenModals("UBYSTANDER"); len(views) != 0 {
+		t.Errorf("a bystander in the approvals channel opened %d views of the call", len(views))
+	}
+	_, err = e.slack.Click(approver, approvalsChannel, cp.TS, slackapp.ActionViewArgs, "")
+	must(t, err)
+	if view := e.modal(approver, slackapp.CallbackViewArgs); !strings.Contains(string(view.JSON), secret) {
+		t.Errorf("View full arguments does not show the approver the arguments: %s", view.JSON)
+	}
+	const reason = "PRIVATE-REASON: not now"
+	_, err = e.slack.Click(approver, approvalsChannel, cp.TS, slackapp.ActionReject, "")
+	must(t, err)
+	form := e.modal(approver, slackapp.CallbackReject)
+	_, err = e.slack.SubmitView(approver, form.ID, map[string]map[string]string{slackapp.BlockRejectReason: {slackapp.ActionRejectReason: reason}}, "")
+	must(t, err)
+	e.answerIn(private, ts, "not shipped")
+	decided, err := e.slack.WaitMessage(approvalsChannel, func(m fakeslack.Message) bool {
+		return m.TS == cp.TS && strings.Contains(blocksText(m), "Rejected")
+	}, 10*time.Second)
+	must(t, err)
+	if text := blocksText(decided) + decided.Text; strings.Contains(text, secret) || strings.Contains(text, "PRIVATE-REASON") {
+		t.Errorf("the decided copy in the approvals channel shows the arguments or the reason:\n%s", text)
+	}
+	if thread, _ := e.slack.Message(private, card.TS); !strings.Contains(blocksText(thread), "PRIVATE-REASON") {
+		t.Errorf("the card in the conversation does not show the reason:\n%s", blocksText(thread))
+	}
+}

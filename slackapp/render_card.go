@@ -119,6 +119,30 @@ type Card struct {
 	// say. Both are tool output, escaped where shown.
 	Preview      string
 	PreviewError string
+
+	// Sealed marks a copy read by people who may not see the call's
+	// conversation (in APPROVALS_CHANNEL): it shows who asked what tool
+	// under which rule, and the buttons, but none of the call's arguments,
+	// question, preview or output, nor people's words about it; "View full
+	// arguments" shows them to those who may see them. See Sealed.
+	Sealed bool
+}
+
+// Seal returns c as a sealed copy (see Card.Sealed).
+func Seal(c Card) Card {
+	c.Sealed = true
+	c.Args, c.EditedArgs, c.Question, c.Answer, c.RejectReason = nil, nil, "", "", ""
+	c.Preview, c.PreviewError, c.OutputSummary = "", "", ""
+	return c
+}
+
+// sealedText stands for the arguments or question on a sealed card.
+func sealedText(c Card) string {
+	what := "*Arguments*"
+	if c.Human {
+		what = "*Question*"
+	}
+	return what + "\n_Not shown here: this channel may include people who cannot see the conversation. *View full arguments* shows them to its approvers and its members._"
 }
 
 // pending reports whether c still waits for a decision.
@@ -154,7 +178,9 @@ func CardBlocks(c Card) []slack.Block {
 		section(requestText(c)),
 	}
 
-	if c.Human {
+	if c.Sealed {
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(sealedText(c)), nil, slack.NewAccessory(button(ActionViewArgs, "View full arguments", c.CallID))))
+	} else if c.Human {
 		const title = "*Question*\n"
 		shown, warning := revealQuestion(c.Question)
 		q, cut := fitMrkdwn(MarkdownToMrkdwn(shown), maxSectionText-textLen(title)-textLen(questionCutNote)-textLen(warning))
@@ -185,7 +211,7 @@ func CardBlocks(c Card) []slack.Block {
 
 	blocks = append(blocks, slack.NewDividerBlock(), section(statusText(c)))
 	blocks = append(blocks, approvalsBlocks(c)...)
-	if c.Status == StatusDecided && c.Decision == approvals.Edit && !c.Human {
+	if c.Status == StatusDecided && c.Decision == approvals.Edit && !c.Human && !c.Sealed {
 		text, _ := argsSection("*Edited arguments*", c.EditedArgs)
 		blocks = append(blocks, section(text))
 	}

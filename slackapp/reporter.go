@@ -271,8 +271,8 @@ func (r *threadReporter) Unsaved(ctx context.Context, calls []agent.PendingCall)
 		r.app.cards.done(p.mem)
 		card := cardOf(c, nil)
 		card.Status = StatusUnsaved
-		blocks, text := CardBlocks(card), CardText(card)
 		for _, ref := range p.refs {
+			blocks, text := r.app.cardIn(card, ref.Channel, c.Channel)
 			if _, err := r.app.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: blocks, text: text}); err != nil {
 				r.app.log.Error("mark a card whose request could not be saved", "call", c.ID, "channel", ref.Channel, "err", err)
 			}
@@ -391,7 +391,8 @@ func (r cardRefs) posting(now time.Time) bool {
 // failed), its other copies are still to come.
 type cardPost struct {
 	callID string
-	blocks []slack.Block
+	card   Card
+	blocks []slack.Block // of the copy in the conversation
 	text   string
 	since  time.Time
 	mem    *postedCard
@@ -416,7 +417,7 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 		a.audience.warm(ctx, channel)
 	}
 	card := cardOf(pc, nil)
-	p := &cardPost{callID: pc.ID, since: time.Now()}
+	p := &cardPost{callID: pc.ID, card: card, since: time.Now()}
 	p.blocks, p.text = CardBlocks(card), CardText(card)
 	// Updates of this card made by this process read where it is from
 	// memory, once it is posted; other replicas read the store.
@@ -457,7 +458,11 @@ func (a *App) postCopies(ctx context.Context, p *cardPost) {
 				a.log.Warn("remember where a card copy is", "call", p.callID, "err", err)
 			}
 		}
-		if ts := a.postBlocks(ctx, target, "", p.blocks, p.text); ts != "" {
+		blocks, text := p.blocks, p.text
+		if target == a.cfg.ApprovalsChannel {
+			blocks, text = a.cardIn(p.card, target, "")
+		}
+		if ts := a.postBlocks(ctx, target, "", blocks, text); ts != "" {
 			p.added(a, target, ts)
 		}
 	}
@@ -633,25 +638,20 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 		}
 	}
 	card := cardOf(pc, &u)
-	blocks, text := CardBlocks(card), CardText(card)
-	// Copies outside the conversation (APPROVALS_CHANNEL, approvers'
-	// DMs) are read by people who may not see it: they show that the
-	// call ran, not its output, which only the thread shows.
-	var copyBlocks []slack.Block
-	var copyText string
+	type rendered struct {
+		blocks []slack.Block
+		text   string
+	}
+	byPlace := map[string]rendered{} // by the kind of place (see cardIn)
 	update := func(refs []cardRef) {
 		for _, ref := range refs {
-			blocks, text := blocks, text
-			if ref.Channel != u.Call.Channel && card.OutputSummary != "" {
-				if copyBlocks == nil {
-					cp := card
-					cp.OutputSummary = ""
-					cp.Outcome += " (the output is in the conversation's thread)"
-					copyBlocks, copyText = CardBlocks(cp), CardText(cp)
-				}
-				blocks, text = copyBlocks, copyText
+			place := placeOf(ref.Channel, u.Call.Channel, a.cfg.ApprovalsChannel)
+			r, ok := byPlace[place]
+			if !ok {
+				r.blocks, r.text = a.cardIn(card, ref.Channel, u.Call.Channel)
+				byPlace[place] = r
 			}
-			_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: blocks, text: text})
+			_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: r.blocks, text: r.text})
 			if err != nil {
 				a.log.Error("update card", "call", u.Call.ID, "channel", ref.Channel, "err", err)
 				a.m.error("slack_update")
@@ -670,6 +670,37 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 		// in the store with the call.
 		a.cards.forget(u.Call.ID)
 	}
+}
+
+// cardIn renders card for its copy in channel, of a call made in
+// conversation (the conversation's channel). The conversation's copy shows
+// everything. Copies outside it are read by people who may not see it:
+// the approvers' DMs show that the call ran, not its output, which only
+// the thread shows; the copy in APPROVALS_CHANNEL, read by whoever is in
+// that channel, is sealed (see Card.Sealed).
+func (a *App) cardIn(card Card, channel, conversation string) ([]slack.Block, string) {
+	place := placeOf(channel, conversation, a.cfg.ApprovalsChannel)
+	if place != "conversation" && card.OutputSummary != "" {
+		card.OutputSummary = ""
+		card.Outcome += " (the output is in the conversation's thread)"
+	}
+	if place == "approvals" {
+		card = Seal(card)
+	}
+	return CardBlocks(card), CardText(card)
+}
+
+// placeOf is the kind of place a card's copy in channel is, for a call
+// made in conversation: "conversation", "approvals" (approvalsChannel)
+// or "dm".
+func placeOf(channel, conversation, approvalsChannel string) string {
+	switch {
+	case channel == conversation:
+		return "conversation"
+	case channel == approvalsChannel:
+		return "approvals"
+	}
+	return "dm"
 }
 
 // overtaken reports whether the call as stored has moved on from c, an
