@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/toolgate/toolgate/approvals"
@@ -103,8 +104,37 @@ func viewOf(c store.Call) Call {
 	}
 	v.RemindAt = reminders(c)
 	if c.Edit != nil && c.Status == store.Pending {
+		// The edit's arguments wait on the approvers both its rule and
+		// the card's admit, as many as the most either asks for.
 		v.Args, v.Edited = c.Edit.Args, true
 		v.Preview, v.PreviewError = c.Edit.Preview, c.Edit.PreviewError
+		v.MinApprovals = max(v.MinApprovals, c.Edit.MinApprovals)
+		v.Approvers = editApprovers(c.Approvers, c.Edit.Approvers)
 	}
 	return v
+}
+
+// editApprovers are the approvers a card shows for a pending edit: those
+// of the card's rule (card) that the edit's rule (edit) names too, or
+// either list when the other is empty (anyone in the conversation). Ids
+// are compared as given, so a user group on one side and its member on the
+// other have none in common: then the edit's rule's are shown, as the
+// stricter.
+func editApprovers(card, edit []string) []string {
+	switch {
+	case len(edit) == 0:
+		return card
+	case len(card) == 0:
+		return edit
+	}
+	var both []string
+	for _, id := range edit {
+		if slices.Contains(card, id) {
+			both = append(both, id)
+		}
+	}
+	if len(both) == 0 {
+		return edit
+	}
+	return both
 }

@@ -359,6 +359,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			sd.Args = args
 			if ev.Action == approvals.Ask {
 				need = max(need, ev.MinApprovals)
+				sd.Approvers = ev.Approvers
 			}
 		}
 	}

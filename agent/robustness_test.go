@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -583,4 +584,43 @@ func TestReclaimedResumeReportsTheSavedResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A pending edit that falls under a rule needing more approvers is shown
+// as that rule asks: its count, and the approvers both rules admit.
+func TestPendingEditShowsWhatItWaitsOn(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  rules:
+    - id: prod
+      tool: restart
+      when: 'args.env == "prod"'
+      verdict: ask
+      approvers: [UONE000001, UTWO000002, UTHREE0003]
+      min_approvals: 2
+    - id: staging
+      tool: restart
+      verdict: ask
+`
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UONE000001", Args: json.RawMessage(`{"env":"prod"}`)})
+	must(t, err)
+	if res.Complete {
+		t.Fatal("an edit under a two-person rule completed the step")
+	}
+	for name, c := range map[string]agent.Call{"the decision's result": res.Call, "the stored call": must1(a.Call(ctx, p.ID)).Call} {
+		if c.MinApprovals != 2 || !c.Edited || !slices.Equal(c.Approvers, []string{"UONE000001", "UTWO000002", "UTHREE0003"}) || !slices.Equal(c.Approvals, []string{"UONE000001"}) {
+			t.Errorf("%s: MinApprovals %d, edited %v, approvers %v, approvals %v; want 2, true, the three of rule prod, UONE000001", name, c.MinApprovals, c.Edited, c.Approvers, c.Approvals)
+		}
+	}
+}
+
+func must1[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -69,6 +69,10 @@ type Decision struct {
 	// for the count it restarted, as Call.MinApprovals is for the call's;
 	// opaque to the store.
 	MinApprovals int `json:"min_approvals,omitempty"`
+	// Approvers are, for an edit that restarted a count, those of the
+	// rule its arguments fell under (empty: anyone in the conversation);
+	// opaque to the store.
+	Approvers []string `json:"approvers,omitempty"`
 	// Attempt, when set, names this sending of the decision (unique to
 	// it): a store that finds the call decided with the same Attempt
 	// knows that its client sent the decision again after a lost reply,
