@@ -589,6 +589,12 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 				t.messages = append(t.messages, userMessage(q))
 				t.addAsker(q.User)
 			}
+			if n := len(t.later); n > 0 {
+				// The policy judges what follows as asked by the one
+				// who wrote last, as a resume that answers queued
+				// messages does.
+				t.user, t.channel = t.later[n-1].User, t.later[n-1].Channel
+			}
 			t.later = nil
 			continue
 		}

@@ -797,3 +797,69 @@ func resumeApproved(t *testing.T, a *agent.Agent, p agent.PendingCall) <-chan er
 	}()
 	return done
 }
+
+// A step taken over after a crash, then the messages recorded meanwhile:
+// what the model does for those is judged as asked by the one who wrote
+// them, not by the writer of the step's message.
+func TestTakeOverJudgesLaterMessagesAsTheirWriter(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = `
+policy:
+  default: ask
+  rules:
+    - tool: migrate
+      verdict: allow
+    - tool: read_file
+      when: 'user == "UREQUESTER"'
+      verdict: allow
+    - tool: read_file
+      verdict: deny
+      reason: only the requester reads files
+`
+			w.cfg.LeaseTTL = 300 * time.Millisecond
+			entered := make(chan struct{})
+			must(t, w.reg.Register(agent.Tool{
+				Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+				Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+					close(entered)
+					<-ctx.Done() // until the process is gone
+					return agent.Result{}, ctx.Err()
+				},
+			}))
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
+			req := request("migrate")
+			a, d := w.doomed()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.Run(ctx, req)
+				done <- err
+			}()
+			<-entered
+			d.kill()
+			cancel()
+			<-done
+
+			w.store = w.reopen()
+			later := request("read /etc/hosts for me")
+			later.User, later.MsgID = "USOMEONE01", "C1:1700000000.000300"
+			if _, acc, err := w.agent().Accept(t.Context(), later, false); err != nil || acc != store.Accepted {
+				t.Fatalf("Accept = %q, %v; want accepted", acc, err)
+			}
+			// After the step's outcome: the read for the later message.
+			w.model.Reply(fakeopenai.ToolCalls(call("c2", "read_file", `{"path":"/etc/hosts"}`)), fakeopenai.Text("done"))
+			out := takeOver(t, w, w.restart(), req.Conversation)
+			if out.Status != agent.Answered {
+				t.Fatalf("TakeOver = %+v, want the answer", out)
+			}
+			if n := w.reads.n.Load(); n != 0 {
+				t.Errorf("read_file ran %d times for USOMEONE01, whom the policy denies", n)
+			}
+			if got := toolResults(t, w.model); len(got) != 1 || !strings.Contains(got[0], "only the requester reads files") {
+				t.Errorf("tool results = %q, want read_file denied", got)
+			}
+		})
+	}
+}
