@@ -304,6 +304,11 @@ var ErrLeaseTimeout = errors.New("conversation is busy")
 // work recorded, and a takeover or the sweep carries it on.
 var ErrNotRecorded = errors.New("message not recorded")
 
+// ErrUnconfirmed wraps the error of a decision whose store step may have
+// been made, its answer lost, when the store did not answer again in time
+// to tell: the decision may stand (its card then says so) or not.
+var ErrUnconfirmed = errors.New("decision not confirmed")
+
 // ErrLeaseLost is returned when the lease on a conversation, or a
 // resume's claim on its run, ran out or was taken while a turn or resume
 // was running: it stopped where it was and wrote nothing more. The work is

@@ -245,6 +245,11 @@ type lostAnswers struct {
 	decide, resume atomic.Int32
 	// unsent fails DecideBegin before it reaches the store.
 	unsent atomic.Int32
+	// outage fails as many BeginResume before they reach the store (it is
+	// unreachable for a while); with lapse, the claims of the attempt
+	// asked again lapse meanwhile.
+	outage atomic.Int32
+	lapse  bool
 }
 
 var errLostAnswer = errors.New("read tcp: connection reset by peer")
@@ -261,6 +266,19 @@ func (s *lostAnswers) DecideBegin(ctx context.Context, id, fp string, d store.De
 }
 
 func (s *lostAnswers) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	if s.outage.Load() > 0 {
+		if s.outage.Add(-1) == 0 && s.lapse {
+			if err := s.Store.ReleaseClaim(ctx, runID, r.Owner); err != nil {
+				return store.ResumeStart{}, err
+			}
+			if r.Lease != "" {
+				if err := s.Store.ReleaseLease(ctx, r.Lease, r.Owner); err != nil {
+					return store.ResumeStart{}, err
+				}
+			}
+		}
+		return store.ResumeStart{}, errLostAnswer
+	}
 	rs, err := s.Store.BeginResume(ctx, runID, r)
 	if err == nil && s.resume.Add(-1) >= 0 {
 		return store.ResumeStart{}, errLostAnswer
@@ -313,6 +331,70 @@ func TestLostAnswerOfAClaimStillRunsTheCall(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A decision whose store step's answer was lost while the store stays
+// unreachable for a while is asked again until the store answers: the
+// decision stands and its call runs once, with its result, whether the
+// step's claim is still held then or lapsed meanwhile (never "outcome
+// unknown" for a call that never ran, nor "could not record" for a
+// decision that was).
+func TestLostDecisionDuringAnOutage(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, lapse := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/lapse=%v", b.name, lapse), func(t *testing.T) {
+				ctx := t.Context()
+				w := newWorld(t, b)
+				st := &lostAnswers{Store: w.store.(storetest.Store), lapse: lapse}
+				a := w.agentWith(st, w.rec)
+				p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+				w.model.Reply(fakeopenai.Text("deployed"))
+				st.decide.Store(1)
+				st.outage.Store(3)
+				res, taken, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+				if err != nil || !res.Complete || res.Call.Status != agent.CallDecided {
+					t.Fatalf("DecideTaking with its answer lost in an outage = %+v, %v; want the decision recorded", res, err)
+				}
+				if lapse != (taken == nil) {
+					t.Fatalf("the resume taken: %v; want it taken only while the claim is held", taken != nil)
+				}
+				var out agent.Outcome
+				if taken != nil {
+					out, err = a.ResumeTaken(ctx, taken)
+				} else {
+					out, err = a.Resume(ctx, p.RunID)
+				}
+				must(t, err)
+				if out.Status != agent.Answered || out.Answer != "deployed" {
+					t.Errorf("the resume = %+v, want the answer", out)
+				}
+				if n := w.deploys.n.Load(); n != 1 {
+					t.Errorf("deploy ran %d times, want once", n)
+				}
+				if got := toolResults(t, w.model); len(got) != 1 || strings.Contains(got[0], "outcome unknown") {
+					t.Errorf("the model read %q, want the tool's result", got)
+				}
+			})
+		}
+	}
+}
+
+// A decision whose store step's answer was lost, when the store does not
+// answer again in time to tell whether it was recorded, is reported as
+// unconfirmed: neither as recorded nor as still pending.
+func TestLostDecisionUnconfirmed(t *testing.T) {
+	defer agent.SetLostDecisionWait(300 * time.Millisecond)()
+	ctx := t.Context()
+	w := newWorld(t, backends(t)[0])
+	st := &lostAnswers{Store: w.store.(storetest.Store)}
+	a := w.agentWith(st, w.rec)
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	st.decide.Store(1)
+	st.outage.Store(1 << 20)
+	_, taken, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	if !errors.Is(err, agent.ErrUnconfirmed) || taken != nil {
+		t.Fatalf("DecideTaking with the store gone after its step = taken %v, %v; want ErrUnconfirmed", taken != nil, err)
 	}
 }
 

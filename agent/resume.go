@@ -76,18 +76,38 @@ func newNonce() string { return rand.Text() }
 // with err: its answer may have been lost (a reset connection, a
 // time-out) after the store step claimed the run and marked the call to
 // run, which nothing would run then. It returns that attempt's claim, if
-// it took one; nothing else is taken.
+// it took one; nothing else is taken. The store is asked until it answers
+// or the attempt's claim would have lapsed.
 func (a *Agent) askAgain(ctx context.Context, runID string, rb store.ResumeBegin, err error) (store.ResumeStart, bool) {
-	if ctx.Err() != nil {
-		return store.ResumeStart{}, false
-	}
+	again, claimed, _ := a.askAgainUntil(ctx, runID, rb, err, time.Now().Add(rb.TTL))
+	return again, claimed
+}
+
+// askAgainUntil is askAgain, asking until the store answers, ctx ends or
+// deadline passes, with backoff. answered reports whether the store
+// answered.
+func (a *Agent) askAgainUntil(ctx context.Context, runID string, rb store.ResumeBegin, err error, deadline time.Time) (again store.ResumeStart, claimed, answered bool) {
 	rb.Again = true
-	again, aerr := a.store.BeginResume(ctx, runID, rb)
-	if aerr != nil || !again.Claimed {
-		return store.ResumeStart{}, false
+	wait := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		again, aerr := a.store.BeginResume(ctx, runID, rb)
+		if aerr == nil || errors.Is(aerr, store.ErrNotFound) {
+			if aerr == nil && again.Claimed {
+				a.log.Warn("a claim was taken but its answer lost; asked again", "run", runID, "err", err)
+				return again, true, true
+			}
+			return store.ResumeStart{}, false, true
+		}
+		if time.Now().Add(wait).After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
-	a.log.Warn("a claim was taken but its answer lost; asked again", "run", runID, "err", err)
-	return again, true
+	return store.ResumeStart{}, false, false
 }
 
 // errNoResume ends a wait for the lease of a run that has nothing to

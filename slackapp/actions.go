@@ -322,6 +322,8 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 		return "The policy now denies this call: " + Escape(agent.Detail(err)) + ". Nothing ran.", "policy_denied"
 	case errors.Is(err, approvals.ErrInvalidArgs), errors.Is(err, agent.ErrBadDecision):
 		return Escape(err.Error()), "invalid"
+	case errors.Is(err, agent.ErrUnconfirmed):
+		return DecisionUnconfirmedText(), "error"
 	default:
 		return DecisionFailedText(), "error"
 	}

@@ -401,6 +401,13 @@ func DecisionFailedText() string {
 	return "I could not record your decision right now; the call is still pending. Please try again in a moment."
 }
 
+// DecisionUnconfirmedText is the ephemeral answer when the store did not
+// answer whether a decision was recorded (its answer was lost, and the
+// store stayed unreachable): the card says so if it was.
+func DecisionUnconfirmedText() string {
+	return "I could not confirm your decision: my state store did not answer. If the card still shows its buttons once it is back, nothing was decided; please try again then."
+}
+
 // AlreadyApprovedText is the ephemeral answer to a second approval by the
 // same person on a call that needs several approvers: it counts once.
 func AlreadyApprovedText(have, need int) string {

@@ -1,0 +1,11 @@
+package agent
+
+import "time"
+
+// SetLostDecisionWait sets lostDecisionWait for a test and returns what
+// restores it.
+func SetLostDecisionWait(d time.Duration) (restore func()) {
+	old := lostDecisionWait
+	lostDecisionWait = d
+	return func() { lostDecisionWait = old }
+}
