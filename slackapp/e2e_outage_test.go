@@ -305,3 +305,18 @@ func TestMentionDuringStoreOutageIsAnsweredOnce(t *testing.T) {
 		t.Errorf("the thread got %d notes, want 1: %q", len(notes), notes)
 	}
 }
+
+// An answer Slack refuses through every retry is posted later: it is kept
+// in the conversation's history as given, so the thread must show it.
+func TestRefusedAnswerIsPostedLater(t *testing.T) {
+	defer slackapp.SetLaterWaits(100*time.Millisecond, 100*time.Millisecond)()
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.slack.FailNext("chat.startStream", 400)
+	for range 5 {
+		e.slack.FailNext("chat.postMessage", 503)
+	}
+	e.model.Reply(fakeopenai.Text("The answer is 42."))
+	ts := e.slack.Mention(channel, requester, "the answer?")
+	e.answer(ts, "The answer is 42.")
+}

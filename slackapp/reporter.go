@@ -167,9 +167,53 @@ func (r *threadReporter) Answer(ctx context.Context, text string) {
 	if strings.TrimSpace(text) == "" {
 		text = "(no answer)"
 	}
-	for _, blocks := range AnswerMessages(text) {
-		r.app.postBlocks(ctx, r.channel, r.thread, blocks, fallbackText(text))
+	parts := AnswerMessages(text)
+	for i, blocks := range parts {
+		if r.app.postBlocks(ctx, r.channel, r.thread, blocks, fallbackText(text)) == "" {
+			// Slack refused it through every retry: the rest goes later,
+			// in order, for the answer is recorded as given.
+			r.app.postLater(ctx, r.channel, r.thread, parts[i:], fallbackText(text))
+			return
+		}
 	}
+}
+
+// laterWaits are the waits before each try of postLater.
+var laterWaits = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute}
+
+// postLater posts the parts of an answer that Slack refused through
+// postBlocks' retries, in the background: after each of laterWaits, the
+// parts not posted yet, in order, until all are out. An answer is kept in
+// the conversation's history once given, so a thread that never showed
+// it would read on as if it had. Past the last try, or at shutdown, it is
+// logged as lost.
+func (a *App) postLater(ctx context.Context, channel, thread string, parts [][]slack.Block, fallback string) {
+	ctx = context.WithoutCancel(ctx)
+	a.spawn(ctx, "answer", func(context.Context) {
+		for _, wait := range laterWaits {
+			select {
+			case <-a.stopping:
+				// One last try, bounded by the shutdown's deadline.
+				nctx, cancel, ok := a.noteContext(ctx, 10*time.Second)
+				for ok && len(parts) > 0 && a.postBlocks(nctx, channel, thread, parts[0], fallback) != "" {
+					parts = parts[1:]
+				}
+				cancel()
+				if len(parts) > 0 {
+					a.log.Error("an answer Slack refused was not posted before the shutdown", "channel", channel, "thread", thread)
+				}
+				return
+			case <-time.After(wait):
+			}
+			for len(parts) > 0 && a.postBlocks(ctx, channel, thread, parts[0], fallback) != "" {
+				parts = parts[1:]
+			}
+			if len(parts) == 0 {
+				return
+			}
+		}
+		a.log.Error("an answer Slack refused was not posted", "channel", channel, "thread", thread)
+	})
 }
 
 // Stopped ends the stream of a model step that failed or was cut short:
