@@ -320,17 +320,24 @@ func TestLostAnswerOfAClaimStillRunsTheCall(t *testing.T) {
 					out, err = a.Resume(ctx, p.RunID)
 					must(t, err)
 				}
-				if out.Status != agent.Answered || out.Answer != "deployed" {
-					t.Errorf("the resume = %+v, want the answer", out)
-				}
-				if n := w.deploys.n.Load(); n != 1 {
-					t.Errorf("deploy ran %d times, want once", n)
-				}
-				if got := toolResults(t, w.model); len(got) != 1 || strings.Contains(got[0], "outcome unknown") {
-					t.Errorf("the model read %q, want the tool's result", got)
-				}
+				deployedOnce(t, w, out)
 			})
 		}
+	}
+}
+
+// deployedOnce checks a resume that ran its deploy: answered, the deploy
+// run once, and its result given to the model.
+func deployedOnce(t *testing.T, w *world, out agent.Outcome) {
+	t.Helper()
+	if out.Status != agent.Answered || out.Answer != "deployed" {
+		t.Errorf("the resume = %+v, want the answer", out)
+	}
+	if n := w.deploys.n.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want once", n)
+	}
+	if got := toolResults(t, w.model); len(got) != 1 || strings.Contains(got[0], "outcome unknown") {
+		t.Errorf("the model read %q, want the tool's result", got)
 	}
 }
 
@@ -366,15 +373,7 @@ func TestLostDecisionDuringAnOutage(t *testing.T) {
 					out, err = a.Resume(ctx, p.RunID)
 				}
 				must(t, err)
-				if out.Status != agent.Answered || out.Answer != "deployed" {
-					t.Errorf("the resume = %+v, want the answer", out)
-				}
-				if n := w.deploys.n.Load(); n != 1 {
-					t.Errorf("deploy ran %d times, want once", n)
-				}
-				if got := toolResults(t, w.model); len(got) != 1 || strings.Contains(got[0], "outcome unknown") {
-					t.Errorf("the model read %q, want the tool's result", got)
-				}
+				deployedOnce(t, w, out)
 			})
 		}
 	}

@@ -187,18 +187,30 @@ func TestWhyOnAnApprovalsChannelCopyIsSentToTheClickerOnly(t *testing.T) {
 	}
 }
 
-// A copy of the card outside the conversation (APPROVALS_CHANNEL, read by
-// people who may not see a private conversation) says that the call ran,
-// not what it returned; the thread's card shows the output.
-func TestApprovalsChannelCopyShowsNoOutput(t *testing.T) {
-	const private = "CPRIVATE01"
-	const approvalsChannel = "CAPPROVALS"
+// The private channel and the approvals channel of approvalsChannelEnv.
+const (
+	private          = "CPRIVATE01"
+	approvalsChannel = "CAPPROVALS"
+)
+
+// approvalsChannelEnv starts a bot with APPROVALS_CHANNEL set: the
+// requester's private channel, where no approver is, and the approvals
+// channel, with the approvers and a bystander.
+func approvalsChannelEnv(t *testing.T) *env {
 	e := newEnv(t, storeKinds(t)[0])
 	e.slack.AddUser(fakeslack.User{ID: "UBYSTANDER", Name: "bystander"})
 	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
 	e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: []string{approver, other, "UBYSTANDER", e.slack.BotUserID()}})
 	e.cfg.ApprovalsChannel = approvalsChannel
 	e.start()
+	return e
+}
+
+// A copy of the card outside the conversation (APPROVALS_CHANNEL, read by
+// people who may not see a private conversation) says that the call ran,
+// not what it returned; the thread's card shows the output.
+func TestApprovalsChannelCopyShowsNoOutput(t *testing.T) {
+	e := approvalsChannelEnv(t)
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)), fakeopenai.Text("shipped"))
 	ts := e.slack.Mention(private, requester, "deploy vault 14")
 	card := e.cardIn(private, ts, "deploy")
@@ -265,15 +277,8 @@ func TestWhyAgainOnceTheFirstIsDone(t *testing.T) {
 // rejected with; its "View full arguments" shows them to an approver and
 // to no one else there.
 func TestApprovalsChannelCopyIsSealed(t *testing.T) {
-	const private = "CPRIVATE01"
-	const approvalsChannel = "CAPPROVALS"
 	const secret = "SECRET-TOKEN-123"
-	e := newEnv(t, storeKinds(t)[0])
-	e.slack.AddUser(fakeslack.User{ID: "UBYSTANDER", Name: "bystander"})
-	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
-	e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: []string{approver, other, "UBYSTANDER", e.slack.BotUserID()}})
-	e.cfg.ApprovalsChannel = approvalsChannel
-	e.start()
+	e := approvalsChannelEnv(t)
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"`+secret+`","version":"14"}`)), fakeopenai.Text("not shipped"))
 	ts := e.slack.Mention(private, requester, "deploy")
 	card := e.cardIn(private, ts, "deploy")
