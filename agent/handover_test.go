@@ -346,3 +346,48 @@ func TestFinishedRunsClaimDoesNotStopQueuedAnswer(t *testing.T) {
 		})
 	}
 }
+
+// stuckRenewals holds every renewal until released, or until the work it
+// renews for stops: a store that neither answers nor fails (dropped
+// packets, a client retrying its time-outs).
+type stuckRenewals struct {
+	agent.Store
+	release chan struct{}
+}
+
+func (s *stuckRenewals) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	select {
+	case <-s.release:
+	case <-ctx.Done(): // the work under the lease stopped
+	}
+	return false, errors.New("i/o timeout")
+}
+
+// A turn whose lease renewal neither succeeds nor fails stops all the
+// same, while that renewal is still on its way, before the lease can have
+// run out in the store and another process taken the conversation over.
+func TestStuckRenewalStopsTheWork(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.cfg.LeaseTTL = 300 * time.Millisecond
+	st := &stuckRenewals{Store: w.store, release: make(chan struct{})}
+	defer close(st.release)
+	entered, _ := heldModel(t, w, "unused", nil)
+	a := w.agentWith(st, w.rec)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Run(context.Background(), request("what changed?"))
+		done <- err
+	}()
+	<-entered
+	select {
+	case err := <-done:
+		if !errors.Is(err, agent.ErrLeaseLost) {
+			t.Fatalf("Run = %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the turn still runs while its lease renewal is stuck")
+	}
+	if got := w.rec.Answers(); len(got) != 0 {
+		t.Errorf("the stopped turn answered %q", got)
+	}
+}

@@ -402,7 +402,19 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 		case <-t.C:
 		}
 		sent := time.Now()
+		// A renewal still on its way when the hold may run out (a store
+		// that neither answers nor fails, a client retrying its
+		// time-outs) does not keep the work going: it stops at
+		// renewed+ttl*2/3 (or ttl/3 after a late renewal was sent),
+		// whatever is in flight.
+		watchdog := time.AfterFunc(max(time.Until(renewed.Add(ttl*2/3)), ttl/3), func() {
+			log.Error(name+" not renewed in time; stopping the work under it for another process to carry on", attrs...)
+			lost(fmt.Errorf("%w: not renewed in time", ErrLeaseLost))
+		})
 		ok, err := renew(ctx)
+		if !watchdog.Stop() {
+			return // it fired
+		}
 		switch {
 		case ctx.Err() != nil, errors.Is(err, errNothingToRenew):
 			return
