@@ -529,29 +529,18 @@ func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 	return nil
 }
 
-// saveAndAnswer saves the turn that ends with text (see saveTurn) while
-// the reporter shows text as the answer, and returns once both are done,
-// with the save's error. The answer's text was streamed before the save
-// began anyway; ending the stream need not wait for the store's step (a
-// round trip, or a transaction's disk syncs). A crash between the two
-// leaves an answer shown and not recorded, which a takeover answers again,
-// as it does an answer streamed before a crash.
+// saveAndAnswer shows text as the answer, then saves the turn that ends
+// with it (see saveTurn), and returns the save's error. The answer's text
+// was streamed as the model wrote it; the save comes after the stream is
+// ended (or the answer posted), so that until an answer is shown the
+// conversation stays listed and leased: a crash in between leaves an
+// answer shown and not recorded, which a takeover answers again, as it
+// does an answer streamed before a crash, never one recorded and not
+// shown; and a reply that another replica answers next is answered after
+// this one.
 func (a *Agent) saveAndAnswer(ctx context.Context, t *turn, rep Reporter, text string) error {
-	var err error
-	var panicked any
-	saved := make(chan struct{})
-	go func() {
-		defer close(saved)
-		defer func() { panicked = recover() }()
-		err = a.saveTurn(ctx, t)
-	}()
-	defer func() { <-saved }() // also when the reporter panics
 	rep.Answer(ctx, text)
-	<-saved
-	if panicked != nil {
-		panic(panicked)
-	}
-	return err
+	return a.saveTurn(ctx, t)
 }
 
 // markStep records the step whose calls are running (see stepMark); started

@@ -550,26 +550,32 @@ func (l *turnLog) DecideBegin(ctx context.Context, id, fp string, d store.Decisi
 	return l.Store.DecideBegin(ctx, id, fp, d, fx, r)
 }
 
-// signalAnswer is a recorder that also closes answered at its first answer.
-type signalAnswer struct {
+// heldAnswer is a recorder whose first answer closes answering and waits
+// until release is closed.
+type heldAnswer struct {
 	*recorder
-	answered chan struct{}
-	once     sync.Once
+	answering, release chan struct{}
+	once               sync.Once
 }
 
-func (r *signalAnswer) Answer(ctx context.Context, s string) {
+func (r *heldAnswer) Answer(ctx context.Context, s string) {
+	r.once.Do(func() {
+		close(r.answering)
+		<-r.release
+	})
 	r.recorder.Answer(ctx, s)
-	r.once.Do(func() { close(r.answered) })
 }
 
-// A turn's answer is shown while the write that records it is made, not
-// after it (a round trip, or a transaction's disk syncs, less before the
-// thread has its answer); the turn ends only once the write is done.
-func TestAnswerIsShownWhileTheTurnIsRecorded(t *testing.T) {
+// A turn's answer is shown before the write that records it is made: until
+// the thread has it, the conversation stays listed and leased, so that a
+// crash meanwhile leaves it to a takeover (an answer shown twice, never
+// one recorded and not shown), and a reply another replica answers next is
+// answered after it. The turn ends once the write is done.
+func TestAnswerIsShownBeforeTheTurnIsRecorded(t *testing.T) {
 	ctx := t.Context()
 	w := newWorld(t, backends(t)[0])
 	log := &turnLog{Store: w.store.(storetest.Store), hold: make(chan store.Commit, 1), resume: make(chan struct{})}
-	rep := &signalAnswer{recorder: &recorder{}, answered: make(chan struct{})}
+	rep := &heldAnswer{recorder: &recorder{}, answering: make(chan struct{}), release: make(chan struct{})}
 	a := w.agentWith(log, rep)
 	w.model.Reply(fakeopenai.Text("all good"))
 	type outcome struct {
@@ -581,17 +587,15 @@ func TestAnswerIsShownWhileTheTurnIsRecorded(t *testing.T) {
 		out, err := a.Run(ctx, request("how are things?"))
 		done <- outcome{out, err}
 	}()
-	c := <-log.hold
-	if !c.Answer {
-		t.Fatalf("the held commit = %+v, want the one that records the answer", c)
-	}
+	<-rep.answering
 	select {
-	case <-rep.answered:
-	case r := <-done:
-		t.Fatalf("the turn ended (%s, %v) while its answer was being recorded", r.out.Status, r.err)
-	case <-time.After(10 * time.Second):
-		close(log.resume)
-		t.Fatal("the answer was not shown while the turn was being recorded")
+	case c := <-log.hold:
+		t.Fatalf("the turn was recorded (%+v) while its answer was still being shown", c.Answer)
+	case <-time.After(time.Second):
+	}
+	close(rep.release)
+	if c := <-log.hold; !c.Answer {
+		t.Fatalf("the held commit = %+v, want the one that records the answer", c)
 	}
 	select {
 	case r := <-done:

@@ -340,6 +340,28 @@ func testCrashDuringModelCall(t *testing.T, redisURL string) {
 	}
 }
 
+// A replica killed while its answer is on its way to Slack (the post is
+// rate limited): the turn is recorded only once its answer is shown, so
+// the survivor takes it over and answers the thread.
+func TestCrashWhileTheAnswerIsPosted(t *testing.T) {
+	forEachRedis(t, testCrashWhileTheAnswerIsPosted)
+}
+
+func testCrashWhileTheAnswerIsPosted(t *testing.T, redisURL string) {
+	c := newCluster(t, redisURL, crashModelConfig)
+	c.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response { return fakeopenai.Text("Deployed.") })
+	// The first replica's answer is the first post: Slack asks it to wait.
+	c.slack.RateLimit("chat.postMessage", 1, 60)
+	a := c.start("a", 1)
+	ts := c.mention("what is deployed?")
+	if _, err := c.slack.WaitCall("chat.postMessage", func(fakeslack.Call) bool { return true }, 20*time.Second); err != nil {
+		t.Fatalf("the first replica posted no answer: %v", err)
+	}
+	c.start("b", 2)
+	a.kill(t)
+	c.answeredOnce(ts, "Deployed.")
+}
+
 // A replica killed while an allowed tool runs: the survivor answers; a tool
 // that may not repeat (http_request) is not run again and the model is told
 // its outcome is unknown, while a read-only one (http_get) runs again.
