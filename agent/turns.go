@@ -88,6 +88,22 @@ func (a *Agent) flushAudits(ctx context.Context, t *turn) {
 	t.audits = nil
 }
 
+// TakenIn reports whether the conversation has taken in its message of
+// inbox sequence seq (see Request.Seq): answered it, or queued it behind a
+// paused step, which answers it after its resume. A message not taken in
+// waits in the inbox for a turn, a takeover or a restart.
+func (a *Agent) TakenIn(ctx context.Context, conversation string, seq int64) (bool, error) {
+	c, err := a.store.LoadConversation(ctx, conversation)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	cs, _, err := conversationOf(c, true)
+	return seq > 0 && cs.InboxSeq >= seq, err
+}
+
 // conversationOf decodes a conversation's state and the run it is paused
 // on; found is false for a conversation with no record (new, or expired).
 func conversationOf(c store.Conversation, found bool) (cs convState, pausedRun string, err error) {

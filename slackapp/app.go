@@ -103,6 +103,9 @@ type Turns interface {
 	ReleaseTaken(ctx context.Context, t *agent.Taken)
 	Resume(ctx context.Context, runID string) (agent.Outcome, error)
 	TakeOver(ctx context.Context, conversation string) (agent.Outcome, error)
+	// TakenIn reports whether the conversation answered (or queued
+	// behind a pause) its message of inbox sequence seq.
+	TakenIn(ctx context.Context, conversation string, seq int64) (bool, error)
 }
 
 // Decisions records decisions on paused calls.

@@ -422,3 +422,39 @@ func TestClickOnAForgottenCardDoesNotWaitForTheRunningTurn(t *testing.T) {
 		t.Errorf("deploy ran %d times", n)
 	}
 }
+
+// A message answered by an earlier turn of its conversation (which answers
+// every message recorded before it began) while its own queued turn still
+// waits for a slot is not promised an answer after the restart when the
+// shutdown cuts that wait: there is nothing left to answer.
+func TestShutdownPromisesNoAnswerAlreadyGiven(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.MaxTurns = 1
+	e.cfg.QueuedNoticeAfter = time.Hour
+	e.cfg.ShutdownGrace = 300 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	e.cfg.Metrics = slackapp.NewMetrics(reg)
+	held := newHeldModel(e, "hold a", "hold c")
+	e.start()
+	tsA := e.slack.Mention(channel, requester, "hold a")
+	held.arrived(t, "hold a")
+	tsB := e.slack.Mention(channel, requester, "hello")
+	waitUntil(t, "B waits", func() bool { return counter(t, reg, "toolgate_errors_total", "turns_queued") == 1 })
+	e.slack.Mention(channel, requester, "hold c")
+	waitUntil(t, "C waits", func() bool { return counter(t, reg, "toolgate_errors_total", "turns_queued") == 2 })
+	again := e.slack.ThreadReply(channel, tsB, requester, "<@"+e.slack.BotUserID()+"> and again")
+	for _, env := range e.slack.EnvelopesByTS(again) {
+		if _, err := e.slack.WaitAck(env.ID, 15*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held.release("hold a")
+	e.answer(tsA, "held: hold a")
+	held.arrived(t, "hold c")
+	e.answer(tsB, "ok") // B's first turn answers both of B's messages
+	waitUntil(t, "B's second turn waits for the slot", func() bool { return counter(t, reg, "toolgate_errors_total", "turns_queued") == 3 })
+	e.stop()
+	if thread := dumpThread(e.slack.Thread(channel, tsB)); strings.Contains(thread, "as soon as I'm back") {
+		t.Errorf("the thread is promised an answer it already has:\n%s", thread)
+	}
+}

@@ -190,12 +190,12 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 			a.enqueue(ctx, key, func(ctx context.Context) {
 				if ctx.Err() != nil {
 					// Shutdown cancelled the work before this message's turn.
-					a.notStarted(ctx, m, recorded)
+					a.notStarted(ctx, m, req, recorded)
 					return
 				}
 				release, err := a.turnSlot(ctx, key)
 				if err != nil {
-					a.notStarted(ctx, m, recorded)
+					a.notStarted(ctx, m, req, recorded)
 					return
 				}
 				defer release()
@@ -203,7 +203,7 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 			})
 		case ctx.Err() != nil:
 			a.ag.ReleaseTaken(ctx, taken)
-			a.notStarted(ctx, m, recorded)
+			a.notStarted(ctx, m, req, recorded)
 		case taken != nil:
 			out, err := a.ag.RunTaken(ctx, req, taken)
 			a.reportTurn(ctx, req.Conversation, out, err)
@@ -303,12 +303,20 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 // shutdown cut work short. The note must not fail with ctx, but ends at the
 // shutdown deadline. A recorded message is answered after the restart (or
 // by another replica); one the store could not record must be sent again.
-func (a *App) notStarted(ctx context.Context, m message, recorded bool) {
+func (a *App) notStarted(ctx context.Context, m message, req agent.Request, recorded bool) {
 	ctx, cancel, ok := a.noteContext(ctx, 5*time.Second)
 	defer cancel()
 	if !ok {
 		a.log.Warn("shutdown deadline passed; a message not started was not answered", "conversation", m.key(), "recorded", recorded)
 		return
+	}
+	if recorded {
+		// An earlier turn of the conversation may have answered it with
+		// its own message (a turn answers every message recorded before
+		// it began): then there is nothing to promise.
+		if done, err := a.ag.TakenIn(ctx, req.Conversation, req.Seq); err == nil && done {
+			return
+		}
 	}
 	note := restartingText
 	if recorded {
