@@ -37,7 +37,7 @@ func HomeView(inbox []Card, mine []Card) slack.HomeTabViewRequest {
 	}
 	for i, c := range inbox {
 		if i == maxHomeInbox {
-			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more waiting for you. `/approvals pending` lists them all.", len(inbox)-i)))
+			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more waiting for you. `/approvals pending` in a channel lists that channel's.", len(inbox)-i)))
 			break
 		}
 		blocks = append(blocks, inboxEntry(c)...)
