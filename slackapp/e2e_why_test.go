@@ -319,3 +319,19 @@ func TestApprovalsChannelCopyIsSealed(t *testing.T) {
 		t.Errorf("the card in the conversation does not show the reason:\n%s", blocksText(thread))
 	}
 }
+
+// A card whose copy cannot reach the approvers who cannot see the
+// conversation (APPROVALS_CHANNEL refuses it) says so in the thread: they
+// would otherwise wait on a card they never get.
+func TestUnreachedApproversAreNamedInTheThread(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+	e.cfg.ApprovalsChannel = "CMISSING01"
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)))
+	ts := e.slack.Mention(private, requester, "deploy vault 14")
+	e.cardIn(private, ts, "deploy")
+	e.waitIn(private, ts, "a note on the card that did not reach the approvers", func(m fakeslack.Message) bool {
+		return m.BotID != "" && strings.Contains(m.Text, "couldn't send the approval card") && strings.Contains(m.Text, "<#CMISSING01>")
+	})
+}

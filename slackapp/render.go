@@ -334,6 +334,32 @@ func CardNotPostedText(tool string, approvers []string, human bool) string {
 	return "I need approval of " + toolList([]string{tool}) + " by " + whoMayDecide(approvers) + ", but I couldn't post its approval card here. It can be decided in my App Home (the Home tab), and `/approvals pending` lists it."
 }
 
+// CopiesNotPostedText tells a thread that the card of a call to tool could
+// not reach some approvers who cannot see the conversation: those whose
+// DM failed (user set), or everyone in APPROVALS_CHANNEL (user empty).
+func CopiesNotPostedText(tool string, unreached []copyPlace) string {
+	var users []string
+	channel := ""
+	for _, p := range unreached {
+		if p.user != "" {
+			users = append(users, p.user)
+		} else {
+			channel = p.channel
+		}
+	}
+	var who []string
+	if len(users) > 0 {
+		who = append(who, "to "+approverList(users, ", "))
+	}
+	if channel != "" && channelIDRE.MatchString(channel) {
+		who = append(who, "in <#"+channel+">")
+	}
+	if len(who) == 0 {
+		who = append(who, "to the approvers")
+	}
+	return ":warning: I couldn't send the approval card of " + toolList([]string{tool}) + " " + strings.Join(who, " or ") + ", for approvers who cannot see this conversation. They can decide it in my App Home (the Home tab)."
+}
+
 // NotApproverText is the ephemeral answer to someone who clicked a decision
 // button without being an approver of the call. Nothing changed.
 func NotApproverText(approvers []string) string {

@@ -436,13 +436,15 @@ func (r cardRefs) posting(now time.Time) bool {
 type cardPost struct {
 	callID string
 	card   Card
-	blocks []slack.Block // of the copy in the conversation
-	text   string
-	since  time.Time
-	mem    *postedCard
-	blind  []string  // the approvers the other copies are for
-	refs   []cardRef // the copies out so far
-	saved  int       // of refs, the ones in the store (with the call, or by PutCallNote)
+	// channel and thread are the conversation's.
+	channel, thread string
+	blocks          []slack.Block // of the copy in the conversation
+	text            string
+	since           time.Time
+	mem             *postedCard
+	blind           []string  // the approvers the other copies are for
+	refs            []cardRef // the copies out so far
+	saved           int       // of refs, the ones in the store (with the call, or by PutCallNote)
 }
 
 // note is the note to save with the call (cardRefs) once the thread's copy
@@ -461,7 +463,7 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 		a.audience.warm(ctx, channel)
 	}
 	card := cardOf(pc, nil)
-	p := &cardPost{callID: pc.ID, card: card, since: time.Now()}
+	p := &cardPost{callID: pc.ID, card: card, channel: channel, thread: thread, since: time.Now()}
 	p.blocks, p.text = CardBlocks(card), CardText(card)
 	// Updates of this card made by this process read where it is from
 	// memory, once it is posted; other replicas read the store.
@@ -496,7 +498,13 @@ func (a *App) postCopies(ctx context.Context, p *cardPost) {
 		}
 		return err
 	}
-	for _, target := range a.copyPlaces(ctx, p.blind) {
+	var unreached []copyPlace
+	for _, place := range a.copyPlacesFor(ctx, p.blind) {
+		target := place.channel
+		if target == "" {
+			unreached = append(unreached, place)
+			continue
+		}
 		if len(p.refs) > p.saved {
 			if err := save(ctx, cardRefs{Posting: true, PostingSince: p.since, Refs: p.refs}); err != nil {
 				a.log.Warn("remember where a card copy is", "call", p.callID, "err", err)
@@ -508,7 +516,14 @@ func (a *App) postCopies(ctx context.Context, p *cardPost) {
 		}
 		if ts := a.postBlocks(ctx, target, "", blocks, text); ts != "" {
 			p.added(a, target, ts)
+		} else {
+			unreached = append(unreached, place)
 		}
+	}
+	if len(unreached) > 0 {
+		// The thread hears of approvers the card could not reach, who
+		// would otherwise wait on a card they never get.
+		a.post(ctx, p.channel, p.thread, CopiesNotPostedText(p.card.Tool, unreached))
 	}
 	if len(p.refs) == 0 {
 		a.log.Error("no copy of the approval card could be posted; it is listed by /approvals pending and in App Home", "call", p.callID)
@@ -629,20 +644,36 @@ func (a *App) blindApprovers(ctx context.Context, channel, requester string, app
 // copyPlaces lists where the copies for approvers who cannot see the
 // conversation go: APPROVALS_CHANNEL if set, else a DM to each.
 func (a *App) copyPlaces(ctx context.Context, blind []string) []string {
+	var out []string
+	for _, p := range a.copyPlacesFor(ctx, blind) {
+		if p.channel != "" {
+			out = append(out, p.channel)
+		}
+	}
+	return out
+}
+
+// copyPlace is where a copy of a card goes: channel, for user (empty for
+// APPROVALS_CHANNEL); channel is empty when the DM could not be opened.
+type copyPlace struct{ channel, user string }
+
+// copyPlacesFor is copyPlaces, naming whom each copy is for.
+func (a *App) copyPlacesFor(ctx context.Context, blind []string) []copyPlace {
 	if len(blind) == 0 {
 		return nil
 	}
 	if a.cfg.ApprovalsChannel != "" {
-		return []string{a.cfg.ApprovalsChannel}
+		return []copyPlace{{channel: a.cfg.ApprovalsChannel}}
 	}
-	var out []string
+	var out []copyPlace
 	for _, u := range blind {
 		ch, _, _, err := a.api.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{u}, ReturnIM: true})
 		if err != nil {
 			a.log.Warn("open DM to approver", "user", u, "err", err)
+			out = append(out, copyPlace{user: u})
 			continue
 		}
-		out = append(out, ch.ID)
+		out = append(out, copyPlace{channel: ch.ID, user: u})
 	}
 	return out
 }
