@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -118,45 +117,63 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 // lostDecisionWait bounds how long a decision whose store step answered
 // with no answer (a reset connection, a failover) asks the store again
 // before the decider is told that it could not be recorded.
-var lostDecisionWait = 30 * time.Second
+var lostDecisionWait = 10 * time.Second
 
 // recoverDecision finds out, once the store answers again, whether the
 // decision on c whose store step's answer was lost (the attempt rb names)
 // was recorded, when asking again found no claim of that attempt: its
-// step may have claimed the resume and marked the approved call as started,
-// and its claim lapsed before the store answered. This process never ran
-// that call, so, holding a fresh claim of the run, it takes the mark back
+// step may have claimed the resume and marked the step's first call to
+// run as started (see store.FirstToStart: the first decided with a kind
+// that runs, which is not c when an earlier approval is waiting), and its
+// claim lapsed before the store answered. This process never ran that
+// call, so, holding a fresh claim of the run, it takes the mark back
 // (unless a resume of another process has settled the call meanwhile) and
 // releases the claim: the resume that follows runs the call. It returns
-// the call as stored and whether its step is complete, if the decision
-// was recorded.
-func (a *Agent) recoverDecision(ctx context.Context, c store.Call, rb store.ResumeBegin) (store.Call, bool, bool) {
+// the call as stored, whether its step is complete, and whether the
+// decision was recorded; an error if the store could not tell.
+func (a *Agent) recoverDecision(ctx context.Context, c store.Call, rb store.ResumeBegin) (got store.Call, complete, recorded bool, err error) {
 	_, calls, err := a.store.LoadRun(ctx, c.RunID)
 	if err != nil {
-		return store.Call{}, false, false
+		return store.Call{}, false, false, err
 	}
 	i := slices.IndexFunc(calls, func(x store.Call) bool { return x.ID == c.ID })
 	if i < 0 || calls[i].Decision == nil || calls[i].Decision.Attempt != rb.Nonce {
-		return store.Call{}, false, false // not recorded
+		return store.Call{}, false, false, nil
 	}
-	got := calls[i]
-	complete := !slices.ContainsFunc(calls, func(x store.Call) bool { return x.Status == store.Pending })
-	if complete && got.Executing && len(got.Result) == 0 {
-		fresh, err := a.store.BeginResume(ctx, c.RunID, store.ResumeBegin{Conversation: c.Conversation, Owner: a.cfg.Owner,
-			TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()})
-		if err == nil && fresh.Claimed {
-			if j := slices.IndexFunc(fresh.Calls, func(x store.Call) bool { return x.ID == c.ID }); j >= 0 && fresh.Calls[j].Executing && len(fresh.Calls[j].Result) == 0 {
-				mark := c.ID
-				a.abandon(ctx, &mark)
-				a.log.Warn("a decision's store step was made but its answer lost, and its claim lapsed; the call it marked as started, which never ran, is marked as not started", "call", c.ID)
-			}
-			a.abandon(ctx, &fresh.Started)
-			if err := a.store.ReleaseClaim(context.WithoutCancel(ctx), c.RunID, a.cfg.Owner); err != nil {
-				a.log.Warn("release resume claim; it lapses within the lease TTL", "run", c.RunID, "err", err)
-			}
-		}
+	got = calls[i]
+	complete = !slices.ContainsFunc(calls, func(x store.Call) bool { return x.Status == store.Pending })
+	if !complete {
+		return got, false, true, nil // no resume was begun
 	}
-	return got, complete, true
+	fresh, err := a.store.BeginResume(ctx, c.RunID, store.ResumeBegin{Conversation: c.Conversation, Owner: a.cfg.Owner,
+		TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()})
+	if err != nil || !fresh.Claimed {
+		return got, true, true, nil // someone else resumes it
+	}
+	// The step was completed by this decision, so no resume had begun
+	// before it: the first call to run, marked and with no result, was
+	// marked by the lost attempt (a fresh claim marks none that is).
+	if j := firstToRun(fresh.Calls); j >= 0 && fresh.Calls[j].ID != fresh.Started && fresh.Calls[j].Executing && len(fresh.Calls[j].Result) == 0 {
+		mark := fresh.Calls[j].ID
+		a.abandon(ctx, &mark)
+		a.log.Warn("a decision's store step was made but its answer lost, and its claim lapsed; the call it marked as started, which never ran, is marked as not started", "call", fresh.Calls[j].ID)
+	}
+	a.abandon(ctx, &fresh.Started)
+	if err := a.store.ReleaseClaim(context.WithoutCancel(ctx), c.RunID, a.cfg.Owner); err != nil {
+		a.log.Warn("release resume claim; it lapses within the lease TTL", "run", c.RunID, "err", err)
+	}
+	return got, true, true, nil
+}
+
+// firstToRun is the index of the call a resume of calls marks as started
+// (see store.FirstToStart), whether or not it is marked already, or -1.
+func firstToRun(calls []store.Call) int {
+	if slices.ContainsFunc(calls, func(c store.Call) bool { return c.Status == store.Cancelled }) {
+		return -1
+	}
+	return slices.IndexFunc(calls, func(c store.Call) bool {
+		return c.Status == store.Decided && c.Decision != nil && slices.Contains(startKinds, c.Decision.Kind)
+	})
 }
 
 // errReadCall is returned by decidePaused when the decision must be made
@@ -478,7 +495,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 			asked = true
 			rs.at = time.Now()
 			got, complete, rs.ResumeStart, err = a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
-			if err != nil && !storeAnswered(err) && !neverSent(err) {
+			if err != nil && !storeAnswered(err) {
 				// Perhaps recorded, and its resume begun: then the
 				// decision stands, with the claim it took. The store is
 				// asked until it answers (see lostDecisionWait).
@@ -489,7 +506,11 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 						got, complete, rs.ResumeStart, err = again.Calls[i], true, again, nil
 					}
 				case answered:
-					if cur, done, ok := a.recoverDecision(ctx, c, rb); ok {
+					cur, done, recorded, rerr := a.recoverDecision(ctx, c, rb)
+					switch {
+					case rerr != nil:
+						err = fmt.Errorf("%w: %w", ErrUnconfirmed, rerr)
+					case recorded:
 						got, complete, err = cur, done, nil
 					}
 				default:
@@ -537,13 +558,6 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 // failure to get one.
 func storeAnswered(err error) bool {
 	return refusedWithoutWrite(err) || errors.Is(err, store.ErrEffects) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrDuplicateApproval)
-}
-
-// neverSent reports whether err is a store step's failure to connect,
-// which never sent the step.
-func neverSent(err error) bool {
-	op, ok := errors.AsType[*net.OpError](err)
-	return ok && op.Op == "dial"
 }
 
 // refusedWithoutWrite reports whether err is the store refusing a

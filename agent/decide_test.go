@@ -379,6 +379,44 @@ func TestLostDecisionDuringAnOutage(t *testing.T) {
 	}
 }
 
+// The same, for the decision that completes a step of two calls when the
+// other, approved earlier, is the one its store step marked as started:
+// that call runs once too, and is not reported as of unknown outcome.
+func TestLostDecisionOfTheSecondCall(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			st := &lostAnswers{Store: w.store.(storetest.Store), lapse: true}
+			a := w.agentWith(st, w.rec)
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "restart", `{"env":"staging"}`)))
+			out, err := a.Run(ctx, request("please"))
+			must(t, err)
+			if len(out.Pending) != 2 {
+				t.Fatalf("paused on %d calls, want 2", len(out.Pending))
+			}
+			p1, p2 := out.Pending[0], out.Pending[1]
+			_, err = a.Decide(ctx, approvals.Decision{CallID: p1.ID, Fingerprint: p1.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			w.model.Reply(fakeopenai.Text("deployed"))
+			st.decide.Store(1)
+			st.outage.Store(3)
+			res, taken, err := a.DecideTaking(ctx, approvals.Decision{CallID: p2.ID, Fingerprint: p2.Fingerprint, Kind: approvals.Reject, Reason: "not now", Decider: "UAPPROVER1"})
+			if err != nil || !res.Complete || taken != nil {
+				t.Fatalf("DecideTaking = %+v, taken %v, %v; want the decision recorded, its claim lapsed", res, taken != nil, err)
+			}
+			out, err = a.Resume(ctx, p1.RunID)
+			must(t, err)
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once", n)
+			}
+			if got := toolResults(t, w.model); len(got) != 2 || strings.Contains(strings.Join(got, "|"), "outcome unknown") {
+				t.Errorf("the model read %q, want the deploy's result and the rejection", got)
+			}
+		})
+	}
+}
+
 // A decision whose store step's answer was lost, when the store does not
 // answer again in time to tell whether it was recorded, is reported as
 // unconfirmed: neither as recorded nor as still pending.

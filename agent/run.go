@@ -540,6 +540,12 @@ func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 // this one.
 func (a *Agent) saveAndAnswer(ctx context.Context, t *turn, rep Reporter, text string) error {
 	rep.Answer(ctx, text)
+	if ctx.Err() != nil {
+		// Cut short (a shutdown, a lost lease) while the answer was
+		// shown: it may not be, so the turn is left unrecorded, for a
+		// takeover or a restart to answer again.
+		return fmt.Errorf("turn cut short while its answer was shown: %w", context.Cause(ctx))
+	}
 	return a.saveTurn(ctx, t)
 }
 
@@ -583,6 +589,7 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 				// who wrote last, as a resume that answers queued
 				// messages does.
 				t.user, t.channel = t.later[n-1].User, t.later[n-1].Channel
+				ctx = context.WithValue(ctx, requesterKey{}, t.user)
 			}
 			t.later = nil
 			continue

@@ -200,8 +200,6 @@ type App struct {
 	// envelopes.
 	active atomic.Int64
 	quiet  chan struct{}
-	// stopping is closed when the shutdown starts.
-	stopping chan struct{}
 	// slots bounds the turns running at once.
 	slots *semaphore.Weighted
 
@@ -266,7 +264,7 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 	api := slack.New(cfg.BotToken, slack.OptionAppLevelToken(cfg.AppToken), slack.OptionHTTPClient(web), slack.OptionAPIURL(apiURL))
 	a := &App{
 		cfg: cfg, api: api, web: web, apiURL: apiURL, st: st, policy: policy, log: cfg.Logger, m: cfg.Metrics,
-		quiet: make(chan struct{}, 1), stopping: make(chan struct{}), slots: semaphore.NewWeighted(int64(cfg.MaxTurns)),
+		quiet: make(chan struct{}, 1), slots: semaphore.NewWeighted(int64(cfg.MaxTurns)),
 		queues: map[string]*queue{}, explaining: map[string]bool{}, homes: newHomeRefresh(), admins: map[string]bool{},
 		expiry: expiryClock{wake: make(chan struct{}, 1)},
 	}
@@ -335,7 +333,7 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 
 	a.running.Store(true)
 	// The expiry timer and the sweep stop when the shutdown starts.
-	stopping := a.stopping
+	stopping := make(chan struct{})
 	a.spawn(workCtx, "expiry", func(ctx context.Context) { a.expire(ctx, stopping) })
 	a.spawn(workCtx, "sweep", func(ctx context.Context) { a.sweep(ctx, stopping) })
 	a.spawn(workCtx, "takeover", func(ctx context.Context) { a.takeover(ctx, stopping) })

@@ -274,10 +274,11 @@ func (s *answerSeenStore) CommitTurn(ctx context.Context, c store.Commit) error 
 	return err
 }
 
-// The turn records its answer while the answer's stream starts: starting
-// the stream does not hold the turn. The stream is stopped, with the rest
-// of the answer, once it started.
-func TestAnswerIsRecordedWhileItsStreamStarts(t *testing.T) {
+// The turn records its answer only once the answer is shown: while the
+// answer's stream is starting, nothing is recorded (a crash then leaves the
+// message to a takeover); once the stream started, it is stopped with the
+// rest of the answer, and then the turn is recorded.
+func TestAnswerIsRecordedOnceItsStreamEnds(t *testing.T) {
 	seen := &answerSeenStore{recorded: make(chan struct{})}
 	e := newEnvWith(t, storeKinds(t)[0], func(s fullStore) fullStore {
 		seen.fullStore = s
@@ -290,20 +291,52 @@ func TestAnswerIsRecordedWhileItsStreamStarts(t *testing.T) {
 	<-arrived
 	select {
 	case <-seen.recorded:
-	case <-time.After(10 * time.Second):
-		release()
-		t.Fatal("the answer was not recorded while its stream was starting")
-	}
-	if n := len(e.slack.Calls("chat.stopStream")); n != 0 {
-		t.Errorf("chat.stopStream called %d times before the stream started", n)
+		t.Fatal("the answer was recorded while its stream was starting")
+	case <-time.After(time.Second):
 	}
 	release()
 	m := e.answer(ts, "front today.")
+	select {
+	case <-seen.recorded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer was not recorded once shown")
+	}
 	if !m.Streamed || m.Text != text {
 		t.Errorf("answer streamed=%v %q, want the whole answer streamed: %q", m.Streamed, m.Text, text)
 	}
 	if n, a := len(e.slack.Calls("chat.startStream")), len(e.slack.Calls("chat.appendStream")); n != 1 || a != 0 {
 		t.Errorf("chat.startStream %d and chat.appendStream %d calls, want one start and no append", n, a)
+	}
+}
+
+// An answer whose post is cut by the shutdown is not recorded: after the
+// restart it is answered again. The cut post may have been made all the
+// same (here the fake Slack makes it once released), but no copy is made
+// besides those two.
+func TestAnswerCutByShutdownIsAnsweredOnceAfterRestart(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.ShutdownGrace = 200 * time.Millisecond
+	e.start()
+	e.slack.FailNext("chat.startStream", 400)
+	arrived, release := e.slack.HoldNext("chat.postMessage")
+	defer release()
+	e.model.Reply(fakeopenai.Text("The answer is 42."))
+	ts := e.slack.Mention(channel, requester, "the answer?")
+	<-arrived
+	e.stop()
+	e.model.Reply(fakeopenai.Text("The answer is 42, again."))
+	e.start()
+	e.answer(ts, "The answer is 42, again.")
+	release()
+	e.stop()
+	n := 0
+	for _, m := range e.slack.Thread(channel, ts) {
+		if m.BotID != "" && strings.Contains(m.Text, "The answer is 42") {
+			n++
+		}
+	}
+	if n > 2 {
+		t.Errorf("the answer was posted %d times, want at most the cut post and the one after the restart:\n%s", n, dumpThread(e.slack.Thread(channel, ts)))
 	}
 }
 

@@ -167,53 +167,51 @@ func (r *threadReporter) Answer(ctx context.Context, text string) {
 	if strings.TrimSpace(text) == "" {
 		text = "(no answer)"
 	}
-	parts := AnswerMessages(text)
-	for i, blocks := range parts {
-		if r.app.postBlocks(ctx, r.channel, r.thread, blocks, fallbackText(text)) == "" {
-			// Slack refused it through every retry: the rest goes later,
-			// in order, for the answer is recorded as given.
-			r.app.postLater(ctx, r.channel, r.thread, parts[i:], fallbackText(text))
+	for _, blocks := range AnswerMessages(text) {
+		if !r.app.postInsisting(ctx, r.channel, r.thread, blocks, fallbackText(text)) {
 			return
 		}
 	}
 }
 
-// laterWaits are the waits before each try of postLater.
+// laterWaits are the waits before each try of postInsisting past the
+// first.
 var laterWaits = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute}
 
-// postLater posts the parts of an answer that Slack refused through
-// postBlocks' retries, in the background: after each of laterWaits, the
-// parts not posted yet, in order, until all are out. An answer is kept in
-// the conversation's history once given, so a thread that never showed
-// it would read on as if it had. Past the last try, or at shutdown, it is
-// logged as lost.
-func (a *App) postLater(ctx context.Context, channel, thread string, parts [][]slack.Block, fallback string) {
-	ctx = context.WithoutCancel(ctx)
-	a.spawn(ctx, "answer", func(context.Context) {
-		for _, wait := range laterWaits {
-			select {
-			case <-a.stopping:
-				// One last try, bounded by the shutdown's deadline.
-				nctx, cancel, ok := a.noteContext(ctx, 10*time.Second)
-				for ok && len(parts) > 0 && a.postBlocks(nctx, channel, thread, parts[0], fallback) != "" {
-					parts = parts[1:]
-				}
-				cancel()
-				if len(parts) > 0 {
-					a.log.Error("an answer Slack refused was not posted before the shutdown", "channel", channel, "thread", thread)
-				}
-				return
-			case <-time.After(wait):
-			}
-			for len(parts) > 0 && a.postBlocks(ctx, channel, thread, parts[0], fallback) != "" {
-				parts = parts[1:]
-			}
-			if len(parts) == 0 {
-				return
-			}
+// postInsisting posts a part of an answer, and, while Slack refuses it
+// through the client's own retries (a server error, a rate limit), tries
+// again after each of laterWaits, until ctx ends. The turn is recorded only
+// once its answer is shown, so it waits meanwhile: a crash leaves the
+// message to a takeover. A post that failed otherwise (a connection cut
+// after sending it, ctx ending) is not made again: it may have been made.
+// It reports whether the part was posted.
+func (a *App) postInsisting(ctx context.Context, channel, thread string, blocks []slack.Block, fallback string) bool {
+	_, err := a.chat(ctx, chatMessage{channel: channel, thread: thread, blocks: blocks, text: fallback})
+	for _, wait := range laterWaits {
+		if err == nil || !refusedBySlack(err) || ctx.Err() != nil {
+			break
 		}
-		a.log.Error("an answer Slack refused was not posted", "channel", channel, "thread", thread)
-	})
+		a.log.Warn("Slack refused an answer; posting it again shortly", "channel", channel, "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+			_, err = a.chat(ctx, chatMessage{channel: channel, thread: thread, blocks: blocks, text: fallback})
+		}
+	}
+	if err != nil {
+		a.log.Error("post answer", "channel", channel, "err", err)
+		a.m.error("slack_post")
+	}
+	return err == nil
+}
+
+// refusedBySlack reports whether err is Slack refusing a call it may
+// take later: a server error or a rate limit, once the client's retries
+// are spent.
+func refusedBySlack(err error) bool {
+	var rl *slack.RateLimitedError
+	var sc slack.StatusCodeError
+	return errors.As(err, &rl) || errors.As(err, &sc) && sc.Code >= 500
 }
 
 // Stopped ends the stream of a model step that failed or was cut short:
