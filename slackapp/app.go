@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/slack-go/slack"
 	"golang.org/x/sync/semaphore"
@@ -854,16 +855,43 @@ func (a *App) refuse(ctx context.Context, env *envelope) {
 	}
 }
 
-// malformed logs an envelope whose payload did not decode, and acks it.
+// malformed logs an envelope whose payload did not decode, and acks it:
+// a form's submission with an error under its input, so that the form
+// stays open and its sender learns that nothing was recorded.
 func (a *App) malformed(env *envelope, err error, start time.Time) {
 	a.log.Warn("skipping a malformed envelope", "envelope", env.ID, "type", env.Type, "err", err)
 	a.m.error("bad_envelope")
-	a.ack(env, nil, start)
+	var payload any
+	if env.Type == envelopeInteractive && env.Payload.Type == string(slack.InteractionTypeViewSubmission) {
+		payload = viewError(env.Payload.View.CallbackID, unreadableSubmitText)
+	}
+	a.ack(env, payload, start)
 }
 
-// ephemeral is the ack payload of a slash command answered privately.
+// unreadableSubmitText answers a form's submission that could not be read.
+const unreadableSubmitText = "I couldn't read this submission, so nothing was recorded. The card's buttons still work."
+
+// ephemeral is the ack payload of a slash command answered privately,
+// within Slack's bounds on the text and on the encoded reply (characters
+// JSON escapes, such as control characters, take six bytes each).
 func ephemeral(text string) map[string]any {
-	return map[string]any{"response_type": "ephemeral", "text": clip(text, 3900)}
+	return map[string]any{"response_type": "ephemeral", "text": clipEncoded(clip(text, 3900), maxEphemeralBytes)}
+}
+
+// maxEphemeralBytes bounds the JSON of an ephemeral answer's text, well
+// within maxAckSize.
+const maxEphemeralBytes = 12 * 1024
+
+// clipEncoded cuts text until its JSON encoding takes at most max bytes.
+func clipEncoded(text string, limit int) string {
+	for {
+		b, _ := json.Marshal(text)
+		if len(b) <= limit {
+			return text
+		}
+		n := utf8.RuneCountInString(text)
+		text = clip(text, max(0, n*limit/len(b)-2))
+	}
 }
 
 // viewError is the ack payload of a decision modal's submission that keeps
@@ -902,6 +930,12 @@ func (a *App) ack(env *envelope, payload any, start time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	err := a.sock.ack(ctx, env, payload)
+	if errors.Is(err, errAckTooLarge) {
+		// Acked bare rather than not at all, which Slack would show as
+		// a failure and deliver again.
+		a.log.Warn("ack envelope without its reply", "envelope", env.ID, "err", err)
+		err = a.sock.ack(ctx, env, nil)
+	}
 	if err != nil {
 		a.log.Warn("ack envelope", "envelope", env.ID, "err", err)
 		a.m.error("ack")

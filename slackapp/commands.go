@@ -46,12 +46,23 @@ func (a *App) onSlash(ctx context.Context, env *envelope, start time.Time) {
 		defer k.ack(ephemeral(commandFailedText))
 		ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 		defer cancel()
+		// Slack sends an envelope again when its ack was not received
+		// (a connection refreshed meanwhile): a command that changes
+		// the policy must not run twice.
+		if !a.firstTime(ctx, "envelope:"+env.ID) {
+			a.m.duplicate()
+			k.ack(ephemeral(commandRepeatedText))
+			return
+		}
 		k.ack(ephemeral(a.command(ctx, cmd)))
 	})
 }
 
 // commandFailedText answers a command whose handler failed unexpectedly.
 const commandFailedText = "Something went wrong while answering this command; please try again."
+
+// commandRepeatedText answers a command Slack delivered again.
+const commandRepeatedText = "Slack sent this command again; it was received the first time, and nothing was done twice. Its first answer may not have reached you: `/approvals policy list` and `/approvals rules list` show where things stand."
 
 // command runs one /approvals command and returns its answer.
 func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
 )
 
 // When Slack asks for a new connection, the bot opens it before it drops
@@ -189,4 +190,83 @@ func TestSocketOversizedFrameEndsTheConnection(t *testing.T) {
 	waitUntil(t, "a second connection is opened", func() bool { return e.slack.ConnectionsOpened() >= 2 })
 	e.model.Reply(fakeopenai.Text("Still serving."))
 	e.answer(e.slack.Mention(channel, requester, "hello"), "Still serving.")
+}
+
+// A slash command Slack delivers again (its ack was lost in a refreshed
+// connection) does not run again: one policy add makes one rule, and the
+// repeat is answered as such.
+func TestRedeliveredCommandRunsOnce(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.AdminUsers = []string{other}
+	e.start()
+	payload, _ := json.Marshal(map[string]any{"team_id": e.slack.TeamID(), "channel_id": channel, "user_id": other, "command": "/approvals", "text": "policy add tool=deploy verdict=allow"})
+	id := e.slack.Deliver("slash_commands", payload)
+	first, err := e.slack.WaitAck(id, 5*time.Second)
+	must(t, err)
+	must(t, e.slack.Redeliver(id))
+	again, err := e.slack.WaitAck(id, 5*time.Second)
+	must(t, err)
+	if !strings.Contains(string(first), "Added runtime rule") || !strings.Contains(string(again), "sent this command again") {
+		t.Errorf("acks %s then %s; want the rule added, then the repeat answered as such", first, again)
+	}
+	if list := e.slash(other, "policy list"); strings.Count(list, "[runtime]") != 1 {
+		t.Errorf("one policy add, delivered twice, made other than one runtime rule:\n%s", list)
+	}
+}
+
+// A command whose answer echoes text that takes much more room encoded
+// (control characters, line separators) is acked all the same, within
+// Slack's bound on a reply.
+func TestCommandWithALargeEncodedAnswerIsAcked(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	for _, text := range []string{
+		"policy test " + strings.Repeat("\x01", 3800),
+		"rules revoke a" + strings.Repeat("\u2028", 3800) + "b",
+	} {
+		payload, _ := json.Marshal(map[string]any{"team_id": e.slack.TeamID(), "channel_id": channel, "user_id": stranger, "command": "/approvals", "text": text})
+		id := e.slack.Deliver("slash_commands", payload)
+		ack, err := e.slack.WaitAck(id, 5*time.Second)
+		if err != nil {
+			t.Errorf("%q…: %v", text[:14], err)
+			continue
+		}
+		if len(ack) >= 20*1024 || !strings.Contains(string(ack), "ephemeral") {
+			t.Errorf("%q…: acked with %d bytes: %.200s", text[:14], len(ack), ack)
+		}
+	}
+}
+
+// A frame with no envelope id is not acted on: Slack never sends one, and
+// it could not be acked.
+func TestFrameWithNoEnvelopeIDIsSkipped(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	ev := map[string]any{"type": "app_mention", "user": requester, "channel": channel, "text": "<@" + e.slack.BotUserID() + "> no id", "ts": "1700000000.000200"}
+	p, _ := json.Marshal(map[string]any{"type": "events_api", "payload": map[string]any{"type": "event_callback", "team_id": e.slack.TeamID(), "event_id": "EvNOID", "event": ev}})
+	e.slack.SendFrame(p)
+	e.slack.SendFrame([]byte("null"))
+	// Read after them on the same connection.
+	e.model.Reply(fakeopenai.Text("answered"))
+	ts := e.slack.Mention(channel, requester, "with an id")
+	e.answer(ts, "answered")
+	if reqs := e.model.Requests(); len(reqs) != 1 {
+		t.Errorf("the model was asked %d times, want once (the frame with no id skipped)", len(reqs))
+	}
+}
+
+// A form's submission that does not decode keeps the form open with an
+// error: closing it would let its sender believe the decision was sent.
+func TestUndecodableSubmissionKeepsTheFormOpen(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	payload := `{"type":"view_submission","team":{"id":"T1"},"user":{"id":"` + approver + `"},"response_urls":{},` +
+		`"view":{"callback_id":"` + slackapp.CallbackReject + `","private_metadata":"0123456789abcdef.0~` + strings.Repeat("a", 64) + `",` +
+		`"state":{"values":{"reject_reason":{"reject_reason_input":{"type":"plain_text_input","value":"no"}}}}}}`
+	id := e.slack.Deliver("interactive", json.RawMessage(payload))
+	ack, err := e.slack.WaitAck(id, 5*time.Second)
+	must(t, err)
+	if !strings.Contains(string(ack), `"errors"`) || !strings.Contains(string(ack), "nothing was recorded") {
+		t.Errorf("ack %s; want the form kept open with an error", ack)
+	}
 }

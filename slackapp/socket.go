@@ -368,7 +368,14 @@ func (s *socket) read(ctx context.Context, c *socketConn) {
 		case "disconnect":
 			s.log.Info("socket mode: slack asks to reconnect", "reason", env.Reason)
 			c.asked.Do(func() { close(c.refresh) })
+		case "":
+			s.log.Warn("socket mode: skipping a message with no type", "envelope", env.ID)
 		default:
+			if env.ID == "" {
+				// Nothing to ack it with: Slack never sends one.
+				s.log.Warn("socket mode: skipping an envelope with no id", "type", env.Type)
+				continue
+			}
 			select {
 			case s.envelopes <- env:
 			case <-ctx.Done():
@@ -384,6 +391,9 @@ type ackMessage struct {
 	Payload    any    `json:"payload,omitempty"`
 }
 
+// errAckTooLarge is the error of an ack whose reply Slack would drop.
+var errAckTooLarge = errors.New("ack too large")
+
 // ack replies to env with payload (nil for none). A reply of maxAckSize or
 // more is refused, as Slack would drop it. It is written on env's
 // connection, or, once that one is gone, on the current one, waiting for
@@ -394,7 +404,7 @@ func (s *socket) ack(ctx context.Context, env *envelope, payload any) error {
 		return fmt.Errorf("encode ack: %w", err)
 	}
 	if len(msg) >= maxAckSize {
-		return fmt.Errorf("ack of %d bytes: Slack drops replies of %d bytes or more", len(msg), maxAckSize)
+		return fmt.Errorf("%w: ack of %d bytes: Slack drops replies of %d bytes or more", errAckTooLarge, len(msg), maxAckSize)
 	}
 	if s.debug {
 		s.log.Debug("socket mode ack", "message", redactJSON(msg))
