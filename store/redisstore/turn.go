@@ -535,6 +535,25 @@ func (s *Store) trimStaleAudit(ctx context.Context, key, tail string) error {
 	return nil
 }
 
+// relistRun writes the listings of a new run (see indexRun) again, a few
+// times over about a second while they fail.
+func (s *Store) relistRun(ctx context.Context, nr newRun, mark bool) error {
+	var err error
+	for _, wait := range []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, time.Second} {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		p := s.c.Pipeline()
+		s.indexRun(ctx, p, nr, mark)
+		if _, err = p.Exec(ctx); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
 // CommitTurn writes in this order, so that a failure or a crash part way
 // leaves what a later turn can carry on from: the run (one script on its
 // hash slot), then in one pipeline its index entries, the audit entries
@@ -590,12 +609,13 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		}
 	}
 	p := s.c.Pipeline()
+	mark := c.Run != nil && (c.Conversation == nil || c.Run.Conversation != c.Key)
 	if c.Run != nil {
 		// The conversation's script marks it as paused on the run when it
 		// saves the conversation, and only if the lease is held: a run
 		// whose conversation was not saved (a crash between the two
 		// steps, a lost lease) is not one the conversation is paused on.
-		s.indexRun(ctx, p, nr, c.Conversation == nil || c.Run.Conversation != c.Key)
+		s.indexRun(ctx, p, nr, mark)
 	}
 	for _, e := range c.Audit {
 		if err := s.pushAudit(ctx, p, e); err != nil {
@@ -626,6 +646,18 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		if err == nil {
 			commit = commitTurn.Run(ctx, s.c, keys, args...)
 			err = commit.Err()
+		}
+	}
+	if err != nil && c.Run != nil && commit.Err() == nil {
+		// On Cluster a pipeline is split by node, and each part applied
+		// on its own: the conversation's step may be made while another
+		// node's part failed (a failover), leaving a conversation paused
+		// on calls that are in no listing: never expired, reminded or
+		// listed as pending. The listings are written again (their
+		// writes can be made twice); the audit entries of a failed part
+		// are lost.
+		if left, lerr := commit.Int64(); lerr == nil && left != -2 && s.relistRun(ctx, nr, mark) == nil {
+			err = nil
 		}
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -876,4 +877,83 @@ func TestAcceptSentAgainIsAnsweredAsRecorded(t *testing.T) {
 			t.Errorf("another copy of the message = %s, %v; want a duplicate", acc, err)
 		}
 	})
+}
+
+// failDueOnce fails, once, the part of a pipeline a Cluster node gets
+// when it holds the listing of calls by expiry (its node is down for a
+// moment, as in a failover).
+type failDueOnce struct {
+	due    string
+	failed *atomic.Bool
+}
+
+func (failDueOnce) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (failDueOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h failDueOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if args := c.Args(); c.Name() == "zadd" && len(args) > 1 && args[1] == h.due && h.failed.CompareAndSwap(false, true) {
+				err := errors.New("node unreachable")
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On Redis Cluster a pause's pipeline is split by node, each part applied
+// on its own: when the node of the listings fails while the
+// conversation's is made, the listings are written again, so the paused
+// call still expires and is listed as pending.
+func TestPauseWhoseListingsFailedIsListed(t *testing.T) {
+	u := envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")
+	prefix := newPrefix(t, u)
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := c.(*redis.ClusterClient)
+	var failed atomic.Bool
+	hook := failDueOnce{due: prefix + ":due", failed: &failed}
+	cc.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
+	if err := cc.ForEachShard(t.Context(), func(_ context.Context, n *redis.Client) error { n.AddHook(hook); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	var conv string
+	for i := 0; conv == ""; i++ {
+		// A conversation on another node than the listing.
+		k := fmt.Sprintf("C1:%d.%s", i, store.NewRunID())
+		ks, err := cc.ClusterKeySlot(ctx, prefix+":conv:{conv:"+k+"}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := cc.ClusterKeySlot(ctx, prefix+":due").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ks/5461 != ds/5461 {
+			conv = k
+		}
+	}
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
+	err = s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{}`), PausedRun: r.ID}, Run: &r, Calls: []store.Call{call}})
+	if !failed.Load() {
+		t.Fatal("the listings' part of the pipeline was not failed")
+	}
+	if err != nil {
+		t.Fatalf("CommitTurn whose listings' part failed once = %v, want nil once written again", err)
+	}
+	if got, err := s.Due(ctx, call.ExpiresAt.Add(time.Second), 0); err != nil || len(got) != 1 {
+		t.Errorf("Due after the expiry = %d calls, %v; want the paused call", len(got), err)
+	}
+	if got, err := s.Pending(ctx, store.Filter{}); err != nil || len(got) != 1 {
+		t.Errorf("Pending = %d calls, %v; want the paused call", len(got), err)
+	}
 }
