@@ -535,6 +535,23 @@ func (s *Store) trimStaleAudit(ctx context.Context, key, tail string) error {
 	return nil
 }
 
+// unpushAudit removes the audit entries of a refused commit, which
+// pushAudit added beside its script.
+func (s *Store) unpushAudit(ctx context.Context, entries []store.AuditEntry) {
+	if len(entries) == 0 {
+		return
+	}
+	p := s.c.Pipeline()
+	for _, e := range entries {
+		b, err := auditJSON(e)
+		if err != nil {
+			continue
+		}
+		p.LRem(ctx, s.auditKey(), 1, b)
+	}
+	_, _ = p.Exec(ctx)
+}
+
 // relistRun writes the listings of a new run (see indexRun) again, a few
 // times over about a second while they fail.
 func (s *Store) relistRun(ctx context.Context, nr newRun, mark bool) error {
@@ -617,7 +634,12 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		// steps, a lost lease) is not one the conversation is paused on.
 		s.indexRun(ctx, p, nr, mark)
 	}
-	for _, e := range c.Audit {
+	pushed := make([]store.AuditEntry, len(c.Audit))
+	for i, e := range c.Audit {
+		if e.At.IsZero() {
+			e.At = time.Now() // as pushAudit would, kept to take it back
+		}
+		pushed[i] = e
 		if err := s.pushAudit(ctx, p, e); err != nil {
 			return fmt.Errorf("commit turn of %s: audit %s: %w", c.Key, e.Action, err)
 		}
@@ -668,6 +690,10 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
 	if left == -2 {
+		// The audit entries went beside the script, which refused the
+		// commit: they are taken back, as a refused commit writes none
+		// (its writer keeps them, and writes them itself).
+		s.unpushAudit(ctx, pushed)
 		return fmt.Errorf("commit turn of %s: %w", c.Key, store.ErrNotHolder)
 	}
 	var unindex func(redis.Pipeliner)

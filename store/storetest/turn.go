@@ -353,13 +353,19 @@ func testCommitTurnHolder(t *testing.T, open Opener) {
 	begin(t, s, conv, "b", time.Minute, true) // b took the conversation over from a
 	before, beforeErr := s.LoadConversation(ctx, conv)
 	saved := store.Conversation{State: json.RawMessage(`{"by":"a"}`)}
+	audit := []store.AuditEntry{{At: time.Now().Truncate(time.Millisecond), Actor: "a", Action: "execute", CallID: "refused.0"}}
 	for _, c := range []store.Commit{
-		{Key: conv, Conversation: &saved, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a", Holder: "a"},
-		{Key: conv, Conversation: &saved, Finish: r.ID, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a", Holder: "a"},
+		{Key: conv, Conversation: &saved, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a", Holder: "a", Audit: audit},
+		{Key: conv, Conversation: &saved, Finish: r.ID, Answer: true, AnswerUpTo: msgs[1].Seq, Release: "a", Holder: "a", Audit: audit},
 	} {
 		if err := s.CommitTurn(ctx, c); !errors.Is(err, store.ErrNotHolder) {
 			t.Errorf("CommitTurn for a while b holds the lease (finish %q) = %v, want ErrNotHolder", c.Finish, err)
 		}
+	}
+	// Its writer keeps the audit entries of a refused commit, to write
+	// them itself: none is written with it.
+	if log, err := s.AuditLog(ctx, 0); err != nil || slices.ContainsFunc(log, func(e store.AuditEntry) bool { return e.CallID == "refused.0" }) {
+		t.Errorf("AuditLog after commits refused = %v, %v; want none of their entries", log, err)
 	}
 	if after, err := s.LoadConversation(ctx, conv); !errors.Is(err, beforeErr) || string(after.State) != string(before.State) || after.PausedRun != before.PausedRun {
 		t.Errorf("LoadConversation after commits refused = %+v, %v; want it as before: %+v, %v", after, err, before, beforeErr)
