@@ -314,15 +314,19 @@ type indexEntry struct {
 // Scores are times in ms: expiry times in the due and runs indexes,
 // reminder times in the reminder index, and creation times in the
 // pending-call listings, so that a bounded listing reads only its oldest
-// entries. Entries of the first three older than the retention time point
-// at deleted calls and are trimmed; a listing's entries leave it with
-// FinishRun, or when a reader finds them stale.
+// entries. Entries of the due and runs indexes older than the retention
+// time point at deleted calls and are trimmed; a listing's entries, and
+// reminders, leave it with FinishRun or the call's decision, or when a
+// reader finds them stale.
 func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 	var out []indexEntry
 	for _, c := range calls {
 		out = append(out, indexEntry{s.dueKey(), c.ExpiresAt, c.ID, true})
 		if !c.RemindAt.IsZero() {
-			out = append(out, indexEntry{s.remindKey(), c.RemindAt, c.ID, true})
+			// Not trimmed by time: a call waits up to four weeks, far
+			// past its first reminder; readers drop the entries of
+			// calls that are gone (see DueReminders).
+			out = append(out, indexEntry{s.remindKey(), c.RemindAt, c.ID, false})
 		}
 		out = append(out, indexEntry{s.pendingKey(), c.CreatedAt, c.ID, false})
 		if c.Requester != "" {

@@ -573,3 +573,31 @@ func TestAuditRetentionTrims(t *testing.T) {
 		t.Errorf("AuditLog after trimming = %+v, %v; want only the new entry", log, err)
 	}
 }
+
+// A reminder overdue by more than the run retention (every replica was
+// down, or the reminder pass kept failing) is still listed once another
+// run is created: its entry is not trimmed as if its call were deleted,
+// for a call waits up to four weeks, longer than the retention.
+func TestOverdueReminderOutlivesTheRetention(t *testing.T) {
+	for _, u := range []string{redisURL(t), envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")} {
+		t.Run(u, func(t *testing.T) {
+			ctx := t.Context()
+			s := newStore(t, u, redisstore.Options{Prefix: newPrefix(t, u), Retention: time.Second})
+			now := time.Now().Truncate(time.Millisecond)
+			run := func(remindAt time.Time) store.Call {
+				r := store.Run{ID: store.NewRunID(), Conversation: "C1:" + store.NewRunID(), Requester: "U1", Channel: "C1"}
+				c := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: r.Conversation, ExpiresAt: now.Add(time.Hour), RemindAt: remindAt}
+				if err := s.CreateRun(ctx, r, []store.Call{c}); err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			overdue := run(now.Add(-time.Minute))
+			run(now.Add(time.Minute)) // whose write trims what is past the retention
+			due, err := s.DueReminders(ctx, now, 0)
+			if err != nil || len(due) != 1 || due[0].ID != overdue.ID {
+				t.Errorf("DueReminders = %v, %v; want the overdue call", due, err)
+			}
+		})
+	}
+}
