@@ -416,8 +416,23 @@ func (s *Store) beginResume(ctx context.Context, runID string, r store.ResumeBeg
 		}
 	} else if lease != "" {
 		ok, err := s.AcquireLease(ctx, lease, owner, ttl)
-		if err != nil || !ok {
-			return store.ResumeStart{Busy: !ok}, err
+		if err != nil {
+			return store.ResumeStart{}, err
+		}
+		if !ok {
+			// Busy only if there is a resume to wait for: a finished or
+			// unknown run is answered as the single node's script does.
+			r, finished, found, rerr := s.runRecord(ctx, runID)
+			switch {
+			case rerr != nil:
+				return store.ResumeStart{}, rerr
+			case !found:
+				return store.ResumeStart{}, store.ErrNotFound
+			case finished:
+				r.Finished = true
+				return store.ResumeStart{Run: r}, nil
+			}
+			return store.ResumeStart{Busy: true}, nil
 		}
 	}
 	var res *redis.Cmd

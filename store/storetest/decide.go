@@ -365,6 +365,17 @@ func testBeginResume(t *testing.T, open Opener) {
 	if rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Owner: "d", TTL: time.Minute}); err != nil || rs.Claimed || !rs.Run.Finished {
 		t.Errorf("BeginResume of a finished run = claimed %v finished %v, %v; want finished, not claimed", rs.Claimed, rs.Run.Finished, err)
 	}
+	// With the lease held by another owner, a finished or unknown run is
+	// answered as such, not as busy: there is no resume to wait for.
+	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease by b = %v, %v", ok, err)
+	}
+	if rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "d", TTL: time.Minute}); err != nil || rs.Claimed || rs.Busy || !rs.Run.Finished {
+		t.Errorf("BeginResume of a finished run while b holds the lease = claimed %v busy %v finished %v, %v; want finished", rs.Claimed, rs.Busy, rs.Run.Finished, err)
+	}
+	if _, err := s.BeginResume(ctx, store.NewRunID(), store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "d", TTL: time.Minute}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("BeginResume of an unknown run while b holds the lease: error = %v, want ErrNotFound", err)
+	}
 }
 
 // BeginResume marks the first call whose decision is of a start kind as
