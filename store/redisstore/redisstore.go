@@ -1268,20 +1268,16 @@ func decodeRecords(kind string, m map[string]string) ([]store.Record, error) {
 
 // DeleteRecord deletes a record, or returns store.ErrNotFound.
 func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
-	var del *redis.IntCmd
+	var n int64
 	var err error
 	if s.cluster {
-		del = s.c.HDel(ctx, s.recordsKey(kind), "d:"+id, "v:"+id)
-		err = del.Err()
+		n, err = s.c.HDel(ctx, s.recordsKey(kind), "d:"+id, "v:"+id).Result()
 	} else {
-		// The change is counted in the same step (MULTI).
-		_, err = s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			del = p.HDel(ctx, s.recordsKey(kind), "d:"+id, "v:"+id)
-			p.Incr(ctx, s.recordsVersionKey())
-			return nil
-		})
+		// The change is counted in the same step, and only if there was
+		// one: a version that moves for nothing sends decisions checked
+		// against the records the slower way.
+		n, err = deleteRecord.Run(ctx, s.c, []string{s.recordsKey(kind), s.recordsVersionKey()}, "d:"+id, "v:"+id).Int64()
 	}
-	n := del.Val()
 	if err != nil {
 		return fmt.Errorf("delete record %s/%s: %w", kind, id, err)
 	}
@@ -1290,6 +1286,17 @@ func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 	}
 	return nil
 }
+
+// deleteRecord deletes a record's fields and counts the change in the
+// records' version, if there was a record.
+// KEYS: records, records version
+// ARGV: the record's fields
+// Returns how many fields were deleted.
+var deleteRecord = redis.NewScript(`
+local n = redis.call('HDEL', KEYS[1], ARGV[1], ARGV[2])
+if n > 0 then redis.call('INCR', KEYS[2]) end
+return n
+`)
 
 // SeenEvent records an event id for ttl (SET NX); true if it was new.
 func (s *Store) SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error) {

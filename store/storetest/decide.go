@@ -279,6 +279,12 @@ func testDecideIfRecords(t *testing.T, open Opener) {
 	if keeps && (v2 == v1 || v3 == v2 || v3 == v1) {
 		t.Fatalf("records versions %d, %d, %d around a put and a delete; want each different", v1, v2, v3)
 	}
+	if err := s.DeleteRecord(ctx, "rules", "absent"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteRecord of an absent record = %v, want ErrNotFound", err)
+	}
+	if v := version(); v != v3 {
+		t.Errorf("records version after deleting an absent record = %d, want %d: nothing changed", v, v3)
+	}
 	if !keeps && (v2 != 0 || v3 != 0) {
 		t.Fatalf("records versions %d, %d, %d; want all zero or none zero", v1, v2, v3)
 	}
