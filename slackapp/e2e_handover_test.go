@@ -263,3 +263,70 @@ func TestLongTurnGathersNoTakeovers(t *testing.T) {
 		t.Errorf("%d turns were begun on the conversation after its own, want at most one (a scan that listed it just before it answered)", begun)
 	}
 }
+
+// replyFirst makes the record of a mention ("first") wait until a reply in
+// its thread ("follow-up") has been tried and found the thread unknown: a
+// reply that arrives while the mention that starts its thread is still
+// being recorded (on another connection, or another replica).
+type replyFirst struct {
+	fullStore
+	once  sync.Once
+	tried chan struct{}
+}
+
+func (s *replyFirst) gate(m store.Inbound, acc store.Acceptance) {
+	if strings.Contains(m.Text, "follow-up") && acc == store.Unknown {
+		s.once.Do(func() { close(s.tried) })
+	}
+}
+
+func (s *replyFirst) hold(m store.Inbound) {
+	if strings.Contains(m.Text, "first") {
+		select {
+		case <-s.tried:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+func (s *replyFirst) AcceptMessage(ctx context.Context, conv string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
+	s.hold(m)
+	got, acc, err := s.fullStore.AcceptMessage(ctx, conv, m, requireKnown)
+	s.gate(m, acc)
+	return got, acc, err
+}
+
+func (s *replyFirst) AcceptBegin(ctx context.Context, conv string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	s.hold(m)
+	got, acc, b, err := s.fullStore.AcceptBegin(ctx, conv, m, requireKnown, owner, ttl, kinds...)
+	s.gate(m, acc)
+	return got, acc, b, err
+}
+
+// A reply in a thread that arrives while the mention starting the thread
+// is still being recorded is asked again a moment later, and answered: it
+// used to be dropped as a reply in a thread the bot is not part of.
+func TestReplyBeforeItsMentionIsRecordedIsAnswered(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			rf := &replyFirst{tried: make(chan struct{})}
+			e := newEnvWith(t, kind, func(s fullStore) fullStore {
+				rf.fullStore = s
+				return rf
+			})
+			e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+				var users []string
+				for _, m := range req.Messages {
+					if m.Role == openai.ChatMessageRoleUser {
+						users = append(users, m.Content)
+					}
+				}
+				return fakeopenai.Text("read: " + strings.Join(users, " | "))
+			})
+			e.start()
+			ts := e.slack.Mention(channel, requester, "first question")
+			e.slack.ThreadReply(channel, ts, requester, "follow-up detail")
+			e.answer(ts, "follow-up detail")
+		})
+	}
+}

@@ -28,6 +28,9 @@ func TestEnvelopeBurst(t *testing.T) {
 	const mentions = 500
 	e := newEnv(t, storeKinds(t)[0])
 	e.cfg.ShutdownGrace = 100 * time.Millisecond
+	// 500 turns renew their leases at once on a loaded machine: a lease
+	// long enough that a late renewal is not taken for a lost one.
+	e.leaseTTL = 10 * time.Second
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -217,6 +218,18 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 // the ack within 3 s).
 const recordTimeout = 2 * time.Second
 
+// youngThread reports whether the thread of a reply, whose root has
+// timestamp threadTS, was started within the last few seconds before now.
+func youngThread(threadTS string, now time.Time) bool {
+	sec, _, _ := strings.Cut(threadTS, ".")
+	n, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil {
+		return false
+	}
+	age := now.Sub(time.Unix(n, 0))
+	return age > -time.Minute && age < 5*time.Second
+}
+
 // intake is what becomes of a message once record has tried to record it.
 type intake int
 
@@ -271,6 +284,22 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 		r, acc, taken, err = a.ag.AcceptTaking(rctx, req, followUp)
 	} else {
 		r, acc, err = a.ag.Accept(rctx, req, followUp)
+	}
+	for wait := 200 * time.Millisecond; err == nil && acc == store.Unknown && youngThread(m.threadTS, time.Now()); wait *= 2 {
+		// A reply in a thread started a moment ago: the mention that
+		// started it may be being recorded still (by another replica,
+		// or on another connection). Asked again, within the record's
+		// deadline, by its message id alone: its event id is marked
+		// seen already.
+		again := req
+		again.EventID = ""
+		select {
+		case <-rctx.Done():
+		case <-time.After(wait):
+			r, acc, err = a.ag.Accept(rctx, again, followUp)
+			continue
+		}
+		break
 	}
 	if first {
 		// Later copies are dropped once this one recorded the message, or

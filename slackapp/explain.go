@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -52,10 +53,14 @@ func (a *App) whyClick(ctx context.Context, c click) {
 		a.tell(ctx, c.user, c.channel, ExplainBusyText())
 		return
 	}
-	defer a.doneExplaining(ctx, callID, owner)
+	// The next Why? may start once this one's model call is over: by the
+	// time its explanation shows in the thread, it is not refused.
+	done := sync.OnceFunc(func() { a.doneExplaining(ctx, callID, owner) })
+	defer done()
 	mctx, cancel := context.WithTimeout(ctx, explainTimeout)
 	defer cancel()
 	text, err := a.ag.Explain(mctx, callID, c.user)
+	done()
 	if err != nil {
 		a.log.Warn("explain a pending call", "call", callID, "err", err)
 		a.tell(ctx, c.user, c.channel, ExplainFailedText(err))
