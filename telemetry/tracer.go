@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 	"unicode/utf8"
 
@@ -91,7 +92,7 @@ func (t *Tracer) StartTurn(ctx context.Context, ts agent.TurnStart) (context.Con
 				))
 			}
 		}
-		setError(span, err)
+		setError(span, err, t.capture)
 		span.End()
 	}
 }
@@ -190,7 +191,7 @@ func (m tracedModel) Complete(ctx context.Context, req agent.ModelRequest, onDel
 				span.SetAttributes(attribute.Int("http.response.status_code", me.StatusCode))
 			}
 		}
-		setError(span, err)
+		setError(span, err, m.t.capture)
 		return msg, err
 	}
 	span.SetAttributes(attribute.Int("toolgate.model.tool_calls", len(msg.ToolCalls)))
@@ -217,10 +218,21 @@ func RecordRetry(ctx context.Context, retry int, wait time.Duration, err *agent.
 	span.SetAttributes(keyRetries.Int(retry))
 }
 
-// setError marks a span failed. The message is the error's text: the
-// agent's and model's errors name what failed, not the content.
-func setError(span trace.Span, err error) {
+// setError marks a span failed. The message is the error's text, but for
+// a model error without capture only its kind and status: the text of a
+// model server's error can quote the request (a validation error that
+// echoes a message back).
+func setError(span trace.Span, err error, capture bool) {
 	if err == nil {
+		return
+	}
+	var me *agent.ModelError
+	if !capture && errors.As(err, &me) {
+		desc := "model error: " + me.Kind.String()
+		if me.StatusCode != 0 {
+			desc += fmt.Sprintf(" (HTTP %d)", me.StatusCode)
+		}
+		span.SetStatus(codes.Error, desc)
 		return
 	}
 	span.SetStatus(codes.Error, err.Error())

@@ -321,3 +321,21 @@ func TestModelFailureOnTheSpans(t *testing.T) {
 		t.Error("the model and turn spans are not marked failed")
 	}
 }
+
+// Without capture, a failed model call's spans say what failed, not the
+// server's error text, which can quote the request (a validation error
+// that echoes a message back).
+func TestModelFailureWithoutCaptureKeepsContentOut(t *testing.T) {
+	const said = "my card number is 4111 1111 1111 1111"
+	w := newWorld(t, false)
+	w.model.Reply(fakeopenai.Error(422, "invalid input: "+said))
+	if _, err := w.agent.Run(context.Background(), request); err == nil {
+		t.Fatal("Run succeeded")
+	}
+	for _, name := range []string{"chat fake-model", "invoke_agent toolgate"} {
+		s := w.one(name)
+		if s.Status.Code != codes.Error || strings.Contains(s.Status.Description, "4111") || !strings.Contains(s.Status.Description, "422") {
+			t.Errorf("span %q status = %v %q; want failed, with the status and not the server's text", name, s.Status.Code, s.Status.Description)
+		}
+	}
+}

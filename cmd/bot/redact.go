@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -20,6 +21,11 @@ type redactor struct {
 // with a password (such as REDIS_URL) pass the password too: libraries quote
 // URLs in other forms than the one given.
 func newRedactor(secrets ...string) redactor {
+	// Longest first: a replacer takes the first listed of secrets that
+	// match at a place, so a secret that starts with another would keep
+	// its tail.
+	secrets = slices.Clone(secrets)
+	slices.SortStableFunc(secrets, func(a, b string) int { return len(b) - len(a) })
 	var pairs []string
 	for _, s := range secrets {
 		// Very short values would blank out ordinary words.

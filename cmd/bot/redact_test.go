@@ -62,3 +62,14 @@ func TestURLSecrets(t *testing.T) {
 		}
 	}
 }
+
+// A secret that starts with another is hidden whole, in whichever order
+// they are given.
+func TestRedactorSecretStartingWithAnother(t *testing.T) {
+	const user, password = "svc-tool", "svc-tool-Zq9pR2mK7w"
+	for _, red := range []redactor{newRedactor(user, password), newRedactor(password, user)} {
+		if got := red.String("auth " + password + " as " + user); strings.Contains(got, "Zq9pR2mK7w") || strings.Contains(got, user) {
+			t.Errorf("String = %q, want both hidden", got)
+		}
+	}
+}
