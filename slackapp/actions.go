@@ -191,7 +191,7 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string 
 		}
 		return text
 	}
-	a.m.decision(kind, "ok", time.Since(res.Call.CreatedAt))
+	a.m.decision(kind, "ok", decidedAfter(res.Call))
 	switch {
 	case taken != nil:
 		conversation := res.Call.Conversation
@@ -296,6 +296,15 @@ func (a *App) decideTaking(ctx context.Context, d approvals.Decision) (res agent
 		}
 	}()
 	return a.ag.DecideTaking(ctx, d)
+}
+
+// decidedAfter is how long c waited for its decision, once decided; zero
+// for an approval counted toward a call that still waits for more.
+func decidedAfter(c agent.Call) time.Duration {
+	if c.Status == agent.CallPending {
+		return 0
+	}
+	return time.Since(c.CreatedAt)
 }
 
 // refusalText explains a refused decision to the decider, and names the
@@ -493,7 +502,7 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) (*slac
 		resp, _ := refuse(modalText(text))
 		return resp, text
 	}
-	a.m.decision(string(d.Kind), "ok", time.Since(res.Call.CreatedAt))
+	a.m.decision(string(d.Kind), "ok", decidedAfter(res.Call))
 	if res.Complete {
 		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}

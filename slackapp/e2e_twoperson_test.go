@@ -1,6 +1,8 @@
 package slackapp_test
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"context"
 	"strings"
 	"sync"
@@ -228,5 +230,35 @@ func TestCountReportedAfterDenialLeavesCardDenied(t *testing.T) {
 				t.Errorf("deploy ran %d times, want 0", n)
 			}
 		})
+	}
+}
+
+// A call that needs two approvals is decided once: its time to decision
+// is observed once, not once per approval.
+func TestTimeToDecisionOncePerCall(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = twoPersonPolicy
+	reg := prometheus.NewRegistry()
+	e.cfg.Metrics = slackapp.NewMetrics(reg)
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed api 1."))
+	ts := e.slack.Mention(channel, requester, "deploy api 1")
+	card := e.card(ts, "deploy").TS
+	_, err := e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+	must(t, err)
+	e.waitCount(ts, "1 of 2 approvals")
+	_, err = e.slack.Click(other, channel, card, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed api 1.")
+	families, err := reg.Gather()
+	must(t, err)
+	var n uint64
+	for _, f := range families {
+		if f.GetName() == "toolgate_time_to_decision_seconds" {
+			n = f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	if n != 1 {
+		t.Errorf("toolgate_time_to_decision_seconds observed %d times for one call, want 1", n)
 	}
 }
