@@ -1,13 +1,13 @@
 package slackapp_test
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
-
 	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
