@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/agent"
@@ -110,6 +112,9 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 	context.AfterFunc(ctx, stop)
 
 	log := newLogger(logOut, cfg, red)
+	// The Redis client's own lines (a pool that cannot dial) go through
+	// the same log, redacted and in its format.
+	redis.SetLogger(redisLog{log})
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(
 		collectors.NewGoCollector(),
@@ -237,6 +242,13 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 
 // newLogger returns the bot's logger: JSON or text on w, at LOG_LEVEL, with
 // secrets redacted.
+// redisLog writes the Redis client's lines to a slog.Logger.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client: "+strings.TrimSpace(fmt.Sprintf(format, v...)))
+}
+
 func newLogger(w io.Writer, cfg config, red redactor) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel) // checked by validate
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: red.ReplaceAttr}

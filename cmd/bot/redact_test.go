@@ -73,3 +73,17 @@ func TestRedactorSecretStartingWithAnother(t *testing.T) {
 		}
 	}
 }
+
+// The Redis client's lines go through the bot's log: in its format, with
+// its redaction.
+func TestRedisClientLinesAreLogged(t *testing.T) {
+	const password = "s3cret-pass"
+	red := newRedactor(password)
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: red.ReplaceAttr}))
+	redisLog{log}.Printf(t.Context(), "pool.go:770: redis: connection pool: failed to dial redis://u:%s@10.0.0.5:6379\n", password)
+	line := buf.String()
+	if !strings.Contains(line, `"level":"WARN"`) || !strings.Contains(line, "redis client: pool.go:770: redis: connection pool: failed to dial") || strings.Contains(line, password) {
+		t.Errorf("log line = %s; want a JSON warning with the client's text, the password hidden", line)
+	}
+}
