@@ -228,9 +228,14 @@ type AuditEntry struct {
 	Detail   string `json:"detail,omitempty"`
 }
 
-// Log writes e as one structured log line with the message "audit", so
-// the audit reaches a log pipeline as well as the store. Empty fields are
-// left out.
+// LevelAudit is the level of audit log lines: above slog.LevelError, so
+// that no level set for the rest of the log drops them. Handlers show it
+// as "ERROR+4" unless told to name it (the bot names it AUDIT).
+const LevelAudit = slog.LevelError + 4
+
+// Log writes e as one structured log line with the message "audit", at
+// LevelAudit, so the audit reaches a log pipeline as well as the store.
+// Empty fields are left out.
 func (e AuditEntry) Log(ctx context.Context, l *slog.Logger) {
 	attrs := []slog.Attr{slog.Time("at", e.At), slog.String("actor", e.Actor), slog.String("action", e.Action)}
 	for _, f := range []struct{ k, v string }{
@@ -241,7 +246,7 @@ func (e AuditEntry) Log(ctx context.Context, l *slog.Logger) {
 			attrs = append(attrs, slog.String(f.k, f.v))
 		}
 	}
-	l.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
+	l.LogAttrs(ctx, LevelAudit, "audit", attrs...)
 }
 
 // DefaultAuditRetention is how long stores keep audit entries unless told

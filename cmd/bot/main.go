@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/telemetry"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -251,7 +252,14 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 
 func newLogger(w io.Writer, cfg config, red redactor) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel) // checked by validate
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: red.ReplaceAttr}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.LevelKey && len(groups) == 0 {
+			if l, ok := a.Value.Any().(slog.Level); ok && l == store.LevelAudit {
+				return slog.String(slog.LevelKey, "AUDIT")
+			}
+		}
+		return red.ReplaceAttr(groups, a)
+	}}
 	if cfg.LogFormat == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/toolgate/toolgate/store"
 )
 
 func TestRedactor(t *testing.T) {
@@ -85,5 +87,19 @@ func TestRedisClientLinesAreLogged(t *testing.T) {
 	line := buf.String()
 	if !strings.Contains(line, `"level":"WARN"`) || !strings.Contains(line, "redis client: pool.go:770: redis: connection pool: failed to dial") || strings.Contains(line, password) {
 		t.Errorf("log line = %s; want a JSON warning with the client's text, the password hidden", line)
+	}
+}
+
+// Audit lines are written whatever LOG_LEVEL keeps out, named AUDIT.
+func TestAuditLinesPassEveryLevel(t *testing.T) {
+	for _, level := range []string{"warn", "error"} {
+		var buf bytes.Buffer
+		log := newLogger(&buf, config{LogLevel: level, LogFormat: "json"}, newRedactor())
+		log.Info("not kept")
+		store.AuditEntry{Actor: "U1", Action: "execute", Tool: "deploy"}.Log(t.Context(), log)
+		line := buf.String()
+		if strings.Contains(line, "not kept") || !strings.Contains(line, `"level":"AUDIT"`) || !strings.Contains(line, `"msg":"audit"`) {
+			t.Errorf("LOG_LEVEL=%s: log = %s; want the audit line alone, at level AUDIT", level, line)
+		}
 	}
 }
