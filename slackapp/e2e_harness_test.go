@@ -147,7 +147,7 @@ func newEnv(t *testing.T, kind storeKind, opts ...fakeslack.Option) *env {
 		}}))
 	must(t, e.reg.Register(agent.Tool{Name: "ask_human", Human: true, Schema: json.RawMessage(`{"type":"object","properties":{"question":{"type":"string"}},"required":["question"]}`)}))
 	e.cfg = slackapp.Config{BotToken: e.slack.BotToken(), AppToken: e.slack.AppToken(), APIURL: e.slack.APIURL(), SweepInterval: time.Hour,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+		Logger: slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	t.Cleanup(func() { e.stop() })
 	return e
 }
@@ -443,10 +443,30 @@ func must(t testing.TB, err error) {
 	}
 }
 
-type testWriter struct{ t *testing.T }
+// testWriter writes to a test's log until the test ends; what a goroutine
+// still running writes after that is dropped (testing forbids it).
+type testWriter struct {
+	t    *testing.T
+	mu   *sync.Mutex
+	done *bool
+}
+
+func newTestWriter(t *testing.T) testWriter {
+	w := testWriter{t: t, mu: new(sync.Mutex), done: new(bool)}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		*w.done = true
+		w.mu.Unlock()
+	})
+	return w
+}
 
 func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !*w.done {
+		w.t.Log(strings.TrimSpace(string(p)))
+	}
 	return len(p), nil
 }
 

@@ -65,8 +65,9 @@ func (r *redisServer) start() {
 	r.t.Helper()
 	cmd := exec.Command("redis-server", "--port", fmt.Sprint(r.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", r.dir)
-	cmd.Stdout = testWriter{r.t}
-	cmd.Stderr = testWriter{r.t}
+	w := newTestWriter(r.t)
+	cmd.Stdout = w
+	cmd.Stderr = w
 	must(r.t, cmd.Start())
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
