@@ -402,24 +402,7 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 		case <-t.C:
 		}
 		sent := time.Now()
-		// A renewal still on its way when the hold may run out (a store
-		// that neither answers nor fails, a client retrying its
-		// time-outs) does not keep the work going: it stops at
-		// renewed+ttl*5/6, whatever is in flight, or, for a hold last
-		// renewed longer ago than that (the process stalled), ttl/3 after
-		// this renewal was sent.
-		deadline := time.Until(renewed.Add(ttl * 5 / 6))
-		if deadline <= 0 {
-			deadline = ttl / 3
-		}
-		watchdog := time.AfterFunc(deadline, func() {
-			log.Error(name+" not renewed in time; stopping the work under it for another process to carry on", attrs...)
-			lost(fmt.Errorf("%w: not renewed in time", ErrLeaseLost))
-		})
 		ok, err := renew(ctx)
-		if !watchdog.Stop() {
-			return // it fired
-		}
 		switch {
 		case ctx.Err() != nil, errors.Is(err, errNothingToRenew):
 			return
