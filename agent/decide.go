@@ -153,7 +153,7 @@ func (a *Agent) recoverDecision(ctx context.Context, c store.Call, rb store.Resu
 	// The step was completed by this decision, so no resume had begun
 	// before it: the first call to run, marked and with no result, was
 	// marked by the lost attempt (a fresh claim marks none that is).
-	if j := firstToRun(fresh.Calls); j >= 0 && fresh.Calls[j].ID != fresh.Started && fresh.Calls[j].Executing && len(fresh.Calls[j].Result) == 0 {
+	if j := store.FirstToRun(fresh.Calls, startKinds); j >= 0 && fresh.Calls[j].ID != fresh.Started && fresh.Calls[j].Executing && len(fresh.Calls[j].Result) == 0 {
 		mark := fresh.Calls[j].ID
 		a.abandon(ctx, &mark)
 		a.log.Warn("a decision's store step was made but its answer lost, and its claim lapsed; the call it marked as started, which never ran, is marked as not started", "call", fresh.Calls[j].ID)
@@ -163,17 +163,6 @@ func (a *Agent) recoverDecision(ctx context.Context, c store.Call, rb store.Resu
 		a.log.Warn("release resume claim; it lapses within the lease TTL", "run", c.RunID, "err", err)
 	}
 	return got, true, true, nil
-}
-
-// firstToRun is the index of the call a resume of calls marks as started
-// (see store.FirstToStart), whether or not it is marked already, or -1.
-func firstToRun(calls []store.Call) int {
-	if slices.ContainsFunc(calls, func(c store.Call) bool { return c.Status == store.Cancelled }) {
-		return -1
-	}
-	return slices.IndexFunc(calls, func(c store.Call) bool {
-		return c.Status == store.Decided && c.Decision != nil && slices.Contains(startKinds, c.Decision.Kind)
-	})
 }
 
 // errReadCall is returned by decidePaused when the decision must be made

@@ -49,22 +49,26 @@ func ApprovalAudit(e AuditEntry, n, need int) AuditEntry {
 }
 
 // FirstToStart returns the index of the call that BeginResume marks as
-// executing (see storetest.Store), or -1: unless one of calls is
-// cancelled, the first that is decided with a decision whose Kind is in
-// start, if it is not executing yet.
+// executing (see storetest.Store), or -1: FirstToRun's, if it is not
+// executing yet.
 func FirstToStart(calls []Call, start []string) int {
+	i := FirstToRun(calls, start)
+	if i >= 0 && calls[i].Executing {
+		return -1
+	}
+	return i
+}
+
+// FirstToRun returns the index of the call a resume of calls runs first,
+// marked as executing or not, or -1: unless one of calls is cancelled, the
+// first that is decided with a decision whose Kind is in start.
+func FirstToRun(calls []Call, start []string) int {
 	if len(start) == 0 || slices.ContainsFunc(calls, func(c Call) bool { return c.Status == Cancelled }) {
 		return -1
 	}
-	for i, c := range calls {
-		if c.Status == Decided && c.Decision != nil && slices.Contains(start, c.Decision.Kind) {
-			if c.Executing {
-				return -1
-			}
-			return i
-		}
-	}
-	return -1
+	return slices.IndexFunc(calls, func(c Call) bool {
+		return c.Status == Decided && c.Decision != nil && slices.Contains(start, c.Decision.Kind)
+	})
 }
 
 // ResumeStart is what BeginResume found, and whether it took the resume.
