@@ -199,6 +199,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Tracer, if set, observes turns and tool executions (see Tracer).
 	Tracer Tracer
+	// Judged, if set, is called once for each tool call the model makes,
+	// with how it was judged: "allow", "ask" or "deny"; "error" when the
+	// policy could not judge it fully (a condition or a record it could not
+	// read; the call then asks or is denied); "invalid" when it was
+	// refused before judging (an unknown tool, arguments its schema
+	// refuses). Decisions and resumes judge calls again; they are not
+	// counted. It must not block.
+	Judged func(verdict string)
 }
 
 // DefaultSystemPrompt is used when Config.SystemPrompt is empty.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -624,5 +625,61 @@ func TestSweepResumesStalledRun(t *testing.T) {
 	}
 	if got := w.rec.Answers(); len(got) != 1 || got[0] != "deployed after all" {
 		t.Errorf("got answers %q", got)
+	}
+}
+
+// Config.Judged hears of each call the model makes once, however often a
+// decision and its resume judge it again.
+func TestEachCallIsJudgedOnce(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, b)
+			w.policy = `
+policy:
+  default: ask
+  rules:
+    - {id: reads, tool: "read_*", verdict: allow}
+    - {id: no-drop, tool: drop_db, verdict: deny}
+    - {id: deploys, tool: deploy, verdict: ask, approvers: [UAPPROVER1]}
+    - {id: odd, tool: restart, when: 'args.nope == "prod"', verdict: deny}
+`
+			var mu sync.Mutex
+			var judged []string
+			w.cfg.Judged = func(v string) {
+				mu.Lock()
+				defer mu.Unlock()
+				judged = append(judged, v)
+			}
+			w.model.Reply(fakeopenai.ToolCalls(
+				call("c1", "read_file", `{"path":"/etc/motd"}`),
+				call("c2", "drop_db", `{}`),
+				call("c3", "deploy", `{"service":"api","version":"1"}`),
+				call("c4", "rm_rf", `{}`),
+				call("c5", "restart", `{"env":"dev"}`),
+			))
+			out, err := w.agent().Run(ctx, request("go"))
+			must(t, err)
+			if out.Status != agent.Paused || len(out.Pending) != 1 {
+				t.Fatalf("got %s with %d pending, want the deploy paused", out.Status, len(out.Pending))
+			}
+			p := out.Pending[0]
+			w.model.Reply(fakeopenai.Text("done"))
+			a := w.restart()
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			if _, err := a.Resume(ctx, res.Call.RunID); err != nil {
+				t.Fatal(err)
+			}
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Fatalf("deploy ran %d times, want 1", n)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			slices.Sort(judged)
+			if want := []string{"allow", "ask", "deny", "error", "invalid"}; !slices.Equal(judged, want) {
+				t.Errorf("judged %q, want %q", judged, want)
+			}
+		})
 	}
 }

@@ -769,6 +769,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 		tool, canonical, fp, err := a.check(name, args)
 		if err != nil {
+			a.judged("invalid")
 			fail("%v", err)
 			continue
 		}
@@ -777,6 +778,11 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
+		}
+		if v.FailClosed {
+			a.judged("error")
+		} else {
+			a.judged(string(v.Action))
 		}
 		switch v.Action {
 		case approvals.Allow:
@@ -929,6 +935,13 @@ func (a *Agent) policyVerdict(ctx context.Context, in approvals.Input, recs map[
 	return a.policy.Evaluate(ctx, in)
 }
 
+// judged reports how a call of the model was judged (see Config.Judged).
+func (a *Agent) judged(verdict string) {
+	if a.cfg.Judged != nil {
+		a.cfg.Judged(verdict)
+	}
+}
+
 // evaluate asks the policy, failing closed: a policy that cannot answer
 // makes the call ask. With recs (see policyKinds) a RecordPolicy judges
 // by them.
@@ -937,7 +950,7 @@ func (a *Agent) evaluate(ctx context.Context, in approvals.Input, recs map[strin
 	if err != nil {
 		a.log.Warn("evaluate policy", "tool", in.Tool, "err", err)
 		if !v.Action.Valid() {
-			v = approvals.Verdict{Action: approvals.Ask, RuleID: "error", Reason: "the policy could not be evaluated: " + err.Error()}
+			v = approvals.Verdict{Action: approvals.Ask, RuleID: "error", FailClosed: true, Reason: "the policy could not be evaluated: " + err.Error()}
 		}
 	}
 	if !v.Action.Valid() {

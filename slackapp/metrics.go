@@ -36,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "toolgate_turns_total", Help: "Agent turns, by outcome.",
 		}, []string{"outcome"}),
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "toolgate_tool_calls_total", Help: "Tool calls judged, by verdict.",
+			Name: "toolgate_tool_calls_total", Help: "Tool calls the model made, each counted once, by how the policy judged it.",
 		}, []string{"verdict"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolgate_decisions_total", Help: "Decisions on paused calls, by kind and result (ok or the refusal).",
@@ -101,7 +101,8 @@ func (m *Metrics) error(where string) {
 	}
 }
 
-// ToolCall counts a judged tool call by its verdict.
+// ToolCall counts a call the model made by how it was judged (see
+// agent.Config.Judged).
 func (m *Metrics) ToolCall(verdict string) {
 	if m != nil {
 		m.toolCalls.WithLabelValues(verdict).Inc()

@@ -43,7 +43,7 @@ type Bot struct {
 
 // Build loads the tools of p.File (connecting its MCP servers, see
 // tools.Load), then builds on p.Store the policy engine for p.File.Policy,
-// the Slack app and the agent, whose model and policy verdicts are metered
+// the Slack app and the agent, whose model requests and judged tool calls are metered
 // in p.Metrics. It fails, with nothing left running, when a tool cannot be
 // set up or the Slack app's configuration is refused ("set up slack app:
 // ..."). The caller closes the Bot after App.Run has returned, before the
@@ -65,9 +65,8 @@ func Build(ctx context.Context, p Parts) (*Bot, error) {
 		return nil, fmt.Errorf("set up slack app: %w", err)
 	}
 	ac := p.Agent
-	ac.Groups, ac.Audience, ac.Logger = app.Groups(), app.Audience(), p.Logger
-	ag := agent.New(meteredModel{model: p.Model, metrics: p.Metrics}, reg,
-		meteredPolicy{engine: engine, metrics: p.Metrics}, p.Store, app.Reporter, ac)
+	ac.Groups, ac.Audience, ac.Logger, ac.Judged = app.Groups(), app.Audience(), p.Logger, p.Metrics.ToolCall
+	ag := agent.New(meteredModel{model: p.Model, metrics: p.Metrics}, reg, engine, p.Store, app.Reporter, ac)
 	return &Bot{App: app, Agent: ag, Tools: mgr}, nil
 }
 
