@@ -294,7 +294,13 @@ func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 func (a *Agent) TakeOver(ctx context.Context, conversation string) (Outcome, error) {
 	var out Outcome
 	err := a.leases.turn(ctx, conversation, false, a.policyKinds(), func(ctx context.Context, b store.Begun) (err error) {
+		ts := TurnStart{Kind: TurnTakeover, Conversation: conversation}
+		if n := len(b.Inbox); n > 0 {
+			ts.User, ts.Channel = b.Inbox[n-1].User, b.Inbox[n-1].Channel
+		}
+		ctx, end := a.startTurn(ctx, ts)
 		out, err = a.answer(ctx, conversation, b)
+		end(out, err)
 		return err
 	})
 	if errors.Is(err, errBusy) {

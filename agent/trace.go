@@ -12,8 +12,8 @@ import (
 // Config.Tracer). Its methods may be called concurrently; they must not
 // block. The telemetry package implements it with OpenTelemetry.
 type Tracer interface {
-	// StartTurn is called when a turn begins: a message (Run) or a claimed
-	// resume (Resume). Its context is used for all of the turn's work
+	// StartTurn is called when a turn begins: a message (Run), a claimed
+	// resume (Resume) or a takeover (TakeOver). Its context is used for all of the turn's work
 	// (model calls, tool executions); end is called once, with the turn's
 	// outcome and error, when it ends. A turn that pauses ends with status
 	// Paused and the pending calls.
@@ -30,6 +30,10 @@ type TurnKind string
 const (
 	TurnMessage TurnKind = "message" // a person's message (Run)
 	TurnResume  TurnKind = "resume"  // the decisions on a paused step (Resume)
+	// TurnTakeover answers what a process that died left unanswered
+	// (TakeOver); it starts once the conversation is held, and its User and
+	// Channel are those of the latest message recorded.
+	TurnTakeover TurnKind = "takeover"
 )
 
 // TurnStart describes a turn that begins.

@@ -339,3 +339,23 @@ func TestModelFailureWithoutCaptureKeepsContentOut(t *testing.T) {
 		}
 	}
 }
+
+// A message recorded and never answered (its process died) is answered by
+// TakeOver in a turn span of its own, with the model call under it.
+func TestTakeOverIsATurn(t *testing.T) {
+	w := newWorld(t, false)
+	ctx := context.Background()
+	if _, _, err := w.agent.Accept(ctx, request, false); err != nil {
+		t.Fatal(err)
+	}
+	w.model.Reply(fakeopenai.Text("it holds the motd"))
+	out, err := w.agent.TakeOver(ctx, request.Conversation)
+	must(t, err)
+	if out.Status != agent.Answered {
+		t.Fatalf("TakeOver: %v, want answered", out.Status)
+	}
+	turn := w.one("invoke_agent toolgate")
+	wantAttrs(t, turn, map[string]string{"toolgate.turn.kind": "takeover", "toolgate.turn.outcome": "answered",
+		"toolgate.conversation": request.Conversation, "toolgate.user": request.User, "toolgate.channel": request.Channel})
+	childOf(t, w.one("chat fake-model"), turn)
+}
