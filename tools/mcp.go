@@ -786,12 +786,17 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // logWriter logs each line a stdio server writes to stderr and keeps the
-// last one.
+// last one. A line is logged whole, so that the log's redaction sees every
+// secret in it at once: a line longer than maxLogLine is left out (its
+// length is logged), never logged in pieces that could each hold part of
+// a secret.
 type logWriter struct {
 	log  *slog.Logger
 	mu   sync.Mutex
 	buf  []byte
 	last string
+	// cut counts the bytes of a line too long to log, left out so far.
+	cut int
 }
 
 func (w *logWriter) lastLine() string {
@@ -800,7 +805,7 @@ func (w *logWriter) lastLine() string {
 	return w.last
 }
 
-const maxLogLine = 4096
+const maxLogLine = 16 << 10
 
 func (w *logWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
@@ -810,13 +815,17 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		i := bytes.IndexByte(w.buf, '\n')
 		if i < 0 {
 			if len(w.buf) > maxLogLine {
-				w.emit(w.buf[:maxLogLine])
-				w.buf = w.buf[maxLogLine:]
-				continue
+				w.cut += len(w.buf)
+				w.buf = w.buf[:0]
 			}
 			break
 		}
-		w.emit(w.buf[:i])
+		if w.cut > 0 {
+			w.log.Warn("mcp server stderr: a line too long to log left out", "bytes", w.cut+i, "limit", maxLogLine)
+			w.cut = 0
+		} else {
+			w.emit(w.buf[:i])
+		}
 		w.buf = w.buf[i+1:]
 	}
 	return len(p), nil
