@@ -405,7 +405,7 @@ func (e *Engine) EvaluateRecords(ctx context.Context, in Input, recs map[string]
 	act := newActivation(in)
 	fileV, fileFailed, fileOpen := evaluate(e.file.rules, in, act)
 	adminV, adminFailed, adminOpen := evaluate(st.compiled, in, act)
-	v, failed := strictest(fileV, fileFailed, adminV, adminFailed)
+	v, failed := strictest(fileV, fileFailed, fileOpen, adminV, adminFailed, in.User)
 	switch fb := fallback(in.Hints, e.file.def); {
 	case v == nil:
 		v = &fb
@@ -488,7 +488,12 @@ func strictness(a Action) int {
 // the file's approvers stay when it names any, four eyes holds if either
 // says so, the shorter TTL applies, and the digest covers both rules so a
 // standing rule made under this ask stops applying when either changes.
-func strictest(file *Verdict, fileFailed bool, admin *Verdict, adminFailed bool) (*Verdict, bool) {
+// When the file's ask is open (only rules whose condition failed matched:
+// it may not apply at all), the call needs approvers both rules accept, as
+// within a layer (see combine). Asks that together leave no one who could
+// approve (approvers too few for the approvals needed, or only the
+// requester under four eyes) make a deny that says so.
+func strictest(file *Verdict, fileFailed, fileOpen bool, admin *Verdict, adminFailed bool, requester string) (*Verdict, bool) {
 	switch {
 	case admin == nil:
 		return file, fileFailed
@@ -500,10 +505,28 @@ func strictest(file *Verdict, fileFailed bool, admin *Verdict, adminFailed bool)
 		return admin, adminFailed
 	}
 	v := *admin
-	if len(file.Approvers) > 0 {
-		v.Approvers = nil // the file's approvers stay
+	if fileOpen {
+		if !combine(&v, *file, requester) {
+			d := approversConflict(*file, *admin)
+			return &d, true
+		}
+	} else {
+		if len(file.Approvers) > 0 {
+			v.Approvers = nil // the file's approvers stay
+		}
+		tighten(&v, *file)
+		if !decidable(v, requester) {
+			from := strings.Join(v.Approvers, ", ")
+			if v.FourEyes {
+				from += " other than the requester"
+			}
+			return &Verdict{
+				Action: Deny, RuleID: file.RuleID, RuleDigest: file.RuleDigest, FailClosed: true,
+				Reason: fmt.Sprintf("rule %s and runtime rule %s together need %d approval(s) from %s, which no one can give: an admin must change one of them",
+					file.RuleID, admin.RuleID, max(1, v.MinApprovals), from),
+			}, true
+		}
 	}
-	tighten(&v, *file)
 	if v.Reason == "" {
 		v.Reason = file.Reason
 	}

@@ -710,6 +710,76 @@ func TestEngineFailedConditionIsTightenedAcrossLayers(t *testing.T) {
 	}
 }
 
+// A file ask whose condition failed may not apply at all: the call then
+// needs an approver the runtime rule that decides otherwise accepts too,
+// so leaving a key out never moves it to other approvers.
+func TestEngineOpenFileAskNeedsApproversBothAccept(t *testing.T) {
+	ctx := context.Background()
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "dev-deploys", Tool: "deploy", When: `args.env == "dev"`, Verdict: Ask, Approvers: []string{"UDEV"}},
+		{ID: "db", Tool: "db_migrate", When: `args.db == "main"`, Verdict: Ask, Approvers: []string{"UDBA", "USRE"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(p, newMemStore())
+	for _, text := range []string{`id=sre tool=deploy verdict=ask approvers=USRE`, `id=sre-db tool=db_migrate verdict=ask approvers=USRE,UOPS`} {
+		r, err := ParseRule(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.AddRule(ctx, "UADMIN", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := evalEngine(t, e, call("deploy", `{"env":"prod"}`, "C1")); got.Action != Ask || strings.Join(got.Approvers, ",") != "USRE" {
+		t.Errorf("env=prod: %s by %v, want an ask of USRE", got.Action, got.Approvers)
+	}
+	if got := evalEngine(t, e, call("deploy", `{"env":"dev"}`, "C1")); got.Action != Ask || strings.Join(got.Approvers, ",") != "UDEV" {
+		t.Errorf("env=dev: %s by %v, want an ask of UDEV (the file's approvers stay)", got.Action, got.Approvers)
+	}
+	// env left out: UDEV if the file rule applies, USRE if not; no one is both.
+	if got := evalEngine(t, e, call("deploy", `{}`, "C1")); got.Action != Deny || !got.FailClosed || !strings.Contains(got.Reason, "no approver could decide") {
+		t.Errorf("env left out: %s by %v (%q), want a fail-closed deny", got.Action, got.Approvers, got.Reason)
+	}
+	// db left out: USRE is accepted either way.
+	if got := evalEngine(t, e, call("db_migrate", `{}`, "C1")); got.Action != Ask || !got.FailClosed || strings.Join(got.Approvers, ",") != "USRE" {
+		t.Errorf("db left out: %s by %v (fail closed %v), want a fail-closed ask of USRE", got.Action, got.Approvers, got.FailClosed)
+	}
+}
+
+// A file ask and a runtime ask that together need more approvals than
+// anyone can give are a deny that says so, not a card no one can approve.
+func TestEngineUndecidableCombinationIsDenied(t *testing.T) {
+	ctx := context.Background()
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "db", Tool: "db_migrate", Verdict: Ask, Approvers: []string{"UDBA"}},
+		{ID: "own", Tool: "restart", Verdict: Ask, Approvers: []string{"U9USER"}},
+		{ID: "pair", Tool: "deploy", Verdict: Ask, Approvers: []string{"UONE", "UTWO"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(p, newMemStore())
+	for _, text := range []string{`id=two tool=db_migrate verdict=ask min_approvals=2`, `id=eyes tool=restart verdict=ask four_eyes=true`, `id=two-deploys tool=deploy verdict=ask min_approvals=2`} {
+		r, err := ParseRule(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.AddRule(ctx, "UADMIN", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tool := range []string{"db_migrate", "restart"} {
+		if got := evalEngine(t, e, call(tool, `{}`, "C1")); got.Action != Deny || !strings.Contains(got.Reason, "which no one can give") {
+			t.Errorf("%s: %s by %v (min %d, four eyes %v), want a deny saying no one can approve it", tool, got.Action, got.Approvers, got.MinApprovals, got.FourEyes)
+		}
+	}
+	if got := evalEngine(t, e, call("deploy", `{}`, "C1")); got.Action != Ask || got.MinApprovals != 2 || strings.Join(got.Approvers, ",") != "UONE,UTWO" {
+		t.Errorf("deploy: %s by %v (min %d), want an ask of two approvals from UONE and UTWO", got.Action, got.Approvers, got.MinApprovals)
+	}
+}
+
 // The policy file is a floor: runtime rules tighten any call but relax no
 // file rule, and standing rules relax only the ask of the rule that asked.
 func TestEngineFileIsAFloor(t *testing.T) {

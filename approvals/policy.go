@@ -478,16 +478,22 @@ func combine(closed *Verdict, w Verdict, requester string) bool {
 	}
 	tighten(closed, w)
 	closed.Approvers = slices.Clone(common)
-	if len(common) > 0 && !slices.ContainsFunc(common, isGroup) {
-		eligible := slices.Compact(slices.Sorted(slices.Values(common)))
-		if closed.FourEyes {
-			eligible = slices.DeleteFunc(eligible, func(a string) bool { return a == requester })
-		}
-		if len(eligible) < max(1, closed.MinApprovals) {
-			return false
-		}
+	return decidable(*closed, requester)
+}
+
+// decidable reports whether someone could approve an ask v on a call of
+// requester: it names no approvers (anyone who can see the conversation
+// may), a user group, or enough users besides the requester under four
+// eyes for the approvals it needs.
+func decidable(v Verdict, requester string) bool {
+	if len(v.Approvers) == 0 || slices.ContainsFunc(v.Approvers, isGroup) {
+		return true
 	}
-	return true
+	eligible := slices.Compact(slices.Sorted(slices.Values(v.Approvers)))
+	if v.FourEyes {
+		eligible = slices.DeleteFunc(eligible, func(a string) bool { return a == requester })
+	}
+	return len(eligible) >= max(1, v.MinApprovals)
 }
 
 // isGroup reports whether an approver id is a user group's.
