@@ -129,7 +129,9 @@ func parseRuleNode(n *yaml.Node) (lineRule, error) {
 		case "tool":
 			err = scalar(v, &r.Tool)
 		case "when":
-			err = scalar(v, &r.When)
+			if err = scalar(v, &r.When); err == nil && strings.TrimSpace(r.When) == "" {
+				err = errEmptyWhen
+			}
 		case "verdict":
 			var s string
 			err = scalar(v, &s)

@@ -99,6 +99,10 @@ type Rule struct {
 // approverRE is the shape of Slack user (U, W) and user-group (S) ids.
 var approverRE = regexp.MustCompile(`^[UWS][A-Z0-9]+$`)
 
+// errEmptyWhen refuses a when given with nothing in it: a blank left for
+// later would make the rule match every call.
+var errEmptyWhen = errors.New("empty: give a condition, or leave when out for the rule to match every call of its tools")
+
 // ruleIDRE is the shape of a rule id: no spaces, so it can be typed in a
 // slash command.
 var ruleIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)

@@ -428,6 +428,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"reserved id", "policy:\n  rules:\n    - {id: default, tool: x, verdict: allow}\n", []string{"policy rule 1", "reserved"}},
 		{"id with space", "policy:\n  rules:\n    - {id: 'a b', tool: x, verdict: allow}\n", []string{"policy rule 1", "invalid id"}},
 		{"key twice", rule("    - tool: x\n      tool: y\n      verdict: ask\n"), []string{"policy rule 2", "given twice"}},
+		{"when left empty", rule("    - tool: x\n      when:\n      verdict: allow\n"), []string{"policy rule 2", "when (line 6)", "empty"}},
+		{"when blank", rule("    - tool: x\n      when: '  '\n      verdict: allow\n"), []string{"policy rule 2", "when (line 6)", "empty"}},
 		{"bad yaml", "policy: [\n", []string{"parse config"}},
 	}
 	for _, tt := range tests {

@@ -54,6 +54,9 @@ func ParseRule(text string) (Rule, error) {
 		case "verdict":
 			r.Verdict = Action(strings.ToLower(f.value))
 		case "when":
+			if strings.TrimSpace(f.value) == "" {
+				return Rule{}, fmt.Errorf("when: %w", errEmptyWhen)
+			}
 			r.When = f.value
 		case "reason":
 			r.Reason = f.value

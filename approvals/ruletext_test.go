@@ -63,6 +63,7 @@ func TestParseRuleErrors(t *testing.T) {
 		{"bad approver", "tool=a verdict=ask approvers=ana", `approvers: bad id "ana"`},
 		{"bad id", "tool=a verdict=ask id=standing:x", "id: invalid id"},
 		{"min_approvals zero", "tool=a verdict=ask min_approvals=0", "min_approvals: want a whole number, 1 or more"},
+		{"when empty", "tool=a verdict=allow when=''", "when: empty"},
 		{"min_approvals not a number", "tool=a verdict=ask min_approvals=two", "min_approvals: want a whole number"},
 		{"min_approvals beyond the named users", "tool=a verdict=ask approvers=U1,U2,U1 min_approvals=3", "names only 2 approver(s), all individual users"},
 		{"min_approvals on allow", "tool=a verdict=allow min_approvals=2", "only an ask waits for approvals"},

@@ -329,6 +329,9 @@ func readCases(path string) ([]policyCase, []json.RawMessage, error) {
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nil, fmt.Errorf("cases file %s: %w", path, err)
 	}
+	if err := botsetup.OneDocument(data); err != nil {
+		return nil, nil, fmt.Errorf("cases file %s: %w", path, err)
+	}
 	if len(doc.Cases) == 0 {
 		return nil, nil, fmt.Errorf("cases file %s: no cases (want a cases: list)", path)
 	}

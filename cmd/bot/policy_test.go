@@ -93,6 +93,8 @@ func TestPolicyCommands(t *testing.T) {
 `)
 	badCases := writeFile(t, "badcases.yaml", "cases:\n  - tool: deploy\n    verdict: maybe\n")
 	unknownKey := writeFile(t, "unknown.yaml", "cases:\n  - tool: deploy\n    verdit: allow\n")
+	twoCaseDocs := writeFile(t, "two-docs.yaml", "cases:\n  - {tool: deploy, args: {}, verdict: ask}\n---\ncases:\n  - {tool: deploy, args: {}, verdict: allow}\n")
+	twoConfigDocs := writeFile(t, "two-config-docs.yaml", "builtin_tools: {}\n---\npolicy: {default: deny}\n")
 	misspelt := writeFile(t, "misspelt.yaml", "polcy:\n  default: deny\n")
 	badTools := writeFile(t, "badtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    bogus: 1\nbuiltin_tools:\n  workspace: {root: /srv}\npolicy:\n  default: ask\n")
 	goodTools := writeFile(t, "goodtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    headers: {Authorization: \"Bearer ${MCP_TOKEN_UNSET_IN_CI}\"}\n  - name: y\n    url: ${MCP_URL_UNSET_IN_CI}\npolicy:\n  default: ask\n")
@@ -212,6 +214,8 @@ func TestPolicyCommands(t *testing.T) {
 			},
 		},
 		{name: "cases bad verdict", args: []string{"test", "-config", good, "-cases", badCases}, code: 1, wantErr: `case 1: verdict "maybe"`},
+		{name: "cases in two documents", args: []string{"test", "-config", good, "-cases", twoCaseDocs}, code: 1, wantErr: "more than one YAML document (document 2 starts on line 3)"},
+		{name: "check a config of two documents", args: []string{"check", "-config", twoConfigDocs}, code: 1, want: []string{"more than one YAML document", "FAIL\t" + twoConfigDocs + ": 1 problem\n"}},
 		{name: "cases unknown key", args: []string{"test", "-config", good, "-cases", unknownKey}, code: 1, wantErr: "field verdit not found"},
 		{name: "cases and a call", args: []string{"test", "-config", good, "-cases", passing, "deploy", "{}"}, code: 1, wantErr: "not both"},
 		{name: "no command", args: nil, code: 1, wantErr: "want a command"},

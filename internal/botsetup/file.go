@@ -1,7 +1,10 @@
 package botsetup
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -55,16 +58,52 @@ func LoadFile(setting, path string) (File, error) {
 	return File{Policy: policy, Tools: tc, Data: data}, nil
 }
 
+// OneDocument refuses YAML of more than one document (empty ones, as
+// after a trailing "---", aside): a parser reads the first, and would drop
+// what follows a "---" without a word. YAML that does not parse in its
+// first document is left to the parser, which says where.
+func OneDocument(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		return nil
+	}
+	for n := 2; ; n++ {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("parse config: after the first YAML document: %w", err)
+		}
+		if !empty(&next) {
+			return fmt.Errorf("more than one YAML document (document %d starts on line %d): a file is one document; join them into one", n, next.Line)
+		}
+	}
+}
+
+// empty reports whether a YAML document holds nothing, as one after a
+// trailing "---" does.
+func empty(doc *yaml.Node) bool {
+	return len(doc.Content) == 0 || doc.Content[0].Tag == "!!null"
+}
+
 // Sections are the config file's top-level keys.
 var Sections = []string{"mcp_servers", "builtin_tools", "policy"}
 
 // CheckSections refuses a config file with a top-level key that is not one
 // of Sections (or a merge key "<<", or an "x-" key that holds anchors): a
-// misspelt "polcy:" would otherwise drop every rule in it without a word. A file that does not parse is left to the sections'
-// own parsers, which say where.
+// misspelt "polcy:" would otherwise drop every rule in it without a word.
+// It refuses a file of several YAML documents too: the sections' parsers
+// read the first, and would drop what follows a "---". A file that does
+// not parse is left to the sections' own parsers, which say where.
 func CheckSections(data []byte) error {
+	if err := OneDocument(data); err != nil {
+		return err
+	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
+	if err := yaml.Unmarshal(data, &doc); err != nil || empty(&doc) {
 		return nil
 	}
 	root := doc.Content[0]

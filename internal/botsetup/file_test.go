@@ -32,6 +32,10 @@ func TestLoadFile(t *testing.T) {
 	if v := f.Policy.Evaluate(approvals.Input{Tool: "workspace_read", Args: []byte(`{}`), User: "U1", Channel: "C1"}); v.Action != approvals.Allow {
 		t.Errorf("workspace_read: %s, want the file's allow", v.Action)
 	}
+	// A trailing "---" starts no second document.
+	if _, err := LoadFile("CONFIG_FILE", writeFile(t, dir, "trailing.yaml", "policy: {default: deny}\n---\n")); err != nil {
+		t.Errorf("a file ending with ---: %v", err)
+	}
 	if data, _ := os.ReadFile(good); string(f.Data) != string(data) {
 		t.Errorf("Data = %q, want the file's text", f.Data)
 	}
@@ -55,6 +59,9 @@ func TestLoadFileErrors(t *testing.T) {
 	badCEL := writeFile(t, dir, "cel.yaml", "policy:\n  rules:\n    - tool: x\n      verdict: ask\n      when: 'args.x =='\n")
 	badTools := writeFile(t, dir, "tools.yaml", "builtin_tools:\n  workspace:\n    root: "+dir+"\n    max_file_bytes: -1\n")
 	misspelt := writeFile(t, dir, "misspelt.yaml", "builtin_tools: {}\npolcy:\n  default: deny\n")
+	joined := writeFile(t, dir, "joined.yaml", "builtin_tools: {}\n---\npolicy:\n  default: deny\n")
+	emptyFirst := writeFile(t, dir, "empty-first.yaml", "---\n---\npolicy:\n  default: deny\n")
+	badSecond := writeFile(t, dir, "bad-second.yaml", "policy: {}\n---\npolicy: [\n")
 	tests := []struct {
 		name, setting, path string
 		want                []string
@@ -65,6 +72,9 @@ func TestLoadFileErrors(t *testing.T) {
 		{"cel syntax", "CONFIG_FILE", badCEL, []string{"config file " + badCEL + ": ", "rule 1", "line 5", "Syntax error"}},
 		{"bad builtin tool", "CONFIG_FILE", badTools, []string{"config file " + badTools + ": ", "line 3", "max_file_bytes"}},
 		{"misspelt section", "CONFIG_FILE", misspelt, []string{"config file " + misspelt + ": ", `unknown section "polcy" (line 2)`, "policy"}},
+		{"two documents", "CONFIG_FILE", joined, []string{"config file " + joined + ": ", "more than one YAML document (document 2 starts on line 2)"}},
+		{"an empty document first", "CONFIG_FILE", emptyFirst, []string{"more than one YAML document"}},
+		{"a second document that does not parse", "CONFIG_FILE", badSecond, []string{"after the first YAML document", "line 3"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
