@@ -275,7 +275,7 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	if c.Edit != nil {
 		args = c.Edit.Args // the pending arguments are an edit's
 	}
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: c.Requester, Channel: c.Channel, Hints: hints}, recs)
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Hints: hints}, recs)
 	if err != nil {
 		return v, err
 	}
@@ -431,7 +431,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 	if err != nil {
 		return nil, approvals.Verdict{}, &DetailError{Err: approvals.ErrInvalidArgs, Detail: personText(err)}
 	}
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Channel: c.Channel, Hints: tool.Annotations}, recs)
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Hints: tool.Annotations}, recs)
 	if err != nil {
 		return nil, v, err
 	}

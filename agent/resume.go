@@ -367,7 +367,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	}
 	// The verdict is checked again: a call approved under a rule that now
 	// denies does not run.
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Channel: st.Channel, Hints: tool.Annotations}, *recs)
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Requesters: st.Requesters, Channel: st.Channel, Hints: tool.Annotations}, *recs)
 	*recs = nil
 	if err != nil {
 		return skip(Result{Content: fmt.Sprintf("not performed: the policy could not be checked (%v), so nothing ran; ask again later", err), IsError: true}, "policy could not be checked")

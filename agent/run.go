@@ -779,7 +779,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			fail("%v", err)
 			continue
 		}
-		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Channel: t.channel, Hints: tool.Annotations}
+		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Requesters: t.requesters(), Channel: t.channel, Hints: tool.Annotations}
 		v := a.judgeCall(ctx, in, tool, t.recs)
 		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
 		if tool.Human && v.Action == approvals.Allow {

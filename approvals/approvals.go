@@ -1,9 +1,13 @@
 package approvals
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -32,11 +36,83 @@ type Hints struct {
 // Args are the call's arguments, already valid JSON that passed the tool's
 // schema.
 type Input struct {
-	Tool    string          `json:"tool"`
-	Args    json.RawMessage `json:"args"`
-	User    string          `json:"user"`
-	Channel string          `json:"channel"`
-	Hints   Hints           `json:"hints"`
+	Tool string          `json:"tool"`
+	Args json.RawMessage `json:"args"`
+	User string          `json:"user"`
+	// Requesters are everyone the call is made for when it answers several
+	// people's messages (User among them or not): the call is judged with
+	// each of them, and User, as the rules' user, and gets the strictest
+	// of those verdicts (see Strictest), so whoever writes last in a
+	// thread cannot lend the call their rules.
+	Requesters []string `json:"requesters,omitempty"`
+	Channel    string   `json:"channel"`
+	Hints      Hints    `json:"hints"`
+}
+
+// users are the people in is judged as: User, then the other Requesters.
+func (in Input) users() []string {
+	users := []string{in.User}
+	for _, u := range in.Requesters {
+		if !slices.Contains(users, u) {
+			users = append(users, u)
+		}
+	}
+	return users
+}
+
+// forEachUser judges in as each of its users (see Input.Requesters) with
+// judge and gives the strictest verdict.
+func forEachUser(in Input, judge func(Input) Verdict) Verdict {
+	users := in.users()
+	if len(users) == 1 {
+		return judge(in)
+	}
+	vs := make([]Verdict, len(users))
+	for i, u := range users {
+		one := in
+		one.User, one.Requesters = u, nil
+		vs[i] = judge(one)
+	}
+	return Strictest(vs, users)
+}
+
+// Strictest combines the verdicts on one call judged as each of the people
+// it is made for (users, in the same order): a deny denies, an allow
+// stands only if all allow, and asks under different rules need
+// approvers each of them accepts, four eyes, the highest count and the
+// shortest TTL of all (see combine); when that leaves no one who could
+// approve, the call is denied, saying why.
+func Strictest(vs []Verdict, users []string) Verdict {
+	var v *Verdict
+	for i := range vs {
+		switch w := vs[i]; {
+		case w.Action == Deny:
+			return w
+		case w.Action != Ask:
+		case v == nil:
+			v = &w
+		case w.RuleID == v.RuleID && w.RuleDigest == v.RuleDigest:
+			tighten(v, w)
+			v.FailClosed = v.FailClosed || w.FailClosed
+		default:
+			merged := *v
+			if !combine(&merged, w, users...) {
+				return Verdict{
+					Action: Deny, RuleID: v.RuleID, RuleDigest: v.RuleDigest, FailClosed: true,
+					Reason: fmt.Sprintf("the call answers messages of %s, and rules %s and %s, which judge it for different ones of them, leave no approver who could decide it for all: ask for it in a thread of its own",
+						strings.Join(users, ", "), v.RuleID, w.RuleID),
+				}
+			}
+			merged.FailClosed = v.FailClosed || w.FailClosed
+			sum := sha256.Sum256([]byte(v.RuleID + "\x00" + v.RuleDigest + "\x00" + w.RuleID + "\x00" + w.RuleDigest))
+			merged.RuleDigest = hex.EncodeToString(sum[:8])
+			v = &merged
+		}
+	}
+	if v == nil {
+		return vs[0]
+	}
+	return *v
 }
 
 // Verdict is the outcome of judging an Input, with the rule that produced it.

@@ -402,6 +402,12 @@ func (e *Engine) EvaluateRecords(ctx context.Context, in Input, recs map[string]
 		return v, err
 	}
 	e.dropExpired(ctx, st.expired)
+	return forEachUser(in, func(in Input) Verdict { return e.verdict(st, in) }), nil
+}
+
+// verdict judges in, as its User alone, by the file and the runtime rules
+// and standing rules of st.
+func (e *Engine) verdict(st *state, in Input) Verdict {
 	act := newActivation(in)
 	fileV, fileFailed, fileOpen := evaluate(e.file.rules, in, act)
 	adminV, adminFailed, adminOpen := evaluate(st.compiled, in, act)
@@ -415,7 +421,7 @@ func (e *Engine) EvaluateRecords(ctx context.Context, in Input, recs map[string]
 		v = &t
 	}
 	if v.Action != Ask || v.FourEyes || v.MinApprovals > 1 || failed {
-		return *v, nil
+		return *v
 	}
 	argsFP := ""
 	for _, s := range st.standing {
@@ -445,9 +451,9 @@ func (e *Engine) EvaluateRecords(ctx context.Context, in Input, recs map[string]
 			Action: Allow,
 			RuleID: StandingPrefix + s.ID,
 			Reason: fmt.Sprintf("remembered by %s (instead of: %s)", s.CreatedBy, describe(*v)),
-		}, nil
+		}
 	}
-	return *v, nil
+	return *v
 }
 
 // dropExpired deletes expired standing rules, so they are not read on

@@ -905,3 +905,52 @@ func TestTwoPersonRuleIsKept(t *testing.T) {
 		t.Errorf("with a runtime rule asking for 1 approval, reminding after 2h: got %d approvals, remind after %v; want the file's 2 and 1h", v.MinApprovals, v.RemindAfter)
 	}
 }
+
+// A call made for several people's messages is judged as each of them:
+// the strictest verdict counts, so the last writer cannot lend it their
+// rules.
+func TestEngineJudgesACallAsEachRequester(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "lead-restarts", Tool: "restart", When: `user == "ULEAD"`, Verdict: Allow},
+		{ID: "interns", Tool: "restart", When: `user == "UINTERN"`, Verdict: Deny, Reason: "interns do not restart"},
+		{ID: "restarts", Tool: "restart", Verdict: Ask, Approvers: []string{"UOPS1", "UOPS2"}},
+		{ID: "junior-deploys", Tool: "deploy", When: `user == "UJUNIOR"`, Verdict: Ask, Approvers: []string{"USENIOR"}},
+		{ID: "deploys", Tool: "deploy", Verdict: Ask, Approvers: []string{"UOPS1"}},
+		{ID: "dbs", Tool: "db", When: `user == "UJUNIOR"`, Verdict: Ask, Approvers: []string{"USENIOR", "UOPS1"}, FourEyes: true},
+		{ID: "db", Tool: "db", Verdict: Ask, Approvers: []string{"UOPS1", "UBOB"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(p, newMemStore())
+	in := func(tool, user string, requesters ...string) Input {
+		return Input{Tool: tool, Args: json.RawMessage(`{}`), User: user, Requesters: requesters, Channel: "C1"}
+	}
+	tests := []struct {
+		name  string
+		in    Input
+		want  Action
+		rule  string
+		appr  string
+		extra string
+	}{
+		{"the lead alone", in("restart", "ULEAD"), Allow, "lead-restarts", "", ""},
+		{"the lead wrote last", in("restart", "ULEAD", "UBOB", "ULEAD"), Ask, "restarts", "UOPS1,UOPS2", ""},
+		{"the lead and an intern", in("restart", "ULEAD", "UINTERN"), Deny, "interns", "", ""},
+		{"approvers both rules accept", in("db", "UBOB", "UJUNIOR", "UBOB"), Ask, "db", "UOPS1", ""},
+		{"no approver in common", in("deploy", "UBOB", "UJUNIOR"), Deny, "deploys", "", "leave no approver"},
+		// Four eyes over both leaves UOPS1 only if neither asked; here UOPS1 asked.
+		{"four eyes over every requester", in("db", "UOPS1", "UJUNIOR"), Deny, "db", "", "leave no approver"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := evalEngine(t, e, tt.in)
+			if v.Action != tt.want || v.RuleID != tt.rule || strings.Join(v.Approvers, ",") != tt.appr || !strings.Contains(v.Reason, tt.extra) {
+				t.Errorf("got %s by %s approvers %v (%q), want %s by %s approvers %s", v.Action, v.RuleID, v.Approvers, v.Reason, tt.want, tt.rule, tt.appr)
+			}
+			if fv := p.Evaluate(tt.in); fv.Action != tt.want {
+				t.Errorf("the file alone: %s, want %s", fv.Action, tt.want)
+			}
+		})
+	}
+}

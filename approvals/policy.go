@@ -365,6 +365,11 @@ func (p *Policy) Rules() []Rule {
 // neither gets the policy default (RuleID "default"). The same input always
 // gets the same verdict. A nil Policy has no rules and the default ask.
 func (p *Policy) Evaluate(in Input) Verdict {
+	return forEachUser(in, p.evaluate)
+}
+
+// evaluate is Evaluate for in as its User alone.
+func (p *Policy) evaluate(in Input) Verdict {
 	var rules []compiledRule
 	def := Ask
 	if p != nil {
@@ -463,7 +468,7 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 // approvers with no one in common (or a user group, whose members are not
 // known here), or fewer than the approvals needed once the requester is
 // left out under four eyes.
-func combine(closed *Verdict, w Verdict, requester string) bool {
+func combine(closed *Verdict, w Verdict, requesters ...string) bool {
 	if w.Action != Ask {
 		return true
 	}
@@ -482,20 +487,20 @@ func combine(closed *Verdict, w Verdict, requester string) bool {
 	}
 	tighten(closed, w)
 	closed.Approvers = slices.Clone(common)
-	return decidable(*closed, requester)
+	return decidable(*closed, requesters...)
 }
 
 // decidable reports whether someone could approve an ask v on a call of
-// requester: it names no approvers (anyone who can see the conversation
-// may), a user group, or enough users besides the requester under four
+// requesters: it names no approvers (anyone who can see the conversation
+// may), a user group, or enough users besides the requesters under four
 // eyes for the approvals it needs.
-func decidable(v Verdict, requester string) bool {
+func decidable(v Verdict, requesters ...string) bool {
 	if len(v.Approvers) == 0 || slices.ContainsFunc(v.Approvers, isGroup) {
 		return true
 	}
 	eligible := slices.Compact(slices.Sorted(slices.Values(v.Approvers)))
 	if v.FourEyes {
-		eligible = slices.DeleteFunc(eligible, func(a string) bool { return a == requester })
+		eligible = slices.DeleteFunc(eligible, func(a string) bool { return slices.Contains(requesters, a) })
 	}
 	return len(eligible) >= max(1, v.MinApprovals)
 }

@@ -1,0 +1,60 @@
+package agent_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+)
+
+// A turn that answers several people's messages judges its calls as each
+// of them: a rule on `user` that allows the last writer does not run a
+// call another asked for.
+func TestCallsOfATurnAreJudgedAsEachRequester(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  default: ask
+  rules:
+    - id: lead-restarts
+      tool: restart
+      when: 'user == "ULEAD"'
+      verdict: allow
+`
+	a := w.agent()
+	bob := agent.Request{Conversation: "T1/C1/1700000000.000100", User: "UBOB", Channel: "C1", Text: "deploy api 2, then restart prod"}
+	p := pauseWith(t, w, a, bob, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	// While it waits, Bob asks for more, then the lead says something unrelated.
+	more := bob
+	more.Text = "and restart prod when that's done"
+	if _, err := a.Run(ctx, more); err != nil {
+		t.Fatal(err)
+	}
+	lead := bob
+	lead.User, lead.Text = "ULEAD", "fyi I'm watching the dashboards"
+	if _, err := a.Run(ctx, lead); err != nil {
+		t.Fatal(err)
+	}
+	w.model.Reply(fakeopenai.Text("deployed"))
+	w.model.Reply(fakeopenai.ToolCalls(call("c2", "restart", `{"env":"prod"}`)))
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UCAROL"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.Resume(ctx, p.RunID)
+	must(t, err)
+	if n := w.restarts.n.Load(); n > 0 {
+		t.Fatalf("restart prod, asked for by UBOB, ran %d time(s) without approval under rule lead-restarts (user == ULEAD)", n)
+	}
+	if out.Status != agent.Paused || len(out.Pending) != 1 || out.Pending[0].Tool != "restart" || out.Pending[0].RuleID != "annotations" {
+		t.Fatalf("resume: %s with %+v, want the restart paused under the tool's annotations", out.Status, out.Pending)
+	}
+	// The lead alone is allowed.
+	lead.Conversation, lead.Text = "T1/C1/1700000000.000200", "restart prod"
+	w.model.Reply(fakeopenai.ToolCalls(call("c3", "restart", `{"env":"prod"}`)), fakeopenai.Text("restarted"))
+	if out, err := a.Run(ctx, lead); err != nil || out.Status != agent.Answered || w.restarts.n.Load() != 1 {
+		t.Fatalf("the lead's own restart: %s, %v, ran %d times; want it run at once", out.Status, err, w.restarts.n.Load())
+	}
+}
