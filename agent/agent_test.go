@@ -475,6 +475,9 @@ func TestBadToolCallsFromTheModel(t *testing.T) {
 		{"unknown tool", call("c1", "rm_rf", `{}`), `unknown tool "rm_rf"; the available tools are: ask_human, deploy, drop_db, read_file, restart`},
 		{"name with spaces", call("c1", "read file", `{"path":"/a"}`), `unknown tool "read file"`},
 		{"huge arguments", call("c1", "read_file", `{"path":"`+strings.Repeat("a", 1<<20)+`"}`), "too large"},
+		{"keys differing by case", call("c1", "deploy", `{"service":"api","version":"1","Service":"vault"}`), `keys "service" and "Service" differ only by case`},
+		{"keys differing by case and width", call("c1", "deploy", "{\"service\":\"api\",\"version\":\"1\",\"\uff33ervice\":\"vault\"}"), "differ only by case"},
+		{"deep nesting", call("c1", "read_file", `{"path":`+strings.Repeat("[", 65)+strings.Repeat("]", 65)+`}`), "nested more than 64 levels deep"},
 	}
 	b := backends(t)[0]
 	for _, tt := range tests {

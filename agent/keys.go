@@ -9,17 +9,20 @@ import (
 	"strings"
 	"unicode"
 
+	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
 )
 
-// checkKeys refuses object keys that a person reading the card could take
-// for another key, at every depth of the arguments, as duplicate keys are
-// refused: two keys of one object that are the same after Unicode
-// normalisation (NFKC: "café" written with a combining accent, a
-// full-width "ｐａｔｈ"), and a key that mixes look-alike scripts (a
-// Cyrillic "а" in a Latin "pаth"). The error says which keys and why, for
-// the model to fix. Arguments that are not valid JSON are left to the
-// schema check.
+// checkKeys refuses object keys that a person reading the card, or a tool
+// decoding the arguments, could take for another key, at every depth of
+// the arguments, as duplicate keys are refused: two keys of one object
+// that are the same after Unicode normalisation (NFKC: "café" written with
+// a combining accent, a full-width "ｐａｔｈ") or differ only by case
+// ("filePath" and "filepath": Go's encoding/json and others match fields
+// regardless of case, so the policy could judge one and the tool run with
+// the other), and a key that mixes look-alike scripts (a Cyrillic "а" in a
+// Latin "pаth"). The error says which keys and why, for the model to fix.
+// Arguments that are not valid JSON are left to the schema check.
 func checkKeys(args json.RawMessage) error {
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
@@ -48,7 +51,7 @@ func keysOfValue(dec *json.Decoder) error {
 			}
 		}
 	case '{':
-		seen := make(map[string]string) // NFKC form -> key as written
+		seen := make(map[string]string) // folded NFKC form -> key as written
 		for dec.More() {
 			tok, err := dec.Token()
 			if err != nil {
@@ -59,10 +62,14 @@ func keysOfValue(dec *json.Decoder) error {
 				return fmt.Errorf("key %q mixes letters of %s, so it can look like another key; write it in one script", key, strings.Join(mixed, " and "))
 			}
 			nf := norm.NFKC.String(key)
-			if first, ok := seen[nf]; ok && first != key {
-				return fmt.Errorf("keys %q and %q differ only by Unicode normalisation, so they look like the same key; use one spelling", first, key)
+			folded := cases.Fold().String(nf)
+			if first, ok := seen[folded]; ok && first != key {
+				if norm.NFKC.String(first) == nf {
+					return fmt.Errorf("keys %q and %q differ only by Unicode normalisation, so they look like the same key; use one spelling", first, key)
+				}
+				return fmt.Errorf("keys %q and %q differ only by case, so a tool may read them as the same key; use one of them", first, key)
 			}
-			seen[nf] = key
+			seen[folded] = key
 			if err := keysOfValue(dec); err != nil {
 				return err
 			}
@@ -106,4 +113,37 @@ func mixedScripts(key string) []string {
 		return nil
 	}
 	return scripts
+}
+
+// maxArgDepth bounds how deeply arguments may nest: far beyond what a
+// tool's arguments need, and it keeps what shows them (a card's indented
+// JSON, the checks) from growing with a model's nesting.
+const maxArgDepth = 64
+
+// checkDepth refuses arguments nested deeper than maxArgDepth. JSON that
+// does not parse is left to the schema check.
+func checkDepth(args []byte) error {
+	depth, inString, escaped := 0, false, false
+	for _, c := range args {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > maxArgDepth {
+				return fmt.Errorf("arguments nested more than %d levels deep", maxArgDepth)
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return nil
 }

@@ -849,6 +849,9 @@ func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage,
 	invalid := func(err error) *argsError {
 		return &argsError{Model: fmt.Sprintf("invalid arguments for %s: %v. Fix them and call the tool again", name, err), Person: personText(err)}
 	}
+	if err := checkDepth(args); err != nil {
+		return Tool{}, nil, "", invalid(err)
+	}
 	if err := a.tools.Validate(name, args); err != nil {
 		return Tool{}, nil, "", invalid(err)
 	}

@@ -302,12 +302,19 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
+// maxPrettyJSON is the most JSON prettyJSON indents: indenting grows text
+// with its nesting, and what is shown of larger arguments is cut anyway.
+const maxPrettyJSON = 64 << 10
+
 // prettyJSON indents JSON for display, returning raw input that does not
-// parse unchanged and "" for empty input.
+// parse, or is larger than maxPrettyJSON, unchanged and "" for empty input.
 func prettyJSON(raw json.RawMessage) string {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return ""
+	}
+	if len(raw) > maxPrettyJSON {
+		return string(raw)
 	}
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, raw, "", "  "); err != nil {
