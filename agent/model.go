@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
@@ -235,7 +234,10 @@ func (m *OpenAIModel) request(req ModelRequest) openai.ChatCompletionRequest {
 type accumulator struct {
 	content  strings.Builder
 	refusal  strings.Builder
-	calls    map[int]*openai.ToolCall
+	// calls are the tool calls in the order they began; at is the call
+	// each stream index is filling.
+	calls []*openai.ToolCall
+	at    map[int]*openai.ToolCall
 	chunks   int
 	finished bool
 	usage    Usage
@@ -267,25 +269,25 @@ func (a *accumulator) add(chunk openai.ChatCompletionStreamResponse, onDelta fun
 	}
 }
 
-// addToolCall merges a tool call fragment into the call with the same
-// index. A fragment without an index is a whole call (some servers send
-// them so) and gets the next free index.
+// addToolCall merges a tool call fragment into the call its index is
+// filling. A fragment with an id or a name other than that call's begins
+// another call: some servers send every parallel call with index 0, each
+// whole or with its own id. A fragment without an index is a whole call
+// (some servers send them so).
 func (a *accumulator) addToolCall(tc openai.ToolCall) {
-	if a.calls == nil {
-		a.calls = make(map[int]*openai.ToolCall)
-	}
-	i := len(a.calls)
+	var call *openai.ToolCall
 	if tc.Index != nil {
-		i = *tc.Index
-	} else {
-		for a.calls[i] != nil {
-			i++
-		}
+		call = a.at[*tc.Index]
 	}
-	call, ok := a.calls[i]
-	if !ok {
+	if call == nil || beginsAnother(call, tc) {
 		call = &openai.ToolCall{Type: openai.ToolTypeFunction}
-		a.calls[i] = call
+		a.calls = append(a.calls, call)
+		if tc.Index != nil {
+			if a.at == nil {
+				a.at = make(map[int]*openai.ToolCall)
+			}
+			a.at[*tc.Index] = call
+		}
 	}
 	if call.ID == "" {
 		call.ID = tc.ID
@@ -299,19 +301,25 @@ func (a *accumulator) addToolCall(tc openai.ToolCall) {
 	call.Function.Arguments += tc.Function.Arguments
 }
 
+// beginsAnother reports whether the fragment tc is of another call than
+// call, which holds the fragments of its index so far: it carries another
+// id, or, without ids, another name. (Servers that repeat the id and name
+// in every fragment send the same ones.)
+func beginsAnother(call *openai.ToolCall, tc openai.ToolCall) bool {
+	if tc.ID != "" && call.ID != "" {
+		return tc.ID != call.ID
+	}
+	return tc.Function.Name != "" && call.Function.Name != "" && tc.Function.Name != call.Function.Name
+}
+
 func (a *accumulator) message() openai.ChatCompletionMessage {
 	msg := openai.ChatCompletionMessage{
 		Role:    openai.ChatMessageRoleAssistant,
 		Content: a.content.String(),
 		Refusal: a.refusal.String(),
 	}
-	indexes := make([]int, 0, len(a.calls))
-	for i := range a.calls {
-		indexes = append(indexes, i)
-	}
-	slices.Sort(indexes)
-	for _, i := range indexes {
-		msg.ToolCalls = append(msg.ToolCalls, *a.calls[i])
+	for _, c := range a.calls {
+		msg.ToolCalls = append(msg.ToolCalls, *c)
 	}
 	return msg
 }

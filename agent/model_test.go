@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -503,4 +504,49 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 		t.Fatalf("decode %s: %v", b, err)
 	}
 	return reflect.DeepEqual(va, vb)
+}
+
+// Servers that send every parallel call with index 0 give each call its
+// own id, or its own name: each is a call of its own, never arguments
+// added to another's.
+func TestParallelCallsOnOneStreamIndex(t *testing.T) {
+	frame := func(id, name, args string) string {
+		return fmt.Sprintf(`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":%q,"type":"function","function":{"name":%q,"arguments":%q}}]}}]}`+"\n\n", id, name, args)
+	}
+	tests := []struct {
+		name   string
+		frames []string
+		want   []string // id name args
+	}{
+		{"ids", []string{frame("call_A", "read_file", `{"path":"a"}`), frame("call_B", "read_file", `{"path":"b"}`)},
+			[]string{`call_A read_file {"path":"a"}`, `call_B read_file {"path":"b"}`}},
+		{"a call without arguments first", []string{frame("call_A", "cluster_status", ""), frame("call_B", "read_file", `{"path":"b"}`)},
+			[]string{`call_A cluster_status `, `call_B read_file {"path":"b"}`}},
+		{"names without ids", []string{frame("", "cluster_status", "{}"), frame("", "read_file", `{"path":"b"}`)},
+			[]string{` cluster_status {}`, ` read_file {"path":"b"}`}},
+		{"id and name repeated in every fragment", []string{frame("call_A", "read_file", `{"pa`), frame("call_A", "read_file", `th":"a"}`)},
+			[]string{`call_A read_file {"path":"a"}`}},
+		{"fragments after the first carry neither", []string{frame("call_A", "read_file", `{"pa`), frame("", "", `th":"a"}`), frame("call_B", "deploy", `{}`), frame("", "", ``)},
+			[]string{`call_A read_file {"path":"a"}`, `call_B deploy {}`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := strings.Join(tt.frames, "") + `data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+			m := rawServer(t, func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprint(w, body)
+			})
+			msg, err := m.Complete(context.Background(), userMessage("hi"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, tc := range msg.ToolCalls {
+				got = append(got, tc.ID+" "+tc.Function.Name+" "+tc.Function.Arguments)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("calls\n%q\nwant\n%q", got, tt.want)
+			}
+		})
+	}
 }
