@@ -741,6 +741,15 @@ func toResult(r *mcp.CallToolResult) agent.Result {
 			text += string(b)
 		}
 	}
+	if r.IsError {
+		// The model reads only the text: it must say that the tool failed,
+		// or a failure may be reported as done.
+		if strings.TrimSpace(text) == "" {
+			text = "the tool reported an error, with no message"
+		} else {
+			text = "the tool reported an error: " + text
+		}
+	}
 	return agent.Result{Content: text, IsError: r.IsError}
 }
 

@@ -431,7 +431,7 @@ policy:
 		}{
 			{"srv__echo", `{"text": "hi"}`, "echo: hi", false},
 			{"srv__delete_item", `{"id": "42"}`, "deleted 42", false},
-			{"srv__fail", `{}`, "boom", true},
+			{"srv__fail", `{}`, "the tool reported an error: boom", true},
 			{"srv__add", `{"a": 1, "b": 2}`, `{"sum":3}`, false},
 		} {
 			got := call(t, reg, tc.tool, tc.args)
@@ -594,7 +594,9 @@ func TestToResult(t *testing.T) {
 		want agent.Result
 	}{
 		{"texts", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "a"}, &mcp.TextContent{Text: "b"}}}, agent.Result{Content: "a\nb"}},
-		{"error", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "no"}}, IsError: true}, agent.Result{Content: "no", IsError: true}},
+		{"error", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "no"}}, IsError: true}, agent.Result{Content: "the tool reported an error: no", IsError: true}},
+		{"error without text", &mcp.CallToolResult{IsError: true}, agent.Result{Content: "the tool reported an error, with no message", IsError: true}},
+		{"error with a success's words", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deployment.apps/api scaled"}}, IsError: true}, agent.Result{Content: "the tool reported an error: deployment.apps/api scaled", IsError: true}},
 		{"structured only", &mcp.CallToolResult{StructuredContent: map[string]any{"n": 1}}, agent.Result{Content: `{"n":1}`}},
 		{"structured and same text", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{ "n": 1 }`}}, StructuredContent: map[string]any{"n": 1}}, agent.Result{Content: `{ "n": 1 }`}},
 		{"structured and other text", &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}, StructuredContent: map[string]any{"n": 1}}, agent.Result{Content: "done\n{\"n\":1}"}},
