@@ -146,6 +146,10 @@ type Config struct {
 	SystemPrompt string
 	// MaxSteps bounds the model calls of one turn (default 10).
 	MaxSteps int
+	// MaxCalls bounds the tool calls judged in one model step (default
+	// 32): the model is told that those past it were not performed, and
+	// nothing runs or asks for them.
+	MaxCalls int
 	// MaxToolOutput caps a tool result in bytes before the model sees it
 	// (default 16 KiB).
 	MaxToolOutput int
@@ -249,6 +253,9 @@ func New(model Model, tools *Registry, policy Policy, st Store, reporter func(co
 	}
 	if cfg.MaxSteps <= 0 {
 		cfg.MaxSteps = 10
+	}
+	if cfg.MaxCalls <= 0 {
+		cfg.MaxCalls = 32
 	}
 	if cfg.MaxToolOutput <= 0 {
 		cfg.MaxToolOutput = 16 << 10

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -684,5 +685,51 @@ policy:
 				t.Errorf("judged %q, want %q", judged, want)
 			}
 		})
+	}
+}
+
+// A step asking for more calls than MaxCalls takes in the first ones; the
+// model is told the others were not performed, and nothing runs or asks
+// for them.
+func TestCallsPastTheStepBoundAreNotTaken(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.cfg.MaxCalls = 2
+	w.model.Reply(fakeopenai.ToolCalls(
+		call("c1", "read_file", `{"path":"/a"}`),
+		call("c2", "read_file", `{"path":"/b"}`),
+		call("c3", "read_file", `{"path":"/c"}`),
+		call("c4", "deploy", `{"service":"api","version":"1"}`),
+	), fakeopenai.Text("read two"))
+	out, err := w.agent().Run(context.Background(), request("read them all"))
+	must(t, err)
+	if out.Status != agent.Answered {
+		t.Fatalf("got %s, want answered with no card", out.Status)
+	}
+	if n := w.reads.n.Load(); n != 2 {
+		t.Errorf("read_file ran %d times, want 2", n)
+	}
+	got := toolResults(t, w.model)
+	if len(got) != 4 || got[0] != "c1: file contents" || got[1] != "c2: file contents" ||
+		!strings.Contains(got[2], "c3: not performed: the step asked for 4 tool calls and at most 2") || !strings.Contains(got[3], "c4: not performed") {
+		t.Errorf("tool results %q", got)
+	}
+}
+
+// An unknown tool's error names the available tools, a bounded number of
+// them when there are many.
+func TestUnknownToolNamesABoundedList(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	for i := range 200 {
+		must(t, w.reg.Register(agent.Tool{Name: fmt.Sprintf("srv__tool_%03d", i), Schema: json.RawMessage(`{"type":"object"}`),
+			Handler: func(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{}, nil }}))
+	}
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "rm_rf", `{}`)), fakeopenai.Text("sorry"))
+	if _, err := w.agent().Run(context.Background(), request("clean up")); err != nil {
+		t.Fatal(err)
+	}
+	got := toolResults(t, w.model)
+	if len(got) != 1 || !strings.Contains(got[0], `unknown tool "rm_rf"; the available tools include ask_human, deploy, drop_db, read_file, restart, srv__tool_000`) ||
+		!strings.Contains(got[0], "and 165 more, listed in the request") || len(got[0]) > 1000 {
+		t.Errorf("result %q (%d bytes)", got, len(got[0]))
 	}
 }

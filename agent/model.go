@@ -232,12 +232,12 @@ func (m *OpenAIModel) request(req ModelRequest) openai.ChatCompletionRequest {
 
 // accumulator assembles a streamed assistant message.
 type accumulator struct {
-	content  strings.Builder
-	refusal  strings.Builder
+	content strings.Builder
+	refusal strings.Builder
 	// calls are the tool calls in the order they began; at is the call
 	// each stream index is filling.
-	calls []*openai.ToolCall
-	at    map[int]*openai.ToolCall
+	calls    []*openai.ToolCall
+	at       map[int]*openai.ToolCall
 	chunks   int
 	finished bool
 	usage    Usage

@@ -773,6 +773,11 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		fail := func(format string, v ...any) {
 			slots[i].Result = &Result{Content: fmt.Sprintf(format, v...), IsError: true}
 		}
+		if i >= a.cfg.MaxCalls {
+			a.judged("invalid")
+			fail("not performed: the step asked for %d tool calls and at most %d are taken in one step; call %s again in a later step if it is still needed", len(calls), a.cfg.MaxCalls, name)
+			continue
+		}
 		tool, canonical, fp, err := a.check(name, args)
 		if err != nil {
 			a.judged("invalid")
@@ -838,7 +843,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage, string, error) {
 	tool, ok := a.tools.Lookup(name)
 	if !ok {
-		return Tool{}, nil, "", fmt.Errorf("unknown tool %q; the available tools are: %s", name, strings.Join(a.toolNames(), ", "))
+		return Tool{}, nil, "", fmt.Errorf("unknown tool %q; %s", name, a.toolList())
 	}
 	if len(args) > a.cfg.MaxArgBytes {
 		return Tool{}, nil, "", argsProblem("arguments for %s are too large (%d bytes; the limit is %d)", name, len(args), a.cfg.MaxArgBytes)
@@ -863,6 +868,21 @@ func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage,
 		return Tool{}, nil, "", &argsError{Model: fmt.Sprintf("invalid arguments for %s: %v", name, err), Person: err.Error()}
 	}
 	return tool, canonical, fp, nil
+}
+
+// maxListedTools bounds the tools an unknown tool's error names: the
+// model has the whole list in its request, and a few unknown calls must
+// not fill its context with it.
+const maxListedTools = 40
+
+// toolList names the available tools for an unknown tool's error, at most
+// maxListedTools of them.
+func (a *Agent) toolList() string {
+	names := a.toolNames()
+	if len(names) <= maxListedTools {
+		return "the available tools are: " + strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("the available tools include %s and %d more, listed in the request", strings.Join(names[:maxListedTools], ", "), len(names)-maxListedTools)
 }
 
 func (a *Agent) toolNames() []string {

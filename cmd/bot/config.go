@@ -48,6 +48,7 @@ type config struct {
 	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat        string        `envconfig:"LOG_FORMAT" default:"json" desc:"json, or text for humans"`
 	MaxSteps         int           `envconfig:"MAX_STEPS" default:"10" desc:"model calls allowed in one turn"`
+	MaxCallsPerStep  int           `envconfig:"MAX_CALLS_PER_STEP" default:"32" desc:"tool calls judged in one model step; the model is told the rest were not performed"`
 	MaxTurns         int           `envconfig:"MAX_TURNS" default:"1000" desc:"turns running at once; more wait in arrival order and their thread is told"`
 	SweepInterval    time.Duration `envconfig:"SWEEP_INTERVAL" default:"30s" desc:"how often decided runs whose resume was lost in a crash are resumed"`
 	SystemPrompt     string        `envconfig:"SYSTEM_PROMPT" desc:"system prompt of every model request; empty: the built-in one"`
@@ -228,6 +229,9 @@ func (c *config) validate() error {
 	}
 	if c.MaxSteps < 1 {
 		return fmt.Errorf("MAX_STEPS: %d is not at least 1", c.MaxSteps)
+	}
+	if c.MaxCallsPerStep < 1 {
+		return fmt.Errorf("MAX_CALLS_PER_STEP: %d is not at least 1", c.MaxCallsPerStep)
 	}
 	if c.MaxTurns < 1 {
 		return fmt.Errorf("MAX_TURNS: %d is not at least 1", c.MaxTurns)

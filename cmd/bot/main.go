@@ -158,6 +158,7 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 		Agent: agent.Config{
 			SystemPrompt:  cfg.SystemPrompt,
 			MaxSteps:      cfg.MaxSteps,
+			MaxCalls:      cfg.MaxCallsPerStep,
 			ContextBudget: cfg.ContextBudget,
 			ToolTimeout:   cfg.ToolTimeout,
 			ApprovalTTL:   cfg.ApprovalTTL,
