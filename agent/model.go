@@ -149,8 +149,10 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 // the tool calls the model made, in index order, each with its id, function
 // name and complete argument string, and with Index cleared so that the
 // message can be stored and sent back as is. Only the first choice is
-// read. An answer cut short by the token limit (finish reason "length") is
-// returned as it is, possibly with incomplete tool call arguments.
+// read. A text answer cut short (finish reason "length" or
+// "content_filter") ends with a note that says so (see cutNote), which
+// onDelta gets too; tool calls cut short are returned as they are, their
+// arguments likely incomplete (and refused as such).
 //
 // Every error is a *ModelError. If the stream ends before the model
 // reports that it has finished, attempt fails with ErrKindStreamCut even
@@ -197,7 +199,27 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 			Message: fmt.Sprintf("stream ended after %d chunks without a finish reason", acc.chunks),
 		}
 	}
+	if note := cutNote(acc.reason); note != "" && len(acc.calls) == 0 {
+		// A text answer cut short says so, where it is shown and in the
+		// history.
+		acc.content.WriteString(note)
+		if onDelta != nil {
+			onDelta(note)
+		}
+	}
 	return acc.message(), nil
+}
+
+// cutNote is the note that ends a text answer cut short for reason, ""
+// for an answer the model finished.
+func cutNote(reason openai.FinishReason) string {
+	switch reason {
+	case openai.FinishReasonLength:
+		return "\n\n(answer cut short: the model reached its output token limit)"
+	case openai.FinishReasonContentFilter:
+		return "\n\n(answer cut short by the model provider's content filter)"
+	}
+	return ""
 }
 
 // request builds the Chat Completions request.
@@ -232,6 +254,8 @@ func (m *OpenAIModel) request(req ModelRequest) openai.ChatCompletionRequest {
 
 // accumulator assembles a streamed assistant message.
 type accumulator struct {
+	// reason is the finish reason, once finished.
+	reason  openai.FinishReason
 	content strings.Builder
 	refusal strings.Builder
 	// calls are the tool calls in the order they began; at is the call
@@ -264,7 +288,7 @@ func (a *accumulator) add(chunk openai.ChatCompletionStreamResponse, onDelta fun
 			a.addToolCall(tc)
 		}
 		if choice.FinishReason != "" && choice.FinishReason != openai.FinishReasonNull {
-			a.finished = true
+			a.finished, a.reason = true, choice.FinishReason
 		}
 	}
 }

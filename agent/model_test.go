@@ -69,6 +69,32 @@ func TestModelStreamsText(t *testing.T) {
 	}
 }
 
+// A text answer cut short by the token limit or a content filter ends
+// with a note saying so, streamed like the rest; a finished one has none.
+func TestModelCutAnswerSaysSo(t *testing.T) {
+	for _, tt := range []struct {
+		reason openai.FinishReason
+		note   string
+	}{
+		{openai.FinishReasonLength, "\n\n(answer cut short: the model reached its output token limit)"},
+		{openai.FinishReasonContentFilter, "\n\n(answer cut short by the model provider's content filter)"},
+		{openai.FinishReasonStop, ""},
+	} {
+		t.Run(string(tt.reason), func(t *testing.T) {
+			s := fakeopenai.New(t)
+			s.Reply(fakeopenai.Response{Text: "The steps are: 1. scale the", Chunks: 3, FinishReason: tt.reason})
+			var deltas strings.Builder
+			msg, err := newTestModel(s, 0).Complete(context.Background(), userMessage("hi"), func(d string) { deltas.WriteString(d) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "The steps are: 1. scale the" + tt.note; msg.Content != want || deltas.String() != want {
+				t.Errorf("content %q, streamed %q; want %q", msg.Content, deltas.String(), want)
+			}
+		})
+	}
+}
+
 func TestModelNilOnDelta(t *testing.T) {
 	s := fakeopenai.New(t)
 	s.Reply(fakeopenai.Response{Text: "fine", Chunks: 2})
