@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -731,5 +732,45 @@ func TestUnknownToolNamesABoundedList(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0], `unknown tool "rm_rf"; the available tools include ask_human, deploy, drop_db, read_file, restart, srv__tool_000`) ||
 		!strings.Contains(got[0], "and 165 more, listed in the request") || len(got[0]) > 1000 {
 		t.Errorf("result %q (%d bytes)", got, len(got[0]))
+	}
+}
+
+// The model gets every tool's schema with the properties and items OpenAI
+// requires (an object without properties, or an array without items, in
+// any tool failed every request); the arguments are still checked by the
+// tool's own schema.
+func TestModelGetsSchemasOpenAIAccepts(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	must(t, w.reg.Register(agent.Tool{Name: "lb_create", Annotations: approvals.Hints{ReadOnly: true}, Handler: w.reads.handler("created"),
+		Schema: json.RawMessage(`{"type":"object","properties":{"ports":{"type":"array"},"tags":{"type":["object","null"]},"n":{"type":"integer","maximum":1e2}},"required":["ports"]}`)}))
+	must(t, w.reg.Register(agent.Tool{Name: "get_me", Annotations: approvals.Hints{ReadOnly: true}, Handler: w.reads.handler("me"), Schema: json.RawMessage(`{"type":"object"}`)}))
+	must(t, w.reg.Register(agent.Tool{Name: "whoami", Annotations: approvals.Hints{ReadOnly: true}, Handler: w.reads.handler("me")}))
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "lb_create", `{"ports":[80, "x"],"tags":null,"n":7}`)), fakeopenai.Text("created"))
+	if _, err := w.agent().Run(context.Background(), request("make a load balancer")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"lb_create": `{"properties":{"n":{"maximum":1e2,"type":"integer"},"ports":{"items":{},"type":"array"},"tags":{"properties":{},"type":["object","null"]}},"required":["ports"],"type":"object"}`,
+		"get_me":    `{"properties":{},"type":"object"}`,
+		"whoami":    `{"type":"object","properties":{}}`,
+		"read_file": pathSchema,
+	}
+	for _, tool := range w.model.Requests()[0].Tools {
+		if params, ok := want[tool.Function.Name]; ok {
+			got, _ := json.Marshal(tool.Function.Parameters)
+			var g, w any
+			must(t, json.Unmarshal(got, &g))
+			must(t, json.Unmarshal([]byte(params), &w))
+			if !reflect.DeepEqual(g, w) {
+				t.Errorf("%s: sent %s, want %s", tool.Function.Name, got, params)
+			}
+			delete(want, tool.Function.Name)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("tools not sent: %v", want)
+	}
+	if got := toolResults(t, w.model); len(got) != 1 || got[0] != "c1: created" {
+		t.Errorf("results %q: the call passes the tool's own schema", got)
 	}
 }

@@ -610,7 +610,7 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 		}
 		t.messages = fitBudget(t.messages, a.cfg.ContextBudget)
 		rep.Status(ctx, "is thinking…")
-		msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(t.messages), Tools: a.modelTools()}, func(d string) { rep.Delta(ctx, d) })
+		msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(t.messages), Tools: a.tools.modelTools()}, func(d string) { rep.Delta(ctx, d) })
 		t.steps++
 		if err != nil {
 			rep.Stopped(ctx)
@@ -665,21 +665,6 @@ func (a *Agent) withSystem(msgs []openai.ChatCompletionMessage) []openai.ChatCom
 	out := make([]openai.ChatCompletionMessage, 0, len(msgs)+1)
 	out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: a.cfg.SystemPrompt})
 	return append(out, msgs...)
-}
-
-func (a *Agent) modelTools() []openai.Tool {
-	list := a.tools.List()
-	out := make([]openai.Tool, 0, len(list))
-	for _, t := range list {
-		params := t.Schema
-		if len(params) == 0 {
-			params = json.RawMessage(`{"type":"object"}`)
-		}
-		out = append(out, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
-			Name: t.Name, Description: t.Description, Parameters: params,
-		}})
-	}
-	return out
 }
 
 // normalizeAssistant makes the model's message safe to persist and send

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/approvals"
 )
@@ -70,6 +71,8 @@ type Registry struct {
 type registered struct {
 	tool   Tool
 	schema *jsonschema.Schema
+	// params is the schema as the model gets it (see modelParams).
+	params json.RawMessage
 }
 
 // NewRegistry returns an empty registry.
@@ -144,6 +147,94 @@ func (r *Registry) List() []Tool {
 	return out
 }
 
+// modelTools returns every tool as the model gets it, sorted by name.
+func (r *Registry) modelTools() []openai.Tool {
+	r.mu.RLock()
+	out := make([]openai.Tool, 0, len(r.tools))
+	for _, t := range r.tools {
+		out = append(out, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+			Name: t.tool.Name, Description: t.tool.Description, Parameters: t.params,
+		}})
+	}
+	r.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Function.Name < out[j].Function.Name })
+	return out
+}
+
+// modelParams is a tool's schema as the model gets it: OpenAI refuses a
+// request (every request, whatever tool it needs) whose tools have an
+// object schema without properties or an array schema without items, which
+// many MCP servers send, so each such schema gets empty ones, which allow
+// what their absence allows. The schema the arguments are checked with is
+// the tool's own. No schema is an object of any properties.
+func modelParams(schema json.RawMessage) json.RawMessage {
+	if len(schema) == 0 {
+		return json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	dec := json.NewDecoder(bytesReader(schema))
+	dec.UseNumber()
+	var doc any
+	if dec.Decode(&doc) != nil || !completeSchema(doc, 0) {
+		return schema
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return schema
+	}
+	return b
+}
+
+// completeSchema adds the properties and items modelParams adds to the
+// schema s and the schemas within it, reporting whether it changed any.
+func completeSchema(s any, depth int) bool {
+	m, ok := s.(map[string]any)
+	if !ok || depth > maxArgDepth {
+		return false
+	}
+	changed := false
+	if hasType(m, "object") && m["properties"] == nil {
+		m["properties"], changed = map[string]any{}, true
+	}
+	if hasType(m, "array") && m["items"] == nil {
+		m["items"], changed = map[string]any{}, true
+	}
+	for k, v := range m {
+		switch k {
+		case "properties", "patternProperties", "$defs", "definitions", "dependentSchemas":
+			if sub, ok := v.(map[string]any); ok {
+				for _, x := range sub {
+					changed = completeSchema(x, depth+1) || changed
+				}
+			}
+		case "items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else", "unevaluatedItems", "unevaluatedProperties":
+			changed = completeSchema(v, depth+1) || changed
+		case "anyOf", "oneOf", "allOf", "prefixItems":
+			if list, ok := v.([]any); ok {
+				for _, x := range list {
+					changed = completeSchema(x, depth+1) || changed
+				}
+			}
+		}
+	}
+	return changed
+}
+
+// hasType reports whether the schema m says its type is t, alone or among
+// others.
+func hasType(m map[string]any, t string) bool {
+	switch v := m["type"].(type) {
+	case string:
+		return v == t
+	case []any:
+		for _, x := range v {
+			if x == t {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Validate checks args against the named tool: they must be a JSON object
 // that passes the tool's schema. The error says exactly what is wrong, in
 // words meant for the model.
@@ -164,7 +255,7 @@ func compileTool(t Tool) (*registered, error) {
 	if t.Handler == nil && !t.Human {
 		return nil, fmt.Errorf("register tool %q: no handler", t.Name)
 	}
-	reg := &registered{tool: t}
+	reg := &registered{tool: t, params: modelParams(t.Schema)}
 	if len(t.Schema) > 0 {
 		doc, err := jsonschema.UnmarshalJSON(bytesReader(t.Schema))
 		if err != nil {
