@@ -132,7 +132,11 @@ func (a *App) mentionsBot(text string) bool {
 
 var mentionRE = regexp.MustCompile(`<@([UW][A-Z0-9]+)(\|[^>]*)?>`)
 
-// cleanText strips the bot's mention from a message.
+// cleanText strips the bot's mention from a message and decodes the three
+// characters Slack escapes in message text (&, < and >), so that the model
+// reads what the person typed: "a && b > out", not "a &amp;&amp; b &gt;
+// out" (which it would copy into a tool's arguments). Mentions and links
+// stay in Slack's form ("<@U…>", "<https://…|…>").
 func (a *App) cleanText(text string) string {
 	text = mentionRE.ReplaceAllStringFunc(text, func(m string) string {
 		if id := mentionRE.FindStringSubmatch(m); a.botUserID != "" && id[1] == a.botUserID {
@@ -140,8 +144,12 @@ func (a *App) cleanText(text string) string {
 		}
 		return m
 	})
-	return strings.TrimSpace(text)
+	return strings.TrimSpace(slackUnescape.Replace(text))
 }
+
+// slackUnescape decodes the escapes of Slack's message text; each is read
+// once ("&amp;lt;" is what "&lt;" typed becomes).
+var slackUnescape = strings.NewReplacer("&amp;", "&", "&lt;", "<", "&gt;", ">")
 
 // onMessage records a message, acks its envelope and runs its turn on
 // the conversation's queue. The record (agent.Accept) is one atomic store

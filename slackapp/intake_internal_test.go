@@ -107,4 +107,8 @@ func TestMentionsBotMatchesWholeIDs(t *testing.T) {
 	if got := a.cleanText("<@U1234567A> ask <@U1234567AB> about it"); got != "ask <@U1234567AB> about it" {
 		t.Errorf("cleanText kept %q, want the bot's mention stripped and the other user's kept", got)
 	}
+	// What Slack sends for "run a && b > out <now>, then type &lt; literally".
+	if got, want := a.cleanText("<@U1234567A> run a &amp;&amp; b &gt; out &lt;now&gt;, then type &amp;lt; literally"), "run a && b > out <now>, then type &lt; literally"; got != want {
+		t.Errorf("cleanText = %q, want %q", got, want)
+	}
 }

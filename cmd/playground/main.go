@@ -191,6 +191,12 @@ func isTerminal(r io.Reader) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// typed is text as Slack sends what a person typed: with &, < and >
+// escaped, which the bot decodes.
+func typed(text string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(text)
+}
+
 // playground is everything that runs: the fakes, the store and the bot.
 type playground struct {
 	dir       string

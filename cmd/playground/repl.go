@@ -194,11 +194,11 @@ func (s *session) do(line string) (quit bool) {
 func (s *session) say(text string) {
 	before := s.pg.activity()
 	if s.thread == "" {
-		s.thread = s.pg.slack.Mention(channelOps, s.user.id, text)
+		s.thread = s.pg.slack.Mention(channelOps, s.user.id, typed(text))
 		s.nextCard = 1
 		s.printf("  (%s mentions @toolgate in #ops: a new thread)\n", s.user.name)
 	} else {
-		s.pg.slack.ThreadReply(channelOps, s.thread, s.user.id, text)
+		s.pg.slack.ThreadReply(channelOps, s.thread, s.user.id, typed(text))
 	}
 	s.settle(before)
 	s.show()
@@ -285,7 +285,7 @@ func (s *session) modal(action, callback, blockID, actionID, arg, what string) {
 
 // slash runs /approvals with text as the current person.
 func (s *session) slash(text string) {
-	if _, err := s.pg.slack.Slash(s.user.id, channelOps, "/approvals", text); err != nil {
+	if _, err := s.pg.slack.Slash(s.user.id, channelOps, "/approvals", typed(text)); err != nil {
 		s.printf("  /approvals %s: %v\n", text, err)
 		return
 	}

@@ -568,7 +568,7 @@ func (w *web) send(rw http.ResponseWriter, r *http.Request) {
 			http.Error(rw, "unknown command "+cmd+": the bot has /approvals", http.StatusBadRequest)
 			return
 		}
-		if _, err := w.pg.slack.Slash(p.id, ch, cmd, strings.TrimSpace(args)); err != nil {
+		if _, err := w.pg.slack.Slash(p.id, ch, cmd, typed(strings.TrimSpace(args))); err != nil {
 			http.Error(rw, "/approvals: "+err.Error(), http.StatusBadGateway)
 			return
 		}
@@ -578,11 +578,11 @@ func (w *web) send(rw http.ResponseWriter, r *http.Request) {
 	var ts string
 	switch {
 	case req.Thread != "":
-		ts = w.pg.slack.ThreadReply(ch, req.Thread, p.id, text)
+		ts = w.pg.slack.ThreadReply(ch, req.Thread, p.id, typed(text))
 	case req.Conv == "dm":
-		ts = w.pg.slack.DM(p.id, text)
+		ts = w.pg.slack.DM(p.id, typed(text))
 	default:
-		ts = w.pg.slack.Mention(ch, p.id, text)
+		ts = w.pg.slack.Mention(ch, p.id, typed(text))
 	}
 	reply(rw, map[string]string{"ts": ts})
 }
