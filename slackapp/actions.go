@@ -19,6 +19,9 @@ import (
 // click is one button press, with where to answer the clicker.
 type click struct {
 	user, channel, actionID, value, triggerID string
+	// thread is the thread the button is in ("": none), where the
+	// clicker's private answers go.
+	thread string
 	// conversation is the conversation of the thread the button is in ("":
 	// none, as for a copy of a card in a direct message).
 	conversation string
@@ -64,7 +67,7 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 				conversation = ConversationKey(in.Team.ID, in.Channel.ID, in.Container.ThreadTS)
 			}
 			for _, act := range in.Actions {
-				c := click{user: in.User.ID, channel: in.Channel.ID, conversation: conversation, actionID: act.ActionID, value: act.Value, triggerID: in.TriggerID, redelivered: redelivered}
+				c := click{user: in.User.ID, channel: in.Channel.ID, thread: in.Container.ThreadTS, conversation: conversation, actionID: act.ActionID, value: act.Value, triggerID: in.TriggerID, redelivered: redelivered}
 				a.onClick(ctx, c)
 			}
 		})
@@ -96,7 +99,7 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 			if resp == nil {
 				text = submitRecordedLateText
 			}
-			a.tell(ctx, cb.User.ID, "", text)
+			a.tell(ctx, cb.User.ID, "", "", text)
 		})
 	default:
 		a.ack(env, nil, start)
@@ -157,7 +160,7 @@ func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
 		a.m.duplicate()
 		return
 	}
-	a.tell(ctx, c.user, c.channel, text)
+	a.tell(ctx, c.user, c.channel, c.thread, text)
 }
 
 // decide records a decision and, when it was the last one pending, has
@@ -343,7 +346,7 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 // the step goes on the conversation's queue.
 func (a *App) cancelClick(ctx context.Context, c click) {
 	if !validToken(c.value) {
-		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		a.tell(ctx, c.user, c.channel, c.thread, InvalidRequestText())
 		return
 	}
 	callID, _ := parseToken(c.value)
@@ -365,7 +368,7 @@ func (a *App) cancelClick(ctx context.Context, c click) {
 		if result == "error" {
 			a.log.Error("cancel", "run", runID, "err", err)
 		}
-		a.tell(ctx, c.user, c.channel, text)
+		a.tell(ctx, c.user, c.channel, c.thread, text)
 		return
 	}
 	a.m.decision("cancel", "ok", 0)
@@ -387,30 +390,30 @@ func (a *App) clickedCall(ctx context.Context, c click, callID string) (agent.Pe
 // openModal opens the modal of a Reject, Edit, Reply or View button.
 func (a *App) openModal(ctx context.Context, c click) {
 	if !validToken(c.value) {
-		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		a.tell(ctx, c.user, c.channel, c.thread, InvalidRequestText())
 		return
 	}
 	callID, _ := parseToken(c.value)
 	pc, err := a.clickedCall(ctx, c, callID)
 	if err != nil {
 		text, _ := refusalText(agent.Call{}, c.user, err)
-		a.tell(ctx, c.user, c.channel, text)
+		a.tell(ctx, c.user, c.channel, c.thread, text)
 		return
 	}
 	if c.actionID == ActionViewArgs || c.actionID == ActionViewPreview {
 		if !a.maySee(ctx, pc.Call, c.user) {
-			a.tell(ctx, c.user, c.channel, NotInConversationText())
+			a.tell(ctx, c.user, c.channel, c.thread, NotInConversationText())
 			return
 		}
 	} else {
 		if pc.Status != agent.CallPending {
-			a.tell(ctx, c.user, c.channel, refusedText(pc.Call))
+			a.tell(ctx, c.user, c.channel, c.thread, refusedText(pc.Call))
 			return
 		}
 		// Check before opening the form, so nobody fills in a form that
 		// will be refused. The decision is checked again on submit.
 		if text := a.formRefusal(ctx, pc.Call, c.user); text != "" {
-			a.tell(ctx, c.user, c.channel, text)
+			a.tell(ctx, c.user, c.channel, c.thread, text)
 			return
 		}
 	}
@@ -429,7 +432,7 @@ func (a *App) openModal(ctx context.Context, c click) {
 	}
 	if _, err := a.api.OpenViewContext(ctx, c.triggerID, view); err != nil {
 		a.log.Warn("open modal", "action", c.actionID, "err", err)
-		a.tell(ctx, c.user, c.channel, "I couldn't open the form (Slack allows 3 seconds for that). Please click again.")
+		a.tell(ctx, c.user, c.channel, c.thread, "I couldn't open the form (Slack allows 3 seconds for that). Please click again.")
 	}
 }
 
@@ -541,12 +544,13 @@ func clip(s string, n int) string {
 	return out
 }
 
-// tell answers one person privately: an ephemeral message in the channel,
-// or a DM where there is no channel (a click in App Home). Like post, it
+// tell answers one person privately: an ephemeral message in the channel
+// (in the thread, when thread is set: where they clicked), or a DM where
+// there is no channel (a click in App Home). Like post, it
 // is not cancelled with ctx: the answer to a click matters most when the
 // bot is shutting down. It ends at the shutdown deadline, and past it the
 // answer is logged instead.
-func (a *App) tell(ctx context.Context, user, channel, text string) {
+func (a *App) tell(ctx context.Context, user, channel, thread, text string) {
 	ctx, cancel, ok := a.noteContext(ctx, 10*time.Second)
 	defer cancel()
 	if !ok {
@@ -554,7 +558,11 @@ func (a *App) tell(ctx context.Context, user, channel, text string) {
 		return
 	}
 	if channel != "" {
-		if _, err := a.api.PostEphemeralContext(ctx, channel, user, slack.MsgOptionText(text, false)); err == nil {
+		opts := []slack.MsgOption{slack.MsgOptionText(text, false)}
+		if thread != "" {
+			opts = append(opts, slack.MsgOptionTS(thread))
+		}
+		if _, err := a.api.PostEphemeralContext(ctx, channel, user, opts...); err == nil {
 			return
 		} else {
 			a.log.Warn("post ephemeral", "channel", channel, "err", err)

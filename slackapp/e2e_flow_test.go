@@ -188,7 +188,9 @@ func TestCancelByRequester(t *testing.T) {
 
 	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionCancel, "")
 	must(t, err)
-	e.ephemeral(other, "Only <@"+requester+"> can cancel")
+	if m := e.ephemeral(other, "Only <@"+requester+"> can cancel"); m.Channel != channel || m.ThreadTS != ts {
+		t.Errorf("the refusal went to %s, thread %q; want the thread clicked in, %s", m.Channel, m.ThreadTS, ts)
+	}
 	if m, _ := e.slack.Message(channel, card.TS); m.Updates != 0 {
 		t.Fatal("someone else's cancel changed the card")
 	}

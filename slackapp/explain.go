@@ -30,27 +30,27 @@ const explainGuardTTL = explainTimeout + 30*time.Second
 // only.
 func (a *App) whyClick(ctx context.Context, c click) {
 	if !validToken(c.value) {
-		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		a.tell(ctx, c.user, c.channel, c.thread, InvalidRequestText())
 		return
 	}
 	callID, _ := parseToken(c.value)
 	pc, err := a.clickedCall(ctx, c, callID)
 	if err != nil {
 		text, _ := refusalText(agent.Call{}, c.user, err)
-		a.tell(ctx, c.user, c.channel, text)
+		a.tell(ctx, c.user, c.channel, c.thread, text)
 		return
 	}
 	if !a.maySee(ctx, pc.Call, c.user) {
-		a.tell(ctx, c.user, c.channel, NotInConversationText())
+		a.tell(ctx, c.user, c.channel, c.thread, NotInConversationText())
 		return
 	}
 	if pc.Status != agent.CallPending {
-		a.tell(ctx, c.user, c.channel, refusedText(pc.Call))
+		a.tell(ctx, c.user, c.channel, c.thread, refusedText(pc.Call))
 		return
 	}
 	owner, ok := a.startExplaining(ctx, callID)
 	if !ok {
-		a.tell(ctx, c.user, c.channel, ExplainBusyText())
+		a.tell(ctx, c.user, c.channel, c.thread, ExplainBusyText())
 		return
 	}
 	// The next Why? may start once this one's model call is over: by the
@@ -63,7 +63,7 @@ func (a *App) whyClick(ctx context.Context, c click) {
 	done()
 	if err != nil {
 		a.log.Warn("explain a pending call", "call", callID, "err", err)
-		a.tell(ctx, c.user, c.channel, ExplainFailedText(err))
+		a.tell(ctx, c.user, c.channel, c.thread, ExplainFailedText(err))
 		return
 	}
 	_, channel, thread, ok := parseKey(pc.Conversation)
@@ -74,7 +74,7 @@ func (a *App) whyClick(ctx context.Context, c click) {
 	blocks := ExplanationBlocks(pc.Tool, c.user, text)
 	fallback := "Why " + inlineCode(pc.Tool) + ": " + fallbackText(text)
 	if a.postBlocks(ctx, channel, thread, blocks, fallback) == "" {
-		a.tell(ctx, c.user, c.channel, ExplainFailedText(errExplanationNotPosted))
+		a.tell(ctx, c.user, c.channel, c.thread, ExplainFailedText(errExplanationNotPosted))
 		return
 	}
 	if c.channel != channel {

@@ -55,10 +55,10 @@ func (a *App) revokeStanding(ctx context.Context, user, id string) string {
 // tab again without the rule.
 func (a *App) revokeFromHome(ctx context.Context, c click) {
 	if !standingIDRE.MatchString(c.value) {
-		a.tell(ctx, c.user, c.channel, InvalidRequestText())
+		a.tell(ctx, c.user, c.channel, c.thread, InvalidRequestText())
 		return
 	}
-	a.tell(ctx, c.user, c.channel, a.revokeStanding(ctx, c.user, c.value))
+	a.tell(ctx, c.user, c.channel, c.thread, a.revokeStanding(ctx, c.user, c.value))
 	a.publishHome(ctx, c.user)
 }
 
