@@ -424,7 +424,9 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	}
 	in.Args = canonical
 	v, err := a.policy.Test(ctx, in)
-	out := fmt.Sprintf("%s %s → *%s* by rule %s", inlineCode(tool), inlineCode(string(canonical)), v.Action, inlineCode(v.RuleID))
+	// The arguments are clipped, so that the verdict after them always fits
+	// in the answer.
+	out := fmt.Sprintf("%s %s → *%s* by rule %s", inlineCode(tool), inlineCode(clip(string(canonical), 1500)), v.Action, inlineCode(v.RuleID))
 	if v.Reason != "" {
 		out += ": " + Escape(v.Reason)
 	}

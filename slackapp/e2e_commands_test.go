@@ -62,6 +62,7 @@ func TestApprovalsCommand(t *testing.T) {
 	wantIn(t, "policy test", test, "*ask* by rule `deploys`", "Deploys need review.", "Nothing was run.")
 	wantIn(t, "policy test of a denied tool", e.slash(stranger, `policy test drop_db {}`), "*deny* by rule `no-drop`")
 	wantIn(t, "policy test with bad arguments", e.slash(stranger, `policy test deploy {"service":"a"}`), "refused before the policy")
+	wantIn(t, "policy test with long arguments", e.slash(stranger, `policy test deploy {"service":"`+strings.Repeat("a", 30000)+`","version":"1"}`), "…", "*ask* by rule `deploys`", "Nothing was run.")
 
 	// Always allow here makes a standing rule, listed and revocable by admins.
 	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionRemember, "")
