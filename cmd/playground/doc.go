@@ -34,8 +34,8 @@
 // commands (ls, df and uptime with flags only, a bare date: CEL conditions)
 // and asks anyone for other writes and commands. -config FILE
 // runs your own config file instead, parsed by the bot's own parsers. The
-// store is an embedded one in the temporary directory, or Redis when
-// REDIS_URL is set. With OPENAI_API_KEY or OPENAI_BASE_URL set (and
+// store is an embedded one in the temporary directory (never REDIS_URL's,
+// which may be a real bot's). With OPENAI_API_KEY or OPENAI_BASE_URL set (and
 // optionally OPENAI_MODEL) the bot talks to that model; -scripted keeps the
 // scripted one, which understands "list files", "read FILE", "delete FILE",
 // "write TEXT to FILE", "run COMMAND" and "ask QUESTION", joined with "and".

@@ -98,8 +98,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 			"Runs the Toolgate bot against an in-process fake Slack workspace and a scripted\n"+
 			"model, and shows the workspace as a web page where you play its people.\n"+
 			"With -script or -tty it plays in the terminal instead.\n"+
-			"Set OPENAI_API_KEY or OPENAI_BASE_URL (and OPENAI_MODEL) to talk to a real model,\n"+
-			"REDIS_URL to keep the bot's state in Redis.\n\nFlags:\n")
+			"Set OPENAI_API_KEY or OPENAI_BASE_URL (and OPENAI_MODEL) to talk to a real model.\n"+
+			"The bot's state is in a temporary directory, removed at the end (REDIS_URL is not\n"+
+			"used: the playground never touches a bot's Redis).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -216,8 +217,8 @@ type playground struct {
 
 // start builds the fake workspace and starts the bot on it: the demo
 // configuration on a seeded workspace in a temporary directory, or the
-// -config file; the embedded store in the temporary directory, or Redis
-// at REDIS_URL; the scripted model, or the one OPENAI_* names.
+// -config file; the embedded store in the temporary directory; the
+// scripted model, or the one OPENAI_* names.
 func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, err error) {
 	pg := &playground{log: log}
 	defer func() {
@@ -288,18 +289,16 @@ func (pg *playground) startModel(opts options) agent.Model {
 	return agent.NewOpenAIModel(agent.ModelConfig{BaseURL: pg.fakeModel.URL(), APIKey: "playground", Model: "scripted", Timeout: 30 * time.Second})
 }
 
-// openStore opens Redis at REDIS_URL when it is set, otherwise the
-// embedded store in the temporary directory, the way the bot does.
+// openStore opens the embedded store in the temporary directory. REDIS_URL
+// is not read: exported for a real bot, it would let the playground's
+// people (an admin among them) change that bot's policy and decide its
+// calls, under the same key prefix.
 func (pg *playground) openStore(ctx context.Context) (botsetup.Store, error) {
-	u := os.Getenv("REDIS_URL")
-	st, err := botsetup.OpenStore(ctx, botsetup.StoreConfig{RedisURL: u, Dir: pg.dir}, pg.log)
+	st, err := botsetup.OpenStore(ctx, botsetup.StoreConfig{Dir: pg.dir}, pg.log)
 	if err != nil {
 		return nil, err
 	}
 	pg.storeName = "an embedded store in a temporary directory, removed at the end"
-	if u != "" {
-		pg.storeName = "Redis (REDIS_URL)"
-	}
 	return st, nil
 }
 
