@@ -230,8 +230,19 @@ type AuditEntry struct {
 
 // LevelAudit is the level of audit log lines: above slog.LevelError, so
 // that no level set for the rest of the log drops them. Handlers show it
-// as "ERROR+4" unless told to name it (the bot names it AUDIT).
+// as "ERROR+4" unless told to name it (see NameAuditLevel).
 const LevelAudit = slog.LevelError + 4
+
+// NameAuditLevel is a slog.HandlerOptions.ReplaceAttr that shows
+// LevelAudit as "AUDIT"; it leaves every other attribute alone.
+func NameAuditLevel(groups []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.LevelKey && len(groups) == 0 {
+		if l, ok := a.Value.Any().(slog.Level); ok && l == LevelAudit {
+			return slog.String(slog.LevelKey, "AUDIT")
+		}
+	}
+	return a
+}
 
 // Log writes e as one structured log line with the message "audit", at
 // LevelAudit, so the audit reaches a log pipeline as well as the store.

@@ -254,12 +254,7 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 func newLogger(w io.Writer, cfg config, red redactor) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel) // checked by validate
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-		if a.Key == slog.LevelKey && len(groups) == 0 {
-			if l, ok := a.Value.Any().(slog.Level); ok && l == store.LevelAudit {
-				return slog.String(slog.LevelKey, "AUDIT")
-			}
-		}
-		return red.ReplaceAttr(groups, a)
+		return red.ReplaceAttr(groups, store.NameAuditLevel(groups, a))
 	}}
 	if cfg.LogFormat == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))

@@ -146,11 +146,13 @@ func actAs(userID string) chromedp.Action[chromedp.Void] {
 	return void(chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById("user"); s.value = %q; s.dispatchEvent(new Event("change")); return true })()`, userID)), nil)
 }
 
-// openThread shows the thread ts in the thread pane.
+// openThread shows the thread ts in the thread pane, and waits until the
+// pane holds it (not the thread shown before, whose buttons a next click
+// would press).
 func openThread(ts string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(
 		click(fmt.Sprintf(`.replies[data-thread=%q]`, ts)),
-		waitJS(fmt.Sprintf(`state.thread === %q && !document.getElementById("thread-pane").hidden`, ts)),
+		waitJS(fmt.Sprintf(`state.thread === %q && !document.getElementById("thread-pane").hidden && document.querySelector('#thread .msg[data-ts=%q]') !== null`, ts, ts)),
 	)
 }
 

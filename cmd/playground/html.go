@@ -26,6 +26,8 @@ type renderer struct {
 	user    func(id string) (name string, ok bool)
 	channel func(id string) (name string, ok bool)
 	loc     *time.Location
+	// now is the clock of relative dates ({ago}); nil: time.Now.
+	now func() time.Time
 }
 
 // htmlBuilder accumulates HTML. raw takes markup written in this file,
@@ -446,13 +448,17 @@ func (r renderer) mrkdwn(b *htmlBuilder, s string) {
 				continue
 			}
 		}
-		if q, ok := strings.CutPrefix(line, "&gt;"); ok {
+		if q, ok := quoted(line); ok {
 			b.raw(`<blockquote>`)
-			r.inline(b, strings.TrimPrefix(q, " "))
-			for i+1 < len(lines) && strings.HasPrefix(lines[i+1], "&gt;") {
+			r.inline(b, q)
+			for i+1 < len(lines) {
+				q, ok := quoted(lines[i+1])
+				if !ok {
+					break
+				}
 				i++
 				b.raw(`<br>`)
-				r.inline(b, strings.TrimPrefix(strings.TrimPrefix(lines[i], "&gt;"), " "))
+				r.inline(b, q)
 			}
 			b.raw(`</blockquote>`)
 			continue
@@ -603,7 +609,7 @@ func (r renderer) special(b *htmlBuilder, in string) {
 		}
 		t := time.Unix(sec, 0).In(r.loc)
 		text := dateToken.ReplaceAllStringFunc(unescapeSlack.Replace(parts[2]), func(tok string) string {
-			return formatDateToken(tok, t)
+			return r.formatDateToken(tok, t)
 		})
 		b.raw(`<time`)
 		b.attr("datetime", t.Format(time.RFC3339))
@@ -631,8 +637,14 @@ func (r renderer) special(b *htmlBuilder, in string) {
 }
 
 // formatDateToken renders one token of a <!date^…> format.
-func formatDateToken(tok string, t time.Time) string {
+func (r *renderer) formatDateToken(tok string, t time.Time) string {
 	switch tok {
+	case "{ago}":
+		now := time.Now
+		if r.now != nil {
+			now = r.now
+		}
+		return ago(now().Sub(t))
 	case "{date_num}":
 		return t.Format("2006-01-02")
 	case "{date}", "{date_pretty}":
@@ -647,6 +659,35 @@ func formatDateToken(tok string, t time.Time) string {
 		return t.Format("15:04:05")
 	}
 	return tok
+}
+
+// quoted returns a quoted line's text: Slack shows a line that starts with
+// ">", written as is or escaped as "&gt;", as a quote.
+func quoted(line string) (string, bool) {
+	q, ok := strings.CutPrefix(line, "&gt;")
+	if !ok {
+		q, ok = strings.CutPrefix(line, ">")
+	}
+	return strings.TrimPrefix(q, " "), ok
+}
+
+// ago says how long ago something was, as Slack's {ago} does.
+func ago(d time.Duration) string {
+	unit := func(n int64, one string) string {
+		if n == 1 {
+			return "1 " + one + " ago"
+		}
+		return fmt.Sprintf("%d %ss ago", n, one)
+	}
+	switch {
+	case d < time.Minute:
+		return "just now"
+	case d < time.Hour:
+		return unit(int64(d/time.Minute), "minute")
+	case d < 24*time.Hour:
+		return unit(int64(d/time.Hour), "hour")
+	}
+	return unit(int64(d/(24*time.Hour)), "day")
 }
 
 // safeURL reports whether u may become a link: http, https or mailto.

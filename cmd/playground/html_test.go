@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/store"
 )
 
 var update = flag.Bool("update", false, "rewrite the renderer's testdata/*.golden.html files")
@@ -19,6 +23,7 @@ func testRenderer() renderer {
 		user:    func(id string) (string, bool) { n, ok := users[id]; return n, ok },
 		channel: func(id string) (string, bool) { return map[string]string{"C0OPS00001": "ops"}[id], id == "C0OPS00001" },
 		loc:     time.UTC,
+		now:     func() time.Time { return time.Unix(1700000000, 0).Add(90 * time.Minute) },
 	}
 }
 
@@ -98,6 +103,7 @@ func TestMrkdwn(t *testing.T) {
 		{`<!date^1700000000^{date_num} {time}|fallback>`, `<time datetime="2023-11-14T22:13:20Z">2023-11-14 22:13</time>`},
 		{`<!date^1700000000^{date_short_pretty} at {time_secs}|x>`, `<time datetime="2023-11-14T22:13:20Z">Nov 14, 2023 at 22:13:20</time>`},
 		{`<!date^soon^{date}|the fallback>`, `the fallback`},
+		{`Waiting since <!date^1700000000^{ago}|2023-11-14 22:13 UTC>`, `Waiting since <time datetime="2023-11-14T22:13:20Z">1 hour ago</time>`},
 		// Styles.
 		{`*bold* _italic_ ~strike~ ` + "`code <b>`", `<b>bold</b> <i>italic</i> <s>strike</s> <code>code &lt;b&gt;</code>`},
 		{`*bold with _italic_ inside*`, `<b>bold with <i>italic</i> inside</b>`},
@@ -111,6 +117,8 @@ func TestMrkdwn(t *testing.T) {
 		// Blocks of lines.
 		{"one\ntwo", `one<br>two`},
 		{"&gt; quoted <@U0ALICE001>\n&gt; more\nafter", `<blockquote>quoted <span class="mention">@alice</span><br>more</blockquote>after`},
+		// The bot writes quotes with a bare ">", which Slack shows as one.
+		{">not now\n> really\nafter", `<blockquote>not now<br>really</blockquote>after`},
 		{"```\n{&quot;a&quot;: 1 &lt; 2}\n<script>\n```", `<pre class="code">{&amp;quot;a&amp;quot;: 1 &lt; 2}` + "\n" + `&lt;script&gt;</pre>`},
 		{"```inline *code*```", `<pre class="code">inline *code*</pre>`},
 		{"```\nnever closed", "```<br>never closed"},
@@ -187,5 +195,24 @@ func BenchmarkMrkdwnUnclosedMarkers(b *testing.B) {
 	for b.Loop() {
 		var h htmlBuilder
 		r.mrkdwn(&h, line)
+	}
+}
+
+// The terminal session leaves the audit lines out of its log (they say
+// what the session already shows), and names their level when -v keeps
+// them.
+func TestSessionLogLeavesOutAudit(t *testing.T) {
+	var out strings.Builder
+	h := slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: store.NameAuditLevel})
+	quiet := slog.New(withoutAudit{h}).With("k", "v")
+	store.AuditEntry{Actor: "U1", Action: "decide"}.Log(context.Background(), quiet)
+	quiet.Warn("kept")
+	if got := out.String(); strings.Contains(got, "audit") || !strings.Contains(got, "kept") {
+		t.Errorf("quiet log:\n%s", got)
+	}
+	out.Reset()
+	store.AuditEntry{Actor: "U1", Action: "decide"}.Log(context.Background(), slog.New(h))
+	if got := out.String(); !strings.Contains(got, "level=AUDIT msg=audit") {
+		t.Errorf("verbose log:\n%s", got)
 	}
 }

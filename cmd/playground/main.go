@@ -26,6 +26,7 @@ import (
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 )
 
 const (
@@ -166,7 +167,11 @@ func run(ctx context.Context, stdin io.Reader, stdout io.Writer, args []string) 
 	if opts.verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var logs slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: store.NameAuditLevel})
+	if !opts.verbose {
+		logs = withoutAudit{logs} // the session shows what they say
+	}
+	log := slog.New(logs)
 
 	pg, err := start(ctx, opts, log)
 	if err != nil {
@@ -191,6 +196,19 @@ func isTerminal(r io.Reader) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
+
+// withoutAudit is a log handler that leaves out the audit lines.
+type withoutAudit struct{ slog.Handler }
+
+func (h withoutAudit) Enabled(ctx context.Context, l slog.Level) bool {
+	return l != store.LevelAudit && h.Handler.Enabled(ctx, l)
+}
+
+func (h withoutAudit) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return withoutAudit{h.Handler.WithAttrs(attrs)}
+}
+
+func (h withoutAudit) WithGroup(name string) slog.Handler { return withoutAudit{h.Handler.WithGroup(name)} }
 
 // typed is text as Slack sends what a person typed: with &, < and >
 // escaped, which the bot decodes.

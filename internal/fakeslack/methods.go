@@ -146,6 +146,7 @@ func (s *Server) chatPostEphemeral(rq *request) (response, *apiError) {
 	s.ephemeral = append(s.ephemeral, Ephemeral{
 		Channel: st.ID, User: user, TS: ts, ThreadTS: rq.str("thread_ts"), Text: text, Blocks: blocks,
 	})
+	s.notifyLocked()
 	return response{"message_ts": ts}, nil
 }
 
