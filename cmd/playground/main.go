@@ -208,7 +208,9 @@ func (h withoutAudit) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return withoutAudit{h.Handler.WithAttrs(attrs)}
 }
 
-func (h withoutAudit) WithGroup(name string) slog.Handler { return withoutAudit{h.Handler.WithGroup(name)} }
+func (h withoutAudit) WithGroup(name string) slog.Handler {
+	return withoutAudit{h.Handler.WithGroup(name)}
+}
 
 // typed is text as Slack sends what a person typed: with &, < and >
 // escaped, which the bot decodes.
