@@ -846,7 +846,9 @@ func (a *App) refuse(ctx context.Context, env *envelope) {
 			a.ack(env, viewError(p.View.CallbackID, restartingSubmitText), start)
 		case slack.InteractionTypeBlockActions:
 			a.ack(env, nil, start)
-			a.spawn(ctx, "refuse", func(ctx context.Context) { a.tell(ctx, p.User.ID, p.Channel.ID, p.Container.ThreadTS, restartingClickText) })
+			a.spawn(ctx, "refuse", func(ctx context.Context) {
+				a.tell(ctx, p.User.ID, p.Channel.ID, p.Container.ThreadTS, restartingClickText)
+			})
 		default:
 			a.ack(env, nil, start)
 		}
