@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/teststore"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/redisstore"
 	"github.com/toolgate/toolgate/store/storetest"
@@ -591,11 +591,8 @@ func (h killBeforePipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) 
 // not run); the survivor answers the recorded message again, and its own
 // card is the one whose approval runs the tool.
 func TestApprovalOfAPauseNeverRecordedRunsNothing(t *testing.T) {
-	url := os.Getenv("REDIS_CLUSTER_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("REDIS_CLUSTER_URL is not set; CI must run the Redis Cluster tests")
-		}
+	url, ok := teststore.ClusterURL(t)
+	if !ok {
 		t.Skip("REDIS_CLUSTER_URL is not set: a pause is written in two steps only on Redis Cluster")
 	}
 	prefix := "test-" + store.NewRunID()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -17,13 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
-	"github.com/toolgate/toolgate/store"
-	"github.com/toolgate/toolgate/store/redisstore"
+	"github.com/toolgate/toolgate/internal/teststore"
 )
 
 // The crash tests run the real bot as processes: two replicas on one Redis
@@ -51,7 +48,7 @@ func crashRedisURL(t *testing.T) string {
 func forEachRedis(t *testing.T, test func(t *testing.T, redisURL string)) {
 	t.Helper()
 	urls := [][2]string{{"redis", crashRedisURL(t)}}
-	if u := os.Getenv("REDIS_CLUSTER_URL"); u != "" {
+	if u, ok := teststore.ClusterURL(t); ok {
 		urls = append(urls, [2]string{"redis-cluster", u})
 	}
 	for _, u := range urls {
@@ -118,7 +115,7 @@ const (
 
 func newCluster(t *testing.T, redisURL, config string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, bin: buildBot(t), slack: fakeslack.New(t), model: fakeopenai.New(t), prefix: "toolgate-crash-" + store.NewRunID()}
+	c := &cluster{t: t, bin: buildBot(t), slack: fakeslack.New(t), model: fakeopenai.New(t), prefix: teststore.Prefix(t, redisURL, "toolgate-crash")}
 	c.slack.AddChannel(fakeslack.Channel{ID: crashChannel, Members: []string{crashRequester, c.slack.BotUserID()}})
 	cfgFile := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
@@ -142,37 +139,7 @@ func newCluster(t *testing.T, redisURL, config string) *cluster {
 		"LEASE_TTL=1s",
 		"TAKEOVER_INTERVAL=200ms",
 	}
-	t.Cleanup(func() { cleanPrefix(t, redisURL, c.prefix) })
 	return c
-}
-
-// cleanPrefix deletes the test's keys (on every master of a cluster).
-func cleanPrefix(t *testing.T, rawURL, prefix string) {
-	cl, err := redisstore.NewClient(rawURL)
-	if err != nil {
-		t.Errorf("clean up %s: %v", prefix, err)
-		return
-	}
-	defer cl.Close()
-	ctx := context.Background()
-	del := func(ctx context.Context, node *redis.Client) error {
-		iter := node.Scan(ctx, 0, prefix+":*", 500).Iterator()
-		for iter.Next(ctx) {
-			if err := node.Del(ctx, iter.Val()).Err(); err != nil {
-				return err
-			}
-		}
-		return iter.Err()
-	}
-	switch cl := cl.(type) {
-	case *redis.ClusterClient:
-		err = cl.ForEachMaster(ctx, del)
-	case *redis.Client:
-		err = del(ctx, cl)
-	}
-	if err != nil {
-		t.Errorf("clean up %s: %v", prefix, err)
-	}
 }
 
 // replica is one bot process.

@@ -2,10 +2,13 @@ package teststore
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/boltstore"
@@ -46,10 +49,68 @@ func Kinds(t *testing.T) []Kind {
 	} else {
 		t.Log("REDIS_URL is not set: leaving out the Redis store")
 	}
-	if url := os.Getenv("REDIS_CLUSTER_URL"); url != "" {
+	if url, ok := ClusterURL(t); ok {
 		kinds = append(kinds, Kind{Name: "redis-cluster", Open: func(t *testing.T) func() storetest.Store { return openRedis(t, url) }})
 	}
 	return kinds
+}
+
+// ClusterURL returns REDIS_CLUSTER_URL (a Redis Cluster). When it is
+// unset, it fails t in CI and reports false elsewhere.
+func ClusterURL(t testing.TB) (string, bool) {
+	t.Helper()
+	url := os.Getenv("REDIS_CLUSTER_URL")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("REDIS_CLUSTER_URL is not set; CI must run the Redis Cluster tests")
+		}
+		t.Log("REDIS_CLUSTER_URL is not set: leaving out Redis Cluster")
+		return "", false
+	}
+	return url, true
+}
+
+// Prefix returns a Redis key prefix of its own for one test, starting
+// with name, and deletes its keys (on every master of a cluster) when the
+// test ends.
+func Prefix(t testing.TB, rawURL, name string) string {
+	t.Helper()
+	prefix := name + "-" + store.NewRunID()
+	t.Cleanup(func() {
+		err := EachKey(context.Background(), rawURL, prefix, func(ctx context.Context, node *redis.Client, key string) error {
+			return node.Del(ctx, key).Err()
+		})
+		if err != nil {
+			t.Errorf("clean up %s: %v", prefix, err)
+		}
+	})
+	return prefix
+}
+
+// EachKey calls fn with each key under prefix, on every master of the
+// Redis at rawURL.
+func EachKey(ctx context.Context, rawURL, prefix string, fn func(ctx context.Context, node *redis.Client, key string) error) error {
+	c, err := redisstore.NewClient(rawURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	scan := func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, prefix+":*", 500).Iterator()
+		for iter.Next(ctx) {
+			if err := fn(ctx, node, iter.Val()); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		return scan(ctx, c)
+	}
+	return fmt.Errorf("unexpected client %T", c)
 }
 
 // handles keeps the latest handle of one place, closing the one before.
@@ -92,7 +153,7 @@ func openBolt(t *testing.T) func() storetest.Store {
 }
 
 func openRedis(t *testing.T, url string) func() storetest.Store {
-	prefix := "test-" + store.NewRunID()
+	prefix := Prefix(t, url, "test")
 	h := &handles{}
 	t.Cleanup(h.close)
 	return func() storetest.Store {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/toolgate/toolgate/internal/teststore"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/redisstore"
 	"github.com/toolgate/toolgate/store/storetest"
@@ -47,42 +48,7 @@ func envURL(t *testing.T, name, example string) string {
 // keys when the test ends (on every master of a cluster).
 func newPrefix(t *testing.T, rawURL string) string {
 	t.Helper()
-	prefix := "toolgate-test-" + store.NewRunID()
-	t.Cleanup(func() {
-		err := eachKey(context.Background(), rawURL, prefix, func(ctx context.Context, node *redis.Client, key string) error {
-			return node.Del(ctx, key).Err()
-		})
-		if err != nil {
-			t.Errorf("clean up %s: %v", prefix, err)
-		}
-	})
-	return prefix
-}
-
-// eachKey calls fn with each key under prefix, on every master of the
-// Redis at rawURL.
-func eachKey(ctx context.Context, rawURL, prefix string, fn func(ctx context.Context, node *redis.Client, key string) error) error {
-	c, err := redisstore.NewClient(rawURL)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	scan := func(ctx context.Context, node *redis.Client) error {
-		iter := node.Scan(ctx, 0, prefix+":*", 500).Iterator()
-		for iter.Next(ctx) {
-			if err := fn(ctx, node, iter.Val()); err != nil {
-				return err
-			}
-		}
-		return iter.Err()
-	}
-	switch c := c.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, scan)
-	case *redis.Client:
-		return scan(ctx, c)
-	}
-	return fmt.Errorf("unexpected client %T", c)
+	return teststore.Prefix(t, rawURL, "toolgate-test")
 }
 
 func newStore(t *testing.T, rawURL string, opts redisstore.Options) *redisstore.Store {

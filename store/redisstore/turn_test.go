@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/toolgate/toolgate/internal/teststore"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/redisstore"
 )
@@ -50,7 +51,7 @@ func indexMembers(t *testing.T, rawURL, prefix string) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	var mu sync.Mutex
-	err := eachKey(t.Context(), rawURL, prefix, func(ctx context.Context, node *redis.Client, key string) error {
+	err := teststore.EachKey(t.Context(), rawURL, prefix, func(ctx context.Context, node *redis.Client, key string) error {
 		if node.Type(ctx, key).Val() != "zset" {
 			return nil
 		}
