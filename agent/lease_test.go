@@ -293,3 +293,40 @@ func TestRunHeldRenewsFromTake(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A renewal that fails while the hold cannot have run out yet keeps the
+// work going: the next renewal is tried, and one that succeeds carries the
+// hold on. Only failures for ttl*2/3 since the last renewal give it up.
+func TestFailedRenewalWithinTheHoldIsTriedAgain(t *testing.T) {
+	// The blip comes at ttl/3; the hold is given up only past ttl*2/3, a
+	// margin of half a second for a slow machine.
+	const ttl = 1500 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	calls := make(chan int, 10)
+	n := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		keepRenewed(ctx, ttl, time.Now(), slog.Default(), func(err error) { t.Errorf("the hold was given up after one failed renewal: %v", err) }, func(context.Context) (bool, error) {
+			n++
+			calls <- n
+			if n == 1 {
+				return false, errors.New("i/o timeout") // a blip
+			}
+			return true, nil
+		}, "test hold")
+	}()
+	for want := 1; want <= 3; want++ {
+		select {
+		case got := <-calls:
+			if got != want {
+				t.Fatalf("renewal %d, want %d", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("renewal %d never came", want)
+		}
+	}
+	cancel()
+	<-done
+}
