@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/internal/teststore"
+	"github.com/toolgate/toolgate/store/redisstore"
 )
 
 // The crash tests run the real bot as processes: two replicas on one Redis
@@ -100,12 +102,13 @@ func buildBot(t *testing.T) string {
 
 // cluster is the world of one crash test.
 type cluster struct {
-	t      *testing.T
-	bin    string
-	slack  *fakeslack.Server
-	model  *fakeopenai.Server
-	env    []string
-	prefix string
+	t        *testing.T
+	bin      string
+	slack    *fakeslack.Server
+	model    *fakeopenai.Server
+	env      []string
+	redisURL string
+	prefix   string
 }
 
 const (
@@ -115,7 +118,7 @@ const (
 
 func newCluster(t *testing.T, redisURL, config string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, bin: buildBot(t), slack: fakeslack.New(t), model: fakeopenai.New(t), prefix: teststore.Prefix(t, redisURL, "toolgate-crash")}
+	c := &cluster{t: t, bin: buildBot(t), slack: fakeslack.New(t), model: fakeopenai.New(t), redisURL: redisURL, prefix: teststore.Prefix(t, redisURL, "toolgate-crash")}
 	c.slack.AddChannel(fakeslack.Channel{ID: crashChannel, Members: []string{crashRequester, c.slack.BotUserID()}})
 	cfgFile := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
@@ -200,8 +203,8 @@ func (c *cluster) mention(text string) string {
 }
 
 // botReplies waits until the thread has a bot message containing want
-// (within the 30 s the README promises) and returns the bot's messages.
-func (c *cluster) botReplies(ts, want string) []string {
+// (within the 30 s the README promises).
+func (c *cluster) botReplies(ts, want string) {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -214,7 +217,7 @@ func (c *cluster) botReplies(ts, want string) []string {
 			}
 		}
 		if found {
-			return got
+			return
 		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("no answer %q in the thread 30s after the crash; bot messages: %q", want, got)
@@ -246,12 +249,51 @@ func (c *cluster) hold(first fakeopenai.Response, answer func(openai.ChatComplet
 }
 
 // answeredOnce waits until the thread has a bot message containing want
-// (see botReplies) and checks that it is there once.
+// (see botReplies), then until the store has nothing left to answer or
+// resume (see settled), and checks that the answer is there once: a second
+// one would come from work still listed after the first.
 func (c *cluster) answeredOnce(ts, want string) {
 	c.t.Helper()
-	got := c.botReplies(ts, want)
+	c.botReplies(ts, want)
+	c.settled()
+	var got []string
+	for _, m := range c.slack.Thread(crashChannel, ts) {
+		if m.BotID != "" {
+			got = append(got, m.Text)
+		}
+	}
 	if n := strings.Count(strings.Join(got, "\n"), want); n != 1 {
 		c.t.Errorf("the answer was posted %d times, want once; bot messages: %q", n, got)
+	}
+}
+
+// settled waits until the store lists no conversation to take over and no
+// run to resume: from then on no replica has work left that could answer
+// again.
+func (c *cluster) settled() {
+	c.t.Helper()
+	st, err := redisstore.New(context.Background(), c.redisURL, redisstore.Options{Prefix: c.prefix})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer st.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		unanswered, err := st.Unanswered(context.Background(), time.Now().Add(time.Hour), 10)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		stalled, err := st.Stalled(context.Background(), 10)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if len(unanswered) == 0 && len(stalled) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("30s after the answer, the store still lists conversations %q and runs %q", unanswered, stalled)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -287,10 +329,7 @@ func testCrashDuringModelCall(t *testing.T, redisURL string) {
 	c.start("b", 2)
 	a.kill(t)
 
-	got := c.botReplies(ts, "answered by the survivor")
-	if n := strings.Count(strings.Join(got, "\n"), "answered by the survivor"); n != 1 {
-		t.Errorf("the answer was posted %d times, want once; bot messages: %q", n, got)
-	}
+	c.answeredOnce(ts, "answered by the survivor")
 	reqs := c.model.Requests()
 	last := reqs[len(reqs)-1]
 	users := 0
@@ -375,7 +414,7 @@ policy:
 			c.start("b", 2)
 			a.kill(t)
 
-			c.botReplies(ts, "survivor reporting")
+			c.answeredOnce(ts, "survivor reporting")
 			if n := hits.Load(); n != tc.wantHits {
 				t.Errorf("%s ran %d times, want %d", tc.tool, n, tc.wantHits)
 			}
