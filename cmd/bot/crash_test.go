@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/internal/teststore"
+	"github.com/toolgate/toolgate/store/boltstore"
 	"github.com/toolgate/toolgate/store/redisstore"
 )
 
@@ -43,6 +45,15 @@ func crashRedisURL(t *testing.T) string {
 		t.Skip("REDIS_URL is not set; set it (e.g. REDIS_URL=redis://127.0.0.1:6379/9) to run the crash tests")
 	}
 	return u
+}
+
+// forEachStore runs test on the embedded store (redisURL ""), where the
+// survivor is the same replica started again on the same data, and on
+// the Redis stores of forEachRedis, each as a subtest.
+func forEachStore(t *testing.T, test func(t *testing.T, redisURL string)) {
+	t.Helper()
+	t.Run("embedded", func(t *testing.T) { test(t, "") })
+	forEachRedis(t, test)
 }
 
 // forEachRedis runs test on REDIS_URL and, when it is set, on
@@ -102,13 +113,18 @@ func buildBot(t *testing.T) string {
 
 // cluster is the world of one crash test.
 type cluster struct {
-	t        *testing.T
-	bin      string
-	slack    *fakeslack.Server
-	model    *fakeopenai.Server
-	env      []string
+	t     *testing.T
+	bin   string
+	slack *fakeslack.Server
+	model *fakeopenai.Server
+	env   []string
+	// redisURL and prefix are the replicas' Redis; dataDir, with no
+	// redisURL, their embedded store's directory.
 	redisURL string
 	prefix   string
+	dataDir  string
+	// live are the replicas started and not killed.
+	live []*replica
 }
 
 const (
@@ -116,9 +132,11 @@ const (
 	crashRequester = "UCRASHREQ1"
 )
 
+// newCluster prepares replicas of the bot with config on Redis at redisURL,
+// or on the embedded store when it is "".
 func newCluster(t *testing.T, redisURL, config string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, bin: buildBot(t), slack: fakeslack.New(t), model: fakeopenai.New(t), redisURL: redisURL, prefix: teststore.Prefix(t, redisURL, "toolgate-crash")}
+	c := &cluster{t: t, bin: buildBot(t), slack: fakeslack.New(t), model: fakeopenai.New(t), redisURL: redisURL}
 	c.slack.AddChannel(fakeslack.Channel{ID: crashChannel, Members: []string{crashRequester, c.slack.BotUserID()}})
 	cfgFile := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
@@ -131,8 +149,6 @@ func newCluster(t *testing.T, redisURL, config string) *cluster {
 		"SLACK_API_URL=" + c.slack.APIURL(),
 		"OPENAI_API_KEY=sk-crash-test",
 		"OPENAI_BASE_URL=" + c.model.URL(),
-		"REDIS_URL=" + redisURL,
-		"REDIS_PREFIX=" + c.prefix,
 		"CONFIG_FILE=" + cfgFile,
 		"HTTP_ADDR=127.0.0.1:0",
 		"LOG_FORMAT=text",
@@ -141,6 +157,13 @@ func newCluster(t *testing.T, redisURL, config string) *cluster {
 		// defaults (10s, 5s) give 15s.
 		"LEASE_TTL=1s",
 		"TAKEOVER_INTERVAL=200ms",
+	}
+	if redisURL != "" {
+		c.prefix = teststore.Prefix(t, redisURL, "toolgate-crash")
+		c.env = append(c.env, "REDIS_URL="+redisURL, "REDIS_PREFIX="+c.prefix)
+	} else {
+		c.dataDir = t.TempDir()
+		c.env = append(c.env, "DATA_DIR="+c.dataDir)
 	}
 	return c
 }
@@ -177,7 +200,37 @@ func (c *cluster) start(name string, conns int) *replica {
 	if err := c.slack.WaitConnected(conns, 20*time.Second); err != nil {
 		c.t.Fatalf("replica %s: %v", name, err)
 	}
+	c.live = append(c.live, r)
 	return r
+}
+
+// survive kills the replica a, which holds work, and leaves a survivor to
+// carry that work on: on Redis a second replica, started before a is
+// killed; on the embedded store, a started again on its data after the
+// kill.
+func (c *cluster) survive(a *replica) {
+	c.t.Helper()
+	if c.redisURL != "" {
+		c.start("b", 2)
+		a.kill(c.t)
+	} else {
+		a.kill(c.t)
+		c.start("a again", 1)
+	}
+	c.live = slices.DeleteFunc(c.live, func(r *replica) bool { return r == a })
+}
+
+// stop stops the replica with SIGTERM and waits for it to exit.
+func (r *replica) stop(t *testing.T) {
+	t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("replica %s did not stop within 60s of SIGTERM", r.name)
+	}
 }
 
 // kill kills the replica with SIGKILL and waits for it to be gone.
@@ -269,10 +322,25 @@ func (c *cluster) answeredOnce(ts, want string) {
 
 // settled waits until the store lists no conversation to take over and no
 // run to resume: from then on no replica has work left that could answer
-// again.
+// again. The embedded store is read once its replica has stopped (SIGTERM:
+// it finishes its work first), as only one process may open it.
 func (c *cluster) settled() {
 	c.t.Helper()
-	st, err := redisstore.New(context.Background(), c.redisURL, redisstore.Options{Prefix: c.prefix})
+	var st interface {
+		Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
+		Stalled(ctx context.Context, limit int) ([]string, error)
+		Close() error
+	}
+	var err error
+	if c.redisURL != "" {
+		st, err = redisstore.New(context.Background(), c.redisURL, redisstore.Options{Prefix: c.prefix})
+	} else {
+		for _, r := range c.live {
+			r.stop(c.t)
+		}
+		c.live = nil
+		st, err = boltstore.Open(filepath.Join(c.dataDir, "toolgate.db"), boltstore.Options{})
+	}
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -315,7 +383,7 @@ policy:
 // A replica killed while its turn waits on the model: the other replica
 // takes the turn over once the lease lapses and answers the thread, once.
 func TestCrashDuringModelCall(t *testing.T) {
-	forEachRedis(t, testCrashDuringModelCall)
+	forEachStore(t, testCrashDuringModelCall)
 }
 
 func testCrashDuringModelCall(t *testing.T, redisURL string) {
@@ -326,8 +394,7 @@ func testCrashDuringModelCall(t *testing.T, redisURL string) {
 	a := c.start("a", 1)
 	ts := c.mention("what is deployed?")
 	waitFor(t, entered, "the first replica's model call") // a holds the turn
-	c.start("b", 2)
-	a.kill(t)
+	c.survive(a)
 
 	c.answeredOnce(ts, "answered by the survivor")
 	reqs := c.model.Requests()
@@ -350,7 +417,7 @@ func testCrashDuringModelCall(t *testing.T, redisURL string) {
 // rate limited): the turn is recorded only once its answer is shown, so
 // the survivor takes it over and answers the thread.
 func TestCrashWhileTheAnswerIsPosted(t *testing.T) {
-	forEachRedis(t, testCrashWhileTheAnswerIsPosted)
+	forEachStore(t, testCrashWhileTheAnswerIsPosted)
 }
 
 func testCrashWhileTheAnswerIsPosted(t *testing.T, redisURL string) {
@@ -363,8 +430,7 @@ func testCrashWhileTheAnswerIsPosted(t *testing.T, redisURL string) {
 	if _, err := c.slack.WaitCall("chat.postMessage", func(fakeslack.Call) bool { return true }, 20*time.Second); err != nil {
 		t.Fatalf("the first replica posted no answer: %v", err)
 	}
-	c.start("b", 2)
-	a.kill(t)
+	c.survive(a)
 	c.answeredOnce(ts, "Deployed.")
 }
 
@@ -372,7 +438,7 @@ func testCrashWhileTheAnswerIsPosted(t *testing.T, redisURL string) {
 // that may not repeat (http_request) is not run again and the model is told
 // its outcome is unknown, while a read-only one (http_get) runs again.
 func TestCrashDuringToolCall(t *testing.T) {
-	forEachRedis(t, testCrashDuringToolCall)
+	forEachStore(t, testCrashDuringToolCall)
 }
 
 func testCrashDuringToolCall(t *testing.T, redisURL string) {
@@ -411,8 +477,7 @@ policy:
 				}
 			})
 			waitFor(t, hit, "the first replica's tool call") // a runs the tool
-			c.start("b", 2)
-			a.kill(t)
+			c.survive(a)
 
 			c.answeredOnce(ts, "survivor reporting")
 			if n := hits.Load(); n != tc.wantHits {
@@ -459,8 +524,7 @@ policy:
 	a := c.start("a", 1)
 	ts := c.mention("roll it out")
 	waitFor(t, arrived, "the first replica's card") // a is posting the card
-	c.start("b", 2)
-	a.kill(t)
+	c.survive(a)
 	release() // Slack posts the card whose poster is gone
 
 	isCard := func(m fakeslack.Message) bool {
@@ -503,7 +567,7 @@ policy:
 // tool again, tells the model its outcome is unknown and says so on the
 // card, and answers the thread once.
 func TestCrashDuringApprovedToolCall(t *testing.T) {
-	forEachRedis(t, testCrashDuringApprovedToolCall)
+	forEachStore(t, testCrashDuringApprovedToolCall)
 }
 
 func testCrashDuringApprovedToolCall(t *testing.T, redisURL string) {
@@ -531,8 +595,7 @@ policy:
 		t.Fatal(err)
 	}
 	waitFor(t, hit, "the approved call's tool") // a runs it
-	c.start("b", 2)
-	a.kill(t)
+	c.survive(a)
 
 	c.answeredOnce(ts, "survivor reporting")
 	if n := hits.Load(); n != 1 {
