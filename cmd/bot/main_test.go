@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/internal/teststore"
 )
 
 // Tokens of the configuration tests. None may appear in any output.
@@ -376,7 +377,7 @@ policy:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	setEnv(t, map[string]string{
+	env := map[string]string{
 		"SLACK_APP_TOKEN": slack.AppToken(),
 		"SLACK_BOT_TOKEN": slack.BotToken(),
 		"SLACK_API_URL":   slack.APIURL(),
@@ -389,7 +390,13 @@ policy:
 		"HTTP_ADDR":       "127.0.0.1:0",
 		"ADMIN_USERS":     "U0ADMIN1",
 		"LOG_LEVEL":       "debug",
-	})
+	}
+	if redisURL != "" {
+		// A prefix of its own: the fake Slack numbers its event ids from
+		// 1, which Redis would remember from earlier runs as seen.
+		env["REDIS_PREFIX"] = teststore.Prefix(t, redisURL, "toolgate-run")
+	}
+	setEnv(t, env)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -431,14 +438,7 @@ policy:
 	}
 
 	// A mention runs a turn: the model lists the workspace (allowed by the
-	// policy, so no card) and then answers. Only on the embedded store: the
-	// fake Slack numbers its event ids from 1, and Redis, with the bot's fixed
-	// key prefix, remembers the ids of earlier runs as already seen.
-	if redisURL != "" {
-		checkMetrics(t, base+"/metrics", "toolgate_ack_seconds", "go_goroutines", "process_start_time_seconds")
-		stopRun(t, cancel, errc, logs, slack)
-		return
-	}
+	// policy, so no card) and then answers.
 	model.Reply(
 		fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "workspace_list", Arguments: `{}`}),
 		fakeopenai.Text("The workspace has notes.txt."),
