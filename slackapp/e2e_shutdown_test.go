@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
@@ -114,9 +115,12 @@ func TestShutdownAfterAToolRanSavesTheTurn(t *testing.T) {
 
 // Shutdown stays within ShutdownGrace and a few seconds even when Slack
 // rate-limits every note about work cut short: the notes share one
-// deadline and are skipped past it.
+// deadline and are skipped past it, so no work is left running past the
+// shutdown's own deadline.
 func TestShutdownBoundedWhenSlackIsSlow(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
+	reg := prometheus.NewRegistry()
+	e.cfg.Metrics = slackapp.NewMetrics(reg)
 	e.cfg.MaxTurns = 1
 	e.cfg.ShutdownGrace = 500 * time.Millisecond
 	e.start()
@@ -126,9 +130,14 @@ func TestShutdownBoundedWhenSlackIsSlow(t *testing.T) {
 	e.slack.Mention(channel, requester, "first")
 	waitUntil(t, "the turn reaches the model", func() bool { return len(e.model.Requests()) >= 1 })
 	for range 6 {
-		e.slack.Mention(channel, requester, "queued")
+		// Acked once recorded: queued behind the turn that holds the one
+		// slot.
+		for _, env := range e.slack.EnvelopesByTS(e.slack.Mention(channel, requester, "queued")) {
+			if _, err := e.slack.WaitAck(env.ID, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	time.Sleep(300 * time.Millisecond) // the messages are queued
 	e.slack.RateLimit("chat.postMessage", 1000, 1)
 
 	b := e.bot
@@ -146,6 +155,18 @@ func TestShutdownBoundedWhenSlackIsSlow(t *testing.T) {
 	// ShutdownGrace, plus the 5s allowed for notes, plus a little.
 	if d := time.Since(start); d > e.cfg.ShutdownGrace+7*time.Second {
 		t.Errorf("shutdown took %v with ShutdownGrace %v", d, e.cfg.ShutdownGrace)
+	}
+	if n := counter(t, reg, "toolgate_errors_total", "shutdown_late"); n != 0 {
+		t.Errorf("work ran past the shutdown's deadline (%v times): the notes did not stop at theirs", n)
+	}
+	limited := 0
+	for _, c := range e.slack.Calls("chat.postMessage") {
+		if c.Status == 429 {
+			limited++
+		}
+	}
+	if limited == 0 {
+		t.Error("no note about the work cut short was tried")
 	}
 	must(t, b.st.Close())
 }
@@ -165,17 +186,15 @@ func TestShutdownAnswersEnvelopesDuringGrace(t *testing.T) {
 	}
 	b := e.bot
 	b.cancel()
-	time.Sleep(200 * time.Millisecond) // the event loop sees the cancellation
-
-	wantIn(t, "a command during shutdown", e.slash(stranger, "help"), "I'm restarting; try again in a minute")
+	// Once the event loop sees the cancellation, a command is told.
+	waitUntil(t, "a command during shutdown is told the bot is restarting", func() bool {
+		return strings.Contains(e.slash(stranger, "help"), "I'm restarting; try again in a minute")
+	})
 	e.model.Reply(fakeopenai.Text("Hello after the restart."))
 	ts := e.slack.Mention(channel, requester, "are you there?")
-	env := e.slack.EnvelopesByTS(ts)
-	if len(env) == 0 {
+	envs := e.slack.EnvelopesByTS(ts)
+	if len(envs) == 0 {
 		t.Fatal("no envelope for the mention")
-	}
-	if _, err := e.slack.WaitAck(env[0].ID, 500*time.Millisecond); err == nil {
-		t.Error("an event was acked during shutdown although nothing will handle it")
 	}
 
 	select {
@@ -185,6 +204,11 @@ func TestShutdownAnswersEnvelopesDuringGrace(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the bot did not stop")
+	}
+	for _, env := range e.slack.EnvelopesByTS(ts) {
+		if got, _ := e.slack.Envelope(env.ID); got.Acked {
+			t.Errorf("the %s event was acked during shutdown although nothing will handle it", got.EventType)
+		}
 	}
 	must(t, b.st.Close())
 	e.bot = nil
