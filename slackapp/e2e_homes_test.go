@@ -83,3 +83,37 @@ func TestHomeAndPendingPastTheScanLimit(t *testing.T) {
 		})
 	}
 }
+
+// Changes that come together are one round: three calls paused at once,
+// each asking the same approver, republish the approver's tab once.
+func TestHomeRepublishedOncePerRound(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.HomeRefreshDelay = 300 * time.Millisecond
+	e.start()
+	e.home(approver)
+	publishes := func() int {
+		n := 0
+		for _, c := range e.slack.Calls("views.publish") {
+			if c.Param("user_id") == approver {
+				n++
+			}
+		}
+		return n
+	}
+	opened := publishes()
+	e.model.Reply(fakeopenai.ToolCalls(
+		tc("c1", "deploy", `{"service":"api","version":"1"}`),
+		tc("c2", "deploy", `{"service":"web","version":"2"}`),
+		tc("c3", "deploy", `{"service":"db","version":"3"}`),
+	))
+	ts := e.slack.Mention(channel, requester, "deploy all three")
+	e.card(ts, "deploy")
+	waitUntil(t, "the approver's Home tab shows the three calls", func() bool {
+		home, ok := e.slack.HomeView(approver)
+		return ok && strings.Count(string(home.JSON), "`deploy`") >= 3
+	})
+	e.stop() // the round's work is done by then
+	if n := publishes() - opened; n != 1 {
+		t.Errorf("the approver's tab was published %d times for one round, want once", n)
+	}
+}
