@@ -101,18 +101,19 @@ func TestConnectionLostDuringClick(t *testing.T) {
 				}
 
 				e.answer(ts, "Deployed exactly once.")
-				time.Sleep(200 * time.Millisecond)
-				if n := e.deploy.Load(); n != 1 {
-					t.Errorf("deploy ran %d times, want 1", n)
-				}
-				if n := len(e.model.Requests()); n != 2 {
-					t.Errorf("the model was asked %d times, want 2", n)
-				}
 
 				// The new connection serves new work.
 				e.model.Reply(fakeopenai.Text("Still here."))
 				ts2 := e.slack.Mention(channel, requester, "are you there?")
 				e.answer(ts2, "Still here.")
+
+				e.stop() // every delivery's work is done by then
+				if n := e.deploy.Load(); n != 1 {
+					t.Errorf("deploy ran %d times, want 1", n)
+				}
+				if n := len(e.model.Requests()); n != 3 {
+					t.Errorf("the model was asked %d times, want 3 (two for the deploy's thread, one for the new one)", n)
+				}
 			})
 		}
 	}
@@ -155,7 +156,7 @@ func TestDuplicatesStartNoTurn(t *testing.T) {
 			// handled.
 			e.model.Reply(fakeopenai.Text("Second thread."))
 			e.answer(e.slack.Mention(channel, requester, "again"), "Second thread.")
-			time.Sleep(200 * time.Millisecond)
+			e.stop() // every envelope's work is done by then
 
 			if n := len(e.model.Requests()); n != 2 {
 				t.Errorf("the model was asked %d times, want 2 (one per mention)", n)

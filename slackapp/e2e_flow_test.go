@@ -25,8 +25,7 @@ func TestParallelCallsOneCard(t *testing.T) {
 		tc("c3", "deploy", `{"service":"api","version":"4"}`),
 	}, ArgChunks: 3}, fakeopenai.Text("All three handled."))
 	ts := e.slack.Mention(channel, requester, "read, drop and deploy")
-	card := e.card(ts, "deploy")
-	time.Sleep(200 * time.Millisecond)
+	card := e.card(ts, "deploy") // saved: every card of the step is posted before
 	if cards := e.cards(channel, ts); len(cards) != 1 {
 		t.Fatalf("%d cards in the thread, want only the deploy card:\n%s", len(cards), dumpThread(cards))
 	}
@@ -94,10 +93,6 @@ func TestMessageInPausedThread(t *testing.T) {
 	if text := waiting.Text + blocksText(waiting); !strings.Contains(text, "`deploy`") || !strings.Contains(text, "<@"+approver+">") {
 		t.Errorf("the waiting reply does not name the tool and the approvers: %q", waiting.Text)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if n := len(e.model.Requests()); n != 1 {
-		t.Errorf("the model was asked %d times while the thread was paused, want 1", n)
-	}
 
 	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
 	must(t, err)
@@ -115,6 +110,10 @@ func TestMessageInPausedThread(t *testing.T) {
 	}
 	if toolAt < 0 || userAt < 0 || userAt < toolAt {
 		t.Errorf("in the third request the tool result is at %d and the queued message at %d; want both, the message after", toolAt, userAt)
+	}
+	e.stop() // all work done: a request while the thread was paused would be a fourth
+	if n := len(e.model.Requests()); n != 3 {
+		t.Errorf("the model was asked %d times, want 3 (none while the thread was paused)", n)
 	}
 }
 
@@ -168,7 +167,7 @@ func TestApprovalExpires(t *testing.T) {
 	if !strings.Contains(msg.Text+blocksText(msg), "expired") {
 		t.Errorf("a late click was answered %q, want that the request expired", msg.Text)
 	}
-	time.Sleep(100 * time.Millisecond)
+	e.stop() // the late click's work is done by then
 	if n := e.deploy.Load(); n != 0 {
 		t.Errorf("deploy ran %d times after the approval expired", n)
 	}
@@ -203,13 +202,6 @@ func TestCancelByRequester(t *testing.T) {
 	if isCard(updated) {
 		t.Errorf("the cancelled card still has buttons: %s", updated.Blocks)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if n := len(e.model.Requests()); n != 1 {
-		t.Errorf("the model was asked %d times after the cancel, want no new request", n)
-	}
-	if n := e.deploy.Load(); n != 0 {
-		t.Errorf("deploy ran %d times after a cancel", n)
-	}
 
 	// The thread goes on without the cancelled call.
 	e.model.Reply(fakeopenai.Text("Sure, something else."))
@@ -219,6 +211,13 @@ func TestCancelByRequester(t *testing.T) {
 		if m.Role == openai.ChatMessageRoleTool || len(m.ToolCalls) > 0 {
 			t.Errorf("the cancelled call is still in the history: %+v", m)
 		}
+	}
+	e.stop() // all work done
+	if n := len(e.model.Requests()); n != 2 {
+		t.Errorf("the model was asked %d times, want 2 (none for the cancelled turn)", n)
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Errorf("deploy ran %d times after a cancel", n)
 	}
 }
 

@@ -85,7 +85,7 @@ func TestUnauthorizedClickers(t *testing.T) {
 	if !strings.Contains(e.slack.Ephemerals(requester)[0].Text, "second pair of eyes") {
 		t.Errorf("requester was told %q", e.slack.Ephemerals(requester)[0].Text)
 	}
-	time.Sleep(100 * time.Millisecond)
+	e.stop() // the clicks' work is done by then
 	if m, _ := e.slack.Message(channel, card.TS); m.Updates != 0 || e.deploy.Load() != 0 {
 		t.Errorf("an unauthorized click changed something: %d updates, %d runs", m.Updates, e.deploy.Load())
 	}
@@ -112,7 +112,7 @@ func TestConcurrentClicksRunOnce(t *testing.T) {
 			first := envs[0]
 			must(t, e.slack.Redeliver(first))
 			e.answer(ts, "done once")
-			time.Sleep(200 * time.Millisecond)
+			e.stop() // every click's work is done by then
 			if n := e.deploy.Load(); n != 1 {
 				t.Errorf("deploy ran %d times, want 1", n)
 			}
