@@ -163,7 +163,7 @@ func TestAudienceCacheSharesLookupsAndIsBounded(t *testing.T) {
 // none, and one past it asks again. The cache is bounded.
 func TestAudienceCacheKeepsWhetherAChannelIsPublic(t *testing.T) {
 	api, client := newSlowSlack(t)
-	c := newAudienceCache(client, 300*time.Millisecond)
+	c := newAudienceCache(client, time.Hour)
 	c.maxChannels = 2
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -182,7 +182,11 @@ func TestAudienceCacheKeepsWhetherAChannelIsPublic(t *testing.T) {
 	if n := api.count("conversations.info"); n != 1 {
 		t.Errorf("11 checks of one channel within the ttl made %d API calls, want 1", n)
 	}
-	time.Sleep(350 * time.Millisecond)
+	c.mu.Lock()
+	e := c.public["C1"]
+	e.at = e.at.Add(-time.Hour - time.Second) // past the ttl
+	c.public["C1"] = e
+	c.mu.Unlock()
 	if _, err := c.isPublic(ctx, "C1"); err != nil {
 		t.Fatal(err)
 	}
