@@ -94,6 +94,11 @@ type socket struct {
 	mu      sync.Mutex
 	current *socketConn
 	changed chan struct{} // closed when current changes
+
+	// crowdedWait is how long Run waits before opening a connection after
+	// Slack refused one for too many (the nth refusal in a row, from 0):
+	// backoff, or a test's.
+	crowdedWait func(n int) time.Duration
 }
 
 func newSocket(open func(ctx context.Context) (string, error), log *slog.Logger, debug bool, silence time.Duration) *socket {
@@ -103,11 +108,16 @@ func newSocket(open func(ctx context.Context) (string, error), log *slog.Logger,
 	return &socket{
 		open: open, log: log, debug: debug, silence: silence,
 		// A write buffer larger than any ack sends each ack as one frame.
-		dialer:    websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 30 * time.Second, WriteBufferSize: 32 * 1024},
-		envelopes: make(chan *envelope, 64),
-		changed:   make(chan struct{}),
+		dialer:      websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 30 * time.Second, WriteBufferSize: 32 * 1024},
+		envelopes:   make(chan *envelope, 64),
+		changed:     make(chan struct{}),
+		crowdedWait: backoff,
 	}
 }
+
+// tooManyWebsockets is the reason of Slack's disconnect message on a
+// connection past an app's limit (10, across all its processes).
+const tooManyWebsockets = "too_many_websockets"
 
 // socketConn is one websocket connection.
 type socketConn struct {
@@ -117,6 +127,9 @@ type socketConn struct {
 	once    sync.Once
 	refresh chan struct{} // closed when Slack asks to replace the connection
 	asked   sync.Once
+	// reason is the reason Slack gave for the refresh, set before refresh
+	// is closed.
+	reason string
 	// retire closes the connection a while after it was replaced; only
 	// Run touches it.
 	retire *time.Timer
@@ -164,11 +177,14 @@ func (c *socketConn) write(ctx context.Context, msg []byte) error {
 // connection is refused for good: a revoked, invalid or missing app token
 // (invalid_auth, account_inactive, token_revoked, not_authed, or an HTTP
 // 404), returned as the error. Any other failure to connect is retried with
-// capped backoff; a lost connection is replaced at once. Run waits for the
-// readers it starts.
+// capped backoff; a lost connection is replaced at once, and one Slack
+// asks to replace at once too, unless it refused it for too many
+// connections: then after a backoff that grows while it keeps refusing.
+// Run waits for the readers it starts.
 func (s *socket) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var conns []*socketConn // open, or closed since the last connect
+	crowded := 0            // refusals for too many connections in a row
 	defer func() {
 		s.connected.Store(false)
 		s.setCurrent(nil)
@@ -193,6 +209,18 @@ func (s *socket) Run(ctx context.Context) error {
 		case <-c.refresh:
 			// Open the next connection; this one is read until Slack
 			// closes it.
+			if c.reason != tooManyWebsockets {
+				crowded = 0
+				break
+			}
+			t := time.NewTimer(s.crowdedWait(crowded))
+			crowded++
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
 		case <-c.closed:
 			// Lost (read logged why): replace it at once.
 		}
@@ -366,8 +394,15 @@ func (s *socket) read(ctx context.Context, c *socketConn) {
 				s.log.Info("socket mode connected")
 			}
 		case "disconnect":
-			s.log.Info("socket mode: slack asks to reconnect", "reason", env.Reason)
-			c.asked.Do(func() { close(c.refresh) })
+			if env.Reason == tooManyWebsockets {
+				s.log.Warn("socket mode: Slack refuses this connection: the app has too many open (Slack allows 10 across all replicas; each replica holds one, two while it replaces one)", "reason", env.Reason)
+			} else {
+				s.log.Info("socket mode: slack asks to reconnect", "reason", env.Reason)
+			}
+			c.asked.Do(func() {
+				c.reason = env.Reason
+				close(c.refresh)
+			})
 		case "":
 			s.log.Warn("socket mode: skipping a message with no type", "envelope", env.ID)
 		default:

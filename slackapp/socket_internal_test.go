@@ -6,6 +6,11 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/internal/fakeslack"
 )
 
 // A reply of 20 KB or more is refused before it is written, as Slack would
@@ -32,5 +37,77 @@ func TestAckRefusesRepliesSlackDrops(t *testing.T) {
 		if !c.refused && !errors.Is(err, context.Canceled) {
 			t.Errorf("reply with %d bytes of text: got %v, want it to wait for a connection", c.size, err)
 		}
+	}
+}
+
+// A connection Slack refuses for too many (too_many_websockets) is not
+// replaced at once: Run waits a backoff that grows with each refusal in a
+// row, and starts again from the first after an ordinary refresh. The
+// waits are the test's: each is held until the test lets Run go on.
+func TestTooManyWebsocketsBacksOff(t *testing.T) {
+	fs := fakeslack.New(t)
+	api := slack.New(fs.BotToken(), slack.OptionAppLevelToken(fs.AppToken()), slack.OptionAPIURL(fs.APIURL()))
+	s := newSocket(func(ctx context.Context) (string, error) {
+		_, url, err := api.StartSocketModeContext(ctx)
+		return url, err
+	}, slog.New(slog.DiscardHandler), false, 0)
+	waits := make(chan int)
+	proceed := make(chan struct{})
+	s.crowdedWait = func(n int) time.Duration {
+		waits <- n
+		<-proceed
+		return 0
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	if err := fs.WaitConnected(1, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	opened := fs.ConnectionsOpened()
+	for want := range 3 {
+		fs.Disconnect("too_many_websockets")
+		select {
+		case n := <-waits:
+			if n != want {
+				t.Fatalf("refusal %d waited as refusal %d", want, n)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("refusal %d: no wait before the next connection", want)
+		}
+		if got := fs.ConnectionsOpened(); got != opened {
+			t.Fatalf("refusal %d: %d connections opened before the wait was over", want, got-opened)
+		}
+		proceed <- struct{}{}
+		waitFor(t, "the next connection", func() bool { return fs.ConnectionsOpened() == opened+1 })
+		opened++
+	}
+	// An ordinary refresh reconnects at once and starts the count again.
+	fs.Disconnect("refresh_requested")
+	waitFor(t, "the refreshed connection", func() bool { return fs.ConnectionsOpened() == opened+1 })
+	fs.Disconnect("too_many_websockets")
+	select {
+	case n := <-waits:
+		if n != 0 {
+			t.Errorf("a refusal after a refresh waited as refusal %d, want the first", n)
+		}
+		proceed <- struct{}{}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wait after a refusal")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not come within 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -260,6 +260,7 @@ func TestRefusedValues(t *testing.T) {
 		want string
 	}{
 		{"replicas without redis", map[string]any{"replicaCount": 2, "secrets": tokens}, "replicaCount 2 needs Redis"},
+		{"more replicas than Slack has connections for", map[string]any{"replicaCount": 9, "secrets": tokens, "redis": map[string]any{"url": "redis://r:6379"}}, "replicaCount 9: Slack allows an app 10 Socket Mode connections"},
 		{"replicas with an existing secret but no redis key", map[string]any{"replicaCount": 2, "secrets": map[string]any{"existingSecret": "s"}}, "needs Redis"},
 		{"no tokens", nil, "secrets.slackAppToken must be the app-level token"},
 		{"bot token of the wrong kind", map[string]any{"secrets": map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxp-1"}}, "secrets.slackBotToken must be the bot token"},
@@ -290,5 +291,19 @@ func TestRefusedValues(t *testing.T) {
 	}
 	if !strings.Contains(m["secret.yaml"], `REDIS_URL: "redis://r:6379/0"`) {
 		t.Errorf("secret.yaml has no REDIS_URL:\n%s", m["secret.yaml"])
+	}
+}
+
+// env values are rendered as written: a values file's numbers are floats,
+// so a large whole number came out as "1e+06", which the bot refuses.
+func TestEnvNumbersAsWritten(t *testing.T) {
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1"}
+	c := deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "env": map[string]any{
+		"CONTEXT_BUDGET": float64(1000000), "MAX_STEPS": float64(12), "TEMPERATURE": 0.5, "LOG_LEVEL": "warn", "PPROF": true,
+	}})).Spec.Template.Spec.Containers[0]
+	for k, want := range map[string]string{"CONTEXT_BUDGET": "1000000", "MAX_STEPS": "12", "TEMPERATURE": "0.5", "LOG_LEVEL": "warn", "PPROF": "true"} {
+		if e := env(c, k); e == nil || e.Value != want {
+			t.Errorf("%s = %+v, want %q", k, e, want)
+		}
 	}
 }

@@ -46,6 +46,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* Refuses values that cannot work, with a message saying what to change. */}}
 {{- define "toolgate.validate" -}}
+{{- if gt (int .Values.replicaCount) 8 }}
+{{- fail (printf "replicaCount %d: Slack allows an app 10 Socket Mode connections, and each replica holds one, two while it replaces one, with one more pod during a rolling update; run at most 8" (int .Values.replicaCount)) }}
+{{- end }}
 {{- if and (gt (int .Values.replicaCount) 1) (not (include "toolgate.redis" .)) }}
 {{- fail (printf "replicaCount %d needs Redis: the embedded store is a file one process owns. Set redis.url (or redis.existingSecretKey with secrets.existingSecret), or replicaCount: 1" (int .Values.replicaCount)) }}
 {{- end }}
