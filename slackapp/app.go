@@ -300,6 +300,24 @@ func (a *App) Ready(ctx context.Context) error {
 	return nil
 }
 
+// checkApprovalsChannel logs an error when the bot cannot post in
+// Config.ApprovalsChannel: it posts only where it is a member, so a card
+// for approvers who cannot see a conversation would fail there, and they
+// would never hear of it.
+func (a *App) checkApprovalsChannel(ctx context.Context) {
+	ch := a.cfg.ApprovalsChannel
+	if ch == "" {
+		return
+	}
+	info, err := a.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: ch})
+	switch {
+	case err != nil:
+		a.log.Error("APPROVALS_CHANNEL cannot be read: cards for approvers who cannot see a conversation will fail there until the bot is invited to it (or the id is corrected)", "channel", ch, "err", err)
+	case !info.IsMember:
+		a.log.Error("the bot is not a member of APPROVALS_CHANNEL: cards for approvers who cannot see a conversation will fail there until it is invited (/invite the bot in that channel)", "channel", ch)
+	}
+}
+
 // Run connects to Slack and serves with ag until ctx ends, then stops
 // taking work, lets in-flight work finish (up to ShutdownGrace) and
 // returns (see shutdown). A bad token is returned as an error at once. Run
@@ -312,6 +330,7 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 	}
 	a.teamID, a.botUserID, a.botID = auth.TeamID, auth.UserID, auth.BotID
 	a.log.Info("connected to slack", "team", auth.Team, "bot_user", auth.UserID)
+	a.checkApprovalsChannel(ctx)
 
 	// Work runs under workCtx, which ends at the end of the shutdown grace
 	// period; notes about work cut short run under notesCtx (see

@@ -2,7 +2,9 @@ package slackapp_test
 
 import (
 	"encoding/json"
+	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -328,5 +330,37 @@ func TestAuditShowsAdminsOnlyConversationsTheySee(t *testing.T) {
 	wantIn(t, "the audit of an admin outside the conversation", audit, "freeze", "about conversations you are not part of", "are left out")
 	if strings.Contains(audit, private) || strings.Contains(audit, "PRIVATE") || strings.Contains(audit, "`decide`") {
 		t.Errorf("an admin outside the private conversation reads its entries:\n%s", audit)
+	}
+}
+
+// At start the bot says, as an error, when it is not a member of
+// APPROVALS_CHANNEL, where it could post no card; a channel it is in, or
+// none, says nothing.
+func TestApprovalsChannelMembershipIsChecked(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		members []string
+		want    bool
+	}{
+		{"not a member", []string{approver}, true},
+		{"a member", []string{approver, "bot"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			members := tt.members
+			if slices.Contains(members, "bot") {
+				members = append(slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == "bot" }), e.slack.BotUserID())
+			}
+			e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: members})
+			e.cfg.ApprovalsChannel = approvalsChannel
+			logs := &syncBuffer{}
+			e.cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			e.start()
+			waitUntil(t, "the bot is connected", func() bool { return strings.Contains(logs.String(), "connected to slack") })
+			e.stop()
+			if got := strings.Contains(logs.String(), "not a member of APPROVALS_CHANNEL"); got != tt.want {
+				t.Errorf("logged the missing membership: %v, want %v; logs:\n%s", got, tt.want, logs)
+			}
+		})
 	}
 }
