@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/toolgate/toolgate/internal/botsetup"
 )
 
 // redactedText replaces a secret in logs and error messages.
@@ -79,9 +81,10 @@ func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
 // urlSecrets returns the secrets of a URL: the password of its user
-// information and a "password" query option (as in redis+sentinel URLs),
-// and the whole URL when it has either or does not parse (so a parser's
-// error quoting it gives nothing away).
+// information and the values of its query options other than those known
+// to hold none (a "password" as in redis+sentinel URLs, a misspelt one),
+// and the whole URL when it has any or does not parse (so a parser's error
+// quoting it gives nothing away).
 func urlSecrets(raw string) []string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -93,8 +96,13 @@ func urlSecrets(raw string) []string {
 			out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
 		}
 	}
-	for _, p := range u.Query()["password"] {
-		out = append(out, p, url.QueryEscape(p))
+	for k, vs := range u.Query() {
+		if botsetup.PublicURLOption(k) {
+			continue
+		}
+		for _, p := range vs {
+			out = append(out, p, url.QueryEscape(p))
+		}
 	}
 	if len(out) > 0 {
 		out = append([]string{raw}, out...)

@@ -39,9 +39,11 @@ func OneLine(s string) string {
 	return strings.Join(kept, "; ")
 }
 
-// SafeURL returns raw without its password (in the user information or a
-// password query parameter), for logs and errors. A URL that does not parse
-// is shown only by its scheme.
+// SafeURL returns raw without its password (in the user information) and
+// the values of its query parameters other than the options known to hold
+// no secret (see PublicURLOption; a "sentinel_password=" or any misspelt
+// option may hold one), for logs and errors. A URL that does not parse is
+// shown only by its scheme.
 func SafeURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || strings.Contains(raw, "#") {
@@ -56,12 +58,34 @@ func SafeURL(raw string) string {
 		u.RawQuery = redactedText
 		return u.Redacted()
 	}
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
+	hidden := false
+	for k := range q {
+		if !PublicURLOption(k) {
+			q.Set(k, "xxxxx")
+			hidden = true
+		}
+	}
+	if hidden {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }
+
+// publicURLOptions are the Redis URL options whose values are never
+// secret: go-redis's connection, pool and cluster settings.
+var publicURLOptions = map[string]bool{
+	"db": true, "protocol": true, "client_name": true, "master_name": true, "addr": true,
+	"max_retries": true, "min_retry_backoff": true, "max_retry_backoff": true,
+	"dial_timeout": true, "read_timeout": true, "write_timeout": true, "context_timeout_enabled": true,
+	"pool_fifo": true, "pool_size": true, "pool_timeout": true, "min_idle_conns": true, "max_idle_conns": true,
+	"max_active_conns": true, "conn_max_idle_time": true, "conn_max_lifetime": true, "skip_verify": true,
+	"max_redirects": true, "read_only": true, "route_by_latency": true, "route_randomly": true, "replica_only": true,
+	"idle_timeout": true, "idle_check_frequency": true, "max_conn_age": true,
+}
+
+// PublicURLOption reports whether the values of a Redis URL's query
+// parameter name are never secret (see SafeURL).
+func PublicURLOption(name string) bool { return publicURLOptions[name] }
 
 // checkURLForm refuses a URL written so that parsing it would quote parts
 // of it in its errors (a password with a character that must be

@@ -133,6 +133,8 @@ func TestSafeURL(t *testing.T) {
 		{"redis://user:pw-1234@host:bad port/", "redis://[redacted]"},
 		{"redis+sentinel://s1:26379/0?master_name=m&password=pw;1234", "redis+sentinel://s1:26379/0?[redacted]"},
 		{"redis://:pw#1234@host:6379/0", "redis://[redacted]"},
+		{"redis+sentinel://127.0.0.1:1?master_name=m&sentinel_password=topsecret1&dial_timeout=3s", "redis+sentinel://127.0.0.1:1?dial_timeout=3s&master_name=m&sentinel_password=xxxxx"},
+		{"redis://h:6379/0?pasword=typo-secret", "redis://h:6379/0?pasword=xxxxx"},
 	}
 	for _, tt := range tests {
 		if got := SafeURL(tt.url); got != tt.want {
