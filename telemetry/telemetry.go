@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel"
+	"log/slog"
 	"net/url"
 	"strings"
 
@@ -77,12 +79,17 @@ func CheckEnv(getenv func(string) string) error {
 // sampler, batch settings, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES),
 // when Enabled(getenv) says so; the service name defaults to "toolgate".
 // Otherwise it returns nil, nil: nothing is started. capture records
-// arguments, tool output and model messages in spans. It fails only on
+// arguments, tool output and model messages in spans. The exporter's
+// errors (a collector that cannot be reached) go to log, as warnings, in
+// place of OpenTelemetry's own plain lines on stderr. It fails only on
 // settings the exporter refuses; it makes no connection.
-func Start(ctx context.Context, getenv func(string) string, version string, capture bool) (*Provider, error) {
+func Start(ctx context.Context, getenv func(string) string, version string, capture bool, log *slog.Logger) (*Provider, error) {
 	if !Enabled(getenv) {
 		return nil, nil
 	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing: " + err.Error())
+	}))
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("otlp trace exporter: %w", err)

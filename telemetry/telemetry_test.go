@@ -3,11 +3,15 @@ package telemetry_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -38,7 +42,7 @@ func TestEnabled(t *testing.T) {
 
 // Unset, nothing starts and the nil Provider is safe to use.
 func TestStartOff(t *testing.T) {
-	p, err := telemetry.Start(context.Background(), func(string) string { return "" }, "1.0", false)
+	p, err := telemetry.Start(context.Background(), func(string) string { return "" }, "1.0", false, slog.Default())
 	if p != nil || err != nil {
 		t.Fatalf("Start = %v, %v; want nil, nil", p, err)
 	}
@@ -77,7 +81,7 @@ func TestExportsOverOTLPHTTP(t *testing.T) {
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
 
 	ctx := context.Background()
-	p, err := telemetry.Start(ctx, os.Getenv, "1.2.3", false)
+	p, err := telemetry.Start(ctx, os.Getenv, "1.2.3", false, slog.Default())
 	if err != nil || p == nil {
 		t.Fatalf("Start = %v, %v", p, err)
 	}
@@ -112,4 +116,48 @@ func TestExportsOverOTLPHTTP(t *testing.T) {
 	if resAttrs["service.name"] != "toolgate" || resAttrs["service.version"] != "1.2.3" || resAttrs["deployment.environment"] != "test" {
 		t.Errorf("resource %v, want service toolgate 1.2.3 and the OTEL_RESOURCE_ATTRIBUTES", resAttrs)
 	}
+}
+
+// A collector that cannot be reached is reported in the bot's log, as a
+// warning, not as OpenTelemetry's own plain line on stderr.
+func TestExportErrorsGoToTheLog(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))
+	p, err := telemetry.Start(context.Background(), os.Getenv, "1", false, log)
+	if err != nil || p == nil {
+		t.Fatalf("Start = %v, %v", p, err)
+	}
+	_, end := p.Tracer().StartTurn(context.Background(), agent.TurnStart{Kind: agent.TurnMessage, Conversation: "T/C/1"})
+	end(agent.Outcome{Status: agent.Answered}, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		got := logs.String()
+		mu.Unlock()
+		if strings.Contains(got, `"level":"WARN","msg":"tracing: `) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about the failed export in the log: %s", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = p.Shutdown(ctx)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }

@@ -134,7 +134,7 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 	st = countStore(st, promReg)
 	defer closeLogged(log, "store", st)
 
-	traces, err := telemetry.Start(ctx, os.Getenv, "", cfg.OTELCapture)
+	traces, err := telemetry.Start(ctx, os.Getenv, "", cfg.OTELCapture, log)
 	if err != nil {
 		return fmt.Errorf("start tracing: %w", err)
 	}
