@@ -260,6 +260,7 @@ func TestRefusedValues(t *testing.T) {
 		want string
 	}{
 		{"replicas without redis", map[string]any{"replicaCount": 2, "secrets": tokens}, "replicaCount 2 needs Redis"},
+		{"replicas with the workspace tools on each pod's disk", map[string]any{"replicaCount": 2, "secrets": tokens, "redis": map[string]any{"url": "redis://r:6379"}, "config": "builtin_tools:\n  workspace: {root: /workspace}\n"}, "replicaCount 2 with the workspace tools"},
 		{"more replicas than Slack has connections for", map[string]any{"replicaCount": 9, "secrets": tokens, "redis": map[string]any{"url": "redis://r:6379"}}, "replicaCount 9: Slack allows an app 10 Socket Mode connections"},
 		{"replicas with an existing secret but no redis key", map[string]any{"replicaCount": 2, "secrets": map[string]any{"existingSecret": "s"}}, "needs Redis"},
 		{"no tokens", nil, "secrets.slackAppToken must be the app-level token"},
@@ -305,5 +306,34 @@ func TestEnvNumbersAsWritten(t *testing.T) {
 		if e := env(c, k); e == nil || e.Value != want {
 			t.Errorf("%s = %+v, want %q", k, e, want)
 		}
+	}
+}
+
+// The workspace tools' files are a claim of their own when one is named,
+// which several replicas share.
+func TestWorkspaceClaim(t *testing.T) {
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1"}
+	config := "builtin_tools:\n  workspace: {root: /workspace}\n"
+	for _, tt := range []struct {
+		name, claim string
+		replicas    int
+	}{{"one pod, its own files", "", 1}, {"replicas sharing a claim", "shared-ws", 2}} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "redis": map[string]any{"url": "redis://r:6379"},
+				"replicaCount": tt.replicas, "config": config, "workspace": map[string]any{"existingClaim": tt.claim}}))
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if v.Name != "workspace" {
+					continue
+				}
+				switch {
+				case tt.claim == "" && v.EmptyDir == nil:
+					t.Errorf("workspace volume %+v, want the pod's own", v)
+				case tt.claim != "" && (v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != tt.claim):
+					t.Errorf("workspace volume %+v, want claim %s", v, tt.claim)
+				}
+				return
+			}
+			t.Error("no workspace volume")
+		})
 	}
 }

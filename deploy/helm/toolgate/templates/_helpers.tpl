@@ -49,6 +49,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if gt (int .Values.replicaCount) 8 }}
 {{- fail (printf "replicaCount %d: Slack allows an app 10 Socket Mode connections, and each replica holds one, two while it replaces one, with one more pod during a rolling update; run at most 8" (int .Values.replicaCount)) }}
 {{- end }}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.workspace.existingClaim) .Values.config }}
+{{- $builtins := (fromYaml .Values.config).builtin_tools }}
+{{- if and (kindIs "map" $builtins) (hasKey $builtins "workspace") }}
+{{- fail (printf "replicaCount %d with the workspace tools: each pod would have its own /workspace, so a call could be previewed on one pod's files and run on another's. Set workspace.existingClaim to a ReadWriteMany claim, or replicaCount: 1" (int .Values.replicaCount)) }}
+{{- end }}
+{{- end }}
 {{- if and (gt (int .Values.replicaCount) 1) (not (include "toolgate.redis" .)) }}
 {{- fail (printf "replicaCount %d needs Redis: the embedded store is a file one process owns. Set redis.url (or redis.existingSecretKey with secrets.existingSecret), or replicaCount: 1" (int .Values.replicaCount)) }}
 {{- end }}
