@@ -656,20 +656,23 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 	return r, nil
 }
 
-// RemoveRule deletes the admin rule with the given id. It returns an error
-// wrapping ErrFileRule, changing nothing, if id names a file rule (the file
+// RemoveRule deletes the admin rule with the given id (even when the file,
+// changed since, has a rule of that id too). It returns an error wrapping
+// ErrFileRule, changing nothing, if only a file rule has the id (the file
 // is a floor: change the file to remove one), and one wrapping
 // ErrUnknownRule if no rule has that id. The change is audited as
 // AuditPolicyRemove.
 func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
-	if slices.ContainsFunc(e.file.rules, func(c compiledRule) bool { return c.ID == id }) {
-		return fmt.Errorf("remove rule %s: change the policy file to remove it: %w", id, ErrFileRule)
-	}
+	// The stored rule goes first: a file changed since it was added may
+	// have a rule of the same id, which must not keep it in force.
 	if err := e.rs.DeleteRecord(ctx, KindPolicyRule, id); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("remove rule %s: %w", id, ErrUnknownRule)
+		if !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("remove rule %s: %w", id, err)
 		}
-		return fmt.Errorf("remove rule %s: %w", id, err)
+		if slices.ContainsFunc(e.file.rules, func(c compiledRule) bool { return c.ID == id }) {
+			return fmt.Errorf("remove rule %s: change the policy file to remove it: %w", id, ErrFileRule)
+		}
+		return fmt.Errorf("remove rule %s: %w", id, ErrUnknownRule)
 	}
 	if err := e.audit(ctx, actor, AuditPolicyRemove, "", id, ""); err != nil {
 		return fmt.Errorf("rule %s removed, but auditing it failed: %w", id, err)

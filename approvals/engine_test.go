@@ -954,3 +954,35 @@ func TestEngineJudgesACallAsEachRequester(t *testing.T) {
 		})
 	}
 }
+
+// A runtime rule whose id the policy file took later (the file changed and
+// the bot restarted) can still be removed, and then no longer applies.
+func TestRuntimeRuleShadowedByALaterFileRuleCanBeRemoved(t *testing.T) {
+	ctx := context.Background()
+	st := newMemStore()
+	e := NewEngine(nil, st)
+	r, err := ParseRule(`id=hotfix tool=deploy verdict=allow`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.AddRule(ctx, "UADMIN", r); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPolicy(Ask, []Rule{{ID: "hotfix", Tool: "restart", Verdict: Ask}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e = NewEngine(p, st) // the file now has a rule hotfix
+	if got := evalEngine(t, e, call("deploy", `{}`, "C1")); got.Action != Allow {
+		t.Fatalf("before the removal: %s, want the runtime allow", got.Action)
+	}
+	if err := e.RemoveRule(ctx, "UADMIN", "hotfix"); err != nil {
+		t.Fatalf("RemoveRule: %v", err)
+	}
+	if got := evalEngine(t, e, call("deploy", `{}`, "C1")); got.Action != Ask {
+		t.Errorf("after the removal: %s by %s, want the default ask", got.Action, got.RuleID)
+	}
+	if err := e.RemoveRule(ctx, "UADMIN", "hotfix"); !errors.Is(err, ErrFileRule) {
+		t.Errorf("removing the file's rule: %v, want ErrFileRule", err)
+	}
+}
