@@ -595,6 +595,39 @@ func (e *Engine) Overrules(r Rule) []Overrule {
 	return out
 }
 
+// RelaxesDefault returns the policy file's default and reports whether r,
+// a runtime rule, is looser: where no file rule matches a call, r decides
+// it in place of the default (and of the tool's annotations), so an allow
+// can open a tool the file's default denies.
+func (e *Engine) RelaxesDefault(r Rule) (def Action, relaxes bool) {
+	def = e.file.Default()
+	return def, strictness(r.Verdict) < strictness(def)
+}
+
+// Loosens lists the older runtime rules than r (it must be stored) that are
+// stricter than it (deny > ask > allow) and may match a call it matches,
+// newest first: r comes before them in the runtime layer, so where both
+// match r decides, and is looser. Globs are compared as Overrules compares
+// them.
+func (e *Engine) Loosens(ctx context.Context, r Rule) ([]Rule, error) {
+	st, err := e.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Rule
+	older := false
+	for _, v := range st.admin {
+		if v.ID == r.ID {
+			older = true
+			continue
+		}
+		if older && strictness(v.Verdict) > strictness(r.Verdict) && globsOverlap(v.Tool, r.Tool) {
+			out = append(out, v.Rule)
+		}
+	}
+	return out, nil
+}
+
 // hasMeta reports whether a glob has pattern characters.
 func hasMeta(glob string) bool { return strings.ContainsAny(glob, `*?[\`) }
 

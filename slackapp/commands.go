@@ -377,6 +377,21 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 	if over := a.policy.Overrules(added); len(over) > 0 {
 		out += "\nNote: " + overrulesText(over) + ". The policy file is a floor: change the file to relax it."
 	}
+	if def, relaxes := a.policy.RelaxesDefault(added); relaxes {
+		out += fmt.Sprintf("\nNote: where no file rule matches a call, this rule decides it instead of the file's default (%s).", def)
+	}
+	loosened, err := a.policy.Loosens(ctx, added)
+	if err != nil {
+		a.log.Warn("list the runtime rules a new one comes before", "rule", added.ID, "err", err)
+	}
+	if len(loosened) > 0 {
+		var ids []string
+		for _, r := range loosened {
+			ids = append(ids, fmt.Sprintf("%s (%s)", inlineCode(r.ID), r.Verdict))
+		}
+		out += fmt.Sprintf("\n*Careful:* runtime rules apply newest first, so where this rule and the stricter older runtime rule %s both match, this one decides, and is looser. If that is not what you meant: `/approvals policy remove %s`.",
+			strings.Join(ids, ", "), added.ID)
+	}
 	return out
 }
 

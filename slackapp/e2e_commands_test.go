@@ -94,7 +94,8 @@ func TestApprovalsCommand(t *testing.T) {
 		"Added runtime rule `deploy-ok`", "no effect where the stricter file rule `deploys` (ask) applies")
 	wantIn(t, "policy test after the add", e.slash(stranger, `policy test deploy {"service":"a","version":"1"}`), "*ask* by rule `deploys`")
 	wantIn(t, "policy add of a glob", e.slash(other, "policy add tool=* verdict=allow id=open"),
-		"the stricter file rule `no-drop` (deny), `deploys` (ask) wins where both match")
+		"the stricter file rule `no-drop` (deny), `deploys` (ask) wins where both match",
+		"where no file rule matches a call, this rule decides it instead of the file's default (ask)")
 	wantIn(t, "policy test of the denied tool", e.slash(stranger, `policy test drop_db {}`), "*deny* by rule `no-drop`")
 	wantIn(t, "policy list with runtime rules", e.slash(stranger, "policy list"),
 		"the stricter of the two wins", "`open` [runtime] `tool=* verdict=allow`", "`deploys` [file]")
@@ -112,6 +113,13 @@ func TestApprovalsCommand(t *testing.T) {
 	}
 	wantIn(t, "policy remove by an admin", e.slash(other, "policy remove deploy-ok"), "Removed rule `deploy-ok`")
 	wantIn(t, "audit after the policy change", e.slash(other, "audit 50"), "deploy-ok")
+	// A newer runtime rule comes first: one looser than an older runtime
+	// rule it may overlap says so when it is added.
+	wantIn(t, "policy add of an ask over the freeze", e.slash(other, "policy add tool=* verdict=ask id=review-all"),
+		"Added runtime rule `review-all`", "stricter older runtime rule `freeze` (deny) both match, this one decides", "/approvals policy remove review-all")
+	if got := e.slash(other, "policy add tool=read_* verdict=deny id=no-reads"); strings.Contains(got, "Careful") {
+		t.Errorf("a stricter rule was said to loosen older ones: %s", got)
+	}
 }
 
 // App Home lists the pending call in the approver's inbox; Approve there
