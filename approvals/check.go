@@ -55,12 +55,13 @@ func CheckConfig(data []byte) (*Policy, []error) {
 
 // rulesNode returns the sequence node of policy.rules, or nil.
 func rulesNode(policy *yaml.Node) *yaml.Node {
+	policy = deref(policy)
 	if policy.Kind != yaml.MappingNode {
 		return nil
 	}
 	for i := 0; i+1 < len(policy.Content); i += 2 {
-		if policy.Content[i].Value == "rules" && policy.Content[i+1].Kind == yaml.SequenceNode {
-			return policy.Content[i+1]
+		if v := deref(policy.Content[i+1]); policy.Content[i].Value == "rules" && v.Kind == yaml.SequenceNode {
+			return v
 		}
 	}
 	return nil

@@ -58,6 +58,7 @@ type lineRule struct {
 }
 
 func parsePolicySection(n *yaml.Node) (Action, []lineRule, error) {
+	n = deref(n)
 	if n.Kind == 0 || isNull(n) {
 		return Ask, nil, nil
 	}
@@ -68,7 +69,7 @@ func parsePolicySection(n *yaml.Node) (Action, []lineRule, error) {
 	var rules []lineRule
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+		k, v := n.Content[i], deref(n.Content[i+1])
 		if line, ok := seen[k.Value]; ok {
 			// yaml.v3 takes the last of two keys; a reader takes the first.
 			return "", nil, fmt.Errorf("policy.%s (line %d): given twice (first on line %d)", k.Value, k.Line, line)
@@ -91,7 +92,7 @@ func parsePolicySection(n *yaml.Node) (Action, []lineRule, error) {
 				return "", nil, fmt.Errorf("policy.rules (line %d): want a list of rules", v.Line)
 			}
 			for j, rn := range v.Content {
-				r, err := parseRuleNode(rn)
+				r, err := parseRuleNode(deref(rn))
 				if err != nil {
 					return "", nil, &ruleError{index: j, line: rn.Line, err: err}
 				}
@@ -108,6 +109,55 @@ func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }
 
+// deref is the node an alias (*name) stands for, n itself otherwise.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+// ruleFields returns the key/value pairs of a rule mapping with YAML merge
+// keys ("<<: *common", or a list of them) expanded: a key written in the
+// rule wins over a merged one, and of merged mappings the first wins.
+func ruleFields(n *yaml.Node) ([]*yaml.Node, error) {
+	var own, merged []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], deref(n.Content[i+1])
+		if k.Value != "<<" || k.Tag != "!!merge" {
+			own = append(own, k, v)
+			continue
+		}
+		sources := []*yaml.Node{v}
+		if v.Kind == yaml.SequenceNode {
+			sources = sources[:0]
+			for _, s := range v.Content {
+				sources = append(sources, deref(s))
+			}
+		}
+		for _, s := range sources {
+			if s.Kind != yaml.MappingNode {
+				return nil, fmt.Errorf("<< (line %d): want a mapping (an anchor's) to merge", k.Line)
+			}
+			for j := 0; j+1 < len(s.Content); j += 2 {
+				merged = append(merged, s.Content[j], deref(s.Content[j+1]))
+			}
+		}
+	}
+	out := own
+	have := map[string]bool{}
+	for i := 0; i < len(own); i += 2 {
+		have[own[i].Value] = true
+	}
+	for i := 0; i+1 < len(merged); i += 2 {
+		if k := merged[i].Value; !have[k] {
+			have[k] = true
+			out = append(out, merged[i], merged[i+1])
+		}
+	}
+	return out, nil
+}
+
 // parseRuleNode decodes one rule mapping, field by field, refusing unknown
 // keys.
 func parseRuleNode(n *yaml.Node) (lineRule, error) {
@@ -116,8 +166,12 @@ func parseRuleNode(n *yaml.Node) (lineRule, error) {
 	if n.Kind != yaml.MappingNode {
 		return lr, errors.New("want a mapping with tool, verdict and optional when, reason, approvers, four_eyes, ttl, min_approvals, remind_after, id")
 	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+	fields, err := ruleFields(n)
+	if err != nil {
+		return lr, err
+	}
+	for i := 0; i+1 < len(fields); i += 2 {
+		k, v := fields[i], fields[i+1]
 		if _, dup := lr.fields[k.Value]; dup {
 			return lr, &fieldError{field: k.Value, line: k.Line, err: errors.New("given twice")}
 		}

@@ -564,3 +564,29 @@ func TestTooCostlyConditionsRefused(t *testing.T) {
 		t.Errorf("a refused rule was stored: %d rules, want 1", len(rules))
 	}
 }
+
+// YAML anchors work in the policy section: an alias for a value, a rule or
+// the whole section, and merge keys in a rule (its own keys win).
+func TestParseConfigAnchors(t *testing.T) {
+	for _, tt := range []struct{ name, cfg, want string }{
+		{"approvers", "x-sre: &sre [U1SRE, U2SRE]\npolicy:\n  rules:\n    - {tool: deploy, verdict: ask, approvers: *sre}\n",
+			"id=rule-1 tool=deploy verdict=ask approvers=U1SRE,U2SRE"},
+		{"the section", "x-base: &base {default: deny, rules: [{tool: a, verdict: allow}]}\npolicy: *base\n", "id=rule-1 tool=a verdict=allow"},
+		{"a merge", "x-common: &common {verdict: ask, approvers: [U1SRE], ttl: 2h}\npolicy:\n  rules:\n    - <<: *common\n      tool: deploy\n      ttl: 1h\n",
+			"id=rule-1 tool=deploy verdict=ask approvers=U1SRE ttl=1h"},
+		{"a rule", "x-r: &r {tool: deploy, verdict: deny}\npolicy:\n  rules:\n    - *r\n", "id=rule-1 tool=deploy verdict=deny"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := ParseConfig([]byte(tt.cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rs := p.Rules(); len(rs) != 1 || rs[0].String() != tt.want {
+				t.Errorf("rules %v, want [%s]", rs, tt.want)
+			}
+		})
+	}
+	if _, err := ParseConfig([]byte("x-l: &l [a]\npolicy:\n  rules:\n    - <<: *l\n      tool: x\n      verdict: ask\n")); err == nil || !strings.Contains(err.Error(), "want a mapping") {
+		t.Errorf("a merge of a list: %v, want an error", err)
+	}
+}
