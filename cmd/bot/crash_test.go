@@ -33,40 +33,43 @@ import (
 // fake model. The replica working on a turn is killed with SIGKILL, and the
 // survivor must answer the thread.
 
-// crashRedisURL returns REDIS_URL: the tests are skipped locally without it
-// and fail in CI.
-func crashRedisURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("REDIS_URL is not set; CI must run the crash tests against a real Redis")
-		}
-		t.Skip("REDIS_URL is not set; set it (e.g. REDIS_URL=redis://127.0.0.1:6379/9) to run the crash tests")
-	}
-	return u
-}
-
 // forEachStore runs test on the embedded store (redisURL ""), where the
 // survivor is the same replica started again on the same data, and on
 // the Redis stores of forEachRedis, each as a subtest.
 func forEachStore(t *testing.T, test func(t *testing.T, redisURL string)) {
 	t.Helper()
 	t.Run("embedded", func(t *testing.T) { test(t, "") })
-	forEachRedis(t, test)
+	for _, u := range redisURLs(t) {
+		t.Run(u[0], func(t *testing.T) { test(t, u[1]) })
+	}
 }
 
 // forEachRedis runs test on REDIS_URL and, when it is set, on
-// REDIS_CLUSTER_URL (a Redis Cluster), each as a subtest.
+// REDIS_CLUSTER_URL (a Redis Cluster), each as a subtest. Without REDIS_URL
+// it is skipped locally and fails in CI.
 func forEachRedis(t *testing.T, test func(t *testing.T, redisURL string)) {
 	t.Helper()
-	urls := [][2]string{{"redis", crashRedisURL(t)}}
-	if u, ok := teststore.ClusterURL(t); ok {
-		urls = append(urls, [2]string{"redis-cluster", u})
+	urls := redisURLs(t)
+	if len(urls) == 0 {
+		t.Skip("REDIS_URL is not set; set it (e.g. REDIS_URL=redis://127.0.0.1:6379/9) to run the crash tests on Redis")
 	}
 	for _, u := range urls {
 		t.Run(u[0], func(t *testing.T) { test(t, u[1]) })
 	}
+}
+
+// redisURLs names REDIS_URL and REDIS_CLUSTER_URL, those that are set (in
+// CI both must be).
+func redisURLs(t *testing.T) [][2]string {
+	t.Helper()
+	var urls [][2]string
+	if u, ok := teststore.RedisURL(t); ok {
+		urls = append(urls, [2]string{"redis", u})
+	}
+	if u, ok := teststore.ClusterURL(t); ok {
+		urls = append(urls, [2]string{"redis-cluster", u})
+	}
+	return urls
 }
 
 var (
