@@ -397,7 +397,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			if need > 1 {
 				return sd, need, fmt.Errorf("%w: this call needs %d approvers, so it cannot be allowed from now on; approve it instead", ErrBadDecision, need)
 			}
-			if v.Action != approvals.Ask || v.FailClosed {
+			if v.Action != approvals.Ask || v.FailClosed || v.Combined {
 				return sd, need, fmt.Errorf("%w: this call is not asked under a rule that can be relaxed now; approve it instead", ErrBadDecision)
 			}
 			sd.Conditions, sd.TTL, sd.Exact = d.Conditions, d.TTL, d.Exact

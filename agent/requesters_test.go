@@ -2,6 +2,8 @@ package agent_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/agent"
@@ -56,5 +58,51 @@ policy:
 	w.model.Reply(fakeopenai.ToolCalls(call("c3", "restart", `{"env":"prod"}`)), fakeopenai.Text("restarted"))
 	if out, err := a.Run(ctx, lead); err != nil || out.Status != agent.Answered || w.restarts.n.Load() != 1 {
 		t.Fatalf("the lead's own restart: %s, %v, ran %d times; want it run at once", out.Status, err, w.restarts.n.Load())
+	}
+}
+
+// "Always allow here" is refused on a call judged under two rules for two
+// requesters: a standing rule made under their combined ask would never
+// apply to either rule's.
+func TestRememberRefusedOnACombinedAsk(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  default: ask
+  rules:
+    - {id: junior-deploys, tool: deploy, when: 'user == "UJUNIOR"', verdict: ask, approvers: [UAPPROVER1, USENIOR1]}
+    - {id: deploys, tool: deploy, verdict: ask, approvers: [UAPPROVER1]}
+`
+	a := w.agent()
+	bob := agent.Request{Conversation: "T1/C1/1700000000.000100", User: "UBOB", Channel: "C1", Text: "restart api"}
+	p := pauseWith(t, w, a, bob, call("c1", "restart", `{"env":"dev"}`))
+	more := bob
+	more.Text = "then deploy api 2"
+	junior := bob
+	junior.User, junior.Text = "UJUNIOR", "yes, api 2"
+	for _, r := range []agent.Request{more, junior} {
+		if _, err := a.Run(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The resume answers the restart, then the queued messages of both
+	// people: the deploy is made for both.
+	w.model.Reply(fakeopenai.Text("restarted"), fakeopenai.ToolCalls(call("c2", "deploy", `{"service":"api","version":"2"}`)))
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.Resume(ctx, p.RunID)
+	must(t, err)
+	if out.Status != agent.Paused || len(out.Pending) != 1 || out.Pending[0].Tool != "deploy" {
+		t.Fatalf("resume: %s with %+v, want the deploy paused", out.Status, out.Pending)
+	}
+	d := out.Pending[0]
+	if strings.Join(d.Approvers, ",") != "UAPPROVER1" {
+		t.Errorf("the deploy asks %v, want only the approver both rules name", d.Approvers)
+	}
+	_, err = a.Decide(ctx, approvals.Decision{CallID: d.ID, Fingerprint: d.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"})
+	if !errors.Is(err, agent.ErrBadDecision) || !strings.Contains(err.Error(), "not asked under a rule that can be relaxed") {
+		t.Errorf("Remember on a combined ask: %v, want it refused", err)
 	}
 }

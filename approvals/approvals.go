@@ -91,10 +91,10 @@ func Strictest(vs []Verdict, users []string) Verdict {
 		case w.Action != Ask:
 		case v == nil:
 			v = &w
-		case w.RuleID == v.RuleID && w.RuleDigest == v.RuleDigest:
-			tighten(v, w)
-			v.FailClosed = v.FailClosed || w.FailClosed
 		default:
+			// The same rule may name other approvers for each (a
+			// condition that failed for one narrows them): only those both
+			// accept may decide, as across rules.
 			merged := *v
 			if !combine(&merged, w, users...) {
 				return Verdict{
@@ -104,13 +104,23 @@ func Strictest(vs []Verdict, users []string) Verdict {
 				}
 			}
 			merged.FailClosed = v.FailClosed || w.FailClosed
-			sum := sha256.Sum256([]byte(v.RuleID + "\x00" + v.RuleDigest + "\x00" + w.RuleID + "\x00" + w.RuleDigest))
-			merged.RuleDigest = hex.EncodeToString(sum[:8])
+			if w.RuleID != v.RuleID || w.RuleDigest != v.RuleDigest {
+				sum := sha256.Sum256([]byte(v.RuleID + "\x00" + v.RuleDigest + "\x00" + w.RuleID + "\x00" + w.RuleDigest))
+				merged.RuleDigest = hex.EncodeToString(sum[:8])
+				merged.Combined = true
+			}
 			v = &merged
 		}
 	}
 	if v == nil {
 		return vs[0]
+	}
+	if !decidable(*v, users...) {
+		return Verdict{
+			Action: Deny, RuleID: v.RuleID, RuleDigest: v.RuleDigest, FailClosed: true,
+			Reason: fmt.Sprintf("the call answers messages of %s, and rule %s leaves no approver who is not one of them: ask for it in a thread of its own",
+				strings.Join(users, ", "), v.RuleID),
+		}
 	}
 	return *v
 }
@@ -127,11 +137,15 @@ type Verdict struct {
 	RuleDigest string `json:"rule_digest,omitempty"`
 	// FailClosed marks a verdict forced by a condition that could not be
 	// evaluated, or by a policy that could not be read.
-	FailClosed bool          `json:"fail_closed,omitempty"`
-	Reason     string        `json:"reason,omitempty"`
-	Approvers  []string      `json:"approvers,omitempty"`
-	FourEyes   bool          `json:"four_eyes,omitempty"`
-	TTL        time.Duration `json:"ttl,omitempty"`
+	FailClosed bool `json:"fail_closed,omitempty"`
+	// Combined marks an ask made of several rules' asks, one for each of
+	// the people a call is made for (see Strictest): no standing rule
+	// relaxes it, as none is made under one rule.
+	Combined  bool          `json:"combined,omitempty"`
+	Reason    string        `json:"reason,omitempty"`
+	Approvers []string      `json:"approvers,omitempty"`
+	FourEyes  bool          `json:"four_eyes,omitempty"`
+	TTL       time.Duration `json:"ttl,omitempty"`
 	// MinApprovals is how many distinct approvers an ask needs (0 or 1:
 	// one).
 	MinApprovals int `json:"min_approvals,omitempty"`

@@ -1,0 +1,65 @@
+package approvals
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// Same rule for two requesters, but one judgement is a fail-closed ask
+// whose approvers were narrowed by the rule that decides otherwise: the
+// combined ask must keep only approvers every judgement accepts.
+func TestStrictestSameRuleKeepsNarrowedApprovers(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "x", Tool: "restart", When: `user == "UB" || args.force == true`, Verdict: Ask, Approvers: []string{"U1", "U2"}},
+		{ID: "y", Tool: "restart", Verdict: Ask, Approvers: []string{"U1", "U3"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := p.Evaluate(Input{Tool: "restart", Args: json.RawMessage(`{}`), User: "UA", Channel: "C1"})
+	t.Logf("UA alone: %s by %s approvers %v", alone.Action, alone.RuleID, alone.Approvers)
+	both := p.Evaluate(Input{Tool: "restart", Args: json.RawMessage(`{}`), User: "UB", Requesters: []string{"UA", "UB"}, Channel: "C1"})
+	t.Logf("UA and UB (UB last): %s by %s approvers %v", both.Action, both.RuleID, both.Approvers)
+	if strings.Join(both.Approvers, ",") != "U1" {
+		t.Errorf("approvers %v: U2 may approve a call UA's judgement gives only to U1", both.Approvers)
+	}
+}
+
+// One rule asks four eyes of two approvers who are both requesters: no
+// one can decide the call, so (as Strictest says) it must be denied.
+func TestStrictestSameRuleFourEyesOverRequesters(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "z", Tool: "db", Verdict: Ask, Approvers: []string{"UA", "UB"}, FourEyes: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := p.Evaluate(Input{Tool: "db", Args: json.RawMessage(`{}`), User: "UB", Requesters: []string{"UA", "UB"}, Channel: "C1"})
+	t.Logf("%s by %s approvers %v four eyes %v", v.Action, v.RuleID, v.Approvers, v.FourEyes)
+	if v.Action != Deny {
+		t.Errorf("an ask no one can decide (both approvers are requesters under four eyes): %s", v.Action)
+	}
+}
+
+// An ask made of two rules' asks, one for each requester, is marked
+// Combined: no standing rule is made under it ("Always allow here" is
+// refused), since none would ever apply to a verdict of one rule.
+func TestCombinedVerdictIsMarked(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "junior-deploys", Tool: "deploy", When: `user == "UJUNIOR"`, Verdict: Ask, Approvers: []string{"U1", "U2"}},
+		{ID: "deploys", Tool: "deploy", Verdict: Ask, Approvers: []string{"U1"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(p, newMemStore())
+	in := Input{Tool: "deploy", Args: json.RawMessage(`{}`), User: "UBOB", Requesters: []string{"UJUNIOR", "UBOB"}, Channel: "C1"}
+	if v := evalEngine(t, e, in); v.Action != Ask || !v.Combined || strings.Join(v.Approvers, ",") != "U1" {
+		t.Errorf("two requesters under two rules: %s approvers %v combined %v, want a combined ask of U1", v.Action, v.Approvers, v.Combined)
+	}
+	in.Requesters = nil
+	if v := evalEngine(t, e, in); v.Combined {
+		t.Error("one requester's verdict is marked combined")
+	}
+}
