@@ -439,9 +439,13 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	}
 	in.Args = canonical
 	v, err := a.policy.Test(ctx, in)
-	// The arguments are clipped, so that the verdict after them always fits
-	// in the answer.
-	out := fmt.Sprintf("%s %s → *%s* by rule %s", inlineCode(tool), inlineCode(clip(string(canonical), 1500)), v.Action, inlineCode(v.RuleID))
+	// The arguments are clipped, once escaped, so that the verdict after
+	// them always fits in the answer.
+	shown := inlineCode(string(canonical))
+	for n := 1500; textLen(shown) > 1500; n = n * 2 / 3 {
+		shown = inlineCode(clip(string(canonical), n))
+	}
+	out := fmt.Sprintf("%s %s → *%s* by rule %s", inlineCode(tool), shown, v.Action, inlineCode(v.RuleID))
 	if v.Reason != "" {
 		out += ": " + Escape(v.Reason)
 	}

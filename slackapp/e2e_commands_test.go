@@ -65,6 +65,8 @@ func TestApprovalsCommand(t *testing.T) {
 	wantIn(t, "policy test of a denied tool", e.slash(stranger, `policy test drop_db {}`), "*deny* by rule `no-drop`")
 	wantIn(t, "policy test with bad arguments", e.slash(stranger, `policy test deploy {"service":"a"}`), "refused before the policy")
 	wantIn(t, "policy test with long arguments", e.slash(stranger, `policy test deploy {"service":"`+strings.Repeat("a", 30000)+`","version":"1"}`), "…", "*ask* by rule `deploys`", "Nothing was run.")
+	// Characters that grow when escaped (as Slack sends < in a command).
+	wantIn(t, "policy test with long escaped arguments", e.slash(stranger, `policy test deploy {"service":"`+strings.Repeat("&lt;", 2000)+`","version":"1"}`), "…", "*ask* by rule `deploys`", "Nothing was run.")
 
 	// Always allow here makes a standing rule, listed and revocable by admins.
 	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionRemember, "")
