@@ -50,7 +50,7 @@ func TestURLSecrets(t *testing.T) {
 		{url: "redis://:p%40ss-word@redis:6379/0", secrets: []string{"p@ss-word", "p%40ss-word"}},
 		{url: "redis+sentinel://s1:26379,s2:26379/0?master_name=m&password=sentinel-pw", secrets: []string{"sentinel-pw"}},
 		{url: "redis+sentinel://s1:26379/0?master_name=m&sentinel_password=topsecret1", secrets: []string{"topsecret1"}},
-		{url: "redis://h:6379/0?dial_timeout=3s&pool_size=20", noSecret: true},
+		{url: "redis://h:6379/0?dial_timeout=3s&pool_size=20&username=default&use_disconnected_replicas=true", noSecret: true},
 		{url: "redis://user:pw-1234@host:bad port/", secrets: []string{"redis://user:pw-1234@host:bad port/"}},
 	}
 	for _, tt := range tests {

@@ -72,15 +72,18 @@ func SafeURL(raw string) string {
 }
 
 // publicURLOptions are the Redis URL options whose values are never
-// secret: go-redis's connection, pool and cluster settings.
+// secret: every option go-redis reads from a URL's query but "password".
 var publicURLOptions = map[string]bool{
-	"db": true, "protocol": true, "client_name": true, "master_name": true, "addr": true,
-	"max_retries": true, "min_retry_backoff": true, "max_retry_backoff": true,
-	"dial_timeout": true, "read_timeout": true, "write_timeout": true, "context_timeout_enabled": true,
-	"pool_fifo": true, "pool_size": true, "pool_timeout": true, "min_idle_conns": true, "max_idle_conns": true,
-	"max_active_conns": true, "conn_max_idle_time": true, "conn_max_lifetime": true, "skip_verify": true,
-	"max_redirects": true, "read_only": true, "route_by_latency": true, "route_randomly": true, "replica_only": true,
-	"idle_timeout": true, "idle_check_frequency": true, "max_conn_age": true,
+	"addr": true, "client_name": true, "conn_max_idle_time": true, "conn_max_lifetime": true,
+	"conn_max_lifetime_jitter": true, "context_timeout_enabled": true, "db": true, "dial_timeout": true,
+	"dialer_retries": true, "dialer_retry_timeout": true, "failing_timeout_seconds": true, "idle_timeout": true,
+	"master_name": true, "max_active_conns": true, "max_concurrent_dials": true, "max_conn_age": true,
+	"max_idle_conns": true, "max_redirects": true, "max_retries": true, "max_retry_backoff": true,
+	"min_idle_conns": true, "min_retry_backoff": true, "pipeline_pool_size": true, "pipeline_read_buffer_size": true,
+	"pipeline_write_buffer_size": true, "pool_fifo": true, "pool_size": true, "pool_timeout": true, "protocol": true,
+	"read_only": true, "read_timeout": true, "replica_only": true, "route_by_latency": true,
+	"route_by_latency_tolerance": true, "route_randomly": true, "skip_verify": true,
+	"use_disconnected_replicas": true, "username": true, "write_timeout": true,
 }
 
 // PublicURLOption reports whether the values of a Redis URL's query
