@@ -596,12 +596,14 @@ func (e *Engine) Overrules(r Rule) []Overrule {
 }
 
 // RelaxesDefault returns the policy file's default and reports whether r,
-// a runtime rule, is looser: where no file rule matches a call, r decides
-// it in place of the default (and of the tool's annotations), so an allow
-// can open a tool the file's default denies.
+// a runtime rule, is looser than what decides a call no file rule matches:
+// the default, or the tool's annotations, which ask unless the tool says
+// it is read-only. Where no file rule matches, r decides in their place,
+// so an allow can open a tool the file's default denies, or one that would
+// ask for lack of annotations.
 func (e *Engine) RelaxesDefault(r Rule) (def Action, relaxes bool) {
 	def = e.file.Default()
-	return def, strictness(r.Verdict) < strictness(def)
+	return def, strictness(r.Verdict) < max(strictness(def), strictness(Ask))
 }
 
 // Loosens lists the older runtime rules than r (it must be stored) that are

@@ -986,3 +986,23 @@ func TestRuntimeRuleShadowedByALaterFileRuleCanBeRemoved(t *testing.T) {
 		t.Errorf("removing the file's rule: %v, want ErrFileRule", err)
 	}
 }
+
+// A runtime rule relaxes what decides a call no file rule matches when it
+// is looser than the file's default or the annotations' ask.
+func TestRelaxesDefault(t *testing.T) {
+	for _, tt := range []struct {
+		def, rule Action
+		want      bool
+	}{
+		{Deny, Ask, true}, {Deny, Allow, true}, {Ask, Allow, true}, {Allow, Allow, true},
+		{Ask, Ask, false}, {Allow, Ask, false}, {Deny, Deny, false},
+	} {
+		p, err := NewPolicy(tt.def, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, got := NewEngine(p, newMemStore()).RelaxesDefault(Rule{Tool: "*", Verdict: tt.rule}); got != tt.want {
+			t.Errorf("default %s, runtime %s: relaxes %v, want %v", tt.def, tt.rule, got, tt.want)
+		}
+	}
+}

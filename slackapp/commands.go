@@ -378,7 +378,7 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 		out += "\nNote: " + overrulesText(over) + ". The policy file is a floor: change the file to relax it."
 	}
 	if def, relaxes := a.policy.RelaxesDefault(added); relaxes {
-		out += fmt.Sprintf("\nNote: where no file rule matches a call, this rule decides it instead of the file's default (%s).", def)
+		out += fmt.Sprintf("\nNote: where no file rule matches a call, this rule decides it instead of the file's default (%s) and the tool's annotations (which ask unless it is read-only).", def)
 	}
 	loosened, err := a.policy.Loosens(ctx, added)
 	if err != nil {
