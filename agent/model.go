@@ -151,8 +151,8 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 // message can be stored and sent back as is. Only the first choice is
 // read. A text answer cut short (finish reason "length" or
 // "content_filter") ends with a note that says so (see cutNote), which
-// onDelta gets too; tool calls cut short are returned as they are, their
-// arguments likely incomplete (and refused as such).
+// onDelta gets too; a tool call cut short (its arguments missing or not
+// parsing) is left out, with a note in its place.
 //
 // Every error is a *ModelError. If the stream ends before the model
 // reports that it has finished, attempt fails with ErrKindStreamCut even
@@ -199,7 +199,19 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 			Message: fmt.Sprintf("stream ended after %d chunks without a finish reason", acc.chunks),
 		}
 	}
-	if note := cutNote(acc.reason); note != "" && len(acc.calls) == 0 {
+	note := cutNote(acc.reason)
+	if n := len(acc.calls); note != "" && n > 0 {
+		// The call being written when the limit came is incomplete: its
+		// arguments do not parse, or are missing, which would run it with
+		// none. It is left out, and the answer says so.
+		if last := acc.calls[n-1].Function; strings.TrimSpace(last.Arguments) == "" || !json.Valid([]byte(last.Arguments)) {
+			acc.calls = acc.calls[:n-1]
+			note = fmt.Sprintf("\n\n(a call to %s was cut short by the model's output limit, so it was not made)", last.Name)
+		} else {
+			note = ""
+		}
+	}
+	if note != "" {
 		// A text answer cut short says so, where it is shown and in the
 		// history.
 		acc.content.WriteString(note)

@@ -576,3 +576,40 @@ func TestParallelCallsOnOneStreamIndex(t *testing.T) {
 		})
 	}
 }
+
+// A tool call the output limit cut short (its arguments missing or not
+// parsing) is left out, with a note saying so, rather than run with no
+// arguments or blamed on the model as invalid JSON; complete calls before
+// it stay.
+func TestModelCallCutByTheLimitIsLeftOut(t *testing.T) {
+	for _, tt := range []struct {
+		name, args string
+	}{{"no arguments", ""}, {"half the arguments", `{"pa`}} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fakeopenai.New(t)
+			s.Reply(fakeopenai.Response{ToolCalls: []fakeopenai.ToolCall{
+				{ID: "c1", Name: "read_file", Arguments: `{"path":"/a"}`},
+				{ID: "c2", Name: "delete_file", Arguments: tt.args},
+			}, FinishReason: openai.FinishReasonLength})
+			var deltas strings.Builder
+			msg, err := newTestModel(s, 0).Complete(context.Background(), userMessage("hi"), func(d string) { deltas.WriteString(d) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].ID != "c1" {
+				t.Errorf("calls %+v, want only the complete c1", msg.ToolCalls)
+			}
+			const note = "(a call to delete_file was cut short by the model's output limit, so it was not made)"
+			if !strings.Contains(msg.Content, note) || !strings.Contains(deltas.String(), note) {
+				t.Errorf("content %q, streamed %q; want the note", msg.Content, deltas.String())
+			}
+		})
+	}
+	// Complete calls under a length finish are kept, with no note.
+	s := fakeopenai.New(t)
+	s.Reply(fakeopenai.Response{ToolCalls: []fakeopenai.ToolCall{{ID: "c1", Name: "read_file", Arguments: `{"path":"/a"}`}}, FinishReason: openai.FinishReasonLength})
+	msg, err := newTestModel(s, 0).Complete(context.Background(), userMessage("hi"), nil)
+	if err != nil || len(msg.ToolCalls) != 1 || msg.Content != "" {
+		t.Errorf("a complete call under a length finish: %+v, %v", msg, err)
+	}
+}
