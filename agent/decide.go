@@ -109,7 +109,7 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 	if (need > 1 || c.Edit != nil) && (d.Kind == approvals.Approve || d.Kind == approvals.Edit) {
 		// Counted; a call with a pending edit is always decided here,
 		// where the approval that decides it runs the edit's arguments.
-		return a.approve(ctx, c, d, sd, need)
+		return a.approve(ctx, c, d, sd, v, need)
 	}
 	return a.record(ctx, c, d.Fingerprint, sd, v, taken, 0)
 }
@@ -196,8 +196,15 @@ func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pause
 // approve counts one approval (or an edit, which restarts the count) of a
 // call that needs need distinct approvers, and records the decision once
 // the count is met: the one that runs the pending arguments, an edit's
-// when the pending arguments are one.
-func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision, sd store.Decision, need int) (DecideResult, error) {
+// when the pending arguments are one. The approvals counted before are
+// judged again, as the decider's is, under v, the policy as it is now: one
+// it would refuse (four eyes added, an approver taken out of the rule or
+// its group, out of the conversation) no longer counts.
+func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision, sd store.Decision, v approvals.Verdict, need int) (DecideResult, error) {
+	stale := 0
+	if d.Kind == approvals.Approve {
+		stale = a.staleApprovals(ctx, c, v, d.Decider)
+	}
 	ap := store.Approval{Approver: d.Decider, At: d.At}
 	var edit *store.Proposal
 	final := sd
@@ -222,8 +229,8 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		fp = edit.Fingerprint
 	}
 	fx := decisionEffects(c, d.Decider, storedKind(d.Kind), fp, d.At)
-	got, complete, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, edit, need, final, fx)
-	if err := a.decided(ctx, store.ApprovalAudit(fx.Audit, len(got.Approvals), need), err); err != nil {
+	got, complete, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, edit, need+stale, final, fx)
+	if err := a.decided(ctx, store.ApprovalAudit(fx.Audit, len(got.Approvals)-stale, need), err); err != nil {
 		return refused(c, got, err)
 	}
 	if complete {
@@ -235,6 +242,31 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	}
 	a.reporter(got.Conversation).Updated(ctx, u)
 	return DecideResult{Call: viewOf(got), Complete: complete}, nil
+}
+
+// staleApprovals counts the approvals of c, other than decider's, that
+// the policy as it is now would refuse (see authorize; v is the verdict
+// on the pending arguments): those approvers may no longer decide the
+// call. One that cannot be checked (a lookup that failed) counts as stale.
+func (a *Agent) staleApprovals(ctx context.Context, c store.Call, v approvals.Verdict, decider string) int {
+	n := 0
+	for _, ap := range c.Approvals {
+		if ap.Approver == decider {
+			continue
+		}
+		err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, ap.Approver, a.cfg.Groups)
+		if err == nil && len(c.Approvers) == 0 {
+			err = a.inAudience(ctx, c, ap.Approver)
+		}
+		if err == nil && v.Action == approvals.Ask {
+			err = a.authorizeUnder(ctx, c, v, ap.Approver)
+		}
+		if err != nil {
+			a.log.Info("an approval counted before no longer counts", "call", c.ID, "approver", ap.Approver, "err", err)
+			n++
+		}
+	}
+	return n
 }
 
 // authorize checks that the decider may decide c: under the approvers the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/toolgate/toolgate/agent"
@@ -196,4 +198,95 @@ policy:
 	if n := w.restarts.n.Load(); n != 0 {
 		t.Errorf("restart ran %d times", n)
 	}
+}
+
+// Approvals counted before are judged again with each new one, under the
+// policy as it is now: one it would refuse (four eyes added since, an
+// approver taken out of the approving group) no longer counts, and the
+// call waits for another approver.
+func TestCountedApprovalsAreJudgedAgain(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Run("four eyes added", func(t *testing.T) {
+				ctx := context.Background()
+				w := newWorld(t, b)
+				w.policy = `
+policy:
+  rules:
+    - {id: two, tool: restart, verdict: ask, approvers: [UREQUESTER, UONE000001, UTWO000002], min_approvals: 2}
+`
+				a := w.agent()
+				p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+				d := func(who string) approvals.Decision {
+					return approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: who}
+				}
+				if res, err := a.Decide(ctx, d("UREQUESTER")); err != nil || res.Call.Status != agent.CallPending {
+					t.Fatalf("the requester's approval: %+v %v", res, err)
+				}
+				if _, err := w.engine.AddRule(ctx, "UADMIN", approvals.Rule{ID: "fe", Tool: "restart", Verdict: approvals.Ask, FourEyes: true}); err != nil {
+					t.Fatal(err)
+				}
+				res, err := a.Decide(ctx, d("UONE000001"))
+				must(t, err)
+				if res.Complete || res.Call.Status != agent.CallPending {
+					t.Fatalf("decided with approvals %v, of which only one is not a requester's under four eyes", res.Call.Approvals)
+				}
+				res, err = a.Decide(ctx, d("UTWO000002"))
+				must(t, err)
+				if !res.Complete {
+					t.Errorf("two approvers who are not requesters did not decide it: %+v", res.Call)
+				}
+			})
+			t.Run("approver left the group", func(t *testing.T) {
+				ctx := context.Background()
+				w := newWorld(t, b)
+				w.policy = `
+policy:
+  rules:
+    - {id: two, tool: restart, verdict: ask, approvers: [SSRE000001], min_approvals: 2}
+`
+				g := &mutableGroups{m: map[string][]string{"SSRE000001": {"UOLD000001", "UONE000001"}}}
+				w.cfg.Groups = g
+				a := w.agent()
+				p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+				d := func(who string) approvals.Decision {
+					return approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: who}
+				}
+				_, err := a.Decide(ctx, d("UOLD000001"))
+				must(t, err)
+				g.set("SSRE000001", "UONE000001", "UTWO000002")
+				res, err := a.Decide(ctx, d("UONE000001"))
+				must(t, err)
+				if res.Complete {
+					t.Fatalf("decided with approvals %v; UOLD000001 is no longer in the group", res.Call.Approvals)
+				}
+				res, err = a.Decide(ctx, d("UTWO000002"))
+				must(t, err)
+				if !res.Complete {
+					t.Errorf("two current members did not decide it: %+v", res.Call)
+				}
+				if n := w.restarts.n.Load(); n != 0 {
+					t.Errorf("restart ran %d times before any resume", n)
+				}
+			})
+		})
+	}
+}
+
+// mutableGroups is a GroupResolver whose groups a test changes.
+type mutableGroups struct {
+	mu sync.Mutex
+	m  map[string][]string
+}
+
+func (g *mutableGroups) Members(_ context.Context, id string) ([]string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.m[id]), nil
+}
+
+func (g *mutableGroups) set(id string, members ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.m[id] = members
 }
