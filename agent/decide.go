@@ -612,7 +612,8 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 }
 
 // Cancel stops a paused step on behalf of its requester: every pending call
-// of the run is cancelled. Only the requester may cancel. Calls that already
+// of the run is cancelled. Only a requester may cancel: the run's, or any
+// of its calls' (everyone whose message the turn that paused answers). Calls that already
 // ran keep their results; the others are dropped from the history when the
 // step resumes. Complete is set when this left nothing pending; then call
 // Resume, which ends the step without calling the model (messages queued
@@ -625,7 +626,7 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 	if err != nil {
 		return DecideResult{}, fmt.Errorf("cancel %s: %w", runID, err)
 	}
-	if user != run.Requester {
+	if user != run.Requester && !slices.ContainsFunc(calls, func(c store.Call) bool { return slices.Contains(c.Requesters, user) }) {
 		return DecideResult{}, fmt.Errorf("cancel %s: %w: only the requester can cancel", runID, approvals.ErrNotApprover)
 	}
 	var res DecideResult

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,5 +105,44 @@ policy:
 	_, err = a.Decide(ctx, approvals.Decision{CallID: d.ID, Fingerprint: d.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"})
 	if !errors.Is(err, agent.ErrBadDecision) || !strings.Contains(err.Error(), "not asked under a rule that can be relaxed") {
 		t.Errorf("Remember on a combined ask: %v, want it refused", err)
+	}
+}
+
+// Any of the people a paused call was made for may cancel it, not only
+// the last to write; someone else may not.
+func TestAnyRequesterMayCancel(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = "policy:\n  default: ask\n"
+	a := w.agent()
+	bob := agent.Request{Conversation: "T1/C1/1700000000.000100", User: "UBOB", Channel: "C1", Text: "deploy api 2"}
+	p := pauseWith(t, w, a, bob, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	more := bob
+	more.Text = "and restart prod when that's done"
+	lead := bob
+	lead.User, lead.Text = "ULEAD", "fyi I'm watching the dashboards"
+	for _, r := range []agent.Request{more, lead} {
+		if _, err := a.Run(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.model.Reply(fakeopenai.Text("deployed"), fakeopenai.ToolCalls(call("c2", "restart", `{"env":"prod"}`)))
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UCAROL"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.Resume(ctx, p.RunID)
+	must(t, err)
+	if out.Status != agent.Paused || len(out.Pending) != 1 {
+		t.Fatalf("resume: %s %+v", out.Status, out.Pending)
+	}
+	r := out.Pending[0]
+	if r.Requester == "UBOB" || !slices.Contains(r.Requesters, "UBOB") {
+		t.Fatalf("restart made for %s %v; the test needs UBOB among the requesters, not the last", r.Requester, r.Requesters)
+	}
+	if _, err := a.Cancel(ctx, r.RunID, "UCAROL"); !errors.Is(err, approvals.ErrNotApprover) {
+		t.Errorf("a cancel by someone else: %v, want it refused", err)
+	}
+	if _, err := a.Cancel(ctx, r.RunID, "UBOB"); err != nil {
+		t.Errorf("UBOB, who asked for the restart, cannot cancel it: %v", err)
 	}
 }

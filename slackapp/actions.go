@@ -358,11 +358,12 @@ func (a *App) cancelClick(ctx context.Context, c click) {
 	if err != nil {
 		text, result := refusalText(res.Call, c.user, err)
 		if errors.Is(err, approvals.ErrNotApprover) {
-			requester := ""
+			var requester string
+			var requesters []string
 			if pc, err := a.ag.Call(ctx, callID); err == nil {
-				requester = pc.Requester
+				requester, requesters = pc.Requester, pc.Requesters
 			}
-			text = NotRequesterText(requester)
+			text = NotRequesterText(requester, requesters...)
 		}
 		a.m.decision("cancel", result, 0)
 		if result == "error" {

@@ -377,9 +377,14 @@ func RequesterCannotApproveText() string {
 }
 
 // NotRequesterText is the ephemeral answer to someone other than the
-// requester who clicked Cancel. Nothing changed.
-func NotRequesterText(requester string) string {
-	return "Only " + userRef(requester, "the requester") + " can cancel this request. Nothing changed."
+// requesters (requester, or requesters when known) who clicked Cancel.
+// Nothing changed.
+func NotRequesterText(requester string, requesters ...string) string {
+	who := userRef(requester, "the requester")
+	if len(requesters) > 1 {
+		who = requesterRefs(requester, requesters) + " (whoever of them)"
+	}
+	return "Only " + who + " can cancel this request. Nothing changed."
 }
 
 // AlreadyDecidedText is the ephemeral answer to someone who acted on a call

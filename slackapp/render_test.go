@@ -565,6 +565,7 @@ func TestMessageTexts(t *testing.T) {
 		{"not approver, no list", NotApproverText(nil), "You are not an approver for this call, so nothing changed."},
 		{"not requester", NotRequesterText("U1ABC"), "Only <@U1ABC> can cancel this request. Nothing changed."},
 		{"not requester, bad id", NotRequesterText("<!here>"), "Only &lt;!here&gt; can cancel this request. Nothing changed."},
+		{"not one of the requesters", NotRequesterText("U1ABC", "U2DEF", "U1ABC"), "Only <@U2DEF>, <@U1ABC> (whoever of them) can cancel this request. Nothing changed."},
 		{"already approved", AlreadyDecidedText("U1ABC", approvals.Approve, at),
 			"This call was already approved by <@U1ABC> at <!date^1741086000^{date_short_pretty} at {time}|2025-03-04 11:00 UTC>. Nothing changed."},
 		{"already rejected, no time", AlreadyDecidedText("U1ABC", approvals.Reject, time.Time{}),
