@@ -86,6 +86,13 @@ func EditModal(callID, tool string, args json.RawMessage, schema json.RawMessage
 		return m
 	}
 
+	// The field holds the arguments as they are, so that they are sent
+	// back unchanged; the characters in them that cannot be seen are
+	// written out above it.
+	if shown, n := revealHidden(initial); n > 0 {
+		text, _ := codeBlock(codeBody(shown), maxSectionText-200)
+		blocks = append(blocks, section(hiddenWarning(n, "the arguments")+" The field below holds them as they are; they are:\n"+text))
+	}
 	blocks = append(blocks, textInput(BlockEditArgs, ActionEditArgs, "Arguments (JSON)", "{}", initial, maxInputValue))
 	m := modal(CallbackEdit, "Edit arguments", callID, blocks)
 	m.Submit = plain("Run with these", maxModalTitle)

@@ -242,3 +242,24 @@ func TestRespondModalLongQuestion(t *testing.T) {
 		t.Error("long question: no note about the parts left out")
 	}
 }
+
+// The Edit form's field holds arguments with invisible characters as they
+// are (they are sent back unchanged), with a warning above it that writes
+// them out.
+func TestEditModalRevealsHiddenCharacters(t *testing.T) {
+	m := EditModal("c1", "files__rename", json.RawMessage("{\"path\":\"report\u202etxt.sh\"}"), nil)
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	if !strings.Contains(got, "hidden character") || !strings.Contains(got, "⟦U+202E⟧") {
+		t.Errorf("the Edit form has no warning writing out U+202E: %s", got)
+	}
+	if !strings.Contains(got, `"initial_value":"{\n  \"path\": \"report`+"\u202e"+`txt.sh\"\n}"`) {
+		t.Errorf("the field does not hold the arguments as they are: %s", got)
+	}
+	if clean, _ := json.Marshal(EditModal("c1", "t", json.RawMessage(`{"path":"a"}`), nil)); strings.Contains(string(clean), "hidden character") {
+		t.Error("a warning without hidden characters")
+	}
+}
