@@ -126,6 +126,10 @@ type Card struct {
 	// question, preview or output, nor people's words about it; "View full
 	// arguments" shows them to those who may see them. See Sealed.
 	Sealed bool
+	// CopyOf is, on a copy of the card outside the call's conversation (an
+	// approver's DM, APPROVALS_CHANNEL), the conversation's channel, which
+	// "Always allow here" applies to; "" on the conversation's card.
+	CopyOf string
 }
 
 // Seal returns c as a sealed copy (see Card.Sealed).
@@ -399,17 +403,25 @@ func cardButtons(c Card) []slack.BlockElement {
 			deny, reject, why, cancel,
 		}
 	}
-	remember := button(ActionRemember, "Always allow here", c.CallID).
-		WithConfirm(slack.NewConfirmationBlockObject(
-			plain("Always allow this tool here?", 100),
-			plain("This call runs now, and later calls of this tool in this channel will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),
-			plain("Allow", 30),
-			plain("Cancel", 30),
-		))
+	// A copy's "here" is the conversation's channel, not the copy's.
+	here := "in this channel"
+	if c.CopyOf != "" {
+		here = "in the conversation's channel (not where this copy is)"
+	}
+	remember := button(ActionRemember, "Always allow there", c.CallID)
+	if c.CopyOf == "" {
+		remember = button(ActionRemember, "Always allow here", c.CallID)
+	}
+	remember = remember.WithConfirm(slack.NewConfirmationBlockObject(
+		plain("Always allow this tool "+here+"?", 100),
+		plain("This call runs now, and later calls of this tool "+here+" will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),
+		plain("Allow", 30),
+		plain("Cancel", 30),
+	))
 	exact := button(ActionRememberExact, "Always allow these arguments here", c.CallID).
 		WithConfirm(slack.NewConfirmationBlockObject(
 			plain("Always allow these exact arguments here?", 100),
-			plain("This call runs now, and later calls of this tool in this channel with exactly these arguments will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),
+			plain("This call runs now, and later calls of this tool "+here+" with exactly these arguments will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),
 			plain("Allow", 30),
 			plain("Cancel", 30),
 		))
@@ -421,8 +433,12 @@ func cardButtons(c Card) []slack.BlockElement {
 	}
 	if !c.FourEyes && c.MinApprovals <= 1 {
 		// A standing rule never relaxes a four-eyes or two-person rule,
-		// so the card does not offer one.
-		buttons = append(buttons, remember, exact)
+		// so the card does not offer one; a sealed copy does not offer to
+		// allow arguments it does not show.
+		buttons = append(buttons, remember)
+		if !c.Sealed {
+			buttons = append(buttons, exact)
+		}
 	}
 	return append(buttons, why, cancel)
 }
@@ -475,6 +491,9 @@ func statusText(c Card) string {
 	case approvals.Approve:
 		return ":white_check_mark: Approved by " + who + when
 	case approvals.Remember:
+		if c.CopyOf != "" {
+			return ":white_check_mark: Approved by " + who + when + ", and allowed in " + channelRef(c.CopyOf) + " from now on"
+		}
 		return ":white_check_mark: Approved by " + who + when + ", and allowed in this channel from now on"
 	case approvals.Edit:
 		return ":pencil2: Edited by " + who + when + "; the edited arguments are below"

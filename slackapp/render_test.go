@@ -777,3 +777,36 @@ func TestExplainFailedTextKeepsErrorsOut(t *testing.T) {
 		}
 	}
 }
+
+// A copy of a card outside the conversation says that "Always allow"
+// applies to the conversation's channel, not the copy's; a sealed copy does
+// not offer to allow arguments it does not show.
+func TestCopiesSayWhereAlwaysAllowApplies(t *testing.T) {
+	buttons := func(c Card) string {
+		b, err := json.Marshal(CardBlocks(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	c := pendingCard()
+	c.FourEyes = false // four eyes offers no Always allow
+	if got := buttons(c); !strings.Contains(got, "Always allow here") || !strings.Contains(got, "later calls of this tool in this channel") || !strings.Contains(got, ActionRememberExact) {
+		t.Errorf("the conversation's card: %s", got)
+	}
+	c.CopyOf = "C0PRIVATE1"
+	got := buttons(c)
+	if !strings.Contains(got, "Always allow there") || !strings.Contains(got, "in the conversation's channel (not where this copy is)") || strings.Contains(got, "in this channel will") {
+		t.Errorf("a copy does not say where the rule applies: %s", got)
+	}
+	if !strings.Contains(got, ActionRememberExact) {
+		t.Errorf("a DM copy, which shows the arguments, does not offer them: %s", got)
+	}
+	if got := buttons(Seal(c)); strings.Contains(got, ActionRememberExact) || !strings.Contains(got, ActionRemember) {
+		t.Errorf("a sealed copy offers to allow arguments it does not show, or no Always allow: %s", got)
+	}
+	c.Status, c.Decision, c.Decider = StatusDecided, approvals.Remember, "U1ABC"
+	if got := buttons(c); !strings.Contains(got, "allowed in \u003c#C0PRIVATE1\u003e from now on") && !strings.Contains(got, `allowed in \u003c#C0PRIVATE1\u003e`) {
+		t.Errorf("a decided copy does not name the channel allowed: %s", got)
+	}
+}

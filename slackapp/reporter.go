@@ -508,10 +508,7 @@ func (a *App) postCopies(ctx context.Context, p *cardPost) {
 				a.log.Warn("remember where a card copy is", "call", p.callID, "err", err)
 			}
 		}
-		blocks, text := p.blocks, p.text
-		if target == a.cfg.ApprovalsChannel {
-			blocks, text = a.cardIn(p.card, target, "")
-		}
+		blocks, text := a.cardIn(p.card, target, p.channel)
 		if ts := a.postBlocks(ctx, target, "", blocks, text); ts != "" {
 			p.added(a, target, ts)
 		} else {
@@ -753,9 +750,12 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 // that channel, is sealed (see Card.Sealed).
 func (a *App) cardIn(card Card, channel, conversation string) ([]slack.Block, string) {
 	place := placeOf(channel, conversation, a.cfg.ApprovalsChannel)
-	if place != "conversation" && card.OutputSummary != "" {
-		card.OutputSummary = ""
-		card.Outcome += " (the output is in the conversation's thread)"
+	if place != "conversation" {
+		card.CopyOf = conversation
+		if card.OutputSummary != "" {
+			card.OutputSummary = ""
+			card.Outcome += " (the output is in the conversation's thread)"
+		}
 	}
 	if place == "approvals" {
 		card = Seal(card)
