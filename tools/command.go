@@ -71,7 +71,25 @@ func RunCommand(c CommandConfig) (agent.Tool, error) {
 		Annotations: approvals.Hints{Destructive: ptr(true)},
 		Handler:     r.run,
 		Preview:     r.previewCommand,
+		Check:       r.checkProgram,
 	}, nil
+}
+
+// checkProgram refuses a program not named exactly as the allow list names
+// it (/usr/bin/rm for an allowed rm, say): the policy judges args.argv[0]
+// as written, so a rule on it ("rm is denied") must see the name the allow
+// list knows.
+func (r *commandTool) checkProgram(raw json.RawMessage) error {
+	var args struct {
+		Argv []string `json:"argv"`
+	}
+	if err := json.Unmarshal(raw, &args); err != nil || len(args.Argv) == 0 {
+		return nil // the handler says what is wrong
+	}
+	if p := args.Argv[0]; !slices.Contains(r.cfg.Allow, p) {
+		return fmt.Errorf("program %q is not allowed; name it exactly as one of: %s", p, strings.Join(r.cfg.Allow, ", "))
+	}
+	return nil
 }
 
 type commandTool struct {

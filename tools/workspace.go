@@ -59,6 +59,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 }`),
 			Annotations: readOnly,
 			Handler:     w.list,
+			Check:       checkPath,
 		},
 		{
 			Name:        "workspace_read",
@@ -73,6 +74,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 }`),
 			Annotations: readOnly,
 			Handler:     w.read,
+			Check:       checkPath,
 		},
 		{
 			Name:        "workspace_write",
@@ -88,6 +90,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 }`),
 			Annotations: approvals.Hints{Destructive: ptr(true), Idempotent: true},
 			Handler:     w.write,
+			Check:       checkPath,
 			Preview:     w.previewWrite,
 		},
 		{
@@ -103,6 +106,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 }`),
 			Annotations: approvals.Hints{Destructive: ptr(true), Idempotent: true},
 			Handler:     w.delete,
+			Check:       checkPath,
 			Preview:     w.previewDelete,
 		},
 	}, nil
@@ -140,6 +144,28 @@ func (w *workspace) open(raw json.RawMessage, def string) (*os.Root, pathArgs, e
 		return nil, args, fmt.Errorf("open workspace: %w", err)
 	}
 	return root, args, nil
+}
+
+// checkPath refuses a path not written in its one plain form, relative
+// to the root: an absolute path, ".." (tmp/../x), "." (./x), doubled or
+// trailing slashes. The policy judges the path as written, so a rule on
+// args.path ("tmp/ may be written without asking", "secrets/ is denied")
+// must see the path the tool will use, not another spelling of it.
+func checkPath(raw json.RawMessage) error {
+	var args pathArgs
+	if err := json.Unmarshal(raw, &args); err != nil || args.Path == "" {
+		return nil // the handler says what is wrong
+	}
+	p := args.Path
+	switch {
+	case filepath.IsAbs(p):
+		return fmt.Errorf("path %q: give the path relative to the workspace root, not an absolute one", p)
+	case !filepath.IsLocal(p):
+		return fmt.Errorf("path %q leaves the workspace", p)
+	case filepath.Clean(p) != p:
+		return fmt.Errorf("path %q: write it plainly, as %q (no ., .., doubled or trailing slashes)", p, filepath.Clean(p))
+	}
+	return nil
 }
 
 // rel turns p into a path relative to the root, refusing one that leaves

@@ -1,0 +1,55 @@
+package tools
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/agent"
+)
+
+// Paths and programs are taken only in the one form the policy's rules are
+// written against: another spelling of the same file or program (tmp/../x,
+// ./secrets/x, the root's absolute path, /usr/bin/rm for rm) is refused
+// before the policy judges the call.
+func TestOnlyPlainPathsAndProgramNames(t *testing.T) {
+	root := t.TempDir()
+	ws, err := WorkspaceTools(WorkspaceConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := RunCommand(CommandConfig{Allow: []string{"ls", "rm"}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := agent.NewRegistry()
+	for _, tool := range append(ws, cmd) {
+		if err := reg.Register(tool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		tool, args, want string
+	}{
+		{"workspace_write", `{"path":"tmp/../notes.md","content":"x"}`, `write it plainly, as "notes.md"`},
+		{"workspace_read", `{"path":"./secrets/api-token.txt"}`, `write it plainly, as "secrets/api-token.txt"`},
+		{"workspace_read", `{"path":"` + root + `/secrets/api-token.txt"}`, "not an absolute one"},
+		{"workspace_delete", `{"path":"tmp//a"}`, `as "tmp/a"`},
+		{"workspace_list", `{"path":"tmp/"}`, `as "tmp"`},
+		{"workspace_read", `{"path":"../x"}`, "leaves the workspace"},
+		{"run_command", `{"argv":["/usr/bin/rm","-f","notes.md"]}`, `program "/usr/bin/rm" is not allowed; name it exactly as one of: ls, rm`},
+		{"run_command", `{"argv":["./ls"]}`, "not allowed"},
+		{"workspace_read", `{"path":"secrets/api-token.txt"}`, ""},
+		{"workspace_list", `{"path":"."}`, ""},
+		{"workspace_list", `{}`, ""},
+		{"run_command", `{"argv":["rm","-f","notes.md"]}`, ""},
+	} {
+		err := reg.Validate(tt.tool, json.RawMessage(tt.args))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s %s: refused (%v), want it taken", tt.tool, tt.args, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s %s: %v, want an error with %q", tt.tool, tt.args, err, tt.want)
+		}
+	}
+}
