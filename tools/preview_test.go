@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,5 +127,45 @@ func TestRunCommandPreview(t *testing.T) {
 		if !strings.Contains(got, w) {
 			t.Errorf("preview %q lacks %q", got, w)
 		}
+	}
+}
+
+// A write whose diff would take long (the line counts' product past
+// maxDiffWork) is previewed by the span it changes, at once.
+func TestPreviewWriteOfALargeFileSaysTheChangedSpan(t *testing.T) {
+	root := t.TempDir()
+	var old, next strings.Builder
+	for i := range 6000 {
+		fmt.Fprintf(&old, "line %d\n", i)
+		if i >= 100 && i < 5900 {
+			fmt.Fprintf(&next, "line %d\n", 5999-i) // a shuffled middle
+		} else {
+			fmt.Fprintf(&next, "line %d\n", i)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "app.log"), []byte(old.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := &workspace{cfg: WorkspaceConfig{Root: root, MaxFileBytes: 1 << 20}}
+	args, _ := json.Marshal(map[string]string{"path": "app.log", "content": next.String()})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	var got string
+	var err error
+	go func() {
+		defer close(done)
+		got, err = w.previewWrite(ctx, args)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the preview of a 6,000-line rewrite did not end within 10s")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "overwrites app.log (6000 lines): lines 101 to 5900 of it (5800 lines) become 5800 lines"; !strings.Contains(got, want) {
+		t.Errorf("preview %q, want %q", got, want)
 	}
 }
