@@ -442,9 +442,26 @@ func overlap(a, b string) bool {
 	if inside(a, b) || inside(b, a) {
 		return true
 	}
-	ra, errA := filepath.EvalSymlinks(a)
-	rb, errB := filepath.EvalSymlinks(b)
-	return errA == nil && errB == nil && (inside(ra, rb) || inside(rb, ra))
+	ra, rb := resolveExisting(a), resolveExisting(b)
+	return inside(ra, rb) || inside(rb, ra)
+}
+
+// resolveExisting is p with the symlinks of its longest existing part
+// resolved, and the rest (directories to be created) appended: a root
+// created at start is compared where it will be.
+func resolveExisting(p string) string {
+	rest := ""
+	for dir := p; ; {
+		if r, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+		dir = parent
+	}
 }
 
 func parseAskHuman(n *yaml.Node) (*AskHumanConfig, error) {

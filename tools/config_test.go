@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -247,5 +248,29 @@ func TestConfigErrorHidesTheURLsSecrets(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "sk-live") {
 		t.Errorf("the error quotes the key: %v", err)
+	}
+}
+
+// A workspace root created at start is compared with the command
+// directory where it will be: through a symlink in its existing part.
+func TestOverlapThroughASymlinkToARootNotYetMade(t *testing.T) {
+	base := t.TempDir()
+	srv := filepath.Join(base, "srv")
+	if err := os.Mkdir(srv, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(srv, filepath.Join(base, "data")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf("builtin_tools:\n  run_command: {allow: [git], dir: %s}\n  workspace: {root: %s}\n", srv, filepath.Join(base, "data", "ws"))
+	if _, err := ParseConfig([]byte(cfg)); err == nil || !strings.Contains(err.Error(), "overlap") {
+		t.Errorf("ParseConfig: %v, want the overlap refused", err)
+	}
+	real, err := filepath.EvalSymlinks(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resolveExisting(filepath.Join(base, "data", "ws", "x")); got != filepath.Join(real, "ws", "x") {
+		t.Errorf("resolveExisting = %s, want %s", got, filepath.Join(real, "ws", "x"))
 	}
 }
