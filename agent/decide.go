@@ -444,9 +444,43 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 				need = max(need, ev.MinApprovals)
 				sd.Approvers = ev.Approvers
 			}
+			if n := othersWhoCanApprove(c, ev, d.Decider); n >= 0 && n < need-1 {
+				return sd, need, fmt.Errorf("%w: the edited call needs %d approvals, and besides you only %d person(s) may give one: the card's approvers and those of rule %s have too few in common; edit it otherwise, or ask an admin", ErrBadDecision, need, n, ev.RuleID)
+			}
 		}
 	}
 	return sd, need, nil
+}
+
+// othersWhoCanApprove counts the people other than editor who could
+// approve c once edited into a call judged ev: approvals after an edit are
+// checked against the card's approvers and the rule that asks now, four
+// eyes of either keeping the requesters out. It returns -1 when that
+// cannot be told (a user group, or anyone who can see the conversation).
+func othersWhoCanApprove(c store.Call, ev approvals.Verdict, editor string) int {
+	users := c.Approvers
+	if ev.Action == approvals.Ask && len(ev.Approvers) > 0 {
+		if len(users) == 0 {
+			users = ev.Approvers
+		} else {
+			users = slices.DeleteFunc(slices.Clone(users), func(u string) bool { return !slices.Contains(ev.Approvers, u) })
+		}
+	}
+	if len(users) == 0 && (len(c.Approvers) > 0 || len(ev.Approvers) > 0) {
+		return 0 // the two name no one in common
+	}
+	if len(users) == 0 || slices.ContainsFunc(users, func(u string) bool { return strings.HasPrefix(u, "S") }) {
+		return -1
+	}
+	fourEyes := c.FourEyes || (ev.Action == approvals.Ask && ev.FourEyes)
+	n := 0
+	for _, u := range slices.Compact(slices.Sorted(slices.Values(users))) {
+		if u == editor || fourEyes && (u == c.Requester || slices.Contains(c.Requesters, u)) {
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // checkEdit validates edited arguments against the tool's schema and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -289,4 +290,34 @@ func (g *mutableGroups) set(id string, members ...string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.m[id] = members
+}
+
+// An edit into a two-person rule that no one but the editor could complete
+// (the card's approvers and the rule's share no one else) is refused, not
+// left pending until it expires; one that others can complete is taken.
+func TestEditNoOneCouldCompleteIsRefused(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  rules:
+    - {id: prod, tool: restart, when: 'args.env == "prod"', verdict: ask, approvers: [UONE000001, USRE000001, USRE000002], min_approvals: 2}
+    - {id: staging, tool: restart, verdict: ask, approvers: [UONE000001, UDEV000002]}
+`
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UONE000001", Args: []byte(`{"env":"prod"}`)})
+	if !errors.Is(err, agent.ErrBadDecision) || !strings.Contains(err.Error(), "besides you only 0 person(s) may give one") {
+		t.Fatalf("an edit no one could complete: %v, want it refused", err)
+	}
+	c, err := a.Call(ctx, p.ID)
+	must(t, err)
+	if c.Fingerprint != p.Fingerprint || c.Status != agent.CallPending {
+		t.Errorf("the refused edit changed the call: %+v", c)
+	}
+	// The card's approvers and prod's share UONE and no one else; staging
+	// edited to staging keeps it a one-approval call.
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UDEV000002", Args: []byte(`{"env":"qa"}`)}); err != nil {
+		t.Errorf("an edit within the card's rule: %v", err)
+	}
 }
