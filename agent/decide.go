@@ -203,7 +203,10 @@ func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pause
 func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision, sd store.Decision, v approvals.Verdict, need int) (DecideResult, error) {
 	stale := 0
 	if d.Kind == approvals.Approve {
-		stale = a.staleApprovals(ctx, c, v, d.Decider)
+		var err error
+		if stale, err = a.staleApprovals(ctx, c, v, d.Decider); err != nil {
+			return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", c.ID, err)
+		}
 	}
 	ap := store.Approval{Approver: d.Decider, At: d.At}
 	var edit *store.Proposal
@@ -247,8 +250,9 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 // staleApprovals counts the approvals of c, other than decider's, that
 // the policy as it is now would refuse (see authorize; v is the verdict
 // on the pending arguments): those approvers may no longer decide the
-// call. One that cannot be checked (a lookup that failed) counts as stale.
-func (a *Agent) staleApprovals(ctx context.Context, c store.Call, v approvals.Verdict, decider string) int {
+// call. One that cannot be checked (a group or audience lookup that
+// failed) is an error: nothing is recorded, and the decider may try again.
+func (a *Agent) staleApprovals(ctx context.Context, c store.Call, v approvals.Verdict, decider string) (int, error) {
 	n := 0
 	for _, ap := range c.Approvals {
 		if ap.Approver == decider {
@@ -261,12 +265,28 @@ func (a *Agent) staleApprovals(ctx context.Context, c store.Call, v approvals.Ve
 		if err == nil && v.Action == approvals.Ask {
 			err = a.authorizeUnder(ctx, c, v, ap.Approver)
 		}
+		if lookupFailed(err) {
+			return 0, fmt.Errorf("check that the approval of %s still counts: %w", ap.Approver, err)
+		}
 		if err != nil {
 			a.log.Info("an approval counted before no longer counts", "call", c.ID, "approver", ap.Approver, "err", err)
 			n++
 		}
 	}
-	return n
+	return n, nil
+}
+
+// lookupFailed reports whether an authorization error is a lookup that
+// failed (a user group's members, a channel's) rather than a refusal: it
+// wraps the lookup's error beside approvals.ErrNotApprover.
+func lookupFailed(err error) bool {
+	for err != nil {
+		if m, ok := err.(interface{ Unwrap() []error }); ok {
+			return len(m.Unwrap()) > 1
+		}
+		err = errors.Unwrap(err)
+	}
+	return false
 }
 
 // authorize checks that the decider may decide c: under the approvers the
@@ -458,6 +478,10 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 // eyes of either keeping the requesters out. It returns -1 when that
 // cannot be told (a user group, or anyone who can see the conversation).
 func othersWhoCanApprove(c store.Call, ev approvals.Verdict, editor string) int {
+	isGroup := func(u string) bool { return strings.HasPrefix(u, "S") }
+	if slices.ContainsFunc(c.Approvers, isGroup) || ev.Action == approvals.Ask && slices.ContainsFunc(ev.Approvers, isGroup) {
+		return -1
+	}
 	users := c.Approvers
 	if ev.Action == approvals.Ask && len(ev.Approvers) > 0 {
 		if len(users) == 0 {
@@ -469,7 +493,7 @@ func othersWhoCanApprove(c store.Call, ev approvals.Verdict, editor string) int 
 	if len(users) == 0 && (len(c.Approvers) > 0 || len(ev.Approvers) > 0) {
 		return 0 // the two name no one in common
 	}
-	if len(users) == 0 || slices.ContainsFunc(users, func(u string) bool { return strings.HasPrefix(u, "S") }) {
+	if len(users) == 0 {
 		return -1
 	}
 	fourEyes := c.FourEyes || (ev.Action == approvals.Ask && ev.FourEyes)

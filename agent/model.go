@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -206,7 +207,11 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 		// none. It is left out, and the answer says so.
 		if last := acc.calls[n-1].Function; strings.TrimSpace(last.Arguments) == "" || !json.Valid([]byte(last.Arguments)) {
 			acc.calls = acc.calls[:n-1]
-			note = fmt.Sprintf("\n\n(a call to %s was cut short by the model's output limit, so it was not made)", last.Name)
+			name, by := cmp.Or(last.Name, "a tool"), "the model's output limit"
+			if acc.reason == openai.FinishReasonContentFilter {
+				by = "the model provider's content filter"
+			}
+			note = fmt.Sprintf("\n\n(a call to %s was cut short by %s, so it was not made)", name, by)
 		} else {
 			note = ""
 		}

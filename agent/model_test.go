@@ -613,3 +613,17 @@ func TestModelCallCutByTheLimitIsLeftOut(t *testing.T) {
 		t.Errorf("a complete call under a length finish: %+v, %v", msg, err)
 	}
 }
+
+// The note of a call cut short names the cause, and stands in for a name
+// that never came.
+func TestModelCutCallNoteNamesTheCause(t *testing.T) {
+	s := fakeopenai.New(t)
+	s.Reply(fakeopenai.Response{ToolCalls: []fakeopenai.ToolCall{{ID: "c1", Name: "", Arguments: `{"a`}}, FinishReason: openai.FinishReasonContentFilter})
+	msg, err := newTestModel(s, 0).Complete(context.Background(), userMessage("hi"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "(a call to a tool was cut short by the model provider's content filter, so it was not made)"; len(msg.ToolCalls) != 0 || !strings.Contains(msg.Content, want) {
+		t.Errorf("message %+v, want no call and %q", msg, want)
+	}
+}

@@ -418,7 +418,11 @@ func cardButtons(c Card) []slack.BlockElement {
 		plain("Allow", 30),
 		plain("Cancel", 30),
 	))
-	exact := button(ActionRememberExact, "Always allow these arguments here", c.CallID).
+	exactLabel := "Always allow these arguments here"
+	if c.CopyOf != "" {
+		exactLabel = "Always allow these arguments there"
+	}
+	exact := button(ActionRememberExact, exactLabel, c.CallID).
 		WithConfirm(slack.NewConfirmationBlockObject(
 			plain("Always allow these exact arguments here?", 100),
 			plain("This call runs now, and later calls of this tool "+here+" with exactly these arguments will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),

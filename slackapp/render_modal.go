@@ -90,8 +90,9 @@ func EditModal(callID, tool string, args json.RawMessage, schema json.RawMessage
 	// back unchanged; the characters in them that cannot be seen are
 	// written out above it.
 	if shown, n := revealHidden(initial); n > 0 {
-		text, _ := codeBlock(codeBody(shown), maxSectionText-200)
-		blocks = append(blocks, section(hiddenWarning(n, "the arguments")+" The field below holds them as they are; they are:\n"+text))
+		head := hiddenWarning(n, "the arguments") + " The field below holds them as they are; they are:\n"
+		text, _ := codeBlock(codeBody(shown), maxSectionText-textLen(head))
+		blocks = append(blocks, section(head+text))
 	}
 	blocks = append(blocks, textInput(BlockEditArgs, ActionEditArgs, "Arguments (JSON)", "{}", initial, maxInputValue))
 	m := modal(CallbackEdit, "Edit arguments", callID, blocks)

@@ -31,9 +31,9 @@ var passedEnv = []string{"PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR
 // executable with arguments, without a shell, and returns the exit status
 // and the combined stdout and stderr (capped at c.MaxOutputBytes).
 //
-// argv[0] must be an allowed absolute path, or a bare name that PATH
-// resolves to an allowed path or that is itself allowed by name; relative
-// paths and unclean paths ("/usr/bin/../bin/rm") are refused. The working
+// argv[0] must be spelled exactly as an entry of c.Allow (checked before
+// the policy judges the call, so rules on it see that spelling): an
+// allowed absolute path, or an allowed bare name, which PATH resolves. The working
 // directory is c.Dir or a directory inside it, symlinks included. After
 // c.Timeout, and as soon as the program has exited, the whole process group
 // is killed, so nothing it started in the background outlives the call. Commands run with PATH,

@@ -22,9 +22,10 @@ const maxListEntries = 1000
 
 // WorkspaceTools returns the tools that work on files under c.Root:
 // workspace_list and workspace_read (read-only), workspace_write and
-// workspace_delete (destructive). Paths are relative to the root, or
-// absolute inside it. Every access goes through [os.Root], so a path that
-// leaves the root, by ".." or through a symlink, is refused. Reads longer
+// workspace_delete (destructive). Paths are relative to the root, in their
+// plain form (see checkPath: checked before the policy judges the call).
+// Every access goes through [os.Root], so a path that leaves the root, by
+// ".." or through a symlink, is refused. Reads longer
 // than c.MaxFileBytes are truncated with a note; larger writes are refused.
 // The root is created, with mode 0750, if it does not exist. Zero settings
 // take their defaults.
