@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,28 +63,59 @@ func (w *workspace) previewWrite(ctx context.Context, raw json.RawMessage) (stri
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	a, b := difflib.SplitLines(string(old)), difflib.SplitLines(next)
-	if len(a)*len(b) > maxDiffWork {
-		// A line diff takes time that grows with the product of the line
-		// counts (and worse): past the bound, the changed span is said.
-		head := 0
-		for head < len(a) && head < len(b) && a[head] == b[head] {
-			head++
-		}
-		tail := 0
-		for tail < len(a)-head && tail < len(b)-head && a[len(a)-1-tail] == b[len(b)-1-tail] {
-			tail++
-		}
+	return lineDiff(args.Path, string(old), next)
+}
+
+// lineDiff is the unified diff of old and next, as the file path. Only the
+// part between their common first and last lines is compared (with three
+// lines of context), so a small change in a long file is diffed quickly;
+// a changed part too long to compare quickly (maxDiffWork) is described by
+// the lines it spans.
+func lineDiff(path, old, next string) (string, error) {
+	a, b := splitLines(old), splitLines(next)
+	head := 0
+	for head < len(a) && head < len(b) && a[head] == b[head] {
+		head++
+	}
+	tail := 0
+	for tail < len(a)-head && tail < len(b)-head && a[len(a)-1-tail] == b[len(b)-1-tail] {
+		tail++
+	}
+	changedA, changedB := len(a)-head-tail, len(b)-head-tail
+	if changedA*changedB > maxDiffWork {
 		return fmt.Sprintf("overwrites %s (%d lines): lines %d to %d of it (%d lines) become %d lines; too many lines to show the changes line by line",
-			args.Path, countLines(string(old)), head+1, len(a)-tail, len(a)-tail-head, len(b)-tail-head), nil
+			path, len(a), head+1, head+changedA, changedA, changedB), nil
 	}
+	from := max(head-3, 0)
+	toA, toB := min(len(a)-tail+3, len(a)), min(len(b)-tail+3, len(b))
 	diff, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: a, B: b, FromFile: "a/" + args.Path, ToFile: "b/" + args.Path, Context: 3,
+		A: a[from:toA], B: b[from:toB], FromFile: "a/" + path, ToFile: "b/" + path, Context: 3,
 	})
-	if err != nil {
-		return "", fmt.Errorf("diff %s: %w", args.Path, err)
+	if err != nil || from == 0 {
+		return diff, err
 	}
-	return diff, nil
+	// The hunks' line numbers count from the part compared.
+	return hunkHeader.ReplaceAllStringFunc(diff, func(h string) string {
+		m := hunkHeader.FindStringSubmatch(h)
+		shift := func(n string) string {
+			v, _ := strconv.Atoi(n)
+			return strconv.Itoa(v + from)
+		}
+		return "@@ -" + shift(m[1]) + m[2] + " +" + shift(m[3]) + m[4] + " @@"
+	}), nil
+}
+
+// hunkHeader is a unified diff's hunk header: @@ -start[,len] +start[,len] @@.
+var hunkHeader = regexp.MustCompile(`(?m)^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@`)
+
+// splitLines splits s into lines, each with its newline but the last if s
+// does not end with one.
+func splitLines(s string) []string {
+	lines := strings.SplitAfter(s, "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	return lines
 }
 
 // maxDiffWork bounds the product of the two sides' line counts that

@@ -169,3 +169,31 @@ func TestPreviewWriteOfALargeFileSaysTheChangedSpan(t *testing.T) {
 		t.Errorf("preview %q, want %q", got, want)
 	}
 }
+
+// A small change in a long file is shown as a diff, with the file's own
+// line numbers; lines added at its end too.
+func TestLineDiffOfASmallChangeInALongFile(t *testing.T) {
+	var old strings.Builder
+	for i := 1; i <= 20000; i++ {
+		fmt.Fprintf(&old, "line %d\n", i)
+	}
+	next := strings.Replace(old.String(), "line 15000\n", "rm -rf /\n", 1)
+	got, err := lineDiff("app.log", old.String(), next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "@@ -14997,7 +14997,7 @@") || !strings.Contains(got, "-line 15000\n+rm -rf /\n") {
+		t.Errorf("diff of one changed line:\n%s", got)
+	}
+	got, err = lineDiff("app.log", old.String(), old.String()+"a\nb\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "@@ -19998,3 +19998,5 @@") || !strings.Contains(got, "+a\n+b\n") {
+		t.Errorf("diff of two appended lines:\n%s", got)
+	}
+	got, err = lineDiff("f", "a\nb\nc", "a\nb\nc\n")
+	if err != nil || !strings.Contains(got, "-c") || !strings.Contains(got, "+c\n") {
+		t.Errorf("a newline added at the end: %q, %v", got, err)
+	}
+}
