@@ -258,10 +258,7 @@ func (a *Agent) staleApprovals(ctx context.Context, c store.Call, v approvals.Ve
 		if ap.Approver == decider {
 			continue
 		}
-		err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, ap.Approver, a.cfg.Groups)
-		if err == nil && len(c.Approvers) == 0 {
-			err = a.inAudience(ctx, c, ap.Approver)
-		}
+		err := a.cardApprover(ctx, c, ap.Approver)
 		if err == nil && v.Action == approvals.Ask {
 			err = a.authorizeUnder(ctx, c, v, ap.Approver)
 		}
@@ -300,13 +297,8 @@ func lookupFailed(err error) bool {
 // (checkEdit). For a decision that runs the call it returns the current
 // verdict. The policy judges by recs, read with the call.
 func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decision, recs map[string][]store.Record) (approvals.Verdict, error) {
-	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, d.Decider, a.cfg.Groups); err != nil {
+	if err := a.cardApprover(ctx, c, d.Decider); err != nil {
 		return approvals.Verdict{}, err
-	}
-	if len(c.Approvers) == 0 {
-		if err := a.inAudience(ctx, c, d.Decider); err != nil {
-			return approvals.Verdict{}, err
-		}
 	}
 	switch d.Kind {
 	case approvals.Edit:
@@ -345,6 +337,19 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 		return approvals.Verdict{}, nil
 	}
 	return v, nil
+}
+
+// cardApprover checks that who may decide c under the approvers its card
+// shows, and, when the card names none, as someone who can see its
+// conversation.
+func (a *Agent) cardApprover(ctx context.Context, c store.Call, who string) error {
+	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, who, a.cfg.Groups); err != nil {
+		return err
+	}
+	if len(c.Approvers) == 0 {
+		return a.inAudience(ctx, c, who)
+	}
+	return nil
 }
 
 // authorizeUnder checks that decider may decide c under v, a verdict that
@@ -478,8 +483,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 // eyes of either keeping the requesters out. It returns -1 when that
 // cannot be told (a user group, or anyone who can see the conversation).
 func othersWhoCanApprove(c store.Call, ev approvals.Verdict, editor string) int {
-	isGroup := func(u string) bool { return strings.HasPrefix(u, "S") }
-	if slices.ContainsFunc(c.Approvers, isGroup) || ev.Action == approvals.Ask && slices.ContainsFunc(ev.Approvers, isGroup) {
+	if slices.ContainsFunc(c.Approvers, approvals.IsGroup) || ev.Action == approvals.Ask && slices.ContainsFunc(ev.Approvers, approvals.IsGroup) {
 		return -1
 	}
 	users := c.Approvers
@@ -493,18 +497,12 @@ func othersWhoCanApprove(c store.Call, ev approvals.Verdict, editor string) int 
 	if len(users) == 0 && (len(c.Approvers) > 0 || len(ev.Approvers) > 0) {
 		return 0 // the two name no one in common
 	}
-	if len(users) == 0 {
+	fourEyes := c.FourEyes || (ev.Action == approvals.Ask && ev.FourEyes)
+	eligible, known := approvals.Eligible(users, fourEyes, append([]string{c.Requester}, c.Requesters...)...)
+	if !known {
 		return -1
 	}
-	fourEyes := c.FourEyes || (ev.Action == approvals.Ask && ev.FourEyes)
-	n := 0
-	for _, u := range slices.Compact(slices.Sorted(slices.Values(users))) {
-		if u == editor || fourEyes && (u == c.Requester || slices.Contains(c.Requesters, u)) {
-			continue
-		}
-		n++
-	}
-	return n
+	return len(slices.DeleteFunc(eligible, func(u string) bool { return u == editor }))
 }
 
 // checkEdit validates edited arguments against the tool's schema and

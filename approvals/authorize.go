@@ -53,7 +53,7 @@ func Authorize(ctx context.Context, c Approvable, decider string, groups GroupRe
 		if a == decider {
 			return nil
 		}
-		if strings.HasPrefix(a, "S") {
+		if IsGroup(a) {
 			groupIDs = append(groupIDs, a)
 		}
 	}

@@ -477,7 +477,7 @@ func combine(closed *Verdict, w Verdict, requesters ...string) bool {
 	case len(common) == 0:
 		common = w.Approvers
 	case len(w.Approvers) > 0 && !sameSet(common, w.Approvers):
-		if slices.ContainsFunc(common, isGroup) || slices.ContainsFunc(w.Approvers, isGroup) {
+		if slices.ContainsFunc(common, IsGroup) || slices.ContainsFunc(w.Approvers, IsGroup) {
 			return false
 		}
 		common = slices.DeleteFunc(slices.Clone(common), func(a string) bool { return !slices.Contains(w.Approvers, a) })
@@ -495,18 +495,27 @@ func combine(closed *Verdict, w Verdict, requesters ...string) bool {
 // may), a user group, or enough users besides the requesters under four
 // eyes for the approvals it needs.
 func decidable(v Verdict, requesters ...string) bool {
-	if len(v.Approvers) == 0 || slices.ContainsFunc(v.Approvers, isGroup) {
-		return true
-	}
-	eligible := slices.Compact(slices.Sorted(slices.Values(v.Approvers)))
-	if v.FourEyes {
-		eligible = slices.DeleteFunc(eligible, func(a string) bool { return slices.Contains(requesters, a) })
-	}
-	return len(eligible) >= max(1, v.MinApprovals)
+	eligible, known := Eligible(v.Approvers, v.FourEyes, requesters...)
+	return !known || len(eligible) >= max(1, v.MinApprovals)
 }
 
-// isGroup reports whether an approver id is a user group's.
-func isGroup(id string) bool { return strings.HasPrefix(id, "S") }
+// Eligible returns the distinct users among approvers who may approve a
+// call of requesters (all but the requesters under four eyes), and false
+// when that is not known here: approvers is empty (anyone who can see the
+// conversation may) or names a user group.
+func Eligible(approvers []string, fourEyes bool, requesters ...string) ([]string, bool) {
+	if len(approvers) == 0 || slices.ContainsFunc(approvers, IsGroup) {
+		return nil, false
+	}
+	eligible := slices.Compact(slices.Sorted(slices.Values(approvers)))
+	if fourEyes {
+		eligible = slices.DeleteFunc(eligible, func(a string) bool { return slices.Contains(requesters, a) })
+	}
+	return eligible, true
+}
+
+// IsGroup reports whether an approver id is a user group's.
+func IsGroup(id string) bool { return strings.HasPrefix(id, "S") }
 
 // sameSet reports whether a and b name the same approvers.
 func sameSet(a, b []string) bool {

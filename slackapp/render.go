@@ -352,7 +352,7 @@ func CopiesNotPostedText(tool string, unreached []copyPlace) string {
 		who = append(who, "to "+approverList(users, ", "))
 	}
 	if channel != "" && channelIDRE.MatchString(channel) {
-		who = append(who, "in <#"+channel+">")
+		who = append(who, "in "+channelRef(channel))
 	}
 	if len(who) == 0 {
 		who = append(who, "to the approvers")
