@@ -51,9 +51,12 @@ type Call struct {
 	Reason       string
 	Approvers    []string
 	FourEyes     bool
-	CreatedAt    time.Time
-	ExpiresAt    time.Time
-	Status       CallStatus
+	// NoAlwaysAllow marks an ask a standing rule may not relax (made of
+	// several requesters' asks, or forced by a failed condition).
+	NoAlwaysAllow bool
+	CreatedAt     time.Time
+	ExpiresAt     time.Time
+	Status        CallStatus
 	// Decision is set once the call is decided, expired or cancelled.
 	Decision *Decision
 	// MinApprovals is how many distinct approvers the call needs (0 or 1:
@@ -92,7 +95,7 @@ func viewOf(c store.Call) Call {
 		ID: c.ID, RunID: c.RunID, Tool: c.Tool, Args: c.Args, Fingerprint: c.Fingerprint,
 		Requester: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Conversation: c.Conversation,
 		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
-		CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Status: CallStatus(c.Status),
+		NoAlwaysAllow: c.NoAlwaysAllow, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Status: CallStatus(c.Status),
 		Preview: c.Preview, PreviewError: c.PreviewError,
 	}
 	if d := c.Decision; d != nil {

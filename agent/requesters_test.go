@@ -102,6 +102,12 @@ policy:
 	if strings.Join(d.Approvers, ",") != "UAPPROVER1" {
 		t.Errorf("the deploy asks %v, want only the approver both rules name", d.Approvers)
 	}
+	if !d.NoAlwaysAllow || out.Pending[0].NoAlwaysAllow != d.NoAlwaysAllow {
+		t.Errorf("the combined ask's call has NoAlwaysAllow false, want its card to offer no Always allow")
+	}
+	if p.NoAlwaysAllow {
+		t.Errorf("the restart, asked under one rule, has NoAlwaysAllow set")
+	}
 	_, err = a.Decide(ctx, approvals.Decision{CallID: d.ID, Fingerprint: d.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"})
 	if !errors.Is(err, agent.ErrBadDecision) || !strings.Contains(err.Error(), "not asked under a rule that can be relaxed") {
 		t.Errorf("Remember on a combined ask: %v, want it refused", err)

@@ -79,6 +79,8 @@ type Card struct {
 	Approvers []string
 	// FourEyes means the requester may not approve their own call.
 	FourEyes bool
+	// NoAlwaysAllow marks an ask no standing rule may relax.
+	NoAlwaysAllow bool
 	// RequestedAt is when the call paused; ExpiresAt is when it expires.
 	// Either may be zero.
 	RequestedAt time.Time
@@ -435,10 +437,11 @@ func cardButtons(c Card) []slack.BlockElement {
 		reject,
 		button(ActionEdit, "Edit arguments", c.CallID),
 	}
-	if !c.FourEyes && c.MinApprovals <= 1 {
+	if !c.FourEyes && c.MinApprovals <= 1 && !c.NoAlwaysAllow && !c.ArgsEdited {
 		// A standing rule never relaxes a four-eyes or two-person rule,
-		// so the card does not offer one; a sealed copy does not offer to
-		// allow arguments it does not show.
+		// an ask made of several requesters' or forced by a failed
+		// condition, or edited arguments, so the card does not offer one;
+		// a sealed copy does not offer to allow arguments it does not show.
 		buttons = append(buttons, remember)
 		if !c.Sealed {
 			buttons = append(buttons, exact)

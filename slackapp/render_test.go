@@ -282,6 +282,31 @@ func goldenCards() map[string]Card {
 	}
 }
 
+// A card whose ask no standing rule may relax (several requesters'
+// rules combined, or a failed condition), or whose arguments are an
+// edit, offers no Always allow: the decision would refuse it.
+func TestCardOffersNoStandingRuleTheDecisionRefuses(t *testing.T) {
+	base := goldenCards()["card_pending"]
+	base.FourEyes = false
+	if ids := actionIDs(CardBlocks(base)); !slices.Contains(ids, ActionRemember) {
+		t.Fatalf("pending card actions %v, want Always allow offered", ids)
+	}
+	combined, edited := base, base
+	combined.NoAlwaysAllow = true
+	edited.ArgsEdited = true
+	for name, c := range map[string]Card{"combined": combined, "edited": edited} {
+		ids := actionIDs(CardBlocks(c))
+		if !slices.Contains(ids, ActionApprove) {
+			t.Errorf("%s card actions %v, want Approve kept", name, ids)
+		}
+		for _, no := range []string{ActionRemember, ActionRememberExact} {
+			if slices.Contains(ids, no) {
+				t.Errorf("%s card actions %v include %s, want none", name, ids, no)
+			}
+		}
+	}
+}
+
 // TestTwoPersonCardOffersNoStandingRule checks that a call needing two
 // approvers keeps its decision buttons but offers no "Always allow": a
 // standing rule would let one person skip the second approval.

@@ -839,7 +839,7 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 	c := pc.Call
 	card := Card{
 		CallID: token(c.ID, c.Fingerprint), Tool: c.Tool, Args: c.Args, Requester: c.Requester, Requesters: c.Requesters,
-		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
+		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes, NoAlwaysAllow: c.NoAlwaysAllow,
 		RequestedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Human: pc.Human,
 		MinApprovals: c.MinApprovals, Approvals: c.Approvals, ArgsEdited: c.Edited,
 		Preview: c.Preview, PreviewError: c.PreviewError,

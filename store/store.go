@@ -92,17 +92,21 @@ type Call struct {
 	// Requesters are everyone whose message the turn that made the call
 	// answers (Requester among them); empty in calls stored before it was
 	// recorded, where Requester is the only one known.
-	Requesters   []string  `json:"requesters,omitempty"`
-	Channel      string    `json:"channel"`
-	Conversation string    `json:"conversation"`
-	RuleID       string    `json:"rule_id"`
-	Reason       string    `json:"reason,omitempty"`
-	Approvers    []string  `json:"approvers,omitempty"`
-	FourEyes     bool      `json:"four_eyes,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
-	ExpiresAt    time.Time `json:"expires_at"`
-	Status       Status    `json:"status"`
-	Decision     *Decision `json:"decision,omitempty"`
+	Requesters   []string `json:"requesters,omitempty"`
+	Channel      string   `json:"channel"`
+	Conversation string   `json:"conversation"`
+	RuleID       string   `json:"rule_id"`
+	Reason       string   `json:"reason,omitempty"`
+	Approvers    []string `json:"approvers,omitempty"`
+	FourEyes     bool     `json:"four_eyes,omitempty"`
+	// NoAlwaysAllow marks an ask no standing rule may relax (one made of
+	// several requesters' asks, or forced by a condition that failed), so
+	// its card does not offer Always allow; opaque to the store.
+	NoAlwaysAllow bool      `json:"no_always_allow,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	ExpiresAt     time.Time `json:"expires_at"`
+	Status        Status    `json:"status"`
+	Decision      *Decision `json:"decision,omitempty"`
 	// Executing is set by BeginExecution: the tool was started at most once.
 	Executing bool `json:"executing,omitempty"`
 	// Result is what the tool returned, as saved by SaveResult (opaque to
