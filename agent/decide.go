@@ -199,9 +199,10 @@ func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pause
 // when the pending arguments are one. The approvals counted before are
 // judged again, as the decider's is, under v, the policy as it is now: one
 // it would refuse (four eyes added, an approver taken out of the rule or
-// its group, out of the conversation) no longer counts.
+// its group, out of the conversation) no longer counts, and the store
+// drops it in the step that counts the new one.
 func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision, sd store.Decision, v approvals.Verdict, need int) (DecideResult, error) {
-	stale := 0
+	var stale []string
 	if d.Kind == approvals.Approve {
 		var err error
 		if stale, err = a.staleApprovals(ctx, c, v, d.Decider); err != nil {
@@ -232,8 +233,8 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		fp = edit.Fingerprint
 	}
 	fx := decisionEffects(c, d.Decider, storedKind(d.Kind), fp, d.At)
-	got, complete, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, edit, need+stale, final, fx)
-	if err := a.decided(ctx, store.ApprovalAudit(fx.Audit, len(got.Approvals)-stale, need), err); err != nil {
+	got, complete, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx)
+	if err := a.decided(ctx, store.ApprovalAudit(fx.Audit, len(got.Approvals), need), err); err != nil {
 		return refused(c, got, err)
 	}
 	if complete {
@@ -247,13 +248,13 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	return DecideResult{Call: viewOf(got), Complete: complete}, nil
 }
 
-// staleApprovals counts the approvals of c, other than decider's, that
-// the policy as it is now would refuse (see authorize; v is the verdict
-// on the pending arguments): those approvers may no longer decide the
-// call. One that cannot be checked (a group or audience lookup that
-// failed) is an error: nothing is recorded, and the decider may try again.
-func (a *Agent) staleApprovals(ctx context.Context, c store.Call, v approvals.Verdict, decider string) (int, error) {
-	n := 0
+// staleApprovals returns the approvers of c, other than decider, whose
+// approvals the policy as it is now would refuse (see authorize; v is the
+// verdict on the pending arguments): they may no longer decide the call.
+// One that cannot be checked (a group or audience lookup that failed) is
+// an error: nothing is recorded, and the decider may try again.
+func (a *Agent) staleApprovals(ctx context.Context, c store.Call, v approvals.Verdict, decider string) ([]string, error) {
+	var stale []string
 	for _, ap := range c.Approvals {
 		if ap.Approver == decider {
 			continue
@@ -263,14 +264,14 @@ func (a *Agent) staleApprovals(ctx context.Context, c store.Call, v approvals.Ve
 			err = a.authorizeUnder(ctx, c, v, ap.Approver)
 		}
 		if lookupFailed(err) {
-			return 0, fmt.Errorf("check that the approval of %s still counts: %w", ap.Approver, err)
+			return nil, fmt.Errorf("check that the approval of %s still counts: %w", ap.Approver, err)
 		}
 		if err != nil {
 			a.log.Info("an approval counted before no longer counts", "call", c.ID, "approver", ap.Approver, "err", err)
-			n++
+			stale = append(stale, ap.Approver)
 		}
 	}
-	return n, nil
+	return stale, nil
 }
 
 // lookupFailed reports whether an authorization error is a lookup that

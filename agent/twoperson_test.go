@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store/storetest"
 )
 
 // A call that needs two approvers is not decided by the first approval,
@@ -260,6 +261,14 @@ policy:
 				must(t, err)
 				if res.Complete {
 					t.Fatalf("decided with approvals %v; UOLD000001 is no longer in the group", res.Call.Approvals)
+				}
+				// The card and the audit count only the approval that counts.
+				if !slices.Equal(res.Call.Approvals, []string{"UONE000001"}) {
+					t.Errorf("approvals %v, want [UONE000001]: UOLD000001's no longer counts", res.Call.Approvals)
+				}
+				log, err := w.store.(storetest.Store).AuditLog(ctx, 1)
+				if err != nil || len(log) != 1 || log[0].Detail != "1 of 2 approvals" {
+					t.Errorf("audit entry of the approval after a stale one = %+v, %v; want 1 of 2 approvals", log, err)
 				}
 				res, err = a.Decide(ctx, d("UTWO000002"))
 				must(t, err)

@@ -172,8 +172,8 @@ type countHeldStore struct {
 	readOnce         sync.Once
 }
 
-func (s *countHeldStore) ApproveAudited(ctx context.Context, callID, fp string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
-	c, ok, err := s.fullStore.ApproveAudited(ctx, callID, fp, ap, edit, need, d, fx)
+func (s *countHeldStore) ApproveAudited(ctx context.Context, callID, fp string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	c, ok, err := s.fullStore.ApproveAudited(ctx, callID, fp, ap, drop, edit, need, d, fx)
 	if s.held.CompareAndSwap(false, true) {
 		close(s.written)
 		<-s.release

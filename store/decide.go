@@ -48,6 +48,15 @@ func ApprovalAudit(e AuditEntry, n, need int) AuditEntry {
 	return e
 }
 
+// Dropped returns approvals without those of the approvers in drop (see
+// ApproveAudited), in order.
+func Dropped(approvals []Approval, drop []string) []Approval {
+	if len(drop) == 0 {
+		return approvals
+	}
+	return slices.DeleteFunc(slices.Clone(approvals), func(a Approval) bool { return slices.Contains(drop, a.Approver) })
+}
+
 // FirstToStart returns the index of the call that BeginResume marks as
 // executing (see storetest.Store), or -1: FirstToRun's, if it is not
 // executing yet.

@@ -139,9 +139,9 @@ func (s *countedStore) DecideBegin(ctx context.Context, callID, fingerprint stri
 	return s.st.DecideBegin(ctx, callID, fingerprint, d, fx, r)
 }
 
-func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
 	s.count("ApproveAudited")
-	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, edit, need, d, fx)
+	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, drop, edit, need, d, fx)
 }
 
 func (s *countedStore) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {

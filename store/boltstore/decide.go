@@ -76,7 +76,7 @@ func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.
 // ApproveAudited is one transaction: the approval, the decision it may
 // complete, and their effects. See storetest.Store for the contract. A
 // zero a.At or d.At is set to now.
-func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Call{}, false, err
 	}
@@ -107,6 +107,7 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 			e := edit.Edit
 			c.Edit, c.Fingerprint, c.Approvals = &e, edit.Fingerprint, []store.Approval{a}
 		} else {
+			c.Approvals = store.Dropped(c.Approvals, drop)
 			for _, got := range c.Approvals {
 				if got.Approver == a.Approver {
 					return store.ErrDuplicateApproval

@@ -217,7 +217,7 @@ func (s *Store) decodeDecidedResume(conversation string, cmd *redis.Cmd, kinds [
 
 // ApproveAudited is one Lua script, like DecideAudited: see storetest.Store
 // for the contract. A zero a.At or d.At is set to now.
-func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
 	if store.RunOf(callID) == "" {
 		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, store.ErrNotFound)
 	}
@@ -254,10 +254,18 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 	if entry != "" {
 		entry = entry[:len(entry)-1]
 	}
+	var dropped string
+	if len(drop) > 0 {
+		b, err := store.EncodeJSON(drop)
+		if err != nil {
+			return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+		}
+		dropped = string(b)
+	}
 	keys, effects := s.effectsOf(callID, entry, fx, a.At)
 	// rand.Text names this sending (see BeginExecution).
 	args := append([]any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
-		dj, string(newrun.Outcome(d.Kind)), ej, efp, rand.Text()}, effects...)
+		dj, string(newrun.Outcome(d.Kind)), ej, efp, rand.Text(), dropped}, effects...)
 	res, err := approve.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)

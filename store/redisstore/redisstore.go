@@ -590,7 +590,7 @@ func (s *Store) CallNote(ctx context.Context, callID string) ([]byte, error) {
 
 // Approve is ApproveAudited with no effects.
 func (s *Store) Approve(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision) (store.Call, bool, error) {
-	return s.ApproveAudited(ctx, callID, fingerprint, a, edit, need, d, store.Effects{})
+	return s.ApproveAudited(ctx, callID, fingerprint, a, nil, edit, need, d, store.Effects{})
 }
 
 // Decide is DecideAudited with no effects.

@@ -101,7 +101,8 @@ if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[6]) then return 
 // KEYS: call, run [, audit, unanswered]
 // ARGV: fingerprint, at, approver, approval JSON, need, decision JSON,
 // new status, edit JSON (empty for none), edit fingerprint, the sending's
-// nonce, then the effects, the audit entry without its closing brace
+// nonce, the approvers whose approvals are dropped (a JSON array, empty
+// for none), then the effects, the audit entry without its closing brace
 // Returns {code, pending calls left, the call's callFields[, audit tail]}
 // where code is ok, counted, duplicate, notfound, decided, mismatch or
 // expired.
@@ -125,11 +126,23 @@ if ARGV[8] ~= '' then
 else
   local cur = redis.call('HGET', KEYS[1], 'approvals')
   if cur then
-    for _, a in ipairs(cjson.decode(cur)) do
-      if a.approver == ARGV[3] then return reply('duplicate', -1) end
-      n = n + 1
+    local drop = {}
+    if ARGV[11] ~= '' then
+      for _, id in ipairs(cjson.decode(ARGV[11])) do drop[id] = true end
     end
-    list = string.sub(cur, 1, -2) .. ',' .. ARGV[4] .. ']'
+    local kept = {}
+    for _, a in ipairs(cjson.decode(cur)) do
+      if a.approver == ARGV[3] and not drop[a.approver] then return reply('duplicate', -1) end
+      if not drop[a.approver] then
+        kept[#kept + 1] = cjson.encode(a)
+        n = n + 1
+      end
+    end
+    if next(drop) == nil then
+      list = string.sub(cur, 1, -2) .. ',' .. ARGV[4] .. ']'
+    elseif #kept > 0 then
+      list = '[' .. table.concat(kept, ',') .. ',' .. ARGV[4] .. ']'
+    end
   end
 end
 redis.call('HSET', KEYS[1], 'approvals', list, 'approve_nonce', ARGV[10])

@@ -725,7 +725,7 @@ func TestApprovalSentAgainIsAnsweredAsRecorded(t *testing.T) {
 		ctx := t.Context()
 		approve := func(call store.Call, who string) (store.Call, bool, error) {
 			now := time.Now()
-			return s.ApproveAudited(ctx, call.ID, "fp0", store.Approval{Approver: who, At: now}, nil, 2,
+			return s.ApproveAudited(ctx, call.ID, "fp0", store.Approval{Approver: who, At: now}, nil, nil, 2,
 				store.Decision{Kind: "approve", Decider: who, At: now}, store.Effects{Audit: store.AuditEntry{Actor: who, Action: "decide", CallID: call.ID}})
 		}
 		_, warm := pausedOnOneCall(t, s, "fp0")

@@ -26,8 +26,10 @@ type audited interface {
 	// ApproveAudited is Approve with effects as DecideAudited writes them,
 	// for a counted approval as for one that decides the call; the audit
 	// entry is store.ApprovalAudit(fx.Audit, approvals counted, need), at
-	// a.At when its At is zero.
-	ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
+	// a.At when its At is zero. Without edit, the approvals of the
+	// approvers in drop (counted before, no longer valid) are taken out of
+	// Approvals, in the same step, before a is counted.
+	ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
 	// BeginResume takes, in one atomic step, what the resume of a run
 	// needs before it starts: the lease on the key r.Lease for r.Owner
 	// (taken or renewed as AcquireLease does; an empty lease means the
@@ -144,17 +146,17 @@ func testApproveAudited(t *testing.T, open Opener) {
 	})
 	c := calls[0]
 	first := approval("U_A")
-	if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, first, nil, 2, approve("U_A"), auditedEffects(c, "U_A")); err != nil {
+	if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, first, nil, nil, 2, approve("U_A"), auditedEffects(c, "U_A")); err != nil {
 		t.Fatalf("first ApproveAudited: %v", err)
 	}
-	if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, 2, approve("U_A"), auditedEffects(c, "U_A")); !errors.Is(err, store.ErrDuplicateApproval) {
+	if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, nil, 2, approve("U_A"), auditedEffects(c, "U_A")); !errors.Is(err, store.ErrDuplicateApproval) {
 		t.Fatalf("ApproveAudited by the same approver: error = %v, want ErrDuplicateApproval", err)
 	}
 	if got := unanswered(t, s, time.Now().Add(time.Minute)); len(got) != 0 {
 		t.Errorf("Unanswered after a counted approval = %q, want nothing", got)
 	}
 	second := approval("U_B")
-	_, complete, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, second, nil, 2, approve("U_B"), auditedEffects(c, "U_B"))
+	_, complete, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, second, nil, nil, 2, approve("U_B"), auditedEffects(c, "U_B"))
 	if err != nil || !complete {
 		t.Fatalf("second ApproveAudited = complete %v, %v; want true, nil", complete, err)
 	}
@@ -168,6 +170,43 @@ func testApproveAudited(t *testing.T, open Opener) {
 	}
 	if got := unanswered(t, s, time.Now().Add(time.Minute)); !slices.Equal(got, []string{c.Conversation}) {
 		t.Errorf("Unanswered after the approval that completed the step = %q, want [%s]", got, c.Conversation)
+	}
+}
+
+// ApproveAudited drops the approvals it is told no longer count in the
+// step that counts the new one: the count, the audit's "n of need" and the
+// stored approvals leave them out.
+func testApproveDrops(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 1, func(r *store.Run, cs []store.Call) {
+		r.Conversation = "T1/C1/" + r.ID
+		cs[0].Conversation = r.Conversation
+	})
+	c := calls[0]
+	for _, who := range []string{"U_A", "U_B"} {
+		if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval(who), nil, nil, 3, approve(who), auditedEffects(c, who)); err != nil {
+			t.Fatalf("ApproveAudited by %s: %v", who, err)
+		}
+	}
+	got, complete, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval("U_C"), []string{"U_A", "U_NONE"}, nil, 3, approve("U_C"), auditedEffects(c, "U_C"))
+	if err != nil || complete || got.Status != store.Pending {
+		t.Fatalf("ApproveAudited by U_C dropping U_A = %s, complete %v, %v; want pending: 2 of 3", got.Status, complete, err)
+	}
+	if who := approvers(got); !slices.Equal(who, []string{"U_B", "U_C"}) {
+		t.Errorf("approvals after dropping U_A = %v, want [U_B U_C]", who)
+	}
+	if stored, err := s.GetCall(ctx, c.ID); err != nil || !slices.Equal(approvers(stored), []string{"U_B", "U_C"}) {
+		t.Errorf("stored approvals = %v, %v; want [U_B U_C]", approvers(stored), err)
+	}
+	// U_A approves again and completes the count.
+	got, complete, err = s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, nil, 3, approve("U_A"), auditedEffects(c, "U_A"))
+	if err != nil || !complete || got.Status != store.Decided {
+		t.Fatalf("ApproveAudited by U_A again = %s, complete %v, %v; want decided", got.Status, complete, err)
+	}
+	want := []string{c.ID + " counted 1 of 3 approvals", c.ID + " counted 2 of 3 approvals", c.ID + " counted 2 of 3 approvals", c.ID + " recorded 3 of 3 approvals"}
+	if got := auditedCalls(t, s); !slices.Equal(got, want) {
+		t.Errorf("audit log = %q, want %q", got, want)
 	}
 }
 

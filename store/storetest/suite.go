@@ -39,6 +39,7 @@ func Run(t *testing.T, open Opener) {
 		{"ApproveConcurrent", testApproveConcurrent},
 		{"DecideAudited", testDecideAudited},
 		{"ApproveAudited", testApproveAudited},
+		{"ApproveDrops", testApproveDrops},
 		{"BeginResume", testBeginResume},
 		{"DecideBegin", testDecideBegin},
 		{"DecideIfRecords", testDecideIfRecords},
