@@ -469,6 +469,11 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			if ev.Action == approvals.Ask {
 				need = max(need, ev.MinApprovals)
 				sd.Approvers = ev.Approvers
+				// Edited arguments that wait for approvals wait no
+				// longer than their rule lets a call wait.
+				if exp := d.At.Add(a.askTTL(ev)); exp.Before(c.ExpiresAt) {
+					sd.ExpiresAt = exp
+				}
 			}
 			if n := othersWhoCanApprove(c, ev, d.Decider); n >= 0 && n < need-1 {
 				return sd, need, fmt.Errorf("%w: the edited call needs %d approvals, and besides you only %d person(s) may give one: the card's approvers and those of rule %s have too few in common; edit it otherwise, or ask an admin", ErrBadDecision, need, n, ev.RuleID)

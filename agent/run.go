@@ -1042,6 +1042,17 @@ func toolMessages(slots []slot) []openai.ChatCompletionMessage {
 	return out
 }
 
+// askTTL is how long a call asked under v waits for its approvers: the
+// rule's ttl, or APPROVAL_TTL, bounded by approvals.MaxTTL (a rule stored
+// before the bound, or a configuration set in code, may ask for more).
+func (a *Agent) askTTL(v approvals.Verdict) time.Duration {
+	ttl := v.TTL
+	if ttl <= 0 {
+		ttl = a.cfg.ApprovalTTL
+	}
+	return min(ttl, approvals.MaxTTL)
+}
+
 // pause persists the step and reports its pending calls.
 func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, rep Reporter) (Outcome, error) {
 	now := a.cfg.Now()
@@ -1051,13 +1062,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 	run := store.Run{ID: runID, Conversation: t.conv, Requester: t.user, Channel: t.channel, CreatedAt: now}
 	previews := a.previews(ctx, asks)
 	for k, q := range asks {
-		ttl := q.verdict.TTL
-		if ttl <= 0 {
-			ttl = a.cfg.ApprovalTTL
-		}
-		// A rule stored before the bound, or a configuration set in code,
-		// may ask for more.
-		ttl = min(ttl, approvals.MaxTTL)
+		ttl := a.askTTL(q.verdict)
 		remind := q.verdict.RemindAfter
 		if remind <= 0 {
 			remind = a.cfg.ReminderAfter

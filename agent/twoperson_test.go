@@ -8,10 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/storetest"
 )
 
@@ -107,6 +109,52 @@ policy:
 			}
 			if got := w.restarts.Args(); len(got) != 1 || got[0] != `{"env":"prod"}` {
 				t.Errorf("restart ran with %v, want the edited arguments", got)
+			}
+		})
+	}
+}
+
+// An edit whose arguments fall under a rule with a shorter ttl waits no
+// longer than that rule lets a call wait: the call expires then, and a
+// click after it is refused. An edit under a longer ttl keeps the card's.
+func TestEditIntoAShorterTTLExpiresSooner(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = `
+policy:
+  rules:
+    - {id: prod, tool: restart, when: 'args.env == "prod"', verdict: ask, approvers: [UONE000001, UTWO000002], min_approvals: 2, ttl: 15m}
+    - {id: staging, tool: restart, verdict: ask, approvers: [UONE000001, UTWO000002], ttl: 24h}
+`
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+			if want := w.clock().Add(24 * time.Hour); !p.ExpiresAt.Equal(want) {
+				t.Fatalf("the staging call expires at %v, want %v", p.ExpiresAt, want)
+			}
+			w.advance(time.Hour)
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UONE000001", Args: json.RawMessage(`{"env":"prod"}`)})
+			if err != nil || res.Call.Status != agent.CallPending {
+				t.Fatalf("the edit to prod: %+v, %v; want it pending", res.Call.Status, err)
+			}
+			soon := w.clock().Add(15 * time.Minute)
+			if !res.Call.ExpiresAt.Equal(soon) {
+				t.Errorf("the edited call expires at %v, want the prod rule's 15m from the edit: %v", res.Call.ExpiresAt, soon)
+			}
+			w.advance(15 * time.Minute)
+			_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: res.Call.Fingerprint, Kind: approvals.Approve, Decider: "UTWO000002"})
+			if !errors.Is(err, approvals.ErrExpired) {
+				t.Errorf("an approval at the edited call's deadline: %v, want ErrExpired", err)
+			}
+			if _, err := a.Expire(ctx, func(string, string) {}); err != nil {
+				t.Fatal(err)
+			}
+			if c, err := w.store.(storetest.Store).GetCall(ctx, p.ID); err != nil || c.Status != store.Expired {
+				t.Errorf("after the expiry pass at the edited deadline the call is %s, %v; want expired", c.Status, err)
+			}
+			if n := w.restarts.n.Load(); n != 0 {
+				t.Errorf("restart ran %d times", n)
 			}
 		})
 	}

@@ -367,6 +367,9 @@ var _ agent.Reminder = (*threadReporter)(nil)
 // approval, not when a decided call's tool has run (the decision's update
 // refreshed them already).
 func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
+	if u.Call.Status == agent.CallPending {
+		r.app.expiry.at(u.Call.ExpiresAt) // an edit may have brought it forward
+	}
 	r.app.updateLater(ctx, u)
 	if u.Phase != agent.PhaseExecuted {
 		r.app.homes.changed(u.Call)

@@ -73,6 +73,11 @@ type Decision struct {
 	// rule its arguments fell under (empty: anyone in the conversation);
 	// opaque to the store.
 	Approvers []string `json:"approvers,omitempty"`
+	// ExpiresAt is, for an edit that restarted a count, when the call
+	// expires if that is before its ExpiresAt (the edited arguments fell
+	// under a rule with a shorter ttl): the store moves the call's
+	// ExpiresAt to it. Zero: unchanged.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Attempt, when set, names this sending of the decision (unique to
 	// it): a store that finds the call decided with the same Attempt
 	// knows that its client sent the decision again after a lost reply,

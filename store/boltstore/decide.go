@@ -93,6 +93,7 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
 		c, complete = store.Call{}, false
 		fx := fx
+		var was time.Time // the expiry an edit moved
 		rec, err := pendingCall(tx, callID, &c)
 		if err != nil {
 			return err
@@ -106,6 +107,9 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 		if edit != nil {
 			e := edit.Edit
 			c.Edit, c.Fingerprint, c.Approvals = &e, edit.Fingerprint, []store.Approval{a}
+			if !e.ExpiresAt.IsZero() && e.ExpiresAt.Before(c.ExpiresAt) {
+				was, c.ExpiresAt = c.ExpiresAt, e.ExpiresAt
+			}
 		} else {
 			c.Approvals = store.Dropped(c.Approvals, drop)
 			for _, got := range c.Approvals {
@@ -116,6 +120,11 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 			c.Approvals = append(c.Approvals, a)
 		}
 		if len(c.Approvals) < need {
+			if !was.IsZero() {
+				if err := moveExpiry(tx, c.ID, was, c.ExpiresAt); err != nil {
+					return err
+				}
+			}
 			if err := put(tx.Bucket(bucketCalls), callID, c); err != nil {
 				return err
 			}

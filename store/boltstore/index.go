@@ -130,6 +130,16 @@ func unlistPending(tx *bolt.Tx, callID string) error {
 	return nil
 }
 
+// moveExpiry moves the expiry index's entry of the pending call id from
+// was to at.
+func moveExpiry(tx *bolt.Tx, id string, was, at time.Time) error {
+	b := tx.Bucket(bucketByExpiry)
+	if err := b.Delete(append(encodeTime(was), id...)); err != nil {
+		return err
+	}
+	return b.Put(append(encodeTime(at), id...), nil)
+}
+
 // ensureIndexes creates the pending-call indexes, and builds them from
 // the pending calls when the file's meta does not record indexVersion.
 func ensureIndexes(tx *bolt.Tx) error {

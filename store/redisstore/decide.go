@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -236,13 +237,16 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 	if err != nil {
 		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
 	}
-	var ej, efp string
+	var ej, efp, eexp string
 	if edit != nil {
 		b, err := store.EncodeJSON(edit.Edit)
 		if err != nil {
 			return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
 		}
 		ej, efp = string(b), edit.Fingerprint
+		if at := edit.Edit.ExpiresAt; !at.IsZero() {
+			eexp = strconv.FormatInt(at.UnixMicro(), 10)
+		}
 	}
 	// The script completes the entry with its outcome and detail.
 	fx.Audit.At = cmpTime(fx.Audit.At, a.At)
@@ -265,7 +269,7 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 	keys, effects := s.effectsOf(callID, entry, fx, a.At)
 	// rand.Text names this sending (see BeginExecution).
 	args := append([]any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
-		dj, string(newrun.Outcome(d.Kind)), ej, efp, rand.Text(), dropped}, effects...)
+		dj, string(newrun.Outcome(d.Kind)), ej, efp, rand.Text(), dropped, eexp}, effects...)
 	res, err := approve.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
@@ -281,6 +285,14 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)
 		}
 		err = s.followEffects(ctx, complete, fx, a.At, tail)
+		if code == "counted" && eexp != "" {
+			// The call expires earlier now: the due index says so (LT:
+			// never later than an earlier entry).
+			z := redis.Z{Score: float64(c.ExpiresAt.UnixMilli()), Member: callID}
+			if zerr := s.c.ZAddLT(ctx, s.dueKey(), z).Err(); zerr != nil {
+				err = errors.Join(err, fmt.Errorf("%w: index the earlier expiry: %w", store.ErrEffects, zerr))
+			}
+		}
 		if err != nil {
 			err = fmt.Errorf("approve call %s: %w", callID, err)
 		}
@@ -329,13 +341,14 @@ func decodeDecision(res []any) (code string, c store.Call, left int64, tail stri
 	if code == "notfound" {
 		return code, store.Call{}, 0, "", store.ErrNotFound
 	}
-	if len(res) < 12 {
+	n := 2 + len(callFields)
+	if len(res) < n {
 		return code, store.Call{}, 0, "", fmt.Errorf("unexpected script reply %v", res)
 	}
 	left, _ = res[1].(int64)
-	c, _, err = decodeCall(res[2:12])
-	if len(res) > 12 {
-		tail, _ = res[12].(string)
+	c, _, err = decodeCall(res[2:n])
+	if len(res) > n {
+		tail, _ = res[n].(string)
 	}
 	return code, c, left, tail, err
 }

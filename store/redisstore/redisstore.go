@@ -381,7 +381,7 @@ func expireAtLeast(ctx context.Context, p redis.Pipeliner, key string, t time.Ti
 
 // callFields are the fields of a call hash that make up a store.Call, in
 // the order decodeCall reads them.
-var callFields = []string{"call", "status", "decision", "executing", "result", "approvals", "edit", "fp", "remind", "reminded"}
+var callFields = []string{"call", "status", "decision", "executing", "result", "approvals", "edit", "fp", "remind", "reminded", "exp"}
 
 // decodeCall builds a call from the values of callFields; ok is false if
 // the call does not exist.
@@ -423,6 +423,16 @@ func decodeCall(vals []any) (c store.Call, ok bool, err error) {
 	}
 	if fp := str(7); fp != "" {
 		c.Fingerprint = fp // an edit replaces the one the call was created with
+	}
+	if r := str(10); r != "" {
+		// An edit may have brought the expiry forward (see approve).
+		us, err := strconv.ParseInt(r, 10, 64)
+		if err != nil {
+			return store.Call{}, false, fmt.Errorf("decode expiry of call %s: %w", c.ID, err)
+		}
+		if us < c.ExpiresAt.UnixMicro() {
+			c.ExpiresAt = time.UnixMicro(us).UTC()
+		}
 	}
 	// The reminder fields, not the JSON, say what ClaimReminder and the
 	// decision scripts made of them.

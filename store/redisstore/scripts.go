@@ -102,7 +102,8 @@ if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[6]) then return 
 // ARGV: fingerprint, at, approver, approval JSON, need, decision JSON,
 // new status, edit JSON (empty for none), edit fingerprint, the sending's
 // nonce, the approvers whose approvals are dropped (a JSON array, empty
-// for none), then the effects, the audit entry without its closing brace
+// for none), the edit's earlier expiry (µs, empty for none), then the
+// effects, the audit entry without its closing brace
 // Returns {code, pending calls left, the call's callFields[, audit tail]}
 // where code is ok, counted, duplicate, notfound, decided, mismatch or
 // expired.
@@ -123,6 +124,9 @@ local list = '[' .. ARGV[4] .. ']'
 local n = 1
 if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 'edit', ARGV[8], 'fp', ARGV[9])
+  if ARGV[12] ~= '' and tonumber(ARGV[12]) < tonumber(redis.call('HGET', KEYS[1], 'exp')) then
+    redis.call('HSET', KEYS[1], 'exp', ARGV[12])
+  end
 else
   local cur = redis.call('HGET', KEYS[1], 'approvals')
   if cur then
@@ -173,9 +177,9 @@ return reply('ok', left)
 // none), at (ms).
 const decisionEffects = `
 local function reply(code, left)
-  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
-  local r = {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]}
-  if #KEYS > 2 then r[13] = redis.call('LINDEX', KEYS[3], -1) end
+  local f = redis.call('HMGET', KEYS[1], 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded', 'exp')
+  local r = {code, left, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11]}
+  if #KEYS > 2 then r[14] = redis.call('LINDEX', KEYS[3], -1) end
   return r
 end
 local function effects(entry, left)
@@ -533,7 +537,7 @@ local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce, aga
   redis.call('SET', claim, owner, 'PX', ttl)
   local calls = {}
   for i = 0, 1000000 do
-    local f = redis.call('HMGET', run .. ':call:' .. id .. '.' .. i, 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded')
+    local f = redis.call('HMGET', run .. ':call:' .. id .. '.' .. i, 'call', 'status', 'decision', 'executing', 'result', 'approvals', 'edit', 'fp', 'remind', 'reminded', 'exp')
     if not f[1] then break end
     calls[#calls + 1] = f
   end

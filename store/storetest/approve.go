@@ -158,3 +158,55 @@ func testApproveConcurrent(t *testing.T, open Opener) {
 		t.Fatalf("stored approvals %v, want U_A and U_B once each", approvers(got))
 	}
 }
+
+// An edit whose arguments fall under a rule with a shorter ttl brings the
+// call's expiry forward (Decision.ExpiresAt), in the call and in the
+// expiry index; a later one never moves it back.
+func testApproveEditExpiry(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 1, nil)
+	c := calls[0]
+	now := time.Now().Truncate(time.Millisecond)
+	sooner := now.Add(10 * time.Minute)
+	edit := func(who, fp string, exp time.Time) *store.Proposal {
+		return &store.Proposal{Fingerprint: fp, Edit: store.Decision{Kind: "edit", Decider: who, At: now, Args: json.RawMessage(`{"path":"/srv/` + fp + `"}`), ExpiresAt: exp}}
+	}
+	got, complete, err := s.Approve(ctx, c.ID, c.Fingerprint, approval("U_B"), edit("U_B", "fp-sooner", sooner), 2, approve("U_B"))
+	if err != nil || complete {
+		t.Fatalf("Approve with an edit that expires sooner = complete %v, %v; want pending", complete, err)
+	}
+	if !got.ExpiresAt.Equal(sooner) {
+		t.Errorf("Approve returned ExpiresAt %v, want the edit's %v", got.ExpiresAt, sooner)
+	}
+	s = reopen()
+	if got = wantStatus(t, s, c.ID, store.Pending); !got.ExpiresAt.Equal(sooner) {
+		t.Errorf("stored ExpiresAt %v after the edit, want %v", got.ExpiresAt, sooner)
+	}
+	if next, err := s.NextExpiry(ctx); err != nil || !next.Equal(sooner) {
+		t.Errorf("NextExpiry = %v, %v; want the edit's %v", next, err, sooner)
+	}
+	if due, err := s.Due(ctx, sooner, 0); err != nil || len(due) != 1 || due[0].ID != c.ID {
+		t.Errorf("Due(at the edit's expiry) = %d calls, %v; want %s", len(due), err, c.ID)
+	}
+	// A later edit under a longer ttl does not move it back.
+	if _, _, err := s.Approve(ctx, c.ID, "fp-sooner", approval("U_C"), edit("U_C", "fp-later", now.Add(2*time.Hour)), 2, approve("U_C")); err != nil {
+		t.Fatalf("Approve with a second edit: %v", err)
+	}
+	if got = wantStatus(t, s, c.ID, store.Pending); !got.ExpiresAt.Equal(sooner) {
+		t.Errorf("ExpiresAt %v after an edit that expires later, want it kept at %v", got.ExpiresAt, sooner)
+	}
+	late := store.Approval{Approver: "U_A", At: sooner}
+	if _, _, err := s.Approve(ctx, c.ID, "fp-later", late, nil, 2, approve("U_A")); !errors.Is(err, store.ErrExpired) {
+		t.Errorf("Approve at the edit's expiry: error = %v, want ErrExpired", err)
+	}
+	if _, _, err := s.Decide(ctx, c.ID, "fp-later", store.Decision{Kind: "approve", Decider: "U_A", At: sooner}); !errors.Is(err, store.ErrExpired) {
+		t.Errorf("Decide at the edit's expiry: error = %v, want ErrExpired", err)
+	}
+	if _, complete, err := s.Decide(ctx, c.ID, "", store.Decision{Kind: "expire", Decider: "system", At: sooner}); err != nil || !complete {
+		t.Errorf("expire at the edit's expiry = complete %v, %v; want expired", complete, err)
+	}
+	if due, err := s.Due(ctx, now.Add(3*time.Hour), 0); err != nil || len(due) != 0 {
+		t.Errorf("Due after the call expired = %d calls, %v; want none", len(due), err)
+	}
+}

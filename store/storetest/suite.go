@@ -36,6 +36,7 @@ func Run(t *testing.T, open Opener) {
 		{"DecideConcurrent", testDecideConcurrent},
 		{"ApproveCounts", testApproveCounts},
 		{"ApproveEdit", testApproveEdit},
+		{"ApproveEditExpiry", testApproveEditExpiry},
 		{"ApproveConcurrent", testApproveConcurrent},
 		{"DecideAudited", testDecideAudited},
 		{"ApproveAudited", testApproveAudited},
