@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -157,6 +158,49 @@ func TestEditRestartsTheCount(t *testing.T) {
 			e.answer(ts, "Deployed the edited version.")
 			if args := e.deployArgs(); len(args) != 1 || args[0] != edited {
 				t.Errorf("deploy ran with %q, want once with the edited %s", args, edited)
+			}
+		})
+	}
+}
+
+// An edit that moves a call under a rule with a shorter ttl brings its
+// deadline forward, and the expiry timer (no sweep here) follows it: the
+// card says it expired close to the new deadline, not the card's first.
+func TestEditIntoAShorterTTLExpiresOnTime(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = `
+policy:
+  rules:
+    - {id: v2, tool: deploy, when: 'args.version == "2"', verdict: ask, approvers: [UAPPROVER1, UOTHER0001], min_approvals: 2, ttl: 2s}
+    - {id: deploys, tool: deploy, verdict: ask, approvers: [UAPPROVER1, UOTHER0001], ttl: 1h}
+`
+			e.cfg.SweepInterval = time.Hour // only the expiry timer can expire it
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)))
+			ts := e.slack.Mention(channel, requester, "deploy api 1")
+			card := e.card(ts, "deploy").TS
+			_, err := e.slack.Click(other, channel, card, slackapp.ActionEdit, "")
+			must(t, err)
+			view := e.modal(other, slackapp.CallbackEdit)
+			_, err = e.slack.SubmitView(other, view.ID, map[string]map[string]string{slackapp.BlockEditArgs: {slackapp.ActionEditArgs: `{"service":"api","version":"2"}`}}, "")
+			must(t, err)
+			e.waitCount(ts, "1 of 2 approvals: <@"+other+"> · the arguments were edited")
+			callID, _, _ := strings.Cut(buttonValue(t, e.card(ts, "deploy"), slackapp.ActionApprove), "~")
+			c, err := e.bot.st.GetCall(t.Context(), callID)
+			must(t, err)
+			if left := time.Until(c.ExpiresAt); left > 2*time.Second {
+				t.Fatalf("the edited call expires in %v, want at most the v2 rule's 2s", left)
+			}
+			e.waitThread(ts, "with the expired card", func(m fakeslack.Message) bool {
+				return m.TS == card && strings.Contains(blocksText(m), "Expired")
+			})
+			if late := time.Since(c.ExpiresAt); late > 3*time.Second {
+				t.Errorf("the card said it expired %v after the edited deadline", late)
+			}
+			if n := e.deploy.Load(); n != 0 {
+				t.Errorf("deploy ran %d times", n)
 			}
 		})
 	}
