@@ -389,7 +389,8 @@ var errNothingToRenew = errors.New("nothing left to renew")
 // reports the hold lost (another process holds it, or it ran out), or
 // fails until the hold may have run out in the store, it logs that and
 // calls lost with ErrLeaseLost, so the work under the hold stops before
-// anyone else can have started on it, and returns. name and the key/value
+// anyone else can have started on it, and returns; a renewal still
+// unanswered then is abandoned as failed. name and the key/value
 // pairs in attrs name the hold in the log.
 func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *slog.Logger, lost context.CancelCauseFunc, renew func(context.Context) (bool, error), name string, attrs ...any) {
 	renewed := since
@@ -401,8 +402,13 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 			return
 		case <-t.C:
 		}
+		// A renewal that hangs (a store that neither answers nor fails)
+		// is given up when the hold must be: no later than ttl*2/3 after
+		// the last renewal.
 		sent := time.Now()
-		ok, err := renew(ctx)
+		rctx, cancel := context.WithDeadline(ctx, renewed.Add(ttl*2/3))
+		ok, err := renew(rctx)
+		cancel()
 		switch {
 		case ctx.Err() != nil, errors.Is(err, errNothingToRenew):
 			return

@@ -330,3 +330,35 @@ func TestFailedRenewalWithinTheHoldIsTriedAgain(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A renewal the store neither answers nor fails is abandoned when the hold
+// must be given up: the work under it is stopped (lost with ErrLeaseLost)
+// while the renewal still hangs, before the hold can have run out.
+func TestHangingRenewalGivesTheHoldUp(t *testing.T) {
+	const ttl = 900 * time.Millisecond
+	lost := make(chan error, 1)
+	abandoned := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		keepRenewed(t.Context(), ttl, time.Now(), slog.Default(), func(err error) { lost <- err }, func(ctx context.Context) (bool, error) {
+			<-ctx.Done() // hangs until abandoned
+			close(abandoned)
+			return false, ctx.Err()
+		}, "test hold")
+	}()
+	select {
+	case <-abandoned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a hanging renewal was never abandoned")
+	}
+	select {
+	case err := <-lost:
+		if !errors.Is(err, ErrLeaseLost) {
+			t.Errorf("lost with %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hold was not given up after its renewal hung")
+	}
+	<-done
+}
