@@ -406,11 +406,7 @@ func Detail(err error) string {
 
 // deniedBy is the error for a call the policy denies.
 func deniedBy(v approvals.Verdict) error {
-	reason := v.Reason
-	if reason == "" {
-		reason = "rule " + v.RuleID
-	}
-	return &DetailError{Err: approvals.ErrPolicyDenied, Detail: reason}
+	return &DetailError{Err: approvals.ErrPolicyDenied, Detail: v.Why()}
 }
 
 // checkDecision validates a decision against the call and returns what is

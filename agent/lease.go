@@ -403,10 +403,12 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 		case <-t.C:
 		}
 		// A renewal that hangs (a store that neither answers nor fails)
-		// is given up when the hold must be: no later than ttl*2/3 after
-		// the last renewal.
+		// is given up when the hold must be, ttl*2/3 after the last
+		// renewal; a first renewal that comes later than that (the work
+		// started late) gets ttl/3: the store extends only a hold that
+		// has not run out.
 		sent := time.Now()
-		rctx, cancel := context.WithDeadline(ctx, renewed.Add(ttl*2/3))
+		rctx, cancel := context.WithDeadline(ctx, later(renewed.Add(ttl*2/3), sent.Add(ttl/3)))
 		ok, err := renew(rctx)
 		cancel()
 		switch {
@@ -430,4 +432,12 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 			t.Reset(ttl / 3)
 		}
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -373,10 +373,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return skip(Result{Content: fmt.Sprintf("not performed: the policy could not be checked (%v), so nothing ran; ask again later", err), IsError: true}, "policy could not be checked")
 	}
 	if v.Action == approvals.Deny {
-		reason := v.Reason
-		if reason == "" {
-			reason = "rule " + v.RuleID
-		}
+		reason := v.Why()
 		return skip(Result{Content: "not performed: the policy now denies this call: " + reason, IsError: true}, "policy now denies: "+reason)
 	}
 	first := marked

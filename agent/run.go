@@ -798,8 +798,8 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			slots[i].Result, slots[i].Ran = &res, true
 			a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "execute", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "allowed by rule " + v.RuleID})
 		case approvals.Deny:
-			reason := v.Reason
-			if reason == "" {
+			reason := v.Why()
+			if v.Reason == "" {
 				reason = fmt.Sprintf("not performed: the call to %s is denied by policy (rule %s)", name, v.RuleID)
 			}
 			fail("%s", reason)

@@ -101,6 +101,7 @@ func Strictest(vs []Verdict, users []string) Verdict {
 					Action: Deny, RuleID: v.RuleID, RuleDigest: v.RuleDigest, FailClosed: true,
 					Reason: fmt.Sprintf("the call answers messages of %s, and rules %s and %s, which judge it for different ones of them, leave no approver who could decide it for all: ask for it in a thread of its own",
 						strings.Join(users, ", "), v.RuleID, w.RuleID),
+					Problem: joinProblems(v.Problem, w.Problem),
 				}
 			}
 			merged.FailClosed = v.FailClosed || w.FailClosed
@@ -120,6 +121,7 @@ func Strictest(vs []Verdict, users []string) Verdict {
 			Action: Deny, RuleID: v.RuleID, RuleDigest: v.RuleDigest, FailClosed: true,
 			Reason: fmt.Sprintf("the call answers messages of %s, and rule %s leaves no approver who is not one of them: ask for it in a thread of its own",
 				strings.Join(users, ", "), v.RuleID),
+			Problem: v.Problem,
 		}
 	}
 	return *v
@@ -151,6 +153,35 @@ type Verdict struct {
 	MinApprovals int `json:"min_approvals,omitempty"`
 	// RemindAfter is the rule's remind_after (zero: the bot's default).
 	RemindAfter time.Duration `json:"remind_after,omitempty"`
+	// Problem is, for a verdict forced by a condition that could not be
+	// evaluated, the evaluation's error. It may quote the call's
+	// arguments, so it is said where they are shown (to the model, in a
+	// policy test, in the log), never as the rule's words (Reason).
+	Problem string `json:"problem,omitempty"`
+}
+
+// Why is the reason of v for the model and the log: its Reason (or its
+// rule), and what could not be evaluated.
+func (v Verdict) Why() string {
+	why := v.Reason
+	if why == "" {
+		why = "rule " + v.RuleID
+	}
+	if v.Problem != "" {
+		why += " (" + v.Problem + ")"
+	}
+	return why
+}
+
+// joinProblems joins the evaluation errors of two verdicts.
+func joinProblems(a, b string) string {
+	switch {
+	case a == "" || a == b:
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
 }
 
 // Kind is the kind of a decision on a paused call (SPEC section 2).

@@ -530,6 +530,7 @@ func strictest(file *Verdict, fileFailed, fileOpen bool, admin *Verdict, adminFa
 				Action: Deny, RuleID: file.RuleID, RuleDigest: file.RuleDigest, FailClosed: true,
 				Reason: fmt.Sprintf("rule %s and runtime rule %s together need %d approval(s) from %s, which no one can give: an admin must change one of them",
 					file.RuleID, admin.RuleID, max(1, v.MinApprovals), from),
+				Problem: joinProblems(file.Problem, admin.Problem),
 			}, true
 		}
 	}
@@ -537,6 +538,7 @@ func strictest(file *Verdict, fileFailed, fileOpen bool, admin *Verdict, adminFa
 		v.Reason = file.Reason
 	}
 	v.FailClosed = file.FailClosed || admin.FailClosed
+	v.Problem = joinProblems(file.Problem, admin.Problem)
 	sum := sha256.Sum256([]byte(file.RuleID + "\x00" + file.RuleDigest + "\x00" + admin.RuleDigest))
 	v.RuleDigest = hex.EncodeToString(sum[:8])
 	return &v, fileFailed || adminFailed

@@ -487,6 +487,7 @@ func combine(closed *Verdict, w Verdict, requesters ...string) bool {
 	}
 	tighten(closed, w)
 	closed.Approvers = slices.Clone(common)
+	closed.Problem = joinProblems(closed.Problem, w.Problem)
 	return decidable(*closed, requesters...)
 }
 
@@ -531,6 +532,7 @@ func approversConflict(closed, w Verdict) Verdict {
 		Action: Deny, RuleID: closed.RuleID, RuleDigest: closed.RuleDigest, FailClosed: true,
 		Reason: fmt.Sprintf("%s, and together with rule %s, which decides when it does not match, no approver could decide the call either way: it cannot be approved until its arguments let rule %s be evaluated",
 			strings.TrimSuffix(closed.Reason, ", so the call needs a decision"), w.RuleID, closed.RuleID),
+		Problem: joinProblems(closed.Problem, w.Problem),
 	}
 }
 
@@ -565,6 +567,7 @@ func tightenByFallback(v Verdict, fb Verdict) Verdict {
 		return v
 	}
 	fb.FailClosed = true
+	fb.Problem = v.Problem
 	fb.Reason = fmt.Sprintf("%s; no other rule matches, and the policy default is %s", strings.TrimSuffix(v.Reason, ", so the call needs a decision"), fb.Action)
 	return fb
 }
@@ -632,9 +635,10 @@ func (r *compiledRule) failClosed(err error) Verdict {
 		v.Action = Ask
 	}
 	v.FailClosed = true
-	v.Reason = fmt.Sprintf("rule %s could not be evaluated (%v), so the call needs a decision", r.ID, err)
+	v.Problem = err.Error()
+	v.Reason = fmt.Sprintf("rule %s could not be evaluated, so the call needs a decision", r.ID)
 	if v.Action == Deny {
-		v.Reason = fmt.Sprintf("rule %s could not be evaluated (%v); its verdict is deny", r.ID, err)
+		v.Reason = fmt.Sprintf("rule %s could not be evaluated; its verdict is deny", r.ID)
 	}
 	return v
 }

@@ -137,9 +137,14 @@ func TestPolicyEvaluateFailsClosed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := p.Evaluate(tt.in)
-			if got.Action != tt.wantAction || got.RuleID != tt.wantRule || !strings.Contains(got.Reason, tt.wantReason) {
+			if got.Action != tt.wantAction || got.RuleID != tt.wantRule || !strings.Contains(got.Why(), tt.wantReason) {
 				t.Errorf("Evaluate(%s %s) = %s by %q (%q), want %s by %q with reason containing %q",
-					tt.in.Tool, tt.in.Args, got.Action, got.RuleID, got.Reason, tt.wantAction, tt.wantRule, tt.wantReason)
+					tt.in.Tool, tt.in.Args, got.Action, got.RuleID, got.Why(), tt.wantAction, tt.wantRule, tt.wantReason)
+			}
+			// The evaluation's error may quote the arguments: it is the
+			// Problem, never the rule's words shown on a card.
+			if got.FailClosed && (got.Problem == "" || strings.Contains(got.Reason, got.Problem)) {
+				t.Errorf("Evaluate(%s %s): reason %q, problem %q; want the error in Problem only", tt.in.Tool, tt.in.Args, got.Reason, got.Problem)
 			}
 		})
 	}
@@ -232,8 +237,8 @@ func TestPolicyEvaluateErrorBetweenOtherApproversDenies(t *testing.T) {
 	}
 	for _, args := range []string{`{"service":"api","replicas":2}`, `{}`, `{"env":"dev","replicas":9007199254740993}`} {
 		got := p.Evaluate(Input{Tool: "deploy", Args: json.RawMessage(args)})
-		if got.Action != Deny || !got.FailClosed || got.RuleID != "dev" || !strings.Contains(got.Reason, "no approver could decide") || !strings.Contains(got.Reason, "no such key") && !strings.Contains(got.Reason, "exact") {
-			t.Errorf("Evaluate(%s) = %s by %q (%q), want a fail-closed deny by dev naming the conflict", args, got.Action, got.RuleID, got.Reason)
+		if got.Action != Deny || !got.FailClosed || got.RuleID != "dev" || !strings.Contains(got.Reason, "no approver could decide") || !strings.Contains(got.Problem, "no such key") && !strings.Contains(got.Problem, "exact") {
+			t.Errorf("Evaluate(%s) = %s by %q (%q), want a fail-closed deny by dev naming the conflict", args, got.Action, got.RuleID, got.Why())
 		}
 	}
 	// The same approvers: nothing to choose between.
@@ -517,8 +522,8 @@ func TestInexactNumbersFailClosed(t *testing.T) {
 			t.Errorf("Evaluate(%s) = %s by %q (fail closed %v), want a fail-closed ask by big", args, v.Action, v.RuleID, v.FailClosed)
 		}
 		want := strings.Trim(strings.TrimPrefix(lit, "[1, "), "]")
-		if !strings.Contains(v.Reason, want) {
-			t.Errorf("Evaluate(%s): reason %q does not name the literal %s", args, v.Reason, want)
+		if !strings.Contains(v.Problem, want) || strings.Contains(v.Reason, want) {
+			t.Errorf("Evaluate(%s): reason %q, problem %q; want the problem, not the reason, to name the literal %s", args, v.Reason, v.Problem, want)
 		}
 	}
 	for _, args := range []string{`{"n": 5}`, `{"n": 5.0}`, `{"n": 0.5}`, `{"n": 9007199254740992}`} {

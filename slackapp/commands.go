@@ -449,6 +449,9 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	if v.Reason != "" {
 		out += ": " + Escape(v.Reason)
 	}
+	if v.Problem != "" {
+		out += "\nCould not evaluate: " + inlineCode(clip(oneLine(v.Problem), 500))
+	}
 	if len(v.Approvers) > 0 {
 		out += "\nApprovers: " + inlineCode(strings.Join(v.Approvers, ", "))
 	}

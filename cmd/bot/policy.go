@@ -280,6 +280,9 @@ func printVerdict(w io.Writer, v approvals.Verdict) {
 	if v.Reason != "" {
 		fmt.Fprintf(w, "reason:    %s\n", v.Reason)
 	}
+	if v.Problem != "" {
+		fmt.Fprintf(w, "problem:   %s\n", v.Problem)
+	}
 	if v.Action == approvals.Ask {
 		approvers := "anyone in the channel"
 		if len(v.Approvers) > 0 {

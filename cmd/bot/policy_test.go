@@ -184,7 +184,7 @@ func TestPolicyCommands(t *testing.T) {
 			name: "test fail-closed condition",
 			args: []string{"test", "-config", good, "files__delete_file", `{"other": 1}`},
 			code: 3,
-			want: []string{"verdict:   ask\n", "rule:      rule-2\n", "could not be evaluated"},
+			want: []string{"verdict:   ask\n", "rule:      rule-2\n", "could not be evaluated", "problem:   no such key"},
 		},
 		{name: "test bad json", args: []string{"test", "-config", good, "deploy", `{"a":`}, code: 1, wantErr: "arguments: want a JSON object"},
 		{name: "test json not an object", args: []string{"test", "-config", good, "deploy", `[1]`}, code: 1, wantErr: "arguments: want a JSON object"},
