@@ -208,7 +208,8 @@ func (w *world) agentWith(st agent.Store, rep agent.Reporter) *agent.Agent {
 	}
 	p, err := approvals.ParseConfig([]byte(policy))
 	must(w.t, err)
-	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock))
+	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock),
+		approvals.WithDefaults(approvals.Defaults{TTL: w.cfg.ApprovalTTL, RemindAfter: w.cfg.ReminderAfter}))
 	w.engine = engine
 	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: w.model.URL(), APIKey: "test-key", Model: "fake-model", Timeout: 10 * time.Second})
 	return agent.New(model, w.reg, engine, st, func(string) agent.Reporter { return rep }, w.cfg)

@@ -114,6 +114,33 @@ policy:
 	}
 }
 
+// A runtime rule that adds to a file rule setting no ttl can only shorten
+// the wait: APPROVAL_TTL holds against a runtime rule's longer ttl, and
+// REMINDER_AFTER against a later remind_after.
+func TestRuntimeRuleNeverLengthensTheDefaultTTL(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.cfg.ApprovalTTL, w.cfg.ReminderAfter = time.Hour, 10*time.Minute
+	w.policy = "policy:\n  rules:\n    - {id: restarts, tool: restart, verdict: ask, approvers: [UONE000001, UTWO000002]}\n"
+	a := w.agent()
+	r, err := approvals.ParseRule(`id=admin-tight tool=restart verdict=ask four_eyes=true ttl=600h remind_after=5h`)
+	must(t, err)
+	if _, err := w.engine.AddRule(ctx, "UADMIN", r); err != nil {
+		t.Fatal(err)
+	}
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	if got := p.ExpiresAt.Sub(p.CreatedAt); got != time.Hour {
+		t.Errorf("the call waits %v, want APPROVAL_TTL's 1h: the runtime rule's 600h only tightens", got)
+	}
+	if len(p.RemindAt) == 0 || p.RemindAt[0].Sub(p.CreatedAt) != 10*time.Minute {
+		t.Errorf("the call is reminded at %v, want REMINDER_AFTER's 10m after it paused", p.RemindAt)
+	}
+	w.advance(10 * time.Hour)
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UONE000001"}); !errors.Is(err, approvals.ErrExpired) {
+		t.Errorf("an approval 10h later: %v, want ErrExpired", err)
+	}
+}
+
 // An edit whose arguments fall under a rule with a shorter ttl waits no
 // longer than that rule lets a call wait: the call expires then, and a
 // click after it is refused. An edit under a longer ttl keeps the card's.

@@ -184,11 +184,12 @@ type adminRule struct {
 // conditions (keyed by the record's content), so a change made on one replica applies on all at once. It is
 // safe for concurrent use.
 type Engine struct {
-	file *Policy
-	rs   RecordStore
-	env  *cel.Env
-	now  func() time.Time
-	log  *slog.Logger // audit lines; nil: none
+	file     *Policy
+	rs       RecordStore
+	env      *cel.Env
+	now      func() time.Time
+	log      *slog.Logger // audit lines; nil: none
+	defaults Defaults
 
 	mu    sync.Mutex
 	cache map[string]cachedProgram // "kind/id" -> compiled record
@@ -213,6 +214,15 @@ func WithClock(now func() time.Time) EngineOption {
 	return func(e *Engine) { e.now = now }
 }
 
+// WithDefaults gives the asks of rules that set no ttl or remind_after
+// the bot's (APPROVAL_TTL, REMINDER_AFTER) in their verdicts, so that a
+// rule combined with them (a runtime rule over a file rule, a condition
+// that failed) can only shorten them. Without it such a verdict says
+// zero, the caller's default.
+func WithDefaults(d Defaults) EngineOption {
+	return func(e *Engine) { e.defaults = d }
+}
+
 // WithAuditLog writes every audit entry of the Engine's changes to l as
 // well, as one line with the message "audit" (see store.AuditEntry.Log).
 func WithAuditLog(l *slog.Logger) EngineOption {
@@ -229,6 +239,7 @@ func NewEngine(p *Policy, rs RecordStore, opts ...EngineOption) *Engine {
 	for _, o := range opts {
 		o(e)
 	}
+	e.file = e.file.withDefaults(e.defaults)
 	return e
 }
 
@@ -283,6 +294,7 @@ func (e *Engine) compile(recs, standing []store.Record) (*state, error) {
 				// Keep the rule so it fails closed on the tools it names.
 				c = compiledRule{Rule: ar.Rule, digest: ruleDigest(ar.Rule), err: fmt.Errorf("rule does not compile: %w", err)}
 			}
+			c.defaults = e.defaults
 			cp = cachedProgram{data: slices.Clone(rec.Data), rule: c}
 			e.cache[key] = cp
 		}

@@ -272,6 +272,16 @@ type compiledRule struct {
 	prg    cel.Program
 	err    error
 	digest string
+	// defaults are what an ask of a rule that sets no ttl or remind_after
+	// gets (see WithDefaults): its verdict says them, so that tightening
+	// by another rule's shorter value never lengthens the wait.
+	defaults Defaults
+}
+
+// Defaults are the bot's ttl and remind_after for asks whose rule sets
+// none (APPROVAL_TTL, REMINDER_AFTER; zero: none known, or reminders off).
+type Defaults struct {
+	TTL, RemindAfter time.Duration
 }
 
 func compileRule(env *cel.Env, r Rule) (compiledRule, error) {
@@ -296,6 +306,16 @@ type Policy struct {
 	def   Action
 	rules []compiledRule
 	env   *cel.Env
+}
+
+// withDefaults returns p with d as its rules' defaults.
+func (p *Policy) withDefaults(d Defaults) *Policy {
+	q := *p
+	q.rules = slices.Clone(p.rules)
+	for i := range q.rules {
+		q.rules[i].defaults = d
+	}
+	return &q
 }
 
 // NewPolicy compiles rules in order. An empty def means Ask. Rules without
@@ -606,6 +626,13 @@ func evalBool(prg cel.Program, vars map[string]any) (bool, error) {
 }
 
 func (r *compiledRule) verdict() Verdict {
+	ttl, remind := r.TTL, r.RemindAfter
+	if ttl == 0 {
+		ttl = r.defaults.TTL
+	}
+	if remind == 0 {
+		remind = r.defaults.RemindAfter
+	}
 	return Verdict{
 		Action:       r.Verdict,
 		RuleID:       r.ID,
@@ -613,9 +640,9 @@ func (r *compiledRule) verdict() Verdict {
 		Reason:       r.Reason,
 		Approvers:    slices.Clone(r.Approvers),
 		FourEyes:     r.FourEyes,
-		TTL:          r.TTL,
+		TTL:          ttl,
 		MinApprovals: r.MinApprovals,
-		RemindAfter:  r.RemindAfter,
+		RemindAfter:  remind,
 	}
 }
 

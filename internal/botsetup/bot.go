@@ -54,7 +54,8 @@ func Build(ctx context.Context, p Parts) (*Bot, error) {
 	if err != nil {
 		return nil, err
 	}
-	engine := approvals.NewEngine(p.File.Policy, p.Store, approvals.WithAuditLog(p.Logger))
+	engine := approvals.NewEngine(p.File.Policy, p.Store, approvals.WithAuditLog(p.Logger),
+		approvals.WithDefaults(approvals.Defaults{TTL: p.Agent.ApprovalTTL, RemindAfter: p.Agent.ReminderAfter}))
 	sc := p.Slack
 	sc.Logger, sc.Metrics = p.Logger, p.Metrics
 	app, err := slackapp.New(sc, p.Store, engine)
