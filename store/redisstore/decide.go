@@ -266,6 +266,16 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 		}
 		dropped = string(b)
 	}
+	if eexp != "" {
+		// The due index lists the call at the edit's earlier expiry
+		// before the script moves it there (LT: never later than an
+		// entry it has): an entry earlier than the call's expiry, if the
+		// script refuses the edit, is passed over by Due until then.
+		z := redis.Z{Score: float64(edit.Edit.ExpiresAt.UnixMilli()), Member: callID}
+		if err := s.c.ZAddLT(ctx, s.dueKey(), z).Err(); err != nil {
+			return store.Call{}, false, fmt.Errorf("approve call %s: index the edit's expiry: %w", callID, err)
+		}
+	}
 	keys, effects := s.effectsOf(callID, entry, fx, a.At)
 	// rand.Text names this sending (see BeginExecution).
 	args := append([]any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
@@ -285,14 +295,6 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)
 		}
 		err = s.followEffects(ctx, complete, fx, a.At, tail)
-		if code == "counted" && eexp != "" {
-			// The call expires earlier now: the due index says so (LT:
-			// never later than an earlier entry).
-			z := redis.Z{Score: float64(c.ExpiresAt.UnixMilli()), Member: callID}
-			if zerr := s.c.ZAddLT(ctx, s.dueKey(), z).Err(); zerr != nil {
-				err = errors.Join(err, fmt.Errorf("%w: index the earlier expiry: %w", store.ErrEffects, zerr))
-			}
-		}
 		if err != nil {
 			err = fmt.Errorf("approve call %s: %w", callID, err)
 		}
