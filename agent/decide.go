@@ -670,7 +670,8 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 }
 
 // Cancel stops a paused step on behalf of its requester: every pending call
-// of the run is cancelled. Only a requester may cancel: the run's, or any
+// of the run is cancelled, but for those past their deadline, which are
+// left to the expiry (ErrExpired when that is all of them). Only a requester may cancel: the run's, or any
 // of its calls' (everyone whose message the turn that paused answers). Calls that already
 // ran keep their results; the others are dropped from the history when the
 // step resumes. Complete is set when this left nothing pending; then call
@@ -688,7 +689,7 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		return DecideResult{}, fmt.Errorf("cancel %s: %w: only the requester can cancel", runID, approvals.ErrNotApprover)
 	}
 	var res DecideResult
-	cancelled := 0
+	cancelled, expired := 0, 0
 	for _, c := range calls {
 		if c.Status != store.Pending {
 			continue
@@ -697,6 +698,10 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		fx := decisionEffects(c, user, d.Kind, c.Fingerprint, d.At)
 		got, complete, err := a.store.DecideAudited(ctx, c.ID, "", d, fx)
 		if errors.Is(err, store.ErrAlreadyDecided) {
+			continue
+		}
+		if errors.Is(err, store.ErrExpired) {
+			expired++ // the expiry pass ends it
 			continue
 		}
 		if err = a.decided(ctx, fx.Audit, err); err != nil {
@@ -709,7 +714,10 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "cancelled by the requester"})
 		res = DecideResult{Call: viewOf(got), Complete: res.Complete || complete}
 	}
-	if cancelled == 0 {
+	switch {
+	case cancelled == 0 && expired > 0:
+		return res, fmt.Errorf("cancel %s: %w", runID, approvals.ErrExpired)
+	case cancelled == 0:
 		return res, fmt.Errorf("cancel %s: %w", runID, &approvals.RefusedError{Err: approvals.ErrAlreadyDecided})
 	}
 	return res, nil

@@ -6,10 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/storetest"
 )
 
 // A turn that answers several people's messages judges its calls as each
@@ -111,6 +114,27 @@ policy:
 	_, err = a.Decide(ctx, approvals.Decision{CallID: d.ID, Fingerprint: d.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"})
 	if !errors.Is(err, agent.ErrBadDecision) || !strings.Contains(err.Error(), "not asked under a rule that can be relaxed") {
 		t.Errorf("Remember on a combined ask: %v, want it refused", err)
+	}
+}
+
+// A call past its deadline is the expiry's: the requester's cancel is
+// refused as expired (it would have recorded a cancellation after the
+// deadline), and the expiry pass then ends it.
+func TestCancelAfterTheDeadlineIsRefused(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = "policy:\n  default: ask\n  rules:\n    - {id: r, tool: restart, verdict: ask, ttl: 1h}\n"
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"dev"}`))
+	w.advance(2 * time.Hour)
+	if _, err := a.Cancel(ctx, p.RunID, p.Requester); !errors.Is(err, approvals.ErrExpired) {
+		t.Errorf("cancel an hour past the deadline: %v, want ErrExpired", err)
+	}
+	if _, err := a.Expire(ctx, func(string, string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := w.store.(storetest.Store).GetCall(ctx, p.ID); err != nil || c.Status != store.Expired {
+		t.Errorf("after the expiry pass the call is %s, %v; want expired", c.Status, err)
 	}
 }
 

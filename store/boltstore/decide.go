@@ -55,7 +55,7 @@ func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.
 			return store.ErrFingerprintMismatch
 		case d.Kind == "expire" && d.At.Before(c.ExpiresAt):
 			return fmt.Errorf("expire before %s: %w", c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
-		case !special && !d.At.Before(c.ExpiresAt):
+		case d.Kind != "expire" && !d.At.Before(c.ExpiresAt):
 			return store.ErrExpired
 		}
 		if complete, err = decided(tx, &c, rec, d); err != nil {

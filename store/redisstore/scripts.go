@@ -66,11 +66,11 @@ local exp = tonumber(redis.call('HGET', KEYS[1], 'exp'))
 local at = tonumber(ARGV[3])
 if kind == 'expire' then
   if at < exp then return reply('early', -1) end
-elseif kind ~= 'cancel' and at >= exp then
+elseif at >= exp then
   return reply('expired', -1)
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[5], 'decision', ARGV[4])
-redis.call('HDEL', KEYS[1], 'remind')
+redis.call('HDEL', KEYS[1], 'remind', 'approve_nonce')
 local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
 if left == 0 then redis.call('HSET', KEYS[2], 'completed', KEYS[1]) end
 effects(ARGV[#ARGV - 3], left)

@@ -48,7 +48,8 @@ type Store interface {
 	// ErrAlreadyDecided (not Pending; the returned Call says who decided and
 	// how), ErrFingerprintMismatch (fingerprint differs from the stored one;
 	// "expire" and "cancel" pass "" and skip this check), ErrExpired (d.At is
-	// at or after ExpiresAt and the kind is not "expire" or "cancel"). Kind
+	// at or after ExpiresAt and the kind is not "expire": a call past its
+	// deadline is the expiry's, even before the expiry pass). Kind
 	// "expire" sets Status Expired and is refused with ErrConflict before
 	// ExpiresAt; "cancel" sets Cancelled; every other kind sets Decided.
 	// The returned Call is the stored one after the change. complete is true

@@ -492,6 +492,13 @@ func testDecideExpireAndCancel(t *testing.T, open Opener) {
 	if ok, err := s.BeginExecution(ctx, calls[1].ID); err != nil || ok {
 		t.Errorf("BeginExecution(cancelled %s) = %v, %v; want false, nil", calls[1].ID, ok, err)
 	}
+	// A call past its deadline is the expiry's: a cancel is refused.
+	_, late := create(t, s, 1, func(_ *store.Run, cs []store.Call) {
+		cs[0].ExpiresAt = time.Now().Add(-time.Second)
+	})
+	if c, _, err := s.Decide(ctx, late[0].ID, "", store.Decision{Kind: "cancel", Decider: "U_REQ", At: time.Now()}); !errors.Is(err, store.ErrExpired) || c.Status != store.Pending {
+		t.Errorf("Decide(%s, cancel) after its deadline = %s, %v; want ErrExpired, still pending", late[0].ID, c.Status, err)
+	}
 }
 
 func testDecideConcurrent(t *testing.T, open Opener) {
@@ -882,9 +889,9 @@ func testDue(t *testing.T, open Opener) {
 		cs[3].ExpiresAt = now.Add(time.Hour)
 	})
 	c := calls[2]
-	d := store.Decision{Kind: "cancel", Decider: "U_REQ", At: now}
+	d := store.Decision{Kind: "expire", Decider: "system", At: now}
 	if _, _, err := s.Decide(ctx, c.ID, "", d); err != nil {
-		t.Fatalf("Decide(%s, cancel): %v", c.ID, err)
+		t.Fatalf("Decide(%s, expire): %v", c.ID, err)
 	}
 	tests := []struct {
 		now   time.Time

@@ -1,0 +1,90 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/redisstore"
+)
+
+// resendAfterHook runs the first script sent after it is armed whose first
+// key names key, then runs between, then sends the script again: the
+// client's resending after a lost reply, with another replica's step in
+// between.
+type resendAfterHook struct {
+	armed   *bool
+	key     string
+	between func()
+}
+
+func (resendAfterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h resendAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); *h.armed && len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[0]), "eval") && strings.Contains(fmt.Sprint(args[3]), h.key) {
+			*h.armed = false
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			h.between()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (resendAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// An approval counted (1 of 2) whose reply is lost, sent again after
+// another replica cancelled the call (completing the step), is not
+// answered as the decision that completed the step: exactly one decision
+// of a run is complete.
+func TestCountedApprovalSentAgainAfterACancel(t *testing.T) {
+	for _, topo := range []struct{ name, url string }{
+		{"node", redisURL(t)},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			prefix := newPrefix(t, topo.url)
+			c, err := redisstore.NewClient(topo.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+			t.Cleanup(func() { _ = s.Close() })
+			other := newStore(t, topo.url, redisstore.Options{Prefix: prefix})
+			t.Cleanup(func() { _ = other.Close() })
+			ctx := t.Context()
+			// Loads the approve script, so the hook sees EVALSHA once.
+			_, warm := pausedOnOneCall(t, s, "fpw")
+			if _, _, err := s.Approve(ctx, warm[0].ID, "fpw", store.Approval{Approver: "U0"}, nil, 2, store.Decision{Kind: "approve", Decider: "U0"}); err != nil {
+				t.Fatal(err)
+			}
+			_, calls := pausedOnOneCall(t, s, "fp0")
+			var cancelComplete bool
+			armed := true
+			c.AddHook(resendAfterHook{armed: &armed, key: store.RunOf(calls[0].ID), between: func() {
+				_, complete, err := other.Decide(ctx, calls[0].ID, "", store.Decision{Kind: "cancel", Decider: "U9", At: time.Now()})
+				if err != nil {
+					t.Errorf("cancel by another replica: %v", err)
+				}
+				cancelComplete = complete
+			}})
+			got, complete, err := s.Approve(ctx, calls[0].ID, "fp0", store.Approval{Approver: "U1"}, nil, 2, store.Decision{Kind: "approve", Decider: "U1"})
+			if armed {
+				t.Fatal("the approval was not sent")
+			}
+			if !cancelComplete || complete {
+				t.Errorf("cancel complete %v, the approval sent again complete %v (%s, %v); want only the cancel", cancelComplete, complete, got.Status, err)
+			}
+			if err == nil && got.Status != store.Pending {
+				t.Errorf("the approval sent again after the cancel = %s, nil; want it counted or refused", got.Status)
+			}
+		})
+	}
+}
