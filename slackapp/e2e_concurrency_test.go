@@ -1,10 +1,12 @@
 package slackapp_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,6 +303,74 @@ func TestExpiryFollowsTheDeadline(t *testing.T) {
 			}
 			if n := e.deploy.Load(); n != 0 {
 				t.Errorf("deploy ran %d times on an expired approval", n)
+			}
+		})
+	}
+}
+
+// dueFailsOnce fails the first expiry pass at or after deadline, as a
+// store failover at the deadline would: its Due, then the reads of the
+// next deadlines, until the next Due.
+type dueFailsOnce struct {
+	fullStore
+	deadline atomic.Pointer[time.Time]
+	failed   atomic.Bool
+	down     atomic.Bool
+}
+
+func (s *dueFailsOnce) Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error) {
+	if d := s.deadline.Load(); d != nil && !now.Before(*d) && s.failed.CompareAndSwap(false, true) {
+		s.down.Store(true)
+		return nil, errOutage
+	}
+	s.down.Store(false)
+	return s.fullStore.Due(ctx, now, limit)
+}
+
+func (s *dueFailsOnce) NextExpiry(ctx context.Context) (time.Time, error) {
+	if s.down.Load() {
+		return time.Time{}, errOutage
+	}
+	return s.fullStore.NextExpiry(ctx)
+}
+
+func (s *dueFailsOnce) NextReminder(ctx context.Context) (time.Time, error) {
+	if s.down.Load() {
+		return time.Time{}, errOutage
+	}
+	return s.fullStore.NextReminder(ctx)
+}
+
+// An expiry pass that fails at the deadline is tried again in a moment,
+// not at the next sweep: the card still says it expired close to its
+// deadline.
+func TestExpiryAfterAFailedPassIsOnTime(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = ttlPolicy
+			e.cfg.SweepInterval = time.Hour
+			st := &dueFailsOnce{}
+			open := e.open
+			e.open = func() fullStore { st.fullStore = open(); return st }
+			m := newScriptedModel()
+			m.unblock()
+			e.model.Handle(m.answer)
+			e.start()
+			ts := e.slack.Mention(channel, requester, "deploy api 7")
+			card := e.card(ts, "deploy")
+			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+			c, err := e.bot.st.GetCall(t.Context(), callID)
+			must(t, err)
+			st.deadline.Store(&c.ExpiresAt)
+			e.waitThread(ts, "with the expired card", func(m fakeslack.Message) bool {
+				return m.TS == card.TS && strings.Contains(blocksText(m), "Expired")
+			})
+			if !st.failed.Load() {
+				t.Fatal("no expiry pass failed: the test did not test a failure")
+			}
+			if late := time.Since(c.ExpiresAt); late > 3*time.Second {
+				t.Errorf("the card said it expired %v after the deadline, its pass having failed once", late)
 			}
 		})
 	}

@@ -70,7 +70,7 @@ func (a *App) expire(ctx context.Context, stopping <-chan struct{}) {
 			}
 		case <-timer.C:
 		}
-		a.expiry.take()
+		taken := a.expiry.take()
 		next, err := a.ag.Expire(ctx, func(runID, conversation string) {
 			if !closed(stopping) { // else the next process's sweep resumes it
 				a.resumeLater(ctx, conversation, runID)
@@ -79,6 +79,9 @@ func (a *App) expire(ctx context.Context, stopping <-chan struct{}) {
 		if err != nil && ctx.Err() == nil {
 			a.log.Warn("expire due approvals", "err", err)
 			a.m.error("expire")
+		}
+		if err != nil && !taken.IsZero() {
+			a.expiry.at(taken) // not done: still due
 		}
 		if !next.IsZero() {
 			a.expiry.at(next)
@@ -95,8 +98,8 @@ func (a *App) expire(ctx context.Context, stopping <-chan struct{}) {
 			wait = min(wait, max(time.Until(next), 0))
 		}
 		if err != nil {
-			// Try again in a moment: the store may be back.
-			wait = max(min(a.cfg.SweepInterval, time.Second), wait)
+			// Try again in a moment, not at once: the store may be back.
+			wait = min(a.cfg.SweepInterval, time.Second)
 		}
 		timer.Reset(wait)
 	}
