@@ -27,8 +27,8 @@ func reminders(c store.Call) []time.Time {
 		return nil
 	}
 	first := c.CreatedAt.Add(c.RemindAfter).Truncate(time.Millisecond)
-	if !first.Before(c.ExpiresAt) {
-		return nil
+	if !first.Before(c.ExpiresAt.Truncate(time.Millisecond)) {
+		return nil // as it expires, or after: cut, it would come just before
 	}
 	out := []time.Time{first}
 	if last := c.ExpiresAt.Add(-c.ExpiresAt.Sub(c.CreatedAt) / 4).Truncate(time.Millisecond); last.After(first) {

@@ -23,6 +23,12 @@ func TestReminderTimes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := reminders(store.Call{CreatedAt: t0, ExpiresAt: t0.Add(tt.ttl), RemindAfter: tt.after})
+			// Paused within a millisecond, the times are the same, and
+			// none comes as the call expires.
+			sub := t0.Add(456789 * time.Nanosecond)
+			if late := reminders(store.Call{CreatedAt: sub, ExpiresAt: sub.Add(tt.ttl), RemindAfter: tt.after}); len(late) != len(got) {
+				t.Errorf("paused %v past a millisecond: reminders at %v, want %d like %v", sub.Sub(t0), late, len(got), got)
+			}
 			var offsets []time.Duration
 			for _, r := range got {
 				offsets = append(offsets, r.Sub(t0))

@@ -281,8 +281,9 @@ func newPolicyAt(def Action, rules []lineRule) (*Policy, error) {
 // run even after a crash.
 const MaxTTL = 28 * 24 * time.Hour
 
-// parseTTL parses a rule's ttl, a positive Go duration such as 72h, at
-// most MaxTTL.
+// parseTTL parses a rule's ttl or remind_after, a positive Go duration
+// such as 72h, at most MaxTTL. Zero is refused: it would silently mean
+// the bot's default, which leaving the key out says.
 func parseTTL(s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil {
@@ -290,6 +291,9 @@ func parseTTL(s string) (time.Duration, error) {
 	}
 	if d < 0 {
 		return 0, fmt.Errorf("negative duration %s", s)
+	}
+	if d == 0 {
+		return 0, fmt.Errorf("duration %s is zero: leave the key out for the bot's default", s)
 	}
 	if d > MaxTTL {
 		return 0, fmt.Errorf("duration %s is longer than 672h (28 days: a conversation is kept 30 days after its last turn)", s)

@@ -423,6 +423,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad ttl", rule("    - tool: x\n      verdict: ask\n      ttl: 3 days\n"), []string{"policy rule 2", "ttl (line 7)", `bad duration "3 days"`}},
 		{"ttl past a conversation's life", rule("    - tool: x\n      verdict: ask\n      ttl: 800h\n"), []string{"policy rule 2", "ttl (line 7)", "800h is longer than 672h"}},
 		{"negative ttl", rule("    - tool: x\n      verdict: ask\n      ttl: -1h\n"), []string{"ttl", "negative"}},
+		{"zero ttl", rule("    - tool: x\n      verdict: ask\n      ttl: 0s\n"), []string{"ttl (line 7)", "0s is zero: leave the key out"}},
+		{"zero remind_after", rule("    - tool: x\n      verdict: ask\n      remind_after: 0m\n"), []string{"remind_after (line 7)", "is zero"}},
 		{"bad approver", rule("    - tool: x\n      verdict: ask\n      approvers: [ana]\n"), []string{"policy rule 2", "approvers", `bad id "ana"`}},
 		{"approvers not a list", rule("    - tool: x\n      verdict: ask\n      approvers: U1\n"), []string{"approvers", "want a list"}},
 		{"four_eyes not bool", rule("    - tool: x\n      verdict: ask\n      four_eyes: maybe\n"), []string{"policy rule 2", "four_eyes (line 7)"}},

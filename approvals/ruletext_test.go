@@ -58,6 +58,7 @@ func TestParseRuleErrors(t *testing.T) {
 		{"cel syntax", "tool=a verdict=ask when='args.x =='", "when: ERROR"},
 		{"cel not bool", "tool=a verdict=ask when=args.x", "must be a bool expression"},
 		{"bad ttl", "tool=a verdict=ask ttl=2days", `ttl: bad duration "2days"`},
+		{"zero ttl", "tool=a verdict=ask ttl=0", "ttl: duration 0 is zero"},
 		{"ttl past a conversation's life", "tool=a verdict=ask ttl=1000h", "ttl: duration 1000h is longer than 672h"},
 		{"bad four_eyes", "tool=a verdict=ask four_eyes=sure", "four_eyes: want true or false"},
 		{"bad approver", "tool=a verdict=ask approvers=ana", `approvers: bad id "ana"`},
