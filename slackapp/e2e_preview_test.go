@@ -70,7 +70,7 @@ func TestPreviewFailureShownOnCard(t *testing.T) {
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "rotate_keys", `{}`)), fakeopenai.Text("Rotated."))
 	ts := e.slack.Mention(channel, requester, "rotate")
 	card := e.card(ts, "rotate_keys")
-	if text := blocksText(card); !strings.Contains(text, "Preview unavailable: the key service &lt;is down&gt;") {
+	if text := blocksText(card); !strings.Contains(text, "Preview unavailable: `the key service &lt;is down&gt;`") {
 		t.Errorf("the card does not say the preview is unavailable (escaped): %s", text)
 	}
 	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")

@@ -96,6 +96,20 @@ func isClosingFence(line, fence string) bool {
 	return strings.Trim(t, fence[:1]) == ""
 }
 
+// outsideCode applies f to the parts of s outside its `code spans`, so
+// that what a code span shows is left as written.
+func outsideCode(s string, f func(string) string) string {
+	parts := strings.Split(s, "`")
+	for i := range parts {
+		// Even parts are outside; with an odd number of backticks, the
+		// last, after one that opens no span, is too.
+		if i%2 == 0 || (len(parts)%2 == 0 && i == len(parts)-1) {
+			parts[i] = f(parts[i])
+		}
+	}
+	return strings.Join(parts, "`")
+}
+
 // convertLine converts one line outside code blocks.
 func convertLine(line string) string {
 	if strings.TrimSpace(line) == "" {
@@ -105,7 +119,7 @@ func convertLine(line string) string {
 		return "──────────"
 	}
 	if m := mdHeading.FindStringSubmatch(line); m != nil {
-		text := headingEmphasis.Replace(strings.TrimSpace(m[1]))
+		text := outsideCode(strings.TrimSpace(m[1]), headingEmphasis.Replace)
 		if text == "" {
 			return ""
 		}
@@ -268,6 +282,24 @@ func fitMrkdwn(s string, max int) (string, bool) {
 		return "", true
 	}
 	return chunks[0] + more, true
+}
+
+// quoteLines marks every line of mrkdwn as a block quote: the model's
+// words (a question) set apart from the bot's own lines around them, which
+// they could otherwise imitate.
+func quoteLines(s string) string {
+	return ">" + strings.ReplaceAll(s, "\n", "\n>")
+}
+
+// fitQuoted is fitMrkdwn for mrkdwn shown as a block quote (quoteLines):
+// the quoted text is at most max characters.
+func fitQuoted(s string, max int) (string, bool) {
+	for n := max; ; n = n * 9 / 10 {
+		q, cut := fitMrkdwn(s, n)
+		if quoted := quoteLines(q); textLen(quoted) <= max || n < 16 {
+			return quoted, cut
+		}
+	}
 }
 
 // splitMrkdwn splits mrkdwn produced by MarkdownToMrkdwn (in which a line

@@ -22,6 +22,7 @@ func TestMarkdownToMrkdwn(t *testing.T) {
 		{"arithmetic stars", "2 * 3 * 4", "2 * 3 * 4"},
 		{"snake_case", "use read_file_now", "use read_file_now"},
 		{"heading", "# Title", "*Title*"},
+		{"heading keeps code spans as written", "## Shall I run `rm -rf /srv/__data__` on **prod**?", "*Shall I run `rm -rf /srv/__data__` on prod?*"},
 		{"heading level 3 with closing hashes", "### Sub **x** ###", "*Sub x*"},
 		{"heading needs a space", "#hashtag", "#hashtag"},
 		{"bullets", "- one\n* two\n+ three", "• one\n• two\n• three"},

@@ -189,7 +189,7 @@ func CardBlocks(c Card) []slack.Block {
 	} else if c.Human {
 		const title = "*Question*\n"
 		shown, warning := revealQuestion(c.Question)
-		q, cut := fitMrkdwn(MarkdownToMrkdwn(shown), maxSectionText-textLen(title)-textLen(questionCutNote)-textLen(warning))
+		q, cut := fitQuoted(MarkdownToMrkdwn(shown), maxSectionText-textLen(title)-textLen(questionCutNote)-textLen(warning))
 		if cut {
 			q += questionCutNote
 		}
@@ -366,7 +366,11 @@ const maxCardPreview = 2000
 // or says why there is none; nil when the tool offers none.
 func previewBlock(c Card) slack.Block {
 	if c.PreviewError != "" {
-		return contextBlock(":warning: Preview unavailable: " + Escape(clip(oneLine(c.PreviewError), 500)))
+		// Tool output (an MCP server's, or the model's own URL quoted in
+		// a parse error): shown as code, its hidden characters written
+		// out, so it cannot pass for the card's own words.
+		shown, _ := revealHidden(clip(oneLine(c.PreviewError), 500))
+		return contextBlock(":warning: Preview unavailable: " + inlineCode(shown))
 	}
 	if strings.TrimSpace(c.Preview) == "" {
 		return nil

@@ -108,7 +108,7 @@ func inboxEntry(c Card) []slack.Block {
 	cut := false
 	if c.Human {
 		shown, warning := revealQuestion(c.Question)
-		detail, _ = fitMrkdwn(MarkdownToMrkdwn(shown), homeArgsPreview)
+		detail, _ = fitQuoted(MarkdownToMrkdwn(shown), homeArgsPreview)
 		detail += warning
 	} else if pretty := prettyJSON(c.Args); pretty == "" || pretty == "{}" || pretty == "null" {
 		detail = "_(no arguments)_"
@@ -150,7 +150,7 @@ func mineEntry(c Card) slack.Block {
 		if q := strings.TrimSpace(c.Question); q != "" {
 			shown, n := revealHidden(oneLine(q))
 			q, _ = truncate(Escape(shown), homeMinePreview)
-			lines = append(lines, q)
+			lines = append(lines, quoteLines(q))
 			if n > 0 {
 				lines = append(lines, hiddenWarning(n, "the question"))
 			}

@@ -452,7 +452,7 @@ func TestCardContent(t *testing.T) {
 		{"card_expired", []string{"Expired after 3 days without a decision"}, nil},
 		{"card_cancelled", []string{"Cancelled by the requester"}, nil},
 		{"card_ask_human", []string{
-			"*Question*\\nWhich *region* should I deploy to?",
+			"*Question*\\n>Which *region* should I deploy to?",
 			"• `eu-west-1`",
 			"the runbook (https://wiki.example/runbook)",
 		}, []string{"<https://wiki.example"}},
@@ -834,4 +834,53 @@ func TestCopiesSayWhereAlwaysAllowApplies(t *testing.T) {
 	if got := buttons(c); !strings.Contains(got, "allowed in \u003c#C0PRIVATE1\u003e from now on") && !strings.Contains(got, `allowed in \u003c#C0PRIVATE1\u003e`) {
 		t.Errorf("a decided copy does not name the channel allowed: %s", got)
 	}
+}
+
+// A preview error is a tool's words (or the model's, quoted in a parse
+// error): the card shows it as code with its hidden characters written
+// out, never as mrkdwn that could pass for the card's own lines.
+func TestPreviewErrorIsShownAsCode(t *testing.T) {
+	c := pendingCard()
+	c.PreviewError = "invalid url \u202e :white_check_mark: *Pre-approved by @secops*"
+	text := blocksText(t, []slack.Block{previewBlock(c)})
+	want := ":warning: Preview unavailable: `invalid url ⟦U+202E⟧ :white_check_mark: *Pre-approved by @secops*`"
+	if !strings.Contains(text, "\n"+want+"\n") {
+		t.Errorf("preview error shown as %q, want %q", text, want)
+	}
+}
+
+// The model's question is set apart as a quote on the card, the Home tab
+// and the reply form: lines that imitate the card's own (a divider, an
+// "Approved by" status) stay inside it.
+func TestQuestionIsQuoted(t *testing.T) {
+	q := "Which region?\n\n---\n:white_check_mark: Approved by **@secops-lead**\n**Outcome:** ran"
+	check := func(where, text string) {
+		t.Helper()
+		_, body, ok := strings.Cut(text, "Which region?")
+		if !ok {
+			t.Fatalf("%s: no question in %q", where, text)
+		}
+		for _, l := range strings.Split(strings.TrimSpace("Which region?"+body), "\n") {
+			if strings.Contains(l, "Approved by") || strings.Contains(l, "Outcome") || strings.Contains(l, "──") {
+				if !strings.HasPrefix(l, ">") {
+					t.Errorf("%s: the question's line %q is not quoted", where, l)
+				}
+			}
+		}
+	}
+	c := goldenCards()["card_ask_human"]
+	c.Question = q
+	for _, b := range CardBlocks(c) {
+		if sb, ok := b.(*slack.SectionBlock); ok && sb.Text != nil && strings.HasPrefix(sb.Text.Text, "*Question*") {
+			check("card", sb.Text.Text)
+		}
+	}
+	m := RespondModal("c1", q)
+	var modal strings.Builder
+	for _, b := range m.Blocks.BlockSet {
+		if sb, ok := b.(*slack.SectionBlock); ok && sb.Text != nil {
+			modal.WriteString(sb.Text.Text + "\n")
+		}
+	}
+	check("reply form", modal.String())
 }
