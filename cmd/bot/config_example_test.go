@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/approvals"
@@ -32,6 +33,25 @@ func TestConfigExample(t *testing.T) {
 	if tc.Builtins.Workspace == nil || tc.Builtins.Workspace.Root != filepath.Join(wd, "workspace") {
 		t.Errorf("workspace = %+v, want root ./workspace resolved against the working directory (/workspace in the Docker image)", tc.Builtins.Workspace)
 	}
+
+	// The commented tool examples work as they are once uncommented.
+	var uncommented []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(l, "  # "); ok && (strings.HasPrefix(rest, "  ") || strings.HasPrefix(rest, "http_request:") || strings.HasPrefix(rest, "run_command:")) {
+			l = "  " + rest
+		}
+		uncommented = append(uncommented, l)
+	}
+	t.Run("uncommented in the image", func(t *testing.T) {
+		t.Chdir("/") // the Docker image's working directory
+		full, err := tools.ParseConfig([]byte(strings.Join(uncommented, "\n")))
+		if err != nil {
+			t.Fatalf("the commented tool examples, uncommented: %v", err)
+		}
+		if full.Builtins.RunCommand == nil || full.Builtins.HTTPRequest == nil {
+			t.Errorf("the uncommented examples enable run_command %v and http_request %v, want both", full.Builtins.RunCommand != nil, full.Builtins.HTTPRequest != nil)
+		}
+	})
 
 	tests := []struct {
 		tool, args string

@@ -23,7 +23,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"-paused", "ten"}, `-paused: "ten" is not a positive count`},
 		{[]string{"-settle", "-1s"}, "-settle must not be negative"},
 		{[]string{"-paused-warmup", "-1"}, "-paused-warmup must not be negative"},
-		{[]string{"-env", "WORKERS"}, `"WORKERS" is not KEY=VALUE`},
+		{[]string{"-env", "MAX_TURNS"}, `"MAX_TURNS" is not KEY=VALUE`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	}
 	for _, tt := range tests {
@@ -39,7 +39,7 @@ func TestParseFlagsErrors(t *testing.T) {
 // -duration turns the rate into a number of conversations; -paused keeps
 // its counts in order.
 func TestParseFlags(t *testing.T) {
-	o, err := parseFlags([]string{"-rate", "200", "-duration", "1m", "-paused", "100, 10000,100000", "-env", "WORKERS=256", "-model-latency", "2s"}, io.Discard)
+	o, err := parseFlags([]string{"-rate", "200", "-duration", "1m", "-paused", "100, 10000,100000", "-env", "MAX_TURNS=256", "-model-latency", "2s"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestParseFlags(t *testing.T) {
 	if got := o.paused; len(got) != 3 || got[0] != 100 || got[1] != 10000 || got[2] != 100000 {
 		t.Errorf("-paused gave %v, want [100 10000 100000]", got)
 	}
-	if len(o.env) != 1 || o.env[0] != "WORKERS=256" || o.modelLatency != 2*time.Second {
+	if len(o.env) != 1 || o.env[0] != "MAX_TURNS=256" || o.modelLatency != 2*time.Second {
 		t.Errorf("-env gave %v and -model-latency %v", o.env, o.modelLatency)
 	}
 }

@@ -108,7 +108,7 @@ with many paused runs, and lost, duplicated or unapproved executions.
 	fs.IntVar(&o.pausedWarmup, "paused-warmup", 5000, "with -paused, conversations whose call is allowed answered at -paused-rate before the first count, so that every count is sampled after a burst like the one that parks the runs (0: none)")
 	fs.DurationVar(&o.settle, "settle", 5*time.Minute, "after each -paused count, how long to wait at most for the bots' memory once the burst is over: the peak over one whole garbage collection cycle of each bot's own, from its first collection after the burst to the next (the Go runtime collects at least every 2 minutes); memory is reported right after the burst and settled (0: right after the burst only)")
 	fs.IntVar(&o.channels, "channels", 100, "channels the conversations are spread over")
-	fs.Var(&env, "env", "extra KEY=VALUE for the bot's environment (repeatable), e.g. -env WORKERS=256")
+	fs.Var(&env, "env", "extra KEY=VALUE for the bot's environment (repeatable), e.g. -env MAX_TURNS=256")
 	fs.StringVar(&o.logLevel, "log-level", "info", "the bot's LOG_LEVEL")
 	fs.BoolVar(&o.verbose, "v", false, "copy the bots' logs to stderr")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench itself (the fakes) to this file")

@@ -92,7 +92,7 @@ mentions the bot in #ops and starts a thread, the next ones are replies in it.
   /cancel [N]             click Cancel request (only the requester may)
   /pending                run /approvals pending
   /policy                 show the policy file and /approvals policy list
-  /approvals ARGS         run any /approvals command, e.g. /approvals policy test restart_service {"service":"api"}
+  /approvals ARGS         run any /approvals command, e.g. /approvals policy test workspace_delete {"path":"scratch.csv"}
   /show                   print the whole thread again
   /help                   this text
   /quit                   stop the bot and leave (end of input and Ctrl-C do too)
