@@ -49,6 +49,7 @@ type config struct {
 	LogFormat        string        `envconfig:"LOG_FORMAT" default:"json" desc:"json, or text for humans"`
 	MaxSteps         int           `envconfig:"MAX_STEPS" default:"10" desc:"model calls allowed in one turn"`
 	MaxCallsPerStep  int           `envconfig:"MAX_CALLS_PER_STEP" default:"32" desc:"tool calls judged in one model step; the model is told the rest were not performed"`
+	MaxToolResult    int           `envconfig:"MAX_TOOL_RESULT_BYTES" default:"16384" desc:"bytes of a tool's result the model is given, whatever the tool's own limit; the rest is cut with a note"`
 	MaxTurns         int           `envconfig:"MAX_TURNS" default:"1000" desc:"turns running at once; more wait in arrival order and their thread is told"`
 	SweepInterval    time.Duration `envconfig:"SWEEP_INTERVAL" default:"30s" desc:"how often decided runs whose resume was lost in a crash are resumed"`
 	SystemPrompt     string        `envconfig:"SYSTEM_PROMPT" desc:"system prompt of every model request; empty: the built-in one"`
@@ -232,6 +233,9 @@ func (c *config) validate() error {
 	}
 	if c.MaxCallsPerStep < 1 {
 		return fmt.Errorf("MAX_CALLS_PER_STEP: %d is not at least 1", c.MaxCallsPerStep)
+	}
+	if c.MaxToolResult < 1024 {
+		return fmt.Errorf("MAX_TOOL_RESULT_BYTES: %d is less than 1024", c.MaxToolResult)
 	}
 	if c.MaxTurns < 1 {
 		return fmt.Errorf("MAX_TURNS: %d is not at least 1", c.MaxTurns)

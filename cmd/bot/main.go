@@ -159,6 +159,7 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 			SystemPrompt:  cfg.SystemPrompt,
 			MaxSteps:      cfg.MaxSteps,
 			MaxCalls:      cfg.MaxCallsPerStep,
+			MaxToolOutput: cfg.MaxToolResult,
 			ContextBudget: cfg.ContextBudget,
 			ToolTimeout:   cfg.ToolTimeout,
 			ApprovalTTL:   cfg.ApprovalTTL,

@@ -175,6 +175,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "zero sweep interval", set: map[string]string{"SWEEP_INTERVAL": "0s"}, want: []string{"SWEEP_INTERVAL", "not positive"}},
 		{name: "zero max steps", set: map[string]string{"MAX_STEPS": "0"}, want: []string{"MAX_STEPS"}},
 		{name: "zero calls per step", set: map[string]string{"MAX_CALLS_PER_STEP": "0"}, want: []string{"MAX_CALLS_PER_STEP: 0 is not at least 1"}},
+		{name: "tiny tool results", set: map[string]string{"MAX_TOOL_RESULT_BYTES": "100"}, want: []string{"MAX_TOOL_RESULT_BYTES: 100 is less than 1024"}},
 		{name: "redis prefix with a hash tag", set: map[string]string{"REDIS_PREFIX": "bot{1}"}, want: []string{`REDIS_PREFIX: "bot{1}"`, "no { or }"}},
 		{name: "unknown log format", set: map[string]string{"LOG_FORMAT": "xml"}, want: []string{`LOG_FORMAT: "xml" is not json or text`}},
 		{name: "unknown log level", set: map[string]string{"LOG_LEVEL": "loud"}, want: []string{`LOG_LEVEL: "loud"`}},
