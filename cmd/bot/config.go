@@ -255,7 +255,6 @@ func checkHTTPURL(raw string) error {
 	return nil
 }
 
-// isUserID reports whether s looks like a Slack user id.
 // placeholderToken reports whether tok is its prefix alone or a stand-in
 // for a token ("xoxb-…", "xapp-...", "xoxb-<your token>", "xoxb-xxxx"),
 // never a token Slack issued.
@@ -273,6 +272,7 @@ func placeholderToken(tok, prefix string) bool {
 	return false
 }
 
+// isUserID reports whether s looks like a Slack user id.
 func isUserID(s string) bool { return isSlackID(s, "UW") }
 
 func isChannelID(s string) bool { return isSlackID(s, "CG") }
