@@ -88,6 +88,9 @@ type managerOptions struct {
 	pingTimeout    time.Duration
 	// stable is how long a session must last for the backoff to start over.
 	stable time.Duration
+	// closeWait bounds Close: a stdio server that ignores the end of its
+	// input is stopped by signals only seconds later.
+	closeWait time.Duration
 }
 
 func defaultManagerOptions() managerOptions {
@@ -98,6 +101,7 @@ func defaultManagerOptions() managerOptions {
 		pingInterval:   30 * time.Second,
 		pingTimeout:    10 * time.Second,
 		stable:         time.Minute,
+		closeWait:      5 * time.Second,
 	}
 }
 
@@ -168,12 +172,25 @@ func (m *Manager) Status() []ServerStatus {
 }
 
 // Close disconnects every server (stopping stdio servers) and waits for the
-// manager's goroutines to end. The servers' tools stay in the registry and
-// answer that their server is unavailable. Close is idempotent.
+// manager's goroutines to end, at most 5 s: past that it returns an error
+// and leaves the servers' goroutines to the process's exit, so that a
+// shutdown stays within its time. The servers' tools stay in the registry
+// and answer that their server is unavailable. Close is idempotent.
 func (m *Manager) Close() error {
 	m.closeOnce.Do(m.cancel)
-	m.wg.Wait()
-	return nil
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(m.opts.closeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("MCP servers still stopping after %s; left to the process's exit", m.opts.closeWait)
+	}
 }
 
 // delay is how long to wait before reconnect attempt n (from 0): doubling

@@ -173,6 +173,19 @@ func testOptions() managerOptions {
 		pingInterval:   100 * time.Millisecond,
 		pingTimeout:    2 * time.Second,
 		stable:         time.Minute,
+		closeWait:      5 * time.Second,
+	}
+}
+
+// Close waits for the servers at most closeWait, then says so, so that a
+// shutdown stays within its time.
+func TestCloseIsBounded(t *testing.T) {
+	m := &Manager{cancel: func() {}, opts: managerOptions{closeWait: 50 * time.Millisecond}}
+	stuck := make(chan struct{})
+	defer close(stuck)
+	m.wg.Go(func() { <-stuck }) // a server that does not stop
+	if err := m.Close(); err == nil || !strings.Contains(err.Error(), "still stopping after 50ms") {
+		t.Errorf("Close with a server that does not stop = %v, want an error after 50ms", err)
 	}
 }
 

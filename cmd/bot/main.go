@@ -249,8 +249,6 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 	return err
 }
 
-// newLogger returns the bot's logger: JSON or text on w, at LOG_LEVEL, with
-// secrets redacted.
 // redisLog writes the Redis client's lines to a slog.Logger.
 type redisLog struct{ log *slog.Logger }
 
@@ -258,6 +256,8 @@ func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 	l.log.WarnContext(ctx, "redis client: "+strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
+// newLogger returns the bot's logger: JSON or text on w, at LOG_LEVEL, with
+// secrets redacted.
 func newLogger(w io.Writer, cfg config, red redactor) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel) // checked by validate
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {

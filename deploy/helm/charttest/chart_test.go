@@ -270,7 +270,7 @@ func TestRefusedValues(t *testing.T) {
 		{"a token in env", map[string]any{"secrets": tokens, "env": map[string]any{"SLACK_BOT_TOKEN": "xoxb-2"}}, "env.SLACK_BOT_TOKEN: secrets go in secrets"},
 		{"shutdown grace in env", map[string]any{"secrets": tokens, "env": map[string]any{"SHUTDOWN_GRACE": "10s"}}, "env.SHUTDOWN_GRACE is set by the chart"},
 		{"config twice", map[string]any{"secrets": tokens, "config": "policy: {}", "existingConfigMap": "c"}, "not both"},
-		{"no room after the grace", map[string]any{"secrets": tokens, "terminationExtraSeconds": 15}, "terminationExtraSeconds must be at least 25"},
+		{"no room after the grace", map[string]any{"secrets": tokens, "terminationExtraSeconds": 15}, "terminationExtraSeconds must be at least 30"},
 		{"rolling update of the embedded store", map[string]any{"secrets": tokens, "updateStrategy": "RollingUpdate"}, "updateStrategy RollingUpdate needs Redis"},
 		{"an unknown update strategy", map[string]any{"secrets": tokens, "updateStrategy": "BlueGreen"}, `updateStrategy "BlueGreen"`},
 		{"a token in secretEnv", map[string]any{"secrets": tokens, "secretEnv": map[string]any{"SLACK_BOT_TOKEN": map[string]any{"secret": "s", "key": "k"}}}, "secretEnv.SLACK_BOT_TOKEN is set by the chart"},

@@ -104,7 +104,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if lt (int .Values.shutdownGraceSeconds) 1 }}
 {{- fail "shutdownGraceSeconds must be at least 1" }}
 {{- end }}
-{{- if lt (int .Values.terminationExtraSeconds) 25 }}
-{{- fail "terminationExtraSeconds must be at least 25: after the grace the bot tells threads (5s), stops Socket Mode (5s), its HTTP server (5s), flushes traces (5s) and closes the store" }}
+{{- if lt (int .Values.terminationExtraSeconds) 30 }}
+{{- fail "terminationExtraSeconds must be at least 30: after the grace the bot tells threads (6s), stops Socket Mode (5s), its HTTP server (5s) and its MCP servers (5s), flushes traces (5s) and closes the store" }}
 {{- end }}
 {{- end }}
