@@ -106,6 +106,7 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 		}
 		if edit != nil {
 			e := edit.Edit
+			e.ExpiresAt = e.ExpiresAt.Truncate(time.Microsecond) // as a call's (see CreateRun)
 			c.Edit, c.Fingerprint, c.Approvals = &e, edit.Fingerprint, []store.Approval{a}
 			if !e.ExpiresAt.IsZero() && e.ExpiresAt.Before(c.ExpiresAt) {
 				was, c.ExpiresAt = c.ExpiresAt, e.ExpiresAt

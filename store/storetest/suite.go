@@ -30,6 +30,7 @@ func Run(t *testing.T, open Opener) {
 		{"ConversationRoundTrip", testConversationRoundTrip},
 		{"CreateLoadRoundTrip", testCreateLoadRoundTrip},
 		{"CreateRunRejectsBadInput", testCreateRunRejectsBadInput},
+		{"CreateRunStartsAfresh", testCreateRunStartsAfresh},
 		{"DecideSuccess", testDecideSuccess},
 		{"DecideRefusals", testDecideRefusals},
 		{"DecideExpireAndCancel", testDecideExpireAndCancel},
@@ -312,6 +313,16 @@ func testCreateRunRejectsBadInput(t *testing.T, open Opener) {
 			return cs
 		}},
 		{"no expiry", func(_ *store.Run, cs []store.Call) []store.Call { cs[1].ExpiresAt = time.Time{}; return cs }},
+		{"calls not numbered from 0", func(r *store.Run, cs []store.Call) []store.Call {
+			cs[0].ID, cs[1].ID = store.CallID(r.ID, 1), store.CallID(r.ID, 2)
+			r.CallIDs = []string{cs[0].ID, cs[1].ID}
+			return cs
+		}},
+		{"calls not in their order", func(r *store.Run, cs []store.Call) []store.Call {
+			cs[0], cs[1] = cs[1], cs[0]
+			r.CallIDs = []string{cs[0].ID, cs[1].ID}
+			return cs
+		}},
 	}
 	for _, tt := range tests {
 		r, calls := fixture(2)
@@ -319,6 +330,36 @@ func testCreateRunRejectsBadInput(t *testing.T, open Opener) {
 		if err := s.CreateRun(t.Context(), r, calls); err == nil {
 			t.Errorf("CreateRun with %s: error = nil, want an error", tt.name)
 		}
+	}
+}
+
+// CreateRun starts each call afresh (no approvals, edit or result carried
+// in), and keeps its deadline to the microsecond, so that every store
+// judges it alike: a decision less than a microsecond before a deadline
+// that is not a whole microsecond is late.
+func testCreateRunStartsAfresh(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	exp := time.Now().Add(time.Hour).Truncate(time.Microsecond).Add(900 * time.Nanosecond)
+	_, calls := create(t, s, 1, func(_ *store.Run, cs []store.Call) {
+		cs[0].ExpiresAt = exp
+		cs[0].Approvals = []store.Approval{{Approver: "U_A", At: time.Now()}}
+		cs[0].Edit = &store.Decision{Kind: "edit", Decider: "U_A", Args: json.RawMessage(`{}`)}
+		cs[0].Result = json.RawMessage(`"ran"`)
+	})
+	c := wantStatus(t, s, calls[0].ID, store.Pending)
+	if len(c.Approvals) != 0 || c.Edit != nil || len(c.Result) != 0 {
+		t.Errorf("a new call has approvals %v, edit %v, result %s; want none", c.Approvals, c.Edit, c.Result)
+	}
+	if want := exp.Truncate(time.Microsecond); !c.ExpiresAt.Equal(want) {
+		t.Errorf("ExpiresAt = %v, want %v (whole microseconds)", c.ExpiresAt, want)
+	}
+	if _, _, err := s.Approve(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, 2, approve("U_A")); err != nil {
+		t.Errorf("the first approval of a new call: %v, want it counted", err)
+	}
+	late := exp.Add(-800 * time.Nanosecond)
+	if _, _, err := s.Decide(ctx, c.ID, c.Fingerprint, store.Decision{Kind: "approve", Decider: "U_B", At: late}); !errors.Is(err, store.ErrExpired) {
+		t.Errorf("Decide 800ns before a deadline of 900ns past a microsecond: %v, want ErrExpired", err)
 	}
 }
 

@@ -40,15 +40,14 @@ func Prepare(r store.Run, calls []store.Call, now time.Time) (store.Run, []store
 	r.ExpiresAt = time.Time{}
 	ids := make([]string, len(calls))
 	out := make([]store.Call, len(calls))
-	seen := make(map[string]bool, len(calls))
 	for i, c := range calls {
 		if store.RunOf(c.ID) != r.ID {
 			return r, nil, fmt.Errorf("call id %q does not belong to run %s", c.ID, r.ID)
 		}
-		if seen[c.ID] {
-			return r, nil, fmt.Errorf("run %s lists call %s twice", r.ID, c.ID)
+		if want := store.CallID(r.ID, i); c.ID != want {
+			// Stores find a run's calls by their numbers.
+			return r, nil, fmt.Errorf("call %d of run %s has id %s, want %s", i, r.ID, c.ID, want)
 		}
-		seen[c.ID] = true
 		if len(r.CallIDs) != 0 && r.CallIDs[i] != c.ID {
 			return r, nil, fmt.Errorf("run %s lists call id %s at %d, got call %s", r.ID, r.CallIDs[i], i, c.ID)
 		}
@@ -75,6 +74,11 @@ func Prepare(r store.Run, calls []store.Call, now time.Time) (store.Run, []store
 		c.Decision = nil
 		c.Executing = false
 		c.Reminded = 0
+		c.Approvals, c.Edit, c.Result = nil, nil, nil
+		// Deadlines are whole microseconds, which every store compares
+		// exactly (Redis keeps microseconds); so is the start, so that the
+		// wait between them is the one asked for.
+		c.CreatedAt, c.ExpiresAt = c.CreatedAt.Truncate(time.Microsecond), c.ExpiresAt.Truncate(time.Microsecond)
 		if c.ExpiresAt.After(r.ExpiresAt) {
 			r.ExpiresAt = c.ExpiresAt
 		}
