@@ -699,18 +699,16 @@ func (s *Store) FinishRun(ctx context.Context, runID string) error {
 
 // finishRun marks the run finished (one script) and returns what adds to a
 // pipeline the commands that drop its index entries and clear the
-// conversation's PausedRun; nil if the run was finished already.
+// conversation's PausedRun, also when the run was finished already (they
+// are idempotent, and a finish sent again must not skip them).
 func (s *Store) finishRun(ctx context.Context, runID string) (unindex func(p redis.Pipeliner), err error) {
 	keys := []string{s.runKey(runID), s.claimKey(runID)}
 	res, err := finishRun.Run(ctx, s.c, keys, s.retention.Milliseconds(), runID).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("finish run %s: %w", runID, err)
 	}
-	switch n, _ := res[0].(int64); n {
-	case 0:
+	if n, _ := res[0].(int64); n == 0 {
 		return nil, fmt.Errorf("finish run %s: %w", runID, store.ErrNotFound)
-	case 2:
-		return nil, nil
 	}
 	var r struct {
 		Conversation string `json:"conversation"`

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -87,4 +88,38 @@ func TestCountedApprovalSentAgainAfterACancel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A FinishRun sent again after its reply was lost (the script ran, and
+// finds the run finished the second time) still cleans up after it: the
+// conversation is no longer paused on the run, and the run's calls leave
+// the indexes.
+func TestFinishRunSentAgainCleansUp(t *testing.T) {
+	onNodeAndCluster(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := t.Context()
+		// Loads the scripts, so the hook sees EVALSHA once.
+		_, warm := pausedOnOneCall(t, s, "fpw")
+		if err := s.FinishRun(ctx, store.RunOf(warm[0].ID)); err != nil {
+			t.Fatal(err)
+		}
+		conv, calls := pausedOnOneCall(t, s, "fp0")
+		runID := store.RunOf(calls[0].ID)
+		armed := true
+		c.AddHook(sendTwiceHook{armed: &armed, key: "{" + runID + "}"})
+		if err := s.FinishRun(ctx, runID); err != nil {
+			t.Fatal(err)
+		}
+		if armed {
+			t.Fatal("FinishRun was not sent twice")
+		}
+		if got, err := s.LoadConversation(ctx, conv); err != nil || got.PausedRun == runID {
+			t.Errorf("after FinishRun sent twice the conversation is paused on %q, %v; want it cleared", got.PausedRun, err)
+		}
+		for _, key := range s.IndexKeys() {
+			n, err := c.ZScore(ctx, key, calls[0].ID).Result()
+			if !errors.Is(err, redis.Nil) {
+				t.Errorf("the finished run's call is still in %s (%v, %v)", key, n, err)
+			}
+		}
+	})
 }

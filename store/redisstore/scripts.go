@@ -287,22 +287,27 @@ return 1
 // ".", 0, 1, ...).
 // KEYS: run, claim
 // ARGV: retention (ms), run id
-// Returns {1, run JSON, each call's JSON...} if finished now, {2} if it was
-// finished already, {0} if unknown.
+// Returns {1, run JSON, each call's JSON...} if finished now, the same with
+// 2 if it was finished already (the clean-up after it is made again: a
+// sending whose reply was lost, sent again, finds the run finished), {0}
+// if unknown.
 var finishRun = redis.NewScript(`
 local run = redis.call('HMGET', KEYS[1], 'run', 'finished')
 if not run[1] then return {0} end
-if run[2] == '1' then return {2} end
-redis.call('HSET', KEYS[1], 'finished', '1')
-redis.call('DEL', KEYS[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[1], 'LT')
-local out = {1, run[1]}
+local code = 2
+if run[2] ~= '1' then
+  code = 1
+  redis.call('HSET', KEYS[1], 'finished', '1')
+  redis.call('DEL', KEYS[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[1], 'LT')
+end
+local out = {code, run[1]}
 local i = 0
 while true do
   local k = KEYS[1] .. ':call:' .. ARGV[2] .. '.' .. i
   local c = redis.call('HGET', k, 'call')
   if not c then break end
-  redis.call('PEXPIRE', k, ARGV[1], 'LT')
+  if code == 1 then redis.call('PEXPIRE', k, ARGV[1], 'LT') end
   out[#out + 1] = c
   i = i + 1
 end
