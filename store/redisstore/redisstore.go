@@ -239,7 +239,8 @@ func (s *Store) createRun(ctx context.Context, r store.Run, calls []store.Call, 
 	if err != nil {
 		return newRun{}, err
 	}
-	created, err := createRun.Run(ctx, s.c, nr.keys, nr.args...).Int()
+	// rand.Text names this sending (see the script).
+	created, err := createRun.Run(ctx, s.c, nr.keys, append(slices.Clip(nr.args), rand.Text())...).Int()
 	if err != nil {
 		return newRun{}, fmt.Errorf("create run %s: %w", nr.run.ID, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,37 @@ func TestFinishRunSentAgainCleansUp(t *testing.T) {
 			if !errors.Is(err, redis.Nil) {
 				t.Errorf("the finished run's call is still in %s (%v, %v)", key, n, err)
 			}
+		}
+	})
+}
+
+// CreateRun sent again after its reply was lost (the script ran, and finds
+// the run there the second time) reports the run created, not
+// ErrRunExists: on Redis Cluster a pause commits through it, and failing
+// there withdrew the cards of a run that was stored.
+func TestCreateRunSentAgainIsCreated(t *testing.T) {
+	onNodeAndCluster(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := t.Context()
+		// Loads the script, so the hook sees EVALSHA once.
+		w := store.Run{ID: store.NewRunID(), Conversation: "C1:" + store.NewRunID(), Requester: "U1"}
+		if err := s.CreateRun(ctx, w, []store.Call{{ID: store.CallID(w.ID, 0), Fingerprint: "f", ExpiresAt: time.Now().Add(time.Hour)}}); err != nil {
+			t.Fatal(err)
+		}
+		r := store.Run{ID: store.NewRunID(), Conversation: "C1:" + store.NewRunID(), Requester: "U1"}
+		call := store.Call{ID: store.CallID(r.ID, 0), Fingerprint: "f", ExpiresAt: time.Now().Add(time.Hour)}
+		armed := true
+		c.AddHook(sendTwiceHook{armed: &armed, key: r.ID})
+		if err := s.CreateRun(ctx, r, []store.Call{call}); err != nil {
+			t.Errorf("CreateRun sent twice = %v, want it created", err)
+		}
+		if armed {
+			t.Fatal("CreateRun was not sent twice")
+		}
+		if err := s.CreateRun(ctx, r, []store.Call{call}); !errors.Is(err, store.ErrRunExists) {
+			t.Errorf("another CreateRun of the run = %v, want ErrRunExists", err)
+		}
+		if got, err := s.Pending(ctx, store.Filter{}); err != nil || !slices.ContainsFunc(got, func(c store.Call) bool { return c.ID == call.ID }) {
+			t.Errorf("Pending after CreateRun sent twice lists %d calls, %v; want the run's call", len(got), err)
 		}
 	})
 }

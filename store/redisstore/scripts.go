@@ -35,13 +35,17 @@ end
 `
 
 // createRun writes a run and its calls unless the run exists
-// (createRunFn).
+// (createRunFn). The sending is named on the run (create_nonce), so that
+// the same sending sent again by the client after its reply was lost is
+// answered as the first was.
 // KEYS: run, call...
-// ARGV: as createRunFn
+// ARGV: as createRunFn, then the sending's nonce
 // Returns 1 if created, 0 if the run exists.
 var createRun = redis.NewScript(createRunFn + `
-if createRun(1, 1, #KEYS - 1) then return 1 end
-return 0
+if redis.call('HGET', KEYS[1], 'create_nonce') == ARGV[#ARGV] then return 1 end
+if not createRun(1, 1, #KEYS - 1) then return 0 end
+redis.call('HSET', KEYS[1], 'create_nonce', ARGV[#ARGV])
+return 1
 `)
 
 // decide moves a call from pending to a final status, and writes the
