@@ -1204,7 +1204,8 @@ func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int
 	if !s.cluster {
 		keys = append(keys, s.recordsVersionKey())
 	}
-	v, err := putRecord.Run(ctx, s.c, keys, r.ID, expectVersion, b).Int64()
+	// rand.Text names this sending (see the script).
+	v, err := putRecord.Run(ctx, s.c, keys, r.ID, expectVersion, b, rand.Text()).Int64()
 	if err != nil {
 		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, err)
 	}
@@ -1280,12 +1281,12 @@ func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 	var n int64
 	var err error
 	if s.cluster {
-		n, err = s.c.HDel(ctx, s.recordsKey(kind), "d:"+id, "v:"+id).Result()
+		n, err = s.c.HDel(ctx, s.recordsKey(kind), "d:"+id, "v:"+id, "n:"+id).Result()
 	} else {
 		// The change is counted in the same step, and only if there was
 		// one: a version that moves for nothing sends decisions checked
 		// against the records the slower way.
-		n, err = deleteRecord.Run(ctx, s.c, []string{s.recordsKey(kind), s.recordsVersionKey()}, "d:"+id, "v:"+id).Int64()
+		n, err = deleteRecord.Run(ctx, s.c, []string{s.recordsKey(kind), s.recordsVersionKey()}, "d:"+id, "v:"+id, "n:"+id).Int64()
 	}
 	if err != nil {
 		return fmt.Errorf("delete record %s/%s: %w", kind, id, err)
@@ -1302,7 +1303,7 @@ func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 // ARGV: the record's fields
 // Returns how many fields were deleted.
 var deleteRecord = redis.NewScript(`
-local n = redis.call('HDEL', KEYS[1], ARGV[1], ARGV[2])
+local n = redis.call('HDEL', KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 if n > 0 then redis.call('INCR', KEYS[2]) end
 return n
 `)

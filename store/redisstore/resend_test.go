@@ -155,3 +155,37 @@ func TestCreateRunSentAgainIsCreated(t *testing.T) {
 		}
 	})
 }
+
+// A compare-and-set PutRecord sent again after its reply was lost is
+// answered with the version it wrote, not as a conflict with itself, and
+// counts as one change; a delete leaves none of the record's fields.
+func TestPutRecordSentAgain(t *testing.T) {
+	onNodeAndCluster(t, func(t *testing.T, c redis.UniversalClient, s *redisstore.Store) {
+		ctx := t.Context()
+		// Loads the script, so the hook sees EVALSHA once.
+		if _, err := s.PutRecord(ctx, store.Record{Kind: "warm", ID: "w", Data: []byte(`{}`)}, -1); err != nil {
+			t.Fatal(err)
+		}
+		armed := true
+		c.AddHook(sendTwiceHook{armed: &armed, key: "policy_rule"})
+		got, err := s.PutRecord(ctx, store.Record{Kind: "policy_rule", ID: "r1", Data: []byte(`{"x":1}`)}, 0)
+		if armed {
+			t.Fatal("PutRecord was not sent twice")
+		}
+		if err != nil || got.Version != 1 {
+			t.Errorf("PutRecord sent twice = version %d, %v; want version 1", got.Version, err)
+		}
+		if _, err := s.PutRecord(ctx, store.Record{Kind: "policy_rule", ID: "r1", Data: []byte(`{"x":2}`)}, 0); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("another PutRecord expecting version 0 = %v, want ErrConflict", err)
+		}
+		if err := s.DeleteRecord(ctx, "policy_rule", "r1"); err != nil {
+			t.Fatal(err)
+		}
+		if recs, err := s.Records(ctx, "policy_rule"); err != nil || len(recs) != 0 {
+			t.Errorf("Records after the delete = %v, %v; want none", recs, err)
+		}
+		if got, err := s.PutRecord(ctx, store.Record{Kind: "policy_rule", ID: "r1", Data: []byte(`{"x":3}`)}, 0); err != nil || got.Version != 1 {
+			t.Errorf("PutRecord after the delete = version %d, %v; want a new record at version 1", got.Version, err)
+		}
+	})
+}

@@ -370,15 +370,18 @@ return 0
 
 // putRecord writes a record with a compare-and-set on its version and,
 // given the key of the count of record changes (a single node), counts the
-// change.
+// change. The sending that wrote the record is named beside it (field
+// n:ID), so that the same sending sent again after a lost reply is
+// answered as the first was, not as a conflict or a second change.
 // KEYS: records of a kind [, count of record changes]
-// ARGV: id, expected version (-1: any), record JSON
+// ARGV: id, expected version (-1: any), record JSON, the sending's nonce
 // Returns the new version, or -1 on a version conflict.
 var putRecord = redis.NewScript(`
 local cur = tonumber(redis.call('HGET', KEYS[1], 'v:' .. ARGV[1]) or '0')
+if redis.call('HGET', KEYS[1], 'n:' .. ARGV[1]) == ARGV[4] then return cur end
 local expect = tonumber(ARGV[2])
 if expect >= 0 and expect ~= cur then return -1 end
-redis.call('HSET', KEYS[1], 'v:' .. ARGV[1], cur + 1, 'd:' .. ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[1], 'v:' .. ARGV[1], cur + 1, 'd:' .. ARGV[1], ARGV[3], 'n:' .. ARGV[1], ARGV[4])
 if #KEYS >= 2 then redis.call('INCR', KEYS[2]) end
 return cur + 1
 `)
