@@ -497,9 +497,10 @@ func (s *Store) beginResume(ctx context.Context, runID string, r store.ResumeBeg
 	if err == nil && rs.Claimed {
 		rs.Records = records(kinds, recs)
 	}
-	if s.cluster && lease != "" && (err == nil && !rs.Claimed || err != nil && r.Nonce == "") {
+	if s.cluster && lease != "" && (err == nil && !rs.Claimed || err != nil && (r.Nonce == "" || errors.Is(err, store.ErrNotFound))) {
 		// Kept on an error when the attempt can be asked again (it may
-		// hold the claim): the lease then lapses, or is the retry's.
+		// hold the claim): the lease then lapses, or is the retry's. An
+		// unknown run has no claim to hold.
 		err = errors.Join(err, s.ReleaseLease(ctx, lease, owner))
 	}
 	if err != nil {

@@ -655,3 +655,22 @@ func testGetCallWith(t *testing.T, open Opener) {
 		t.Errorf("GetCallWith of an unknown call: error = %v, want ErrNotFound", err)
 	}
 }
+
+// BeginResume of a run the store does not know is ErrNotFound and takes
+// nothing, not even the lease it was asked to take, whether the attempt is
+// named or not.
+func testBeginResumeOfAnUnknownRun(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	for _, nonce := range []string{"", "n1"} {
+		conv := "C1:" + store.NewRunID()
+		key := store.TurnLease(conv)
+		_, err := s.BeginResume(ctx, store.NewRunID(), store.ResumeBegin{Conversation: conv, Lease: key, Owner: "a", TTL: time.Minute, Nonce: nonce})
+		if !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("BeginResume(unknown run, nonce %q) = %v, want ErrNotFound", nonce, err)
+		}
+		if ok, err := s.AcquireLease(ctx, key, "b", time.Minute); err != nil || !ok {
+			t.Errorf("AcquireLease by b after BeginResume(unknown run, nonce %q) by a = %v, %v; want true: nothing taken", nonce, ok, err)
+		}
+	}
+}

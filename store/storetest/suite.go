@@ -47,6 +47,7 @@ func Run(t *testing.T, open Opener) {
 		{"DecideIfRecords", testDecideIfRecords},
 		{"BeginResumeStarts", testBeginResumeStarts},
 		{"BeginResumeAgain", testBeginResumeAgain},
+		{"BeginResumeOfAnUnknownRun", testBeginResumeOfAnUnknownRun},
 		{"AbandonExecution", testAbandonExecution},
 		{"GetCallWith", testGetCallWith},
 		{"CompleteOnce", testCompleteOnce},
