@@ -278,36 +278,6 @@ func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64
 	return sum
 }
 
-// Without any sweep, an approval expires on time: the card says so within
-// a generous bound after its deadline.
-func TestExpiryFollowsTheDeadline(t *testing.T) {
-	for _, kind := range storeKinds(t) {
-		t.Run(kind.name, func(t *testing.T) {
-			e := newEnv(t, kind)
-			e.policy = ttlPolicy
-			e.cfg.SweepInterval = time.Hour // only the expiry timer can expire it
-			m := newScriptedModel()
-			m.unblock()
-			e.model.Handle(m.answer)
-			e.start()
-			ts := e.slack.Mention(channel, requester, "deploy api 7")
-			card := e.card(ts, "deploy")
-			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
-			c, err := e.bot.st.GetCall(t.Context(), callID)
-			must(t, err)
-			e.waitThread(ts, "with the expired card", func(m fakeslack.Message) bool {
-				return m.TS == card.TS && strings.Contains(blocksText(m), "Expired")
-			})
-			if late := time.Since(c.ExpiresAt); late > 3*time.Second {
-				t.Errorf("the card said it expired %v after the deadline", late)
-			}
-			if n := e.deploy.Load(); n != 0 {
-				t.Errorf("deploy ran %d times on an expired approval", n)
-			}
-		})
-	}
-}
-
 // dueFailsOnce fails the first expiry pass at or after deadline, as a
 // store failover at the deadline would: its Due, then the reads of the
 // next deadlines, until the next Due.
@@ -341,38 +311,49 @@ func (s *dueFailsOnce) NextReminder(ctx context.Context) (time.Time, error) {
 	return s.fullStore.NextReminder(ctx)
 }
 
-// An expiry pass that fails at the deadline is tried again in a moment,
-// not at the next sweep: the card still says it expired close to its
-// deadline.
-func TestExpiryAfterAFailedPassIsOnTime(t *testing.T) {
+// Without any sweep, an approval expires on time: the card says so within
+// a generous bound after its deadline, also when the expiry pass at the
+// deadline fails (it is tried again in a moment, not at the next sweep).
+func TestExpiryFollowsTheDeadline(t *testing.T) {
 	for _, kind := range storeKinds(t) {
-		t.Run(kind.name, func(t *testing.T) {
-			e := newEnv(t, kind)
-			e.policy = ttlPolicy
-			e.cfg.SweepInterval = time.Hour
-			st := &dueFailsOnce{}
-			open := e.open
-			e.open = func() fullStore { st.fullStore = open(); return st }
-			m := newScriptedModel()
-			m.unblock()
-			e.model.Handle(m.answer)
-			e.start()
-			ts := e.slack.Mention(channel, requester, "deploy api 7")
-			card := e.card(ts, "deploy")
-			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
-			c, err := e.bot.st.GetCall(t.Context(), callID)
-			must(t, err)
-			st.deadline.Store(&c.ExpiresAt)
-			e.waitThread(ts, "with the expired card", func(m fakeslack.Message) bool {
-				return m.TS == card.TS && strings.Contains(blocksText(m), "Expired")
+		for _, failing := range []bool{false, true} {
+			name := kind.name
+			if failing {
+				name += "/a pass fails"
+			}
+			t.Run(name, func(t *testing.T) {
+				e := newEnv(t, kind)
+				e.policy = ttlPolicy
+				e.cfg.SweepInterval = time.Hour // only the expiry timer can expire it
+				st := &dueFailsOnce{}
+				if failing {
+					open := e.open
+					e.open = func() fullStore { st.fullStore = open(); return st }
+				}
+				m := newScriptedModel()
+				m.unblock()
+				e.model.Handle(m.answer)
+				e.start()
+				ts := e.slack.Mention(channel, requester, "deploy api 7")
+				card := e.card(ts, "deploy")
+				callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+				c, err := e.bot.st.GetCall(t.Context(), callID)
+				must(t, err)
+				st.deadline.Store(&c.ExpiresAt)
+				e.waitThread(ts, "with the expired card", func(m fakeslack.Message) bool {
+					return m.TS == card.TS && strings.Contains(blocksText(m), "Expired")
+				})
+				if failing && !st.failed.Load() {
+					t.Fatal("no expiry pass failed: the test did not test a failure")
+				}
+				if late := time.Since(c.ExpiresAt); late > 3*time.Second {
+					t.Errorf("the card said it expired %v after the deadline", late)
+				}
+				if n := e.deploy.Load(); n != 0 {
+					t.Errorf("deploy ran %d times on an expired approval", n)
+				}
 			})
-			if !st.failed.Load() {
-				t.Fatal("no expiry pass failed: the test did not test a failure")
-			}
-			if late := time.Since(c.ExpiresAt); late > 3*time.Second {
-				t.Errorf("the card said it expired %v after the deadline, its pass having failed once", late)
-			}
-		})
+		}
 	}
 }
 

@@ -87,15 +87,23 @@ func auditedCalls(t *testing.T, s Store) []string {
 	return out
 }
 
-func testDecideAudited(t *testing.T, open Opener) {
-	s, reopen := open(t)
-	ctx := t.Context()
-	_, calls := create(t, s, 2, func(r *store.Run, cs []store.Call) {
+// createInThread saves a fixture run of n calls in a thread of its own,
+// as the audit and the unanswered index know conversations.
+func createInThread(t *testing.T, s Store, n int) []store.Call {
+	t.Helper()
+	_, calls := create(t, s, n, func(r *store.Run, cs []store.Call) {
 		r.Conversation = "T1/C1/" + r.ID
 		for i := range cs {
 			cs[i].Conversation = r.Conversation
 		}
 	})
+	return calls
+}
+
+func testDecideAudited(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	calls := createInThread(t, s, 2)
 	conv := calls[0].Conversation
 	d := approve("U_APPROVER")
 	fx := auditedEffects(calls[0], "U_APPROVER")
@@ -140,10 +148,7 @@ func testDecideAudited(t *testing.T, open Opener) {
 func testApproveAudited(t *testing.T, open Opener) {
 	s, _ := open(t)
 	ctx := t.Context()
-	_, calls := create(t, s, 1, func(r *store.Run, cs []store.Call) {
-		r.Conversation = "T1/C1/" + r.ID
-		cs[0].Conversation = r.Conversation
-	})
+	calls := createInThread(t, s, 1)
 	c := calls[0]
 	first := approval("U_A")
 	if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, first, nil, nil, 2, approve("U_A"), auditedEffects(c, "U_A")); err != nil {
@@ -179,10 +184,7 @@ func testApproveAudited(t *testing.T, open Opener) {
 func testApproveDrops(t *testing.T, open Opener) {
 	s, _ := open(t)
 	ctx := t.Context()
-	_, calls := create(t, s, 1, func(r *store.Run, cs []store.Call) {
-		r.Conversation = "T1/C1/" + r.ID
-		cs[0].Conversation = r.Conversation
-	})
+	calls := createInThread(t, s, 1)
 	c := calls[0]
 	for _, who := range []string{"U_A", "U_B"} {
 		if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval(who), nil, nil, 3, approve(who), auditedEffects(c, who)); err != nil {
