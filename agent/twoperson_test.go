@@ -143,7 +143,8 @@ func TestRuntimeRuleNeverLengthensTheDefaultTTL(t *testing.T) {
 
 // An edit whose arguments fall under a rule with a shorter ttl waits no
 // longer than that rule lets a call wait: the call expires then, and a
-// click after it is refused. An edit under a longer ttl keeps the card's.
+// click after it is refused. (An edit never moves a deadline later: see
+// storetest's ApproveEditExpiry.)
 func TestEditIntoAShorterTTLExpiresSooner(t *testing.T) {
 	ctx := context.Background()
 	for _, b := range backends(t) {
