@@ -95,13 +95,17 @@ func TestPreviewStoredWithCall(t *testing.T) {
 				}}))
 			must(t, w.reg.Register(agent.Tool{Name: "broken", Schema: schema, Handler: w.deploys.handler("broken"),
 				Preview: func(context.Context, json.RawMessage) (string, error) { panic("boom") }}))
+			must(t, w.reg.Register(agent.Tool{Name: "verbose", Schema: schema, Handler: w.deploys.handler("verbose"),
+				Preview: func(context.Context, json.RawMessage) (string, error) {
+					return "", errors.New(strings.Repeat("stack frame\n", 1<<20)) // 12 MiB
+				}}))
 			a := w.agent()
 			ctx := context.Background()
-			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{"n":1}`), call("c2", "slow", `{}`), call("c3", "broken", `{}`)))
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{"n":1}`), call("c2", "slow", `{}`), call("c3", "broken", `{}`), call("c4", "verbose", `{}`)))
 			out, err := a.Run(ctx, request("migrate"))
 			must(t, err)
-			if out.Status != agent.Paused || len(out.Pending) != 3 {
-				t.Fatalf("outcome %+v, want paused on three calls", out)
+			if out.Status != agent.Paused || len(out.Pending) != 4 {
+				t.Fatalf("outcome %+v, want paused on four calls", out)
 			}
 			if p := out.Pending[0]; p.Preview != `would migrate {"n":1}` || p.PreviewError != "" {
 				t.Errorf("migrate preview: got %q / %q, want the preview of the stored arguments", p.Preview, p.PreviewError)
@@ -121,6 +125,12 @@ func TestPreviewStoredWithCall(t *testing.T) {
 			must(t, err)
 			if !strings.Contains(broken.PreviewError, "internal error") {
 				t.Errorf("panicking preview: got error %q, want an internal error", broken.PreviewError)
+			}
+			// A huge error is stored cut, as a huge preview is.
+			verbose, err := a.Call(ctx, out.Pending[3].ID)
+			must(t, err)
+			if n := len(verbose.PreviewError); n > 4<<10 || !strings.Contains(verbose.PreviewError, "[error truncated: ") {
+				t.Errorf("a 12 MiB preview error is stored as %d bytes (%q...), want it cut to a few KiB with a note", n, verbose.PreviewError[:min(n, 40)])
 			}
 		})
 	}

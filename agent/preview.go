@@ -58,14 +58,25 @@ func (a *Agent) preview(ctx context.Context, tool Tool, args json.RawMessage) (t
 	case err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
 		return "", fmt.Sprintf("no answer within %s", a.cfg.PreviewTimeout)
 	case err != nil:
-		return "", err.Error()
+		// Stored with the call, as the preview is: bounded (a server's
+		// error can be megabytes; a card shows 500 characters of it).
+		return "", cutPreview(err.Error(), maxPreviewErrorBytes, "error")
 	}
-	if len(out) > maxPreviewBytes {
-		cut := maxPreviewBytes
-		for cut > 0 && !utf8Start(out[cut]) {
-			cut--
-		}
-		out = out[:cut] + fmt.Sprintf("\n[preview truncated: %d of %d bytes shown]", cut, len(out))
+	return cutPreview(out, maxPreviewBytes, "preview"), ""
+}
+
+// maxPreviewErrorBytes bounds the reason a preview is unavailable.
+const maxPreviewErrorBytes = 2 << 10
+
+// cutPreview cuts s to at most max bytes, at a character boundary, saying
+// how much of what was shown.
+func cutPreview(s string, max int, what string) string {
+	if len(s) <= max {
+		return s
 	}
-	return out, ""
+	cut := max
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("\n[%s truncated: %d of %d bytes shown]", what, cut, len(s))
 }

@@ -651,13 +651,13 @@ func (s *server) handler(name string, h approvals.Hints) agent.Handler {
 				return agent.Result{}, fmt.Errorf("call %s on mcp server %s: %w", name, s.cfg.Name, ctx.Err())
 			}
 			if !isTransportError(err) {
-				return errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, cleanError(err)), nil
+				return capResult(errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, cleanError(err)), s.maxOutput), nil
 			}
 			s.fail(cs, err)
 			if !delivered(err) || h.ReadOnly || h.Idempotent {
 				return s.unavailable(err), nil
 			}
-			return errorResult("MCP server %s stopped answering while %s ran (%v): whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user.", s.cfg.Name, name, cleanError(err)), nil
+			return capResult(errorResult("MCP server %s stopped answering while %s ran (%v): whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user.", s.cfg.Name, name, cleanError(err)), s.maxOutput), nil
 		}
 		return capResult(toResult(res), s.maxOutput), nil
 	}

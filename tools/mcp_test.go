@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/agent"
@@ -1043,5 +1044,35 @@ mcp_servers:
 				t.Errorf("result = %+v; want an error saying %q, not %q", got, tt.want, tt.not)
 			}
 		})
+	}
+}
+
+// A server's refusal of a call (a JSON-RPC error) reaches the model cut to
+// max_output_bytes, as a result does: its message can be megabytes.
+func TestRefusedCallIsCut(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "big", Version: "v1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "fail_rpc", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: strings.Repeat("E", 1<<20)}
+		})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	defer ts.Close()
+	cfg, err := ParseConfig([]byte(fmt.Sprintf("mcp_servers:\n  - name: srv\n    url: %s\n    max_output_bytes: 1024\n", ts.URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := agent.NewRegistry()
+	m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	fail, ok := reg.Lookup("srv__fail_rpc")
+	if !ok {
+		t.Fatal("srv__fail_rpc is not registered")
+	}
+	res, err := fail.Handler(t.Context(), json.RawMessage(`{}`))
+	if err != nil || !res.IsError || len(res.Content) > 1200 || !strings.Contains(res.Content, "[output truncated: ") {
+		t.Errorf("a refused call with a 1 MiB message = %d bytes (error %v, %v), want an error result cut to max_output_bytes", len(res.Content), res.IsError, err)
 	}
 }
