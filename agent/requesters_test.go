@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -174,5 +175,49 @@ func TestAnyRequesterMayCancel(t *testing.T) {
 	}
 	if _, err := a.Cancel(ctx, r.RunID, "UBOB"); err != nil {
 		t.Errorf("UBOB, who asked for the restart, cannot cancel it: %v", err)
+	}
+}
+
+// Messages sent to a thread while its call waits are kept for the resume
+// up to a bound, the newest first: the oldest are left out (the record is
+// rewritten with each message), and the model is told how many.
+func TestQueuedMessagesAreBounded(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.policy = "policy:\n  default: ask\n"
+	a := w.agent()
+	bob := agent.Request{Conversation: "T1/C1/1700000000.000100", User: "UBOB", Channel: "C1", Text: "restart api"}
+	p := pauseWith(t, w, a, bob, call("c1", "restart", `{"env":"dev"}`))
+	const sent = 205
+	for i := range sent {
+		more := bob
+		more.Text = fmt.Sprintf("update %d", i)
+		if _, err := a.Run(ctx, more); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+		t.Fatal(err)
+	}
+	w.model.Reply(fakeopenai.Text("restarted"), fakeopenai.Text("read them"))
+	if _, err := a.Resume(ctx, p.RunID); err != nil {
+		t.Fatal(err)
+	}
+	reqs := w.model.Requests()
+	last := reqs[len(reqs)-1].Messages
+	var users []string
+	for _, m := range last {
+		if m.Role == "user" && strings.Contains(m.Content, "update ") {
+			users = append(users, m.Content)
+		}
+	}
+	if len(users) == 0 || len(users) > 200 {
+		t.Fatalf("the model got %d of the %d queued messages, want at most 200", len(users), sent)
+	}
+	if want := fmt.Sprintf("[%d earlier messages sent to the thread while it waited were left out", sent-200); !strings.HasPrefix(users[0], want) {
+		t.Errorf("the first queued message the model got is %q, want it to start with %q", users[0], want)
+	}
+	if !strings.HasSuffix(users[len(users)-1], fmt.Sprintf("update %d", sent-1)) {
+		t.Errorf("the last queued message the model got is %q, want the newest", users[len(users)-1])
 	}
 }

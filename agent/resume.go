@@ -230,7 +230,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runS
 		byID[c.ID] = c
 		cancelled = cancelled || c.Status == store.Cancelled
 	}
-	t := &turn{conv: run.Conversation, user: st.User, askers: st.Requesters, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued, inboxSeq: cs.InboxSeq, pausedRun: runID, finish: runID}
+	t := &turn{conv: run.Conversation, user: st.User, askers: st.Requesters, channel: st.Channel, messages: st.Messages, steps: st.Steps, queued: cs.Queued, skipped: cs.Skipped, inboxSeq: cs.InboxSeq, pausedRun: runID, finish: runID}
 	defer a.flushAudits(ctx, t)
 	if cs.Step != nil && !cancelled {
 		// An earlier resume of this run settled its calls and was running
@@ -296,12 +296,15 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 		return out, nil
 	}
 	t.askers = nil
-	for _, q := range t.queued {
+	for i, q := range t.queued {
+		if i == 0 && t.skipped > 0 {
+			q.Text = fmt.Sprintf("[%d earlier messages sent to the thread while it waited were left out: too many to keep]\n%s", t.skipped, q.Text)
+		}
 		t.messages = append(t.messages, userMessage(q))
 		t.addAsker(q.User)
 	}
 	last := t.queued[len(t.queued)-1]
-	t.user, t.channel, t.queued, t.steps = last.User, last.Channel, nil, 0
+	t.user, t.channel, t.queued, t.skipped, t.steps = last.User, last.Channel, nil, 0, 0
 	return a.continueTurn(ctx, t, rep)
 }
 

@@ -33,6 +33,32 @@ type convState struct {
 	// Step is set while a turn runs the calls of a model step that may not
 	// be repeated (see stepMark); Messages then end with that step.
 	Step *stepMark `json:"step,omitempty"`
+	// Skipped counts messages left out of Queued, the oldest first, to
+	// keep it within maxQueued (see boundQueued); the turn that answers
+	// Queued tells the model.
+	Skipped int `json:"skipped,omitempty"`
+}
+
+// maxQueued bounds the messages kept for a paused conversation's resume:
+// a thread that goes on for days while a card waits would otherwise grow
+// its record, rewritten with each message, without end, for a model that
+// sees only the newest of them (see fitBudget).
+const maxQueued, maxQueuedBytes = 200, 256 << 10
+
+// boundQueued drops the oldest of cs.Queued past maxQueued messages or
+// maxQueuedBytes of text (the newest is always kept), counting them in
+// cs.Skipped.
+func boundQueued(cs *convState) {
+	n, size := 0, 0
+	for i := len(cs.Queued) - 1; i >= 0; i-- {
+		size += len(cs.Queued[i].Text)
+		if n > 0 && (n == maxQueued || size > maxQueuedBytes) {
+			cs.Skipped += i + 1
+			cs.Queued = slices.Clone(cs.Queued[i+1:])
+			return
+		}
+		n++
+	}
 }
 
 // stepMark records a model step whose calls are running, written before
@@ -102,6 +128,9 @@ type turn struct {
 	step []slot
 	// later are messages to add once the step is finished.
 	later []queuedMessage
+	// skipped counts the messages left out of queued (see
+	// convState.Skipped).
+	skipped int
 	// finish is the paused run a resume finishes with its next write
 	// that moves the conversation on from it.
 	finish string
@@ -379,6 +408,7 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 			c := store.Commit{Key: conv, Answer: true, AnswerUpTo: seq}
 			if len(fresh) > 0 {
 				cs.Queued = append(cs.Queued, fresh...)
+				boundQueued(&cs)
 				cs.InboxSeq = seq
 				c.Conversation = a.convRecord(cs, pausedRun)
 			}
@@ -523,7 +553,7 @@ func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 	left := len(t.queued) > 0
 	c := store.Commit{
 		Key:          t.conv,
-		Conversation: a.convRecord(convState{Messages: t.messages, Queued: t.queued, InboxSeq: t.inboxSeq}, ""),
+		Conversation: a.convRecord(convState{Messages: t.messages, Queued: t.queued, InboxSeq: t.inboxSeq, Skipped: t.skipped}, ""),
 		Finish:       t.finish,
 		Answer:       !left,
 		AnswerUpTo:   t.inboxSeq,
@@ -562,7 +592,7 @@ func (a *Agent) saveAndAnswer(ctx context.Context, t *turn, rep Reporter, text s
 // records) are saved as queued, where a takeover of the step finds them.
 func (a *Agent) markStep(ctx context.Context, t *turn, slots []slot, started int) error {
 	m := &stepMark{Slots: slots, Started: started, Steps: t.steps, User: t.user, Requesters: t.requesters(), Channel: t.channel}
-	cs := convState{Messages: t.messages, Queued: append(slices.Clip(t.queued), t.later...), InboxSeq: t.inboxSeq, Step: m}
+	cs := convState{Messages: t.messages, Queued: append(slices.Clip(t.queued), t.later...), InboxSeq: t.inboxSeq, Step: m, Skipped: t.skipped}
 	return a.commit(ctx, t, store.Commit{Key: t.conv, Conversation: a.convRecord(cs, t.pausedRun)}, false)
 }
 
@@ -1105,7 +1135,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 	// run this turn resumed finished, and the lease released.
 	c := store.Commit{
 		Key:          t.conv,
-		Conversation: a.convRecord(convState{Queued: t.queued, InboxSeq: t.inboxSeq}, runID),
+		Conversation: a.convRecord(convState{Queued: t.queued, InboxSeq: t.inboxSeq, Skipped: t.skipped}, runID),
 		Run:          &run,
 		Calls:        calls,
 		Notes:        notes,
