@@ -385,30 +385,38 @@ var errNothingToRenew = errors.New("nothing left to renew")
 // by a request sent at since, or until renew returns errNothingToRenew.
 // The first renewal is due ttl/3 after since, at once if that is past
 // (the work may have started well after the hold was taken); each next
-// one ttl/3 after the request of the last renewal was sent. If renew
-// reports the hold lost (another process holds it, or it ran out), or
-// fails until the hold may have run out in the store, it logs that and
-// calls lost with ErrLeaseLost, so the work under the hold stops before
-// anyone else can have started on it, and returns; a renewal still
-// unanswered then is abandoned as failed. name and the key/value
-// pairs in attrs name the hold in the log.
+// one ttl/3 after the request of the last renewal was sent, and one that
+// failed is tried again ttl/6 later. If renew reports the hold lost
+// (another process holds it, or it ran out), or fails or goes unanswered
+// until ttl*2/3 after the last renewal, it logs that and calls lost with
+// ErrLeaseLost, so the work under the hold stops before anyone else can
+// have started on it, and returns. Only a first renewal that comes later
+// than that (the work started late) is sent then, and waited for ttl/3:
+// the store extends only a hold that has not run out. name and the
+// key/value pairs in attrs name the hold in the log.
 func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *slog.Logger, lost context.CancelCauseFunc, renew func(context.Context) (bool, error), name string, attrs ...any) {
 	renewed := since
 	t := time.NewTimer(time.Until(since.Add(ttl / 3)))
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 		// A renewal that hangs (a store that neither answers nor fails)
-		// is given up when the hold must be, ttl*2/3 after the last
-		// renewal; a first renewal that comes later than that (the work
-		// started late) gets ttl/3: the store extends only a hold that
-		// has not run out.
+		// is abandoned when the hold must be given up.
 		sent := time.Now()
-		rctx, cancel := context.WithDeadline(ctx, later(renewed.Add(ttl*2/3), sent.Add(ttl/3)))
+		deadline := renewed.Add(ttl * 2 / 3)
+		if !sent.Before(deadline) {
+			if !first {
+				log.Warn("renew "+name+": no renewal succeeded in time", attrs...)
+				lost(fmt.Errorf("%w: not renewed within %s", ErrLeaseLost, ttl*2/3))
+				return
+			}
+			deadline = sent.Add(ttl / 3)
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		ok, err := renew(rctx)
 		cancel()
 		switch {
@@ -429,15 +437,7 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 				lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 				return
 			}
-			t.Reset(ttl / 3)
+			t.Reset(ttl / 6)
 		}
 	}
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

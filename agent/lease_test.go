@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -361,4 +362,32 @@ func TestHangingRenewalGivesTheHoldUp(t *testing.T) {
 		t.Fatal("the hold was not given up after its renewal hung")
 	}
 	<-done
+}
+
+// A renewal that fails, then a retry that hangs: the hold is given up
+// ttl*2/3 after the last good renewal, before it can run out in the store,
+// not when the retry has waited as long as a first renewal may.
+func TestRetryThatHangsGivesTheHoldUpInTime(t *testing.T) {
+	const ttl = 3 * time.Second
+	since := time.Now()
+	lost := make(chan time.Time, 1)
+	var n atomic.Int32
+	go keepRenewed(t.Context(), ttl, since, slog.Default(), func(error) { lost <- time.Now() }, func(ctx context.Context) (bool, error) {
+		if n.Add(1) == 1 {
+			return false, errors.New("i/o timeout")
+		}
+		<-ctx.Done() // the retry hangs
+		return false, ctx.Err()
+	}, "test hold")
+	select {
+	case at := <-lost:
+		if n.Load() < 2 {
+			t.Errorf("given up after %d renewal(s), want the failed one tried again", n.Load())
+		}
+		if after := at.Sub(since); after >= ttl {
+			t.Errorf("hold given up %v after the last renewal; it lasts %v", after, ttl)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never given up")
+	}
 }
