@@ -389,9 +389,17 @@ func (a *Agent) inAudience(ctx context.Context, c store.Call, decider string) er
 type DetailError struct {
 	Err    error
 	Detail string
+	// Problem, when set, is an evaluation's error that Detail refers to;
+	// it may quote the call's arguments (see approvals.Verdict.Problem).
+	Problem string
 }
 
-func (e *DetailError) Error() string { return e.Err.Error() + ": " + e.Detail }
+func (e *DetailError) Error() string {
+	if e.Problem != "" {
+		return e.Err.Error() + ": " + e.Detail + " (" + e.Problem + ")"
+	}
+	return e.Err.Error() + ": " + e.Detail
+}
 func (e *DetailError) Unwrap() error { return e.Err }
 
 // Detail returns the explanation carried by a *DetailError in err's chain,
@@ -404,9 +412,19 @@ func Detail(err error) string {
 	return err.Error()
 }
 
+// Problem returns the evaluation's error carried by a *DetailError in
+// err's chain, or "".
+func Problem(err error) string {
+	var d *DetailError
+	if errors.As(err, &d) {
+		return d.Problem
+	}
+	return ""
+}
+
 // deniedBy is the error for a call the policy denies.
 func deniedBy(v approvals.Verdict) error {
-	return &DetailError{Err: approvals.ErrPolicyDenied, Detail: v.Why()}
+	return &DetailError{Err: approvals.ErrPolicyDenied, Detail: v.Words(), Problem: v.Problem}
 }
 
 // checkDecision validates a decision against the call and returns what is

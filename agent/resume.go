@@ -376,8 +376,9 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return skip(Result{Content: fmt.Sprintf("not performed: the policy could not be checked (%v), so nothing ran; ask again later", err), IsError: true}, "policy could not be checked")
 	}
 	if v.Action == approvals.Deny {
-		reason := v.Why()
-		return skip(Result{Content: "not performed: the policy now denies this call: " + reason, IsError: true}, "policy now denies: "+reason)
+		// The card's note gives the rule's words only: an evaluation's
+		// error may quote the arguments (a sealed copy shows none).
+		return skip(Result{Content: "not performed: the policy now denies this call: " + v.Why(), IsError: true}, "policy now denies: "+v.Words())
 	}
 	first := marked
 	if marked {

@@ -807,6 +807,11 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 		if v.FailClosed {
 			a.judged("error")
+			if v.Problem != "" {
+				// It may quote the arguments, which the log leaves out
+				// unless asked for.
+				a.log.Debug("a rule could not be evaluated", "conversation", t.conv, "tool", name, "rule", v.RuleID, "problem", v.Problem)
+			}
 		} else {
 			a.judged(string(v.Action))
 		}

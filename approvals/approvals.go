@@ -160,17 +160,22 @@ type Verdict struct {
 	Problem string `json:"problem,omitempty"`
 }
 
-// Why is the reason of v for the model and the log: its Reason (or its
-// rule), and what could not be evaluated.
+// Words are the reason of v as its rule says it, safe to show beside the
+// call's card: its Reason, or its rule.
+func (v Verdict) Words() string {
+	if v.Reason == "" {
+		return "rule " + v.RuleID
+	}
+	return v.Reason
+}
+
+// Why is the reason of v for the model, the log and whoever sees the
+// call's arguments: its Words, and what could not be evaluated.
 func (v Verdict) Why() string {
-	why := v.Reason
-	if why == "" {
-		why = "rule " + v.RuleID
-	}
 	if v.Problem != "" {
-		why += " (" + v.Problem + ")"
+		return v.Words() + " (" + v.Problem + ")"
 	}
-	return why
+	return v.Words()
 }
 
 // joinProblems joins the evaluation errors of two verdicts.

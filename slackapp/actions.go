@@ -331,7 +331,13 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 	case errors.Is(err, approvals.ErrUnknownCall):
 		return "I don't know this request any more (it may have finished long ago). Nothing changed.", "unknown"
 	case errors.Is(err, approvals.ErrPolicyDenied):
-		return "The policy now denies this call: " + Escape(agent.Detail(err)) + ". Nothing ran.", "policy_denied"
+		text := "The policy now denies this call: " + Escape(agent.Detail(err))
+		if p := agent.Problem(err); p != "" {
+			// It may quote the arguments: shown as code.
+			shown, _ := revealHidden(clip(oneLine(p), 300))
+			text += " (could not evaluate: " + inlineCode(shown) + ")"
+		}
+		return text + ". Nothing ran.", "policy_denied"
 	case errors.Is(err, approvals.ErrInvalidArgs), errors.Is(err, agent.ErrBadDecision):
 		return Escape(err.Error()), "invalid"
 	case errors.Is(err, agent.ErrUnconfirmed):
@@ -493,6 +499,9 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) (*slac
 		if result == "invalid" || result == "policy_denied" {
 			// Plain text made from the error itself.
 			plain := agent.Detail(err)
+			if p := agent.Problem(err); p != "" {
+				plain += " (could not evaluate: " + clip(oneLine(p), 300) + ")"
+			}
 			if result == "policy_denied" {
 				what := "this call"
 				if d.Kind == approvals.Edit {

@@ -884,3 +884,15 @@ func TestQuestionIsQuoted(t *testing.T) {
 	}
 	check("reply form", modal.String())
 }
+
+// A click refused because the policy now denies the call says the rule's
+// words, and the evaluation's error (which may quote the arguments) as
+// code, never as live mrkdwn.
+func TestPolicyDeniedRefusalShowsTheProblemAsCode(t *testing.T) {
+	err := &agent.DetailError{Err: approvals.ErrPolicyDenied, Detail: "rule big could not be evaluated; its verdict is deny", Problem: `invalid RFC 3339 timestamp "*Approved by security*"`}
+	text, result := refusalText(agent.Call{}, "U1", err)
+	want := "The policy now denies this call: rule big could not be evaluated; its verdict is deny (could not evaluate: `invalid RFC 3339 timestamp \"*Approved by security*\"`). Nothing ran."
+	if result != "policy_denied" || text != want {
+		t.Errorf("refusal = %q (%s), want %q", text, result, want)
+	}
+}
