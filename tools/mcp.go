@@ -172,10 +172,11 @@ func (m *Manager) Status() []ServerStatus {
 }
 
 // Close disconnects every server (stopping stdio servers) and waits for the
-// manager's goroutines to end, at most 5 s: past that it returns an error
-// and leaves the servers' goroutines to the process's exit, so that a
-// shutdown stays within its time. The servers' tools stay in the registry
-// and answer that their server is unavailable. Close is idempotent.
+// manager's goroutines to end, at most 5 s, so that a shutdown stays within
+// its time: past that it kills the stdio servers still running, with their
+// process groups, waits a moment more and returns an error. The servers'
+// tools stay in the registry and answer that their server is unavailable.
+// Close is idempotent.
 func (m *Manager) Close() error {
 	m.closeOnce.Do(m.cancel)
 	done := make(chan struct{})
@@ -189,7 +190,16 @@ func (m *Manager) Close() error {
 	case <-done:
 		return nil
 	case <-t.C:
-		return fmt.Errorf("MCP servers still stopping after %s; left to the process's exit", m.opts.closeWait)
+	}
+	for _, s := range m.servers {
+		s.killProcess()
+	}
+	t.Reset(time.Second)
+	select {
+	case <-done:
+		return fmt.Errorf("MCP servers still stopping after %s: the stdio ones were killed", m.opts.closeWait)
+	case <-t.C:
+		return fmt.Errorf("MCP servers still stopping after %s, and a second after a kill of their processes", m.opts.closeWait)
 	}
 }
 
@@ -227,6 +237,25 @@ type server struct {
 	// refused is why the last tool list was refused for its preview
 	// configuration (see errPreviewRefused); nil otherwise.
 	refused error
+	// proc is a stdio server's running process, killed with its process
+	// group by a Close that could not wait for it; nil when none runs.
+	proc *exec.Cmd
+}
+
+// killProcess kills a stdio server's process group, if one runs.
+func (s *server) killProcess() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		killGroup(s.proc)
+	}
+}
+
+// setProc records the stdio server's running process (nil: none).
+func (s *server) setProc(cmd *exec.Cmd) {
+	s.mu.Lock()
+	s.proc = cmd
+	s.mu.Unlock()
 }
 
 // errPreviewRefused marks a tool list refused because a configured preview
@@ -357,7 +386,11 @@ func (s *server) connect(ctx context.Context) (cs *mcp.ClientSession, stop func(
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
 	newProcessGroup(cmd)
-	stop = func() { killGroup(cmd) }
+	s.setProc(cmd)
+	stop = func() {
+		killGroup(cmd)
+		s.setProc(nil)
+	}
 	cs, err = s.client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		var details []string
