@@ -302,6 +302,17 @@ func fitQuoted(s string, max int) (string, bool) {
 	}
 }
 
+// splitQuoted is splitMrkdwn for mrkdwn shown as a block quote: each
+// chunk, once quoted (quoteLines), is at most max characters. A chunk of
+// n characters has at most n+1 lines, each given a '>'.
+func splitQuoted(s string, max int) []string {
+	chunks := splitMrkdwn(s, (max-1)/2)
+	for i, c := range chunks {
+		chunks[i] = quoteLines(c)
+	}
+	return chunks
+}
+
 // splitMrkdwn splits mrkdwn produced by MarkdownToMrkdwn (in which a line
 // that is exactly ``` opens or closes a code block, and no other line
 // contains three backticks) into chunks of at most max characters, each

@@ -187,13 +187,13 @@ func RespondModal(callID, question string) slack.ModalViewRequest {
 		blocks = append(blocks, section(hiddenWarning(n, "the question")))
 	}
 	// The question in full, leaving room for the input and a note.
-	chunks := splitMrkdwn(MarkdownToMrkdwn(shown), maxSectionText*9/10)
+	chunks := splitQuoted(MarkdownToMrkdwn(shown), maxSectionText)
 	for i, c := range chunks {
 		if len(blocks) == maxViewBlocks-2 && i < len(chunks)-1 {
 			blocks = append(blocks, contextBlock(fmt.Sprintf("… %d more parts of the question not shown.", len(chunks)-i)))
 			break
 		}
-		blocks = append(blocks, section(quoteLines(c)))
+		blocks = append(blocks, section(c))
 	}
 	if len(chunks) == 0 {
 		blocks = blocks[:0]

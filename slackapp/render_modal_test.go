@@ -2,6 +2,7 @@ package slackapp
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -261,5 +262,25 @@ func TestEditModalRevealsHiddenCharacters(t *testing.T) {
 	}
 	if clean, _ := json.Marshal(EditModal("c1", "t", json.RawMessage(`{"path":"a"}`), nil)); strings.Contains(string(clean), "hidden character") {
 		t.Error("a warning without hidden characters")
+	}
+}
+
+// The reply form shows a question of many short lines in full: each
+// section, once quoted (a '>' per line), stays within Slack's limit.
+func TestRespondModalShowsEveryLineQuoted(t *testing.T) {
+	var b strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&b, "- o%d\n", i)
+	}
+	m := RespondModal("c", "Pick one:\n"+b.String())
+	got := string(render(t, m))
+	var missing []int
+	for i := range 1000 {
+		if !strings.Contains(got, fmt.Sprintf(">• o%d\\n", i)) && !strings.Contains(got, fmt.Sprintf(">• o%d\"", i)) {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("%d of 1000 options are not in the reply form, quoted (first %v)", len(missing), missing[0])
 	}
 }
