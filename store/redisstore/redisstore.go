@@ -681,7 +681,7 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) er
 // takes it out of every listing, and shortens the life of its keys to the
 // retention time. It then drops its index entries and clears the
 // conversation's PausedRun if it names the run (one pipeline). Finishing a
-// finished run does nothing.
+// finished run changes nothing but that clean-up, made again.
 func (s *Store) FinishRun(ctx context.Context, runID string) error {
 	unindex, err := s.finishRun(ctx, runID)
 	if err != nil || unindex == nil {

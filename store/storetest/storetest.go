@@ -112,8 +112,8 @@ type Store interface {
 	// FinishRun ends a run after its resume: it is no longer listed
 	// anywhere, and its records expire after the retention time. It also
 	// clears the conversation's PausedRun if that still names the run.
-	// Finishing a finished run does nothing; store.ErrNotFound for an
-	// unknown run.
+	// Finishing a finished run changes nothing more (a store may make its
+	// clean-up again); store.ErrNotFound for an unknown run.
 	FinishRun(ctx context.Context, runID string) error
 
 	// Pending lists pending calls matching f, oldest first (by CreatedAt,
