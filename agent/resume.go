@@ -296,15 +296,9 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 		return out, nil
 	}
 	t.askers = nil
-	for i, q := range t.queued {
-		if i == 0 && t.skipped > 0 {
-			q.Text = fmt.Sprintf("[%d earlier messages sent to the thread while it waited were left out: too many to keep]\n%s", t.skipped, q.Text)
-		}
-		t.messages = append(t.messages, userMessage(q))
-		t.addAsker(q.User)
-	}
+	t.addMessages(t.queued)
 	last := t.queued[len(t.queued)-1]
-	t.user, t.channel, t.queued, t.skipped, t.steps = last.User, last.Channel, nil, 0, 0
+	t.user, t.channel, t.queued, t.steps = last.User, last.Channel, nil, 0
 	return a.continueTurn(ctx, t, rep)
 }
 

@@ -455,7 +455,7 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 	if b.RecordsVersion != 0 && b.Records != nil {
 		a.read.Store(&readRecords{version: b.RecordsVersion, recs: b.Records})
 	}
-	t := &turn{conv: conv, messages: cs.Messages, inboxSeq: seq, recs: b.Records, began: b.Records, beganVersion: b.RecordsVersion}
+	t := &turn{conv: conv, messages: cs.Messages, skipped: cs.Skipped, inboxSeq: seq, recs: b.Records, began: b.Records, beganVersion: b.RecordsVersion}
 	defer a.flushAudits(ctx, t)
 	// Messages queued during a pause whose resume failed are answered
 	// now, before the new ones.
@@ -466,10 +466,7 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 		t.step = a.interrupted(cs.Step)
 		t.later = pending
 	} else {
-		for _, q := range pending {
-			t.messages = append(t.messages, userMessage(q))
-			t.addAsker(q.User)
-		}
+		t.addMessages(pending)
 	}
 	if len(pending) > 0 && cs.Step == nil {
 		last := pending[len(pending)-1]
@@ -515,6 +512,20 @@ func (t *turn) requesters() []string {
 		return []string{t.user}
 	}
 	return slices.Clone(t.askers)
+}
+
+// addMessages adds people's messages to the history, their writers to the
+// turn's askers, and, to the first, how many earlier ones were left out
+// (see convState.Skipped), once.
+func (t *turn) addMessages(qs []queuedMessage) {
+	for i, q := range qs {
+		if i == 0 && t.skipped > 0 {
+			q.Text = fmt.Sprintf("[%d earlier messages sent to the thread while it waited were left out: too many to keep]\n%s", t.skipped, q.Text)
+			t.skipped = 0
+		}
+		t.messages = append(t.messages, userMessage(q))
+		t.addAsker(q.User)
+	}
 }
 
 func userMessage(q queuedMessage) openai.ChatCompletionMessage {
@@ -616,10 +627,7 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 				return a.pause(ctx, t, slots, asks, rep)
 			}
 			t.messages = append(t.messages, toolMessages(slots)...)
-			for _, q := range t.later {
-				t.messages = append(t.messages, userMessage(q))
-				t.addAsker(q.User)
-			}
+			t.addMessages(t.later)
 			if n := len(t.later); n > 0 {
 				// The policy judges what follows as asked by the one
 				// who wrote last, as a resume that answers queued

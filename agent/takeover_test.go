@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -858,5 +859,50 @@ policy:
 				t.Errorf("tool results = %q, want read_file denied", got)
 			}
 		})
+	}
+}
+
+// A resume that saved its result with the bounded queue left, then died
+// before answering it: the survivor that takes the conversation over tells
+// the model how many earlier messages were left out, as the resume would.
+func TestTakeOverKeepsTheCountOfSkippedMessages(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.cfg.LeaseTTL = 300 * time.Millisecond
+	first := w.agent()
+	p := pauseOne(t, w, first, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	const sent = 205
+	for i := range sent {
+		if _, err := first.Run(t.Context(), request(fmt.Sprintf("update %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entered, release := heldAt(w, 2, func(n int64) fakeopenai.Response {
+		if n == 1 {
+			return fakeopenai.Text("deployed")
+		}
+		return fakeopenai.Text("read them")
+	})
+	a, d := w.doomed()
+	done := resumeApproved(t, a, p)
+	<-entered
+	d.kill()
+	close(release)
+	<-done
+
+	survivor := w.restart()
+	takeOver(t, w, survivor, p.Conversation)
+	reqs := w.model.Requests()
+	last := reqs[len(reqs)-1].Messages
+	var users []string
+	for _, m := range last {
+		if m.Role == "user" && strings.Contains(m.Content, "update ") {
+			users = append(users, m.Content)
+		}
+	}
+	if len(users) == 0 {
+		t.Fatal("no queued messages")
+	}
+	if want := fmt.Sprintf("[%d earlier messages", sent-200); !strings.HasPrefix(users[0], want) {
+		t.Errorf("after takeover the first queued message is %q, want it to start with %q (%d queued shown)", users[0][:min(60, len(users[0]))], want, len(users))
 	}
 }
