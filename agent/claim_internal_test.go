@@ -44,8 +44,9 @@ func TestMarkedCallConfirmsAStaleClaim(t *testing.T) {
 			}
 			stop()
 
-			// Claimed long ago, and still ours: renewed, then trusted.
-			stale, stop := a.keepClaim(ctx, run.ID, time.Now().Add(-ttl))
+			// Claimed long ago (past LeaseTTL/2), and still ours:
+			// renewed, then trusted.
+			stale, stop := a.keepClaim(ctx, run.ID, time.Now().Add(-ttl*6/10))
 			if err := a.confirmClaim(stale, run.ID); err != nil {
 				t.Errorf("a stale claim still ours: %v, want nil", err)
 			}

@@ -391,8 +391,9 @@ var errNothingToRenew = errors.New("nothing left to renew")
 // until ttl*2/3 after the last renewal, it logs that and calls lost with
 // ErrLeaseLost, so the work under the hold stops before anyone else can
 // have started on it, and returns. Only a first renewal that comes later
-// than that (the work started late) is sent then, and waited for ttl/3:
-// the store extends only a hold that has not run out. name and the
+// than that (the work started late) is sent then, and waited for ttl/3 at
+// most, never past the hold's end: the store extends only a hold that has
+// not run out. name and the
 // key/value pairs in attrs name the hold in the log.
 func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *slog.Logger, lost context.CancelCauseFunc, renew func(context.Context) (bool, error), name string, attrs ...any) {
 	renewed := since
@@ -409,12 +410,13 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 		sent := time.Now()
 		deadline := renewed.Add(ttl * 2 / 3)
 		if !sent.Before(deadline) {
-			if !first {
+			if !first || !sent.Before(renewed.Add(ttl)) {
 				log.Warn("renew "+name+": no renewal succeeded in time", attrs...)
 				lost(fmt.Errorf("%w: not renewed within %s", ErrLeaseLost, ttl*2/3))
 				return
 			}
-			deadline = sent.Add(ttl / 3)
+			// Never past the hold's end.
+			deadline = sent.Add(min(ttl/3, renewed.Add(ttl).Sub(sent)))
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		ok, err := renew(rctx)
@@ -437,7 +439,7 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 				lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 				return
 			}
-			t.Reset(ttl / 6)
+			t.Reset(min(ttl/6, time.Until(renewed.Add(ttl*2/3))))
 		}
 	}
 }

@@ -391,3 +391,51 @@ func TestRetryThatHangsGivesTheHoldUpInTime(t *testing.T) {
 		t.Fatal("never given up")
 	}
 }
+
+// A late first renewal (the work started late) that hangs is abandoned at
+// the hold's end, not a full LEASE_TTL/3 after it was sent.
+func TestLateFirstRenewalThatHangsStopsAtTheHoldsEnd(t *testing.T) {
+	const ttl = 3 * time.Second
+	since := time.Now().Add(-ttl * 9 / 10)
+	lost := make(chan time.Time, 1)
+	go keepRenewed(t.Context(), ttl, since, slog.Default(), func(error) { lost <- time.Now() }, func(ctx context.Context) (bool, error) {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}, "test hold")
+	select {
+	case at := <-lost:
+		// Sent at 0.9 ttl, it would wait until 1.23 ttl.
+		if late := at.Sub(since.Add(ttl)); late > 500*time.Millisecond {
+			t.Errorf("work given up %v after the hold ran out", late)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never given up")
+	}
+}
+
+// A renewal that fails just before LEASE_TTL*2/3 is not retried past it:
+// the hold is given up then, not a retry's interval later.
+func TestRetryNeverPassesTwoThirds(t *testing.T) {
+	const ttl = 3 * time.Second
+	since := time.Now()
+	lost := make(chan time.Time, 1)
+	var n atomic.Int32
+	go keepRenewed(t.Context(), ttl, since, slog.Default(), func(error) { lost <- time.Now() }, func(ctx context.Context) (bool, error) {
+		if n.Add(1) == 1 { // sent at ttl/3, fails 50ms before 2/3 ttl
+			select {
+			case <-ctx.Done():
+			case <-time.After(ttl/3 - 50*time.Millisecond):
+			}
+		}
+		return false, errors.New("i/o timeout")
+	}, "test hold")
+	select {
+	case at := <-lost:
+		// Retried a LEASE_TTL/6 later, it would be given up at 2.45 s.
+		if d := at.Sub(since); d > ttl*2/3+300*time.Millisecond {
+			t.Errorf("given up %v after the last renewal, want at %v", d, ttl*2/3)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never given up")
+	}
+}
