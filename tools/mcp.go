@@ -386,12 +386,15 @@ func (s *server) connect(ctx context.Context) (cs *mcp.ClientSession, stop func(
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
 	newProcessGroup(cmd)
-	s.setProc(cmd)
 	stop = func() {
-		killGroup(cmd)
 		s.setProc(nil)
+		killGroup(cmd)
 	}
 	cs, err = s.client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err == nil {
+		// Started (Connect wrote cmd.Process): Close may kill it now.
+		s.setProc(cmd)
+	}
 	if err != nil {
 		var details []string
 		if cmd.ProcessState != nil {
