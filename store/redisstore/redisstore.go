@@ -749,15 +749,26 @@ func (s *Store) finishRun(ctx context.Context, runID string) (unindex func(p red
 	}, nil
 }
 
-// scanIndex walks a sorted set in score order, batch entries at a time,
+// scanIndex walks a sorted set in score order, in batches of entries,
 // from min to max (as ZRANGEBYSCORE takes them), and calls keep with each
 // batch's calls. keep returns how many it took; scanning stops when keep
 // reports it has enough. Entries whose call is no longer pending are
 // removed from the index.
 func (s *Store) scanIndex(ctx context.Context, key, max string, keep func([]liveCall) (enough bool)) error {
-	const batch = 200
+	return s.scanIndexFrom(ctx, key, max, 200, keep)
+}
+
+// nextBatch is the first batch of a scan for the earliest pending call of
+// an index (NextExpiry, NextReminder), which the expiry timer runs on
+// every pass: each entry read loads its whole call.
+const nextBatch = 8
+
+// scanIndexFrom is scanIndex with a first batch of first entries; each
+// next one is four times larger, up to 200.
+func (s *Store) scanIndexFrom(ctx context.Context, key, max string, first int64, keep func([]liveCall) (enough bool)) error {
+	batch := first
 	var stale []any
-	for offset := int64(0); ; offset += batch {
+	for offset := int64(0); ; offset, batch = offset+batch, min(batch*4, 200) {
 		ids, err := s.c.ZRangeByScore(ctx, key, &redis.ZRangeBy{
 			Min: "-inf", Max: max, Offset: offset, Count: batch,
 		}).Result()
@@ -776,7 +787,7 @@ func (s *Store) scanIndex(ctx context.Context, key, max string, keep func([]live
 				stale = append(stale, ids[i])
 			}
 		}
-		if keep(ok) || len(ids) < batch {
+		if keep(ok) || int64(len(ids)) < batch {
 			break
 		}
 	}
@@ -860,7 +871,7 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call
 // time if none is pending.
 func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
 	var next time.Time
-	err := s.scanIndex(ctx, s.dueKey(), "+inf", func(ls []liveCall) bool {
+	err := s.scanIndexFrom(ctx, s.dueKey(), "+inf", nextBatch, func(ls []liveCall) bool {
 		for _, l := range ls {
 			if next.IsZero() || l.call.ExpiresAt.Before(next) {
 				next = l.call.ExpiresAt
@@ -976,7 +987,7 @@ func (s *Store) ClaimReminder(ctx context.Context, callID string, n int, next ti
 func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 	var next time.Time
 	var gone []any
-	err := s.scanIndex(ctx, s.remindKey(), "+inf", func(ls []liveCall) bool {
+	err := s.scanIndexFrom(ctx, s.remindKey(), "+inf", nextBatch, func(ls []liveCall) bool {
 		for _, l := range ls {
 			at := l.call.RemindAt
 			if at.IsZero() {

@@ -60,6 +60,7 @@ func Run(t *testing.T, open Opener) {
 		{"SaveResult", testSaveResult},
 		{"FinishRun", testFinishRun},
 		{"Due", testDue},
+		{"NextPastDecidedCalls", testNextPastDecidedCalls},
 		{"NextExpiry", testNextExpiry},
 		{"Reminders", testReminders},
 		{"RemindersLeaveWithTheCall", testRemindersLeaveWithTheCall},
@@ -917,6 +918,34 @@ func testFinishRun(t *testing.T, open Opener) {
 	}
 	if err := s.FinishRun(ctx, store.NewRunID()); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("FinishRun(unknown) error = %v, want ErrNotFound", err)
+	}
+}
+
+// NextExpiry and NextReminder find the earliest pending call behind many
+// that were decided (entries an index may keep until it is read).
+func testNextPastDecidedCalls(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	now := time.Now().Truncate(time.Millisecond)
+	_, calls := create(t, s, 30, func(_ *store.Run, cs []store.Call) {
+		for i := range cs {
+			cs[i].ExpiresAt = now.Add(time.Hour + time.Duration(i)*time.Second)
+			cs[i].RemindAt = now.Add(time.Minute + time.Duration(i)*time.Second)
+		}
+	})
+	for _, c := range calls[:29] {
+		if _, _, err := s.Decide(ctx, c.ID, c.Fingerprint, approve("U_APPROVER")); err != nil {
+			t.Fatalf("Decide(%s): %v", c.ID, err)
+		}
+	}
+	last := calls[29]
+	for range 2 { // the first read may drop the decided ones' entries
+		if next, err := s.NextExpiry(ctx); err != nil || !next.Equal(last.ExpiresAt) {
+			t.Errorf("NextExpiry behind 29 decided calls = %v, %v; want %v", next, err, last.ExpiresAt)
+		}
+		if next, err := s.NextReminder(ctx); err != nil || !next.Equal(last.RemindAt) {
+			t.Errorf("NextReminder behind 29 decided calls = %v, %v; want %v", next, err, last.RemindAt)
+		}
 	}
 }
 
