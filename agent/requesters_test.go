@@ -203,14 +203,7 @@ func TestQueuedMessagesAreBounded(t *testing.T) {
 	if _, err := a.Resume(ctx, p.RunID); err != nil {
 		t.Fatal(err)
 	}
-	reqs := w.model.Requests()
-	last := reqs[len(reqs)-1].Messages
-	var users []string
-	for _, m := range last {
-		if m.Role == "user" && strings.Contains(m.Content, "update ") {
-			users = append(users, m.Content)
-		}
-	}
+	users := slices.DeleteFunc(lastUserMessages(w.model), func(m string) bool { return !strings.Contains(m, "update ") })
 	if len(users) == 0 || len(users) > 200 {
 		t.Fatalf("the model got %d of the %d queued messages, want at most 200", len(users), sent)
 	}

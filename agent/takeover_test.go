@@ -689,22 +689,7 @@ func TestTakeOverAfterDeathWhileAnsweringQueuedMessages(t *testing.T) {
 			if _, err := first.Run(t.Context(), request("also, what time is it?")); err != nil {
 				t.Fatal(err)
 			}
-			// The second answer is the queued message's turn: the
-			// resume's result is saved by then.
-			entered, release := heldAt(w, 2, func(n int64) fakeopenai.Response {
-				if n == 1 {
-					return fakeopenai.Text("deployed")
-				}
-				return fakeopenai.Text("noon")
-			})
-			a, d := w.doomed()
-			done := resumeApproved(t, a, p)
-			<-entered
-			d.kill()
-			close(release)
-			<-done
-
-			survivor := w.restart()
+			survivor := dieAnsweringQueued(t, w, p, "noon")
 			out := takeOver(t, w, survivor, p.Conversation)
 			if out.Status != agent.Answered || out.Answer != "noon" {
 				t.Fatalf("TakeOver = %+v, want the queued message answered", out)
@@ -876,11 +861,28 @@ func TestTakeOverKeepsTheCountOfSkippedMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	survivor := dieAnsweringQueued(t, w, p, "read them")
+	takeOver(t, w, survivor, p.Conversation)
+	users := slices.DeleteFunc(lastUserMessages(w.model), func(m string) bool { return !strings.Contains(m, "update ") })
+	if len(users) == 0 {
+		t.Fatal("no queued messages")
+	}
+	if want := fmt.Sprintf("[%d earlier messages", sent-200); !strings.HasPrefix(users[0], want) {
+		t.Errorf("after takeover the first queued message is %q, want it to start with %q (%d queued shown)", users[0][:min(60, len(users[0]))], want, len(users))
+	}
+}
+
+// dieAnsweringQueued approves p and resumes it in a process that dies
+// while the model answers the messages queued meanwhile (the resume's
+// result saved by then; the model's answer would be answer), and returns
+// the agent of a restarted process.
+func dieAnsweringQueued(t *testing.T, w *world, p agent.PendingCall, answer string) *agent.Agent {
+	t.Helper()
 	entered, release := heldAt(w, 2, func(n int64) fakeopenai.Response {
 		if n == 1 {
 			return fakeopenai.Text("deployed")
 		}
-		return fakeopenai.Text("read them")
+		return fakeopenai.Text(answer)
 	})
 	a, d := w.doomed()
 	done := resumeApproved(t, a, p)
@@ -888,21 +890,5 @@ func TestTakeOverKeepsTheCountOfSkippedMessages(t *testing.T) {
 	d.kill()
 	close(release)
 	<-done
-
-	survivor := w.restart()
-	takeOver(t, w, survivor, p.Conversation)
-	reqs := w.model.Requests()
-	last := reqs[len(reqs)-1].Messages
-	var users []string
-	for _, m := range last {
-		if m.Role == "user" && strings.Contains(m.Content, "update ") {
-			users = append(users, m.Content)
-		}
-	}
-	if len(users) == 0 {
-		t.Fatal("no queued messages")
-	}
-	if want := fmt.Sprintf("[%d earlier messages", sent-200); !strings.HasPrefix(users[0], want) {
-		t.Errorf("after takeover the first queued message is %q, want it to start with %q (%d queued shown)", users[0][:min(60, len(users[0]))], want, len(users))
-	}
+	return w.restart()
 }
