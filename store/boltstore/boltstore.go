@@ -95,10 +95,11 @@ var allBuckets = [][]byte{
 
 // runRecord is a run with its bookkeeping.
 type runRecord struct {
+	// DeleteAt comes first, for prune (see deleteAtOf).
+	DeleteAt   time.Time `json:"delete_at"`
 	Run        store.Run `json:"run"`
 	Pending    int       `json:"pending"` // calls still pending
 	Finished   bool      `json:"finished,omitempty"`
-	DeleteAt   time.Time `json:"delete_at"`
 	ClaimOwner string    `json:"claim_owner,omitempty"`
 	ClaimUntil time.Time `json:"claim_until,omitzero"`
 	// ClaimNonce and ClaimStarted are the attempt that took the claim
@@ -109,8 +110,9 @@ type runRecord struct {
 
 // convRecord is a conversation and when it is deleted.
 type convRecord struct {
-	Conversation store.Conversation `json:"conversation"`
+	// DeleteAt comes first, for prune (see deleteAtOf).
 	DeleteAt     time.Time          `json:"delete_at"`
+	Conversation store.Conversation `json:"conversation"`
 }
 
 // leaseRecord is a held lease.
@@ -388,29 +390,46 @@ type pruneRule struct {
 // expiry is the deletion time of a run, conversation or inbox record.
 type expiry struct {
 	DeleteAt time.Time `json:"delete_at"`
-	Until    time.Time `json:"until"` // of a lease
+}
+
+// deleteAtOf reads the deletion time of a run, conversation or inbox
+// record. Records written now have it first, where it is read without
+// going through the rest (a conversation's history can be hundreds of
+// KiB, and prune reads every record); others are decoded whole.
+func deleteAtOf(v []byte) (time.Time, error) {
+	const first = `{"delete_at":"`
+	if rest, ok := bytes.CutPrefix(v, []byte(first)); ok {
+		if end := bytes.IndexByte(rest, '"'); end >= 0 {
+			if t, err := time.Parse(time.RFC3339Nano, string(rest[:end])); err == nil {
+				return t, nil
+			}
+		}
+	}
+	var e expiry
+	err := json.Unmarshal(v, &e)
+	return e.DeleteAt, err
 }
 
 // pruneRules are the rules of a prune at now, in the order they apply: an
 // inbox is deleted before the listing of its conversation.
 func (s *Store) pruneRules(now time.Time) []pruneRule {
-	past := func(field func(expiry) time.Time) func(*bolt.Tx, []byte, []byte) (bool, error) {
-		return func(_ *bolt.Tx, _, v []byte) (bool, error) {
-			var e expiry
-			return json.Unmarshal(v, &e) == nil && !field(e).After(now), nil
-		}
+	deleteAt := func(_ *bolt.Tx, _, v []byte) (bool, error) {
+		at, err := deleteAtOf(v)
+		return err == nil && !at.After(now), nil
 	}
-	deleteAt := past(func(e expiry) time.Time { return e.DeleteAt })
 	return []pruneRule{
 		{bucket: bucketRuns, expired: func(_ *bolt.Tx, k, v []byte) (bool, error) {
-			var e expiry
-			if err := json.Unmarshal(v, &e); err != nil {
+			at, err := deleteAtOf(v)
+			if err != nil {
 				return false, fmt.Errorf("decode run %s: %w", k, err)
 			}
-			return !e.DeleteAt.After(now), nil
+			return !at.After(now), nil
 		}, drop: dropRun},
 		{bucket: bucketConvs, expired: deleteAt},
-		{bucket: bucketLeases, expired: past(func(e expiry) time.Time { return e.Until })},
+		{bucket: bucketLeases, expired: func(_ *bolt.Tx, _, v []byte) (bool, error) {
+			var l leaseRecord
+			return json.Unmarshal(v, &l) == nil && !l.Until.After(now), nil
+		}},
 		{bucket: bucketSeen, expired: func(_ *bolt.Tx, _, v []byte) (bool, error) {
 			return !decodeTime(v).After(now), nil
 		}},

@@ -15,9 +15,10 @@ import (
 // inboxRecord is a conversation's unanswered messages, and the last Seq
 // given out (kept while the record lives, so Seqs only grow).
 type inboxRecord struct {
+	// DeleteAt comes first, for prune (see deleteAtOf).
+	DeleteAt time.Time       `json:"delete_at"`
 	Seq      int64           `json:"seq"`
 	Messages []store.Inbound `json:"messages,omitempty"`
-	DeleteAt time.Time       `json:"delete_at"`
 }
 
 // RenewClaim is one transaction: see storetest.Store for the contract.
