@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/toolgate/toolgate/agent"
 )
 
 // A stdio server that does not stop when its input ends (here a shell that
@@ -20,16 +18,9 @@ import (
 // outlives the bot.
 func TestCloseKillsStdioServersItCannotWaitFor(t *testing.T) {
 	script := fmt.Sprintf("%q %s; exec sleep 60", os.Args[0], argServe)
-	cfg, err := ParseConfig([]byte(fmt.Sprintf("mcp_servers:\n  - name: srv\n    command: [sh, -c, %q]\n    env: {GORACE: \"atexit_sleep_ms=0\"}\n", script)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts := testOptions()
 	opts.closeWait = 300 * time.Millisecond
-	m, err := load(t.Context(), cfg, agent.NewRegistry(), testLogger(t), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, m := loadYAML(t, fmt.Sprintf("mcp_servers:\n  - name: srv\n    command: [sh, -c, %q]\n    env: {GORACE: \"atexit_sleep_ms=0\"}\n", script), opts)
 	s := m.servers[0]
 	s.mu.Lock()
 	proc := s.proc

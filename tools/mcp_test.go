@@ -225,6 +225,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// loadYAML loads the MCP servers of a config file's text with opts, and
+// closes them when the test ends.
+func loadYAML(t *testing.T, yaml string, opts managerOptions) (*agent.Registry, *Manager) {
+	t.Helper()
+	cfg, err := ParseConfig([]byte(yaml))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	reg := agent.NewRegistry()
+	m, err := load(t.Context(), cfg, reg, testLogger(t), opts)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return reg, m
+}
+
 // call validates args like the agent does and runs the tool.
 func call(t *testing.T, reg *agent.Registry, name, args string) agent.Result {
 	t.Helper()
@@ -711,16 +728,7 @@ func TestStdioServerGetsNoSecrets(t *testing.T) {
 
 func TestStdioServerProcessGroupKilled(t *testing.T) {
 	f := stdioFixture(t)
-	cfg, err := ParseConfig([]byte(f.yaml))
-	if err != nil {
-		t.Fatalf("ParseConfig: %v", err)
-	}
-	reg := agent.NewRegistry()
-	m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	defer m.Close()
+	reg, m := loadYAML(t, f.yaml, testOptions())
 	spawn := func() int {
 		t.Helper()
 		pid, err := strconv.Atoi(call(t, reg, "srv__spawn", `{}`).Content)
@@ -836,16 +844,7 @@ mcp_servers:
 
 func TestMCPResultCapped(t *testing.T) {
 	f := stdioFixture(t)
-	cfg, err := ParseConfig([]byte(f.yaml + "    max_output_bytes: 101\n"))
-	if err != nil {
-		t.Fatalf("ParseConfig: %v", err)
-	}
-	reg := agent.NewRegistry()
-	m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	defer m.Close()
+	reg, _ := loadYAML(t, f.yaml+"    max_output_bytes: 101\n", testOptions())
 	got := call(t, reg, "srv__repeat", `{"text": "é", "n": 100}`)
 	// 101 bytes would cut the 51st é in two.
 	want := strings.Repeat("é", 50) + "\n[output truncated: 100 more bytes not shown]\n"
@@ -866,16 +865,7 @@ func TestMCPPreviewTool(t *testing.T) {
 			if transport == "http" {
 				f = httpFixture(t, new(atomic.Value))
 			}
-			cfg, err := ParseConfig([]byte(f.yaml + "    preview: {delete_item: preview_delete}\n"))
-			if err != nil {
-				t.Fatalf("ParseConfig: %v", err)
-			}
-			reg := agent.NewRegistry()
-			m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
-			if err != nil {
-				t.Fatalf("Load: %v", err)
-			}
-			defer m.Close()
+			reg, _ := loadYAML(t, f.yaml+"    preview: {delete_item: preview_delete}\n", testOptions())
 			del, ok := reg.Lookup("srv__delete_item")
 			if !ok || del.Preview == nil {
 				t.Fatalf("srv__delete_item registered %v, with a preview %v; want both", ok, ok && del.Preview != nil)
@@ -1057,16 +1047,7 @@ func TestRefusedCallIsCut(t *testing.T) {
 		})
 	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	defer ts.Close()
-	cfg, err := ParseConfig([]byte(fmt.Sprintf("mcp_servers:\n  - name: srv\n    url: %s\n    max_output_bytes: 1024\n", ts.URL)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := agent.NewRegistry()
-	m, err := load(t.Context(), cfg, reg, testLogger(t), testOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	reg, _ := loadYAML(t, fmt.Sprintf("mcp_servers:\n  - name: srv\n    url: %s\n    max_output_bytes: 1024\n", ts.URL), testOptions())
 	fail, ok := reg.Lookup("srv__fail_rpc")
 	if !ok {
 		t.Fatal("srv__fail_rpc is not registered")
