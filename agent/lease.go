@@ -393,8 +393,8 @@ var errNothingToRenew = errors.New("nothing left to renew")
 // have started on it, and returns. Only a first renewal that comes later
 // than that (the work started late) is sent then, and waited for ttl/3 at
 // most, never past the hold's end: the store extends only a hold that has
-// not run out. name and the
-// key/value pairs in attrs name the hold in the log.
+// not run out. name and the key/value pairs in attrs name the hold in the
+// log.
 func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *slog.Logger, lost context.CancelCauseFunc, renew func(context.Context) (bool, error), name string, attrs ...any) {
 	renewed := since
 	t := time.NewTimer(time.Until(since.Add(ttl / 3)))
