@@ -60,23 +60,10 @@ func (a *Agent) preview(ctx context.Context, tool Tool, args json.RawMessage) (t
 	case err != nil:
 		// Stored with the call, as the preview is: bounded (a server's
 		// error can be megabytes; a card shows 500 characters of it).
-		return "", cutPreview(err.Error(), maxPreviewErrorBytes, "error")
+		return "", cutText(err.Error(), maxPreviewErrorBytes, "error")
 	}
-	return cutPreview(out, maxPreviewBytes, "preview"), ""
+	return cutText(out, maxPreviewBytes, "preview"), ""
 }
 
 // maxPreviewErrorBytes bounds the reason a preview is unavailable.
 const maxPreviewErrorBytes = 2 << 10
-
-// cutPreview cuts s to at most max bytes, at a character boundary, saying
-// how much of what was shown.
-func cutPreview(s string, max int, what string) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8Start(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("\n[%s truncated: %d of %d bytes shown]", what, cut, len(s))
-}

@@ -1050,15 +1050,21 @@ func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, ca
 }
 
 func capResult(r Result, limit int) Result {
-	if len(r.Content) <= limit {
-		return r
+	r.Content = cutText(r.Content, limit, "output")
+	return r
+}
+
+// cutText cuts s to at most max bytes, at a character boundary, saying
+// how much of what was shown.
+func cutText(s string, max int, what string) string {
+	if len(s) <= max {
+		return s
 	}
-	cut := limit
-	for cut > 0 && !utf8Start(r.Content[cut]) {
+	cut := max
+	for cut > 0 && !utf8Start(s[cut]) {
 		cut--
 	}
-	r.Content = r.Content[:cut] + fmt.Sprintf("\n[output truncated: %d of %d bytes shown]", cut, len(r.Content))
-	return r
+	return s[:cut] + fmt.Sprintf("\n[%s truncated: %d of %d bytes shown]", what, cut, len(s))
 }
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
