@@ -25,51 +25,42 @@ func (g *flakyGroups) Members(_ context.Context, id string) ([]string, error) {
 	return g.m[id], nil
 }
 
-// Card approvers are a user group; the rule the edit falls under names two
-// of its members and needs two approvals. UTWO, a member of the group and
-// named by the rule, can approve: the edit must be taken.
-func TestEditIntoTwoPersonRuleWithAGroupCard(t *testing.T) {
-	ctx := context.Background()
-	w := newWorld(t, backends(t)[0])
-	w.policy = `
+// An edit into a two-person rule whose approvers and the card's are a user
+// group on one side and two of its members on the other: UTWO, a member of
+// the group and named by the other side, can approve, so the edit must be
+// taken. Card approvers are the group ("group card"), or the rule the edit
+// falls under names it ("group rule").
+func TestEditIntoTwoPersonRuleAcrossAGroup(t *testing.T) {
+	for name, policy := range map[string]string{
+		"group card": `
 policy:
   rules:
     - {id: prod, tool: restart, when: 'args.env == "prod"', verdict: ask, approvers: [UONE000001, UTWO000002], min_approvals: 2}
     - {id: staging, tool: restart, verdict: ask, approvers: [SSRE000001]}
-`
-	w.cfg.Groups = &flakyGroups{m: map[string][]string{"SSRE000001": {"UONE000001", "UTWO000002", "UTHREE0003"}}}
-	a := w.agent()
-	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
-	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UONE000001", Args: []byte(`{"env":"prod"}`)})
-	if err != nil {
-		t.Fatalf("edit refused: %v", err)
-	}
-	res, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: res.Call.Fingerprint, Kind: approvals.Approve, Decider: "UTWO000002"})
-	if err != nil || !res.Complete {
-		t.Fatalf("UTWO's approval: %+v %v", res.Call.Status, err)
-	}
-}
-
-// The reverse: card names users, the rule the edit falls under names a group.
-func TestEditIntoATwoPersonGroupRule(t *testing.T) {
-	ctx := context.Background()
-	w := newWorld(t, backends(t)[0])
-	w.policy = `
+`,
+		"group rule": `
 policy:
   rules:
     - {id: prod, tool: restart, when: 'args.env == "prod"', verdict: ask, approvers: [SSRE000001], min_approvals: 2}
     - {id: staging, tool: restart, verdict: ask, approvers: [UONE000001, UTWO000002]}
-`
-	w.cfg.Groups = &flakyGroups{m: map[string][]string{"SSRE000001": {"UONE000001", "UTWO000002", "UTHREE0003"}}}
-	a := w.agent()
-	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
-	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UONE000001", Args: []byte(`{"env":"prod"}`)})
-	if err != nil {
-		t.Fatalf("edit refused: %v", err)
-	}
-	res, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: res.Call.Fingerprint, Kind: approvals.Approve, Decider: "UTWO000002"})
-	if err != nil || !res.Complete {
-		t.Fatalf("UTWO's approval: %+v %v", res.Call.Status, err)
+`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, backends(t)[0])
+			w.policy = policy
+			w.cfg.Groups = &flakyGroups{m: map[string][]string{"SSRE000001": {"UONE000001", "UTWO000002", "UTHREE0003"}}}
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UONE000001", Args: []byte(`{"env":"prod"}`)})
+			if err != nil {
+				t.Fatalf("edit refused: %v", err)
+			}
+			res, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: res.Call.Fingerprint, Kind: approvals.Approve, Decider: "UTWO000002"})
+			if err != nil || !res.Complete {
+				t.Fatalf("UTWO's approval: %+v %v", res.Call.Status, err)
+			}
+		})
 	}
 }
 
