@@ -32,19 +32,9 @@ policy:
       verdict: allow
 `
 	a := w.agent()
-	bob := agent.Request{Conversation: "T1/C1/1700000000.000100", User: "UBOB", Channel: "C1", Text: "deploy api 2, then restart prod"}
-	p := pauseWith(t, w, a, bob, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	p := pauseWith(t, w, a, inThread("UBOB", "deploy api 2, then restart prod"), call("c1", "deploy", `{"service":"api","version":"2"}`))
 	// While it waits, Bob asks for more, then the lead says something unrelated.
-	more := bob
-	more.Text = "and restart prod when that's done"
-	if _, err := a.Run(ctx, more); err != nil {
-		t.Fatal(err)
-	}
-	lead := bob
-	lead.User, lead.Text = "ULEAD", "fyi I'm watching the dashboards"
-	if _, err := a.Run(ctx, lead); err != nil {
-		t.Fatal(err)
-	}
+	sayAll(t, a, inThread("UBOB", "and restart prod when that's done"), inThread("ULEAD", "fyi I'm watching the dashboards"))
 	w.model.Reply(fakeopenai.Text("deployed"))
 	w.model.Reply(fakeopenai.ToolCalls(call("c2", "restart", `{"env":"prod"}`)))
 	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UCAROL"}); err != nil {
@@ -59,7 +49,8 @@ policy:
 		t.Fatalf("resume: %s with %+v, want the restart paused under the tool's annotations", out.Status, out.Pending)
 	}
 	// The lead alone is allowed.
-	lead.Conversation, lead.Text = "T1/C1/1700000000.000200", "restart prod"
+	lead := inThread("ULEAD", "restart prod")
+	lead.Conversation = "T1/C1/1700000000.000200"
 	w.model.Reply(fakeopenai.ToolCalls(call("c3", "restart", `{"env":"prod"}`)), fakeopenai.Text("restarted"))
 	if out, err := a.Run(ctx, lead); err != nil || out.Status != agent.Answered || w.restarts.n.Load() != 1 {
 		t.Fatalf("the lead's own restart: %s, %v, ran %d times; want it run at once", out.Status, err, w.restarts.n.Load())
@@ -80,17 +71,8 @@ policy:
     - {id: deploys, tool: deploy, verdict: ask, approvers: [UAPPROVER1]}
 `
 	a := w.agent()
-	bob := agent.Request{Conversation: "T1/C1/1700000000.000100", User: "UBOB", Channel: "C1", Text: "restart api"}
-	p := pauseWith(t, w, a, bob, call("c1", "restart", `{"env":"dev"}`))
-	more := bob
-	more.Text = "then deploy api 2"
-	junior := bob
-	junior.User, junior.Text = "UJUNIOR", "yes, api 2"
-	for _, r := range []agent.Request{more, junior} {
-		if _, err := a.Run(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p := pauseWith(t, w, a, inThread("UBOB", "restart api"), call("c1", "restart", `{"env":"dev"}`))
+	sayAll(t, a, inThread("UBOB", "then deploy api 2"), inThread("UJUNIOR", "yes, api 2"))
 	// The resume answers the restart, then the queued messages of both
 	// people: the deploy is made for both.
 	w.model.Reply(fakeopenai.Text("restarted"), fakeopenai.ToolCalls(call("c2", "deploy", `{"service":"api","version":"2"}`)))
@@ -146,17 +128,8 @@ func TestAnyRequesterMayCancel(t *testing.T) {
 	w := newWorld(t, backends(t)[0])
 	w.policy = "policy:\n  default: ask\n"
 	a := w.agent()
-	bob := agent.Request{Conversation: "T1/C1/1700000000.000100", User: "UBOB", Channel: "C1", Text: "deploy api 2"}
-	p := pauseWith(t, w, a, bob, call("c1", "deploy", `{"service":"api","version":"2"}`))
-	more := bob
-	more.Text = "and restart prod when that's done"
-	lead := bob
-	lead.User, lead.Text = "ULEAD", "fyi I'm watching the dashboards"
-	for _, r := range []agent.Request{more, lead} {
-		if _, err := a.Run(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p := pauseWith(t, w, a, inThread("UBOB", "deploy api 2"), call("c1", "deploy", `{"service":"api","version":"2"}`))
+	sayAll(t, a, inThread("UBOB", "and restart prod when that's done"), inThread("ULEAD", "fyi I'm watching the dashboards"))
 	w.model.Reply(fakeopenai.Text("deployed"), fakeopenai.ToolCalls(call("c2", "restart", `{"env":"prod"}`)))
 	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UCAROL"}); err != nil {
 		t.Fatal(err)
@@ -186,15 +159,10 @@ func TestQueuedMessagesAreBounded(t *testing.T) {
 	w := newWorld(t, backends(t)[0])
 	w.policy = "policy:\n  default: ask\n"
 	a := w.agent()
-	bob := agent.Request{Conversation: "T1/C1/1700000000.000100", User: "UBOB", Channel: "C1", Text: "restart api"}
-	p := pauseWith(t, w, a, bob, call("c1", "restart", `{"env":"dev"}`))
+	p := pauseWith(t, w, a, inThread("UBOB", "restart api"), call("c1", "restart", `{"env":"dev"}`))
 	const sent = 205
 	for i := range sent {
-		more := bob
-		more.Text = fmt.Sprintf("update %d", i)
-		if _, err := a.Run(ctx, more); err != nil {
-			t.Fatal(err)
-		}
+		sayAll(t, a, inThread("UBOB", fmt.Sprintf("update %d", i)))
 	}
 	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
 		t.Fatal(err)
@@ -212,5 +180,20 @@ func TestQueuedMessagesAreBounded(t *testing.T) {
 	}
 	if !strings.HasSuffix(users[len(users)-1], fmt.Sprintf("update %d", sent-1)) {
 		t.Errorf("the last queued message the model got is %q, want the newest", users[len(users)-1])
+	}
+}
+
+// inThread is a message of user's in the test's one thread.
+func inThread(user, text string) agent.Request {
+	return agent.Request{Conversation: "T1/C1/1700000000.000100", User: user, Channel: "C1", Text: text}
+}
+
+// sayAll runs each request in turn.
+func sayAll(t *testing.T, a *agent.Agent, reqs ...agent.Request) {
+	t.Helper()
+	for _, r := range reqs {
+		if _, err := a.Run(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
