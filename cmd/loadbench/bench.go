@@ -132,7 +132,7 @@ func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 		"LOG_LEVEL=" + o.logLevel,
 		"LOG_FORMAT=json",
 	}
-	if o.botProfile != "" || o.botHeap != "" {
+	if o.botProfile != "" || o.botTrace != "" || o.botHeap != "" {
 		botEnv = append(botEnv, "PPROF=true")
 	}
 	if o.store == "redis" {
@@ -487,10 +487,14 @@ func (e *env) loadPhase(rep *Report) error {
 	api0 := e.t.apiCounts()
 	start := time.Now()
 	profiled := make(chan error, 1)
-	if o.botProfile != "" {
+	if o.botProfile != "" || o.botTrace != "" {
 		secs := max(1, int(float64(o.conversations)/o.rate))
+		kind, path := "profile", o.botProfile
+		if o.botTrace != "" {
+			kind, path = "trace", o.botTrace
+		}
 		go func() {
-			profiled <- e.bots[0].fetch(e.ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), o.botProfile)
+			profiled <- e.bots[0].fetch(e.ctx, fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, secs), path)
 		}()
 	} else {
 		profiled <- nil

@@ -56,6 +56,7 @@ type options struct {
 	verbose       bool
 	cpuProfile    string
 	botProfile    string
+	botTrace      string
 	botHeap       string
 }
 
@@ -114,6 +115,7 @@ with many paused runs, and lost, duplicated or unapproved executions.
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench itself (the fakes) to this file")
 	fs.StringVar(&o.botHeap, "bot-heapprofile", "", "write heap profiles of the first bot, taken after each -paused count is parked and its memory read, to this file for the last count and to this file with .COUNT appended for the others (runs the bots with PPROF=true; the profile's collection comes after the reading)")
 	fs.StringVar(&o.botProfile, "bot-cpuprofile", "", "write a CPU profile of the first bot, taken while the load phase offers mentions, to this file (runs the bots with PPROF=true)")
+	fs.StringVar(&o.botTrace, "bot-trace", "", "write a Go execution trace of the first bot, taken while the load phase offers mentions, to this file (go tool trace; runs the bots with PPROF=true; not with -bot-cpuprofile)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
@@ -167,6 +169,8 @@ with many paused runs, and lost, duplicated or unapproved executions.
 		return o, fmt.Errorf("%w: -paused-warmup must not be negative", errFlags)
 	case o.settle < 0:
 		return o, fmt.Errorf("%w: -settle must not be negative", errFlags)
+	case o.botProfile != "" && o.botTrace != "":
+		return o, fmt.Errorf("%w: -bot-cpuprofile and -bot-trace are taken over the same time: give one", errFlags)
 	}
 	return o, nil
 }
