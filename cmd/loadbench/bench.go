@@ -287,9 +287,17 @@ func (e *env) click(c *conv) {
 	e.t.mu.Lock()
 	ts := c.cardTS
 	e.t.mu.Unlock()
+	// Recorded first: an execution before it counts as unapproved.
 	e.t.clicked(c, time.Now())
-	if _, err := e.slack.Click(approver, c.channel, ts, approveAction, ""); err != nil {
+	id, err := e.slack.Click(approver, c.channel, ts, approveAction, "")
+	if err != nil {
 		fmt.Fprintf(e.log, "loadbench: click conv-%d: %v\n", c.id, err)
+		return
+	}
+	// The bot's time starts once the fake has built the click (its
+	// payload carries the whole card) and queued it, as an ack's does.
+	if env, ok := e.slack.Envelope(id); ok && !env.SentAt.IsZero() {
+		e.t.clickSent(c, env.SentAt)
 	}
 }
 

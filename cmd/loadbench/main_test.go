@@ -223,6 +223,40 @@ func TestAccounting(t *testing.T) {
 	}
 }
 
+// A click's spans start when the fake queued its envelope, once known:
+// building the click is the fake's work. An execution between the two
+// still counts as approved.
+func TestClickSpansStartWhenTheClickIsSent(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	o := options{modelLatency: 100 * time.Millisecond}
+	inModel := [2]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}
+	convs := []conv{
+		// Sent 1 ms after the click began: 2 ms to execute, not 3.
+		{ask: true, mentionAt: ms(0), cardAt: ms(101), cardTS: "1", clickAt: ms(200), clickSent: ms(201),
+			execAt: []time.Time{ms(203)}, execEnd: ms(204), answerAt: ms(310), inModel: inModel},
+		// Unknown: from the click's start.
+		{ask: true, mentionAt: ms(0), cardAt: ms(101), cardTS: "1", clickAt: ms(200),
+			execAt: []time.Time{ms(203)}, execEnd: ms(204), answerAt: ms(310), inModel: inModel},
+	}
+	r := loadResult(convs, o, t0, time.Second)
+	if r.Cycles != 2 {
+		t.Fatalf("%d cycles, want 2", r.Cycles)
+	}
+	exec, answer := r.EndToEnd.ClickToExecuted, r.EndToEnd.ClickToAnswer
+	if exec.Count != 2 || exec.P50 != 2 || exec.Max != 3 {
+		t.Errorf("click -> executed %+v, want 2 samples, 2 and 3 ms", exec)
+	}
+	// The answer: 109 and 110 ms end to end, less the model's 100 and the
+	// tool's 1.
+	if answer.Count != 2 || answer.P50 != 109 || answer.Max != 110 {
+		t.Errorf("click -> answer end to end %+v, want 109 and 110 ms", answer)
+	}
+	if added := r.BotAdded.ClickToAnswer; added.P50 != 8 || added.Max != 9 {
+		t.Errorf("click -> answer added %+v, want 8 and 9 ms", added)
+	}
+}
+
 // The Redis server's CPU time is its user and system time from INFO cpu.
 func TestRedisCPUSeconds(t *testing.T) {
 	info := "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:2.500000\r\nused_cpu_sys_children:9.000000\r\nused_cpu_user_children:9.000000\r\nused_cpu_sys_main_thread:1.200000\r\n"

@@ -190,8 +190,12 @@ func loadResult(convs []conv, o options, start time.Time, offered time.Duration)
 			model = append(model, inModel(c, 0))
 		}
 		approved := c.ask && !c.clickAt.IsZero() && len(c.execAt) > 0 && !c.execAt[0].Before(c.clickAt)
+		clicked := c.clickAt
+		if !c.clickSent.IsZero() {
+			clicked = c.clickSent
+		}
 		if approved {
-			d := c.execAt[0].Sub(c.clickAt)
+			d := c.execAt[0].Sub(clicked)
 			eExec, exec = append(eExec, d), append(exec, d)
 		}
 		if c.answerAt.IsZero() || len(c.execAt) != 1 || c.execEnd.IsZero() {
@@ -208,7 +212,7 @@ func loadResult(convs []conv, o options, start time.Time, offered time.Duration)
 			if c.answerAt.After(last) {
 				last = c.answerAt
 			}
-			d := c.answerAt.Sub(c.clickAt)
+			d := c.answerAt.Sub(clicked)
 			eAnswer, answer = append(eAnswer, d), append(answer, d-inModel(c, 1)-tool)
 		}
 	}

@@ -36,7 +36,8 @@ type conv struct {
 	mentionAt time.Time
 	cardAt    time.Time
 	cardTS    string
-	clickAt   time.Time
+	clickAt   time.Time   // before the fake builds the click
+	clickSent time.Time   // the fake queued the click's envelope (zero: unknown)
 	execAt    []time.Time // every execution of its tool call
 	execEnd   time.Time   // the first execution's answer
 	answerAt  time.Time
@@ -279,6 +280,13 @@ func (t *tracker) clicked(c *conv, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c.clickAt = at
+}
+
+// clickSent records when the fake queued the click's envelope.
+func (t *tracker) clickSent(c *conv, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c.clickSent = at
 }
 
 // snapshot returns copies of the conversations from index from on.
