@@ -1,0 +1,86 @@
+package redisstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/redisstore"
+)
+
+// benchStore opens a store on REDIS_URL under a prefix of its own, whose
+// keys are deleted at the end, or skips the benchmark.
+func benchStore(b *testing.B) *redisstore.Store {
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		b.Skip("REDIS_URL is not set")
+	}
+	prefix := "toolgate-bench-" + store.NewRunID()
+	s, err := redisstore.New(b.Context(), u, redisstore.Options{Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		defer c.Close()
+		keys, _ := c.Keys(context.Background(), prefix+"*").Result()
+		for len(keys) > 0 {
+			n := min(len(keys), 1000)
+			c.Del(context.Background(), keys[:n]...)
+			keys = keys[n:]
+		}
+	})
+	return s
+}
+
+// BenchmarkDecideBegin is the one store step of a click on a paused call
+// that this process paused: the decision, its audit entry, and the start
+// of the resume with the run, its call and the conversation read back. The
+// pause before each is not timed. BenchmarkPing, one command's round trip
+// on the same connection pool, is the floor.
+func BenchmarkDecideBegin(b *testing.B) {
+	s := benchStore(b)
+	ctx := b.Context()
+	state := json.RawMessage(`{"messages":[{"role":"user","content":"` + strings.Repeat("x", 800) + `"}]}`)
+	args := json.RawMessage(`{"url":"http://127.0.0.1/exec/ask/conv-1"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		conv := "T1/C1/" + store.NewRunID()
+		r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1", State: state}
+		c := store.Call{ID: store.CallID(r.ID, 0), Tool: "http_get", Args: args, Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
+		lease := store.TurnLease(conv)
+		if ok, err := s.AcquireLease(ctx, lease, "a", time.Minute); err != nil || !ok {
+			b.Fatalf("AcquireLease = %v, %v", ok, err)
+		}
+		paused := store.Conversation{State: state, PausedRun: r.ID}
+		if err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: []store.Call{c}, Holder: "a", Release: "a"}); err != nil {
+			b.Fatal(err)
+		}
+		d := store.Decision{Kind: "approve", Decider: "U2", At: time.Now(), Attempt: store.NewRunID()}
+		fx := store.Effects{Audit: store.AuditEntry{Actor: "U2", Action: "decide", CallID: c.ID, Tool: c.Tool, Decision: "approve", Outcome: "recorded"}, Unanswered: conv}
+		rb := store.ResumeBegin{Conversation: conv, Lease: lease, Owner: "a", TTL: time.Minute, Start: []string{"approve"}, Kinds: []string{"rule"}, Nonce: d.Attempt}
+		b.StartTimer()
+		_, complete, rs, err := s.DecideBegin(ctx, c.ID, c.Fingerprint, d, fx, rb)
+		if err != nil || !complete || !rs.Claimed {
+			b.Fatalf("DecideBegin = complete %v, claimed %v, %v", complete, rs.Claimed, err)
+		}
+	}
+}
+
+func BenchmarkPing(b *testing.B) {
+	s := benchStore(b)
+	for b.Loop() {
+		if err := s.Ping(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
