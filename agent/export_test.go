@@ -9,3 +9,6 @@ func SetLostDecisionWait(d time.Duration) (restore func()) {
 	lostDecisionWait = d
 	return func() { lostDecisionWait = old }
 }
+
+// PersonText is personText, for tests of what a person reads.
+var PersonText = personText

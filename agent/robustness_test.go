@@ -236,6 +236,39 @@ func TestBadCallsAreSanitizedInTheHistory(t *testing.T) {
 	}
 }
 
+// Arguments that break a schema many times over, or with a huge value,
+// are refused in a few lines: the model reads the first problems and how
+// many more there were, within the tool output limit, and so does a
+// person shown why.
+func TestSchemaErrorsAreBounded(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	must(t, w.reg.Register(agent.Tool{Name: "read_list", Description: "Reads a list.",
+		Schema:  json.RawMessage(`{"type":"object","properties":{"items":{"type":"array","items":{"type":"string"}},"n":{"type":"integer"}}}`),
+		Handler: w.reads.handler("ok")}))
+	many := `{"items":[` + strings.Repeat("1,", 60000) + `1]}`
+	huge := `{"n":"` + strings.Repeat("9", 200<<10) + `"}`
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "read_list", many), call("c2", "read_list", huge)), fakeopenai.Text("sorry"))
+	_, err := w.agent().Run(context.Background(), request("read"))
+	must(t, err)
+	results := toolResults(t, w.model)
+	if len(results) != 2 {
+		t.Fatalf("got %d tool results, want 2", len(results))
+	}
+	if r := results[0]; len(r) > 2000 || !strings.Contains(r, "at /items/0:") || !strings.Contains(r, "and 59991 more") {
+		t.Errorf("the model read %d bytes for 60,001 wrong items, want the first ten problems and a count of the rest: %.300q", len(r), r)
+	}
+	if r := results[1]; len(r) > 1000 {
+		t.Errorf("the model read %d bytes for one huge wrong value, want it cut: %.300q", len(r), r)
+	}
+	if n := w.reads.n.Load(); n != 0 {
+		t.Errorf("read_list ran %d times, want none", n)
+	}
+	err = w.agent().Tools().Validate("read_list", json.RawMessage(huge))
+	if person := agent.PersonText(err); len(person) > 200 || !strings.Contains(person, "n must be an integer, got \"999") {
+		t.Errorf("a person reads %d bytes: %.300q; want the value cut", len(person), person)
+	}
+}
+
 // Tool call ids are unique in the whole history a request sends, however
 // the server makes them up: none at all, or the same ones every turn.
 func TestToolCallIDsAreUniqueInTheHistory(t *testing.T) {

@@ -794,7 +794,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		name, args := tc.Function.Name, json.RawMessage(tc.Function.Arguments)
 		slots[i] = slot{ToolCallID: tc.ID, Tool: name}
 		fail := func(format string, v ...any) {
-			slots[i].Result = &Result{Content: fmt.Sprintf(format, v...), IsError: true}
+			slots[i].Result = &Result{Content: cutText(fmt.Sprintf(format, v...), a.cfg.MaxToolOutput, "error"), IsError: true}
 		}
 		if i >= a.cfg.MaxCalls {
 			a.judged("invalid")

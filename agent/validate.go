@@ -94,6 +94,9 @@ func personMessage(ve *jsonschema.ValidationError, doc any) string {
 			if val, ok := lookup(doc, e.InstanceLocation); ok {
 				if b, err := json.Marshal(val); err == nil {
 					got = string(b)
+					if len(got) > maxShownValue {
+						got = truncateUTF8(got, maxShownValue) + "…"
+					}
 				}
 			}
 			lines = append(lines, fmt.Sprintf("%s must be %s, got %s", fieldName(field), typeWords(k.Want), got))
@@ -110,6 +113,24 @@ func personMessage(ve *jsonschema.ValidationError, doc any) string {
 		}
 	}
 	walk(ve)
+	return problemList(lines)
+}
+
+// maxProblems is how many of a validation's problems are told, and
+// maxShownValue how much of a wrong value: arguments can break a schema
+// thousands of times over, or with a value of megabytes.
+const (
+	maxProblems   = 10
+	maxShownValue = 80
+)
+
+// problemList joins the first maxProblems problems, saying how many more
+// there were.
+func problemList(lines []string) string {
+	if len(lines) > maxProblems {
+		more := len(lines) - maxProblems
+		lines = append(lines[:maxProblems:maxProblems], fmt.Sprintf("and %d more", more))
+	}
 	return strings.Join(lines, "; ")
 }
 
@@ -184,5 +205,5 @@ func schemaMessage(ve *jsonschema.ValidationError) string {
 		}
 	}
 	walk(ve)
-	return strings.Join(lines, "; ")
+	return problemList(lines)
 }
