@@ -269,6 +269,50 @@ func TestSchemaErrorsAreBounded(t *testing.T) {
 	}
 }
 
+// A tool cut by TOOL_TIMEOUT may have done its work: unless it is
+// read-only or idempotent, the model is told the outcome is unknown and
+// not to call it again before checking.
+func TestTimedOutToolHasAnUnknownOutcome(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		hints   approvals.Hints
+		said    string // the tool's own error result; "" returns ctx.Err()
+		unknown bool
+	}{
+		{"write", approvals.Hints{}, "", true},
+		{"write that says why", approvals.Hints{}, "killed the process group", true},
+		{"idempotent", approvals.Hints{Idempotent: true}, "", false},
+		{"read-only", approvals.Hints{ReadOnly: true}, "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, backends(t)[0])
+			w.cfg.ToolTimeout = 50 * time.Millisecond
+			w.policy = "policy:\n  rules:\n    - tool: slow\n      verdict: allow\n"
+			must(t, w.reg.Register(agent.Tool{Name: "slow", Description: "Takes its time.", Schema: json.RawMessage(`{"type":"object"}`), Annotations: tt.hints,
+				Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+					<-ctx.Done()
+					if tt.said != "" {
+						return agent.Result{Content: tt.said, IsError: true}, nil
+					}
+					return agent.Result{}, ctx.Err()
+				}}))
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "slow", `{}`)), fakeopenai.Text("done"))
+			_, err := w.agent().Run(context.Background(), request("go"))
+			must(t, err)
+			res := toolResults(t, w.model)
+			if len(res) != 1 || !strings.Contains(res[0], "timed out after 50ms") {
+				t.Fatalf("tool results %q, want a timeout", res)
+			}
+			if got := strings.Contains(res[0], "whether the call took effect is unknown. Do not call it again before checking"); got != tt.unknown {
+				t.Errorf("the model read %q; outcome unknown said: %v, want %v", res[0], got, tt.unknown)
+			}
+			if tt.said != "" && !strings.Contains(res[0], "The tool said: "+tt.said) {
+				t.Errorf("the model read %q, want what the tool said", res[0])
+			}
+		})
+	}
+}
+
 // Tool call ids are unique in the whole history a request sends, however
 // the server makes them up: none at all, or the same ones every turn.
 func TestToolCallIDsAreUniqueInTheHistory(t *testing.T) {

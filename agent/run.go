@@ -1040,14 +1040,26 @@ func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, ca
 		// known, as after a crash.
 		return Result{Content: fmt.Sprintf(interruptedText, tool.Name), IsError: true}
 	}
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
-			return Result{Content: fmt.Sprintf("tool %s timed out after %s", tool.Name, a.cfg.ToolTimeout), IsError: true}
+	if ctx.Err() != nil && (err != nil || r.IsError) {
+		// Cut by TOOL_TIMEOUT: a tool that is neither read-only nor
+		// idempotent may have done its work, or part of it.
+		msg := fmt.Sprintf("tool %s timed out after %s", tool.Name, a.cfg.ToolTimeout)
+		if !repeatable(tool) {
+			msg += ": whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user."
 		}
+		if err == nil && r.Content != "" {
+			msg += " The tool said: " + cutText(r.Content, timeoutDetailBytes, "output")
+		}
+		return Result{Content: msg, IsError: true}
+	}
+	if err != nil {
 		return Result{Content: fmt.Sprintf("tool %s failed: %v", tool.Name, err), IsError: true}
 	}
 	return capResult(r, a.cfg.MaxToolOutput)
 }
+
+// timeoutDetailBytes is how much of what a timed-out tool said is kept.
+const timeoutDetailBytes = 1 << 10
 
 func capResult(r Result, limit int) Result {
 	r.Content = cutText(r.Content, limit, "output")
