@@ -248,7 +248,7 @@ type state struct {
 	admin    []RuleView // newest first
 	compiled []compiledRule
 	standing []standingCompiled // oldest first, none expired
-	expired  []string           // ids of expired standing rules, to delete
+	expired  []StandingRule     // expired standing rules, to delete
 }
 
 type standingCompiled struct {
@@ -319,7 +319,7 @@ func (e *Engine) compile(recs, standing []store.Record) (*state, error) {
 		}
 		s.ID = rec.ID
 		if s.Expired(now) {
-			st.expired = append(st.expired, s.ID)
+			st.expired = append(st.expired, s)
 			continue
 		}
 		key := KindStandingRule + "/" + rec.ID
@@ -472,14 +472,14 @@ func (e *Engine) verdict(st *state, in Input) Verdict {
 // every later check, and audits each as AuditStandingExpire. A rule
 // another replica deleted first is skipped; other failures leave the rule
 // for the next check, which skips it as expired meanwhile.
-func (e *Engine) dropExpired(ctx context.Context, ids []string) {
-	for _, id := range ids {
-		err := e.rs.DeleteRecord(ctx, KindStandingRule, id)
+func (e *Engine) dropExpired(ctx context.Context, rules []StandingRule) {
+	for _, s := range rules {
+		err := e.rs.DeleteRecord(ctx, KindStandingRule, s.ID)
 		if err == nil {
-			err = e.audit(ctx, SystemActor, AuditStandingExpire, "", id, "")
+			err = e.audit(ctx, SystemActor, AuditStandingExpire, s.Tool, s.Channel, s.ID, "")
 		}
 		if err != nil && !errors.Is(err, store.ErrNotFound) && e.log != nil {
-			e.log.Warn("delete expired standing rule", "id", id, "err", err)
+			e.log.Warn("delete expired standing rule", "id", s.ID, "err", err)
 		}
 	}
 }
@@ -699,7 +699,7 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 		}
 		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
 	}
-	if err := e.audit(ctx, actor, AuditPolicyAdd, r.Tool, r.ID, r.String()); err != nil {
+	if err := e.audit(ctx, actor, AuditPolicyAdd, r.Tool, "", r.ID, r.String()); err != nil {
 		return r, fmt.Errorf("rule %s added, but auditing it failed: %w", r.ID, err)
 	}
 	return r, nil
@@ -723,7 +723,7 @@ func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
 		}
 		return fmt.Errorf("remove rule %s: %w", id, ErrUnknownRule)
 	}
-	if err := e.audit(ctx, actor, AuditPolicyRemove, "", id, ""); err != nil {
+	if err := e.audit(ctx, actor, AuditPolicyRemove, "", "", id, ""); err != nil {
 		return fmt.Errorf("rule %s removed, but auditing it failed: %w", id, err)
 	}
 	return nil
@@ -770,17 +770,17 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 		}
 		return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, err)
 	}
-	detail := "channel=" + s.Channel
+	var detail []string
 	if s.Fingerprint != "" {
-		detail += " exact_args=" + s.Fingerprint[:min(12, len(s.Fingerprint))]
+		detail = append(detail, "exact_args="+s.Fingerprint[:min(12, len(s.Fingerprint))])
 	}
 	if s.When != "" {
-		detail += " when=" + quote(s.When)
+		detail = append(detail, "when="+quote(s.When))
 	}
 	if !s.ExpiresAt.IsZero() {
-		detail += " expires=" + s.ExpiresAt.Format(time.RFC3339)
+		detail = append(detail, "expires="+s.ExpiresAt.Format(time.RFC3339))
 	}
-	if err := e.audit(ctx, actor, AuditStandingAdd, s.Tool, s.ID, detail); err != nil {
+	if err := e.audit(ctx, actor, AuditStandingAdd, s.Tool, s.Channel, s.ID, strings.Join(detail, " ")); err != nil {
 		return s, fmt.Errorf("standing rule %s stored, but auditing it failed: %w", s.ID, err)
 	}
 	return s, nil
@@ -818,21 +818,48 @@ func (e *Engine) StandingRules(ctx context.Context, channel string) ([]StandingR
 // wrapping ErrUnknownRule if there is none with that id. The change is
 // audited as AuditStandingRevoke.
 func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
+	// Read first for the channel its audit entry names: the audit log
+	// shows an entry only to those who may see its channel.
+	s, err := e.standingRule(ctx, id)
+	if err != nil {
+		return fmt.Errorf("revoke standing rule %s: %w", id, err)
+	}
 	if err := e.rs.DeleteRecord(ctx, KindStandingRule, id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("revoke standing rule %s: %w", id, ErrUnknownRule)
 		}
 		return fmt.Errorf("revoke standing rule %s: %w", id, err)
 	}
-	if err := e.audit(ctx, actor, AuditStandingRevoke, "", id, ""); err != nil {
+	if err := e.audit(ctx, actor, AuditStandingRevoke, s.Tool, s.Channel, id, ""); err != nil {
 		return fmt.Errorf("standing rule %s revoked, but auditing it failed: %w", id, err)
 	}
 	return nil
 }
 
+// standingRule reads one standing rule, expired or not; one not stored is
+// ErrUnknownRule.
+func (e *Engine) standingRule(ctx context.Context, id string) (StandingRule, error) {
+	recs, err := e.rs.Records(ctx, KindStandingRule)
+	if err != nil {
+		return StandingRule{}, err
+	}
+	for _, rec := range recs {
+		if rec.ID != id {
+			continue
+		}
+		var s StandingRule
+		_ = json.Unmarshal(rec.Data, &s) // one that does not decode is still revoked
+		s.ID = id
+		return s, nil
+	}
+	return StandingRule{}, ErrUnknownRule
+}
+
 // audit logs an entry with the audit logger, if there is one, and writes
-// it if the store keeps an audit log.
-func (e *Engine) audit(ctx context.Context, actor, action, tool, id, detail string) error {
+// it if the store keeps an audit log. An entry about a channel (a
+// standing rule's) names it, so the audit log shows it only to those who
+// may see that channel.
+func (e *Engine) audit(ctx context.Context, actor, action, tool, channel, id, detail string) error {
 	if detail != "" {
 		detail = "id=" + id + " " + detail
 	} else {
@@ -842,6 +869,7 @@ func (e *Engine) audit(ctx context.Context, actor, action, tool, id, detail stri
 		At:      e.now().UTC(),
 		Actor:   actor,
 		Action:  action,
+		Channel: channel,
 		Tool:    tool,
 		Outcome: "ok",
 		Detail:  detail,

@@ -92,6 +92,12 @@ func (m *memStore) auditActions() []string {
 	return out
 }
 
+func (m *memStore) auditEntries() []store.AuditEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.audit)
+}
+
 // clock is a settable test clock.
 type clock struct {
 	mu sync.Mutex
@@ -386,6 +392,13 @@ func TestEngineStandingRules(t *testing.T) {
 	want := "U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,U2BOSS:standing_add,system:standing_expire,U3:standing_revoke"
 	if got := strings.Join(ms.auditActions(), ","); got != want {
 		t.Errorf("audit: got %s, want %s", got, want)
+	}
+	// Each names the rule's channel, so the audit log shows it only to
+	// those who may see that channel.
+	for _, a := range ms.auditEntries() {
+		if a.Channel == "" {
+			t.Errorf("audit entry %s of %s names no channel", a.Action, a.Detail)
+		}
 	}
 }
 

@@ -343,6 +343,36 @@ func TestAuditShowsAdminsOnlyConversationsTheySee(t *testing.T) {
 	}
 }
 
+// A standing rule made in a private conversation, and its revocation,
+// are audited with its channel: an admin outside the conversation does
+// not learn from the audit log where it is.
+func TestAuditShowsStandingRulesOnlyWhereTheirChannelIsSeen(t *testing.T) {
+	const private = "CPRIVATE08"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = strings.Replace(e2ePolicy, "      four_eyes: true\n", "", 1)
+	e.cfg.AdminUsers = []string{other, approver}
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"payroll","version":"1"}`)), fakeopenai.Text("Deployed."))
+	ts := e.slack.Mention(private, requester, "deploy payroll 1")
+	card := e.cardIn(private, ts, "deploy")
+	_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionRemember, "")
+	must(t, err)
+	e.answerIn(private, ts, "Deployed.")
+	audit := e.audit(approver, "`standing_add`")
+	id := regexp.MustCompile(`id=(sr-[0-9a-f]+)`).FindStringSubmatch(audit)
+	if id == nil {
+		t.Fatalf("no standing rule id in the audit log:\n%s", audit)
+	}
+	wantIn(t, "revoke", e.slash(approver, "rules revoke "+id[1]), id[1])
+	wantIn(t, "the audit of an admin in the conversation", e.audit(approver, "`standing_revoke`"), "`standing_add`", "<#"+private+">")
+
+	audit = e.slash(other, "audit")
+	if strings.Contains(audit, private) || strings.Contains(audit, "standing_") {
+		t.Errorf("an admin outside the private conversation reads where its standing rule is:\n%s", audit)
+	}
+}
+
 // At start the bot says, as an error, when it is not a member of
 // APPROVALS_CHANNEL, where it could post no card; a channel it is in, or
 // none, says nothing.
