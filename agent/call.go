@@ -50,7 +50,12 @@ type Call struct {
 	RuleID       string
 	Reason       string
 	Approvers    []string
-	FourEyes     bool
+	// NeedsAudience is set when a decider must also be able to see the
+	// conversation: the card's rule names no approvers (anyone in the
+	// conversation decides), even when a pending edit's rule names some
+	// (Approvers lists them then).
+	NeedsAudience bool
+	FourEyes      bool
 	// NoAlwaysAllow marks an ask a standing rule may not relax (made of
 	// several requesters' asks, or forced by a failed condition).
 	NoAlwaysAllow bool
@@ -94,7 +99,7 @@ func viewOf(c store.Call) Call {
 	v := Call{
 		ID: c.ID, RunID: c.RunID, Tool: c.Tool, Args: c.Args, Fingerprint: c.Fingerprint,
 		Requester: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Conversation: c.Conversation,
-		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes,
+		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, NeedsAudience: len(c.Approvers) == 0, FourEyes: c.FourEyes,
 		NoAlwaysAllow: c.NoAlwaysAllow, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Status: CallStatus(c.Status),
 		Preview: c.Preview, PreviewError: c.PreviewError,
 	}

@@ -562,7 +562,7 @@ func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan 
 			if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, user, a.groups) != nil {
 				continue
 			}
-			if len(c.Approvers) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
+			if len(namedDeciders(c.Call)) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
 				continue
 			}
 			inbox = append(inbox, cardOf(c, nil))

@@ -19,23 +19,33 @@ func (a *App) formRefusal(ctx context.Context, c agent.Call, user string) string
 		text, _ := refusalText(c, user, err)
 		return text
 	}
-	if len(c.Approvers) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
+	if len(namedDeciders(c)) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
 		return NotInConversationText()
 	}
 	return ""
 }
 
 // maySee reports whether user may see the call c in full: a requester,
-// someone who may decide it under its named approvers, or someone who can
-// see its conversation.
+// someone who may decide it under its named approvers without seeing the
+// conversation, or someone who can see its conversation.
 func (a *App) maySee(ctx context.Context, c agent.Call, user string) bool {
 	if user == c.Requester || slices.Contains(c.Requesters, user) {
 		return true
 	}
-	if len(c.Approvers) > 0 && approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers}, user, a.groups) == nil {
+	if named := namedDeciders(c); len(named) > 0 && approvals.Authorize(ctx, approvals.Approvable{Approvers: named}, user, a.groups) == nil {
 		return true
 	}
 	return a.inAudience(ctx, c.Channel, c.Requester, user)
+}
+
+// namedDeciders are the approvers c names who may decide it without seeing
+// its conversation; none when its deciders must be in the conversation
+// (see agent.Call.NeedsAudience), as the agent checks on every decision.
+func namedDeciders(c agent.Call) []string {
+	if c.NeedsAudience {
+		return nil
+	}
+	return c.Approvers
 }
 
 // NotInConversationText answers someone who asked for a call in a
