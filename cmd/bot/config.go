@@ -42,7 +42,8 @@ type config struct {
 	ApprovalTTL      time.Duration `envconfig:"APPROVAL_TTL" default:"72h" desc:"how long a pending approval waits when its rule sets no ttl"`
 	ReminderAfter    time.Duration `envconfig:"REMINDER_AFTER" default:"1h" desc:"how long a pending approval waits before its approvers are reminded (again when a quarter of its TTL is left); 0 turns reminders off"`
 	RememberTTL      time.Duration `envconfig:"REMEMBER_TTL" default:"720h" desc:"how long an \"Always allow here\" rule lasts; 0 keeps it until revoked"`
-	AuditRetention   time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h" desc:"how long audit entries are kept (2160h is 90 days); each entry is also logged as msg=audit"`
+	AuditRetention   time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h" desc:"how long audit entries are kept (2160h is 90 days), at most AUDIT_MAX_ENTRIES of them; each entry is also logged as msg=audit"`
+	AuditMaxEntries  int           `envconfig:"AUDIT_MAX_ENTRIES" default:"10000" desc:"how many audit entries are kept at most (each tool call makes two or more); the oldest beyond are deleted even within AUDIT_RETENTION"`
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of /healthz, /readyz and /metrics"`
 	ApprovalsChannel string        `envconfig:"APPROVALS_CHANNEL" desc:"channel id for cards whose approvers cannot see the conversation; empty: DM each approver"`
 	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
@@ -207,6 +208,9 @@ func (c *config) validate() error {
 	}
 	if c.AuditRetention <= 0 {
 		return fmt.Errorf("AUDIT_RETENTION: %s is not positive", c.AuditRetention)
+	}
+	if c.AuditMaxEntries < 1 {
+		return fmt.Errorf("AUDIT_MAX_ENTRIES: %d is not positive", c.AuditMaxEntries)
 	}
 	if c.ApprovalTTL <= 0 {
 		return fmt.Errorf("APPROVAL_TTL: %s is not positive", c.ApprovalTTL)

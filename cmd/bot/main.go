@@ -133,6 +133,7 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 		Dir:            cfg.DataDir,
 		Retention:      cfg.RunRetention,
 		AuditRetention: cfg.AuditRetention,
+		AuditMax:       cfg.AuditMaxEntries,
 	}, log)
 	if err != nil {
 		return err

@@ -51,6 +51,9 @@ type StoreConfig struct {
 	// Retention and AuditRetention are how long finished runs and audit
 	// entries are kept; zero means the store's defaults.
 	Retention, AuditRetention time.Duration
+	// AuditMax is how many audit entries are kept at most; zero means the
+	// store's default.
+	AuditMax int
 }
 
 // OpenStore connects to Redis when c.RedisURL is set, and otherwise opens
@@ -74,7 +77,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 		// never answers (TLS asked of a plain server) is refused in
 		// seconds, not after the client's retries.
 		pctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
-		st, err := redisstore.New(pctx, c.RedisURL, redisstore.Options{Prefix: c.RedisPrefix, Retention: c.Retention, AuditRetention: c.AuditRetention})
+		st, err := redisstore.New(pctx, c.RedisURL, redisstore.Options{Prefix: c.RedisPrefix, Retention: c.Retention, AuditRetention: c.AuditRetention, AuditMax: c.AuditMax})
 		cancel()
 		if err != nil {
 			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
@@ -83,7 +86,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 		return st, nil
 	}
 	path := filepath.Join(c.Dir, StoreFile)
-	st, err := boltstore.Open(path, boltstore.Options{Retention: c.Retention, AuditRetention: c.AuditRetention})
+	st, err := boltstore.Open(path, boltstore.Options{Retention: c.Retention, AuditRetention: c.AuditRetention, AuditMax: c.AuditMax})
 	if err != nil {
 		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
 			// DATA_DIR names something that cannot hold the store.

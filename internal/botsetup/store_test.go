@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 )
 
 // TestOpenStore opens each kind of store twice on the same data: what the
-// first handle saved, the second one reads, as after a restart.
+// first handle saved, the second one reads, as after a restart. The audit
+// log keeps AuditMax entries.
 func TestOpenStore(t *testing.T) {
 	kinds := []struct {
 		name, logMsg string
@@ -37,6 +39,7 @@ func TestOpenStore(t *testing.T) {
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			cfg := k.cfg(t)
+			cfg.AuditMax = 3
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			ctx := t.Context()
@@ -48,6 +51,14 @@ func TestOpenStore(t *testing.T) {
 			}
 			if err := st.CommitTurn(ctx, store.Commit{Key: conv.Key, Conversation: &conv}); err != nil {
 				t.Fatalf("CommitTurn: %v", err)
+			}
+			for i := range 5 {
+				if err := st.Audit(ctx, store.AuditEntry{Actor: "U1", Action: "request", Detail: strconv.Itoa(i)}); err != nil {
+					t.Fatalf("Audit: %v", err)
+				}
+			}
+			if log, err := st.AuditLog(ctx, 10); err != nil || len(log) != 3 || log[0].Detail != "4" {
+				t.Errorf("AuditLog = %d entries (%+v), %v; want the newest 3", len(log), log, err)
 			}
 			if err := st.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
