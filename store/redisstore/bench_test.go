@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,27 @@ func BenchmarkPing(b *testing.B) {
 	s := benchStore(b)
 	for b.Loop() {
 		if err := s.Ping(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkNextExpiry reads the earliest deadline among 1,000 pending calls
+// of 2 KiB of arguments each, as the expiry timer does on every pass.
+func BenchmarkNextExpiry(b *testing.B) {
+	s := benchStore(b)
+	args := json.RawMessage(`{"blob":"` + strings.Repeat("x", 2048) + `"}`)
+	now := time.Now()
+	for i := range 1000 {
+		r := store.Run{ID: store.NewRunID(), Conversation: "C1:" + strconv.Itoa(i), Requester: "U1", Channel: "C1"}
+		c := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Args: args, Fingerprint: "fp", ExpiresAt: now.Add(time.Hour + time.Duration(i)*time.Second)}
+		if err := s.CreateRun(b.Context(), r, []store.Call{c}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.NextExpiry(b.Context()); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -3,14 +3,12 @@ package redisstore_test
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -567,46 +565,5 @@ func TestOverdueReminderOutlivesTheRetention(t *testing.T) {
 				t.Errorf("DueReminders = %v, %v; want the overdue call", due, err)
 			}
 		})
-	}
-}
-
-// BenchmarkNextExpiry reads the earliest deadline among 1,000 pending calls
-// of 2 KiB of arguments each, as the expiry timer does on every pass.
-func BenchmarkNextExpiry(b *testing.B) {
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		b.Skip("REDIS_URL is not set")
-	}
-	prefix := "toolgate-bench-" + store.NewRunID()
-	s, err := redisstore.New(b.Context(), u, redisstore.Options{Prefix: prefix})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	c, err := redisstore.NewClient(u)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	defer func() { // every key of the prefix
-		keys, _ := c.Keys(context.Background(), prefix+"*").Result()
-		if len(keys) > 0 {
-			c.Del(context.Background(), keys...)
-		}
-	}()
-	args := json.RawMessage(`{"blob":"` + strings.Repeat("x", 2048) + `"}`)
-	now := time.Now()
-	for i := range 1000 {
-		r := store.Run{ID: store.NewRunID(), Conversation: "C1:" + strconv.Itoa(i), Requester: "U1", Channel: "C1"}
-		c := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Args: args, Fingerprint: "fp", ExpiresAt: now.Add(time.Hour + time.Duration(i)*time.Second)}
-		if err := s.CreateRun(b.Context(), r, []store.Call{c}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := s.NextExpiry(b.Context()); err != nil {
-			b.Fatal(err)
-		}
 	}
 }
