@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/slack-go/slack"
 
@@ -503,15 +504,26 @@ func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
 }
 
 func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text string) string {
-	tool, args, _ := strings.Cut(strings.TrimSpace(text), " ")
+	text = strings.TrimSpace(text)
+	tool, args := text, ""
+	if i := strings.IndexFunc(text, unicode.IsSpace); i >= 0 {
+		// Any space ends the tool's name: a line break, a tab.
+		tool, args = text[:i], strings.TrimSpace(text[i:])
+	}
 	if tool == "" {
 		return "Usage: `/approvals policy test <tool> <json arguments>`"
 	}
-	args = strings.TrimSpace(args)
 	if args == "" {
 		args = "{}"
 	}
-	args = plainText(args)
+	typed := args
+	args = plainText(typed)
+	if !json.Valid([]byte(args)) {
+		// Typed in Slack, the JSON's quotes may have become typographic
+		// ones: read it as policy add reads a rule. Valid JSON is left
+		// as it is, typographic quotes inside its strings and all.
+		args = approvals.NormalizeText(typed)
+	}
 	in := approvals.Input{Tool: tool, Args: json.RawMessage(args), User: cmd.UserID, Channel: cmd.ChannelID}
 	if ag := a.ag; ag != nil {
 		t, ok := ag.Tools().Lookup(tool)

@@ -345,6 +345,26 @@ func TestAuditShowsAdminsOnlyConversationsTheySee(t *testing.T) {
 	}
 }
 
+// policy test takes the tool and its JSON arguments apart at any space (a
+// line break, a tab), and reads JSON whose quotes Slack's clients made
+// typographic as policy add reads a rule; valid JSON is taken as typed.
+func TestPolicyTestReadsArgumentsAsTyped(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	for _, tt := range []struct {
+		name, text, shown string
+	}{
+		{"a line break", "policy test deploy\n{\"service\":\"a\",\"version\":\"1\"}", `{"service":"a","version":"1"}`},
+		{"a tab", "policy test deploy\t{\"service\":\"a\",\"version\":\"1\"}", `{"service":"a","version":"1"}`},
+		{"typographic quotes", "policy test deploy {“service”:“a”,“version”:“1”}", `{"service":"a","version":"1"}`},
+		{"typographic quotes in valid JSON", `policy test deploy {"service":"‘a’ “b”","version":"1"}`, `{"service":"‘a’ “b”","version":"1"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			wantIn(t, fmt.Sprintf("%q", tt.text), e.slash(stranger, tt.text), "`deploy` `"+tt.shown+"` → *ask* by rule `deploys`", "Nothing was run.")
+		})
+	}
+}
+
 // A policy list or an audit too long for one answer is shown a page at a
 // time, each page of whole entries within Slack's bounds and saying how
 // many are left and the command that shows the next page; together the
