@@ -460,6 +460,22 @@ func (e *ModelError) Retryable() bool {
 	}
 }
 
+// Misconfigured reports whether the server refused the request for a
+// reason the bot's operator must fix, so that sending it again gets the
+// same answer: a missing or bad API key (401), a key not allowed the model
+// (403), an unknown model or endpoint (404), or a request the server calls
+// invalid (400), such as one longer than the model's context.
+func (e *ModelError) Misconfigured() bool {
+	if e.Kind != ErrKindHTTP {
+		return false
+	}
+	switch e.StatusCode {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+		return true
+	}
+	return false
+}
+
 // contextError classifies an error that happened once ctx had ended.
 func (m *OpenAIModel) contextError(ctx context.Context, err error) *ModelError {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -157,18 +157,23 @@ func TestModelAssemblesParallelToolCalls(t *testing.T) {
 
 func TestModelHTTPErrors(t *testing.T) {
 	tests := []struct {
-		status    int
-		message   string
-		retryable bool
+		status        int
+		message       string
+		retryable     bool
+		misconfigured bool
 	}{
-		{http.StatusBadRequest, "Invalid schema for function 'kubectl_get'", false},
-		{http.StatusUnauthorized, "Incorrect API key provided", false},
-		{http.StatusTooManyRequests, "Rate limit reached", true},
-		{http.StatusInternalServerError, "The server had an error", true},
-		{http.StatusServiceUnavailable, "Overloaded", true},
+		{http.StatusBadRequest, "Invalid schema for function 'kubectl_get'", false, true},
+		{http.StatusBadRequest, "This model's maximum context length is 8192 tokens", false, true},
+		{http.StatusUnauthorized, "Incorrect API key provided", false, true},
+		{http.StatusForbidden, "Project does not have access to model gpt-4o", false, true},
+		{http.StatusNotFound, "The model `gpt-4o-mimi` does not exist", false, true},
+		{http.StatusUnprocessableEntity, "Unprocessable", false, false},
+		{http.StatusTooManyRequests, "Rate limit reached", true, false},
+		{http.StatusInternalServerError, "The server had an error", true, false},
+		{http.StatusServiceUnavailable, "Overloaded", true, false},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprint(tt.status), func(t *testing.T) {
+		t.Run(fmt.Sprint(tt.status, " ", tt.message), func(t *testing.T) {
 			s := fakeopenai.New(t)
 			s.Reply(fakeopenai.Error(tt.status, tt.message))
 			_, err := newTestModel(s, 0).Complete(context.Background(), userMessage("hi"), nil)
@@ -178,6 +183,9 @@ func TestModelHTTPErrors(t *testing.T) {
 			}
 			if got := me.Retryable(); got != tt.retryable {
 				t.Errorf("Retryable() = %v, want %v", got, tt.retryable)
+			}
+			if got := me.Misconfigured(); got != tt.misconfigured {
+				t.Errorf("Misconfigured() = %v, want %v", got, tt.misconfigured)
 			}
 			var apiErr *openai.APIError
 			if !errors.As(err, &apiErr) {

@@ -29,7 +29,7 @@ import (
 // text pasted from Slack works as typed. Each key may appear once.
 // Rule.String gives the same form back.
 func ParseRule(text string) (Rule, error) {
-	fields, err := splitFields(normalizeText(text))
+	fields, err := splitFields(NormalizeText(text))
 	if err != nil {
 		return Rule{}, err
 	}
@@ -168,9 +168,11 @@ func quote(v string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v) + `"`
 }
 
-// normalizeText decodes Slack's HTML escapes and turns typographic quotes
-// into plain ones.
-func normalizeText(s string) string {
+// NormalizeText decodes Slack's HTML escapes (&amp; &lt; &gt;) and turns
+// typographic quotes (“ ” „ ‘ ’), which Slack's clients and phones put in
+// place of typed ones, into plain ones. ParseRule reads its text so; other
+// commands that take text typed in Slack (JSON arguments, say) use it too.
+func NormalizeText(s string) string {
 	return strings.NewReplacer(
 		"&lt;", "<", "&gt;", ">", "&amp;", "&",
 		"“", `"`, "”", `"`, "„", `"`,

@@ -896,8 +896,12 @@ const unreadableSubmitText = "I couldn't read this submission, so nothing was re
 // within Slack's bounds on the text and on the encoded reply (characters
 // JSON escapes, such as control characters, take six bytes each).
 func ephemeral(text string) map[string]any {
-	return map[string]any{"response_type": "ephemeral", "text": clipEncoded(clip(text, 3900), maxEphemeralBytes)}
+	return map[string]any{"response_type": "ephemeral", "text": clipEncoded(clip(text, maxEphemeralChars), maxEphemeralBytes)}
 }
+
+// maxEphemeralChars bounds an ephemeral answer's text, in characters as
+// textLen counts them.
+const maxEphemeralChars = 3900
 
 // maxEphemeralBytes bounds the JSON of an ephemeral answer's text, well
 // within maxAckSize.

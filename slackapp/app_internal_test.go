@@ -256,3 +256,52 @@ func TestPassEndingInShutdownStartsNothing(t *testing.T) {
 		})
 	}
 }
+
+// answerPage puts whole entries on each page, each page within an
+// ephemeral answer's bounds in characters and in encoded bytes (JSON
+// writes < and > in six bytes each), and every entry on one page.
+func TestAnswerPageKeepsEntriesWhole(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		entry func(i int) string
+	}{
+		{"plain", func(i int) string { return fmt.Sprintf("%d. %s", i, strings.Repeat("x", 90)) }},
+		{"brackets", func(i int) string { return fmt.Sprintf("%d. %s", i, strings.Repeat("<>", 50)) }},
+		{"wide", func(i int) string { return fmt.Sprintf("%d. %s", i, strings.Repeat("😀", 50)) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var entries []string
+			for i := range 300 {
+				entries = append(entries, tt.entry(i))
+			}
+			seen := map[string]int{}
+			_, pages := answerPage("head\n", entries, "tail\n", 1, func(p int) string { return fmt.Sprint("next ", p) })
+			if pages < 2 {
+				t.Fatalf("%d entries fit on %d page", len(entries), pages)
+			}
+			for p := 1; p <= pages; p++ {
+				text, _ := answerPage("head\n", entries, "tail\n", p, func(p int) string { return fmt.Sprint("next ", p) })
+				if n := textLen(text); n > maxEphemeralChars {
+					t.Errorf("page %d is %d characters, want at most %d", p, n, maxEphemeralChars)
+				}
+				if n := encodedLen(text); n > maxEphemeralBytes {
+					t.Errorf("page %d is %d bytes encoded, want at most %d", p, n, maxEphemeralBytes)
+				}
+				for _, line := range strings.Split(text, "\n") {
+					seen[line]++
+				}
+				if got := ephemeral(text)["text"]; got != text {
+					t.Errorf("page %d is cut by ephemeral", p)
+				}
+			}
+			for _, e := range entries {
+				if seen[e] != 1 {
+					t.Errorf("entry %q is on %d pages, want 1", e, seen[e])
+				}
+			}
+			if text, _ := answerPage("head\n", entries, "tail\n", pages+1, nil); text != "" {
+				t.Errorf("page %d of %d: %q, want none", pages+1, pages, text)
+			}
+		})
+	}
+}

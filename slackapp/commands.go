@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/slack-go/slack"
 
@@ -20,13 +21,13 @@ import (
 // CommandHelp is the text of /approvals help.
 const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 	"• `/approvals pending`: calls waiting on a decision in this channel\n" +
-	"• `/approvals policy list`: the effective policy rules, with their layer (file or runtime) and what wins\n" +
+	"• `/approvals policy list [page]`: the effective policy rules, with their layer (file or runtime) and what wins; a long list is shown a page at a time\n" +
 	"• `/approvals policy add tool=<glob> verdict=allow|ask|deny [when='<CEL>'] [approvers=U1,S2] [four_eyes=true] [min_approvals=2] [ttl=2h] [remind_after=30m] [reason=\"…\"] [id=name]` (admins)\n" +
 	"• `/approvals policy remove <rule id>` (admins; rules added here only: the policy file changes by editing it)\n" +
 	"• `/approvals policy test <tool> <json arguments>`: the verdict and the rule that gives it; nothing runs\n" +
 	"• `/approvals rules list`: standing rules (\"Always allow here\") in this channel\n" +
 	"• `/approvals rules revoke <id>` (the rule's creator, or admins)\n" +
-	"• `/approvals audit [n]`: the newest n audit entries, at most 100 (admins)"
+	"• `/approvals audit [n] [page]`: the newest n audit entries, at most 100 (default 20), a page at a time (admins)"
 
 // commandTimeout keeps a command's answer within Slack's 3 seconds.
 const commandTimeout = 2500 * time.Millisecond
@@ -88,19 +89,34 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 		if refusal, ok := a.requireAdmin(ctx, cmd.UserID, adminRead); !ok {
 			return refusal
 		}
-		n := 20
+		n, page := 20, 1
 		if len(args) > 1 {
 			v, err := strconv.Atoi(args[1])
 			if err != nil || v < 1 || v > 100 {
-				return "`/approvals audit [n]` shows the newest n audit entries, n from 1 to 100 (default 20); " + inlineCode(args[1]) + " is not one."
+				return "`/approvals audit [n] [page]` shows the newest n audit entries, n from 1 to 100 (default 20); " + inlineCode(args[1]) + " is not one."
 			}
 			n = v
 		}
-		return a.cmdAudit(ctx, cmd.UserID, n)
+		if len(args) > 2 {
+			v, ok := pageArg(args[2])
+			if !ok {
+				return "`/approvals audit [n] [page]` shows page `page` (from 1) of the newest n audit entries; " + inlineCode(args[2]) + " is not a page number."
+			}
+			page = v
+		}
+		return a.cmdAudit(ctx, cmd.UserID, n, page)
 	case sub == "policy" && len(args) > 1:
 		switch strings.ToLower(args[1]) {
 		case "list":
-			return a.cmdPolicyList(ctx)
+			page := 1
+			if len(args) > 2 {
+				v, ok := pageArg(args[2])
+				if !ok {
+					return "`/approvals policy list [page]` shows page `page` (from 1) of the policy rules; " + inlineCode(args[2]) + " is not a page number."
+				}
+				page = v
+			}
+			return a.cmdPolicyList(ctx, page)
 		case "test":
 			return a.cmdPolicyTest(ctx, cmd, rest(2))
 		case "add", "remove":
@@ -199,8 +215,9 @@ const auditScan = 500
 // cmdAudit shows user (an admin) the newest n audit entries they may see:
 // those made outside a conversation (policy changes), those of
 // conversations they can see, and those of calls they decided. Entries
-// about other conversations are left out, and counted.
-func (a *App) cmdAudit(ctx context.Context, user string, n int) string {
+// about other conversations are left out, and counted. The entries are
+// shown a page at a time (see answerPage); page counts from 1.
+func (a *App) cmdAudit(ctx context.Context, user string, n, page int) string {
 	entries, err := a.st.AuditLog(ctx, max(n, auditScan))
 	if err != nil {
 		return "I couldn't read the audit log right now; please try again."
@@ -230,28 +247,95 @@ func (a *App) cmdAudit(ctx context.Context, user string, n int) string {
 		}
 		return ok
 	}
-	var b strings.Builder
-	b.WriteString("*Audit log, newest first:*\n")
-	shown, left := 0, 0
+	var lines []string
+	left := 0
 	for _, e := range entries {
-		if shown == n {
+		if len(lines) == n {
 			break
 		}
 		if !visible(e) {
 			left++
 			continue
 		}
-		b.WriteString(auditLine(e) + "\n")
-		shown++
+		lines = append(lines, auditLine(e))
 	}
-	if shown == 0 {
-		b.Reset()
-		b.WriteString("Nothing in the audit log is about a conversation you can see.\n")
-	}
+	tail := ""
 	if left > 0 {
-		fmt.Fprintf(&b, "_%d newer entries about conversations you are not part of (or that could not be checked in time) are left out._\n", left)
+		tail = fmt.Sprintf("_%d newer entries about conversations you are not part of (or that could not be checked in time) are left out._\n", left)
 	}
-	return b.String()
+	if len(lines) == 0 {
+		return "Nothing in the audit log is about a conversation you can see.\n" + tail
+	}
+	text, pages := answerPage("*Audit log, newest first:*\n", lines, tail, page, func(p int) string {
+		return fmt.Sprintf("/approvals audit %d %d", n, p)
+	})
+	if text == "" {
+		return fmt.Sprintf("There is no page %d: the newest %d entries you may see fit on %d.", page, len(lines), pages)
+	}
+	return text
+}
+
+// answerPageRoom is kept free on each page of answerPage for the line that
+// says which entries it shows.
+const answerPageRoom = 200
+
+// answerPage lays the entries of a long list (one line each, without its
+// newline) out on pages of whole entries, each of which fits in a
+// command's answer (see ephemeral) with head before the entries and tail
+// after them, and returns page p (from 1) and the number of pages. When
+// there are several, a last line says which entries the page shows and,
+// but on the last page, how many more there are and the command that shows
+// the next page (next(p+1)). An entry too long for a page on its own gets
+// one, which ephemeral cuts. The text is empty when p is past the last
+// page.
+func answerPage(head string, entries []string, tail string, p int, next func(page int) string) (string, int) {
+	roomChars := maxEphemeralChars - textLen(head) - textLen(tail) - answerPageRoom
+	roomBytes := maxEphemeralBytes - encodedLen(head) - encodedLen(tail) - 2*answerPageRoom
+	var starts []int // the index of each page's first entry
+	chars, bytes := 0, 0
+	for i, e := range entries {
+		c, b := textLen(e)+1, encodedLen(e+"\n")
+		if len(starts) == 0 || chars+c > roomChars || bytes+b > roomBytes {
+			starts = append(starts, i)
+			chars, bytes = 0, 0
+		}
+		chars += c
+		bytes += b
+	}
+	pages := len(starts)
+	if p < 1 || p > pages {
+		return "", pages
+	}
+	from, to := starts[p-1], len(entries)
+	if p < pages {
+		to = starts[p]
+	}
+	var b strings.Builder
+	b.WriteString(head)
+	for _, e := range entries[from:to] {
+		b.WriteString(e + "\n")
+	}
+	b.WriteString(tail)
+	if pages > 1 {
+		fmt.Fprintf(&b, "_Page %d of %d: entries %d–%d of %d.", p, pages, from+1, to, len(entries))
+		if p < pages {
+			fmt.Fprintf(&b, " %d more not shown: `%s` shows the next page.", len(entries)-to, next(p+1))
+		}
+		b.WriteString("_\n")
+	}
+	return b.String(), pages
+}
+
+// encodedLen is the length of s encoded as a JSON string, without quotes.
+func encodedLen(s string) int {
+	b, _ := json.Marshal(s)
+	return len(b) - 2
+}
+
+// pageArg reads a page number (from 1) of a command.
+func pageArg(s string) (int, bool) {
+	v, err := strconv.Atoi(s)
+	return v, err == nil && v >= 1
 }
 
 // channelIDRE is the shape of a Slack channel id that may be linked.
@@ -301,7 +385,9 @@ func shortFP(fp string) string {
 	return fp
 }
 
-func (a *App) cmdPolicyList(ctx context.Context) string {
+// cmdPolicyList shows the effective policy rules, a page at a time (see
+// answerPage); page counts from 1.
+func (a *App) cmdPolicyList(ctx context.Context, page int) string {
 	rules, err := a.policy.Rules(ctx)
 	if err != nil {
 		return "I couldn't read the policy right now; please try again."
@@ -309,18 +395,23 @@ func (a *App) cmdPolicyList(ctx context.Context) string {
 	if len(rules) == 0 {
 		return "No policy rules: tool annotations decide (read-only tools run, others ask), then the default."
 	}
-	var b strings.Builder
-	b.WriteString(policyLayersText + "\n")
+	lines := make([]string, 0, len(rules))
 	for i, r := range rules {
-		fmt.Fprintf(&b, "%d. %s [%s] %s", i+1, inlineCode(r.ID), layerName(r.Source), inlineCode(ruleBody(r.Rule)))
+		line := fmt.Sprintf("%d. %s [%s] %s", i+1, inlineCode(r.ID), layerName(r.Source), inlineCode(ruleBody(r.Rule)))
 		if r.Source != approvals.SourceFile {
 			if over := a.policy.Overrules(r.Rule); len(over) > 0 {
-				b.WriteString(": " + overrulesText(over))
+				line += ": " + overrulesText(over)
 			}
 		}
-		b.WriteString("\n")
+		lines = append(lines, line)
 	}
-	return b.String()
+	text, pages := answerPage(policyLayersText+"\n", lines, "", page, func(p int) string {
+		return fmt.Sprintf("/approvals policy list %d", p)
+	})
+	if text == "" {
+		return fmt.Sprintf("There is no page %d: the %d policy rules fit on %d.", page, len(rules), pages)
+	}
+	return text
 }
 
 // ruleBody is a rule's text without its id, for lines that name the id
@@ -413,15 +504,26 @@ func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
 }
 
 func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text string) string {
-	tool, args, _ := strings.Cut(strings.TrimSpace(text), " ")
+	text = strings.TrimSpace(text)
+	tool, args := text, ""
+	if i := strings.IndexFunc(text, unicode.IsSpace); i >= 0 {
+		// Any space ends the tool's name: a line break, a tab.
+		tool, args = text[:i], strings.TrimSpace(text[i:])
+	}
 	if tool == "" {
 		return "Usage: `/approvals policy test <tool> <json arguments>`"
 	}
-	args = strings.TrimSpace(args)
 	if args == "" {
 		args = "{}"
 	}
-	args = plainText(args)
+	typed := args
+	args = plainText(typed)
+	if !json.Valid([]byte(args)) {
+		// Typed in Slack, the JSON's quotes may have become typographic
+		// ones: read it as policy add reads a rule. Valid JSON is left
+		// as it is, typographic quotes inside its strings and all.
+		args = approvals.NormalizeText(typed)
+	}
 	in := approvals.Input{Tool: tool, Args: json.RawMessage(args), User: cmd.UserID, Channel: cmd.ChannelID}
 	if ag := a.ag; ag != nil {
 		t, ok := ag.Tools().Lookup(tool)

@@ -2,12 +2,14 @@ package slackapp_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
@@ -371,6 +373,102 @@ func TestAuditShowsStandingRulesOnlyWhereTheirChannelIsSeen(t *testing.T) {
 	if strings.Contains(audit, private) || strings.Contains(audit, "standing_") {
 		t.Errorf("an admin outside the private conversation reads where its standing rule is:\n%s", audit)
 	}
+}
+
+// policy test takes the tool and its JSON arguments apart at any space (a
+// line break, a tab), and reads JSON whose quotes Slack's clients made
+// typographic as policy add reads a rule; valid JSON is taken as typed.
+func TestPolicyTestReadsArgumentsAsTyped(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	for _, tt := range []struct {
+		name, text, shown string
+	}{
+		{"a line break", "policy test deploy\n{\"service\":\"a\",\"version\":\"1\"}", `{"service":"a","version":"1"}`},
+		{"a tab", "policy test deploy\t{\"service\":\"a\",\"version\":\"1\"}", `{"service":"a","version":"1"}`},
+		{"typographic quotes", "policy test deploy {“service”:“a”,“version”:“1”}", `{"service":"a","version":"1"}`},
+		{"typographic quotes in valid JSON", `policy test deploy {"service":"‘a’ “b”","version":"1"}`, `{"service":"‘a’ “b”","version":"1"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			wantIn(t, fmt.Sprintf("%q", tt.text), e.slash(stranger, tt.text), "`deploy` `"+tt.shown+"` → *ask* by rule `deploys`", "Nothing was run.")
+		})
+	}
+}
+
+// A policy list or an audit too long for one answer is shown a page at a
+// time, each page of whole entries within Slack's bounds and saying how
+// many are left and the command that shows the next page; together the
+// pages show every entry once.
+func TestLongListsArePaged(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.AdminUsers = []string{other}
+	e.start()
+	const rules = 60
+	for i := range rules {
+		got := e.slash(other, fmt.Sprintf(`policy add tool=svc%02d__deploy_* verdict=ask id=rule%02d when='args.env == "prod"' approvers=UAPPROVER reason="Production deploys of service %02d need review"`, i, i, i))
+		wantIn(t, "policy add", got, "Added runtime rule")
+	}
+	// pages follows the pages of an answer from its first, by the command
+	// each names for the next, and returns them.
+	pages := func(t *testing.T, first string) []string {
+		t.Helper()
+		var out []string
+		next := regexp.MustCompile("`/approvals ([^`]+)` shows the next page")
+		for cmd := first; cmd != ""; {
+			page := e.slash(other, cmd)
+			if n := utf8.RuneCountInString(page); n > 3900 {
+				t.Errorf("%s: the answer is %d characters long", cmd, n)
+			}
+			out = append(out, page)
+			cmd = ""
+			if m := next.FindStringSubmatch(page); m != nil {
+				cmd = m[1]
+			}
+			if len(out) > 20 {
+				t.Fatalf("%s: more than 20 pages", first)
+			}
+		}
+		return out
+	}
+
+	t.Run("policy list", func(t *testing.T) {
+		list := pages(t, "policy list")
+		if len(list) < 2 {
+			t.Fatalf("policy list of %d rules is on one page:\n%s", rules, list[0])
+		}
+		wantIn(t, "the first page of policy list", list[0], "Page 1 of", "more not shown")
+		all := strings.Join(list, "\n")
+		for i := range rules {
+			whole := fmt.Sprintf("`rule%02d` [runtime] `tool=svc%02d__deploy_* verdict=ask when='args.env == \"prod\"' approvers=UAPPROVER reason='Production deploys of service %02d need review'`", i, i, i)
+			if n := strings.Count(all, whole); n != 1 {
+				t.Errorf("policy list shows rule%02d whole %d times, want once", i, n)
+			}
+		}
+		wantIn(t, "a page past the last", e.slash(other, fmt.Sprintf("policy list %d", len(list)+1)), "There is no page")
+		wantIn(t, "a page that is no number", e.slash(other, "policy list two"), "is not a page number")
+	})
+	t.Run("audit", func(t *testing.T) {
+		audit := pages(t, "audit 100")
+		if len(audit) < 2 {
+			t.Fatalf("audit 100 of %d entries is on one page:\n%s", rules, audit[0])
+		}
+		added := regexp.MustCompile("^• .* · `policy_add` · .* · tool `(svc[0-9]+)__deploy_\\*` · outcome `ok` · `.*`$")
+		shown := map[string]int{}
+		for _, page := range audit {
+			for _, line := range strings.Split(page, "\n") {
+				if m := added.FindStringSubmatch(line); m != nil {
+					shown[m[1]]++
+				}
+			}
+		}
+		for i := range rules {
+			if svc := fmt.Sprintf("svc%02d", i); shown[svc] != 1 {
+				t.Errorf("audit 100 shows the whole entry of the rule for %s %d times, want once", svc, shown[svc])
+			}
+		}
+		wantIn(t, "a page past the last", e.slash(other, fmt.Sprintf("audit 100 %d", len(audit)+1)), "There is no page")
+		wantIn(t, "a page that is no number", e.slash(other, "audit 100 0"), "is not a page number")
+	})
 }
 
 // At start the bot says, as an error, when it is not a member of

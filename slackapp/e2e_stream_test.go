@@ -2,6 +2,7 @@ package slackapp_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -162,6 +163,53 @@ func TestModelErrorIsReportedInTheThread(t *testing.T) {
 	}
 	if strings.Join(users, "|") != "first question|try again" {
 		t.Errorf("got user messages %q, want both kept", users)
+	}
+}
+
+// A model server that refuses the request for a reason only the bot's
+// operator can fix (a bad key, a key without access, an unknown model, an
+// invalid or too long request) is reported as a configuration problem,
+// with the status and what the server said, escaped and cut short, and no
+// advice to send the message again; a failure that may pass keeps it.
+func TestModelRefusalIsReportedAsAConfigurationProblem(t *testing.T) {
+	long := "@channel see <https://evil.example|the docs> " + strings.Repeat("x", 2000)
+	for _, tt := range []struct {
+		status   int
+		message  string
+		want     []string // in the thread's note
+		retry    bool     // the note suggests sending another message
+		notShown []string
+	}{
+		{401, "Incorrect API key provided", []string{"HTTP 401", "Incorrect API key provided", "configuration problem"}, false, nil},
+		{403, "Project does not have access to model gpt-4o", []string{"HTTP 403", "does not have access"}, false, nil},
+		{404, "The model `gpt-4o-mimi` does not exist", []string{"HTTP 404", "gpt-4o-mimi", "configuration problem"}, false, nil},
+		{400, "This model's maximum context length is 8192 tokens", []string{"HTTP 400", "maximum context length"}, false, nil},
+		{401, long, []string{"HTTP 401", "configuration problem"}, false, []string{"<https://", "<!", "@channel", strings.Repeat("x", 400)}},
+		{503, "overloaded", []string{"couldn't get an answer from the model"}, true, nil},
+	} {
+		t.Run(fmt.Sprint(tt.status, " ", tt.message[:min(len(tt.message), 20)]), func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.start()
+			e.model.Reply(fakeopenai.Error(tt.status, tt.message))
+			ts := e.slack.Mention(channel, requester, "hello")
+			note := e.answer(ts, "model").Text
+			for _, w := range tt.want {
+				if !strings.Contains(note, w) {
+					t.Errorf("HTTP %d: the note %q does not say %q", tt.status, note, w)
+				}
+			}
+			if got := strings.Contains(note, "send another message to try again"); got != tt.retry {
+				t.Errorf("HTTP %d: the note %q suggests a retry: %v, want %v", tt.status, note, got, tt.retry)
+			}
+			for _, n := range tt.notShown {
+				if strings.Contains(note, n) {
+					t.Errorf("HTTP %d: the note %q holds %q", tt.status, note, n)
+				}
+			}
+			if len(note) > 1000 {
+				t.Errorf("HTTP %d: the note is %d bytes long, want the server's words cut short", tt.status, len(note))
+			}
+		})
 	}
 }
 

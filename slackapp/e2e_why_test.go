@@ -320,6 +320,44 @@ func TestApprovalsChannelCopyIsSealed(t *testing.T) {
 	}
 }
 
+// The copy in APPROVALS_CHANNEL stays sealed when the bot restarts with
+// APPROVALS_CHANNEL moved or unset while the call waits: its update shows
+// neither the arguments nor the reason to the channel it was posted in.
+func TestApprovalsChannelCopyStaysSealedAfterTheSettingChanges(t *testing.T) {
+	for _, tt := range []struct{ name, now string }{
+		{"unset", ""},
+		{"moved", "CAPPROVALS2"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := approvalsChannelEnv(t)
+			e.slack.AddChannel(fakeslack.Channel{ID: "CAPPROVALS2", Name: "approvals-2", Members: []string{approver, e.slack.BotUserID()}})
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)), fakeopenai.Text("not shipped"))
+			ts := e.slack.Mention(private, requester, "deploy vault 14")
+			card := e.cardIn(private, ts, "deploy")
+			cp, err := e.slack.WaitMessage(approvalsChannel, func(m fakeslack.Message) bool { return isCard(m) }, 10*time.Second)
+			must(t, err)
+			e.stop()
+			e.cfg.ApprovalsChannel = tt.now
+			e.start()
+			e.slack.Join(private, approver)
+			_, err = e.slack.Click(approver, private, card.TS, slackapp.ActionReject, "")
+			must(t, err)
+			form := e.modal(approver, slackapp.CallbackReject)
+			const reason = "PRIVATE-REASON: not now"
+			_, err = e.slack.SubmitView(approver, form.ID, map[string]map[string]string{slackapp.BlockRejectReason: {slackapp.ActionRejectReason: reason}}, "")
+			must(t, err)
+			e.answerIn(private, ts, "not shipped")
+			decided, err := e.slack.WaitMessage(approvalsChannel, func(m fakeslack.Message) bool {
+				return m.TS == cp.TS && strings.Contains(blocksText(m), "Rejected")
+			}, 10*time.Second)
+			must(t, err)
+			if text := blocksText(decided) + decided.Text; strings.Contains(text, "vault") || strings.Contains(text, "PRIVATE-REASON") {
+				t.Errorf("APPROVALS_CHANNEL %s: the decided copy in %s shows the arguments or the reason:\n%s", tt.name, approvalsChannel, text)
+			}
+		})
+	}
+}
+
 // A card whose copy cannot reach the approvers who cannot see the
 // conversation (APPROVALS_CHANNEL refuses it) says so in the thread: they
 // would otherwise wait on a card they never get.

@@ -460,6 +460,8 @@ func failureText(err error) string {
 	var me *agent.ModelError
 	recorded := !errors.Is(err, agent.ErrNotRecorded)
 	switch {
+	case errors.As(err, &me) && me.Misconfigured():
+		return misconfiguredText(me)
 	case errors.As(err, &me):
 		return fmt.Sprintf("I couldn't get an answer from the model (%s). Your message is kept; send another message to try again.", Escape(me.Kind.String()))
 	case errors.Is(err, agent.ErrLeaseTimeout):
@@ -473,6 +475,24 @@ func failureText(err error) string {
 	default:
 		return "Something went wrong and I couldn't save your message (my state store may be unavailable). Please send it again in a minute."
 	}
+}
+
+// maxServerMessage bounds the model server's own words in a failure
+// message.
+const maxServerMessage = 300
+
+// misconfiguredText tells the thread that the model server refused the
+// request for a reason only the bot's operator can fix (see
+// agent.ModelError.Misconfigured): its HTTP status and, escaped and cut
+// short, what the server said. Sending the message again cannot help, so
+// the text does not suggest it.
+func misconfiguredText(me *agent.ModelError) string {
+	said := ""
+	if msg := strings.TrimSpace(me.Message); msg != "" {
+		msg, _ = truncate(msg, maxServerMessage)
+		said = ": " + inlineCode(msg)
+	}
+	return fmt.Sprintf("The model server refused the request (HTTP %d%s). This is a configuration problem for the bot's operator (the API key, the model's name or its context size); sending another message won't help until it is fixed.", me.StatusCode, said)
 }
 
 func dedupe(s []string) []string {

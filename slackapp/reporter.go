@@ -718,7 +718,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	byPlace := map[string]rendered{} // by the kind of place (see cardIn)
 	update := func(refs []cardRef) {
 		for _, ref := range refs {
-			place := placeOf(ref.Channel, u.Call.Channel, a.cfg.ApprovalsChannel)
+			place := placeOf(ref.Channel, u.Call.Channel)
 			r, ok := byPlace[place]
 			if !ok {
 				r.blocks, r.text = a.cardIn(card, ref.Channel, u.Call.Channel)
@@ -749,10 +749,11 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 // conversation (the conversation's channel). The conversation's copy shows
 // everything. Copies outside it are read by people who may not see it:
 // the approvers' DMs show that the call ran, not its output, which only
-// the thread shows; the copy in APPROVALS_CHANNEL, read by whoever is in
-// that channel, is sealed (see Card.Sealed).
+// the thread shows; a copy in any other channel (APPROVALS_CHANNEL, now or
+// when the copy was posted), read by whoever is in that channel, is sealed
+// (see Card.Sealed).
 func (a *App) cardIn(card Card, channel, conversation string) ([]slack.Block, string) {
-	place := placeOf(channel, conversation, a.cfg.ApprovalsChannel)
+	place := placeOf(channel, conversation)
 	if place != "conversation" {
 		card.CopyOf = conversation
 		if card.OutputSummary != "" {
@@ -767,16 +768,19 @@ func (a *App) cardIn(card Card, channel, conversation string) ([]slack.Block, st
 }
 
 // placeOf is the kind of place a card's copy in channel is, for a call
-// made in conversation: "conversation", "approvals" (approvalsChannel)
-// or "dm".
-func placeOf(channel, conversation, approvalsChannel string) string {
+// made in conversation: "conversation", "dm" (a direct message, whose
+// channel id starts with D: copyPlacesFor opens one per approver) or
+// "approvals" (any other channel). It is told from the ids alone, never
+// from the current APPROVALS_CHANNEL: a copy posted there stays sealed
+// after the setting is moved or unset and the bot restarts.
+func placeOf(channel, conversation string) string {
 	switch {
 	case channel == conversation:
 		return "conversation"
-	case channel == approvalsChannel:
-		return "approvals"
+	case strings.HasPrefix(channel, "D"):
+		return "dm"
 	}
-	return "dm"
+	return "approvals"
 }
 
 // overtaken reports whether the call as stored has moved on from c, an
