@@ -55,6 +55,7 @@ func TestParseRuleErrors(t *testing.T) {
 		{"missing verdict", "tool=a", "verdict: missing"},
 		{"unknown verdict", "tool=a verdict=maybe", `unknown verdict "maybe"`},
 		{"bad glob", "tool=a[ verdict=ask", "bad glob"},
+		{"glob no tool name matches", "tool=gh__repos.delete verdict=deny", `tool: "gh__repos.delete" can match no tool`},
 		{"cel syntax", "tool=a verdict=ask when='args.x =='", "when: ERROR"},
 		{"cel not bool", "tool=a verdict=ask when=args.x", "must be a bool expression"},
 		{"bad ttl", "tool=a verdict=ask ttl=2days", `ttl: bad duration "2days"`},
