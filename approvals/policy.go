@@ -20,6 +20,7 @@ import (
 	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
+	"github.com/google/cel-go/interpreter"
 )
 
 // Rule IDs of verdicts that no policy rule produced.
@@ -315,7 +316,10 @@ func compileWhen(env *cel.Env, when string) (cel.Program, error) {
 	if est.Max > costLimit {
 		return nil, &fieldError{field: "when", err: fmt.Errorf("its estimated cost (%d) exceeds the evaluation limit (%d) for arguments whose lists, maps and strings have %d entries, so it could never be evaluated: use fewer nested comprehensions (all, exists, map, filter)", est.Max, costLimit, sizeHintEntries)}
 	}
-	prg, err := env.Program(ast, cel.CostLimit(costLimit))
+	// Regex literals (args.path.matches("^/srv/")) are compiled here, so
+	// that one which does not compile is refused now rather than failing
+	// closed on every call.
+	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.OptimizeRegex(interpreter.MatchesRegexOptimization))
 	if err != nil {
 		return nil, &fieldError{field: "when", err: err}
 	}

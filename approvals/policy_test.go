@@ -154,6 +154,34 @@ func TestPolicyEvaluateFailsClosed(t *testing.T) {
 	}
 }
 
+// Regex literals are compiled with the rule; a pattern that comes from the
+// arguments is compiled when the condition runs, and fails closed.
+func TestRegexConditions(t *testing.T) {
+	p, err := NewPolicy(Allow, []Rule{
+		{ID: "srv", Tool: "files__delete", When: `args.path.matches("^/srv/[a-z]+$")`, Verdict: Deny},
+		{ID: "grep", Tool: "grep", When: `matches(args.text, args.pattern)`, Verdict: Allow},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		in         Input
+		wantAction Action
+		wantRule   string
+	}{
+		{Input{Tool: "files__delete", Args: json.RawMessage(`{"path":"/srv/data"}`)}, Deny, "srv"},
+		{Input{Tool: "files__delete", Args: json.RawMessage(`{"path":"/srv/Data"}`)}, Ask, RuleAnnotations},
+		{Input{Tool: "grep", Args: json.RawMessage(`{"text":"abc","pattern":"b+"}`)}, Allow, "grep"},
+		{Input{Tool: "grep", Args: json.RawMessage(`{"text":"abc","pattern":"[a-"}`)}, Ask, "grep"},
+	}
+	for _, tt := range tests {
+		got := p.Evaluate(tt.in)
+		if got.Action != tt.wantAction || got.RuleID != tt.wantRule {
+			t.Errorf("Evaluate(%s %s) = %s by %q (%s), want %s by %q", tt.in.Tool, tt.in.Args, got.Action, got.RuleID, got.Why(), tt.wantAction, tt.wantRule)
+		}
+	}
+}
+
 // A rule that cannot be evaluated does not hide a later rule that denies.
 func TestPolicyEvaluateErrorDoesNotHideDeny(t *testing.T) {
 	p, err := NewPolicy(Ask, []Rule{
@@ -403,6 +431,10 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{"policy rule 2", "when", "must be a bool expression"}},
 		{"int when", rule("    - tool: x\n      verdict: ask\n      when: '1 + 2'\n"),
 			[]string{"policy rule 2", "must be a bool expression, got int"}},
+		{"regex literal that does not compile", rule("    - tool: x\n      verdict: ask\n      when: 'args.path.matches(\"[a-\")'\n"),
+			[]string{"policy rule 2", "line 5", "when (line 7)", "missing closing ]"}},
+		{"regex literal in matches()", rule("    - tool: x\n      verdict: deny\n      when: 'args.ok || matches(args.path, \"a(b\")'\n"),
+			[]string{"policy rule 2", "when (line 7)", "missing closing )"}},
 		{"unknown variable", rule("    - tool: x\n      verdict: ask\n      when: 'now > 3'\n"),
 			[]string{"policy rule 2", "undeclared reference"}},
 		{"unknown verdict", rule("    - tool: x\n      verdict: maybe\n"),
