@@ -92,6 +92,7 @@ func TestParseConfigEmpty(t *testing.T) {
 
 func TestParseConfigErrors(t *testing.T) {
 	t.Setenv("TOOLGATE_TEST_SET", "x")
+	t.Setenv("TOOLGATE_TEST_EMPTY", "")
 	for _, tc := range []struct {
 		name, data string
 		want       string // substrings of the error, separated by |
@@ -112,6 +113,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"headers on stdio", "mcp_servers:\n  - name: a\n    command: [x]\n    headers: {A: b}\n", "headers only apply to url"},
 		{"env on http", "mcp_servers:\n  - name: a\n    url: http://h/\n    env: {A: b}\n", "env and dir only apply to command"},
 		{"unset variable", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {Authorization: \"Bearer ${TOOLGATE_TEST_UNSET}\"}\n", "headers: Authorization: environment variable TOOLGATE_TEST_UNSET is not set"},
+		{"empty variable", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {Authorization: \"Bearer ${TOOLGATE_TEST_EMPTY}\"}\n", "headers: Authorization: environment variable TOOLGATE_TEST_EMPTY is empty"},
+		{"unset and empty variables", "mcp_servers:\n  - name: a\n    command: [\"x${TOOLGATE_TEST_UNSET}${TOOLGATE_TEST_EMPTY}\"]\n", "command: environment variable TOOLGATE_TEST_UNSET is not set; environment variable TOOLGATE_TEST_EMPTY is empty"},
 		{"command wrong type", "mcp_servers:\n  - name: a\n    command: x\n", "line 3|cannot unmarshal"},
 		{"unknown builtin", "builtin_tools:\n  shell: {}\n", `line 2|unknown key "shell"`},
 		{"ask_human settings", "builtin_tools:\n  ask_human: {timeout: 1s}\n", `line 2|unknown key "timeout" in ask_human`},

@@ -48,7 +48,7 @@ const policyUsage = `Usage:
   bot policy check [-config FILE]
       Load the policy of the config file, compile every rule and condition,
       check mcp_servers and builtin_tools as the bot does at start (offline;
-      a ${VAR} that is not set stands for a placeholder), and print every
+      a ${VAR} that is not set or empty stands for a placeholder), and print every
       problem (rule position and line) or the rules in evaluation order.
       Exit 0 when the file is sound, 1 otherwise.
   bot policy test [-config FILE] TOOL 'JSON' [-user U] [-channel C]

@@ -148,6 +148,12 @@ func TestPolicyCommands(t *testing.T) {
 			want: []string{"ok\t" + goodTools + ": 0 rules\n"},
 		},
 		{
+			name: "check tools whose secrets are empty here",
+			args: []string{"check", "-config", goodTools},
+			env:  map[string]string{"MCP_TOKEN_UNSET_IN_CI": "", "MCP_URL_UNSET_IN_CI": ""},
+			want: []string{"ok\t" + goodTools + ": 0 rules\n"},
+		},
+		{
 			name: "check a misspelt section",
 			args: []string{"check", "-config", misspelt},
 			code: 1,
