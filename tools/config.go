@@ -136,6 +136,36 @@ type WorkspaceConfig struct {
 	MaxFileBytes int64
 }
 
+// CheckTimeouts refuses a built-in tool whose timeout (its default when
+// left out) is longer than limit, the bound the bot puts on every tool
+// call, which limitName names (such as TOOL_TIMEOUT): the call would be
+// cut at limit while the tool tells the model it has longer.
+func (b BuiltinConfig) CheckTimeouts(limit time.Duration, limitName string) error {
+	type timeout struct {
+		tool     string
+		d, deflt time.Duration
+	}
+	var ts []timeout
+	if b.HTTPRequest != nil {
+		ts = append(ts, timeout{"http_request", b.HTTPRequest.Timeout, DefaultHTTPTimeout})
+	}
+	if b.RunCommand != nil {
+		ts = append(ts, timeout{"run_command", b.RunCommand.Timeout, DefaultCommandTimeout})
+	}
+	for _, t := range ts {
+		d := orDefault(t.d, t.deflt)
+		if d <= limit {
+			continue
+		}
+		what := d.String()
+		if d == t.deflt {
+			what += ", also its default"
+		}
+		return fmt.Errorf("builtin_tools.%s.timeout (%s) is longer than %s (%s), which bounds every tool call, so a call would be cut before it: set the timeout to %s or less, or raise %s", t.tool, what, limitName, limit, limit, limitName)
+	}
+	return nil
+}
+
 // Defaults for settings left out of the configuration file.
 const (
 	DefaultHTTPMaxResponseBytes  = 64 << 10
@@ -166,15 +196,15 @@ func ParseConfig(data []byte) (Config, error) {
 // environment its ${VAR}s name: a variable that is unset or empty stands
 // for "1" (which fits a host, a port, a path or a token), so a CI job
 // without the bot's secrets finds every other mistake the bot would refuse
-// to start with. Nothing is connected to or opened.
-func CheckConfig(data []byte) error {
-	_, err := parseConfig(data, func(name string) (string, bool) {
+// to start with. Nothing is connected to or opened. The Config it returns
+// holds the placeholders: it is for further checks, not for loading tools.
+func CheckConfig(data []byte) (Config, error) {
+	return parseConfig(data, func(name string) (string, bool) {
 		if v := os.Getenv(name); v != "" {
 			return v, true
 		}
 		return unsetPlaceholder, true
 	})
-	return err
 }
 
 // unsetPlaceholder is what CheckConfig puts for a ${VAR} that is not set;

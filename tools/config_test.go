@@ -156,6 +156,32 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 }
 
+func TestCheckTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		b     BuiltinConfig
+		limit time.Duration
+		want  string // a substring of the error; empty: none
+	}{
+		{"no tools", BuiltinConfig{}, time.Second, ""},
+		{"within", BuiltinConfig{RunCommand: &CommandConfig{Timeout: 2 * time.Minute}, HTTPRequest: &HTTPConfig{Timeout: time.Minute}}, 2 * time.Minute, ""},
+		{"run_command past", BuiltinConfig{RunCommand: &CommandConfig{Timeout: 10 * time.Minute}}, 2 * time.Minute,
+			"builtin_tools.run_command.timeout (10m0s) is longer than TOOL_TIMEOUT (2m0s), which bounds every tool call, so a call would be cut before it: set the timeout to 2m0s or less, or raise TOOL_TIMEOUT"},
+		{"http_request past", BuiltinConfig{HTTPRequest: &HTTPConfig{Timeout: 3 * time.Minute}}, 2 * time.Minute, "builtin_tools.http_request.timeout (3m0s)"},
+		{"default past", BuiltinConfig{HTTPRequest: &HTTPConfig{}}, 5 * time.Second, "builtin_tools.http_request.timeout (10s, also its default)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.b.CheckTimeouts(tc.limit, "TOOL_TIMEOUT")
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("CheckTimeouts(%s): got %v, want no error", tc.limit, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("CheckTimeouts(%s): got %v, want an error containing %q", tc.limit, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestParseConfigOverlapAllowed(t *testing.T) {
 	for _, data := range []string{
 		"builtin_tools:\n  run_command: {allow: [git], dir: /srv, allow_overlap: true}\n  workspace: {root: /srv/scratch}\n",

@@ -149,6 +149,7 @@ func TestConfigErrors(t *testing.T) {
     max_file_bytes: -1
 `)
 	badYAML := writeFile("bad-yaml.yaml", "policy: [\n")
+	longTimeout := writeFile("long-timeout.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, timeout: 10m}\n")
 
 	tests := []struct {
 		name string
@@ -193,6 +194,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "cel syntax error", set: map[string]string{"CONFIG_FILE": badCEL}, want: []string{badCEL, "rule 1", "line 5", "Syntax error"}},
 		{name: "bad builtin tool", set: map[string]string{"CONFIG_FILE": badTools}, want: []string{badTools, "line 4", "max_file_bytes"}},
 		{name: "yaml syntax error", set: map[string]string{"CONFIG_FILE": badYAML}, want: []string{badYAML, "line 1"}},
+		{name: "tool timeout past TOOL_TIMEOUT", set: map[string]string{"CONFIG_FILE": longTimeout, "TOOL_TIMEOUT": "2m"},
+			want: []string{longTimeout, "builtin_tools.run_command.timeout (10m0s) is longer than TOOL_TIMEOUT (2m0s)"}},
 		{name: "argument", args: []string{"serve"}, want: []string{`unexpected argument "serve"`, "--help"}},
 		{name: "unknown flag", args: []string{"--port=1"}, want: []string{"-port"}},
 	}

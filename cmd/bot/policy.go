@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -48,8 +50,10 @@ const policyUsage = `Usage:
   bot policy check [-config FILE]
       Load the policy of the config file, compile every rule and condition,
       check mcp_servers and builtin_tools as the bot does at start (offline;
-      a ${VAR} that is not set or empty stands for a placeholder), and print every
-      problem (rule position and line) or the rules in evaluation order.
+      a ${VAR} that is not set or empty stands for a placeholder; a built-in
+      tool's timeout may not be longer than TOOL_TIMEOUT, or its default 2m
+      when not set here), and print every problem (rule position and line)
+      or the rules in evaluation order.
       Exit 0 when the file is sound, 1 otherwise.
   bot policy test [-config FILE] TOOL 'JSON' [-user U] [-channel C]
       Print the verdict a call would get, the rule that produced it and the
@@ -177,9 +181,11 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	p, problems := approvals.CheckConfig(data)
-	if err := tools.CheckConfig(data); err != nil {
+	if tc, err := tools.CheckConfig(data); err != nil {
 		// The bot would refuse to start with it; the ${VAR}s it names
 		// need not be set here.
+		problems = append([]error{err}, problems...)
+	} else if err := checkToolTimeouts(tc.Builtins); err != nil {
 		problems = append([]error{err}, problems...)
 	}
 	if err := botsetup.CheckSections(data); err != nil {
@@ -202,6 +208,27 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "Then: the tool's annotations (read-only: allow; destructive or none: ask), then the default: %s\n", p.Default())
 	fmt.Fprintf(stdout, "ok\t%s: %d %s\n", *config, len(rules), plural(len(rules), "rule", "rules"))
+	return nil
+}
+
+// checkToolTimeouts refuses, as the bot does at start, a built-in tool's
+// timeout longer than TOOL_TIMEOUT: the one set here, or else its default.
+func checkToolTimeouts(b tools.BuiltinConfig) error {
+	raw, set := os.Getenv("TOOL_TIMEOUT"), true
+	if raw == "" {
+		f, _ := reflect.TypeFor[config]().FieldByName("ToolTimeout")
+		raw, set = f.Tag.Get("default"), false
+	}
+	limit, err := time.ParseDuration(raw)
+	if err != nil || limit <= 0 {
+		return fmt.Errorf("TOOL_TIMEOUT: %q is not a positive duration", raw)
+	}
+	if err := b.CheckTimeouts(limit, "TOOL_TIMEOUT"); err != nil {
+		if !set {
+			return fmt.Errorf("TOOL_TIMEOUT is not set here, so its default %s counts; set it as the bot has it: %w", raw, err)
+		}
+		return err
+	}
 	return nil
 }
 

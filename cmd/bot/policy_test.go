@@ -97,6 +97,7 @@ func TestPolicyCommands(t *testing.T) {
 	twoConfigDocs := writeFile(t, "two-config-docs.yaml", "builtin_tools: {}\n---\npolicy: {default: deny}\n")
 	misspelt := writeFile(t, "misspelt.yaml", "polcy:\n  default: deny\n")
 	badTools := writeFile(t, "badtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    bogus: 1\nbuiltin_tools:\n  workspace: {root: /srv}\npolicy:\n  default: ask\n")
+	longTimeout := writeFile(t, "longtimeout.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, timeout: 10m}\n")
 	goodTools := writeFile(t, "goodtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    headers: {Authorization: \"Bearer ${MCP_TOKEN_UNSET_IN_CI}\"}\n  - name: y\n    url: ${MCP_URL_UNSET_IN_CI}\npolicy:\n  default: ask\n")
 
 	tests := []struct {
@@ -146,6 +147,25 @@ func TestPolicyCommands(t *testing.T) {
 			name: "check tools whose secrets are not set here",
 			args: []string{"check", "-config", goodTools},
 			want: []string{"ok\t" + goodTools + ": 0 rules\n"},
+		},
+		{
+			name: "check a tool timeout past the default TOOL_TIMEOUT",
+			args: []string{"check", "-config", longTimeout},
+			code: 1,
+			want: []string{longTimeout + ": TOOL_TIMEOUT is not set here, so its default 2m counts; set it as the bot has it: builtin_tools.run_command.timeout (10m0s) is longer than TOOL_TIMEOUT (2m0s)", "FAIL\t" + longTimeout + ": 1 problem\n"},
+		},
+		{
+			name: "check a tool timeout past TOOL_TIMEOUT",
+			args: []string{"check", "-config", longTimeout},
+			env:  map[string]string{"TOOL_TIMEOUT": "5m"},
+			code: 1,
+			want: []string{longTimeout + ": builtin_tools.run_command.timeout (10m0s) is longer than TOOL_TIMEOUT (5m0s)"},
+		},
+		{
+			name: "check a tool timeout within TOOL_TIMEOUT",
+			args: []string{"check", "-config", longTimeout},
+			env:  map[string]string{"TOOL_TIMEOUT": "15m"},
+			want: []string{"ok\t" + longTimeout + ": 0 rules\n"},
 		},
 		{
 			name: "check tools whose secrets are empty here",
