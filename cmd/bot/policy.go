@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/store"
@@ -57,7 +58,8 @@ const policyUsage = `Usage:
       Exit 0 when the file is sound, 1 otherwise.
   bot policy test [-config FILE] TOOL 'JSON' [-user U] [-channel C]
       Print the verdict a call would get, the rule that produced it and the
-      approvers. Exit 0 allow, 3 ask, 4 deny, 1 error.
+      approvers. JSON the bot would refuse before the policy (a key given
+      twice, say) is an error. Exit 0 allow, 3 ask, 4 deny, 1 error.
   bot policy test [-config FILE] -cases CASES.yaml
       Run table tests; print ok or FAIL per case and a summary. Exit 0 when
       every case passes, 1 otherwise.
@@ -282,20 +284,15 @@ func policyTest(ctx context.Context, args []string, stdout io.Writer) error {
 	return verdictStatus(v.Action)
 }
 
-// objectJSON checks that s is one JSON object.
+// objectJSON checks arguments as the bot does before the policy judges a
+// call (but for the tool's schema, which is not known offline), and
+// returns them in the canonical form the policy is given.
 func objectJSON(s string) (json.RawMessage, error) {
-	var m map[string]any
-	dec := json.NewDecoder(strings.NewReader(s))
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("want a JSON object such as '{\"path\": \"/tmp/a\"}': %w", err)
+	canonical, err := agent.CheckArgs(json.RawMessage(s))
+	if err != nil {
+		return nil, fmt.Errorf("want a JSON object such as '{\"path\": \"/tmp/a\"}', as the bot takes it: %w", err)
 	}
-	if m == nil {
-		return nil, errors.New("want a JSON object, got null")
-	}
-	if dec.More() {
-		return nil, errors.New("data after the JSON object")
-	}
-	return json.RawMessage(strings.TrimSpace(s)), nil
+	return canonical, nil
 }
 
 // annotationsNote says what an offline verdict from the annotations means.
@@ -375,38 +372,42 @@ func readCases(path string) ([]policyCase, []json.RawMessage, error) {
 		if !c.Verdict.Valid() {
 			return nil, nil, fmt.Errorf("%s: verdict %q: want allow, ask or deny", where, c.Verdict)
 		}
-		a, err := caseArgs(&c.Args)
+		a, shown, err := caseArgs(&c.Args)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: args: %w", where, err)
 		}
 		args[i] = a
 		if c.Name == "" {
-			c.Name = c.Tool + " " + string(a)
+			c.Name = c.Tool + " " + shown
 		}
 	}
 	return doc.Cases, args, nil
 }
 
 // caseArgs turns a case's args (a mapping, a JSON string, or nothing) into
-// a JSON object.
-func caseArgs(n *yaml.Node) (json.RawMessage, error) {
+// the arguments the policy is given (see objectJSON), and the JSON text
+// that names the case.
+func caseArgs(n *yaml.Node) (args json.RawMessage, shown string, err error) {
 	switch n.Kind {
 	case 0:
-		return json.RawMessage("{}"), nil
+		shown = "{}"
 	case yaml.ScalarNode:
-		return objectJSON(n.Value)
+		shown = strings.TrimSpace(n.Value)
 	case yaml.MappingNode:
 		var m map[string]any
 		if err := n.Decode(&m); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		b, err := json.Marshal(m)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n.Line, err)
+			return nil, "", fmt.Errorf("line %d: %w", n.Line, err)
 		}
-		return b, nil
+		shown = string(b)
+	default:
+		return nil, "", fmt.Errorf("line %d: want a mapping or a JSON object string", n.Line)
 	}
-	return nil, fmt.Errorf("line %d: want a mapping or a JSON object string", n.Line)
+	args, err = objectJSON(shown)
+	return args, shown, err
 }
 
 // runCases runs the cases of a file against engine, printing a line per
