@@ -291,11 +291,19 @@ func isSlackID(s, prefixes string) bool {
 	return true
 }
 
-// parseLevel reads a log level name such as "info" or "debug".
+// parseLevel reads a log level name: debug, info, warn or error, in any
+// case. slog's offsets ("info+2") are refused: they are not documented, and
+// a level between the named ones would drop lines without saying which.
 func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
 	}
-	return l, nil
+	return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
 }

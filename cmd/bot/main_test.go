@@ -180,6 +180,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "redis prefix with a hash tag", set: map[string]string{"REDIS_PREFIX": "bot{1}"}, want: []string{`REDIS_PREFIX: "bot{1}"`, "no { or }"}},
 		{name: "unknown log format", set: map[string]string{"LOG_FORMAT": "xml"}, want: []string{`LOG_FORMAT: "xml" is not json or text`}},
 		{name: "unknown log level", set: map[string]string{"LOG_LEVEL": "loud"}, want: []string{`LOG_LEVEL: "loud"`}},
+		{name: "log level with an offset", set: map[string]string{"LOG_LEVEL": "info+2"}, want: []string{`LOG_LEVEL: "info+2" is not debug, info, warn or error`}},
 		{name: "bad admin id", set: map[string]string{"ADMIN_USERS": "U0ADMIN1, bob"}, want: []string{`ADMIN_USERS: "bob" is not a Slack user id`}},
 		{name: "approvals channel by name", set: map[string]string{"APPROVALS_CHANNEL": "#approvals"}, want: []string{`APPROVALS_CHANNEL: "#approvals" is not a channel id`}},
 		{name: "openai without key", unset: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL"}, want: []string{"OPENAI_API_KEY is required"}},
