@@ -182,16 +182,24 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, problems := approvals.CheckConfig(data)
-	if tc, err := tools.CheckConfig(data); err != nil {
-		// The bot would refuse to start with it; the ${VAR}s it names
-		// need not be set here.
-		problems = append([]error{err}, problems...)
-	} else if err := checkToolTimeouts(tc.Builtins); err != nil {
-		problems = append([]error{err}, problems...)
-	}
-	if err := botsetup.CheckSections(data); err != nil {
-		problems = append([]error{err}, problems...)
+	var p *approvals.Policy
+	var problems []error
+	if err := yaml.Unmarshal(data, new(yaml.Node)); err != nil {
+		// YAML that does not parse is one problem, which each section's
+		// parser would report again.
+		problems = []error{fmt.Errorf("parse config: %w", err)}
+	} else {
+		p, problems = approvals.CheckConfig(data)
+		if tc, err := tools.CheckConfig(data); err != nil {
+			// The bot would refuse to start with it; the ${VAR}s it names
+			// need not be set here.
+			problems = append([]error{err}, problems...)
+		} else if err := checkToolTimeouts(tc.Builtins); err != nil {
+			problems = append([]error{err}, problems...)
+		}
+		if err := botsetup.CheckSections(data); err != nil {
+			problems = append([]error{err}, problems...)
+		}
 	}
 	if len(problems) > 0 {
 		for _, e := range problems {

@@ -97,6 +97,7 @@ func TestPolicyCommands(t *testing.T) {
 	twoConfigDocs := writeFile(t, "two-config-docs.yaml", "builtin_tools: {}\n---\npolicy: {default: deny}\n")
 	misspelt := writeFile(t, "misspelt.yaml", "polcy:\n  default: deny\n")
 	badTools := writeFile(t, "badtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    bogus: 1\nbuiltin_tools:\n  workspace: {root: /srv}\npolicy:\n  default: ask\n")
+	badYAML := writeFile(t, "badyaml.yaml", "policy:\n  rules: [\n")
 	longTimeout := writeFile(t, "longtimeout.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, timeout: 10m}\n")
 	goodTools := writeFile(t, "goodtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    headers: {Authorization: \"Bearer ${MCP_TOKEN_UNSET_IN_CI}\"}\n  - name: y\n    url: ${MCP_URL_UNSET_IN_CI}\npolicy:\n  default: ask\n")
 
@@ -147,6 +148,13 @@ func TestPolicyCommands(t *testing.T) {
 			name: "check tools whose secrets are not set here",
 			args: []string{"check", "-config", goodTools},
 			want: []string{"ok\t" + goodTools + ": 0 rules\n"},
+		},
+		{
+			name: "check yaml that does not parse",
+			args: []string{"check", "-config", badYAML},
+			code: 1,
+			want: []string{badYAML + ": parse config: yaml: line ", "FAIL\t" + badYAML + ": 1 problem\n"},
+			once: "parse config",
 		},
 		{
 			name: "check a tool timeout past the default TOOL_TIMEOUT",
