@@ -865,7 +865,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 
 // check validates a call from the model: a known tool, arguments of a sane
 // size that are a JSON object passing the tool's schema, with no keys that
-// look like others (see checkKeys). It returns the
+// look like others (see checkArgs). It returns the
 // canonical arguments and their fingerprint. Refused arguments are an
 // *argsError, worded for the model and for a person.
 func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage, string, error) {
@@ -876,26 +876,48 @@ func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage,
 	if len(args) > a.cfg.MaxArgBytes {
 		return Tool{}, nil, "", argsProblem("arguments for %s are too large (%d bytes; the limit is %d)", name, len(args), a.cfg.MaxArgBytes)
 	}
+	canonical, fp, err := checkArgs(args, func(args json.RawMessage) error { return a.tools.Validate(name, args) })
+	if err != nil {
+		return Tool{}, nil, "", &argsError{Model: fmt.Sprintf("invalid arguments for %s: %v. Fix them and call the tool again", name, err), Person: personText(err)}
+	}
+	return tool, canonical, fp, nil
+}
+
+// checkArgs checks a call's arguments, empty ones standing for {}: nested
+// at most maxArgDepth deep, then validate (the tool's schema, which also
+// checks that they are one JSON object), then no key given twice or
+// looking like another (see checkKeys). It returns the canonical arguments
+// the policy judges and their fingerprint (see approvals.Fingerprint).
+func checkArgs(args json.RawMessage, validate func(json.RawMessage) error) (json.RawMessage, string, error) {
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = json.RawMessage("{}")
 	}
-	invalid := func(err error) *argsError {
-		return &argsError{Model: fmt.Sprintf("invalid arguments for %s: %v. Fix them and call the tool again", name, err), Person: personText(err)}
-	}
 	if err := checkDepth(args); err != nil {
-		return Tool{}, nil, "", invalid(err)
+		return nil, "", err
 	}
-	if err := a.tools.Validate(name, args); err != nil {
-		return Tool{}, nil, "", invalid(err)
+	if err := validate(args); err != nil {
+		return nil, "", err
 	}
 	if err := checkKeys(args); err != nil {
-		return Tool{}, nil, "", invalid(err)
+		return nil, "", err
 	}
-	canonical, fp, err := approvals.Fingerprint(args)
-	if err != nil {
-		return Tool{}, nil, "", &argsError{Model: fmt.Sprintf("invalid arguments for %s: %v", name, err), Person: err.Error()}
-	}
-	return tool, canonical, fp, nil
+	return approvals.Fingerprint(args)
+}
+
+// CheckArgs judges a call's arguments as the agent does before the policy
+// sees them, but for what depends on the tool (its schema and own checks)
+// or on Config.MaxArgBytes: they must be one JSON object (empty arguments
+// stand for {}), nested at most 64 deep, with no key given twice or
+// looking like another. It returns the canonical arguments the agent gives
+// the policy; the error says what is wrong, as the model is told. Numbers
+// are kept as written: one the policy cannot see exactly (1e400) makes
+// its conditions fail closed, not the arguments refused.
+func CheckArgs(args json.RawMessage) (json.RawMessage, error) {
+	canonical, _, err := checkArgs(args, func(args json.RawMessage) error {
+		_, err := parseObject(args)
+		return err
+	})
+	return canonical, err
 }
 
 // maxListedTools bounds the tools an unknown tool's error names: the

@@ -138,3 +138,31 @@ func TestSchemaRefsReachNoFiles(t *testing.T) {
 		}
 	}
 }
+
+// CheckArgs refuses what the agent refuses before the policy, whatever the
+// tool, and gives the canonical arguments, numbers as written.
+func TestCheckArgs(t *testing.T) {
+	tests := []struct {
+		args, want, wantErr string
+	}{
+		{`{"b": 1, "a": "x"}`, `{"a":"x","b":1}`, ""},
+		{"  ", `{}`, ""},
+		{`{"n": 1e400}`, `{"n":1e400}`, ""},
+		{`{"a": 1, "a": 2}`, "", `key "a" given twice`},
+		{`{"x": {"a": 1, "a": 2}}`, "", `key "a" given twice`},
+		{`{"path": 1, "Path": 2}`, "", `keys "path" and "Path" differ only by case`},
+		{`[1]`, "", "arguments must be a JSON object"},
+		{`{"a":`, "", "arguments are not valid JSON"},
+		{`{} {}`, "", "arguments are not valid JSON"},
+		{strings.Repeat(`{"a":`, 65) + "1" + strings.Repeat("}", 65), "", "nested more than 64 levels deep"},
+	}
+	for _, tt := range tests {
+		got, err := agent.CheckArgs(json.RawMessage(tt.args))
+		switch {
+		case tt.wantErr == "" && (err != nil || string(got) != tt.want):
+			t.Errorf("CheckArgs(%s) = %s, %v; want %s", tt.args, got, err, tt.want)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("CheckArgs(%s) = %s, %v; want an error containing %q", tt.args, got, err, tt.wantErr)
+		}
+	}
+}

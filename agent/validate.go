@@ -45,17 +45,27 @@ func personText(err error) string {
 	return err.Error()
 }
 
+// parseObject parses arguments that must be one JSON object, for the
+// schema check.
+func parseObject(args []byte) (any, error) {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return nil, argsProblem("arguments are not valid JSON: %v", err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, argsProblem("arguments must be a JSON object")
+	}
+	return v, nil
+}
+
 func (t *registered) validate(args json.RawMessage) error {
 	trimmed := bytes.TrimSpace(args)
 	if len(trimmed) == 0 {
 		trimmed = []byte("{}")
 	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(trimmed))
+	v, err := parseObject(trimmed)
 	if err != nil {
-		return argsProblem("arguments are not valid JSON: %v", err)
-	}
-	if _, ok := v.(map[string]any); !ok {
-		return argsProblem("arguments must be a JSON object")
+		return err
 	}
 	if t.schema != nil {
 		if err := t.schema.Validate(v); err != nil {

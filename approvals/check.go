@@ -67,13 +67,13 @@ func rulesNode(policy *yaml.Node) *yaml.Node {
 	return nil
 }
 
-// placeholderRule is a sound rule mapping that matches no tool name (tool
-// names have no spaces or angle brackets).
+// placeholderRule is a sound rule mapping that matches no call: its
+// condition is false.
 func placeholderRule(line int) *yaml.Node {
 	str := func(v string) *yaml.Node {
 		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v, Line: line}
 	}
 	return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: line, Content: []*yaml.Node{
-		str("tool"), str("<rule with a problem>"), str("verdict"), str("deny"),
+		str("tool"), str("*"), str("when"), str("false"), str("verdict"), str("deny"),
 	}}
 }

@@ -29,9 +29,9 @@ import (
 //
 // A missing or empty section gives a policy with no rules and the default
 // ask. Errors name the rule by its 1-based position and YAML line, and the
-// field at fault: unknown keys, a missing tool, a bad glob, an unknown
-// verdict, a condition that does not compile or is not a bool, a bad ttl or
-// approver id, a duplicate id.
+// field at fault: unknown keys, a missing tool, a bad glob or one no tool
+// name can match, an unknown verdict, a condition that does not compile or
+// is not a bool, a bad ttl or approver id, a duplicate id.
 func ParseConfig(data []byte) (*Policy, error) {
 	var doc struct {
 		Policy yaml.Node `yaml:"policy"`

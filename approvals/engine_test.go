@@ -278,6 +278,10 @@ func TestEngineRuleChangeErrors(t *testing.T) {
 			_, err := e.AddRule(ctx, "U1", Rule{Tool: "b", Verdict: Deny, When: "args."})
 			return err
 		}, nil, "when: ERROR"},
+		{"add regex literal that does not compile", func() error {
+			_, err := e.AddRule(ctx, "U1", Rule{Tool: "b", Verdict: Deny, When: `args.path.matches("[a-")`})
+			return err
+		}, nil, "when: error parsing regexp"},
 		{"add reserved id", func() error {
 			_, err := e.AddRule(ctx, "U1", Rule{ID: "annotations", Tool: "b", Verdict: Deny})
 			return err
@@ -415,6 +419,7 @@ func TestEngineRememberErrors(t *testing.T) {
 		{"glob tool", StandingRule{Tool: "files__*", Channel: "C1"}, "is a glob"},
 		{"bad condition", StandingRule{Tool: "a", Channel: "C1", When: "args.x +"}, "when: ERROR"},
 		{"non-bool condition", StandingRule{Tool: "a", Channel: "C1", When: "args.x"}, "must be a bool"},
+		{"regex literal that does not compile", StandingRule{Tool: "a", Channel: "C1", When: `args.x.matches("[a-")`}, "when: error parsing regexp"},
 		{"expired already", StandingRule{Tool: "a", Channel: "C1", ExpiresAt: c.now()}, "not after"},
 	}
 	for _, tt := range tests {

@@ -20,6 +20,7 @@ import (
 	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
+	"github.com/google/cel-go/interpreter"
 )
 
 // Rule IDs of verdicts that no policy rule produced.
@@ -67,7 +68,8 @@ type Rule struct {
 	ID string `json:"id"`
 	// Tool is a glob on the tool name in path.Match syntax: `*` matches any
 	// run of characters (tool names have no `/`), `?` one character, and
-	// `[...]` a class.
+	// `[...]` a class. Tool names are 1-64 letters, digits, `_` and `-`,
+	// so a glob that no such name matches is refused.
 	Tool string `json:"tool"`
 	// When is an optional CEL expression of type bool over `args` (the
 	// call's arguments, a map), `user` and `channel` (Slack ids, strings).
@@ -145,6 +147,9 @@ func validateFields(r Rule) error {
 	if _, err := path.Match(r.Tool, ""); err != nil {
 		return &fieldError{field: "tool", err: fmt.Errorf("bad glob %q: %w", r.Tool, err)}
 	}
+	if err := checkToolGlob(r.Tool); err != nil {
+		return &fieldError{field: "tool", err: err}
+	}
 	if r.Verdict == "" {
 		return &fieldError{field: "verdict", err: errors.New("missing: want allow, ask or deny")}
 	}
@@ -163,6 +168,86 @@ func validateFields(r Rule) error {
 		return &fieldError{field: "remind_after", err: fmt.Errorf("negative duration %s", r.RemindAfter)}
 	}
 	return validateMinApprovals(r)
+}
+
+// maxToolName is the longest a tool name may be (OpenAI's limit); an MCP
+// tool's longer name is cut to it.
+const maxToolName = 64
+
+// isToolNameChar reports whether c may appear in a tool name.
+func isToolNameChar(c rune) bool {
+	return c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// checkToolGlob refuses a glob, valid in path.Match syntax, that no tool
+// name can match: tool names hold only letters, digits, _ and -, at most
+// 64 of them, so a glob with another character outside its wildcards and
+// classes, or one that only matches longer names, would never fire. An
+// MCP tool's other characters become _ in its name, so the error names
+// the glob with them replaced.
+func checkToolGlob(glob string) error {
+	var bad []rune
+	var fixed strings.Builder
+	least := 0 // the length of the shortest name the glob matches
+	rs := []rune(glob)
+	for i := 0; i < len(rs); i++ {
+		switch c := rs[i]; c {
+		case '*':
+			fixed.WriteRune(c)
+		case '?':
+			fixed.WriteRune(c)
+			least++
+		case '[':
+			// path.Match has checked that the class is closed.
+			j := i + 1
+			if j < len(rs) && rs[j] == '^' {
+				j++
+			}
+			for ; rs[j] != ']'; j++ {
+				if rs[j] == '\\' {
+					j++
+				}
+			}
+			fixed.WriteString(string(rs[i : j+1]))
+			i = j
+			least++
+		default:
+			lit := string(c)
+			if c == '\\' {
+				i++ // path.Match has checked that an escape is followed by a character
+				c = rs[i]
+				lit = string(rs[i-1 : i+1])
+			}
+			if isToolNameChar(c) {
+				fixed.WriteString(lit)
+			} else {
+				if !slices.Contains(bad, c) {
+					bad = append(bad, c)
+				}
+				fixed.WriteByte('_')
+			}
+			least++
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%q can match no tool: it has %s, but tool names hold only letters, digits, _ and -; an MCP tool's other characters become _ (server gh's tool repos.delete is gh__repos_delete), so write %q", glob, quoteRunes(bad), fixed.String())
+	}
+	if least > maxToolName {
+		return fmt.Errorf("%q can match no tool: it matches only names of %d characters or more, but tool names have at most %d (an MCP tool's longer name is cut to %d)", glob, least, maxToolName, maxToolName)
+	}
+	return nil
+}
+
+// quoteRunes lists characters for an error: '.' and ' '.
+func quoteRunes(rs []rune) string {
+	q := make([]string, len(rs))
+	for i, c := range rs {
+		q[i] = strconv.QuoteRune(c)
+	}
+	if len(q) == 1 {
+		return q[0]
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
 }
 
 // validateMinApprovals checks that a rule's approvers can reach its
@@ -231,7 +316,10 @@ func compileWhen(env *cel.Env, when string) (cel.Program, error) {
 	if est.Max > costLimit {
 		return nil, &fieldError{field: "when", err: fmt.Errorf("its estimated cost (%d) exceeds the evaluation limit (%d) for arguments whose lists, maps and strings have %d entries, so it could never be evaluated: use fewer nested comprehensions (all, exists, map, filter)", est.Max, costLimit, sizeHintEntries)}
 	}
-	prg, err := env.Program(ast, cel.CostLimit(costLimit))
+	// Regex literals (args.path.matches("^/srv/")) are compiled here, so
+	// that one which does not compile is refused now rather than failing
+	// closed on every call.
+	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.OptimizeRegex(interpreter.MatchesRegexOptimization))
 	if err != nil {
 		return nil, &fieldError{field: "when", err: err}
 	}

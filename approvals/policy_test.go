@@ -154,6 +154,34 @@ func TestPolicyEvaluateFailsClosed(t *testing.T) {
 	}
 }
 
+// Regex literals are compiled with the rule; a pattern that comes from the
+// arguments is compiled when the condition runs, and fails closed.
+func TestRegexConditions(t *testing.T) {
+	p, err := NewPolicy(Allow, []Rule{
+		{ID: "srv", Tool: "files__delete", When: `args.path.matches("^/srv/[a-z]+$")`, Verdict: Deny},
+		{ID: "grep", Tool: "grep", When: `matches(args.text, args.pattern)`, Verdict: Allow},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		in         Input
+		wantAction Action
+		wantRule   string
+	}{
+		{Input{Tool: "files__delete", Args: json.RawMessage(`{"path":"/srv/data"}`)}, Deny, "srv"},
+		{Input{Tool: "files__delete", Args: json.RawMessage(`{"path":"/srv/Data"}`)}, Ask, RuleAnnotations},
+		{Input{Tool: "grep", Args: json.RawMessage(`{"text":"abc","pattern":"b+"}`)}, Allow, "grep"},
+		{Input{Tool: "grep", Args: json.RawMessage(`{"text":"abc","pattern":"[a-"}`)}, Ask, "grep"},
+	}
+	for _, tt := range tests {
+		got := p.Evaluate(tt.in)
+		if got.Action != tt.wantAction || got.RuleID != tt.wantRule {
+			t.Errorf("Evaluate(%s %s) = %s by %q (%s), want %s by %q", tt.in.Tool, tt.in.Args, got.Action, got.RuleID, got.Why(), tt.wantAction, tt.wantRule)
+		}
+	}
+}
+
 // A rule that cannot be evaluated does not hide a later rule that denies.
 func TestPolicyEvaluateErrorDoesNotHideDeny(t *testing.T) {
 	p, err := NewPolicy(Ask, []Rule{
@@ -403,6 +431,10 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{"policy rule 2", "when", "must be a bool expression"}},
 		{"int when", rule("    - tool: x\n      verdict: ask\n      when: '1 + 2'\n"),
 			[]string{"policy rule 2", "must be a bool expression, got int"}},
+		{"regex literal that does not compile", rule("    - tool: x\n      verdict: ask\n      when: 'args.path.matches(\"[a-\")'\n"),
+			[]string{"policy rule 2", "line 5", "when (line 7)", "missing closing ]"}},
+		{"regex literal in matches()", rule("    - tool: x\n      verdict: deny\n      when: 'args.ok || matches(args.path, \"a(b\")'\n"),
+			[]string{"policy rule 2", "when (line 7)", "missing closing )"}},
 		{"unknown variable", rule("    - tool: x\n      verdict: ask\n      when: 'now > 3'\n"),
 			[]string{"policy rule 2", "undeclared reference"}},
 		{"unknown verdict", rule("    - tool: x\n      verdict: maybe\n"),
@@ -420,6 +452,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"rules twice", "policy:\n  rules: [{tool: '*', verdict: deny}]\n  rules: [{tool: x, verdict: allow}]\n", []string{"policy.rules (line 3): given twice"}},
 		{"missing tool", rule("    - verdict: ask\n"), []string{"policy rule 2", "tool: missing"}},
 		{"bad glob", rule("    - tool: 'files__[a'\n      verdict: ask\n"), []string{"policy rule 2", "tool", "bad glob"}},
+		{"tool glob with a dot", rule("    - tool: 'gh__repos.delete'\n      verdict: deny\n"),
+			[]string{"policy rule 2", "tool (line 5)", `'.'`, "tool names hold only letters, digits, _ and -", `write "gh__repos_delete"`}},
+		{"tool glob longer than a tool name", rule("    - tool: '" + strings.Repeat("a", 65) + "'\n      verdict: deny\n"),
+			[]string{"policy rule 2", "tool (line 5)", "65 characters or more", "at most 64"}},
 		{"bad ttl", rule("    - tool: x\n      verdict: ask\n      ttl: 3 days\n"), []string{"policy rule 2", "ttl (line 7)", `bad duration "3 days"`}},
 		{"ttl past a conversation's life", rule("    - tool: x\n      verdict: ask\n      ttl: 800h\n"), []string{"policy rule 2", "ttl (line 7)", "800h is longer than 672h"}},
 		{"negative ttl", rule("    - tool: x\n      verdict: ask\n      ttl: -1h\n"), []string{"ttl", "negative"}},
@@ -470,6 +506,41 @@ func TestNewPolicyErrors(t *testing.T) {
 			_, err := NewPolicy(tt.def, tt.rules)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("NewPolicy: got error %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestToolGlobsThatMatchNoTool(t *testing.T) {
+	tests := []struct {
+		glob string
+		want string // a substring of the error; empty: accepted
+	}{
+		{"files__read_*", ""},
+		{"gh__repos_delete", ""},
+		{"*", ""},
+		{"files__[.a]*", ""}, // a class may name other characters as long as it names one of a tool's
+		{`files\_read`, ""},
+		{strings.Repeat("a", 64), ""},
+		{strings.Repeat("a", 64) + "*", ""},
+		{strings.Repeat("?", 65), "65 characters or more"},
+		{strings.Repeat("a", 40) + "*" + strings.Repeat("b", 25), "65 characters or more"},
+		{"gh__repos.delete", `has '.', but tool names hold only letters, digits, _ and -`},
+		{`gh__repos\.delete`, `write "gh__repos_delete"`},
+		{"gh__repos/delete*", `write "gh__repos_delete*"`},
+		{"files__read file", `' '`},
+		{"files__é*", `'é'`},
+		{"a.b c", `'.' and ' '`},
+		{"[ab].x", `write "[ab]_x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.glob, func(t *testing.T) {
+			_, err := NewPolicy(Ask, []Rule{{Tool: tt.glob, Verdict: Deny}})
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("NewPolicy with tool %q: got error %v, want none", tt.glob, err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("NewPolicy with tool %q: got error %v, want one containing %q", tt.glob, err, tt.want)
 			}
 		})
 	}

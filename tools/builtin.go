@@ -2,8 +2,10 @@ package tools
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/toolgate/toolgate/agent"
 )
@@ -43,6 +45,17 @@ func Builtins(cfg Config) ([]agent.Tool, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// timeLimit is how long a call given ctx can run under the tool's own
+// timeout d: d, or the time left before ctx's deadline (the bot's bound
+// on one tool call) when that is shorter. A call that timed out says it,
+// rounded to 10ms, not d.
+func timeLimit(ctx context.Context, d time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return max(d, 0).Round(10 * time.Millisecond)
+}
 
 // errorResult is a failure the model reads and may recover from.
 func errorResult(format string, args ...any) agent.Result {

@@ -35,8 +35,9 @@ var passedEnv = []string{"PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR
 // the policy judges the call, so rules on it see that spelling): an
 // allowed absolute path, or an allowed bare name, which PATH resolves. The working
 // directory is c.Dir or a directory inside it, symlinks included. After
-// c.Timeout, and as soon as the program has exited, the whole process group
-// is killed, so nothing it started in the background outlives the call. Commands run with PATH,
+// c.Timeout (or when the call's context reaches its deadline first; the
+// result names the time the call had), and as soon as the program has
+// exited, the whole process group is killed, so nothing it started in the background outlives the call. Commands run with PATH,
 // HOME, USER, LANG, LC_ALL, TZ and TMPDIR from the bot's environment plus
 // c.Env, nothing else. A non-zero exit is an error result. The tool is
 // marked destructive, so policies ask by default. Zero settings take their
@@ -119,6 +120,7 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 		return errorResult("%v", err), nil
 	}
 
+	limit := timeLimit(ctx, r.cfg.Timeout)
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args.Argv[1:]...)
@@ -170,7 +172,7 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 	var exitErr *exec.ExitError
 	switch {
 	case timedOut:
-		status = fmt.Sprintf("timed out after %s; the process group was killed", r.cfg.Timeout)
+		status = fmt.Sprintf("timed out after %s; the process group was killed", limit)
 	case err == nil:
 		status = "exit status 0"
 	case errors.As(err, &exitErr):

@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -153,6 +155,25 @@ func TestRunCommandTimeoutKillsGroup(t *testing.T) {
 		_, rest, _ := strings.Cut(string(stat), ") ")
 		return strings.HasPrefix(rest, "Z")
 	})
+}
+
+// A call the bot's bound on one tool call (the handler's context) cuts
+// before the tool's own timeout says how long it had, not the timeout.
+func TestRunCommandCutByTheCallersDeadline(t *testing.T) {
+	_, work := commandFixture(t)
+	tool, err := RunCommand(CommandConfig{Allow: []string{"hang"}, Dir: work, Timeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatalf("RunCommand: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	got, err := tool.Handler(ctx, json.RawMessage(`{"argv":["hang"]}`))
+	if err != nil {
+		t.Fatalf("run_command hang: %v", err)
+	}
+	if !got.IsError || !strings.HasPrefix(got.Content, "timed out after 300ms; the process group was killed\n") {
+		t.Errorf("run_command hang, cut after 300ms with a 10m timeout: got %+v, want it to say it timed out after 300ms", got)
+	}
 }
 
 func TestRunCommandConfig(t *testing.T) {

@@ -136,6 +136,36 @@ type WorkspaceConfig struct {
 	MaxFileBytes int64
 }
 
+// CheckTimeouts refuses a built-in tool whose timeout (its default when
+// left out) is longer than limit, the bound the bot puts on every tool
+// call, which limitName names (such as TOOL_TIMEOUT): the call would be
+// cut at limit while the tool tells the model it has longer.
+func (b BuiltinConfig) CheckTimeouts(limit time.Duration, limitName string) error {
+	type timeout struct {
+		tool     string
+		d, deflt time.Duration
+	}
+	var ts []timeout
+	if b.HTTPRequest != nil {
+		ts = append(ts, timeout{"http_request", b.HTTPRequest.Timeout, DefaultHTTPTimeout})
+	}
+	if b.RunCommand != nil {
+		ts = append(ts, timeout{"run_command", b.RunCommand.Timeout, DefaultCommandTimeout})
+	}
+	for _, t := range ts {
+		d := orDefault(t.d, t.deflt)
+		if d <= limit {
+			continue
+		}
+		what := d.String()
+		if d == t.deflt {
+			what += ", also its default"
+		}
+		return fmt.Errorf("builtin_tools.%s.timeout (%s) is longer than %s (%s), which bounds every tool call, so a call would be cut before it: set the timeout to %s or less, or raise %s", t.tool, what, limitName, limit, limit, limitName)
+	}
+	return nil
+}
+
 // Defaults for settings left out of the configuration file.
 const (
 	DefaultHTTPMaxResponseBytes  = 64 << 10
@@ -155,7 +185,7 @@ var serverNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
 // ParseConfig reads the mcp_servers and builtin_tools sections of the whole
 // configuration file; other top-level keys are ignored. ${VAR} in a
 // server's command, env, dir, url and headers is replaced by the
-// environment variable VAR, which must be set. Unknown keys and bad values
+// environment variable VAR, which must be set and not empty. Unknown keys and bad values
 // are errors naming the YAML line. Defaults fill settings left out.
 func ParseConfig(data []byte) (Config, error) {
 	return parseConfig(data, os.LookupEnv)
@@ -163,18 +193,18 @@ func ParseConfig(data []byte) (Config, error) {
 
 // CheckConfig checks the mcp_servers and builtin_tools sections of a
 // configuration file as ParseConfig does, offline and without the
-// environment its ${VAR}s name: an unset variable stands for "1" (which
-// fits a host, a port, a path or a token), so a CI job without the bot's
-// secrets finds every other mistake the bot would refuse to start with.
-// Nothing is connected to or opened.
-func CheckConfig(data []byte) error {
-	_, err := parseConfig(data, func(name string) (string, bool) {
-		if v, ok := os.LookupEnv(name); ok {
+// environment its ${VAR}s name: a variable that is unset or empty stands
+// for "1" (which fits a host, a port, a path or a token), so a CI job
+// without the bot's secrets finds every other mistake the bot would refuse
+// to start with. Nothing is connected to or opened. The Config it returns
+// holds the placeholders: it is for further checks, not for loading tools.
+func CheckConfig(data []byte) (Config, error) {
+	return parseConfig(data, func(name string) (string, bool) {
+		if v := os.Getenv(name); v != "" {
 			return v, true
 		}
 		return unsetPlaceholder, true
 	})
-	return err
 }
 
 // unsetPlaceholder is what CheckConfig puts for a ${VAR} that is not set;
@@ -341,7 +371,7 @@ func (p *parsing) newServerConfig(name string, command []string, env map[string]
 		return ServerConfig{}, fmt.Errorf("command: %w", err)
 	}
 	if m := envRef.FindStringSubmatch(url); m != nil && m[0] == url {
-		if _, set := os.LookupEnv(m[1]); !set {
+		if os.Getenv(m[1]) == "" {
 			if v, _ := p.lookup(m[1]); v == unsetPlaceholder {
 				url = placeholderURL // checked offline, with the variable unset
 			}
@@ -665,20 +695,31 @@ func orDefault[T comparable](v, def T) T {
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 // expand replaces every ${VAR} in s with the value of the environment
-// variable VAR. An unset variable is an error, so that a missing secret is
-// found at startup rather than sent as an empty string.
+// variable VAR. A variable that is unset or empty is an error, so that a
+// missing secret is found at startup rather than sent as an empty string
+// ("Bearer ").
 func (p *parsing) expand(s string) (string, error) {
-	var missing []string
+	var unset, empty []string
 	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
 		name := envRef.FindStringSubmatch(ref)[1]
 		v, ok := p.lookup(name)
-		if !ok {
-			missing = append(missing, name)
+		switch {
+		case !ok:
+			unset = append(unset, name)
+		case v == "":
+			empty = append(empty, name)
 		}
 		return v
 	})
-	if len(missing) > 0 {
-		return "", fmt.Errorf("environment variable %s is not set", strings.Join(missing, ", "))
+	var problems []string
+	if len(unset) > 0 {
+		problems = append(problems, fmt.Sprintf("environment variable %s is not set", strings.Join(unset, ", ")))
+	}
+	if len(empty) > 0 {
+		problems = append(problems, fmt.Sprintf("environment variable %s is empty", strings.Join(empty, ", ")))
+	}
+	if len(problems) > 0 {
+		return "", errors.New(strings.Join(problems, "; "))
 	}
 	return out, nil
 }

@@ -92,6 +92,7 @@ func TestParseConfigEmpty(t *testing.T) {
 
 func TestParseConfigErrors(t *testing.T) {
 	t.Setenv("TOOLGATE_TEST_SET", "x")
+	t.Setenv("TOOLGATE_TEST_EMPTY", "")
 	for _, tc := range []struct {
 		name, data string
 		want       string // substrings of the error, separated by |
@@ -112,6 +113,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"headers on stdio", "mcp_servers:\n  - name: a\n    command: [x]\n    headers: {A: b}\n", "headers only apply to url"},
 		{"env on http", "mcp_servers:\n  - name: a\n    url: http://h/\n    env: {A: b}\n", "env and dir only apply to command"},
 		{"unset variable", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {Authorization: \"Bearer ${TOOLGATE_TEST_UNSET}\"}\n", "headers: Authorization: environment variable TOOLGATE_TEST_UNSET is not set"},
+		{"empty variable", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {Authorization: \"Bearer ${TOOLGATE_TEST_EMPTY}\"}\n", "headers: Authorization: environment variable TOOLGATE_TEST_EMPTY is empty"},
+		{"unset and empty variables", "mcp_servers:\n  - name: a\n    command: [\"x${TOOLGATE_TEST_UNSET}${TOOLGATE_TEST_EMPTY}\"]\n", "command: environment variable TOOLGATE_TEST_UNSET is not set; environment variable TOOLGATE_TEST_EMPTY is empty"},
 		{"command wrong type", "mcp_servers:\n  - name: a\n    command: x\n", "line 3|cannot unmarshal"},
 		{"unknown builtin", "builtin_tools:\n  shell: {}\n", `line 2|unknown key "shell"`},
 		{"ask_human settings", "builtin_tools:\n  ask_human: {timeout: 1s}\n", `line 2|unknown key "timeout" in ask_human`},
@@ -148,6 +151,32 @@ func TestParseConfigErrors(t *testing.T) {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("ParseConfig(%q): got error %q, want it to contain %q", tc.data, err, want)
 				}
+			}
+		})
+	}
+}
+
+func TestCheckTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		b     BuiltinConfig
+		limit time.Duration
+		want  string // a substring of the error; empty: none
+	}{
+		{"no tools", BuiltinConfig{}, time.Second, ""},
+		{"within", BuiltinConfig{RunCommand: &CommandConfig{Timeout: 2 * time.Minute}, HTTPRequest: &HTTPConfig{Timeout: time.Minute}}, 2 * time.Minute, ""},
+		{"run_command past", BuiltinConfig{RunCommand: &CommandConfig{Timeout: 10 * time.Minute}}, 2 * time.Minute,
+			"builtin_tools.run_command.timeout (10m0s) is longer than TOOL_TIMEOUT (2m0s), which bounds every tool call, so a call would be cut before it: set the timeout to 2m0s or less, or raise TOOL_TIMEOUT"},
+		{"http_request past", BuiltinConfig{HTTPRequest: &HTTPConfig{Timeout: 3 * time.Minute}}, 2 * time.Minute, "builtin_tools.http_request.timeout (3m0s)"},
+		{"default past", BuiltinConfig{HTTPRequest: &HTTPConfig{}}, 5 * time.Second, "builtin_tools.http_request.timeout (10s, also its default)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.b.CheckTimeouts(tc.limit, "TOOL_TIMEOUT")
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("CheckTimeouts(%s): got %v, want no error", tc.limit, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("CheckTimeouts(%s): got %v, want an error containing %q", tc.limit, err, tc.want)
 			}
 		})
 	}

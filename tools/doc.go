@@ -22,7 +22,8 @@
 //
 // Keys: a server takes name, command or url, env and dir (command only),
 // headers (url only), max_output_bytes; ${VAR} in command, env, dir, url
-// and headers comes from the environment. The built-ins take http_request:
+// and headers (and in run_command's env) comes from the environment, and
+// must be set and not empty. The built-ins take http_request:
 // allowed_hosts, max_response_bytes, timeout, read_only; run_command:
 // allow, dir, env, timeout, max_output_bytes, allow_overlap; workspace:
 // root, max_file_bytes; ask_human: nothing. A section left out leaves its

@@ -207,13 +207,14 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 	for k, v := range args.Headers {
 		req.Header.Set(k, v)
 	}
+	limit := timeLimit(ctx, h.cfg.Timeout)
 	resp, err := h.client.Do(req)
 	if err != nil {
 		if re, ok := errors.AsType[*redirectError](err); ok {
 			return errorResult("%v", re)
 		}
 		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-			return errorResult("request to %s timed out after %s", u.Redacted(), h.cfg.Timeout)
+			return errorResult("request to %s timed out after %s", u.Redacted(), limit)
 		}
 		return errorResult("request to %s failed: %v", u.Redacted(), err)
 	}

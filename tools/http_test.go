@@ -145,6 +145,22 @@ func TestHTTPTools(t *testing.T) {
 	}
 }
 
+// A request the bot's bound on one tool call (the handler's context) cuts
+// before the tool's own timeout says how long it had, not the timeout.
+func TestHTTPCutByTheCallersDeadline(t *testing.T) {
+	srv := httpTestServer(t)
+	get := httpTools(t, HTTPConfig{AllowedHosts: []string{"127.0.0.1:*"}, Timeout: 10 * time.Minute})["http_get"]
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	got, err := get.Handler(ctx, json.RawMessage(`{"url":"`+srv.URL+`/slow"}`))
+	if err != nil {
+		t.Fatalf("http_get /slow: %v", err)
+	}
+	if want := "request to " + srv.URL + "/slow timed out after 300ms"; !got.IsError || got.Content != want {
+		t.Errorf("http_get /slow, cut after 300ms with a 10m timeout: got %+v, want the error %q", got, want)
+	}
+}
+
 func TestHTTPToolsHints(t *testing.T) {
 	tools := httpTools(t, HTTPConfig{AllowedHosts: []string{"a.com"}})
 	if h := tools["http_get"].Annotations; !h.ReadOnly || h.Destructive == nil || *h.Destructive {

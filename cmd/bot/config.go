@@ -59,7 +59,7 @@ type config struct {
 	ModelRetries     int           `envconfig:"MODEL_RETRIES" default:"3" desc:"retries of a model request that failed with 429, 5xx, a reset or a time-out before any output; 0: none"`
 	ModelMaxTokens   int           `envconfig:"MODEL_MAX_TOKENS" default:"0" desc:"tokens the model may generate per answer; 0 leaves it to the server"`
 	ContextBudget    int           `envconfig:"CONTEXT_BUDGET" default:"64000" desc:"estimated tokens of history sent to the model; older tool output and messages are dropped first"`
-	ToolTimeout      time.Duration `envconfig:"TOOL_TIMEOUT" default:"2m" desc:"bound on one tool execution"`
+	ToolTimeout      time.Duration `envconfig:"TOOL_TIMEOUT" default:"2m" desc:"bound on one tool execution; a built-in tool's timeout may not be longer"`
 	ShutdownGrace    time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s" desc:"how long in-flight work may take to finish after SIGTERM (keep the orchestrator's grace period longer)"`
 	RunRetention     time.Duration `envconfig:"RUN_RETENTION" default:"168h" desc:"how long a finished or expired run and its calls are kept in the store"`
 	OTELEndpoint     string        `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"OTLP/HTTP collector for traces (such as http://otel-collector:4318); empty: no tracing. The other standard OTEL_* variables apply"`
@@ -295,11 +295,19 @@ func isSlackID(s, prefixes string) bool {
 	return true
 }
 
-// parseLevel reads a log level name such as "info" or "debug".
+// parseLevel reads a log level name: debug, info, warn or error, in any
+// case. slog's offsets ("info+2") are refused: they are not documented, and
+// a level between the named ones would drop lines without saying which.
 func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
 	}
-	return l, nil
+	return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
 }

@@ -105,6 +105,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return red.Error(err)
 	}
+	if err := file.Tools.Builtins.CheckTimeouts(cfg.ToolTimeout, "TOOL_TIMEOUT"); err != nil {
+		return red.Error(configErrorf("config file %s: %w", cfg.ConfigFile, err))
+	}
 	// The tools' headers, env values and URL parts from ${VAR} references.
 	red = newRedactor(append(secrets, file.Tools.Secrets()...)...)
 	return red.Error(serve(ctx, cfg, file, red, stderr))

@@ -149,6 +149,7 @@ func TestConfigErrors(t *testing.T) {
     max_file_bytes: -1
 `)
 	badYAML := writeFile("bad-yaml.yaml", "policy: [\n")
+	longTimeout := writeFile("long-timeout.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, timeout: 10m}\n")
 
 	tests := []struct {
 		name string
@@ -179,6 +180,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "redis prefix with a hash tag", set: map[string]string{"REDIS_PREFIX": "bot{1}"}, want: []string{`REDIS_PREFIX: "bot{1}"`, "no { or }"}},
 		{name: "unknown log format", set: map[string]string{"LOG_FORMAT": "xml"}, want: []string{`LOG_FORMAT: "xml" is not json or text`}},
 		{name: "unknown log level", set: map[string]string{"LOG_LEVEL": "loud"}, want: []string{`LOG_LEVEL: "loud"`}},
+		{name: "log level with an offset", set: map[string]string{"LOG_LEVEL": "info+2"}, want: []string{`LOG_LEVEL: "info+2" is not debug, info, warn or error`}},
 		{name: "bad admin id", set: map[string]string{"ADMIN_USERS": "U0ADMIN1, bob"}, want: []string{`ADMIN_USERS: "bob" is not a Slack user id`}},
 		{name: "approvals channel by name", set: map[string]string{"APPROVALS_CHANNEL": "#approvals"}, want: []string{`APPROVALS_CHANNEL: "#approvals" is not a channel id`}},
 		{name: "openai without key", unset: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL"}, want: []string{"OPENAI_API_KEY is required"}},
@@ -193,6 +195,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "cel syntax error", set: map[string]string{"CONFIG_FILE": badCEL}, want: []string{badCEL, "rule 1", "line 5", "Syntax error"}},
 		{name: "bad builtin tool", set: map[string]string{"CONFIG_FILE": badTools}, want: []string{badTools, "line 4", "max_file_bytes"}},
 		{name: "yaml syntax error", set: map[string]string{"CONFIG_FILE": badYAML}, want: []string{badYAML, "line 1"}},
+		{name: "tool timeout past TOOL_TIMEOUT", set: map[string]string{"CONFIG_FILE": longTimeout, "TOOL_TIMEOUT": "2m"},
+			want: []string{longTimeout, "builtin_tools.run_command.timeout (10m0s) is longer than TOOL_TIMEOUT (2m0s)"}},
 		{name: "argument", args: []string{"serve"}, want: []string{`unexpected argument "serve"`, "--help"}},
 		{name: "unknown flag", args: []string{"--port=1"}, want: []string{"-port"}},
 	}

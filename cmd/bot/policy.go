@@ -9,10 +9,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/store"
@@ -48,12 +51,15 @@ const policyUsage = `Usage:
   bot policy check [-config FILE]
       Load the policy of the config file, compile every rule and condition,
       check mcp_servers and builtin_tools as the bot does at start (offline;
-      a ${VAR} that is not set stands for a placeholder), and print every
-      problem (rule position and line) or the rules in evaluation order.
+      a ${VAR} that is not set or empty stands for a placeholder; a built-in
+      tool's timeout may not be longer than TOOL_TIMEOUT, or its default 2m
+      when not set here), and print every problem (rule position and line)
+      or the rules in evaluation order.
       Exit 0 when the file is sound, 1 otherwise.
   bot policy test [-config FILE] TOOL 'JSON' [-user U] [-channel C]
       Print the verdict a call would get, the rule that produced it and the
-      approvers. Exit 0 allow, 3 ask, 4 deny, 1 error.
+      approvers. JSON the bot would refuse before the policy (a key given
+      twice, say) is an error. Exit 0 allow, 3 ask, 4 deny, 1 error.
   bot policy test [-config FILE] -cases CASES.yaml
       Run table tests; print ok or FAIL per case and a summary. Exit 0 when
       every case passes, 1 otherwise.
@@ -176,14 +182,24 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, problems := approvals.CheckConfig(data)
-	if err := tools.CheckConfig(data); err != nil {
-		// The bot would refuse to start with it; the ${VAR}s it names
-		// need not be set here.
-		problems = append([]error{err}, problems...)
-	}
-	if err := botsetup.CheckSections(data); err != nil {
-		problems = append([]error{err}, problems...)
+	var p *approvals.Policy
+	var problems []error
+	if err := yaml.Unmarshal(data, new(yaml.Node)); err != nil {
+		// YAML that does not parse is one problem, which each section's
+		// parser would report again.
+		problems = []error{fmt.Errorf("parse config: %w", err)}
+	} else {
+		p, problems = approvals.CheckConfig(data)
+		if tc, err := tools.CheckConfig(data); err != nil {
+			// The bot would refuse to start with it; the ${VAR}s it names
+			// need not be set here.
+			problems = append([]error{err}, problems...)
+		} else if err := checkToolTimeouts(tc.Builtins); err != nil {
+			problems = append([]error{err}, problems...)
+		}
+		if err := botsetup.CheckSections(data); err != nil {
+			problems = append([]error{err}, problems...)
+		}
 	}
 	if len(problems) > 0 {
 		for _, e := range problems {
@@ -202,6 +218,27 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "Then: the tool's annotations (read-only: allow; destructive or none: ask), then the default: %s\n", p.Default())
 	fmt.Fprintf(stdout, "ok\t%s: %d %s\n", *config, len(rules), plural(len(rules), "rule", "rules"))
+	return nil
+}
+
+// checkToolTimeouts refuses, as the bot does at start, a built-in tool's
+// timeout longer than TOOL_TIMEOUT: the one set here, or else its default.
+func checkToolTimeouts(b tools.BuiltinConfig) error {
+	raw, set := os.Getenv("TOOL_TIMEOUT"), true
+	if raw == "" {
+		f, _ := reflect.TypeFor[config]().FieldByName("ToolTimeout")
+		raw, set = f.Tag.Get("default"), false
+	}
+	limit, err := time.ParseDuration(raw)
+	if err != nil || limit <= 0 {
+		return fmt.Errorf("TOOL_TIMEOUT: %q is not a positive duration", raw)
+	}
+	if err := b.CheckTimeouts(limit, "TOOL_TIMEOUT"); err != nil {
+		if !set {
+			return fmt.Errorf("TOOL_TIMEOUT is not set here, so its default %s counts; set it as the bot has it: %w", raw, err)
+		}
+		return err
+	}
 	return nil
 }
 
@@ -255,20 +292,15 @@ func policyTest(ctx context.Context, args []string, stdout io.Writer) error {
 	return verdictStatus(v.Action)
 }
 
-// objectJSON checks that s is one JSON object.
+// objectJSON checks arguments as the bot does before the policy judges a
+// call (but for the tool's schema, which is not known offline), and
+// returns them in the canonical form the policy is given.
 func objectJSON(s string) (json.RawMessage, error) {
-	var m map[string]any
-	dec := json.NewDecoder(strings.NewReader(s))
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("want a JSON object such as '{\"path\": \"/tmp/a\"}': %w", err)
+	canonical, err := agent.CheckArgs(json.RawMessage(s))
+	if err != nil {
+		return nil, fmt.Errorf("want a JSON object such as '{\"path\": \"/tmp/a\"}', as the bot takes it: %w", err)
 	}
-	if m == nil {
-		return nil, errors.New("want a JSON object, got null")
-	}
-	if dec.More() {
-		return nil, errors.New("data after the JSON object")
-	}
-	return json.RawMessage(strings.TrimSpace(s)), nil
+	return canonical, nil
 }
 
 // annotationsNote says what an offline verdict from the annotations means.
@@ -348,38 +380,42 @@ func readCases(path string) ([]policyCase, []json.RawMessage, error) {
 		if !c.Verdict.Valid() {
 			return nil, nil, fmt.Errorf("%s: verdict %q: want allow, ask or deny", where, c.Verdict)
 		}
-		a, err := caseArgs(&c.Args)
+		a, shown, err := caseArgs(&c.Args)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: args: %w", where, err)
 		}
 		args[i] = a
 		if c.Name == "" {
-			c.Name = c.Tool + " " + string(a)
+			c.Name = c.Tool + " " + shown
 		}
 	}
 	return doc.Cases, args, nil
 }
 
 // caseArgs turns a case's args (a mapping, a JSON string, or nothing) into
-// a JSON object.
-func caseArgs(n *yaml.Node) (json.RawMessage, error) {
+// the arguments the policy is given (see objectJSON), and the JSON text
+// that names the case.
+func caseArgs(n *yaml.Node) (args json.RawMessage, shown string, err error) {
 	switch n.Kind {
 	case 0:
-		return json.RawMessage("{}"), nil
+		shown = "{}"
 	case yaml.ScalarNode:
-		return objectJSON(n.Value)
+		shown = strings.TrimSpace(n.Value)
 	case yaml.MappingNode:
 		var m map[string]any
 		if err := n.Decode(&m); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		b, err := json.Marshal(m)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n.Line, err)
+			return nil, "", fmt.Errorf("line %d: %w", n.Line, err)
 		}
-		return b, nil
+		shown = string(b)
+	default:
+		return nil, "", fmt.Errorf("line %d: want a mapping or a JSON object string", n.Line)
 	}
-	return nil, fmt.Errorf("line %d: want a mapping or a JSON object string", n.Line)
+	args, err = objectJSON(shown)
+	return args, shown, err
 }
 
 // runCases runs the cases of a file against engine, printing a line per

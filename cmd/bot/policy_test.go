@@ -97,6 +97,8 @@ func TestPolicyCommands(t *testing.T) {
 	twoConfigDocs := writeFile(t, "two-config-docs.yaml", "builtin_tools: {}\n---\npolicy: {default: deny}\n")
 	misspelt := writeFile(t, "misspelt.yaml", "polcy:\n  default: deny\n")
 	badTools := writeFile(t, "badtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    bogus: 1\nbuiltin_tools:\n  workspace: {root: /srv}\npolicy:\n  default: ask\n")
+	badYAML := writeFile(t, "badyaml.yaml", "policy:\n  rules: [\n")
+	longTimeout := writeFile(t, "longtimeout.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, timeout: 10m}\n")
 	goodTools := writeFile(t, "goodtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    headers: {Authorization: \"Bearer ${MCP_TOKEN_UNSET_IN_CI}\"}\n  - name: y\n    url: ${MCP_URL_UNSET_IN_CI}\npolicy:\n  default: ask\n")
 
 	tests := []struct {
@@ -148,6 +150,38 @@ func TestPolicyCommands(t *testing.T) {
 			want: []string{"ok\t" + goodTools + ": 0 rules\n"},
 		},
 		{
+			name: "check yaml that does not parse",
+			args: []string{"check", "-config", badYAML},
+			code: 1,
+			want: []string{badYAML + ": parse config: yaml: line ", "FAIL\t" + badYAML + ": 1 problem\n"},
+			once: "parse config",
+		},
+		{
+			name: "check a tool timeout past the default TOOL_TIMEOUT",
+			args: []string{"check", "-config", longTimeout},
+			code: 1,
+			want: []string{longTimeout + ": TOOL_TIMEOUT is not set here, so its default 2m counts; set it as the bot has it: builtin_tools.run_command.timeout (10m0s) is longer than TOOL_TIMEOUT (2m0s)", "FAIL\t" + longTimeout + ": 1 problem\n"},
+		},
+		{
+			name: "check a tool timeout past TOOL_TIMEOUT",
+			args: []string{"check", "-config", longTimeout},
+			env:  map[string]string{"TOOL_TIMEOUT": "5m"},
+			code: 1,
+			want: []string{longTimeout + ": builtin_tools.run_command.timeout (10m0s) is longer than TOOL_TIMEOUT (5m0s)"},
+		},
+		{
+			name: "check a tool timeout within TOOL_TIMEOUT",
+			args: []string{"check", "-config", longTimeout},
+			env:  map[string]string{"TOOL_TIMEOUT": "15m"},
+			want: []string{"ok\t" + longTimeout + ": 0 rules\n"},
+		},
+		{
+			name: "check tools whose secrets are empty here",
+			args: []string{"check", "-config", goodTools},
+			env:  map[string]string{"MCP_TOKEN_UNSET_IN_CI": "", "MCP_URL_UNSET_IN_CI": ""},
+			want: []string{"ok\t" + goodTools + ": 0 rules\n"},
+		},
+		{
 			name: "check a misspelt section",
 			args: []string{"check", "-config", misspelt},
 			code: 1,
@@ -188,6 +222,14 @@ func TestPolicyCommands(t *testing.T) {
 		},
 		{name: "test bad json", args: []string{"test", "-config", good, "deploy", `{"a":`}, code: 1, wantErr: "arguments: want a JSON object"},
 		{name: "test json not an object", args: []string{"test", "-config", good, "deploy", `[1]`}, code: 1, wantErr: "arguments: want a JSON object"},
+		{name: "test a key given twice", args: []string{"test", "-config", good, "deploy", `{"env": "dev", "env": "prod"}`}, code: 1, wantErr: `arguments: want a JSON object such as '{"path": "/tmp/a"}', as the bot takes it: canonical arguments: key "env" given twice`},
+		{name: "test keys that differ only by case", args: []string{"test", "-config", good, "deploy", `{"env": "dev", "Env": "prod"}`}, code: 1, wantErr: `keys "env" and "Env" differ only by case`},
+		{
+			name: "test a number the policy cannot see exactly",
+			args: []string{"test", "-config", good, "files__delete_file", `{"path": "/srv/data/x", "size": 1e400}`},
+			code: 3,
+			want: []string{"verdict:   ask\n", "rule:      rule-2\n", "could not be evaluated", "problem:   the number 1e400 is out of the range the policy can judge"},
+		},
 		{name: "test missing json", args: []string{"test", "-config", good, "deploy"}, code: 1, wantErr: "want TOOL 'JSON'"},
 		{name: "test bad policy", args: []string{"test", "-config", bad, "a", "{}"}, code: 1, wantErr: "run bot policy check for every problem"},
 		{name: "test unknown flag", args: []string{"test", "-config", good, "-usr", "U1", "a", "{}"}, code: 1, wantErr: "flag provided but not defined: -usr"},

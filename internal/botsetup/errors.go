@@ -90,18 +90,32 @@ var publicURLOptions = map[string]bool{
 // parameter name are never secret (see SafeURL).
 func PublicURLOption(name string) bool { return publicURLOptions[name] }
 
-// checkURLForm refuses a URL written so that parsing it would quote parts
+// checkURLForm refuses a Redis URL not of the form wanted (no scheme,
+// white space around it) or written so that parsing it would quote parts
 // of it in its errors (a password with a character that must be
 // percent-encoded): the error says what is wrong without quoting any of
-// it.
+// it, and gives the advice on user names and passwords only to a URL that
+// has them.
 func checkURLForm(raw string) error {
-	const encode = "percent-encode the characters ; # / ? % @ : in the user name and password (%3B %23 %2F %3F %25 %40 %3A)"
-	if strings.Contains(raw, "#") {
-		return errors.New("the URL has a '#': " + encode)
+	const (
+		form   = "want redis://host:port/db (such as redis://10.0.0.5:6379/0), rediss:// for TLS, redis+cluster:// or redis+sentinel://"
+		encode = "percent-encode the characters ; # / ? % @ : in the user name and password (%3B %23 %2F %3F %25 %40 %3A)"
+	)
+	advice := form
+	if strings.Contains(raw, "@") {
+		advice = encode
+	}
+	switch {
+	case strings.TrimSpace(raw) != raw:
+		return errors.New("the URL has white space before or after it: remove it; " + form)
+	case !strings.Contains(raw, "://"):
+		return errors.New("the URL has no scheme: " + form)
+	case strings.Contains(raw, "#"):
+		return errors.New("the URL has a '#': " + advice)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return errors.New("the URL does not parse: " + encode)
+		return errors.New("the URL does not parse: " + advice)
 	}
 	if _, err := url.ParseQuery(u.RawQuery); err != nil {
 		return errors.New("the URL's query does not parse: percent-encode ; and % in its values")

@@ -121,6 +121,31 @@ func TestOpenStoreBadRedisURL(t *testing.T) {
 	}
 }
 
+// A malformed Redis URL gets advice that fits it: the form wanted when the
+// scheme is missing or white space surrounds it, and the advice on
+// passwords only for a URL that has a user name or password.
+func TestOpenStoreRedisURLAdvice(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const form, encode = "want redis://host:port/db", "percent-encode"
+	for _, tt := range []struct {
+		url, want, notWant string
+	}{
+		{"10.0.0.5:6379", "REDIS_URL: the URL has no scheme: " + form, encode},
+		{"localhost:6379/0", "the URL has no scheme", encode},
+		{" redis://10.0.0.5:6379/0", "REDIS_URL: the URL has white space before or after it", encode},
+		{"redis://10.0.0.5:6379/0\n", "white space", encode},
+		{"redis://10.0.0.5:bad port/0", "the URL does not parse: " + form, encode},
+		{"redis://h:6379/0#frag", "the URL has a '#': " + form, encode},
+		{"redis://:hunter2-pass/xyz@127.0.0.1:6379/12", "the URL does not parse: " + encode, form},
+		{"redis://:hunter2-pass#xyz@127.0.0.1:6379/12", "the URL has a '#': " + encode, form},
+	} {
+		_, err := OpenStore(t.Context(), StoreConfig{RedisURL: tt.url, Dir: t.TempDir()}, log)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), tt.notWant) {
+			t.Errorf("OpenStore(%q): got error %v, want one containing %q and not %q", tt.url, err, tt.want, tt.notWant)
+		}
+	}
+}
+
 // A DATA_DIR that cannot hold the embedded store (here it is a file) is a
 // *ConfigError naming DATA_DIR and the file: a setting to fix, exit
 // status 2.
