@@ -2,7 +2,9 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -342,6 +344,120 @@ func TestFinishedRunsClaimDoesNotStopQueuedAnswer(t *testing.T) {
 			}
 			if got := w.rec.Answers(); !slices.Equal(got, []string{"deployed", "noon"}) {
 				t.Errorf("answers = %q, want both", got)
+			}
+		})
+	}
+}
+
+// A resume whose process stalls while the first call of its step runs
+// (a VM paused, starved of CPU) loses its lease and claim; another
+// process resumes the run meanwhile, reports that call interrupted and
+// runs the next one. When the stalled tool returns, the stalled resume
+// goes on to that next call before its renewer has run again, so nothing
+// has told it yet that the run is someone else's: the lease TTL is an
+// hour here, for the renewer not to notice first, and the lease and claim
+// running out are modelled by releasing them. Only the call's execution
+// mark, taken already by the other process, stops it: the next call runs
+// once, by the process that holds the run, and the stalled one reports it
+// interrupted with its outcome unknown.
+func TestStalledResumeDoesNotRunACallAnotherProcessStarted(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = "policy:\n  default: ask\n"
+			w.cfg.LeaseTTL = time.Hour
+			w.cfg.Owner = "stalled"
+			entered, release := make(chan struct{}), make(chan struct{})
+			var releaseOnce sync.Once
+			t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+			var mu sync.Mutex
+			runs := map[string]int{}
+			must(t, w.reg.Register(agent.Tool{
+				Name: "migrate", Schema: json.RawMessage(`{"type":"object","properties":{"db":{"type":"string"}}}`),
+				Handler: func(_ context.Context, args json.RawMessage) (agent.Result, error) {
+					var in struct{ DB string }
+					_ = json.Unmarshal(args, &in)
+					mu.Lock()
+					runs[in.DB]++
+					first := in.DB == "a" && runs["a"] == 1
+					mu.Unlock()
+					if first {
+						close(entered)
+						<-release // the process stalls while it runs
+					}
+					return agent.Result{Content: "migrated " + in.DB}, nil
+				},
+			}))
+			stalled := &recorder{}
+			a := w.agentWith(w.store, stalled)
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{"db":"a"}`), call("c2", "migrate", `{"db":"b"}`)))
+			req := request("migrate both databases")
+			out, err := a.Run(t.Context(), req)
+			must(t, err)
+			if out.Status != agent.Paused || len(out.Pending) != 2 {
+				t.Fatalf("Run = %s with %d pending, want two paused calls", out.Status, len(out.Pending))
+			}
+			for _, p := range out.Pending {
+				if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c2 := out.Pending[1]
+
+			survivorAsking, survivorGoOn := make(chan struct{}), make(chan struct{})
+			var goOnce sync.Once
+			goOn := func() { goOnce.Do(func() { close(survivorGoOn) }) }
+			t.Cleanup(goOn)
+			var asked atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				if asked.Add(1) == 1 {
+					close(survivorAsking)
+					<-survivorGoOn
+					return fakeopenai.Text("resumed by the survivor")
+				}
+				return fakeopenai.Text("the stalled process's answer")
+			})
+			done := resumeAsync(a, out.RunID)
+			<-entered
+			// Its lease and claim run out while it is stalled.
+			must(t, w.store.ReleaseLease(t.Context(), store.TurnLease(req.Conversation), "stalled"))
+			must(t, w.store.ReleaseClaim(t.Context(), out.RunID, "stalled"))
+
+			w.cfg.Owner = "survivor"
+			survivor := w.agent() // another process on the same store
+			resumed := make(chan agent.Outcome, 1)
+			go func() {
+				out, err := survivor.Resume(context.Background(), c2.RunID)
+				if err != nil {
+					t.Errorf("the survivor's Resume: %v", err)
+				}
+				resumed <- out
+			}()
+			<-survivorAsking // c1 reported interrupted, c2 run
+			releaseOnce.Do(func() { close(release) })
+			if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
+				t.Errorf("the stalled resume = %v, want ErrLeaseLost (its write refused)", err)
+			}
+			goOn()
+			if o := <-resumed; o.Status != agent.Answered || o.Answer != "resumed by the survivor" {
+				t.Fatalf("the survivor's Resume = %+v, want its answer", o)
+			}
+
+			mu.Lock()
+			onA, onB := runs["a"], runs["b"]
+			mu.Unlock()
+			if onA != 1 || onB != 1 {
+				t.Errorf("migrate ran %d times on a and %d on b, want each once", onA, onB)
+			}
+			var got []string
+			for _, u := range stalled.Updates() {
+				if u.Call.ID == c2.ID {
+					got = append(got, fmt.Sprintf("%s (%s)", u.Phase, u.Note))
+				}
+			}
+			want := []string{fmt.Sprintf("%s ()", agent.PhaseDecided), fmt.Sprintf("%s (%s)", agent.PhaseSkipped, agent.NoteInterrupted)}
+			if !slices.Equal(got, want) {
+				t.Errorf("the stalled process's updates of the second call = %q, want %q: decided, then interrupted with its outcome unknown", got, want)
 			}
 		})
 	}
