@@ -211,13 +211,27 @@ func TestResumeStarvedAndTakenOver(t *testing.T) {
 
 // A message's turn whose lease renewal finds the lease lost stops in the
 // model call with ErrLeaseLost, answering nothing; its message is still
-// listed, and another process's first TakeOver answers it once.
+// listed, and another process's first TakeOver answers it once. The
+// model's time-out is an hour and its first answer an hour away, so only
+// the refused renewal can end that call: the model sees its request
+// given up by the client.
 func TestLostLeaseHandsTurnOver(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			w := newWorld(t, b)
 			w.cfg.LeaseTTL = 300 * time.Millisecond
-			entered, _ := heldModel(t, w, "answered by the survivor", nil)
+			w.modelTimeout = time.Hour
+			entered, givenUp := make(chan struct{}), make(chan struct{})
+			var asked atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				if asked.Add(1) > 1 {
+					return fakeopenai.Text("answered by the survivor")
+				}
+				close(entered)
+				// Served comes before the hour only when the client
+				// goes away (or the server closes, after the test).
+				return fakeopenai.Response{Text: "the stopped process's answer", Delay: time.Hour, Served: func(time.Duration) { close(givenUp) }}
+			})
 			st := newStarvedStore(w.store)
 			stopped := &recorder{}
 			a := w.agentWith(st, stopped)
@@ -229,8 +243,21 @@ func TestLostLeaseHandsTurnOver(t *testing.T) {
 			}()
 			<-entered
 			st.LoseLeases()
-			if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
-				t.Fatalf("Run after its lease was lost = %v, want ErrLeaseLost", err)
+			select {
+			case err := <-done:
+				if !errors.Is(err, agent.ErrLeaseLost) {
+					t.Fatalf("Run after its lease was lost = %v, want ErrLeaseLost", err)
+				}
+				if me := (*agent.ModelError)(nil); errors.As(err, &me) && me.Kind == agent.ErrKindTimeout {
+					t.Errorf("Run after its lease was lost = %v, want it stopped by the lost lease, not a model time-out", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the turn did not stop when its lease renewal was refused")
+			}
+			select {
+			case <-givenUp:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the model never saw the stopped turn's request given up")
 			}
 
 			b := w.restart()
