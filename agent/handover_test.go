@@ -489,3 +489,74 @@ func TestStalledResumeDoesNotRunACallAnotherProcessStarted(t *testing.T) {
 		})
 	}
 }
+
+// markRefused is the store of a process whose conversation another
+// process took over just before it marks a step's call as starting: once
+// armed, its next CommitTurn is refused as the store refuses a write of
+// a process that no longer holds the conversation's lease.
+type markRefused struct {
+	agent.Store
+	armed atomic.Bool
+}
+
+func (s *markRefused) CommitTurn(ctx context.Context, c store.Commit) error {
+	if s.armed.CompareAndSwap(true, false) {
+		return fmt.Errorf("commit turn of %s: %w", c.Key, store.ErrNotHolder)
+	}
+	return s.Store.CommitTurn(ctx, c)
+}
+
+// A turn whose mark before an allowed call that may not run twice is
+// refused because another process holds the conversation now stops there
+// with ErrLeaseLost, for that process to carry the turn on: the call does
+// not run, the model is not asked again, nothing is answered, and nothing
+// after it in the step is judged, so no card is posted for a later call
+// (a read here) and the audit log holds the refused call's request only.
+func TestRefusedStepMarkStopsTheTurn(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = takeoverPolicy
+			var runs atomic.Int64
+			must(t, w.reg.Register(agent.Tool{
+				Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+				Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+					runs.Add(1)
+					return agent.Result{Content: "migrated"}, nil
+				},
+			}))
+			st := &markRefused{Store: w.store}
+			var asked atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				if asked.Add(1) > 1 {
+					return fakeopenai.Text("asked again")
+				}
+				st.armed.Store(true) // the next write is the mark before migrate
+				return fakeopenai.ToolCalls(call("c1", "migrate", `{}`), call("c2", "read_file", `{"path":"/etc/hosts"}`))
+			})
+			cards := &announcer{st: w.store}
+			a := w.agentWith(st, cards)
+			if _, err := a.Run(t.Context(), request("migrate the schema")); !errors.Is(err, agent.ErrLeaseLost) {
+				t.Fatalf("Run whose step mark was refused = %v, want ErrLeaseLost", err)
+			}
+			if n := runs.Load(); n != 0 {
+				t.Errorf("migrate ran %d times after its mark was refused, want 0", n)
+			}
+			if n := w.reads.n.Load(); n != 0 {
+				t.Errorf("read_file ran %d times after the step's mark was refused, want 0", n)
+			}
+			if n := asked.Load(); n != 1 {
+				t.Errorf("the model was asked %d times, want once (not again after the refused mark)", n)
+			}
+			if got := cards.Answers(); len(got) != 0 {
+				t.Errorf("answered %q, want nothing", got)
+			}
+			if got := cards.Events(); len(got) != 0 {
+				t.Errorf("card events %q after the refused mark, want none (the later call is not judged)", got)
+			}
+			if got := auditLog(t, w.store); !slices.Equal(got, []string{"request migrate"}) {
+				t.Errorf("audit log = %q, want only the request of the call whose mark was refused", got)
+			}
+		})
+	}
+}
