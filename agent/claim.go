@@ -54,7 +54,7 @@ func (a *Agent) keepClaim(ctx context.Context, runID string, claimedAt time.Time
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		keepRenewed(renewCtx, a.cfg.LeaseTTL, claimedAt, a.log, lost, func(ctx context.Context) (bool, error) {
+		keepRenewed(renewCtx, wallClock{}, a.cfg.LeaseTTL, claimedAt, a.log, lost, func(ctx context.Context) (bool, error) {
 			sent := time.Now()
 			ok, err := a.store.RenewClaim(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL)
 			if err == nil && ok {

@@ -507,3 +507,53 @@ func TestPauseSavedDespiteAnErrorIsAPause(t *testing.T) {
 		})
 	}
 }
+
+// A decision on arguments other than the call's, or one made at or past
+// the call's deadline, is refused from the call as read, without asking
+// the store to record it: the store is asked for the call and nothing
+// else, with Decide and with DecideTaking (whose own check of the call as
+// this process paused it sends it to that read).
+func TestStaleOrLateDecisionIsNotSent(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, tt := range []struct {
+			name string
+			late bool
+			want error
+		}{
+			{"other arguments", false, approvals.ErrFingerprintMismatch},
+			{"past the deadline", true, approvals.ErrExpired},
+		} {
+			for _, taking := range []bool{false, true} {
+				name := b.name + "/" + tt.name + "/Decide"
+				if taking {
+					name += "Taking"
+				}
+				t.Run(name, func(t *testing.T) {
+					ctx := t.Context()
+					w := newWorld(t, b)
+					a, log := loggedAgent(w)
+					p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+					d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}
+					if tt.late {
+						w.advance(p.ExpiresAt.Sub(w.clock()))
+					} else {
+						d.Fingerprint = strings.Repeat("0", 64)
+					}
+					log.take()
+					var err error
+					if taking {
+						_, _, err = a.DecideTaking(ctx, d)
+					} else {
+						_, err = a.Decide(ctx, d)
+					}
+					if !errors.Is(err, tt.want) {
+						t.Errorf("got %v, want %v", err, tt.want)
+					}
+					if calls, _ := log.take(); !slices.Equal(calls, []string{"GetCallWith"}) {
+						t.Errorf("store calls of the refused decision = %q, want only the read of the call", calls)
+					}
+				})
+			}
+		}
+	}
+}

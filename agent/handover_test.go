@@ -2,7 +2,9 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -209,13 +211,27 @@ func TestResumeStarvedAndTakenOver(t *testing.T) {
 
 // A message's turn whose lease renewal finds the lease lost stops in the
 // model call with ErrLeaseLost, answering nothing; its message is still
-// listed, and another process's first TakeOver answers it once.
+// listed, and another process's first TakeOver answers it once. The
+// model's time-out is an hour and its first answer an hour away, so only
+// the refused renewal can end that call: the model sees its request
+// given up by the client.
 func TestLostLeaseHandsTurnOver(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			w := newWorld(t, b)
 			w.cfg.LeaseTTL = 300 * time.Millisecond
-			entered, _ := heldModel(t, w, "answered by the survivor", nil)
+			w.modelTimeout = time.Hour
+			entered, givenUp := make(chan struct{}), make(chan struct{})
+			var asked atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				if asked.Add(1) > 1 {
+					return fakeopenai.Text("answered by the survivor")
+				}
+				close(entered)
+				// Served comes before the hour only when the client
+				// goes away (or the server closes, after the test).
+				return fakeopenai.Response{Text: "the stopped process's answer", Delay: time.Hour, Served: func(time.Duration) { close(givenUp) }}
+			})
 			st := newStarvedStore(w.store)
 			stopped := &recorder{}
 			a := w.agentWith(st, stopped)
@@ -227,8 +243,21 @@ func TestLostLeaseHandsTurnOver(t *testing.T) {
 			}()
 			<-entered
 			st.LoseLeases()
-			if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
-				t.Fatalf("Run after its lease was lost = %v, want ErrLeaseLost", err)
+			select {
+			case err := <-done:
+				if !errors.Is(err, agent.ErrLeaseLost) {
+					t.Fatalf("Run after its lease was lost = %v, want ErrLeaseLost", err)
+				}
+				if me := (*agent.ModelError)(nil); errors.As(err, &me) && me.Kind == agent.ErrKindTimeout {
+					t.Errorf("Run after its lease was lost = %v, want it stopped by the lost lease, not a model time-out", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the turn did not stop when its lease renewal was refused")
+			}
+			select {
+			case <-givenUp:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the model never saw the stopped turn's request given up")
 			}
 
 			b := w.restart()
@@ -342,6 +371,191 @@ func TestFinishedRunsClaimDoesNotStopQueuedAnswer(t *testing.T) {
 			}
 			if got := w.rec.Answers(); !slices.Equal(got, []string{"deployed", "noon"}) {
 				t.Errorf("answers = %q, want both", got)
+			}
+		})
+	}
+}
+
+// A resume whose process stalls while the first call of its step runs
+// (a VM paused, starved of CPU) loses its lease and claim; another
+// process resumes the run meanwhile, reports that call interrupted and
+// runs the next one. When the stalled tool returns, the stalled resume
+// goes on to that next call before its renewer has run again, so nothing
+// has told it yet that the run is someone else's: the lease TTL is an
+// hour here, for the renewer not to notice first, and the lease and claim
+// running out are modelled by releasing them. Only the call's execution
+// mark, taken already by the other process, stops it: the next call runs
+// once, by the process that holds the run, and the stalled one reports it
+// interrupted with its outcome unknown.
+func TestStalledResumeDoesNotRunACallAnotherProcessStarted(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = "policy:\n  default: ask\n"
+			w.cfg.LeaseTTL = time.Hour
+			w.cfg.Owner = "stalled"
+			entered, release := make(chan struct{}), make(chan struct{})
+			var releaseOnce sync.Once
+			t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+			var mu sync.Mutex
+			runs := map[string]int{}
+			must(t, w.reg.Register(agent.Tool{
+				Name: "migrate", Schema: json.RawMessage(`{"type":"object","properties":{"db":{"type":"string"}}}`),
+				Handler: func(_ context.Context, args json.RawMessage) (agent.Result, error) {
+					var in struct{ DB string }
+					_ = json.Unmarshal(args, &in)
+					mu.Lock()
+					runs[in.DB]++
+					first := in.DB == "a" && runs["a"] == 1
+					mu.Unlock()
+					if first {
+						close(entered)
+						<-release // the process stalls while it runs
+					}
+					return agent.Result{Content: "migrated " + in.DB}, nil
+				},
+			}))
+			stalled := &recorder{}
+			a := w.agentWith(w.store, stalled)
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{"db":"a"}`), call("c2", "migrate", `{"db":"b"}`)))
+			req := request("migrate both databases")
+			out, err := a.Run(t.Context(), req)
+			must(t, err)
+			if out.Status != agent.Paused || len(out.Pending) != 2 {
+				t.Fatalf("Run = %s with %d pending, want two paused calls", out.Status, len(out.Pending))
+			}
+			for _, p := range out.Pending {
+				if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c2 := out.Pending[1]
+
+			survivorAsking, survivorGoOn := make(chan struct{}), make(chan struct{})
+			var goOnce sync.Once
+			goOn := func() { goOnce.Do(func() { close(survivorGoOn) }) }
+			t.Cleanup(goOn)
+			var asked atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				if asked.Add(1) == 1 {
+					close(survivorAsking)
+					<-survivorGoOn
+					return fakeopenai.Text("resumed by the survivor")
+				}
+				return fakeopenai.Text("the stalled process's answer")
+			})
+			done := resumeAsync(a, out.RunID)
+			<-entered
+			// Its lease and claim run out while it is stalled.
+			must(t, w.store.ReleaseLease(t.Context(), store.TurnLease(req.Conversation), "stalled"))
+			must(t, w.store.ReleaseClaim(t.Context(), out.RunID, "stalled"))
+
+			w.cfg.Owner = "survivor"
+			survivor := w.agent() // another process on the same store
+			resumed := make(chan agent.Outcome, 1)
+			go func() {
+				out, err := survivor.Resume(context.Background(), c2.RunID)
+				if err != nil {
+					t.Errorf("the survivor's Resume: %v", err)
+				}
+				resumed <- out
+			}()
+			<-survivorAsking // c1 reported interrupted, c2 run
+			releaseOnce.Do(func() { close(release) })
+			if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
+				t.Errorf("the stalled resume = %v, want ErrLeaseLost (its write refused)", err)
+			}
+			goOn()
+			if o := <-resumed; o.Status != agent.Answered || o.Answer != "resumed by the survivor" {
+				t.Fatalf("the survivor's Resume = %+v, want its answer", o)
+			}
+
+			mu.Lock()
+			onA, onB := runs["a"], runs["b"]
+			mu.Unlock()
+			if onA != 1 || onB != 1 {
+				t.Errorf("migrate ran %d times on a and %d on b, want each once", onA, onB)
+			}
+			var got []string
+			for _, u := range stalled.Updates() {
+				if u.Call.ID == c2.ID {
+					got = append(got, fmt.Sprintf("%s (%s)", u.Phase, u.Note))
+				}
+			}
+			want := []string{fmt.Sprintf("%s ()", agent.PhaseDecided), fmt.Sprintf("%s (%s)", agent.PhaseSkipped, agent.NoteInterrupted)}
+			if !slices.Equal(got, want) {
+				t.Errorf("the stalled process's updates of the second call = %q, want %q: decided, then interrupted with its outcome unknown", got, want)
+			}
+		})
+	}
+}
+
+// markRefused is the store of a process whose conversation another
+// process took over just before it marks a step's call as starting: once
+// armed, its next CommitTurn is refused as the store refuses a write of
+// a process that no longer holds the conversation's lease.
+type markRefused struct {
+	agent.Store
+	armed atomic.Bool
+}
+
+func (s *markRefused) CommitTurn(ctx context.Context, c store.Commit) error {
+	if s.armed.CompareAndSwap(true, false) {
+		return fmt.Errorf("commit turn of %s: %w", c.Key, store.ErrNotHolder)
+	}
+	return s.Store.CommitTurn(ctx, c)
+}
+
+// A turn whose mark before an allowed call that may not run twice is
+// refused because another process holds the conversation now stops there
+// with ErrLeaseLost, for that process to carry the turn on: the call does
+// not run, the model is not asked again, nothing is answered, and nothing
+// after it in the step is judged, so no card is posted for a later call
+// (a read here) and the audit log holds the refused call's request only.
+func TestRefusedStepMarkStopsTheTurn(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = takeoverPolicy
+			var runs atomic.Int64
+			must(t, w.reg.Register(agent.Tool{
+				Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+				Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+					runs.Add(1)
+					return agent.Result{Content: "migrated"}, nil
+				},
+			}))
+			st := &markRefused{Store: w.store}
+			var asked atomic.Int64
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				if asked.Add(1) > 1 {
+					return fakeopenai.Text("asked again")
+				}
+				st.armed.Store(true) // the next write is the mark before migrate
+				return fakeopenai.ToolCalls(call("c1", "migrate", `{}`), call("c2", "read_file", `{"path":"/etc/hosts"}`))
+			})
+			cards := &announcer{st: w.store}
+			a := w.agentWith(st, cards)
+			if _, err := a.Run(t.Context(), request("migrate the schema")); !errors.Is(err, agent.ErrLeaseLost) {
+				t.Fatalf("Run whose step mark was refused = %v, want ErrLeaseLost", err)
+			}
+			if n := runs.Load(); n != 0 {
+				t.Errorf("migrate ran %d times after its mark was refused, want 0", n)
+			}
+			if n := w.reads.n.Load(); n != 0 {
+				t.Errorf("read_file ran %d times after the step's mark was refused, want 0", n)
+			}
+			if n := asked.Load(); n != 1 {
+				t.Errorf("the model was asked %d times, want once (not again after the refused mark)", n)
+			}
+			if got := cards.Answers(); len(got) != 0 {
+				t.Errorf("answered %q, want nothing", got)
+			}
+			if got := cards.Events(); len(got) != 0 {
+				t.Errorf("card events %q after the refused mark, want none (the later call is not judged)", got)
+			}
+			if got := auditLog(t, w.store); !slices.Equal(got, []string{"request migrate"}) {
+				t.Errorf("audit log = %q, want only the request of the call whose mark was refused", got)
 			}
 		})
 	}

@@ -155,6 +155,9 @@ type world struct {
 	cfg      agent.Config
 	policy   string            // the config file's YAML; testPolicy unless a test sets it
 	engine   *approvals.Engine // the latest agent's policy engine
+	// modelTimeout bounds a model call of the agents built next; 10s
+	// unless a test sets it.
+	modelTimeout time.Duration
 }
 
 func newWorld(t *testing.T, b backend) *world {
@@ -211,7 +214,11 @@ func (w *world) agentWith(st agent.Store, rep agent.Reporter) *agent.Agent {
 	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock),
 		approvals.WithDefaults(approvals.Defaults{TTL: w.cfg.ApprovalTTL, RemindAfter: w.cfg.ReminderAfter}))
 	w.engine = engine
-	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: w.model.URL(), APIKey: "test-key", Model: "fake-model", Timeout: 10 * time.Second})
+	timeout := w.modelTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: w.model.URL(), APIKey: "test-key", Model: "fake-model", Timeout: timeout})
 	return agent.New(model, w.reg, engine, st, func(string) agent.Reporter { return rep }, w.cfg)
 }
 

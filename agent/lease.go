@@ -369,7 +369,7 @@ func (l *leases) release(ctx context.Context, key, conversation string, released
 // lease may have run out in the store, it calls lost with ErrLeaseLost and
 // returns.
 func (l *leases) renew(ctx context.Context, key, conversation string, since time.Time, lost context.CancelCauseFunc) {
-	keepRenewed(ctx, l.ttl, since, l.log, lost, func(ctx context.Context) (bool, error) {
+	keepRenewed(ctx, wallClock{}, l.ttl, since, l.log, lost, func(ctx context.Context) (bool, error) {
 		// Never taken back once it ran out: whoever held it since may
 		// have done this work's work.
 		return l.store.RenewLease(ctx, key, l.owner, l.ttl)
@@ -393,21 +393,20 @@ var errNothingToRenew = errors.New("nothing left to renew")
 // have started on it, and returns. Only a first renewal that comes later
 // than that (the work started late) is sent then, and waited for ttl/3 at
 // most, never past the hold's end: the store extends only a hold that has
-// not run out. name and the key/value pairs in attrs name the hold in the
-// log.
-func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *slog.Logger, lost context.CancelCauseFunc, renew func(context.Context) (bool, error), name string, attrs ...any) {
+// not run out. Time is clk's (wallClock, but in tests). name and the
+// key/value pairs in attrs name the hold in the log.
+func keepRenewed(ctx context.Context, clk clock, ttl time.Duration, since time.Time, log *slog.Logger, lost context.CancelCauseFunc, renew func(context.Context) (bool, error), name string, attrs ...any) {
 	renewed := since
-	t := time.NewTimer(time.Until(since.Add(ttl / 3)))
-	defer t.Stop()
+	due := clk.After(since.Add(ttl / 3).Sub(clk.Now()))
 	for first := true; ; first = false {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-due:
 		}
 		// A renewal that hangs (a store that neither answers nor fails)
 		// is abandoned when the hold must be given up.
-		sent := time.Now()
+		sent := clk.Now()
 		deadline := renewed.Add(ttl * 2 / 3)
 		if !sent.Before(deadline) {
 			if !first || !sent.Before(renewed.Add(ttl)) {
@@ -418,7 +417,7 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 			// Never past the hold's end.
 			deadline = sent.Add(min(ttl/3, renewed.Add(ttl).Sub(sent)))
 		}
-		rctx, cancel := context.WithDeadline(ctx, deadline)
+		rctx, cancel := clk.WithDeadline(ctx, deadline)
 		ok, err := renew(rctx)
 		cancel()
 		switch {
@@ -426,7 +425,7 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 			return
 		case err == nil && ok:
 			renewed = sent
-			t.Reset(time.Until(sent.Add(ttl / 3)))
+			due = clk.After(sent.Add(ttl / 3).Sub(clk.Now()))
 		case err == nil:
 			log.Error(name+" lost; stopping the work under it for another process to carry on", attrs...)
 			lost(ErrLeaseLost)
@@ -435,11 +434,31 @@ func keepRenewed(ctx context.Context, ttl time.Duration, since time.Time, log *s
 			log.Warn("renew "+name, append(attrs, "err", err)...)
 			// Give up before the hold can have run out in the store, so
 			// no one else is working on it yet.
-			if time.Since(renewed) >= ttl*2/3 {
+			if clk.Now().Sub(renewed) >= ttl*2/3 {
 				lost(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 				return
 			}
-			t.Reset(min(ttl/6, time.Until(renewed.Add(ttl*2/3))))
+			due = clk.After(min(ttl/6, renewed.Add(ttl*2/3).Sub(clk.Now())))
 		}
 	}
+}
+
+// clock is the time keepRenewed goes by: wallClock, but in tests of its
+// schedule.
+type clock interface {
+	Now() time.Time
+	// After sends the time on the channel once d has passed (at once if
+	// d is not positive).
+	After(d time.Duration) <-chan time.Time
+	// WithDeadline is context.WithDeadline by this clock.
+	WithDeadline(ctx context.Context, d time.Time) (context.Context, context.CancelFunc)
+}
+
+// wallClock is the real time.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (wallClock) WithDeadline(ctx context.Context, d time.Time) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(ctx, d)
 }

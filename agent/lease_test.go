@@ -3,9 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,40 +216,19 @@ func TestPanicWhileTakingLeaseLetsClaimGo(t *testing.T) {
 // ttl/3 after the work started; and a renewal that fails when the hold may
 // have run out since it was taken gives the work up at once.
 func TestRenewalCountsFromWhenHoldWasTaken(t *testing.T) {
-	const ttl = time.Hour // a renewal ttl/3 after the start would take 20 minutes
-	renewed := make(chan struct{}, 1)
+	const ttl = time.Hour // a renewal ttl/3 after the start would come at 50m
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		keepRenewed(ctx, ttl, time.Now().Add(-ttl/2), slog.Default(), func(error) { t.Error("a renewed hold was given up") }, func(context.Context) (bool, error) {
-			select {
-			case renewed <- struct{}{}:
-			default:
-			}
-			return true, nil
-		}, "test hold")
-	}()
-	select {
-	case <-renewed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a hold taken ttl/2 ago was not renewed at once")
-	}
+	clk := newStepClock(ttl / 2)
+	renewOn(ctx, clk, ttl, func(context.Context, int) (bool, error) { return true, nil })
+	clk.expect(t, "wait 20m0s", "deadline 40m0s", "renew 30m0s", "wait 50m0s")
 	cancel()
-	<-done
+	clk.expect(t, "returned")
 
-	lost := make(chan error, 1)
-	go keepRenewed(t.Context(), ttl, time.Now().Add(-ttl*3/4), slog.Default(), func(err error) { lost <- err }, func(context.Context) (bool, error) {
+	clk = newStepClock(ttl * 3 / 4)
+	renewOn(t.Context(), clk, ttl, func(context.Context, int) (bool, error) {
 		return false, errors.New("the store is unreachable")
-	}, "test hold")
-	select {
-	case err := <-lost:
-		if !errors.Is(err, ErrLeaseLost) {
-			t.Errorf("lost with %v, want ErrLeaseLost", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a hold taken 3/4 ttl ago whose renewal failed was not given up at once")
-	}
+	})
+	clk.expect(t, "wait 20m0s", "deadline 1h0m0s", "renew 45m0s", "lost 45m0s", "returned")
 }
 
 // renewSignal reports each RenewLease.
@@ -295,73 +275,175 @@ func TestRunHeldRenewsFromTake(t *testing.T) {
 	}
 }
 
-// A renewal that fails while the hold cannot have run out yet keeps the
-// work going: the next renewal is tried, and one that succeeds carries the
-// hold on. Only failures for ttl*2/3 since the last renewal give it up.
-func TestFailedRenewalWithinTheHoldIsTriedAgain(t *testing.T) {
-	// The blip comes at ttl/3; the hold is given up only past ttl*2/3, a
-	// margin of half a second for a slow machine.
-	const ttl = 1500 * time.Millisecond
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	calls := make(chan int, 10)
-	n := 0
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		keepRenewed(ctx, ttl, time.Now(), slog.Default(), func(err error) { t.Errorf("the hold was given up after one failed renewal: %v", err) }, func(context.Context) (bool, error) {
-			n++
-			calls <- n
-			if n == 1 {
-				return false, errors.New("i/o timeout") // a blip
-			}
-			return true, nil
-		}, "test hold")
-	}()
-	for want := 1; want <= 3; want++ {
-		select {
-		case got := <-calls:
-			if got != want {
-				t.Fatalf("renewal %d, want %d", got, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("renewal %d never came", want)
+// stepClock is a clock that stands still until the test moves it (set),
+// for tests of keepRenewed's schedule. What keepRenewed asks of it, each
+// wait and each renewal's deadline, is an event, and so are the renewals,
+// the loss and the return of keepRenewed run by renewOn: one sequence in
+// the order they happen, with times given since the hold was taken.
+type stepClock struct {
+	taken  time.Time
+	events chan string
+
+	mu     sync.Mutex
+	now    time.Time
+	timers []stepTimer
+}
+
+type stepTimer struct {
+	at   time.Time
+	fire func()
+}
+
+// newStepClock returns a clock that reads now after the hold was taken.
+func newStepClock(now time.Duration) *stepClock {
+	taken := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	return &stepClock{taken: taken, now: taken.Add(now), events: make(chan string, 100)}
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// since is how long after the hold was taken tm is.
+func (c *stepClock) since(tm time.Time) time.Duration { return tm.Sub(c.taken) }
+
+func (c *stepClock) note(format string, args ...any) { c.events <- fmt.Sprintf(format, args...) }
+
+func (c *stepClock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	at := c.Now().Add(d)
+	c.note("wait %v", c.since(at))
+	c.at(at, func() { ch <- at })
+	return ch
+}
+
+func (c *stepClock) WithDeadline(ctx context.Context, d time.Time) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	c.note("deadline %v", c.since(d))
+	c.at(d, func() { cancel(context.DeadlineExceeded) })
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// at runs fire when the clock reaches tm, at once if it has.
+func (c *stepClock) at(tm time.Time, fire func()) {
+	c.mu.Lock()
+	if tm.After(c.now) {
+		c.timers = append(c.timers, stepTimer{at: tm, fire: fire})
+		fire = nil
+	}
+	c.mu.Unlock()
+	if fire != nil {
+		fire()
+	}
+}
+
+// set moves the clock to at after the hold was taken, and fires what is
+// due by then.
+func (c *stepClock) set(at time.Duration) {
+	c.mu.Lock()
+	c.now = c.taken.Add(at)
+	var due []func()
+	kept := c.timers[:0]
+	for _, tm := range c.timers {
+		if tm.at.After(c.now) {
+			kept = append(kept, tm)
+		} else {
+			due = append(due, tm.fire)
 		}
 	}
+	c.timers = kept
+	c.mu.Unlock()
+	for _, fire := range due {
+		fire()
+	}
+}
+
+// expect checks that the next events are want.
+func (c *stepClock) expect(t *testing.T, want ...string) {
+	t.Helper()
+	var got []string
+	for len(got) < len(want) {
+		select {
+		case e := <-c.events:
+			got = append(got, e)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("events %q, then none; want %q", got, want)
+		}
+		if !slices.Equal(got, want[:len(got)]) {
+			t.Fatalf("events %q, want %q", got, want)
+		}
+	}
+}
+
+// renewOn runs keepRenewed on clk, for a hold of ttl taken at clk's
+// start, until ctx ends; renew answers the nth renewal. A hold lost with
+// ErrLeaseLost is the event "lost <when>".
+func renewOn(ctx context.Context, clk *stepClock, ttl time.Duration, renew func(ctx context.Context, n int) (bool, error)) {
+	n := 0
+	go func() {
+		keepRenewed(ctx, clk, ttl, clk.taken, slog.Default(), func(err error) {
+			if !errors.Is(err, ErrLeaseLost) {
+				clk.note("lost %v with %v, not ErrLeaseLost", clk.since(clk.Now()), err)
+				return
+			}
+			clk.note("lost %v", clk.since(clk.Now()))
+		}, func(ctx context.Context) (bool, error) {
+			n++
+			clk.note("renew %v", clk.since(clk.Now()))
+			return renew(ctx, n)
+		}, "test hold")
+		clk.note("returned")
+	}()
+}
+
+// hang is a renewal the store neither answers nor fails: it ends when
+// keepRenewed abandons it, an event.
+func hang(ctx context.Context, clk *stepClock) (bool, error) {
+	<-ctx.Done()
+	clk.note("abandoned %v", clk.since(clk.Now()))
+	return false, ctx.Err()
+}
+
+var errBlip = errors.New("i/o timeout")
+
+// A renewal that fails while the hold cannot have run out yet keeps the
+// work going: it is tried again ttl/6 later, and one that succeeds carries
+// the hold on. Only failures for ttl*2/3 since the last renewal give it up.
+func TestFailedRenewalWithinTheHoldIsTriedAgain(t *testing.T) {
+	const ttl = 3 * time.Second
+	ctx, cancel := context.WithCancel(t.Context())
+	clk := newStepClock(0)
+	renewOn(ctx, clk, ttl, func(_ context.Context, n int) (bool, error) {
+		if n == 1 {
+			return false, errBlip
+		}
+		return true, nil
+	})
+	clk.expect(t, "wait 1s")
+	clk.set(time.Second)
+	clk.expect(t, "deadline 2s", "renew 1s", "wait 1.5s")
+	clk.set(1500 * time.Millisecond)
+	clk.expect(t, "deadline 2s", "renew 1.5s", "wait 2.5s")
+	clk.set(2500 * time.Millisecond)
+	clk.expect(t, "deadline 3.5s", "renew 2.5s", "wait 3.5s")
 	cancel()
-	<-done
+	clk.expect(t, "returned")
 }
 
 // A renewal the store neither answers nor fails is abandoned when the hold
-// must be given up: the work under it is stopped (lost with ErrLeaseLost)
-// while the renewal still hangs, before the hold can have run out.
+// must be given up, ttl*2/3 after it was taken: the work under it is
+// stopped (lost with ErrLeaseLost) before the hold can have run out.
 func TestHangingRenewalGivesTheHoldUp(t *testing.T) {
 	const ttl = 900 * time.Millisecond
-	lost := make(chan error, 1)
-	abandoned := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		keepRenewed(t.Context(), ttl, time.Now(), slog.Default(), func(err error) { lost <- err }, func(ctx context.Context) (bool, error) {
-			<-ctx.Done() // hangs until abandoned
-			close(abandoned)
-			return false, ctx.Err()
-		}, "test hold")
-	}()
-	select {
-	case <-abandoned:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a hanging renewal was never abandoned")
-	}
-	select {
-	case err := <-lost:
-		if !errors.Is(err, ErrLeaseLost) {
-			t.Errorf("lost with %v, want ErrLeaseLost", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the hold was not given up after its renewal hung")
-	}
-	<-done
+	clk := newStepClock(0)
+	renewOn(t.Context(), clk, ttl, func(ctx context.Context, _ int) (bool, error) { return hang(ctx, clk) })
+	clk.expect(t, "wait 300ms")
+	clk.set(300 * time.Millisecond)
+	clk.expect(t, "deadline 600ms", "renew 300ms")
+	clk.set(600 * time.Millisecond)
+	clk.expect(t, "abandoned 600ms", "lost 600ms", "returned")
 }
 
 // A renewal that fails, then a retry that hangs: the hold is given up
@@ -369,73 +451,47 @@ func TestHangingRenewalGivesTheHoldUp(t *testing.T) {
 // not when the retry has waited as long as a first renewal may.
 func TestRetryThatHangsGivesTheHoldUpInTime(t *testing.T) {
 	const ttl = 3 * time.Second
-	since := time.Now()
-	lost := make(chan time.Time, 1)
-	var n atomic.Int32
-	go keepRenewed(t.Context(), ttl, since, slog.Default(), func(error) { lost <- time.Now() }, func(ctx context.Context) (bool, error) {
-		if n.Add(1) == 1 {
-			return false, errors.New("i/o timeout")
+	clk := newStepClock(0)
+	renewOn(t.Context(), clk, ttl, func(ctx context.Context, n int) (bool, error) {
+		if n == 1 {
+			return false, errBlip
 		}
-		<-ctx.Done() // the retry hangs
-		return false, ctx.Err()
-	}, "test hold")
-	select {
-	case at := <-lost:
-		if n.Load() < 2 {
-			t.Errorf("given up after %d renewal(s), want the failed one tried again", n.Load())
-		}
-		if after := at.Sub(since); after >= ttl {
-			t.Errorf("hold given up %v after the last renewal; it lasts %v", after, ttl)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("never given up")
-	}
+		return hang(ctx, clk)
+	})
+	clk.expect(t, "wait 1s")
+	clk.set(time.Second)
+	clk.expect(t, "deadline 2s", "renew 1s", "wait 1.5s")
+	clk.set(1500 * time.Millisecond)
+	clk.expect(t, "deadline 2s", "renew 1.5s")
+	clk.set(2 * time.Second)
+	clk.expect(t, "abandoned 2s", "lost 2s", "returned")
 }
 
 // A late first renewal (the work started late) that hangs is abandoned at
 // the hold's end, not a full LEASE_TTL/3 after it was sent.
 func TestLateFirstRenewalThatHangsStopsAtTheHoldsEnd(t *testing.T) {
 	const ttl = 3 * time.Second
-	since := time.Now().Add(-ttl * 9 / 10)
-	lost := make(chan time.Time, 1)
-	go keepRenewed(t.Context(), ttl, since, slog.Default(), func(error) { lost <- time.Now() }, func(ctx context.Context) (bool, error) {
-		<-ctx.Done()
-		return false, ctx.Err()
-	}, "test hold")
-	select {
-	case at := <-lost:
-		// Sent at 0.9 ttl, it would wait until 1.23 ttl.
-		if late := at.Sub(since.Add(ttl)); late > 500*time.Millisecond {
-			t.Errorf("work given up %v after the hold ran out", late)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("never given up")
-	}
+	clk := newStepClock(ttl * 9 / 10)
+	renewOn(t.Context(), clk, ttl, func(ctx context.Context, _ int) (bool, error) { return hang(ctx, clk) })
+	// Due at ttl/3, long past: sent at once, and waited for until the
+	// hold's end, not until 3.7s.
+	clk.expect(t, "wait 1s", "deadline 3s", "renew 2.7s")
+	clk.set(ttl)
+	clk.expect(t, "abandoned 3s", "lost 3s", "returned")
 }
 
 // A renewal that fails just before LEASE_TTL*2/3 is not retried past it:
 // the hold is given up then, not a retry's interval later.
 func TestRetryNeverPassesTwoThirds(t *testing.T) {
 	const ttl = 3 * time.Second
-	since := time.Now()
-	lost := make(chan time.Time, 1)
-	var n atomic.Int32
-	go keepRenewed(t.Context(), ttl, since, slog.Default(), func(error) { lost <- time.Now() }, func(ctx context.Context) (bool, error) {
-		if n.Add(1) == 1 { // sent at ttl/3, fails 50ms before 2/3 ttl
-			select {
-			case <-ctx.Done():
-			case <-time.After(ttl/3 - 50*time.Millisecond):
-			}
-		}
-		return false, errors.New("i/o timeout")
-	}, "test hold")
-	select {
-	case at := <-lost:
-		// Retried a LEASE_TTL/6 later, it would be given up at 2.45 s.
-		if d := at.Sub(since); d > ttl*2/3+300*time.Millisecond {
-			t.Errorf("given up %v after the last renewal, want at %v", d, ttl*2/3)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("never given up")
-	}
+	clk := newStepClock(0)
+	renewOn(t.Context(), clk, ttl, func(context.Context, int) (bool, error) {
+		clk.set(1950 * time.Millisecond) // it takes the store until 50ms before 2s
+		return false, errBlip
+	})
+	clk.expect(t, "wait 1s")
+	clk.set(time.Second)
+	clk.expect(t, "deadline 2s", "renew 1s", "wait 2s")
+	clk.set(2 * time.Second)
+	clk.expect(t, "lost 2s", "returned")
 }

@@ -550,6 +550,16 @@ func (l *turnLog) DecideBegin(ctx context.Context, id, fp string, d store.Decisi
 	return l.Store.DecideBegin(ctx, id, fp, d, fx, r)
 }
 
+func (l *turnLog) DecideAudited(ctx context.Context, id, fp string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	l.add("DecideAudited")
+	return l.Store.DecideAudited(ctx, id, fp, d, fx)
+}
+
+func (l *turnLog) ApproveAudited(ctx context.Context, id, fp string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	l.add("ApproveAudited")
+	return l.Store.ApproveAudited(ctx, id, fp, a, drop, edit, need, d, fx)
+}
+
 // heldAnswer is a recorder whose first answer closes answering and waits
 // until release is closed.
 type heldAnswer struct {
