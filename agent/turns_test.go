@@ -29,6 +29,29 @@ type turnLog struct {
 	// commit waits for a value on resume.
 	hold   chan store.Commit
 	resume chan struct{}
+	// order, if set, gets "commit" as a commit begins.
+	order *eventLog
+}
+
+// eventLog is what the fakes of a test saw, in the order they saw it.
+type eventLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *eventLog) add(event string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, event)
+}
+
+func (l *eventLog) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.events)
 }
 
 // loggedAgent returns an agent of w's on a turnLog of w's store.
@@ -64,6 +87,7 @@ func (l *turnLog) RecordsOf(ctx context.Context, kinds ...string) (map[string][]
 }
 
 func (l *turnLog) CommitTurn(ctx context.Context, c store.Commit) error {
+	l.order.add("commit")
 	if l.hold != nil {
 		l.hold <- c
 		<-l.resume
@@ -560,11 +584,12 @@ func (l *turnLog) ApproveAudited(ctx context.Context, id, fp string, a store.App
 	return l.Store.ApproveAudited(ctx, id, fp, a, drop, edit, need, d, fx)
 }
 
-// heldAnswer is a recorder whose first answer closes answering and waits
-// until release is closed.
+// heldAnswer is a recorder whose first answer closes answering, waits
+// until release is closed and then tells order it was released.
 type heldAnswer struct {
 	*recorder
 	answering, release chan struct{}
+	order              *eventLog
 	once               sync.Once
 }
 
@@ -572,6 +597,7 @@ func (r *heldAnswer) Answer(ctx context.Context, s string) {
 	r.once.Do(func() {
 		close(r.answering)
 		<-r.release
+		r.order.add("answer released")
 	})
 	r.recorder.Answer(ctx, s)
 }
@@ -584,8 +610,9 @@ func (r *heldAnswer) Answer(ctx context.Context, s string) {
 func TestAnswerIsShownBeforeTheTurnIsRecorded(t *testing.T) {
 	ctx := t.Context()
 	w := newWorld(t, backends(t)[0])
-	log := &turnLog{Store: w.store.(storetest.Store), hold: make(chan store.Commit, 1), resume: make(chan struct{})}
-	rep := &heldAnswer{recorder: &recorder{}, answering: make(chan struct{}), release: make(chan struct{})}
+	order := &eventLog{}
+	log := &turnLog{Store: w.store.(storetest.Store), hold: make(chan store.Commit, 1), resume: make(chan struct{}), order: order}
+	rep := &heldAnswer{recorder: &recorder{}, answering: make(chan struct{}), release: make(chan struct{}), order: order}
 	a := w.agentWith(log, rep)
 	w.model.Reply(fakeopenai.Text("all good"))
 	type outcome struct {
@@ -597,15 +624,25 @@ func TestAnswerIsShownBeforeTheTurnIsRecorded(t *testing.T) {
 		out, err := a.Run(ctx, request("how are things?"))
 		done <- outcome{out, err}
 	}()
-	<-rep.answering
 	select {
+	case <-rep.answering:
 	case c := <-log.hold:
-		t.Fatalf("the turn was recorded (%+v) while its answer was still being shown", c.Answer)
-	case <-time.After(time.Second):
+		t.Fatalf("the turn was recorded (%+v) before its answer was shown", c)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer was not shown")
 	}
 	close(rep.release)
-	if c := <-log.hold; !c.Answer {
+	var c store.Commit
+	select {
+	case c = <-log.hold:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the turn was not recorded once its answer was shown")
+	}
+	if !c.Answer {
 		t.Fatalf("the held commit = %+v, want the one that records the answer", c)
+	}
+	if got, want := order.list(), []string{"answer released", "commit"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q: the turn is recorded once its answer is shown", got, want)
 	}
 	select {
 	case r := <-done:

@@ -14,25 +14,43 @@ import (
 	"github.com/slack-go/slack"
 )
 
-// slowSlack is a Web API that answers usergroups.users.list,
-// conversations.members and conversations.info slowly, counting calls per
-// method.
-type slowSlack struct {
-	calls sync.Map // method -> *atomic.Int64
+// heldSlack is a Web API that answers usergroups.users.list,
+// conversations.members and conversations.info, counting calls per method.
+// Once hold is called, it keeps every answer until release.
+type heldSlack struct {
+	calls    sync.Map      // method -> *atomic.Int64
+	held     chan struct{} // closed by release; nil: answer at once
+	released sync.Once
 }
 
-func (s *slowSlack) count(method string) int64 {
+func (s *heldSlack) count(method string) int64 {
 	v, _ := s.calls.LoadOrStore(method, new(atomic.Int64))
 	return v.(*atomic.Int64).Load()
 }
 
-func newSlowSlack(t *testing.T) (*slowSlack, *slack.Client) {
-	s := &slowSlack{}
+// hold makes the server keep its answers until release (or the end of the
+// test). Call it before the first request.
+func (s *heldSlack) hold(t *testing.T) {
+	s.held = make(chan struct{})
+	t.Cleanup(s.release)
+}
+
+// release lets the answers kept by hold go, and later ones at once.
+func (s *heldSlack) release() { s.released.Do(func() { close(s.held) }) }
+
+func newHeldSlack(t *testing.T) (*heldSlack, *slack.Client) {
+	s := &heldSlack{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		method := r.URL.Path[len("/api/"):]
 		v, _ := s.calls.LoadOrStore(method, new(atomic.Int64))
 		v.(*atomic.Int64).Add(1)
-		time.Sleep(100 * time.Millisecond)
+		if s.held != nil {
+			select {
+			case <-s.held:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		_ = r.ParseForm()
 		var body any
 		switch method {
@@ -51,19 +69,59 @@ func newSlowSlack(t *testing.T) (*slowSlack, *slack.Client) {
 	return s, slack.New("xoxb-test", slack.OptionAPIURL(srv.URL+"/api/"))
 }
 
+// waitingContext returns a context around parent and a channel closed once
+// its caller waits on it. A caller of a cache asks its context for Done
+// only as it waits for the result of the look-up it shares (lookups.do),
+// after it has joined that look-up.
+func waitingContext(parent context.Context) (context.Context, <-chan struct{}) {
+	c := &waitingCtx{Context: parent, waiting: make(chan struct{})}
+	return c, c.waiting
+}
+
+type waitingCtx struct {
+	context.Context
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (c *waitingCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.waiting) })
+	return c.Context.Done()
+}
+
+// allWaiting waits until every channel of waiting is closed: every caller
+// waits on a look-up.
+func allWaiting(t *testing.T, waiting []<-chan struct{}) {
+	t.Helper()
+	guard := time.After(10 * time.Second)
+	for i, w := range waiting {
+		select {
+		case <-w:
+		case <-guard:
+			t.Fatalf("%d of %d callers wait on a look-up after 10 s", i, len(waiting))
+		}
+	}
+}
+
 // Concurrent misses of one group share a single API call.
 func TestGroupCacheSharesConcurrentLookups(t *testing.T) {
-	api, client := newSlowSlack(t)
+	api, client := newHeldSlack(t)
+	api.hold(t)
 	g := newGroupCache(client, time.Minute)
 	var wg sync.WaitGroup
+	var waiting []<-chan struct{}
 	for range 20 {
+		ctx, w := waitingContext(context.Background())
+		waiting = append(waiting, w)
 		wg.Go(func() {
-			m, err := g.Members(context.Background(), "S1")
+			m, err := g.Members(ctx, "S1")
 			if err != nil || len(m) != 2 {
 				t.Errorf("Members = %v, %v", m, err)
 			}
 		})
 	}
+	allWaiting(t, waiting)
+	api.release()
 	wg.Wait()
 	if n := api.count("usergroups.users.list"); n != 1 {
 		t.Errorf("20 concurrent lookups of one group made %d API calls, want 1", n)
@@ -73,7 +131,7 @@ func TestGroupCacheSharesConcurrentLookups(t *testing.T) {
 // The group cache keeps at most its limit of entries, dropping expired ones
 // first, then the oldest.
 func TestGroupCacheIsBounded(t *testing.T) {
-	api, client := newSlowSlack(t)
+	api, client := newHeldSlack(t)
 	g := newGroupCache(client, time.Minute)
 	g.max = 3
 	ctx := context.Background()
@@ -124,23 +182,26 @@ func TestPutEvictsExpiredBeforeOldest(t *testing.T) {
 // Concurrent misses of one channel or DM share a single API call, and the
 // audience cache is bounded.
 func TestAudienceCacheSharesLookupsAndIsBounded(t *testing.T) {
-	api, client := newSlowSlack(t)
+	api, client := newHeldSlack(t)
+	api.hold(t)
 	c := newAudienceCache(client, time.Minute)
 	c.maxChannels, c.maxDMs = 2, 2
 	ctx := context.Background()
 	var wg sync.WaitGroup
+	var waiting []<-chan struct{}
 	for range 10 {
-		wg.Go(func() {
-			if ok, err := c.CanSee(ctx, "C1", "U1"); !ok || err != nil {
-				t.Errorf("CanSee(C1, U1) = %v, %v", ok, err)
-			}
-		})
-		wg.Go(func() {
-			if ok, err := c.CanSee(ctx, "D1", "U1"); !ok || err != nil {
-				t.Errorf("CanSee(D1, U1) = %v, %v", ok, err)
-			}
-		})
+		for _, ch := range []string{"C1", "D1"} {
+			ctx, w := waitingContext(ctx)
+			waiting = append(waiting, w)
+			wg.Go(func() {
+				if ok, err := c.CanSee(ctx, ch, "U1"); !ok || err != nil {
+					t.Errorf("CanSee(%s, U1) = %v, %v", ch, ok, err)
+				}
+			})
+		}
 	}
+	allWaiting(t, waiting)
+	api.release()
 	wg.Wait()
 	if n := api.count("conversations.members"); n != 1 {
 		t.Errorf("10 concurrent checks of one channel made %d API calls, want 1", n)
@@ -162,12 +223,16 @@ func TestAudienceCacheSharesLookupsAndIsBounded(t *testing.T) {
 // misses share one conversations.info, later checks within the ttl make
 // none, and one past it asks again. The cache is bounded.
 func TestAudienceCacheKeepsWhetherAChannelIsPublic(t *testing.T) {
-	api, client := newSlowSlack(t)
+	api, client := newHeldSlack(t)
+	api.hold(t)
 	c := newAudienceCache(client, time.Hour)
 	c.maxChannels = 2
 	ctx := context.Background()
 	var wg sync.WaitGroup
+	var waiting []<-chan struct{}
 	for range 10 {
+		ctx, w := waitingContext(ctx)
+		waiting = append(waiting, w)
 		wg.Go(func() {
 			// The fake answers is_im: not public.
 			if public, err := c.isPublic(ctx, "C1"); public || err != nil {
@@ -175,6 +240,8 @@ func TestAudienceCacheKeepsWhetherAChannelIsPublic(t *testing.T) {
 			}
 		})
 	}
+	allWaiting(t, waiting)
+	api.release()
 	wg.Wait()
 	if _, err := c.isPublic(ctx, "C1"); err != nil {
 		t.Fatal(err)
@@ -204,17 +271,52 @@ func TestAudienceCacheKeepsWhetherAChannelIsPublic(t *testing.T) {
 }
 
 // A waiting caller whose context ends stops waiting; the shared lookup
-// goes on for the others.
+// goes on for the others, even when the one who gave up started it.
 func TestSharedLookupCallerGivesUp(t *testing.T) {
-	_, client := newSlowSlack(t)
+	api, client := newHeldSlack(t)
+	api.hold(t)
 	g := newGroupCache(client, time.Minute)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	if _, err := g.Members(ctx, "S1"); err == nil {
-		t.Error("Members with an ended context succeeded")
+	type result struct {
+		members []string
+		err     error
 	}
-	if m, err := g.Members(context.Background(), "S1"); err != nil || len(m) != 2 {
-		t.Errorf("Members after another caller gave up = %v, %v", m, err)
+	members := func(ctx context.Context) <-chan result {
+		got := make(chan result, 1)
+		go func() {
+			m, err := g.Members(ctx, "S1")
+			got <- result{m, err}
+		}()
+		return got
+	}
+	quitCtx, quit := context.WithCancel(context.Background())
+	defer quit()
+	quitCtx, quitWaiting := waitingContext(quitCtx)
+	quitter := members(quitCtx) // starts the look-up
+	allWaiting(t, []<-chan struct{}{quitWaiting})
+	stayCtx, stayWaiting := waitingContext(context.Background())
+	stayer := members(stayCtx)
+	allWaiting(t, []<-chan struct{}{stayWaiting})
+
+	quit()
+	select {
+	case r := <-quitter:
+		if r.err == nil {
+			t.Error("Members with an ended context succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a caller whose context ended still waits on the look-up")
+	}
+	api.release()
+	select {
+	case r := <-stayer:
+		if r.err != nil || len(r.members) != 2 {
+			t.Errorf("Members after the caller who started the look-up gave up = %v, %v", r.members, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller who stayed got no answer")
+	}
+	if n := api.count("usergroups.users.list"); n != 1 {
+		t.Errorf("two callers of one group made %d API calls, want 1", n)
 	}
 }
 
@@ -274,7 +376,7 @@ func TestModalText(t *testing.T) {
 // kept would not stay fresh for half the ttl, and not otherwise; a DM's
 // other party, which never changes, is looked up once.
 func TestAudienceWarmRefreshesOnlyWhatIsNotFreshForLong(t *testing.T) {
-	api, client := newSlowSlack(t)
+	api, client := newHeldSlack(t)
 	c := newAudienceCache(client, time.Minute)
 	ctx := context.Background()
 	settle := func() {

@@ -267,11 +267,19 @@ func TestLongTurnGathersNoTakeovers(t *testing.T) {
 // replyFirst makes the record of a mention ("first") wait until a reply in
 // its thread ("follow-up") has been tried and found the thread unknown: a
 // reply that arrives while the mention that starts its thread is still
-// being recorded (on another connection, or another replica).
+// being recorded (on another connection, or another replica). A mention
+// recorded without that wait fails the test.
 type replyFirst struct {
 	fullStore
-	once  sync.Once
-	tried chan struct{}
+	t        *testing.T
+	once     sync.Once
+	tried    chan struct{} // closed once the reply found its thread unknown
+	held     chan struct{} // closed once the mention's record waited for that
+	heldOnce sync.Once
+}
+
+func newReplyFirst(t *testing.T) *replyFirst {
+	return &replyFirst{t: t, tried: make(chan struct{}), held: make(chan struct{})}
 }
 
 func (s *replyFirst) gate(m store.Inbound, acc store.Acceptance) {
@@ -281,11 +289,14 @@ func (s *replyFirst) gate(m store.Inbound, acc store.Acceptance) {
 }
 
 func (s *replyFirst) hold(m store.Inbound) {
-	if strings.Contains(m.Text, "first") {
-		select {
-		case <-s.tried:
-		case <-time.After(5 * time.Second):
-		}
+	if !strings.Contains(m.Text, "first") {
+		return
+	}
+	select {
+	case <-s.tried:
+		s.heldOnce.Do(func() { close(s.held) })
+	case <-time.After(10 * time.Second):
+		s.t.Errorf("the mention %q was recorded without its reply having found the thread unknown first", m.Text)
 	}
 }
 
@@ -309,7 +320,7 @@ func (s *replyFirst) AcceptBegin(ctx context.Context, conv string, m store.Inbou
 func TestReplyBeforeItsMentionIsRecordedIsAnswered(t *testing.T) {
 	for _, kind := range storeKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
-			rf := &replyFirst{tried: make(chan struct{})}
+			rf := newReplyFirst(t)
 			e := newEnvWith(t, kind, func(s fullStore) fullStore {
 				rf.fullStore = s
 				return rf
@@ -327,6 +338,11 @@ func TestReplyBeforeItsMentionIsRecordedIsAnswered(t *testing.T) {
 			ts := e.slack.Mention(channel, requester, "first question")
 			e.slack.ThreadReply(channel, ts, requester, "follow-up detail")
 			e.answer(ts, "follow-up detail")
+			select {
+			case <-rf.held:
+			default:
+				t.Fatal("answered, but the mention was not recorded after its reply found the thread unknown: the race was not tested")
+			}
 		})
 	}
 }

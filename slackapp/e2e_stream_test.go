@@ -3,6 +3,7 @@ package slackapp_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -306,20 +307,43 @@ func TestShortAnswerStreamStartsBeforeItIsRecorded(t *testing.T) {
 	close(held.release)
 }
 
-// answerSeenStore closes recorded when the commit that records an answer
-// is made.
+// answerSeenStore tells order "answer recorded" as the commit that
+// records an answer begins, and closes recorded once it is made.
 type answerSeenStore struct {
 	fullStore
+	order    *eventLog
 	once     sync.Once
 	recorded chan struct{}
 }
 
 func (s *answerSeenStore) CommitTurn(ctx context.Context, c store.Commit) error {
+	answer := c.Answer && c.Run == nil
+	if answer {
+		s.order.add("answer recorded")
+	}
 	err := s.fullStore.CommitTurn(ctx, c)
-	if c.Answer && c.Run == nil && err == nil {
+	if answer && err == nil {
 		s.once.Do(func() { close(s.recorded) })
 	}
 	return err
+}
+
+// eventLog is what the fakes of a test saw, in the order they saw it.
+type eventLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *eventLog) add(event string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, event)
+}
+
+func (l *eventLog) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.events)
 }
 
 // The turn records its answer only once the answer is shown: while the
@@ -327,27 +351,33 @@ func (s *answerSeenStore) CommitTurn(ctx context.Context, c store.Commit) error 
 // message to a takeover); once the stream started, it is stopped with the
 // rest of the answer, and then the turn is recorded.
 func TestAnswerIsRecordedOnceItsStreamEnds(t *testing.T) {
-	seen := &answerSeenStore{recorded: make(chan struct{})}
+	order := &eventLog{}
+	seen := &answerSeenStore{order: order, recorded: make(chan struct{})}
 	e := newEnvWith(t, storeKinds(t)[0], func(s fullStore) fullStore {
 		seen.fullStore = s
 		return seen
 	})
-	arrived, release := e.slack.HoldNext("chat.startStream")
+	arrived, releaseStart := e.slack.HoldNext("chat.startStream")
 	const text = "All quiet on the western front today."
 	e.model.Reply(fakeopenai.Response{Text: text, Chunks: 4})
 	ts := e.slack.Mention(channel, requester, "anything new?")
-	<-arrived
 	select {
+	case <-arrived:
 	case <-seen.recorded:
-		t.Fatal("the answer was recorded while its stream was starting")
-	case <-time.After(time.Second):
+		t.Fatal("the answer was recorded before its stream started")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer's stream did not start")
 	}
-	release()
+	order.add("stream start released")
+	releaseStart()
 	m := e.answer(ts, "front today.")
 	select {
 	case <-seen.recorded:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the answer was not recorded once shown")
+	}
+	if got, want := order.list(), []string{"stream start released", "answer recorded"}; !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q: the answer is recorded once its stream started", got, want)
 	}
 	if !m.Streamed || m.Text != text {
 		t.Errorf("answer streamed=%v %q, want the whole answer streamed: %q", m.Streamed, m.Text, text)

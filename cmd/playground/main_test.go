@@ -241,21 +241,56 @@ func TestAddrMustBeLoopback(t *testing.T) {
 	}
 }
 
+// A session stops when its context ends (as on Ctrl-C), while it waits
+// for a line.
 func TestCancelledContextStops(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
 	t.Setenv("OPENAI_API_KEY", "")
 	t.Setenv("OPENAI_BASE_URL", "")
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
 	defer r.Close()
+	outR, outW := io.Pipe()
+	defer outR.Close()
 	done := make(chan error, 1)
-	var out bytes.Buffer
-	go func() { done <- run(ctx, r, &out, []string{"-tty", "-quiet", "300ms"}) }()
-	time.Sleep(500 * time.Millisecond)
+	go func() {
+		err := run(ctx, r, outW, []string{"-tty", "-quiet", "300ms"})
+		outW.Close()
+		done <- err
+	}()
+	// The introduction ends with the session about to read its first line.
+	const introEnd = "/quit ends.\n\n"
+	started := make(chan struct{})
+	var out strings.Builder
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 4096)
+		seen := false
+		for {
+			n, err := outR.Read(buf)
+			out.Write(buf[:n])
+			if !seen && strings.Contains(out.String(), introEnd) {
+				seen = true
+				close(started)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-started:
+	case <-read:
+		t.Fatalf("the session ended before it started:\n%s", out.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("the session did not start")
+	}
 	cancel() // as Ctrl-C does
 	select {
 	case err := <-done:
@@ -264,6 +299,10 @@ func TestCancelledContextStops(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("run did not return after its context ended")
+	}
+	<-read
+	if got := out.String(); !strings.HasSuffix(got, "\nstopping\n") {
+		t.Errorf("the output does not end with the session stopping:\n%s", got)
 	}
 }
 

@@ -173,18 +173,25 @@ func TestDMAndOwnPostsEcho(t *testing.T) {
 	}
 }
 
+// The fake's pings keep a client alive past its own ping timeout: over
+// pings spanning three of the client's timeouts it does not reconnect.
 func TestPingsKeepConnectionAlive(t *testing.T) {
-	s := newServer(t, fakeslack.WithPingInterval(50*time.Millisecond))
-	startBot(t, s, ackAll, socketmode.OptionPingInterval(400*time.Millisecond))
+	const interval, clientTimeout = 50 * time.Millisecond, 400 * time.Millisecond
+	s := newServer(t, fakeslack.WithPingInterval(interval))
+	startBot(t, s, ackAll, socketmode.OptionPingInterval(clientTimeout))
 	if err := s.WaitConnected(1, wait); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1200 * time.Millisecond)
-	if got := s.PingsSent(); got < 10 {
-		t.Errorf("got %d pings in 1.2 s at a 50 ms interval, want at least 10", got)
+	want := int(3 * clientTimeout / interval)
+	deadline := time.Now().Add(20 * time.Second)
+	for s.PingsSent() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d pings at a %v interval after 20 s, want at least %d", s.PingsSent(), interval, want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if got := s.ConnectionsOpened(); got != 1 {
-		t.Errorf("got %d connections opened, want 1 (the client should not time out)", got)
+		t.Errorf("got %d connections opened over %d pings, want 1 (the client should not time out)", got, want)
 	}
 }
 
