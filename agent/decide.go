@@ -630,7 +630,21 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	case !asked:
 		got, complete, err = a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
 	}
+	var held *Taken
+	if rs.Claimed {
+		// The lease and the resume claim are this decision's until the
+		// caller has them: a panic before then gives them back, or the
+		// conversation would stay held in this process for good.
+		held = &Taken{conversation: got.Conversation, resume: &rs}
+		defer func() {
+			if p := recover(); p != nil {
+				a.ReleaseTaken(context.WithoutCancel(ctx), held)
+				panic(p)
+			}
+		}()
+	}
 	if err := a.decided(ctx, fx.Audit, err); err != nil {
+		a.ReleaseTaken(ctx, held)
 		return refused(c, got, err)
 	}
 	if kindOf(&sd) == approvals.Remember {
@@ -638,7 +652,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	}
 	switch {
 	case complete && rs.Claimed:
-		*taken = &Taken{conversation: got.Conversation, resume: &rs}
+		*taken = held
 	case complete:
 		a.resumable.add(got.RunID, got.Conversation)
 	}

@@ -165,22 +165,18 @@ func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
 
 // decide records a decision and, when it was the last one pending, has
 // the step resumed: at once, with the decision's own store step having
-// begun the resume, when a turn slot is free and no turn of this process
-// holds the conversation (agent.DecideTaking); otherwise on the
-// conversation's queue, after whatever the conversation is doing. It
-// returns the text to tell the decider when the decision was refused or
-// failed, and "" on success. A click on a call that is not saved yet is
-// decided once it is (see afterPause).
+// begun the resume, when a turn slot is free and the conversation has no
+// work in this process (see decideFast); otherwise on the conversation's
+// queue, after whatever the conversation is doing. It returns the text to
+// tell the decider when the decision was refused or failed, and "" on
+// success. A click on a call that is not saved yet is decided once it is
+// (see afterPause).
 func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string {
 	var res agent.DecideResult
-	var taken *agent.Taken
+	var fast *fastResume
 	var err error
 	for try := 0; try < 2; try++ {
-		if a.slots.TryAcquire(1) {
-			res, taken, err = a.decideTaking(ctx, d)
-		} else {
-			res, err = a.ag.Decide(ctx, d)
-		}
+		res, fast, err = a.decideFast(ctx, c, d)
 		if try > 0 || !a.afterPause(ctx, c, d.CallID, err) {
 			break
 		}
@@ -196,22 +192,94 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string 
 	}
 	a.m.decision(kind, "ok", decidedAfter(res.Call))
 	switch {
-	case taken != nil:
-		conversation := res.Call.Conversation
-		a.spawn(ctx, "resume", func(ctx context.Context) {
-			defer a.slots.Release(1)
-			if ctx.Err() != nil {
-				a.ag.ReleaseTaken(ctx, taken)
-				a.log.Warn("shutting down before a resume; the sweep resumes it", "run", res.Call.RunID)
-				return
-			}
-			out, err := a.ag.ResumeTaken(ctx, taken)
-			a.resumed(ctx, conversation, res.Call.RunID, out, err)
-		})
+	case fast != nil:
+		a.spawn(ctx, "resume", fast.run)
 	case res.Complete:
 		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}
 	return ""
+}
+
+// fastResume is a resume that a decision began in this process and that
+// runs at once, under a turn slot, as the server of its conversation's
+// queue: messages the conversation gets meanwhile queue behind it, as
+// behind a turn.
+type fastResume struct {
+	a       *App
+	taken   *agent.Taken
+	key     string // the conversation
+	runID   string
+	q       *queue
+	release func() // the turn slot
+}
+
+// run resumes the step, then gives back the slot and serves what was
+// queued behind it, a panic included.
+func (f *fastResume) run(ctx context.Context) {
+	a := f.a
+	defer func() {
+		f.release()
+		a.serve(ctx, f.key, f.q)
+	}()
+	if ctx.Err() != nil {
+		a.ag.ReleaseTaken(ctx, f.taken)
+		a.log.Warn("shutting down before a resume; the sweep resumes it", "run", f.runID)
+		return
+	}
+	out, err := a.ag.ResumeTaken(ctx, f.taken)
+	a.resumed(ctx, f.key, f.runID, out, err)
+}
+
+// decideFast decides d and takes the resume the decision begins
+// (agent.DecideTaking) when this process can run it at once: a turn slot
+// is free and the conversation has no queue here, which the resume then
+// serves. A click in the conversation's thread reserves both before the
+// decision, so a message the thread gets meanwhile waits behind the
+// resume (and the conversation's other work waits for the decision, one
+// store step); a click elsewhere (a copy, the Home tab) learns the conversation
+// from the decision, and leaves the resume to the conversation's queue
+// when it has one. Otherwise d is only decided.
+func (a *App) decideFast(ctx context.Context, c click, d approvals.Decision) (res agent.DecideResult, fast *fastResume, err error) {
+	var q *queue
+	var release func()
+	if c.conversation != "" {
+		q, release = a.reserve(c.conversation)
+	} else if a.slots.TryAcquire(1) {
+		release = func() { a.slots.Release(1) }
+	}
+	if release == nil {
+		res, err = a.ag.Decide(ctx, d)
+		return res, nil, err
+	}
+	var taken *agent.Taken
+	// Unless the resume was taken, the slot and the reserved queue go
+	// back, a panic included; so does a resume taken but not handed on.
+	defer func() {
+		if fast != nil {
+			return
+		}
+		release()
+		if taken != nil {
+			a.ag.ReleaseTaken(context.WithoutCancel(ctx), taken)
+		}
+		if q != nil {
+			a.serve(ctx, c.conversation, q)
+		}
+	}()
+	res, taken, err = a.ag.DecideTaking(ctx, d)
+	if taken == nil {
+		return res, nil, err
+	}
+	key := res.Call.Conversation
+	switch {
+	case q == nil:
+		if q = a.claimQueue(key); q == nil {
+			return res, nil, err // the resume waits behind the queue's work
+		}
+	case key != c.conversation:
+		return res, nil, err // not the thread's conversation: on its queue
+	}
+	return res, &fastResume{a: a, taken: taken, key: key, runID: res.Call.RunID, q: q, release: release}, err
 }
 
 // afterPause reports whether a click on callID's card that err answered
@@ -287,18 +355,6 @@ func (a *App) resumeQueued(ctx context.Context, conversation, runID string) {
 	}
 	defer release()
 	a.resume(ctx, conversation, runID)
-}
-
-// decideTaking is agent.DecideTaking under a turn slot the caller
-// acquired: the slot stays with the resume it took, and is released
-// otherwise, a panic included.
-func (a *App) decideTaking(ctx context.Context, d approvals.Decision) (res agent.DecideResult, taken *agent.Taken, err error) {
-	defer func() {
-		if taken == nil {
-			a.slots.Release(1)
-		}
-	}()
-	return a.ag.DecideTaking(ctx, d)
 }
 
 // decidedAfter is how long c waited for its decision, once decided; zero

@@ -543,15 +543,24 @@ func (a *App) reserve(key string) (q *queue, release func()) {
 	if !a.slots.TryAcquire(1) {
 		return nil, nil
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.queues[key]; ok {
+	if q = a.claimQueue(key); q == nil {
 		a.slots.Release(1)
 		return nil, nil
 	}
-	q = &queue{}
-	a.queues[key] = q
 	return q, func() { a.slots.Release(1) }
+}
+
+// claimQueue makes the caller the server of key's queue when key has no
+// queue in this process; otherwise it returns nil.
+func (a *App) claimQueue(key string) *queue {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.queues[key]; ok {
+		return nil
+	}
+	q := &queue{}
+	a.queues[key] = q
+	return q
 }
 
 // serve runs q's work until it is empty, then forgets q.

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/internal/fixedkey"
 )
 
@@ -35,6 +36,12 @@ type cardMemory struct {
 	// ring holds the cards posted, oldest at next.
 	ring []rememberedCard
 	next int
+	// finished holds the latest maxCardMemory cards forgotten once their
+	// final render was out (see forget), oldest at finNext in finRing: a
+	// render of an earlier phase that comes later is older news.
+	finished map[fixedkey.Key]struct{}
+	finRing  []fixedkey.Key
+	finNext  int
 }
 
 // rememberedCard is a posted card: where its copies are (packRefs), in
@@ -42,7 +49,8 @@ type cardMemory struct {
 type rememberedCard struct {
 	key  fixedkey.Key // zero: no card
 	n    uint8        // of refs used; 0 when the locations are in more
-	refs [63]byte
+	rank uint8        // of the latest phase rendered on it (see advance)
+	refs [62]byte
 	more string
 }
 
@@ -167,6 +175,50 @@ func (m *cardMemory) lookup(callID string) (c *postedCard, ok bool) {
 	return &postedCard{callID: callID, posted: cardPosted, refs: unpackRefs(m.ring[i].locations())}, true
 }
 
+// phaseRank orders what a card shows of its call's phases: counted, then
+// decided, then ran or skipped (finalRank).
+func phaseRank(p agent.Phase) uint8 {
+	switch p {
+	case agent.PhaseCounted:
+		return 1
+	case agent.PhaseDecided:
+		return 2
+	case agent.PhaseExecuted, agent.PhaseSkipped:
+		return finalRank
+	}
+	return 0
+}
+
+const finalRank = 3
+
+// advance reports whether a render of rank may replace what callID's card
+// shows, and notes rank when it may: not when this process rendered a
+// later phase of the call on it already, as when the render of a decision
+// comes after the call ran (another click completed its step and the
+// resume ran meanwhile). A card this process does not remember renders
+// whatever comes.
+func (m *cardMemory) advance(callID string, rank uint8) bool {
+	key, ok := fixedkey.Of(callID)
+	if !ok {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.finished[key]; ok {
+		return rank >= finalRank
+	}
+	i, ok := m.posted[key]
+	if !ok {
+		return true
+	}
+	r := &m.ring[i]
+	if rank < r.rank {
+		return false
+	}
+	r.rank = rank
+	return true
+}
+
 // announcing reports whether this process is posting callID's card, or
 // its copies.
 func (m *cardMemory) announcing(callID string) bool {
@@ -183,13 +235,30 @@ func (m *cardMemory) refsOf(c *postedCard) []cardRef {
 	return append([]cardRef(nil), c.refs...)
 }
 
-// forget drops what is remembered of callID's card, once nothing will
-// update it again.
+// forget drops what is remembered of callID's card once its final render
+// is out, and notes that it is (see advance).
 func (m *cardMemory) forget(callID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.inFlight, callID)
 	m.dropPosted(callID)
+	key, ok := fixedkey.Of(callID)
+	if !ok {
+		return
+	}
+	if m.finRing == nil {
+		m.finRing = make([]fixedkey.Key, maxCardMemory)
+		m.finished = make(map[fixedkey.Key]struct{}, maxCardMemory)
+	}
+	if _, ok := m.finished[key]; ok {
+		return
+	}
+	if old := m.finRing[m.finNext]; old != (fixedkey.Key{}) {
+		delete(m.finished, old)
+	}
+	m.finRing[m.finNext] = key
+	m.finished[key] = struct{}{}
+	m.finNext = (m.finNext + 1) % len(m.finRing)
 }
 
 // packRefs joins a card's locations in one string, "channel ts" pairs

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
@@ -502,5 +503,207 @@ func TestShutdownPromisesNoAnswerAlreadyGiven(t *testing.T) {
 	e.stop()
 	if thread := dumpThread(e.slack.Thread(channel, tsB)); strings.Contains(thread, "as soon as I'm back") {
 		t.Errorf("the thread is promised an answer it already has:\n%s", thread)
+	}
+}
+
+// resumeHeldModel answers a mention "deploy SERVICE VERSION" with a deploy
+// call, and holds the answer after a tool result until release: asked is
+// closed once the resume asks the model.
+func resumeHeldModel(e *env) (asked <-chan struct{}, release func()) {
+	resumed, held := make(chan struct{}), make(chan struct{})
+	var askedOnce, releaseOnce sync.Once
+	release = func() { releaseOnce.Do(func() { close(held) }) }
+	e.t.Cleanup(release)
+	e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == openai.ChatMessageRoleTool {
+			askedOnce.Do(func() { close(resumed) })
+			<-held
+			return fakeopenai.Text("Deployed.")
+		}
+		if w := strings.Fields(last.Content); len(w) >= 3 && w[len(w)-3] == "deploy" {
+			return fakeopenai.ToolCalls(tc("c-"+w[len(w)-2], "deploy", `{"service":"`+w[len(w)-2]+`","version":"`+w[len(w)-1]+`"}`))
+		}
+		return fakeopenai.Text("ok")
+	})
+	return resumed, release
+}
+
+// A resume that a click runs at once serves its conversation's queue: a
+// reply sent in the thread meanwhile waits behind it, holding no turn
+// slot (another conversation gets the only other one) and never told the
+// thread is busy.
+func TestReplyDuringAClicksResumeWaitsOnItsQueue(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.MaxTurns = 2
+	e.leaseWait = 300 * time.Millisecond
+	resumed, release := resumeHeldModel(e)
+	e.start()
+	tsA := e.slack.Mention(channel, requester, "deploy a 1")
+	card := e.card(tsA, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	<-resumed
+	reply := e.slack.ThreadReply(channel, tsA, requester, "<@"+e.slack.BotUserID()+"> how is it going?")
+	for _, env := range e.slack.EnvelopesByTS(reply) {
+		_, err := e.slack.WaitAck(env.ID, 15*time.Second)
+		must(t, err)
+	}
+	tsB := e.slack.Mention(channel, other, "hello b")
+	e.answer(tsB, "ok")
+	release()
+	e.answer(tsA, "Deployed.")
+	e.waitThread(tsA, "the reply answered", func(m fakeslack.Message) bool {
+		return m.BotID != "" && strings.Contains(m.Text+blocksText(m), "ok")
+	})
+	for _, m := range e.slack.Messages(channel) {
+		if strings.Contains(m.Text, "busy with an earlier message") || strings.Contains(m.Text, "yours is queued") {
+			t.Errorf("the bot said %q; the reply waits behind this process's own resume", m.Text)
+		}
+	}
+}
+
+// heldRememberStore holds the write of a standing rule until release, and
+// closes audited once its audit entry is written.
+type heldRememberStore struct {
+	fullStore
+	arrived, release, audited chan struct{}
+}
+
+func (s *heldRememberStore) PutRecord(ctx context.Context, r store.Record, expect int64) (store.Record, error) {
+	if r.Kind == approvals.KindStandingRule {
+		close(s.arrived)
+		<-s.release
+	}
+	return s.fullStore.PutRecord(ctx, r, expect)
+}
+
+func (s *heldRememberStore) Audit(ctx context.Context, e store.AuditEntry) error {
+	err := s.fullStore.Audit(ctx, e)
+	if e.Action == approvals.AuditStandingAdd {
+		close(s.audited)
+	}
+	return err
+}
+
+// A card shows its call's news in order: the render of a decision that
+// comes after the call ran (another click completed the step, and the
+// resume ran it, while the decision wrote its standing rule) leaves the
+// card saying it ran. The clicks are on the copies in APPROVALS_CHANNEL,
+// outside the conversation's thread.
+func TestLateDecisionRenderLeavesTheCardSayingItRan(t *testing.T) {
+	held := &heldRememberStore{arrived: make(chan struct{}), release: make(chan struct{}), audited: make(chan struct{})}
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [UAPPROVER1, UOTHER0001]
+`
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+	e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: []string{approver, other, e.slack.BotUserID()}})
+	e.cfg.ApprovalsChannel = approvalsChannel
+	open := e.open
+	e.open = func() fullStore { held.fullStore = open(); return held }
+	e.start()
+	released := sync.OnceFunc(func() { close(held.release) })
+	defer released()
+	e.model.Reply(fakeopenai.ToolCalls(
+		tc("cx", "deploy", `{"service":"xsvc","version":"1"}`),
+		tc("cy", "deploy", `{"service":"ysvc","version":"1"}`)),
+		fakeopenai.Text("done both"))
+	ts := e.slack.Mention(private, requester, "deploy two")
+	var cardX, copyX, copyY fakeslack.Message
+	waitUntil(t, "both cards and their copies", func() bool {
+		for _, c := range e.cards(private, ts) {
+			if strings.Contains(blocksText(c), "xsvc") {
+				cardX = c
+			}
+		}
+		var copies []fakeslack.Message
+		for _, m := range e.slack.Messages(approvalsChannel) {
+			if isCard(m) {
+				copies = append(copies, m)
+			}
+		}
+		if len(copies) == 2 {
+			copyX, copyY = copies[0], copies[1]
+		}
+		return cardX.TS != "" && copyY.TS != ""
+	})
+	if !strings.Contains(blocksText(cardX), "xsvc") || strings.Contains(blocksText(copyX), "ysvc") {
+		// Sealed copies do not say which is which; they are posted in order.
+		t.Logf("copies taken in the order the calls were made")
+	}
+	_, err := e.slack.Click(approver, approvalsChannel, copyX.TS, slackapp.ActionRemember, "")
+	must(t, err)
+	<-held.arrived
+	_, err = e.slack.Click(other, approvalsChannel, copyY.TS, slackapp.ActionDeny, "")
+	must(t, err)
+	e.answerIn(private, ts, "done both")
+	ran := func() bool {
+		m, _ := e.slack.Message(private, cardX.TS)
+		return strings.Contains(blocksText(m), "*Outcome:* ran")
+	}
+	waitUntil(t, "X's card says it ran", ran)
+	released()
+	<-held.audited
+	// The decision's render is queued right after its audit entry.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if !ran() {
+			m, _ := e.slack.Message(private, cardX.TS)
+			t.Fatalf("X's card, which said it ran, shows its decision's older render:\n%s", blocksText(m))
+		}
+	}
+}
+
+// panicRememberStore panics writing a standing rule, as a bug in a store
+// client would.
+type panicRememberStore struct{ fullStore }
+
+func (s *panicRememberStore) PutRecord(ctx context.Context, r store.Record, expect int64) (store.Record, error) {
+	if r.Kind == approvals.KindStandingRule {
+		panic("a bug while writing the standing rule")
+	}
+	return s.fullStore.PutRecord(ctx, r, expect)
+}
+
+// A decision that panics after it took the resume gives back the
+// conversation's lease: the thread's next message is answered, not told
+// the thread is busy.
+func TestPanicAfterTakingAResumeLeavesNoLease(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.leaseWait = 500 * time.Millisecond
+	e.policy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [UAPPROVER1, UOTHER0001]
+`
+	open := e.open
+	e.open = func() fullStore { return &panicRememberStore{open()} }
+	e.model.Reply(fakeopenai.ToolCalls(tc("cx", "deploy", `{"service":"xsvc","version":"1"}`)), fakeopenai.Text("deployed x"), fakeopenai.Text("second answer"))
+	e.start()
+	ts := e.slack.Mention(channel, requester, "deploy x")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionRemember, "")
+	must(t, err)
+	callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+	waitUntil(t, "the decision is recorded", func() bool {
+		c, err := e.bot.st.GetCall(t.Context(), callID)
+		return err == nil && c.Status == store.Decided
+	})
+	e.slack.ThreadReply(channel, ts, requester, "<@"+e.slack.BotUserID()+"> anything?")
+	m := e.waitThread(ts, "the reply answered", func(m fakeslack.Message) bool {
+		return m.BotID != "" && (strings.Contains(m.Text, "second answer") || strings.Contains(m.Text, "deployed x") || strings.Contains(m.Text, "busy with an earlier message"))
+	})
+	if strings.Contains(m.Text, "busy") {
+		t.Fatalf("the conversation is still held by a decision that panicked: %q", m.Text)
 	}
 }

@@ -254,9 +254,11 @@ func TestCountReportedAfterDenialLeavesCardDenied(t *testing.T) {
 			<-held.written // 1 of 2 is stored; its report waits
 			_, err = e.slack.Click(other, channel, card, slackapp.ActionDeny, "")
 			must(t, err)
-			e.answer(ts, "Understood, not deploying.")
 			waitUntil(t, "the card to show the denial", func() bool { return len(e.cards(channel, ts)) == 0 })
 			close(held.release) // the count is reported now, after the denial
+			// The denial's resume waits behind the approval's click, which
+			// holds the conversation's queue until it is done.
+			e.answer(ts, "Understood, not deploying.")
 			// Its update reads the call, or renders the count.
 			waitUntil(t, "the count's update", func() bool {
 				select {

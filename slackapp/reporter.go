@@ -704,6 +704,9 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 		a.log.Error("find the card to update", "call", u.Call.ID, "err", err)
 		return
 	}
+	if !a.cards.advance(u.Call.ID, phaseRank(u.Phase)) {
+		return // older news than the card shows
+	}
 	pc := agent.PendingCall{Call: u.Call}
 	if a.ag != nil {
 		if t, ok := a.ag.Tools().Lookup(u.Call.Tool); ok {
