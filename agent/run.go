@@ -488,7 +488,8 @@ func (a *Agent) interrupted(m *stepMark) []slot {
 	if tool, ok := a.tools.Lookup(s.Tool); ok && repeatable(tool) {
 		return slots
 	}
-	s.Result = &Result{Content: fmt.Sprintf(interruptedText, s.Tool), IsError: true}
+	r := interruptedResult(s.Tool)
+	s.Result = &r
 	s.Ran = true
 	return slots
 }
@@ -1060,7 +1061,7 @@ func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, ca
 		// Cut by the turn's end (a shutdown, a lost lease), not by a
 		// failure of its own: what it did before it stopped is not
 		// known, as after a crash.
-		return Result{Content: fmt.Sprintf(interruptedText, tool.Name), IsError: true}
+		return interruptedResult(tool.Name)
 	}
 	if ctx.Err() != nil && (err != nil || r.IsError) {
 		// Cut by TOOL_TIMEOUT: a tool that is neither read-only nor
@@ -1103,7 +1104,12 @@ func cutText(s string, max int, what string) string {
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
+// outcomeOf is the audit outcome of a call that ran with result r: "ok",
+// "error", or "unknown" when the bot stopped while it ran.
 func outcomeOf(r Result) string {
+	if r.interrupted {
+		return "unknown"
+	}
 	if r.IsError {
 		return "error"
 	}

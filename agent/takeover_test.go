@@ -747,6 +747,74 @@ func TestToolCutByShutdownHasAnUnknownOutcome(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0], "outcome unknown: the bot stopped while migrate was running") {
 		t.Errorf("tool results = %q, want migrate's outcome unknown", got)
 	}
+	if got := executions(t, w.store); !slices.Equal(got, []string{"migrate unknown"}) {
+		t.Errorf("execute entries = %q, want migrate's outcome unknown", got)
+	}
+}
+
+// executions returns the audit log's execute entries as "tool outcome".
+func executions(t *testing.T, st agent.Store) []string {
+	t.Helper()
+	log, err := st.(storetest.Store).AuditLog(t.Context(), 0)
+	must(t, err)
+	var out []string
+	for _, e := range log {
+		if e.Action == "execute" {
+			out = append(out, e.Tool+" "+e.Outcome)
+		}
+	}
+	return out
+}
+
+// An approved call whose tool the end of the resume (a shutdown) cuts is
+// reported and audited as after a crash: skipped, interrupted with its
+// outcome unknown, not run and failed.
+func TestApprovedToolCutByShutdownHasAnUnknownOutcome(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.policy = "policy:\n  default: ask\n"
+	running := make(chan struct{})
+	must(t, w.reg.Register(agent.Tool{
+		Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+			close(running)
+			<-ctx.Done()
+			return agent.Result{}, ctx.Err()
+		},
+	}))
+	a := w.agent()
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
+	out, err := a.Run(t.Context(), request("migrate the db"))
+	must(t, err)
+	if out.Status != agent.Paused || len(out.Pending) != 1 {
+		t.Fatalf("Run = %s with %d pending, want one paused call", out.Status, len(out.Pending))
+	}
+	p := out.Pending[0]
+	if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Resume(ctx, p.RunID)
+		done <- err
+	}()
+	<-running
+	cancel() // the shutdown's grace ran out
+	if err := <-done; err == nil {
+		t.Fatal("the cut resume succeeded")
+	}
+	var got []string
+	for _, u := range w.rec.Updates() {
+		if u.Call.ID == p.ID && u.Phase != agent.PhaseDecided {
+			got = append(got, fmt.Sprintf("%s (%s)", u.Phase, u.Note))
+		}
+	}
+	if want := []string{fmt.Sprintf("%s (%s)", agent.PhaseSkipped, agent.NoteInterrupted)}; !slices.Equal(got, want) {
+		t.Errorf("updates of the cut call = %q, want %q", got, want)
+	}
+	if got := executions(t, w.store); !slices.Equal(got, []string{"migrate unknown"}) {
+		t.Errorf("execute entries = %q, want migrate's outcome unknown", got)
+	}
 }
 
 // heldAt makes the model's nth answer (counting from 1) close entered,
