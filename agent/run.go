@@ -148,6 +148,9 @@ type turn struct {
 	// saving are the results of the calls the turn ran being saved
 	// (see saveResult); the turn's writes wait for them.
 	saving sync.WaitGroup
+	// pauseRun is the id of the run the step being judged pauses as, if
+	// it asks (see judge); pause uses it.
+	pauseRun string
 }
 
 // Accept records a person's message in its conversation's inbox, with its
@@ -788,6 +791,7 @@ type ask struct {
 func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slots []slot, rep Reporter) ([]slot, []ask, error) {
 	var asks []ask
 	marked := false
+	t.pauseRun = ""
 	for i, tc := range calls {
 		if i < len(slots) && slots[i].Result != nil {
 			continue
@@ -810,10 +814,22 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Requesters: t.requesters(), Channel: t.channel, Hints: tool.Annotations}
 		v := a.judgeCall(ctx, in, tool, t.recs)
-		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
+		verdict := v.Action
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
 		}
+		// Every entry of a call names it by one id: a call that pauses by
+		// the id pause gives it (that of its card and decisions), any other
+		// by the model's tool call id (unique in the conversation; see
+		// normalizeAssistant).
+		callID := tc.ID
+		if v.Action != approvals.Allow && v.Action != approvals.Deny {
+			if t.pauseRun == "" {
+				t.pauseRun = store.NewRunID()
+			}
+			callID = store.CallID(t.pauseRun, len(asks))
+		}
+		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, CallID: callID, Fingerprint: fp, Outcome: string(verdict), Detail: "rule " + v.RuleID})
 		if v.FailClosed {
 			a.judged("error")
 			if v.Problem != "" {
@@ -840,7 +856,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			rep.Status(ctx, "is running "+name+"…")
 			res := a.execute(ctx, tool, canonical, "", v)
 			slots[i].Result, slots[i].Ran = &res, true
-			a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "execute", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "allowed by rule " + v.RuleID})
+			a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "execute", Channel: t.channel, Thread: t.conv, Tool: name, CallID: callID, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "allowed by rule " + v.RuleID})
 		case approvals.Deny:
 			reason := v.Why()
 			if v.Reason == "" {
@@ -1145,7 +1161,11 @@ func (a *Agent) askTTL(v approvals.Verdict) time.Duration {
 // pause persists the step and reports its pending calls.
 func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, rep Reporter) (Outcome, error) {
 	now := a.cfg.Now()
-	runID := store.NewRunID()
+	runID := t.pauseRun // the id judge named the calls' requests by
+	if runID == "" {
+		runID = store.NewRunID()
+	}
+	t.pauseRun = ""
 	calls := make([]store.Call, len(asks))
 	pending := make([]PendingCall, len(asks))
 	run := store.Run{ID: runID, Conversation: t.conv, Requester: t.user, Channel: t.channel, CreatedAt: now}
