@@ -273,6 +273,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runS
 		s.Result = &res
 	}
 	t.messages = append(t.messages, toolMessages(st.Slots)...)
+	t.ran = st.Slots
 	return a.finishResume(ctx, t, rep)
 }
 

@@ -148,6 +148,10 @@ type turn struct {
 	// saving are the results of the calls the turn ran being saved
 	// (see saveResult); the turn's writes wait for them.
 	saving sync.WaitGroup
+	// ran are the calls of the step whose results the messages end with,
+	// until the model is asked with them; a turn cut before it answers
+	// records them as a finished step (see cut).
+	ran []slot
 	// pauseRun is the id of the run the step being judged pauses as, if
 	// it asks (see judge); pause uses it.
 	pauseRun string
@@ -611,6 +615,27 @@ func (a *Agent) markStep(ctx context.Context, t *turn, slots []slot, started int
 	return a.commit(ctx, t, store.Commit{Key: t.conv, Conversation: a.convRecord(cs, t.pausedRun)}, false)
 }
 
+// cut ends a turn whose work ctx ended (the shutdown) before the model
+// answered, with an error that wraps ctx.Err(). Nothing runs again: the
+// calls of the step that ran last (t.ran) are recorded as a finished step
+// of steps model calls, whose results a takeover or the restarted bot
+// gives the model; with none, nothing is saved and the messages stay
+// unanswered, for a takeover to answer them. The inbox is not drained
+// either way.
+func (a *Agent) cut(ctx context.Context, t *turn, steps int) error {
+	err := fmt.Errorf("turn cut short before the model answered: %w", ctx.Err())
+	if len(t.ran) == 0 {
+		return err
+	}
+	m := &stepMark{Slots: t.ran, Started: -1, Steps: steps, User: t.user, Requesters: t.requesters(), Channel: t.channel}
+	msgs := t.messages[:len(t.messages)-len(t.ran)] // up to the assistant message with the step's calls
+	cs := convState{Messages: msgs, Queued: append(slices.Clip(t.queued), t.later...), InboxSeq: t.inboxSeq, Step: m, Skipped: t.skipped}
+	if serr := a.commit(context.WithoutCancel(ctx), t, store.Commit{Key: t.conv, Conversation: a.convRecord(cs, t.pausedRun)}, false); serr != nil {
+		return errors.Join(err, fmt.Errorf("record the step: %w", serr))
+	}
+	return err
+}
+
 // continueTurn calls the model until the turn ends or pauses.
 func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcome, error) {
 	ctx = context.WithValue(ctx, requesterKey{}, t.user)
@@ -650,6 +675,11 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			}
 			return Outcome{Status: StepLimit, Answer: text}, nil
 		}
+		if ctx.Err() != nil && !leaseLost(ctx) {
+			// The work was cut (the shutdown) after a step ran: the
+			// model is not asked with a context that has ended.
+			return Outcome{}, a.cut(ctx, t, t.steps)
+		}
 		t.messages = fitBudget(t.messages, a.cfg.ContextBudget)
 		rep.Status(ctx, "is thinking…")
 		msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(t.messages), Tools: a.tools.modelTools()}, func(d string) { rep.Delta(ctx, d) })
@@ -659,19 +689,15 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			if leaseLost(ctx) {
 				return Outcome{}, fmt.Errorf("model: %w", err)
 			}
-			if ctx.Err() != nil && t.steps == 1 {
-				// Cut short (the shutdown) at the turn's first model call,
-				// before anything ran: nothing is saved, so the messages
-				// stay unanswered and a takeover answers them. (Later,
-				// the turn is saved as below: a takeover would run its
-				// read-only and idempotent calls again.)
-				return Outcome{}, fmt.Errorf("turn cut short while the model answered: %w", ctx.Err())
+			if ctx.Err() != nil {
+				return Outcome{}, a.cut(ctx, t, t.steps-1)
 			}
 			if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {
 				return Outcome{}, errors.Join(fmt.Errorf("model: %w", err), serr)
 			}
 			return Outcome{}, fmt.Errorf("model: %w", err)
 		}
+		t.ran = nil
 		msg = normalizeAssistant(msg, t.messages)
 		if len(msg.ToolCalls) == 0 && strings.TrimSpace(msg.Content) == "" {
 			// A refusal is the answer; an empty answer is said to be one.
@@ -697,6 +723,7 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 		a.sanitizeCalls(&t.messages[len(t.messages)-1])
 		if len(asks) == 0 {
 			t.messages = append(t.messages, toolMessages(slots)...)
+			t.ran = slots
 			continue
 		}
 		return a.pause(ctx, t, slots, asks, rep)
