@@ -273,6 +273,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runS
 		s.Result = &res
 	}
 	t.messages = append(t.messages, toolMessages(st.Slots)...)
+	t.ran = st.Slots
 	return a.finishResume(ctx, t, rep)
 }
 
@@ -355,7 +356,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			return withNote(res)
 		}
 		if !ok || !repeatable(tool) {
-			return skip(Result{Content: fmt.Sprintf(interruptedText, c.Tool), IsError: true}, NoteInterrupted)
+			return skip(interruptedResult(c.Tool), NoteInterrupted)
 		}
 		again = true
 	}
@@ -393,10 +394,19 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 	}
 	if !first && !again {
-		return skip(Result{Content: fmt.Sprintf(interruptedText, c.Tool), IsError: true}, NoteInterrupted)
+		return skip(interruptedResult(c.Tool), NoteInterrupted)
 	}
 	rep.Status(ctx, "is running "+c.Tool+"…")
 	res := a.execute(ctx, tool, args, c.ID, v)
+	if res.interrupted {
+		// Cut by a shutdown or a lost lease while it ran: as after a
+		// crash, its outcome is unknown. No result is saved, so a resume
+		// claimed again reports it so too (or runs it again if its tool
+		// may run twice).
+		a.note(ctx, t, executed(c, d, args, res, "the bot stopped while it ran"))
+		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: NoteInterrupted})
+		return res
+	}
 	a.saveResult(ctx, t, c.ID, res)
 	a.note(ctx, t, executed(c, d, args, res, ""))
 	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
@@ -451,6 +461,14 @@ func executed(c store.Call, d store.Decision, args json.RawMessage, res Result, 
 const NoteInterrupted = "interrupted: outcome unknown"
 
 const interruptedText = "outcome unknown: the bot stopped while %s was running, so it may or may not have completed; it was not run again"
+
+// interruptedResult is the result of a call of tool that the bot stopped
+// while it ran (a crash, a shutdown, a lost lease), and that is not run
+// again: it is reported as skipped with NoteInterrupted and audited with
+// the outcome "unknown", not as a failure.
+func interruptedResult(tool string) Result {
+	return Result{Content: fmt.Sprintf(interruptedText, tool), IsError: true, interrupted: true}
+}
 
 // dropUnexecuted removes from the last assistant message the tool calls
 // that did not run, so a stopped step leaves only what happened.

@@ -148,6 +148,13 @@ type turn struct {
 	// saving are the results of the calls the turn ran being saved
 	// (see saveResult); the turn's writes wait for them.
 	saving sync.WaitGroup
+	// ran are the calls of the step whose results the messages end with,
+	// until the model is asked with them; a turn cut before it answers
+	// records them as a finished step (see cut).
+	ran []slot
+	// pauseRun is the id of the run the step being judged pauses as, if
+	// it asks (see judge); pause uses it.
+	pauseRun string
 }
 
 // Accept records a person's message in its conversation's inbox, with its
@@ -488,7 +495,8 @@ func (a *Agent) interrupted(m *stepMark) []slot {
 	if tool, ok := a.tools.Lookup(s.Tool); ok && repeatable(tool) {
 		return slots
 	}
-	s.Result = &Result{Content: fmt.Sprintf(interruptedText, s.Tool), IsError: true}
+	r := interruptedResult(s.Tool)
+	s.Result = &r
 	s.Ran = true
 	return slots
 }
@@ -607,6 +615,27 @@ func (a *Agent) markStep(ctx context.Context, t *turn, slots []slot, started int
 	return a.commit(ctx, t, store.Commit{Key: t.conv, Conversation: a.convRecord(cs, t.pausedRun)}, false)
 }
 
+// cut ends a turn whose work ctx ended (the shutdown) before the model
+// answered, with an error that wraps ctx.Err(). Nothing runs again: the
+// calls of the step that ran last (t.ran) are recorded as a finished step
+// of steps model calls, whose results a takeover or the restarted bot
+// gives the model; with none, nothing is saved and the messages stay
+// unanswered, for a takeover to answer them. The inbox is not drained
+// either way.
+func (a *Agent) cut(ctx context.Context, t *turn, steps int) error {
+	err := fmt.Errorf("turn cut short before the model answered: %w", ctx.Err())
+	if len(t.ran) == 0 {
+		return err
+	}
+	m := &stepMark{Slots: t.ran, Started: -1, Steps: steps, User: t.user, Requesters: t.requesters(), Channel: t.channel}
+	msgs := t.messages[:len(t.messages)-len(t.ran)] // up to the assistant message with the step's calls
+	cs := convState{Messages: msgs, Queued: append(slices.Clip(t.queued), t.later...), InboxSeq: t.inboxSeq, Step: m, Skipped: t.skipped}
+	if serr := a.commit(context.WithoutCancel(ctx), t, store.Commit{Key: t.conv, Conversation: a.convRecord(cs, t.pausedRun)}, false); serr != nil {
+		return errors.Join(err, fmt.Errorf("record the step: %w", serr))
+	}
+	return err
+}
+
 // continueTurn calls the model until the turn ends or pauses.
 func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcome, error) {
 	ctx = context.WithValue(ctx, requesterKey{}, t.user)
@@ -646,6 +675,11 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			}
 			return Outcome{Status: StepLimit, Answer: text}, nil
 		}
+		if ctx.Err() != nil && !leaseLost(ctx) {
+			// The work was cut (the shutdown) after a step ran: the
+			// model is not asked with a context that has ended.
+			return Outcome{}, a.cut(ctx, t, t.steps)
+		}
 		t.messages = fitBudget(t.messages, a.cfg.ContextBudget)
 		rep.Status(ctx, "is thinking…")
 		msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(t.messages), Tools: a.tools.modelTools()}, func(d string) { rep.Delta(ctx, d) })
@@ -655,19 +689,15 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			if leaseLost(ctx) {
 				return Outcome{}, fmt.Errorf("model: %w", err)
 			}
-			if ctx.Err() != nil && t.steps == 1 {
-				// Cut short (the shutdown) at the turn's first model call,
-				// before anything ran: nothing is saved, so the messages
-				// stay unanswered and a takeover answers them. (Later,
-				// the turn is saved as below: a takeover would run its
-				// read-only and idempotent calls again.)
-				return Outcome{}, fmt.Errorf("turn cut short while the model answered: %w", ctx.Err())
+			if ctx.Err() != nil {
+				return Outcome{}, a.cut(ctx, t, t.steps-1)
 			}
 			if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {
 				return Outcome{}, errors.Join(fmt.Errorf("model: %w", err), serr)
 			}
 			return Outcome{}, fmt.Errorf("model: %w", err)
 		}
+		t.ran = nil
 		msg = normalizeAssistant(msg, t.messages)
 		if len(msg.ToolCalls) == 0 && strings.TrimSpace(msg.Content) == "" {
 			// A refusal is the answer; an empty answer is said to be one.
@@ -693,6 +723,7 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 		a.sanitizeCalls(&t.messages[len(t.messages)-1])
 		if len(asks) == 0 {
 			t.messages = append(t.messages, toolMessages(slots)...)
+			t.ran = slots
 			continue
 		}
 		return a.pause(ctx, t, slots, asks, rep)
@@ -787,6 +818,7 @@ type ask struct {
 func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slots []slot, rep Reporter) ([]slot, []ask, error) {
 	var asks []ask
 	marked := false
+	t.pauseRun = ""
 	for i, tc := range calls {
 		if i < len(slots) && slots[i].Result != nil {
 			continue
@@ -809,10 +841,22 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Requesters: t.requesters(), Channel: t.channel, Hints: tool.Annotations}
 		v := a.judgeCall(ctx, in, tool, t.recs)
-		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: string(v.Action), Detail: "rule " + v.RuleID})
+		verdict := v.Action
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
 		}
+		// Every entry of a call names it by one id: a call that pauses by
+		// the id pause gives it (that of its card and decisions), any other
+		// by the model's tool call id (unique in the conversation; see
+		// normalizeAssistant).
+		callID := tc.ID
+		if v.Action != approvals.Allow && v.Action != approvals.Deny {
+			if t.pauseRun == "" {
+				t.pauseRun = store.NewRunID()
+			}
+			callID = store.CallID(t.pauseRun, len(asks))
+		}
+		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, CallID: callID, Fingerprint: fp, Outcome: string(verdict), Detail: "rule " + v.RuleID})
 		if v.FailClosed {
 			a.judged("error")
 			if v.Problem != "" {
@@ -839,7 +883,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			rep.Status(ctx, "is running "+name+"…")
 			res := a.execute(ctx, tool, canonical, "", v)
 			slots[i].Result, slots[i].Ran = &res, true
-			a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "execute", Channel: t.channel, Thread: t.conv, Tool: name, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "allowed by rule " + v.RuleID})
+			a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "execute", Channel: t.channel, Thread: t.conv, Tool: name, CallID: callID, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "allowed by rule " + v.RuleID})
 		case approvals.Deny:
 			reason := v.Why()
 			if v.Reason == "" {
@@ -1060,7 +1104,7 @@ func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, ca
 		// Cut by the turn's end (a shutdown, a lost lease), not by a
 		// failure of its own: what it did before it stopped is not
 		// known, as after a crash.
-		return Result{Content: fmt.Sprintf(interruptedText, tool.Name), IsError: true}
+		return interruptedResult(tool.Name)
 	}
 	if ctx.Err() != nil && (err != nil || r.IsError) {
 		// Cut by TOOL_TIMEOUT: a tool that is neither read-only nor
@@ -1103,7 +1147,12 @@ func cutText(s string, max int, what string) string {
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
+// outcomeOf is the audit outcome of a call that ran with result r: "ok",
+// "error", or "unknown" when the bot stopped while it ran.
 func outcomeOf(r Result) string {
+	if r.interrupted {
+		return "unknown"
+	}
 	if r.IsError {
 		return "error"
 	}
@@ -1139,7 +1188,11 @@ func (a *Agent) askTTL(v approvals.Verdict) time.Duration {
 // pause persists the step and reports its pending calls.
 func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, rep Reporter) (Outcome, error) {
 	now := a.cfg.Now()
-	runID := store.NewRunID()
+	runID := t.pauseRun // the id judge named the calls' requests by
+	if runID == "" {
+		runID = store.NewRunID()
+	}
+	t.pauseRun = ""
 	calls := make([]store.Call, len(asks))
 	pending := make([]PendingCall, len(asks))
 	run := store.Run{ID: runID, Conversation: t.conv, Requester: t.user, Channel: t.channel, CreatedAt: now}

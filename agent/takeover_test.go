@@ -747,6 +747,147 @@ func TestToolCutByShutdownHasAnUnknownOutcome(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0], "outcome unknown: the bot stopped while migrate was running") {
 		t.Errorf("tool results = %q, want migrate's outcome unknown", got)
 	}
+	if got := executions(t, w.store); !slices.Equal(got, []string{"migrate unknown"}) {
+		t.Errorf("execute entries = %q, want migrate's outcome unknown", got)
+	}
+}
+
+// A turn whose work ends (the shutdown) after a step ran is not a model
+// failure: the model is not asked again with the ended context, the error
+// is the context's, and the step is recorded, so that the restarted bot
+// gives the model its results without running its calls again.
+func TestShutdownAfterAStepRecordsItForTheRestart(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cut  string // where the shutdown's grace runs out
+	}{
+		{"while the tool runs", "tool"},
+		{"while the model answers the step", "model"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, backends(t)[0])
+			w.policy = takeoverPolicy
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var ran atomic.Int64
+			must(t, w.reg.Register(agent.Tool{
+				Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+				Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+					ran.Add(1)
+					if tt.cut == "tool" {
+						cancel()
+						<-ctx.Done()
+						return agent.Result{}, ctx.Err()
+					}
+					return agent.Result{Content: "migrated"}, nil
+				},
+			}))
+			var asked atomic.Int64
+			w.model.Handle(func(r openai.ChatCompletionRequest) fakeopenai.Response {
+				switch asked.Add(1) {
+				case 1:
+					return fakeopenai.ToolCalls(call("c1", "migrate", `{}`))
+				case 2:
+					if tt.cut == "model" {
+						cancel()
+						<-ctx.Done()
+						return fakeopenai.Error(500, "the process asking is gone")
+					}
+				}
+				return fakeopenai.Text("answered after the restart")
+			})
+			_, err := w.agent().Run(ctx, request("migrate the db"))
+			var me *agent.ModelError
+			if !errors.Is(err, context.Canceled) || errors.As(err, &me) {
+				t.Errorf("Run = %v, want the context's end, not a model error", err)
+			}
+			want := int64(1)
+			if tt.cut == "model" {
+				want = 2
+			}
+			if n := asked.Load(); n != want {
+				t.Errorf("the model was asked %d times, want %d: not again once the context ended", n, want)
+			}
+
+			out, err := w.restart().TakeOver(t.Context(), request("").Conversation)
+			must(t, err)
+			if out.Status != agent.Answered || out.Answer != "answered after the restart" {
+				t.Errorf("TakeOver after the restart = %+v, want the answer", out)
+			}
+			if n := ran.Load(); n != 1 {
+				t.Errorf("migrate ran %d times, want once", n)
+			}
+			got := toolResults(t, w.model)
+			if len(got) != 1 || (tt.cut == "tool") != strings.Contains(got[0], "outcome unknown") {
+				t.Errorf("tool results after the restart = %q, want migrate's result", got)
+			}
+		})
+	}
+}
+
+// executions returns the audit log's execute entries as "tool outcome".
+func executions(t *testing.T, st agent.Store) []string {
+	t.Helper()
+	log, err := st.(storetest.Store).AuditLog(t.Context(), 0)
+	must(t, err)
+	var out []string
+	for _, e := range log {
+		if e.Action == "execute" {
+			out = append(out, e.Tool+" "+e.Outcome)
+		}
+	}
+	return out
+}
+
+// An approved call whose tool the end of the resume (a shutdown) cuts is
+// reported and audited as after a crash: skipped, interrupted with its
+// outcome unknown, not run and failed.
+func TestApprovedToolCutByShutdownHasAnUnknownOutcome(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.policy = "policy:\n  default: ask\n"
+	running := make(chan struct{})
+	must(t, w.reg.Register(agent.Tool{
+		Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+			close(running)
+			<-ctx.Done()
+			return agent.Result{}, ctx.Err()
+		},
+	}))
+	a := w.agent()
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
+	out, err := a.Run(t.Context(), request("migrate the db"))
+	must(t, err)
+	if out.Status != agent.Paused || len(out.Pending) != 1 {
+		t.Fatalf("Run = %s with %d pending, want one paused call", out.Status, len(out.Pending))
+	}
+	p := out.Pending[0]
+	if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Resume(ctx, p.RunID)
+		done <- err
+	}()
+	<-running
+	cancel() // the shutdown's grace ran out
+	if err := <-done; err == nil {
+		t.Fatal("the cut resume succeeded")
+	}
+	var got []string
+	for _, u := range w.rec.Updates() {
+		if u.Call.ID == p.ID && u.Phase != agent.PhaseDecided {
+			got = append(got, fmt.Sprintf("%s (%s)", u.Phase, u.Note))
+		}
+	}
+	if want := []string{fmt.Sprintf("%s (%s)", agent.PhaseSkipped, agent.NoteInterrupted)}; !slices.Equal(got, want) {
+		t.Errorf("updates of the cut call = %q, want %q", got, want)
+	}
+	if got := executions(t, w.store); !slices.Equal(got, []string{"migrate unknown"}) {
+		t.Errorf("execute entries = %q, want migrate's outcome unknown", got)
+	}
 }
 
 // heldAt makes the model's nth answer (counting from 1) close entered,

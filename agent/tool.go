@@ -19,6 +19,9 @@ import (
 type Result struct {
 	Content string `json:"content"`
 	IsError bool   `json:"is_error,omitempty"`
+	// interrupted marks the result of a call the bot stopped while it
+	// ran (see interruptedResult): its outcome is unknown, not an error.
+	interrupted bool
 }
 
 // Handler runs a tool with arguments that are valid JSON and passed the

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -151,6 +152,35 @@ func auditLog(t *testing.T, st agent.Store) []string {
 		out = append(out, e.Action+" "+e.Tool)
 	}
 	return out
+}
+
+// Every audit entry of a call names it by one id: the model's tool call
+// id for a call that runs or is denied without pausing, the paused call's
+// own id (that of its card and decisions) for one that pauses, from its
+// request on.
+func TestAuditEntriesNameTheCall(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "read_file", `{"path":"a"}`), call("c2", "drop_db", `{}`), call("c3", "deploy", `{"service":"api","version":"2"}`)))
+	out, err := a.Run(t.Context(), request("read a, drop the db, deploy api 2"))
+	must(t, err)
+	if out.Status != agent.Paused || len(out.Pending) != 1 {
+		t.Fatalf("Run = %s with %d pending, want the deploy paused", out.Status, len(out.Pending))
+	}
+	log, err := w.store.(storetest.Store).AuditLog(t.Context(), 0)
+	must(t, err)
+	got := map[string]string{}
+	for _, e := range log {
+		got[e.Action+" "+e.Tool] = e.CallID
+	}
+	want := map[string]string{
+		"request read_file": "c1", "execute read_file": "c1",
+		"request drop_db": "c2",
+		"request deploy":  out.Pending[0].ID, "pause deploy": out.Pending[0].ID,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("call ids of the audit entries = %q, want %q", got, want)
+	}
 }
 
 // A turn that pauses reads with one BeginTurn (the policy judges by the

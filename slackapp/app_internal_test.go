@@ -305,3 +305,25 @@ func TestAnswerPageKeepsEntriesWhole(t *testing.T) {
 		})
 	}
 }
+
+// A turn cut by the shutdown is told it is answered after the restart,
+// whether the cut reached it as the context's end or as a model call
+// canceled with it; a model that failed on its own is not.
+func TestFailureTextOfAShutdownCut(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"context canceled", fmt.Errorf("turn cut short before the model answered: %w", context.Canceled), restartingRecordedText},
+		{"model call canceled", fmt.Errorf("model: %w", &agent.ModelError{Kind: agent.ErrKindCanceled, Err: context.Canceled}), restartingRecordedText},
+		{"model server unreachable", fmt.Errorf("model: %w", &agent.ModelError{Kind: agent.ErrKindConnection}), "I couldn't get an answer from the model"},
+	} {
+		if got := failureText(tt.err); !strings.HasPrefix(got, tt.want) {
+			t.Errorf("failureText(%s) = %q, want %q", tt.name, got, tt.want)
+		}
+		if got, want := cutByShutdown(tt.err), tt.want == restartingRecordedText; got != want {
+			t.Errorf("cutByShutdown(%s) = %v, want %v", tt.name, got, want)
+		}
+	}
+}

@@ -406,7 +406,11 @@ func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err
 		return
 	}
 	if err != nil {
-		a.log.Error("turn failed", "conversation", key, "err", err)
+		if cutByShutdown(err) {
+			a.log.Warn("turn cut short by the shutdown; it is answered after the restart", "conversation", key, "err", err)
+		} else {
+			a.log.Error("turn failed", "conversation", key, "err", err)
+		}
 		a.post(ctx, channel, thread, failureText(err))
 		return
 	}
@@ -452,6 +456,17 @@ func (a *App) handOver(ctx context.Context, key string, err error) {
 	a.takeOverLater(ctx, key)
 }
 
+// cutByShutdown reports whether err ended a turn because its work's
+// context ended (the shutdown), rather than a failure: the context's own
+// error, or a model call canceled with it.
+func cutByShutdown(err error) bool {
+	var me *agent.ModelError
+	if errors.As(err, &me) && me.Kind == agent.ErrKindCanceled {
+		return true
+	}
+	return errors.Is(err, context.Canceled)
+}
+
 // failureText tells people in the thread what went wrong, without internals
 // they cannot act on. Work the store recorded (every error but
 // agent.ErrNotRecorded) is carried on by a takeover or the sweep, so the
@@ -460,6 +475,8 @@ func failureText(err error) string {
 	var me *agent.ModelError
 	recorded := !errors.Is(err, agent.ErrNotRecorded)
 	switch {
+	case cutByShutdown(err) && recorded:
+		return restartingRecordedText
 	case errors.As(err, &me) && me.Misconfigured():
 		return misconfiguredText(me)
 	case errors.As(err, &me):

@@ -79,7 +79,10 @@ func (m *Metrics) turn(outcome string, err error) {
 	if m == nil {
 		return
 	}
-	if err != nil {
+	switch {
+	case cutByShutdown(err):
+		outcome = "interrupted" // not a failure: it goes on after the restart
+	case err != nil:
 		outcome = "error"
 	}
 	m.turns.WithLabelValues(outcome).Inc()
