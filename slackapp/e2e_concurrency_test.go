@@ -563,6 +563,17 @@ func TestReplyDuringAClicksResumeWaitsOnItsQueue(t *testing.T) {
 	}
 }
 
+// twoApproversPolicy asks either of two named approvers about deploys.
+const twoApproversPolicy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [UAPPROVER1, UOTHER0001]
+`
+
 // heldRememberStore holds the write of a standing rule until release, and
 // closes audited once its audit entry is written.
 type heldRememberStore struct {
@@ -594,15 +605,7 @@ func (s *heldRememberStore) Audit(ctx context.Context, e store.AuditEntry) error
 func TestLateDecisionRenderLeavesTheCardSayingItRan(t *testing.T) {
 	held := &heldRememberStore{arrived: make(chan struct{}), release: make(chan struct{}), audited: make(chan struct{})}
 	e := newEnv(t, storeKinds(t)[0])
-	e.policy = `
-policy:
-  default: ask
-  rules:
-    - id: deploys
-      tool: deploy
-      verdict: ask
-      approvers: [UAPPROVER1, UOTHER0001]
-`
+	e.policy = twoApproversPolicy
 	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
 	e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: []string{approver, other, e.slack.BotUserID()}})
 	e.cfg.ApprovalsChannel = approvalsChannel
@@ -677,15 +680,7 @@ func (s *panicRememberStore) PutRecord(ctx context.Context, r store.Record, expe
 func TestPanicAfterTakingAResumeLeavesNoLease(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.leaseWait = 500 * time.Millisecond
-	e.policy = `
-policy:
-  default: ask
-  rules:
-    - id: deploys
-      tool: deploy
-      verdict: ask
-      approvers: [UAPPROVER1, UOTHER0001]
-`
+	e.policy = twoApproversPolicy
 	open := e.open
 	e.open = func() fullStore { return &panicRememberStore{open()} }
 	e.model.Reply(fakeopenai.ToolCalls(tc("cx", "deploy", `{"service":"xsvc","version":"1"}`)), fakeopenai.Text("deployed x"), fakeopenai.Text("second answer"))
