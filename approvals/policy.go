@@ -167,6 +167,16 @@ func validateFields(r Rule) error {
 	if r.RemindAfter < 0 {
 		return &fieldError{field: "remind_after", err: fmt.Errorf("negative duration %s", r.RemindAfter)}
 	}
+	if r.Verdict != Ask {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"approvers", len(r.Approvers) > 0}, {"four_eyes", r.FourEyes}, {"ttl", r.TTL != 0}, {"remind_after", r.RemindAfter != 0}} {
+			if f.set {
+				return &fieldError{field: f.name, err: fmt.Errorf("set on a rule whose verdict is %s: only an ask waits for approvers, so it would be ignored; leave it out, or make the verdict ask", r.Verdict)}
+			}
+		}
+	}
 	return validateMinApprovals(r)
 }
 
