@@ -718,15 +718,7 @@ func TestTakeOverAfterDeathWhileAnsweringQueuedMessages(t *testing.T) {
 func TestToolCutByShutdownHasAnUnknownOutcome(t *testing.T) {
 	w := newWorld(t, backends(t)[0])
 	w.policy = takeoverPolicy
-	running := make(chan struct{})
-	must(t, w.reg.Register(agent.Tool{
-		Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
-		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
-			close(running)
-			<-ctx.Done()
-			return agent.Result{}, ctx.Err()
-		},
-	}))
+	running := registerMigrateUntilCut(t, w)
 	a := w.agent()
 	w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
 	ctx, cancel := context.WithCancel(t.Context())
@@ -845,15 +837,7 @@ func executions(t *testing.T, st agent.Store) []string {
 func TestApprovedToolCutByShutdownHasAnUnknownOutcome(t *testing.T) {
 	w := newWorld(t, backends(t)[0])
 	w.policy = "policy:\n  default: ask\n"
-	running := make(chan struct{})
-	must(t, w.reg.Register(agent.Tool{
-		Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
-		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
-			close(running)
-			<-ctx.Done()
-			return agent.Result{}, ctx.Err()
-		},
-	}))
+	running := registerMigrateUntilCut(t, w)
 	a := w.agent()
 	w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
 	out, err := a.Run(t.Context(), request("migrate the db"))
@@ -1032,4 +1016,20 @@ func dieAnsweringQueued(t *testing.T, w *world, p agent.PendingCall, answer stri
 	close(release)
 	<-done
 	return w.restart()
+}
+
+// registerMigrateUntilCut registers a "migrate" tool that runs until its
+// context ends, and returns a channel closed once it started.
+func registerMigrateUntilCut(t *testing.T, w *world) <-chan struct{} {
+	t.Helper()
+	running := make(chan struct{})
+	must(t, w.reg.Register(agent.Tool{
+		Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+			close(running)
+			<-ctx.Done()
+			return agent.Result{}, ctx.Err()
+		},
+	}))
+	return running
 }
