@@ -416,6 +416,18 @@ func (e *env) audit(admin, want string) string {
 	return audit
 }
 
+// reject has user reject the call of the card at ts in ch with reason,
+// through the Reject button and its form, and returns the form's ack.
+func (e *env) reject(user, ch, ts, reason string) json.RawMessage {
+	e.t.Helper()
+	_, err := e.slack.Click(user, ch, ts, slackapp.ActionReject, "")
+	must(e.t, err)
+	form := e.modal(user, slackapp.CallbackReject)
+	ack, err := e.slack.SubmitView(user, form.ID, map[string]map[string]string{slackapp.BlockRejectReason: {slackapp.ActionRejectReason: reason}}, "")
+	must(e.t, err)
+	return ack
+}
+
 // waitUntil polls cond until it holds or the time is up.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()

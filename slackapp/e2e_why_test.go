@@ -302,11 +302,7 @@ func TestApprovalsChannelCopyIsSealed(t *testing.T) {
 		t.Errorf("View full arguments does not show the approver the arguments: %s", view.JSON)
 	}
 	const reason = "PRIVATE-REASON: not now"
-	_, err = e.slack.Click(approver, approvalsChannel, cp.TS, slackapp.ActionReject, "")
-	must(t, err)
-	form := e.modal(approver, slackapp.CallbackReject)
-	_, err = e.slack.SubmitView(approver, form.ID, map[string]map[string]string{slackapp.BlockRejectReason: {slackapp.ActionRejectReason: reason}}, "")
-	must(t, err)
+	e.reject(approver, approvalsChannel, cp.TS, reason)
 	e.answerIn(private, ts, "not shipped")
 	decided, err := e.slack.WaitMessage(approvalsChannel, func(m fakeslack.Message) bool {
 		return m.TS == cp.TS && strings.Contains(blocksText(m), "Rejected")
@@ -340,12 +336,7 @@ func TestApprovalsChannelCopyStaysSealedAfterTheSettingChanges(t *testing.T) {
 			e.cfg.ApprovalsChannel = tt.now
 			e.start()
 			e.slack.Join(private, approver)
-			_, err = e.slack.Click(approver, private, card.TS, slackapp.ActionReject, "")
-			must(t, err)
-			form := e.modal(approver, slackapp.CallbackReject)
-			const reason = "PRIVATE-REASON: not now"
-			_, err = e.slack.SubmitView(approver, form.ID, map[string]map[string]string{slackapp.BlockRejectReason: {slackapp.ActionRejectReason: reason}}, "")
-			must(t, err)
+			e.reject(approver, private, card.TS, "PRIVATE-REASON: not now")
 			e.answerIn(private, ts, "not shipped")
 			decided, err := e.slack.WaitMessage(approvalsChannel, func(m fakeslack.Message) bool {
 				return m.TS == cp.TS && strings.Contains(blocksText(m), "Rejected")
