@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/internal/fixedkey"
 	"github.com/toolgate/toolgate/store"
 )
@@ -266,7 +267,7 @@ func (p *pausedCalls) take(id string) (pausedCall, bool) {
 	}
 	s := p.slots[i]
 	pc := pausedCall{version: s.version, recs: p.recs[s.version].recs}
-	err := json.Unmarshal(p.buf[s.off:s.off+s.size], &pc.call)
+	err := fastjson.Unmarshal(p.buf[s.off:s.off+s.size], &pc.call)
 	p.drop(i)
 	if err != nil || pc.call.ID != id {
 		return pausedCall{}, false

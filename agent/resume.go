@@ -13,6 +13,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -180,7 +181,7 @@ func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (Outcome, error) 
 	ctx, stop := a.keepClaim(ctx, run.ID, rs.at)
 	defer stop()
 	var st runState
-	stErr := json.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
+	stErr := fastjson.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: calls})
 	out, err := a.resumeClaimed(ctx, rs.ResumeStart, st, stErr, a.reporter(run.Conversation))
 	if err != nil && leaseLost(ctx) && !errors.Is(err, ErrLeaseLost) {

@@ -25,8 +25,8 @@ import (
 // conversation is paused its history lives in the run, and Queued holds the
 // messages that arrived meanwhile.
 type convState struct {
-	Messages []openai.ChatCompletionMessage `json:"messages,omitempty"`
-	Queued   []queuedMessage                `json:"queued,omitempty"`
+	Messages history         `json:"messages,omitempty"`
+	Queued   []queuedMessage `json:"queued,omitempty"`
 	// InboxSeq is the last message of the store's inbox that Messages or
 	// Queued hold; later ones are still to be answered.
 	InboxSeq int64 `json:"inbox_seq,omitempty"`
@@ -87,9 +87,9 @@ type queuedMessage struct {
 type runState struct {
 	// Messages is the history up to and including the assistant message
 	// whose tool calls are in Slots.
-	Messages []openai.ChatCompletionMessage `json:"messages"`
-	Slots    []slot                         `json:"slots"`
-	User     string                         `json:"user"`
+	Messages history `json:"messages"`
+	Slots    []slot  `json:"slots"`
+	User     string  `json:"user"`
 	// Requesters are everyone whose message the turn answers; empty in
 	// runs stored before they were recorded, where User is the only one.
 	Requesters []string `json:"requesters,omitempty"`

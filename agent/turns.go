@@ -2,11 +2,11 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -111,7 +111,7 @@ func conversationOf(c store.Conversation, found bool) (cs convState, pausedRun s
 		return convState{}, "", nil
 	}
 	if len(c.State) > 0 {
-		if err := json.Unmarshal(c.State, &cs); err != nil {
+		if err := fastjson.Unmarshal(c.State, &cs); err != nil {
 			return convState{}, "", fmt.Errorf("decode conversation %s: %w", c.Key, err)
 		}
 	}

@@ -745,7 +745,10 @@ func blocksText(t *testing.T, blocks []slack.Block) string {
 	if err := json.Unmarshal(b, &v); err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
+	// Every string on a line of its own, the first one too: a block's
+	// fields come in map order.
+	out := strings.Builder{}
+	out.WriteString("\n")
 	var walk func(any)
 	walk = func(v any) {
 		switch v := v.(type) {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/internal/fastjson"
 )
 
 // Envelope types the app handles.
@@ -380,7 +382,7 @@ func (s *socket) read(ctx context.Context, c *socketConn) {
 			s.log.Debug("socket mode message", "message", redactJSON(data))
 		}
 		env := &envelope{raw: data, conn: c, received: time.Now()}
-		if err := json.Unmarshal(data, env); err != nil {
+		if err := fastjson.Unmarshal(data, env); err != nil {
 			if env.ID == "" {
 				s.log.Warn("socket mode: skipping a message that is not an envelope", "err", err)
 				continue

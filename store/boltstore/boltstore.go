@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/internal/newrun"
 )
@@ -453,7 +454,7 @@ func (s *Store) pruneRules(now time.Time) []pruneRule {
 // runs.
 func dropRun(tx *bolt.Tx, k, v []byte) error {
 	var rec runRecord
-	if err := json.Unmarshal(v, &rec); err != nil {
+	if err := fastjson.Unmarshal(v, &rec); err != nil {
 		return fmt.Errorf("decode run %s: %w", k, err)
 	}
 	for _, id := range rec.Run.CallIDs {
@@ -490,7 +491,7 @@ func get(b *bolt.Bucket, key string, v any) (bool, error) {
 	if raw == nil {
 		return false, nil
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
+	if err := fastjson.Unmarshal(raw, v); err != nil {
 		return false, fmt.Errorf("decode %s: %w", key, err)
 	}
 	return true, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/internal/newrun"
 )
@@ -570,7 +571,7 @@ func decodeResume(conversation string, res []any, conv map[string]string) (store
 	}
 	var rs store.ResumeStart
 	raw, _ := res[1].(string)
-	if err := json.Unmarshal([]byte(raw), &rs.Run); err != nil {
+	if err := fastjson.Unmarshal([]byte(raw), &rs.Run); err != nil {
 		return store.ResumeStart{}, fmt.Errorf("decode run: %w", err)
 	}
 	fin, _ := res[2].(string)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -180,7 +181,7 @@ func (s *Store) Inbox(ctx context.Context, conversation string) ([]store.Inbound
 	out := make([]store.Inbound, 0, len(vals))
 	for _, v := range vals {
 		var m store.Inbound
-		if err := json.Unmarshal([]byte(v), &m); err != nil {
+		if err := fastjson.Unmarshal([]byte(v), &m); err != nil {
 			return nil, fmt.Errorf("read inbox of %s: %w", conversation, err)
 		}
 		out = append(out, m)

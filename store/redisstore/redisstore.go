@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/internal/newrun"
 )
@@ -397,13 +398,13 @@ func decodeCall(vals []any) (c store.Call, ok bool, err error) {
 	if str(0) == "" {
 		return store.Call{}, false, nil
 	}
-	if err := json.Unmarshal([]byte(str(0)), &c); err != nil {
+	if err := fastjson.Unmarshal([]byte(str(0)), &c); err != nil {
 		return store.Call{}, false, fmt.Errorf("decode call: %w", err)
 	}
 	c.Status = store.Status(str(1))
 	if d := str(2); d != "" {
 		c.Decision = new(store.Decision)
-		if err := json.Unmarshal([]byte(d), c.Decision); err != nil {
+		if err := fastjson.Unmarshal([]byte(d), c.Decision); err != nil {
 			return store.Call{}, false, fmt.Errorf("decode decision of call %s: %w", c.ID, err)
 		}
 	}
@@ -412,13 +413,13 @@ func decodeCall(vals []any) (c store.Call, ok bool, err error) {
 		c.Result = json.RawMessage(r)
 	}
 	if a := str(5); a != "" {
-		if err := json.Unmarshal([]byte(a), &c.Approvals); err != nil {
+		if err := fastjson.Unmarshal([]byte(a), &c.Approvals); err != nil {
 			return store.Call{}, false, fmt.Errorf("decode approvals of call %s: %w", c.ID, err)
 		}
 	}
 	if e := str(6); e != "" {
 		c.Edit = new(store.Decision)
-		if err := json.Unmarshal([]byte(e), c.Edit); err != nil {
+		if err := fastjson.Unmarshal([]byte(e), c.Edit); err != nil {
 			return store.Call{}, false, fmt.Errorf("decode edit of call %s: %w", c.ID, err)
 		}
 	}
@@ -513,7 +514,7 @@ func (s *Store) runRecord(ctx context.Context, runID string) (r store.Run, finis
 	if raw == "" {
 		return store.Run{}, false, false, nil
 	}
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+	if err := fastjson.Unmarshal([]byte(raw), &r); err != nil {
 		return store.Run{}, false, false, fmt.Errorf("decode run: %w", err)
 	}
 	fin, _ := vals[1].(string)
@@ -714,14 +715,14 @@ func (s *Store) finishRun(ctx context.Context, runID string) (unindex func(p red
 	var r struct {
 		Conversation string `json:"conversation"`
 	}
-	if raw, _ := res[1].(string); json.Unmarshal([]byte(raw), &r) != nil {
+	if raw, _ := res[1].(string); fastjson.Unmarshal([]byte(raw), &r) != nil {
 		return nil, fmt.Errorf("finish run %s: bad run record", runID)
 	}
 	calls := make([]store.Call, 0, len(res)-2)
 	for _, v := range res[2:] {
 		raw, _ := v.(string)
 		var c store.Call
-		if err := json.Unmarshal([]byte(raw), &c); err != nil {
+		if err := fastjson.Unmarshal([]byte(raw), &c); err != nil {
 			return nil, fmt.Errorf("finish run %s: decode call: %w", runID, err)
 		}
 		calls = append(calls, c)

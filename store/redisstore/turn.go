@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -397,7 +397,7 @@ func decodeBegun(conversation string, res []any, kinds []string, recs []*redis.M
 	for _, v := range msgs {
 		raw, _ := v.(string)
 		var m store.Inbound
-		if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		if err := fastjson.Unmarshal([]byte(raw), &m); err != nil {
 			return store.Begun{}, fmt.Errorf("inbox: %w", err)
 		}
 		b.Inbox = append(b.Inbox, m)

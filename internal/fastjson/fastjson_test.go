@@ -1,0 +1,110 @@
+package fastjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// record has the kinds of fields the stores and envelopes decode.
+type record struct {
+	ID      string            `json:"id"`
+	Args    json.RawMessage   `json:"args"`
+	At      time.Time         `json:"at"`
+	N       int64             `json:"n,omitempty"`
+	F       float64           `json:"f,omitempty"`
+	Tags    []string          `json:"tags,omitempty"`
+	Fields  map[string]string `json:"fields,omitempty"`
+	Any     any               `json:"any,omitempty"`
+	Ptr     *record           `json:"ptr,omitempty"`
+	Skipped string            `json:"-"`
+}
+
+var inputs = []string{
+	`{"id":"r1","args":{"cmd" : "rm -rf /tmp/x", "n":[1, 2.50e3, -0]} ,"at":"2026-12-05T06:00:00.123456789Z"}`,
+	`{"id":"<&>\u003c\u2028","args":"\u003cb\u003e <b> &amp;"}`,
+	`{"id":"\ud800 lone surrogate \u00e9 é","args":"\ud800"}`,
+	"{\"id\":\"\xff\xfe invalid utf-8\",\"args\":\"\xff\"}",
+	`{"ID":"case","Args":[ 1 ,2 ]}`,
+	`{"id":"dup","id":"dup2","args":null}`,
+	`{"n":9007199254740993,"f":1e308,"any":{"a":[true,null,"x",1.5]}}`,
+	`{"tags":["a","b"],"fields":{"k":"v","":"empty"},"ptr":{"id":"inner","args":{}}}`,
+	`{"unknown":{"deep":[[[{"x":"y"}]]]},"id":"after unknown"}`,
+	` {"id":"spaces"} `,
+	`{"id":"x","-":"dash","Skipped":"no"}`,
+	// Refused input: the errors and the partial results are encoding/json's.
+	`{"id":5,"args":{"a":1}}`,
+	`{"id":"ok","n":"not a number","tags":["a"]}`,
+	`{"id":"truncated","args":{"a":`,
+	`{"id":"x"} trailing`,
+	`[1,2,3]`,
+	``,
+	`{"at":"not a time","id":"y"}`,
+}
+
+// TestUnmarshalDecodesAsEncodingJSON decodes each input with Unmarshal
+// and with encoding/json into the same types and wants the same value,
+// raw messages byte for byte, and the same error.
+func TestUnmarshalDecodesAsEncodingJSON(t *testing.T) {
+	for _, in := range inputs {
+		var got, want record
+		gotErr := Unmarshal([]byte(in), &got)
+		wantErr := json.Unmarshal([]byte(in), &want)
+		if !reflect.DeepEqual(got, want) || !bytes.Equal(got.Args, want.Args) {
+			t.Errorf("Unmarshal(%q) = %+v, want %+v", in, got, want)
+		}
+		if errText(gotErr) != errText(wantErr) {
+			t.Errorf("Unmarshal(%q) error = %v, want %v", in, gotErr, wantErr)
+		}
+		var gotAny, wantAny any
+		gotErr = Unmarshal([]byte(in), &gotAny)
+		wantErr = json.Unmarshal([]byte(in), &wantAny)
+		if !reflect.DeepEqual(gotAny, wantAny) || errText(gotErr) != errText(wantErr) {
+			t.Errorf("Unmarshal(%q) into any = %v, %v; want %v, %v", in, gotAny, gotErr, wantAny, wantErr)
+		}
+	}
+}
+
+// TestUnmarshalCopiesWhatItKeeps decodes from a buffer that is then
+// overwritten, as a store's buffer or a memory-mapped page is: nothing
+// decoded may point into it.
+func TestUnmarshalCopiesWhatItKeeps(t *testing.T) {
+	buf := []byte(`{"id":"kept","args":{"a":"b"},"tags":["t"],"fields":{"k":"v"}}`)
+	var r record
+	if err := Unmarshal(buf, &r); err != nil {
+		t.Fatal(err)
+	}
+	for i := range buf {
+		buf[i] = 'X'
+	}
+	want := record{ID: "kept", Args: json.RawMessage(`{"a":"b"}`), Tags: []string{"t"}, Fields: map[string]string{"k": "v"}}
+	if !reflect.DeepEqual(r, want) {
+		t.Errorf("after the buffer was overwritten: %+v, want %+v", r, want)
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	for _, in := range inputs {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var got, want record
+		gotErr := Unmarshal(in, &got)
+		wantErr := json.Unmarshal(in, &want)
+		if errText(gotErr) != errText(wantErr) {
+			t.Fatalf("Unmarshal(%q) error = %v, want %v", in, gotErr, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) || !bytes.Equal(got.Args, want.Args) {
+			t.Fatalf("Unmarshal(%q) = %+v, want %+v", in, got, want)
+		}
+	})
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
