@@ -24,6 +24,12 @@ type Result struct {
 	interrupted bool
 }
 
+// Interrupted reports whether r is the result of a call the bot stopped
+// while it ran (a crash, a shutdown, a lost lease): whether the tool did
+// its work is not known. Such a result has IsError set, for the model, but
+// is not the tool's failure.
+func (r Result) Interrupted() bool { return r.interrupted }
+
 // Handler runs a tool with arguments that are valid JSON and passed the
 // tool's schema. A returned error becomes an error Result for the model.
 type Handler func(ctx context.Context, args json.RawMessage) (Result, error)

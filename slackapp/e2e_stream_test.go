@@ -470,3 +470,82 @@ func TestRefusedStopPostsTheRest(t *testing.T) {
 		t.Errorf("got %d chat.stopStream calls, want 2 (with the rest, refused; then without)", n)
 	}
 }
+
+// An answer with nothing to show once rendered (only markup that renders
+// to nothing, such as empty headings) is not posted as an empty message:
+// the thread is told there is no answer, once.
+func TestAnswerThatRendersToNothingSaysSo(t *testing.T) {
+	for _, tt := range []struct {
+		name, text   string
+		refuseStream bool
+	}{
+		{"posted", "# \n\n##", true},
+		{"too short to stream", "#", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			seen := &answerSeenStore{order: &eventLog{}, recorded: make(chan struct{})}
+			e := newEnvWith(t, storeKinds(t)[0], func(s fullStore) fullStore {
+				seen.fullStore = s
+				return seen
+			})
+			if tt.refuseStream {
+				e.slack.FailNext("chat.startStream", 400)
+			}
+			e.model.Reply(fakeopenai.Response{Text: tt.text, Chunks: 2})
+			ts := e.slack.Mention(channel, requester, "anything?")
+			select {
+			case <-seen.recorded: // once the answer is shown
+			case <-time.After(10 * time.Second):
+				t.Fatal("the answer was not recorded")
+			}
+			var bot []string
+			for _, m := range e.slack.Thread(channel, ts) {
+				if m.BotID != "" {
+					bot = append(bot, m.Text+blocksText(m))
+				}
+			}
+			if len(bot) != 1 || !strings.Contains(bot[0], "(no answer)") {
+				t.Errorf("answer %q: bot messages %q, want one saying there is no answer", tt.text, bot)
+			}
+		})
+	}
+}
+
+// When chat.stopStream refuses the rest of a streamed answer and that rest
+// renders to nothing (a line break, an empty heading), nothing more is
+// posted: the stream showed the answer.
+func TestRefusedStopWithNothingToShowPostsNothing(t *testing.T) {
+	words := strings.Repeat("the stream shows every word of this answer. ", 7) + "THE END"
+	for _, rest := range []string{"\n", "\n\n#"} {
+		t.Run(fmt.Sprintf("%q", rest), func(t *testing.T) {
+			seen := &answerSeenStore{order: &eventLog{}, recorded: make(chan struct{})}
+			e := newEnvWith(t, storeKinds(t)[0], func(s fullStore) fullStore {
+				seen.fullStore = s
+				return seen
+			})
+			e.slack.FailNext("chat.stopStream", 400)
+			// Two pieces of 150 characters or more: each is handed to the
+			// stream up to its last white space, so the stop carries the
+			// rest alone.
+			e.model.Reply(fakeopenai.Response{Text: words + rest, Chunks: 2})
+			ts := e.slack.Mention(channel, requester, "go on")
+			select {
+			case <-seen.recorded:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the answer was not recorded")
+			}
+			var bot []string
+			for _, m := range e.slack.Thread(channel, ts) {
+				if m.BotID != "" {
+					bot = append(bot, m.Text+blocksText(m))
+				}
+			}
+			if len(bot) != 1 || strings.Count(bot[0], "THE END") != 1 {
+				t.Errorf("bot messages %q, want the streamed answer alone", bot)
+			}
+			if stops := e.slack.Calls("chat.stopStream"); len(stops) != 2 || stops[0].Param("markdown_text") == "" || strings.TrimSpace(stops[0].Param("markdown_text")) != strings.TrimSpace(rest) {
+				t.Errorf("chat.stopStream calls %+v, want the refused one carrying the rest %q alone, then one without", stops, rest)
+			}
+		})
+	}
+}

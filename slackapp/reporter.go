@@ -153,7 +153,9 @@ func (r *threadReporter) recipient(ctx context.Context) string {
 }
 
 // Answer ends the stream with the rest of the text, or posts the whole
-// answer, split within Block Kit limits, if streaming was not possible.
+// answer, split within Block Kit limits, if streaming was not possible. An
+// answer with nothing to show once rendered is posted as "(no answer)",
+// unless a stream showed part of it.
 func (r *threadReporter) Answer(ctx context.Context, text string) {
 	r.app.statusSettled(ctx, r.conv)
 	shown := r.endStream(ctx)
@@ -164,10 +166,17 @@ func (r *threadReporter) Answer(ctx context.Context, text string) {
 		// The stream broke part way: post only what it did not show.
 		text = strings.TrimLeft(text[len(shown):], " \n")
 	}
-	if strings.TrimSpace(text) == "" {
+	msgs := AnswerMessages(text)
+	if len(msgs) == 0 {
+		if shown != "" {
+			return // the stream showed all there is to see
+		}
+		// Blank, or only markup that renders to nothing (an empty
+		// heading): the thread still hears that the turn is over.
 		text = "(no answer)"
+		msgs = AnswerMessages(text)
 	}
-	for _, blocks := range AnswerMessages(text) {
+	for _, blocks := range msgs {
 		if !r.app.postInsisting(ctx, r.channel, r.thread, blocks, fallbackText(text)) {
 			return
 		}

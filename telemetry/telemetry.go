@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel"
 	"log/slog"
 	"net/url"
 	"strings"
 
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -80,9 +81,11 @@ func CheckEnv(getenv func(string) string) error {
 // when Enabled(getenv) says so; the service name defaults to "toolgate".
 // Otherwise it returns nil, nil: nothing is started. capture records
 // arguments, tool output and model messages in spans. The exporter's
-// errors (a collector that cannot be reached) go to log, as warnings, in
-// place of OpenTelemetry's own plain lines on stderr. It fails only on
-// settings the exporter refuses; it makes no connection.
+// errors (a collector that cannot be reached) go to log, as warnings, and
+// so do the lines of OpenTelemetry's own logger (settings it cannot read,
+// see logSink), in place of its plain lines on stderr: in the log's format,
+// with its redaction. It fails only on settings the exporter refuses; it
+// makes no connection.
 func Start(ctx context.Context, getenv func(string) string, version string, capture bool, log *slog.Logger) (*Provider, error) {
 	if !Enabled(getenv) {
 		return nil, nil
@@ -90,6 +93,7 @@ func Start(ctx context.Context, getenv func(string) string, version string, capt
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("tracing: " + err.Error())
 	}))
+	otel.SetLogger(logr.New(logSink{log: log}))
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("otlp trace exporter: %w", err)
@@ -124,4 +128,56 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("flush traces: %w", err)
 	}
 	return nil
+}
+
+// logSink writes the lines of OpenTelemetry's logger (otel.SetLogger) to
+// the bot's log, each message after "tracing: ": errors as errors, its
+// warnings (verbosity 1) as warnings, its more verbose lines at debug.
+// Values that say how to log themselves (logr.Marshaler) are logged so.
+type logSink struct{ log *slog.Logger }
+
+var _ logr.LogSink = logSink{}
+
+func (logSink) Init(logr.RuntimeInfo) {}
+
+func (s logSink) Enabled(v int) bool { return s.log.Enabled(context.Background(), sinkLevel(v)) }
+
+func (s logSink) Info(v int, msg string, kv ...any) {
+	s.log.Log(context.Background(), sinkLevel(v), "tracing: "+msg, marshalled(kv)...)
+}
+
+func (s logSink) Error(err error, msg string, kv ...any) {
+	s.log.Error("tracing: "+msg, append([]any{"err", err}, marshalled(kv)...)...)
+}
+
+func (s logSink) WithValues(kv ...any) logr.LogSink {
+	return logSink{log: s.log.With(marshalled(kv)...)}
+}
+
+func (s logSink) WithName(name string) logr.LogSink {
+	return logSink{log: s.log.With("logger", name)}
+}
+
+// sinkLevel is the level of a line of logr verbosity v.
+func sinkLevel(v int) slog.Level {
+	switch {
+	case v >= 4:
+		return slog.LevelDebug
+	case v >= 1:
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
+}
+
+// marshalled returns a key/value list with each logr.Marshaler value
+// replaced by what it says to log.
+func marshalled(kv []any) []any {
+	out := make([]any, len(kv))
+	for i, v := range kv {
+		if m, ok := v.(logr.Marshaler); ok && i%2 == 1 {
+			v = m.MarshalLog()
+		}
+		out[i] = v
+	}
+	return out
 }

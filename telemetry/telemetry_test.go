@@ -151,6 +151,27 @@ func TestExportErrorsGoToTheLog(t *testing.T) {
 	_ = p.Shutdown(ctx)
 }
 
+// What OpenTelemetry's own logger says (here: a setting it cannot read)
+// is a line of the bot's log, in its format, not a plain line on stderr.
+func TestOpenTelemetryLinesGoToTheLog(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "soon")
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))
+	p, err := telemetry.Start(context.Background(), os.Getenv, "1", false, log)
+	if err != nil || p == nil {
+		t.Fatalf("Start = %v, %v", p, err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	mu.Lock()
+	got := logs.String()
+	mu.Unlock()
+	if !strings.Contains(got, `"level":"ERROR","msg":"tracing: parse duration"`) || !strings.Contains(got, `"input":"soon"`) {
+		t.Errorf("log = %s; want an error line saying the timeout could not be read", got)
+	}
+}
+
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  io.Writer

@@ -125,6 +125,9 @@ func (t *Tracer) waitSpan(ctx context.Context, turn trace.SpanContext, c store.C
 }
 
 // StartTool starts the span of one tool execution, "execute_tool NAME".
+// Its outcome is "ok", "error" (the span's status is Error) or, for a run
+// cut by a shutdown or a lost lease, "unknown", with an event
+// "interrupted" and the status left unset.
 func (t *Tracer) StartTool(ctx context.Context, ts agent.ToolStart) (context.Context, func(agent.Result)) {
 	attrs := []attribute.KeyValue{
 		attribute.String("gen_ai.operation.name", "execute_tool"),
@@ -141,7 +144,14 @@ func (t *Tracer) StartTool(ctx context.Context, ts agent.ToolStart) (context.Con
 	ctx, span := t.tracer.Start(ctx, "execute_tool "+ts.Tool, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	return ctx, func(res agent.Result) {
 		outcome := "ok"
-		if res.IsError {
+		switch {
+		case res.Interrupted():
+			// Cut by a shutdown or a lost lease: it may have done its
+			// work, so the span is not marked failed (as the audit
+			// says "unknown").
+			outcome = "unknown"
+			span.AddEvent("interrupted")
+		case res.IsError:
 			outcome = "error"
 			span.SetStatus(codes.Error, "the tool reported an error")
 		}

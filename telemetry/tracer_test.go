@@ -3,6 +3,7 @@ package telemetry_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -43,6 +44,8 @@ type world struct {
 	spans *tracetest.InMemoryExporter
 	agent *agent.Agent
 	ran   map[string]json.RawMessage // tool -> arguments it ran with
+	// held is told when read_held starts; it runs until its context ends.
+	held chan struct{}
 
 	mu  sync.Mutex
 	now time.Time
@@ -50,7 +53,7 @@ type world struct {
 
 func newWorld(t *testing.T, capture bool) *world {
 	t.Helper()
-	w := &world{t: t, model: fakeopenai.New(t), spans: tracetest.NewInMemoryExporter(), ran: map[string]json.RawMessage{},
+	w := &world{t: t, model: fakeopenai.New(t), spans: tracetest.NewInMemoryExporter(), ran: map[string]json.RawMessage{}, held: make(chan struct{}, 1),
 		now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(w.spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -66,6 +69,16 @@ func newWorld(t *testing.T, capture bool) *world {
 	}
 	must(t, reg.Register(agent.Tool{Name: "read_file", Description: "Read a file", Schema: json.RawMessage(`{"type":"object"}`),
 		Annotations: approvals.Hints{ReadOnly: true}, Handler: handler("read_file", "SECRET-FILE-CONTENT")}))
+	must(t, reg.Register(agent.Tool{Name: "read_held", Description: "Read slowly", Schema: json.RawMessage(`{"type":"object"}`),
+		Annotations: approvals.Hints{ReadOnly: true}, Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+			w.held <- struct{}{}
+			<-ctx.Done()
+			return agent.Result{}, ctx.Err()
+		}}))
+	must(t, reg.Register(agent.Tool{Name: "read_broken", Description: "Fail to read", Schema: json.RawMessage(`{"type":"object"}`),
+		Annotations: approvals.Hints{ReadOnly: true}, Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			return agent.Result{}, errors.New("disk on fire")
+		}}))
 	must(t, reg.Register(agent.Tool{Name: "deploy", Description: "Deploy", Schema: json.RawMessage(`{"type":"object"}`), Handler: handler("deploy", "deployed")}))
 	p, err := approvals.ParseConfig([]byte(policy))
 	must(t, err)
@@ -203,6 +216,44 @@ func TestTurnWithAnAllowedCall(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A tool that fails is marked failed; one cut while it ran (here the
+// turn's context ends, as at a shutdown) has an unknown outcome, not an
+// error: its span says it was interrupted and leaves the status unset.
+func TestToolOutcomeOnTheSpan(t *testing.T) {
+	t.Run("failed", func(t *testing.T) {
+		w := newWorld(t, false)
+		w.model.Reply(fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "c1", Name: "read_broken", Arguments: `{}`}), fakeopenai.Text("it failed"))
+		_, err := w.agent.Run(context.Background(), request)
+		must(t, err)
+		tool := w.one("execute_tool read_broken")
+		wantAttrs(t, tool, map[string]string{"toolgate.tool.outcome": "error"})
+		if tool.Status.Code != codes.Error || len(tool.Events) != 0 {
+			t.Errorf("span status %v, events %v; want failed, with no event", tool.Status, tool.Events)
+		}
+	})
+	t.Run("interrupted", func(t *testing.T) {
+		w := newWorld(t, false)
+		w.model.Reply(fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "c1", Name: "read_held", Arguments: `{}`}))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = w.agent.Run(ctx, request)
+		}()
+		<-w.held
+		cancel()
+		<-done
+		tool := w.one("execute_tool read_held")
+		wantAttrs(t, tool, map[string]string{"toolgate.tool.outcome": "unknown"})
+		if tool.Status.Code != codes.Unset {
+			t.Errorf("span status %v, want unset", tool.Status)
+		}
+		if len(tool.Events) != 1 || tool.Events[0].Name != "interrupted" {
+			t.Errorf("span events %v, want one interrupted", tool.Events)
+		}
+	})
 }
 
 func TestCapturedContent(t *testing.T) {

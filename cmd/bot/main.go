@@ -87,15 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return configErrorf("unexpected argument %q: bot is configured by environment variables, see bot --help", fs.Arg(0))
 	}
 
-	// A placeholder is no secret: hidden, it would garble the error that
-	// says to replace it.
-	var secrets []string
-	for _, t := range []struct{ env, prefix string }{{"SLACK_APP_TOKEN", "xapp-"}, {"SLACK_BOT_TOKEN", "xoxb-"}} {
-		if tok := os.Getenv(t.env); !placeholderToken(tok, t.prefix) {
-			secrets = append(secrets, tok)
-		}
-	}
-	secrets = append(append(secrets, os.Getenv("OPENAI_API_KEY")), urlSecrets(os.Getenv("REDIS_URL"))...)
+	secrets := envSecrets(os.Getenv)
 	red := newRedactor(secrets...)
 	cfg, err := loadConfig()
 	if err != nil {

@@ -80,6 +80,50 @@ func (e *redactedError) Error() string { return e.msg }
 
 func (e *redactedError) Unwrap() error { return e.err }
 
+// envSecrets returns the secrets of the environment: the Slack tokens
+// (a placeholder is no secret: hidden, it would garble the error that says
+// to replace it), the model's API key, those of REDIS_URL (see urlSecrets)
+// and of the OpenTelemetry exporter's settings (see otelSecrets).
+func envSecrets(getenv func(string) string) []string {
+	var secrets []string
+	for _, t := range []struct{ env, prefix string }{{"SLACK_APP_TOKEN", "xapp-"}, {"SLACK_BOT_TOKEN", "xoxb-"}} {
+		if tok := getenv(t.env); !placeholderToken(tok, t.prefix) {
+			secrets = append(secrets, tok)
+		}
+	}
+	secrets = append(append(secrets, getenv("OPENAI_API_KEY")), urlSecrets(getenv("REDIS_URL"))...)
+	return append(secrets, otelSecrets(getenv)...)
+}
+
+// otelSecrets returns the secrets of the OpenTelemetry exporter's
+// settings: each header value of OTEL_EXPORTER_OTLP_HEADERS and
+// OTEL_EXPORTER_OTLP_TRACES_HEADERS as written, decoded, and decoded
+// without its scheme ("Bearer <key>"), which a collector may quote in the
+// error the exporter logs; and those of the endpoints (see urlSecrets).
+func otelSecrets(getenv func(string) string) []string {
+	var out []string
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		out = append(out, urlSecrets(getenv(k))...)
+	}
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"} {
+		for _, pair := range strings.Split(getenv(k), ",") {
+			_, v, ok := strings.Cut(pair, "=")
+			if !ok {
+				continue
+			}
+			out = append(out, v, strings.TrimSpace(v))
+			if d, err := url.PathUnescape(v); err == nil {
+				d = strings.TrimSpace(d)
+				out = append(out, d)
+				if _, cred, ok := strings.Cut(d, " "); ok {
+					out = append(out, strings.TrimSpace(cred))
+				}
+			}
+		}
+	}
+	return out
+}
+
 // urlSecrets returns the secrets of a URL: the password of its user
 // information and the values of its query options other than those known
 // to hold none (a "password" as in redis+sentinel URLs, a misspelt one),

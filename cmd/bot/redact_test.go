@@ -67,6 +67,23 @@ func TestURLSecrets(t *testing.T) {
 	}
 }
 
+func TestOTELSecrets(t *testing.T) {
+	env := map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":       "https://user:pw-9876@collector:4318/?api_key=qwerty123",
+		"OTEL_EXPORTER_OTLP_HEADERS":        "Authorization=Basic%20dXNlcjpwYXNz, x-team = team-key-1 ",
+		"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-honeycomb-team=abcd1234efgh",
+	}
+	red := newRedactor(otelSecrets(func(k string) string { return env[k] })...)
+	for _, s := range []string{"pw-9876", "qwerty123", "Basic%20dXNlcjpwYXNz", "Basic dXNlcjpwYXNz", "dXNlcjpwYXNz", "team-key-1", "abcd1234efgh"} {
+		if out := red.String("x " + s + " x"); strings.Contains(out, s) {
+			t.Errorf("%q is not redacted: %q", s, out)
+		}
+	}
+	if out := red.String("Authorization x-team collector:4318"); out != "Authorization x-team collector:4318" {
+		t.Errorf("header names and the collector's address are redacted: %q", out)
+	}
+}
+
 // A secret that starts with another is hidden whole, in whichever order
 // they are given.
 func TestRedactorSecretStartingWithAnother(t *testing.T) {

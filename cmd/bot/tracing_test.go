@@ -4,6 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -43,4 +47,41 @@ func TestNewModelTracing(t *testing.T) {
 	if reqs := s.Requests(); len(reqs) != 2 || reqs[1].StreamOptions == nil || !reqs[1].StreamOptions.IncludeUsage {
 		t.Errorf("requests %d, want 2 asking for usage", len(reqs))
 	}
+}
+
+// OpenTelemetry's own lines and the exporter's errors are lines of the
+// bot's log with its redaction, which hides the OTLP headers' values: a
+// collector may quote the key it refused, and OpenTelemetry quotes a value
+// it cannot decode.
+func TestTracingLinesAreRedacted(t *testing.T) {
+	const key = "otlp-key-Zq9pR2mK7w"
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "invalid API key "+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), http.StatusUnauthorized)
+	}))
+	defer collector.Close()
+	setEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL})
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20"+key+",X-Key=%zz"+key)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "")
+
+	logs := &syncBuffer{}
+	log := newLogger(logs, config{LogLevel: "info", LogFormat: "json"}, newRedactor(envSecrets(os.Getenv)...))
+	p, err := telemetry.Start(t.Context(), os.Getenv, "", false, log)
+	if err != nil || p == nil {
+		t.Fatalf("Start = %v, %v", p, err)
+	}
+	_, end := p.Tracer().StartTurn(t.Context(), agent.TurnStart{Kind: agent.TurnMessage, Conversation: "T/C/1"})
+	end(agent.Outcome{Status: agent.Answered}, nil)
+	flushTraces(log, p) // the export is refused, and said so, before it returns
+
+	got := logs.String()
+	for _, want := range []string{
+		`"level":"ERROR","msg":"tracing: escape header value"`,
+		`"level":"WARN","msg":"tracing: traces export: failed to send to ` + collector.URL,
+		"invalid API key [redacted]",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the log has no %s:\n%s", want, got)
+		}
+	}
+	assertNoSecrets(t, "the log", got, key)
 }
