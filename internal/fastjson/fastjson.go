@@ -14,16 +14,26 @@ package fastjson
 
 import (
 	"encoding/json"
+	"reflect"
 
 	segment "github.com/segmentio/encoding/json"
 )
 
-// Unmarshal is json.Unmarshal. Input that is not valid JSON goes to
-// encoding/json at once, which leaves v as it was (segmentio's decoder
-// may have set some of it before finding the error).
+// Unmarshal is json.Unmarshal. What v points to is kept aside first and
+// put back before input segmentio's decoder refuses goes to
+// encoding/json, since that decoder may have set part of it before
+// finding the error (a shallow copy: the maps and slices it held are not
+// kept aside, and none of this module's callers decode into full ones).
 func Unmarshal(data []byte, v any) error {
-	if segment.Valid(data) && segment.Unmarshal(data, v) == nil {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return json.Unmarshal(data, v)
+	}
+	saved := reflect.New(rv.Elem().Type()).Elem()
+	saved.Set(rv.Elem())
+	if segment.Unmarshal(data, v) == nil {
 		return nil
 	}
+	rv.Elem().Set(saved)
 	return json.Unmarshal(data, v)
 }
