@@ -17,15 +17,7 @@ import (
 // first call runs: as it was, the client's messages decoded by
 // encoding/json, and as it is, a history decoded by fastjson.
 func BenchmarkDecodeRunState(b *testing.B) {
-	st := runState{User: "U1", Channel: "C1", Steps: 10, Slots: []slot{{ToolCallID: "call_9", Tool: "kubectl_delete", CallID: "r.0"}}}
-	for i := range 10 {
-		id := fmt.Sprintf("call_%d", i)
-		st.Messages = append(st.Messages,
-			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: "check the pods in prod, and why the \"api\" ones restart " + strings.Repeat("again ", 20)},
-			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, ToolCalls: []openai.ToolCall{{ID: id, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: "kubectl_get", Arguments: `{"resource":"pods","namespace":"prod"}`}}}},
-			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: id, Content: strings.Repeat("api-7d9f8b6c5d-x2x4q   1/1   Running   3 (2m ago)   3d\n", 60)})
-	}
-	data, err := json.Marshal(st)
+	data, err := json.Marshal(benchRunState())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,6 +49,20 @@ func BenchmarkDecodeRunState(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchRunState is the state of a run paused after ten exchanges with
+// tool output, about 35 KB as JSON.
+func benchRunState() runState {
+	st := runState{User: "U1", Channel: "C1", Steps: 10, Slots: []slot{{ToolCallID: "call_9", Tool: "kubectl_delete", CallID: "r.0"}}}
+	for i := range 10 {
+		id := fmt.Sprintf("call_%d", i)
+		st.Messages = append(st.Messages,
+			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: "check the pods in prod, and why the \"api\" ones restart " + strings.Repeat("again ", 20)},
+			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, ToolCalls: []openai.ToolCall{{ID: id, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: "kubectl_get", Arguments: `{"resource":"pods","namespace":"prod"}`}}}},
+			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: id, Content: strings.Repeat("api-7d9f8b6c5d-x2x4q   1/1   Running   3 (2m ago)   3d\n", 60)})
+	}
+	return st
 }
 
 var historyInputs = []string{
