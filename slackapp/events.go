@@ -350,8 +350,12 @@ func (a *App) notStarted(ctx context.Context, m message, req agent.Request, reco
 	if recorded {
 		// An earlier turn of the conversation may have answered it with
 		// its own message (a turn answers every message recorded before
-		// it began): then there is nothing to promise.
+		// it began): then there is nothing to promise. Nor is there when
+		// the thread was promised an answer already.
 		if done, err := a.ag.TakenIn(ctx, req.Conversation, req.Seq); err == nil && done {
+			return
+		}
+		if !a.firstRestartNote(req.Conversation) {
 			return
 		}
 	}
@@ -411,7 +415,7 @@ func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err
 		} else {
 			a.log.Error("turn failed", "conversation", key, "err", err)
 		}
-		a.post(ctx, channel, thread, failureText(err))
+		a.postFailure(ctx, key, err)
 		return
 	}
 	if out.Status == agent.Waiting {
@@ -454,6 +458,18 @@ func (a *App) firstWaitingNote(ctx context.Context, pending []agent.PendingCall)
 func (a *App) handOver(ctx context.Context, key string, err error) {
 	a.log.Warn("lost the conversation to another process or to the clock; handing it over", "conversation", key, "err", err)
 	a.takeOverLater(ctx, key)
+}
+
+// postFailure tells the conversation's thread that its turn or resume
+// failed, or was cut short (failureText). The promise of an answer after
+// the restart is made once (see firstRestartNote).
+func (a *App) postFailure(ctx context.Context, key string, err error) {
+	text := failureText(err)
+	if text == restartingRecordedText && !a.firstRestartNote(key) {
+		return
+	}
+	_, channel, thread, _ := parseKey(key)
+	a.post(ctx, channel, thread, text)
 }
 
 // cutByShutdown reports whether err ended a turn because its work's
