@@ -179,6 +179,18 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 			q, release = a.reserve(key)
 			return q != nil
 		}
+		// Given back when the record waits for the thread's mention (see
+		// record): a wait holds no turn slot. What was queued behind
+		// meanwhile is served on a goroutine of its own.
+		unreserve := func() {
+			if q == nil {
+				return
+			}
+			release()
+			held := q
+			q = nil
+			a.spawn(ctx, "queue", func(ctx context.Context) { a.serve(ctx, key, held) })
+		}
 		// Once reserved, the slot is given back and the queue served
 		// whatever happens after, a panic included.
 		defer func() {
@@ -187,7 +199,7 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 				a.serve(ctx, key, q) // what was queued behind this turn
 			}
 		}()
-		req, in, taken := a.record(ctx, m, eventID, followUp, reserve)
+		req, in, taken := a.record(ctx, m, eventID, followUp, reserve, unreserve)
 		if in == intakeRedeliver {
 			return
 		}
@@ -257,13 +269,14 @@ const (
 
 // record records m in its conversation (agent.Accept). The copy of the
 // message that records it first calls reserve: if that reports true, the
-// record is agent.AcceptTaking, whose *agent.Taken it returns. It returns
+// record is agent.AcceptTaking, whose *agent.Taken it returns; before it
+// waits to ask again (a reply in a young thread), it calls unreserve. It returns
 // the request for its turn and what to do with the message. A thread reply
 // that does not mention the bot (followUp) is recorded only in a
 // conversation the bot is part of, which only the store knows: when the
 // store fails, it is left unacked, and Slack's next delivery records it
 // once the store is back.
-func (a *App) record(ctx context.Context, m message, eventID string, followUp bool, reserve func() bool) (agent.Request, intake, *agent.Taken) {
+func (a *App) record(ctx context.Context, m message, eventID string, followUp bool, reserve func() bool, unreserve func()) (agent.Request, intake, *agent.Taken) {
 	text := a.cleanText(m.text)
 	if text == "" {
 		text = "(empty message)"
@@ -298,7 +311,9 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 		// started it may be being recorded still (by another replica,
 		// or on another connection). Asked again, within the record's
 		// deadline, by its message id alone: its event id is marked
-		// seen already.
+		// seen already. The turn slot reserved for the message goes back
+		// while it waits.
+		unreserve()
 		again := req
 		again.EventID = ""
 		select {
