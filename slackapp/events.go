@@ -415,7 +415,7 @@ func (a *App) takeOverTurn(ctx context.Context, key string) {
 }
 
 // reportTurn reports how a turn ended: failures, and a message that waits
-// on a paused step.
+// on a paused step whose calls are still pending.
 func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err error) {
 	_, channel, thread, _ := parseKey(key)
 	a.m.turn(string(out.Status), err)
@@ -434,11 +434,24 @@ func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err
 		return
 	}
 	if out.Status == agent.Waiting {
-		waits := make([]Waiting, 0, len(out.Pending))
+		// A call may have been decided since the turn read it: a decision
+		// does not wait for the conversation's turn. The note names the
+		// calls still pending; with none, the resume that follows answers
+		// the message, and the thread is told nothing.
+		var pending []agent.PendingCall
 		for _, p := range out.Pending {
+			if a.stillPending(ctx, p.ID) {
+				pending = append(pending, p)
+			}
+		}
+		if len(pending) == 0 {
+			return
+		}
+		waits := make([]Waiting, 0, len(pending))
+		for _, p := range pending {
 			waits = append(waits, Waiting{Tool: p.Tool, Approvers: p.Approvers})
 		}
-		a.post(ctx, channel, thread, WaitingText(waits, a.firstWaitingNote(ctx, out.Pending)))
+		a.post(ctx, channel, thread, WaitingText(waits, a.firstWaitingNote(ctx, pending)))
 	}
 }
 
