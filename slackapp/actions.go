@@ -336,12 +336,10 @@ func (a *App) resumed(ctx context.Context, conversation, runID string, out agent
 		a.log.Warn("resume waited too long for the conversation; the sweep retries", "run", runID, "err", err)
 	case cutByShutdown(err):
 		a.log.Warn("resume cut short by the shutdown; it goes on after the restart", "run", runID, "err", err)
-		_, channel, thread, _ := parseKey(conversation)
-		a.post(ctx, channel, thread, failureText(err))
+		a.postFailure(ctx, conversation, err)
 	default:
 		a.log.Error("resume failed", "run", runID, "err", err)
-		_, channel, thread, _ := parseKey(conversation)
-		a.post(ctx, channel, thread, failureText(err))
+		a.postFailure(ctx, conversation, err)
 	}
 }
 

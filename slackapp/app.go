@@ -516,6 +516,9 @@ type queue struct {
 	// told is set once the conversation's thread was told that a turn of
 	// it is queued (see turnSlot).
 	told bool
+	// restartTold is set once the conversation's thread was promised an
+	// answer after the restart (see firstRestartNote).
+	restartTold bool
 }
 
 // enqueue adds work to key's queue and starts the queue's goroutine if it
@@ -641,6 +644,25 @@ func (a *App) firstQueuedNotice(conversation string) bool {
 		return false
 	}
 	q.told = true
+	return true
+}
+
+// firstRestartNote reports whether the conversation's thread is to be
+// promised an answer after the restart (restartingRecordedText): the first
+// time while its queue has work. The shutdown may cut a turn or a resume of
+// the conversation and leave messages queued behind it not started; the
+// next process answers them all in one turn, so the thread is told once.
+func (a *App) firstRestartNote(conversation string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	q := a.queues[conversation]
+	if q == nil {
+		return true
+	}
+	if q.restartTold {
+		return false
+	}
+	q.restartTold = true
 	return true
 }
 

@@ -1,9 +1,12 @@
 package slackapp_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 )
 
 // One model step with an allowed, a denied and an asked call: one card;
@@ -114,6 +118,66 @@ func TestMessageInPausedThread(t *testing.T) {
 	e.stop() // all work done: a request while the thread was paused would be a fourth
 	if n := len(e.model.Requests()); n != 3 {
 		t.Errorf("the model was asked %d times, want 3 (none while the thread was paused)", n)
+	}
+}
+
+// decidedAfterRead lets the first run read after it is armed (a turn's
+// read of the run its conversation is paused on) return only once a
+// decision was recorded: the turn works from calls as they were before
+// the decision, as when the decision lands just after the read.
+type decidedAfterRead struct {
+	fullStore
+	armed       atomic.Bool
+	read        chan struct{} // closed once the armed read is done
+	decided     chan struct{} // closed once a decision is recorded
+	decidedOnce sync.Once
+}
+
+func (s *decidedAfterRead) LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error) {
+	run, calls, err := s.fullStore.LoadRun(ctx, runID)
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.read)
+		select {
+		case <-s.decided:
+		case <-ctx.Done():
+		}
+	}
+	return run, calls, err
+}
+
+func (s *decidedAfterRead) DecideAudited(ctx context.Context, callID, fp string, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	c, complete, err := s.fullStore.DecideAudited(ctx, callID, fp, d, fx)
+	if err == nil {
+		s.decidedOnce.Do(func() { close(s.decided) })
+	}
+	return c, complete, err
+}
+
+// A message whose turn found the thread paused, and whose call was
+// approved before the turn answered it (a click is decided at once, not
+// behind the conversation's turn), is not told that the thread waits on
+// approval: the resume, queued behind the turn, answers it.
+func TestMessageInAThreadApprovedMeanwhileIsNotToldItWaits(t *testing.T) {
+	st := &decidedAfterRead{read: make(chan struct{}), decided: make(chan struct{})}
+	e := newEnv(t, storeKinds(t)[0])
+	open := e.open
+	e.open = func() fullStore { st.fullStore = open(); return st }
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"5"}`)), fakeopenai.Text("Deployed api 5."), fakeopenai.Text("It was version 5."))
+	ts := e.slack.Mention(channel, requester, "deploy api 5")
+	card := e.card(ts, "deploy")
+
+	st.armed.Store(true)
+	e.slack.ThreadReply(channel, ts, requester, "which version was that again?")
+	<-st.read
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed api 5.")
+	e.answer(ts, "It was version 5.")
+	for _, m := range e.slack.Thread(channel, ts) {
+		if m.BotID != "" && strings.Contains(m.Text, "waiting on approval") {
+			t.Errorf("the message was told the thread waits on approval, after the approval:\n%s", dumpThread(e.slack.Thread(channel, ts)))
+		}
 	}
 }
 

@@ -346,3 +346,69 @@ func TestReplyBeforeItsMentionIsRecordedIsAnswered(t *testing.T) {
 		})
 	}
 }
+
+// youngRetry reports when a reply ("follow-up") finds its thread unknown,
+// and holds the reply's next try (asked again by its message id alone)
+// until another conversation's turn has asked the model, or the reply's
+// record gives up: a reply waiting for its thread's mention must leave the
+// turn slots to other conversations.
+type youngRetry struct {
+	fullStore
+	t           *testing.T
+	unknown     chan struct{} // closed once the reply found its thread unknown
+	otherAsked  chan struct{} // closed by the test's model
+	unknownOnce sync.Once
+	held        sync.Once
+}
+
+func (s *youngRetry) found(m store.Inbound, acc store.Acceptance) {
+	if strings.Contains(m.Text, "follow-up") && acc == store.Unknown {
+		s.unknownOnce.Do(func() { close(s.unknown) })
+	}
+}
+
+func (s *youngRetry) AcceptMessage(ctx context.Context, conv string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
+	if strings.Contains(m.Text, "follow-up") && m.EventID == "" {
+		s.held.Do(func() {
+			select {
+			case <-s.otherAsked:
+			case <-ctx.Done():
+				s.t.Errorf("no other conversation's turn ran while a reply waited for its thread's mention: the wait held the turn slot")
+			}
+		})
+	}
+	got, acc, err := s.fullStore.AcceptMessage(ctx, conv, m, requireKnown)
+	s.found(m, acc)
+	return got, acc, err
+}
+
+func (s *youngRetry) AcceptBegin(ctx context.Context, conv string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	got, acc, b, err := s.fullStore.AcceptBegin(ctx, conv, m, requireKnown, owner, ttl, kinds...)
+	s.found(m, acc)
+	return got, acc, b, err
+}
+
+// A reply in a thread started a moment ago, whose mention is not recorded
+// yet (here it never is: the thread's first message is not to the bot), is
+// asked again a moment later without holding a turn slot meanwhile: with
+// one slot, another conversation's turn runs while the reply waits.
+func TestYoungThreadRetryHoldsNoTurnSlot(t *testing.T) {
+	yr := &youngRetry{t: t, unknown: make(chan struct{}), otherAsked: make(chan struct{})}
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.MaxTurns = 1
+	open := e.open
+	e.open = func() fullStore { yr.fullStore = open(); return yr }
+	var askedOnce sync.Once
+	e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		if last := req.Messages[len(req.Messages)-1]; strings.Contains(last.Content, "hello b") {
+			askedOnce.Do(func() { close(yr.otherAsked) })
+		}
+		return fakeopenai.Text("hi b")
+	})
+	e.start()
+	root := e.slack.Post(channel, requester, "a thread without the bot, so far")
+	e.slack.ThreadReply(channel, root, requester, "follow-up detail")
+	<-yr.unknown
+	tsB := e.slack.Mention(channel, other, "hello b")
+	e.answer(tsB, "hi b")
+}

@@ -217,3 +217,37 @@ func TestShutdownAnswersEnvelopesDuringGrace(t *testing.T) {
 	e.start()
 	e.answer(ts, "Hello after the restart.")
 }
+
+// A thread whose turn the shutdown cuts, with another message of it queued
+// behind the turn, is told once that it will be answered after the
+// restart, not once per message: one turn answers both then.
+func TestShutdownPromisesARestartOncePerThread(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.ShutdownGrace = 200 * time.Millisecond
+	e.cfg.TakeoverInterval = 50 * time.Millisecond
+	e.start()
+	e.model.Reply(fakeopenai.Response{Text: "too slow", Delay: time.Minute})
+	ts := e.slack.Mention(channel, requester, "what changed?")
+	e.request(1)
+	// Recorded once acked, after the turn read the conversation: it waits
+	// on the conversation's queue, behind the turn.
+	reply := e.slack.ThreadReply(channel, ts, requester, "<@"+e.slack.BotUserID()+"> and since when?")
+	for _, env := range e.slack.EnvelopesByTS(reply) {
+		if _, err := e.slack.WaitAck(env.ID, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.stop()
+	var notes []string
+	for _, m := range e.slack.Thread(channel, ts) {
+		if m.BotID != "" && strings.Contains(m.Text, "I'll answer this as soon as I'm back") {
+			notes = append(notes, m.Text)
+		}
+	}
+	if len(notes) != 1 {
+		t.Errorf("the thread got %d notes that it is answered after the restart, want 1:\n%s", len(notes), dumpThread(e.slack.Thread(channel, ts)))
+	}
+	e.model.Reply(fakeopenai.Text("Nothing changed since Monday."))
+	e.start()
+	e.answer(ts, "Nothing changed since Monday.")
+}

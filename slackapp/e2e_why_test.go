@@ -1,10 +1,13 @@
 package slackapp_test
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
@@ -363,4 +366,86 @@ func TestUnreachedApproversAreNamedInTheThread(t *testing.T) {
 	e.waitIn(private, ts, "a note on the card that did not reach the approvers", func(m fakeslack.Message) bool {
 		return m.BotID != "" && strings.Contains(m.Text, "couldn't send the approval card") && strings.Contains(m.Text, "<#CMISSING01>")
 	})
+}
+
+// panicExplainStore panics once on the Why? marker of a call, taking it
+// (acquire) or giving it back (after the release), as a bug in a store
+// client would.
+type panicExplainStore struct {
+	fullStore
+	acquire bool
+	once    sync.Once
+}
+
+func (s *panicExplainStore) panicOnce() {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		panic("a bug in the store client")
+	}
+}
+
+func (s *panicExplainStore) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if s.acquire && strings.HasPrefix(key, "explain:") {
+		s.panicOnce()
+	}
+	return s.fullStore.AcquireLease(ctx, key, owner, ttl)
+}
+
+func (s *panicExplainStore) ReleaseLease(ctx context.Context, key, owner string) error {
+	err := s.fullStore.ReleaseLease(ctx, key, owner)
+	if !s.acquire && strings.HasPrefix(key, "explain:") {
+		s.panicOnce()
+	}
+	return err
+}
+
+// A Why? whose handler panicked while it marked the call as being
+// explained, or unmarked it, leaves the next Why? of the call free to
+// run: it is answered, not refused as one already being written.
+func TestWhyAfterAPanicIsAnswered(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		acquire bool
+	}{{"taking the marker", true}, {"giving it back", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			reg := prometheus.NewRegistry()
+			e.cfg.Metrics = slackapp.NewMetrics(reg)
+			open := e.open
+			e.open = func() fullStore { return &panicExplainStore{fullStore: open(), acquire: tt.acquire} }
+			e.start()
+			const why = "It deploys api version 8, as you asked."
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"8"}`)))
+			e.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response { return fakeopenai.Text(why) })
+			ts := e.slack.Mention(channel, requester, "deploy api 8")
+			card := e.card(ts, "deploy")
+
+			_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionWhy, "")
+			must(t, err)
+			waitUntil(t, "the Why? handler panicked", func() bool { return counter(t, reg, "toolgate_errors_total", "panic") >= 1 })
+			_, err = e.slack.Click(stranger, channel, card.TS, slackapp.ActionWhy, "")
+			must(t, err)
+			refused := func() bool {
+				for _, m := range e.slack.Ephemerals(stranger) {
+					if strings.Contains(m.Text, "already being written") {
+						return true
+					}
+				}
+				return false
+			}
+			answered := func() bool {
+				for _, m := range e.slack.Thread(channel, ts) {
+					if m.BotID != "" && strings.Contains(blocksText(m), why) {
+						return true
+					}
+				}
+				return false
+			}
+			waitUntil(t, "the second Why? is answered or refused", func() bool { return answered() || refused() })
+			if refused() {
+				t.Fatal("the second Why? was refused as already being written: the panicked one still marks the call")
+			}
+		})
+	}
 }

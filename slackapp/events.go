@@ -179,6 +179,18 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 			q, release = a.reserve(key)
 			return q != nil
 		}
+		// Given back when the record waits for the thread's mention (see
+		// record): a wait holds no turn slot. What was queued behind
+		// meanwhile is served on a goroutine of its own.
+		unreserve := func() {
+			if q == nil {
+				return
+			}
+			release()
+			held := q
+			q = nil
+			a.spawn(ctx, "queue", func(ctx context.Context) { a.serve(ctx, key, held) })
+		}
 		// Once reserved, the slot is given back and the queue served
 		// whatever happens after, a panic included.
 		defer func() {
@@ -187,7 +199,7 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 				a.serve(ctx, key, q) // what was queued behind this turn
 			}
 		}()
-		req, in, taken := a.record(ctx, m, eventID, followUp, reserve)
+		req, in, taken := a.record(ctx, m, eventID, followUp, reserve, unreserve)
 		if in == intakeRedeliver {
 			return
 		}
@@ -257,13 +269,14 @@ const (
 
 // record records m in its conversation (agent.Accept). The copy of the
 // message that records it first calls reserve: if that reports true, the
-// record is agent.AcceptTaking, whose *agent.Taken it returns. It returns
+// record is agent.AcceptTaking, whose *agent.Taken it returns; before it
+// waits to ask again (a reply in a young thread), it calls unreserve. It returns
 // the request for its turn and what to do with the message. A thread reply
 // that does not mention the bot (followUp) is recorded only in a
 // conversation the bot is part of, which only the store knows: when the
 // store fails, it is left unacked, and Slack's next delivery records it
 // once the store is back.
-func (a *App) record(ctx context.Context, m message, eventID string, followUp bool, reserve func() bool) (agent.Request, intake, *agent.Taken) {
+func (a *App) record(ctx context.Context, m message, eventID string, followUp bool, reserve func() bool, unreserve func()) (agent.Request, intake, *agent.Taken) {
 	text := a.cleanText(m.text)
 	if text == "" {
 		text = "(empty message)"
@@ -298,7 +311,9 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 		// started it may be being recorded still (by another replica,
 		// or on another connection). Asked again, within the record's
 		// deadline, by its message id alone: its event id is marked
-		// seen already.
+		// seen already. The turn slot reserved for the message goes back
+		// while it waits.
+		unreserve()
 		again := req
 		again.EventID = ""
 		select {
@@ -350,8 +365,12 @@ func (a *App) notStarted(ctx context.Context, m message, req agent.Request, reco
 	if recorded {
 		// An earlier turn of the conversation may have answered it with
 		// its own message (a turn answers every message recorded before
-		// it began): then there is nothing to promise.
+		// it began): then there is nothing to promise. Nor is there when
+		// the thread was promised an answer already.
 		if done, err := a.ag.TakenIn(ctx, req.Conversation, req.Seq); err == nil && done {
+			return
+		}
+		if !a.firstRestartNote(req.Conversation) {
 			return
 		}
 	}
@@ -396,7 +415,7 @@ func (a *App) takeOverTurn(ctx context.Context, key string) {
 }
 
 // reportTurn reports how a turn ended: failures, and a message that waits
-// on a paused step.
+// on a paused step whose calls are still pending.
 func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err error) {
 	_, channel, thread, _ := parseKey(key)
 	a.m.turn(string(out.Status), err)
@@ -411,15 +430,28 @@ func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err
 		} else {
 			a.log.Error("turn failed", "conversation", key, "err", err)
 		}
-		a.post(ctx, channel, thread, failureText(err))
+		a.postFailure(ctx, key, err)
 		return
 	}
 	if out.Status == agent.Waiting {
-		waits := make([]Waiting, 0, len(out.Pending))
+		// A call may have been decided since the turn read it: a decision
+		// does not wait for the conversation's turn. The note names the
+		// calls still pending; with none, the resume that follows answers
+		// the message, and the thread is told nothing.
+		var pending []agent.PendingCall
 		for _, p := range out.Pending {
+			if a.stillPending(ctx, p.ID) {
+				pending = append(pending, p)
+			}
+		}
+		if len(pending) == 0 {
+			return
+		}
+		waits := make([]Waiting, 0, len(pending))
+		for _, p := range pending {
 			waits = append(waits, Waiting{Tool: p.Tool, Approvers: p.Approvers})
 		}
-		a.post(ctx, channel, thread, WaitingText(waits, a.firstWaitingNote(ctx, out.Pending)))
+		a.post(ctx, channel, thread, WaitingText(waits, a.firstWaitingNote(ctx, pending)))
 	}
 }
 
@@ -454,6 +486,18 @@ func (a *App) firstWaitingNote(ctx context.Context, pending []agent.PendingCall)
 func (a *App) handOver(ctx context.Context, key string, err error) {
 	a.log.Warn("lost the conversation to another process or to the clock; handing it over", "conversation", key, "err", err)
 	a.takeOverLater(ctx, key)
+}
+
+// postFailure tells the conversation's thread that its turn or resume
+// failed, or was cut short (failureText). The promise of an answer after
+// the restart is made once (see firstRestartNote).
+func (a *App) postFailure(ctx context.Context, key string, err error) {
+	text := failureText(err)
+	if text == restartingRecordedText && !a.firstRestartNote(key) {
+		return
+	}
+	_, channel, thread, _ := parseKey(key)
+	a.post(ctx, channel, thread, text)
 }
 
 // cutByShutdown reports whether err ended a turn because its work's

@@ -100,7 +100,7 @@ func (a *App) whyClick(ctx context.Context, c click) {
 // owner: false when this process or another replica is explaining it now
 // (a lease on the call, released when the explanation is done). A store
 // failure does not stop the explanation.
-func (a *App) startExplaining(ctx context.Context, callID string) (string, bool) {
+func (a *App) startExplaining(ctx context.Context, callID string) (owner string, ok bool) {
 	a.mu.Lock()
 	if a.explaining[callID] {
 		a.mu.Unlock()
@@ -108,29 +108,36 @@ func (a *App) startExplaining(ctx context.Context, callID string) (string, bool)
 	}
 	a.explaining[callID] = true
 	a.mu.Unlock()
-	owner := rand.Text()
+	// Unless the Why? goes on, the call is let go here, a panic included.
+	defer func() {
+		if !ok {
+			a.notExplaining(callID)
+		}
+	}()
+	owner = rand.Text()
 	ok, err := a.st.AcquireLease(ctx, "explain:"+callID, owner, explainGuardTTL)
 	if err != nil {
 		a.log.Warn("mark an explanation as started", "call", callID, "err", err)
 		return "", true
 	}
-	if !ok {
-		a.mu.Lock()
-		delete(a.explaining, callID)
-		a.mu.Unlock()
-	}
 	return owner, ok
 }
 
-// doneExplaining gives the Why? of a call back (see startExplaining).
+// doneExplaining gives the Why? of a call back (see startExplaining), a
+// panic included.
 func (a *App) doneExplaining(ctx context.Context, callID, owner string) {
+	defer a.notExplaining(callID)
 	if owner != "" {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
 		if err := a.st.ReleaseLease(rctx, "explain:"+callID, owner); err != nil {
 			a.log.Warn("mark an explanation as done", "call", callID, "err", err)
 		}
-		cancel()
 	}
+}
+
+// notExplaining forgets that this process explains the call.
+func (a *App) notExplaining(callID string) {
 	a.mu.Lock()
 	delete(a.explaining, callID)
 	a.mu.Unlock()

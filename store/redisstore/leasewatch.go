@@ -17,7 +17,7 @@ import (
 func (s *Store) leaseChannel(key string) string { return s.leases.prefix + key }
 
 // WatchLease subscribes to the releases of the lease on key, by any process
-// on this Redis and prefix; the subscription is live when it returns.
+// on this Redis, database and prefix; the subscription is live when it returns.
 // Releases are announced with PUBLISH, which Redis Cluster relays to every
 // node. The process shares one pattern subscription among all its
 // watches, made on the first one and ended by Close. An announcement lost

@@ -9,10 +9,10 @@ import (
 
 // pausesChannel is the pub/sub channel on which pauses are announced (see
 // store.Commit.Announce).
-func (s *Store) pausesChannel() string { return s.prefix + ":paused" }
+func (s *Store) pausesChannel() string { return s.channels + ":paused" }
 
 // FollowPauses calls fn with the announcement of each pause made on this
-// Redis and prefix (store.Commit.Announce, published by the script that
+// Redis, database and prefix (store.Commit.Announce, published by the script that
 // records the pause, so only once it is recorded), by any process, this
 // one included, until ctx ends; then it returns nil. ready, if set, is
 // called once the subscription is first live. While Redis cannot be

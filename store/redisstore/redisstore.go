@@ -51,8 +51,10 @@ type Options struct {
 // Store keeps the bot's state in Redis. It is safe for concurrent use by
 // many goroutines and by many processes sharing the same Redis and Prefix.
 type Store struct {
-	c         redis.UniversalClient
-	prefix    string
+	c      redis.UniversalClient
+	prefix string
+	// channels prefixes the pub/sub channels (see channelPrefix).
+	channels  string
 	retention time.Duration
 	convTTL   time.Duration
 	auditMax  int64
@@ -100,9 +102,26 @@ func NewFromClient(c redis.UniversalClient, opts Options) *Store {
 		auditMax:  int64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
 		auditTTL:  cmp.Or(opts.AuditRetention, store.DefaultAuditRetention),
 	}
-	s.leases = newLeaseHub(c, s.prefix+":lease-released:")
+	s.channels = channelPrefix(c, s.prefix)
+	s.leases = newLeaseHub(c, s.channels+":lease-released:")
 	_, s.cluster = c.(*redis.ClusterClient)
 	return s
+}
+
+// channelPrefix is the prefix of the store's pub/sub channels. Redis
+// delivers a PUBLISH to the subscribers of every database of the server,
+// so on a database other than 0 the channels name it: stores with the same
+// prefix on other databases of the server do not hear each other's
+// announcements (a pause's carries its policy records, by a version
+// number that each database counts for itself). A Cluster has database 0
+// only; a Sentinel-managed primary's client has its database in its
+// options, as a node's has. A prefix has no braces, so no prefix on
+// database 0 names the channels of another database.
+func channelPrefix(c redis.UniversalClient, prefix string) string {
+	if c, ok := c.(*redis.Client); ok && c.Options().DB != 0 {
+		return prefix + "{db" + strconv.Itoa(c.Options().DB) + "}"
+	}
+	return prefix
 }
 
 func (o Options) validate() error {
