@@ -52,10 +52,11 @@ func TestMentionApproveAnswer(t *testing.T) {
 			if got := e.deployArgs(); len(got) != 1 || got[0] != `{"service":"api","version":"1.2.3"}` {
 				t.Errorf("deploy ran with %v, want the approved arguments", got)
 			}
-			updated, ok := e.slack.Message(channel, card.TS)
-			if !ok || updated.Updates == 0 {
-				t.Fatal("the card was not updated in place")
-			}
+			// The card's updates go to Slack beside the turn, which the
+			// fake model answers at once: the answer may come first.
+			updated := e.waitThread(ts, "the card updated in place to say it ran", func(m fakeslack.Message) bool {
+				return m.TS == card.TS && m.Updates > 0 && strings.Contains(strings.ToLower(blocksText(m)), "approved")
+			})
 			if strings.Contains(blocksText(updated), `"action_id":"approve"`) {
 				t.Error("the updated card still has an Approve button")
 			}
