@@ -6,10 +6,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/internal/fastjson"
+	"github.com/toolgate/toolgate/store"
 )
 
 // BenchmarkDecodeRunState decodes the state of a run paused after ten
@@ -49,6 +51,29 @@ func BenchmarkDecodeRunState(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkEncodeRunState encodes the state of BenchmarkDecodeRunState as
+// a pause does: as it was, with store.EncodeJSON (encoding/json), and as
+// it is, with encodeState.
+func BenchmarkEncodeRunState(b *testing.B) {
+	st := benchRunState()
+	for _, e := range []struct {
+		name   string
+		encode func(any) ([]byte, error)
+	}{
+		{"encoding-json", store.EncodeJSON},
+		{"segmentio", func(v any) ([]byte, error) { return encodeState(v), nil }},
+	} {
+		b.Run(e.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.encode(st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 // benchRunState is the state of a run paused after ten exchanges with
@@ -127,4 +152,82 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// statesOf are states with text as their messages' contents, the
+// queued messages' and the results'.
+func statesOf(text string) []any {
+	msgs := history{
+		{Role: openai.ChatMessageRoleUser, Content: text, Name: "U1"},
+		{Role: openai.ChatMessageRoleAssistant, ReasoningContent: text, ToolCalls: []openai.ToolCall{{ID: "c1", Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: "http_get", Arguments: `{"url": "` + text + `"}`}}}},
+		{Role: openai.ChatMessageRoleTool, ToolCallID: "c1", Content: text},
+		{Role: openai.ChatMessageRoleAssistant, FunctionCall: &openai.FunctionCall{Name: "f", Arguments: text}, Refusal: text},
+	}
+	parts := history{{Role: openai.ChatMessageRoleUser, MultiContent: []openai.ChatMessagePart{{Type: openai.ChatMessagePartTypeText, Text: text}}}}
+	at := time.Date(2026, 12, 5, 6, 0, 0, 123456789, time.UTC)
+	res := &Result{Content: text, IsError: true}
+	return []any{
+		runState{Messages: msgs, Slots: []slot{{ToolCallID: "c1", Tool: "http_get", Result: res, Ran: true}, {ToolCallID: "c2", Tool: "deploy", CallID: "r.1"}}, User: "U1", Requesters: []string{"U1", "U2"}, Channel: "C1", Steps: 2},
+		runState{Messages: parts},
+		runState{},
+		convState{Messages: msgs, Queued: []queuedMessage{{User: "U2", Channel: "C1", Text: text, At: at}}, InboxSeq: 7, Step: &stepMark{Slots: []slot{{ToolCallID: "c1", Tool: "t", Result: res}}, Started: -1, Steps: 1, User: "U1", Channel: "C1"}, Skipped: 3},
+		convState{Messages: parts},
+		convState{},
+	}
+}
+
+var stateTexts = []string{"plain", `<b> & "quoted" \ back`, "line\nbreak\ttab \u2028 \u0000", "é 🙂", "invalid \xff\xfe utf-8", ""}
+
+// TestEncodeStateDecodesAsEncodeJSON encodes states with encodeState and
+// with store.EncodeJSON, as they were, and wants both to decode to the
+// same state, and to the same JSON values (no field named or left out
+// otherwise).
+func TestEncodeStateDecodesAsEncodeJSON(t *testing.T) {
+	for _, text := range stateTexts {
+		for _, st := range statesOf(text) {
+			checkEncodeState(t, st)
+		}
+	}
+}
+
+func checkEncodeState(t *testing.T, st any) {
+	t.Helper()
+	got := encodeState(st)
+	want, err := store.EncodeJSON(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotAny, wantAny any
+	if err := json.Unmarshal(got, &gotAny); err != nil {
+		t.Fatalf("encodeState(%+v) = %s, which does not decode: %v", st, got, err)
+	}
+	must(t, json.Unmarshal(want, &wantAny))
+	if !reflect.DeepEqual(gotAny, wantAny) {
+		t.Errorf("encodeState(%+v) =\n%s\nwant the values of\n%s", st, got, want)
+	}
+	gotSt := reflect.New(reflect.TypeOf(st))
+	wantSt := reflect.New(reflect.TypeOf(st))
+	must(t, json.Unmarshal(got, gotSt.Interface()))
+	must(t, json.Unmarshal(want, wantSt.Interface()))
+	if !reflect.DeepEqual(gotSt.Interface(), wantSt.Interface()) {
+		t.Errorf("encodeState(%+v) decodes to %+v, want %+v", st, gotSt.Elem(), wantSt.Elem())
+	}
+}
+
+func FuzzEncodeState(f *testing.F) {
+	for _, text := range stateTexts {
+		f.Add(text)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		for _, st := range statesOf(text) {
+			checkEncodeState(t, st)
+		}
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -2,8 +2,11 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
+	"sync"
 
 	openai "github.com/sashabaranov/go-openai"
+	segment "github.com/segmentio/encoding/json"
 
 	"github.com/toolgate/toolgate/internal/fastjson"
 )
@@ -45,3 +48,29 @@ func (h *history) UnmarshalJSON(b []byte) error {
 	*h = msgs
 	return err
 }
+
+// encodeState is the JSON of a run's or a conversation's state, as
+// store.EncodeJSON writes it (no HTML escaping), through segmentio's
+// encoder: encoding/json re-scans what each message's MarshalJSON
+// returns to compact it, most of the work of encoding a long history;
+// segmentio's checks it and takes it as it is. It decodes to the same
+// state. The encoding is built in a buffer kept for the next one and
+// copied out at its size.
+func encodeState(v any) json.RawMessage {
+	buf := stateBuffers.Get().(*[]byte)
+	defer stateBuffers.Put(buf)
+	b, err := segment.Append((*buf)[:0], v, segment.SortMapKeys)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", v, err))
+	}
+	if cap(b) <= maxKeptStateBuffer {
+		*buf = b
+	}
+	return append(json.RawMessage(nil), b...)
+}
+
+// stateBuffers keeps encodeState's buffers, each up to
+// maxKeptStateBuffer.
+var stateBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxKeptStateBuffer = 1 << 20

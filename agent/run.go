@@ -1223,7 +1223,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		}
 		pending[k] = PendingCall{Call: viewOf(c), Human: q.tool.Human, Schema: q.tool.Schema}
 	}
-	run.State = mustJSON(runState{Messages: t.messages, Slots: slots, User: t.user, Requesters: t.requesters(), Channel: t.channel, Steps: t.steps})
+	run.State = encodeState(runState{Messages: t.messages, Slots: slots, User: t.user, Requesters: t.requesters(), Channel: t.channel, Steps: t.steps})
 	for _, c := range calls {
 		a.note(ctx, t, store.AuditEntry{Actor: c.Requester, Action: "pause", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
 	}

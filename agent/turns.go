@@ -120,5 +120,5 @@ func conversationOf(c store.Conversation, found bool) (cs convState, pausedRun s
 
 // convRecord returns the store record of a conversation's state.
 func (a *Agent) convRecord(cs convState, pausedRun string) *store.Conversation {
-	return &store.Conversation{State: mustJSON(cs), PausedRun: pausedRun, UpdatedAt: a.cfg.Now()}
+	return &store.Conversation{State: encodeState(cs), PausedRun: pausedRun, UpdatedAt: a.cfg.Now()}
 }

@@ -301,11 +301,27 @@ func (e *env) click(c *conv) {
 	}
 }
 
+// maxMentionBytes bounds -mention-bytes within a Slack message's 40,000
+// characters, the request included.
+const maxMentionBytes = 39000
+
+// pastedLine is what a mention's pasted text repeats: a line of kubectl
+// output.
+const pastedLine = "api-7d9f8b6c5d-x2x4q   1/1   Running   3 (2m ago)   3d\n"
+
+// pasted is n bytes of pasted output, after a line break.
+func pasted(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return "\n" + strings.Repeat(pastedLine, n/len(pastedLine)+1)[:n-1]
+}
+
 // mention starts a conversation.
 func (e *env) mention(k convKind) *conv {
 	c := e.t.add(k, e.o.channels)
 	at := time.Now()
-	ts := e.slack.Mention(c.channel, requester, fmt.Sprintf("conv-%d please fetch the status", c.id))
+	ts := e.slack.Mention(c.channel, requester, fmt.Sprintf("conv-%d please fetch the status", c.id)+pasted(e.o.mentionBytes))
 	e.t.mentioned(c, ts, at)
 	return c
 }

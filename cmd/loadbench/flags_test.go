@@ -25,6 +25,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"-bot-cpuprofile", "a", "-bot-trace", "b"}, "give one"},
 		{[]string{"-paused-warmup", "-1"}, "-paused-warmup must not be negative"},
 		{[]string{"-env", "MAX_TURNS"}, `"MAX_TURNS" is not KEY=VALUE`},
+		{[]string{"-mention-bytes", "39001"}, "-mention-bytes: 39001 is not between 0 and 39000"},
+		{[]string{"-mention-bytes", "-1"}, "-mention-bytes: -1 is not between 0 and 39000"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	}
 	for _, tt := range tests {
@@ -90,5 +92,19 @@ func TestSummarize(t *testing.T) {
 	}
 	if got := summarize(nil); got != (Dist{}) {
 		t.Errorf("summarize(nil) = %+v, want zero", got)
+	}
+}
+
+// A mention's pasted text has the size asked for, on lines of its own
+// after the request.
+func TestPasted(t *testing.T) {
+	for _, n := range []int{0, 1, 2, len(pastedLine), len(pastedLine) + 1, 1000, maxMentionBytes} {
+		got := pasted(n)
+		if len(got) != n {
+			t.Errorf("pasted(%d) has %d bytes", n, len(got))
+		}
+		if n > 0 && got[0] != '\n' {
+			t.Errorf("pasted(%d) = %.20q..., want a line break first", n, got)
+		}
 	}
 }

@@ -51,6 +51,7 @@ type options struct {
 	pausedWarmup  int
 	settle        time.Duration
 	channels      int
+	mentionBytes  int
 	env           []string
 	logLevel      string
 	verbose       bool
@@ -96,6 +97,7 @@ with many paused runs, and lost, duplicated or unapproved executions.
 	fs.Float64Var(&o.rate, "rate", 50, "mentions offered per second")
 	fs.DurationVar(&o.modelLatency, "model-latency", 200*time.Millisecond, "time the fake model takes for each answer")
 	fs.DurationVar(&o.clickDelay, "click-delay", 500*time.Millisecond, "time between a card appearing and its Approve click")
+	fs.IntVar(&o.mentionBytes, "mention-bytes", 0, fmt.Sprintf("text each mention carries besides its request, as logs pasted into it (at most %d bytes): the history the paused run keeps, and the click reads back, has that size", maxMentionBytes))
 	fs.Float64Var(&o.askShare, "ask", 1, "share of tool calls the policy asks about (0..1); the rest it allows")
 	fs.StringVar(&o.store, "store", "embedded", "embedded (bbolt in a temporary DATA_DIR) or redis (-redis-url)")
 	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("REDIS_URL"), "Redis URL for -store redis (default $REDIS_URL); keys get a fresh prefix, deleted at the end")
@@ -161,6 +163,8 @@ with many paused runs, and lost, duplicated or unapproved executions.
 		return o, fmt.Errorf("%w: -replicas %d needs -store redis: the embedded store belongs to one process", errFlags, o.replicas)
 	case o.probe < 0:
 		return o, fmt.Errorf("%w: -probe: %d is negative", errFlags, o.probe)
+	case o.mentionBytes < 0 || o.mentionBytes > maxMentionBytes:
+		return o, fmt.Errorf("%w: -mention-bytes: %d is not between 0 and %d (a Slack message holds at most 40,000 characters)", errFlags, o.mentionBytes, maxMentionBytes)
 	case o.channels < 1:
 		return o, fmt.Errorf("%w: -channels: %d is not at least 1", errFlags, o.channels)
 	case o.timeout <= 0:

@@ -44,7 +44,7 @@ func TestSmoke(t *testing.T) {
 				"-bot", bin, "-conversations", "24", "-rate", "40", "-ask", "0.75",
 				"-model-latency", "20ms", "-click-delay", "20ms", "-probe", "1",
 				"-paused", "10", "-paused-warmup", "5", "-paused-rate", "100", "-settle", "1s", "-channels", "5", "-timeout", "60s",
-				"-log-level", "warn", "-json", out,
+				"-mention-bytes", "3000", "-log-level", "warn", "-json", out,
 			}, st...)
 			var stdout, stderr bytes.Buffer
 			if err := run(t.Context(), args, &stdout, &stderr); err != nil {
@@ -64,6 +64,9 @@ func TestSmoke(t *testing.T) {
 			var rep Report
 			if err := json.Unmarshal(raw, &rep); err != nil {
 				t.Fatal(err)
+			}
+			if rep.Settings.MentionBytes != 3000 {
+				t.Errorf("the report's settings say mentions of %d bytes more, want 3000", rep.Settings.MentionBytes)
 			}
 			a := rep.Accounting
 			// The probe phase runs one warm-up conversation first, and the

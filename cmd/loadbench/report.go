@@ -47,6 +47,7 @@ type Settings struct {
 	Paused         []int    `json:"paused_levels"`
 	PausedWarmup   int      `json:"paused_warmup"`
 	Channels       int      `json:"channels"`
+	MentionBytes   int      `json:"mention_bytes"`
 	Env            []string `json:"bot_env"`
 }
 
@@ -54,7 +55,7 @@ func settingsOf(o options) Settings {
 	return Settings{
 		Conversations: o.conversations, Rate: o.rate, ModelLatencyMS: ms(o.modelLatency), ClickDelayMS: ms(o.clickDelay),
 		AskShare: o.askShare, Store: o.store, Replicas: o.replicas, Probe: o.probe,
-		Paused: nonNil(o.paused), PausedWarmup: o.pausedWarmup, Channels: o.channels, Env: nonNil(o.env),
+		Paused: nonNil(o.paused), PausedWarmup: o.pausedWarmup, Channels: o.channels, MentionBytes: o.mentionBytes, Env: nonNil(o.env),
 	}
 }
 
@@ -358,8 +359,8 @@ func writeJSON(path string, r *Report) error {
 // writeTable prints the report for people.
 func writeTable(w io.Writer, r *Report) {
 	s := r.Settings
-	fmt.Fprintf(w, "loadbench: %d conversations at %g/s, model %gms, click %gms, ask %g, store %s, %d replica(s); %d CPUs (%s), load average %.1f -> %.1f\n\n",
-		s.Conversations, s.Rate, s.ModelLatencyMS, s.ClickDelayMS, s.AskShare, s.Store, s.Replicas, r.Machine.CPUs, r.Machine.Model, r.Machine.LoadStart, r.Machine.LoadEnd)
+	fmt.Fprintf(w, "loadbench: %d conversations at %g/s, model %gms, click %gms, ask %g, mentions of %d bytes more, store %s, %d replica(s); %d CPUs (%s), load average %.1f -> %.1f\n\n",
+		s.Conversations, s.Rate, s.ModelLatencyMS, s.ClickDelayMS, s.AskShare, s.MentionBytes, s.Store, s.Replicas, r.Machine.CPUs, r.Machine.Model, r.Machine.LoadStart, r.Machine.LoadEnd)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	dist := func(name string, d Dist) {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\n", name, d.Count, d.P50, d.P99, d.Max)
