@@ -71,13 +71,7 @@ func TestShutdownAnswersQueuedFollowUpsAndClicks(t *testing.T) {
 // cut short; its message is recorded, so the thread is told it will be
 // answered (not asked to send it again), and the next process answers it.
 func TestShutdownCutsATurnThatIsAnsweredAfterTheRestart(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	e.cfg.ShutdownGrace = 200 * time.Millisecond
-	e.cfg.TakeoverInterval = 50 * time.Millisecond
-	e.start()
-	e.model.Reply(fakeopenai.Response{Text: "too slow", Delay: time.Minute})
-	ts := e.slack.Mention(channel, requester, "what changed?")
-	e.request(1)
+	e, ts := startSlowTurn(t)
 	e.stop()
 	note := e.answer(ts, "I'll answer this as soon as I'm back")
 	if strings.Contains(note.Text, "send your message again") {
@@ -222,13 +216,7 @@ func TestShutdownAnswersEnvelopesDuringGrace(t *testing.T) {
 // behind the turn, is told once that it will be answered after the
 // restart, not once per message: one turn answers both then.
 func TestShutdownPromisesARestartOncePerThread(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	e.cfg.ShutdownGrace = 200 * time.Millisecond
-	e.cfg.TakeoverInterval = 50 * time.Millisecond
-	e.start()
-	e.model.Reply(fakeopenai.Response{Text: "too slow", Delay: time.Minute})
-	ts := e.slack.Mention(channel, requester, "what changed?")
-	e.request(1)
+	e, ts := startSlowTurn(t)
 	// Recorded once acked, after the turn read the conversation: it waits
 	// on the conversation's queue, behind the turn.
 	reply := e.slack.ThreadReply(channel, ts, requester, "<@"+e.slack.BotUserID()+"> and since when?")
@@ -250,4 +238,18 @@ func TestShutdownPromisesARestartOncePerThread(t *testing.T) {
 	e.model.Reply(fakeopenai.Text("Nothing changed since Monday."))
 	e.start()
 	e.answer(ts, "Nothing changed since Monday.")
+}
+
+// startSlowTurn starts a bot with a short shutdown grace and a mention
+// whose model answer takes a minute; it returns once the model was asked.
+func startSlowTurn(t *testing.T) (*env, string) {
+	t.Helper()
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.ShutdownGrace = 200 * time.Millisecond
+	e.cfg.TakeoverInterval = 50 * time.Millisecond
+	e.start()
+	e.model.Reply(fakeopenai.Response{Text: "too slow", Delay: time.Minute})
+	ts := e.slack.Mention(channel, requester, "what changed?")
+	e.request(1)
+	return e, ts
 }

@@ -328,6 +328,25 @@ func (s *answerSeenStore) CommitTurn(ctx context.Context, c store.Commit) error 
 	return err
 }
 
+// botMessagesOnceRecorded waits until seen saw the answer recorded (once
+// it was shown), then returns the text and blocks of each bot message in
+// the thread ts.
+func botMessagesOnceRecorded(t *testing.T, e *env, seen *answerSeenStore, ts string) []string {
+	t.Helper()
+	select {
+	case <-seen.recorded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer was not recorded")
+	}
+	var bot []string
+	for _, m := range e.slack.Thread(channel, ts) {
+		if m.BotID != "" {
+			bot = append(bot, m.Text+blocksText(m))
+		}
+	}
+	return bot
+}
+
 // eventLog is what the fakes of a test saw, in the order they saw it.
 type eventLog struct {
 	mu     sync.Mutex
@@ -493,17 +512,7 @@ func TestAnswerThatRendersToNothingSaysSo(t *testing.T) {
 			}
 			e.model.Reply(fakeopenai.Response{Text: tt.text, Chunks: 2})
 			ts := e.slack.Mention(channel, requester, "anything?")
-			select {
-			case <-seen.recorded: // once the answer is shown
-			case <-time.After(10 * time.Second):
-				t.Fatal("the answer was not recorded")
-			}
-			var bot []string
-			for _, m := range e.slack.Thread(channel, ts) {
-				if m.BotID != "" {
-					bot = append(bot, m.Text+blocksText(m))
-				}
-			}
+			bot := botMessagesOnceRecorded(t, e, seen, ts)
 			if len(bot) != 1 || !strings.Contains(bot[0], "(no answer)") {
 				t.Errorf("answer %q: bot messages %q, want one saying there is no answer", tt.text, bot)
 			}
@@ -529,17 +538,7 @@ func TestRefusedStopWithNothingToShowPostsNothing(t *testing.T) {
 			// rest alone.
 			e.model.Reply(fakeopenai.Response{Text: words + rest, Chunks: 2})
 			ts := e.slack.Mention(channel, requester, "go on")
-			select {
-			case <-seen.recorded:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the answer was not recorded")
-			}
-			var bot []string
-			for _, m := range e.slack.Thread(channel, ts) {
-				if m.BotID != "" {
-					bot = append(bot, m.Text+blocksText(m))
-				}
-			}
+			bot := botMessagesOnceRecorded(t, e, seen, ts)
 			if len(bot) != 1 || strings.Count(bot[0], "THE END") != 1 {
 				t.Errorf("bot messages %q, want the streamed answer alone", bot)
 			}

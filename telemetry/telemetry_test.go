@@ -124,20 +124,12 @@ func TestExportErrorsGoToTheLog(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-	var logs strings.Builder
-	var mu sync.Mutex
-	log := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))
-	p, err := telemetry.Start(context.Background(), os.Getenv, "1", false, log)
-	if err != nil || p == nil {
-		t.Fatalf("Start = %v, %v", p, err)
-	}
+	p, logged := startLogged(t)
 	_, end := p.Tracer().StartTurn(context.Background(), agent.TurnStart{Kind: agent.TurnMessage, Conversation: "T/C/1"})
 	end(agent.Outcome{Status: agent.Answered}, nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		mu.Lock()
-		got := logs.String()
-		mu.Unlock()
+		got := logged()
 		if strings.Contains(got, `"level":"WARN","msg":"tracing: `) {
 			break
 		}
@@ -156,6 +148,18 @@ func TestExportErrorsGoToTheLog(t *testing.T) {
 func TestOpenTelemetryLinesGoToTheLog(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "soon")
+	p, logged := startLogged(t)
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	got := logged()
+	if !strings.Contains(got, `"level":"ERROR","msg":"tracing: parse duration"`) || !strings.Contains(got, `"input":"soon"`) {
+		t.Errorf("log = %s; want an error line saying the timeout could not be read", got)
+	}
+}
+
+// startLogged starts tracing as the environment says, with the bot's
+// JSON log; logged returns what was logged so far.
+func startLogged(t *testing.T) (p *telemetry.Provider, logged func() string) {
+	t.Helper()
 	var logs strings.Builder
 	var mu sync.Mutex
 	log := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))
@@ -163,12 +167,10 @@ func TestOpenTelemetryLinesGoToTheLog(t *testing.T) {
 	if err != nil || p == nil {
 		t.Fatalf("Start = %v, %v", p, err)
 	}
-	defer func() { _ = p.Shutdown(context.Background()) }()
-	mu.Lock()
-	got := logs.String()
-	mu.Unlock()
-	if !strings.Contains(got, `"level":"ERROR","msg":"tracing: parse duration"`) || !strings.Contains(got, `"input":"soon"`) {
-		t.Errorf("log = %s; want an error line saying the timeout could not be read", got)
+	return p, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.String()
 	}
 }
 

@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -31,20 +30,8 @@ func TestAnnouncementsOfAnotherDatabaseAreNotHeard(t *testing.T) {
 	t.Cleanup(func() { _ = other.Close() })
 	pub := redis.NewClient(opts)
 	t.Cleanup(func() { _ = pub.Close() })
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-
-	ready := make(chan struct{})
-	heard := make(chan string, 10)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.FollowPauses(ctx, func() { close(ready) }, func(b []byte) { heard <- string(b) })
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	<-ready
+	ctx := t.Context()
+	heard := followPauses(t, s)
 	// Published in this order, and heard in it if heard at all.
 	if err := pub.Publish(ctx, other.PausesChannel(), "another database's").Err(); err != nil {
 		t.Fatal(err)

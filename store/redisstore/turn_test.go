@@ -406,20 +406,8 @@ func TestPausesAnnouncedOnceRecorded(t *testing.T) {
 	prefix := newPrefix(t, u)
 	s := newStore(t, u, redisstore.Options{Prefix: prefix})
 	t.Cleanup(func() { _ = s.Close() })
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan struct{})
-	heard := make(chan string, 10)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.FollowPauses(ctx, func() { close(ready) }, func(b []byte) { heard <- string(b) })
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("FollowPauses ended with %v, want nil once its context ended", err)
-		}
-	}()
-	<-ready
+	ctx := t.Context()
+	heard := followPauses(t, s)
 	next := func() string {
 		t.Helper()
 		select {
@@ -459,6 +447,32 @@ func TestPausesAnnouncedOnceRecorded(t *testing.T) {
 	if got := next(); got != "again" {
 		t.Errorf("announcement after a refused pause and a resume's pause = %q, want the resume's pause's only", got)
 	}
+}
+
+// followPauses follows the pauses s hears announced until the test ends,
+// and returns once it listens: each announcement heard goes to the
+// channel it returns.
+func followPauses(t *testing.T, s *redisstore.Store) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan struct{})
+	heard := make(chan string, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.FollowPauses(ctx, func() { close(ready) }, func(b []byte) { heard <- string(b) })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("FollowPauses ended with %v, want nil once its context ended", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("FollowPauses ended before it listened: %v", err)
+	}
+	return heard
 }
 
 // decisionPipelineStore is a store on a fresh prefix of REDIS_URL with its
