@@ -446,6 +446,18 @@ func (e *ModelError) Error() string {
 
 func (e *ModelError) Unwrap() error { return e.Err }
 
+// Interrupted reports whether err ended a turn because the bot stopped
+// it (the turn's context ended: a shutdown), rather than a failure: the
+// context's own error, or a model call canceled with it. Such a turn's
+// recorded work goes on after the restart.
+func Interrupted(err error) bool {
+	var me *ModelError
+	if errors.As(err, &me) && me.Kind == ErrKindCanceled {
+		return true
+	}
+	return errors.Is(err, context.Canceled)
+}
+
 // Retryable reports whether the same request may succeed if sent again:
 // rate limiting (429), server errors (5xx), timeouts, cut streams and
 // connection failures.

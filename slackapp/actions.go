@@ -334,7 +334,7 @@ func (a *App) resumed(ctx context.Context, conversation, runID string, out agent
 		// still decided and unclaimed, so the sweep resumes it. The
 		// thread has nothing to act on.
 		a.log.Warn("resume waited too long for the conversation; the sweep retries", "run", runID, "err", err)
-	case cutByShutdown(err):
+	case agent.Interrupted(err):
 		a.log.Warn("resume cut short by the shutdown; it goes on after the restart", "run", runID, "err", err)
 		a.postFailure(ctx, conversation, err)
 	default:

@@ -322,8 +322,8 @@ func TestFailureTextOfAShutdownCut(t *testing.T) {
 		if got := failureText(tt.err); !strings.HasPrefix(got, tt.want) {
 			t.Errorf("failureText(%s) = %q, want %q", tt.name, got, tt.want)
 		}
-		if got, want := cutByShutdown(tt.err), tt.want == restartingRecordedText; got != want {
-			t.Errorf("cutByShutdown(%s) = %v, want %v", tt.name, got, want)
+		if got, want := agent.Interrupted(tt.err), tt.want == restartingRecordedText; got != want {
+			t.Errorf("agent.Interrupted(%s) = %v, want %v", tt.name, got, want)
 		}
 	}
 }

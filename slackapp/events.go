@@ -425,7 +425,7 @@ func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err
 		return
 	}
 	if err != nil {
-		if cutByShutdown(err) {
+		if agent.Interrupted(err) {
 			a.log.Warn("turn cut short by the shutdown; it is answered after the restart", "conversation", key, "err", err)
 		} else {
 			a.log.Error("turn failed", "conversation", key, "err", err)
@@ -500,17 +500,6 @@ func (a *App) postFailure(ctx context.Context, key string, err error) {
 	a.post(ctx, channel, thread, text)
 }
 
-// cutByShutdown reports whether err ended a turn because its work's
-// context ended (the shutdown), rather than a failure: the context's own
-// error, or a model call canceled with it.
-func cutByShutdown(err error) bool {
-	var me *agent.ModelError
-	if errors.As(err, &me) && me.Kind == agent.ErrKindCanceled {
-		return true
-	}
-	return errors.Is(err, context.Canceled)
-}
-
 // failureText tells people in the thread what went wrong, without internals
 // they cannot act on. Work the store recorded (every error but
 // agent.ErrNotRecorded) is carried on by a takeover or the sweep, so the
@@ -519,7 +508,7 @@ func failureText(err error) string {
 	var me *agent.ModelError
 	recorded := !errors.Is(err, agent.ErrNotRecorded)
 	switch {
-	case cutByShutdown(err) && recorded:
+	case agent.Interrupted(err) && recorded:
 		return restartingRecordedText
 	case errors.As(err, &me) && me.Misconfigured():
 		return misconfiguredText(me)

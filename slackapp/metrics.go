@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolgate/toolgate/agent"
 )
 
 // Metrics are the bot's Prometheus metrics. A nil *Metrics records nothing.
@@ -80,7 +82,7 @@ func (m *Metrics) turn(outcome string, err error) {
 		return
 	}
 	switch {
-	case cutByShutdown(err):
+	case agent.Interrupted(err):
 		outcome = "interrupted" // not a failure: it goes on after the restart
 	case err != nil:
 		outcome = "error"

@@ -92,7 +92,14 @@ func (t *Tracer) StartTurn(ctx context.Context, ts agent.TurnStart) (context.Con
 				))
 			}
 		}
-		setError(span, err, t.capture)
+		if agent.Interrupted(err) {
+			// Stopped by the bot (a shutdown), not failed: the turn goes
+			// on after the restart.
+			span.SetAttributes(keyTurnOutcome.String("interrupted"))
+			span.AddEvent("interrupted")
+		} else {
+			setError(span, err, t.capture)
+		}
 		span.End()
 	}
 }

@@ -253,6 +253,13 @@ func TestToolOutcomeOnTheSpan(t *testing.T) {
 		if len(tool.Events) != 1 || tool.Events[0].Name != "interrupted" {
 			t.Errorf("span events %v, want one interrupted", tool.Events)
 		}
+		// The turn the shutdown cut is not failed either: it goes on
+		// after the restart.
+		turn := w.one("invoke_agent toolgate")
+		wantAttrs(t, turn, map[string]string{"toolgate.turn.outcome": "interrupted"})
+		if turn.Status.Code != codes.Unset || len(turn.Events) != 1 || turn.Events[0].Name != "interrupted" {
+			t.Errorf("turn span status %v, events %v; want unset, one interrupted", turn.Status, turn.Events)
+		}
 	})
 }
 
