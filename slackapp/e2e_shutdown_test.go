@@ -253,3 +253,37 @@ func startSlowTurn(t *testing.T) (*env, string) {
 	e.request(1)
 	return e, ts
 }
+
+// Shutdown waits for the work in flight, and for nothing else: with an
+// hour of grace, Run returns once the turn it waited for has answered.
+func TestShutdownReturnsOnceTheWorkEnds(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.ShutdownGrace = time.Hour
+	e.start()
+	release := make(chan struct{})
+	e.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		<-release
+		return fakeopenai.Text("Answered before the restart.")
+	})
+	ts := e.slack.Mention(channel, requester, "what changed?")
+	e.request(1)
+	b := e.bot
+	e.bot = nil
+	b.cancel()
+	select {
+	case err := <-b.done:
+		t.Fatalf("Run returned (%v) while a turn was still running", err)
+	default:
+	}
+	close(release)
+	select {
+	case err := <-b.done:
+		if err != nil {
+			t.Errorf("bot stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return once the turn had answered: it waits out the grace")
+	}
+	e.answer(ts, "Answered before the restart.")
+	must(t, b.st.Close())
+}
