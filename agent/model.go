@@ -447,10 +447,15 @@ func (e *ModelError) Error() string {
 func (e *ModelError) Unwrap() error { return e.Err }
 
 // Interrupted reports whether err ended a turn because the bot stopped
-// it (the turn's context ended: a shutdown), rather than a failure: the
-// context's own error, or a model call canceled with it. Such a turn's
-// recorded work goes on after the restart.
+// it (the turn's context ended: a shutdown) after its message was
+// recorded, rather than a failure: the context's own error, or a model
+// call canceled with it. Such a turn goes on after the restart. A message
+// the stop kept from being recorded (ErrNotRecorded) is lost unless sent
+// again: that is a failure.
 func Interrupted(err error) bool {
+	if errors.Is(err, ErrNotRecorded) {
+		return false
+	}
 	var me *ModelError
 	if errors.As(err, &me) && me.Kind == ErrKindCanceled {
 		return true

@@ -308,7 +308,9 @@ func TestAnswerPageKeepsEntriesWhole(t *testing.T) {
 
 // A turn cut by the shutdown is told it is answered after the restart,
 // whether the cut reached it as the context's end or as a model call
-// canceled with it; a model that failed on its own is not.
+// canceled with it; a model that failed on its own is not, nor a message
+// the cut kept from being recorded (it is asked again), nor a turn one of
+// the bot's own deadlines ended (the bot is not restarting).
 func TestFailureTextOfAShutdownCut(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -318,6 +320,10 @@ func TestFailureTextOfAShutdownCut(t *testing.T) {
 		{"context canceled", fmt.Errorf("turn cut short before the model answered: %w", context.Canceled), restartingRecordedText},
 		{"model call canceled", fmt.Errorf("model: %w", &agent.ModelError{Kind: agent.ErrKindCanceled, Err: context.Canceled}), restartingRecordedText},
 		{"model server unreachable", fmt.Errorf("model: %w", &agent.ModelError{Kind: agent.ErrKindConnection}), "I couldn't get an answer from the model"},
+		// Cut before the message was recorded: lost unless sent again.
+		{"message not recorded", fmt.Errorf("%w: %w", agent.ErrNotRecorded, context.Canceled), "I was interrupted before finishing"},
+		// A deadline of the bot's own (a store call's), not the shutdown.
+		{"store call timed out", fmt.Errorf("save turn: %w", context.DeadlineExceeded), "Something went wrong while working on this"},
 	} {
 		if got := failureText(tt.err); !strings.HasPrefix(got, tt.want) {
 			t.Errorf("failureText(%s) = %q, want %q", tt.name, got, tt.want)

@@ -508,7 +508,7 @@ func failureText(err error) string {
 	var me *agent.ModelError
 	recorded := !errors.Is(err, agent.ErrNotRecorded)
 	switch {
-	case agent.Interrupted(err) && recorded:
+	case agent.Interrupted(err):
 		return restartingRecordedText
 	case errors.As(err, &me) && me.Misconfigured():
 		return misconfiguredText(me)
@@ -516,9 +516,8 @@ func failureText(err error) string {
 		return fmt.Sprintf("I couldn't get an answer from the model (%s). Your message is kept; send another message to try again.", Escape(me.Kind.String()))
 	case errors.Is(err, agent.ErrLeaseTimeout):
 		return "This thread is busy with an earlier message; I'll answer this one as soon as it's done."
-	case (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && recorded:
-		return restartingRecordedText
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled):
+		// Not recorded (see agent.Interrupted).
 		return "I was interrupted before finishing (the bot is restarting). Please send your message again."
 	case recorded:
 		return "Something went wrong while working on this (my state store may be unavailable). Nothing is lost; I'll try again shortly."

@@ -381,8 +381,12 @@ func (s *socket) read(ctx context.Context, c *socketConn) {
 		if s.debug {
 			s.log.Debug("socket mode message", "message", redactJSON(data))
 		}
-		env := &envelope{raw: data, conn: c, received: time.Now()}
-		if err := fastjson.Unmarshal(data, env); err != nil {
+		received := time.Now()
+		// Decoded into a zero value, which fastjson decodes fastest.
+		env := &envelope{}
+		err = fastjson.Unmarshal(data, env)
+		env.raw, env.conn, env.received = data, c, received
+		if err != nil {
 			if env.ID == "" {
 				s.log.Warn("socket mode: skipping a message that is not an envelope", "err", err)
 				continue

@@ -24,7 +24,7 @@ func BenchmarkDecodeClickEnvelope(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				env := &envelope{raw: data}
+				env := &envelope{}
 				if err := d.decode(data, env); err != nil || len(env.Payload.Actions) != 1 || env.Payload.Actions[0].ActionID != ActionApprove {
 					b.Fatalf("decode = %+v, %v", env.Payload.Actions, err)
 				}

@@ -19,21 +19,20 @@ import (
 	segment "github.com/segmentio/encoding/json"
 )
 
-// Unmarshal is json.Unmarshal. What v points to is kept aside first and
-// put back before input segmentio's decoder refuses goes to
-// encoding/json, since that decoder may have set part of it before
-// finding the error (a shallow copy: the maps and slices it held are not
-// kept aside, and none of this module's callers decode into full ones).
+// Unmarshal is json.Unmarshal. Only a zero value is decoded by
+// segmentio's decoder, and set back to zero when it refuses the input
+// (it may have set part of it before finding the error), which leaves it
+// as encoding/json would; anything else, such as a struct with fields set
+// beforehand, is decoded by encoding/json alone, as segmentio's decoder
+// writes into the maps, slices and pointers a value already holds.
 func Unmarshal(data []byte, v any) error {
 	rv := reflect.ValueOf(v)
-	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+	if rv.Kind() != reflect.Pointer || rv.IsNil() || !rv.Elem().IsZero() {
 		return json.Unmarshal(data, v)
 	}
-	saved := reflect.New(rv.Elem().Type()).Elem()
-	saved.Set(rv.Elem())
 	if segment.Unmarshal(data, v) == nil {
 		return nil
 	}
-	rv.Elem().Set(saved)
+	rv.Elem().SetZero()
 	return json.Unmarshal(data, v)
 }

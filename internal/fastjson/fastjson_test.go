@@ -39,6 +39,7 @@ var inputs = []string{
 	`{"id":"ok","n":"not a number","tags":["a"]}`,
 	`{"id":"truncated","args":{"a":`,
 	`{"id":"x"} trailing`,
+	`{"tags":["x"],"fields":{"new":"v"},"ptr":{"id":"new"},"n":1 garbage}`,
 	`[1,2,3]`,
 	``,
 	`{"at":"not a time","id":"y"}`,
@@ -49,19 +50,27 @@ var inputs = []string{
 // raw messages byte for byte, and the same error.
 func TestUnmarshalDecodesAsEncodingJSON(t *testing.T) {
 	for _, in := range inputs {
-		// Set beforehand, as a caller may set fields the input lacks.
-		got, want := record{ID: "before", Skipped: "kept"}, record{ID: "before", Skipped: "kept"}
-		gotErr := Unmarshal([]byte(in), &got)
-		wantErr := json.Unmarshal([]byte(in), &want)
-		if !reflect.DeepEqual(got, want) || !bytes.Equal(got.Args, want.Args) {
-			t.Errorf("Unmarshal(%q) = %+v, want %+v", in, got, want)
-		}
-		if errText(gotErr) != errText(wantErr) {
-			t.Errorf("Unmarshal(%q) error = %v, want %v", in, gotErr, wantErr)
+		// From a zero value, and from one with fields set beforehand,
+		// maps and slices included, as a caller may set them.
+		for _, before := range []func() record{
+			func() record { return record{} },
+			func() record {
+				return record{ID: "before", Skipped: "kept", Tags: []string{"a", "b"}, Fields: map[string]string{"k": "v"}, Ptr: &record{ID: "inner"}}
+			},
+		} {
+			got, want := before(), before()
+			gotErr := Unmarshal([]byte(in), &got)
+			wantErr := json.Unmarshal([]byte(in), &want)
+			if !reflect.DeepEqual(got, want) || !bytes.Equal(got.Args, want.Args) {
+				t.Errorf("Unmarshal(%q) into %+v = %+v, want %+v", in, before(), got, want)
+			}
+			if errText(gotErr) != errText(wantErr) {
+				t.Errorf("Unmarshal(%q) error = %v, want %v", in, gotErr, wantErr)
+			}
 		}
 		var gotAny, wantAny any
-		gotErr = Unmarshal([]byte(in), &gotAny)
-		wantErr = json.Unmarshal([]byte(in), &wantAny)
+		gotErr := Unmarshal([]byte(in), &gotAny)
+		wantErr := json.Unmarshal([]byte(in), &wantAny)
 		if !reflect.DeepEqual(gotAny, wantAny) || errText(gotErr) != errText(wantErr) {
 			t.Errorf("Unmarshal(%q) into any = %v, %v; want %v, %v", in, gotAny, gotErr, wantAny, wantErr)
 		}
