@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -196,6 +197,9 @@ func checkEncodeState(t *testing.T, st any) {
 	want, err := store.EncodeJSON(st)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("encodeState(%+v) =\n%s\nwant the bytes of store.EncodeJSON\n%s", st, got, want)
 	}
 	var gotAny, wantAny any
 	if err := json.Unmarshal(got, &gotAny); err != nil {

@@ -53,8 +53,9 @@ func (h *history) UnmarshalJSON(b []byte) error {
 // store.EncodeJSON writes it (no HTML escaping), through segmentio's
 // encoder: encoding/json re-scans what each message's MarshalJSON
 // returns to compact it, most of the work of encoding a long history;
-// segmentio's checks it and takes it as it is. It decodes to the same
-// state. The encoding is built in a buffer kept for the next one and
+// segmentio's checks it and takes it as it is. It writes the same bytes
+// (TestEncodeStateDecodesAsEncodeJSON checks the bytes and the values), so replicas of
+// an earlier version read it as before. The encoding is built in a buffer kept for the next one and
 // copied out at its size.
 func encodeState(v any) json.RawMessage {
 	buf := stateBuffers.Get().(*[]byte)
