@@ -34,3 +34,31 @@ func TestModelAzure(t *testing.T) {
 		t.Errorf("request %+v, want %+v", s, want)
 	}
 }
+
+// Without an Azure API version, requests go to BaseURL's chat completions
+// with the key as a bearer token, asking for an event stream.
+func TestModelRequestHeaders(t *testing.T) {
+	type seen struct{ method, path, auth, key, accept, ctype string }
+	got := make(chan seen, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{r.Method, r.URL.String(), r.Header.Get("Authorization"), r.Header.Get("api-key"), r.Header.Get("Accept"), r.Header.Get("Content-Type")}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	for _, tt := range []struct {
+		key, base string
+		want      seen
+	}{
+		{"sk-1", srv.URL + "/v1/", seen{"POST", "/v1/chat/completions", "Bearer sk-1", "", "text/event-stream", "application/json"}},
+		{"", srv.URL + "/api/v1", seen{"POST", "/api/v1/chat/completions", "", "", "text/event-stream", "application/json"}},
+	} {
+		m := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: tt.base, APIKey: tt.key, Model: "m"})
+		if _, err := m.Complete(context.Background(), userMessage("hello"), nil); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+		if s := <-got; s != tt.want {
+			t.Errorf("request %+v, want %+v", s, tt.want)
+		}
+	}
+}

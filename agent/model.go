@@ -86,7 +86,7 @@ type ModelRequest struct {
 // OpenAIModel is a Model backed by an OpenAI-compatible Chat Completions
 // API. It is safe for concurrent use.
 type OpenAIModel struct {
-	client  *openai.Client
+	http    *http.Client
 	cfg     ModelConfig
 	timeout error // cause of the context ending when cfg.Timeout passes
 }
@@ -113,19 +113,7 @@ func modelTransport() http.RoundTripper {
 
 // NewOpenAIModel returns a model client for cfg. It makes no request.
 func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
-	var oc openai.ClientConfig
-	if cfg.AzureAPIVersion != "" {
-		oc = openai.DefaultAzureConfig(cfg.APIKey, cfg.BaseURL)
-		oc.APIVersion = cfg.AzureAPIVersion
-		// Model is the deployment name; use it as is.
-		oc.AzureModelMapperFunc = func(model string) string { return model }
-	} else {
-		oc = openai.DefaultConfig(cfg.APIKey)
-		if cfg.BaseURL != "" {
-			oc.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
-		}
-	}
-	oc.HTTPClient = &http.Client{Transport: retryAfterTransport{next: jsonToStream{next: boundedAnswers{next: modelTransport()}}, now: time.Now}}
+	client := &http.Client{Transport: retryAfterTransport{next: jsonToStream{next: boundedAnswers{next: modelTransport()}}, now: time.Now}}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
 	}
@@ -136,7 +124,7 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 		cfg.MaxRetryWait = DefaultMaxRetryWait
 	}
 	return &OpenAIModel{
-		client:  openai.NewClientWithConfig(oc),
+		http:    client,
 		cfg:     cfg,
 		timeout: fmt.Errorf("no complete answer within %v: %w", cfg.Timeout, context.DeadlineExceeded),
 	}
@@ -165,7 +153,7 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 		defer cancel()
 	}
 	var retryAfter time.Duration
-	stream, err := m.client.CreateChatCompletionStream(withRetryAfter(ctx, &retryAfter), m.request(req))
+	stream, err := m.openStream(withRetryAfter(ctx, &retryAfter), m.request(req))
 	if err != nil {
 		me := m.requestError(ctx, err)
 		me.RetryAfter = retryAfter
@@ -176,7 +164,7 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 	var acc accumulator
 	defer func() { addUsage(ctx, acc.usage) }()
 	for {
-		chunk, err := stream.Recv()
+		chunk, err := stream.recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -284,7 +272,7 @@ type accumulator struct {
 	usage    Usage
 }
 
-func (a *accumulator) add(chunk openai.ChatCompletionStreamResponse, onDelta func(string)) {
+func (a *accumulator) add(chunk streamChunk, onDelta func(string)) {
 	a.chunks++
 	if u := chunk.Usage; u != nil {
 		a.usage = Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens}
@@ -548,13 +536,13 @@ func (m *OpenAIModel) streamError(ctx context.Context, err error) *ModelError {
 	}
 	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) || errors.Is(err, openai.ErrTooManyEmptyStreamMessages) {
+	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) || errors.Is(err, openai.ErrTooManyEmptyStreamMessages) || errors.Is(err, errBadEvent) {
 		return &ModelError{Kind: ErrKindBadResponse, Message: "unreadable stream chunk", Err: err}
 	}
 	return &ModelError{Kind: ErrKindStreamCut, Err: err}
 }
 
-// httpError maps the errors go-openai returns for HTTP error statuses.
+// httpError maps the errors of HTTP error statuses (see errorAnswer).
 func httpError(err error) *ModelError {
 	var apiErr *openai.APIError
 	if errors.As(err, &apiErr) && apiErr.HTTPStatusCode != 0 {
