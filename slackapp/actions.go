@@ -164,12 +164,13 @@ func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
 }
 
 // decide records a decision and, when it was the last one pending, has
-// the step resumed: at once, with the decision's own store step having
+// the step resumed: at once, by the click's own goroutine (whose stack
+// the decision grew already), with the decision's own store step having
 // begun the resume, when a turn slot is free and the conversation has no
 // work in this process (see decideFast); otherwise on the conversation's
 // queue, after whatever the conversation is doing. It returns the text to
 // tell the decider when the decision was refused or failed, and "" on
-// success. A click on a call that is not saved yet is decided once it is
+// success, once the resume run at once is over. A click on a call that is not saved yet is decided once it is
 // (see afterPause).
 func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string {
 	var res agent.DecideResult
@@ -193,7 +194,7 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string 
 	a.m.decision(kind, "ok", decidedAfter(res.Call))
 	switch {
 	case fast != nil:
-		a.spawn(ctx, "resume", fast.run)
+		fast.run(ctx)
 	case res.Complete:
 		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}
