@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/sashabaranov/go-openai"
-	segment "github.com/segmentio/encoding/json"
 
 	"github.com/toolgate/toolgate/internal/fastjson"
 )
@@ -136,7 +135,7 @@ func errorAnswer(resp *http.Response) error {
 }
 
 // encodeRequest is the JSON of a request, through segmentio's encoder
-// (see encodeState), in a buffer of its own: the HTTP client may read it
+// (see encodeState), in a slice of its own: the HTTP client may read it
 // after the call that sent it returned. Text messages and tools are
 // encoded as structs with the fields their MarshalJSON methods write
 // (which encode each through encoding/json): the same JSON values
@@ -164,16 +163,7 @@ func encodeRequest(r openai.ChatCompletionRequest) ([]byte, error) {
 			w.Tools[i] = functionTool{Type: t.Type, Function: t.Function}
 		}
 	}
-	buf := stateBuffers.Get().(*[]byte)
-	defer stateBuffers.Put(buf)
-	b, err := segment.Append((*buf)[:0], w, 0)
-	if cap(b) <= maxKeptStateBuffer {
-		*buf = b
-	}
-	if err != nil {
-		return nil, err
-	}
-	return bytes.Clone(b), nil
+	return encodePooled(w, 0)
 }
 
 // wireRequest is a request whose messages and tools are encoded as

@@ -54,23 +54,32 @@ func (h *history) UnmarshalJSON(b []byte) error {
 // encoder: encoding/json re-scans what each message's MarshalJSON
 // returns to compact it, most of the work of encoding a long history;
 // segmentio's checks it and takes it as it is. It writes the same bytes
-// (TestEncodeStateDecodesAsEncodeJSON checks the bytes and the values), so replicas of
-// an earlier version read it as before. The encoding is built in a buffer kept for the next one and
-// copied out at its size.
+// (TestEncodeStateDecodesAsEncodeJSON checks the bytes and the values),
+// so replicas of an earlier version read it as before.
 func encodeState(v any) json.RawMessage {
-	buf := stateBuffers.Get().(*[]byte)
-	defer stateBuffers.Put(buf)
-	b, err := segment.Append((*buf)[:0], v, segment.SortMapKeys)
+	b, err := encodePooled(v, segment.SortMapKeys)
 	if err != nil {
 		panic(fmt.Sprintf("marshal %T: %v", v, err))
 	}
+	return b
+}
+
+// encodePooled is the JSON of v through segmentio's encoder with flags,
+// built in a buffer kept for the next encoding and copied out at its size.
+func encodePooled(v any, flags segment.AppendFlags) ([]byte, error) {
+	buf := stateBuffers.Get().(*[]byte)
+	defer stateBuffers.Put(buf)
+	b, err := segment.Append((*buf)[:0], v, flags)
 	if cap(b) <= maxKeptStateBuffer {
 		*buf = b
 	}
-	return append(json.RawMessage(nil), b...)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), b...), nil
 }
 
-// stateBuffers keeps encodeState's buffers, each up to
+// stateBuffers keeps encodePooled's buffers, each up to
 // maxKeptStateBuffer.
 var stateBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
