@@ -193,6 +193,32 @@ type Engine struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedProgram // "kind/id" -> compiled record
+	// last is the state compiled from the records judged by last, while
+	// they are unchanged (see compile).
+	last *compiledFrom
+}
+
+// compiledFrom is a state and the records it was compiled from, good
+// until the first of its standing rules expires (zero: none does).
+type compiledFrom struct {
+	rules, standing []store.Record // ids and data, cloned
+	st              *state
+	until           time.Time
+}
+
+// sameRecords reports whether a and b are the same records, by id and
+// data, in the same order.
+func sameRecords(a, b []store.Record) bool {
+	return slices.EqualFunc(a, b, func(x, y store.Record) bool { return x.ID == y.ID && bytes.Equal(x.Data, y.Data) })
+}
+
+// idsAndData clones the ids and data of recs.
+func idsAndData(recs []store.Record) []store.Record {
+	out := make([]store.Record, len(recs))
+	for i, r := range recs {
+		out[i] = store.Record{ID: r.ID, Data: slices.Clone(r.Data)}
+	}
+	return out
 }
 
 // cachedProgram is a compiled record, valid while the record's data is
@@ -266,12 +292,34 @@ func (e *Engine) load(ctx context.Context) (*state, error) {
 	return e.compile(recs, standing)
 }
 
-// compile builds the state from the admin rules and standing rules.
+// compile builds the state from the admin rules and standing rules. The
+// state of the same records as the last call's is that call's (every
+// judgement reads the records, and they seldom change), until one of its
+// standing rules expires; a state is never changed once built.
 func (e *Engine) compile(recs, standing []store.Record) (*state, error) {
-	st := &state{}
-
+	now := e.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if l := e.last; l != nil && (l.until.IsZero() || now.Before(l.until)) && sameRecords(recs, l.rules) && sameRecords(standing, l.standing) {
+		return l.st, nil
+	}
+	st, err := e.compileLocked(recs, standing, now)
+	if err != nil {
+		return nil, err
+	}
+	l := &compiledFrom{rules: idsAndData(recs), standing: idsAndData(standing), st: st}
+	for _, s := range st.standing {
+		if !s.ExpiresAt.IsZero() && (l.until.IsZero() || s.ExpiresAt.Before(l.until)) {
+			l.until = s.ExpiresAt
+		}
+	}
+	e.last = l
+	return st, nil
+}
+
+// compileLocked is compile's work, with e.mu held, at now.
+func (e *Engine) compileLocked(recs, standing []store.Record, now time.Time) (*state, error) {
+	st := &state{}
 	live := make(map[string]bool, len(recs)+len(standing))
 	type entry struct {
 		view RuleView
@@ -311,7 +359,6 @@ func (e *Engine) compile(recs, standing []store.Record) (*state, error) {
 		st.compiled = append(st.compiled, a.c)
 	}
 
-	now := e.now()
 	for _, rec := range standing {
 		var s StandingRule
 		if err := json.Unmarshal(rec.Data, &s); err != nil {

@@ -41,7 +41,7 @@ policy:
       verdict: allow
 `
 
-func mustParse(t *testing.T, cfg string) *Policy {
+func mustParse(t testing.TB, cfg string) *Policy {
 	t.Helper()
 	p, err := ParseConfig([]byte(cfg))
 	if err != nil {
