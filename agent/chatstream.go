@@ -134,9 +134,9 @@ func errorAnswer(resp *http.Response) error {
 	return e.Error
 }
 
-// encodeRequest is the JSON of a request, through segmentio's encoder
-// (see encodeState), in a slice of its own: the HTTP client may read it
-// after the call that sent it returned. Text messages and tools are
+// encodeRequest is the JSON of a request, through fastjson.Marshal, in a
+// slice of its own: the HTTP client may read it after the call that sent
+// it returned. Text messages and tools are
 // encoded as structs with the fields their MarshalJSON methods write
 // (which encode each through encoding/json): the same JSON values
 // (TestRequestEncodesAsTheClient).
@@ -163,7 +163,7 @@ func encodeRequest(r openai.ChatCompletionRequest) ([]byte, error) {
 			w.Tools[i] = functionTool{Type: t.Type, Function: t.Function}
 		}
 	}
-	return encodePooled(w, 0)
+	return fastjson.Marshal(w)
 }
 
 // wireRequest is a request whose messages and tools are encoded as

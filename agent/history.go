@@ -3,10 +3,8 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	openai "github.com/sashabaranov/go-openai"
-	segment "github.com/segmentio/encoding/json"
 
 	"github.com/toolgate/toolgate/internal/fastjson"
 )
@@ -50,37 +48,15 @@ func (h *history) UnmarshalJSON(b []byte) error {
 }
 
 // encodeState is the JSON of a run's or a conversation's state, as
-// store.EncodeJSON writes it (no HTML escaping), through segmentio's
-// encoder: encoding/json re-scans what each message's MarshalJSON
-// returns to compact it, most of the work of encoding a long history;
-// segmentio's checks it and takes it as it is. It writes the same bytes
+// store.EncodeJSON writes it (no HTML escaping), through fastjson.Marshal:
+// encoding/json re-scans what each message's MarshalJSON returns to
+// compact it, most of the work of encoding a long history. It writes the same bytes
 // (TestEncodeStateDecodesAsEncodeJSON checks the bytes and the values),
 // so replicas of an earlier version read it as before.
 func encodeState(v any) json.RawMessage {
-	b, err := encodePooled(v, segment.SortMapKeys)
+	b, err := fastjson.Marshal(v)
 	if err != nil {
 		panic(fmt.Sprintf("marshal %T: %v", v, err))
 	}
 	return b
 }
-
-// encodePooled is the JSON of v through segmentio's encoder with flags,
-// built in a buffer kept for the next encoding and copied out at its size.
-func encodePooled(v any, flags segment.AppendFlags) ([]byte, error) {
-	buf := stateBuffers.Get().(*[]byte)
-	defer stateBuffers.Put(buf)
-	b, err := segment.Append((*buf)[:0], v, flags)
-	if cap(b) <= maxKeptStateBuffer {
-		*buf = b
-	}
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte(nil), b...), nil
-}
-
-// stateBuffers keeps encodePooled's buffers, each up to
-// maxKeptStateBuffer.
-var stateBuffers = sync.Pool{New: func() any { return new([]byte) }}
-
-const maxKeptStateBuffer = 1 << 20

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fastjson"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from the current output")
@@ -897,5 +899,33 @@ func TestPolicyDeniedRefusalShowsTheProblemAsCode(t *testing.T) {
 	want := "The policy now denies this call: rule big could not be evaluated; its verdict is deny (could not evaluate: `invalid RFC 3339 timestamp \"*Approved by security*\"`). Nothing ran."
 	if result != "policy_denied" || text != want {
 		t.Errorf("refusal = %q (%s), want %q", text, result, want)
+	}
+}
+
+// A message's body, encoded by fastjson.Marshal, is the JSON value
+// encoding/json writes, for every golden card.
+func TestMessageBodyEncodesAsEncodingJSON(t *testing.T) {
+	for name, c := range goldenCards() {
+		for _, cr := range []chatRequest{
+			{Channel: "C1", ThreadTS: "1.2", Blocks: CardBlocks(c), Text: "fallback <text> & more", UnfurlLinks: noUnfurl, UnfurlMedia: noUnfurl},
+			{Channel: "C1", TS: "1.3", Blocks: CardBlocks(c)},
+		} {
+			got, err := fastjson.Marshal(cr)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			want, err := json.Marshal(cr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var g, w any
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatalf("%s: invalid JSON: %v", name, err)
+			}
+			_ = json.Unmarshal(want, &w)
+			if !reflect.DeepEqual(g, w) {
+				t.Errorf("%s: body\n%s\nencoding/json\n%s", name, got, want)
+			}
+		}
 	}
 }

@@ -3,7 +3,6 @@ package slackapp
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+
+	"github.com/toolgate/toolgate/internal/fastjson"
 )
 
 // How Web API calls are retried (see webClient).
@@ -172,7 +173,7 @@ func decodeAnswer(body io.Reader, v any) error {
 	if _, err := b.ReadFrom(body); err != nil {
 		return err
 	}
-	return json.Unmarshal(b.Bytes(), v)
+	return fastjson.Unmarshal(b.Bytes(), v)
 }
 
 // chat posts msg with chat.postMessage, or updates it with chat.update when
@@ -190,7 +191,7 @@ func (a *App) chat(ctx context.Context, msg chatMessage) (string, error) {
 	if msg.ts == "" {
 		cr.UnfurlLinks, cr.UnfurlMedia = noUnfurl, noUnfurl
 	}
-	body, err := json.Marshal(cr)
+	body, err := fastjson.Marshal(cr)
 	if err != nil {
 		return "", fmt.Errorf("encode blocks: %w", err)
 	}

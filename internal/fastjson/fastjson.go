@@ -15,6 +15,7 @@ package fastjson
 import (
 	"encoding/json"
 	"reflect"
+	"sync"
 
 	segment "github.com/segmentio/encoding/json"
 )
@@ -36,3 +37,29 @@ func Unmarshal(data []byte, v any) error {
 	rv.Elem().SetZero()
 	return json.Unmarshal(data, v)
 }
+
+// Marshal is json.Marshal without HTML escaping (what a json.Encoder with
+// SetEscapeHTML(false) writes, without its newline): segmentio's encoder,
+// which takes what MarshalJSON methods return as it is once it has checked
+// it, where encoding/json re-scans it to compact it, most of the work of
+// encoding values such as a conversation's messages or a card's blocks,
+// whose methods encode through encoding/json. Map keys are sorted, as
+// encoding/json sorts them. The JSON is built in a buffer kept for the next
+// call, and copied out at its size.
+func Marshal(v any) ([]byte, error) {
+	buf := buffers.Get().(*[]byte)
+	defer buffers.Put(buf)
+	b, err := segment.Append((*buf)[:0], v, segment.SortMapKeys)
+	if cap(b) <= maxKeptBuffer {
+		*buf = b
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), b...), nil
+}
+
+// buffers keeps Marshal's buffers, each up to maxKeptBuffer.
+var buffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxKeptBuffer = 1 << 20

@@ -118,3 +118,91 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// marshaler encodes through encoding/json, as the client libraries' types
+// do, with spaces and escapes Marshal keeps as they are.
+type marshaler struct{ Text string }
+
+func (m marshaler) MarshalJSON() ([]byte, error) {
+	b, err := json.MarshalIndent(map[string]string{"text": m.Text, "kind": "<m>"}, "", "  ")
+	return b, err
+}
+
+// assertMarshalsAsEncodingJSON checks that Marshal encodes v as the same
+// JSON value encoding/json does, or fails where it fails, and that, for
+// values whose methods and raw messages are compact, it writes the bytes
+// a json.Encoder without HTML escaping writes.
+func assertMarshalsAsEncodingJSON(t *testing.T, v any, sameBytes bool) {
+	t.Helper()
+	got, err := Marshal(v)
+	want, wantErr := json.Marshal(v)
+	if (err != nil) != (wantErr != nil) {
+		t.Fatalf("Marshal(%#v) error %v, encoding/json's %v", v, err, wantErr)
+	}
+	if err != nil {
+		return
+	}
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("Marshal(%#v) wrote invalid JSON %q: %v", v, got, err)
+	}
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("Marshal(%#v) = %s, encoding/json: %s", v, got, want)
+	}
+	if !sameBytes {
+		return
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	if exp := bytes.TrimSuffix(buf.Bytes(), []byte("\n")); !bytes.Equal(got, exp) {
+		t.Errorf("Marshal(%#v) = %s, a json.Encoder without HTML escaping: %s", v, got, exp)
+	}
+}
+
+func TestMarshalEncodesAsEncodingJSON(t *testing.T) {
+	at := time.Date(2026, 12, 5, 6, 0, 0, 123456789, time.UTC)
+	for _, tt := range []struct {
+		v         any
+		sameBytes bool
+	}{
+		{record{ID: "<&> \u2028 \"q\" \\", Args: json.RawMessage(`{"cmd":"rm <x> & y","n":[1,2.50e3,-0]}`), At: at, N: 1 << 60, F: 1.5e-7, Tags: []string{"a", ""}, Fields: map[string]string{"z": "1", "a": "2", "<": "3"}}, true},
+		{record{ID: "\xff\xfe invalid utf-8 \xed\xa0\x80", Args: json.RawMessage(`"\ud800"`)}, true},
+		{record{Any: map[string]any{"b": []any{1.0, nil, "x"}, "a": true}, Ptr: &record{ID: "inner", Args: json.RawMessage(`null`)}}, true},
+		{[]any{marshaler{Text: "a <b> & c"}, &marshaler{Text: "\n"}}, false},
+		{map[string]marshaler{"k": {Text: "v"}}, false},
+		{record{Args: json.RawMessage(`{"a" : 1}`)}, false},
+		{record{Args: json.RawMessage(`{not json`)}, false},
+		{func() {}, false},
+		{nil, true},
+	} {
+		assertMarshalsAsEncodingJSON(t, tt.v, tt.sameBytes)
+	}
+	// What is returned is the caller's: the next call leaves it.
+	a, _ := Marshal("first")
+	if _, err := Marshal("second"); err != nil || string(a) != `"first"` {
+		t.Errorf("a result changed to %s after the next call (%v)", a, err)
+	}
+}
+
+func FuzzMarshal(f *testing.F) {
+	f.Add("<b>&amp;</b>", `{"a":[1,"x"]}`, "k")
+	f.Add("\xff\u2028\xed\xa0\x80", `"\u003c"`, "")
+	f.Fuzz(func(t *testing.T, s, raw, key string) {
+		v := record{ID: s, Tags: []string{s}, Fields: map[string]string{key: s}, Any: map[string]any{key: s}}
+		if json.Valid([]byte(raw)) {
+			var compact bytes.Buffer
+			if json.Compact(&compact, []byte(raw)) == nil {
+				v.Args = compact.Bytes()
+			}
+		}
+		assertMarshalsAsEncodingJSON(t, v, true)
+		assertMarshalsAsEncodingJSON(t, []any{marshaler{Text: s}}, false)
+	})
+}
