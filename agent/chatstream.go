@@ -136,10 +136,10 @@ func errorAnswer(resp *http.Response) error {
 
 // encodeRequest is the JSON of a request, through fastjson.Marshal, in a
 // slice of its own: the HTTP client may read it after the call that sent
-// it returned. Text messages and tools are
-// encoded as structs with the fields their MarshalJSON methods write
-// (which encode each through encoding/json): the same JSON values
-// (TestRequestEncodesAsTheClient).
+// it returned. Text messages and tools are encoded as structs with the
+// fields their MarshalJSON methods write (which encode each through
+// encoding/json): the same JSON values (TestRequestEncodesAsTheClient;
+// TestWireTypesHaveTheClientsFields catches a field the client adds).
 func encodeRequest(r openai.ChatCompletionRequest) ([]byte, error) {
 	w := wireRequest{ChatCompletionRequest: r}
 	if r.Messages != nil {

@@ -233,3 +233,25 @@ func TestChatCompletionsURL(t *testing.T) {
 		}
 	}
 }
+
+// The plain structs that encode messages and tools have a field for each
+// of the client's, so a field a later version of the client adds is not
+// dropped from requests unnoticed.
+func TestWireTypesHaveTheClientsFields(t *testing.T) {
+	for _, tt := range []struct {
+		client, wire reflect.Type
+		skip         string // encoded by the client's own type when set
+	}{
+		{reflect.TypeFor[openai.ChatCompletionMessage](), reflect.TypeFor[textMessage](), "MultiContent"},
+		{reflect.TypeFor[openai.Tool](), reflect.TypeFor[functionTool](), "Parameters"},
+	} {
+		for f := range tt.client.Fields() {
+			if f.Name == tt.skip {
+				continue
+			}
+			if _, ok := tt.wire.FieldByName(f.Name); !ok {
+				t.Errorf("%s has no field %s of %s", tt.wire, f.Name, tt.client)
+			}
+		}
+	}
+}
