@@ -26,7 +26,12 @@ import (
 // the request is encoded by segmentio's encoder and each event is decoded
 // by fastjson into the fields the bot reads. What is sent, and how every
 // answer and error is read, is go-openai's (see openStream and
-// chatStream.next).
+// chatStream.next), but for three things: an error event is read alone
+// and at once (go-openai read it together with the lines without data
+// before it, so that an error event after a comment, as some routers send,
+// was an unreadable answer, and only once the next line came); a model
+// name is not checked against go-openai's list of completion-only models
+// (the server answers); '<', '>' and '&' are sent unescaped.
 
 // streamChunk is the part of a streamed chat completion chunk that the
 // bot reads (see openai.ChatCompletionStreamResponse).

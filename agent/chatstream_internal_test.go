@@ -157,6 +157,10 @@ func TestChatStreamReadsAsTheClient(t *testing.T) {
 			var e *openai.APIError
 			return errors.As(err, &e) && e.Message == "overloaded"
 		}},
+		{"an error event after a comment", ": PROCESSING\n\n" + `data: {"error":{"message":"Provider returned error","code":502}}` + "\n\n", nil, func(err error) bool {
+			var e *openai.APIError
+			return errors.As(err, &e) && e.Message == "Provider returned error"
+		}},
 		{"an error event without an error", `data: {"error":null}` + "\n\n", nil, func(err error) bool { return errors.Is(err, errBadEvent) }},
 		{"an error body with a success status", `{"error":{"message":"quota exceeded","code":"insufficient_quota"}}` + "\n", nil, func(err error) bool {
 			var e *openai.APIError

@@ -357,6 +357,13 @@ func TestModelBrokenStreams(t *testing.T) {
 			wantText: "overloaded",
 		},
 		{
+			name:     "error event after a comment",
+			ctype:    "text/event-stream",
+			body:     ": PROCESSING\n\ndata: {\"error\":{\"message\":\"Provider returned error\",\"code\":502}}\n\n",
+			kind:     agent.ErrKindStreamCut,
+			wantText: "Provider returned error",
+		},
+		{
 			name:  "done without finish reason",
 			ctype: "text/event-stream",
 			body:  "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]\n\n",
