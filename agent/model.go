@@ -371,9 +371,9 @@ const (
 	ErrKindBadResponse
 	// ErrKindConnection: the server could not be reached.
 	ErrKindConnection
-	// ErrKindRequest: the request could not be built or was refused by the
-	// client library before being sent (such as a parameter the model does
-	// not support).
+	// ErrKindRequest: the request could not be built, or was refused
+	// before being sent (such as a parameter the model does not support:
+	// max_tokens for OpenAI's reasoning models).
 	ErrKindRequest
 )
 
