@@ -373,7 +373,7 @@ const (
 	ErrKindConnection
 	// ErrKindRequest: the request could not be built, or was refused
 	// before being sent (such as a parameter the model does not support:
-	// max_tokens for OpenAI's reasoning models).
+	// a temperature other than 1 for OpenAI's reasoning models).
 	ErrKindRequest
 )
 
