@@ -64,21 +64,21 @@ const maxErrorBody = 64 << 10
 // errBadEvent is an error event that carries no error.
 var errBadEvent = errors.New("an error event without an error")
 
-// chatCompletionsURL is where chat completions are asked: BaseURL's
+// chatCompletionsURL is where cfg asks for chat completions: BaseURL's
 // /chat/completions, or on Azure the deployment's, with the API version.
-func (m *OpenAIModel) chatCompletionsURL() string {
-	base := strings.TrimRight(m.cfg.BaseURL, "/")
-	if m.cfg.AzureAPIVersion == "" {
+func chatCompletionsURL(cfg ModelConfig) string {
+	base := strings.TrimRight(cfg.BaseURL, "/")
+	if cfg.AzureAPIVersion == "" {
 		if base == "" {
 			base = strings.TrimRight(openai.DefaultConfig("").BaseURL, "/")
 		}
 		return base + "/chat/completions"
 	}
-	deployment := m.cfg.Model
+	deployment := cfg.Model
 	if deployment == "" {
 		deployment = "UNKNOWN"
 	}
-	return base + "/openai/deployments/" + deployment + "/chat/completions?" + url.Values{"api-version": {m.cfg.AzureAPIVersion}}.Encode()
+	return base + "/openai/deployments/" + deployment + "/chat/completions?" + url.Values{"api-version": {cfg.AzureAPIVersion}}.Encode()
 }
 
 // openStream sends r and returns its answer's stream once the server
@@ -95,7 +95,7 @@ func (m *OpenAIModel) openStream(ctx context.Context, r openai.ChatCompletionReq
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.chatCompletionsURL(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +249,7 @@ func (s *chatStream) next() ([]byte, error) {
 	for empty := 0; ; {
 		line, err := s.line()
 		if err != nil {
-			if e := s.errorBody(s.other.Bytes()); e != nil {
+			if e := errorEvent(s.other.Bytes()); e != nil {
 				return nil, e
 			}
 			return nil, err
@@ -267,7 +267,7 @@ func (s *chatStream) next() ([]byte, error) {
 		}
 		data = bytes.TrimLeft(data, " \t\n\f\r")
 		if bytes.HasPrefix(data, []byte(`{"error":`)) {
-			if e := s.errorBody(data); e != nil {
+			if e := errorEvent(data); e != nil {
 				return nil, e
 			}
 			return nil, errBadEvent
@@ -280,9 +280,9 @@ func (s *chatStream) next() ([]byte, error) {
 	}
 }
 
-// errorBody returns the error b carries as an OpenAI error answer, or
+// errorEvent returns the error b carries as an OpenAI error answer, or
 // nil.
-func (s *chatStream) errorBody(b []byte) error {
+func errorEvent(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}

@@ -232,7 +232,7 @@ func TestChatCompletionsURL(t *testing.T) {
 		{ModelConfig{BaseURL: "https://r.openai.azure.com/", Model: "gpt4o", AzureAPIVersion: "2024-10-21"}, "https://r.openai.azure.com/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21"},
 		{ModelConfig{BaseURL: "https://r.openai.azure.com", AzureAPIVersion: "2024-10-21"}, "https://r.openai.azure.com/openai/deployments/UNKNOWN/chat/completions?api-version=2024-10-21"},
 	} {
-		if got := NewOpenAIModel(tt.cfg).chatCompletionsURL(); got != tt.want {
+		if got := NewOpenAIModel(tt.cfg).url; got != tt.want {
 			t.Errorf("%+v: %s, want %s", tt.cfg, got, tt.want)
 		}
 	}

@@ -87,6 +87,7 @@ type ModelRequest struct {
 // API. It is safe for concurrent use.
 type OpenAIModel struct {
 	http    *http.Client
+	url     string // of chat completions (see chatCompletionsURL)
 	cfg     ModelConfig
 	timeout error // cause of the context ending when cfg.Timeout passes
 }
@@ -125,6 +126,7 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 	}
 	return &OpenAIModel{
 		http:    client,
+		url:     chatCompletionsURL(cfg),
 		cfg:     cfg,
 		timeout: fmt.Errorf("no complete answer within %v: %w", cfg.Timeout, context.DeadlineExceeded),
 	}

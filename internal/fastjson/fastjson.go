@@ -1,15 +1,16 @@
-// Package fastjson decodes JSON as encoding/json does, several times
-// faster: github.com/segmentio/encoding/json, which is tested to decode as
-// the standard library does, decodes first, and input it refuses is
-// decoded again by encoding/json, so that an error, and what a failed
-// decode leaves in v, are the standard library's (whose messages never
-// quote the input, which may be a person's or the model's words).
+// Package fastjson decodes and encodes JSON as encoding/json does,
+// several times faster. To decode, github.com/segmentio/encoding/json,
+// which is tested to decode as the standard library does, decodes first,
+// and input it refuses is decoded again by encoding/json, so that an
+// error, and what a failed decode leaves in v, are the standard library's
+// (whose messages never quote the input, which may be a person's or the
+// model's words). Raw messages come out byte for byte, as encoding/json
+// gives them, which the approval path depends on (the arguments approved
+// are the arguments run). To encode, see Marshal.
 //
-// It is used where records and envelopes are decoded on a path a person
-// waits on: a paused run's history, an envelope carrying a whole card.
-// Raw messages come out byte for byte, as encoding/json gives them, which
-// the approval path depends on (the arguments approved are the arguments
-// run).
+// It is used on the paths a person waits on: decoding records and
+// envelopes (a paused run's history, an envelope carrying a whole card),
+// encoding states, model requests and Slack messages.
 package fastjson
 
 import (
