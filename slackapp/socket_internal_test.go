@@ -68,7 +68,13 @@ func TestTooManyWebsocketsBacksOff(t *testing.T) {
 	if err := fs.WaitConnected(1, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	opened := fs.ConnectionsOpened()
+	opened, accepted := fs.ConnectionsOpened(), fs.ConnectionsAccepted()
+	// A reconnect is waited out until the new connection is accepted: a
+	// Disconnect sent after its URL was handed out but before it connected
+	// would reach no connection.
+	reconnected := func() bool {
+		return fs.ConnectionsOpened() == opened+1 && fs.ConnectionsAccepted() == accepted+1
+	}
 	for want := range 3 {
 		fs.Disconnect("too_many_websockets")
 		select {
@@ -83,12 +89,12 @@ func TestTooManyWebsocketsBacksOff(t *testing.T) {
 			t.Fatalf("refusal %d: %d connections opened before the wait was over", want, got-opened)
 		}
 		proceed <- struct{}{}
-		waitFor(t, "the next connection", func() bool { return fs.ConnectionsOpened() == opened+1 })
-		opened++
+		waitFor(t, "the next connection", reconnected)
+		opened, accepted = opened+1, accepted+1
 	}
 	// An ordinary refresh reconnects at once and starts the count again.
 	fs.Disconnect("refresh_requested")
-	waitFor(t, "the refreshed connection", func() bool { return fs.ConnectionsOpened() == opened+1 })
+	waitFor(t, "the refreshed connection", reconnected)
 	fs.Disconnect("too_many_websockets")
 	select {
 	case n := <-waits:

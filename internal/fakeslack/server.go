@@ -191,6 +191,7 @@ type Server struct {
 	conns     []*conn
 	rr        int
 	opened    int             // apps.connections.open calls answered with a URL
+	accepted  int             // Socket Mode connections accepted
 	tickets   map[string]bool // socket URLs handed out and not yet used
 	pings     int
 	revoked   bool // the app token is revoked (RevokeAppToken)

@@ -130,6 +130,7 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	s.seq++
 	c.id = s.seq
+	s.accepted++
 	s.conns = append(s.conns, c)
 	hello, _ := json.Marshal(map[string]any{
 		"type":            "hello",
@@ -356,6 +357,16 @@ func (s *Server) Connections() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.conns)
+}
+
+// ConnectionsAccepted returns how many Socket Mode connections have been
+// accepted so far, each with its hello queued before any later message:
+// unlike ConnectionsOpened, it counts a reconnect only once the new
+// connection is there to receive a Disconnect.
+func (s *Server) ConnectionsAccepted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted
 }
 
 // ConnectionsOpened returns how many socket URLs apps.connections.open has
