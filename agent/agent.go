@@ -78,6 +78,7 @@ type Runs interface {
 	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error)
 	DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)
 	ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error)
+	ApproveBegin(ctx context.Context, callID, fingerprint string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)
 	BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	ReleaseClaim(ctx context.Context, runID, owner string) error

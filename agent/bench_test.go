@@ -156,6 +156,103 @@ func benchDecideResume(b *testing.B, st benchStore, trips *roundTrips) {
 	}
 }
 
+// BenchmarkTwoPersonApprovalsRedis measures the two approvals of a call
+// that needs two, on the process that paused it, and reports the round
+// trips of each: the first, counted, and the second, from its click to
+// the tool's start. Set REDIS_URL to run it; the keys it writes are
+// deleted at the end.
+func BenchmarkTwoPersonApprovalsRedis(b *testing.B) {
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		b.Skip("REDIS_URL is not set")
+	}
+	client, err := redisstore.NewClient(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	trips := &roundTrips{}
+	client.AddHook(trips.hook())
+	prefix := "agentbench-" + store.NewRunID()
+	st := redisstore.NewFromClient(client, redisstore.Options{Prefix: prefix})
+	b.Cleanup(func() { _ = st.Close() })
+	b.Cleanup(func() {
+		if err := deleteKeys(context.Background(), client, prefix+":*"); err != nil {
+			b.Errorf("delete benchmark keys: %v", err)
+		}
+	})
+	ctx := context.Background()
+	model := fakeopenai.Start()
+	defer model.Close()
+	model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == openai.ChatMessageRoleTool {
+			return fakeopenai.Text("Deployed.")
+		}
+		return fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "deploy", Arguments: `{"service":"api","version":"1.2.3"}`})
+	})
+	tools := agent.NewRegistry()
+	var started atomic.Int64 // the round trips counted when the tool started
+	err = tools.Register(agent.Tool{Name: "deploy", Schema: json.RawMessage(deploySchema),
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			started.Store(trips.load())
+			return agent.Result{Content: "deployed"}, nil
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	policy, err := approvals.ParseConfig([]byte(`
+policy:
+  rules:
+    - id: two
+      tool: deploy
+      verdict: ask
+      approvers: [UAPPROVER1, UAPPROVER2]
+      min_approvals: 2
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := agent.New(
+		agent.NewOpenAIModel(agent.ModelConfig{BaseURL: model.URL(), APIKey: "key", Model: "fake-model", Timeout: 10 * time.Second}),
+		tools, approvals.NewEngine(policy, st), st, nil, agent.Config{})
+	var first, second int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		out, err := a.Run(ctx, agent.Request{Conversation: fmt.Sprintf("bench/%d", i), User: "UREQUESTER", Channel: "C1", Text: "deploy api 1.2.3"})
+		if err != nil || out.Status != agent.Paused || len(out.Pending) != 1 {
+			b.Fatalf("got %+v, %v; want one paused call", out, err)
+		}
+		p := out.Pending[0]
+		start := trips.load()
+		b.StartTimer()
+		res, _, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+		if err != nil || res.Complete {
+			b.Fatalf("first approval = %+v, %v; want counted", res, err)
+		}
+		counted := trips.load()
+		res, taken, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER2"})
+		if err != nil || !res.Complete {
+			b.Fatalf("second approval = %+v, %v; want the step complete", res, err)
+		}
+		if taken != nil {
+			out, err = a.ResumeTaken(ctx, taken)
+		} else {
+			out, err = a.Resume(ctx, res.Call.RunID)
+		}
+		if err != nil || out.Status != agent.Answered {
+			b.Fatalf("resume = %+v, %v; want answered", out, err)
+		}
+		b.StopTimer()
+		first += counted - start
+		second += started.Load() - counted
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(first)/float64(b.N), "first-roundtrips/op")
+	b.ReportMetric(float64(second)/float64(b.N), "second-to-tool-roundtrips/op")
+}
+
 // deleteKeys deletes the keys matching pattern on every primary, one DEL
 // per key so that keys of different hash slots may go in one pipeline.
 func deleteKeys(ctx context.Context, c redis.UniversalClient, pattern string) error {

@@ -109,7 +109,7 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 	if (need > 1 || c.Edit != nil) && (d.Kind == approvals.Approve || d.Kind == approvals.Edit) {
 		// Counted; a call with a pending edit is always decided here,
 		// where the approval that decides it runs the edit's arguments.
-		return a.approve(ctx, c, d, sd, v, need)
+		return a.approve(ctx, c, d, sd, v, need, taken, nil)
 	}
 	return a.record(ctx, c, d.Fingerprint, sd, v, taken, 0)
 }
@@ -172,25 +172,41 @@ var errReadCall = errors.New("decide from the stored call")
 // decidePaused decides a call this process paused from the call as it
 // paused it and the records its turn read (see pausedCalls), with no read
 // of its own. Only a decision that all of them accept is made, on the
-// condition that the records have not changed since (IfRecords); the
-// store's decision checks the rest (the call still pending, with these
-// arguments, not expired). Anything else, a refusal included, returns
-// errReadCall, having written nothing: the caller then decides from the
-// stored call, which also words any refusal from what is stored.
+// condition that the records have not changed since (IfRecords), and, for
+// an approval of a call that needs several, that the call holds the
+// approvals remembered (IfApprovers; when only those changed, the
+// approval is judged again, once, from the call as the store returned
+// it); the store's decision checks the rest (the call still pending, with
+// these arguments, not expired). Anything else, a refusal included,
+// returns errReadCall, having written nothing: the caller then decides
+// from the stored call, which also words any refusal from what is stored.
 func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pausedCall, taken **Taken) (DecideResult, error) {
-	c, recs := pc.call, pc.recs
-	if c.Status != store.Pending || d.Fingerprint != c.Fingerprint || !d.At.Before(c.ExpiresAt) {
-		return DecideResult{}, errReadCall
+	for again := false; ; again = true {
+		c, recs := pc.call, pc.recs
+		if c.Status != store.Pending || d.Fingerprint != c.Fingerprint || !d.At.Before(c.ExpiresAt) {
+			return DecideResult{}, errReadCall
+		}
+		v, err := a.authorize(ctx, c, d, recs)
+		if err != nil {
+			return DecideResult{}, errReadCall
+		}
+		sd, need, err := a.checkDecision(ctx, c, d, v, recs)
+		if err != nil {
+			return DecideResult{}, errReadCall
+		}
+		if (need <= 1 && c.Edit == nil) || (d.Kind != approvals.Approve && d.Kind != approvals.Edit) {
+			return a.record(ctx, c, d.Fingerprint, sd, v, taken, pc.version)
+		}
+		res, err := a.approve(ctx, c, d, sd, v, need, taken, &pc)
+		var changed *judgeAgain
+		if !errors.As(err, &changed) {
+			return res, err
+		}
+		if again {
+			return DecideResult{}, errReadCall
+		}
+		pc.call = changed.call
 	}
-	v, err := a.authorize(ctx, c, d, recs)
-	if err != nil {
-		return DecideResult{}, errReadCall
-	}
-	sd, need, err := a.checkDecision(ctx, c, d, v, recs)
-	if err != nil || need > 1 || c.Edit != nil {
-		return DecideResult{}, errReadCall
-	}
-	return a.record(ctx, c, d.Fingerprint, sd, v, taken, pc.version)
 }
 
 // approve counts one approval (or an edit, which restarts the count) of a
@@ -201,7 +217,7 @@ func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pause
 // it would refuse (four eyes added, an approver taken out of the rule or
 // its group, out of the conversation) no longer counts, and the store
 // drops it in the step that counts the new one.
-func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision, sd store.Decision, v approvals.Verdict, need int) (DecideResult, error) {
+func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision, sd store.Decision, v approvals.Verdict, need int, taken **Taken, pc *pausedCall) (DecideResult, error) {
 	var stale []string
 	if d.Kind == approvals.Approve {
 		var err error
@@ -233,20 +249,59 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		fp = edit.Fingerprint
 	}
 	fx := decisionEffects(c, d.Decider, storedKind(d.Kind), fp, d.At)
-	got, complete, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx)
-	if err := a.decided(ctx, store.ApprovalAudit(fx.Audit, len(got.Approvals), need), err); err != nil {
-		return refused(c, got, err)
+	// Names the decision this approval may complete, as record does.
+	final.Attempt = newNonce()
+	var s sent
+	if taken != nil {
+		rb := a.resumeBegin(c, final.Attempt, 0)
+		if pc != nil {
+			// Judged from the call as remembered: written only if the
+			// records and its approvals are still those judged by.
+			rb.IfRecords, rb.IfEdited = pc.version, c.Edit != nil
+			for _, x := range c.Approvals {
+				rb.IfApprovers = append(rb.IfApprovers, x.Approver)
+			}
+		}
+		s = a.send(ctx, c, rb, func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+			return a.store.ApproveBegin(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx, rb)
+		})
 	}
-	if complete {
-		a.resumable.add(got.RunID, got.Conversation)
+	switch {
+	case pc != nil && s.asked && errors.Is(s.err, store.ErrStale) && s.got.ID == c.ID:
+		// The records are those judged by, the approvals not: judged
+		// again from the call as stored.
+		return DecideResult{}, &judgeAgain{call: s.got}
+	case pc != nil && (!s.asked || refusedWithoutWrite(s.err)):
+		return DecideResult{}, errReadCall
+	case !s.asked:
+		s.got, s.complete, s.err = a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx)
 	}
-	u := CallUpdate{Call: viewOf(got), Phase: PhaseCounted}
-	if got.Status != store.Pending {
-		u.Phase, u.StepPending = PhaseDecided, !complete
+	held := a.held(s)
+	defer a.releaseOnPanic(ctx, held)
+	if err := a.decided(ctx, store.ApprovalAudit(fx.Audit, len(s.got.Approvals), need), s.err); err != nil {
+		a.ReleaseTaken(ctx, held)
+		return refused(c, s.got, err)
 	}
-	a.reporter(got.Conversation).Updated(ctx, u)
-	return DecideResult{Call: viewOf(got), Complete: complete}, nil
+	a.resumeLater(s, taken, held)
+	u := CallUpdate{Call: viewOf(s.got), Phase: PhaseCounted}
+	if s.got.Status != store.Pending {
+		u.Phase, u.StepPending = PhaseDecided, !s.complete
+	} else if pc != nil {
+		// Counted: the next approval is judged from the call as it is
+		// now, against the same records.
+		a.paused.remember(s.got, pc.recs, pc.version)
+	}
+	a.reporter(s.got.Conversation).Updated(ctx, u)
+	return DecideResult{Call: viewOf(s.got), Complete: s.complete}, nil
 }
+
+// judgeAgain is returned by approve when an approval judged from a
+// remembered call was refused, nothing written, because the call holds
+// other approvals than remembered while the records are the same: the
+// approval is judged again from call, the call as stored.
+type judgeAgain struct{ call store.Call }
+
+func (e *judgeAgain) Error() string { return "the call's approvals changed" }
 
 // staleApprovals returns the approvers of c, other than decider, whose
 // approvals the policy as it is now would refuse (see authorize; v is the
@@ -574,94 +629,140 @@ func refused(c, got store.Call, err error) (DecideResult, error) {
 
 // record writes a checked decision and reports it. With taken set, the
 // decision that completes its step also begins the step's resume when no
-// turn of this process holds the conversation (see DecideTaking).
+// turn of this process holds the conversation (see DecideTaking). With
+// ifRecords set (see decidePaused) the decision is conditional: errReadCall
+// when it was not sent or the store refused it without a write.
 func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict, taken **Taken, ifRecords int64) (DecideResult, error) {
 	fx := decisionEffects(c, sd.Decider, sd.Kind, c.Fingerprint, sd.At)
 	fx.Audit.Detail = sd.Reason
-	var got store.Call
-	var complete, asked bool
-	var err error
-	var rs claimed
 	// Names this sending, for a store whose client sends it again after
 	// a lost reply (see store.Decision.Attempt), and the resume it begins.
 	sd.Attempt = newNonce()
+	var s sent
 	if taken != nil {
-		rb := store.ResumeBegin{Conversation: c.Conversation, Lease: store.TurnLease(c.Conversation), Owner: a.cfg.Owner,
-			TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), IfRecords: ifRecords, Nonce: sd.Attempt}
-		_, _ = a.leases.take(c.Conversation, func() (bool, error) {
-			asked = true
-			rs.at = time.Now()
-			got, complete, rs.ResumeStart, err = a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
-			if err != nil && !storeAnswered(err) {
-				// Perhaps recorded, and its resume begun: then the
-				// decision stands, with the claim it took. The store is
-				// asked until it answers (see lostDecisionWait).
-				again, claimed, answered := a.askAgainUntil(ctx, c.RunID, rb, err, time.Now().Add(lostDecisionWait))
-				switch {
-				case claimed:
-					if i := slices.IndexFunc(again.Calls, func(x store.Call) bool { return x.ID == c.ID }); i >= 0 {
-						got, complete, rs.ResumeStart, err = again.Calls[i], true, again, nil
-					}
-				case answered:
-					cur, done, recorded, rerr := a.recoverDecision(ctx, c, rb)
-					switch {
-					case rerr != nil:
-						err = fmt.Errorf("%w: %w", ErrUnconfirmed, rerr)
-					case recorded:
-						got, complete, err = cur, done, nil
-					}
-				default:
-					err = fmt.Errorf("%w: %w", ErrUnconfirmed, err)
-				}
-			}
-			// A decision recorded with effects missing (see decided)
-			// stands, and so does the resume it began.
-			rs.Claimed = rs.Claimed && (err == nil || errors.Is(err, store.ErrEffects))
-			return rs.Claimed, nil
+		s = a.send(ctx, c, a.resumeBegin(c, sd.Attempt, ifRecords), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+			return a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
 		})
 	}
 	switch {
-	case ifRecords != 0 && !asked:
-		// A turn of this process holds the conversation: no conditional
-		// decision was sent.
+	case ifRecords != 0 && (!s.asked || refusedWithoutWrite(s.err)):
+		// Not sent (a turn of this process holds the conversation), or
+		// refused: decided again from the stored call.
 		return DecideResult{}, errReadCall
-	case ifRecords != 0 && refusedWithoutWrite(err):
-		return DecideResult{}, errReadCall
-	case !asked:
-		got, complete, err = a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
+	case !s.asked:
+		s.got, s.complete, s.err = a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
 	}
-	var held *Taken
-	if rs.Claimed {
-		// The lease and the resume claim are this decision's until the
-		// caller has them: a panic before then gives them back, or the
-		// conversation would stay held in this process for good.
-		held = &Taken{conversation: got.Conversation, resume: &rs}
-		defer func() {
-			if p := recover(); p != nil {
-				a.ReleaseTaken(context.WithoutCancel(ctx), held)
-				panic(p)
-			}
-		}()
-	}
-	if err := a.decided(ctx, fx.Audit, err); err != nil {
+	held := a.held(s)
+	defer a.releaseOnPanic(ctx, held)
+	if err := a.decided(ctx, fx.Audit, s.err); err != nil {
 		a.ReleaseTaken(ctx, held)
-		return refused(c, got, err)
+		return refused(c, s.got, err)
 	}
 	if kindOf(&sd) == approvals.Remember {
-		a.remember(ctx, got, sd, v)
+		a.remember(ctx, s.got, sd, v)
 	}
-	switch {
-	case complete && rs.Claimed:
-		*taken = held
-	case complete:
-		a.resumable.add(got.RunID, got.Conversation)
-	}
-	u := CallUpdate{Call: viewOf(got), Phase: PhaseDecided, StepPending: !complete}
+	a.resumeLater(s, taken, held)
+	u := CallUpdate{Call: viewOf(s.got), Phase: PhaseDecided, StepPending: !s.complete}
 	if !kindOf(&sd).Runs() {
 		u.Phase = PhaseSkipped
 	}
-	a.reporter(got.Conversation).Updated(ctx, u)
-	return DecideResult{Call: viewOf(got), Complete: complete}, nil
+	a.reporter(s.got.Conversation).Updated(ctx, u)
+	return DecideResult{Call: viewOf(s.got), Complete: s.complete}, nil
+}
+
+// sent is what the store step of a decision or approval answered.
+type sent struct {
+	got      store.Call
+	complete bool
+	rs       claimed
+	// asked is set when the step was sent with a resume to begin.
+	asked bool
+	err   error
+}
+
+// resumeBegin is what a decision (its attempt named nonce) on c takes to
+// begin the resume of the step it completes, conditional on the records
+// of version ifRecords when that is set.
+func (a *Agent) resumeBegin(c store.Call, nonce string, ifRecords int64) store.ResumeBegin {
+	return store.ResumeBegin{Conversation: c.Conversation, Lease: store.TurnLease(c.Conversation), Owner: a.cfg.Owner,
+		TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), IfRecords: ifRecords, Nonce: nonce}
+}
+
+// send writes a checked decision or approval on c with step, which also
+// begins the resume of the step it completes as rb asks (DecideBegin,
+// ApproveBegin), unless a turn of this process holds the conversation
+// (then nothing is sent: asked is false). A step whose answer was lost
+// is asked again until the store answers (see lostDecisionWait).
+func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, step func(store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)) sent {
+	var s sent
+	_, _ = a.leases.take(c.Conversation, func() (bool, error) {
+		s.asked = true
+		s.rs.at = time.Now()
+		s.got, s.complete, s.rs.ResumeStart, s.err = step(rb)
+		if s.err != nil && !storeAnswered(s.err) {
+			// Perhaps recorded, and its resume begun: then the
+			// decision stands, with the claim it took. The store is
+			// asked until it answers (see lostDecisionWait).
+			again, claimed, answered := a.askAgainUntil(ctx, c.RunID, rb, s.err, time.Now().Add(lostDecisionWait))
+			switch {
+			case claimed:
+				if i := slices.IndexFunc(again.Calls, func(x store.Call) bool { return x.ID == c.ID }); i >= 0 {
+					s.got, s.complete, s.rs.ResumeStart, s.err = again.Calls[i], true, again, nil
+				}
+			case answered:
+				cur, done, recorded, rerr := a.recoverDecision(ctx, c, rb)
+				switch {
+				case rerr != nil:
+					s.err = fmt.Errorf("%w: %w", ErrUnconfirmed, rerr)
+				case recorded:
+					s.got, s.complete, s.err = cur, done, nil
+				}
+			default:
+				s.err = fmt.Errorf("%w: %w", ErrUnconfirmed, s.err)
+			}
+		}
+		// A decision recorded with effects missing (see decided)
+		// stands, and so does the resume it began.
+		s.rs.Claimed = s.rs.Claimed && (s.err == nil || errors.Is(s.err, store.ErrEffects))
+		return s.rs.Claimed, nil
+	})
+	return s
+}
+
+// held is the conversation's lease and the run's resume claim that the
+// step s began, until the caller of DecideTaking has them; nil if it
+// began none.
+func (a *Agent) held(s sent) *Taken {
+	if !s.rs.Claimed {
+		return nil
+	}
+	rs := s.rs
+	return &Taken{conversation: s.got.Conversation, resume: &rs}
+}
+
+// releaseOnPanic, deferred, gives back what held holds when the decision
+// panics before its caller has it: the conversation would stay held in
+// this process for good.
+func (a *Agent) releaseOnPanic(ctx context.Context, held *Taken) {
+	if held == nil {
+		return
+	}
+	if p := recover(); p != nil {
+		a.ReleaseTaken(context.WithoutCancel(ctx), held)
+		panic(p)
+	}
+}
+
+// resumeLater hands the step that s completed to whoever resumes it: the
+// caller of DecideTaking, through *taken, when s began its resume, and
+// otherwise the resume that follows Decide.
+func (a *Agent) resumeLater(s sent, taken **Taken, held *Taken) {
+	switch {
+	case s.complete && held != nil:
+		*taken = held
+	case s.complete:
+		a.resumable.add(s.got.RunID, s.got.Conversation)
+	}
 }
 
 // storeAnswered reports whether err is the store's answer to a decision

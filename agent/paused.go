@@ -104,6 +104,17 @@ func (p *pausedCalls) addAll(an announcement, recs map[string][]store.Record) {
 	}
 }
 
+// remember remembers c, checked against recs at version, unless its
+// arguments are large.
+func (p *pausedCalls) remember(c store.Call, recs map[string][]store.Record, version int64) {
+	if len(c.Args) > maxPausedArgs {
+		return
+	}
+	if enc, err := json.Marshal(c); err == nil {
+		p.addEncoded(c.ID, enc, recs, version)
+	}
+}
+
 // addEncoded remembers the call id encoded as enc, checked against recs
 // at version, unless it is too large to keep.
 func (p *pausedCalls) addEncoded(id string, enc []byte, recs map[string][]store.Record, version int64) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -404,5 +405,132 @@ policy:
 	// edited to staging keeps it a one-approval call.
 	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UDEV000002", Args: []byte(`{"env":"qa"}`)}); err != nil {
 		t.Errorf("an edit within the card's rule: %v", err)
+	}
+}
+
+// steps is a store that counts the calls read for a decision and the
+// approvals and resumes written.
+type steps struct {
+	agent.Store
+	reads, approvals, resumes atomic.Int64
+}
+
+func (s *steps) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+	s.reads.Add(1)
+	return s.Store.GetCallWith(ctx, id, kinds...)
+}
+
+func (s *steps) ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	s.approvals.Add(1)
+	return s.Store.ApproveAudited(ctx, callID, fingerprint, ap, drop, edit, need, d, fx)
+}
+
+func (s *steps) ApproveBegin(ctx context.Context, callID, fingerprint string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	s.approvals.Add(1)
+	return s.Store.ApproveBegin(ctx, callID, fingerprint, ap, drop, edit, need, d, fx, r)
+}
+
+func (s *steps) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	s.resumes.Add(1)
+	return s.Store.BeginResume(ctx, runID, r)
+}
+
+// The approvals of a call that needs two, on the process that paused it,
+// are each one store step with no read of the call: the first counted,
+// the second deciding the call and beginning its resume. When the
+// approvals changed elsewhere meanwhile the approval is judged again from
+// the call the refused step returned (two steps, still no read); when the
+// records changed, the call is read first, as always. Each way the tool
+// runs once, with both approvals.
+func TestTwoPersonApprovalsOfARememberedCallReadNothing(t *testing.T) {
+	const twoPerson = `
+policy:
+  rules:
+    - id: two
+      tool: restart
+      verdict: ask
+      approvers: [UONE000001, UTWO000002, UTHREE0003]
+      min_approvals: 2
+`
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			for _, tc := range []struct {
+				name string
+				// meanwhile runs between the pause and the approvals.
+				meanwhile func(t *testing.T, w *world, p agent.PendingCall)
+				// reads and steps are the calls read and the approval
+				// steps written, on a store that keeps a version of the
+				// records (a Cluster keeps none: each approval reads
+				// the call, and is one step).
+				reads, steps int64
+			}{
+				{"remembered", nil, 0, 2},
+				{"approved elsewhere", func(t *testing.T, w *world, p agent.PendingCall) {
+					// Another process counts UTHREE0003's approval.
+					res, err := w.agent().Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UTHREE0003"})
+					if err != nil || res.Complete {
+						t.Fatalf("approval on another process = %+v, %v; want counted", res, err)
+					}
+				}, 0, 2},
+				{"records changed", func(t *testing.T, w *world, p agent.PendingCall) {
+					if _, err := w.store.(approvals.RecordStore).PutRecord(ctx, store.Record{Kind: "unrelated", ID: "r1", Data: []byte(`{}`)}, -1); err != nil {
+						t.Fatal(err)
+					}
+				}, 2, 3},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					w := newWorld(t, b)
+					w.policy = twoPerson
+					st := &steps{Store: w.store}
+					a := w.agentWith(st, w.rec)
+					p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+					if tc.meanwhile != nil {
+						tc.meanwhile(t, w, p)
+					}
+					d := func(who string) approvals.Decision {
+						return approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: who}
+					}
+					approvers := []string{"UONE000001", "UTWO000002"}
+					if tc.name == "approved elsewhere" {
+						approvers = approvers[1:]
+					}
+					var taken *agent.Taken
+					for i, who := range approvers {
+						res, tk, err := a.DecideTaking(ctx, d(who))
+						if last := i == len(approvers)-1; err != nil || res.Complete != last || (tk != nil) != last {
+							t.Fatalf("approval by %s = %+v, taken %v, %v; want complete and taken %v", who, res, tk != nil, err, last)
+						}
+						taken = tk
+					}
+					reads, steps := tc.reads, tc.steps
+					if b.name == "redis-cluster" {
+						reads, steps = int64(len(approvers)), int64(len(approvers))
+					}
+					if n := st.reads.Load(); n != reads {
+						t.Errorf("calls read to decide = %d, want %d", n, reads)
+					}
+					if n := st.approvals.Load(); n != steps {
+						t.Errorf("approval steps = %d, want %d", n, steps)
+					}
+					w.model.Reply(fakeopenai.Text("Restarted."))
+					out, err := a.ResumeTaken(ctx, taken)
+					must(t, err)
+					if out.Status != agent.Answered {
+						t.Errorf("ResumeTaken = %+v, want answered", out)
+					}
+					if n := st.resumes.Load(); n != 0 {
+						t.Errorf("resumes begun apart from the approval = %d, want none", n)
+					}
+					if n := w.restarts.n.Load(); n != 1 {
+						t.Errorf("restart ran %d times, want once", n)
+					}
+					c, err := w.store.GetCall(ctx, p.ID)
+					if err != nil || c.Status != store.Decided || len(c.Approvals) != 2 {
+						t.Errorf("the call = %s with %d approvals, %v; want decided with 2", c.Status, len(c.Approvals), err)
+					}
+				})
+			}
+		})
 	}
 }

@@ -206,8 +206,9 @@ policy:
 	}
 }
 
-// countHeldStore holds the answer of the first ApproveAudited, after its
-// write, until release is closed; then it reports the first GetCall.
+// countHeldStore holds the answer of the first approval (ApproveBegin, or
+// ApproveAudited), after its write, until release is closed; then it
+// reports the first GetCall.
 type countHeldStore struct {
 	fullStore
 	held             atomic.Bool
@@ -218,11 +219,22 @@ type countHeldStore struct {
 
 func (s *countHeldStore) ApproveAudited(ctx context.Context, callID, fp string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
 	c, ok, err := s.fullStore.ApproveAudited(ctx, callID, fp, ap, drop, edit, need, d, fx)
+	s.hold()
+	return c, ok, err
+}
+
+func (s *countHeldStore) ApproveBegin(ctx context.Context, callID, fp string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	c, ok, rs, err := s.fullStore.ApproveBegin(ctx, callID, fp, ap, drop, edit, need, d, fx, r)
+	s.hold()
+	return c, ok, rs, err
+}
+
+// hold holds the first approval's answer until release is closed.
+func (s *countHeldStore) hold() {
 	if s.held.CompareAndSwap(false, true) {
 		close(s.written)
 		<-s.release
 	}
-	return c, ok, err
 }
 
 func (s *countHeldStore) GetCall(ctx context.Context, callID string) (store.Call, error) {

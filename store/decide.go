@@ -57,6 +57,13 @@ func Dropped(approvals []Approval, drop []string) []Approval {
 	return slices.DeleteFunc(slices.Clone(approvals), func(a Approval) bool { return slices.Contains(drop, a.Approver) })
 }
 
+// HoldsApprovals reports whether c holds the approvals of exactly
+// approvers, in order, and a pending edit exactly when edited (see
+// ResumeBegin.IfApprovers).
+func HoldsApprovals(c Call, approvers []string, edited bool) bool {
+	return (c.Edit != nil) == edited && slices.EqualFunc(c.Approvals, approvers, func(a Approval, id string) bool { return a.Approver == id })
+}
+
 // FirstToStart returns the index of the call that BeginResume marks as
 // executing (see storetest.Store), or -1: FirstToRun's, if it is not
 // executing yet.
@@ -119,8 +126,16 @@ type ResumeBegin struct {
 	// are still at this version (a Begun's RecordsVersion), so that a
 	// decider checked against records read earlier is checked against
 	// the records of the decision's time. A store that keeps no version
-	// refuses every such decision. DecideBegin only.
+	// refuses every such decision. DecideBegin and ApproveBegin only.
 	IfRecords int64
+	// IfApprovers and IfEdited, with IfRecords, make an approval
+	// (ApproveBegin) conditional on the approvals it was judged with
+	// too: it is refused with ErrStale, writing nothing and returning
+	// the call as stored, unless the call holds the approvals of
+	// exactly IfApprovers, in this order, and a pending edit exactly
+	// when IfEdited is set.
+	IfApprovers []string
+	IfEdited    bool
 	// Nonce, when set, names this attempt, so that it can be asked again
 	// when its answer was lost (a reset connection, a time-out): a
 	// BeginResume with the same Owner and Nonce and Again set that finds

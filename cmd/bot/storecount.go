@@ -144,6 +144,11 @@ func (s *countedStore) ApproveAudited(ctx context.Context, callID, fingerprint s
 	return s.st.ApproveAudited(ctx, callID, fingerprint, ap, drop, edit, need, d, fx)
 }
 
+func (s *countedStore) ApproveBegin(ctx context.Context, callID, fingerprint string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	s.count("ApproveBegin")
+	return s.st.ApproveBegin(ctx, callID, fingerprint, ap, drop, edit, need, d, fx, r)
+}
+
 func (s *countedStore) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	s.count("BeginResume")
 	return s.st.BeginResume(ctx, runID, r)

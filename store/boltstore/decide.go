@@ -77,8 +77,24 @@ func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.
 // complete, and their effects. See storetest.Store for the contract. A
 // zero a.At or d.At is set to now.
 func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	c, complete, _, err := s.approve(ctx, callID, fingerprint, a, drop, edit, need, d, fx, nil)
+	return c, complete, err
+}
+
+// ApproveBegin is ApproveAudited and, when the approval decides the call
+// and completes its step, BeginResume in the same transaction: see
+// storetest.Store for the contract.
+func (s *Store) ApproveBegin(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	if r.TTL <= 0 {
+		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("approve call %s: resume ttl %v is not positive", callID, r.TTL)
+	}
+	return s.approve(ctx, callID, fingerprint, a, drop, edit, need, d, fx, &r)
+}
+
+// approve is ApproveAudited, and with r ApproveBegin.
+func (s *Store) approve(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r *store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 	if err := ctx.Err(); err != nil {
-		return store.Call{}, false, err
+		return store.Call{}, false, store.ResumeStart{}, err
 	}
 	now := time.Now()
 	if a.At.IsZero() {
@@ -89,9 +105,10 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 	}
 	var c store.Call
 	var complete bool
+	var rs store.ResumeStart
 	// The function may run more than once (see committer): it starts afresh.
 	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
-		c, complete = store.Call{}, false
+		c, complete, rs = store.Call{}, false, store.ResumeStart{}
 		fx := fx
 		var was time.Time // the expiry an edit moved
 		rec, err := pendingCall(tx, callID, &c)
@@ -103,6 +120,15 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 			return store.ErrFingerprintMismatch
 		case !a.At.Before(c.ExpiresAt):
 			return store.ErrExpired
+		}
+		if r != nil && r.IfRecords != 0 {
+			if recordsVersion(tx) != r.IfRecords {
+				c = store.Call{}
+				return store.ErrStale
+			}
+			if !store.HoldsApprovals(c, r.IfApprovers, r.IfEdited) {
+				return store.ErrStale
+			}
 		}
 		if edit != nil {
 			e := edit.Edit
@@ -135,12 +161,16 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 		if fx.Audit.Action != "" {
 			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)
 		}
-		return s.effects(tx, a.At, complete, fx)
+		if err := s.effects(tx, a.At, complete, fx); err != nil || !complete || r == nil {
+			return err
+		}
+		rs, err = beginResume(tx, c.RunID, *r)
+		return err
 	})
 	if err != nil {
-		return c, false, fmt.Errorf("approve call %s: %w", callID, err)
+		return c, false, store.ResumeStart{}, fmt.Errorf("approve call %s: %w", callID, err)
 	}
-	return c, complete, nil
+	return c, complete, rs, nil
 }
 
 // pendingCall reads a call into c and its run; store.ErrNotFound (with c

@@ -33,29 +33,45 @@ func (s *Store) DecideAudited(ctx context.Context, callID, fingerprint string, d
 // one pipeline (one round trip); on a Cluster, DecideAudited then
 // BeginResume. See storetest.Store for the contract.
 func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
-	if r.TTL < time.Millisecond {
-		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: resume ttl %v is under 1ms", callID, r.TTL)
+	if err := s.canBegin(r); err != nil {
+		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: %w", callID, err)
 	}
 	if s.cluster {
-		if r.IfRecords != 0 {
-			// No version of the records is kept: no condition on one holds.
-			return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: %w", callID, store.ErrStale)
-		}
 		c, complete, err := s.DecideAudited(ctx, callID, fingerprint, d, fx)
-		if err != nil || !complete {
-			return c, complete, store.ResumeStart{}, err
-		}
-		rs, err := s.beginResume(ctx, c.RunID, r)
-		if err != nil {
-			rs, err = s.askAgain(ctx, c.RunID, r)
-		}
-		if err != nil {
-			// The decision stands; the resume begins as usual.
-			return c, complete, store.ResumeStart{}, nil
-		}
-		return c, complete, rs, nil
+		return s.thenBegin(ctx, c, complete, r, err)
 	}
 	return s.decideBegin(ctx, callID, fingerprint, d, fx, &r)
+}
+
+// canBegin checks what DecideBegin and ApproveBegin take to begin a
+// resume: on a Cluster, where no version of the records is kept, no
+// condition on one holds.
+func (s *Store) canBegin(r store.ResumeBegin) error {
+	if r.TTL < time.Millisecond {
+		return fmt.Errorf("resume ttl %v is under 1ms", r.TTL)
+	}
+	if s.cluster && r.IfRecords != 0 {
+		return store.ErrStale
+	}
+	return nil
+}
+
+// thenBegin begins, on a Cluster, the resume of the step that a decision
+// or approval (c, complete and err, as recorded) completed, in a step of
+// its own. If that fails the decision stands, and the resume begins as
+// usual.
+func (s *Store) thenBegin(ctx context.Context, c store.Call, complete bool, r store.ResumeBegin, err error) (store.Call, bool, store.ResumeStart, error) {
+	if err != nil || !complete {
+		return c, complete, store.ResumeStart{}, err
+	}
+	rs, err := s.beginResume(ctx, c.RunID, r)
+	if err != nil {
+		rs, err = s.askAgain(ctx, c.RunID, r)
+	}
+	if err != nil {
+		return c, complete, store.ResumeStart{}, nil
+	}
+	return c, complete, rs, nil
 }
 
 // decideBegin is DecideAudited, and with r DecideBegin on a single node.
@@ -88,38 +104,14 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 		args = append(args, r.IfRecords-1)
 	}
 	args = append(args, effects...)
-	var res []any
-	var resumed *redis.Cmd
-	var recs []*redis.MapStringStringCmd
+	var p *pipelinedResume
 	if r == nil {
-		res, err = decide.Run(ctx, s.c, keys, args...).Slice()
+		res, err := decide.Run(ctx, s.c, keys, args...).Slice()
+		p = &pipelinedResume{res: res, err: err}
 	} else {
-		rkeys := []string{s.callKey(callID), s.runKey(runID), s.claimKey(runID), s.convKey(r.Conversation), s.leaseKey(r.Lease)}
-		rargs := []any{string(dj), r.Owner, r.TTL.Milliseconds(), runID, r.Nonce}
-		for _, k := range r.Start {
-			rargs = append(rargs, k)
-		}
-		var decided *redis.Cmd
-		recs = make([]*redis.MapStringStringCmd, len(r.Kinds))
-		// Each command's error is checked apart.
-		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			decided = script.EvalSha(ctx, p, keys, args...)
-			resumed = decidedResume.EvalSha(ctx, p, rkeys, rargs...)
-			for i, k := range r.Kinds {
-				recs[i] = p.HGetAll(ctx, s.recordsKey(k))
-			}
-			return nil
-		})
-		if redis.HasErrorPrefix(decided.Err(), "NOSCRIPT") {
-			// Nothing ran (the resume found no decision of this call):
-			// once more, each script alone, loaded if need be.
-			decided = script.Run(ctx, s.c, keys, args...)
-			resumed = decidedResume.Run(ctx, s.c, rkeys, rargs...)
-		} else if redis.HasErrorPrefix(resumed.Err(), "NOSCRIPT") {
-			resumed = decidedResume.Run(ctx, s.c, rkeys, rargs...)
-		}
-		res, err = decided.Slice()
+		p = s.withResume(ctx, script, keys, args, callID, dj, *r)
 	}
+	res, err := p.res, p.err
 	if err != nil {
 		return fail(store.Call{}, err)
 	}
@@ -142,16 +134,7 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	}
 	switch code {
 	case "ok":
-		var rs store.ResumeStart
-		if resumed != nil && left == 0 {
-			var lost bool
-			rs, lost = s.decodeDecidedResume(r.Conversation, resumed, r.Kinds, recs)
-			if lost {
-				if ars, err := s.askAgain(ctx, runID, *r); err == nil {
-					rs = ars
-				}
-			}
-		}
+		rs := s.begun(ctx, p, left == 0, runID, r)
 		err = s.followEffects(ctx, left == 0, fx, d.At, tail)
 		if err != nil {
 			err = fmt.Errorf("decide call %s: %w", callID, err)
@@ -162,6 +145,68 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 			callID, c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
 	}
 	return fail(c, refusal(code))
+}
+
+// pipelinedResume is the reply of a decision's or an approval's script,
+// and, when it was sent with a resume to begin (see withResume), the
+// replies of decidedResume and of the records' listings.
+type pipelinedResume struct {
+	res     []any
+	err     error
+	resumed *redis.Cmd
+	recs    []*redis.MapStringStringCmd
+	kinds   []string
+}
+
+// withResume sends script (a decision's or an approval's, on the call
+// callID, whose decision when recorded is dj) in one pipeline with
+// decidedResume, which begins the resume of the step it completes as r
+// asks, and the listings of r.Kinds' records: one round trip on a single
+// node.
+func (s *Store) withResume(ctx context.Context, script *redis.Script, keys []string, args []any, callID string, dj []byte, r store.ResumeBegin) *pipelinedResume {
+	runID := store.RunOf(callID)
+	rkeys := []string{s.callKey(callID), s.runKey(runID), s.claimKey(runID), s.convKey(r.Conversation), s.leaseKey(r.Lease)}
+	rargs := []any{string(dj), r.Owner, r.TTL.Milliseconds(), runID, r.Nonce}
+	for _, k := range r.Start {
+		rargs = append(rargs, k)
+	}
+	p := &pipelinedResume{recs: make([]*redis.MapStringStringCmd, len(r.Kinds)), kinds: r.Kinds}
+	var decided *redis.Cmd
+	// Each command's error is checked apart.
+	_, _ = s.c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		decided = script.EvalSha(ctx, pl, keys, args...)
+		p.resumed = decidedResume.EvalSha(ctx, pl, rkeys, rargs...)
+		for i, k := range r.Kinds {
+			p.recs[i] = pl.HGetAll(ctx, s.recordsKey(k))
+		}
+		return nil
+	})
+	if redis.HasErrorPrefix(decided.Err(), "NOSCRIPT") {
+		// Nothing ran (the resume found no decision of this call):
+		// once more, each script alone, loaded if need be.
+		decided = script.Run(ctx, s.c, keys, args...)
+		p.resumed = decidedResume.Run(ctx, s.c, rkeys, rargs...)
+	} else if redis.HasErrorPrefix(p.resumed.Err(), "NOSCRIPT") {
+		p.resumed = decidedResume.Run(ctx, s.c, rkeys, rargs...)
+	}
+	p.res, p.err = decided.Slice()
+	return p
+}
+
+// begun returns the resume that p's decidedResume began, when the
+// decision completed its step (with the claim asked again if its reply was
+// lost: see store.ResumeBegin); zero otherwise.
+func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, runID string, r *store.ResumeBegin) store.ResumeStart {
+	if p.resumed == nil || !complete {
+		return store.ResumeStart{}
+	}
+	rs, lost := s.decodeDecidedResume(r.Conversation, p.resumed, p.kinds, p.recs)
+	if lost {
+		if ars, err := s.askAgain(ctx, runID, *r); err == nil {
+			rs = ars
+		}
+	}
+	return rs
 }
 
 // askAgain asks again for the claim of the attempt r names, whose answer
@@ -220,8 +265,33 @@ func (s *Store) decodeDecidedResume(conversation string, cmd *redis.Cmd, kinds [
 // ApproveAudited is one Lua script, like DecideAudited: see storetest.Store
 // for the contract. A zero a.At or d.At is set to now.
 func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
-	if store.RunOf(callID) == "" {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, store.ErrNotFound)
+	c, complete, _, err := s.approveBegin(ctx, callID, fingerprint, a, drop, edit, need, d, fx, nil)
+	return c, complete, err
+}
+
+// ApproveBegin is ApproveAudited and, when the approval decides the call
+// and completes its step, BeginResume: in one pipeline on a single node,
+// as DecideBegin; on a Cluster, ApproveAudited then BeginResume. See
+// storetest.Store for the contract.
+func (s *Store) ApproveBegin(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	if err := s.canBegin(r); err != nil {
+		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	if s.cluster {
+		c, complete, err := s.ApproveAudited(ctx, callID, fingerprint, a, drop, edit, need, d, fx)
+		return s.thenBegin(ctx, c, complete, r, err)
+	}
+	return s.approveBegin(ctx, callID, fingerprint, a, drop, edit, need, d, fx, &r)
+}
+
+// approveBegin is ApproveAudited, and with r ApproveBegin on a single node.
+func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r *store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	fail := func(c store.Call, err error) (store.Call, bool, store.ResumeStart, error) {
+		return c, false, store.ResumeStart{}, fmt.Errorf("approve call %s: %w", callID, err)
+	}
+	runID := store.RunOf(callID)
+	if runID == "" {
+		return fail(store.Call{}, store.ErrNotFound)
 	}
 	now := time.Now()
 	if a.At.IsZero() {
@@ -232,17 +302,17 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 	}
 	aj, err := store.EncodeJSON(a)
 	if err != nil {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+		return fail(store.Call{}, err)
 	}
 	dj, err := store.EncodeJSON(d)
 	if err != nil {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+		return fail(store.Call{}, err)
 	}
 	var ej, efp, eexp string
 	if edit != nil {
 		b, err := store.EncodeJSON(edit.Edit)
 		if err != nil {
-			return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+			return fail(store.Call{}, err)
 		}
 		ej, efp = string(b), edit.Fingerprint
 		if at := edit.Edit.ExpiresAt; !at.IsZero() {
@@ -254,7 +324,7 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 	fx.Audit.Outcome, fx.Audit.Detail = "", ""
 	entry, err := auditArg(fx.Audit)
 	if err != nil {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+		return fail(store.Call{}, err)
 	}
 	if entry != "" {
 		entry = entry[:len(entry)-1]
@@ -263,7 +333,7 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 	if len(drop) > 0 {
 		b, err := store.EncodeJSON(drop)
 		if err != nil {
-			return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+			return fail(store.Call{}, err)
 		}
 		dropped = string(b)
 	}
@@ -274,20 +344,45 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 		// script refuses the edit, is passed over by Due until then.
 		z := redis.Z{Score: float64(edit.Edit.ExpiresAt.UnixMilli()), Member: callID}
 		if err := s.c.ZAddLT(ctx, s.dueKey(), z).Err(); err != nil {
-			return store.Call{}, false, fmt.Errorf("approve call %s: index the edit's expiry: %w", callID, err)
+			return fail(store.Call{}, fmt.Errorf("index the edit's expiry: %w", err))
 		}
 	}
 	keys, effects := s.effectsOf(callID, entry, fx, a.At)
 	// rand.Text names this sending (see BeginExecution).
-	args := append([]any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
-		dj, string(newrun.Outcome(d.Kind)), ej, efp, rand.Text(), dropped, eexp}, effects...)
-	res, err := approve.Run(ctx, s.c, keys, args...).Slice()
+	args := []any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
+		dj, string(newrun.Outcome(d.Kind)), ej, efp, rand.Text(), dropped, eexp}
+	script := approve
+	if r != nil && r.IfRecords != 0 {
+		judged, err := store.EncodeJSON(append([]string{}, r.IfApprovers...))
+		if err != nil {
+			return fail(store.Call{}, err)
+		}
+		edited := 0
+		if r.IfEdited {
+			edited = 1
+		}
+		script = approveIf
+		keys = append(keys, s.recordsVersionKey())
+		args = append(args, r.IfRecords-1, edited, string(judged))
+	}
+	args = append(args, effects...)
+	var p *pipelinedResume
+	if r == nil {
+		res, err := approve.Run(ctx, s.c, keys, args...).Slice()
+		p = &pipelinedResume{res: res, err: err}
+	} else {
+		p = s.withResume(ctx, script, keys, args, callID, dj, *r)
+	}
+	res, err := p.res, p.err
 	if err != nil {
-		return store.Call{}, false, fmt.Errorf("approve call %s: %w", callID, err)
+		return fail(store.Call{}, err)
+	}
+	if code, _ := res[0].(string); len(res) == 1 && code == "stale" {
+		return fail(store.Call{}, store.ErrStale)
 	}
 	code, c, left, tail, err := decodeDecision(res)
 	if err != nil {
-		return c, false, fmt.Errorf("approve call %s: %w", callID, err)
+		return fail(c, err)
 	}
 	switch code {
 	case "ok", "counted":
@@ -295,15 +390,18 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 		if fx.Audit.Action != "" {
 			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)
 		}
+		rs := s.begun(ctx, p, complete, runID, r)
 		err = s.followEffects(ctx, complete, fx, a.At, tail)
 		if err != nil {
 			err = fmt.Errorf("approve call %s: %w", callID, err)
 		}
-		return c, complete, err
+		return c, complete, rs, err
 	case "duplicate":
-		return c, false, fmt.Errorf("approve call %s: %w", callID, store.ErrDuplicateApproval)
+		return fail(c, store.ErrDuplicateApproval)
+	case "stale":
+		return fail(c, store.ErrStale)
 	}
-	return c, false, fmt.Errorf("approve call %s: %w", callID, refusal(code))
+	return fail(c, refusal(code))
 }
 
 // cmpTime returns t, or def when t is zero.

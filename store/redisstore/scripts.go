@@ -111,7 +111,10 @@ if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[6]) then return 
 // Returns {code, pending calls left, the call's callFields[, audit tail]}
 // where code is ok, counted, duplicate, notfound, decided, mismatch or
 // expired.
-var approve = redis.NewScript(decisionEffects + `
+var approve = redis.NewScript(decisionEffects + approveHead + approveBody)
+
+// approveHead starts the approve script: the refusals.
+const approveHead = `
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return {'notfound'}
 end
@@ -124,6 +127,11 @@ end
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
 if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return reply('mismatch', -1) end
 if tonumber(ARGV[2]) >= tonumber(redis.call('HGET', KEYS[1], 'exp')) then return reply('expired', -1) end
+`
+
+// approveBody is the rest of the approve script: the approval counted,
+// and the decision it completes.
+const approveBody = `
 local list = '[' .. ARGV[4] .. ']'
 local n = 1
 if ARGV[8] ~= '' then
@@ -170,7 +178,31 @@ local left = redis.call('HINCRBY', KEYS[2], 'pending', -1)
 if left == 0 then redis.call('HSET', KEYS[2], 'completed', KEYS[1]) end
 effects(entry, left)
 return reply('ok', left)
-`)
+`
+
+// approveIf is approve on a single node, if the records are still at the
+// version given and the call holds the approvals it was judged with (see
+// store.ResumeBegin.IfApprovers); a sending sent again, and a refusal,
+// are answered as by approve.
+// KEYS: call, run, audit, unanswered, records version
+// ARGV: as approve, with after the first twelve the records version
+// expected (the count of record changes), 1 if the call has a pending
+// edit (else 0), and the approvers of its approvals (a JSON array)
+// Returns {'stale'} when the records changed, {'stale', -1, the call's
+// callFields} when its approvals did, else what approve returns.
+var approveIf = redis.NewScript(decisionEffects + approveHead + `
+if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[13]) then return {'stale'} end
+local judged = cjson.decode(ARGV[15])
+local cur = redis.call('HGET', KEYS[1], 'approvals')
+local held = {}
+if cur then held = cjson.decode(cur) end
+local same = #held == #judged and (redis.call('HEXISTS', KEYS[1], 'edit') == 1) == (ARGV[14] == '1')
+for i = 1, #held do
+  if not same then break end
+  same = held[i].approver == judged[i]
+end
+if not same then return reply('stale', -1) end
+` + approveBody)
 
 // decisionEffects starts the decide and approve scripts: reply, and
 // effects, which writes what a decision brings with it when the script

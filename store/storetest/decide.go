@@ -58,6 +58,15 @@ type audited interface {
 	// pending, and a zero one may also come back from a store that could
 	// not read it (the caller then begins the resume itself).
 	DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (c store.Call, complete bool, rs store.ResumeStart, err error)
+	// ApproveBegin is ApproveAudited and, when the approval decides the
+	// call and completes its step, BeginResume(the call's run, r), as
+	// DecideBegin is DecideAudited and BeginResume; a counted approval
+	// begins nothing. With r.IfRecords it is conditional as DecideBegin
+	// is, and on r.IfApprovers and r.IfEdited too: when the records are
+	// at that version but the call holds other approvals, or an edit
+	// where none was judged (or none where one was), it is refused with
+	// store.ErrStale, writing nothing, and returns the call as stored.
+	ApproveBegin(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (c store.Call, complete bool, rs store.ResumeStart, err error)
 	// GetCallWith is GetCall and RecordsOf(kinds) in one round trip or
 	// transaction; store.ErrNotFound for an unknown call. The records are
 	// nil if they cannot be read; the call stands.
@@ -674,5 +683,109 @@ func testBeginResumeOfAnUnknownRun(t *testing.T, open Opener) {
 		if ok, err := s.AcquireLease(ctx, key, "b", time.Minute); err != nil || !ok {
 			t.Errorf("AcquireLease by b after BeginResume(unknown run, nonce %q) by a = %v, %v; want true: nothing taken", nonce, ok, err)
 		}
+	}
+}
+
+// ApproveBegin counts an approval and begins nothing; the approval that
+// decides the call and completes its step begins its resume. Conditional
+// on the records' version, it is refused, writing nothing, when the call
+// holds other approvals than those judged (returning the call as stored)
+// or the records changed; a store that keeps no version refuses every
+// conditional approval.
+func testApproveBegin(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	conv := "C9:" + store.NewRunID()
+	b, err := s.BeginTurn(ctx, conv, "a", time.Minute, "rules")
+	if err != nil || !b.Acquired {
+		t.Fatalf("BeginTurn = %v, %v", b.Acquired, err)
+	}
+	version := b.RecordsVersion
+	keeps := version != 0
+	r, calls := create(t, s, 1, nil)
+	c := calls[0]
+	lease := "conv:" + r.Conversation + "/" + r.ID
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute, Start: []string{"approve"}, Kinds: []string{"rules"}, IfRecords: version}
+	if !keeps {
+		rb.IfRecords = 1
+		if _, _, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, nil, 2, approve("U_A"), auditedEffects(c, "U_A"), rb); !errors.Is(err, store.ErrStale) {
+			t.Fatalf("conditional ApproveBegin on a store that keeps no version: error = %v, want ErrStale", err)
+		}
+		rb.IfRecords = 0
+	}
+	got, complete, rs, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, nil, 2, approve("U_A"), auditedEffects(c, "U_A"), rb)
+	if err != nil || complete || rs.Claimed || rs.Busy || got.Status != store.Pending || !slices.Equal(approvers(got), []string{"U_A"}) {
+		t.Fatalf("first ApproveBegin of 2 = %s %v, complete %v, claimed %v, busy %v, %v; want counted, pending, nothing begun", got.Status, approvers(got), complete, rs.Claimed, rs.Busy, err)
+	}
+	if keeps {
+		// Judged with no approvals, or with an edit: the call as stored
+		// comes back, nothing written.
+		for _, cond := range []struct {
+			approvers []string
+			edited    bool
+		}{{nil, false}, {[]string{"U_A"}, true}, {[]string{"U_X"}, false}, {[]string{"U_A", "U_X"}, false}} {
+			stale := rb
+			stale.IfApprovers, stale.IfEdited = cond.approvers, cond.edited
+			got, complete, rs, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, approve("U_B"), auditedEffects(c, "U_B"), stale)
+			if !errors.Is(err, store.ErrStale) || complete || rs.Claimed || got.ID != c.ID || !slices.Equal(approvers(got), []string{"U_A"}) {
+				t.Fatalf("ApproveBegin judged with approvals %v, edited %v = %q %v, complete %v, claimed %v, %v; want ErrStale with the call as stored ([U_A])", cond.approvers, cond.edited, got.ID, approvers(got), complete, rs.Claimed, err)
+			}
+		}
+		// The records changed: nothing comes back.
+		putRecord(t, s, "rules", "r1")
+		stale := rb
+		stale.IfApprovers = []string{"U_A"}
+		got, _, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, approve("U_B"), auditedEffects(c, "U_B"), stale)
+		if !errors.Is(err, store.ErrStale) || got.ID != "" {
+			t.Fatalf("ApproveBegin on records changed since = %q, %v; want ErrStale and no call", got.ID, err)
+		}
+		b, err := s.BeginTurn(ctx, conv, "a", time.Minute, "rules")
+		if err != nil || !b.Acquired {
+			t.Fatalf("BeginTurn = %v, %v", b.Acquired, err)
+		}
+		rb.IfRecords = b.RecordsVersion
+		rb.IfApprovers = []string{"U_A"}
+	} else {
+		putRecord(t, s, "rules", "r1")
+	}
+	if now, err := s.GetCall(ctx, c.ID); err != nil || now.Status != store.Pending || !slices.Equal(approvers(now), []string{"U_A"}) {
+		t.Fatalf("the call after refused approvals = %s %v, %v; want pending with U_A's approval only", now.Status, approvers(now), err)
+	}
+	final := approve("U_B")
+	final.Attempt = "attempt-1"
+	got, complete, rs, err = s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, final, auditedEffects(c, "U_B"), rb)
+	if err != nil || !complete || !rs.Claimed || rs.Busy || got.Status != store.Decided {
+		t.Fatalf("the approval that decides the call = %s, complete %v, claimed %v, busy %v, %v; want decided, complete, its resume begun", got.Status, complete, rs.Claimed, rs.Busy, err)
+	}
+	if rs.Run.ID != r.ID || rs.Started != c.ID || !rs.Found || rs.Conversation.Key != r.Conversation {
+		t.Errorf("ApproveBegin resume = run %s, started %q, conversation %q (found %v); want %s, %s started, %s", rs.Run.ID, rs.Started, rs.Conversation.Key, rs.Found, r.ID, c.ID, r.Conversation)
+	}
+	if recs := rs.Records["rules"]; len(recs) != 1 || recs[0].ID != "r1" {
+		t.Errorf("ApproveBegin records = %+v, want rules [r1]", rs.Records)
+	}
+	if ok, err := s.AcquireLease(ctx, lease, "b", time.Minute); err != nil || ok {
+		t.Errorf("AcquireLease by b after a's ApproveBegin = %v, %v; want false: a holds the lease", ok, err)
+	}
+	if now, err := s.GetCall(ctx, c.ID); err != nil || !now.Executing || now.Decision == nil || now.Decision.Attempt != "attempt-1" {
+		t.Errorf("the call after ApproveBegin = executing %v, decision %+v, %v; want marked executing, with the approval's decision", now.Executing, now.Decision, err)
+	}
+
+	// Another owner's lease is left alone, the approval recorded.
+	r2, calls2 := create(t, s, 1, nil)
+	lease2 := "conv:" + r2.Conversation + "/" + r2.ID
+	if ok, err := s.AcquireLease(ctx, lease2, "b", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease by b = %v, %v", ok, err)
+	}
+	rb2 := store.ResumeBegin{Conversation: r2.Conversation, Lease: lease2, Owner: "a", TTL: time.Minute, Start: []string{"approve"}}
+	got, complete, rs, err = s.ApproveBegin(ctx, calls2[0].ID, calls2[0].Fingerprint, approval("U_A"), nil, nil, 1, approve("U_A"), auditedEffects(calls2[0], "U_A"), rb2)
+	if err != nil || !complete || rs.Claimed || !rs.Busy || got.Status != store.Decided {
+		t.Fatalf("ApproveBegin while b holds the lease = %s, complete %v, claimed %v, busy %v, %v; want decided, complete, busy", got.Status, complete, rs.Claimed, rs.Busy, err)
+	}
+	if !stalled(t, s, r2.ID) {
+		t.Errorf("Stalled does not list %s after a busy ApproveBegin: it took the claim", r2.ID)
+	}
+	_, calls3 := create(t, s, 1, nil)
+	if _, _, _, err := s.ApproveBegin(ctx, calls3[0].ID, calls3[0].Fingerprint, approval("U_A"), nil, nil, 1, approve("U_A"), store.Effects{}, store.ResumeBegin{}); err == nil {
+		t.Error("ApproveBegin with a zero resume ttl succeeded, want an error")
 	}
 }

@@ -45,6 +45,7 @@ func Run(t *testing.T, open Opener) {
 		{"BeginResume", testBeginResume},
 		{"DecideBegin", testDecideBegin},
 		{"DecideIfRecords", testDecideIfRecords},
+		{"ApproveBegin", testApproveBegin},
 		{"BeginResumeStarts", testBeginResumeStarts},
 		{"BeginResumeAgain", testBeginResumeAgain},
 		{"BeginResumeOfAnUnknownRun", testBeginResumeOfAnUnknownRun},
