@@ -118,9 +118,11 @@ type Reminders interface {
 
 // PolicyRecords lists records of several kinds at once: those a
 // RecordPolicy judges by, read again before a call runs on a verdict
-// judged by records read earlier.
+// judged by records read earlier, and, with their version, to judge the
+// pending calls this process recalls (see recall).
 type PolicyRecords interface {
 	RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error)
+	VersionedRecords(ctx context.Context, kinds ...string) (map[string][]store.Record, int64, error)
 }
 
 // Auditor records what happened.

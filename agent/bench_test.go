@@ -83,14 +83,8 @@ type benchStore interface {
 // answer. With trips set it reports the round trips of both.
 func benchDecideResume(b *testing.B, st benchStore, trips *roundTrips) {
 	ctx := context.Background()
-	model := fakeopenai.Start()
+	model := deployModel()
 	defer model.Close()
-	model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
-		if last := req.Messages[len(req.Messages)-1]; last.Role == openai.ChatMessageRoleTool {
-			return fakeopenai.Text("Deployed.")
-		}
-		return fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "deploy", Arguments: `{"service":"api","version":"1.2.3"}`})
-	})
 	tools := agent.NewRegistry()
 	var runs atomic.Int64
 	err := tools.Register(agent.Tool{Name: "deploy", Schema: json.RawMessage(deploySchema),
@@ -180,18 +174,29 @@ func BenchmarkTwoPersonApprovalsRedis(b *testing.B) {
 			b.Errorf("delete benchmark keys: %v", err)
 		}
 	})
+	benchTwoPerson(b, st, trips)
+}
+
+// BenchmarkTwoPersonApprovalsBolt is the same on the embedded store.
+func BenchmarkTwoPersonApprovalsBolt(b *testing.B) {
+	st, err := boltstore.Open(filepath.Join(b.TempDir(), "toolgate.db"), boltstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	benchTwoPerson(b, st, nil)
+}
+
+// benchTwoPerson pauses one call per iteration, untimed, then times its two
+// approvals and the resume. With trips set it reports the round trips of
+// each approval.
+func benchTwoPerson(b *testing.B, st benchStore, trips *roundTrips) {
 	ctx := context.Background()
-	model := fakeopenai.Start()
+	model := deployModel()
 	defer model.Close()
-	model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
-		if last := req.Messages[len(req.Messages)-1]; last.Role == openai.ChatMessageRoleTool {
-			return fakeopenai.Text("Deployed.")
-		}
-		return fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "deploy", Arguments: `{"service":"api","version":"1.2.3"}`})
-	})
 	tools := agent.NewRegistry()
 	var started atomic.Int64 // the round trips counted when the tool started
-	err = tools.Register(agent.Tool{Name: "deploy", Schema: json.RawMessage(deploySchema),
+	err := tools.Register(agent.Tool{Name: "deploy", Schema: json.RawMessage(deploySchema),
 		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
 			started.Store(trips.load())
 			return agent.Result{Content: "deployed"}, nil
@@ -249,8 +254,23 @@ policy:
 		b.StartTimer()
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(first)/float64(b.N), "first-roundtrips/op")
-	b.ReportMetric(float64(second)/float64(b.N), "second-to-tool-roundtrips/op")
+	if trips != nil {
+		b.ReportMetric(float64(first)/float64(b.N), "first-roundtrips/op")
+		b.ReportMetric(float64(second)/float64(b.N), "second-to-tool-roundtrips/op")
+	}
+}
+
+// deployModel is a fake model that asks to deploy, and answers once the
+// deploy's result is in.
+func deployModel() *fakeopenai.Server {
+	model := fakeopenai.Start()
+	model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == openai.ChatMessageRoleTool {
+			return fakeopenai.Text("Deployed.")
+		}
+		return fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "deploy", Arguments: `{"service":"api","version":"1.2.3"}`})
+	})
+	return model
 }
 
 // deleteKeys deletes the keys matching pattern on every primary, one DEL

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/redisstore"
 )
@@ -95,5 +96,59 @@ func TestDecisionOnAnotherProcessesPauseReadsNothing(t *testing.T) {
 	}
 	if n := w.deploys.n.Load(); n != 1 {
 		t.Errorf("deploy ran %d times after a second click, want once", n)
+	}
+}
+
+// A process that starts following pauses recalls the pending calls first:
+// after a restart, a click on a card posted before it is decided in one
+// store step with no read of the call, as on the process that paused it
+// (on a store that keeps a version of the records: a Cluster keeps none,
+// and the call is read). The call runs once.
+func TestDecisionAfterARestartReadsNothing(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			p := pauseOne(t, w, w.agent(), call("c1", "deploy", `{"service":"api","version":"2"}`))
+			st := &steps{Store: w.reopen()}
+			w.store = st.Store
+			a := w.agentWith(st, w.rec)
+			followCtx, stop := context.WithCancel(ctx)
+			ready := make(chan struct{})
+			done := make(chan error, 1)
+			go func() { done <- a.FollowPauses(followCtx, func() { close(ready) }) }()
+			defer func() {
+				stop()
+				if err := <-done; err != nil {
+					t.Errorf("FollowPauses = %v, want nil", err)
+				}
+			}()
+			select {
+			case <-ready:
+			case <-time.After(10 * time.Second):
+				t.Fatal("FollowPauses not ready within 10s")
+			}
+			res, taken, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			if !res.Complete || taken == nil {
+				t.Fatalf("DecideTaking = %+v, taken %v; want the step complete and its resume begun", res, taken != nil)
+			}
+			want := int64(0)
+			if b.name == "redis-cluster" {
+				want = 1
+			}
+			if n := st.reads.Load(); n != want {
+				t.Errorf("the restarted process read the call %d times to decide it, want %d", n, want)
+			}
+			w.model.Reply(fakeopenai.Text("Deployed."))
+			out, err := a.ResumeTaken(ctx, taken)
+			must(t, err)
+			if out.Status != agent.Answered {
+				t.Errorf("ResumeTaken = %+v, want answered", out)
+			}
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once", n)
+			}
+		})
 	}
 }

@@ -165,7 +165,10 @@ type readRecords struct {
 // each pause to all of them (redisstore on one node: see store.Commit's
 // Announce).
 type PauseFeed interface {
-	FollowPauses(ctx context.Context, ready func(), fn func(announce []byte)) error
+	// FollowPauses calls fn with each announcement until ctx ends, and
+	// live each time announcements reach this process: first, and
+	// again after a reconnection.
+	FollowPauses(ctx context.Context, live func(), fn func(announce []byte)) error
 }
 
 // FollowPauses remembers the calls other processes pause, as each
@@ -174,21 +177,54 @@ type PauseFeed interface {
 // store that announces pauses (PauseFeed) and, for each announcement, the
 // records of the version its calls were judged by, as a turn of this
 // process read them last or as other remembered calls use them;
-// otherwise a decision reads the call first, as it always may. ready, if
-// set, is called once announcements reach this process. With a store that
-// announces nothing it returns at once.
+// otherwise a decision reads the call first, as it always may. Each time
+// the announcements reach this process, first and again after a
+// reconnection (announcements made meanwhile are not replayed), it
+// recalls the pending calls (see recall); with a store that announces
+// nothing it recalls them once and returns. ready, if set, is called once
+// the first recall is done.
 func (a *Agent) FollowPauses(ctx context.Context, ready func()) error {
-	feed, ok := a.store.(PauseFeed)
-	if !ok {
+	live := func() {
+		a.recall(ctx)
 		if ready != nil {
 			ready()
+			ready = nil
 		}
+	}
+	feed, ok := a.store.(PauseFeed)
+	if !ok {
+		live()
 		return nil
 	}
-	if err := feed.FollowPauses(ctx, ready, a.announced); err != nil {
+	if err := feed.FollowPauses(ctx, live, a.announced); err != nil {
 		return fmt.Errorf("follow pauses: %w", err)
 	}
 	return nil
+}
+
+// recall remembers the pending calls (the oldest, up to maxPausedCalls,
+// which is as many as are remembered) with the policy's records as they
+// are now, so that a decision on one of them takes one store step, as
+// on a call this process paused, after a restart or after announcements
+// were missed. The records are read first: a decision is made only while
+// they are still at their version, and the store checks the rest of the
+// call (see decidePaused). A failure is logged: decisions read the call.
+func (a *Agent) recall(ctx context.Context) {
+	kinds := a.policyKinds()
+	if len(kinds) == 0 {
+		return
+	}
+	recs, version, err := a.store.VersionedRecords(ctx, kinds...)
+	if err == nil && version != 0 {
+		var calls []store.Call
+		calls, err = a.store.Pending(ctx, store.Filter{Limit: maxPausedCalls})
+		for _, c := range calls {
+			a.paused.remember(c, recs, version)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("recall the pending calls; a decision on one reads it first", "err", err)
+	}
 }
 
 // announced remembers the calls of another process's announcement.

@@ -87,12 +87,17 @@ func (s *countedWatchStore) WatchLease(ctx context.Context, key string) (store.L
 	return s.watch.WatchLease(ctx, key)
 }
 
-func (s *countedRedisStore) FollowPauses(ctx context.Context, ready func(), fn func([]byte)) error {
+func (s *countedRedisStore) FollowPauses(ctx context.Context, live func(), fn func([]byte)) error {
 	s.count("FollowPauses")
-	return s.feed.FollowPauses(ctx, ready, fn)
+	return s.feed.FollowPauses(ctx, live, fn)
 }
 
 func (s *countedStore) Close() error { return s.st.Close() }
+
+func (s *countedStore) VersionedRecords(ctx context.Context, kinds ...string) (map[string][]store.Record, int64, error) {
+	s.count("VersionedRecords")
+	return s.st.VersionedRecords(ctx, kinds...)
+}
 
 func (s *countedStore) RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error) {
 	s.count("RecordsOf")

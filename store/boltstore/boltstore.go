@@ -1326,6 +1326,25 @@ func (s *Store) RecordsOf(ctx context.Context, kinds ...string) (map[string][]st
 	return out, nil
 }
 
+// VersionedRecords is RecordsOf with the version of the records, in the
+// same read transaction.
+func (s *Store) VersionedRecords(ctx context.Context, kinds ...string) (map[string][]store.Record, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	var out map[string][]store.Record
+	var version int64
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		out, err = recordsOf(tx, kinds)
+		version = recordsVersion(tx)
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list records %v: %w", kinds, err)
+	}
+	return out, version, nil
+}
+
 // recordsOf lists the records of each kind, as RecordsOf does; nil for
 // no kinds.
 func recordsOf(tx *bolt.Tx, kinds []string) (map[string][]store.Record, error) {

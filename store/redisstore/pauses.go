@@ -14,12 +14,12 @@ func (s *Store) pausesChannel() string { return s.channels + ":paused" }
 // FollowPauses calls fn with the announcement of each pause made on this
 // Redis, database and prefix (store.Commit.Announce, published by the script that
 // records the pause, so only once it is recorded), by any process, this
-// one included, until ctx ends; then it returns nil. ready, if set, is
-// called once the subscription is first live. While Redis cannot be
-// reached it keeps trying; a pause announced meanwhile is not replayed:
-// an announcement only spares a read, and carries nothing the store does
-// not also have.
-func (s *Store) FollowPauses(ctx context.Context, ready func(), fn func(announce []byte)) error {
+// one included, until ctx ends; then it returns nil. live, if set, is
+// called each time the subscription is live: first, and again once it is
+// back after a reconnection. While Redis cannot be reached it keeps
+// trying; a pause announced meanwhile is not replayed: an announcement
+// only spares a read, and carries nothing the store does not also have.
+func (s *Store) FollowPauses(ctx context.Context, live func(), fn func(announce []byte)) error {
 	ps := s.c.Subscribe(ctx, s.pausesChannel())
 	// A receive waiting for a message does not watch ctx: closing the
 	// subscription ends it.
@@ -47,9 +47,8 @@ func (s *Store) FollowPauses(ctx context.Context, ready func(), fn func(announce
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if ready != nil {
-				ready()
-				ready = nil
+			if live != nil {
+				live()
 			}
 		case *redis.Message:
 			fn([]byte(m.Payload))

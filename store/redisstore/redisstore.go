@@ -1285,6 +1285,38 @@ func (s *Store) RecordsOf(ctx context.Context, kinds ...string) (map[string][]st
 	return out, nil
 }
 
+// VersionedRecords is RecordsOf with the version of the records, read
+// before them in the same round trip (a change between the two reads makes
+// the version older than the records, never newer); zero on a Cluster,
+// which keeps none.
+func (s *Store) VersionedRecords(ctx context.Context, kinds ...string) (map[string][]store.Record, int64, error) {
+	var version *redis.StringCmd
+	cmds := make([]*redis.MapStringStringCmd, len(kinds))
+	// Each command's error is checked apart: a version that was never
+	// counted is no error.
+	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if !s.cluster {
+			version = p.Get(ctx, s.recordsVersionKey())
+		}
+		for i, k := range kinds {
+			cmds[i] = p.HGetAll(ctx, s.recordsKey(k))
+		}
+		return nil
+	})
+	out := make(map[string][]store.Record, len(kinds))
+	for i, k := range kinds {
+		if err := cmds[i].Err(); err != nil {
+			return nil, 0, fmt.Errorf("list records %v: %w", kinds, err)
+		}
+		recs, err := decodeRecords(k, cmds[i].Val())
+		if err != nil {
+			return nil, 0, err
+		}
+		out[k] = recs
+	}
+	return out, recordsVersion(version, cmds), nil
+}
+
 // decodeRecords turns a kind's hash into records sorted by id.
 func decodeRecords(kind string, m map[string]string) ([]store.Record, error) {
 	var out []store.Record

@@ -459,7 +459,7 @@ func followPauses(t *testing.T, s *redisstore.Store) <-chan string {
 	heard := make(chan string, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.FollowPauses(ctx, func() { close(ready) }, func(b []byte) { heard <- string(b) })
+		done <- s.FollowPauses(ctx, sync.OnceFunc(func() { close(ready) }), func(b []byte) { heard <- string(b) })
 	}()
 	t.Cleanup(func() {
 		cancel()

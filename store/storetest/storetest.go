@@ -176,6 +176,10 @@ type Store interface {
 	// transaction), each kind's records as Records lists them; a kind
 	// with none maps to an empty list.
 	RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error)
+	// VersionedRecords is RecordsOf with the version of the records (as
+	// a Begun's RecordsVersion: zero from a store that keeps none), read
+	// in the same step, never newer than the records listed.
+	VersionedRecords(ctx context.Context, kinds ...string) (map[string][]store.Record, int64, error)
 	DeleteRecord(ctx context.Context, kind, id string) error
 
 	// SeenEvent records an event id for ttl; true if it was new (used to

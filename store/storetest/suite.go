@@ -83,6 +83,7 @@ func Run(t *testing.T, open Opener) {
 		{"MarkUnanswered", testMarkUnanswered},
 		{"Records", testRecords},
 		{"RecordsOf", testRecordsOf},
+		{"VersionedRecords", testVersionedRecords},
 		{"AuditLog", testAuditLog},
 		{"AuditRetention", testAuditRetention},
 		{"BeginTurn", testBeginTurn},
@@ -1461,5 +1462,39 @@ func testRecordsOf(t *testing.T, open Opener) {
 		if ids := []string{got["a"][0].ID, got["a"][1].ID}; ids[0] != "1" || ids[1] != "2" {
 			t.Errorf("RecordsOf kind a: got ids %v, want sorted [1 2]", ids)
 		}
+	}
+}
+
+// VersionedRecords lists the records as RecordsOf does, with the version
+// a turn begun at the same time reads, which a change of records moves.
+func testVersionedRecords(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	conv := "C9:" + store.NewRunID()
+	versions := func() (int64, int64, map[string][]store.Record) {
+		t.Helper()
+		recs, v, err := s.VersionedRecords(ctx, "a", "empty")
+		if err != nil {
+			t.Fatalf("VersionedRecords: %v", err)
+		}
+		b, err := s.BeginTurn(ctx, conv, "a", time.Minute, "a")
+		if err != nil || !b.Acquired {
+			t.Fatalf("BeginTurn = %v, %v", b.Acquired, err)
+		}
+		return v, b.RecordsVersion, recs
+	}
+	v1, begun1, recs := versions()
+	if _, listed := recs["empty"]; v1 != begun1 || len(recs["a"]) != 0 || !listed {
+		t.Fatalf("VersionedRecords before any record = %v at version %d, want none at %d (BeginTurn's)", recs, v1, begun1)
+	}
+	if _, err := s.PutRecord(ctx, store.Record{Kind: "a", ID: "1", Data: json.RawMessage(`{"n":1}`)}, -1); err != nil {
+		t.Fatal(err)
+	}
+	v2, begun2, recs := versions()
+	if v2 != begun2 || len(recs["a"]) != 1 || recs["a"][0].ID != "1" || string(recs["a"][0].Data) != `{"n":1}` {
+		t.Fatalf("VersionedRecords after a put = %+v at version %d, want record 1 at %d (BeginTurn's)", recs, v2, begun2)
+	}
+	if v1 != 0 && v2 == v1 {
+		t.Errorf("VersionedRecords version %d before and after a put, want it changed", v1)
 	}
 }

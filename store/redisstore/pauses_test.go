@@ -1,0 +1,88 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/store/redisstore"
+)
+
+// The follower of pauses is told each time its subscription is live: first,
+// and again once it is back after its connection was killed (announcements
+// made meanwhile are not replayed, so the follower recalls what it may
+// have missed); it hears announcements again from then on.
+func TestFollowPausesIsLiveAgainAfterAReconnection(t *testing.T) {
+	u := redisURL(t)
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		skipOutsideCI(t, "the test needs a single-node REDIS_URL: %v", err)
+	}
+	name := "toolgate-test-" + strings.ReplaceAll(newPrefix(t, u), ":", "-")
+	opts.ClientName = name
+	s := redisstore.NewFromClient(redis.NewClient(opts), redisstore.Options{Prefix: newPrefix(t, u)})
+	t.Cleanup(func() { _ = s.Close() })
+	admin := redis.NewClient(opts)
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	lives := make(chan struct{}, 10)
+	heard := make(chan string, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.FollowPauses(ctx, func() { lives <- struct{}{} }, func(b []byte) { heard <- string(b) })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("FollowPauses ended with %v, want nil once its context ended", err)
+		}
+	})
+	wait := func(what string, ch <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case err := <-done:
+			t.Fatalf("FollowPauses ended before %s: %v", what, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("not %s within 10s", what)
+		}
+	}
+	wait("live", lives)
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.Contains(line, " name="+name+" ") || !strings.Contains(line, " sub=1 ") {
+			continue
+		}
+		var id int64
+		if _, err := fmt.Sscanf(line, "id=%d", &id); err != nil {
+			t.Fatalf("client list line %q: %v", line, err)
+		}
+		if err := admin.ClientKillByFilter(ctx, "ID", fmt.Sprint(id)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		killed++
+	}
+	if killed != 1 {
+		t.Fatalf("found %d subscriptions named %s to kill, want 1:\n%s", killed, name, list)
+	}
+	wait("live again after the connection was killed", lives)
+	if err := admin.Publish(ctx, s.PausesChannel(), "after the reconnection").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-heard:
+		if got != "after the reconnection" {
+			t.Errorf("announcement heard = %q, want the one made after the reconnection", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no announcement heard within 10s of the reconnection")
+	}
+}
