@@ -30,15 +30,11 @@ func (s *Store) DecideAudited(ctx context.Context, callID, fingerprint string, d
 // BeginResume: on a single node (or a Sentinel primary) the decision's
 // script, a script that begins the resume only if the call holds this
 // decision (decidedResume) and the listings of the records asked for, in
-// one pipeline (one round trip); on a Cluster, DecideAudited then
-// BeginResume. See storetest.Store for the contract.
+// one pipeline (one round trip); on a Cluster, two (see withLease). See
+// storetest.Store for the contract.
 func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 	if err := s.canBegin(r); err != nil {
 		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("decide call %s: %w", callID, err)
-	}
-	if s.cluster {
-		c, complete, err := s.DecideAudited(ctx, callID, fingerprint, d, fx)
-		return s.thenBegin(ctx, c, complete, r, err)
 	}
 	return s.decideBegin(ctx, callID, fingerprint, d, fx, &r)
 }
@@ -56,25 +52,7 @@ func (s *Store) canBegin(r store.ResumeBegin) error {
 	return nil
 }
 
-// thenBegin begins, on a Cluster, the resume of the step that a decision
-// or approval (c, complete and err, as recorded) completed, in a step of
-// its own. If that fails the decision stands, and the resume begins as
-// usual.
-func (s *Store) thenBegin(ctx context.Context, c store.Call, complete bool, r store.ResumeBegin, err error) (store.Call, bool, store.ResumeStart, error) {
-	if err != nil || !complete {
-		return c, complete, store.ResumeStart{}, err
-	}
-	rs, err := s.beginResume(ctx, c.RunID, r)
-	if err != nil {
-		rs, err = s.askAgain(ctx, c.RunID, r)
-	}
-	if err != nil {
-		return c, complete, store.ResumeStart{}, nil
-	}
-	return c, complete, rs, nil
-}
-
-// decideBegin is DecideAudited, and with r DecideBegin on a single node.
+// decideBegin is DecideAudited, and with r DecideBegin.
 func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r *store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 	fail := func(c store.Call, err error) (store.Call, bool, store.ResumeStart, error) {
 		return c, false, store.ResumeStart{}, fmt.Errorf("decide call %s: %w", callID, err)
@@ -104,22 +82,17 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 		args = append(args, r.IfRecords-1)
 	}
 	args = append(args, effects...)
-	var p *pipelinedResume
-	if r == nil {
-		res, err := decide.Run(ctx, s.c, keys, args...).Slice()
-		p = &pipelinedResume{res: res, err: err}
-	} else {
-		p = s.withResume(ctx, script, keys, args, callID, dj, *r)
+	p := s.send(ctx, script, keys, args, callID, dj, r)
+	if p.err != nil {
+		return fail(store.Call{}, s.keepOrGiveBack(ctx, p, r, p.err))
 	}
-	res, err := p.res, p.err
-	if err != nil {
-		return fail(store.Call{}, err)
-	}
-	if code, _ := res[0].(string); len(res) == 1 && code == "stale" {
+	if code, _ := p.res[0].(string); len(p.res) == 1 && code == "stale" {
+		s.giveBack(ctx, p, r)
 		return fail(store.Call{}, store.ErrStale)
 	}
-	code, c, left, tail, err := decodeDecision(res)
+	code, c, left, tail, err := decodeDecision(p.res)
 	if err != nil {
+		s.giveBack(ctx, p, r)
 		return fail(c, err)
 	}
 	if code == "decided" && sameDecision(c.Decision, d) {
@@ -128,34 +101,53 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 		// EOF or a read time-out lost): it stands, as the first sending
 		// recorded it, whose follow-up was never made.
 		if left, err = s.leftBy(ctx, runID, callID); err != nil {
-			return fail(c, err)
+			return fail(c, s.keepOrGiveBack(ctx, p, r, err))
 		}
 		code, tail = "ok", ""
 	}
 	switch code {
 	case "ok":
-		rs := s.begun(ctx, p, left == 0, runID, r)
-		err = s.followEffects(ctx, left == 0, fx, d.At, tail)
+		rs, err := s.begun(ctx, p, left == 0, runID, r, fx, d.At, tail)
 		if err != nil {
 			err = fmt.Errorf("decide call %s: %w", callID, err)
 		}
 		return c, left == 0, rs, err
 	case "early":
+		s.giveBack(ctx, p, r)
 		return c, false, store.ResumeStart{}, fmt.Errorf("decide call %s: expire before %s: %w",
 			callID, c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
 	}
+	s.giveBack(ctx, p, r)
 	return fail(c, refusal(code))
 }
 
 // pipelinedResume is the reply of a decision's or an approval's script,
-// and, when it was sent with a resume to begin (see withResume), the
-// replies of decidedResume and of the records' listings.
+// and, when it was sent with a resume to begin, the replies of
+// decidedResume and of the records' listings (withResume), or of the
+// conversation's lease taken beside it (withLease).
 type pipelinedResume struct {
 	res     []any
 	err     error
 	resumed *redis.Cmd
 	recs    []*redis.MapStringStringCmd
 	kinds   []string
+	lease   *redis.Cmd
+}
+
+// send sends script (a decision's or an approval's, on the call callID,
+// whose decision when recorded is dj): alone without r; with r, in one
+// pipeline with what begins the resume of the step it completes, all of
+// it on a single node (withResume), its first half on a Cluster
+// (withLease).
+func (s *Store) send(ctx context.Context, script *redis.Script, keys []string, args []any, callID string, dj []byte, r *store.ResumeBegin) *pipelinedResume {
+	switch {
+	case r == nil:
+		res, err := script.Run(ctx, s.c, keys, args...).Slice()
+		return &pipelinedResume{res: res, err: err}
+	case s.cluster:
+		return s.withLease(ctx, script, keys, args, *r)
+	}
+	return s.withResume(ctx, script, keys, args, callID, dj, *r)
 }
 
 // withResume sends script (a decision's or an approval's, on the call
@@ -193,20 +185,120 @@ func (s *Store) withResume(ctx context.Context, script *redis.Script, keys []str
 	return p
 }
 
-// begun returns the resume that p's decidedResume began, when the
-// decision completed its step (with the claim asked again if its reply was
-// lost: see store.ResumeBegin); zero otherwise.
-func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, runID string, r *store.ResumeBegin) store.ResumeStart {
-	if p.resumed == nil || !complete {
-		return store.ResumeStart{}
+// withLease sends script, on a Cluster, in one pipeline with the script
+// that takes the conversation's lease r.Lease for r.Owner, in another
+// hash slot: the lease is taken before it is known whether the decision
+// completes its step, and given back when it does not (giveBack). The
+// claim of the run, and what the resume reads, follow in a second round
+// trip (see begun).
+func (s *Store) withLease(ctx context.Context, script *redis.Script, keys []string, args []any, r store.ResumeBegin) *pipelinedResume {
+	if r.Lease == "" {
+		res, err := script.Run(ctx, s.c, keys, args...).Slice()
+		return &pipelinedResume{res: res, err: err, kinds: r.Kinds}
 	}
-	rs, lost := s.decodeDecidedResume(r.Conversation, p.resumed, p.kinds, p.recs)
-	if lost {
-		if ars, err := s.askAgain(ctx, runID, *r); err == nil {
-			rs = ars
+	p := &pipelinedResume{kinds: r.Kinds}
+	lkeys := []string{s.leaseKey(r.Lease)}
+	var decided *redis.Cmd
+	// Each command's error is checked apart.
+	_, _ = s.c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		decided = script.EvalSha(ctx, pl, keys, args...)
+		p.lease = acquireLease.EvalSha(ctx, pl, lkeys, r.Owner, r.TTL.Milliseconds())
+		return nil
+	})
+	if redis.HasErrorPrefix(decided.Err(), "NOSCRIPT") {
+		decided = script.Run(ctx, s.c, keys, args...)
+	}
+	if redis.HasErrorPrefix(p.lease.Err(), "NOSCRIPT") {
+		p.lease = acquireLease.Run(ctx, s.c, lkeys, r.Owner, r.TTL.Milliseconds())
+	}
+	p.res, p.err = decided.Slice()
+	return p
+}
+
+// leased reports whether withLease took the conversation's lease.
+func (p *pipelinedResume) leased() bool {
+	if p.lease == nil {
+		return false
+	}
+	n, err := p.lease.Int()
+	return err == nil && n == 1
+}
+
+// giveBack gives back the lease withLease took for a decision that
+// begins no resume (refused, or leaving calls pending); a failure is left
+// to the lease's ttl.
+func (s *Store) giveBack(ctx context.Context, p *pipelinedResume, r *store.ResumeBegin) {
+	if p.leased() {
+		_ = s.ReleaseLease(context.WithoutCancel(ctx), r.Lease, r.Owner)
+	}
+}
+
+// keepOrGiveBack is giveBack after err, a decision whose reply was lost:
+// the lease is kept when the attempt can be asked again, as BeginResume
+// keeps it (its claim may have been taken, on a single node); it returns
+// err.
+func (s *Store) keepOrGiveBack(ctx context.Context, p *pipelinedResume, r *store.ResumeBegin, err error) error {
+	if r != nil && r.Nonce == "" {
+		s.giveBack(ctx, p, r)
+	}
+	return err
+}
+
+// begun begins the resume of the step a decision completed (complete), as
+// p was sent to, and writes the decision's effects (see followEffects;
+// tail is the audit log's oldest entry the script read): on a single
+// node it reads what decidedResume began (asking for the claim again if
+// its reply was lost: see store.ResumeBegin) and the effects were the
+// script's; on a Cluster, with the lease withLease took, it claims the
+// run and reads what the resume needs, the effects in the same pipeline.
+// The error is the effects' (store.ErrEffects): the decision stands, and
+// a resume that could not be begun is begun as usual later.
+func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, runID string, r *store.ResumeBegin, fx store.Effects, at time.Time, tail string) (store.ResumeStart, error) {
+	if r == nil {
+		return store.ResumeStart{}, s.followEffects(ctx, complete, fx, at, tail)
+	}
+	if !s.cluster {
+		var rs store.ResumeStart
+		if p.resumed != nil && complete {
+			var lost bool
+			rs, lost = s.decodeDecidedResume(r.Conversation, p.resumed, p.kinds, p.recs)
+			if lost {
+				if ars, err := s.askAgain(ctx, runID, *r); err == nil {
+					rs = ars
+				}
+			}
 		}
+		return rs, s.followEffects(ctx, complete, fx, at, tail)
 	}
-	return rs
+	if !complete || r.Lease != "" && !p.leased() {
+		// Nothing to begin, or the lease not taken: another owner
+		// holds the conversation (Busy), or it could not be told.
+		s.giveBack(ctx, p, r)
+		return store.ResumeStart{Busy: complete}, s.followEffects(ctx, complete, fx, at, tail)
+	}
+	var e *clusterEffects
+	held := *r
+	held.Lease = "" // withLease took it
+	rs, err := s.beginResumeWith(ctx, runID, held, func(pl redis.Pipeliner) {
+		e = s.addEffects(ctx, pl, complete, fx, at)
+	})
+	if err != nil {
+		// Asked again with the lease, which BeginResume keeps or gives
+		// back as it does its own.
+		rs, err = s.askAgain(ctx, runID, *r)
+	}
+	switch {
+	case err != nil:
+		rs = store.ResumeStart{}
+		_ = s.keepOrGiveBack(ctx, p, r, err)
+	case !rs.Claimed:
+		s.giveBack(ctx, p, r)
+	}
+	tail, err = e.tail(tail)
+	if err != nil {
+		return rs, err
+	}
+	return rs, s.trimStale(ctx, fx, tail)
 }
 
 // askAgain asks again for the claim of the attempt r names, whose answer
@@ -270,21 +362,16 @@ func (s *Store) ApproveAudited(ctx context.Context, callID, fingerprint string, 
 }
 
 // ApproveBegin is ApproveAudited and, when the approval decides the call
-// and completes its step, BeginResume: in one pipeline on a single node,
-// as DecideBegin; on a Cluster, ApproveAudited then BeginResume. See
-// storetest.Store for the contract.
+// and completes its step, BeginResume, as DecideBegin: one round trip on a
+// single node, two on a Cluster. See storetest.Store for the contract.
 func (s *Store) ApproveBegin(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 	if err := s.canBegin(r); err != nil {
 		return store.Call{}, false, store.ResumeStart{}, fmt.Errorf("approve call %s: %w", callID, err)
 	}
-	if s.cluster {
-		c, complete, err := s.ApproveAudited(ctx, callID, fingerprint, a, drop, edit, need, d, fx)
-		return s.thenBegin(ctx, c, complete, r, err)
-	}
 	return s.approveBegin(ctx, callID, fingerprint, a, drop, edit, need, d, fx, &r)
 }
 
-// approveBegin is ApproveAudited, and with r ApproveBegin on a single node.
+// approveBegin is ApproveAudited, and with r ApproveBegin.
 func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r *store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 	fail := func(c store.Call, err error) (store.Call, bool, store.ResumeStart, error) {
 		return c, false, store.ResumeStart{}, fmt.Errorf("approve call %s: %w", callID, err)
@@ -366,22 +453,17 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 		args = append(args, r.IfRecords-1, edited, string(judged))
 	}
 	args = append(args, effects...)
-	var p *pipelinedResume
-	if r == nil {
-		res, err := approve.Run(ctx, s.c, keys, args...).Slice()
-		p = &pipelinedResume{res: res, err: err}
-	} else {
-		p = s.withResume(ctx, script, keys, args, callID, dj, *r)
+	p := s.send(ctx, script, keys, args, callID, dj, r)
+	if p.err != nil {
+		return fail(store.Call{}, s.keepOrGiveBack(ctx, p, r, p.err))
 	}
-	res, err := p.res, p.err
-	if err != nil {
-		return fail(store.Call{}, err)
-	}
-	if code, _ := res[0].(string); len(res) == 1 && code == "stale" {
+	if code, _ := p.res[0].(string); len(p.res) == 1 && code == "stale" {
+		s.giveBack(ctx, p, r)
 		return fail(store.Call{}, store.ErrStale)
 	}
-	code, c, left, tail, err := decodeDecision(res)
+	code, c, left, tail, err := decodeDecision(p.res)
 	if err != nil {
+		s.giveBack(ctx, p, r)
 		return fail(c, err)
 	}
 	switch code {
@@ -390,17 +472,19 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 		if fx.Audit.Action != "" {
 			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)
 		}
-		rs := s.begun(ctx, p, complete, runID, r)
-		err = s.followEffects(ctx, complete, fx, a.At, tail)
+		rs, err := s.begun(ctx, p, complete, runID, r, fx, a.At, tail)
 		if err != nil {
 			err = fmt.Errorf("approve call %s: %w", callID, err)
 		}
 		return c, complete, rs, err
 	case "duplicate":
+		s.giveBack(ctx, p, r)
 		return fail(c, store.ErrDuplicateApproval)
 	case "stale":
+		s.giveBack(ctx, p, r)
 		return fail(c, store.ErrStale)
 	}
+	s.giveBack(ctx, p, r)
 	return fail(c, refusal(code))
 }
 
@@ -473,29 +557,73 @@ func refusal(code string) error {
 // returned wrapped in store.ErrEffects: the decision stands.
 func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effects, at time.Time, tail string) error {
 	if s.cluster {
-		entry, err := auditArg(fx.Audit)
-		if err != nil {
-			return fmt.Errorf("%w: %w", store.ErrEffects, err)
-		}
-		var last *redis.StringCmd
-		_, err = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if entry != "" {
-				p.LPush(ctx, s.auditKey(), entry)
-				p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1)
-				last = p.LIndex(ctx, s.auditKey(), -1)
-			}
-			if fx.Unanswered != "" && complete {
-				p.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(at.UnixMilli()), Member: fx.Unanswered})
-			}
+		var e *clusterEffects
+		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			e = s.addEffects(ctx, p, complete, fx, at)
 			return nil
 		})
-		if err != nil {
-			return fmt.Errorf("%w: %w", store.ErrEffects, err)
-		}
-		if last != nil {
-			tail = last.Val()
+		var err error
+		if tail, err = e.tail(tail); err != nil {
+			return err
 		}
 	}
+	return s.trimStale(ctx, fx, tail)
+}
+
+// clusterEffects are the commands a decision's effects added to a
+// pipeline on a Cluster (see addEffects).
+type clusterEffects struct {
+	err  error
+	cmds []redis.Cmder
+	last *redis.StringCmd
+}
+
+// addEffects adds to p, on a Cluster, the effects of a decision made at at
+// that its script could not write (see effectsOf): the audit entry, with
+// a read of the log's oldest entry, and the conversation listed as
+// unanswered when complete.
+func (s *Store) addEffects(ctx context.Context, p redis.Pipeliner, complete bool, fx store.Effects, at time.Time) *clusterEffects {
+	e := &clusterEffects{}
+	entry, err := auditArg(fx.Audit)
+	if err != nil {
+		e.err = err
+		return e
+	}
+	if entry != "" {
+		e.cmds = append(e.cmds, p.LPush(ctx, s.auditKey(), entry), p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1))
+		// Read after the entry is added and the log trimmed.
+		e.last = p.LIndex(ctx, s.auditKey(), -1)
+	}
+	if fx.Unanswered != "" && complete {
+		e.cmds = append(e.cmds, p.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(at.UnixMilli()), Member: fx.Unanswered}))
+	}
+	return e
+}
+
+// tail returns the audit log's oldest entry once e's commands ran (def
+// when none was read), or their failure, wrapped in store.ErrEffects.
+func (e *clusterEffects) tail(def string) (string, error) {
+	if e.err != nil {
+		return "", fmt.Errorf("%w: %w", store.ErrEffects, e.err)
+	}
+	for _, c := range e.cmds {
+		if err := c.Err(); err != nil {
+			return "", fmt.Errorf("%w: %w", store.ErrEffects, err)
+		}
+	}
+	if e.last == nil {
+		return def, nil
+	}
+	if err := e.last.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("%w: %w", store.ErrEffects, err)
+	}
+	return e.last.Val(), nil
+}
+
+// trimStale trims the audit entries past the retention time if tail, the
+// oldest entry kept after a decision's, is; a failure is wrapped in
+// store.ErrEffects.
+func (s *Store) trimStale(ctx context.Context, fx store.Effects, tail string) error {
 	if tail == "" || fx.Audit.Action == "" {
 		return nil
 	}
@@ -526,6 +654,13 @@ func (s *Store) BeginResume(ctx context.Context, runID string, r store.ResumeBeg
 }
 
 func (s *Store) beginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	return s.beginResumeWith(ctx, runID, r, nil)
+}
+
+// beginResumeWith is beginResume with the commands that also adds to its
+// pipeline (the one that claims the run), which it sends even when it
+// takes no claim.
+func (s *Store) beginResumeWith(ctx context.Context, runID string, r store.ResumeBegin, also func(redis.Pipeliner)) (store.ResumeStart, error) {
 	conversation, lease, owner, ttl, start, kinds := r.Conversation, r.Lease, r.Owner, r.TTL, r.Start, r.Kinds
 	if ttl < time.Millisecond {
 		return store.ResumeStart{}, fmt.Errorf("ttl %v is under 1ms", ttl)
@@ -578,6 +713,9 @@ func (s *Store) beginResume(ctx context.Context, runID string, r store.ResumeBeg
 		}
 		for i, k := range kinds {
 			recs[i] = p.HGetAll(ctx, s.recordsKey(k))
+		}
+		if also != nil {
+			also(p)
 		}
 		return nil
 	})

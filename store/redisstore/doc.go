@@ -19,8 +19,10 @@
 // node (or a Sentinel-managed primary), DecideAudited and ApproveAudited
 // also write the audit entry and the takeover listing in their script, and
 // BeginResume takes the lease and the claim and loads the run and the
-// conversation in one script; on a Cluster, where those keys are in other
-// hash slots, each takes one more round trip (see their docs).
+// conversation in one script, and DecideBegin and ApproveBegin send their
+// script with BeginResume's in one pipeline; on a Cluster, where those
+// keys are in other hash slots, each takes one more round trip (see
+// their docs).
 //
 // # Indexes
 //

@@ -1,5 +1,11 @@
 package redisstore
 
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
 // IndexKeys are the keys of the due and pending-call indexes, for tests
 // that look for entries left behind.
 func (s *Store) IndexKeys() []string { return []string{s.dueKey(), s.pendingKey()} }
@@ -8,3 +14,21 @@ func (s *Store) IndexKeys() []string { return []string{s.dueKey(), s.pendingKey(
 // announces pauses and the releases of the lease on key on.
 func (s *Store) PausesChannel() string          { return s.pausesChannel() }
 func (s *Store) LeaseChannel(key string) string { return s.leaseChannel(key) }
+
+// LoadDecisionScripts loads the scripts of a decision and of the resume it
+// begins on every primary, so that a test counting round trips counts no
+// NOSCRIPT fallback.
+func LoadDecisionScripts(ctx context.Context, c redis.UniversalClient) error {
+	load := func(ctx context.Context, c *redis.Client) error {
+		for _, sc := range []*redis.Script{decide, decideIf, approve, approveIf, decidedResume, beginResume, acquireLease, releaseLease} {
+			if err := sc.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, load)
+	}
+	return load(ctx, c.(*redis.Client))
+}
