@@ -115,6 +115,13 @@ func (p *pausedCalls) remember(c store.Call, recs map[string][]store.Record, ver
 	}
 }
 
+// count returns how many calls are remembered.
+func (p *pausedCalls) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.byKey)
+}
+
 // addEncoded remembers the call id encoded as enc, checked against recs
 // at version, unless it is too large to keep.
 func (p *pausedCalls) addEncoded(id string, enc []byte, recs map[string][]store.Record, version int64) {
@@ -202,22 +209,24 @@ func (a *Agent) FollowPauses(ctx context.Context, ready func()) error {
 	return nil
 }
 
-// recall remembers the pending calls (the oldest, up to maxPausedCalls,
-// which is as many as are remembered) with the policy's records as they
-// are now, so that a decision on one of them takes one store step, as
-// on a call this process paused, after a restart or after announcements
-// were missed. The records are read first: a decision is made only while
-// they are still at their version, and the store checks the rest of the
-// call (see decidePaused). A failure is logged: decisions read the call.
+// recall remembers the pending calls (the oldest, as many as there is
+// room for without forgetting any call remembered: maxPausedCalls when
+// the process starts) with the policy's records as they are now, so that
+// a decision on one of them takes one store step, as on a call this
+// process paused, after a restart or after announcements were missed.
+// The records are read first: a decision is made only while they are
+// still at their version, and the store checks the rest of the call (see
+// decidePaused). A failure is logged: decisions read the call.
 func (a *Agent) recall(ctx context.Context) {
 	kinds := a.policyKinds()
-	if len(kinds) == 0 {
+	room := maxPausedCalls - a.paused.count()
+	if len(kinds) == 0 || room <= 0 {
 		return
 	}
 	recs, version, err := a.store.VersionedRecords(ctx, kinds...)
 	if err == nil && version != 0 {
 		var calls []store.Call
-		calls, err = a.store.Pending(ctx, store.Filter{Limit: maxPausedCalls})
+		calls, err = a.store.Pending(ctx, store.Filter{Limit: room})
 		for _, c := range calls {
 			a.paused.remember(c, recs, version)
 		}

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -132,5 +134,70 @@ func checkRing(t *testing.T, p *pausedCalls) {
 		if live[i].off < live[i-1].end {
 			t.Fatalf("remembered calls share bytes: %v and %v", live[i-1], live[i])
 		}
+	}
+}
+
+// recallStore lists pending calls, and the records at a version, for
+// recall; it records the limit it was asked for.
+type recallStore struct {
+	Store   // not called
+	pending []store.Call
+	limit   int
+}
+
+func (s *recallStore) VersionedRecords(context.Context, ...string) (map[string][]store.Record, int64, error) {
+	return map[string][]store.Record{"rule": nil}, 5, nil
+}
+
+func (s *recallStore) Pending(_ context.Context, f store.Filter) ([]store.Call, error) {
+	s.limit = f.Limit
+	return s.pending[:min(f.Limit, len(s.pending))], nil
+}
+
+// kindsPolicy is a RecordPolicy that judges by one kind of record; it
+// judges nothing.
+type kindsPolicy struct {
+	Policy
+	RecordPolicy
+}
+
+func (kindsPolicy) RecordKinds() []string { return []string{"rule"} }
+
+// Recalling the pending calls remembers them, as many as there is room
+// for: it never forgets a call remembered before (the newest pauses, more
+// likely clicked soon than the oldest pending calls).
+func TestRecallForgetsNothingRemembered(t *testing.T) {
+	call := func(id string) store.Call { return store.Call{ID: id, Args: json.RawMessage(`{}`)} }
+	st := &recallStore{}
+	for i := range maxPausedCalls {
+		st.pending = append(st.pending, call(store.CallID("old", i)))
+	}
+	a := &Agent{store: st, policy: kindsPolicy{}, log: slog.New(slog.DiscardHandler)}
+	own := map[string][]store.Record{"rule": nil}
+	for i := range 10 {
+		a.paused.remember(call(store.CallID("own", i)), own, 5)
+	}
+	a.recall(t.Context())
+	if st.limit != maxPausedCalls-10 {
+		t.Errorf("recall asked for %d pending calls with 10 remembered, want %d", st.limit, maxPausedCalls-10)
+	}
+	if n := a.paused.count(); n != maxPausedCalls {
+		t.Errorf("remembered %d calls after the recall, want %d", n, maxPausedCalls)
+	}
+	for i := range 10 {
+		if _, ok := a.paused.take(store.CallID("own", i)); !ok {
+			t.Errorf("call own.%d, remembered before the recall, was forgotten", i)
+		}
+	}
+	if _, ok := a.paused.take(store.CallID("old", 0)); !ok {
+		t.Error("the oldest pending call was not recalled")
+	}
+	st.limit = -1
+	for i := range 20 {
+		a.paused.remember(call(store.CallID("new", i)), own, 5)
+	}
+	a.recall(t.Context())
+	if st.limit != -1 {
+		t.Errorf("recall with no room asked for %d pending calls, want no listing", st.limit)
 	}
 }
