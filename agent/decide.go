@@ -130,14 +130,15 @@ var lostDecisionWait = 10 * time.Second
 // (unless a resume of another process has settled the call meanwhile) and
 // releases the claim: the resume that follows runs the call. It returns
 // the call as stored, whether its step is complete, and whether the
-// decision was recorded; an error if the store could not tell.
-func (a *Agent) recoverDecision(ctx context.Context, c store.Call, rb store.ResumeBegin) (got store.Call, complete, recorded bool, err error) {
+// decision was recorded (as mine tells from the call as stored); an error
+// if the store could not tell.
+func (a *Agent) recoverDecision(ctx context.Context, c store.Call, rb store.ResumeBegin, mine func(store.Call) bool) (got store.Call, complete, recorded bool, err error) {
 	_, calls, err := a.store.LoadRun(ctx, c.RunID)
 	if err != nil {
 		return store.Call{}, false, false, err
 	}
 	i := slices.IndexFunc(calls, func(x store.Call) bool { return x.ID == c.ID })
-	if i < 0 || calls[i].Decision == nil || calls[i].Decision.Attempt != rb.Nonce {
+	if i < 0 || !mine(calls[i]) {
 		return store.Call{}, false, false, nil
 	}
 	got = calls[i]
@@ -251,8 +252,16 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	fx := decisionEffects(c, d.Decider, storedKind(d.Kind), fp, d.At)
 	// Names the decision this approval may complete, as record does.
 	final.Attempt = newNonce()
+	// An approval that cannot meet the count begins no resume: it is
+	// sent alone, unless it is judged from the remembered call, whose
+	// conditions only ApproveBegin takes.
+	kept := len(store.Dropped(c.Approvals, stale))
+	if edit != nil {
+		kept = 0 // an edit restarts the count
+	}
+	counted := kept+1 < need
 	var s sent
-	if taken != nil {
+	if taken != nil && (pc != nil || !counted) {
 		rb := a.resumeBegin(c, final.Attempt, 0)
 		if pc != nil {
 			// Judged from the call as remembered: written only if the
@@ -262,7 +271,7 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 				rb.IfApprovers = append(rb.IfApprovers, x.Approver)
 			}
 		}
-		s = a.send(ctx, c, rb, func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+		s = a.send(ctx, c, rb, approvedBy(ap, final.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.ApproveBegin(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx, rb)
 		})
 	}
@@ -289,7 +298,7 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	} else if pc != nil {
 		// Counted: the next approval is judged from the call as it is
 		// now, against the same records.
-		a.paused.remember(s.got, pc.recs, pc.version)
+		a.paused.remember(s.got, pc.recs, pc.version, false)
 	}
 	a.reporter(s.got.Conversation).Updated(ctx, u)
 	return DecideResult{Call: viewOf(s.got), Complete: s.complete}, nil
@@ -640,7 +649,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	sd.Attempt = newNonce()
 	var s sent
 	if taken != nil {
-		s = a.send(ctx, c, a.resumeBegin(c, sd.Attempt, ifRecords), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+		s = a.send(ctx, c, a.resumeBegin(c, sd.Attempt, ifRecords), decidedBy(sd.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
 		})
 	}
@@ -692,8 +701,10 @@ func (a *Agent) resumeBegin(c store.Call, nonce string, ifRecords int64) store.R
 // begins the resume of the step it completes as rb asks (DecideBegin,
 // ApproveBegin), unless a turn of this process holds the conversation
 // (then nothing is sent: asked is false). A step whose answer was lost
-// is asked again until the store answers (see lostDecisionWait).
-func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, step func(store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)) sent {
+// is asked again until the store answers (see lostDecisionWait), and
+// found recorded when mine holds for the call as stored (see
+// recoverDecision).
+func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, mine func(store.Call) bool, step func(store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)) sent {
 	var s sent
 	_, _ = a.leases.take(c.Conversation, func() (bool, error) {
 		s.asked = true
@@ -710,7 +721,7 @@ func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, st
 					s.got, s.complete, s.rs.ResumeStart, s.err = again.Calls[i], true, again, nil
 				}
 			case answered:
-				cur, done, recorded, rerr := a.recoverDecision(ctx, c, rb)
+				cur, done, recorded, rerr := a.recoverDecision(ctx, c, rb, mine)
 				switch {
 				case rerr != nil:
 					s.err = fmt.Errorf("%w: %w", ErrUnconfirmed, rerr)
@@ -727,6 +738,21 @@ func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, st
 		return s.rs.Claimed, nil
 	})
 	return s
+}
+
+// decidedBy reports whether a call holds the decision of the attempt
+// nonce names.
+func decidedBy(nonce string) func(store.Call) bool {
+	return func(c store.Call) bool { return c.Decision != nil && c.Decision.Attempt == nonce }
+}
+
+// approvedBy reports whether a call holds approval ap, counted, or the
+// decision it completed (of the attempt nonce names).
+func approvedBy(ap store.Approval, nonce string) func(store.Call) bool {
+	decided := decidedBy(nonce)
+	return func(c store.Call) bool {
+		return decided(c) || slices.ContainsFunc(c.Approvals, func(x store.Approval) bool { return x.Approver == ap.Approver && x.At.Equal(ap.At) })
+	}
 }
 
 // held is the conversation's lease and the run's resume claim that the

@@ -265,6 +265,14 @@ func (s *lostAnswers) DecideBegin(ctx context.Context, id, fp string, d store.De
 	return c, complete, rs, err
 }
 
+func (s *lostAnswers) ApproveBegin(ctx context.Context, id, fp string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	c, complete, rs, err := s.Store.ApproveBegin(ctx, id, fp, ap, drop, edit, need, d, fx, r)
+	if err == nil && s.decide.Add(-1) >= 0 {
+		return store.Call{}, false, store.ResumeStart{}, errLostAnswer
+	}
+	return c, complete, rs, err
+}
+
 func (s *lostAnswers) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	if s.outage.Load() > 0 {
 		if s.outage.Add(-1) == 0 && s.lapse {
@@ -412,6 +420,55 @@ func TestLostDecisionOfTheSecondCall(t *testing.T) {
 			}
 			if got := toolResults(t, w.model); len(got) != 2 || strings.Contains(strings.Join(got, "|"), "outcome unknown") {
 				t.Errorf("the model read %q, want the deploy's result and the rejection", got)
+			}
+		})
+	}
+}
+
+// An approval counted toward a call that needs two, whose store step's
+// answer was lost while the store was unreachable for a while, is found
+// counted once the store answers: the approver is told it counted (not
+// that the store failed), and the second approval runs the call once.
+func TestLostCountedApproval(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			w.policy = `
+policy:
+  rules:
+    - id: two
+      tool: restart
+      verdict: ask
+      approvers: [UONE000001, UTWO000002]
+      min_approvals: 2
+`
+			st := &lostAnswers{Store: w.store.(storetest.Store)}
+			a := w.agentWith(st, w.rec)
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+			d := func(who string) approvals.Decision {
+				return approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: who}
+			}
+			st.decide.Store(1)
+			st.outage.Store(3)
+			res, taken, err := a.DecideTaking(ctx, d("UONE000001"))
+			if err != nil || res.Complete || taken != nil || res.Call.Status != agent.CallPending || len(res.Call.Approvals) != 1 {
+				t.Fatalf("an approval counted with its answer lost = %+v, taken %v, %v; want it counted, the call pending", res, taken != nil, err)
+			}
+			w.model.Reply(fakeopenai.Text("restarted"))
+			res, taken, err = a.DecideTaking(ctx, d("UTWO000002"))
+			if err != nil || !res.Complete {
+				t.Fatalf("the second approval = %+v, %v; want the step complete", res, err)
+			}
+			var out agent.Outcome
+			if taken != nil {
+				out, err = a.ResumeTaken(ctx, taken)
+			} else {
+				out, err = a.Resume(ctx, p.RunID)
+			}
+			must(t, err)
+			if out.Status != agent.Answered || w.restarts.n.Load() != 1 {
+				t.Errorf("the resume = %+v, restart ran %d times; want it answered, once", out, w.restarts.n.Load())
 			}
 		})
 	}

@@ -105,14 +105,24 @@ func (p *pausedCalls) addAll(an announcement, recs map[string][]store.Record) {
 }
 
 // remember remembers c, checked against recs at version, unless its
-// arguments are large.
-func (p *pausedCalls) remember(c store.Call, recs map[string][]store.Record, version int64) {
-	if len(c.Args) > maxPausedArgs {
-		return
+// arguments are large; with keep, only if that forgets no call remembered
+// (a call remembered already stays as it is). It reports whether c is
+// remembered.
+func (p *pausedCalls) remember(c store.Call, recs map[string][]store.Record, version int64, keep bool) bool {
+	key, ok := fixedkey.Of(c.ID)
+	if !ok || len(c.Args) > maxPausedArgs {
+		return false
 	}
-	if enc, err := json.Marshal(c); err == nil {
-		p.addEncoded(c.ID, enc, recs, version)
+	enc, err := json.Marshal(c)
+	if err != nil || len(enc) > pausedBytes/16 {
+		return false
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.byKey[key]; ok && keep {
+		return true
+	}
+	return p.put(key, enc, recs, version, keep)
 }
 
 // count returns how many calls are remembered.
@@ -130,7 +140,7 @@ func (p *pausedCalls) addEncoded(id string, enc []byte, recs map[string][]store.
 		return
 	}
 	p.mu.Lock()
-	p.put(key, enc, recs, version)
+	p.put(key, enc, recs, version, false)
 	p.mu.Unlock()
 }
 
@@ -210,9 +220,9 @@ func (a *Agent) FollowPauses(ctx context.Context, ready func()) error {
 }
 
 // recall remembers the pending calls (the oldest, as many as there is
-// room for without forgetting any call remembered: maxPausedCalls when
-// the process starts) with the policy's records as they are now, so that
-// a decision on one of them takes one store step, as on a call this
+// room for without forgetting any call remembered: up to maxPausedCalls
+// when the process starts) with the policy's records as they are now, so
+// that a decision on one of them takes one store step, as on a call this
 // process paused, after a restart or after announcements were missed.
 // The records are read first: a decision is made only while they are
 // still at their version, and the store checks the rest of the call (see
@@ -228,7 +238,9 @@ func (a *Agent) recall(ctx context.Context) {
 		var calls []store.Call
 		calls, err = a.store.Pending(ctx, store.Filter{Limit: room})
 		for _, c := range calls {
-			a.paused.remember(c, recs, version)
+			if !a.paused.remember(c, recs, version, true) {
+				break
+			}
 		}
 	}
 	if err != nil && ctx.Err() == nil {
@@ -263,8 +275,9 @@ func (a *Agent) announce(remember announcement, recs map[string][]store.Record) 
 }
 
 // put stores a call's encoding in the ring, forgetting the oldest calls
-// as far as needed for the room.
-func (p *pausedCalls) put(key fixedkey.Key, enc []byte, recs map[string][]store.Record, version int64) {
+// as far as needed for the room; with keep, it forgets only calls taken
+// already, and stores nothing (reporting false) when that leaves no room.
+func (p *pausedCalls) put(key fixedkey.Key, enc []byte, recs map[string][]store.Record, version int64, keep bool) bool {
 	if p.buf == nil {
 		p.buf = make([]byte, pausedBytes)
 		p.slots = make([]pausedSlot, maxPausedCalls)
@@ -291,6 +304,9 @@ func (p *pausedCalls) put(key fixedkey.Key, enc []byte, recs map[string][]store.
 		if p.n < len(p.slots) && !inTheWay && !(wrap && tOff >= p.head) {
 			break
 		}
+		if keep && t.key != (fixedkey.Key{}) {
+			return false
+		}
 		p.drop(int32(p.tail))
 		p.tail = (p.tail + 1) % len(p.slots)
 		p.n--
@@ -307,6 +323,7 @@ func (p *pausedCalls) put(key fixedkey.Key, enc []byte, recs map[string][]store.
 		p.recs[version] = sr
 	}
 	sr.uses++
+	return true
 }
 
 // take returns and forgets the call id, if remembered.

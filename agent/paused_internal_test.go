@@ -3,8 +3,8 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -175,7 +175,7 @@ func TestRecallForgetsNothingRemembered(t *testing.T) {
 	a := &Agent{store: st, policy: kindsPolicy{}, log: slog.New(slog.DiscardHandler)}
 	own := map[string][]store.Record{"rule": nil}
 	for i := range 10 {
-		a.paused.remember(call(store.CallID("own", i)), own, 5)
+		a.paused.remember(call(store.CallID("own", i)), own, 5, false)
 	}
 	a.recall(t.Context())
 	if st.limit != maxPausedCalls-10 {
@@ -192,9 +192,29 @@ func TestRecallForgetsNothingRemembered(t *testing.T) {
 	if _, ok := a.paused.take(store.CallID("old", 0)); !ok {
 		t.Error("the oldest pending call was not recalled")
 	}
+	// Slots of calls taken (decided) count against no room, but they
+	// are still in the ring: a recall forgets them, never a call
+	// remembered, however few are.
+	a.paused = pausedCalls{}
+	for i := range maxPausedCalls - 1 {
+		if i == 500 {
+			a.paused.remember(call("kept.0"), own, 5, false)
+		}
+		id := store.CallID("decided", i)
+		a.paused.remember(call(id), own, 5, false)
+		a.paused.take(id)
+	}
+	a.recall(t.Context())
+	if n := a.paused.count(); n != 501 {
+		t.Errorf("remembered %d calls after a recall into the room of 500 taken calls older than a remembered one, want 501", n)
+	}
+	if _, ok := a.paused.take("kept.0"); !ok {
+		t.Error("a call remembered before a recall, among taken ones, was forgotten")
+	}
 	st.limit = -1
-	for i := range 20 {
-		a.paused.remember(call(store.CallID("new", i)), own, 5)
+	a.paused = pausedCalls{}
+	for i := range maxPausedCalls {
+		a.paused.remember(call(store.CallID("new", i)), own, 5, false)
 	}
 	a.recall(t.Context())
 	if st.limit != -1 {

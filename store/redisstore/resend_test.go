@@ -189,3 +189,78 @@ func TestPutRecordSentAgain(t *testing.T) {
 		}
 	})
 }
+
+// resendPipelineAfterHook is resendAfterHook for a pipeline: the first
+// pipeline sent after it is armed that holds a script whose first key
+// names key runs, then between runs, then the pipeline is sent again.
+type resendPipelineAfterHook struct {
+	armed   *bool
+	key     string
+	between func()
+}
+
+func (resendPipelineAfterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (resendPipelineAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h resendPipelineAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if *h.armed && slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool {
+			args := cmd.Args()
+			return len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[0]), "eval") && strings.Contains(fmt.Sprint(args[3]), h.key)
+		}) {
+			*h.armed = false
+			if err := next(ctx, cmds); err != nil {
+				return err
+			}
+			h.between()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A decision conditional on the records' version whose reply is lost,
+// sent again after the records changed, is answered as the decision it
+// is, recorded, with the resume it began: not as refused for stale
+// records (which would leave its claim and its started call to no one).
+func TestConditionalDecisionSentAgainAfterARecordChange(t *testing.T) {
+	u := redisURL(t)
+	if _, err := redis.ParseURL(u); err != nil {
+		skipOutsideCI(t, "the test needs a single-node REDIS_URL: %v", err)
+	}
+	ctx := t.Context()
+	prefix := newPrefix(t, u)
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = s.Close() })
+	other := newStore(t, u, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = other.Close() })
+	_, version, err := s.VersionedRecords(ctx, "rules")
+	if err != nil || version == 0 {
+		t.Fatalf("VersionedRecords = %d, %v; want a version", version, err)
+	}
+	r, calls := testRun()
+	r.Conversation = "C1:" + r.ID
+	if err := s.CreateRun(ctx, r, calls); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	call := calls[0]
+	armed := true
+	c.AddHook(resendPipelineAfterHook{armed: &armed, key: call.ID, between: func() {
+		if _, err := other.PutRecord(ctx, store.Record{Kind: "rules", ID: "r1", Data: []byte(`{}`)}, -1); err != nil {
+			t.Errorf("PutRecord between the sendings: %v", err)
+		}
+	}})
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: store.TurnLease(r.Conversation), Owner: "a", TTL: time.Minute,
+		Start: []string{"approve"}, IfRecords: version, Nonce: "attempt-1"}
+	got, complete, rs, err := s.DecideBegin(ctx, call.ID, call.Fingerprint, store.Decision{Kind: "approve", Decider: "U1", Attempt: "attempt-1"}, store.Effects{}, rb)
+	if armed {
+		t.Fatal("the decision was not sent again")
+	}
+	if err != nil || !complete || got.Status != store.Decided || !rs.Claimed || rs.Started != call.ID {
+		t.Fatalf("DecideBegin sent again after a record change = %s, complete %v, claimed %v, started %q, %v; want decided, complete, its resume begun with the call started", got.Status, complete, rs.Claimed, rs.Started, err)
+	}
+}

@@ -56,12 +56,17 @@ return 1
 // ARGV: fingerprint, kind, at, decision JSON, new status, then the effects
 // Returns {code, pending calls left, the call's callFields[, audit tail]}
 // where code is ok, notfound, decided, mismatch, expired or early.
-// decideBody is the body of decide, after decisionEffects.
-const decideBody = `
+// decideHead starts decide, after decisionEffects: the call not found,
+// or decided already.
+const decideHead = `
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 0 then
   return {'notfound'}
 end
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
+`
+
+// decideBody is the rest of decide.
+const decideBody = `
 local kind = ARGV[2]
 if kind ~= 'expire' and kind ~= 'cancel' and redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then
   return reply('mismatch', -1)
@@ -81,15 +86,17 @@ effects(ARGV[#ARGV - 3], left)
 return reply('ok', left)
 `
 
-var decide = redis.NewScript(decisionEffects + decideBody)
+var decide = redis.NewScript(decisionEffects + decideHead + decideBody)
 
 // decideIf is decide on a single node, if the records are still at the
-// version given (see store.ResumeBegin.IfRecords).
+// version given (see store.ResumeBegin.IfRecords); a decided call is
+// answered as by decide, so that the same decision sent again after its
+// reply was lost is known as recorded even if the records changed since.
 // KEYS: call, run, audit, unanswered, records version
 // ARGV: as decide, with the records version expected (the count of
 // record changes) after the first five
 // Returns {'stale'} when the records changed, else what decide returns.
-var decideIf = redis.NewScript(decisionEffects + `
+var decideIf = redis.NewScript(decisionEffects + decideHead + `
 if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[6]) then return {'stale'} end
 ` + decideBody)
 
