@@ -37,6 +37,14 @@ func (r *roundTrips) load() int64 {
 // its step on Redis, and reports the round trips that takes. Set REDIS_URL
 // to run it; the keys it writes are deleted at the end.
 func BenchmarkDecideResumeRedis(b *testing.B) {
+	st, trips := benchRedis(b)
+	benchDecideResume(b, st, trips)
+}
+
+// benchRedis opens a store on REDIS_URL, under a prefix of its own whose
+// keys are deleted at the end, with its round trips counted; the
+// benchmark is skipped without REDIS_URL.
+func benchRedis(b *testing.B) (*redisstore.Store, *roundTrips) {
 	url := os.Getenv("REDIS_URL")
 	if url == "" {
 		b.Skip("REDIS_URL is not set")
@@ -58,7 +66,7 @@ func BenchmarkDecideResumeRedis(b *testing.B) {
 	if err := st.Ping(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	benchDecideResume(b, st, trips)
+	return st, trips
 }
 
 // BenchmarkDecideResumeBolt is the same on the embedded store, for
@@ -85,23 +93,8 @@ func benchDecideResume(b *testing.B, st benchStore, trips *roundTrips) {
 	ctx := context.Background()
 	model := deployModel()
 	defer model.Close()
-	tools := agent.NewRegistry()
 	var runs atomic.Int64
-	err := tools.Register(agent.Tool{Name: "deploy", Schema: json.RawMessage(deploySchema),
-		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
-			runs.Add(1)
-			return agent.Result{Content: "deployed"}, nil
-		}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	policy, err := approvals.ParseConfig([]byte(testPolicy))
-	if err != nil {
-		b.Fatal(err)
-	}
-	a := agent.New(
-		agent.NewOpenAIModel(agent.ModelConfig{BaseURL: model.URL(), APIKey: "key", Model: "fake-model", Timeout: 10 * time.Second}),
-		tools, approvals.NewEngine(policy, st), st, nil, agent.Config{})
+	a := benchDeployAgent(b, st, model, testPolicy, func() { runs.Add(1) })
 
 	var decideTrips, allTrips int64
 	b.ReportAllocs()
@@ -156,24 +149,7 @@ func benchDecideResume(b *testing.B, st benchStore, trips *roundTrips) {
 // the tool's start. Set REDIS_URL to run it; the keys it writes are
 // deleted at the end.
 func BenchmarkTwoPersonApprovalsRedis(b *testing.B) {
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		b.Skip("REDIS_URL is not set")
-	}
-	client, err := redisstore.NewClient(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	trips := &roundTrips{}
-	client.AddHook(trips.hook())
-	prefix := "agentbench-" + store.NewRunID()
-	st := redisstore.NewFromClient(client, redisstore.Options{Prefix: prefix})
-	b.Cleanup(func() { _ = st.Close() })
-	b.Cleanup(func() {
-		if err := deleteKeys(context.Background(), client, prefix+":*"); err != nil {
-			b.Errorf("delete benchmark keys: %v", err)
-		}
-	})
+	st, trips := benchRedis(b)
 	benchTwoPerson(b, st, trips)
 }
 
@@ -194,17 +170,8 @@ func benchTwoPerson(b *testing.B, st benchStore, trips *roundTrips) {
 	ctx := context.Background()
 	model := deployModel()
 	defer model.Close()
-	tools := agent.NewRegistry()
 	var started atomic.Int64 // the round trips counted when the tool started
-	err := tools.Register(agent.Tool{Name: "deploy", Schema: json.RawMessage(deploySchema),
-		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
-			started.Store(trips.load())
-			return agent.Result{Content: "deployed"}, nil
-		}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	policy, err := approvals.ParseConfig([]byte(`
+	a := benchDeployAgent(b, st, model, `
 policy:
   rules:
     - id: two
@@ -212,13 +179,7 @@ policy:
       verdict: ask
       approvers: [UAPPROVER1, UAPPROVER2]
       min_approvals: 2
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	a := agent.New(
-		agent.NewOpenAIModel(agent.ModelConfig{BaseURL: model.URL(), APIKey: "key", Model: "fake-model", Timeout: 10 * time.Second}),
-		tools, approvals.NewEngine(policy, st), st, nil, agent.Config{})
+`, func() { started.Store(trips.load()) })
 	var first, second int64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -258,6 +219,27 @@ policy:
 		b.ReportMetric(float64(first)/float64(b.N), "first-roundtrips/op")
 		b.ReportMetric(float64(second)/float64(b.N), "second-to-tool-roundtrips/op")
 	}
+}
+
+// benchDeployAgent is an agent on st and model, judged by the policy
+// file policy, whose deploy tool calls ran each time it runs.
+func benchDeployAgent(b *testing.B, st benchStore, model *fakeopenai.Server, policy string, ran func()) *agent.Agent {
+	tools := agent.NewRegistry()
+	err := tools.Register(agent.Tool{Name: "deploy", Schema: json.RawMessage(deploySchema),
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			ran()
+			return agent.Result{Content: "deployed"}, nil
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := approvals.ParseConfig([]byte(policy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return agent.New(
+		agent.NewOpenAIModel(agent.ModelConfig{BaseURL: model.URL(), APIKey: "key", Model: "fake-model", Timeout: 10 * time.Second}),
+		tools, approvals.NewEngine(p, st), st, nil, agent.Config{})
 }
 
 // deployModel is a fake model that asks to deploy, and answers once the

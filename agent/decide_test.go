@@ -434,15 +434,7 @@ func TestLostCountedApproval(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
 			w := newWorld(t, b)
-			w.policy = `
-policy:
-  rules:
-    - id: two
-      tool: restart
-      verdict: ask
-      approvers: [UONE000001, UTWO000002]
-      min_approvals: 2
-`
+			w.policy = twoOfThree
 			st := &lostAnswers{Store: w.store.(storetest.Store)}
 			a := w.agentWith(st, w.rec)
 			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))

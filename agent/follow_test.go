@@ -55,17 +55,7 @@ func TestDecisionOnAnotherProcessesPauseReadsNothing(t *testing.T) {
 	paused := w.agent()
 	f := &following{Store: w.store, heard: make(chan struct{}, 10)}
 	other := w.agentWith(f, w.rec)
-	followCtx, stop := context.WithCancel(ctx)
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- other.FollowPauses(followCtx, func() { close(ready) }) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("FollowPauses = %v, want nil once its context ended", err)
-		}
-	}()
-	<-ready
+	follow(t, other)
 
 	p := pauseOne(t, w, paused, call("c1", "deploy", `{"service":"api","version":"2"}`))
 	select {
@@ -113,21 +103,7 @@ func TestDecisionAfterARestartReadsNothing(t *testing.T) {
 			st := &steps{Store: w.reopen()}
 			w.store = st.Store
 			a := w.agentWith(st, w.rec)
-			followCtx, stop := context.WithCancel(ctx)
-			ready := make(chan struct{})
-			done := make(chan error, 1)
-			go func() { done <- a.FollowPauses(followCtx, func() { close(ready) }) }()
-			defer func() {
-				stop()
-				if err := <-done; err != nil {
-					t.Errorf("FollowPauses = %v, want nil", err)
-				}
-			}()
-			select {
-			case <-ready:
-			case <-time.After(10 * time.Second):
-				t.Fatal("FollowPauses not ready within 10s")
-			}
+			follow(t, a)
 			res, taken, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
 			must(t, err)
 			if !res.Complete || taken == nil {
@@ -150,5 +126,29 @@ func TestDecisionAfterARestartReadsNothing(t *testing.T) {
 				t.Errorf("deploy ran %d times, want once", n)
 			}
 		})
+	}
+}
+
+// follow has a follow the pauses of the others until the test ends, and
+// returns once it is ready (its first recall done, announcements reaching
+// it).
+func follow(t *testing.T, a *agent.Agent) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- a.FollowPauses(ctx, func() { close(ready) }) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("FollowPauses = %v, want nil once its context ended", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("FollowPauses ended before it was ready: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("FollowPauses not ready within 10s")
 	}
 }

@@ -408,6 +408,17 @@ policy:
 	}
 }
 
+// twoOfThree asks two of three approvers to approve a restart.
+const twoOfThree = `
+policy:
+  rules:
+    - id: two
+      tool: restart
+      verdict: ask
+      approvers: [UONE000001, UTWO000002, UTHREE0003]
+      min_approvals: 2
+`
+
 // steps is a store that counts the calls read for a decision and the
 // approvals and resumes written.
 type steps struct {
@@ -443,15 +454,6 @@ func (s *steps) BeginResume(ctx context.Context, runID string, r store.ResumeBeg
 // records changed, the call is read first, as always. Each way the tool
 // runs once, with both approvals.
 func TestTwoPersonApprovalsOfARememberedCallReadNothing(t *testing.T) {
-	const twoPerson = `
-policy:
-  rules:
-    - id: two
-      tool: restart
-      verdict: ask
-      approvers: [UONE000001, UTWO000002, UTHREE0003]
-      min_approvals: 2
-`
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -481,7 +483,7 @@ policy:
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					w := newWorld(t, b)
-					w.policy = twoPerson
+					w.policy = twoOfThree
 					st := &steps{Store: w.store}
 					a := w.agentWith(st, w.rec)
 					p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))

@@ -83,16 +83,8 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	}
 	args = append(args, effects...)
 	p := s.send(ctx, script, keys, args, callID, dj, r)
-	if p.err != nil {
-		return fail(store.Call{}, s.keepOrGiveBack(ctx, p, r, p.err))
-	}
-	if code, _ := p.res[0].(string); len(p.res) == 1 && code == "stale" {
-		s.giveBack(ctx, p, r)
-		return fail(store.Call{}, store.ErrStale)
-	}
-	code, c, left, tail, err := decodeDecision(p.res)
+	code, c, left, tail, err := s.decoded(ctx, p, r)
 	if err != nil {
-		s.giveBack(ctx, p, r)
 		return fail(c, err)
 	}
 	if code == "decided" && sameDecision(c.Decision, d) {
@@ -119,6 +111,26 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	}
 	s.giveBack(ctx, p, r)
 	return fail(c, refusal(code))
+}
+
+// decoded decodes the reply of a decision's or an approval's script sent
+// by send (see decodeDecision); an error for a reply that was lost (the
+// lease withLease took kept as keepOrGiveBack keeps it), is stale
+// (store.ErrStale, with no call when the records changed) or cannot be
+// read (the lease given back).
+func (s *Store) decoded(ctx context.Context, p *pipelinedResume, r *store.ResumeBegin) (code string, c store.Call, left int64, tail string, err error) {
+	if p.err != nil {
+		return "", store.Call{}, 0, "", s.keepOrGiveBack(ctx, p, r, p.err)
+	}
+	if code, _ := p.res[0].(string); len(p.res) == 1 && code == "stale" {
+		s.giveBack(ctx, p, r)
+		return code, store.Call{}, 0, "", store.ErrStale
+	}
+	code, c, left, tail, err = decodeDecision(p.res)
+	if err != nil {
+		s.giveBack(ctx, p, r)
+	}
+	return code, c, left, tail, err
 }
 
 // pipelinedResume is the reply of a decision's or an approval's script,
@@ -454,16 +466,8 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 	}
 	args = append(args, effects...)
 	p := s.send(ctx, script, keys, args, callID, dj, r)
-	if p.err != nil {
-		return fail(store.Call{}, s.keepOrGiveBack(ctx, p, r, p.err))
-	}
-	if code, _ := p.res[0].(string); len(p.res) == 1 && code == "stale" {
-		s.giveBack(ctx, p, r)
-		return fail(store.Call{}, store.ErrStale)
-	}
-	code, c, left, tail, err := decodeDecision(p.res)
+	code, c, left, tail, err := s.decoded(ctx, p, r)
 	if err != nil {
-		s.giveBack(ctx, p, r)
 		return fail(c, err)
 	}
 	switch code {
