@@ -270,6 +270,16 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 			for _, x := range c.Approvals {
 				rb.IfApprovers = append(rb.IfApprovers, x.Approver)
 			}
+			if counted {
+				// The processes that follow pauses remember the call
+				// with this count too, once it is counted, as this one
+				// does: the next approval, wherever it is clicked, is
+				// judged from it.
+				an := rememberable([]store.Call{store.Counted(c, ap, stale, edit)}, pc.recs, pc.version)
+				if len(an.IDs) == 1 {
+					rb.Announce = a.announce(an, pc.recs)
+				}
+			}
 		}
 		s = a.send(ctx, c, rb, approvedBy(ap, final.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.ApproveBegin(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx, rb)

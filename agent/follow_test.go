@@ -16,11 +16,22 @@ import (
 var _ agent.PauseFeed = (*redisstore.Store)(nil)
 
 // following is a store that tells when an announcement of a pause was
-// handed to its follower, and counts the calls read for a decision.
+// handed to its follower, and counts the calls read for a decision and
+// the approval steps taken.
 type following struct {
 	agent.Store
-	heard chan struct{}
-	reads atomic.Int64
+	heard            chan struct{}
+	reads, approvals atomic.Int64
+}
+
+func (f *following) ApproveBegin(ctx context.Context, callID, fingerprint string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	f.approvals.Add(1)
+	return f.Store.ApproveBegin(ctx, callID, fingerprint, ap, drop, edit, need, d, fx, r)
+}
+
+func (f *following) ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error) {
+	f.approvals.Add(1)
+	return f.Store.ApproveAudited(ctx, callID, fingerprint, ap, drop, edit, need, d, fx)
 }
 
 func (f *following) FollowPauses(ctx context.Context, ready func(), fn func([]byte)) error {
@@ -147,8 +158,69 @@ func follow(t *testing.T, a *agent.Agent) {
 	select {
 	case <-ready:
 	case err := <-done:
-		t.Fatalf("FollowPauses ended before it was ready: %v", err)
+		done <- err // for the cleanup
+		select {
+		case <-ready: // it returns once ready with a store that announces nothing
+		default:
+			t.Fatalf("FollowPauses ended before it was ready: %v", err)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("FollowPauses not ready within 10s")
+	}
+}
+
+// An approval counted on one process is announced, as a pause is: the
+// next approval of the call, on another process that follows pauses, is
+// judged from the call with that count and decides it in one store step,
+// with no read, beginning its resume. The call runs once.
+func TestCountedApprovalIsAnnounced(t *testing.T) {
+	var redis *backend
+	for _, b := range backends(t) {
+		if b.name == "redis" {
+			redis = &b
+		}
+	}
+	if redis == nil {
+		t.Skip("REDIS_URL is not set: pauses are announced on Redis only")
+	}
+	ctx := t.Context()
+	w := newWorld(t, *redis)
+	w.policy = twoOfThree
+	paused := w.agent()
+	f := &following{Store: w.store, heard: make(chan struct{}, 10)}
+	other := w.agentWith(f, w.rec)
+	follow(t, other)
+	heard := func(what string) {
+		t.Helper()
+		select {
+		case <-f.heard:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the other process heard no %s within 10s", what)
+		}
+	}
+	p := pauseOne(t, w, paused, call("c1", "restart", `{"env":"prod"}`))
+	heard("pause")
+	d := func(who string) approvals.Decision {
+		return approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: who}
+	}
+	if res, _, err := paused.DecideTaking(ctx, d("UONE000001")); err != nil || res.Complete {
+		t.Fatalf("the first approval = %+v, %v; want it counted", res, err)
+	}
+	heard("counted approval")
+	w.model.Reply(fakeopenai.Text("restarted"))
+	res, taken, err := other.DecideTaking(ctx, d("UTWO000002"))
+	if err != nil || !res.Complete || taken == nil {
+		t.Fatalf("the second approval, on the other process = %+v, taken %v, %v; want the step complete and its resume begun", res, taken != nil, err)
+	}
+	if n := f.reads.Load(); n != 0 {
+		t.Errorf("the other process read the call %d times, want none", n)
+	}
+	if n := f.approvals.Load(); n != 1 {
+		t.Errorf("the other process took %d approval steps, want 1", n)
+	}
+	out, err := other.ResumeTaken(ctx, taken)
+	must(t, err)
+	if out.Status != agent.Answered || w.restarts.n.Load() != 1 {
+		t.Errorf("the resume = %+v, restart ran %d times; want it answered, once", out, w.restarts.n.Load())
 	}
 }

@@ -57,6 +57,25 @@ func Dropped(approvals []Approval, drop []string) []Approval {
 	return slices.DeleteFunc(slices.Clone(approvals), func(a Approval) bool { return slices.Contains(drop, a.Approver) })
 }
 
+// Counted returns c once approval a is counted toward it, as
+// ApproveAudited counts it: with edit, the edit pending and the count
+// restarted with a (its expiry brought forward when the edit's is
+// earlier); without, a after the approvals kept (those of drop taken
+// out).
+func Counted(c Call, a Approval, drop []string, edit *Proposal) Call {
+	if edit != nil {
+		e := edit.Edit
+		e.ExpiresAt = e.ExpiresAt.Truncate(time.Microsecond) // as a call's (see CreateRun)
+		c.Edit, c.Fingerprint, c.Approvals = &e, edit.Fingerprint, []Approval{a}
+		if !e.ExpiresAt.IsZero() && e.ExpiresAt.Before(c.ExpiresAt) {
+			c.ExpiresAt = e.ExpiresAt
+		}
+		return c
+	}
+	c.Approvals = append(slices.Clone(Dropped(c.Approvals, drop)), a)
+	return c
+}
+
 // HoldsApprovals reports whether c holds the approvals of exactly
 // approvers, in order, and a pending edit exactly when edited (see
 // ResumeBegin.IfApprovers).
@@ -136,6 +155,11 @@ type ResumeBegin struct {
 	// when IfEdited is set.
 	IfApprovers []string
 	IfEdited    bool
+	// Announce, if set, is published to the processes that follow pauses
+	// (see Commit.Announce) when such a conditional approval is counted
+	// without deciding the call, in the same step; a store that
+	// announces nothing ignores it.
+	Announce []byte
 	// Nonce, when set, names this attempt, so that it can be asked again
 	// when its answer was lost (a reset connection, a time-out): a
 	// BeginResume with the same Owner and Nonce and Again set that finds

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"slices"
 	"fmt"
 	"time"
 
@@ -130,21 +131,13 @@ func (s *Store) approve(ctx context.Context, callID, fingerprint string, a store
 				return store.ErrStale
 			}
 		}
-		if edit != nil {
-			e := edit.Edit
-			e.ExpiresAt = e.ExpiresAt.Truncate(time.Microsecond) // as a call's (see CreateRun)
-			c.Edit, c.Fingerprint, c.Approvals = &e, edit.Fingerprint, []store.Approval{a}
-			if !e.ExpiresAt.IsZero() && e.ExpiresAt.Before(c.ExpiresAt) {
-				was, c.ExpiresAt = c.ExpiresAt, e.ExpiresAt
-			}
-		} else {
-			c.Approvals = store.Dropped(c.Approvals, drop)
-			for _, got := range c.Approvals {
-				if got.Approver == a.Approver {
-					return store.ErrDuplicateApproval
-				}
-			}
-			c.Approvals = append(c.Approvals, a)
+		if edit == nil && slices.ContainsFunc(store.Dropped(c.Approvals, drop), func(x store.Approval) bool { return x.Approver == a.Approver }) {
+			return store.ErrDuplicateApproval
+		}
+		before := c.ExpiresAt
+		c = store.Counted(c, a, drop, edit)
+		if c.ExpiresAt.Before(before) {
+			was = before
 		}
 		if len(c.Approvals) < need {
 			if !was.IsZero() {

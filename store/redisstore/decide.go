@@ -462,7 +462,7 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 		}
 		script = approveIf
 		keys = append(keys, s.recordsVersionKey())
-		args = append(args, r.IfRecords-1, edited, string(judged))
+		args = append(args, r.IfRecords-1, edited, string(judged), string(r.Announce), s.pausesChannel())
 	}
 	args = append(args, effects...)
 	p := s.send(ctx, script, keys, args, callID, dj, r)

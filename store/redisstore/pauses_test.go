@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/redisstore"
 )
 
@@ -84,5 +85,65 @@ func TestFollowPausesIsLiveAgainAfterAReconnection(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no announcement heard within 10s of the reconnection")
+	}
+}
+
+// A conditional approval that is counted publishes its announcement in the
+// same step, as a pause does; one that decides the call, or is refused,
+// publishes nothing.
+func TestCountedApprovalPublishesItsAnnouncement(t *testing.T) {
+	u := redisURL(t)
+	if _, err := redis.ParseURL(u); err != nil {
+		skipOutsideCI(t, "the test needs a single-node REDIS_URL: %v", err)
+	}
+	ctx := t.Context()
+	s := newStore(t, u, redisstore.Options{Prefix: newPrefix(t, u)})
+	t.Cleanup(func() { _ = s.Close() })
+	heard := followPauses(t, s)
+	_, version, err := s.VersionedRecords(ctx, "rules")
+	if err != nil || version == 0 {
+		t.Fatalf("VersionedRecords = %d, %v; want a version", version, err)
+	}
+	r, calls := testRun()
+	r.Conversation = "C1:" + r.ID
+	if err := s.CreateRun(ctx, r, calls); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	c := calls[0]
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: store.TurnLease(r.Conversation), Owner: "a", TTL: time.Minute, IfRecords: version}
+	approve := func(who string, judged []string, announce string) error {
+		rb := rb
+		rb.IfApprovers, rb.Announce = judged, []byte(announce)
+		_, _, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, store.Approval{Approver: who, At: time.Now()}, nil, nil, 2, store.Decision{Kind: "approve", Decider: who}, store.Effects{}, rb)
+		return err
+	}
+	if err := approve("U1", nil, "counted"); err != nil {
+		t.Fatal(err)
+	}
+	if err := approve("U2", []string{"U9"}, "refused"); err == nil {
+		t.Fatal("an approval judged with other approvals succeeded")
+	}
+	if err := approve("U2", []string{"U1"}, "decided"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseLease(ctx, rb.Lease, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// A pause's announcement, published after the approvals, is heard
+	// right after the counted one.
+	r2, calls2 := testRun()
+	r2.Conversation = "C1:" + r2.ID
+	if err := s.CommitTurn(ctx, store.Commit{Key: r2.Conversation, Run: &r2, Calls: calls2, Announce: []byte("pause")}); err != nil {
+		t.Fatalf("CommitTurn: %v", err)
+	}
+	for _, want := range []string{"counted", "pause"} {
+		select {
+		case got := <-heard:
+			if got != want {
+				t.Fatalf("announcement heard = %q, want %q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no announcement %q within 10s", want)
+		}
 	}
 }

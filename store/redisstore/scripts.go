@@ -118,7 +118,9 @@ if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[6]) then return 
 // Returns {code, pending calls left, the call's callFields[, audit tail]}
 // where code is ok, counted, duplicate, notfound, decided, mismatch or
 // expired.
-var approve = redis.NewScript(decisionEffects + approveHead + approveBody)
+var approve = redis.NewScript(decisionEffects + `
+local function counted() end
+` + approveHead + approveBody)
 
 // approveHead starts the approve script: the refusals.
 const approveHead = `
@@ -136,8 +138,9 @@ if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return reply('mismatch', -1
 if tonumber(ARGV[2]) >= tonumber(redis.call('HGET', KEYS[1], 'exp')) then return reply('expired', -1) end
 `
 
-// approveBody is the rest of the approve script: the approval counted,
-// and the decision it completes.
+// approveBody is the rest of the approve script: the approval counted
+// (then the script's function counted is called), and the decision it
+// completes.
 const approveBody = `
 local list = '[' .. ARGV[4] .. ']'
 local n = 1
@@ -177,6 +180,7 @@ if entry ~= '' then
 end
 if n < tonumber(ARGV[5]) then
   effects(entry, -1)
+  counted()
   return reply('counted', -1)
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[7], 'decision', ARGV[6])
@@ -194,10 +198,16 @@ return reply('ok', left)
 // KEYS: call, run, audit, unanswered, records version
 // ARGV: as approve, with after the first twelve the records version
 // expected (the count of record changes), 1 if the call has a pending
-// edit (else 0), and the approvers of its approvals (a JSON array)
+// edit (else 0), the approvers of its approvals (a JSON array), and the
+// announcement to publish when the approval is counted (empty: none) with
+// its channel
 // Returns {'stale'} when the records changed, {'stale', -1, the call's
 // callFields} when its approvals did, else what approve returns.
-var approveIf = redis.NewScript(decisionEffects + approveHead + `
+var approveIf = redis.NewScript(decisionEffects + `
+local function counted()
+  if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[17], ARGV[16]) end
+end
+` + approveHead + `
 if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[13]) then return {'stale'} end
 local judged = cjson.decode(ARGV[15])
 local cur = redis.call('HGET', KEYS[1], 'approvals')
