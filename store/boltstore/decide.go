@@ -2,8 +2,8 @@ package boltstore
 
 import (
 	"context"
-	"slices"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
