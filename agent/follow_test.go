@@ -52,15 +52,7 @@ func (f *following) GetCallWith(ctx context.Context, id string, kinds ...string)
 // that paused it would); the call runs once, and a second click on the
 // process that paused it is refused.
 func TestDecisionOnAnotherProcessesPauseReadsNothing(t *testing.T) {
-	var redis *backend
-	for _, b := range backends(t) {
-		if b.name == "redis" {
-			redis = &b
-		}
-	}
-	if redis == nil {
-		t.Skip("REDIS_URL is not set: pauses are announced on Redis only")
-	}
+	redis := redisBackend(t)
 	ctx := t.Context()
 	w := newWorld(t, *redis)
 	paused := w.agent()
@@ -174,15 +166,7 @@ func follow(t *testing.T, a *agent.Agent) {
 // judged from the call with that count and decides it in one store step,
 // with no read, beginning its resume. The call runs once.
 func TestCountedApprovalIsAnnounced(t *testing.T) {
-	var redis *backend
-	for _, b := range backends(t) {
-		if b.name == "redis" {
-			redis = &b
-		}
-	}
-	if redis == nil {
-		t.Skip("REDIS_URL is not set: pauses are announced on Redis only")
-	}
+	redis := redisBackend(t)
 	ctx := t.Context()
 	w := newWorld(t, *redis)
 	w.policy = twoOfThree
@@ -223,4 +207,17 @@ func TestCountedApprovalIsAnnounced(t *testing.T) {
 	if out.Status != agent.Answered || w.restarts.n.Load() != 1 {
 		t.Errorf("the resume = %+v, restart ran %d times; want it answered, once", out, w.restarts.n.Load())
 	}
+}
+
+// redisBackend is the single Redis node's backend; the test is skipped
+// without one (pauses are announced on Redis only).
+func redisBackend(t *testing.T) *backend {
+	t.Helper()
+	for _, b := range backends(t) {
+		if b.name == "redis" {
+			return &b
+		}
+	}
+	t.Skip("REDIS_URL is not set: pauses are announced on Redis only")
+	return nil
 }

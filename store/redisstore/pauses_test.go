@@ -100,16 +100,7 @@ func TestCountedApprovalPublishesItsAnnouncement(t *testing.T) {
 	s := newStore(t, u, redisstore.Options{Prefix: newPrefix(t, u)})
 	t.Cleanup(func() { _ = s.Close() })
 	heard := followPauses(t, s)
-	_, version, err := s.VersionedRecords(ctx, "rules")
-	if err != nil || version == 0 {
-		t.Fatalf("VersionedRecords = %d, %v; want a version", version, err)
-	}
-	r, calls := testRun()
-	r.Conversation = "C1:" + r.ID
-	if err := s.CreateRun(ctx, r, calls); err != nil {
-		t.Fatalf("CreateRun: %v", err)
-	}
-	c := calls[0]
+	r, c, version := versionedRun(t, s)
 	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: store.TurnLease(r.Conversation), Owner: "a", TTL: time.Minute, IfRecords: version}
 	approve := func(who string, judged []string, announce string) error {
 		rb := rb
@@ -146,4 +137,20 @@ func TestCountedApprovalPublishesItsAnnouncement(t *testing.T) {
 			t.Fatalf("no announcement %q within 10s", want)
 		}
 	}
+}
+
+// versionedRun creates a run of one pending call in its own conversation,
+// and returns them with the version of the records.
+func versionedRun(t *testing.T, s *redisstore.Store) (store.Run, store.Call, int64) {
+	t.Helper()
+	_, version, err := s.VersionedRecords(t.Context(), "rules")
+	if err != nil || version == 0 {
+		t.Fatalf("VersionedRecords = %d, %v; want a version", version, err)
+	}
+	r, calls := testRun()
+	r.Conversation = "C1:" + r.ID
+	if err := s.CreateRun(t.Context(), r, calls); err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	return r, calls[0], version
 }

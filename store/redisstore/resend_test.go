@@ -238,16 +238,7 @@ func TestConditionalDecisionSentAgainAfterARecordChange(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	other := newStore(t, u, redisstore.Options{Prefix: prefix})
 	t.Cleanup(func() { _ = other.Close() })
-	_, version, err := s.VersionedRecords(ctx, "rules")
-	if err != nil || version == 0 {
-		t.Fatalf("VersionedRecords = %d, %v; want a version", version, err)
-	}
-	r, calls := testRun()
-	r.Conversation = "C1:" + r.ID
-	if err := s.CreateRun(ctx, r, calls); err != nil {
-		t.Fatalf("CreateRun: %v", err)
-	}
-	call := calls[0]
+	r, call, version := versionedRun(t, s)
 	armed := true
 	c.AddHook(resendPipelineAfterHook{armed: &armed, key: call.ID, between: func() {
 		if _, err := other.PutRecord(ctx, store.Record{Kind: "rules", ID: "r1", Data: []byte(`{}`)}, -1); err != nil {
