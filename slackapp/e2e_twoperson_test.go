@@ -2,6 +2,8 @@ package slackapp_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -318,5 +320,72 @@ func TestTimeToDecisionOncePerCall(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("toolgate_time_to_decision_seconds observed %d times for one call, want 1", n)
+	}
+}
+
+// Three replicas on one Redis, envelopes spread over their connections,
+// each call needing two approvals: both approvers click at once (a fifth
+// of the first approvals sent twice), on whichever replicas get the
+// clicks; each approval is counted once and every call runs exactly once,
+// every thread answered.
+func TestReplicasCountEachApprovalOnce(t *testing.T) {
+	const conversations = 40
+	for _, kind := range storeKinds(t) {
+		if kind.name == "bolt" {
+			continue // the embedded store serves one process
+		}
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = twoPersonPolicy
+			m := newScriptedModel()
+			m.unblock()
+			e.model.Handle(m.answer)
+			st := e.open()
+			var bots []*bot
+			for range 3 {
+				bots = append(bots, e.run(st))
+			}
+			t.Cleanup(func() {
+				for _, b := range bots {
+					b.cancel()
+					if err := <-b.done; err != nil {
+						t.Errorf("replica stopped with %v", err)
+					}
+				}
+			})
+			if err := e.slack.WaitConnected(3, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			channels := make([]string, conversations)
+			threads := make([]string, conversations)
+			for i := range conversations {
+				channels[i] = fmt.Sprintf("CTWO%04d", i)
+				e.slack.AddChannel(fakeslack.Channel{ID: channels[i], Name: fmt.Sprintf("two%d", i), Members: []string{requester, approver, other, e.slack.BotUserID()}})
+				threads[i] = e.slack.Mention(channels[i], requester, fmt.Sprintf("deploy svc%d %d", i, i))
+			}
+			for i := range conversations {
+				card := e.cardIn(channels[i], threads[i], "deploy")
+				clickers := []string{approver, other}
+				if i%5 == 0 {
+					clickers = append(clickers, approver)
+				}
+				_, err := e.slack.ClickMany(clickers, channels[i], card.TS, slackapp.ActionApprove)
+				must(t, err)
+			}
+			for i, ts := range threads {
+				e.answerIn(channels[i], ts, "Deployed: deployed")
+			}
+			runs := map[string]int{}
+			for _, a := range e.deployArgs() {
+				var args struct{ Service string }
+				must(t, json.Unmarshal([]byte(a), &args))
+				runs[args.Service]++
+			}
+			for i := range conversations {
+				if n := runs[fmt.Sprintf("svc%d", i)]; n != 1 {
+					t.Errorf("svc%d was deployed %d times, want once", i, n)
+				}
+			}
+		})
 	}
 }
