@@ -264,22 +264,12 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	if taken != nil && (pc != nil || !counted) {
 		rb := a.resumeBegin(c, final.Attempt, 0)
 		if pc != nil {
-			// Judged from the call as remembered: written only if the
-			// records and its approvals are still those judged by.
-			rb.IfRecords, rb.IfEdited = pc.version, c.Edit != nil
-			for _, x := range c.Approvals {
-				rb.IfApprovers = append(rb.IfApprovers, x.Approver)
-			}
+			var next *store.Call
 			if counted {
-				// The processes that follow pauses remember the call
-				// with this count too, once it is counted, as this one
-				// does: the next approval, wherever it is clicked, is
-				// judged from it.
-				an := rememberable([]store.Call{store.Counted(c, ap, stale, edit)}, pc.recs, pc.version)
-				if len(an.IDs) == 1 {
-					rb.Announce = a.announce(an, pc.recs)
-				}
+				n := store.Counted(c, ap, stale, edit)
+				next = &n
 			}
+			a.judgedFrom(&rb, c, *pc, next)
 		}
 		s = a.send(ctx, c, rb, approvedBy(ap, final.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.ApproveBegin(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx, rb)
@@ -312,6 +302,26 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	}
 	a.reporter(s.got.Conversation).Updated(ctx, u)
 	return DecideResult{Call: viewOf(s.got), Complete: s.complete}, nil
+}
+
+// judgedFrom makes rb, an approval's of c judged from the call as
+// remembered (pc), conditional on what it was judged by: written only if
+// the records and the call's approvals are still those. With next, the
+// call once the approval is counted (it cannot meet the count), the
+// processes that follow pauses are told of it when it is counted, so
+// that they remember the call with this count, as this one does: the next
+// approval, wherever it is clicked, is judged from it.
+func (a *Agent) judgedFrom(rb *store.ResumeBegin, c store.Call, pc pausedCall, next *store.Call) {
+	rb.IfRecords, rb.IfEdited = pc.version, c.Edit != nil
+	for _, x := range c.Approvals {
+		rb.IfApprovers = append(rb.IfApprovers, x.Approver)
+	}
+	if next == nil {
+		return
+	}
+	if an := rememberable([]store.Call{*next}, pc.recs, pc.version); len(an.IDs) == 1 {
+		rb.Announce = a.announce(an, pc.recs)
+	}
 }
 
 // judgeAgain is returned by approve when an approval judged from a

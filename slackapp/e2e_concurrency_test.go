@@ -358,6 +358,31 @@ func TestExpiryFollowsTheDeadline(t *testing.T) {
 	}
 }
 
+// replicas runs n replicas on one store, with a model that answers at
+// once, until the test ends, and returns once all are connected.
+func (e *env) replicas(n int) {
+	e.t.Helper()
+	m := newScriptedModel()
+	m.unblock()
+	e.model.Handle(m.answer)
+	st := e.open()
+	var bots []*bot
+	for range n {
+		bots = append(bots, e.run(st))
+	}
+	e.t.Cleanup(func() {
+		for _, b := range bots {
+			b.cancel()
+			if err := <-b.done; err != nil {
+				e.t.Errorf("replica stopped with %v", err)
+			}
+		}
+	})
+	if err := e.slack.WaitConnected(n, 10*time.Second); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // Three replicas on one Redis, envelopes spread over their connections, a
 // tenth of the clicks sent twice: every approved call runs exactly once and
 // every thread is answered.
@@ -369,25 +394,7 @@ func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
 		}
 		t.Run(kind.name, func(t *testing.T) {
 			e := newEnv(t, kind)
-			m := newScriptedModel()
-			m.unblock()
-			e.model.Handle(m.answer)
-			st := e.open()
-			var bots []*bot
-			for range 3 {
-				bots = append(bots, e.run(st))
-			}
-			t.Cleanup(func() {
-				for _, b := range bots {
-					b.cancel()
-					if err := <-b.done; err != nil {
-						t.Errorf("replica stopped with %v", err)
-					}
-				}
-			})
-			if err := e.slack.WaitConnected(3, 10*time.Second); err != nil {
-				t.Fatal(err)
-			}
+			e.replicas(3)
 			// A channel per conversation: finding a thread's messages in
 			// the fake then costs the same whatever the number of
 			// conversations. Mentions come in waves of a batch, each

@@ -337,25 +337,7 @@ func TestReplicasCountEachApprovalOnce(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			e := newEnv(t, kind)
 			e.policy = twoPersonPolicy
-			m := newScriptedModel()
-			m.unblock()
-			e.model.Handle(m.answer)
-			st := e.open()
-			var bots []*bot
-			for range 3 {
-				bots = append(bots, e.run(st))
-			}
-			t.Cleanup(func() {
-				for _, b := range bots {
-					b.cancel()
-					if err := <-b.done; err != nil {
-						t.Errorf("replica stopped with %v", err)
-					}
-				}
-			})
-			if err := e.slack.WaitConnected(3, 10*time.Second); err != nil {
-				t.Fatal(err)
-			}
+			e.replicas(3)
 			channels := make([]string, conversations)
 			threads := make([]string, conversations)
 			for i := range conversations {
