@@ -358,6 +358,26 @@ func TestExpiryFollowsTheDeadline(t *testing.T) {
 	}
 }
 
+// deployedOnceEach checks that services svc0 to svc<n-1> were deployed
+// once each, and no other.
+func (e *env) deployedOnceEach(n int) {
+	e.t.Helper()
+	runs := map[string]int{}
+	for _, a := range e.deployArgs() {
+		var args struct{ Service string }
+		must(e.t, json.Unmarshal([]byte(a), &args))
+		runs[args.Service]++
+	}
+	for i := range n {
+		if k := runs[fmt.Sprintf("svc%d", i)]; k != 1 {
+			e.t.Errorf("svc%d was deployed %d times, want once", i, k)
+		}
+	}
+	if len(runs) != n {
+		e.t.Errorf("%d services deployed, want %d", len(runs), n)
+	}
+}
+
 // replicas runs n replicas on one store, with a model that answers at
 // once, until the test ends, and returns once all are connected.
 func (e *env) replicas(n int) {
@@ -431,20 +451,7 @@ func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
 				e.answerIn(channels[i], ts, "Deployed: deployed")
 			}
 			t.Logf("answers: %v", time.Since(start))
-			runs := map[string]int{}
-			for _, a := range e.deployArgs() {
-				var args struct{ Service string }
-				must(t, json.Unmarshal([]byte(a), &args))
-				runs[args.Service]++
-			}
-			for i := range conversations {
-				if n := runs[fmt.Sprintf("svc%d", i)]; n != 1 {
-					t.Errorf("svc%d was deployed %d times, want once", i, n)
-				}
-			}
-			if len(runs) != conversations {
-				t.Errorf("%d services deployed, want %d", len(runs), conversations)
-			}
+			e.deployedOnceEach(conversations)
 		})
 	}
 }

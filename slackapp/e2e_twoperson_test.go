@@ -2,7 +2,6 @@ package slackapp_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -357,17 +356,7 @@ func TestReplicasCountEachApprovalOnce(t *testing.T) {
 			for i, ts := range threads {
 				e.answerIn(channels[i], ts, "Deployed: deployed")
 			}
-			runs := map[string]int{}
-			for _, a := range e.deployArgs() {
-				var args struct{ Service string }
-				must(t, json.Unmarshal([]byte(a), &args))
-				runs[args.Service]++
-			}
-			for i := range conversations {
-				if n := runs[fmt.Sprintf("svc%d", i)]; n != 1 {
-					t.Errorf("svc%d was deployed %d times, want once", i, n)
-				}
-			}
+			e.deployedOnceEach(conversations)
 		})
 	}
 }
