@@ -22,6 +22,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"-paused", "100,10"}, "counts must increase"},
 		{[]string{"-paused", "ten"}, `-paused: "ten" is not a positive count`},
 		{[]string{"-settle", "-1s"}, "-settle must not be negative"},
+		{[]string{"-settle-after", "-1s"}, "-settle-after must not be negative"},
 		{[]string{"-bot-cpuprofile", "a", "-bot-trace", "b"}, "give one"},
 		{[]string{"-paused-warmup", "-1"}, "-paused-warmup must not be negative"},
 		{[]string{"-env", "MAX_TURNS"}, `"MAX_TURNS" is not KEY=VALUE`},

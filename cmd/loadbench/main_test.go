@@ -43,7 +43,7 @@ func TestSmoke(t *testing.T) {
 			args := append([]string{
 				"-bot", bin, "-conversations", "24", "-rate", "40", "-ask", "0.75",
 				"-model-latency", "20ms", "-click-delay", "20ms", "-probe", "1",
-				"-paused", "10", "-paused-warmup", "5", "-paused-rate", "100", "-settle", "1s", "-channels", "5", "-timeout", "60s",
+				"-paused", "10", "-paused-warmup", "5", "-paused-rate", "100", "-settle", "1s", "-settle-after", "200ms", "-channels", "5", "-timeout", "60s",
 				"-mention-bytes", "3000", "-log-level", "warn", "-json", out,
 			}, st...)
 			var stdout, stderr bytes.Buffer
@@ -146,7 +146,7 @@ func TestSmoke(t *testing.T) {
 
 // measured reports whether every figure of m was read.
 func measured(m Memory) bool {
-	return m.RSSBytes > 0 && m.RSSFileBytes > 0 && m.HeapInuseBytes > 0 && m.HeapFreeBytes >= 0 && m.HeapGoalBytes > 0 && m.StackInuseBytes > 0 && m.Goroutines > 0 && m.OpenFDs > 0
+	return m.RSSBytes > 0 && m.RSSFileBytes > 0 && m.HeapInuseBytes > 0 && m.HeapFreeBytes >= 0 && m.HeapGoalBytes > 0 && m.StackInuseBytes > 0 && m.RuntimeBytes > 0 && m.Goroutines > 0 && m.OpenFDs > 0
 }
 
 // missingKeys returns the key paths of a full report that got lacks.

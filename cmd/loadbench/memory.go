@@ -28,7 +28,14 @@ type Memory struct {
 	// in use it does not depend on where in its cycle the bot is.
 	HeapGoalBytes   int64 `json:"heap_goal_bytes"`
 	StackInuseBytes int64 `json:"stack_inuse_bytes"`
-	Goroutines      int   `json:"goroutines"`
+	// RuntimeBytes is the runtime's own memory beside the heap and the
+	// stacks: span structures in use (go_memstats_mspan_inuse_bytes), the
+	// per-processor caches, the profiling buckets, the collector's
+	// metadata (go_memstats_gc_sys_bytes) and the rest
+	// (go_memstats_other_sys_bytes). Some of it is mapped but never
+	// touched, so it is an upper bound of what it adds to RSS.
+	RuntimeBytes int64 `json:"runtime_bytes"`
+	Goroutines   int   `json:"goroutines"`
 	// OpenFDs is process_open_fds: connections, files and the rest.
 	OpenFDs int `json:"open_fds"`
 }
@@ -53,6 +60,8 @@ func (e *env) memory() (Memory, []int64, error) {
 		out.HeapFreeBytes += int64(m["go_memstats_heap_idle_bytes"] - m["go_memstats_heap_released_bytes"])
 		out.HeapGoalBytes += int64(m["go_memstats_next_gc_bytes"])
 		out.StackInuseBytes += int64(m["go_memstats_stack_inuse_bytes"])
+		out.RuntimeBytes += int64(m["go_memstats_mspan_inuse_bytes"] + m["go_memstats_mcache_inuse_bytes"] +
+			m["go_memstats_buck_hash_sys_bytes"] + m["go_memstats_gc_sys_bytes"] + m["go_memstats_other_sys_bytes"])
 		out.Goroutines += int(m["go_goroutines"])
 		out.OpenFDs += int(m["process_open_fds"])
 		gcs[i] = int64(m["go_gc_duration_seconds_count"])
@@ -69,7 +78,24 @@ func (e *env) memory() (Memory, []int64, error) {
 // with the highest RSS of the cycle is returned: the most the bot holds
 // once the burst is over. It gives up after o.settle and returns the
 // highest reading so far, with settled false.
+//
+// The cycle begins no sooner than o.settleAfter after the burst, so that
+// every count is read as long after its burst, whether its bots collect
+// garbage at once (busy with the burst's tail) or minutes later (idle),
+// and the runtime has returned free memory to the OS as it does over
+// time.
 func (e *env) settle(gcs []int64) (Memory, bool, error) {
+	if e.o.settleAfter > 0 {
+		select {
+		case <-time.After(e.o.settleAfter):
+		case <-e.ctx.Done():
+			return Memory{}, false, e.ctx.Err()
+		}
+		var err error
+		if _, gcs, err = e.memory(); err != nil {
+			return Memory{}, false, err
+		}
+	}
 	deadline := time.Now().Add(e.o.settle)
 	var cycle []int64 // the collections when the cycle began; nil before
 	var peak Memory

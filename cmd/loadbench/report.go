@@ -410,11 +410,11 @@ func writeTable(w io.Writer, r *Report) {
 		if s.Replicas > 1 {
 			fmt.Fprintf(w, "memory summed over the %d bots:\n", s.Replicas)
 		}
-		fmt.Fprintln(tw, "PAUSED RUNS\tMEMORY\tRSS (MiB)\tOF FILES\tHEAP IN USE\tHEAP FREE\tHEAP GOAL\tSTACKS\tGOROUTINES\tOPEN FDS\tSTORED BYTES/RUN\tRAW HISTORY BYTES/RUN")
+		fmt.Fprintln(tw, "PAUSED RUNS\tMEMORY\tRSS (MiB)\tOF FILES\tHEAP IN USE\tHEAP FREE\tHEAP GOAL\tSTACKS\tRUNTIME\tGOROUTINES\tOPEN FDS\tSTORED BYTES/RUN\tRAW HISTORY BYTES/RUN")
 		for _, p := range r.Paused {
 			row := func(when string, m Memory) {
-				fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.0f\t%.0f\n", p.Runs, when, mib(m.RSSBytes), mib(m.RSSFileBytes), mib(m.HeapInuseBytes),
-					mib(m.HeapFreeBytes), mib(m.HeapGoalBytes), mib(m.StackInuseBytes), m.Goroutines, m.OpenFDs, p.StoredBytesPerRun, p.RawHistoryBytesPerRun)
+				fmt.Fprintf(tw, "%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.0f\t%.0f\n", p.Runs, when, mib(m.RSSBytes), mib(m.RSSFileBytes), mib(m.HeapInuseBytes),
+					mib(m.HeapFreeBytes), mib(m.HeapGoalBytes), mib(m.StackInuseBytes), mib(m.RuntimeBytes), m.Goroutines, m.OpenFDs, p.StoredBytesPerRun, p.RawHistoryBytesPerRun)
 			}
 			row("after the burst", p.AfterBurst)
 			if p.SettleSeconds > 0 {
