@@ -134,7 +134,15 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout)})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout),
+		// The free pages are not written at each commit (with tens of
+		// thousands of them, as in a file that has aged, that doubled a
+		// commit's time) but found again at Open, by a walk of the file,
+		// and kept in a map, whose allocations do not scan them.
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("open store %s: file is locked, is another process using it: %w", path, err)
 	}

@@ -2,6 +2,8 @@ package boltstore
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/store"
+	bolt "go.etcd.io/bbolt"
 )
 
 // The deletion time of a record is read whichever place its field has in
@@ -58,4 +61,128 @@ func BenchmarkPrune(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkAcceptMessageAfterChurn is a message accepted when the file
+// has tens of thousands of free pages, as after months of conversations
+// saved and pruned: the cost of a commit where a person waits (a message's
+// record before its ack, a decision before its tool runs) once the store
+// has aged. It reports the free pages at the end.
+func BenchmarkAcceptMessageAfterChurn(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "bench.db"), Options{PruneInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := b.Context()
+	state := json.RawMessage(`{"messages":"` + strings.Repeat("x", 5<<10) + `"}`)
+	const convs, batch = 30000, 1000
+	now := time.Now()
+	for i := 0; i < convs; i += batch {
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for j := i; j < i+batch; j++ {
+				c := store.Conversation{Key: "T1/C1/" + strconv.Itoa(j), State: state}
+				if err := put(tx.Bucket(bucketConvs), c.Key, convRecord{Conversation: c, DeleteAt: now.Add(time.Minute)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.prune(now.Add(time.Hour)); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		m := store.Inbound{EventID: fmt.Sprint("Ev", i), MsgID: fmt.Sprint("M", i), User: "U1", Channel: "C1", Text: "hello"}
+		if _, got, err := s.AcceptMessage(ctx, fmt.Sprint("C1:", i), m, false); err != nil || got != store.Accepted {
+			b.Fatalf("AcceptMessage %d = %q, %v; want accepted", i, got, err)
+		}
+	}
+	b.ReportMetric(float64(s.db.Stats().FreePageN), "free-pages")
+}
+
+// churn saves n conversations of 5 KiB of state and prunes them all, so
+// the file has many free pages, as after months of use.
+func churn(tb testing.TB, s *Store, n int) {
+	tb.Helper()
+	state := json.RawMessage(`{"messages":"` + strings.Repeat("x", 5<<10) + `"}`)
+	const batch = 1000
+	now := time.Now()
+	for i := 0; i < n; i += batch {
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for j := i; j < min(i+batch, n); j++ {
+				c := store.Conversation{Key: "T1/C1/" + strconv.Itoa(j), State: state}
+				if err := put(tx.Bucket(bucketConvs), c.Key, convRecord{Conversation: c, DeleteAt: now.Add(time.Minute)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := s.prune(now.Add(time.Hour)); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// A commit in a file with many free pages writes what it changed, not the
+// list of free pages; the free pages are found again after a restart and
+// used before the file grows.
+func TestCommitInAnAgedFileWritesLittle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	s, err := Open(path, Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	churn(t, s, 10000)
+	accept := func(s *Store, i int) {
+		t.Helper()
+		m := store.Inbound{EventID: fmt.Sprint("Ev", i), MsgID: fmt.Sprint("M", i), User: "U1", Channel: "C1", Text: "hello"}
+		if _, got, err := s.AcceptMessage(t.Context(), fmt.Sprint("C1:", i), m, false); err != nil || got != store.Accepted {
+			t.Fatalf("AcceptMessage %d = %q, %v; want accepted", i, got, err)
+		}
+	}
+	accept(s, 0) // the pruned pages are free once no transaction reads them
+	free := s.db.Stats().FreePageN
+	if free < 10000 {
+		t.Fatalf("%d free pages after the churn, want over 10,000", free)
+	}
+	pageAlloc := func() int64 { st := s.db.Stats(); return st.TxStats.GetPageAlloc() }
+	before := pageAlloc()
+	accept(s, 1)
+	if wrote := pageAlloc() - before; wrote > 32<<10 {
+		t.Errorf("a message's commit in a file with %d free pages wrote %d bytes of pages, want at most 32 KiB", free, wrote)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	size := fileSize(t, path)
+
+	s, err = Open(path, Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.db.Stats().FreePageN; got < free-100 {
+		t.Errorf("%d free pages after a restart, want about the %d before it", got, free)
+	}
+	churn(t, s, 5000)
+	accept(s, 2)
+	if got := fileSize(t, path); got != size {
+		t.Errorf("the file grew from %d to %d bytes after a restart, with free pages to spare", size, got)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }
