@@ -28,8 +28,9 @@
 //     goroutines from /metrics; open files) and the stored bytes per run. Memory is read once the
 //     parking burst is over (the bots' store calls have stopped), and
 //     again at its peak over one whole garbage collection cycle of each
-//     bot's own beginning at least -settle-after (30 s) after the
-//     burst, the same wait for every count (-settle): within a cycle the heap swings from
+//     bot's own beginning at least -settle-after (100 s: past the 90 s
+//     after which idle HTTP connections are closed) after the burst, the
+//     same wait for every count (-settle): within a cycle the heap swings from
 //     what is live to the next collection's goal, so a single reading
 //     depends on where in its cycle the bot happens to be. Parking 100,000
 //     runs takes minutes and memory in this process too (the fakes keep

@@ -111,7 +111,7 @@ with many paused runs, and lost, duplicated or unapproved executions.
 	fs.Float64Var(&o.pausedRate, "paused-rate", 500, "mentions per second while parking paused runs")
 	fs.IntVar(&o.pausedWarmup, "paused-warmup", 5000, "with -paused, conversations whose call is allowed answered at -paused-rate before the first count, so that every count is sampled after a burst like the one that parks the runs (0: none)")
 	fs.DurationVar(&o.settle, "settle", 5*time.Minute, "after each -paused count, how long to wait at most for the bots' memory once the burst is over: the peak over one whole garbage collection cycle of each bot's own, from its first collection after the burst to the next (the Go runtime collects at least every 2 minutes); memory is reported right after the burst and settled (0: right after the burst only)")
-	fs.DurationVar(&o.settleAfter, "settle-after", 30*time.Second, "with -settle, how long after each burst the settled reading's collection cycle may begin at the earliest, the same for every count (0: with the first collection after the burst)")
+	fs.DurationVar(&o.settleAfter, "settle-after", 100*time.Second, "with -settle, how long after each burst the settled reading's collection cycle may begin at the earliest, the same for every count: by default past the 90 s after which the bots close the HTTP connections the burst left idle (0: with the first collection after the burst)")
 	fs.IntVar(&o.channels, "channels", 100, "channels the conversations are spread over")
 	fs.Var(&env, "env", "extra KEY=VALUE for the bot's environment (repeatable), e.g. -env MAX_TURNS=256")
 	fs.StringVar(&o.logLevel, "log-level", "info", "the bot's LOG_LEVEL")

@@ -82,8 +82,8 @@ func (e *env) memory() (Memory, []int64, error) {
 // The cycle begins no sooner than o.settleAfter after the burst, so that
 // every count is read as long after its burst, whether its bots collect
 // garbage at once (busy with the burst's tail) or minutes later (idle),
-// and the runtime has returned free memory to the OS as it does over
-// time.
+// the runtime has returned free memory to the OS as it does over time,
+// and the connections the burst opened and left idle are closed.
 func (e *env) settle(gcs []int64) (Memory, bool, error) {
 	if e.o.settleAfter > 0 {
 		select {

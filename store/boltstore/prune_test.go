@@ -75,26 +75,7 @@ func BenchmarkAcceptMessageAfterChurn(b *testing.B) {
 	}
 	defer s.Close()
 	ctx := b.Context()
-	state := json.RawMessage(`{"messages":"` + strings.Repeat("x", 5<<10) + `"}`)
-	const convs, batch = 30000, 1000
-	now := time.Now()
-	for i := 0; i < convs; i += batch {
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			for j := i; j < i+batch; j++ {
-				c := store.Conversation{Key: "T1/C1/" + strconv.Itoa(j), State: state}
-				if err := put(tx.Bucket(bucketConvs), c.Key, convRecord{Conversation: c, DeleteAt: now.Add(time.Minute)}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := s.prune(now.Add(time.Hour)); err != nil {
-		b.Fatal(err)
-	}
+	churn(b, s, 30000)
 	for i := 0; b.Loop(); i++ {
 		m := store.Inbound{EventID: fmt.Sprint("Ev", i), MsgID: fmt.Sprint("M", i), User: "U1", Channel: "C1", Text: "hello"}
 		if _, got, err := s.AcceptMessage(ctx, fmt.Sprint("C1:", i), m, false); err != nil || got != store.Accepted {
@@ -104,18 +85,17 @@ func BenchmarkAcceptMessageAfterChurn(b *testing.B) {
 	b.ReportMetric(float64(s.db.Stats().FreePageN), "free-pages")
 }
 
-// churn saves n conversations of 5 KiB of state and prunes them all, so
-// the file has many free pages, as after months of use.
-func churn(tb testing.TB, s *Store, n int) {
+// save saves the conversations numbered from to to-1, with 5 KiB of state
+// each, to be deleted at deleteAt.
+func save(tb testing.TB, s *Store, from, to int, deleteAt time.Time) {
 	tb.Helper()
 	state := json.RawMessage(`{"messages":"` + strings.Repeat("x", 5<<10) + `"}`)
 	const batch = 1000
-	now := time.Now()
-	for i := 0; i < n; i += batch {
+	for i := from; i < to; i += batch {
 		err := s.db.Update(func(tx *bolt.Tx) error {
-			for j := i; j < min(i+batch, n); j++ {
+			for j := i; j < min(i+batch, to); j++ {
 				c := store.Conversation{Key: "T1/C1/" + strconv.Itoa(j), State: state}
-				if err := put(tx.Bucket(bucketConvs), c.Key, convRecord{Conversation: c, DeleteAt: now.Add(time.Minute)}); err != nil {
+				if err := put(tx.Bucket(bucketConvs), c.Key, convRecord{Conversation: c, DeleteAt: deleteAt}); err != nil {
 					return err
 				}
 			}
@@ -125,6 +105,14 @@ func churn(tb testing.TB, s *Store, n int) {
 			tb.Fatal(err)
 		}
 	}
+}
+
+// churn saves n conversations of 5 KiB of state and prunes them all, so
+// the file has many free pages, as after months of use.
+func churn(tb testing.TB, s *Store, n int) {
+	tb.Helper()
+	now := time.Now()
+	save(tb, s, 1<<30, 1<<30+n, now.Add(time.Minute))
 	if err := s.prune(now.Add(time.Hour)); err != nil {
 		tb.Fatal(err)
 	}
@@ -185,4 +173,35 @@ func fileSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// BenchmarkOpenAfterChurn opens a file of 100,000 conversations of 5 KiB
+// of state and the free pages of 33,000 more, pruned: a start, which finds
+// the free pages by a walk of the file (with its pages in the OS's
+// cache).
+func BenchmarkOpenAfterChurn(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "bench.db")
+	s, err := Open(path, Options{PruneInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	save(b, s, 0, 100000, time.Now().Add(24*time.Hour))
+	churn(b, s, 33000)
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		s, err := Open(path, Options{PruneInterval: time.Hour})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(fi.Size())/(1<<20), "file-MiB")
 }
