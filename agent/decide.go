@@ -271,7 +271,10 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 			}
 			a.judgedFrom(&rb, c, *pc, next)
 		}
-		s = a.send(ctx, c, rb, approvedBy(ap, final.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+		if counted {
+			rb.Kinds = nil // nothing to begin, so nothing to read
+		}
+		s = a.send(ctx, c, rb, !counted, approvedBy(ap, final.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.ApproveBegin(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx, rb)
 		})
 	}
@@ -669,7 +672,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	sd.Attempt = newNonce()
 	var s sent
 	if taken != nil {
-		s = a.send(ctx, c, a.resumeBegin(c, sd.Attempt, ifRecords), decidedBy(sd.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+		s = a.send(ctx, c, a.resumeBegin(c, sd.Attempt, ifRecords), true, decidedBy(sd.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
 		})
 	}
@@ -704,7 +707,7 @@ type sent struct {
 	got      store.Call
 	complete bool
 	rs       claimed
-	// asked is set when the step was sent with a resume to begin.
+	// asked is set when the step was sent (see send).
 	asked bool
 	err   error
 }
@@ -719,14 +722,16 @@ func (a *Agent) resumeBegin(c store.Call, nonce string, ifRecords int64) store.R
 
 // send writes a checked decision or approval on c with step, which also
 // begins the resume of the step it completes as rb asks (DecideBegin,
-// ApproveBegin), unless a turn of this process holds the conversation
-// (then nothing is sent: asked is false). A step whose answer was lost
-// is asked again until the store answers (see lostDecisionWait), and
-// found recorded when mine holds for the call as stored (see
+// ApproveBegin). With begins, the step may complete, so it is sent only
+// if no turn of this process holds the conversation (otherwise nothing
+// is sent: asked is false); an approval that cannot meet the count, and
+// so begins nothing, is sent whoever holds it. A step whose answer was
+// lost is asked again until the store answers (see lostDecisionWait),
+// and found recorded when mine holds for the call as stored (see
 // recoverDecision).
-func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, mine func(store.Call) bool, step func(store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)) sent {
+func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, begins bool, mine func(store.Call) bool, step func(store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)) sent {
 	var s sent
-	_, _ = a.leases.take(c.Conversation, func() (bool, error) {
+	run := func() (bool, error) {
 		s.asked = true
 		s.rs.at = time.Now()
 		s.got, s.complete, s.rs.ResumeStart, s.err = step(rb)
@@ -756,7 +761,12 @@ func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, mi
 		// stands, and so does the resume it began.
 		s.rs.Claimed = s.rs.Claimed && (s.err == nil || errors.Is(s.err, store.ErrEffects))
 		return s.rs.Claimed, nil
-	})
+	}
+	if !begins {
+		_, _ = run()
+		return s
+	}
+	_, _ = a.leases.take(c.Conversation, run)
 	return s
 }
 

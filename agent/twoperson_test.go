@@ -446,6 +446,45 @@ func (s *steps) BeginResume(ctx context.Context, runID string, r store.ResumeBeg
 	return s.Store.BeginResume(ctx, runID, r)
 }
 
+// An approval that cannot meet the count begins no resume, so it takes no
+// lease: while a turn of this process holds the conversation (a reply in
+// the thread), the first approval of a remembered call is still one store
+// step, with no read.
+func TestCountedApprovalWhileTheConversationIsHeldIsOneStep(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			// A Cluster keeps no version of the records: every
+			// approval reads the call.
+			reads := map[bool]int64{false: 0, true: 1}[b.name == "redis-cluster"]
+			ctx := t.Context()
+			w := newWorld(t, b)
+			w.policy = twoOfThree
+			st := &steps{Store: w.store}
+			a := w.agentWith(st, w.rec)
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+			_, _, held, err := a.AcceptTaking(ctx, request("is it done?"), false)
+			if err != nil || held == nil {
+				t.Fatalf("AcceptTaking = %v, %v; want the conversation held", held != nil, err)
+			}
+			defer a.ReleaseTaken(ctx, held)
+			res, tk, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UONE000001"})
+			if err != nil || res.Complete || tk != nil {
+				t.Fatalf("first approval = %+v, taken %v, %v; want counted", res, tk != nil, err)
+			}
+			if n := st.reads.Load(); n != reads {
+				t.Errorf("calls read to count the approval = %d, want %d", n, reads)
+			}
+			if n := st.approvals.Load(); n != 1 {
+				t.Errorf("approval steps = %d, want 1", n)
+			}
+			c, err := w.store.GetCall(ctx, p.ID)
+			if err != nil || c.Status != store.Pending || len(c.Approvals) != 1 {
+				t.Errorf("the call = %s with %d approvals, %v; want pending with 1", c.Status, len(c.Approvals), err)
+			}
+		})
+	}
+}
+
 // The approvals of a call that needs two, on the process that paused it,
 // are each one store step with no read of the call: the first counted,
 // the second deciding the call and beginning its resume. When the
