@@ -72,12 +72,18 @@ func benchRedis(b *testing.B) (*redisstore.Store, *roundTrips) {
 // BenchmarkDecideResumeBolt is the same on the embedded store, for
 // comparison.
 func BenchmarkDecideResumeBolt(b *testing.B) {
+	benchDecideResume(b, benchBolt(b), nil)
+}
+
+// benchBolt opens an embedded store in a temporary directory, closed at
+// the end.
+func benchBolt(b *testing.B) *boltstore.Store {
 	st, err := boltstore.Open(filepath.Join(b.TempDir(), "toolgate.db"), boltstore.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = st.Close() })
-	benchDecideResume(b, st, nil)
+	return st
 }
 
 // benchStore is a Store that also keeps the policy's records.
@@ -155,12 +161,7 @@ func BenchmarkTwoPersonApprovalsRedis(b *testing.B) {
 
 // BenchmarkTwoPersonApprovalsBolt is the same on the embedded store.
 func BenchmarkTwoPersonApprovalsBolt(b *testing.B) {
-	st, err := boltstore.Open(filepath.Join(b.TempDir(), "toolgate.db"), boltstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = st.Close() })
-	benchTwoPerson(b, st, nil)
+	benchTwoPerson(b, benchBolt(b), nil)
 }
 
 // benchTwoPerson pauses one call per iteration, untimed, then times its two

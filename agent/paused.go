@@ -113,6 +113,9 @@ func (p *pausedCalls) remember(c store.Call, recs map[string][]store.Record, ver
 	if !ok || len(c.Args) > maxPausedArgs {
 		return false
 	}
+	if keep && p.has(key) {
+		return true
+	}
 	enc, err := json.Marshal(c)
 	if err != nil || len(enc) > pausedBytes/16 {
 		return false
@@ -123,6 +126,14 @@ func (p *pausedCalls) remember(c store.Call, recs map[string][]store.Record, ver
 		return true
 	}
 	return p.put(key, enc, recs, version, keep)
+}
+
+// has reports whether the call of key is remembered.
+func (p *pausedCalls) has(key fixedkey.Key) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.byKey[key]
+	return ok
 }
 
 // count returns how many calls are remembered.

@@ -142,7 +142,6 @@ type pipelinedResume struct {
 	err     error
 	resumed *redis.Cmd
 	recs    []*redis.MapStringStringCmd
-	kinds   []string
 	lease   *redis.Cmd
 }
 
@@ -153,7 +152,9 @@ type pipelinedResume struct {
 // (withLease).
 func (s *Store) send(ctx context.Context, script *redis.Script, keys []string, args []any, callID string, dj []byte, r *store.ResumeBegin) *pipelinedResume {
 	switch {
-	case r == nil:
+	case r == nil || s.cluster && r.Lease == "":
+		// Nothing to take beside it on a Cluster: the caller holds
+		// the lease.
 		res, err := script.Run(ctx, s.c, keys, args...).Slice()
 		return &pipelinedResume{res: res, err: err}
 	case s.cluster:
@@ -174,7 +175,7 @@ func (s *Store) withResume(ctx context.Context, script *redis.Script, keys []str
 	for _, k := range r.Start {
 		rargs = append(rargs, k)
 	}
-	p := &pipelinedResume{recs: make([]*redis.MapStringStringCmd, len(r.Kinds)), kinds: r.Kinds}
+	p := &pipelinedResume{recs: make([]*redis.MapStringStringCmd, len(r.Kinds))}
 	var decided *redis.Cmd
 	// Each command's error is checked apart.
 	_, _ = s.c.Pipelined(ctx, func(pl redis.Pipeliner) error {
@@ -204,11 +205,7 @@ func (s *Store) withResume(ctx context.Context, script *redis.Script, keys []str
 // claim of the run, and what the resume reads, follow in a second round
 // trip (see begun).
 func (s *Store) withLease(ctx context.Context, script *redis.Script, keys []string, args []any, r store.ResumeBegin) *pipelinedResume {
-	if r.Lease == "" {
-		res, err := script.Run(ctx, s.c, keys, args...).Slice()
-		return &pipelinedResume{res: res, err: err, kinds: r.Kinds}
-	}
-	p := &pipelinedResume{kinds: r.Kinds}
+	p := &pipelinedResume{}
 	lkeys := []string{s.leaseKey(r.Lease)}
 	var decided *redis.Cmd
 	// Each command's error is checked apart.
@@ -273,7 +270,7 @@ func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, ru
 		var rs store.ResumeStart
 		if p.resumed != nil && complete {
 			var lost bool
-			rs, lost = s.decodeDecidedResume(r.Conversation, p.resumed, p.kinds, p.recs)
+			rs, lost = s.decodeDecidedResume(r.Conversation, p.resumed, r.Kinds, p.recs)
 			if lost {
 				if ars, err := s.askAgain(ctx, runID, *r); err == nil {
 					rs = ars

@@ -23,9 +23,10 @@ func TestFollowPausesIsLiveAgainAfterAReconnection(t *testing.T) {
 	if err != nil {
 		skipOutsideCI(t, "the test needs a single-node REDIS_URL: %v", err)
 	}
-	name := "toolgate-test-" + strings.ReplaceAll(newPrefix(t, u), ":", "-")
+	prefix := newPrefix(t, u)
+	name := "toolgate-test-" + strings.ReplaceAll(prefix, ":", "-")
 	opts.ClientName = name
-	s := redisstore.NewFromClient(redis.NewClient(opts), redisstore.Options{Prefix: newPrefix(t, u)})
+	s := redisstore.NewFromClient(redis.NewClient(opts), redisstore.Options{Prefix: prefix})
 	t.Cleanup(func() { _ = s.Close() })
 	admin := redis.NewClient(opts)
 	t.Cleanup(func() { _ = admin.Close() })

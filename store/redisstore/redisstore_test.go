@@ -70,6 +70,23 @@ func newStore(t *testing.T, rawURL string, opts redisstore.Options) *redisstore.
 	return s
 }
 
+// hookedPair returns a store on rawURL through its own client c (for a
+// test's hooks) and another store with the same prefix, both closed at
+// the end.
+func hookedPair(t *testing.T, rawURL string) (c redis.UniversalClient, s, other *redisstore.Store) {
+	t.Helper()
+	prefix := newPrefix(t, rawURL)
+	c, err := redisstore.NewClient(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = s.Close() })
+	other = newStore(t, rawURL, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = other.Close() })
+	return c, s, other
+}
+
 // open opens a store on REDIS_URL; see openOn.
 func open(t *testing.T) (storetest.Store, func() storetest.Store) {
 	return openOn(redisURL(t))(t)

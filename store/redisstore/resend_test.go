@@ -52,15 +52,7 @@ func TestCountedApprovalSentAgainAfterACancel(t *testing.T) {
 		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
 	} {
 		t.Run(topo.name, func(t *testing.T) {
-			prefix := newPrefix(t, topo.url)
-			c, err := redisstore.NewClient(topo.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
-			t.Cleanup(func() { _ = s.Close() })
-			other := newStore(t, topo.url, redisstore.Options{Prefix: prefix})
-			t.Cleanup(func() { _ = other.Close() })
+			c, s, other := hookedPair(t, topo.url)
 			ctx := t.Context()
 			// Loads the approve script, so the hook sees EVALSHA once.
 			_, warm := pausedOnOneCall(t, s, "fpw")
@@ -229,15 +221,7 @@ func TestConditionalDecisionSentAgainAfterARecordChange(t *testing.T) {
 		skipOutsideCI(t, "the test needs a single-node REDIS_URL: %v", err)
 	}
 	ctx := t.Context()
-	prefix := newPrefix(t, u)
-	c, err := redisstore.NewClient(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
-	t.Cleanup(func() { _ = s.Close() })
-	other := newStore(t, u, redisstore.Options{Prefix: prefix})
-	t.Cleanup(func() { _ = other.Close() })
+	c, s, other := hookedPair(t, u)
 	r, call, version := versionedRun(t, s)
 	armed := true
 	c.AddHook(resendPipelineAfterHook{armed: &armed, key: call.ID, between: func() {

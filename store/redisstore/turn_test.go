@@ -352,15 +352,7 @@ func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // then runs nothing), and not overwriting the new owner's work.
 func TestPauseRefusedMidwayLeavesTheConversationAlone(t *testing.T) {
 	u := envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")
-	prefix := newPrefix(t, u)
-	c, err := redisstore.NewClient(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
-	t.Cleanup(func() { _ = s.Close() })
-	other := newStore(t, u, redisstore.Options{Prefix: prefix})
-	t.Cleanup(func() { _ = other.Close() })
+	c, s, other := hookedPair(t, u)
 	ctx := t.Context()
 	conv := "C1:" + store.NewRunID()
 	if _, _, err := s.AcceptMessage(ctx, conv, store.Inbound{User: "U1", Channel: "C1", Text: "deploy"}, false); err != nil {
@@ -382,7 +374,7 @@ func TestPauseRefusedMidwayLeavesTheConversationAlone(t *testing.T) {
 	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
 	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
 	paused := store.Conversation{State: []byte(`{"by":"a"}`), PausedRun: r.ID}
-	err = s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: []store.Call{call}, Answer: true, AnswerUpTo: 1, Holder: "a", Release: "a"})
+	err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &paused, Run: &r, Calls: []store.Call{call}, Answer: true, AnswerUpTo: 1, Holder: "a", Release: "a"})
 	if !took {
 		t.Fatal("the other owner did not take the lease between the run's step and the conversation's")
 	}
