@@ -202,11 +202,7 @@ policy:
 		if err != nil || !res.Complete {
 			b.Fatalf("second approval = %+v, %v; want the step complete", res, err)
 		}
-		if taken != nil {
-			out, err = a.ResumeTaken(ctx, taken)
-		} else {
-			out, err = a.Resume(ctx, res.Call.RunID)
-		}
+		out, err = resumeTakenOr(ctx, a, taken, res.Call.RunID)
 		if err != nil || out.Status != agent.Answered {
 			b.Fatalf("resume = %+v, %v; want answered", out, err)
 		}

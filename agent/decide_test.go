@@ -374,12 +374,7 @@ func TestLostDecisionDuringAnOutage(t *testing.T) {
 				if lapse != (taken == nil) {
 					t.Fatalf("the resume taken: %v; want it taken only while the claim is held", taken != nil)
 				}
-				var out agent.Outcome
-				if taken != nil {
-					out, err = a.ResumeTaken(ctx, taken)
-				} else {
-					out, err = a.Resume(ctx, p.RunID)
-				}
+				out, err := resumeTakenOr(ctx, a, taken, p.RunID)
 				must(t, err)
 				deployedOnce(t, w, out)
 			})
@@ -452,12 +447,7 @@ func TestLostCountedApproval(t *testing.T) {
 			if err != nil || !res.Complete {
 				t.Fatalf("the second approval = %+v, %v; want the step complete", res, err)
 			}
-			var out agent.Outcome
-			if taken != nil {
-				out, err = a.ResumeTaken(ctx, taken)
-			} else {
-				out, err = a.Resume(ctx, p.RunID)
-			}
+			out, err := resumeTakenOr(ctx, a, taken, p.RunID)
 			must(t, err)
 			if out.Status != agent.Answered || w.restarts.n.Load() != 1 {
 				t.Errorf("the resume = %+v, restart ran %d times; want it answered, once", out, w.restarts.n.Load())

@@ -228,6 +228,15 @@ func (w *world) restart() *agent.Agent {
 	return w.agent()
 }
 
+// resumeTakenOr resumes the step a decision completed: the resume it
+// began, with taken; otherwise run runID's, as a later Resume does.
+func resumeTakenOr(ctx context.Context, a *agent.Agent, taken *agent.Taken, runID string) (agent.Outcome, error) {
+	if taken != nil {
+		return a.ResumeTaken(ctx, taken)
+	}
+	return a.Resume(ctx, runID)
+}
+
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
