@@ -23,6 +23,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/store/redisstore"
 )
 
 const (
@@ -76,7 +77,7 @@ type env struct {
 	client *http.Client
 	dir    string // DATA_DIR of the embedded store
 	prefix string // Redis key prefix
-	redis  *redis.Client
+	redis  redis.UniversalClient
 	log    io.Writer
 
 	ctx    context.Context
@@ -138,8 +139,8 @@ func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 	if o.store == "redis" {
 		e.prefix = "loadbench-" + randomHex(6)
 		botEnv = append(botEnv, "REDIS_URL="+o.redisURL, "REDIS_PREFIX="+e.prefix)
-		if opt, err := redis.ParseURL(o.redisURL); err == nil {
-			e.redis = redis.NewClient(opt)
+		if c, err := redisstore.NewClient(o.redisURL); err == nil {
+			e.redis = c
 			defer e.redis.Close()
 			defer e.cleanRedis()
 		} else {
@@ -227,21 +228,57 @@ func (e *env) stopBots() error {
 func (e *env) cleanRedis() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	iter := e.redis.Scan(ctx, 0, e.prefix+":*", 1000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 1000 {
-			e.redis.Unlink(ctx, batch...)
-			batch = batch[:0]
+	err := e.scanKeys(ctx, func(ctx context.Context, c *redis.Client, keys []string) error {
+		// One key a command: a Cluster refuses keys of several hash slots.
+		pipe := c.Pipeline()
+		for _, k := range keys {
+			pipe.Unlink(ctx, k)
 		}
-	}
-	if len(batch) > 0 {
-		e.redis.Unlink(ctx, batch...)
-	}
-	if err := iter.Err(); err != nil {
+		_, err := pipe.Exec(ctx)
+		return err
+	})
+	if err != nil {
 		fmt.Fprintf(e.log, "loadbench: delete keys %s:*: %v\n", e.prefix, err)
 	}
+}
+
+// eachNode calls fn with a client of each node that holds keys: the node
+// (or Sentinel's primary), or every primary of a Cluster, at once.
+func (e *env) eachNode(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+	switch c := e.redis.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
+	default:
+		return fmt.Errorf("unexpected Redis client %T", c)
+	}
+}
+
+// scanKeys calls fn with the keys of this run's prefix, at most 1,000 at a
+// time, each time with the client of the node that holds them (nodes at
+// once, see eachNode).
+func (e *env) scanKeys(ctx context.Context, fn func(ctx context.Context, c *redis.Client, keys []string) error) error {
+	return e.eachNode(ctx, func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, e.prefix+":*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+			if len(keys) == 1000 {
+				if err := fn(ctx, c, keys); err != nil {
+					return err
+				}
+				keys = keys[:0]
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return fmt.Errorf("scan %s:*: %w", e.prefix, err)
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		return fn(ctx, c, keys)
+	})
 }
 
 // serveTool is the tool the model calls (http_get on /exec/MODE/conv-N):
@@ -609,13 +646,23 @@ func (e *env) cpuSeconds() (bots, bench, redisCPU float64) {
 	}
 	redisCPU = -1
 	if e.redis != nil {
-		info, err := e.redis.Info(e.ctx, "cpu").Result()
-		if err == nil {
-			redisCPU, err = redisCPUSeconds(info)
-		}
+		var mu sync.Mutex
+		var sum float64
+		err := e.eachNode(e.ctx, func(ctx context.Context, c *redis.Client) error {
+			info, err := c.Info(ctx, "cpu").Result()
+			if err != nil {
+				return err
+			}
+			s, err := redisCPUSeconds(info)
+			mu.Lock()
+			sum += s
+			mu.Unlock()
+			return err
+		})
 		if err != nil {
 			fmt.Fprintf(e.log, "loadbench: Redis CPU time: %v\n", err)
-			redisCPU = -1
+		} else {
+			redisCPU = sum
 		}
 	}
 	return bots, bench, redisCPU
@@ -806,12 +853,9 @@ func (e *env) storedBytes() (int64, error) {
 	if e.redis == nil {
 		return -1, nil
 	}
-	ctx := e.ctx
-	var total int64
-	iter := e.redis.Scan(ctx, 0, e.prefix+":*", 1000).Iterator()
-	var keys []string
-	flush := func() error {
-		pipe := e.redis.Pipeline()
+	var total atomic.Int64
+	err := e.scanKeys(e.ctx, func(ctx context.Context, c *redis.Client, keys []string) error {
+		pipe := c.Pipeline()
 		cmds := make([]*redis.IntCmd, len(keys))
 		for i, k := range keys {
 			cmds[i] = pipe.MemoryUsage(ctx, k, 0)
@@ -820,28 +864,11 @@ func (e *env) storedBytes() (int64, error) {
 			return fmt.Errorf("memory usage of %s:*: %w", e.prefix, err)
 		}
 		for _, c := range cmds {
-			total += c.Val()
+			total.Add(c.Val())
 		}
-		keys = keys[:0]
 		return nil
-	}
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 1000 {
-			if err := flush(); err != nil {
-				return 0, err
-			}
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return 0, fmt.Errorf("scan %s:*: %w", e.prefix, err)
-	}
-	if len(keys) > 0 {
-		if err := flush(); err != nil {
-			return 0, err
-		}
-	}
-	return total, nil
+	})
+	return total.Load(), err
 }
 
 // machine describes the host: CPUs and model name.

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,6 +13,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/store/redisstore"
 )
 
 // A short run on each store checks the tool's own accounting: every
@@ -270,5 +277,45 @@ func TestRedisCPUSeconds(t *testing.T) {
 		if got, err := redisCPUSeconds(bad); err == nil {
 			t.Errorf("redisCPUSeconds(%q) = %v, nil; want an error", bad, got)
 		}
+	}
+}
+
+// The run's keys are measured and deleted on every node that holds them:
+// a single node, and each primary of a Cluster, whose keys of several hash
+// slots no command takes together.
+func TestRunKeysOnEveryNode(t *testing.T) {
+	for _, v := range []string{"REDIS_URL", "REDIS_CLUSTER_URL"} {
+		t.Run(v, func(t *testing.T) {
+			u := os.Getenv(v)
+			if u == "" {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("%s is not set", v)
+				}
+				t.Skipf("%s is not set", v)
+			}
+			c, err := redisstore.NewClient(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			e := &env{redis: c, prefix: "loadbench-test-" + randomHex(6), ctx: t.Context(), log: io.Discard}
+			for i := range 50 {
+				if err := c.Set(t.Context(), fmt.Sprintf("%s:{k%d}", e.prefix, i), strings.Repeat("x", 100), time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, err := e.storedBytes(); err != nil || n < 50*100 {
+				t.Errorf("storedBytes = %d, %v; want at least 5,000 for 50 keys of 100 bytes", n, err)
+			}
+			e.cleanRedis()
+			var left []string
+			err = e.scanKeys(t.Context(), func(_ context.Context, _ *redis.Client, keys []string) error {
+				left = append(left, keys...)
+				return nil
+			})
+			if err != nil || len(left) != 0 {
+				t.Errorf("keys left after cleanRedis: %v, %v", left, err)
+			}
+		})
 	}
 }

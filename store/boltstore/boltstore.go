@@ -77,7 +77,7 @@ var (
 	bucketRuns    = []byte("runs")       // run id -> runRecord
 	bucketCalls   = []byte("calls")      // call id -> store.Call
 	bucketPending = []byte("pending")    // call id -> nothing: pending calls of unfinished runs
-	bucketActive  = []byte("active")     // run id -> nothing: unfinished runs
+	bucketDecided = []byte("decided")    // run id -> nothing: unfinished runs with no call pending, whose resume is due (see Stalled)
 	bucketConvs   = []byte("convs")      // key -> convRecord
 	bucketLeases  = []byte("leases")     // key -> leaseRecord
 	bucketSeen    = []byte("seen")       // event id -> expiry (Unix ns, big endian)
@@ -90,7 +90,7 @@ var (
 )
 
 var allBuckets = [][]byte{
-	bucketRuns, bucketCalls, bucketPending, bucketActive, bucketConvs,
+	bucketRuns, bucketCalls, bucketPending, bucketDecided, bucketConvs,
 	bucketLeases, bucketSeen, bucketAudit, bucketRecords, bucketInbox, bucketUnans, bucketRemind, bucketNotes,
 }
 
@@ -155,6 +155,9 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
+		if err := moveDecided(tx); err != nil {
+			return err
+		}
 		return ensureIndexes(tx)
 	})
 	if err != nil {
@@ -177,6 +180,33 @@ func Open(path string, opts Options) (*Store, error) {
 	s.done.Add(1)
 	go s.pruneLoop(cmp.Or(opts.PruneInterval, DefaultPruneInterval))
 	return s, nil
+}
+
+// bucketActive is where earlier versions listed every unfinished run, paused
+// ones included, all of which Stalled read; moveDecided takes it out.
+var bucketActive = []byte("active")
+
+// moveDecided lists in bucketDecided the runs of a file written by an
+// earlier version that are decided and not finished, and deletes that
+// version's list of unfinished runs.
+func moveDecided(tx *bolt.Tx) error {
+	active := tx.Bucket(bucketActive)
+	if active == nil {
+		return nil
+	}
+	runs, decided := tx.Bucket(bucketRuns), tx.Bucket(bucketDecided)
+	err := active.ForEach(func(k, _ []byte) error {
+		var rec runRecord
+		ok, err := get(runs, string(k), &rec)
+		if err != nil || !ok || rec.Finished || rec.Pending > 0 {
+			return err
+		}
+		return decided.Put(k, nil)
+	})
+	if err != nil {
+		return fmt.Errorf("list decided runs: %w", err)
+	}
+	return tx.DeleteBucket(bucketActive)
 }
 
 // Close stops pruning and closes the file. Calling it again does nothing.
@@ -458,7 +488,7 @@ func (s *Store) pruneRules(now time.Time) []pruneRule {
 	}
 }
 
-// dropRun deletes the calls of a run, and takes it out of the unfinished
+// dropRun deletes the calls of a run, and takes it out of the decided
 // runs.
 func dropRun(tx *bolt.Tx, k, v []byte) error {
 	var rec runRecord
@@ -476,7 +506,7 @@ func dropRun(tx *bolt.Tx, k, v []byte) error {
 			return err
 		}
 	}
-	return tx.Bucket(bucketActive).Delete(k)
+	return tx.Bucket(bucketDecided).Delete(k)
 }
 
 // remindKey is the bucketRemind key of a call reminded at t: in time
@@ -582,9 +612,6 @@ func (s *Store) createRun(tx *bolt.Tx, r store.Run, calls []store.Call, now time
 	}
 	rec := runRecord{Run: r, Pending: len(calls), DeleteAt: r.ExpiresAt.Add(s.retention)}
 	if err := put(runs, r.ID, rec); err != nil {
-		return err
-	}
-	if err := tx.Bucket(bucketActive).Put([]byte(r.ID), nil); err != nil {
 		return err
 	}
 	for _, c := range calls {
@@ -851,7 +878,7 @@ func (s *Store) finishRun(tx *bolt.Tx, runID string, now time.Time) error {
 	if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
 		return err
 	}
-	if err := tx.Bucket(bucketActive).Delete([]byte(runID)); err != nil {
+	if err := tx.Bucket(bucketDecided).Delete([]byte(runID)); err != nil {
 		return err
 	}
 	for _, id := range rec.Run.CallIDs {
@@ -1040,6 +1067,7 @@ func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 
 // Stalled lists up to limit runs with no pending call, not finished and
 // with no live resume claim, earliest expiry first; limit <= 0 lists all.
+// It reads the decided runs only (bucketDecided), however many are paused.
 func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -1048,7 +1076,7 @@ func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
 	var recs []runRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
 		runs := tx.Bucket(bucketRuns)
-		return tx.Bucket(bucketActive).ForEach(func(k, _ []byte) error {
+		return tx.Bucket(bucketDecided).ForEach(func(k, _ []byte) error {
 			var rec runRecord
 			ok, err := get(runs, string(k), &rec)
 			if err != nil || !ok {

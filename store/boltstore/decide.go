@@ -204,6 +204,11 @@ func decided(tx *bolt.Tx, c *store.Call, rec runRecord, d store.Decision) (bool,
 		return false, err
 	}
 	rec.Pending--
+	if rec.Pending == 0 {
+		if err := tx.Bucket(bucketDecided).Put([]byte(c.RunID), nil); err != nil {
+			return false, err
+		}
+	}
 	return rec.Pending == 0, put(tx.Bucket(bucketRuns), c.RunID, rec)
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/redisstore"
 )
@@ -103,6 +105,37 @@ func BenchmarkNextExpiry(b *testing.B) {
 	for b.Loop() {
 		if _, err := s.NextExpiry(b.Context()); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStalledWithPausedRuns is one stalled-resume sweep with 10,000
+// paused runs (1.5 KB of history each) and 10 decided ones, as every
+// replica makes every SWEEP_INTERVAL.
+func BenchmarkStalledWithPausedRuns(b *testing.B) {
+	s := benchStore(b)
+	state := json.RawMessage(`{"messages":"` + strings.Repeat("x", 1500) + `"}`)
+	now := time.Now()
+	var g errgroup.Group
+	g.SetLimit(8)
+	for i := range 10010 {
+		g.Go(func() error {
+			r := store.Run{ID: store.NewRunID(), Conversation: "C1:" + strconv.Itoa(i), Requester: "U1", Channel: "C1", State: state}
+			c := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", ExpiresAt: now.Add(time.Hour)}
+			if err := s.CreateRun(b.Context(), r, []store.Call{c}); err != nil || i < 10000 {
+				return err
+			}
+			_, _, err := s.Decide(b.Context(), c.ID, "fp", store.Decision{Kind: "approve", Decider: "U2", At: time.Now()})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if ids, err := s.Stalled(b.Context(), 100); err != nil || len(ids) != 10 {
+			b.Fatalf("Stalled = %d runs, %v; want 10", len(ids), err)
 		}
 	}
 }

@@ -517,7 +517,7 @@ func (s *Store) effectsOf(callID, entry string, fx store.Effects, at time.Time) 
 	if s.cluster {
 		return keys, []any{"", 0, "", 0}
 	}
-	keys = append(keys, s.auditKey(), s.unansweredKey())
+	keys = append(keys, s.auditKey(), s.unansweredKey(), s.runsKey())
 	return keys, []any{entry, s.auditMax, fx.Unanswered, at.UnixMilli()}
 }
 

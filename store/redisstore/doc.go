@@ -28,8 +28,10 @@
 //
 // Pending, Due, DueReminders and Stalled read global sorted sets (due
 // calls, calls by reminder time, pending calls by approver, requester and
-// conversation, active runs). Those keys are in
-// other hash slots than the runs, so scripts cannot update them together:
+// conversation, and runs: on one node those whose resume is due, listed by
+// the script of the decision that left none of their calls pending; on a
+// Cluster every unfinished run). Those keys are in other hash slots than
+// the runs, so scripts that run on a Cluster cannot update them together:
 // they are hints. Readers check every entry against the call or run it
 // names and remove entries whose call is decided, expired, cancelled,
 // finished or gone. A call never becomes pending again, so this never drops

@@ -332,13 +332,13 @@ type indexEntry struct {
 }
 
 // runIndex returns the index entries of a created run and its calls.
-// Scores are times in ms: expiry times in the due and runs indexes,
-// reminder times in the reminder index, and creation times in the
-// pending-call listings, so that a bounded listing reads only its oldest
-// entries. Entries of the due and runs indexes older than the retention
-// time point at deleted calls and are trimmed; a listing's entries, and
-// reminders, leave it with FinishRun or the call's decision, or when a
-// reader finds them stale.
+// Scores are times in ms: expiry times in the due and (on a Cluster) runs
+// indexes, reminder times in the reminder index, and creation times in
+// the pending-call listings, so that a bounded listing reads only its
+// oldest entries. Entries of the due and runs indexes older than the
+// retention time point at deleted calls and are trimmed; a listing's
+// entries, and reminders, leave it with FinishRun or the call's decision,
+// or when a reader finds them stale.
 func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 	var out []indexEntry
 	for _, c := range calls {
@@ -360,7 +360,12 @@ func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 			out = append(out, indexEntry{s.convPendingKey(c.Conversation), c.CreatedAt, c.ID, false})
 		}
 	}
-	return append(out, indexEntry{s.runsKey(), r.ExpiresAt, r.ID, true})
+	if s.cluster {
+		// On one node the script of the decision that leaves no call of
+		// the run pending lists it (see decisionEffects).
+		out = append(out, indexEntry{s.runsKey(), r.ExpiresAt, r.ID, true})
+	}
+	return out
 }
 
 // indexRun adds a created run and its calls to the indexes (runIndex),
@@ -1030,7 +1035,12 @@ func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 }
 
 // Stalled lists up to limit runs with no pending call, not finished and
-// with no live resume claim, earliest expiry first; limit <= 0 lists all.
+// with no live resume claim; limit <= 0 lists all. It reads the runs
+// index: on one node the runs whose last pending call was decided, in the
+// order of those decisions, however many are paused (runs listed when
+// they were created, by an earlier version, are read until they finish);
+// on a Cluster, where a decision's script cannot list its run, every
+// unfinished run, earliest expiry first.
 func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
 	const batch = 200
 	var out []string

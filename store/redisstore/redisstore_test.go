@@ -443,6 +443,85 @@ func TestStaleIndexEntriesDropped(t *testing.T) {
 	}
 }
 
+// On one node the runs index lists a run when the script of the decision
+// that leaves none of its calls pending runs, not when the run is paused,
+// so that Stalled reads the runs whose resume is due however many are
+// paused; finishing the run unlists it, and Stalled drops a run that is
+// gone.
+func TestRunsListedOnceDecided(t *testing.T) {
+	u := redisURL(t)
+	prefix := newPrefix(t, u)
+	s := newStore(t, u, redisstore.Options{Prefix: prefix})
+	defer s.Close()
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	run := func(calls int) (store.Run, []store.Call) {
+		r, cs := testRun()
+		for i := 1; i < calls; i++ {
+			cs = append(cs, store.Call{ID: store.CallID(r.ID, i), Tool: "t", Fingerprint: "fp", ExpiresAt: cs[0].ExpiresAt})
+		}
+		if err := s.CreateRun(ctx, r, cs); err != nil {
+			t.Fatalf("CreateRun: %v", err)
+		}
+		return r, cs
+	}
+	decide := func(callID string) {
+		if _, _, err := s.Decide(ctx, callID, "fp", store.Decision{Kind: "approve", Decider: "U2", At: time.Now()}); err != nil {
+			t.Fatalf("Decide(%s): %v", callID, err)
+		}
+	}
+	listed := func() []string {
+		t.Helper()
+		ids, err := c.ZRange(ctx, prefix+":runs", 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	run(1)                     // paused
+	_, half := run(2)          // one of two decided
+	decided, calls := run(1)   // decided
+	finished, fcalls := run(1) // decided, then finished
+	decide(half[0].ID)
+	decide(calls[0].ID)
+	decide(fcalls[0].ID)
+	want := []string{decided.ID, finished.ID}
+	slices.Sort(want)
+	if got := listed(); !slices.Equal(got, want) {
+		t.Errorf("runs listed = %v, want the two decided ones %v", got, want)
+	}
+	if err := s.FinishRun(ctx, finished.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(); !slices.Equal(got, []string{decided.ID}) {
+		t.Errorf("runs listed after FinishRun = %v, want [%s]", got, decided.ID)
+	}
+	if ttl, err := c.PTTL(ctx, prefix+":runs").Result(); err != nil || ttl <= 0 {
+		t.Errorf("TTL of the runs index = %v, %v; want one", ttl, err)
+	}
+	if ids, err := s.Stalled(ctx, 0); err != nil || !slices.Equal(ids, []string{decided.ID}) {
+		t.Errorf("Stalled = %v, %v; want [%s]", ids, err, decided.ID)
+	}
+	runKeys, err := c.Keys(ctx, prefix+":run:{"+decided.ID+"}*").Result()
+	if err != nil || len(runKeys) == 0 {
+		t.Fatalf("keys of run %s = %v, %v", decided.ID, runKeys, err)
+	}
+	if err := c.Del(ctx, runKeys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s.Stalled(ctx, 0); err != nil || len(ids) != 0 {
+		t.Errorf("Stalled with the decided run gone = %v, %v; want none", ids, err)
+	}
+	if got := listed(); len(got) != 0 {
+		t.Errorf("runs listed once the decided run is gone = %v, want none", got)
+	}
+}
+
 // A bounded listing skips and drops the stale entries it reads, counts
 // only pending calls toward its limit, and leaves the entries past it.
 func TestStaleEntriesAndALimit(t *testing.T) {

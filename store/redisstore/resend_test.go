@@ -29,10 +29,13 @@ func (resendAfterHook) DialHook(next redis.DialHook) redis.DialHook { return nex
 func (h resendAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if args := cmd.Args(); *h.armed && len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[0]), "eval") && strings.Contains(fmt.Sprint(args[3]), h.key) {
-			*h.armed = false
 			if err := next(ctx, cmd); err != nil {
+				// A node that had not loaded the script (a Cluster's
+				// other node) refuses its EVALSHA: the EVAL that follows
+				// is the sending.
 				return err
 			}
+			*h.armed = false
 			h.between()
 		}
 		return next(ctx, cmd)

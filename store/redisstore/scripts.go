@@ -52,7 +52,7 @@ return 1
 // effects of the decision (see decisionEffects). The decision that leaves
 // no call of the run pending names its call in the run (field completed),
 // for decidedResume.
-// KEYS: call, run [, audit, unanswered]
+// KEYS: call, run [, audit, unanswered, runs]
 // ARGV: fingerprint, kind, at, decision JSON, new status, then the effects
 // Returns {code, pending calls left, the call's callFields[, audit tail]}
 // where code is ok, notfound, decided, mismatch, expired or early.
@@ -92,12 +92,12 @@ var decide = redis.NewScript(decisionEffects + decideHead + decideBody)
 // version given (see store.ResumeBegin.IfRecords); a decided call is
 // answered as by decide, so that the same decision sent again after its
 // reply was lost is known as recorded even if the records changed since.
-// KEYS: call, run, audit, unanswered, records version
+// KEYS: call, run, audit, unanswered, runs, records version
 // ARGV: as decide, with the records version expected (the count of
 // record changes) after the first five
 // Returns {'stale'} when the records changed, else what decide returns.
 var decideIf = redis.NewScript(decisionEffects + decideHead + `
-if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[6]) then return {'stale'} end
+if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[6]) then return {'stale'} end
 ` + decideBody)
 
 // approve counts one approval of a call that needs several, and decides
@@ -109,7 +109,7 @@ if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[6]) then return 
 // and the one that completes the run's step in the run (completed), so
 // that the same sending sent again by the client after its reply was lost
 // is answered as the first was.
-// KEYS: call, run [, audit, unanswered]
+// KEYS: call, run [, audit, unanswered, runs]
 // ARGV: fingerprint, at, approver, approval JSON, need, decision JSON,
 // new status, edit JSON (empty for none), edit fingerprint, the sending's
 // nonce, the approvers whose approvals are dropped (a JSON array, empty
@@ -195,7 +195,7 @@ return reply('ok', left)
 // version given and the call holds the approvals it was judged with (see
 // store.ResumeBegin.IfApprovers); a sending sent again, and a refusal,
 // are answered as by approve.
-// KEYS: call, run, audit, unanswered, records version
+// KEYS: call, run, audit, unanswered, runs, records version
 // ARGV: as approve, with after the first twelve the records version
 // expected (the count of record changes), 1 if the call has a pending
 // edit (else 0), the approvers of its approvals (a JSON array), and the
@@ -208,7 +208,7 @@ local function counted()
   if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[17], ARGV[16]) end
 end
 ` + approveHead + `
-if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[13]) then return {'stale'} end
+if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[13]) then return {'stale'} end
 local judged = cjson.decode(ARGV[15])
 local cur = redis.call('HGET', KEYS[1], 'approvals')
 local held = {}
@@ -223,8 +223,12 @@ if not same then return reply('stale', -1) end
 
 // decisionEffects starts the decide and approve scripts: reply, and
 // effects, which writes what a decision brings with it when the script
-// has the audit and unanswered keys (one Redis node; on a Cluster they are
-// in other hash slots, and the caller writes them after the script).
+// has the audit, unanswered and runs keys (one Redis node; on a Cluster
+// they are in other hash slots, and the caller writes the first two after
+// the script, and lists every run in the third when it is created): the
+// audit entry, and once no call of the run is pending, the conversation
+// listed as unanswered and the run listed for Stalled (the list kept at
+// least as long as the run).
 // ARGV ends with the effects: audit entry JSON (empty: none), audit max,
 // conversation to list as unanswered once nothing is pending (empty:
 // none), at (ms).
@@ -236,13 +240,20 @@ local function reply(code, left)
   return r
 end
 local function effects(entry, left)
-  if #KEYS < 4 then return end
+  if #KEYS < 5 then return end
   if entry ~= '' then
     redis.call('LPUSH', KEYS[3], entry)
     redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[#ARGV - 2]) - 1)
   end
-  if ARGV[#ARGV - 1] ~= '' and left == 0 then
+  if left ~= 0 then return end
+  if ARGV[#ARGV - 1] ~= '' then
     redis.call('ZADD', KEYS[4], 'NX', ARGV[#ARGV], ARGV[#ARGV - 1])
+  end
+  redis.call('ZADD', KEYS[5], 'NX', ARGV[#ARGV], string.match(KEYS[2], '{([^{}]*)}$'))
+  local ttl = redis.call('PTTL', KEYS[2])
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[5], ttl, 'NX')
+    redis.call('PEXPIRE', KEYS[5], ttl, 'GT')
   end
 end
 `

@@ -1,0 +1,181 @@
+package boltstore
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/internal/newrun"
+)
+
+// pause creates n runs of calls calls each, paused, 1,000 to a transaction.
+func pause(tb testing.TB, s *Store, n, calls int) []store.Run {
+	tb.Helper()
+	state := json.RawMessage(`{"messages":"` + strings.Repeat("x", 1500) + `"}`)
+	now := time.Now()
+	var out []store.Run
+	for len(out) < n {
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for range min(1000, n-len(out)) {
+				r := store.Run{ID: store.NewRunID(), Conversation: "T1/C1/" + store.NewRunID(), Requester: "U1", Channel: "C1", State: state}
+				cs := make([]store.Call, calls)
+				for i := range cs {
+					cs[i] = store.Call{ID: store.CallID(r.ID, i), Tool: "http_get", Args: json.RawMessage(`{}`), Fingerprint: "fp", ExpiresAt: now.Add(time.Hour)}
+				}
+				r, cs, err := newrun.Prepare(r, cs, now)
+				if err != nil {
+					return err
+				}
+				if err := s.createRun(tx, r, cs, now); err != nil {
+					return err
+				}
+				out = append(out, r)
+			}
+			return nil
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return out
+}
+
+func decide(tb testing.TB, s *Store, callID string) {
+	tb.Helper()
+	d := store.Decision{Kind: "approve", Decider: "U2", At: time.Now()}
+	if _, _, err := s.Decide(tb.Context(), callID, "fp", d); err != nil {
+		tb.Fatalf("Decide(%s): %v", callID, err)
+	}
+}
+
+// keys returns the keys of a bucket, or nil if there is no such bucket.
+func keys(tb testing.TB, s *Store, bucket []byte) []string {
+	tb.Helper()
+	var out []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, _ []byte) error {
+			out = append(out, string(k))
+			return nil
+		})
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Stalled reads the runs whose resume is due, not every unfinished run:
+// a run is listed once its last pending call is decided and unlisted
+// when it finishes, so that a sweep costs the same with any number of
+// paused runs.
+func TestOnlyDecidedRunsAreListedForStalled(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runs := pause(t, s, 4, 2)
+	paused, half, decided, finished := runs[0], runs[1], runs[2], runs[3]
+	decide(t, s, half.CallIDs[0])
+	for _, r := range []store.Run{decided, finished} {
+		decide(t, s, r.CallIDs[0])
+		decide(t, s, r.CallIDs[1])
+	}
+	if err := s.FinishRun(t.Context(), finished.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(t, s, bucketDecided); !slices.Equal(got, []string{decided.ID}) {
+		t.Errorf("decided runs listed = %v, want only %s (paused %s, half decided %s, finished %s)", got, decided.ID, paused.ID, half.ID, finished.ID)
+	}
+	if got, err := s.Stalled(t.Context(), 0); err != nil || !slices.Equal(got, []string{decided.ID}) {
+		t.Errorf("Stalled = %v, %v; want [%s]", got, err, decided.ID)
+	}
+}
+
+// A file written by an earlier version lists every unfinished run for
+// Stalled; Open keeps the decided ones listed and drops that list.
+func TestOpenListsTheDecidedRunsOfAnEarlierFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := pause(t, s, 3, 1)
+	paused, decided, finished := runs[0], runs[1], runs[2]
+	decide(t, s, decided.CallIDs[0])
+	decide(t, s, finished.CallIDs[0])
+	if err := s.FinishRun(t.Context(), finished.ID); err != nil {
+		t.Fatal(err)
+	}
+	// As an earlier version left it: its runs in "active" (a finished run
+	// is taken out of it, but one left behind is dropped as well).
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketDecided); err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucket(bucketDecided); err != nil {
+			return err
+		}
+		active, err := tx.CreateBucket(bucketActive)
+		if err != nil {
+			return err
+		}
+		for _, r := range runs {
+			if err := active.Put([]byte(r.ID), nil); err != nil {
+				return err
+			}
+		}
+		return active.Put([]byte("gone"), nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := keys(t, s, bucketDecided); !slices.Equal(got, []string{decided.ID}) {
+		t.Errorf("decided runs listed after Open = %v, want only %s (paused %s, finished %s)", got, decided.ID, paused.ID, finished.ID)
+	}
+	if got := keys(t, s, bucketActive); got != nil {
+		t.Errorf("the earlier list of unfinished runs is still there after Open: %v", got)
+	}
+	if got, err := s.Stalled(t.Context(), 0); err != nil || !slices.Equal(got, []string{decided.ID}) {
+		t.Errorf("Stalled = %v, %v; want [%s]", got, err, decided.ID)
+	}
+}
+
+// BenchmarkStalledWithPausedRuns is one stalled-resume sweep with 100,000
+// paused runs (1.5 KB of history each) and 10 decided ones.
+func BenchmarkStalledWithPausedRuns(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "toolgate.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	pause(b, s, 100000, 1)
+	for _, r := range pause(b, s, 10, 1) {
+		decide(b, s, r.CallIDs[0])
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if ids, err := s.Stalled(b.Context(), 100); err != nil || len(ids) != 10 {
+			b.Fatalf("Stalled = %d runs, %v; want 10", len(ids), err)
+		}
+	}
+}
