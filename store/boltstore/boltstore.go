@@ -1321,45 +1321,16 @@ func (s *Store) PutRecord(ctx context.Context, r store.Record, expectVersion int
 
 // Records lists a kind's records by id.
 func (s *Store) Records(ctx context.Context, kind string) ([]store.Record, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	var out []store.Record
-	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketRecords).Bucket([]byte(kind))
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, v []byte) error {
-			var r store.Record
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("decode record %s: %w", k, err)
-			}
-			out = append(out, r)
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list records %s: %w", kind, err)
-	}
-	return out, nil
+	out, err := s.RecordsOf(ctx, kind)
+	return out[kind], err
 }
 
 // RecordsOf lists the records of several kinds in one read transaction,
-// each kind's as Records lists them.
+// each kind's as Records lists them (VersionedRecords, without the
+// version).
 func (s *Store) RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	var out map[string][]store.Record
-	err := s.db.View(func(tx *bolt.Tx) (err error) {
-		out, err = recordsOf(tx, kinds)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list records %v: %w", kinds, err)
-	}
-	return out, nil
+	out, _, err := s.VersionedRecords(ctx, kinds...)
+	return out, err
 }
 
 // VersionedRecords is RecordsOf with the version of the records, in the

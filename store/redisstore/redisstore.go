@@ -1272,27 +1272,10 @@ func (s *Store) Records(ctx context.Context, kind string) ([]store.Record, error
 }
 
 // RecordsOf lists the records of several kinds in one round trip, each
-// kind's by id.
+// kind's by id (VersionedRecords, without the version).
 func (s *Store) RecordsOf(ctx context.Context, kinds ...string) (map[string][]store.Record, error) {
-	cmds := make([]*redis.MapStringStringCmd, len(kinds))
-	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range kinds {
-			cmds[i] = p.HGetAll(ctx, s.recordsKey(k))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list records %v: %w", kinds, err)
-	}
-	out := make(map[string][]store.Record, len(kinds))
-	for i, k := range kinds {
-		recs, err := decodeRecords(k, cmds[i].Val())
-		if err != nil {
-			return nil, err
-		}
-		out[k] = recs
-	}
-	return out, nil
+	out, _, err := s.VersionedRecords(ctx, kinds...)
+	return out, err
 }
 
 // VersionedRecords is RecordsOf with the version of the records, read
