@@ -632,8 +632,8 @@ func perConversation(before, after map[string]int, done int) StorePhase {
 
 // cpuSeconds returns the CPU time the bots have used, summed
 // (process_cpu_seconds_total; -1 if a scrape fails), that of this
-// process, and that of the Redis server (-1 on the embedded store or if
-// it cannot be read).
+// process, and that of the Redis server (of every primary of a Cluster;
+// -1 on the embedded store or if it cannot be read).
 func (e *env) cpuSeconds() (bots, bench, redisCPU float64) {
 	m, err := e.scrapeAll()
 	bots = m["process_cpu_seconds_total"]

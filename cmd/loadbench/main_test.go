@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -308,8 +309,11 @@ func TestRunKeysOnEveryNode(t *testing.T) {
 				t.Errorf("storedBytes = %d, %v; want at least 5,000 for 50 keys of 100 bytes", n, err)
 			}
 			e.cleanRedis()
+			var mu sync.Mutex // nodes are scanned at once
 			var left []string
 			err = e.scanKeys(t.Context(), func(_ context.Context, _ *redis.Client, keys []string) error {
+				mu.Lock()
+				defer mu.Unlock()
 				left = append(left, keys...)
 				return nil
 			})

@@ -473,6 +473,13 @@ func (s *Store) pruneRules(now time.Time) []pruneRule {
 			return !decodeTime(v).After(now), nil
 		}},
 		{bucket: bucketInbox, expired: deleteAt},
+		// The listing of a run finished or gone, which an earlier
+		// version, opening the file in between, may have left.
+		{bucket: bucketDecided, expired: func(tx *bolt.Tx, k, _ []byte) (bool, error) {
+			var rec runRecord
+			ok, err := get(tx.Bucket(bucketRuns), string(k), &rec)
+			return err == nil && (!ok || rec.Finished), nil
+		}},
 		// The listing of a conversation with no inbox left, older than a
 		// conversation lives.
 		{bucket: bucketUnans, expired: func(tx *bolt.Tx, k, v []byte) (bool, error) {

@@ -204,7 +204,7 @@ func decided(tx *bolt.Tx, c *store.Call, rec runRecord, d store.Decision) (bool,
 		return false, err
 	}
 	rec.Pending--
-	if rec.Pending == 0 {
+	if rec.Pending == 0 && !rec.Finished {
 		if err := tx.Bucket(bucketDecided).Put([]byte(c.RunID), nil); err != nil {
 			return false, err
 		}

@@ -85,8 +85,8 @@ func TestOnlyDecidedRunsAreListedForStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	runs := pause(t, s, 4, 2)
-	paused, half, decided, finished := runs[0], runs[1], runs[2], runs[3]
+	runs := pause(t, s, 5, 2)
+	paused, half, decided, finished, cut := runs[0], runs[1], runs[2], runs[3], runs[4]
 	decide(t, s, half.CallIDs[0])
 	for _, r := range []store.Run{decided, finished} {
 		decide(t, s, r.CallIDs[0])
@@ -95,8 +95,15 @@ func TestOnlyDecidedRunsAreListedForStalled(t *testing.T) {
 	if err := s.FinishRun(t.Context(), finished.ID); err != nil {
 		t.Fatal(err)
 	}
+	// A run finished with a call pending, whose last call is decided
+	// after all, is not listed.
+	decide(t, s, cut.CallIDs[0])
+	if err := s.FinishRun(t.Context(), cut.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _ = s.Decide(t.Context(), cut.CallIDs[1], "fp", store.Decision{Kind: "approve", Decider: "U2", At: time.Now()})
 	if got := keys(t, s, bucketDecided); !slices.Equal(got, []string{decided.ID}) {
-		t.Errorf("decided runs listed = %v, want only %s (paused %s, half decided %s, finished %s)", got, decided.ID, paused.ID, half.ID, finished.ID)
+		t.Errorf("decided runs listed = %v, want only %s (paused %s, half decided %s, finished %s and %s)", got, decided.ID, paused.ID, half.ID, finished.ID, cut.ID)
 	}
 	if got, err := s.Stalled(t.Context(), 0); err != nil || !slices.Equal(got, []string{decided.ID}) {
 		t.Errorf("Stalled = %v, %v; want [%s]", got, err, decided.ID)
@@ -177,5 +184,39 @@ func BenchmarkStalledWithPausedRuns(b *testing.B) {
 		if ids, err := s.Stalled(b.Context(), 100); err != nil || len(ids) != 10 {
 			b.Fatalf("Stalled = %d runs, %v; want 10", len(ids), err)
 		}
+	}
+}
+
+// Prune drops the listing of a run that is finished or gone, as an
+// earlier version opening the file in between may leave it: that version
+// neither lists nor unlists runs here.
+func TestPruneDropsListingsOfRunsFinishedOrGone(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runs := pause(t, s, 2, 1)
+	decided, finished := runs[0], runs[1]
+	decide(t, s, decided.CallIDs[0])
+	decide(t, s, finished.CallIDs[0])
+	if err := s.FinishRun(t.Context(), finished.ID); err != nil {
+		t.Fatal(err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketDecided)
+		if err := b.Put([]byte(finished.ID), nil); err != nil {
+			return err
+		}
+		return b.Put([]byte("gone"), nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.prune(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(t, s, bucketDecided); !slices.Equal(got, []string{decided.ID}) {
+		t.Errorf("decided runs listed after prune = %v, want only %s", got, decided.ID)
 	}
 }

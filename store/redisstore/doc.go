@@ -17,7 +17,8 @@
 // (its record, inbox and lease: one script) in one pipeline, then what
 // finishing a run and unlisting an answered conversation need. On one
 // node (or a Sentinel-managed primary), DecideAudited and ApproveAudited
-// also write the audit entry and the takeover listing in their script, and
+// also write the audit entry, the takeover listing and the run's listing
+// for Stalled in their script, and
 // BeginResume takes the lease and the claim and loads the run and the
 // conversation in one script, and DecideBegin and ApproveBegin send their
 // script with BeginResume's in one pipeline; on a Cluster, where those

@@ -338,7 +338,8 @@ type indexEntry struct {
 // oldest entries. Entries of the due and runs indexes older than the
 // retention time point at deleted calls and are trimmed; a listing's
 // entries, and reminders, leave it with FinishRun or the call's decision,
-// or when a reader finds them stale.
+// or when a reader finds them stale (on one node, so do the entries of
+// the runs index, which the decisions' scripts add).
 func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 	var out []indexEntry
 	for _, c := range calls {
@@ -1036,8 +1037,8 @@ func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 
 // Stalled lists up to limit runs with no pending call, not finished and
 // with no live resume claim; limit <= 0 lists all. It reads the runs
-// index: on one node the runs whose last pending call was decided, in the
-// order of those decisions, however many are paused (runs listed when
+// index: on one node the runs whose last pending call was decided, by the
+// time of that decision, however many are paused (runs listed when
 // they were created, by an earlier version, are read until they finish);
 // on a Cluster, where a decision's script cannot list its run, every
 // unfinished run, earliest expiry first.
