@@ -386,6 +386,7 @@ func (e *env) replicas(n int) {
 	m.unblock()
 	e.model.Handle(m.answer)
 	st := e.open()
+	e.shared = st
 	var bots []*bot
 	for range n {
 		bots = append(bots, e.run(st))
