@@ -480,8 +480,11 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	p.mem = a.cards.posting(pc.ID)
 	if ts := a.postBlocks(ctx, channel, thread, p.blocks, p.text); ts != "" {
 		p.added(a, channel, ts)
-	} else {
-		// The thread is not left without a word of the pause.
+	} else if ctx.Err() == nil {
+		// The thread is not left without a word of the pause. (A turn
+		// that was stopped, its lease lost or cut by a shutdown, saves
+		// no pause: the turn that answers the conversation next posts
+		// its own card.)
 		a.post(ctx, channel, thread, CardNotPostedText(pc.Tool, pc.Approvers, pc.Human))
 	}
 	// Who needs a copy is known before the pause is saved (from the
