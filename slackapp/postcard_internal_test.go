@@ -14,8 +14,7 @@ import (
 // A card Slack refuses leaves the thread a note that the call can be
 // decided elsewhere; a card whose post fails because its turn was stopped
 // (its lease lost, or cut by a shutdown) leaves none: that turn saves no
-// pause, and the turn that answers the conversation next posts its own
-// card.
+// pause, so there is nothing to decide elsewhere.
 func TestCardOfAStoppedTurnLeavesNoNote(t *testing.T) {
 	fs := fakeslack.New(t)
 	fs.AddChannel(fakeslack.Channel{ID: "C1", Name: "general", Members: []string{"U1", "U2", fs.BotUserID()}})

@@ -483,8 +483,10 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	} else if ctx.Err() == nil {
 		// The thread is not left without a word of the pause. (A turn
 		// that was stopped, its lease lost or cut by a shutdown, saves
-		// no pause: the turn that answers the conversation next posts
-		// its own card.)
+		// no pause, so there is nothing to decide elsewhere: after a
+		// lost lease the turn that takes the conversation over posts
+		// its own card, after a shutdown the thread is told of the
+		// restart.)
 		a.post(ctx, channel, thread, CardNotPostedText(pc.Tool, pc.Approvers, pc.Human))
 	}
 	// Who needs a copy is known before the pause is saved (from the

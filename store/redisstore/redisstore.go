@@ -335,11 +335,11 @@ type indexEntry struct {
 // Scores are times in ms: expiry times in the due and (on a Cluster) runs
 // indexes, reminder times in the reminder index, and creation times in
 // the pending-call listings, so that a bounded listing reads only its
-// oldest entries. Entries of the due and runs indexes older than the
-// retention time point at deleted calls and are trimmed; a listing's
-// entries, and reminders, leave it with FinishRun or the call's decision,
-// or when a reader finds them stale (on one node, so do the entries of
-// the runs index, which the decisions' scripts add).
+// oldest entries. Entries of the due index, and of the runs index on a
+// Cluster, older than the retention time point at deleted calls and are
+// trimmed; a listing's entries, reminders, and on one node the entries of
+// the runs index (which the decisions' scripts add), leave it with
+// FinishRun or the call's decision, or when a reader finds them stale.
 func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 	var out []indexEntry
 	for _, c := range calls {

@@ -498,6 +498,13 @@ func TestRunsListedOnceDecided(t *testing.T) {
 	if err := s.FinishRun(ctx, finished.ID); err != nil {
 		t.Fatal(err)
 	}
+	// A run finished with a call pending, whose last call is decided
+	// after all, is not listed.
+	cut, cutCalls := run(1)
+	if err := s.FinishRun(ctx, cut.ID); err != nil {
+		t.Fatal(err)
+	}
+	decide(cutCalls[0].ID)
 	if got := listed(); !slices.Equal(got, []string{decided.ID}) {
 		t.Errorf("runs listed after FinishRun = %v, want [%s]", got, decided.ID)
 	}

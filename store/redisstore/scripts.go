@@ -227,8 +227,8 @@ if not same then return reply('stale', -1) end
 // they are in other hash slots, and the caller writes the first two after
 // the script, and lists every run in the third when it is created): the
 // audit entry, and once no call of the run is pending, the conversation
-// listed as unanswered and the run listed for Stalled (the list kept at
-// least as long as the run).
+// listed as unanswered and the run, unless finished, listed for Stalled
+// (the list kept at least as long as the run).
 // ARGV ends with the effects: audit entry JSON (empty: none), audit max,
 // conversation to list as unanswered once nothing is pending (empty:
 // none), at (ms).
@@ -249,6 +249,7 @@ local function effects(entry, left)
   if ARGV[#ARGV - 1] ~= '' then
     redis.call('ZADD', KEYS[4], 'NX', ARGV[#ARGV], ARGV[#ARGV - 1])
   end
+  if redis.call('HGET', KEYS[2], 'finished') == '1' then return end
   redis.call('ZADD', KEYS[5], 'NX', ARGV[#ARGV], string.match(KEYS[2], '{([^{}]*)}$'))
   local ttl = redis.call('PTTL', KEYS[2])
   if ttl > 0 then
