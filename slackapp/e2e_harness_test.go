@@ -276,31 +276,28 @@ func (e *env) card(thread, tool string) fakeslack.Message {
 // its pause to be saved (the card is posted just before).
 func (e *env) cardIn(ch, thread, tool string) fakeslack.Message {
 	e.t.Helper()
+	forTool := func(m fakeslack.Message) bool { return isCard(m) && strings.Contains(m.Text, tool) }
 	if e.bot == nil && e.shared != nil {
 		// Of several replicas, one whose turn lost its lease (a replica
 		// starved of CPU) before it saved its pause leaves a card that
 		// nothing decides, and the replica that takes the conversation
 		// over posts another: the card whose call is saved.
 		return e.waitIn(ch, thread, "with a card for "+tool+" whose call is saved", func(m fakeslack.Message) bool {
-			if !isCard(m) || !strings.Contains(m.Text, tool) {
-				return false
-			}
-			callID, _, _ := strings.Cut(buttonValue(e.t, m, slackapp.ActionApprove), "~")
-			_, err := e.shared.GetCall(e.t.Context(), callID)
-			return err == nil
+			return forTool(m) && e.saved(e.shared, m)
 		})
 	}
-	m := e.waitIn(ch, thread, "with a card for "+tool, func(m fakeslack.Message) bool {
-		return isCard(m) && strings.Contains(m.Text, tool)
-	})
+	m := e.waitIn(ch, thread, "with a card for "+tool, forTool)
 	if e.bot != nil {
-		callID, _, _ := strings.Cut(buttonValue(e.t, m, slackapp.ActionApprove), "~")
-		waitUntil(e.t, "the card's call is saved", func() bool {
-			_, err := e.bot.st.GetCall(e.t.Context(), callID)
-			return err == nil
-		})
+		waitUntil(e.t, "the card's call is saved", func() bool { return e.saved(e.bot.st, m) })
 	}
 	return m
+}
+
+// saved reports whether st has the call of card.
+func (e *env) saved(st fullStore, card fakeslack.Message) bool {
+	callID, _, _ := strings.Cut(buttonValue(e.t, card, slackapp.ActionApprove), "~")
+	_, err := st.GetCall(e.t.Context(), callID)
+	return err == nil
 }
 
 // isCard reports whether m is a pending approval card.
