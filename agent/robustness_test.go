@@ -27,6 +27,10 @@ type flakyStore struct {
 	failFinish  atomic.Int32
 	failCreate  atomic.Int32
 	failRecords atomic.Bool
+	// onCreate, if set, is called before a commit that creates a run,
+	// which then fails with its context's error, writing nothing, if the
+	// context has ended.
+	onCreate func()
 }
 
 func (s *flakyStore) Records(ctx context.Context, kind string) ([]store.Record, error) {
@@ -65,6 +69,12 @@ var errInjected = errors.New("injected store failure")
 func (s *flakyStore) CommitTurn(ctx context.Context, c store.Commit) error {
 	if c.Run != nil && s.failCreate.Add(-1) >= 0 {
 		return errInjected
+	}
+	if c.Run != nil && s.onCreate != nil {
+		s.onCreate()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
 	if c.Finish != "" && s.failFinish.Add(-1) >= 0 {
 		c.Finish = ""
@@ -202,6 +212,34 @@ func TestPauseSaveFailureKeepsHistory(t *testing.T) {
 	}
 	if n := w.reads.n.Load(); n != 1 {
 		t.Errorf("read_file ran %d times, want 1", n)
+	}
+}
+
+// A shutdown whose grace runs out while a pause is saved leaves the
+// message unanswered, as a cut before the model answered does: the
+// restarted bot answers it. (It was recorded as answered, its call "not
+// performed", while the thread was told the bot would answer after its
+// restart.)
+func TestShutdownWhileThePauseIsSavedIsAnsweredAfterTheRestart(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	flaky := &flakyStore{Store: w.store.(storetest.Store)}
+	w.store = flaky
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	flaky.onCreate = cancel
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`)))
+	if _, err := w.agent().Run(ctx, request("deploy api 2")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want the context's end", err)
+	}
+	flaky.onCreate = nil
+	w.model.Reply(fakeopenai.Text("answered after the restart"))
+	out, err := w.restart().TakeOver(t.Context(), request("").Conversation)
+	must(t, err)
+	if out.Status != agent.Answered || out.Answer != "answered after the restart" {
+		t.Errorf("TakeOver after the restart = %+v, want the answer", out)
+	}
+	if n := w.deploys.n.Load(); n != 0 {
+		t.Errorf("deploy ran %d times, want never: it was never approved", n)
 	}
 }
 

@@ -1268,7 +1268,11 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		}
 		t.messages = append(t.messages, toolMessages(slots)...)
 		err = fmt.Errorf("save paused step: %w", err)
-		if leaseLost(ctx) {
+		if ctx.Err() != nil {
+			// Stopped (its lease lost, or cut by a shutdown): nothing
+			// more is written, and the messages stay unanswered for the
+			// turn that takes the conversation over, or the restarted
+			// bot, as after a cut before the model answered.
 			return Outcome{}, err
 		}
 		if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {
