@@ -409,10 +409,7 @@ func (e *env) replicas(n int) {
 // every thread is answered.
 func TestReplicasRunEachApprovedCallOnce(t *testing.T) {
 	const conversations = 300
-	for _, kind := range storeKinds(t) {
-		if kind.name == "bolt" {
-			continue // the embedded store serves one process
-		}
+	for _, kind := range sharedKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			e := newEnv(t, kind)
 			e.replicas(3)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,12 @@ func storeKinds(t *testing.T) []storeKind {
 		}})
 	}
 	return kinds
+}
+
+// sharedKinds are the store kinds several processes can share: the
+// embedded store serves one process.
+func sharedKinds(t *testing.T) []storeKind {
+	return slices.DeleteFunc(storeKinds(t), func(k storeKind) bool { return k.name == "bolt" })
 }
 
 const e2ePolicy = `

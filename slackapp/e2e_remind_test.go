@@ -33,10 +33,7 @@ func (c *claimCounter) WatchLease(ctx context.Context, key string) (store.LeaseW
 // Two replicas on one Redis both sweep for due reminders; the approvers
 // get the reminder once, in the thread, mentioning them.
 func TestReminderSentOnceByTwoReplicas(t *testing.T) {
-	for _, kind := range storeKinds(t) {
-		if kind.name == "bolt" {
-			continue // the embedded store serves one process
-		}
+	for _, kind := range sharedKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			e := newEnv(t, kind)
 			e.reminderAfter = 300 * time.Millisecond

@@ -329,10 +329,7 @@ func TestTimeToDecisionOncePerCall(t *testing.T) {
 // every thread answered.
 func TestReplicasCountEachApprovalOnce(t *testing.T) {
 	const conversations = 40
-	for _, kind := range storeKinds(t) {
-		if kind.name == "bolt" {
-			continue // the embedded store serves one process
-		}
+	for _, kind := range sharedKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			e := newEnv(t, kind)
 			e.policy = twoPersonPolicy
