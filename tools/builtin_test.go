@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
@@ -123,4 +124,21 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := Load(t.Context(), cfg, agent.NewRegistry(), nil); err == nil || !strings.Contains(err.Error(), "run_command") {
 		t.Errorf("Load with a missing run_command dir: got %v, want a run_command error", err)
 	}
+}
+
+// cutWithin reports whether content, after prefix, says a call timed out
+// after a duration in (0, bound]: the time left before the caller's
+// deadline when the tool started, which a busy machine shortens by a few
+// milliseconds, never the tool's own longer timeout.
+func cutWithin(content, prefix string, bound time.Duration) bool {
+	rest, ok := strings.CutPrefix(content, prefix+"timed out after ")
+	if !ok {
+		return false
+	}
+	end := strings.IndexAny(rest, ";\n")
+	if end < 0 {
+		end = len(rest)
+	}
+	d, err := time.ParseDuration(rest[:end])
+	return err == nil && d > 0 && d <= bound
 }
