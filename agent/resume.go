@@ -265,10 +265,11 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runS
 		if s.CallID == "" {
 			continue
 		}
-		res := a.settle(ctx, t, byID[s.CallID], st, rep, &recs, &started)
-		if leaseLost(ctx) {
-			// Whoever holds the run now settles the calls left (a call
-			// that started is not run again).
+		res, stopped := a.settle(ctx, t, byID[s.CallID], st, rep, &recs, &started)
+		if stopped || leaseLost(ctx) {
+			// Whoever resumes the run next (the process holding it now,
+			// or this one after its restart) settles the calls left; a
+			// call that started is not run again.
 			return Outcome{}, fmt.Errorf("resume %s: %w", runID, context.Cause(ctx))
 		}
 		s.Result = &res
@@ -309,14 +310,19 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 // by *recs if set (see policyKinds), which are then used up. If c is the
 // call *started names, BeginResume marked it as started: it runs without
 // BeginExecution, or its mark is taken back if it does not.
-func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, rep Reporter, recs *map[string][]store.Record, started *string) Result {
+//
+// stopped reports that ctx ended (a shutdown, a lost lease) before an
+// approved call could start: the call is not settled, and the resume
+// stops for the next one to run it, instead of telling the model it was
+// not performed.
+func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, rep Reporter, recs *map[string][]store.Record, started *string) (_ Result, stopped bool) {
 	marked := c.ID == *started
-	skip := func(res Result, note string) Result {
+	skip := func(res Result, note string) (Result, bool) {
 		if marked {
 			a.abandon(ctx, started)
 		}
 		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note})
-		return res
+		return res, false
 	}
 	if c.Status == store.Expired || c.Decision == nil {
 		res := Result{Content: fmt.Sprintf("not performed: approval expired after %s", c.ExpiresAt.Sub(c.CreatedAt).Round(time.Second)), IsError: true}
@@ -354,7 +360,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			// turn, and the execution's audit entry with it.
 			a.note(ctx, t, executed(c, d, args, res, "result saved before the bot stopped"))
 			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
-			return withNote(res)
+			return withNote(res), false
 		}
 		if !ok || !repeatable(tool) {
 			return skip(interruptedResult(c.Tool), NoteInterrupted)
@@ -368,6 +374,9 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	// denies does not run.
 	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Requesters: st.Requesters, Channel: st.Channel, Hints: tool.Annotations}, *recs)
 	*recs = nil
+	if err != nil && ctx.Err() != nil {
+		return Result{}, true // its mark, if any, is taken back on the way out
+	}
 	if err != nil {
 		return skip(Result{Content: fmt.Sprintf("not performed: the policy could not be checked (%v), so nothing ran; ask again later", err), IsError: true}, "policy could not be checked")
 	}
@@ -382,15 +391,15 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		// this process's (see claim.confirm). A resume cut short takes the
 		// mark back, so whoever resumes the run next runs the call.
 		if err := a.confirmClaim(ctx, c.RunID); err != nil {
-			if leaseLost(ctx) {
-				return Result{} // the resume stops; its mark is taken back on the way out
+			if ctx.Err() != nil {
+				return Result{}, true // its mark is taken back on the way out
 			}
 			return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 		}
 		*started = ""
 	} else if first, err = a.store.BeginExecution(ctx, c.ID); err != nil {
-		if leaseLost(ctx) {
-			return Result{} // the resume stops; its card is left to whoever settles the call
+		if ctx.Err() != nil {
+			return Result{}, true // its card is left to whoever settles the call
 		}
 		return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 	}
@@ -406,12 +415,12 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		// may run twice).
 		a.note(ctx, t, executed(c, d, args, res, "the bot stopped while it ran"))
 		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: NoteInterrupted})
-		return res
+		return res, false
 	}
 	a.saveResult(ctx, t, c.ID, res)
 	a.note(ctx, t, executed(c, d, args, res, ""))
 	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
-	return withNote(res)
+	return withNote(res), false
 }
 
 // saveResult saves the result of a call that ran with the call, so that a

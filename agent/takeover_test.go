@@ -1033,3 +1033,77 @@ func registerMigrateUntilCut(t *testing.T, w *world) <-chan struct{} {
 	}))
 	return running
 }
+
+// A shutdown that cuts a resume after one approved call ran and before the
+// next started leaves the next to the restart, which runs it: it is not
+// reported as "not performed" for the context's end, and the call that ran
+// is not run again.
+func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = "policy:\n  default: ask\n"
+			w.cfg.LeaseTTL = 300 * time.Millisecond
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var migrated atomic.Int64
+			must(t, w.reg.Register(agent.Tool{
+				Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+				Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+					migrated.Add(1)
+					cancel() // the shutdown's grace runs out as the call returns
+					return agent.Result{Content: "migrated"}, nil
+				},
+			}))
+			a := w.agent()
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`), call("c2", "deploy", `{"service":"api","version":"2"}`)))
+			out, err := a.Run(t.Context(), request("migrate, then deploy"))
+			must(t, err)
+			if out.Status != agent.Paused || len(out.Pending) != 2 {
+				t.Fatalf("Run = %s with %d pending, want two paused calls", out.Status, len(out.Pending))
+			}
+			for _, p := range out.Pending {
+				if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runID := out.Pending[0].RunID
+			if _, err := a.Resume(ctx, runID); !errors.Is(err, context.Canceled) {
+				t.Fatalf("the cut resume = %v, want the context's end", err)
+			}
+			if n := w.deploys.n.Load(); n != 0 {
+				t.Fatalf("deploy ran %d times during the cut resume, want none", n)
+			}
+
+			w.model.Reply(fakeopenai.Text("migrated and deployed"))
+			b := w.restart()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				out, err = b.Resume(t.Context(), runID)
+				must(t, err)
+				if out.Status != agent.Idle {
+					break
+				}
+				// Idle: the cut resume's claim has not lapsed yet.
+				if time.Now().After(deadline) {
+					t.Fatal("Resume after the restart stayed idle for 10s")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if out.Status != agent.Answered || out.Answer != "migrated and deployed" {
+				t.Fatalf("Resume after the restart = %+v, want the answer", out)
+			}
+			if m, d := migrated.Load(), w.deploys.n.Load(); m != 1 || d != 1 {
+				t.Errorf("migrate ran %d times and deploy %d, want each once", m, d)
+			}
+			if got, want := toolResults(t, w.model), []string{"c1: migrated", "c2: deployed"}; !slices.Equal(got, want) {
+				t.Errorf("tool results after the restart = %q, want %q", got, want)
+			}
+			for _, u := range w.rec.Updates() {
+				if u.Phase == agent.PhaseSkipped {
+					t.Errorf("call %s was skipped (%s), want both run", u.Call.ID, u.Note)
+				}
+			}
+		})
+	}
+}
