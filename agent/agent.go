@@ -84,7 +84,7 @@ type Runs interface {
 	ReleaseClaim(ctx context.Context, runID, owner string) error
 	BeginExecution(ctx context.Context, callID string) (bool, error)
 	AbandonExecution(ctx context.Context, callID string) error
-	SaveResult(ctx context.Context, callID string, result []byte) error
+	SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
 	NextExpiry(ctx context.Context) (time.Time, error)

@@ -81,13 +81,15 @@
 // Before an approved call runs, the policy judges it again: a call whose
 // rule now denies it does not run. Each approved call is started at most
 // once (marked by the resume's store BeginResume or DecideBegin, or
-// BeginExecution; a
-// mark whose call did not run is taken back with AbandonExecution), and
-// its result is saved as soon as it
-// returns (store SaveResult): if a resume crashed or lost its lease after
-// starting a call, the next resume gives the model the saved result, or
-// says its outcome is unknown, instead of running it again (a read-only or
-// idempotent tool's call without a saved result runs again).
+// BeginExecution; a mark whose call did not run is taken back with
+// AbandonExecution), and its result is saved as soon as it returns, with
+// the execution's audit entry (store SaveResult): if a resume crashed or
+// lost its lease after starting a call, the next resume gives the model
+// the saved result, or says its outcome is unknown (and saves that, with
+// its entry), instead of running it again (a read-only or idempotent
+// tool's call without a saved result runs again); each execution has one
+// entry. A resume whose context ends before an approved call starts stops
+// there, and the next resume runs the call.
 //
 // # Resuming
 //

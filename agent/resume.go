@@ -348,22 +348,35 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		}
 		return res
 	}
+	// unknown settles a call that started before and will not run again,
+	// whose outcome is not known: the first resume to find it so saves
+	// that, with the execution's audit entry, for a resume claimed again
+	// to report and write no second entry.
+	unknown := func() (Result, bool) {
+		if marked {
+			*started = "" // executing, and kept so by the saved result
+		}
+		res := interruptedResult(c.Tool)
+		a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, "the bot stopped while it ran"))
+		return skip(res, NoteInterrupted)
+	}
 	tool, ok := a.tools.Lookup(c.Tool)
 	again := false
 	if c.Executing {
 		// A resume claimed again: the call started before. Its saved
 		// result says how it ended, if it got that far; if not, it runs
 		// again only if its tool may (read-only or idempotent).
-		var res Result
-		if len(c.Result) > 0 && json.Unmarshal(c.Result, &res) == nil {
-			// The resume that ran it stopped before it recorded the
-			// turn, and the execution's audit entry with it.
-			a.note(ctx, t, executed(c, d, args, res, "result saved before the bot stopped"))
-			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
-			return withNote(res), false
+		var saved savedResult
+		if len(c.Result) > 0 && json.Unmarshal(c.Result, &saved) == nil {
+			// Its audit entry was written with it.
+			if saved.Interrupted {
+				return skip(interruptedResult(c.Tool), NoteInterrupted)
+			}
+			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: saved.Result})
+			return withNote(saved.Result), false
 		}
 		if !ok || !repeatable(tool) {
-			return skip(interruptedResult(c.Tool), NoteInterrupted)
+			return unknown()
 		}
 		again = true
 	}
@@ -404,39 +417,55 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 	}
 	if !first && !again {
-		return skip(interruptedResult(c.Tool), NoteInterrupted)
+		return unknown()
 	}
 	rep.Status(ctx, "is running "+c.Tool+"…")
 	res := a.execute(ctx, tool, args, c.ID, v)
-	if res.interrupted {
+	if res.interrupted && !repeatable(tool) {
 		// Cut by a shutdown or a lost lease while it ran: as after a
-		// crash, its outcome is unknown. No result is saved, so a resume
-		// claimed again reports it so too (or runs it again if its tool
-		// may run twice).
-		a.note(ctx, t, executed(c, d, args, res, "the bot stopped while it ran"))
-		rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: NoteInterrupted})
-		return res, false
+		// crash, its outcome is unknown, and a resume claimed again
+		// reports it so too.
+		return unknown()
 	}
-	a.saveResult(ctx, t, c.ID, res)
-	a.note(ctx, t, executed(c, d, args, res, ""))
+	if res.interrupted {
+		// No result is saved: a resume claimed again runs it again, and
+		// audits that execution.
+		a.note(ctx, t, executed(c, d, args, res, "the bot stopped while it ran"))
+		return skip(res, NoteInterrupted)
+	}
+	a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, ""))
 	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 	return withNote(res), false
 }
 
-// saveResult saves the result of a call that ran with the call, so that a
-// resume claimed again after this process died reports how the call ended
-// instead of "outcome unknown". The turn goes on meanwhile (the model is
-// asked with the result at once); its next write, and its end, wait for
-// the save (see commit and flushAudits). A save that fails is logged: the
-// turn's own write records the result anyway.
-func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result) {
+// saveResult saves the result of a call that ran with the call, and e, the
+// execution's audit entry, with it, so that a resume claimed again after
+// this process died reports how the call ended instead of "outcome
+// unknown", and writes no second entry. The turn goes on meanwhile (the
+// model is asked with the result at once); its next write, and its end,
+// wait for the save (see commit and flushAudits). A save that fails is
+// logged: the turn's own write records the result anyway, and the entry
+// if the store did not append it.
+func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result, e store.AuditEntry) {
+	s := &resultSave{entry: a.logged(ctx, e)}
+	t.saves = append(t.saves, s)
 	ctx = context.WithoutCancel(ctx)
-	b := mustJSON(res)
+	b := mustJSON(savedResult{Result: res, Interrupted: res.interrupted})
 	t.saving.Go(func() {
-		if err := a.store.SaveResult(ctx, callID, b); err != nil {
+		err := a.store.SaveResult(ctx, callID, b, s.entry)
+		if err != nil {
 			a.log.Warn("save tool result", "call", callID, "err", err)
 		}
+		s.audited = err == nil
 	})
+}
+
+// savedResult is a call's result as saveResult saves it.
+type savedResult struct {
+	Result
+	// Interrupted: the bot stopped while the call ran (see
+	// interruptedResult).
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // abandon takes back the mark BeginResume set on the call *started names,

@@ -682,7 +682,7 @@ func TestReclaimedResumeReportsTheSavedResult(t *testing.T) {
 				t.Fatal("BeginExecution refused")
 			}
 			if saved {
-				must(t, w.store.SaveResult(ctx, p.ID, []byte(`{"content":"deployed by the first resumer"}`)))
+				must(t, w.store.SaveResult(ctx, p.ID, []byte(`{"content":"deployed by the first resumer"}`), store.AuditEntry{}))
 			}
 			w.model.Reply(fakeopenai.Text("done"))
 			_, err = w.restart().Resume(ctx, p.RunID)

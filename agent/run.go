@@ -146,8 +146,9 @@ type turn struct {
 	began        map[string][]store.Record
 	beganVersion int64
 	// saving are the results of the calls the turn ran being saved
-	// (see saveResult); the turn's writes wait for them.
+	// (see saveResult), saves; the turn's writes wait for them.
 	saving sync.WaitGroup
+	saves  []*resultSave
 	// ran are the calls of the step whose results the messages end with,
 	// until the model is asked with them; a turn cut before it answers
 	// records them as a finished step (see cut).

@@ -67,11 +67,11 @@ func (d *dyingStore) BeginExecution(ctx context.Context, id string) (bool, error
 	return d.Store.BeginExecution(ctx, id)
 }
 
-func (d *dyingStore) SaveResult(ctx context.Context, id string, r []byte) error {
+func (d *dyingStore) SaveResult(ctx context.Context, id string, r []byte, e store.AuditEntry) error {
 	if err := d.check(); err != nil {
 		return err
 	}
-	err := d.Store.SaveResult(ctx, id, r)
+	err := d.Store.SaveResult(ctx, id, r, e)
 	if err == nil {
 		d.savedOnce.Do(func() { close(d.saved) })
 	}
@@ -319,6 +319,9 @@ func TestTakeOverAfterDeathInResume(t *testing.T) {
 			}
 			if got := toolResults(t, w.model); !slices.Equal(got, []string{"c1: deployed"}) {
 				t.Errorf("tool results = %q, want the saved result", got)
+			}
+			if got := executions(t, w.store); !slices.Equal(got, []string{"deploy ok"}) {
+				t.Errorf("execute entries = %q, want the one written with the saved result", got)
 			}
 			keys, err := b.Unanswered(t.Context(), 0)
 			must(t, err)
@@ -1034,76 +1037,97 @@ func registerMigrateUntilCut(t *testing.T, w *world) <-chan struct{} {
 	return running
 }
 
-// A shutdown that cuts a resume after one approved call ran and before the
-// next started leaves the next to the restart, which runs it: it is not
-// reported as "not performed" for the context's end, and the call that ran
-// is not run again.
+// A shutdown that cuts a resume after one approved call ran (or while it
+// ran) and before the next started leaves the next to the restart, which
+// runs it: it is not reported as "not performed" for the context's end.
+// The call that ran is neither run again nor audited twice; one cut while
+// it ran is reported with its outcome unknown.
 func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
-	for _, b := range backends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			w := newWorld(t, b)
-			w.policy = "policy:\n  default: ask\n"
-			w.cfg.LeaseTTL = 300 * time.Millisecond
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			var migrated atomic.Int64
-			must(t, w.reg.Register(agent.Tool{
-				Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
-				Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
-					migrated.Add(1)
-					cancel() // the shutdown's grace runs out as the call returns
-					return agent.Result{Content: "migrated"}, nil
-				},
-			}))
-			a := w.agent()
-			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`), call("c2", "deploy", `{"service":"api","version":"2"}`)))
-			out, err := a.Run(t.Context(), request("migrate, then deploy"))
-			must(t, err)
-			if out.Status != agent.Paused || len(out.Pending) != 2 {
-				t.Fatalf("Run = %s with %d pending, want two paused calls", out.Status, len(out.Pending))
-			}
-			for _, p := range out.Pending {
-				if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			runID := out.Pending[0].RunID
-			if _, err := a.Resume(ctx, runID); !errors.Is(err, context.Canceled) {
-				t.Fatalf("the cut resume = %v, want the context's end", err)
-			}
-			if n := w.deploys.n.Load(); n != 0 {
-				t.Fatalf("deploy ran %d times during the cut resume, want none", n)
-			}
-
-			w.model.Reply(fakeopenai.Text("migrated and deployed"))
-			b := w.restart()
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				out, err = b.Resume(t.Context(), runID)
+	for _, tt := range []struct {
+		name      string
+		whileRuns bool // the shutdown cuts the first call while it runs
+		first     string
+		outcome   string
+	}{
+		{"as the first call returns", false, "c1: migrated", "migrate ok"},
+		{"while the first call runs", true, "c1: outcome unknown: the bot stopped while migrate was running", "migrate unknown"},
+	} {
+		for _, b := range backends(t) {
+			t.Run(tt.name+"/"+b.name, func(t *testing.T) {
+				w := newWorld(t, b)
+				w.policy = "policy:\n  default: ask\n"
+				w.cfg.LeaseTTL = 300 * time.Millisecond
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				var migrated atomic.Int64
+				must(t, w.reg.Register(agent.Tool{
+					Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+					Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+						migrated.Add(1)
+						cancel() // the shutdown's grace runs out
+						if tt.whileRuns {
+							<-ctx.Done()
+							return agent.Result{}, ctx.Err()
+						}
+						return agent.Result{Content: "migrated"}, nil
+					},
+				}))
+				a := w.agent()
+				w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`), call("c2", "deploy", `{"service":"api","version":"2"}`)))
+				out, err := a.Run(t.Context(), request("migrate, then deploy"))
 				must(t, err)
-				if out.Status != agent.Idle {
-					break
+				if out.Status != agent.Paused || len(out.Pending) != 2 {
+					t.Fatalf("Run = %s with %d pending, want two paused calls", out.Status, len(out.Pending))
 				}
-				// Idle: the cut resume's claim has not lapsed yet.
-				if time.Now().After(deadline) {
-					t.Fatal("Resume after the restart stayed idle for 10s")
+				for _, p := range out.Pending {
+					if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+						t.Fatal(err)
+					}
 				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			if out.Status != agent.Answered || out.Answer != "migrated and deployed" {
-				t.Fatalf("Resume after the restart = %+v, want the answer", out)
-			}
-			if m, d := migrated.Load(), w.deploys.n.Load(); m != 1 || d != 1 {
-				t.Errorf("migrate ran %d times and deploy %d, want each once", m, d)
-			}
-			if got, want := toolResults(t, w.model), []string{"c1: migrated", "c2: deployed"}; !slices.Equal(got, want) {
-				t.Errorf("tool results after the restart = %q, want %q", got, want)
-			}
-			for _, u := range w.rec.Updates() {
-				if u.Phase == agent.PhaseSkipped {
-					t.Errorf("call %s was skipped (%s), want both run", u.Call.ID, u.Note)
+				runID := out.Pending[0].RunID
+				if _, err := a.Resume(ctx, runID); !errors.Is(err, context.Canceled) {
+					t.Fatalf("the cut resume = %v, want the context's end", err)
 				}
-			}
-		})
+				if n := w.deploys.n.Load(); n != 0 {
+					t.Fatalf("deploy ran %d times during the cut resume, want none", n)
+				}
+
+				w.model.Reply(fakeopenai.Text("migrated and deployed"))
+				b := w.restart()
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					out, err = b.Resume(t.Context(), runID)
+					must(t, err)
+					if out.Status != agent.Idle {
+						break
+					}
+					// Idle: the cut resume's claim has not lapsed yet.
+					if time.Now().After(deadline) {
+						t.Fatal("Resume after the restart stayed idle for 10s")
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				if out.Status != agent.Answered || out.Answer != "migrated and deployed" {
+					t.Fatalf("Resume after the restart = %+v, want the answer", out)
+				}
+				if m, d := migrated.Load(), w.deploys.n.Load(); m != 1 || d != 1 {
+					t.Errorf("migrate ran %d times and deploy %d, want each once", m, d)
+				}
+				got := toolResults(t, w.model)
+				if len(got) != 2 || !strings.HasPrefix(got[0], tt.first) || got[1] != "c2: deployed" {
+					t.Errorf("tool results after the restart = %q, want %q then c2 deployed", got, tt.first)
+				}
+				for _, u := range w.rec.Updates() {
+					if u.Phase == agent.PhaseSkipped && u.Call.ID == out.RunID+".1" {
+						t.Errorf("deploy was skipped (%s), want it run", u.Note)
+					}
+				}
+				got = executions(t, w.store)
+				slices.Sort(got)
+				if want := []string{"deploy ok", tt.outcome}; !slices.Equal(got, want) {
+					t.Errorf("execute entries = %q, want %q", got, want)
+				}
+			})
+		}
 	}
 }

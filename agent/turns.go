@@ -30,7 +30,7 @@ type Turns interface {
 // noted for the next write.
 func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) error {
 	if t != nil {
-		t.saving.Wait()
+		t.waitSaves()
 		c.Audit = t.audits
 	}
 	if cl := claimOf(ctx, c.Finish); cl != nil {
@@ -66,11 +66,36 @@ func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) 
 // note logs an audit entry at once and keeps it for the turn's next write,
 // so it is stored with what it is about (see commit).
 func (a *Agent) note(ctx context.Context, t *turn, e store.AuditEntry) {
+	t.audits = append(t.audits, a.logged(ctx, e))
+}
+
+// logged logs an audit entry, dated now if it has no time, and returns it
+// so dated.
+func (a *Agent) logged(ctx context.Context, e store.AuditEntry) store.AuditEntry {
 	if e.At.IsZero() {
 		e.At = a.cfg.Now()
 	}
 	e.Log(ctx, a.log)
-	t.audits = append(t.audits, e)
+	return e
+}
+
+// resultSave is a call's result being saved with its audit entry (see
+// saveResult).
+type resultSave struct {
+	entry   store.AuditEntry
+	audited bool // the store appended entry with the result
+}
+
+// waitSaves waits for the results the turn is saving, and keeps for its
+// next write the audit entries of those the store did not append.
+func (t *turn) waitSaves() {
+	t.saving.Wait()
+	for _, s := range t.saves {
+		if !s.audited {
+			t.audits = append(t.audits, s.entry)
+		}
+	}
+	t.saves = nil
 }
 
 // flushAudits writes the entries noted by a turn that ended without
@@ -78,7 +103,7 @@ func (a *Agent) note(ctx context.Context, t *turn, e store.AuditEntry) {
 // deferred by every turn, so it also waits for the turn's results being
 // saved (see saveResult): none outlives its turn.
 func (a *Agent) flushAudits(ctx context.Context, t *turn) {
-	t.saving.Wait()
+	t.waitSaves()
 	ctx = context.WithoutCancel(ctx)
 	for _, e := range t.audits {
 		if err := a.store.Audit(ctx, e); err != nil {

@@ -130,9 +130,9 @@ func (l *turnLog) AbandonExecution(ctx context.Context, id string) error {
 	return l.Store.AbandonExecution(ctx, id)
 }
 
-func (l *turnLog) SaveResult(ctx context.Context, id string, r []byte) error {
+func (l *turnLog) SaveResult(ctx context.Context, id string, r []byte, e store.AuditEntry) error {
 	l.add("SaveResult")
-	return l.Store.SaveResult(ctx, id, r)
+	return l.Store.SaveResult(ctx, id, r, e)
 }
 
 func actions(es []store.AuditEntry) []string {
@@ -267,8 +267,8 @@ func TestAllowedCallIsJudgedByThePolicyOfItsTime(t *testing.T) {
 }
 
 // The end of a resumed step is one commit after the tool's result is
-// saved: the conversation, the run finished, the execution's audit entry
-// and the lease released.
+// saved with the execution's audit entry: the conversation, the run
+// finished and the lease released.
 func TestResumeEndsWithOneCommit(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, backends(t)[0])
@@ -297,8 +297,11 @@ func TestResumeEndsWithOneCommit(t *testing.T) {
 	if c.Finish != p.RunID || c.Conversation == nil || c.Conversation.PausedRun != "" || c.Release == "" || !c.Answer {
 		t.Errorf("the commit = %+v, want the run finished, the conversation moved on and the lease released", c)
 	}
-	if got := actions(c.Audit); !slices.Equal(got, []string{"execute"}) {
-		t.Errorf("audit entries of the commit = %q, want execute", got)
+	if got := actions(c.Audit); len(got) != 0 {
+		t.Errorf("audit entries of the commit = %q, want none: the execution's goes with its result", got)
+	}
+	if got := auditLog(t, w.store); !slices.Contains(got, "execute deploy") {
+		t.Errorf("audit log = %q, want the execution's entry", got)
 	}
 }
 
@@ -310,10 +313,10 @@ type heldSave struct {
 	saved, early    atomic.Bool
 }
 
-func (s *heldSave) SaveResult(ctx context.Context, id string, r []byte) error {
+func (s *heldSave) SaveResult(ctx context.Context, id string, r []byte, e store.AuditEntry) error {
 	close(s.saving)
 	<-s.release
-	err := s.Store.SaveResult(ctx, id, r)
+	err := s.Store.SaveResult(ctx, id, r, e)
 	s.saved.Store(true)
 	return err
 }
@@ -449,14 +452,18 @@ func TestFailedPauseWritesNoPauseEntries(t *testing.T) {
 	}
 }
 
-// A resume claimed again after its runner died with the call's result
-// saved writes the execution's audit entry, which the dead runner would
-// have written with its commit; an interrupted call gets none.
-func TestReclaimedResumeAuditsASavedExecution(t *testing.T) {
+// Each started execution has one audit entry, written with its saved
+// result: a resume claimed again after its runner died with the result
+// saved writes none; one that finds the call started without a result
+// (its runner died while the tool ran) writes the entry of its unknown
+// outcome with the result it saves, and a resume claimed after that one
+// died too writes none.
+func TestReclaimedResumeAuditsAnExecutionOnce(t *testing.T) {
 	for _, saved := range []bool{true, false} {
 		t.Run(map[bool]string{true: "saved", false: "interrupted"}[saved], func(t *testing.T) {
 			ctx := context.Background()
 			w := newWorld(t, backends(t)[0])
+			w.cfg.LeaseTTL = 300 * time.Millisecond
 			a := w.agent()
 			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
 			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
@@ -466,12 +473,39 @@ func TestReclaimedResumeAuditsASavedExecution(t *testing.T) {
 			if !ok {
 				t.Fatal("BeginExecution refused")
 			}
+			want := "ok"
 			if saved {
-				must(t, w.store.SaveResult(ctx, p.ID, []byte(`{"content":"deployed by the first resumer"}`)))
+				entry := store.AuditEntry{Actor: "UAPPROVER1", Action: "execute", Tool: "deploy", CallID: p.ID, Outcome: "ok"}
+				must(t, w.store.SaveResult(ctx, p.ID, []byte(`{"content":"deployed by the first resumer"}`), entry))
+				w.model.Reply(fakeopenai.Text("done"))
+				_, err = w.restart().Resume(ctx, p.RunID)
+				must(t, err)
+			} else {
+				// The second resumer finds the outcome unknown and dies
+				// while the model is asked.
+				want = "unknown"
+				entered, release := heldAt(w, 1, func(int64) fakeopenai.Response { return fakeopenai.Text("done") })
+				second, d := w.doomed()
+				done := make(chan error, 1)
+				go func() {
+					_, err := second.Resume(ctx, p.RunID)
+					done <- err
+				}()
+				<-entered
+				<-d.saved
+				d.kill()
+				close(release)
+				<-done
+				if out := takeOver(t, w, w.restart(), p.Conversation); out.Status != agent.Answered {
+					t.Fatalf("TakeOver = %+v, want the resume answered", out)
+				}
+				if got := toolResults(t, w.model); len(got) != 1 || !strings.Contains(got[0], "outcome unknown") {
+					t.Errorf("tool results of the takeover = %q, want the outcome unknown", got)
+				}
 			}
-			w.model.Reply(fakeopenai.Text("done"))
-			_, err = w.restart().Resume(ctx, p.RunID)
-			must(t, err)
+			if n := w.deploys.n.Load(); n != 0 {
+				t.Errorf("deploy ran %d times, want never again", n)
+			}
 			log, err := w.store.(storetest.Store).AuditLog(ctx, 0)
 			must(t, err)
 			var executes []store.AuditEntry
@@ -480,11 +514,8 @@ func TestReclaimedResumeAuditsASavedExecution(t *testing.T) {
 					executes = append(executes, e)
 				}
 			}
-			switch {
-			case saved && (len(executes) != 1 || executes[0].CallID != p.ID || executes[0].Actor != "UAPPROVER1" || !strings.Contains(executes[0].Detail, "saved")):
-				t.Errorf("execute entries = %+v, want one for %s by UAPPROVER1 saying the result was saved", executes, p.ID)
-			case !saved && len(executes) != 0:
-				t.Errorf("execute entries = %+v, want none for an interrupted call", executes)
+			if len(executes) != 1 || executes[0].CallID != p.ID || executes[0].Actor != "UAPPROVER1" || executes[0].Outcome != want {
+				t.Errorf("execute entries = %+v, want one for %s by UAPPROVER1 with the outcome %s", executes, p.ID, want)
 			}
 		})
 	}
@@ -700,5 +731,45 @@ func TestApprovalWaitIsBoundedByTheConversationsLife(t *testing.T) {
 	p := pauseOne(t, w, w.agent(), call("c1", "deploy", `{"service":"api","version":"2"}`))
 	if got := p.ExpiresAt.Sub(p.CreatedAt); got != approvals.MaxTTL {
 		t.Errorf("the call waits %s, want %s (approvals.MaxTTL)", got, approvals.MaxTTL)
+	}
+}
+
+// failedSave fails SaveResult: with effects, after saving the result
+// without its audit entry (a store that appends it in a second step).
+type failedSave struct {
+	storetest.Store
+	effects bool
+}
+
+func (s *failedSave) SaveResult(ctx context.Context, id string, r []byte, _ store.AuditEntry) error {
+	if !s.effects {
+		return errInjected
+	}
+	if err := s.Store.SaveResult(ctx, id, r, store.AuditEntry{}); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", store.ErrEffects, errInjected)
+}
+
+// An execution whose audit entry the store did not append with its result
+// has it written by the turn's commit, once.
+func TestExecutionAuditedByTheTurnWhenItsSaveFails(t *testing.T) {
+	for _, effects := range []bool{false, true} {
+		t.Run(map[bool]string{false: "nothing saved", true: "result saved"}[effects], func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, backends(t)[0])
+			w.store = &failedSave{Store: w.store.(storetest.Store), effects: effects}
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			w.model.Reply(fakeopenai.Text("deployed"))
+			if out, err := a.Resume(ctx, p.RunID); err != nil || out.Status != agent.Answered {
+				t.Fatalf("Resume = %+v, %v; want answered", out, err)
+			}
+			if got := executions(t, w.store); !slices.Equal(got, []string{"deploy ok"}) {
+				t.Errorf("execute entries = %q, want the one the turn wrote", got)
+			}
+		})
 	}
 }

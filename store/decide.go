@@ -25,7 +25,8 @@ type Effects struct {
 // ErrEffects is wrapped by the error of a decision that was recorded but
 // whose effects could not all be written (a store that writes them in a
 // second step); the returned call and completeness are those of the
-// recorded decision.
+// recorded decision. SaveResult wraps it likewise when the result was
+// saved but its audit entry not appended.
 var ErrEffects = errors.New("decision recorded, but not all of its effects")
 
 // Audit outcomes that ApproveAudited writes.

@@ -169,9 +169,9 @@ func (s *countedStore) AbandonExecution(ctx context.Context, callID string) erro
 	return s.st.AbandonExecution(ctx, callID)
 }
 
-func (s *countedStore) SaveResult(ctx context.Context, callID string, result []byte) error {
+func (s *countedStore) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
 	s.count("SaveResult")
-	return s.st.SaveResult(ctx, callID, result)
+	return s.st.SaveResult(ctx, callID, result, e)
 }
 
 func (s *countedStore) Pending(ctx context.Context, f store.Filter) ([]store.Call, error) {

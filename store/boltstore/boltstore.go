@@ -760,6 +760,12 @@ func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error)
 // edit says so, in one transaction (a commit that may run edit again);
 // store.ErrNotFound if there is no such call.
 func (s *Store) updateCall(ctx context.Context, callID string, edit func(c *store.Call) (write bool, err error)) error {
+	return s.updateCallAudited(ctx, callID, store.AuditEntry{}, edit)
+}
+
+// updateCallAudited is updateCall that also appends e, if it has an
+// Action, to the audit log when the call is written.
+func (s *Store) updateCallAudited(ctx context.Context, callID string, e store.AuditEntry, edit func(c *store.Call) (write bool, err error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -775,6 +781,11 @@ func (s *Store) updateCall(ctx context.Context, callID string, edit func(c *stor
 		write, err := edit(&c)
 		if err != nil || !write {
 			return err
+		}
+		if e.Action != "" {
+			if err := s.audit(tx, e); err != nil {
+				return err
+			}
 		}
 		return put(tx.Bucket(bucketCalls), callID, c)
 	})
@@ -833,9 +844,10 @@ func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
 	return nil
 }
 
-// SaveResult keeps the result of an executing call.
-func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) error {
-	err := s.updateCall(ctx, callID, func(c *store.Call) (bool, error) {
+// SaveResult keeps the result of an executing call and appends its audit
+// entry, in one transaction.
+func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
+	err := s.updateCallAudited(ctx, callID, e, func(c *store.Call) (bool, error) {
 		if !c.Executing {
 			return false, fmt.Errorf("not executing: %w", store.ErrConflict)
 		}

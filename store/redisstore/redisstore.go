@@ -686,20 +686,43 @@ func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
 	return nil
 }
 
-// SaveResult keeps the result of an executing call (one script).
-func (s *Store) SaveResult(ctx context.Context, callID string, result []byte) error {
+// SaveResult keeps the result of an executing call and appends its audit
+// entry in one script. On a Cluster, where the log is in another hash
+// slot, the entry is appended next (one pipeline); if that fails, the
+// result stands and the error wraps store.ErrEffects.
+func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
 	if store.RunOf(callID) == "" {
 		return fmt.Errorf("save result of call %s: %w", callID, store.ErrNotFound)
 	}
-	n, err := saveResult.Run(ctx, s.c, []string{s.callKey(callID)}, result).Int()
-	switch {
-	case err != nil:
+	entry, err := auditArg(e)
+	if err != nil {
 		return fmt.Errorf("save result of call %s: %w", callID, err)
+	}
+	keys := []string{s.callKey(callID)}
+	if !s.cluster {
+		keys = append(keys, s.auditKey())
+	}
+	res, err := saveResult.Run(ctx, s.c, keys, result, entry, s.auditMax).Slice()
+	if err != nil {
+		return fmt.Errorf("save result of call %s: %w", callID, err)
+	}
+	switch n, _ := res[0].(int64); {
 	case n < 0:
 		return fmt.Errorf("save result of call %s: %w", callID, store.ErrNotFound)
 	case n == 0:
 		return fmt.Errorf("save result of call %s: not executing: %w", callID, store.ErrConflict)
 	}
+	var tail string
+	if len(res) > 1 {
+		tail, _ = res[1].(string)
+	}
+	fx := store.Effects{Audit: e}
+	if tail, err = s.writeEffects(ctx, false, fx, time.Time{}, tail); err != nil {
+		return fmt.Errorf("save result of call %s: %w", callID, err)
+	}
+	// Entries past the retention time that this write cannot trim are
+	// trimmed by a later one.
+	_ = s.trimStale(ctx, fx, tail)
 	return nil
 }
 

@@ -336,15 +336,22 @@ if redis.call('HEXISTS', KEYS[1], 'result') == 0 then redis.call('HDEL', KEYS[1]
 return 1
 `)
 
-// saveResult stores the result of an executing call.
-// KEYS: call
-// ARGV: result
-// Returns 1 if saved, 0 if the call is not executing, -1 if unknown.
+// saveResult stores the result of an executing call and, given the audit
+// log's key (not on a Cluster), appends an entry to the log.
+// KEYS: call[, audit]
+// ARGV: result, entry ("": none), max entries kept
+// Returns {1} if saved ({1, oldest entry} with an entry), {0} if the call
+// is not executing, {-1} if unknown.
 var saveResult = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if redis.call('HGET', KEYS[1], 'executing') ~= '1' then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+if redis.call('HGET', KEYS[1], 'executing') ~= '1' then return {0} end
 redis.call('HSET', KEYS[1], 'result', ARGV[1])
-return 1
+if #KEYS > 1 and ARGV[2] ~= '' then
+  redis.call('LPUSH', KEYS[2], ARGV[2])
+  redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+  return {1, redis.call('LINDEX', KEYS[2], -1)}
+end
+return {1}
 `)
 
 // finishRun marks a run finished and shortens the life of its keys to the

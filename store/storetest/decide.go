@@ -599,7 +599,7 @@ func testAbandonExecution(t *testing.T, open Opener) {
 			t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", c.ID, ok, err)
 		}
 	}
-	if err := s.SaveResult(ctx, calls[1].ID, json.RawMessage(`{"ok":true}`)); err != nil {
+	if err := s.SaveResult(ctx, calls[1].ID, json.RawMessage(`{"ok":true}`), store.AuditEntry{}); err != nil {
 		t.Fatalf("SaveResult(%s): %v", calls[1].ID, err)
 	}
 	for _, c := range calls {

@@ -106,9 +106,13 @@ type Store interface {
 	AbandonExecution(ctx context.Context, callID string) error
 	// SaveResult keeps what an executing call's tool returned, so a resume
 	// claimed again after a crash reports it instead of running the tool
-	// again. It fails with ErrConflict for a call that is not executing and
-	// ErrNotFound for an unknown one.
-	SaveResult(ctx context.Context, callID string, result []byte) error
+	// again, and appends e (if its Action is set), the execution's audit
+	// entry, to the audit log with it: the entry is written exactly when
+	// the result is. It fails with ErrConflict for a call that is not
+	// executing and ErrNotFound for an unknown one, writing nothing. A
+	// store that appends the entry in a second step returns an error
+	// wrapping ErrEffects if that step fails: the result stands.
+	SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error
 	// FinishRun ends a run after its resume: it is no longer listed
 	// anywhere, and its records expire after the retention time. It also
 	// clears the conversation's PausedRun if that still names the run.

@@ -836,9 +836,21 @@ func testSaveResult(t *testing.T, open Opener) {
 	r, calls := create(t, s, 1, nil)
 	c := calls[0]
 	result := []byte(`{"content":"deployed"}`)
+	entry := store.AuditEntry{At: time.Now().Truncate(time.Millisecond), Actor: "U_APPROVER", Action: "execute", CallID: c.ID, Outcome: "ok"}
 	decideAll(t, s, calls)
-	if err := s.SaveResult(ctx, c.ID, result); !errors.Is(err, store.ErrConflict) {
+	executes := func() []store.AuditEntry {
+		t.Helper()
+		log, err := s.AuditLog(ctx, 0)
+		if err != nil {
+			t.Fatalf("AuditLog: %v", err)
+		}
+		return slices.DeleteFunc(log, func(e store.AuditEntry) bool { return e.Action != "execute" })
+	}
+	if err := s.SaveResult(ctx, c.ID, result, entry); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("SaveResult(%s) before BeginExecution = %v, want ErrConflict", c.ID, err)
+	}
+	if got := executes(); len(got) != 0 {
+		t.Errorf("audit entries after a refused SaveResult = %+v, want none", got)
 	}
 	if ok, err := s.BeginExecution(ctx, c.ID); err != nil || !ok {
 		t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", c.ID, ok, err)
@@ -846,18 +858,24 @@ func testSaveResult(t *testing.T, open Opener) {
 	if got := wantStatus(t, s, c.ID, store.Decided); len(got.Result) != 0 {
 		t.Errorf("GetCall(%s).Result = %s before SaveResult, want empty", c.ID, got.Result)
 	}
-	if err := s.SaveResult(ctx, c.ID, result); err != nil {
+	if err := s.SaveResult(ctx, c.ID, result, entry); err != nil {
 		t.Fatalf("SaveResult(%s) = %v", c.ID, err)
 	}
 	s = reopen()
+	if got := executes(); len(got) != 1 || got[0].CallID != c.ID || got[0].Actor != entry.Actor || got[0].Outcome != "ok" {
+		t.Errorf("audit entries after SaveResult = %+v, want its entry once", got)
+	}
 	if got := wantStatus(t, s, c.ID, store.Decided); string(got.Result) != string(result) {
 		t.Errorf("GetCall(%s).Result after restart = %s, want %s", c.ID, got.Result, result)
 	}
 	if _, got, err := s.LoadRun(t.Context(), r.ID); err != nil || string(got[0].Result) != string(result) {
 		t.Errorf("LoadRun(%s) call result = %v, %v; want %s", r.ID, got, err, result)
 	}
-	if err := s.SaveResult(t.Context(), store.CallID(store.NewRunID(), 0), result); !errors.Is(err, store.ErrNotFound) {
+	if err := s.SaveResult(t.Context(), store.CallID(store.NewRunID(), 0), result, entry); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("SaveResult(unknown) = %v, want ErrNotFound", err)
+	}
+	if got := executes(); len(got) != 1 {
+		t.Errorf("audit entries after SaveResult of an unknown call = %+v, want the first call's only", got)
 	}
 }
 
@@ -1115,7 +1133,7 @@ func testRawBytesKept(t *testing.T, open Opener) {
 	if ok, err := s.BeginExecution(ctx, calls[0].ID); err != nil || !ok {
 		t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", calls[0].ID, ok, err)
 	}
-	if err := s.SaveResult(ctx, calls[0].ID, json.RawMessage(result)); err != nil {
+	if err := s.SaveResult(ctx, calls[0].ID, json.RawMessage(result), store.AuditEntry{}); err != nil {
 		t.Fatalf("SaveResult(%s): %v", calls[0].ID, err)
 	}
 	conv := store.Conversation{Key: "C6:1.6", State: json.RawMessage(state), UpdatedAt: time.Now()}
