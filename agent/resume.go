@@ -240,7 +240,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runS
 		if len(cs.Step.Requesters) > 0 {
 			t.askers = slices.Clone(cs.Step.Requesters)
 		}
-		t.step = a.interrupted(cs.Step)
+		t.step = a.interrupted(ctx, t, cs.Step)
 		return a.finishResume(ctx, t, rep)
 	}
 	if cancelled {

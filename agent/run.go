@@ -471,7 +471,7 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 	if cs.Step != nil {
 		t.user, t.channel, t.steps = cs.Step.User, cs.Step.Channel, cs.Step.Steps
 		t.askers = slices.Clone(cs.Step.Requesters)
-		t.step = a.interrupted(cs.Step)
+		t.step = a.interrupted(ctx, t, cs.Step)
 		t.later = pending
 	} else {
 		t.addMessages(pending)
@@ -483,11 +483,12 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 	return a.continueTurn(ctx, t, rep)
 }
 
-// interrupted returns the slots of a step taken over after a crash: the
-// call that was running gets an "outcome unknown" result unless its tool
-// may run again, in which case it is judged again like the calls that never
-// started.
-func (a *Agent) interrupted(m *stepMark) []slot {
+// interrupted returns the slots of a step of t taken over after a crash:
+// the call that was running gets an "outcome unknown" result unless its
+// tool may run again, in which case it is judged again like the calls that
+// never started. The unknown outcome is audited with the turn's next
+// write, which records it: the crashed process wrote no entry.
+func (a *Agent) interrupted(ctx context.Context, t *turn, m *stepMark) []slot {
 	slots := append([]slot(nil), m.Slots...)
 	if m.Started < 0 || m.Started >= len(slots) || slots[m.Started].Result != nil {
 		return slots
@@ -499,7 +500,31 @@ func (a *Agent) interrupted(m *stepMark) []slot {
 	r := interruptedResult(s.Tool)
 	s.Result = &r
 	s.Ran = true
+	e := store.AuditEntry{Actor: m.User, Action: "execute", Channel: m.Channel, Thread: t.conv, Tool: s.Tool, CallID: s.ToolCallID, Outcome: outcomeOf(r), Detail: "allowed; the bot stopped while it ran"}
+	if args, ok := callArgs(t.messages, s.ToolCallID); ok {
+		if _, _, fp, err := a.check(s.Tool, args); err == nil {
+			e.Fingerprint = fp
+		}
+	}
+	a.note(ctx, t, e)
 	return slots
+}
+
+// callArgs returns the arguments of the tool call id in the last assistant
+// message of msgs that has calls.
+func callArgs(msgs []openai.ChatCompletionMessage, id string) (json.RawMessage, bool) {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role != openai.ChatMessageRoleAssistant || len(msgs[i].ToolCalls) == 0 {
+			continue
+		}
+		for _, tc := range msgs[i].ToolCalls {
+			if tc.ID == id {
+				return json.RawMessage(tc.Function.Arguments), true
+			}
+		}
+		return nil, false
+	}
+	return nil, false
 }
 
 // repeatable reports whether a call of t may run again after a crash

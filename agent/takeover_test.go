@@ -60,6 +60,13 @@ func (d *dyingStore) CommitTurn(ctx context.Context, c store.Commit) error {
 	return d.Store.CommitTurn(ctx, c)
 }
 
+func (d *dyingStore) Audit(ctx context.Context, e store.AuditEntry) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Store.Audit(ctx, e)
+}
+
 func (d *dyingStore) BeginExecution(ctx context.Context, id string) (bool, error) {
 	if err := d.check(); err != nil {
 		return false, err
@@ -265,6 +272,20 @@ func TestTakeOverAfterDeathInToolCall(t *testing.T) {
 				out := takeOver(t, w, b, req.Conversation)
 				if out.Status != agent.Answered || out.Answer != "here is what happened" {
 					t.Fatalf("TakeOver = %+v, want the answer", out)
+				}
+				entries := []string{"migrate unknown"} // the crashed process wrote none
+				if idempotent {
+					entries = []string{"migrate ok"} // the second run's
+				}
+				if got := executions(t, w.store); !slices.Equal(got, entries) {
+					t.Errorf("execute entries = %q, want %q", got, entries)
+				}
+				log, err := w.store.(storetest.Store).AuditLog(t.Context(), 0)
+				must(t, err)
+				for _, e := range log {
+					if e.Action == "execute" && (e.CallID != "c1" || e.Fingerprint == "" || e.Actor != "UREQUESTER" || e.Thread != req.Conversation) {
+						t.Errorf("execute entry %+v, want it to name c1, its fingerprint, the requester and the thread", e)
+					}
 				}
 				got := toolResults(t, w.model)
 				if idempotent {
