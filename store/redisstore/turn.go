@@ -552,9 +552,41 @@ func (s *Store) unpushAudit(ctx context.Context, entries []store.AuditEntry) {
 	_, _ = p.Exec(ctx)
 }
 
-// relistRun writes the listings of a new run (see indexRun) again, a few
-// times over about a second while they fail.
-func (s *Store) relistRun(ctx context.Context, nr newRun, mark bool) error {
+// auditPushed reports whether cmds add to the audit log (key) and every
+// command that does succeeded.
+func auditPushed(cmds []redis.Cmder, key string) bool {
+	pushed := false
+	for _, c := range cmds {
+		if args := c.Args(); c.Name() == "lpush" && len(args) > 1 && args[1] == key {
+			if c.Err() != nil {
+				return false
+			}
+			pushed = true
+		}
+	}
+	return pushed
+}
+
+// pushAuditAgain appends entries whose part of a commit's pipeline failed
+// while the rest of it was made (see writeAgain); they are lost if that
+// keeps failing.
+func (s *Store) pushAuditAgain(ctx context.Context, entries []store.AuditEntry) {
+	_ = writeAgain(ctx, func() error {
+		_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for _, e := range entries {
+				if err := s.pushAudit(ctx, p, e); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return err
+	})
+}
+
+// writeAgain runs write, a few times over about a second while it fails,
+// and returns its last error.
+func writeAgain(ctx context.Context, write func() error) error {
 	var err error
 	for _, wait := range []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, time.Second} {
 		select {
@@ -562,13 +594,22 @@ func (s *Store) relistRun(ctx context.Context, nr newRun, mark bool) error {
 			return ctx.Err()
 		case <-time.After(wait):
 		}
-		p := s.c.Pipeline()
-		s.indexRun(ctx, p, nr, mark)
-		if _, err = p.Exec(ctx); err == nil {
+		if err = write(); err == nil {
 			return nil
 		}
 	}
 	return err
+}
+
+// relistRun writes the listings of a new run (see indexRun) again, a few
+// times over about a second while they fail.
+func (s *Store) relistRun(ctx context.Context, nr newRun, mark bool) error {
+	return writeAgain(ctx, func() error {
+		p := s.c.Pipeline()
+		s.indexRun(ctx, p, nr, mark)
+		_, err := p.Exec(ctx)
+		return err
+	})
 }
 
 // CommitTurn writes in this order, so that a failure or a crash part way
@@ -676,13 +717,21 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		// node's part failed (a failover), leaving a conversation paused
 		// on calls that are in no listing: never expired, reminded or
 		// listed as pending. The listings are written again (their
-		// writes can be made twice); the audit entries of a failed part
-		// are lost.
+		// writes can be made twice).
 		if left, lerr := commit.Int64(); lerr == nil && left != -2 && s.relistRun(ctx, nr, mark) == nil {
 			err = nil
+			if len(pushed) > 0 && !auditPushed(cmds, s.auditKey()) {
+				// So are the audit entries, if their part failed.
+				s.pushAuditAgain(ctx, pushed)
+			}
 		}
 	}
 	if err != nil {
+		if auditPushed(cmds, s.auditKey()) {
+			// The commit fails, so its writer keeps its entries for its
+			// next write: those added are taken back, as after a refusal.
+			s.unpushAudit(ctx, pushed)
+		}
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
 	left, err := commit.Int64()

@@ -886,20 +886,20 @@ func TestAcceptSentAgainIsAnsweredAsRecorded(t *testing.T) {
 	})
 }
 
-// failDueOnce fails, once, the part of a pipeline a Cluster node gets
-// when it holds the listing of calls by expiry (its node is down for a
-// moment, as in a failover).
-type failDueOnce struct {
-	due    string
+// failOnce fails, once, the part of a pipeline a Cluster node gets when
+// it holds a command match picks (its node is down for a moment, as in a
+// failover).
+type failOnce struct {
+	match  func(redis.Cmder) bool
 	failed *atomic.Bool
 }
 
-func (failDueOnce) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (failDueOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h failDueOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (failOnce) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (failOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h failOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			if args := c.Args(); c.Name() == "zadd" && len(args) > 1 && args[1] == h.due && h.failed.CompareAndSwap(false, true) {
+			if h.match(c) && h.failed.CompareAndSwap(false, true) {
 				err := errors.New("node unreachable")
 				for _, c := range cmds {
 					c.SetErr(err)
@@ -911,46 +911,70 @@ func (h failDueOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// On Redis Cluster a pause's pipeline is split by node, each part applied
-// on its own: when the node of the listings fails while the
-// conversation's is made, the listings are written again, so the paused
-// call still expires and is listed as pending.
-func TestPauseWhoseListingsFailedIsListed(t *testing.T) {
+// on matches a command named name whose first key is key.
+func on(name, key string) func(redis.Cmder) bool {
+	return func(c redis.Cmder) bool {
+		args := c.Args()
+		return c.Name() == name && len(args) > 1 && args[1] == key
+	}
+}
+
+// failingCluster is a store on the local Redis Cluster, under prefix,
+// whose nodes fail once the part of a pipeline with a command that
+// matchOf(prefix) picks; failed is set then.
+func failingCluster(t *testing.T, matchOf func(prefix string) func(redis.Cmder) bool) (s *redisstore.Store, cc *redis.ClusterClient, prefix string, failed *atomic.Bool) {
+	t.Helper()
 	u := envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")
-	prefix := newPrefix(t, u)
+	prefix = newPrefix(t, u)
+	match := matchOf(prefix)
 	c, err := redisstore.NewClient(u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc := c.(*redis.ClusterClient)
-	var failed atomic.Bool
-	hook := failDueOnce{due: prefix + ":due", failed: &failed}
+	cc = c.(*redis.ClusterClient)
+	failed = &atomic.Bool{}
+	hook := failOnce{match: match, failed: failed}
 	cc.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
 	if err := cc.ForEachShard(t.Context(), func(_ context.Context, n *redis.Client) error { n.AddHook(hook); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	s = redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
 	t.Cleanup(func() { _ = s.Close() })
+	return s, cc, prefix, failed
+}
+
+// convOffNode returns a conversation key whose keys are on another node
+// of the local Cluster (three primaries, equal slot ranges) than key.
+func convOffNode(t *testing.T, cc *redis.ClusterClient, prefix, key string) string {
+	t.Helper()
 	ctx := t.Context()
-	var conv string
-	for i := 0; conv == ""; i++ {
-		// A conversation on another node than the listing.
+	ds, err := cc.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
 		k := fmt.Sprintf("C1:%d.%s", i, store.NewRunID())
 		ks, err := cc.ClusterKeySlot(ctx, prefix+":conv:{conv:"+k+"}").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds, err := cc.ClusterKeySlot(ctx, prefix+":due").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
 		if ks/5461 != ds/5461 {
-			conv = k
+			return k
 		}
 	}
+}
+
+// On Redis Cluster a pause's pipeline is split by node, each part applied
+// on its own: when the node of the listings fails while the
+// conversation's is made, the listings are written again, so the paused
+// call still expires and is listed as pending.
+func TestPauseWhoseListingsFailedIsListed(t *testing.T) {
+	s, cc, prefix, failed := failingCluster(t, func(prefix string) func(redis.Cmder) bool { return on("zadd", prefix+":due") })
+	ctx := t.Context()
+	conv := convOffNode(t, cc, prefix, prefix+":due")
 	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
 	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
-	err = s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{}`), PausedRun: r.ID}, Run: &r, Calls: []store.Call{call}})
+	err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{}`), PausedRun: r.ID}, Run: &r, Calls: []store.Call{call}})
 	if !failed.Load() {
 		t.Fatal("the listings' part of the pipeline was not failed")
 	}
@@ -962,5 +986,63 @@ func TestPauseWhoseListingsFailedIsListed(t *testing.T) {
 	}
 	if got, err := s.Pending(ctx, store.Filter{}); err != nil || len(got) != 1 {
 		t.Errorf("Pending = %d calls, %v; want the paused call", len(got), err)
+	}
+}
+
+// On Redis Cluster the audit entries of a pause go to the audit log's node
+// beside the conversation's script: when that part fails while the rest
+// is made, the entries are written again, once.
+func TestPauseWhoseAuditPartFailedIsAudited(t *testing.T) {
+	s, cc, prefix, failed := failingCluster(t, func(prefix string) func(redis.Cmder) bool { return on("lpush", prefix+":audit") })
+	ctx := t.Context()
+	conv := convOffNode(t, cc, prefix, prefix+":audit")
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
+	audit := []store.AuditEntry{{Actor: "U1", Action: "request", CallID: call.ID}, {Actor: "U1", Action: "pause", CallID: call.ID}}
+	err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{}`), PausedRun: r.ID}, Run: &r, Calls: []store.Call{call}, Audit: audit})
+	if !failed.Load() {
+		t.Fatal("the audit log's part of the pipeline was not failed")
+	}
+	if err != nil {
+		t.Fatalf("CommitTurn whose audit part failed once = %v, want nil once written again", err)
+	}
+	log, err := s.AuditLog(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range log {
+		got = append(got, e.Action)
+	}
+	if want := []string{"pause", "request"}; !slices.Equal(got, want) {
+		t.Errorf("audit log = %q, want %q (newest first), once each", got, want)
+	}
+}
+
+// A commit whose conversation's script fails while its audit entries were
+// added beside it takes them back: its writer keeps them for its next
+// write, which would add them a second time.
+func TestFailedCommitTakesItsAuditEntriesBack(t *testing.T) {
+	var conv string
+	s, cc, prefix, failed := failingCluster(t, func(prefix string) func(redis.Cmder) bool {
+		return func(c redis.Cmder) bool {
+			return (c.Name() == "evalsha" || c.Name() == "eval") && conv != "" && slices.ContainsFunc(c.Args(), func(a any) bool {
+				k, _ := a.(string)
+				return strings.Contains(k, conv)
+			})
+		}
+	})
+	ctx := t.Context()
+	conv = convOffNode(t, cc, prefix, prefix+":audit")
+	audit := []store.AuditEntry{{Actor: "U1", Action: "execute", CallID: "c1"}}
+	err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{}`)}, Answer: true, Audit: audit})
+	if !failed.Load() {
+		t.Fatal("the conversation's part of the pipeline was not failed")
+	}
+	if err == nil {
+		t.Fatal("CommitTurn whose conversation's part failed = nil, want its error")
+	}
+	if log, err := s.AuditLog(ctx, 0); err != nil || len(log) != 0 {
+		t.Errorf("audit log after the failed commit = %+v, %v; want its entries taken back", log, err)
 	}
 }
