@@ -87,9 +87,9 @@
 // lost its lease after starting a call, the next resume gives the model
 // the saved result, or says its outcome is unknown (and saves that, with
 // its entry), instead of running it again (a read-only or idempotent
-// tool's call without a saved result runs again); each execution has one
-// entry. A resume whose context ends before an approved call starts stops
-// there, and the next resume runs the call.
+// tool's call without a saved result runs again, and only that run is
+// audited). A resume whose context ends before an approved call starts
+// stops there, and the next resume runs the call.
 //
 // # Resuming
 //
@@ -143,8 +143,9 @@
 // answered messages drained, the lease released); an answer (the
 // conversation, the run a resume finishes, the audit entries, the drained
 // messages, the lease). Audit entries are logged at once and stored with
-// the next of these writes, so an entry is in the audit log exactly when
-// what it describes was recorded.
+// the next of these writes (an approved call's execution with its saved
+// result: see SaveResult below), so an entry is in the audit log exactly
+// when what it describes was recorded.
 //
 // # Crashes
 //

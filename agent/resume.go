@@ -353,9 +353,6 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	// that, with the execution's audit entry, for a resume claimed again
 	// to report and write no second entry.
 	unknown := func() (Result, bool) {
-		if marked {
-			*started = "" // executing, and kept so by the saved result
-		}
 		res := interruptedResult(c.Tool)
 		a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, "the bot stopped while it ran"))
 		return skip(res, NoteInterrupted)
@@ -418,6 +415,13 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	}
 	if !first && !again {
 		return unknown()
+	}
+	if ctx.Err() != nil {
+		// Ended as the call was marked: it has not started, and the next
+		// resume runs it.
+		id := c.ID
+		a.abandon(ctx, &id)
+		return Result{}, true
 	}
 	rep.Status(ctx, "is running "+c.Tool+"…")
 	res := a.execute(ctx, tool, args, c.ID, v)

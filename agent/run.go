@@ -149,6 +149,9 @@ type turn struct {
 	// (see saveResult), saves; the turn's writes wait for them.
 	saving sync.WaitGroup
 	saves  []*resultSave
+	// stepAudits are entries that go with the turn's next write only,
+	// never alone (see interrupted).
+	stepAudits []store.AuditEntry
 	// ran are the calls of the step whose results the messages end with,
 	// until the model is asked with them; a turn cut before it answers
 	// records them as a finished step (see cut).
@@ -487,7 +490,9 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 // the call that was running gets an "outcome unknown" result unless its
 // tool may run again, in which case it is judged again like the calls that
 // never started. The unknown outcome is audited with the turn's next
-// write, which records it: the crashed process wrote no entry.
+// write, which records it (the crashed process wrote no entry), and only
+// with it: a turn that ends without writing leaves it to the next
+// takeover, which finds the step as this one did.
 func (a *Agent) interrupted(ctx context.Context, t *turn, m *stepMark) []slot {
 	slots := append([]slot(nil), m.Slots...)
 	if m.Started < 0 || m.Started >= len(slots) || slots[m.Started].Result != nil {
@@ -506,7 +511,7 @@ func (a *Agent) interrupted(ctx context.Context, t *turn, m *stepMark) []slot {
 			e.Fingerprint = fp
 		}
 	}
-	a.note(ctx, t, e)
+	t.stepAudits = append(t.stepAudits, a.logged(ctx, e))
 	return slots
 }
 

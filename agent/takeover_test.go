@@ -1065,13 +1065,14 @@ func registerMigrateUntilCut(t *testing.T, w *world) <-chan struct{} {
 // it ran is reported with its outcome unknown.
 func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 	for _, tt := range []struct {
-		name      string
-		whileRuns bool // the shutdown cuts the first call while it runs
-		first     string
-		outcome   string
+		name    string
+		cut     string // where the shutdown's grace runs out
+		first   string
+		outcome string
 	}{
-		{"as the first call returns", false, "c1: migrated", "migrate ok"},
-		{"while the first call runs", true, "c1: outcome unknown: the bot stopped while migrate was running", "migrate unknown"},
+		{"as the first call returns", "returns", "c1: migrated", "migrate ok"},
+		{"while the first call runs", "runs", "c1: outcome unknown: the bot stopped while migrate was running", "migrate unknown"},
+		{"as the second call is marked", "marked", "c1: migrated", "migrate ok"},
 	} {
 		for _, b := range backends(t) {
 			t.Run(tt.name+"/"+b.name, func(t *testing.T) {
@@ -1085,15 +1086,21 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 					Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
 					Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
 						migrated.Add(1)
-						cancel() // the shutdown's grace runs out
-						if tt.whileRuns {
+						switch tt.cut {
+						case "runs":
+							cancel()
 							<-ctx.Done()
 							return agent.Result{}, ctx.Err()
+						case "returns":
+							cancel()
 						}
 						return agent.Result{Content: "migrated"}, nil
 					},
 				}))
 				a := w.agent()
+				if tt.cut == "marked" {
+					a = w.agentWith(cutOnBegin{Store: w.store, cancel: cancel}, w.rec)
+				}
 				w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`), call("c2", "deploy", `{"service":"api","version":"2"}`)))
 				out, err := a.Run(t.Context(), request("migrate, then deploy"))
 				must(t, err)
@@ -1151,4 +1158,83 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 			})
 		}
 	}
+}
+
+// unwritable fails every CommitTurn: a store that took the lease but
+// then became unreachable for writes.
+type unwritable struct{ agent.Store }
+
+func (unwritable) CommitTurn(context.Context, store.Commit) error { return errInjected }
+
+// An allowed call that was running at a crash is audited, as of unknown
+// outcome, with the write that records its step's results: a takeover
+// that cannot write leaves it to the next one, so the entry is written
+// once.
+func TestInterruptedAllowedCallAuditedOnceThroughAFailedTakeover(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.policy = takeoverPolicy
+	w.cfg.LeaseTTL = 300 * time.Millisecond
+	entered := make(chan struct{})
+	must(t, w.reg.Register(agent.Tool{
+		Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+			close(entered)
+			<-ctx.Done() // until the process is gone
+			return agent.Result{}, ctx.Err()
+		},
+	}))
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
+	a, d := w.doomed()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	req := request("migrate the schema")
+	go func() {
+		_, err := a.Run(ctx, req)
+		done <- err
+	}()
+	<-entered
+	d.kill()
+	cancel()
+	<-done
+
+	// The first survivor answers but cannot record it.
+	w.model.Reply(fakeopenai.Text("it may have run"))
+	w.store = w.reopen()
+	first := w.agentWith(unwritable{w.store}, &recorder{})
+	w.advance(time.Minute)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := first.TakeOver(t.Context(), req.Conversation)
+		if err != nil {
+			break
+		}
+		if out.Status != agent.Idle {
+			t.Fatalf("TakeOver on a store that cannot write = %+v, want an error", out)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("TakeOver stayed idle for 10s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	w.model.Reply(fakeopenai.Text("it may or may not have run"))
+	if out := takeOver(t, w, w.restart(), req.Conversation); out.Status != agent.Answered {
+		t.Fatalf("TakeOver = %+v, want the answer", out)
+	}
+	if got := executions(t, w.store); !slices.Equal(got, []string{"migrate unknown"}) {
+		t.Errorf("execute entries = %q, want migrate's unknown outcome once", got)
+	}
+}
+
+// cutOnBegin ends a context (cancel: the shutdown's grace runs out) once
+// BeginExecution has marked a call.
+type cutOnBegin struct {
+	agent.Store
+	cancel context.CancelFunc
+}
+
+func (s cutOnBegin) BeginExecution(ctx context.Context, id string) (bool, error) {
+	ok, err := s.Store.BeginExecution(ctx, id)
+	s.cancel()
+	return ok, err
 }

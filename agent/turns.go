@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/fastjson"
@@ -31,7 +32,7 @@ type Turns interface {
 func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) error {
 	if t != nil {
 		t.waitSaves()
-		c.Audit = t.audits
+		c.Audit = append(slices.Clip(t.stepAudits), t.audits...)
 	}
 	if cl := claimOf(ctx, c.Finish); cl != nil {
 		cl.finishing.Store(true)
@@ -55,7 +56,7 @@ func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) 
 		return fmt.Errorf("record the turn: %w", err)
 	}
 	if t != nil {
-		t.audits = nil
+		t.audits, t.stepAudits = nil, nil
 	}
 	if c.Release != "" {
 		h.released = true

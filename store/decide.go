@@ -27,7 +27,7 @@ type Effects struct {
 // second step); the returned call and completeness are those of the
 // recorded decision. SaveResult wraps it likewise when the result was
 // saved but its audit entry not appended.
-var ErrEffects = errors.New("decision recorded, but not all of its effects")
+var ErrEffects = errors.New("recorded, but not all of its effects")
 
 // Audit outcomes that ApproveAudited writes.
 const (

@@ -848,8 +848,13 @@ func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
 // entry, in one transaction.
 func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
 	err := s.updateCallAudited(ctx, callID, e, func(c *store.Call) (bool, error) {
-		if !c.Executing {
+		switch {
+		case !c.Executing:
 			return false, fmt.Errorf("not executing: %w", store.ErrConflict)
+		case len(c.Result) > 0 && bytes.Equal(c.Result, result):
+			return false, nil // saved already
+		case len(c.Result) > 0:
+			return false, fmt.Errorf("another result is saved: %w", store.ErrConflict)
 		}
 		c.Result = append(json.RawMessage(nil), result...)
 		return true, nil

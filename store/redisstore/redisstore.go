@@ -686,6 +686,10 @@ func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
 	return nil
 }
 
+// errOtherResult is SaveResult's error for a call another result was saved
+// for.
+var errOtherResult = fmt.Errorf("another result is saved: %w", store.ErrConflict)
+
 // SaveResult keeps the result of an executing call and appends its audit
 // entry in one script. On a Cluster, where the log is in another hash
 // slot, the entry is appended next (one pipeline); if that fails, the
@@ -706,11 +710,15 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e 
 	if err != nil {
 		return fmt.Errorf("save result of call %s: %w", callID, err)
 	}
-	switch n, _ := res[0].(int64); {
-	case n < 0:
+	switch n, _ := res[0].(int64); n {
+	case -1:
 		return fmt.Errorf("save result of call %s: %w", callID, store.ErrNotFound)
-	case n == 0:
+	case 0:
 		return fmt.Errorf("save result of call %s: not executing: %w", callID, store.ErrConflict)
+	case 2:
+		return nil // saved, with its entry, by the first sending
+	case 3:
+		return fmt.Errorf("save result of call %s: %w", callID, errOtherResult)
 	}
 	var tail string
 	if len(res) > 1 {

@@ -337,14 +337,20 @@ return 1
 `)
 
 // saveResult stores the result of an executing call and, given the audit
-// log's key (not on a Cluster), appends an entry to the log.
+// log's key (not on a Cluster), appends an entry to the log. A call that
+// has this result already (a sending made again) is left as it is, and
+// so is one that has another (saved by a resume that took the run over).
 // KEYS: call[, audit]
 // ARGV: result, entry ("": none), max entries kept
-// Returns {1} if saved ({1, oldest entry} with an entry), {0} if the call
-// is not executing, {-1} if unknown.
+// Returns {1} if saved ({1, oldest entry} with an entry), {2} if it was
+// saved already, {3} if another result is, {0} if the call is not
+// executing, {-1} if unknown.
 var saveResult = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-if redis.call('HGET', KEYS[1], 'executing') ~= '1' then return {0} end
+local v = redis.call('HMGET', KEYS[1], 'executing', 'result')
+if v[1] ~= '1' then return {0} end
+if v[2] == ARGV[1] then return {2} end
+if v[2] then return {3} end
 redis.call('HSET', KEYS[1], 'result', ARGV[1])
 if #KEYS > 1 and ARGV[2] ~= '' then
   redis.call('LPUSH', KEYS[2], ARGV[2])

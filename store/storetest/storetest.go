@@ -108,8 +108,10 @@ type Store interface {
 	// claimed again after a crash reports it instead of running the tool
 	// again, and appends e (if its Action is set), the execution's audit
 	// entry, to the audit log with it: the entry is written exactly when
-	// the result is. It fails with ErrConflict for a call that is not
-	// executing and ErrNotFound for an unknown one, writing nothing. A
+	// the result is. Saving the result a call has already (a sending
+	// made again) writes nothing and succeeds. It fails with ErrConflict
+	// for a call that is not executing or has another result, and
+	// ErrNotFound for an unknown one, writing nothing. A
 	// store that appends the entry in a second step returns an error
 	// wrapping ErrEffects if that step fails: the result stands.
 	SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error

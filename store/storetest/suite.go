@@ -865,6 +865,20 @@ func testSaveResult(t *testing.T, open Opener) {
 	if got := executes(); len(got) != 1 || got[0].CallID != c.ID || got[0].Actor != entry.Actor || got[0].Outcome != "ok" {
 		t.Errorf("audit entries after SaveResult = %+v, want its entry once", got)
 	}
+	// Sent again (its reply was lost): nothing more is written.
+	if err := s.SaveResult(ctx, c.ID, result, entry); err != nil {
+		t.Errorf("SaveResult(%s) sent again = %v, want nil", c.ID, err)
+	}
+	// Another result (a resume that took the run over saved one first)
+	// is refused.
+	other := entry
+	other.Outcome = "unknown"
+	if err := s.SaveResult(ctx, c.ID, []byte(`{"content":"outcome unknown"}`), other); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("SaveResult(%s) of another result = %v, want ErrConflict", c.ID, err)
+	}
+	if got := executes(); len(got) != 1 || got[0].Outcome != "ok" {
+		t.Errorf("audit entries after SaveResult sent again and another refused = %+v, want the first entry only", got)
+	}
 	if got := wantStatus(t, s, c.ID, store.Decided); string(got.Result) != string(result) {
 		t.Errorf("GetCall(%s).Result after restart = %s, want %s", c.ID, got.Result, result)
 	}
