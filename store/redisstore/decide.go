@@ -557,27 +557,18 @@ func refusal(code string) error {
 // past the retention time if the oldest one kept (tail) is. A failure is
 // returned wrapped in store.ErrEffects: the decision stands.
 func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effects, at time.Time, tail string) error {
-	tail, err := s.writeEffects(ctx, complete, fx, at, tail)
-	if err != nil {
-		return err
+	if s.cluster {
+		var e *clusterEffects
+		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			e = s.addEffects(ctx, p, complete, fx, at)
+			return nil
+		})
+		var err error
+		if tail, err = e.tail(tail); err != nil {
+			return err
+		}
 	}
 	return s.trimStale(ctx, fx, tail)
-}
-
-// writeEffects writes, on a Cluster, the effects of a decision made at at
-// that the script could not (see effectsOf), and returns the audit log's
-// oldest entry then (tail elsewhere). A failure is wrapped in
-// store.ErrEffects.
-func (s *Store) writeEffects(ctx context.Context, complete bool, fx store.Effects, at time.Time, tail string) (string, error) {
-	if !s.cluster {
-		return tail, nil
-	}
-	var e *clusterEffects
-	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		e = s.addEffects(ctx, p, complete, fx, at)
-		return nil
-	})
-	return e.tail(tail)
 }
 
 // clusterEffects are the commands a decision's effects added to a

@@ -10,6 +10,9 @@ import (
 // that look for entries left behind.
 func (s *Store) IndexKeys() []string { return []string{s.dueKey(), s.pendingKey()} }
 
+// AuditKey is the audit log's key.
+func (s *Store) AuditKey() string { return s.auditKey() }
+
 // PausesChannel and LeaseChannel are the pub/sub channels the store
 // announces pauses and the releases of the lease on key on.
 func (s *Store) PausesChannel() string          { return s.pausesChannel() }

@@ -692,46 +692,94 @@ var errOtherResult = fmt.Errorf("another result is saved: %w", store.ErrConflict
 
 // SaveResult keeps the result of an executing call and appends its audit
 // entry in one script. On a Cluster, where the log is in another hash
-// slot, the entry is appended next (one pipeline); if that fails, the
-// result stands and the error wraps store.ErrEffects.
+// slot, the entry goes beside the script in one pipeline, and is taken
+// back if the result is not saved; if the entry fails alone, the result
+// stands and the error wraps store.ErrEffects.
 func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
 	if store.RunOf(callID) == "" {
 		return fmt.Errorf("save result of call %s: %w", callID, store.ErrNotFound)
+	}
+	if e.At.IsZero() {
+		e.At = time.Now()
 	}
 	entry, err := auditArg(e)
 	if err != nil {
 		return fmt.Errorf("save result of call %s: %w", callID, err)
 	}
-	keys := []string{s.callKey(callID)}
-	if !s.cluster {
-		keys = append(keys, s.auditKey())
+	var res []any
+	var tail string
+	nonce := rand.Text() // names this sending
+	if s.cluster && entry != "" {
+		res, tail, err = s.saveResultBeside(ctx, callID, result, entry, nonce)
+	} else {
+		keys := []string{s.callKey(callID)}
+		if !s.cluster {
+			keys = append(keys, s.auditKey())
+		}
+		res, err = saveResult.Run(ctx, s.c, keys, result, entry, s.auditMax, nonce).Slice()
+		if err == nil && len(res) > 1 {
+			tail, _ = res[1].(string)
+		}
 	}
-	res, err := saveResult.Run(ctx, s.c, keys, result, entry, s.auditMax).Slice()
 	if err != nil {
 		return fmt.Errorf("save result of call %s: %w", callID, err)
 	}
-	switch n, _ := res[0].(int64); n {
+	switch n, _ := firstInt(res); n {
 	case -1:
 		return fmt.Errorf("save result of call %s: %w", callID, store.ErrNotFound)
 	case 0:
 		return fmt.Errorf("save result of call %s: not executing: %w", callID, store.ErrConflict)
-	case 2:
-		return nil // saved, with its entry, by the first sending
 	case 3:
 		return fmt.Errorf("save result of call %s: %w", callID, errOtherResult)
 	}
-	var tail string
-	if len(res) > 1 {
-		tail, _ = res[1].(string)
-	}
-	fx := store.Effects{Audit: e}
-	if tail, err = s.writeEffects(ctx, false, fx, time.Time{}, tail); err != nil {
-		return fmt.Errorf("save result of call %s: %w", callID, err)
-	}
-	// Entries past the retention time that this write cannot trim are
-	// trimmed by a later one.
-	_ = s.trimStale(ctx, fx, tail)
+	// Saved with its entry: now (1), by this sending made before (2, the
+	// entry beside it on a Cluster), or the same result by another (4,
+	// with that one's entry). Entries past the retention time that this
+	// write cannot trim are trimmed by a later one.
+	_ = s.trimStale(ctx, store.Effects{Audit: e}, tail)
 	return nil
+}
+
+// saveResultBeside runs the saveResult script on a Cluster with the
+// commands that append entry to the audit log beside it, in one pipeline
+// (a round trip to each node, in parallel). It returns the script's reply
+// and the log's oldest entry. An entry added while this sending did not
+// save the result (refused, failed, or saved by another) is taken back;
+// one that failed while it did is reported wrapped in store.ErrEffects.
+func (s *Store) saveResultBeside(ctx context.Context, callID string, result []byte, entry, nonce string) ([]any, string, error) {
+	keys := []string{s.callKey(callID)}
+	p := s.c.Pipeline()
+	save := saveResult.EvalSha(ctx, p, keys, result, "", s.auditMax, nonce)
+	push := p.LPush(ctx, s.auditKey(), entry)
+	trim := p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1)
+	last := p.LIndex(ctx, s.auditKey(), -1)
+	_, _ = p.Exec(ctx)
+	if redis.HasErrorPrefix(save.Err(), "NOSCRIPT") {
+		save = saveResult.Run(ctx, s.c, keys, result, "", s.auditMax, nonce)
+	}
+	res, err := save.Slice()
+	if n, _ := firstInt(res); err != nil || n != 1 && n != 2 {
+		if push.Err() == nil {
+			s.c.LRem(context.WithoutCancel(ctx), s.auditKey(), 1, entry)
+		}
+		return res, "", err
+	}
+	if err := push.Err(); err != nil {
+		return res, "", fmt.Errorf("%w: %w", store.ErrEffects, err)
+	}
+	// A failed trim leaves entries for a later write to trim.
+	_ = trim
+	tail, _ := last.Result()
+	return res, tail, nil
+}
+
+// firstInt is the first element of a script's reply as an integer.
+func firstInt(res []any) (int64, bool) {
+	if len(res) == 0 {
+		return 0, false
+	}
+	n, ok := res[0].(int64)
+	return n, ok
 }
 
 // FinishRun marks the run finished (one script on its hash slot), which

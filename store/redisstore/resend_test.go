@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,7 +190,7 @@ func TestPutRecordSentAgain(t *testing.T) {
 // pipeline sent after it is armed that holds a script whose first key
 // names key runs, then between runs, then the pipeline is sent again.
 type resendPipelineAfterHook struct {
-	armed   *bool
+	armed   *atomic.Bool // read by the goroutines of a Cluster's nodes at once
 	key     string
 	between func()
 }
@@ -200,11 +201,10 @@ func (resendPipelineAfterHook) ProcessHook(next redis.ProcessHook) redis.Process
 }
 func (h resendPipelineAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if *h.armed && slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool {
+		if h.armed.Load() && slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool {
 			args := cmd.Args()
 			return len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[0]), "eval") && strings.Contains(fmt.Sprint(args[3]), h.key)
-		}) {
-			*h.armed = false
+		}) && h.armed.CompareAndSwap(true, false) {
 			if err := next(ctx, cmds); err != nil {
 				return err
 			}
@@ -226,7 +226,8 @@ func TestConditionalDecisionSentAgainAfterARecordChange(t *testing.T) {
 	ctx := t.Context()
 	c, s, other := hookedPair(t, u)
 	r, call, version := versionedRun(t, s)
-	armed := true
+	var armed atomic.Bool
+	armed.Store(true)
 	c.AddHook(resendPipelineAfterHook{armed: &armed, key: call.ID, between: func() {
 		if _, err := other.PutRecord(ctx, store.Record{Kind: "rules", ID: "r1", Data: []byte(`{}`)}, -1); err != nil {
 			t.Errorf("PutRecord between the sendings: %v", err)
@@ -235,10 +236,88 @@ func TestConditionalDecisionSentAgainAfterARecordChange(t *testing.T) {
 	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: store.TurnLease(r.Conversation), Owner: "a", TTL: time.Minute,
 		Start: []string{"approve"}, IfRecords: version, Nonce: "attempt-1"}
 	got, complete, rs, err := s.DecideBegin(ctx, call.ID, call.Fingerprint, store.Decision{Kind: "approve", Decider: "U1", Attempt: "attempt-1"}, store.Effects{}, rb)
-	if armed {
+	if armed.Load() {
 		t.Fatal("the decision was not sent again")
 	}
 	if err != nil || !complete || got.Status != store.Decided || !rs.Claimed || rs.Started != call.ID {
 		t.Fatalf("DecideBegin sent again after a record change = %s, complete %v, claimed %v, started %q, %v; want decided, complete, its resume begun with the call started", got.Status, complete, rs.Claimed, rs.Started, err)
 	}
+}
+
+// A result saved whose reply is lost, sent again by the client, is
+// answered as saved, with its audit entry written once: on a single node
+// the script sent again finds its own sending's result; on a Cluster the
+// node of the call gets its part of the pipeline again, and the entry
+// beside it stays.
+func TestSavedResultSentAgainIsAuditedOnce(t *testing.T) {
+	for _, topo := range []struct{ name, url string }{
+		{"node", redisURL(t)},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			c, s, _ := hookedPair(t, topo.url)
+			ctx := t.Context()
+			cc, cluster := c.(*redis.ClusterClient)
+			_, calls := pausedOnOneCall(t, s, "fp0")
+			for cluster && sameNode(t, cc, "{"+store.RunOf(calls[0].ID)+"}", s.AuditKey()) {
+				// The client sends a node's part of a pipeline again: on
+				// the audit log's node, the entry beside the script would
+				// be sent again too.
+				_, calls = pausedOnOneCall(t, s, "fp0")
+			}
+			id := calls[0].ID
+			if _, _, err := s.Decide(ctx, id, "fp0", store.Decision{Kind: "approve", Decider: "U2", At: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := s.BeginExecution(ctx, id); err != nil || !ok {
+				t.Fatalf("BeginExecution = %v, %v", ok, err)
+			}
+			var armed atomic.Bool
+			armed.Store(true)
+			notSent := armed.Load
+			if cluster {
+				hook := resendPipelineAfterHook{armed: &armed, key: id, between: func() {}}
+				cc.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
+				if err := cc.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error { n.AddHook(hook); return nil }); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				once := true
+				c.AddHook(resendAfterHook{armed: &once, key: id, between: func() {}})
+				notSent = func() bool { return once }
+			}
+			entry := store.AuditEntry{Actor: "U2", Action: "execute", CallID: id, Outcome: "ok"}
+			if err := s.SaveResult(ctx, id, []byte(`{"content":"done"}`), entry); err != nil {
+				t.Fatalf("SaveResult sent again = %v, want nil", err)
+			}
+			if notSent() {
+				t.Fatal("the save was not sent again")
+			}
+			if got, err := s.GetCall(ctx, id); err != nil || string(got.Result) != `{"content":"done"}` {
+				t.Errorf("saved result = %s, %v; want the one sent", got.Result, err)
+			}
+			log, err := s.AuditLog(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(log) != 1 || log[0].CallID != id {
+				t.Errorf("audit log = %+v, want the execution's entry once", log)
+			}
+		})
+	}
+}
+
+// sameNode reports whether keys a and b are on one node of the local
+// Cluster (three primaries, equal slot ranges).
+func sameNode(t *testing.T, cc *redis.ClusterClient, a, b string) bool {
+	t.Helper()
+	sa, err := cc.ClusterKeySlot(t.Context(), a).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := cc.ClusterKeySlot(t.Context(), b).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa/5461 == sb/5461
 }

@@ -336,22 +336,26 @@ if redis.call('HEXISTS', KEYS[1], 'result') == 0 then redis.call('HDEL', KEYS[1]
 return 1
 `)
 
-// saveResult stores the result of an executing call and, given the audit
-// log's key (not on a Cluster), appends an entry to the log. A call that
-// has this result already (a sending made again) is left as it is, and
-// so is one that has another (saved by a resume that took the run over).
+// saveResult stores the result of an executing call, naming the sending
+// that saved it, and, given the audit log's key (not on a Cluster),
+// appends an entry to the log. A call that has a result already is left
+// as it is.
 // KEYS: call[, audit]
-// ARGV: result, entry ("": none), max entries kept
-// Returns {1} if saved ({1, oldest entry} with an entry), {2} if it was
-// saved already, {3} if another result is, {0} if the call is not
-// executing, {-1} if unknown.
+// ARGV: result, entry ("": none), max entries kept, sending
+// Returns {1} if saved ({1, oldest entry} with an entry), {2} if this
+// sending saved it before (the client sent it again), {4} if another
+// saved the same result, {3} if another result is saved, {0} if the call
+// is not executing, {-1} if unknown.
 var saveResult = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-local v = redis.call('HMGET', KEYS[1], 'executing', 'result')
+local v = redis.call('HMGET', KEYS[1], 'executing', 'result', 'result_nonce')
 if v[1] ~= '1' then return {0} end
-if v[2] == ARGV[1] then return {2} end
-if v[2] then return {3} end
-redis.call('HSET', KEYS[1], 'result', ARGV[1])
+if v[2] then
+  if v[3] == ARGV[4] then return {2} end
+  if v[2] == ARGV[1] then return {4} end
+  return {3}
+end
+redis.call('HSET', KEYS[1], 'result', ARGV[1], 'result_nonce', ARGV[4])
 if #KEYS > 1 and ARGV[2] ~= '' then
   redis.call('LPUSH', KEYS[2], ARGV[2])
   redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)

@@ -106,9 +106,9 @@ type Store interface {
 	AbandonExecution(ctx context.Context, callID string) error
 	// SaveResult keeps what an executing call's tool returned, so a resume
 	// claimed again after a crash reports it instead of running the tool
-	// again, and appends e (if its Action is set), the execution's audit
-	// entry, to the audit log with it: the entry is written exactly when
-	// the result is. Saving the result a call has already (a sending
+	// again, and appends e (if its Action is set; a zero At is the time
+	// of the save), the execution's audit entry, to the audit log with
+	// it: the entry is written exactly when the result is. Saving the result a call has already (a sending
 	// made again) writes nothing and succeeds. It fails with ErrConflict
 	// for a call that is not executing or has another result, and
 	// ErrNotFound for an unknown one, writing nothing. A
