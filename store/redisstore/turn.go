@@ -506,10 +506,51 @@ func (s *Store) commitFinish(ctx context.Context, c store.Commit, commitKeys []s
 	return true, s.trimStaleAudit(ctx, c.Key, tail)
 }
 
-// checkHolder fails with store.ErrNotHolder unless holder holds the
-// conversation's lease.
-func (s *Store) checkHolder(ctx context.Context, conversation, holder string) error {
-	owner, err := s.c.Get(ctx, s.leaseKey(store.TurnLease(conversation))).Result()
+// createRunHeld creates the run of c (see createRun). With c.Holder set,
+// the run and the conversation's paused mark are written only while the
+// holder holds the conversation's lease, which the conversation's script
+// checks after the run is written: the lease is read beside the run's
+// script, in one pipeline (their hash slots differ), and a run created
+// while another owner held it is deleted again.
+func (s *Store) createRunHeld(ctx context.Context, c store.Commit) (newRun, error) {
+	if c.Holder == "" {
+		return s.createRun(ctx, *c.Run, c.Calls, c.Notes)
+	}
+	nr, err := s.newRun(*c.Run, c.Calls, c.Notes)
+	if err != nil {
+		return newRun{}, err
+	}
+	// rand.Text names this sending (see the script).
+	args := append(slices.Clip(nr.args), rand.Text())
+	p := s.c.Pipeline()
+	lease := p.Get(ctx, s.leaseKey(store.TurnLease(c.Key)))
+	created := createRun.EvalSha(ctx, p, nr.keys, args...)
+	_, _ = p.Exec(ctx)
+	held := holding(lease, c.Holder)
+	if held == nil && redis.HasErrorPrefix(created.Err(), "NOSCRIPT") {
+		created = createRun.Run(ctx, s.c, nr.keys, args...)
+	}
+	n, err := created.Int()
+	if held != nil {
+		if err == nil && n == 1 {
+			// Every key the script wrote has the run's hash tag.
+			s.c.Del(context.WithoutCancel(ctx), nr.keys...)
+		}
+		return newRun{}, held
+	}
+	switch {
+	case err != nil:
+		return newRun{}, fmt.Errorf("create run %s: %w", nr.run.ID, err)
+	case n == 0:
+		return newRun{}, fmt.Errorf("create run %s: %w", nr.run.ID, store.ErrRunExists)
+	}
+	return nr, nil
+}
+
+// holding fails with store.ErrNotHolder unless lease, the read of a
+// conversation's lease, names holder.
+func holding(lease *redis.StringCmd, holder string) error {
+	owner, err := lease.Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return store.ErrNotHolder
@@ -621,20 +662,19 @@ func (s *Store) relistRun(ctx context.Context, nr newRun, mark bool) error {
 // unlisted if its inbox is empty, then a check of the inbox that lists it
 // again if a message arrived meanwhile (as AnswerInbox). A run that cannot
 // be created stops the commit before anything else is written. On Redis
-// Cluster that is four round trips for a pause (five with a holder, whose
-// lease is read first) or the end of a resume. On a
+// Cluster that is four round trips for a pause (a holder's lease is read
+// beside the run's script) or the end of a resume. On a
 // single node (or a Sentinel primary) a pause is one script (commitPause),
 // a commit that finishes a run (the end of a resume) is one script
 // (commitFinish) for runs created by this version, and the commit's script
 // unlists an answered conversation itself: each is one round trip. With
 // c.Holder set, each script that writes the conversation first checks
 // that no other owner holds its lease, and writes nothing if one does;
-// on the general path the run, created in its own step first, and the
-// audit entries, pipelined with the conversation's script, are written
-// all the same (they record what the holder did), after a read of the
-// lease when a run is created; the conversation is marked as paused on
-// the run only by its script, with the rest of it. See storetest.Store
-// for the contract.
+// on the general path the run, created in its own step first, is kept
+// only if the lease read beside it names the holder, and the audit
+// entries added beside the conversation's script are taken back if it
+// refuses; the conversation is marked as paused on the run only by its
+// script, with the rest of it. See storetest.Store for the contract.
 func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	keys, args := s.commitArgs(c)
 	// On a single node the script unlists the conversation itself, at
@@ -654,15 +694,8 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	}
 	var nr newRun
 	if c.Run != nil {
-		if c.Holder != "" {
-			// The run and the conversation's paused mark are written
-			// before the conversation's script checks the lease.
-			if err := s.checkHolder(ctx, c.Key, c.Holder); err != nil {
-				return fmt.Errorf("commit turn of %s: %w", c.Key, err)
-			}
-		}
 		var err error
-		if nr, err = s.createRun(ctx, *c.Run, c.Calls, c.Notes); err != nil {
+		if nr, err = s.createRunHeld(ctx, c); err != nil {
 			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 		}
 	}

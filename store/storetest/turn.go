@@ -416,6 +416,9 @@ func testCommitTurnHolder(t *testing.T, open Opener) {
 	if c, err := s.LoadConversation(ctx, conv); err != nil || c.PausedRun != "" {
 		t.Errorf("LoadConversation after a refused pause = %+v, %v; want it not paused", c, err)
 	}
+	if _, _, err := s.LoadRun(ctx, r2.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadRun(%s) of a refused pause = %v, want ErrNotFound", r2.ID, err)
+	}
 }
 
 // decidedRunOf creates a run of one call in conversation conv and decides
