@@ -417,18 +417,8 @@ func TestStalledResumeDoesNotRunACallAnotherProcessStarted(t *testing.T) {
 			}))
 			stalled := &recorder{}
 			a := w.agentWith(w.store, stalled)
-			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{"db":"a"}`), call("c2", "migrate", `{"db":"b"}`)))
 			req := request("migrate both databases")
-			out, err := a.Run(t.Context(), req)
-			must(t, err)
-			if out.Status != agent.Paused || len(out.Pending) != 2 {
-				t.Fatalf("Run = %s with %d pending, want two paused calls", out.Status, len(out.Pending))
-			}
-			for _, p := range out.Pending {
-				if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			out := pauseApproved(t, w, a, req, call("c1", "migrate", `{"db":"a"}`), call("c2", "migrate", `{"db":"b"}`))
 			c2 := out.Pending[1]
 
 			survivorAsking, survivorGoOn := make(chan struct{}), make(chan struct{})

@@ -255,18 +255,8 @@ func TestTakeOverAfterDeathInToolCall(t *testing.T) {
 					w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
 				}
 				w.model.Reply(fakeopenai.Text("here is what happened"))
-				a, d := w.doomed()
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
 				req := request("migrate the schema")
-				go func() {
-					_, err := a.Run(ctx, req)
-					done <- err
-				}()
-				<-entered
-				d.kill()
-				cancel()
-				<-done
+				crashWhileRunning(w, req, entered)
 
 				b := w.restart()
 				out := takeOver(t, w, b, req.Conversation)
@@ -587,7 +577,8 @@ func lastUserMessages(m *fakeopenai.Server) []string {
 }
 
 // killBeforePipeline makes the process whose store client it hooks die
-// ahead of the first pipeline it would send once armed: that pipeline and
+// ahead of the first pipeline it would send once armed that writes a
+// conversation (a command whose keys include one): that pipeline and
 // everything after it fail, and nothing of them reaches Redis.
 type killBeforePipeline struct {
 	armed *atomic.Bool
@@ -598,7 +589,7 @@ func (killBeforePipeline) DialHook(next redis.DialHook) redis.DialHook          
 func (killBeforePipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h killBeforePipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.armed.Load() {
+		if h.armed.Load() && slices.ContainsFunc(cmds, writesConversation) {
 			h.d.kill()
 		}
 		if h.d.dead.Load() {
@@ -606,6 +597,20 @@ func (h killBeforePipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) 
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// writesConversation reports whether one of c's keys is a conversation's.
+func writesConversation(c redis.Cmder) bool {
+	args := c.Args()
+	keys := args[min(1, len(args)):min(2, len(args))]
+	if name := c.Name(); name == "evalsha" || name == "eval" {
+		n, _ := args[2].(int)
+		keys = args[3:min(3+n, len(args))]
+	}
+	return slices.ContainsFunc(keys, func(k any) bool {
+		s, _ := k.(string)
+		return strings.Contains(s, ":conv:{conv:")
+	})
 }
 
 // On Redis Cluster a pause writes its run and calls in their hash slot,
@@ -643,7 +648,7 @@ func TestApprovalOfAPauseNeverRecordedRunsNothing(t *testing.T) {
 	req := request("ship api 2")
 	deploy := call("c1", "deploy", `{"service":"api","version":"2"}`)
 	w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
-		armed.Store(true) // the next pipeline is the pause's second step
+		armed.Store(true) // the next pipeline that writes the conversation is the pause's second step
 		return fakeopenai.ToolCalls(deploy)
 	})
 	if _, err := dying.Run(ctx, req); !errors.Is(err, errKilled) {
@@ -1101,17 +1106,7 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 				if tt.cut == "marked" {
 					a = w.agentWith(cutOnBegin{Store: w.store, cancel: cancel}, w.rec)
 				}
-				w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`), call("c2", "deploy", `{"service":"api","version":"2"}`)))
-				out, err := a.Run(t.Context(), request("migrate, then deploy"))
-				must(t, err)
-				if out.Status != agent.Paused || len(out.Pending) != 2 {
-					t.Fatalf("Run = %s with %d pending, want two paused calls", out.Status, len(out.Pending))
-				}
-				for _, p := range out.Pending {
-					if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
-						t.Fatal(err)
-					}
-				}
+				out := pauseApproved(t, w, a, request("migrate, then deploy"), call("c1", "migrate", `{}`), call("c2", "deploy", `{"service":"api","version":"2"}`))
 				runID := out.Pending[0].RunID
 				if _, err := a.Resume(ctx, runID); !errors.Is(err, context.Canceled) {
 					t.Fatalf("the cut resume = %v, want the context's end", err)
@@ -1124,6 +1119,7 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 				b := w.restart()
 				deadline := time.Now().Add(10 * time.Second)
 				for {
+					var err error
 					out, err = b.Resume(t.Context(), runID)
 					must(t, err)
 					if out.Status != agent.Idle {
@@ -1184,18 +1180,8 @@ func TestInterruptedAllowedCallAuditedOnceThroughAFailedTakeover(t *testing.T) {
 		},
 	}))
 	w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
-	a, d := w.doomed()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	req := request("migrate the schema")
-	go func() {
-		_, err := a.Run(ctx, req)
-		done <- err
-	}()
-	<-entered
-	d.kill()
-	cancel()
-	<-done
+	crashWhileRunning(w, req, entered)
 
 	// The first survivor answers but cannot record it.
 	w.model.Reply(fakeopenai.Text("it may have run"))
@@ -1237,4 +1223,39 @@ func (s cutOnBegin) BeginExecution(ctx context.Context, id string) (bool, error)
 	ok, err := s.Store.BeginExecution(ctx, id)
 	s.cancel()
 	return ok, err
+}
+
+// crashWhileRunning runs req on a doomed agent of w until entered is
+// closed (its tool runs), then kills its process and waits for the run to
+// end.
+func crashWhileRunning(w *world, req agent.Request, entered <-chan struct{}) {
+	a, d := w.doomed()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Run(ctx, req)
+		done <- err
+	}()
+	<-entered
+	d.kill()
+	cancel()
+	<-done
+}
+
+// pauseApproved runs req on a, the model asking for tcs, which all pause,
+// and approves each.
+func pauseApproved(t *testing.T, w *world, a *agent.Agent, req agent.Request, tcs ...fakeopenai.ToolCall) agent.Outcome {
+	t.Helper()
+	w.model.Reply(fakeopenai.ToolCalls(tcs...))
+	out, err := a.Run(t.Context(), req)
+	must(t, err)
+	if out.Status != agent.Paused || len(out.Pending) != len(tcs) {
+		t.Fatalf("Run = %s with %d pending, want %d paused calls", out.Status, len(out.Pending), len(tcs))
+	}
+	for _, p := range out.Pending {
+		if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
