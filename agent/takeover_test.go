@@ -956,28 +956,10 @@ policy:
       reason: only the requester reads files
 `
 			w.cfg.LeaseTTL = 300 * time.Millisecond
-			entered := make(chan struct{})
-			must(t, w.reg.Register(agent.Tool{
-				Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
-				Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
-					close(entered)
-					<-ctx.Done() // until the process is gone
-					return agent.Result{}, ctx.Err()
-				},
-			}))
+			entered := registerMigrateUntilCut(t, w)
 			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
 			req := request("migrate")
-			a, d := w.doomed()
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() {
-				_, err := a.Run(ctx, req)
-				done <- err
-			}()
-			<-entered
-			d.kill()
-			cancel()
-			<-done
+			crashWhileRunning(w, req, entered)
 
 			w.store = w.reopen()
 			later := request("read /etc/hosts for me")
@@ -1170,15 +1152,7 @@ func TestInterruptedAllowedCallAuditedOnceThroughAFailedTakeover(t *testing.T) {
 	w := newWorld(t, backends(t)[0])
 	w.policy = takeoverPolicy
 	w.cfg.LeaseTTL = 300 * time.Millisecond
-	entered := make(chan struct{})
-	must(t, w.reg.Register(agent.Tool{
-		Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
-		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
-			close(entered)
-			<-ctx.Done() // until the process is gone
-			return agent.Result{}, ctx.Err()
-		},
-	}))
+	entered := registerMigrateUntilCut(t, w)
 	w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
 	req := request("migrate the schema")
 	crashWhileRunning(w, req, entered)
