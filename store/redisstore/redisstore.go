@@ -693,8 +693,11 @@ var errOtherResult = fmt.Errorf("another result is saved: %w", store.ErrConflict
 // SaveResult keeps the result of an executing call and appends its audit
 // entry in one script. On a Cluster, where the log is in another hash
 // slot, the entry goes beside the script in one pipeline, and is taken
-// back if the result is not saved; if the entry fails alone, the result
-// stands and the error wraps store.ErrEffects.
+// back unless this sending saved the result (another may have saved the
+// same one, with its own entry); if the entry fails alone, the result
+// stands and the error wraps store.ErrEffects. A part of that pipeline
+// the client sends again after its reply was cut may write the entry
+// twice, as a commit's.
 func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
 	if store.RunOf(callID) == "" {
 		return fmt.Errorf("save result of call %s: %w", callID, store.ErrNotFound)
@@ -1212,7 +1215,10 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error { return s.pushAudit(ctx, p, e) })
+	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := s.pushAudit(ctx, p, e)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
@@ -1222,15 +1228,16 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	return nil
 }
 
-// pushAudit adds to p the commands that append e to the capped audit list.
-func (s *Store) pushAudit(ctx context.Context, p redis.Pipeliner, e store.AuditEntry) error {
+// pushAudit adds to p the commands that append e to the capped audit list,
+// and returns the one that adds it.
+func (s *Store) pushAudit(ctx context.Context, p redis.Pipeliner, e store.AuditEntry) (*redis.IntCmd, error) {
 	b, err := auditJSON(e)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	p.LPush(ctx, s.auditKey(), b)
+	push := p.LPush(ctx, s.auditKey(), b)
 	p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1)
-	return nil
+	return push, nil
 }
 
 // auditJSON encodes an audit entry as the list keeps it, dated now if it

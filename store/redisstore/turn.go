@@ -582,6 +582,9 @@ func (s *Store) unpushAudit(ctx context.Context, entries []store.AuditEntry) {
 	if len(entries) == 0 {
 		return
 	}
+	// Sent however the commit's context ended: its writer writes the
+	// entries again.
+	ctx = context.WithoutCancel(ctx)
 	p := s.c.Pipeline()
 	for _, e := range entries {
 		b, err := auditJSON(e)
@@ -593,29 +596,42 @@ func (s *Store) unpushAudit(ctx context.Context, entries []store.AuditEntry) {
 	_, _ = p.Exec(ctx)
 }
 
-// auditPushed reports whether cmds add to the audit log (key) and every
-// command that does succeeded.
-func auditPushed(cmds []redis.Cmder, key string) bool {
-	pushed := false
+// failure is the error of the first of cmds that failed other than skip,
+// a read of the audit log's tail that found it empty aside.
+func failure(cmds []redis.Cmder, tail *redis.StringCmd, skip redis.Cmder) error {
 	for _, c := range cmds {
-		if args := c.Args(); c.Name() == "lpush" && len(args) > 1 && args[1] == key {
-			if c.Err() != nil {
-				return false
-			}
-			pushed = true
+		err := c.Err()
+		if err == nil || c == skip || tail != nil && c == redis.Cmder(tail) && errors.Is(err, redis.Nil) {
+			continue
+		}
+		return err
+	}
+	return nil
+}
+
+// entriesWhere returns the entries whose push (pushes[i], of entries[i])
+// succeeded, or failed.
+func entriesWhere(entries []store.AuditEntry, pushes []*redis.IntCmd, succeeded bool) []store.AuditEntry {
+	var out []store.AuditEntry
+	for i, e := range entries {
+		if (pushes[i].Err() == nil) == succeeded {
+			out = append(out, e)
 		}
 	}
-	return pushed
+	return out
 }
 
 // pushAuditAgain appends entries whose part of a commit's pipeline failed
 // while the rest of it was made (see writeAgain); they are lost if that
 // keeps failing.
 func (s *Store) pushAuditAgain(ctx context.Context, entries []store.AuditEntry) {
+	if len(entries) == 0 {
+		return
+	}
 	_ = writeAgain(ctx, func() error {
 		_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for _, e := range entries {
-				if err := s.pushAudit(ctx, p, e); err != nil {
+				if _, err := s.pushAudit(ctx, p, e); err != nil {
 					return err
 				}
 			}
@@ -671,9 +687,11 @@ func (s *Store) relistRun(ctx context.Context, nr newRun, mark bool) error {
 // c.Holder set, each script that writes the conversation first checks
 // that no other owner holds its lease, and writes nothing if one does;
 // on the general path the run, created in its own step first, is kept
-// only if the lease read beside it names the holder, and the audit
-// entries added beside the conversation's script are taken back if it
-// refuses; the conversation is marked as paused on the run only by its
+// only if the lease read beside it names the holder (a run created while
+// the store cannot tell stays, unlisted, until it expires); the audit
+// entries added beside the conversation's script are taken back if the
+// commit is refused or fails, and written again if only their part
+// failed; the conversation is marked as paused on the run only by its
 // script, with the rest of it. See storetest.Store for the contract.
 func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	keys, args := s.commitArgs(c)
@@ -709,12 +727,14 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		s.indexRun(ctx, p, nr, mark)
 	}
 	pushed := make([]store.AuditEntry, len(c.Audit))
+	pushes := make([]*redis.IntCmd, len(c.Audit))
 	for i, e := range c.Audit {
 		if e.At.IsZero() {
 			e.At = time.Now() // as pushAudit would, kept to take it back
 		}
 		pushed[i] = e
-		if err := s.pushAudit(ctx, p, e); err != nil {
+		var err error
+		if pushes[i], err = s.pushAudit(ctx, p, e); err != nil {
 			return fmt.Errorf("commit turn of %s: audit %s: %w", c.Key, e.Action, err)
 		}
 	}
@@ -725,46 +745,33 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	nonce := rand.Text() // names this sending (see commitPause)
 	args = append(args, string(c.Announce), s.pausesChannel(), c.Holder, nonce)
 	commit := commitTurn.EvalSha(ctx, p, keys, args...)
-	cmds, err := p.Exec(ctx)
-	if errors.Is(err, redis.Nil) {
-		err = nil // the audit log's tail, read after the entries were added
-	}
+	cmds, _ := p.Exec(ctx)
+	err := failure(cmds, tail, nil)
 	if redis.HasErrorPrefix(commit.Err(), "NOSCRIPT") {
 		// The script was not loaded, so it did not run: run it alone
 		// unless another command failed.
-		err = nil
-		for _, cmd := range cmds {
-			if cmd != redis.Cmder(commit) && cmd.Err() != nil {
-				err = cmd.Err()
-				break
-			}
-		}
-		if err == nil {
+		if err = failure(cmds, tail, commit); err == nil {
 			commit = commitTurn.Run(ctx, s.c, keys, args...)
 			err = commit.Err()
 		}
 	}
-	if err != nil && c.Run != nil && commit.Err() == nil {
+	if err != nil && commit.Err() == nil {
 		// On Cluster a pipeline is split by node, and each part applied
 		// on its own: the conversation's step may be made while another
 		// node's part failed (a failover), leaving a conversation paused
-		// on calls that are in no listing: never expired, reminded or
-		// listed as pending. The listings are written again (their
-		// writes can be made twice).
-		if left, lerr := commit.Int64(); lerr == nil && left != -2 && s.relistRun(ctx, nr, mark) == nil {
+		// on calls that are in no listing (never expired, reminded or
+		// listed as pending), or entries missing from the audit log. The
+		// listings are written again (their writes can be made twice),
+		// and so are the entries whose part failed.
+		if left, lerr := commit.Int64(); lerr == nil && left != -2 && (c.Run == nil || s.relistRun(ctx, nr, mark) == nil) {
 			err = nil
-			if len(pushed) > 0 && !auditPushed(cmds, s.auditKey()) {
-				// So are the audit entries, if their part failed.
-				s.pushAuditAgain(ctx, pushed)
-			}
+			s.pushAuditAgain(ctx, entriesWhere(pushed, pushes, false))
 		}
 	}
 	if err != nil {
-		if auditPushed(cmds, s.auditKey()) {
-			// The commit fails, so its writer keeps its entries for its
-			// next write: those added are taken back, as after a refusal.
-			s.unpushAudit(ctx, pushed)
-		}
+		// The commit fails, so its writer keeps its entries for its next
+		// write: those added are taken back, as after a refusal.
+		s.unpushAudit(ctx, entriesWhere(pushed, pushes, true))
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
 	left, err := commit.Int64()
@@ -775,7 +782,7 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		// The audit entries went beside the script, which refused the
 		// commit: they are taken back, as a refused commit writes none
 		// (its writer keeps them, and writes them itself).
-		s.unpushAudit(ctx, pushed)
+		s.unpushAudit(ctx, entriesWhere(pushed, pushes, true))
 		return fmt.Errorf("commit turn of %s: %w", c.Key, store.ErrNotHolder)
 	}
 	var unindex func(redis.Pipeliner)

@@ -980,33 +980,41 @@ func TestPauseWhoseListingsFailedIsListed(t *testing.T) {
 	}
 }
 
-// On Redis Cluster the audit entries of a pause go to the audit log's node
-// beside the conversation's script: when that part fails while the rest
-// is made, the entries are written again, once.
-func TestPauseWhoseAuditPartFailedIsAudited(t *testing.T) {
-	s, cc, prefix, failed := failingCluster(t, func(prefix string) func(redis.Cmder) bool { return on("lpush", prefix+":audit") })
-	ctx := t.Context()
-	conv := convOffNode(t, cc, prefix, prefix+":audit")
-	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
-	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
-	audit := []store.AuditEntry{{Actor: "U1", Action: "request", CallID: call.ID}, {Actor: "U1", Action: "pause", CallID: call.ID}}
-	err := s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{}`), PausedRun: r.ID}, Run: &r, Calls: []store.Call{call}, Audit: audit})
-	if !failed.Load() {
-		t.Fatal("the audit log's part of the pipeline was not failed")
-	}
-	if err != nil {
-		t.Fatalf("CommitTurn whose audit part failed once = %v, want nil once written again", err)
-	}
-	log, err := s.AuditLog(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range log {
-		got = append(got, e.Action)
-	}
-	if want := []string{"pause", "request"}; !slices.Equal(got, want) {
-		t.Errorf("audit log = %q, want %q (newest first), once each", got, want)
+// On Redis Cluster the audit entries of a commit go to the audit log's
+// node beside the conversation's script: when that part fails while the
+// rest is made, the commit stands and the entries are written again, once.
+func TestCommitWhoseAuditPartFailedIsAudited(t *testing.T) {
+	for _, pause := range []bool{true, false} {
+		t.Run(map[bool]string{true: "pause", false: "answer"}[pause], func(t *testing.T) {
+			s, cc, prefix, failed := failingCluster(t, func(prefix string) func(redis.Cmder) bool { return on("lpush", prefix+":audit") })
+			ctx := t.Context()
+			conv := convOffNode(t, cc, prefix, prefix+":audit")
+			commit := store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{}`)}, Answer: true,
+				Audit: []store.AuditEntry{{Actor: "U1", Action: "request", CallID: "c1"}, {Actor: "U1", Action: "execute", CallID: "c1"}}}
+			if pause {
+				r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+				call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
+				commit.Conversation.PausedRun, commit.Run, commit.Calls, commit.Answer = r.ID, &r, []store.Call{call}, false
+			}
+			err := s.CommitTurn(ctx, commit)
+			if !failed.Load() {
+				t.Fatal("the audit log's part of the pipeline was not failed")
+			}
+			if err != nil {
+				t.Fatalf("CommitTurn whose audit part failed once = %v, want nil once written again", err)
+			}
+			log, err := s.AuditLog(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range log {
+				got = append(got, e.Action)
+			}
+			if want := []string{"execute", "request"}; !slices.Equal(got, want) {
+				t.Errorf("audit log = %q, want %q (newest first), once each", got, want)
+			}
+		})
 	}
 }
 
