@@ -126,9 +126,11 @@ var lostDecisionWait = 10 * time.Second
 // run as started (see store.FirstToStart: the first decided with a kind
 // that runs, which is not c when an earlier approval is waiting), and its
 // claim lapsed before the store answered. This process never ran that
-// call, so, holding a fresh claim of the run, it takes the mark back
-// (unless a resume of another process has settled the call meanwhile) and
-// releases the claim: the resume that follows runs the call. It returns
+// call, so, holding a fresh claim of the run, it takes the mark back if
+// the claim before its fresh one was that attempt's (not a resume of
+// another process, which may have started the call since) and the call
+// has no result, and releases the claim: the resume that follows runs the
+// call. It returns
 // the call as stored, whether its step is complete, and whether the
 // decision was recorded (as mine tells from the call as stored); an error
 // if the store could not tell.
@@ -152,18 +154,25 @@ func (a *Agent) recoverDecision(ctx context.Context, c store.Call, rb store.Resu
 		return got, true, true, nil // someone else resumes it
 	}
 	// The step was completed by this decision, so no resume had begun
-	// before it: the first call to run, marked and with no result, was
-	// marked by the lost attempt (a fresh claim marks none that is).
-	if j := store.FirstToRun(fresh.Calls, startKinds); j >= 0 && fresh.Calls[j].ID != fresh.Started && fresh.Calls[j].Executing && len(fresh.Calls[j].Result) == 0 {
-		mark := fresh.Calls[j].ID
+	// before it; one of another process may have since, whose claim came
+	// after the lost attempt's and lapsed too (a crash), having started
+	// the call: only a mark the lost attempt set is taken back.
+	if mark := fresh.PriorStarted; fresh.PriorNonce == rb.Nonce && rb.Nonce != "" && mark != "" && mark != fresh.Started && unfinished(fresh.Calls, mark) {
 		a.abandon(ctx, &mark)
-		a.log.Warn("a decision's store step was made but its answer lost, and its claim lapsed; the call it marked as started, which never ran, is marked as not started", "call", fresh.Calls[j].ID)
+		a.log.Warn("a decision's store step was made but its answer lost, and its claim lapsed; the call it marked as started, which never ran, is marked as not started", "call", fresh.PriorStarted)
 	}
 	a.abandon(ctx, &fresh.Started)
 	if err := a.store.ReleaseClaim(context.WithoutCancel(ctx), c.RunID, a.cfg.Owner); err != nil {
 		a.log.Warn("release resume claim; it lapses within the lease TTL", "run", c.RunID, "err", err)
 	}
 	return got, true, true, nil
+}
+
+// unfinished reports whether the call id among calls is marked as
+// executing and has no saved result.
+func unfinished(calls []store.Call, id string) bool {
+	i := slices.IndexFunc(calls, func(c store.Call) bool { return c.ID == id })
+	return i >= 0 && calls[i].Executing && len(calls[i].Result) == 0
 }
 
 // errReadCall is returned by decidePaused when the decision must be made

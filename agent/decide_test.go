@@ -596,3 +596,65 @@ func TestStaleOrLateDecisionIsNotSent(t *testing.T) {
 		}
 	}
 }
+
+// resumedMeanwhile is lostAnswers where, before the decider's store
+// answers again, another process (C) claims the run, marks its call as
+// started (its tool runs) and dies, its claim free again.
+type resumedMeanwhile struct {
+	*lostAnswers
+	once    atomic.Bool
+	started atomic.Int32
+}
+
+func (s *resumedMeanwhile) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	if r.Again && s.once.CompareAndSwap(false, true) {
+		rs, err := s.Store.BeginResume(ctx, runID, store.ResumeBegin{Conversation: r.Conversation, Owner: "C", TTL: r.TTL, Start: r.Start, Nonce: "c-attempt"})
+		if err != nil || !rs.Claimed || rs.Started == "" {
+			return store.ResumeStart{}, fmt.Errorf("C's claim = %+v, %v; want it claimed with a call marked", rs, err)
+		}
+		s.started.Add(1)
+		if err := s.Store.ReleaseClaim(ctx, runID, "C"); err != nil {
+			return store.ResumeStart{}, err
+		}
+		if err := s.Store.ReleaseLease(ctx, store.TurnLease(r.Conversation), "C"); err != nil {
+			return store.ResumeStart{}, err
+		}
+	}
+	return s.lostAnswers.BeginResume(ctx, runID, r)
+}
+
+// A decision whose store step's answer was lost, while another process
+// held the conversation (so the step claimed nothing), and whose call
+// another process started before the store answered again: the decider
+// does not take that process's mark back, so the call is not run a second
+// time; the model is told its outcome is unknown.
+func TestLostDecisionLeavesAnotherResumersMark(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			st := &resumedMeanwhile{lostAnswers: &lostAnswers{Store: w.store.(storetest.Store)}}
+			a := w.agentWith(st, w.rec)
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			if ok, err := st.Store.AcquireLease(ctx, store.TurnLease(p.Conversation), "C", time.Minute); err != nil || !ok {
+				t.Fatalf("C's lease = %v, %v", ok, err)
+			}
+			st.decide.Store(1)
+			w.model.Reply(fakeopenai.Text("it may have run"))
+			if _, _, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+				t.Fatalf("DecideTaking = %v, want the decision found recorded", err)
+			}
+			if n := st.started.Load(); n != 1 {
+				t.Fatalf("C started the call %d times, want once", n)
+			}
+			_, err := a.Resume(ctx, p.RunID)
+			must(t, err)
+			if n := w.deploys.n.Load(); n != 0 {
+				t.Errorf("deploy ran %d times here after C started it, want never", n)
+			}
+			if got := toolResults(t, w.model); len(got) != 1 || !strings.Contains(got[0], "outcome unknown") {
+				t.Errorf("the model read %q, want the deploy's outcome unknown", got)
+			}
+		})
+	}
+}

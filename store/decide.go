@@ -128,6 +128,12 @@ type ResumeStart struct {
 	// BeginExecution does, when Claimed (empty: none); Calls show it as
 	// it was before.
 	Started string
+	// PriorNonce and PriorStarted are, when Claimed, the Nonce of the
+	// claim taken before this one and the call that claim marked (empty:
+	// none, or not known): a process whose own attempt's answer was lost
+	// tells from them whether a mark it finds is that attempt's, or
+	// another process's since.
+	PriorNonce, PriorStarted string
 }
 
 // ResumeBegin is what BeginResume takes (the conversation's lease, when

@@ -316,6 +316,7 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 		rs.Started = c.ID
 	}
 	rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(ttl)
+	rs.PriorNonce, rs.PriorStarted = rec.ClaimNonce, rec.ClaimStarted
 	if !again {
 		rec.ClaimNonce, rec.ClaimStarted = r.Nonce, rs.Started
 	}

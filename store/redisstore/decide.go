@@ -828,6 +828,10 @@ func decodeResume(conversation string, res []any, conv map[string]string) (store
 	}
 	rs.Claimed = true
 	rs.Started, _ = res[5].(string)
+	if len(res) >= 8 {
+		rs.PriorNonce, _ = res[6].(string)
+		rs.PriorStarted, _ = res[7].(string)
+	}
 	calls, _ := res[3].([]any)
 	for i, v := range calls {
 		f, _ := v.([]any)

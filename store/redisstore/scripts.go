@@ -601,8 +601,9 @@ return redis.call('LLEN', KEYS[1])
 // claim_start), and a later call with the same owner and nonce that finds
 // that claim still held answers as the first did (store.ResumeBegin.Nonce).
 // It returns {code, run JSON, finished, calls (each its callFields), the
-// conversation's HGETALL, the id of the call marked or an empty string}
-// where code is claimed, idle, busy or notfound.
+// conversation's HGETALL, the id of the call marked or an empty string,
+// the nonce and the marked call of the claim taken before} where code is
+// claimed, idle, busy or notfound.
 const beginResumeFn = `
 local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce, againOnly)
   local v = redis.call('HMGET', run, 'run', 'pending', 'finished', 'claim_nonce', 'claim_start')
@@ -659,7 +660,7 @@ local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce, aga
   if not again then
     redis.call('HSET', run, 'claim_nonce', nonce, 'claim_start', started)
   end
-  return {'claimed', v[1], fin, calls, c, started}
+  return {'claimed', v[1], fin, calls, c, started, v[4] or '', v[5] or ''}
 end
 `
 

@@ -565,10 +565,15 @@ func testBeginResumeAgain(t *testing.T, open Opener) {
 	if rs, err := s.BeginResume(ctx, r3.ID, b3); err != nil || !rs.Claimed || rs.Started != calls3[0].ID {
 		t.Fatalf("BeginResume = claimed %v started %q, %v; want claimed, %s started", rs.Claimed, rs.Started, err, calls3[0].ID)
 	}
+	var fresh store.ResumeStart
 	eventually(t, "the first claim runs out and owner a claims again with no nonce", func() (bool, error) {
 		rs, err := s.BeginResume(ctx, r3.ID, store.ResumeBegin{Conversation: r3.Conversation, Owner: "a", TTL: time.Minute, Start: start})
+		fresh = rs
 		return rs.Claimed, err
 	})
+	if fresh.PriorNonce != "e1" || fresh.PriorStarted != calls3[0].ID {
+		t.Errorf("the claim after the first = prior nonce %q, prior started %q; want e1 and %s", fresh.PriorNonce, fresh.PriorStarted, calls3[0].ID)
+	}
 	if rs, err := s.BeginResume(ctx, r3.ID, again3); err != nil || rs.Claimed {
 		t.Errorf("the first attempt asked again after another claim = claimed %v started %q, %v; want nothing given", rs.Claimed, rs.Started, err)
 	}
