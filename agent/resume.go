@@ -432,10 +432,11 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return unknown()
 	}
 	if res.interrupted {
-		// No result is saved: a resume claimed again runs it again, and
-		// audits that execution.
+		// No result is saved: the resume stops, and the next one runs it
+		// again, and audits that execution.
 		a.note(ctx, t, executed(c, d, args, res, "the bot stopped while it ran"))
-		return skip(res, NoteInterrupted)
+		res, _ = skip(res, NoteInterrupted)
+		return res, true
 	}
 	a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, ""))
 	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})

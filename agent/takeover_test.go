@@ -1052,14 +1052,16 @@ func registerMigrateUntilCut(t *testing.T, w *world) <-chan struct{} {
 // it ran is reported with its outcome unknown.
 func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 	for _, tt := range []struct {
-		name    string
-		cut     string // where the shutdown's grace runs out
-		first   string
-		outcome string
+		name       string
+		cut        string // where the shutdown's grace runs out
+		idempotent bool   // migrate may run again
+		first      string
+		outcome    []string // migrate's execute entries
 	}{
-		{"as the first call returns", "returns", "c1: migrated", "migrate ok"},
-		{"while the first call runs", "runs", "c1: outcome unknown: the bot stopped while migrate was running", "migrate unknown"},
-		{"as the second call is marked", "marked", "c1: migrated", "migrate ok"},
+		{"as the first call returns", "returns", false, "c1: migrated", []string{"migrate ok"}},
+		{"while the first call runs", "runs", false, "c1: outcome unknown: the bot stopped while migrate was running", []string{"migrate unknown"}},
+		{"while an idempotent first call runs", "runs", true, "c1: migrated", []string{"migrate ok", "migrate unknown"}},
+		{"as the second call is marked", "marked", false, "c1: migrated", []string{"migrate ok"}},
 	} {
 		for _, b := range backends(t) {
 			t.Run(tt.name+"/"+b.name, func(t *testing.T) {
@@ -1071,8 +1073,11 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 				var migrated atomic.Int64
 				must(t, w.reg.Register(agent.Tool{
 					Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+					Annotations: approvals.Hints{Idempotent: tt.idempotent},
 					Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
-						migrated.Add(1)
+						if migrated.Add(1) > 1 {
+							return agent.Result{Content: "migrated"}, nil // run again after the restart
+						}
 						switch tt.cut {
 						case "runs":
 							cancel()
@@ -1116,8 +1121,12 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 				if out.Status != agent.Answered || out.Answer != "migrated and deployed" {
 					t.Fatalf("Resume after the restart = %+v, want the answer", out)
 				}
-				if m, d := migrated.Load(), w.deploys.n.Load(); m != 1 || d != 1 {
-					t.Errorf("migrate ran %d times and deploy %d, want each once", m, d)
+				runs := int64(1)
+				if tt.idempotent {
+					runs = 2 // again after the restart
+				}
+				if m, d := migrated.Load(), w.deploys.n.Load(); m != runs || d != 1 {
+					t.Errorf("migrate ran %d times and deploy %d, want %d and once", m, d, runs)
 				}
 				got := toolResults(t, w.model)
 				if len(got) != 2 || !strings.HasPrefix(got[0], tt.first) || got[1] != "c2: deployed" {
@@ -1130,7 +1139,7 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 				}
 				got = executions(t, w.store)
 				slices.Sort(got)
-				if want := []string{"deploy ok", tt.outcome}; !slices.Equal(got, want) {
+				if want := append([]string{"deploy ok"}, tt.outcome...); !slices.Equal(got, want) {
 					t.Errorf("execute entries = %q, want %q", got, want)
 				}
 			})
@@ -1232,4 +1241,53 @@ func pauseApproved(t *testing.T, w *world, a *agent.Agent, req agent.Request, tc
 		}
 	}
 	return out
+}
+
+// An approved call of an idempotent tool that a shutdown cut while it ran
+// runs again after the restart: the cut resume records nothing that would
+// give the model its outcome as unknown instead.
+func TestApprovedIdempotentToolCutByShutdownRunsAgain(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.policy = "policy:\n  default: ask\n"
+	w.cfg.LeaseTTL = 300 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var runs atomic.Int64
+	must(t, w.reg.Register(agent.Tool{
+		Name: "warm_cache", Schema: json.RawMessage(`{"type":"object"}`),
+		Annotations: approvals.Hints{Idempotent: true},
+		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+			if runs.Add(1) == 1 {
+				cancel() // the shutdown's grace runs out while it runs
+				<-ctx.Done()
+				return agent.Result{}, ctx.Err()
+			}
+			return agent.Result{Content: "warm"}, nil
+		},
+	}))
+	a := w.agent()
+	out := pauseApproved(t, w, a, request("warm the cache"), call("c1", "warm_cache", `{}`))
+	if _, err := a.Resume(ctx, out.Pending[0].RunID); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cut resume = %v, want the context's end", err)
+	}
+	w.model.Reply(fakeopenai.Text("warmed"))
+	b := w.restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := b.Resume(t.Context(), out.Pending[0].RunID)
+		must(t, err)
+		if res.Status != agent.Idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Resume after the restart stayed idle for 10s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("warm_cache ran %d times, want twice (again after the restart)", n)
+	}
+	if got := toolResults(t, w.model); !slices.Equal(got, []string{"c1: warm"}) {
+		t.Errorf("tool results after the restart = %q, want the second run's", got)
+	}
 }
