@@ -1103,21 +1103,7 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 				}
 
 				w.model.Reply(fakeopenai.Text("migrated and deployed"))
-				b := w.restart()
-				deadline := time.Now().Add(10 * time.Second)
-				for {
-					var err error
-					out, err = b.Resume(t.Context(), runID)
-					must(t, err)
-					if out.Status != agent.Idle {
-						break
-					}
-					// Idle: the cut resume's claim has not lapsed yet.
-					if time.Now().After(deadline) {
-						t.Fatal("Resume after the restart stayed idle for 10s")
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
+				out = resumeOnceFree(t, w.restart(), runID)
 				if out.Status != agent.Answered || out.Answer != "migrated and deployed" {
 					t.Fatalf("Resume after the restart = %+v, want the answer", out)
 				}
@@ -1271,23 +1257,29 @@ func TestApprovedIdempotentToolCutByShutdownRunsAgain(t *testing.T) {
 		t.Fatalf("the cut resume = %v, want the context's end", err)
 	}
 	w.model.Reply(fakeopenai.Text("warmed"))
-	b := w.restart()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, err := b.Resume(t.Context(), out.Pending[0].RunID)
-		must(t, err)
-		if res.Status != agent.Idle {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Resume after the restart stayed idle for 10s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	resumeOnceFree(t, w.restart(), out.Pending[0].RunID)
 	if n := runs.Load(); n != 2 {
 		t.Errorf("warm_cache ran %d times, want twice (again after the restart)", n)
 	}
 	if got := toolResults(t, w.model); !slices.Equal(got, []string{"c1: warm"}) {
 		t.Errorf("tool results after the restart = %q, want the second run's", got)
+	}
+}
+
+// resumeOnceFree resumes runID on a as soon as the claim of the resume
+// before it, which a shutdown cut, has lapsed (Resume is Idle until then).
+func resumeOnceFree(t *testing.T, a *agent.Agent, runID string) agent.Outcome {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := a.Resume(t.Context(), runID)
+		must(t, err)
+		if out.Status != agent.Idle {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Resume after the restart stayed idle for 10s")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
