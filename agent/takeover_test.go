@@ -139,16 +139,23 @@ func takeOver(t *testing.T, w *world, a *agent.Agent, conv string) agent.Outcome
 	if !slices.Contains(keys, conv) {
 		t.Fatalf("Unanswered = %q, want it to list %s", keys, conv)
 	}
+	// Idle: the dead process's lease has not lapsed yet.
+	return untilNotIdle(t, "TakeOver", func() (agent.Outcome, error) { return a.TakeOver(ctx, conv) })
+}
+
+// untilNotIdle calls f until it returns another status than Idle (a lease
+// or claim of a process gone lapsing meanwhile), for at most 10 s.
+func untilNotIdle(t *testing.T, what string, f func() (agent.Outcome, error)) agent.Outcome {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, err := a.TakeOver(ctx, conv)
+		out, err := f()
 		must(t, err)
 		if out.Status != agent.Idle {
 			return out
 		}
-		// Idle: the dead process's lease has not lapsed yet.
 		if time.Now().After(deadline) {
-			t.Fatal("TakeOver stayed idle for 10s")
+			t.Fatalf("%s stayed idle for 10s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -1270,16 +1277,5 @@ func TestApprovedIdempotentToolCutByShutdownRunsAgain(t *testing.T) {
 // before it, which a shutdown cut, has lapsed (Resume is Idle until then).
 func resumeOnceFree(t *testing.T, a *agent.Agent, runID string) agent.Outcome {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := a.Resume(t.Context(), runID)
-		must(t, err)
-		if out.Status != agent.Idle {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Resume after the restart stayed idle for 10s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return untilNotIdle(t, "Resume after the restart", func() (agent.Outcome, error) { return a.Resume(t.Context(), runID) })
 }
