@@ -150,7 +150,7 @@ type turn struct {
 	saving sync.WaitGroup
 	saves  []*resultSave
 	// stepAudits are entries that go with the turn's next write only,
-	// never alone (see interrupted).
+	// never alone, and are logged once it is made (see interrupted).
 	stepAudits []store.AuditEntry
 	// ran are the calls of the step whose results the messages end with,
 	// until the model is asked with them; a turn cut before it answers
@@ -511,7 +511,8 @@ func (a *Agent) interrupted(ctx context.Context, t *turn, m *stepMark) []slot {
 			e.Fingerprint = fp
 		}
 	}
-	t.stepAudits = append(t.stepAudits, a.logged(ctx, e))
+	e.At = a.cfg.Now()
+	t.stepAudits = append(t.stepAudits, e) // logged once written (see commit)
 	return slots
 }
 

@@ -56,6 +56,9 @@ func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) 
 		return fmt.Errorf("record the turn: %w", err)
 	}
 	if t != nil {
+		for _, e := range t.stepAudits {
+			e.Log(ctx, a.log)
+		}
 		t.audits, t.stepAudits = nil, nil
 	}
 	if c.Release != "" {
