@@ -272,12 +272,5 @@ func deleteKeys(ctx context.Context, c redis.UniversalClient, pattern string) er
 		_, err := pipe.Exec(ctx)
 		return err
 	}
-	switch c := c.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, del)
-	case *redis.Client:
-		return del(ctx, c)
-	default:
-		return fmt.Errorf("cannot scan a %T", c)
-	}
+	return redisstore.EachPrimary(ctx, c, del)
 }

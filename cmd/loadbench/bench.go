@@ -242,17 +242,10 @@ func (e *env) cleanRedis() {
 	}
 }
 
-// eachNode calls fn with a client of each node that holds keys: the node
-// (or Sentinel's primary), or every primary of a Cluster, at once.
+// eachNode calls fn with a client of each node that holds keys (see
+// redisstore.EachPrimary).
 func (e *env) eachNode(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
-	switch c := e.redis.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, fn)
-	case *redis.Client:
-		return fn(ctx, c)
-	default:
-		return fmt.Errorf("unexpected Redis client %T", c)
-	}
+	return redisstore.EachPrimary(ctx, e.redis, fn)
 }
 
 // scanKeys calls fn with the keys of this run's prefix, at most 1,000 at a

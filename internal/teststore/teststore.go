@@ -2,7 +2,6 @@ package teststore
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -104,13 +103,7 @@ func EachKey(ctx context.Context, rawURL, prefix string, fn func(ctx context.Con
 		}
 		return iter.Err()
 	}
-	switch c := c.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, scan)
-	case *redis.Client:
-		return scan(ctx, c)
-	}
-	return fmt.Errorf("unexpected client %T", c)
+	return redisstore.EachPrimary(ctx, c, scan)
 }
 
 // handles keeps the latest handle of one place, closing the one before.

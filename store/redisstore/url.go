@@ -171,3 +171,17 @@ func seedURL(scheme, rest string) (string, error) {
 	}
 	return u, nil
 }
+
+// EachPrimary calls fn with a client of each node of c that holds keys:
+// the node (or Sentinel's primary), or every primary of a Cluster, at
+// once.
+func EachPrimary(ctx context.Context, c redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
+	default:
+		return fmt.Errorf("unexpected Redis client %T", c)
+	}
+}
