@@ -32,7 +32,10 @@ type Turns interface {
 func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) error {
 	if t != nil {
 		t.waitSaves()
-		c.Audit = append(slices.Clip(t.stepAudits), t.audits...)
+		c.Audit = t.audits
+		if len(t.stepAudits) > 0 {
+			c.Audit = append(slices.Clip(t.stepAudits), t.audits...)
+		}
 	}
 	if cl := claimOf(ctx, c.Finish); cl != nil {
 		cl.finishing.Store(true)
