@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/store"
@@ -18,9 +19,15 @@ import (
 // benchStore opens a store on REDIS_URL under a prefix of its own, whose
 // keys are deleted at the end, or skips the benchmark.
 func benchStore(b *testing.B) *redisstore.Store {
-	u := os.Getenv("REDIS_URL")
+	return benchStoreOn(b, "REDIS_URL")
+}
+
+// benchStoreOn is benchStore on the Redis of the URL in the environment
+// variable env.
+func benchStoreOn(b *testing.B, env string) *redisstore.Store {
+	u := os.Getenv(env)
 	if u == "" {
-		b.Skip("REDIS_URL is not set")
+		b.Skip(env + " is not set")
 	}
 	prefix := "toolgate-bench-" + store.NewRunID()
 	s, err := redisstore.New(b.Context(), u, redisstore.Options{Prefix: prefix})
@@ -34,12 +41,17 @@ func benchStore(b *testing.B) *redisstore.Store {
 	}
 	b.Cleanup(func() {
 		defer c.Close()
-		keys, _ := c.Keys(context.Background(), prefix+"*").Result()
-		for len(keys) > 0 {
-			n := min(len(keys), 1000)
-			c.Del(context.Background(), keys[:n]...)
-			keys = keys[n:]
-		}
+		_ = redisstore.EachPrimary(context.Background(), c, func(ctx context.Context, node *redis.Client) error {
+			keys, _ := node.Keys(ctx, prefix+"*").Result()
+			for len(keys) > 0 {
+				n := min(len(keys), 1000)
+				for _, k := range keys[:n] {
+					node.Del(ctx, k) // one by one: a Cluster's keys are in many slots
+				}
+				keys = keys[n:]
+			}
+			return nil
+		})
 	})
 	return s
 }
@@ -111,9 +123,15 @@ func BenchmarkNextExpiry(b *testing.B) {
 
 // BenchmarkStalledWithPausedRuns is one stalled-resume sweep with 10,000
 // paused runs (1.5 KB of history each) and 10 decided ones, as every
-// replica makes every SWEEP_INTERVAL.
+// replica makes every SWEEP_INTERVAL, on a single node (REDIS_URL) and on
+// a Cluster (REDIS_CLUSTER_URL).
 func BenchmarkStalledWithPausedRuns(b *testing.B) {
-	s := benchStore(b)
+	for _, tc := range []struct{ name, env string }{{"single node", "REDIS_URL"}, {"cluster", "REDIS_CLUSTER_URL"}} {
+		b.Run(tc.name, func(b *testing.B) { benchStalled(b, benchStoreOn(b, tc.env)) })
+	}
+}
+
+func benchStalled(b *testing.B, s *redisstore.Store) {
 	state := json.RawMessage(`{"messages":"` + strings.Repeat("x", 1500) + `"}`)
 	now := time.Now()
 	var g errgroup.Group

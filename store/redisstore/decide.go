@@ -30,7 +30,7 @@ func (s *Store) DecideAudited(ctx context.Context, callID, fingerprint string, d
 // BeginResume: on a single node (or a Sentinel primary) the decision's
 // script, a script that begins the resume only if the call holds this
 // decision (decidedResume) and the listings of the records asked for, in
-// one pipeline (one round trip); on a Cluster, two (see withLease). See
+// one pipeline (one round trip); on a Cluster, two (see clusterSend). See
 // storetest.Store for the contract.
 func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 	if err := s.canBegin(r); err != nil {
@@ -82,7 +82,7 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 		args = append(args, r.IfRecords-1)
 	}
 	args = append(args, effects...)
-	p := s.send(ctx, script, keys, args, callID, dj, r)
+	p := s.send(ctx, script, keys, args, callID, dj, d.At, r)
 	code, c, left, tail, err := s.decoded(ctx, p, r)
 	if err != nil {
 		return fail(c, err)
@@ -100,7 +100,7 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	switch code {
 	case "ok":
 		rs, err := s.begun(ctx, p, left == 0, runID, r, fx, d.At, tail)
-		if err != nil {
+		if err = errors.Join(err, p.listFailure(left == 0)); err != nil {
 			err = fmt.Errorf("decide call %s: %w", callID, err)
 		}
 		return c, left == 0, rs, err
@@ -115,7 +115,7 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 
 // decoded decodes the reply of a decision's or an approval's script sent
 // by send (see decodeDecision); an error for a reply that was lost (the
-// lease withLease took kept as keepOrGiveBack keeps it), is stale
+// lease clusterSend took kept as keepOrGiveBack keeps it), is stale
 // (store.ErrStale, with no call when the records changed) or cannot be
 // read (the lease given back).
 func (s *Store) decoded(ctx context.Context, p *pipelinedResume, r *store.ResumeBegin) (code string, c store.Call, left int64, tail string, err error) {
@@ -136,29 +136,30 @@ func (s *Store) decoded(ctx context.Context, p *pipelinedResume, r *store.Resume
 // pipelinedResume is the reply of a decision's or an approval's script,
 // and, when it was sent with a resume to begin, the replies of
 // decidedResume and of the records' listings (withResume), or of the
-// conversation's lease taken beside it (withLease).
+// conversation's lease taken beside it (clusterSend); on a Cluster, also
+// the failure to list the run for Stalled (see clusterSend).
 type pipelinedResume struct {
-	res     []any
-	err     error
-	resumed *redis.Cmd
-	recs    []*redis.MapStringStringCmd
-	lease   *redis.Cmd
+	res      []any
+	err      error
+	resumed  *redis.Cmd
+	recs     []*redis.MapStringStringCmd
+	lease    *redis.Cmd
+	unlisted error
 }
 
-// send sends script (a decision's or an approval's, on the call callID,
-// whose decision when recorded is dj): alone without r; with r, in one
-// pipeline with what begins the resume of the step it completes, all of
-// it on a single node (withResume), its first half on a Cluster
-// (withLease).
-func (s *Store) send(ctx context.Context, script *redis.Script, keys []string, args []any, callID string, dj []byte, r *store.ResumeBegin) *pipelinedResume {
+// send sends script (a decision's or an approval's, made at at, on the
+// call callID, whose decision when recorded is dj): on a single node
+// alone without r, and with r in one pipeline with what begins the resume
+// of the step it completes (withResume); on a Cluster beside the run's
+// listing and, with r, the first half of what begins the resume
+// (clusterSend).
+func (s *Store) send(ctx context.Context, script *redis.Script, keys []string, args []any, callID string, dj []byte, at time.Time, r *store.ResumeBegin) *pipelinedResume {
 	switch {
-	case r == nil || s.cluster && r.Lease == "":
-		// Nothing to take beside it on a Cluster: the caller holds
-		// the lease.
+	case s.cluster:
+		return s.clusterSend(ctx, script, keys, args, store.RunOf(callID), at, r)
+	case r == nil:
 		res, err := script.Run(ctx, s.c, keys, args...).Slice()
 		return &pipelinedResume{res: res, err: err}
-	case s.cluster:
-		return s.withLease(ctx, script, keys, args, *r)
 	}
 	return s.withResume(ctx, script, keys, args, callID, dj, *r)
 }
@@ -198,33 +199,75 @@ func (s *Store) withResume(ctx context.Context, script *redis.Script, keys []str
 	return p
 }
 
-// withLease sends script, on a Cluster, in one pipeline with the script
-// that takes the conversation's lease r.Lease for r.Owner, in another
-// hash slot: the lease is taken before it is known whether the decision
-// completes its step, and given back when it does not (giveBack). The
-// claim of the run, and what the resume reads, follow in a second round
-// trip (see begun).
-func (s *Store) withLease(ctx context.Context, script *redis.Script, keys []string, args []any, r store.ResumeBegin) *pipelinedResume {
+// clusterSend sends script, a decision's made at at on a call of run
+// runID, on a Cluster, in one pipeline with the run's listing for Stalled
+// (listDecided), written again a few times if its part fails, and, when r
+// names the conversation's lease r.Lease, with the script that takes it
+// for r.Owner, in another hash slot (without one the caller holds it):
+// the lease is taken before it is known whether the decision completes
+// its step, and given back when it does not (giveBack). The claim of the
+// run, and what the resume reads, follow in a second round trip (see
+// begun).
+func (s *Store) clusterSend(ctx context.Context, script *redis.Script, keys []string, args []any, runID string, at time.Time, r *store.ResumeBegin) *pipelinedResume {
 	p := &pipelinedResume{}
-	lkeys := []string{s.leaseKey(r.Lease)}
+	var lkeys []string
+	if r != nil && r.Lease != "" {
+		lkeys = []string{s.leaseKey(r.Lease)}
+	}
 	var decided *redis.Cmd
+	var listing []redis.Cmder
 	// Each command's error is checked apart.
 	_, _ = s.c.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		decided = script.EvalSha(ctx, pl, keys, args...)
-		p.lease = acquireLease.EvalSha(ctx, pl, lkeys, r.Owner, r.TTL.Milliseconds())
+		listing = s.listDecided(ctx, pl, runID, at)
+		if lkeys != nil {
+			p.lease = acquireLease.EvalSha(ctx, pl, lkeys, r.Owner, r.TTL.Milliseconds())
+		}
 		return nil
 	})
 	if redis.HasErrorPrefix(decided.Err(), "NOSCRIPT") {
 		decided = script.Run(ctx, s.c, keys, args...)
 	}
-	if redis.HasErrorPrefix(p.lease.Err(), "NOSCRIPT") {
+	if p.lease != nil && redis.HasErrorPrefix(p.lease.Err(), "NOSCRIPT") {
 		p.lease = acquireLease.Run(ctx, s.c, lkeys, r.Owner, r.TTL.Milliseconds())
+	}
+	if failure(listing, nil, nil) != nil {
+		// Whatever the script answered: the decision may have been made.
+		p.unlisted = writeAgain(context.WithoutCancel(ctx), func() error {
+			pl := s.c.Pipeline()
+			s.listDecided(ctx, pl, runID, at)
+			_, err := pl.Exec(ctx)
+			return err
+		})
 	}
 	p.res, p.err = decided.Slice()
 	return p
 }
 
-// leased reports whether withLease took the conversation's lease.
+// listDecided adds to p, on a Cluster, the listing for Stalled of run
+// runID, on which a decision made at at is sent, and returns its
+// commands. The decision's script cannot list the run (the runs index is
+// in another hash slot), so the listing goes beside it, whatever the
+// script answers; Stalled passes over a listed run whose calls are still
+// pending (a refused decision, or one that left others pending) until it
+// finishes. The index is kept at least as long as a run decided at at can
+// be resumed: its conversation's time, and the retention after it.
+func (s *Store) listDecided(ctx context.Context, p redis.Pipeliner, runID string, at time.Time) []redis.Cmder {
+	add := p.ZAddNX(ctx, s.runsKey(), redis.Z{Score: float64(at.UnixMilli()), Member: runID})
+	return append(expireAtLeast(ctx, p, s.runsKey(), at.Add(s.convTTL+s.retention)), add)
+}
+
+// listFailure returns, for a decision that completed its step (complete),
+// the failure to list its run for Stalled (see clusterSend), wrapped in
+// store.ErrEffects: the decision stands.
+func (p *pipelinedResume) listFailure(complete bool) error {
+	if !complete || p.unlisted == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: list the run for the stalled-resume sweep: %w", store.ErrEffects, p.unlisted)
+}
+
+// leased reports whether clusterSend took the conversation's lease.
 func (p *pipelinedResume) leased() bool {
 	if p.lease == nil {
 		return false
@@ -233,7 +276,7 @@ func (p *pipelinedResume) leased() bool {
 	return err == nil && n == 1
 }
 
-// giveBack gives back the lease withLease took for a decision that
+// giveBack gives back the lease clusterSend took for a decision that
 // begins no resume (refused, or leaving calls pending); a failure is left
 // to the lease's ttl.
 func (s *Store) giveBack(ctx context.Context, p *pipelinedResume, r *store.ResumeBegin) {
@@ -258,7 +301,7 @@ func (s *Store) keepOrGiveBack(ctx context.Context, p *pipelinedResume, r *store
 // tail is the audit log's oldest entry the script read): on a single
 // node it reads what decidedResume began (asking for the claim again if
 // its reply was lost: see store.ResumeBegin) and the effects were the
-// script's; on a Cluster, with the lease withLease took, it claims the
+// script's; on a Cluster, with the lease clusterSend took, it claims the
 // run and reads what the resume needs, the effects in the same pipeline.
 // The error is the effects' (store.ErrEffects): the decision stands, and
 // a resume that could not be begun is begun as usual later.
@@ -287,7 +330,7 @@ func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, ru
 	}
 	var e *clusterEffects
 	held := *r
-	held.Lease = "" // withLease took it
+	held.Lease = "" // clusterSend took it
 	rs, err := s.beginResumeWith(ctx, runID, held, func(pl redis.Pipeliner) {
 		e = s.addEffects(ctx, pl, complete, fx, at)
 	})
@@ -462,7 +505,7 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 		args = append(args, r.IfRecords-1, edited, string(judged), string(r.Announce), s.pausesChannel())
 	}
 	args = append(args, effects...)
-	p := s.send(ctx, script, keys, args, callID, dj, r)
+	p := s.send(ctx, script, keys, args, callID, dj, a.At, r)
 	code, c, left, tail, err := s.decoded(ctx, p, r)
 	if err != nil {
 		return fail(c, err)
@@ -474,7 +517,7 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)
 		}
 		rs, err := s.begun(ctx, p, complete, runID, r, fx, a.At, tail)
-		if err != nil {
+		if err = errors.Join(err, p.listFailure(complete)); err != nil {
 			err = fmt.Errorf("approve call %s: %w", callID, err)
 		}
 		return c, complete, rs, err

@@ -31,14 +31,15 @@
 // calls, calls by reminder time, pending calls by approver, requester and
 // conversation, and runs: on one node those whose resume is due, listed by
 // the script of the decision that left none of their calls pending; on a
-// Cluster every unfinished run). Those keys are in other hash slots than
-// the runs, so scripts that run on a Cluster cannot update them together:
-// they are hints. Readers check every entry against the call or run it
-// names and remove entries whose call is decided, expired, cancelled,
-// finished or gone. A call never becomes pending again, so this never drops
-// a pending call. A call's reminder time lives in its hash (ClaimReminder
-// moves it in one script); the reminder index entry follows in a second
-// command, and a reader that finds it behind the call's time moves it.
+// Cluster those on which a decision was sent, listed beside its script).
+// Those keys are in other hash slots than the runs, so scripts that run on
+// a Cluster cannot update them together: they are hints. Readers check
+// every entry against the call or run it names and remove entries whose
+// call is decided, expired, cancelled, finished or gone. A call never
+// becomes pending again, so this never drops a pending call. A call's
+// reminder time lives in its hash (ClaimReminder moves it in one script);
+// the reminder index entry follows in a second command, and a reader that
+// finds it behind the call's time moves it.
 //
 // # Lifetimes
 //

@@ -299,7 +299,7 @@ func (s *Store) newRun(r store.Run, calls []store.Call, notes map[string][]byte)
 	if r.Conversation != "" {
 		conv = s.convKey(r.Conversation)
 	}
-	nr := newRun{run: r, calls: calls, index: s.runIndex(r, calls), keys: []string{s.runKey(r.ID)}, args: []any{runJSON, deleteAt.UnixMilli(), conv}}
+	nr := newRun{run: r, calls: calls, index: s.runIndex(calls), keys: []string{s.runKey(r.ID)}, args: []any{runJSON, deleteAt.UnixMilli(), conv}}
 	// The index keys of each call, kept for commitFinish (a single node
 	// only).
 	idx := map[string][]string{}
@@ -331,16 +331,15 @@ type indexEntry struct {
 	trim   bool
 }
 
-// runIndex returns the index entries of a created run and its calls.
-// Scores are times in ms: expiry times in the due and (on a Cluster) runs
-// indexes, reminder times in the reminder index, and creation times in
-// the pending-call listings, so that a bounded listing reads only its
-// oldest entries. Entries of the due index, and of the runs index on a
-// Cluster, older than the retention time point at deleted calls and are
-// trimmed; a listing's entries, reminders, and on one node the entries of
-// the runs index (which the decisions' scripts add), leave it with
-// FinishRun or the call's decision, or when a reader finds them stale.
-func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
+// runIndex returns the index entries of a created run's calls.
+// Scores are times in ms: expiry times in the due index, reminder times in
+// the reminder index, and creation times in the pending-call listings, so
+// that a bounded listing reads only its oldest entries. Entries of the due
+// index older than the retention time point at deleted calls and are
+// trimmed; a listing's entries and reminders leave it with FinishRun or
+// the call's decision, or when a reader finds them stale. A run is not
+// listed for Stalled here: its decisions list it (see Stalled).
+func (s *Store) runIndex(calls []store.Call) []indexEntry {
 	var out []indexEntry
 	for _, c := range calls {
 		out = append(out, indexEntry{s.dueKey(), c.ExpiresAt, c.ID, true})
@@ -360,11 +359,6 @@ func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 		if c.Conversation != "" {
 			out = append(out, indexEntry{s.convPendingKey(c.Conversation), c.CreatedAt, c.ID, false})
 		}
-	}
-	if s.cluster {
-		// On one node the script of the decision that leaves no call of
-		// the run pending lists it (see decisionEffects).
-		out = append(out, indexEntry{s.runsKey(), r.ExpiresAt, r.ID, true})
 	}
 	return out
 }
@@ -399,11 +393,10 @@ func remindArg(t time.Time) int64 {
 }
 
 // expireAtLeast makes key live at least until t, never shortening a longer
-// life (a new key has none, hence NX before GT).
-func expireAtLeast(ctx context.Context, p redis.Pipeliner, key string, t time.Time) {
+// life (a new key has none, hence NX before GT); it returns its commands.
+func expireAtLeast(ctx context.Context, p redis.Pipeliner, key string, t time.Time) []redis.Cmder {
 	ms := t.UnixMilli()
-	p.Do(ctx, "PEXPIREAT", key, ms, "NX")
-	p.Do(ctx, "PEXPIREAT", key, ms, "GT")
+	return []redis.Cmder{p.Do(ctx, "PEXPIREAT", key, ms, "NX"), p.Do(ctx, "PEXPIREAT", key, ms, "GT")}
 }
 
 // callFields are the fields of a call hash that make up a store.Call, in
@@ -1119,11 +1112,13 @@ func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 
 // Stalled lists up to limit runs with no pending call, not finished and
 // with no live resume claim; limit <= 0 lists all. It reads the runs
-// index: on one node the runs whose last pending call was decided, by the
-// time of that decision, however many are paused (runs listed when
-// they were created, by an earlier version, are read until they finish);
-// on a Cluster, where a decision's script cannot list its run, every
-// unfinished run, earliest expiry first.
+// index, by the time of the decision that listed each run, however many
+// runs are paused: on one node the runs whose last pending call was
+// decided (the decision's script lists the run); on a Cluster, where a
+// decision's script cannot list its run, the runs any decision was sent
+// for (see listDecided), those with calls still pending passed over until
+// they finish. Runs listed when they were created, by an earlier version,
+// are read until they finish or are gone.
 func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
 	const batch = 200
 	var out []string

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -443,13 +444,26 @@ func TestStaleIndexEntriesDropped(t *testing.T) {
 	}
 }
 
-// On one node the runs index lists a run when the script of the decision
-// that leaves none of its calls pending runs, not when the run is paused,
-// so that Stalled reads the runs whose resume is due however many are
-// paused; finishing the run unlists it, and Stalled drops a run that is
-// gone.
+// The runs index lists a run when a decision is made on it, not when the
+// run is paused, so that Stalled reads the runs whose resume may be due
+// however many are paused: on one node the script of the decision that
+// leaves none of its calls pending lists it; on a Cluster, where the
+// script cannot, the run goes beside every decision sent on it, and
+// Stalled passes over those with calls pending. Finishing the run unlists
+// it, and Stalled drops a run that is finished or gone.
 func TestRunsListedOnceDecided(t *testing.T) {
-	u := redisURL(t)
+	for _, tc := range []struct {
+		name, url string
+		cluster   bool
+	}{
+		{"single node", redisURL(t), false},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRunsListedOnceDecided(t, tc.url, tc.cluster) })
+	}
+}
+
+func testRunsListedOnceDecided(t *testing.T, u string, cluster bool) {
 	prefix := newPrefix(t, u)
 	s := newStore(t, u, redisstore.Options{Prefix: prefix})
 	defer s.Close()
@@ -483,30 +497,40 @@ func TestRunsListedOnceDecided(t *testing.T) {
 		slices.Sort(ids)
 		return ids
 	}
+	sorted := func(ids ...string) []string {
+		slices.Sort(ids)
+		return ids
+	}
 	run(1)                     // paused
-	_, half := run(2)          // one of two decided
+	halfRun, half := run(2)    // one of two decided
 	decided, calls := run(1)   // decided
 	finished, fcalls := run(1) // decided, then finished
 	decide(half[0].ID)
 	decide(calls[0].ID)
 	decide(fcalls[0].ID)
-	want := []string{decided.ID, finished.ID}
-	slices.Sort(want)
+	want := sorted(decided.ID, finished.ID)
+	if cluster {
+		want = sorted(decided.ID, finished.ID, halfRun.ID)
+	}
 	if got := listed(); !slices.Equal(got, want) {
-		t.Errorf("runs listed = %v, want the two decided ones %v", got, want)
+		t.Errorf("runs listed = %v, want the decided ones %v (the paused one never)", got, want)
 	}
 	if err := s.FinishRun(ctx, finished.ID); err != nil {
 		t.Fatal(err)
 	}
 	// A run finished with a call pending, whose last call is decided
-	// after all, is not listed.
+	// after all, is not listed (on a Cluster, not once Stalled read it).
 	cut, cutCalls := run(1)
 	if err := s.FinishRun(ctx, cut.ID); err != nil {
 		t.Fatal(err)
 	}
 	decide(cutCalls[0].ID)
-	if got := listed(); !slices.Equal(got, []string{decided.ID}) {
-		t.Errorf("runs listed after FinishRun = %v, want [%s]", got, decided.ID)
+	want = []string{decided.ID}
+	if cluster {
+		want = sorted(decided.ID, halfRun.ID, cut.ID)
+	}
+	if got := listed(); !slices.Equal(got, want) {
+		t.Errorf("runs listed after FinishRun = %v, want %v", got, want)
 	}
 	if ttl, err := c.PTTL(ctx, prefix+":runs").Result(); err != nil || ttl <= 0 {
 		t.Errorf("TTL of the runs index = %v, %v; want one", ttl, err)
@@ -514,18 +538,38 @@ func TestRunsListedOnceDecided(t *testing.T) {
 	if ids, err := s.Stalled(ctx, 0); err != nil || !slices.Equal(ids, []string{decided.ID}) {
 		t.Errorf("Stalled = %v, %v; want [%s]", ids, err, decided.ID)
 	}
-	runKeys, err := c.Keys(ctx, prefix+":run:{"+decided.ID+"}*").Result()
-	if err != nil || len(runKeys) == 0 {
-		t.Fatalf("keys of run %s = %v, %v", decided.ID, runKeys, err)
+	want = []string{decided.ID}
+	if cluster {
+		want = sorted(decided.ID, halfRun.ID)
 	}
-	if err := c.Del(ctx, runKeys...).Err(); err != nil {
-		t.Fatal(err)
+	if got := listed(); !slices.Equal(got, want) {
+		t.Errorf("runs listed after Stalled = %v, want %v", got, want)
 	}
+	deleteRun(t, c, prefix, decided.ID)
+	deleteRun(t, c, prefix, halfRun.ID)
 	if ids, err := s.Stalled(ctx, 0); err != nil || len(ids) != 0 {
-		t.Errorf("Stalled with the decided run gone = %v, %v; want none", ids, err)
+		t.Errorf("Stalled with the decided runs gone = %v, %v; want none", ids, err)
 	}
 	if got := listed(); len(got) != 0 {
-		t.Errorf("runs listed once the decided run is gone = %v, want none", got)
+		t.Errorf("runs listed once the decided runs are gone = %v, want none", got)
+	}
+}
+
+// deleteRun deletes the keys of run runID (as their expiry would), on
+// whichever node holds them.
+func deleteRun(t *testing.T, c redis.UniversalClient, prefix, runID string) {
+	t.Helper()
+	var n atomic.Int64
+	err := redisstore.EachPrimary(t.Context(), c, func(ctx context.Context, node *redis.Client) error {
+		keys, err := node.Keys(ctx, prefix+":run:{"+runID+"}*").Result()
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		n.Add(int64(len(keys)))
+		return node.Del(ctx, keys...).Err()
+	})
+	if err != nil || n.Load() == 0 {
+		t.Fatalf("delete the keys of run %s: %d deleted, %v", runID, n.Load(), err)
 	}
 }
 

@@ -29,7 +29,7 @@ type resendAfterHook struct {
 func (resendAfterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h resendAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); *h.armed && len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[0]), "eval") && strings.Contains(fmt.Sprint(args[3]), h.key) {
+		if h.matches(cmd) {
 			if err := next(ctx, cmd); err != nil {
 				// A node that had not loaded the script (a Cluster's
 				// other node) refuses its EVALSHA: the EVAL that follows
@@ -42,8 +42,27 @@ func (h resendAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next(ctx, cmd)
 	}
 }
-func (resendAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+
+// ProcessPipelineHook does the same with a pipeline that holds the script
+// (a Cluster sends a decision beside its run's listing).
+func (h resendAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, h.matches) {
+			if err := next(ctx, cmds); err != nil {
+				return err // as above
+			}
+			*h.armed = false
+			h.between()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// matches reports whether cmd is, while armed, a script whose first key
+// names h.key.
+func (h resendAfterHook) matches(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	return *h.armed && len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[0]), "eval") && strings.Contains(fmt.Sprint(args[3]), h.key)
 }
 
 // An approval counted (1 of 2) whose reply is lost, sent again after

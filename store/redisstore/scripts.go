@@ -225,7 +225,7 @@ if not same then return reply('stale', -1) end
 // effects, which writes what a decision brings with it when the script
 // has the audit, unanswered and runs keys (one Redis node; on a Cluster
 // they are in other hash slots, and the caller writes the first two after
-// the script, and lists every run in the third when it is created): the
+// the script, and lists the run in the third beside it): the
 // audit entry, and once no call of the run is pending, the conversation
 // listed as unanswered and the run, unless finished, listed for Stalled
 // (the list kept at least as long as the run).

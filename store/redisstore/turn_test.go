@@ -641,8 +641,7 @@ type sendTwiceHook struct {
 func (sendTwiceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h sendTwiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); *h.armed && len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[0]), "eval") && strings.Contains(fmt.Sprint(args[3]), h.key) {
-			*h.armed = false
+		if h.fire(cmd) {
 			if err := next(ctx, cmd); err != nil {
 				return err
 			}
@@ -650,8 +649,29 @@ func (h sendTwiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next(ctx, cmd)
 	}
 }
-func (sendTwiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+
+// ProcessPipelineHook sends a pipeline that holds the script twice (a
+// Cluster sends a decision beside its run's listing).
+func (h sendTwiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, h.fire) {
+			if err := next(ctx, cmds); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// fire reports whether cmd is the script on h.key to send twice, while
+// armed, and disarms it.
+func (h sendTwiceHook) fire(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if !*h.armed || len(args) <= 3 || !strings.HasPrefix(fmt.Sprint(args[0]), "eval") || !strings.Contains(fmt.Sprint(args[3]), h.key) {
+		return false
+	}
+	*h.armed = false
+	return true
 }
 
 // BeginExecution sent again by the client after its reply was lost is
@@ -1043,5 +1063,53 @@ func TestFailedCommitTakesItsAuditEntriesBack(t *testing.T) {
 	}
 	if log, err := s.AuditLog(ctx, 0); err != nil || len(log) != 0 {
 		t.Errorf("audit log after the failed commit = %+v, %v; want its entries taken back", log, err)
+	}
+}
+
+// On Redis Cluster a decision's run is listed for the stalled-resume
+// sweep beside the decision's script, on another node: when that node
+// fails while the decision is made, the listing is written again, so the
+// sweep still finds the run if its resume is lost.
+func TestDecisionWhoseRunListingFailedIsListed(t *testing.T) {
+	for _, begin := range []bool{false, true} {
+		t.Run(fmt.Sprintf("begin resume %v", begin), func(t *testing.T) {
+			s, cc, prefix, failed := failingCluster(t, func(prefix string) func(redis.Cmder) bool { return on("zadd", prefix+":runs") })
+			ctx := t.Context()
+			r, calls := testRun()
+			for sameNode(t, cc, prefix+":run:{"+r.ID+"}", prefix+":runs") {
+				r, calls = testRun()
+			}
+			r.Conversation = convOffNode(t, cc, prefix, prefix+":runs")
+			if err := s.CreateRun(ctx, r, calls); err != nil {
+				t.Fatalf("CreateRun: %v", err)
+			}
+			d := store.Decision{Kind: "approve", Decider: "U1"}
+			var err error
+			var complete bool
+			if begin {
+				rb := store.ResumeBegin{Conversation: r.Conversation, Lease: store.TurnLease(r.Conversation), Owner: "a", TTL: time.Minute, Start: []string{"approve"}}
+				var rs store.ResumeStart
+				_, complete, rs, err = s.DecideBegin(ctx, calls[0].ID, "fp", d, store.Effects{}, rb)
+				if err == nil && !rs.Claimed {
+					t.Errorf("DecideBegin claimed no resume")
+				}
+			} else {
+				_, complete, err = s.DecideAudited(ctx, calls[0].ID, "fp", d, store.Effects{})
+			}
+			if !failed.Load() {
+				t.Fatal("the listing's part of the pipeline was not failed")
+			}
+			if err != nil || !complete {
+				t.Fatalf("decision whose listing's part failed once = complete %v, %v; want complete, nil once written again", complete, err)
+			}
+			if _, err := cc.ZScore(ctx, prefix+":runs", r.ID).Result(); err != nil {
+				t.Errorf("run %s in the runs index: %v; want it listed", r.ID, err)
+			}
+			if !begin {
+				if ids, err := s.Stalled(ctx, 0); err != nil || !slices.Equal(ids, []string{r.ID}) {
+					t.Errorf("Stalled = %v, %v; want [%s]", ids, err, r.ID)
+				}
+			}
+		})
 	}
 }
