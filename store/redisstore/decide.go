@@ -200,8 +200,9 @@ func (s *Store) withResume(ctx context.Context, script *redis.Script, keys []str
 }
 
 // clusterSend sends script, a decision's made at at on a call of run
-// runID, on a Cluster, in one pipeline with the run's listing for Stalled
-// (listDecided), written again a few times if its part fails, and, when r
+// runID, on a Cluster, in one pipeline with the run's move in the runs
+// index (listDecided), written again a few times if its part fails (the
+// run stays listed by its expiry otherwise), and, when r
 // names the conversation's lease r.Lease, with the script that takes it
 // for r.Owner, in another hash slot (without one the caller holds it):
 // the lease is taken before it is known whether the decision completes
@@ -233,10 +234,11 @@ func (s *Store) clusterSend(ctx context.Context, script *redis.Script, keys []st
 	}
 	if failure(listing, nil, nil) != nil {
 		// Whatever the script answered: the decision may have been made.
-		p.unlisted = writeAgain(context.WithoutCancel(ctx), func() error {
+		wctx := context.WithoutCancel(ctx)
+		p.unlisted = writeAgain(wctx, func() error {
 			pl := s.c.Pipeline()
-			s.listDecided(ctx, pl, runID, at)
-			_, err := pl.Exec(ctx)
+			s.listDecided(wctx, pl, runID, at)
+			_, err := pl.Exec(wctx)
 			return err
 		})
 	}
@@ -244,16 +246,18 @@ func (s *Store) clusterSend(ctx context.Context, script *redis.Script, keys []st
 	return p
 }
 
-// listDecided adds to p, on a Cluster, the listing for Stalled of run
-// runID, on which a decision made at at is sent, and returns its
-// commands. The decision's script cannot list the run (the runs index is
-// in another hash slot), so the listing goes beside it, whatever the
-// script answers; Stalled passes over a listed run whose calls are still
-// pending (a refused decision, or one that left others pending) until it
-// finishes. The index is kept at least as long as a run decided at at can
-// be resumed: its conversation's time, and the retention after it.
+// listDecided adds to p, on a Cluster, what moves run runID, on which a
+// decision made at at is sent, to that time in the runs index, and returns
+// its commands: Stalled reads it from then on, not only once its expiry
+// passes (see runIndex). The decision's script cannot do it (the index is
+// in another hash slot), so it goes beside the script, whatever the
+// script answers (a run whose calls are still pending is passed over by
+// Stalled), and never moves an entry later; a run that is not listed (an
+// earlier version's trim) is listed again. The index is kept at least as
+// long as a run decided at at can be resumed: its conversation's time,
+// and the retention after it.
 func (s *Store) listDecided(ctx context.Context, p redis.Pipeliner, runID string, at time.Time) []redis.Cmder {
-	add := p.ZAddNX(ctx, s.runsKey(), redis.Z{Score: float64(at.UnixMilli()), Member: runID})
+	add := p.ZAddLT(ctx, s.runsKey(), redis.Z{Score: float64(at.UnixMilli()), Member: runID})
 	return append(expireAtLeast(ctx, p, s.runsKey(), at.Add(s.convTTL+s.retention)), add)
 }
 

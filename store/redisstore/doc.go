@@ -29,9 +29,10 @@
 //
 // Pending, Due, DueReminders and Stalled read global sorted sets (due
 // calls, calls by reminder time, pending calls by approver, requester and
-// conversation, and runs: on one node those whose resume is due, listed by
-// the script of the decision that left none of their calls pending; on a
-// Cluster those on which a decision was sent, listed beside its script).
+// conversation, and runs, by the time from which Stalled reads them: on
+// one node those whose resume is due, listed by the script of the decision
+// that left none of their calls pending; on a Cluster every run, by its
+// expiry, moved to the time of a decision sent on it beside its script).
 // Those keys are in other hash slots than the runs, so scripts that run on
 // a Cluster cannot update them together: they are hints. Readers check
 // every entry against the call or run it names and remove entries whose

@@ -299,7 +299,7 @@ func (s *Store) newRun(r store.Run, calls []store.Call, notes map[string][]byte)
 	if r.Conversation != "" {
 		conv = s.convKey(r.Conversation)
 	}
-	nr := newRun{run: r, calls: calls, index: s.runIndex(calls), keys: []string{s.runKey(r.ID)}, args: []any{runJSON, deleteAt.UnixMilli(), conv}}
+	nr := newRun{run: r, calls: calls, index: s.runIndex(r, calls), keys: []string{s.runKey(r.ID)}, args: []any{runJSON, deleteAt.UnixMilli(), conv}}
 	// The index keys of each call, kept for commitFinish (a single node
 	// only).
 	idx := map[string][]string{}
@@ -331,15 +331,16 @@ type indexEntry struct {
 	trim   bool
 }
 
-// runIndex returns the index entries of a created run's calls.
-// Scores are times in ms: expiry times in the due index, reminder times in
-// the reminder index, and creation times in the pending-call listings, so
-// that a bounded listing reads only its oldest entries. Entries of the due
-// index older than the retention time point at deleted calls and are
-// trimmed; a listing's entries and reminders leave it with FinishRun or
-// the call's decision, or when a reader finds them stale. A run is not
-// listed for Stalled here: its decisions list it (see Stalled).
-func (s *Store) runIndex(calls []store.Call) []indexEntry {
+// runIndex returns the index entries of a created run and its calls.
+// Scores are times in ms: expiry times in the due and (on a Cluster) runs
+// indexes, reminder times in the reminder index, and creation times in
+// the pending-call listings, so that a bounded listing reads only its
+// oldest entries. Entries of the due index, and of the runs index on a
+// Cluster, older than the retention time point at deleted calls and are
+// trimmed; a listing's entries, reminders, and on one node the entries of
+// the runs index (which the decisions' scripts add), leave it with
+// FinishRun or the call's decision, or when a reader finds them stale.
+func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 	var out []indexEntry
 	for _, c := range calls {
 		out = append(out, indexEntry{s.dueKey(), c.ExpiresAt, c.ID, true})
@@ -359,6 +360,13 @@ func (s *Store) runIndex(calls []store.Call) []indexEntry {
 		if c.Conversation != "" {
 			out = append(out, indexEntry{s.convPendingKey(c.Conversation), c.CreatedAt, c.ID, false})
 		}
+	}
+	if s.cluster {
+		// Listed for Stalled once its expiry passes, and at once when a
+		// decision moves it to the decision's time (see listDecided); on
+		// one node the script of the decision that leaves no call of the
+		// run pending lists it (see decisionEffects).
+		out = append(out, indexEntry{s.runsKey(), r.ExpiresAt, r.ID, true})
 	}
 	return out
 }
@@ -1111,20 +1119,24 @@ func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 }
 
 // Stalled lists up to limit runs with no pending call, not finished and
-// with no live resume claim; limit <= 0 lists all. It reads the runs
-// index, by the time of the decision that listed each run, however many
-// runs are paused: on one node the runs whose last pending call was
-// decided (the decision's script lists the run); on a Cluster, where a
-// decision's script cannot list its run, the runs any decision was sent
-// for (see listDecided), those with calls still pending passed over until
-// they finish. Runs listed when they were created, by an earlier version,
-// are read until they finish or are gone.
+// with no live resume claim; limit <= 0 lists all. It reads the entries
+// of the runs index whose time has come, by that time, however many runs
+// are paused: on one node the runs whose last pending call was decided,
+// by the time of that decision (the decision's script lists the run); on
+// a Cluster, where a decision's script cannot list its run, every run is
+// listed when it is created, by its expiry time, and moved to the time of
+// the first decision sent on it, beside the decision's script (see
+// listDecided): a run whose calls are still pending (the decision was
+// refused, or left others pending) is passed over until it finishes.
+// Runs listed when they were created, by an earlier version, are read
+// once decided by this one, or expired.
 func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
 	const batch = 200
 	var out []string
 	var stale []any
-	for offset := int64(0); ; offset += batch {
-		ids, err := s.c.ZRange(ctx, s.runsKey(), offset, offset+batch-1).Result()
+	due := &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(time.Now().UnixMilli(), 10), Count: batch}
+	for ; ; due.Offset += batch {
+		ids, err := s.c.ZRangeByScore(ctx, s.runsKey(), due).Result()
 		if err != nil {
 			return nil, fmt.Errorf("list stalled runs: %w", err)
 		}

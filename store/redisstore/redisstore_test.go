@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -444,13 +445,15 @@ func TestStaleIndexEntriesDropped(t *testing.T) {
 	}
 }
 
-// The runs index lists a run when a decision is made on it, not when the
-// run is paused, so that Stalled reads the runs whose resume may be due
-// however many are paused: on one node the script of the decision that
-// leaves none of its calls pending lists it; on a Cluster, where the
-// script cannot, the run goes beside every decision sent on it, and
-// Stalled passes over those with calls pending. Finishing the run unlists
-// it, and Stalled drops a run that is finished or gone.
+// The runs index holds a run whose time has come for Stalled once a
+// decision is made on it, not when the run is paused, so that Stalled
+// reads the runs whose resume may be due however many are paused: on one
+// node the script of the decision that leaves none of its calls pending
+// lists it; on a Cluster, where every run is listed when it is paused, by
+// its expiry, every decision sent on it moves it to the decision's time,
+// beside its script, and Stalled passes over those with calls pending.
+// Finishing the run unlists it, and Stalled drops a run that is finished
+// or gone.
 func TestRunsListedOnceDecided(t *testing.T) {
 	for _, tc := range []struct {
 		name, url string
@@ -488,9 +491,10 @@ func testRunsListedOnceDecided(t *testing.T, u string, cluster bool) {
 			t.Fatalf("Decide(%s): %v", callID, err)
 		}
 	}
+	// The runs whose time has come: those Stalled reads.
 	listed := func() []string {
 		t.Helper()
-		ids, err := c.ZRange(ctx, prefix+":runs", 0, -1).Result()
+		ids, err := c.ZRangeByScore(ctx, prefix+":runs", &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(time.Now().UnixMilli(), 10)}).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -506,6 +510,11 @@ func testRunsListedOnceDecided(t *testing.T, u string, cluster bool) {
 	decided, calls := run(1)   // decided
 	finished, fcalls := run(1) // decided, then finished
 	decide(half[0].ID)
+	// Listed by its expiry (as an earlier version listed every run on one
+	// node, and this one does on a Cluster), then decided.
+	if err := c.ZAdd(ctx, prefix+":runs", redis.Z{Score: float64(calls[0].ExpiresAt.UnixMilli()), Member: decided.ID}).Err(); err != nil {
+		t.Fatal(err)
+	}
 	decide(calls[0].ID)
 	decide(fcalls[0].ID)
 	want := sorted(decided.ID, finished.ID)

@@ -225,7 +225,7 @@ if not same then return reply('stale', -1) end
 // effects, which writes what a decision brings with it when the script
 // has the audit, unanswered and runs keys (one Redis node; on a Cluster
 // they are in other hash slots, and the caller writes the first two after
-// the script, and lists the run in the third beside it): the
+// the script, and moves the run in the third beside it): the
 // audit entry, and once no call of the run is pending, the conversation
 // listed as unanswered and the run, unless finished, listed for Stalled
 // (the list kept at least as long as the run).
@@ -250,7 +250,7 @@ local function effects(entry, left)
     redis.call('ZADD', KEYS[4], 'NX', ARGV[#ARGV], ARGV[#ARGV - 1])
   end
   if redis.call('HGET', KEYS[2], 'finished') == '1' then return end
-  redis.call('ZADD', KEYS[5], 'NX', ARGV[#ARGV], string.match(KEYS[2], '{([^{}]*)}$'))
+  redis.call('ZADD', KEYS[5], 'LT', ARGV[#ARGV], string.match(KEYS[2], '{([^{}]*)}$'))
   local ttl = redis.call('PTTL', KEYS[2])
   if ttl > 0 then
     redis.call('PEXPIRE', KEYS[5], ttl, 'NX')

@@ -1066,14 +1066,18 @@ func TestFailedCommitTakesItsAuditEntriesBack(t *testing.T) {
 	}
 }
 
-// On Redis Cluster a decision's run is listed for the stalled-resume
-// sweep beside the decision's script, on another node: when that node
-// fails while the decision is made, the listing is written again, so the
-// sweep still finds the run if its resume is lost.
+// On Redis Cluster a decision's run is moved to the decision's time in
+// the runs index beside the decision's script, on another node: when that
+// node fails while the decision is made, the move is written again, so
+// the stalled-resume sweep finds the run at once if its resume is lost,
+// not once its expiry passes.
 func TestDecisionWhoseRunListingFailedIsListed(t *testing.T) {
 	for _, begin := range []bool{false, true} {
 		t.Run(fmt.Sprintf("begin resume %v", begin), func(t *testing.T) {
-			s, cc, prefix, failed := failingCluster(t, func(prefix string) func(redis.Cmder) bool { return on("zadd", prefix+":runs") })
+			s, cc, prefix, failed := failingCluster(t, func(prefix string) func(redis.Cmder) bool {
+				listing := on("zadd", prefix+":runs")
+				return func(c redis.Cmder) bool { return listing(c) && c.Args()[2] == "lt" }
+			})
 			ctx := t.Context()
 			r, calls := testRun()
 			for sameNode(t, cc, prefix+":run:{"+r.ID+"}", prefix+":runs") {
@@ -1102,8 +1106,8 @@ func TestDecisionWhoseRunListingFailedIsListed(t *testing.T) {
 			if err != nil || !complete {
 				t.Fatalf("decision whose listing's part failed once = complete %v, %v; want complete, nil once written again", complete, err)
 			}
-			if _, err := cc.ZScore(ctx, prefix+":runs", r.ID).Result(); err != nil {
-				t.Errorf("run %s in the runs index: %v; want it listed", r.ID, err)
+			if at, err := cc.ZScore(ctx, prefix+":runs", r.ID).Result(); err != nil || at > float64(time.Now().UnixMilli()) {
+				t.Errorf("run %s in the runs index at %v, %v; want it listed by now", r.ID, at, err)
 			}
 			if !begin {
 				if ids, err := s.Stalled(ctx, 0); err != nil || !slices.Equal(ids, []string{r.ID}) {
