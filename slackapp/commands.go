@@ -225,10 +225,13 @@ func (a *App) cmdAudit(ctx context.Context, user string, n, page int) string {
 	if len(entries) == 0 {
 		return "The audit log is empty."
 	}
-	decided := map[string]bool{}
+	// A call by its conversation and id: the model names a call that
+	// needs no card, and its id is its own only in its conversation.
+	type callIn struct{ thread, id string }
+	decided := map[callIn]bool{}
 	for _, e := range entries {
 		if e.Actor == user && e.CallID != "" {
-			decided[e.CallID] = true
+			decided[callIn{e.Thread, e.CallID}] = true
 		}
 	}
 	// The look-ups fit in the command's answer (Slack waits 3 s for it);
@@ -237,7 +240,7 @@ func (a *App) cmdAudit(ctx context.Context, user string, n, page int) string {
 	defer cancel()
 	sees := map[string]bool{}
 	visible := func(e store.AuditEntry) bool {
-		if e.Channel == "" || e.Actor == user || decided[e.CallID] {
+		if e.Channel == "" || e.Actor == user || decided[callIn{e.Thread, e.CallID}] {
 			return true
 		}
 		ok, known := sees[e.Channel]

@@ -345,6 +345,29 @@ func TestAuditShowsAdminsOnlyConversationsTheySee(t *testing.T) {
 	}
 }
 
+// A call the model names with an id it also gave a call in another
+// conversation (ids are only the model's own within one) does not show an
+// admin who made one of them the other's entries.
+func TestAuditKeepsCallsOfTheSameIdApart(t *testing.T) {
+	const private = "CPRIVATE09"
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.AdminUsers = []string{other}
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "drop_db", `{"name":"scratch"}`)), fakeopenai.Text("Not dropped."))
+	ts := e.slack.Mention(channel, other, "drop scratch")
+	e.answerIn(channel, ts, "Not dropped.")
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "drop_db", `{"name":"PRIVATE-payroll"}`)), fakeopenai.Text("Not dropped either."))
+	ts = e.slack.Mention(private, requester, "drop payroll")
+	e.answerIn(private, ts, "Not dropped either.")
+
+	audit := e.audit(other, "<#"+channel+">")
+	wantIn(t, "the audit of the admin who made the public call", audit, "about conversations you are not part of")
+	if strings.Contains(audit, private) {
+		t.Errorf("an admin outside the private conversation reads its entries through a call id of their own:\n%s", audit)
+	}
+}
+
 // A standing rule made in a private conversation, and its revocation,
 // are audited with its channel: an admin outside the conversation does
 // not learn from the audit log where it is.
