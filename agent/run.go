@@ -877,6 +877,11 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
 		}
+		if v.Action != approvals.Allow && v.Action != approvals.Deny && a.cfg.ShownInFull != nil && !a.cfg.ShownInFull(canonical) {
+			a.judged("invalid")
+			fail("not performed: the arguments of this call to %s are too long to be shown in full to the people asked to approve it, so it cannot be approved; call it again with shorter arguments (split the work over several calls if need be)", name)
+			continue
+		}
 		// Every entry of a call names it by one id: a call that pauses by
 		// the id pause gives it (that of its card and decisions), any other
 		// by the model's tool call id (unique in the conversation; see

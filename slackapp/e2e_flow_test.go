@@ -2,6 +2,7 @@ package slackapp_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -79,6 +80,33 @@ func TestInvalidJSONArguments(t *testing.T) {
 	}
 	if n := e.deploy.Load(); n != 0 {
 		t.Errorf("deploy ran %d times with invalid arguments", n)
+	}
+}
+
+// A call that would ask for approval with arguments too long to show an
+// approver in full (here 120 KB of "&", five characters each once escaped,
+// before the version) is not paused: no card asks anyone to approve what
+// they cannot read, and the model is told to call again with shorter
+// arguments.
+func TestArgumentsTooLongToShowAreNotPutToApprovers(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	args := `{"service":"` + strings.Repeat("&", 120<<10) + `","version":"6"}`
+	if slackapp.ArgsShownInFull(json.RawMessage(args)) {
+		t.Fatal("ArgsShownInFull of 120 KB of ampersands = true, want false")
+	}
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", args)), fakeopenai.Text("They were too long."))
+	ts := e.slack.Mention(channel, requester, "deploy")
+	e.answer(ts, "They were too long.")
+	results := toolResults(e.request(2))
+	if len(results) != 1 || results[0].ToolCallID != "c1" || !strings.Contains(results[0].Content, "too long to be shown in full") {
+		t.Errorf("the model's tool results are %+v, want an error about arguments too long to show for c1", results)
+	}
+	if cards := e.cards(channel, ts); len(cards) != 0 {
+		t.Errorf("a card was posted for arguments no one can read in full:\n%s", dumpThread(cards))
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Errorf("deploy ran %d times", n)
 	}
 }
 

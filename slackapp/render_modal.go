@@ -211,15 +211,30 @@ func RespondModal(callID, question string) slack.ModalViewRequest {
 // that end with a note saying how much was left out. It has nothing to
 // submit; its callback id is CallbackViewArgs.
 func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
-	blocks := []slack.Block{section("Arguments of " + inlineCode(tool))}
+	blocks, _ := argsBlocks(tool, args)
+	m := modal(CallbackViewArgs, "Arguments", "", blocks)
+	m.Close = plain("Close", maxModalTitle)
+	return m
+}
 
+// ArgsShownInFull reports whether ArgsModal shows args whole, with nothing
+// left out. Arguments it cannot show in full (about 290,000 characters
+// once pretty-printed and escaped) cannot be read by anyone asked to
+// approve them, so the agent asks no one (see agent.Config.ShownInFull).
+func ArgsShownInFull(args json.RawMessage) bool {
+	_, whole := argsBlocks("", args)
+	return whole
+}
+
+// argsBlocks returns the blocks of ArgsModal, and whether they show args
+// whole.
+func argsBlocks(tool string, args json.RawMessage) ([]slack.Block, bool) {
+	blocks := []slack.Block{section("Arguments of " + inlineCode(tool))}
 	pretty := prettyJSON(args)
 	if pretty == "" {
 		blocks = append(blocks, section("_(no arguments)_"))
 	}
-	m := modal(CallbackViewArgs, "Arguments", "", codeSections(blocks, pretty, "the arguments"))
-	m.Close = plain("Close", maxModalTitle)
-	return m
+	return codeSectionsOf(blocks, pretty, "the arguments")
 }
 
 // PreviewModal is the read-only modal of "View full preview": the whole
@@ -235,6 +250,13 @@ func PreviewModal(tool, preview string) slack.ModalViewRequest {
 // codeSections appends text to blocks as code sections within the limits
 // of a modal, with hidden characters written out and a warning about them.
 func codeSections(blocks []slack.Block, text, where string) []slack.Block {
+	blocks, _ = codeSectionsOf(blocks, text, where)
+	return blocks
+}
+
+// codeSectionsOf is codeSections, and whether the sections hold all of
+// text (else the last block says how much was left out).
+func codeSectionsOf(blocks []slack.Block, text, where string) ([]slack.Block, bool) {
 	const wrap = len("```\n\n```")
 	shown, hiddenChars := revealHidden(text)
 	if hiddenChars > 0 {
@@ -247,15 +269,14 @@ func codeSections(blocks []slack.Block, text, where string) []slack.Block {
 			for _, r := range chunks[i:] {
 				rest += textLen(r)
 			}
-			blocks = append(blocks, contextBlock(fmt.Sprintf("… %d more characters not shown.", rest)))
-			break
+			return append(blocks, contextBlock(fmt.Sprintf("… %d more characters not shown.", rest))), false
 		}
 		if c == "" {
 			continue
 		}
 		blocks = append(blocks, section("```\n"+c+"\n```"))
 	}
-	return blocks
+	return blocks, true
 }
 
 // inputValue returns the value submitted in a view for blockID/actionID, or

@@ -169,9 +169,15 @@ func TestArgsModalHuge(t *testing.T) {
 	if strings.Contains(out, "<!channel>") {
 		t.Error("huge arguments: <!channel> came through")
 	}
+	if ArgsShownInFull(args) {
+		t.Error("ArgsShownInFull of arguments the modal cuts = true")
+	}
 
 	// Arguments that fit are shown whole, over several sections.
 	args = hugeArgs()
+	if !ArgsShownInFull(args) {
+		t.Error("ArgsShownInFull of arguments the modal shows whole = false")
+	}
 	m = ArgsModal("t", args)
 	checkLimits(t, "args long", m, maxViewBlocks)
 	var shown strings.Builder

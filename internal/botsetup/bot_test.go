@@ -50,7 +50,12 @@ func TestBuild(t *testing.T) {
 	slack.AddChannel(fakeslack.Channel{ID: "COPS00001", Name: "ops", Members: []string{slack.BotUserID(), "UREQUEST1"}})
 	model := fakeopenai.New(t)
 	model.Reply(
-		fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call1", Name: "workspace_delete", Arguments: `{"path":"a.txt"}`}),
+		fakeopenai.ToolCalls(
+			fakeopenai.ToolCall{ID: "call1", Name: "workspace_delete", Arguments: `{"path":"a.txt"}`},
+			// Asks (the policy's default), with arguments too long to show
+			// an approver in full: the Slack app's bound reaches the agent.
+			fakeopenai.ToolCall{ID: "call2", Name: "workspace_write", Arguments: `{"path":"b.txt","content":"` + strings.Repeat("&", 120<<10) + `"}`},
+		),
 		fakeopenai.Text("done"),
 	)
 	reg := prometheus.NewRegistry()
@@ -100,11 +105,17 @@ func TestBuild(t *testing.T) {
 	if len(reqs) != 2 {
 		t.Fatalf("%d model requests, want 2", len(reqs))
 	}
-	var toolResult string
+	var toolResult, tooLong string
 	for _, m := range reqs[1].Messages {
-		if m.ToolCallID == "call1" {
+		switch m.ToolCallID {
+		case "call1":
 			toolResult = m.Content
+		case "call2":
+			tooLong = m.Content
 		}
+	}
+	if !strings.Contains(tooLong, "too long to be shown in full") {
+		t.Errorf("the model was not told its arguments are too long to show an approver: %q", tooLong)
 	}
 	if !strings.Contains(toolResult, "nothing is deleted here") {
 		t.Errorf("the model was not told the deny reason: %q", toolResult)
