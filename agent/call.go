@@ -49,7 +49,12 @@ type Call struct {
 	Conversation string
 	RuleID       string
 	Reason       string
-	Approvers    []string
+	// Approvers are those who may decide the call as shown: for a pending
+	// edit, those both its rule and the card's name (see editApprovers).
+	Approvers []string
+	// CardApprovers are the approvers of the card's rule, whom a decider
+	// of a pending edit must be among as well as the edit's rule's.
+	CardApprovers []string
 	// NeedsAudience is set when a decider must also be able to see the
 	// conversation: the card's rule names no approvers (anyone in the
 	// conversation decides), even when a pending edit's rule names some
@@ -99,7 +104,7 @@ func viewOf(c store.Call) Call {
 	v := Call{
 		ID: c.ID, RunID: c.RunID, Tool: c.Tool, Args: c.Args, Fingerprint: c.Fingerprint,
 		Requester: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Conversation: c.Conversation,
-		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, NeedsAudience: len(c.Approvers) == 0, FourEyes: c.FourEyes,
+		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, CardApprovers: c.Approvers, NeedsAudience: len(c.Approvers) == 0, FourEyes: c.FourEyes,
 		NoAlwaysAllow: c.NoAlwaysAllow, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Status: CallStatus(c.Status),
 		Preview: c.Preview, PreviewError: c.PreviewError,
 	}

@@ -664,7 +664,7 @@ func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan 
 		}
 		var inbox, mine []Card
 		for _, c := range scanned {
-			if approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, user, a.groups) != nil {
+			if a.authorizeNamed(ctx, c.Call, user) != nil {
 				continue
 			}
 			if len(namedDeciders(c.Call)) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {

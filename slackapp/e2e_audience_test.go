@@ -161,3 +161,59 @@ policy:
 		t.Errorf("the Home tab of a named approver outside the private channel shows its call:\n%s", viewText(home))
 	}
 }
+
+// A call whose card's rule names a user group, edited into arguments whose
+// rule names people none of whom is named on the card, waits on those who
+// are both (the agent checks the card's rule and the edit's): a person the
+// edit's rule names, outside the group and the private channel, is not
+// shown the call on the Home tab, and may not open its arguments.
+func TestEditIntoOtherApproversShowsTheCallOnlyToThoseOfBoth(t *testing.T) {
+	const private = "CPRIVATE93"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = `
+policy:
+  default: ask
+  rules:
+    - id: payroll
+      tool: deploy
+      when: 'args.service == "payroll"'
+      verdict: ask
+      approvers: [UAPPROVER1, USTRANGER1]
+      min_approvals: 2
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [SOPS00001]
+      min_approvals: 2
+`
+	e.slack.AddUserGroup("SOPS00001", approver, other)
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, other, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)))
+	ts := e.slack.Mention(private, requester, "deploy api 1 before the ACME merger")
+	card := e.cardIn(private, ts, "deploy")
+	_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionEdit, "")
+	must(t, err)
+	view := e.modal(approver, slackapp.CallbackEdit)
+	ack, err := e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
+		slackapp.BlockEditArgs: {slackapp.ActionEditArgs: `{"service":"payroll","version":"SECRET-42"}`},
+	}, "")
+	must(t, err)
+	if strings.Contains(string(ack), "errors") {
+		t.Fatalf("the edit was refused: %s", ack)
+	}
+	waitUntil(t, "the card shows the edit", func() bool {
+		m, _ := e.slack.Message(private, card.TS)
+		return strings.Contains(blocksText(m), "SECRET-42")
+	})
+
+	home := e.home(stranger)
+	if strings.Contains(viewText(home), "SECRET-42") || strings.Contains(viewText(home), "payroll") {
+		t.Errorf("the Home tab of an approver of the edit's rule only, outside the group and the channel, shows the call:\n%s", viewText(home))
+	}
+	// The approver of both still has it.
+	if home := e.home(approver); !strings.Contains(viewText(home), "SECRET-42") {
+		t.Errorf("the Home tab of an approver of both rules does not show the call:\n%s", viewText(home))
+	}
+}
+

@@ -14,8 +14,7 @@ import (
 // that will be refused. A call open to anyone in its conversation needs
 // someone who can see that conversation.
 func (a *App) formRefusal(ctx context.Context, c agent.Call, user string) string {
-	who := approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}
-	if err := approvals.Authorize(ctx, who, user, a.groups); err != nil {
+	if err := a.authorizeNamed(ctx, c, user); err != nil {
 		text, _ := refusalText(c, user, err)
 		return text
 	}
@@ -32,10 +31,27 @@ func (a *App) maySee(ctx context.Context, c agent.Call, user string) bool {
 	if user == c.Requester || slices.Contains(c.Requesters, user) {
 		return true
 	}
-	if named := namedDeciders(c); len(named) > 0 && approvals.Authorize(ctx, approvals.Approvable{Approvers: named}, user, a.groups) == nil {
+	if len(namedDeciders(c)) > 0 && a.authorizeNamed(ctx, c, user) == nil {
 		return true
 	}
 	return a.inAudience(ctx, c.Channel, c.Requester, user)
+}
+
+// authorizeNamed checks that user may decide c under the approvers it
+// names, as the agent checks a decision (with its four eyes): those shown
+// and, for a pending edit, the card's rule's too (an edit's rule may name
+// people the card's does not). Whether a call open to its conversation
+// needs user in it is checked apart (see namedDeciders).
+func (a *App) authorizeNamed(ctx context.Context, c agent.Call, user string) error {
+	who := approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}
+	if err := approvals.Authorize(ctx, who, user, a.groups); err != nil {
+		return err
+	}
+	if !c.Edited || len(c.CardApprovers) == 0 {
+		return nil
+	}
+	who.Approvers = c.CardApprovers
+	return approvals.Authorize(ctx, who, user, a.groups)
 }
 
 // namedDeciders are the approvers c names who may decide it without seeing
