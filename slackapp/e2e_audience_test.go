@@ -216,4 +216,3 @@ policy:
 		t.Errorf("the Home tab of an approver of both rules does not show the call:\n%s", viewText(home))
 	}
 }
-
