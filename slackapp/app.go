@@ -187,9 +187,11 @@ type App struct {
 	// ag is set by Run before anything that uses it starts.
 	ag Agent
 
-	teamID    string
-	botUserID string
-	botID     string
+	teamID string
+	// enterpriseID is the Enterprise Grid organisation of teamID, if any.
+	enterpriseID string
+	botUserID    string
+	botID        string
 
 	// running is set while Run serves; card updates reported outside it
 	// are made inline.
@@ -328,7 +330,7 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 	if err != nil {
 		return fmt.Errorf("slack auth.test: %w", err)
 	}
-	a.teamID, a.botUserID, a.botID = auth.TeamID, auth.UserID, auth.BotID
+	a.teamID, a.enterpriseID, a.botUserID, a.botID = auth.TeamID, auth.EnterpriseID, auth.UserID, auth.BotID
 	a.log.Info("connected to slack", "team", auth.Team, "bot_user", auth.UserID)
 	a.checkApprovalsChannel(ctx)
 

@@ -147,7 +147,9 @@ const (
 	adminRead   adminUse = true  // reads the audit log
 )
 
-// requireAdmin allows ADMIN_USERS and workspace admins and owners. For
+// requireAdmin allows ADMIN_USERS and the admins and owners of the bot's
+// workspace (or of its Enterprise Grid organisation); not those of another
+// organisation met in a shared channel, nor a deactivated account. For
 // anyone else it returns false and the answer to give them.
 func (a *App) requireAdmin(ctx context.Context, user string, use adminUse) (refusal string, ok bool) {
 	if a.admins[user] {
@@ -161,13 +163,26 @@ func (a *App) requireAdmin(ctx context.Context, user string, use adminUse) (refu
 		}
 		return "I couldn't check whether you are an admin, so nothing changed. Please try again.", false
 	}
-	if u.IsAdmin || u.IsOwner || u.IsPrimaryOwner {
+	if a.adminOfThisWorkspace(u) {
 		return "", true
 	}
 	if use == adminRead {
 		return "Only admins can read the audit log (ADMIN_USERS, or workspace admins and owners).", false
 	}
 	return "Only admins can change the policy (ADMIN_USERS, or workspace admins and owners). Nothing changed.", false
+}
+
+// adminOfThisWorkspace reports whether u, as users.info shows them, is an
+// active admin or owner of the bot's workspace, or of its organisation.
+func (a *App) adminOfThisWorkspace(u *slack.User) bool {
+	switch {
+	case u.Deleted || u.IsBot:
+		return false
+	case u.TeamID == a.teamID:
+		return u.IsAdmin || u.IsOwner || u.IsPrimaryOwner
+	}
+	e := u.Enterprise
+	return a.enterpriseID != "" && e.EnterpriseID == a.enterpriseID && (e.IsAdmin || e.IsOwner || e.IsPrimaryOwner)
 }
 
 // approvalsScanLimit bounds the pending calls /approvals pending checks,

@@ -368,6 +368,22 @@ func TestAuditKeepsCallsOfTheSameIdApart(t *testing.T) {
 	}
 }
 
+// The admins and owners of the bot's workspace may change the policy
+// without being listed in ADMIN_USERS; an admin of another organisation met
+// in a shared channel, or a deactivated admin, may not.
+func TestWorkspaceAdminsOnlyOfThisWorkspace(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.slack.AddUser(fakeslack.User{ID: "UWSADMIN1", Name: "ws-admin", IsAdmin: true})
+	e.slack.AddUser(fakeslack.User{ID: "UEXTADMIN", Name: "partner-admin", IsAdmin: true, TeamID: "T0PARTNER1"})
+	e.slack.AddUser(fakeslack.User{ID: "UGONEOWNR", Name: "former-owner", IsOwner: true, Deleted: true})
+	e.start()
+	wantIn(t, "a workspace admin", e.slash("UWSADMIN1", "policy add tool=deploy verdict=deny id=freeze reason=frozen"), "Added runtime rule `freeze`")
+	for _, user := range []string{"UEXTADMIN", "UGONEOWNR"} {
+		wantIn(t, user, e.slash(user, "policy add tool=deploy verdict=deny id=freeze2 reason=frozen"), "Only admins can change the policy")
+		wantIn(t, user+" reading the audit log", e.slash(user, "audit"), "Only admins can read the audit log")
+	}
+}
+
 // A standing rule made in a private conversation, and its revocation,
 // are audited with its channel: an admin outside the conversation does
 // not learn from the audit log where it is.

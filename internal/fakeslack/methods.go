@@ -1,6 +1,7 @@
 package fakeslack
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -533,7 +534,7 @@ func (s *Server) channelJSON(st *channelState) jsonObject {
 func (s *Server) userJSON(u *User) jsonObject {
 	return jsonObject{
 		"id":                  u.ID,
-		"team_id":             s.cfg.teamID,
+		"team_id":             cmp.Or(u.TeamID, s.cfg.teamID),
 		"name":                u.Name,
 		"real_name":           u.RealName,
 		"deleted":             u.Deleted,

@@ -46,6 +46,9 @@ type User struct {
 	IsBot    bool
 	Deleted  bool
 	TZ       string
+	// TeamID is the user's own workspace: empty for the fake's, another
+	// for someone from another organisation in a shared channel.
+	TeamID string
 }
 
 // Channel is a conversation of the fake workspace. Private channels are
