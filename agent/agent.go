@@ -202,10 +202,11 @@ type Config struct {
 	// rule names no approvers may be decided by anyone who can; nil lets
 	// anyone decide it.
 	Audience Audience
-	// ShownInFull reports whether the edge can show an approver a call's
-	// (canonical) arguments whole. A call that would ask for approval with
-	// arguments it cannot is not paused: the model is told to call again
-	// with shorter ones, as no one could read what they approve. Nil: any.
+	// ShownInFull reports whether the edge can show the people who decide
+	// on a call its (canonical) arguments whole. A call that would ask for
+	// a decision with arguments it cannot is not paused (the model is told
+	// to call again with shorter ones), and an edit into such arguments is
+	// refused, as no one could read what they approve. Nil: any.
 	ShownInFull func(args json.RawMessage) bool
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger

@@ -289,6 +289,24 @@ func TestEditIsJudgedAgain(t *testing.T) {
 	}
 }
 
+// An edit into arguments the edge cannot show whole is refused: no one
+// could read what they approve. (Slack bounds what an edit form takes, so
+// this guards the agent, not a path a person can take from Slack.)
+func TestEditIntoArgumentsTooLongToShowIsRefused(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.cfg.ShownInFull = func(args json.RawMessage) bool { return !strings.Contains(string(args), "long") }
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UAPPROVER1", Args: json.RawMessage(`{"env":"long"}`)})
+	if !errors.Is(err, approvals.ErrInvalidArgs) || !strings.Contains(err.Error(), "too long to be shown in full") {
+		t.Fatalf("got %v, want the edit refused as too long to show", err)
+	}
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UAPPROVER1", Args: json.RawMessage(`{"env":"dev"}`)}); err != nil {
+		t.Errorf("an edit that can be shown: %v", err)
+	}
+}
+
 // Fifty deciders at once: one wins, the tool runs once, one resume happens.
 func TestConcurrentDecisionsRunOnce(t *testing.T) {
 	for _, b := range backends(t) {

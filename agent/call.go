@@ -50,7 +50,9 @@ type Call struct {
 	RuleID       string
 	Reason       string
 	// Approvers are those who may decide the call as shown: for a pending
-	// edit, those both its rule and the card's name (see editApprovers).
+	// edit, those both its rule and the card's name, or its rule's when
+	// they name no one in common (see editApprovers); a decider must then
+	// be among CardApprovers too.
 	Approvers []string
 	// CardApprovers are the approvers of the card's rule, whom a decider
 	// of a pending edit must be among as well as the edit's rule's.

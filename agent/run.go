@@ -877,9 +877,9 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
 		}
-		if v.Action != approvals.Allow && v.Action != approvals.Deny && a.cfg.ShownInFull != nil && !a.cfg.ShownInFull(canonical) {
+		if v.Action != approvals.Allow && v.Action != approvals.Deny && !a.shownInFull(canonical) {
 			a.judged("invalid")
-			fail("not performed: the arguments of this call to %s are too long to be shown in full to the people asked to approve it, so it cannot be approved; call it again with shorter arguments (split the work over several calls if need be)", name)
+			fail("not performed: the arguments of this call to %s are too long to be shown in full to the people who would decide on it, so it was not put to them; call it again with shorter arguments (split the work over several calls if need be)", name)
 			continue
 		}
 		// Every entry of a call names it by one id: a call that pauses by
@@ -1093,6 +1093,12 @@ func (a *Agent) policyVerdict(ctx context.Context, in approvals.Input, recs map[
 		return p.EvaluateRecords(ctx, in, recs)
 	}
 	return a.policy.Evaluate(ctx, in)
+}
+
+// shownInFull reports whether args can be shown whole to the people who
+// decide on a call (see Config.ShownInFull).
+func (a *Agent) shownInFull(args json.RawMessage) bool {
+	return a.cfg.ShownInFull == nil || a.cfg.ShownInFull(args)
 }
 
 // judged reports how a call of the model was judged (see Config.Judged).

@@ -380,6 +380,9 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 		if c.FourEyes && (decider == c.Requester || slices.Contains(c.Requesters, decider)) {
 			return RequesterCannotApproveText(), "not_approver"
 		}
+		if c.Edited && len(c.CardApprovers) > 0 && !slices.ContainsFunc(c.Approvers, func(id string) bool { return slices.Contains(c.CardApprovers, id) }) {
+			return NotApproverOfBothText(c.Approvers, c.CardApprovers), "not_approver"
+		}
 		return NotApproverText(c.Approvers), "not_approver"
 	case errors.Is(err, approvals.ErrAlreadyApproved):
 		return AlreadyApprovedText(len(c.Approvals), c.MinApprovals), "already_approved"

@@ -3,6 +3,7 @@ package slackapp
 import (
 	"context"
 	"fmt"
+	"github.com/slack-go/slack"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -75,6 +76,41 @@ func TestRequireAdmin(t *testing.T) {
 	}
 	if refusal, ok := a.requireAdmin(context.Background(), "USOMEONE", adminChange); ok || !strings.Contains(refusal, "nothing changed") {
 		t.Errorf("requireAdmin(someone, no Web API) = %q, %v", refusal, ok)
+	}
+}
+
+// Workspace admins and owners are admins of the bot's workspace, or of its
+// Enterprise Grid organisation (from any of its workspaces); not those of
+// another organisation, nor deactivated accounts or bots.
+func TestAdminOfThisWorkspace(t *testing.T) {
+	a := &App{teamID: "T1", enterpriseID: "E1"}
+	grid := func(admin bool, teams ...string) slack.EnterpriseUser {
+		return slack.EnterpriseUser{EnterpriseID: "E1", IsAdmin: admin, Teams: teams}
+	}
+	for _, tt := range []struct {
+		name string
+		u    slack.User
+		want bool
+	}{
+		{"an admin of this workspace", slack.User{TeamID: "T1", IsAdmin: true}, true},
+		{"an owner of this workspace", slack.User{TeamID: "T1", IsOwner: true}, true},
+		{"a member of this workspace", slack.User{TeamID: "T1"}, false},
+		{"a deactivated admin", slack.User{TeamID: "T1", IsAdmin: true, Deleted: true}, false},
+		{"a bot flagged admin", slack.User{TeamID: "T1", IsAdmin: true, IsBot: true}, false},
+		{"an admin of another organisation", slack.User{TeamID: "T9", IsAdmin: true}, false},
+		{"an organisation admin from another workspace of the organisation", slack.User{TeamID: "T2", Enterprise: grid(true)}, true},
+		{"an admin of this workspace whose home is another of the organisation", slack.User{TeamID: "T2", IsAdmin: true, Enterprise: grid(false, "T2", "T1")}, true},
+		{"an admin of another workspace of the organisation", slack.User{TeamID: "T2", IsAdmin: true, Enterprise: grid(false, "T2")}, false},
+		{"an organisation admin of another organisation", slack.User{TeamID: "T9", Enterprise: slack.EnterpriseUser{EnterpriseID: "E9", IsAdmin: true}}, false},
+	} {
+		if got := a.adminOfThisWorkspace(&tt.u); got != tt.want {
+			t.Errorf("%s: adminOfThisWorkspace = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	// Outside Enterprise Grid no organisation admits anyone.
+	a.enterpriseID = ""
+	if u := (slack.User{TeamID: "T2", Enterprise: slack.EnterpriseUser{IsAdmin: true}}); a.adminOfThisWorkspace(&u) {
+		t.Error("an organisation admin was admitted by a workspace outside Enterprise Grid")
 	}
 }
 

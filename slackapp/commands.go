@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -181,8 +182,14 @@ func (a *App) adminOfThisWorkspace(u *slack.User) bool {
 	case u.TeamID == a.teamID:
 		return u.IsAdmin || u.IsOwner || u.IsPrimaryOwner
 	}
+	// On Enterprise Grid a user's team is their home workspace: an admin
+	// of this one, or of the organisation, may come from another of its
+	// workspaces.
 	e := u.Enterprise
-	return a.enterpriseID != "" && e.EnterpriseID == a.enterpriseID && (e.IsAdmin || e.IsOwner || e.IsPrimaryOwner)
+	if a.enterpriseID == "" || e.EnterpriseID != a.enterpriseID {
+		return false
+	}
+	return e.IsAdmin || e.IsOwner || e.IsPrimaryOwner || slices.Contains(e.Teams, a.teamID) && (u.IsAdmin || u.IsOwner || u.IsPrimaryOwner)
 }
 
 // approvalsScanLimit bounds the pending calls /approvals pending checks,
@@ -679,10 +686,7 @@ func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan 
 		}
 		var inbox, mine []Card
 		for _, c := range scanned {
-			if a.authorizeNamed(ctx, c.Call, user) != nil {
-				continue
-			}
-			if len(namedDeciders(c.Call)) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
+			if a.mayDecide(ctx, c.Call, user) != nil {
 				continue
 			}
 			inbox = append(inbox, cardOf(c, nil))

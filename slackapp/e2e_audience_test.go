@@ -166,7 +166,7 @@ policy:
 // rule names people none of whom is named on the card, waits on those who
 // are both (the agent checks the card's rule and the edit's): a person the
 // edit's rule names, outside the group and the private channel, is not
-// shown the call on the Home tab, and may not open its arguments.
+// shown the call on the Home tab, and may not open its forms.
 func TestEditIntoOtherApproversShowsTheCallOnlyToThoseOfBoth(t *testing.T) {
 	const private = "CPRIVATE93"
 	e := newEnv(t, storeKinds(t)[0])
@@ -214,5 +214,22 @@ policy:
 	// The approver of both still has it.
 	if home := e.home(approver); !strings.Contains(viewText(home), "SECRET-42") {
 		t.Errorf("the Home tab of an approver of both rules does not show the call:\n%s", viewText(home))
+	}
+	// Clicks sent on the card anyway open no form.
+	for _, action := range []string{slackapp.ActionReject, slackapp.ActionEdit} {
+		_, err := e.slack.Click(stranger, private, card.TS, action, "")
+		must(t, err)
+	}
+	waitUntil(t, "the approver of the edit's rule only is answered twice", func() bool {
+		n := 0
+		for _, m := range e.slack.Messages(e.slack.DMChannel(stranger)) {
+			if strings.Contains(m.Text, "You are not an approver for this call") && strings.Contains(m.Text, "who is also among") {
+				n++
+			}
+		}
+		return n == 2
+	})
+	if open := e.slack.OpenModals(stranger); len(open) != 0 {
+		t.Errorf("a form opened for an approver of the edit's rule only: %+v", open)
 	}
 }

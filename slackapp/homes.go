@@ -127,8 +127,8 @@ func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 	for _, c := range calls {
 		out = append(out, c.Requester)
 		out = append(out, c.Requesters...)
-		if named := namedDeciders(c); len(named) > 0 {
-			out = append(out, a.expand(ctx, named)...)
+		if len(namedDeciders(c)) > 0 {
+			out = append(out, a.expand(ctx, a.deciders(ctx, c))...)
 			continue
 		}
 		if strings.HasPrefix(c.Channel, "D") {

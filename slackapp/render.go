@@ -370,6 +370,14 @@ func NotApproverText(approvers []string) string {
 	return text
 }
 
+// NotApproverOfBothText is NotApproverText for a pending edit whose rule
+// names approvers none of whom the card's rule names: a decider must be
+// among both.
+func NotApproverOfBothText(edit, card []string) string {
+	return "You are not an approver for this call, so nothing changed. It can be decided by someone among " +
+		approverList(edit, ", ") + " (for the edited arguments) who is also among " + approverList(card, ", ") + " (for the call)."
+}
+
 // RequesterCannotApproveText is the ephemeral answer to the requester of a
 // four-eyes call who tried to approve it. Nothing changed.
 func RequesterCannotApproveText() string {

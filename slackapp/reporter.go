@@ -347,7 +347,7 @@ func (r *threadReporter) Remind(ctx context.Context, c agent.PendingCall, n int)
 			return
 		}
 		r.app.post(ctx, r.channel, r.thread, text)
-		for _, target := range r.app.copyTargets(ctx, r.channel, c.Requester, namedDeciders(c.Call)) {
+		for _, target := range r.app.copyTargets(ctx, r.channel, c.Requester, r.app.deciders(ctx, c.Call)) {
 			if !r.app.stillPending(ctx, c.ID) {
 				return
 			}

@@ -2,6 +2,7 @@ package slackapp
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/toolgate/toolgate/agent"
@@ -14,14 +15,32 @@ import (
 // that will be refused. A call open to anyone in its conversation needs
 // someone who can see that conversation.
 func (a *App) formRefusal(ctx context.Context, c agent.Call, user string) string {
-	if err := a.authorizeNamed(ctx, c, user); err != nil {
+	switch err := a.mayDecide(ctx, c, user); {
+	case errors.Is(err, errNotInConversation):
+		return NotInConversationText()
+	case err != nil:
 		text, _ := refusalText(c, user, err)
 		return text
 	}
-	if len(namedDeciders(c)) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
-		return NotInConversationText()
-	}
 	return ""
+}
+
+// errNotInConversation refuses someone who would decide a call open to its
+// conversation without seeing it.
+var errNotInConversation = errors.New("not in the conversation")
+
+// mayDecide checks that user may decide the pending call c, as the agent
+// checks on a decision: under the approvers it names (authorizeNamed),
+// and, for a call open to its conversation, as someone who can see it
+// (errNotInConversation otherwise).
+func (a *App) mayDecide(ctx context.Context, c agent.Call, user string) error {
+	if err := a.authorizeNamed(ctx, c, user); err != nil {
+		return err
+	}
+	if len(namedDeciders(c)) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
+		return errNotInConversation
+	}
+	return nil
 }
 
 // maySee reports whether user may see the call c in full: a requester,
@@ -52,6 +71,23 @@ func (a *App) authorizeNamed(ctx context.Context, c agent.Call, user string) err
 	}
 	who.Approvers = c.CardApprovers
 	return approvals.Authorize(ctx, who, user, a.groups)
+}
+
+// deciders are those c names who may decide it (see authorizeNamed), user
+// groups expanded for a pending edit, whose rule and the card's must both
+// admit them; none when its deciders must be in the conversation.
+func (a *App) deciders(ctx context.Context, c agent.Call) []string {
+	named := namedDeciders(c)
+	if !c.Edited || len(named) == 0 {
+		return named
+	}
+	var out []string
+	for _, u := range a.expand(ctx, named) {
+		if a.authorizeNamed(ctx, c, u) == nil {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // namedDeciders are the approvers c names who may decide it without seeing

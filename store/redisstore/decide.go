@@ -201,8 +201,9 @@ func (s *Store) withResume(ctx context.Context, script *redis.Script, keys []str
 
 // clusterSend sends script, a decision's made at at on a call of run
 // runID, on a Cluster, in one pipeline with the run's move in the runs
-// index (listDecided), written again a few times if its part fails (the
-// run stays listed by its expiry otherwise), and, when r
+// index (listDecided), written again a few times if its part fails and
+// the decision may have been made (the run stays listed by its expiry
+// otherwise), and, when r
 // names the conversation's lease r.Lease, with the script that takes it
 // for r.Owner, in another hash slot (without one the caller holds it):
 // the lease is taken before it is known whether the decision completes
@@ -232,8 +233,7 @@ func (s *Store) clusterSend(ctx context.Context, script *redis.Script, keys []st
 	if p.lease != nil && redis.HasErrorPrefix(p.lease.Err(), "NOSCRIPT") {
 		p.lease = acquireLease.Run(ctx, s.c, lkeys, r.Owner, r.TTL.Milliseconds())
 	}
-	if failure(listing, nil, nil) != nil {
-		// Whatever the script answered: the decision may have been made.
+	if failure(listing, nil, nil) != nil && mayBeMade(decided) {
 		wctx := context.WithoutCancel(ctx)
 		p.unlisted = writeAgain(wctx, func() error {
 			pl := s.c.Pipeline()
@@ -244,6 +244,18 @@ func (s *Store) clusterSend(ctx context.Context, script *redis.Script, keys []st
 	}
 	p.res, p.err = decided.Slice()
 	return p
+}
+
+// mayBeMade reports whether the reply of a decision's or an approval's
+// script leaves it possible that the decision was made: lost, or one that
+// was (sent again too), as opposed to a refusal.
+func mayBeMade(reply *redis.Cmd) bool {
+	res, err := reply.Slice()
+	if err != nil || len(res) == 0 {
+		return true
+	}
+	code, _ := res[0].(string)
+	return code == "ok" || code == "counted" || code == "decided"
 }
 
 // listDecided adds to p, on a Cluster, what moves run runID, on which a

@@ -335,11 +335,13 @@ type indexEntry struct {
 // Scores are times in ms: expiry times in the due and (on a Cluster) runs
 // indexes, reminder times in the reminder index, and creation times in
 // the pending-call listings, so that a bounded listing reads only its
-// oldest entries. Entries of the due index, and of the runs index on a
-// Cluster, older than the retention time point at deleted calls and are
-// trimmed; a listing's entries, reminders, and on one node the entries of
-// the runs index (which the decisions' scripts add), leave it with
-// FinishRun or the call's decision, or when a reader finds them stale.
+// oldest entries. Entries of the due index older than the retention time
+// point at deleted calls and are trimmed; a listing's entries, reminders
+// and the runs index's entries (which on one node the decisions' scripts
+// add, and on a Cluster a decision moves to its time) leave it with
+// FinishRun or the call's decision, or when a reader finds them stale: a
+// runs entry is never trimmed by time, as a run decided long ago may still
+// wait on a call pending (Stalled reads it when its time comes).
 func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 	var out []indexEntry
 	for _, c := range calls {
@@ -366,7 +368,7 @@ func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 		// decision moves it to the decision's time (see listDecided); on
 		// one node the script of the decision that leaves no call of the
 		// run pending lists it (see decisionEffects).
-		out = append(out, indexEntry{s.runsKey(), r.ExpiresAt, r.ID, true})
+		out = append(out, indexEntry{s.runsKey(), r.ExpiresAt, r.ID, false})
 	}
 	return out
 }
@@ -1129,7 +1131,8 @@ func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 // listDecided): a run whose calls are still pending (the decision was
 // refused, or left others pending) is passed over until it finishes.
 // Runs listed when they were created, by an earlier version, are read
-// once decided by this one, or expired.
+// once decided by this one, or expired (also when an earlier version, on
+// one node, decided them: its script kept an entry's time).
 func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
 	const batch = 200
 	var out []string
