@@ -121,40 +121,10 @@ func TestOpenCardLooksUpItsDecidersAhead(t *testing.T) {
 func TestEditIntoNamedApproversKeepsTheCallInItsConversation(t *testing.T) {
 	const private = "CPRIVATE92"
 	e := newEnv(t, storeKinds(t)[0])
-	e.policy = `
-policy:
-  default: ask
-  rules:
-    - id: payroll
-      tool: deploy
-      when: 'args.service == "payroll"'
-      verdict: ask
-      approvers: [UAPPROVER1, USTRANGER1]
-      min_approvals: 2
-    - id: deploys
-      tool: deploy
-      verdict: ask
-      min_approvals: 2
-`
+	e.policy = payrollEditPolicy("")
 	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, other, e.slack.BotUserID()}})
 	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)))
-	ts := e.slack.Mention(private, requester, "deploy api 1 before the ACME merger")
-	card := e.cardIn(private, ts, "deploy")
-	_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionEdit, "")
-	must(t, err)
-	view := e.modal(approver, slackapp.CallbackEdit)
-	ack, err := e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
-		slackapp.BlockEditArgs: {slackapp.ActionEditArgs: `{"service":"payroll","version":"SECRET-42"}`},
-	}, "")
-	must(t, err)
-	if strings.Contains(string(ack), "errors") {
-		t.Fatalf("the edit was refused: %s", ack)
-	}
-	waitUntil(t, "the card shows the edit", func() bool {
-		m, _ := e.slack.Message(private, card.TS)
-		return strings.Contains(blocksText(m), "SECRET-42")
-	})
+	e.pausedThenEdited(private)
 
 	home := e.home(stranger)
 	if strings.Contains(viewText(home), "SECRET-42") || strings.Contains(viewText(home), "payroll") {
@@ -170,42 +140,11 @@ policy:
 func TestEditIntoOtherApproversShowsTheCallOnlyToThoseOfBoth(t *testing.T) {
 	const private = "CPRIVATE93"
 	e := newEnv(t, storeKinds(t)[0])
-	e.policy = `
-policy:
-  default: ask
-  rules:
-    - id: payroll
-      tool: deploy
-      when: 'args.service == "payroll"'
-      verdict: ask
-      approvers: [UAPPROVER1, USTRANGER1]
-      min_approvals: 2
-    - id: deploys
-      tool: deploy
-      verdict: ask
-      approvers: [SOPS00001]
-      min_approvals: 2
-`
+	e.policy = payrollEditPolicy("      approvers: [SOPS00001]\n")
 	e.slack.AddUserGroup("SOPS00001", approver, other)
 	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, other, e.slack.BotUserID()}})
 	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)))
-	ts := e.slack.Mention(private, requester, "deploy api 1 before the ACME merger")
-	card := e.cardIn(private, ts, "deploy")
-	_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionEdit, "")
-	must(t, err)
-	view := e.modal(approver, slackapp.CallbackEdit)
-	ack, err := e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
-		slackapp.BlockEditArgs: {slackapp.ActionEditArgs: `{"service":"payroll","version":"SECRET-42"}`},
-	}, "")
-	must(t, err)
-	if strings.Contains(string(ack), "errors") {
-		t.Fatalf("the edit was refused: %s", ack)
-	}
-	waitUntil(t, "the card shows the edit", func() bool {
-		m, _ := e.slack.Message(private, card.TS)
-		return strings.Contains(blocksText(m), "SECRET-42")
-	})
+	card := e.pausedThenEdited(private)
 
 	home := e.home(stranger)
 	if strings.Contains(viewText(home), "SECRET-42") || strings.Contains(viewText(home), "payroll") {
@@ -232,4 +171,49 @@ policy:
 	if open := e.slack.OpenModals(stranger); len(open) != 0 {
 		t.Errorf("a form opened for an approver of the edit's rule only: %+v", open)
 	}
+}
+
+// pausedThenEdited has the model ask to deploy api 1 in channel ch, and
+// the approver edit the card into payroll SECRET-42; it returns the card.
+func (e *env) pausedThenEdited(ch string) fakeslack.Message {
+	e.t.Helper()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)))
+	ts := e.slack.Mention(ch, requester, "deploy api 1 before the ACME merger")
+	card := e.cardIn(ch, ts, "deploy")
+	_, err := e.slack.Click(approver, ch, card.TS, slackapp.ActionEdit, "")
+	must(e.t, err)
+	view := e.modal(approver, slackapp.CallbackEdit)
+	ack, err := e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
+		slackapp.BlockEditArgs: {slackapp.ActionEditArgs: `{"service":"payroll","version":"SECRET-42"}`},
+	}, "")
+	must(e.t, err)
+	if strings.Contains(string(ack), "errors") {
+		e.t.Fatalf("the edit was refused: %s", ack)
+	}
+	waitUntil(e.t, "the card shows the edit", func() bool {
+		m, _ := e.slack.Message(ch, card.TS)
+		return strings.Contains(blocksText(m), "SECRET-42")
+	})
+	return card
+}
+
+// payrollEditPolicy asks two approvals for deploys, with the rule's
+// approvers line deployApprovers ("" for anyone in the conversation), and
+// names UAPPROVER1 and USTRANGER1 for deploys of payroll.
+func payrollEditPolicy(deployApprovers string) string {
+	return `
+policy:
+  default: ask
+  rules:
+    - id: payroll
+      tool: deploy
+      when: 'args.service == "payroll"'
+      verdict: ask
+      approvers: [UAPPROVER1, USTRANGER1]
+      min_approvals: 2
+    - id: deploys
+      tool: deploy
+      verdict: ask
+` + deployApprovers + `      min_approvals: 2
+`
 }

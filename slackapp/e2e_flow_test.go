@@ -71,15 +71,23 @@ func TestInvalidJSONArguments(t *testing.T) {
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":`)), fakeopenai.Text("Sorry, my arguments were broken."))
 	ts := e.slack.Mention(channel, requester, "deploy")
 	e.answer(ts, "Sorry, my arguments were broken.")
+	e.refusedBeforeACard(ts, "not valid JSON")
+}
+
+// refusedBeforeACard checks that the model's only call, c1 (deploy), in
+// the thread ts got an error result containing want, with no card posted
+// and nothing run.
+func (e *env) refusedBeforeACard(ts, want string) {
+	e.t.Helper()
 	results := toolResults(e.request(2))
-	if len(results) != 1 || results[0].ToolCallID != "c1" || !strings.Contains(results[0].Content, "not valid JSON") {
-		t.Errorf("the model's tool results are %+v, want an error about invalid JSON for c1", results)
+	if len(results) != 1 || results[0].ToolCallID != "c1" || !strings.Contains(results[0].Content, want) {
+		e.t.Errorf("the model's tool results are %+v, want an error containing %q for c1", results, want)
 	}
 	if cards := e.cards(channel, ts); len(cards) != 0 {
-		t.Errorf("a card was posted for invalid arguments:\n%s", dumpThread(cards))
+		e.t.Errorf("a card was posted for the refused call:\n%s", dumpThread(cards))
 	}
 	if n := e.deploy.Load(); n != 0 {
-		t.Errorf("deploy ran %d times with invalid arguments", n)
+		e.t.Errorf("deploy ran %d times", n)
 	}
 }
 
@@ -98,16 +106,7 @@ func TestArgumentsTooLongToShowAreNotPutToApprovers(t *testing.T) {
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", args)), fakeopenai.Text("They were too long."))
 	ts := e.slack.Mention(channel, requester, "deploy")
 	e.answer(ts, "They were too long.")
-	results := toolResults(e.request(2))
-	if len(results) != 1 || results[0].ToolCallID != "c1" || !strings.Contains(results[0].Content, "too long to be shown in full") {
-		t.Errorf("the model's tool results are %+v, want an error about arguments too long to show for c1", results)
-	}
-	if cards := e.cards(channel, ts); len(cards) != 0 {
-		t.Errorf("a card was posted for arguments no one can read in full:\n%s", dumpThread(cards))
-	}
-	if n := e.deploy.Load(); n != 0 {
-		t.Errorf("deploy ran %d times", n)
-	}
+	e.refusedBeforeACard(ts, "too long to be shown in full")
 }
 
 // A message in a paused thread is answered with who it waits on, and
