@@ -66,6 +66,7 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 			if in.Team.ID != "" && in.Channel.ID != "" && in.Container.ThreadTS != "" {
 				conversation = ConversationKey(in.Team.ID, in.Channel.ID, in.Container.ThreadTS)
 			}
+			a.noteTeam(in.User.ID, in.User.TeamID)
 			for _, act := range in.Actions {
 				c := click{user: in.User.ID, channel: in.Channel.ID, thread: in.Container.ThreadTS, conversation: conversation, actionID: act.ActionID, value: act.Value, triggerID: in.TriggerID, redelivered: redelivered}
 				a.onClick(ctx, c)
@@ -81,6 +82,7 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 		// never past submitAckWait, whatever the store is doing; that work
 		// runs off the event loop, which must keep draining envelopes.
 		k := a.acker(env, start)
+		a.noteTeam(cb.User.ID, cb.User.TeamID)
 		a.spawn(ctx, "submission", func(ctx context.Context) {
 			// Deferred here, it runs before spawn recovers a panic: the
 			// submission is answered whatever happens.

@@ -183,6 +183,9 @@ type App struct {
 	m        *Metrics
 	groups   *groupCache
 	audience *audienceCache
+	// outsiders are the people of another organisation met in shared
+	// channels.
+	outsiders outsiders
 
 	// ag is set by Run before anything that uses it starts.
 	ag Agent
@@ -818,6 +821,9 @@ type payload struct {
 	TriggerID string `json:"trigger_id"`
 	User      struct {
 		ID string `json:"id"`
+		// TeamID is the clicker's own workspace (another organisation's
+		// for a guest of a shared channel).
+		TeamID string `json:"team_id"`
 	} `json:"user"`
 	Channel struct {
 		ID string `json:"id"`

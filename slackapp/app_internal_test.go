@@ -114,6 +114,30 @@ func TestAdminOfThisWorkspace(t *testing.T) {
 	}
 }
 
+// An outsider is someone whose clicks come from another team than the
+// bot's workspace, outside Enterprise Grid; at most maxOutsiders are kept.
+func TestNoteTeam(t *testing.T) {
+	a := &App{teamID: "T1"}
+	a.noteTeam("UIN", "T1")
+	a.noteTeam("UNONE", "")
+	a.noteTeam("UOUT", "T9")
+	if a.outsiders.has("UIN") || a.outsiders.has("UNONE") || !a.outsiders.has("UOUT") {
+		t.Errorf("outsiders: in %v, no team %v, other team %v; want only the other team's",
+			a.outsiders.has("UIN"), a.outsiders.has("UNONE"), a.outsiders.has("UOUT"))
+	}
+	grid := &App{teamID: "T1", enterpriseID: "E1"}
+	grid.noteTeam("UOUT", "T9")
+	if grid.outsiders.has("UOUT") {
+		t.Error("on Enterprise Grid a click from another team made an outsider")
+	}
+	for i := range maxOutsiders + 10 {
+		a.outsiders.note(fmt.Sprint("U", i))
+	}
+	if n := len(a.outsiders.ids); n != maxOutsiders {
+		t.Errorf("%d outsiders kept, want %d", n, maxOutsiders)
+	}
+}
+
 // expiryAgent records expiry passes and answers each with the next deadline
 // it is given.
 type expiryAgent struct {

@@ -13,9 +13,12 @@ import (
 )
 
 // Audience tells the agent who can see a conversation: the members of a
-// channel, or the other party of a direct message. A call whose rule names
-// no approvers may be decided, and is listed in App Home, only for them.
-func (a *App) Audience() agent.Audience { return a.audience }
+// channel, or the other party of a direct message, but for outsiders (see
+// outsiders). A call whose rule names no approvers may be decided, and is
+// listed in App Home, only for them.
+func (a *App) Audience() agent.Audience {
+	return deciderAudience{audienceCache: a.audience, outsiders: &a.outsiders}
+}
 
 // Bounds of the audience cache.
 const (

@@ -217,3 +217,39 @@ policy:
 ` + deployApprovers + `      min_approvals: 2
 `
 }
+
+// In a channel shared with another organisation, a call open to anyone in
+// the conversation is decided by the people of the bot's workspace: a
+// member from the other organisation is told so, and their clicks change
+// nothing.
+func TestOutsidersDoNotDecideOpenCalls(t *testing.T) {
+	const shared, partner = "CSHARED001", "UPARTNER01"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n" // deploys ask anyone in the conversation
+	e.slack.AddUser(fakeslack.User{ID: partner, Name: "partner", TeamID: "T0PARTNER1"})
+	e.slack.AddChannel(fakeslack.Channel{ID: shared, Name: "shared-ops", Members: []string{requester, other, partner, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
+	ts := e.slack.Mention(shared, requester, "deploy api 7")
+	card := e.cardIn(shared, ts, "deploy")
+
+	_, err := e.slack.Click(partner, shared, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.ephemeral(partner, "not an approver")
+	_, err = e.slack.Click(partner, shared, card.TS, slackapp.ActionReject, "")
+	must(t, err)
+	e.ephemeral(partner, "guest from another organisation")
+	if open := e.slack.OpenModals(partner); len(open) != 0 {
+		t.Errorf("a form opened for a guest from another organisation: %+v", open)
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Fatalf("deploy ran %d times on a guest's approval", n)
+	}
+
+	_, err = e.slack.Click(other, shared, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(shared, ts, "Deployed api 7.")
+	if n := e.deploy.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+}

@@ -18,6 +18,8 @@ func (a *App) formRefusal(ctx context.Context, c agent.Call, user string) string
 	switch err := a.mayDecide(ctx, c, user); {
 	case errors.Is(err, errNotInConversation):
 		return NotInConversationText()
+	case errors.Is(err, errOutsider):
+		return OutsiderText()
 	case err != nil:
 		text, _ := refusalText(c, user, err)
 		return text
@@ -26,8 +28,11 @@ func (a *App) formRefusal(ctx context.Context, c agent.Call, user string) string
 }
 
 // errNotInConversation refuses someone who would decide a call open to its
-// conversation without seeing it.
-var errNotInConversation = errors.New("not in the conversation")
+// conversation without seeing it, errOutsider an outsider (see outsiders).
+var (
+	errNotInConversation = errors.New("not in the conversation")
+	errOutsider          = errors.New("of another organisation")
+)
 
 // mayDecide checks that user may decide the pending call c, as the agent
 // checks on a decision: under the approvers it names (authorizeNamed),
@@ -37,8 +42,13 @@ func (a *App) mayDecide(ctx context.Context, c agent.Call, user string) error {
 	if err := a.authorizeNamed(ctx, c, user); err != nil {
 		return err
 	}
-	if len(namedDeciders(c)) == 0 && !a.inAudience(ctx, c.Channel, c.Requester, user) {
-		return errNotInConversation
+	if len(namedDeciders(c)) == 0 {
+		if a.outsiders.has(user) {
+			return errOutsider
+		}
+		if !a.inAudience(ctx, c.Channel, c.Requester, user) {
+			return errNotInConversation
+		}
 	}
 	return nil
 }
@@ -98,6 +108,12 @@ func namedDeciders(c agent.Call) []string {
 		return nil
 	}
 	return c.Approvers
+}
+
+// OutsiderText answers someone of another organisation, met in a shared
+// channel, who would decide a call open to the people of the conversation.
+func OutsiderText() string {
+	return "This call can be decided by the people of this workspace in the conversation; you are a guest from another organisation, so it isn't yours to decide. Nothing changed."
 }
 
 // NotInConversationText answers someone who asked for a call in a

@@ -1,6 +1,7 @@
 package fakeslack
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -134,11 +135,11 @@ func (s *Server) OpenHome(user string) string {
 }
 
 func (s *Server) userRefJSON(user string) jsonObject {
-	name := user
+	name, team := user, s.cfg.teamID
 	if u := s.users[user]; u != nil {
-		name = u.Name
+		name, team = u.Name, cmp.Or(u.TeamID, team)
 	}
-	return jsonObject{"id": user, "username": name, "name": name, "team_id": s.cfg.teamID}
+	return jsonObject{"id": user, "username": name, "name": name, "team_id": team}
 }
 
 func (s *Server) teamJSON() jsonObject {
