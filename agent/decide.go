@@ -148,24 +148,37 @@ func (a *Agent) recoverDecision(ctx context.Context, c store.Call, rb store.Resu
 	if !complete {
 		return got, false, true, nil // no resume was begun
 	}
-	fresh, err := a.store.BeginResume(ctx, c.RunID, store.ResumeBegin{Conversation: c.Conversation, Owner: a.cfg.Owner,
+	// The step was completed by this decision, so no resume had begun
+	// before it; one of another process may have since (see
+	// takeBackLostMark).
+	a.takeBackLostMark(ctx, c.RunID, c.Conversation, rb.Nonce)
+	return got, true, true, nil
+}
+
+// takeBackLostMark takes back, holding a fresh claim of run runID, the
+// mark of a call that the store step of the lost attempt named lost (whose
+// answer never came, and whose claim lapsed before the store answered
+// again) set as started, which this process never ran: only if the claim
+// before the fresh one was that attempt's (not a resume of another
+// process, which may have started the call since, its claim lapsed too in
+// a crash) and the call has no result. It then releases the claim, so
+// that a resume begun after it runs the call. It reports whether it took
+// the claim (false: another process holds it, or the store failed).
+func (a *Agent) takeBackLostMark(ctx context.Context, runID, conv, lost string) bool {
+	fresh, err := a.store.BeginResume(ctx, runID, store.ResumeBegin{Conversation: conv, Owner: a.cfg.Owner,
 		TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()})
 	if err != nil || !fresh.Claimed {
-		return got, true, true, nil // someone else resumes it
+		return false // someone else resumes it
 	}
-	// The step was completed by this decision, so no resume had begun
-	// before it; one of another process may have since, whose claim came
-	// after the lost attempt's and lapsed too (a crash), having started
-	// the call: only a mark the lost attempt set is taken back.
-	if mark := fresh.PriorStarted; fresh.PriorNonce == rb.Nonce && rb.Nonce != "" && mark != "" && mark != fresh.Started && unfinished(fresh.Calls, mark) {
+	if mark := fresh.PriorStarted; fresh.PriorNonce == lost && lost != "" && mark != "" && mark != fresh.Started && unfinished(fresh.Calls, mark) {
 		a.abandon(ctx, &mark)
-		a.log.Warn("a decision's store step was made but its answer lost, and its claim lapsed; the call it marked as started, which never ran, is marked as not started", "call", fresh.PriorStarted)
+		a.log.Warn("a store step that began a resume was made but its answer lost, and its claim lapsed; the call it marked as started, which never ran, is marked as not started", "call", fresh.PriorStarted)
 	}
 	a.abandon(ctx, &fresh.Started)
-	if err := a.store.ReleaseClaim(context.WithoutCancel(ctx), c.RunID, a.cfg.Owner); err != nil {
-		a.log.Warn("release resume claim; it lapses within the lease TTL", "run", c.RunID, "err", err)
+	if err := a.store.ReleaseClaim(context.WithoutCancel(ctx), runID, a.cfg.Owner); err != nil {
+		a.log.Warn("release resume claim; it lapses within the lease TTL", "run", runID, "err", err)
 	}
-	return got, true, true, nil
+	return true
 }
 
 // unfinished reports whether the call id among calls is marked as

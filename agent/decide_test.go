@@ -382,6 +382,34 @@ func TestLostDecisionDuringAnOutage(t *testing.T) {
 	}
 }
 
+// A resume whose store step's answer was lost while the store stays
+// unreachable longer than its claim lasts is asked again until the store
+// answers: the call its step marked as started, which never ran, runs
+// once, with its result, not reported as of unknown outcome.
+func TestLostResumeDuringAnOutage(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, lapse := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/lapse=%v", b.name, lapse), func(t *testing.T) {
+				ctx := t.Context()
+				w := newWorld(t, b)
+				st := &lostAnswers{Store: w.store.(storetest.Store), lapse: lapse}
+				a := w.agentWith(st, w.rec)
+				p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+				w.model.Reply(fakeopenai.Text("deployed"))
+				res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+				if err != nil || !res.Complete {
+					t.Fatalf("Decide = %+v, %v", res, err)
+				}
+				st.resume.Store(1)
+				st.outage.Store(3)
+				out, err := a.Resume(ctx, p.RunID)
+				must(t, err)
+				deployedOnce(t, w, out)
+			})
+		}
+	}
+}
+
 // The same, for the decision that completes a step of two calls when the
 // other, approved earlier, is the one its store step marked as started:
 // that call runs once too, and is not reported as of unknown outcome.

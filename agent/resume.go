@@ -73,20 +73,13 @@ var startKinds = func() []string {
 // newNonce names one attempt to begin a resume (store.ResumeBegin.Nonce).
 func newNonce() string { return rand.Text() }
 
-// askAgain asks again for the claim of the attempt rb names, which failed
-// with err: its answer may have been lost (a reset connection, a
+// askAgainUntil asks again for the claim of the attempt rb names, which
+// failed with err: its answer may have been lost (a reset connection, a
 // time-out) after the store step claimed the run and marked the call to
 // run, which nothing would run then. It returns that attempt's claim, if
-// it took one; nothing else is taken. The store is asked until it answers
-// or the attempt's claim would have lapsed.
-func (a *Agent) askAgain(ctx context.Context, runID string, rb store.ResumeBegin, err error) (store.ResumeStart, bool) {
-	again, claimed, _ := a.askAgainUntil(ctx, runID, rb, err, time.Now().Add(rb.TTL))
-	return again, claimed
-}
-
-// askAgainUntil is askAgain, asking until the store answers, ctx ends or
-// deadline passes, with backoff. answered reports whether the store
-// answered.
+// it took one (claimed); nothing else is taken. The store is asked until
+// it answers (answered), ctx ends or deadline, if not zero, passes, with
+// backoff.
 func (a *Agent) askAgainUntil(ctx context.Context, runID string, rb store.ResumeBegin, err error, deadline time.Time) (again store.ResumeStart, claimed, answered bool) {
 	rb.Again = true
 	wait := 50 * time.Millisecond
@@ -99,7 +92,7 @@ func (a *Agent) askAgainUntil(ctx context.Context, runID string, rb store.Resume
 			}
 			return store.ResumeStart{}, false, true
 		}
-		if time.Now().Add(wait).After(deadline) {
+		if !deadline.IsZero() && time.Now().Add(wait).After(deadline) {
 			break
 		}
 		select {
@@ -126,14 +119,27 @@ var errClaimed = fmt.Errorf("%w: another process holds the resume claim", errNoR
 // gone, finished or not decided, errClaimed if it is decided and claimed
 // by someone else, and Claimed false, nil if another process holds the
 // lease.
+//
+// A store step whose answer is lost is asked again until the store
+// answers (see askAgainUntil), however long it takes: one that the store
+// then answers with no claim of it may have marked the call to run before
+// its claim lapsed, and only this process knows that the call never ran.
+// That mark is taken back (takeBackLostMark) and the resume begun once
+// more, so that the call runs instead of being reported as of unknown
+// outcome.
 func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (claimed, error) {
 	sent := time.Now()
 	rb := store.ResumeBegin{Conversation: conv, Lease: key, Owner: a.cfg.Owner, TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()}
 	st, err := a.store.BeginResume(ctx, runID, rb)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		// The claim counts from the first ask.
-		if again, ok := a.askAgain(ctx, runID, rb, err); ok {
+		again, ok, answered := a.askAgainUntil(ctx, runID, rb, err, time.Time{})
+		switch {
+		case ok:
 			st, err = again, nil
+		case answered && a.takeBackLostMark(ctx, runID, conv, rb.Nonce):
+			sent = time.Now()
+			rb.Nonce = newNonce()
+			st, err = a.store.BeginResume(ctx, runID, rb)
 		}
 	}
 	rs := claimed{ResumeStart: st, at: sent}
