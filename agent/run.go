@@ -1267,6 +1267,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		pending[k] = PendingCall{Call: viewOf(c), Human: q.tool.Human, Schema: q.tool.Schema}
 	}
 	run.State = encodeState(runState{Messages: t.messages, Slots: slots, User: t.user, Requesters: t.requesters(), Channel: t.channel, Steps: t.steps})
+	paused := len(t.audits) // where the pause entries begin
 	for _, c := range calls {
 		a.note(ctx, t, store.AuditEntry{Actor: c.Requester, Action: "pause", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
 	}
@@ -1302,8 +1303,10 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		if an != nil {
 			an.Unsaved(context.WithoutCancel(ctx), pending)
 		}
-		// The pause entries describe a run that does not exist.
-		t.audits = t.audits[:len(t.audits)-len(calls)]
+		// The pause entries describe a run that does not exist; entries
+		// the commit added after them (executions whose result was not
+		// saved with their entry) stay.
+		t.audits = slices.Delete(t.audits, paused, paused+len(calls))
 		// Keep what happened (calls already allowed may have run) with
 		// every call answered, so the history stays valid.
 		for _, q := range asks {

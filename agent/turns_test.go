@@ -739,6 +739,15 @@ func TestApprovalWaitIsBoundedByTheConversationsLife(t *testing.T) {
 type failedSave struct {
 	storetest.Store
 	effects bool
+	// pause fails the next commit that pauses on a run, once.
+	pause atomic.Bool
+}
+
+func (s *failedSave) CommitTurn(ctx context.Context, c store.Commit) error {
+	if c.Run != nil && s.pause.CompareAndSwap(true, false) {
+		return errInjected
+	}
+	return s.Store.CommitTurn(ctx, c)
 }
 
 func (s *failedSave) SaveResult(ctx context.Context, id string, r []byte, _ store.AuditEntry) error {
@@ -771,5 +780,38 @@ func TestExecutionAuditedByTheTurnWhenItsSaveFails(t *testing.T) {
 				t.Errorf("execute entries = %q, want the one the turn wrote", got)
 			}
 		})
+	}
+}
+
+// The same when the resume's next step asks for another approval whose
+// pause cannot be saved: the execution is audited once, and the pause,
+// which never existed, not at all.
+func TestExecutionAuditedThroughAPauseThatFailed(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	st := &failedSave{Store: w.store.(storetest.Store)}
+	w.store = st
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	st.pause.Store(true)
+	w.model.Reply(fakeopenai.ToolCalls(call("c2", "deploy", `{"service":"api","version":"3"}`)))
+	if _, err := a.Resume(ctx, p.RunID); err == nil || !strings.Contains(err.Error(), "save paused step") {
+		t.Fatalf("Resume = %v; want the pause's save failed", err)
+	}
+	if st.pause.Load() {
+		t.Fatal("the second deploy's pause was not tried")
+	}
+	log, err := st.AuditLog(ctx, 0)
+	must(t, err)
+	var got []string
+	for _, e := range log {
+		if e.Action == "execute" || e.Action == "pause" && e.CallID != p.ID {
+			got = append(got, e.Action+" "+e.Tool)
+		}
+	}
+	if !slices.Equal(got, []string{"execute deploy"}) {
+		t.Errorf("audit entries = %q, want the execution once and no pause that failed", got)
 	}
 }
