@@ -458,16 +458,16 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 // logged: the turn's own write records the result anyway, and the entry
 // if the store did not append it.
 func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result, e store.AuditEntry) {
-	s := &resultSave{entry: a.logged(ctx, e)}
+	s := &resultSave{entry: a.logged(ctx, e), callID: callID, result: mustJSON(savedResult{Result: res, Interrupted: res.interrupted})}
 	t.saves = append(t.saves, s)
 	ctx = context.WithoutCancel(ctx)
-	b := mustJSON(savedResult{Result: res, Interrupted: res.interrupted})
 	t.saving.Go(func() {
-		err := a.store.SaveResult(ctx, callID, b, s.entry)
+		err := a.store.SaveResult(ctx, callID, s.result, s.entry)
 		if err != nil {
 			a.log.Warn("save tool result", "call", callID, "err", err)
 		}
 		s.audited = err == nil
+		s.saved = err == nil || errors.Is(err, store.ErrEffects)
 	})
 }
 

@@ -149,6 +149,9 @@ type turn struct {
 	// (see saveResult), saves; the turn's writes wait for them.
 	saving sync.WaitGroup
 	saves  []*resultSave
+	// unsaved are the saves, by call, that saved nothing: their entries
+	// wait in audits for the turn's next write (see flushAudits).
+	unsaved map[string]*resultSave
 	// stepAudits are entries that go with the turn's next write only,
 	// never alone, and are logged once it is made (see interrupted).
 	stepAudits []store.AuditEntry

@@ -62,7 +62,7 @@ func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) 
 		for _, e := range t.stepAudits {
 			e.Log(ctx, a.log)
 		}
-		t.audits, t.stepAudits = nil, nil
+		t.audits, t.stepAudits, t.unsaved = nil, nil, nil
 	}
 	if c.Release != "" {
 		h.released = true
@@ -90,16 +90,27 @@ func (a *Agent) logged(ctx context.Context, e store.AuditEntry) store.AuditEntry
 // saveResult).
 type resultSave struct {
 	entry   store.AuditEntry
+	callID  string
+	result  []byte
 	audited bool // the store appended entry with the result
+	saved   bool // the store saved the result, with entry or not
 }
 
 // waitSaves waits for the results the turn is saving, and keeps for its
-// next write the audit entries of those the store did not append.
+// next write the audit entries of those the store did not append (and,
+// among unsaved, the saves that saved nothing).
 func (t *turn) waitSaves() {
 	t.saving.Wait()
 	for _, s := range t.saves {
-		if !s.audited {
-			t.audits = append(t.audits, s.entry)
+		if s.audited {
+			continue
+		}
+		t.audits = append(t.audits, s.entry)
+		if !s.saved {
+			if t.unsaved == nil {
+				t.unsaved = map[string]*resultSave{}
+			}
+			t.unsaved[s.callID] = s
 		}
 	}
 	t.saves = nil
@@ -108,16 +119,31 @@ func (t *turn) waitSaves() {
 // flushAudits writes the entries noted by a turn that ended without
 // another write (an error, a lost lease), one by one, as audit did. It is
 // deferred by every turn, so it also waits for the turn's results being
-// saved (see saveResult): none outlives its turn.
+// saved (see saveResult): none outlives its turn. The execution of a call
+// whose result was not saved is saved once more with its entry, not
+// audited alone: the run it belongs to is not finished, and the resume
+// that takes it over finds the call started; with the result saved it
+// reports that, and without it saves the outcome as unknown, with its own
+// entry, which would be a second.
 func (a *Agent) flushAudits(ctx context.Context, t *turn) {
 	t.waitSaves()
 	ctx = context.WithoutCancel(ctx)
 	for _, e := range t.audits {
+		if s := t.unsaved[e.CallID]; s != nil && e == s.entry {
+			err := a.store.SaveResult(ctx, s.callID, s.result, e)
+			switch {
+			case err == nil:
+				continue
+			case !errors.Is(err, store.ErrEffects):
+				a.log.Warn("save tool result; the resume that takes the run over reports and audits its outcome as unknown", "call", s.callID, "err", err)
+				continue
+			}
+		}
 		if err := a.store.Audit(ctx, e); err != nil {
 			a.log.Warn("write audit entry", "action", e.Action, "call", e.CallID, "err", err)
 		}
 	}
-	t.audits = nil
+	t.audits, t.unsaved = nil, nil
 }
 
 // TakenIn reports whether the conversation has taken in its message of

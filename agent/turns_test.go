@@ -783,6 +783,61 @@ func TestExecutionAuditedByTheTurnWhenItsSaveFails(t *testing.T) {
 	}
 }
 
+// failingWrites fails the next saves SaveResult and commits CommitTurn
+// calls before they reach the store.
+type failingWrites struct {
+	storetest.Store
+	saves, commits atomic.Int32
+}
+
+func (s *failingWrites) SaveResult(ctx context.Context, id string, r []byte, e store.AuditEntry) error {
+	if s.saves.Add(-1) >= 0 {
+		return errInjected
+	}
+	return s.Store.SaveResult(ctx, id, r, e)
+}
+
+func (s *failingWrites) CommitTurn(ctx context.Context, c store.Commit) error {
+	if s.commits.Add(-1) >= 0 {
+		return errInjected
+	}
+	return s.Store.CommitTurn(ctx, c)
+}
+
+// A resume whose result save and commit both fail saves the result again,
+// with its entry, as it ends: the resume that takes the run over reports
+// that result, and the execution is audited once (not also as of unknown
+// outcome).
+func TestExecutionWhoseSaveAndCommitFailedIsAuditedOnce(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	st := &failingWrites{Store: w.store.(storetest.Store)}
+	w.store = st
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	st.saves.Store(1)
+	st.commits.Store(1)
+	w.model.Reply(fakeopenai.Text("deployed"), fakeopenai.Text("deployed"))
+	if _, err := a.Resume(ctx, p.RunID); err == nil {
+		t.Fatal("Resume with its save and commit failed = nil error")
+	}
+	out := resumeOnceFree(t, a, p.RunID)
+	if out.Status != agent.Answered {
+		t.Fatalf("the resume that took the run over = %+v, want answered", out)
+	}
+	if n := w.deploys.n.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want once", n)
+	}
+	if got := executions(t, w.store); !slices.Equal(got, []string{"deploy ok"}) {
+		t.Errorf("execute entries = %q, want the execution once, with its outcome", got)
+	}
+	if got := toolResults(t, w.model); len(got) == 0 || strings.Contains(got[len(got)-1], "outcome unknown") {
+		t.Errorf("the model read %q last, want the tool's result", got)
+	}
+}
+
 // The same when the resume's next step asks for another approval whose
 // pause cannot be saved: the execution is audited once, and the pause,
 // which never existed, not at all.
