@@ -15,6 +15,8 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/storetest"
 )
 
 // A step with an allowed, a denied and an asked call pauses; after a
@@ -274,6 +276,32 @@ func TestRefusedDecisions(t *testing.T) {
 	}
 	if refused.DecidedBy != "UAPPROVER1" || refused.Kind != approvals.Approve {
 		t.Errorf("got decided by %q (%s), want UAPPROVER1 (approve)", refused.DecidedBy, refused.Kind)
+	}
+}
+
+// failingRules fails the writes of the policy's records (standing rules).
+type failingRules struct{ storetest.Store }
+
+func (failingRules) PutRecord(context.Context, store.Record, int64) (store.Record, error) {
+	return store.Record{}, errors.New("injected: records unwritable")
+}
+
+// An Always-allow decision whose standing rule cannot be saved approves the
+// call all the same, and says that the rule was not saved.
+func TestRememberWhoseRuleCannotBeSaved(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	w.store = failingRules{w.store.(storetest.Store)}
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"})
+	must(t, err)
+	if !res.Complete || !res.Unremembered {
+		t.Errorf("Decide = complete %v, unremembered %v; want the call approved and the rule reported unsaved", res.Complete, res.Unremembered)
+	}
+	p2 := pauseOne(t, w, a, call("c2", "restart", `{"env":"dev"}`))
+	if res, err := a.Decide(ctx, approvals.Decision{CallID: p2.ID, Fingerprint: p2.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil || res.Unremembered {
+		t.Errorf("an approval = unremembered %v, %v; want nothing to remember", res.Unremembered, err)
 	}
 }
 

@@ -715,8 +715,9 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 		a.ReleaseTaken(ctx, held)
 		return refused(c, s.got, err)
 	}
+	remembered := true
 	if kindOf(&sd) == approvals.Remember {
-		a.remember(ctx, s.got, sd, v)
+		remembered = a.remember(ctx, s.got, sd, v)
 	}
 	a.resumeLater(s, taken, held)
 	u := CallUpdate{Call: viewOf(s.got), Phase: PhaseDecided, StepPending: !s.complete}
@@ -724,7 +725,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 		u.Phase = PhaseSkipped
 	}
 	a.reporter(s.got.Conversation).Updated(ctx, u)
-	return DecideResult{Call: viewOf(s.got), Complete: s.complete}, nil
+	return DecideResult{Call: viewOf(s.got), Complete: s.complete, Unremembered: !remembered}, nil
 }
 
 // sent is what the store step of a decision or approval answered.
@@ -864,13 +865,14 @@ func refusedWithoutWrite(err error) bool {
 	return false
 }
 
-// remember stores the standing rule of a Remember decision. The decision
-// stands even if this fails; the failure is logged.
-func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v approvals.Verdict) {
+// remember stores the standing rule of a Remember decision, and reports
+// whether it did. The decision stands even if this fails; the failure is
+// logged.
+func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v approvals.Verdict) bool {
 	r, ok := a.policy.(Rememberer)
 	if !ok {
 		a.log.Warn("remember decision without a rule store", "call", c.ID)
-		return
+		return false
 	}
 	ttl := sd.TTL
 	if ttl <= 0 {
@@ -880,7 +882,9 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 	sr := approvals.RememberedRule(d, c.Tool, c.Channel, v)
 	if _, err := r.Remember(ctx, sd.Decider, sr); err != nil {
 		a.log.Error("store standing rule", "call", c.ID, "tool", c.Tool, "err", err)
+		return false
 	}
+	return true
 }
 
 // Cancel stops a paused step on behalf of its requester: every pending call

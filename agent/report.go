@@ -154,6 +154,10 @@ type DecideResult struct {
 	// Complete is true for exactly one decision of a step: the one that
 	// left nothing pending. Its caller should call Resume(Call.RunID).
 	Complete bool
+	// Unremembered is set on an Always-allow decision whose standing rule
+	// could not be saved: the call is approved, and later calls like it
+	// still ask.
+	Unremembered bool
 }
 
 func refusedByOther(c store.Call) error {

@@ -200,6 +200,9 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string 
 	case res.Complete:
 		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}
+	if res.Unremembered {
+		return UnrememberedText()
+	}
 	return ""
 }
 

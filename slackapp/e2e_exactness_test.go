@@ -2,7 +2,9 @@ package slackapp_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 )
 
 // reencoded reports whether rendered blocks show arguments re-encoded with
@@ -434,4 +437,29 @@ func TestPostsAreNotUnfurled(t *testing.T) {
 	if posted == 0 {
 		t.Fatal("the bot posted no message with chat.postMessage")
 	}
+}
+
+// unwritableRules is a store whose policy records (standing rules) cannot
+// be written.
+type unwritableRules struct{ fullStore }
+
+func (unwritableRules) PutRecord(context.Context, store.Record, int64) (store.Record, error) {
+	return store.Record{}, errors.New("injected: records unwritable")
+}
+
+// "Always allow" whose standing rule cannot be saved approves the call, and
+// tells the approver that later calls will still ask.
+func TestAlwaysAllowWhoseRuleCannotBeSaved(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = strings.Replace(e2ePolicy, "      four_eyes: true\n", "", 1)
+	open := e.open
+	e.open = func() fullStore { return unwritableRules{open()} }
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"8"}`)), fakeopenai.Text("Deployed api 8."))
+	ts := e.slack.Mention(channel, requester, "deploy api 8")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionRemember, "")
+	must(t, err)
+	e.answer(ts, "Deployed api 8.")
+	e.ephemeral(approver, "couldn't save the rule")
 }

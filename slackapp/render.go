@@ -370,6 +370,13 @@ func NotApproverText(approvers []string) string {
 	return text
 }
 
+// UnrememberedText tells the approver of an Always-allow decision whose
+// standing rule could not be saved that the call is approved all the same
+// and that later calls will still ask.
+func UnrememberedText() string {
+	return "The call is approved, but I couldn't save the rule to allow calls like it from now on: later ones will still ask for approval. Try Always allow again on the next one."
+}
+
 // NotApproverOfBothText is NotApproverText for a pending edit whose rule
 // names approvers none of whom the card's rule names: a decider must be
 // among both.
