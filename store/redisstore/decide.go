@@ -320,7 +320,10 @@ func (s *Store) keepOrGiveBack(ctx context.Context, p *pipelinedResume, r *store
 // script's; on a Cluster, with the lease clusterSend took, it claims the
 // run and reads what the resume needs, the effects in the same pipeline.
 // The error is the effects' (store.ErrEffects): the decision stands, and
-// a resume that could not be begun is begun as usual later.
+// a resume that could not be begun is begun as usual later; but on a
+// Cluster, a resume whose claim was asked for by a named attempt and whose
+// answer was lost, even when asked again, is an error that is not the
+// effects': the caller recovers that attempt as a lost decision's.
 func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, runID string, r *store.ResumeBegin, fx store.Effects, at time.Time, tail string) (store.ResumeStart, error) {
 	if r == nil {
 		return store.ResumeStart{}, s.followEffects(ctx, complete, fx, at, tail)
@@ -356,9 +359,16 @@ func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, ru
 		rs, err = s.askAgain(ctx, runID, *r)
 	}
 	switch {
+	case err != nil && r.Nonce != "":
+		// The claim and the call's mark may have been taken, their
+		// answer lost: the caller asks for that attempt's claim until
+		// the store answers, and takes the mark back if the claim
+		// lapsed meanwhile (see store.ResumeBegin), as after a lost
+		// decision. Its lease is kept for that.
+		return store.ResumeStart{}, fmt.Errorf("begin the resume of the decided run: %w", err)
 	case err != nil:
 		rs = store.ResumeStart{}
-		_ = s.keepOrGiveBack(ctx, p, r, err)
+		s.giveBack(ctx, p, r)
 	case !rs.Claimed:
 		s.giveBack(ctx, p, r)
 	}

@@ -596,6 +596,71 @@ func TestDecisionWhoseResumeReplyIsLostStillBeginsIt(t *testing.T) {
 	}
 }
 
+// loseRepliesHook runs each of the next n pipelines holding a script whose
+// first key is key, then loses their replies, as a connection reset after
+// Redis ran them would.
+type loseRepliesHook struct {
+	key string
+	n   *atomic.Int32
+}
+
+func (loseRepliesHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (loseRepliesHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h loseRepliesHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		held := slices.ContainsFunc(cmds, func(c redis.Cmder) bool {
+			args := c.Args()
+			return strings.HasPrefix(fmt.Sprint(args[0]), "eval") && len(args) > 3 && args[3] == h.key
+		})
+		if held && h.n.Add(-1) >= 0 {
+			lost := errors.New("read tcp: connection reset by peer")
+			for _, c := range cmds {
+				c.SetErr(lost)
+			}
+			return lost
+		}
+		return err
+	}
+}
+
+// On Redis Cluster, when the reply of the step that begins a decision's
+// resume (the run's claim and its call's mark) is lost after it ran, and
+// lost again when asked again, DecideBegin fails as a step whose answer
+// was lost, not as a decision whose effects are missing: its caller then
+// asks for that attempt's claim until the store answers, and finds the
+// claim, and the call to run, instead of a call marked as running that
+// nothing runs.
+func TestClusterDecisionWhoseResumeAnswerIsLost(t *testing.T) {
+	u := envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := newPrefix(t, u)
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	conv, calls := pausedOnOneCall(t, s, "fp0")
+	var n atomic.Int32
+	n.Store(2) // the step, and its ask again
+	c.AddHook(loseRepliesHook{key: prefix + ":run:{" + store.RunOf(calls[0].ID) + "}", n: &n})
+	begin := store.ResumeBegin{Conversation: conv, Lease: store.TurnLease(conv), Owner: "a", TTL: time.Minute, Start: []string{"approve"}, Nonce: "n1"}
+	d := store.Decision{Kind: "approve", Decider: "UA", Attempt: "n1"}
+	_, _, rs, err := s.DecideBegin(ctx, calls[0].ID, "fp0", d, store.Effects{}, begin)
+	if n.Load() > 0 {
+		t.Fatalf("the resume's step was sent %d times, want 2", 2-n.Load())
+	}
+	if err == nil || errors.Is(err, store.ErrEffects) || rs.Claimed {
+		t.Fatalf("DecideBegin with its resume's answer lost twice = claimed %v, %v; want an error that is not the effects'", rs.Claimed, err)
+	}
+	begin.Again = true
+	again, err := s.BeginResume(ctx, store.RunOf(calls[0].ID), begin)
+	if err != nil || !again.Claimed || again.Started != calls[0].ID {
+		t.Errorf("BeginResume of the same attempt once the store answers = claimed %v, started %q, %v; want the claim and %s to run", again.Claimed, again.Started, err, calls[0].ID)
+	}
+}
+
 // A decision sent again by the client after its reply was cut (go-redis
 // resends a command or pipeline whose reply an EOF or a read time-out
 // lost) is answered as the first sending recorded it: complete, with the
