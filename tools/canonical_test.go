@@ -8,22 +8,28 @@ import (
 	"github.com/toolgate/toolgate/agent"
 )
 
-// Paths and programs are taken only in the one form the policy's rules are
-// written against: another spelling of the same file or program (tmp/../x,
-// ./secrets/x, the root's absolute path, /usr/bin/rm for rm) is refused
-// before the policy judges the call.
+// Paths, programs, working directories and URLs are taken only in the one
+// form the policy's rules are written against: another spelling of the
+// same file, program, directory or address (tmp/../x, ./secrets/x, the
+// root's absolute path, /usr/bin/rm for rm, staging/../prod, an upper-case
+// host or a needless escape) is refused before the policy judges the call.
 func TestOnlyPlainPathsAndProgramNames(t *testing.T) {
 	root := t.TempDir()
 	ws, err := WorkspaceTools(WorkspaceConfig{Root: root})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd, err := RunCommand(CommandConfig{Allow: []string{"ls", "rm"}, Dir: t.TempDir()})
+	work := t.TempDir()
+	cmd, err := RunCommand(CommandConfig{Allow: []string{"ls", "rm"}, Dir: work})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web, err := HTTPTools(HTTPConfig{AllowedHosts: []string{"*.example.com"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := agent.NewRegistry()
-	for _, tool := range append(ws, cmd) {
+	for _, tool := range append(append(ws, cmd), web...) {
 		if err := reg.Register(tool); err != nil {
 			t.Fatal(err)
 		}
@@ -43,6 +49,15 @@ func TestOnlyPlainPathsAndProgramNames(t *testing.T) {
 		{"workspace_list", `{"path":"."}`, ""},
 		{"workspace_list", `{}`, ""},
 		{"run_command", `{"argv":["rm","-f","notes.md"]}`, ""},
+		{"run_command", `{"argv":["ls"],"dir":"staging/../prod"}`, `write it plainly, as "prod"`},
+		{"run_command", `{"argv":["ls"],"dir":"` + work + `/prod"}`, `give it relative to ` + work + `, as "prod"`},
+		{"run_command", `{"argv":["ls"],"dir":"/srv/prod"}`, "is outside"},
+		{"run_command", `{"argv":["ls"],"dir":"../prod"}`, "is outside"},
+		{"run_command", `{"argv":["ls"],"dir":"staging/app"}`, ""},
+		{"http_get", `{"url":"https://VAULT.example.com/v1/secret"}`, "the host in lower case"},
+		{"http_get", `{"url":"https://vault.example.com/v1/%73ecret"}`, `"%73" unescaped`},
+		{"http_request", `{"method":"DELETE","url":"https://vault.example.com/v1/a/../secret"}`, "no . or .. in the path"},
+		{"http_get", `{"url":"https://vault.example.com/v1/secret?q=%73"}`, ""},
 	} {
 		err := reg.Validate(tt.tool, json.RawMessage(tt.args))
 		switch {

@@ -64,7 +64,7 @@ func RunCommand(c CommandConfig) (agent.Tool, error) {
   "type": "object",
   "properties": {
     "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "The program and its arguments, e.g. [\"kubectl\", \"get\", \"pods\"]."},
-    "dir": {"type": "string", "description": "Working directory, relative to the configured directory. Default: the configured directory."}
+    "dir": {"type": "string", "description": "Working directory, relative to the configured directory, written plainly (no . or ..). Default: the configured directory."}
   },
   "required": ["argv"],
   "additionalProperties": false
@@ -72,23 +72,42 @@ func RunCommand(c CommandConfig) (agent.Tool, error) {
 		Annotations: approvals.Hints{Destructive: ptr(true)},
 		Handler:     r.run,
 		Preview:     r.previewCommand,
-		Check:       r.checkProgram,
+		Check:       r.checkArgs,
 	}, nil
 }
 
-// checkProgram refuses a program not named exactly as the allow list names
+// checkArgs refuses a program not named exactly as the allow list names
 // it (/usr/bin/rm for an allowed rm, say): the policy judges args.argv[0]
 // as written, so a rule on it ("rm is denied") must see the name the allow
-// list knows.
-func (r *commandTool) checkProgram(raw json.RawMessage) error {
-	var args struct {
-		Argv []string `json:"argv"`
-	}
+// list knows; and a working directory not written plainly (see checkDir).
+func (r *commandTool) checkArgs(raw json.RawMessage) error {
+	var args commandArgs
 	if err := json.Unmarshal(raw, &args); err != nil || len(args.Argv) == 0 {
 		return nil // the handler says what is wrong
 	}
 	if p := args.Argv[0]; !slices.Contains(r.cfg.Allow, p) {
 		return fmt.Errorf("program %q is not allowed; name it exactly as one of: %s", p, strings.Join(r.cfg.Allow, ", "))
+	}
+	return r.checkDir(args.Dir)
+}
+
+// checkDir refuses a working directory not written plainly, relative to
+// the configured one, so that a rule on args.dir sees where the program
+// runs ("staging/../prod" is prod; "/srv/work/prod" is "prod"). The
+// absolute form of a directory inside is answered with its plain one.
+func (r *commandTool) checkDir(dir string) error {
+	switch {
+	case dir == "":
+		return nil
+	case filepath.IsAbs(dir):
+		if rel, err := filepath.Rel(r.cfg.Dir, dir); err == nil && filepath.IsLocal(rel) {
+			return fmt.Errorf("dir %q: give it relative to %s, as %q", dir, r.cfg.Dir, filepath.Clean(rel))
+		}
+		return fmt.Errorf("dir %q is outside %s; give a directory relative to it", dir, r.cfg.Dir)
+	case !filepath.IsLocal(dir):
+		return fmt.Errorf("dir %q is outside %s", dir, r.cfg.Dir)
+	case filepath.Clean(dir) != dir:
+		return fmt.Errorf("dir %q: write it plainly, as %q (no ., .., doubled or trailing slashes)", dir, filepath.Clean(dir))
 	}
 	return nil
 }

@@ -124,13 +124,65 @@ type httpArgs struct {
 }
 
 // checkHTTPArgs refuses, before any card, headers the request could not
-// send as the arguments read (see checkHeaders).
+// send as the arguments read (see checkHeaders), and a URL not written
+// plainly (see checkPlainURL).
 func checkHTTPArgs(raw json.RawMessage) error {
 	var args httpArgs
 	if err := decodeArgs(raw, &args); err != nil {
 		return err
 	}
+	if err := checkPlainURL(args.URL); err != nil {
+		return err
+	}
 	return checkHeaders(args.Headers)
+}
+
+// checkPlainURL refuses a URL written in a form that a server reads as
+// another (RFC 3986's equivalent forms), so that the policy's conditions on
+// args.url, and the card, see the one spelling of where the request goes:
+// an upper-case scheme or host, a host with a trailing dot, the scheme's
+// own port written out, an escape of a character that needs none (%73
+// for "s"), or a "." or ".." path segment. A URL that does not parse is
+// left to the tool, which says what is wrong.
+func checkPlainURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return nil
+	}
+	plain := func(why string) error {
+		return fmt.Errorf("url %q: write it plainly (%s), so that what the policy and the approvers read is where the request goes", raw, why)
+	}
+	switch host := u.Hostname(); {
+	case !strings.HasPrefix(raw, u.Scheme+"://"):
+		return plain("the scheme in lower case")
+	case host != strings.ToLower(host):
+		return plain("the host in lower case")
+	case strings.HasSuffix(host, "."):
+		return plain("no dot at the end of the host")
+	case u.Port() != "" && u.Port() == defaultPort(u.Scheme):
+		return plain("no port " + u.Port() + " for " + u.Scheme)
+	}
+	path := u.EscapedPath()
+	for i := 0; i+2 < len(path); i++ {
+		if path[i] != '%' {
+			continue
+		}
+		if b, err := strconv.ParseUint(path[i+1:i+3], 16, 8); err == nil && unreserved(byte(b)) {
+			return plain(fmt.Sprintf("%q unescaped: it is %q", path[i:i+3], string(rune(b))))
+		}
+	}
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return plain("no . or .. in the path")
+		}
+	}
+	return nil
+}
+
+// unreserved reports whether c is one of RFC 3986's unreserved characters,
+// which an escape never changes the meaning of.
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
 
 // checkHeaders refuses the Host and Proxy-* headers, and two names that
@@ -189,6 +241,9 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 	u, err := url.Parse(args.URL)
 	if err != nil {
 		return errorResult("invalid url: %v", err)
+	}
+	if err := checkPlainURL(args.URL); err != nil {
+		return errorResult("%v", err)
 	}
 	if err := h.check(u); err != nil {
 		return errorResult("request to %s refused: %v", u.Redacted(), err)

@@ -127,6 +127,16 @@ func TestHTTPTools(t *testing.T) {
 		{"proxy header", get, map[string]any{"url": srv.URL + "/ok", "headers": map[string]string{"Proxy-Authorization": "Basic eA=="}}, []string{`header "Proxy-Authorization" cannot be set`}, "hello", true},
 		{"proxy header lower case", req, map[string]any{"method": "GET", "url": srv.URL + "/ok", "headers": map[string]string{"proxy-connection": "keep-alive"}}, []string{`header "proxy-connection" cannot be set`}, "hello", true},
 		{"port not allowed", get, map[string]any{"url": "http://api.example.com:8200/"}, []string{`host "api.example.com:8200" is not in the allowed hosts`}, "", true},
+		// A URL is written plainly, so that a rule on args.url sees where
+		// the request goes.
+		{"upper-case scheme", get, map[string]any{"url": "HTTP" + strings.TrimPrefix(srv.URL, "http") + "/ok"}, []string{"write it plainly (the scheme in lower case)"}, "hello", true},
+		{"upper-case host", get, map[string]any{"url": "https://API.example.com/"}, []string{"write it plainly (the host in lower case)"}, "", true},
+		{"trailing dot", get, map[string]any{"url": "https://api.example.com./"}, []string{"write it plainly (no dot at the end of the host)"}, "", true},
+		{"default port", get, map[string]any{"url": "https://api.example.com:443/"}, []string{"write it plainly (no port 443 for https)"}, "", true},
+		{"needless escape", get, map[string]any{"url": srv.URL + "/%6Fk"}, []string{`write it plainly ("%6F" unescaped: it is "o")`}, "hello", true},
+		{"escaped dot", get, map[string]any{"url": srv.URL + "/x/%2E%2E/ok"}, []string{`"%2E" unescaped`}, "hello", true},
+		{"dot segment", get, map[string]any{"url": srv.URL + "/x/../ok"}, []string{"write it plainly (no . or .. in the path)"}, "hello", true},
+		{"escaped slash is plain", get, map[string]any{"url": srv.URL + "/a%2Fb"}, []string{"HTTP 404"}, "plainly", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := runTool(t, tc.tool, tc.args)

@@ -35,7 +35,7 @@ func (w *workspace) previewWrite(ctx context.Context, raw json.RawMessage) (stri
 		return "", errors.New("content is required")
 	}
 	next := *args.Content
-	f, err := root.Open(args.Path)
+	f, fi, err := openFile(root, args.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("new file %s, %d lines, %d bytes", args.Path, countLines(next), len(next)), nil
 	}
@@ -43,6 +43,9 @@ func (w *workspace) previewWrite(ctx context.Context, raw json.RawMessage) (stri
 		return "", fmt.Errorf("read %s: %w", args.Path, err)
 	}
 	defer f.Close()
+	if !fi.Mode().IsRegular() {
+		return fmt.Sprintf("cannot write %s: it is %s", args.Path, fileKind(fi)), nil
+	}
 	old, err := io.ReadAll(io.LimitReader(f, w.cfg.MaxFileBytes+1))
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", args.Path, err)
@@ -138,10 +141,17 @@ func (w *workspace) previewDelete(_ context.Context, raw json.RawMessage) (strin
 	if err != nil {
 		return "", fmt.Errorf("stat %s: %w", args.Path, err)
 	}
-	if fi.IsDir() {
+	switch {
+	case fi.IsDir():
 		return fmt.Sprintf("deletes the directory %s (only if it is empty)", args.Path), nil
+	case !fi.Mode().IsRegular():
+		out := fmt.Sprintf("deletes %s, %s", args.Path, fileKind(fi))
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			out += " (the link, not what it points to)"
+		}
+		return out, nil
 	}
-	f, err := root.Open(args.Path)
+	f, _, err := openFile(root, args.Path)
 	if err != nil {
 		return "", fmt.Errorf("open %s: %w", args.Path, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/agent"
@@ -236,13 +237,16 @@ func (w *workspace) read(_ context.Context, raw json.RawMessage) (agent.Result, 
 		return errorResult("%v", err), nil
 	}
 	defer root.Close()
-	f, err := root.Open(args.Path)
+	f, fi, err := openFile(root, args.Path)
 	if err != nil {
 		return fsError("read", args.Path, err), nil
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+	switch {
+	case fi.IsDir():
 		return errorResult("cannot read %q: it is a directory; use workspace_list", args.Path), nil
+	case !fi.Mode().IsRegular():
+		return errorResult("cannot read %q: it is %s", args.Path, fileKind(fi)), nil
 	}
 	data, err := io.ReadAll(io.LimitReader(f, w.cfg.MaxFileBytes+1))
 	if err != nil {
@@ -282,7 +286,24 @@ func (w *workspace) write(_ context.Context, raw json.RawMessage) (agent.Result,
 			return fsError("write", args.Path, err), nil
 		}
 	}
-	if err := root.WriteFile(args.Path, []byte(*args.Content), 0o644); err != nil {
+	if fi, err := root.Stat(args.Path); err == nil && !fi.Mode().IsRegular() {
+		return errorResult("cannot write %q: it is %s", args.Path, fileKind(fi)), nil
+	}
+	// Not waiting on a FIFO for a reader (see openFile), should one take
+	// the file's place meanwhile.
+	f, err := root.OpenFile(args.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NONBLOCK, 0o644)
+	if err != nil {
+		return fsError("write", args.Path, err), nil
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return errorResult("cannot write %q: it is %s", args.Path, fileKind(fi)), nil
+	}
+	_, err = f.Write([]byte(*args.Content))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fsError("write", args.Path, err), nil
 	}
 	return agent.Result{Content: fmt.Sprintf("wrote %d bytes to %s", len(*args.Content), args.Path)}, nil
@@ -319,4 +340,41 @@ func fsError(op, path string, err error) agent.Result {
 		err = pe.Err
 	}
 	return errorResult("cannot %s %q: %v", op, path, err)
+}
+
+// openFile opens name in root for reading without waiting: a FIFO (which
+// something else wrote into the workspace) would block an open until a
+// writer came, and the reads of a regular file are the same. It returns
+// the file's mode too; the caller refuses what is not a regular file.
+func openFile(root *os.Root, name string) (*os.File, fs.FileInfo, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// fileKind names what a file that is not a regular one is.
+func fileKind(fi fs.FileInfo) string {
+	if fi == nil {
+		return "not a regular file"
+	}
+	switch m := fi.Mode(); {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "not a regular file"
 }
