@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -562,24 +563,31 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 			return s.refuse(fmt.Errorf("preview tool %q: the server has no tool %q to preview: %w", name, target, errPreviewRefused))
 		}
 	}
+	// Tools whose names become one (repos.delete and repos_delete) are all
+	// left out: which one a name called would depend on the order the
+	// server lists them in, and a rule or a standing approval for one
+	// would apply to the other after a restart.
 	var tools []agent.Tool
-	seen := map[string]string{}
+	seen := map[string][]string{}
 	for _, t := range listed {
 		tool, err := s.convert(t)
 		if err != nil {
 			s.log.Warn("skipping mcp tool", "tool", t.Name, "err", err)
 			continue
 		}
-		if other, ok := seen[tool.Name]; ok {
-			s.log.Warn("skipping mcp tool", "tool", t.Name, "err", fmt.Sprintf("its name %s is taken by tool %q", tool.Name, other))
-			continue
-		}
 		if p, ok := s.cfg.Preview[t.Name]; ok {
 			tool.Preview = s.previewer(p)
 		}
-		seen[tool.Name] = t.Name
+		seen[tool.Name] = append(seen[tool.Name], t.Name)
 		tools = append(tools, tool)
 	}
+	tools = slices.DeleteFunc(tools, func(tool agent.Tool) bool {
+		if names := seen[tool.Name]; len(names) > 1 {
+			s.log.Warn("skipping mcp tool", "tool", tool.Name, "err", fmt.Sprintf("tools %q all take the name %s", names, tool.Name))
+			return true
+		}
+		return false
+	})
 	if err := s.m.reg.Replace(func(name string) bool { return strings.HasPrefix(name, s.prefix) }, tools); err != nil {
 		return fmt.Errorf("register tools: %w", err)
 	}

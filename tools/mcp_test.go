@@ -1057,3 +1057,34 @@ func TestRefusedCallIsCut(t *testing.T) {
 		t.Errorf("a refused call with a 1 MiB message = %d bytes (error %v, %v), want an error result cut to max_output_bytes", len(res.Content), res.IsError, err)
 	}
 }
+
+// Tools whose names become one once made valid (repos.delete and
+// repos_delete) are all left out, whatever order the server lists them in:
+// the name would call one or the other, and its rules and standing
+// approvals would follow whichever came first.
+func TestMCPToolsOfOneNameAreLeftOut(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "clash", Version: "v1"}, nil)
+	for _, name := range []string{"repos.delete", "repos_delete", "repos_list"} {
+		mcp.AddTool(srv, &mcp.Tool{Name: name, Description: name},
+			func(context.Context, *mcp.CallToolRequest, idIn) (*mcp.CallToolResult, any, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name}}}, nil, nil
+			})
+	}
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	defer ts.Close()
+	reg := agent.NewRegistry()
+	m, err := load(t.Context(), Config{Servers: []ServerConfig{{Name: "gh", URL: ts.URL}}}, reg, testLogger(t), testOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer m.Close()
+	if _, ok := reg.Lookup("gh__repos_delete"); ok {
+		t.Error("gh__repos_delete is registered, though two tools of the server take that name")
+	}
+	if res := call(t, reg, "gh__repos_list", `{"id":"x"}`); res.IsError || res.Content != "repos_list" {
+		t.Errorf("gh__repos_list = %+v, want the tool of that name", res)
+	}
+	if st := m.Status()[0]; st.Tools != 1 {
+		t.Errorf("status counts %d tools, want 1", st.Tools)
+	}
+}
