@@ -329,7 +329,7 @@ func compileWhen(env *cel.Env, when string) (cel.Program, error) {
 	// Regex literals (args.path.matches("^/srv/")) are compiled here, so
 	// that one which does not compile is refused now rather than failing
 	// closed on every call.
-	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.OptimizeRegex(interpreter.MatchesRegexOptimization))
+	prg, err := env.Program(ast, cel.CostLimit(costLimit), cel.OptimizeRegex(interpreter.MatchesRegexOptimization), strictComparisons())
 	if err != nil {
 		return nil, &fieldError{field: "when", err: err}
 	}

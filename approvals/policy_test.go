@@ -154,6 +154,50 @@ func TestPolicyEvaluateFailsClosed(t *testing.T) {
 	}
 }
 
+// ==, != and in between values of different kinds fail the condition, so
+// that it fails closed, where CEL would answer false: a deny on
+// args.force == true still holds for "true", and an allow on
+// args.namespace != "prod" does not let ["prod"] through. Numbers compare
+// across kinds, and anything with null.
+func TestConditionsCompareLikeWithLike(t *testing.T) {
+	p, err := NewPolicy(Allow, []Rule{
+		{ID: "no-force", Tool: "k8s__apply", When: `args.force == true`, Verdict: Deny, Reason: "no force"},
+		{ID: "not-prod", Tool: "k8s__delete", When: `args.namespace != "prod"`, Verdict: Allow},
+		{ID: "k8s-delete", Tool: "k8s__delete", Verdict: Ask},
+		{ID: "envs", Tool: "deploy", When: `args.env in ["dev", "staging"]`, Verdict: Allow},
+		{ID: "replicas", Tool: "scale", When: `args.n == 3 || args.n in [1, 2]`, Verdict: Allow},
+		{ID: "unset", Tool: "tag", When: `args.label == null`, Verdict: Allow},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		tool, args string
+		want       Action
+		failed     bool
+	}{
+		{"k8s__apply", `{"force":true}`, Deny, false},
+		{"k8s__apply", `{"force":false}`, Ask, false}, // by its annotations: none
+		{"k8s__apply", `{"force":"true"}`, Deny, true},
+		{"k8s__apply", `{"force":1}`, Deny, true},
+		{"k8s__delete", `{"namespace":"dev"}`, Allow, false},
+		{"k8s__delete", `{"namespace":"prod"}`, Ask, false},
+		{"k8s__delete", `{"namespace":["prod"]}`, Ask, true},
+		{"deploy", `{"env":"dev"}`, Allow, false},
+		{"deploy", `{"env":["dev"]}`, Ask, true},
+		{"scale", `{"n":3.0}`, Allow, false},
+		{"scale", `{"n":2}`, Allow, false},
+		{"scale", `{"n":"3"}`, Ask, true},
+		{"tag", `{"label":null}`, Allow, false},
+		{"tag", `{"label":"x"}`, Ask, false},
+	} {
+		got := p.Evaluate(Input{Tool: tt.tool, Args: json.RawMessage(tt.args)})
+		if got.Action != tt.want || got.FailClosed != tt.failed {
+			t.Errorf("Evaluate(%s %s) = %s (failed closed %v, %q), want %s (failed closed %v)", tt.tool, tt.args, got.Action, got.FailClosed, got.Problem, tt.want, tt.failed)
+		}
+	}
+}
+
 // Regex literals are compiled with the rule; a pattern that comes from the
 // arguments is compiled when the condition runs, and fails closed.
 func TestRegexConditions(t *testing.T) {
