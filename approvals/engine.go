@@ -124,12 +124,17 @@ type StandingRule struct {
 // relaxes reports whether s may turn the ask verdict v into allow: v comes
 // from the rule s was made under, unchanged since. A standing rule that
 // names no rule (made before rules were recorded) relaxes only asks that
-// name no approvers.
+// name no approvers, and so does one that names its rule but not its
+// digest (made before digests were recorded), whose rule may have changed
+// since, to name approvers or to another rule taking its id.
 func (s StandingRule) relaxes(v Verdict) bool {
-	if s.RuleID == "" {
+	switch {
+	case s.RuleID == "":
 		return len(v.Approvers) == 0
+	case s.RuleDigest == "" && v.RuleDigest != "":
+		return s.RuleID == v.RuleID && len(v.Approvers) == 0
 	}
-	return s.RuleID == v.RuleID && (s.RuleDigest == "" || s.RuleDigest == v.RuleDigest)
+	return s.RuleID == v.RuleID && s.RuleDigest == v.RuleDigest
 }
 
 // Expired reports whether s no longer applies at now.

@@ -573,7 +573,11 @@ func TestStandingRuleKeepsToItsRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := NewEngine(p, newMemStore())
-	if _, err := e.Remember(ctx, "UBOB", StandingRule{Tool: "restart", Channel: "C1", RuleID: "staging"}); err != nil {
+	staging, err := e.Evaluate(ctx, Input{Tool: "restart", Channel: "C1", Args: json.RawMessage(`{"env":"staging"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Remember(ctx, "UBOB", RememberedRule(Decision{Kind: Remember, Decider: "UBOB"}, "restart", "C1", staging)); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
@@ -587,6 +591,36 @@ func TestStandingRuleKeepsToItsRule(t *testing.T) {
 		if v.Action != tt.wantAction {
 			t.Errorf("env %s: got %s by %s, want %s", tt.env, v.Action, v.RuleID, tt.wantAction)
 		}
+	}
+}
+
+// A standing rule recorded with its rule's id but not its digest (made
+// before digests were recorded) relaxes that rule's ask only while it
+// names no approvers: the rule may have changed since.
+func TestStandingRuleWithoutADigest(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name      string
+		approvers []string
+		want      Action
+	}{
+		{"rule names no approvers", nil, Allow},
+		{"rule names approvers", []string{"USRE00001"}, Ask},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := NewPolicy(Ask, []Rule{{ID: "deploys", Tool: "deploy", Verdict: Ask, Approvers: tt.approvers}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := NewEngine(p, newMemStore())
+			if _, err := e.Remember(ctx, "UBOB", StandingRule{Tool: "deploy", Channel: "C1", RuleID: "deploys"}); err != nil {
+				t.Fatal(err)
+			}
+			v, err := e.Evaluate(ctx, Input{Tool: "deploy", Channel: "C1", Args: json.RawMessage(`{}`)})
+			if err != nil || v.Action != tt.want {
+				t.Errorf("Evaluate = %s by %s, %v; want %s", v.Action, v.RuleID, err, tt.want)
+			}
+		})
 	}
 }
 
