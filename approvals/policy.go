@@ -210,6 +210,11 @@ func checkToolGlob(glob string) error {
 		case '[':
 			// path.Match has checked that the class is closed.
 			j := i + 1
+			if j < len(rs) && rs[j] == '!' {
+				// Shells negate a class so; path.Match takes "!" as
+				// itself, which no tool name holds.
+				return fmt.Errorf("%q: [!...] is not a negation here: write [^...] for the characters not listed", glob)
+			}
 			if j < len(rs) && rs[j] == '^' {
 				j++
 			}

@@ -580,6 +580,8 @@ func TestToolGlobsThatMatchNoTool(t *testing.T) {
 		{"files__é*", `'é'`},
 		{"a.b c", `'.' and ' '`},
 		{"[ab].x", `write "[ab]_x"`},
+		{"db_[!r]*", `[!...] is not a negation here: write [^...]`},
+		{"db_[^r]*", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.glob, func(t *testing.T) {
