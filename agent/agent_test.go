@@ -107,6 +107,16 @@ func pauseOne(t *testing.T, w *world, a *agent.Agent, tc fakeopenai.ToolCall) ag
 	return pauseWith(t, w, a, request("please"), tc)
 }
 
+// approvedDeploy pauses on a deploy of api 2 that UAPPROVER1 then
+// approves; it returns the paused call.
+func approvedDeploy(t *testing.T, w *world, a *agent.Agent) agent.PendingCall {
+	t.Helper()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	_, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	return p
+}
+
 // pauseWith runs req, the model asking for tc, and returns the one call
 // the run paused on.
 func pauseWith(t *testing.T, w *world, a *agent.Agent, req agent.Request, tc fakeopenai.ToolCall) agent.PendingCall {

@@ -294,46 +294,6 @@ func (s *lostAnswers) BeginResume(ctx context.Context, runID string, r store.Res
 	return rs, err
 }
 
-// A decision, or a resume, whose store step claimed the resume and marked
-// the approved call to run but whose answer was lost is asked again for
-// that claim: the call runs once, with its result, not reported later as
-// "outcome unknown" by a resume that finds it marked and never run.
-func TestLostAnswerOfAClaimStillRunsTheCall(t *testing.T) {
-	for _, b := range backends(t) {
-		for _, lost := range []string{"decision", "resume"} {
-			t.Run(b.name+"/"+lost, func(t *testing.T) {
-				ctx := t.Context()
-				w := newWorld(t, b)
-				st := &lostAnswers{Store: w.store.(storetest.Store)}
-				a := w.agentWith(st, w.rec)
-				p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
-				w.model.Reply(fakeopenai.Text("deployed"))
-				var out agent.Outcome
-				d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}
-				switch lost {
-				case "decision":
-					st.decide.Store(1)
-					res, taken, err := a.DecideTaking(ctx, d)
-					if err != nil || !res.Complete || taken == nil || res.Call.Status != agent.CallDecided {
-						t.Fatalf("DecideTaking with its answer lost = %+v, taken %v, %v; want the decision recorded and its resume taken", res, taken != nil, err)
-					}
-					out, err = a.ResumeTaken(ctx, taken)
-					must(t, err)
-				case "resume":
-					res, err := a.Decide(ctx, d)
-					if err != nil || !res.Complete {
-						t.Fatalf("Decide = %+v, %v", res, err)
-					}
-					st.resume.Store(1)
-					out, err = a.Resume(ctx, p.RunID)
-					must(t, err)
-				}
-				deployedOnce(t, w, out)
-			})
-		}
-	}
-}
-
 // deployedOnce checks a resume that ran its deploy: answered, the deploy
 // run once, and its result given to the model.
 func deployedOnce(t *testing.T, w *world, out agent.Outcome) {
@@ -349,63 +309,57 @@ func deployedOnce(t *testing.T, w *world, out agent.Outcome) {
 	}
 }
 
-// A decision whose store step's answer was lost while the store stays
-// unreachable for a while is asked again until the store answers: the
-// decision stands and its call runs once, with its result, whether the
-// step's claim is still held then or lapsed meanwhile (never "outcome
-// unknown" for a call that never ran, nor "could not record" for a
-// decision that was).
-func TestLostDecisionDuringAnOutage(t *testing.T) {
+// A decision, or a resume, whose store step claimed the resume and marked
+// the approved call to run but whose answer was lost is asked again for
+// that claim, while the store stays unreachable for a while too, until
+// the store answers: the decision stands and its call runs once, with its
+// result, whether the step's claim is still held then or lapsed meanwhile
+// (never "outcome unknown" for a call that never ran, nor "could not
+// record" for a decision that was). A resume may wait past its claim's
+// lapse: the call its step marked as started is marked back and run.
+func TestLostAnswerOfAClaimStillRunsTheCall(t *testing.T) {
 	for _, b := range backends(t) {
-		for _, lapse := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/lapse=%v", b.name, lapse), func(t *testing.T) {
-				ctx := t.Context()
-				w := newWorld(t, b)
-				st := &lostAnswers{Store: w.store.(storetest.Store), lapse: lapse}
-				a := w.agentWith(st, w.rec)
-				p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
-				w.model.Reply(fakeopenai.Text("deployed"))
-				st.decide.Store(1)
-				st.outage.Store(3)
-				res, taken, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-				if err != nil || !res.Complete || res.Call.Status != agent.CallDecided {
-					t.Fatalf("DecideTaking with its answer lost in an outage = %+v, %v; want the decision recorded", res, err)
-				}
-				if lapse != (taken == nil) {
-					t.Fatalf("the resume taken: %v; want it taken only while the claim is held", taken != nil)
-				}
-				out, err := resumeTakenOr(ctx, a, taken, p.RunID)
-				must(t, err)
-				deployedOnce(t, w, out)
-			})
-		}
-	}
-}
-
-// A resume whose store step's answer was lost while the store stays
-// unreachable longer than its claim lasts is asked again until the store
-// answers: the call its step marked as started, which never ran, runs
-// once, with its result, not reported as of unknown outcome.
-func TestLostResumeDuringAnOutage(t *testing.T) {
-	for _, b := range backends(t) {
-		for _, lapse := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/lapse=%v", b.name, lapse), func(t *testing.T) {
-				ctx := t.Context()
-				w := newWorld(t, b)
-				st := &lostAnswers{Store: w.store.(storetest.Store), lapse: lapse}
-				a := w.agentWith(st, w.rec)
-				p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
-				w.model.Reply(fakeopenai.Text("deployed"))
-				res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-				if err != nil || !res.Complete {
-					t.Fatalf("Decide = %+v, %v", res, err)
-				}
-				st.resume.Store(1)
-				st.outage.Store(3)
-				out, err := a.Resume(ctx, p.RunID)
-				must(t, err)
-				deployedOnce(t, w, out)
-			})
+		for _, lost := range []string{"decision", "resume"} {
+			for _, o := range []struct {
+				outage int32
+				lapse  bool
+			}{{0, false}, {3, false}, {3, true}} {
+				lapse := o.lapse
+				t.Run(fmt.Sprintf("%s/%s/outage=%d/lapse=%v", b.name, lost, o.outage, lapse), func(t *testing.T) {
+					ctx := t.Context()
+					w := newWorld(t, b)
+					st := &lostAnswers{Store: w.store.(storetest.Store), lapse: lapse}
+					a := w.agentWith(st, w.rec)
+					p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+					w.model.Reply(fakeopenai.Text("deployed"))
+					d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}
+					var out agent.Outcome
+					switch lost {
+					case "decision":
+						st.decide.Store(1)
+						st.outage.Store(o.outage)
+						res, taken, err := a.DecideTaking(ctx, d)
+						if err != nil || !res.Complete || res.Call.Status != agent.CallDecided {
+							t.Fatalf("DecideTaking with its answer lost in an outage = %+v, %v; want the decision recorded", res, err)
+						}
+						if lapse != (taken == nil) {
+							t.Fatalf("the resume taken: %v; want it taken only while the claim is held", taken != nil)
+						}
+						out, err = resumeTakenOr(ctx, a, taken, p.RunID)
+						must(t, err)
+					case "resume":
+						res, err := a.Decide(ctx, d)
+						if err != nil || !res.Complete {
+							t.Fatalf("Decide = %+v, %v", res, err)
+						}
+						st.resume.Store(1)
+						st.outage.Store(o.outage)
+						out, err = a.Resume(ctx, p.RunID)
+						must(t, err)
+					}
+					deployedOnce(t, w, out)
+				})
+			}
 		}
 	}
 }

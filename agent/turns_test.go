@@ -275,9 +275,7 @@ func TestResumeEndsWithOneCommit(t *testing.T) {
 	log := &turnLog{Store: w.store.(storetest.Store)}
 	w.store = log
 	a := w.agent()
-	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
-	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-	must(t, err)
+	p := approvedDeploy(t, w, a)
 	log.take()
 	w.model.Reply(fakeopenai.Text("deployed"))
 	out, err := a.Resume(ctx, p.RunID)
@@ -394,12 +392,10 @@ func TestResumeStartsItsFirstCallWithItsClaim(t *testing.T) {
 			log := &turnLog{Store: w.store.(storetest.Store)}
 			w.store = log
 			a := w.agent()
-			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
-			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-			must(t, err)
+			p := approvedDeploy(t, w, a)
 			log.take()
 			w.model.Reply(fakeopenai.Text("deployed"))
-			_, err = a.Resume(ctx, p.RunID)
+			_, err := a.Resume(ctx, p.RunID)
 			must(t, err)
 			calls, _ := log.take()
 			if n := w.deploys.n.Load(); n != 1 {
@@ -465,9 +461,7 @@ func TestReclaimedResumeAuditsAnExecutionOnce(t *testing.T) {
 			w := newWorld(t, backends(t)[0])
 			w.cfg.LeaseTTL = 300 * time.Millisecond
 			a := w.agent()
-			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
-			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-			must(t, err)
+			p := approvedDeploy(t, w, a)
 			ok, err := w.store.BeginExecution(ctx, p.ID)
 			must(t, err)
 			if !ok {
@@ -769,9 +763,7 @@ func TestExecutionAuditedByTheTurnWhenItsSaveFails(t *testing.T) {
 			w := newWorld(t, backends(t)[0])
 			w.store = &failedSave{Store: w.store.(storetest.Store), effects: effects}
 			a := w.agent()
-			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
-			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-			must(t, err)
+			p := approvedDeploy(t, w, a)
 			w.model.Reply(fakeopenai.Text("deployed"))
 			if out, err := a.Resume(ctx, p.RunID); err != nil || out.Status != agent.Answered {
 				t.Fatalf("Resume = %+v, %v; want answered", out, err)
@@ -814,9 +806,7 @@ func TestExecutionWhoseSaveAndCommitFailedIsAuditedOnce(t *testing.T) {
 	st := &failingWrites{Store: w.store.(storetest.Store)}
 	w.store = st
 	a := w.agent()
-	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
-	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-	must(t, err)
+	p := approvedDeploy(t, w, a)
 	st.saves.Store(1)
 	st.commits.Store(1)
 	w.model.Reply(fakeopenai.Text("deployed"), fakeopenai.Text("deployed"))
@@ -847,9 +837,7 @@ func TestExecutionAuditedThroughAPauseThatFailed(t *testing.T) {
 	st := &failedSave{Store: w.store.(storetest.Store)}
 	w.store = st
 	a := w.agent()
-	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
-	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-	must(t, err)
+	p := approvedDeploy(t, w, a)
 	st.pause.Store(true)
 	w.model.Reply(fakeopenai.ToolCalls(call("c2", "deploy", `{"service":"api","version":"3"}`)))
 	if _, err := a.Resume(ctx, p.RunID); err == nil || !strings.Contains(err.Error(), "save paused step") {
