@@ -405,7 +405,9 @@ func (s *Store) prune(now time.Time) error {
 					continue
 				}
 				if r.drop != nil {
-					if err := r.drop(tx, k, v); err != nil {
+					if err := r.drop(tx, k, v); errors.Is(err, errUnreadable) {
+						continue // kept, as a record no rule can read
+					} else if err != nil {
 						return err
 					}
 				}
@@ -457,13 +459,10 @@ func (s *Store) pruneRules(now time.Time) []pruneRule {
 		return err == nil && !at.After(now), nil
 	}
 	return []pruneRule{
-		{bucket: bucketRuns, expired: func(_ *bolt.Tx, k, v []byte) (bool, error) {
-			at, err := deleteAtOf(v)
-			if err != nil {
-				return false, fmt.Errorf("decode run %s: %w", k, err)
-			}
-			return !at.After(now), nil
-		}, drop: dropRun},
+		// A run that cannot be read (a damaged record) is kept, as the
+		// other rules keep what they cannot read: failing here would stop
+		// every prune, and the store from opening.
+		{bucket: bucketRuns, expired: deleteAt, drop: dropRun},
 		{bucket: bucketConvs, expired: deleteAt},
 		{bucket: bucketLeases, expired: func(_ *bolt.Tx, _, v []byte) (bool, error) {
 			var l leaseRecord
@@ -495,12 +494,16 @@ func (s *Store) pruneRules(now time.Time) []pruneRule {
 	}
 }
 
+// errUnreadable is a record a prune cannot read (a damaged one): it is
+// kept, and the prune goes on with the others.
+var errUnreadable = errors.New("unreadable record")
+
 // dropRun deletes the calls of a run, and takes it out of the decided
-// runs.
+// runs; errUnreadable for a run it cannot read.
 func dropRun(tx *bolt.Tx, k, v []byte) error {
 	var rec runRecord
 	if err := fastjson.Unmarshal(v, &rec); err != nil {
-		return fmt.Errorf("decode run %s: %w", k, err)
+		return fmt.Errorf("%w: run %s: %w", errUnreadable, k, err)
 	}
 	for _, id := range rec.Run.CallIDs {
 		if err := unlistPending(tx, id); err != nil {
@@ -1102,9 +1105,10 @@ func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
 		runs := tx.Bucket(bucketRuns)
 		return tx.Bucket(bucketDecided).ForEach(func(k, _ []byte) error {
 			var rec runRecord
-			ok, err := get(runs, string(k), &rec)
-			if err != nil || !ok {
-				return err
+			// A run that cannot be read (a damaged record) is passed
+			// over: nothing could resume it, and the others still can.
+			if ok, err := get(runs, string(k), &rec); err != nil || !ok {
+				return nil
 			}
 			if !rec.Finished && rec.Pending == 0 && !rec.ClaimUntil.After(now) {
 				recs = append(recs, rec)

@@ -205,11 +205,10 @@ func scanIndex(tx *bolt.Tx, bucket, prefix []byte, visit func(at time.Time, c st
 			continue
 		}
 		var c store.Call
+		// A call that cannot be read (a damaged record) is passed over:
+		// the listing goes on with the others.
 		ok, err := get(calls, id, &c)
-		if err != nil {
-			return err
-		}
-		if ok && visit(decodeTime(rest[:8]), c) {
+		if err == nil && ok && visit(decodeTime(rest[:8]), c) {
 			return nil
 		}
 	}

@@ -226,3 +226,53 @@ func TestPruneDropsListingsOfRunsFinishedOrGone(t *testing.T) {
 		t.Errorf("decided runs listed after prune = %v, want only %s", got, decided.ID)
 	}
 }
+
+// A run record that cannot be read (a damaged file) stops neither the
+// prune, nor the store from opening again, nor the stalled-resume sweep or
+// the listings of pending calls: it is kept, and passed over.
+func TestDamagedRunIsPassedOver(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	s, err := Open(path, Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := pause(t, s, 3, 1)
+	decided, damaged, pending := runs[0], runs[1], runs[2]
+	decide(t, s, decided.CallIDs[0])
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketRuns)
+		if err := b.Put([]byte("garbled"), []byte("not json")); err != nil {
+			return err
+		}
+		// Its deletion time can be read, the rest not.
+		if err := b.Put([]byte("torn"), []byte(`{"delete_at":"2000-01-01T00:00:00Z","run":5}`)); err != nil {
+			return err
+		}
+		for _, k := range []string{"garbled", "torn"} {
+			if err := tx.Bucket(bucketDecided).Put([]byte(k), nil); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketCalls).Put([]byte(damaged.CallIDs[0]), []byte("not json"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.prune(time.Now()); err != nil {
+		t.Errorf("prune with damaged runs = %v, want nil", err)
+	}
+	if got, err := s.Stalled(t.Context(), 0); err != nil || !slices.Equal(got, []string{decided.ID}) {
+		t.Errorf("Stalled with damaged runs = %v, %v; want [%s]", got, err, decided.ID)
+	}
+	if got, err := s.Pending(t.Context(), store.Filter{}); err != nil || len(got) != 1 || got[0].ID != pending.CallIDs[0] {
+		t.Errorf("Pending with damaged records = %v, %v; want the pending call", got, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path, Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatalf("Open a file with damaged runs: %v", err)
+	}
+	s.Close()
+}
