@@ -854,7 +854,7 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e 
 		switch {
 		case !c.Executing:
 			return false, fmt.Errorf("not executing: %w", store.ErrConflict)
-		case len(c.Result) > 0 && bytes.Equal(c.Result, result):
+		case len(c.Result) > 0 && sameJSON(c.Result, result):
 			return false, nil // saved already
 		case len(c.Result) > 0:
 			return false, fmt.Errorf("another result is saved: %w", store.ErrConflict)
@@ -866,6 +866,17 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e 
 		return fmt.Errorf("save result of call %s: %w", callID, err)
 	}
 	return nil
+}
+
+// sameJSON reports whether the results a and b are one once compacted, as
+// a call's record keeps its result (encoding a json.RawMessage compacts
+// it).
+func sameJSON(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var ca, cb bytes.Buffer
+	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
 }
 
 // FinishRun marks the run finished, takes it and its calls out of every

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -275,4 +276,29 @@ func TestDamagedRunIsPassedOver(t *testing.T) {
 		t.Fatalf("Open a file with damaged runs: %v", err)
 	}
 	s.Close()
+}
+
+// A result sent again as its first sending was is saved already, however
+// its JSON is spaced: the record keeps it compacted.
+func TestSaveResultSentAgainWithSpaces(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := pause(t, s, 1, 1)[0]
+	id := r.CallIDs[0]
+	decide(t, s, id)
+	if ok, err := s.BeginExecution(t.Context(), id); err != nil || !ok {
+		t.Fatalf("BeginExecution = %v, %v", ok, err)
+	}
+	result := []byte(`{"content": "done", "is_error": false}`)
+	for i := range 2 {
+		if err := s.SaveResult(t.Context(), id, result, store.AuditEntry{}); err != nil {
+			t.Errorf("SaveResult, sending %d: %v", i+1, err)
+		}
+	}
+	if err := s.SaveResult(t.Context(), id, []byte(`{"content":"other"}`), store.AuditEntry{}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("another result = %v, want ErrConflict", err)
+	}
 }
