@@ -82,7 +82,28 @@ func New(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		_ = c.Close()
 		return nil, err
 	}
+	if err := notClusterNode(ctx, c); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// notClusterNode refuses a client of one node (a redis:// URL) that is a
+// node of a Redis Cluster: it answers a ping, but most keys are on other
+// nodes, and nearly every command would fail with MOVED.
+func notClusterNode(ctx context.Context, c redis.UniversalClient) error {
+	if _, ok := c.(*redis.Client); !ok {
+		return nil
+	}
+	info, err := c.Info(ctx, "cluster").Result()
+	if err != nil {
+		return nil // a server that keeps INFO to itself is taken as it is
+	}
+	if strings.Contains(info, "cluster_enabled:1") {
+		return errors.New("the server is a node of a Redis Cluster: write the url as redis+cluster://host:port[,host:port...]")
+	}
+	return nil
 }
 
 // NewFromClient returns a Store on an existing client, which the Store then

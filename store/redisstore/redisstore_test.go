@@ -324,11 +324,42 @@ func TestNewClient(t *testing.T) {
 		"redis+cluster://10.0.0.1:7000?route_randomly=true",
 		"redis+sentinel://10.0.0.1:26379?master_name=main&replica_only=true",
 		"redis+sentinel://10.0.0.1:26379?master_name=main&route_by_latency=true",
+		// A cluster has database 0 only.
+		"redis+cluster://10.0.0.1:7000,10.0.0.2:7001/3",
 	} {
 		if c, err := redisstore.NewClient(bad); err == nil {
 			c.Close()
 			t.Errorf("NewClient(%s) succeeded, want an error", bad)
 		}
+	}
+	for _, good := range []string{"redis+cluster://10.0.0.1:7000/0", "redis+cluster://10.0.0.1:7000/?dial_timeout=1s"} {
+		c, err := redisstore.NewClient(good)
+		if err != nil {
+			t.Errorf("NewClient(%s) = %v, want a client", good, err)
+			continue
+		}
+		c.Close()
+	}
+}
+
+// A redis:// URL naming a node of a Redis Cluster is refused at once,
+// saying to use redis+cluster://: the node answers a ping, but nearly every
+// command would fail with MOVED.
+func TestClusterNodeNamedAsOneServerIsRefused(t *testing.T) {
+	u := envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")
+	first, _, _ := strings.Cut(strings.TrimPrefix(u, "redis+cluster://"), ",")
+	s, err := redisstore.New(t.Context(), "redis://"+first+"/0", redisstore.Options{})
+	if err == nil {
+		s.Close()
+		t.Fatalf("New(redis://%s/0) on a cluster node succeeded, want an error", first)
+	}
+	if !strings.Contains(err.Error(), "redis+cluster://") {
+		t.Errorf("New(redis://%s/0) on a cluster node = %v, want it to say redis+cluster://", first, err)
+	}
+	if s, err := redisstore.New(t.Context(), redisURL(t), redisstore.Options{}); err != nil {
+		t.Errorf("New(%s) on a single node = %v", redisURL(t), err)
+	} else {
+		s.Close()
 	}
 }
 

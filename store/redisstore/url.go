@@ -75,6 +75,9 @@ func parseTarget(rawURL string) (target, error) {
 		if err != nil {
 			return target{}, err
 		}
+		if path := clusterPath(rest); path != "" && path != "/" && path != "/0" {
+			return target{}, fmt.Errorf("parse redis cluster url: a cluster has database 0 only, not %s", strings.TrimPrefix(path, "/"))
+		}
 		o, err := redis.ParseClusterURL(u)
 		if err != nil {
 			return target{}, fmt.Errorf("parse redis cluster url: %w", err)
@@ -137,6 +140,16 @@ func CheckURL(ctx context.Context, rawURL string, timeout time.Duration) error {
 		return errors.New("the url names no redis node")
 	}
 	return fmt.Errorf("cannot reach redis: %w", errors.Join(errs...))
+}
+
+// clusterPath returns the path of "user@h1:p1,h2:p2/path?q".
+func clusterPath(rest string) string {
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return ""
+	}
+	path, _, _ := strings.Cut(rest[i:], "?")
+	return path
 }
 
 // seedURL turns "user@h1:p1,h2:p2/path?q" into a URL of scheme with host h1:p1
