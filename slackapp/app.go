@@ -330,6 +330,9 @@ func (a *App) checkApprovalsChannel(ctx context.Context) {
 func (a *App) Run(ctx context.Context, ag Agent) error {
 	a.ag = ag
 	auth, err := a.api.AuthTestContext(ctx)
+	if tokenRefused(err) {
+		return &TokenRefusedError{Err: fmt.Errorf("auth.test: %w", err)}
+	}
 	if err != nil {
 		return fmt.Errorf("slack auth.test: %w", err)
 	}

@@ -270,6 +270,9 @@ func (s *socket) connect(ctx context.Context) (*socketConn, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if tokenRefused(err) {
+			return nil, &TokenRefusedError{App: true, Err: err}
+		}
 		if fatalSocketError(err) {
 			return nil, err
 		}
@@ -277,7 +280,7 @@ func (s *socket) connect(ctx context.Context) (*socketConn, error) {
 		if rl, ok := errors.AsType[*slack.RateLimitedError](err); ok {
 			wait = max(wait, rl.RetryAfter)
 		}
-		s.log.Warn("socket mode: could not connect; retrying", "attempt", attempt+1, "retry_in", wait, "err", err)
+		s.log.Warn("socket mode: could not connect; retrying", "attempt", attempt+1, "retry_in", wait.String(), "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -291,15 +294,43 @@ func (s *socket) connect(ctx context.Context) (*socketConn, error) {
 // fatalSocketError reports whether err, from opening a connection, means
 // the app token will not be accepted however often it is tried.
 func fatalSocketError(err error) bool {
+	if tokenRefused(err) {
+		return true
+	}
+	e, ok := errors.AsType[slack.StatusCodeError](err)
+	return ok && e.Code == http.StatusNotFound
+}
+
+// tokenRefused reports whether err is Slack refusing the token a call was
+// made with, for good.
+func tokenRefused(err error) bool {
 	if e, ok := errors.AsType[slack.SlackErrorResponse](err); ok {
 		switch e.Err {
 		case "invalid_auth", "account_inactive", "token_revoked", "not_authed":
 			return true
 		}
 	}
-	e, ok := errors.AsType[slack.StatusCodeError](err)
-	return ok && e.Code == http.StatusNotFound
+	return false
 }
+
+// TokenRefusedError is Run's error when Slack refuses one of the app's
+// tokens for good (invalid_auth, account_inactive, token_revoked,
+// not_authed): the bot token at start, or the app-level token when
+// Socket Mode connects (App).
+type TokenRefusedError struct {
+	App bool
+	Err error
+}
+
+func (e *TokenRefusedError) Error() string {
+	which := "bot token"
+	if e.App {
+		which = "app-level token"
+	}
+	return "slack refused the " + which + ": " + e.Err.Error()
+}
+
+func (e *TokenRefusedError) Unwrap() error { return e.Err }
 
 func (s *socket) dial(ctx context.Context) (*socketConn, error) {
 	url, err := s.open(ctx)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -152,6 +153,14 @@ func describeType(typ string) string {
 // validate checks what envconfig cannot: required values, token shapes,
 // ranges and enumerations. Token values are never quoted in the errors.
 func (c *config) validate() error {
+	for _, v := range []struct{ name, value string }{
+		{"SLACK_APP_TOKEN", c.SlackAppToken}, {"SLACK_BOT_TOKEN", c.SlackBotToken}, {"OPENAI_API_KEY", c.OpenAIAPIKey}, {"OPENAI_MODEL", c.OpenAIModel},
+	} {
+		if strings.TrimSpace(v.value) != v.value {
+			// A secret written to a file with its line's end, say.
+			return fmt.Errorf("%s has spaces or a line break at its start or end: remove them", v.name)
+		}
+	}
 	switch {
 	case c.SlackAppToken == "":
 		return errors.New("SLACK_APP_TOKEN is required (xapp-…, an app-level token with connections:write)")
@@ -186,6 +195,8 @@ func (c *config) validate() error {
 	if c.RedisURL == "" && c.DataDir == "" {
 		return errors.New("DATA_DIR must not be empty when REDIS_URL is not set")
 	}
+	// A trailing comma, or a doubled one, names no one.
+	c.AdminUsers = slices.DeleteFunc(c.AdminUsers, func(u string) bool { return strings.TrimSpace(u) == "" })
 	for _, u := range c.AdminUsers {
 		if !isUserID(u) {
 			return fmt.Errorf("ADMIN_USERS: %q is not a Slack user id (U… or W…)", u)

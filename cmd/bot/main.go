@@ -239,6 +239,13 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
+	if tr, ok := errors.AsType[*slackapp.TokenRefusedError](err); ok {
+		name := "SLACK_BOT_TOKEN"
+		if tr.App {
+			name = "SLACK_APP_TOKEN"
+		}
+		err = configErrorf("%s: %w; paste the token again from the Slack app's settings", name, err)
+	}
 	if err == nil {
 		log.Info("stopped")
 	}

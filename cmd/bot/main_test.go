@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -150,6 +151,7 @@ func TestConfigErrors(t *testing.T) {
 `)
 	badYAML := writeFile("bad-yaml.yaml", "policy: [\n")
 	longTimeout := writeFile("long-timeout.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, timeout: 10m}\n")
+	missingDir := writeFile("missing-dir.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: "+filepath.Join(dir, "nowhere")+"}\n")
 
 	tests := []struct {
 		name string
@@ -168,6 +170,10 @@ func TestConfigErrors(t *testing.T) {
 		{name: "placeholder app token", set: map[string]string{"SLACK_APP_TOKEN": "xapp-"}, want: []string{"SLACK_APP_TOKEN is still the placeholder", "App-Level Tokens (xapp-1-…)"}},
 		{name: "placeholder bot token", set: map[string]string{"SLACK_BOT_TOKEN": "xoxb-"}, want: []string{"SLACK_BOT_TOKEN is still the placeholder", "OAuth & Permissions page (xoxb-…)"}},
 		{name: "stand-in bot token", set: map[string]string{"SLACK_BOT_TOKEN": "xoxb-…"}, want: []string{"SLACK_BOT_TOKEN is still the placeholder"}},
+		{name: "bot token with a line break", set: map[string]string{"SLACK_BOT_TOKEN": testBotToken + "\n"}, want: []string{"SLACK_BOT_TOKEN has spaces or a line break at its start or end"}, notWant: testBotToken},
+		{name: "app token with a space", set: map[string]string{"SLACK_APP_TOKEN": " xapp-1-A0-1-abc"}, want: []string{"SLACK_APP_TOKEN has spaces or a line break"}},
+		{name: "model key with a line break", set: map[string]string{"OPENAI_API_KEY": "sk-abc\n"}, want: []string{"OPENAI_API_KEY has spaces or a line break"}, notWant: "sk-abc"},
+		{name: "blank model", set: map[string]string{"OPENAI_MODEL": " "}, want: []string{"OPENAI_MODEL has spaces"}},
 		{name: "malformed approval ttl", set: map[string]string{"APPROVAL_TTL": "3x"}, want: []string{`APPROVAL_TTL: "3x" is not a duration`}},
 		{name: "negative approval ttl", set: map[string]string{"APPROVAL_TTL": "-1h"}, want: []string{"APPROVAL_TTL", "not positive"}},
 		{name: "approval ttl past a conversation's life", set: map[string]string{"APPROVAL_TTL": "673h"}, want: []string{"APPROVAL_TTL: 673h0m0s is longer than 672h"}},
@@ -198,6 +204,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "tool timeout past TOOL_TIMEOUT", set: map[string]string{"CONFIG_FILE": longTimeout, "TOOL_TIMEOUT": "2m"},
 			want: []string{longTimeout, "builtin_tools.run_command.timeout (10m0s) is longer than TOOL_TIMEOUT (2m0s)"}},
 		{name: "argument", args: []string{"serve"}, want: []string{`unexpected argument "serve"`, "--help"}},
+		{name: "tool that cannot be set up", set: map[string]string{"CONFIG_FILE": missingDir}, want: []string{"CONFIG_FILE: load tools: run_command", "nowhere"}},
 		{name: "unknown flag", args: []string{"--port=1"}, want: []string{"-port"}},
 	}
 	for _, tt := range tests {
@@ -501,35 +508,44 @@ func stopRun(t *testing.T, cancel context.CancelFunc, errc <-chan error, logs *s
 	assertNoSecrets(t, "the log", logs.String(), slack.BotToken(), slack.AppToken())
 }
 
+// A token Slack refuses stops the bot as a bad setting does: exit status
+// 2, naming the variable, never quoting the token.
 func TestRunBadSlackToken(t *testing.T) {
-	slack := fakeslack.New(t)
-	model := fakeopenai.New(t)
-	setEnv(t, map[string]string{
-		"SLACK_APP_TOKEN": slack.AppToken(),
-		"SLACK_BOT_TOKEN": "xoxb-revoked-secret-token",
-		"SLACK_API_URL":   slack.APIURL(),
-		"OPENAI_BASE_URL": model.URL(),
-		"DATA_DIR":        t.TempDir(),
-		"HTTP_ADDR":       "127.0.0.1:0",
-	})
-	logs := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(t.Context(), nil, io.Discard, logs) }()
-	select {
-	case err := <-errc:
-		if err == nil {
-			t.Fatal("run succeeded with a bad bot token")
-		}
-		if code := exitCode(err); code != 1 {
-			t.Errorf("exit code %d, want 1 (error %v)", code, err)
-		}
-		if !strings.Contains(err.Error(), "invalid_auth") {
-			t.Errorf("error %q does not say invalid_auth", err)
-		}
-		assertNoSecrets(t, "error", err.Error(), "xoxb-revoked-secret-token")
-		assertNoSecrets(t, "the log", logs.String(), "xoxb-revoked-secret-token")
-	case <-time.After(15 * time.Second):
-		t.Fatal("run did not stop on a bad token")
+	for _, bad := range []string{"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN"} {
+		t.Run(bad, func(t *testing.T) {
+			slack := fakeslack.New(t)
+			model := fakeopenai.New(t)
+			env := map[string]string{
+				"SLACK_APP_TOKEN": slack.AppToken(),
+				"SLACK_BOT_TOKEN": slack.BotToken(),
+				"SLACK_API_URL":   slack.APIURL(),
+				"OPENAI_BASE_URL": model.URL(),
+				"DATA_DIR":        t.TempDir(),
+				"HTTP_ADDR":       "127.0.0.1:0",
+			}
+			secret := map[string]string{"SLACK_BOT_TOKEN": "xoxb-revoked-secret-token", "SLACK_APP_TOKEN": "xapp-1-revoked-secret-token"}[bad]
+			env[bad] = secret
+			setEnv(t, env)
+			logs := &syncBuffer{}
+			errc := make(chan error, 1)
+			go func() { errc <- run(t.Context(), nil, io.Discard, logs) }()
+			select {
+			case err := <-errc:
+				if err == nil {
+					t.Fatalf("run succeeded with a bad %s", bad)
+				}
+				if code := exitCode(err); code != 2 {
+					t.Errorf("exit code %d, want 2 (error %v)", code, err)
+				}
+				if !strings.HasPrefix(err.Error(), bad+": ") || !strings.Contains(err.Error(), "invalid_auth") {
+					t.Errorf("error %q does not name %s and say invalid_auth", err, bad)
+				}
+				assertNoSecrets(t, "error", err.Error(), secret)
+				assertNoSecrets(t, "the log", logs.String(), secret)
+			case <-time.After(15 * time.Second):
+				t.Fatalf("run did not stop on a bad %s", bad)
+			}
+		})
 	}
 }
 
@@ -574,4 +590,18 @@ func TestRunRedactsToolSecrets(t *testing.T) {
 		t.Errorf("the log does not quote the server's stderr, redacted:\n%s", logs)
 	}
 	assertNoSecrets(t, "the log", logs.String(), secret)
+}
+
+// A trailing or doubled comma in ADMIN_USERS names no one, and is no error.
+func TestAdminUsersWithATrailingComma(t *testing.T) {
+	env := validEnv(t)
+	env["ADMIN_USERS"] = "U0ADMIN1,,W0ADMIN2,"
+	setEnv(t, env)
+	c, err := loadConfig()
+	if err != nil {
+		t.Fatalf("loadConfig with ADMIN_USERS %q: %v", env["ADMIN_USERS"], err)
+	}
+	if want := []string{"U0ADMIN1", "W0ADMIN2"}; !slices.Equal(c.AdminUsers, want) {
+		t.Errorf("AdminUsers = %q, want %q", c.AdminUsers, want)
+	}
 }

@@ -52,6 +52,11 @@ func Build(ctx context.Context, p Parts) (*Bot, error) {
 	reg := agent.NewRegistry()
 	mgr, err := tools.Load(ctx, p.File.Tools, reg, p.Logger)
 	if err != nil {
+		if ctx.Err() == nil {
+			// A tool of the file that cannot be set up (a directory
+			// that does not exist, a preview tool the server lacks).
+			err = &ConfigError{Err: fmt.Errorf("CONFIG_FILE: %w", err)}
+		}
 		return nil, err
 	}
 	engine := approvals.NewEngine(p.File.Policy, p.Store, approvals.WithAuditLog(p.Logger),
