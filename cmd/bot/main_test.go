@@ -526,27 +526,36 @@ func TestRunBadSlackToken(t *testing.T) {
 			secret := map[string]string{"SLACK_BOT_TOKEN": "xoxb-revoked-secret-token", "SLACK_APP_TOKEN": "xapp-1-revoked-secret-token"}[bad]
 			env[bad] = secret
 			setEnv(t, env)
-			logs := &syncBuffer{}
-			errc := make(chan error, 1)
-			go func() { errc <- run(t.Context(), nil, io.Discard, logs) }()
-			select {
-			case err := <-errc:
-				if err == nil {
-					t.Fatalf("run succeeded with a bad %s", bad)
-				}
-				if code := exitCode(err); code != 2 {
-					t.Errorf("exit code %d, want 2 (error %v)", code, err)
-				}
-				if !strings.HasPrefix(err.Error(), bad+": ") || !strings.Contains(err.Error(), "invalid_auth") {
-					t.Errorf("error %q does not name %s and say invalid_auth", err, bad)
-				}
-				assertNoSecrets(t, "error", err.Error(), secret)
-				assertNoSecrets(t, "the log", logs.String(), secret)
-			case <-time.After(15 * time.Second):
-				t.Fatalf("run did not stop on a bad %s", bad)
+			logs, err := runFails(t, "a bad "+bad)
+			if code := exitCode(err); code != 2 {
+				t.Errorf("exit code %d, want 2 (error %v)", code, err)
 			}
+			if !strings.HasPrefix(err.Error(), bad+": ") || !strings.Contains(err.Error(), "invalid_auth") {
+				t.Errorf("error %q does not name %s and say invalid_auth", err, bad)
+			}
+			assertNoSecrets(t, "error", err.Error(), secret)
+			assertNoSecrets(t, "the log", logs, secret)
 		})
 	}
+}
+
+// runFails runs the bot, which must stop with an error within 15 s
+// (because of what), and returns its log and the error.
+func runFails(t *testing.T, what string) (string, error) {
+	t.Helper()
+	logs := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(t.Context(), nil, io.Discard, logs) }()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatalf("run succeeded with %s", what)
+		}
+		return logs.String(), err
+	case <-time.After(15 * time.Second):
+		t.Fatalf("run did not stop on %s", what)
+	}
+	return "", nil
 }
 
 // TestRunRedactsToolSecrets runs the bot with a stdio MCP server that
@@ -574,22 +583,12 @@ func TestRunRedactsToolSecrets(t *testing.T) {
 		"HTTP_ADDR":       "127.0.0.1:0",
 	})
 	t.Setenv("TOOLGATE_TEST_MCP_TOKEN", secret)
-	logs := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(t.Context(), nil, io.Discard, logs) }()
-	select {
-	case err := <-errc:
-		if err == nil {
-			t.Fatal("run succeeded with a bad bot token")
-		}
-		assertNoSecrets(t, "error", err.Error(), secret)
-	case <-time.After(15 * time.Second):
-		t.Fatal("run did not stop on a bad token")
-	}
-	if !strings.Contains(logs.String(), "token=[redacted]") {
+	logs, err := runFails(t, "a bad bot token")
+	assertNoSecrets(t, "error", err.Error(), secret)
+	if !strings.Contains(logs, "token=[redacted]") {
 		t.Errorf("the log does not quote the server's stderr, redacted:\n%s", logs)
 	}
-	assertNoSecrets(t, "the log", logs.String(), secret)
+	assertNoSecrets(t, "the log", logs, secret)
 }
 
 // A trailing or doubled comma in ADMIN_USERS names no one, and is no error.
