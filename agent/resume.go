@@ -135,7 +135,7 @@ func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (claim
 		again, ok, answered := a.askAgainUntil(ctx, runID, rb, err, time.Time{})
 		switch {
 		case ok:
-			st, err = again, nil
+			st, err = again, nil // the claim counts from the first ask
 		case answered && a.takeBackLostMark(ctx, runID, conv, rb.Nonce):
 			sent = time.Now()
 			rb.Nonce = newNonce()

@@ -36,8 +36,8 @@ var (
 
 // mayDecide checks that user may decide the pending call c, as the agent
 // checks on a decision: under the approvers it names (authorizeNamed),
-// and, for a call open to its conversation, as someone who can see it
-// (errNotInConversation otherwise).
+// and, for a call open to its conversation, as someone of this workspace
+// (errOutsider otherwise) who can see it (errNotInConversation).
 func (a *App) mayDecide(ctx context.Context, c agent.Call, user string) error {
 	if err := a.authorizeNamed(ctx, c, user); err != nil {
 		return err
