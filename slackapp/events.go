@@ -310,16 +310,14 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 		// A reply in a thread started a moment ago: the mention that
 		// started it may be being recorded still (by another replica,
 		// or on another connection). Asked again, within the record's
-		// deadline, by its message id alone: its event id is marked
-		// seen already. The turn slot reserved for the message goes back
-		// while it waits.
+		// deadline (an unknown thread recorded nothing of the message).
+		// The turn slot reserved for the message goes back while it
+		// waits.
 		unreserve()
-		again := req
-		again.EventID = ""
 		select {
 		case <-rctx.Done():
 		case <-time.After(wait):
-			r, acc, err = a.ag.Accept(rctx, again, followUp)
+			r, acc, err = a.ag.Accept(rctx, req, followUp)
 			continue
 		}
 		break

@@ -133,15 +133,18 @@ func (s *Store) accept(ctx context.Context, conversation string, m store.Inbound
 			}
 			return nil
 		}
+		// A message in a thread the bot is not in records nothing, not
+		// even its ids: Slack's next delivery of it, if it was not acked,
+		// is not taken for a duplicate.
+		if requireKnown && !found && tx.Bucket(bucketConvs).Get([]byte(conversation)) == nil {
+			got = store.Unknown
+			return nil
+		}
 		if ok, err := firstTime("event", m.EventID); err != nil || !ok {
 			if err != nil {
 				return err
 			}
 			return duplicate()
-		}
-		if requireKnown && !found && tx.Bucket(bucketConvs).Get([]byte(conversation)) == nil {
-			got = store.Unknown
-			return nil
 		}
 		if ok, err := firstTime("msg", m.MsgID); err != nil || !ok {
 			if err != nil {

@@ -523,14 +523,17 @@ local function accept(u)
     if n and n == nonce then return seq end
     return false
   end
+  -- A message in a thread the bot is not in records nothing, not even its
+  -- ids: Slack's next delivery of it, if it was not acked, is not taken
+  -- for a duplicate.
+  if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
+    return {'unknown', 0, 0, 0}
+  end
   local again = nil
   if ARGV[2] == '1' then
     again = seen(4)
     if again == false then return reply('duplicate', 0) end
     if again then return reply('accepted', again) end
-  end
-  if ARGV[1] == '1' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
-    return {'unknown', 0, 0, 0}
   end
   if ARGV[3] == '1' then
     again = seen(5)
