@@ -1482,19 +1482,25 @@ if n > 0 then redis.call('INCR', KEYS[2]) end
 return n
 `)
 
-// SeenEvent records an event id for ttl (SET NX); true if it was new.
+// SeenEvent records an event id for ttl (SET NX, naming its sending); true
+// if it was new, also when the client sent the command again after its
+// reply was lost.
 func (s *Store) SeenEvent(ctx context.Context, id string, ttl time.Duration) (bool, error) {
 	if ttl < time.Millisecond {
 		return false, fmt.Errorf("record event %s: ttl %v is under 1ms", id, ttl)
 	}
-	err := s.c.SetArgs(ctx, s.seenKey(id), "1", redis.SetArgs{Mode: "NX", TTL: ttl}).Err()
+	// The value names this sending: the client sends the command again
+	// when its reply is lost, and the sending that set the key must not
+	// then find it set by someone else. GET returns what was there.
+	nonce := rand.Text()
+	prev, err := s.c.SetArgs(ctx, s.seenKey(id), nonce, redis.SetArgs{Mode: "NX", TTL: ttl, Get: true}).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return false, nil
+		return true, nil
 	case err != nil:
 		return false, fmt.Errorf("record event %s: %w", id, err)
 	}
-	return true, nil
+	return prev == nonce, nil
 }
 
 // Ping checks that Redis answers.
