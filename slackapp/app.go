@@ -992,9 +992,9 @@ func (k *acker) ack(payload any) {
 // ack acks env with payload (nil for none) and records how long after its
 // arrival it was acked.
 func (a *App) ack(env *envelope, payload any, start time.Time) {
-	// Past 3 s Slack has given up on the envelope; do not wait forever
-	// for a connection that is gone.
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// Past ackWindow Slack has given up on the envelope; do not wait
+	// forever for a connection that is gone.
+	ctx, cancel := context.WithTimeout(context.Background(), ackWindow)
 	defer cancel()
 	err := a.sock.ack(ctx, env, payload)
 	if errors.Is(err, errAckTooLarge) {

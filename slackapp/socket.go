@@ -466,10 +466,16 @@ type ackMessage struct {
 // errAckTooLarge is the error of an ack whose reply Slack would drop.
 var errAckTooLarge = errors.New("ack too large")
 
+// ackWindow is how long after an envelope's delivery Slack waits for its
+// ack before it takes the envelope as failed (and delivers it again).
+const ackWindow = 3 * time.Second
+
 // ack replies to env with payload (nil for none). A reply of maxAckSize or
 // more is refused, as Slack would drop it. It is written on env's
 // connection, or, once that one is gone, on the current one, waiting for
-// one until ctx ends.
+// one until ctx ends, and no longer than ackWindow after env was read:
+// past that Slack has given up on it, and envelopes read from a lost
+// connection are not acked one wait after another.
 func (s *socket) ack(ctx context.Context, env *envelope, payload any) error {
 	msg, err := json.Marshal(ackMessage{EnvelopeID: env.ID, Payload: payload})
 	if err != nil {
@@ -485,6 +491,14 @@ func (s *socket) ack(ctx context.Context, env *envelope, payload any) error {
 	if tried != nil && tried.write(ctx, msg) == nil {
 		return nil
 	}
+	// A write keeps ctx's deadline: one cut short would close a working
+	// connection.
+	wait := ctx
+	if !env.received.IsZero() {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithDeadline(ctx, env.received.Add(ackWindow))
+		defer cancel()
+	}
 	for {
 		c, changed := s.currentConn()
 		if c != nil && c != tried {
@@ -495,8 +509,8 @@ func (s *socket) ack(ctx context.Context, env *envelope, payload any) error {
 		}
 		select {
 		case <-changed:
-		case <-ctx.Done():
-			return fmt.Errorf("no socket mode connection to ack on: %w", ctx.Err())
+		case <-wait.Done():
+			return fmt.Errorf("no socket mode connection to ack on: %w", wait.Err())
 		}
 	}
 }

@@ -40,6 +40,19 @@ func TestAckRefusesRepliesSlackDrops(t *testing.T) {
 	}
 }
 
+// With no connection to ack on, an ack waits for one no longer than Slack
+// waits for it, counted from when the envelope was read: envelopes read
+// from a connection that was then lost do not hold the event loop one
+// wait after another. The ack's own context never ends here.
+func TestAckWaitsNoLongerThanSlackDoes(t *testing.T) {
+	s := newSocket(nil, slog.Default(), false, 0)
+	env := &envelope{ID: "e1", received: time.Now().Add(-ackWindow)}
+	err := s.ack(context.Background(), env, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ack of an envelope read %s ago with no connection: got %v, want the envelope's window passed", ackWindow, err)
+	}
+}
+
 // A connection Slack refuses for too many (too_many_websockets) is not
 // replaced at once: Run waits a backoff that grows with each refusal in a
 // row, and starts again from the first after an ordinary refresh. The
