@@ -176,7 +176,7 @@ func (a *Agent) claimAndResume(ctx context.Context, run store.Run) (Outcome, err
 
 // resumeStarted runs the resume of a run whose claim (and conversation's
 // lease) this process took with rs.
-func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (Outcome, error) {
+func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (out Outcome, err error) {
 	run, calls := rs.Run, rs.Calls
 	// Renewed like the lease, so the claim of a process that dies lapses
 	// within LeaseTTL; the decision that completed the step listed the
@@ -189,11 +189,11 @@ func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (Outcome, error) 
 	var st runState
 	stErr := fastjson.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: calls})
-	out, err := a.resumeClaimed(ctx, rs.ResumeStart, st, stErr, a.reporter(run.Conversation))
+	defer endTurn(end, &out, &err)
+	out, err = a.resumeClaimed(ctx, rs.ResumeStart, st, stErr, a.reporter(run.Conversation))
 	if err != nil && leaseLost(ctx) && !errors.Is(err, ErrLeaseLost) {
 		err = errors.Join(err, context.Cause(ctx))
 	}
-	end(out, err)
 	return out, err
 }
 

@@ -235,17 +235,16 @@ func (a *Agent) AcceptTaking(ctx context.Context, req Request, requireKnown bool
 // RunTaken is Run for a message recorded by AcceptTaking (req as it
 // returned it), under the lease it took: the turn starts from what
 // AcceptTaking read.
-func (a *Agent) RunTaken(ctx context.Context, req Request, t *Taken) (Outcome, error) {
+func (a *Agent) RunTaken(ctx context.Context, req Request, t *Taken) (out Outcome, err error) {
 	if t == nil || t.resume != nil || t.conversation != req.Conversation || !t.used.CompareAndSwap(false, true) {
 		return Outcome{}, errors.New("run taken: not a lease taken for this conversation, or used already")
 	}
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnMessage, Conversation: req.Conversation, User: req.User, Channel: req.Channel})
-	var out Outcome
-	err := a.leases.runHeld(ctx, req.Conversation, func(ctx context.Context) (err error) {
+	defer endTurn(end, &out, &err)
+	err = a.leases.runHeld(ctx, req.Conversation, func(ctx context.Context) (err error) {
 		out, err = a.answer(ctx, req.Conversation, t.begun)
 		return err
 	})
-	end(out, err)
 	return out, err
 }
 
@@ -305,11 +304,10 @@ func inboundOf(req Request) store.Inbound {
 //
 // A model error is returned as is (a *ModelError for the OpenAI client);
 // the conversation keeps the message and everything before it.
-func (a *Agent) Run(ctx context.Context, req Request) (Outcome, error) {
+func (a *Agent) Run(ctx context.Context, req Request) (out Outcome, err error) {
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnMessage, Conversation: req.Conversation, User: req.User, Channel: req.Channel})
-	out, err := a.run(ctx, req)
-	end(out, err)
-	return out, err
+	defer endTurn(end, &out, &err)
+	return a.run(ctx, req)
 }
 
 func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
@@ -342,8 +340,8 @@ func (a *Agent) TakeOver(ctx context.Context, conversation string) (Outcome, err
 			ts.User, ts.Channel = b.Inbox[n-1].User, b.Inbox[n-1].Channel
 		}
 		ctx, end := a.startTurn(ctx, ts)
+		defer endTurn(end, &out, &err)
 		out, err = a.answer(ctx, conversation, b)
-		end(out, err)
 		return err
 	})
 	if errors.Is(err, errBusy) {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/store"
@@ -59,6 +60,18 @@ type ToolStart struct {
 	Verdict approvals.Verdict
 	// Args are the exact arguments the tool gets.
 	Args json.RawMessage
+}
+
+// endTurn is deferred by each turn's start: it calls end, from startTurn,
+// with the turn's outcome and error, or, when a panic cuts the turn, with
+// an error naming it before the panic goes on, so that the turn is
+// reported ended either way.
+func endTurn(end func(Outcome, error), out *Outcome, err *error) {
+	if p := recover(); p != nil {
+		end(Outcome{}, fmt.Errorf("panic: %v", p))
+		panic(p)
+	}
+	end(*out, *err)
 }
 
 // startTurn calls the tracer, if any.

@@ -48,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
 		}),
 		modelSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "toolgate_model_seconds", Help: "Model request latency, by result.",
+			Name: "toolgate_model_seconds", Help: "Model request latency, by result (ok, error, interrupted).",
 			Buckets: prometheus.ExponentialBuckets(0.1, 2, 10),
 		}, []string{"result"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -114,13 +114,18 @@ func (m *Metrics) ToolCall(verdict string) {
 	}
 }
 
-// Model records the latency of one model request.
+// Model records the latency of one model request, by result: ok, error,
+// or interrupted for a request the bot cut (a shutdown, a lost lease),
+// which is no failure of the model.
 func (m *Metrics) Model(d time.Duration, err error) {
 	if m == nil {
 		return
 	}
 	result := "ok"
-	if err != nil {
+	switch {
+	case agent.Interrupted(err):
+		result = "interrupted"
+	case err != nil:
 		result = "error"
 	}
 	m.modelSeconds.WithLabelValues(result).Observe(d.Seconds())

@@ -200,6 +200,12 @@ func (m tracedModel) Complete(ctx context.Context, req agent.ModelRequest, onDel
 		attribute.Int("gen_ai.usage.input_tokens", usage.InputTokens),
 		attribute.Int("gen_ai.usage.output_tokens", usage.OutputTokens),
 	)
+	if agent.Interrupted(err) {
+		// Cut by the bot (a shutdown, a lost lease), not failed, as its
+		// turn is: a rolling upgrade is no model failure.
+		span.AddEvent("interrupted")
+		return msg, err
+	}
 	if err != nil {
 		var me *agent.ModelError
 		if errors.As(err, &me) {

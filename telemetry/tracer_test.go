@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sashabaranov/go-openai"
+
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
@@ -46,6 +48,9 @@ type world struct {
 	ran   map[string]json.RawMessage // tool -> arguments it ran with
 	// held is told when read_held starts; it runs until its context ends.
 	held chan struct{}
+	// before, if set, runs before each model request, which fails with
+	// its error if it returns one (it may panic instead).
+	before func(ctx context.Context) error
 
 	mu  sync.Mutex
 	now time.Time
@@ -88,8 +93,22 @@ func newWorld(t *testing.T, capture bool) *world {
 		Sleep:   func(context.Context, time.Duration) error { return nil },
 		OnRetry: telemetry.RecordRetry,
 	})
-	w.agent = agent.New(tr.Model(model, "fake-model"), reg, engine, st, nil, agent.Config{Now: w.clock, Tracer: tr})
+	hooked := modelFunc(func(ctx context.Context, req agent.ModelRequest, onDelta func(string)) (openai.ChatCompletionMessage, error) {
+		if w.before != nil {
+			if err := w.before(ctx); err != nil {
+				return openai.ChatCompletionMessage{}, err
+			}
+		}
+		return model.Complete(ctx, req, onDelta)
+	})
+	w.agent = agent.New(tr.Model(hooked, "fake-model"), reg, engine, st, nil, agent.Config{Now: w.clock, Tracer: tr})
 	return w
+}
+
+type modelFunc func(ctx context.Context, req agent.ModelRequest, onDelta func(string)) (openai.ChatCompletionMessage, error)
+
+func (f modelFunc) Complete(ctx context.Context, req agent.ModelRequest, onDelta func(string)) (openai.ChatCompletionMessage, error) {
+	return f(ctx, req, onDelta)
 }
 
 func (w *world) clock() time.Time {
@@ -396,6 +415,49 @@ func TestModelFailureWithoutCaptureKeepsContentOut(t *testing.T) {
 			t.Errorf("span %q status = %v %q; want failed, with the status and not the server's text", name, s.Status.Code, s.Status.Description)
 		}
 	}
+}
+
+// A model request the bot cut (its turn's context ended: a shutdown) is
+// interrupted on both spans, not failed: a rolling upgrade is no model
+// failure.
+func TestModelRequestCutByTheBotIsNoFailure(t *testing.T) {
+	w := newWorld(t, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	w.before = func(context.Context) error {
+		cancel()
+		return &agent.ModelError{Kind: agent.ErrKindCanceled, Err: context.Canceled}
+	}
+	if _, err := w.agent.Run(ctx, request); !agent.Interrupted(err) {
+		t.Fatalf("Run = %v, want the turn interrupted", err)
+	}
+	for _, name := range []string{"chat fake-model", "invoke_agent toolgate"} {
+		s := w.one(name)
+		interrupted := slices.ContainsFunc(s.Events, func(e sdktrace.Event) bool { return e.Name == "interrupted" })
+		if s.Status.Code == codes.Error || !interrupted {
+			t.Errorf("span %q: status %v, events %v; want no error and an interrupted event", name, s.Status.Code, s.Events)
+		}
+	}
+}
+
+// A turn cut by a panic (the bot's own fault) is still ended, failed, so
+// that its span, the one an operator needs, is exported with its
+// children.
+func TestTurnCutByAPanicIsEnded(t *testing.T) {
+	w := newWorld(t, false)
+	w.before = func(context.Context) error { panic("model wrapper broke") }
+	func() {
+		defer func() {
+			if p := recover(); p != "model wrapper broke" {
+				t.Errorf("recovered %v, want the panic to go on", p)
+			}
+		}()
+		_, _ = w.agent.Run(context.Background(), request)
+	}()
+	turn := w.one("invoke_agent toolgate")
+	if turn.Status.Code != codes.Error || !strings.Contains(turn.Status.Description, "panic") {
+		t.Errorf("turn span status %v %q, want failed by the panic", turn.Status.Code, turn.Status.Description)
+	}
+	childOf(t, w.one("chat fake-model"), turn)
 }
 
 // A message recorded and never answered (its process died) is answered by

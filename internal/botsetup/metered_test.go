@@ -3,6 +3,7 @@ package botsetup
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -42,13 +43,15 @@ func (f modelFunc) Complete(ctx context.Context, req agent.ModelRequest, onDelta
 	return f(ctx, req, onDelta)
 }
 
+// Each request is recorded by its result; one the bot cut (its turn's
+// context ended: a shutdown) is interrupted, not a model error.
 func TestMeteredModel(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	fail := false
+	var fail error
 	m := meteredModel{
 		model: modelFunc(func(_ context.Context, _ agent.ModelRequest, onDelta func(string)) (openai.ChatCompletionMessage, error) {
-			if fail {
-				return openai.ChatCompletionMessage{}, errors.New("timeout")
+			if fail != nil {
+				return openai.ChatCompletionMessage{}, fail
 			}
 			onDelta("hi")
 			return openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: "hi"}, nil
@@ -60,23 +63,32 @@ func TestMeteredModel(t *testing.T) {
 	if err != nil || msg.Content != "hi" || strings.Join(deltas, "") != "hi" {
 		t.Errorf("Complete = %+v, %v with deltas %q; want the model's answer passed through", msg, err, deltas)
 	}
-	fail = true
-	if _, err := m.Complete(t.Context(), agent.ModelRequest{}, func(string) {}); err == nil {
-		t.Error("Complete hid the model's error")
+	for _, fail = range []error{
+		errors.New("timeout"),
+		&agent.ModelError{Kind: agent.ErrKindCanceled, Err: context.Canceled},
+		&agent.ModelError{Kind: agent.ErrKindCanceled, Err: context.Canceled},
+	} {
+		if _, err := m.Complete(t.Context(), agent.ModelRequest{}, func(string) {}); err != fail {
+			t.Errorf("Complete returned %v, want the model's error %v", err, fail)
+		}
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var samples uint64
+	samples := map[string]uint64{}
 	for _, mf := range mfs {
 		if mf.GetName() == "toolgate_model_seconds" {
 			for _, mm := range mf.GetMetric() {
-				samples += mm.GetHistogram().GetSampleCount()
+				for _, lp := range mm.GetLabel() {
+					if lp.GetName() == "result" {
+						samples[lp.GetValue()] += mm.GetHistogram().GetSampleCount()
+					}
+				}
 			}
 		}
 	}
-	if samples != 2 {
-		t.Errorf("toolgate_model_seconds has %d samples, want 2", samples)
+	if want := map[string]uint64{"ok": 1, "error": 1, "interrupted": 2}; !maps.Equal(samples, want) {
+		t.Errorf("toolgate_model_seconds samples by result = %v, want %v", samples, want)
 	}
 }
