@@ -220,6 +220,9 @@ type Config struct {
 	// refuses). Decisions and resumes judge calls again; they are not
 	// counted. It must not block.
 	Judged func(verdict string)
+	// Expired, if set, is called once for each call this process expired
+	// (Expire), as decided. It must not block.
+	Expired func(c Call)
 }
 
 // DefaultSystemPrompt is used when Config.SystemPrompt is empty.

@@ -444,7 +444,10 @@ func TestExpirySweep(t *testing.T) {
 			ctx := context.Background()
 			w := newWorld(t, b)
 			w.cfg.ApprovalTTL = time.Hour
+			var expired []agent.Call
+			w.cfg.Expired = func(c agent.Call) { expired = append(expired, c) }
 			a := w.agent()
+			other := w.agent() // another replica's sweep
 			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
 			must(t, a.Sweep(ctx, nil))
 			if c, _ := a.Call(ctx, p.ID); c.Status != agent.CallPending {
@@ -457,6 +460,10 @@ func TestExpirySweep(t *testing.T) {
 			must(t, err)
 			if c.Status != agent.CallExpired {
 				t.Fatalf("got %s after the expiry, want expired", c.Status)
+			}
+			must(t, other.Sweep(ctx, nil))
+			if len(expired) != 1 || expired[0].ID != p.ID || expired[0].Status != agent.CallExpired {
+				t.Errorf("Expired was told of %+v, want the call once, expired", expired)
 			}
 			got := toolResults(t, w.model)
 			if len(got) != 1 || got[0] != "c1: not performed: approval expired after 1h0m0s" {

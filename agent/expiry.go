@@ -76,7 +76,11 @@ func (a *Agent) expireDue(ctx context.Context) ([]runRef, error) {
 			errs = append(errs, fmt.Errorf("expire %s: %w", c.ID, err))
 			continue
 		}
-		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseSkipped, Note: "expired"})
+		view := viewOf(got)
+		if a.cfg.Expired != nil {
+			a.cfg.Expired(view)
+		}
+		a.reporter(got.Conversation).Updated(ctx, CallUpdate{Call: view, Phase: PhaseSkipped, Note: "expired"})
 		if complete {
 			a.resumable.add(got.RunID, got.Conversation)
 			runs = append(runs, runRef{got.RunID, got.Conversation})

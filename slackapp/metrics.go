@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 )
 
 // Metrics are the bot's Prometheus metrics. A nil *Metrics records nothing.
@@ -104,6 +105,12 @@ func (m *Metrics) error(where string) {
 	if m != nil {
 		m.errors.WithLabelValues(where).Inc()
 	}
+}
+
+// Expired counts a call the agent expired as a decision of kind expire,
+// with its wait (see agent.Config.Expired).
+func (m *Metrics) Expired(c agent.Call) {
+	m.decision(string(approvals.Expire), "ok", decidedAfter(c))
 }
 
 // ToolCall counts a call the model made by how it was judged (see

@@ -71,7 +71,7 @@ func Build(ctx context.Context, p Parts) (*Bot, error) {
 		return nil, fmt.Errorf("set up slack app: %w", err)
 	}
 	ac := p.Agent
-	ac.Groups, ac.Audience, ac.Logger, ac.Judged = app.Groups(), app.Audience(), p.Logger, p.Metrics.ToolCall
+	ac.Groups, ac.Audience, ac.Logger, ac.Judged, ac.Expired = app.Groups(), app.Audience(), p.Logger, p.Metrics.ToolCall, p.Metrics.Expired
 	ac.ShownInFull = slackapp.ArgsShownInFull
 	ag := agent.New(meteredModel{model: p.Model, metrics: p.Metrics}, reg, engine, p.Store, app.Reporter, ac)
 	return &Bot{App: app, Agent: ag, Tools: mgr}, nil
