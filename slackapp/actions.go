@@ -28,6 +28,22 @@ type click struct {
 	// redelivered reports whether the click's envelope was seen before,
 	// by any replica; it asks the store at most once per envelope.
 	redelivered func() bool
+	// retried is set on an envelope Slack delivers again (its ack was
+	// missed: a lost connection).
+	retried bool
+}
+
+// madeBefore reports whether err, the refusal of c's decision, refuses
+// the decision c made itself before: a click Slack delivered again whose
+// first delivery was decided (which never marked its envelope seen).
+func (c click) madeBefore(err error) bool {
+	if !c.retried {
+		return false
+	}
+	if refused, ok := errors.AsType[*approvals.RefusedError](err); ok && errors.Is(err, approvals.ErrAlreadyDecided) {
+		return refused.DecidedBy == c.user
+	}
+	return errors.Is(err, approvals.ErrAlreadyApproved)
 }
 
 // submitFailedText answers a modal submission whose handler failed
@@ -68,7 +84,7 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 			}
 			a.noteTeam(in.User.ID, in.User.TeamID)
 			for _, act := range in.Actions {
-				c := click{user: in.User.ID, channel: in.Channel.ID, thread: in.Container.ThreadTS, conversation: conversation, actionID: act.ActionID, value: act.Value, triggerID: in.TriggerID, redelivered: redelivered}
+				c := click{user: in.User.ID, channel: in.Channel.ID, thread: in.Container.ThreadTS, conversation: conversation, actionID: act.ActionID, value: act.Value, triggerID: in.TriggerID, redelivered: redelivered, retried: env.RetryAttempt > 0}
 				a.onClick(ctx, c)
 			}
 		})
@@ -114,8 +130,9 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 // A redelivered envelope is dropped. A decision is not checked for that
 // first: the store decides atomically and refuses a second decision, so
 // only a refusal asks whether the click was a redelivery, to tell the
-// clicker once. A redelivered click whose first delivery was decided is
-// thus answered "already decided" (by the clicker); nothing runs twice.
+// clicker once. A click Slack delivered again that is refused as the
+// clicker's own decision is taken for its first delivery's (madeBefore),
+// and dropped too; nothing runs twice.
 func (a *App) onClick(ctx context.Context, c click) {
 	switch c.actionID {
 	case ActionApprove, ActionDeny, ActionRemember, ActionRememberExact:
@@ -148,21 +165,20 @@ func (a *App) onClick(ctx context.Context, c click) {
 // atomically, whatever the conversation is doing) and tells the clicker
 // when it was refused.
 func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
-	text := InvalidRequestText()
+	text, again := InvalidRequestText(), false
 	if validToken(c.value) {
 		callID, fp := parseToken(c.value)
-		text = a.decide(ctx, c, approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user, Exact: c.actionID == ActionRememberExact})
+		text, again = a.decide(ctx, c, approvals.Decision{CallID: callID, Fingerprint: fp, Kind: kind, Decider: c.user, Exact: c.actionID == ActionRememberExact})
 	} else {
 		a.m.decision(string(kind), "invalid", 0)
 	}
-	if text == "" {
-		return
-	}
-	if c.redelivered() {
+	switch {
+	case text == "" && !again:
+	case again || c.redelivered():
 		a.m.duplicate()
-		return
+	default:
+		a.tell(ctx, c.user, c.channel, c.thread, text)
 	}
-	a.tell(ctx, c.user, c.channel, c.thread, text)
 }
 
 // decide records a decision and, when it was the last one pending, has
@@ -172,9 +188,11 @@ func (a *App) decideClick(ctx context.Context, c click, kind approvals.Kind) {
 // work in this process (see decideFast); otherwise on the conversation's
 // queue, after whatever the conversation is doing. It returns the text to
 // tell the decider when the decision was refused or failed, and "" on
-// success, once the resume run at once is over. A click on a call that is not saved yet is decided once it is
-// (see afterPause).
-func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string {
+// success, once the resume run at once is over; again is set, with
+// nothing counted, for a refusal of the clicker's own decision made by
+// an earlier delivery of the click (see click.madeBefore). A click on a
+// call that is not saved yet is decided once it is (see afterPause).
+func (a *App) decide(ctx context.Context, c click, d approvals.Decision) (text string, again bool) {
 	var res agent.DecideResult
 	var fast *fastResume
 	var err error
@@ -185,13 +203,16 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string 
 		}
 	}
 	kind := string(d.Kind)
+	if err != nil && c.madeBefore(err) {
+		return "", true
+	}
 	if err != nil {
 		text, result := refusalText(res.Call, d.Decider, err)
 		a.m.decision(kind, result, 0)
 		if result == "error" {
 			a.log.Error("record decision", "call", d.CallID, "err", err)
 		}
-		return text
+		return text, false
 	}
 	a.m.decision(kind, "ok", decidedAfter(res.Call))
 	switch {
@@ -201,9 +222,9 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) string 
 		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}
 	if res.Unremembered {
-		return UnrememberedText()
+		return UnrememberedText(), false
 	}
-	return ""
+	return "", false
 }
 
 // fastResume is a resume that a decision began in this process and that

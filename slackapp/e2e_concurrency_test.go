@@ -279,6 +279,19 @@ func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64
 	return sum
 }
 
+// plainCounter reads the counter name of reg, which has no labels.
+func plainCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	must(t, err)
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
 // dueFailsOnce fails the first expiry pass at or after deadline, as a
 // store failover at the deadline would: its Due, then the reads of the
 // next deadlines, until the next Due.

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
@@ -116,6 +118,50 @@ func TestConnectionLostDuringClick(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A click Slack delivers again after its first delivery was decided (its
+// ack was missed) is a duplicate: the clicker is not told their own
+// decision was made already, and it is not counted as a refused decision.
+func TestRedeliveredDecidedClickIsADuplicate(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			reg := prometheus.NewRegistry()
+			e.cfg.Metrics = slackapp.NewMetrics(reg)
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"10"}`)), fakeopenai.Text("Deployed once."))
+			ts := e.slack.Mention(channel, requester, "deploy api 10")
+			card := e.card(ts, "deploy")
+			id, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed once.")
+			// The mention comes as two events, one of them a duplicate,
+			// counted before its ack.
+			for _, env := range e.slack.EnvelopesByTS(ts) {
+				_, err := e.slack.WaitAck(env.ID, 10*time.Second)
+				must(t, err)
+			}
+			before := plainCounter(t, reg, "toolgate_duplicate_events_total")
+			must(t, e.slack.Redeliver(id))
+			_, err = e.slack.WaitAck(id, 10*time.Second)
+			must(t, err)
+			e.stop() // every click's work is done by then
+
+			for _, m := range e.slack.Ephemerals(approver) {
+				t.Errorf("the approver was told %q about their own click delivered again", m.Text)
+			}
+			if n := counter(t, reg, "toolgate_decisions_total", "already_decided"); n != 0 {
+				t.Errorf("%v decisions refused as already decided, want none", n)
+			}
+			if n := plainCounter(t, reg, "toolgate_duplicate_events_total") - before; n != 1 {
+				t.Errorf("%v duplicate events counted for the click delivered again, want 1", n)
+			}
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+		})
 	}
 }
 
