@@ -376,8 +376,11 @@ func TestBrowserSurfaces(t *testing.T) {
 		ask("delete notes.md", &dmThread),
 		shot("s1-dm"),
 	)
-	run("alice cannot see the DM: the card is in #approvals",
+	run("alice cannot see the DM: switching to her closes your DM's thread",
 		actAs(userAlice),
+		waitJS(`state.thread === "" && document.getElementById("thread-pane").hidden && document.getElementById("title").textContent === "toolgate (DM)"`),
+	)
+	run("alice cannot see the DM: the card is in #approvals",
 		click(`.nav-item[data-conv="`+channelApprov+`"]`),
 		waitText(`#title`, "#approvals"),
 		waitText(`#main .bk-header`, "workspace_delete"),
@@ -401,6 +404,33 @@ func TestBrowserSurfaces(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(pg.workspace, "notes.md")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("notes.md after the approval: got %v, want it gone", err)
 	}
+	// The page holds the next send until the person is switched, then
+	// lets it through.
+	var opened bool
+	run("a message sent just before a switch of person does not open its thread for the next one",
+		void(chromedp.Evaluate[bool](`(() => {
+			const fetch = window.fetch;
+			window.releaseSend = null;
+			window.fetch = (url, opts) => {
+				if (url !== "/api/send") return fetch(url, opts);
+				window.fetch = fetch;
+				return new Promise((resolve) => { window.releaseSend = () => resolve(fetch(url, opts)); });
+			};
+			return true;
+		})()`), nil),
+		setValue("#text", "list files"),
+		click("#send"),
+		waitJS(`window.releaseSend !== null`),
+		actAs(userAlice),
+		waitJS(`document.getElementById("thread-pane").hidden`),
+		void(chromedp.Evaluate[bool](`(window.releaseSend(), true)`), nil),
+		// send clears the composer and then decides about the thread.
+		waitJS(`document.getElementById("text").value === ""`),
+		void(chromedp.Evaluate[bool](`state.thread !== "" || !document.getElementById("thread-pane").hidden`), &opened),
+	)
+	if opened {
+		t.Error("alice's page opened the thread of the message you sent")
+	}
 	run("a slash command answers privately",
 		actAs(userBob),
 		click(`.nav-item[data-conv="`+channelOps+`"]`),
@@ -414,5 +444,16 @@ func TestBrowserSurfaces(t *testing.T) {
 		actAs(userDave),
 		waitJS(`document.getElementById("text").disabled && document.getElementById("text").placeholder.includes("not in #ops")`),
 		waitJS(`!document.body.textContent.includes("Only visible to you")`),
+	)
+	run("a ?user= that names no one says so, and the page acts as the first person",
+		chromedp.Navigate(url+"?user=U0NOBODY99"),
+		chromedp.WaitVisible(chromedp.CSS(`#sidebar .nav-item.active`)),
+		waitText(`#post-error`, `No one here is "U0NOBODY99"`),
+		waitJS(`!document.getElementById("post-error").hidden && state.user === "`+userYou+`"`),
+	)
+	run("?user= takes a name",
+		chromedp.Navigate(url+"?user=alice"),
+		chromedp.WaitVisible(chromedp.CSS(`#sidebar .nav-item.active`)),
+		waitJS(`state.user === "`+userAlice+`" && document.getElementById("post-error").hidden`),
 	)
 }

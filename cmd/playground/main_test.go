@@ -105,6 +105,9 @@ func TestScriptedSession(t *testing.T) {
 		{prompt: "alice", command: "read secrets/api-token.txt", want: []string{
 			"workspace_read: secrets/ is off limits from chat; ask the security team.",
 		}, notWant: []string{"card #", "not-a-real-token"}},
+		{prompt: "alice", command: "read Secrets/api-token.txt", want: []string{
+			"workspace_read: secrets/ is off limits from chat; ask the security team.",
+		}, notWant: []string{"card #", "not-a-real-token"}},
 		{prompt: "alice", command: "write hi to notes.md", want: []string{
 			"card #2:", "== Approval: workspace_write ==", "Changing files needs a review", `"path": "notes.md"`,
 		}},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // Turning Slack messages into terminal text: Block Kit blocks become lines,
@@ -201,6 +202,23 @@ func terminalMarkup(s string) string {
 		out = append(out, emojiCodes.Replace(bold.ReplaceAllString(line, "$1")))
 	}
 	return strings.Join(out, "\n")
+}
+
+// terminalSafe replaces control characters (C0 but newline and tab, DEL
+// and C1) with U+FFFD, and so do bytes that are not UTF-8. Text from the
+// bot, the model and tools is printed to a terminal, where an escape
+// sequence in it would act instead of showing: hide the text after it,
+// move the cursor over earlier lines, or set the clipboard (OSC 52).
+func terminalSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return r
+		}
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
+			return utf8.RuneError
+		}
+		return r
+	}, s)
 }
 
 // indent prefixes every line of s.

@@ -41,8 +41,11 @@ func newSession(pg *playground, out io.Writer, opts options) *session {
 	}
 }
 
+// printf prints to the terminal. Everything the session prints goes
+// through it, and much of that comes from the bot, the model and tools,
+// so it is made safe for a terminal here.
 func (s *session) printf(format string, args ...any) {
-	fmt.Fprintf(s.out, format, args...)
+	_, _ = io.WriteString(s.out, terminalSafe(fmt.Sprintf(format, args...)))
 }
 
 func (s *session) intro() {

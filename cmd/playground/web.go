@@ -578,6 +578,14 @@ func (w *web) send(rw http.ResponseWriter, r *http.Request) {
 	var ts string
 	switch {
 	case req.Thread != "":
+		// A reply goes in a thread of this conversation, as in Slack's
+		// client; the fake Slack files one under any ts. A page that
+		// switched person with a DM thread open would otherwise post
+		// under a ts of another person's DM, a thread no one can see.
+		if !w.isThread(ch, req.Thread) {
+			http.Error(rw, "no thread "+req.Thread+" in "+name+": reply in a thread of this conversation", http.StatusBadRequest)
+			return
+		}
 		ts = w.pg.slack.ThreadReply(ch, req.Thread, p.id, typed(text))
 	case req.Conv == "dm":
 		ts = w.pg.slack.DM(p.id, typed(text))
@@ -585,6 +593,17 @@ func (w *web) send(rw http.ResponseWriter, r *http.Request) {
 		ts = w.pg.slack.Mention(ch, p.id, typed(text))
 	}
 	reply(rw, map[string]string{"ts": ts})
+}
+
+// isThread reports whether ts is a top-level message of channel ch, one
+// that can have a thread.
+func (w *web) isThread(ch, ts string) bool {
+	for _, m := range w.pg.slack.Messages(ch) {
+		if m.TS == ts {
+			return m.ThreadTS == "" || m.ThreadTS == m.TS
+		}
+	}
+	return false
 }
 
 // click presses a button: in a message (channel and ts) or in a view.

@@ -276,6 +276,58 @@ func TestPageRefusals(t *testing.T) {
 	}
 }
 
+// A reply names a thread of the conversation it is posted in: the ts of a
+// top-level message there. The page keeps an open thread's ts across a
+// switch of person, and another person's DM does not have it.
+func TestReplyNeedsAThreadOfTheConversation(t *testing.T) {
+	pg, srv := startWeb(t)
+	msg := func(user, conv, thread, text string) map[string]string {
+		return map[string]string{"user": user, "conv": conv, "thread": thread, "text": text}
+	}
+	sent := func(body string) string {
+		var r struct{ TS string }
+		if err := json.Unmarshal([]byte(body), &r); err != nil || r.TS == "" {
+			t.Fatalf("send answered %s, want a ts", body)
+		}
+		return r.TS
+	}
+	code, body := postJSON(t, srv, "/api/send", msg(userYou, "dm", "", "hello"))
+	if code != http.StatusOK {
+		t.Fatalf("send in your DM: %d %s", code, body)
+	}
+	parent := sent(body)
+	code, body = postJSON(t, srv, "/api/send", msg(userYou, "dm", parent, "a reply"))
+	if code != http.StatusOK {
+		t.Fatalf("reply in your DM's thread: %d %s", code, body)
+	}
+	reply := sent(body)
+
+	for _, tc := range []struct {
+		name string
+		body map[string]string
+	}{
+		{"alice, in her DM, to a thread of yours", msg(userAlice, "dm", parent, "hi")},
+		{"you, in #ops, to a thread of your DM", msg(userYou, channelOps, parent, "hi")},
+		{"you, to a reply", msg(userYou, "dm", reply, "hi")},
+		{"you, to no message", msg(userYou, "dm", "1.000001", "hi")},
+	} {
+		code, body := postJSON(t, srv, "/api/send", tc.body)
+		if code != http.StatusBadRequest || !strings.Contains(body, "no thread "+tc.body["thread"]) {
+			t.Errorf("%s: got %d %s, want 400 naming the thread", tc.name, code, strings.TrimSpace(body))
+		}
+	}
+	for _, ch := range []string{pg.slack.DMChannel(userAlice), channelOps} {
+		if msgs := pg.slack.Messages(ch); len(msgs) != 0 {
+			t.Errorf("refused replies reached %s: %+v", ch, msgs)
+		}
+	}
+	for _, m := range pg.slack.Messages(pg.slack.DMChannel(userYou)) {
+		if m.User != "" && m.User != userYou || m.Text == "hi" {
+			t.Errorf("a refused reply reached your DM: %+v", m)
+		}
+	}
+}
+
 // TestDefaultModeServesThePage runs the program as `go run
 // ./cmd/playground -no-open` does: it prints the page's URL, serves it,
 // and stops cleanly when its context ends, an open event stream included.

@@ -85,11 +85,11 @@ policy:
   rules:
     - id: reads
       tool: "workspace_[lr]*"     # workspace_list and workspace_read
-      when: '!has(args.path) || !args.path.startsWith("secrets")'
+      when: '!has(args.path) || !args.path.matches("(?i)^secrets")'
       verdict: allow
-    - id: secrets
+    - id: secrets                 # in any case: on macOS and Windows, Secrets/ is secrets/
       tool: "workspace_*"
-      when: 'has(args.path) && args.path.startsWith("secrets")'
+      when: 'has(args.path) && args.path.matches("(?i)^secrets")'
       verdict: deny
       reason: secrets/ is off limits from chat; ask the security team.
     - id: deletes

@@ -126,10 +126,14 @@ async function send(textEl, inThread) {
   const text = textEl.value.trim();
   if (!text) return;
   showError(null);
+  const user = state.user, conv = state.conv;
   try {
-    const res = await post("/api/send", { conv: state.conv, thread: inThread ? state.thread : "", text });
+    const res = await post("/api/send", { conv, thread: inThread ? state.thread : "", text });
     textEl.value = "";
-    if (!inThread && res.ts) state.thread = res.ts; // follow the new conversation
+    // Follow the new conversation, unless the page moved to another
+    // person or conversation while it was sent: there the ts names no
+    // thread, or one that person did not start.
+    if (!inThread && res.ts && state.user === user && state.conv === conv) state.thread = res.ts;
     refresh();
   } catch (err) {
     showError(err);
@@ -212,12 +216,21 @@ function enterSends(textEl, inThread) {
 window.addEventListener("DOMContentLoaded", () => {
   const params = new URLSearchParams(location.search);
   const sel = $("user");
-  if (params.get("user")) sel.value = params.get("user");
+  const wanted = params.get("user");
+  if (wanted) {
+    const opt = [...sel.options].find((o) => o.value === wanted || o.dataset.name === wanted);
+    if (opt) sel.value = opt.value;
+    else showError(`No one here is "${wanted}" (?user= takes a name or user id): acting as ${sel.selectedOptions[0].dataset.name}.`);
+  }
   state.user = sel.value;
   state.conv = params.get("conv") || document.body.dataset.conv;
   sel.addEventListener("change", () => {
     state.user = sel.value;
     state.modalKey = "";
+    // Each person has their own DM with the bot: a thread open in the
+    // last person's is not in the next one's. A channel's threads are
+    // the same for everyone, and stay open.
+    if (state.conv === "dm") state.thread = "";
     showError(null);
     if (state.conv === "home") post("/api/home", {}).catch(showError);
     refresh();
