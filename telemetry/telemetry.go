@@ -28,24 +28,40 @@ type Provider struct {
 // SDK is not disabled (OTEL_SDK_DISABLED) and OTEL_TRACES_EXPORTER is
 // unset or "otlp".
 func Enabled(getenv func(string) string) bool {
-	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+	if !endpointSet(getenv) || strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
 		return false
 	}
-	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
-		return false
-	}
-	exp := getenv("OTEL_TRACES_EXPORTER")
+	exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")))
 	return exp == "" || exp == "otlp"
+}
+
+func endpointSet(getenv func(string) string) bool {
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
 // CheckEnv refuses OTEL_* settings the exporter would reject or misread, in
 // words that quote none of their values (headers carry credentials, an
-// endpoint may too): an endpoint that is not an absolute http or https URL,
-// headers that are not comma-separated key=value pairs with percent-encoded
-// values. It checks nothing when tracing is off (see Enabled).
+// endpoint may too): with an endpoint set, a trace exporter other than
+// otlp or none (the bot has no other, and would start without traces); and
+// when tracing is on (see Enabled), a protocol other than http/protobuf
+// (the bot speaks OTLP/HTTP only: a gRPC port would refuse every batch),
+// an endpoint that is not an absolute http or https URL, headers that are
+// not comma-separated key=value pairs with percent-encoded values.
 func CheckEnv(getenv func(string) string) error {
+	if endpointSet(getenv) {
+		switch exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))); exp {
+		case "", "otlp", "none":
+		default:
+			return errors.New("OTEL_TRACES_EXPORTER: the bot exports traces with otlp only (or none for no traces)")
+		}
+	}
 	if !Enabled(getenv) {
 		return nil
+	}
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
+		if v := strings.TrimSpace(getenv(k)); v != "" && v != "http/protobuf" {
+			return fmt.Errorf("%s: the bot exports over OTLP/HTTP with protobuf only (http/protobuf); point the endpoint at the collector's OTLP/HTTP port, 4318 by default", k)
+		}
 	}
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
 		v := getenv(k)
@@ -103,7 +119,10 @@ func Start(ctx context.Context, getenv func(string) string, version string, capt
 		attrs = append(attrs, attribute.String("service.version", version))
 	}
 	res, err := resource.New(ctx, resource.WithAttributes(attrs...), resource.WithFromEnv(), resource.WithTelemetrySDK())
-	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+	switch {
+	case errors.Is(err, resource.ErrPartialResource):
+		log.Warn("tracing: OTEL_RESOURCE_ATTRIBUTES holds entries that are not key=value with percent-encoded values; the others apply")
+	case err != nil:
 		return nil, errors.Join(fmt.Errorf("trace resource: %w", err), exp.Shutdown(ctx))
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))

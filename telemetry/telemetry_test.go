@@ -40,6 +40,42 @@ func TestEnabled(t *testing.T) {
 	}
 }
 
+// Settings the bot would misread are refused, naming the variable and
+// quoting no value; with no endpoint, none is read.
+func TestCheckEnv(t *testing.T) {
+	const endpoint = "http://collector:4318"
+	tests := []struct {
+		env     map[string]string
+		refused string // the variable the error names; "" for none
+	}{
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, ""},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "OTLP", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, ""},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, ""},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "zipkin", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, ""},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "otlp,console"}, "OTEL_TRACES_EXPORTER"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "console"}, "OTEL_TRACES_EXPORTER"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_HEADERS": "api-key"}, "OTEL_EXPORTER_OTLP_HEADERS"},
+	}
+	for _, tt := range tests {
+		err := telemetry.CheckEnv(func(k string) string { return tt.env[k] })
+		switch {
+		case tt.refused == "" && err != nil:
+			t.Errorf("CheckEnv(%v) = %v, want accepted", tt.env, err)
+		case tt.refused != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.refused)):
+			t.Errorf("CheckEnv(%v) = %v, want refused naming %s", tt.env, err, tt.refused)
+		case err != nil:
+			for k, v := range tt.env {
+				if k != "OTEL_EXPORTER_OTLP_PROTOCOL" && k != "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" && strings.Contains(err.Error(), v) {
+					t.Errorf("CheckEnv(%v) = %q, which quotes %s", tt.env, err, k)
+				}
+			}
+		}
+	}
+}
+
 // Unset, nothing starts and the nil Provider is safe to use.
 func TestStartOff(t *testing.T) {
 	p, err := telemetry.Start(context.Background(), func(string) string { return "" }, "1.0", false, slog.Default())
@@ -183,4 +219,16 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// Resource attributes that do not all read are said in the log; the
+// others apply.
+func TestPartlyReadResourceAttributesAreLogged(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod,oops")
+	p, logged := startLogged(t)
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	if got := logged(); !strings.Contains(got, `"level":"WARN","msg":"tracing: OTEL_RESOURCE_ATTRIBUTES holds entries`) {
+		t.Errorf("log = %s; want a warning that some resource attributes were not read", got)
+	}
 }
