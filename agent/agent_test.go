@@ -752,6 +752,55 @@ policy:
 	}
 }
 
+// A step taken over after its process stopped while one of its calls ran
+// judges the calls left again; those judged before the stop are not
+// counted again.
+func TestCallsOfAStepTakenOverAreJudgedOnce(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  default: ask
+  rules:
+    - {id: migrations, tool: migrate, verdict: allow}
+    - {id: deploys, tool: deploy, verdict: ask}
+`
+	var mu sync.Mutex
+	var judged []string
+	w.cfg.Judged = func(v string) {
+		mu.Lock()
+		defer mu.Unlock()
+		judged = append(judged, v)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	must(t, w.reg.Register(agent.Tool{
+		Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+			cancel() // the process stops while it runs
+			<-ctx.Done()
+			return agent.Result{}, ctx.Err()
+		},
+	}))
+	w.model.Reply(fakeopenai.ToolCalls(
+		call("c1", "deploy", `{"service":"api","version":"1"}`),
+		call("c2", "migrate", `{}`),
+	))
+	if _, err := w.agent().Run(ctx, request("deploy and migrate")); err == nil {
+		t.Fatal("the cut turn succeeded")
+	}
+	out, err := w.restart().TakeOver(t.Context(), request("").Conversation)
+	must(t, err)
+	if out.Status != agent.Paused || len(out.Pending) != 1 || out.Pending[0].Tool != "deploy" {
+		t.Fatalf("TakeOver = %+v, want the deploy paused", out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(judged)
+	if want := []string{"allow", "ask"}; !slices.Equal(judged, want) {
+		t.Errorf("judged %q, want %q: each call once", judged, want)
+	}
+}
+
 // A step asking for more calls than MaxCalls takes in the first ones; the
 // model is told the others were not performed, and nothing runs or asks
 // for them.

@@ -188,9 +188,17 @@ func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (out Outcome, err
 	defer stop()
 	var st runState
 	stErr := fastjson.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
-	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: calls})
+	cs, _, csErr := conversationOf(rs.Conversation, rs.Found)
+	// The decisions' waits are the first resume's to report: one that
+	// goes on from a later step (an earlier resume ran the calls), or
+	// finds the conversation moved on, reports none.
+	waited := calls
+	if csErr != nil || cs.Step != nil || !rs.Found || rs.Conversation.PausedRun != run.ID {
+		waited = nil
+	}
+	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: waited})
 	defer endTurn(end, &out, &err)
-	out, err = a.resumeClaimed(ctx, rs.ResumeStart, st, stErr, a.reporter(run.Conversation))
+	out, err = a.resumeClaimed(ctx, rs.ResumeStart, st, stErr, cs, csErr, a.reporter(run.Conversation))
 	if err != nil && leaseLost(ctx) && !errors.Is(err, ErrLeaseLost) {
 		err = errors.Join(err, context.Cause(ctx))
 	}
@@ -198,8 +206,9 @@ func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (out Outcome, err
 }
 
 // resumeClaimed runs the resume rs began, of a run whose state decoded
-// to st, or failed to with stErr.
-func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runState, stErr error, rep Reporter) (Outcome, error) {
+// to st, or failed to with stErr, and whose conversation's decoded to cs,
+// or failed to with csErr.
+func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runState, stErr error, cs convState, csErr error, rep Reporter) (Outcome, error) {
 	run, calls := rs.Run, rs.Calls
 	runID := run.ID
 	// The call BeginResume marked as started runs in settle, which
@@ -209,9 +218,8 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runS
 	if stErr != nil {
 		return Outcome{}, fmt.Errorf("decode run %s: %w", runID, stErr)
 	}
-	cs, _, err := conversationOf(rs.Conversation, true)
-	if err != nil {
-		return Outcome{}, err
+	if csErr != nil {
+		return Outcome{}, csErr
 	}
 	if !rs.Found || rs.Conversation.PausedRun != runID {
 		// The conversation is not paused on this run. Either it moved on

@@ -857,18 +857,26 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			continue
 		}
 		name, args := tc.Function.Name, json.RawMessage(tc.Function.Arguments)
+		// A step taken over after a crash holds the slots of the calls
+		// judged before it: each call the model makes is counted once.
+		counted := i < len(slots) && slots[i].ToolCallID != ""
+		judged := func(verdict string) {
+			if !counted {
+				a.judged(verdict)
+			}
+		}
 		slots[i] = slot{ToolCallID: tc.ID, Tool: name}
 		fail := func(format string, v ...any) {
 			slots[i].Result = &Result{Content: cutText(fmt.Sprintf(format, v...), a.cfg.MaxToolOutput, "error"), IsError: true}
 		}
 		if i >= a.cfg.MaxCalls {
-			a.judged("invalid")
+			judged("invalid")
 			fail("not performed: the step asked for %d tool calls and at most %d are taken in one step; call %s again in a later step if it is still needed", len(calls), a.cfg.MaxCalls, name)
 			continue
 		}
 		tool, canonical, fp, err := a.check(name, args)
 		if err != nil {
-			a.judged("invalid")
+			judged("invalid")
 			fail("%v", err)
 			continue
 		}
@@ -879,7 +887,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
 		}
 		if v.Action != approvals.Allow && v.Action != approvals.Deny && !a.shownInFull(canonical) {
-			a.judged("invalid")
+			judged("invalid")
 			fail("not performed: the arguments of this call to %s are too long to be shown in full to the people who would decide on it, so it was not put to them; call it again with shorter arguments (split the work over several calls if need be)", name)
 			continue
 		}
@@ -896,14 +904,14 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, CallID: callID, Fingerprint: fp, Outcome: string(verdict), Detail: "rule " + v.RuleID})
 		if v.FailClosed {
-			a.judged("error")
+			judged("error")
 			if v.Problem != "" {
 				// It may quote the arguments, which the log leaves out
 				// unless asked for.
 				a.log.Debug("a rule could not be evaluated", "conversation", t.conv, "tool", name, "rule", v.RuleID, "problem", v.Problem)
 			}
 		} else {
-			a.judged(string(v.Action))
+			judged(string(v.Action))
 		}
 		switch v.Action {
 		case approvals.Allow:

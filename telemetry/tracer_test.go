@@ -22,6 +22,8 @@ import (
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/teststore"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/storetest"
 	"github.com/toolgate/toolgate/telemetry"
 )
 
@@ -51,6 +53,10 @@ type world struct {
 	// before, if set, runs before each model request, which fails with
 	// its error if it returns one (it may panic instead).
 	before func(ctx context.Context) error
+	// restart replaces agent with a new one on the same store, as a
+	// restarted process with the owner name.
+	restart func(owner string)
+	st      storetest.Store
 
 	mu  sync.Mutex
 	now time.Time
@@ -101,7 +107,11 @@ func newWorld(t *testing.T, capture bool) *world {
 		}
 		return model.Complete(ctx, req, onDelta)
 	})
-	w.agent = agent.New(tr.Model(hooked, "fake-model"), reg, engine, st, nil, agent.Config{Now: w.clock, Tracer: tr})
+	w.st = st
+	w.restart = func(owner string) {
+		w.agent = agent.New(tr.Model(hooked, "fake-model"), reg, engine, st, nil, agent.Config{Now: w.clock, Tracer: tr, Owner: owner})
+	}
+	w.restart("replica-1")
 	return w
 }
 
@@ -414,6 +424,49 @@ func TestModelFailureWithoutCaptureKeepsContentOut(t *testing.T) {
 		if s.Status.Code != codes.Error || strings.Contains(s.Status.Description, "4111") || !strings.Contains(s.Status.Description, "422") {
 			t.Errorf("span %q status = %v %q; want failed, with the status and not the server's text", name, s.Status.Code, s.Status.Description)
 		}
+	}
+}
+
+// A resume cut after its calls ran (a shutdown during the next model
+// request) goes on after the restart, which records no second wait for
+// the decision: each paused call has one approval_wait span.
+func TestResumeGoingOnRecordsTheWaitOnce(t *testing.T) {
+	w := newWorld(t, false)
+	ctx := context.Background()
+	w.model.Reply(fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "c1", Name: "deploy", Arguments: `{"service":"api"}`}))
+	out, err := w.agent.Run(ctx, request)
+	must(t, err)
+	call := out.Pending[0]
+	_, err = w.agent.Decide(ctx, approvals.Decision{CallID: call.ID, Fingerprint: call.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER"})
+	must(t, err)
+	cut, stop := context.WithCancel(ctx)
+	w.before = func(context.Context) error {
+		stop()
+		return &agent.ModelError{Kind: agent.ErrKindCanceled, Err: context.Canceled}
+	}
+	if _, err := w.agent.Resume(cut, out.RunID); !agent.Interrupted(err) {
+		t.Fatalf("Resume = %v, want it cut", err)
+	}
+	if w.ran["deploy"] == nil {
+		t.Fatal("the deploy did not run before the cut")
+	}
+	w.before = nil
+	// The cut process's lease and resume claim lapse; the restarted one's
+	// sweep resumes the run.
+	must(t, w.st.ReleaseClaim(ctx, out.RunID, "replica-1"))
+	must(t, w.st.ReleaseLease(ctx, store.TurnLease(request.Conversation), "replica-1"))
+	w.restart("replica-2")
+	w.model.Reply(fakeopenai.Text("deployed api"))
+	res, err := w.agent.Resume(ctx, out.RunID)
+	must(t, err)
+	if res.Status != agent.Answered {
+		t.Fatalf("Resume after the restart: %v, want answered", res.Status)
+	}
+	if n := len(w.byName("approval_wait deploy")); n != 1 {
+		t.Errorf("%d approval_wait spans, want 1", n)
+	}
+	if n := len(w.byName("invoke_agent toolgate")); n != 3 {
+		t.Errorf("%d turn spans, want 3 (the pause and both resumes)", n)
 	}
 }
 
