@@ -178,13 +178,40 @@ func run(ctx context.Context, stdin io.Reader, stdout io.Writer, args []string) 
 		return err
 	}
 	defer pg.close()
+	return pg.serve(ctx, opts, in, interactive, stdout)
+}
 
+// serve serves the page, or the terminal session reading in, until ctx
+// ends or the session quits. A bot that stops on its own (its Socket Mode
+// client gave up) ends it with the bot's error: the page or the prompt
+// would otherwise take messages no one answers.
+func (pg *playground) serve(ctx context.Context, opts options, in io.Reader, interactive bool, stdout io.Writer) (err error) {
+	ctx, stop := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	defer func() {
+		stop(nil)
+		<-watched
+	}()
+	go func() {
+		defer close(watched)
+		select {
+		case err := <-pg.botDone:
+			pg.botDone <- err // for close
+			stop(fmt.Errorf("the bot stopped: %w", cmp.Or(err, errors.New("it gave no reason"))))
+		case <-ctx.Done():
+		}
+	}()
 	if !opts.terminal() {
-		return serveWeb(ctx, pg, opts, stdout)
+		err = serveWeb(ctx, pg, opts, stdout)
+	} else {
+		s := newSession(pg, stdout, opts)
+		s.intro()
+		err = s.loop(ctx, in, interactive)
 	}
-	s := newSession(pg, stdout, opts)
-	s.intro()
-	return s.loop(ctx, in, interactive)
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
 }
 
 // isTerminal reports whether r is a character device, such as a terminal.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -414,5 +415,49 @@ func TestRedisURLIsNotUsed(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "an embedded store in a temporary directory") {
 		t.Errorf("the playground does not say it runs on its own store:\n%s", out.String())
+	}
+}
+
+// A bot that stops on its own (here: Slack revokes its app token and drops
+// its connection) ends the playground with the bot's error, in the page's
+// mode and the terminal's alike.
+func TestBotStoppingEndsThePlayground(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts options
+	}{
+		{"page", options{addr: "127.0.0.1:0", noOpen: true}},
+		{"terminal", options{tty: true}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Setenv("TMPDIR", t.TempDir())
+			t.Setenv("OPENAI_API_KEY", "")
+			t.Setenv("OPENAI_BASE_URL", "")
+			t.Setenv("REDIS_URL", "")
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			pg, err := start(t.Context(), mode.opts, log)
+			if err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			defer pg.close()
+			r, w, err := os.Pipe() // input that never ends
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			defer r.Close()
+			done := make(chan error, 1)
+			go func() { done <- pg.serve(t.Context(), mode.opts, r, false, io.Discard) }()
+			pg.slack.RevokeAppToken()
+			pg.slack.Drop()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "the bot stopped") || !strings.Contains(err.Error(), "app-level token") {
+					t.Errorf("serve = %v, want the bot's error", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the playground went on serving after its bot stopped")
+			}
+		})
 	}
 }
