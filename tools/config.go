@@ -32,8 +32,9 @@ type Config struct {
 // caller to redact from its logs and error messages. They are the values
 // [ParseConfig] got from ${VAR} references, for each value that has one:
 //
-//   - an MCP server's header values and env values, and run_command's env
-//     values, each whole as expanded;
+//   - an MCP server's command arguments (the program included), dir,
+//     header values and env values, and run_command's env values, each
+//     whole as expanded;
 //   - the user information, the path and the query of an MCP server's url,
 //     each whole as expanded, when that part of the url as written has a
 //     reference (the scheme and host are not secrets);
@@ -185,8 +186,10 @@ var serverNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
 // ParseConfig reads the mcp_servers and builtin_tools sections of the whole
 // configuration file; other top-level keys are ignored. ${VAR} in a
 // server's command, env, dir, url and headers is replaced by the
-// environment variable VAR, which must be set and not empty. Unknown keys and bad values
-// are errors naming the YAML line. Defaults fill settings left out.
+// environment variable VAR, which must be set and not empty; a "${" that
+// does not start such a reference is an error. Unknown keys, keys given
+// twice, a top-level merge key and bad values are errors naming the YAML
+// line. Defaults fill settings left out.
 func ParseConfig(data []byte) (Config, error) {
 	return parseConfig(data, os.LookupEnv)
 }
@@ -235,8 +238,16 @@ func parseConfig(data []byte, lookup func(string) (string, bool)) (Config, error
 	if root.Kind != yaml.MappingNode {
 		return Config{}, fmt.Errorf("parse config: line %d: the file must be a mapping", root.Line)
 	}
+	if err := uniqueKeys(root, ""); err != nil {
+		return Config{}, fmt.Errorf("parse config: %w", err)
+	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		key, val := root.Content[i], root.Content[i+1]
+		if key.Tag == "!!merge" {
+			// Sections merged from an anchor would be read by the policy's
+			// parser and not by this one.
+			return Config{}, fmt.Errorf("parse config: %w", topLevelMergeError(key.Line))
+		}
 		var err error
 		switch key.Value {
 		case "mcp_servers":
@@ -349,6 +360,10 @@ func (p *parsing) servers(n *yaml.Node) ([]ServerConfig, error) {
 			return nil, fmt.Errorf("line %d: mcp server %q: name already used on line %d", item.Line, s.Name, line)
 		}
 		seen[s.Name] = item.Line
+		for _, v := range raw.Command {
+			p.refSecrets(v)
+		}
+		p.refSecrets(raw.Dir)
 		for _, v := range raw.Env {
 			p.refSecrets(v)
 		}
@@ -389,6 +404,9 @@ func (p *parsing) newServerConfig(name string, command []string, env map[string]
 	if s.Headers, err = p.expandMap(headers); err != nil {
 		return ServerConfig{}, fmt.Errorf("headers: %w", err)
 	}
+	if err := checkServerHeaders(s.Headers); err != nil {
+		return ServerConfig{}, fmt.Errorf("headers: %w", err)
+	}
 	switch {
 	case len(s.Command) == 0 && s.URL == "":
 		return ServerConfig{}, errors.New("set either command (a stdio server) or url (an HTTP server)")
@@ -410,6 +428,45 @@ func (p *parsing) newServerConfig(name string, command []string, env map[string]
 		}
 	}
 	return s, nil
+}
+
+// checkServerHeaders refuses headers that could not be sent as
+// configured: two names that are one header (names are not
+// case-sensitive, so which value went would vary), Host and Proxy-* (see
+// checkHeaders), a name that is not an HTTP token, and a value with a
+// line break or another control character (as a secret read from a file
+// often ends with), which fails every request. Values are never quoted.
+func checkServerHeaders(headers map[string]string) error {
+	if err := checkHeaders(headers); err != nil {
+		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(headers)) {
+		if !validHeaderName(k) {
+			return fmt.Errorf("%q is not a valid header name", k)
+		}
+		v := headers[k]
+		switch i := strings.IndexFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }); {
+		case i < 0:
+		case v[i] == '\n' || v[i] == '\r':
+			return fmt.Errorf("%s: the value has a line break (a secret read from a file often ends with one): remove it", k)
+		default:
+			return fmt.Errorf("%s: the value has a control character", k)
+		}
+	}
+	return nil
+}
+
+// validHeaderName reports whether name is an HTTP token (RFC 9110).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if r >= 0x7f || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkServerName makes sure "<name>__<tool>" is a valid OpenAI function
@@ -434,6 +491,9 @@ func (p *parsing) builtins(n *yaml.Node) (BuiltinConfig, error) {
 		return b, nil
 	}
 	if err := checkKeys(n, "builtin_tools", "ask_human", "http_request", "run_command", "workspace"); err != nil {
+		return b, err
+	}
+	if err := uniqueKeys(n, "builtin_tools"); err != nil {
 		return b, err
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -464,16 +524,47 @@ func (p *parsing) builtins(n *yaml.Node) (BuiltinConfig, error) {
 // overlap reports whether directory a is b or lies inside it, or the other
 // way round, as written or with symlinks resolved.
 func overlap(a, b string) bool {
-	inside := func(a, b string) bool {
-		rel, err := filepath.Rel(b, a)
-		return err == nil && filepath.IsLocal(rel) // "." is local
-	}
 	a, b = filepath.Clean(a), filepath.Clean(b)
 	if inside(a, b) || inside(b, a) {
 		return true
 	}
 	ra, rb := resolveExisting(a), resolveExisting(b)
 	return inside(ra, rb) || inside(rb, ra)
+}
+
+// inside reports whether the clean path a is b or lies inside it.
+func inside(a, b string) bool {
+	rel, err := filepath.Rel(b, a)
+	return err == nil && filepath.IsLocal(rel) // "." is local
+}
+
+// CheckReach refuses a workspace root or run_command dir that is path or
+// holds it: path is a file or directory of the bot's own that no tool may
+// read or change, such as the embedded store's directory (every
+// conversation) or the config file (the policy), and setting names it
+// (DATA_DIR, CONFIG_FILE). A relative path is taken from the working
+// directory, as a relative workspace root is; paths are compared clean,
+// as written and with the symlinks of their existing part resolved.
+func (b BuiltinConfig) CheckReach(setting, path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", setting, err)
+	}
+	var dirs []struct{ key, dir string }
+	if b.Workspace != nil {
+		dirs = append(dirs, struct{ key, dir string }{"workspace.root", b.Workspace.Root})
+	}
+	if b.RunCommand != nil {
+		dirs = append(dirs, struct{ key, dir string }{"run_command.dir", b.RunCommand.Dir})
+	}
+	for _, d := range dirs {
+		dir := filepath.Clean(d.dir)
+		if inside(abs, dir) || inside(resolveExisting(abs), resolveExisting(dir)) {
+			return fmt.Errorf("builtin_tools.%s %s holds %s %s: the model could read or change it through a tool; "+
+				"keep the bot's own files out of the tools' directories", d.key, d.dir, setting, path)
+		}
+	}
+	return nil
 }
 
 // resolveExisting is p with the symlinks of its longest existing part
@@ -682,6 +773,35 @@ func decodeError(err error) error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
+// uniqueKeys refuses a key given twice in mapping n, the section named
+// section ("" for the top level). yaml.v3 finds such keys only when it
+// decodes a mapping into a Go value, and a mapping walked key by key would
+// take the last of the two where a reader takes the first.
+func uniqueKeys(n *yaml.Node, section string) error {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if line, ok := seen[k.Value]; ok {
+			name := k.Value
+			if section != "" {
+				name = section + "." + k.Value
+			}
+			return fmt.Errorf("%s (line %d): given twice (first on line %d)", name, k.Line, line)
+		}
+		seen[k.Value] = k.Line
+	}
+	return nil
+}
+
+// topLevelMergeError refuses a merge key ("<<: *anchor") at the top level
+// of the file, on line.
+func topLevelMergeError(line int) error {
+	return fmt.Errorf("merge key \"<<\" at the top level (line %d): write the sections out (only a rule of the policy may use a merge key)", line)
+}
+
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
 
 func orDefault[T comparable](v, def T) T {
@@ -694,11 +814,44 @@ func orDefault[T comparable](v, def T) T {
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
+// envRefAt matches a ${VAR} reference at the start of a string.
+var envRefAt = regexp.MustCompile(`^` + envRef.String())
+
+// badRef returns the first "${" of s that does not start a ${VAR}
+// reference (a shell form such as ${VAR:-x}, ${}, an unclosed ${VAR), with
+// what follows up to its "}" and at most maxBadRef bytes; "" when there is
+// none. A "$" not followed by "{" is no reference, and stays as written.
+func badRef(s string) string {
+	const maxBadRef = 40
+	for i := 0; ; {
+		j := strings.Index(s[i:], "${")
+		if j < 0 {
+			return ""
+		}
+		i += j
+		if !envRefAt.MatchString(s[i:]) {
+			ref := s[i:]
+			if end := strings.IndexByte(ref, '}'); end >= 0 {
+				ref = ref[:end+1]
+			}
+			if len(ref) > maxBadRef {
+				ref = strings.ToValidUTF8(ref[:maxBadRef], "") + "…"
+			}
+			return ref
+		}
+		i += 2
+	}
+}
+
 // expand replaces every ${VAR} in s with the value of the environment
 // variable VAR. A variable that is unset or empty is an error, so that a
 // missing secret is found at startup rather than sent as an empty string
-// ("Bearer ").
+// ("Bearer "); so is a "${" that does not start a reference, which would
+// otherwise be sent as written.
 func (p *parsing) expand(s string) (string, error) {
+	if ref := badRef(s); ref != "" {
+		return "", fmt.Errorf("%q is not a ${NAME} reference (NAME of letters, digits and _, not starting with a digit; shell forms such as ${NAME:-default} are not supported)", ref)
+	}
 	var unset, empty []string
 	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
 		name := envRef.FindStringSubmatch(ref)[1]

@@ -49,7 +49,7 @@ policy:
 			RunCommand:  &CommandConfig{Allow: []string{"kubectl", "/usr/bin/systemctl"}, Dir: "/srv", Timeout: 30 * time.Second, MaxOutputBytes: 4096},
 			Workspace:   &WorkspaceConfig{Root: "/var/scratch", MaxFileBytes: DefaultWorkspaceMaxFileBytes},
 		},
-		secrets: []string{"Bearer tok", "debug-tok", "tok"},
+		secrets: []string{"/srv/files", "Bearer tok", "debug-tok", "tok"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseConfig:\ngot  %+v\nwant %+v", got, want)
@@ -141,6 +141,20 @@ func TestParseConfigErrors(t *testing.T) {
 		{"workspace in command dir", "builtin_tools:\n  run_command: {allow: [git], dir: /srv}\n  workspace: {root: /srv/scratch}\n", "run_command.dir /srv and workspace.root /srv/scratch overlap|.git/config|allow_overlap: true"},
 		{"command dir in workspace", "builtin_tools:\n  workspace: {root: /srv}\n  run_command: {allow: [git], dir: /srv/repo/}\n", "overlap"},
 		{"same directory", "builtin_tools:\n  workspace: {root: /srv/}\n  run_command: {allow: [git], dir: /srv}\n", "overlap"},
+		{"section twice", "builtin_tools: {ask_human: {}}\nbuiltin_tools: {workspace: {root: /tmp/w}}\n", "builtin_tools (line 2): given twice (first on line 1)"},
+		{"servers twice", "mcp_servers:\n  - {name: a, command: [x]}\nmcp_servers:\n  - {name: b, command: [y]}\n", "mcp_servers (line 3): given twice (first on line 1)"},
+		{"builtin twice", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp}\n  run_command: {allow: [cat], dir: /srv}\n", "builtin_tools.run_command (line 3): given twice (first on line 2)"},
+		{"top-level merge key", "x-tools: &tools {builtin_tools: {ask_human: {}}}\n<<: *tools\n", `merge key "<<" at the top level (line 2)`},
+		{"shell default", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {Authorization: \"Bearer ${GITHUB_TOKEN:-}\"}\n", `line 2|mcp server "a": headers: Authorization: "${GITHUB_TOKEN:-}" is not a ${NAME} reference`},
+		{"empty reference", "mcp_servers:\n  - name: a\n    command: [x, \"${}\"]\n", `command: "${}" is not a ${NAME} reference`},
+		{"unclosed reference", "mcp_servers:\n  - name: a\n    command: [x]\n    env: {TOKEN: \"${TOOLGATE_TEST_SET\"}\n", `env: TOKEN: "${TOOLGATE_TEST_SET" is not a ${NAME} reference`},
+		{"reference in a reference", "mcp_servers:\n  - name: a\n    url: \"http://h/${${TOOLGATE_TEST_SET}}\"\n", `url: "${${TOOLGATE_TEST_SET}" is not a ${NAME} reference`},
+		{"command env bad reference", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, env: {A: \"${1A}\"}}\n", `env: A: "${1A}" is not a ${NAME} reference`},
+		{"headers differing in case", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {X-Env: staging, x-env: production}\n", `headers: headers "X-Env" and "x-env" are the same header`},
+		{"header with a line break", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {X-Key: \"abc\\n\"}\n", "headers: X-Key: the value has a line break"},
+		{"header with a control character", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {X-Key: \"a\\x00b\"}\n", "headers: X-Key: the value has a control character"},
+		{"header name not a token", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {\"X Key\": b}\n", `headers: "X Key" is not a valid header name`},
+		{"host header", "mcp_servers:\n  - name: a\n    url: http://h/\n    headers: {Host: b}\n", "Host header cannot be set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.data))
@@ -221,7 +235,7 @@ builtin_tools:
 		t.Fatalf("ParseConfig: %v", err)
 	}
 	want := []string{
-		"/mcp/key/5678", "Bearer tok-1234", "key%2F5678", "key/5678", "key=key/5678",
+		"/mcp/key/5678", "/srv/files", "Bearer tok-1234", "key%2F5678", "key/5678", "key=key/5678",
 		"pass-9012", "tok-1234", "u:pass-9012",
 	}
 	got := cfg.Secrets()
@@ -230,7 +244,7 @@ builtin_tools:
 			t.Errorf("Secrets() = %q, want it to have %q", got, w)
 		}
 	}
-	for _, notWant := range []string{"debug", "application/json", "mcp.example.com", "/srv/files", "/mcp", "x=1", ""} {
+	for _, notWant := range []string{"debug", "application/json", "mcp.example.com", "./files-mcp", "--root", "/mcp", "x=1", ""} {
 		if slices.Contains(got, notWant) {
 			t.Errorf("Secrets() = %q, want no %q", got, notWant)
 		}
@@ -301,5 +315,99 @@ func TestOverlapThroughASymlinkToARootNotYetMade(t *testing.T) {
 	}
 	if got := resolveExisting(filepath.Join(base, "data", "ws", "x")); got != filepath.Join(real, "ws", "x") {
 		t.Errorf("resolveExisting = %s, want %s", got, filepath.Join(real, "ws", "x"))
+	}
+}
+
+// A secret read from a file often ends with a line break, which would fail
+// every request: the header is refused at load, named, its value unquoted.
+func TestHeaderValueWithALineBreak(t *testing.T) {
+	t.Setenv("TOOLGATE_TEST_FILE_TOKEN", "tok-from-file-5678\n")
+	_, err := ParseConfig([]byte("mcp_servers:\n  - name: gh\n    url: https://h/mcp\n    headers: {Authorization: \"Bearer ${TOOLGATE_TEST_FILE_TOKEN}\"}\n"))
+	if err == nil || !strings.Contains(err.Error(), `mcp server "gh": headers: Authorization: the value has a line break`) {
+		t.Fatalf("ParseConfig: %v, want the header refused by name", err)
+	}
+	if strings.Contains(err.Error(), "tok-from-file") {
+		t.Errorf("the error quotes the value: %v", err)
+	}
+}
+
+// A "$" that does not start "${" is text, as it always was, and so is
+// what a reference leaves around it.
+func TestParseConfigKeepsDollarText(t *testing.T) {
+	t.Setenv("TOOLGATE_TEST_TOKEN", "tok")
+	cfg, err := ParseConfig([]byte("mcp_servers:\n  - name: a\n    command: [x, \"$HOME and $ and $$ and $5 and {x}\", \"$${TOOLGATE_TEST_TOKEN}}\"]\n"))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	if got, want := cfg.Servers[0].Command, []string{"x", "$HOME and $ and $$ and $5 and {x}", "$tok}"}; !slices.Equal(got, want) {
+		t.Errorf("command = %q, want %q", got, want)
+	}
+}
+
+// The bot's own files (its store's directory, its config file) must lie
+// outside the directories the tools reach: as written, with symlinks
+// resolved, and for a relative path from the working directory.
+func TestCheckReach(t *testing.T) {
+	base := t.TempDir()
+	data := filepath.Join(base, "data")
+	configFile := filepath.Join(base, "etc", "config.yaml")
+	for _, d := range []string{data, filepath.Dir(configFile), filepath.Join(base, "ws")} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(configFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(base, link); err != nil {
+		t.Fatal(err)
+	}
+	ws := func(root string) BuiltinConfig { return BuiltinConfig{Workspace: &WorkspaceConfig{Root: root}} }
+	cmd := func(dir string) BuiltinConfig { return BuiltinConfig{RunCommand: &CommandConfig{Dir: dir}} }
+	for _, tc := range []struct {
+		name, setting, path string
+		b                   BuiltinConfig
+		want                string // substrings of the error, separated by |; empty: none
+	}{
+		{"root holds the store", "DATA_DIR", data, ws(base), "builtin_tools.workspace.root " + base + " holds DATA_DIR " + data + ":|the model could read or change it"},
+		{"root is the store", "DATA_DIR", data, ws(data + "/"), "builtin_tools.workspace.root|holds DATA_DIR"},
+		{"root holds the config file", "CONFIG_FILE", configFile, ws(base), "builtin_tools.workspace.root " + base + " holds CONFIG_FILE " + configFile},
+		{"command dir holds the config file", "CONFIG_FILE", configFile, cmd(filepath.Dir(configFile)), "builtin_tools.run_command.dir|holds CONFIG_FILE"},
+		{"root through a symlink", "DATA_DIR", data, ws(link), "builtin_tools.workspace.root " + link + " holds DATA_DIR"},
+		{"store through a symlink", "DATA_DIR", filepath.Join(link, "data"), ws(filepath.Join(base, "data", "..")), "holds DATA_DIR"},
+		{"root beside the store", "DATA_DIR", data, ws(filepath.Join(base, "ws")), ""},
+		{"root inside the store's directory", "DATA_DIR", data, ws(filepath.Join(data, "ws")), ""},
+		{"root of a similar name", "DATA_DIR", data, ws(data + "-ws"), ""},
+		{"command dir beside the config file", "CONFIG_FILE", configFile, cmd(filepath.Join(base, "ws")), ""},
+		{"no tools", "DATA_DIR", data, BuiltinConfig{AskHuman: &AskHumanConfig{}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.b.CheckReach(tc.setting, tc.path)
+			if tc.want == "" {
+				if err != nil {
+					t.Errorf("CheckReach(%s %s): %v, want no error", tc.setting, tc.path, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("CheckReach(%s %s): no error, want %q", tc.setting, tc.path, tc.want)
+			}
+			for _, w := range strings.Split(tc.want, "|") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("CheckReach(%s %s): %q, want it to contain %q", tc.setting, tc.path, err, w)
+				}
+			}
+		})
+	}
+
+	// DATA_DIR's default, ./data, under a workspace root of "."
+	t.Chdir(base)
+	cfg, err := ParseConfig([]byte("builtin_tools:\n  workspace: {root: .}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Builtins.CheckReach("DATA_DIR", "./data"); err == nil || !strings.Contains(err.Error(), "holds DATA_DIR ./data") {
+		t.Errorf("CheckReach(DATA_DIR ./data) under root .: %v, want it refused", err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/bodylimit"
+	"github.com/toolgate/toolgate/internal/redact"
 )
 
 // ServerStatus is the state of one MCP server, for health checks.
@@ -68,12 +69,20 @@ type ServerStatus struct {
 // registry holds one read-only stand-in, <server>__unavailable, whose
 // result tells the model that the server is not connected and why.
 //
+// The secrets of the configuration (see [Config.Secrets]) are replaced by
+// "[redacted]" in what the manager tells the model, in its statuses and in
+// the errors and stderr lines it logs: a stdio server may print its
+// command line or env on stderr, which is logged and quoted in the error
+// of a server that failed to start.
+//
 // A Manager is safe for concurrent use. Close stops it.
 type Manager struct {
 	reg     *agent.Registry
 	log     *slog.Logger
 	opts    managerOptions
 	servers []*server
+	// redact hides the configuration's secrets.
+	redact redact.Redactor
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -131,7 +140,7 @@ func load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m := &Manager{reg: reg, log: log, opts: opts, cancel: cancel}
+	m := &Manager{reg: reg, log: log, opts: opts, cancel: cancel, redact: redact.New(cfg.secrets...)}
 	for _, sc := range cfg.Servers {
 		s := m.newServer(sc)
 		// Until the server's own tools are listed, one stand-in tool tells
@@ -308,7 +317,7 @@ func (s *server) status() ServerStatus {
 	defer s.mu.Unlock()
 	st := ServerStatus{Name: s.cfg.Name, Transport: s.transportName(), Connected: s.session != nil, Tools: s.toolCount}
 	if s.lastErr != nil {
-		st.LastError = s.lastErr.Error()
+		st.LastError = s.clean(s.lastErr).Error()
 	}
 	return st
 }
@@ -344,12 +353,12 @@ func (s *server) serve(ctx context.Context) error {
 	cs, stop, err := s.connect(ctx)
 	defer stop()
 	if err != nil {
-		err = cleanError(err)
+		err = s.clean(err)
 		s.setDown(err)
 		return err
 	}
 	if err := s.syncBounded(ctx, cs); err != nil {
-		err = cleanError(fmt.Errorf("list tools: %w", err))
+		err = s.clean(fmt.Errorf("list tools: %w", err))
 		cs.Close()
 		s.setDown(err)
 		return err
@@ -361,7 +370,7 @@ func (s *server) serve(ctx context.Context) error {
 	s.markReady()
 	s.log.Info("mcp server connected", "tools", n)
 
-	err = cleanError(s.watch(ctx, cs))
+	err = s.clean(s.watch(ctx, cs))
 	s.setDown(err)
 	return err
 }
@@ -383,7 +392,7 @@ func (s *server) connect(ctx context.Context) (cs *mcp.ClientSession, stop func(
 	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
 	cmd.Dir = s.cfg.Dir
 	cmd.Env = commandEnv(s.cfg.Env)
-	stderr := &logWriter{log: s.log}
+	stderr := &logWriter{log: s.log, redact: s.m.redact}
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
 	newProcessGroup(cmd)
@@ -457,7 +466,7 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
 				if isTransportError(err) {
 					return fmt.Errorf("list tools: %w", err)
 				}
-				s.log.Warn("refreshing mcp tools failed", "err", cleanError(err))
+				s.log.Warn("refreshing mcp tools failed", "err", s.clean(err))
 			}
 		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, s.m.opts.pingTimeout)
@@ -481,7 +490,7 @@ func (s *server) markReady() { s.readyOnce.Do(func() { close(s.ready) }) }
 
 // fail records that a call found cs unusable and wakes the supervisor.
 func (s *server) fail(cs *mcp.ClientSession, err error) {
-	err = cleanError(err)
+	err = s.clean(err)
 	s.mu.Lock()
 	if s.session != cs {
 		s.mu.Unlock()
@@ -695,13 +704,13 @@ func (s *server) handler(name string, h approvals.Hints) agent.Handler {
 				return agent.Result{}, fmt.Errorf("call %s on mcp server %s: %w", name, s.cfg.Name, ctx.Err())
 			}
 			if !isTransportError(err) {
-				return capResult(errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, cleanError(err)), s.maxOutput), nil
+				return capResult(errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, s.clean(err)), s.maxOutput), nil
 			}
 			s.fail(cs, err)
 			if !delivered(err) || h.ReadOnly || h.Idempotent {
 				return s.unavailable(err), nil
 			}
-			return capResult(errorResult("MCP server %s stopped answering while %s ran (%v): whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user.", s.cfg.Name, name, cleanError(err)), s.maxOutput), nil
+			return capResult(errorResult("MCP server %s stopped answering while %s ran (%v): whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user.", s.cfg.Name, name, s.clean(err)), s.maxOutput), nil
 		}
 		return capResult(toResult(res), s.maxOutput), nil
 	}
@@ -747,7 +756,7 @@ func (s *server) standIn() agent.Tool {
 }
 
 func (s *server) unavailable(err error) agent.Result {
-	return errorResult("MCP server %s is unavailable: %v. It is being reconnected; try again later or do without it.", s.cfg.Name, cleanError(err))
+	return errorResult("MCP server %s is unavailable: %v. It is being reconnected; try again later or do without it.", s.cfg.Name, s.clean(err))
 }
 
 // capResult truncates r's content to at most max bytes, not cutting a
@@ -861,10 +870,14 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // length is logged), never logged in pieces that could each hold part of
 // a secret.
 type logWriter struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	buf  []byte
-	last string
+	log *slog.Logger
+	// redact hides the configuration's secrets in each line, before it is
+	// logged or kept: the last line is quoted in an error, where escaping
+	// could change how a secret is written.
+	redact redact.Redactor
+	mu     sync.Mutex
+	buf    []byte
+	last   string
 	// cut counts the bytes of a line too long to log, left out so far.
 	cut int
 }
@@ -902,7 +915,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 }
 
 func (w *logWriter) emit(line []byte) {
-	if l := strings.TrimSpace(string(line)); l != "" {
+	if l := strings.TrimSpace(w.redact.String(string(line))); l != "" {
 		w.last = l
 		w.log.Info("mcp server stderr", "line", l)
 	}
@@ -952,6 +965,18 @@ func cleanError(err error) error {
 		return err
 	}
 	return &cleanedError{msg: clean, err: err}
+}
+
+// clean is cleanError with the configuration's secrets hidden too.
+func (s *server) clean(err error) error {
+	err = cleanError(err)
+	if err == nil {
+		return nil
+	}
+	if msg := s.m.redact.String(err.Error()); msg != err.Error() {
+		return &cleanedError{msg: msg, err: err}
+	}
+	return err
 }
 
 type cleanedError struct {

@@ -1088,3 +1088,58 @@ func TestMCPToolsOfOneNameAreLeftOut(t *testing.T) {
 		t.Errorf("status counts %d tools, want 1", st.Tools)
 	}
 }
+
+// A secret in a stdio server's command, printed by the server on stderr as
+// it fails to start, is hidden wherever the manager shows that stderr: its
+// log, its status and the stand-in tool the model calls. The secret has
+// characters that quoting escapes, as the status quotes the last line.
+func TestMCPSecretOfTheCommandHidden(t *testing.T) {
+	const secret = `tok"en\1234`
+	t.Setenv("TOOLGATE_TEST_MCP_TOKEN", secret)
+	cfg, err := ParseConfig([]byte(`
+mcp_servers:
+  - name: leaky
+    command: ["/bin/sh", "-c", "printf 'token=%s\n' \"$0\" >&2; exit 1", "${TOOLGATE_TEST_MCP_TOKEN}"]
+`))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	var logs syncBuffer
+	reg := agent.NewRegistry()
+	m, err := load(t.Context(), cfg, reg, slog.New(slog.NewTextHandler(&logs, nil)), testOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	quoted := strconv.Quote(secret)
+	hidden := func(where, text string) {
+		t.Helper()
+		if strings.Contains(text, secret) || strings.Contains(text, quoted[1:len(quoted)-1]) {
+			t.Errorf("%s shows the secret: %s", where, text)
+		}
+		if !strings.Contains(text, "token=[redacted]") {
+			t.Errorf("%s does not show the server's stderr, redacted: %s", where, text)
+		}
+	}
+	hidden("the status", m.Status()[0].LastError)
+	hidden("the stand-in tool", call(t, reg, "leaky__unavailable", `{}`).Content)
+	m.Close() // every attempt logged
+	hidden("the log", logs.String())
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

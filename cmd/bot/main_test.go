@@ -152,6 +152,9 @@ func TestConfigErrors(t *testing.T) {
 	badYAML := writeFile("bad-yaml.yaml", "policy: [\n")
 	longTimeout := writeFile("long-timeout.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, timeout: 10m}\n")
 	missingDir := writeFile("missing-dir.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: "+filepath.Join(dir, "nowhere")+"}\n")
+	// The store and the config file within the tools' reach.
+	wsHoldsData := writeFile("ws-holds-data.yaml", "builtin_tools:\n  workspace: {root: "+filepath.Join(dir, "ws")+"}\n")
+	cmdHoldsConfig := writeFile("cmd-holds-config.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: "+dir+"}\n")
 
 	tests := []struct {
 		name string
@@ -206,6 +209,10 @@ func TestConfigErrors(t *testing.T) {
 		{name: "argument", args: []string{"serve"}, want: []string{`unexpected argument "serve"`, "--help"}},
 		{name: "tool that cannot be set up", set: map[string]string{"CONFIG_FILE": missingDir}, want: []string{"CONFIG_FILE: load tools: run_command", "nowhere"}},
 		{name: "unknown flag", args: []string{"--port=1"}, want: []string{"-port"}},
+		{name: "workspace holding the store", set: map[string]string{"CONFIG_FILE": wsHoldsData, "DATA_DIR": filepath.Join(dir, "ws", "data")},
+			want: []string{wsHoldsData, "builtin_tools.workspace.root " + filepath.Join(dir, "ws") + " holds DATA_DIR " + filepath.Join(dir, "ws", "data")}},
+		{name: "command dir holding the config file", set: map[string]string{"CONFIG_FILE": cmdHoldsConfig},
+			want: []string{"builtin_tools.run_command.dir " + dir + " holds CONFIG_FILE " + cmdHoldsConfig}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -603,4 +610,80 @@ func TestAdminUsersWithATrailingComma(t *testing.T) {
 	if want := []string{"U0ADMIN1", "W0ADMIN2"}; !slices.Equal(c.AdminUsers, want) {
 		t.Errorf("AdminUsers = %q, want %q", c.AdminUsers, want)
 	}
+}
+
+// TestRunHidesASecretOfAServersCommand runs the bot with a stdio MCP
+// server whose command carries a secret from ${VAR}, and which prints it on
+// stderr and exits: the logs, /readyz and the stand-in tool the model
+// calls all quote the server's stderr, and none may show the secret.
+func TestRunHidesASecretOfAServersCommand(t *testing.T) {
+	const secret = "mcp-command-secret-5678"
+	slack := fakeslack.New(t)
+	model := fakeopenai.New(t)
+	configFile := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(configFile, []byte(`mcp_servers:
+  - name: leaky
+    command: ["/bin/sh", "-c", "printf 'token=%s\n' \"$0\" >&2; exit 1", "${TOOLGATE_TEST_MCP_TOKEN}"]
+policy:
+  default: ask
+  rules:
+    - tool: leaky__unavailable
+      verdict: allow
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	setEnv(t, map[string]string{
+		"SLACK_APP_TOKEN": slack.AppToken(),
+		"SLACK_BOT_TOKEN": slack.BotToken(),
+		"SLACK_API_URL":   slack.APIURL(),
+		"OPENAI_API_KEY":  testAPIKey,
+		"OPENAI_BASE_URL": model.URL(),
+		"OPENAI_MODEL":    fakeopenai.DefaultModel,
+		"DATA_DIR":        t.TempDir(),
+		"CONFIG_FILE":     configFile,
+		"HTTP_ADDR":       "127.0.0.1:0",
+		"LOG_LEVEL":       "debug",
+	})
+	t.Setenv("TOOLGATE_TEST_MCP_TOKEN", secret)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	logs := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, nil, io.Discard, logs) }()
+	started := waitLog(t, logs, "starting", errc)
+
+	// The server's first start has failed by now: the bot waits for it.
+	_, body := get(t, "http://"+started.HTTPAddr+"/readyz")
+	assertNoSecrets(t, "/readyz", body, secret)
+	if !strings.Contains(body, "token=[redacted]") {
+		t.Errorf("/readyz does not quote the server's stderr, redacted: %s", body)
+	}
+
+	if err := slack.WaitConnected(1, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	model.Reply(
+		fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "leaky__unavailable", Arguments: `{}`}),
+		fakeopenai.Text("The server is down."),
+	)
+	ts := slack.Mention("CGENERAL1", "UREQUEST1", "why is leaky down?")
+	if _, err := slack.WaitMessage("CGENERAL1", func(m fakeslack.Message) bool {
+		return m.BotID != "" && m.ThreadTS == ts && strings.Contains(m.Text+string(m.Blocks), "The server is down.")
+	}, 15*time.Second); err != nil {
+		t.Fatalf("no answer in the thread: %v\nlogs:\n%s", err, logs)
+	}
+	reqs := model.Requests()
+	if len(reqs) < 2 {
+		t.Fatalf("the model got %d requests, want 2", len(reqs))
+	}
+	last := reqs[len(reqs)-1]
+	result := last.Messages[len(last.Messages)-1].Content
+	assertNoSecrets(t, "the tool result", result, secret)
+	if !strings.Contains(result, "MCP server leaky is unavailable") || !strings.Contains(result, "token=[redacted]") {
+		t.Errorf("the tool result does not quote the server's stderr, redacted: %s", result)
+	}
+
+	stopRun(t, cancel, errc, logs, slack)
+	assertNoSecrets(t, "the log", logs.String(), secret)
 }

@@ -188,6 +188,11 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 		// YAML that does not parse is one problem, which each section's
 		// parser would report again.
 		problems = []error{fmt.Errorf("parse config: %w", err)}
+	} else if err := botsetup.CheckSections(data); err != nil {
+		// So is a file whose top level is wrong (a section misspelt or
+		// given twice, a merge key, several documents): the sections'
+		// parsers would report it again, or read what it does not say.
+		problems = []error{err}
 	} else {
 		p, problems = approvals.CheckConfig(data)
 		if tc, err := tools.CheckConfig(data); err != nil {
@@ -196,8 +201,7 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 			problems = append([]error{err}, problems...)
 		} else if err := checkToolTimeouts(tc.Builtins); err != nil {
 			problems = append([]error{err}, problems...)
-		}
-		if err := botsetup.CheckSections(data); err != nil {
+		} else if err := checkToolReachHere(tc.Builtins, *config); err != nil {
 			problems = append([]error{err}, problems...)
 		}
 	}
@@ -240,6 +244,26 @@ func checkToolTimeouts(b tools.BuiltinConfig) error {
 		return err
 	}
 	return nil
+}
+
+// checkToolReachHere refuses, as the bot does at start, a workspace root
+// or run_command dir that holds the config file checked or, unless
+// REDIS_URL is set, DATA_DIR: the one set here, or else its default.
+func checkToolReachHere(b tools.BuiltinConfig, configFile string) error {
+	if os.Getenv("REDIS_URL") == "" {
+		dataDir, set := os.Getenv("DATA_DIR"), true
+		if dataDir == "" {
+			f, _ := reflect.TypeFor[config]().FieldByName("DataDir")
+			dataDir, set = f.Tag.Get("default"), false
+		}
+		if err := b.CheckReach("DATA_DIR", dataDir); err != nil {
+			if !set {
+				return fmt.Errorf("DATA_DIR is not set here, so its default %s counts; set it as the bot has it: %w", dataDir, err)
+			}
+			return err
+		}
+	}
+	return b.CheckReach("CONFIG_FILE", configFile)
 }
 
 func plural(n int, one, many string) string {

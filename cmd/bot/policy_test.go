@@ -96,9 +96,20 @@ func TestPolicyCommands(t *testing.T) {
 	twoCaseDocs := writeFile(t, "two-docs.yaml", "cases:\n  - {tool: deploy, args: {}, verdict: ask}\n---\ncases:\n  - {tool: deploy, args: {}, verdict: allow}\n")
 	twoConfigDocs := writeFile(t, "two-config-docs.yaml", "builtin_tools: {}\n---\npolicy: {default: deny}\n")
 	misspelt := writeFile(t, "misspelt.yaml", "polcy:\n  default: deny\n")
+	toolsTwice := writeFile(t, "tools-twice.yaml", "builtin_tools: {ask_human: {}}\nbuiltin_tools: {workspace: {root: /tmp/w}}\n")
 	badTools := writeFile(t, "badtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    bogus: 1\nbuiltin_tools:\n  workspace: {root: /srv}\npolicy:\n  default: ask\n")
 	badYAML := writeFile(t, "badyaml.yaml", "policy:\n  rules: [\n")
-	longTimeout := writeFile(t, "longtimeout.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: /tmp, timeout: 10m}\n")
+	longTimeout := writeFile(t, "longtimeout.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: "+t.TempDir()+", timeout: 10m}\n")
+	// A workspace root that holds the config file, DATA_DIR, or the
+	// default ./data.
+	reachDir := t.TempDir()
+	reachConfig := filepath.Join(reachDir, "reach.yaml")
+	if err := os.WriteFile(reachConfig, []byte("builtin_tools:\n  workspace: {root: "+reachDir+"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wsDir := t.TempDir()
+	reachData := writeFile(t, "reach-data.yaml", "builtin_tools:\n  workspace: {root: "+wsDir+"}\n")
+	reachDefault := writeFile(t, "reach-default.yaml", "builtin_tools:\n  workspace: {root: .}\n")
 	goodTools := writeFile(t, "goodtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    headers: {Authorization: \"Bearer ${MCP_TOKEN_UNSET_IN_CI}\"}\n  - name: y\n    url: ${MCP_URL_UNSET_IN_CI}\npolicy:\n  default: ask\n")
 
 	tests := []struct {
@@ -176,6 +187,31 @@ func TestPolicyCommands(t *testing.T) {
 			want: []string{"ok\t" + longTimeout + ": 0 rules\n"},
 		},
 		{
+			name: "check a workspace that holds the config file",
+			args: []string{"check", "-config", reachConfig},
+			code: 1,
+			want: []string{reachConfig + ": builtin_tools.workspace.root " + reachDir + " holds CONFIG_FILE " + reachConfig + ": ", "FAIL\t" + reachConfig + ": 1 problem\n"},
+		},
+		{
+			name: "check a workspace that holds DATA_DIR",
+			args: []string{"check", "-config", reachData},
+			env:  map[string]string{"DATA_DIR": filepath.Join(wsDir, "data")},
+			code: 1,
+			want: []string{reachData + ": builtin_tools.workspace.root " + wsDir + " holds DATA_DIR " + filepath.Join(wsDir, "data") + ": "},
+		},
+		{
+			name: "check a workspace that holds DATA_DIR, with Redis",
+			args: []string{"check", "-config", reachData},
+			env:  map[string]string{"DATA_DIR": filepath.Join(wsDir, "data"), "REDIS_URL": "redis://127.0.0.1:6379/0"},
+			want: []string{"ok\t" + reachData + ": 0 rules\n"},
+		},
+		{
+			name: "check a workspace that holds the default DATA_DIR",
+			args: []string{"check", "-config", reachDefault},
+			code: 1,
+			want: []string{reachDefault + ": DATA_DIR is not set here, so its default ./data counts; set it as the bot has it: builtin_tools.workspace.root "},
+		},
+		{
 			name: "check tools whose secrets are empty here",
 			args: []string{"check", "-config", goodTools},
 			env:  map[string]string{"MCP_TOKEN_UNSET_IN_CI": "", "MCP_URL_UNSET_IN_CI": ""},
@@ -186,6 +222,12 @@ func TestPolicyCommands(t *testing.T) {
 			args: []string{"check", "-config", misspelt},
 			code: 1,
 			want: []string{misspelt + ": unknown section \"polcy\" (line 1): a config file has only mcp_servers, builtin_tools, policy\n", "FAIL\t" + misspelt + ": 1 problem\n"},
+		},
+		{
+			name: "check a section given twice",
+			args: []string{"check", "-config", toolsTwice},
+			code: 1,
+			want: []string{toolsTwice + ": builtin_tools (line 2): given twice (first on line 1)\n", "FAIL\t" + toolsTwice + ": 1 problem\n"},
 		},
 		{name: "test a misspelt section", args: []string{"test", "-config", misspelt, "a", "{}"}, code: 1, wantErr: `unknown section "polcy"`},
 		{name: "check no file", args: []string{"check"}, code: 1, wantErr: "no config file: give -config FILE or set CONFIG_FILE"},

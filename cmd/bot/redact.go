@@ -3,56 +3,18 @@ package main
 import (
 	"log/slog"
 	"net/url"
-	"slices"
 	"strings"
 
 	"github.com/toolgate/toolgate/internal/botsetup"
+	"github.com/toolgate/toolgate/internal/redact"
 )
 
-// redactedText replaces a secret in logs and error messages.
-const redactedText = "[redacted]"
+// redactor keeps secrets out of logs and error messages (see
+// redact.Redactor), and out of every line of the log (ReplaceAttr).
+type redactor struct{ redact.Redactor }
 
-// redactor keeps secrets out of logs and error messages. It is the last line
-// of defence: the code logs no token on purpose, but an error from a library
-// may quote a URL with a password in it, or a request with a header.
-type redactor struct {
-	r *strings.Replacer
-}
-
-// newRedactor returns a redactor that hides each non-empty secret. For a URL
-// with a password (such as REDIS_URL) pass the password too: libraries quote
-// URLs in other forms than the one given.
-func newRedactor(secrets ...string) redactor {
-	// Longest first: a replacer takes the first listed of secrets that
-	// match at a place, so a secret that starts with another would keep
-	// its tail.
-	secrets = slices.Clone(secrets)
-	slices.SortStableFunc(secrets, func(a, b string) int { return len(b) - len(a) })
-	var pairs []string
-	for _, s := range secrets {
-		// Very short values would blank out ordinary words.
-		if len(s) >= 4 {
-			pairs = append(pairs, s, redactedText)
-		}
-	}
-	return redactor{r: strings.NewReplacer(pairs...)}
-}
-
-// String returns s with every secret replaced.
-func (r redactor) String(s string) string { return r.r.Replace(s) }
-
-// Error wraps err so that its message has no secret; errors.Is and errors.As
-// still see err.
-func (r redactor) Error(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := r.String(err.Error())
-	if msg == err.Error() {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
-}
+// newRedactor returns a redactor that hides each secret.
+func newRedactor(secrets ...string) redactor { return redactor{redact.New(secrets...)} }
 
 // ReplaceAttr is a slog.HandlerOptions.ReplaceAttr that redacts strings and
 // errors, the message included.
@@ -69,16 +31,6 @@ func (r redactor) ReplaceAttr(_ []string, a slog.Attr) slog.Attr {
 	}
 	return a
 }
-
-// redactedError is an error whose message had secrets removed.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-
-func (e *redactedError) Unwrap() error { return e.err }
 
 // envSecrets returns the secrets of the environment: the Slack tokens
 // (a placeholder is no secret: hidden, it would garble the error that says

@@ -93,9 +93,12 @@ func empty(doc *yaml.Node) bool {
 var Sections = []string{"mcp_servers", "builtin_tools", "policy"}
 
 // CheckSections refuses a config file with a top-level key that is not one
-// of Sections (or a merge key "<<", or an "x-" key that holds anchors): a
-// misspelt "polcy:" would otherwise drop every rule in it without a word.
-// It refuses a file of several YAML documents too: the sections' parsers
+// of Sections (or an "x-" key that holds anchors): a misspelt "polcy:"
+// would otherwise drop every rule in it without a word. It refuses a
+// section given twice, of which the parsers would take the last where a
+// reader takes the first, and a top-level merge key ("<<: *anchor"), whose
+// sections the policy's parser would read and the tools' would not. It
+// refuses a file of several YAML documents too: the sections' parsers
 // read the first, and would drop what follows a "---". A file that does
 // not parse is left to the sections' own parsers, which say where.
 func CheckSections(data []byte) error {
@@ -110,10 +113,18 @@ func CheckSections(data []byte) error {
 	if root.Kind != yaml.MappingNode {
 		return nil
 	}
+	seen := map[string]int{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k := root.Content[i]
-		if k.Value == "<<" || strings.HasPrefix(k.Value, "x-") {
-			continue // a merge key, or a block kept for its YAML anchors
+		if k.Tag == "!!merge" {
+			return fmt.Errorf("merge key \"<<\" at the top level (line %d): write the sections out (only a rule of the policy may use a merge key)", k.Line)
+		}
+		if line, ok := seen[k.Value]; ok {
+			return fmt.Errorf("%s (line %d): given twice (first on line %d)", k.Value, k.Line, line)
+		}
+		seen[k.Value] = k.Line
+		if strings.HasPrefix(k.Value, "x-") {
+			continue // a block kept for its YAML anchors
 		}
 		known := false
 		for _, s := range Sections {

@@ -62,6 +62,10 @@ func TestLoadFileErrors(t *testing.T) {
 	joined := writeFile(t, dir, "joined.yaml", "builtin_tools: {}\n---\npolicy:\n  default: deny\n")
 	emptyFirst := writeFile(t, dir, "empty-first.yaml", "---\n---\npolicy:\n  default: deny\n")
 	badSecond := writeFile(t, dir, "bad-second.yaml", "policy: {}\n---\npolicy: [\n")
+	toolsTwice := writeFile(t, dir, "tools-twice.yaml", "builtin_tools: {ask_human: {}}\nbuiltin_tools: {workspace: {root: /tmp/w}}\n")
+	policyTwice := writeFile(t, dir, "policy-twice.yaml", "policy: {default: deny}\nmcp_servers:\npolicy: {default: allow}\n")
+	builtinTwice := writeFile(t, dir, "builtin-twice.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: /srv}\n  run_command: {allow: [cat], dir: /srv}\n")
+	merged := writeFile(t, dir, "merged.yaml", "x-common: &common\n  builtin_tools: {ask_human: {}}\n  policy: {default: allow}\n<<: *common\n")
 	tests := []struct {
 		name, setting, path string
 		want                []string
@@ -75,6 +79,10 @@ func TestLoadFileErrors(t *testing.T) {
 		{"two documents", "CONFIG_FILE", joined, []string{"config file " + joined + ": ", "more than one YAML document (document 2 starts on line 2)"}},
 		{"an empty document first", "CONFIG_FILE", emptyFirst, []string{"more than one YAML document"}},
 		{"a second document that does not parse", "CONFIG_FILE", badSecond, []string{"after the first YAML document", "line 3"}},
+		{"a section twice", "CONFIG_FILE", toolsTwice, []string{"config file " + toolsTwice + ": builtin_tools (line 2): given twice (first on line 1)"}},
+		{"the policy twice", "CONFIG_FILE", policyTwice, []string{"policy (line 3): given twice (first on line 1)"}},
+		{"a built-in tool twice", "CONFIG_FILE", builtinTwice, []string{"builtin_tools.run_command (line 3): given twice (first on line 2)"}},
+		{"a top-level merge key", "CONFIG_FILE", merged, []string{`merge key "<<" at the top level (line 4)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

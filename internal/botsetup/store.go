@@ -61,10 +61,10 @@ type StoreConfig struct {
 // checked with a plain dial first, so an unreachable or malformed URL is one
 // *ConfigError ("REDIS_URL: connect to redis at URL: ...", the URL without
 // its password) rather than a log line per failed pool dial. An embedded
-// store whose DATA_DIR cannot hold it (not a directory, not writable) is a
-// *ConfigError naming DATA_DIR and the file; other failures (a file another
-// process holds) are plain errors naming the file. The caller closes the
-// store.
+// store whose DATA_DIR cannot hold it (not a directory, not writable, on a
+// read-only file system) is a *ConfigError naming DATA_DIR and the file;
+// other failures (a file another process holds) are plain errors naming
+// the file. The caller closes the store.
 func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, error) {
 	if c.RedisURL != "" {
 		if err := checkURLForm(c.RedisURL); err != nil {
@@ -88,12 +88,21 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 	path := filepath.Join(c.Dir, StoreFile)
 	st, err := boltstore.Open(path, boltstore.Options{Retention: c.Retention, AuditRetention: c.AuditRetention, AuditMax: c.AuditMax})
 	if err != nil {
-		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
-			// DATA_DIR names something that cannot hold the store.
-			return nil, &ConfigError{Err: fmt.Errorf("DATA_DIR: %w", err)}
-		}
-		return nil, err // such as a file another process holds
+		return nil, storeOpenError(err)
 	}
 	log.Info("using embedded store", "path", path)
 	return st, nil
+}
+
+// storeOpenError is what OpenStore returns when the embedded store's file
+// cannot be opened with err: a *ConfigError naming DATA_DIR when DATA_DIR
+// names something that cannot hold the store (not a directory, missing,
+// not writable, or on a read-only file system, such as a container's root
+// with no volume mounted there, which fs.ErrPermission does not match),
+// err itself otherwise (such as a file another process holds).
+func storeOpenError(err error) error {
+	if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EROFS) {
+		return &ConfigError{Err: fmt.Errorf("DATA_DIR: %w", err)}
+	}
+	return err
 }

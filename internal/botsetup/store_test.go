@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,6 +161,36 @@ func TestOpenStoreBadDir(t *testing.T) {
 	var ce *ConfigError
 	if err == nil || !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), "DATA_DIR: ") || !strings.Contains(err.Error(), filepath.Join(dir, StoreFile)) {
 		t.Errorf("got %v, want a *ConfigError naming DATA_DIR and %s", err, filepath.Join(dir, StoreFile))
+	}
+}
+
+// A DATA_DIR on a read-only file system (a container's read-only root with
+// no volume mounted at DATA_DIR) is a setting to fix too: EROFS, which
+// fs.ErrPermission does not match, is a *ConfigError naming DATA_DIR.
+func TestStoreOpenErrorReadOnly(t *testing.T) {
+	path := filepath.Join("/data", StoreFile)
+	for _, tt := range []struct {
+		name   string
+		err    error
+		config bool
+	}{
+		{"read-only file system", fmt.Errorf("open store %s: %w", path, &fs.PathError{Op: "mkdir", Path: "/data", Err: syscall.EROFS}), true},
+		{"no permission", fmt.Errorf("open store %s: %w", path, &fs.PathError{Op: "open", Path: path, Err: syscall.EACCES}), true},
+		{"locked", fmt.Errorf("open store %s: file is locked, is another process using it: %w", path, errors.New("timeout")), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := storeOpenError(tt.err)
+			var ce *ConfigError
+			if got := errors.As(err, &ce); got != tt.config {
+				t.Fatalf("storeOpenError(%v) = %T %v, want a *ConfigError: %v", tt.err, err, err, tt.config)
+			}
+			if tt.config && (!strings.HasPrefix(err.Error(), "DATA_DIR: ") || !strings.Contains(err.Error(), path)) {
+				t.Errorf("storeOpenError(%v) = %q, want it to name DATA_DIR and %s", tt.err, err, path)
+			}
+			if !errors.Is(err, tt.err) {
+				t.Errorf("storeOpenError(%v) = %v, want it to wrap the error", tt.err, err)
+			}
+		})
 	}
 }
 
