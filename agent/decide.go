@@ -477,9 +477,11 @@ func (a *Agent) authorizeUnder(ctx context.Context, c store.Call, v approvals.Ve
 }
 
 // inAudience checks that decider may decide c as someone who can see its
-// conversation (the requester always can).
+// conversation now: the requester too, who may have left the channel, or
+// be a guest of another organisation (whom the Slack app's audience never
+// lets decide), since asking grants no right to decide.
 func (a *Agent) inAudience(ctx context.Context, c store.Call, decider string) error {
-	if a.cfg.Audience == nil || decider == c.Requester {
+	if a.cfg.Audience == nil {
 		return nil
 	}
 	ok, err := a.cfg.Audience.CanSee(ctx, c.Channel, decider)

@@ -267,7 +267,7 @@ func (a *App) cmdAudit(ctx context.Context, user string, n, page int) string {
 		}
 		ok, known := sees[e.Channel]
 		if !known {
-			ok = lctx.Err() == nil && a.inAudience(lctx, e.Channel, "", user)
+			ok = lctx.Err() == nil && a.inAudience(lctx, e.Channel, user)
 			sees[e.Channel] = ok
 		}
 		return ok
@@ -628,13 +628,10 @@ func (a *App) cmdRulesRevoke(ctx context.Context, user, id string) string {
 	return a.revokeStanding(ctx, user, id)
 }
 
-// inAudience reports whether user may decide a call open to anyone in its
-// conversation, as the agent checks it: the requester, or someone who can
-// see the channel. A failed check hides the call.
-func (a *App) inAudience(ctx context.Context, channel, requester, user string) bool {
-	if user == requester {
-		return true
-	}
+// inAudience reports whether user can see channel, as the agent checks
+// it for a decision on a call open to anyone in its conversation: the
+// requester too, who may have left it. A failed check hides the call.
+func (a *App) inAudience(ctx context.Context, channel, user string) bool {
 	ok, err := a.audience.CanSee(ctx, channel, user)
 	if err != nil {
 		a.log.Warn("check who can see a conversation", "channel", channel, "user", user, "err", err)

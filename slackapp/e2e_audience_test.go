@@ -3,8 +3,11 @@ package slackapp_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
@@ -252,4 +255,95 @@ func TestOutsidersDoNotDecideOpenCalls(t *testing.T) {
 	if n := e.deploy.Load(); n != 1 {
 		t.Errorf("deploy ran %d times, want 1", n)
 	}
+}
+
+// Asking grants no right to decide: a guest from another organisation who
+// asked for a call open to the conversation may not approve it, nor allow
+// its tool for good; someone of this workspace in the channel may.
+func TestOutsiderRequesterDoesNotDecideOwnCall(t *testing.T) {
+	const shared, partner = "CSHARED001", "UPARTNER01"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n" // deploys ask anyone in the conversation
+	e.slack.AddUser(fakeslack.User{ID: partner, Name: "partner", TeamID: "T0PARTNER1"})
+	e.slack.AddChannel(fakeslack.Channel{ID: shared, Name: "shared-ops", Members: []string{requester, other, partner, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
+	ts := e.slack.Mention(shared, partner, "deploy api 7")
+	card := e.cardIn(shared, ts, "deploy")
+
+	for _, action := range []string{slackapp.ActionRemember, slackapp.ActionApprove} {
+		_, err := e.slack.Click(partner, shared, card.TS, action, "")
+		must(t, err)
+		e.ephemeral(partner, "not an approver")
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Fatalf("deploy ran %d times on its requester's approval, a guest from another organisation", n)
+	}
+	_, err := e.slack.Click(other, shared, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(shared, ts, "Deployed api 7.")
+	if n := e.deploy.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+	ack, err := e.slack.Slash(other, shared, "/approvals", "rules list")
+	must(t, err)
+	if rules := string(ack); !strings.Contains(rules, "No standing rules") {
+		t.Errorf("standing rules after the guest's Always allow: %s, want none", rules)
+	}
+}
+
+// A requester who left a private channel no longer decides, nor opens the
+// forms of, the call they asked for there, open to the conversation.
+func TestRequesterWhoLeftTheChannelDoesNotDecide(t *testing.T) {
+	const private = "CPRIVATE01"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n"
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "incident", Private: true, Members: []string{requester, other, e.slack.BotUserID()}})
+	// The requester leaves while the model works, before the card is
+	// posted (who can see the channel is kept a minute from then).
+	asked, leave := make(chan struct{}), make(chan struct{})
+	var n atomic.Int64
+	e.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		if n.Add(1) == 1 {
+			close(asked)
+			<-leave
+			return fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"8"}`))
+		}
+		return fakeopenai.Text("Deployed api 8.")
+	})
+	e.start()
+	ts := e.slack.Mention(private, requester, "deploy api 8")
+	<-asked
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "incident", Private: true, Members: []string{other, e.slack.BotUserID()}})
+	close(leave)
+	card := e.cardIn(private, ts, "deploy")
+
+	// Told in a direct message: Slack shows no private note in a channel
+	// to someone not in it.
+	told := func(want string) {
+		t.Helper()
+		waitUntil(t, "the requester is told "+want, func() bool {
+			for _, m := range e.slack.Messages(e.slack.DMChannel(requester)) {
+				if strings.Contains(m.Text, want) {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	_, err := e.slack.Click(requester, private, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	told("not an approver")
+	_, err = e.slack.Click(requester, private, card.TS, slackapp.ActionReject, "")
+	must(t, err)
+	told("not part of")
+	if open := e.slack.OpenModals(requester); len(open) != 0 {
+		t.Errorf("a form opened for a requester who left the channel: %+v", open)
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Fatalf("deploy ran %d times on the approval of a requester who left the channel", n)
+	}
+	_, err = e.slack.Click(other, private, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(private, ts, "Deployed api 8.")
 }

@@ -3,7 +3,6 @@ package slackapp
 import (
 	"context"
 	"errors"
-	"slices"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
@@ -46,24 +45,22 @@ func (a *App) mayDecide(ctx context.Context, c agent.Call, user string) error {
 		if a.outsiders.has(user) {
 			return errOutsider
 		}
-		if !a.inAudience(ctx, c.Channel, c.Requester, user) {
+		if !a.inAudience(ctx, c.Channel, user) {
 			return errNotInConversation
 		}
 	}
 	return nil
 }
 
-// maySee reports whether user may see the call c in full: a requester,
-// someone who may decide it under its named approvers without seeing the
-// conversation, or someone who can see its conversation.
+// maySee reports whether user may see the call c in full: someone who
+// may decide it under its named approvers without seeing the
+// conversation, or someone who can see its conversation now (a requester
+// who left a private channel no longer sees what goes on in it).
 func (a *App) maySee(ctx context.Context, c agent.Call, user string) bool {
-	if user == c.Requester || slices.Contains(c.Requesters, user) {
-		return true
-	}
 	if len(namedDeciders(c)) > 0 && a.authorizeNamed(ctx, c, user) == nil {
 		return true
 	}
-	return a.inAudience(ctx, c.Channel, c.Requester, user)
+	return a.inAudience(ctx, c.Channel, user)
 }
 
 // authorizeNamed checks that user may decide c under the approvers it
