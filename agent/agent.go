@@ -203,11 +203,13 @@ type Config struct {
 	// anyone decide it.
 	Audience Audience
 	// ShownInFull reports whether the edge can show the people who decide
-	// on a call its (canonical) arguments whole. A call that would ask for
-	// a decision with arguments it cannot is not paused (the model is told
-	// to call again with shorter ones), and an edit into such arguments is
-	// refused, as no one could read what they approve. Nil: any.
-	ShownInFull func(args json.RawMessage) bool
+	// on a call its (canonical) arguments whole, and, for a tool answered
+	// by a person (human, see Tool.Human), its question in the form they
+	// answer in. A call that would ask for a decision with arguments it
+	// cannot is not paused (the model is told to call again with shorter
+	// ones), and an edit into such arguments is refused, as no one could
+	// read what they approve. Nil: any.
+	ShownInFull func(args json.RawMessage, human bool) bool
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
 	// Tracer, if set, observes turns and tool executions (see Tracer).

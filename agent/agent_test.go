@@ -333,7 +333,7 @@ func TestEditIsJudgedAgain(t *testing.T) {
 func TestEditIntoArgumentsTooLongToShowIsRefused(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, backends(t)[0])
-	w.cfg.ShownInFull = func(args json.RawMessage) bool { return !strings.Contains(string(args), "long") }
+	w.cfg.ShownInFull = func(args json.RawMessage, _ bool) bool { return !strings.Contains(string(args), "long") }
 	a := w.agent()
 	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
 	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UAPPROVER1", Args: json.RawMessage(`{"env":"long"}`)})

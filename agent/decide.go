@@ -650,7 +650,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 	if err != nil {
 		return nil, approvals.Verdict{}, &DetailError{Err: approvals.ErrInvalidArgs, Detail: personText(err)}
 	}
-	if !a.shownInFull(canonical) {
+	if !a.shownInFull(tool, canonical) {
 		return nil, approvals.Verdict{}, &DetailError{Err: approvals.ErrInvalidArgs, Detail: "the edited arguments are too long to be shown in full to the people who decide on them"}
 	}
 	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Hints: tool.Annotations}, recs)

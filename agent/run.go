@@ -886,7 +886,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		if tool.Human && v.Action == approvals.Allow {
 			v.Action = approvals.Ask // a question for people cannot be answered by running it
 		}
-		if v.Action != approvals.Allow && v.Action != approvals.Deny && !a.shownInFull(canonical) {
+		if v.Action != approvals.Allow && v.Action != approvals.Deny && !a.shownInFull(tool, canonical) {
 			judged("invalid")
 			fail("not performed: the arguments of this call to %s are too long to be shown in full to the people who would decide on it, so it was not put to them; call it again with shorter arguments (split the work over several calls if need be)", name)
 			continue
@@ -1104,10 +1104,10 @@ func (a *Agent) policyVerdict(ctx context.Context, in approvals.Input, recs map[
 	return a.policy.Evaluate(ctx, in)
 }
 
-// shownInFull reports whether args can be shown whole to the people who
-// decide on a call (see Config.ShownInFull).
-func (a *Agent) shownInFull(args json.RawMessage) bool {
-	return a.cfg.ShownInFull == nil || a.cfg.ShownInFull(args)
+// shownInFull reports whether args of tool can be shown whole to the
+// people who decide on a call (see Config.ShownInFull).
+func (a *Agent) shownInFull(tool Tool, args json.RawMessage) bool {
+	return a.cfg.ShownInFull == nil || a.cfg.ShownInFull(args, tool.Human)
 }
 
 // judged reports how a call of the model was judged (see Config.Judged).

@@ -100,7 +100,7 @@ func TestArgumentsTooLongToShowAreNotPutToApprovers(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.start()
 	args := `{"service":"` + strings.Repeat("&", 120<<10) + `","version":"6"}`
-	if slackapp.ArgsShownInFull(json.RawMessage(args)) {
+	if slackapp.ArgsShownInFull(json.RawMessage(args), false) {
 		t.Fatal("ArgsShownInFull of 120 KB of ampersands = true, want false")
 	}
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", args)), fakeopenai.Text("They were too long."))

@@ -181,6 +181,18 @@ func schemaSummary(schema json.RawMessage) string {
 // the model's question (converted and escaped) and a required answer. Its
 // PrivateMetadata is callID; read the answer with ReadAnswer.
 func RespondModal(callID, question string) slack.ModalViewRequest {
+	blocks, _ := questionBlocks(question)
+	blocks = append(blocks, textInput(BlockAnswer, ActionAnswer, "Your answer",
+		"The assistant reads this as the answer to its question", "", maxReasonLength))
+	m := modal(CallbackRespond, "Reply", callID, blocks)
+	m.Submit = plain("Send", maxModalTitle)
+	return m
+}
+
+// questionBlocks returns the blocks of RespondModal that show question,
+// and whether they show it whole: as many as fit beside the answer's
+// input, the last of them a note of the parts left out if it does not.
+func questionBlocks(question string) ([]slack.Block, bool) {
 	blocks := []slack.Block{section("*Question*")}
 	shown, n := revealHidden(question)
 	if n > 0 {
@@ -188,21 +200,16 @@ func RespondModal(callID, question string) slack.ModalViewRequest {
 	}
 	// The question in full, leaving room for the input and a note.
 	chunks := splitQuoted(MarkdownToMrkdwn(shown), maxSectionText)
+	if len(chunks) == 0 {
+		return nil, true
+	}
 	for i, c := range chunks {
 		if len(blocks) == maxViewBlocks-2 && i < len(chunks)-1 {
-			blocks = append(blocks, contextBlock(fmt.Sprintf("… %d more parts of the question not shown.", len(chunks)-i)))
-			break
+			return append(blocks, contextBlock(fmt.Sprintf("… %d more parts of the question not shown.", len(chunks)-i))), false
 		}
 		blocks = append(blocks, section(c))
 	}
-	if len(chunks) == 0 {
-		blocks = blocks[:0]
-	}
-	blocks = append(blocks, textInput(BlockAnswer, ActionAnswer, "Your answer",
-		"The assistant reads this as the answer to its question", "", maxReasonLength))
-	m := modal(CallbackRespond, "Reply", callID, blocks)
-	m.Submit = plain("Send", maxModalTitle)
-	return m
+	return blocks, true
 }
 
 // ArgsModal is the modal opened by ActionViewArgs: a tool call's full
@@ -218,11 +225,24 @@ func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
 }
 
 // ArgsShownInFull reports whether ArgsModal shows args whole, with nothing
-// left out. Arguments it cannot show in full (about 290,000 characters
-// once pretty-printed and escaped) cannot be read by anyone asked to
-// approve them, so the agent asks no one (see agent.Config.ShownInFull).
-func ArgsShownInFull(args json.RawMessage) bool {
-	_, whole := argsBlocks("", args)
+// left out, and, for a tool answered by a person (human), whether the
+// reply form (RespondModal) shows its question whole. Arguments it cannot
+// show in full (about 290,000 characters once pretty-printed and escaped;
+// a question of about 150,000, fewer in many short paragraphs) cannot be
+// read by anyone asked to approve or answer them, so the agent asks no one
+// (see agent.Config.ShownInFull).
+func ArgsShownInFull(args json.RawMessage, human bool) bool {
+	if _, whole := argsBlocks("", args); !whole {
+		return false
+	}
+	if !human {
+		return true
+	}
+	var q struct {
+		Question string `json:"question"`
+	}
+	_ = json.Unmarshal(args, &q)
+	_, whole := questionBlocks(q.Question)
 	return whole
 }
 

@@ -169,13 +169,13 @@ func TestArgsModalHuge(t *testing.T) {
 	if strings.Contains(out, "<!channel>") {
 		t.Error("huge arguments: <!channel> came through")
 	}
-	if ArgsShownInFull(args) {
+	if ArgsShownInFull(args, false) {
 		t.Error("ArgsShownInFull of arguments the modal cuts = true")
 	}
 
 	// Arguments that fit are shown whole, over several sections.
 	args = hugeArgs()
-	if !ArgsShownInFull(args) {
+	if !ArgsShownInFull(args, false) {
 		t.Error("ArgsShownInFull of arguments the modal shows whole = false")
 	}
 	m = ArgsModal("t", args)
@@ -288,5 +288,43 @@ func TestRespondModalShowsEveryLineQuoted(t *testing.T) {
 	}
 	if len(missing) > 0 {
 		t.Errorf("%d of 1000 options are not in the reply form, quoted (first %v)", len(missing), missing[0])
+	}
+}
+
+// A question the reply form cannot show whole (here many short
+// paragraphs, each a section of its own, far from the arguments' bound)
+// is not shown in full: no one is asked to answer it. One that fits is
+// shown to its last word.
+func TestQuestionShownInFull(t *testing.T) {
+	question := func(paragraphs int) json.RawMessage {
+		q := "May I proceed?\n\n" + strings.Repeat(strings.Repeat("y", 760)+"\n\n", paragraphs) + "THE LAST WORD"
+		args, err := json.Marshal(map[string]string{"question": q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return args
+	}
+	long := question(120)
+	if !ArgsShownInFull(long, false) {
+		t.Fatal("the arguments of the long question are not shown in full; the test proves nothing")
+	}
+	if ArgsShownInFull(long, true) {
+		t.Error("ArgsShownInFull of a question the reply form cuts = true")
+	}
+	fits := question(90)
+	if !ArgsShownInFull(fits, true) {
+		t.Fatal("ArgsShownInFull of a question the reply form shows whole = false")
+	}
+	var q struct{ Question string }
+	if err := json.Unmarshal(fits, &q); err != nil {
+		t.Fatal(err)
+	}
+	m := RespondModal("c1", q.Question)
+	checkLimits(t, "respond long", m, maxViewBlocks)
+	if out := string(render(t, m)); !strings.Contains(out, "THE LAST WORD") || strings.Contains(out, "not shown") {
+		t.Error("the reply form does not show the whole question")
+	}
+	if !ArgsShownInFull(json.RawMessage(`{"question":"ok?"}`), true) || !ArgsShownInFull(json.RawMessage(`{}`), true) {
+		t.Error("a short or empty question is not shown in full")
 	}
 }
