@@ -160,8 +160,11 @@ func inline(s string) string {
 		ticks := s[start:n]
 		end := closingTicks(s[n:], len(ticks))
 		if end < 0 {
-			// No matching run: the backticks are literal text.
-			b.WriteString(inlineText(s[:n]))
+			// No matching run: the backticks are literal text, broken up
+			// so that three of them never pair, in Slack, with a fence
+			// line (only a line that is exactly ``` holds three).
+			b.WriteString(inlineText(s[:start]))
+			b.WriteString(breakBackticks(ticks))
 			s = s[n:]
 			continue
 		}

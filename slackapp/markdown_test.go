@@ -201,3 +201,30 @@ func TestAnswerMessagesShort(t *testing.T) {
 		t.Errorf("blank answer: %d messages, want none", len(msgs))
 	}
 }
+
+// Backticks that close no code span stay literal, and three of them never
+// stand together outside a fence line: Slack would pair them with the
+// next fence, and show the fenced code (kept verbatim) as formatted text.
+func TestUnmatchedBackticksOpenNoCodeBlock(t *testing.T) {
+	for _, in := range []string{
+		"Run this exactly? note: ``` below is verbatim\n```\nrm -rf /srv/*cache* ~/old~ /data\n```",
+		"a ```` b\n```\nx *y*\n```",
+		"one ``` two ``` three `",
+	} {
+		out := MarkdownToMrkdwn(in)
+		fences := 0
+		for _, line := range strings.Split(out, "\n") {
+			if line == "```" {
+				fences++
+			} else if strings.Contains(line, "```") {
+				t.Errorf("MarkdownToMrkdwn(%q) has three backticks outside a fence line: %q", in, line)
+			}
+		}
+		if fences%2 != 0 {
+			t.Errorf("MarkdownToMrkdwn(%q) = %q: an odd number of fences", in, out)
+		}
+		if strings.Contains(in, "rm -rf") && !strings.Contains(out, "rm -rf /srv/*cache* ~/old~ /data") {
+			t.Errorf("MarkdownToMrkdwn(%q) = %q: the fenced code is not kept verbatim", in, out)
+		}
+	}
+}

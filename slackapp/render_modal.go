@@ -140,23 +140,26 @@ func schemaSummary(schema json.RawMessage) string {
 			lines = append(lines, fmt.Sprintf("… and %d more", len(names)-i))
 			break
 		}
+		// What the tool's schema says (types, values, description) is
+		// the tool's text, shown as code: as mrkdwn its * _ ~ and
+		// backticks could format the form's own words.
 		p := s.Properties[name]
 		var attrs []string
 		switch t := p.Type.(type) {
 		case string:
-			attrs = append(attrs, t)
+			attrs = append(attrs, inlineCode(t))
 		case []any:
 			var ts []string
 			for _, x := range t {
 				ts = append(ts, fmt.Sprint(x))
 			}
-			attrs = append(attrs, strings.Join(ts, "|"))
+			attrs = append(attrs, inlineCode(strings.Join(ts, "|")))
 		}
 		if len(p.Enum) > 0 {
 			var vs []string
 			for _, v := range p.Enum {
 				b, _ := json.Marshal(v)
-				vs = append(vs, string(b))
+				vs = append(vs, inlineCode(string(b)))
 			}
 			attrs = append(attrs, "one of "+strings.Join(vs, ", "))
 		}
@@ -165,11 +168,11 @@ func schemaSummary(schema json.RawMessage) string {
 		}
 		line := "• " + inlineCode(name)
 		if len(attrs) > 0 {
-			line += " (" + Escape(strings.Join(attrs, ", ")) + ")"
+			line += " (" + strings.Join(attrs, ", ") + ")"
 		}
 		if d := oneLine(p.Description); d != "" {
-			d, _ = truncate(Escape(d), 120)
-			line += " — " + d
+			d, _ = truncate(d, 120)
+			line += " — " + inlineCode(d)
 		}
 		lines = append(lines, line)
 	}

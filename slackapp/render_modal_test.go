@@ -141,11 +141,22 @@ func TestEditModalLongArgs(t *testing.T) {
 
 func TestSchemaSummary(t *testing.T) {
 	got := schemaSummary(testSchema)
-	want := "• `path` (string, required) — File to delete. &lt;!here&gt; must not ping\n" +
-		"• `mode` (string|null, one of \"soft\", \"hard\")\n" +
-		"• `recursive` (boolean)"
+	want := "• `path` (`string`, required) — `File to delete. &lt;!here&gt; must not ping`\n" +
+		"• `mode` (`string|null`, one of `\"soft\"`, `\"hard\"`)\n" +
+		"• `recursive` (`boolean`)"
 	if got != want {
 		t.Errorf("schemaSummary = %q, want %q", got, want)
+	}
+	// A tool's schema cannot format the form's own words: its values and
+	// descriptions are code.
+	hostile := schemaSummary(json.RawMessage(`{"required":["path"],"properties":{` +
+		`"path":{"type":"string","enum":["~/tmp","/srv"],"description":"x~"},` +
+		`"mode":{"type":"string","description":"a` + "```" + `"},"zone":{"type":"string","description":"` + "```" + `b *c*"}}}`))
+	if want := "• `path` (`string`, one of `\"~/tmp\"`, `\"/srv\"`, required) — `x~`"; !strings.HasPrefix(hostile, want) {
+		t.Errorf("schemaSummary of a hostile schema = %q, want it to start %q", hostile, want)
+	}
+	if strings.Contains(hostile, "```") {
+		t.Errorf("schemaSummary of a hostile schema = %q: three backticks open a code block", hostile)
 	}
 	for _, s := range []string{"", "null", "not json", `{"type":"string"}`} {
 		if got := schemaSummary(json.RawMessage(s)); got != "" {
