@@ -207,7 +207,7 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) (text s
 		return "", true
 	}
 	if err != nil {
-		text, result := refusalText(res.Call, d.Decider, err)
+		text, result := a.refusalFor(ctx, res.Call, d.Decider, err)
 		a.m.decision(kind, result, 0)
 		if result == "error" {
 			a.log.Error("record decision", "call", d.CallID, "err", err)
@@ -395,6 +395,18 @@ func decidedAfter(c agent.Call) time.Duration {
 	return time.Since(c.CreatedAt)
 }
 
+// refusalFor is refusalText for a refusal told to user, who learns
+// nothing of a call they may not see (who decided it, who may, who asked
+// for it: a button's value is all it takes to ask), only that it is not
+// theirs.
+func (a *App) refusalFor(ctx context.Context, c agent.Call, user string, err error) (text, result string) {
+	text, result = refusalText(c, user, err)
+	if c.ID != "" && result != "error" && !a.maySee(ctx, c, user) {
+		text = NotInConversationText()
+	}
+	return text, result
+}
+
 // refusalText explains a refused decision to the decider, and names the
 // refusal for metrics.
 func refusalText(c agent.Call, decider string, err error) (text, result string) {
@@ -450,14 +462,12 @@ func (a *App) cancelClick(ctx context.Context, c click) {
 		res, err = a.ag.Cancel(ctx, runID, c.user)
 	}
 	if err != nil {
-		text, result := refusalText(res.Call, c.user, err)
+		text, result := a.refusalFor(ctx, res.Call, c.user, err)
 		if errors.Is(err, approvals.ErrNotApprover) {
-			var requester string
-			var requesters []string
-			if pc, err := a.ag.Call(ctx, callID); err == nil {
-				requester, requesters = pc.Requester, pc.Requesters
+			text = NotInConversationText()
+			if pc, err := a.ag.Call(ctx, callID); err == nil && a.maySee(ctx, pc.Call, c.user) {
+				text = NotRequesterText(pc.Requester, pc.Requesters...)
 			}
-			text = NotRequesterText(requester, requesters...)
 		}
 		a.m.decision("cancel", result, 0)
 		if result == "error" {
@@ -502,7 +512,11 @@ func (a *App) openModal(ctx context.Context, c click) {
 		}
 	} else {
 		if pc.Status != agent.CallPending {
-			a.tell(ctx, c.user, c.channel, c.thread, refusedText(pc.Call))
+			text := NotInConversationText()
+			if a.maySee(ctx, pc.Call, c.user) {
+				text = refusedText(pc.Call)
+			}
+			a.tell(ctx, c.user, c.channel, c.thread, text)
 			return
 		}
 		// Check before opening the form, so nobody fills in a form that

@@ -347,3 +347,37 @@ func TestRequesterWhoLeftTheChannelDoesNotDecide(t *testing.T) {
 	must(t, err)
 	e.answerIn(private, ts, "Deployed api 8.")
 }
+
+// Someone who may not see a call (not in its private channel, not one of
+// its approvers) and clicks one of its buttons learns nothing of it: not
+// who may decide it, nor who asked for it, only that it is not theirs.
+func TestRefusalsTellOutsidersNothingOfTheCall(t *testing.T) {
+	const private = "CPRIVATE02"
+	e := newEnv(t, storeKinds(t)[0])
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "payroll", Private: true, Members: []string{requester, approver, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"payroll","version":"3"}`)), fakeopenai.Text("Deployed payroll 3."))
+	ts := e.slack.Mention(private, requester, "deploy payroll 3")
+	card := e.cardIn(private, ts, "deploy")
+
+	for _, action := range []string{slackapp.ActionApprove, slackapp.ActionCancel} {
+		_, err := e.slack.Click(stranger, private, card.TS, action, "")
+		must(t, err)
+	}
+	var told []string
+	waitUntil(t, "the stranger is told twice", func() bool {
+		told = told[:0]
+		for _, m := range e.slack.Messages(e.slack.DMChannel(stranger)) {
+			told = append(told, m.Text)
+		}
+		return len(told) == 2
+	})
+	for _, text := range told {
+		if !strings.Contains(text, "not part of") || strings.Contains(text, approver) || strings.Contains(text, requester) || strings.Contains(text, other) {
+			t.Errorf("the stranger was told %q, want only that the call is not theirs", text)
+		}
+	}
+	_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(private, ts, "Deployed payroll 3.")
+}
