@@ -381,3 +381,29 @@ func TestRefusalsTellOutsidersNothingOfTheCall(t *testing.T) {
 	must(t, err)
 	e.answerIn(private, ts, "Deployed payroll 3.")
 }
+
+// An approver outside the channel, who was sent a copy of the card, and
+// whom an edit takes out of those who may decide the call, is not shown
+// what the call became on that copy.
+func TestEditDoesNotShowItsArgumentsOnACopyOfThoseItTakesOut(t *testing.T) {
+	const private = "CPRIVATE94"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = payrollEditPolicy("      approvers: [UAPPROVER1, UOTHER0001, USTRANGER1]\n")
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, stranger, e.slack.BotUserID()}})
+	e.start()
+	e.pausedThenEdited(private)
+	dm := e.slack.DMChannel(other)
+	var copyOf fakeslack.Message
+	waitUntil(t, "the copy in the direct message of the approver outside the channel is updated", func() bool {
+		for _, m := range e.slack.Messages(dm) {
+			if len(m.Blocks) > 0 && m.Updates > 0 {
+				copyOf = m
+				return true
+			}
+		}
+		return false
+	})
+	if text := blocksText(copyOf); strings.Contains(text, "SECRET-42") || strings.Contains(text, "payroll") {
+		t.Errorf("the copy of an approver the edit took out shows the edited arguments:\n%s", text)
+	}
+}

@@ -736,9 +736,15 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	update := func(refs []cardRef) {
 		for _, ref := range refs {
 			place := placeOf(ref.Channel, u.Call.Channel)
+			if place == "dm" && !a.dmMaySee(ctx, ref.Channel, u.Call) {
+				// Its reader no longer may (taken out of the rule by an
+				// edit, or out of a group): what the call became is
+				// sealed, as on a copy in a channel.
+				place = "approvals"
+			}
 			r, ok := byPlace[place]
 			if !ok {
-				r.blocks, r.text = a.cardIn(card, ref.Channel, u.Call.Channel)
+				r.blocks, r.text = a.cardAt(card, place, u.Call.Channel)
 				byPlace[place] = r
 			}
 			_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: r.blocks, text: r.text})
@@ -770,7 +776,12 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 // when the copy was posted), read by whoever is in that channel, is sealed
 // (see Card.Sealed).
 func (a *App) cardIn(card Card, channel, conversation string) ([]slack.Block, string) {
-	place := placeOf(channel, conversation)
+	return a.cardAt(card, placeOf(channel, conversation), conversation)
+}
+
+// cardAt renders card for a copy in a place of the kind place (see
+// placeOf), of a call made in conversation.
+func (a *App) cardAt(card Card, place, conversation string) ([]slack.Block, string) {
 	if place != "conversation" {
 		card.CopyOf = conversation
 		if card.OutputSummary != "" {
@@ -782,6 +793,17 @@ func (a *App) cardIn(card Card, channel, conversation string) ([]slack.Block, st
 		card = Seal(card)
 	}
 	return CardBlocks(card), CardText(card)
+}
+
+// dmMaySee reports whether the person of the direct message channel may
+// see c (see maySee); false when who that is cannot be told.
+func (a *App) dmMaySee(ctx context.Context, channel string, c agent.Call) bool {
+	user, err := a.audience.dmUser(ctx, channel)
+	if err != nil {
+		a.log.Warn("tell whose direct message a card's copy is in; sealing it", "channel", channel, "err", err)
+		return false
+	}
+	return a.maySee(ctx, c, user)
 }
 
 // placeOf is the kind of place a card's copy in channel is, for a call
