@@ -149,7 +149,9 @@ func mineEntry(c Card) slack.Block {
 	if c.Human {
 		if q := strings.TrimSpace(c.Question); q != "" {
 			shown, n := revealHidden(oneLine(q))
-			q, _ = truncate(Escape(shown), homeMinePreview)
+			// Converted as on the card: the model's Markdown left as it
+			// is would be read as mrkdwn (a ``` opening a code block).
+			q, _ = truncate(MarkdownToMrkdwn(shown), homeMinePreview)
 			lines = append(lines, quoteLines(q))
 			if n > 0 {
 				lines = append(lines, hiddenWarning(n, "the question"))

@@ -108,3 +108,13 @@ func TestHomeTruncated(t *testing.T) {
 		}
 	}
 }
+
+// The question of one's own waiting request is converted as on its card:
+// its Markdown is not read as mrkdwn, and it cannot ping.
+func TestHomeMineQuestionConverted(t *testing.T) {
+	c := Card{CallID: "c1~fp", Tool: "ask_human", Human: true, Question: "Is **this** ```fine``` ~~ok~~ <!here>", Status: StatusPending}
+	text := mineEntry(c).(*slack.SectionBlock).Text.Text
+	if !strings.Contains(text, "Is *this* `fine` ~ok~ &lt;!here&gt;") {
+		t.Errorf("mine entry = %q, want the question converted as on its card", text)
+	}
+}
