@@ -226,15 +226,7 @@ policy:
 // member from the other organisation is told so, and their clicks change
 // nothing.
 func TestOutsidersDoNotDecideOpenCalls(t *testing.T) {
-	const shared, partner = "CSHARED001", "UPARTNER01"
-	e := newEnv(t, storeKinds(t)[0])
-	e.policy = "policy:\n  default: ask\n" // deploys ask anyone in the conversation
-	e.slack.AddUser(fakeslack.User{ID: partner, Name: "partner", TeamID: "T0PARTNER1"})
-	e.slack.AddChannel(fakeslack.Channel{ID: shared, Name: "shared-ops", Members: []string{requester, other, partner, e.slack.BotUserID()}})
-	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
-	ts := e.slack.Mention(shared, requester, "deploy api 7")
-	card := e.cardIn(shared, ts, "deploy")
+	e, ts, card := sharedChannelCard(t, requester)
 
 	_, err := e.slack.Click(partner, shared, card.TS, slackapp.ActionApprove, "")
 	must(t, err)
@@ -261,15 +253,7 @@ func TestOutsidersDoNotDecideOpenCalls(t *testing.T) {
 // asked for a call open to the conversation may not approve it, nor allow
 // its tool for good; someone of this workspace in the channel may.
 func TestOutsiderRequesterDoesNotDecideOwnCall(t *testing.T) {
-	const shared, partner = "CSHARED001", "UPARTNER01"
-	e := newEnv(t, storeKinds(t)[0])
-	e.policy = "policy:\n  default: ask\n" // deploys ask anyone in the conversation
-	e.slack.AddUser(fakeslack.User{ID: partner, Name: "partner", TeamID: "T0PARTNER1"})
-	e.slack.AddChannel(fakeslack.Channel{ID: shared, Name: "shared-ops", Members: []string{requester, other, partner, e.slack.BotUserID()}})
-	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
-	ts := e.slack.Mention(shared, partner, "deploy api 7")
-	card := e.cardIn(shared, ts, "deploy")
+	e, ts, card := sharedChannelCard(t, partner)
 
 	for _, action := range []string{slackapp.ActionRemember, slackapp.ActionApprove} {
 		_, err := e.slack.Click(partner, shared, card.TS, action, "")
@@ -406,4 +390,23 @@ func TestEditDoesNotShowItsArgumentsOnACopyOfThoseItTakesOut(t *testing.T) {
 	if text := blocksText(copyOf); strings.Contains(text, "SECRET-42") || strings.Contains(text, "payroll") {
 		t.Errorf("the copy of an approver the edit took out shows the edited arguments:\n%s", text)
 	}
+}
+
+// Members of a channel shared with another organisation (Slack Connect):
+// partner is theirs.
+const shared, partner = "CSHARED001", "UPARTNER01"
+
+// sharedChannelCard starts a bot whose policy lets anyone in the
+// conversation decide, in the channel shared with partner, where asker
+// asks to deploy api 7; it returns the thread and the card.
+func sharedChannelCard(t *testing.T, asker string) (*env, string, fakeslack.Message) {
+	t.Helper()
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n"
+	e.slack.AddUser(fakeslack.User{ID: partner, Name: "partner", TeamID: "T0PARTNER1"})
+	e.slack.AddChannel(fakeslack.Channel{ID: shared, Name: "shared-ops", Members: []string{requester, other, partner, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
+	ts := e.slack.Mention(shared, asker, "deploy api 7")
+	return e, ts, e.cardIn(shared, ts, "deploy")
 }
