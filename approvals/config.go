@@ -201,15 +201,9 @@ func parseRuleNode(n *yaml.Node) (lineRule, error) {
 		case "four_eyes":
 			err = v.Decode(&r.FourEyes)
 		case "ttl":
-			var s string
-			if err = scalar(v, &s); err == nil && s != "" {
-				r.TTL, err = parseTTL(s)
-			}
+			r.TTL, err = durationField(v)
 		case "remind_after":
-			var s string
-			if err = scalar(v, &s); err == nil && s != "" {
-				r.RemindAfter, err = parseTTL(s)
-			}
+			r.RemindAfter, err = durationField(v)
 		case "min_approvals":
 			if err = v.Decode(&r.MinApprovals); err == nil && r.MinApprovals < 1 {
 				err = fmt.Errorf("%d: want 1 or more", r.MinApprovals)
@@ -234,6 +228,27 @@ func scalar(n *yaml.Node, s *string) error {
 	}
 	*s = n.Value
 	return nil
+}
+
+// errEmptyDuration refuses a ttl or remind_after given as an empty string:
+// like zero (see parseTTL), it would silently mean the bot's default,
+// which leaving the key out says.
+var errEmptyDuration = errors.New(`empty: give a duration such as 72h, or leave the key out for the bot's default`)
+
+// durationField decodes a rule's ttl or remind_after; null leaves it unset,
+// as for the other fields.
+func durationField(n *yaml.Node) (time.Duration, error) {
+	if isNull(n) {
+		return 0, nil
+	}
+	var s string
+	if err := scalar(n, &s); err != nil {
+		return 0, err
+	}
+	if s == "" {
+		return 0, errEmptyDuration
+	}
+	return parseTTL(s)
 }
 
 // cleanYAMLError drops the "yaml: unmarshal errors:" preamble, since the

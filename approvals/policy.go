@@ -265,21 +265,21 @@ func quoteRunes(rs []rune) string {
 	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
 }
 
-// validateMinApprovals checks that a rule's approvers can reach its
-// MinApprovals: when every approver is a named user (no user group), there
-// must be at least that many distinct ones.
+// validateMinApprovals checks a rule's MinApprovals: only an ask may set
+// it, and its approvers must be able to reach it: when every approver is a
+// named user (no user group), there must be at least that many distinct
+// ones.
 func validateMinApprovals(r Rule) error {
 	n := r.MinApprovals
 	if n < 0 {
 		return &fieldError{field: "min_approvals", err: fmt.Errorf("%d: want 1 or more", n)}
 	}
-	if n <= 1 {
-		return nil
+	// 1 too (zero is the field left out): like the other ask-only fields
+	// (see validateFields), any value would do nothing on an allow or deny.
+	if n != 0 && r.Verdict != Ask {
+		return &fieldError{field: "min_approvals", err: fmt.Errorf("%d on a rule whose verdict is %s: only an ask waits for approvals, so it would be ignored; leave it out, or make the verdict ask", n, r.Verdict)}
 	}
-	if r.Verdict != Ask {
-		return &fieldError{field: "min_approvals", err: fmt.Errorf("%d on a rule whose verdict is %s: only an ask waits for approvals", n, r.Verdict)}
-	}
-	if len(r.Approvers) == 0 {
+	if n <= 1 || len(r.Approvers) == 0 {
 		return nil
 	}
 	users := make(map[string]bool)

@@ -453,6 +453,15 @@ func TestParseConfigFields(t *testing.T) {
 	}
 }
 
+// A ttl or remind_after left null is not given, as any other field; only
+// an empty string, which reads as a value, is refused.
+func TestParseConfigNullDurations(t *testing.T) {
+	p := mustParse(t, "policy:\n  rules:\n    - {tool: deploy, verdict: ask, ttl: , remind_after: ~}\n")
+	if r := p.Rules()[0]; r.TTL != 0 || r.RemindAfter != 0 {
+		t.Errorf("got rule %+v, want no ttl and no remind_after", r)
+	}
+}
+
 func TestMinApprovalsInTheVerdict(t *testing.T) {
 	p := mustParse(t, "policy:\n  rules:\n    - {tool: deploy, verdict: ask, approvers: [U1, U2], min_approvals: 2}\n")
 	if got := p.Evaluate(Input{Tool: "deploy", Args: json.RawMessage(`{}`)}); got.MinApprovals != 2 {
@@ -512,6 +521,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"four_eyes on a deny", rule("    - tool: x\n      verdict: deny\n      four_eyes: true\n"), []string{"policy rule 2", "four_eyes", "verdict is deny"}},
 		{"ttl on an allow", rule("    - tool: x\n      verdict: allow\n      ttl: 1h\n"), []string{"policy rule 2", "ttl", "verdict is allow"}},
 		{"remind_after on a deny", rule("    - tool: x\n      verdict: deny\n      remind_after: 1h\n"), []string{"policy rule 2", "remind_after", "verdict is deny"}},
+		{"min_approvals on an allow", rule("    - tool: x\n      verdict: allow\n      min_approvals: 1\n"), []string{"policy rule 2", "min_approvals (line 7)", "1 on a rule whose verdict is allow", "would be ignored"}},
+		{"min_approvals on a deny", rule("    - tool: x\n      verdict: deny\n      min_approvals: 2\n"), []string{"policy rule 2", "min_approvals (line 7)", "verdict is deny"}},
+		{"empty ttl", rule("    - tool: x\n      verdict: ask\n      ttl: \"\"\n"), []string{"policy rule 2", "ttl (line 7)", "empty: give a duration such as 72h, or leave the key out"}},
+		{"empty remind_after", rule("    - tool: x\n      verdict: ask\n      remind_after: ''\n"), []string{"policy rule 2", "remind_after (line 7)", "empty"}},
 		{"min_approvals zero", rule("    - tool: x\n      verdict: ask\n      min_approvals: 0\n"), []string{"policy rule 2", "min_approvals (line 7)", "want 1 or more"}},
 		{"min_approvals beyond approvers", rule("    - tool: x\n      verdict: ask\n      approvers: [U1, U2]\n      min_approvals: 3\n"), []string{"policy rule 2", "min_approvals", "names only 2 approver(s)"}},
 		{"bad default", "policy:\n  default: perhaps\n", []string{"policy.default", `unknown verdict "perhaps"`}},
@@ -548,6 +561,7 @@ func TestNewPolicyErrors(t *testing.T) {
 		{"bad default", "maybe", nil, `default: unknown verdict "maybe"`},
 		{"cel error names position and id", Ask, []Rule{{Tool: "a", Verdict: Allow}, {ID: "x", Tool: "b", Verdict: Ask, When: "args."}}, "policy rule 2 (id x): when:"},
 		{"negative ttl", Ask, []Rule{{Tool: "a", Verdict: Allow, TTL: -time.Second}}, "policy rule 1 (id rule-1): ttl: negative"},
+		{"min_approvals on an allow", Ask, []Rule{{Tool: "a", Verdict: Allow, MinApprovals: 1}}, "policy rule 1 (id rule-1): min_approvals: 1 on a rule whose verdict is allow"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

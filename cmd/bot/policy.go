@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,6 +82,8 @@ Cases file:
       annotations: {read_only: true}   # optional: read_only, destructive
       verdict: allow                   # expected: allow, ask or deny
       rule: read-files                 # optional expected rule id
+  A mapping's numbers reach the policy as written, as the model's do;
+  YAML-only forms (0x1F, 1_000, +5, .inf) are refused.
 `
 
 // runPolicy runs `bot policy ...` (args after "policy"). It returns nil for
@@ -418,28 +422,188 @@ func readCases(path string) ([]policyCase, []json.RawMessage, error) {
 
 // caseArgs turns a case's args (a mapping, a JSON string, or nothing) into
 // the arguments the policy is given (see objectJSON), and the JSON text
-// that names the case.
+// that names the case. A mapping becomes that JSON text by yamlJSON, its
+// numbers kept as written.
 func caseArgs(n *yaml.Node) (args json.RawMessage, shown string, err error) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
 	switch n.Kind {
 	case 0:
 		shown = "{}"
 	case yaml.ScalarNode:
 		shown = strings.TrimSpace(n.Value)
 	case yaml.MappingNode:
-		var m map[string]any
-		if err := n.Decode(&m); err != nil {
+		// Decoding first has yaml refuse what it refuses in any document (a
+		// key given twice, an alias that holds itself, aliases that expand
+		// without bound) before yamlJSON walks the tree.
+		var check any
+		if err := n.Decode(&check); err != nil {
 			return nil, "", err
 		}
-		b, err := json.Marshal(m)
-		if err != nil {
-			return nil, "", fmt.Errorf("line %d: %w", n.Line, err)
+		var b bytes.Buffer
+		if err := yamlJSON(n, &b); err != nil {
+			return nil, "", err
 		}
-		shown = string(b)
+		shown = b.String()
 	default:
 		return nil, "", fmt.Errorf("line %d: want a mapping or a JSON object string", n.Line)
 	}
 	args, err = objectJSON(shown)
 	return args, shown, err
+}
+
+// jsonNumberRE is JSON's number syntax (RFC 8259, section 6).
+var jsonNumberRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
+// yamlJSON writes a YAML value of a case's args as the JSON a model would
+// send for it: a mapping as an object (keys in order), a sequence as an
+// array, aliases as what they stand for. A number keeps its literal text,
+// as the bot keeps the model's: decoding it would round 5.0000000000000001
+// to 5 and turn an integer past uint64 into a float, and the case would
+// judge another number than the one written. A number in a form YAML reads
+// but JSON does not (0x1F, 1_000, +5, 010, .5, .inf) is refused rather
+// than converted: no model sends it, and some have no JSON form at all
+// (.inf) or read otherwise to a person (yaml takes 010 for 8).
+func yamlJSON(n *yaml.Node, b *bytes.Buffer) error {
+	switch n.Kind {
+	case yaml.AliasNode:
+		if n.Alias == nil {
+			return fmt.Errorf("line %d: alias *%s stands for nothing", n.Line, n.Value)
+		}
+		return yamlJSON(n.Alias, b)
+	case yaml.MappingNode:
+		members, err := yamlMembers(n)
+		if err != nil {
+			return err
+		}
+		b.WriteByte('{')
+		for i, m := range members {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := writeJSONString(b, m.key); err != nil {
+				return err
+			}
+			b.WriteByte(':')
+			if err := yamlJSON(m.value, b); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+		return nil
+	case yaml.SequenceNode:
+		b.WriteByte('[')
+		for i, e := range n.Content {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := yamlJSON(e, b); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+		return nil
+	case yaml.ScalarNode:
+		switch tag := n.ShortTag(); tag {
+		case "!!str", "!!timestamp":
+			// yaml decodes a date into any as its text too.
+			return writeJSONString(b, n.Value)
+		case "!!null":
+			b.WriteString("null")
+		case "!!bool":
+			var v bool
+			if err := n.Decode(&v); err != nil {
+				return fmt.Errorf("line %d: %w", n.Line, err)
+			}
+			b.WriteString(strconv.FormatBool(v))
+		case "!!int", "!!float":
+			if !jsonNumberRE.MatchString(n.Value) {
+				return fmt.Errorf("line %d: %s is a YAML number but not a JSON one: write it as JSON does (such as 31, -0.5 or 1e6), or quote it for a string", n.Line, n.Value)
+			}
+			b.WriteString(n.Value)
+		default:
+			return fmt.Errorf("line %d: a %s value has no JSON form: write a string, number, true, false, null, list or mapping", n.Line, tag)
+		}
+		return nil
+	}
+	return fmt.Errorf("line %d: want a JSON value", n.Line)
+}
+
+// yamlMember is a key and value of a mapping in a case's args.
+type yamlMember struct {
+	key   string
+	value *yaml.Node
+	line  int
+}
+
+// yamlMembers returns the members of a mapping in a case's args, with
+// merge keys (<<: *common, or a list of them) expanded as yaml decodes
+// them: a key written in the mapping wins over a merged one, and of merged
+// mappings the first wins. Keys must be strings, as JSON's are.
+func yamlMembers(n *yaml.Node) ([]yamlMember, error) {
+	var own, merged []yamlMember
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.AliasNode && k.Alias != nil {
+			k = k.Alias
+		}
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			if v.Kind == yaml.AliasNode && v.Alias != nil {
+				v = v.Alias
+			}
+			sources := []*yaml.Node{v}
+			if v.Kind == yaml.SequenceNode {
+				sources = v.Content
+			}
+			for _, s := range sources {
+				if s.Kind == yaml.AliasNode && s.Alias != nil {
+					s = s.Alias
+				}
+				if s.Kind != yaml.MappingNode {
+					return nil, fmt.Errorf("line %d: << wants a mapping (an anchor's) to merge", k.Line)
+				}
+				ms, err := yamlMembers(s)
+				if err != nil {
+					return nil, err
+				}
+				merged = append(merged, ms...)
+			}
+			continue
+		}
+		if tag := k.ShortTag(); k.Kind != yaml.ScalarNode || tag != "!!str" && tag != "!!timestamp" {
+			return nil, fmt.Errorf("line %d: key %s is not a string (%s), but JSON keys are: quote it", k.Line, k.Value, tag)
+		}
+		own = append(own, yamlMember{key: k.Value, value: v, line: k.Line})
+	}
+	seen := make(map[string]int, len(own))
+	for _, m := range own {
+		if line, ok := seen[m.key]; ok {
+			return nil, fmt.Errorf("line %d: key %q given twice (first on line %d)", m.line, m.key, line)
+		}
+		seen[m.key] = m.line
+	}
+	out := own
+	for _, m := range merged {
+		if _, ok := seen[m.key]; !ok {
+			seen[m.key] = m.line
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// writeJSONString writes s as a JSON string, without the HTML escapes, so
+// the name of a case stays readable.
+func writeJSONString(b *bytes.Buffer, s string) error {
+	var e bytes.Buffer
+	enc := json.NewEncoder(&e)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return err
+	}
+	b.Write(bytes.TrimSuffix(e.Bytes(), []byte("\n")))
+	return nil
 }
 
 // runCases runs the cases of a file against engine, printing a line per

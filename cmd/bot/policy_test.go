@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 const testPolicy = `mcp_servers:
@@ -338,5 +340,130 @@ func TestPolicyCommands(t *testing.T) {
 				t.Errorf("stderr: %q, want nothing", stderr.String())
 			}
 		})
+	}
+}
+
+// Mapping-form args reach the policy with their numbers as written, as the
+// model's JSON does: 5.0000000000000001 is not 5, and an integer past what
+// a float holds is not rounded into one, so conditions on them fail closed.
+func TestCasesKeepNumbersAsWritten(t *testing.T) {
+	config := writeFile(t, "config.yaml", `policy:
+  default: ask
+  rules:
+    - id: five
+      tool: count
+      when: args.n == 5
+      verdict: allow
+    - id: positive
+      tool: size
+      when: args.n > 0
+      verdict: allow
+`)
+	cases := writeFile(t, "cases.yaml", `cases:
+  - name: five
+    tool: count
+    args: {n: 5}
+    verdict: allow
+    rule: five
+  - name: nearly five
+    tool: count
+    args: {n: 5.0000000000000001}
+    verdict: ask
+    rule: five
+  - name: big integer
+    tool: size
+    args: {n: 12345678901234567890123}
+    verdict: ask
+    rule: positive
+`)
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"policy", "test", "-config", config, "-cases", cases}, &stdout, &stderr)
+	if err != nil {
+		t.Errorf("error %v, want none\nstdout:\n%s", err, stdout.String())
+	}
+	for _, w := range []string{
+		"ok  \tfive: allow by rule five\n",
+		"ok  \tnearly five: ask by rule five\n",
+		"ok  \tbig integer: ask by rule positive\n",
+		"ok  \t" + cases + ": 3 cases passed\n",
+	} {
+		if !strings.Contains(stdout.String(), w) {
+			t.Errorf("stdout does not contain %q:\n%s", w, stdout.String())
+		}
+	}
+}
+
+func TestCaseArgs(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string // the args value
+		want    string // canonical arguments
+		shown   string // the name of the case; empty: not checked
+		wantErr string
+	}{
+		{name: "number past float precision", yaml: "{n: 5.0000000000000001}", want: `{"n":5.0000000000000001}`},
+		{name: "integer past uint64", yaml: "{n: 12345678901234567890123}", want: `{"n":12345678901234567890123}`},
+		{name: "numbers as written", yaml: "{a: 1.0, b: -0, c: 1e3, d: -2.5E-3}", want: `{"a":1.0,"b":-0,"c":1e3,"d":-2.5E-3}`},
+		{name: "keys in order for the name", yaml: "{z: 1, a: 2}", want: `{"a":2,"z":1}`, shown: `{"z":1,"a":2}`},
+		{
+			name: "scalars by their tags",
+			yaml: "{s: '5', t: 2024-01-02, b: true, f: False, z: ~, e: , l: [1, x, null], m: {k: <a&b>}}",
+			want: `{"b":true,"e":null,"f":false,"l":[1,"x",null],"m":{"k":"<a&b>"},"s":"5","t":"2024-01-02","z":null}`,
+		},
+		{name: "explicit tags", yaml: "{i: !!int 7, s: !!str 7, f: !!float '2.5'}", want: `{"f":2.5,"i":7,"s":"7"}`},
+		{name: "anchors and aliases", yaml: "{a: &x {k: 1}, b: *x, c: [*x]}", want: `{"a":{"k":1},"b":{"k":1},"c":[{"k":1}]}`},
+		{name: "merge keys", yaml: "{a: &x {k: 1, j: 2}, b: &y {k: 3, h: 4}, c: {<<: [*x, *y], j: 5}}", want: `{"a":{"j":2,"k":1},"b":{"h":4,"k":3},"c":{"h":4,"j":5,"k":1}}`},
+		{name: "json string", yaml: `'{"n": 5.0000000000000001}'`, want: `{"n":5.0000000000000001}`},
+		{name: "none", yaml: "", want: `{}`},
+		{name: "hex", yaml: "{n: 0x1F}", wantErr: "line 1: 0x1F is a YAML number but not a JSON one"},
+		{name: "underscores", yaml: "{n: 1_000}", wantErr: "1_000 is a YAML number"},
+		{name: "plus sign", yaml: "{n: +5}", wantErr: "+5 is a YAML number"},
+		{name: "leading zero", yaml: "{n: 010}", wantErr: "010 is a YAML number"},
+		{name: "bare fraction", yaml: "{n: .5}", wantErr: ".5 is a YAML number"},
+		{name: "infinity", yaml: "{n: [1, .inf]}", wantErr: ".inf is a YAML number"},
+		{name: "not a number", yaml: "{n: .nan}", wantErr: ".nan is a YAML number"},
+		{name: "integer key", yaml: "{1: a}", wantErr: "line 1: key 1 is not a string (!!int)"},
+		{name: "null key", yaml: "{a: {~: b}}", wantErr: "key ~ is not a string (!!null)"},
+		{name: "binary", yaml: "{b: !!binary aGk=}", wantErr: "a !!binary value has no JSON form"},
+		{name: "key twice", yaml: "{a: 1, a: 2}", wantErr: `mapping key "a" already defined`},
+		{name: "not an object", yaml: "[1]", wantErr: "want a mapping or a JSON object string"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var doc struct {
+				Args yaml.Node `yaml:"args"`
+			}
+			if err := yaml.Unmarshal([]byte("args: "+tt.yaml+"\n"), &doc); err != nil {
+				t.Fatal(err)
+			}
+			args, shown, err := caseArgs(&doc.Args)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("caseArgs(%s): got %s, error %v, want an error containing %q", tt.yaml, args, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("caseArgs(%s): %v", tt.yaml, err)
+			}
+			if string(args) != tt.want {
+				t.Errorf("caseArgs(%s) = %s, want %s", tt.yaml, args, tt.want)
+			}
+			if tt.shown != "" && shown != tt.shown {
+				t.Errorf("caseArgs(%s) names the case %s, want %s", tt.yaml, shown, tt.shown)
+			}
+		})
+	}
+}
+
+// An error in mapping-form args names the case and the line.
+func TestCasesRefuseYAMLOnlyNumbers(t *testing.T) {
+	config := writeFile(t, "config.yaml", "policy:\n  default: ask\n")
+	cases := writeFile(t, "cases.yaml", "cases:\n  - tool: count\n    args: {n: 1}\n    verdict: ask\n  - tool: count\n    args:\n      n: 0x1F\n    verdict: ask\n")
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"policy", "test", "-config", config, "-cases", cases}, &stdout, &stderr)
+	want := "cases file " + cases + ": case 2: args: line 7: 0x1F is a YAML number but not a JSON one"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want one containing %q", err, want)
 	}
 }
