@@ -189,11 +189,12 @@ func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (out Outcome, err
 	var st runState
 	stErr := fastjson.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
 	cs, _, csErr := conversationOf(rs.Conversation, rs.Found)
-	// The decisions' waits are the first resume's to report: one that
-	// goes on from a later step (an earlier resume ran the calls), or
-	// finds the conversation moved on, reports none.
+	// The decisions' waits are the first resume's to report: one begun
+	// after an earlier resume's claim (cut by a shutdown or a crash, from
+	// before its calls ran to a later step), or that finds the
+	// conversation moved on, reports none.
 	waited := calls
-	if csErr != nil || cs.Step != nil || !rs.Found || rs.Conversation.PausedRun != run.ID {
+	if rs.PriorNonce != "" || csErr != nil || cs.Step != nil || !rs.Found || rs.Conversation.PausedRun != run.ID {
 		waited = nil
 	}
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: waited})

@@ -33,17 +33,20 @@ type click struct {
 	retried bool
 }
 
-// madeBefore reports whether err, the refusal of c's decision, refuses
-// the decision c made itself before: a click Slack delivered again whose
-// first delivery was decided (which never marked its envelope seen).
-func (c click) madeBefore(err error) bool {
+// madeBefore reports whether err, the refusal of c's decision of kind,
+// refuses the decision c made itself before: a click Slack delivered
+// again whose first delivery was decided (which never marked its envelope
+// seen). Another decision of the clicker's (Deny after their Approve) is
+// not: they are told it changed nothing.
+func (c click) madeBefore(err error, kind approvals.Kind) bool {
 	if !c.retried {
 		return false
 	}
+	approves := kind == approvals.Approve || kind == approvals.Remember
 	if refused, ok := errors.AsType[*approvals.RefusedError](err); ok && errors.Is(err, approvals.ErrAlreadyDecided) {
-		return refused.DecidedBy == c.user
+		return refused.DecidedBy == c.user && (refused.Kind == kind || approves && refused.Kind == approvals.Approve)
 	}
-	return errors.Is(err, approvals.ErrAlreadyApproved)
+	return approves && errors.Is(err, approvals.ErrAlreadyApproved)
 }
 
 // submitFailedText answers a modal submission whose handler failed
@@ -203,7 +206,7 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) (text s
 		}
 	}
 	kind := string(d.Kind)
-	if err != nil && c.madeBefore(err) {
+	if err != nil && c.madeBefore(err, d.Kind) {
 		return "", true
 	}
 	if err != nil {

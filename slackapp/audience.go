@@ -98,6 +98,14 @@ func (c *audienceCache) dmUser(ctx context.Context, channel string) (string, err
 	return v.(string), nil
 }
 
+// noteDM keeps that the bot's DM channel is with user, as the bot learns
+// when it opens one, sparing a look-up.
+func (c *audienceCache) noteDM(channel, user string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	put(c.dms, channel, dmEntry{user: user, at: time.Now()}, c.maxDMs, 0, func(e dmEntry) time.Time { return e.at })
+}
+
 // lookUpDM is the look-up of the person the bot talks to in a DM channel,
 // which it keeps.
 func (c *audienceCache) lookUpDM(channel string) func(ctx context.Context) (any, error) {
@@ -109,11 +117,9 @@ func (c *audienceCache) lookUpDM(channel string) func(ctx context.Context) (any,
 		if !info.IsIM || info.User == "" {
 			return nil, fmt.Errorf("look up DM %s: not a direct message", channel)
 		}
-		c.mu.Lock()
 		// A DM's other party never changes: entries do not expire, only
 		// the oldest make room.
-		put(c.dms, channel, dmEntry{user: info.User, at: time.Now()}, c.maxDMs, 0, func(e dmEntry) time.Time { return e.at })
-		c.mu.Unlock()
+		c.noteDM(channel, info.User)
 		return info.User, nil
 	}
 }

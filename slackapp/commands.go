@@ -689,7 +689,11 @@ func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan 
 			inbox = append(inbox, cardOf(c, nil))
 		}
 		for _, c := range a.ownPending(ctx, ag, scanned, user) {
-			mine = append(mine, cardOf(c, nil))
+			// Asked for in a channel the user has left since: not theirs
+			// to see any more.
+			if a.maySee(ctx, c.Call, user) {
+				mine = append(mine, cardOf(c, nil))
+			}
 		}
 		view := HomeView(inbox, mine)
 		if rulesErr == nil {

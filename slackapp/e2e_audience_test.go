@@ -54,9 +54,9 @@ func TestOpenCallsStayInTheirConversation(t *testing.T) {
 	must(t, err)
 	dm := e.slack.DMChannel(stranger)
 	if _, err := e.slack.WaitMessage(dm, func(m fakeslack.Message) bool {
-		return strings.Contains(m.Text, "nothing changed")
+		return strings.Contains(m.Text, "not part of") && strings.Contains(m.Text, "Nothing changed")
 	}, 10*time.Second); err != nil {
-		t.Fatalf("the stranger was not told their click changed nothing: %v", err)
+		t.Fatalf("the stranger was not told the call is not theirs and their click changed nothing: %v", err)
 	}
 	if n := e.deploy.Load(); n != 0 {
 		t.Fatalf("deploy ran %d times on a stranger's approval", n)
@@ -165,7 +165,8 @@ func TestEditIntoOtherApproversShowsTheCallOnlyToThoseOfBoth(t *testing.T) {
 	waitUntil(t, "the approver of the edit's rule only is answered twice", func() bool {
 		n := 0
 		for _, m := range e.slack.Messages(e.slack.DMChannel(stranger)) {
-			if strings.Contains(m.Text, "You are not an approver for this call") && strings.Contains(m.Text, "who is also among") {
+			// Who may decide it is not told to someone who may not see it.
+			if strings.Contains(m.Text, "not part of") {
 				n++
 			}
 		}
@@ -276,8 +277,9 @@ func TestOutsiderRequesterDoesNotDecideOwnCall(t *testing.T) {
 	}
 }
 
-// A requester who left a private channel no longer decides, nor opens the
-// forms of, the call they asked for there, open to the conversation.
+// A requester who left a private channel no longer decides, opens the
+// forms of, or sees on their Home tab, the call they asked for there, open
+// to the conversation.
 func TestRequesterWhoLeftTheChannelDoesNotDecide(t *testing.T) {
 	const private = "CPRIVATE01"
 	e := newEnv(t, storeKinds(t)[0])
@@ -317,12 +319,15 @@ func TestRequesterWhoLeftTheChannelDoesNotDecide(t *testing.T) {
 	}
 	_, err := e.slack.Click(requester, private, card.TS, slackapp.ActionApprove, "")
 	must(t, err)
-	told("not an approver")
+	told("not part of")
 	_, err = e.slack.Click(requester, private, card.TS, slackapp.ActionReject, "")
 	must(t, err)
 	told("not part of")
 	if open := e.slack.OpenModals(requester); len(open) != 0 {
 		t.Errorf("a form opened for a requester who left the channel: %+v", open)
+	}
+	if home := viewText(e.home(requester)); strings.Contains(home, "version") || !strings.Contains(home, "Your requests waiting for approval* (0)") {
+		t.Errorf("the Home tab of a requester who left the channel shows the call:\n%s", home)
 	}
 	if n := e.deploy.Load(); n != 0 {
 		t.Fatalf("deploy ran %d times on the approval of a requester who left the channel", n)
@@ -344,18 +349,22 @@ func TestRefusalsTellOutsidersNothingOfTheCall(t *testing.T) {
 	ts := e.slack.Mention(private, requester, "deploy payroll 3")
 	card := e.cardIn(private, ts, "deploy")
 
-	for _, action := range []string{slackapp.ActionApprove, slackapp.ActionCancel} {
+	actions := []string{slackapp.ActionApprove, slackapp.ActionCancel, slackapp.ActionReject, slackapp.ActionEdit}
+	for _, action := range actions {
 		_, err := e.slack.Click(stranger, private, card.TS, action, "")
 		must(t, err)
 	}
 	var told []string
-	waitUntil(t, "the stranger is told twice", func() bool {
+	waitUntil(t, "the stranger is told of each click", func() bool {
 		told = told[:0]
 		for _, m := range e.slack.Messages(e.slack.DMChannel(stranger)) {
 			told = append(told, m.Text)
 		}
-		return len(told) == 2
+		return len(told) == len(actions)
 	})
+	if open := e.slack.OpenModals(stranger); len(open) != 0 {
+		t.Errorf("a form opened for someone who may not see the call: %+v", open)
+	}
 	for _, text := range told {
 		if !strings.Contains(text, "not part of") || strings.Contains(text, approver) || strings.Contains(text, requester) || strings.Contains(text, other) {
 			t.Errorf("the stranger was told %q, want only that the call is not theirs", text)
@@ -389,6 +398,13 @@ func TestEditDoesNotShowItsArgumentsOnACopyOfThoseItTakesOut(t *testing.T) {
 	})
 	if text := blocksText(copyOf); strings.Contains(text, "SECRET-42") || strings.Contains(text, "payroll") {
 		t.Errorf("the copy of an approver the edit took out shows the edited arguments:\n%s", text)
+	}
+	// Whose direct message the copy is in was kept when it was opened:
+	// updating the copy asks Slack nothing about it.
+	for _, c := range e.slack.Calls("conversations.info") {
+		if c.Params.Get("channel") == dm {
+			t.Errorf("the bot looked up the direct message of a copy it posted: %+v", c)
+		}
 	}
 }
 

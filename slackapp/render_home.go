@@ -151,7 +151,7 @@ func mineEntry(c Card) slack.Block {
 			shown, n := revealHidden(oneLine(q))
 			// Converted as on the card: the model's Markdown left as it
 			// is would be read as mrkdwn (a ``` opening a code block).
-			q, _ = truncate(MarkdownToMrkdwn(shown), homeMinePreview)
+			q, _ = fitMrkdwn(MarkdownToMrkdwn(shown), homeMinePreview)
 			lines = append(lines, quoteLines(q))
 			if n > 0 {
 				lines = append(lines, hiddenWarning(n, "the question"))

@@ -685,6 +685,7 @@ func (a *App) copyPlacesFor(ctx context.Context, blind []string) []copyPlace {
 			out = append(out, copyPlace{user: u})
 			continue
 		}
+		a.audience.noteDM(ch.ID, u) // for the copy's updates (see dmMaySee)
 		out = append(out, copyPlace{channel: ch.ID, user: u})
 	}
 	return out

@@ -20,7 +20,7 @@ func (a *App) formRefusal(ctx context.Context, c agent.Call, user string) string
 	case errors.Is(err, errOutsider):
 		return OutsiderText()
 	case err != nil:
-		text, _ := refusalText(c, user, err)
+		text, _ := a.refusalFor(ctx, c, user, err)
 		return text
 	}
 	return ""

@@ -28,11 +28,15 @@ type Provider struct {
 // SDK is not disabled (OTEL_SDK_DISABLED) and OTEL_TRACES_EXPORTER is
 // unset or "otlp".
 func Enabled(getenv func(string) string) bool {
-	if !endpointSet(getenv) || strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
+	if !endpointSet(getenv) || sdkDisabled(getenv) {
 		return false
 	}
 	exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")))
 	return exp == "" || exp == "otlp"
+}
+
+func sdkDisabled(getenv func(string) string) bool {
+	return strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true")
 }
 
 func endpointSet(getenv func(string) string) bool {
@@ -41,14 +45,14 @@ func endpointSet(getenv func(string) string) bool {
 
 // CheckEnv refuses OTEL_* settings the exporter would reject or misread, in
 // words that quote none of their values (headers carry credentials, an
-// endpoint may too): with an endpoint set, a trace exporter other than
-// otlp or none (the bot has no other, and would start without traces); and
-// when tracing is on (see Enabled), a protocol other than http/protobuf
+// endpoint may too): with an endpoint set and the SDK not disabled, a
+// trace exporter other than otlp or none (the bot has no other, and would
+// start without traces); and when tracing is on (see Enabled), a protocol other than http/protobuf
 // (the bot speaks OTLP/HTTP only: a gRPC port would refuse every batch),
 // an endpoint that is not an absolute http or https URL, headers that are
 // not comma-separated key=value pairs with percent-encoded values.
 func CheckEnv(getenv func(string) string) error {
-	if endpointSet(getenv) {
+	if endpointSet(getenv) && !sdkDisabled(getenv) {
 		switch exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))); exp {
 		case "", "otlp", "none":
 		default:

@@ -246,7 +246,7 @@ func parseConfig(data []byte, lookup func(string) (string, bool)) (Config, error
 		if key.Tag == "!!merge" {
 			// Sections merged from an anchor would be read by the policy's
 			// parser and not by this one.
-			return Config{}, fmt.Errorf("parse config: %w", topLevelMergeError(key.Line))
+			return Config{}, fmt.Errorf("parse config: %w", TopLevelMergeError(key.Line))
 		}
 		var err error
 		switch key.Value {
@@ -796,9 +796,10 @@ func uniqueKeys(n *yaml.Node, section string) error {
 	return nil
 }
 
-// topLevelMergeError refuses a merge key ("<<: *anchor") at the top level
-// of the file, on line.
-func topLevelMergeError(line int) error {
+// TopLevelMergeError refuses a merge key ("<<: *anchor") at the top level
+// of the config file, on line: its sections would be read by the policy's
+// parser and not by the tools'.
+func TopLevelMergeError(line int) error {
 	return fmt.Errorf("merge key \"<<\" at the top level (line %d): write the sections out (only a rule of the policy may use a merge key)", line)
 }
 

@@ -969,14 +969,7 @@ func cleanError(err error) error {
 
 // clean is cleanError with the configuration's secrets hidden too.
 func (s *server) clean(err error) error {
-	err = cleanError(err)
-	if err == nil {
-		return nil
-	}
-	if msg := s.m.redact.String(err.Error()); msg != err.Error() {
-		return &cleanedError{msg: msg, err: err}
-	}
-	return err
+	return s.m.redact.Error(cleanError(err))
 }
 
 type cleanedError struct {

@@ -117,7 +117,7 @@ func CheckSections(data []byte) error {
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k := root.Content[i]
 		if k.Tag == "!!merge" {
-			return fmt.Errorf("merge key \"<<\" at the top level (line %d): write the sections out (only a rule of the policy may use a merge key)", k.Line)
+			return tools.TopLevelMergeError(k.Line)
 		}
 		if line, ok := seen[k.Value]; ok {
 			return fmt.Errorf("%s (line %d): given twice (first on line %d)", k.Value, k.Line, line)
