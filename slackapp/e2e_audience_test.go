@@ -426,3 +426,21 @@ func sharedChannelCard(t *testing.T, asker string) (*env, string, fakeslack.Mess
 	ts := e.slack.Mention(shared, asker, "deploy api 7")
 	return e, ts, e.cardIn(shared, ts, "deploy")
 }
+
+// In a direct message with the bot, the requester is the conversation:
+// they decide the calls open to it.
+func TestRequesterDecidesOpenCallInTheirDM(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n"
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"9"}`)), fakeopenai.Text("Deployed api 9."))
+	dm := e.slack.DMChannel(requester)
+	ts := e.slack.DM(requester, "deploy api 9")
+	card := e.cardIn(dm, ts, "deploy")
+	_, err := e.slack.Click(requester, dm, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(dm, ts, "Deployed api 9.")
+	if n := e.deploy.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+}
