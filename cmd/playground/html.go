@@ -776,8 +776,64 @@ func (r renderer) markdown(b *htmlBuilder, s string) {
 	b.raw(`</div>`)
 }
 
-// mdLink is an inline Markdown link.
-var mdLink = regexp.MustCompile(`^\[([^\]]*)\]\(([^)\s]*)\)`)
+// mdLinks finds the inline Markdown links, [label](url), of one line: a
+// "[" opens one when the first "]" after it is followed by "(" and then by
+// a ")" before any white space (as the pattern ^\[([^\]]*)\]\(([^)\s]*)\)
+// would match). Every "[" before a "]" shares that "]", and every "](" before
+// a ")" or white space shares that, so each is searched for once per line,
+// not once per "[": a streamed line of many "[" would take quadratic time.
+type mdLinks struct {
+	s          string
+	close, end scan
+}
+
+func newMDLinks(s string) *mdLinks {
+	return &mdLinks{
+		s:     s,
+		close: scan{is: func(c byte) bool { return c == ']' }},
+		end: scan{is: func(c byte) bool {
+			return c == ')' || c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r'
+		}},
+	}
+}
+
+// at returns the link that opens at s[i], a "[": its label, its URL and
+// its length in bytes. Calls must come in increasing order of i.
+func (l *mdLinks) at(i int) (label, url string, n int, ok bool) {
+	j := l.close.next(l.s, i+1)
+	if j < 0 || j+1 >= len(l.s) || l.s[j+1] != '(' {
+		return "", "", 0, false
+	}
+	k := l.end.next(l.s, j+2)
+	if k < 0 || l.s[k] != ')' {
+		return "", "", 0, false
+	}
+	return l.s[i+1 : j], l.s[j+2 : k], k + 1 - i, true
+}
+
+// scan finds the first byte of a kind at or after a position. It keeps its
+// last answer, which is also the answer for any later position up to the
+// byte found (or for every later position, if none was): searches from
+// increasing positions look at each byte once in all.
+type scan struct {
+	is       func(byte) bool
+	searched bool
+	from, at int // the last search started at from and found at (-1: none)
+}
+
+func (c *scan) next(s string, from int) int {
+	if c.searched && from >= c.from && (c.at < 0 || from <= c.at) {
+		return c.at
+	}
+	c.searched, c.from, c.at = true, from, -1
+	for i := from; i < len(s); i++ {
+		if c.is(s[i]) {
+			c.at = i
+			break
+		}
+	}
+	return c.at
+}
 
 // mdStyles are Markdown's inline styles, longest marker first.
 var mdStyles = []struct{ marker, open, close string }{
@@ -794,6 +850,7 @@ func (r renderer) mdInline(b *htmlBuilder, s string) {
 		b.text(emojiCodes.Replace(plain.String()))
 		plain.Reset()
 	}
+	links := newMDLinks(s)
 outer:
 	for i := 0; i < len(s); {
 		rest := s[i:]
@@ -808,14 +865,14 @@ outer:
 			}
 		}
 		if rest[0] == '[' {
-			if m := mdLink.FindStringSubmatch(rest); m != nil && safeURL(m[2]) {
+			if label, url, n, ok := links.at(i); ok && safeURL(url) {
 				flush()
 				b.raw(`<a target="_blank" rel="noopener noreferrer"`)
-				b.attr("href", m[2])
+				b.attr("href", url)
 				b.raw(`>`)
-				b.text(cmpOr(m[1], m[2]))
+				b.text(cmpOr(label, url))
 				b.raw(`</a>`)
-				i += len(m[0])
+				i += n
 				continue
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +215,102 @@ func TestSessionLogLeavesOutAudit(t *testing.T) {
 	store.AuditEntry{Actor: "U1", Action: "decide"}.Log(context.Background(), slog.New(h))
 	if got := out.String(); !strings.Contains(got, "level=AUDIT msg=audit") {
 		t.Errorf("verbose log:\n%s", got)
+	}
+}
+
+// A streamed answer is rendered again at each append, so a line of many
+// "[" (none of which opens a link) must take linear time: each "]", and
+// each ")" after a "](", is searched for once, not once per "[".
+func TestMarkdownManyBrackets(t *testing.T) {
+	r := testRenderer()
+	render := func(s string) string {
+		var b htmlBuilder
+		r.markdown(&b, s)
+		return b.String()
+	}
+	para := func(html string) string { return `<div class="markdown"><div class="md-p">` + html + `</div></div>` }
+	// 50,000 took about 15 minutes under -race when each "[" searched the
+	// rest of the line; linear, it takes milliseconds. The bound is only
+	// there so that a quadratic renderer fails instead of hanging.
+	line := strings.Repeat("[", 50000)
+	done := make(chan string, 1)
+	go func() { done <- render(line) }()
+	select {
+	case got := <-done:
+		if got != para(line) {
+			t.Errorf("50,000 [: got %.200s…", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("rendering a line of 50,000 [ took over 10 s")
+	}
+
+	for _, tc := range []struct{ name, in, want string }{
+		{"20,000 [", strings.Repeat("[", 20000), para(strings.Repeat("[", 20000))},
+		// The first "[" opens the link; the others are its label.
+		{"a link after them", strings.Repeat("[", 19999) + "a](https://x.example)",
+			para(`<a target="_blank" rel="noopener noreferrer" href="https://x.example">` + strings.Repeat("[", 19998) + `a</a>`)},
+		{"20,000 [](", strings.Repeat("[](", 20000), para(strings.Repeat("[](", 20000))},
+		{"links among them", "[[x] [a](https://a.example) [b](https://b.example) [",
+			para(`[[x] <a target="_blank" rel="noopener noreferrer" href="https://a.example">a</a> <a target="_blank" rel="noopener noreferrer" href="https://b.example">b</a> [`)},
+	} {
+		if got := render(tc.in); got != tc.want {
+			t.Errorf("%s: got %.300s…, want %.300s…", tc.name, got, tc.want)
+		}
+	}
+}
+
+// mdLinks finds the links the pattern it stands for finds, at every "["
+// of every short line over the bytes that matter to it, and looks at each
+// byte of a line at most twice in all.
+func TestMDLinksMatchThePattern(t *testing.T) {
+	pattern := regexp.MustCompile(`^\[([^\]]*)\]\(([^)\s]*)\)`)
+	const alphabet = "[]() \ta"
+	var lines []string
+	var gen func(prefix string)
+	gen = func(prefix string) {
+		lines = append(lines, prefix)
+		if len(prefix) == 6 {
+			return
+		}
+		for i := range len(alphabet) {
+			gen(prefix + alphabet[i:i+1])
+		}
+	}
+	gen("")
+	for _, s := range lines {
+		links := newMDLinks(s)
+		for i := range len(s) {
+			if s[i] != '[' {
+				continue
+			}
+			label, url, n, ok := links.at(i)
+			m := pattern.FindStringSubmatch(s[i:])
+			if ok != (m != nil) || ok && (label != m[1] || url != m[2] || n != len(m[0])) {
+				t.Fatalf("%q at %d: got %q %q %d %v, want %q", s, i, label, url, n, ok, m)
+			}
+		}
+	}
+
+	for _, s := range []string{
+		strings.Repeat("[", 50000),
+		strings.Repeat("[", 50000) + "]",
+		strings.Repeat("[", 50000) + "](" + strings.Repeat("a", 50000),
+		strings.Repeat("[](", 20000),
+		strings.Repeat("[a](b ", 10000),
+	} {
+		links := newMDLinks(s)
+		looked := 0
+		for _, c := range []*scan{&links.close, &links.end} {
+			is := c.is
+			c.is = func(b byte) bool { looked++; return is(b) }
+		}
+		for i := range len(s) {
+			if s[i] == '[' {
+				links.at(i)
+			}
+		}
+		if looked > 2*len(s) {
+			t.Errorf("%.20q… (%d bytes): looked at %d bytes", s, len(s), looked)
+		}
 	}
 }

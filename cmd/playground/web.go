@@ -49,8 +49,15 @@ type web struct {
 	// host (DNS rebinding) are refused.
 	host string
 
+	// submitView submits a modal: the fake Slack's SubmitView (tests
+	// wrap it).
+	submitView func(user, viewID string, values map[string]map[string]string, privateMetadata string) (json.RawMessage, error)
+
 	mu   sync.Mutex
 	errs map[string]map[string]string // view id -> the inline errors of its last submission
+	// changed is closed, and replaced, when errs change: the page's
+	// own state, which the fake Slack's Changed does not cover.
+	changed chan struct{}
 }
 
 func newWeb(pg *playground, host string) (*web, error) {
@@ -58,7 +65,10 @@ func newWeb(pg *playground, host string) (*web, error) {
 	if err != nil {
 		return nil, fmt.Errorf("page template: %w", err)
 	}
-	w := &web{pg: pg, page: page, host: host, errs: map[string]map[string]string{}}
+	w := &web{
+		pg: pg, page: page, host: host, submitView: pg.slack.SubmitView,
+		errs: map[string]map[string]string{}, changed: make(chan struct{}),
+	}
 	w.r = renderer{
 		user: func(id string) (string, bool) {
 			if id == pg.slack.BotUserID() {
@@ -101,12 +111,25 @@ func serveWeb(ctx context.Context, pg *playground, opts options, out io.Writer) 
 	fmt.Fprintf(out, "Toolgate playground: the real bot, a fake Slack workspace and %s, in this process.\n"+
 		"Store: %s.\n\n  Open %s\n\nCtrl-C stops it.\n", model, pg.storeName, url)
 	if !opts.noOpen {
-		if opener := openBrowser(url); opener != nil {
-			defer func() { _ = opener.Wait() }()
+		if opened := openBrowser(url); opened != nil {
+			// The opener is reaped in the background (see openBrowser).
+			// The end waits a moment for a quick one, and not for one
+			// that runs the browser in the foreground: it is left to
+			// run, detached, for as long as the browser does.
+			defer func() {
+				select {
+				case <-opened:
+				case <-time.After(openerGrace):
+				}
+			}()
 		}
 	}
 	return w.serve(ctx, ln)
 }
+
+// openerGrace is how long the end of serveWeb waits for the browser opener
+// to finish.
+const openerGrace = 500 * time.Millisecond
 
 // serve serves the page on ln until ctx ends, then stops the server,
 // ending the page's event streams.
@@ -137,9 +160,13 @@ func (w *web) serve(ctx context.Context, ln net.Listener) error {
 
 // openBrowser opens url where a desktop is present: on macOS, or with
 // DISPLAY or WAYLAND_DISPLAY set. Failing to open it is not an error: the
-// URL is printed. It returns the started opener, for the caller to wait
-// for, or nil.
-func openBrowser(url string) *exec.Cmd {
+// URL is printed. The opener runs detached from the playground (see
+// detach), so that stopping the playground does not stop the browser, and
+// a goroutine waits for it; openBrowser returns a channel closed once it
+// has, or nil if none was started. Where xdg-open runs the browser in the
+// foreground, the opener lasts as long as the browser: nothing but that
+// goroutine waits for it.
+func openBrowser(url string) <-chan struct{} {
 	var cmd *exec.Cmd
 	switch {
 	case runtime.GOOS == "darwin":
@@ -149,10 +176,16 @@ func openBrowser(url string) *exec.Cmd {
 	default:
 		return nil
 	}
+	detach(cmd)
 	if cmd.Start() != nil {
 		return nil
 	}
-	return cmd
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = cmd.Wait()
+	}()
+	return done
 }
 
 func (w *web) handler() http.Handler {
@@ -221,8 +254,23 @@ func (w *web) index(rw http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-// events streams one "change" event whenever the fake workspace changes,
-// until the page goes away or the server stops.
+// ownChanged returns a channel that is closed at the next change of the
+// page's own state, the inline errors of modals.
+func (w *web) ownChanged() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+// notifyLocked wakes the event streams after a change of the page's own
+// state. w.mu is held.
+func (w *web) notifyLocked() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// events streams one "change" event whenever the fake workspace or the
+// page's own state changes, until the page goes away or the server stops.
 func (w *web) events(rw http.ResponseWriter, r *http.Request) {
 	flusher, ok := rw.(http.Flusher)
 	if !ok {
@@ -232,7 +280,7 @@ func (w *web) events(rw http.ResponseWriter, r *http.Request) {
 	rw.Header().Set("Content-Type", "text/event-stream")
 	rw.Header().Set("Cache-Control", "no-store")
 	for {
-		changed := w.pg.slack.Changed()
+		changed, own := w.pg.slack.Changed(), w.ownChanged()
 		if _, err := io.WriteString(rw, "data: change\n\n"); err != nil {
 			return
 		}
@@ -241,6 +289,7 @@ func (w *web) events(rw http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-changed:
+		case <-own:
 		}
 	}
 }
@@ -649,7 +698,7 @@ func (w *web) submit(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "no such open modal", http.StatusBadRequest)
 		return
 	}
-	ack, err := w.pg.slack.SubmitView(p.id, req.ViewID, req.Values, "")
+	ack, err := w.submitView(p.id, req.ViewID, req.Values, "")
 	if err != nil {
 		http.Error(rw, "submit: "+err.Error(), http.StatusBadGateway)
 		return
@@ -659,12 +708,16 @@ func (w *web) submit(rw http.ResponseWriter, r *http.Request) {
 		Errors map[string]string `json:"errors"`
 	}
 	_ = json.Unmarshal(ack, &resp)
+	// The fake Slack announced the submission's outcome as it applied
+	// it, before the errors are kept here: a page that fetched its panes
+	// then showed the modal without them, so they are announced again.
 	w.mu.Lock()
 	if resp.Action == "errors" {
 		w.errs[req.ViewID] = resp.Errors
 	} else {
 		delete(w.errs, req.ViewID)
 	}
+	w.notifyLocked()
 	w.mu.Unlock()
 	reply(rw, map[string]any{"errors": resp.Errors})
 }

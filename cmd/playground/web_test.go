@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -28,6 +29,13 @@ import (
 // on an httptest server.
 func startWeb(t *testing.T) (*playground, *httptest.Server) {
 	t.Helper()
+	return startWebWith(t, nil)
+}
+
+// startWebWith is startWeb, with setup (if not nil) changing the page's
+// server before it serves.
+func startWebWith(t *testing.T, setup func(*web)) (*playground, *httptest.Server) {
+	t.Helper()
 	t.Setenv("TMPDIR", t.TempDir())
 	t.Setenv("OPENAI_API_KEY", "")
 	t.Setenv("OPENAI_BASE_URL", "")
@@ -45,6 +53,9 @@ func startWeb(t *testing.T) (*playground, *httptest.Server) {
 	w, err := newWeb(pg, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(w)
 	}
 	srv := httptest.NewUnstartedServer(w.handler())
 	srv.Listener.Close()
@@ -429,4 +440,151 @@ func TestPageShowsStreams(t *testing.T) {
 	if got := msg(); strings.HasPrefix(got, `<div class="msg streaming"`) || !strings.Contains(got, "done.") {
 		t.Errorf("after the stream stopped:\n%s", got)
 	}
+}
+
+// An approver with the page open in two tabs submits invalid JSON in the
+// Edit form of one. The other tab fetched its panes when the fake Slack
+// announced the submission's outcome, before the page kept the form's
+// inline errors: the page must announce them, so that the other tab
+// fetches its panes again and shows them. Other changes (the bot's
+// look-ups, the fake's pings) are announced too, now and then, so the
+// test looks at the page's own announcement, not at whether some change
+// comes along.
+func TestInlineErrorsAreAnnounced(t *testing.T) {
+	type tab struct {
+		announced <-chan struct{} // the page's own announcement, as /events waits for it
+		events    *bufio.Reader
+		sawErrors bool
+		err       error
+	}
+	tabs := make(chan tab, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pg, srv := startWebWith(t, func(w *web) {
+		base := "http://" + w.host
+		submit := w.submitView
+		w.submitView = func(user, viewID string, values map[string]map[string]string, meta string) (json.RawMessage, error) {
+			ack, err := submit(user, viewID, values, meta)
+			// The fake Slack has announced its last change of the
+			// submission. The other tab, woken by it, waits for the
+			// next change and fetches its panes, as the page does.
+			var tb tab
+			defer func() { tabs <- tb }()
+			tb.announced = w.ownChanged()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/events", nil)
+			resp, rerr := http.DefaultClient.Do(req)
+			if rerr != nil {
+				tb.err = rerr
+				return ack, err
+			}
+			tb.events = bufio.NewReader(resp.Body)
+			if _, tb.err = readEvent(tb.events); tb.err != nil {
+				return ack, err
+			}
+			var p panesReply
+			if tb.err = fetchPanes(base, userAlice, channelOps, &p); tb.err == nil {
+				tb.sawErrors = strings.Contains(string(p.Modal), "bk-error")
+			}
+			return ack, err
+		}
+	})
+
+	code, body := postJSON(t, srv, "/api/send", map[string]string{"user": userYou, "conv": channelOps, "text": "delete report.csv"})
+	if code != http.StatusOK {
+		t.Fatalf("send: %d %s", code, body)
+	}
+	var sent struct{ TS string }
+	_ = json.Unmarshal([]byte(body), &sent)
+	var card string
+	waitSlack(t, pg, "the card", func() bool {
+		for _, m := range pg.slack.Thread(channelOps, sent.TS) {
+			if m.BotID != "" && strings.Contains(string(m.Blocks), `"action_id":"edit"`) {
+				card = m.TS
+				return true
+			}
+		}
+		return false
+	})
+	if code, body := postJSON(t, srv, "/api/click", map[string]string{"user": userAlice, "channel": channelOps, "ts": card, "action_id": "edit"}); code != http.StatusOK {
+		t.Fatalf("click Edit: %d %s", code, body)
+	}
+	var modal fakeslack.View
+	waitSlack(t, pg, "the Edit form", func() bool {
+		modals := pg.slack.OpenModals(userAlice)
+		if len(modals) == 0 {
+			return false
+		}
+		modal = modals[len(modals)-1]
+		return true
+	})
+
+	code, body = postJSON(t, srv, "/api/submit", map[string]any{
+		"user": userAlice, "view_id": modal.ID,
+		"values": map[string]map[string]string{"edit_args": {"edit_args_input": `{"path": "report.csv",`}},
+	})
+	if code != http.StatusOK || !strings.Contains(body, `"errors":{`) {
+		t.Fatalf("submit: %d %s, want inline errors", code, body)
+	}
+	other := <-tabs
+	if other.err != nil {
+		t.Fatalf("the other tab: %v", other.err)
+	}
+	if other.sawErrors {
+		t.Fatal("the other tab saw the errors before the page kept them")
+	}
+	// The submission has been answered, so the errors are kept, and
+	// announced since the other tab last fetched its panes.
+	select {
+	case <-other.announced:
+	default:
+		t.Fatal("the page kept the inline errors without announcing them")
+	}
+
+	// The other tab's stream says so, and its panes then show the error.
+	// The bound only turns a stream that says nothing into a failure.
+	next := make(chan error, 1)
+	go func() {
+		_, err := readEvent(other.events)
+		next <- err
+	}()
+	select {
+	case err := <-next:
+		if err != nil {
+			t.Fatalf("the other tab's events: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other tab's stream announced no change after the inline errors were kept")
+	}
+	var p panesReply
+	if err := fetchPanes(srv.URL, userAlice, channelOps, &p); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(p.Modal), `class="bk-error"`) || !strings.Contains(string(p.Modal), "bk-has-error") {
+		t.Errorf("after the announcement, the Edit form lacks its inline error:\n%s", p.Modal)
+	}
+}
+
+// readEvent reads one server-sent event and the blank line after it.
+func readEvent(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	if _, err := r.ReadString('\n'); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(line), nil
+}
+
+// fetchPanes is getPanes for any goroutine: it returns its error.
+func fetchPanes(base, user, conv string, p *panesReply) error {
+	resp, err := http.Get(base + "/panes?" + url.Values{"user": {user}, "conv": {conv}}.Encode())
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("panes: %s", resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(p)
 }
