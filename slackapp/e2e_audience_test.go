@@ -428,7 +428,8 @@ func sharedChannelCard(t *testing.T, asker string) (*env, string, fakeslack.Mess
 }
 
 // In a direct message with the bot, the requester is the conversation:
-// they decide the calls open to it.
+// they decide the calls open to it, the bot knowing whose direct message
+// it is from their message.
 func TestRequesterDecidesOpenCallInTheirDM(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.policy = "policy:\n  default: ask\n"
@@ -442,5 +443,11 @@ func TestRequesterDecidesOpenCallInTheirDM(t *testing.T) {
 	e.answerIn(dm, ts, "Deployed api 9.")
 	if n := e.deploy.Load(); n != 1 {
 		t.Errorf("deploy ran %d times, want 1", n)
+	}
+	// Whose direct message it is came with the message: no look-up.
+	for _, c := range e.slack.Calls("conversations.info") {
+		if c.Params.Get("channel") == dm {
+			t.Errorf("the bot looked up the direct message its requester wrote in: %+v", c)
+		}
 	}
 }

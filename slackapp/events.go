@@ -84,6 +84,9 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 		followUp := false
 		switch {
 		case ev.ChannelType == "im":
+			// Who the direct message is with, kept for who can see it
+			// (the requester deciding their own call), without asking.
+			a.audience.noteDM(ev.Channel, ev.User)
 		case a.mentionsBot(ev.Text):
 			// The app_mention of the same message arrives too; whichever
 			// comes first is answered.
