@@ -458,22 +458,8 @@ policy:
 
 	// A mention runs a turn: the model lists the workspace (allowed by the
 	// policy, so no card) and then answers.
-	model.Reply(
-		fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "workspace_list", Arguments: `{}`}),
-		fakeopenai.Text("The workspace has notes.txt."),
-	)
-	ts := slack.Mention("CGENERAL1", "UREQUEST1", "what is in the workspace?")
-	if _, err := slack.WaitMessage("CGENERAL1", func(m fakeslack.Message) bool {
-		return m.BotID != "" && m.ThreadTS == ts && strings.Contains(m.Text+string(m.Blocks), "notes.txt")
-	}, 15*time.Second); err != nil {
-		t.Fatalf("no answer in the thread: %v\nlogs:\n%s", err, logs)
-	}
-	reqs := model.Requests()
-	if len(reqs) < 2 {
-		t.Fatalf("the model got %d requests, want 2", len(reqs))
-	}
-	if last := reqs[len(reqs)-1]; !strings.Contains(last.Messages[len(last.Messages)-1].Content, "notes.txt") {
-		t.Errorf("the model did not get the tool result: %+v", last.Messages[len(last.Messages)-1])
+	if result := callOnce(t, slack, model, logs, "workspace_list", "The workspace has notes.txt."); !strings.Contains(result, "notes.txt") {
+		t.Errorf("the model did not get the tool result: %q", result)
 	}
 
 	checkMetrics(t, base+"/metrics",
@@ -663,13 +649,28 @@ policy:
 	if err := slack.WaitConnected(1, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	result := callOnce(t, slack, model, logs, "leaky__unavailable", "The server is down.")
+	assertNoSecrets(t, "the tool result", result, secret)
+	if !strings.Contains(result, "MCP server leaky is unavailable") || !strings.Contains(result, "token=[redacted]") {
+		t.Errorf("the tool result does not quote the server's stderr, redacted: %s", result)
+	}
+
+	stopRun(t, cancel, errc, logs, slack)
+	assertNoSecrets(t, "the log", logs.String(), secret)
+}
+
+// callOnce has the model call tool (with no arguments; the policy allows
+// it) on a mention in #general, then answer; it waits for the answer in
+// the thread and returns the tool's result as the model got it.
+func callOnce(t *testing.T, slack *fakeslack.Server, model *fakeopenai.Server, logs *syncBuffer, tool, answer string) string {
+	t.Helper()
 	model.Reply(
-		fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: "leaky__unavailable", Arguments: `{}`}),
-		fakeopenai.Text("The server is down."),
+		fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "call_1", Name: tool, Arguments: `{}`}),
+		fakeopenai.Text(answer),
 	)
-	ts := slack.Mention("CGENERAL1", "UREQUEST1", "why is leaky down?")
+	ts := slack.Mention("CGENERAL1", "UREQUEST1", "please call "+tool)
 	if _, err := slack.WaitMessage("CGENERAL1", func(m fakeslack.Message) bool {
-		return m.BotID != "" && m.ThreadTS == ts && strings.Contains(m.Text+string(m.Blocks), "The server is down.")
+		return m.BotID != "" && m.ThreadTS == ts && strings.Contains(m.Text+string(m.Blocks), answer)
 	}, 15*time.Second); err != nil {
 		t.Fatalf("no answer in the thread: %v\nlogs:\n%s", err, logs)
 	}
@@ -678,12 +679,5 @@ policy:
 		t.Fatalf("the model got %d requests, want 2", len(reqs))
 	}
 	last := reqs[len(reqs)-1]
-	result := last.Messages[len(last.Messages)-1].Content
-	assertNoSecrets(t, "the tool result", result, secret)
-	if !strings.Contains(result, "MCP server leaky is unavailable") || !strings.Contains(result, "token=[redacted]") {
-		t.Errorf("the tool result does not quote the server's stderr, redacted: %s", result)
-	}
-
-	stopRun(t, cancel, errc, logs, slack)
-	assertNoSecrets(t, "the log", logs.String(), secret)
+	return last.Messages[len(last.Messages)-1].Content
 }
