@@ -1,11 +1,14 @@
 package redisstore_test
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/redisstore"
 )
 
@@ -79,4 +82,86 @@ func TestAnnouncementsOfAnotherDatabaseAreNotHeard(t *testing.T) {
 		t.Error("a release of the lease on another database woke this database's watch")
 	default:
 	}
+}
+
+// awaitRelease waits, for at most 10 s, for w to be told its lease may be
+// free.
+func awaitRelease(t *testing.T, w store.LeaseWatch, what string) {
+	t.Helper()
+	select {
+	case <-w.Released():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no release heard within 10s: %s", what)
+	}
+}
+
+// A prefix holding the characters of a subscription pattern (* ? [ ] \)
+// still hears its own releases.
+func TestLeaseReleasesHeardUnderAPrefixWithPatternCharacters(t *testing.T) {
+	u := redisURL(t)
+	s := newStore(t, u, redisstore.Options{Prefix: newPrefix(t, u) + `[1]?*\`})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	key := store.TurnLease("T1/C1/3.3")
+	w, err := s.WatchLease(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if ok, err := s.AcquireLease(ctx, key, "b", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease = %v, %v", ok, err)
+	}
+	if err := s.ReleaseLease(ctx, key, "b"); err != nil {
+		t.Fatal(err)
+	}
+	awaitRelease(t, w, "the release of the lease")
+}
+
+// When the subscription's connection is lost, releases announced until
+// it is made again are not heard: every watch is woken once it is, to
+// try its lease again.
+func TestLeaseWatchesWokenWhenTheSubscriptionIsMadeAgain(t *testing.T) {
+	u := redisURL(t)
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		skipOutsideCI(t, "the test needs a single-node REDIS_URL: %v", err)
+	}
+	name := "lease-watch-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	opts.ClientName = name
+	c := redis.NewClient(opts)
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, u)})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	w, err := s.WatchLease(ctx, store.TurnLease("T1/C1/4.4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// Cut this store's subscription only: other tests share the server.
+	admin := redis.NewClient(opts)
+	t.Cleanup(func() { _ = admin.Close() })
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, line := range strings.Split(list, "\n") {
+		fields := map[string]string{}
+		for _, f := range strings.Fields(line) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				fields[k] = v
+			}
+		}
+		if fields["name"] == name && fields["psub"] != "0" && fields["psub"] != "" {
+			id, _ := strconv.ParseInt(fields["id"], 10, 64)
+			if err := admin.ClientKillByFilter(ctx, "ID", strconv.FormatInt(id, 10)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("found %d subscriptions of the store to cut, want 1:\n%s", killed, list)
+	}
+	awaitRelease(t, w, "the watch was not woken once the subscription was made again")
 }

@@ -20,9 +20,10 @@ func (s *Store) leaseChannel(key string) string { return s.leases.prefix + key }
 // on this Redis, database and prefix; the subscription is live when it returns.
 // Releases are announced with PUBLISH, which Redis Cluster relays to every
 // node. The process shares one pattern subscription among all its
-// watches, made on the first one and ended by Close. An announcement lost
-// on the way (during a reconnect) is not replayed: a waiter must also
-// re-check now and then. Closing the watch ends it.
+// watches, made on the first one and ended by Close. An announcement made
+// while the subscription's connection is lost is not heard: every watch
+// is woken when it is made again, and a waiter must also re-check now and
+// then. Closing the watch ends it.
 func (s *Store) WatchLease(ctx context.Context, key string) (store.LeaseWatch, error) {
 	w, err := s.leases.watch(ctx, key)
 	if err != nil {
@@ -57,7 +58,7 @@ func (h *leaseHub) watch(ctx context.Context, key string) (*leaseWatch, error) {
 	default:
 	}
 	if h.ps == nil {
-		ps := h.c.PSubscribe(ctx, h.prefix+"*")
+		ps := h.c.PSubscribe(ctx, globEscaper.Replace(h.prefix)+"*")
 		// The confirmation: from here on, releases reach this process.
 		if _, err := ps.Receive(ctx); err != nil {
 			_ = ps.Close()
@@ -74,12 +75,18 @@ func (h *leaseHub) watch(ctx context.Context, key string) (*leaseWatch, error) {
 	return w, nil
 }
 
+// globEscaper writes a string as a PSUBSCRIBE pattern that matches it
+// alone: a prefix may hold the pattern's special characters.
+var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
+
 // run hands each announced release to the watches of its lease until the
-// hub is closed.
+// hub is closed. When the subscription is made again after its connection
+// was lost, every watch is woken: a release announced meanwhile was not
+// heard, and a waiter woken for nothing only tries its lease once more.
 func (h *leaseHub) run(ps *redis.PubSub) {
 	defer close(h.done)
 	for {
-		msg, err := ps.ReceiveMessage(context.Background())
+		msg, err := ps.Receive(context.Background())
 		if err != nil {
 			// The subscription reconnects (and subscribes again) on the
 			// next receive; do not spin while Redis is away.
@@ -92,15 +99,26 @@ func (h *leaseHub) run(ps *redis.PubSub) {
 			}
 			continue
 		}
-		key := strings.TrimPrefix(msg.Channel, h.prefix)
 		h.mu.Lock()
-		for w := range h.watches[key] {
-			select {
-			case w.released <- struct{}{}:
-			default:
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			for _, ws := range h.watches {
+				wake(ws)
 			}
+		case *redis.Message:
+			wake(h.watches[strings.TrimPrefix(m.Channel, h.prefix)])
 		}
 		h.mu.Unlock()
+	}
+}
+
+// wake tells each of ws that its lease may be free.
+func wake(ws map[*leaseWatch]struct{}) {
+	for w := range ws {
+		select {
+		case w.released <- struct{}{}:
+		default:
+		}
 	}
 }
 
