@@ -238,7 +238,7 @@ func parseConfig(data []byte, lookup func(string) (string, bool)) (Config, error
 	if root.Kind != yaml.MappingNode {
 		return Config{}, fmt.Errorf("parse config: line %d: the file must be a mapping", root.Line)
 	}
-	if err := uniqueKeys(root, ""); err != nil {
+	if err := UniqueKeys(root, ""); err != nil {
 		return Config{}, fmt.Errorf("parse config: %w", err)
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
@@ -493,7 +493,7 @@ func (p *parsing) builtins(n *yaml.Node) (BuiltinConfig, error) {
 	if err := checkKeys(n, "builtin_tools", "ask_human", "http_request", "run_command", "workspace"); err != nil {
 		return b, err
 	}
-	if err := uniqueKeys(n, "builtin_tools"); err != nil {
+	if err := UniqueKeys(n, "builtin_tools"); err != nil {
 		return b, err
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -773,11 +773,11 @@ func decodeError(err error) error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
-// uniqueKeys refuses a key given twice in mapping n, the section named
+// UniqueKeys refuses a key given twice in mapping n, the section named
 // section ("" for the top level). yaml.v3 finds such keys only when it
 // decodes a mapping into a Go value, and a mapping walked key by key would
 // take the last of the two where a reader takes the first.
-func uniqueKeys(n *yaml.Node, section string) error {
+func UniqueKeys(n *yaml.Node, section string) error {
 	if n.Kind != yaml.MappingNode {
 		return nil
 	}

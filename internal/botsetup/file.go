@@ -113,16 +113,14 @@ func CheckSections(data []byte) error {
 	if root.Kind != yaml.MappingNode {
 		return nil
 	}
-	seen := map[string]int{}
+	if err := tools.UniqueKeys(root, ""); err != nil {
+		return err
+	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k := root.Content[i]
 		if k.Tag == "!!merge" {
 			return tools.TopLevelMergeError(k.Line)
 		}
-		if line, ok := seen[k.Value]; ok {
-			return fmt.Errorf("%s (line %d): given twice (first on line %d)", k.Value, k.Line, line)
-		}
-		seen[k.Value] = k.Line
 		if strings.HasPrefix(k.Value, "x-") {
 			continue // a block kept for its YAML anchors
 		}
