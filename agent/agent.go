@@ -191,7 +191,8 @@ type Config struct {
 	// LeaseWait bounds how long a turn waits for another to release the
 	// conversation (default 10m).
 	LeaseWait time.Duration
-	// Owner names this process in leases and claims (default host-pid-random).
+	// Owner names this process in leases and claims (default
+	// host-pid-random); each hold is named by it and a number of its own.
 	Owner string
 	// Now is the clock (default time.Now).
 	Now func() time.Time

@@ -11,6 +11,8 @@ import (
 // it in its context (claimOf).
 type claim struct {
 	run string
+	// owner names the claim in the store.
+	owner string
 	// confirmed is when the request that last took or renewed the claim
 	// was sent (nanoseconds after base): the claim is this process's for
 	// LeaseTTL from then at least.
@@ -35,7 +37,7 @@ func claimOf(ctx context.Context, runID string) *claim {
 	return c
 }
 
-// keepClaim keeps the resume claim on runID while the resume runs under
+// keepClaim keeps the resume claim on runID, which owner names, while the resume runs under
 // the returned context: it renews the claim every LeaseTTL/3, like the
 // conversation's lease, so the claim of a process that died lapses within
 // LeaseTTL, until the resume finishes the run (see claim.finishing). If
@@ -46,8 +48,8 @@ func claimOf(ctx context.Context, runID string) *claim {
 // a resume that stopped on a lost lease or claim it also releases the
 // claim, so that the takeover of the conversation (listed until the resume
 // saves its result) can claim the run at once instead of after LeaseTTL.
-func (a *Agent) keepClaim(ctx context.Context, runID string, claimedAt time.Time) (_ context.Context, stop func()) {
-	c := &claim{run: runID, base: claimedAt}
+func (a *Agent) keepClaim(ctx context.Context, runID, owner string, claimedAt time.Time) (_ context.Context, stop func()) {
+	c := &claim{run: runID, owner: owner, base: claimedAt}
 	work, lost := context.WithCancelCause(context.WithValue(ctx, claimKey{}, c))
 	c.lose = lost
 	renewCtx, cancel := context.WithCancel(work)
@@ -56,7 +58,7 @@ func (a *Agent) keepClaim(ctx context.Context, runID string, claimedAt time.Time
 		defer close(done)
 		keepRenewed(renewCtx, wallClock{}, a.cfg.LeaseTTL, claimedAt, a.log, lost, func(ctx context.Context) (bool, error) {
 			sent := time.Now()
-			ok, err := a.store.RenewClaim(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL)
+			ok, err := a.store.RenewClaim(ctx, runID, owner, a.cfg.LeaseTTL)
 			if err == nil && ok {
 				c.confirm(sent)
 			}
@@ -72,7 +74,7 @@ func (a *Agent) keepClaim(ctx context.Context, runID string, claimedAt time.Time
 		if leaseLost(work) {
 			rctx, cancelRelease := context.WithTimeout(context.WithoutCancel(work), 5*time.Second)
 			defer cancelRelease()
-			if err := a.store.ReleaseClaim(rctx, runID, a.cfg.Owner); err != nil {
+			if err := a.store.ReleaseClaim(rctx, runID, owner); err != nil {
 				a.log.Warn("release resume claim; it lapses within the lease TTL", "run", runID, "err", err)
 			}
 		}
@@ -115,7 +117,7 @@ func (a *Agent) confirmClaim(ctx context.Context, runID string) error {
 		return nil
 	}
 	sent := time.Now()
-	ok, err := a.store.RenewClaim(ctx, runID, a.cfg.Owner, a.cfg.LeaseTTL)
+	ok, err := a.store.RenewClaim(ctx, runID, c.owner, a.cfg.LeaseTTL)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return fmt.Errorf("renew resume claim: %w", context.Cause(ctx))

@@ -38,7 +38,7 @@ func TestMarkedCallConfirmsAStaleClaim(t *testing.T) {
 			}
 
 			// Claimed just now: trusted as it is.
-			fresh, stop := a.keepClaim(ctx, run.ID, time.Now())
+			fresh, stop := a.keepClaim(ctx, run.ID, "me", time.Now())
 			if err := a.confirmClaim(fresh, run.ID); err != nil {
 				t.Errorf("a claim confirmed just now: %v, want nil", err)
 			}
@@ -46,7 +46,7 @@ func TestMarkedCallConfirmsAStaleClaim(t *testing.T) {
 
 			// Claimed long ago (past LeaseTTL/2), and still ours:
 			// renewed, then trusted.
-			stale, stop := a.keepClaim(ctx, run.ID, time.Now().Add(-ttl*6/10))
+			stale, stop := a.keepClaim(ctx, run.ID, "me", time.Now().Add(-ttl*6/10))
 			if err := a.confirmClaim(stale, run.ID); err != nil {
 				t.Errorf("a stale claim still ours: %v, want nil", err)
 			}
@@ -61,7 +61,7 @@ func TestMarkedCallConfirmsAStaleClaim(t *testing.T) {
 			if ok, err := st.ClaimResume(ctx, run.ID, "other", ttl); err != nil || !ok {
 				t.Fatalf("ClaimResume by another = %v, %v", ok, err)
 			}
-			late, stopLate := a.keepClaim(ctx, run.ID, time.Now().Add(-ttl))
+			late, stopLate := a.keepClaim(ctx, run.ID, "me", time.Now().Add(-ttl))
 			defer stopLate()
 			if err := a.confirmClaim(late, run.ID); !errors.Is(err, ErrLeaseLost) {
 				t.Errorf("a stale claim another process took: %v, want ErrLeaseLost", err)
@@ -73,7 +73,7 @@ func TestMarkedCallConfirmsAStaleClaim(t *testing.T) {
 
 			// Found lost by the renewer before the check: the check says
 			// why, not only that the context ended.
-			gone, stopGone := a.keepClaim(ctx, run.ID, time.Now())
+			gone, stopGone := a.keepClaim(ctx, run.ID, "me", time.Now())
 			defer stopGone()
 			claimOf(gone, run.ID).lose(ErrLeaseLost)
 			if err := a.confirmClaim(gone, run.ID); !errors.Is(err, ErrLeaseLost) {

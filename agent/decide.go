@@ -165,7 +165,8 @@ func (a *Agent) recoverDecision(ctx context.Context, c store.Call, rb store.Resu
 // that a resume begun after it runs the call. It reports whether it took
 // the claim (false: another process holds it, or the store failed).
 func (a *Agent) takeBackLostMark(ctx context.Context, runID, conv, lost string) bool {
-	fresh, err := a.store.BeginResume(ctx, runID, store.ResumeBegin{Conversation: conv, Owner: a.cfg.Owner,
+	owner := a.leases.newHolder()
+	fresh, err := a.store.BeginResume(ctx, runID, store.ResumeBegin{Conversation: conv, Owner: owner,
 		TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()})
 	if err != nil || !fresh.Claimed {
 		return false // someone else resumes it
@@ -175,7 +176,7 @@ func (a *Agent) takeBackLostMark(ctx context.Context, runID, conv, lost string) 
 		a.log.Warn("a store step that began a resume was made but its answer lost, and its claim lapsed; the call it marked as started, which never ran, is marked as not started", "call", fresh.PriorStarted)
 	}
 	a.abandon(ctx, &fresh.Started)
-	if err := a.store.ReleaseClaim(context.WithoutCancel(ctx), runID, a.cfg.Owner); err != nil {
+	if err := a.store.ReleaseClaim(context.WithoutCancel(ctx), runID, owner); err != nil {
 		a.log.Warn("release resume claim; it lapses within the lease TTL", "run", runID, "err", err)
 	}
 	return true
@@ -742,9 +743,9 @@ type sent struct {
 
 // resumeBegin is what a decision (its attempt named nonce) on c takes to
 // begin the resume of the step it completes, conditional on the records
-// of version ifRecords when that is set.
+// of version ifRecords when that is set; send names its holder.
 func (a *Agent) resumeBegin(c store.Call, nonce string, ifRecords int64) store.ResumeBegin {
-	return store.ResumeBegin{Conversation: c.Conversation, Lease: store.TurnLease(c.Conversation), Owner: a.cfg.Owner,
+	return store.ResumeBegin{Conversation: c.Conversation, Lease: store.TurnLease(c.Conversation),
 		TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), IfRecords: ifRecords, Nonce: nonce}
 }
 
@@ -759,9 +760,10 @@ func (a *Agent) resumeBegin(c store.Call, nonce string, ifRecords int64) store.R
 // recoverDecision).
 func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, begins bool, mine func(store.Call) bool, step func(store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)) sent {
 	var s sent
-	run := func() (bool, error) {
+	run := func(holder string) (bool, error) {
+		rb.Owner = holder
 		s.asked = true
-		s.rs.at = time.Now()
+		s.rs.at, s.rs.owner = time.Now(), holder
 		s.got, s.complete, s.rs.ResumeStart, s.err = step(rb)
 		if s.err != nil && !storeAnswered(s.err) {
 			// Perhaps recorded, and its resume begun: then the
@@ -791,10 +793,10 @@ func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, be
 		return s.rs.Claimed, nil
 	}
 	if !begins {
-		_, _ = run()
+		_, _ = run(a.leases.newHolder())
 		return s
 	}
-	_, _ = a.leases.take(c.Conversation, run)
+	_, _, _ = a.leases.take(c.Conversation, run)
 	return s
 }
 
@@ -821,7 +823,7 @@ func (a *Agent) held(s sent) *Taken {
 		return nil
 	}
 	rs := s.rs
-	return &Taken{conversation: s.got.Conversation, resume: &rs}
+	return &Taken{conversation: s.got.Conversation, holder: rs.owner, resume: &rs}
 }
 
 // releaseOnPanic, deferred, gives back what held holds when the decision

@@ -170,7 +170,8 @@ func TestResumeStarvedAndTakenOver(t *testing.T) {
 			p := pauseOne(t, w, w.agent(), call("c1", "deploy", `{"service":"api","version":"2"}`))
 			survivorAsks := make(chan struct{})
 			entered, survivorEntered := heldModel(t, w, "resumed by the survivor", survivorAsks)
-			st := newStarvedStore(w.store)
+			holds := newHoldLog(w.store)
+			st := newStarvedStore(holds)
 			stopped := &recorder{}
 			a := w.agentWith(st, stopped)
 			if _, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
@@ -181,8 +182,7 @@ func TestResumeStarvedAndTakenOver(t *testing.T) {
 			st.Starve()
 			<-st.Renewed()
 			// Its lease and claim run out while it is starved.
-			must(t, w.store.ReleaseLease(t.Context(), store.TurnLease(p.Conversation), "starved"))
-			must(t, w.store.ReleaseClaim(t.Context(), p.RunID, "starved"))
+			holds.lapse(t, p.Conversation, p.RunID)
 
 			w.cfg.Owner = "survivor"
 			b := w.agent() // another process on the same store
@@ -416,7 +416,8 @@ func TestStalledResumeDoesNotRunACallAnotherProcessStarted(t *testing.T) {
 				},
 			}))
 			stalled := &recorder{}
-			a := w.agentWith(w.store, stalled)
+			holds := newHoldLog(w.store)
+			a := w.agentWith(holds, stalled)
 			req := request("migrate both databases")
 			out := pauseApproved(t, w, a, req, call("c1", "migrate", `{"db":"a"}`), call("c2", "migrate", `{"db":"b"}`))
 			c2 := out.Pending[1]
@@ -437,8 +438,7 @@ func TestStalledResumeDoesNotRunACallAnotherProcessStarted(t *testing.T) {
 			done := resumeAsync(a, out.RunID)
 			<-entered
 			// Its lease and claim run out while it is stalled.
-			must(t, w.store.ReleaseLease(t.Context(), store.TurnLease(req.Conversation), "stalled"))
-			must(t, w.store.ReleaseClaim(t.Context(), out.RunID, "stalled"))
+			holds.lapse(t, req.Conversation, out.RunID)
 
 			w.cfg.Owner = "survivor"
 			survivor := w.agent() // another process on the same store

@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/teststore"
+	"github.com/toolgate/toolgate/store"
 )
 
 type openaiRequest = openai.ChatCompletionRequest
@@ -275,4 +276,91 @@ func toolResults(t *testing.T, m *fakeopenai.Server) []string {
 		}
 	}
 	return out
+}
+
+// holdLog is a store that notes, for each conversation and run, the name
+// of the last hold taken on its lease and its resume claim, so that a
+// test can model a hold running out by releasing it (lapse).
+type holdLog struct {
+	agent.Store
+	mu     sync.Mutex
+	leases map[string]string // by lease key
+	claims map[string]string // by run
+}
+
+func newHoldLog(st agent.Store) *holdLog {
+	return &holdLog{Store: st, leases: map[string]string{}, claims: map[string]string{}}
+}
+
+func (s *holdLog) took(lease, run, owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lease != "" {
+		s.leases[lease] = owner
+	}
+	if run != "" {
+		s.claims[run] = owner
+	}
+}
+
+func (s *holdLog) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
+	b, err := s.Store.BeginTurn(ctx, conversation, owner, ttl, kinds...)
+	if err == nil && b.Acquired {
+		s.took(store.TurnLease(conversation), "", owner)
+	}
+	return b, err
+}
+
+func (s *holdLog) AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	got, acc, b, err := s.Store.AcceptBegin(ctx, conversation, m, requireKnown, owner, ttl, kinds...)
+	if err == nil && b.Acquired {
+		s.took(store.TurnLease(conversation), "", owner)
+	}
+	return got, acc, b, err
+}
+
+func (s *holdLog) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	ok, err := s.Store.AcquireLease(ctx, key, owner, ttl)
+	if err == nil && ok {
+		s.took(key, "", owner)
+	}
+	return ok, err
+}
+
+func (s *holdLog) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	rs, err := s.Store.BeginResume(ctx, runID, r)
+	s.resumed(runID, r, rs, err)
+	return rs, err
+}
+
+func (s *holdLog) DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	c, complete, rs, err := s.Store.DecideBegin(ctx, callID, fingerprint, d, fx, r)
+	s.resumed(c.RunID, r, rs, err)
+	return c, complete, rs, err
+}
+
+func (s *holdLog) ApproveBegin(ctx context.Context, callID, fingerprint string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	c, complete, rs, err := s.Store.ApproveBegin(ctx, callID, fingerprint, ap, drop, edit, need, d, fx, r)
+	s.resumed(c.RunID, r, rs, err)
+	return c, complete, rs, err
+}
+
+// resumed notes the claim, and the lease, a step that begins a resume took.
+func (s *holdLog) resumed(runID string, r store.ResumeBegin, rs store.ResumeStart, err error) {
+	if err == nil && rs.Claimed {
+		s.took(r.Lease, runID, r.Owner)
+	}
+}
+
+// lapse releases the last holds taken on the conversation's lease and on
+// run's resume claim (unless run is empty), as if they ran out.
+func (s *holdLog) lapse(t *testing.T, conversation, run string) {
+	t.Helper()
+	s.mu.Lock()
+	lease, claim := s.leases[store.TurnLease(conversation)], s.claims[run]
+	s.mu.Unlock()
+	must(t, s.Store.ReleaseLease(t.Context(), store.TurnLease(conversation), lease))
+	if run != "" {
+		must(t, s.Store.ReleaseClaim(t.Context(), run, claim))
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,9 +33,11 @@ type leases struct {
 	store   leaseStore
 	watcher LeaseWatcher // nil if the store has none
 	owner   string
-	ttl     time.Duration
-	wait    time.Duration
-	log     *slog.Logger
+	// holds numbers this process's holds (see newHolder).
+	holds atomic.Uint64
+	ttl   time.Duration
+	wait  time.Duration
+	log   *slog.Logger
 
 	mu sync.Mutex
 	// held has an entry per key this process claims: from before it asks
@@ -54,6 +57,18 @@ type leaseClaim struct {
 	// sent is when the request that took the lease was sent: the lease
 	// lasts ttl from no earlier than that.
 	sent time.Time
+	// holder names the claim in the store (see newHolder).
+	holder string
+}
+
+// newHolder returns a name for one hold of this process, for the store to
+// tell holders apart by: the process's owner and a number of its own. A
+// request of an earlier hold that the store executes late (a release or
+// commit a client sent again after a time-out while the first copy was
+// still on its way) then matches no later hold of this process on the same
+// key, and cannot free a lease another turn holds now.
+func (l *leases) newHolder() string {
+	return l.owner + "#" + strconv.FormatUint(l.holds.Add(1), 10)
 }
 
 // leaseStore is what leases needs of the store: the leases, and BeginTurn,
@@ -80,12 +95,12 @@ func (l *leases) run(ctx context.Context, conversation string, fn func(ctx conte
 }
 
 // runTaking is run with take in place of the store's AcquireLease: take
-// takes the lease on key (as AcquireLease does) together with other work,
-// atomically, and reports held false if another process holds it. An
-// error of take ends the wait and is returned (wrapped), fn unrun.
-func (l *leases) runTaking(ctx context.Context, conversation string, take func(ctx context.Context, key string) (held bool, err error), fn func(ctx context.Context) error) error {
+// takes the lease on key for holder (as AcquireLease does) together with
+// other work, atomically, and reports held false if another process holds
+// it. An error of take ends the wait and is returned (wrapped), fn unrun.
+func (l *leases) runTaking(ctx context.Context, conversation string, take func(ctx context.Context, key, holder string) (held bool, err error), fn func(ctx context.Context) error) error {
 	key := store.TurnLease(conversation)
-	return l.runWaiting(ctx, conversation, true, func(ctx context.Context) (bool, error) { return take(ctx, key) }, fn)
+	return l.runWaiting(ctx, conversation, true, func(ctx context.Context, holder string) (bool, error) { return take(ctx, key, holder) }, fn)
 }
 
 // turn is run for a turn: the lease is taken with BeginTurn, with the
@@ -93,9 +108,9 @@ func (l *leases) runTaking(ctx context.Context, conversation string, take func(c
 // conversation is held, it returns errBusy at once and fn does not run.
 func (l *leases) turn(ctx context.Context, conversation string, wait bool, kinds []string, fn func(ctx context.Context, b store.Begun) error) error {
 	var b store.Begun
-	take := func(ctx context.Context) (bool, error) {
+	take := func(ctx context.Context, holder string) (bool, error) {
 		var err error
-		b, err = l.store.BeginTurn(ctx, conversation, l.owner, l.ttl, kinds...)
+		b, err = l.store.BeginTurn(ctx, conversation, holder, l.ttl, kinds...)
 		return b.Acquired, err
 	}
 	return l.runWaiting(ctx, conversation, wait, take, func(ctx context.Context) error { return fn(ctx, b) })
@@ -103,9 +118,9 @@ func (l *leases) turn(ctx context.Context, conversation string, wait bool, kinds
 
 // acquireLease returns the taker of the conversation's lease that only
 // takes it.
-func (l *leases) acquireLease(conversation string) func(ctx context.Context) (bool, error) {
-	return func(ctx context.Context) (bool, error) {
-		return l.store.AcquireLease(ctx, store.TurnLease(conversation), l.owner, l.ttl)
+func (l *leases) acquireLease(conversation string) func(ctx context.Context, holder string) (bool, error) {
+	return func(ctx context.Context, holder string) (bool, error) {
+		return l.store.AcquireLease(ctx, store.TurnLease(conversation), holder, l.ttl)
 	}
 }
 
@@ -117,8 +132,10 @@ var errBusy = errors.New("conversation is busy")
 // context (holdOf) to release the lease with its last write.
 type hold struct {
 	conversation string
-	stopOnce     sync.Once
-	stop         func()
+	// holder names the hold in the store (see newHolder).
+	holder   string
+	stopOnce sync.Once
+	stop     func()
 	// lose ends the work with a cause, as the renewer does when it finds
 	// the lease lost (a write the store refused finds it first).
 	lose func(error)
@@ -142,60 +159,65 @@ func holdOf(ctx context.Context, conversation string) *hold {
 // that a write may release it: nothing may renew it afterwards.
 func (h *hold) stopRenewing() { h.stopOnce.Do(h.stop) }
 
-func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool, take func(ctx context.Context) (bool, error), fn func(ctx context.Context) error) error {
+func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool, take func(ctx context.Context, holder string) (bool, error), fn func(ctx context.Context) error) error {
 	key := store.TurnLease(conversation)
-	if err := l.acquire(ctx, key, conversation, wait, take); err != nil {
+	holder, err := l.acquire(ctx, key, conversation, wait, take)
+	if err != nil {
 		return err
 	}
-	return l.runHeld(ctx, conversation, fn)
+	return l.runHeld(ctx, conversation, holder, fn)
 }
 
 // take takes the lease on conversation for work that starts later, with
-// begin, which takes it in the store (as BeginTurn does, together with
-// other work) and reports whether it did. It returns false, having taken
-// nothing, if a turn of this process holds the conversation, begin fails
-// or another process holds it. Once it returns true the caller runs the
-// work with runHeld, or gives the lease back with release.
-func (l *leases) take(conversation string, begin func() (bool, error)) (bool, error) {
+// begin, which takes it in the store for holder (as BeginTurn does,
+// together with other work) and reports whether it did. It returns false,
+// having taken nothing, if a turn of this process holds the conversation,
+// begin fails or another process holds it. Once it returns true the
+// caller runs the work with runHeld, or gives the lease back with release,
+// naming the holder it returned.
+func (l *leases) take(conversation string, begin func(holder string) (bool, error)) (holder string, ok bool, err error) {
 	key := store.TurnLease(conversation)
-	if busy := l.claim(key); busy != nil {
-		return false, nil
+	busy, holder := l.claim(key)
+	if busy != nil {
+		return "", false, nil
 	}
-	return l.begin(key, begin)
+	ok, err = l.begin(key, holder, func() (bool, error) { return begin(holder) })
+	return holder, ok, err
 }
 
-// begin runs take for key, which this process has claimed: if take took
-// the lease, the claim becomes the lease held; otherwise (it failed, was
-// refused or panicked) the claim is let go.
-func (l *leases) begin(key string, take func() (bool, error)) (ok bool, err error) {
+// begin runs take for key, which this process has claimed as holder: if
+// take took the lease, the claim becomes the lease held; otherwise (it
+// failed, was refused or panicked) the claim is let go.
+func (l *leases) begin(key, holder string, take func() (bool, error)) (ok bool, err error) {
 	sent := time.Now()
 	defer func() {
 		if ok {
-			l.taken(key, sent)
+			l.taken(key, holder, sent)
 		} else {
-			l.unclaim(key)
+			l.unclaim(key, holder)
 		}
 	}()
 	ok, err = take()
 	return ok && err == nil, err
 }
 
-// runHeld is run for a lease this process holds already (see take): it
-// renews the lease while fn runs, and releases it when fn returns.
-func (l *leases) runHeld(ctx context.Context, conversation string, fn func(ctx context.Context) error) error {
+// runHeld is run for a lease this process holds already as holder (see
+// take): it renews the lease while fn runs, and releases it when fn
+// returns.
+func (l *leases) runHeld(ctx context.Context, conversation, holder string, fn func(ctx context.Context) error) error {
 	key := store.TurnLease(conversation)
-	h := &hold{conversation: conversation}
-	defer func() { l.release(ctx, key, conversation, h.released) }()
+	h := &hold{conversation: conversation, holder: holder}
+	defer func() { l.release(ctx, key, conversation, holder, h.released) }()
 	// fn runs under a context that ends if the lease is lost: work on a
 	// conversation someone else now holds must stop, not overwrite theirs.
 	workCtx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
 	renewCtx, stop := context.WithCancel(workCtx)
 	done := make(chan struct{})
-	since := l.takenAt(key)
+	since := l.takenAt(key, holder)
 	go func() {
 		defer close(done)
-		l.renew(renewCtx, key, conversation, since, lost)
+		l.renew(renewCtx, key, conversation, holder, since, lost)
 	}()
 	h.stop = func() {
 		stop()
@@ -213,10 +235,11 @@ func (l *leases) runHeld(ctx context.Context, conversation string, fn func(ctx c
 }
 
 // acquire takes the lease on key, waiting for its holder to release it
-// (or, without wait, returning errBusy at once). Within this process the
-// lease is exclusive too: a second turn of the same conversation waits for
-// the first without asking the store.
-func (l *leases) acquire(ctx context.Context, key, conversation string, wait bool, take func(ctx context.Context) (bool, error)) error {
+// (or, without wait, returning errBusy at once), and returns the name it
+// holds it by. Within this process the lease is exclusive too: a second
+// turn of the same conversation waits for the first without asking the
+// store.
+func (l *leases) acquire(ctx context.Context, key, conversation string, wait bool, take func(ctx context.Context, holder string) (bool, error)) (string, error) {
 	deadline := time.Now().Add(l.wait)
 	var watch store.LeaseWatch
 	defer func() {
@@ -225,31 +248,36 @@ func (l *leases) acquire(ctx context.Context, key, conversation string, wait boo
 		}
 	}()
 	for {
-		if busy := l.claim(key); busy != nil {
+		busy, holder := l.claim(key)
+		if busy != nil {
 			// Another turn of this process holds it.
 			if !wait {
-				return errBusy
+				return "", errBusy
 			}
 			if err := l.sleep(ctx, conversation, deadline, busy, nil); err != nil {
-				return err
+				return "", err
 			}
 			continue
 		}
-		ok, err := l.begin(key, func() (bool, error) { return take(ctx) })
+		ok, err := l.begin(key, holder, func() (bool, error) { return take(ctx, holder) })
 		if ok {
-			return nil
+			return holder, nil
 		}
 		if err != nil {
-			return fmt.Errorf("lease conversation: %w", err)
+			return "", fmt.Errorf("lease conversation: %w", err)
 		}
 		if !wait {
-			return errBusy
+			return "", errBusy
 		}
 		// Another process holds it. Subscribe to its releases, then try
 		// again: a release between the failed try and the subscription
 		// would otherwise be missed.
 		if watch == nil && l.watcher != nil {
-			w, err := l.watcher.WatchLease(ctx, key)
+			// Subscribing waits no longer than the lease may be waited
+			// for.
+			wctx, cancel := context.WithDeadline(ctx, deadline)
+			w, err := l.watcher.WatchLease(wctx, key)
+			cancel()
 			if err == nil {
 				watch = w
 				continue
@@ -261,7 +289,7 @@ func (l *leases) acquire(ctx context.Context, key, conversation string, wait boo
 			announced = watch.Released()
 		}
 		if err := l.sleep(ctx, conversation, deadline, nil, announced); err != nil {
-			return err
+			return "", err
 		}
 	}
 }
@@ -288,35 +316,45 @@ func (l *leases) sleep(ctx context.Context, conversation string, deadline time.T
 	return nil
 }
 
-// claim marks key as claimed by this process and returns nil, or, if a
-// turn of this process claims it already, returns the channel closed when
-// that claim ends.
-func (l *leases) claim(key string) <-chan struct{} {
+// claim marks key as claimed by this process and returns nil and the
+// claim's holder name, or, if a turn of this process claims it already,
+// returns the channel closed when that claim ends.
+func (l *leases) claim(key string) (busy <-chan struct{}, holder string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c, ok := l.held[key]; ok {
-		return c.done
+		return c.done, ""
 	}
-	l.held[key] = &leaseClaim{done: make(chan struct{})}
+	c := &leaseClaim{done: make(chan struct{}), holder: l.newHolder()}
+	l.held[key] = c
+	return nil, c.holder
+}
+
+// claimOf returns this process's claim on key if holder names it, or nil.
+// l.mu is held.
+func (l *leases) claimOf(key, holder string) *leaseClaim {
+	if c, ok := l.held[key]; ok && c.holder == holder {
+		return c
+	}
 	return nil
 }
 
-// taken records that the store gave this process the lease it claims, by
-// a request sent at sent.
-func (l *leases) taken(key string, sent time.Time) {
+// taken records that the store gave holder the lease it claims, by a
+// request sent at sent.
+func (l *leases) taken(key, holder string, sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c, ok := l.held[key]; ok {
+	if c := l.claimOf(key, holder); c != nil {
 		c.taken, c.sent = true, sent
 	}
 }
 
-// takenAt returns when the request that took the lease on key was sent;
-// now if this process does not hold it.
-func (l *leases) takenAt(key string) time.Time {
+// takenAt returns when the request that took holder's lease on key was
+// sent; now if holder is not this process's claim on key.
+func (l *leases) takenAt(key, holder string) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c, ok := l.held[key]; ok && c.taken {
+	if c := l.claimOf(key, holder); c != nil && c.taken {
 		return c.sent
 	}
 	return time.Now()
@@ -335,11 +373,12 @@ func (l *leases) heldHere(conversation string) <-chan struct{} {
 	return nil
 }
 
-// unclaim forgets this process's claim on key and wakes its waiters.
-func (l *leases) unclaim(key string) {
+// unclaim forgets holder's claim on key and wakes its waiters; a claim on
+// key of another holder stays.
+func (l *leases) unclaim(key, holder string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c, ok := l.held[key]; ok {
+	if c := l.claimOf(key, holder); c != nil {
 		close(c.done)
 		delete(l.held, key)
 		if len(l.held) == 0 {
@@ -349,30 +388,30 @@ func (l *leases) unclaim(key string) {
 	}
 }
 
-// release frees the lease, unless the holder's last write released it
-// already, and wakes this process's waiters for it. It is made even if ctx
-// was cancelled: a lease left behind only delays the next turn by the ttl,
-// but there is no reason to wait.
-func (l *leases) release(ctx context.Context, key, conversation string, released bool) {
+// release frees the lease that holder holds, unless the holder's last
+// write released it already, and wakes this process's waiters for it. It
+// is made even if ctx was cancelled: a lease left behind only delays the
+// next turn by the ttl, but there is no reason to wait.
+func (l *leases) release(ctx context.Context, key, conversation, holder string, released bool) {
 	if !released {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := l.store.ReleaseLease(relCtx, key, l.owner); err != nil {
+		if err := l.store.ReleaseLease(relCtx, key, holder); err != nil {
 			l.log.Warn("release conversation lease", "conversation", conversation, "err", err)
 		}
 	}
-	l.unclaim(key)
+	l.unclaim(key, holder)
 }
 
 // renew renews the lease, taken by a request sent at since, every ttl/3
 // until ctx ends. If another process holds it, or renewing fails until the
 // lease may have run out in the store, it calls lost with ErrLeaseLost and
 // returns.
-func (l *leases) renew(ctx context.Context, key, conversation string, since time.Time, lost context.CancelCauseFunc) {
+func (l *leases) renew(ctx context.Context, key, conversation, holder string, since time.Time, lost context.CancelCauseFunc) {
 	keepRenewed(ctx, wallClock{}, l.ttl, since, l.log, lost, func(ctx context.Context) (bool, error) {
 		// Never taken back once it ran out: whoever held it since may
 		// have done this work's work.
-		return l.store.RenewLease(ctx, key, l.owner, l.ttl)
+		return l.store.RenewLease(ctx, key, holder, l.ttl)
 	}, "conversation lease", "conversation", conversation)
 }
 

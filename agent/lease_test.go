@@ -204,9 +204,9 @@ func TestPanicWhileTakingLeaseLetsClaimGo(t *testing.T) {
 	}
 	func() {
 		defer func() { _ = recover() }()
-		_, _ = l.take("T1/C1/1.4", func() (bool, error) { panic("a bug in the store's client") })
+		_, _, _ = l.take("T1/C1/1.4", func(string) (bool, error) { panic("a bug in the store's client") })
 	}()
-	if ok, err := l.take("T1/C1/1.4", func() (bool, error) { return true, nil }); err != nil || !ok {
+	if _, ok, err := l.take("T1/C1/1.4", func(string) (bool, error) { return true, nil }); err != nil || !ok {
 		t.Errorf("take after a panic = %v, %v; want the lease taken", ok, err)
 	}
 }
@@ -253,16 +253,17 @@ func TestRunHeldRenewsFromTake(t *testing.T) {
 	const ttl = time.Hour
 	l := newLeases(s, "owner", ttl, time.Minute, slog.Default())
 	conv := "T1/C1/1.5"
-	if ok, err := l.take(conv, func() (bool, error) {
-		return st.AcquireLease(t.Context(), store.TurnLease(conv), "owner", ttl)
-	}); err != nil || !ok {
+	holder, ok, err := l.take(conv, func(holder string) (bool, error) {
+		return st.AcquireLease(t.Context(), store.TurnLease(conv), holder, ttl)
+	})
+	if err != nil || !ok {
 		t.Fatalf("take = %v, %v", ok, err)
 	}
 	// The step that took it was sent half a TTL ago.
 	l.mu.Lock()
 	l.held[store.TurnLease(conv)].sent = time.Now().Add(-ttl / 2)
 	l.mu.Unlock()
-	err := l.runHeld(t.Context(), conv, func(context.Context) error {
+	err = l.runHeld(t.Context(), conv, holder, func(context.Context) error {
 		select {
 		case <-s.renewed:
 			return nil

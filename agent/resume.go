@@ -41,9 +41,9 @@ func (a *Agent) Resume(ctx context.Context, runID string) (Outcome, error) {
 		conv = run.Conversation
 	}
 	var rs claimed
-	begin := func(ctx context.Context, key string) (bool, error) {
+	begin := func(ctx context.Context, key, holder string) (bool, error) {
 		var err error
-		rs, err = a.beginResume(ctx, runID, conv, key)
+		rs, err = a.beginResume(ctx, runID, conv, key, holder)
 		return rs.Claimed, err
 	}
 	var out Outcome
@@ -113,8 +113,8 @@ var errNoResume = errors.New("nothing to resume")
 // claim is that of a resume that stopped or died before it finished.
 var errClaimed = fmt.Errorf("%w: another process holds the resume claim", errNoResume)
 
-// beginResume takes the resume claim of a decided run, and the lease on
-// key unless it is empty (the caller holds it), and loads what the resume
+// beginResume takes the resume claim of a decided run for holder, and the
+// lease on key unless it is empty (the caller holds it), and loads what the resume
 // needs (see store.ResumeStart). It returns errNoResume if the run is
 // gone, finished or not decided, errClaimed if it is decided and claimed
 // by someone else, and Claimed false, nil if another process holds the
@@ -127,9 +127,9 @@ var errClaimed = fmt.Errorf("%w: another process holds the resume claim", errNoR
 // That mark is taken back (takeBackLostMark) and the resume begun once
 // more, so that the call runs instead of being reported as of unknown
 // outcome.
-func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (claimed, error) {
+func (a *Agent) beginResume(ctx context.Context, runID, conv, key, holder string) (claimed, error) {
 	sent := time.Now()
-	rb := store.ResumeBegin{Conversation: conv, Lease: key, Owner: a.cfg.Owner, TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()}
+	rb := store.ResumeBegin{Conversation: conv, Lease: key, Owner: holder, TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()}
 	st, err := a.store.BeginResume(ctx, runID, rb)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		again, ok, answered := a.askAgainUntil(ctx, runID, rb, err, time.Time{})
@@ -142,7 +142,7 @@ func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (claim
 			st, err = a.store.BeginResume(ctx, runID, rb)
 		}
 	}
-	rs := claimed{ResumeStart: st, at: sent}
+	rs := claimed{ResumeStart: st, at: sent, owner: holder}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return rs, errNoResume
@@ -161,7 +161,7 @@ func (a *Agent) beginResume(ctx context.Context, runID, conv, key string) (claim
 // the run has nothing to resume, errClaimed if someone else holds the
 // claim. The caller holds the conversation's lease.
 func (a *Agent) claimAndResume(ctx context.Context, run store.Run) (Outcome, error) {
-	rs, err := a.beginResume(ctx, run.ID, run.Conversation, "")
+	rs, err := a.beginResume(ctx, run.ID, run.Conversation, "", a.leases.newHolder())
 	if errors.Is(err, errClaimed) {
 		return Outcome{}, err
 	}
@@ -184,7 +184,7 @@ func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (out Outcome, err
 	// so another process (or this one after a restart) takes it over then.
 	// A resume that loses the claim or the lease stops and releases the
 	// claim, for the takeover to carry the run on at once.
-	ctx, stop := a.keepClaim(ctx, run.ID, rs.at)
+	ctx, stop := a.keepClaim(ctx, run.ID, rs.owner, rs.at)
 	defer stop()
 	var st runState
 	stErr := fastjson.Unmarshal(run.State, &st) // resumeClaimed reports a bad state
@@ -633,4 +633,7 @@ func (a *Agent) Call(ctx context.Context, callID string) (PendingCall, error) {
 type claimed struct {
 	store.ResumeStart
 	at time.Time
+	// owner names the claim in the store: the lease's holder when it
+	// took the lease too (see leases.newHolder).
+	owner string
 }

@@ -189,6 +189,8 @@ func (a *Agent) Accept(ctx context.Context, req Request, requireKnown bool) (Req
 // One of them must be called, once.
 type Taken struct {
 	conversation string
+	// holder names the lease's hold in the store (see leases.newHolder).
+	holder string
 	// begun is what a turn starts from (AcceptTaking), or resume what a
 	// resume starts from (DecideTaking).
 	begun  store.Begun
@@ -211,9 +213,9 @@ func (a *Agent) AcceptTaking(ctx context.Context, req Request, requireKnown bool
 	var b store.Begun
 	var seq int64
 	asked := false
-	taken, err := a.leases.take(req.Conversation, func() (bool, error) {
+	holder, taken, err := a.leases.take(req.Conversation, func(holder string) (bool, error) {
 		asked = true
-		got, ac, bg, err := a.store.AcceptBegin(ctx, req.Conversation, inboundOf(req), requireKnown, a.cfg.Owner, a.cfg.LeaseTTL, a.policyKinds()...)
+		got, ac, bg, err := a.store.AcceptBegin(ctx, req.Conversation, inboundOf(req), requireKnown, holder, a.cfg.LeaseTTL, a.policyKinds()...)
 		seq, acc, b = got.Seq, ac, bg
 		return bg.Acquired, err
 	})
@@ -229,7 +231,7 @@ func (a *Agent) AcceptTaking(ctx context.Context, req Request, requireKnown bool
 	if !taken {
 		return req, acc, nil, nil
 	}
-	return req, acc, &Taken{conversation: req.Conversation, begun: b}, nil
+	return req, acc, &Taken{conversation: req.Conversation, holder: holder, begun: b}, nil
 }
 
 // RunTaken is Run for a message recorded by AcceptTaking (req as it
@@ -241,7 +243,7 @@ func (a *Agent) RunTaken(ctx context.Context, req Request, t *Taken) (out Outcom
 	}
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnMessage, Conversation: req.Conversation, User: req.User, Channel: req.Channel})
 	defer endTurn(end, &out, &err)
-	err = a.leases.runHeld(ctx, req.Conversation, func(ctx context.Context) (err error) {
+	err = a.leases.runHeld(ctx, req.Conversation, t.holder, func(ctx context.Context) (err error) {
 		out, err = a.answer(ctx, req.Conversation, t.begun)
 		return err
 	})
@@ -255,7 +257,7 @@ func (a *Agent) ResumeTaken(ctx context.Context, t *Taken) (Outcome, error) {
 		return Outcome{}, errors.New("resume taken: not a resume taken, or used already")
 	}
 	var out Outcome
-	err := a.leases.runHeld(ctx, t.conversation, func(ctx context.Context) (err error) {
+	err := a.leases.runHeld(ctx, t.conversation, t.holder, func(ctx context.Context) (err error) {
 		out, err = a.resumeStarted(ctx, *t.resume)
 		return err
 	})
@@ -280,11 +282,11 @@ func (a *Agent) ReleaseTaken(ctx context.Context, t *Taken) {
 		defer cancel()
 		started := rs.Started
 		a.abandon(rctx, &started)
-		if err := a.store.ReleaseClaim(rctx, rs.Run.ID, a.cfg.Owner); err != nil {
+		if err := a.store.ReleaseClaim(rctx, rs.Run.ID, rs.owner); err != nil {
 			a.log.Warn("release resume claim", "run", rs.Run.ID, "err", err)
 		}
 	}
-	a.leases.release(ctx, store.TurnLease(t.conversation), t.conversation, false)
+	a.leases.release(ctx, store.TurnLease(t.conversation), t.conversation, t.holder, false)
 }
 
 // inboundOf is the store record of a request's message.

@@ -527,7 +527,8 @@ func stalledAfterTakeover(t *testing.T, b backend, finished bool) {
 		<-release
 		return fakeopenai.ToolCalls(call("c1", "migrate", `{}`))
 	})
-	a := w.agent()
+	holds := newHoldLog(w.store)
+	a := w.agentWith(holds, w.rec)
 	req := request("migrate the schema")
 	done := make(chan error, 1)
 	go func() {
@@ -539,7 +540,7 @@ func stalledAfterTakeover(t *testing.T, b backend, finished bool) {
 	// conversation over.
 	ctx := t.Context()
 	lease := store.TurnLease(req.Conversation)
-	must(t, w.store.ReleaseLease(ctx, lease, "stalled"))
+	holds.lapse(t, req.Conversation, "")
 	if ok, err := w.store.AcquireLease(ctx, lease, "survivor", time.Hour); err != nil || !ok {
 		t.Fatalf("AcquireLease by the survivor = %v, %v", ok, err)
 	}

@@ -45,11 +45,11 @@ func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) 
 		// Written only while no one else holds the conversation: a
 		// process stalled past its lease, whose conversation another
 		// process took over, finds out here at the latest.
-		c.Holder = a.cfg.Owner
+		c.Holder = h.holder
 	}
 	if last && h != nil {
 		h.stopRenewing()
-		c.Release = a.cfg.Owner
+		c.Release = h.holder
 	}
 	if err := a.store.CommitTurn(ctx, c); err != nil {
 		if h != nil && errors.Is(err, store.ErrNotHolder) {

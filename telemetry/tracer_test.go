@@ -40,6 +40,31 @@ policy:
       reason: deploys need a look
 `
 
+// resumeLog is a store that notes who took each run's last resume (its
+// claim, and the conversation's lease with it), so that a test can model
+// them running out by releasing them.
+type resumeLog struct {
+	agent.Store
+	mu      sync.Mutex
+	holders map[string]string // by run
+}
+
+func (s *resumeLog) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	rs, err := s.Store.BeginResume(ctx, runID, r)
+	if err == nil && rs.Claimed {
+		s.mu.Lock()
+		s.holders[runID] = r.Owner
+		s.mu.Unlock()
+	}
+	return rs, err
+}
+
+func (s *resumeLog) holder(runID string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holders[runID]
+}
+
 // world is an agent on the fake model and a real store, traced into an
 // in-memory exporter.
 type world struct {
@@ -57,6 +82,7 @@ type world struct {
 	// restarted process with the owner name.
 	restart func(owner string)
 	st      storetest.Store
+	resumes *resumeLog
 
 	mu  sync.Mutex
 	now time.Time
@@ -108,8 +134,9 @@ func newWorld(t *testing.T, capture bool) *world {
 		return model.Complete(ctx, req, onDelta)
 	})
 	w.st = st
+	w.resumes = &resumeLog{Store: st, holders: map[string]string{}}
 	w.restart = func(owner string) {
-		w.agent = agent.New(tr.Model(hooked, "fake-model"), reg, engine, st, nil, agent.Config{Now: w.clock, Tracer: tr, Owner: owner})
+		w.agent = agent.New(tr.Model(hooked, "fake-model"), reg, engine, w.resumes, nil, agent.Config{Now: w.clock, Tracer: tr, Owner: owner})
 	}
 	w.restart("replica-1")
 	return w
@@ -453,8 +480,9 @@ func TestResumeGoingOnRecordsTheWaitOnce(t *testing.T) {
 	w.before = nil
 	// The cut process's lease and resume claim lapse; the restarted one's
 	// sweep resumes the run.
-	must(t, w.st.ReleaseClaim(ctx, out.RunID, "replica-1"))
-	must(t, w.st.ReleaseLease(ctx, store.TurnLease(request.Conversation), "replica-1"))
+	holder := w.resumes.holder(out.RunID)
+	must(t, w.st.ReleaseClaim(ctx, out.RunID, holder))
+	must(t, w.st.ReleaseLease(ctx, store.TurnLease(request.Conversation), holder))
 	w.restart("replica-2")
 	w.model.Reply(fakeopenai.Text("deployed api"))
 	res, err := w.agent.Resume(ctx, out.RunID)

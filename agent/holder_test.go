@@ -1,0 +1,124 @@
+package agent_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store"
+)
+
+// releaseLog is a store that notes the name of every hold released: of a
+// lease (ReleaseLease, or a turn's last commit) and of a resume claim.
+type releaseLog struct {
+	agent.Store
+	mu     sync.Mutex
+	leases []string
+	claims []string
+}
+
+func (s *releaseLog) ReleaseLease(ctx context.Context, key, owner string) error {
+	s.note(&s.leases, owner)
+	return s.Store.ReleaseLease(ctx, key, owner)
+}
+
+func (s *releaseLog) CommitTurn(ctx context.Context, c store.Commit) error {
+	if c.Release != "" {
+		s.note(&s.leases, c.Release)
+	}
+	return s.Store.CommitTurn(ctx, c)
+}
+
+func (s *releaseLog) ReleaseClaim(ctx context.Context, runID, owner string) error {
+	s.note(&s.claims, owner)
+	return s.Store.ReleaseClaim(ctx, runID, owner)
+}
+
+func (s *releaseLog) note(to *[]string, owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*to = append(*to, owner)
+}
+
+func (s *releaseLog) released() (leases, claims []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.leases), slices.Clone(s.claims)
+}
+
+// A release that the store executes late (a client sent it again after a
+// time-out while the first copy was still on its way) frees nothing held
+// since: not the lease of a later turn of the same process on the same
+// conversation, nor a later resume claim of the same run. Otherwise
+// another process could take the conversation, or the run, over while
+// this one still works on it.
+func TestLateReleaseFreesNoLaterHoldOfTheSameProcess(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			w.cfg.LeaseTTL = time.Minute // nothing lapses during the test
+			log := &releaseLog{Store: w.store}
+			a := w.agentWith(log, w.rec)
+
+			// A turn that paused (its commit released the lease), a
+			// decision whose resume was given back (the claim and the
+			// lease released), then a resume that holds both.
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			_, taken, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			if taken == nil {
+				t.Fatal("DecideTaking began no resume")
+			}
+			a.ReleaseTaken(ctx, taken)
+			leases, claims := log.released()
+			if len(leases) < 2 || len(claims) < 1 {
+				t.Fatalf("released leases %q and claims %q, want the pause's and the given-back resume's", leases, claims)
+			}
+
+			entered, release := make(chan struct{}), make(chan struct{})
+			w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+				close(entered)
+				<-release
+				return fakeopenai.Text("deployed")
+			})
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.Resume(context.Background(), p.RunID)
+				done <- err
+			}()
+			<-entered // the resume holds the lease and the claim
+
+			// The earlier releases, executed again now.
+			key := store.TurnLease(p.Conversation)
+			for _, owner := range leases {
+				must(t, w.store.ReleaseLease(ctx, key, owner))
+			}
+			for _, owner := range claims {
+				must(t, w.store.ReleaseClaim(ctx, p.RunID, owner))
+			}
+
+			if ok, err := w.store.AcquireLease(ctx, key, "another-process", time.Minute); err != nil || ok {
+				t.Errorf("another process's AcquireLease during the resume = %v, %v; want false: the resume holds the lease", ok, err)
+			}
+			claimer := w.store.(interface {
+				ClaimResume(context.Context, string, string, time.Duration) (bool, error)
+			})
+			if ok, err := claimer.ClaimResume(ctx, p.RunID, "another-process", time.Minute); err != nil || ok {
+				t.Errorf("another process's ClaimResume during the resume = %v, %v; want false: the resume holds the claim", ok, err)
+			}
+			close(release)
+			must(t, <-done)
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once", n)
+			}
+		})
+	}
+}
