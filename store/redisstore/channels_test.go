@@ -1,6 +1,10 @@
 package redisstore_test
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -164,4 +168,85 @@ func TestLeaseWatchesWokenWhenTheSubscriptionIsMadeAgain(t *testing.T) {
 		t.Fatalf("found %d subscriptions of the store to cut, want 1:\n%s", killed, list)
 	}
 	awaitRelease(t, w, "the watch was not woken once the subscription was made again")
+}
+
+// unansweredSubscriptions is a hook whose connections never send a
+// (P)SUBSCRIBE: to the client, Redis never answers one, as a server that
+// stalls. subscribing is told of each one held back.
+type unansweredSubscriptions struct{ subscribing chan<- struct{} }
+
+func (h unansweredSubscriptions) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return subscriptionEater{Conn: c, subscribing: h.subscribing}, nil
+	}
+}
+
+func (unansweredSubscriptions) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (unansweredSubscriptions) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+type subscriptionEater struct {
+	net.Conn
+	subscribing chan<- struct{}
+}
+
+func (c subscriptionEater) Write(b []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(b), []byte("subscribe")) {
+		c.subscribing <- struct{}{}
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// A subscription to lease releases that Redis never confirms holds up no
+// other watch: one whose context ends meanwhile returns at once, and the
+// attempt itself gives up within its bound (the waiter then re-checks its
+// lease now and then instead).
+func TestUnansweredLeaseSubscriptionHoldsUpNoOtherWatch(t *testing.T) {
+	u := redisURL(t)
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		skipOutsideCI(t, "the test needs a single-node REDIS_URL: %v", err)
+	}
+	c := redis.NewClient(opts)
+	subscribing := make(chan struct{}, 10)
+	c.AddHook(unansweredSubscriptions{subscribing: subscribing})
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, u)})
+	t.Cleanup(func() { _ = s.Close() })
+	s.SetLeaseSubscribeWait(time.Second)
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.WatchLease(context.Background(), store.TurnLease("T1/C1/5.5"))
+		first <- err
+	}()
+	<-subscribing // the first watch waits for Redis to confirm
+	ctx, cancel := context.WithCancel(t.Context())
+	second := make(chan error, 1)
+	go func() {
+		_, err := s.WatchLease(ctx, store.TurnLease("T1/C1/5.6"))
+		second <- err
+	}()
+	cancel()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the second watch, its context cancelled = %v, want context.Canceled", err)
+		}
+	case err := <-first:
+		t.Fatalf("the first watch ended (%v) before the second, whose context was cancelled", err)
+	}
+	select {
+	case err := <-first:
+		if err == nil {
+			t.Error("the unconfirmed subscription's watch succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the unconfirmed subscription's watch did not give up within 30s (its bound is 1s)")
+	}
 }

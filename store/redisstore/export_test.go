@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,3 +36,7 @@ func LoadDecisionScripts(ctx context.Context, c redis.UniversalClient) error {
 	}
 	return load(ctx, c.(*redis.Client))
 }
+
+// SetLeaseSubscribeWait sets how long the making of the lease
+// subscription may take.
+func (s *Store) SetLeaseSubscribeWait(d time.Duration) { s.leases.subscribeWait = d }

@@ -38,41 +38,98 @@ type leaseHub struct {
 	c      redis.UniversalClient
 	prefix string
 
-	mu      sync.Mutex
-	ps      *redis.PubSub // nil until the first watch
-	watches map[string]map[*leaseWatch]struct{}
-	closing chan struct{}
-	done    chan struct{} // closed when the receiving goroutine has ended
+	// subscribeWait bounds the making of the subscription, whatever the
+	// watch's context allows.
+	subscribeWait time.Duration
+
+	mu sync.Mutex
+	ps *redis.PubSub // nil until the first watch
+	// subscribing is closed when the subscription being made by a watch
+	// is made or has failed; nil while none is being made.
+	subscribing chan struct{}
+	watches     map[string]map[*leaseWatch]struct{}
+	closing     chan struct{}
+	done        chan struct{} // closed when the receiving goroutine has ended
 }
 
 func newLeaseHub(c redis.UniversalClient, prefix string) *leaseHub {
-	return &leaseHub{c: c, prefix: prefix, watches: map[string]map[*leaseWatch]struct{}{}, closing: make(chan struct{})}
+	return &leaseHub{c: c, prefix: prefix, subscribeWait: 5 * time.Second, watches: map[string]map[*leaseWatch]struct{}{}, closing: make(chan struct{})}
 }
 
+// watch adds a watch of key, making the hub's subscription first if it has
+// none. One watch makes it at a time, by its own context and the hub's
+// bound, without holding the hub: a Redis that does not answer holds up
+// neither the other watches (they wait for that attempt by their own
+// contexts, then make their own if it failed) nor the announcements.
 func (h *leaseHub) watch(ctx context.Context, key string) (*leaseWatch, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	select {
-	case <-h.closing:
-		return nil, redis.ErrClosed
-	default:
-	}
-	if h.ps == nil {
-		ps := h.c.PSubscribe(ctx, globEscaper.Replace(h.prefix)+"*")
-		// The confirmation: from here on, releases reach this process.
-		if _, err := ps.Receive(ctx); err != nil {
-			_ = ps.Close()
+	for {
+		h.mu.Lock()
+		if h.isClosing() {
+			h.mu.Unlock()
+			return nil, redis.ErrClosed
+		}
+		if h.ps != nil {
+			w := &leaseWatch{hub: h, key: key, released: make(chan struct{}, 1)}
+			if h.watches[key] == nil {
+				h.watches[key] = map[*leaseWatch]struct{}{}
+			}
+			h.watches[key][w] = struct{}{}
+			h.mu.Unlock()
+			return w, nil
+		}
+		if made := h.subscribing; made != nil {
+			h.mu.Unlock()
+			select {
+			case <-made:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		made := make(chan struct{})
+		h.subscribing = made
+		h.mu.Unlock()
+		ps, err := h.subscribe(ctx)
+		h.mu.Lock()
+		h.subscribing = nil
+		close(made)
+		switch {
+		case err != nil:
+			h.mu.Unlock()
 			return nil, err
+		case h.isClosing():
+			h.mu.Unlock()
+			_ = ps.Close()
+			return nil, redis.ErrClosed
 		}
 		h.ps, h.done = ps, make(chan struct{})
 		go h.run(ps)
+		h.mu.Unlock()
 	}
-	w := &leaseWatch{hub: h, key: key, released: make(chan struct{}, 1)}
-	if h.watches[key] == nil {
-		h.watches[key] = map[*leaseWatch]struct{}{}
+}
+
+// subscribe makes the pattern subscription to the prefix's releases, and
+// waits for Redis to confirm it (from then on, releases reach this
+// process) until ctx ends or subscribeWait has passed.
+func (h *leaseHub) subscribe(ctx context.Context) (*redis.PubSub, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.subscribeWait)
+	defer cancel()
+	ps := h.c.PSubscribe(ctx, globEscaper.Replace(h.prefix)+"*")
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, err
 	}
-	h.watches[key][w] = struct{}{}
-	return w, nil
+	return ps, nil
+}
+
+// isClosing reports whether close was called.
+func (h *leaseHub) isClosing() bool {
+	select {
+	case <-h.closing:
+		return true
+	default:
+		return false
+	}
 }
 
 // globEscaper writes a string as a PSUBSCRIBE pattern that matches it
@@ -134,11 +191,9 @@ func (h *leaseHub) remove(w *leaseWatch) {
 // close ends the subscription and waits for its goroutine.
 func (h *leaseHub) close() {
 	h.mu.Lock()
-	select {
-	case <-h.closing:
+	if h.isClosing() {
 		h.mu.Unlock()
 		return
-	default:
 	}
 	close(h.closing)
 	ps, done := h.ps, h.done
