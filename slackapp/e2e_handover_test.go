@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
@@ -166,6 +167,8 @@ func TestBusyConversationAnswersTheMessageOnceFree(t *testing.T) {
 			e := newEnv(t, kind)
 			e.leaseWait = 200 * time.Millisecond
 			e.cfg.TakeoverInterval = 50 * time.Millisecond
+			reg := prometheus.NewRegistry()
+			e.cfg.Metrics = slackapp.NewMetrics(reg)
 			b := e.start()
 			e.model.Reply(fakeopenai.Text("First answer."))
 			ts := e.slack.Mention(channel, requester, "first")
@@ -186,6 +189,11 @@ func TestBusyConversationAnswersTheMessageOnceFree(t *testing.T) {
 			}
 			if n := len(e.model.Requests()); n != 1 {
 				t.Fatalf("the model was asked %d times while another replica held the conversation", n)
+			}
+			// The wait is counted as such, not as a failed turn.
+			waitUntil(t, "the waiting turn counted", func() bool { return counter(t, reg, "toolgate_turns_total", "busy") == 1 })
+			if n := counter(t, reg, "toolgate_turns_total", "error"); n != 0 {
+				t.Errorf("%v turns counted as errors, want none", n)
 			}
 			e.model.Reply(fakeopenai.Text("Second answer."))
 			must(t, b.st.ReleaseLease(context.Background(), key, "another-replica"))

@@ -426,9 +426,12 @@ func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err
 		return
 	}
 	if err != nil {
-		if agent.Interrupted(err) {
+		switch {
+		case agent.Interrupted(err):
 			a.log.Warn("turn cut short by the shutdown; it is answered after the restart", "conversation", key, "err", err)
-		} else {
+		case errors.Is(err, agent.ErrLeaseTimeout):
+			a.log.Warn("turn waited too long for a conversation held elsewhere; it is answered once the conversation is free", "conversation", key, "err", err)
+		default:
 			a.log.Error("turn failed", "conversation", key, "err", err)
 		}
 		a.postFailure(ctx, key, err)

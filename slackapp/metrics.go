@@ -1,6 +1,7 @@
 package slackapp
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,6 +86,10 @@ func (m *Metrics) turn(outcome string, err error) {
 	switch {
 	case agent.Interrupted(err):
 		outcome = "interrupted" // not a failure: it goes on after the restart
+	case errors.Is(err, agent.ErrLeaseTimeout):
+		// Not a failure either: the conversation was held elsewhere all
+		// along, and what the turn was for is carried on once it is free.
+		outcome = "busy"
 	case err != nil:
 		outcome = "error"
 	}
