@@ -242,6 +242,7 @@ func (l *leases) runHeld(ctx context.Context, conversation, holder string, fn fu
 func (l *leases) acquire(ctx context.Context, key, conversation string, wait bool, take func(ctx context.Context, holder string) (bool, error)) (string, error) {
 	deadline := time.Now().Add(l.wait)
 	var watch store.LeaseWatch
+	watchTried := false
 	defer func() {
 		if watch != nil {
 			_ = watch.Close()
@@ -272,10 +273,12 @@ func (l *leases) acquire(ctx context.Context, key, conversation string, wait boo
 		// Another process holds it. Subscribe to its releases, then try
 		// again: a release between the failed try and the subscription
 		// would otherwise be missed.
-		if watch == nil && l.watcher != nil {
-			// Subscribing waits no longer than the lease may be waited
-			// for.
-			wctx, cancel := context.WithDeadline(ctx, deadline)
+		if watch == nil && l.watcher != nil && !watchTried {
+			// Tried once, and waited for no longer than a re-check
+			// would: a store that cannot subscribe leaves the waiter
+			// re-checking, not waiting on the subscription.
+			watchTried = true
+			wctx, cancel := context.WithTimeout(ctx, min(time.Until(deadline), l.ttl/3))
 			w, err := l.watcher.WatchLease(wctx, key)
 			cancel()
 			if err == nil {

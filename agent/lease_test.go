@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -495,4 +496,58 @@ func TestRetryNeverPassesTwoThirds(t *testing.T) {
 	clk.expect(t, "deadline 2s", "renew 1s", "wait 2s")
 	clk.set(2 * time.Second)
 	clk.expect(t, "lost 2s", "returned")
+}
+
+// hangingWatcher is a store whose lease watches never start: WatchLease
+// waits until its context ends (a Redis whose subscriptions go
+// unanswered), telling watching when it is called.
+type hangingWatcher struct {
+	leaseStore
+	watching chan struct{}
+	calls    atomic.Int64
+}
+
+func (s *hangingWatcher) WatchLease(ctx context.Context, key string) (store.LeaseWatch, error) {
+	s.calls.Add(1)
+	select {
+	case s.watching <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A waiter whose subscription to releases does not start waits for it no
+// longer than a re-check would, then re-checks the lease every ttl/3: a
+// lease released meanwhile (its announcement unheard) is taken, not
+// waited for until the lease wait runs out. The subscription is tried
+// once per wait.
+func TestWaiterWhoseWatchHangsStillTakesTheLease(t *testing.T) {
+	st := teststore.Kinds(t)[0].Open(t)()
+	const conv = "T1/C1/1.7"
+	key := store.TurnLease(conv)
+	if ok, err := st.AcquireLease(t.Context(), key, "another-process", time.Hour); err != nil || !ok {
+		t.Fatalf("AcquireLease = %v, %v", ok, err)
+	}
+	s := &hangingWatcher{leaseStore: st, watching: make(chan struct{}, 1)}
+	l := newLeases(s, "waiter", 300*time.Millisecond, time.Hour, slog.Default())
+	ran := make(chan error, 1)
+	go func() {
+		ran <- l.run(context.Background(), conv, func(context.Context) error { return nil })
+	}()
+	<-s.watching
+	if err := st.ReleaseLease(t.Context(), key, "another-process"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("run = %v, want the lease taken once it was released", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter did not take the released lease within 30s (a re-check is due every 100ms; its lease wait is an hour)")
+	}
+	if n := s.calls.Load(); n != 1 {
+		t.Errorf("WatchLease called %d times in one wait, want once", n)
+	}
 }

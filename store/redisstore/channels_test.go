@@ -218,7 +218,7 @@ func TestUnansweredLeaseSubscriptionHoldsUpNoOtherWatch(t *testing.T) {
 	c.AddHook(unansweredSubscriptions{subscribing: subscribing})
 	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, u)})
 	t.Cleanup(func() { _ = s.Close() })
-	s.SetLeaseSubscribeWait(time.Second)
+	s.SetLeaseSubscribeWait(3 * time.Second)
 
 	first := make(chan error, 1)
 	go func() {
@@ -247,6 +247,49 @@ func TestUnansweredLeaseSubscriptionHoldsUpNoOtherWatch(t *testing.T) {
 			t.Error("the unconfirmed subscription's watch succeeded")
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("the unconfirmed subscription's watch did not give up within 30s (its bound is 1s)")
+		t.Fatal("the unconfirmed subscription's watch did not give up within 30s (its bound is 3s)")
+	}
+}
+
+// Watches that wait for another's attempt to subscribe fail with it, each
+// then re-checking its lease instead: they do not each make an attempt of
+// their own in turn, the last waiting for all the others' bounds.
+func TestWatchesWaitingForAFailedSubscriptionFailWithIt(t *testing.T) {
+	u := redisURL(t)
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		skipOutsideCI(t, "the test needs a single-node REDIS_URL: %v", err)
+	}
+	c := redis.NewClient(opts)
+	subscribing := make(chan struct{}, 10)
+	c.AddHook(unansweredSubscriptions{subscribing: subscribing})
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, u)})
+	t.Cleanup(func() { _ = s.Close() })
+	// Long enough for the other watches to have come to wait for the
+	// first one's attempt.
+	s.SetLeaseSubscribeWait(3 * time.Second)
+	const n = 4
+	errs := make(chan error, n)
+	watch := func(i int) {
+		_, err := s.WatchLease(context.Background(), store.TurnLease("T1/C1/6."+strconv.Itoa(i)))
+		errs <- err
+	}
+	go watch(0)
+	<-subscribing
+	for i := 1; i < n; i++ {
+		go watch(i)
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Error("a watch succeeded on a subscription Redis never confirmed")
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the watches did not all fail within 30s")
+		}
+	}
+	if extra := len(subscribing); extra != 0 {
+		t.Errorf("%d more attempts to subscribe were made, want the first one alone", extra)
 	}
 }

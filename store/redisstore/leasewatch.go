@@ -44,9 +44,9 @@ type leaseHub struct {
 
 	mu sync.Mutex
 	ps *redis.PubSub // nil until the first watch
-	// subscribing is closed when the subscription being made by a watch
-	// is made or has failed; nil while none is being made.
-	subscribing chan struct{}
+	// subscribing is the attempt to make the subscription that a watch
+	// is making; nil while none is.
+	subscribing *subscribeAttempt
 	watches     map[string]map[*leaseWatch]struct{}
 	closing     chan struct{}
 	done        chan struct{} // closed when the receiving goroutine has ended
@@ -56,11 +56,18 @@ func newLeaseHub(c redis.UniversalClient, prefix string) *leaseHub {
 	return &leaseHub{c: c, prefix: prefix, subscribeWait: 5 * time.Second, watches: map[string]map[*leaseWatch]struct{}{}, closing: make(chan struct{})}
 }
 
+// subscribeAttempt is one watch's making of the subscription: done is
+// closed when it ended, with err set if it failed.
+type subscribeAttempt struct {
+	done chan struct{}
+	err  error
+}
+
 // watch adds a watch of key, making the hub's subscription first if it has
 // none. One watch makes it at a time, by its own context and the hub's
 // bound, without holding the hub: a Redis that does not answer holds up
-// neither the other watches (they wait for that attempt by their own
-// contexts, then make their own if it failed) nor the announcements.
+// neither the announcements nor the other watches, which wait for that
+// attempt by their own contexts and fail with it.
 func (h *leaseHub) watch(ctx context.Context, key string) (*leaseWatch, error) {
 	for {
 		h.mu.Lock()
@@ -77,22 +84,26 @@ func (h *leaseHub) watch(ctx context.Context, key string) (*leaseWatch, error) {
 			h.mu.Unlock()
 			return w, nil
 		}
-		if made := h.subscribing; made != nil {
+		if at := h.subscribing; at != nil {
 			h.mu.Unlock()
 			select {
-			case <-made:
+			case <-at.done:
+				if at.err != nil {
+					return nil, at.err
+				}
 				continue
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
 		}
-		made := make(chan struct{})
-		h.subscribing = made
+		at := &subscribeAttempt{done: make(chan struct{})}
+		h.subscribing = at
 		h.mu.Unlock()
 		ps, err := h.subscribe(ctx)
 		h.mu.Lock()
 		h.subscribing = nil
-		close(made)
+		at.err = err
+		close(at.done)
 		switch {
 		case err != nil:
 			h.mu.Unlock()
