@@ -243,13 +243,14 @@ type fastResume struct {
 	release func() // the turn slot
 }
 
-// run resumes the step, then gives back the slot and serves what was
-// queued behind it, a panic included.
+// run resumes the step, then gives back the slot and hands what was
+// queued behind it to a goroutine of its own (see handOn), a panic
+// included.
 func (f *fastResume) run(ctx context.Context) {
 	a := f.a
 	defer func() {
 		f.release()
-		a.serve(ctx, f.key, f.q)
+		a.handOn(ctx, f.key, f.q)
 	}()
 	if ctx.Err() != nil {
 		a.ag.ReleaseTaken(ctx, f.taken)
@@ -293,7 +294,7 @@ func (a *App) decideFast(ctx context.Context, c click, d approvals.Decision) (re
 			a.ag.ReleaseTaken(context.WithoutCancel(ctx), taken)
 		}
 		if q != nil {
-			a.serve(ctx, c.conversation, q)
+			a.handOn(ctx, c.conversation, q)
 		}
 	}()
 	res, taken, err = a.ag.DecideTaking(ctx, d)
@@ -310,6 +311,16 @@ func (a *App) decideFast(ctx context.Context, c click, d approvals.Decision) (re
 		return res, nil, err // not the thread's conversation: on its queue
 	}
 	return res, &fastResume{a: a, taken: taken, key: key, runID: res.Call.RunID, q: q, release: release}, err
+}
+
+// handOn starts a goroutine of the app's to serve q, a queue the caller
+// reserved and stops serving, so that the caller does not wait for the
+// work queued behind its own. A click hands its conversation's queue on
+// before its clicker is told how the decision went: a message queued
+// behind the decision meanwhile runs a whole turn, which the answer to the
+// clicker must not wait for.
+func (a *App) handOn(ctx context.Context, key string, q *queue) {
+	a.spawn(ctx, "queue", func(ctx context.Context) { a.serve(ctx, key, q) })
 }
 
 // afterPause reports whether a click on callID's card that err answered
@@ -337,10 +348,18 @@ func (a *App) afterPause(ctx context.Context, c click, callID string, err error)
 	return true
 }
 
-// resumeLater queues the resume of a decided run on its conversation's
-// queue.
+// resumeLater queues the resume of a run that a person's decision
+// completed on its conversation's queue. Its thread is told if it waits
+// long for a turn slot (see turnSlot): people wait for it.
 func (a *App) resumeLater(ctx context.Context, conversation, runID string) {
-	a.enqueue(ctx, conversation, func(ctx context.Context) { a.resumeQueued(ctx, conversation, runID) })
+	a.enqueue(ctx, conversation, func(ctx context.Context) { a.resumeQueued(ctx, conversation, runID, true) })
+}
+
+// resumeFound queues the resume of a run that the sweep or the expiry
+// found decided on its conversation's queue. Nobody in the thread asked
+// for it, so its thread is not told when it waits for a turn slot.
+func (a *App) resumeFound(ctx context.Context, conversation, runID string) {
+	a.enqueue(ctx, conversation, func(ctx context.Context) { a.resumeQueued(ctx, conversation, runID, false) })
 }
 
 // resume runs the resume of a run whose step is decided, on its
@@ -374,13 +393,14 @@ func (a *App) resumed(ctx context.Context, conversation, runID string, out agent
 }
 
 // resumeQueued is a queued resume: one that had not started by the end of
-// the shutdown grace period is left to the sweep of the next process.
-func (a *App) resumeQueued(ctx context.Context, conversation, runID string) {
+// the shutdown grace period is left to the sweep of the next process. tell
+// is turnSlot's.
+func (a *App) resumeQueued(ctx context.Context, conversation, runID string, tell bool) {
 	if ctx.Err() != nil {
 		a.log.Warn("shutting down before a queued resume; the sweep resumes it", "run", runID)
 		return
 	}
-	release, err := a.turnSlot(ctx, conversation)
+	release, err := a.turnSlot(ctx, conversation, tell)
 	if err != nil {
 		a.log.Warn("shutting down before a queued resume; the sweep resumes it", "run", runID)
 		return

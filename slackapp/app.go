@@ -39,9 +39,12 @@ type Config struct {
 	// once (default 1000). Past it, new turns wait in arrival order. Clicks,
 	// forms, commands and Home tabs are never bounded by it.
 	MaxTurns int
-	// QueuedNoticeAfter is how long a turn waits for a slot before its
-	// thread is told that it is queued (default 2s). A conversation is told
-	// at most once while it has work.
+	// QueuedNoticeAfter is how long the turn of a person's message, or the
+	// resume of a person's decision, waits for a slot before its thread is
+	// told that it is queued (default 2s). A conversation is told at most
+	// once while it has work. A takeover, or a resume that the sweep or
+	// the expiry started, waits untold: nobody in the thread asked this
+	// process for it.
 	QueuedNoticeAfter time.Duration
 	// SweepInterval is how often decided runs whose resume was lost (its
 	// process died) are recovered, and the longest the expiry timer sleeps
@@ -607,17 +610,27 @@ func (a *App) serve(ctx context.Context, key string, q *queue) {
 const queuedText = "I'm working on many conversations right now; yours is queued and starts as soon as one finishes."
 
 // turnSlot waits for a slot to run a turn of the conversation, from the
-// conversation's queue. A turn that waits longer than QueuedNoticeAfter has
-// its thread told that it is queued, unless the thread was told already
-// while the conversation has had work: while the bot is saturated, each
-// waiting conversation costs Slack one post at most. It returns a release
-// func, or an error if ctx ended first.
-func (a *App) turnSlot(ctx context.Context, conversation string) (release func(), err error) {
+// conversation's queue. With tell set (someone in the thread waits on this
+// process: a person's message, or the resume of a person's decision), a
+// turn that waits longer than QueuedNoticeAfter has its thread told that it
+// is queued, unless the thread was told already while the conversation has
+// had work: while the bot is saturated, each waiting conversation costs
+// Slack one post at most. Work nobody in the thread asked this process for
+// (a takeover, which may find another process answering the conversation,
+// or a resume found by the sweep or the expiry) waits untold. It returns a
+// release func, or an error if ctx ended first.
+func (a *App) turnSlot(ctx context.Context, conversation string, tell bool) (release func(), err error) {
 	release = func() { a.slots.Release(1) }
 	if a.slots.TryAcquire(1) {
 		return release, nil
 	}
 	a.m.error("turns_queued")
+	if !tell {
+		if err := a.slots.Acquire(ctx, 1); err != nil {
+			return nil, err
+		}
+		return release, nil
+	}
 	// The timer hands the notice to a goroutine of the app's; this one
 	// waits for the hand-off, so that the notice is counted before the
 	// queue's goroutine may end.
@@ -675,14 +688,22 @@ func (a *App) firstRestartNote(conversation string) bool {
 }
 
 // sweep recovers lost resumes every SweepInterval until stopping is
-// closed. Each resume goes on its conversation's queue.
+// closed. Each resume goes on its conversation's queue. A conversation with
+// work queued or running here is left to a later sweep, as takeover leaves
+// it: that work may be the run's resume already (one queued behind a long
+// turn would otherwise be queued again by every sweep until the turn
+// ends), and a turn or a takeover resumes the decided run it finds its
+// conversation paused on. The run stays listed until it is resumed, so a
+// later sweep finds it otherwise.
 func (a *App) sweep(ctx context.Context, stopping <-chan struct{}) {
 	t := time.NewTicker(a.cfg.SweepInterval)
 	defer t.Stop()
 	for {
 		err := a.ag.Sweep(ctx, func(runID, conversation string) {
-			if !closed(stopping) { // else the next process's sweep resumes it
-				a.resumeLater(ctx, conversation, runID)
+			// Once the shutdown began, the next process's sweep resumes
+			// it.
+			if !closed(stopping) && !a.busy(conversation) {
+				a.resumeFound(ctx, conversation, runID)
 			}
 		})
 		if err != nil && ctx.Err() == nil {
@@ -704,7 +725,14 @@ func (a *App) sweep(ctx context.Context, stopping <-chan struct{}) {
 // own turn ran first, TakeOver does nothing. A conversation with work
 // queued or running here is left to a later scan: that work holds it (a
 // TakeOver behind it would find it answered, or be listed again), and a
-// long turn would otherwise gather a TakeOver every scan.
+// long turn would otherwise gather a TakeOver every scan. While every turn
+// slot is busy, a TakeOver waits for one in arrival order, as any turn
+// does, rather than being left to a scan that finds a slot free: while
+// turns wait for slots, each slot freed goes to them, never to a scan that
+// only tries, so a dead process's conversations would wait for as long as
+// the load lasts. It waits without telling the thread (see turnSlot): the
+// conversation may be another process's, answering it in a turn that
+// outlasts the lease's time.
 func (a *App) takeover(ctx context.Context, stopping <-chan struct{}) {
 	t := time.NewTicker(a.cfg.TakeoverInterval)
 	defer t.Stop()
@@ -744,7 +772,7 @@ func (a *App) takeOverLater(ctx context.Context, key string) {
 		if ctx.Err() != nil {
 			return // the next process takes it over
 		}
-		release, err := a.turnSlot(ctx, key)
+		release, err := a.turnSlot(ctx, key, false)
 		if err != nil {
 			return
 		}

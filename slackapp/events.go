@@ -192,7 +192,7 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 			release()
 			held := q
 			q = nil
-			a.spawn(ctx, "queue", func(ctx context.Context) { a.serve(ctx, key, held) })
+			a.handOn(ctx, key, held)
 		}
 		// Once reserved, the slot is given back and the queue served
 		// whatever happens after, a panic included.
@@ -217,7 +217,7 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 					a.notStarted(ctx, m, req, recorded)
 					return
 				}
-				release, err := a.turnSlot(ctx, key)
+				release, err := a.turnSlot(ctx, key, true)
 				if err != nil {
 					a.notStarted(ctx, m, req, recorded)
 					return

@@ -73,7 +73,7 @@ func (a *App) expire(ctx context.Context, stopping <-chan struct{}) {
 		taken := a.expiry.take()
 		next, err := a.ag.Expire(ctx, func(runID, conversation string) {
 			if !closed(stopping) { // else the next process's sweep resumes it
-				a.resumeLater(ctx, conversation, runID)
+				a.resumeFound(ctx, conversation, runID)
 			}
 		})
 		if err != nil && ctx.Err() == nil {
