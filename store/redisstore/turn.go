@@ -40,41 +40,44 @@ return begin(1, 2, 3, ARGV[1], ARGV[2])
 // commitTurnFn is the Lua function commit(k, a, unlist) that saves a
 // conversation, drops answered messages from its inbox and releases the
 // lease on its turns, each when asked.
-// KEYS from k: conversation, inbox, lease, unanswered index (with unlist)
+// KEYS from k: conversation, inbox, lease, the sending's mark (see
+// applied), unanswered index (with unlist)
 // ARGV from a: save (1/0), key, state, paused run, updated at,
 // conversation ttl (ms), answer up to (seq, empty: none), release owner
 // (empty: none), release channel
 // It returns how many messages the inbox holds, or -1 when none was
 // answered. unlist is 'always' where the commit finishes the run the
 // conversation was paused on; otherwise a conversation paused on a step
-// that is decided and not resumed yet stays listed. The function held(lease) reports whether the commit's holder,
-// the script's last ARGV but one (empty: anyone), may write: it holds the lease
-// (not another owner, and not nobody: a holder whose lease ran out may
-// have been taken over, and the conversation finished, meanwhile). With unlist (a single node, where a script reaches every key),
-// an inbox left empty by the answer takes the conversation out of the
-// index of unanswered ones in the same step. The script's last ARGV names
-// the commit's sending (empty: none): applied(lease) reports that this
-// very sending was applied already (the client sent it again after its
-// reply was lost), returning what commit returned then, and done(lease,
-// left) records that, beside the lease, for 30 s.
+// that is decided and not resumed yet stays listed. With unlist (a single
+// node, where a script reaches every key), an inbox left empty by the
+// answer takes the conversation out of the index of unanswered ones in the
+// same step.
+// The function held(lease) reports whether the commit's holder, the
+// script's last ARGV (empty: anyone), may write: it holds the lease (not
+// another owner, and not nobody: a holder whose lease ran out may have been
+// taken over, and the conversation finished, meanwhile).
+// The sending's mark is a key of its own per sending (named by a nonce,
+// in the conversation's hash slot): applied(mark) reports that this very
+// sending was applied already (the client sent it again after its reply
+// was lost), returning what commit returned then, and done(mark, left)
+// records that for 30 s. A key per sending, not one per conversation: a
+// commit of another owner made between the two sendings (the first
+// released the lease) would overwrite a shared one, and the second
+// sending, finding neither its mark nor its lease, would be refused
+// although it was applied.
 const commitTurnFn = `
 local function held(lease)
-  local h = ARGV[#ARGV - 1]
+  local h = ARGV[#ARGV]
   if h == '' then return true end
   return redis.call('GET', lease) == h
 end
-local function applied(lease)
-  local n = ARGV[#ARGV]
-  if n == '' then return nil end
-  local v = redis.call('GET', lease .. ':done')
+local function applied(mark)
+  local v = redis.call('GET', mark)
   if not v then return nil end
-  local nonce, left = string.match(v, '^(%S+) (%-?%d+)$')
-  if nonce ~= n then return nil end
-  return tonumber(left)
+  return tonumber(v)
 end
-local function done(lease, left)
-  local n = ARGV[#ARGV]
-  if n ~= '' then redis.call('SET', lease .. ':done', n .. ' ' .. left, 'PX', 30000) end
+local function done(mark, left)
+  redis.call('SET', mark, left, 'PX', 30000)
 end
 local function commit(k, a, unlist)
   if ARGV[a] == '1' then
@@ -100,10 +103,10 @@ local function commit(k, a, unlist)
         -- Paused on a step decided and not resumed yet: the decision
         -- lists the conversation until the resume saves its result. The
         -- run's key is Store.runKey's, from the index's prefix.
-        local v = redis.call('HMGET', string.sub(KEYS[k + 3], 1, -12) .. ':run:{' .. pr .. '}', 'pending', 'finished')
+        local v = redis.call('HMGET', string.sub(KEYS[k + 4], 1, -12) .. ':run:{' .. pr .. '}', 'pending', 'finished')
         keep = v[1] == '0' and v[2] ~= '1'
       end
-      if not keep then redis.call('ZREM', KEYS[k + 3], ARGV[a + 1]) end
+      if not keep then redis.call('ZREM', KEYS[k + 4], ARGV[a + 1]) end
     end
   end
   if ARGV[a + 7] ~= '' and redis.call('GET', KEYS[k + 2]) == ARGV[a + 7] then
@@ -147,19 +150,28 @@ func (s *Store) auditArgs(entries []store.AuditEntry) ([]any, error) {
 }
 
 // commitTurn is commitTurnFn as a script on the conversation's hash slot,
-// with the unanswered index as a fourth key on a single node.
-// KEYS: conversation, inbox, lease [, unanswered index]
+// with the unanswered index as a fifth key on a single node. Given a run,
+// it first marks the conversation as paused on it (a commit that creates
+// a run of this conversation and saves no record of it): under the
+// lease, with the rest.
+// KEYS: conversation, inbox, lease, the sending's mark [, unanswered
+// index]
 // ARGV: as commitTurnFn (9), the announcement (empty: none) and its
-// channel, then the holder (empty: none)
+// channel, the run to mark the conversation paused on (empty: none), then
+// the holder (empty: none)
 // Returns what commit returns, or -2 with nothing written when another
 // owner holds the lease. The announcement is published once the rest is
 // written.
 var commitTurn = redis.NewScript(commitTurnFn + `
-local prev = applied(KEYS[3])
+local prev = applied(KEYS[4])
 if prev then return prev end
 if not held(KEYS[3]) then return -2 end
-local left = commit(1, 1, #KEYS >= 4)
-done(KEYS[3], left)
+if ARGV[12] ~= '' then
+  redis.call('HSET', KEYS[1], 'key', ARGV[2], 'paused_run', ARGV[12])
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+end
+local left = commit(1, 1, #KEYS >= 5)
+done(KEYS[4], left)
 if ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[11], ARGV[10]) end
 return left
 `)
@@ -169,8 +181,8 @@ return left
 // calls (createRunFn), their index entries and the conversation marked as
 // paused on the run (as indexRun), the audit entries, then commitTurnFn.
 // If the run exists it writes nothing.
-// KEYS: run, call..., conversation, inbox, lease, unanswered index, audit,
-// then one key per index entry
+// KEYS: run, call..., conversation, inbox, lease, the sending's mark,
+// unanswered index, audit, then one key per index entry
 // ARGV: the number of calls n, the createRunFn arguments (3 + 6n), the
 // number of index entries m, the trim bound ("(" and Unix ms), per entry
 // score (ms), member and trim (1/0), the run's conversation key (empty:
@@ -184,8 +196,8 @@ return left
 // published once the rest is written.
 var commitPause = redis.NewScript(createRunFn + commitTurnFn + auditFn + `
 local n = tonumber(ARGV[1])
-local prev = applied(KEYS[4 + n])
-if prev then return {'ok', prev, redis.call('LINDEX', KEYS[6 + n], -1) or ''} end
+local prev = applied(KEYS[5 + n])
+if prev then return {'ok', prev, redis.call('LINDEX', KEYS[7 + n], -1) or ''} end
 if not held(KEYS[4 + n]) then return {'notheld'} end
 if not createRun(1, 2, n) then return {'exists'} end
 local deleteAt = ARGV[3]
@@ -194,7 +206,7 @@ local a = 5 + 6 * n
 local m = tonumber(ARGV[a])
 local trimBefore = ARGV[a + 1]
 for i = 1, m do
-  local key = KEYS[k + 4 + i]
+  local key = KEYS[k + 5 + i]
   local b = a + 2 + (i - 1) * 3
   redis.call('ZADD', key, ARGV[b], ARGV[b + 1])
   redis.call('PEXPIREAT', key, deleteAt, 'NX')
@@ -208,10 +220,10 @@ if ARGV[a] ~= '' then
 end
 a = a + 3
 local tail
-tail, a = audit(KEYS[k + 4], a)
+tail, a = audit(KEYS[k + 5], a)
 local announce, channel = ARGV[a], ARGV[a + 1]
 local left = commit(k, a + 2, true)
-done(KEYS[k + 2], left)
+done(KEYS[k + 3], left)
 if announce ~= '' then redis.call('PUBLISH', channel, announce) end
 return {'ok', left, tail}
 `)
@@ -225,8 +237,11 @@ return {'ok', left, tail}
 // created before runs kept their conversation's key (no conv field) is
 // left to the general path: the script then writes nothing and returns
 // {'legacy'}.
-// KEYS: conversation, inbox, lease, unanswered index, audit, run, claim,
-// runs index
+// The calls, the indexes that list them and the run's conversation are
+// found from the run, their keys built by the script (the caller knows
+// them only once the run is read): a single node, where no slot moves.
+// KEYS: conversation, inbox, lease, the sending's mark, unanswered index,
+// audit, run, claim, runs index
 // ARGV: the number of audit entries e, the entries, the audit list's last
 // index kept, the commitTurnFn arguments, the retention (ms), the run id,
 // the holder (empty: none)
@@ -234,23 +249,23 @@ return {'ok', left, tail}
 // nothing written, or {'ok', inbox left (as commit), the audit list's
 // oldest entry (empty with no entry written)}.
 var commitFinish = redis.NewScript(commitTurnFn + auditFn + `
-local prev = applied(KEYS[3])
-if prev then return {'ok', prev, redis.call('LINDEX', KEYS[5], -1) or ''} end
+local prev = applied(KEYS[4])
+if prev then return {'ok', prev, redis.call('LINDEX', KEYS[6], -1) or ''} end
 if not held(KEYS[3]) then return {'notheld'} end
-local run = redis.call('HMGET', KEYS[6], 'run', 'finished', 'conv')
+local run = redis.call('HMGET', KEYS[7], 'run', 'finished', 'conv')
 local finish = run[1] and run[2] ~= '1'
 if finish and not run[3] then return {'legacy'} end
-local tail, a = audit(KEYS[5], 1)
+local tail, a = audit(KEYS[6], 1)
 local left = commit(1, a, 'always')
 a = a + 9
 if finish then
   local ret, id = ARGV[a], ARGV[a + 1]
-  redis.call('HSET', KEYS[6], 'finished', '1')
-  redis.call('DEL', KEYS[7])
-  redis.call('PEXPIRE', KEYS[6], ret, 'LT')
+  redis.call('HSET', KEYS[7], 'finished', '1')
+  redis.call('DEL', KEYS[8])
+  redis.call('PEXPIRE', KEYS[7], ret, 'LT')
   local i = 0
   while true do
-    local k = KEYS[6] .. ':call:' .. id .. '.' .. i
+    local k = KEYS[7] .. ':call:' .. id .. '.' .. i
     local c = redis.call('HMGET', k, 'call', 'idx')
     if not c[1] then break end
     redis.call('PEXPIRE', k, ret, 'LT')
@@ -259,12 +274,12 @@ if finish then
     end
     i = i + 1
   end
-  redis.call('ZREM', KEYS[8], id)
+  redis.call('ZREM', KEYS[9], id)
   if run[3] ~= '' and redis.call('HGET', run[3], 'paused_run') == id then
     redis.call('HDEL', run[3], 'paused_run')
   end
 end
-done(KEYS[3], left)
+done(KEYS[4], left)
 return {'ok', left, tail}
 `)
 
@@ -405,10 +420,10 @@ func decodeBegun(conversation string, res []any, kinds []string, recs []*redis.M
 	return b, nil
 }
 
-// commitArgs returns the keys (conversation, inbox, lease) and arguments
-// of commitTurnFn for c.
+// commitArgs returns the keys (conversation, inbox, lease, the sending's
+// mark) and arguments of commitTurnFn for c.
 func (s *Store) commitArgs(c store.Commit) ([]string, []any) {
-	keys := []string{s.convKey(c.Key), s.inboxKey(c.Key), s.leaseKey(store.TurnLease(c.Key))}
+	keys := []string{s.convKey(c.Key), s.inboxKey(c.Key), s.leaseKey(store.TurnLease(c.Key)), s.commitMark(c.Key)}
 	args := []any{"0", c.Key, "", "", "", s.convTTL.Milliseconds(), "", c.Release, s.leaseChannel(store.TurnLease(c.Key))}
 	if c.Answer {
 		args[6] = c.AnswerUpTo
@@ -421,6 +436,17 @@ func (s *Store) commitArgs(c store.Commit) ([]string, []any) {
 		args[0], args[2], args[3], args[4] = "1", []byte(conv.State), conv.PausedRun, at.Format(time.RFC3339Nano)
 	}
 	return keys, args
+}
+
+// commitMark returns a new key for the mark of a commit's sending (see
+// commitTurnFn), beside the conversation's lease in its hash slot: go-redis
+// sends a script again when its reply is lost (an EOF, a read time-out),
+// and the commit, applied by the first sending, must not be refused by the
+// second as not held (the first released the lease) nor written twice. The
+// nonce that names the sending is part of the key, which is passed in KEYS
+// as a Cluster needs every key a script touches to be.
+func (s *Store) commitMark(conversation string) string {
+	return s.leaseKey(store.TurnLease(conversation)) + ":done:" + rand.Text()
 }
 
 // commitPause is CommitTurn of a commit that creates a run and finishes
@@ -453,12 +479,7 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 	}
 	args = append(args, nr.run.Conversation, nr.run.ID, s.convTTL.Milliseconds())
 	args = append(append(append(args, audit...), string(c.Announce), s.pausesChannel()), commitArgs...)
-	// nonce names this sending: go-redis sends a script again when its
-	// reply is lost (an EOF, a read time-out), and the commit, applied by
-	// the first sending, must not be refused by the second as not held
-	// (the first released the lease) nor written twice.
-	nonce := rand.Text()
-	args = append(args, c.Holder, nonce)
+	args = append(args, c.Holder)
 	res, err := commitPause.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
@@ -487,8 +508,7 @@ func (s *Store) commitFinish(ctx context.Context, c store.Commit, commitKeys []s
 	if err != nil {
 		return false, fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
-	nonce := rand.Text() // names this sending (see commitPause)
-	args = append(append(args, commitArgs...), s.retention.Milliseconds(), c.Finish, c.Holder, nonce)
+	args = append(append(args, commitArgs...), s.retention.Milliseconds(), c.Finish, c.Holder)
 	res, err := commitFinish.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return false, fmt.Errorf("commit turn of %s: %w", c.Key, err)
@@ -507,11 +527,12 @@ func (s *Store) commitFinish(ctx context.Context, c store.Commit, commitKeys []s
 }
 
 // createRunHeld creates the run of c (see createRun). With c.Holder set,
-// the run and the conversation's paused mark are written only while the
-// holder holds the conversation's lease, which the conversation's script
-// checks after the run is written: the lease is read beside the run's
-// script, in one pipeline (their hash slots differ), and a run created
-// while another owner held it is deleted again.
+// the run is kept only while the holder holds the conversation's lease,
+// which the conversation's script checks after the run is written (and
+// marks the conversation as paused on it only then): the lease is read
+// beside the run's script, in one pipeline (their hash slots differ), and
+// a run created while another owner held it is deleted again, as is one
+// whose commit the conversation's script refuses (see CommitTurn).
 func (s *Store) createRunHeld(ctx context.Context, c store.Commit) (newRun, error) {
 	if c.Holder == "" {
 		return s.createRun(ctx, *c.Run, c.Calls, c.Notes)
@@ -658,41 +679,73 @@ func writeAgain(ctx context.Context, write func() error) error {
 	return err
 }
 
-// relistRun writes the listings of a new run (see indexRun) again, a few
-// times over about a second while they fail.
-func (s *Store) relistRun(ctx context.Context, nr newRun, mark bool) error {
+// listRun writes the listings of a new run (see indexRun), a few times
+// over about a second while they fail.
+func (s *Store) listRun(ctx context.Context, nr newRun) error {
 	return writeAgain(ctx, func() error {
 		p := s.c.Pipeline()
-		s.indexRun(ctx, p, nr, mark)
+		s.indexRun(ctx, p, nr, false)
 		_, err := p.Exec(ctx)
 		return err
 	})
 }
 
+// dropRun deletes a new run that no conversation is paused on (the
+// conversation's script refused the commit, or its listings could not be
+// written), and takes its calls out of the listings: no approver is asked,
+// or reminded, to decide a call whose pause was never saved. Every key of
+// the run has its hash tag (one command); a listing whose removal fails
+// names calls that are gone, which its readers drop.
+func (s *Store) dropRun(ctx context.Context, nr newRun) {
+	// Sent however the commit's context ended.
+	ctx = context.WithoutCancel(ctx)
+	p := s.c.Pipeline()
+	p.Del(ctx, append(slices.Clone(nr.keys), s.claimKey(nr.run.ID))...)
+	for _, e := range nr.index {
+		p.ZRem(ctx, e.key, e.member)
+	}
+	_, _ = p.Exec(ctx)
+}
+
+// markPaused marks the conversation of r, another than the commit's, as
+// paused on r (as CreateRun does).
+func (s *Store) markPaused(ctx context.Context, p redis.Pipeliner, r store.Run) {
+	k := s.convKey(r.Conversation)
+	p.HSet(ctx, k, "key", r.Conversation, "paused_run", r.ID)
+	p.PExpire(ctx, k, s.convTTL)
+}
+
 // CommitTurn writes in this order, so that a failure or a crash part way
 // leaves what a later turn can carry on from: the run (one script on its
-// hash slot), then in one pipeline its index entries, the audit entries
-// and one script on the conversation's hash slot (the conversation, its
-// inbox and its lease), then the finished run (one script), then in one
-// pipeline the finished run's index entries dropped and the conversation
-// unlisted if its inbox is empty, then a check of the inbox that lists it
-// again if a message arrived meanwhile (as AnswerInbox). A run that cannot
-// be created stops the commit before anything else is written. On Redis
-// Cluster that is four round trips for a pause (a holder's lease is read
-// beside the run's script) or the end of a resume. On a
-// single node (or a Sentinel primary) a pause is one script (commitPause),
-// a commit that finishes a run (the end of a resume) is one script
+// hash slot), then its index entries, then in one pipeline the audit
+// entries and one script on the conversation's hash slot (the
+// conversation, its inbox and its lease), then the finished run (one
+// script), then in one pipeline the finished run's index entries dropped
+// and the conversation unlisted if its inbox is empty, then a check of the
+// inbox that lists it again if a message arrived meanwhile (as
+// AnswerInbox). A run that cannot be created stops the commit before
+// anything else is written; one whose index entries cannot be written is
+// deleted again, and stops it too. On Redis Cluster the index entries are
+// a step of their own, before the conversation's (see below): that is five
+// round trips for a pause (a holder's lease is read beside the run's
+// script) and four for the end of a resume. On a single node (or a
+// Sentinel primary), which applies a pipeline in order, they go first in
+// the conversation's pipeline; a pause is one script (commitPause), a
+// commit that finishes a run (the end of a resume) is one script
 // (commitFinish) for runs created by this version, and the commit's script
 // unlists an answered conversation itself: each is one round trip. With
 // c.Holder set, each script that writes the conversation first checks
 // that no other owner holds its lease, and writes nothing if one does;
 // on the general path the run, created in its own step first, is kept
-// only if the lease read beside it names the holder (a run created while
-// the store cannot tell stays, unlisted, until it expires); the audit
-// entries added beside the conversation's script are taken back if the
-// commit is refused or fails, and written again if only their part
-// failed; the conversation is marked as paused on the run only by its
-// script, with the rest of it. See storetest.Store for the contract.
+// only if the lease read beside it names the holder and the conversation's
+// script then makes the commit: a run whose commit is refused is deleted
+// and taken out of the listings (a run created while the store cannot tell
+// stays, unlisted, until it expires); the audit entries added beside the
+// conversation's script are taken back if the commit is refused or fails,
+// and written again if only their part failed; the conversation is marked
+// as paused on the run only by its script, with the rest of it (a run of
+// another conversation marks that one once the script made the commit).
+// See storetest.Store for the contract.
 func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	keys, args := s.commitArgs(c)
 	// On a single node the script unlists the conversation itself, at
@@ -716,15 +769,40 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		if nr, err = s.createRunHeld(ctx, c); err != nil {
 			return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 		}
+		if s.cluster {
+			// The listings are written in a step of their own, between
+			// the run's and the conversation's: a Cluster splits a
+			// pipeline by node and applies each part on its own, so
+			// listings sent beside the conversation's script could fail
+			// while the script pauses the conversation on calls that are
+			// in no listing (never expired, reminded or listed as
+			// pending). Written first, their failure fails the commit
+			// with the conversation as it was. On a single node the
+			// pipeline below applies them first.
+			if err := s.listRun(ctx, nr); err != nil {
+				s.dropRun(ctx, nr)
+				return fmt.Errorf("commit turn of %s: index: %w", c.Key, err)
+			}
+		}
+	}
+	// The conversation's script marks it as paused on the run, when the
+	// commit saves no record of it (which names its paused run itself),
+	// and only if the lease is held: a run whose conversation was not
+	// saved (a crash between the two steps, a lost lease) is not one the
+	// conversation is paused on. A run of another conversation, beyond
+	// the script's hash slot, marks that one once the script applied.
+	markRun, markOther := "", false
+	if c.Run != nil && c.Run.Conversation != "" {
+		switch {
+		case c.Run.Conversation != c.Key:
+			markOther = true
+		case c.Conversation == nil:
+			markRun = c.Run.ID
+		}
 	}
 	p := s.c.Pipeline()
-	mark := c.Run != nil && (c.Conversation == nil || c.Run.Conversation != c.Key)
-	if c.Run != nil {
-		// The conversation's script marks it as paused on the run when it
-		// saves the conversation, and only if the lease is held: a run
-		// whose conversation was not saved (a crash between the two
-		// steps, a lost lease) is not one the conversation is paused on.
-		s.indexRun(ctx, p, nr, mark)
+	if c.Run != nil && !s.cluster {
+		s.indexRun(ctx, p, nr, false)
 	}
 	pushed := make([]store.AuditEntry, len(c.Audit))
 	pushes := make([]*redis.IntCmd, len(c.Audit))
@@ -742,8 +820,7 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	if len(c.Audit) > 0 {
 		tail = p.LIndex(ctx, s.auditKey(), -1)
 	}
-	nonce := rand.Text() // names this sending (see commitPause)
-	args = append(args, string(c.Announce), s.pausesChannel(), c.Holder, nonce)
+	args = append(args, string(c.Announce), s.pausesChannel(), markRun, c.Holder)
 	commit := commitTurn.EvalSha(ctx, p, keys, args...)
 	cmds, _ := p.Exec(ctx)
 	err := failure(cmds, tail, nil)
@@ -755,15 +832,28 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			err = commit.Err()
 		}
 	}
+	if left, lerr := commit.Int64(); lerr == nil && left == -2 {
+		// The script refused the commit, whatever else failed. The audit
+		// entries went beside it: they are taken back, as a refused
+		// commit writes none (its writer keeps them, and writes them
+		// itself). The run, created and listed before, is paused on by
+		// no conversation: it is deleted, and unlisted.
+		s.unpushAudit(ctx, entriesWhere(pushed, pushes, true))
+		if c.Run != nil {
+			s.dropRun(ctx, nr)
+		}
+		return fmt.Errorf("commit turn of %s: %w", c.Key, store.ErrNotHolder)
+	}
 	if err != nil && commit.Err() == nil {
 		// On Cluster a pipeline is split by node, and each part applied
 		// on its own: the conversation's step may be made while another
-		// node's part failed (a failover), leaving a conversation paused
-		// on calls that are in no listing (never expired, reminded or
-		// listed as pending), or entries missing from the audit log. The
-		// listings are written again (their writes can be made twice),
-		// and so are the entries whose part failed.
-		if left, lerr := commit.Int64(); lerr == nil && left != -2 && (c.Run == nil || s.relistRun(ctx, nr, mark) == nil) {
+		// node's part failed (a failover), leaving entries missing from
+		// the audit log, or on a single node a listing's command may
+		// fail while the script runs after it, leaving a conversation
+		// paused on calls that are in no listing. The listings are
+		// written again (their writes can be made twice), and so are the
+		// entries whose part failed.
+		if c.Run == nil || s.cluster || s.listRun(ctx, nr) == nil {
 			err = nil
 			s.pushAuditAgain(ctx, entriesWhere(pushed, pushes, false))
 		}
@@ -778,13 +868,6 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 	if err != nil {
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
-	if left == -2 {
-		// The audit entries went beside the script, which refused the
-		// commit: they are taken back, as a refused commit writes none
-		// (its writer keeps them, and writes them itself).
-		s.unpushAudit(ctx, entriesWhere(pushed, pushes, true))
-		return fmt.Errorf("commit turn of %s: %w", c.Key, store.ErrNotHolder)
-	}
 	var unindex func(redis.Pipeliner)
 	if c.Finish != "" {
 		if unindex, err = s.finishRun(ctx, c.Finish); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -792,10 +875,13 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		}
 	}
 	unlist := left == 0 && !unlisted
-	if unindex != nil || unlist {
+	if unindex != nil || unlist || markOther {
 		p := s.c.Pipeline()
 		if unindex != nil {
 			unindex(p)
+		}
+		if markOther {
+			s.markPaused(ctx, p, nr.run)
 		}
 		// The run the conversation is paused on after the commit, if
 		// known here (relist reads it otherwise): a decided step keeps the

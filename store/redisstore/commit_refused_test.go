@@ -1,0 +1,226 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/redisstore"
+)
+
+// beforeCommitHook runs between once, before the first script sent after
+// it is armed that is given the key of conversation conv (alone or in a
+// pipeline): another client's step reaching Redis just before the
+// conversation's script.
+type beforeCommitHook struct {
+	armed   *bool
+	conv    string
+	between func()
+}
+
+func (h beforeCommitHook) fire(cmd redis.Cmder) bool {
+	if !*h.armed || !scriptOn(cmd, convSuffix(h.conv)) {
+		return false
+	}
+	*h.armed = false
+	return true
+}
+
+func (beforeCommitHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h beforeCommitHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.fire(cmd) {
+			h.between()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h beforeCommitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, h.fire) {
+			h.between()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A pause whose run was created while its holder held the lease, and
+// whose conversation's script is refused because another owner took the
+// lease in between, leaves no trace of the run: no approver is asked, or
+// reminded, to decide a call that no conversation is paused on, and the
+// conversation is not marked as paused on it (a commit with no
+// conversation record marks it). A single node takes that path for a
+// resume that pauses again (a pause alone is one script there); a
+// Cluster for every pause.
+func TestRefusedPauseLeavesNoRun(t *testing.T) {
+	for _, topo := range []struct {
+		name, url string
+		finish    []bool
+	}{
+		{"node", redisURL(t), []bool{true}},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"), []bool{false, true}},
+	} {
+		for _, finish := range topo.finish {
+			for _, record := range []bool{true, false} {
+				t.Run(topo.name+"/"+map[bool]string{true: "resume", false: "pause"}[finish]+"/"+map[bool]string{true: "record", false: "no record"}[record], func(t *testing.T) {
+					testRefusedPauseLeavesNoRun(t, topo.url, finish, record)
+				})
+			}
+		}
+	}
+}
+
+func testRefusedPauseLeavesNoRun(t *testing.T, u string, finish, record bool) {
+	c, s, other := hookedPair(t, u)
+	ctx := t.Context()
+	conv, resumed := pausedOnOneCall(t, s, "fp0")
+	if b, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil || !b.Acquired {
+		t.Fatalf("BeginTurn by a = %v, %v", b.Acquired, err)
+	}
+	now := time.Now()
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp1", Requester: "U1", Approvers: []string{"UA"}, Conversation: conv,
+		ExpiresAt: now.Add(time.Hour), RemindAt: now.Add(time.Minute)}
+	commit := store.Commit{Key: conv, Run: &r, Calls: []store.Call{call}, Holder: "a", Release: "a"}
+	if record {
+		commit.Conversation = &store.Conversation{State: []byte(`{"by":"a"}`), PausedRun: r.ID}
+	}
+	if finish {
+		commit.Finish = store.RunOf(resumed[0].ID)
+	}
+	before, err := s.LoadConversation(ctx, conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed := true
+	took := false
+	c.AddHook(beforeCommitHook{armed: &armed, conv: conv, between: func() {
+		// a's lease runs out after its run is created, and b takes the
+		// conversation over.
+		if err := other.ReleaseLease(ctx, store.TurnLease(conv), "a"); err != nil {
+			t.Error(err)
+		}
+		ok, err := other.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute)
+		took = ok && err == nil
+	}})
+	err = s.CommitTurn(ctx, commit)
+	if !took {
+		t.Fatal("b did not take the lease before the conversation's script")
+	}
+	if !errors.Is(err, store.ErrNotHolder) {
+		t.Fatalf("CommitTurn of a pause whose lease was taken before the conversation's script = %v, want ErrNotHolder", err)
+	}
+	if _, _, err := s.LoadRun(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadRun(%s) of the refused pause = %v, want ErrNotFound", r.ID, err)
+	}
+	isCall := func(c store.Call) bool { return c.ID == call.ID }
+	for _, f := range []store.Filter{{}, {Approver: "UA"}, {Requester: "U1"}, {Conversation: conv}} {
+		if got, err := s.Pending(ctx, f); err != nil || slices.ContainsFunc(got, isCall) {
+			t.Errorf("Pending(%+v) after the refused pause = %d calls, %v; want none of its calls", f, len(got), err)
+		}
+	}
+	if got, err := s.DueReminders(ctx, now.Add(2*time.Minute), 0); err != nil || slices.ContainsFunc(got, isCall) {
+		t.Errorf("DueReminders after the refused pause = %d calls, %v; want none of its calls", len(got), err)
+	}
+	if got, err := s.Due(ctx, now.Add(2*time.Hour), 0); err != nil || slices.ContainsFunc(got, isCall) {
+		t.Errorf("Due after the refused pause = %d calls, %v; want none of its calls", len(got), err)
+	}
+	if got, err := s.LoadConversation(ctx, conv); err != nil || got.PausedRun != before.PausedRun || string(got.State) != string(before.State) {
+		t.Errorf("LoadConversation after the refused pause = paused on %q (%s), %v; want it as before, paused on %q", got.PausedRun, got.State, err, before.PausedRun)
+	}
+	if got, _, err := s.LoadRun(ctx, commit.Finish); finish && (err != nil || got.Finished) {
+		t.Errorf("LoadRun(%s) after a refused resume = finished %v, %v; want it not finished", commit.Finish, got.Finished, err)
+	}
+}
+
+// failWhile fails the part of a pipeline a Cluster node gets when it
+// holds a command match picks, for as long as armed is set (its node is
+// down, as in a failover that outlasts the store's retries).
+type failWhile struct {
+	match func(redis.Cmder) bool
+	armed *atomic.Bool
+	hits  *atomic.Int32
+}
+
+func (failWhile) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (failWhile) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h failWhile) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.Load() && slices.ContainsFunc(cmds, h.match) {
+			h.hits.Add(1)
+			err := errors.New("node unreachable")
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On Redis Cluster a pause whose listings cannot be written (their node
+// stays down through the store's retries) fails without pausing the
+// conversation: the listings are written before the conversation's
+// script, so a failure never leaves a conversation paused on calls that
+// are in no listing (never expired, reminded or listed as pending), and
+// the run, which no conversation is paused on, is deleted again.
+func TestPauseWhoseListingsCannotBeWrittenIsNotSaved(t *testing.T) {
+	u := envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")
+	prefix := newPrefix(t, u)
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := c.(*redis.ClusterClient)
+	var armed atomic.Bool
+	var hits atomic.Int32
+	hook := failWhile{match: on("zadd", prefix+":due"), armed: &armed, hits: &hits}
+	cc.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
+	if err := cc.ForEachShard(t.Context(), func(_ context.Context, n *redis.Client) error { n.AddHook(hook); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	conv := convOffNode(t, cc, prefix, prefix+":due")
+	m, _, err := s.AcceptMessage(ctx, conv, store.Inbound{User: "U1", Channel: "C1", Text: "deploy"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.AcquireLease(ctx, store.TurnLease(conv), "a", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireLease by a = %v, %v", ok, err)
+	}
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	for sameNode(t, cc, prefix+":run:{"+r.ID+"}", prefix+":due") {
+		r.ID = store.NewRunID()
+	}
+	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp", Requester: "U1", Conversation: conv, ExpiresAt: time.Now().Add(time.Hour)}
+	armed.Store(true)
+	err = s.CommitTurn(ctx, store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{}`), PausedRun: r.ID}, Run: &r, Calls: []store.Call{call},
+		Answer: true, AnswerUpTo: m.Seq, Holder: "a", Release: "a"})
+	armed.Store(false)
+	if hits.Load() == 0 {
+		t.Fatal("the listings' part of the pipeline was not failed")
+	}
+	if err == nil {
+		t.Fatal("CommitTurn whose listings cannot be written = nil, want its error")
+	}
+	if got, err := s.LoadConversation(ctx, conv); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadConversation after the failed pause = paused on %q, %v; want no conversation saved", got.PausedRun, err)
+	}
+	if in, err := s.Inbox(ctx, conv); err != nil || len(in) != 1 {
+		t.Errorf("Inbox after the failed pause = %v, %v; want the message still there", in, err)
+	}
+	if _, _, err := s.LoadRun(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadRun(%s) after the failed pause = %v, want ErrNotFound", r.ID, err)
+	}
+	if ok, err := s.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute); err != nil || ok {
+		t.Errorf("AcquireLease by b after the failed pause = %v, %v; want false: a still holds it", ok, err)
+	}
+}
