@@ -171,7 +171,13 @@ func (s *Store) send(ctx context.Context, script *redis.Script, keys []string, a
 // node.
 func (s *Store) withResume(ctx context.Context, script *redis.Script, keys []string, args []any, callID string, dj []byte, r store.ResumeBegin) *pipelinedResume {
 	runID := store.RunOf(callID)
-	rkeys := []string{s.callKey(callID), s.runKey(runID), s.claimKey(runID), s.convKey(r.Conversation), s.leaseKey(r.Lease)}
+	rkeys := []string{s.callKey(callID), s.runKey(runID), s.claimKey(runID), s.convKey(r.Conversation)}
+	if r.Lease != "" {
+		// Without one the caller holds the conversation (see
+		// store.ResumeBegin), and the script takes no lease: the key of
+		// an empty name is no conversation's.
+		rkeys = append(rkeys, s.leaseKey(r.Lease))
+	}
 	rargs := []any{string(dj), r.Owner, r.TTL.Milliseconds(), runID, r.Nonce}
 	for _, k := range r.Start {
 		rargs = append(rargs, k)

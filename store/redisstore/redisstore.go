@@ -717,11 +717,11 @@ var errOtherResult = fmt.Errorf("another result is saved: %w", store.ErrConflict
 // SaveResult keeps the result of an executing call and appends its audit
 // entry in one script. On a Cluster, where the log is in another hash
 // slot, the entry goes beside the script in one pipeline, and is taken
-// back unless this sending saved the result (another may have saved the
-// same one, with its own entry); if the entry fails alone, the result
-// stands and the error wraps store.ErrEffects. A part of that pipeline
-// the client sends again after its reply was cut may write the entry
-// twice, as a commit's.
+// back unless this sending saved the result, or an earlier SaveResult of
+// the same result and entry did (another may have saved the same result,
+// with its own entry); if the entry fails alone, the result stands and the
+// error wraps store.ErrEffects. A part of that pipeline the client sends
+// again after its reply was cut may write the entry twice, as a commit's.
 func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
 	if store.RunOf(callID) == "" {
 		return fmt.Errorf("save result of call %s: %w", callID, store.ErrNotFound)
@@ -760,9 +760,12 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e 
 		return fmt.Errorf("save result of call %s: %w", callID, errOtherResult)
 	}
 	// Saved with its entry: now (1), by this sending made before (2, the
-	// entry beside it on a Cluster), or the same result by another (4,
-	// with that one's entry). Entries past the retention time that this
-	// write cannot trim are trimmed by a later one.
+	// entry beside it on a Cluster), by an earlier SaveResult of the same
+	// result and entry (5: on a Cluster the entry is kept once, also when
+	// that one took its own back after its reply was lost), or the same
+	// result by another (4, with that one's entry). Entries past the
+	// retention time that this write cannot trim are trimmed by a later
+	// one.
 	_ = s.trimStale(ctx, store.Effects{Audit: e}, tail)
 	return nil
 }
@@ -771,21 +774,39 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e 
 // commands that append entry to the audit log beside it, in one pipeline
 // (a round trip to each node, in parallel). It returns the script's reply
 // and the log's oldest entry. An entry added while this sending did not
-// save the result (refused, failed, or saved by another) is taken back;
-// one that failed while it did is reported wrapped in store.ErrEffects.
+// save the result (refused, failed, lost, or saved by another) is taken
+// back; one that failed while it did is reported wrapped in
+// store.ErrEffects. A save of the same result and entry made before (a
+// SaveResult whose reply was lost, made again: the script names the entry
+// beside the result) is this entry's: the log keeps it once, whether the
+// entry added then was taken back (its reply lost) or not.
 func (s *Store) saveResultBeside(ctx context.Context, callID string, result []byte, entry, nonce string) ([]any, string, error) {
 	keys := []string{s.callKey(callID)}
 	p := s.c.Pipeline()
-	save := saveResult.EvalSha(ctx, p, keys, result, "", s.auditMax, nonce)
+	// The script gets the entry to name it beside the result, and
+	// appends nothing: it has no audit key.
+	save := saveResult.EvalSha(ctx, p, keys, result, entry, s.auditMax, nonce)
 	push := p.LPush(ctx, s.auditKey(), entry)
 	trim := p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1)
 	last := p.LIndex(ctx, s.auditKey(), -1)
 	_, _ = p.Exec(ctx)
 	if redis.HasErrorPrefix(save.Err(), "NOSCRIPT") {
-		save = saveResult.Run(ctx, s.c, keys, result, "", s.auditMax, nonce)
+		save = saveResult.Run(ctx, s.c, keys, result, entry, s.auditMax, nonce)
 	}
 	res, err := save.Slice()
-	if n, _ := firstInt(res); err != nil || n != 1 && n != 2 {
+	n, _ := firstInt(res)
+	switch {
+	case err == nil && n == 5:
+		// The earlier save's entry was kept, or taken back when its
+		// reply was lost: the log keeps the entry once. Should that
+		// fail, an entry pushed now is kept rather than none.
+		err := keepOnce.Run(context.WithoutCancel(ctx), s.c, []string{s.auditKey()}, entry, s.auditMax).Err()
+		if err != nil && push.Err() != nil {
+			return res, "", fmt.Errorf("%w: %w", store.ErrEffects, err)
+		}
+		tail, _ := last.Result()
+		return res, tail, nil
+	case err != nil || n != 1 && n != 2:
 		if push.Err() == nil {
 			s.c.LRem(context.WithoutCancel(ctx), s.auditKey(), 1, entry)
 		}
@@ -799,6 +820,23 @@ func (s *Store) saveResultBeside(ctx context.Context, callID string, result []by
 	tail, _ := last.Result()
 	return res, tail, nil
 }
+
+// keepOnce leaves an audit entry in the log exactly once: the copies
+// newer than the oldest are removed, and the entry is added if the log
+// has none.
+// KEYS: audit
+// ARGV: entry, max entries kept
+// Returns how many copies the log had.
+var keepOnce = redis.NewScript(`
+local at = redis.call('LPOS', KEYS[1], ARGV[1], 'COUNT', 0)
+if #at == 0 then
+  redis.call('LPUSH', KEYS[1], ARGV[1])
+  redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+elseif #at > 1 then
+  redis.call('LREM', KEYS[1], #at - 1, ARGV[1])
+end
+return #at
+`)
 
 // firstInt is the first element of a script's reply as an integer.
 func firstInt(res []any) (int64, bool) {
@@ -1450,18 +1488,20 @@ func decodeRecords(kind string, m map[string]string) ([]store.Record, error) {
 	return out, nil
 }
 
-// DeleteRecord deletes a record, or returns store.ErrNotFound.
+// DeleteRecord deletes a record, or returns store.ErrNotFound (one
+// script, naming its sending: see deleteRecord).
 func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
-	var n int64
-	var err error
-	if s.cluster {
-		n, err = s.c.HDel(ctx, s.recordsKey(kind), "d:"+id, "v:"+id, "n:"+id).Result()
-	} else {
+	keys := []string{s.recordsKey(kind)}
+	if !s.cluster {
 		// The change is counted in the same step, and only if there was
 		// one: a version that moves for nothing sends decisions checked
 		// against the records the slower way.
-		n, err = deleteRecord.Run(ctx, s.c, []string{s.recordsKey(kind), s.recordsVersionKey()}, "d:"+id, "v:"+id, "n:"+id).Int64()
+		keys = append(keys, s.recordsVersionKey())
 	}
+	// rand.Text names this sending: go-redis sends the script again when
+	// its reply is lost, and the sending that deleted the record must not
+	// then find it gone.
+	n, err := deleteRecord.Run(ctx, s.c, keys, id, rand.Text()).Int64()
 	if err != nil {
 		return fmt.Errorf("delete record %s/%s: %w", kind, id, err)
 	}
@@ -1470,17 +1510,6 @@ func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 	}
 	return nil
 }
-
-// deleteRecord deletes a record's fields and counts the change in the
-// records' version, if there was a record.
-// KEYS: records, records version
-// ARGV: the record's fields
-// Returns how many fields were deleted.
-var deleteRecord = redis.NewScript(`
-local n = redis.call('HDEL', KEYS[1], ARGV[1], ARGV[2], ARGV[3])
-if n > 0 then redis.call('INCR', KEYS[2]) end
-return n
-`)
 
 // SeenEvent records an event id for ttl (SET NX, naming its sending); true
 // if it was new, also when the client sent the command again after its

@@ -108,7 +108,11 @@ if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[6]) then return 
 // The sending that counted or decided is named on the call (approve_nonce),
 // and the one that completes the run's step in the run (completed), so
 // that the same sending sent again by the client after its reply was lost
-// is answered as the first was.
+// is answered as the first was. Every sending counted is named on the call
+// too (approve_nonces): one sent again after a later approval dropped the
+// approval it counted, or replaced it, is answered as a duplicate and
+// writes nothing: an approval dropped as stale (no longer an approver's)
+// is not counted again, and cannot decide the call.
 // KEYS: call, run [, audit, unanswered, runs]
 // ARGV: fingerprint, at, approver, approval JSON, need, decision JSON,
 // new status, edit JSON (empty for none), edit fingerprint, the sending's
@@ -136,6 +140,10 @@ end
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
 if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return reply('mismatch', -1) end
 if tonumber(ARGV[2]) >= tonumber(redis.call('HGET', KEYS[1], 'exp')) then return reply('expired', -1) end
+local sendings = redis.call('HGET', KEYS[1], 'approve_nonces')
+if sendings and string.find(' ' .. sendings .. ' ', ' ' .. ARGV[10] .. ' ', 1, true) then
+  return reply('duplicate', -1)
+end
 `
 
 // approveBody is the rest of the approve script: the approval counted
@@ -171,7 +179,8 @@ else
     end
   end
 end
-redis.call('HSET', KEYS[1], 'approvals', list, 'approve_nonce', ARGV[10])
+if sendings then sendings = sendings .. ' ' .. ARGV[10] else sendings = ARGV[10] end
+redis.call('HSET', KEYS[1], 'approvals', list, 'approve_nonce', ARGV[10], 'approve_nonces', sendings)
 local entry = ARGV[#ARGV - 3]
 if entry ~= '' then
   local outcome = 'recorded'
@@ -337,25 +346,29 @@ return 1
 `)
 
 // saveResult stores the result of an executing call, naming the sending
-// that saved it, and, given the audit log's key (not on a Cluster),
-// appends an entry to the log. A call that has a result already is left
-// as it is.
+// that saved it and the entry saved with it (by its SHA-1), and, given the
+// audit log's key (not on a Cluster), appends the entry to the log. A call
+// that has a result already is left as it is.
 // KEYS: call[, audit]
 // ARGV: result, entry ("": none), max entries kept, sending
 // Returns {1} if saved ({1, oldest entry} with an entry), {2} if this
-// sending saved it before (the client sent it again), {4} if another
-// saved the same result, {3} if another result is saved, {0} if the call
-// is not executing, {-1} if unknown.
+// sending saved it before (the client sent it again), {5} if another
+// sending saved the same result with the same entry (the caller's own
+// earlier save, whose reply was lost), {4} if another saved the same
+// result, {3} if another result is saved, {0} if the call is not
+// executing, {-1} if unknown.
 var saveResult = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-local v = redis.call('HMGET', KEYS[1], 'executing', 'result', 'result_nonce')
+local v = redis.call('HMGET', KEYS[1], 'executing', 'result', 'result_nonce', 'result_entry')
 if v[1] ~= '1' then return {0} end
 if v[2] then
   if v[3] == ARGV[4] then return {2} end
+  if v[2] == ARGV[1] and ARGV[2] ~= '' and v[4] == redis.sha1hex(ARGV[2]) then return {5} end
   if v[2] == ARGV[1] then return {4} end
   return {3}
 end
 redis.call('HSET', KEYS[1], 'result', ARGV[1], 'result_nonce', ARGV[4])
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'result_entry', redis.sha1hex(ARGV[2])) end
 if #KEYS > 1 and ARGV[2] ~= '' then
   redis.call('LPUSH', KEYS[2], ARGV[2])
   redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
@@ -446,22 +459,66 @@ end
 return 0
 `)
 
+// recordSentFn holds the Lua functions of the scripts that write a record:
+// sentBy(k, id, nonce), the version the sending nonce wrote to record id
+// of the records k (0 for a delete), or nil if it wrote none, with the
+// record's field n:ID; and named(n, nonce, v), that field with the
+// sending nonce that wrote version v put first. The field holds the
+// sendings that last wrote the record, newest first ("nonce:version",
+// space-separated, the last eight), and outlives a delete: the same
+// sending sent again after its reply was lost, even once other writes
+// landed in between, is answered as the first was, and not written again.
+const recordSentFn = `
+local function sentBy(k, id, nonce)
+  local n = redis.call('HGET', k, 'n:' .. id) or ''
+  for s, v in string.gmatch(n, '(%S+):(%d+)') do
+    if s == nonce then return tonumber(v), n end
+  end
+  return nil, n
+end
+local function named(n, nonce, v)
+  local out = {nonce .. ':' .. v}
+  for s in string.gmatch(n, '%S+:%d+') do
+    if #out == 8 then break end
+    out[#out + 1] = s
+  end
+  return table.concat(out, ' ')
+end
+`
+
 // putRecord writes a record with a compare-and-set on its version and,
 // given the key of the count of record changes (a single node), counts the
-// change. The sending that wrote the record is named beside it (field
-// n:ID), so that the same sending sent again after a lost reply is
+// change. The sending that wrote the record is named beside it (see
+// recordSentFn), so that the same sending sent again after a lost reply is
 // answered as the first was, not as a conflict or a second change.
 // KEYS: records of a kind [, count of record changes]
 // ARGV: id, expected version (-1: any), record JSON, the sending's nonce
 // Returns the new version, or -1 on a version conflict.
-var putRecord = redis.NewScript(`
+var putRecord = redis.NewScript(recordSentFn + `
+local sent, n = sentBy(KEYS[1], ARGV[1], ARGV[4])
+if sent then return sent end
 local cur = tonumber(redis.call('HGET', KEYS[1], 'v:' .. ARGV[1]) or '0')
-if redis.call('HGET', KEYS[1], 'n:' .. ARGV[1]) == ARGV[4] then return cur end
 local expect = tonumber(ARGV[2])
 if expect >= 0 and expect ~= cur then return -1 end
-redis.call('HSET', KEYS[1], 'v:' .. ARGV[1], cur + 1, 'd:' .. ARGV[1], ARGV[3], 'n:' .. ARGV[1], ARGV[4])
+redis.call('HSET', KEYS[1], 'v:' .. ARGV[1], cur + 1, 'd:' .. ARGV[1], ARGV[3], 'n:' .. ARGV[1], named(n, ARGV[4], cur + 1))
 if #KEYS >= 2 then redis.call('INCR', KEYS[2]) end
 return cur + 1
+`)
+
+// deleteRecord deletes a record and, given the key of the count of record
+// changes (a single node), counts the change, if there was a record. The
+// sending that deleted it is named in its place (see recordSentFn).
+// KEYS: records of a kind [, count of record changes]
+// ARGV: id, the sending's nonce
+// Returns 1 if deleted, also by this sending before, 0 if there is no
+// record.
+var deleteRecord = redis.NewScript(recordSentFn + `
+local sent, n = sentBy(KEYS[1], ARGV[1], ARGV[2])
+if sent then return 1 end
+if redis.call('HDEL', KEYS[1], 'd:' .. ARGV[1], 'v:' .. ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'n:' .. ARGV[1], named(n, ARGV[2], 0))
+if #KEYS >= 2 then redis.call('INCR', KEYS[2]) end
+return 1
 `)
 
 // renewClaim extends the resume claim of its owner.
@@ -685,7 +742,7 @@ return resume(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], sta
 // nothing else, however other decisions came in between (a single node
 // only: the conversation and its lease are in other hash slots than the
 // run).
-// KEYS: call, run, claim, conversation, lease
+// KEYS: call, run, claim, conversation[, lease] (none: no lease is taken)
 // ARGV: decision JSON, owner, ttl (ms), run id, nonce, then the decision
 // kinds that start a call
 // Returns {'undecided'} if the call holds another decision or none, or
