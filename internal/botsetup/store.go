@@ -83,6 +83,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
 		}
 		log.Info("using redis store", "url", SafeURL(c.RedisURL), "prefix", c.RedisPrefix)
+		warnEviction(ctx, st, log)
 		return st, nil
 	}
 	path := filepath.Join(c.Dir, StoreFile)
@@ -105,4 +106,19 @@ func storeOpenError(err error) error {
 		return &ConfigError{Err: fmt.Errorf("DATA_DIR: %w", err)}
 	}
 	return err
+}
+
+// warnEviction logs a warning when the Redis under st may evict keys (its
+// maxmemory-policy is not noeviction): every key the store writes has a
+// time to live, so a paused run, its calls or a conversation's lease may
+// be dropped under memory pressure. A Redis that keeps INFO to itself is
+// taken as it is.
+func warnEviction(ctx context.Context, st *redisstore.Store, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
+	defer cancel()
+	policy, err := st.EvictionPolicy(ctx)
+	if err != nil || policy == "" || policy == "noeviction" {
+		return
+	}
+	log.Warn("redis may evict the bot's keys under memory pressure (paused runs, their calls, leases), losing pending approvals; set maxmemory-policy to noeviction", "maxmemory_policy", policy)
 }

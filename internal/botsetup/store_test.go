@@ -2,6 +2,7 @@ package botsetup
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/toolgate/toolgate/internal/teststore"
 	"github.com/toolgate/toolgate/store"
@@ -208,6 +211,46 @@ func TestSafeURL(t *testing.T) {
 	for _, tt := range tests {
 		if got := SafeURL(tt.url); got != tt.want {
 			t.Errorf("SafeURL(%q) = %q, want %q", tt.url, got, tt.want)
+		}
+	}
+}
+
+// A Redis that may evict keys under memory pressure is used, with a
+// warning that names its policy: every key the store writes has a time to
+// live, so pending approvals could be dropped. One that never evicts is
+// used without it.
+func TestOpenStoreWarnsOfEviction(t *testing.T) {
+	url, ok := teststore.RedisURL(t)
+	if !ok {
+		t.Skip("REDIS_URL is not set")
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("REDIS_URL must name a single node here: %v", err)
+	}
+	admin := redis.NewClient(opts)
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := t.Context()
+	was, err := admin.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The policy applies only once memory reaches maxmemory, which the
+	// test server does not set: other tests sharing it see no change.
+	t.Cleanup(func() { admin.ConfigSet(context.Background(), "maxmemory-policy", was["maxmemory-policy"]) })
+	for _, policy := range []string{"volatile-lru", "noeviction"} {
+		if err := admin.ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		st, err := OpenStore(ctx, StoreConfig{RedisURL: url, RedisPrefix: "test-" + store.NewRunID()}, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Close()
+		warned := strings.Contains(logs.String(), "maxmemory_policy="+policy)
+		if want := policy != "noeviction"; warned != want {
+			t.Errorf("policy %s: warned %v, want %v; logs:\n%s", policy, warned, want, logs.String())
 		}
 	}
 }

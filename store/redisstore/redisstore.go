@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -1538,6 +1539,48 @@ func (s *Store) Ping(ctx context.Context) error {
 		return fmt.Errorf("ping redis: %w", err)
 	}
 	return nil
+}
+
+// EvictionPolicy returns the maxmemory-policy of the Redis the store is on
+// (on a Cluster, the first of its primaries whose policy is not
+// noeviction), as INFO tells it; "" if INFO does not tell. Every key the
+// store writes has a time to live, so a policy that evicts keys with one
+// (volatile-*) or any key (allkeys-*) may drop paused runs, calls and
+// leases under memory pressure: only noeviction keeps them.
+func (s *Store) EvictionPolicy(ctx context.Context) (string, error) {
+	var policy string
+	var mu sync.Mutex
+	read := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return fmt.Errorf("read redis memory settings: %w", err)
+		}
+		p := infoField(info, "maxmemory_policy")
+		mu.Lock()
+		defer mu.Unlock()
+		if policy == "" || policy == "noeviction" {
+			policy = p
+		}
+		return nil
+	}
+	var err error
+	switch c := s.c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, read)
+	case *redis.Client:
+		err = read(ctx, c)
+	}
+	return policy, err
+}
+
+// infoField returns the value of field in an INFO reply, "" if absent.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Close closes the client.
