@@ -916,7 +916,9 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		if c.Status != store.Pending {
 			continue
 		}
-		d := store.Decision{Kind: storedKind(approvals.Cancel), Decider: user, At: a.cfg.Now()}
+		// Attempt names this sending, for a store whose client sends it
+		// again after a lost reply (see store.Decision.Attempt).
+		d := store.Decision{Kind: storedKind(approvals.Cancel), Decider: user, At: a.cfg.Now(), Attempt: newNonce()}
 		fx := decisionEffects(c, user, d.Kind, c.Fingerprint, d.At)
 		got, complete, err := a.store.DecideAudited(ctx, c.ID, "", d, fx)
 		if errors.Is(err, store.ErrAlreadyDecided) {

@@ -66,7 +66,8 @@ func (a *Agent) expireDue(ctx context.Context) ([]runRef, error) {
 	}
 	var runs []runRef
 	for _, c := range due {
-		d := store.Decision{Kind: storedKind(approvals.Expire), Decider: System, At: now}
+		// Attempt names this sending (see Cancel).
+		d := store.Decision{Kind: storedKind(approvals.Expire), Decider: System, At: now, Attempt: newNonce()}
 		fx := decisionEffects(c, System, d.Kind, c.Fingerprint, now)
 		got, complete, err := a.store.DecideAudited(ctx, c.ID, "", d, fx)
 		if errors.Is(err, store.ErrAlreadyDecided) || errors.Is(err, store.ErrConflict) {
