@@ -326,10 +326,10 @@ func (s *Store) keepOrGiveBack(ctx context.Context, p *pipelinedResume, r *store
 // script's; on a Cluster, with the lease clusterSend took, it claims the
 // run and reads what the resume needs, the effects in the same pipeline.
 // The error is the effects' (store.ErrEffects): the decision stands, and
-// a resume that could not be begun is begun as usual later; but on a
-// Cluster, a resume whose claim was asked for by a named attempt and whose
-// answer was lost, even when asked again, is an error that is not the
-// effects': the caller recovers that attempt as a lost decision's.
+// a resume that could not be begun is begun as usual later; but a resume
+// whose claim was asked for by a named attempt and whose answer was lost,
+// even when asked again, is an error that is not the effects': the caller
+// recovers that attempt as a lost decision's.
 func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, runID string, r *store.ResumeBegin, fx store.Effects, at time.Time, tail string) (store.ResumeStart, error) {
 	if r == nil {
 		return store.ResumeStart{}, s.followEffects(ctx, complete, fx, at, tail)
@@ -340,9 +340,15 @@ func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, ru
 			var lost bool
 			rs, lost = s.decodeDecidedResume(r.Conversation, p.resumed, r.Kinds, p.recs)
 			if lost {
-				if ars, err := s.askAgain(ctx, runID, *r); err == nil {
-					rs = ars
+				ars, err := s.askAgain(ctx, runID, *r)
+				if err != nil && r.Nonce != "" {
+					// As on a Cluster: the claim and the call's mark
+					// may have been taken, their answer lost, and the
+					// caller recovers the attempt as a lost decision's.
+					// The decision's effects were its script's.
+					return store.ResumeStart{}, fmt.Errorf("begin the resume of the decided run: %w", err)
 				}
+				rs = ars
 			}
 		}
 		return rs, s.followEffects(ctx, complete, fx, at, tail)

@@ -40,3 +40,7 @@ func LoadDecisionScripts(ctx context.Context, c redis.UniversalClient) error {
 // SetLeaseSubscribeWait sets how long the making of the lease
 // subscription may take.
 func (s *Store) SetLeaseSubscribeWait(d time.Duration) { s.leases.subscribeWait = d }
+
+// ResumeScriptHashes are the SHA-1s of the scripts that begin a resume:
+// the one sent beside a decision on a single node, and BeginResume's.
+func ResumeScriptHashes() (decided, begin string) { return decidedResume.Hash(), beginResume.Hash() }
