@@ -197,9 +197,12 @@ func moveDecided(tx *bolt.Tx) error {
 	runs, decided := tx.Bucket(bucketRuns), tx.Bucket(bucketDecided)
 	err := active.ForEach(func(k, _ []byte) error {
 		var rec runRecord
+		// A run that cannot be read (a damaged record) is not listed:
+		// Stalled would pass it over, and failing here would keep the
+		// store from opening.
 		ok, err := get(runs, string(k), &rec)
 		if err != nil || !ok || rec.Finished || rec.Pending > 0 {
-			return err
+			return nil
 		}
 		return decided.Put(k, nil)
 	})
@@ -244,7 +247,11 @@ func (s *Store) Ping(ctx context.Context) error {
 // without it and it runs again alone, its error then being its answer
 // (as in bbolt's DB.Batch): a write function may run more than once, so it
 // must set everything it returns on each run and change nothing outside
-// the transaction.
+// the transaction. A write whose function panics is taken out of the group
+// as one that failed, without running again, and its caller panics with
+// the same value: the panic comes out in the caller's goroutine, not in
+// that of whichever write leads the group, and the others are committed
+// without it.
 type committer struct {
 	db    *bolt.DB
 	mu    sync.Mutex
@@ -261,10 +268,37 @@ const maxGroup = 128
 // group was committed or failed, err says which) or for lead (it was first
 // in the queue when the last commit ended, and commits the next group).
 type write struct {
-	fn   func(*bolt.Tx) error
-	err  error
-	done chan struct{}
-	lead chan struct{}
+	fn  func(*bolt.Tx) error
+	err error
+	// panicked is what fn panicked with, if it did; the write's caller
+	// panics with it again.
+	panicked any
+	// answered is set when done is closed, by the write leading the
+	// group, which alone reads it.
+	answered bool
+	done     chan struct{}
+	lead     chan struct{}
+}
+
+// errPanicked fails the transaction of a write whose function panicked.
+var errPanicked = errors.New("write panicked")
+
+// run runs fn in tx. A panic of fn is kept in panicked and fails the
+// transaction as an error would, so that the leader of the group answers
+// every write and hands the lead on.
+func (w *write) run(tx *bolt.Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.panicked, err = p, errPanicked
+		}
+	}()
+	return w.fn(tx)
+}
+
+// answer tells the write's caller its outcome.
+func (w *write) answer(err error) {
+	w.err, w.answered = err, true
+	close(w.done)
 }
 
 // update runs fn in a write transaction, committed with the writes that
@@ -298,16 +332,29 @@ func (c *committer) enqueue(fn func(*bolt.Tx) error, first bool) error {
 	for {
 		select {
 		case <-w.done:
+			if w.panicked != nil {
+				panic(w.panicked)
+			}
 			return w.err
 		case <-w.lead:
 		}
-		c.mu.Lock()
-		n := max(c.first, min(len(c.queue), maxGroup))
-		group := slices.Clone(c.queue[:n])
-		c.queue = slices.Delete(c.queue, 0, n)
-		c.first = 0
-		c.mu.Unlock()
-		c.commit(group)
+		c.lead()
+	}
+}
+
+// lead takes the next group from the front of the queue, commits it, and
+// tells the write then first in the queue to lead. However the commit
+// ends, the writes of the group are answered and the lead is handed on:
+// a write left unanswered would wait for good, and so would every later
+// one, with busy left set.
+func (c *committer) lead() {
+	c.mu.Lock()
+	n := max(c.first, min(len(c.queue), maxGroup))
+	group := slices.Clone(c.queue[:n])
+	c.queue = slices.Delete(c.queue, 0, n)
+	c.first = 0
+	c.mu.Unlock()
+	defer func() {
 		c.mu.Lock()
 		if len(c.queue) > 0 {
 			c.queue[0].lead <- struct{}{}
@@ -315,17 +362,37 @@ func (c *committer) enqueue(fn func(*bolt.Tx) error, first bool) error {
 			c.busy = false
 		}
 		c.mu.Unlock()
-	}
+	}()
+	ended := false
+	defer func() {
+		if ended {
+			return
+		}
+		// The commit stopped short, by a panic outside the writes'
+		// functions (in bbolt) or by a function that ended its
+		// goroutine: each write not answered yet gets an error.
+		err := errors.New("commit did not complete")
+		if p := recover(); p != nil {
+			err = fmt.Errorf("commit panicked: %v", p)
+		}
+		for _, w := range group {
+			if !w.answered {
+				w.answer(err)
+			}
+		}
+	}()
+	c.commit(group)
+	ended = true
 }
 
 // commit runs the group in one transaction and tells each write its
-// outcome; a write that fails runs again alone.
+// outcome; a write that fails runs again alone, unless it panicked.
 func (c *committer) commit(group []*write) {
 	for len(group) > 0 {
 		failed := -1
 		err := c.db.Update(func(tx *bolt.Tx) error {
 			for i, w := range group {
-				if err := w.fn(tx); err != nil {
+				if err := w.run(tx); err != nil {
 					failed = i
 					return err
 				}
@@ -334,18 +401,16 @@ func (c *committer) commit(group []*write) {
 		})
 		if failed < 0 {
 			for _, w := range group {
-				w.err = err
-				close(w.done)
+				w.answer(err)
 			}
 			return
 		}
 		w := group[failed]
 		group = slices.Delete(group, failed, failed+1)
-		w.err = err
-		if failed > 0 { // it ran after others: run it again alone
-			w.err = c.db.Update(w.fn)
+		if failed > 0 && w.panicked == nil { // it ran after others: run it again alone
+			err = c.db.Update(w.run)
 		}
-		close(w.done)
+		w.answer(err)
 	}
 }
 
@@ -494,19 +559,22 @@ func (s *Store) pruneRules(now time.Time) []pruneRule {
 	}
 }
 
-// errUnreadable is a record a prune cannot read (a damaged one): it is
-// kept, and the prune goes on with the others.
+// errUnreadable is a record that cannot be read (a damaged one). What
+// meets one passes it over where it can, so that it stops no more than
+// what needs it: a prune keeps a run it cannot read and goes on with the
+// others.
 var errUnreadable = errors.New("unreadable record")
 
 // dropRun deletes the calls of a run, and takes it out of the decided
-// runs; errUnreadable for a run it cannot read.
+// runs; errUnreadable for a run it cannot read. A call it cannot read is
+// deleted all the same: nothing could read it later either.
 func dropRun(tx *bolt.Tx, k, v []byte) error {
 	var rec runRecord
 	if err := fastjson.Unmarshal(v, &rec); err != nil {
 		return fmt.Errorf("%w: run %s: %w", errUnreadable, k, err)
 	}
 	for _, id := range rec.Run.CallIDs {
-		if err := unlistPending(tx, id); err != nil {
+		if err := unlistPending(tx, id); err != nil && !errors.Is(err, errUnreadable) {
 			return err
 		}
 		if err := tx.Bucket(bucketCalls).Delete([]byte(id)); err != nil {
@@ -920,7 +988,9 @@ func (s *Store) finishRun(tx *bolt.Tx, runID string, now time.Time) error {
 		return err
 	}
 	for _, id := range rec.Run.CallIDs {
-		if err := unlistPending(tx, id); err != nil {
+		// A call that cannot be read is no longer pending all the same:
+		// a run is finished whatever its calls hold.
+		if err := unlistPending(tx, id); err != nil && !errors.Is(err, errUnreadable) {
 			return err
 		}
 	}

@@ -58,21 +58,28 @@ func holdCommit(t *testing.T) *held {
 // start runs fn as a write of its own (by updateFirst if first) and
 // returns once it is queued behind the held commit.
 func (h *held) start(fn func(*bolt.Tx) error, first ...bool) <-chan error {
-	h.c.mu.Lock()
-	n := len(h.c.queue) + 1
-	h.c.mu.Unlock()
 	done := make(chan error, 1)
 	update := h.c.update
 	if len(first) > 0 && first[0] {
 		update = h.c.updateFirst
 	}
-	go func() { done <- update(fn) }()
+	h.queue(func() { done <- update(fn) })
+	return done
+}
+
+// queue runs call, which makes one write, in a goroutine of its own and
+// returns once the write is queued behind the held commit.
+func (h *held) queue(call func()) {
+	h.c.mu.Lock()
+	n := len(h.c.queue) + 1
+	h.c.mu.Unlock()
+	go call()
 	for {
 		h.c.mu.Lock()
 		queued := len(h.c.queue)
 		h.c.mu.Unlock()
 		if queued == n {
-			return done
+			return
 		}
 		runtime.Gosched()
 	}
@@ -240,6 +247,67 @@ func TestCommitterBoundsAGroup(t *testing.T) {
 	}
 	if got := slices.Compact(slices.Clone(r.txs)); len(got) != 2 || slices.Index(r.txs, got[1]) != maxGroup {
 		t.Errorf("%d writes queued during a commit ran in transactions %v, want %d in one and 1 in the next", maxGroup+1, got, maxGroup)
+	}
+}
+
+// A write whose function panics panics in its own caller's goroutine, not
+// in that of the write leading its group: the leader commits without it,
+// as a group commits without a write that failed, and the writes that
+// come after are not held up.
+func TestCommitterPanicInAWrite(t *testing.T) {
+	h := holdCommit(t)
+	type outcome struct {
+		err      error
+		panicked any
+	}
+	run := func(fn func(*bolt.Tx) error, out chan<- outcome) {
+		var o outcome
+		defer func() {
+			o.panicked = recover()
+			out <- o
+		}()
+		o.err = h.c.update(fn)
+	}
+	call := func(fn func(*bolt.Tx) error) <-chan outcome {
+		out := make(chan outcome, 1)
+		h.queue(func() { run(fn, out) })
+		return out
+	}
+	wait := func(name string, c <-chan outcome) outcome {
+		t.Helper()
+		select {
+		case o := <-c:
+			return o
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no answer after 10s", name)
+			return outcome{}
+		}
+	}
+	// ok is first in the queue, so it leads the group that boom is in.
+	ok := call(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte("ok"), nil) })
+	boom := call(func(tx *bolt.Tx) error {
+		if err := tx.Bucket([]byte("b")).Put([]byte("boom"), nil); err != nil {
+			return err
+		}
+		panic("boom")
+	})
+	h.release()
+	if err := <-h.done; err != nil {
+		t.Fatalf("held write: %v", err)
+	}
+	if o := wait("boom", boom); o.panicked != "boom" {
+		t.Errorf("the panicking write's caller: panic %v, error %v; want the panic boom", o.panicked, o.err)
+	}
+	if o := wait("ok", ok); o.panicked != nil || o.err != nil {
+		t.Errorf("the write leading the group: panic %v, error %v; want neither", o.panicked, o.err)
+	}
+	later := make(chan outcome, 1)
+	go run(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte("later"), nil) }, later)
+	if o := wait("later", later); o.panicked != nil || o.err != nil {
+		t.Errorf("a write after the panic: panic %v, error %v; want neither", o.panicked, o.err)
+	}
+	if got, want := h.keys(), []string{"first", "later", "ok"}; !slices.Equal(got, want) {
+		t.Errorf("keys after the commits = %v, want %v", got, want)
 	}
 }
 

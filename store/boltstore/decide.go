@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -65,7 +66,7 @@ func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.
 		if err := s.effects(tx, d.At, complete, fx); err != nil || !complete || r == nil {
 			return err
 		}
-		rs, err = beginResume(tx, c.RunID, *r)
+		rs, err = beginResumeAfter(tx, c.RunID, *r)
 		return err
 	})
 	if err != nil {
@@ -157,7 +158,7 @@ func (s *Store) approve(ctx context.Context, callID, fingerprint string, a store
 		if err := s.effects(tx, a.At, complete, fx); err != nil || !complete || r == nil {
 			return err
 		}
-		rs, err = beginResume(tx, c.RunID, *r)
+		rs, err = beginResumeAfter(tx, c.RunID, *r)
 		return err
 	})
 	if err != nil {
@@ -251,14 +252,31 @@ func (s *Store) BeginResume(ctx context.Context, runID string, r store.ResumeBeg
 	return rs, nil
 }
 
-// beginResume is BeginResume in tx.
+// beginResumeAfter is beginResume after a decision that completed its
+// step, in the decision's transaction. A ResumeStart that cannot be read
+// comes back zero, with nothing taken and no error: failing would roll
+// the decision back, and the click would be refused each time it is
+// made. The caller begins the resume itself.
+func beginResumeAfter(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	rs, err := beginResume(tx, runID, r)
+	if errors.Is(err, errUnreadable) {
+		return store.ResumeStart{}, nil
+	}
+	return rs, err
+}
+
+// beginResume is BeginResume in tx. It reads before it writes: a record
+// it cannot read (the run, the lease, a call of the run or the
+// conversation) fails it with errUnreadable having taken neither the
+// lease nor the claim, so that DecideBegin and ApproveBegin can keep the
+// decision they recorded in the same transaction.
 func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	conversation, lease, owner, ttl := r.Conversation, r.Lease, r.Owner, r.TTL
 	var rs store.ResumeStart
 	var rec runRecord
 	ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
 	if err != nil {
-		return rs, err
+		return store.ResumeStart{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	if !ok {
 		return rs, store.ErrNotFound
@@ -274,36 +292,44 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 	if again && (r.Nonce == "" || rec.ClaimNonce != r.Nonce || rec.ClaimOwner != owner) || r.Again && !again {
 		return rs, nil
 	}
+	leases := tx.Bucket(bucketLeases)
 	if lease != "" {
-		leases := tx.Bucket(bucketLeases)
 		var l leaseRecord
 		ok, err := get(leases, lease, &l)
 		if err != nil {
-			return rs, err
+			return store.ResumeStart{}, fmt.Errorf("%w: %w", errUnreadable, err)
 		}
 		if ok && l.Owner != owner && l.Until.After(now) {
 			rs.Busy = true
 			return rs, nil
 		}
-		if err := put(leases, lease, leaseRecord{Owner: owner, Until: now.Add(ttl)}); err != nil {
-			return rs, err
-		}
 	}
-	rs.Claimed = true
 	for _, id := range rec.Run.CallIDs {
 		var c store.Call
 		ok, err := get(tx.Bucket(bucketCalls), id, &c)
 		if err != nil {
-			return rs, err
+			return store.ResumeStart{}, fmt.Errorf("%w: %w", errUnreadable, err)
 		}
 		if !ok {
-			return rs, fmt.Errorf("call %s: %w", id, store.ErrNotFound)
+			return store.ResumeStart{}, fmt.Errorf("%w: call %s: %w", errUnreadable, id, store.ErrNotFound)
 		}
 		if again && id == rec.ClaimStarted {
 			c.Executing = false // as it was before the attempt marked it
 		}
 		rs.Calls = append(rs.Calls, c)
 	}
+	var conv convRecord
+	if rs.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
+		return store.ResumeStart{}, fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	rs.Conversation = conv.Conversation
+	rs.Records, _ = recordsOf(tx, r.Kinds) // nil if they cannot be read
+	if lease != "" {
+		if err := put(leases, lease, leaseRecord{Owner: owner, Until: now.Add(ttl)}); err != nil {
+			return rs, err
+		}
+	}
+	rs.Claimed = true
 	switch i := store.FirstToStart(rs.Calls, r.Start); {
 	case again:
 		rs.Started = rec.ClaimStarted
@@ -323,12 +349,6 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 	if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
 		return rs, err
 	}
-	var conv convRecord
-	if rs.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
-		return rs, err
-	}
-	rs.Conversation = conv.Conversation
-	rs.Records, _ = recordsOf(tx, r.Kinds) // nil if they cannot be read
 	return rs, nil
 }
 

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -166,7 +167,13 @@ func (s *Store) accept(ctx context.Context, conversation string, m store.Inbound
 			}
 		}
 		if begin != nil {
-			b, err = begin(tx)
+			// A Begun that cannot be read leaves the message recorded,
+			// with nothing begun: failing would roll the message back,
+			// and every redelivery of it would fail the same way. The
+			// caller begins the turn itself.
+			if b, err = begin(tx); errors.Is(err, errUnreadable) {
+				b, err = store.Begun{}, nil
+			}
 		}
 		return err
 	})

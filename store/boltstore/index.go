@@ -107,15 +107,21 @@ func listPending(tx *bolt.Tx, c store.Call) error {
 // unlistPending takes the stored call out of bucketPending, the reminder
 // index and the pending-call indexes, wherever it is listed. It reads the
 // call as stored, so it comes before the transaction stores the call's
-// new state.
+// new state. A call it cannot read (a damaged record) is taken out of
+// bucketPending alone, with errUnreadable: its other entries cannot be
+// found without it, and every listing passes over a call that is not in
+// bucketPending.
 func unlistPending(tx *bolt.Tx, callID string) error {
 	if err := tx.Bucket(bucketPending).Delete([]byte(callID)); err != nil {
 		return err
 	}
 	var c store.Call
 	ok, err := get(tx.Bucket(bucketCalls), callID, &c)
-	if err != nil || !ok {
-		return err
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	if !ok {
+		return nil
 	}
 	if !c.RemindAt.IsZero() {
 		if err := tx.Bucket(bucketRemind).Delete(remindKey(c.RemindAt, callID)); err != nil {
@@ -163,9 +169,11 @@ func ensureIndexes(tx *bolt.Tx) error {
 	calls := tx.Bucket(bucketCalls)
 	err = tx.Bucket(bucketPending).ForEach(func(k, _ []byte) error {
 		var c store.Call
-		ok, err := get(calls, string(k), &c)
-		if err != nil || !ok {
-			return err
+		// A call that cannot be read (a damaged record) is left out of
+		// the indexes, which every listing reads, as a listing passes it
+		// over; failing here would keep the store from opening.
+		if ok, err := get(calls, string(k), &c); err != nil || !ok {
+			return nil
 		}
 		return index(tx, c)
 	})

@@ -33,25 +33,37 @@ func (s *Store) BeginTurn(ctx context.Context, conversation, owner string, ttl t
 }
 
 // beginTurn takes the lease on the conversation's turns for owner and, if
-// it got it, reads what BeginTurn returns.
+// it got it, reads what BeginTurn returns. It reads before it writes: a
+// lease, conversation or inbox record it cannot read fails it with
+// errUnreadable having written nothing, so that AcceptBegin can keep the
+// message it recorded in the same transaction.
 func beginTurn(tx *bolt.Tx, conversation, owner string, ttl time.Duration, kinds []string) (store.Begun, error) {
-	ok, err := acquireLease(tx, store.TurnLease(conversation), owner, ttl, time.Now())
-	if err != nil || !ok {
-		return store.Begun{}, err
+	key, now := store.TurnLease(conversation), time.Now()
+	leases := tx.Bucket(bucketLeases)
+	var l leaseRecord
+	held, err := get(leases, key, &l)
+	if err != nil {
+		return store.Begun{}, fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	if held && l.Owner != owner && l.Until.After(now) {
+		return store.Begun{}, nil
 	}
 	b := store.Begun{Acquired: true}
 	var conv convRecord
 	if b.Found, err = get(tx.Bucket(bucketConvs), conversation, &conv); err != nil {
-		return store.Begun{}, err
+		return store.Begun{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	b.Conversation = conv.Conversation
 	var inbox inboxRecord
 	if _, err := get(tx.Bucket(bucketInbox), conversation, &inbox); err != nil {
-		return store.Begun{}, err
+		return store.Begun{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	b.Inbox = inbox.Messages
 	if recs, err := recordsOf(tx, kinds); err == nil { // nil if they cannot be read
 		b.Records, b.RecordsVersion = recs, recordsVersion(tx)
+	}
+	if err := put(leases, key, leaseRecord{Owner: owner, Until: now.Add(ttl)}); err != nil {
+		return store.Begun{}, err
 	}
 	return b, nil
 }

@@ -1,0 +1,245 @@
+package boltstore
+
+import (
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/toolgate/toolgate/store"
+)
+
+// damage overwrites the records of keys in bucket with bytes that are not
+// JSON, as a damaged file holds them.
+func damage(tb testing.TB, s *Store, bucket []byte, keys ...string) {
+	tb.Helper()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, k := range keys {
+			if err := tx.Bucket(bucket).Put([]byte(k), []byte("not json")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// raw returns the stored bytes of key in bucket, nil if it is absent.
+func raw(tb testing.TB, s *Store, bucket []byte, key string) []byte {
+	tb.Helper()
+	var v []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v = slices.Clone(tx.Bucket(bucket).Get([]byte(key)))
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+// A call record that cannot be read (a damaged file) fails neither the
+// finish of its run, by FinishRun or by a turn's commit, nor the prune
+// that drops the run once its retention ends, at Open or later: the call
+// and its note are dropped with the run.
+func TestDamagedCallIsDroppedWithItsRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	opts := Options{Retention: time.Millisecond, PruneInterval: time.Hour}
+	s, err := Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	runs := pause(t, s, 4, 2)
+	done, finished, committed, pending := runs[0], runs[1], runs[2], runs[3]
+	// done is finished before its call is damaged; its retention ends
+	// before the next Open.
+	if err := s.FinishRun(ctx, done.ID); err != nil {
+		t.Fatal(err)
+	}
+	var damaged []string
+	for _, r := range runs {
+		if err := s.PutCallNote(ctx, r.CallIDs[0], []byte("note")); err != nil {
+			t.Fatal(err)
+		}
+		damaged = append(damaged, r.CallIDs[0])
+	}
+	damage(t, s, bucketCalls, damaged...)
+	if err := s.FinishRun(ctx, finished.ID); err != nil {
+		t.Errorf("FinishRun of a run with a damaged call = %v, want nil", err)
+	}
+	if err := s.CommitTurn(ctx, store.Commit{Key: committed.Conversation, Finish: committed.ID}); err != nil {
+		t.Errorf("CommitTurn finishing a run with a damaged call = %v, want nil", err)
+	}
+	if got, want := keys(t, s, bucketPending), slices.Sorted(slices.Values(pending.CallIDs)); !slices.Equal(got, want) {
+		t.Errorf("pending calls = %v, want %v", got, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // the retention of the finished runs ends
+	s, err = Open(path, opts)
+	if err != nil {
+		t.Fatalf("Open with a damaged call in a run past its retention: %v", err)
+	}
+	defer s.Close()
+	if got := keys(t, s, bucketRuns); !slices.Equal(got, []string{pending.ID}) {
+		t.Errorf("runs after Open = %v, want only %s", got, pending.ID)
+	}
+	later := time.Now().Add(2 * time.Hour) // the calls expire in an hour
+	if err := s.prune(later); err != nil {
+		t.Errorf("prune of a run with a damaged pending call = %v, want nil", err)
+	}
+	for _, b := range [][]byte{bucketRuns, bucketCalls, bucketNotes, bucketPending, bucketDecided} {
+		if got := keys(t, s, b); len(got) != 0 {
+			t.Errorf("%s after the runs were dropped = %v, want nothing", b, got)
+		}
+	}
+}
+
+// A file written by an earlier version, whose decided runs Open lists and
+// whose pending-call indexes Open builds, opens with a damaged run or call
+// record: the record is passed over, and the others are listed.
+func TestOpenPassesOverDamagedRecordsOfAnEarlierFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	s, err := Open(path, Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := pause(t, s, 3, 1)
+	brokenRun, brokenCall, whole := runs[0], runs[1], runs[2]
+	damage(t, s, bucketRuns, brokenRun.ID)
+	damage(t, s, bucketCalls, brokenCall.CallIDs[0])
+	// As an earlier version left it: its unfinished runs in "active", and
+	// no pending-call indexes.
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		active, err := tx.CreateBucket(bucketActive)
+		if err != nil {
+			return err
+		}
+		for _, r := range runs {
+			if err := active.Put([]byte(r.ID), nil); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Delete(metaIndexVersion)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path, Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatalf("Open an earlier file with damaged records: %v", err)
+	}
+	defer s.Close()
+	if got := keys(t, s, bucketActive); got != nil {
+		t.Errorf("the earlier list of unfinished runs after Open = %v, want it gone", got)
+	}
+	want := []string{brokenRun.CallIDs[0], whole.CallIDs[0]}
+	slices.Sort(want)
+	got, err := s.Pending(t.Context(), store.Filter{})
+	if got := slices.Sorted(slices.Values(ids(got))); err != nil || !slices.Equal(got, want) {
+		t.Errorf("Pending after Open = %v, %v; want %v", got, err, want)
+	}
+}
+
+// ids lists the ids of calls.
+func ids(cs []store.Call) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.ID
+	}
+	return out
+}
+
+// A message accepted with AcceptBegin stays recorded when what its turn
+// would begin with cannot be read (a damaged conversation or lease
+// record): the Begun is zero, with no error and no lease taken, and the
+// caller begins the turn itself.
+func TestAcceptBeginKeepsAMessageItCannotBegin(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	for i, bucket := range [][]byte{bucketConvs, bucketLeases} {
+		conv := fmt.Sprint("C1:", i)
+		lease := store.TurnLease(conv)
+		if i == 0 {
+			damage(t, s, bucket, conv)
+		} else {
+			damage(t, s, bucket, lease)
+		}
+		was := raw(t, s, bucketLeases, lease)
+		m := store.Inbound{EventID: fmt.Sprint("Ev", i), MsgID: fmt.Sprint("M", i), User: "U1", Channel: "C1", Text: "hello"}
+		m, got, b, err := s.AcceptBegin(ctx, conv, m, false, "a", time.Minute)
+		if err != nil || got != store.Accepted || !reflect.DeepEqual(b, store.Begun{}) {
+			t.Errorf("AcceptBegin with a damaged %s record = %q, %+v, %v; want accepted, a zero Begun, nil", bucket, got, b, err)
+		}
+		if inbox, err := s.Inbox(ctx, conv); err != nil || len(inbox) != 1 || inbox[0].Seq != m.Seq {
+			t.Errorf("inbox after AcceptBegin with a damaged %s record = %+v, %v; want the message", bucket, inbox, err)
+		}
+		if now := raw(t, s, bucketLeases, lease); !slices.Equal(now, was) {
+			t.Errorf("lease after AcceptBegin with a damaged %s record = %q, want %q as it was", bucket, now, was)
+		}
+	}
+}
+
+// A decision that completes its step stays recorded when the resume it
+// would begin cannot be read (a damaged conversation or lease record):
+// the ResumeStart is zero, with no error, and neither the lease nor the
+// run's resume claim is taken.
+func TestDecideBeginKeepsADecisionItCannotBegin(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	runs := pause(t, s, 4, 1)
+	for i, r := range runs {
+		bucket, approve := bucketConvs, i >= 2
+		lease := store.TurnLease(r.Conversation)
+		if i%2 == 0 {
+			damage(t, s, bucket, r.Conversation)
+		} else {
+			bucket = bucketLeases
+			damage(t, s, bucket, lease)
+		}
+		was := raw(t, s, bucketLeases, lease)
+		rb := store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute, Start: []string{"approve"}}
+		d := store.Decision{Kind: "approve", Decider: "U2", At: time.Now()}
+		name := "DecideBegin"
+		var c store.Call
+		var complete bool
+		var rs store.ResumeStart
+		if approve {
+			name = "ApproveBegin"
+			c, complete, rs, err = s.ApproveBegin(ctx, r.CallIDs[0], "fp", store.Approval{Approver: "U2"}, nil, nil, 1, d, store.Effects{}, rb)
+		} else {
+			c, complete, rs, err = s.DecideBegin(ctx, r.CallIDs[0], "fp", d, store.Effects{}, rb)
+		}
+		if err != nil || !complete || c.Status != store.Decided || !reflect.DeepEqual(rs, store.ResumeStart{}) {
+			t.Errorf("%s with a damaged %s record = %q, complete %v, %+v, %v; want decided, complete, a zero ResumeStart, nil", name, bucket, c.Status, complete, rs, err)
+		}
+		if got, err := s.GetCall(ctx, r.CallIDs[0]); err != nil || got.Status != store.Decided || got.Executing {
+			t.Errorf("call after %s with a damaged %s record = %q, executing %v, %v; want decided, not executing", name, bucket, got.Status, got.Executing, err)
+		}
+		if now := raw(t, s, bucketLeases, lease); !slices.Equal(now, was) {
+			t.Errorf("lease after %s with a damaged %s record = %q, want %q as it was", name, bucket, now, was)
+		}
+		if ok, err := s.ClaimResume(ctx, r.ID, "b", time.Minute); err != nil || !ok {
+			t.Errorf("ClaimResume after %s with a damaged %s record = %v, %v; want true: no claim was taken", name, bucket, ok, err)
+		}
+	}
+}
