@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -118,6 +119,47 @@ func TestLateReleaseFreesNoLaterHoldOfTheSameProcess(t *testing.T) {
 			must(t, <-done)
 			if n := w.deploys.n.Load(); n != 1 {
 				t.Errorf("deploy ran %d times, want once", n)
+			}
+		})
+	}
+}
+
+// lostAcceptAnswer is a store whose AcceptBegin is made, message recorded
+// and lease taken, but answers an error: its reply was lost.
+type lostAcceptAnswer struct {
+	agent.Store
+	lost bool
+}
+
+func (s *lostAcceptAnswer) AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
+	got, acc, b, err := s.Store.AcceptBegin(ctx, conversation, m, requireKnown, owner, ttl, kinds...)
+	if err == nil && !s.lost {
+		s.lost = true
+		return got, acc, b, errors.New("read tcp: i/o timeout")
+	}
+	return got, acc, b, err
+}
+
+// A step that may have taken the conversation's lease but whose answer
+// was lost gives the lease back: the next turn on the conversation, of
+// this process or another, takes it at once instead of waiting for it to
+// run out, no one holding it by the name it was taken by.
+func TestLeaseOfAStepWhoseAnswerWasLostIsGivenBack(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			w.cfg.LeaseTTL = time.Hour
+			w.cfg.LeaseWait = 100 * time.Millisecond
+			a := w.agentWith(&lostAcceptAnswer{Store: w.store}, w.rec)
+			req := request("what changed?")
+			if _, _, taken, err := a.AcceptTaking(ctx, req, false); err == nil || taken != nil {
+				t.Fatalf("AcceptTaking with its answer lost = taken %v, %v; want an error", taken != nil, err)
+			}
+			w.model.Reply(fakeopenai.Text("nothing"))
+			out, err := a.Run(ctx, request("and now?"))
+			if err != nil || out.Status != agent.Answered {
+				t.Fatalf("the next turn = %+v, %v; want it answered at once", out, err)
 			}
 		})
 	}

@@ -187,18 +187,36 @@ func (l *leases) take(conversation string, begin func(holder string) (bool, erro
 
 // begin runs take for key, which this process has claimed as holder: if
 // take took the lease, the claim becomes the lease held; otherwise (it
-// failed, was refused or panicked) the claim is let go.
+// failed, was refused or panicked) the claim is let go, and a lease that
+// a take which failed may have taken is given back (see giveBack).
 func (l *leases) begin(key, holder string, take func() (bool, error)) (ok bool, err error) {
 	sent := time.Now()
 	defer func() {
-		if ok {
+		switch {
+		case ok:
 			l.taken(key, holder, sent)
-		} else {
+		case err != nil:
+			l.giveBack(key, holder)
+			l.unclaim(key, holder)
+		default:
 			l.unclaim(key, holder)
 		}
 	}()
 	ok, err = take()
 	return ok && err == nil, err
+}
+
+// giveBack releases the lease on key that a take which failed may have
+// taken for holder (the store took it, and the answer was lost), as far as
+// the store answers within a second: no one holds it by that name any
+// more, and this process's next turn on the conversation, as any other,
+// would wait for it to run out.
+func (l *leases) giveBack(key, holder string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := l.store.ReleaseLease(ctx, key, holder); err != nil {
+		l.log.Warn("release a lease a failed step may have taken; it lapses within the lease TTL", "lease", key, "err", err)
+	}
 }
 
 // runHeld is run for a lease this process holds already as holder (see
