@@ -203,11 +203,11 @@ func (c subscriptionEater) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// A subscription to lease releases that Redis never confirms holds up no
-// other watch: one whose context ends meanwhile returns at once, and the
-// attempt itself gives up within its bound (the waiter then re-checks its
-// lease now and then instead).
-func TestUnansweredLeaseSubscriptionHoldsUpNoOtherWatch(t *testing.T) {
+// unansweredStore is a store on the single node of REDIS_URL whose
+// subscriptions Redis never confirms (see unansweredSubscriptions), each
+// attempt bounded by wait; each attempt is told on the channel returned.
+func unansweredStore(t *testing.T, wait time.Duration) (*redisstore.Store, <-chan struct{}) {
+	t.Helper()
 	u := redisURL(t)
 	opts, err := redis.ParseURL(u)
 	if err != nil {
@@ -218,7 +218,16 @@ func TestUnansweredLeaseSubscriptionHoldsUpNoOtherWatch(t *testing.T) {
 	c.AddHook(unansweredSubscriptions{subscribing: subscribing})
 	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, u)})
 	t.Cleanup(func() { _ = s.Close() })
-	s.SetLeaseSubscribeWait(3 * time.Second)
+	s.SetLeaseSubscribeWait(wait)
+	return s, subscribing
+}
+
+// A subscription to lease releases that Redis never confirms holds up no
+// other watch: one whose context ends meanwhile returns at once, and the
+// attempt itself gives up within its bound (the waiter then re-checks its
+// lease now and then instead).
+func TestUnansweredLeaseSubscriptionHoldsUpNoOtherWatch(t *testing.T) {
+	s, subscribing := unansweredStore(t, 3*time.Second)
 
 	first := make(chan error, 1)
 	go func() {
@@ -255,19 +264,9 @@ func TestUnansweredLeaseSubscriptionHoldsUpNoOtherWatch(t *testing.T) {
 // then re-checking its lease instead: they do not each make an attempt of
 // their own in turn, the last waiting for all the others' bounds.
 func TestWatchesWaitingForAFailedSubscriptionFailWithIt(t *testing.T) {
-	u := redisURL(t)
-	opts, err := redis.ParseURL(u)
-	if err != nil {
-		skipOutsideCI(t, "the test needs a single-node REDIS_URL: %v", err)
-	}
-	c := redis.NewClient(opts)
-	subscribing := make(chan struct{}, 10)
-	c.AddHook(unansweredSubscriptions{subscribing: subscribing})
-	s := redisstore.NewFromClient(c, redisstore.Options{Prefix: newPrefix(t, u)})
-	t.Cleanup(func() { _ = s.Close() })
 	// Long enough for the other watches to have come to wait for the
 	// first one's attempt.
-	s.SetLeaseSubscribeWait(3 * time.Second)
+	s, subscribing := unansweredStore(t, 3*time.Second)
 	const n = 4
 	errs := make(chan error, n)
 	watch := func(i int) {

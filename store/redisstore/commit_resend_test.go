@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -30,50 +29,6 @@ func scriptOn(cmd redis.Cmder, suffix string) bool {
 
 // convSuffix is how the key of conversation conv ends (its prefix aside).
 func convSuffix(conv string) string { return ":conv:{conv:" + conv + "}" }
-
-// resendCommitHook runs the first script sent after it is armed that is
-// given the key of conversation conv, alone or in a pipeline, then runs
-// between, then sends it (or its pipeline) again: the client's resending
-// after a lost reply, with another replica's step in between. Unlike
-// resendAfterHook it finds the conversation among all the script's keys,
-// not only the first (a single node's pause script names its run first).
-type resendCommitHook struct {
-	armed   *bool
-	conv    string
-	between func()
-}
-
-func (h resendCommitHook) matches(cmd redis.Cmder) bool {
-	return *h.armed && scriptOn(cmd, convSuffix(h.conv))
-}
-
-func (resendCommitHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h resendCommitHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.matches(cmd) {
-			if err := next(ctx, cmd); err != nil {
-				// A script the server had not loaded is refused: the
-				// EVAL that follows is the sending.
-				return err
-			}
-			*h.armed = false
-			h.between()
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h resendCommitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if slices.ContainsFunc(cmds, h.matches) {
-			if err := next(ctx, cmds); err != nil {
-				return err // as above
-			}
-			*h.armed = false
-			h.between()
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // A commit applied (its lease released) whose reply is lost, sent again
 // by the client after another owner took the conversation and committed
@@ -120,7 +75,7 @@ func TestCommitSentAgainAfterAnotherOwnersCommit(t *testing.T) {
 				}
 				theirs := []byte(`{"by":"b"}`)
 				armed := true
-				c.AddHook(resendCommitHook{armed: &armed, conv: conv, between: func() {
+				c.AddHook(resendAfterHook{armed: &armed, on: func(cmd redis.Cmder) bool { return scriptOn(cmd, convSuffix(conv)) }, between: func() {
 					// The first sending released a's lease: b takes the
 					// conversation and commits.
 					if b, err := other.BeginTurn(ctx, conv, "b", time.Minute); err != nil || !b.Acquired {

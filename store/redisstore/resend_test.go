@@ -24,6 +24,8 @@ type resendAfterHook struct {
 	armed   *bool
 	key     string
 	between func()
+	// on, if set, tells the script in place of key.
+	on func(redis.Cmder) bool
 }
 
 func (resendAfterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -61,6 +63,9 @@ func (h resendAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // matches reports whether cmd is, while armed, a script whose first key
 // names h.key.
 func (h resendAfterHook) matches(cmd redis.Cmder) bool {
+	if h.on != nil {
+		return *h.armed && h.on(cmd)
+	}
 	args := cmd.Args()
 	return *h.armed && len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[0]), "eval") && strings.Contains(fmt.Sprint(args[3]), h.key)
 }
