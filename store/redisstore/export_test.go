@@ -44,3 +44,6 @@ func (s *Store) SetLeaseSubscribeWait(d time.Duration) { s.leases.subscribeWait 
 // ResumeScriptHashes are the SHA-1s of the scripts that begin a resume:
 // the one sent beside a decision on a single node, and BeginResume's.
 func ResumeScriptHashes() (decided, begin string) { return decidedResume.Hash(), beginResume.Hash() }
+
+// RecordsKey is the key of the hash that holds the records of kind.
+func (s *Store) RecordsKey(kind string) string { return s.recordsKey(kind) }

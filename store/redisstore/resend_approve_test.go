@@ -2,9 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -342,4 +344,42 @@ func TestRecordWriteSentAgainAfterAnother(t *testing.T) {
 			t.Errorf("DeleteRecord of a deleted record = %v, want ErrNotFound", err)
 		}
 	})
+}
+
+// A deleted record leaves no field of its own in its kind's hash, which
+// every turn reads whole: records made and deleted by the thousand
+// (standing rules that expire) cost nothing later, and a replica of an
+// earlier version deleting it again finds nothing to delete.
+func TestDeletedRecordsLeaveNoFields(t *testing.T) {
+	for _, topo := range []struct{ name, url string }{
+		{"node", redisURL(t)},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			ctx := t.Context()
+			s := newStore(t, topo.url, redisstore.Options{Prefix: newPrefix(t, topo.url)})
+			const kind = "rules"
+			for i := range 50 {
+				id := "sr-" + strconv.Itoa(i)
+				if _, err := s.PutRecord(ctx, store.Record{Kind: kind, ID: id, Data: json.RawMessage(`{}`)}, -1); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.DeleteRecord(ctx, kind, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := redisstore.NewClient(topo.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			fields, err := c.HKeys(ctx, s.RecordsKey(kind)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(fields) > 1 {
+				t.Errorf("the records' hash holds %d fields after every record was deleted, want one at most (the deletions' sendings): %q", len(fields), fields)
+			}
+		})
+	}
 }

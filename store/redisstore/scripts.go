@@ -459,15 +459,15 @@ end
 return 0
 `)
 
-// recordSentFn holds the Lua functions of the scripts that write a record:
-// sentBy(k, id, nonce), the version the sending nonce wrote to record id
-// of the records k (0 for a delete), or nil if it wrote none, with the
-// record's field n:ID; and named(n, nonce, v), that field with the
-// sending nonce that wrote version v put first. The field holds the
-// sendings that last wrote the record, newest first ("nonce:version",
-// space-separated, the last eight), and outlives a delete: the same
-// sending sent again after its reply was lost, even once other writes
-// landed in between, is answered as the first was, and not written again.
+// recordSentFn holds the Lua functions of putRecord: sentBy(k, id, nonce),
+// the version the sending nonce wrote to record id of the records k, or
+// nil if it wrote none, with the record's field n:ID; and named(n, nonce,
+// v), that field with the sending nonce that wrote version v put first.
+// The field holds the sendings that last wrote the record, newest first
+// ("nonce:version", space-separated, the last eight): the same sending
+// sent again after its reply was lost, even once other writes landed in
+// between, is answered as the first was, and not written again. A delete
+// takes the field with the record (see deleteRecord).
 const recordSentFn = `
 local function sentBy(k, id, nonce)
   local n = redis.call('HGET', k, 'n:' .. id) or ''
@@ -505,18 +505,33 @@ if #KEYS >= 2 then redis.call('INCR', KEYS[2]) end
 return cur + 1
 `)
 
-// deleteRecord deletes a record and, given the key of the count of record
-// changes (a single node), counts the change, if there was a record. The
-// sending that deleted it is named in its place (see recordSentFn).
+// deleteRecord deletes a record, its fields all (no trace of it is left
+// in the hash, which every turn reads whole), and, given the key of the
+// count of record changes (a single node), counts the change, if there was
+// a record. The sendings of the last 32 deletions of the kind are named in
+// one field, n: (no record's, ids being never empty), so that the same
+// sending sent again after its reply was lost is answered as the first
+// was, not as a record not found.
 // KEYS: records of a kind [, count of record changes]
 // ARGV: id, the sending's nonce
 // Returns 1 if deleted, also by this sending before, 0 if there is no
 // record.
-var deleteRecord = redis.NewScript(recordSentFn + `
-local sent, n = sentBy(KEYS[1], ARGV[1], ARGV[2])
-if sent then return 1 end
-if redis.call('HDEL', KEYS[1], 'd:' .. ARGV[1], 'v:' .. ARGV[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'n:' .. ARGV[1], named(n, ARGV[2], 0))
+var deleteRecord = redis.NewScript(`
+local k, id = KEYS[1], ARGV[1]
+local sending = id .. ':' .. ARGV[2]
+local gone = redis.call('HGET', k, 'n:') or ''
+if string.find(' ' .. gone .. ' ', ' ' .. sending .. ' ', 1, true) then return 1 end
+if redis.call('HEXISTS', k, 'd:' .. id) == 0 then
+  redis.call('HDEL', k, 'v:' .. id, 'n:' .. id)
+  return 0
+end
+redis.call('HDEL', k, 'd:' .. id, 'v:' .. id, 'n:' .. id)
+local out = {sending}
+for s in string.gmatch(gone, '%S+') do
+  if #out == 32 then break end
+  out[#out + 1] = s
+end
+redis.call('HSET', k, 'n:', table.concat(out, ' '))
 if #KEYS >= 2 then redis.call('INCR', KEYS[2]) end
 return 1
 `)
