@@ -790,6 +790,11 @@ func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, be
 		// A decision recorded with effects missing (see decided)
 		// stands, and so does the resume it began.
 		s.rs.Claimed = s.rs.Claimed && (s.err == nil || errors.Is(s.err, store.ErrEffects))
+		if errors.Is(s.err, ErrUnconfirmed) {
+			// The step may have taken the lease, its answer lost: it is
+			// given back (see leases.begin).
+			return false, s.err
+		}
 		return s.rs.Claimed, nil
 	}
 	if !begins {

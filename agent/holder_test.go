@@ -164,3 +164,67 @@ func TestLeaseOfAStepWhoseAnswerWasLostIsGivenBack(t *testing.T) {
 		})
 	}
 }
+
+// lostDecisionAnswer is a store whose DecideBegin is made but answers an
+// error (its reply lost), and that answers no BeginResume until the test
+// lets it, so that the decision's step cannot be asked about again.
+type lostDecisionAnswer struct {
+	agent.Store
+	mu   sync.Mutex
+	down bool
+}
+
+func (s *lostDecisionAnswer) DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+	c, complete, rs, err := s.Store.DecideBegin(ctx, callID, fingerprint, d, fx, r)
+	if err == nil {
+		s.mu.Lock()
+		s.down = true
+		s.mu.Unlock()
+		return c, complete, rs, errors.New("read tcp: i/o timeout")
+	}
+	return c, complete, rs, err
+}
+
+func (s *lostDecisionAnswer) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	s.mu.Lock()
+	down := s.down
+	s.mu.Unlock()
+	if down {
+		return store.ResumeStart{}, errors.New("dial tcp: connection refused")
+	}
+	return s.Store.BeginResume(ctx, runID, r)
+}
+
+func (s *lostDecisionAnswer) up() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = false
+}
+
+// A decision whose step may have taken the conversation's lease, its
+// answer lost and not to be had again in time (the clicker is told it is
+// not confirmed), gives the lease back: the conversation's next turn
+// does not wait for it to run out.
+func TestLeaseOfADecisionNotConfirmedIsGivenBack(t *testing.T) {
+	defer agent.SetLostDecisionWait(50 * time.Millisecond)()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			w.cfg.LeaseTTL = time.Hour
+			w.cfg.LeaseWait = 100 * time.Millisecond
+			st := &lostDecisionAnswer{Store: w.store}
+			a := w.agentWith(st, w.rec)
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			_, taken, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			if !errors.Is(err, agent.ErrUnconfirmed) || taken != nil {
+				t.Fatalf("DecideTaking with its answer lost = taken %v, %v; want ErrUnconfirmed", taken != nil, err)
+			}
+			st.up()
+			w.model.Reply(fakeopenai.Text("noted"))
+			if _, err := a.Run(ctx, request("anything else?")); errors.Is(err, agent.ErrLeaseTimeout) {
+				t.Errorf("the next turn = %v; want the conversation's lease free", err)
+			}
+		})
+	}
+}

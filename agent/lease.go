@@ -195,7 +195,7 @@ func (l *leases) begin(key, holder string, take func() (bool, error)) (ok bool, 
 		switch {
 		case ok:
 			l.taken(key, holder, sent)
-		case err != nil:
+		case err != nil && !errors.Is(err, errNoResume):
 			l.giveBack(key, holder)
 			l.unclaim(key, holder)
 		default:
@@ -207,12 +207,13 @@ func (l *leases) begin(key, holder string, take func() (bool, error)) (ok bool, 
 }
 
 // giveBack releases the lease on key that a take which failed may have
-// taken for holder (the store took it, and the answer was lost), as far as
-// the store answers within a second: no one holds it by that name any
-// more, and this process's next turn on the conversation, as any other,
-// would wait for it to run out.
+// taken for holder (the store took it, and the answer was lost): no one
+// holds it by that name any more, and this process's next turn on the
+// conversation, as any other, would wait for it to run out. A store that
+// does not answer at once is left to the lease's ttl: the caller, which
+// may have an envelope to acknowledge, has waited for the store already.
 func (l *leases) giveBack(key, holder string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 	defer cancel()
 	if err := l.store.ReleaseLease(ctx, key, holder); err != nil {
 		l.log.Warn("release a lease a failed step may have taken; it lapses within the lease TTL", "lease", key, "err", err)
