@@ -376,7 +376,10 @@ func (c *committer) lead() {
 			err = fmt.Errorf("commit panicked: %v", p)
 		}
 		for _, w := range group {
-			if !w.answered {
+			// commit deletes the writes it answered alone from its
+			// slice, which shares this one's array, leaving nils at
+			// its end.
+			if w != nil && !w.answered {
 				w.answer(err)
 			}
 		}

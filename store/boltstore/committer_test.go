@@ -311,6 +311,50 @@ func TestCommitterPanicInAWrite(t *testing.T) {
 	}
 }
 
+// A commit that stops short outside the group's error handling (here a
+// write function that ends its goroutine, the leader's, after another
+// write of the group failed and was answered alone) answers every write
+// of the group not answered yet with an error, and hands the lead on.
+func TestCommitterStoppedShortAnswersTheGroup(t *testing.T) {
+	h := holdCommit(t)
+	failed := h.start(func(*bolt.Tx) error { return errors.New("refused") })
+	stopped := h.start(func(*bolt.Tx) error {
+		runtime.Goexit()
+		return nil
+	})
+	h.release()
+	if err := <-h.done; err != nil {
+		t.Fatalf("held write: %v", err)
+	}
+	select {
+	case err := <-stopped:
+		if err == nil {
+			t.Error("the write whose function ended the commit's goroutine succeeded, want an error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write whose function ended the commit's goroutine got no answer in 10s")
+	}
+	// The leader's caller (the failed write's) never returns: its
+	// goroutine ended.
+	select {
+	case err := <-failed:
+		t.Errorf("the leader's caller returned %v after its goroutine ended", err)
+	default:
+	}
+	later := make(chan error, 1)
+	go func() {
+		later <- h.c.update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte("later"), nil) })
+	}()
+	select {
+	case err := <-later:
+		if err != nil {
+			t.Errorf("a write after the stop: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write after the stop got no answer in 10s")
+	}
+}
+
 // A commit made for a lease's holder judges the lease when the write runs:
 // a lease that ran out while the write waited behind another commit is
 // refused, as a lease that ran out before the commit was asked is.
