@@ -292,3 +292,37 @@ func TestWatchesWaitingForAFailedSubscriptionFailWithIt(t *testing.T) {
 		t.Errorf("%d more attempts to subscribe were made, want the first one alone", extra)
 	}
 }
+
+// A watch waiting for another's attempt to subscribe, which that one gave
+// up on when its own context ended, makes an attempt of its own rather
+// than failing with the other's context.
+func TestWatchOutlivingAnotherAttemptTriesItself(t *testing.T) {
+	s, subscribing := unansweredStore(t, 2*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.WatchLease(ctx, store.TurnLease("T1/C1/7.1"))
+		first <- err
+	}()
+	<-subscribing
+	second := make(chan error, 1)
+	go func() {
+		_, err := s.WatchLease(context.Background(), store.TurnLease("T1/C1/7.2"))
+		second <- err
+	}()
+	cancel()
+	select {
+	case <-subscribing:
+		// The second watch's own attempt.
+	case err := <-second:
+		t.Fatalf("the second watch ended (%v) without an attempt of its own", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no second attempt within 30s")
+	}
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Errorf("the first watch = %v, want context.Canceled", err)
+	}
+	if err := <-second; err == nil || errors.Is(err, context.Canceled) {
+		t.Errorf("the second watch = %v, want its own attempt's failure", err)
+	}
+}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -88,9 +89,11 @@ func (h *leaseHub) watch(ctx context.Context, key string) (*leaseWatch, error) {
 			h.mu.Unlock()
 			select {
 			case <-at.done:
-				if at.err != nil {
+				if at.err != nil && (ctx.Err() != nil || !isContextErr(at.err)) {
 					return nil, at.err
 				}
+				// Made, or given up because the watch making it was
+				// given up on: try again.
 				continue
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -122,15 +125,26 @@ func (h *leaseHub) watch(ctx context.Context, key string) (*leaseWatch, error) {
 // subscribe makes the pattern subscription to the prefix's releases, and
 // waits for Redis to confirm it (from then on, releases reach this
 // process) until ctx ends or subscribeWait has passed.
+// An attempt given up because ctx ended returns ctx's error, so that the
+// watches waiting for it, whose contexts have not ended, try again.
 func (h *leaseHub) subscribe(ctx context.Context) (*redis.PubSub, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.subscribeWait)
+	sctx, cancel := context.WithTimeout(ctx, h.subscribeWait)
 	defer cancel()
-	ps := h.c.PSubscribe(ctx, globEscaper.Replace(h.prefix)+"*")
-	if _, err := ps.Receive(ctx); err != nil {
+	ps := h.c.PSubscribe(sctx, globEscaper.Replace(h.prefix)+"*")
+	if _, err := ps.Receive(sctx); err != nil {
 		_ = ps.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, err
 	}
 	return ps, nil
+}
+
+// isContextErr reports whether err is a context's ending: an attempt to
+// subscribe given up by the watch that made it, not failed by Redis.
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // isClosing reports whether close was called.

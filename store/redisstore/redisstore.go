@@ -824,12 +824,13 @@ func (s *Store) saveResultBeside(ctx context.Context, callID string, result []by
 
 // keepOnce leaves an audit entry in the log exactly once: the copies
 // newer than the oldest are removed, and the entry is added if the log
-// has none.
+// has none. Only the newest 1,000 entries are looked at: the copies were
+// pushed seconds apart, and a long log is not scanned whole.
 // KEYS: audit
 // ARGV: entry, max entries kept
 // Returns how many copies the log had.
 var keepOnce = redis.NewScript(`
-local at = redis.call('LPOS', KEYS[1], ARGV[1], 'COUNT', 0)
+local at = redis.call('LPOS', KEYS[1], ARGV[1], 'COUNT', 0, 'MAXLEN', 1000)
 if #at == 0 then
   redis.call('LPUSH', KEYS[1], ARGV[1])
   redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
