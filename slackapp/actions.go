@@ -349,10 +349,11 @@ func (a *App) afterPause(ctx context.Context, c click, callID string, err error)
 }
 
 // resumeLater queues the resume of a run that a person's decision
-// completed on its conversation's queue. Its thread is told if it waits
-// long for a turn slot (see turnSlot): people wait for it.
+// completed on its conversation's queue. Its thread is told if it, or work
+// queued ahead of it, waits long for a turn slot (see turnSlot): people
+// wait for it.
 func (a *App) resumeLater(ctx context.Context, conversation, runID string) {
-	a.enqueue(ctx, conversation, func(ctx context.Context) { a.resumeQueued(ctx, conversation, runID, true) })
+	a.enqueueAsked(ctx, conversation, func(ctx context.Context) { a.resumeQueued(ctx, conversation, runID, true) })
 }
 
 // resumeFound queues the resume of a run that the sweep or the expiry

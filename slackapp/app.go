@@ -44,7 +44,9 @@ type Config struct {
 	// told that it is queued (default 2s). A conversation is told at most
 	// once while it has work. A takeover, or a resume that the sweep or
 	// the expiry started, waits untold: nobody in the thread asked this
-	// process for it.
+	// process for it. Once a person's message or decision is queued behind
+	// such work, the person waits as long as it does, so the thread is
+	// told as soon as that work has waited QueuedNoticeAfter.
 	QueuedNoticeAfter time.Duration
 	// SweepInterval is how often decided runs whose resume was lost (its
 	// process died) are recovered, and the longest the expiry timer sleeps
@@ -523,7 +525,14 @@ func (a *App) spawn(ctx context.Context, what string, fn func(ctx context.Contex
 // queue is the work waiting on one key (a conversation, or a card), run in
 // order by one goroutine that exists while there is work.
 type queue struct {
-	jobs []func(ctx context.Context)
+	jobs []queuedJob
+	// asked counts the jobs in jobs that someone in the thread waits for
+	// (see enqueueAsked).
+	asked int
+	// overdue is set while work nobody asked for waits for a turn slot
+	// past QueuedNoticeAfter: work someone asked for that is queued behind
+	// it waits as long, so its thread is told at once (see turnSlot).
+	overdue bool
 	// told is set once the conversation's thread was told that a turn of
 	// it is queued (see turnSlot).
 	told bool
@@ -532,18 +541,56 @@ type queue struct {
 	restartTold bool
 }
 
+// queuedJob is one piece of work on a queue.
+type queuedJob struct {
+	run func(ctx context.Context)
+	// asked is set when someone in the conversation's thread waits for
+	// the work (see enqueueAsked).
+	asked bool
+}
+
 // enqueue adds work to key's queue and starts the queue's goroutine if it
 // has none. Work of one key runs in the order it was queued, one at a
 // time; work of different keys never waits on each other. It must be
-// called where spawn may be.
+// called where spawn may be. Nobody in the conversation's thread waits for
+// this work; see enqueueAsked for work someone does.
 func (a *App) enqueue(ctx context.Context, key string, job func(ctx context.Context)) {
+	a.enqueueJob(ctx, key, queuedJob{run: job})
+}
+
+// enqueueAsked is enqueue for work that someone in the conversation's
+// thread waits for: a person's message, or the resume of a person's
+// decision. Work ahead of it that waits for a turn slot untold keeps the
+// person waiting too, so that wait tells the thread on its behalf (see
+// turnSlot).
+func (a *App) enqueueAsked(ctx context.Context, key string, job func(ctx context.Context)) {
+	a.enqueueJob(ctx, key, queuedJob{run: job, asked: true})
+}
+
+// enqueueJob is enqueue and enqueueAsked, with job.asked telling which.
+func (a *App) enqueueJob(ctx context.Context, key string, job queuedJob) {
 	a.mu.Lock()
 	if q, ok := a.queues[key]; ok {
 		q.jobs = append(q.jobs, job)
+		notice := false
+		if job.asked {
+			q.asked++
+			// The work ahead has waited past QueuedNoticeAfter already,
+			// so the load is no blip: the person is told now rather
+			// than after a wait of their own.
+			notice = q.overdue && !q.told
+			q.told = q.told || notice
+		}
 		a.mu.Unlock()
+		if notice {
+			a.postQueuedNotice(ctx, key)
+		}
 		return
 	}
-	q := &queue{jobs: []func(context.Context){job}}
+	q := &queue{jobs: []queuedJob{job}}
+	if job.asked {
+		q.asked = 1
+	}
 	a.queues[key] = q
 	a.mu.Unlock()
 	a.spawn(ctx, "queue", func(ctx context.Context) { a.serve(ctx, key, q) })
@@ -591,8 +638,11 @@ func (a *App) serve(ctx context.Context, key string, q *queue) {
 			return
 		}
 		job := q.jobs[0]
-		q.jobs[0] = nil
+		q.jobs[0] = queuedJob{}
 		q.jobs = q.jobs[1:]
+		if job.asked {
+			q.asked--
+		}
 		a.mu.Unlock()
 		func() {
 			defer func() {
@@ -601,7 +651,7 @@ func (a *App) serve(ctx context.Context, key string, q *queue) {
 					a.m.error("panic")
 				}
 			}()
-			job(ctx)
+			job.run(ctx)
 		}()
 	}
 }
@@ -617,37 +667,33 @@ const queuedText = "I'm working on many conversations right now; yours is queued
 // had work: while the bot is saturated, each waiting conversation costs
 // Slack one post at most. Work nobody in the thread asked this process for
 // (a takeover, which may find another process answering the conversation,
-// or a resume found by the sweep or the expiry) waits untold. It returns a
-// release func, or an error if ctx ended first.
+// or a resume found by the sweep or the expiry) waits untold, unless work
+// someone asked for is queued behind it (see enqueueAsked): that person
+// waits for it as well, and its own wait starts only after this one, so
+// this wait tells the thread on their behalf. It returns a release func,
+// or an error if ctx ended first.
 func (a *App) turnSlot(ctx context.Context, conversation string, tell bool) (release func(), err error) {
 	release = func() { a.slots.Release(1) }
 	if a.slots.TryAcquire(1) {
 		return release, nil
 	}
 	a.m.error("turns_queued")
-	if !tell {
-		if err := a.slots.Acquire(ctx, 1); err != nil {
-			return nil, err
-		}
-		return release, nil
-	}
 	// The timer hands the notice to a goroutine of the app's; this one
 	// waits for the hand-off, so that the notice is counted before the
 	// queue's goroutine may end.
 	handed := make(chan struct{})
 	notice := time.AfterFunc(a.cfg.QueuedNoticeAfter, func() {
 		defer close(handed)
-		if a.firstQueuedNotice(conversation) {
-			a.spawn(ctx, "queued notice", func(ctx context.Context) {
-				if _, channel, thread, ok := parseKey(conversation); ok {
-					a.post(ctx, channel, thread, queuedText)
-				}
-			})
+		if a.queuedNoticeDue(conversation, tell) {
+			a.postQueuedNotice(ctx, conversation)
 		}
 	})
 	err = a.slots.Acquire(ctx, 1)
 	if !notice.Stop() {
 		<-handed
+	}
+	if !tell {
+		a.untoldWaitOver(conversation)
 	}
 	if err != nil {
 		return nil, err
@@ -655,17 +701,45 @@ func (a *App) turnSlot(ctx context.Context, conversation string, tell bool) (rel
 	return release, nil
 }
 
-// firstQueuedNotice reports whether the conversation's thread is to be told
-// that its turn is queued: the first time while its queue has work.
-func (a *App) firstQueuedNotice(conversation string) bool {
+// queuedNoticeDue reports, once a turn of the conversation has waited
+// QueuedNoticeAfter for a slot, whether its thread is to be told that it is
+// queued: the first time while its queue has work, if someone waits for
+// the turn (tell) or for work queued behind it. Otherwise the wait is
+// marked overdue, so that work someone asked for queued behind it later
+// tells the thread at once (see enqueueAsked).
+func (a *App) queuedNoticeDue(conversation string, tell bool) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	q := a.queues[conversation]
 	if q == nil || q.told {
 		return false
 	}
+	if !tell && q.asked == 0 {
+		q.overdue = true
+		return false
+	}
 	q.told = true
 	return true
+}
+
+// untoldWaitOver ends the wait of work nobody asked for: work someone asks
+// for from now on waits for its own turn slot, and tells for itself.
+func (a *App) untoldWaitOver(conversation string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if q := a.queues[conversation]; q != nil {
+		q.overdue = false
+	}
+}
+
+// postQueuedNotice tells the conversation's thread, from a goroutine of the
+// app's, that its turn is queued. It must be called where spawn may be.
+func (a *App) postQueuedNotice(ctx context.Context, conversation string) {
+	a.spawn(ctx, "queued notice", func(ctx context.Context) {
+		if _, channel, thread, ok := parseKey(conversation); ok {
+			a.post(ctx, channel, thread, queuedText)
+		}
+	})
 }
 
 // firstRestartNote reports whether the conversation's thread is to be

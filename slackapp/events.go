@@ -211,7 +211,7 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 		switch {
 		case in == intakeDrop:
 		case q == nil:
-			a.enqueue(ctx, key, func(ctx context.Context) {
+			a.enqueueAsked(ctx, key, func(ctx context.Context) {
 				if ctx.Err() != nil {
 					// Shutdown cancelled the work before this message's turn.
 					a.notStarted(ctx, m, req, recorded)

@@ -150,6 +150,57 @@ func TestWorkNobodyAskedForWaitsUntold(t *testing.T) {
 	}
 }
 
+// A person's message in the thread of a takeover, or of a resume the sweep
+// or the expiry found, that waits for a turn slot queues behind that work,
+// and waits as long: the thread is told that it is queued while the slot
+// is still busy, not once the work ahead has had its turn. Until the
+// person writes, the thread is told nothing.
+func TestAPersonBehindUntoldWorkIsTold(t *testing.T) {
+	for name, pass := range map[string]func(a *App, ctx context.Context, stopping <-chan struct{}){
+		"takeover": (*App).takeover,
+		"sweep":    (*App).sweep,
+		"expiry":   (*App).expire,
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			fs, a, done := queueSlack(t, Config{MaxTurns: 1, QueuedNoticeAfter: time.Millisecond, SweepInterval: time.Hour, TakeoverInterval: time.Hour, Metrics: NewMetrics(reg)})
+			listed := fs.Post("C1", "U1", "a thread whose work was left unanswered")
+			other := fs.Post("C1", "U2", "a thread whose message waits here")
+			a.ag = &passAgent{key: ConversationKey("T1", "C1", listed)}
+			ctx := t.Context()
+			queued := func() float64 { return errorsCounted(t, reg, "turns_queued") }
+			// The only turn slot is busy, as with a long turn of a third
+			// conversation.
+			if err := a.slots.Acquire(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			stopping := make(chan struct{})
+			a.spawn(ctx, name, func(ctx context.Context) { pass(a, ctx, stopping) })
+			waitFor(t, "the "+name+" waiting for the slot", func() bool { return queued() == 1 })
+			// A message of another conversation, which starts waiting
+			// after the listed one's work, is told first: by then the
+			// listed work has waited past QueuedNoticeAfter too.
+			a.onMessage(ctx, message{team: "T1", channel: "C1", user: "U2", text: "hello", ts: other}, "E1", false, func() {})
+			waitFor(t, "the other thread told that its message is queued", func() bool { return queuedNotes(fs, "C1", other) == 1 })
+			if n := queuedNotes(fs, "C1", listed); n != 0 {
+				t.Fatalf("the thread of work the %s pass queued was told %d times that it is queued before anyone wrote there, want never:\n%s", name, n, dumpMessages(fs.Thread("C1", listed)))
+			}
+
+			reply := fs.ThreadReply("C1", listed, "U1", "is anyone there?")
+			a.onMessage(ctx, message{team: "T1", channel: "C1", user: "U1", text: "is anyone there?", ts: reply, threadTS: listed}, "E2", true, func() {})
+			// The slot is still held: the person's message waits behind
+			// the listed work, and its thread hears so now.
+			waitFor(t, "the thread of the message queued behind the "+name+" told that it is queued", func() bool { return queuedNotes(fs, "C1", listed) == 1 })
+			a.slots.Release(1)
+			close(stopping)
+			done()
+			if n := queuedNotes(fs, "C1", listed); n != 1 {
+				t.Errorf("the thread of the message queued behind the %s was told %d times that it is queued, want once:\n%s", name, n, dumpMessages(fs.Thread("C1", listed)))
+			}
+		})
+	}
+}
+
 // clickAgent holds a click's decision, and then the turn of a message
 // queued on the conversation meanwhile, each until the test releases it.
 type clickAgent struct {
