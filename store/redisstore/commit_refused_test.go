@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -222,5 +223,216 @@ func TestPauseWhoseListingsCannotBeWrittenIsNotSaved(t *testing.T) {
 	}
 	if ok, err := s.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute); err != nil || ok {
 		t.Errorf("AcquireLease by b after the failed pause = %v, %v; want false: a still holds it", ok, err)
+	}
+}
+
+// A pause whose commit is refused leaves its run when an approver decided
+// its call, or another process claimed the run's resume, after the run was
+// created and before the conversation's script: the cards are posted
+// before the commit, and the process that took the lapsed lease may be
+// resuming the run already. Deleted then, the run would be lost to that
+// resume (its claim, its calls, and where to save its result and finish),
+// though the tool may have run. The run stays as the decision left it,
+// listed for Stalled while no resume holds it; the resume that finds its
+// conversation not paused on it finishes it without running its calls.
+func TestRefusedPauseLeavesADecidedRun(t *testing.T) {
+	for _, topo := range []struct {
+		name, url string
+		finish    []bool
+	}{
+		{"node", redisURL(t), []bool{true}},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"), []bool{false, true}},
+	} {
+		for _, finish := range topo.finish {
+			for _, claim := range []bool{false, true} {
+				t.Run(topo.name+"/"+map[bool]string{true: "resume", false: "pause"}[finish]+"/"+map[bool]string{true: "claimed", false: "decided"}[claim], func(t *testing.T) {
+					testRefusedPauseLeavesADecidedRun(t, topo.url, finish, claim)
+				})
+			}
+		}
+	}
+}
+
+func testRefusedPauseLeavesADecidedRun(t *testing.T, u string, finish, claim bool) {
+	c, s, other := hookedPair(t, u)
+	ctx := t.Context()
+	conv, resumed := pausedOnOneCall(t, s, "fp0")
+	if b, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil || !b.Acquired {
+		t.Fatalf("BeginTurn by a = %v, %v", b.Acquired, err)
+	}
+	now := time.Now()
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp1", Requester: "U1", Approvers: []string{"UA"}, Conversation: conv,
+		ExpiresAt: now.Add(time.Hour), RemindAt: now.Add(time.Minute)}
+	commit := store.Commit{Key: conv, Run: &r, Calls: []store.Call{call}, Holder: "a", Release: "a",
+		Conversation: &store.Conversation{State: []byte(`{"by":"a"}`), PausedRun: r.ID}}
+	if finish {
+		commit.Finish = store.RunOf(resumed[0].ID)
+	}
+	before, err := s.LoadConversation(ctx, conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed := true
+	acted := false
+	c.AddHook(beforeCommitHook{armed: &armed, conv: conv, between: func() {
+		// a's lease runs out after its run is created; an approver
+		// decides the call from its card, and another process takes the
+		// conversation's lease and, when asked, claims the resume of the
+		// step the decision completed.
+		if err := other.ReleaseLease(ctx, store.TurnLease(conv), "a"); err != nil {
+			t.Error(err)
+		}
+		d := store.Decision{Kind: "approve", Decider: "UA", At: time.Now()}
+		if _, complete, err := other.DecideAudited(ctx, call.ID, call.Fingerprint, d, store.Effects{Unanswered: conv}); err != nil || !complete {
+			t.Errorf("DecideAudited(%s) before the conversation's script = complete %v, %v; want the step complete", call.ID, complete, err)
+			return
+		}
+		if ok, err := other.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute); err != nil || !ok {
+			t.Errorf("AcquireLease by b = %v, %v", ok, err)
+			return
+		}
+		acted = true
+		if claim {
+			ok, err := other.ClaimResume(ctx, r.ID, "b", time.Minute)
+			acted = ok && err == nil
+		}
+	}})
+	err = s.CommitTurn(ctx, commit)
+	if !acted {
+		t.Fatal("the call was not decided, or the resume not claimed, before the conversation's script")
+	}
+	if !errors.Is(err, store.ErrNotHolder) {
+		t.Fatalf("CommitTurn of a pause whose lease was taken before the conversation's script = %v, want ErrNotHolder", err)
+	}
+	_, calls, err := s.LoadRun(ctx, r.ID)
+	if err != nil {
+		t.Fatalf("LoadRun(%s) of the refused pause whose call was decided = %v, want the run left to its resume", r.ID, err)
+	}
+	if len(calls) != 1 || calls[0].Status != store.Decided {
+		t.Errorf("the calls of the refused pause = %+v, want its call, decided", calls)
+	}
+	if claim {
+		if ok, err := s.RenewClaim(ctx, r.ID, "b", time.Minute); err != nil || !ok {
+			t.Errorf("RenewClaim by b after the refused pause = %v, %v; want b's claim still held", ok, err)
+		}
+	} else if got, err := s.Stalled(ctx, 0); err != nil || !slices.Contains(got, r.ID) {
+		t.Errorf("Stalled after the refused pause = %v, %v; want %s listed for its resume", got, err, r.ID)
+	}
+	if got, err := s.LoadConversation(ctx, conv); err != nil || got.PausedRun != before.PausedRun || string(got.State) != string(before.State) {
+		t.Errorf("LoadConversation after the refused pause = paused on %q (%s), %v; want it as before, paused on %q", got.PausedRun, got.State, err, before.PausedRun)
+	}
+}
+
+// unloadedAndFailHook, once armed, sends the conversation's script of the
+// first pipeline that holds a script given the key of conversation conv
+// by a SHA that Redis does not know, as when Redis has forgotten its
+// scripts (a restart, SCRIPT FLUSH), then fails the commands that fail
+// picks, as if their node went down, though the rest was applied. A SCRIPT
+// FLUSH would do the same for every client of the Redis, and change how
+// other tests' scripts are sent. noscript is set if the conversation's
+// script was refused unrun.
+type unloadedAndFailHook struct {
+	armed    *bool
+	conv     string
+	fail     func(redis.Cmder) bool
+	noscript *bool
+}
+
+func (unloadedAndFailHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (unloadedAndFailHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h unloadedAndFailHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		isScript := func(c redis.Cmder) bool { return c.Name() == "evalsha" && scriptOn(c, convSuffix(h.conv)) }
+		if !*h.armed || !slices.ContainsFunc(cmds, isScript) {
+			return next(ctx, cmds)
+		}
+		*h.armed = false
+		for _, c := range cmds {
+			if isScript(c) {
+				c.Args()[1] = strings.Repeat("f", 40)
+			}
+		}
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if isScript(c) {
+				*h.noscript = redis.HasErrorPrefix(c.Err(), "NOSCRIPT")
+			}
+			if h.fail(c) {
+				c.SetErr(errors.New("node unreachable"))
+			}
+		}
+		return err
+	}
+}
+
+// A pause whose conversation's script was refused unrun (Redis had
+// forgotten its scripts) while another command of its pipeline failed is
+// not sent again and fails; its run, which no conversation is paused on,
+// is deleted and unlisted, as after a refusal, rather than asked about
+// and reminded of until it expires.
+func TestPauseWhoseScriptNeverRanLeavesNoRun(t *testing.T) {
+	for _, topo := range []struct {
+		name, url string
+		finish    []bool
+	}{
+		{"node", redisURL(t), []bool{true}},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"), []bool{false, true}},
+	} {
+		for _, finish := range topo.finish {
+			t.Run(topo.name+"/"+map[bool]string{true: "resume", false: "pause"}[finish], func(t *testing.T) {
+				testPauseWhoseScriptNeverRanLeavesNoRun(t, topo.url, finish)
+			})
+		}
+	}
+}
+
+func testPauseWhoseScriptNeverRanLeavesNoRun(t *testing.T, u string, finish bool) {
+	c, s, _ := hookedPair(t, u)
+	ctx := t.Context()
+	conv, resumed := pausedOnOneCall(t, s, "fp0")
+	if b, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil || !b.Acquired {
+		t.Fatalf("BeginTurn by a = %v, %v", b.Acquired, err)
+	}
+	now := time.Now()
+	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
+	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp1", Requester: "U1", Approvers: []string{"UA"}, Conversation: conv,
+		ExpiresAt: now.Add(time.Hour), RemindAt: now.Add(time.Minute)}
+	commit := store.Commit{Key: conv, Run: &r, Calls: []store.Call{call}, Holder: "a", Release: "a",
+		Conversation: &store.Conversation{State: []byte(`{"by":"a"}`), PausedRun: r.ID},
+		Audit:        []store.AuditEntry{{Actor: "a", Action: "request", Thread: conv, CallID: call.ID}}}
+	if finish {
+		commit.Finish = store.RunOf(resumed[0].ID)
+	}
+	before, err := s.LoadConversation(ctx, conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed, noscript := true, false
+	c.AddHook(unloadedAndFailHook{armed: &armed, conv: conv, noscript: &noscript, fail: on("lpush", s.AuditKey())})
+	err = s.CommitTurn(ctx, commit)
+	if armed || !noscript {
+		t.Fatal("the conversation's script was not refused unrun")
+	}
+	if err == nil || errors.Is(err, store.ErrNotHolder) {
+		t.Fatalf("CommitTurn whose script was refused unrun beside a failed command = %v, want that command's error", err)
+	}
+	if _, _, err := s.LoadRun(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadRun(%s) of the pause whose script never ran = %v, want ErrNotFound", r.ID, err)
+	}
+	isCall := func(c store.Call) bool { return c.ID == call.ID }
+	for _, f := range []store.Filter{{}, {Approver: "UA"}, {Conversation: conv}} {
+		if got, err := s.Pending(ctx, f); err != nil || slices.ContainsFunc(got, isCall) {
+			t.Errorf("Pending(%+v) after the failed pause = %d calls, %v; want none of its calls", f, len(got), err)
+		}
+	}
+	if got, err := s.DueReminders(ctx, now.Add(2*time.Minute), 0); err != nil || slices.ContainsFunc(got, isCall) {
+		t.Errorf("DueReminders after the failed pause = %d calls, %v; want none of its calls", len(got), err)
+	}
+	if got, err := s.LoadConversation(ctx, conv); err != nil || got.PausedRun != before.PausedRun || string(got.State) != string(before.State) {
+		t.Errorf("LoadConversation after the failed pause = paused on %q (%s), %v; want it as before, paused on %q", got.PausedRun, got.State, err, before.PausedRun)
+	}
+	if got, _, err := s.LoadRun(ctx, commit.Finish); finish && (err != nil || got.Finished) {
+		t.Errorf("LoadRun(%s) after a failed resume = finished %v, %v; want it not finished", commit.Finish, got.Finished, err)
 	}
 }

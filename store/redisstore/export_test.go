@@ -47,3 +47,12 @@ func ResumeScriptHashes() (decided, begin string) { return decidedResume.Hash(),
 
 // RecordsKey is the key of the hash that holds the records of kind.
 func (s *Store) RecordsKey(kind string) string { return s.recordsKey(kind) }
+
+// LoadSaveResultScript loads SaveResult's script on every primary.
+func LoadSaveResultScript(ctx context.Context, c redis.UniversalClient) error {
+	load := func(ctx context.Context, c *redis.Client) error { return saveResult.Load(ctx, c).Err() }
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, load)
+	}
+	return load(ctx, c.(*redis.Client))
+}

@@ -214,6 +214,11 @@ func TestSaveResultMadeAgainAfterALostReplyIsAudited(t *testing.T) {
 	if ok, err := s.BeginExecution(ctx, id); err != nil || !ok {
 		t.Fatalf("BeginExecution = %v, %v", ok, err)
 	}
+	// Loaded, so that the script goes in the pipeline: the client would
+	// send its NOSCRIPT fallback again by itself after the lost reply.
+	if err := redisstore.LoadSaveResultScript(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 	armed := true
 	c.AddHook(loseScriptReplyHook{armed: &armed, key: id})
 	result := []byte(`{"content":"done"}`)

@@ -554,8 +554,10 @@ func (s *Store) createRunHeld(ctx context.Context, c store.Commit) (newRun, erro
 	n, err := created.Int()
 	if held != nil {
 		if err == nil && n == 1 {
-			// Every key the script wrote has the run's hash tag.
-			s.c.Del(context.WithoutCancel(ctx), nr.keys...)
+			// Every key the script wrote has the run's hash tag. Not
+			// listed yet, the run may still have been decided, or its
+			// resume claimed, since it was written (see dropRun).
+			dropUndecidedRun.Run(context.WithoutCancel(ctx), s.c, append(slices.Clone(nr.keys), s.claimKey(nr.run.ID)))
 		}
 		return newRun{}, held
 	}
@@ -690,21 +692,79 @@ func (s *Store) listRun(ctx context.Context, nr newRun) error {
 	})
 }
 
+// dropUndecidedRun deletes a run, its calls and its resume claim, unless
+// the run was acted on since it was created: a call of it decided (its
+// status no longer pending, the run's pending count below its number of
+// calls, or a decision named as the one that completed its step), or its
+// resume claimed or finished (the claim key, a claim's nonce on the run,
+// or the finished mark). The cards of a pause are posted before its
+// commit, so an approver may decide its calls, and another process claim
+// its resume, before the conversation's script refuses the commit; a run
+// deleted then would be lost to that resume while it runs (its claim, its
+// result and its finish would find nothing, though its tool may have
+// run). A run left here is finished by its resume, which finds its
+// conversation not paused on it and runs none of its calls. An approval
+// counted on a call that needs several does not keep the run, as it
+// completes no step and only the run's expiry would end the run. The
+// checks and the deletion are one script, on the run's hash slot, so that
+// no decision or claim comes in between.
+// KEYS: run, call..., claim
+// Returns 1 if the run was deleted (or was gone already), 0 if it is left.
+var dropUndecidedRun = redis.NewScript(`
+if redis.call('EXISTS', KEYS[#KEYS]) == 1 then return 0 end
+local v = redis.call('HMGET', KEYS[1], 'pending', 'finished', 'completed', 'claim_nonce')
+if v[2] == '1' or v[3] or v[4] or (v[1] and tonumber(v[1]) ~= #KEYS - 2) then return 0 end
+for i = 2, #KEYS - 1 do
+  local st = redis.call('HGET', KEYS[i], 'status')
+  if st and st ~= 'pending' then return 0 end
+end
+for i = 1, #KEYS do redis.call('DEL', KEYS[i]) end
+return 1
+`)
+
 // dropRun deletes a new run that no conversation is paused on (the
-// conversation's script refused the commit, or its listings could not be
-// written), and takes its calls out of the listings: no approver is asked,
-// or reminded, to decide a call whose pause was never saved. Every key of
-// the run has its hash tag (one command); a listing whose removal fails
-// names calls that are gone, which its readers drop.
+// conversation's script refused the commit or never ran, or the run's
+// listings could not be written), and takes its calls out of the
+// listings: no approver is asked, or reminded, to decide a call whose
+// pause was never saved. A run that a decision or a resume acted on
+// meanwhile is left, listings included (see dropUndecidedRun). The
+// listings are taken out only once the run is deleted: a listing whose
+// removal fails names calls that are gone, which its readers drop, and a
+// run the script could not be sent to stays listed as it exists.
 func (s *Store) dropRun(ctx context.Context, nr newRun) {
 	// Sent however the commit's context ended.
 	ctx = context.WithoutCancel(ctx)
+	keys := append(slices.Clone(nr.keys), s.claimKey(nr.run.ID))
+	// Sent as a pipeline, as the commit's other writes are, so that the
+	// client's pipeline hooks see every write of a commit; by its text
+	// only if Redis had not loaded it.
 	p := s.c.Pipeline()
-	p.Del(ctx, append(slices.Clone(nr.keys), s.claimKey(nr.run.ID))...)
+	drop := dropUndecidedRun.EvalSha(ctx, p, keys)
+	_, _ = p.Exec(ctx)
+	if redis.HasErrorPrefix(drop.Err(), "NOSCRIPT") {
+		drop = dropUndecidedRun.Run(ctx, s.c, keys)
+	}
+	if n, err := drop.Int(); err != nil || n != 1 {
+		return
+	}
+	if len(nr.index) == 0 {
+		return
+	}
+	p = s.c.Pipeline()
 	for _, e := range nr.index {
 		p.ZRem(ctx, e.key, e.member)
 	}
 	_, _ = p.Exec(ctx)
+}
+
+// neverApplied reports whether the commit whose sending's mark is mark
+// (see commitMark) is known not to have been applied: the mark, which its
+// script writes with the rest, is not there. A NOSCRIPT reply alone does
+// not prove it: go-redis sends a script again when its reply is lost, and
+// the first sending may have been applied by a node that then failed over
+// to a replica that does not hold the script.
+func (s *Store) neverApplied(ctx context.Context, mark string) bool {
+	return errors.Is(s.c.Get(context.WithoutCancel(ctx), mark).Err(), redis.Nil)
 }
 
 // markPaused marks the conversation of r, another than the commit's, as
@@ -738,9 +798,11 @@ func (s *Store) markPaused(ctx context.Context, p redis.Pipeliner, r store.Run) 
 // that no other owner holds its lease, and writes nothing if one does;
 // on the general path the run, created in its own step first, is kept
 // only if the lease read beside it names the holder and the conversation's
-// script then makes the commit: a run whose commit is refused is deleted
-// and taken out of the listings (a run created while the store cannot tell
-// stays, unlisted, until it expires); the audit entries added beside the
+// script then makes the commit: a run whose commit is refused, or whose
+// conversation's script is known never to have run, is deleted and taken
+// out of the listings unless a decision or a resume acted on it meanwhile
+// (see dropRun; a run created while the store cannot tell stays, unlisted,
+// until it expires); the audit entries added beside the
 // conversation's script are taken back if the commit is refused or fails,
 // and written again if only their part failed; the conversation is marked
 // as paused on the run only by its script, with the rest of it (a run of
@@ -837,7 +899,8 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		// entries went beside it: they are taken back, as a refused
 		// commit writes none (its writer keeps them, and writes them
 		// itself). The run, created and listed before, is paused on by
-		// no conversation: it is deleted, and unlisted.
+		// no conversation: it is deleted, and unlisted, unless a decision
+		// or a resume acted on it meanwhile (see dropRun).
 		s.unpushAudit(ctx, entriesWhere(pushed, pushes, true))
 		if c.Run != nil {
 			s.dropRun(ctx, nr)
@@ -862,6 +925,13 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		// The commit fails, so its writer keeps its entries for its next
 		// write: those added are taken back, as after a refusal.
 		s.unpushAudit(ctx, entriesWhere(pushed, pushes, true))
+		if c.Run != nil && redis.HasErrorPrefix(commit.Err(), "NOSCRIPT") && s.neverApplied(ctx, keys[3]) {
+			// The script was not loaded and, another command having
+			// failed, not sent again: no conversation is paused on the
+			// run, which would otherwise stay listed, and be reminded,
+			// until it expires. It is dropped as after a refusal.
+			s.dropRun(ctx, nr)
+		}
 		return fmt.Errorf("commit turn of %s: %w", c.Key, err)
 	}
 	left, err := commit.Int64()
