@@ -77,28 +77,82 @@ func TestRefusedPauseLeavesNoRun(t *testing.T) {
 	}
 }
 
-func testRefusedPauseLeavesNoRun(t *testing.T, u string, finish, record bool) {
-	c, s, other := hookedPair(t, u)
+// refusedPause is a pause that a, holding the conversation's lease, is
+// about to commit on a conversation paused before (with finish, as the
+// resume of that pause that pauses again), and the conversation as it was.
+type refusedPause struct {
+	c        redis.UniversalClient
+	s, other *redisstore.Store
+	conv     string
+	now      time.Time
+	run      store.Run
+	call     store.Call
+	commit   store.Commit
+	before   store.Conversation
+}
+
+// newRefusedPause makes a refusedPause on the Redis at u; with record the
+// commit writes the conversation's record, paused on the new run.
+func newRefusedPause(t *testing.T, u string, finish, record bool) *refusedPause {
+	t.Helper()
+	p := &refusedPause{now: time.Now()}
+	p.c, p.s, p.other = hookedPair(t, u)
 	ctx := t.Context()
-	conv, resumed := pausedOnOneCall(t, s, "fp0")
-	if b, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil || !b.Acquired {
+	var resumed []store.Call
+	p.conv, resumed = pausedOnOneCall(t, p.s, "fp0")
+	if b, err := p.s.BeginTurn(ctx, p.conv, "a", time.Minute); err != nil || !b.Acquired {
 		t.Fatalf("BeginTurn by a = %v, %v", b.Acquired, err)
 	}
-	now := time.Now()
-	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
-	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp1", Requester: "U1", Approvers: []string{"UA"}, Conversation: conv,
-		ExpiresAt: now.Add(time.Hour), RemindAt: now.Add(time.Minute)}
-	commit := store.Commit{Key: conv, Run: &r, Calls: []store.Call{call}, Holder: "a", Release: "a"}
+	p.run = store.Run{ID: store.NewRunID(), Conversation: p.conv, Requester: "U1", Channel: "C1"}
+	p.call = store.Call{ID: store.CallID(p.run.ID, 0), Tool: "t", Fingerprint: "fp1", Requester: "U1", Approvers: []string{"UA"}, Conversation: p.conv,
+		ExpiresAt: p.now.Add(time.Hour), RemindAt: p.now.Add(time.Minute)}
+	p.commit = store.Commit{Key: p.conv, Run: &p.run, Calls: []store.Call{p.call}, Holder: "a", Release: "a"}
 	if record {
-		commit.Conversation = &store.Conversation{State: []byte(`{"by":"a"}`), PausedRun: r.ID}
+		p.commit.Conversation = &store.Conversation{State: []byte(`{"by":"a"}`), PausedRun: p.run.ID}
 	}
 	if finish {
-		commit.Finish = store.RunOf(resumed[0].ID)
+		p.commit.Finish = store.RunOf(resumed[0].ID)
 	}
-	before, err := s.LoadConversation(ctx, conv)
-	if err != nil {
+	var err error
+	if p.before, err = p.s.LoadConversation(ctx, p.conv); err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// noTrace checks that the pause, refused or failed as what says, left no
+// trace: no run, none of its calls listed, the conversation as it was and
+// the run it resumed, with finish, not finished.
+func (p *refusedPause) noTrace(t *testing.T, what string) {
+	t.Helper()
+	ctx, s := t.Context(), p.s
+	if _, _, err := s.LoadRun(ctx, p.run.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LoadRun(%s) of the %s pause = %v, want ErrNotFound", p.run.ID, what, err)
+	}
+	isCall := func(c store.Call) bool { return c.ID == p.call.ID }
+	for _, f := range []store.Filter{{}, {Approver: "UA"}, {Requester: "U1"}, {Conversation: p.conv}} {
+		if got, err := s.Pending(ctx, f); err != nil || slices.ContainsFunc(got, isCall) {
+			t.Errorf("Pending(%+v) after the %s pause = %d calls, %v; want none of its calls", f, what, len(got), err)
+		}
+	}
+	if got, err := s.DueReminders(ctx, p.now.Add(2*time.Minute), 0); err != nil || slices.ContainsFunc(got, isCall) {
+		t.Errorf("DueReminders after the %s pause = %d calls, %v; want none of its calls", what, len(got), err)
+	}
+	if got, err := s.Due(ctx, p.now.Add(2*time.Hour), 0); err != nil || slices.ContainsFunc(got, isCall) {
+		t.Errorf("Due after the %s pause = %d calls, %v; want none of its calls", what, len(got), err)
+	}
+	if got, err := s.LoadConversation(ctx, p.conv); err != nil || got.PausedRun != p.before.PausedRun || string(got.State) != string(p.before.State) {
+		t.Errorf("LoadConversation after the %s pause = paused on %q (%s), %v; want it as before, paused on %q", what, got.PausedRun, got.State, err, p.before.PausedRun)
+	}
+	if got, _, err := s.LoadRun(ctx, p.commit.Finish); p.commit.Finish != "" && (err != nil || got.Finished) {
+		t.Errorf("LoadRun(%s) after a %s resume = finished %v, %v; want it not finished", p.commit.Finish, what, got.Finished, err)
+	}
+}
+
+func testRefusedPauseLeavesNoRun(t *testing.T, u string, finish, record bool) {
+	p := newRefusedPause(t, u, finish, record)
+	c, s, other, conv, commit := p.c, p.s, p.other, p.conv, p.commit
+	ctx := t.Context()
 	armed := true
 	took := false
 	c.AddHook(beforeCommitHook{armed: &armed, conv: conv, between: func() {
@@ -110,34 +164,14 @@ func testRefusedPauseLeavesNoRun(t *testing.T, u string, finish, record bool) {
 		ok, err := other.AcquireLease(ctx, store.TurnLease(conv), "b", time.Minute)
 		took = ok && err == nil
 	}})
-	err = s.CommitTurn(ctx, commit)
+	err := s.CommitTurn(ctx, commit)
 	if !took {
 		t.Fatal("b did not take the lease before the conversation's script")
 	}
 	if !errors.Is(err, store.ErrNotHolder) {
 		t.Fatalf("CommitTurn of a pause whose lease was taken before the conversation's script = %v, want ErrNotHolder", err)
 	}
-	if _, _, err := s.LoadRun(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("LoadRun(%s) of the refused pause = %v, want ErrNotFound", r.ID, err)
-	}
-	isCall := func(c store.Call) bool { return c.ID == call.ID }
-	for _, f := range []store.Filter{{}, {Approver: "UA"}, {Requester: "U1"}, {Conversation: conv}} {
-		if got, err := s.Pending(ctx, f); err != nil || slices.ContainsFunc(got, isCall) {
-			t.Errorf("Pending(%+v) after the refused pause = %d calls, %v; want none of its calls", f, len(got), err)
-		}
-	}
-	if got, err := s.DueReminders(ctx, now.Add(2*time.Minute), 0); err != nil || slices.ContainsFunc(got, isCall) {
-		t.Errorf("DueReminders after the refused pause = %d calls, %v; want none of its calls", len(got), err)
-	}
-	if got, err := s.Due(ctx, now.Add(2*time.Hour), 0); err != nil || slices.ContainsFunc(got, isCall) {
-		t.Errorf("Due after the refused pause = %d calls, %v; want none of its calls", len(got), err)
-	}
-	if got, err := s.LoadConversation(ctx, conv); err != nil || got.PausedRun != before.PausedRun || string(got.State) != string(before.State) {
-		t.Errorf("LoadConversation after the refused pause = paused on %q (%s), %v; want it as before, paused on %q", got.PausedRun, got.State, err, before.PausedRun)
-	}
-	if got, _, err := s.LoadRun(ctx, commit.Finish); finish && (err != nil || got.Finished) {
-		t.Errorf("LoadRun(%s) after a refused resume = finished %v, %v; want it not finished", commit.Finish, got.Finished, err)
-	}
+	p.noTrace(t, "refused")
 }
 
 // failWhile fails the part of a pipeline a Cluster node gets when it
@@ -254,25 +288,9 @@ func TestRefusedPauseLeavesADecidedRun(t *testing.T) {
 }
 
 func testRefusedPauseLeavesADecidedRun(t *testing.T, u string, finish, claim bool) {
-	c, s, other := hookedPair(t, u)
+	p := newRefusedPause(t, u, finish, true)
+	c, s, other, conv, r, call, commit, before := p.c, p.s, p.other, p.conv, p.run, p.call, p.commit, p.before
 	ctx := t.Context()
-	conv, resumed := pausedOnOneCall(t, s, "fp0")
-	if b, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil || !b.Acquired {
-		t.Fatalf("BeginTurn by a = %v, %v", b.Acquired, err)
-	}
-	now := time.Now()
-	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
-	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp1", Requester: "U1", Approvers: []string{"UA"}, Conversation: conv,
-		ExpiresAt: now.Add(time.Hour), RemindAt: now.Add(time.Minute)}
-	commit := store.Commit{Key: conv, Run: &r, Calls: []store.Call{call}, Holder: "a", Release: "a",
-		Conversation: &store.Conversation{State: []byte(`{"by":"a"}`), PausedRun: r.ID}}
-	if finish {
-		commit.Finish = store.RunOf(resumed[0].ID)
-	}
-	before, err := s.LoadConversation(ctx, conv)
-	if err != nil {
-		t.Fatal(err)
-	}
 	armed := true
 	acted := false
 	c.AddHook(beforeCommitHook{armed: &armed, conv: conv, between: func() {
@@ -298,7 +316,7 @@ func testRefusedPauseLeavesADecidedRun(t *testing.T, u string, finish, claim boo
 			acted = ok && err == nil
 		}
 	}})
-	err = s.CommitTurn(ctx, commit)
+	err := s.CommitTurn(ctx, commit)
 	if !acted {
 		t.Fatal("the call was not decided, or the resume not claimed, before the conversation's script")
 	}
@@ -388,51 +406,18 @@ func TestPauseWhoseScriptNeverRanLeavesNoRun(t *testing.T) {
 }
 
 func testPauseWhoseScriptNeverRanLeavesNoRun(t *testing.T, u string, finish bool) {
-	c, s, _ := hookedPair(t, u)
+	p := newRefusedPause(t, u, finish, true)
+	c, s, conv, call, commit := p.c, p.s, p.conv, p.call, p.commit
 	ctx := t.Context()
-	conv, resumed := pausedOnOneCall(t, s, "fp0")
-	if b, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil || !b.Acquired {
-		t.Fatalf("BeginTurn by a = %v, %v", b.Acquired, err)
-	}
-	now := time.Now()
-	r := store.Run{ID: store.NewRunID(), Conversation: conv, Requester: "U1", Channel: "C1"}
-	call := store.Call{ID: store.CallID(r.ID, 0), Tool: "t", Fingerprint: "fp1", Requester: "U1", Approvers: []string{"UA"}, Conversation: conv,
-		ExpiresAt: now.Add(time.Hour), RemindAt: now.Add(time.Minute)}
-	commit := store.Commit{Key: conv, Run: &r, Calls: []store.Call{call}, Holder: "a", Release: "a",
-		Conversation: &store.Conversation{State: []byte(`{"by":"a"}`), PausedRun: r.ID},
-		Audit:        []store.AuditEntry{{Actor: "a", Action: "request", Thread: conv, CallID: call.ID}}}
-	if finish {
-		commit.Finish = store.RunOf(resumed[0].ID)
-	}
-	before, err := s.LoadConversation(ctx, conv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	commit.Audit = []store.AuditEntry{{Actor: "a", Action: "request", Thread: conv, CallID: call.ID}}
 	armed, noscript := true, false
 	c.AddHook(unloadedAndFailHook{armed: &armed, conv: conv, noscript: &noscript, fail: on("lpush", s.AuditKey())})
-	err = s.CommitTurn(ctx, commit)
+	err := s.CommitTurn(ctx, commit)
 	if armed || !noscript {
 		t.Fatal("the conversation's script was not refused unrun")
 	}
 	if err == nil || errors.Is(err, store.ErrNotHolder) {
 		t.Fatalf("CommitTurn whose script was refused unrun beside a failed command = %v, want that command's error", err)
 	}
-	if _, _, err := s.LoadRun(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("LoadRun(%s) of the pause whose script never ran = %v, want ErrNotFound", r.ID, err)
-	}
-	isCall := func(c store.Call) bool { return c.ID == call.ID }
-	for _, f := range []store.Filter{{}, {Approver: "UA"}, {Conversation: conv}} {
-		if got, err := s.Pending(ctx, f); err != nil || slices.ContainsFunc(got, isCall) {
-			t.Errorf("Pending(%+v) after the failed pause = %d calls, %v; want none of its calls", f, len(got), err)
-		}
-	}
-	if got, err := s.DueReminders(ctx, now.Add(2*time.Minute), 0); err != nil || slices.ContainsFunc(got, isCall) {
-		t.Errorf("DueReminders after the failed pause = %d calls, %v; want none of its calls", len(got), err)
-	}
-	if got, err := s.LoadConversation(ctx, conv); err != nil || got.PausedRun != before.PausedRun || string(got.State) != string(before.State) {
-		t.Errorf("LoadConversation after the failed pause = paused on %q (%s), %v; want it as before, paused on %q", got.PausedRun, got.State, err, before.PausedRun)
-	}
-	if got, _, err := s.LoadRun(ctx, commit.Finish); finish && (err != nil || got.Finished) {
-		t.Errorf("LoadRun(%s) after a failed resume = finished %v, %v; want it not finished", commit.Finish, got.Finished, err)
-	}
+	p.noTrace(t, "failed")
 }
