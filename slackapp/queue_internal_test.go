@@ -112,39 +112,62 @@ func (f *passAgent) Run(context.Context, agent.Request) (agent.Outcome, error) {
 	return agent.Outcome{Status: agent.Answered}, nil
 }
 
+// untoldPasses are the passes that queue work nobody in its thread asked
+// this process for: a takeover, and resumes the sweep or the expiry found.
+var untoldPasses = map[string]func(a *App, ctx context.Context, stopping <-chan struct{}){
+	"takeover": (*App).takeover,
+	"sweep":    (*App).sweep,
+	"expiry":   (*App).expire,
+}
+
+// untoldWait is an app whose only turn slot is busy (as with a long turn
+// of a third conversation), with the work a pass queued in thread listed
+// waiting for it, and another thread, other, whose message waits too and
+// has been told so: by then the listed work has waited past
+// QueuedNoticeAfter as well.
+type untoldWait struct {
+	fs            *fakeslack.Server
+	a             *App
+	listed, other string
+	stop          func() // frees the slot and waits for everything started
+}
+
+func newUntoldWait(t *testing.T, name string, pass func(a *App, ctx context.Context, stopping <-chan struct{})) *untoldWait {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	fs, a, done := queueSlack(t, Config{MaxTurns: 1, QueuedNoticeAfter: time.Millisecond, SweepInterval: time.Hour, TakeoverInterval: time.Hour, Metrics: NewMetrics(reg)})
+	w := &untoldWait{fs: fs, a: a}
+	w.listed = fs.Post("C1", "U1", "a thread whose work was left unanswered")
+	w.other = fs.Post("C1", "U2", "a thread whose message waits here")
+	a.ag = &passAgent{key: ConversationKey("T1", "C1", w.listed)}
+	ctx := t.Context()
+	if err := a.slots.Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	stopping := make(chan struct{})
+	a.spawn(ctx, name, func(ctx context.Context) { pass(a, ctx, stopping) })
+	waitFor(t, "the "+name+" waiting for the slot", func() bool { return errorsCounted(t, reg, "turns_queued") == 1 })
+	a.onMessage(ctx, message{team: "T1", channel: "C1", user: "U2", text: "hello", ts: w.other}, "E1", false, func() {})
+	waitFor(t, "the other thread told that its message is queued", func() bool { return queuedNotes(fs, "C1", w.other) == 1 })
+	w.stop = func() {
+		a.slots.Release(1)
+		close(stopping)
+		done()
+	}
+	return w
+}
+
 // A takeover, or a resume the sweep or the expiry found, that waits for a
 // turn slot leaves its thread untold: nobody there sent this process
 // anything, and another process may be answering the conversation. A
 // person's message queued after it, which waits as long, is told.
 func TestWorkNobodyAskedForWaitsUntold(t *testing.T) {
-	for name, pass := range map[string]func(a *App, ctx context.Context, stopping <-chan struct{}){
-		"takeover": (*App).takeover,
-		"sweep":    (*App).sweep,
-		"expiry":   (*App).expire,
-	} {
+	for name, pass := range untoldPasses {
 		t.Run(name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			fs, a, done := queueSlack(t, Config{MaxTurns: 1, QueuedNoticeAfter: time.Millisecond, SweepInterval: time.Hour, TakeoverInterval: time.Hour, Metrics: NewMetrics(reg)})
-			listed := fs.Post("C1", "U1", "a thread another process answers")
-			asked := fs.Post("C1", "U2", "a thread whose message waits here")
-			a.ag = &passAgent{key: ConversationKey("T1", "C1", listed)}
-			ctx := t.Context()
-			queued := func() float64 { return errorsCounted(t, reg, "turns_queued") }
-			// The only turn slot is busy, as with a long turn of a third
-			// conversation.
-			if err := a.slots.Acquire(ctx, 1); err != nil {
-				t.Fatal(err)
-			}
-			stopping := make(chan struct{})
-			a.spawn(ctx, name, func(ctx context.Context) { pass(a, ctx, stopping) })
-			waitFor(t, "the "+name+" waiting for the slot", func() bool { return queued() == 1 })
-			a.onMessage(ctx, message{team: "T1", channel: "C1", user: "U2", text: "hello", ts: asked}, "E1", false, func() {})
-			waitFor(t, "the waiting message's thread told that it is queued", func() bool { return queuedNotes(fs, "C1", asked) == 1 })
-			a.slots.Release(1)
-			close(stopping)
-			done()
-			if n := queuedNotes(fs, "C1", listed); n != 0 {
-				t.Errorf("the thread of work the %s pass queued, which waited for a slot, was told %d times that it is queued, want never:\n%s", name, n, dumpMessages(fs.Thread("C1", listed)))
+			w := newUntoldWait(t, name, pass)
+			w.stop()
+			if n := queuedNotes(w.fs, "C1", w.listed); n != 0 {
+				t.Errorf("the thread of work the %s pass queued, which waited for a slot, was told %d times that it is queued, want never:\n%s", name, n, dumpMessages(w.fs.Thread("C1", w.listed)))
 			}
 		})
 	}
@@ -156,44 +179,19 @@ func TestWorkNobodyAskedForWaitsUntold(t *testing.T) {
 // is still busy, not once the work ahead has had its turn. Until the
 // person writes, the thread is told nothing.
 func TestAPersonBehindUntoldWorkIsTold(t *testing.T) {
-	for name, pass := range map[string]func(a *App, ctx context.Context, stopping <-chan struct{}){
-		"takeover": (*App).takeover,
-		"sweep":    (*App).sweep,
-		"expiry":   (*App).expire,
-	} {
+	for name, pass := range untoldPasses {
 		t.Run(name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			fs, a, done := queueSlack(t, Config{MaxTurns: 1, QueuedNoticeAfter: time.Millisecond, SweepInterval: time.Hour, TakeoverInterval: time.Hour, Metrics: NewMetrics(reg)})
-			listed := fs.Post("C1", "U1", "a thread whose work was left unanswered")
-			other := fs.Post("C1", "U2", "a thread whose message waits here")
-			a.ag = &passAgent{key: ConversationKey("T1", "C1", listed)}
-			ctx := t.Context()
-			queued := func() float64 { return errorsCounted(t, reg, "turns_queued") }
-			// The only turn slot is busy, as with a long turn of a third
-			// conversation.
-			if err := a.slots.Acquire(ctx, 1); err != nil {
-				t.Fatal(err)
-			}
-			stopping := make(chan struct{})
-			a.spawn(ctx, name, func(ctx context.Context) { pass(a, ctx, stopping) })
-			waitFor(t, "the "+name+" waiting for the slot", func() bool { return queued() == 1 })
-			// A message of another conversation, which starts waiting
-			// after the listed one's work, is told first: by then the
-			// listed work has waited past QueuedNoticeAfter too.
-			a.onMessage(ctx, message{team: "T1", channel: "C1", user: "U2", text: "hello", ts: other}, "E1", false, func() {})
-			waitFor(t, "the other thread told that its message is queued", func() bool { return queuedNotes(fs, "C1", other) == 1 })
+			w := newUntoldWait(t, name, pass)
+			fs, listed, ctx := w.fs, w.listed, t.Context()
 			if n := queuedNotes(fs, "C1", listed); n != 0 {
 				t.Fatalf("the thread of work the %s pass queued was told %d times that it is queued before anyone wrote there, want never:\n%s", name, n, dumpMessages(fs.Thread("C1", listed)))
 			}
-
 			reply := fs.ThreadReply("C1", listed, "U1", "is anyone there?")
-			a.onMessage(ctx, message{team: "T1", channel: "C1", user: "U1", text: "is anyone there?", ts: reply, threadTS: listed}, "E2", true, func() {})
+			w.a.onMessage(ctx, message{team: "T1", channel: "C1", user: "U1", text: "is anyone there?", ts: reply, threadTS: listed}, "E2", true, func() {})
 			// The slot is still held: the person's message waits behind
 			// the listed work, and its thread hears so now.
 			waitFor(t, "the thread of the message queued behind the "+name+" told that it is queued", func() bool { return queuedNotes(fs, "C1", listed) == 1 })
-			a.slots.Release(1)
-			close(stopping)
-			done()
+			w.stop()
 			if n := queuedNotes(fs, "C1", listed); n != 1 {
 				t.Errorf("the thread of the message queued behind the %s was told %d times that it is queued, want once:\n%s", name, n, dumpMessages(fs.Thread("C1", listed)))
 			}

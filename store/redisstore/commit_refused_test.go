@@ -60,6 +60,19 @@ func (h beforeCommitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // resume that pauses again (a pause alone is one script there); a
 // Cluster for every pause.
 func TestRefusedPauseLeavesNoRun(t *testing.T) {
+	forGeneralPauses(t, func(t *testing.T, u string, finish bool) {
+		for _, record := range []bool{true, false} {
+			t.Run(map[bool]string{true: "record", false: "no record"}[record], func(t *testing.T) {
+				testRefusedPauseLeavesNoRun(t, u, finish, record)
+			})
+		}
+	})
+}
+
+// forGeneralPauses runs f for each pause that takes CommitTurn's general
+// path: on a single node the resume that pauses again (a pause alone is
+// one script there), on a Cluster every pause and that resume.
+func forGeneralPauses(t *testing.T, f func(t *testing.T, u string, finish bool)) {
 	for _, topo := range []struct {
 		name, url string
 		finish    []bool
@@ -68,11 +81,9 @@ func TestRefusedPauseLeavesNoRun(t *testing.T) {
 		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"), []bool{false, true}},
 	} {
 		for _, finish := range topo.finish {
-			for _, record := range []bool{true, false} {
-				t.Run(topo.name+"/"+map[bool]string{true: "resume", false: "pause"}[finish]+"/"+map[bool]string{true: "record", false: "no record"}[record], func(t *testing.T) {
-					testRefusedPauseLeavesNoRun(t, topo.url, finish, record)
-				})
-			}
+			t.Run(topo.name+"/"+map[bool]string{true: "resume", false: "pause"}[finish], func(t *testing.T) {
+				f(t, topo.url, finish)
+			})
 		}
 	}
 }
@@ -270,21 +281,13 @@ func TestPauseWhoseListingsCannotBeWrittenIsNotSaved(t *testing.T) {
 // listed for Stalled while no resume holds it; the resume that finds its
 // conversation not paused on it finishes it without running its calls.
 func TestRefusedPauseLeavesADecidedRun(t *testing.T) {
-	for _, topo := range []struct {
-		name, url string
-		finish    []bool
-	}{
-		{"node", redisURL(t), []bool{true}},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"), []bool{false, true}},
-	} {
-		for _, finish := range topo.finish {
-			for _, claim := range []bool{false, true} {
-				t.Run(topo.name+"/"+map[bool]string{true: "resume", false: "pause"}[finish]+"/"+map[bool]string{true: "claimed", false: "decided"}[claim], func(t *testing.T) {
-					testRefusedPauseLeavesADecidedRun(t, topo.url, finish, claim)
-				})
-			}
+	forGeneralPauses(t, func(t *testing.T, u string, finish bool) {
+		for _, claim := range []bool{false, true} {
+			t.Run(map[bool]string{true: "claimed", false: "decided"}[claim], func(t *testing.T) {
+				testRefusedPauseLeavesADecidedRun(t, u, finish, claim)
+			})
 		}
-	}
+	})
 }
 
 func testRefusedPauseLeavesADecidedRun(t *testing.T, u string, finish, claim bool) {
@@ -390,19 +393,7 @@ func (h unloadedAndFailHook) ProcessPipelineHook(next redis.ProcessPipelineHook)
 // is deleted and unlisted, as after a refusal, rather than asked about
 // and reminded of until it expires.
 func TestPauseWhoseScriptNeverRanLeavesNoRun(t *testing.T) {
-	for _, topo := range []struct {
-		name, url string
-		finish    []bool
-	}{
-		{"node", redisURL(t), []bool{true}},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"), []bool{false, true}},
-	} {
-		for _, finish := range topo.finish {
-			t.Run(topo.name+"/"+map[bool]string{true: "resume", false: "pause"}[finish], func(t *testing.T) {
-				testPauseWhoseScriptNeverRanLeavesNoRun(t, topo.url, finish)
-			})
-		}
-	}
+	forGeneralPauses(t, testPauseWhoseScriptNeverRanLeavesNoRun)
 }
 
 func testPauseWhoseScriptNeverRanLeavesNoRun(t *testing.T, u string, finish bool) {
