@@ -82,7 +82,7 @@ type Runs interface {
 	BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error)
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	ReleaseClaim(ctx context.Context, runID, owner string) error
-	BeginExecution(ctx context.Context, callID string) (bool, error)
+	BeginExecution(ctx context.Context, callID, attempt string) (bool, error)
 	AbandonExecution(ctx context.Context, callID string) error
 	SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)

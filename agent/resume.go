@@ -422,7 +422,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 		}
 		*started = ""
-	} else if first, err = a.store.BeginExecution(ctx, c.ID); err != nil {
+	} else if first, err = a.beginExecution(ctx, c.ID); err != nil {
 		if ctx.Err() != nil {
 			return Result{}, true // its card is left to whoever settles the call
 		}
@@ -456,6 +456,32 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, ""))
 	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 	return withNote(res), false
+}
+
+// beginExecution marks call id as started (BeginExecution) and reports
+// whether the mark is this attempt's. A store step whose answer was lost
+// (a reset connection, a time-out, ctx ending while it was sent) may have
+// set the mark: it is asked again under the same attempt's name, whether
+// or not ctx ended, until the store answers or lostDecisionWait passes,
+// so that a call this process marked and never ran is run (or its mark
+// taken back by a resume that stops) instead of being reported later as
+// of unknown outcome. An error means the store never answered.
+func (a *Agent) beginExecution(ctx context.Context, id string) (bool, error) {
+	attempt := newNonce()
+	first, err := a.store.BeginExecution(ctx, id, attempt)
+	if err == nil || errors.Is(err, store.ErrNotFound) {
+		return first, err
+	}
+	actx := context.WithoutCancel(ctx)
+	deadline := time.Now().Add(lostDecisionWait)
+	for wait := time.Duration(0); time.Now().Add(wait).Before(deadline); wait = min(max(2*wait, 50*time.Millisecond), 2*time.Second) {
+		time.Sleep(wait)
+		if again, aerr := a.store.BeginExecution(actx, id, attempt); aerr == nil || errors.Is(aerr, store.ErrNotFound) {
+			a.log.Warn("the mark of a call's start was asked again after its answer was lost", "call", id, "err", err, "marked", again)
+			return again, aerr
+		}
+	}
+	return false, err
 }
 
 // saveResult saves the result of a call that ran with the call, and e, the

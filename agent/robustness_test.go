@@ -676,7 +676,7 @@ func TestReclaimedResumeReportsTheSavedResult(t *testing.T) {
 			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
 			must(t, err)
 			// A first resumer started the call, maybe saved its result, and died.
-			ok, err := w.store.BeginExecution(ctx, p.ID)
+			ok, err := w.store.BeginExecution(ctx, p.ID, "")
 			must(t, err)
 			if !ok {
 				t.Fatal("BeginExecution refused")

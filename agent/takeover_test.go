@@ -67,11 +67,11 @@ func (d *dyingStore) Audit(ctx context.Context, e store.AuditEntry) error {
 	return d.Store.Audit(ctx, e)
 }
 
-func (d *dyingStore) BeginExecution(ctx context.Context, id string) (bool, error) {
+func (d *dyingStore) BeginExecution(ctx context.Context, id, attempt string) (bool, error) {
 	if err := d.check(); err != nil {
 		return false, err
 	}
-	return d.Store.BeginExecution(ctx, id)
+	return d.Store.BeginExecution(ctx, id, attempt)
 }
 
 func (d *dyingStore) SaveResult(ctx context.Context, id string, r []byte, e store.AuditEntry) error {
@@ -376,7 +376,7 @@ policy:
 	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
 	must(t, err)
 	// A first resumer started the call and died before saving its result.
-	ok, err := w.store.BeginExecution(ctx, p.ID)
+	ok, err := w.store.BeginExecution(ctx, p.ID, "")
 	must(t, err)
 	if !ok {
 		t.Fatal("BeginExecution refused")
@@ -1070,6 +1070,7 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 		{"while the first call runs", "runs", false, "c1: outcome unknown: the bot stopped while migrate was running", []string{"migrate unknown"}},
 		{"while an idempotent first call runs", "runs", true, "c1: migrated", []string{"migrate ok", "migrate unknown"}},
 		{"as the second call is marked", "marked", false, "c1: migrated", []string{"migrate ok"}},
+		{"as the second call's mark is sent, its answer lost", "lost", false, "c1: migrated", []string{"migrate ok"}},
 	} {
 		for _, b := range backends(t) {
 			t.Run(tt.name+"/"+b.name, func(t *testing.T) {
@@ -1098,8 +1099,10 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 					},
 				}))
 				a := w.agent()
-				if tt.cut == "marked" {
-					a = w.agentWith(cutOnBegin{Store: w.store, cancel: cancel}, w.rec)
+				if tt.cut == "marked" || tt.cut == "lost" {
+					var lose atomic.Bool
+					lose.Store(tt.cut == "lost")
+					a = w.agentWith(cutOnBegin{Store: w.store, cancel: cancel, lose: &lose}, w.rec)
 				}
 				out := pauseApproved(t, w, a, request("migrate, then deploy"), call("c1", "migrate", `{}`), call("c2", "deploy", `{"service":"api","version":"2"}`))
 				runID := out.Pending[0].RunID
@@ -1138,6 +1141,51 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// lostBegin loses the answer of the first BeginExecution, after the store
+// applied it, with a connection's error.
+type lostBegin struct {
+	agent.Store
+	lose *atomic.Bool
+}
+
+func (s lostBegin) BeginExecution(ctx context.Context, id, attempt string) (bool, error) {
+	ok, err := s.Store.BeginExecution(ctx, id, attempt)
+	if s.lose.CompareAndSwap(true, false) {
+		return false, errors.New("read tcp 127.0.0.1:6379: connection reset by peer")
+	}
+	return ok, err
+}
+
+// An approved call whose mark's answer is lost is asked again under the
+// same attempt's name: its mark is this resume's, so the call runs now,
+// once, instead of being reported as not performed (and, to a resume
+// claimed again, as of unknown outcome).
+func TestApprovedCallWhoseMarksAnswerIsLostRuns(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = "policy:\n  default: ask\n"
+			var lose atomic.Bool
+			lose.Store(true)
+			a := w.agentWith(lostBegin{Store: w.store, lose: &lose}, w.rec)
+			out := pauseApproved(t, w, a, request("restart, then deploy"), call("c1", "restart", `{"env":"staging"}`), call("c2", "deploy", `{"service":"api","version":"2"}`))
+			w.model.Reply(fakeopenai.Text("deployed"))
+			if got := resumeOnceFree(t, a, out.Pending[0].RunID); got.Status != agent.Answered {
+				t.Fatalf("Resume = %+v, want the answer", got)
+			}
+			if lose.Load() {
+				t.Fatal("no BeginExecution was made: the test lost no answer")
+			}
+			if n := w.deploys.n.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once", n)
+			}
+			if got := toolResults(t, w.model); len(got) != 2 || got[1] != "c2: deployed" {
+				t.Errorf("tool results = %q, want c2 deployed", got)
+			}
+		})
 	}
 }
 
@@ -1190,15 +1238,21 @@ func TestInterruptedAllowedCallAuditedOnceThroughAFailedTakeover(t *testing.T) {
 }
 
 // cutOnBegin ends a context (cancel: the shutdown's grace runs out) once
-// BeginExecution has marked a call.
+// BeginExecution has marked a call; with lose set, the first mark's
+// answer is lost as the context ends (as a Redis client answers a command
+// in flight).
 type cutOnBegin struct {
 	agent.Store
 	cancel context.CancelFunc
+	lose   *atomic.Bool
 }
 
-func (s cutOnBegin) BeginExecution(ctx context.Context, id string) (bool, error) {
-	ok, err := s.Store.BeginExecution(ctx, id)
+func (s cutOnBegin) BeginExecution(ctx context.Context, id, attempt string) (bool, error) {
+	ok, err := s.Store.BeginExecution(ctx, id, attempt)
 	s.cancel()
+	if s.lose != nil && s.lose.CompareAndSwap(true, false) {
+		return false, context.Canceled
+	}
 	return ok, err
 }
 

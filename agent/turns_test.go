@@ -120,9 +120,9 @@ func (l *turnLog) BeginResume(ctx context.Context, runID string, r store.ResumeB
 	return l.Store.BeginResume(ctx, runID, r)
 }
 
-func (l *turnLog) BeginExecution(ctx context.Context, id string) (bool, error) {
+func (l *turnLog) BeginExecution(ctx context.Context, id, attempt string) (bool, error) {
 	l.add("BeginExecution")
-	return l.Store.BeginExecution(ctx, id)
+	return l.Store.BeginExecution(ctx, id, attempt)
 }
 
 func (l *turnLog) AbandonExecution(ctx context.Context, id string) error {
@@ -462,7 +462,7 @@ func TestReclaimedResumeAuditsAnExecutionOnce(t *testing.T) {
 			w.cfg.LeaseTTL = 300 * time.Millisecond
 			a := w.agent()
 			p := approvedDeploy(t, w, a)
-			ok, err := w.store.BeginExecution(ctx, p.ID)
+			ok, err := w.store.BeginExecution(ctx, p.ID, "")
 			must(t, err)
 			if !ok {
 				t.Fatal("BeginExecution refused")

@@ -114,6 +114,10 @@ type Call struct {
 	Decision      *Decision `json:"decision,omitempty"`
 	// Executing is set by BeginExecution: the tool was started at most once.
 	Executing bool `json:"executing,omitempty"`
+	// ExecAttempt names the BeginExecution sending that set Executing, for
+	// the store's own use (see BeginExecution's attempt); a store that
+	// keeps it beside the call (Redis) does not return it.
+	ExecAttempt string `json:"exec_attempt,omitempty"`
 	// Result is what the tool returned, as saved by SaveResult (opaque to
 	// the store); empty while it runs or if the runner died.
 	Result json.RawMessage `json:"result,omitempty"`

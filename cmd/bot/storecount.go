@@ -159,9 +159,9 @@ func (s *countedStore) BeginResume(ctx context.Context, runID string, r store.Re
 	return s.st.BeginResume(ctx, runID, r)
 }
 
-func (s *countedStore) BeginExecution(ctx context.Context, callID string) (bool, error) {
+func (s *countedStore) BeginExecution(ctx context.Context, callID, attempt string) (bool, error) {
 	s.count("BeginExecution")
-	return s.st.BeginExecution(ctx, callID)
+	return s.st.BeginExecution(ctx, callID, attempt)
 }
 
 func (s *countedStore) AbandonExecution(ctx context.Context, callID string) error {

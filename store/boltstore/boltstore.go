@@ -817,11 +817,16 @@ func (s *Store) ClaimResume(ctx context.Context, runID, owner string, lease time
 }
 
 // BeginExecution is one transaction: see storetest.Store for the contract.
-func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error) {
+func (s *Store) BeginExecution(ctx context.Context, callID, attempt string) (bool, error) {
 	var begun bool
 	err := s.updateCall(ctx, callID, func(c *store.Call) (bool, error) {
-		begun = c.Status == store.Decided && !c.Executing
-		c.Executing = true
+		if c.Executing {
+			// Asked again by the sending that set it (see the contract).
+			begun = attempt != "" && c.ExecAttempt == attempt
+			return false, nil
+		}
+		begun = c.Status == store.Decided
+		c.Executing, c.ExecAttempt = true, attempt
 		return begun, nil
 	})
 	if err != nil {
@@ -909,7 +914,7 @@ func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
 		if !c.Executing || len(c.Result) > 0 {
 			return false, nil
 		}
-		c.Executing = false
+		c.Executing, c.ExecAttempt = false, ""
 		return true, nil
 	})
 	if err != nil {

@@ -289,7 +289,7 @@ func TestSaveResultSentAgainWithSpaces(t *testing.T) {
 	r := pause(t, s, 1, 1)[0]
 	id := r.CallIDs[0]
 	decide(t, s, id)
-	if ok, err := s.BeginExecution(t.Context(), id); err != nil || !ok {
+	if ok, err := s.BeginExecution(t.Context(), id, ""); err != nil || !ok {
 		t.Fatalf("BeginExecution = %v, %v", ok, err)
 	}
 	result := []byte(`{"content": "done", "is_error": false}`)

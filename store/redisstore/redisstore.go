@@ -678,14 +678,17 @@ func (s *Store) ClaimResume(ctx context.Context, runID, owner string, lease time
 }
 
 // BeginExecution is one Lua script: see storetest.Store for the contract.
-func (s *Store) BeginExecution(ctx context.Context, callID string) (bool, error) {
+func (s *Store) BeginExecution(ctx context.Context, callID, attempt string) (bool, error) {
 	if store.RunOf(callID) == "" {
 		return false, fmt.Errorf("begin execution of call %s: %w", callID, store.ErrNotFound)
 	}
 	// Names this sending: go-redis sends a command again when its reply
 	// is lost (an EOF, a read time-out), and the sending that set the
-	// flag must still be told it did.
-	n, err := beginExecution.Run(ctx, s.c, []string{s.callKey(callID)}, rand.Text()).Int()
+	// flag must still be told it did; so must the caller asking again.
+	if attempt == "" {
+		attempt = rand.Text()
+	}
+	n, err := beginExecution.Run(ctx, s.c, []string{s.callKey(callID)}, attempt).Int()
 	if err != nil {
 		return false, fmt.Errorf("begin execution of call %s: %w", callID, err)
 	}

@@ -211,7 +211,7 @@ func TestSaveResultMadeAgainAfterALostReplyIsAudited(t *testing.T) {
 	if _, _, err := s.Decide(ctx, id, "fp0", store.Decision{Kind: "approve", Decider: "U2", At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.BeginExecution(ctx, id); err != nil || !ok {
+	if ok, err := s.BeginExecution(ctx, id, ""); err != nil || !ok {
 		t.Fatalf("BeginExecution = %v, %v", ok, err)
 	}
 	// Loaded, so that the script goes in the pipeline: the client would

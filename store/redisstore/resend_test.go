@@ -293,7 +293,7 @@ func TestSavedResultSentAgainIsAuditedOnce(t *testing.T) {
 			if _, _, err := s.Decide(ctx, id, "fp0", store.Decision{Kind: "approve", Decider: "U2", At: time.Now()}); err != nil {
 				t.Fatal(err)
 			}
-			if ok, err := s.BeginExecution(ctx, id); err != nil || !ok {
+			if ok, err := s.BeginExecution(ctx, id, ""); err != nil || !ok {
 				t.Fatalf("BeginExecution = %v, %v", ok, err)
 			}
 			var armed atomic.Bool

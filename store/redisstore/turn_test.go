@@ -754,20 +754,20 @@ func TestBeginExecutionSentAgainIsAnsweredAsRecorded(t *testing.T) {
 		}
 		// The script is loaded first, so that the sending under test
 		// is one EVALSHA.
-		if _, err := s.BeginExecution(ctx, decided().ID); err != nil {
+		if _, err := s.BeginExecution(ctx, decided().ID, ""); err != nil {
 			t.Fatal(err)
 		}
 		call := decided()
 		armed := true
 		c.AddHook(sendTwiceHook{armed: &armed, key: call.ID})
-		first, err := s.BeginExecution(ctx, call.ID)
+		first, err := s.BeginExecution(ctx, call.ID, "")
 		if armed {
 			t.Fatal("BeginExecution was not sent")
 		}
 		if err != nil || !first {
 			t.Fatalf("BeginExecution sent twice = %v, %v; want it first", first, err)
 		}
-		if again, err := s.BeginExecution(ctx, call.ID); err != nil || again {
+		if again, err := s.BeginExecution(ctx, call.ID, ""); err != nil || again {
 			t.Errorf("another BeginExecution = %v, %v; want false", again, err)
 		}
 	})

@@ -65,7 +65,7 @@ func testApproveCounts(t *testing.T, open Opener) {
 	if _, _, err = s.Approve(ctx, c.ID, c.Fingerprint, approval("U_C"), nil, 2, approve("U_C")); !errors.Is(err, store.ErrAlreadyDecided) {
 		t.Fatalf("Approve(%s) once decided: error = %v, want ErrAlreadyDecided", c.ID, err)
 	}
-	if ok, err := s.BeginExecution(ctx, c.ID); err != nil || !ok {
+	if ok, err := s.BeginExecution(ctx, c.ID, ""); err != nil || !ok {
 		t.Fatalf("BeginExecution(%s) after enough approvals = %v, %v; want true", c.ID, ok, err)
 	}
 

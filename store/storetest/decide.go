@@ -460,7 +460,7 @@ func testBeginResumeStarts(t *testing.T, open Opener) {
 			t.Errorf("GetCall(%s).Executing = %v after BeginResume, want %v", calls[i].ID, c.Executing, want)
 		}
 	}
-	if ok, err := s.BeginExecution(ctx, calls[1].ID); err != nil || ok {
+	if ok, err := s.BeginExecution(ctx, calls[1].ID, ""); err != nil || ok {
 		t.Errorf("BeginExecution(%s) after BeginResume marked it = %v, %v; want false, nil", calls[1].ID, ok, err)
 	}
 	// Claimed again (the first claim ran out): the call to start is
@@ -600,7 +600,7 @@ func testAbandonExecution(t *testing.T, open Opener) {
 	_, calls := create(t, s, 2, nil)
 	decideAll(t, s, calls)
 	for _, c := range calls {
-		if ok, err := s.BeginExecution(ctx, c.ID); err != nil || !ok {
+		if ok, err := s.BeginExecution(ctx, c.ID, ""); err != nil || !ok {
 			t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", c.ID, ok, err)
 		}
 	}
@@ -618,7 +618,7 @@ func testAbandonExecution(t *testing.T, open Opener) {
 	if c := getCall(t, s, calls[1].ID); !c.Executing || len(c.Result) == 0 {
 		t.Errorf("GetCall(%s) = executing %v result %s after AbandonExecution, want its saved result kept", calls[1].ID, c.Executing, c.Result)
 	}
-	if ok, err := s.BeginExecution(ctx, calls[0].ID); err != nil || !ok {
+	if ok, err := s.BeginExecution(ctx, calls[0].ID, ""); err != nil || !ok {
 		t.Errorf("BeginExecution(%s) after AbandonExecution = %v, %v; want true, nil", calls[0].ID, ok, err)
 	}
 	if err := s.AbandonExecution(ctx, store.CallID(store.NewRunID(), 0)); !errors.Is(err, store.ErrNotFound) {

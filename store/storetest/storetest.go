@@ -95,9 +95,14 @@ type Store interface {
 	ReleaseClaim(ctx context.Context, runID, owner string) error
 	// BeginExecution marks a decided call as executing; true the first time
 	// only, so a tool runs at most once even if a resume is claimed again.
-	// False for a call that is not Decided (pending, expired, cancelled);
-	// store.ErrNotFound for an unknown call.
-	BeginExecution(ctx context.Context, callID string) (bool, error)
+	// attempt names the sending: asked again with the same non-empty
+	// attempt (its answer was lost: a reset connection, a time-out, a
+	// context that ended while it was sent), it answers true while the
+	// mark that attempt set stands, so the caller knows whether the call
+	// is its own to run (or to take back). False for a call that is not
+	// Decided (pending, expired, cancelled); store.ErrNotFound for an
+	// unknown call.
+	BeginExecution(ctx context.Context, callID, attempt string) (bool, error)
 	// AbandonExecution takes back the mark of BeginExecution (or of
 	// BeginResume) on a call whose tool was not started after all, so
 	// that a resume claimed again judges it afresh; a call with a saved

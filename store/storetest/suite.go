@@ -57,6 +57,7 @@ func Run(t *testing.T, open Opener) {
 		{"ClaimResumeAfterCrash", testClaimResumeAfterCrash},
 		{"StalledAfterRestart", testStalledAfterRestart},
 		{"BeginExecution", testBeginExecution},
+		{"BeginExecutionAskedAgain", testBeginExecutionAskedAgain},
 		{"CallNote", testCallNote},
 		{"SaveResult", testSaveResult},
 		{"FinishRun", testFinishRun},
@@ -534,7 +535,7 @@ func testDecideExpireAndCancel(t *testing.T, open Opener) {
 	if c.Status != store.Cancelled || !complete {
 		t.Errorf("Decide(%s, cancel) = status %q complete %v, want %q true", c.ID, c.Status, complete, store.Cancelled)
 	}
-	if ok, err := s.BeginExecution(ctx, calls[1].ID); err != nil || ok {
+	if ok, err := s.BeginExecution(ctx, calls[1].ID, ""); err != nil || ok {
 		t.Errorf("BeginExecution(cancelled %s) = %v, %v; want false, nil", calls[1].ID, ok, err)
 	}
 	// A call past its deadline is the expiry's: a cancel is refused.
@@ -808,25 +809,60 @@ func testBeginExecution(t *testing.T, open Opener) {
 	ctx := t.Context()
 	_, calls := create(t, s, 1, nil)
 	c := calls[0]
-	if ok, err := s.BeginExecution(ctx, c.ID); err != nil || ok {
+	if ok, err := s.BeginExecution(ctx, c.ID, ""); err != nil || ok {
 		t.Errorf("BeginExecution(pending %s) = %v, %v; want false, nil", c.ID, ok, err)
 	}
 	decideAll(t, s, calls)
-	if ok, err := s.BeginExecution(ctx, c.ID); err != nil || !ok {
+	if ok, err := s.BeginExecution(ctx, c.ID, ""); err != nil || !ok {
 		t.Fatalf("BeginExecution(%s) first = %v, %v; want true, nil", c.ID, ok, err)
 	}
 	if got := wantStatus(t, s, c.ID, store.Decided); !got.Executing {
 		t.Errorf("GetCall(%s).Executing = false after BeginExecution, want true", c.ID)
 	}
-	if ok, err := s.BeginExecution(ctx, c.ID); err != nil || ok {
+	if ok, err := s.BeginExecution(ctx, c.ID, ""); err != nil || ok {
 		t.Errorf("BeginExecution(%s) second = %v, %v; want false, nil", c.ID, ok, err)
 	}
 	s = reopen()
-	if ok, err := s.BeginExecution(t.Context(), c.ID); err != nil || ok {
+	if ok, err := s.BeginExecution(t.Context(), c.ID, ""); err != nil || ok {
 		t.Errorf("BeginExecution(%s) after restart = %v, %v; want false, nil", c.ID, ok, err)
 	}
-	if _, err := s.BeginExecution(t.Context(), store.CallID(store.NewRunID(), 0)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.BeginExecution(t.Context(), store.CallID(store.NewRunID(), 0), ""); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("BeginExecution(unknown) error = %v, want ErrNotFound", err)
+	}
+}
+
+// testBeginExecutionAskedAgain: a sending asked again under its attempt's
+// name (its answer lost) is told whether its mark stands; any other is
+// not, and a mark taken back is no attempt's.
+func testBeginExecutionAskedAgain(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	_, calls := create(t, s, 1, nil)
+	c := calls[0]
+	if ok, err := s.BeginExecution(ctx, c.ID, "a1"); err != nil || ok {
+		t.Errorf("BeginExecution(pending %s, a1) = %v, %v; want false, nil", c.ID, ok, err)
+	}
+	decideAll(t, s, calls)
+	for _, step := range []struct {
+		attempt string
+		want    bool
+	}{{"a1", true}, {"a1", true}, {"a2", false}, {"", false}} {
+		if ok, err := s.BeginExecution(ctx, c.ID, step.attempt); err != nil || ok != step.want {
+			t.Errorf("BeginExecution(%s, %q) = %v, %v; want %v, nil", c.ID, step.attempt, ok, err, step.want)
+		}
+	}
+	s = reopen()
+	if ok, err := s.BeginExecution(ctx, c.ID, "a1"); err != nil || !ok {
+		t.Errorf("BeginExecution(%s, a1) after restart = %v, %v; want true, nil", c.ID, ok, err)
+	}
+	if err := s.AbandonExecution(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.BeginExecution(ctx, c.ID, "a2"); err != nil || !ok {
+		t.Errorf("BeginExecution(%s, a2) after AbandonExecution = %v, %v; want true, nil", c.ID, ok, err)
+	}
+	if ok, err := s.BeginExecution(ctx, c.ID, "a1"); err != nil || ok {
+		t.Errorf("BeginExecution(%s, a1) after a2 marked it = %v, %v; want false, nil", c.ID, ok, err)
 	}
 }
 
@@ -852,7 +888,7 @@ func testSaveResult(t *testing.T, open Opener) {
 	if got := executes(); len(got) != 0 {
 		t.Errorf("audit entries after a refused SaveResult = %+v, want none", got)
 	}
-	if ok, err := s.BeginExecution(ctx, c.ID); err != nil || !ok {
+	if ok, err := s.BeginExecution(ctx, c.ID, ""); err != nil || !ok {
 		t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", c.ID, ok, err)
 	}
 	if got := wantStatus(t, s, c.ID, store.Decided); len(got.Result) != 0 {
@@ -1144,7 +1180,7 @@ func testRawBytesKept(t *testing.T, open Opener) {
 	if _, _, err := s.Decide(ctx, calls[0].ID, calls[0].Fingerprint, d); err != nil {
 		t.Fatalf("Decide(%s): %v", calls[0].ID, err)
 	}
-	if ok, err := s.BeginExecution(ctx, calls[0].ID); err != nil || !ok {
+	if ok, err := s.BeginExecution(ctx, calls[0].ID, ""); err != nil || !ok {
 		t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", calls[0].ID, ok, err)
 	}
 	if err := s.SaveResult(ctx, calls[0].ID, json.RawMessage(result), store.AuditEntry{}); err != nil {
