@@ -12,7 +12,8 @@ import (
 // form the policy's rules are written against: another spelling of the
 // same file, program, directory or address (tmp/../x, ./secrets/x, the
 // root's absolute path, /usr/bin/rm for rm, staging/../prod, an upper-case
-// host or a needless escape) is refused before the policy judges the call.
+// host, a needless escape in the path or the query, an empty port or one
+// with leading zeros) is refused before the policy judges the call.
 func TestOnlyPlainPathsAndProgramNames(t *testing.T) {
 	root := t.TempDir()
 	ws, err := WorkspaceTools(WorkspaceConfig{Root: root})
@@ -57,7 +58,15 @@ func TestOnlyPlainPathsAndProgramNames(t *testing.T) {
 		{"http_get", `{"url":"https://VAULT.example.com/v1/secret"}`, "the host in lower case"},
 		{"http_get", `{"url":"https://vault.example.com/v1/%73ecret"}`, `"%73" unescaped`},
 		{"http_request", `{"method":"DELETE","url":"https://vault.example.com/v1/a/../secret"}`, "no . or .. in the path"},
-		{"http_get", `{"url":"https://vault.example.com/v1/secret?q=%73"}`, ""},
+		{"http_get", `{"url":"https://vault.example.com/v1/secret?q=%73"}`, `"%73" unescaped`},
+		{"http_request", `{"method":"POST","url":"https://vault.example.com/v1/secret?force=%74rue"}`, `"%74" unescaped`},
+		{"http_get", `{"url":"https://vault.example.com/v1/secret?q=a%20b%2Fc&r=%7e"}`, `"%7e" unescaped`},
+		{"http_get", `{"url":"https://vault.example.com/v1/secret?q=a%20b%2Fc%3D"}`, ""},
+		{"http_request", `{"method":"DELETE","url":"https://api.example.com:/repos/x"}`, "no : without a port after the host"},
+		{"http_get", `{"url":"http://127.0.0.1:039519/"}`, "the port as 39519, without leading zeros"},
+		{"http_get", `{"url":"https://api.example.com:0443/repos/x"}`, "the port as 443, without leading zeros"},
+		{"http_get", `{"url":"http://[::1]:/x"}`, "no : without a port after the host"},
+		{"http_get", `{"url":"https://api.example.com:8443/repos/x"}`, ""},
 	} {
 		err := reg.Validate(tt.tool, json.RawMessage(tt.args))
 		switch {

@@ -166,9 +166,14 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 		defer close(copied)
 		io.Copy(out, pr)
 	}()
-	leftBehind := false
+	leftBehind, timedOut := false, false
 	if err == nil {
 		err = cmd.Wait()
+		// Decided now, not after the wait for the output below: a program
+		// that exited on its own before the deadline did not time out,
+		// however long something it left behind holds the pipe. It timed
+		// out if the deadline came before it ended and the kill ended it.
+		timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded) && killedBySignal(cmd.ProcessState)
 		// What the program left running dies with the call.
 		leftBehind = killGroup(cmd)
 		// The program did run to its end: its exit status is what counts.
@@ -186,7 +191,6 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 		pr.Close()
 		<-copied
 	}
-	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
 	var status string
 	var exitErr *exec.ExitError
 	switch {

@@ -2,7 +2,10 @@
 
 package tools
 
-import "os/exec"
+import (
+	"os"
+	"os/exec"
+)
 
 // killProcessGroup leaves cmd as it is: without process groups, cancelling
 // the context kills the process only.
@@ -14,3 +17,8 @@ func killGroup(cmd *exec.Cmd) bool { return false }
 
 // newProcessGroup leaves cmd as it is: there are no process groups.
 func newProcessGroup(cmd *exec.Cmd) {}
+
+// killedBySignal reports whether the process of ps did not exit
+// successfully: without signals, a process killed at the timeout is known
+// only by its failure.
+func killedBySignal(ps *os.ProcessState) bool { return ps != nil && !ps.Success() }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -244,4 +245,25 @@ func TestRunCommandBackgroundChild(t *testing.T) {
 	}
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 	waitFor(t, fmt.Sprintf("the background child %d is gone", pid), func() bool { return processGone(pid) })
+}
+
+// A program that exits before the timeout is reported by its exit status,
+// even when something it started in a session of its own holds the output
+// pipe past the timeout: the wait for the rest of the output does not make
+// it a time-out.
+func TestRunCommandExitsBeforeTheTimeoutLeavingThePipeOpen(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid")
+	}
+	tool, err := RunCommand(CommandConfig{Allow: []string{"sh"}, Dir: t.TempDir(), Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("RunCommand: %v", err)
+	}
+	got := runTool(t, tool, map[string]any{"argv": []string{"sh", "-c", "setsid sleep 3 & echo $!; sleep 0.6; echo done; exit 0"}})
+	if pid, err := strconv.Atoi(strings.SplitN(got.Content, "\n", 3)[1]); err == nil {
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	if got.IsError || !strings.HasPrefix(got.Content, "exit status 0\n") || !strings.Contains(got.Content, "\ndone\n") {
+		t.Errorf("run_command exiting 0 after 0.6s of a 1s timeout, its pipe held by a new session: got %+v, want exit status 0 and done", got)
+	}
 }

@@ -3,6 +3,7 @@
 package tools
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -27,4 +28,14 @@ func killGroup(cmd *exec.Cmd) bool {
 // newProcessGroup starts cmd in a process group of its own, for killGroup.
 func newProcessGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+}
+
+// killedBySignal reports whether the process of ps was ended by a signal,
+// as the kill at the timeout ends it, rather than exiting on its own.
+func killedBySignal(ps *os.ProcessState) bool {
+	if ps == nil {
+		return false
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
 }

@@ -28,6 +28,7 @@ func TestNamedPipeInTheWorkspace(t *testing.T) {
 		for _, tt := range []struct{ tool, args, want string }{
 			{"workspace_read", `{"path":"pipe"}`, `cannot read "pipe": it is a named pipe`},
 			{"workspace_write", `{"path":"pipe","content":"x"}`, `cannot write "pipe": it is a named pipe`},
+			{"workspace_list", `{"path":"pipe"}`, `cannot list "pipe": it is a named pipe`},
 		} {
 			res, err := tools[tt.tool].Handler(ctx, json.RawMessage(tt.args))
 			if err != nil || !res.IsError || !strings.Contains(res.Content, tt.want) {

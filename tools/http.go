@@ -141,9 +141,12 @@ func checkHTTPArgs(raw json.RawMessage) error {
 // another (RFC 3986's equivalent forms), so that the policy's conditions on
 // args.url, and the card, see the one spelling of where the request goes:
 // an upper-case scheme or host, a host with a trailing dot, the scheme's
-// own port written out, an escape of a character that needs none (%73
-// for "s"), or a "." or ".." path segment. A URL that does not parse is
-// left to the tool, which says what is wrong.
+// own port written out, a ":" with no port after it (the default port), a
+// port with leading zeros (039519 is port 39519), an escape of a character
+// that needs none (%73 for "s") in the path or the query (servers decode
+// the query's values, so ?force=%74rue is ?force=true), or a "." or ".."
+// path segment. A URL that does not parse is left to the tool, which says
+// what is wrong.
 func checkPlainURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
@@ -159,16 +162,21 @@ func checkPlainURL(raw string) error {
 		return plain("the host in lower case")
 	case strings.HasSuffix(host, "."):
 		return plain("no dot at the end of the host")
+	case strings.HasSuffix(u.Host, ":"):
+		return plain("no : without a port after the host")
+	case len(u.Port()) > 1 && u.Port()[0] == '0':
+		port := strings.TrimLeft(u.Port(), "0")
+		if port == "" {
+			port = "0"
+		}
+		return plain("the port as " + port + ", without leading zeros")
 	case u.Port() != "" && u.Port() == defaultPort(u.Scheme):
 		return plain("no port " + u.Port() + " for " + u.Scheme)
 	}
 	path := u.EscapedPath()
-	for i := 0; i+2 < len(path); i++ {
-		if path[i] != '%' {
-			continue
-		}
-		if b, err := strconv.ParseUint(path[i+1:i+3], 16, 8); err == nil && unreserved(byte(b)) {
-			return plain(fmt.Sprintf("%q unescaped: it is %q", path[i:i+3], string(rune(b))))
+	for _, part := range []string{path, u.RawQuery} {
+		if esc, c, ok := needlessEscape(part); ok {
+			return plain(fmt.Sprintf("%q unescaped: it is %q", esc, c))
 		}
 	}
 	for seg := range strings.SplitSeq(path, "/") {
@@ -177,6 +185,21 @@ func checkPlainURL(raw string) error {
 		}
 	}
 	return nil
+}
+
+// needlessEscape returns the first escape in s of an unreserved character
+// (%73 for "s"), which means the same as the character itself, and that
+// character.
+func needlessEscape(s string) (esc, c string, ok bool) {
+	for i := 0; i+2 < len(s); i++ {
+		if s[i] != '%' {
+			continue
+		}
+		if b, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil && unreserved(byte(b)) {
+			return s[i : i+3], string(rune(b)), true
+		}
+	}
+	return "", "", false
 }
 
 // unreserved reports whether c is one of RFC 3986's unreserved characters,

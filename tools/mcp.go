@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os/exec"
 	"reflect"
@@ -462,17 +463,19 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
 				return err
 			}
 		case <-s.refresh:
-			if err := s.syncBounded(ctx, cs); err != nil {
-				if isTransportError(err) {
+			lctx, probe := s.probe(ctx)
+			if err := s.syncBounded(lctx, cs); err != nil {
+				if breaks(err, probe) {
 					return fmt.Errorf("list tools: %w", err)
 				}
 				s.log.Warn("refreshing mcp tools failed", "err", s.clean(err))
 			}
 		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, s.m.opts.pingTimeout)
+			pctx, probe := s.probe(pctx)
 			err := cs.Ping(pctx, nil)
 			cancel()
-			if err != nil && isTransportError(err) && ctx.Err() == nil {
+			if err != nil && breaks(err, probe) && ctx.Err() == nil {
 				return fmt.Errorf("ping: %w", err)
 			}
 		}
@@ -509,7 +512,13 @@ func (s *server) fail(cs *mcp.ClientSession, err error) {
 const (
 	codeClientClosing = -32003
 	codeServerClosing = -32004
-	codeRejected      = -32005 // the transport could not deliver the request
+	// codeRejected is what the SDK calls a request the transport rejected.
+	// Over HTTP it tags with it every failure of the request (a connection
+	// cut after the request was written too) and every answer it counts as
+	// transient (429, 500, 502, 503, 504, which may come from a proxy after
+	// the server ran the call), so it proves neither that the request did
+	// not reach the server nor that the connection is broken.
+	codeRejected = -32005
 )
 
 // isTransportError reports whether err means the server could not be
@@ -684,6 +693,15 @@ func toolName(prefix, name string) string {
 	return n
 }
 
+// breaks reports whether err, the failure of a request made with probe
+// (nil for a stdio server), means that the session is unusable: a
+// transport error, unless an HTTP status the SDK counts as transient (a
+// 429 or a 503 of a busy server or its proxy) answered the request, which
+// leaves the session as it was.
+func breaks(err error, probe *callProbe) bool {
+	return isTransportError(err) && !probe.transient()
+}
+
 // handler calls the MCP tool name, with hints h, on the server's current
 // session.
 func (s *server) handler(name string, h approvals.Hints) agent.Handler {
@@ -698,7 +716,8 @@ func (s *server) handler(name string, h approvals.Hints) agent.Handler {
 		if len(bytes.TrimSpace(args)) > 0 {
 			params.Arguments = args
 		}
-		res, err := cs.CallTool(ctx, params)
+		cctx, probe := s.probe(ctx)
+		res, err := cs.CallTool(cctx, params)
 		if err != nil {
 			if ctx.Err() != nil {
 				return agent.Result{}, fmt.Errorf("call %s on mcp server %s: %w", name, s.cfg.Name, ctx.Err())
@@ -706,24 +725,43 @@ func (s *server) handler(name string, h approvals.Hints) agent.Handler {
 			if !isTransportError(err) {
 				return capResult(errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, s.clean(err)), s.maxOutput), nil
 			}
-			s.fail(cs, err)
-			if !delivered(err) || h.ReadOnly || h.Idempotent {
+			kept := !breaks(err, probe)
+			if !kept {
+				s.fail(cs, err)
+			}
+			if !delivered(err, probe) || h.ReadOnly || h.Idempotent {
+				if kept {
+					return s.busy(err), nil
+				}
 				return s.unavailable(err), nil
 			}
-			return capResult(errorResult("MCP server %s stopped answering while %s ran (%v): whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user.", s.cfg.Name, name, s.clean(err)), s.maxOutput), nil
+			return capResult(errorResult("MCP server %s gave no answer to the call to %s (%v): whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user.", s.cfg.Name, name, s.clean(err)), s.maxOutput), nil
 		}
 		return capResult(toResult(res), s.maxOutput), nil
 	}
 }
 
 // delivered reports whether a call that failed with the transport error
-// err may have reached the server: all but the SDK's refusals to send
-// (its client or session closing, the transport rejecting the request)
-// and a connection that could not be made.
-func delivered(err error) bool {
+// err, its request followed by probe (nil for a stdio server), may have
+// reached the server: all but a call the connection refused to send (its
+// client or session closing), a request that never got a connection (the
+// server's address not found, the connection refused) and one the server
+// answered 404, as a server that restarted answers for a session it no
+// longer knows without running the call. The SDK's "rejected by
+// transport" is no proof (see codeRejected): it tags a proxy's 504 and a
+// connection cut after the request was written too.
+func delivered(err error, probe *callProbe) bool {
+	if probe != nil {
+		probe.mu.Lock()
+		sent, status := probe.sent, probe.status
+		probe.mu.Unlock()
+		if !sent || status == http.StatusNotFound {
+			return false
+		}
+	}
 	if werr, ok := errors.AsType[*jsonrpc.Error](err); ok {
 		switch werr.Code {
-		case codeClientClosing, codeServerClosing, codeRejected:
+		case codeClientClosing, codeServerClosing:
 			return false
 		}
 	}
@@ -757,6 +795,12 @@ func (s *server) standIn() agent.Tool {
 
 func (s *server) unavailable(err error) agent.Result {
 	return errorResult("MCP server %s is unavailable: %v. It is being reconnected; try again later or do without it.", s.cfg.Name, s.clean(err))
+}
+
+// busy is what a call that may be tried again is told when the server (or
+// its proxy) answered with a transient status: the session stays.
+func (s *server) busy(err error) agent.Result {
+	return errorResult("MCP server %s is unavailable for now: %v. Try again later or do without it.", s.cfg.Name, s.clean(err))
 }
 
 // capResult truncates r's content to at most max bytes, not cutting a
@@ -848,6 +892,16 @@ type headerTransport struct {
 const maxMessageBytes = 16 << 20
 
 func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	probe, _ := r.Context().Value(probeKey{}).(*callProbe)
+	if r.Method != http.MethodPost {
+		// The stream of events a call's answer may come on is read with
+		// the call's context too; only its request counts.
+		probe = nil
+	}
+	first := false
+	if probe != nil {
+		r, first = probe.follow(r)
+	}
 	if len(t.headers) > 0 && t.origin != "" && urlOrigin(r.URL) == t.origin {
 		r = r.Clone(r.Context())
 		for k, v := range t.headers {
@@ -855,6 +909,9 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	resp, err := t.base.RoundTrip(r)
+	if probe != nil && err == nil {
+		probe.answered(first, resp.StatusCode)
+	}
 	if err == nil && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		// A stream is read event by event, each bounded by the SDK.
 		resp.Body = &bodylimit.Body{ReadCloser: resp.Body, Total: maxMessageBytes, TooLarge: func(bool) error {
@@ -862,6 +919,83 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}}
 	}
 	return resp, err
+}
+
+// callProbe follows the HTTP requests of one call (or ping, or tool list)
+// to an HTTP server, to tell what became of them where the SDK's errors do
+// not (see codeRejected). Its first POST is the call's own request; a
+// later one (a tool list's next page) is another request of the same
+// work.
+type callProbe struct {
+	mu    sync.Mutex
+	posts int
+	// sent says that the first request got a connection: from then on its
+	// bytes may reach the server. (httptrace's WroteRequest is no later
+	// proof: an HTTP/1 request is flushed after it, and it may come after
+	// the round trip has failed.)
+	sent bool
+	// status answered the first request, 0 if none did; lastStatus the
+	// last one.
+	status, lastStatus int
+}
+
+type probeKey struct{}
+
+// probe returns ctx with a new probe for the requests made with it, or ctx
+// and nil for a stdio server.
+func (s *server) probe(ctx context.Context) (context.Context, *callProbe) {
+	if s.http == nil {
+		return ctx, nil
+	}
+	p := &callProbe{}
+	return context.WithValue(ctx, probeKey{}, p), p
+}
+
+// follow counts the POST r and reports whether it is the first; it
+// returns the first with a trace that marks it sent once it gets a
+// connection.
+func (p *callProbe) follow(r *http.Request) (*http.Request, bool) {
+	p.mu.Lock()
+	p.posts++
+	first := p.posts == 1
+	p.mu.Unlock()
+	if !first {
+		return r, false
+	}
+	return r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			p.mu.Lock()
+			p.sent = true
+			p.mu.Unlock()
+		},
+	})), true
+}
+
+// answered records the status that answered one of the probe's requests,
+// the first or a later one.
+func (p *callProbe) answered(first bool, status int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if first {
+		p.status = status
+	}
+	p.lastStatus = status
+}
+
+// transient reports whether the last request was answered with a status
+// the SDK counts as transient, keeping the session: 429, 500, 502, 503 or
+// 504. A nil probe (a stdio server) has none.
+func (p *callProbe) transient() bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch p.lastStatus {
+	case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // logWriter logs each line a stdio server writes to stderr and keeps the
@@ -947,10 +1081,16 @@ func safeURL(raw string) string {
 
 var urlInText = regexp.MustCompile(`(?i)\bhttps?://[^\s"'<>]+`)
 
+// sessionIDInText matches the session ids the SDK's errors quote ("failed
+// to connect (session ID: ...)", "mismatching session IDs "..." and
+// "..."").
+var sessionIDInText = regexp.MustCompile(`(session ID: )[^\s)]+|(session IDs )"(?:[^"\\]|\\.)*" and "(?:[^"\\]|\\.)*"`)
+
 // cleanError returns err with every http or https URL in its message cut
 // to scheme://host[:port], so that a key in a URL's user information, path
-// or query stays out of statuses, logs and the model's view. errors.Is and
-// errors.As still see err.
+// or query stays out of statuses, logs and the model's view, and with the
+// MCP session ids it quotes hidden: with one, whoever reaches the server
+// could act in the bot's session. errors.Is and errors.As still see err.
 func cleanError(err error) error {
 	if err == nil {
 		return nil
@@ -961,6 +1101,7 @@ func cleanError(err error) error {
 		trimmed := strings.TrimRight(u, ".,;:)]}")
 		return safeURL(trimmed) + u[len(trimmed):]
 	})
+	clean = sessionIDInText.ReplaceAllString(clean, "${1}${2}[hidden]")
 	if clean == msg {
 		return err
 	}

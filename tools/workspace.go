@@ -192,11 +192,19 @@ func (w *workspace) list(_ context.Context, raw json.RawMessage) (agent.Result, 
 		return errorResult("%v", err), nil
 	}
 	defer root.Close()
-	f, err := root.Open(args.Path)
+	// Opened without waiting (see openFile): a plain open of a named pipe
+	// would wait for a writer, with nothing to end the wait.
+	f, fi, err := openFile(root, args.Path)
 	if err != nil {
 		return fsError("list", args.Path, err), nil
 	}
 	defer f.Close()
+	switch {
+	case fi.Mode().IsRegular():
+		return errorResult("cannot list %q: it is a file, not a directory; use workspace_read", args.Path), nil
+	case !fi.IsDir():
+		return errorResult("cannot list %q: it is %s", args.Path, fileKind(fi)), nil
+	}
 	entries, err := f.ReadDir(maxListEntries + 1)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fsError("list", args.Path, err), nil
@@ -344,8 +352,9 @@ func fsError(op, path string, err error) agent.Result {
 
 // openFile opens name in root for reading without waiting: a FIFO (which
 // something else wrote into the workspace) would block an open until a
-// writer came, and the reads of a regular file are the same. It returns
-// the file's mode too; the caller refuses what is not a regular file.
+// writer came, and the reads of a regular file or a directory are the
+// same. It returns the file's mode too; the caller refuses what it cannot
+// use (what is not a regular file, or not a directory).
 func openFile(root *os.Root, name string) (*os.File, fs.FileInfo, error) {
 	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
