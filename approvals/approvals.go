@@ -61,11 +61,13 @@ func (in Input) users() []string {
 }
 
 // forEachUser judges in as each of its users (see Input.Requesters) with
-// judge and gives the strictest verdict.
+// judge and gives the strictest verdict. A call of one user goes through
+// Strictest too, so that an ask leaving no one besides them who could
+// approve it is denied alike.
 func forEachUser(in Input, judge func(Input) Verdict) Verdict {
 	users := in.users()
 	if len(users) == 1 {
-		return judge(in)
+		return Strictest([]Verdict{judge(in)}, users)
 	}
 	vs := make([]Verdict, len(users))
 	for i, u := range users {
@@ -117,14 +119,30 @@ func Strictest(vs []Verdict, users []string) Verdict {
 		return vs[0]
 	}
 	if !decidable(*v, users...) {
-		return Verdict{
-			Action: Deny, RuleID: v.RuleID, RuleDigest: v.RuleDigest, FailClosed: true,
-			Reason: fmt.Sprintf("the call answers messages of %s, and rule %s leaves no approver who is not one of them: ask for it in a thread of its own",
-				strings.Join(users, ", "), v.RuleID),
-			Problem: v.Problem,
-		}
+		return undecidable(*v, users)
 	}
 	return *v
+}
+
+// undecidable is the deny of an ask v that leaves too few approvers besides
+// the requesters (users) for the approvals it needs (see decidable). It
+// says to ask in a thread of one's own only when the call asked by one of
+// them alone could be approved.
+func undecidable(v Verdict, users []string) Verdict {
+	eligible, _ := Eligible(v.Approvers, v.FourEyes, users...)
+	left := "no approver"
+	if len(eligible) > 0 {
+		left = fmt.Sprintf("only %d approver(s)", len(eligible))
+	}
+	reason := fmt.Sprintf("rule %s leaves %s besides the requester for the %d approval(s) it needs", v.RuleID, left, max(1, v.MinApprovals))
+	if len(users) > 1 {
+		reason = fmt.Sprintf("the call answers messages of %s, and rule %s leaves %s who is not one of them for the %d approval(s) it needs",
+			strings.Join(users, ", "), v.RuleID, left, max(1, v.MinApprovals))
+		if slices.ContainsFunc(users, func(u string) bool { return decidable(v, u) }) {
+			reason += ": ask for it in a thread of its own"
+		}
+	}
+	return Verdict{Action: Deny, RuleID: v.RuleID, RuleDigest: v.RuleDigest, FailClosed: true, Reason: reason, Problem: v.Problem}
 }
 
 // Verdict is the outcome of judging an Input, with the rule that produced it.

@@ -43,7 +43,7 @@ func CheckConfig(data []byte) (*Policy, []error) {
 		}
 		problems = append(problems, re)
 		// Check the others with this rule replaced by a sound one.
-		seq.Content[re.index] = placeholderRule(seq.Content[re.index].Line)
+		seq.Content[re.index] = placeholderRule(seq.Content[re.index].Line, unusedID(seq))
 	}
 	slices.SortStableFunc(problems, func(a, b *ruleError) int { return cmp.Compare(a.index, b.index) })
 	errs := make([]error, len(problems))
@@ -67,13 +67,36 @@ func rulesNode(policy *yaml.Node) *yaml.Node {
 	return nil
 }
 
-// placeholderRule is a sound rule mapping that matches no call: its
-// condition is false.
-func placeholderRule(line int) *yaml.Node {
+// unusedID returns an id for a placeholder (see placeholderRule) that no
+// rule of the sequence seq names, so that it clashes with none of the rules
+// still to check; the ids rules without one get are rule-N.
+func unusedID(seq *yaml.Node) string {
+	used := map[string]bool{}
+	for _, rn := range seq.Content {
+		if rn = deref(rn); rn.Kind != yaml.MappingNode {
+			continue
+		}
+		fields, _ := ruleFields(rn)
+		for i := 0; i+1 < len(fields); i += 2 {
+			if fields[i].Value == "id" {
+				used[fields[i+1].Value] = true
+			}
+		}
+	}
+	for n := 1; ; n++ {
+		if id := fmt.Sprintf("unchecked-%d", n); !used[id] {
+			return id
+		}
+	}
+}
+
+// placeholderRule is a sound rule mapping with the given id that matches
+// no call: its condition is false.
+func placeholderRule(line int, id string) *yaml.Node {
 	str := func(v string) *yaml.Node {
 		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v, Line: line}
 	}
 	return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: line, Content: []*yaml.Node{
-		str("tool"), str("*"), str("when"), str("false"), str("verdict"), str("deny"),
+		str("id"), str(id), str("tool"), str("*"), str("when"), str("false"), str("verdict"), str("deny"),
 	}}
 }

@@ -56,6 +56,24 @@ func TestCheckConfig(t *testing.T) {
 			want: []string{"policy rule 1 (line 3, id rule-1): verdict (line 4)", "policy rule 3 (line 8): id (line 8): duplicate id \"x\""},
 		},
 		{
+			// The broken rule's stand-in takes an id no rule has, not
+			// rule-2, which the third rule names.
+			name: "duplicate id before a rule-N id",
+			yaml: `policy:
+  rules:
+    - id: a
+      tool: a
+      verdict: allow
+    - id: a
+      tool: b
+      verdict: allow
+    - id: rule-2
+      tool: c
+      verdict: allow
+`,
+			want: []string{"policy rule 2 (line 6): id (line 6): duplicate id \"a\""},
+		},
+		{
 			name: "bad default stops",
 			yaml: "policy:\n  default: maybe\n  rules:\n    - tool: a\n      verdict: nope\n",
 			want: []string{"policy.default (line 2)"},

@@ -118,9 +118,21 @@ func deref(n *yaml.Node) *yaml.Node {
 }
 
 // ruleFields returns the key/value pairs of a rule mapping with YAML merge
-// keys ("<<: *common", or a list of them) expanded: a key written in the
-// rule wins over a merged one, and of merged mappings the first wins.
+// keys ("<<: *common", or a list of them) expanded, those of the merged
+// mappings too: a key written in the rule wins over a merged one, and of
+// merged mappings the first wins.
 func ruleFields(n *yaml.Node) ([]*yaml.Node, error) {
+	return mergedFields(n, map[*yaml.Node]bool{})
+}
+
+// mergedFields is ruleFields for the mapping n. expanding marks each
+// mapping whose expansion has started: true while it runs, false once
+// done. A mapping merged into itself is refused; one merged again once
+// done adds nothing, as its keys came earlier and the first wins. So each
+// mapping is expanded once, however often it is merged.
+func mergedFields(n *yaml.Node, expanding map[*yaml.Node]bool) ([]*yaml.Node, error) {
+	expanding[n] = true
+	defer func() { expanding[n] = false }()
 	var own, merged []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], deref(n.Content[i+1])
@@ -139,9 +151,18 @@ func ruleFields(n *yaml.Node) ([]*yaml.Node, error) {
 			if s.Kind != yaml.MappingNode {
 				return nil, fmt.Errorf("<< (line %d): want a mapping (an anchor's) to merge", k.Line)
 			}
-			for j := 0; j+1 < len(s.Content); j += 2 {
-				merged = append(merged, s.Content[j], deref(s.Content[j+1]))
+			busy, seen := expanding[s]
+			if busy {
+				return nil, fmt.Errorf("<< (line %d): the mapping merged (line %d) merges itself", k.Line, s.Line)
 			}
+			if seen {
+				continue
+			}
+			fields, err := mergedFields(s, expanding)
+			if err != nil {
+				return nil, err
+			}
+			merged = append(merged, fields...)
 		}
 	}
 	out := own

@@ -51,6 +51,11 @@ var ErrUnknownRule = errors.New("unknown rule")
 // ErrRuleExists is wrapped when a rule is added with an id already in use.
 var ErrRuleExists = errors.New("rule id already in use")
 
+// ErrAuditFailed is wrapped when a change was made but its audit entry
+// could not be written: the change stands, so making it again would make
+// another one (a second rule, say).
+var ErrAuditFailed = errors.New("auditing it failed")
+
 // ErrFileRule is wrapped when a change made at run time would remove a rule
 // of the policy file: the file is a floor, changed only by editing it.
 var ErrFileRule = errors.New("rule is in the policy file")
@@ -723,7 +728,7 @@ func globCovers(outer, inner string) bool {
 // or with ErrRuleExists if the id names an admin rule or a file rule
 // (remove an admin rule first to replace it). The change is
 // audited as AuditPolicyAdd; if only the audit fails, the rule stays added
-// and the error says so.
+// and the error, which wraps ErrAuditFailed, says so.
 func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error) {
 	if r.ID == "" {
 		r.ID = "admin-" + randomHex(4)
@@ -752,7 +757,7 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
 	}
 	if err := e.audit(ctx, actor, AuditPolicyAdd, r.Tool, "", r.ID, r.String()); err != nil {
-		return r, fmt.Errorf("rule %s added, but auditing it failed: %w", r.ID, err)
+		return r, fmt.Errorf("rule %s added, but %w: %w", r.ID, ErrAuditFailed, err)
 	}
 	return r, nil
 }
@@ -762,7 +767,8 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 // ErrFileRule, changing nothing, if only a file rule has the id (the file
 // is a floor: change the file to remove one), and one wrapping
 // ErrUnknownRule if no rule has that id. The change is audited as
-// AuditPolicyRemove.
+// AuditPolicyRemove; if only the audit fails, the rule stays removed and
+// the error wraps ErrAuditFailed.
 func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
 	// The stored rule goes first: a file changed since it was added may
 	// have a rule of the same id, which must not keep it in force.
@@ -776,7 +782,7 @@ func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
 		return fmt.Errorf("remove rule %s: %w", id, ErrUnknownRule)
 	}
 	if err := e.audit(ctx, actor, AuditPolicyRemove, "", "", id, ""); err != nil {
-		return fmt.Errorf("rule %s removed, but auditing it failed: %w", id, err)
+		return fmt.Errorf("rule %s removed, but %w: %w", id, ErrAuditFailed, err)
 	}
 	return nil
 }
@@ -785,7 +791,8 @@ func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
 // name, not a glob) and Channel are required; When, if set, must be a bool CEL condition.
 // An empty ID gets a generated one ("sr-" and 8 hex digits); CreatedBy is
 // set to actor, and CreatedAt to now when zero. An ExpiresAt at or before
-// CreatedAt is refused. The change is audited as AuditStandingAdd.
+// CreatedAt is refused. The change is audited as AuditStandingAdd; if only
+// the audit fails, the rule stays stored and the error wraps ErrAuditFailed.
 func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (StandingRule, error) {
 	switch {
 	case s.Tool == "":
@@ -833,13 +840,16 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 		detail = append(detail, "expires="+s.ExpiresAt.Format(time.RFC3339))
 	}
 	if err := e.audit(ctx, actor, AuditStandingAdd, s.Tool, s.Channel, s.ID, strings.Join(detail, " ")); err != nil {
-		return s, fmt.Errorf("standing rule %s stored, but auditing it failed: %w", s.ID, err)
+		return s, fmt.Errorf("standing rule %s stored, but %w: %w", s.ID, ErrAuditFailed, err)
 	}
 	return s, nil
 }
 
 // StandingRules lists the standing rules of a channel (all channels when
-// channel is empty) that have not expired, oldest first.
+// channel is empty) that have not expired, oldest first. A record that does
+// not decode is left out, and logged with its id, rather than hiding the
+// others: judging ignores it too (it only relaxes), and Revoke still
+// deletes it by that id.
 func (e *Engine) StandingRules(ctx context.Context, channel string) ([]StandingRule, error) {
 	recs, err := e.rs.Records(ctx, KindStandingRule)
 	if err != nil {
@@ -850,7 +860,10 @@ func (e *Engine) StandingRules(ctx context.Context, channel string) ([]StandingR
 	for _, rec := range recs {
 		var s StandingRule
 		if err := json.Unmarshal(rec.Data, &s); err != nil {
-			return nil, fmt.Errorf("decode standing rule %s: %w", rec.ID, err)
+			if e.log != nil {
+				e.log.Warn("skip a standing rule that does not decode; revoke it by its id", "id", rec.ID, "err", err)
+			}
+			continue
 		}
 		s.ID = rec.ID
 		if (channel == "" || s.Channel == channel) && !s.Expired(now) {
@@ -868,7 +881,8 @@ func (e *Engine) StandingRules(ctx context.Context, channel string) ([]StandingR
 
 // Revoke deletes a standing rule (expired or not). It returns an error
 // wrapping ErrUnknownRule if there is none with that id. The change is
-// audited as AuditStandingRevoke.
+// audited as AuditStandingRevoke; if only the audit fails, the rule stays
+// deleted and the error wraps ErrAuditFailed.
 func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
 	// Read first for the channel its audit entry names: the audit log
 	// shows an entry only to those who may see its channel.
@@ -883,7 +897,7 @@ func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
 		return fmt.Errorf("revoke standing rule %s: %w", id, err)
 	}
 	if err := e.audit(ctx, actor, AuditStandingRevoke, s.Tool, s.Channel, id, ""); err != nil {
-		return fmt.Errorf("standing rule %s revoked, but auditing it failed: %w", id, err)
+		return fmt.Errorf("standing rule %s revoked, but %w: %w", id, ErrAuditFailed, err)
 	}
 	return nil
 }

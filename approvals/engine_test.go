@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -493,6 +494,40 @@ func TestEngineCorruptRecords(t *testing.T) {
 	v, err := e.Evaluate(ctx, call("files__read_file", `{}`, "C1"))
 	if err == nil || v.Action != Ask || v.RuleID != RuleUnavailable {
 		t.Errorf("with an unreadable admin rule: got %+v, %v; want ask by %q and an error", v, err, RuleUnavailable)
+	}
+}
+
+// A standing rule whose record does not decode is left out of the list,
+// and logged, rather than hiding every other one: the good rules stay
+// listed, so that they can still be revoked.
+func TestStandingRulesSkipAnUnreadableRecord(t *testing.T) {
+	ctx := context.Background()
+	var logged strings.Builder
+	ms := newMemStore()
+	e := NewEngine(mustParse(t, engineConfig), ms, WithAuditLog(slog.New(slog.NewTextHandler(&logged, nil))))
+	good, err := e.Remember(ctx, "U2BOSS", StandingRule{Tool: "files__delete", Channel: "C1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ms.PutRecord(ctx, store.Record{Kind: KindStandingRule, ID: "sr-bad", Data: json.RawMessage(`"x"`)}, -1); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []string{"", "C1"} {
+		list, err := e.StandingRules(ctx, ch)
+		if err != nil || len(list) != 1 || list[0].ID != good.ID {
+			t.Errorf("StandingRules(%q) = %v, %v; want [%s]", ch, list, err, good.ID)
+		}
+	}
+	if !strings.Contains(logged.String(), "sr-bad") {
+		t.Errorf("the unreadable record was not logged by id: %q", logged.String())
+	}
+	for _, id := range []string{good.ID, "sr-bad"} {
+		if err := e.Revoke(ctx, "UADMIN", id); err != nil {
+			t.Errorf("Revoke(%s): %v", id, err)
+		}
+	}
+	if got := evalEngine(t, e, call("files__delete", `{"path":"/tmp/a"}`, "C1")); got.Action != Ask {
+		t.Errorf("after the revoke: %s by %q, want ask", got.Action, got.RuleID)
 	}
 }
 
@@ -1056,5 +1091,43 @@ func TestRelaxesDefault(t *testing.T) {
 		if _, got := NewEngine(p, newMemStore()).RelaxesDefault(Rule{Tool: "*", Verdict: tt.rule}); got != tt.want {
 			t.Errorf("default %s, runtime %s: relaxes %v, want %v", tt.def, tt.rule, got, tt.want)
 		}
+	}
+}
+
+// auditFails is a memStore whose audit log cannot be written.
+type auditFails struct{ *memStore }
+
+func (auditFails) Audit(context.Context, store.AuditEntry) error {
+	return errors.New("audit log unavailable")
+}
+
+// A change whose audit entry could not be written stands, and its error
+// says so (ErrAuditFailed), so that the caller does not make it again.
+func TestChangeWhoseAuditFailsStands(t *testing.T) {
+	ctx := context.Background()
+	ms := newMemStore()
+	e := NewEngine(mustParse(t, engineConfig), auditFails{ms})
+	r, err := e.AddRule(ctx, "UADMIN", Rule{ID: "freeze", Tool: "deploy", Verdict: Deny})
+	if !errors.Is(err, ErrAuditFailed) || r.ID != "freeze" {
+		t.Errorf("AddRule: %+v, %v; want the rule and an error wrapping ErrAuditFailed", r, err)
+	}
+	if got := evalEngine(t, e, call("deploy", `{}`, "C1")); got.Action != Deny {
+		t.Errorf("after the add: %s, want deny", got.Action)
+	}
+	if err := e.RemoveRule(ctx, "UADMIN", "freeze"); !errors.Is(err, ErrAuditFailed) {
+		t.Errorf("RemoveRule: %v, want an error wrapping ErrAuditFailed", err)
+	}
+	s, err := e.Remember(ctx, "UADMIN", StandingRule{Tool: "files__delete", Channel: "C1"})
+	if !errors.Is(err, ErrAuditFailed) || s.ID == "" {
+		t.Errorf("Remember: %+v, %v; want the rule and an error wrapping ErrAuditFailed", s, err)
+	}
+	if err := e.Revoke(ctx, "UADMIN", s.ID); !errors.Is(err, ErrAuditFailed) {
+		t.Errorf("Revoke: %v, want an error wrapping ErrAuditFailed", err)
+	}
+	if recs, _ := ms.Records(ctx, KindPolicyRule); len(recs) != 0 {
+		t.Errorf("policy rule records after the remove: %d, want none", len(recs))
+	}
+	if recs, _ := ms.Records(ctx, KindStandingRule); len(recs) != 0 {
+		t.Errorf("standing rule records after the revoke: %d, want none", len(recs))
 	}
 }

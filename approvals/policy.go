@@ -837,23 +837,30 @@ func celValue(v any) (any, error) {
 // judges the number written.
 const maxExactInt = 1 << 53
 
+// maxExact is maxExactInt as a rational, to compare literals with.
+var maxExact = new(big.Rat).SetInt64(maxExactInt)
+
 // exactNumber converts a JSON number for CEL: an integer literal of at most
-// 2^53 in size becomes an int64, any other literal a float64 when that
-// float64, written back in shortest form, has the literal's exact value.
-// Otherwise (5.0000000000000001, 9007199254740993, 1e400) it returns an
-// error naming the literal: the policy cannot see that number exactly.
+// 2^53 in size becomes an int64, any other literal of at most 2^53 in size
+// a float64 when that float64, written back in shortest form, has the
+// literal's exact value. Otherwise (5.0000000000000001, 9007199254740993,
+// 1e20 in any form, 1e400) it returns an error naming the literal: the
+// policy cannot see that number exactly.
 func exactNumber(n json.Number) (any, error) {
 	lit := n.String()
-	if i, err := n.Int64(); err == nil {
-		if i > maxExactInt || i < -maxExactInt {
-			return nil, fmt.Errorf("the number %s is too large for the policy to judge exactly", lit)
-		}
+	if i, err := n.Int64(); err == nil && i >= -maxExactInt && i <= maxExactInt {
 		return i, nil
 	}
 	f, err := n.Float64()
 	want, ok := new(big.Rat).SetString(lit)
 	if err != nil || !ok || math.IsInf(f, 0) {
 		return nil, fmt.Errorf("the number %s is out of the range the policy can judge", lit)
+	}
+	// Past 2^53 a float64 holds only some of the integers, so a whole
+	// number there is refused however it is written (100000000000000000000
+	// or 1e20), as an integer literal is.
+	if new(big.Rat).Abs(want).Cmp(maxExact) > 0 {
+		return nil, fmt.Errorf("the number %s is too large for the policy to judge exactly", lit)
 	}
 	got, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
 	if got == nil || got.Cmp(want) != 0 {

@@ -621,7 +621,7 @@ func TestArgsValue(t *testing.T) {
 		{`{"n": 1e3}`, "float64:1000"},
 		{`{"n": 0.1}`, "float64:0.1"},
 		{`{"n": 9007199254740992}`, "int64:9007199254740992"},
-		{`{"n": 100000000000000000000}`, "float64:1e+20"},
+		{`{"n": 9007199254740992.0}`, "float64:9.007199254740992e+15"},
 		{`{"n": [1, 2.5]}`, "[]interface {}:[1 2.5]"},
 	}
 	for _, tt := range tests {
@@ -649,7 +649,7 @@ func TestInexactNumbersFailClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, lit := range []string{"5.0000000000000001", "9007199254740993", "-9007199254740993", "99999999999999999999", "1e400", "[1, 5.0000000000000001]"} {
+	for _, lit := range []string{"5.0000000000000001", "9007199254740993", "-9007199254740993", "99999999999999999999", "100000000000000000000", "1e20", "-1e20", "9007199254740994.0", "1e400", "[1, 5.0000000000000001]"} {
 		args := `{"n": ` + lit + `}`
 		if strings.HasPrefix(lit, "[") {
 			args = `{"n": 6, "list": ` + lit + `}`
@@ -717,6 +717,8 @@ func TestParseConfigAnchors(t *testing.T) {
 		{"a merge", "x-common: &common {verdict: ask, approvers: [U1SRE], ttl: 2h}\npolicy:\n  rules:\n    - <<: *common\n      tool: deploy\n      ttl: 1h\n",
 			"id=rule-1 tool=deploy verdict=ask approvers=U1SRE ttl=1h"},
 		{"a rule", "x-r: &r {tool: deploy, verdict: deny}\npolicy:\n  rules:\n    - *r\n", "id=rule-1 tool=deploy verdict=deny"},
+		{"nested merges", "x-base: &base {verdict: ask, ttl: 2h, reason: base}\nx-common: &common {<<: *base, approvers: [U1SRE], ttl: 1h}\npolicy:\n  rules:\n    - <<: [*common, *base]\n      tool: deploy\n",
+			"id=rule-1 tool=deploy verdict=ask approvers=U1SRE ttl=1h reason=base"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := ParseConfig([]byte(tt.cfg))
@@ -730,5 +732,8 @@ func TestParseConfigAnchors(t *testing.T) {
 	}
 	if _, err := ParseConfig([]byte("x-l: &l [a]\npolicy:\n  rules:\n    - <<: *l\n      tool: x\n      verdict: ask\n")); err == nil || !strings.Contains(err.Error(), "want a mapping") {
 		t.Errorf("a merge of a list: %v, want an error", err)
+	}
+	if _, err := ParseConfig([]byte("x-a: &a {tool: x, <<: *a}\npolicy:\n  rules:\n    - <<: *a\n      verdict: ask\n")); err == nil || !strings.Contains(err.Error(), "merges itself") {
+		t.Errorf("a mapping that merges itself: %v, want an error", err)
 	}
 }

@@ -63,3 +63,32 @@ func TestCombinedVerdictIsMarked(t *testing.T) {
 		t.Error("one requester's verdict is marked combined")
 	}
 }
+
+// A four-eyes rule whose approvers, once the requester is left out, are
+// too few for the approvals it needs is denied for one requester as for
+// several: a card no one could complete would only wait for its TTL.
+func TestFourEyesWithTooFewOtherApproversIsDenied(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "deploys", Tool: "deploy", Verdict: Ask, Approvers: []string{"UALICE", "UBOB"}, FourEyes: true, MinApprovals: 2},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Tool: "deploy", Args: json.RawMessage(`{}`), User: "UALICE", Channel: "C1"}
+	check := func(what string, v Verdict) {
+		t.Helper()
+		if v.Action != Deny || !v.FailClosed || v.RuleID != "deploys" {
+			t.Errorf("%s: %s by %q (fail closed %v), want a fail-closed deny by deploys", what, v.Action, v.RuleID, v.FailClosed)
+		}
+		if !strings.Contains(v.Reason, "rule deploys") || strings.Contains(v.Reason, "thread of its own") {
+			t.Errorf("%s: reason %q, want it to name the rule and not to suggest a thread of its own", what, v.Reason)
+		}
+	}
+	check("Policy.Evaluate", p.Evaluate(in))
+	check("Engine.Evaluate", evalEngine(t, NewEngine(p, newMemStore()), in))
+	// Someone who is not an approver may still ask: both approvers remain.
+	in.User = "UCAROL"
+	if v := p.Evaluate(in); v.Action != Ask {
+		t.Errorf("asked by a non-approver: %s, want ask", v.Action)
+	}
+}

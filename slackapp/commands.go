@@ -486,10 +486,10 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 		return "That rule is not valid: " + Escape(err.Error()) + "\nNothing changed."
 	}
 	added, err := a.policy.AddRule(ctx, user, r)
-	if err != nil {
+	if err != nil && !errors.Is(err, approvals.ErrAuditFailed) {
 		return "I couldn't add the rule: " + Escape(err.Error())
 	}
-	out := fmt.Sprintf("Added runtime rule %s: %s", inlineCode(added.ID), inlineCode(ruleBody(added)))
+	out := fmt.Sprintf("Added runtime rule %s: %s", inlineCode(added.ID), inlineCode(ruleBody(added))) + notAudited(err)
 	if over := a.policy.Overrules(added); len(over) > 0 {
 		out += "\nNote: " + overrulesText(over) + ". The policy file is a floor: change the file to relax it."
 	}
@@ -516,16 +516,26 @@ func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
 	if id == "" {
 		return "Which rule? `/approvals policy remove <rule id>`"
 	}
-	if err := a.policy.RemoveRule(ctx, user, id); err != nil {
-		if errors.Is(err, approvals.ErrFileRule) {
-			return fmt.Sprintf("Rule %s is in the policy file, which is a floor: change the file to remove it. Nothing changed.", inlineCode(id))
-		}
-		if errors.Is(err, approvals.ErrUnknownRule) {
-			return fmt.Sprintf("There is no rule %s. Nothing changed.", inlineCode(id))
-		}
+	err := a.policy.RemoveRule(ctx, user, id)
+	switch {
+	case errors.Is(err, approvals.ErrFileRule):
+		return fmt.Sprintf("Rule %s is in the policy file, which is a floor: change the file to remove it. Nothing changed.", inlineCode(id))
+	case errors.Is(err, approvals.ErrUnknownRule):
+		return fmt.Sprintf("There is no rule %s. Nothing changed.", inlineCode(id))
+	case err != nil && !errors.Is(err, approvals.ErrAuditFailed):
 		return "I couldn't remove the rule: " + Escape(err.Error())
 	}
-	return fmt.Sprintf("Removed rule %s.", inlineCode(id))
+	return fmt.Sprintf("Removed rule %s.", inlineCode(id)) + notAudited(err)
+}
+
+// notAudited warns, after the answer to a change that was made, that its
+// audit entry could not be written (err wraps approvals.ErrAuditFailed),
+// so that no one makes the change again; it is empty when err is nil.
+func notAudited(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "\n*Warning:* the change was made, but the audit log does not record it: " + Escape(err.Error())
 }
 
 func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text string) string {
@@ -550,19 +560,23 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 		args = approvals.NormalizeText(typed)
 	}
 	in := approvals.Input{Tool: tool, Args: json.RawMessage(args), User: cmd.UserID, Channel: cmd.ChannelID}
-	if ag := a.ag; ag != nil {
+	ag := a.ag
+	if ag != nil {
 		t, ok := ag.Tools().Lookup(tool)
 		if !ok {
 			return fmt.Sprintf("There is no tool %s.", inlineCode(tool))
 		}
-		if err := ag.Tools().Validate(tool, in.Args); err != nil {
-			return "Those arguments would be refused before the policy: " + Escape(err.Error())
-		}
 		in.Hints = t.Annotations
 	}
-	canonical, _, err := approvals.Fingerprint(in.Args)
+	// The agent's own checks (one JSON object, its depth, keys that look
+	// alike), then the tool's schema: arguments either refuses never reach
+	// the policy.
+	canonical, err := agent.CheckArgs(in.Args)
+	if err == nil && ag != nil {
+		err = ag.Tools().Validate(tool, in.Args)
+	}
 	if err != nil {
-		return "The arguments are not valid JSON: " + Escape(err.Error())
+		return "Those arguments would be refused before the policy: " + Escape(err.Error())
 	}
 	in.Args = canonical
 	v, err := a.policy.Test(ctx, in)

@@ -22,7 +22,10 @@ const maxHomeRules = 10
 var standingIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$`)
 
 // revokeStanding revokes the standing rule id for user: its creator may,
-// and admins may revoke anyone's. It returns the answer to give.
+// and admins may revoke anyone's. An id that is not listed may still name
+// a record that does not decode (see approvals.Engine.StandingRules): an
+// admin may revoke it too, so that it can be deleted. It returns the
+// answer to give.
 func (a *App) revokeStanding(ctx context.Context, user, id string) string {
 	rules, err := a.policy.StandingRules(ctx, "")
 	if err != nil {
@@ -34,21 +37,25 @@ func (a *App) revokeStanding(ctx context.Context, user, id string) string {
 			rule = &rules[i]
 		}
 	}
-	if rule == nil {
-		return fmt.Sprintf("There is no standing rule %s. Nothing changed.", inlineCode(id))
-	}
-	if rule.CreatedBy != user {
+	noRule := fmt.Sprintf("There is no standing rule %s. Nothing changed.", inlineCode(id))
+	if rule == nil || rule.CreatedBy != user {
 		if _, ok := a.requireAdmin(ctx, user, adminChange); !ok {
+			if rule == nil {
+				return noRule
+			}
 			return fmt.Sprintf("Only %s, who made standing rule %s, or an admin can revoke it. Nothing changed.", userRef(rule.CreatedBy, "its creator"), inlineCode(id))
 		}
 	}
-	if err := a.policy.Revoke(ctx, user, id); err != nil {
-		if errors.Is(err, approvals.ErrUnknownRule) {
-			return fmt.Sprintf("There is no standing rule %s. Nothing changed.", inlineCode(id))
-		}
+	err = a.policy.Revoke(ctx, user, id)
+	switch {
+	case errors.Is(err, approvals.ErrUnknownRule):
+		return noRule
+	case err != nil && !errors.Is(err, approvals.ErrAuditFailed):
 		return "I couldn't revoke the rule: " + Escape(err.Error())
+	case rule == nil:
+		return fmt.Sprintf("Revoked standing rule %s.", inlineCode(id)) + notAudited(err)
 	}
-	return fmt.Sprintf("Revoked standing rule %s: %s in %s asks again.", inlineCode(id), inlineCode(rule.Tool), channelRef(rule.Channel))
+	return fmt.Sprintf("Revoked standing rule %s: %s in %s asks again.", inlineCode(id), inlineCode(rule.Tool), channelRef(rule.Channel)) + notAudited(err)
 }
 
 // revokeFromHome handles a Revoke button of the Home tab, then shows the
