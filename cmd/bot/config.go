@@ -270,17 +270,25 @@ func checkHTTPURL(raw string) error {
 	return nil
 }
 
-// placeholderToken reports whether tok is its prefix alone or a stand-in
-// for a token ("xoxb-…", "xapp-...", "xoxb-<your token>", "xoxb-xxxx"),
-// never a token Slack issued.
+// placeholderToken reports whether tok is its prefix alone, as in
+// .env.example, or a stand-in for a token ("xoxb-…", "xapp-...",
+// "xoxb-xxxx", "xoxb-<your token>", "xoxb-YOUR_TOKEN", "xoxb-changeme"),
+// never a token Slack issued. A Slack token is runs of letters and digits
+// between hyphens, the last one random, so a stand-in is told by
+// characters no token has or by a word that is a whole run, never by
+// letters within a run: a random one spells "your" in about one bot token
+// in 44,000.
 func placeholderToken(tok, prefix string) bool {
 	rest := strings.TrimPrefix(tok, prefix)
 	if strings.Trim(rest, ".…xX*-_ ") == "" {
 		return true
 	}
-	lower := strings.ToLower(rest)
-	for _, p := range []string{"…", "...", "<", "your", "changeme", "replace"} {
-		if strings.Contains(lower, p) {
+	if strings.ContainsAny(rest, "…<>") || strings.Contains(rest, "...") {
+		return true
+	}
+	words := strings.FieldsFunc(strings.ToLower(rest), func(r rune) bool { return r == '-' || r == '_' || r == ' ' })
+	for _, w := range words {
+		if w == "your" || w == "changeme" || w == "replace" {
 			return true
 		}
 	}

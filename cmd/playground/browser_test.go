@@ -457,3 +457,56 @@ func TestBrowserSurfaces(t *testing.T) {
 		waitJS(`state.user === "`+userAlice+`" && document.getElementById("post-error").hidden`),
 	)
 }
+
+// tabTimeout bounds each step of TestBrowserManyTabs: a page that gets
+// no connection waits forever, so a step that takes longer has failed.
+const tabTimeout = 15 * time.Second
+
+// TestBrowserManyTabs opens the page in one tab per person, and more:
+// browsers give a host at most six HTTP/1.1 connections, so a page that
+// held one open for its change notices would leave none for a sixth tab's
+// requests or a seventh tab's page, and freeze them all.
+func TestBrowserManyTabs(t *testing.T) {
+	_, url := startPage(t)
+	first := startBrowser(t)
+	step := func(ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, tabTimeout)
+		defer cancel()
+		if err := chromedp.Do(sctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	load := func(user string) chromedp.Action[chromedp.Void] {
+		return chromedp.Steps(
+			chromedp.Navigate(url+"?user="+user),
+			waitJS(`document.querySelector("#sidebar .nav-item.active") !== null && state.user !== ""`),
+		)
+	}
+	tabs := []context.Context{first}
+	for i, user := range []string{"you", "alice", "bob", "carol", "dave", "you", "alice"} {
+		tab := first
+		if i > 0 {
+			ctx, cancel := chromedp.NewContext(first)
+			t.Cleanup(cancel)
+			// The first run opens the tab for as long as its context
+			// lasts, so it runs without a step's timeout.
+			if err := chromedp.Do(ctx); err != nil {
+				t.Fatalf("open tab %d: %v", i+1, err)
+			}
+			tab = ctx
+			tabs = append(tabs, tab)
+		}
+		step(tab, fmt.Sprintf("load tab %d as %s", i+1, user), load(user))
+		if i == 5 {
+			step(tabs[0], "with six tabs open, a message sent in the first shows in #main",
+				setValue("#text", "list files"),
+				click("#send"),
+				waitText(`#main .msg`, "list files"),
+			)
+		}
+	}
+	step(tabs[4], "the other tabs follow: dave's shows the message too",
+		waitText(`#main .msg`, "list files"),
+	)
+}

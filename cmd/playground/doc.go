@@ -20,11 +20,12 @@
 // The page is rendered on the server (html.go): Block Kit, Slack mrkdwn and
 // the Markdown of streamed answers become HTML whose every string from the
 // bot is escaped text; links are made for http, https and mailto only. The
-// page's script (static/app.js) follows server-sent events, fetches the
-// rendered panes and posts clicks, form submissions and messages, which the
-// server turns into the envelopes Slack would send (block_actions,
-// view_submission, view_closed, slash commands, app_home_opened, message and
-// app_mention events). Messages in #ops mention the bot.
+// page's script (static/app.js) follows the server's change notices on a
+// WebSocket, fetches the rendered panes and posts clicks, form submissions
+// and messages, which the server turns into the envelopes Slack would send
+// (block_actions, view_submission, view_closed, slash commands,
+// app_home_opened, message and app_mention events). Messages in #ops
+// mention the bot.
 //
 // The demo configuration (workspace.go) enables the tools package's
 // built-ins on a seeded temporary workspace: workspace_list/read/write/
@@ -42,13 +43,15 @@
 //
 // In a terminal, -tty reads commands from standard input and -script FILE
 // (- for standard input) from a file, ending at its end: a line is posted
-// as the current person (the first one mentions the bot in #ops and starts
-// a thread), and commands play the rest of Slack: /as NAME switches person;
-// /approve, /deny, /always, /cancel, /reject REASON, /edit JSON and /reply
-// ANSWER press the buttons of the latest pending card (or of card #N) and
-// fill in their forms; /pending, /policy and /approvals run the slash
-// command. After each command it waits until the bot is idle and prints
-// what changed.
+// as the current person, unless they are not in #ops (the first one
+// mentions the bot in #ops and starts a thread), and commands play the
+// rest of Slack: /as NAME switches person; /approve, /deny, /always,
+// /cancel, /reject REASON, /edit JSON and /reply ANSWER press the buttons
+// of the latest pending card (or of card #N) and fill in their forms;
+// /pending, /policy and /approvals run the slash command. After each
+// command it waits until the bot is idle and prints what changed: the
+// bot's messages in the thread and in people's DMs with it, and what only
+// one person sees.
 //
 // Either way the playground stops on Ctrl-C (or at /quit or the end of the
 // input in a terminal): it stops the bot, closes the store and removes its

@@ -159,6 +159,23 @@ func TestEditAlwaysAndCommands(t *testing.T) {
 	})
 }
 
+// dave is not in #ops: in the terminal, as on the page, he cannot post
+// there, so he never becomes a member of it (the fake Slack would add the
+// poster) and one of the "anyone in this channel" who may approve.
+func TestOutsiderCannotPost(t *testing.T) {
+	play(t, []step{
+		{prompt: "you", command: "/as dave", want: []string{"you are now dave"}},
+		{prompt: "dave", command: "list files", want: []string{"dave is not in #ops, so cannot post here"}, notWant: []string{"mentions @toolgate", "workspace_list"}},
+		{prompt: "dave", command: "/as you", want: []string{"you are now you"}},
+		{prompt: "you", command: "write hi to notes.md", want: []string{"card #1:", "Approvers: anyone in this channel"}},
+		{prompt: "you", command: "/as dave", want: []string{"you are now dave"}},
+		{prompt: "dave", command: "looks fine to me", want: []string{"dave is not in #ops, so cannot post here"}, notWant: []string{"toolgate:"}},
+		// Slack shows no ephemeral message to someone outside the
+		// channel: the bot says why it refused in dave's DM.
+		{prompt: "dave", command: "/approve", want: []string{"toolgate (in dave's DM):", "Nothing changed."}, notWant: []string{"Approved by @dave", "wrote"}},
+	})
+}
+
 func TestOwnConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "config.yaml")

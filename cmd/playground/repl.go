@@ -193,8 +193,12 @@ func (s *session) do(line string) (quit bool) {
 	return false
 }
 
-// say posts text as the current person.
+// say posts text in #ops as the current person, if they are in it.
 func (s *session) say(text string) {
+	if !s.user.inOps {
+		s.printf("  %s\n", cannotPost(s.user, "#ops"))
+		return
+	}
 	before := s.pg.activity()
 	if s.thread == "" {
 		s.thread = s.pg.slack.Mention(channelOps, s.user.id, typed(text))
@@ -393,7 +397,8 @@ func (s *session) waitFor(cond func() bool) bool {
 }
 
 // show prints what is new since the last call: the bot's new and changed
-// messages in the thread and new ephemeral messages.
+// messages in the thread and in people's DMs with it, and new ephemeral
+// messages.
 func (s *session) show() {
 	if s.thread != "" {
 		for _, m := range s.pg.slack.Thread(channelOps, s.thread) {
@@ -404,6 +409,11 @@ func (s *session) show() {
 		}
 	}
 	for _, p := range people {
+		for _, m := range s.pg.slack.Messages(s.pg.slack.DMChannel(p.id)) {
+			if m.BotID != "" && !m.Streaming {
+				s.printDM(p, m)
+			}
+		}
 		eph := s.pg.slack.Ephemerals(p.id)
 		for _, e := range eph[min(s.ephemeral[p.id], len(eph)):] {
 			who := p.name + " sees"
@@ -454,6 +464,24 @@ func (s *session) printMessage(m fakeslack.Message, always bool) {
 		label += " updated"
 	}
 	s.printf("%s:\n%s\n", label, indent(text, "  "))
+}
+
+// printDM prints a bot message in p's DM with the bot if it is new or
+// changed. Nothing is posted in a DM from the terminal: the bot writes
+// there what it cannot say in #ops, such as why it refused the click of
+// someone outside the channel, who cannot be shown an ephemeral message
+// there.
+func (s *session) printDM(p person, m fakeslack.Message) {
+	text := blocksText(m.Blocks, m.Text)
+	if prev, seen := s.shown[m.TS]; seen && prev == text {
+		return
+	}
+	s.shown[m.TS] = text
+	where := p.name + "'s DM"
+	if p.id == userYou {
+		where = "your DM"
+	}
+	s.printf("toolgate (in %s):\n%s\n", where, indent(text, "  "))
 }
 
 // isPendingCard reports whether m is an approval card that can still be

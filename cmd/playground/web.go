@@ -20,16 +20,17 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gorilla/websocket"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/internal/fakeslack"
 )
 
 // The web page: a small Slack client for the fake workspace. The server
-// renders everything (html.go) and pushes "something changed" over
-// server-sent events; the page's script (static/app.js) fetches the
-// rendered panes again and posts what the person does, which the server
-// turns into the Socket Mode envelopes Slack would send.
+// renders everything (html.go) and pushes "something changed" over a
+// WebSocket; the page's script (static/app.js) fetches the rendered panes
+// again and posts what the person does, which the server turns into the
+// Socket Mode envelopes Slack would send.
 
 //go:embed static
 var staticFiles embed.FS
@@ -39,6 +40,10 @@ const maxRequestBody = 1 << 20
 
 // maxMessageChars is the longest message Slack takes.
 const maxMessageChars = 40000
+
+// noticeTimeout bounds the sending of one change notice: a page that
+// takes none for that long is dropped, and opens its socket again.
+const noticeTimeout = 10 * time.Second
 
 // web serves the page for one playground.
 type web struct {
@@ -132,7 +137,7 @@ func serveWeb(ctx context.Context, pg *playground, opts options, out io.Writer) 
 const openerGrace = 500 * time.Millisecond
 
 // serve serves the page on ln until ctx ends, then stops the server,
-// ending the page's event streams.
+// ending the page's change notices.
 func (w *web) serve(ctx context.Context, ln net.Listener) error {
 	streams, stopStreams := context.WithCancel(ctx)
 	defer stopStreams()
@@ -262,31 +267,52 @@ func (w *web) ownChanged() <-chan struct{} {
 	return w.changed
 }
 
-// notifyLocked wakes the event streams after a change of the page's own
+// notifyLocked wakes the change notices after a change of the page's own
 // state. w.mu is held.
 func (w *web) notifyLocked() {
 	close(w.changed)
 	w.changed = make(chan struct{})
 }
 
-// events streams one "change" event whenever the fake workspace or the
-// page's own state changes, until the page goes away or the server stops.
+// events sends the page a "change" message over a WebSocket when it
+// connects and whenever the fake workspace or the page's own state
+// changes, until the page goes away or the server stops. A WebSocket does
+// not hold one of the six HTTP/1.1 connections a browser gives a host, as
+// a stream of server-sent events does: with the page open in six tabs (one
+// per person is natural), no tab could fetch or post anything. The
+// upgrader refuses pages of other origins.
 func (w *web) events(rw http.ResponseWriter, r *http.Request) {
-	flusher, ok := rw.(http.Flusher)
-	if !ok {
-		http.Error(rw, "streaming unsupported", http.StatusInternalServerError)
-		return
+	var upgrader websocket.Upgrader
+	conn, err := upgrader.Upgrade(rw, r, nil)
+	if err != nil {
+		return // the upgrader has answered
 	}
-	rw.Header().Set("Content-Type", "text/event-stream")
-	rw.Header().Set("Cache-Control", "no-store")
+	// The page sends nothing: reading only notices that it went away
+	// (and answers its control frames).
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		for {
+			if _, _, err := conn.NextReader(); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		conn.Close()
+		<-gone
+	}()
 	for {
 		changed, own := w.pg.slack.Changed(), w.ownChanged()
-		if _, err := io.WriteString(rw, "data: change\n\n"); err != nil {
+		_ = conn.SetWriteDeadline(time.Now().Add(noticeTimeout))
+		if err := conn.WriteMessage(websocket.TextMessage, []byte("change")); err != nil {
 			return
 		}
-		flusher.Flush()
 		select {
 		case <-r.Context().Done():
+			_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "the playground stopped"), time.Now().Add(time.Second))
+			return
+		case <-gone:
 			return
 		case <-changed:
 		case <-own:
@@ -336,7 +362,7 @@ func (w *web) panes(rw http.ResponseWriter, r *http.Request) {
 		reply.CanPost = member
 		switch {
 		case !member:
-			reply.PostHint = p.name + " is not in " + name + ", so cannot post here"
+			reply.PostHint = cannotPost(p, name)
 		case ch == channelOps || ch == channelApprov:
 			reply.PostHint = "Message " + name + " (mentions @toolgate; /approvals … runs the command)"
 		default:
@@ -608,7 +634,7 @@ func (w *web) send(rw http.ResponseWriter, r *http.Request) {
 	}
 	ch, name, member := w.channelFor(p, req.Conv)
 	if !member {
-		http.Error(rw, p.name+" is not in "+name, http.StatusForbidden)
+		http.Error(rw, cannotPost(p, name), http.StatusForbidden)
 		return
 	}
 	if strings.HasPrefix(text, "/") {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/sashabaranov/go-openai"
 	"github.com/slack-go/slack"
 
@@ -108,8 +109,8 @@ func waitSlack(t *testing.T, pg *playground, what string, cond func() bool) {
 	}
 }
 
-// TestPageIsLive follows a turn through the page: the event stream
-// announces changes, the thread shows the bot's status while the model
+// TestPageIsLive follows a turn through the page: the change notices
+// announce changes, the thread shows the bot's status while the model
 // works, and then the answer.
 func TestPageIsLive(t *testing.T) {
 	pg, srv := startWeb(t)
@@ -128,27 +129,21 @@ func TestPageIsLive(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/events", nil)
-	resp, err := http.DefaultClient.Do(req)
+	events, err := dialEvents(ctx, srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Errorf("events: Content-Type %q", ct)
-	}
-	events := bufio.NewReader(resp.Body)
-	readEvent := func() string {
+	defer events.Close()
+	next := func() string {
 		t.Helper()
-		line, err := events.ReadString('\n')
+		got, err := readEvent(events)
 		if err != nil {
 			t.Fatalf("events: %v", err)
 		}
-		_, _ = events.ReadString('\n') // the blank line after it
-		return strings.TrimSpace(line)
+		return got
 	}
-	if got := readEvent(); got != "data: change" {
-		t.Fatalf("first event: got %q", got)
+	if got := next(); got != "change" {
+		t.Fatalf("first notice: got %q", got)
 	}
 
 	code, body := postJSON(t, srv, "/api/send", map[string]string{"user": userYou, "conv": channelOps, "text": "list files"})
@@ -157,7 +152,7 @@ func TestPageIsLive(t *testing.T) {
 	}
 	var sent struct{ TS string }
 	_ = json.Unmarshal([]byte(body), &sent)
-	if got := readEvent(); got != "data: change" {
+	if got := next(); got != "change" {
 		t.Fatalf("after a message: got %q", got)
 	}
 
@@ -267,6 +262,17 @@ func TestPageRefusals(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("another Host: got %d, want 403", resp.StatusCode)
 	}
+	// Another site's page cannot open the socket of change notices.
+	ws, wsResp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/events", http.Header{"Origin": {"http://evil.example"}})
+	if err == nil {
+		ws.Close()
+		t.Error("another origin opened the socket of change notices")
+	} else if wsResp == nil || wsResp.StatusCode != http.StatusForbidden {
+		t.Errorf("another origin's socket: got %v, want 403", err)
+	}
+	if wsResp != nil {
+		wsResp.Body.Close()
+	}
 	// The page itself names the scripted model and every person.
 	resp, err = http.Get(srv.URL + "/")
 	if err != nil {
@@ -342,7 +348,8 @@ func TestReplyNeedsAThreadOfTheConversation(t *testing.T) {
 
 // TestDefaultModeServesThePage runs the program as `go run
 // ./cmd/playground -no-open` does: it prints the page's URL, serves it,
-// and stops cleanly when its context ends, an open event stream included.
+// and stops cleanly when its context ends, an open socket of change
+// notices included.
 func TestDefaultModeServesThePage(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
@@ -378,11 +385,14 @@ func TestDefaultModeServesThePage(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "Toolgate playground") {
 		t.Fatalf("GET %s: %d\n%s", pageURL, resp.StatusCode, page)
 	}
-	events, err := http.Get(pageURL + "events")
+	events, err := dialEvents(context.Background(), strings.TrimSuffix(pageURL, "/"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer events.Body.Close()
+	defer events.Close()
+	if _, err := readEvent(events); err != nil {
+		t.Fatalf("events: %v", err)
+	}
 
 	cancel() // as Ctrl-C does
 	select {
@@ -393,8 +403,15 @@ func TestDefaultModeServesThePage(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not return after its context ended")
 	}
-	if _, err := io.ReadAll(events.Body); err != nil && !strings.Contains(err.Error(), "EOF") {
-		t.Logf("event stream ended with %v", err)
+	// The socket ends with the server.
+	_ = events.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		if _, err := readEvent(events); err != nil {
+			if !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+				t.Errorf("the change notices ended with %v, want a close going away", err)
+			}
+			break
+		}
 	}
 	if left, _ := filepath.Glob(filepath.Join(tmp, "toolgate-playground-*")); len(left) > 0 {
 		t.Errorf("temporary directories left behind: %v", left)
@@ -453,7 +470,7 @@ func TestPageShowsStreams(t *testing.T) {
 func TestInlineErrorsAreAnnounced(t *testing.T) {
 	type tab struct {
 		announced <-chan struct{} // the page's own announcement, as /events waits for it
-		events    *bufio.Reader
+		events    *websocket.Conn
 		sawErrors bool
 		err       error
 	}
@@ -471,13 +488,10 @@ func TestInlineErrorsAreAnnounced(t *testing.T) {
 			var tb tab
 			defer func() { tabs <- tb }()
 			tb.announced = w.ownChanged()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/events", nil)
-			resp, rerr := http.DefaultClient.Do(req)
-			if rerr != nil {
-				tb.err = rerr
+			tb.events, tb.err = dialEvents(ctx, base)
+			if tb.err != nil {
 				return ack, err
 			}
-			tb.events = bufio.NewReader(resp.Body)
 			if _, tb.err = readEvent(tb.events); tb.err != nil {
 				return ack, err
 			}
@@ -526,6 +540,9 @@ func TestInlineErrorsAreAnnounced(t *testing.T) {
 		t.Fatalf("submit: %d %s, want inline errors", code, body)
 	}
 	other := <-tabs
+	if other.events != nil {
+		defer other.events.Close()
+	}
 	if other.err != nil {
 		t.Fatalf("the other tab: %v", other.err)
 	}
@@ -540,7 +557,7 @@ func TestInlineErrorsAreAnnounced(t *testing.T) {
 		t.Fatal("the page kept the inline errors without announcing them")
 	}
 
-	// The other tab's stream says so, and its panes then show the error.
+	// The other tab's notices say so, and its panes then show the error.
 	// The bound only turns a stream that says nothing into a failure.
 	next := make(chan error, 1)
 	go func() {
@@ -553,7 +570,7 @@ func TestInlineErrorsAreAnnounced(t *testing.T) {
 			t.Fatalf("the other tab's events: %v", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the other tab's stream announced no change after the inline errors were kept")
+		t.Fatal("the other tab's notices announced no change after the inline errors were kept")
 	}
 	var p panesReply
 	if err := fetchPanes(srv.URL, userAlice, channelOps, &p); err != nil {
@@ -564,16 +581,21 @@ func TestInlineErrorsAreAnnounced(t *testing.T) {
 	}
 }
 
-// readEvent reads one server-sent event and the blank line after it.
-func readEvent(r *bufio.Reader) (string, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
+// dialEvents opens the socket of change notices of the page at base
+// (http://host:port), as the page does from its own origin.
+func dialEvents(ctx context.Context, base string) (*websocket.Conn, error) {
+	h := http.Header{"Origin": {base}}
+	c, resp, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(base, "http")+"/events", h)
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
 	}
-	if _, err := r.ReadString('\n'); err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(line), nil
+	return c, err
+}
+
+// readEvent reads one change notice.
+func readEvent(c *websocket.Conn) (string, error) {
+	_, msg, err := c.ReadMessage()
+	return string(msg), err
 }
 
 // fetchPanes is getPanes for any goroutine: it returns its error.

@@ -58,6 +58,13 @@ func personByID(id string) (person, bool) {
 	return person{}, false
 }
 
+// cannotPost says that p cannot post in the channel named name ("#ops"),
+// not being a member: the page and the terminal refuse alike, where the
+// fake Slack would add the poster to the channel.
+func cannotPost(p person, name string) string {
+	return p.name + " is not in " + name + ", so cannot post here"
+}
+
 // nameOf returns the handle of a user id, or the id itself.
 func nameOf(id string) string {
 	if id == fakeslack.DefaultBotUserID {

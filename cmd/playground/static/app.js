@@ -207,6 +207,17 @@ document.addEventListener("click", (ev) => {
   }
 });
 
+// listen follows the server's change notices over a WebSocket, which,
+// unlike a stream of server-sent events, does not hold one of the six
+// connections a browser gives a host: the page open in six tabs would
+// leave none for their requests. A socket that closes is opened again; the
+// server's first notice then fetches what changed meanwhile.
+function listen() {
+  const ws = new WebSocket(location.protocol.replace("http", "ws") + "//" + location.host + "/events");
+  ws.onmessage = () => refresh();
+  ws.onclose = () => setTimeout(listen, 2000);
+}
+
 function enterSends(textEl, inThread) {
   textEl.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); send(textEl, inThread); }
@@ -239,7 +250,6 @@ window.addEventListener("DOMContentLoaded", () => {
   $("thread-composer").addEventListener("submit", (ev) => { ev.preventDefault(); send($("thread-text"), true); });
   enterSends($("text"), false);
   enterSends($("thread-text"), true);
-  const events = new EventSource("/events");
-  events.onmessage = () => refresh();
+  listen();
   refresh();
 });
