@@ -336,8 +336,28 @@ var ErrNotRecorded = errors.New("message not recorded")
 
 // ErrUnconfirmed wraps the error of a decision whose store step may have
 // been made, its answer lost, when the store did not answer again in time
-// to tell: the decision may stand (its card then says so) or not.
+// to tell: the decision may stand (its card then says so) or not. The
+// error is an *UnconfirmedError.
 var ErrUnconfirmed = errors.New("decision not confirmed")
+
+// UnconfirmedError is the error of a decision that is not confirmed (see
+// ErrUnconfirmed). Its step may have claimed the resume and marked the
+// call to run, which this process will not run now; Recover, which the
+// caller runs once the decider is told (it takes as long as the store
+// stays unreachable, until ctx ends), asks the store until it answers and
+// gives back what the step took: the claim, and the mark of the call,
+// which never ran. It reports whether the decision was recorded and
+// completed its step: the caller then resumes RunID, which runs the call,
+// instead of a later resume reporting its outcome as unknown.
+type UnconfirmedError struct {
+	Err          error
+	RunID        string
+	Conversation string
+	Recover      func(ctx context.Context) (resume bool)
+}
+
+func (e *UnconfirmedError) Error() string   { return ErrUnconfirmed.Error() + ": " + e.Err.Error() }
+func (e *UnconfirmedError) Unwrap() []error { return []error{ErrUnconfirmed, e.Err} }
 
 // ErrLeaseLost is returned when the lease on a conversation, or a
 // resume's claim on its run, ran out or was taken while a turn or resume

@@ -779,12 +779,12 @@ func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, be
 				cur, done, recorded, rerr := a.recoverDecision(ctx, c, rb, mine)
 				switch {
 				case rerr != nil:
-					s.err = fmt.Errorf("%w: %w", ErrUnconfirmed, rerr)
+					s.err = a.unconfirmed(c, rb, mine, rerr)
 				case recorded:
 					s.got, s.complete, s.err = cur, done, nil
 				}
 			default:
-				s.err = fmt.Errorf("%w: %w", ErrUnconfirmed, s.err)
+				s.err = a.unconfirmed(c, rb, mine, s.err)
 			}
 		}
 		// A decision recorded with effects missing (see decided)
@@ -803,6 +803,34 @@ func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, be
 	}
 	_, _, _ = a.leases.take(c.Conversation, run)
 	return s
+}
+
+// unconfirmed is the error of a decision on c whose step, the attempt rb
+// names, failed with err, its answer lost, when the store did not answer
+// again in time to tell whether it was made (see UnconfirmedError). Its
+// Recover asks until the store answers: a claim of that attempt that
+// still stands is let go with the mark it set (this process runs nothing
+// of it: its lease went back already, see send); one that lapsed meanwhile
+// is found as recoverDecision finds it, which takes its mark back.
+func (a *Agent) unconfirmed(c store.Call, rb store.ResumeBegin, mine func(store.Call) bool, err error) error {
+	return &UnconfirmedError{Err: err, RunID: c.RunID, Conversation: c.Conversation, Recover: func(ctx context.Context) bool {
+		again, claimed, answered := a.askAgainUntil(ctx, c.RunID, rb, err, time.Time{})
+		switch {
+		case claimed:
+			a.abandon(ctx, &again.Started)
+			if rerr := a.store.ReleaseClaim(context.WithoutCancel(ctx), c.RunID, rb.Owner); rerr != nil {
+				a.log.Warn("release the claim of a decision not confirmed; it lapses within the lease TTL", "run", c.RunID, "err", rerr)
+			}
+			return true
+		case answered:
+			_, complete, recorded, rerr := a.recoverDecision(ctx, c, rb, mine)
+			if rerr != nil {
+				a.log.Warn("find out whether a decision not confirmed was recorded", "call", c.ID, "err", rerr)
+			}
+			return recorded && complete
+		}
+		return false
+	}}
 }
 
 // decidedBy reports whether a call holds the decision of the attempt

@@ -456,6 +456,47 @@ func TestLostDecisionUnconfirmed(t *testing.T) {
 	}
 }
 
+// An unconfirmed decision's Recover, run once the store answers again,
+// gives back the claim and the mark its step took, whether its claim
+// still stands or lapsed meanwhile: the resume that follows runs the
+// call, once, instead of reporting its outcome as unknown.
+func TestUnconfirmedDecisionRecovered(t *testing.T) {
+	defer agent.SetLostDecisionWait(300 * time.Millisecond)()
+	for _, b := range backends(t) {
+		for _, lapsed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/claim lapsed %v", b.name, lapsed), func(t *testing.T) {
+				ctx := t.Context()
+				w := newWorld(t, b)
+				st := &lostAnswers{Store: w.store.(storetest.Store), lapse: lapsed}
+				a := w.agentWith(st, w.rec)
+				p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+				st.decide.Store(1)
+				st.outage.Store(1 << 20)
+				_, _, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+				var u *agent.UnconfirmedError
+				if !errors.As(err, &u) || u.Recover == nil {
+					t.Fatalf("DecideTaking with the store gone after its step = %v; want an UnconfirmedError with its Recover", err)
+				}
+				if lapsed {
+					st.outage.Store(2) // the second ask finds the claim lapsed
+				} else {
+					st.outage.Store(0)
+				}
+				if !u.Recover(ctx) {
+					t.Error("Recover found the decision not recorded, or its step not complete")
+				}
+				w.model.Reply(fakeopenai.Text("deployed"))
+				out, err := a.Resume(ctx, p.RunID)
+				must(t, err)
+				deployedOnce(t, w, out)
+				if got := toolResults(t, w.model); len(got) != 1 || strings.Contains(got[0], "outcome unknown") {
+					t.Errorf("the model read %q, want the deploy's result", got)
+				}
+			})
+		}
+	}
+}
+
 // A decision whose store step failed before it wrote anything is not
 // taken for recorded because the step is complete (another decider
 // completed it) and its resume could be claimed: asked again, only the

@@ -209,6 +209,16 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) (text s
 	if err != nil && c.madeBefore(err, d.Kind) {
 		return "", true
 	}
+	if u, ok := errors.AsType[*agent.UnconfirmedError](err); ok {
+		// What its step may have taken is given back once the store
+		// answers again, however long that takes; a decision found
+		// recorded is resumed then.
+		a.spawn(ctx, "recover decision", func(ctx context.Context) {
+			if u.Recover(ctx) {
+				a.resumeLater(ctx, u.Conversation, u.RunID)
+			}
+		})
+	}
 	if err != nil {
 		text, result := a.refusalFor(ctx, res.Call, d.Decider, err)
 		a.m.decision(kind, result, 0)
