@@ -70,6 +70,12 @@ const (
 	oldConnGrace = 10 * time.Second
 	// socketWriteWait bounds a write without a deadline of its own.
 	socketWriteWait = 10 * time.Second
+	// youngConn is how long a connection must live past its hello not to
+	// die young. One that ends (is lost, or Slack asks to replace it)
+	// before its hello, or sooner than that after it, is replaced after a
+	// backoff that grows while connections keep dying young; a connection
+	// normally lives for hours.
+	youngConn = 5 * time.Second
 	// slackOrigin is the Origin header Slack's clients send.
 	slackOrigin = "https://api.slack.com"
 )
@@ -101,6 +107,13 @@ type socket struct {
 	// Slack refused one for too many (the nth refusal in a row, from 0):
 	// backoff, or a test's.
 	crowdedWait func(n int) time.Duration
+	// youngWait is how long Run waits before opening a connection after
+	// one that died young (the nth in a row, from 0): backoff, or a
+	// test's.
+	youngWait func(n int) time.Duration
+	// now is the clock a connection's life is measured by: time.Now, or a
+	// test's.
+	now func() time.Time
 }
 
 func newSocket(open func(ctx context.Context) (string, error), log *slog.Logger, debug bool, silence time.Duration) *socket {
@@ -114,12 +127,20 @@ func newSocket(open func(ctx context.Context) (string, error), log *slog.Logger,
 		envelopes:   make(chan *envelope, 64),
 		changed:     make(chan struct{}),
 		crowdedWait: backoff,
+		youngWait:   backoff,
+		now:         time.Now,
 	}
 }
 
-// tooManyWebsockets is the reason of Slack's disconnect message on a
-// connection past an app's limit (10, across all its processes).
-const tooManyWebsockets = "too_many_websockets"
+// Reasons of Slack's disconnect messages that Run tells apart.
+const (
+	// tooManyWebsockets: the connection is past an app's limit (10,
+	// across all its processes).
+	tooManyWebsockets = "too_many_websockets"
+	// linkDisabled: Socket Mode is turned off for the app, and the
+	// connections opened until it is turned on again end the same way.
+	linkDisabled = "link_disabled"
+)
 
 // socketConn is one websocket connection.
 type socketConn struct {
@@ -127,8 +148,13 @@ type socketConn struct {
 	wmu     sync.Mutex    // serializes writes other than control frames
 	closed  chan struct{} // closed by close
 	once    sync.Once
-	refresh chan struct{} // closed when Slack asks to replace the connection
-	asked   sync.Once
+	hello   chan struct{} // closed when Slack said hello on the connection
+	greeted sync.Once
+	// greetedAt is when the hello came (by socket.now), set before hello
+	// is closed.
+	greetedAt time.Time
+	refresh   chan struct{} // closed when Slack asks to replace the connection
+	asked     sync.Once
 	// reason is the reason Slack gave for the refresh, set before refresh
 	// is closed.
 	reason string
@@ -179,14 +205,22 @@ func (c *socketConn) write(ctx context.Context, msg []byte) error {
 // connection is refused for good: a revoked, invalid or missing app token
 // (invalid_auth, account_inactive, token_revoked, not_authed, or an HTTP
 // 404), returned as the error. Any other failure to connect is retried with
-// capped backoff; a lost connection is replaced at once, and one Slack
-// asks to replace at once too, unless it refused it for too many
-// connections: then after a backoff that grows while it keeps refusing.
-// Run waits for the readers it starts.
+// capped backoff. A lost connection is replaced, and so is one Slack asks
+// to replace (its successor opens before it is dropped): at once if it
+// lived for youngConn past its hello, otherwise after a backoff that grows
+// while connections keep dying young, so that connections that end as
+// soon as they open are not replaced as fast as they die. A connection
+// Slack refuses for too many (too_many_websockets) is replaced after a
+// backoff of its own, which grows while Slack keeps refusing. A connection
+// Slack ends because Socket Mode is turned off for the app (link_disabled)
+// counts as dying young however long it lived: Run keeps trying, with
+// backoff, so that the app serves again once Socket Mode is turned back
+// on. Run waits for the readers it starts.
 func (s *socket) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var conns []*socketConn // open, or closed since the last connect
 	crowded := 0            // refusals for too many connections in a row
+	young := 0              // connections that died young in a row
 	defer func() {
 		s.connected.Store(false)
 		s.setCurrent(nil)
@@ -205,28 +239,63 @@ func (s *socket) Run(ctx context.Context) error {
 		}
 		conns = append(openConns(conns), c)
 		wg.Go(func() { s.read(ctx, c) })
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.refresh:
-			// Open the next connection; this one is read until Slack
-			// closes it.
-			if c.reason != tooManyWebsockets {
-				crowded = 0
-				break
-			}
-			t := time.NewTimer(s.crowdedWait(crowded))
+		asked, diedYoung, err := s.watch(ctx, c)
+		if err != nil {
+			return err
+		}
+		// Open the next connection; one Slack asked to replace is read
+		// until Slack closes it.
+		var wait time.Duration
+		if asked && c.reason == tooManyWebsockets {
+			wait = s.crowdedWait(crowded)
 			crowded++
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
+		} else {
+			if asked {
+				crowded = 0
 			}
-		case <-c.closed:
-			// Lost (read logged why): replace it at once.
+			if diedYoung || asked && c.reason == linkDisabled {
+				wait = s.youngWait(young)
+				young++
+			} else {
+				young = 0
+			}
+		}
+		if wait <= 0 {
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
 		}
 	}
+}
+
+// watch waits until c ends: Slack asks to replace it (asked), or it is
+// lost (read logged why), or ctx ends (its error). diedYoung is whether it
+// ended before its hello or sooner than youngConn after it.
+func (s *socket) watch(ctx context.Context, c *socketConn) (asked, diedYoung bool, err error) {
+	select {
+	case <-ctx.Done():
+		return false, false, ctx.Err()
+	case <-c.refresh:
+	case <-c.closed:
+	}
+	select {
+	case <-c.refresh:
+		// Asked, and maybe closed by Slack since: the reason counts.
+		asked = true
+	default:
+	}
+	select {
+	case <-c.hello:
+		diedYoung = s.now().Sub(c.greetedAt) < youngConn
+	default:
+		diedYoung = true
+	}
+	return asked, diedYoung, nil
 }
 
 // openConns returns the connections of conns not closed yet, and stops
@@ -344,7 +413,7 @@ func (s *socket) dial(ctx context.Context) (*socketConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial socket mode: %w", err)
 	}
-	c := &socketConn{ws: ws, closed: make(chan struct{}), refresh: make(chan struct{})}
+	c := &socketConn{ws: ws, closed: make(chan struct{}), hello: make(chan struct{}), refresh: make(chan struct{})}
 	// Slack's envelopes are a few hundred KiB at most (a click carries its
 	// whole message); a larger frame ends the connection, which is opened
 	// again, instead of being read into memory.
@@ -426,14 +495,21 @@ func (s *socket) read(ctx context.Context, c *socketConn) {
 		}
 		switch env.Type {
 		case "hello":
+			c.greeted.Do(func() {
+				c.greetedAt = s.now()
+				close(c.hello)
+			})
 			if cur, _ := s.currentConn(); cur == c {
 				s.connected.Store(true)
 				s.log.Info("socket mode connected")
 			}
 		case "disconnect":
-			if env.Reason == tooManyWebsockets {
+			switch env.Reason {
+			case tooManyWebsockets:
 				s.log.Warn("socket mode: Slack refuses this connection: the app has too many open (Slack allows 10 across all replicas; each replica holds one, two while it replaces one)", "reason", env.Reason)
-			} else {
+			case linkDisabled:
+				s.log.Warn("socket mode: Slack ended the connection: Socket Mode is turned off for this app (turn it on in the app's settings); reconnecting with backoff", "reason", env.Reason)
+			default:
 				s.log.Info("socket mode: slack asks to reconnect", "reason", env.Reason)
 			}
 			c.asked.Do(func() {

@@ -56,14 +56,27 @@ func webTransport() *http.Transport {
 // backoff, up to maxWebRetries times; each attempt has the client's
 // timeout. Connection errors are not retried: a post whose answer was lost
 // may have been made, and posting it twice is worse. A request whose body
-// cannot be sent again is not retried.
+// cannot be sent again is not retried, nor one whose context says so
+// (withoutRetries).
 type webClient struct {
 	client *http.Client
+}
+
+// noRetriesKey is the context key of withoutRetries.
+type noRetriesKey struct{}
+
+// withoutRetries returns ctx for a Web API call that is made once: Slack's
+// first answer, a rate limit or a server error included, is returned as it
+// is. For calls worth little late (a thread status), which must not keep
+// what waits for them waiting out a Retry-After.
+func withoutRetries(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noRetriesKey{}, true)
 }
 
 // Do sends req, retrying as described on webClient. Once the retries are
 // spent it returns the last answer.
 func (c webClient) Do(req *http.Request) (*http.Response, error) {
+	once := req.Context().Value(noRetriesKey{}) != nil
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 && req.GetBody != nil {
 			body, err := req.GetBody()
@@ -77,7 +90,7 @@ func (c webClient) Do(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		wait, retry := retryWait(resp, attempt)
-		if !retry || attempt >= maxWebRetries || (req.Body != nil && req.GetBody == nil) {
+		if !retry || once || attempt >= maxWebRetries || (req.Body != nil && req.GetBody == nil) {
 			return resp, nil
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)

@@ -139,3 +139,21 @@ func TestChatDoesNotRetryBrokenConnections(t *testing.T) {
 		t.Errorf("%d calls; want 1", got)
 	}
 }
+
+// A call made withoutRetries is sent once: a rate limit or a server error
+// is returned as it is, not waited out and tried again.
+func TestWithoutRetriesSendsOnce(t *testing.T) {
+	blocks := []slack.Block{slack.NewDividerBlock()}
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		f := &fakeChat{statuses: []int{status, status}}
+		_, err := chatApp(t, f).chat(withoutRetries(context.Background()), chatMessage{channel: "C1", blocks: blocks})
+		var rl *slack.RateLimitedError
+		var se slack.StatusCodeError
+		if !errors.As(err, &rl) && !(errors.As(err, &se) && se.Code == status) {
+			t.Errorf("HTTP %d: chat() error = %v; want Slack's answer", status, err)
+		}
+		if n := len(f.forms); n != 1 {
+			t.Errorf("HTTP %d: %d calls; want 1", status, n)
+		}
+	}
+}
