@@ -29,18 +29,21 @@ func totalTokens(msgs []openai.ChatCompletionMessage) int {
 }
 
 // fitBudget keeps a history within budget tokens. First the oldest tool
-// outputs are shortened, then the oldest exchanges (a user message and
-// everything up to the next one) are dropped. The last exchange, which holds
-// the step in progress, is never touched, and a tool call is never
-// separated from its result because whole exchanges go at once.
+// outputs are shortened, those of the turn in progress too (a turn whose
+// steps read large outputs would exceed the budget on its own), then the
+// oldest exchanges (a user message and everything up to the next one) are
+// dropped. The outputs of the step in progress, which the model has not
+// read yet, are left whole, and the last exchange is never dropped. A tool
+// call is never separated from its result: a shortened output stays in
+// its place, and whole exchanges go at once.
 func fitBudget(msgs []openai.ChatCompletionMessage, budget int) []openai.ChatCompletionMessage {
 	total := totalTokens(msgs)
 	if total <= budget {
 		return msgs
 	}
-	current := lastExchange(msgs)
+	inProgress := stepInProgress(msgs)
 	out := append([]openai.ChatCompletionMessage(nil), msgs...)
-	for i := 0; i < current && total > budget; i++ {
+	for i := 0; i < inProgress && total > budget; i++ {
 		m := out[i]
 		if m.Role != openai.ChatMessageRoleTool || len(m.Content) <= shortenedOutput+64 {
 			continue
@@ -59,6 +62,21 @@ func fitBudget(msgs []openai.ChatCompletionMessage, budget int) []openai.ChatCom
 		out = out[end:]
 	}
 	return out
+}
+
+// stepInProgress returns the index of the step whose outputs the model
+// is to read: the last assistant message, if it calls tools (len(msgs)
+// otherwise).
+func stepInProgress(msgs []openai.ChatCompletionMessage) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == openai.ChatMessageRoleAssistant {
+			if len(msgs[i].ToolCalls) > 0 {
+				return i
+			}
+			break
+		}
+	}
+	return len(msgs)
 }
 
 // lastExchange returns the index of the last user message (0 if none).

@@ -78,3 +78,36 @@ func TestFitBudget(t *testing.T) {
 		}
 	})
 }
+
+// A turn whose steps bring large tool outputs is kept within the budget
+// too: the outputs of its earlier steps are shortened, oldest first, each
+// call keeping its result; only the step in progress is left whole.
+func TestFitBudgetShortensTheTurnInProgress(t *testing.T) {
+	hist := []openai.ChatCompletionMessage{{Role: "user", Content: "collect the logs of every node"}}
+	for i := range 10 {
+		id := fmt.Sprintf("call_%d", i)
+		hist = append(hist,
+			openai.ChatCompletionMessage{Role: "assistant", ToolCalls: []openai.ToolCall{{ID: id, Type: "function", Function: openai.FunctionCall{Name: "t", Arguments: "{}"}}}},
+			openai.ChatCompletionMessage{Role: "tool", ToolCallID: id, Content: strings.Repeat("o", 48<<10)})
+	}
+	const budget = 64000
+	got := fitBudget(hist, budget)
+	if n := totalTokens(got); n > budget {
+		t.Errorf("got %d tokens, want at most %d", n, budget)
+	}
+	if len(got) != len(hist) || got[0].Content != hist[0].Content {
+		t.Fatalf("got %d messages starting %q, want all %d, the person's message first", len(got), got[0].Content, len(hist))
+	}
+	for i := 1; i < len(got); i += 2 {
+		call, res := got[i], got[i+1]
+		if len(call.ToolCalls) != 1 || res.Role != "tool" || res.ToolCallID != call.ToolCalls[0].ID || res.Content == "" {
+			t.Errorf("step %d: call %+v answered by %s message %q, want its result", i/2, call.ToolCalls, res.Role, res.ToolCallID)
+		}
+	}
+	if last := got[len(got)-1]; last.Content != hist[len(hist)-1].Content {
+		t.Error("the output of the step in progress was shortened")
+	}
+	if !strings.Contains(got[2].Content, "older output shortened") {
+		t.Errorf("the oldest output is %q..., want it shortened", got[2].Content[:40])
+	}
+}

@@ -38,6 +38,11 @@ import (
 type streamChunk struct {
 	Choices []streamChoice `json:"choices"`
 	Usage   *openai.Usage  `json:"usage,omitempty"`
+	// Error is what a server reports in an ordinary chunk when the
+	// provider failed in the middle of the answer, as OpenRouter and
+	// Mistral do (with the finish reason "error"); absent, or null,
+	// otherwise. It is kept undecoded: only a failed answer reads it.
+	Error json.RawMessage `json:"error,omitempty"`
 }
 
 type streamChoice struct {
@@ -209,7 +214,9 @@ type chatStream struct {
 	r    *bufio.Reader
 	// long holds a line longer than r's buffer.
 	long []byte
-	done bool
+	// chunk is where recv decodes each event.
+	chunk streamChunk
+	done  bool
 	// other holds the lines that are not data events, up to
 	// maxErrorBody: a server that answers a stream with an error body
 	// and a success status is read from them.
@@ -225,13 +232,15 @@ func (s *chatStream) Close() error { return s.resp.Body.Close() }
 // recv decodes the next event into a chunk; io.EOF once the stream said
 // [DONE] or ended.
 func (s *chatStream) recv() (streamChunk, error) {
-	var c streamChunk
 	data, err := s.next()
 	if err != nil {
-		return c, err
+		return streamChunk{}, err
 	}
-	err = fastjson.Unmarshal(data, &c)
-	return c, err
+	// Decoded into s.chunk, cleared first (see fastjson.Unmarshal): a
+	// chunk of its own would be allocated for each event.
+	s.chunk = streamChunk{}
+	err = fastjson.Unmarshal(data, &s.chunk)
+	return s.chunk, err
 }
 
 // next returns the data of the next event, which is valid until the

@@ -57,7 +57,9 @@ func (a *Agent) Explain(ctx context.Context, callID, asker string) (string, erro
 	}
 	msgs := explainMessages(st, c)
 	msgs = fitBudget(msgs, a.cfg.ContextBudget)
-	msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(msgs)}, func(string) {})
+	// No onDelta: nothing is shown before the whole explanation is, so a
+	// stream cut after its first words is retried as one cut before them.
+	msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(msgs)}, nil)
 	if err != nil {
 		return "", fmt.Errorf("model: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -140,14 +142,16 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 // the tool calls the model made, in index order, each with its id, function
 // name and complete argument string, and with Index cleared so that the
 // message can be stored and sent back as is. Only the first choice is
-// read. A text answer cut short (finish reason "length" or
-// "content_filter") ends with a note that says so (see cutNote), which
-// onDelta gets too; a tool call cut short (its arguments missing or not
-// parsing) is left out, with a note in its place.
+// read. A text answer cut short (finish reason "length", Mistral's
+// "model_length", or "content_filter") ends with a note that says so (see
+// cutNote), which onDelta gets too; a tool call cut short (its arguments
+// missing or not parsing) is left out, with a note in its place.
 //
 // Every error is a *ModelError. If the stream ends before the model
-// reports that it has finished, attempt fails with ErrKindStreamCut even
-// though onDelta may already have seen some text.
+// reports that it has finished, or reports an error instead (an error
+// event, a chunk with an error, or the finish reason "error" or "abort"),
+// attempt fails with ErrKindStreamCut even though onDelta may already have
+// seen some text.
 func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta func(text string)) (openai.ChatCompletionMessage, error) {
 	if m.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -173,7 +177,16 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 		if err != nil {
 			return openai.ChatCompletionMessage{}, m.streamError(ctx, err)
 		}
+		if len(chunk.Error) > 0 && string(chunk.Error) != "null" {
+			return openai.ChatCompletionMessage{}, chunkError(chunk.Error)
+		}
 		acc.add(chunk, onDelta)
+		if acc.failed != "" {
+			return openai.ChatCompletionMessage{}, &ModelError{
+				Kind:    ErrKindStreamCut,
+				Message: fmt.Sprintf("the server ended the answer with finish reason %q after %d chunks", acc.failed, acc.chunks),
+			}
+		}
 	}
 	if !acc.finished {
 		if acc.chunks == 0 && !isEventStream(stream.Header()) {
@@ -217,11 +230,34 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 	return acc.message(), nil
 }
 
+// chunkError is the error of a chunk that carries one (see
+// streamChunk.Error): a cut stream, with the server's message when it
+// gave one in OpenAI's form, else what it sent, cut short.
+func chunkError(raw json.RawMessage) *ModelError {
+	var e openai.APIError
+	if json.Unmarshal(raw, &e) == nil && e.Message != "" {
+		return &ModelError{Kind: ErrKindStreamCut, Message: e.Message, Code: errorCode(e.Code), Err: &e}
+	}
+	return &ModelError{Kind: ErrKindStreamCut, Message: "an error in the stream: " + bodyMessage(raw)}
+}
+
+// Finish reasons that compatible servers send besides OpenAI's.
+const (
+	// finishModelLength is Mistral's cut by the model's context length,
+	// a cut by length for the answer.
+	finishModelLength openai.FinishReason = "model_length"
+	// finishError (OpenRouter, Mistral) and finishAbort (vLLM) end an
+	// answer whose generation failed or was aborted: a cut stream, not a
+	// finished answer.
+	finishError openai.FinishReason = "error"
+	finishAbort openai.FinishReason = "abort"
+)
+
 // cutNote is the note that ends a text answer cut short for reason, ""
 // for an answer the model finished.
 func cutNote(reason openai.FinishReason) string {
 	switch reason {
-	case openai.FinishReasonLength:
+	case openai.FinishReasonLength, finishModelLength:
 		return "\n\n(answer cut short: the model reached its output token limit)"
 	case openai.FinishReasonContentFilter:
 		return "\n\n(answer cut short by the model provider's content filter)"
@@ -262,7 +298,10 @@ func (m *OpenAIModel) request(req ModelRequest) openai.ChatCompletionRequest {
 // accumulator assembles a streamed assistant message.
 type accumulator struct {
 	// reason is the finish reason, once finished.
-	reason  openai.FinishReason
+	reason openai.FinishReason
+	// failed is a finish reason that says the generation failed (see
+	// finishError), once one came.
+	failed  openai.FinishReason
 	content strings.Builder
 	refusal strings.Builder
 	// calls are the tool calls in the order they began; at is the call
@@ -294,8 +333,12 @@ func (a *accumulator) add(chunk streamChunk, onDelta func(string)) {
 		for _, tc := range d.ToolCalls {
 			a.addToolCall(tc)
 		}
-		if choice.FinishReason != "" && choice.FinishReason != openai.FinishReasonNull {
-			a.finished, a.reason = true, choice.FinishReason
+		switch r := choice.FinishReason; r {
+		case "", openai.FinishReasonNull:
+		case finishError, finishAbort:
+			a.failed = r
+		default:
+			a.finished, a.reason = true, r
 		}
 	}
 }
@@ -377,7 +420,17 @@ const (
 	// before being sent (such as a parameter the model does not support:
 	// a temperature other than 1 for OpenAI's reasoning models).
 	ErrKindRequest
+	// ErrKindContentRefused: the server refused the request for its
+	// content (a 400 with the code "content_filter", Azure's content
+	// filter, or "invalid_prompt", OpenAI's flagged prompt). Sending it
+	// again gets the same answer, but it is no configuration problem:
+	// a request without the content it refused is answered.
+	ErrKindContentRefused
 )
+
+// contentRefusalCodes are the error codes of a 400 answer that refuses a
+// request for its content (see ErrKindContentRefused).
+var contentRefusalCodes = []string{"content_filter", "invalid_prompt"}
 
 func (k ModelErrorKind) String() string {
 	switch k {
@@ -395,6 +448,8 @@ func (k ModelErrorKind) String() string {
 		return "connection failed"
 	case ErrKindRequest:
 		return "invalid request"
+	case ErrKindContentRefused:
+		return "refused for its content"
 	default:
 		return fmt.Sprintf("ModelErrorKind(%d)", int(k))
 	}
@@ -403,11 +458,16 @@ func (k ModelErrorKind) String() string {
 // ModelError is the error returned by OpenAIModel.Complete.
 type ModelError struct {
 	Kind ModelErrorKind
-	// StatusCode is the HTTP status for ErrKindHTTP, zero otherwise.
+	// StatusCode is the HTTP status for ErrKindHTTP and
+	// ErrKindContentRefused, zero otherwise.
 	StatusCode int
 	// Message is the API's error message if it sent one, or a description
 	// of what went wrong.
 	Message string
+	// Code is the API error's code if it sent one (such as
+	// "rate_limit_exceeded" or "content_filter"; a number is written in
+	// decimal), "" otherwise.
+	Code string
 	// Err is the underlying error, if any: an *openai.APIError, an
 	// *openai.RequestError, a network or context error.
 	Err error
@@ -471,7 +531,9 @@ func (e *ModelError) Retryable() bool {
 // reason the bot's operator must fix, so that sending it again gets the
 // same answer: a missing or bad API key (401), a key not allowed the model
 // (403), an unknown model or endpoint (404), or a request the server calls
-// invalid (400), such as one longer than the model's context.
+// invalid (400), such as one longer than the model's context. A request
+// refused for its content (ErrKindContentRefused) is not: it is the
+// content, not the configuration, that the server refused.
 func (e *ModelError) Misconfigured() bool {
 	if e.Kind != ErrKindHTTP {
 		return false
@@ -528,7 +590,7 @@ func (m *OpenAIModel) streamError(ctx context.Context, err error) *ModelError {
 	var apiErr *openai.APIError
 	if errors.As(err, &apiErr) {
 		// An error event in the middle of the stream.
-		return &ModelError{Kind: ErrKindStreamCut, Message: apiErr.Message, Err: err}
+		return &ModelError{Kind: ErrKindStreamCut, Message: apiErr.Message, Code: errorCode(apiErr.Code), Err: err}
 	}
 	if e := netTimeout(err); e != nil {
 		return e
@@ -548,13 +610,32 @@ func (m *OpenAIModel) streamError(ctx context.Context, err error) *ModelError {
 func httpError(err error) *ModelError {
 	var apiErr *openai.APIError
 	if errors.As(err, &apiErr) && apiErr.HTTPStatusCode != 0 {
-		return &ModelError{Kind: ErrKindHTTP, StatusCode: apiErr.HTTPStatusCode, Message: apiErr.Message, Err: err}
+		e := &ModelError{Kind: ErrKindHTTP, StatusCode: apiErr.HTTPStatusCode, Message: apiErr.Message, Code: errorCode(apiErr.Code), Err: err}
+		if e.StatusCode == http.StatusBadRequest && slices.Contains(contentRefusalCodes, e.Code) {
+			e.Kind = ErrKindContentRefused
+		}
+		return e
 	}
 	var reqErr *openai.RequestError
 	if errors.As(err, &reqErr) && reqErr.HTTPStatusCode != 0 {
 		return &ModelError{Kind: ErrKindHTTP, StatusCode: reqErr.HTTPStatusCode, Message: bodyMessage(reqErr.Body), Err: err}
 	}
 	return nil
+}
+
+// errorCode is an API error's code as a string: go-openai decodes it as
+// a string or, when the server sent a number, an int.
+func errorCode(code any) string {
+	switch c := code.(type) {
+	case nil:
+		return ""
+	case string:
+		return c
+	case int:
+		return strconv.Itoa(c)
+	default:
+		return fmt.Sprint(c)
+	}
 }
 
 func netTimeout(err error) *ModelError {
@@ -678,10 +759,11 @@ func (t jsonToStream) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // completionEvents renders a complete answer as a stream of one chunk per
-// choice followed by [DONE].
+// choice followed by [DONE]. The last chunk carries the answer's usage, if
+// it reported one, as a stream that includes it does.
 func completionEvents(c openai.ChatCompletionResponse) ([]byte, error) {
 	var buf bytes.Buffer
-	for _, choice := range c.Choices {
+	for i, choice := range c.Choices {
 		msg := choice.Message
 		delta := openai.ChatCompletionStreamChoiceDelta{
 			Role:             openai.ChatMessageRoleAssistant,
@@ -697,13 +779,17 @@ func completionEvents(c openai.ChatCompletionResponse) ([]byte, error) {
 		if finish == "" || finish == openai.FinishReasonNull {
 			finish = openai.FinishReasonStop
 		}
-		b, err := json.Marshal(openai.ChatCompletionStreamResponse{
+		chunk := openai.ChatCompletionStreamResponse{
 			ID:      c.ID,
 			Object:  "chat.completion.chunk",
 			Created: c.Created,
 			Model:   c.Model,
 			Choices: []openai.ChatCompletionStreamChoice{{Index: choice.Index, Delta: delta, FinishReason: finish}},
-		})
+		}
+		if i == len(c.Choices)-1 && c.Usage != (openai.Usage{}) {
+			chunk.Usage = &c.Usage
+		}
+		b, err := json.Marshal(chunk)
 		if err != nil {
 			return nil, err
 		}

@@ -305,7 +305,11 @@ func inboundOf(req Request) store.Inbound {
 // by the store's lease.
 //
 // A model error is returned as is (a *ModelError for the OpenAI client);
-// the conversation keeps the message and everything before it.
+// the conversation keeps the message and everything before it, but for a
+// request the provider refused for its content (ErrKindContentRefused):
+// then the messages and tool outputs the model had not read are kept as a
+// note that they were refused, so that the thread's next message is
+// answered.
 func (a *Agent) Run(ctx context.Context, req Request) (out Outcome, err error) {
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnMessage, Conversation: req.Conversation, User: req.User, Channel: req.Channel})
 	defer endTurn(end, &out, &err)
@@ -727,6 +731,13 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			if ctx.Err() != nil {
 				return Outcome{}, a.cut(ctx, t, t.steps-1)
 			}
+			var me *ModelError
+			if errors.As(err, &me) && me.Kind == ErrKindContentRefused {
+				// Kept as they are, the messages the provider refused
+				// would be sent, and refused, with every later message
+				// of the thread.
+				t.messages = withholdUnread(t.messages)
+			}
 			if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {
 				return Outcome{}, errors.Join(fmt.Errorf("model: %w", err), serr)
 			}
@@ -763,6 +774,33 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 		}
 		return a.pause(ctx, t, slots, asks, rep)
 	}
+}
+
+// What stands in the history for a person's message or a tool output
+// that the model provider refused a request for (see withholdUnread).
+const (
+	refusedMessage = "[not kept: the model provider refused a request with this message for its content]"
+	refusedOutput  = "[not kept: the model provider refused a request with this tool output for its content]"
+)
+
+// withholdUnread returns msgs with the text the model had not read
+// replaced by a note that the provider refused it: the people's messages
+// and tool outputs after the model's last message, which are what the
+// refused request brought (the model read the rest, in requests the
+// provider took). Each keeps its place, so that a tool output still
+// answers its call; the thread still shows what people wrote, and the
+// audit log what tools did. The slice is new; msgs is not changed.
+func withholdUnread(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage {
+	out := slices.Clone(msgs)
+	for i := len(out) - 1; i >= 0 && out[i].Role != openai.ChatMessageRoleAssistant; i-- {
+		switch out[i].Role {
+		case openai.ChatMessageRoleUser:
+			out[i].Content, out[i].MultiContent = refusedMessage, nil
+		case openai.ChatMessageRoleTool:
+			out[i].Content, out[i].MultiContent = refusedOutput, nil
+		}
+	}
+	return out
 }
 
 func (a *Agent) withSystem(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage {

@@ -12,8 +12,10 @@ type Usage struct {
 type usageKey struct{}
 
 // WithUsage returns a context in which OpenAIModel.Complete adds the token
-// counts the server reports (with ModelConfig.StreamUsage) to *u, once per
-// attempt that got them. u must not be read until Complete returns.
+// counts the server reports (in a stream, with ModelConfig.StreamUsage; a
+// server that ignores "stream": true and answers with plain JSON reports
+// them anyway) to *u, once per attempt that got them. u must not be read
+// until Complete returns.
 func WithUsage(ctx context.Context, u *Usage) context.Context {
 	return context.WithValue(ctx, usageKey{}, u)
 }

@@ -380,6 +380,7 @@ func TestFailureTextOfAShutdownCut(t *testing.T) {
 		{"context canceled", fmt.Errorf("turn cut short before the model answered: %w", context.Canceled), restartingRecordedText},
 		{"model call canceled", fmt.Errorf("model: %w", &agent.ModelError{Kind: agent.ErrKindCanceled, Err: context.Canceled}), restartingRecordedText},
 		{"model server unreachable", fmt.Errorf("model: %w", &agent.ModelError{Kind: agent.ErrKindConnection}), "I couldn't get an answer from the model"},
+		{"refused for its content", fmt.Errorf("model: %w", &agent.ModelError{Kind: agent.ErrKindContentRefused, StatusCode: 400, Message: "flagged"}), "The model provider refused this request because of its content (`flagged`)"},
 		// Cut before the message was recorded: lost unless sent again.
 		{"message not recorded", fmt.Errorf("%w: %w", agent.ErrNotRecorded, context.Canceled), "I was interrupted before finishing"},
 		// A deadline of the bot's own (a store call's), not the shutdown.

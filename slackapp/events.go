@@ -516,6 +516,8 @@ func failureText(err error) string {
 		return restartingRecordedText
 	case errors.As(err, &me) && me.Misconfigured():
 		return misconfiguredText(me)
+	case errors.As(err, &me) && me.Kind == agent.ErrKindContentRefused:
+		return contentRefusedText(me)
 	case errors.As(err, &me):
 		return fmt.Sprintf("I couldn't get an answer from the model (%s). Your message is kept; send another message to try again.", Escape(me.Kind.String()))
 	case errors.Is(err, agent.ErrLeaseTimeout):
@@ -546,6 +548,19 @@ func misconfiguredText(me *agent.ModelError) string {
 		said = ": " + inlineCode(msg)
 	}
 	return fmt.Sprintf("The model server refused the request (HTTP %d%s). This is a configuration problem for the bot's operator (the API key, the model's name or its context size); sending another message won't help until it is fixed.", me.StatusCode, said)
+}
+
+// contentRefusedText tells the thread that the model provider refused the
+// request for its content (see agent.ErrKindContentRefused), with what it
+// said, escaped and cut short: the messages it refused are left out of the
+// conversation, so that the thread goes on.
+func contentRefusedText(me *agent.ModelError) string {
+	said := ""
+	if msg := strings.TrimSpace(me.Message); msg != "" {
+		msg, _ = truncate(msg, maxServerMessage)
+		said = " (" + inlineCode(msg) + ")"
+	}
+	return "The model provider refused this request because of its content" + said + ". Your message was left out of the conversation so that the thread can go on; rephrase it if you need an answer."
 }
 
 func dedupe(s []string) []string {
