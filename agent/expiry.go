@@ -17,8 +17,13 @@ type runRef struct{ run, conversation string }
 // due (each once, see Reminder), and returns the next deadline: the
 // earliest expiry of a pending call or reminder still to send, from the
 // store's indexes (the zero time if none), so the caller can sleep until
-// then. It is safe to run on every replica at once: expiry is a
-// compare-and-set, and exactly one expiry or decision completes a step.
+// then. That is after now unless more is due at once (a pass that filled
+// its batch, or work that came due while it ran): a reminder the index
+// still lists as due that the pass found not due by its call's own times
+// counts at the call's own next reminder time instead, so that the caller
+// does not wake at once for it, again and again. It is safe to run on
+// every replica at once: expiry is a compare-and-set, and exactly one
+// expiry or decision completes a step.
 // Each run whose step the expiry completed is passed to resume with its
 // conversation key (Resume it there); with a nil resume, Expire calls
 // Resume itself. It returns every error after doing what it can; the next
@@ -38,7 +43,9 @@ func (a *Agent) Expire(ctx context.Context, resume func(runID, conversation stri
 			errs = append(errs, err)
 		}
 	}
-	if err := a.remindDue(ctx, a.cfg.Now()); err != nil {
+	now := a.cfg.Now()
+	pass, err := a.remindDue(ctx, now)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	next, err := a.store.NextExpiry(ctx)
@@ -48,6 +55,13 @@ func (a *Agent) Expire(ctx context.Context, resume func(runID, conversation stri
 	remind, err := a.store.NextReminder(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("next reminder: %w", err))
+	}
+	if !remind.IsZero() && !remind.After(now) && !pass.more && pass.holds(remind) {
+		// The earliest listed reminder is one the pass left as not due:
+		// the next of those calls by their own times stands for it.
+		// Other reminders behind it are found by the pass at the
+		// deadline returned, or the caller's next sweep.
+		remind = pass.next
 	}
 	if !remind.IsZero() && (next.IsZero() || remind.Before(next)) {
 		next = remind

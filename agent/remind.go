@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/toolgate/toolgate/store"
@@ -16,52 +17,94 @@ type Reminder interface {
 	Remind(ctx context.Context, c PendingCall, n int)
 }
 
-// reminders returns when the approvers of c are reminded: once RemindAfter
-// after it paused, and again when a quarter of its TTL is left, each only
-// before it expires and the second only after the first. The first is the
-// call's RemindAt when it is created; each claim moves RemindAt to the
-// next one. The times are whole milliseconds, which every store keeps
-// exactly, so a RemindAt read back is one of them.
+// reminders returns when the approvers of c are reminded (see
+// store.Reminders): once RemindAfter after it paused, and again when a
+// quarter of its TTL is left, each only before it expires and the second
+// only after the first. The first is the call's RemindAt when it is
+// created; each claim moves RemindAt to the next one, and so does an edit
+// that brings the call's expiry forward (see store.NextRemindAt).
 func reminders(c store.Call) []time.Time {
-	if c.RemindAfter <= 0 {
-		return nil
-	}
-	first := c.CreatedAt.Add(c.RemindAfter).Truncate(time.Millisecond)
-	if !first.Before(c.ExpiresAt.Truncate(time.Millisecond)) {
-		return nil // as it expires, or after: cut, it would come just before
-	}
-	out := []time.Time{first}
-	if last := c.ExpiresAt.Add(-c.ExpiresAt.Sub(c.CreatedAt) / 4).Truncate(time.Millisecond); last.After(first) {
-		out = append(out, last)
-	}
-	return out
+	return store.Reminders(c)
 }
 
 // remindBatch bounds the reminders one pass sends; a pass that fills it
 // finds the next one due at once.
 const remindBatch = 100
 
+// remindPass is what a pass of remindDue leaves for the next deadline.
+type remindPass struct {
+	// more is set when the pass filled its batch and moved calls on: more
+	// reminders may be due at once.
+	more bool
+	// held are the reminder times of the calls listed as due that the
+	// pass left listed at them, though nothing of theirs is due by their
+	// own times (or their claim was refused while they stayed listed).
+	held []time.Time
+	// next is the earliest reminder due by their own times of those
+	// calls (zero: none).
+	next time.Time
+}
+
+// holds reports whether t is the reminder time of a call the pass left
+// listed though nothing of it is due.
+func (p remindPass) holds(t time.Time) bool { return slices.ContainsFunc(p.held, t.Equal) }
+
+// hold notes a call the pass left listed at at, whose own next reminder
+// is next (zero: none).
+func (p *remindPass) hold(at, next time.Time) {
+	p.held = append(p.held, at)
+	if !next.IsZero() && (p.next.IsZero() || next.Before(p.next)) {
+		p.next = next
+	}
+}
+
 // remindDue sends the reminders that the store's reminder index lists as
 // due at now (a batch of at most remindBatch), reading nothing about calls
-// whose reminder is not due. Each reminder is claimed in the store first
-// (which moves the call to its next reminder time), so it is sent once,
+// whose reminder is not due. A reminder is due by the call's own times
+// (reminders) once its time has come, unless it or a later one was
+// claimed (Reminded). Each reminder is claimed in the store first (which
+// moves the call to its next reminder time), so it is sent once,
 // whichever replica and however many passes get to it; when a pass finds
 // both reminders of a call due (the bot was down), only the later one is
 // claimed and sent.
-func (a *Agent) remindDue(ctx context.Context, now time.Time) error {
+//
+// A call can be listed with nothing due by its own times: a pass that
+// worked out the call's next reminder from its expiry just before an edit
+// brought that forward leaves it listed at a reminder the new expiry no
+// longer has, and so did an edit stored by an earlier version. Such a
+// call with no reminder left is taken out of the index by a claim past
+// its last reminder, which sends nothing; one whose next reminder is
+// still to come stays listed, and is held in the result so that the
+// pass's deadline is that reminder's time, not the listed one, already
+// past.
+func (a *Agent) remindDue(ctx context.Context, now time.Time) (remindPass, error) {
+	var pass remindPass
 	calls, err := a.store.DueReminders(ctx, now, remindBatch)
 	if err != nil {
-		return fmt.Errorf("list due reminders: %w", err)
+		return pass, fmt.Errorf("list due reminders: %w", err)
 	}
 	var errs []error
+	moved := false
 	for _, c := range calls {
 		times := reminders(c)
 		due := 0
 		for due < len(times) && !times[due].After(now) {
 			due++
 		}
-		if due == 0 {
-			continue // not due by the call's own times: nothing to send yet
+		if due <= c.Reminded {
+			if c.Reminded < len(times) {
+				// Not due by its own times yet: nothing to send.
+				pass.hold(c.RemindAt, times[c.Reminded])
+				continue
+			}
+			// No reminder left: the claim of one past the last takes
+			// the call out of the index.
+			ok, err := a.store.ClaimReminder(ctx, c.ID, c.Reminded+1, time.Time{})
+			if err != nil {
+				errs = append(errs, fmt.Errorf("claim the end of the reminders of %s: %w", c.ID, err))
+			}
+			moved = moved || ok
+			continue
 		}
 		var next time.Time
 		if due < len(times) {
@@ -71,7 +114,14 @@ func (a *Agent) remindDue(ctx context.Context, now time.Time) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("claim reminder %d of %s: %w", due, c.ID, err))
 		}
+		moved = moved || ok
 		if !ok {
+			if err == nil {
+				// Claimed by another pass, or the call left Pending
+				// meanwhile: either moved it on, and a listing left
+				// at its time is no reminder due.
+				pass.hold(c.RemindAt, next)
+			}
 			continue
 		}
 		rep, isReminder := a.reporter(c.Conversation).(Reminder)
@@ -82,5 +132,6 @@ func (a *Agent) remindDue(ctx context.Context, now time.Time) error {
 			rep.Remind(ctx, p[0], due)
 		}
 	}
-	return errors.Join(errs...)
+	pass.more = len(calls) == remindBatch && moved
+	return pass, errors.Join(errs...)
 }

@@ -61,7 +61,8 @@ func Dropped(approvals []Approval, drop []string) []Approval {
 // Counted returns c once approval a is counted toward it, as
 // ApproveAudited counts it: with edit, the edit pending and the count
 // restarted with a (its expiry brought forward when the edit's is
-// earlier); without, a after the approvals kept (those of drop taken
+// earlier, and its next reminder set again by the new expiry, see
+// NextRemindAt); without, a after the approvals kept (those of drop taken
 // out).
 func Counted(c Call, a Approval, drop []string, edit *Proposal) Call {
 	if edit != nil {
@@ -70,11 +71,45 @@ func Counted(c Call, a Approval, drop []string, edit *Proposal) Call {
 		c.Edit, c.Fingerprint, c.Approvals = &e, edit.Fingerprint, []Approval{a}
 		if !e.ExpiresAt.IsZero() && e.ExpiresAt.Before(c.ExpiresAt) {
 			c.ExpiresAt = e.ExpiresAt
+			c.RemindAt = NextRemindAt(c)
 		}
 		return c
 	}
 	c.Approvals = append(slices.Clone(Dropped(c.Approvals, drop)), a)
 	return c
+}
+
+// Reminders returns when the approvers of c are reminded: once
+// RemindAfter after it paused, and again when a quarter of its TTL is
+// left, each only before it expires and the second only after the first;
+// none when RemindAfter is not positive. Reminder n is the nth of them.
+// The times are whole milliseconds, which every store keeps exactly, so a
+// RemindAt read back is one of them.
+func Reminders(c Call) []time.Time {
+	if c.RemindAfter <= 0 {
+		return nil
+	}
+	first := c.CreatedAt.Add(c.RemindAfter).Truncate(time.Millisecond)
+	if !first.Before(c.ExpiresAt.Truncate(time.Millisecond)) {
+		return nil // as it expires, or after: cut, it would come just before
+	}
+	out := []time.Time{first}
+	if last := c.ExpiresAt.Add(-c.ExpiresAt.Sub(c.CreatedAt) / 4).Truncate(time.Millisecond); last.After(first) {
+		out = append(out, last)
+	}
+	return out
+}
+
+// NextRemindAt is the RemindAt of c by its own times: the first of its
+// Reminders after the Reminded claimed, or zero if none is left. A call
+// with no RemindAt gets none: it has no reminder left to send, and an
+// earlier expiry takes reminders away, never adds one.
+func NextRemindAt(c Call) time.Time {
+	times := Reminders(c)
+	if c.RemindAt.IsZero() || c.Reminded >= len(times) {
+		return time.Time{}
+	}
+	return times[c.Reminded]
 }
 
 // HoldsApprovals reports whether c holds the approvals of exactly

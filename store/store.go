@@ -73,10 +73,18 @@ type Decision struct {
 	// rule its arguments fell under (empty: anyone in the conversation);
 	// opaque to the store.
 	Approvers []string `json:"approvers,omitempty"`
+	// NeedsAudience is, for an edit that restarted a count, set when the
+	// rule its arguments fell under asks and names no approvers: only
+	// people who can see the conversation may decide them then, even
+	// where the card's rule names approvers. An empty Approvers cannot
+	// say so, as it is also what a rule that allowed them leaves. Edits
+	// stored before it was recorded do not have it. Opaque to the store.
+	NeedsAudience bool `json:"needs_audience,omitempty"`
 	// ExpiresAt is, for an edit that restarted a count, when the call
 	// expires if that is before its ExpiresAt (the edited arguments fell
 	// under a rule with a shorter ttl): the store moves the call's
-	// ExpiresAt to it. Zero: unchanged.
+	// ExpiresAt to it, and its RemindAt with it (see NextRemindAt). Zero:
+	// unchanged.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Attempt, when set, names this sending of the decision (unique to
 	// it): a store that finds the call decided with the same Attempt
@@ -132,12 +140,15 @@ type Call struct {
 	// stays what the model asked for.
 	Edit *Decision `json:"edit,omitempty"`
 	// RemindAfter is how long after CreatedAt the approvers are reminded
-	// (zero: never); opaque to the store.
+	// (zero: never); the store reads it only to set RemindAt again when an
+	// edit moves ExpiresAt (see Reminders).
 	RemindAfter time.Duration `json:"remind_after,omitempty"`
 	// RemindAt is when the next reminder of the call is due (zero: none),
-	// set by the caller at CreateRun and moved by ClaimReminder; the store
-	// keeps the time and lists the call by it (DueReminders) while the
-	// call is pending, and sets it to zero when the call leaves Pending.
+	// set by the caller at CreateRun and moved by ClaimReminder, and by
+	// an edit that moves ExpiresAt (to NextRemindAt, in the same step);
+	// the store keeps the time and lists the call by it (DueReminders)
+	// while the call is pending, and sets it to zero when the call leaves
+	// Pending.
 	RemindAt time.Time `json:"remind_at,omitzero"`
 	// Reminded is the number of the last reminder claimed with
 	// ClaimReminder (zero: none).

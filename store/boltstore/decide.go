@@ -135,7 +135,7 @@ func (s *Store) approve(ctx context.Context, callID, fingerprint string, a store
 		if edit == nil && slices.ContainsFunc(store.Dropped(c.Approvals, drop), func(x store.Approval) bool { return x.Approver == a.Approver }) {
 			return store.ErrDuplicateApproval
 		}
-		before := c.ExpiresAt
+		before, reminded := c.ExpiresAt, c.RemindAt
 		c = store.Counted(c, a, drop, edit)
 		if c.ExpiresAt.Before(before) {
 			was = before
@@ -143,6 +143,9 @@ func (s *Store) approve(ctx context.Context, callID, fingerprint string, a store
 		if len(c.Approvals) < need {
 			if !was.IsZero() {
 				if err := moveExpiry(tx, c.ID, was, c.ExpiresAt); err != nil {
+					return err
+				}
+				if err := moveReminder(tx, c.ID, reminded, c.RemindAt); err != nil {
 					return err
 				}
 			}
@@ -165,6 +168,25 @@ func (s *Store) approve(ctx context.Context, callID, fingerprint string, a store
 		return c, false, store.ResumeStart{}, fmt.Errorf("approve call %s: %w", callID, err)
 	}
 	return c, complete, rs, nil
+}
+
+// moveReminder moves the reminder index's entry of the pending call id
+// from was to at (zero: none), as an edit that brought its expiry forward
+// moved its RemindAt.
+func moveReminder(tx *bolt.Tx, id string, was, at time.Time) error {
+	if was.Equal(at) {
+		return nil
+	}
+	b := tx.Bucket(bucketRemind)
+	if !was.IsZero() {
+		if err := b.Delete(remindKey(was, id)); err != nil {
+			return err
+		}
+	}
+	if at.IsZero() {
+		return nil
+	}
+	return b.Put(remindKey(at, id), nil)
 }
 
 // pendingCall reads a call into c and its run; store.ErrNotFound (with c

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -514,7 +515,12 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 		}
 		dropped = string(b)
 	}
+	var reminders string
 	if eexp != "" {
+		var err error
+		if reminders, err = s.editReminders(ctx, callID, edit.Edit.ExpiresAt); err != nil {
+			return fail(store.Call{}, err)
+		}
 		// The due index lists the call at the edit's earlier expiry
 		// before the script moves it there (LT: never later than an
 		// entry it has): an entry earlier than the call's expiry, if the
@@ -527,7 +533,7 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 	keys, effects := s.effectsOf(callID, entry, fx, a.At)
 	// rand.Text names this sending (see BeginExecution).
 	args := []any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
-		dj, string(newrun.Outcome(d.Kind)), ej, efp, rand.Text(), dropped, eexp}
+		dj, string(newrun.Outcome(d.Kind)), ej, efp, rand.Text(), dropped, eexp, reminders}
 	script := approve
 	if r != nil && r.IfRecords != 0 {
 		judged, err := store.EncodeJSON(append([]string{}, r.IfApprovers...))
@@ -568,6 +574,41 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 	}
 	s.giveBack(ctx, p, r)
 	return fail(c, refusal(code))
+}
+
+// editReminders returns the reminder times (Unix µs, space-separated)
+// that the call has under an edit's expiry exp, from which the approve
+// script sets its next reminder if the edit brings the expiry forward (see
+// store.NextRemindAt). They depend on when the call paused and on its
+// remind-after, which never change, so they are read before the script.
+// The reminder index lists the call at the reminder the script will set,
+// or an earlier one, before the script runs (LT, as the due index): a
+// claim or a refusal in between leaves the entry earlier than the call's
+// reminder, which readers move (see DueReminders), never later, which
+// would delay the reminder. An unknown call has none: the script refuses
+// it.
+func (s *Store) editReminders(ctx context.Context, callID string, exp time.Time) (string, error) {
+	vals, err := s.c.HMGet(ctx, s.callKey(callID), callFields...).Result()
+	if err != nil {
+		return "", fmt.Errorf("read the call's reminders: %w", err)
+	}
+	c, ok, err := decodeCall(vals)
+	if err != nil || !ok {
+		return "", err
+	}
+	c.ExpiresAt = exp.Truncate(time.Microsecond) // as the script keeps it
+	times := store.Reminders(c)
+	us := make([]string, len(times))
+	for i, t := range times {
+		us[i] = strconv.FormatInt(t.UnixMicro(), 10)
+	}
+	if next := store.NextRemindAt(c); !next.IsZero() && next.Before(c.RemindAt) {
+		z := redis.Z{Score: float64(next.UnixMilli()), Member: callID}
+		if err := s.c.ZAddLT(ctx, s.remindKey(), z).Err(); err != nil {
+			return "", fmt.Errorf("index the edit's reminder: %w", err)
+		}
+	}
+	return strings.Join(us, " "), nil
 }
 
 // cmpTime returns t, or def when t is zero.

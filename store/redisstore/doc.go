@@ -38,7 +38,8 @@
 // every entry against the call or run it names and remove entries whose
 // call is decided, expired, cancelled, finished or gone. A call never
 // becomes pending again, so this never drops a pending call. A call's
-// reminder time lives in its hash (ClaimReminder moves it in one script);
+// reminder time lives in its hash (ClaimReminder moves it in one script,
+// and so does an edit that moves the call's deadline earlier);
 // the reminder index entry follows in a second command, and a reader that
 // finds it behind the call's time moves it.
 //

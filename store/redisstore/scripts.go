@@ -117,8 +117,10 @@ if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[6]) then return 
 // ARGV: fingerprint, at, approver, approval JSON, need, decision JSON,
 // new status, edit JSON (empty for none), edit fingerprint, the sending's
 // nonce, the approvers whose approvals are dropped (a JSON array, empty
-// for none), the edit's earlier expiry (µs, empty for none), then the
-// effects, the audit entry without its closing brace
+// for none), the edit's earlier expiry (µs, empty for none), the call's
+// reminder times under that expiry (µs, space-separated; see
+// store.Reminders), then the effects, the audit entry without its closing
+// brace
 // Returns {code, pending calls left, the call's callFields[, audit tail]}
 // where code is ok, counted, duplicate, notfound, decided, mismatch or
 // expired.
@@ -156,6 +158,18 @@ if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 'edit', ARGV[8], 'fp', ARGV[9])
   if ARGV[12] ~= '' and tonumber(ARGV[12]) < tonumber(redis.call('HGET', KEYS[1], 'exp')) then
     redis.call('HSET', KEYS[1], 'exp', ARGV[12])
+    -- The next reminder is the one after those claimed under the new
+    -- expiry, or none (store.NextRemindAt); a call with none keeps none.
+    if redis.call('HEXISTS', KEYS[1], 'remind') == 1 then
+      local times = {}
+      for t in string.gmatch(ARGV[13], '%d+') do times[#times + 1] = t end
+      local next = times[tonumber(redis.call('HGET', KEYS[1], 'reminded') or '0') + 1]
+      if next then
+        redis.call('HSET', KEYS[1], 'remind', next)
+      else
+        redis.call('HDEL', KEYS[1], 'remind')
+      end
+    end
   end
 else
   local cur = redis.call('HGET', KEYS[1], 'approvals')
@@ -205,7 +219,7 @@ return reply('ok', left)
 // store.ResumeBegin.IfApprovers); a sending sent again, and a refusal,
 // are answered as by approve.
 // KEYS: call, run, audit, unanswered, runs, records version
-// ARGV: as approve, with after the first twelve the records version
+// ARGV: as approve, with after the first thirteen the records version
 // expected (the count of record changes), 1 if the call has a pending
 // edit (else 0), the approvers of its approvals (a JSON array), and the
 // announcement to publish when the approval is counted (empty: none) with
@@ -214,15 +228,15 @@ return reply('ok', left)
 // callFields} when its approvals did, else what approve returns.
 var approveIf = redis.NewScript(decisionEffects + `
 local function counted()
-  if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[17], ARGV[16]) end
+  if ARGV[17] ~= '' then redis.call('PUBLISH', ARGV[18], ARGV[17]) end
 end
 ` + approveHead + `
-if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[13]) then return {'stale'} end
-local judged = cjson.decode(ARGV[15])
+if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[14]) then return {'stale'} end
+local judged = cjson.decode(ARGV[16])
 local cur = redis.call('HGET', KEYS[1], 'approvals')
 local held = {}
 if cur then held = cjson.decode(cur) end
-local same = #held == #judged and (redis.call('HEXISTS', KEYS[1], 'edit') == 1) == (ARGV[14] == '1')
+local same = #held == #judged and (redis.call('HEXISTS', KEYS[1], 'edit') == 1) == (ARGV[15] == '1')
 for i = 1, #held do
   if not same then break end
   same = held[i].approver == judged[i]

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -188,4 +189,78 @@ func testClaimReminderConcurrent(t *testing.T, open Opener) {
 	dueReminders(t, s, now, 0)
 	dueReminders(t, s, next, 0, c.ID)
 	nextReminder(t, s, next)
+}
+
+// testApproveEditReminders: an edit that brings a call's expiry forward
+// sets its next reminder again, in the same step, to the one due under
+// the new expiry after the reminders claimed (none if none is left), and
+// the reminder index lists it then.
+func testApproveEditReminders(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	// Each call is reminded 150m after it paused and again with a
+	// quarter of its 4h left, at 3h.
+	_, calls := create(t, s, 5, func(_ *store.Run, cs []store.Call) {
+		for i := range cs {
+			cs[i].ExpiresAt = cs[i].CreatedAt.Add(4 * time.Hour)
+			cs[i].RemindAfter = 150 * time.Minute
+			cs[i].RemindAt = cs[i].CreatedAt.Add(150 * time.Minute)
+		}
+	})
+	start := calls[0].CreatedAt
+	tests := []struct {
+		name    string
+		claimed bool          // the first reminder was claimed, the call moved to 3h
+		exp     time.Duration // the edit's expiry
+		want    time.Duration // the next reminder after the edit (0: none)
+	}{
+		// 3h06: a quarter left comes before the first reminder.
+		{"first sent, none left", true, 186 * time.Minute, 0},
+		// 3h36: a quarter left comes at 2h42.
+		{"first sent, the second sooner", true, 216 * time.Minute, 162 * time.Minute},
+		// 2h: the first would come after it.
+		{"none before the expiry", false, 2 * time.Hour, 0},
+		// 3h06: the first still comes, and no second.
+		{"the first kept", false, 186 * time.Minute, 150 * time.Minute},
+		// 5h: the expiry is kept, and so is the reminder.
+		{"the expiry kept", true, 5 * time.Hour, 3 * time.Hour},
+	}
+	for i, tt := range tests {
+		c := calls[i]
+		if tt.claimed {
+			claimReminder(t, s, c.ID, 1, start.Add(3*time.Hour), true)
+		}
+		edit := &store.Proposal{Fingerprint: "fp-edit", Edit: store.Decision{Kind: "edit", Decider: "U_B", At: time.Now(),
+			Args: json.RawMessage(`{"path":"/srv/edited"}`), ExpiresAt: start.Add(tt.exp)}}
+		got, complete, err := s.Approve(ctx, c.ID, c.Fingerprint, approval("U_B"), edit, 2, approve("U_B"))
+		if err != nil || complete {
+			t.Fatalf("%s: Approve with an edit = complete %v, %v; want pending", tt.name, complete, err)
+		}
+		var want time.Time
+		if tt.want != 0 {
+			want = start.Add(tt.want)
+		}
+		if !got.RemindAt.Equal(want) {
+			t.Errorf("%s: Approve returned RemindAt %v, want %v", tt.name, got.RemindAt, want)
+		}
+	}
+	s = reopen()
+	for i, tt := range tests {
+		c := wantStatus(t, s, calls[i].ID, store.Pending)
+		var want time.Time
+		if tt.want != 0 {
+			want = start.Add(tt.want)
+		}
+		if !c.RemindAt.Equal(want) {
+			t.Errorf("%s: stored RemindAt %v, want %v", tt.name, c.RemindAt, want)
+		}
+	}
+	nextReminder(t, s, start.Add(150*time.Minute))
+	dueReminders(t, s, start.Add(170*time.Minute), 0, calls[3].ID, calls[1].ID)
+	dueReminders(t, s, start.Add(4*time.Hour), 0, calls[3].ID, calls[1].ID, calls[4].ID)
+	// The second reminder of the call whose first was sent is its last.
+	claimReminder(t, s, calls[1].ID, 2, time.Time{}, true)
+	claimReminder(t, s, calls[3].ID, 1, time.Time{}, true)
+	dueReminders(t, s, start.Add(4*time.Hour), 0, calls[4].ID)
+	nextReminder(t, s, start.Add(3*time.Hour))
 }

@@ -65,7 +65,11 @@ type Store interface {
 	// among the Approvals (nothing changes; the returned Call is the
 	// stored one). With edit set, the pending arguments are replaced
 	// (Call.Edit = edit.Edit, Fingerprint = edit.Fingerprint) and the
-	// count restarts with a alone. Otherwise a is appended to Approvals.
+	// count restarts with a alone; an edit.Edit.ExpiresAt before the
+	// call's ExpiresAt moves it there, and RemindAt to
+	// store.NextRemindAt of the call so edited, in the same step (the
+	// reminder index lists it there). Otherwise a is appended to
+	// Approvals.
 	// Once Approvals holds need approvals the call is decided with d
 	// exactly as Decide would (complete as there); before that it stays
 	// Pending and complete is false. Of concurrent approvals each approver

@@ -38,6 +38,7 @@ func Run(t *testing.T, open Opener) {
 		{"ApproveCounts", testApproveCounts},
 		{"ApproveEdit", testApproveEdit},
 		{"ApproveEditExpiry", testApproveEditExpiry},
+		{"ApproveEditReminders", testApproveEditReminders},
 		{"ApproveConcurrent", testApproveConcurrent},
 		{"DecideAudited", testDecideAudited},
 		{"ApproveAudited", testApproveAudited},
