@@ -109,7 +109,7 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 				a.m.duplicate()
 				return
 			}
-			a.publishHome(ctx, user)
+			a.openedHome(ctx, user)
 		})
 	}
 }

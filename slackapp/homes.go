@@ -27,12 +27,24 @@ const (
 // homeRefresh collects the pending calls that appeared or changed since
 // the Home tabs were last republished. Reporters add to it without
 // waiting; refreshHomes drains it.
+//
+// It also orders the publishing of each user's tab: a round and a tab
+// published as its user opens it each read the pending calls and then
+// publish, and the one that reads first may publish last, its older
+// reading (a decided call still listed, with its buttons) over the newer
+// one until the next change. So a user's tab is published by one of them
+// at a time, each reading once it holds the user (see claim and acquire).
 type homeRefresh struct {
 	mu    sync.Mutex
 	calls []agent.Call
 	index map[string]int // position in calls by call id
 	users []string       // left over from a round that hit maxHomesPerRound
 	wake  chan struct{}
+	// publishing holds the users whose tab is being published, each with
+	// a channel closed once it is out; again marks those of them that a
+	// round left out, to be published in the next round.
+	publishing map[string]chan struct{}
+	again      map[string]bool
 }
 
 func newHomeRefresh() homeRefresh {
@@ -80,6 +92,82 @@ func (h *homeRefresh) later(users []string) {
 	}
 }
 
+// claim takes the tabs of users for a round and returns those it took:
+// the others are being published (as their users opened them), and are
+// marked to be published in the next round once that is out (see
+// release), with a reading made after it. The round does not wait for
+// them.
+func (h *homeRefresh) claim(users []string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var claimed []string
+	for _, u := range users {
+		if _, busy := h.publishing[u]; busy {
+			if h.again == nil {
+				h.again = map[string]bool{}
+			}
+			h.again[u] = true
+			continue
+		}
+		h.hold(u)
+		claimed = append(claimed, u)
+	}
+	return claimed
+}
+
+// acquire takes the tab of user, who opened it, waiting while it is being
+// published (by a round, or as they opened it before); false if ctx ended
+// first.
+func (h *homeRefresh) acquire(ctx context.Context, user string) bool {
+	for {
+		h.mu.Lock()
+		out, busy := h.publishing[user]
+		if !busy {
+			h.hold(user)
+			h.mu.Unlock()
+			return true
+		}
+		h.mu.Unlock()
+		select {
+		case <-out:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// hold notes that user's tab is being published. h.mu is held.
+func (h *homeRefresh) hold(user string) {
+	if h.publishing == nil {
+		h.publishing = map[string]chan struct{}{}
+	}
+	h.publishing[user] = make(chan struct{})
+}
+
+// release notes that the tabs of users, taken by claim or acquire, are
+// out, and keeps those a round left out meanwhile for the next round.
+func (h *homeRefresh) release(users []string) {
+	h.mu.Lock()
+	var again []string
+	for _, u := range users {
+		if out, ok := h.publishing[u]; ok {
+			close(out)
+			delete(h.publishing, u)
+		}
+		if h.again[u] {
+			delete(h.again, u)
+			again = append(again, u)
+		}
+	}
+	if len(h.publishing) == 0 {
+		h.publishing, h.again = nil, nil // maps keep the size a burst gave them
+	}
+	h.mu.Unlock()
+	if len(again) > 0 {
+		h.later(again)
+	}
+}
+
 // refreshHomes republishes the Home tab of everyone concerned by a call
 // that appeared, was decided, expired or was cancelled: its requesters,
 // its approvers (user groups expanded) and, for a call open to anyone in
@@ -88,8 +176,9 @@ func (h *homeRefresh) later(users []string) {
 // at most once a round, and a round publishes at most maxHomesPerRound
 // tabs, one at a time and from one listing of the pending calls, so the
 // bot stays within Slack's rate limits and the store is read once a
-// round. It
-// returns when stopping is closed or ctx ends.
+// round. A tab being published as its user opened it is left to the next
+// round (see publishRound). It returns when stopping is closed or ctx
+// ends.
 func (a *App) refreshHomes(ctx context.Context, stopping <-chan struct{}) {
 	for {
 		select {
@@ -115,8 +204,29 @@ func (a *App) refreshHomes(ctx context.Context, stopping <-chan struct{}) {
 			a.homes.later(users[maxHomesPerRound:])
 			users = users[:maxHomesPerRound]
 		}
-		a.publishHomes(ctx, users, stopping)
+		a.publishRound(ctx, users, stopping)
 	}
+}
+
+// publishRound publishes the tabs of a round's users (see publishHomes),
+// but for those being published as their users opened them, which the
+// next round publishes (see homeRefresh.claim).
+func (a *App) publishRound(ctx context.Context, users []string, stopping <-chan struct{}) {
+	claimed := a.homes.claim(users)
+	defer a.homes.release(claimed)
+	a.publishHomes(ctx, claimed, stopping)
+}
+
+// openedHome publishes the Home tab of user, who opened it: at once,
+// unless it is being published already (by a round, or as they opened it
+// before), and then once that is out, so that the tab published last
+// shows the latest reading of the pending calls.
+func (a *App) openedHome(ctx context.Context, user string) {
+	if !a.homes.acquire(ctx, user) {
+		return
+	}
+	defer a.homes.release([]string{user})
+	a.publishHome(ctx, user)
 }
 
 // concerned lists the people whose Home tab shows the calls: requesters,

@@ -467,15 +467,9 @@ func AlreadyApprovedText(have, need int) string {
 // ReminderText reminds the approvers of a pending card that it still
 // waits: reminder n (1 after the remind-after time, 2 when a quarter of
 // its TTL is left) names those who may still approve (mentioned, so they
-// are notified) and when it expires.
+// are notified; see stillAwaited) and when it expires.
 func ReminderText(c Card, n int) string {
-	var who []string
-	for _, id := range c.Approvers {
-		if !slices.Contains(c.Approvals, id) {
-			who = append(who, id)
-		}
-	}
-	list := approverList(who, ", ")
+	list := approverList(remindedApprovers(c), ", ")
 	if len(c.Approvers) == 0 {
 		list = "anyone in this channel"
 	}
@@ -494,4 +488,28 @@ func ReminderText(c Card, n int) string {
 		text += " It expires " + slackDate(c.ExpiresAt) + "; nothing runs without a decision."
 	}
 	return text
+}
+
+// remindedApprovers are the approvers of a pending card a reminder names:
+// those it still awaits (see stillAwaited). A user group stays: who in it
+// approved cannot be told from the group's mention.
+func remindedApprovers(c Card) []string {
+	var who []string
+	for _, id := range c.Approvers {
+		if stillAwaited(id, c.Approvals, c.FourEyes, c.Requester, c.Requesters) {
+			who = append(who, id)
+		}
+	}
+	return who
+}
+
+// stillAwaited reports whether a pending call still awaits approver id:
+// their approval is not counted yet and, under four eyes, they are not
+// one of its requesters (requester, or one of requesters), who may not
+// decide it.
+func stillAwaited(id string, counted []string, fourEyes bool, requester string, requesters []string) bool {
+	if slices.Contains(counted, id) {
+		return false
+	}
+	return !fourEyes || id != requester && !slices.Contains(requesters, id)
 }

@@ -333,21 +333,28 @@ func (r *threadReporter) Unsaved(ctx context.Context, calls []agent.PendingCall)
 	r.posts = nil
 }
 
-// Remind posts a reminder in the thread, mentioning the approvers who
-// have not approved yet, and in the places the card's copies went for
-// approvers who cannot see the conversation. The posts are made in the
+// Remind posts a reminder in the thread, mentioning the approvers the
+// call still awaits (not those whose approval is counted, nor, under four
+// eyes, its requesters: see stillAwaited), and in the places the card's
+// copies went for those of them who cannot see the conversation. A
+// reminder that would name no one (every approver the card names is
+// counted, or a requester) is not sent. The posts are made in the
 // background: the pass that sends reminders also expires calls, which a
 // slow Slack must not hold up. Before each post the call is checked to be
 // still pending, so a decision made meanwhile stops the rest.
 func (r *threadReporter) Remind(ctx context.Context, c agent.PendingCall, n int) {
 	r.app.spawn(ctx, "remind", func(ctx context.Context) {
 		r.app.statusSettled(ctx, r.conv)
-		text := ReminderText(cardOf(c, nil), n)
+		card := cardOf(c, nil)
+		if len(card.Approvers) > 0 && len(remindedApprovers(card)) == 0 {
+			return
+		}
+		text := ReminderText(card, n)
 		if !r.app.stillPending(ctx, c.ID) {
 			return
 		}
 		r.app.post(ctx, r.channel, r.thread, text)
-		for _, target := range r.app.copyTargets(ctx, r.channel, c.Requester, r.app.deciders(ctx, c.Call)) {
+		for _, target := range r.app.reminderTargets(ctx, r.channel, c.Call) {
 			if !r.app.stillPending(ctx, c.ID) {
 				return
 			}
@@ -393,6 +400,13 @@ const cardUpdateTimeout = 30 * time.Second
 // updateLater queues a card update on the card's queue; outside Run it is
 // made at once.
 func (a *App) updateLater(ctx context.Context, u agent.CallUpdate) {
+	a.onCardQueue(ctx, u, func(ctx context.Context) { a.updateCard(ctx, u) })
+}
+
+// onCardQueue queues update, which renders u on the call's card, on the
+// card's queue, bounded by cardUpdateTimeout; outside Run it is made at
+// once.
+func (a *App) onCardQueue(ctx context.Context, u agent.CallUpdate, render func(ctx context.Context)) {
 	update := func(ctx context.Context) {
 		ctx, cancel, ok := a.noteContext(ctx, cardUpdateTimeout)
 		defer cancel()
@@ -400,7 +414,7 @@ func (a *App) updateLater(ctx context.Context, u agent.CallUpdate) {
 			a.log.Warn("shutdown deadline passed; card not updated", "call", u.Call.ID, "phase", u.Phase)
 			return
 		}
-		a.updateCard(ctx, u)
+		render(ctx)
 	}
 	if !a.running.Load() {
 		update(ctx)
@@ -455,12 +469,14 @@ type cardPost struct {
 	blind           []string  // the approvers the other copies are for
 	refs            []cardRef // the copies out so far
 	saved           int       // of refs, the ones in the store (with the call, or by PutCallNote)
+	announced       int       // of refs, the ones saved with the pause (the thread's copy)
 }
 
 // note is the note to save with the call (cardRefs) once the thread's copy
 // is out (or failed): marked as posting while copies are still to come.
 func (p *cardPost) note() []byte {
 	p.saved = len(p.refs)
+	p.announced = len(p.refs)
 	return mustJSON(cardRefs{Posting: len(p.blind) > 0, PostingSince: p.since, Refs: p.refs})
 }
 
@@ -501,10 +517,18 @@ func (p *cardPost) added(a *App, channel, ts string) {
 	a.cards.add(p.mem, cardRef{Channel: channel, TS: ts})
 }
 
-// postCopies posts the copies of a card posted by postCard, and saves
+// postCopies posts the copies of a card posted by postCard (see
+// sendCopies), then brings them up to date with the call (see
+// catchUpCopies).
+func (a *App) postCopies(ctx context.Context, p *cardPost) {
+	a.sendCopies(ctx, p)
+	a.catchUpCopies(ctx, p)
+}
+
+// sendCopies posts the copies of a card posted by postCard, and saves
 // where they are: before each further copy is posted, and once all are
 // out, so a crash loses at most the copy whose post had just returned.
-func (a *App) postCopies(ctx context.Context, p *cardPost) {
+func (a *App) sendCopies(ctx context.Context, p *cardPost) {
 	defer a.cards.done(p.mem)
 	save := func(ctx context.Context, r cardRefs) error {
 		err := a.st.PutCallNote(ctx, p.callID, mustJSON(r))
@@ -560,6 +584,60 @@ func (a *App) postCopies(ctx context.Context, p *cardPost) {
 		}
 	}
 	a.log.Error("remember where the card is; replicas other than this one update the copies recorded so far", "call", p.callID, "err", err)
+}
+
+// catchUpCopies renders the call as stored on the copies sendCopies
+// posted, once they are all out and recorded, when it is no longer what
+// they show: decided, expired, cancelled, or with other approvals or
+// arguments. An update made meanwhile on another replica waited for them
+// at most cardWait and then updated only the copies recorded so far
+// (this process's own updates wait for every copy: see cardLocations);
+// the copies posted after that show the call as it paused, and nothing
+// else would update them. An update that read where the copies are after
+// the final record found them all, and one that read before it was made
+// after the decision it renders, so the call read here, after the final
+// record, shows that decision. The copy in the conversation was recorded
+// with the pause, so every update found it; it is left as they made it.
+func (a *App) catchUpCopies(ctx context.Context, p *cardPost) {
+	copies := slices.Clone(p.refs[p.announced:])
+	if len(copies) == 0 || a.ag == nil {
+		return
+	}
+	rctx, cancel, ok := a.noteContext(ctx, 5*time.Second)
+	defer cancel()
+	if !ok {
+		return
+	}
+	cur, err := a.ag.Call(rctx, p.callID)
+	if errors.Is(err, approvals.ErrUnknownCall) {
+		return // the call is gone, and its card with it
+	}
+	if err != nil {
+		a.log.Warn("read the call once its card's copies are out; they show it as it paused", "call", p.callID, "err", err)
+		return
+	}
+	c := cur.Call
+	if c.Status == agent.CallPending && token(c.ID, c.Fingerprint) == p.card.CallID && slices.Equal(c.Approvals, p.card.Approvals) {
+		return // as the copies show it
+	}
+	u := agent.CallUpdate{Call: c, Phase: agent.PhaseCounted}
+	if c.Status != agent.CallPending {
+		u.Phase = agent.PhaseDecided
+	}
+	a.onCardQueue(ctx, u, func(ctx context.Context) {
+		if u.Phase == agent.PhaseCounted && a.overtaken(ctx, c) {
+			return
+		}
+		if !a.cards.advance(c.ID, phaseRank(u.Phase)) {
+			return // this process rendered later news on them already
+		}
+		card := a.updatedCard(u)
+		// Whether the tool has run is for the resume's update to say:
+		// "running…" may be past by now.
+		card.Outcome = ""
+		a.cardRenderer(ctx, c, card)(copies)
+		a.cardRendered(u)
+	})
 }
 
 // cardWait bounds how long an update waits for a card still being posted.
@@ -621,11 +699,15 @@ func (a *App) cardLocations(ctx context.Context, c agent.Call) (refs []cardRef, 
 	}
 }
 
-// copyTargets lists where copies of a card go so that approvers who cannot
-// see the conversation get it: APPROVALS_CHANNEL if set, else a DM to each
-// named approver (user groups expanded) who cannot see it.
-func (a *App) copyTargets(ctx context.Context, channel, requester string, approvers []string) []string {
-	return a.copyPlaces(ctx, a.blindApprovers(ctx, channel, requester, approvers))
+// reminderTargets lists where a reminder of c goes for the named approvers
+// (user groups expanded) who cannot see the conversation, in channel, and
+// whom c still awaits (see stillAwaited): APPROVALS_CHANNEL if set, else a
+// DM to each; none when none is left.
+func (a *App) reminderTargets(ctx context.Context, channel string, c agent.Call) []string {
+	blind := slices.DeleteFunc(a.blindApprovers(ctx, channel, c.Requester, a.deciders(ctx, c)), func(u string) bool {
+		return !stillAwaited(u, c.Approvals, c.FourEyes, c.Requester, c.Requesters)
+	})
+	return a.copyPlaces(ctx, blind)
 }
 
 // blindApprovers lists the named approvers (user groups expanded) who
@@ -722,39 +804,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	if !a.cards.advance(u.Call.ID, phaseRank(u.Phase)) {
 		return // older news than the card shows
 	}
-	pc := agent.PendingCall{Call: u.Call}
-	if a.ag != nil {
-		if t, ok := a.ag.Tools().Lookup(u.Call.Tool); ok {
-			pc.Human = t.Human
-		}
-	}
-	card := cardOf(pc, &u)
-	type rendered struct {
-		blocks []slack.Block
-		text   string
-	}
-	byPlace := map[string]rendered{} // by the kind of place (see cardIn)
-	update := func(refs []cardRef) {
-		for _, ref := range refs {
-			place := placeOf(ref.Channel, u.Call.Channel)
-			if place == "dm" && !a.dmMaySee(ctx, ref.Channel, u.Call) {
-				// Its reader no longer may (taken out of the rule by an
-				// edit, or out of a group): what the call became is
-				// sealed, as on a copy in a channel.
-				place = "approvals"
-			}
-			r, ok := byPlace[place]
-			if !ok {
-				r.blocks, r.text = a.cardAt(card, place, u.Call.Channel)
-				byPlace[place] = r
-			}
-			_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: r.blocks, text: r.text})
-			if err != nil {
-				a.log.Error("update card", "call", u.Call.ID, "channel", ref.Channel, "err", err)
-				a.m.error("slack_update")
-			}
-		}
-	}
+	update := a.cardRenderer(ctx, u.Call, a.updatedCard(u))
 	update(refs)
 	if late != nil {
 		// Copies this process was still posting: updated once they are
@@ -762,9 +812,57 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 		// card's queue), so none keeps buttons of a decided call.
 		update(late(ctx, len(refs)))
 	}
+	a.cardRendered(u)
+}
+
+// updatedCard renders u, the news about a call, as a Card.
+func (a *App) updatedCard(u agent.CallUpdate) Card {
+	pc := agent.PendingCall{Call: u.Call}
+	if a.ag != nil {
+		if t, ok := a.ag.Tools().Lookup(u.Call.Tool); ok {
+			pc.Human = t.Human
+		}
+	}
+	return cardOf(pc, &u)
+}
+
+// cardRenderer returns a function that renders card, of call c, on the
+// copies it is given, each as its place shows it (see cardAt).
+func (a *App) cardRenderer(ctx context.Context, c agent.Call, card Card) func(refs []cardRef) {
+	type rendered struct {
+		blocks []slack.Block
+		text   string
+	}
+	byPlace := map[string]rendered{} // by the kind of place (see cardIn)
+	return func(refs []cardRef) {
+		for _, ref := range refs {
+			place := placeOf(ref.Channel, c.Channel)
+			if place == "dm" && !a.dmMaySee(ctx, ref.Channel, c) {
+				// Its reader no longer may (taken out of the rule by an
+				// edit, or out of a group): what the call became is
+				// sealed, as on a copy in a channel.
+				place = "approvals"
+			}
+			r, ok := byPlace[place]
+			if !ok {
+				r.blocks, r.text = a.cardAt(card, place, c.Channel)
+				byPlace[place] = r
+			}
+			_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: r.blocks, text: r.text})
+			if err != nil {
+				a.log.Error("update card", "call", c.ID, "channel", ref.Channel, "err", err)
+				a.m.error("slack_update")
+			}
+		}
+	}
+}
+
+// cardRendered notes that u is rendered on the call's card: once it is
+// final, nothing will change the card again, and what this process
+// remembers of it is forgotten (where it is stays in the store with the
+// call).
+func (a *App) cardRendered(u agent.CallUpdate) {
 	if u.Phase != agent.PhaseCounted && (u.Phase != agent.PhaseDecided || u.Call.Status != agent.CallDecided) {
-		// Final: nothing will change the card again. Where it is stays
-		// in the store with the call.
 		a.cards.forget(u.Call.ID)
 	}
 }
