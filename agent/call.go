@@ -60,7 +60,8 @@ type Call struct {
 	// NeedsAudience is set when a decider must also be able to see the
 	// conversation: the card's rule names no approvers (anyone in the
 	// conversation decides), even when a pending edit's rule names some
-	// (Approvers lists them then).
+	// (Approvers lists them then), or a pending edit's rule names none
+	// while the card's names some (Approvers lists the card's then).
 	NeedsAudience bool
 	FourEyes      bool
 	// NoAlwaysAllow marks an ask a standing rule may not relax (made of
@@ -125,6 +126,11 @@ func viewOf(c store.Call) Call {
 		v.Preview, v.PreviewError = c.Edit.Preview, c.Edit.PreviewError
 		v.MinApprovals = max(v.MinApprovals, c.Edit.MinApprovals)
 		v.Approvers = editApprovers(c.Approvers, c.Edit.Approvers)
+		// An edit under a rule that names no approvers is decided only
+		// by people who can see the conversation, as the agent checks
+		// on every decision, whoever the card's rule names. An edit
+		// stored without the mark needs what the card's rule needs.
+		v.NeedsAudience = v.NeedsAudience || c.Edit.NeedsAudience
 	}
 	return v
 }

@@ -595,6 +595,12 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			if ev.Action == approvals.Ask {
 				need = max(need, ev.MinApprovals)
 				sd.Approvers = ev.Approvers
+				// A rule that names no approvers leaves the edited
+				// arguments to people who can see the conversation,
+				// whoever the card names (see authorizeUnder); the edit
+				// says so, as its empty Approvers would also be those
+				// of arguments the policy allows.
+				sd.NeedsAudience = len(ev.Approvers) == 0
 				// Edited arguments that wait for approvals wait no
 				// longer than their rule lets a call wait.
 				if exp := d.At.Add(a.askTTL(ev)); exp.Before(c.ExpiresAt) {

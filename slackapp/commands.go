@@ -700,7 +700,9 @@ func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan 
 			if a.mayDecide(ctx, c.Call, user) != nil {
 				continue
 			}
-			inbox = append(inbox, cardOf(c, nil))
+			card := cardOf(c, nil)
+			card.CopyOf = c.Channel // the Home tab is no channel: its entry names the call's
+			inbox = append(inbox, card)
 		}
 		for _, c := range a.ownPending(ctx, ag, scanned, user) {
 			// Asked for in a channel the user has left since: not theirs

@@ -389,8 +389,21 @@ func previewBlock(c Card) slack.Block {
 	return slack.NewSectionBlock(mrkdwn(title+"\n"+block+warning), nil, acc)
 }
 
-// cardButtons returns the decision buttons of a pending card.
+// cardButtons returns the decision buttons of a pending card: on a copy
+// outside the conversation (CopyOf set), Always allow says that it applies
+// to the conversation's channel, not the copy's.
 func cardButtons(c Card) []slack.BlockElement {
+	if c.CopyOf != "" {
+		return decisionButtons(c, "in the conversation's channel (not where this copy is)")
+	}
+	return decisionButtons(c, "")
+}
+
+// decisionButtons returns the decision buttons of a pending call. Shown
+// away from its conversation (a copy, the Home tab), elsewhere says where
+// Always allow applies instead of "in this channel", and the buttons offer
+// to allow it "there" rather than "here"; "" on the conversation's card.
+func decisionButtons(c Card, elsewhere string) []slack.BlockElement {
 	deny := button(ActionDeny, "Deny", c.CallID).
 		WithStyle(slack.StyleDanger).
 		WithConfirm(slack.NewConfirmationBlockObject(
@@ -409,28 +422,21 @@ func cardButtons(c Card) []slack.BlockElement {
 			deny, reject, why, cancel,
 		}
 	}
-	// A copy's "here" is the conversation's channel, not the copy's.
-	here := "in this channel"
-	if c.CopyOf != "" {
-		here = "in the conversation's channel (not where this copy is)"
+	here, rememberLabel := "in this channel", "Always allow here"
+	exactLabel, exactTitle := "Always allow these arguments here", "Always allow these exact arguments here?"
+	if elsewhere != "" {
+		here, rememberLabel = elsewhere, "Always allow there"
+		exactLabel, exactTitle = "Always allow these arguments there", "Always allow these exact arguments "+elsewhere+"?"
 	}
-	remember := button(ActionRemember, "Always allow there", c.CallID)
-	if c.CopyOf == "" {
-		remember = button(ActionRemember, "Always allow here", c.CallID)
-	}
-	remember = remember.WithConfirm(slack.NewConfirmationBlockObject(
+	remember := button(ActionRemember, rememberLabel, c.CallID).WithConfirm(slack.NewConfirmationBlockObject(
 		plain("Always allow this tool "+here+"?", 100),
 		plain("This call runs now, and later calls of this tool "+here+" will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),
 		plain("Allow", 30),
 		plain("Cancel", 30),
 	))
-	exactLabel := "Always allow these arguments here"
-	if c.CopyOf != "" {
-		exactLabel = "Always allow these arguments there"
-	}
 	exact := button(ActionRememberExact, exactLabel, c.CallID).
 		WithConfirm(slack.NewConfirmationBlockObject(
-			plain("Always allow these exact arguments here?", 100),
+			plain(exactTitle, 100),
 			plain("This call runs now, and later calls of this tool "+here+" with exactly these arguments will run without asking. You or an admin can revoke the rule from the Home tab or with /approvals rules revoke.", 300),
 			plain("Allow", 30),
 			plain("Cancel", 30),

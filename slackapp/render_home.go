@@ -20,7 +20,8 @@ const (
 
 // HomeView renders a user's App Home tab: first their approver inbox, the
 // pending calls they may decide, each with the same decision buttons as
-// the card in the thread (except Cancel, which is the requester's); then
+// the card in the thread (except Cancel, which is the requester's), and the
+// call's channel when its card's CopyOf gives it (see inboxEntry); then
 // their own requests still waiting for a decision, each with a Cancel
 // button. Cards that are not pending are skipped. Each list shows its
 // first entries in the order given and says "and N more" for the rest, and
@@ -77,13 +78,20 @@ func pendingOnly(cards []Card) []Card {
 
 // inboxEntry renders one call an approver may decide: a summary, the
 // arguments (or question) cut short, the decision buttons and a divider.
+// The Home tab is no channel: as on a copy of the card, CopyOf is the
+// conversation's channel, which the summary names, and Always allow says
+// that it applies there.
 func inboxEntry(c Card) []slack.Block {
 	var lines []string
 	kind := "*Approval:* "
 	if c.Human {
 		kind = "*Question:* "
 	}
-	lines = append(lines, kind+inlineCode(c.Tool)+" · requested by "+requesterRefs(c.Requester, c.Requesters))
+	summary := kind + inlineCode(c.Tool) + " · requested by " + requesterRefs(c.Requester, c.Requesters)
+	if c.CopyOf != "" {
+		summary += " in " + channelRef(c.CopyOf)
+	}
+	lines = append(lines, summary)
 	if c.RuleID != "" || c.Reason != "" {
 		rule := "Rule"
 		if c.RuleID != "" {
@@ -120,7 +128,7 @@ func inboxEntry(c Card) []slack.Block {
 		}
 	}
 
-	buttons := cardButtons(c)
+	buttons := decisionButtons(c, "in the conversation's channel")
 	buttons = buttons[:len(buttons)-1] // Cancel belongs to the requester.
 	if cut {
 		buttons = append(buttons, button(ActionViewArgs, "View full arguments", c.CallID))

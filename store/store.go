@@ -70,8 +70,8 @@ type Decision struct {
 	// opaque to the store.
 	MinApprovals int `json:"min_approvals,omitempty"`
 	// Approvers are, for an edit that restarted a count, those of the
-	// rule its arguments fell under (empty: anyone in the conversation);
-	// opaque to the store.
+	// rule its arguments fell under (empty: anyone in the conversation
+	// when NeedsAudience is set); opaque to the store.
 	Approvers []string `json:"approvers,omitempty"`
 	// NeedsAudience is, for an edit that restarted a count, set when the
 	// rule its arguments fell under asks and names no approvers: only
