@@ -607,8 +607,15 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 					sd.ExpiresAt = exp
 				}
 			}
-			if n := othersWhoCanApprove(c, ev, d.Decider); n >= 0 && n < need-1 {
-				return sd, need, fmt.Errorf("%w: the edited call needs %d approvals, and besides you only %d person(s) may give one: the card's approvers and those of rule %s have too few in common; edit it otherwise, or ask an admin", ErrBadDecision, need, n, ev.RuleID)
+			if n := a.othersWhoCanApprove(ctx, c, ev, d.Decider, need-1); n >= 0 && n < need-1 {
+				why := fmt.Sprintf("the card's approvers and those of rule %s have too few in common", ev.RuleID)
+				switch {
+				case len(c.Approvers) == 0:
+					why = fmt.Sprintf("the card leaves the call to people in the conversation, and too few of rule %s's approvers are in it", ev.RuleID)
+				case editNeedsAudience(c, ev):
+					why = fmt.Sprintf("rule %s leaves the edited call to people in the conversation, and too few of the card's approvers are in it", ev.RuleID)
+				}
+				return sd, need, fmt.Errorf("%w: the edited call needs %d approvals, and besides you only %d person(s) may give one: %s; edit it otherwise, or ask an admin", ErrBadDecision, need, n, why)
 			}
 		}
 	}
@@ -616,11 +623,16 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 }
 
 // othersWhoCanApprove counts the people other than editor who could
-// approve c once edited into a call judged ev: approvals after an edit are
-// checked against the card's approvers and the rule that asks now, four
-// eyes of either keeping the requesters out. It returns -1 when that
-// cannot be told (a user group, or anyone who can see the conversation).
-func othersWhoCanApprove(c store.Call, ev approvals.Verdict, editor string) int {
+// approve c once edited into a call judged ev, up to enough (it looks for
+// no more): approvals after an edit are checked against the card's
+// approvers and the rule that asks now, four eyes of either keeping the
+// requesters out, and, when either names no approvers, against who can
+// see the conversation (see cardApprover and authorizeUnder), so that an
+// approver outside it is not counted. It returns -1 when that cannot be
+// told (a user group, anyone who can see the conversation, or a
+// membership lookup that failed): the edit is then taken, each approval
+// after it being checked as it comes.
+func (a *Agent) othersWhoCanApprove(ctx context.Context, c store.Call, ev approvals.Verdict, editor string, enough int) int {
 	if slices.ContainsFunc(c.Approvers, approvals.IsGroup) || ev.Action == approvals.Ask && slices.ContainsFunc(ev.Approvers, approvals.IsGroup) {
 		return -1
 	}
@@ -640,7 +652,35 @@ func othersWhoCanApprove(c store.Call, ev approvals.Verdict, editor string) int 
 	if !known {
 		return -1
 	}
-	return len(slices.DeleteFunc(eligible, func(u string) bool { return u == editor }))
+	others := slices.DeleteFunc(eligible, func(u string) bool { return u == editor })
+	if !editNeedsAudience(c, ev) {
+		return len(others)
+	}
+	// The editor was looked up as a decider is (see checkEdit and
+	// authorize), so the conversation's members are at hand at the edge;
+	// the others are looked up only until enough are found.
+	n := 0
+	for _, u := range others {
+		if n >= enough {
+			break
+		}
+		err := a.inAudience(ctx, c, u)
+		if lookupFailed(err) {
+			return -1
+		}
+		if err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// editNeedsAudience reports whether the approvals after an edit of c into
+// a call judged ev must come from people who can see the conversation:
+// the card's rule names no approvers (see cardApprover), or the rule that
+// asks now names none (see authorizeUnder).
+func editNeedsAudience(c store.Call, ev approvals.Verdict) bool {
+	return len(c.Approvers) == 0 || ev.Action == approvals.Ask && len(ev.Approvers) == 0
 }
 
 // checkEdit validates edited arguments against the tool's schema and
