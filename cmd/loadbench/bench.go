@@ -80,8 +80,9 @@ type env struct {
 	redis  redis.UniversalClient
 	log    io.Writer
 
-	ctx    context.Context
-	clicks sync.WaitGroup // the scheduled clicks
+	ctx      context.Context
+	clicks   sync.WaitGroup // the scheduled clicks
+	stopping atomic.Bool    // set once the run ends: no more clicks are scheduled
 }
 
 // bench runs every phase and returns the report.
@@ -190,9 +191,21 @@ func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 			return nil, fmt.Errorf("paused phase: %w", err)
 		}
 	}
+	e.finish(rep)
+	return rep, nil
+}
+
+// finish ends the run and fills the report's accounting. The bots are
+// stopped first, gracefully, so that the accounting sees every execution
+// they make, however late (a takeover after a lease ran out, a resume the
+// sweep found): once they have exited, nothing runs a tool any more.
+//
+// Cards posted from then on are not clicked: every conversation that was
+// to be clicked was clicked, so such a card is a turn that ran again.
+func (e *env) finish(rep *Report) {
+	e.stopping.Store(true)
 	e.clicks.Wait()
 	rep.Machine.LoadEnd = loadAverage()
-	e.accountAll(rep)
 	for _, b := range e.bots {
 		if !b.alive() {
 			rep.BotsDied++
@@ -201,7 +214,7 @@ func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 	if err := e.stopBots(); err != nil {
 		rep.StopErrors = append(rep.StopErrors, err.Error())
 	}
-	return rep, nil
+	e.accountAll(rep)
 }
 
 func channelID(i int) string { return fmt.Sprintf("CLOAD%05d", i) }
@@ -297,9 +310,10 @@ func (e *env) serveTool(w http.ResponseWriter, r *http.Request) {
 }
 
 // scheduleClick approves a card after the click delay, unless the
-// conversation is parked.
+// conversation is parked or held (the probe clicks those itself), or the
+// run is ending.
 func (e *env) scheduleClick(c *conv) {
-	if c.noClick || c.hold != nil {
+	if c.noClick || c.hold != nil || e.stopping.Load() {
 		return
 	}
 	e.clicks.Add(1)
@@ -308,27 +322,61 @@ func (e *env) scheduleClick(c *conv) {
 		if e.ctx.Err() != nil {
 			return
 		}
-		e.click(c)
+		_ = e.click(c) // counted in the accounting
 	})
 }
 
-// click presses Approve on the conversation's card.
-func (e *env) click(c *conv) {
+// click presses Approve on the conversation's card. Only a click the fake
+// accepted is recorded as one; a refused click never reached a bot, and is
+// counted as a failure (and returned).
+func (e *env) click(c *conv) error {
 	e.t.mu.Lock()
 	ts := c.cardTS
 	e.t.mu.Unlock()
-	// Recorded first: an execution before it counts as unapproved.
-	e.t.clicked(c, time.Now())
+	at := time.Now()
 	id, err := e.slack.Click(approver, c.channel, ts, approveAction, "")
 	if err != nil {
+		e.t.clickFailed(c)
 		fmt.Fprintf(e.log, "loadbench: click conv-%d: %v\n", c.id, err)
-		return
+		return fmt.Errorf("click conv-%d: %w", c.id, err)
 	}
-	// The bot's time starts once the fake has built the click (its
-	// payload carries the whole card) and queued it, as an ack's does.
-	if env, ok := e.slack.Envelope(id); ok && !env.SentAt.IsZero() {
-		e.t.clickSent(c, env.SentAt)
+	// The call counts as approved, and the bot's time starts, once the
+	// fake has built the click (its payload carries the whole card) and
+	// sent its envelope, as an ack's does. The fake sends it within Click
+	// when a bot is connected; otherwise it is looked up later (see
+	// snapshot).
+	var sent time.Time
+	if env, ok := e.slack.Envelope(id); ok {
+		sent = env.SentAt
 	}
+	e.t.clicked(c, at, id, sent)
+	return nil
+}
+
+// snapshot returns copies of the conversations from index from on, with
+// the time each click's envelope was sent filled in where it was not
+// known at the click: the envelope waited for a connection. The fake
+// keeps the latest delivery's time, so it is taken only from an envelope
+// delivered once (after more, the click's own time stands in); a click
+// whose envelope was never delivered reached no bot, and approved
+// nothing.
+func (e *env) snapshot(from int) []conv {
+	convs := e.t.snapshot(from)
+	for i := range convs {
+		c := &convs[i]
+		if c.clickEnv == "" || !c.clickSent.IsZero() {
+			continue
+		}
+		if env, ok := e.slack.Envelope(c.clickEnv); ok {
+			switch env.Deliveries {
+			case 0:
+				c.clickAt = time.Time{}
+			case 1:
+				c.clickSent = env.SentAt
+			}
+		}
+	}
+	return convs
 }
 
 // maxMentionBytes bounds -mention-bytes within a Slack message's 40,000
@@ -465,7 +513,9 @@ func (e *env) probePhase() (StoreCalls, error) {
 		if err != nil {
 			return StoreCalls{}, err
 		}
-		e.click(c)
+		if err := e.click(c); err != nil {
+			return StoreCalls{}, err
+		}
 		if err := e.wait(c.executed, fmt.Sprintf("probe conv-%d: tool run", c.id)); err != nil {
 			return StoreCalls{}, err
 		}
@@ -593,7 +643,7 @@ func (e *env) loadPhase(rep *Report) error {
 	}
 
 	botCPU1, benchCPU1, redisCPU1 := e.cpuSeconds()
-	rep.Load = loadResult(e.t.snapshot(first)[:len(convs)], o, start, offered)
+	rep.Load = loadResult(e.snapshot(first)[:len(convs)], o, start, offered)
 	if done := rep.Load.Cycles + rep.Load.Allowed; done > 0 && botCPU0 >= 0 && botCPU1 >= 0 {
 		rep.Load.BotCPUPerConversation = (botCPU1 - botCPU0) * 1000 / float64(done)
 		rep.Load.BenchCPUPerConversation = (benchCPU1 - benchCPU0) * 1000 / float64(done)
@@ -700,7 +750,7 @@ func (e *env) accountAll(rep *Report) {
 	if rep.Load.RoundTrip.P99 > 0 {
 		rep.AckToRoundTripP99 = rep.Acks.P99 / rep.Load.RoundTrip.P99
 	}
-	rep.Accounting.account(e.t.snapshot(0))
+	rep.Accounting.account(e.snapshot(0))
 	e.t.mu.Lock()
 	rep.Accounting.UnknownExecutions = e.t.unknown
 	rep.Accounting.OtherReplySample = e.t.otherSample

@@ -37,11 +37,18 @@
 //     every message); it is off by default.
 //
 // The report is a table on stdout and, with -json FILE, JSON. The exit
-// status is 1 when anything was lost, duplicated, unapproved or unacked.
+// status is 1 when anything was lost, duplicated (a call run, or a card or
+// an answer posted, more than once in a conversation), unapproved or
+// unacked, when an answer went to another conversation's thread, or when
+// a click never reached a bot. A conversation counts as answered only by
+// a message that holds its own answer: a stream stopped before it is no
+// answer. The accounting is taken once the bots have stopped, so that it
+// sees every execution they made, however late.
 //
 // Times the bot adds are end to end minus the time spent in the fakes: the
-// model latency for each model call and the tool's time. Ack times are
-// from the fake writing an envelope to its queue to reading the ack.
+// time the fake model spent on each model call (from the start of its
+// request's read) and the tool's time. Ack times are from the fake writing
+// an envelope to its queue to reading the ack.
 //
 // With -store redis the bots use -redis-url (default $REDIS_URL) with a
 // fresh REDIS_PREFIX; its keys are deleted at the end. Stored bytes are

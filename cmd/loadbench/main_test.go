@@ -218,10 +218,13 @@ func TestAccounting(t *testing.T) {
 		{ask: true, noClick: true},                                                                   // lost: no card
 		{ask: true, noClick: true, cardTS: "1", execAt: []time.Time{at(3)}},                          // parked, but ran
 		{ask: true, cardTS: "1", clickAt: at(2), execAt: []time.Time{at(3)}, answerAt: time.Time{}},  // lost: executed, no answer
+		// Ran after the click began but before its envelope was sent to
+		// a bot: unapproved.
+		{ask: true, cardTS: "1", clickAt: at(2), clickSent: at(4), execAt: []time.Time{at(3)}, answerAt: at(5)},
 	}
 	var a Accounting
 	a.account(convs)
-	want := Accounting{Conversations: 10, Completed: 2, Parked: 2, Lost: 3, Duplicated: 1, DuplicateExecutions: 1, Unapproved: 3}
+	want := Accounting{Conversations: 11, Completed: 2, Parked: 2, Lost: 3, Duplicated: 1, DuplicateExecutions: 1, Unapproved: 4}
 	if a != want {
 		t.Errorf("accounting\n got %+v\nwant %+v", a, want)
 	}
@@ -234,9 +237,8 @@ func TestAccounting(t *testing.T) {
 	}
 }
 
-// A click's spans start when the fake queued its envelope, once known:
-// building the click is the fake's work. An execution between the two
-// still counts as approved.
+// A click's spans start when the fake sent its envelope, once known:
+// building the click is the fake's work.
 func TestClickSpansStartWhenTheClickIsSent(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }

@@ -152,9 +152,10 @@ type LoadResult struct {
 	// EndToEnd are the same spans, fakes included.
 	EndToEnd BotAdded `json:"end_to_end_ms"`
 	// InModel is the time the fake model spent on the first request of
-	// each asked conversation, from its body read to its answer written:
-	// the model latency, the fake's own work, and how late its timer and
-	// its writes were.
+	// each asked conversation, from the start of its body's read to its
+	// answer written: the model latency, the fake's own work (reading and
+	// decoding the request included), and how late its timer and its
+	// writes were.
 	InModel Dist `json:"in_model_ms"`
 }
 
@@ -176,8 +177,9 @@ func loadResult(convs []conv, o options, start time.Time, offered time.Duration)
 	var eCard, eExec, eAnswer, eAllowed, model []time.Duration
 	var last time.Time
 	// The time in the model is what the fake model spent on each request,
-	// from its body read to its answer written: its latency, its own
-	// work, and how late its timer and its writes were on a busy machine.
+	// from the start of its body's read to its answer written: its
+	// latency, its own work (decoding the request included), and how late
+	// its timer and its writes were on a busy machine.
 	inModel := func(c conv, step int) time.Duration {
 		if c.inModel[step] > 0 {
 			return c.inModel[step]
@@ -190,11 +192,8 @@ func loadResult(convs []conv, o options, start time.Time, offered time.Duration)
 			eCard, card = append(eCard, d), append(card, d-inModel(c, 0))
 			model = append(model, inModel(c, 0))
 		}
-		approved := c.ask && !c.clickAt.IsZero() && len(c.execAt) > 0 && !c.execAt[0].Before(c.clickAt)
-		clicked := c.clickAt
-		if !c.clickSent.IsZero() {
-			clicked = c.clickSent
-		}
+		clicked := c.approvedAt()
+		approved := c.ask && !clicked.IsZero() && len(c.execAt) > 0 && !c.execAt[0].Before(clicked)
 		if approved {
 			d := c.execAt[0].Sub(clicked)
 			eExec, exec = append(eExec, d), append(exec, d)
@@ -267,26 +266,40 @@ type PausedSample struct {
 // Accounting checks every conversation of the run, every phase included.
 type Accounting struct {
 	Conversations int `json:"conversations"`
-	// Completed: answered, with exactly one execution, after the click
-	// when the call asked.
+	// Completed: answered once ("done conv-N" naming it, posted or
+	// streamed to the end in its own thread), with exactly one execution,
+	// after the click when the call asked, at most one card, and no other
+	// conversation's answer in its thread.
 	Completed int `json:"completed"`
 	// Parked: conversations left paused on purpose, with their card and no
 	// execution.
 	Parked int `json:"parked"`
-	// Lost: not answered in time, or (parked) no card.
+	// Lost: not answered in time (a stream stopped before the answer is no
+	// answer), or (parked) no card.
 	Lost int `json:"lost"`
-	// Duplicated: conversations whose call ran more than once;
-	// DuplicateExecutions counts the extra runs.
+	// Duplicated: conversations whose call ran more than once, or that got
+	// more than one card or more than one answer (a turn that ran twice);
+	// DuplicateExecutions, DuplicateCards and DuplicateAnswers count the
+	// extra ones.
 	Duplicated          int `json:"duplicated"`
 	DuplicateExecutions int `json:"duplicate_executions"`
-	// Unapproved: asked calls that ran before their click or without one,
-	// and executions of no known conversation.
+	DuplicateCards      int `json:"duplicate_cards"`
+	DuplicateAnswers    int `json:"duplicate_answers"`
+	// Unapproved: asked calls that ran before their click reached a bot
+	// (its envelope was sent) or without one, and executions of no known
+	// conversation.
 	Unapproved        int `json:"unapproved"`
 	UnknownExecutions int `json:"unknown_executions"`
-	UnackedEnvelopes  int `json:"unacked_envelopes"`
+	// FailedClicks counts clicks the fake Slack refused: they never
+	// reached a bot, and approved nothing.
+	FailedClicks int `json:"failed_clicks"`
+	// MisdirectedAnswers counts answers posted in the thread of another
+	// conversation than the one they name.
+	MisdirectedAnswers int `json:"misdirected_answers"`
+	UnackedEnvelopes   int `json:"unacked_envelopes"`
 	// OtherReplies counts conversations that got a bot message that is
-	// neither a card nor the answer (such as a busy notice);
-	// OtherReplySample is the first such text.
+	// neither a card nor its answer (such as a busy notice, or a stream
+	// stopped before the answer); OtherReplySample is the first such text.
 	OtherReplies     int    `json:"other_replies"`
 	OtherReplySample string `json:"other_reply_sample"`
 }
@@ -297,12 +310,19 @@ func (a *Accounting) account(convs []conv) {
 		if c.others > 0 {
 			a.OtherReplies++
 		}
+		a.FailedClicks += c.failedClicks
+		a.MisdirectedAnswers += c.misdirected
 		n := len(c.execAt)
-		if n > 1 {
+		extraCards, extraAnswers := max(c.cards-1, 0), max(c.answers-1, 0)
+		if n > 1 || extraCards > 0 || extraAnswers > 0 {
 			a.Duplicated++
-			a.DuplicateExecutions += n - 1
 		}
-		if c.ask && n > 0 && (c.clickAt.IsZero() || c.execAt[0].Before(c.clickAt)) {
+		a.DuplicateExecutions += max(n-1, 0)
+		a.DuplicateCards += extraCards
+		a.DuplicateAnswers += extraAnswers
+		clicked := c.approvedAt()
+		approved := n > 0 && !clicked.IsZero() && !c.execAt[0].Before(clicked)
+		if c.ask && n > 0 && !approved {
 			a.Unapproved++
 		}
 		switch {
@@ -312,7 +332,7 @@ func (a *Accounting) account(convs []conv) {
 			a.Parked++
 		case c.answerAt.IsZero() || n == 0:
 			a.Lost++
-		case n == 1 && (!c.ask || (!c.clickAt.IsZero() && !c.execAt[0].Before(c.clickAt))):
+		case n == 1 && extraCards == 0 && extraAnswers == 0 && c.misdirected == 0 && (!c.ask || approved):
 			a.Completed++
 		}
 	}
@@ -327,10 +347,17 @@ func (r *Report) Problems() error {
 		errs = append(errs, fmt.Errorf("%d conversations lost", a.Lost))
 	}
 	if a.Duplicated > 0 {
-		errs = append(errs, fmt.Errorf("%d calls ran more than once", a.Duplicated))
+		errs = append(errs, fmt.Errorf("%d conversations ran their call, or got a card or an answer, more than once (%d executions, %d cards, %d answers more)",
+			a.Duplicated, a.DuplicateExecutions, a.DuplicateCards, a.DuplicateAnswers))
 	}
 	if a.Unapproved > 0 {
 		errs = append(errs, fmt.Errorf("%d executions without approval", a.Unapproved))
+	}
+	if a.FailedClicks > 0 {
+		errs = append(errs, fmt.Errorf("%d clicks refused by the fake Slack, which never reached a bot", a.FailedClicks))
+	}
+	if a.MisdirectedAnswers > 0 {
+		errs = append(errs, fmt.Errorf("%d answers posted in another conversation's thread", a.MisdirectedAnswers))
 	}
 	if a.UnackedEnvelopes > 0 {
 		errs = append(errs, fmt.Errorf("%d envelopes never acked", a.UnackedEnvelopes))
@@ -424,8 +451,11 @@ func writeTable(w io.Writer, r *Report) {
 		tw.Flush()
 	}
 	a := r.Accounting
-	fmt.Fprintf(w, "\naccounting: %d conversations, %d completed, %d parked; lost %d, duplicated %d, unapproved %d, unacked envelopes %d, bots died %d\n",
-		a.Conversations, a.Completed, a.Parked, a.Lost, a.Duplicated, a.Unapproved, a.UnackedEnvelopes, r.BotsDied)
+	fmt.Fprintf(w, "\naccounting: %d conversations, %d completed, %d parked; lost %d, duplicated %d, unapproved %d, unacked envelopes %d, bots died %d, failed clicks %d, misdirected answers %d\n",
+		a.Conversations, a.Completed, a.Parked, a.Lost, a.Duplicated, a.Unapproved, a.UnackedEnvelopes, r.BotsDied, a.FailedClicks, a.MisdirectedAnswers)
+	if a.Duplicated > 0 {
+		fmt.Fprintf(w, "duplicated: %d executions, %d cards, %d answers more than one per conversation\n", a.DuplicateExecutions, a.DuplicateCards, a.DuplicateAnswers)
+	}
 	if a.OtherReplies > 0 {
 		fmt.Fprintf(w, "%d conversations got other bot replies, such as %q\n", a.OtherReplies, a.OtherReplySample)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,21 @@ const approveAction = "approve"
 // model's answer: "conv-17".
 var convMarker = regexp.MustCompile(`conv-(\d+)`)
 
+// answerMarker is the scripted model's final answer, "done conv-17",
+// which names the conversation it answers (see model.answer).
+var answerMarker = regexp.MustCompile(`done conv-(\d+)`)
+
+// answerNames returns the conversations the answers in text name.
+func answerNames(text string) []int {
+	var ids []int
+	for _, sm := range answerMarker.FindAllStringSubmatch(text, -1) {
+		if id, err := strconv.Atoi(sm[1]); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // conv is one conversation of the bench and what happened to it. Times are
 // wall-clock times taken by the fakes as each event reached them.
 type conv struct {
@@ -34,14 +50,25 @@ type conv struct {
 
 	thread    string // ts of the mention
 	mentionAt time.Time
-	cardAt    time.Time
+	cardAt    time.Time // the first card
 	cardTS    string
-	clickAt   time.Time   // before the fake builds the click
-	clickSent time.Time   // the fake queued the click's envelope (zero: unknown)
-	execAt    []time.Time // every execution of its tool call
-	execEnd   time.Time   // the first execution's answer
-	answerAt  time.Time
-	others    int // bot messages in the thread that are neither card nor answer
+	cards     int // cards posted in the thread
+	// clickAt is when the bench began the click that the fake accepted,
+	// before the fake built it (zero: no click reached the fake);
+	// clickSent is when the fake sent its envelope to a bot (zero:
+	// unknown), and clickEnv is that envelope's id.
+	clickAt      time.Time
+	clickSent    time.Time
+	clickEnv     string
+	failedClicks int         // clicks the fake refused: they never reached a bot
+	execAt       []time.Time // every execution of its tool call
+	execEnd      time.Time   // the first execution's answer
+	answerAt     time.Time   // the first answer
+	answers      int         // messages in the thread that hold its answer
+	// misdirected counts messages in the thread that hold the answer of
+	// another conversation, and not its own.
+	misdirected int
+	others      int // bot messages in the thread that are neither card nor answer
 	// inModel is the time the fake model spent on each request of the
 	// conversation, by step: 0 before the tool call, 1 after its result.
 	// Zero where unknown (then the model's latency stands in for it).
@@ -59,10 +86,9 @@ type tracker struct {
 	convs       []*conv
 	byThread    map[string]*conv
 	early       map[string][]func(*conv) // thread -> observations before its conversation was registered
-	streams     map[string]string        // stream message ts -> thread
 	unknown     int                      // tool executions for no known conversation
 	history     []int                    // raw history bytes of each paused step
-	otherSample string                   // the first bot reply that was neither card nor answer
+	otherSample string                   // the first bot reply that was neither card nor the conversation's answer
 	onCard      func(*conv)              // called without the lock, once per card
 	apiCalls    map[string]int           // Web API calls the fake Slack answered, by method
 }
@@ -71,7 +97,6 @@ func newTracker() *tracker {
 	return &tracker{
 		byThread: map[string]*conv{},
 		early:    map[string][]func(*conv){},
-		streams:  map[string]string{},
 		apiCalls: map[string]int{},
 	}
 }
@@ -164,7 +189,13 @@ type message struct {
 }
 
 // observe is the fake Slack's API observer: it spots cards and final
-// answers as they are posted.
+// answers as they are posted. A message is read as the fake holds it once
+// complete: a posted one, or a stream once stopped (the fake's answer to
+// chat.stopStream carries the whole message, every chunk of the stream
+// in it). It is a conversation's answer only if it holds "done conv-N"
+// naming that conversation: a stream stopped part way (a turn cut by a
+// lost lease, a shutdown or a model error) is not, and neither is an
+// answer in the thread of another conversation.
 func (t *tracker) observe(e fakeslack.APIEvent) {
 	t.mu.Lock()
 	t.apiCalls[e.Call.Method]++
@@ -174,44 +205,35 @@ func (t *tracker) observe(e fakeslack.APIEvent) {
 	}
 	at := e.Call.At
 	switch e.Call.Method {
-	case "chat.postMessage":
+	case "chat.postMessage", "chat.stopStream":
 		var m message
 		if json.Unmarshal(e.Response, &m) != nil || !m.OK || m.Message.ThreadTS == "" {
 			return
 		}
-		isCard := strings.Contains(string(m.Message.Blocks), `"action_id":"`+approveAction+`"`)
-		isAnswer := !isCard && (strings.Contains(m.Message.Text, "done conv-") || strings.Contains(string(m.Message.Blocks), "done conv-"))
-		ts := m.TS
-		switch {
-		case isCard:
+		ts, text, blocks := m.TS, m.Message.Text, string(m.Message.Blocks)
+		if e.Call.Method == "chat.postMessage" && strings.Contains(blocks, `"action_id":"`+approveAction+`"`) {
 			t.inThread(m.Message.ThreadTS, func(c *conv) { t.cardPosted(c, ts, at) })
-		case isAnswer:
-			t.inThread(m.Message.ThreadTS, func(c *conv) { t.answerDone(c, at) })
-		default:
-			text := m.Message.Text
-			t.inThread(m.Message.ThreadTS, func(c *conv) { t.otherReply(c, text) })
-		}
-	case "chat.startStream":
-		var m message
-		if json.Unmarshal(e.Response, &m) != nil || !m.OK {
 			return
 		}
-		t.mu.Lock()
-		t.streams[m.TS] = e.Call.Param("thread_ts")
-		t.mu.Unlock()
-	case "chat.stopStream":
-		t.mu.Lock()
-		thread, ok := t.streams[e.Call.Param("ts")]
-		delete(t.streams, e.Call.Param("ts"))
-		t.mu.Unlock()
-		if ok {
-			t.inThread(thread, func(c *conv) { t.answerDone(c, at) })
-		}
+		named := answerNames(text + "\n" + blocks)
+		t.inThread(m.Message.ThreadTS, func(c *conv) {
+			switch {
+			case slices.Contains(named, c.id):
+				t.answerDone(c, at)
+			case len(named) > 0:
+				t.misdirectedAnswer(c, text)
+			default:
+				t.otherReply(c, text)
+			}
+		})
 	}
 }
 
+// cardPosted records a card posted in the conversation's thread; the
+// first is the one the bench clicks, and any other is counted.
 func (t *tracker) cardPosted(c *conv, ts string, at time.Time) {
 	t.mu.Lock()
+	c.cards++
 	first := c.cardTS == ""
 	if first {
 		c.cardTS, c.cardAt = ts, at
@@ -237,8 +259,22 @@ func (t *tracker) otherReply(c *conv, text string) {
 	}
 }
 
+// misdirectedAnswer records an answer naming another conversation, posted
+// in c's thread.
+func (t *tracker) misdirectedAnswer(c *conv, text string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c.misdirected++
+	if t.otherSample == "" {
+		t.otherSample = text
+	}
+}
+
+// answerDone records the conversation's own answer; the first one
+// completes it, and any other is counted.
 func (t *tracker) answerDone(c *conv, at time.Time) {
 	t.mu.Lock()
+	c.answers++
 	first := c.answerAt.IsZero()
 	if first {
 		c.answerAt = at
@@ -275,18 +311,29 @@ func (t *tracker) toolAnswered(c *conv, at time.Time) {
 	}
 }
 
-// clicked records the click time.
-func (t *tracker) clicked(c *conv, at time.Time) {
+// clicked records a click the fake accepted: when the bench began it, its
+// envelope, and when the fake sent that envelope (zero: not yet).
+func (t *tracker) clicked(c *conv, at time.Time, envelope string, sent time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c.clickAt = at
+	c.clickAt, c.clickEnv, c.clickSent = at, envelope, sent
 }
 
-// clickSent records when the fake queued the click's envelope.
-func (t *tracker) clickSent(c *conv, at time.Time) {
+// clickFailed records a click the fake refused.
+func (t *tracker) clickFailed(c *conv) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c.clickSent = at
+	c.failedClicks++
+}
+
+// approvedAt is the time from which the conversation's call counts as
+// approved: when its click's envelope was sent to a bot or, where that is
+// unknown, when the click began; zero when no click reached the fake.
+func (c *conv) approvedAt() time.Time {
+	if !c.clickSent.IsZero() {
+		return c.clickSent
+	}
+	return c.clickAt
 }
 
 // snapshot returns copies of the conversations from index from on.

@@ -90,9 +90,10 @@ type Response struct {
 
 	// Served, if set, is called once the answer is written (or given up
 	// when the client went away), with the time the server spent on the
-	// request from the moment its body was read: what the model took, as
-	// its client would see it but for the network. A load test subtracts
-	// it from the time its client waited to tell the client's own share.
+	// request from the moment it began reading its body (the reading and
+	// decoding of the body included): what the model took, as its client
+	// would see it but for the network. A load test subtracts it from the
+	// time its client waited to tell the client's own share.
 	Served func(time.Duration)
 }
 
@@ -263,6 +264,10 @@ func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	// The time in the server runs from before the body is read: reading
+	// and decoding it is the fake's work, which a load test must not count
+	// as its client's.
+	read := time.Now()
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "read body: "+err.Error())
@@ -273,7 +278,6 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid JSON body: "+err.Error())
 		return
 	}
-	read := time.Now()
 	seq, resp := s.next(body, req)
 	if resp.Served != nil {
 		defer func() { resp.Served(time.Since(read)) }()

@@ -2,9 +2,11 @@ package fakeopenai_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -404,5 +406,60 @@ func TestServedReportsTheTimeInTheServer(t *testing.T) {
 	case d := <-served:
 		t.Errorf("Served called again (%v)", d)
 	default:
+	}
+}
+
+// Served counts the time the server spends reading and decoding the
+// request's body: that is the fake's work, not its client's. A request
+// whose body takes a while to decode is served in at least most of that
+// time, however quickly it is answered.
+func TestServedCountsTheBodysDecoding(t *testing.T) {
+	s := fakeopenai.Start()
+	defer s.Close()
+	served := make(chan time.Duration, 1)
+	s.Reply(fakeopenai.Response{Text: "ok", Served: func(d time.Duration) { served <- d }})
+	// Many small messages with tool calls: much structure to decode, few
+	// words for the usage count.
+	req := userRequest("hi")
+	for i := range 10000 {
+		req.Messages = append(req.Messages, openai.ChatCompletionMessage{
+			Role: openai.ChatMessageRoleAssistant,
+			ToolCalls: []openai.ToolCall{{
+				ID: fmt.Sprintf("call_%d", i), Type: openai.ToolTypeFunction,
+				Function: openai.FunctionCall{Name: "http_get", Arguments: `{"url":"x"}`},
+			}},
+		})
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The time one decode takes here, the least of a few.
+	decode := time.Duration(1<<63 - 1)
+	for range 3 {
+		start := time.Now()
+		var r openai.ChatCompletionRequest
+		if err := json.Unmarshal(body, &r); err != nil {
+			t.Fatal(err)
+		}
+		decode = min(decode, time.Since(start))
+	}
+	res, err := http.Post(s.URL()+"/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("status %s", res.Status)
+	}
+	var got time.Duration
+	select {
+	case got = <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Served was not called after the answer")
+	}
+	if got < decode/2 {
+		t.Errorf("Served(%v) for a request of %d bytes that takes %v to decode; want the decoding counted", got, len(body), decode)
 	}
 }

@@ -44,11 +44,12 @@ type Options struct {
 	// Default DefaultAuditMax.
 	AuditMax int
 	// AuditRetention is how long an audit entry is kept after its At;
-	// older entries are trimmed when entries are added and never listed.
-	// Default store.DefaultAuditRetention.
+	// older entries are trimmed when entries are added and by every
+	// prune, and never listed. Default store.DefaultAuditRetention.
 	AuditRetention time.Duration
-	// PruneInterval is how often expired runs, conversations, leases and
-	// event ids are deleted from the file. Default DefaultPruneInterval.
+	// PruneInterval is how often expired runs, conversations, leases,
+	// event ids and audit entries are deleted from the file. Default
+	// DefaultPruneInterval.
 	PruneInterval time.Duration
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process before it fails. Default DefaultLockTimeout.
@@ -436,7 +437,10 @@ func (s *Store) pruneLoop(every time.Duration) {
 // time has passed. It finds them in a read transaction, which the writes
 // of the bot do not wait for, and deletes them in a write transaction that
 // checks each one again, so that a scan of a large file does not hold up
-// the writes.
+// the writes. The same write transaction trims the audit entries older
+// than AuditRetention, which Audit trims only when an entry is added:
+// a log nothing is written to would keep them otherwise. That trim reads
+// the oldest entries only, up to the first recent one.
 func (s *Store) prune(now time.Time) error {
 	rules := s.pruneRules(now)
 	found := make([][][]byte, len(rules))
@@ -484,7 +488,7 @@ func (s *Store) prune(now time.Time) error {
 				}
 			}
 		}
-		return nil
+		return trimAudit(tx.Bucket(bucketAudit), now.Add(-s.auditTTL))
 	})
 }
 

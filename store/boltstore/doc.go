@@ -29,8 +29,9 @@
 // last save, and lapsed leases and event ids soon after they lapse: a
 // goroutine prunes the file every Options.PruneInterval until Close,
 // finding what has lapsed in a read transaction so that writes do not wait
-// for the scan. The audit log keeps the newest Options.AuditMax entries;
-// records are kept until deleted.
+// for the scan. The audit log keeps the newest Options.AuditMax entries,
+// those younger than Options.AuditRetention (older ones are trimmed when
+// an entry is added and by every prune); records are kept until deleted.
 //
 // Everything written before Close is there again after Open on the same
 // path.

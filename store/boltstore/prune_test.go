@@ -205,3 +205,40 @@ func BenchmarkOpenAfterChurn(b *testing.B) {
 	}
 	b.ReportMetric(float64(fi.Size())/(1<<20), "file-MiB")
 }
+
+// Audit entries past the retention are deleted by the prune even when
+// nothing new is audited: the log is not left holding them until the next
+// entry comes.
+func TestPruneTrimsTheAuditLog(t *testing.T) {
+	const retention = 300 * time.Millisecond
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{AuditRetention: retention, PruneInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Audit(t.Context(), store.AuditEntry{Actor: "U1", Action: "decide", CallID: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	stored := func() int {
+		t.Helper()
+		n := 0
+		if err := s.db.View(func(tx *bolt.Tx) error {
+			n = tx.Bucket(bucketAudit).Stats().KeyN
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := stored(); n != 1 {
+		t.Fatalf("%d audit entries stored after one Audit, want 1", n)
+	}
+	// Past the retention, with several prune passes in between.
+	deadline := time.Now().Add(retention + 2*time.Second)
+	for stored() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := stored(); n != 0 {
+		t.Errorf("%d audit entries still stored %v after the retention of %v ran out, with a prune every 50ms; want none", n, 2*time.Second, retention)
+	}
+}

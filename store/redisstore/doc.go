@@ -49,8 +49,10 @@
 // after FinishRun if that is sooner; conversations Options.ConversationTTL
 // after their last save; leases, resume claims and event ids with their
 // TTL; index keys with the latest run they list. The audit log is capped at
-// Options.AuditMax entries. Records are configuration and are kept until
-// deleted.
+// Options.AuditMax entries, and its entries older than
+// Options.AuditRetention are trimmed when an entry is added and by Stalled
+// (the agent's periodic sweep). Records are configuration and are kept
+// until deleted.
 //
 // # Failures
 //

@@ -44,7 +44,8 @@ type Options struct {
 	// Default DefaultAuditMax.
 	AuditMax int
 	// AuditRetention is how long an audit entry is kept after its At;
-	// older entries are trimmed when entries are added and never listed.
+	// older entries are trimmed when entries are added and by Stalled
+	// (which the agent's sweep calls periodically), and never listed.
 	// Default store.DefaultAuditRetention.
 	AuditRetention time.Duration
 }
@@ -1197,7 +1198,15 @@ func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 // Runs listed when they were created, by an earlier version, are read
 // once decided by this one, or expired (also when an earlier version, on
 // one node, decided them: its script kept an entry's time).
+//
+// Stalled also trims the audit entries older than AuditRetention (up to
+// auditTrimBatch of them), as Audit does: the agent's sweep calls it
+// periodically on every replica, which the Redis store has no pass of its
+// own for, and a log nothing is written to would keep them otherwise.
 func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
+	if err := s.trimAudit(ctx, time.Now().Add(-s.auditTTL)); err != nil {
+		return nil, fmt.Errorf("list stalled runs: %w", err)
+	}
 	const batch = 200
 	var out []string
 	var stale []any
@@ -1323,8 +1332,8 @@ func auditJSON(e store.AuditEntry) ([]byte, error) {
 	return store.EncodeJSON(e)
 }
 
-// auditTrimBatch bounds the entries one Audit call trims, so a backlog is
-// worked off over several writes instead of delaying one.
+// auditTrimBatch bounds the entries one Audit or Stalled call trims, so a
+// backlog is worked off over several calls instead of delaying one.
 const auditTrimBatch = 100
 
 // popIfTail removes the oldest audit entry if it is still ARGV[1]: two

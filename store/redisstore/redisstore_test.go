@@ -737,6 +737,38 @@ func TestAuditRetentionTrims(t *testing.T) {
 	}
 }
 
+// Audit entries past the retention are deleted by the sweep's periodic
+// pass (Stalled) even when nothing new is audited: the log is not left
+// holding them until the next entry comes.
+func TestStalledTrimsTheAuditLog(t *testing.T) {
+	for _, u := range []string{redisURL(t), envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")} {
+		t.Run(u, func(t *testing.T) {
+			ctx := t.Context()
+			const retention = 300 * time.Millisecond
+			s := newStore(t, u, redisstore.Options{Prefix: newPrefix(t, u), AuditRetention: retention})
+			defer s.Close()
+			c, err := redisstore.NewClient(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := s.Audit(ctx, store.AuditEntry{Actor: "U1", Action: "decide", CallID: "old"}); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := c.LLen(ctx, s.AuditKey()).Result(); err != nil || n != 1 {
+				t.Fatalf("%d audit entries stored after one Audit, %v; want 1", n, err)
+			}
+			time.Sleep(retention + 100*time.Millisecond)
+			if _, err := s.Stalled(ctx, 100); err != nil {
+				t.Fatalf("Stalled: %v", err)
+			}
+			if n, err := c.LLen(ctx, s.AuditKey()).Result(); err != nil || n != 0 {
+				t.Errorf("%d audit entries still stored after the retention of %v ran out and a sweep's Stalled, %v; want none", n, retention, err)
+			}
+		})
+	}
+}
+
 // A reminder overdue by more than the run retention (every replica was
 // down, or the reminder pass kept failing) is still listed once another
 // run is created: its entry is not trimmed as if its call were deleted,
