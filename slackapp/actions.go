@@ -455,6 +455,18 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 		if c.Edited && len(c.CardApprovers) > 0 && !slices.ContainsFunc(c.Approvers, func(id string) bool { return slices.Contains(c.CardApprovers, id) }) {
 			return NotApproverOfBothText(c.Approvers, c.CardApprovers), "not_approver"
 		}
+		if ms := approverMentions(c.Approvers); c.NeedsAudience && len(ms) > 0 {
+			// Being named is not enough: a call edited into a rule that
+			// names no approvers, or a card whose rule names none, is
+			// decided only by those it names who can see the
+			// conversation, as the agent checks on every decision. They
+			// are named with that condition rather than each looked up.
+			who := "those of " + joinAnd(ms, "and") + " who are in the conversation"
+			if len(ms) == 1 && strings.HasPrefix(ms[0], "<@") {
+				who = ms[0] + ", if they are in the conversation"
+			}
+			return "You are not an approver for this call, so nothing changed. It can be decided by " + who + ".", "not_approver"
+		}
 		return NotApproverText(c.Approvers), "not_approver"
 	case errors.Is(err, approvals.ErrAlreadyApproved):
 		return AlreadyApprovedText(len(c.Approvals), c.MinApprovals), "already_approved"

@@ -1,6 +1,7 @@
 package slackapp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -661,26 +662,60 @@ func (a *App) inAudience(ctx context.Context, channel, user string) bool {
 // counts cover the calls read.
 const homeScanLimit = 500
 
-// publishHome shows a user's approver inbox and their own waiting requests
-// (see publishHomes).
-func (a *App) publishHome(ctx context.Context, user string) {
-	a.publishHomes(ctx, []string{user}, nil)
+// homeTab is a Home tab publishHomes publishes: whose, and the hash of
+// the view Slack shows them as this process knows it ("" when it does
+// not). check marks a tab published without a hash, to be compared with
+// a reading made after it; sent is the view it was published with.
+type homeTab struct {
+	user  string
+	hash  string
+	check bool
+	sent  []byte
 }
 
-// publishHomes shows each user's approver inbox and own waiting requests,
-// one tab at a time, from one listing of the pending calls and of the
-// standing rules. The inbox lists the pending calls the user may decide:
-// those naming the user or a user group they belong to, and those open to
-// anyone in their conversation that the user can see. It stops early when
-// stopping is closed.
+// publishHomes shows each user's approver inbox and own waiting requests
+// (see homeView), one tab at a time, from one listing of the pending calls
+// and of the standing rules. The caller holds the users' tabs (see
+// homeRefresh). It stops early when stopping is closed.
+//
+// Other replicas publish the same tabs, unordered with this process. So a
+// tab is published with the hash Slack gave the view this process last
+// published for it, taken before the reading: Slack refuses the publish
+// (hash_conflict) once another one replaced that view, from a reading
+// that may be newer than this one. A refused tab is read again and
+// published without a hash, as is a tab whose hash this process does not
+// know. Such a publish may itself replace a newer view, published in the
+// moment between its reading and its own publish, so it is checked
+// against a reading made after it, and published again, with the hash it
+// got, if that reading differs: only a still later publish can refuse
+// that one. The view that stays thus shows a reading made after the
+// publish it replaced. Only the tabs that need it are read again,
+// together: at most two more listings a call, none once this process
+// published each tab last.
 func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan struct{}) {
-	ag := a.ag
-	if ag == nil || len(users) == 0 {
+	if a.ag == nil || len(users) == 0 {
 		return
 	}
+	// Each hash is taken before the reading, so that a publish Slack
+	// accepts with it replaced a view read no later than this one.
+	tabs := make([]homeTab, 0, len(users))
+	for _, u := range users {
+		tabs = append(tabs, homeTab{user: u, hash: a.homes.hashOf(u)})
+	}
+	for len(tabs) > 0 && !closed(stopping) {
+		tabs = a.publishHomesOnce(ctx, tabs, stopping)
+	}
+}
+
+// publishHomesOnce reads the pending calls and the standing rules, publishes
+// each tab of tabs from that reading, and returns those to publish again
+// from a later reading (see publishHomes): a tab moves from a publish with
+// its hash to one without, and from that to its check, never back.
+func (a *App) publishHomesOnce(ctx context.Context, tabs []homeTab, stopping <-chan struct{}) []homeTab {
+	ag := a.ag
 	scanned, err := ag.Pending(ctx, store.Filter{Limit: homeScanLimit})
 	if err != nil {
-		a.log.Warn("list pending calls for Home tabs", "users", len(users), "err", err)
+		a.log.Warn("list pending calls for Home tabs", "users", len(tabs), "err", err)
 	}
 	if len(scanned) == homeScanLimit {
 		a.log.Info("many pending calls; the Home tab checks the oldest ones", "checked", homeScanLimit)
@@ -689,42 +724,87 @@ func (a *App) publishHomes(ctx context.Context, users []string, stopping <-chan 
 	if rulesErr != nil {
 		a.log.Warn("list standing rules", "err", rulesErr)
 	}
-	for _, user := range users {
-		select {
-		case <-stopping:
-			return
+	var again []homeTab
+	for _, tab := range tabs {
+		if closed(stopping) {
+			return nil
+		}
+		view := a.homeView(ctx, ag, scanned, rules, rulesErr, tab.user)
+		var sent []byte
+		if tab.check || tab.hash == "" {
+			sent, _ = json.Marshal(view)
+		}
+		if tab.check && bytes.Equal(sent, tab.sent) {
+			continue // the tab shows this reading
+		}
+		req := slack.PublishViewContextRequest{UserID: tab.user, View: view}
+		if tab.hash != "" {
+			req.Hash = &tab.hash
+		}
+		resp, err := a.api.PublishViewContext(ctx, req)
+		switch {
+		case err == nil:
+			a.homes.setHash(tab.user, resp.Hash)
+			if tab.hash == "" && !tab.check && resp.Hash != "" {
+				again = append(again, homeTab{user: tab.user, hash: resp.Hash, check: true, sent: sent})
+			}
+		case hashConflict(err):
+			// Another replica published the tab since this process
+			// did: its reading may be older than this one, or newer.
+			a.homes.setHash(tab.user, "")
+			if !tab.check {
+				again = append(again, homeTab{user: tab.user})
+			}
+			// A check's publish was refused for a publish made after
+			// the one it checks, from a reading after it, which is
+			// checked likewise if it went without a hash.
 		default:
-		}
-		var inbox, mine []Card
-		for _, c := range scanned {
-			if a.mayDecide(ctx, c.Call, user) != nil {
-				continue
-			}
-			card := cardOf(c, nil)
-			card.CopyOf = c.Channel // the Home tab is no channel: its entry names the call's
-			inbox = append(inbox, card)
-		}
-		for _, c := range a.ownPending(ctx, ag, scanned, user) {
-			// Asked for in a channel the user has left since: not theirs
-			// to see any more.
-			if a.maySee(ctx, c.Call, user) {
-				mine = append(mine, cardOf(c, nil))
-			}
-		}
-		view := HomeView(inbox, mine)
-		if rulesErr == nil {
-			var own []approvals.StandingRule
-			for _, r := range rules {
-				if r.CreatedBy == user {
-					own = append(own, r)
-				}
-			}
-			view.Blocks.BlockSet = append(view.Blocks.BlockSet, StandingRuleBlocks(own, maxViewBlocks-len(view.Blocks.BlockSet))...)
-		}
-		if _, err := a.api.PublishViewContext(ctx, slack.PublishViewContextRequest{UserID: user, View: view}); err != nil {
-			a.log.Warn("publish home", "user", user, "err", err)
+			a.log.Warn("publish home", "user", tab.user, "err", err)
 		}
 	}
+	return again
+}
+
+// hashConflict reports whether err is Slack refusing a view published with
+// the hash of a view that was replaced since.
+func hashConflict(err error) bool {
+	e, ok := errors.AsType[slack.SlackErrorResponse](err)
+	return ok && e.Err == "hash_conflict"
+}
+
+// homeView is user's Home tab, from scanned, the oldest pending calls, and
+// rules, the standing rules (unless rulesErr): the inbox lists the pending
+// calls the user may decide (those naming the user or a user group they
+// belong to, and those open to anyone in their conversation that the user
+// can see), then come their own waiting requests and standing rules.
+func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCall, rules []approvals.StandingRule, rulesErr error, user string) slack.HomeTabViewRequest {
+	var inbox, mine []Card
+	for _, c := range scanned {
+		if a.mayDecide(ctx, c.Call, user) != nil {
+			continue
+		}
+		card := cardOf(c, nil)
+		card.CopyOf = c.Channel // the Home tab is no channel: its entry names the call's
+		inbox = append(inbox, card)
+	}
+	for _, c := range a.ownPending(ctx, ag, scanned, user) {
+		// Asked for in a channel the user has left since: not theirs
+		// to see any more.
+		if a.maySee(ctx, c.Call, user) {
+			mine = append(mine, cardOf(c, nil))
+		}
+	}
+	view := HomeView(inbox, mine)
+	if rulesErr == nil {
+		var own []approvals.StandingRule
+		for _, r := range rules {
+			if r.CreatedBy == user {
+				own = append(own, r)
+			}
+		}
+		view.Blocks.BlockSet = append(view.Blocks.BlockSet, StandingRuleBlocks(own, maxViewBlocks-len(view.Blocks.BlockSet))...)
+	}
+	return view
 }
 
 // ownPending returns the oldest homeScanLimit pending calls user

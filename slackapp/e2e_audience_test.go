@@ -120,11 +120,13 @@ func TestOpenCardLooksUpItsDecidersAhead(t *testing.T) {
 // A call open to anyone in a private channel, edited into arguments whose
 // rule names approvers, still needs its deciders in the channel (the
 // agent checks the card's rule and the edit's): a named approver outside
-// it is not shown the call on the Home tab.
+// it is not shown the call on the Home tab. (The rule also names someone
+// in the channel, or the edit, which no one else could then complete,
+// would be refused.)
 func TestEditIntoNamedApproversKeepsTheCallInItsConversation(t *testing.T) {
 	const private = "CPRIVATE92"
 	e := newEnv(t, storeKinds(t)[0])
-	e.policy = payrollEditPolicy("")
+	e.policy = strings.Replace(payrollEditPolicy(""), "[UAPPROVER1, USTRANGER1]", "[UAPPROVER1, USTRANGER1, UOTHER0001]", 1)
 	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, other, e.slack.BotUserID()}})
 	e.start()
 	e.pausedThenEdited(private)

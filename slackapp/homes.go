@@ -22,6 +22,10 @@ const (
 	// for a call open to anyone in its channel; in a larger channel only
 	// the requesters' tabs are.
 	maxHomeAudience = 100
+	// maxHomeHashes bounds the users whose tab's hash is kept; past it,
+	// one is forgotten for each new one (its next publish checks itself,
+	// see publishHomes).
+	maxHomeHashes = 10000
 )
 
 // homeRefresh collects the pending calls that appeared or changed since
@@ -34,6 +38,10 @@ const (
 // reading (a decided call still listed, with its buttons) over the newer
 // one until the next change. So a user's tab is published by one of them
 // at a time, each reading once it holds the user (see claim and acquire).
+// Other replicas publish the same tabs, unordered with this process: the
+// hash Slack gave each tab this process published is kept, so that a
+// publish from a reading older than the tab's is refused rather than
+// shown (see publishHomes).
 type homeRefresh struct {
 	mu    sync.Mutex
 	calls []agent.Call
@@ -45,6 +53,10 @@ type homeRefresh struct {
 	// round left out, to be published in the next round.
 	publishing map[string]chan struct{}
 	again      map[string]bool
+	// hashes holds the hash of the view each user's tab was last
+	// published with by this process, while no publish of another
+	// replica is known to have replaced it.
+	hashes map[string]string
 }
 
 func newHomeRefresh() homeRefresh {
@@ -168,6 +180,34 @@ func (h *homeRefresh) release(users []string) {
 	}
 }
 
+// hashOf returns the hash of user's tab as this process last published
+// it, or "" if it does not know it.
+func (h *homeRefresh) hashOf(user string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.hashes[user]
+}
+
+// setHash keeps hash as that of user's tab; "" forgets it.
+func (h *homeRefresh) setHash(user, hash string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if hash == "" {
+		delete(h.hashes, user)
+		return
+	}
+	if h.hashes == nil {
+		h.hashes = map[string]string{}
+	}
+	if _, ok := h.hashes[user]; !ok && len(h.hashes) >= maxHomeHashes {
+		for u := range h.hashes {
+			delete(h.hashes, u)
+			break
+		}
+	}
+	h.hashes[user] = hash
+}
+
 // refreshHomes republishes the Home tab of everyone concerned by a call
 // that appeared, was decided, expired or was cancelled: its requesters,
 // its approvers (user groups expanded) and, for a call open to anyone in
@@ -176,9 +216,10 @@ func (h *homeRefresh) release(users []string) {
 // at most once a round, and a round publishes at most maxHomesPerRound
 // tabs, one at a time and from one listing of the pending calls, so the
 // bot stays within Slack's rate limits and the store is read once a
-// round. A tab being published as its user opened it is left to the next
-// round (see publishRound). It returns when stopping is closed or ctx
-// ends.
+// round (again only for tabs that another replica published meanwhile,
+// or whose hash this process does not know: see publishHomes). A tab
+// being published as its user opened it is left to the next round (see
+// publishRound). It returns when stopping is closed or ctx ends.
 func (a *App) refreshHomes(ctx context.Context, stopping <-chan struct{}) {
 	for {
 		select {
@@ -217,16 +258,22 @@ func (a *App) publishRound(ctx context.Context, users []string, stopping <-chan 
 	a.publishHomes(ctx, claimed, stopping)
 }
 
-// openedHome publishes the Home tab of user, who opened it: at once,
-// unless it is being published already (by a round, or as they opened it
-// before), and then once that is out, so that the tab published last
-// shows the latest reading of the pending calls.
+// openedHome publishes the Home tab of user, who opened it (see showHome).
 func (a *App) openedHome(ctx context.Context, user string) {
+	a.showHome(ctx, user)
+}
+
+// showHome publishes the Home tab of user, who opened it or changed
+// something on it (revoked a standing rule): at once, unless it is being
+// published already (by a round, or by an earlier showHome), and then once
+// that is out, so that the tab published last shows the latest reading of
+// the pending calls.
+func (a *App) showHome(ctx context.Context, user string) {
 	if !a.homes.acquire(ctx, user) {
 		return
 	}
 	defer a.homes.release([]string{user})
-	a.publishHome(ctx, user)
+	a.publishHomes(ctx, []string{user}, nil)
 }
 
 // concerned lists the people whose Home tab shows the calls: requesters,

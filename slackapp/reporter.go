@@ -384,7 +384,19 @@ var _ agent.Reminder = (*threadReporter)(nil)
 // refreshed them already).
 func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
 	if u.Call.Status == agent.CallPending {
-		r.app.expiry.at(u.Call.ExpiresAt) // an edit may have brought it forward
+		// An edit may have brought the deadline forward, and with it
+		// the last reminder: the timer wakes for the earlier of the
+		// deadline and the next reminder still to come (those before
+		// now were sent, or are due at the pass the timer already
+		// waits for).
+		r.app.expiry.at(u.Call.ExpiresAt)
+		now := time.Now()
+		for _, t := range u.Call.RemindAt {
+			if t.After(now) {
+				r.app.expiry.at(t)
+				break
+			}
+		}
 	}
 	r.app.updateLater(ctx, u)
 	if u.Phase != agent.PhaseExecuted {

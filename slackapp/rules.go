@@ -59,14 +59,15 @@ func (a *App) revokeStanding(ctx context.Context, user, id string) string {
 }
 
 // revokeFromHome handles a Revoke button of the Home tab, then shows the
-// tab again without the rule.
+// tab again without the rule, in its turn with the other publishes of the
+// tab (see showHome).
 func (a *App) revokeFromHome(ctx context.Context, c click) {
 	if !standingIDRE.MatchString(c.value) {
 		a.tell(ctx, c.user, c.channel, c.thread, InvalidRequestText())
 		return
 	}
 	a.tell(ctx, c.user, c.channel, c.thread, a.revokeStanding(ctx, c.user, c.value))
-	a.publishHome(ctx, c.user)
+	a.showHome(ctx, c.user)
 }
 
 // channelRef links a channel id, or shows other text in a code span.

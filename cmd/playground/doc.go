@@ -48,7 +48,8 @@
 // rest of Slack: /as NAME switches person; /approve, /deny, /always,
 // /cancel, /reject REASON, /edit JSON and /reply ANSWER press the buttons
 // of the latest pending card (or of card #N) and fill in their forms;
-// /pending, /policy and /approvals run the slash command. After each
+// /pending, /policy and /approvals run the slash command, in #ops, for
+// people in it. After each
 // command it waits until the bot is idle and prints what changed: the
 // bot's messages in the thread and in people's DMs with it, and what only
 // one person sees.

@@ -193,10 +193,18 @@ func (s *session) do(line string) (quit bool) {
 	return false
 }
 
-// say posts text in #ops as the current person, if they are in it.
-func (s *session) say(text string) {
+// inOps reports whether the current person is in #ops, where the terminal
+// posts and runs commands; if not, it says so, as the page does.
+func (s *session) inOps() bool {
 	if !s.user.inOps {
 		s.printf("  %s\n", cannotPost(s.user, "#ops"))
+	}
+	return s.user.inOps
+}
+
+// say posts text in #ops as the current person, if they are in it.
+func (s *session) say(text string) {
+	if !s.inOps() {
 		return
 	}
 	before := s.pg.activity()
@@ -290,8 +298,12 @@ func (s *session) modal(action, callback, blockID, actionID, arg, what string) {
 	s.show()
 }
 
-// slash runs /approvals with text as the current person.
+// slash runs /approvals with text in #ops as the current person, if they
+// are in it.
 func (s *session) slash(text string) {
+	if !s.inOps() {
+		return
+	}
 	if _, err := s.pg.slack.Slash(s.user.id, channelOps, "/approvals", typed(text)); err != nil {
 		s.printf("  /approvals %s: %v\n", text, err)
 		return
