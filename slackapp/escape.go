@@ -73,8 +73,9 @@ const ellipsis = "…"
 
 // truncate shortens already-escaped mrkdwn text to at most max characters
 // (as counted by textLen), ending it with an ellipsis when it cuts. It never
-// cuts inside a rune or an HTML entity written by Escape, so the result
-// stays inert. It reports whether it cut.
+// cuts inside a rune, an HTML entity written by Escape or a control token
+// such as a mention or a date, so the result stays inert and shows no
+// half token. It reports whether it cut.
 func truncate(s string, max int) (string, bool) {
 	if textLen(s) <= max {
 		return s, false
@@ -88,7 +89,7 @@ func truncate(s string, max int) (string, bool) {
 
 // cutIndex returns the largest byte index i such that s[:i] is at most max
 // characters long, ends on a rune boundary and does not end inside an
-// "&...;" entity.
+// "&...;" entity or a "<...>" control token.
 func cutIndex(s string, max int) int {
 	n, i := 0, 0
 	for i < len(s) {
@@ -110,7 +111,26 @@ func cutIndex(s string, max int) int {
 			i = amp
 		}
 	}
+	// Text escaped by Escape holds no '<', so a '<' opens a token this
+	// package wrote (a mention, a date, a channel): back off to before one
+	// the cut leaves open, which Slack would show as raw markup. (Raw text
+	// cut before it is escaped keeps a '<' that opens no token.)
+	if lt := strings.LastIndexByte(s[:i], '<'); lt >= 0 && strings.IndexByte(s[lt:i], '>') < 0 && tokenAt(s[lt:]) {
+		i = lt
+	}
 	return i
+}
+
+// tokenAt reports whether s starts as a Slack control token does: a
+// mention ("<@"), a broadcast, user group or date ("<!"), a channel ("<#")
+// or a link.
+func tokenAt(s string) bool {
+	for _, p := range []string{"<@", "<!", "<#", "<http", "<mailto:"} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // entityAt reports whether s starts with one of the entities Escape writes.

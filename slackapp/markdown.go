@@ -248,18 +248,20 @@ func inlineText(s string) string {
 // AnswerMessages renders a model's answer as Slack messages: the Markdown is
 // converted with MarkdownToMrkdwn and split into section blocks of at most
 // 3000 characters, and the sections into messages of at most 50 blocks and
-// 40000 characters. Sections are marked expand, so clients show them
-// whole rather than behind "Show more". Splits fall between paragraphs where possible, then
-// between lines, and only then inside a line. A code block that has to be
-// split is closed at the end of one section and reopened at the start of
-// the next. Blank input gives no messages.
+// maxMessageText characters of block text, far fewer than the 40,000 of a
+// message's text field, which Slack does not apply to blocks. Sections are
+// marked expand, so clients show them whole rather than behind "Show
+// more". Splits fall between paragraphs where possible, then between
+// lines, and only then inside a line. A code block that has to be split is
+// closed at the end of one section and reopened at the start of the next.
+// Blank input gives no messages.
 func AnswerMessages(text string) [][]slack.Block {
 	chunks := splitMrkdwn(MarkdownToMrkdwn(text), maxSectionText)
 	var msgs [][]slack.Block
 	var cur []slack.Block
 	size := 0
 	for _, c := range chunks {
-		if len(cur) > 0 && (len(cur) == maxMessageBlocks || size+textLen(c) > maxMessageChars) {
+		if len(cur) > 0 && (len(cur) == maxMessageBlocks || size+textLen(c) > maxMessageText) {
 			msgs = append(msgs, cur)
 			cur, size = nil, 0
 		}

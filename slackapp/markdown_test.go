@@ -116,8 +116,8 @@ func TestAnswerMessagesWithinLimits(t *testing.T) {
 				for _, b := range m {
 					total += textLen(b.(*slack.SectionBlock).Text.Text)
 				}
-				if len(m) > maxMessageBlocks || total > maxMessageChars {
-					t.Errorf("message %d: %d blocks, %d characters; want <= %d, <= %d", i, len(m), total, maxMessageBlocks, maxMessageChars)
+				if len(m) > maxMessageBlocks || total > maxMessageText {
+					t.Errorf("message %d: %d blocks, %d characters; want <= %d, <= %d", i, len(m), total, maxMessageBlocks, maxMessageText)
 				}
 				checkLimits(t, fmt.Sprintf("message %d", i), m, maxMessageBlocks)
 			}

@@ -91,7 +91,19 @@ const (
 	maxButtonValue   = 2000 // characters in a button value
 	maxModalTitle    = 24   // characters in a modal title
 	maxInputValue    = 3000 // characters in a plain-text input
-	maxMessageChars  = 40000
+	// maxMessageText bounds the characters of all the text objects in
+	// one message's blocks. A message's text field takes 40,000, but
+	// Slack refuses blocks holding far fewer (msg_blocks_too_long,
+	// undocumented): it refused 13,297 characters of markdown blocks
+	// alone, and 11,341 in a message of several blocks, whose containers
+	// count too. 10,000 stays clear of both and still holds three full
+	// sections.
+	maxMessageText = 10000
+	// maxViewBytes bounds the JSON of the blocks that fill a modal (long
+	// arguments, a question, a preview), as slack-go sends it: Slack
+	// refuses a view of more than 250 kB (view_too_large), and the rest
+	// covers the view's own fields and the few blocks around them.
+	maxViewBytes = 240000
 )
 
 // slackID matches the Slack ids this package is willing to mention: users

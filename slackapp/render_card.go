@@ -262,9 +262,12 @@ func cardTitle(c Card) string {
 }
 
 // requestText describes who asked, under which rule, and who may decide.
+// Long lists of requesters and approvers name the first maxListed and
+// count the rest; CardText, the message's notification text, names every
+// approver.
 func requestText(c Card) string {
 	var lines []string
-	lines = append(lines, "Requested by "+requesterRefs(c.Requester, c.Requesters)+" · tool "+inlineCode(c.Tool))
+	lines = append(lines, "Requested by "+cappedList(requesterList(c.Requester, c.Requesters), ", ", maxListed)+" · tool "+inlineCode(c.Tool))
 	if c.RuleID != "" || c.Reason != "" {
 		rule := "*Rule:*"
 		if c.RuleID != "" {
@@ -279,7 +282,7 @@ func requestText(c Card) string {
 		lines = append(lines, rule)
 	}
 	if c.pending() {
-		who := approverList(c.Approvers, ", ")
+		who := cappedList(approverMentions(c.Approvers), ", ", maxListed)
 		if who == "" {
 			who = "anyone in this channel"
 		}
@@ -293,6 +296,34 @@ func requestText(c Card) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// maxListed bounds the people one list on a card names (its requesters,
+// its approvers, the approvals counted): with a few hundred, the card's
+// section would pass Slack's limit and be cut, losing the rest of the
+// list without a word, and the lines after it.
+const maxListed = 20
+
+// cappedList joins the first max of items with sep and says how many
+// more there are: "<@U1>, <@U2> +3 more".
+func cappedList(items []string, sep string, max int) string {
+	if len(items) <= max {
+		return strings.Join(items, sep)
+	}
+	return strings.Join(items[:max], sep) + fmt.Sprintf(" +%d more", len(items)-max)
+}
+
+// requesterList names the people who asked for a call, one entry each, as
+// requesterRefs does.
+func requesterList(requester string, requesters []string) []string {
+	if len(requesters) == 0 {
+		return []string{userRef(requester, "an unknown user")}
+	}
+	refs := make([]string, len(requesters))
+	for i, r := range requesters {
+		refs[i] = userRef(r, "an unknown user")
+	}
+	return refs
 }
 
 // fourEyesWho names who a four-eyes rule keeps from approving.
@@ -473,7 +504,8 @@ func approvalsBlocks(c Card) []slack.Block {
 	return []slack.Block{contextBlock(approvalsText(c))}
 }
 
-// approvalsText is the count of approvals of a two-person (or more) call.
+// approvalsText is the count of approvals of a two-person (or more) call,
+// naming the first maxListed approvers counted.
 func approvalsText(c Card) string {
 	text := fmt.Sprintf(":busts_in_silhouette: %d of %d approvals", len(c.Approvals), c.MinApprovals)
 	var who []string
@@ -481,7 +513,7 @@ func approvalsText(c Card) string {
 		who = append(who, userRef(id, "someone"))
 	}
 	if len(who) > 0 {
-		text += ": " + strings.Join(who, ", ")
+		text += ": " + cappedList(who, ", ", maxListed)
 	}
 	if c.ArgsEdited && c.pending() {
 		text += " · the arguments were edited, so the count started again"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/slack-go/slack"
 )
@@ -194,7 +195,8 @@ func RespondModal(callID, question string) slack.ModalViewRequest {
 
 // questionBlocks returns the blocks of RespondModal that show question,
 // and whether they show it whole: as many as fit beside the answer's
-// input, the last of them a note of the parts left out if it does not.
+// input, within the blocks and the bytes of a view (see maxViewBytes), the
+// last of them a note of the parts left out if it does not.
 func questionBlocks(question string) ([]slack.Block, bool) {
 	blocks := []slack.Block{section("*Question*")}
 	shown, n := revealHidden(question)
@@ -206,8 +208,10 @@ func questionBlocks(question string) ([]slack.Block, bool) {
 	if len(chunks) == 0 {
 		return nil, true
 	}
+	size := len(mustJSON(blocks))
 	for i, c := range chunks {
-		if len(blocks) == maxViewBlocks-2 && i < len(chunks)-1 {
+		size += sectionJSON + jsonLen(c)
+		if len(blocks) == maxViewBlocks-2 && i < len(chunks)-1 || size > maxViewBytes {
 			return append(blocks, contextBlock(fmt.Sprintf("… %d more parts of the question not shown.", len(chunks)-i))), false
 		}
 		blocks = append(blocks, section(c))
@@ -217,9 +221,10 @@ func questionBlocks(question string) ([]slack.Block, bool) {
 
 // ArgsModal is the modal opened by ActionViewArgs: a tool call's full
 // arguments, pretty-printed and escaped, over as many code-block sections
-// as they need within the 100-block limit of a modal. Arguments longer than
-// that end with a note saying how much was left out. It has nothing to
-// submit; its callback id is CallbackViewArgs.
+// as they need within the 100-block limit of a modal and the bytes Slack
+// takes in one (see maxViewBytes). Arguments longer than that end with a
+// note saying how much was left out. It has nothing to submit; its
+// callback id is CallbackViewArgs.
 func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
 	blocks, _ := argsBlocks(tool, args)
 	m := modal(CallbackViewArgs, "Arguments", "", blocks)
@@ -230,10 +235,12 @@ func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
 // ArgsShownInFull reports whether ArgsModal shows args whole, with nothing
 // left out, and, for a tool answered by a person (human), whether the
 // reply form (RespondModal) shows its question whole. Arguments it cannot
-// show in full (about 290,000 characters once pretty-printed and escaped;
-// a question of about 150,000, fewer in many short paragraphs) cannot be
-// read by anyone asked to approve or answer them, so the agent asks no one
-// (see agent.Config.ShownInFull).
+// show in full (240 kB once pretty-printed, escaped and encoded as JSON:
+// about 230,000 characters of ASCII text, fewer with many line breaks,
+// quotes or <, > and &, which take several bytes each, about 80,000 CJK
+// characters; a question of about 145,000 ASCII characters, fewer in many
+// short paragraphs) cannot be read by anyone asked to approve or answer
+// them, so the agent asks no one (see agent.Config.ShownInFull).
 func ArgsShownInFull(args json.RawMessage, human bool) bool {
 	if _, whole := argsBlocks("", args); !whole {
 		return false
@@ -278,16 +285,25 @@ func codeSections(blocks []slack.Block, text, where string) []slack.Block {
 }
 
 // codeSectionsOf is codeSections, and whether the sections hold all of
-// text (else the last block says how much was left out).
+// text (else the last block says how much was left out). What it appends
+// is at most maxViewBytes of JSON; the blocks before it are the caller's
+// few lines, which, like the note, fit in the rest of a view.
 func codeSectionsOf(blocks []slack.Block, text, where string) ([]slack.Block, bool) {
 	const wrap = len("```\n\n```")
 	shown, hiddenChars := revealHidden(text)
+	size := 0
 	if hiddenChars > 0 {
-		blocks = append(blocks, section(hiddenWarning(hiddenChars, where)))
+		warning := hiddenWarning(hiddenChars, where)
+		blocks = append(blocks, section(warning))
+		size += sectionJSON + jsonLen(warning)
 	}
 	chunks := splitLines(codeBody(shown), maxSectionText-wrap)
 	for i, c := range chunks {
-		if len(blocks) == maxViewBlocks-1 && i < len(chunks)-1 {
+		code := "```\n" + c + "\n```"
+		if c != "" {
+			size += sectionJSON + jsonLen(code)
+		}
+		if len(blocks) == maxViewBlocks-1 && i < len(chunks)-1 || size > maxViewBytes {
 			rest := 0
 			for _, r := range chunks[i:] {
 				rest += textLen(r)
@@ -297,9 +313,45 @@ func codeSectionsOf(blocks []slack.Block, text, where string) ([]slack.Block, bo
 		if c == "" {
 			continue
 		}
-		blocks = append(blocks, section("```\n"+c+"\n```"))
+		blocks = append(blocks, section(code))
 	}
 	return blocks, true
+}
+
+// sectionJSON is the JSON a mrkdwn section adds to a view besides its
+// text (see jsonLen), the comma before it included.
+var sectionJSON = len(mustJSON(section(""))) - jsonLen("") + 1
+
+// jsonLen is the length of s encoded as a JSON string by encoding/json, as
+// slack-go sends views: its quotes, two bytes for a quote, a backslash or
+// a line break or tab, six ("\u003c") for '<', '>', '&', other control
+// characters, U+2028, U+2029 and invalid UTF-8, and the bytes of any
+// other character.
+func jsonLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+				n += 2
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			n += 6
+		} else {
+			n += size
+		}
+		i += size
+	}
+	return n
 }
 
 // inputValue returns the value submitted in a view for blockID/actionID, or

@@ -74,7 +74,20 @@
 //   - Block Kit limits: 50 blocks per message and 100 per view, 3000
 //     characters of section text, 2000 per field and button value, 150 per
 //     header, 40000 characters of message text (msg_too_long), duplicate
-//     block_ids; modal titles of at most 24 characters.
+//     block_ids; modal titles of at most 24 characters. Text objects hold
+//     1 to 3000 characters, and plain_text only where Slack wants it
+//     (headers, buttons, labels, placeholders of at most 150, titles,
+//     confirmation dialogs: title 100, text 300, buttons 30); a
+//     plain_text_input's max_length is at most 3000 and its initial_value
+//     within it; a modal with an input block needs a submit button.
+//   - Limits Slack does not document with Block Kit: a message whose
+//     blocks hold more than 12,000 characters of text in all is refused
+//     with msg_blocks_too_long (see WithMaxBlocksText), whatever its text
+//     field may hold; a view of more than 250 kB of JSON with
+//     view_too_large, by views.open, views.push, views.update and
+//     views.publish, and in a response_action (see SubmitView).
+//     MessageProblems and ViewProblems check blocks and views against
+//     these rules without sending them.
 //   - chat.startStream outside a DM needs recipient_user_id and
 //     recipient_team_id; chat.update and chat.delete only work on the bot's
 //     own messages; private channels the bot is not in are

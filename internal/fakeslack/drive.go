@@ -347,6 +347,10 @@ func stateValue(el jsonObject, value string) jsonObject {
 // {"response_action":"errors","errors":{...}}, applying the response
 // action to the fake's views: none closes the view, "errors" keeps it,
 // "update" replaces it, "push" pushes a new one and "clear" closes all.
+// A view in an "update" or "push" that Slack would refuse (too large,
+// or breaking Block Kit's rules) leaves the views as they were, as Slack
+// shows the user an error instead: SubmitView then returns the ack with an
+// error naming what is wrong.
 func (s *Server) SubmitView(user, viewRef string, values map[string]map[string]string, privateMetadata string) (json.RawMessage, error) {
 	s.mu.Lock()
 	vs := s.views[viewRef]
@@ -402,29 +406,32 @@ func (s *Server) SubmitView(user, viewRef string, values map[string]map[string]s
 	if err != nil {
 		return nil, err
 	}
-	s.applyResponseAction(user, viewID, ack)
-	return ack, nil
+	return ack, s.applyResponseAction(user, viewID, ack)
 }
 
-func (s *Server) applyResponseAction(user, viewID string, ack json.RawMessage) {
+func (s *Server) applyResponseAction(user, viewID string, ack json.RawMessage) error {
 	var ra struct {
-		Action string     `json:"response_action"`
-		View   jsonObject `json:"view"`
+		Action string          `json:"response_action"`
+		View   json.RawMessage `json:"view"`
 	}
 	_ = json.Unmarshal(ack, &ra)
+	var view jsonObject
+	if ra.Action == "update" || ra.Action == "push" {
+		v, aerr := checkView(ra.View, "modal")
+		if aerr != nil {
+			return fmt.Errorf("response_action %s refused: %s %v", ra.Action, aerr.code, aerr.messages)
+		}
+		view = v
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	vs := s.views[viewID]
 	switch ra.Action {
 	case "errors":
 	case "update":
-		if ra.View != nil {
-			s.putViewLocked(vs, ra.View)
-		}
+		s.putViewLocked(vs, view)
 	case "push":
-		if ra.View != nil {
-			s.putViewLocked(&viewState{View: View{User: user, RootViewID: vs.RootViewID, PreviousViewID: vs.ID}}, ra.View)
-		}
+		s.putViewLocked(&viewState{View: View{User: user, RootViewID: vs.RootViewID, PreviousViewID: vs.ID}}, view)
 	case "clear":
 		for _, v := range s.openStackLocked(user) {
 			v.Closed = true
@@ -433,6 +440,7 @@ func (s *Server) applyResponseAction(user, viewID string, ack json.RawMessage) {
 		vs.Closed = true
 	}
 	s.notifyLocked()
+	return nil
 }
 
 // Slash delivers a slash_commands envelope for user running command (e.g.

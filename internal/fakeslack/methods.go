@@ -51,15 +51,20 @@ func (s *Server) resolveLocked(id string) (*channelState, *apiError) {
 	return st, nil
 }
 
-// blocksParam validates and returns the blocks parameter; nil when absent
-// or empty.
-func blocksParam(rq *request, maxBlocks int) (json.RawMessage, *apiError) {
+// blocksParam validates and returns the blocks parameter of a message;
+// nil when absent or empty. Blocks whose text objects hold more characters
+// in all than a message may carry are refused as msg_blocks_too_long (see
+// WithMaxBlocksText).
+func (s *Server) blocksParam(rq *request, maxBlocks int) (json.RawMessage, *apiError) {
 	raw := rq.raw("blocks")
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
 	if msgs := validateBlocks(raw, maxBlocks); len(msgs) > 0 {
 		return nil, fail("invalid_blocks", msgs...)
+	}
+	if n := blocksText(raw); n > s.cfg.maxBlocksText {
+		return nil, fail("msg_blocks_too_long", fmt.Sprintf("the blocks hold %d characters of text, more than %d", n, s.cfg.maxBlocksText))
 	}
 	var list []json.RawMessage
 	_ = json.Unmarshal(raw, &list)
@@ -78,7 +83,7 @@ func (s *Server) chatPostMessage(rq *request) (response, *apiError) {
 	if runes(text) > maxMessageText {
 		return nil, fail("msg_too_long")
 	}
-	blocks, aerr := blocksParam(rq, maxMessageBlocks)
+	blocks, aerr := s.blocksParam(rq, maxMessageBlocks)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -136,7 +141,7 @@ func (s *Server) chatPostEphemeral(rq *request) (response, *apiError) {
 	if runes(text) > maxMessageText {
 		return nil, fail("msg_too_long")
 	}
-	blocks, aerr := blocksParam(rq, maxMessageBlocks)
+	blocks, aerr := s.blocksParam(rq, maxMessageBlocks)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -177,7 +182,7 @@ func (s *Server) chatUpdate(rq *request) (response, *apiError) {
 	if runes(text) > maxMessageText {
 		return nil, fail("msg_too_long")
 	}
-	blocks, aerr := blocksParam(rq, maxMessageBlocks)
+	blocks, aerr := s.blocksParam(rq, maxMessageBlocks)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -299,7 +304,7 @@ func (s *Server) chatStopStream(rq *request) (response, *apiError) {
 	if runes(text) > maxStreamText {
 		return nil, fail("msg_too_long")
 	}
-	blocks, aerr := blocksParam(rq, maxMessageBlocks)
+	blocks, aerr := s.blocksParam(rq, maxMessageBlocks)
 	if aerr != nil {
 		return nil, aerr
 	}

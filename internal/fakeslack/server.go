@@ -84,6 +84,7 @@ type config struct {
 	now             func() time.Time
 	logf            func(format string, args ...any)
 	observe         func(APIEvent) // see WithAPIObserver
+	maxBlocksText   int            // see WithMaxBlocksText
 }
 
 // WithTokens sets the bot token (xoxb-) and the app-level token (xapp-) the
@@ -148,6 +149,15 @@ func WithEventRetry(d time.Duration) Option {
 
 // maxEventRetries is how often Slack retries an event that is not acked.
 const maxEventRetries = 3
+
+// WithMaxBlocksText sets how many characters the text objects of a
+// message's blocks may hold in all before a post, an update or the end of
+// a stream is refused with msg_blocks_too_long (default
+// DefaultMaxBlocksText). Slack does not document the figure; a test can
+// lower it to check that an app stays clear of it.
+func WithMaxBlocksText(n int) Option {
+	return func(c *config) { c.maxBlocksText = n }
+}
 
 // WithClock replaces time.Now for everything the fake timestamps: message
 // ts values, trigger expiry and the recorded call times. Socket pings and
@@ -243,6 +253,7 @@ func start(opts ...Option) (*Server, error) {
 		triggerTTL:      DefaultTriggerTTL,
 		ackWait:         DefaultAckWait,
 		now:             time.Now,
+		maxBlocksText:   DefaultMaxBlocksText,
 	}
 	for _, opt := range opts {
 		opt(&cfg)

@@ -70,10 +70,19 @@ func randomHex(n int) string {
 
 // viewParam decodes and validates the "view" parameter.
 func viewParam(rq *request, wantType string) (jsonObject, *apiError) {
-	raw := rq.raw("view")
+	return checkView(rq.raw("view"), wantType)
+}
+
+// checkView decodes and validates a view's JSON, as sent: a view larger
+// than Slack takes is view_too_large, one that breaks Block Kit's rules
+// invalid_arguments.
+func checkView(raw json.RawMessage, wantType string) (jsonObject, *apiError) {
 	var v jsonObject
 	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil || v == nil {
 		return nil, fail("invalid_arguments", "missing required field: view")
+	}
+	if len(raw) > maxViewBytes {
+		return nil, fail("view_too_large", fmt.Sprintf("the view is %d bytes, more than %d", len(raw), maxViewBytes))
 	}
 	if msgs := validateView(v, wantType); len(msgs) > 0 {
 		return nil, fail("invalid_arguments", msgs...)
