@@ -161,7 +161,11 @@
 // dies first, the lease and claim lapse and the work is taken over as any
 // other. Before an allowed call whose tool is neither
 // read-only nor idempotent (approvals.Hints) runs, the turn records its
-// step, and once the step's calls are done, their results. A resume claims
+// step; once such a call has returned, its result is recorded before
+// anything else of the step starts (another call that adds no write, a
+// pause's previews and cards), or when the step's calls are done. A
+// shutdown that ends the turn as a call is being marked leaves it to the
+// restart, which runs it. A resume claims
 // its run for Config.LeaseTTL, renews the claim with the lease, and lists
 // its conversation for takeover until it has saved its result.
 //

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -79,7 +81,9 @@ func newNonce() string { return rand.Text() }
 // run, which nothing would run then. It returns that attempt's claim, if
 // it took one (claimed); nothing else is taken. The store is asked until
 // it answers (answered), ctx ends or deadline, if not zero, passes, with
-// backoff.
+// backoff. An error the store answered with (see answerLost) ends the
+// asking too, as not answered: asking again would get it again, and it
+// tells nothing of the claim.
 func (a *Agent) askAgainUntil(ctx context.Context, runID string, rb store.ResumeBegin, err error, deadline time.Time) (again store.ResumeStart, claimed, answered bool) {
 	rb.Again = true
 	wait := 50 * time.Millisecond
@@ -92,6 +96,10 @@ func (a *Agent) askAgainUntil(ctx context.Context, runID string, rb store.Resume
 			}
 			return store.ResumeStart{}, false, true
 		}
+		if !answerLost(aerr) {
+			a.log.Warn("a claim whose answer was lost was asked again, and the store answered with an error", "run", runID, "err", err, "again_err", aerr)
+			break
+		}
 		if !deadline.IsZero() && time.Now().Add(wait).After(deadline) {
 			break
 		}
@@ -102,6 +110,29 @@ func (a *Agent) askAgainUntil(ctx context.Context, runID string, rb store.Resume
 		wait = min(2*wait, 2*time.Second)
 	}
 	return store.ResumeStart{}, false, false
+}
+
+// answerLost reports whether err, from a store step, may stand for an
+// answer that was lost after the step was made (a reset connection, a
+// time-out, the context ending while it was sent), so that only asking
+// again tells whether it was. An answer the store gave is not: a refusal
+// (see storeAnswered), an error reply of Redis (go-redis's redis.Error,
+// a type with a RedisError method: a script error on a damaged record,
+// say) or a reply that could not be decoded; asking again gets it again.
+// An error of no known kind may be a lost answer.
+func answerLost(err error) bool {
+	if err == nil || storeAnswered(err) {
+		return false
+	}
+	var netErr net.Error
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &netErr) {
+		return true // a transport's failure, whatever else it wraps
+	}
+	var reply interface{ RedisError() }
+	var syntax *json.SyntaxError
+	var decode *json.UnmarshalTypeError
+	return !errors.As(err, &reply) && !errors.As(err, &syntax) && !errors.As(err, &decode)
 }
 
 // errNoResume ends a wait for the lease of a run that has nothing to
@@ -120,19 +151,27 @@ var errClaimed = fmt.Errorf("%w: another process holds the resume claim", errNoR
 // by someone else, and Claimed false, nil if another process holds the
 // lease.
 //
-// A store step whose answer is lost is asked again until the store
-// answers (see askAgainUntil), however long it takes: one that the store
-// then answers with no claim of it may have marked the call to run before
-// its claim lapsed, and only this process knows that the call never ran.
-// That mark is taken back (takeBackLostMark) and the resume begun once
-// more, so that the call runs instead of being reported as of unknown
-// outcome.
+// A store step whose answer may have been lost (see answerLost) is asked
+// again until the store answers (see askAgainUntil), for up to
+// lostDecisionWait: one that the store then answers with no claim of it
+// may have marked the call to run before its claim lapsed, and only this
+// process knows that the call never ran. That mark is taken back
+// (takeBackLostMark) and the resume begun once more, so that the call
+// runs instead of being reported as of unknown outcome. An error the
+// store answered with (a script error on a damaged run, a reply that
+// cannot be decoded) is not asked again, and neither is a step the store
+// does not answer within lostDecisionWait: the error is returned, so
+// that the turn ends and gives the conversation's lease back, for a later
+// takeover or sweep to try again, instead of holding the conversation
+// while nothing can come of it. (If such a step did claim the run, its
+// claim lapses, and the call it marked is reported by the next resume as
+// of unknown outcome: it never runs twice.)
 func (a *Agent) beginResume(ctx context.Context, runID, conv, key, holder string) (claimed, error) {
 	sent := time.Now()
 	rb := store.ResumeBegin{Conversation: conv, Lease: key, Owner: holder, TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()}
 	st, err := a.store.BeginResume(ctx, runID, rb)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		again, ok, answered := a.askAgainUntil(ctx, runID, rb, err, time.Time{})
+	if answerLost(err) {
+		again, ok, answered := a.askAgainUntil(ctx, runID, rb, err, time.Now().Add(lostDecisionWait))
 		switch {
 		case ok:
 			st, err = again, nil // the claim counts from the first ask

@@ -76,6 +76,28 @@ type stepMark struct {
 	Channel    string   `json:"channel"`
 }
 
+// check reports what makes m unfit to finish after the history msgs it
+// was recorded with, or nil: the history must end with the assistant's
+// message whose calls the slots stand for, one slot per call (a turn
+// taken over indexes both by call). A damaged record is read as one
+// that cannot be decoded.
+func (m *stepMark) check(msgs history) error {
+	if m == nil {
+		return nil
+	}
+	if len(msgs) == 0 {
+		return errors.New("its running step has no history")
+	}
+	last := msgs[len(msgs)-1]
+	if last.Role != openai.ChatMessageRoleAssistant {
+		return fmt.Errorf("its running step follows a message of role %q, not the assistant's", last.Role)
+	}
+	if len(m.Slots) != len(last.ToolCalls) {
+		return fmt.Errorf("its running step has %d slots for %d tool calls", len(m.Slots), len(last.ToolCalls))
+	}
+	return nil
+}
+
 type queuedMessage struct {
 	User    string    `json:"user"`
 	Channel string    `json:"channel"`
@@ -884,13 +906,46 @@ type ask struct {
 // calls run now, denied and invalid ones get their result, asked ones are
 // returned. Calls whose slot has a Result already (done before a crash)
 // are kept as they are. Before an allowed call whose tool may not run
-// twice, and once the step's calls are done if one of them was such a call,
-// the step is recorded (markStep), so a turn taken over after a crash does
-// not run it again; the error is that of the mark after the calls, when the
-// step's results could not be recorded (the lease was lost).
+// twice, the step is recorded (markStep), so a turn taken over after a
+// crash does not run it again; once such a call has returned, its result
+// is recorded before anything else of the step starts (a read-only call,
+// which may take long, or the previews and cards of a pause), and once
+// the step's calls are done, so a turn taken over after a crash gives the
+// model that result instead of an unknown outcome. A step whose calls
+// that may not run twice come last records nothing more than before. The
+// error is that of a mark when the lease was lost, or the context's when
+// it ended (a shutdown) as a call was marked: the call did not run, and
+// the step is recorded with it not started, for the restart to run it.
 func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slots []slot, rep Reporter) ([]slot, []ask, error) {
 	var asks []ask
-	marked := false
+	// unrecorded: a call that may not run twice returned, and its result
+	// is in no mark yet.
+	unrecorded := false
+	record := func() error {
+		switch {
+		case !unrecorded:
+			return nil
+		case leaseLost(ctx):
+			// Another process carries the turn on: nothing more is
+			// written.
+			return fmt.Errorf("record the results of a step: %w", context.Cause(ctx))
+		}
+		mctx := ctx
+		if ctx.Err() != nil {
+			// Cut by a shutdown: the results are recorded all the same,
+			// as cut records them.
+			mctx = context.WithoutCancel(ctx)
+		}
+		if err := a.markStep(mctx, t, slots, -1); err != nil {
+			if leaseLost(ctx) {
+				return fmt.Errorf("record the results of a step: %w", err)
+			}
+			a.log.Warn("record the results of a step", "conversation", t.conv, "err", err)
+			return nil
+		}
+		unrecorded = false
+		return nil
+	}
 	t.pauseRun = ""
 	for i, tc := range calls {
 		if i < len(slots) && slots[i].Result != nil {
@@ -955,21 +1010,33 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 		switch v.Action {
 		case approvals.Allow:
-			if !repeatable(tool) {
-				if err := a.markStep(ctx, t, slots, i); err != nil {
-					if errors.Is(err, ErrLeaseLost) {
-						return nil, nil, err // another process carries the turn on
-					}
+			if repeatable(tool) {
+				// It may take long: what ran before it is recorded first.
+				if err := record(); err != nil {
+					return slots, nil, err
+				}
+			} else {
+				err := a.markStep(ctx, t, slots, i)
+				if errors.Is(err, ErrLeaseLost) {
+					return nil, nil, err // another process carries the turn on
+				}
+				if ctx.Err() != nil {
+					// Ended as the mark was written: the call does not
+					// start (see unstarted).
+					return nil, nil, a.unstarted(ctx, t, slots, name)
+				}
+				if err != nil {
 					a.log.Warn("record a running step", "conversation", t.conv, "tool", name, "err", err)
 					fail("not performed: the bot could not record that %s was starting (%v), so it did not run it; try again later", name, err)
 					continue
 				}
-				marked = true
+				unrecorded = false // the mark holds the results so far
 			}
 			rep.Status(ctx, "is running "+name+"…")
 			res := a.execute(ctx, tool, canonical, "", v)
 			slots[i].Result, slots[i].Ran = &res, true
 			a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "execute", Channel: t.channel, Thread: t.conv, Tool: name, CallID: callID, Fingerprint: fp, Outcome: outcomeOf(res), Detail: "allowed by rule " + v.RuleID})
+			unrecorded = unrecorded || !repeatable(tool)
 		case approvals.Deny:
 			reason := v.Why()
 			if v.Reason == "" {
@@ -981,16 +1048,44 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 	}
 	t.recs = nil // later steps come after a model call, or calls that ran
-	if marked && len(asks) == 0 {
-		// The pause records the results otherwise.
-		if err := a.markStep(ctx, t, slots, -1); err != nil {
-			if leaseLost(ctx) {
-				return slots, nil, fmt.Errorf("record the results of a step: %w", err)
-			}
-			a.log.Warn("record the results of a step", "conversation", t.conv, "err", err)
+	// The pause records the results with the run, unless it first shows
+	// previews or cards, which may take long, or it will not be saved (a
+	// shutdown): they are recorded before.
+	if len(asks) == 0 || slowPause(asks, rep) || ctx.Err() != nil {
+		if err := record(); err != nil {
+			return slots, nil, err
 		}
 	}
 	return slots, asks, nil
+}
+
+// slowPause reports whether the pause of asks does slow work before its
+// store step: a tool's preview, or cards shown by an Announcer.
+func slowPause(asks []ask, rep Reporter) bool {
+	if _, ok := rep.(Announcer); ok {
+		return true
+	}
+	return slices.ContainsFunc(asks, func(q ask) bool { return q.tool.Preview != nil })
+}
+
+// unstarted ends a turn whose context ended (a shutdown, a lost lease)
+// as the call of tool was marked as starting, before it started, with an
+// error that wraps the context's end. On a shutdown the step is recorded
+// again, as cut records one, without the call marked, so that whoever
+// takes the conversation over (the restarted bot) judges it and runs it,
+// instead of reporting an outcome unknown for a call that never ran. A
+// turn that lost its lease writes nothing: the conversation is another
+// holder's, which finds the call marked, as after a crash, and reports
+// its outcome as unknown.
+func (a *Agent) unstarted(ctx context.Context, t *turn, slots []slot, tool string) error {
+	if leaseLost(ctx) {
+		return fmt.Errorf("turn stopped as %s was to start: %w", tool, context.Cause(ctx))
+	}
+	err := fmt.Errorf("turn cut short as %s was to start: %w", tool, ctx.Err())
+	if serr := a.markStep(context.WithoutCancel(ctx), t, slots, -1); serr != nil {
+		return errors.Join(err, fmt.Errorf("record the step: %w", serr))
+	}
+	return err
 }
 
 // check validates a call from the model: a known tool, arguments of a sane
@@ -1347,6 +1442,10 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		// The other processes remember the calls too (see FollowPauses).
 		c.Announce = a.announce(remember, t.began)
 	}
+	// The entries the commit carries: the results being saved are
+	// waited for first, so that their entries are among them.
+	t.waitSaves()
+	carried := len(t.audits)
 	cerr := a.commit(ctx, t, c, true)
 	if err := cerr; err != nil && !a.pauseSaved(ctx, t.conv, runID, err) {
 		if an != nil {
@@ -1379,8 +1478,10 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 	a.paused.addAll(remember, t.began)
 	if cerr != nil {
 		// Saved although the step answered with an error, which may have
-		// cancelled ctx as a lost lease: the pause stands, and its
-		// cards' copies still go out.
+		// cancelled ctx as a lost lease: the pause stands, with the
+		// audit entries it carried (not to be written again when the
+		// turn ends), and its cards' copies still go out.
+		a.committed(ctx, t, carried)
 		ctx = context.WithoutCancel(ctx)
 	}
 	rep.Paused(ctx, pending)

@@ -59,15 +59,31 @@ func (a *Agent) commit(ctx context.Context, t *turn, c store.Commit, last bool) 
 		return fmt.Errorf("record the turn: %w", err)
 	}
 	if t != nil {
-		for _, e := range t.stepAudits {
-			e.Log(ctx, a.log)
-		}
-		t.audits, t.stepAudits, t.unsaved = nil, nil, nil
+		a.committed(ctx, t, len(t.audits))
 	}
 	if c.Release != "" {
 		h.released = true
 	}
 	return nil
+}
+
+// committed forgets what a write of t stored: its step entries (see
+// interrupted), logged now, and the first n of its other entries, with
+// the saves among them that saved nothing (see flushAudits). Entries
+// noted after those stay for the next write.
+func (a *Agent) committed(ctx context.Context, t *turn, n int) {
+	for _, e := range t.stepAudits {
+		e.Log(ctx, a.log)
+	}
+	for _, e := range t.audits[:n] {
+		if s := t.unsaved[e.CallID]; s != nil && e == s.entry {
+			delete(t.unsaved, e.CallID)
+		}
+	}
+	t.audits, t.stepAudits = slices.Clone(t.audits[n:]), nil
+	if len(t.audits) == 0 {
+		t.audits, t.unsaved = nil, nil
+	}
 }
 
 // note logs an audit entry at once and keeps it for the turn's next write,
@@ -170,6 +186,9 @@ func conversationOf(c store.Conversation, found bool) (cs convState, pausedRun s
 	}
 	if len(c.State) > 0 {
 		if err := fastjson.Unmarshal(c.State, &cs); err != nil {
+			return convState{}, "", fmt.Errorf("decode conversation %s: %w", c.Key, err)
+		}
+		if err := cs.Step.check(cs.Messages); err != nil {
 			return convState{}, "", fmt.Errorf("decode conversation %s: %w", c.Key, err)
 		}
 	}
