@@ -250,21 +250,18 @@ func (t *tracker) cardPosted(c *conv, ts string, at time.Time) {
 
 // otherReply records a bot message in the thread that is neither a card
 // nor the answer, such as "busy, try again".
-func (t *tracker) otherReply(c *conv, text string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	c.others++
-	if t.otherSample == "" {
-		t.otherSample = text
-	}
-}
+func (t *tracker) otherReply(c *conv, text string) { t.noteReply(&c.others, text) }
 
 // misdirectedAnswer records an answer naming another conversation, posted
 // in c's thread.
-func (t *tracker) misdirectedAnswer(c *conv, text string) {
+func (t *tracker) misdirectedAnswer(c *conv, text string) { t.noteReply(&c.misdirected, text) }
+
+// noteReply counts a reply of one kind in *n, and keeps the first such
+// reply's text as a sample.
+func (t *tracker) noteReply(n *int, text string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c.misdirected++
+	*n++
 	if t.otherSample == "" {
 		t.otherSample = text
 	}
