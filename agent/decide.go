@@ -166,16 +166,17 @@ func (a *Agent) recoverDecision(ctx context.Context, c store.Call, rb store.Resu
 // the claim (false: another process holds it, or the store failed).
 func (a *Agent) takeBackLostMark(ctx context.Context, runID, conv, lost string) bool {
 	owner := a.leases.newHolder()
+	// It marks no call of its own (no Start): it runs none, and a failure
+	// before its release then leaves no second mark to lapse.
 	fresh, err := a.store.BeginResume(ctx, runID, store.ResumeBegin{Conversation: conv, Owner: owner,
-		TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: newNonce()})
+		TTL: a.cfg.LeaseTTL, Kinds: a.policyKinds(), Nonce: newNonce()})
 	if err != nil || !fresh.Claimed {
 		return false // someone else resumes it
 	}
-	if mark := fresh.PriorStarted; fresh.PriorNonce == lost && lost != "" && mark != "" && mark != fresh.Started && unfinished(fresh.Calls, mark) {
+	if mark := fresh.PriorStarted; fresh.PriorNonce == lost && lost != "" && mark != "" && unfinished(fresh.Calls, mark) {
 		a.abandon(ctx, &mark)
 		a.log.Warn("a store step that began a resume was made but its answer lost, and its claim lapsed; the call it marked as started, which never ran, is marked as not started", "call", fresh.PriorStarted)
 	}
-	a.abandon(ctx, &fresh.Started)
 	if err := a.store.ReleaseClaim(context.WithoutCancel(ctx), runID, owner); err != nil {
 		a.log.Warn("release resume claim; it lapses within the lease TTL", "run", runID, "err", err)
 	}
