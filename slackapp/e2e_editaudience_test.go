@@ -18,25 +18,7 @@ import (
 // approver in the channel still sees it and completes the count.
 func TestEditIntoAnOpenRuleKeepsTheCallInItsConversation(t *testing.T) {
 	const private = "CPRIVATE95"
-	e := newEnv(t, storeKinds(t)[0])
-	e.policy = `
-policy:
-  default: ask
-  rules:
-    - id: payroll
-      tool: deploy
-      when: 'args.service == "payroll"'
-      verdict: ask
-      min_approvals: 2
-    - id: deploys
-      tool: deploy
-      verdict: ask
-      approvers: [UAPPROVER1, UOTHER0001, USTRANGER1]
-`
-	// The other approver is the one outside the channel.
-	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, stranger, e.slack.BotUserID()}})
-	e.start()
-	card := e.pausedThenEdited(private)
+	e, card := editedIntoAnOpenRule(t, private)
 	e.model.Reply(fakeopenai.Text("Deployed payroll SECRET-42."))
 
 	dm := e.slack.DMChannel(other)
@@ -101,4 +83,31 @@ policy:
 	if n := e.deploy.Load(); n != 1 {
 		t.Errorf("deploy ran %d times, want 1", n)
 	}
+}
+
+// editedIntoAnOpenRule starts a bot whose card rule, deploys, names three
+// approvers, one of them (other) outside the private channel ch, and whose
+// rule for the edited arguments, payroll, names none and needs two
+// approvals; the approver edits the card into payroll SECRET-42. It
+// returns the card.
+func editedIntoAnOpenRule(t *testing.T, ch string) (*env, fakeslack.Message) {
+	t.Helper()
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = `
+policy:
+  default: ask
+  rules:
+    - id: payroll
+      tool: deploy
+      when: 'args.service == "payroll"'
+      verdict: ask
+      min_approvals: 2
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [UAPPROVER1, UOTHER0001, USTRANGER1]
+`
+	e.slack.AddChannel(fakeslack.Channel{ID: ch, Name: "secret", Private: true, Members: []string{requester, approver, stranger, e.slack.BotUserID()}})
+	e.start()
+	return e, e.pausedThenEdited(ch)
 }

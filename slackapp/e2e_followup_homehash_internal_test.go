@@ -99,25 +99,7 @@ func TestHomeOfAnOlderReadingRefusedByItsHash(t *testing.T) {
 		t.Fatal("the tab does not list the pending call")
 	}
 
-	arrived, release := fs.HoldNext("views.publish")
-	defer release()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		slow.publishHomes(t.Context(), []string{"UAPP"}, nil)
-	}()
-	<-arrived // read with the call pending, held
-
-	listed.list() // decided
-	other.publishHomes(t.Context(), []string{"UAPP"}, nil)
-	if listsCall(fs, "UAPP") {
-		t.Fatal("the other replica's tab lists the decided call")
-	}
-	release()
-	<-done
-	if listsCall(fs, "UAPP") {
-		t.Error("the tab read before the decision is shown over the one published after it")
-	}
+	publishStaleAndNew(t, fs, listed, slow, other)
 	refused := slices.ContainsFunc(fs.Calls("views.publish"), func(c fakeslack.Call) bool { return c.Error == "hash_conflict" })
 	if !refused {
 		t.Error("no publish was refused for its hash")
@@ -135,6 +117,24 @@ func TestHomePublishedWithoutAHashIsChecked(t *testing.T) {
 	apps := homeReplicas(t, fs, listed, 2)
 	slow, other := apps[0], apps[1]
 
+	publishStaleAndNew(t, fs, listed, slow, other)
+
+	// Once each replica knows the hash of the tab it published last, a
+	// publish with nothing changed is one call, with its hash.
+	before := len(fs.Calls("views.publish"))
+	slow.publishHomes(t.Context(), []string{"UAPP"}, nil)
+	calls := fs.Calls("views.publish")
+	if n := len(calls) - before; n != 1 || calls[len(calls)-1].Error != "" {
+		t.Errorf("a publish of a tab this replica published last took %d call(s), the last failing with %q; want one", n, calls[len(calls)-1].Error)
+	}
+}
+
+// publishStaleAndNew has slow publish UAPP's tab from a reading with the
+// call pending, held at the fake Slack, while the call is decided and
+// other publishes the tab after it; then lets the held publish go on, and
+// checks that the tab shown is the newer one.
+func publishStaleAndNew(t *testing.T, fs *fakeslack.Server, listed *listedAgent, slow, other *App) {
+	t.Helper()
 	arrived, release := fs.HoldNext("views.publish")
 	defer release()
 	done := make(chan struct{})
@@ -153,14 +153,5 @@ func TestHomePublishedWithoutAHashIsChecked(t *testing.T) {
 	<-done
 	if listsCall(fs, "UAPP") {
 		t.Error("the tab read before the decision is shown over the one published after it")
-	}
-
-	// Once each replica knows the hash of the tab it published last, a
-	// publish with nothing changed is one call, with its hash.
-	before := len(fs.Calls("views.publish"))
-	slow.publishHomes(t.Context(), []string{"UAPP"}, nil)
-	calls := fs.Calls("views.publish")
-	if n := len(calls) - before; n != 1 || calls[len(calls)-1].Error != "" {
-		t.Errorf("a publish of a tab this replica published last took %d call(s), the last failing with %q; want one", n, calls[len(calls)-1].Error)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
 )
 
@@ -14,25 +13,7 @@ import (
 // approvers as if being named were enough.
 func TestRefusalOfAnEditIntoAnOpenRuleSaysWhoMayDecide(t *testing.T) {
 	const private = "CPRIVATE96"
-	e := newEnv(t, storeKinds(t)[0])
-	e.policy = `
-policy:
-  default: ask
-  rules:
-    - id: payroll
-      tool: deploy
-      when: 'args.service == "payroll"'
-      verdict: ask
-      min_approvals: 2
-    - id: deploys
-      tool: deploy
-      verdict: ask
-      approvers: [UAPPROVER1, UOTHER0001, USTRANGER1]
-`
-	// The other approver is the one outside the channel.
-	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, stranger, e.slack.BotUserID()}})
-	e.start()
-	card := e.pausedThenEdited(private)
+	e, card := editedIntoAnOpenRule(t, private)
 
 	_, err := e.slack.Click(requester, private, card.TS, slackapp.ActionApprove, "")
 	must(t, err)
