@@ -461,7 +461,11 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 			// decided only by those it names who can see the
 			// conversation, as the agent checks on every decision. They
 			// are named with that condition rather than each looked up.
-			who := "those of " + joinAnd(ms, "and") + " who are in the conversation"
+			list := joinAnd(ms, "and")
+			if len(ms) > maxListed {
+				list = cappedList(ms, ", ", maxListed)
+			}
+			who := "those of " + list + " who are in the conversation"
 			if len(ms) == 1 && strings.HasPrefix(ms[0], "<@") {
 				who = ms[0] + ", if they are in the conversation"
 			}

@@ -256,22 +256,34 @@ func inlineText(s string) string {
 // closed at the end of one section and reopened at the start of the next.
 // Blank input gives no messages.
 func AnswerMessages(text string) [][]slack.Block {
-	chunks := splitMrkdwn(MarkdownToMrkdwn(text), maxSectionText)
-	var msgs [][]slack.Block
-	var cur []slack.Block
+	groups := messageGroups(splitMrkdwn(MarkdownToMrkdwn(text), maxSectionText))
+	msgs := make([][]slack.Block, len(groups))
+	for i, g := range groups {
+		for _, c := range g {
+			msgs[i] = append(msgs[i], slack.NewSectionBlock(mrkdwn(c), nil, nil, slack.SectionBlockOptionExpand(true)))
+		}
+	}
+	return msgs
+}
+
+// messageGroups groups sections' texts into messages of at most
+// maxMessageBlocks sections and maxMessageText characters, in order.
+func messageGroups(sections []string) [][]string {
+	var groups [][]string
+	var cur []string
 	size := 0
-	for _, c := range chunks {
+	for _, c := range sections {
 		if len(cur) > 0 && (len(cur) == maxMessageBlocks || size+textLen(c) > maxMessageText) {
-			msgs = append(msgs, cur)
+			groups = append(groups, cur)
 			cur, size = nil, 0
 		}
-		cur = append(cur, slack.NewSectionBlock(mrkdwn(c), nil, nil, slack.SectionBlockOptionExpand(true)))
+		cur = append(cur, c)
 		size += textLen(c)
 	}
 	if len(cur) > 0 {
-		msgs = append(msgs, cur)
+		groups = append(groups, cur)
 	}
-	return msgs
+	return groups
 }
 
 // fitMrkdwn cuts mrkdwn produced by MarkdownToMrkdwn to at most max

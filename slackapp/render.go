@@ -373,10 +373,11 @@ func CopiesNotPostedText(tool string, unreached []copyPlace) string {
 }
 
 // NotApproverText is the ephemeral answer to someone who clicked a decision
-// button without being an approver of the call. Nothing changed.
+// button without being an approver of the call. Nothing changed. It names
+// the first maxListed approvers.
 func NotApproverText(approvers []string) string {
 	text := "You are not an approver for this call, so nothing changed."
-	if list := approverList(approvers, ", "); list != "" {
+	if list := cappedList(approverMentions(approvers), ", ", maxListed); list != "" {
 		text += " It can be decided by " + list + "."
 	}
 	return text
@@ -394,7 +395,8 @@ func UnrememberedText() string {
 // among both.
 func NotApproverOfBothText(edit, card []string) string {
 	return "You are not an approver for this call, so nothing changed. It can be decided by someone among " +
-		approverList(edit, ", ") + " (for the edited arguments) who is also among " + approverList(card, ", ") + " (for the call)."
+		cappedList(approverMentions(edit), ", ", maxListed) + " (for the edited arguments) who is also among " +
+		cappedList(approverMentions(card), ", ", maxListed) + " (for the call)."
 }
 
 // RequesterCannotApproveText is the ephemeral answer to the requester of a

@@ -301,7 +301,10 @@ func requestText(c Card) string {
 // maxListed bounds the people one list on a card names (its requesters,
 // its approvers, the approvals counted): with a few hundred, the card's
 // section would pass Slack's limit and be cut, losing the rest of the
-// list without a word, and the lines after it.
+// list without a word, and the lines after it. Lists one person reads
+// (an answer to their click, their Home tab) are bounded alike; notes in a
+// thread or DM that mention people to notify them (reminders, "waiting
+// for") name everyone, over several messages if need be.
 const maxListed = 20
 
 // cappedList joins the first max of items with sep and says how many

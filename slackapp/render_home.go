@@ -149,7 +149,7 @@ func mineEntry(c Card) slack.Block {
 	if c.Human {
 		line = "Question via " + line
 	}
-	who := approverList(c.Approvers, ", ")
+	who := cappedList(approverMentions(c.Approvers), ", ", maxListed)
 	if who == "" {
 		who = "anyone in the channel"
 	}

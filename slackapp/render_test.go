@@ -771,22 +771,41 @@ func blocksText(t *testing.T, blocks []slack.Block) string {
 }
 
 // A note posted in a thread stays within Block Kit's limits however long
-// it is (a waiting note lists every tool the step waits on), with
-// verbatim text like every other section.
-func TestTextBlocksAreWithinLimits(t *testing.T) {
-	text := strings.Repeat("`files__a_rather_long_tool_name_from_a_server` ", 150)
-	blocks := textBlocks(text)
-	checkLimits(t, "long note", blocks, maxMessageBlocks)
-	var got strings.Builder
-	for _, b := range blocks {
-		s := b.(*slack.SectionBlock)
-		if !s.Text.Verbatim {
-			t.Errorf("a section of the note is not verbatim")
+// it is (a waiting note lists every tool the step waits on, a reminder
+// every approver), with verbatim text like every other section, over as
+// many messages as it takes, none of them holding more block text than
+// Slack takes.
+func TestNoteMessagesAreWithinLimits(t *testing.T) {
+	for _, n := range []int{150, 1500} {
+		text := strings.Repeat("`files__a_rather_long_tool_name_from_a_server` ", n)
+		msgs := noteMessages(text)
+		var got strings.Builder
+		sections := 0
+		for _, m := range msgs {
+			checkLimits(t, "long note", m.blocks, maxMessageBlocks)
+			size := 0
+			for _, b := range m.blocks {
+				s := b.(*slack.SectionBlock)
+				if !s.Text.Verbatim {
+					t.Errorf("a section of the note is not verbatim")
+				}
+				got.WriteString(s.Text.Text)
+				size += textLen(s.Text.Text)
+				sections++
+			}
+			if size > maxMessageText {
+				t.Errorf("a message of the note holds %d characters of block text, more than %d", size, maxMessageText)
+			}
+			if m.text == "" {
+				t.Errorf("a message of the note has no notification text")
+			}
 		}
-		got.WriteString(s.Text.Text)
-	}
-	if len(blocks) < 2 || strings.Count(got.String(), "files__") != 150 {
-		t.Errorf("the note is %d sections holding %d of the 150 tools, want it whole over several", len(blocks), strings.Count(got.String(), "files__"))
+		if sections < 2 || strings.Count(got.String(), "files__") != n {
+			t.Errorf("the note is %d sections holding %d of the %d tools, want it whole over several", sections, strings.Count(got.String(), "files__"), n)
+		}
+		if n == 1500 && len(msgs) < 2 {
+			t.Errorf("a note of %d tools is %d message(s), want several", n, len(msgs))
+		}
 	}
 }
 

@@ -964,7 +964,9 @@ func (a *App) postBlocks(ctx context.Context, channel, thread string, blocks []s
 	return ts
 }
 
-// post posts plain mrkdwn text (already safe) in a thread. These are
+// post posts plain mrkdwn text (already safe) in a thread, as several
+// messages when it is longer than one may hold (a reminder mentioning
+// hundreds of approvers: each of them is still mentioned). These are
 // notices people must get even when the work that sends them was cut
 // short (a shutdown), so the post is not cancelled with ctx; it ends at the
 // shutdown deadline, and past it the note is logged instead.
@@ -975,20 +977,32 @@ func (a *App) post(ctx context.Context, channel, thread, text string) {
 		a.log.Warn("shutdown deadline passed; note not posted", "channel", channel, "thread", thread, "text", clip(text, 200))
 		return
 	}
-	a.postBlocks(ctx, channel, thread, textBlocks(text), text)
+	for _, m := range noteMessages(text) {
+		if a.postBlocks(ctx, channel, thread, m.blocks, m.text) == "" {
+			return
+		}
+	}
 }
 
-// textBlocks is mrkdwn text (already safe) as sections within Block Kit's
-// limits, cut to the blocks a message may have.
-func textBlocks(text string) []slack.Block {
-	var blocks []slack.Block
-	for _, part := range splitMrkdwn(text, maxSectionText) {
-		if len(blocks) == maxMessageBlocks {
-			break
+// noteMessage is one message of a note: its blocks, and its text for
+// notifications.
+type noteMessage struct {
+	blocks []slack.Block
+	text   string
+}
+
+// noteMessages is mrkdwn text (already safe) as sections within Block
+// Kit's limits, over as many messages as they take.
+func noteMessages(text string) []noteMessage {
+	groups := messageGroups(splitMrkdwn(text, maxSectionText))
+	msgs := make([]noteMessage, len(groups))
+	for i, parts := range groups {
+		msgs[i].text = strings.Join(parts, "\n")
+		for _, p := range parts {
+			msgs[i].blocks = append(msgs[i].blocks, section(p))
 		}
-		blocks = append(blocks, section(part))
 	}
-	return blocks
+	return msgs
 }
 
 // cardOf renders a stored call, and what happened to it, as a Card.
