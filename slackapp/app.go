@@ -915,6 +915,11 @@ type payload struct {
 		TS          string `json:"ts"`
 		ThreadTS    string `json:"thread_ts"`
 		Tab         string `json:"tab"`
+		// View is the Home tab as the user opened it (app_home_opened),
+		// of which only its hash is read.
+		View struct {
+			Hash string `json:"hash"`
+		} `json:"view"`
 	} `json:"event"`
 
 	// Interactions.

@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -21,12 +22,20 @@ type listedAgent struct {
 	Agent
 	mu    sync.Mutex
 	calls []agent.PendingCall
+	reads int // listings made
 }
 
 func (l *listedAgent) Pending(context.Context, store.Filter) ([]agent.PendingCall, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.reads++
 	return slices.Clone(l.calls), nil
+}
+
+func (l *listedAgent) listings() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reads
 }
 
 func (l *listedAgent) list(calls ...agent.PendingCall) {
@@ -153,5 +162,50 @@ func publishStaleAndNew(t *testing.T, fs *fakeslack.Server, listed *listedAgent,
 	<-done
 	if listsCall(fs, "UAPP") {
 		t.Error("the tab read before the decision is shown over the one published after it")
+	}
+}
+
+// A replica that knows no hash of a tab publishes it, as its user opens
+// it, with the hash of the view the app_home_opened event carries: one
+// publish from one listing, with no check after it.
+func TestOpenedHomePublishedWithTheHashItWasOpenedWith(t *testing.T) {
+	fs, pc := homeHashWorld(t)
+	listed := &listedAgent{}
+	listed.list(pc)
+	apps := homeReplicas(t, fs, listed, 2)
+	apps[0].publishHomes(t.Context(), []string{"UAPP"}, nil)
+	home, ok := fs.HomeView("UAPP")
+	if !ok || home.Hash == "" {
+		t.Fatal("the tab was not published with a hash")
+	}
+
+	raw, err := json.Marshal(map[string]any{
+		"envelope_id": "e1", "type": envelopeEvents,
+		"payload": map[string]any{"type": "event_callback", "event": map[string]any{
+			"type": "app_home_opened", "user": "UAPP", "tab": "home", "view": json.RawMessage(home.JSON),
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envelope{}
+	if err := fastjson.Unmarshal(raw, env); err != nil {
+		t.Fatal(err)
+	}
+	env.raw = raw
+	before, listings := len(fs.Calls("views.publish")), listed.listings()
+	apps[1].onEventsAPI(t.Context(), env, func() {})
+	apps[1].wg.Wait()
+
+	calls := fs.Calls("views.publish")[before:]
+	if len(calls) != 1 || calls[0].Error != "" || calls[0].Param("hash") != home.Hash {
+		var got []string
+		for _, c := range calls {
+			got = append(got, "hash "+c.Param("hash")+" error "+c.Error)
+		}
+		t.Errorf("publishes as the tab was opened: %q; want one, with the hash %q, accepted", got, home.Hash)
+	}
+	if n := listed.listings() - listings; n != 1 {
+		t.Errorf("the pending calls were listed %d times, want once", n)
 	}
 }

@@ -103,13 +103,13 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 		if ev.Tab != "" && ev.Tab != "home" {
 			return
 		}
-		user := ev.User
+		user, hash := ev.User, ev.View.Hash
 		a.spawn(ctx, "home", func(ctx context.Context) {
 			if eventID != "" && !a.firstTime(ctx, "event:"+eventID) {
 				a.m.duplicate()
 				return
 			}
-			a.openedHome(ctx, user)
+			a.openedHome(ctx, user, hash)
 		})
 	}
 }

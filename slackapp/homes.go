@@ -259,20 +259,30 @@ func (a *App) publishRound(ctx context.Context, users []string, stopping <-chan 
 }
 
 // openedHome publishes the Home tab of user, who opened it (see showHome).
-func (a *App) openedHome(ctx context.Context, user string) {
-	a.showHome(ctx, user)
+// hash is that of the tab as they opened it, if it was published before:
+// a process that knows no hash of its own for the tab publishes with it,
+// so that its publish needs no check (see publishHomes). The view it names
+// was published from a reading made before the user opened it, so before
+// this process reads; if another publish replaced it since, Slack refuses
+// this one and the tab is read again, as for a hash of this process's own.
+func (a *App) openedHome(ctx context.Context, user, hash string) {
+	a.showHome(ctx, user, hash)
 }
 
 // showHome publishes the Home tab of user, who opened it or changed
 // something on it (revoked a standing rule): at once, unless it is being
 // published already (by a round, or by an earlier showHome), and then once
 // that is out, so that the tab published last shows the latest reading of
-// the pending calls.
-func (a *App) showHome(ctx context.Context, user string) {
+// the pending calls. shown is the hash of the tab as the user sees it, or
+// "" (see openedHome).
+func (a *App) showHome(ctx context.Context, user, shown string) {
 	if !a.homes.acquire(ctx, user) {
 		return
 	}
 	defer a.homes.release([]string{user})
+	if shown != "" && a.homes.hashOf(user) == "" {
+		a.homes.setHash(user, shown)
+	}
 	a.publishHomes(ctx, []string{user}, nil)
 }
 

@@ -67,7 +67,7 @@ func (a *App) revokeFromHome(ctx context.Context, c click) {
 		return
 	}
 	a.tell(ctx, c.user, c.channel, c.thread, a.revokeStanding(ctx, c.user, c.value))
-	a.showHome(ctx, c.user)
+	a.showHome(ctx, c.user, "")
 }
 
 // channelRef links a channel id, or shows other text in a code span.
