@@ -310,6 +310,31 @@ func (a *App) Ready(ctx context.Context) error {
 	return nil
 }
 
+// authTest asks Slack who the bot is, again and again with backoff while
+// Slack cannot be reached or answers with a server error (a network or a
+// sidecar not ready yet as the bot starts, an outage during a rollout):
+// a start that gave up there would restart the process in a loop, where
+// the same outage once connected is ridden out. An answer of Slack's own
+// (a refused token, any other error it names) is returned at once, and so
+// is ctx's end.
+func (a *App) authTest(ctx context.Context) (*slack.AuthTestResponse, error) {
+	for attempt := 0; ; attempt++ {
+		auth, err := a.api.AuthTestContext(ctx)
+		if _, named := errors.AsType[slack.SlackErrorResponse](err); err == nil || named || ctx.Err() != nil {
+			return auth, err
+		}
+		wait := backoff(attempt)
+		a.log.Warn("slack cannot be reached; asking again", "method", "auth.test", "in", wait.Round(time.Millisecond), "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // checkApprovalsChannel logs an error when the bot cannot post in
 // Config.ApprovalsChannel: it posts only where it is a member, so a card
 // for approvers who cannot see a conversation would fail there, and they
@@ -330,11 +355,11 @@ func (a *App) checkApprovalsChannel(ctx context.Context) {
 
 // Run connects to Slack and serves with ag until ctx ends, then stops
 // taking work, lets in-flight work finish (up to ShutdownGrace) and
-// returns (see shutdown). A bad token is returned as an error at once. Run
-// may be called once.
+// returns (see shutdown). A bad token is returned as an error at once;
+// Slack out of reach is waited for (see authTest). Run may be called once.
 func (a *App) Run(ctx context.Context, ag Agent) error {
 	a.ag = ag
-	auth, err := a.api.AuthTestContext(ctx)
+	auth, err := a.authTest(ctx)
 	if tokenRefused(err) {
 		return &TokenRefusedError{Err: fmt.Errorf("auth.test: %w", err)}
 	}
