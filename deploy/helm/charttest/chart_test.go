@@ -18,6 +18,9 @@ import (
 
 const chartDir = "../toolgate"
 
+// testImage is the image repository the tests render the chart with.
+const testImage = "registry.example.com/toolgate"
+
 // render renders the chart with the values of valuesFile (relative to the
 // chart, "" for none) overlaid with set, and returns the manifests by
 // template file name, leaving out empty ones.
@@ -36,6 +39,11 @@ func render(t *testing.T, valuesFile string, set map[string]any) (map[string]str
 		if err := yaml.Unmarshal(data, &vals); err != nil {
 			t.Fatalf("%s: %v", valuesFile, err)
 		}
+	}
+	if valuesFile == "" {
+		// The chart has no default image (users build their own); the ci
+		// values files name one, as an install must.
+		vals["image"] = map[string]any{"repository": testImage}
 	}
 	for k, v := range set {
 		vals[k] = v
@@ -234,8 +242,8 @@ func TestPodShape(t *testing.T) {
 			if err != nil {
 				t.Fatalf("SHUTDOWN_GRACE %q: %v", grace.Value, err)
 			}
-			if tg := spec.TerminationGracePeriodSeconds; tg == nil || time.Duration(*tg)*time.Second < g+25*time.Second {
-				t.Errorf("terminationGracePeriodSeconds %v, want at least SHUTDOWN_GRACE %v + 25s", tg, g)
+			if tg := spec.TerminationGracePeriodSeconds; tg == nil || time.Duration(*tg)*time.Second < g+30*time.Second {
+				t.Errorf("terminationGracePeriodSeconds %v, want at least SHUTDOWN_GRACE %v + 30s", tg, g)
 			}
 			if p := c.ReadinessProbe; p == nil || p.TimeoutSeconds < 4 {
 				t.Errorf("readiness probe %+v, want a timeout past /readyz's 3s store check", p)
@@ -253,7 +261,8 @@ func TestPodShape(t *testing.T) {
 }
 
 func TestRefusedValues(t *testing.T) {
-	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1"}
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1", "openaiApiKey": "sk-test"}
+	noKey := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1"}
 	tests := []struct {
 		name string
 		set  map[string]any
@@ -276,6 +285,19 @@ func TestRefusedValues(t *testing.T) {
 		{"a token in secretEnv", map[string]any{"secrets": tokens, "secretEnv": map[string]any{"SLACK_BOT_TOKEN": map[string]any{"secret": "s", "key": "k"}}}, "secretEnv.SLACK_BOT_TOKEN is set by the chart"},
 		{"secretEnv without a key", map[string]any{"secrets": tokens, "secretEnv": map[string]any{"GITHUB_TOKEN": map[string]any{"secret": "s"}}}, "secretEnv.GITHUB_TOKEN needs secret"},
 		{"a setting in env and secretEnv", map[string]any{"secrets": tokens, "env": map[string]any{"GITHUB_TOKEN": "x"}, "secretEnv": map[string]any{"GITHUB_TOKEN": map[string]any{"secret": "s", "key": "k"}}}, "GITHUB_TOKEN is in both env and secretEnv"},
+		// The bot exits with "OPENAI_API_KEY is required" on OpenAI's own
+		// endpoint without a key.
+		{"no model key for OpenAI", map[string]any{"secrets": noKey}, "secrets.openaiApiKey is required"},
+		{"no model key for OpenAI named explicitly", map[string]any{"secrets": noKey, "env": map[string]any{"OPENAI_BASE_URL": "https://api.openai.com/v1/"}}, "secrets.openaiApiKey is required"},
+		// A list or map in env came out as "[U1 U2]" or "map[…]".
+		{"a list in env", map[string]any{"secrets": tokens, "env": map[string]any{"ADMIN_USERS": []any{"U1", "U2"}}}, `env.ADMIN_USERS is a list: write it as one string, such as "U1,U2"`},
+		{"a map in env", map[string]any{"secrets": tokens, "env": map[string]any{"SYSTEM_PROMPT": map[string]any{"a": "b"}}}, "env.SYSTEM_PROMPT is a map"},
+		// The collector's credentials, like the tokens, stay out of the
+		// Deployment's env.
+		{"collector headers in env", map[string]any{"secrets": tokens, "env": map[string]any{"OTEL_EXPORTER_OTLP_HEADERS": "api-key=k"}}, "env.OTEL_EXPORTER_OTLP_HEADERS carries credentials: put it in secretEnv"},
+		{"trace collector headers in env", map[string]any{"secrets": tokens, "env": map[string]any{"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "api-key=k"}}, "env.OTEL_EXPORTER_OTLP_TRACES_HEADERS carries credentials: put it in secretEnv"},
+		{"an extra volume named like the chart's", map[string]any{"secrets": tokens, "extraVolumes": []any{map[string]any{"name": "tmp", "emptyDir": map[string]any{}}}}, `extraVolumes: "tmp" is a volume of the chart's`},
+		{"no image", map[string]any{"secrets": tokens, "image": map[string]any{"repository": ""}}, "image.repository is required: build and push the image"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -293,12 +315,23 @@ func TestRefusedValues(t *testing.T) {
 	if !strings.Contains(m["secret.yaml"], `REDIS_URL: "redis://r:6379/0"`) {
 		t.Errorf("secret.yaml has no REDIS_URL:\n%s", m["secret.yaml"])
 	}
+	// No key is needed for a server that asks none, nor checked when the
+	// key would be in an existing Secret.
+	for _, set := range []map[string]any{
+		{"secrets": noKey, "env": map[string]any{"OPENAI_BASE_URL": "http://ollama:11434/v1"}},
+		{"secrets": noKey, "secretEnv": map[string]any{"OPENAI_BASE_URL": map[string]any{"secret": "s", "key": "k"}}},
+		{"secrets": map[string]any{"existingSecret": "s"}},
+	} {
+		if _, err := render(t, "", set); err != nil {
+			t.Errorf("render with %v: %v, want it accepted", set, err)
+		}
+	}
 }
 
 // env values are rendered as written: a values file's numbers are floats,
 // so a large whole number came out as "1e+06", which the bot refuses.
 func TestEnvNumbersAsWritten(t *testing.T) {
-	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1"}
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1", "openaiApiKey": "sk-test"}
 	c := deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "env": map[string]any{
 		"CONTEXT_BUDGET": float64(1000000), "MAX_STEPS": float64(12), "TEMPERATURE": 0.5, "LOG_LEVEL": "warn", "PPROF": true,
 	}})).Spec.Template.Spec.Containers[0]
@@ -310,17 +343,29 @@ func TestEnvNumbersAsWritten(t *testing.T) {
 }
 
 // The workspace tools' files are a claim of their own when one is named,
-// which several replicas share.
+// which several replicas share. A claim may be ReadWriteOnce: a rolling
+// update's new pod would wait for the old one's volume, which only stops
+// once the new one is up, so a claim means Recreate unless updateStrategy
+// says RollingUpdate (a ReadWriteMany claim).
 func TestWorkspaceClaim(t *testing.T) {
-	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1"}
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1", "openaiApiKey": "sk-test"}
 	config := "builtin_tools:\n  workspace: {root: /workspace}\n"
 	for _, tt := range []struct {
-		name, claim string
-		replicas    int
-	}{{"one pod, its own files", "", 1}, {"replicas sharing a claim", "shared-ws", 2}} {
+		name, claim, updateStrategy string
+		replicas                    int
+		want                        appsv1.DeploymentStrategyType
+	}{
+		{"one pod, its own files", "", "", 1, appsv1.RollingUpdateDeploymentStrategyType},
+		{"one pod on a claim", "ws", "", 1, appsv1.RecreateDeploymentStrategyType},
+		{"replicas sharing a claim", "shared-ws", "", 2, appsv1.RecreateDeploymentStrategyType},
+		{"replicas sharing a ReadWriteMany claim", "shared-ws", "RollingUpdate", 2, appsv1.RollingUpdateDeploymentStrategyType},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d := deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "redis": map[string]any{"url": "redis://r:6379"},
-				"replicaCount": tt.replicas, "config": config, "workspace": map[string]any{"existingClaim": tt.claim}}))
+				"replicaCount": tt.replicas, "config": config, "workspace": map[string]any{"existingClaim": tt.claim}, "updateStrategy": tt.updateStrategy}))
+			if d.Spec.Strategy.Type != tt.want {
+				t.Errorf("strategy %s, want %s", d.Spec.Strategy.Type, tt.want)
+			}
 			for _, v := range d.Spec.Template.Spec.Volumes {
 				if v.Name != "workspace" {
 					continue
@@ -335,5 +380,197 @@ func TestWorkspaceClaim(t *testing.T) {
 			}
 			t.Error("no workspace volume")
 		})
+	}
+}
+
+// A service account of the user's (with RBAC they bind to it) for MCP
+// servers or programs that talk to the Kubernetes API; none by default.
+func TestServiceAccount(t *testing.T) {
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1", "openaiApiKey": "sk-test"}
+	spec := deployment(t, mustRender(t, "", map[string]any{"secrets": tokens})).Spec.Template.Spec
+	if spec.ServiceAccountName != "" || spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("default: service account %q, token mounted %v; want the namespace's default, no token", spec.ServiceAccountName, spec.AutomountServiceAccountToken)
+	}
+	spec = deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "serviceAccount": map[string]any{"name": "toolgate-k8s", "automountToken": true}})).Spec.Template.Spec
+	if spec.ServiceAccountName != "toolgate-k8s" || spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+		t.Errorf("service account %q, token mounted %v; want toolgate-k8s with its token", spec.ServiceAccountName, spec.AutomountServiceAccountToken)
+	}
+	spec = deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "serviceAccount": map[string]any{"name": "toolgate-k8s"}})).Spec.Template.Spec
+	if spec.ServiceAccountName != "toolgate-k8s" || spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("service account %q, token mounted %v; want toolgate-k8s without its token unless asked", spec.ServiceAccountName, spec.AutomountServiceAccountToken)
+	}
+}
+
+// extraVolumes, extraVolumeMounts and envFrom reach the pod as written, next
+// to the chart's own.
+func TestExtraVolumesAndEnvFrom(t *testing.T) {
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1", "openaiApiKey": "sk-test"}
+	spec := deployment(t, mustRender(t, "", map[string]any{"secrets": tokens,
+		"extraVolumes":      []any{map[string]any{"name": "ca", "secret": map[string]any{"secretName": "corp-ca"}}},
+		"extraVolumeMounts": []any{map[string]any{"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": true}},
+		"envFrom":           []any{map[string]any{"configMapRef": map[string]any{"name": "toolgate-env"}}},
+	})).Spec.Template.Spec
+	c := spec.Containers[0]
+	if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "ca" && v.Secret != nil && v.Secret.SecretName == "corp-ca"
+	}) {
+		t.Errorf("volumes %+v, want the Secret corp-ca as ca", spec.Volumes)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "ca" && m.MountPath == "/etc/ssl/corp" && m.ReadOnly
+	}) {
+		t.Errorf("volume mounts %+v, want ca read-only at /etc/ssl/corp", c.VolumeMounts)
+	}
+	for _, v := range []string{"data", "workspace", "tmp"} {
+		if !slices.ContainsFunc(spec.Volumes, func(vol corev1.Volume) bool { return vol.Name == v }) {
+			t.Errorf("the chart's volume %s is gone: %+v", v, spec.Volumes)
+		}
+	}
+	if len(c.EnvFrom) != 1 || c.EnvFrom[0].ConfigMapRef == nil || c.EnvFrom[0].ConfigMapRef.Name != "toolgate-env" {
+		t.Errorf("envFrom %+v, want the ConfigMap toolgate-env", c.EnvFrom)
+	}
+	// None by default.
+	c = deployment(t, mustRender(t, "", map[string]any{"secrets": tokens})).Spec.Template.Spec.Containers[0]
+	if len(c.EnvFrom) != 0 || len(c.VolumeMounts) != 3 {
+		t.Errorf("default: envFrom %+v, mounts %+v; want none, the chart's three", c.EnvFrom, c.VolumeMounts)
+	}
+}
+
+// GOMEMLIMIT keeps the Go heap under the container's memory limit: 90% of
+// it by default, goMemLimit when set, the user's own when env sets it.
+func TestGoMemLimit(t *testing.T) {
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1", "openaiApiKey": "sk-test"}
+	limits := func(memory any) map[string]any {
+		return map[string]any{"requests": map[string]any{"memory": "128Mi"}, "limits": map[string]any{"memory": memory}}
+	}
+	for _, tt := range []struct {
+		name string
+		set  map[string]any
+		want string // "" for no GOMEMLIMIT
+	}{
+		{"the default limit, 512Mi", nil, "483183820"},
+		{"1Gi", map[string]any{"resources": limits("1Gi")}, "966367641"},
+		{"a decimal suffix", map[string]any{"resources": limits("1G")}, "900000000"},
+		{"a fraction", map[string]any{"resources": limits("1.5Gi")}, "1449551462"},
+		{"bytes", map[string]any{"resources": limits("536870912")}, "483183820"},
+		{"bytes as a number", map[string]any{"resources": limits(float64(536870912))}, "483183820"},
+		{"goMemLimit", map[string]any{"goMemLimit": "400MiB"}, "400MiB"},
+		// A null drops the default's limit, as in a values file.
+		{"goMemLimit without a limit", map[string]any{"goMemLimit": "400MiB", "resources": map[string]any{"limits": nil}}, "400MiB"},
+		{"no limit", map[string]any{"resources": map[string]any{"limits": nil}}, ""},
+		{"the user's own", map[string]any{"env": map[string]any{"GOMEMLIMIT": "off"}, "goMemLimit": "400MiB"}, "off"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			set := map[string]any{"secrets": tokens}
+			for k, v := range tt.set {
+				set[k] = v
+			}
+			c := deployment(t, mustRender(t, "", set)).Spec.Template.Spec.Containers[0]
+			var got []corev1.EnvVar
+			for _, e := range c.Env {
+				if e.Name == "GOMEMLIMIT" {
+					got = append(got, e)
+				}
+			}
+			switch {
+			case tt.want == "" && len(got) != 0:
+				t.Errorf("GOMEMLIMIT %+v, want none", got)
+			case tt.want != "" && (len(got) != 1 || got[0].Value != tt.want):
+				t.Errorf("GOMEMLIMIT %+v, want one, %q", got, tt.want)
+			}
+		})
+	}
+	// A quantity the chart does not read is the limit itself, in bytes,
+	// from the API.
+	c := deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "resources": limits("1e9")})).Spec.Template.Spec.Containers[0]
+	e := env(c, "GOMEMLIMIT")
+	if e == nil || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil || e.ValueFrom.ResourceFieldRef.Resource != "limits.memory" ||
+		e.ValueFrom.ResourceFieldRef.ContainerName != "bot" || e.ValueFrom.ResourceFieldRef.Divisor.String() != "1" {
+		t.Errorf("GOMEMLIMIT %+v, want limits.memory in bytes", e)
+	}
+}
+
+// With several replicas the pods spread over nodes when they can, so one
+// node's loss does not take every replica.
+func TestTopologySpread(t *testing.T) {
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1", "openaiApiKey": "sk-test"}
+	redis := map[string]any{"url": "redis://r:6379"}
+	spec := deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "redis": redis, "replicaCount": 2})).Spec.Template.Spec
+	if len(spec.TopologySpreadConstraints) != 1 {
+		t.Fatalf("topologySpreadConstraints %+v, want one", spec.TopologySpreadConstraints)
+	}
+	tsc := spec.TopologySpreadConstraints[0]
+	if tsc.TopologyKey != "kubernetes.io/hostname" || tsc.WhenUnsatisfiable != corev1.ScheduleAnyway || tsc.MaxSkew != 1 ||
+		tsc.LabelSelector == nil || tsc.LabelSelector.MatchLabels["app.kubernetes.io/name"] != "toolgate" || tsc.LabelSelector.MatchLabels["app.kubernetes.io/instance"] != "tg" {
+		t.Errorf("topologySpreadConstraints %+v, want the release's pods spread over hosts, ScheduleAnyway", tsc)
+	}
+	if spec := deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "redis": redis})).Spec.Template.Spec; len(spec.TopologySpreadConstraints) != 0 {
+		t.Errorf("one replica: topologySpreadConstraints %+v, want none", spec.TopologySpreadConstraints)
+	}
+	own := []any{map[string]any{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+		"labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "toolgate"}}}}
+	spec = deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "redis": redis, "replicaCount": 2, "topologySpreadConstraints": own})).Spec.Template.Spec
+	if len(spec.TopologySpreadConstraints) != 1 || spec.TopologySpreadConstraints[0].TopologyKey != "topology.kubernetes.io/zone" {
+		t.Errorf("topologySpreadConstraints %+v, want the values' own", spec.TopologySpreadConstraints)
+	}
+}
+
+// Nobody publishes the image: an install names the one it built.
+func TestImage(t *testing.T) {
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1", "openaiApiKey": "sk-test"}
+	c := deployment(t, mustRender(t, "", map[string]any{"secrets": tokens, "image": map[string]any{"repository": "registry.example.com/toolgate", "tag": "1.0.0"}})).Spec.Template.Spec.Containers[0]
+	if c.Image != "registry.example.com/toolgate:1.0.0" {
+		t.Errorf("image %q, want registry.example.com/toolgate:1.0.0", c.Image)
+	}
+	_, err := render(t, "", map[string]any{"secrets": tokens, "image": map[string]any{}})
+	if err == nil || !strings.Contains(err.Error(), "image.repository is required") || !strings.Contains(err.Error(), "README") {
+		t.Errorf("render without image.repository: error %v, want it required, pointing at the README", err)
+	}
+}
+
+// docker-compose.yml gives the bot SHUTDOWN_GRACE and its ~30 s of shutdown
+// after it before Docker's SIGKILL, with room for a grace raised to 60s
+// (as the chart's ci/redis-values.yaml has); .env.example says so next to
+// SHUTDOWN_GRACE.
+func TestComposeStopGrace(t *testing.T) {
+	data, err := os.ReadFile("../../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Services map[string]struct {
+			StopGracePeriod string            `json:"stop_grace_period"`
+			Environment     map[string]string `json:"environment"`
+		} `json:"services"`
+	}
+	if err := yaml.Unmarshal(data, &compose); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	bot, ok := compose.Services["bot"]
+	if !ok {
+		t.Fatal("no bot service")
+	}
+	stop, err := time.ParseDuration(bot.StopGracePeriod)
+	if err != nil {
+		t.Fatalf("stop_grace_period %q: %v", bot.StopGracePeriod, err)
+	}
+	if g, ok := bot.Environment["SHUTDOWN_GRACE"]; ok {
+		grace, err := time.ParseDuration(g)
+		if err != nil {
+			t.Fatalf("SHUTDOWN_GRACE %q: %v", g, err)
+		}
+		if stop < grace+30*time.Second {
+			t.Errorf("stop_grace_period %v, want at least SHUTDOWN_GRACE %v + 30s", stop, grace)
+		}
+	}
+	if stop < 60*time.Second+30*time.Second {
+		t.Errorf("stop_grace_period %v, want at least 90s: SHUTDOWN_GRACE up to 60s + 30s", stop)
+	}
+	example, err := os.ReadFile("../../../.env.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "stop_grace_period (" + bot.StopGracePeriod + ")"; !strings.Contains(string(example), want) || !strings.Contains(string(example), "SHUTDOWN_GRACE + 30 s") {
+		t.Errorf(".env.example does not say that docker-compose.yml's %s must cover SHUTDOWN_GRACE + 30 s", want)
 	}
 }

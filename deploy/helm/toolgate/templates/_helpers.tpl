@@ -72,13 +72,28 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.redis.existingSecretKey }}
 {{- fail "redis.existingSecretKey needs secrets.existingSecret; without one, set redis.url" }}
 {{- end }}
+{{- /* The bot's rule (cmd/bot/config.go): no key on OpenAI's own endpoint
+  is an error. OPENAI_BASE_URL from secretEnv cannot be seen: trust it. */}}
+{{- $baseURL := trimSuffix "/" (toString (default "https://api.openai.com/v1" (get (.Values.env | default dict) "OPENAI_BASE_URL"))) }}
+{{- if and (not .Values.secrets.openaiApiKey) (eq $baseURL "https://api.openai.com/v1") (not (hasKey (.Values.secretEnv | default dict) "OPENAI_BASE_URL")) }}
+{{- fail "secrets.openaiApiKey is required for https://api.openai.com/v1 (the bot exits with \"OPENAI_API_KEY is required\" otherwise); for a server that needs no key, set env.OPENAI_BASE_URL" }}
+{{- end }}
 {{- end }}
 {{- if and .Values.config .Values.existingConfigMap }}
 {{- fail "set config or existingConfigMap, not both" }}
 {{- end }}
 {{- range $k, $v := .Values.env }}
+{{- if kindIs "slice" $v }}
+{{- fail (printf "env.%s is a list: write it as one string, such as %q (the bot reads lists comma-separated)" $k (join "," $v)) }}
+{{- end }}
+{{- if kindIs "map" $v }}
+{{- fail (printf "env.%s is a map: env values are strings, numbers or booleans" $k) }}
+{{- end }}
 {{- if has $k (list "SLACK_APP_TOKEN" "SLACK_BOT_TOKEN" "OPENAI_API_KEY" "REDIS_URL") }}
 {{- fail (printf "env.%s: secrets go in secrets or redis, not env" $k) }}
+{{- end }}
+{{- if has $k (list "OTEL_EXPORTER_OTLP_HEADERS" "OTEL_EXPORTER_OTLP_TRACES_HEADERS") }}
+{{- fail (printf "env.%s carries credentials: put it in secretEnv (%s: {secret: …, key: …}), not in the Deployment" $k $k) }}
 {{- end }}
 {{- if has $k (list "SHUTDOWN_GRACE" "HTTP_ADDR" "DATA_DIR" "CONFIG_FILE") }}
 {{- fail (printf "env.%s is set by the chart (see shutdownGraceSeconds, config)" $k) }}
@@ -106,5 +121,49 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- if lt (int .Values.terminationExtraSeconds) 30 }}
 {{- fail "terminationExtraSeconds must be at least 30: after the grace the bot tells threads (6s), stops Socket Mode (5s), its HTTP server (5s) and its MCP servers (5s), flushes traces (5s) and closes the store" }}
+{{- end }}
+{{- range .Values.extraVolumes }}
+{{- if has .name (list "data" "workspace" "tmp" "config") }}
+{{- fail (printf "extraVolumes: %q is a volume of the chart's (data, workspace, tmp, config): name yours otherwise" .name) }}
+{{- end }}
+{{- end }}
+{{- if not .Values.image.repository }}
+{{- fail "image.repository is required: build and push the image (docker build -t registry.example.com/toolgate:1.0.0 .), then set image.repository and image.tag; see the README's Kubernetes section" }}
+{{- end }}
+{{- end }}
+
+{{/* The update strategy: RollingUpdate with Redis, unless updateStrategy
+  says Recreate or a workspace claim is mounted and updateStrategy is empty
+  (a ReadWriteOnce claim would keep the surge pod from starting, and the
+  old one stops only once it is up). */}}
+{{- define "toolgate.updateStrategy" -}}
+{{- if not (include "toolgate.redis" .) }}Recreate
+{{- else if .Values.updateStrategy }}{{ .Values.updateStrategy }}
+{{- else if .Values.workspace.existingClaim }}Recreate
+{{- else }}RollingUpdate
+{{- end }}
+{{- end }}
+
+{{/* GOMEMLIMIT, or empty for none: goMemLimit as written, else 90% of
+  resources.limits.memory in bytes when the chart can read the quantity
+  (digits with an optional fraction and a suffix from k to E or Ki to Ei),
+  else "fieldRef": the limit itself, from the API. */}}
+{{- define "toolgate.goMemLimit" -}}
+{{- $mem := "" }}
+{{- with .Values.resources }}{{ with .limits }}{{ $mem = .memory }}{{ end }}{{ end }}
+{{- if .Values.goMemLimit }}
+{{- .Values.goMemLimit }}
+{{- else if $mem }}
+{{- /* A values file's numbers are floats: 536870912 would be "5.36870912e+08". */}}
+{{- if kindIs "float64" $mem }}{{ $mem = int64 $mem }}{{ end }}
+{{- $q := toString $mem }}
+{{- if regexMatch "^[0-9]+([.][0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$" $q }}
+{{- $num := regexReplaceAll "(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$" $q "" }}
+{{- $suffix := trimPrefix $num $q }}
+{{- $mult := get (dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "P" 1000000000000000 "E" 1000000000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "Pi" 1125899906842624 "Ei" 1152921504606846976) $suffix }}
+{{- $bytes := int64 (floor (mulf (float64 $num) $mult)) }}
+{{- if gt $bytes 0 }}{{ div (mul $bytes 9) 10 }}{{ end }}
+{{- else }}fieldRef
+{{- end }}
 {{- end }}
 {{- end }}
