@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,6 +55,9 @@ type Options struct {
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process before it fails. Default DefaultLockTimeout.
 	LockTimeout time.Duration
+	// Logger receives operational logs: a prune that failed, at warn
+	// level (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Store keeps the bot's state in one bbolt file. It is safe for concurrent
@@ -66,11 +70,17 @@ type Store struct {
 	convTTL   time.Duration
 	auditMax  uint64
 	auditTTL  time.Duration
+	log       *slog.Logger
 
 	stop      chan struct{}
 	done      sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
+
+	// afterChunk, if set (by tests, before the store is used), is
+	// called by prune after each chunk it commits, between two write
+	// transactions.
+	afterChunk func()
 }
 
 // Bucket names.
@@ -88,11 +98,15 @@ var (
 	bucketUnans   = []byte("unanswered") // conversation -> listing time (Unix ns, big endian)
 	bucketRemind  = []byte("remind")     // RemindAt (Unix ns, big endian) + call id -> nothing: pending calls with a reminder to send
 	bucketNotes   = []byte("notes")      // call id -> the call's note (see PutCallNote)
+	// bucketUnreadable notes the conversation and inbox records that a
+	// prune found it could not read (see lifeRule).
+	bucketUnreadable = []byte("unreadable") // bucket name + 0 + key -> when a prune first found it so (Unix ns, big endian)
 )
 
 var allBuckets = [][]byte{
 	bucketRuns, bucketCalls, bucketPending, bucketDecided, bucketConvs,
 	bucketLeases, bucketSeen, bucketAudit, bucketRecords, bucketInbox, bucketUnans, bucketRemind, bucketNotes,
+	bucketUnreadable,
 }
 
 // runRecord is a run with its bookkeeping.
@@ -172,7 +186,11 @@ func Open(path string, opts Options) (*Store, error) {
 		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
 		auditMax:  uint64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
 		auditTTL:  cmp.Or(opts.AuditRetention, store.DefaultAuditRetention),
+		log:       opts.Logger,
 		stop:      make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
 	}
 	if err := s.prune(time.Now()); err != nil {
 		_ = db.Close()
@@ -427,77 +445,125 @@ func (s *Store) pruneLoop(every time.Duration) {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			// A failed prune is retried on the next tick; nothing is lost.
-			_ = s.prune(now)
+			s.prunePass(now)
 		}
 	}
 }
+
+// prunePass prunes, and logs a prune that failed: it is tried again on the
+// next tick and nothing is lost, but a file whose prunes keep failing
+// keeps what has lapsed, and grows.
+func (s *Store) prunePass(now time.Time) {
+	if err := s.prune(now); err != nil {
+		s.log.Warn("prune the embedded store; retried at the next prune", "err", err)
+	}
+}
+
+// pruneChunk bounds the keys one write transaction of a prune acts on, so
+// that a prune with much to delete (after a downtime, or with the
+// retention made shorter: tens of thousands of runs) holds up the other
+// writes for one chunk at a time, not for all of it.
+const pruneChunk = 500
 
 // prune deletes runs, conversations, inboxes, leases and event ids whose
-// time has passed. It finds them in a read transaction, which the writes
-// of the bot do not wait for, and deletes them in a write transaction that
-// checks each one again, so that a scan of a large file does not hold up
-// the writes. The same write transaction trims the audit entries older
-// than AuditRetention, which Audit trims only when an entry is added:
-// a log nothing is written to would keep them otherwise. That trim reads
-// the oldest entries only, up to the first recent one.
+// time has passed, and the listings that nothing reads. It applies its
+// rules one after the other: it finds the keys of a rule in a read
+// transaction, which the writes of the bot do not wait for, and acts on
+// them in write transactions of up to pruneChunk keys, which check each
+// key again and are queued as every other write (see committer), so that
+// neither a scan of a large file nor a long deletion holds up the writes.
+// Then it trims the audit entries older than AuditRetention, pruneChunk at
+// a time too, which Audit trims only when an entry is added: a log nothing
+// is written to would keep them otherwise. That trim reads the oldest
+// entries only, up to the first recent one. A prune that Close cuts short
+// leaves the rest to the next.
 func (s *Store) prune(now time.Time) error {
-	rules := s.pruneRules(now)
-	found := make([][][]byte, len(rules))
-	err := s.db.View(func(tx *bolt.Tx) error {
-		for i, r := range rules {
-			err := tx.Bucket(r.bucket).ForEach(func(k, v []byte) error {
-				gone, err := r.expired(tx, k, v)
-				if gone {
-					found[i] = append(found[i], bytes.Clone(k))
+	for _, r := range s.pruneRules(now) {
+		var found [][]byte
+		err := s.db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket(r.bucket).ForEach(func(k, v []byte) error {
+				if r.due(tx, k, v) {
+					found = append(found, bytes.Clone(k))
 				}
-				return err
+				return nil
 			})
-			if err != nil {
+		})
+		if err != nil {
+			return err
+		}
+		for chunk := range slices.Chunk(found, pruneChunk) {
+			if s.stopping() {
+				return nil
+			}
+			if err := s.commits.update(func(tx *bolt.Tx) error { return r.apply(tx, chunk) }); err != nil {
 				return err
 			}
+			s.chunkDone()
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		for i, r := range rules {
-			b := tx.Bucket(r.bucket)
-			for _, k := range found[i] {
-				v := b.Get(k)
-				if v == nil {
-					continue
-				}
-				if gone, err := r.expired(tx, k, v); err != nil || !gone {
-					if err != nil {
-						return err
-					}
-					continue
-				}
-				if r.drop != nil {
-					if err := r.drop(tx, k, v); errors.Is(err, errUnreadable) {
-						continue // kept, as a record no rule can read
-					} else if err != nil {
-						return err
-					}
-				}
-				if err := b.Delete(k); err != nil {
-					return err
-				}
-			}
+	cutoff := now.Add(-s.auditTTL)
+	for more := true; more; {
+		if s.stopping() {
+			return nil
 		}
-		return trimAudit(tx.Bucket(bucketAudit), now.Add(-s.auditTTL))
-	})
+		err := s.commits.update(func(tx *bolt.Tx) (err error) {
+			more, err = trimAudit(tx.Bucket(bucketAudit), cutoff, pruneChunk)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		s.chunkDone()
+	}
+	return nil
 }
 
-// pruneRule says which keys of a bucket prune deletes, and what else goes
-// with each (drop, before the key is deleted).
+// stopping reports whether Close was called.
+func (s *Store) stopping() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// chunkDone tells a test that prune committed a chunk.
+func (s *Store) chunkDone() {
+	if s.afterChunk != nil {
+		s.afterChunk()
+	}
+}
+
+// pruneRule says which keys of a bucket prune acts on (due, asked in the
+// read transaction that finds them and again in the write transaction
+// that acts on them) and what it does with each (act; nil deletes the
+// key).
 type pruneRule struct {
-	bucket  []byte
-	expired func(tx *bolt.Tx, k, v []byte) (bool, error)
-	drop    func(tx *bolt.Tx, k, v []byte) error
+	bucket []byte
+	due    func(tx *bolt.Tx, k, v []byte) bool
+	act    func(tx *bolt.Tx, k, v []byte) error
+}
+
+// apply acts on those of keys that are still due, in tx.
+func (r pruneRule) apply(tx *bolt.Tx, keys [][]byte) error {
+	b := tx.Bucket(r.bucket)
+	for _, k := range keys {
+		v := b.Get(k)
+		if v == nil || !r.due(tx, k, v) {
+			continue
+		}
+		var err error
+		if r.act != nil {
+			err = r.act(tx, k, v)
+		} else {
+			err = b.Delete(k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // expiry is the deletion time of a run, conversation or inbox record.
@@ -524,67 +590,151 @@ func deleteAtOf(v []byte) (time.Time, error) {
 }
 
 // pruneRules are the rules of a prune at now, in the order they apply: an
-// inbox is deleted before the listing of its conversation.
+// inbox is deleted before the listing of its conversation, a run before
+// the index entries its calls leave.
 func (s *Store) pruneRules(now time.Time) []pruneRule {
-	deleteAt := func(_ *bolt.Tx, _, v []byte) (bool, error) {
+	deleteAt := func(_ *bolt.Tx, _, v []byte) bool {
 		at, err := deleteAtOf(v)
-		return err == nil && !at.After(now), nil
+		return err == nil && !at.After(now)
 	}
-	return []pruneRule{
-		// A run that cannot be read (a damaged record) is kept, as the
-		// other rules keep what they cannot read: failing here would stop
-		// every prune, and the store from opening.
-		{bucket: bucketRuns, expired: deleteAt, drop: dropRun},
-		{bucket: bucketConvs, expired: deleteAt},
-		{bucket: bucketLeases, expired: func(_ *bolt.Tx, _, v []byte) (bool, error) {
+	rules := []pruneRule{
+		// A run goes with its calls, found by their numbers (see
+		// dropRun), whatever the rest of its record holds. One whose
+		// deletion time cannot be read (a damaged record) is kept, and
+		// passed over by what reads runs: failing here would stop every
+		// prune, and the store from opening.
+		{bucket: bucketRuns, due: deleteAt, act: func(tx *bolt.Tx, k, _ []byte) error {
+			if err := dropRun(tx, k); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketRuns).Delete(k)
+		}},
+		s.lifeRule(bucketConvs, now),
+		{bucket: bucketLeases, due: func(_ *bolt.Tx, _, v []byte) bool {
 			var l leaseRecord
-			return json.Unmarshal(v, &l) == nil && !l.Until.After(now), nil
+			return json.Unmarshal(v, &l) == nil && !l.Until.After(now)
 		}},
-		{bucket: bucketSeen, expired: func(_ *bolt.Tx, _, v []byte) (bool, error) {
-			return !decodeTime(v).After(now), nil
+		{bucket: bucketSeen, due: func(_ *bolt.Tx, _, v []byte) bool {
+			return !decodeTime(v).After(now)
 		}},
-		{bucket: bucketInbox, expired: deleteAt},
+		s.lifeRule(bucketInbox, now),
 		// The listing of a run finished or gone, which an earlier
 		// version, opening the file in between, may have left.
-		{bucket: bucketDecided, expired: func(tx *bolt.Tx, k, _ []byte) (bool, error) {
+		{bucket: bucketDecided, due: func(tx *bolt.Tx, k, _ []byte) bool {
 			var rec runRecord
 			ok, err := get(tx.Bucket(bucketRuns), string(k), &rec)
-			return err == nil && (!ok || rec.Finished), nil
+			return err == nil && (!ok || rec.Finished)
 		}},
 		// The listing of a conversation with no inbox left, older than a
 		// conversation lives.
-		{bucket: bucketUnans, expired: func(tx *bolt.Tx, k, v []byte) (bool, error) {
+		{bucket: bucketUnans, due: func(tx *bolt.Tx, k, v []byte) bool {
 			if !decodeTime(v).Add(s.convTTL).Before(now) {
-				return false, nil
+				return false
 			}
 			inbox := tx.Bucket(bucketInbox).Get(k)
-			if inbox == nil {
-				return true, nil
-			}
-			return deleteAt(tx, k, inbox)
+			return inbox == nil || deleteAt(tx, k, inbox)
 		}},
 	}
+	// The entries of the pending-call and reminder indexes of a call that
+	// is not pending, which unlistPending leaves when it cannot read the
+	// call (a damaged record): no listing reads them (each passes over a
+	// call not in bucketPending), and nothing else would delete them.
+	for _, b := range [][]byte{bucketByExpiry, bucketByCreated, bucketByField, bucketRemind} {
+		rules = append(rules, pruneRule{bucket: b, due: func(tx *bolt.Tx, k, _ []byte) bool {
+			id, ok := indexedCall(b, k)
+			return !ok || tx.Bucket(bucketPending).Get(id) == nil
+		}})
+	}
+	// The note of a record found unreadable (see lifeRule) that is gone,
+	// or that can be read again (saved since).
+	return append(rules, pruneRule{bucket: bucketUnreadable, due: func(tx *bolt.Tx, k, _ []byte) bool {
+		var v []byte
+		if name, key, ok := bytes.Cut(k, []byte{0}); ok {
+			if b := tx.Bucket(name); b != nil {
+				v = b.Get(key)
+			}
+		}
+		if v == nil {
+			return true
+		}
+		_, err := deleteAtOf(v)
+		return err == nil
+	}})
+}
+
+// lifeRule is the rule of a bucket of conversation records (conversations
+// and inboxes), which live ConversationTTL from their last save: a record
+// is deleted once its deletion time passes. One whose deletion time
+// cannot be read (a damaged record) is noted in bucketUnreadable by the
+// first prune that finds it, and deleted ConversationTTL after that: it
+// was saved before then, so it is past its life by then, and a person may
+// look at it meanwhile. Kept for good, it would stop its conversation for
+// good: every turn and every message of the conversation reads it.
+func (s *Store) lifeRule(bucket []byte, now time.Time) pruneRule {
+	// judge says whether the record k, v is to be deleted, or noted as
+	// unreadable.
+	judge := func(tx *bolt.Tx, k, v []byte) (del, note bool) {
+		if at, err := deleteAtOf(v); err == nil {
+			return !at.After(now), false
+		}
+		since := tx.Bucket(bucketUnreadable).Get(unreadableKey(bucket, k))
+		if since == nil {
+			return false, true
+		}
+		return !decodeTime(since).Add(s.convTTL).After(now), false
+	}
+	return pruneRule{
+		bucket: bucket,
+		due: func(tx *bolt.Tx, k, v []byte) bool {
+			del, note := judge(tx, k, v)
+			return del || note
+		},
+		act: func(tx *bolt.Tx, k, v []byte) error {
+			notes := tx.Bucket(bucketUnreadable)
+			if _, note := judge(tx, k, v); note {
+				return notes.Put(unreadableKey(bucket, k), encodeTime(now))
+			}
+			if err := notes.Delete(unreadableKey(bucket, k)); err != nil {
+				return err
+			}
+			return tx.Bucket(bucket).Delete(k)
+		},
+	}
+}
+
+// unreadableKey is the bucketUnreadable key of the record k of bucket: the
+// bucket's name, a zero byte (which no bucket name holds) and k.
+func unreadableKey(bucket, k []byte) []byte {
+	return slices.Concat(bucket, []byte{0}, k)
 }
 
 // errUnreadable is a record that cannot be read (a damaged one). What
 // meets one passes it over where it can, so that it stops no more than
-// what needs it: a prune keeps a run it cannot read and goes on with the
-// others.
+// what needs it: finishing a run takes the run's calls out of Pending
+// whatever they hold.
 var errUnreadable = errors.New("unreadable record")
 
-// dropRun deletes the calls of a run, and takes it out of the decided
-// runs; errUnreadable for a run it cannot read. A call it cannot read is
-// deleted all the same: nothing could read it later either.
-func dropRun(tx *bolt.Tx, k, v []byte) error {
-	var rec runRecord
-	if err := fastjson.Unmarshal(v, &rec); err != nil {
-		return fmt.Errorf("%w: run %s: %w", errUnreadable, k, err)
-	}
-	for _, id := range rec.Run.CallIDs {
+// dropRun deletes the calls of the run k, with their notes and listings,
+// and takes the run out of the decided runs. It finds the calls by their
+// numbers, store.CallID(k, 0), (k, 1) and on up to the first missing,
+// without reading the run's record, which holds the run's state (a
+// conversation's history, large) and may be damaged: CreateRun takes a
+// run's calls numbered so only (see newrun.Prepare; the bot always
+// numbered them so), and they are deleted with the run only. A call it
+// cannot read is deleted all the same: nothing could read it later
+// either (prune deletes the index entries unlistPending cannot find
+// without it).
+func dropRun(tx *bolt.Tx, k []byte) error {
+	calls := tx.Bucket(bucketCalls)
+	for i := 0; ; i++ {
+		id := store.CallID(string(k), i)
+		if calls.Get([]byte(id)) == nil {
+			break
+		}
 		if err := unlistPending(tx, id); err != nil && !errors.Is(err, errUnreadable) {
 			return err
 		}
-		if err := tx.Bucket(bucketCalls).Delete([]byte(id)); err != nil {
+		if err := calls.Delete([]byte(id)); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bucketNotes).Delete([]byte(id)); err != nil {
@@ -1012,8 +1162,12 @@ func (s *Store) finishRun(tx *bolt.Tx, runID string, now time.Time) error {
 	convs := tx.Bucket(bucketConvs)
 	var conv convRecord
 	ok, err = get(convs, rec.Run.Conversation, &conv)
+	// A conversation that cannot be read (a damaged record) is paused on
+	// no run that anyone can tell: the run is finished all the same, as it
+	// is whatever its calls hold, and prune deletes the record in time
+	// (see lifeRule).
 	if err != nil || !ok || conv.Conversation.PausedRun != runID {
-		return err
+		return nil
 	}
 	conv.Conversation.PausedRun = ""
 	return put(convs, rec.Run.Conversation, conv)
@@ -1348,7 +1502,7 @@ func (s *Store) appendAudit(tx *bolt.Tx, raw []byte) error {
 	if err := b.Put(binary.BigEndian.AppendUint64(nil, seq), raw); err != nil {
 		return err
 	}
-	if err := trimAudit(b, time.Now().Add(-s.auditTTL)); err != nil {
+	if _, err := trimAudit(b, time.Now().Add(-s.auditTTL), 0); err != nil {
 		return err
 	}
 	if seq <= s.auditMax {
@@ -1364,19 +1518,26 @@ func (s *Store) appendAudit(tx *bolt.Tx, raw []byte) error {
 	return nil
 }
 
-// trimAudit deletes the audit entries from before cutoff, oldest first.
-func trimAudit(b *bolt.Bucket, cutoff time.Time) error {
+// trimAudit deletes the audit entries from before cutoff, oldest first,
+// up to limit of them (limit <= 0: all); more reports that it stopped at
+// limit with such an entry left.
+func trimAudit(b *bolt.Bucket, cutoff time.Time, limit int) (more bool, err error) {
 	c := b.Cursor()
+	n := 0
 	for k, v := c.First(); k != nil; k, v = c.First() {
 		var e store.AuditEntry
 		if json.Unmarshal(v, &e) != nil || !e.At.Before(cutoff) {
-			return nil // a recent entry, or one to keep for a person to read
+			return false, nil // a recent entry, or one to keep for a person to read
+		}
+		if limit > 0 && n == limit {
+			return true, nil
 		}
 		if err := c.Delete(); err != nil {
-			return err
+			return false, err
 		}
+		n++
 	}
-	return nil
+	return false, nil
 }
 
 // AuditLog returns the newest limit entries younger than AuditRetention,

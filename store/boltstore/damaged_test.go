@@ -70,6 +70,19 @@ func TestDamagedCallIsDroppedWithItsRun(t *testing.T) {
 		}
 		damaged = append(damaged, r.CallIDs[0])
 	}
+	// The calls had reminders to send, which the damage hides with the
+	// rest of their records.
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, id := range damaged {
+			if err := tx.Bucket(bucketRemind).Put(remindKey(time.Now().Add(30*time.Minute), id), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	damage(t, s, bucketCalls, damaged...)
 	if err := s.FinishRun(ctx, finished.ID); err != nil {
 		t.Errorf("FinishRun of a run with a damaged call = %v, want nil", err)
@@ -96,10 +109,129 @@ func TestDamagedCallIsDroppedWithItsRun(t *testing.T) {
 	if err := s.prune(later); err != nil {
 		t.Errorf("prune of a run with a damaged pending call = %v, want nil", err)
 	}
-	for _, b := range [][]byte{bucketRuns, bucketCalls, bucketNotes, bucketPending, bucketDecided} {
+	// The index entries of the damaged calls, which could not be found
+	// from the calls, went too.
+	for _, b := range [][]byte{bucketRuns, bucketCalls, bucketNotes, bucketPending, bucketDecided, bucketByExpiry, bucketByCreated, bucketByField, bucketRemind} {
 		if got := keys(t, s, b); len(got) != 0 {
-			t.Errorf("%s after the runs were dropped = %v, want nothing", b, got)
+			t.Errorf("%s after the runs were dropped = %q, want nothing", b, got)
 		}
+	}
+}
+
+// A conversation record that cannot be read (a damaged file) is taken
+// for one paused on no run and waiting on no step, as a run that cannot
+// be read is taken for one whose step waits on nothing: a run of the
+// conversation is finished, by FinishRun or by a turn's commit, and the
+// conversation's answered inbox unlists it, whatever the record held.
+// Prune deletes a conversation or inbox record it cannot read once the
+// record is past its life, ConversationTTL from when a prune first found
+// it so (it was saved before then), and the conversation takes messages
+// and turns again.
+func TestDamagedConversationStopsNothingAndIsPruned(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{ConversationTTL: time.Hour, PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	runs := pause(t, s, 4, 1)
+	finished, committed, answered, onDamagedRun := runs[0], runs[1], runs[2], runs[3]
+	for _, r := range runs {
+		decide(t, s, r.CallIDs[0]) // each step is decided, its resume due
+	}
+	accept := func(conv, id string) int64 {
+		t.Helper()
+		m := store.Inbound{EventID: "Ev" + id, MsgID: "M" + id, User: "U1", Channel: "C1", Text: "hello"}
+		m, got, err := s.AcceptMessage(ctx, conv, m, false)
+		if err != nil || got != store.Accepted {
+			t.Fatalf("AcceptMessage in %s = %q, %v; want accepted", conv, got, err)
+		}
+		return m.Seq
+	}
+	seqs := map[string]int64{}
+	for _, r := range []store.Run{answered, onDamagedRun} {
+		seqs[r.Conversation] = accept(r.Conversation, r.ID)
+	}
+	const brokenInbox = "T1/C1/broken-inbox"
+	accept(brokenInbox, "1")
+	damage(t, s, bucketConvs, finished.Conversation, committed.Conversation, answered.Conversation)
+	damage(t, s, bucketInbox, brokenInbox)
+	damage(t, s, bucketRuns, onDamagedRun.ID)
+
+	if err := s.FinishRun(ctx, finished.ID); err != nil {
+		t.Errorf("FinishRun of a run whose conversation is damaged = %v, want nil", err)
+	}
+	if err := s.CommitTurn(ctx, store.Commit{Key: committed.Conversation, Finish: committed.ID}); err != nil {
+		t.Errorf("CommitTurn finishing a run whose conversation is damaged = %v, want nil", err)
+	}
+	for _, r := range []store.Run{finished, committed} {
+		if run, _, err := s.LoadRun(ctx, r.ID); err != nil || !run.Finished {
+			t.Errorf("LoadRun(%s) after it was finished = finished %v, %v; want finished", r.ID, run.Finished, err)
+		}
+	}
+	for _, r := range []store.Run{answered, onDamagedRun} {
+		if err := s.CommitTurn(ctx, store.Commit{Key: r.Conversation, Answer: true, AnswerUpTo: seqs[r.Conversation]}); err != nil {
+			t.Errorf("CommitTurn answering %s, paused on a decided step that cannot be read = %v, want nil", r.Conversation, err)
+		}
+	}
+	if got, err := s.Unanswered(ctx, time.Now(), 0); err != nil || !slices.Equal(got, []string{brokenInbox}) {
+		t.Errorf("Unanswered after the answers = %v, %v; want only %s, whose inbox cannot be read", got, err, brokenInbox)
+	}
+
+	brokenConvs := []string{finished.Conversation, committed.Conversation, answered.Conversation}
+	// One more is saved again after a prune found it damaged: it is
+	// readable again, and no longer noted as unreadable.
+	const saved = "T1/C1/saved-again"
+	if err := s.SaveConversation(ctx, store.Conversation{Key: saved}); err != nil {
+		t.Fatal(err)
+	}
+	damage(t, s, bucketConvs, saved)
+	now := time.Now()
+	if err := s.prune(now); err != nil {
+		t.Fatal(err)
+	}
+	note := string(unreadableKey(bucketConvs, []byte(saved)))
+	if raw(t, s, bucketUnreadable, note) == nil {
+		t.Errorf("a damaged conversation is not noted as unreadable after a prune found it")
+	}
+	if err := s.SaveConversation(ctx, store.Conversation{Key: saved}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.prune(now); err != nil {
+		t.Fatal(err)
+	}
+	if v := raw(t, s, bucketUnreadable, note); v != nil {
+		t.Errorf("a damaged conversation saved again is still noted as unreadable after a prune")
+	}
+	for _, k := range brokenConvs {
+		if v := raw(t, s, bucketConvs, k); string(v) != "not json" {
+			t.Errorf("damaged conversation %s after a prune found it = %q, want it kept as it is for its life", k, v)
+		}
+	}
+	if v := raw(t, s, bucketInbox, brokenInbox); string(v) != "not json" {
+		t.Errorf("damaged inbox after a prune found it = %q, want it kept as it is for its life", v)
+	}
+	later := now.Add(2 * time.Hour)
+	if err := s.prune(later); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range brokenConvs {
+		if v := raw(t, s, bucketConvs, k); v != nil {
+			t.Errorf("damaged conversation %s a life after a prune found it = %q, want it deleted", k, v)
+		}
+	}
+	if v := raw(t, s, bucketInbox, brokenInbox); v != nil {
+		t.Errorf("damaged inbox a life after a prune found it = %q, want it deleted", v)
+	}
+	if got, err := s.Unanswered(ctx, later, 0); err != nil || len(got) != 0 {
+		t.Errorf("Unanswered once the damaged inbox is deleted = %v, %v; want none", got, err)
+	}
+	if got := keys(t, s, bucketUnreadable); len(got) != 0 {
+		t.Errorf("records noted as unreadable after they were deleted = %q, want none", got)
+	}
+	accept(brokenInbox, "2")
+	if b, err := s.BeginTurn(ctx, answered.Conversation, "a", time.Minute); err != nil || !b.Acquired || b.Found {
+		t.Errorf("BeginTurn of a conversation whose damaged record was deleted = acquired %v, found %v, %v; want acquired, a new conversation", b.Acquired, b.Found, err)
 	}
 }
 

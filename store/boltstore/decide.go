@@ -44,12 +44,17 @@ func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.
 	// The function may run more than once (see committer): it starts afresh.
 	err := s.commits.updateFirst(func(tx *bolt.Tx) error {
 		c, complete, rs = store.Call{}, false, store.ResumeStart{}
-		if r != nil && r.IfRecords != 0 && recordsVersion(tx) != r.IfRecords {
-			return store.ErrStale
-		}
 		rec, err := pendingCall(tx, callID, &c)
 		if err != nil {
 			return err
+		}
+		// Only a decision that could be made is stale: one on a call
+		// unknown or decided is refused as that (with the call as stored,
+		// which says who decided), whatever the records, as Redis refuses
+		// it.
+		if r != nil && r.IfRecords != 0 && recordsVersion(tx) != r.IfRecords {
+			c = store.Call{}
+			return store.ErrStale
 		}
 		special := d.Kind == "expire" || d.Kind == "cancel"
 		switch {
@@ -357,7 +362,10 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 		rs.Started = rec.ClaimStarted
 	case i >= 0:
 		c := rs.Calls[i]
-		c.Executing = true
+		// Marked for no attempt: BeginExecution asked with one that a
+		// record still holds (one CreateRun was given, in a file of an
+		// earlier version) is not told that the mark is its own.
+		c.Executing, c.ExecAttempt = true, ""
 		if err := put(tx.Bucket(bucketCalls), c.ID, c); err != nil {
 			return rs, err
 		}

@@ -29,7 +29,12 @@
 // last save, and lapsed leases and event ids soon after they lapse: a
 // goroutine prunes the file every Options.PruneInterval until Close,
 // finding what has lapsed in a read transaction so that writes do not wait
-// for the scan. The audit log keeps the newest Options.AuditMax entries,
+// for the scan, and deleting it a few hundred keys to a write, queued with
+// the others, so that they do not wait for a long deletion either (a prune
+// that fails is logged on Options.Logger, and tried again). A conversation
+// or inbox record that cannot be read (a damaged file) is deleted
+// Options.ConversationTTL after a prune first found it so. The audit log
+// keeps the newest Options.AuditMax entries,
 // those younger than Options.AuditRetention (older ones are trimmed when
 // an entry is added and by every prune); records are kept until deleted.
 //

@@ -240,26 +240,26 @@ func answerInbox(tx *bolt.Tx, conversation string, upTo int64) error {
 			}
 		}
 	}
-	if waiting, err := decidedStep(tx, conversation); err != nil || waiting {
-		return err
+	if decidedStep(tx, conversation) {
+		return nil
 	}
 	return tx.Bucket(bucketUnans).Delete([]byte(conversation))
 }
 
 // decidedStep reports whether the conversation is paused on a run that
 // has no call pending and is not finished: its step waits for its resume.
-func decidedStep(tx *bolt.Tx, conversation string) (bool, error) {
+// A conversation or run that cannot be read (a damaged record) waits on
+// nothing: no resume could read it (Stalled passes such a run over), and
+// failing here would fail every answer of the conversation's turns.
+func decidedStep(tx *bolt.Tx, conversation string) bool {
 	var conv convRecord
 	ok, err := get(tx.Bucket(bucketConvs), conversation, &conv)
 	if err != nil || !ok || conv.Conversation.PausedRun == "" {
-		return false, err
+		return false
 	}
 	var run runRecord
 	ok, err = get(tx.Bucket(bucketRuns), conv.Conversation.PausedRun, &run)
-	if err != nil || !ok {
-		return false, err
-	}
-	return run.Pending == 0 && !run.Finished, nil
+	return err == nil && ok && run.Pending == 0 && !run.Finished
 }
 
 // MarkUnanswered lists the conversation unless it is listed already.

@@ -109,8 +109,8 @@ func listPending(tx *bolt.Tx, c store.Call) error {
 // call as stored, so it comes before the transaction stores the call's
 // new state. A call it cannot read (a damaged record) is taken out of
 // bucketPending alone, with errUnreadable: its other entries cannot be
-// found without it, and every listing passes over a call that is not in
-// bucketPending.
+// found without it, every listing passes over a call that is not in
+// bucketPending, and prune deletes them.
 func unlistPending(tx *bolt.Tx, callID string) error {
 	if err := tx.Bucket(bucketPending).Delete([]byte(callID)); err != nil {
 		return err
@@ -134,6 +134,29 @@ func unlistPending(tx *bolt.Tx, callID string) error {
 		}
 	}
 	return nil
+}
+
+// indexedCall returns the id of the call that the key k of an index lists:
+// bucketByField, bucketByExpiry, bucketByCreated or bucketRemind, whose
+// keys end with a time and the id. False for a key of no such layout,
+// which no listing reads.
+func indexedCall(bucket, k []byte) ([]byte, bool) {
+	if bytes.Equal(bucket, bucketByField) {
+		// The prefix: the field's kind, the length of its value and the
+		// value (see fieldPrefix).
+		if len(k) == 0 {
+			return nil, false
+		}
+		n, w := binary.Uvarint(k[1:])
+		if w <= 0 || n > uint64(len(k)-1-w) {
+			return nil, false
+		}
+		k = k[1+w+int(n):]
+	}
+	if len(k) <= 8 {
+		return nil, false
+	}
+	return k[8:], true
 }
 
 // moveExpiry moves the expiry index's entry of the pending call id from

@@ -1,8 +1,10 @@
 package boltstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/store"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // The deletion time of a record is read whichever place its field has in
@@ -240,5 +243,74 @@ func TestPruneTrimsTheAuditLog(t *testing.T) {
 	}
 	if n := stored(); n != 0 {
 		t.Errorf("%d audit entries still stored %v after the retention of %v ran out, with a prune every 50ms; want none", n, 2*time.Second, retention)
+	}
+}
+
+// A prune with much to delete (after a downtime, or with the retention
+// made shorter) deletes it a chunk at a time, each chunk a write of its
+// own: a message accepted while the prune runs is committed between two
+// chunks, with expired runs still left to delete, instead of waiting for
+// the whole prune.
+func TestPruneLetsWritesInBetweenItsChunks(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{Retention: time.Millisecond, PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n := 2*pruneChunk + 1
+	pause(t, s, n, 1)
+	var events []string
+	s.afterChunk = func() {
+		events = append(events, "chunk")
+		if len(events) > 1 {
+			return
+		}
+		// The prune is between its first chunk and the next: a message
+		// accepted now is committed before the prune goes on.
+		done := make(chan error, 1)
+		go func() {
+			m := store.Inbound{EventID: "Ev1", MsgID: "M1", User: "U1", Channel: "C1", Text: "hello"}
+			_, got, err := s.AcceptMessage(t.Context(), "C1:1", m, false)
+			if err == nil && got != store.Accepted {
+				err = fmt.Errorf("got %q, want accepted", got)
+			}
+			done <- err
+		}()
+		if err := <-done; err != nil {
+			t.Errorf("AcceptMessage while the prune runs: %v", err)
+		}
+		events = append(events, fmt.Sprintf("message accepted with %d runs left", len(keys(t, s, bucketRuns))))
+	}
+	// The calls expire in an hour: their runs are past their retention in two.
+	if err := s.prune(time.Now().Add(2 * time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("message accepted with %d runs left", n-pruneChunk)
+	if len(events) < 4 || events[1] != want {
+		t.Errorf("prune of %d runs = %q, want a chunk, %q, and the chunks of the rest", n, events, want)
+	}
+	if got := keys(t, s, bucketRuns); len(got) != 0 {
+		t.Errorf("%d runs left after the prune, want none", len(got))
+	}
+}
+
+// A prune that fails is logged at warn level, on the Logger of the
+// Options: the next prune tries again, but someone may need to know why
+// the file keeps what has lapsed.
+func TestFailedPruneIsLogged(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{PruneInterval: time.Hour, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Every transaction of a closed file fails.
+	if err := s.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.prunePass(time.Now())
+	if got := logs.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, bolterrors.ErrDatabaseNotOpen.Error()) {
+		t.Errorf("log of a failed prune = %q, want a warning with its error", got)
 	}
 }

@@ -230,7 +230,9 @@ func TestPruneDropsListingsOfRunsFinishedOrGone(t *testing.T) {
 
 // A run record that cannot be read (a damaged file) stops neither the
 // prune, nor the store from opening again, nor the stalled-resume sweep or
-// the listings of pending calls: it is kept, and passed over.
+// the listings of pending calls: it is kept, and passed over, until its
+// deletion time passes if that can be read (its calls are found by their
+// numbers, not in the record).
 func TestDamagedRunIsPassedOver(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "toolgate.db")
 	s, err := Open(path, Options{PruneInterval: time.Hour})
@@ -261,6 +263,9 @@ func TestDamagedRunIsPassedOver(t *testing.T) {
 	}
 	if err := s.prune(time.Now()); err != nil {
 		t.Errorf("prune with damaged runs = %v, want nil", err)
+	}
+	if got := keys(t, s, bucketRuns); slices.Contains(got, "torn") || !slices.Contains(got, "garbled") {
+		t.Errorf("runs after prune = %q, want garbled kept and torn, past its deletion time, dropped", got)
 	}
 	if got, err := s.Stalled(t.Context(), 0); err != nil || !slices.Equal(got, []string{decided.ID}) {
 		t.Errorf("Stalled with damaged runs = %v, %v; want [%s]", got, err, decided.ID)
@@ -300,5 +305,38 @@ func TestSaveResultSentAgainWithSpaces(t *testing.T) {
 	}
 	if err := s.SaveResult(t.Context(), id, []byte(`{"content":"other"}`), store.AuditEntry{}); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("another result = %v, want ErrConflict", err)
+	}
+}
+
+// A call stored by an earlier version with the execution attempt its
+// CreateRun was given (and not executing) is marked by BeginResume for no
+// attempt: BeginExecution asked with that attempt is not told that the
+// mark is its own.
+func TestBeginResumeMarksACallForNoAttempt(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := pause(t, s, 1, 1)[0]
+	id := r.CallIDs[0]
+	decide(t, s, id)
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		var c store.Call
+		if _, err := get(tx.Bucket(bucketCalls), id, &c); err != nil {
+			return err
+		}
+		c.ExecAttempt = "A"
+		return put(tx.Bucket(bucketCalls), id, c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.BeginResume(t.Context(), r.ID, store.ResumeBegin{Conversation: r.Conversation, Owner: "a", TTL: time.Minute, Start: []string{"approve"}})
+	if err != nil || rs.Started != id {
+		t.Fatalf("BeginResume = started %q, %v; want %s", rs.Started, err, id)
+	}
+	if ok, err := s.BeginExecution(t.Context(), id, "A"); err != nil || ok {
+		t.Errorf("BeginExecution(%s, A) after BeginResume marked it = %v, %v; want false: attempt A did not mark it", id, ok, err)
 	}
 }

@@ -56,7 +56,11 @@ type audited interface {
 	// completed). The ResumeStart is BeginResume's; it is zero, and
 	// nothing is taken, when the decision is refused or leaves calls
 	// pending, and a zero one may also come back from a store that could
-	// not read it (the caller then begins the resume itself).
+	// not read it (the caller then begins the resume itself). With
+	// r.IfRecords, a store that keeps the records' version checks it after
+	// the refusals of an unknown call (ErrNotFound) and of one not pending
+	// (ErrAlreadyDecided, with the call as stored): ErrStale, with a zero
+	// Call, refuses only a decision that could be made.
 	DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (c store.Call, complete bool, rs store.ResumeStart, err error)
 	// ApproveBegin is ApproveAudited and, when the approval decides the
 	// call and completes its step, BeginResume(the call's run, r), as
@@ -356,6 +360,42 @@ func testDecideIfRecords(t *testing.T, open Opener) {
 	rb.IfRecords = v3
 	if _, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), auditedEffects(calls[0], "U1"), rb); err != nil || !complete || !rs.Claimed {
 		t.Errorf("DecideBegin on the records' version = complete %v, claimed %v, %v; want both", complete, rs.Claimed, err)
+	}
+}
+
+// A decision made on records of a version they no longer have
+// (ResumeBegin.IfRecords) is refused as any decision is when its call is
+// decided or unknown: ErrAlreadyDecided with the call as stored, which
+// says who decided, or ErrNotFound; not ErrStale, which would have the
+// decider judged again on the new records for a decision that cannot be
+// made.
+func testDecideIfRecordsOfADecidedCall(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	r, calls := create(t, s, 1, nil)
+	b, err := s.BeginTurn(ctx, r.Conversation, "a", time.Minute, "rules")
+	if err != nil || !b.Acquired {
+		t.Fatalf("BeginTurn = %v, %v", b.Acquired, err)
+	}
+	if b.RecordsVersion == 0 {
+		return // a store that keeps no version refuses every such decision
+	}
+	putRecord(t, s, "rules", "r1")
+	if _, _, err := s.Decide(ctx, calls[0].ID, calls[0].Fingerprint, approve("U_FIRST")); err != nil {
+		t.Fatalf("Decide(%s): %v", calls[0].ID, err)
+	}
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: "conv:" + r.Conversation + "/" + r.ID, Owner: "a", TTL: time.Minute, IfRecords: b.RecordsVersion}
+	c, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U_SECOND"), auditedEffects(calls[0], "U_SECOND"), rb)
+	if !errors.Is(err, store.ErrAlreadyDecided) || complete || rs.Claimed {
+		t.Errorf("DecideBegin of a decided call on stale records = complete %v, claimed %v, %v; want ErrAlreadyDecided", complete, rs.Claimed, err)
+	}
+	if c.Decision == nil || c.Decision.Decider != "U_FIRST" {
+		t.Errorf("DecideBegin of a decided call on stale records returned decision %+v, want the first decider U_FIRST", c.Decision)
+	}
+	for _, id := range []string{store.CallID(r.ID, 9), store.CallID(store.NewRunID(), 0)} {
+		if _, _, _, err := s.DecideBegin(ctx, id, "fp", approve("U_SECOND"), store.Effects{}, rb); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("DecideBegin of unknown call %s on stale records = %v, want ErrNotFound", id, err)
+		}
 	}
 }
 

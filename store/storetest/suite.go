@@ -46,6 +46,7 @@ func Run(t *testing.T, open Opener) {
 		{"BeginResume", testBeginResume},
 		{"DecideBegin", testDecideBegin},
 		{"DecideIfRecords", testDecideIfRecords},
+		{"DecideIfRecordsOfADecidedCall", testDecideIfRecordsOfADecidedCall},
 		{"ApproveBegin", testApproveBegin},
 		{"BeginResumeStarts", testBeginResumeStarts},
 		{"BeginResumeAgain", testBeginResumeAgain},
@@ -339,10 +340,12 @@ func testCreateRunRejectsBadInput(t *testing.T, open Opener) {
 	}
 }
 
-// CreateRun starts each call afresh (no approvals, edit or result carried
-// in), and keeps its deadline to the microsecond, so that every store
-// judges it alike: a decision less than a microsecond before a deadline
-// that is not a whole microsecond is late.
+// CreateRun starts each call afresh (no approvals, edit, result or
+// execution carried in), and keeps its deadline to the microsecond, so
+// that every store judges it alike: a decision less than a microsecond
+// before a deadline that is not a whole microsecond is late. An execution
+// attempt given with a call is not taken for the one that marked it: a
+// call that BeginResume marks is no attempt's own.
 func testCreateRunStartsAfresh(t *testing.T, open Opener) {
 	s, _ := open(t)
 	ctx := t.Context()
@@ -352,10 +355,11 @@ func testCreateRunStartsAfresh(t *testing.T, open Opener) {
 		cs[0].Approvals = []store.Approval{{Approver: "U_A", At: time.Now()}}
 		cs[0].Edit = &store.Decision{Kind: "edit", Decider: "U_A", Args: json.RawMessage(`{}`)}
 		cs[0].Result = json.RawMessage(`"ran"`)
+		cs[0].Executing, cs[0].ExecAttempt = true, "A"
 	})
 	c := wantStatus(t, s, calls[0].ID, store.Pending)
-	if len(c.Approvals) != 0 || c.Edit != nil || len(c.Result) != 0 {
-		t.Errorf("a new call has approvals %v, edit %v, result %s; want none", c.Approvals, c.Edit, c.Result)
+	if len(c.Approvals) != 0 || c.Edit != nil || len(c.Result) != 0 || c.Executing {
+		t.Errorf("a new call has approvals %v, edit %v, result %s, executing %v; want none", c.Approvals, c.Edit, c.Result, c.Executing)
 	}
 	if want := exp.Truncate(time.Microsecond); !c.ExpiresAt.Equal(want) {
 		t.Errorf("ExpiresAt = %v, want %v (whole microseconds)", c.ExpiresAt, want)
@@ -366,6 +370,17 @@ func testCreateRunStartsAfresh(t *testing.T, open Opener) {
 	late := exp.Add(-800 * time.Nanosecond)
 	if _, _, err := s.Decide(ctx, c.ID, c.Fingerprint, store.Decision{Kind: "approve", Decider: "U_B", At: late}); !errors.Is(err, store.ErrExpired) {
 		t.Errorf("Decide 800ns before a deadline of 900ns past a microsecond: %v, want ErrExpired", err)
+	}
+	r, started := create(t, s, 1, func(_ *store.Run, cs []store.Call) {
+		cs[0].Executing, cs[0].ExecAttempt = true, "A"
+	})
+	decideAs(t, s, started[0], "approve")
+	rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Owner: "a", TTL: time.Minute, Start: []string{"approve"}})
+	if err != nil || rs.Started != started[0].ID {
+		t.Fatalf("BeginResume(%s) = started %q, %v; want %s", r.ID, rs.Started, err, started[0].ID)
+	}
+	if ok, err := s.BeginExecution(ctx, started[0].ID, "A"); err != nil || ok {
+		t.Errorf("BeginExecution(%s, A) after BeginResume marked it = %v, %v; want false: A, given at CreateRun, marked nothing", started[0].ID, ok, err)
 	}
 }
 

@@ -72,7 +72,7 @@ func Prepare(r store.Run, calls []store.Call, now time.Time) (store.Run, []store
 		}
 		c.Status = store.Pending
 		c.Decision = nil
-		c.Executing = false
+		c.Executing, c.ExecAttempt = false, ""
 		c.Reminded = 0
 		c.Approvals, c.Edit, c.Result = nil, nil, nil
 		// Deadlines are whole microseconds, which every store compares
