@@ -289,6 +289,8 @@ func TestRefusedValues(t *testing.T) {
 		// endpoint without a key.
 		{"no model key for OpenAI", map[string]any{"secrets": noKey}, "secrets.openaiApiKey is required"},
 		{"no model key for OpenAI named explicitly", map[string]any{"secrets": noKey, "env": map[string]any{"OPENAI_BASE_URL": "https://api.openai.com/v1/"}}, "secrets.openaiApiKey is required"},
+		{"no model key for Azure OpenAI", map[string]any{"secrets": noKey, "env": map[string]any{"OPENAI_BASE_URL": "https://team.openai.azure.com/openai/deployments/gpt"}}, "secrets.openaiApiKey is required for Azure OpenAI"},
+		{"no model key for an Azure API version", map[string]any{"secrets": noKey, "env": map[string]any{"OPENAI_BASE_URL": "https://llm.internal.example/v1", "OPENAI_API_VERSION": "2024-10-21"}}, "secrets.openaiApiKey is required for Azure OpenAI"},
 		// A list or map in env came out as "[U1 U2]" or "map[…]".
 		{"a list in env", map[string]any{"secrets": tokens, "env": map[string]any{"ADMIN_USERS": []any{"U1", "U2"}}}, `env.ADMIN_USERS is a list: write it as one string, such as "U1,U2"`},
 		{"a map in env", map[string]any{"secrets": tokens, "env": map[string]any{"SYSTEM_PROMPT": map[string]any{"a": "b"}}}, "env.SYSTEM_PROMPT is a map"},

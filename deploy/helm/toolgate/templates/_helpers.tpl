@@ -78,6 +78,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and (not .Values.secrets.openaiApiKey) (eq $baseURL "https://api.openai.com/v1") (not (hasKey (.Values.secretEnv | default dict) "OPENAI_BASE_URL")) }}
 {{- fail "secrets.openaiApiKey is required for https://api.openai.com/v1 (the bot exits with \"OPENAI_API_KEY is required\" otherwise); for a server that needs no key, set env.OPENAI_BASE_URL" }}
 {{- end }}
+{{- /* Azure OpenAI (OPENAI_API_VERSION set, or a host under
+  openai.azure.com) always needs a key: the bot exits without one. */}}
+{{- if and (not .Values.secrets.openaiApiKey) (or (get (.Values.env | default dict) "OPENAI_API_VERSION") (regexMatch "(?i)^https?://[^/?#]*[.]openai[.]azure[.]com(:[0-9]+)?([/?#]|$)" $baseURL)) }}
+{{- fail "secrets.openaiApiKey is required for Azure OpenAI (the bot exits with \"OPENAI_API_KEY is required for Azure OpenAI\" otherwise)" }}
+{{- end }}
 {{- end }}
 {{- if and .Values.config .Values.existingConfigMap }}
 {{- fail "set config or existingConfigMap, not both" }}
