@@ -27,7 +27,7 @@ const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 	"• `/approvals policy add tool=<glob> verdict=allow|ask|deny [when='<CEL>'] [approvers=U1,S2] [four_eyes=true] [min_approvals=2] [ttl=2h] [remind_after=30m] [reason=\"…\"] [id=name]` (admins)\n" +
 	"• `/approvals policy remove <rule id>` (admins; rules added here only: the policy file changes by editing it)\n" +
 	"• `/approvals policy test <tool> <json arguments>`: the verdict and the rule that gives it; nothing runs\n" +
-	"• `/approvals rules list`: standing rules (\"Always allow here\") in this channel\n" +
+	"• `/approvals rules list [page]`: standing rules (\"Always allow here\") in this channel\n" +
 	"• `/approvals rules revoke <id>` (the rule's creator, or admins)\n" +
 	"• `/approvals audit [n] [page]`: the newest n audit entries, at most 100 (default 20), a page at a time (admins)"
 
@@ -133,7 +133,15 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 	case sub == "rules" && len(args) > 1:
 		switch strings.ToLower(args[1]) {
 		case "list":
-			return a.cmdRulesList(ctx, cmd.ChannelID)
+			page := 1
+			if len(args) > 2 {
+				v, ok := pageArg(args[2])
+				if !ok {
+					return "`/approvals rules list [page]` shows page `page` (from 1) of this channel's standing rules; " + inlineCode(args[2]) + " is not a page number."
+				}
+				page = v
+			}
+			return a.cmdRulesList(ctx, cmd.ChannelID, page)
 		case "revoke":
 			return a.cmdRulesRevoke(ctx, cmd.UserID, rest(2))
 		}
@@ -251,9 +259,12 @@ func (a *App) cmdAudit(ctx context.Context, user string, n, page int) string {
 	// A call by its conversation and id: the model names a call that
 	// needs no card, and its id is its own only in its conversation.
 	type callIn struct{ thread, id string }
+	// Only a decision makes a call the user's to read whole: having asked
+	// for it, or asked Why? about it, in a conversation they have left
+	// since, shows them their own entries and no one else's.
 	decided := map[callIn]bool{}
 	for _, e := range entries {
-		if e.Actor == user && e.CallID != "" {
+		if e.Actor == user && e.CallID != "" && e.Action == "decide" {
 			decided[callIn{e.Thread, e.CallID}] = true
 		}
 	}
@@ -609,7 +620,9 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	return out + "\nNothing was run."
 }
 
-func (a *App) cmdRulesList(ctx context.Context, channel string) string {
+// cmdRulesList shows the standing rules of a channel, a page at a time
+// (see answerPage); page counts from 1.
+func (a *App) cmdRulesList(ctx context.Context, channel string, page int) string {
 	rules, err := a.policy.StandingRules(ctx, channel)
 	if err != nil {
 		return "I couldn't read the standing rules right now; please try again."
@@ -617,22 +630,27 @@ func (a *App) cmdRulesList(ctx context.Context, channel string) string {
 	if len(rules) == 0 {
 		return "No standing rules in this channel."
 	}
-	var b strings.Builder
-	b.WriteString("*Standing rules in this channel:*\n")
+	lines := make([]string, 0, len(rules))
 	for _, r := range rules {
-		fmt.Fprintf(&b, "• %s: %s allowed, by %s", inlineCode(r.ID), inlineCode(r.Tool), userRef(r.CreatedBy, "someone unknown"))
+		line := fmt.Sprintf("• %s: %s allowed, by %s", inlineCode(r.ID), inlineCode(r.Tool), userRef(r.CreatedBy, "someone unknown"))
 		if r.Fingerprint != "" {
-			fmt.Fprintf(&b, " for exactly the arguments %s", inlineCode(shortFP(r.Fingerprint)))
+			line += " for exactly the arguments " + inlineCode(shortFP(r.Fingerprint))
 		}
 		if r.When != "" {
-			fmt.Fprintf(&b, " when %s", inlineCode(r.When))
+			line += " when " + inlineCode(r.When)
 		}
 		if !r.ExpiresAt.IsZero() {
-			fmt.Fprintf(&b, ", until %s", slackDate(r.ExpiresAt))
+			line += ", until " + slackDate(r.ExpiresAt)
 		}
-		b.WriteString("\n")
+		lines = append(lines, line)
 	}
-	return b.String()
+	text, pages := answerPage("*Standing rules in this channel:*\n", lines, "", page, func(p int) string {
+		return fmt.Sprintf("/approvals rules list %d", p)
+	})
+	if text == "" {
+		return fmt.Sprintf("There is no page %d: the %d standing rules of this channel fit on %d.", page, len(rules), pages)
+	}
+	return text
 }
 
 func (a *App) cmdRulesRevoke(ctx context.Context, user, id string) string {

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
@@ -345,6 +346,38 @@ func TestAuditShowsAdminsOnlyConversationsTheySee(t *testing.T) {
 	}
 }
 
+// An admin who only asked for a call, in a private conversation they have
+// left since, does not read the entries of others about it: asking is not
+// deciding, and the reviewer's reason stays in the conversation.
+func TestAuditShowsARequesterWhoLeftNoDecisionsOfOthers(t *testing.T) {
+	const private = "CPRIVATE77"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = strings.Replace(e2ePolicy, "      four_eyes: true\n", "", 1)
+	e.cfg.AdminUsers = []string{stranger}
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{stranger, approver, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"payroll","version":"2"}`)), fakeopenai.Text("No deploy."))
+	ts := e.slack.Mention(private, stranger, "deploy payroll 2")
+	card := e.cardIn(private, ts, "deploy")
+	_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionReject, "")
+	must(t, err)
+	view := e.modal(approver, slackapp.CallbackReject)
+	const reason = "PRIVATE: the layoffs list is not final"
+	_, err = e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
+		slackapp.BlockRejectReason: {slackapp.ActionRejectReason: reason},
+	}, "")
+	must(t, err)
+	e.answerIn(private, ts, "No deploy.")
+	e.slack.Leave(private, stranger)
+	e.restart() // a process that has not seen the stranger in the channel
+
+	audit := e.slash(stranger, "audit")
+	if strings.Contains(audit, "layoffs") || strings.Contains(audit, "`decide`") || strings.Contains(audit, "<@"+approver+">") {
+		t.Errorf("an admin who only asked for the call reads the decision of another on it:\n%s", audit)
+	}
+	wantIn(t, "the audit of the admin who asked", audit, "`request` · by <@"+stranger+">", "are left out")
+}
+
 // A call the model names with an id it also gave a call in another
 // conversation (ids are only the model's own within one) does not show an
 // admin who made one of them the other's entries.
@@ -507,6 +540,31 @@ func TestLongListsArePaged(t *testing.T) {
 		}
 		wantIn(t, "a page past the last", e.slash(other, fmt.Sprintf("audit 100 %d", len(audit)+1)), "There is no page")
 		wantIn(t, "a page that is no number", e.slash(other, "audit 100 0"), "is not a page number")
+	})
+	t.Run("rules list", func(t *testing.T) {
+		const standing = 40
+		engine := approvals.NewEngine(nil, e.bot.st)
+		ids := make([]string, standing)
+		for i := range standing {
+			r, err := engine.Remember(t.Context(), requester, approvals.StandingRule{
+				Tool: fmt.Sprintf("svc%02d__deploy", i), Channel: channel, When: `args.env == "staging" && args.version.startsWith("1.")`,
+				ExpiresAt: time.Now().Add(time.Hour),
+			})
+			must(t, err)
+			ids[i] = r.ID
+		}
+		list := pages(t, "rules list")
+		if len(list) < 2 {
+			t.Fatalf("rules list of %d rules is on one page:\n%s", standing, list[0])
+		}
+		all := strings.Join(list, "\n")
+		for i, id := range ids {
+			if n := strings.Count(all, "`"+id+"`"); n != 1 {
+				t.Errorf("rules list shows the rule of svc%02d %d times, want once", i, n)
+			}
+		}
+		wantIn(t, "a page past the last", e.slash(other, fmt.Sprintf("rules list %d", len(list)+1)), "There is no page")
+		wantIn(t, "a page that is no number", e.slash(other, "rules list two"), "is not a page number")
 	})
 }
 

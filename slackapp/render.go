@@ -175,16 +175,10 @@ func userRef(id, fallback string) string {
 }
 
 // requesterRefs names the people who asked for a call: requesters when
-// known (everyone whose message the turn answers), else requester alone.
+// known (everyone whose message the turn answers), else requester alone;
+// the first maxListed of them, and how many more there are.
 func requesterRefs(requester string, requesters []string) string {
-	if len(requesters) == 0 {
-		return userRef(requester, "an unknown user")
-	}
-	refs := make([]string, len(requesters))
-	for i, r := range requesters {
-		refs[i] = userRef(r, "an unknown user")
-	}
-	return strings.Join(refs, ", ")
+	return cappedList(requesterList(requester, requesters), ", ", maxListed)
 }
 
 // approverList renders approver ids as mentions joined by sep, dropping any

@@ -267,7 +267,7 @@ func cardTitle(c Card) string {
 // approver.
 func requestText(c Card) string {
 	var lines []string
-	lines = append(lines, "Requested by "+cappedList(requesterList(c.Requester, c.Requesters), ", ", maxListed)+" · tool "+inlineCode(c.Tool))
+	lines = append(lines, "Requested by "+requesterRefs(c.Requester, c.Requesters)+" · tool "+inlineCode(c.Tool))
 	if c.RuleID != "" || c.Reason != "" {
 		rule := "*Rule:*"
 		if c.RuleID != "" {

@@ -400,6 +400,16 @@ func (s *Server) Join(channel string, users ...string) {
 	}
 }
 
+// Leave removes users from a channel's members. It does nothing for an
+// unknown channel.
+func (s *Server) Leave(channel string, users ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.channels[channel]; st != nil {
+		st.Members = slices.DeleteFunc(st.Members, func(m string) bool { return slices.Contains(users, m) })
+	}
+}
+
 // AddUserGroup adds or replaces a user group (subteam) and its members.
 func (s *Server) AddUserGroup(id string, members ...string) {
 	s.mu.Lock()
