@@ -21,6 +21,8 @@ import (
 type Provider struct {
 	tp      *sdktrace.TracerProvider
 	capture bool
+	// opts configure each Tracer (see WithRedaction).
+	opts []Option
 }
 
 // Enabled reports whether getenv asks for traces: an OTLP endpoint is set
@@ -47,10 +49,16 @@ func endpointSet(getenv func(string) string) bool {
 // words that quote none of their values (headers carry credentials, an
 // endpoint may too): with an endpoint set and the SDK not disabled, a
 // trace exporter other than otlp or none (the bot has no other, and would
-// start without traces); and when tracing is on (see Enabled), a protocol other than http/protobuf
-// (the bot speaks OTLP/HTTP only: a gRPC port would refuse every batch),
-// an endpoint that is not an absolute http or https URL, headers that are
-// not comma-separated key=value pairs with percent-encoded values.
+// start without traces); and when tracing is on (see Enabled), a protocol
+// other than http/protobuf or http/json (the bot speaks OTLP/HTTP only: a
+// gRPC port would refuse every batch), an endpoint that is not an absolute
+// http or https URL or that has a user name, password or query (the
+// exporter sends to its host and path only, so the collector would refuse
+// every batch as unauthenticated), headers that are not comma-separated
+// key=value pairs with keys that are HTTP tokens and percent-encoded
+// values (the exporter drops the others). Each setting is judged as the
+// exporter reads it: its OTEL_EXPORTER_OTLP_TRACES_ variable when set,
+// which replaces the general one, and the general one otherwise.
 func CheckEnv(getenv func(string) string) error {
 	if endpointSet(getenv) && !sdkDisabled(getenv) {
 		switch exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))); exp {
@@ -62,37 +70,92 @@ func CheckEnv(getenv func(string) string) error {
 	if !Enabled(getenv) {
 		return nil
 	}
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
-		if v := strings.TrimSpace(getenv(k)); v != "" && v != "http/protobuf" {
-			return fmt.Errorf("%s: the bot exports over OTLP/HTTP with protobuf only (http/protobuf); point the endpoint at the collector's OTLP/HTTP port, 4318 by default", k)
-		}
+	switch k, v := effective(getenv, "PROTOCOL"); v {
+	case "", "http/protobuf", "http/json":
+	default:
+		return fmt.Errorf("%s: the bot exports over OTLP/HTTP only (http/protobuf or http/json); point the endpoint at the collector's OTLP/HTTP port, 4318 by default", k)
 	}
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
-		v := getenv(k)
-		if v == "" {
-			continue
-		}
-		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%s is not an absolute http or https URL (percent-encode any user name or password in it)", k)
-		}
+	if err := checkEndpoint(effective(getenv, "ENDPOINT")); err != nil {
+		return err
 	}
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"} {
-		v := getenv(k)
-		if v == "" {
-			continue
+	k, v := effective(getenv, "HEADERS")
+	if v == "" {
+		return nil
+	}
+	for i, pair := range strings.Split(v, ",") {
+		name, val, ok := strings.Cut(pair, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			return fmt.Errorf("%s: entry %d is not key=value", k, i+1)
 		}
-		for i, pair := range strings.Split(v, ",") {
-			key, val, ok := strings.Cut(pair, "=")
-			if !ok || strings.TrimSpace(key) == "" {
-				return fmt.Errorf("%s: entry %d is not key=value", k, i+1)
-			}
-			if _, err := url.PathUnescape(strings.TrimSpace(val)); err != nil {
-				return fmt.Errorf("%s: the value of entry %d is not percent-encoded (%%25 for %%, %%2C for a comma)", k, i+1)
-			}
+		if !httpToken(strings.TrimSpace(name)) {
+			// The exporter leaves the entry out and sends the batch
+			// without it: a credential in it would never arrive.
+			return fmt.Errorf("%s: the name of entry %d is not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~ only, no spaces)", k, i+1)
+		}
+		if _, err := url.PathUnescape(strings.TrimSpace(val)); err != nil {
+			return fmt.Errorf("%s: the value of entry %d is not percent-encoded (%%25 for %%, %%2C for a comma)", k, i+1)
 		}
 	}
 	return nil
+}
+
+// effective returns the variable the exporter reads setting from, and its
+// value trimmed of spaces as the exporter trims it: the traces' own
+// variable (OTEL_EXPORTER_OTLP_TRACES_setting) when it is set, the general
+// one (OTEL_EXPORTER_OTLP_setting) otherwise. The exporter applies the
+// traces' variable after the general one, replacing the general one's
+// endpoint, protocol or headers whole, so a general value that the traces'
+// variable overrides has no effect, whatever it is.
+func effective(getenv func(string) string, setting string) (name, value string) {
+	name = "OTEL_EXPORTER_OTLP_TRACES_" + setting
+	if v := strings.TrimSpace(getenv(name)); v != "" {
+		return name, v
+	}
+	name = "OTEL_EXPORTER_OTLP_" + setting
+	return name, strings.TrimSpace(getenv(name))
+}
+
+// credentialsAdvice says where the exporter takes credentials from.
+const credentialsAdvice = "send credentials in OTEL_EXPORTER_OTLP_HEADERS (such as Authorization=Basic%20<base64 of user:password> or Authorization=Bearer%20<token>)"
+
+// checkEndpoint refuses an endpoint, the value v of the variable k, that
+// is not an absolute http or https URL, or that has a user name, password
+// or query: the exporter sends to the URL's host and path alone, dropping
+// them, so credentials there never reach the collector.
+func checkEndpoint(k, v string) error {
+	u, err := url.Parse(v)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		if strings.Contains(v, "@") {
+			// Most likely credentials in the URL, which would not
+			// work once it parsed either.
+			return fmt.Errorf("%s is not an absolute http or https URL; it seems to hold a user name or password, which the exporter does not send: %s", k, credentialsAdvice)
+		}
+		return fmt.Errorf("%s is not an absolute http or https URL", k)
+	case u.User != nil:
+		return fmt.Errorf("%s has a user name or password, which the exporter drops: %s", k, credentialsAdvice)
+	case u.RawQuery != "":
+		return fmt.Errorf("%s has a query, which the exporter drops: %s", k, credentialsAdvice)
+	}
+	return nil
+}
+
+// httpToken reports whether name is an HTTP token (RFC 9110), which is
+// what the exporter takes as a header name: ASCII letters and digits and
+// !#$%&'*+-.^_`|~.
+func httpToken(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range name {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.ContainsRune("!#$%&'*+-.^_`|~", c):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // Start returns a Provider exporting over OTLP/HTTP, configured by the
@@ -100,13 +163,14 @@ func CheckEnv(getenv func(string) string) error {
 // sampler, batch settings, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES),
 // when Enabled(getenv) says so; the service name defaults to "toolgate".
 // Otherwise it returns nil, nil: nothing is started. capture records
-// arguments, tool output and model messages in spans. The exporter's
+// arguments, tool output and model messages in spans; opts configure the
+// tracer of Tracer (WithRedaction cleans what the spans say). The exporter's
 // errors (a collector that cannot be reached) go to log, as warnings, and
 // so do the lines of OpenTelemetry's own logger (settings it cannot read,
 // see logSink), in place of its plain lines on stderr: in the log's format,
 // with its redaction. It fails only on settings the exporter refuses; it
 // makes no connection.
-func Start(ctx context.Context, getenv func(string) string, version string, capture bool, log *slog.Logger) (*Provider, error) {
+func Start(ctx context.Context, getenv func(string) string, version string, capture bool, log *slog.Logger, opts ...Option) (*Provider, error) {
 	if !Enabled(getenv) {
 		return nil, nil
 	}
@@ -130,7 +194,7 @@ func Start(ctx context.Context, getenv func(string) string, version string, capt
 		return nil, errors.Join(fmt.Errorf("trace resource: %w", err), exp.Shutdown(ctx))
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return &Provider{tp: tp, capture: capture}, nil
+	return &Provider{tp: tp, capture: capture, opts: opts}, nil
 }
 
 // Tracer returns the bot's tracer, or nil when p is nil.
@@ -138,7 +202,7 @@ func (p *Provider) Tracer() *Tracer {
 	if p == nil {
 		return nil
 	}
-	return NewTracer(p.tp, p.capture)
+	return NewTracer(p.tp, p.capture, p.opts...)
 }
 
 // Shutdown exports the spans not sent yet and stops the exporter; ctx

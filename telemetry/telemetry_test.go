@@ -56,7 +56,7 @@ func TestCheckEnv(t *testing.T) {
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "otlp,console"}, "OTEL_TRACES_EXPORTER"},
 		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint, "OTEL_TRACES_EXPORTER": "console"}, "OTEL_TRACES_EXPORTER"},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL"},
-		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_HEADERS": "api-key"}, "OTEL_EXPORTER_OTLP_HEADERS"},
 	}
@@ -74,6 +74,87 @@ func TestCheckEnv(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// CheckEnv judges the settings as otlptracehttp reads them: the TRACES_
+// variant of a setting, when set (spaces around it are trimmed), replaces
+// the general one, which is then not read at all; http/json is a protocol
+// it speaks; a user name, password or query in the endpoint, and a header
+// whose name is not an HTTP token, it drops without a word, so the
+// collector would refuse every batch as unauthenticated. The errors name
+// the variable at fault and quote none of the values.
+func TestCheckEnvAsTheExporterReadsIt(t *testing.T) {
+	const (
+		endpoint       = "http://collector:4318"
+		tracesEndpoint = "https://collector:4318/v1/traces"
+	)
+	tests := []struct {
+		name    string
+		env     map[string]string
+		refused string // the variable the error names; "" for none
+		want    string // part of the error
+	}{
+		{name: "http/json", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}},
+		{name: "http/json for traces", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}},
+		{name: "grpc overridden for traces", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+			"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}},
+		{name: "grpc for traces over http/protobuf", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+			"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, refused: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
+		{name: "protocol of spaces is unset", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+			"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "  "}, refused: "OTEL_EXPORTER_OTLP_PROTOCOL"},
+		{name: "unknown protocol", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/xml"}, refused: "OTEL_EXPORTER_OTLP_PROTOCOL"},
+		{name: "malformed general endpoint overridden", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318",
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": tracesEndpoint}},
+		{name: "general endpoint with a password overridden", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://u:Pw-in-general@collector:4318",
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": tracesEndpoint}},
+		{name: "malformed traces endpoint", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "collector:4318/v1/traces"}, refused: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"},
+		{name: "endpoint with spaces around it", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": " " + endpoint + " "}},
+		{name: "endpoint with a user and password", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://user:Pw-in-endpoint@collector:4318"},
+			refused: "OTEL_EXPORTER_OTLP_ENDPOINT", want: "OTEL_EXPORTER_OTLP_HEADERS"},
+		{name: "endpoint with a user name", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://api-key-as-user@collector:4318"},
+			refused: "OTEL_EXPORTER_OTLP_ENDPOINT", want: "OTEL_EXPORTER_OTLP_HEADERS"},
+		{name: "traces endpoint with a password", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://u:Pw-in-traces@collector:4318/v1/traces"},
+			refused: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", want: "OTEL_EXPORTER_OTLP_HEADERS"},
+		{name: "endpoint with a query", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector:4318/?api_key=Key-in-query"},
+			refused: "OTEL_EXPORTER_OTLP_ENDPOINT", want: "OTEL_EXPORTER_OTLP_HEADERS"},
+		{name: "malformed endpoint with credentials", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://u:Pw%zz@collector:4318"},
+			refused: "OTEL_EXPORTER_OTLP_ENDPOINT", want: "OTEL_EXPORTER_OTLP_HEADERS"},
+		{name: "header name with a space", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+			"OTEL_EXPORTER_OTLP_HEADERS": "X-Scope=ok,Api Key=Spaced-key"}, refused: "OTEL_EXPORTER_OTLP_HEADERS", want: "entry 2"},
+		{name: "header name with a colon", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+			"OTEL_EXPORTER_OTLP_HEADERS": "Authorization:Bearer=Colon-key"}, refused: "OTEL_EXPORTER_OTLP_HEADERS", want: "entry 1"},
+		{name: "header name not ascii", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+			"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "Schlüssel=Umlaut-key"}, refused: "OTEL_EXPORTER_OTLP_TRACES_HEADERS", want: "entry 1"},
+		{name: "header names of every token character", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+			"OTEL_EXPORTER_OTLP_HEADERS": " Authorization =Bearer%20abc,x!#$%&'*+-.^_`|~9=1"}},
+		{name: "malformed general headers overridden", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+			"OTEL_EXPORTER_OTLP_HEADERS": "Api Key=Spaced-key", "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "Authorization=Bearer%20abc"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := telemetry.CheckEnv(func(k string) string { return tt.env[k] })
+			switch {
+			case tt.refused == "" && err != nil:
+				t.Fatalf("CheckEnv(%v) = %v, want accepted", tt.env, err)
+			case tt.refused != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.refused)):
+				t.Fatalf("CheckEnv(%v) = %v, want refused naming %s", tt.env, err, tt.refused)
+			case err == nil:
+				return
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("CheckEnv(%v) = %q, want it to say %q", tt.env, err, tt.want)
+			}
+			if strings.Contains(err.Error(), "percent-encode any user name or password") {
+				t.Errorf("CheckEnv(%v) = %q, which advises credentials in the endpoint", tt.env, err)
+			}
+			for _, secret := range []string{"Pw-in", "Pw%zz", "Key-in-query", "Spaced-key", "Colon-key", "Umlaut-key", "api-key-as-user", "Schlüssel", "Api Key"} {
+				if strings.Contains(err.Error(), secret) {
+					t.Errorf("CheckEnv(%v) = %q, which quotes %q", tt.env, err, secret)
+				}
+			}
+		})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -47,14 +48,61 @@ const (
 type Tracer struct {
 	tracer  trace.Tracer
 	capture bool
+	// clean takes the secrets out of every text a span exports (see
+	// WithRedaction); it is never nil.
+	clean func(string) string
 }
 
 var _ agent.Tracer = (*Tracer)(nil)
 
+// Option configures a Tracer (see NewTracer and Start).
+type Option func(*Tracer)
+
+// WithRedaction has clean take the secrets out of every text the spans
+// export: the string attributes (with capture, the tools' arguments and
+// output and the model's messages, which quote whatever a tool printed)
+// and the error texts of failed spans. The bot passes its redactor's
+// String, so that spans hide what its logs and errors hide. clean must be
+// safe for concurrent use; nil leaves the texts as they are.
+func WithRedaction(clean func(string) string) Option {
+	return func(t *Tracer) {
+		if clean != nil {
+			t.clean = clean
+		}
+	}
+}
+
 // NewTracer returns a Tracer on tp. With capture, spans carry the tools'
 // arguments and output and the model's messages.
-func NewTracer(tp trace.TracerProvider, capture bool) *Tracer {
-	return &Tracer{tracer: tp.Tracer(instrumentation), capture: capture}
+func NewTracer(tp trace.TracerProvider, capture bool, opts ...Option) *Tracer {
+	t := &Tracer{tracer: tp.Tracer(instrumentation), capture: capture, clean: func(s string) string { return s }}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+// text is the string attribute k with v cleaned.
+func (t *Tracer) text(k attribute.Key, v string) attribute.KeyValue {
+	return k.String(t.clean(v))
+}
+
+// content is the captured text attribute k with v cleaned, then clipped
+// to maxContent: in this order, since a secret the clip cuts would no
+// longer be recognised, and its head would be exported.
+func (t *Tracer) content(k attribute.Key, v string) attribute.KeyValue {
+	return k.String(clip(t.clean(v)))
+}
+
+// contentJSON is the captured attribute k with v in JSON, cleaned and
+// clipped as content is. HTML characters are left unescaped, so that a
+// secret with a '<', '>' or '&' is still found in the text.
+func (t *Tracer) contentJSON(k attribute.Key, v any) attribute.KeyValue {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return t.content(k, strings.TrimSuffix(b.String(), "\n"))
 }
 
 // StartTurn starts the span of a turn, "invoke_agent toolgate". For a
@@ -65,30 +113,30 @@ func (t *Tracer) StartTurn(ctx context.Context, ts agent.TurnStart) (context.Con
 	ctx, span := t.tracer.Start(ctx, "invoke_agent toolgate", trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "invoke_agent"),
 		attribute.String("gen_ai.agent.name", "toolgate"),
-		keyTurnKind.String(string(ts.Kind)),
-		keyConversation.String(ts.Conversation),
-		keyUser.String(ts.User),
-		keyChannel.String(ts.Channel),
+		t.text(keyTurnKind, string(ts.Kind)),
+		t.text(keyConversation, ts.Conversation),
+		t.text(keyUser, ts.User),
+		t.text(keyChannel, ts.Channel),
 	))
 	if ts.RunID != "" {
-		span.SetAttributes(keyRunID.String(ts.RunID))
+		span.SetAttributes(t.text(keyRunID, ts.RunID))
 	}
 	for _, c := range ts.Calls {
 		wait := t.waitSpan(ctx, span.SpanContext(), c)
 		span.AddLink(trace.Link{SpanContext: wait, Attributes: []attribute.KeyValue{attribute.String("toolgate.link", "approval_wait")}})
 	}
 	return ctx, func(out agent.Outcome, err error) {
-		span.SetAttributes(keyTurnOutcome.String(string(out.Status)))
+		span.SetAttributes(t.text(keyTurnOutcome, string(out.Status)))
 		if out.RunID != "" && ts.RunID == "" {
-			span.SetAttributes(keyRunID.String(out.RunID))
+			span.SetAttributes(t.text(keyRunID, out.RunID))
 		}
 		if len(out.Pending) > 0 {
 			span.SetAttributes(keyPending.Int(len(out.Pending)))
 			for _, p := range out.Pending {
 				span.AddEvent("paused", trace.WithAttributes(
-					attribute.String("gen_ai.tool.name", p.Tool),
-					attribute.String("gen_ai.tool.call.id", p.ID),
-					keyRule.String(p.RuleID),
+					t.text("gen_ai.tool.name", p.Tool),
+					t.text("gen_ai.tool.call.id", p.ID),
+					t.text(keyRule, p.RuleID),
 				))
 			}
 		}
@@ -98,7 +146,7 @@ func (t *Tracer) StartTurn(ctx context.Context, ts agent.TurnStart) (context.Con
 			span.SetAttributes(keyTurnOutcome.String("interrupted"))
 			span.AddEvent("interrupted")
 		} else {
-			setError(span, err, t.capture)
+			t.setError(span, err)
 		}
 		span.End()
 	}
@@ -119,12 +167,12 @@ func (t *Tracer) waitSpan(ctx context.Context, turn trace.SpanContext, c store.C
 		trace.WithTimestamp(c.CreatedAt),
 		trace.WithLinks(trace.Link{SpanContext: turn, Attributes: []attribute.KeyValue{attribute.String("toolgate.link", "resumed_by")}}),
 		trace.WithAttributes(
-			attribute.String("gen_ai.tool.name", c.Tool),
-			attribute.String("gen_ai.tool.call.id", c.ID),
-			keyRunID.String(c.RunID),
-			keyRule.String(c.RuleID),
-			keyDecision.String(kind),
-			keyDecider.String(decider),
+			t.text("gen_ai.tool.name", c.Tool),
+			t.text("gen_ai.tool.call.id", c.ID),
+			t.text(keyRunID, c.RunID),
+			t.text(keyRule, c.RuleID),
+			t.text(keyDecision, kind),
+			t.text(keyDecider, decider),
 			keyWait.Float64(at.Sub(c.CreatedAt).Seconds()),
 		))
 	span.End(trace.WithTimestamp(at))
@@ -138,15 +186,15 @@ func (t *Tracer) waitSpan(ctx context.Context, turn trace.SpanContext, c store.C
 func (t *Tracer) StartTool(ctx context.Context, ts agent.ToolStart) (context.Context, func(agent.Result)) {
 	attrs := []attribute.KeyValue{
 		attribute.String("gen_ai.operation.name", "execute_tool"),
-		attribute.String("gen_ai.tool.name", ts.Tool),
-		keyVerdict.String(string(ts.Verdict.Action)),
-		keyRule.String(ts.Verdict.RuleID),
+		t.text("gen_ai.tool.name", ts.Tool),
+		t.text(keyVerdict, string(ts.Verdict.Action)),
+		t.text(keyRule, ts.Verdict.RuleID),
 	}
 	if ts.CallID != "" {
-		attrs = append(attrs, attribute.String("gen_ai.tool.call.id", ts.CallID))
+		attrs = append(attrs, t.text("gen_ai.tool.call.id", ts.CallID))
 	}
 	if t.capture {
-		attrs = append(attrs, attribute.String("gen_ai.tool.call.arguments", clip(string(ts.Args))))
+		attrs = append(attrs, t.content("gen_ai.tool.call.arguments", string(ts.Args)))
 	}
 	ctx, span := t.tracer.Start(ctx, "execute_tool "+ts.Tool, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	return ctx, func(res agent.Result) {
@@ -164,7 +212,7 @@ func (t *Tracer) StartTool(ctx context.Context, ts agent.ToolStart) (context.Con
 		}
 		span.SetAttributes(keyOutcome.String(outcome))
 		if t.capture {
-			span.SetAttributes(attribute.String("gen_ai.tool.call.result", clip(res.Content)))
+			span.SetAttributes(t.content("gen_ai.tool.call.result", res.Content))
 		}
 		span.End()
 	}
@@ -188,11 +236,11 @@ func (m tracedModel) Complete(ctx context.Context, req agent.ModelRequest, onDel
 	ctx, span := m.t.tracer.Start(ctx, "chat "+m.model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.provider.name", "openai"),
-		attribute.String("gen_ai.request.model", m.model),
+		m.t.text("gen_ai.request.model", m.model),
 	))
 	defer span.End()
 	if m.t.capture {
-		span.SetAttributes(attribute.String("gen_ai.input.messages", clipJSON(req.Messages)))
+		span.SetAttributes(m.t.contentJSON("gen_ai.input.messages", req.Messages))
 	}
 	var usage agent.Usage
 	msg, err := m.next.Complete(agent.WithUsage(ctx, &usage), req, onDelta)
@@ -214,12 +262,12 @@ func (m tracedModel) Complete(ctx context.Context, req agent.ModelRequest, onDel
 				span.SetAttributes(attribute.Int("http.response.status_code", me.StatusCode))
 			}
 		}
-		setError(span, err, m.t.capture)
+		m.t.setError(span, err)
 		return msg, err
 	}
 	span.SetAttributes(attribute.Int("toolgate.model.tool_calls", len(msg.ToolCalls)))
 	if m.t.capture {
-		span.SetAttributes(attribute.String("gen_ai.output.messages", clipJSON([]openai.ChatCompletionMessage{msg})))
+		span.SetAttributes(m.t.contentJSON("gen_ai.output.messages", []openai.ChatCompletionMessage{msg}))
 	}
 	return msg, nil
 }
@@ -241,16 +289,17 @@ func RecordRetry(ctx context.Context, retry int, wait time.Duration, err *agent.
 	span.SetAttributes(keyRetries.Int(retry))
 }
 
-// setError marks a span failed. The message is the error's text, but for
-// a model error without capture only its kind and status: the text of a
-// model server's error can quote the request (a validation error that
-// echoes a message back).
-func setError(span trace.Span, err error, capture bool) {
+// setError marks a span failed. The message is the error's text, cleaned
+// as every text the spans export (an error may quote a URL with its
+// password, or what a tool printed), but for a model error without
+// capture only its kind and status: the text of a model server's error can
+// quote the request (a validation error that echoes a message back).
+func (t *Tracer) setError(span trace.Span, err error) {
 	if err == nil {
 		return
 	}
 	var me *agent.ModelError
-	if !capture && errors.As(err, &me) {
+	if !t.capture && errors.As(err, &me) {
 		desc := "model error: " + me.Kind.String()
 		if me.StatusCode != 0 {
 			desc += fmt.Sprintf(" (HTTP %d)", me.StatusCode)
@@ -258,7 +307,7 @@ func setError(span trace.Span, err error, capture bool) {
 		span.SetStatus(codes.Error, desc)
 		return
 	}
-	span.SetStatus(codes.Error, err.Error())
+	span.SetStatus(codes.Error, t.clean(err.Error()))
 }
 
 // clip shortens s to maxContent bytes on a rune boundary.
@@ -271,9 +320,4 @@ func clip(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
-}
-
-func clipJSON(v any) string {
-	b, _ := json.Marshal(v)
-	return clip(string(b))
 }

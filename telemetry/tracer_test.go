@@ -88,13 +88,13 @@ type world struct {
 	now time.Time
 }
 
-func newWorld(t *testing.T, capture bool) *world {
+func newWorld(t *testing.T, capture bool, opts ...telemetry.Option) *world {
 	t.Helper()
 	w := &world{t: t, model: fakeopenai.New(t), spans: tracetest.NewInMemoryExporter(), ran: map[string]json.RawMessage{}, held: make(chan struct{}, 1),
 		now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(w.spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	tr := telemetry.NewTracer(tp, capture)
+	tr := telemetry.NewTracer(tp, capture, opts...)
 
 	st := teststore.Kinds(t)[0].Open(t)()
 	reg := agent.NewRegistry()
@@ -337,6 +337,95 @@ func TestCapturedContent(t *testing.T) {
 	}
 	if out := attrs(chat)["gen_ai.output.messages"].AsString(); !strings.Contains(out, "done") {
 		t.Errorf("model span output messages %q, want the answer", out)
+	}
+}
+
+// fileSecret is the secret the redaction of the tests below knows of;
+// read_file's output holds it.
+const fileSecret = "SECRET-FILE-CONTENT"
+
+// redactFileSecret is a clean-up function that knows of fileSecret, as
+// the bot's redactor knows of its tokens.
+func redactFileSecret(s string) string { return strings.ReplaceAll(s, fileSecret, "[redacted]") }
+
+// leaks lists where the spans export text that contains secret: their
+// names, attributes, events, links and status.
+func leaks(spans tracetest.SpanStubs, secret string) []string {
+	var out []string
+	check := func(span, where string, kvs []attribute.KeyValue) {
+		for _, kv := range kvs {
+			if strings.Contains(kv.Value.Emit(), secret) {
+				out = append(out, span+" "+where+" "+string(kv.Key))
+			}
+		}
+	}
+	for _, s := range spans {
+		if strings.Contains(s.Name, secret) {
+			out = append(out, s.Name+" name")
+		}
+		if strings.Contains(s.Status.Description, secret) {
+			out = append(out, s.Name+" status")
+		}
+		check(s.Name, "attribute", s.Attributes)
+		for _, e := range s.Events {
+			check(s.Name, "event "+e.Name, e.Attributes)
+		}
+		for _, l := range s.Links {
+			check(s.Name, "link", l.Attributes)
+		}
+	}
+	return out
+}
+
+// With capture, the tracer's clean-up function has the last word on the
+// text spans export, as the redactor has on logs: a secret in a tool's
+// arguments or output, the model's messages or an error text (a server
+// error that echoes the request) is not exported.
+func TestCapturedContentIsCleaned(t *testing.T) {
+	w := newWorld(t, true, telemetry.WithRedaction(redactFileSecret))
+	w.model.Reply(
+		fakeopenai.ToolCalls(fakeopenai.ToolCall{ID: "c1", Name: "read_file", Arguments: `{"path":"/srv/` + fileSecret + `"}`}),
+		fakeopenai.Error(422, "invalid input: "+fileSecret),
+	)
+	if _, err := w.agent.Run(context.Background(), request); err == nil {
+		t.Fatal("Run succeeded, want the model's error")
+	}
+	spans := w.spans.GetSpans()
+	for _, l := range leaks(spans, fileSecret) {
+		t.Errorf("exported: %s", l)
+	}
+	// The text is there, cleaned: capture is on.
+	a := attrs(w.one("execute_tool read_file"))
+	if a["gen_ai.tool.call.result"].AsString() != "[redacted]" || a["gen_ai.tool.call.arguments"].AsString() != `{"path":"/srv/[redacted]"}` {
+		t.Errorf("tool span arguments %q, result %q; want them cleaned", a["gen_ai.tool.call.arguments"].Emit(), a["gen_ai.tool.call.result"].Emit())
+	}
+	var status []string
+	for _, s := range w.byName("chat fake-model") {
+		status = append(status, s.Status.Description)
+	}
+	if len(status) != 2 || !strings.Contains(status[1], "invalid input: [redacted]") {
+		t.Errorf("model spans' status %q, want the second failed with the server's text cleaned", status)
+	}
+}
+
+// Content is cleaned before it is clipped: a secret across the clip is
+// not exported in part either.
+func TestCapturedContentIsCleanedBeforeItIsClipped(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tr := telemetry.NewTracer(tp, true, telemetry.WithRedaction(redactFileSecret))
+	// The secret starts 5 bytes before the 8 KiB a captured text keeps.
+	long := strings.Repeat("x", 8<<10-5) + fileSecret
+	_, end := tr.StartTool(context.Background(), agent.ToolStart{Tool: "read_file", Args: json.RawMessage(`{"path":"` + long + `"}`)})
+	end(agent.Result{Content: long})
+	got := spans.GetSpans()
+	for _, l := range leaks(got, fileSecret[:5]) {
+		t.Errorf("exported a part of the secret: %s", l)
+	}
+	// Then clipped: what is kept of the stand-in shows where it was.
+	if res := attrs(got[0])["gen_ai.tool.call.result"].AsString(); !strings.HasSuffix(res, "x[reda…") {
+		t.Errorf("result ends %q, want the stand-in of the secret, clipped", res[max(0, len(res)-20):])
 	}
 }
 

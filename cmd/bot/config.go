@@ -25,6 +25,13 @@ import (
 // OPENAI_BASE_URL.
 const defaultOpenAIBaseURL = "https://api.openai.com/v1"
 
+// minPollInterval is the shortest SWEEP_INTERVAL and TAKEOVER_INTERVAL:
+// each is the period of a ticker on every replica that queries the store,
+// and a nanosecond, say, would have every replica query it in a tight
+// loop. It is under the shortest the tests set through the environment
+// (TAKEOVER_INTERVAL=200ms in the crash tests).
+const minPollInterval = 100 * time.Millisecond
+
 // config is the bot's whole configuration, read from the environment with
 // envconfig. Each field names its variable exactly (there is no prefix);
 // `bot --help` prints them all from these tags.
@@ -53,7 +60,7 @@ type config struct {
 	MaxCallsPerStep  int           `envconfig:"MAX_CALLS_PER_STEP" default:"32" desc:"tool calls judged in one model step; the model is told the rest were not performed"`
 	MaxToolResult    int           `envconfig:"MAX_TOOL_RESULT_BYTES" default:"16384" desc:"bytes of a tool's result the model is given, whatever the tool's own limit; the rest is cut with a note"`
 	MaxTurns         int           `envconfig:"MAX_TURNS" default:"1000" desc:"turns running at once; more wait in arrival order and their thread is told"`
-	SweepInterval    time.Duration `envconfig:"SWEEP_INTERVAL" default:"30s" desc:"how often decided runs whose resume was lost in a crash are resumed"`
+	SweepInterval    time.Duration `envconfig:"SWEEP_INTERVAL" default:"30s" desc:"how often decided runs whose resume was lost in a crash are resumed; at least 100ms"`
 	SystemPrompt     string        `envconfig:"SYSTEM_PROMPT" desc:"system prompt of every model request; empty: the built-in one"`
 	OpenAIAPIVersion string        `envconfig:"OPENAI_API_VERSION" desc:"Azure OpenAI API version (such as 2024-10-21); set, or an OPENAI_BASE_URL host ending in .openai.azure.com, means Azure (OPENAI_BASE_URL is then the resource endpoint)"`
 	ModelTimeout     time.Duration `envconfig:"MODEL_TIMEOUT" default:"2m" desc:"bound on one model request, streaming included"`
@@ -66,7 +73,7 @@ type config struct {
 	OTELEndpoint     string        `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"OTLP/HTTP collector for traces (such as http://otel-collector:4318); empty: no tracing. The other standard OTEL_* variables apply"`
 	OTELCapture      bool          `envconfig:"OTEL_CAPTURE_CONTENT" default:"false" desc:"put tool arguments and output and model messages in spans; off, spans carry none"`
 	LeaseTTL         time.Duration `envconfig:"LEASE_TTL" default:"10s" desc:"lease on a conversation while a turn or resume runs, renewed every third of it; a dead replica's work is taken over once it lapses"`
-	TakeoverInterval time.Duration `envconfig:"TAKEOVER_INTERVAL" default:"5s" desc:"how often each replica looks for conversations whose turn died with its replica and takes them over"`
+	TakeoverInterval time.Duration `envconfig:"TAKEOVER_INTERVAL" default:"5s" desc:"how often each replica looks for conversations whose turn died with its replica and takes them over; at least 100ms"`
 	Pprof            bool          `envconfig:"PPROF" default:"false" desc:"serve Go's profiler under /debug/pprof/ on HTTP_ADDR; keep HTTP_ADDR private when on"`
 }
 
@@ -217,6 +224,9 @@ func (c *config) validate() error {
 	if c.TakeoverInterval <= 0 {
 		return fmt.Errorf("TAKEOVER_INTERVAL: %s is not positive", c.TakeoverInterval)
 	}
+	if c.TakeoverInterval < minPollInterval {
+		return fmt.Errorf("TAKEOVER_INTERVAL: %s is under %s: every replica would query the store in a tight loop", c.TakeoverInterval, minPollInterval)
+	}
 	if c.AuditRetention <= 0 {
 		return fmt.Errorf("AUDIT_RETENTION: %s is not positive", c.AuditRetention)
 	}
@@ -257,6 +267,9 @@ func (c *config) validate() error {
 	}
 	if c.SweepInterval <= 0 {
 		return fmt.Errorf("SWEEP_INTERVAL: %v is not positive", c.SweepInterval)
+	}
+	if c.SweepInterval < minPollInterval {
+		return fmt.Errorf("SWEEP_INTERVAL: %s is under %s: every replica would query the store in a tight loop", c.SweepInterval, minPollInterval)
 	}
 	return telemetry.CheckEnv(os.Getenv)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 // Slack's tokens end in random letters and digits, which now and then
@@ -53,5 +54,22 @@ func TestTokenSpellingAWordIsTaken(t *testing.T) {
 	}
 	if secrets := envSecrets(func(k string) string { return env[k] }); !slices.Contains(secrets, tok) {
 		t.Error("the token is not among the secrets kept out of the output")
+	}
+}
+
+// The floor of SWEEP_INTERVAL and TAKEOVER_INTERVAL is no more than the
+// crash tests use (TAKEOVER_INTERVAL=200ms): a value at the floor is
+// taken.
+func TestIntervalsAtTheFloor(t *testing.T) {
+	env := validEnv(t)
+	env["SWEEP_INTERVAL"] = "100ms"
+	env["TAKEOVER_INTERVAL"] = "100ms"
+	setEnv(t, env)
+	c, err := loadConfig()
+	if err != nil {
+		t.Fatalf("loadConfig with both intervals at 100ms: %v", err)
+	}
+	if c.SweepInterval != 100*time.Millisecond || c.TakeoverInterval != 100*time.Millisecond {
+		t.Errorf("SweepInterval %v, TakeoverInterval %v, want 100ms each", c.SweepInterval, c.TakeoverInterval)
 	}
 }

@@ -16,11 +16,11 @@ import (
 // readyTimeout bounds the checks of one /readyz request.
 const readyTimeout = 3 * time.Second
 
-// slackState is what /readyz asks the Slack app.
+// slackState is what /readyz asks the Slack app. Its Ready (Socket Mode
+// connected and the store reachable) is not asked: /readyz reckons the
+// same from Connected and its own ping of the store, since a second ping
+// could answer otherwise than the first (see readyz).
 type slackState interface {
-	// Ready is nil when the app can serve: Socket Mode connected and the
-	// store reachable.
-	Ready(ctx context.Context) error
 	Connected() bool
 }
 
@@ -85,12 +85,24 @@ func (p probes) handler() http.Handler {
 	return mux
 }
 
+// readyz answers /readyz from one look at each source: Socket Mode is
+// asked once and the store pinged once, and the status, ready, error,
+// socket_mode and store all follow from these two answers. Asking again
+// for the status (as slackapp.App.Ready, which pings the store itself,
+// would) could get another answer from a flaky store: a 200 with a store
+// error in the body, or a 503 blaming a store the body calls ok, and two
+// pings per probe.
 func (p probes) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
 	body := readiness{SocketMode: "disconnected", Store: "ok", MCPServers: []tools.ServerStatus{}}
-	if err := p.store.Ping(ctx); err != nil {
-		body.Store = p.redact.String(err.Error())
+	connected := p.app.Connected()
+	if connected {
+		body.SocketMode = "connected"
+	}
+	storeErr := p.store.Ping(ctx)
+	if storeErr != nil {
+		body.Store = p.redact.String(storeErr.Error())
 	}
 	if p.mcp != nil {
 		for _, s := range p.mcp() {
@@ -99,16 +111,15 @@ func (p probes) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	status := http.StatusOK
-	if err := p.app.Ready(ctx); err != nil {
+	switch {
+	case !connected:
 		status = http.StatusServiceUnavailable
-		body.Error = p.redact.String(err.Error())
-	} else {
+		body.Error = "socket mode is not connected"
+	case storeErr != nil:
+		status = http.StatusServiceUnavailable
+		body.Error = "store: " + body.Store
+	default:
 		body.Ready = true
-	}
-	// Asked after Ready, and connected whenever ready, so the body never
-	// says ready but disconnected when the connection came up meanwhile.
-	if body.Ready || p.app.Connected() {
-		body.SocketMode = "connected"
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,24 +15,12 @@ import (
 	"github.com/toolgate/toolgate/tools"
 )
 
-// fakeApp is a slackState whose readiness follows its fields, as
-// slackapp.App's does.
+// fakeApp is a slackState whose Socket Mode is connected or not.
 type fakeApp struct {
 	connected bool
-	store     *fakeStore
 }
 
 func (a fakeApp) Connected() bool { return a.connected }
-
-func (a fakeApp) Ready(ctx context.Context) error {
-	if !a.connected {
-		return errors.New("socket mode is not connected")
-	}
-	if err := a.store.Ping(ctx); err != nil {
-		return errors.New("store: " + err.Error())
-	}
-	return nil
-}
 
 type fakeStore struct{ err error }
 
@@ -78,7 +67,7 @@ func TestReadyz(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &fakeStore{err: tt.storeErr}
 			p := probes{
-				app:      fakeApp{connected: tt.connected, store: st},
+				app:      fakeApp{connected: tt.connected},
 				store:    st,
 				gatherer: prometheus.NewRegistry(),
 				redact:   newRedactor("sk-secret-mcp"),
@@ -118,7 +107,7 @@ func TestHealthzAndMetrics(t *testing.T) {
 	reg.MustRegister(c)
 	c.Inc()
 	st := &fakeStore{err: errors.New("down")}
-	h := probes{app: fakeApp{store: st}, store: st, gatherer: reg}.handler()
+	h := probes{app: fakeApp{}, store: st, gatherer: reg}.handler()
 
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
@@ -143,12 +132,64 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st := &fakeStore{}
 	for _, on := range []bool{false, true} {
-		h := probes{app: fakeApp{store: st}, store: st, gatherer: reg, pprof: on}.handler()
+		h := probes{app: fakeApp{}, store: st, gatherer: reg, pprof: on}.handler()
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/goroutine?debug=1", nil))
 		served := rec.Code == http.StatusOK && strings.Contains(rec.Body.String(), "goroutine profile")
 		if served != on {
 			t.Errorf("PPROF=%v: /debug/pprof/goroutine answered %d (%d bytes)", on, rec.Code, rec.Body.Len())
+		}
+	}
+}
+
+// flakyStore fails every other ping, starting with the first, and counts
+// them.
+type flakyStore struct {
+	mu    sync.Mutex
+	pings int
+}
+
+func (s *flakyStore) Ping(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pings++
+	if s.pings%2 == 1 {
+		return errors.New("i/o timeout")
+	}
+	return nil
+}
+
+func (s *flakyStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pings
+}
+
+// /readyz asks a store that answers now and then once, and says the same
+// of it everywhere: it never answers 200 with the store not ok, nor puts
+// a store error beside store ok.
+func TestReadyzAsksTheStoreOnce(t *testing.T) {
+	st := &flakyStore{}
+	h := probes{app: fakeApp{connected: true}, store: st, gatherer: prometheus.NewRegistry()}.handler()
+	for i := range 6 {
+		before := st.count()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		var got readiness
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatalf("probe %d: body %q: %v", i+1, rec.Body, err)
+		}
+		if rec.Code == http.StatusOK && (got.Store != "ok" || !got.Ready) {
+			t.Errorf("probe %d: 200 with %+v", i+1, got)
+		}
+		if got.Store == "ok" && (strings.Contains(got.Error, "store") || rec.Code != http.StatusOK) {
+			t.Errorf("probe %d: store ok beside status %d and error %q", i+1, rec.Code, got.Error)
+		}
+		if got.Store != "ok" && (got.Ready || rec.Code == http.StatusOK || got.Error != "store: "+got.Store) {
+			t.Errorf("probe %d: store %q beside status %d, ready %v and error %q", i+1, got.Store, rec.Code, got.Ready, got.Error)
+		}
+		if n := st.count() - before; n != 1 {
+			t.Errorf("probe %d pinged the store %d times, want once", i+1, n)
 		}
 	}
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store"
-	"github.com/toolgate/toolgate/telemetry"
 	"github.com/toolgate/toolgate/tools"
 )
 
@@ -108,7 +107,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return red.Error(serve(ctx, cfg, file, red, stderr))
 }
 
-// serve runs the bot with a checked configuration until ctx ends.
+// serve runs the bot with a checked configuration until ctx ends or SIGINT
+// or SIGTERM arrives, and returns nil after such a stop, whichever step of
+// the start-up or the serving it came in.
 func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, logOut io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -117,6 +118,33 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 	context.AfterFunc(ctx, stop)
 
 	log := newLogger(logOut, cfg, red)
+	err := serveBot(ctx, cfg, file, red, log)
+	// The stop cancels what is under way: dialling the store, connecting
+	// the MCP servers, serving. Each step then fails with
+	// context.Canceled, which is the stop asked for and no failure, so the
+	// exit is clean from each of them (an orchestrator that stops a pod
+	// still starting would otherwise see a bad setting, status 2). The
+	// same error while ctx is live is a failure of its own.
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		err = nil
+	}
+	if tr, ok := errors.AsType[*slackapp.TokenRefusedError](err); ok {
+		name := "SLACK_BOT_TOKEN"
+		if tr.App {
+			name = "SLACK_APP_TOKEN"
+		}
+		err = configErrorf("%s: %w; paste the token again from the Slack app's settings", name, err)
+	}
+	if err == nil {
+		log.Info("stopped")
+	}
+	return err
+}
+
+// serveBot is serve's work, which ctx's end stops: it opens the store,
+// builds the bot and serves Slack and HTTP until ctx ends or a part fails,
+// then closes everything it opened.
+func serveBot(ctx context.Context, cfg config, file botsetup.File, red redactor, log *slog.Logger) error {
 	// The Redis client's own lines (a pool that cannot dial) go through
 	// the same log, redacted and in its format.
 	redis.SetLogger(redisLog{log})
@@ -139,9 +167,9 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 	st = countStore(st, promReg)
 	defer closeLogged(log, "store", st)
 
-	traces, err := telemetry.Start(ctx, os.Getenv, "", cfg.OTELCapture, log)
+	traces, err := startTracing(ctx, cfg, log, red)
 	if err != nil {
-		return fmt.Errorf("start tracing: %w", err)
+		return err
 	}
 	defer flushTraces(log, traces)
 	model, tracer := newModel(cfg, log, traces.Tracer())
@@ -234,25 +262,18 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
-			return fmt.Errorf("stop http server: %w", err)
+			// A request still running after the grace (a CPU profile
+			// with PPROF=true, a scrape of a slow registry) is cut
+			// rather than waited for: the requests of the probes and
+			// the profiler are no work of the bot's, and the stop was
+			// asked for, so it stays clean. Close's own error can only
+			// be the listener's, which Shutdown has closed already.
+			_ = srv.Close()
+			log.Warn("stop http server: requests still running were cut", "grace", httpShutdownTimeout.String(), "err", err)
 		}
 		return nil
 	})
-	err = g.Wait()
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	if tr, ok := errors.AsType[*slackapp.TokenRefusedError](err); ok {
-		name := "SLACK_BOT_TOKEN"
-		if tr.App {
-			name = "SLACK_APP_TOKEN"
-		}
-		err = configErrorf("%s: %w; paste the token again from the Slack app's settings", name, err)
-	}
-	if err == nil {
-		log.Info("stopped")
-	}
-	return err
+	return g.Wait()
 }
 
 // checkToolReach refuses a workspace root or run_command dir that holds

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/toolgate/toolgate/agent"
@@ -39,6 +41,19 @@ func newModel(cfg config, log *slog.Logger, tr *telemetry.Tracer) (agent.Model, 
 		return m, nil
 	}
 	return tr.Model(m, cfg.OpenAIModel), tr
+}
+
+// startTracing starts the trace exporter when the OTEL_* variables of the
+// process ask for it (see telemetry.Start), or returns nil. Its spans go
+// through red, as the logs do: with OTEL_CAPTURE_CONTENT they carry what
+// tools printed and the model said, and error texts may quote a URL with
+// its password, any of which can hold a token.
+func startTracing(ctx context.Context, cfg config, log *slog.Logger, red redactor) (*telemetry.Provider, error) {
+	p, err := telemetry.Start(ctx, os.Getenv, "", cfg.OTELCapture, log, telemetry.WithRedaction(red.String))
+	if err != nil {
+		return nil, fmt.Errorf("start tracing: %w", err)
+	}
+	return p, nil
 }
 
 // flushTraces exports the spans not sent yet; a failure is logged.

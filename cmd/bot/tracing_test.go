@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
@@ -84,4 +87,62 @@ func TestTracingLinesAreRedacted(t *testing.T) {
 		}
 	}
 	assertNoSecrets(t, "the log", got, key)
+}
+
+// With OTEL_CAPTURE_CONTENT, the spans the bot exports go through its
+// redactor, as its logs do: a token a tool printed reaches the collector
+// as [redacted].
+func TestTracedContentIsRedacted(t *testing.T) {
+	const secret = "sk-tool-output-secret-77"
+	exported := make(chan *coltracepb.ExportTraceServiceRequest, 4)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		req := &coltracepb.ExportTraceServiceRequest{}
+		if err == nil {
+			err = proto.Unmarshal(body, req)
+		}
+		if err != nil {
+			t.Errorf("decode export request: %v", err)
+		}
+		exported <- req
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		_, _ = w.Write(b)
+	}))
+	defer collector.Close()
+	setEnv(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL})
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p, err := startTracing(t.Context(), config{OTELCapture: true}, log, newRedactor(secret))
+	if err != nil || p == nil {
+		t.Fatalf("startTracing = %v, %v", p, err)
+	}
+	_, end := p.Tracer().StartTool(t.Context(), agent.ToolStart{Tool: "read_file", Args: json.RawMessage(`{"key":"` + secret + `"}`)})
+	end(agent.Result{Content: "token=" + secret})
+	flushTraces(log, p)
+	close(exported)
+
+	var result string
+	for req := range exported {
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					for _, kv := range s.Attributes {
+						if v := kv.Value.GetStringValue(); strings.Contains(v, secret) {
+							t.Errorf("span %q exports %s = %q", s.Name, kv.Key, v)
+						}
+						if kv.Key == "gen_ai.tool.call.result" {
+							result = kv.Value.GetStringValue()
+						}
+					}
+				}
+			}
+		}
+	}
+	if result != "token=[redacted]" {
+		t.Errorf("exported tool result %q, want token=[redacted]", result)
+	}
 }

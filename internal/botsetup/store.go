@@ -64,13 +64,20 @@ type StoreConfig struct {
 // store whose DATA_DIR cannot hold it (not a directory, not writable, on a
 // read-only file system) is a *ConfigError naming DATA_DIR and the file;
 // other failures (a file another process holds) are plain errors naming
-// the file. The caller closes the store.
+// the file. When ctx ends while the Redis is being reached (a SIGTERM
+// during start-up), the error is ctx.Err() itself, not a *ConfigError:
+// nothing is wrong with REDIS_URL. The caller closes the store.
 func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, error) {
 	if c.RedisURL != "" {
 		if err := checkURLForm(c.RedisURL); err != nil {
 			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: %w", err)}
 		}
 		if err := redisstore.CheckURL(ctx, c.RedisURL, redisCheckTimeout); err != nil {
+			if ctx.Err() != nil {
+				// Stopped while dialling: the dial's error says
+				// nothing of the URL.
+				return nil, ctx.Err()
+			}
 			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
 		}
 		// Bounded as the check above: a Redis that takes the dial but
@@ -80,6 +87,11 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 		st, err := redisstore.New(pctx, c.RedisURL, redisstore.Options{Prefix: c.RedisPrefix, Retention: c.Retention, AuditRetention: c.AuditRetention, AuditMax: c.AuditMax})
 		cancel()
 		if err != nil {
+			// Only the caller's end is a stop: pctx's own time-out is a
+			// Redis that does not answer, a setting to look at.
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
 		}
 		log.Info("using redis store", "url", SafeURL(c.RedisURL), "prefix", c.RedisPrefix)
@@ -87,7 +99,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 		return st, nil
 	}
 	path := filepath.Join(c.Dir, StoreFile)
-	st, err := boltstore.Open(path, boltstore.Options{Retention: c.Retention, AuditRetention: c.AuditRetention, AuditMax: c.AuditMax})
+	st, err := boltstore.Open(path, boltstore.Options{Retention: c.Retention, AuditRetention: c.AuditRetention, AuditMax: c.AuditMax, Logger: log})
 	if err != nil {
 		return nil, storeOpenError(err)
 	}

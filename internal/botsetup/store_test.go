@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -124,6 +125,48 @@ func TestOpenStoreBadRedisURL(t *testing.T) {
 		if msg := err.Error(); !strings.HasPrefix(msg, "REDIS_URL: ") || strings.Contains(msg, "hunter2-pass") || strings.Contains(msg, "\n") {
 			t.Errorf("OpenStore(%s): error %q, want one line naming REDIS_URL, without the password", u, msg)
 		}
+	}
+}
+
+// A stop while OpenStore waits for a Redis that took the connection but
+// never answers is the context's error itself, not a *ConfigError: the
+// bot stops cleanly instead of blaming REDIS_URL.
+func TestOpenStoreStoppedWhileConnecting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	// The first connection is the plain dial of the check, the next
+	// the client's, whose PING is never answered: the stop comes then.
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+			if len(conns) == 2 {
+				cancel()
+			}
+		}
+	}()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := OpenStore(ctx, StoreConfig{RedisURL: "redis://" + ln.Addr().String() + "/0"}, log)
+	if err == nil {
+		st.Close()
+		t.Fatal("OpenStore succeeded on a Redis that never answers")
+	}
+	if _, ok := errors.AsType[*ConfigError](err); ok || err != context.Canceled {
+		t.Errorf("OpenStore after a stop = %T %v, want context.Canceled itself", err, err)
 	}
 }
 
