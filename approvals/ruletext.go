@@ -29,6 +29,12 @@ import (
 // text pasted from Slack works as typed. Each key may appear once.
 // Rule.String gives the same form back.
 func ParseRule(text string) (Rule, error) {
+	if r, at, ok := hiddenRune(text); ok {
+		// Pasted text can carry a zero-width space or a bidirectional
+		// control that no reply shows: a condition that reads as
+		// args.service == "payroll" would then never match payroll.
+		return Rule{}, fmt.Errorf("the rule holds an invisible character (U+%04X, at character %d); type it again, or write it as \\u%04x inside a CEL string if it is meant", r, at, r)
+	}
 	fields, err := splitFields(NormalizeText(text))
 	if err != nil {
 		return Rule{}, err
@@ -65,6 +71,11 @@ func ParseRule(text string) (Rule, error) {
 				if a = strings.TrimSpace(a); a != "" {
 					r.Approvers = append(r.Approvers, mentionID(a))
 				}
+			}
+			if len(r.Approvers) == 0 {
+				// As with when: a blank left by a template would open
+				// the rule to anyone in the channel.
+				return Rule{}, errors.New("approvers: empty; leave it out for anyone in the conversation")
 			}
 		case "four_eyes":
 			b, err := strconv.ParseBool(f.value)
@@ -178,6 +189,24 @@ func NormalizeText(s string) string {
 		"“", `"`, "”", `"`, "„", `"`,
 		"‘", "'", "’", "'",
 	).Replace(s)
+}
+
+// hiddenRune returns the first character of s a reader would not see
+// (Unicode's format characters: zero-width spaces and joiners,
+// bidirectional controls, the byte-order mark; control characters other
+// than tab and line breaks; the line and paragraph separators), and its
+// position in characters from 1.
+func hiddenRune(s string) (rune, int, bool) {
+	at := 0
+	for _, r := range s {
+		at++
+		switch {
+		case r == '\t' || r == '\n' || r == '\r':
+		case unicode.Is(unicode.Cf, r), unicode.Is(unicode.Cc, r), r == '\u2028', r == '\u2029':
+			return r, at, true
+		}
+	}
+	return 0, 0, false
 }
 
 // mentionID turns a Slack mention (<@U1|name>, <!subteam^S1|@team>) into

@@ -72,6 +72,11 @@ func TestParseRuleErrors(t *testing.T) {
 		{"min_approvals on allow", "tool=a verdict=allow min_approvals=2", "only an ask waits for approvals"},
 		{"unterminated single", "tool=a verdict=ask when='args.x", "when: unterminated ' quote"},
 		{"unterminated double", `tool=a verdict=ask reason="oops`, `reason: unterminated " quote`},
+		{"zero-width space in a condition", "tool=deploy verdict=deny when='args.service == \"pay\u200broll\"'", "invisible character (U+200B, at character 52)"},
+		{"bidirectional control", "tool=deploy verdict=deny reason=\"\u202Efrozen\"", "invisible character (U+202E"},
+		{"approvers empty", "tool=a verdict=ask approvers=", "approvers: empty"},
+		{"approvers quoted empty", `tool=a verdict=ask approvers="" min_approvals=2`, "approvers: empty"},
+		{"approvers only commas", "tool=a verdict=ask approvers=,", "approvers: empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
