@@ -325,12 +325,8 @@ func (a *App) authTest(ctx context.Context) (*slack.AuthTestResponse, error) {
 		}
 		wait := backoff(attempt)
 		a.log.Warn("slack cannot be reached; asking again", "method", "auth.test", "in", wait.Round(time.Millisecond), "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
+		if err := sleep(ctx, wait); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -310,6 +310,26 @@ func TestLateCardCopyIsUpdated(t *testing.T) {
 	}
 }
 
+// rejectInPrivate has asker ask for a deploy in the private channel ch,
+// and the approver reject it with a reason meant for the channel only,
+// which it returns once the thread is answered.
+func (e *env) rejectInPrivate(ch, asker string) string {
+	e.t.Helper()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"payroll","version":"1"}`)), fakeopenai.Text("No deploy."))
+	ts := e.slack.Mention(ch, asker, "deploy payroll 1")
+	card := e.cardIn(ch, ts, "deploy")
+	_, err := e.slack.Click(approver, ch, card.TS, slackapp.ActionReject, "")
+	must(e.t, err)
+	view := e.modal(approver, slackapp.CallbackReject)
+	const reason = "PRIVATE: the layoffs list is not final"
+	_, err = e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
+		slackapp.BlockRejectReason: {slackapp.ActionRejectReason: reason},
+	}, "")
+	must(e.t, err)
+	e.answerIn(ch, ts, "No deploy.")
+	return reason
+}
+
 // The audit log shows an admin only what they may see of calls: entries of
 // conversations they are in or calls they decided, never a private
 // conversation's reasons or where it is; policy changes are for every
@@ -321,18 +341,7 @@ func TestAuditShowsAdminsOnlyConversationsTheySee(t *testing.T) {
 	e.cfg.AdminUsers = []string{other, approver, stranger}
 	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, e.slack.BotUserID()}})
 	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"payroll","version":"1"}`)), fakeopenai.Text("No deploy."))
-	ts := e.slack.Mention(private, requester, "deploy payroll 1")
-	card := e.cardIn(private, ts, "deploy")
-	_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionReject, "")
-	must(t, err)
-	view := e.modal(approver, slackapp.CallbackReject)
-	const reason = "PRIVATE: the layoffs list is not final"
-	_, err = e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
-		slackapp.BlockRejectReason: {slackapp.ActionRejectReason: reason},
-	}, "")
-	must(t, err)
-	e.answerIn(private, ts, "No deploy.")
+	reason := e.rejectInPrivate(private, requester)
 	wantIn(t, "policy add", e.slash(stranger, "policy add tool=deploy verdict=deny id=freeze reason=frozen"), "Added runtime rule `freeze`")
 
 	// The approver is in the conversation and decided the call: all of it.
@@ -356,18 +365,7 @@ func TestAuditShowsARequesterWhoLeftNoDecisionsOfOthers(t *testing.T) {
 	e.cfg.AdminUsers = []string{stranger}
 	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{stranger, approver, e.slack.BotUserID()}})
 	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"payroll","version":"2"}`)), fakeopenai.Text("No deploy."))
-	ts := e.slack.Mention(private, stranger, "deploy payroll 2")
-	card := e.cardIn(private, ts, "deploy")
-	_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionReject, "")
-	must(t, err)
-	view := e.modal(approver, slackapp.CallbackReject)
-	const reason = "PRIVATE: the layoffs list is not final"
-	_, err = e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
-		slackapp.BlockRejectReason: {slackapp.ActionRejectReason: reason},
-	}, "")
-	must(t, err)
-	e.answerIn(private, ts, "No deploy.")
+	e.rejectInPrivate(private, stranger)
 	e.slack.Leave(private, stranger)
 	e.restart() // a process that has not seen the stranger in the channel
 

@@ -263,12 +263,8 @@ func (s *socket) Run(ctx context.Context) error {
 		if wait <= 0 {
 			continue
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+		if err := sleep(ctx, wait); err != nil {
+			return err
 		}
 	}
 }
@@ -350,12 +346,8 @@ func (s *socket) connect(ctx context.Context) (*socketConn, error) {
 			wait = max(wait, rl.RetryAfter)
 		}
 		s.log.Warn("socket mode: could not connect; retrying", "attempt", attempt+1, "retry_in", wait.String(), "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
+		if err := sleep(ctx, wait); err != nil {
+			return nil, err
 		}
 	}
 }

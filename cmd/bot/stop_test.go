@@ -70,6 +70,18 @@ func waitStopped(t *testing.T, cancel context.CancelFunc, errc <-chan error) err
 	return nil
 }
 
+// runInBackground runs the bot with env set until cancel, and returns
+// its log and, once it returned, its result.
+func runInBackground(t *testing.T, env map[string]string) (cancel context.CancelFunc, logs *syncBuffer, errc <-chan error) {
+	t.Helper()
+	setEnv(t, env)
+	ctx, cancel := context.WithCancel(t.Context())
+	logs = &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, io.Discard, logs) }()
+	return cancel, logs, done
+}
+
 // A stop (SIGTERM, Ctrl-C) while the bot still waits for its Redis to
 // answer is a clean stop, exit status 0: not a bad REDIS_URL (status 2),
 // which would send an operator hunting for a setting that is fine.
@@ -77,12 +89,8 @@ func TestRunStoppedWhileConnectingToRedis(t *testing.T) {
 	addr, accepted := silentListener(t)
 	env := validEnv(t)
 	env["REDIS_URL"] = "redis://" + addr + "/0"
-	setEnv(t, env)
-	ctx, cancel := context.WithCancel(t.Context())
+	cancel, logs, errc := runInBackground(t, env)
 	defer cancel()
-	logs := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, nil, io.Discard, logs) }()
 
 	// The bot has dialled the Redis, which will never answer: it is
 	// connecting when the stop comes.
@@ -116,12 +124,8 @@ func TestRunStoppedWhileConnectingAToolServer(t *testing.T) {
 	}
 	env := validEnv(t)
 	env["CONFIG_FILE"] = configFile
-	setEnv(t, env)
-	ctx, cancel := context.WithCancel(t.Context())
+	cancel, logs, errc := runInBackground(t, env)
 	defer cancel()
-	logs := &syncBuffer{}
-	errc := make(chan error, 1)
-	go func() { errc <- run(ctx, nil, io.Discard, logs) }()
 
 	for {
 		if _, err := os.Stat(started); err == nil {
