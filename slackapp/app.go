@@ -71,6 +71,10 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
+	// Redact, if set, takes the secrets the bot knows out of text from
+	// outside it that it posts: a model server's own words when it
+	// refuses a request, which a proxy may write the credential into.
+	Redact func(string) string
 	// Metrics, if set, is updated as envelopes, turns and decisions go by.
 	Metrics *Metrics
 	// HTTPClient is used for the Web API (default a client with a 30s

@@ -548,3 +548,19 @@ func TestRefusedStopWithNothingToShowPostsNothing(t *testing.T) {
 		})
 	}
 }
+
+// What a model server says when it refuses a request is posted through
+// Config.Redact: a proxy that writes the credential into its refusal does
+// not have it shown in the thread.
+func TestModelRefusalIsRedacted(t *testing.T) {
+	const secret = "sk-live-7fQ2mZ9xR4"
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.Redact = strings.NewReplacer(secret, "[REDACTED]").Replace
+	e.start()
+	e.model.Reply(fakeopenai.Error(401, "upstream refused the key "+secret))
+	ts := e.slack.Mention(channel, requester, "hello")
+	note := e.answer(ts, "model")
+	if text := note.Text + blocksText(note); strings.Contains(text, secret) || !strings.Contains(text, "[REDACTED]") {
+		t.Errorf("the note shows the server's words unredacted: %q", text)
+	}
+}

@@ -497,6 +497,9 @@ func (a *App) handOver(ctx context.Context, key string, err error) {
 // the restart is made once (see firstRestartNote).
 func (a *App) postFailure(ctx context.Context, key string, err error) {
 	text := failureText(err)
+	if a.cfg.Redact != nil {
+		text = a.cfg.Redact(text)
+	}
 	if text == restartingRecordedText && !a.firstRestartNote(key) {
 		return
 	}

@@ -187,6 +187,7 @@ func serveBot(ctx context.Context, cfg config, file botsetup.File, red redactor,
 			SweepInterval:    cfg.SweepInterval,
 			ShutdownGrace:    cfg.ShutdownGrace,
 			TakeoverInterval: cfg.TakeoverInterval,
+			Redact:           red.String,
 		},
 		Agent: agent.Config{
 			SystemPrompt:  cfg.SystemPrompt,
