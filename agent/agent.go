@@ -159,8 +159,13 @@ type Config struct {
 	// MaxArgBytes refuses larger tool arguments from the model (default
 	// 256 KiB).
 	MaxArgBytes int
-	// ContextBudget bounds the history sent to the model, in estimated
-	// tokens (about four bytes each; default 64000).
+	// ContextBudget bounds what a request to the model carries, in
+	// estimated tokens (default 64000): the system prompt and the tools
+	// offered, then as much of the history as fits (see fitBudget). The
+	// estimate is conservative (see textTokens): from about two bytes a
+	// token for hex or base64 to four for English, and a token for each
+	// character of other scripts. A request the model still refuses as
+	// too long is sent again with the history shortened to half.
 	ContextBudget int
 	// ApprovalTTL is how long a paused call waits when its rule sets no
 	// TTL (default 72h).

@@ -25,12 +25,19 @@ asks why. Explain in a few sentences, in plain words, what this call will do and
 
 // Explain asks the model, with the conversation so far and the pending
 // call, to explain in a few sentences what the call will do and why it
-// wants it, offering it no tools, and returns the explanation (model text,
-// to be escaped before it is shown). Nothing is written but an audit entry:
-// the call stays pending as it was, the run and the conversation's history
-// are unchanged, and no lease is taken, so it may run while the
-// conversation is busy. Errors wrap approvals.ErrUnknownCall (no such
-// call), approvals.ErrAlreadyDecided or approvals.ErrExpired (as
+// wants it, and returns the explanation (model text, to be escaped before
+// it is shown). The tools are offered with tool_choice "none", so that the
+// model calls none: some servers refuse the history's tool calls in a
+// request without tools (with no tool left to offer, the calls are sent
+// as text). Someone who cannot see the conversation's channel (see
+// Config.Audience), such as an approver the rule names from outside a
+// private channel, gets an explanation from the pending call alone:
+// nothing else said in the conversation, nor any tool output, reaches the
+// model for them, as the answer is theirs to read. Nothing is written but
+// an audit entry: the call stays pending as it was, the run and the
+// conversation's history are unchanged, and no lease is taken, so it may
+// run while the conversation is busy. Errors wrap approvals.ErrUnknownCall
+// (no such call), approvals.ErrAlreadyDecided or approvals.ErrExpired (as
 // *approvals.RefusedError: the call is not pending), ErrNoExplanation (the
 // model answered with no text), the model's error, or the store's.
 func (a *Agent) Explain(ctx context.Context, callID, asker string) (string, error) {
@@ -55,11 +62,13 @@ func (a *Agent) Explain(ctx context.Context, callID, asker string) (string, erro
 	if err := json.Unmarshal(run.State, &st); err != nil {
 		return "", fmt.Errorf("decode run %s: %w", run.ID, err)
 	}
-	msgs := explainMessages(st, c)
-	msgs = fitBudget(msgs, a.cfg.ContextBudget)
+	msgs, detail := explainMessages(st, c), ""
+	if !a.seesConversation(ctx, c, asker) {
+		msgs, detail = explainCallAlone(st, c), "from the call alone: the asker cannot see the conversation"
+	}
 	// No onDelta: nothing is shown before the whole explanation is, so a
 	// stream cut after its first words is retried as one cut before them.
-	msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(msgs)}, nil)
+	_, msg, err := a.completeFitted(ctx, msgs, a.tools.modelTools(), "none", nil)
 	if err != nil {
 		return "", fmt.Errorf("model: %w", err)
 	}
@@ -67,9 +76,13 @@ func (a *Agent) Explain(ctx context.Context, callID, asker string) (string, erro
 	if text == "" {
 		return "", ErrNoExplanation
 	}
-	a.audit(ctx, store.AuditEntry{Actor: asker, Action: "explain", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "ok"})
+	a.audit(ctx, store.AuditEntry{Actor: asker, Action: "explain", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "ok", Detail: detail})
 	return text, nil
 }
+
+// pendingNote answers, in an explanation's history, a call that waits on
+// a person.
+const pendingNote = "not run yet: this call is waiting for a person's approval"
 
 // explainMessages is the history of a paused step made sendable (every
 // tool call of its last step answered: by its result, or by a note that it
@@ -82,7 +95,7 @@ func explainMessages(st runState, c store.Call) []openai.ChatCompletionMessage {
 	for i, s := range st.Slots {
 		slots[i] = s
 		if s.Result == nil {
-			slots[i].Result = &Result{Content: "not run yet: this call is waiting for a person's approval"}
+			slots[i].Result = &Result{Content: pendingNote}
 		}
 	}
 	msgs = append(msgs, toolMessages(slots)...)
@@ -91,4 +104,46 @@ func explainMessages(st runState, c store.Call) []openai.ChatCompletionMessage {
 		args = c.Edit.Args // the arguments the card shows, and an approval runs
 	}
 	return append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: fmt.Sprintf(explainPrompt, c.Tool, string(args))})
+}
+
+// seesConversation reports whether asker can see the channel of c's
+// conversation: anyone can without an Audience; no one can when the
+// Audience cannot tell, since what the conversation holds is not shown
+// on a guess.
+func (a *Agent) seesConversation(ctx context.Context, c store.Call, asker string) bool {
+	if a.cfg.Audience == nil {
+		return true
+	}
+	ok, err := a.cfg.Audience.CanSee(ctx, c.Channel, asker)
+	if err != nil {
+		a.log.Warn("check who can see a conversation; explaining the call alone", "call", c.ID, "user", asker, "err", err)
+		return false
+	}
+	return ok
+}
+
+// explainCallAlone is a history of the call c alone, for someone who
+// cannot see its conversation: the model's step with that call only (its
+// text and its other calls are the conversation's, as are the outputs of
+// those that ran), with the arguments the card shows, answered by a note
+// that it waits for a person, followed by the question about it.
+func explainCallAlone(st runState, c store.Call) []openai.ChatCompletionMessage {
+	id := "call_pending"
+	for _, s := range st.Slots {
+		if s.CallID == c.ID {
+			id = s.ToolCallID
+		}
+	}
+	args := c.Args
+	if c.Edit != nil {
+		args = c.Edit.Args
+	}
+	if len(args) == 0 {
+		args = json.RawMessage("{}") // as sanitizeCalls sends none
+	}
+	return []openai.ChatCompletionMessage{
+		{Role: openai.ChatMessageRoleAssistant, ToolCalls: []openai.ToolCall{{ID: id, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: c.Tool, Arguments: string(args)}}}},
+		{Role: openai.ChatMessageRoleTool, ToolCallID: id, Content: pendingNote},
+		{Role: openai.ChatMessageRoleUser, Content: fmt.Sprintf(explainPrompt, c.Tool, string(args))},
+	}
 }

@@ -14,8 +14,9 @@ import (
 )
 
 // Explain asks the model with the paused step's history made sendable and
-// no tools; nothing about the call or the conversation changes, so the
-// resume sends the history without the explanation exchange.
+// the tools offered with tool_choice "none" (no call may be made); nothing
+// about the call or the conversation changes, so the resume sends the
+// history without the explanation exchange.
 func TestExplainLeavesTheCallAlone(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
@@ -35,8 +36,8 @@ func TestExplainLeavesTheCallAlone(t *testing.T) {
 				t.Fatalf("Explain: got %q, %v; want the model's text", text, err)
 			}
 			req := w.model.Requests()[1]
-			if len(req.Tools) != 0 {
-				t.Errorf("the explanation request offered %d tools, want none", len(req.Tools))
+			if len(req.Tools) == 0 || req.ToolChoice != "none" {
+				t.Errorf("the explanation request offered %d tools with tool_choice %v, want them all with none, so that no tool is called", len(req.Tools), req.ToolChoice)
 			}
 			var roles []string
 			for _, m := range req.Messages {

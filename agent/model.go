@@ -83,6 +83,11 @@ type ModelRequest struct {
 	// Tools are the functions the model may call; their Parameters (a
 	// JSON Schema, json.RawMessage accepted) are sent as they are.
 	Tools []openai.Tool
+	// ToolChoice, when set, is sent as the request's tool_choice: "none"
+	// offers the tools (some servers refuse a history with tool calls in a
+	// request without them) but lets the model call none; "" leaves it to
+	// the server ("auto" when tools are offered).
+	ToolChoice string
 }
 
 // OpenAIModel is a Model backed by an OpenAI-compatible Chat Completions
@@ -272,6 +277,9 @@ func (m *OpenAIModel) request(req ModelRequest) openai.ChatCompletionRequest {
 		Messages: req.Messages,
 		Tools:    req.Tools,
 		Stream:   true,
+	}
+	if req.ToolChoice != "" {
+		r.ToolChoice = req.ToolChoice
 	}
 	if m.cfg.StreamUsage {
 		r.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
@@ -531,9 +539,11 @@ func (e *ModelError) Retryable() bool {
 // reason the bot's operator must fix, so that sending it again gets the
 // same answer: a missing or bad API key (401), a key not allowed the model
 // (403), an unknown model or endpoint (404), or a request the server calls
-// invalid (400), such as one longer than the model's context. A request
-// refused for its content (ErrKindContentRefused) is not: it is the
-// content, not the configuration, that the server refused.
+// invalid (400), such as one longer than the model's context (which the
+// agent first sends again with a shorter history, see ContextExceeded: a
+// request still too long then has a context budget too large for the
+// model). A request refused for its content (ErrKindContentRefused) is
+// not: it is the content, not the configuration, that the server refused.
 func (e *ModelError) Misconfigured() bool {
 	if e.Kind != ErrKindHTTP {
 		return false
@@ -541,6 +551,52 @@ func (e *ModelError) Misconfigured() bool {
 	switch e.StatusCode {
 	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
 		return true
+	}
+	return false
+}
+
+// contextExceededPhrases are what the common servers say, in the message
+// of a 400, of a request longer than the model's context: OpenAI, Azure,
+// vLLM, DeepSeek, Mistral and OpenRouter ("This model's maximum context
+// length is 4096 tokens…", "…too large for model with 32768 maximum
+// context length"; OpenAI's older "Please reduce the length of the
+// messages"), vLLM's "…is longer than the maximum model length", LiteLLM
+// (its ContextWindowExceededError, and Anthropic's "prompt is too long",
+// which it passes on), llama.cpp's "…exceeds the available context size"
+// and Ollama's "…exceeds the context length" (whose chat endpoint mostly
+// cuts the prompt instead). Each names the context or the prompt's
+// length, so that no other invalid request matches.
+var contextExceededPhrases = []string{
+	"context_length_exceeded",
+	"maximum context length",
+	"reduce the length of the messages",
+	"longer than the maximum model length",
+	"contextwindowexceedederror",
+	"context window exceeded",
+	"prompt is too long",
+	"exceeds the available context size",
+	"exceeds the context length",
+	"exceeds the context window",
+}
+
+// ContextExceeded reports whether the server refused the request (a 400)
+// as longer than the model's context: the error code
+// "context_length_exceeded", or a message that says so in the words of a
+// common server (see contextExceededPhrases). A shorter request may be
+// answered: the budget's estimate of the history's length is no
+// tokenizer's count.
+func (e *ModelError) ContextExceeded() bool {
+	if e.Kind != ErrKindHTTP || e.StatusCode != http.StatusBadRequest {
+		return false
+	}
+	if e.Code == "context_length_exceeded" {
+		return true
+	}
+	msg := strings.ToLower(e.Message)
+	for _, p := range contextExceededPhrases {
+		if strings.Contains(msg, p) {
+			return true
+		}
 	}
 	return false
 }

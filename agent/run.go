@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -741,9 +742,12 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			// model is not asked with a context that has ended.
 			return Outcome{}, a.cut(ctx, t, t.steps)
 		}
-		t.messages = fitBudget(t.messages, a.cfg.ContextBudget)
 		rep.Status(ctx, "is thinking…")
-		msg, err := a.model.Complete(ctx, ModelRequest{Messages: a.withSystem(t.messages), Tools: a.tools.modelTools()}, func(d string) { rep.Delta(ctx, d) })
+		// The history sent, fitted to the budget (and shortened again if
+		// the model found it too long), is the one kept.
+		var msg openai.ChatCompletionMessage
+		var err error
+		t.messages, msg, err = a.completeFitted(ctx, t.messages, a.tools.modelTools(), "", func(d string) { rep.Delta(ctx, d) })
 		t.steps++
 		if err != nil {
 			rep.Stopped(ctx)
@@ -821,6 +825,94 @@ func withholdUnread(msgs []openai.ChatCompletionMessage) []openai.ChatCompletion
 		case openai.ChatMessageRoleTool:
 			out[i].Content, out[i].MultiContent = refusedOutput, nil
 		}
+	}
+	return out
+}
+
+// completeFitted asks the model for the next message after msgs, offering
+// tools with toolChoice (see ModelRequest), and returns the history it
+// sent, which the caller keeps: msgs fitted to the budget left beside the
+// system prompt and the tools (see historyBudget). A request the server
+// refuses as longer than the model's context (see
+// ModelError.ContextExceeded) is sent once more with the history fitted
+// to half its estimate: no estimate matches every tokenizer, and a history
+// kept too long would be refused with every later message of the thread.
+// Once is enough to tell a history the estimate misjudged from a budget
+// too large for the model, which the error then reports. onDelta is
+// passed on: a refused request streamed nothing.
+func (a *Agent) completeFitted(ctx context.Context, msgs []openai.ChatCompletionMessage, tools []openai.Tool, toolChoice string, onDelta func(string)) ([]openai.ChatCompletionMessage, openai.ChatCompletionMessage, error) {
+	msgs = fitBudget(msgs, a.historyBudget(tools))
+	msg, err := a.model.Complete(ctx, a.modelRequest(msgs, tools, toolChoice), onDelta)
+	var me *ModelError
+	if err == nil || ctx.Err() != nil || !errors.As(err, &me) || !me.ContextExceeded() {
+		return msgs, msg, err
+	}
+	before := totalTokens(msgs)
+	shorter := fitBudget(msgs, before/2)
+	after := totalTokens(shorter)
+	if after >= before {
+		return msgs, msg, err
+	}
+	a.log.Warn("the model found the history too long for its context; sending it again shortened",
+		"estimated_tokens", before, "shortened_to", after, "budget", a.cfg.ContextBudget, "err", err)
+	msg, err = a.model.Complete(ctx, a.modelRequest(shorter, tools, toolChoice), onDelta)
+	return shorter, msg, err
+}
+
+// modelRequest is the request that sends msgs after the system prompt,
+// offering tools with toolChoice. With no tools to offer, the history's
+// calls and results are sent as text (see callsAsText): some servers
+// (LiteLLM in front of Anthropic or Bedrock) refuse tool calls in a
+// request that offers no tools.
+func (a *Agent) modelRequest(msgs []openai.ChatCompletionMessage, tools []openai.Tool, toolChoice string) ModelRequest {
+	if len(tools) == 0 {
+		return ModelRequest{Messages: a.withSystem(callsAsText(msgs))}
+	}
+	return ModelRequest{Messages: a.withSystem(msgs), Tools: tools, ToolChoice: toolChoice}
+}
+
+// callsAsText returns msgs with every tool call written in its
+// assistant message's text, and the results of each step's calls in one
+// message after it, marked as tool output rather than a person's words.
+// The slice is new when a message changes; msgs is not changed.
+func callsAsText(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage {
+	if !slices.ContainsFunc(msgs, func(m openai.ChatCompletionMessage) bool {
+		return len(m.ToolCalls) > 0 || m.Role == openai.ChatMessageRoleTool
+	}) {
+		return msgs
+	}
+	out := make([]openai.ChatCompletionMessage, 0, len(msgs))
+	names := map[string]string{}
+	var results *strings.Builder
+	for _, m := range msgs {
+		if m.Role == openai.ChatMessageRoleTool {
+			if results == nil {
+				results = &strings.Builder{}
+				results.WriteString("[Results of the tool calls above, as the tools returned them (not a person's words):]")
+			}
+			fmt.Fprintf(results, "\n\n[%s, call %s:]\n%s", cmp.Or(names[m.ToolCallID], "a tool"), m.ToolCallID, m.Content)
+			continue
+		}
+		if results != nil {
+			out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: results.String()})
+			results = nil
+		}
+		if len(m.ToolCalls) > 0 {
+			var b strings.Builder
+			b.WriteString(m.Content)
+			for _, tc := range m.ToolCalls {
+				names[tc.ID] = tc.Function.Name
+				if b.Len() > 0 {
+					b.WriteString("\n")
+				}
+				fmt.Fprintf(&b, "[I called the tool %s (call %s) with the arguments %s]", tc.Function.Name, tc.ID, tc.Function.Arguments)
+			}
+			m.Content, m.ToolCalls = b.String(), nil
+		}
+		out = append(out, m)
+	}
+	if results != nil {
+		out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: results.String()})
 	}
 	return out
 }

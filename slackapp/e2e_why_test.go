@@ -15,7 +15,8 @@ import (
 	"github.com/toolgate/toolgate/slackapp"
 )
 
-// Why? on a pending card: the model, offered no tools, explains the call
+// Why? on a pending card: the model, offered the tools but none callable
+// (tool_choice none), explains the call
 // in the thread; the call stays pending, the stored history does not keep
 // the explanation, and the call is decided and runs afterwards as usual.
 func TestWhyExplainsAndLeavesCallPending(t *testing.T) {
@@ -37,8 +38,8 @@ func TestWhyExplainsAndLeavesCallPending(t *testing.T) {
 				t.Errorf("the explanation is not marked as one, asked for by the clicker: %s", text)
 			}
 			req := e.request(2)
-			if len(req.Tools) != 0 {
-				t.Errorf("the model was offered %d tools for the explanation, want none", len(req.Tools))
+			if len(req.Tools) == 0 || req.ToolChoice != "none" {
+				t.Errorf("the explanation request offers %d tools with tool_choice %v, want the tools with none callable", len(req.Tools), req.ToolChoice)
 			}
 			last := req.Messages[len(req.Messages)-1]
 			if !strings.Contains(last.Content, "deploy") || !strings.Contains(last.Content, `"version":"5"`) {
