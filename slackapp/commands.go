@@ -91,7 +91,7 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 		if refusal, ok := a.requireAdmin(ctx, cmd.UserID, adminRead); !ok {
 			return refusal
 		}
-		n, page := 20, 1
+		n := 20
 		if len(args) > 1 {
 			v, err := strconv.Atoi(args[1])
 			if err != nil || v < 1 || v > 100 {
@@ -99,24 +99,17 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 			}
 			n = v
 		}
-		if len(args) > 2 {
-			v, ok := pageArg(args[2])
-			if !ok {
-				return "`/approvals audit [n] [page]` shows page `page` (from 1) of the newest n audit entries; " + inlineCode(args[2]) + " is not a page number."
-			}
-			page = v
+		page, refusal := pageAt(args, 2, "`/approvals audit [n] [page]` shows page `page` (from 1) of the newest n audit entries")
+		if refusal != "" {
+			return refusal
 		}
 		return a.cmdAudit(ctx, cmd.UserID, n, page)
 	case sub == "policy" && len(args) > 1:
 		switch strings.ToLower(args[1]) {
 		case "list":
-			page := 1
-			if len(args) > 2 {
-				v, ok := pageArg(args[2])
-				if !ok {
-					return "`/approvals policy list [page]` shows page `page` (from 1) of the policy rules; " + inlineCode(args[2]) + " is not a page number."
-				}
-				page = v
+			page, refusal := pageAt(args, 2, "`/approvals policy list [page]` shows page `page` (from 1) of the policy rules")
+			if refusal != "" {
+				return refusal
 			}
 			return a.cmdPolicyList(ctx, page)
 		case "test":
@@ -133,13 +126,9 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 	case sub == "rules" && len(args) > 1:
 		switch strings.ToLower(args[1]) {
 		case "list":
-			page := 1
-			if len(args) > 2 {
-				v, ok := pageArg(args[2])
-				if !ok {
-					return "`/approvals rules list [page]` shows page `page` (from 1) of this channel's standing rules; " + inlineCode(args[2]) + " is not a page number."
-				}
-				page = v
+			page, refusal := pageAt(args, 2, "`/approvals rules list [page]` shows page `page` (from 1) of this channel's standing rules")
+			if refusal != "" {
+				return refusal
 			}
 			return a.cmdRulesList(ctx, cmd.ChannelID, page)
 		case "revoke":
@@ -369,10 +358,18 @@ func encodedLen(s string) int {
 	return len(b) - 2
 }
 
-// pageArg reads a page number (from 1) of a command.
-func pageArg(s string) (int, bool) {
-	v, err := strconv.Atoi(s)
-	return v, err == nil && v >= 1
+// pageAt reads the page number (from 1) that args[i] gives, 1 when there
+// is none; a word that is no page number gets refusal, which says what
+// usage is and that the word is not a page number.
+func pageAt(args []string, i int, usage string) (page int, refusal string) {
+	if len(args) <= i {
+		return 1, ""
+	}
+	v, err := strconv.Atoi(args[i])
+	if err != nil || v < 1 {
+		return 0, usage + "; " + inlineCode(args[i]) + " is not a page number."
+	}
+	return v, ""
 }
 
 // channelIDRE is the shape of a Slack channel id that may be linked.

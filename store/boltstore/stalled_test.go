@@ -286,14 +286,7 @@ func TestDamagedRunIsPassedOver(t *testing.T) {
 // A result sent again as its first sending was is saved already, however
 // its JSON is spaced: the record keeps it compacted.
 func TestSaveResultSentAgainWithSpaces(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{PruneInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	r := pause(t, s, 1, 1)[0]
-	id := r.CallIDs[0]
-	decide(t, s, id)
+	s, _, id := openDecided(t)
 	if ok, err := s.BeginExecution(t.Context(), id, ""); err != nil || !ok {
 		t.Fatalf("BeginExecution = %v, %v", ok, err)
 	}
@@ -313,15 +306,8 @@ func TestSaveResultSentAgainWithSpaces(t *testing.T) {
 // attempt: BeginExecution asked with that attempt is not told that the
 // mark is its own.
 func TestBeginResumeMarksACallForNoAttempt(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{PruneInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	r := pause(t, s, 1, 1)[0]
-	id := r.CallIDs[0]
-	decide(t, s, id)
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	s, r, id := openDecided(t)
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		var c store.Call
 		if _, err := get(tx.Bucket(bucketCalls), id, &c); err != nil {
 			return err
@@ -339,4 +325,20 @@ func TestBeginResumeMarksACallForNoAttempt(t *testing.T) {
 	if ok, err := s.BeginExecution(t.Context(), id, "A"); err != nil || ok {
 		t.Errorf("BeginExecution(%s, A) after BeginResume marked it = %v, %v; want false: attempt A did not mark it", id, ok, err)
 	}
+}
+
+// openDecided opens a store in a new file with one paused run of one
+// call, decided, and returns them; the store is closed at the end of the
+// test.
+func openDecided(t *testing.T) (*Store, store.Run, string) {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "toolgate.db"), Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	r := pause(t, s, 1, 1)[0]
+	id := r.CallIDs[0]
+	decide(t, s, id)
+	return s, r, id
 }
