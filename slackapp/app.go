@@ -318,13 +318,14 @@ func (a *App) Ready(ctx context.Context) error {
 // Slack cannot be reached or answers with a server error (a network or a
 // sidecar not ready yet as the bot starts, an outage during a rollout):
 // a start that gave up there would restart the process in a loop, where
-// the same outage once connected is ridden out. An answer of Slack's own
-// (a refused token, any other error it names) is returned at once, and so
-// is ctx's end.
+// the same outage once connected is ridden out. An answer that will not
+// change (a refused token, any other error Slack names, a client error
+// such as a 404 for a wrong SLACK_API_URL or a proxy's 403) is returned at
+// once, and so is ctx's end.
 func (a *App) authTest(ctx context.Context) (*slack.AuthTestResponse, error) {
 	for attempt := 0; ; attempt++ {
 		auth, err := a.api.AuthTestContext(ctx)
-		if _, named := errors.AsType[slack.SlackErrorResponse](err); err == nil || named || ctx.Err() != nil {
+		if err == nil || finalAnswer(err) || ctx.Err() != nil {
 			return auth, err
 		}
 		wait := backoff(attempt)
@@ -333,6 +334,19 @@ func (a *App) authTest(ctx context.Context) (*slack.AuthTestResponse, error) {
 			return nil, err
 		}
 	}
+}
+
+// finalAnswer reports whether err is an answer of Slack (or of what stands
+// in front of it) that asking again will not change: an error Slack names,
+// or an HTTP client error but a time-out or a rate limit.
+func finalAnswer(err error) bool {
+	if _, named := errors.AsType[slack.SlackErrorResponse](err); named {
+		return true
+	}
+	if e, ok := errors.AsType[slack.StatusCodeError](err); ok {
+		return e.Code >= 400 && e.Code < 500 && e.Code != http.StatusRequestTimeout && e.Code != http.StatusTooManyRequests
+	}
+	return false
 }
 
 // checkApprovalsChannel logs an error when the bot cannot post in

@@ -386,7 +386,7 @@ func TestFailureTextOfAShutdownCut(t *testing.T) {
 		// A deadline of the bot's own (a store call's), not the shutdown.
 		{"store call timed out", fmt.Errorf("save turn: %w", context.DeadlineExceeded), "Something went wrong while working on this"},
 	} {
-		if got := failureText(tt.err); !strings.HasPrefix(got, tt.want) {
+		if got := failureText(tt.err, nil); !strings.HasPrefix(got, tt.want) {
 			t.Errorf("failureText(%s) = %q, want %q", tt.name, got, tt.want)
 		}
 		if got, want := agent.Interrupted(tt.err), tt.want == restartingRecordedText; got != want {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 )
@@ -43,4 +44,32 @@ func TestStartWaitsForSlackToBeReachable(t *testing.T) {
 	e.model.Reply(fakeopenai.Text("Up after the wait."))
 	ts := e.slack.Mention(channel, requester, "hello")
 	e.answer(ts, "Up after the wait.")
+}
+
+// An answer that asking again will not change, such as a 404 for a wrong
+// SLACK_API_URL, ends Run with the error at once instead of being asked
+// again forever.
+func TestStartEndsOnAClientError(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	var asked atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(front.Close)
+	e.cfg.APIURL = front.URL + "/wrong/"
+	b := e.launch(e.open())
+	defer b.st.Close()
+	select {
+	case err := <-b.done:
+		if err == nil || !strings.Contains(err.Error(), "404") {
+			t.Errorf("Run returned %v, want the 404", err)
+		}
+	case <-time.After(20 * time.Second):
+		b.cancel()
+		t.Fatalf("Run did not end; auth.test was asked %d times", asked.Load())
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("auth.test was asked %d times, want once", n)
+	}
 }

@@ -551,16 +551,21 @@ func TestRefusedStopWithNothingToShowPostsNothing(t *testing.T) {
 
 // What a model server says when it refuses a request is posted through
 // Config.Redact: a proxy that writes the credential into its refusal does
-// not have it shown in the thread.
+// not have it shown in the thread, not even in part where the note cuts
+// the server's words short.
 func TestModelRefusalIsRedacted(t *testing.T) {
-	const secret = "sk-live-7fQ2mZ9xR4"
-	e := newEnv(t, storeKinds(t)[0])
-	e.cfg.Redact = strings.NewReplacer(secret, "[REDACTED]").Replace
-	e.start()
-	e.model.Reply(fakeopenai.Error(401, "upstream refused the key "+secret))
-	ts := e.slack.Mention(channel, requester, "hello")
-	note := e.answer(ts, "model")
-	if text := note.Text + blocksText(note); strings.Contains(text, secret) || !strings.Contains(text, "[REDACTED]") {
-		t.Errorf("the note shows the server's words unredacted: %q", text)
+	const secret = "sk-proj-A1b2C3d4A1b2C3d4A1b2C3d4A1b2C3d4A1b2C3d4A1b2C3d4A1b2C3d4A1b2C3d4"
+	for _, said := range []string{"upstream refused the key " + secret, strings.Repeat("x", 260) + " Bearer " + secret} {
+		t.Run(fmt.Sprint(len(said)), func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.cfg.Redact = strings.NewReplacer(secret, "[REDACTED]").Replace
+			e.start()
+			e.model.Reply(fakeopenai.Error(401, said))
+			ts := e.slack.Mention(channel, requester, "hello")
+			note := e.answer(ts, "model")
+			if text := note.Text + blocksText(note); strings.Contains(text, secret[:12]) {
+				t.Errorf("the note shows the secret, or a part of it: %q", text)
+			}
+		})
 	}
 }

@@ -496,10 +496,7 @@ func (a *App) handOver(ctx context.Context, key string, err error) {
 // failed, or was cut short (failureText). The promise of an answer after
 // the restart is made once (see firstRestartNote).
 func (a *App) postFailure(ctx context.Context, key string, err error) {
-	text := failureText(err)
-	if a.cfg.Redact != nil {
-		text = a.cfg.Redact(text)
-	}
+	text := failureText(err, a.cfg.Redact)
 	if text == restartingRecordedText && !a.firstRestartNote(key) {
 		return
 	}
@@ -510,17 +507,20 @@ func (a *App) postFailure(ctx context.Context, key string, err error) {
 // failureText tells people in the thread what went wrong, without internals
 // they cannot act on. Work the store recorded (every error but
 // agent.ErrNotRecorded) is carried on by a takeover or the sweep, so the
-// thread is not asked to send it again: that would answer it twice.
-func failureText(err error) string {
+// thread is not asked to send it again: that would answer it twice. The
+// model server's own words, when shown, go through redact first (nil: as
+// they are), before they are cut and escaped, which would hide a secret
+// from it.
+func failureText(err error, redact func(string) string) string {
 	var me *agent.ModelError
 	recorded := !errors.Is(err, agent.ErrNotRecorded)
 	switch {
 	case agent.Interrupted(err):
 		return restartingRecordedText
 	case errors.As(err, &me) && me.Misconfigured():
-		return misconfiguredText(me)
+		return misconfiguredText(serverWords(me, redact))
 	case errors.As(err, &me) && me.Kind == agent.ErrKindContentRefused:
-		return contentRefusedText(me)
+		return contentRefusedText(serverWords(me, redact))
 	case errors.As(err, &me):
 		return fmt.Sprintf("I couldn't get an answer from the model (%s). Your message is kept; send another message to try again.", Escape(me.Kind.String()))
 	case errors.Is(err, agent.ErrLeaseTimeout):
@@ -538,6 +538,17 @@ func failureText(err error) string {
 // maxServerMessage bounds the model server's own words in a failure
 // message.
 const maxServerMessage = 300
+
+// serverWords is me with its message, the server's own words, put through
+// redact (unless nil).
+func serverWords(me *agent.ModelError, redact func(string) string) *agent.ModelError {
+	if redact == nil {
+		return me
+	}
+	clean := *me
+	clean.Message = redact(me.Message)
+	return &clean
+}
 
 // misconfiguredText tells the thread that the model server refused the
 // request for a reason only the bot's operator can fix (see
