@@ -524,7 +524,8 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 		// The due index lists the call at the edit's earlier expiry
 		// before the script moves it there (LT: never later than an
 		// entry it has): an entry earlier than the call's expiry, if the
-		// script refuses the edit, is passed over by Due until then.
+		// script refuses the edit, is moved to it by Due or NextExpiry,
+		// never trimmed (see runIndex).
 		z := redis.Z{Score: float64(edit.Edit.ExpiresAt.UnixMilli()), Member: callID}
 		if err := s.c.ZAddLT(ctx, s.dueKey(), z).Err(); err != nil {
 			return fail(store.Call{}, fmt.Errorf("index the edit's expiry: %w", err))
@@ -557,6 +558,15 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 	switch code {
 	case "ok", "counted":
 		complete := code == "ok" && left == 0
+		if eexp != "" && c.Status == store.Pending {
+			// Again once the script has run: a reader that read the call
+			// before the script and moved its early entry later after
+			// the listing above (see moveDue) leaves it later than the
+			// expiry the script set. A failure leaves that listing,
+			// which stands but for such a reader.
+			z := redis.Z{Score: float64(c.ExpiresAt.UnixMilli()), Member: callID}
+			_ = s.c.ZAddArgs(ctx, s.dueKey(), redis.ZAddArgs{XX: true, LT: true, Members: []redis.Z{z}}).Err()
+		}
 		if fx.Audit.Action != "" {
 			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)
 		}

@@ -56,3 +56,6 @@ func LoadSaveResultScript(ctx context.Context, c redis.UniversalClient) error {
 	}
 	return load(ctx, c.(*redis.Client))
 }
+
+// RemindKey is the key of the reminder index.
+func (s *Store) RemindKey() string { return s.remindKey() }

@@ -345,45 +345,45 @@ func (s *Store) newRun(r store.Run, calls []store.Call, notes map[string][]byte)
 }
 
 // indexEntry is one entry of a sorted-set index that a created run adds:
-// member at score (a time, as Unix ms) in key; with trim, the entries of
-// key older than the retention time are trimmed too.
+// member at score (a time, as Unix ms) in key.
 type indexEntry struct {
 	key    string
 	score  time.Time
 	member string
-	trim   bool
 }
 
 // runIndex returns the index entries of a created run and its calls.
 // Scores are times in ms: expiry times in the due and (on a Cluster) runs
 // indexes, reminder times in the reminder index, and creation times in
 // the pending-call listings, so that a bounded listing reads only its
-// oldest entries. Entries of the due index older than the retention time
-// point at deleted calls and are trimmed; a listing's entries, reminders
-// and the runs index's entries (which on one node the decisions' scripts
-// add, and on a Cluster a decision moves to its time) leave it with
-// FinishRun or the call's decision, or when a reader finds them stale: a
-// runs entry is never trimmed by time, as a run decided long ago may still
-// wait on a call pending (Stalled reads it when its time comes).
+// oldest entries. No index is trimmed by score: an entry leaves it with
+// FinishRun or the call's decision, or when a reader finds it stale, and
+// each index key lives no longer than the last run it lists (indexRun).
+// A due entry's time is no proof that its call is gone: an approval with
+// an edit lists the call at the edit's earlier expiry before its script
+// runs, and a call whose script refuses the edit stays pending, later,
+// with its entry early (Due moves it back); a runs entry of a run decided
+// long ago may still wait on a call pending (Stalled reads it when its
+// time comes).
 func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 	var out []indexEntry
 	for _, c := range calls {
-		out = append(out, indexEntry{s.dueKey(), c.ExpiresAt, c.ID, true})
+		out = append(out, indexEntry{s.dueKey(), c.ExpiresAt, c.ID})
 		if !c.RemindAt.IsZero() {
 			// Not trimmed by time: a call waits up to four weeks, far
 			// past its first reminder; readers drop the entries of
 			// calls that are gone (see DueReminders).
-			out = append(out, indexEntry{s.remindKey(), c.RemindAt, c.ID, false})
+			out = append(out, indexEntry{s.remindKey(), c.RemindAt, c.ID})
 		}
-		out = append(out, indexEntry{s.pendingKey(), c.CreatedAt, c.ID, false})
+		out = append(out, indexEntry{s.pendingKey(), c.CreatedAt, c.ID})
 		if c.Requester != "" {
-			out = append(out, indexEntry{s.requesterKey(c.Requester), c.CreatedAt, c.ID, false})
+			out = append(out, indexEntry{s.requesterKey(c.Requester), c.CreatedAt, c.ID})
 		}
 		for _, k := range s.approverKeys(c) {
-			out = append(out, indexEntry{k, c.CreatedAt, c.ID, false})
+			out = append(out, indexEntry{k, c.CreatedAt, c.ID})
 		}
 		if c.Conversation != "" {
-			out = append(out, indexEntry{s.convPendingKey(c.Conversation), c.CreatedAt, c.ID, false})
+			out = append(out, indexEntry{s.convPendingKey(c.Conversation), c.CreatedAt, c.ID})
 		}
 	}
 	if s.cluster {
@@ -391,7 +391,7 @@ func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 		// decision moves it to the decision's time (see listDecided); on
 		// one node the script of the decision that leaves no call of the
 		// run pending lists it (see decisionEffects).
-		out = append(out, indexEntry{s.runsKey(), r.ExpiresAt, r.ID, false})
+		out = append(out, indexEntry{s.runsKey(), r.ExpiresAt, r.ID})
 	}
 	return out
 }
@@ -402,13 +402,9 @@ func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 func (s *Store) indexRun(ctx context.Context, p redis.Pipeliner, nr newRun, mark bool) {
 	r := nr.run
 	deleteAt := r.ExpiresAt.Add(s.retention)
-	trimBefore := "(" + strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
 	for _, e := range nr.index {
 		p.ZAdd(ctx, e.key, redis.Z{Score: float64(e.score.UnixMilli()), Member: e.member})
 		expireAtLeast(ctx, p, e.key, deleteAt)
-		if e.trim {
-			p.ZRemRangeByScore(ctx, e.key, "-inf", trimBefore)
-		}
 	}
 	if mark && r.Conversation != "" {
 		k := s.convKey(r.Conversation)
@@ -511,7 +507,8 @@ func decodeCall(vals []any) (c store.Call, ok bool, err error) {
 type liveCall struct {
 	call     store.Call
 	exists   bool
-	finished bool // its run is finished
+	finished bool  // its run is finished
+	score    int64 // its entry's score in the index read (scanIndex)
 }
 
 // pending reports whether the call belongs in the pending indexes.
@@ -927,10 +924,11 @@ func (s *Store) finishRun(ctx context.Context, runID string) (unindex func(p red
 
 // scanIndex walks a sorted set in score order, in batches of entries,
 // from min to max (as ZRANGEBYSCORE takes them), and calls keep with each
-// batch's calls. keep returns how many it took; scanning stops when keep
+// batch's pending calls, each with its entry's score, and the score of
+// the batch's last entry (pending or not). Scanning stops when keep
 // reports it has enough. Entries whose call is no longer pending are
 // removed from the index.
-func (s *Store) scanIndex(ctx context.Context, key, max string, keep func([]liveCall) (enough bool)) error {
+func (s *Store) scanIndex(ctx context.Context, key, max string, keep func(ls []liveCall, last int64) (enough bool)) error {
 	return s.scanIndexFrom(ctx, key, max, 200, keep)
 }
 
@@ -941,29 +939,36 @@ const nextBatch = 8
 
 // scanIndexFrom is scanIndex with a first batch of first entries; each
 // next one is four times larger, up to 200.
-func (s *Store) scanIndexFrom(ctx context.Context, key, max string, first int64, keep func([]liveCall) (enough bool)) error {
+func (s *Store) scanIndexFrom(ctx context.Context, key, max string, first int64, keep func(ls []liveCall, last int64) (enough bool)) error {
 	batch := first
 	var stale []any
 	for offset := int64(0); ; offset, batch = offset+batch, min(batch*4, 200) {
-		ids, err := s.c.ZRangeByScore(ctx, key, &redis.ZRangeBy{
+		zs, err := s.c.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{
 			Min: "-inf", Max: max, Offset: offset, Count: batch,
 		}).Result()
 		if err != nil {
 			return err
+		}
+		ids := make([]string, len(zs))
+		for i, z := range zs {
+			ids[i], _ = z.Member.(string)
 		}
 		live, err := s.loadCalls(ctx, ids)
 		if err != nil {
 			return err
 		}
 		var ok []liveCall
+		var last int64
 		for i, l := range live {
+			l.score = int64(zs[i].Score)
+			last = l.score
 			if l.pending() {
 				ok = append(ok, l)
 			} else {
 				stale = append(stale, ids[i])
 			}
 		}
-		if keep(ok) || int64(len(ids)) < batch {
+		if keep(ok, last) || int64(len(ids)) < batch {
 			break
 		}
 	}
@@ -991,7 +996,7 @@ func (s *Store) Pending(ctx context.Context, f store.Filter) ([]store.Call, erro
 		key = s.approverKey(f.Approver)
 	}
 	var out []store.Call
-	err := s.scanIndex(ctx, key, "+inf", func(ls []liveCall) bool {
+	err := s.scanIndex(ctx, key, "+inf", func(ls []liveCall, _ int64) bool {
 		for _, l := range ls {
 			if f.Match(l.call) {
 				out = append(out, l.call)
@@ -1022,12 +1027,19 @@ func sortCalls(cs []store.Call) {
 }
 
 // Due lists up to limit pending calls whose ExpiresAt is at or before now,
-// earliest expiry first; limit <= 0 lists all.
+// earliest expiry first; limit <= 0 lists all. An entry scored earlier
+// than its call's ExpiresAt (an approval's edit with an earlier expiry
+// that its script refused: see approveBegin) is moved to it (see
+// moveDue), not listed.
 func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error) {
 	var out []store.Call
-	err := s.scanIndex(ctx, s.dueKey(), strconv.FormatInt(now.UnixMilli(), 10), func(ls []liveCall) bool {
+	var later []redis.Z
+	err := s.scanIndex(ctx, s.dueKey(), strconv.FormatInt(now.UnixMilli(), 10), func(ls []liveCall, _ int64) bool {
 		for _, l := range ls {
-			if l.call.ExpiresAt.After(now) { // later within the same ms
+			if z, ok := dueLater(l); ok {
+				later = append(later, z)
+			}
+			if l.call.ExpiresAt.After(now) { // later, or later within the same ms
 				continue
 			}
 			out = append(out, l.call)
@@ -1040,22 +1052,79 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call
 	if err != nil {
 		return nil, fmt.Errorf("list due calls: %w", err)
 	}
+	if err := s.moveDue(ctx, later); err != nil {
+		return nil, fmt.Errorf("list due calls: %w", err)
+	}
+	slices.SortFunc(out, func(a, b store.Call) int {
+		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
+	})
 	return out, nil
 }
 
+// dueLater returns the due index entry of a pending call moved to its
+// ExpiresAt, if its entry is scored earlier.
+func dueLater(l liveCall) (redis.Z, bool) {
+	ms := l.call.ExpiresAt.UnixMilli()
+	return redis.Z{Score: float64(ms), Member: l.call.ID}, ms > l.score
+}
+
+// moveDue moves existing due index entries to their calls' expiry times
+// (XX: an entry removed meanwhile is not added back). An approval with an
+// edit that brings a call's expiry forward lists it at the edit's expiry
+// (LT) before its script runs, and again once it has run (see
+// approveBegin): an entry this moved later past such an edit, whose
+// expiry was read before it, is moved back here, where the calls are read
+// again, or by the approval's second listing.
+func (s *Store) moveDue(ctx context.Context, later []redis.Z) error {
+	if len(later) == 0 {
+		return nil
+	}
+	if err := s.c.ZAddArgs(ctx, s.dueKey(), redis.ZAddArgs{XX: true, Members: later}).Err(); err != nil {
+		return err
+	}
+	ids := make([]string, len(later))
+	for i, z := range later {
+		ids[i] = z.Member.(string)
+	}
+	live, err := s.loadCalls(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var back []redis.Z
+	for i, l := range live {
+		if l.pending() && l.call.ExpiresAt.UnixMilli() < int64(later[i].Score) {
+			back = append(back, redis.Z{Score: float64(l.call.ExpiresAt.UnixMilli()), Member: l.call.ID})
+		}
+	}
+	if len(back) == 0 {
+		return nil
+	}
+	return s.c.ZAddArgs(ctx, s.dueKey(), redis.ZAddArgs{XX: true, LT: true, Members: back}).Err()
+}
+
 // NextExpiry returns the earliest ExpiresAt of a pending call, or the zero
-// time if none is pending.
+// time if none is pending. As entries may be scored earlier than their
+// calls' expiry (see Due), it reads on until an entry is scored past the
+// earliest expiry found, and moves the early entries it read to their
+// calls' expiry.
 func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
 	var next time.Time
-	err := s.scanIndexFrom(ctx, s.dueKey(), "+inf", nextBatch, func(ls []liveCall) bool {
+	var later []redis.Z
+	err := s.scanIndexFrom(ctx, s.dueKey(), "+inf", nextBatch, func(ls []liveCall, last int64) bool {
 		for _, l := range ls {
+			if z, ok := dueLater(l); ok {
+				later = append(later, z)
+			}
 			if next.IsZero() || l.call.ExpiresAt.Before(next) {
 				next = l.call.ExpiresAt
 			}
 		}
-		return len(ls) > 0
+		return !next.IsZero() && last > next.UnixMilli()
 	})
 	if err != nil {
+		return time.Time{}, fmt.Errorf("next expiry: %w", err)
+	}
+	if err := s.moveDue(ctx, later); err != nil {
 		return time.Time{}, fmt.Errorf("next expiry: %w", err)
 	}
 	return next, nil
@@ -1070,7 +1139,7 @@ func (s *Store) DueReminders(ctx context.Context, now time.Time, limit int) ([]s
 	var out []store.Call
 	var gone []any
 	var later []redis.Z
-	err := s.scanIndex(ctx, s.remindKey(), strconv.FormatInt(now.UnixMilli(), 10), func(ls []liveCall) bool {
+	err := s.scanIndex(ctx, s.remindKey(), strconv.FormatInt(now.UnixMilli(), 10), func(ls []liveCall, _ int64) bool {
 		for _, l := range ls {
 			switch at := l.call.RemindAt; {
 			case at.IsZero():
@@ -1159,27 +1228,34 @@ func (s *Store) ClaimReminder(ctx context.Context, callID string, n int, next ti
 }
 
 // NextReminder returns the earliest RemindAt of a pending call, or the
-// zero time if none has a reminder to send.
+// zero time if none has a reminder to send. As entries may be scored
+// earlier than their calls' reminder (see DueReminders), it reads on
+// until an entry is scored past the earliest reminder found, and moves
+// the early entries it read to their calls' reminder.
 func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 	var next time.Time
 	var gone []any
-	err := s.scanIndexFrom(ctx, s.remindKey(), "+inf", nextBatch, func(ls []liveCall) bool {
+	var later []redis.Z
+	err := s.scanIndexFrom(ctx, s.remindKey(), "+inf", nextBatch, func(ls []liveCall, last int64) bool {
 		for _, l := range ls {
 			at := l.call.RemindAt
 			if at.IsZero() {
 				gone = append(gone, l.call.ID)
 				continue
 			}
+			if ms := at.UnixMilli(); ms > l.score {
+				later = append(later, redis.Z{Score: float64(ms), Member: l.call.ID})
+			}
 			if next.IsZero() || at.Before(next) {
 				next = at
 			}
 		}
-		return !next.IsZero()
+		return !next.IsZero() && last > next.UnixMilli()
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("next reminder: %w", err)
 	}
-	if err := s.fixReminders(ctx, gone, nil); err != nil {
+	if err := s.fixReminders(ctx, gone, later); err != nil {
 		return time.Time{}, fmt.Errorf("next reminder: %w", err)
 	}
 	return next, nil

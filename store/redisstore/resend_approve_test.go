@@ -388,3 +388,70 @@ func TestDeletedRecordsLeaveNoFields(t *testing.T) {
 		})
 	}
 }
+
+// An approval counted (1 of 2) whose reply is lost, sent again after
+// another approval decided the call, is answered as counted, not as
+// already decided: it was counted, and the call it reports is decided with
+// both approvals. On a Cluster the counted approval's audit entry, written
+// after the reply, is written then.
+func TestCountedApprovalSentAgainAfterAnotherDecided(t *testing.T) {
+	for _, topo := range []struct{ name, url string }{
+		{"node", redisURL(t)},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			c, s, other := hookedPair(t, topo.url)
+			ctx := t.Context()
+			// Loads the approve script, so the hook sees EVALSHA once.
+			_, warm := pausedOnOneCall(t, s, "fpw")
+			if _, _, err := s.Approve(ctx, warm[0].ID, "fpw", store.Approval{Approver: "U0"}, nil, 2, store.Decision{Kind: "approve", Decider: "U0"}); err != nil {
+				t.Fatal(err)
+			}
+			_, calls := pausedOnOneCall(t, s, "fp0")
+			var otherComplete bool
+			armed := true
+			c.AddHook(resendAfterHook{armed: &armed, key: store.RunOf(calls[0].ID), between: func() {
+				_, complete, err := other.Approve(ctx, calls[0].ID, "fp0", store.Approval{Approver: "U2"}, nil, 2, store.Decision{Kind: "approve", Decider: "U2"})
+				if err != nil {
+					t.Errorf("the other approval: %v", err)
+				}
+				otherComplete = complete
+			}})
+			fx := store.Effects{Audit: store.AuditEntry{Actor: "U1", Action: "approve", CallID: calls[0].ID, Decision: "approve"}}
+			got, complete, err := s.ApproveAudited(ctx, calls[0].ID, "fp0", store.Approval{Approver: "U1"}, nil, nil, 2, store.Decision{Kind: "approve", Decider: "U1"}, fx)
+			if armed {
+				t.Fatal("the approval was not sent")
+			}
+			if err != nil || complete || !otherComplete {
+				t.Errorf("the approval sent again after another decided = complete %v, %v (the other complete %v); want it counted, the other complete", complete, err, otherComplete)
+			}
+			if got.Status != store.Decided {
+				t.Errorf("the approval sent again reports the call %s; want it decided, as stored", got.Status)
+			}
+			stored, err := s.GetCall(ctx, calls[0].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var approvers []string
+			for _, a := range stored.Approvals {
+				approvers = append(approvers, a.Approver)
+			}
+			if stored.Status != store.Decided || !slices.Equal(approvers, []string{"U1", "U2"}) {
+				t.Errorf("stored call %s approved by %v; want decided, approved by U1 and U2", stored.Status, approvers)
+			}
+			log, err := s.AuditLog(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, e := range log {
+				if e.CallID == calls[0].ID && e.Actor == "U1" {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d audit entries of U1's approval; want 1", n)
+			}
+		})
+	}
+}

@@ -112,7 +112,11 @@ if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[6]) then return 
 // too (approve_nonces): one sent again after a later approval dropped the
 // approval it counted, or replaced it, is answered as a duplicate and
 // writes nothing: an approval dropped as stale (no longer an approver's)
-// is not counted again, and cannot decide the call.
+// is not counted again, and cannot decide the call. One sent again after
+// another approval decided the call with the approval it counted is
+// answered as counted, with the call decided (on a Cluster the counted
+// effects, written after the reply, are written then); after any other
+// decision (a cancel, an expiry, a denial) it is answered as decided.
 // KEYS: call, run [, audit, unanswered, runs]
 // ARGV: fingerprint, at, approver, approval JSON, need, decision JSON,
 // new status, edit JSON (empty for none), edit fingerprint, the sending's
@@ -139,13 +143,23 @@ if redis.call('HGET', KEYS[1], 'approve_nonce') == ARGV[10] then
   if redis.call('HGET', KEYS[2], 'completed') == KEYS[1] then left = 0 end
   return reply('ok', left)
 end
-if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return reply('decided', -1) end
+local sendings = redis.call('HGET', KEYS[1], 'approve_nonces')
+local sent = sendings and string.find(' ' .. sendings .. ' ', ' ' .. ARGV[10] .. ' ', 1, true)
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'pending' then
+  -- Counted by this sending, then decided by another approval that kept
+  -- it (named in approve_nonce, which a decide script clears; this
+  -- approver's approval held): counted.
+  if sent and redis.call('HEXISTS', KEYS[1], 'approve_nonce') == 1 then
+    for _, a in ipairs(cjson.decode(redis.call('HGET', KEYS[1], 'approvals') or '[]')) do
+      if a.approver == ARGV[3] then return reply('counted', -1) end
+    end
+  end
+  return reply('decided', -1)
+end
 if redis.call('HGET', KEYS[1], 'fp') ~= ARGV[1] then return reply('mismatch', -1) end
 if tonumber(ARGV[2]) >= tonumber(redis.call('HGET', KEYS[1], 'exp')) then return reply('expired', -1) end
-local sendings = redis.call('HGET', KEYS[1], 'approve_nonces')
-if sendings and string.find(' ' .. sendings .. ' ', ' ' .. ARGV[10] .. ' ', 1, true) then
-  return reply('duplicate', -1)
-end
+if sent then return reply('duplicate', -1) end
 `
 
 // approveBody is the rest of the approve script: the approval counted

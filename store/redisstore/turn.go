@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -184,8 +183,8 @@ return left
 // KEYS: run, call..., conversation, inbox, lease, the sending's mark,
 // unanswered index, audit, then one key per index entry
 // ARGV: the number of calls n, the createRunFn arguments (3 + 6n), the
-// number of index entries m, the trim bound ("(" and Unix ms), per entry
-// score (ms), member and trim (1/0), the run's conversation key (empty:
+// number of index entries m, per entry score (ms) and member, the run's
+// conversation key (empty:
 // none), the run id, the conversation ttl (ms), the number of audit entries
 // e, the entries, the audit list's last index kept, the announcement
 // (empty: none) and its channel, then the commitTurnFn arguments, then the
@@ -204,16 +203,14 @@ local deleteAt = ARGV[3]
 local k = 2 + n
 local a = 5 + 6 * n
 local m = tonumber(ARGV[a])
-local trimBefore = ARGV[a + 1]
 for i = 1, m do
   local key = KEYS[k + 5 + i]
-  local b = a + 2 + (i - 1) * 3
+  local b = a + 1 + (i - 1) * 2
   redis.call('ZADD', key, ARGV[b], ARGV[b + 1])
   redis.call('PEXPIREAT', key, deleteAt, 'NX')
   redis.call('PEXPIREAT', key, deleteAt, 'GT')
-  if ARGV[b + 2] == '1' then redis.call('ZREMRANGEBYSCORE', key, '-inf', trimBefore) end
 end
-a = a + 2 + 3 * m
+a = a + 1 + 2 * m
 if ARGV[a] ~= '' then
   redis.call('HSET', KEYS[k], 'key', ARGV[a], 'paused_run', ARGV[a + 1])
   redis.call('PEXPIRE', KEYS[k], ARGV[a + 2])
@@ -461,17 +458,12 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 	entries := nr.index
 	keys := make([]string, 0, len(nr.keys)+len(commitKeys)+1+len(entries))
 	keys = append(append(append(keys, nr.keys...), commitKeys...), s.auditKey())
-	args := make([]any, 0, 1+len(nr.args)+2+3*len(entries)+4+len(c.Audit)+1+len(commitArgs))
+	args := make([]any, 0, 1+len(nr.args)+1+2*len(entries)+4+len(c.Audit)+1+len(commitArgs))
 	args = append(append(args, len(nr.calls)), nr.args...)
-	trimBefore := "(" + strconv.FormatInt(time.Now().Add(-s.retention).UnixMilli(), 10)
-	args = append(args, len(entries), trimBefore)
+	args = append(args, len(entries))
 	for _, e := range entries {
 		keys = append(keys, e.key)
-		trim := "0"
-		if e.trim {
-			trim = "1"
-		}
-		args = append(args, e.score.UnixMilli(), e.member, trim)
+		args = append(args, e.score.UnixMilli(), e.member)
 	}
 	audit, err := s.auditArgs(c.Audit)
 	if err != nil {
