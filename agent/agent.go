@@ -263,6 +263,10 @@ type Agent struct {
 	// read is the latest records a turn of this process read, with their
 	// version, for the calls other processes announce.
 	read atomic.Pointer[readRecords]
+	// budgetWarned is set once the operator was warned that the system
+	// prompt and the tools take most of the context budget (see
+	// historyBudget).
+	budgetWarned atomic.Bool
 }
 
 // New returns an Agent. reporter gives the Reporter of a conversation (by

@@ -146,10 +146,19 @@ func toolsTokens(tools []openai.Tool) int {
 // when the request also carries the system prompt and tools: the budget
 // bounds all the model reads, and a large prompt or many tools (an MCP
 // server may bring dozens, each with its schema) would otherwise take
-// what the history was allowed. Nothing is left when they take it all:
-// the history is then cut as far as it goes.
+// what the history was allowed. The history keeps a quarter of the budget
+// whatever they take: with nothing left, every earlier exchange would be
+// dropped and even the outputs the model has not read yet cut, without a
+// word. A request still too long for the model is then sent again shorter
+// (see completeFitted). When the prompt and tools take more than three
+// quarters of the budget, the operator is warned, once for the agent.
 func (a *Agent) historyBudget(tools []openai.Tool) int {
-	return max(a.cfg.ContextBudget-messageOverhead-textTokens(a.cfg.SystemPrompt)-toolsTokens(tools), 0)
+	taken := messageOverhead + textTokens(a.cfg.SystemPrompt) + toolsTokens(tools)
+	if taken > a.cfg.ContextBudget*3/4 && a.budgetWarned.CompareAndSwap(false, true) {
+		a.log.Warn("the system prompt and the tools' schemas take more than three quarters of CONTEXT_BUDGET; the history keeps a quarter of it: raise CONTEXT_BUDGET if the model's context allows, or offer fewer tools",
+			"prompt_and_tools_tokens", taken, "budget", a.cfg.ContextBudget)
+	}
+	return max(a.cfg.ContextBudget-taken, a.cfg.ContextBudget/4)
 }
 
 // fitBudget keeps a history within budget tokens. First the oldest tool

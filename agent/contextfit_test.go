@@ -5,8 +5,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -105,8 +108,10 @@ func TestContextExceededShortensTheHistory(t *testing.T) {
 }
 
 // A request still refused as too long once shortened is not sent again
-// and again: the turn fails with the model's error, after one retry.
-func TestContextExceededRetriesOnce(t *testing.T) {
+// and again: it is cut at most three times (to half the history's
+// estimate, a quarter, an eighth), and not sent again when no cut would
+// make it shorter; the turn then fails with the model's error.
+func TestContextExceededRetriesAFewTimes(t *testing.T) {
 	w := newWorld(t, backends(t)[0])
 	must(t, w.reg.Register(agent.Tool{Name: "read_logs", Description: "Read the logs", Schema: json.RawMessage(`{"type":"object"}`),
 		Annotations: approvals.Hints{ReadOnly: true},
@@ -115,18 +120,36 @@ func TestContextExceededRetriesOnce(t *testing.T) {
 		}}))
 	w.model.Reply(fakeopenai.ToolCalls(call("c1", "read_logs", `{}`)))
 	w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response { return tooLong })
-	_, err := w.agent().Run(context.Background(), request("read the logs"))
+	a := w.agent()
+	_, err := a.Run(context.Background(), request("read the logs"))
 	var me *agent.ModelError
 	if !errors.As(err, &me) || !me.ContextExceeded() {
 		t.Fatalf("got %v, want the model's refusal as too long", err)
 	}
-	if n := len(w.model.Requests()); n != 3 {
-		t.Errorf("the model got %d requests, want 3: the call, the refused one and one retry", n)
+	reqs := w.model.Requests()
+	if n := len(reqs); n != 5 {
+		t.Errorf("the model got %d requests, want 5: the call, the refused one and three retries", n)
+	}
+	for i := 2; i < len(reqs); i++ {
+		if requestText(reqs[i]) >= requestText(reqs[i-1]) {
+			t.Errorf("retry %d carries %d bytes of text, not fewer than the %d before", i-1, requestText(reqs[i]), requestText(reqs[i-1]))
+		}
+	}
+
+	// A message alone, which no cut shortens, is not sent again.
+	w2 := newWorld(t, backends(t)[0])
+	w2.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response { return tooLong })
+	if _, err := w2.agent().Run(context.Background(), request("hello")); !errors.As(err, &me) || !me.ContextExceeded() {
+		t.Fatalf("got %v, want the model's refusal as too long", err)
+	}
+	if n := len(w2.model.Requests()); n != 1 {
+		t.Errorf("the model got %d requests for a message no cut shortens, want 1", n)
 	}
 }
 
 // ContextExceeded knows a request refused as too long by the code, or by
-// the words of the common servers, and nothing else.
+// the words of the common servers (in a 400, 413 or 422), and nothing
+// else.
 func TestModelErrorContextExceeded(t *testing.T) {
 	for _, c := range []struct {
 		e    agent.ModelError
@@ -138,6 +161,18 @@ func TestModelErrorContextExceeded(t *testing.T) {
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Code: "400", Message: "litellm.ContextWindowExceededError: litellm.BadRequestError: AnthropicException - prompt is too long: 210000 tokens > 200000 maximum"}, true},
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "Prompt contains 40000 tokens and 0 draft tokens, too large for model with 32768 maximum context length"}, true},
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "the request exceeds the available context size, try increasing it"}, true},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "The input token count (1250000) exceeds the maximum number of tokens allowed (1048576)."}, true},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "litellm.BadRequestError: BedrockException - {\"message\":\"Input is too long for requested model.\"}"}, true},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "Input is too long for requested model."}, true},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 422, Message: "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and 1024 `max_new_tokens`"}, true},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 413, Message: "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."}, true},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 413, Message: "Request Entity Too Large"}, false},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 422, Message: "Input validation error: `temperature` must be strictly positive"}, false},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 422, Message: "Input validation error: `max_new_tokens` must be <= 2048"}, false},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "The number of tools exceeds the maximum number of tools allowed (128)."}, false},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "Input is too long: the tool description must be at most 1024 characters"}, false},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 500, Message: "Input is too long for requested model."}, false},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 429, Message: "The input token count (1250000) exceeds the maximum number of tokens allowed (1000000) per minute."}, false},
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "Invalid schema for function 'deploy'"}, false},
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 404, Message: "This model's maximum context length is 4096 tokens"}, false},
 		{agent.ModelError{Kind: agent.ErrKindContentRefused, StatusCode: 400, Code: "content_filter", Message: "flagged"}, false},
@@ -145,6 +180,11 @@ func TestModelErrorContextExceeded(t *testing.T) {
 	} {
 		if got := c.e.ContextExceeded(); got != c.want {
 			t.Errorf("%v: ContextExceeded() = %v, want %v", &c.e, got, c.want)
+		}
+		// Still refused once shortened, the budget is too large for the
+		// model: the operator's to fix, whatever the status.
+		if c.want && !c.e.Misconfigured() {
+			t.Errorf("%v: Misconfigured() = false, want true", &c.e)
 		}
 	}
 }
@@ -338,6 +378,15 @@ func TestExplainToAnOutsiderLeavesTheConversationOut(t *testing.T) {
 	if !strings.Contains(string(body), `{\"service\":\"api\",\"version\":\"9\"}`) {
 		t.Error("the explanation request for someone outside the conversation lacks the call's arguments")
 	}
+	// One question, from the user: a request whose first message after the
+	// system prompt is the model's (a call made up to ask about) is
+	// refused by Bedrock, older Anthropic models and Gemma's template.
+	if got := requestRoles(reqs[len(reqs)-1]); got != "system user" {
+		t.Errorf("the explanation request for someone outside the conversation has the roles %s, want system user", got)
+	}
+	if req := reqs[len(reqs)-1]; len(req.Tools) != 0 || req.ToolChoice != nil {
+		t.Errorf("the explanation request for someone outside the conversation offered %d tools with tool_choice %v, want none", len(req.Tools), req.ToolChoice)
+	}
 
 	w.model.Reply(fakeopenai.Text("It deploys api 9, as asked."))
 	if _, err := a.Explain(ctx, p.ID, "UAPPROVER1"); err != nil {
@@ -387,5 +436,257 @@ func TestBudgetCountsThePromptAndTools(t *testing.T) {
 				t.Errorf("the output was shortened: %v, want %v (%d bytes read of %d)", shortened, c.shortened, len(got[0]), len(logs))
 			}
 		})
+	}
+}
+
+// vllmMaxTokens is how vLLM refuses a request whose max_tokens leaves no
+// room for the prompt (MODEL_MAX_TOKENS set as large as the model's
+// context): in the words of a request longer than the context, although
+// no shorter history helps.
+var vllmMaxTokens = fakeopenai.Response{Status: 400, ErrorMessage: "'max_tokens' or 'max_completion_tokens' is too large: 32768. This model's maximum context length is 32768 tokens and your request has 900 input tokens (32768 > 32768 - 900)."}
+
+// longExchanges runs n turns, each a long question and a long answer, so
+// that the thread's history is large but well within the budget.
+func longExchanges(t *testing.T, w *world, a *agent.Agent, n int) {
+	t.Helper()
+	long := strings.Repeat("word ", 400)
+	for i := range n {
+		w.model.Reply(fakeopenai.Text(fmt.Sprintf("answer %d %s", i, long)))
+		if _, err := a.Run(context.Background(), request(fmt.Sprintf("question %d %s", i, long))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// earlierQuestions counts the questions of longExchanges a request holds.
+func earlierQuestions(r openai.ChatCompletionRequest) int {
+	n := 0
+	for _, m := range r.Messages {
+		if m.Role == "user" && strings.HasPrefix(m.Content, "question ") {
+			n++
+		}
+	}
+	return n
+}
+
+// A refusal that no shorter history cures (vLLM's for a max_tokens as
+// large as the context, which names the context's length) fails the
+// message, but the history stays as it was: the shortened ones sent to
+// find out are not kept, so that a thread's earlier exchanges are not
+// lost, a half more with each message, to a misconfiguration. Once it is
+// fixed, the thread's next message is answered with all of them.
+func TestRefusalsNoShorterHistoryCuresKeepTheHistory(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.cfg.ContextBudget = 100000
+	a := w.agent()
+	ctx := context.Background()
+	longExchanges(t, w, a, 8)
+	w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response { return vllmMaxTokens })
+	for i := range 3 {
+		_, err := a.Run(ctx, request(fmt.Sprintf("again %d", i)))
+		var me *agent.ModelError
+		if !errors.As(err, &me) || !me.ContextExceeded() {
+			t.Fatalf("message %d: got %v, want the model's refusal", i, err)
+		}
+	}
+	w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response { return fakeopenai.Text("ok") })
+	if _, err := a.Run(ctx, request("after the fix")); err != nil {
+		t.Fatal(err)
+	}
+	reqs := w.model.Requests()
+	if n := earlierQuestions(reqs[len(reqs)-1]); n != 8 {
+		t.Errorf("the request after the fix holds %d of the 8 earlier questions, want all", n)
+	}
+}
+
+// A history that half its estimate does not bring within the model's
+// context (a tokenizer that counts far more than the estimate) is cut
+// further, to a quarter, and the turn is answered; the history kept is
+// the one the model took, so the thread's next message is answered too.
+func TestContextExceededCutsFurtherWhenHalfIsNotEnough(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.cfg.ContextBudget = 100000
+	a := w.agent()
+	ctx := context.Background()
+	longExchanges(t, w, a, 8)
+	// The model takes two long exchanges at most: half the history's
+	// estimate keeps about four, a quarter about two.
+	const most = 2
+	w.model.Handle(func(r openai.ChatCompletionRequest) fakeopenai.Response {
+		if earlierQuestions(r) > most {
+			return tooLong
+		}
+		return fakeopenai.Text("ok")
+	})
+	before := len(w.model.Requests())
+	got, err := a.Run(ctx, request("and now?"))
+	if err != nil || got.Status != agent.Answered {
+		t.Fatalf("the turn whose history half its estimate is still too long: %+v, %v; want it answered", got, err)
+	}
+	reqs := w.model.Requests()[before:]
+	if len(reqs) < 3 {
+		t.Fatalf("the model got %d requests, want the refused one, a half refused, and a shorter one", len(reqs))
+	}
+	for i := 1; i < len(reqs); i++ {
+		if requestText(reqs[i]) >= requestText(reqs[i-1]) {
+			t.Errorf("retry %d carries %d bytes of text, not fewer than the %d before", i, requestText(reqs[i]), requestText(reqs[i-1]))
+		}
+	}
+	if _, err := a.Run(ctx, request("still there?")); err != nil {
+		t.Fatalf("the thread's next message: %v", err)
+	}
+	reqs = w.model.Requests()
+	if n := earlierQuestions(reqs[len(reqs)-1]); n > most {
+		t.Errorf("the next message's request holds %d long exchanges, more than the model takes", n)
+	}
+}
+
+// roleRuns returns the roles of r's messages that follow one of the same
+// role (tool messages, which follow one another by design, aside).
+func roleRuns(r openai.ChatCompletionRequest) []string {
+	var runs []string
+	for i := 1; i < len(r.Messages); i++ {
+		if role := r.Messages[i].Role; role == r.Messages[i-1].Role && role != "tool" {
+			runs = append(runs, fmt.Sprintf("%d: %s after %s", i, role, role))
+		}
+	}
+	return runs
+}
+
+func requestRoles(r openai.ChatCompletionRequest) string {
+	var roles []string
+	for _, m := range r.Messages {
+		roles = append(roles, m.Role)
+	}
+	return strings.Join(roles, " ")
+}
+
+// With no tool to offer, the history's calls and results are sent as
+// text, and the roles still alternate, as the chat templates of Gemma and
+// Mistral and Anthropic's API require: results a person's message
+// follows (a turn that failed after its tools ran, and the question of
+// Why?) are sent in that message, before the person's words.
+func TestExplainWithoutToolsAlternatesRoles(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	ctx := context.Background()
+	w.model.Reply(fakeopenai.ToolCalls(call("r1", "read_file", `{"path":"/etc/motd"}`)), fakeopenai.Response{Status: 503})
+	if _, err := a.Run(ctx, request("read motd")); err == nil {
+		t.Fatal("the turn whose model failed succeeded")
+	}
+	p := pauseWith(t, w, a, request("now deploy api 9"), call("c1", "deploy", `{"service":"api","version":"9"}`))
+	must(t, w.reg.Replace(func(string) bool { return true }, nil))
+	w.model.Handle(func(r openai.ChatCompletionRequest) fakeopenai.Response {
+		if resp, refused := toolLess(r); refused {
+			return resp
+		}
+		return fakeopenai.Text("It deploys api 9.")
+	})
+	text, err := a.Explain(ctx, p.ID, "UOTHER2")
+	if err != nil || text != "It deploys api 9." {
+		t.Fatalf("Explain with no tools: got %q, %v; want the model's text", text, err)
+	}
+	reqs := w.model.Requests()
+	req := reqs[len(reqs)-1]
+	if runs := roleRuns(req); len(runs) > 0 {
+		t.Errorf("the request's roles do not alternate (%s): %v", requestRoles(req), runs)
+	}
+	body, _ := json.Marshal(req)
+	for _, said := range []string{"file contents", "now deploy api 9", "not run yet", "asks why"} {
+		if !strings.Contains(string(body), said) {
+			t.Errorf("the request lacks %q", said)
+		}
+	}
+	for _, m := range req.Messages {
+		if i, j := strings.Index(m.Content, "file contents"), strings.Index(m.Content, "now deploy api 9"); i >= 0 && j >= 0 && j < i {
+			t.Errorf("the person's message comes before the results it follows: %q", m.Content)
+		}
+	}
+}
+
+// LiteLLM in front of Bedrock refuses tool_choice "none" (unless told to
+// drop what a provider does not support): Why? is then asked again with
+// no tools, the history's calls sent as text.
+func TestExplainWhereToolChoiceNoneIsRefused(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	ctx := context.Background()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"9"}`))
+	w.model.Handle(func(r openai.ChatCompletionRequest) fakeopenai.Response {
+		if r.ToolChoice == "none" {
+			return fakeopenai.Error(400, "litellm.UnsupportedParamsError: Bedrock doesn't support tool_choice=none. To drop it from the call, set `litellm.drop_params = True`.")
+		}
+		if resp, refused := toolLess(r); refused {
+			return resp
+		}
+		return fakeopenai.Text("It deploys api 9.")
+	})
+	text, err := a.Explain(ctx, p.ID, "UOTHER2")
+	if err != nil || text != "It deploys api 9." {
+		t.Fatalf("Explain where tool_choice none is refused: got %q, %v; want the model's text", text, err)
+	}
+	reqs := w.model.Requests()
+	if req := reqs[len(reqs)-1]; len(req.Tools) != 0 || req.ToolChoice != nil {
+		t.Errorf("the request answered offered %d tools with tool_choice %v, want none", len(req.Tools), req.ToolChoice)
+	}
+}
+
+// syncBuffer is a log's output, written from the agent's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A system prompt and tools that take the whole budget (CONTEXT_BUDGET
+// set for a model smaller than what they need) do not leave the history
+// nothing, which would cut even the output the model has just asked for:
+// the history keeps a quarter of the budget, and the operator is warned,
+// once.
+func TestPromptAndToolsOverTheBudgetLeaveTheHistoryAQuarter(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	logs := strings.Repeat("2024-05-01 request handled path=/v1/orders status=200\n", 40)
+	must(t, w.reg.Register(agent.Tool{Name: "read_logs", Description: "Read the logs", Schema: json.RawMessage(`{"type":"object"}`),
+		Annotations: approvals.Hints{ReadOnly: true},
+		Handler:     func(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{Content: logs}, nil }}))
+	w.cfg.SystemPrompt = strings.Repeat("Be careful with production. ", 1200)
+	w.cfg.ContextBudget = 8000
+	var out syncBuffer
+	w.cfg.Logger = slog.New(slog.NewTextHandler(&out, nil))
+	w.model.Handle(func(r openai.ChatCompletionRequest) fakeopenai.Response {
+		if last := r.Messages[len(r.Messages)-1]; last.Role == "user" && strings.Contains(last.Content, "logs") {
+			return fakeopenai.ToolCalls(call("l1", "read_logs", `{}`))
+		}
+		return fakeopenai.Text("done")
+	})
+	a := w.agent()
+	for _, text := range []string{"show me the logs", "and the logs again"} {
+		if _, err := a.Run(context.Background(), request(text)); err != nil {
+			t.Fatal(err)
+		}
+		got := toolResults(t, w.model)
+		if len(got) != 1 || !strings.HasSuffix(got[0], ": "+logs) {
+			t.Errorf("%s: the model read %q, want the whole output it asked for", text, got)
+		}
+	}
+	warnings := 0
+	for line := range strings.Lines(out.String()) {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "CONTEXT_BUDGET") {
+			warnings++
+		}
+	}
+	if warnings != 1 {
+		t.Errorf("the log holds %d warnings that name CONTEXT_BUDGET, want one:\n%s", warnings, out.String())
 	}
 }

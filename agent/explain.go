@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -28,10 +29,13 @@ asks why. Explain in a few sentences, in plain words, what this call will do and
 // wants it, and returns the explanation (model text, to be escaped before
 // it is shown). The tools are offered with tool_choice "none", so that the
 // model calls none: some servers refuse the history's tool calls in a
-// request without tools (with no tool left to offer, the calls are sent
-// as text). Someone who cannot see the conversation's channel (see
+// request without tools. With no tool left to offer, or when the server
+// refuses tool_choice "none" (LiteLLM in front of Bedrock, see
+// noToolChoiceNone), the calls are sent as text, in a request without
+// tools. Someone who cannot see the conversation's channel (see
 // Config.Audience), such as an approver the rule names from outside a
-// private channel, gets an explanation from the pending call alone:
+// private channel, gets an explanation from the pending call alone, asked
+// in one message that names the tool and the arguments the card shows:
 // nothing else said in the conversation, nor any tool output, reaches the
 // model for them, as the answer is theirs to read. Nothing is written but
 // an audit entry: the call stays pending as it was, the run and the
@@ -62,13 +66,18 @@ func (a *Agent) Explain(ctx context.Context, callID, asker string) (string, erro
 	if err := json.Unmarshal(run.State, &st); err != nil {
 		return "", fmt.Errorf("decode run %s: %w", run.ID, err)
 	}
-	msgs, detail := explainMessages(st, c), ""
+	msgs, tools, detail := explainMessages(st, c), a.tools.modelTools(), ""
 	if !a.seesConversation(ctx, c, asker) {
-		msgs, detail = explainCallAlone(st, c), "from the call alone: the asker cannot see the conversation"
+		// One question, which holds no call: nothing to offer tools for.
+		msgs, tools, detail = explainCallAlone(c), nil, "from the call alone: the asker cannot see the conversation"
 	}
 	// No onDelta: nothing is shown before the whole explanation is, so a
 	// stream cut after its first words is retried as one cut before them.
-	_, msg, err := a.completeFitted(ctx, msgs, a.tools.modelTools(), "none", nil)
+	_, msg, err := a.completeFitted(ctx, msgs, tools, "none", nil)
+	if len(tools) > 0 && noToolChoiceNone(ctx, err) {
+		a.log.Warn("the model server refused tool_choice none; asking why again with the calls as text", "call", c.ID, "err", err)
+		_, msg, err = a.completeFitted(ctx, msgs, nil, "", nil)
+	}
 	if err != nil {
 		return "", fmt.Errorf("model: %w", err)
 	}
@@ -78,6 +87,18 @@ func (a *Agent) Explain(ctx context.Context, callID, asker string) (string, erro
 	}
 	a.audit(ctx, store.AuditEntry{Actor: asker, Action: "explain", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "ok", Detail: detail})
 	return text, nil
+}
+
+// noToolChoiceNone reports whether err may be a server's refusal of
+// tool_choice "none", as LiteLLM's in front of Bedrock is (a 400 with
+// UnsupportedParamsError, unless it is told to drop what a provider does
+// not support): a 400 that is neither a request too long for the model's
+// context nor one refused for its content. A request that offers no tools
+// (the calls sent as text) may then be answered.
+func noToolChoiceNone(ctx context.Context, err error) bool {
+	var me *ModelError
+	return err != nil && ctx.Err() == nil && errors.As(err, &me) && me.Kind == ErrKindHTTP &&
+		me.StatusCode == http.StatusBadRequest && !me.ContextExceeded()
 }
 
 // pendingNote answers, in an explanation's history, a call that waits on
@@ -122,18 +143,14 @@ func (a *Agent) seesConversation(ctx context.Context, c store.Call, asker string
 	return ok
 }
 
-// explainCallAlone is a history of the call c alone, for someone who
-// cannot see its conversation: the model's step with that call only (its
-// text and its other calls are the conversation's, as are the outputs of
-// those that ran), with the arguments the card shows, answered by a note
-// that it waits for a person, followed by the question about it.
-func explainCallAlone(st runState, c store.Call) []openai.ChatCompletionMessage {
-	id := "call_pending"
-	for _, s := range st.Slots {
-		if s.CallID == c.ID {
-			id = s.ToolCallID
-		}
-	}
+// explainCallAlone is the question about the call c alone, for someone
+// who cannot see its conversation: one user message that names the tool
+// and the arguments the card shows (the model's step, its text and its
+// other calls are the conversation's, as are the outputs of those that
+// ran). No call is made up for it: a request whose first message is the
+// model's is refused by some servers (Bedrock, older Anthropic models,
+// Gemma's chat template).
+func explainCallAlone(c store.Call) []openai.ChatCompletionMessage {
 	args := c.Args
 	if c.Edit != nil {
 		args = c.Edit.Args
@@ -142,8 +159,10 @@ func explainCallAlone(st runState, c store.Call) []openai.ChatCompletionMessage 
 		args = json.RawMessage("{}") // as sanitizeCalls sends none
 	}
 	return []openai.ChatCompletionMessage{
-		{Role: openai.ChatMessageRoleAssistant, ToolCalls: []openai.ToolCall{{ID: id, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: c.Tool, Arguments: string(args)}}}},
-		{Role: openai.ChatMessageRoleTool, ToolCallID: id, Content: pendingNote},
-		{Role: openai.ChatMessageRoleUser, Content: fmt.Sprintf(explainPrompt, c.Tool, string(args))},
+		{Role: openai.ChatMessageRoleUser, Content: fmt.Sprintf(explainPrompt, c.Tool, string(args)) + "\n" + explainAloneNote},
 	}
 }
+
+// explainAloneNote follows the question about a call asked from the call
+// alone: the model sees nothing of the conversation that led to it.
+const explainAloneNote = `The conversation that led to this call is not shown here, and this person cannot see it: explain from the tool and its arguments alone, and do not guess at what was said.`

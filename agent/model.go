@@ -542,8 +542,9 @@ func (e *ModelError) Retryable() bool {
 // invalid (400), such as one longer than the model's context (which the
 // agent first sends again with a shorter history, see ContextExceeded: a
 // request still too long then has a context budget too large for the
-// model). A request refused for its content (ErrKindContentRefused) is
-// not: it is the content, not the configuration, that the server refused.
+// model; a 413 or 422 too, when it says the request is too long). A
+// request refused for its content (ErrKindContentRefused) is not: it is
+// the content, not the configuration, that the server refused.
 func (e *ModelError) Misconfigured() bool {
 	if e.Kind != ErrKindHTTP {
 		return false
@@ -552,11 +553,12 @@ func (e *ModelError) Misconfigured() bool {
 	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
 		return true
 	}
-	return false
+	return e.ContextExceeded()
 }
 
 // contextExceededPhrases are what the common servers say, in the message
-// of a 400, of a request longer than the model's context: OpenAI, Azure,
+// of a 400 (a 413 or 422 for some), of a request longer than the model's
+// context: OpenAI, Azure,
 // vLLM, DeepSeek, Mistral and OpenRouter ("This model's maximum context
 // length is 4096 tokens…", "…too large for model with 32768 maximum
 // context length"; OpenAI's older "Please reduce the length of the
@@ -564,8 +566,12 @@ func (e *ModelError) Misconfigured() bool {
 // (its ContextWindowExceededError, and Anthropic's "prompt is too long",
 // which it passes on), llama.cpp's "…exceeds the available context size"
 // and Ollama's "…exceeds the context length" (whose chat endpoint mostly
-// cuts the prompt instead). Each names the context or the prompt's
-// length, so that no other invalid request matches.
+// cuts the prompt instead), Gemini's OpenAI-compatible endpoint ("The
+// input token count (…) exceeds the maximum number of tokens allowed
+// (…)"), Bedrock's "Input is too long for requested model" (which LiteLLM
+// passes on) and Text Generation Inference's "`inputs` tokens +
+// `max_new_tokens` must be <= …" (a 422). Each names the context or the
+// prompt's length, so that no other invalid request matches.
 var contextExceededPhrases = []string{
 	"context_length_exceeded",
 	"maximum context length",
@@ -577,20 +583,30 @@ var contextExceededPhrases = []string{
 	"exceeds the available context size",
 	"exceeds the context length",
 	"exceeds the context window",
+	"exceeds the maximum number of tokens allowed",
+	"input is too long for requested model",
+	"`inputs` tokens + `max_new_tokens` must be <=",
 }
 
-// ContextExceeded reports whether the server refused the request (a 400)
-// as longer than the model's context: the error code
-// "context_length_exceeded", or a message that says so in the words of a
-// common server (see contextExceededPhrases). A shorter request may be
-// answered: the budget's estimate of the history's length is no
-// tokenizer's count.
+// ContextExceeded reports whether the server refused the request as
+// longer than the model's context: a 400 with the error code
+// "context_length_exceeded", or a 400, 413 or 422 (Text Generation
+// Inference refuses it with 422, a proxy may with 413) with a message
+// that says so in the words of a common server (see
+// contextExceededPhrases). A shorter request may be answered: the
+// budget's estimate of the history's length is no tokenizer's count.
 func (e *ModelError) ContextExceeded() bool {
-	if e.Kind != ErrKindHTTP || e.StatusCode != http.StatusBadRequest {
+	if e.Kind != ErrKindHTTP {
 		return false
 	}
-	if e.Code == "context_length_exceeded" {
-		return true
+	switch e.StatusCode {
+	case http.StatusBadRequest:
+		if e.Code == "context_length_exceeded" {
+			return true
+		}
+	case http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+	default:
+		return false
 	}
 	msg := strings.ToLower(e.Message)
 	for _, p := range contextExceededPhrases {

@@ -743,8 +743,9 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 			return Outcome{}, a.cut(ctx, t, t.steps)
 		}
 		rep.Status(ctx, "is thinking…")
-		// The history sent, fitted to the budget (and shortened again if
-		// the model found it too long), is the one kept.
+		// The history the model answered, fitted to the budget (and
+		// shortened again if the model found it too long), is the one
+		// kept; when it fails, the history is kept as it was.
 		var msg openai.ChatCompletionMessage
 		var err error
 		t.messages, msg, err = a.completeFitted(ctx, t.messages, a.tools.modelTools(), "", func(d string) { rep.Delta(ctx, d) })
@@ -830,34 +831,57 @@ func withholdUnread(msgs []openai.ChatCompletionMessage) []openai.ChatCompletion
 }
 
 // completeFitted asks the model for the next message after msgs, offering
-// tools with toolChoice (see ModelRequest), and returns the history it
-// sent, which the caller keeps: msgs fitted to the budget left beside the
-// system prompt and the tools (see historyBudget). A request the server
-// refuses as longer than the model's context (see
-// ModelError.ContextExceeded) is sent once more with the history fitted
-// to half its estimate: no estimate matches every tokenizer, and a history
-// kept too long would be refused with every later message of the thread.
-// Once is enough to tell a history the estimate misjudged from a budget
-// too large for the model, which the error then reports. onDelta is
-// passed on: a refused request streamed nothing.
+// tools with toolChoice (see ModelRequest), and returns the history to
+// keep with the model's message: the history it sent, msgs fitted to the
+// budget left beside the system prompt and the tools (see historyBudget).
+// A request the server refuses as longer than the model's context (see
+// ModelError.ContextExceeded) is sent again with the history fitted to
+// half its estimate, then a quarter, then an eighth (see maxContextCuts),
+// until one is answered: no estimate matches every tokenizer, and a
+// history kept too long would be refused with every later message of the
+// thread. It stops when a cut would leave the history as long as the last
+// one sent (fitBudget keeps the last exchange). The shortened history is
+// kept only when it is answered; when the model fails, the returned
+// history is msgs as given, so that a refusal no shorter history cures
+// (vLLM words a max_tokens as large as the context as a request too long
+// for it) does not lose the thread's earlier exchanges, more with each
+// message. The error is then the last request's. onDelta is passed on: a
+// refused request streamed nothing.
 func (a *Agent) completeFitted(ctx context.Context, msgs []openai.ChatCompletionMessage, tools []openai.Tool, toolChoice string, onDelta func(string)) ([]openai.ChatCompletionMessage, openai.ChatCompletionMessage, error) {
-	msgs = fitBudget(msgs, a.historyBudget(tools))
-	msg, err := a.model.Complete(ctx, a.modelRequest(msgs, tools, toolChoice), onDelta)
-	var me *ModelError
-	if err == nil || ctx.Err() != nil || !errors.As(err, &me) || !me.ContextExceeded() {
-		return msgs, msg, err
+	fitted := fitBudget(msgs, a.historyBudget(tools))
+	msg, err := a.model.Complete(ctx, a.modelRequest(fitted, tools, toolChoice), onDelta)
+	if err == nil {
+		return fitted, msg, nil
 	}
-	before := totalTokens(msgs)
-	shorter := fitBudget(msgs, before/2)
-	after := totalTokens(shorter)
-	if after >= before {
-		return msgs, msg, err
+	estimate := totalTokens(fitted)
+	sent := estimate
+	for cut := 1; cut <= maxContextCuts; cut++ {
+		var me *ModelError
+		if ctx.Err() != nil || !errors.As(err, &me) || !me.ContextExceeded() {
+			break
+		}
+		shorter := fitBudget(fitted, estimate>>cut)
+		after := totalTokens(shorter)
+		if after >= sent {
+			break
+		}
+		a.log.Warn("the model found the history too long for its context; sending it again shortened",
+			"estimated_tokens", sent, "shortened_to", after, "retry", cut, "budget", a.cfg.ContextBudget, "err", err)
+		msg, err = a.model.Complete(ctx, a.modelRequest(shorter, tools, toolChoice), onDelta)
+		if err == nil {
+			return shorter, msg, nil
+		}
+		sent = after
 	}
-	a.log.Warn("the model found the history too long for its context; sending it again shortened",
-		"estimated_tokens", before, "shortened_to", after, "budget", a.cfg.ContextBudget, "err", err)
-	msg, err = a.model.Complete(ctx, a.modelRequest(shorter, tools, toolChoice), onDelta)
-	return shorter, msg, err
+	return msgs, msg, err
 }
+
+// maxContextCuts is how many times completeFitted sends again, each time
+// shorter, a request the model refuses as too long: to half the history's
+// estimate, a quarter, an eighth. A history that an eighth does not bring
+// within the model's context has a budget far too large for it, or a
+// refusal no shorter history cures.
+const maxContextCuts = 3
 
 // modelRequest is the request that sends msgs after the system prompt,
 // offering tools with toolChoice. With no tools to offer, the history's
@@ -873,8 +897,13 @@ func (a *Agent) modelRequest(msgs []openai.ChatCompletionMessage, tools []openai
 
 // callsAsText returns msgs with every tool call written in its
 // assistant message's text, and the results of each step's calls in one
-// message after it, marked as tool output rather than a person's words.
-// The slice is new when a message changes; msgs is not changed.
+// user message after it, marked as tool output rather than a person's
+// words. Results a person's message follows (a turn that failed after its
+// tools ran, messages that waited, the question of Why?) are sent in that
+// message, before the person's words, so that the roles alternate: chat
+// templates such as Gemma's and Mistral's, and Anthropic's API, refuse
+// two user messages in a row. The slice is new when a message changes;
+// msgs is not changed.
 func callsAsText(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage {
 	if !slices.ContainsFunc(msgs, func(m openai.ChatCompletionMessage) bool {
 		return len(m.ToolCalls) > 0 || m.Role == openai.ChatMessageRoleTool
@@ -894,7 +923,11 @@ func callsAsText(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMes
 			continue
 		}
 		if results != nil {
-			out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: results.String()})
+			if m.Role == openai.ChatMessageRoleUser {
+				m = withResults(m, results.String())
+			} else {
+				out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: results.String()})
+			}
 			results = nil
 		}
 		if len(m.ToolCalls) > 0 {
@@ -915,6 +948,24 @@ func callsAsText(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMes
 		out = append(out, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: results.String()})
 	}
 	return out
+}
+
+// resultsEnd separates, in a person's message that callsAsText sends
+// tool results in, the results from the person's words.
+const resultsEnd = "\n\n[End of the tool results. The message that follows them:]\n"
+
+// withResults returns the person's message m with the tool results
+// before their words: at the start of its text, or as its first part when
+// it is sent in parts. m's parts are not changed.
+func withResults(m openai.ChatCompletionMessage, results string) openai.ChatCompletionMessage {
+	if len(m.MultiContent) > 0 {
+		parts := make([]openai.ChatMessagePart, 0, len(m.MultiContent)+1)
+		parts = append(parts, openai.ChatMessagePart{Type: openai.ChatMessagePartTypeText, Text: results + resultsEnd})
+		m.MultiContent = append(parts, m.MultiContent...)
+		return m
+	}
+	m.Content = results + resultsEnd + m.Content
+	return m
 }
 
 func (a *Agent) withSystem(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage {

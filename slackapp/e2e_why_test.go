@@ -73,7 +73,7 @@ func TestWhyModelFailureIsPrivate(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.start()
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"6"}`)),
-		fakeopenai.Error(400, "the model is confused"), fakeopenai.Text("Deployed api 6."))
+		fakeopenai.Error(401, "the key is refused"), fakeopenai.Text("Deployed api 6."))
 	ts := e.slack.Mention(channel, requester, "deploy api 6")
 	card := e.card(ts, "deploy")
 	before := len(e.slack.Thread(channel, ts))
