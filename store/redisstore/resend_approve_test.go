@@ -400,25 +400,19 @@ func TestCountedApprovalSentAgainAfterAnotherDecided(t *testing.T) {
 		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
 	} {
 		t.Run(topo.name, func(t *testing.T) {
-			c, s, other := hookedPair(t, topo.url)
+			c, s, other, callID := approvalResentPair(t, topo.url)
 			ctx := t.Context()
-			// Loads the approve script, so the hook sees EVALSHA once.
-			_, warm := pausedOnOneCall(t, s, "fpw")
-			if _, _, err := s.Approve(ctx, warm[0].ID, "fpw", store.Approval{Approver: "U0"}, nil, 2, store.Decision{Kind: "approve", Decider: "U0"}); err != nil {
-				t.Fatal(err)
-			}
-			_, calls := pausedOnOneCall(t, s, "fp0")
 			var otherComplete bool
 			armed := true
-			c.AddHook(resendAfterHook{armed: &armed, key: store.RunOf(calls[0].ID), between: func() {
-				_, complete, err := other.Approve(ctx, calls[0].ID, "fp0", store.Approval{Approver: "U2"}, nil, 2, store.Decision{Kind: "approve", Decider: "U2"})
+			c.AddHook(resendAfterHook{armed: &armed, key: store.RunOf(callID), between: func() {
+				_, complete, err := other.Approve(ctx, callID, "fp0", store.Approval{Approver: "U2"}, nil, 2, store.Decision{Kind: "approve", Decider: "U2"})
 				if err != nil {
 					t.Errorf("the other approval: %v", err)
 				}
 				otherComplete = complete
 			}})
-			fx := store.Effects{Audit: store.AuditEntry{Actor: "U1", Action: "approve", CallID: calls[0].ID, Decision: "approve"}}
-			got, complete, err := s.ApproveAudited(ctx, calls[0].ID, "fp0", store.Approval{Approver: "U1"}, nil, nil, 2, store.Decision{Kind: "approve", Decider: "U1"}, fx)
+			fx := store.Effects{Audit: store.AuditEntry{Actor: "U1", Action: "approve", CallID: callID, Decision: "approve"}}
+			got, complete, err := s.ApproveAudited(ctx, callID, "fp0", store.Approval{Approver: "U1"}, nil, nil, 2, store.Decision{Kind: "approve", Decider: "U1"}, fx)
 			if armed {
 				t.Fatal("the approval was not sent")
 			}
@@ -428,7 +422,7 @@ func TestCountedApprovalSentAgainAfterAnotherDecided(t *testing.T) {
 			if got.Status != store.Decided {
 				t.Errorf("the approval sent again reports the call %s; want it decided, as stored", got.Status)
 			}
-			stored, err := s.GetCall(ctx, calls[0].ID)
+			stored, err := s.GetCall(ctx, callID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -445,7 +439,7 @@ func TestCountedApprovalSentAgainAfterAnotherDecided(t *testing.T) {
 			}
 			n := 0
 			for _, e := range log {
-				if e.CallID == calls[0].ID && e.Actor == "U1" {
+				if e.CallID == callID && e.Actor == "U1" {
 					n++
 				}
 			}

@@ -80,24 +80,18 @@ func TestCountedApprovalSentAgainAfterACancel(t *testing.T) {
 		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
 	} {
 		t.Run(topo.name, func(t *testing.T) {
-			c, s, other := hookedPair(t, topo.url)
+			c, s, other, callID := approvalResentPair(t, topo.url)
 			ctx := t.Context()
-			// Loads the approve script, so the hook sees EVALSHA once.
-			_, warm := pausedOnOneCall(t, s, "fpw")
-			if _, _, err := s.Approve(ctx, warm[0].ID, "fpw", store.Approval{Approver: "U0"}, nil, 2, store.Decision{Kind: "approve", Decider: "U0"}); err != nil {
-				t.Fatal(err)
-			}
-			_, calls := pausedOnOneCall(t, s, "fp0")
 			var cancelComplete bool
 			armed := true
-			c.AddHook(resendAfterHook{armed: &armed, key: store.RunOf(calls[0].ID), between: func() {
-				_, complete, err := other.Decide(ctx, calls[0].ID, "", store.Decision{Kind: "cancel", Decider: "U9", At: time.Now()})
+			c.AddHook(resendAfterHook{armed: &armed, key: store.RunOf(callID), between: func() {
+				_, complete, err := other.Decide(ctx, callID, "", store.Decision{Kind: "cancel", Decider: "U9", At: time.Now()})
 				if err != nil {
 					t.Errorf("cancel by another replica: %v", err)
 				}
 				cancelComplete = complete
 			}})
-			got, complete, err := s.Approve(ctx, calls[0].ID, "fp0", store.Approval{Approver: "U1"}, nil, 2, store.Decision{Kind: "approve", Decider: "U1"})
+			got, complete, err := s.Approve(ctx, callID, "fp0", store.Approval{Approver: "U1"}, nil, 2, store.Decision{Kind: "approve", Decider: "U1"})
 			if armed {
 				t.Fatal("the approval was not sent")
 			}
@@ -386,4 +380,18 @@ func TestSeenEventSentAgainIsNew(t *testing.T) {
 			t.Errorf("another SeenEvent = %v, %v; want it seen", first, err)
 		}
 	})
+}
+
+// approvalResentPair is hookedPair with the approve script loaded through
+// s (so the hook sees its EVALSHA once) and one paused call of fingerprint
+// fp0, whose id it returns.
+func approvalResentPair(t *testing.T, rawURL string) (c redis.UniversalClient, s, other *redisstore.Store, callID string) {
+	t.Helper()
+	c, s, other = hookedPair(t, rawURL)
+	_, warm := pausedOnOneCall(t, s, "fpw")
+	if _, _, err := s.Approve(t.Context(), warm[0].ID, "fpw", store.Approval{Approver: "U0"}, nil, 2, store.Decision{Kind: "approve", Decider: "U0"}); err != nil {
+		t.Fatal(err)
+	}
+	_, calls := pausedOnOneCall(t, s, "fp0")
+	return c, s, other, calls[0].ID
 }
