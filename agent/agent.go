@@ -267,6 +267,9 @@ type Agent struct {
 	// prompt and the tools take most of the context budget (see
 	// historyBudget).
 	budgetWarned atomic.Bool
+	// mergeUsers is set once the model server refused two user messages
+	// in a row: from then on they are sent merged (see complete).
+	mergeUsers atomic.Bool
 }
 
 // New returns an Agent. reporter gives the Reporter of a conversation (by

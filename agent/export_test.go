@@ -12,3 +12,7 @@ func SetLostDecisionWait(d time.Duration) (restore func()) {
 
 // PersonText is personText, for tests of what a person reads.
 var PersonText = personText
+
+// MergeUsers is mergeUsers, for tests of what a server that refuses two
+// user messages in a row is sent.
+var MergeUsers = mergeUsers

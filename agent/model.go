@@ -617,6 +617,31 @@ func (e *ModelError) ContextExceeded() bool {
 	return false
 }
 
+// rolesAlternatePhrases are what the common servers say, in the message of
+// a 400 (a 422 for Text Generation Inference), of a request with two
+// messages of one role in a row: the chat templates of Mistral, Gemma and
+// Llama 2 that vLLM, TGI and llama.cpp apply ("Conversation roles must
+// alternate user/assistant/user/assistant/..."), Anthropic's API
+// ("messages: roles must alternate between \"user\" and \"assistant\"…",
+// which LiteLLM passes on) and Gemini's ("Please ensure that multiturn
+// requests alternate between user and model.").
+var rolesAlternatePhrases = []string{
+	"roles must alternate",
+	"alternate between user and model",
+}
+
+// RolesMustAlternate reports whether the server refused the request for
+// two messages of one role in a row: a 400 or 422 with a message that says
+// so in the words of a common server (see rolesAlternatePhrases). The same
+// request with its consecutive user messages merged may be answered.
+func (e *ModelError) RolesMustAlternate() bool {
+	if e.Kind != ErrKindHTTP || (e.StatusCode != http.StatusBadRequest && e.StatusCode != http.StatusUnprocessableEntity) {
+		return false
+	}
+	msg := strings.ToLower(e.Message)
+	return slices.ContainsFunc(rolesAlternatePhrases, func(p string) bool { return strings.Contains(msg, p) })
+}
+
 // contextError classifies an error that happened once ctx had ended.
 func (m *OpenAIModel) contextError(ctx context.Context, err error) *ModelError {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {

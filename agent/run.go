@@ -845,11 +845,13 @@ func withholdUnread(msgs []openai.ChatCompletionMessage) []openai.ChatCompletion
 // history is msgs as given, so that a refusal no shorter history cures
 // (vLLM words a max_tokens as large as the context as a request too long
 // for it) does not lose the thread's earlier exchanges, more with each
-// message. The error is then the last request's. onDelta is passed on: a
+// message. The error is then the last request's. Each request is sent
+// as complete sends it: with user messages in a row merged for a server
+// that refuses them, before and after a cut. onDelta is passed on: a
 // refused request streamed nothing.
 func (a *Agent) completeFitted(ctx context.Context, msgs []openai.ChatCompletionMessage, tools []openai.Tool, toolChoice string, onDelta func(string)) ([]openai.ChatCompletionMessage, openai.ChatCompletionMessage, error) {
 	fitted := fitBudget(msgs, a.historyBudget(tools))
-	msg, err := a.model.Complete(ctx, a.modelRequest(fitted, tools, toolChoice), onDelta)
+	msg, err := a.complete(ctx, fitted, tools, toolChoice, onDelta)
 	if err == nil {
 		return fitted, msg, nil
 	}
@@ -867,7 +869,7 @@ func (a *Agent) completeFitted(ctx context.Context, msgs []openai.ChatCompletion
 		}
 		a.log.Warn("the model found the history too long for its context; sending it again shortened",
 			"estimated_tokens", sent, "shortened_to", after, "retry", cut, "budget", a.cfg.ContextBudget, "err", err)
-		msg, err = a.model.Complete(ctx, a.modelRequest(shorter, tools, toolChoice), onDelta)
+		msg, err = a.complete(ctx, shorter, tools, toolChoice, onDelta)
 		if err == nil {
 			return shorter, msg, nil
 		}
@@ -883,16 +885,117 @@ func (a *Agent) completeFitted(ctx context.Context, msgs []openai.ChatCompletion
 // refusal no shorter history cures.
 const maxContextCuts = 3
 
+// complete asks the model once for the message after msgs, offering tools
+// with toolChoice (see modelRequest). A server that refuses two user
+// messages in a row (see ModelError.RolesMustAlternate: the chat templates
+// of Mistral, Gemma and Llama 2, Anthropic's API, Gemini's) would refuse
+// every later message of a thread where people wrote while a turn ran, or
+// after a turn that failed: the request is sent again with them merged
+// (see mergeUsers), and from then on the agent sends them merged in every
+// request, warning the operator once. The history is not changed: it
+// keeps each message as its writer sent it.
+func (a *Agent) complete(ctx context.Context, msgs []openai.ChatCompletionMessage, tools []openai.Tool, toolChoice string, onDelta func(string)) (openai.ChatCompletionMessage, error) {
+	merge := a.mergeUsers.Load()
+	req := a.modelRequest(msgs, tools, toolChoice, merge)
+	msg, err := a.model.Complete(ctx, req, onDelta)
+	var me *ModelError
+	if err == nil || merge || ctx.Err() != nil || !errors.As(err, &me) || !me.RolesMustAlternate() {
+		return msg, err
+	}
+	merged := a.modelRequest(msgs, tools, toolChoice, true)
+	if len(merged.Messages) == len(req.Messages) {
+		return msg, err // no user messages in a row: merging cures nothing
+	}
+	if a.mergeUsers.CompareAndSwap(false, true) {
+		a.log.Warn("the model server refuses two user messages in a row; from now on they are sent merged into one, each writer named", "err", err)
+	}
+	return a.model.Complete(ctx, merged, onDelta)
+}
+
 // modelRequest is the request that sends msgs after the system prompt,
 // offering tools with toolChoice. With no tools to offer, the history's
 // calls and results are sent as text (see callsAsText): some servers
 // (LiteLLM in front of Anthropic or Bedrock) refuse tool calls in a
-// request that offers no tools.
-func (a *Agent) modelRequest(msgs []openai.ChatCompletionMessage, tools []openai.Tool, toolChoice string) ModelRequest {
+// request that offers no tools. With merge, user messages in a row are
+// sent as one (see mergeUsers).
+func (a *Agent) modelRequest(msgs []openai.ChatCompletionMessage, tools []openai.Tool, toolChoice string, merge bool) ModelRequest {
 	if len(tools) == 0 {
-		return ModelRequest{Messages: a.withSystem(callsAsText(msgs))}
+		msgs, toolChoice = callsAsText(msgs), ""
+	}
+	if merge {
+		msgs = mergeUsers(msgs)
 	}
 	return ModelRequest{Messages: a.withSystem(msgs), Tools: tools, ToolChoice: toolChoice}
+}
+
+// mergeUsers returns msgs with each run of user messages in a row sent as
+// one (see mergedUser), for servers that refuse two in a row (see
+// ModelError.RolesMustAlternate). Other messages are left as they are: a
+// tool result followed by a person's message is taken, and the system
+// prompt is not among msgs. The slice is new; msgs is not changed.
+func mergeUsers(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage {
+	out := make([]openai.ChatCompletionMessage, 0, len(msgs))
+	for i := 0; i < len(msgs); {
+		j := i + 1
+		for msgs[i].Role == openai.ChatMessageRoleUser && j < len(msgs) && msgs[j].Role == openai.ChatMessageRoleUser {
+			j++
+		}
+		if j-i == 1 {
+			out = append(out, msgs[i])
+		} else {
+			out = append(out, mergedUser(msgs[i:j]))
+		}
+		i = j
+	}
+	return out
+}
+
+// mergedUser is the user messages ms as one, in order, so that the model
+// still knows who wrote what: when any of them has a writer (Name), each
+// one's words follow a line naming its writer (see writerLine). The merged
+// message keeps the Name only when all share it. When any is sent in
+// parts, the merged one is too: theirs in order, the lines and the others'
+// text as text parts.
+func mergedUser(ms []openai.ChatCompletionMessage) openai.ChatCompletionMessage {
+	out := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Name: ms[0].Name}
+	named, inParts := false, false
+	for _, m := range ms {
+		named = named || m.Name != ""
+		inParts = inParts || len(m.MultiContent) > 0
+		if m.Name != out.Name {
+			out.Name = ""
+		}
+	}
+	var texts []string
+	for _, m := range ms {
+		head := ""
+		if named {
+			head = writerLine(m.Name) + "\n"
+		}
+		switch {
+		case !inParts:
+			texts = append(texts, head+m.Content)
+		case len(m.MultiContent) > 0:
+			if head != "" {
+				out.MultiContent = append(out.MultiContent, openai.ChatMessagePart{Type: openai.ChatMessagePartTypeText, Text: head})
+			}
+			out.MultiContent = append(out.MultiContent, m.MultiContent...)
+		default:
+			out.MultiContent = append(out.MultiContent, openai.ChatMessagePart{Type: openai.ChatMessagePartTypeText, Text: head + m.Content})
+		}
+	}
+	out.Content = strings.Join(texts, "\n\n")
+	return out
+}
+
+// writerLine names the writer of a message in a merged one: the user id as
+// a Slack mention, the form in which people's words name others (see
+// slackapp's cleanText).
+func writerLine(name string) string {
+	if name == "" {
+		return "[someone wrote:]"
+	}
+	return "[<@" + name + "> wrote:]"
 }
 
 // callsAsText returns msgs with every tool call written in its
