@@ -1347,7 +1347,7 @@ func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage,
 	if len(args) > a.cfg.MaxArgBytes {
 		return Tool{}, nil, "", argsProblem("arguments for %s are too large (%d bytes; the limit is %d)", name, len(args), a.cfg.MaxArgBytes)
 	}
-	canonical, fp, err := checkArgs(args, func(args json.RawMessage) error { return a.tools.Validate(name, args) })
+	canonical, fp, err := checkArgs(args, func(args json.RawMessage) (json.RawMessage, error) { return a.tools.Filled(name, args) })
 	if err != nil {
 		return Tool{}, nil, "", &argsError{Model: fmt.Sprintf("invalid arguments for %s: %v. Fix them and call the tool again", name, err), Person: personText(err)}
 	}
@@ -1356,23 +1356,25 @@ func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage,
 
 // checkArgs checks a call's arguments, empty ones standing for {}: nested
 // at most maxArgDepth deep, then validate (the tool's schema, which also
-// checks that they are one JSON object), then no key given twice or
-// looking like another (see checkKeys). It returns the canonical arguments
+// checks that they are one JSON object, and returns them as the tool runs
+// them: see Registry.Filled), then no key given twice or looking like
+// another (see checkKeys), as written. It returns the canonical arguments
 // the policy judges and their fingerprint (see approvals.Fingerprint).
-func checkArgs(args json.RawMessage, validate func(json.RawMessage) error) (json.RawMessage, string, error) {
+func checkArgs(args json.RawMessage, validate func(json.RawMessage) (json.RawMessage, error)) (json.RawMessage, string, error) {
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = json.RawMessage("{}")
 	}
 	if err := checkDepth(args); err != nil {
 		return nil, "", err
 	}
-	if err := validate(args); err != nil {
+	filled, err := validate(args)
+	if err != nil {
 		return nil, "", err
 	}
 	if err := checkKeys(args); err != nil {
 		return nil, "", err
 	}
-	return approvals.Fingerprint(args)
+	return approvals.Fingerprint(filled)
 }
 
 // CheckArgs judges a call's arguments as the agent does before the policy
@@ -1384,9 +1386,9 @@ func checkArgs(args json.RawMessage, validate func(json.RawMessage) error) (json
 // are kept as written: one the policy cannot see exactly (1e400) makes
 // its conditions fail closed, not the arguments refused.
 func CheckArgs(args json.RawMessage) (json.RawMessage, error) {
-	canonical, _, err := checkArgs(args, func(args json.RawMessage) error {
+	canonical, _, err := checkArgs(args, func(args json.RawMessage) (json.RawMessage, error) {
 		_, err := parseObject(args)
-		return err
+		return args, err
 	})
 	return canonical, err
 }

@@ -245,14 +245,26 @@ func hasType(m map[string]any, t string) bool {
 }
 
 // Validate checks args against the named tool: they must be a JSON object
-// that passes the tool's schema. The error says exactly what is wrong, in
-// words meant for the model.
+// that passes the tool's schema once its defaults are filled in (see
+// Filled). The error says exactly what is wrong, in words meant for the
+// model.
 func (r *Registry) Validate(name string, args json.RawMessage) error {
+	_, err := r.Filled(name, args)
+	return err
+}
+
+// Filled returns args, checked as Validate checks them, with the default
+// of every property the tool's schema gives one that args leave out (see
+// fillDefaults): what the tool runs with, since a server applies them
+// (the MCP Go SDK's, FastMCP's and zod's validation do), so it is what
+// the policy judges and an approver sees. Without a default to fill, args
+// are returned as they are.
+func (r *Registry) Filled(name string, args json.RawMessage) (json.RawMessage, error) {
 	r.mu.RLock()
 	t, ok := r.tools[name]
 	r.mu.RUnlock()
 	if !ok {
-		return fmt.Errorf("unknown tool %q", name)
+		return nil, fmt.Errorf("unknown tool %q", name)
 	}
 	return t.validate(args)
 }

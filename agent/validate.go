@@ -58,30 +58,37 @@ func parseObject(args []byte) (any, error) {
 	return v, nil
 }
 
-func (t *registered) validate(args json.RawMessage) error {
+// validate checks args against the tool (see Registry.Filled) and returns
+// them with the schema's defaults filled in.
+func (t *registered) validate(args json.RawMessage) (json.RawMessage, error) {
 	trimmed := bytes.TrimSpace(args)
 	if len(trimmed) == 0 {
 		trimmed = []byte("{}")
 	}
 	v, err := parseObject(trimmed)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if t.schema != nil {
+		if fillDefaults(t.schema, v) {
+			if trimmed, err = encodeFilled(v); err != nil {
+				return nil, argsProblem("arguments with the schema's defaults: %v", err)
+			}
+		}
 		if err := t.schema.Validate(v); err != nil {
 			var ve *jsonschema.ValidationError
 			if errors.As(err, &ve) {
-				return &argsError{Model: "arguments do not match the schema: " + schemaMessage(ve), Person: personMessage(ve, v)}
+				return nil, &argsError{Model: "arguments do not match the schema: " + schemaMessage(ve), Person: personMessage(ve, v)}
 			}
-			return argsProblem("arguments do not match the schema: %v", err)
+			return nil, argsProblem("arguments do not match the schema: %v", err)
 		}
 	}
 	if t.tool.Check != nil {
 		if err := t.tool.Check(trimmed); err != nil {
-			return argsProblem("%v", err)
+			return nil, argsProblem("%v", err)
 		}
 	}
-	return nil
+	return trimmed, nil
 }
 
 // personMessage words a validation error for a person: each problem names

@@ -579,10 +579,14 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	}
 	// The agent's own checks (one JSON object, its depth, keys that look
 	// alike), then the tool's schema: arguments either refuses never reach
-	// the policy.
+	// the policy, which judges them with the schema's defaults, as a call
+	// of the model is judged.
 	canonical, err := agent.CheckArgs(in.Args)
 	if err == nil && ag != nil {
-		err = ag.Tools().Validate(tool, in.Args)
+		var filled json.RawMessage
+		if filled, err = ag.Tools().Filled(tool, in.Args); err == nil {
+			canonical, err = agent.CheckArgs(filled)
+		}
 	}
 	if err != nil {
 		return "Those arguments would be refused before the policy: " + Escape(err.Error())

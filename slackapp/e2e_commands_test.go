@@ -1,6 +1,7 @@
 package slackapp_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
@@ -67,6 +69,10 @@ func TestApprovalsCommand(t *testing.T) {
 	wantIn(t, "policy test", test, "*ask* by rule `deploys`", "Deploys need review.", "Nothing was run.")
 	wantIn(t, "policy test of a denied tool", e.slash(stranger, `policy test drop_db {}`), "*deny* by rule `no-drop`")
 	wantIn(t, "policy test with bad arguments", e.slash(stranger, `policy test deploy {"service":"a"}`), "refused before the policy")
+	// Judged with the schema's defaults, as the model's calls are.
+	must(t, e.reg.Register(agent.Tool{Name: "scale", Handler: func(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{}, nil },
+		Schema: json.RawMessage(`{"type":"object","properties":{"d":{"type":"string"},"namespace":{"type":"string","default":"production"}}}`)}))
+	wantIn(t, "policy test with defaults", e.slash(stranger, `policy test scale {"d":"api"}`), "`{\"d\":\"api\",\"namespace\":\"production\"}`")
 	wantIn(t, "policy test with long arguments", e.slash(stranger, `policy test deploy {"service":"`+strings.Repeat("a", 30000)+`","version":"1"}`), "…", "*ask* by rule `deploys`", "Nothing was run.")
 	// Characters that grow when escaped (as Slack sends < in a command).
 	wantIn(t, "policy test with long escaped arguments", e.slash(stranger, `policy test deploy {"service":"`+strings.Repeat("&lt;", 2000)+`","version":"1"}`), "…", "*ask* by rule `deploys`", "Nothing was run.")

@@ -1,0 +1,123 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+)
+
+// A tool's server fills in the defaults of its schema (the MCP Go SDK's,
+// FastMCP's and zod's validation do): the arguments the tool runs with,
+// the policy judges and an approver sees have them, wherever the schema
+// says which schema a value meets.
+func TestFilledHasTheSchemasDefaults(t *testing.T) {
+	tests := []struct {
+		name, schema, args, want string
+	}{
+		{"top level", `{"type":"object","properties":{"deployment":{"type":"string"},"namespace":{"type":"string","default":"production"},"replicas":{"type":"integer","default":0}}}`,
+			`{"deployment":"api"}`, `{"deployment":"api","namespace":"production","replicas":0}`},
+		{"given values stay", `{"type":"object","properties":{"namespace":{"type":"string","default":"production"}}}`,
+			`{"namespace":"staging"}`, `{"namespace":"staging"}`},
+		{"null is given", `{"type":"object","properties":{"namespace":{"type":["string","null"],"default":"production"}}}`,
+			`{"namespace":null}`, `{"namespace":null}`},
+		{"nothing to fill is left as written", `{"type":"object","properties":{"a":{"type":"number"}}}`,
+			`{"a": 1.50}`, `{"a": 1.50}`},
+		{"numbers and text as written", `{"type":"object","properties":{"a":{"type":"number"},"b":{"default":"<&>"}}}`,
+			`{"a":1.50}`, `{"a":1.50,"b":"<&>"}`},
+		{"nested through $ref", `{"type":"object","$defs":{"Opts":{"type":"object","properties":{"force":{"type":"boolean","default":true}}}},"properties":{"opts":{"$ref":"#/$defs/Opts"}}}`,
+			`{"opts":{}}`, `{"opts":{"force":true}}`},
+		{"default beside a $ref", `{"type":"object","$defs":{"Opts":{"type":"object"}},"properties":{"opts":{"$ref":"#/$defs/Opts","default":{"force":true}}}}`,
+			`{}`, `{"opts":{"force":true}}`},
+		{"optional object (anyOf with null)", `{"type":"object","$defs":{"Opts":{"type":"object","properties":{"force":{"type":"boolean","default":true}}}},"properties":{"opts":{"anyOf":[{"$ref":"#/$defs/Opts"},{"type":"null"}],"default":null}}}`,
+			`{"opts":{}}`, `{"opts":{"force":true}}`},
+		{"two object branches: the server's choice", `{"type":"object","properties":{"opts":{"oneOf":[{"type":"object","properties":{"a":{"default":1}},"required":["x"]},{"type":"object","properties":{"b":{"default":2}},"required":["y"]}]}}}`,
+			`{"opts":{"x":0}}`, `{"opts":{"x":0}}`},
+		{"array items", `{"type":"object","properties":{"steps":{"type":"array","items":{"type":"object","properties":{"wait":{"type":"integer","default":30}}}}}}`,
+			`{"steps":[{},{"wait":5}]}`, `{"steps":[{"wait":30},{"wait":5}]}`},
+		{"allOf", `{"type":"object","allOf":[{"properties":{"a":{"default":"x"}}},{"properties":{"b":{"default":"y"}}}]}`,
+			`{}`, `{"a":"x","b":"y"}`},
+		{"a schema that refers to itself", `{"type":"object","properties":{"a":{"default":1},"child":{"$ref":"#"}}}`,
+			`{"child":{"child":{}}}`, `{"a":1,"child":{"a":1,"child":{"a":1}}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := agent.NewRegistry()
+			must(t, r.Register(agent.Tool{Name: "x", Handler: nop, Schema: json.RawMessage(tt.schema)}))
+			got, err := r.Filled("x", json.RawMessage(tt.args))
+			if err != nil || string(got) != tt.want {
+				t.Errorf("Filled(%s) = %s, %v; want %s", tt.args, got, err, tt.want)
+			}
+		})
+	}
+}
+
+// A default that is an object is copied into each call's arguments: a
+// later fill of one call's value never changes the schema's default.
+func TestFilledDefaultIsNotShared(t *testing.T) {
+	r := agent.NewRegistry()
+	schema := `{"type":"object","allOf":[{"properties":{"opts":{"default":{}}}},{"properties":{"opts":{"properties":{"force":{"default":true}}}}}]}`
+	must(t, r.Register(agent.Tool{Name: "x", Handler: nop, Schema: json.RawMessage(schema)}))
+	for range 2 {
+		got, err := r.Filled("x", json.RawMessage(`{}`))
+		if err != nil || string(got) != `{"opts":{"force":true}}` {
+			t.Fatalf("Filled = %s, %v", got, err)
+		}
+	}
+	got, err := r.Filled("x", json.RawMessage(`{"opts":{"force":false}}`))
+	if err != nil || string(got) != `{"opts":{"force":false}}` {
+		t.Errorf("Filled = %s, %v", got, err)
+	}
+}
+
+// A call that leaves out an argument whose default a rule denies is
+// judged with the default, as the tool would run it: the model cannot
+// reach what the rule stops by saying nothing. An allowed call runs with
+// the default written out.
+func TestPolicyJudgesTheDefaults(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			ran := &counter{}
+			schema := `{"type":"object","properties":{"deployment":{"type":"string"},"namespace":{"type":"string","default":"production"}},"required":["deployment"]}`
+			must(t, w.reg.Register(agent.Tool{Name: "scale_down", Schema: json.RawMessage(schema), Handler: ran.handler("scaled")}))
+			w.policy = `
+policy:
+  default: allow
+  rules:
+    - id: no-prod
+      tool: scale_down
+      when: 'args.namespace == "production"'
+      verdict: deny
+      reason: Not in production.
+    - id: elsewhere
+      tool: scale_down
+      verdict: allow
+`
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "scale_down", `{"deployment":"api"}`)), fakeopenai.Text("refused"))
+			out, err := w.agent().Run(context.Background(), request("scale api down"))
+			must(t, err)
+			if out.Status != agent.Answered || ran.n.Load() != 0 {
+				t.Fatalf("got %s, the tool ran %d times; want it denied", out.Status, ran.n.Load())
+			}
+			if got := toolResults(t, w.model); len(got) != 1 || got[0] != "c1: Not in production." {
+				t.Errorf("the model read %q, want the rule's reason", got)
+			}
+			w.model.Reply(fakeopenai.ToolCalls(call("c2", "scale_down", `{"deployment":"api","namespace":"staging"}`)), fakeopenai.Text("done"))
+			w.model.Reply(fakeopenai.ToolCalls(call("c3", "scale_down", `{"deployment":"web"}`)), fakeopenai.Text("done"))
+			for _, text := range []string{"staging", "web"} {
+				if _, err := w.agent().Run(context.Background(), request(text)); err != nil {
+					t.Fatal(err)
+				}
+				// Production allowed too, from the second call on.
+				w.policy = "policy:\n  rules:\n    - id: all\n      tool: scale_down\n      verdict: allow\n"
+			}
+			want := []string{`{"deployment":"api","namespace":"staging"}`, `{"deployment":"web","namespace":"production"}`}
+			if got := ran.Args(); len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+				t.Errorf("the tool ran with %q, want %q", got, want)
+			}
+		})
+	}
+}
