@@ -1393,6 +1393,11 @@ func CheckArgs(args json.RawMessage) (json.RawMessage, error) {
 	return canonical, err
 }
 
+// UnknownOutcome ends the result of a call that may have done its work
+// but did not say what became of it (cut by TOOL_TIMEOUT, a write whose
+// answer never came): the model is to check before it calls again.
+const UnknownOutcome = "whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user."
+
 // maxListedTools bounds the tools an unknown tool's error names: the
 // model has the whole list in its request, and a few unknown calls must
 // not fill its context with it.
@@ -1546,7 +1551,7 @@ func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, ca
 		// idempotent may have done its work, or part of it.
 		msg := fmt.Sprintf("tool %s timed out after %s", tool.Name, a.cfg.ToolTimeout)
 		if !repeatable(tool) {
-			msg += ": whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user."
+			msg += ": " + UnknownOutcome
 		}
 		if err == nil && r.Content != "" {
 			msg += " The tool said: " + cutText(r.Content, timeoutDetailBytes, "output")

@@ -36,12 +36,17 @@ var passedEnv = []string{"PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR
 // allowed absolute path, or an allowed bare name, which PATH resolves. The working
 // directory is c.Dir or a directory inside it, symlinks included. After
 // c.Timeout (or when the call's context reaches its deadline first; the
-// result names the time the call had), and as soon as the program has
-// exited, the whole process group is killed, so nothing it started in the background outlives the call. Commands run with PATH,
-// HOME, USER, LANG, LC_ALL, TZ and TMPDIR from the bot's environment plus
-// c.Env, nothing else. A non-zero exit is an error result. The tool is
-// marked destructive, so policies ask by default. Zero settings take their
-// defaults.
+// result names the time the call had, and says that what the command did
+// is unknown), and as soon as the program has exited, its whole process
+// group is killed, so that what it started in the background in that
+// group dies with the call. What it started outside the group (a new
+// session, with setsid, or a daemon: ssh's ControlPersist master,
+// gpg-agent) is not killed and outlives the call; when such a process
+// still holds the output once the program has ended, the result says it
+// was left running. Commands run with PATH, HOME, USER, LANG, LC_ALL, TZ
+// and TMPDIR from the bot's environment plus c.Env, nothing else. A
+// non-zero exit is an error result. The tool is marked destructive, so
+// policies ask by default. Zero settings take their defaults.
 func RunCommand(c CommandConfig) (agent.Tool, error) {
 	c.Timeout = orDefault(c.Timeout, DefaultCommandTimeout)
 	c.MaxOutputBytes = orDefault(c.MaxOutputBytes, DefaultCommandMaxOutputBytes)
@@ -174,7 +179,8 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 		// however long something it left behind holds the pipe. It timed
 		// out if the deadline came before it ended and the kill ended it.
 		timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded) && killedBySignal(cmd.ProcessState)
-		// What the program left running dies with the call.
+		// What the program left running in its group dies with the
+		// call.
 		leftBehind = killGroup(cmd)
 		// The program did run to its end: its exit status is what counts.
 		if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil {
@@ -184,10 +190,13 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 			}
 		}
 	}
+	heldOpen := false
 	select {
 	case <-copied:
 	case <-time.After(outputGrace):
-		// Something outside the process group holds the pipe.
+		// Something outside the process group holds the pipe: the
+		// kill did not reach it.
+		heldOpen = true
 		pr.Close()
 		<-copied
 	}
@@ -195,7 +204,9 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 	var exitErr *exec.ExitError
 	switch {
 	case timedOut:
-		status = fmt.Sprintf("timed out after %s; the process group was killed", limit)
+		// The agent's words for a call cut by TOOL_TIMEOUT never come:
+		// the tool's timeout, at most that, comes first.
+		status = fmt.Sprintf("timed out after %s; the process group was killed: %s", limit, agent.UnknownOutcome)
 	case err == nil:
 		status = "exit status 0"
 	case errors.As(err, &exitErr):
@@ -214,6 +225,9 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 	}
 	if leftBehind && !timedOut {
 		b.WriteString("\n[processes the program left running were killed]\n")
+	}
+	if heldOpen {
+		b.WriteString("\n[a process the program started outside its process group (with setsid, or as a daemon) still held its output after it ended, and was left running]\n")
 	}
 	return agent.Result{Content: b.String(), IsError: err != nil || timedOut}, nil
 }

@@ -158,7 +158,7 @@ func TestRunCommandTimeoutKillsGroup(t *testing.T) {
 		// The hang script's sleep would take 30 s.
 		t.Fatal("run_command hang did not return")
 	}
-	if !got.IsError || !strings.HasPrefix(got.Content, "timed out after 300ms; the process group was killed\n") {
+	if !got.IsError || !strings.HasPrefix(got.Content, "timed out after 300ms; the process group was killed: ") {
 		t.Fatalf("run_command hang: got %+v, want a timeout error", got)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(got.Content, "\n", 3)[1]))
@@ -190,7 +190,7 @@ func TestRunCommandCutByTheCallersDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run_command hang: %v", err)
 	}
-	if !got.IsError || !cutWithin(got.Content, "", 300*time.Millisecond) || !strings.Contains(got.Content, "; the process group was killed\n") {
+	if !got.IsError || !cutWithin(got.Content, "", 300*time.Millisecond) || !strings.Contains(got.Content, "; the process group was killed: ") {
 		t.Errorf("run_command hang, cut after 300ms with a 10m timeout: got %+v, want it to say it timed out after at most 300ms", got)
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/agent"
@@ -61,6 +63,18 @@ func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
 			}
 			if err := h.check(req.URL); err != nil {
 				return &redirectError{url: req.URL.Redacted(), err: err}
+			}
+			if urlOrigin(req.URL) != urlOrigin(via[0].URL) {
+				// The headers the model set go only to the origin of
+				// the url approved, as an MCP server's configured
+				// headers go only to its endpoint's (headerTransport):
+				// Go would carry all but Authorization, Cookie and
+				// WWW-Authenticate to another host, and those to a
+				// subdomain or another port, so X-Vault-Token or
+				// PRIVATE-TOKEN would follow. Go's Referer goes too:
+				// it would carry the url, a token in its query and
+				// all. The transport adds what a request needs.
+				req.Header = http.Header{}
 			}
 			return nil
 		},
@@ -145,8 +159,18 @@ func checkHTTPArgs(raw json.RawMessage) error {
 // port with leading zeros (039519 is port 39519), an escape of a character
 // that needs none (%73 for "s") in the path or the query (servers decode
 // the query's values, so ?force=%74rue is ?force=true), or a "." or ".."
-// path segment. A URL that does not parse is left to the tool, which says
-// what is wrong.
+// path segment.
+//
+// It also refuses a path or query that would not be sent as written: one
+// with a character a URL cannot hold as it is (a space, a non-ASCII
+// letter, "{", "|", a "%" that starts no escape; see mustEscape). In the
+// path, Go would escape the whole path anew from its decoded form, so
+// /files/notes%2Fto do.md would go as /files/notes/to%20do.md, and %3B,
+// %3D, %26, %2B, %40 and %3A would be decoded too; in the query it would
+// be sent as it is, and each server reads it its own way. The path and
+// query checked are those written, which, once accepted, are what the
+// request sends byte for byte. A URL that does not parse is left to the
+// tool, which says what is wrong.
 func checkPlainURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
@@ -173,8 +197,11 @@ func checkPlainURL(raw string) error {
 	case u.Port() != "" && u.Port() == defaultPort(u.Scheme):
 		return plain("no port " + u.Port() + " for " + u.Scheme)
 	}
-	path := u.EscapedPath()
-	for _, part := range []string{path, u.RawQuery} {
+	path, query := pathAndQuery(raw[len(u.Scheme+"://"):])
+	for _, part := range []string{path, query} {
+		if c, ok := mustEscape(part); ok {
+			return plain(fmt.Sprintf("%q percent-encoded, as %s", c, percentEncode(c)))
+		}
 		if esc, c, ok := needlessEscape(part); ok {
 			return plain(fmt.Sprintf("%q unescaped: it is %q", esc, c))
 		}
@@ -185,6 +212,57 @@ func checkPlainURL(raw string) error {
 		}
 	}
 	return nil
+}
+
+// pathAndQuery returns the path and the query of a URL as written, given
+// what follows its "scheme://", as url.Parse splits it: the fragment goes
+// first, then the query from the first "?", and the path starts at the
+// first "/" left.
+func pathAndQuery(rest string) (path, query string) {
+	rest, _, _ = strings.Cut(rest, "#")
+	i := strings.IndexAny(rest, "/?")
+	if i < 0 {
+		return "", ""
+	}
+	path, query, _ = strings.Cut(rest[i:], "?")
+	return path, query
+}
+
+// uriChars are the characters besides the unreserved ones that a URL's
+// path or query may hold as they are, and that Go sends as they are: RFC
+// 3986's sub-delims, ":", "@", "/" and "?", and the "[" and "]" Go lets
+// through.
+const uriChars = "!$&'()*+,;=:@/?[]"
+
+// mustEscape returns the first character of s, a path or a query as
+// written, that a URL cannot hold as it is and must percent-encode: any
+// but the unreserved ones, uriChars, and a "%" that starts an escape.
+func mustEscape(s string) (string, bool) {
+	for i := 0; i < len(s); {
+		switch c := s[i]; {
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			i += 3
+		case unreserved(c) || strings.IndexByte(uriChars, c) >= 0:
+			i++
+		default:
+			_, n := utf8.DecodeRuneInString(s[i:])
+			return s[i : i+n], true
+		}
+	}
+	return "", false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// percentEncode escapes every byte of s: "é" is %C3%A9.
+func percentEncode(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		fmt.Fprintf(&b, "%%%02X", s[i])
+	}
+	return b.String()
 }
 
 // needlessEscape returns the first escape in s of an unreserved character
@@ -275,7 +353,9 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 	if args.Body != "" {
 		body = strings.NewReader(args.Body)
 	}
-	req, err := http.NewRequestWithContext(ctx, args.Method, u.String(), body)
+	// Made from the url as written, which checkPlainURL made sure is sent
+	// as it is.
+	req, err := http.NewRequestWithContext(ctx, args.Method, args.URL, body)
 	if err != nil {
 		return errorResult("invalid request: %v", err)
 	}
@@ -286,20 +366,34 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 		req.Header.Set(k, v)
 	}
 	limit := timeLimit(ctx, h.cfg.Timeout)
+	var sent atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { sent.Store(true) },
+	}))
+	// A write whose answer did not come whole may have done its work:
+	// saying so, as the agent says of a call cut by TOOL_TIMEOUT, keeps
+	// the model from sending it again unchecked. (The tool's timeout, at
+	// most TOOL_TIMEOUT, comes first, so the agent's words never would.)
+	unknown := func(msg string) agent.Result {
+		if sent.Load() && !safeMethod(args.Method) {
+			msg += ": " + agent.UnknownOutcome
+		}
+		return errorResult("%s", msg)
+	}
 	resp, err := h.client.Do(req)
 	if err != nil {
 		if re, ok := errors.AsType[*redirectError](err); ok {
 			return errorResult("%v", re)
 		}
 		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-			return errorResult("request to %s timed out after %s", u.Redacted(), limit)
+			return unknown(fmt.Sprintf("request to %s timed out after %s", u.Redacted(), limit))
 		}
-		return errorResult("request to %s failed: %v", u.Redacted(), err)
+		return unknown(fmt.Sprintf("request to %s failed: %v", u.Redacted(), err))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, h.cfg.MaxResponseBytes+1))
 	if err != nil {
-		return errorResult("reading the response from %s failed: %v", u.Redacted(), err)
+		return unknown(fmt.Sprintf("the server answered HTTP %s, but reading the response from %s failed (%v)", resp.Status, u.Redacted(), err))
 	}
 	truncated := int64(len(data)) > h.cfg.MaxResponseBytes
 	if truncated {
@@ -312,7 +406,8 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP %s\n", resp.Status)
-	if final := resp.Request.URL; final.String() != u.String() {
+	final := resp.Request.URL
+	if final.String() != u.String() {
 		fmt.Fprintf(&b, "Final-URL: %s\n", final.Redacted())
 	}
 	for _, k := range shownHeaders {
@@ -322,6 +417,9 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "" && args.Method != http.MethodGet && args.Method != http.MethodHead {
 		fmt.Fprintf(&b, "[redirect not followed: a %s is sent only to the url it was approved for]\n", args.Method)
+	}
+	if len(args.Headers) > 0 && urlOrigin(final) != urlOrigin(u) {
+		fmt.Fprintf(&b, "[the headers were not sent to %s, another origin than the url's]\n", (&url.URL{Scheme: final.Scheme, Host: final.Host}).String())
 	}
 	b.WriteString("\n")
 	switch {
@@ -334,6 +432,12 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 		}
 	}
 	return agent.Result{Content: b.String()}
+}
+
+// safeMethod reports whether method only reads (RFC 9110's safe methods
+// among those the tools send): such a request may be sent again.
+func safeMethod(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions
 }
 
 func isTimeout(err error) bool {

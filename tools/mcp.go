@@ -735,7 +735,7 @@ func (s *server) handler(name string, h approvals.Hints) agent.Handler {
 				}
 				return s.unavailable(err), nil
 			}
-			return capResult(errorResult("MCP server %s gave no answer to the call to %s (%v): whether the call took effect is unknown. Do not call it again before checking whether it did; tell the user.", s.cfg.Name, name, s.clean(err)), s.maxOutput), nil
+			return capResult(errorResult("MCP server %s gave no answer to the call to %s (%v): %s", s.cfg.Name, name, s.clean(err), agent.UnknownOutcome), s.maxOutput), nil
 		}
 		return capResult(toResult(res), s.maxOutput), nil
 	}

@@ -25,7 +25,10 @@ const maxListEntries = 1000
 // workspace_list and workspace_read (read-only), workspace_write and
 // workspace_delete (destructive). Paths are relative to the root, in their
 // plain form (see checkPath: checked before the policy judges the call).
-// Every access goes through [os.Root], so a path that leaves the root, by
+// A path any part of which is a symbolic link is refused (see
+// checkNoSymlink): a link inside the root changes which file a path means,
+// so the policy would judge one file and the tool use another. Every
+// access goes through [os.Root] too, so a path that leaves the root, by
 // ".." or through a symlink, is refused. Reads longer
 // than c.MaxFileBytes are truncated with a note; larger writes are refused.
 // The root is created, with mode 0750, if it does not exist. Zero settings
@@ -124,7 +127,8 @@ type pathArgs struct {
 }
 
 // open parses the arguments, opens the root and returns the path relative
-// to it. The caller closes the root.
+// to it, refusing one through a symbolic link (see checkNoSymlink). The
+// caller closes the root.
 func (w *workspace) open(raw json.RawMessage, def string) (*os.Root, pathArgs, error) {
 	var args pathArgs
 	if err := decodeArgs(raw, &args); err != nil {
@@ -145,7 +149,44 @@ func (w *workspace) open(raw json.RawMessage, def string) (*os.Root, pathArgs, e
 	if err != nil {
 		return nil, args, fmt.Errorf("open workspace: %w", err)
 	}
+	if err := checkNoSymlink(root, args.Path); err != nil {
+		root.Close()
+		return nil, args, err
+	}
 	return root, args, nil
+}
+
+// checkNoSymlink refuses rel, a clean path relative to root, if any of its
+// parts that exist is a symbolic link, the last one included. os.Root
+// keeps every access inside the root, but a link inside it still changes
+// which file a path means: notes.md -> secrets/api-token.txt would let a
+// read of notes.md return the token, and a write overwrite it, past a
+// policy rule that denies secrets/. Each part is looked at with Lstat,
+// from the first, so each is seen as it is, through parts already found
+// to be directories. (A link put in place after the check, by something
+// other than these tools, is still kept inside the root by os.Root.)
+func checkNoSymlink(root *os.Root, rel string) error {
+	if rel == "." {
+		return nil
+	}
+	part := ""
+	for name := range strings.SplitSeq(rel, string(filepath.Separator)) {
+		part = filepath.Join(part, name)
+		fi, err := root.Lstat(part)
+		if err != nil {
+			// Missing (a file to be written), or not reachable: the
+			// tool's own access says what is wrong.
+			return nil
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		if part == rel {
+			return fmt.Errorf("path %q is a symbolic link; the workspace tools do not follow symbolic links", rel)
+		}
+		return fmt.Errorf("path %q goes through %q, a symbolic link; the workspace tools do not follow symbolic links", rel, part)
+	}
+	return nil
 }
 
 // checkPath refuses a path not written in its one plain form, relative

@@ -75,10 +75,10 @@ func TestWorkspaceTools(t *testing.T) {
 		{"read missing", "workspace_read", map[string]any{"path": "nope.txt"}, `cannot read "nope.txt": no such file or directory`, true},
 		{"read dot-dot", "workspace_read", map[string]any{"path": "../outside/secret.txt"}, "~leaves the workspace", true},
 		{"read absolute outside", "workspace_read", map[string]any{"path": filepath.Join(outside, "secret.txt")}, "~is outside the workspace", true},
-		{"read through dir symlink", "workspace_read", map[string]any{"path": "out/secret.txt"}, `cannot read "out/secret.txt": it leads outside the workspace through a symlink`, true},
-		{"read file symlink", "workspace_read", map[string]any{"path": "secret-link"}, "~leads outside the workspace", true},
-		{"list through symlink", "workspace_list", map[string]any{"path": "out"}, "~leads outside the workspace", true},
-		{"write through symlink", "workspace_write", map[string]any{"path": "out/new.txt", "content": "x"}, `cannot write "out/new.txt": it leads outside the workspace through a symlink`, true},
+		{"read through dir symlink", "workspace_read", map[string]any{"path": "out/secret.txt"}, `path "out/secret.txt" goes through "out", a symbolic link; the workspace tools do not follow symbolic links`, true},
+		{"read file symlink", "workspace_read", map[string]any{"path": "secret-link"}, `path "secret-link" is a symbolic link; the workspace tools do not follow symbolic links`, true},
+		{"list through symlink", "workspace_list", map[string]any{"path": "out"}, "~is a symbolic link", true},
+		{"write through symlink", "workspace_write", map[string]any{"path": "out/new.txt", "content": "x"}, `path "out/new.txt" goes through "out", a symbolic link; the workspace tools do not follow symbolic links`, true},
 		{"write dot-dot", "workspace_write", map[string]any{"path": "../new.txt", "content": "x"}, "~leaves the workspace", true},
 		{"write too big", "workspace_write", map[string]any{"path": "new.txt", "content": strings.Repeat("y", 51)}, "~51 bytes is more than the limit of 50", true},
 		{"write", "workspace_write", map[string]any{"path": "new/deep/c.txt", "content": "gamma"}, "wrote 5 bytes to new/deep/c.txt", false},
@@ -86,7 +86,7 @@ func TestWorkspaceTools(t *testing.T) {
 		{"delete", "workspace_delete", map[string]any{"path": "dir/gone.txt"}, "deleted dir/gone.txt", false},
 		{"delete again", "workspace_delete", map[string]any{"path": "dir/gone.txt"}, "~no such file", true},
 		{"delete root", "workspace_delete", map[string]any{"path": "."}, "cannot delete the workspace root", true},
-		{"delete through symlink", "workspace_delete", map[string]any{"path": "out/secret.txt"}, "~leads outside the workspace", true},
+		{"delete through symlink", "workspace_delete", map[string]any{"path": "out/secret.txt"}, "~goes through \"out\", a symbolic link", true},
 		{"delete non-empty dir", "workspace_delete", map[string]any{"path": "dir"}, `cannot delete "dir": directory not empty`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
