@@ -300,6 +300,9 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		}
 		s = a.send(ctx, c, rb, !counted, approvedBy(ap, final.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.ApproveBegin(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx, rb)
+		}, func(ctx context.Context) error {
+			_, _, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx)
+			return err
 		})
 	}
 	switch {
@@ -749,6 +752,9 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	if taken != nil {
 		s = a.send(ctx, c, a.resumeBegin(c, sd.Attempt, ifRecords), true, decidedBy(sd.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
+		}, func(ctx context.Context) error {
+			_, _, err := a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
+			return err
 		})
 	}
 	switch {
@@ -804,8 +810,9 @@ func (a *Agent) resumeBegin(c store.Call, nonce string, ifRecords int64) store.R
 // so begins nothing, is sent whoever holds it. A step whose answer was
 // lost is asked again until the store answers (see lostDecisionWait),
 // and found recorded when mine holds for the call as stored (see
-// recoverDecision).
-func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, begins bool, mine func(store.Call) bool, step func(store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)) sent {
+// recoverDecision), or by the claim it took; then resend sends it again,
+// for its effects (see followUp).
+func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, begins bool, mine func(store.Call) bool, step func(store.ResumeBegin) (store.Call, bool, store.ResumeStart, error), resend func(context.Context) error) sent {
 	var s sent
 	run := func(holder string) (bool, error) {
 		rb.Owner = holder
@@ -821,17 +828,19 @@ func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, be
 			case claimed:
 				if i := slices.IndexFunc(again.Calls, func(x store.Call) bool { return x.ID == c.ID }); i >= 0 {
 					s.got, s.complete, s.rs.ResumeStart, s.err = again.Calls[i], true, again, nil
+					a.followUp(ctx, c.ID, resend)
 				}
 			case answered:
 				cur, done, recorded, rerr := a.recoverDecision(ctx, c, rb, mine)
 				switch {
 				case rerr != nil:
-					s.err = a.unconfirmed(c, rb, mine, rerr)
+					s.err = a.unconfirmed(c, rb, mine, resend, rerr)
 				case recorded:
 					s.got, s.complete, s.err = cur, done, nil
+					a.followUp(ctx, c.ID, resend)
 				}
 			default:
-				s.err = a.unconfirmed(c, rb, mine, s.err)
+				s.err = a.unconfirmed(c, rb, mine, resend, s.err)
 			}
 		}
 		// A decision recorded with effects missing (see decided)
@@ -858,8 +867,10 @@ func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, be
 // Recover asks until the store answers: a claim of that attempt that
 // still stands is let go with the mark it set (this process runs nothing
 // of it: its lease went back already, see send); one that lapsed meanwhile
-// is found as recoverDecision finds it, which takes its mark back.
-func (a *Agent) unconfirmed(c store.Call, rb store.ResumeBegin, mine func(store.Call) bool, err error) error {
+// is found as recoverDecision finds it, which takes its mark back. A
+// decision found made is sent again with resend, for its effects (see
+// followUp).
+func (a *Agent) unconfirmed(c store.Call, rb store.ResumeBegin, mine func(store.Call) bool, resend func(context.Context) error, err error) error {
 	return &UnconfirmedError{Err: err, RunID: c.RunID, Conversation: c.Conversation, Recover: func(ctx context.Context) bool {
 		again, claimed, answered := a.askAgainUntil(ctx, c.RunID, rb, err, time.Time{})
 		switch {
@@ -868,16 +879,37 @@ func (a *Agent) unconfirmed(c store.Call, rb store.ResumeBegin, mine func(store.
 			if rerr := a.store.ReleaseClaim(context.WithoutCancel(ctx), c.RunID, rb.Owner); rerr != nil {
 				a.log.Warn("release the claim of a decision not confirmed; it lapses within the lease TTL", "run", c.RunID, "err", rerr)
 			}
+			a.followUp(ctx, c.ID, resend)
 			return true
 		case answered:
 			_, complete, recorded, rerr := a.recoverDecision(ctx, c, rb, mine)
 			if rerr != nil {
 				a.log.Warn("find out whether a decision not confirmed was recorded", "call", c.ID, "err", rerr)
 			}
+			if recorded {
+				a.followUp(ctx, c.ID, resend)
+			}
 			return recorded && complete
 		}
 		return false
 	}}
+}
+
+// followUp sends again, with resend, a decision on call callID whose
+// store step's answer was lost and that was then found made: the same
+// attempt (store.Decision.Attempt), with the same effects and no resume
+// to begin. A store that writes a decision's effects in a step after the
+// decision's own (Redis Cluster) makes that follow-up then, which the
+// lost answer left unmade, with the decision's audit entry written once
+// whether or not it was made before; one that wrote them with the
+// decision answers as the first sending was, or refuses the decision
+// made, writing nothing. A failure is logged: the decision stands,
+// without its effects.
+func (a *Agent) followUp(ctx context.Context, callID string, resend func(context.Context) error) {
+	err := resend(ctx)
+	if err != nil && !errors.Is(err, store.ErrAlreadyDecided) && !errors.Is(err, store.ErrDuplicateApproval) {
+		a.log.Warn("write the effects of a decision whose answer was lost", "call", callID, "err", err)
+	}
 }
 
 // decidedBy reports whether a call holds the decision of the attempt

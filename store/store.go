@@ -87,9 +87,15 @@ type Decision struct {
 	// unchanged.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Attempt, when set, names this sending of the decision (unique to
-	// it): a store that finds the call decided with the same Attempt
-	// knows that its client sent the decision again after a lost reply,
-	// and answers as the first sending recorded it.
+	// it), and of the approval that ApproveAudited counts with it: a
+	// store that finds the call decided with the same Attempt (or the
+	// approval counted by it) knows that its client sent the decision
+	// again after a lost reply, or its caller, which found it recorded
+	// after its answer was lost, and answers as the first sending
+	// recorded it. A store that writes a decision's effects in a step
+	// after the decision's own (see storetest.Store's DecideAudited)
+	// makes that step then, which the lost answer may have left unmade,
+	// appending the audit entry once for the Attempt.
 	Attempt string `json:"attempt,omitempty"`
 }
 

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -91,8 +92,11 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	if code == "decided" && sameDecision(c.Decision, d) {
 		// This very decision, sent again by the client after its reply
 		// was cut (go-redis resends a command or pipeline whose reply an
-		// EOF or a read time-out lost): it stands, as the first sending
-		// recorded it, whose follow-up was never made.
+		// EOF or a read time-out lost), or by the caller that found it
+		// recorded after its answer was lost: it stands, as the first
+		// sending recorded it, whose follow-up may never have been made
+		// (on a Cluster; the follow-up writes its audit entry once, see
+		// addEffects).
 		if left, err = s.leftBy(ctx, runID, callID); err != nil {
 			return fail(c, s.keepOrGiveBack(ctx, p, r, err))
 		}
@@ -100,7 +104,7 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	}
 	switch code {
 	case "ok":
-		rs, err := s.begun(ctx, p, left == 0, runID, r, fx, d.At, tail)
+		rs, err := s.begun(ctx, p, left == 0, runID, r, fx, d.At, s.auditSentKey(callID, d.Attempt), tail)
 		if err = errors.Join(err, p.listFailure(left == 0)); err != nil {
 			err = fmt.Errorf("decide call %s: %w", callID, err)
 		}
@@ -321,19 +325,21 @@ func (s *Store) keepOrGiveBack(ctx context.Context, p *pipelinedResume, r *store
 
 // begun begins the resume of the step a decision completed (complete), as
 // p was sent to, and writes the decision's effects (see followEffects;
-// tail is the audit log's oldest entry the script read): on a single
-// node it reads what decidedResume began (asking for the claim again if
-// its reply was lost: see store.ResumeBegin) and the effects were the
-// script's; on a Cluster, with the lease clusterSend took, it claims the
-// run and reads what the resume needs, the effects in the same pipeline.
-// The error is the effects' (store.ErrEffects): the decision stands, and
-// a resume that could not be begun is begun as usual later; but a resume
-// whose claim was asked for by a named attempt and whose answer was lost,
-// even when asked again, is an error that is not the effects': the caller
-// recovers that attempt as a lost decision's.
-func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, runID string, r *store.ResumeBegin, fx store.Effects, at time.Time, tail string) (store.ResumeStart, error) {
+// mark is its sending's mark, tail is the audit log's oldest entry the
+// script read): on a single node it reads what decidedResume
+// began (asking for the claim again if its reply was lost: see
+// store.ResumeBegin) and the effects were the script's; on a Cluster,
+// with the lease clusterSend took, it claims the run and reads what the
+// resume needs, the effects in the same pipeline. The error is the
+// effects' (store.ErrEffects): the decision stands, and a resume that
+// could not be begun is begun as usual later; but a resume whose claim
+// was asked for by a named attempt and whose answer was lost, even when
+// asked again, is an error that is not the effects': the caller recovers
+// that attempt as a lost decision's (and sends the decision again for
+// the effects, which may not have been written: see addEffects).
+func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, runID string, r *store.ResumeBegin, fx store.Effects, at time.Time, mark, tail string) (store.ResumeStart, error) {
 	if r == nil {
-		return store.ResumeStart{}, s.followEffects(ctx, complete, fx, at, tail)
+		return store.ResumeStart{}, s.followEffects(ctx, complete, fx, at, mark, tail)
 	}
 	if !s.cluster {
 		var rs store.ResumeStart
@@ -352,19 +358,19 @@ func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, ru
 				rs = ars
 			}
 		}
-		return rs, s.followEffects(ctx, complete, fx, at, tail)
+		return rs, s.followEffects(ctx, complete, fx, at, mark, tail)
 	}
 	if !complete || r.Lease != "" && !p.leased() {
 		// Nothing to begin, or the lease not taken: another owner
 		// holds the conversation (Busy), or it could not be told.
 		s.giveBack(ctx, p, r)
-		return store.ResumeStart{Busy: complete}, s.followEffects(ctx, complete, fx, at, tail)
+		return store.ResumeStart{Busy: complete}, s.followEffects(ctx, complete, fx, at, mark, tail)
 	}
 	var e *clusterEffects
 	held := *r
 	held.Lease = "" // clusterSend took it
 	rs, err := s.beginResumeWith(ctx, runID, held, func(pl redis.Pipeliner) {
-		e = s.addEffects(ctx, pl, complete, fx, at)
+		e = s.addEffects(ctx, pl, complete, fx, at, mark)
 	})
 	if err != nil {
 		// Asked again with the lease, which BeginResume keeps or gives
@@ -532,9 +538,12 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 		}
 	}
 	keys, effects := s.effectsOf(callID, entry, fx, a.At)
-	// rand.Text names this sending (see BeginExecution).
+	// The decision's Attempt, or else rand.Text, names this sending (see
+	// BeginExecution): the caller that sends it again after its answer
+	// was lost has it answered as the first sending was.
+	sending := cmp.Or(d.Attempt, rand.Text())
 	args := []any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
-		dj, string(newrun.Outcome(d.Kind)), ej, efp, rand.Text(), dropped, eexp, reminders}
+		dj, string(newrun.Outcome(d.Kind)), ej, efp, sending, dropped, eexp, reminders}
 	script := approve
 	if r != nil && r.IfRecords != 0 {
 		judged, err := store.EncodeJSON(append([]string{}, r.IfApprovers...))
@@ -570,7 +579,7 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 		if fx.Audit.Action != "" {
 			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)
 		}
-		rs, err := s.begun(ctx, p, complete, runID, r, fx, a.At, tail)
+		rs, err := s.begun(ctx, p, complete, runID, r, fx, a.At, s.auditSentKey(callID, sending), tail)
 		if err = errors.Join(err, p.listFailure(complete)); err != nil {
 			err = fmt.Errorf("approve call %s: %w", callID, err)
 		}
@@ -685,14 +694,15 @@ func refusal(code string) error {
 }
 
 // followEffects writes, on a Cluster, the effects of a decision made at at
-// that the script could not (see effectsOf), then trims audit entries
-// past the retention time if the oldest one kept (tail) is. A failure is
-// returned wrapped in store.ErrEffects: the decision stands.
-func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effects, at time.Time, tail string) error {
+// that the script could not (see effectsOf; mark is its sending's mark),
+// then trims audit entries past the retention time if the oldest one kept
+// (tail) is. A failure is returned wrapped in store.ErrEffects: the
+// decision stands.
+func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effects, at time.Time, mark, tail string) error {
 	if s.cluster {
 		var e *clusterEffects
 		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			e = s.addEffects(ctx, p, complete, fx, at)
+			e = s.addEffects(ctx, p, complete, fx, at, mark)
 			return nil
 		})
 		var err error
@@ -708,14 +718,18 @@ func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effec
 type clusterEffects struct {
 	err  error
 	cmds []redis.Cmder
-	last *redis.StringCmd
+	last *redis.Cmd
 }
 
 // addEffects adds to p, on a Cluster, the effects of a decision made at at
 // that its script could not write (see effectsOf): the audit entry, with
 // a read of the log's oldest entry, and the conversation listed as
-// unanswered when complete.
-func (s *Store) addEffects(ctx context.Context, p redis.Pipeliner, complete bool, fx store.Effects, at time.Time) *clusterEffects {
+// unanswered when complete. With mark, the key of the decision's
+// sending's mark (see auditSentKey), the entry is added once for that
+// sending, which makes the follow-up again when it is sent again (see
+// decideBegin), whether or not the follow-up was made before (its reply
+// lost). Listing the conversation again changes nothing.
+func (s *Store) addEffects(ctx context.Context, p redis.Pipeliner, complete bool, fx store.Effects, at time.Time, mark string) *clusterEffects {
 	e := &clusterEffects{}
 	entry, err := auditArg(fx.Audit)
 	if err != nil {
@@ -723,9 +737,12 @@ func (s *Store) addEffects(ctx context.Context, p redis.Pipeliner, complete bool
 		return e
 	}
 	if entry != "" {
-		e.cmds = append(e.cmds, p.LPush(ctx, s.auditKey(), entry), p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1))
-		// Read after the entry is added and the log trimmed.
-		e.last = p.LIndex(ctx, s.auditKey(), -1)
+		keys := []string{s.auditKey()}
+		if mark != "" {
+			keys = append(keys, mark)
+		}
+		// Eval, not Run: a pipeline cannot fall back from EVALSHA.
+		e.last = pushAuditOnce.Eval(ctx, p, keys, entry, s.auditMax, fx.Audit.At.Add(s.auditTTL).UnixMilli())
 	}
 	if fx.Unanswered != "" && complete {
 		e.cmds = append(e.cmds, p.ZAddNX(ctx, s.unansweredKey(), redis.Z{Score: float64(at.UnixMilli()), Member: fx.Unanswered}))
@@ -747,10 +764,22 @@ func (e *clusterEffects) tail(def string) (string, error) {
 	if e.last == nil {
 		return def, nil
 	}
-	if err := e.last.Err(); err != nil && !errors.Is(err, redis.Nil) {
+	tail, err := e.last.Text()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("%w: %w", store.ErrEffects, err)
 	}
-	return e.last.Val(), nil
+	return tail, nil
+}
+
+// auditSentKey is the key of the mark of the sending named sending of a
+// decision or an approval on call callID, set when its audit entry is
+// added on a Cluster (see pushAuditOnce), or "" for a sending not named:
+// in the audit log's hash slot, its hash tag being the log's whole key.
+func (s *Store) auditSentKey(callID, sending string) string {
+	if sending == "" {
+		return ""
+	}
+	return s.prefix + ":{" + s.auditKey() + "}:sent:" + callID + ":" + sending
 }
 
 // trimStale trims the audit entries past the retention time if tail, the

@@ -296,6 +296,24 @@ local function effects(entry, left)
 end
 `
 
+// pushAuditOnce appends a decision's audit entry to the capped log on a
+// Cluster, where the entry follows the decision's script (see addEffects),
+// unless the mark of the sending that made the decision, given, is set: a
+// sending made again after its answer was lost makes the follow-up again,
+// whether or not the first was made. The mark is set in the log's hash
+// slot, and kept until the entry is past the audit retention: a copy added
+// after that would never be listed, and is trimmed.
+// KEYS: audit[, the sending's mark]
+// ARGV: entry, max entries kept, the mark's expiry (Unix ms)
+// Returns the log's oldest entry.
+var pushAuditOnce = redis.NewScript(`
+if #KEYS == 1 or redis.call('SET', KEYS[2], '1', 'NX', 'PXAT', ARGV[3]) then
+  redis.call('LPUSH', KEYS[1], ARGV[1])
+  redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+end
+return redis.call('LINDEX', KEYS[1], -1)
+`)
+
 // claimReminder claims reminder n of a pending call and moves its
 // remind-at time; the global reminder index is updated by the caller.
 // The sending that claimed a reminder is named with it, so that the same

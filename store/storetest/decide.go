@@ -21,7 +21,9 @@ type audited interface {
 	// MarkUnanswered lists it, at d.At, when complete. A refusal writes
 	// none of them. A store that must write the effects in a second step
 	// returns the recorded decision with an error wrapping
-	// store.ErrEffects when that step failed.
+	// store.ErrEffects when that step failed, and takes it again when the
+	// same decision is sent again (see store.Decision.Attempt), its audit
+	// entry appended once.
 	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
 	// ApproveAudited is Approve with effects as DecideAudited writes them,
 	// for a counted approval as for one that decides the call; the audit
