@@ -85,7 +85,8 @@ type Store struct {
 
 // Bucket names.
 var (
-	bucketRuns    = []byte("runs")       // run id -> runRecord
+	bucketRuns    = []byte("runs")       // run id -> runRecord, without the run's state
+	bucketStates  = []byte("states")     // run id -> the run's state (store.Run.State), written once (see putRun)
 	bucketCalls   = []byte("calls")      // call id -> store.Call
 	bucketPending = []byte("pending")    // call id -> nothing: pending calls of unfinished runs
 	bucketDecided = []byte("decided")    // run id -> nothing: unfinished runs with no call pending, whose resume is due (see Stalled)
@@ -104,7 +105,7 @@ var (
 )
 
 var allBuckets = [][]byte{
-	bucketRuns, bucketCalls, bucketPending, bucketDecided, bucketConvs,
+	bucketRuns, bucketStates, bucketCalls, bucketPending, bucketDecided, bucketConvs,
 	bucketLeases, bucketSeen, bucketAudit, bucketRecords, bucketInbox, bucketUnans, bucketRemind, bucketNotes,
 	bucketUnreadable,
 }
@@ -213,13 +214,13 @@ func moveDecided(tx *bolt.Tx) error {
 	if active == nil {
 		return nil
 	}
-	runs, decided := tx.Bucket(bucketRuns), tx.Bucket(bucketDecided)
+	decided := tx.Bucket(bucketDecided)
 	err := active.ForEach(func(k, _ []byte) error {
 		var rec runRecord
 		// A run that cannot be read (a damaged record) is not listed:
 		// Stalled would pass it over, and failing here would keep the
 		// store from opening.
-		ok, err := get(runs, string(k), &rec)
+		ok, err := getRun(tx, string(k), &rec)
 		if err != nil || !ok || rec.Finished || rec.Pending > 0 {
 			return nil
 		}
@@ -609,6 +610,11 @@ func (s *Store) pruneRules(now time.Time) []pruneRule {
 			}
 			return tx.Bucket(bucketRuns).Delete(k)
 		}},
+		// The state of a run that is gone, which an earlier version,
+		// opening the file in between, deletes without it.
+		{bucket: bucketStates, due: func(tx *bolt.Tx, k, _ []byte) bool {
+			return tx.Bucket(bucketRuns).Get(k) == nil
+		}},
 		s.lifeRule(bucketConvs, now),
 		{bucket: bucketLeases, due: func(_ *bolt.Tx, _, v []byte) bool {
 			var l leaseRecord
@@ -622,7 +628,7 @@ func (s *Store) pruneRules(now time.Time) []pruneRule {
 		// version, opening the file in between, may have left.
 		{bucket: bucketDecided, due: func(tx *bolt.Tx, k, _ []byte) bool {
 			var rec runRecord
-			ok, err := get(tx.Bucket(bucketRuns), string(k), &rec)
+			ok, err := getRun(tx, string(k), &rec)
 			return err == nil && (!ok || rec.Finished)
 		}},
 		// The listing of a conversation with no inbox left, older than a
@@ -741,6 +747,9 @@ func dropRun(tx *bolt.Tx, k []byte) error {
 			return err
 		}
 	}
+	if err := tx.Bucket(bucketStates).Delete(k); err != nil {
+		return err
+	}
 	return tx.Bucket(bucketDecided).Delete(k)
 }
 
@@ -777,6 +786,45 @@ func put(b *bolt.Bucket, key string, v any) error {
 		return fmt.Errorf("encode %s: %w", key, err)
 	}
 	return b.Put([]byte(key), raw)
+}
+
+// getRun decodes run runID's record into rec, its state left out (see
+// putRun) unless the record is an earlier version's, which held it; false
+// if absent.
+func getRun(tx *bolt.Tx, runID string, rec *runRecord) (bool, error) {
+	ok, err := get(tx.Bucket(bucketRuns), runID, rec)
+	if ok && string(rec.Run.State) == "null" {
+		rec.Run.State = nil
+	}
+	return ok, err
+}
+
+// putRun writes run runID's record rec without the run's state, which is
+// written once, at the run's creation, in bucketStates: the record
+// changes with each decision, claim and renewal, and a conversation's
+// history, which the state holds, can be hundreds of KiB that each
+// would write again (a 256 KiB state made a decision and its resume's
+// bookkeeping 9 to 28 ms of encoding and page writes, every other
+// conversation's writes waiting behind them). A record of an earlier
+// version, which held its state, has it moved there.
+func putRun(tx *bolt.Tx, runID string, rec runRecord) error {
+	states := tx.Bucket(bucketStates)
+	if st := rec.Run.State; len(st) > 0 && states.Get([]byte(runID)) == nil {
+		if err := states.Put([]byte(runID), st); err != nil {
+			return err
+		}
+	}
+	rec.Run.State = nil
+	return put(tx.Bucket(bucketRuns), runID, rec)
+}
+
+// runState returns the state of run runID, whose record is rec (see
+// putRun).
+func runState(tx *bolt.Tx, runID string, rec runRecord) json.RawMessage {
+	if st := tx.Bucket(bucketStates).Get([]byte(runID)); st != nil {
+		return bytes.Clone(st)
+	}
+	return rec.Run.State
 }
 
 // SaveConversation replaces the conversation record; it is kept for
@@ -841,12 +889,11 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run, calls []store.Call) 
 
 // createRun writes a run prepared by newrun.Prepare and its calls.
 func (s *Store) createRun(tx *bolt.Tx, r store.Run, calls []store.Call, now time.Time) error {
-	runs := tx.Bucket(bucketRuns)
-	if runs.Get([]byte(r.ID)) != nil {
+	if tx.Bucket(bucketRuns).Get([]byte(r.ID)) != nil {
 		return store.ErrRunExists
 	}
 	rec := runRecord{Run: r, Pending: len(calls), DeleteAt: r.ExpiresAt.Add(s.retention)}
-	if err := put(runs, r.ID, rec); err != nil {
+	if err := putRun(tx, r.ID, rec); err != nil {
 		return err
 	}
 	for _, c := range calls {
@@ -880,13 +927,14 @@ func (s *Store) LoadRun(ctx context.Context, runID string) (store.Run, []store.C
 	var rec runRecord
 	var calls []store.Call
 	err := s.db.View(func(tx *bolt.Tx) error {
-		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		ok, err := getRun(tx, runID, &rec)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return store.ErrNotFound
 		}
+		rec.Run.State = runState(tx, runID, rec)
 		for _, id := range rec.Run.CallIDs {
 			var c store.Call
 			ok, err := get(tx.Bucket(bucketCalls), id, &c)
@@ -948,7 +996,7 @@ func (s *Store) ClaimResume(ctx context.Context, runID, owner string, lease time
 	err := s.commits.update(func(tx *bolt.Tx) error {
 		claimed = false
 		var rec runRecord
-		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		ok, err := getRun(tx, runID, &rec)
 		if err != nil {
 			return err
 		}
@@ -962,7 +1010,7 @@ func (s *Store) ClaimResume(ctx context.Context, runID, owner string, lease time
 		rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(lease)
 		rec.ClaimNonce, rec.ClaimStarted = "", ""
 		claimed = true
-		return put(tx.Bucket(bucketRuns), runID, rec)
+		return putRun(tx, runID, rec)
 	})
 	if err != nil {
 		return false, fmt.Errorf("claim resume of run %s: %w", runID, err)
@@ -1128,7 +1176,7 @@ func (s *Store) FinishRun(ctx context.Context, runID string) error {
 // it is finished.
 func (s *Store) finishRun(tx *bolt.Tx, runID string, now time.Time) error {
 	var rec runRecord
-	ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+	ok, err := getRun(tx, runID, &rec)
 	if err != nil {
 		return err
 	}
@@ -1143,7 +1191,7 @@ func (s *Store) finishRun(tx *bolt.Tx, runID string, now time.Time) error {
 	if t := now.Add(s.retention); t.Before(rec.DeleteAt) {
 		rec.DeleteAt = t
 	}
-	if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
+	if err := putRun(tx, runID, rec); err != nil {
 		return err
 	}
 	if err := tx.Bucket(bucketDecided).Delete([]byte(runID)); err != nil {
@@ -1349,12 +1397,11 @@ func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
 	now := time.Now()
 	var recs []runRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
-		runs := tx.Bucket(bucketRuns)
 		return tx.Bucket(bucketDecided).ForEach(func(k, _ []byte) error {
 			var rec runRecord
 			// A run that cannot be read (a damaged record) is passed
 			// over: nothing could resume it, and the others still can.
-			if ok, err := get(runs, string(k), &rec); err != nil || !ok {
+			if ok, err := getRun(tx, string(k), &rec); err != nil || !ok {
 				return nil
 			}
 			if !rec.Finished && rec.Pending == 0 && !rec.ClaimUntil.After(now) {

@@ -204,7 +204,7 @@ func pendingCall(tx *bolt.Tx, callID string, c *store.Call) (runRecord, error) {
 		return rec, err
 	}
 	if ok {
-		ok, err = get(tx.Bucket(bucketRuns), c.RunID, &rec)
+		ok, err = getRun(tx, c.RunID, &rec)
 		if err != nil {
 			return rec, err
 		}
@@ -237,7 +237,7 @@ func decided(tx *bolt.Tx, c *store.Call, rec runRecord, d store.Decision) (bool,
 			return false, err
 		}
 	}
-	return rec.Pending == 0, put(tx.Bucket(bucketRuns), c.RunID, rec)
+	return rec.Pending == 0, putRun(tx, c.RunID, rec)
 }
 
 // effects writes the effects of a decision made at at.
@@ -301,7 +301,7 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 	conversation, lease, owner, ttl := r.Conversation, r.Lease, r.Owner, r.TTL
 	var rs store.ResumeStart
 	var rec runRecord
-	ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+	ok, err := getRun(tx, runID, &rec)
 	if err != nil {
 		return store.ResumeStart{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
@@ -309,6 +309,7 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 		return rs, store.ErrNotFound
 	}
 	rs.Run = rec.Run
+	rs.Run.State = runState(tx, runID, rec)
 	rs.Run.Finished = rec.Finished
 	now := time.Now()
 	if rec.Finished || rec.Pending > 0 {
@@ -376,7 +377,7 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 	if !again {
 		rec.ClaimNonce, rec.ClaimStarted = r.Nonce, rs.Started
 	}
-	if err := put(tx.Bucket(bucketRuns), runID, rec); err != nil {
+	if err := putRun(tx, runID, rec); err != nil {
 		return rs, err
 	}
 	return rs, nil

@@ -34,7 +34,7 @@ func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.
 	err := s.commits.update(func(tx *bolt.Tx) error {
 		renewed = false
 		var rec runRecord
-		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		ok, err := getRun(tx, runID, &rec)
 		if err != nil {
 			return err
 		}
@@ -47,7 +47,7 @@ func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.
 		}
 		rec.ClaimUntil = now.Add(lease)
 		renewed = true
-		return put(tx.Bucket(bucketRuns), runID, rec)
+		return putRun(tx, runID, rec)
 	})
 	if err != nil {
 		return false, fmt.Errorf("renew resume claim of run %s: %w", runID, err)
@@ -62,12 +62,12 @@ func (s *Store) ReleaseClaim(ctx context.Context, runID, owner string) error {
 	}
 	err := s.commits.update(func(tx *bolt.Tx) error {
 		var rec runRecord
-		ok, err := get(tx.Bucket(bucketRuns), runID, &rec)
+		ok, err := getRun(tx, runID, &rec)
 		if err != nil || !ok || rec.Finished || rec.ClaimOwner != owner || !rec.ClaimUntil.After(time.Now()) {
 			return err
 		}
 		rec.ClaimOwner, rec.ClaimUntil = "", time.Time{}
-		return put(tx.Bucket(bucketRuns), runID, rec)
+		return putRun(tx, runID, rec)
 	})
 	if err != nil {
 		return fmt.Errorf("release resume claim of run %s: %w", runID, err)
@@ -258,7 +258,7 @@ func decidedStep(tx *bolt.Tx, conversation string) bool {
 		return false
 	}
 	var run runRecord
-	ok, err = get(tx.Bucket(bucketRuns), conv.Conversation.PausedRun, &run)
+	ok, err = getRun(tx, conv.Conversation.PausedRun, &run)
 	return err == nil && ok && run.Pending == 0 && !run.Finished
 }
 
