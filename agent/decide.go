@@ -313,7 +313,9 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	case pc != nil && (!s.asked || refusedWithoutWrite(s.err)):
 		return DecideResult{}, errReadCall
 	case !s.asked:
-		s.got, s.complete, s.err = a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx)
+		s.got, s.complete, s.err = a.sendUntilAnswered(ctx, func(ctx context.Context) (store.Call, bool, error) {
+			return a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx)
+		})
 	}
 	held := a.held(s)
 	defer a.releaseOnPanic(ctx, held)
@@ -763,7 +765,9 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 		// refused: decided again from the stored call.
 		return DecideResult{}, errReadCall
 	case !s.asked:
-		s.got, s.complete, s.err = a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
+		s.got, s.complete, s.err = a.sendUntilAnswered(ctx, func(ctx context.Context) (store.Call, bool, error) {
+			return a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
+		})
 	}
 	held := a.held(s)
 	defer a.releaseOnPanic(ctx, held)
@@ -782,6 +786,29 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	}
 	a.reporter(s.got.Conversation).Updated(ctx, u)
 	return DecideResult{Call: viewOf(s.got), Complete: s.complete, Unremembered: !remembered}, nil
+}
+
+// sendUntilAnswered makes step, the store step of a decision or approval
+// that begins no resume, and, while its answer is lost (see answerLost),
+// makes it again, naming the same attempt, until the store answers or
+// lostDecisionWait passes: the store answers a sending it made before as
+// it answered that one (see store.Decision.Attempt), so the decider
+// learns whether it was recorded, and a store that writes a decision's
+// effects in a step after its own (Redis Cluster) writes them then. Past
+// the wait the last error stands: the decider is told it failed, and a
+// decision that was made all the same refuses their next try as theirs.
+func (a *Agent) sendUntilAnswered(ctx context.Context, step func(context.Context) (store.Call, bool, error)) (store.Call, bool, error) {
+	got, complete, err := step(ctx)
+	deadline := time.Now().Add(lostDecisionWait)
+	for wait := 50 * time.Millisecond; answerLost(err) && ctx.Err() == nil && time.Now().Add(wait).Before(deadline); wait = min(2*wait, 2*time.Second) {
+		if sleep(ctx, wait) != nil {
+			break
+		}
+		first := err
+		got, complete, err = step(ctx)
+		a.log.Warn("a decision's store step whose answer was lost was sent again", "err", first, "again_err", err)
+	}
+	return got, complete, err
 }
 
 // sent is what the store step of a decision or approval answered.

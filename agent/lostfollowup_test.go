@@ -305,3 +305,53 @@ func TestLostFollowUpReplyAuditsOnce(t *testing.T) {
 		})
 	}
 }
+
+// A decision that begins no resume (Decide, as while a turn of this
+// process holds the conversation) and an approval that only counts, whose
+// replies and go-redis's resends were lost, are sent again under the same
+// attempt until the store answers: the decider is told they were made,
+// and each has its audit entry once (on a Cluster the resend writes it).
+func TestLostReplyOfADecisionAloneIsAskedAgain(t *testing.T) {
+	for _, topo := range redisTopologies(t) {
+		t.Run(topo.name, func(t *testing.T) {
+			ctx := t.Context()
+			var left atomic.Int32
+			var callID atomic.Value
+			callID.Store("none")
+			h := lostReplies{left: &left, down: &atomic.Bool{}, pick: func(c redis.Cmder) bool { return scriptOn(":call:"+callID.Load().(string), true)(c) }}
+			w, plain, hooked, _ := lostFollowUpWorld(t, topo.name, topo.url, h)
+			w.policy = twoOfThree
+			a := w.agentWith(hooked, w.rec)
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+			callID.Store(p.ID)
+			for _, who := range []string{"UONE000001", "UTWO000002"} {
+				left.Store(1)
+				res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: who})
+				if left.Load() > 0 {
+					t.Fatalf("the reply of %s's approval was not lost", who)
+				}
+				if err != nil || res.Complete != (who == "UTWO000002") {
+					t.Fatalf("%s's approval with its reply lost = %+v, %v; want it recorded", who, res, err)
+				}
+				var mine []store.AuditEntry
+				for _, e := range decisionEntries(t, plain, p.ID) {
+					if e.Actor == who {
+						mine = append(mine, e)
+					}
+				}
+				if len(mine) != 1 {
+					t.Errorf("audit entries of %s's approval = %+v, want one", who, mine)
+				}
+			}
+			if !listedUnanswered(t, plain, request("please").Conversation) {
+				t.Error("the conversation is not listed unanswered after the approval that completed its step")
+			}
+			w.model.Reply(fakeopenai.Text("restarted"))
+			out, err := a.Resume(ctx, p.RunID)
+			must(t, err)
+			if out.Status != agent.Answered || w.restarts.n.Load() != 1 {
+				t.Errorf("the resume = %+v, restart ran %d times; want it answered, once", out, w.restarts.n.Load())
+			}
+		})
+	}
+}

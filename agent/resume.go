@@ -103,10 +103,7 @@ func (a *Agent) askAgainUntil(ctx context.Context, runID string, rb store.Resume
 		if !deadline.IsZero() && time.Now().Add(wait).After(deadline) {
 			break
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
+		_ = sleep(ctx, wait) // the loop ends with ctx
 		wait = min(2*wait, 2*time.Second)
 	}
 	return store.ResumeStart{}, false, false

@@ -78,11 +78,16 @@ func (m *OpenAIModel) retryWait(retry int, retryAfter time.Duration) (time.Durat
 	return d/2 + rand.N(d/2+1), true
 }
 
-// sleep waits d, or until ctx ends.
+// sleep waits d, or until ctx ends (Sleep, if set, waits instead).
 func (m *OpenAIModel) sleep(ctx context.Context, d time.Duration) error {
 	if m.cfg.Sleep != nil {
 		return m.cfg.Sleep(ctx, d)
 	}
+	return sleep(ctx, d)
+}
+
+// sleep waits d, or until ctx ends, and returns ctx's error then.
+func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
