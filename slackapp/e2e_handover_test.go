@@ -342,7 +342,6 @@ func TestReplyBeforeItsMentionIsRecordedIsAnswered(t *testing.T) {
 				}
 				return fakeopenai.Text("read: " + strings.Join(users, " | "))
 			})
-			e.start()
 			ts := e.slack.Mention(channel, requester, "first question")
 			e.slack.ThreadReply(channel, ts, requester, "follow-up detail")
 			e.answer(ts, "follow-up detail")
