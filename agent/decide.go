@@ -789,8 +789,9 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 }
 
 // sendUntilAnswered makes step, the store step of a decision or approval
-// that begins no resume, and, while its answer is lost (see answerLost),
-// makes it again, naming the same attempt, until the store answers or
+// that begins no resume, and, while its answer is lost to a transport's
+// failure (see transportFailed; a failure of no known kind is told to the
+// decider at once, as nothing hangs on it here), makes it again, naming the same attempt, until the store answers or
 // lostDecisionWait passes: the store answers a sending it made before as
 // it answered that one (see store.Decision.Attempt), so the decider
 // learns whether it was recorded, and a store that writes a decision's
@@ -800,7 +801,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 func (a *Agent) sendUntilAnswered(ctx context.Context, step func(context.Context) (store.Call, bool, error)) (store.Call, bool, error) {
 	got, complete, err := step(ctx)
 	deadline := time.Now().Add(lostDecisionWait)
-	for wait := 50 * time.Millisecond; answerLost(err) && ctx.Err() == nil && time.Now().Add(wait).Before(deadline); wait = min(2*wait, 2*time.Second) {
+	for wait := 50 * time.Millisecond; err != nil && !storeAnswered(err) && transportFailed(err) && ctx.Err() == nil && time.Now().Add(wait).Before(deadline); wait = min(2*wait, 2*time.Second) {
 		if sleep(ctx, wait) != nil {
 			break
 		}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,7 +37,8 @@ type lostReplies struct {
 	down  *atomic.Bool
 }
 
-var errReset = errors.New("read tcp: connection reset by peer")
+// errReset is what go-redis returns for a connection the server reset.
+var errReset = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 
 func (lostReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h lostReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {

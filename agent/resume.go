@@ -121,15 +121,22 @@ func answerLost(err error) bool {
 	if err == nil || storeAnswered(err) {
 		return false
 	}
-	var netErr net.Error
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &netErr) {
-		return true // a transport's failure, whatever else it wraps
+	if transportFailed(err) {
+		return true // whatever else it wraps
 	}
 	var reply interface{ RedisError() }
 	var syntax *json.SyntaxError
 	var decode *json.UnmarshalTypeError
 	return !errors.As(err, &reply) && !errors.As(err, &syntax) && !errors.As(err, &decode)
+}
+
+// transportFailed reports whether err is a transport's failure (a reset
+// connection, a time-out, the context ending while a step was sent),
+// which may have lost the answer of a step that was made.
+func transportFailed(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.As(err, &netErr)
 }
 
 // errNoResume ends a wait for the lease of a run that has nothing to
