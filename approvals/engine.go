@@ -770,6 +770,12 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 // AuditPolicyRemove; if only the audit fails, the rule stays removed and
 // the error wraps ErrAuditFailed.
 func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
+	// Read first for the audit entry, which says what rule went: its
+	// text, as policy add's entry gave it.
+	removed, err := e.adminRule(ctx, id)
+	if err != nil {
+		return fmt.Errorf("remove rule %s: %w", id, err)
+	}
 	// The stored rule goes first: a file changed since it was added may
 	// have a rule of the same id, which must not keep it in force.
 	if err := e.rs.DeleteRecord(ctx, KindPolicyRule, id); err != nil {
@@ -781,10 +787,30 @@ func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
 		}
 		return fmt.Errorf("remove rule %s: %w", id, ErrUnknownRule)
 	}
-	if err := e.audit(ctx, actor, AuditPolicyRemove, "", "", id, ""); err != nil {
+	detail := ""
+	if removed.ID != "" {
+		detail = removed.String()
+	}
+	if err := e.audit(ctx, actor, AuditPolicyRemove, removed.Tool, "", id, detail); err != nil {
 		return fmt.Errorf("rule %s removed, but %w: %w", id, ErrAuditFailed, err)
 	}
 	return nil
+}
+
+// adminRule returns the admin rule id as stored, or a zero Rule (no ID)
+// if there is none or it does not decode.
+func (e *Engine) adminRule(ctx context.Context, id string) (Rule, error) {
+	recs, err := e.rs.Records(ctx, KindPolicyRule)
+	if err != nil {
+		return Rule{}, err
+	}
+	for _, rec := range recs {
+		var ar adminRule
+		if rec.ID == id && json.Unmarshal(rec.Data, &ar) == nil {
+			return ar.Rule, nil
+		}
+	}
+	return Rule{}, nil
 }
 
 // Remember stores a standing rule and returns it as stored. Tool (an exact

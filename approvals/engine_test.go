@@ -253,6 +253,10 @@ func TestEngineAdminRules(t *testing.T) {
 	if d := ms.audit[0].Detail; !strings.Contains(d, "id=tmp-ok") || !strings.Contains(d, "tool=files__delete") {
 		t.Errorf("audit detail of the first add: got %q, want the rule's id and text", d)
 	}
+	// The removal says what rule went, not only its id.
+	if rm := ms.audit[2]; rm.Detail != "id="+second.ID+" "+second.String() || rm.Tool != "files__*" {
+		t.Errorf("audit of the removal: detail %q, tool %q; want the id, the rule's text and its tool", rm.Detail, rm.Tool)
+	}
 }
 
 func TestEngineRuleChangeErrors(t *testing.T) {
