@@ -394,3 +394,18 @@ func TestFailureTextOfAShutdownCut(t *testing.T) {
 		}
 	}
 }
+
+// The model server's words in a failure note are code with their hidden
+// characters written out: a right-to-left override in them cannot reverse
+// the bot's sentence after them.
+func TestFailureTextWritesOutTheServersHiddenCharacters(t *testing.T) {
+	for _, me := range []*agent.ModelError{
+		{Kind: agent.ErrKindHTTP, StatusCode: 401, Message: "bad key \u202e.won rof enif si llA"},
+		{Kind: agent.ErrKindContentRefused, StatusCode: 400, Message: "flagged \u202e.won rof enif si llA"},
+	} {
+		got := failureText(fmt.Errorf("model: %w", me), nil)
+		if strings.ContainsRune(got, '\u202e') || !strings.Contains(got, " ⟦U+202E⟧.won rof enif si llA`") {
+			t.Errorf("failureText(%s) = %q, want the server's U+202E written out in its code span", me.Kind, got)
+		}
+	}
+}

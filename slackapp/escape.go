@@ -73,9 +73,10 @@ const ellipsis = "…"
 
 // truncate shortens already-escaped mrkdwn text to at most max characters
 // (as counted by textLen), ending it with an ellipsis when it cuts. It never
-// cuts inside a rune, an HTML entity written by Escape or a control token
-// such as a mention or a date, so the result stays inert and shows no
-// half token. It reports whether it cut.
+// cuts inside a rune, an HTML entity written by Escape, a character written
+// out by revealHidden or a control token such as a mention or a date, so
+// the result stays inert and shows no half token. It reports whether it
+// cut.
 func truncate(s string, max int) (string, bool) {
 	if textLen(s) <= max {
 		return s, false
@@ -89,7 +90,8 @@ func truncate(s string, max int) (string, bool) {
 
 // cutIndex returns the largest byte index i such that s[:i] is at most max
 // characters long, ends on a rune boundary and does not end inside an
-// "&...;" entity or a "<...>" control token.
+// "&...;" entity, a "⟦U+202E⟧" written-out character or a "<...>" control
+// token.
 func cutIndex(s string, max int) int {
 	n, i := 0, 0
 	for i < len(s) {
@@ -110,6 +112,11 @@ func cutIndex(s string, max int) int {
 		if !strings.Contains(s[amp:i], ";") && entityAt(s[amp:]) {
 			i = amp
 		}
+	}
+	// Back off, too, when the cut falls inside a written-out character,
+	// which would show as a half notation such as "⟦U+20".
+	if open := strings.LastIndex(s[:i], "⟦"); open >= 0 && !strings.Contains(s[open:i], "⟧") && writtenOut.MatchString(s[open:]) {
+		i = open
 	}
 	// Text escaped by Escape holds no '<', so a '<' opens a token this
 	// package wrote (a mention, a date, a channel): back off to before one
@@ -188,14 +195,15 @@ func codeBlock(body string, max int) (string, bool) {
 	return open + body + close, cut
 }
 
-// quote renders untrusted text as a mrkdwn block quote, escaped and cut to
-// at most max characters.
+// quote renders untrusted natural-language text as a mrkdwn block quote,
+// escaped, with the characters that could reorder or hide it written out
+// (see revealInProse), and cut to at most max characters.
 func quote(s string, max int) string {
 	s = strings.TrimSpace(strings.ReplaceAll(s, "\r\n", "\n"))
 	if s == "" {
 		return ""
 	}
-	lines := strings.Split(Escape(s), "\n")
+	lines := strings.Split(Escape(revealInProse(s)), "\n")
 	for i, l := range lines {
 		lines[i] = ">" + l
 	}
@@ -257,15 +265,34 @@ func modalText(s string) string {
 // into their characters.
 var unescapeEntities = strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&")
 
+// writtenOut matches a character written out by reveal at the start of a
+// text.
+var writtenOut = regexp.MustCompile(`^⟦U\+[0-9A-F]{4,6}⟧`)
+
 // revealHidden writes out every invisible character of untrusted text as
 // its code point between white square brackets ("⟦U+202E⟧"), so that what a
 // reader sees is what is there (see hidden). It returns how many it wrote
 // out. Apply it before Escape: Escape's own word joiners are not untrusted.
 func revealHidden(s string) (string, int) {
+	return reveal(s, hidden)
+}
+
+// revealInProse is revealHidden for untrusted natural-language text (a
+// model's answer or explanation, a person's reason or answer): it writes
+// out the invisible characters that can reorder or hide such text, and
+// keeps those it needs (see hiddenInProse).
+func revealInProse(s string) string {
+	shown, _ := reveal(s, hiddenInProse)
+	return shown
+}
+
+// reveal writes out the characters of s that pick reports, as revealHidden
+// describes, and returns how many it wrote out.
+func reveal(s string, pick func(rune) bool) (string, int) {
 	n := 0
 	var b strings.Builder
 	for i, r := range s {
-		if !hidden(r) {
+		if !pick(r) {
 			if n > 0 {
 				b.WriteRune(r)
 			}
@@ -306,6 +333,29 @@ func hidden(r rune) bool {
 	return false
 }
 
+// hiddenInProse is hidden for natural-language text, less the invisible
+// characters such text needs, which cannot reverse or hide any of it:
+//
+//   - the zero-width non-joiner and joiner (U+200C, U+200D), which make
+//     emoji sequences (👩‍💻) and shape Persian and Indic words;
+//   - the text and emoji variation selectors (U+FE0E, U+FE0F), which pick
+//     how a character such as ❤ is drawn;
+//   - the left-to-right and right-to-left marks (U+200E, U+200F) and the
+//     Arabic letter mark (U+061C), with which Arabic and Hebrew text places
+//     its punctuation and numbers: each acts as one invisible letter of its
+//     direction, where the embeddings, overrides and isolates (U+202A to
+//     U+202E, U+2066 to U+2069) reorder whole runs of text.
+//
+// The bidirectional controls, the tag characters and every other hidden
+// character are written out still.
+func hiddenInProse(r rune) bool {
+	switch r {
+	case '\u200c', '\u200d', '\ufe0e', '\ufe0f', '\u200e', '\u200f', '\u061c':
+		return false
+	}
+	return hidden(r)
+}
+
 // invisible lists the invisible characters outside the format and control
 // categories (see hidden).
 var invisible = &unicode.RangeTable{
@@ -331,7 +381,7 @@ var invisible = &unicode.RangeTable{
 
 // hiddenWarning is the line shown with untrusted text that had hidden
 // characters written out; where names it ("the arguments", "the
-// question", "the preview").
+// question", "the preview", "the output").
 func hiddenWarning(n int, where string) string {
 	w := fmt.Sprintf(":warning: *%d hidden character(s)* in %s are written out as ⟦U+…⟧: they can make text read differently from what it is", n, where)
 	if where == "the arguments" {

@@ -128,6 +128,9 @@ func TestTruncate(t *testing.T) {
 		{"éééééé", 4, "ééé…", true},      // runes, not bytes
 		{"😀😀😀", 4, "😀…", true},           // astral runes count twice
 		{"&amp;&amp;", 3, "…", true},
+		{"ab⟦U+202E⟧cd", 6, "ab…", true},            // never half a written-out character
+		{"ab⟦U+E0041⟧cd", 12, "ab⟦U+E0041⟧…", true}, // a whole one is kept
+		{"ab⟦note cd", 6, "ab⟦no…", true},           // a bracket alone is text
 	}
 	for _, tt := range tests {
 		got, cut := truncate(tt.in, tt.max)
@@ -188,5 +191,38 @@ func TestRevealHidden(t *testing.T) {
 		if got != tt.want || n != tt.n {
 			t.Errorf("revealHidden(%q) = %q, %d; want %q, %d", tt.in, got, n, tt.want, tt.n)
 		}
+	}
+}
+
+// Natural-language text keeps the invisible characters it needs (joiners,
+// the emoji and text variation selectors, direction marks), and has the
+// others written out: the bidirectional embeddings, overrides and
+// isolates first of all.
+func TestRevealInProse(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"plain words", "plain words"},
+		{"👩\u200d💻 and می\u200cخواهم", "👩\u200d💻 and می\u200cخواهم"},
+		{"❤\ufe0f ☺\ufe0e", "❤\ufe0f ☺\ufe0e"},
+		{"שלום\u200f! a\u200eb \u0627\u061c1", "שלום\u200f! a\u200eb \u0627\u061c1"},
+		{"a\u202ab\u202bc\u202cd\u202de\u202ef", "a⟦U+202A⟧b⟦U+202B⟧c⟦U+202C⟧d⟦U+202D⟧e⟦U+202E⟧f"},
+		{"a\u2066b\u2067c\u2068d\u2069", "a⟦U+2066⟧b⟦U+2067⟧c⟦U+2068⟧d⟦U+2069⟧"},
+		{"no\u200b way\ufeff\u2060", "no⟦U+200B⟧ way⟦U+FEFF⟧⟦U+2060⟧"},
+		{"tag\U000E0041\U000E007F", "tag⟦U+E0041⟧⟦U+E007F⟧"},
+		{"a\ufe00b\U000E0100", "a⟦U+FE00⟧b⟦U+E0100⟧"},
+		{"tab\tand\nlines", "tab\tand\nlines"},
+	}
+	for _, tt := range tests {
+		if got := revealInProse(tt.in); got != tt.want {
+			t.Errorf("revealInProse(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// A person's words quoted on a card have their bidirectional controls
+// written out, and keep the joiners natural text needs.
+func TestQuoteRevealsBidiControls(t *testing.T) {
+	got := quote("no\u200b \u202ewon kcab ti gnillor\n👩\u200d💻", 2000)
+	if want := ">no⟦U+200B⟧ ⟦U+202E⟧won kcab ti gnillor\n>👩\u200d💻"; got != want {
+		t.Errorf("quote = %q, want %q", got, want)
 	}
 }

@@ -552,29 +552,41 @@ func serverWords(me *agent.ModelError, redact func(string) string) *agent.ModelE
 
 // misconfiguredText tells the thread that the model server refused the
 // request for a reason only the bot's operator can fix (see
-// agent.ModelError.Misconfigured): its HTTP status and, escaped and cut
-// short, what the server said. Sending the message again cannot help, so
-// the text does not suggest it.
+// agent.ModelError.Misconfigured): its HTTP status and what the server
+// said (serverCode). Sending the message again cannot help, so the text
+// does not suggest it.
 func misconfiguredText(me *agent.ModelError) string {
 	said := ""
-	if msg := strings.TrimSpace(me.Message); msg != "" {
-		msg, _ = truncate(msg, maxServerMessage)
-		said = ": " + inlineCode(msg)
+	if code := serverCode(me); code != "" {
+		said = ": " + code
 	}
 	return fmt.Sprintf("The model server refused the request (HTTP %d%s). This is a configuration problem for the bot's operator (the API key, the model's name or its context size); sending another message won't help until it is fixed.", me.StatusCode, said)
 }
 
 // contentRefusedText tells the thread that the model provider refused the
 // request for its content (see agent.ErrKindContentRefused), with what it
-// said, escaped and cut short: the messages it refused are left out of the
+// said (serverCode): the messages it refused are left out of the
 // conversation, so that the thread goes on.
 func contentRefusedText(me *agent.ModelError) string {
 	said := ""
-	if msg := strings.TrimSpace(me.Message); msg != "" {
-		msg, _ = truncate(msg, maxServerMessage)
-		said = " (" + inlineCode(msg) + ")"
+	if code := serverCode(me); code != "" {
+		said = " (" + code + ")"
 	}
 	return "The model provider refused this request because of its content" + said + ". Your message was left out of the conversation so that the thread can go on; rephrase it if you need an answer."
+}
+
+// serverCode is what the model server said, as a code span: cut short,
+// its hidden characters written out (see revealHidden), so that none of
+// them can reorder the bot's sentence around it, and escaped; "" when it
+// said nothing.
+func serverCode(me *agent.ModelError) string {
+	msg := strings.TrimSpace(me.Message)
+	if msg == "" {
+		return ""
+	}
+	msg, _ = truncate(msg, maxServerMessage)
+	shown, _ := revealHidden(msg)
+	return inlineCode(shown)
 }
 
 func dedupe(s []string) []string {

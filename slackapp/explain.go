@@ -145,13 +145,15 @@ func (a *App) notExplaining(callID string) {
 
 // ExplanationBlocks renders the model's explanation of a pending call,
 // asked for by asker: a context line marking it as an explanation (nothing
-// ran, the call still waits), then the text, escaped and cut to one
-// section. Text that renders to nothing (only an empty heading, say) is
+// ran, the call still waits), then the text, escaped, cut to one section
+// and quoted, as a question is (quoteLines): the model's words set apart
+// from the bot's context line, whose decisions they could otherwise
+// imitate. Text that renders to nothing (only an empty heading, say) is
 // shown as "(no explanation)": Slack refuses a section with empty text.
 func ExplanationBlocks(tool, asker, text string) []slack.Block {
-	body, _ := fitMrkdwn(MarkdownToMrkdwn(text), maxSectionText)
-	if strings.TrimSpace(body) == "" {
-		body = "_(no explanation)_"
+	body := "_(no explanation)_"
+	if md := MarkdownToMrkdwn(text); strings.TrimSpace(md) != "" {
+		body, _ = fitQuoted(md, maxSectionText)
 	}
 	return []slack.Block{
 		contextBlock(":thinking_face: *Explanation* of the pending " + inlineCode(tool) + " call, asked for by " + userRef(asker, "someone") + ". Nothing ran; the call still waits for a decision."),

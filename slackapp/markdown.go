@@ -49,13 +49,16 @@ var (
 //   - links never become Slack links, because their labels are untrusted:
 //     [label](url) is written "label (url)", or just "url" when the label is
 //     the URL itself; <url> autolinks lose their brackets;
+//   - invisible characters that could reorder or hide text, such as the
+//     right-to-left override U+202E, are written out as "⟦U+202E⟧" (see
+//     revealInProse), code included;
 //   - everything else is escaped as by Escape.
 //
 // The result never contains '<', so no mention, broadcast, channel link or
 // labelled link can come out of it, and bare @here/@channel/@everyone are
 // neutralized.
 func MarkdownToMrkdwn(md string) string {
-	md = strings.ToValidUTF8(md, "\uFFFD")
+	md = revealInProse(strings.ToValidUTF8(md, "\uFFFD"))
 	md = privateUse.Replace(md)
 	md = strings.ReplaceAll(md, "\r\n", "\n")
 	md = strings.ReplaceAll(md, "\r", "\n")

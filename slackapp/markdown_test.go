@@ -51,6 +51,10 @@ func TestMarkdownToMrkdwn(t *testing.T) {
 		{"backticks inside fence", "````\n```python\n````", "```\n`\u2060`\u2060`python\n```"},
 		{"private use stripped", "a\uE0000\uE001b", "a\uFFFD0\uFFFDb"},
 		{"crlf", "a\r\nb", "a\nb"},
+		{"bidi override written out", "here: \u202e https://evil.io/moc.elgoog//:sptth", "here: ⟦U+202E⟧ https://evil.io/moc.elgoog//:sptth"},
+		{"bidi isolate in a link label", "[\u2067evil\u2069](https://evil.io)", "⟦U+2067⟧evil⟦U+2069⟧ (https://evil.io)"},
+		{"hidden characters in code written out", "`rm \u200b-rf`\n```\nx\u202ey\n```", "`rm ⟦U+200B⟧-rf`\n```\nx⟦U+202E⟧y\n```"},
+		{"joiners and marks of natural text kept", "👩\u200d💻 می\u200cخواهم שלום\u200f ❤\ufe0f", "👩\u200d💻 می\u200cخواهم שלום\u200f ❤\ufe0f"},
 	}
 	for _, tt := range tests {
 		if got := MarkdownToMrkdwn(tt.in); got != tt.want {

@@ -54,8 +54,9 @@ func pastTense(k approvals.Kind) string {
 //
 // Model-authored fields (Args, Question, EditedArgs, OutputSummary) and
 // anything typed by people (RejectReason, Answer) are escaped wherever they
-// are shown. User ids (Requester, Decider) and Approvers are mentioned only
-// when they are well-formed Slack ids.
+// are shown, with their hidden characters written out (revealHidden;
+// revealInProse for people's words). User ids (Requester, Decider) and
+// Approvers are mentioned only when they are well-formed Slack ids.
 type Card struct {
 	// CallID is the opaque id of the tool call; it is the value of every
 	// button on the card and must be at most 2000 characters.
@@ -188,7 +189,7 @@ func CardBlocks(c Card) []slack.Block {
 		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(sealedText(c)), nil, slack.NewAccessory(button(ActionViewArgs, "View full arguments", c.CallID))))
 	} else if c.Human {
 		const title = "*Question*\n"
-		shown, warning := revealQuestion(c.Question)
+		shown, warning := revealWarned(c.Question, "the question")
 		q, cut := fitQuoted(MarkdownToMrkdwn(shown), maxSectionText-textLen(title)-textLen(questionCutNote)-textLen(warning))
 		if cut {
 			q += questionCutNote
@@ -363,15 +364,16 @@ func prettyJSON(raw json.RawMessage) string {
 	return buf.String()
 }
 
-// revealQuestion writes out the hidden characters of an ask_human
-// question (see revealHidden) and returns the line that warns about them,
-// "" when there were none.
-func revealQuestion(q string) (string, string) {
-	shown, n := revealHidden(q)
-	if n == 0 {
-		return q, ""
+// revealWarned writes out the hidden characters of untrusted text (see
+// revealHidden) and returns the line that warns about them, where naming
+// the text (see hiddenWarning), after a line break: "" when there were
+// none.
+func revealWarned(s, where string) (shown, warning string) {
+	shown, n := revealHidden(s)
+	if n > 0 {
+		warning = "\n" + hiddenWarning(n, where)
 	}
-	return shown, "\n" + hiddenWarning(n, "the question")
+	return shown, warning
 }
 
 // argsSection renders arguments as a titled code block within one section,
@@ -382,11 +384,7 @@ func argsSection(title string, args json.RawMessage) (string, bool) {
 	if pretty == "" || pretty == "{}" || pretty == "null" {
 		return title + "\n_(no arguments)_", false
 	}
-	shown, n := revealHidden(pretty)
-	warning := ""
-	if n > 0 {
-		warning = "\n" + hiddenWarning(n, "the arguments")
-	}
+	shown, warning := revealWarned(pretty, "the arguments")
 	block, cut := codeBlock(codeBody(shown), maxSectionText-textLen(title)-1-textLen(warning))
 	return title + "\n" + block + warning, cut
 }
@@ -410,11 +408,7 @@ func previewBlock(c Card) slack.Block {
 		return nil
 	}
 	const title = "*Preview*"
-	shown, n := revealHidden(c.Preview)
-	warning := ""
-	if n > 0 {
-		warning = "\n" + hiddenWarning(n, "the preview")
-	}
+	shown, warning := revealWarned(c.Preview, "the preview")
 	block, cut := codeBlock(codeBody(shown), maxCardPreview)
 	var acc *slack.Accessory
 	if cut {
@@ -581,16 +575,18 @@ func expiredText(c Card) string {
 }
 
 // outcomeText reports what happened after the decision, with an excerpt of
-// the tool output.
+// the tool output: code like the arguments, its hidden characters written
+// out with a warning line after it (see revealWarned).
 func outcomeText(c Card) string {
 	var parts []string
 	if c.Outcome != "" {
 		parts = append(parts, "*Outcome:* "+Escape(oneLine(c.Outcome)))
 	}
 	if s := strings.TrimSpace(c.OutputSummary); s != "" {
-		body, _ := truncate(codeBody(s), maxOutputSummary)
+		shown, warning := revealWarned(s, "the output")
+		body, _ := truncate(codeBody(shown), maxOutputSummary)
 		block, _ := codeBlock(body, maxOutputSummary+10)
-		parts = append(parts, block)
+		parts = append(parts, block+warning)
 	}
 	return strings.Join(parts, "\n")
 }

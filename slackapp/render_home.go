@@ -115,17 +115,15 @@ func inboxEntry(c Card) []slack.Block {
 	var detail string
 	cut := false
 	if c.Human {
-		shown, warning := revealQuestion(c.Question)
+		shown, warning := revealWarned(c.Question, "the question")
 		detail, _ = fitQuoted(MarkdownToMrkdwn(shown), homeArgsPreview)
 		detail += warning
 	} else if pretty := prettyJSON(c.Args); pretty == "" || pretty == "{}" || pretty == "null" {
 		detail = "_(no arguments)_"
 	} else {
-		shown, n := revealHidden(pretty)
+		shown, warning := revealWarned(pretty, "the arguments")
 		detail, cut = codeBlock(codeBody(shown), homeArgsPreview)
-		if n > 0 {
-			detail += "\n" + hiddenWarning(n, "the arguments")
-		}
+		detail += warning
 	}
 
 	buttons := decisionButtons(c, "in the conversation's channel")

@@ -234,8 +234,10 @@ func (r *threadReporter) Stopped(ctx context.Context) {
 	}
 }
 
+// fallbackText is the notification text of a model's answer or
+// explanation: the text made safe as a stream's is (streamSafe), cut short.
 func fallbackText(text string) string {
-	return clip(linkSyntax.Replace(Escape(text)), 300)
+	return clip(streamSafe(text), 300)
 }
 
 // endStream finishes the open stream, if any, and returns the text it
@@ -1088,10 +1090,13 @@ func mustJSON(v any) json.RawMessage {
 }
 
 // streamSafe makes model text safe for a streamed markdown message: no
-// mention, broadcast or link syntax survives, and "[label](url)" cannot
-// become a link whose label hides its target.
+// mention, broadcast or link syntax survives, "[label](url)" cannot
+// become a link whose label hides its target, and the characters that
+// could reorder or hide text are written out (revealInProse). Each
+// character is written out alone, so a chunk cut at white space (see
+// flush) never splits one.
 func streamSafe(s string) string {
-	return linkSyntax.Replace(Escape(s))
+	return linkSyntax.Replace(Escape(revealInProse(s)))
 }
 
 // linkSyntax breaks Markdown's inline ("[label](url)") and reference
