@@ -17,8 +17,11 @@ const maxDefaultSteps = 10000
 // and arrays it holds, wherever s says unambiguously which schema
 // describes them: a property's, an array's items', a $ref's, each of
 // allOf's, and the one object branch of anyOf or oneOf (Optional[Model]
-// in a pydantic schema). A default is copied, never shared with the
-// schema. It reports whether it set any.
+// in a pydantic schema). A default that its property's schema refuses
+// (pydantic writes `label: str = None` as a string defaulting to null) is
+// left to the server, which never checks it: filled in, it would make
+// every call that leaves the property out invalid. A default is copied,
+// never shared with the schema. It reports whether it set any.
 func fillDefaults(s *jsonschema.Schema, v any) bool {
 	steps := maxDefaultSteps
 	return fill(s, v, &steps)
@@ -41,7 +44,7 @@ func fill(s *jsonschema.Schema, v any, steps *int) bool {
 		for name, ps := range s.Properties {
 			if val, ok := x[name]; ok {
 				set = fill(ps, val, steps) || set
-			} else if d, ok := defaultOf(ps); ok {
+			} else if d, ok := defaultOf(ps); ok && ps.Validate(d) == nil {
 				x[name] = copyJSON(d)
 				set = true
 			}

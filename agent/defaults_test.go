@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/agent"
@@ -39,6 +40,8 @@ func TestFilledHasTheSchemasDefaults(t *testing.T) {
 			`{"steps":[{},{"wait":5}]}`, `{"steps":[{"wait":30},{"wait":5}]}`},
 		{"allOf", `{"type":"object","allOf":[{"properties":{"a":{"default":"x"}}},{"properties":{"b":{"default":"y"}}}]}`,
 			`{}`, `{"a":"x","b":"y"}`},
+		{"a default its schema refuses is left out", `{"type":"object","properties":{"label":{"type":"string","default":null},"n":{"type":"integer","default":1}}}`,
+			`{}`, `{"n":1}`},
 		{"a schema that refers to itself", `{"type":"object","properties":{"a":{"default":1},"child":{"$ref":"#"}}}`,
 			`{"child":{"child":{}}}`, `{"a":1,"child":{"a":1,"child":{"a":1}}}`},
 	}
@@ -51,6 +54,24 @@ func TestFilledHasTheSchemasDefaults(t *testing.T) {
 				t.Errorf("Filled(%s) = %s, %v; want %s", tt.args, got, err, tt.want)
 			}
 		})
+	}
+}
+
+// A default filled in beside a key that looks like its own is refused,
+// as the two written out are: the policy would judge the default and a
+// tool that reads keys without regard to case the other.
+func TestFilledDefaultBesideALookAlikeKeyIsRefused(t *testing.T) {
+	for _, b := range backends(t)[:1] {
+		w := newWorld(t, b)
+		schema := `{"type":"object","properties":{"path":{"type":"string","default":"/tmp/safe"}}}`
+		must(t, w.reg.Register(agent.Tool{Name: "read_any", Schema: json.RawMessage(schema), Handler: nop}))
+		w.model.Reply(fakeopenai.ToolCalls(call("c1", "read_any", `{"Path":"/etc/passwd"}`)), fakeopenai.Text("refused"))
+		if _, err := w.agent().Run(context.Background(), request("read it")); err != nil {
+			t.Fatal(err)
+		}
+		if got := toolResults(t, w.model); len(got) != 1 || !strings.Contains(got[0], "differ only by case") {
+			t.Errorf("the model read %q, want the look-alike keys refused", got)
+		}
 	}
 }
 

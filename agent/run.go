@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -974,18 +975,34 @@ func mergedUser(ms []openai.ChatCompletionMessage) openai.ChatCompletionMessage 
 		}
 		switch {
 		case !inParts:
-			texts = append(texts, head+m.Content)
+			texts = append(texts, head+ownWords(m.Content))
 		case len(m.MultiContent) > 0:
 			if head != "" {
 				out.MultiContent = append(out.MultiContent, openai.ChatMessagePart{Type: openai.ChatMessagePartTypeText, Text: head})
 			}
-			out.MultiContent = append(out.MultiContent, m.MultiContent...)
+			for _, p := range m.MultiContent {
+				if p.Type == openai.ChatMessagePartTypeText {
+					p.Text = ownWords(p.Text)
+				}
+				out.MultiContent = append(out.MultiContent, p)
+			}
 		default:
-			out.MultiContent = append(out.MultiContent, openai.ChatMessagePart{Type: openai.ChatMessagePartTypeText, Text: head + m.Content})
+			out.MultiContent = append(out.MultiContent, openai.ChatMessagePart{Type: openai.ChatMessagePartTypeText, Text: head + ownWords(m.Content)})
 		}
 	}
 	out.Content = strings.Join(texts, "\n\n")
 	return out
+}
+
+// writerLines matches, in a person's words, a line that reads as a
+// writer line (see writerLine).
+var writerLines = regexp.MustCompile(`(?m)^\[(<@[^>\n]*>|someone) wrote:\]`)
+
+// ownWords returns a person's words for a merged message with any line
+// that reads as a writer line quoted ("> "): written by one person, it
+// would pass for the start of another's message.
+func ownWords(text string) string {
+	return writerLines.ReplaceAllString(text, "> $0")
 }
 
 // writerLine names the writer of a message in a merged one: the user id as
@@ -1358,7 +1375,7 @@ func (a *Agent) check(name string, args json.RawMessage) (Tool, json.RawMessage,
 // at most maxArgDepth deep, then validate (the tool's schema, which also
 // checks that they are one JSON object, and returns them as the tool runs
 // them: see Registry.Filled), then no key given twice or looking like
-// another (see checkKeys), as written. It returns the canonical arguments
+// another (see checkKeys), as written and as filled. It returns the canonical arguments
 // the policy judges and their fingerprint (see approvals.Fingerprint).
 func checkArgs(args json.RawMessage, validate func(json.RawMessage) (json.RawMessage, error)) (json.RawMessage, string, error) {
 	if len(strings.TrimSpace(string(args))) == 0 {
@@ -1372,6 +1389,12 @@ func checkArgs(args json.RawMessage, validate func(json.RawMessage) (json.RawMes
 		return nil, "", err
 	}
 	if err := checkKeys(args); err != nil {
+		return nil, "", err
+	}
+	// A default filled in beside a key given that looks like its own
+	// ("Path" given, "path" filled) would let the policy judge one and
+	// the tool read the other.
+	if err := checkKeys(filled); err != nil {
 		return nil, "", err
 	}
 	return approvals.Fingerprint(filled)

@@ -584,8 +584,10 @@ func serverCode(me *agent.ModelError) string {
 	if msg == "" {
 		return ""
 	}
-	msg, _ = truncate(msg, maxServerMessage)
+	// Written out first, then cut: a server's message of invisible
+	// characters would otherwise grow ten times past the cut.
 	shown, _ := revealHidden(msg)
+	shown, _ = truncate(shown, maxServerMessage)
 	return inlineCode(shown)
 }
 

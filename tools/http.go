@@ -368,7 +368,7 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 	limit := timeLimit(ctx, h.cfg.Timeout)
 	var sent atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { sent.Store(true) },
+		WroteHeaders: func() { sent.Store(true) },
 	}))
 	// A write whose answer did not come whole may have done its work:
 	// saying so, as the agent says of a call cut by TOOL_TIMEOUT, keeps

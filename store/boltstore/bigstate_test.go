@@ -112,6 +112,15 @@ func TestRunStateIsWrittenOnce(t *testing.T) {
 	if err != nil || string(run.State) != want {
 		t.Errorf("LoadRun: %d bytes of state, %v; want the whole state", len(run.State), err)
 	}
+	// An earlier version reads the record with the state in it: what it
+	// finds there fails to decode as a run's state, so it resumes
+	// nothing rather than a run with no history.
+	var earlier runRecord
+	err = s.db.View(func(tx *bolt.Tx) error { _, err := get(tx.Bucket(bucketRuns), r.ID, &earlier); return err })
+	var st struct{ User string }
+	if err != nil || json.Unmarshal(earlier.Run.State, &st) == nil {
+		t.Errorf("an earlier version would decode the record's state %s (%v) as a run's", earlier.Run.State, err)
+	}
 }
 
 // A run an earlier version wrote, its state in its record, is read whole,

@@ -788,12 +788,19 @@ func put(b *bolt.Bucket, key string, v any) error {
 	return b.Put([]byte(key), raw)
 }
 
+// stateApart stands in a run's record for its state, kept in bucketStates
+// (see putRun). It is a JSON string, which no state is: an earlier
+// version, reading the record, fails to decode the state and resumes
+// nothing, where a null or an empty state would resume the run with no
+// history and replace its conversation's.
+var stateApart = json.RawMessage(`"state kept apart"`)
+
 // getRun decodes run runID's record into rec, its state left out (see
 // putRun) unless the record is an earlier version's, which held it; false
 // if absent.
 func getRun(tx *bolt.Tx, runID string, rec *runRecord) (bool, error) {
 	ok, err := get(tx.Bucket(bucketRuns), runID, rec)
-	if ok && string(rec.Run.State) == "null" {
+	if ok && bytes.Equal(rec.Run.State, stateApart) {
 		rec.Run.State = nil
 	}
 	return ok, err
@@ -814,7 +821,7 @@ func putRun(tx *bolt.Tx, runID string, rec runRecord) error {
 			return err
 		}
 	}
-	rec.Run.State = nil
+	rec.Run.State = stateApart
 	return put(tx.Bucket(bucketRuns), runID, rec)
 }
 
