@@ -1,9 +1,6 @@
 package agent
 
 import (
-	"bytes"
-	"encoding/json"
-
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -130,17 +127,4 @@ func copyJSON(v any) any {
 		return a
 	}
 	return v
-}
-
-// encodeFilled writes arguments that fillDefaults changed as JSON again,
-// numbers as they were written and strings unescaped beyond what JSON
-// needs.
-func encodeFilled(v any) (json.RawMessage, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

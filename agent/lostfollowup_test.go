@@ -218,6 +218,24 @@ func TestLostDecisionReplyKeepsItsEffects(t *testing.T) {
 	}
 }
 
+// pausedTwoOfThree is a world on the Redis at url whose agent paused a
+// call that needs two approvals of three approvers, through a client that
+// loses the reply of a script on that call (and go-redis's resends) as
+// many times as *left says.
+func pausedTwoOfThree(t *testing.T, name, url string) (w *world, plain *redisstore.Store, a *agent.Agent, p agent.PendingCall, left *atomic.Int32) {
+	t.Helper()
+	left = new(atomic.Int32)
+	var callID atomic.Value
+	callID.Store("none")
+	h := lostReplies{left: left, down: &atomic.Bool{}, pick: func(c redis.Cmder) bool { return scriptOn(":call:"+callID.Load().(string), true)(c) }}
+	w, plain, hooked, _ := lostFollowUpWorld(t, name, url, h)
+	w.policy = twoOfThree
+	a = w.agentWith(hooked, w.rec)
+	p = pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+	callID.Store(p.ID)
+	return w, plain, a, p, left
+}
+
 // The same for the approval that meets the count of a call that needs
 // two: found recorded after its reply was lost, it has its audit entry
 // once, beside the counted approval's, and its conversation listed.
@@ -225,21 +243,13 @@ func TestLostApprovalReplyKeepsItsEffects(t *testing.T) {
 	for _, topo := range redisTopologies(t) {
 		t.Run(topo.name, func(t *testing.T) {
 			ctx := t.Context()
-			var left atomic.Int32
-			var callID atomic.Value
-			callID.Store("none")
-			h := lostReplies{left: &left, down: &atomic.Bool{}, pick: func(c redis.Cmder) bool { return scriptOn(":call:"+callID.Load().(string), true)(c) }}
-			w, plain, hooked, _ := lostFollowUpWorld(t, topo.name, topo.url, h)
-			w.policy = twoOfThree
-			a := w.agentWith(hooked, w.rec)
-			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+			w, plain, a, p, left := pausedTwoOfThree(t, topo.name, topo.url)
 			d := func(who string) approvals.Decision {
 				return approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: who}
 			}
 			if res, _, err := a.DecideTaking(ctx, d("UONE000001")); err != nil || res.Complete {
 				t.Fatalf("the first approval = %+v, %v; want it counted", res, err)
 			}
-			callID.Store(p.ID)
 			left.Store(1)
 			w.model.Reply(fakeopenai.Text("restarted"))
 			res, taken, err := a.DecideTaking(ctx, d("UTWO000002"))
@@ -318,15 +328,7 @@ func TestLostReplyOfADecisionAloneIsAskedAgain(t *testing.T) {
 	for _, topo := range redisTopologies(t) {
 		t.Run(topo.name, func(t *testing.T) {
 			ctx := t.Context()
-			var left atomic.Int32
-			var callID atomic.Value
-			callID.Store("none")
-			h := lostReplies{left: &left, down: &atomic.Bool{}, pick: func(c redis.Cmder) bool { return scriptOn(":call:"+callID.Load().(string), true)(c) }}
-			w, plain, hooked, _ := lostFollowUpWorld(t, topo.name, topo.url, h)
-			w.policy = twoOfThree
-			a := w.agentWith(hooked, w.rec)
-			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
-			callID.Store(p.ID)
+			w, plain, a, p, left := pausedTwoOfThree(t, topo.name, topo.url)
 			for _, who := range []string{"UONE000001", "UTWO000002"} {
 				left.Store(1)
 				res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: who})

@@ -13,6 +13,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/toolgate/toolgate/store"
 )
 
 var printer = message.NewPrinter(language.English)
@@ -71,7 +73,9 @@ func (t *registered) validate(args json.RawMessage) (json.RawMessage, error) {
 	}
 	if t.schema != nil {
 		if fillDefaults(t.schema, v) {
-			if trimmed, err = encodeFilled(v); err != nil {
+			// Numbers as written, and strings escaped no more than
+			// JSON needs.
+			if trimmed, err = store.EncodeJSON(v); err != nil {
 				return nil, argsProblem("arguments with the schema's defaults: %v", err)
 			}
 		}

@@ -39,30 +39,15 @@ func posted(m fakeslack.Message) string {
 // its bidirectional controls are written out, in the blocks and in the
 // notification text.
 func TestPostedAnswerWritesOutBidiControls(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	e.start()
-	e.slack.FailNext("chat.startStream", 400)
-	e.model.Reply(fakeopenai.Text(spoofedLink))
-	ts := e.slack.Mention(channel, requester, "my session expired")
-	m := e.answer(ts, "Sign in again")
-	if m.Streamed {
-		t.Fatal("the answer was streamed, want it posted")
-	}
+	_, m := answerIn(t, false, spoofedLink, 0, "Sign in again")
 	checkOverrideWrittenOut(t, "the posted answer", posted(m))
 }
 
 // A streamed answer cannot reorder what a reader sees either: every
 // chunk sent to the stream has its bidirectional controls written out.
 func TestStreamedAnswerWritesOutBidiControls(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	e.start()
 	text := spoofedLink + " and once more \u202e moc.elgoog ni-ngis " + strings.Repeat("filler words to stream ", 12) + "THE END"
-	e.model.Reply(fakeopenai.Response{Text: text, Chunks: 9})
-	ts := e.slack.Mention(channel, requester, "my session expired")
-	m := e.answer(ts, "THE END")
-	if !m.Streamed {
-		t.Fatal("the answer was posted, want it streamed")
-	}
+	e, m := answerIn(t, true, text, 9, "THE END")
 	checkOverrideWrittenOut(t, "the streamed answer", m.Text)
 	var sent []string
 	for _, method := range []string{"chat.startStream", "chat.appendStream", "chat.stopStream"} {
@@ -82,23 +67,10 @@ func TestStreamedAnswerWritesOutBidiControls(t *testing.T) {
 // Hebrew with a right-to-left mark show as written.
 func TestAnswerKeepsTheJoinersAndMarksOfNaturalText(t *testing.T) {
 	const natural = "Done 👩\u200d💻 — می\u200cخواهم — שלום\u200f! ❤\ufe0f"
-	for _, streamed := range []bool{true, false} {
-		name := "posted"
-		if streamed {
-			name = "streamed"
-		}
-		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, storeKinds(t)[0])
-			e.start()
-			if !streamed {
-				e.slack.FailNext("chat.startStream", 400)
-			}
-			e.model.Reply(fakeopenai.Response{Text: natural, Chunks: 3})
-			ts := e.slack.Mention(channel, requester, "greet me")
-			m := e.answer(ts, "Done")
-			if m.Streamed != streamed {
-				t.Fatalf("got streamed=%v, want %v", m.Streamed, streamed)
-			}
+	for _, mode := range answerModes {
+		streamed := mode.streamed
+		t.Run(mode.name, func(t *testing.T) {
+			_, m := answerIn(t, streamed, natural, 3, "Done")
 			shown := m.Text
 			if !streamed {
 				shown = blocksText(m)

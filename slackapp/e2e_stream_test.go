@@ -47,26 +47,39 @@ func TestAnswerIsStreamedToTheRequester(t *testing.T) {
 	}
 }
 
+// answerModes are the two ways an answer reaches its thread: streamed, or
+// posted when the stream is refused.
+var answerModes = []struct {
+	name     string
+	streamed bool
+}{{"streamed", true}, {"posted", false}}
+
+// answerIn runs a bot whose model answers a mention with text, sent in
+// chunks, streamed or (the stream refused) posted, and returns it and the
+// answer once the thread holds want.
+func answerIn(t *testing.T, streamed bool, text string, chunks int, want string) (*env, fakeslack.Message) {
+	t.Helper()
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	if !streamed {
+		e.slack.FailNext("chat.startStream", 400)
+	}
+	e.model.Reply(fakeopenai.Response{Text: text, Chunks: chunks})
+	ts := e.slack.Mention(channel, requester, "answer me")
+	m := e.answer(ts, want)
+	if m.Streamed != streamed {
+		t.Fatalf("got streamed=%v, want %v", m.Streamed, streamed)
+	}
+	return e, m
+}
+
 // Model text cannot ping or spoof links, streamed or posted.
 func TestHostileAnswerIsInert(t *testing.T) {
 	hostile := "Hi <!channel> and <@U123> @here, click [your bank](https://evil.example) or [this][1] or <https://evil|x>.\n\n[1]: https://evil.example"
-	for _, streamed := range []bool{true, false} {
-		name := "posted"
-		if streamed {
-			name = "streamed"
-		}
-		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, storeKinds(t)[0])
-			e.start()
-			if !streamed {
-				e.slack.FailNext("chat.startStream", 400)
-			}
-			e.model.Reply(fakeopenai.Response{Text: hostile, Chunks: 7})
-			ts := e.slack.Mention(channel, requester, "say hi")
-			m := e.answer(ts, "click")
-			if m.Streamed != streamed {
-				t.Fatalf("got streamed=%v, want %v", m.Streamed, streamed)
-			}
+	for _, mode := range answerModes {
+		streamed := mode.streamed
+		t.Run(mode.name, func(t *testing.T) {
+			_, m := answerIn(t, streamed, hostile, 7, "click")
 			all := m.Text + blocksText(m)
 			bad := []string{"<!channel>", "<@U123>", "<https://evil", " @here"}
 			if streamed {
