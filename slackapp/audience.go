@@ -3,6 +3,7 @@ package slackapp
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,9 @@ type audienceCache struct {
 	dms     map[string]dmEntry
 	members map[string]memberEntry
 	public  map[string]publicEntry
+	// left counts the leaves heard of (see forget): a look-up of members
+	// begun before one is neither kept nor joined after it.
+	left uint64
 }
 
 type publicEntry struct {
@@ -155,20 +159,39 @@ func (c *audienceCache) isPublic(ctx context.Context, channel string) (bool, err
 func (c *audienceCache) channelMembers(ctx context.Context, channel string) (map[string]bool, error) {
 	c.mu.Lock()
 	e, ok := c.members[channel]
+	left := c.left
 	c.mu.Unlock()
 	if ok && time.Since(e.at) < c.ttl {
 		return e.members, nil
 	}
-	v, err := c.lookups.do(ctx, "members:"+channel, c.lookUpMembers(channel))
+	v, err := c.lookups.do(ctx, membersKey(channel, left), c.lookUpMembers(channel, left))
 	if err != nil {
 		return nil, err
 	}
 	return v.(map[string]bool), nil
 }
 
+// membersKey names the look-up of channel's members begun after left
+// leaves were heard of.
+func membersKey(channel string, left uint64) string {
+	return "members:" + channel + "#" + strconv.FormatUint(left, 10)
+}
+
+// forget drops what is kept of channel's members, as someone left it (the
+// member_left_channel event): the next check asks Slack, instead of
+// letting them decide for up to the ttl more. Look-ups under way, which
+// may have read them as members, are not kept.
+func (c *audienceCache) forget(channel string) {
+	c.mu.Lock()
+	delete(c.members, channel)
+	c.left++
+	c.mu.Unlock()
+}
+
 // lookUpMembers is the look-up of a channel's members, every page of them,
-// which it keeps.
-func (c *audienceCache) lookUpMembers(channel string) func(ctx context.Context) (any, error) {
+// begun after left leaves were heard of, which it keeps unless one was
+// heard of since.
+func (c *audienceCache) lookUpMembers(channel string, left uint64) func(ctx context.Context) (any, error) {
 	return func(ctx context.Context) (any, error) {
 		members := map[string]bool{}
 		cursor := ""
@@ -186,7 +209,9 @@ func (c *audienceCache) lookUpMembers(channel string) func(ctx context.Context) 
 			cursor = next
 		}
 		c.mu.Lock()
-		put(c.members, channel, memberEntry{members: members, at: time.Now()}, c.maxChannels, c.ttl, func(e memberEntry) time.Time { return e.at })
+		if c.left == left {
+			put(c.members, channel, memberEntry{members: members, at: time.Now()}, c.maxChannels, c.ttl, func(e memberEntry) time.Time { return e.at })
+		}
 		c.mu.Unlock()
 		return members, nil
 	}
@@ -203,6 +228,7 @@ func (c *audienceCache) warm(ctx context.Context, channel string) {
 	}
 	c.mu.Lock()
 	var fresh bool
+	left := c.left
 	if strings.HasPrefix(channel, "D") {
 		_, fresh = c.dms[channel]
 	} else {
@@ -215,6 +241,6 @@ func (c *audienceCache) warm(ctx context.Context, channel string) {
 	case strings.HasPrefix(channel, "D"):
 		c.lookups.start(ctx, "dm:"+channel, c.lookUpDM(channel))
 	default:
-		c.lookups.start(ctx, "members:"+channel, c.lookUpMembers(channel))
+		c.lookups.start(ctx, membersKey(channel, left), c.lookUpMembers(channel, left))
 	}
 }

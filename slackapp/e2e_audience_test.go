@@ -453,3 +453,48 @@ func TestRequesterDecidesOpenCallInTheirDM(t *testing.T) {
 		}
 	}
 }
+
+// Someone who leaves a channel no longer decides the calls that anyone in
+// it may decide, at once: the members kept for a minute are asked for
+// again once Slack says they left.
+func TestWhoLeftTheChannelNoLongerDecides(t *testing.T) {
+	const private = "CPRIVATE31"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n"
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, other, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"16"}`)), fakeopenai.Text("Deployed vault 16."))
+	ts := e.slack.Mention(private, requester, "deploy vault 16")
+	card := e.cardIn(private, ts, "deploy")
+	// The members are looked up, and kept, as the card is posted.
+	waitUntil(t, "the channel's members are looked up", func() bool { return len(e.slack.Calls("conversations.members")) > 0 })
+	looked := len(e.slack.Calls("conversations.members"))
+
+	e.slack.Leave(private, other)
+	waitUntil(t, "the leave is acked", func() bool {
+		for _, env := range e.slack.Envelopes() {
+			if env.EventType == "member_left_channel" {
+				return env.Acked
+			}
+		}
+		return false
+	})
+	_, err := e.slack.Click(other, private, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	// Told in a DM, as an ephemeral cannot reach someone outside the
+	// channel.
+	if _, err := e.slack.WaitMessage(e.slack.DMChannel(other), func(m fakeslack.Message) bool {
+		return strings.Contains(m.Text, "Nothing changed")
+	}, 10*time.Second); err != nil {
+		t.Fatalf("%s, who left the channel, was not told their click changed nothing: %v", other, err)
+	}
+	if n := e.deploy.Load(); n != 0 {
+		t.Fatalf("deploy ran %d times on the approval of someone who left the channel", n)
+	}
+	if m, _ := e.slack.Message(private, card.TS); !isCard(m) {
+		t.Fatalf("the card changed on the approval of someone who left the channel: %s", m.Blocks)
+	}
+	if n := len(e.slack.Calls("conversations.members")); n == looked {
+		t.Error("the members were not asked for again after someone left")
+	}
+}

@@ -43,7 +43,7 @@ func (m message) key() string {
 // handledEvent reports whether the app acts on events of type typ.
 func handledEvent(typ string) bool {
 	switch typ {
-	case "app_mention", "message", "app_home_opened":
+	case "app_mention", "message", "app_home_opened", "member_left_channel":
 		return true
 	}
 	return false
@@ -99,6 +99,10 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 		}
 		handed = true
 		a.onMessage(ctx, m, eventID, followUp, ack)
+	case "member_left_channel":
+		// Who left no longer decides what only the channel's members
+		// may: the members kept are asked for again.
+		a.audience.forget(ev.Channel)
 	case "app_home_opened":
 		if ev.Tab != "" && ev.Tab != "home" {
 			return

@@ -400,13 +400,27 @@ func (s *Server) Join(channel string, users ...string) {
 	}
 }
 
-// Leave removes users from a channel's members. It does nothing for an
-// unknown channel.
+// Leave removes users from a channel's members, and sends the app a
+// member_left_channel event for each when the bot is a member. It does
+// nothing for an unknown channel.
 func (s *Server) Leave(channel string, users ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.channels[channel]; st != nil {
-		st.Members = slices.DeleteFunc(st.Members, func(m string) bool { return slices.Contains(users, m) })
+	st := s.channels[channel]
+	if st == nil {
+		return
+	}
+	left := slices.DeleteFunc(slices.Clone(st.Members), func(m string) bool { return !slices.Contains(users, m) })
+	st.Members = slices.DeleteFunc(st.Members, func(m string) bool { return slices.Contains(users, m) })
+	if !st.isMember(s.cfg.botUserID) {
+		return // Slack tells only a member of the channel
+	}
+	kind := "C"
+	if st.Private {
+		kind = "G"
+	}
+	for _, u := range left {
+		s.deliverEventLocked(jsonObject{"type": "member_left_channel", "user": u, "channel": channel, "channel_type": kind, "team": s.cfg.teamID, "event_ts": s.tsLocked()}, "")
 	}
 }
 
