@@ -954,6 +954,7 @@ type payload struct {
 		TS          string `json:"ts"`
 		ThreadTS    string `json:"thread_ts"`
 		Tab         string `json:"tab"`
+		SubteamID   string `json:"subteam_id"`
 		// View is the Home tab as the user opened it (app_home_opened),
 		// of which only its hash is read.
 		View struct {

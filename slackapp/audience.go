@@ -3,7 +3,6 @@ package slackapp
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,9 +43,6 @@ type audienceCache struct {
 	dms     map[string]dmEntry
 	members map[string]memberEntry
 	public  map[string]publicEntry
-	// left counts the leaves heard of (see forget): a look-up of members
-	// begun before one is neither kept nor joined after it.
-	left uint64
 }
 
 type publicEntry struct {
@@ -159,22 +155,16 @@ func (c *audienceCache) isPublic(ctx context.Context, channel string) (bool, err
 func (c *audienceCache) channelMembers(ctx context.Context, channel string) (map[string]bool, error) {
 	c.mu.Lock()
 	e, ok := c.members[channel]
-	left := c.left
 	c.mu.Unlock()
 	if ok && time.Since(e.at) < c.ttl {
 		return e.members, nil
 	}
-	v, err := c.lookups.do(ctx, membersKey(channel, left), c.lookUpMembers(channel, left))
+	epoch := c.lookups.epoch()
+	v, err := c.lookups.do(ctx, epochKey("members:"+channel, epoch), c.lookUpMembers(channel, epoch))
 	if err != nil {
 		return nil, err
 	}
 	return v.(map[string]bool), nil
-}
-
-// membersKey names the look-up of channel's members begun after left
-// leaves were heard of.
-func membersKey(channel string, left uint64) string {
-	return "members:" + channel + "#" + strconv.FormatUint(left, 10)
 }
 
 // forget drops what is kept of channel's members, as someone left it (the
@@ -183,15 +173,15 @@ func membersKey(channel string, left uint64) string {
 // may have read them as members, are not kept.
 func (c *audienceCache) forget(channel string) {
 	c.mu.Lock()
+	c.lookups.drop()
 	delete(c.members, channel)
-	c.left++
 	c.mu.Unlock()
 }
 
 // lookUpMembers is the look-up of a channel's members, every page of them,
-// begun after left leaves were heard of, which it keeps unless one was
-// heard of since.
-func (c *audienceCache) lookUpMembers(channel string, left uint64) func(ctx context.Context) (any, error) {
+// begun in epoch (see lookups.drop), which it keeps unless the epoch has
+// passed since.
+func (c *audienceCache) lookUpMembers(channel string, epoch uint64) func(ctx context.Context) (any, error) {
 	return func(ctx context.Context) (any, error) {
 		members := map[string]bool{}
 		cursor := ""
@@ -209,7 +199,7 @@ func (c *audienceCache) lookUpMembers(channel string, left uint64) func(ctx cont
 			cursor = next
 		}
 		c.mu.Lock()
-		if c.left == left {
+		if c.lookups.epoch() == epoch {
 			put(c.members, channel, memberEntry{members: members, at: time.Now()}, c.maxChannels, c.ttl, func(e memberEntry) time.Time { return e.at })
 		}
 		c.mu.Unlock()
@@ -228,7 +218,6 @@ func (c *audienceCache) warm(ctx context.Context, channel string) {
 	}
 	c.mu.Lock()
 	var fresh bool
-	left := c.left
 	if strings.HasPrefix(channel, "D") {
 		_, fresh = c.dms[channel]
 	} else {
@@ -241,6 +230,7 @@ func (c *audienceCache) warm(ctx context.Context, channel string) {
 	case strings.HasPrefix(channel, "D"):
 		c.lookups.start(ctx, "dm:"+channel, c.lookUpDM(channel))
 	default:
-		c.lookups.start(ctx, membersKey(channel, left), c.lookUpMembers(channel, left))
+		epoch := c.lookups.epoch()
+		c.lookups.start(ctx, epochKey("members:"+channel, epoch), c.lookUpMembers(channel, epoch))
 	}
 }

@@ -498,3 +498,45 @@ func TestWhoLeftTheChannelNoLongerDecides(t *testing.T) {
 		t.Error("the members were not asked for again after someone left")
 	}
 }
+
+// Someone taken out of the user group a rule names no longer decides its
+// calls, at once: the members kept for a minute are asked for again once
+// Slack says the group changed.
+func TestWhoLeftTheUserGroupNoLongerDecides(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [SOPS00002]
+`
+	e.slack.AddUserGroup("SOPS00002", approver, other)
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"17"}`)), fakeopenai.Text("Deployed api 17."))
+	ts := e.slack.Mention(channel, requester, "deploy api 17")
+	card := e.card(ts, "deploy")
+	// The group's members are looked up, and kept, as the card is posted.
+	waitUntil(t, "the group's members are looked up", func() bool { return len(e.slack.Calls("usergroups.users.list")) > 0 })
+
+	e.slack.AddUserGroup("SOPS00002", approver)
+	waitUntil(t, "the group's change is acked", func() bool {
+		for _, env := range e.slack.Envelopes() {
+			if env.EventType == "subteam_members_changed" {
+				return env.Acked
+			}
+		}
+		return false
+	})
+	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.ephemeral(other, "nothing changed")
+	if n := e.deploy.Load(); n != 0 {
+		t.Fatalf("deploy ran %d times on the approval of someone taken out of the group", n)
+	}
+	_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed api 17.")
+}

@@ -43,7 +43,7 @@ func (m message) key() string {
 // handledEvent reports whether the app acts on events of type typ.
 func handledEvent(typ string) bool {
 	switch typ {
-	case "app_mention", "message", "app_home_opened", "member_left_channel":
+	case "app_mention", "message", "app_home_opened", "member_left_channel", "subteam_members_changed":
 		return true
 	}
 	return false
@@ -103,6 +103,9 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 		// Who left no longer decides what only the channel's members
 		// may: the members kept are asked for again.
 		a.audience.forget(ev.Channel)
+	case "subteam_members_changed":
+		// The same for who was taken out of a user group.
+		a.groups.forget(ev.SubteamID)
 	case "app_home_opened":
 		if ev.Tab != "" && ev.Tab != "home" {
 			return

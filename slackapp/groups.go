@@ -3,6 +3,7 @@ package slackapp
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -47,13 +48,16 @@ func (g *groupCache) Members(ctx context.Context, id string) ([]string, error) {
 	if ok && time.Since(e.at) < g.ttl {
 		return e.members, nil
 	}
-	v, err := g.lookups.do(ctx, id, func(ctx context.Context) (any, error) {
+	epoch := g.lookups.epoch()
+	v, err := g.lookups.do(ctx, epochKey(id, epoch), func(ctx context.Context) (any, error) {
 		members, err := g.api.GetUserGroupMembersContext(ctx, id)
 		if err != nil {
 			return nil, fmt.Errorf("list members of user group %s: %w", id, err)
 		}
 		g.mu.Lock()
-		put(g.entries, id, groupEntry{members: members, at: time.Now()}, g.max, g.ttl, func(e groupEntry) time.Time { return e.at })
+		if g.lookups.epoch() == epoch {
+			put(g.entries, id, groupEntry{members: members, at: time.Now()}, g.max, g.ttl, func(e groupEntry) time.Time { return e.at })
+		}
 		g.mu.Unlock()
 		return members, nil
 	})
@@ -61,6 +65,16 @@ func (g *groupCache) Members(ctx context.Context, id string) ([]string, error) {
 		return nil, err
 	}
 	return v.([]string), nil
+}
+
+// forget drops what is kept of user group id, whose members changed (the
+// subteam_members_changed event): someone taken out of it no longer
+// decides for the ttl more.
+func (g *groupCache) forget(id string) {
+	g.mu.Lock()
+	g.lookups.drop()
+	delete(g.entries, id)
+	g.mu.Unlock()
 }
 
 // lookups runs the look-ups of a cache: callers asking for the same key at
@@ -76,6 +90,33 @@ type lookups struct {
 	running map[string]*lookup
 	closed  bool
 	wg      sync.WaitGroup
+	// dropped counts the times the cache dropped what it kept because
+	// Slack said it changed (see drop).
+	dropped uint64
+}
+
+// epoch returns how many times the cache dropped what it kept (see drop).
+func (l *lookups) epoch() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped
+}
+
+// drop counts a change Slack told of (someone left a channel, a user
+// group's members changed): a look-up begun before it, which may have
+// read what was, is neither joined (see epochKey) nor kept by the cache
+// (which keeps one only if its epoch is still the current one) after it.
+// The caller drops what it kept of the key too, under the lock it keeps
+// it under.
+func (l *lookups) drop() {
+	l.mu.Lock()
+	l.dropped++
+	l.mu.Unlock()
+}
+
+// epochKey names the look-up of key begun in epoch.
+func epochKey(key string, epoch uint64) string {
+	return key + "#" + strconv.FormatUint(epoch, 10)
 }
 
 // lookup is one look-up running, and its result once done is closed.

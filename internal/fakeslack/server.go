@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -425,10 +426,21 @@ func (s *Server) Leave(channel string, users ...string) {
 }
 
 // AddUserGroup adds or replaces a user group (subteam) and its members.
+// Replacing the members of a group sends the app a subteam_members_changed
+// event naming those added and those removed.
 func (s *Server) AddUserGroup(id string, members ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	before, existed := s.groups[id]
 	s.groups[id] = slices.Clone(members)
+	if !existed {
+		return
+	}
+	added := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return slices.Contains(before, m) })
+	removed := slices.DeleteFunc(slices.Clone(before), func(m string) bool { return slices.Contains(members, m) })
+	ts := s.tsLocked()
+	s.deliverEventLocked(jsonObject{"type": "subteam_members_changed", "subteam_id": id, "team_id": s.cfg.teamID,
+		"added_users": added, "added_users_count": strconv.Itoa(len(added)), "removed_users": removed, "removed_users_count": strconv.Itoa(len(removed)), "event_ts": ts}, "")
 }
 
 // DMChannel returns the id of the bot's direct-message channel with user,
