@@ -454,6 +454,20 @@ func TestRequesterDecidesOpenCallInTheirDM(t *testing.T) {
 	}
 }
 
+// waitEventAcked waits until the bot acked the first event of type typ:
+// it acts on such events before it acks them.
+func (e *env) waitEventAcked(typ string) {
+	e.t.Helper()
+	waitUntil(e.t, "the "+typ+" event is acked", func() bool {
+		for _, env := range e.slack.Envelopes() {
+			if env.EventType == typ {
+				return env.Acked
+			}
+		}
+		return false
+	})
+}
+
 // Someone who leaves a channel no longer decides the calls that anyone in
 // it may decide, at once: the members kept for a minute are asked for
 // again once Slack says they left.
@@ -471,14 +485,7 @@ func TestWhoLeftTheChannelNoLongerDecides(t *testing.T) {
 	looked := len(e.slack.Calls("conversations.members"))
 
 	e.slack.Leave(private, other)
-	waitUntil(t, "the leave is acked", func() bool {
-		for _, env := range e.slack.Envelopes() {
-			if env.EventType == "member_left_channel" {
-				return env.Acked
-			}
-		}
-		return false
-	})
+	e.waitEventAcked("member_left_channel")
 	_, err := e.slack.Click(other, private, card.TS, slackapp.ActionApprove, "")
 	must(t, err)
 	// Told in a DM, as an ephemeral cannot reach someone outside the
@@ -522,14 +529,7 @@ policy:
 	waitUntil(t, "the group's members are looked up", func() bool { return len(e.slack.Calls("usergroups.users.list")) > 0 })
 
 	e.slack.AddUserGroup("SOPS00002", approver)
-	waitUntil(t, "the group's change is acked", func() bool {
-		for _, env := range e.slack.Envelopes() {
-			if env.EventType == "subteam_members_changed" {
-				return env.Acked
-			}
-		}
-		return false
-	})
+	e.waitEventAcked("subteam_members_changed")
 	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
 	must(t, err)
 	e.ephemeral(other, "nothing changed")
