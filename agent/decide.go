@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/ctxtime"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -802,7 +803,7 @@ func (a *Agent) sendUntilAnswered(ctx context.Context, step func(context.Context
 	got, complete, err := step(ctx)
 	deadline := time.Now().Add(lostDecisionWait)
 	for wait := 50 * time.Millisecond; err != nil && !storeAnswered(err) && transportFailed(err) && ctx.Err() == nil && time.Now().Add(wait).Before(deadline); wait = min(2*wait, 2*time.Second) {
-		if sleep(ctx, wait) != nil {
+		if ctxtime.Sleep(ctx, wait) != nil {
 			break
 		}
 		first := err

@@ -15,6 +15,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/ctxtime"
 	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/store"
 )
@@ -103,7 +104,7 @@ func (a *Agent) askAgainUntil(ctx context.Context, runID string, rb store.Resume
 		if !deadline.IsZero() && time.Now().Add(wait).After(deadline) {
 			break
 		}
-		_ = sleep(ctx, wait) // the loop ends with ctx
+		_ = ctxtime.Sleep(ctx, wait) // the loop ends with ctx
 		wait = min(2*wait, 2*time.Second)
 	}
 	return store.ResumeStart{}, false, false

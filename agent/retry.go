@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sashabaranov/go-openai"
+
+	"github.com/toolgate/toolgate/internal/ctxtime"
 )
 
 // Defaults of the retry settings in ModelConfig.
@@ -83,19 +85,7 @@ func (m *OpenAIModel) sleep(ctx context.Context, d time.Duration) error {
 	if m.cfg.Sleep != nil {
 		return m.cfg.Sleep(ctx, d)
 	}
-	return sleep(ctx, d)
-}
-
-// sleep waits d, or until ctx ends, and returns ctx's error then.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return ctxtime.Sleep(ctx, d)
 }
 
 // retryAfterKey keys the *time.Duration in a request's context where

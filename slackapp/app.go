@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/ctxtime"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -330,7 +331,7 @@ func (a *App) authTest(ctx context.Context) (*slack.AuthTestResponse, error) {
 		}
 		wait := backoff(attempt)
 		a.log.Warn("slack cannot be reached; asking again", "method", "auth.test", "in", wait.Round(time.Millisecond), "err", err)
-		if err := sleep(ctx, wait); err != nil {
+		if err := ctxtime.Sleep(ctx, wait); err != nil {
 			return nil, err
 		}
 	}

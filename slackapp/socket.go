@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/slack-go/slack"
 
+	"github.com/toolgate/toolgate/internal/ctxtime"
 	"github.com/toolgate/toolgate/internal/fastjson"
 )
 
@@ -263,7 +264,7 @@ func (s *socket) Run(ctx context.Context) error {
 		if wait <= 0 {
 			continue
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := ctxtime.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -346,7 +347,7 @@ func (s *socket) connect(ctx context.Context) (*socketConn, error) {
 			wait = max(wait, rl.RetryAfter)
 		}
 		s.log.Warn("socket mode: could not connect; retrying", "attempt", attempt+1, "retry_in", wait.String(), "err", err)
-		if err := sleep(ctx, wait); err != nil {
+		if err := ctxtime.Sleep(ctx, wait); err != nil {
 			return nil, err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/toolgate/toolgate/internal/ctxtime"
 	"github.com/toolgate/toolgate/internal/fastjson"
 )
 
@@ -95,7 +96,7 @@ func (c webClient) Do(req *http.Request) (*http.Response, error) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
-		if err := sleep(req.Context(), wait); err != nil {
+		if err := ctxtime.Sleep(req.Context(), wait); err != nil {
 			return nil, err
 		}
 	}
@@ -115,18 +116,6 @@ func retryWait(resp *http.Response, attempt int) (time.Duration, bool) {
 		return backoff(attempt), true
 	}
 	return 0, false
-}
-
-// sleep waits for d, or returns ctx's error once ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // backoff is the wait before retry attempt+1 after a failure: backoffFirst
