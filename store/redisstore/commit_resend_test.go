@@ -40,10 +40,7 @@ func convSuffix(conv string) string { return ":conv:{conv:" + conv + "}" }
 // the general path and the others their own scripts; on a Cluster each
 // takes the general path.
 func TestCommitSentAgainAfterAnotherOwnersCommit(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
+	for _, topo := range topologies(t) {
 		for _, kind := range []string{"answer", "pause", "finish"} {
 			t.Run(topo.name+"/"+kind, func(t *testing.T) {
 				c, s, other := hookedPair(t, topo.url)

@@ -15,10 +15,7 @@ import (
 // resume reads only the decision's kind, and never fails half-way with
 // the lease and the claim taken, which would stop every later resume too.
 func TestResumeOfADecisionWithDeeplyNestedArgs(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
+	for _, topo := range topologies(t) {
 		t.Run(topo.name, func(t *testing.T) {
 			ctx := t.Context()
 			s := newStore(t, topo.url, redisstore.Options{Prefix: newPrefix(t, topo.url)})

@@ -11,7 +11,8 @@ import (
 	"github.com/toolgate/toolgate/store/redisstore"
 )
 
-// topologies are the Redis deployments the tests of this file run on.
+// topologies are the Redis deployments the tests run on: a single node
+// and a Cluster.
 func topologies(t *testing.T) []struct{ name, url string } {
 	return []struct{ name, url string }{
 		{"node", redisURL(t)},

@@ -44,10 +44,7 @@ func approvers(c store.Call) []string {
 // behind the approval that dropped it, it decided the call with an
 // approval that no longer counts.
 func TestDroppedApprovalSentAgainIsNotCounted(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
+	for _, topo := range topologies(t) {
 		t.Run(topo.name, func(t *testing.T) {
 			c, s, other := hookedPair(t, topo.url)
 			ctx := t.Context()
@@ -356,10 +353,7 @@ func TestRecordWriteSentAgainAfterAnother(t *testing.T) {
 // (standing rules that expire) cost nothing later, and a replica of an
 // earlier version deleting it again finds nothing to delete.
 func TestDeletedRecordsLeaveNoFields(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
+	for _, topo := range topologies(t) {
 		t.Run(topo.name, func(t *testing.T) {
 			ctx := t.Context()
 			s := newStore(t, topo.url, redisstore.Options{Prefix: newPrefix(t, topo.url)})
@@ -395,10 +389,7 @@ func TestDeletedRecordsLeaveNoFields(t *testing.T) {
 // both approvals. On a Cluster the counted approval's audit entry, written
 // after the reply, is written then.
 func TestCountedApprovalSentAgainAfterAnotherDecided(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
+	for _, topo := range topologies(t) {
 		t.Run(topo.name, func(t *testing.T) {
 			c, s, other, callID := approvalResentPair(t, topo.url)
 			ctx := t.Context()

@@ -75,10 +75,7 @@ func (h resendAfterHook) matches(cmd redis.Cmder) bool {
 // answered as the decision that completed the step: exactly one decision
 // of a run is complete.
 func TestCountedApprovalSentAgainAfterACancel(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
+	for _, topo := range topologies(t) {
 		t.Run(topo.name, func(t *testing.T) {
 			c, s, other, callID := approvalResentPair(t, topo.url)
 			ctx := t.Context()
@@ -268,10 +265,7 @@ func TestConditionalDecisionSentAgainAfterARecordChange(t *testing.T) {
 // node of the call gets its part of the pipeline again, and the entry
 // beside it stays.
 func TestSavedResultSentAgainIsAuditedOnce(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
+	for _, topo := range topologies(t) {
 		t.Run(topo.name, func(t *testing.T) {
 			c, s, _ := hookedPair(t, topo.url)
 			ctx := t.Context()

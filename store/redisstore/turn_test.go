@@ -668,10 +668,7 @@ func TestClusterDecisionWhoseResumeAnswerIsLost(t *testing.T) {
 // the marked call stranded. Another sending, even of a like decision by
 // the same person at the same time, still finds it decided.
 func TestDecisionSentAgainIsAnsweredAsRecorded(t *testing.T) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
+	for _, topo := range topologies(t) {
 		t.Run(topo.name, func(t *testing.T) {
 			s := newStore(t, topo.url, redisstore.Options{Prefix: newPrefix(t, topo.url)})
 			t.Cleanup(func() { _ = s.Close() })
@@ -922,10 +919,7 @@ func TestCommitSentAgainIsAnsweredAsApplied(t *testing.T) {
 // onNodeAndCluster runs f on a store of one Redis node and on one of the
 // Cluster, each with its client, to add hooks to.
 func onNodeAndCluster(t *testing.T, f func(t *testing.T, c redis.UniversalClient, s *redisstore.Store)) {
-	for _, topo := range []struct{ name, url string }{
-		{"node", redisURL(t)},
-		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
-	} {
+	for _, topo := range topologies(t) {
 		t.Run(topo.name, func(t *testing.T) {
 			c, err := redisstore.NewClient(topo.url)
 			if err != nil {
