@@ -418,6 +418,7 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 			a.log.Warn("not following other replicas' pauses: a click on their cards reads the call first", "err", err)
 		}
 	})
+	a.spawn(workCtx, "notices", func(context.Context) { a.followNotices(following) })
 
 	var runErr error
 loop:

@@ -178,6 +178,15 @@ func (c *audienceCache) forget(channel string) {
 	c.mu.Unlock()
 }
 
+// forgetAll drops what is kept of every channel's members: someone may
+// have left any of them (see App.followNotices).
+func (c *audienceCache) forgetAll() {
+	c.mu.Lock()
+	c.lookups.drop()
+	clear(c.members)
+	c.mu.Unlock()
+}
+
 // lookUpMembers is the look-up of a channel's members, every page of them,
 // begun in epoch (see lookups.drop), which it keeps unless the epoch has
 // passed since.

@@ -540,3 +540,128 @@ policy:
 	must(t, err)
 	e.answer(ts, "Deployed api 17.")
 }
+
+// twoReplicas runs two replicas on one store of kind until the test ends
+// and returns them once both are connected.
+func (e *env) twoReplicas() []*bot {
+	e.t.Helper()
+	st := e.open()
+	e.shared = st
+	bots := []*bot{e.run(st), e.run(st)}
+	e.t.Cleanup(func() {
+		for _, b := range bots {
+			b.cancel()
+			if err := <-b.done; err != nil {
+				e.t.Errorf("replica stopped with %v", err)
+			}
+		}
+	})
+	if err := e.slack.WaitConnected(2, 10*time.Second); err != nil {
+		e.t.Fatal(err)
+	}
+	return bots
+}
+
+// warmBoth has user click Reject on the card twice, which opens the reason
+// form once user is checked as one who may decide: single envelopes sent
+// one after the other go to the two replicas' connections in turn, so
+// each replica looks up, and keeps, what user is a member of; kept reports
+// whether a replica keeps it.
+func (e *env) warmBoth(bots []*bot, user, channel, cardTS string, kept func(*bot) bool) {
+	e.t.Helper()
+	for range 2 {
+		_, err := e.slack.Click(user, channel, cardTS, slackapp.ActionReject, "")
+		must(e.t, err)
+	}
+	waitUntil(e.t, "both replicas keep the members", func() bool { return kept(bots[0]) && kept(bots[1]) })
+}
+
+// Slack tells one replica that someone left a channel: every replica
+// stops counting them as a member at once, rather than for up to the
+// minute it keeps the members, and neither lets them decide.
+func TestWhoLeftTheChannelNoLongerDecidesOnAnyReplica(t *testing.T) {
+	const private = "CPRIVATE32"
+	for _, kind := range sharedKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = "policy:\n  default: ask\n"
+			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, other, e.slack.BotUserID()}})
+			bots := e.twoReplicas()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"16"}`)), fakeopenai.Text("Deployed vault 16."))
+			ts := e.slack.Mention(private, requester, "deploy vault 16")
+			card := e.cardIn(private, ts, "deploy")
+			member := func(b *bot) bool { return b.app.KeepsMember(private, other) }
+			e.warmBoth(bots, other, private, card.TS, member)
+
+			e.slack.Leave(private, other)
+			waitUntil(t, "no replica keeps who left as a member", func() bool { return !member(bots[0]) && !member(bots[1]) })
+			for range 2 {
+				_, err := e.slack.Click(other, private, card.TS, slackapp.ActionApprove, "")
+				must(t, err)
+			}
+			waitUntil(t, "both clicks are answered", func() bool {
+				n := 0
+				for _, m := range e.slack.Messages(e.slack.DMChannel(other)) {
+					if strings.Contains(m.Text, "Nothing changed") {
+						n++
+					}
+				}
+				return n == 2
+			})
+			if n := e.deploy.Load(); n != 0 {
+				t.Fatalf("deploy ran %d times on the approval of someone who left the channel", n)
+			}
+			if m, _ := e.slack.Message(private, card.TS); !isCard(m) {
+				t.Fatalf("the card changed on the approval of someone who left the channel: %s", m.Blocks)
+			}
+		})
+	}
+}
+
+// The same for someone taken out of the user group a rule names.
+func TestWhoLeftTheUserGroupNoLongerDecidesOnAnyReplica(t *testing.T) {
+	const group = "SOPS00003"
+	for _, kind := range sharedKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [` + group + `]
+`
+			e.slack.AddUserGroup(group, approver, other)
+			bots := e.twoReplicas()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"18"}`)), fakeopenai.Text("Deployed api 18."))
+			ts := e.slack.Mention(channel, requester, "deploy api 18")
+			card := e.card(ts, "deploy")
+			member := func(b *bot) bool { return b.app.KeepsGroupMember(group, other) }
+			e.warmBoth(bots, other, channel, card.TS, member)
+
+			e.slack.AddUserGroup(group, approver)
+			waitUntil(t, "no replica keeps who left the group as a member", func() bool { return !member(bots[0]) && !member(bots[1]) })
+			for range 2 {
+				_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
+				must(t, err)
+			}
+			waitUntil(t, "both clicks are answered", func() bool {
+				n := 0
+				for _, m := range e.slack.Ephemerals(other) {
+					if strings.Contains(strings.ToLower(m.Text), "nothing changed") {
+						n++
+					}
+				}
+				return n == 2
+			})
+			if n := e.deploy.Load(); n != 0 {
+				t.Fatalf("deploy ran %d times on the approval of someone taken out of the group", n)
+			}
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed api 18.")
+		})
+	}
+}

@@ -101,11 +101,12 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 		a.onMessage(ctx, m, eventID, followUp, ack)
 	case "member_left_channel":
 		// Who left no longer decides what only the channel's members
-		// may: the members kept are asked for again.
-		a.audience.forget(ev.Channel)
+		// may: the members kept, here and by the other replicas, are
+		// asked for again.
+		handed = a.membershipChanged(ctx, membershipNotice{Left: ev.Channel}, ack)
 	case "subteam_members_changed":
 		// The same for who was taken out of a user group.
-		a.groups.forget(ev.SubteamID)
+		handed = a.membershipChanged(ctx, membershipNotice{Group: ev.SubteamID}, ack)
 	case "app_home_opened":
 		if ev.Tab != "" && ev.Tab != "home" {
 			return

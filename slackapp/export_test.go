@@ -1,6 +1,9 @@
 package slackapp
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // SetLaterWaits sets laterWaits for a test and returns what restores it.
 func SetLaterWaits(w ...time.Duration) (restore func()) {
@@ -16,4 +19,19 @@ func (a *App) Serving(key string) bool {
 	defer a.mu.Unlock()
 	_, ok := a.queues[key]
 	return ok
+}
+
+// KeepsMember reports whether a keeps user as a member of channel.
+func (a *App) KeepsMember(channel, user string) bool {
+	a.audience.mu.Lock()
+	defer a.audience.mu.Unlock()
+	return a.audience.members[channel].members[user]
+}
+
+// KeepsGroupMember reports whether a keeps user as a member of the user
+// group id.
+func (a *App) KeepsGroupMember(id, user string) bool {
+	a.groups.mu.Lock()
+	defer a.groups.mu.Unlock()
+	return slices.Contains(a.groups.entries[id].members, user)
 }

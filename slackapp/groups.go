@@ -77,6 +77,15 @@ func (g *groupCache) forget(id string) {
 	g.mu.Unlock()
 }
 
+// forgetAll drops what is kept of every user group (see
+// App.followNotices).
+func (g *groupCache) forgetAll() {
+	g.mu.Lock()
+	g.lookups.drop()
+	clear(g.entries)
+	g.mu.Unlock()
+}
+
 // lookups runs the look-ups of a cache: callers asking for the same key at
 // the same time share one (as with singleflight), which runs in a
 // goroutine of its own under a context that keeps the first caller's

@@ -155,3 +155,63 @@ func versionedRun(t *testing.T, s *redisstore.Store) (store.Run, store.Call, int
 	}
 	return r, calls[0], version
 }
+
+// A notice reaches every process that follows the notices of the same
+// Redis, database and prefix, the one that sent it included, and no other.
+func TestNoticeReachesEveryFollowerOfItsPrefix(t *testing.T) {
+	for _, tp := range topologies(t) {
+		t.Run(tp.name, func(t *testing.T) {
+			prefix := newPrefix(t, tp.url)
+			a := newStore(t, tp.url, redisstore.Options{Prefix: prefix})
+			b := newStore(t, tp.url, redisstore.Options{Prefix: prefix})
+			stranger := newStore(t, tp.url, redisstore.Options{Prefix: newPrefix(t, tp.url)})
+			ctx, cancel := context.WithCancel(t.Context())
+			type heard struct{ who, notice string }
+			notices := make(chan heard, 10)
+			lives := make(chan struct{}, 10)
+			done := make(chan error, 3)
+			for who, s := range map[string]*redisstore.Store{"a": a, "b": b, "stranger": stranger} {
+				go func() {
+					done <- s.FollowNotices(ctx, func() { lives <- struct{}{} }, func(n []byte) { notices <- heard{who, string(n)} })
+				}()
+			}
+			t.Cleanup(func() {
+				cancel()
+				for range 3 {
+					if err := <-done; err != nil {
+						t.Errorf("FollowNotices ended with %v, want nil once its context ended", err)
+					}
+				}
+				_ = a.Close()
+				_ = b.Close()
+				_ = stranger.Close()
+			})
+			for range 3 {
+				select {
+				case <-lives:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the followers were not live within 10s")
+				}
+			}
+			if err := a.Notify(ctx, []byte(`{"left":"C1"}`)); err != nil {
+				t.Fatal(err)
+			}
+			if err := stranger.Notify(ctx, []byte(`{"left":"C2"}`)); err != nil {
+				t.Fatal(err)
+			}
+			got := map[heard]int{}
+			for range 3 {
+				select {
+				case h := <-notices:
+					got[h]++
+				case <-time.After(10 * time.Second):
+					t.Fatalf("heard only %v within 10s", got)
+				}
+			}
+			want := map[heard]int{{"a", `{"left":"C1"}`}: 1, {"b", `{"left":"C1"}`}: 1, {"stranger", `{"left":"C2"}`}: 1}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("notices heard = %v, want %v", got, want)
+			}
+		})
+	}
+}
