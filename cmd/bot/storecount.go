@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/internal/botsetup"
+	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/redisstore"
 )
@@ -35,16 +36,24 @@ type countedWatchStore struct {
 }
 
 // countedRedisStore is a countedWatchStore over a store that also
-// announces pauses (Redis), which the agent follows.
+// carries what the processes sharing it tell each other (Redis).
 type countedRedisStore struct {
 	*countedWatchStore
-	feed agent.PauseFeed
+	feed feeds
+}
+
+// feeds is what a store shared by several processes carries between them
+// (Redis): pauses, which the agent follows, and notices, which the Slack
+// app follows.
+type feeds interface {
+	agent.PauseFeed
+	slackapp.Notices
 }
 
 var (
 	_ botsetup.Store     = (*countedStore)(nil)
 	_ agent.LeaseWatcher = (*countedWatchStore)(nil)
-	_ agent.PauseFeed    = (*countedRedisStore)(nil)
+	_ feeds              = (*countedRedisStore)(nil)
 )
 
 // hooked is a store whose commands a go-redis hook can see (Redis).
@@ -52,8 +61,8 @@ type hooked interface{ AddHook(redis.Hook) }
 
 // countStore wraps st so that each of its calls is counted in a
 // toolgate_store_calls_total counter registered with reg. The result
-// offers WatchLease, and FollowPauses with it, exactly when st does. Close
-// is not counted.
+// offers WatchLease, and FollowPauses, Notify and FollowNotices with it,
+// exactly when st does. Close is not counted.
 func countStore(st botsetup.Store, reg prometheus.Registerer) botsetup.Store {
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_store_calls_total",
@@ -74,7 +83,7 @@ func countStore(st botsetup.Store, reg prometheus.Registerer) botsetup.Store {
 		return c
 	}
 	cw := &countedWatchStore{countedStore: c, watch: w}
-	if f, ok := st.(agent.PauseFeed); ok {
+	if f, ok := st.(feeds); ok {
 		return &countedRedisStore{countedWatchStore: cw, feed: f}
 	}
 	return cw
@@ -90,6 +99,16 @@ func (s *countedWatchStore) WatchLease(ctx context.Context, key string) (store.L
 func (s *countedRedisStore) FollowPauses(ctx context.Context, live func(), fn func([]byte)) error {
 	s.count("FollowPauses")
 	return s.feed.FollowPauses(ctx, live, fn)
+}
+
+func (s *countedRedisStore) Notify(ctx context.Context, notice []byte) error {
+	s.count("Notify")
+	return s.feed.Notify(ctx, notice)
+}
+
+func (s *countedRedisStore) FollowNotices(ctx context.Context, live func(), fn func([]byte)) error {
+	s.count("FollowNotices")
+	return s.feed.FollowNotices(ctx, live, fn)
 }
 
 func (s *countedStore) Close() error { return s.st.Close() }

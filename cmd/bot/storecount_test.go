@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/internal/teststore"
+	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/boltstore"
 	"github.com/toolgate/toolgate/store/redisstore"
@@ -98,6 +101,36 @@ type pauseStore struct {
 func (p *pauseStore) FollowPauses(context.Context, func(), func([]byte)) error {
 	p.followed++
 	return nil
+}
+
+func (p *pauseStore) Notify(context.Context, []byte) error { return nil }
+
+func (p *pauseStore) FollowNotices(context.Context, func(), func([]byte)) error { return nil }
+
+// The wrapper of the Redis store offers every interface of it another
+// package looks for: without one, what it is for is silently off in the
+// bot (the lease waiters, the pauses followed, and someone who left a
+// channel deciding on other replicas for a minute).
+func TestCountStoreKeepsWhatRedisCarries(t *testing.T) {
+	rs := redisstore.NewFromClient(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redisstore.Options{})
+	t.Cleanup(func() { rs.Close() })
+	st := countStore(rs, prometheus.NewRegistry())
+	for name, ok := range map[string]bool{
+		"agent.LeaseWatcher":         is[agent.LeaseWatcher](st),
+		"agent.PauseFeed":            is[agent.PauseFeed](st),
+		"slackapp.Notices":           is[slackapp.Notices](st),
+		"approvals.Auditor":          is[approvals.Auditor](st),
+		"approvals.BatchRecordStore": is[approvals.BatchRecordStore](st),
+	} {
+		if !ok {
+			t.Errorf("the wrapper of the Redis store is no %s", name)
+		}
+	}
+}
+
+func is[T any](v any) bool {
+	_, ok := v.(T)
+	return ok
 }
 
 // Lease release announcements are offered exactly when the wrapped store
