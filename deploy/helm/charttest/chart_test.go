@@ -272,6 +272,8 @@ func TestRefusedValues(t *testing.T) {
 		{"replicas with the workspace tools on each pod's disk", map[string]any{"replicaCount": 2, "secrets": tokens, "redis": map[string]any{"url": "redis://r:6379"}, "config": "builtin_tools:\n  workspace: {root: /workspace}\n"}, "replicaCount 2 with the workspace tools"},
 		{"more replicas than Slack has connections for", map[string]any{"replicaCount": 9, "secrets": tokens, "redis": map[string]any{"url": "redis://r:6379"}}, "replicaCount 9: Slack allows an app 10 Socket Mode connections"},
 		{"replicas with an existing secret but no redis key", map[string]any{"replicaCount": 2, "secrets": map[string]any{"existingSecret": "s"}}, "needs Redis"},
+		{"a memory limit Go cannot read", map[string]any{"secrets": tokens, "goMemLimit": "450Mi"}, `goMemLimit "450Mi": Go reads GOMEMLIMIT as off or a whole number of bytes`},
+		{"a memory limit in env Go cannot read", map[string]any{"secrets": tokens, "env": map[string]any{"GOMEMLIMIT": "0.5GiB"}}, `env.GOMEMLIMIT "0.5GiB"`},
 		{"no tokens", nil, "secrets.slackAppToken must be the app-level token"},
 		{"bot token of the wrong kind", map[string]any{"secrets": map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxp-1"}}, "secrets.slackBotToken must be the bot token"},
 		{"redis url with an existing secret", map[string]any{"secrets": map[string]any{"existingSecret": "s"}, "redis": map[string]any{"url": "redis://r:6379"}}, "redis.url cannot be used with secrets.existingSecret"},
@@ -457,6 +459,7 @@ func TestGoMemLimit(t *testing.T) {
 		{"bytes", map[string]any{"resources": limits("536870912")}, "483183820"},
 		{"bytes as a number", map[string]any{"resources": limits(float64(536870912))}, "483183820"},
 		{"goMemLimit", map[string]any{"goMemLimit": "400MiB"}, "400MiB"},
+		{"goMemLimit in bytes, a float as a values file gives it", map[string]any{"goMemLimit": float64(471859200)}, "471859200"},
 		// A null drops the default's limit, as in a values file.
 		{"goMemLimit without a limit", map[string]any{"goMemLimit": "400MiB", "resources": map[string]any{"limits": nil}}, "400MiB"},
 		{"no limit", map[string]any{"resources": map[string]any{"limits": nil}}, ""},

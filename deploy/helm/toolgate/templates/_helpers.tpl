@@ -58,6 +58,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and (gt (int .Values.replicaCount) 1) (not (include "toolgate.redis" .)) }}
 {{- fail (printf "replicaCount %d needs Redis: the embedded store is a file one process owns. Set redis.url (or redis.existingSecretKey with secrets.existingSecret), or replicaCount: 1" (int .Values.replicaCount)) }}
 {{- end }}
+{{- /* Go refuses a GOMEMLIMIT it cannot read at start: every pod would
+  crash-loop on a quantity written the Kubernetes way (450Mi). */}}
+{{- $limits := dict }}
+{{- if .Values.goMemLimit }}{{ $_ := set $limits "goMemLimit" .Values.goMemLimit }}{{ end }}
+{{- if hasKey (.Values.env | default dict) "GOMEMLIMIT" }}{{ $_ := set $limits "env.GOMEMLIMIT" .Values.env.GOMEMLIMIT }}{{ end }}
+{{- range $key, $v := $limits }}
+{{- if kindIs "float64" $v }}{{ $v = int64 $v }}{{ end }}
+{{- if not (regexMatch "^(off|[0-9]+(B|KiB|MiB|GiB|TiB)?)$" (toString $v)) }}
+{{- fail (printf "%s %q: Go reads GOMEMLIMIT as off or a whole number of bytes with an optional unit B, KiB, MiB, GiB or TiB (450MiB, not 450Mi); the bot would not start" $key (toString $v)) }}
+{{- end }}
+{{- end }}
 {{- if .Values.secrets.existingSecret }}
 {{- if .Values.redis.url }}
 {{- fail "redis.url cannot be used with secrets.existingSecret: put REDIS_URL in that secret and set redis.existingSecretKey" }}
@@ -157,7 +168,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $mem := "" }}
 {{- with .Values.resources }}{{ with .limits }}{{ $mem = .memory }}{{ end }}{{ end }}
 {{- if .Values.goMemLimit }}
-{{- .Values.goMemLimit }}
+{{- if kindIs "float64" .Values.goMemLimit }}{{ int64 .Values.goMemLimit }}{{ else }}{{ .Values.goMemLimit }}{{ end }}
 {{- else if $mem }}
 {{- /* A values file's numbers are floats: 536870912 would be "5.36870912e+08". */}}
 {{- if kindIs "float64" $mem }}{{ $mem = int64 $mem }}{{ end }}
