@@ -643,7 +643,9 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) (*slac
 	}
 	res, err := a.ag.Decide(ctx, d)
 	if err != nil {
-		text, result := refusalText(res.Call, d.Decider, err)
+		// Someone who may no longer see the call (they left its channel
+		// since the form opened) learns only that it is not theirs.
+		text, result := a.refusalFor(ctx, res.Call, d.Decider, err)
 		a.m.decision(string(d.Kind), result, 0)
 		if result == "error" {
 			a.log.Error("record decision", "call", d.CallID, "err", err)

@@ -665,3 +665,32 @@ policy:
 		})
 	}
 }
+
+// Someone who opened a form while in the channel and left it before
+// submitting learns only that the call is not theirs: not who decided it.
+func TestFormSubmittedAfterLeavingTellsNothingOfTheCall(t *testing.T) {
+	const private = "CPRIVATE33"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n"
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, other, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"19"}`)), fakeopenai.Text("Deployed api 19."))
+	ts := e.slack.Mention(private, requester, "deploy api 19")
+	card := e.cardIn(private, ts, "deploy")
+	_, err := e.slack.Click(other, private, card.TS, slackapp.ActionReject, "")
+	must(t, err)
+	form := e.modal(other, slackapp.CallbackReject)
+	e.slack.Leave(private, other)
+	e.waitEventAcked("member_left_channel")
+	_, err = e.slack.Click(approver, private, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(private, ts, "Deployed api 19.")
+	ack, err := e.slack.SubmitView(other, form.ID, map[string]map[string]string{slackapp.BlockRejectReason: {slackapp.ActionRejectReason: "no"}}, "")
+	must(t, err)
+	if strings.Contains(string(ack), approver) || strings.Contains(string(ack), "approved") {
+		t.Errorf("someone who left the channel is told about the call: %s", ack)
+	}
+	if !strings.Contains(string(ack), "errors") {
+		t.Errorf("the submission was not refused: %s", ack)
+	}
+}
