@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -416,7 +417,11 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, "the bot stopped while it ran"))
 		return skip(res, NoteInterrupted)
 	}
-	tool, ok := a.tools.Lookup(c.Tool)
+	reg, ok := a.tools.lookup(c.Tool)
+	var tool Tool
+	if ok {
+		tool = reg.tool
+	}
 	again := false
 	if c.Executing {
 		// A resume claimed again: the call started before. Its saved
@@ -438,6 +443,14 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	}
 	if !ok {
 		return skip(Result{Content: fmt.Sprintf("not performed: tool %s is no longer available", c.Tool), IsError: true}, "tool unavailable")
+	}
+	// The arguments are checked again against the tool as it is now: its
+	// MCP server may have changed it since the call paused (a
+	// tools/list_changed, a reconnect), so that its schema refuses them,
+	// or has the server fill in a default the card never showed and the
+	// policy never judged. Either way it does not run.
+	if why := changedArgs(reg, args); why != "" {
+		return skip(Result{Content: fmt.Sprintf("not performed: the definition of tool %s changed since this call was approved (%s), so nothing ran; ask again: call the tool again, for a new approval, if it is still needed", c.Tool, why), IsError: true}, NoteToolChanged)
 	}
 	// The verdict is checked again: a call approved under a rule that now
 	// denies does not run.
@@ -570,6 +583,34 @@ func (a *Agent) abandon(ctx context.Context, started *string) {
 	if err := a.store.AbandonExecution(context.WithoutCancel(ctx), id); err != nil {
 		a.log.Warn("take back the start of a call that did not run", "call", id, "err", err)
 	}
+}
+
+// NoteToolChanged is the note of an approved call that did not run
+// because its tool's definition changed since it was approved (see
+// changedArgs).
+const NoteToolChanged = "the tool's definition changed since it was approved; ask again"
+
+// changedArgs checks approved arguments, canonical as the call paused
+// with them (or as an edit gave them), against the tool reg registers now,
+// as the call was checked when it paused (see checkArgs): it says why they
+// can no longer run as approved (the schema refuses them, or the tool
+// would get other arguments, such as a default it fills in that the card
+// never showed), or returns "" if they can.
+func changedArgs(reg *registered, args json.RawMessage) string {
+	filled, fp, err := checkArgs(args, reg.validate)
+	if err != nil {
+		return "it now refuses the approved arguments: " + err.Error()
+	}
+	if bytes.Equal(filled, args) {
+		return ""
+	}
+	// Arguments stored spelled otherwise than this version's canonical
+	// form (by an earlier version's, say) are the same if their canonical
+	// forms are.
+	if _, approved, err := approvals.Fingerprint(args); err == nil && approved == fp {
+		return ""
+	}
+	return fmt.Sprintf("it would now run with %s instead of the approved %s", filled, args)
 }
 
 // executed is the audit entry of an approved call that ran with args.

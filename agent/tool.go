@@ -144,6 +144,16 @@ func (r *Registry) Lookup(name string) (Tool, bool) {
 	return t.tool, true
 }
 
+// lookup returns the registration of the tool named name: its tool and
+// the schema its arguments are checked with, of one registration, which a
+// Replace never changes.
+func (r *Registry) lookup(name string) (*registered, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.tools[name]
+	return t, ok
+}
+
 // List returns every tool, sorted by name.
 func (r *Registry) List() []Tool {
 	r.mu.RLock()

@@ -73,9 +73,10 @@ func (w *workspace) previewWrite(ctx context.Context, raw json.RawMessage) (stri
 // part between their common first and last lines is compared (with three
 // lines of context), so a small change in a long file is diffed quickly;
 // a changed part too long to compare quickly (maxDiffWork) is described by
-// the lines it spans.
+// the lines it spans. A last line without a newline is shown as git shows
+// it: ended, and followed by "\ No newline at end of file".
 func lineDiff(path, old, next string) (string, error) {
-	a, b := splitLines(old), splitLines(next)
+	a, b := markNoNewline(splitLines(old)), markNoNewline(splitLines(next))
 	head := 0
 	for head < len(a) && head < len(b) && a[head] == b[head] {
 		head++
@@ -117,6 +118,22 @@ func splitLines(s string) []string {
 	lines := strings.SplitAfter(s, "\n")
 	if lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
+	}
+	return lines
+}
+
+// noNewline follows, in a diff, a file's last line that has no newline.
+const noNewline = "\\ No newline at end of file\n"
+
+// markNoNewline ends the last of lines, if it has no newline, with one and
+// the line noNewline, as git's diffs do; a diff then writes it whole on
+// its own line instead of running the next line on. The marked line is
+// still unequal to the same text with a newline (a newline added or
+// taken away at the end is a change), and equal to the same last line
+// without one. It changes lines in place and returns them.
+func markNoNewline(lines []string) []string {
+	if n := len(lines); n > 0 && !strings.HasSuffix(lines[n-1], "\n") {
+		lines[n-1] += "\n" + noNewline
 	}
 	return lines
 }

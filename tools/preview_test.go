@@ -197,3 +197,73 @@ func TestLineDiffOfASmallChangeInALongFile(t *testing.T) {
 		t.Errorf("a newline added at the end: %q, %v", got, err)
 	}
 }
+
+// A last line without a newline is shown as git shows it: on its own
+// line, followed by "\ No newline at end of file", never run into the
+// next line of the diff.
+func TestLineDiffOfALastLineWithoutANewline(t *testing.T) {
+	const mark = `\ No newline at end of file` + "\n"
+	for _, tc := range []struct {
+		name, old, next, want string
+	}{
+		{"changed, neither ending with one", "keep\nold", "keep\nnew",
+			"@@ -1,2 +1,2 @@\n keep\n-old\n" + mark + "+new\n" + mark},
+		{"a newline added", "a\nb", "a\nb\n",
+			"@@ -1,2 +1,2 @@\n a\n-b\n" + mark + "+b\n"},
+		{"the newline taken away", "a\nb\n", "a\nb",
+			"@@ -1,2 +1,2 @@\n a\n-b\n+b\n" + mark},
+		{"a line added after one without", "a\nb", "a\nb\nc\n",
+			"@@ -1,2 +1,3 @@\n a\n-b\n" + mark + "+b\n+c\n"},
+		{"unchanged context without one", "x\nkeep", "y\nkeep",
+			"@@ -1,2 +1,2 @@\n-x\n+y\n keep\n" + mark},
+		{"one line", "old", "new",
+			"@@ -1 +1 @@\n-old\n" + mark + "+new\n" + mark},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := lineDiff("f", tc.old, tc.next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "--- a/f\n+++ b/f\n" + tc.want
+			if got != want {
+				t.Errorf("diff of %q to %q:\n%s\nwant:\n%s", tc.old, tc.next, got, want)
+			}
+		})
+	}
+	// Far into a long file, the hunk's line numbers are the file's.
+	var old strings.Builder
+	for i := 1; i <= 100; i++ {
+		fmt.Fprintf(&old, "line %d\n", i)
+	}
+	got, err := lineDiff("f", old.String()+"end", old.String()+"END")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "@@ -98,4 +98,4 @@\n line 98\n line 99\n line 100\n-end\n" + mark + "+END\n" + mark; !strings.HasSuffix(got, want) {
+		t.Errorf("diff of a changed last line of a long file:\n%s\nwant it to end with:\n%s", got, want)
+	}
+}
+
+// workspace_write's preview of a file whose last line has no newline
+// shows that line apart from the next.
+func TestWorkspaceWritePreviewOfALastLineWithoutANewline(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "a.txt"), []byte("keep\nold"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	list, err := WorkspaceTools(WorkspaceConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range list {
+		if tool.Name != "workspace_write" {
+			continue
+		}
+		got := previewOf(t, tool, `{"path":"a.txt","content":"keep\nnew"}`)
+		if want := "-old\n\\ No newline at end of file\n+new\n\\ No newline at end of file\n"; !strings.Contains(got, want) || strings.Contains(got, "-old+new") {
+			t.Errorf("preview is %q, want it to contain %q", got, want)
+		}
+		return
+	}
+	t.Fatal("no workspace_write tool")
+}
