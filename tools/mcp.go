@@ -58,10 +58,23 @@ type ServerStatus struct {
 // disconnected, so that children of a wrapper (npx starting node) do not
 // outlive it.
 //
-// An HTTP server's headers are sent only to its endpoint's scheme, host and
-// port, never to a host it redirects to, and no proxy is used. Errors and
-// statuses name an HTTP server by scheme, host and port only: URLs in them
-// lose their user information, path and query.
+// An HTTP server's redirect to another scheme, host or port than its
+// endpoint's is not followed (a 307 or 308 would send a call's arguments
+// and the session's id there): the request fails saying so. Its headers
+// are sent only to its endpoint's scheme, host and port, and no proxy is
+// used. Errors and statuses name an HTTP server by scheme, host and port
+// only: URLs in them lose their user information, path and query.
+//
+// A call or ping returns once its context ends, even when a stdio server
+// has stopped reading its input and the request is stuck in the pipe (the
+// SDK does not watch the context while it writes): the server's process
+// group is then killed, which ends the write, and the server is started
+// again.
+//
+// A JSON-RPC error answering a call is told to the model as a refusal only
+// for an unknown method or tool and refused arguments (-32601, -32602);
+// another (the Go SDK answers a tool handler's error with one) is a
+// failure, of unknown outcome unless the tool is read-only or idempotent.
 //
 // A tool result longer than the server's max_output_bytes is truncated
 // with a note.
@@ -102,6 +115,9 @@ type managerOptions struct {
 	// closeWait bounds Close: a stdio server that ignores the end of its
 	// input is stopped by signals only seconds later.
 	closeWait time.Duration
+	// abandonAfter is how long a call or ping may go on once its context
+	// has ended before it is abandoned (see await).
+	abandonAfter time.Duration
 }
 
 func defaultManagerOptions() managerOptions {
@@ -113,6 +129,7 @@ func defaultManagerOptions() managerOptions {
 		pingTimeout:    10 * time.Second,
 		stable:         time.Minute,
 		closeWait:      5 * time.Second,
+		abandonAfter:   time.Second,
 	}
 }
 
@@ -249,8 +266,14 @@ type server struct {
 	// configuration (see errPreviewRefused); nil otherwise.
 	refused error
 	// proc is a stdio server's running process, killed with its process
-	// group by a Close that could not wait for it; nil when none runs.
-	proc *exec.Cmd
+	// group by a Close that could not wait for it, or when a request to
+	// it is abandoned (see abandon); nil when none runs. procSession is
+	// its session.
+	proc        *exec.Cmd
+	procSession *mcp.ClientSession
+	// closing is the last session watch closed (or is closing): a call on
+	// it that the connection refused as closed was never written.
+	closing *mcp.ClientSession
 }
 
 // killProcess kills a stdio server's process group, if one runs.
@@ -262,10 +285,11 @@ func (s *server) killProcess() {
 	}
 }
 
-// setProc records the stdio server's running process (nil: none).
-func (s *server) setProc(cmd *exec.Cmd) {
+// setProc records the stdio server's running process and its session
+// (nil: none).
+func (s *server) setProc(cmd *exec.Cmd, cs *mcp.ClientSession) {
 	s.mu.Lock()
-	s.proc = cmd
+	s.proc, s.procSession = cmd, cs
 	s.mu.Unlock()
 }
 
@@ -291,7 +315,21 @@ func (m *Manager) newServer(cfg ServerConfig) *server {
 		if u, err := url.Parse(cfg.URL); err == nil {
 			origin = urlOrigin(u)
 		}
-		s.http = &http.Client{Transport: &headerTransport{base: newHTTPTransport(), origin: origin, headers: cfg.Headers}}
+		s.http = &http.Client{
+			Transport: &headerTransport{base: newHTTPTransport(), origin: origin, headers: cfg.Headers},
+			CheckRedirect: func(req *http.Request, via []*http.Request) error {
+				// Go would send a 307's or 308's POST again, the call's
+				// arguments and its Mcp-Session-Id, to wherever it
+				// points, http included.
+				if origin == "" || urlOrigin(req.URL) != origin {
+					return fmt.Errorf("the server redirected the request to %s: redirects to another scheme, host or port than the endpoint's are not followed", safeURL(req.URL.String()))
+				}
+				if len(via) >= 10 { // Go's own limit
+					return errors.New("stopped after 10 redirects")
+				}
+				return nil
+			},
+		}
 	}
 	s.client = mcp.NewClient(&mcp.Implementation{Name: "toolgate"}, &mcp.ClientOptions{
 		Logger:       s.log,
@@ -364,6 +402,12 @@ func (s *server) serve(ctx context.Context) error {
 		s.setDown(err)
 		return err
 	}
+	// A session that failed while its watch was ending may have left its
+	// signal; none can be there for cs, which no call has seen yet.
+	select {
+	case <-s.broken:
+	default:
+	}
 	s.mu.Lock()
 	s.session, s.lastErr = cs, nil
 	n := s.toolCount
@@ -398,13 +442,13 @@ func (s *server) connect(ctx context.Context) (cs *mcp.ClientSession, stop func(
 	cmd.WaitDelay = 5 * time.Second
 	newProcessGroup(cmd)
 	stop = func() {
-		s.setProc(nil)
+		s.setProc(nil, nil)
 		killGroup(cmd)
 	}
 	cs, err = s.client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err == nil {
 		// Started (Connect wrote cmd.Process): Close may kill it now.
-		s.setProc(cmd)
+		s.setProc(cmd, cs)
 	}
 	if err != nil {
 		var details []string
@@ -424,18 +468,19 @@ func (s *server) connect(ctx context.Context) (cs *mcp.ClientSession, stop func(
 
 // watch waits until the session ends, ctx ends or a call finds the server
 // gone, answering list_changed notifications and pinging meanwhile. It
-// closes the session before returning.
-func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
+// closes the session before returning, having first taken it out of use
+// (see closeSession): closing waits for the calls in flight.
+func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) (err error) {
 	ended := make(chan error, 1)
 	s.m.wg.Go(func() { ended <- cs.Wait() })
 	closed := false
-	closeSession := func() error {
+	closeSession := func(why error) error {
 		closed = true
-		return cs.Close()
+		return s.closeSession(cs, why)
 	}
 	defer func() {
 		if !closed {
-			closeSession()
+			closeSession(err)
 		}
 	}()
 
@@ -444,17 +489,17 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
 	for {
 		select {
 		case <-ctx.Done():
+			closeSession(errors.New("the tool manager was closed"))
 			return ctx.Err()
 		case err := <-ended:
-			closeErr := closeSession()
-			switch {
-			case closeErr != nil:
-				return fmt.Errorf("the server exited: %v", closeErr)
-			case err != nil:
-				return fmt.Errorf("the connection ended: %w", err)
-			default:
-				return errors.New("the server closed the connection")
+			why := errors.New("the server closed the connection")
+			if err != nil {
+				why = fmt.Errorf("the connection ended: %w", err)
 			}
+			if closeErr := closeSession(why); closeErr != nil {
+				return fmt.Errorf("the server exited: %v", closeErr)
+			}
+			return why
 		case b := <-s.broken:
 			if b == cs {
 				s.mu.Lock()
@@ -473,13 +518,40 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
 		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, s.m.opts.pingTimeout)
 			pctx, probe := s.probe(pctx)
-			err := cs.Ping(pctx, nil)
+			// The ping waits for the session's write lock, which a call
+			// stuck in a write to a stdio server that reads no more
+			// holds: await returns all the same.
+			_, abandoned, err := await(s.m, pctx, func() (struct{}, error) {
+				return struct{}{}, cs.Ping(pctx, nil)
+			})
 			cancel()
+			if abandoned {
+				err := fmt.Errorf("ping: no answer within %s, and the ping could not even be sent: the server takes no more input", s.m.opts.pingTimeout)
+				s.abandon(cs, err)
+				return err
+			}
 			if err != nil && breaks(err, probe) && ctx.Err() == nil {
 				return fmt.Errorf("ping: %w", err)
 			}
 		}
 	}
+}
+
+// closeSession closes cs, which watch watched, once it has taken it out
+// of use with why as the reason: calls made while it closes (closing
+// waits for the calls in flight) then find the server down, with why,
+// rather than a session that refuses them; and one that got it before
+// is refused by the closing connection before its request is written,
+// which delivered tells by s.closing.
+func (s *server) closeSession(cs *mcp.ClientSession, why error) error {
+	why = s.clean(why)
+	s.mu.Lock()
+	s.closing = cs
+	if s.session == cs {
+		s.session, s.lastErr = nil, why
+	}
+	s.mu.Unlock()
+	return cs.Close()
 }
 
 func (s *server) setDown(err error) {
@@ -507,34 +579,78 @@ func (s *server) fail(cs *mcp.ClientSession, err error) {
 	}
 }
 
-// Error codes the SDK's JSON-RPC layer uses for failures on the client's
-// side of the connection (not exported by the SDK).
-const (
-	codeClientClosing = -32003
-	codeServerClosing = -32004
-	// codeRejected is what the SDK calls a request the transport rejected.
-	// Over HTTP it tags with it every failure of the request (a connection
-	// cut after the request was written too) and every answer it counts as
-	// transient (429, 500, 502, 503, 504, which may come from a proxy after
-	// the server ran the call), so it proves neither that the request did
-	// not reach the server nor that the connection is broken.
-	codeRejected = -32005
-)
+// abandon gives cs up after a request on it was abandoned (see await):
+// cs is failed with err, and a stdio server's process group is killed,
+// which ends the write the request is stuck in (the pipe's reader gone,
+// it fails), frees the session's write lock for the requests queued
+// behind it, and lets the session close so that the server is started
+// again.
+func (s *server) abandon(cs *mcp.ClientSession, err error) {
+	s.fail(cs, err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil && s.procSession == cs {
+		s.log.Warn("killing the mcp server's process group: a request to it could not be sent", "err", s.clean(err))
+		killGroup(s.proc)
+	}
+}
+
+// outcome is what a function run by await returned.
+type outcome[T any] struct {
+	v   T
+	err error
+}
+
+// await runs f, a request on a session made with ctx, in a goroutine of
+// the manager's (Close waits for it) and returns what f returns, or, if f
+// has not returned abandonAfter once ctx has ended, abandoned. The SDK
+// watches ctx while it waits for an answer but not while it writes a
+// request to a stdio server: a server that stops reading its input
+// leaves the write blocked in the pipe once the pipe is full (64 KiB of a
+// call's arguments), holding the session's write lock, for which every
+// later request (the pings too) waits, whatever its context. The caller
+// of an abandoned request abandons its session (see abandon), which ends
+// f. The caller must be a goroutine of the manager's, or hold a count of
+// its WaitGroup, so that the count is not zero while Close may wait.
+func await[T any](m *Manager, ctx context.Context, f func() (T, error)) (v T, abandoned bool, err error) {
+	done := make(chan outcome[T], 1)
+	m.wg.Go(func() {
+		v, err := f()
+		done <- outcome[T]{v, err}
+	})
+	select {
+	case o := <-done:
+		return o.v, false, o.err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(m.opts.abandonAfter)
+	defer t.Stop()
+	select {
+	case o := <-done:
+		return o.v, false, o.err
+	case <-t.C:
+		return v, true, ctx.Err()
+	}
+}
+
+// codeRejected is what the SDK calls a request the transport rejected
+// (an error code it does not export). Over HTTP it tags with it every
+// failure of the request (a connection cut after the request was written
+// too) and every answer it counts as transient (429, 500, 502, 503, 504,
+// which may come from a proxy after the server ran the call), so it
+// proves neither that the request did not reach the server nor that the
+// connection is broken.
+const codeRejected = -32005
 
 // isTransportError reports whether err means the server could not be
 // reached, as opposed to the server answering with a JSON-RPC error. The
 // SDK wraps a server's error before any transport code, so the first
-// JSON-RPC error in the chain tells which.
+// JSON-RPC error in the chain tells which. (The SDK's errors for a
+// closing connection, its client or its server closing, are
+// [mcp.ErrConnectionClosed] with no JSON-RPC error in their chain.)
 func isTransportError(err error) bool {
 	werr, ok := errors.AsType[*jsonrpc.Error](err)
-	if !ok {
-		return true
-	}
-	switch werr.Code {
-	case codeClientClosing, codeServerClosing, codeRejected:
-		return true
-	}
-	return false
+	return !ok || werr.Code == codeRejected
 }
 
 // maxTools bounds how many tools one server may list.
@@ -708,30 +824,53 @@ func (s *server) handler(name string, h approvals.Hints) agent.Handler {
 	return func(ctx context.Context, args json.RawMessage) (agent.Result, error) {
 		s.mu.Lock()
 		cs, lastErr := s.session, s.lastErr
+		if cs != nil {
+			// Held until the handler returns, for await: while cs is
+			// the session, its run has not ended, so the count is not
+			// zero.
+			s.m.wg.Add(1)
+		}
 		s.mu.Unlock()
 		if cs == nil {
 			return s.unavailable(lastErr), nil
 		}
+		defer s.m.wg.Done()
 		params := &mcp.CallToolParams{Name: name}
 		if len(bytes.TrimSpace(args)) > 0 {
 			params.Arguments = args
 		}
 		cctx, probe := s.probe(ctx)
-		res, err := cs.CallTool(cctx, params)
+		res, abandoned, err := await(s.m, ctx, func() (*mcp.CallToolResult, error) {
+			return cs.CallTool(cctx, params)
+		})
+		if abandoned {
+			// Stuck writing the request: part of it may have reached
+			// the server. The agent tells the model that the call
+			// timed out, and that its outcome is unknown unless the
+			// tool is read-only or idempotent.
+			s.abandon(cs, fmt.Errorf("the server takes no more input: the call to %s could not be sent before its deadline", name))
+			return agent.Result{}, fmt.Errorf("call %s on mcp server %s: %w (the server took no more input; it is being restarted)", name, s.cfg.Name, ctx.Err())
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return agent.Result{}, fmt.Errorf("call %s on mcp server %s: %w", name, s.cfg.Name, ctx.Err())
 			}
 			if !isTransportError(err) {
-				return capResult(errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, s.clean(err)), s.maxOutput), nil
+				return capResult(s.answeredError(name, h, err), s.maxOutput), nil
 			}
 			kept := !breaks(err, probe)
 			if !kept {
 				s.fail(cs, err)
 			}
-			if !delivered(err, probe) || h.ReadOnly || h.Idempotent {
+			closing := s.wasClosing(cs)
+			if !delivered(err, probe, closing) || h.ReadOnly || h.Idempotent {
 				if kept {
 					return s.busy(err), nil
+				}
+				if closing {
+					// Refused by the session being closed: why it
+					// was closed says more.
+					err = s.downReason(err)
 				}
 				return s.unavailable(err), nil
 			}
@@ -741,16 +880,66 @@ func (s *server) handler(name string, h approvals.Hints) agent.Handler {
 	}
 }
 
+// answeredError is the result of a call to the tool name, with hints h,
+// that the server answered with the JSON-RPC error err. The SDKs answer
+// with one for a tool they do not know or arguments they refuse
+// (-32601, -32602), before running anything: the call was refused. But
+// the Go SDK answers with one, code 0, for a tool handler's error too,
+// and a handler may fail after it has had effects: unless the tool is
+// read-only or idempotent, that call's outcome is unknown, and the model
+// must not read "refused" and try it again.
+func (s *server) answeredError(name string, h approvals.Hints, err error) agent.Result {
+	if werr, ok := errors.AsType[*jsonrpc.Error](err); ok {
+		switch werr.Code {
+		case jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidParams:
+			return errorResult("MCP server %s refused the call to %s: %v", s.cfg.Name, name, s.clean(err))
+		}
+	}
+	if h.ReadOnly || h.Idempotent {
+		return errorResult("MCP server %s failed the call to %s: %v", s.cfg.Name, name, s.clean(err))
+	}
+	// The server's message, which may be long, comes last, so that a cut
+	// result still says the outcome is unknown.
+	return errorResult("MCP server %s failed the call to %s: %s The server's error: %v", s.cfg.Name, name, agent.UnknownOutcome, s.clean(err))
+}
+
+// wasClosing reports whether cs is the session watch closed last (or is
+// closing).
+func (s *server) wasClosing(cs *mcp.ClientSession) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing == cs
+}
+
+// downReason is why the server is down, if it is and says why, or err.
+func (s *server) downReason(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.session == nil && s.lastErr != nil {
+		return s.lastErr
+	}
+	return err
+}
+
 // delivered reports whether a call that failed with the transport error
 // err, its request followed by probe (nil for a stdio server), may have
-// reached the server: all but a call the connection refused to send (its
-// client or session closing), a request that never got a connection (the
-// server's address not found, the connection refused) and one the server
-// answered 404, as a server that restarted answers for a session it no
-// longer knows without running the call. The SDK's "rejected by
-// transport" is no proof (see codeRejected): it tags a proxy's 504 and a
-// connection cut after the request was written too.
-func delivered(err error, probe *callProbe) bool {
+// reached the server: all but a call the connection refused to send, a
+// request that never got a connection (the server's address not found,
+// the connection refused) and one the server answered 404, as a server
+// that restarted answers for a session it no longer knows without running
+// the call. The SDK's "rejected by transport" is no proof (see
+// codeRejected): it tags a proxy's 504 and a connection cut after the
+// request was written too.
+//
+// closing says that the call's session is one this process was closing:
+// the connection then refuses new requests, before writing them, with
+// [mcp.ErrConnectionClosed], while the requests it wrote before end with
+// an answer or with the connection's end, another error. (An answer with
+// the error code of a closing server, -32004, is taken for the same; a
+// server of the Go SDK sends it for a request it refuses, unrun, while it
+// closes.) Out of that, the error is no proof: the SDK's refusal of a
+// request on a connection that broke and such an answer look the same.
+func delivered(err error, probe *callProbe, closing bool) bool {
 	if probe != nil {
 		probe.mu.Lock()
 		sent, status := probe.sent, probe.status
@@ -759,11 +948,8 @@ func delivered(err error, probe *callProbe) bool {
 			return false
 		}
 	}
-	if werr, ok := errors.AsType[*jsonrpc.Error](err); ok {
-		switch werr.Code {
-		case codeClientClosing, codeServerClosing:
-			return false
-		}
+	if closing && errors.Is(err, mcp.ErrConnectionClosed) {
+		return false
 	}
 	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
 		return false

@@ -189,28 +189,36 @@ func TestHTTPSessionMissingIsNotDelivered(t *testing.T) {
 
 // delivered counts a call as not delivered only on proof: over HTTP, that
 // its request never got a connection, or that the server answered it 404;
-// over stdio, that the connection refused to send it.
+// over either, that the session this process was closing refused to send
+// it.
 func TestDelivered(t *testing.T) {
 	rejected := fmt.Errorf("calling %q: %w", "tools/call", &jsonrpc.Error{Code: codeRejected, Message: "rejected by transport"})
+	// As the SDK words a request refused by a closing connection.
+	closed := fmt.Errorf("%w: calling %q: %v", mcp.ErrConnectionClosed, "tools/call", "client is closing")
 	for _, tt := range []struct {
-		name  string
-		err   error
-		probe *callProbe
-		want  bool
+		name    string
+		err     error
+		probe   *callProbe
+		closing bool
+		want    bool
 	}{
-		{"http: no connection", rejected, &callProbe{posts: 1}, false},
-		{"http: never sent", rejected, &callProbe{}, false},
-		{"http: sent, no answer", rejected, &callProbe{posts: 1, sent: true}, true},
-		{"http: sent, 504", rejected, &callProbe{posts: 1, sent: true, status: 504, lastStatus: 504}, true},
-		{"http: sent, 503", rejected, &callProbe{posts: 1, sent: true, status: 503, lastStatus: 503}, true},
-		{"http: sent, 404", fmt.Errorf("failed to connect: %w", mcp.ErrSessionMissing), &callProbe{posts: 1, sent: true, status: 404, lastStatus: 404}, false},
-		{"http: another request's 404", fmt.Errorf("failed to connect: %w", mcp.ErrSessionMissing), &callProbe{posts: 1, sent: true, status: 200, lastStatus: 200}, true},
-		{"stdio: rejected", rejected, nil, true},
-		{"stdio: cut", errors.New("EOF"), nil, true},
+		{"http: no connection", rejected, &callProbe{posts: 1}, false, false},
+		{"http: never sent", rejected, &callProbe{}, false, false},
+		{"http: sent, no answer", rejected, &callProbe{posts: 1, sent: true}, false, true},
+		{"http: sent, 504", rejected, &callProbe{posts: 1, sent: true, status: 504, lastStatus: 504}, false, true},
+		{"http: sent, 503", rejected, &callProbe{posts: 1, sent: true, status: 503, lastStatus: 503}, false, true},
+		{"http: sent, 404", fmt.Errorf("failed to connect: %w", mcp.ErrSessionMissing), &callProbe{posts: 1, sent: true, status: 404, lastStatus: 404}, false, false},
+		{"http: another request's 404", fmt.Errorf("failed to connect: %w", mcp.ErrSessionMissing), &callProbe{posts: 1, sent: true, status: 200, lastStatus: 200}, false, true},
+		{"stdio: rejected", rejected, nil, false, true},
+		{"stdio: cut", errors.New("EOF"), nil, false, true},
+		{"stdio: cut while closing", errors.New("EOF"), nil, true, true},
+		{"stdio: closed by this process", closed, nil, true, false},
+		{"stdio: closed, not by this process", closed, nil, false, true},
+		{"http: closed by this process", closed, &callProbe{posts: 1, sent: true, status: 200, lastStatus: 200}, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := delivered(tt.err, tt.probe); got != tt.want {
-				t.Errorf("delivered(%v, %+v) = %v, want %v", tt.err, tt.probe, got, tt.want)
+			if got := delivered(tt.err, tt.probe, tt.closing); got != tt.want {
+				t.Errorf("delivered(%v, %+v, %v) = %v, want %v", tt.err, tt.probe, tt.closing, got, tt.want)
 			}
 		})
 	}

@@ -52,6 +52,8 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	case os.Getenv(envServe) == "1" || slices.Contains(os.Args[1:], argServe):
 		os.Exit(serveStdio())
+	case slices.Contains(os.Args[1:], argStall):
+		os.Exit(serveStalling())
 	}
 	os.Exit(m.Run())
 }
@@ -175,6 +177,7 @@ func testOptions() managerOptions {
 		pingTimeout:    2 * time.Second,
 		stable:         time.Minute,
 		closeWait:      5 * time.Second,
+		abandonAfter:   500 * time.Millisecond,
 	}
 }
 
@@ -759,6 +762,9 @@ func TestStdioServerProcessGroupKilled(t *testing.T) {
 	waitFor(t, fmt.Sprintf("the server's child %d is gone after Close", child), func() bool { return processGone(child) })
 }
 
+// A redirect to another origin is not followed at all (see
+// TestHTTPRedirectElsewhereRefused): neither the configured headers nor
+// anything else reaches the host it points to, and the status says why.
 func TestHTTPHeadersStayOnTheEndpoint(t *testing.T) {
 	srv := newTestServer()
 	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
@@ -785,18 +791,16 @@ func TestHTTPHeadersStayOnTheEndpoint(t *testing.T) {
 		t.Fatalf("Load: %v", err)
 	}
 	defer m.Close()
+	if st := m.Status()[0]; st.Connected || !strings.Contains(st.LastError, "redirected") {
+		t.Errorf("status: got %+v, want not connected, saying the endpoint redirected elsewhere", st)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(endpointKeys) == 0 || endpointKeys[0] != "s3cret" {
 		t.Errorf("X-Api-Key at the endpoint: got %q, want s3cret", endpointKeys)
 	}
-	if len(otherKeys) == 0 {
-		t.Fatal("the redirect was not followed")
-	}
-	for _, k := range otherKeys {
-		if k != "" {
-			t.Errorf("X-Api-Key reached the host redirected to: %q", k)
-		}
+	if len(otherKeys) > 0 {
+		t.Errorf("the host redirected to got %d requests (X-Api-Key %q), want none", len(otherKeys), otherKeys)
 	}
 }
 
@@ -1037,8 +1041,10 @@ mcp_servers:
 	}
 }
 
-// A server's refusal of a call (a JSON-RPC error) reaches the model cut to
-// max_output_bytes, as a result does: its message can be megabytes.
+// A server's JSON-RPC error for a call reaches the model cut to
+// max_output_bytes, as a result does: its message can be megabytes. What
+// the cut keeps still says that the outcome is unknown (the tool is not
+// annotated read-only or idempotent).
 func TestRefusedCallIsCut(t *testing.T) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "big", Version: "v1"}, nil)
 	srv.AddTool(&mcp.Tool{Name: "fail_rpc", InputSchema: json.RawMessage(`{"type":"object"}`)},
@@ -1054,7 +1060,10 @@ func TestRefusedCallIsCut(t *testing.T) {
 	}
 	res, err := fail.Handler(t.Context(), json.RawMessage(`{}`))
 	if err != nil || !res.IsError || len(res.Content) > 1200 || !strings.Contains(res.Content, "[output truncated: ") {
-		t.Errorf("a refused call with a 1 MiB message = %d bytes (error %v, %v), want an error result cut to max_output_bytes", len(res.Content), res.IsError, err)
+		t.Errorf("a failed call with a 1 MiB message = %d bytes (error %v, %v), want an error result cut to max_output_bytes", len(res.Content), res.IsError, err)
+	}
+	if !strings.Contains(res.Content, agent.UnknownOutcome) {
+		t.Errorf("the cut result of a failed call does not say its outcome is unknown: %.300s", res.Content)
 	}
 }
 
