@@ -196,6 +196,7 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 		// So is a file whose top level is wrong (a section misspelt or
 		// given twice, a merge key, several documents): the sections'
 		// parsers would report it again, or read what it does not say.
+		// A top level that is no mapping (a list) is one problem too.
 		problems = []error{err}
 	} else {
 		p, problems = approvals.CheckConfig(data)
@@ -292,6 +293,11 @@ func policyTest(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("policy test: give either -cases FILE or TOOL 'JSON', not both")
 	case *cases == "" && len(pos) != 2:
 		return errors.New("policy test: want TOOL 'JSON' (or -cases FILE)")
+	case *cases == "" && strings.TrimSpace(pos[0]) == "":
+		return errors.New("policy test: TOOL is empty: give the name of the tool the call is for, such as workspace_delete")
+	}
+	if err := checkCaller("-user", *user, "-channel", *channel); err != nil {
+		return fmt.Errorf("policy test: %w", err)
 	}
 	data, err := readPolicyFile(*config)
 	if err != nil {
@@ -318,6 +324,21 @@ func policyTest(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	printVerdict(stdout, v)
 	return verdictStatus(v.Action)
+}
+
+// checkCaller refuses a requester or channel that is not a Slack id: the
+// policy sees ids, so a name such as "bob" or "#ops" never matches a
+// condition on them, and the verdict printed would not be the bot's. A
+// channel may be a DM's (D…) too: the bot judges calls there. userName
+// and channelName say where each came from, for the error.
+func checkCaller(userName, user, channelName, channel string) error {
+	if user != "" && !isUserID(user) {
+		return fmt.Errorf("%s: %q is not a Slack user id (U… or W…: the member ID in the person's Slack profile, not their name)", userName, user)
+	}
+	if channel != "" && !isSlackID(channel, "CGD") {
+		return fmt.Errorf("%s: %q is not a Slack channel id (C…, G…, or D… for a DM; it is shown at the bottom of the channel's details, not its #name)", channelName, channel)
+	}
+	return nil
 }
 
 // objectJSON checks arguments as the bot does before the policy judges a
@@ -378,19 +399,63 @@ type caseAnnotations struct {
 	Destructive *bool `yaml:"destructive"`
 }
 
+// casesFile is a -cases file.
+type casesFile struct {
+	Cases []policyCase `yaml:"cases"`
+}
+
+// unknownFieldRE is yaml's message for a key that no field of a Go type
+// takes (with KnownFields).
+var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type (\S+)$`)
+
+// casesError says on one line what is wrong with a cases file that yaml
+// does not decode: a key no case knows is named with the keys it may
+// have, rather than with the Go type that has no field for it.
+func casesError(err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return botsetup.OneLine(err.Error())
+	}
+	type place struct{ where, keys string }
+	places := map[string]place{
+		reflect.TypeFor[casesFile]().String():       {"at the top level", yamlKeys[casesFile]()},
+		reflect.TypeFor[policyCase]().String():      {"in a case", yamlKeys[policyCase]()},
+		reflect.TypeFor[caseAnnotations]().String(): {"in annotations", yamlKeys[caseAnnotations]()},
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		msgs[i] = m
+		if sub := unknownFieldRE.FindStringSubmatch(m); sub != nil {
+			if p, ok := places[sub[3]]; ok {
+				msgs[i] = fmt.Sprintf("line %s: unknown key %q %s (want %s)", sub[1], sub[2], p.where, p.keys)
+			}
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// yamlKeys lists the yaml keys of a struct type's fields.
+func yamlKeys[T any]() string {
+	t := reflect.TypeFor[T]()
+	names := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		names = append(names, name)
+	}
+	return strings.Join(names, ", ")
+}
+
 // readCases reads and checks a -cases file.
 func readCases(path string) ([]policyCase, []json.RawMessage, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read cases: %w", err)
 	}
-	var doc struct {
-		Cases []policyCase `yaml:"cases"`
-	}
+	var doc casesFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, fmt.Errorf("cases file %s: %w", path, err)
+		return nil, nil, fmt.Errorf("cases file %s: %s", path, casesError(err))
 	}
 	if err := botsetup.OneDocument(data); err != nil {
 		return nil, nil, fmt.Errorf("cases file %s: %w", path, err)
@@ -402,8 +467,11 @@ func readCases(path string) ([]policyCase, []json.RawMessage, error) {
 	for i := range doc.Cases {
 		c := &doc.Cases[i]
 		where := fmt.Sprintf("cases file %s: case %d", path, i+1)
-		if c.Tool == "" {
+		if strings.TrimSpace(c.Tool) == "" {
 			return nil, nil, fmt.Errorf("%s: tool is missing", where)
+		}
+		if err := checkCaller("user", c.User, "channel", c.Channel); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", where, err)
 		}
 		if !c.Verdict.Valid() {
 			return nil, nil, fmt.Errorf("%s: verdict %q: want allow, ask or deny", where, c.Verdict)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -302,7 +303,7 @@ func TestPolicyCommands(t *testing.T) {
 		{name: "cases bad verdict", args: []string{"test", "-config", good, "-cases", badCases}, code: 1, wantErr: `case 1: verdict "maybe"`},
 		{name: "cases in two documents", args: []string{"test", "-config", good, "-cases", twoCaseDocs}, code: 1, wantErr: "more than one YAML document (document 2 starts on line 3)"},
 		{name: "check a config of two documents", args: []string{"check", "-config", twoConfigDocs}, code: 1, want: []string{"more than one YAML document", "FAIL\t" + twoConfigDocs + ": 1 problem\n"}},
-		{name: "cases unknown key", args: []string{"test", "-config", good, "-cases", unknownKey}, code: 1, wantErr: "field verdit not found"},
+		{name: "cases unknown key", args: []string{"test", "-config", good, "-cases", unknownKey}, code: 1, wantErr: `line 3: unknown key "verdit" in a case (want name, tool, args, user, channel, annotations, verdict, rule)`},
 		{name: "cases and a call", args: []string{"test", "-config", good, "-cases", passing, "deploy", "{}"}, code: 1, wantErr: "not both"},
 		{name: "no command", args: nil, code: 1, wantErr: "want a command"},
 		{name: "unknown command", args: []string{"lint"}, code: 1, wantErr: `unknown command "lint"`},
@@ -465,5 +466,82 @@ func TestCasesRefuseYAMLOnlyNumbers(t *testing.T) {
 	want := "cases file " + cases + ": case 2: args: line 7: 0x1F is a YAML number but not a JSON one"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("error %v, want one containing %q", err, want)
+	}
+}
+
+// A call for no tool, or from a requester or channel given by name rather
+// than id, can never be one the bot judges: `bot policy test` refuses it
+// (exit 1) instead of printing a verdict no call would get.
+func TestPolicyTestRefusesImpossibleCalls(t *testing.T) {
+	good := writeFile(t, "config.yaml", testPolicy)
+	casesWith := func(field string) string {
+		return writeFile(t, "cases.yaml", "cases:\n  - tool: deploy\n    "+field+"\n    verdict: ask\n")
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"empty tool", []string{"", "{}"}, "TOOL is empty"},
+		{"blank tool", []string{" ", "{}"}, "TOOL is empty"},
+		{"user by name", []string{"-user", "bob", "deploy", "{}"}, `-user: "bob" is not a Slack user id (U… or W…`},
+		{"user in lower case", []string{"-user", "u024be7lh", "deploy", "{}"}, `-user: "u024be7lh" is not a Slack user id`},
+		{"channel by name", []string{"-channel", "#ops", "deploy", "{}"}, `-channel: "#ops" is not a Slack channel id (C…, G…, or D… for a DM`},
+		{"channel a user", []string{"-channel", "U024BE7LH", "deploy", "{}"}, `-channel: "U024BE7LH" is not a Slack channel id`},
+		{"case user by name", []string{"-cases", casesWith("user: bob")}, `case 1: user: "bob" is not a Slack user id`},
+		{"case channel by name", []string{"-cases", casesWith("channel: '#ops'")}, `case 1: channel: "#ops" is not a Slack channel id`},
+		{"case blank tool", []string{"-cases", writeFile(t, "blank.yaml", "cases:\n  - {tool: ' ', verdict: ask}\n")}, "case 1: tool is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout bytes.Buffer
+			err := run(t.Context(), append([]string{"policy", "test", "-config", good}, tc.args...), &stdout, io.Discard)
+			if code := exitCode(err); code != 1 || err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("exit status %d, error %v; want 1 and an error containing %q\nstdout:\n%s", code, err, tc.wantErr, stdout.String())
+			}
+			if strings.Contains(stdout.String(), "verdict:") {
+				t.Errorf("a verdict was printed:\n%s", stdout.String())
+			}
+		})
+	}
+	// Ids the bot sees are taken: a W… user (Enterprise Grid), a private
+	// channel's G… and a DM's D….
+	for _, args := range [][]string{
+		{"-user", "W012A3CDE", "-channel", "G0123ABC", "deploy", "{}"},
+		{"-channel", "D0123ABC", "deploy", "{}"},
+	} {
+		var stdout bytes.Buffer
+		err := run(t.Context(), append([]string{"policy", "test", "-config", good}, args...), &stdout, io.Discard)
+		if code := exitCode(err); code != 3 {
+			t.Errorf("%v: exit status %d (err %v), want 3 (ask)", args, code, err)
+		}
+	}
+}
+
+// A config file whose top level is a list, and a cases file with a key no
+// case has, are each one problem, said on one line in the file's terms.
+func TestPolicyErrorsOnOneLine(t *testing.T) {
+	list := writeFile(t, "list.yaml", "- policy: {default: deny}\n")
+	good := writeFile(t, "config.yaml", testPolicy)
+	misspelt := writeFile(t, "cases.yaml", "cases:\n  - tool: deploy\n    verdict: ask\n    rul: rule-4\n    annotations: {readonly: true}\n")
+	topLevel := writeFile(t, "top.yaml", "case:\n  - {tool: deploy, verdict: ask}\n")
+
+	var stdout bytes.Buffer
+	err := run(t.Context(), []string{"policy", "check", "-config", list}, &stdout, io.Discard)
+	if exitCode(err) != 1 {
+		t.Errorf("check a list: exit status %d, want 1", exitCode(err))
+	}
+	want := list + ": line 1: the file must be a mapping of its sections (mcp_servers, builtin_tools, policy), not a list\nFAIL\t" + list + ": 1 problem\n"
+	if stdout.String() != want {
+		t.Errorf("check a list printed:\n%s\nwant:\n%s", stdout.String(), want)
+	}
+
+	for _, tc := range []struct{ file, want string }{
+		{misspelt, `cases file ` + misspelt + `: line 4: unknown key "rul" in a case (want name, tool, args, user, channel, annotations, verdict, rule); line 5: unknown key "readonly" in annotations (want read_only, destructive)`},
+		{topLevel, `cases file ` + topLevel + `: line 1: unknown key "case" at the top level (want cases)`},
+	} {
+		err := run(t.Context(), []string{"policy", "test", "-config", good, "-cases", tc.file}, io.Discard, io.Discard)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("cases error:\n%v\nwant:\n%s", err, tc.want)
+		}
 	}
 }

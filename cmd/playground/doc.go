@@ -37,8 +37,10 @@
 // runs your own config file instead, parsed by the bot's own parsers. The
 // store is an embedded one in the temporary directory (never REDIS_URL's,
 // which may be a real bot's). With OPENAI_API_KEY or OPENAI_BASE_URL set (and
-// optionally OPENAI_MODEL) the bot talks to that model; -scripted keeps the
-// scripted one, which understands "list files", "read FILE", "delete FILE",
+// optionally OPENAI_MODEL) the bot talks to that model, an OpenAI-compatible
+// one (the bot's Azure OpenAI settings, OPENAI_API_VERSION or a
+// *.openai.azure.com OPENAI_BASE_URL, are refused at start, and its MODEL_*
+// settings are not read); -scripted keeps the scripted one, which understands "list files", "read FILE", "delete FILE",
 // "write TEXT to FILE", "run COMMAND" and "ask QUESTION", joined with "and".
 //
 // In a terminal, -tty reads commands from standard input and -script FILE
@@ -52,7 +54,12 @@
 // people in it. After each
 // command it waits until the bot is idle and prints what changed: the
 // bot's messages in the thread and in people's DMs with it, and what only
-// one person sees.
+// one person sees. A -script runs to its end and then exits with status 1
+// if any command could not be carried out (an unknown person, command or
+// card, a post by someone outside #ops, a failed click, a bot that did not
+// react or was still busy when -wait ran out), naming their lines; what
+// the bot answers, a denied call or a refused click included, is no
+// failure. -wait must be positive and -quiet not negative.
 //
 // Either way the playground stops on Ctrl-C (or at /quit or the end of the
 // input in a terminal): it stops the bot, closes the store and removes its

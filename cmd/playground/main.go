@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -88,7 +89,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "`address` of the web page; port 0 picks a free one")
 	fs.StringVar(&o.config, "config", "", "run your own config `file` (policy, builtin_tools, mcp_servers; the format of the bot's CONFIG_FILE) instead of the demo one")
 	fs.BoolVar(&o.noOpen, "no-open", false, "do not open the page in a browser")
-	fs.StringVar(&o.script, "script", "", "play in the terminal: read commands from `file` (- for standard input) and exit at its end")
+	fs.StringVar(&o.script, "script", "", "play in the terminal: read commands from `file` (- for standard input) and exit at its end, with status 1 if any could not be carried out")
 	fs.BoolVar(&o.tty, "tty", false, "play in the terminal, reading commands from standard input")
 	fs.BoolVar(&o.verbose, "v", false, "show the bot's logs (on standard error)")
 	fs.BoolVar(&o.scripted, "scripted", false, "use the scripted model even when OPENAI_API_KEY or OPENAI_BASE_URL is set")
@@ -99,7 +100,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 			"Runs the Toolgate bot against an in-process fake Slack workspace and a scripted\n"+
 			"model, and shows the workspace as a web page where you play its people.\n"+
 			"With -script or -tty it plays in the terminal instead.\n"+
-			"Set OPENAI_API_KEY or OPENAI_BASE_URL (and OPENAI_MODEL) to talk to a real model.\n"+
+			"Set OPENAI_API_KEY or OPENAI_BASE_URL (and OPENAI_MODEL) to talk to a real\n"+
+			"OpenAI-compatible model (not Azure OpenAI: its settings are refused; the bot's\n"+
+			"MODEL_* settings are not read).\n"+
 			"The bot's state is in a temporary directory, removed at the end (REDIS_URL is not\n"+
 			"used: the playground never touches a bot's Redis).\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -112,6 +115,12 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if o.script != "" && o.tty {
 		return o, errors.New("-script and -tty both read commands: give one of them")
+	}
+	if o.wait <= 0 {
+		return o, fmt.Errorf("-wait %s: want a positive duration, such as 30s: how long to wait at most for the bot after each action", o.wait)
+	}
+	if o.quiet < 0 {
+		return o, fmt.Errorf("-quiet %s: want a duration of 0 or more, such as 400ms: how long the bot must be idle before its output is shown", o.quiet)
 	}
 	if err := loopback(o.addr); err != nil {
 		return o, fmt.Errorf("-addr %s: %w", o.addr, err)
@@ -273,6 +282,11 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 			pg.close()
 		}
 	}()
+	if realModel(opts) {
+		if err := notAzure(os.Getenv("OPENAI_API_VERSION"), os.Getenv("OPENAI_BASE_URL")); err != nil {
+			return nil, err
+		}
+	}
 	if pg.dir, err = os.MkdirTemp("", "toolgate-playground-"); err != nil {
 		return nil, err
 	}
@@ -287,6 +301,12 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	file, err := botsetup.LoadFile("-config", configFile)
 	if err != nil {
 		return nil, err
+	}
+	// A tool of the file that cannot be set up is the -config file's
+	// fault (the bot's CONFIG_FILE is not read here), or the demo's.
+	file.Setting = "the demo config file " + configFile
+	if opts.config != "" {
+		file.Setting = "-config " + opts.config
 	}
 	pg.config = string(file.Data)
 
@@ -319,12 +339,34 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	return pg, nil
 }
 
+// realModel reports whether the bot talks to the model OPENAI_* names:
+// OPENAI_API_KEY or OPENAI_BASE_URL is set and -scripted is not given.
+func realModel(opts options) bool {
+	return (os.Getenv("OPENAI_API_KEY") != "" || os.Getenv("OPENAI_BASE_URL") != "") && !opts.scripted
+}
+
+// notAzure refuses the settings by which the bot talks to Azure OpenAI
+// (OPENAI_API_VERSION, or an OPENAI_BASE_URL on *.openai.azure.com): the
+// playground's client speaks the plain OpenAI protocol only, which Azure's
+// deployments do not, and would fail at the first message with an error
+// from Azure that does not say why.
+func notAzure(version, baseURL string) error {
+	const only = "the playground talks to OpenAI-compatible endpoints only, not to Azure OpenAI as the bot does"
+	if version != "" {
+		return errors.New("OPENAI_API_VERSION is set, which means Azure OpenAI: " + only + ": unset it and point OPENAI_BASE_URL at an OpenAI-compatible endpoint, or give -scripted")
+	}
+	if u, err := url.Parse(baseURL); err == nil && strings.HasSuffix(strings.ToLower(u.Hostname()), ".openai.azure.com") {
+		return errors.New("OPENAI_BASE_URL is an Azure OpenAI endpoint (*.openai.azure.com): " + only + ": point it at an OpenAI-compatible endpoint, or give -scripted")
+	}
+	return nil
+}
+
 // startModel returns the model the bot talks to: the endpoint OPENAI_*
 // names when OPENAI_API_KEY or OPENAI_BASE_URL is set (unless -scripted),
 // otherwise the scripted model, served by a fake OpenAI-compatible server.
 func (pg *playground) startModel(opts options) agent.Model {
 	key, base := os.Getenv("OPENAI_API_KEY"), os.Getenv("OPENAI_BASE_URL")
-	if (key != "" || base != "") && !opts.scripted {
+	if realModel(opts) {
 		pg.modelName = cmp.Or(os.Getenv("OPENAI_MODEL"), defaultModel)
 		return agent.NewOpenAIModel(agent.ModelConfig{BaseURL: cmp.Or(base, defaultBaseURL), APIKey: key, Model: pg.modelName, Timeout: 2 * time.Minute})
 	}

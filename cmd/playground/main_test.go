@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 )
@@ -25,6 +28,9 @@ type step struct {
 	notWant []string
 	// skipped steps come after /quit: they must not run.
 	skipped bool
+	// fails marks a command the playground cannot carry out: the script
+	// then fails, naming it.
+	fails bool
 }
 
 // play runs the playground on the commands of steps and checks the part of
@@ -40,15 +46,28 @@ func play(t *testing.T, steps []step, args ...string) string {
 	t.Setenv("REDIS_URL", "")
 
 	var script strings.Builder
-	for _, s := range steps {
+	var failed []string
+	ran := 0
+	for i, s := range steps {
 		script.WriteString(s.command + "\n")
+		if !s.skipped {
+			ran++
+		}
+		if s.fails {
+			failed = append(failed, "line "+strconv.Itoa(i+1)+" ("+shorten(s.command, 40)+")")
+		}
 	}
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
 	args = append([]string{"-script", "-", "-quiet", "300ms", "-wait", "10s"}, args...)
-	if err := run(ctx, strings.NewReader(script.String()), &out, args); err != nil {
-		t.Fatalf("run: %v\ntranscript:\n%s", err, out.String())
+	err := run(ctx, strings.NewReader(script.String()), &out, args)
+	if len(failed) == 0 {
+		if err != nil {
+			t.Fatalf("run: %v\ntranscript:\n%s", err, out.String())
+		}
+	} else if want := fmt.Sprintf("%d of the script's %d commands failed: %s", len(failed), ran, strings.Join(failed, ", ")); err == nil || err.Error() != want {
+		t.Fatalf("run: %v, want the error %q\ntranscript:\n%s", err, want, out.String())
 	}
 	transcript := out.String()
 
@@ -136,7 +155,7 @@ func TestScriptedSession(t *testing.T) {
 
 func TestEditAlwaysAndCommands(t *testing.T) {
 	play(t, []step{
-		{prompt: "you", command: "/approve", want: []string{"no thread yet"}},
+		{prompt: "you", command: "/approve", want: []string{"no thread yet"}, fails: true},
 		{prompt: "you", command: "write a to notes.md and delete report.csv", want: []string{"card #1:", "card #2:", `"path": "notes.md"`, `"path": "report.csv"`}},
 		{prompt: "you", command: "/as bob", want: []string{"you are now bob"}},
 		{prompt: "bob", command: "/approve 2", want: []string{"(only bob sees this)", "not an approver"}},
@@ -165,11 +184,11 @@ func TestEditAlwaysAndCommands(t *testing.T) {
 func TestOutsiderCannotPost(t *testing.T) {
 	play(t, []step{
 		{prompt: "you", command: "/as dave", want: []string{"you are now dave"}},
-		{prompt: "dave", command: "list files", want: []string{"dave is not in #ops, so cannot post here"}, notWant: []string{"mentions @toolgate", "workspace_list"}},
+		{prompt: "dave", command: "list files", want: []string{"dave is not in #ops, so cannot post here"}, notWant: []string{"mentions @toolgate", "workspace_list"}, fails: true},
 		{prompt: "dave", command: "/as you", want: []string{"you are now you"}},
 		{prompt: "you", command: "write hi to notes.md", want: []string{"card #1:", "Approvers: anyone in this channel"}},
 		{prompt: "you", command: "/as dave", want: []string{"you are now dave"}},
-		{prompt: "dave", command: "looks fine to me", want: []string{"dave is not in #ops, so cannot post here"}, notWant: []string{"toolgate:"}},
+		{prompt: "dave", command: "looks fine to me", want: []string{"dave is not in #ops, so cannot post here"}, notWant: []string{"toolgate:"}, fails: true},
 		// Slack shows no ephemeral message to someone outside the
 		// channel: the bot says why it refused in dave's DM.
 		{prompt: "dave", command: "/approve", want: []string{"toolgate (in dave's DM):", "Nothing changed."}, notWant: []string{"Approved by @dave", "wrote"}},
@@ -476,5 +495,118 @@ func TestBotStoppingEndsThePlayground(t *testing.T) {
 				t.Fatal("the playground went on serving after its bot stopped")
 			}
 		})
+	}
+}
+
+// A -script fails (run returns an error, so the program exits 1) when a
+// command could not be carried out, and says which; what the bot answers,
+// a denied call or a refused approval, is no failure.
+func TestScriptFailures(t *testing.T) {
+	play(t, []step{
+		{prompt: "you", command: "/approve", want: []string{"no thread yet: post a message first"}, fails: true},
+		{prompt: "you", command: "/as eve", want: []string{`no such person "eve"`}, fails: true},
+		{prompt: "you", command: "read secrets/api-token.txt", want: []string{"workspace_read: secrets/ is off limits from chat"}},
+		{prompt: "you", command: "/deny", want: []string{"no pending card in this thread"}, fails: true},
+		{prompt: "you", command: "delete scratch.csv", want: []string{"card #1:"}},
+		{prompt: "you", command: "/approve", want: []string{"(only you see this)", "second pair of eyes"}},
+		{prompt: "you", command: "/deny 7", want: []string{"there is no card #7 in this thread"}, fails: true},
+		{prompt: "you", command: "/reject", want: []string{"type a reason after the command"}, fails: true},
+		{prompt: "you", command: "/frobnicate all the things, and then some more of them", want: []string{"unknown command /frobnicate"}, fails: true},
+		{prompt: "you", command: "/as dave", want: []string{"you are now dave"}},
+		{prompt: "dave", command: "/pending", want: []string{"dave is not in #ops"}, fails: true},
+	})
+
+	// An action the bot is still busy with when -wait runs out: the model
+	// takes its time.
+	t.Setenv("TMPDIR", t.TempDir())
+	model := fakeopenai.New(t)
+	model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		return fakeopenai.Response{Text: "done", Delay: 30 * time.Second}
+	})
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", model.URL())
+	var out bytes.Buffer
+	err := run(context.Background(), strings.NewReader("hello\n"), &out, []string{"-script", "-", "-wait", "3s"})
+	if want := "1 of the script's 1 command failed: line 1 (hello)"; err == nil || err.Error() != want {
+		t.Errorf("run: %v, want %q\n%s", err, want, out.String())
+	}
+	if !strings.Contains(out.String(), "(still waiting for the bot") {
+		t.Errorf("the transcript does not say the bot was still busy:\n%s", out.String())
+	}
+
+	// -tty is for a person at the terminal, who sees each problem.
+	t.Setenv("OPENAI_BASE_URL", "")
+	out.Reset()
+	if err := run(context.Background(), strings.NewReader("/approve\n"), &out, []string{"-tty"}); err != nil {
+		t.Errorf("-tty: %v, want no error", err)
+	}
+}
+
+// -wait must be positive and -quiet not negative: a zero wait would give
+// up on the bot at once, after every command.
+func TestWaitAndQuietFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "" for accepted
+	}{
+		{[]string{"-wait", "0"}, "-wait 0s: want a positive duration"},
+		{[]string{"-wait", "-1s"}, "-wait -1s: want a positive duration"},
+		{[]string{"-quiet", "-1ms"}, "-quiet -1ms: want a duration of 0 or more"},
+		{[]string{"-quiet", "0", "-wait", "1ms"}, ""},
+	} {
+		_, err := parseFlags(tc.args, io.Discard)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v, want it accepted", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)):
+			t.Errorf("%v: %v, want an error starting %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// A tool of a -config file that cannot be set up is reported as the
+// -config file's fault: the bot's CONFIG_FILE plays no part here.
+func TestOwnConfigToolThatCannotBeSetUp(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", "")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.yaml")
+	config := "builtin_tools:\n  run_command: {allow: [ls], dir: " + strconv.Quote(filepath.Join(dir, "nowhere")) + "}\n"
+	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(context.Background(), strings.NewReader(""), io.Discard, []string{"-script", "-", "-config", file})
+	if err == nil || !strings.HasPrefix(err.Error(), "-config "+file+": load tools: run_command") || strings.Contains(err.Error(), "CONFIG_FILE") {
+		t.Errorf("run: %v, want an error naming -config %s", err, file)
+	}
+}
+
+// The bot's Azure OpenAI settings are refused at start, naming the one at
+// fault: the playground's client would send Azure the plain OpenAI
+// protocol. -scripted does not read them.
+func TestAzureSettingsAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		version, base, want string
+	}{
+		{"2024-10-21", "https://example.test/v1", "OPENAI_API_VERSION is set, which means Azure OpenAI"},
+		{"", "https://my-resource.openai.azure.com", "OPENAI_BASE_URL is an Azure OpenAI endpoint"},
+		{"", "https://My-Resource.OpenAI.Azure.com:443/", "OPENAI_BASE_URL is an Azure OpenAI endpoint"},
+	} {
+		t.Setenv("TMPDIR", t.TempDir())
+		t.Setenv("OPENAI_API_KEY", "key")
+		t.Setenv("OPENAI_BASE_URL", tc.base)
+		t.Setenv("OPENAI_API_VERSION", tc.version)
+		err := run(context.Background(), strings.NewReader(""), io.Discard, []string{"-script", "-"})
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !strings.Contains(err.Error(), "-scripted") {
+			t.Errorf("%s %s: %v, want an error starting %q", tc.version, tc.base, err, tc.want)
+		}
+		if left, _ := filepath.Glob(filepath.Join(os.Getenv("TMPDIR"), "toolgate-playground-*")); len(left) > 0 {
+			t.Errorf("temporary directories left behind: %v", left)
+		}
+	}
+	t.Setenv("TMPDIR", t.TempDir())
+	if err := run(context.Background(), strings.NewReader(""), io.Discard, []string{"-script", "-", "-scripted"}); err != nil {
+		t.Errorf("-scripted with Azure settings: %v", err)
 	}
 }

@@ -32,6 +32,13 @@ type session struct {
 	cards     map[string]int    // message ts -> card number in its thread
 	nextCard  int
 	ephemeral map[string]int // user id -> ephemeral messages printed
+
+	// commands counts the commands run; failed names those the
+	// playground could not carry out ("line 3 (/approve)"), and
+	// failing says whether the one running is one of them.
+	commands int
+	failed   []string
+	failing  bool
 }
 
 func newSession(pg *playground, out io.Writer, opts options) *session {
@@ -101,12 +108,14 @@ mentions the bot in #ops and starts a thread, the next ones are replies in it.
   /quit                   stop the bot and leave (end of input and Ctrl-C do too)
 `
 
-// loop reads commands until the input ends, /quit or ctx ends.
+// loop reads commands until the input ends, /quit or ctx ends. With
+// -script, it then returns an error if any command could not be carried
+// out (see fail), so that a script in CI fails.
 func (s *session) loop(ctx context.Context, in io.Reader, interactive bool) error {
 	done := make(chan struct{})
 	defer close(done)
 	input := lines(in, done)
-	for {
+	for n := 1; ; n++ {
 		if interactive {
 			s.printf("%s> ", s.user.name)
 		}
@@ -115,14 +124,14 @@ func (s *session) loop(ctx context.Context, in io.Reader, interactive bool) erro
 		select {
 		case <-ctx.Done():
 			s.printf("\nstopping\n")
-			return nil
+			return s.outcome()
 		case line, ok = <-input:
 		}
 		if !ok {
 			if interactive {
 				s.printf("\n")
 			}
-			return nil
+			return s.outcome()
 		}
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -131,13 +140,50 @@ func (s *session) loop(ctx context.Context, in io.Reader, interactive bool) erro
 		if !interactive {
 			s.printf("%s> %s\n", s.user.name, line)
 		}
-		if quit := s.do(line); quit {
-			return nil
+		s.commands++
+		s.failing = false
+		quit := s.do(line)
+		if s.failing {
+			s.failed = append(s.failed, fmt.Sprintf("line %d (%s)", n, shorten(line, 40)))
 		}
-		if ctx.Err() != nil {
-			return nil
+		if quit || ctx.Err() != nil {
+			return s.outcome()
 		}
 	}
+}
+
+// fail prints why the command running could not be carried out, or not
+// seen through (the bot did not react, or was still busy when -wait
+// ran out), and counts it as failed. What the bot answers is no failure,
+// whatever it is: a denied call, a refused click, a form it sends back.
+func (s *session) fail(format string, args ...any) {
+	s.printf("  "+format+"\n", args...)
+	s.failing = true
+}
+
+// outcome is the session's result: with -script, an error that says how
+// many commands failed and which, if any did; otherwise nil.
+func (s *session) outcome() error {
+	if s.opts.script == "" || len(s.failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of the script's %d %s failed: %s", len(s.failed), s.commands, plural(s.commands, "command", "commands"), strings.Join(s.failed, ", "))
+}
+
+// shorten cuts s to at most n runes, marking the cut with "…".
+func shorten(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// plural returns one for n == 1 and many otherwise.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // do runs one line and reports whether it asked to quit.
@@ -156,7 +202,7 @@ func (s *session) do(line string) (quit bool) {
 	case "/as":
 		p, ok := personByName(rest)
 		if !ok {
-			s.printf("  no such person %q: try you, alice, bob, carol or dave\n", rest)
+			s.fail("no such person %q: try you, alice, bob, carol or dave", rest)
 			break
 		}
 		s.user = p
@@ -188,7 +234,7 @@ func (s *session) do(line string) (quit bool) {
 	case "/show":
 		s.showAll()
 	default:
-		s.printf("  unknown command %s; /help lists them\n", cmd)
+		s.fail("unknown command %s; /help lists them", cmd)
 	}
 	return false
 }
@@ -197,7 +243,7 @@ func (s *session) do(line string) (quit bool) {
 // posts and runs commands; if not, it says so, as the page does.
 func (s *session) inOps() bool {
 	if !s.user.inOps {
-		s.printf("  %s\n", cannotPost(s.user, "#ops"))
+		s.fail("%s", cannotPost(s.user, "#ops"))
 	}
 	return s.user.inOps
 }
@@ -227,7 +273,7 @@ func (s *session) click(action, arg string) {
 	}
 	before := s.pg.activity()
 	if _, err := s.pg.slack.Click(s.user.id, channelOps, card.TS, action, ""); err != nil {
-		s.printf("  could not click: %v\n", err)
+		s.fail("could not click: %v", err)
 		return
 	}
 	s.settle(before)
@@ -243,7 +289,7 @@ func (s *session) modal(action, callback, blockID, actionID, arg, what string) {
 		arg = strings.TrimSpace(arg)
 	}
 	if arg == "" {
-		s.printf("  type %s after the command\n", what)
+		s.fail("type %s after the command", what)
 		return
 	}
 	card, ok := s.pickCard(action, num)
@@ -257,7 +303,7 @@ func (s *session) modal(action, callback, blockID, actionID, arg, what string) {
 	told := len(s.pg.slack.Ephemerals(s.user.id))
 	before := s.pg.activity()
 	if _, err := s.pg.slack.Click(s.user.id, channelOps, card.TS, action, ""); err != nil {
-		s.printf("  could not click: %v\n", err)
+		s.fail("could not click: %v", err)
 		return
 	}
 	var view fakeslack.View
@@ -281,7 +327,7 @@ func (s *session) modal(action, callback, blockID, actionID, arg, what string) {
 	before = s.pg.activity()
 	ack, err := s.pg.slack.SubmitView(s.user.id, view.ID, map[string]map[string]string{blockID: {actionID: arg}}, "")
 	if err != nil {
-		s.printf("  could not submit: %v\n", err)
+		s.fail("could not submit: %v", err)
 		return
 	}
 	var resp struct {
@@ -305,7 +351,7 @@ func (s *session) slash(text string) {
 		return
 	}
 	if _, err := s.pg.slack.Slash(s.user.id, channelOps, "/approvals", typed(text)); err != nil {
-		s.printf("  /approvals %s: %v\n", text, err)
+		s.fail("/approvals %s: %v", text, err)
 		return
 	}
 	s.show()
@@ -315,7 +361,7 @@ func (s *session) slash(text string) {
 // pending card of the thread. It explains the problem when there is none.
 func (s *session) pickCard(action, num string) (fakeslack.Message, bool) {
 	if s.thread == "" {
-		s.printf("  no thread yet: post a message first\n")
+		s.fail("no thread yet: post a message first")
 		return fakeslack.Message{}, false
 	}
 	s.show() // numbers cards that are new
@@ -323,31 +369,31 @@ func (s *session) pickCard(action, num string) (fakeslack.Message, bool) {
 	if num != "" {
 		n, err := strconv.Atoi(num)
 		if err != nil {
-			s.printf("  %q is not a card number\n", num)
+			s.fail("%q is not a card number", num)
 			return fakeslack.Message{}, false
 		}
 		for _, m := range msgs {
 			if s.cards[m.TS] == n {
 				if !hasElement(m.Blocks, action) {
-					s.printf("  card #%d has no such button (any more)\n", n)
+					s.fail("card #%d has no such button (any more)", n)
 					return fakeslack.Message{}, false
 				}
 				return m, true
 			}
 		}
-		s.printf("  there is no card #%d in this thread\n", n)
+		s.fail("there is no card #%d in this thread", n)
 		return fakeslack.Message{}, false
 	}
 	for _, m := range slices.Backward(msgs) {
 		if m.BotID != "" && isPendingCard(m) {
 			if !hasElement(m.Blocks, action) {
-				s.printf("  card #%d has no such button\n", s.cards[m.TS])
+				s.fail("card #%d has no such button", s.cards[m.TS])
 				return fakeslack.Message{}, false
 			}
 			return m, true
 		}
 	}
-	s.printf("  no pending card in this thread\n")
+	s.fail("no pending card in this thread")
 	return fakeslack.Message{}, false
 }
 
@@ -368,7 +414,7 @@ func (s *session) settle(before int64) {
 		}
 		if !reacted {
 			if time.Since(start) > min(startWait, s.opts.wait) {
-				s.printf("  (the bot did not react)\n")
+				s.fail("(the bot did not react)")
 				return
 			}
 			continue
@@ -377,7 +423,7 @@ func (s *session) settle(before int64) {
 			return
 		}
 	}
-	s.printf("  (still waiting for the bot; its answer will show after the next command)\n")
+	s.fail("(still waiting for the bot; its answer will show after the next command)")
 }
 
 // idle reports whether the bot shows no work in progress in the thread.
@@ -441,7 +487,7 @@ func (s *session) show() {
 // showAll prints the whole thread, people's messages included.
 func (s *session) showAll() {
 	if s.thread == "" {
-		s.printf("  no thread yet\n")
+		s.fail("no thread yet")
 		return
 	}
 	for _, m := range s.pg.slack.Thread(channelOps, s.thread) {

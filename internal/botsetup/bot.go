@@ -1,6 +1,7 @@
 package botsetup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -43,9 +44,10 @@ type Bot struct {
 
 // Build loads the tools of p.File (connecting its MCP servers, see
 // tools.Load), then builds on p.Store the policy engine for p.File.Policy,
-// the Slack app and the agent, whose model requests and judged tool calls are metered
-// in p.Metrics. It fails, with nothing left running, when a tool cannot be
-// set up or the Slack app's configuration is refused ("set up slack app:
+// the Slack app and the agent, whose model requests and judged tool calls
+// are metered in p.Metrics. It fails, with nothing left running, when a
+// tool cannot be set up (a *ConfigError naming the file as p.File.Setting
+// does) or the Slack app's configuration is refused ("set up slack app:
 // ..."). The caller closes the Bot after App.Run has returned, before the
 // store.
 func Build(ctx context.Context, p Parts) (*Bot, error) {
@@ -54,8 +56,9 @@ func Build(ctx context.Context, p Parts) (*Bot, error) {
 	if err != nil {
 		if ctx.Err() == nil {
 			// A tool of the file that cannot be set up (a directory
-			// that does not exist, a preview tool the server lacks).
-			err = &ConfigError{Err: fmt.Errorf("CONFIG_FILE: %w", err)}
+			// that does not exist, a preview tool the server lacks),
+			// named as the caller names the file.
+			err = &ConfigError{Err: fmt.Errorf("%s: %w", cmp.Or(p.File.Setting, "config file"), err)}
 		}
 		return nil, err
 	}

@@ -1,7 +1,9 @@
 package botsetup
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -145,5 +147,34 @@ func TestBuildBadSlackConfig(t *testing.T) {
 	_, err = Build(t.Context(), Parts{Store: st, File: file, Logger: log})
 	if err == nil || !strings.HasPrefix(err.Error(), "set up slack app: ") {
 		t.Errorf("got %v, want a set up slack app error", err)
+	}
+}
+
+// A tool of the file that cannot be set up fails Build with a
+// *ConfigError that names the file as its caller does: CONFIG_FILE for
+// the bot, the -config flag for the playground.
+func TestBuildNamesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "config.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: "+strconv.Quote(filepath.Join(dir, "nowhere"))+"}\n")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		setting, rename, want string
+	}{
+		{"CONFIG_FILE", "", "CONFIG_FILE: load tools: run_command"},
+		{"-config", "-config " + path, "-config " + path + ": load tools: run_command"},
+		{"", "", "config file: load tools: run_command"},
+	} {
+		file, err := LoadFile(tc.setting, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.rename != "" {
+			file.Setting = tc.rename
+		}
+		_, err = Build(t.Context(), Parts{File: file, Logger: log})
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("setting %q: got %T %v, want a *ConfigError starting %q", cmp.Or(tc.rename, tc.setting), err, err, tc.want)
+		}
 	}
 }

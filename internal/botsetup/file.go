@@ -24,15 +24,20 @@ type File struct {
 	Tools tools.Config
 	// Data is the file's text as read; nil with no file.
 	Data []byte
+	// Setting names the file in the errors of what it sets up (see
+	// Build): LoadFile's setting, such as CONFIG_FILE; a caller may name
+	// it otherwise, such as "-config PATH". Empty: "config file".
+	Setting string
 }
 
 // LoadFile reads and parses the config file at path; an empty path gives
 // the empty configuration (no tools, the default policy). setting names
 // where the path came from (CONFIG_FILE for the bot, -config for the
-// playground). Every error is a *ConfigError: "SETTING: PATH is a
-// directory, not a file (...)" for a directory (what Docker mounts for a
-// missing file), "SETTING: ..." when the file cannot be read, and "config
-// file PATH: ..." when a section does not parse.
+// playground); the File keeps it as its Setting. Every error is a
+// *ConfigError: "SETTING: PATH is a directory, not a file (...)" for a
+// directory (what Docker mounts for a missing file), "SETTING: ..." when
+// the file cannot be read, and "config file PATH: ..." when a section
+// does not parse.
 func LoadFile(setting, path string) (File, error) {
 	var data []byte
 	if path != "" {
@@ -55,7 +60,7 @@ func LoadFile(setting, path string) (File, error) {
 	if err != nil {
 		return File{}, &ConfigError{Err: fmt.Errorf("config file %s: %w", path, err)}
 	}
-	return File{Policy: policy, Tools: tc, Data: data}, nil
+	return File{Policy: policy, Tools: tc, Data: data, Setting: setting}, nil
 }
 
 // OneDocument refuses YAML of more than one document (empty ones, as
@@ -89,6 +94,18 @@ func empty(doc *yaml.Node) bool {
 	return len(doc.Content) == 0 || doc.Content[0].Tag == "!!null"
 }
 
+// kindName names what a YAML node is, for an error.
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	default:
+		return "a single value"
+	}
+}
+
 // Sections are the config file's top-level keys.
 var Sections = []string{"mcp_servers", "builtin_tools", "policy"}
 
@@ -99,8 +116,10 @@ var Sections = []string{"mcp_servers", "builtin_tools", "policy"}
 // reader takes the first, and a top-level merge key ("<<: *anchor"), whose
 // sections the policy's parser would read and the tools' would not. It
 // refuses a file of several YAML documents too: the sections' parsers
-// read the first, and would drop what follows a "---". A file that does
-// not parse is left to the sections' own parsers, which say where.
+// read the first, and would drop what follows a "---", and a file whose
+// top level is not a mapping (a list, say), which each section's parser
+// would refuse again. A file that does not parse is left to the sections'
+// own parsers, which say where.
 func CheckSections(data []byte) error {
 	if err := OneDocument(data); err != nil {
 		return err
@@ -111,7 +130,9 @@ func CheckSections(data []byte) error {
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
-		return nil
+		// Each section's parser would refuse it, in its own words; one
+		// fault is one error.
+		return fmt.Errorf("line %d: the file must be a mapping of its sections (%s), not %s", root.Line, strings.Join(Sections, ", "), kindName(root))
 	}
 	if err := tools.UniqueKeys(root, ""); err != nil {
 		return err

@@ -65,6 +65,8 @@ func TestLoadFileErrors(t *testing.T) {
 	toolsTwice := writeFile(t, dir, "tools-twice.yaml", "builtin_tools: {ask_human: {}}\nbuiltin_tools: {workspace: {root: /tmp/w}}\n")
 	policyTwice := writeFile(t, dir, "policy-twice.yaml", "policy: {default: deny}\nmcp_servers:\npolicy: {default: allow}\n")
 	builtinTwice := writeFile(t, dir, "builtin-twice.yaml", "builtin_tools:\n  run_command: {allow: [ls], dir: /srv}\n  run_command: {allow: [cat], dir: /srv}\n")
+	list := writeFile(t, dir, "list.yaml", "- policy: {default: deny}\n")
+	scalar := writeFile(t, dir, "scalar.yaml", "policy\n")
 	merged := writeFile(t, dir, "merged.yaml", "x-common: &common\n  builtin_tools: {ask_human: {}}\n  policy: {default: allow}\n<<: *common\n")
 	tests := []struct {
 		name, setting, path string
@@ -83,6 +85,8 @@ func TestLoadFileErrors(t *testing.T) {
 		{"the policy twice", "CONFIG_FILE", policyTwice, []string{"policy (line 3): given twice (first on line 1)"}},
 		{"a built-in tool twice", "CONFIG_FILE", builtinTwice, []string{"builtin_tools.run_command (line 3): given twice (first on line 2)"}},
 		{"a top-level merge key", "CONFIG_FILE", merged, []string{`merge key "<<" at the top level (line 4)`}},
+		{"a list", "CONFIG_FILE", list, []string{"config file " + list + ": line 1: the file must be a mapping of its sections (mcp_servers, builtin_tools, policy), not a list"}},
+		{"a single value", "CONFIG_FILE", scalar, []string{"config file " + scalar + ": line 1: the file must be a mapping of its sections (mcp_servers, builtin_tools, policy), not a single value"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
