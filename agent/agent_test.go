@@ -543,6 +543,8 @@ func TestBadToolCallsFromTheModel(t *testing.T) {
 		{"keys differing by case", call("c1", "deploy", `{"service":"api","version":"1","Service":"vault"}`), `keys "service" and "Service" differ only by case`},
 		{"keys differing by case and width", call("c1", "deploy", "{\"service\":\"api\",\"version\":\"1\",\"\uff33ervice\":\"vault\"}"), "differ only by case"},
 		{"deep nesting", call("c1", "read_file", `{"path":`+strings.Repeat("[", 65)+strings.Repeat("]", 65)+`}`), "nested more than 64 levels deep"},
+		{"lone surrogate escape", call("c1", "read_file", `{"path":"/a\ud800"}`), "unpaired surrogate escape"},
+		{"lone surrogate escape, asking tool", call("c1", "deploy", `{"service":"api\udc00","version":"1"}`), "unpaired surrogate escape"},
 	}
 	b := backends(t)[0]
 	for _, tt := range tests {

@@ -75,6 +75,19 @@ func TestFilledDefaultBesideALookAlikeKeyIsRefused(t *testing.T) {
 	}
 }
 
+// Half a surrogate pair is refused for a tool whose schema fills in a
+// default too, although filling it in decodes the arguments, which would
+// make it U+FFFD before the canonical form could refuse it.
+func TestFilledRefusesHalfASurrogatePair(t *testing.T) {
+	r := agent.NewRegistry()
+	schema := `{"type":"object","properties":{"path":{"type":"string"},"mode":{"type":"string","default":"ro"}}}`
+	must(t, r.Register(agent.Tool{Name: "x", Handler: nop, Schema: json.RawMessage(schema)}))
+	got, err := r.Filled("x", json.RawMessage(`{"path":"/a\ud800"}`))
+	if err == nil || !strings.Contains(err.Error(), "unpaired surrogate escape") {
+		t.Errorf("Filled = %s, %v; want half a surrogate pair refused", got, err)
+	}
+}
+
 // A default that is an object is copied into each call's arguments: a
 // later fill of one call's value never changes the schema's default.
 func TestFilledDefaultIsNotShared(t *testing.T) {

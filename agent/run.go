@@ -1384,6 +1384,12 @@ func checkArgs(args json.RawMessage, validate func(json.RawMessage) (json.RawMes
 	if err := checkDepth(args); err != nil {
 		return nil, "", err
 	}
+	// Decoded to be validated and have defaults filled in, invalid UTF-8
+	// and half a surrogate pair would become U+FFFD before Fingerprint
+	// could refuse them.
+	if err := approvals.CheckText(args); err != nil {
+		return nil, "", err
+	}
 	filled, err := validate(args)
 	if err != nil {
 		return nil, "", err

@@ -3,6 +3,7 @@ package approvals
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,7 +32,11 @@ import (
 // ask. Errors name the rule by its 1-based position and YAML line, and the
 // field at fault: unknown keys, a missing tool, a bad glob or one no tool
 // name can match, an unknown verdict, a condition that does not compile or
-// is not a bool, a bad ttl or approver id, a duplicate id.
+// is not a bool, a bad ttl or approver id, a min_approvals that is not a
+// whole number in decimal digits, a duplicate id. A key given with nothing
+// in it (when, approvers, four_eyes, ttl, remind_after or min_approvals
+// left blank or null, or approvers: []) is refused too, where leaving the
+// key out says what it would silently mean.
 func ParseConfig(data []byte) (*Policy, error) {
 	var doc struct {
 		Policy yaml.Node `yaml:"policy"`
@@ -214,21 +219,29 @@ func parseRuleNode(n *yaml.Node) (lineRule, error) {
 		case "reason":
 			err = scalar(v, &r.Reason)
 		case "approvers":
-			if v.Kind != yaml.SequenceNode && !isNull(v) {
+			switch {
+			case isNull(v), v.Kind == yaml.SequenceNode && len(v.Content) == 0:
+				// As with when, and approvers= in ParseRule: a blank
+				// left by a template would open the rule to anyone in
+				// the channel.
+				err = errEmptyApprovers
+			case v.Kind != yaml.SequenceNode:
 				err = errors.New("want a list of Slack user or user-group ids")
-			} else {
-				err = v.Decode(&r.Approvers)
+			default:
+				err = approversField(v, &r.Approvers)
 			}
 		case "four_eyes":
-			err = v.Decode(&r.FourEyes)
+			if isNull(v) {
+				err = errEmptyFourEyes
+			} else {
+				err = v.Decode(&r.FourEyes)
+			}
 		case "ttl":
 			r.TTL, err = durationField(v)
 		case "remind_after":
 			r.RemindAfter, err = durationField(v)
 		case "min_approvals":
-			if err = v.Decode(&r.MinApprovals); err == nil && r.MinApprovals < 1 {
-				err = fmt.Errorf("%d: want 1 or more", r.MinApprovals)
-			}
+			r.MinApprovals, err = countField(v)
 		default:
 			return lr, fmt.Errorf("unknown key %q (line %d): want id, tool, when, verdict, reason, approvers, four_eyes, ttl, min_approvals or remind_after", k.Value, k.Line)
 		}
@@ -256,11 +269,39 @@ func scalar(n *yaml.Node, s *string) error {
 // which leaving the key out says.
 var errEmptyDuration = errors.New(`empty: give a duration such as 72h, or leave the key out for the bot's default`)
 
-// durationField decodes a rule's ttl or remind_after; null leaves it unset,
-// as for the other fields.
+// errEmptyApprovers refuses approvers given with nothing in them (null, or
+// an empty list): a blank left by a template would open the rule to anyone
+// who can see the conversation, which leaving the key out says.
+var errEmptyApprovers = errors.New("empty: name Slack user or user-group ids, or leave approvers out for anyone who can see the conversation")
+
+// approversField decodes a rule's approvers, a list that is not empty.
+// yaml.v3 drops a null item, so a blank item ("- " with nothing after it,
+// as a template may leave) would shrink the list, to nothing at worst,
+// which opens the rule to anyone in the channel: it is refused.
+func approversField(n *yaml.Node, out *[]string) error {
+	for i, item := range n.Content {
+		if isNull(deref(item)) {
+			return fmt.Errorf("item %d (line %d) is empty: name a Slack user or user-group id, or leave approvers out for anyone who can see the conversation", i+1, item.Line)
+		}
+	}
+	if err := n.Decode(out); err != nil {
+		return err
+	}
+	if len(*out) != len(n.Content) {
+		return fmt.Errorf("%d items read of %d: want a list of Slack user or user-group ids", len(*out), len(n.Content))
+	}
+	return nil
+}
+
+// errEmptyFourEyes refuses four_eyes given with nothing in it, which would
+// silently mean false.
+var errEmptyFourEyes = errors.New("empty: give true or false, or leave four_eyes out for false")
+
+// durationField decodes a rule's ttl or remind_after. Null is refused, as
+// an empty string is: leaving the key out says the bot's default.
 func durationField(n *yaml.Node) (time.Duration, error) {
 	if isNull(n) {
-		return 0, nil
+		return 0, errEmptyDuration
 	}
 	var s string
 	if err := scalar(n, &s); err != nil {
@@ -270,6 +311,51 @@ func durationField(n *yaml.Node) (time.Duration, error) {
 		return 0, errEmptyDuration
 	}
 	return parseTTL(s)
+}
+
+// countField decodes a rule's min_approvals: a plain decimal whole number,
+// 1 or more, as ParseRule takes it. yaml.v3 would truncate 2.9 or 1.5
+// into an int (weakening a two-person rule) and read 0x2, 0o2 or 1_0.
+func countField(n *yaml.Node) (int, error) {
+	if isNull(n) {
+		return 0, errors.New("empty: give a whole number, 1 or more, or leave min_approvals out for 1")
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || !isDecimal(n.Value) {
+		var what string
+		switch {
+		case n.Kind == yaml.SequenceNode:
+			what = "a list"
+		case n.Kind == yaml.MappingNode:
+			what = "a mapping"
+		case n.ShortTag() == "!!str":
+			what = "the string " + strconv.Quote(n.Value)
+		default:
+			what = n.Value
+		}
+		return 0, fmt.Errorf("want a whole number in decimal digits, 1 or more, got %s", what)
+	}
+	c, err := strconv.Atoi(n.Value)
+	if err != nil {
+		return 0, fmt.Errorf("want a whole number, 1 or more, got %q", n.Value)
+	}
+	if c < 1 {
+		return 0, fmt.Errorf("%d: want 1 or more", c)
+	}
+	return c, nil
+}
+
+// isDecimal reports whether s is a whole number in plain decimal digits,
+// with no sign and no leading zero (YAML 1.1 reads 010 as octal).
+func isDecimal(s string) bool {
+	if s == "" || (len(s) > 1 && s[0] == '0') {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // cleanYAMLError drops the "yaml: unmarshal errors:" preamble, since the

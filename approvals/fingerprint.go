@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Fingerprint returns the canonical form of a call's JSON arguments and its
@@ -23,9 +24,16 @@ import (
 //     tool may tell them apart;
 //   - array order is kept.
 //
-// Invalid JSON, trailing data after the value and an object with the same
-// key twice (which tools may read differently) are errors.
+// Invalid JSON, trailing data after the value, an object with the same
+// key twice (which tools may read differently), and text that is not
+// valid UTF-8 or holds an escape of half a surrogate pair (\ud800 alone)
+// are errors: decoding would turn each into U+FFFD, so that arguments the
+// model wrote differently shared a fingerprint and the tool got other
+// bytes than the model sent.
 func Fingerprint(args json.RawMessage) (canonical json.RawMessage, fp string, err error) {
+	if err := CheckText(args); err != nil {
+		return nil, "", fmt.Errorf("canonical arguments: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
 	var buf bytes.Buffer
@@ -148,4 +156,68 @@ func writeString(buf *bytes.Buffer, s string) error {
 	}
 	buf.Write(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 	return nil
+}
+
+// CheckText refuses JSON text that is not valid UTF-8, or whose \u escapes
+// include half a surrogate pair: a high surrogate (\ud800-\udbff) not
+// followed by an escaped low one (\udc00-\udfff), or a low one alone.
+// Fingerprint refuses such arguments with it; a caller that decodes the
+// arguments and encodes them again before Fingerprint sees them (to fill
+// in a schema's defaults, say) checks the text as written with it first,
+// as decoding turns both into U+FFFD. Other invalid JSON is left to the
+// decoder: a backslash only starts an escape inside a string, so escapes
+// are found without following strings.
+func CheckText(b []byte) error {
+	if !utf8.Valid(b) {
+		return errors.New("arguments contain invalid UTF-8")
+	}
+	const msg = "arguments contain an unpaired surrogate escape (\\u%04x): write the character itself, or both halves of its pair"
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\\')
+		if j < 0 || i+j+1 >= len(b) {
+			return nil
+		}
+		i += j
+		if b[i+1] != 'u' {
+			i += 2 // \\, \" and the others: the next byte starts no escape
+			continue
+		}
+		r, ok := hex4(b, i+2)
+		switch {
+		case !ok:
+			i += 2 // the decoder refuses it
+		case 0xd800 <= r && r <= 0xdbff:
+			lo, ok := hex4(b, i+8)
+			if !ok || b[i+6] != '\\' || b[i+7] != 'u' || lo < 0xdc00 || lo > 0xdfff {
+				return fmt.Errorf(msg, r)
+			}
+			i += 12
+		case 0xdc00 <= r && r <= 0xdfff:
+			return fmt.Errorf(msg, r)
+		default:
+			i += 6
+		}
+	}
+}
+
+// hex4 reads the 4 hex digits of a \u escape at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i < 0 || i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }

@@ -453,12 +453,16 @@ func TestParseConfigFields(t *testing.T) {
 	}
 }
 
-// A ttl or remind_after left null is not given, as any other field; only
-// an empty string, which reads as a value, is refused.
+// A ttl or remind_after left null is refused, as an empty string is (and
+// a blank when or approvers): leaving the key out says the bot's default.
 func TestParseConfigNullDurations(t *testing.T) {
-	p := mustParse(t, "policy:\n  rules:\n    - {tool: deploy, verdict: ask, ttl: , remind_after: ~}\n")
-	if r := p.Rules()[0]; r.TTL != 0 || r.RemindAfter != 0 {
-		t.Errorf("got rule %+v, want no ttl and no remind_after", r)
+	for _, cfg := range []string{
+		"policy:\n  rules:\n    - {tool: deploy, verdict: ask, ttl: }\n",
+		"policy:\n  rules:\n    - {tool: deploy, verdict: ask, remind_after: ~}\n",
+	} {
+		if _, err := ParseConfig([]byte(cfg)); err == nil || !strings.Contains(err.Error(), "empty: give a duration") {
+			t.Errorf("ParseConfig(%q): got %v, want the duration refused as empty", cfg, err)
+		}
 	}
 }
 

@@ -61,17 +61,25 @@ func (c *strictCall) apply(l, r ref.Val) ref.Val {
 		if !sameKind(l, r) {
 			return types.NewErr("compares a %s with a %s", kind(l), kind(r))
 		}
+		if x, y, at, found := deepMismatch(l, r); found {
+			return types.NewErr("compares a %s with a %s, at %s", kind(x), kind(y), at)
+		}
 		eq := types.Equal(l, r)
 		if b, ok := eq.(types.Bool); ok && c.Function() == operators.NotEquals {
 			return !b
 		}
 		return eq
 	}
-	// in: every element of a list, or key of a map, is of l's kind.
+	// in: every element of a list, or key of a map, is of l's kind, at
+	// every depth.
 	if it, ok := r.(traits.Iterable); ok {
 		for i := it.Iterator(); i.HasNext() == types.True; {
-			if e := i.Next(); !sameKind(l, e) {
+			e := i.Next()
+			if !sameKind(l, e) {
 				return types.NewErr("looks for a %s among values that include a %s", kind(l), kind(e))
+			}
+			if x, y, at, found := deepMismatch(l, e); found {
+				return types.NewErr("looks for a %s among values that include a %s, comparing at %s a %s with a %s", kind(l), kind(e), at, kind(x), kind(y))
 			}
 		}
 	}
@@ -86,6 +94,83 @@ func (c *strictCall) apply(l, r ref.Val) ref.Val {
 // numbers, or either null.
 func sameKind(a, b ref.Val) bool {
 	return kind(a) == kind(b) || a.Type() == types.NullType || b.Type() == types.NullType
+}
+
+// deepMismatch looks inside a and b, which sameKind accepts, for two values
+// at the same place whose kinds differ, as types.Equal would compare them
+// by CEL's rules and answer false: ["prod"] and [["prod"]], or {"env":
+// "prod"} and {"env": ["prod"]}. It walks lists of the same length and maps
+// with the same keys (other lists and maps are unequal whatever their
+// elements), and returns the first such pair and where it is in a, as
+// [0]["env"]. Scalars cost a type assertion or two.
+func deepMismatch(a, b ref.Val) (x, y ref.Val, at string, found bool) {
+	switch av := a.(type) {
+	case traits.Lister:
+		bv, ok := b.(traits.Lister)
+		if !ok {
+			return nil, nil, "", false
+		}
+		n, ok := av.Size().(types.Int)
+		if !ok || bv.Size() != n {
+			return nil, nil, "", false
+		}
+		for i := types.Int(0); i < n; i++ {
+			ae, be := av.Get(i), bv.Get(i)
+			if types.IsUnknownOrError(ae) || types.IsUnknownOrError(be) {
+				return nil, nil, "", false // types.Equal answers that
+			}
+			if !sameKind(ae, be) {
+				return ae, be, fmt.Sprintf("[%d]", i), true
+			}
+			if x, y, at, found := deepMismatch(ae, be); found {
+				return x, y, fmt.Sprintf("[%d]", i) + at, true
+			}
+		}
+	case traits.Mapper:
+		bv, ok := b.(traits.Mapper)
+		if !ok || av.Size() != bv.Size() {
+			return nil, nil, "", false
+		}
+		// Walk the keys in the order of a JSON object's, sorted, when
+		// either is one, so the pair named does not vary.
+		from, other := av, bv
+		if _, sorted := a.(sortedMap); !sorted {
+			if _, sorted := b.(sortedMap); sorted {
+				from, other = bv, av
+			}
+		}
+		for it := from.Iterator(); it.HasNext() == types.True; {
+			if _, ok := other.Find(it.Next()); !ok {
+				return nil, nil, "", false // other keys: unequal
+			}
+		}
+		for it := from.Iterator(); it.HasNext() == types.True; {
+			k := it.Next()
+			ae, aok := av.Find(k)
+			be, bok := bv.Find(k)
+			if !aok || !bok {
+				return nil, nil, "", false
+			}
+			if types.IsUnknownOrError(ae) || types.IsUnknownOrError(be) {
+				return nil, nil, "", false
+			}
+			if !sameKind(ae, be) {
+				return ae, be, keyPath(k), true
+			}
+			if x, y, at, found := deepMismatch(ae, be); found {
+				return x, y, keyPath(k) + at, true
+			}
+		}
+	}
+	return nil, nil, "", false
+}
+
+// keyPath writes a map key as a step of deepMismatch's path: ["env"], [1].
+func keyPath(k ref.Val) string {
+	if s, ok := k.(types.String); ok {
+		return fmt.Sprintf("[%q]", string(s))
+	}
+	return fmt.Sprintf("[%v]", k.Value())
 }
 
 // kind names a value's type, numbers as one.
