@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/toolgate/toolgate/agent"
@@ -78,13 +79,25 @@ func TestFilledDefaultBesideALookAlikeKeyIsRefused(t *testing.T) {
 // Half a surrogate pair is refused for a tool whose schema fills in a
 // default too, although filling it in decodes the arguments, which would
 // make it U+FFFD before the canonical form could refuse it.
-func TestFilledRefusesHalfASurrogatePair(t *testing.T) {
-	r := agent.NewRegistry()
-	schema := `{"type":"object","properties":{"path":{"type":"string"},"mode":{"type":"string","default":"ro"}}}`
-	must(t, r.Register(agent.Tool{Name: "x", Handler: nop, Schema: json.RawMessage(schema)}))
-	got, err := r.Filled("x", json.RawMessage(`{"path":"/a\ud800"}`))
-	if err == nil || !strings.Contains(err.Error(), "unpaired surrogate escape") {
-		t.Errorf("Filled = %s, %v; want half a surrogate pair refused", got, err)
+func TestDefaultsFilledAfterHalfASurrogatePairIsRefused(t *testing.T) {
+	for _, b := range backends(t)[:1] {
+		w := newWorld(t, b)
+		var ran atomic.Int64
+		schema := `{"type":"object","properties":{"path":{"type":"string"},"mode":{"type":"string","default":"ro"}}}`
+		must(t, w.reg.Register(agent.Tool{Name: "read_any", Schema: json.RawMessage(schema), Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			ran.Add(1)
+			return agent.Result{Content: "read"}, nil
+		}}))
+		w.model.Reply(fakeopenai.ToolCalls(call("c1", "read_any", `{"path":"/a\ud800"}`)), fakeopenai.Text("refused"))
+		if _, err := w.agent().Run(context.Background(), request("read it")); err != nil {
+			t.Fatal(err)
+		}
+		if got := toolResults(t, w.model); len(got) != 1 || !strings.Contains(got[0], "unpaired surrogate escape") {
+			t.Errorf("the model read %q, want half a surrogate pair refused", got)
+		}
+		if n := ran.Load(); n != 0 {
+			t.Errorf("read_any ran %d times", n)
+		}
 	}
 }
 
