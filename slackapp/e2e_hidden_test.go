@@ -70,7 +70,8 @@ func TestAnswerKeepsTheJoinersAndMarksOfNaturalText(t *testing.T) {
 	for _, mode := range answerModes {
 		streamed := mode.streamed
 		t.Run(mode.name, func(t *testing.T) {
-			_, m := answerIn(t, streamed, natural, 3, "Done")
+			// Waits for the end: a stream shows its first words first.
+			_, m := answerIn(t, streamed, natural, 3, "❤\ufe0f")
 			shown := m.Text
 			if !streamed {
 				shown = blocksText(m)
