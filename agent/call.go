@@ -49,19 +49,23 @@ type Call struct {
 	Conversation string
 	RuleID       string
 	Reason       string
-	// Approvers are those who may decide the call as shown: for a pending
-	// edit, those both its rule and the card's name, or its rule's when
-	// they name no one in common (see editApprovers); a decider must then
-	// be among CardApprovers too.
+	// Approvers are those who may decide the call as shown: for a call
+	// with an edit (pending, or the one it was decided with or after),
+	// those both its rule and the card's name, or its rule's when they
+	// name no one in common (see editApprovers); a decider must then be
+	// among CardApprovers too. Who may see the call follows them, decided
+	// or not.
 	Approvers []string
 	// CardApprovers are the approvers of the card's rule, whom a decider
-	// of a pending edit must be among as well as the edit's rule's.
+	// of an edit must be among as well as the edit's rule's.
 	CardApprovers []string
 	// NeedsAudience is set when a decider must also be able to see the
 	// conversation: the card's rule names no approvers (anyone in the
-	// conversation decides), even when a pending edit's rule names some
-	// (Approvers lists them then), or a pending edit's rule names none
-	// while the card's names some (Approvers lists the card's then).
+	// conversation decides), even when an edit's rule names some
+	// (Approvers lists them then), or an edit's rule names none while the
+	// card's names some (Approvers lists the card's then). An edit's mark
+	// holds once the call is decided, expired or cancelled too, for who
+	// may see it.
 	NeedsAudience bool
 	FourEyes      bool
 	// NoAlwaysAllow marks an ask a standing rule may not relax (made of
@@ -119,18 +123,28 @@ func viewOf(c store.Call) Call {
 		v.Approvals = append(v.Approvals, ap.Approver)
 	}
 	v.RemindAt = reminders(c)
-	if c.Edit != nil && c.Status == store.Pending {
+	if c.Edit != nil {
 		// The edit's arguments wait on the approvers both its rule and
-		// the card's admit, as many as the most either asks for.
+		// the card's admit. An edit under a rule that names no approvers
+		// is decided only by people who can see the conversation, as the
+		// agent checks on every decision, whoever the card's rule names.
+		// An edit stored without the mark needs what the card's rule
+		// needs.
+		//
+		// Who may decide the edit is who may see the call: that holds
+		// once it is decided (with the edit, or by a Deny or Reject of
+		// it), expired or cancelled too, as its decision may hold the
+		// edited arguments or words about them. Only its arguments go
+		// back to the model's (a decision holds the edited ones).
+		v.Approvers = editApprovers(c.Approvers, c.Edit.Approvers)
+		v.NeedsAudience = v.NeedsAudience || c.Edit.NeedsAudience
+	}
+	if c.Edit != nil && c.Status == store.Pending {
+		// The pending arguments are the edit's, waiting on as many
+		// approvals as the most either rule asks for.
 		v.Args, v.Edited = c.Edit.Args, true
 		v.Preview, v.PreviewError = c.Edit.Preview, c.Edit.PreviewError
 		v.MinApprovals = max(v.MinApprovals, c.Edit.MinApprovals)
-		v.Approvers = editApprovers(c.Approvers, c.Edit.Approvers)
-		// An edit under a rule that names no approvers is decided only
-		// by people who can see the conversation, as the agent checks
-		// on every decision, whoever the card's rule names. An edit
-		// stored without the mark needs what the card's rule needs.
-		v.NeedsAudience = v.NeedsAudience || c.Edit.NeedsAudience
 	}
 	return v
 }

@@ -406,14 +406,16 @@ func lookupFailed(err error) bool {
 
 // authorize checks that the decider may decide c: under the approvers the
 // card showed, as someone who can see the conversation when the rule names
-// no approvers, and, for a decision that runs the call or gives the model
-// someone's words (a rejection's reason, an answer), under the policy as it
-// is now (an admin may have tightened it since the card was posted): one
-// that runs the call is refused when the policy now denies it, and each
-// when the rule that asks now leaves the decider out. A plain deny stays
-// with the card's approvers, and an edit is judged on its new arguments
-// (checkEdit). For a decision that runs the call it returns the current
-// verdict. The policy judges by recs, read with the call.
+// no approvers (or a pending edit's rule names none), and, for a decision
+// that runs the call or gives the model someone's words (a rejection's
+// reason, an answer), under the policy as it is now (an admin may have
+// tightened it since the card was posted): one that runs the call is
+// refused when the policy now denies it, and each when the rule that asks
+// now leaves the decider out. A plain deny stays with the card's approvers
+// (those in the conversation, when a pending edit needs them there: see
+// cardApprover), and an edit is judged on its new arguments (checkEdit).
+// For a decision that runs the call it returns the current verdict. The
+// policy judges by recs, read with the call.
 func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decision, recs map[string][]store.Record) (approvals.Verdict, error) {
 	if err := a.cardApprover(ctx, c, d.Decider); err != nil {
 		return approvals.Verdict{}, err
@@ -422,7 +424,9 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	case approvals.Edit:
 		return approvals.Verdict{}, nil // judged on its new arguments in checkEdit
 	case approvals.Refuse:
-		return approvals.Verdict{}, nil // saying no stays with the card's approvers
+		// Saying no stays with the card's approvers (of those who can
+		// see the conversation, when a pending edit needs them in it).
+		return approvals.Verdict{}, nil
 	}
 	runs := d.Kind == approvals.Approve || d.Kind == approvals.Remember
 	// A tool not registered now (its MCP server not connected yet, its
@@ -458,13 +462,16 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 }
 
 // cardApprover checks that who may decide c under the approvers its card
-// shows, and, when the card names none, as someone who can see its
-// conversation.
+// shows, and, when the card names none, or its pending edit fell under a
+// rule that names none (see store.Decision.NeedsAudience), as someone who
+// can see its conversation: the card's approvers outside it neither
+// decide the edited call, a Deny or Reject of it included, nor see it,
+// even once the rule the edit fell under is changed.
 func (a *Agent) cardApprover(ctx context.Context, c store.Call, who string) error {
 	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, who, a.cfg.Groups); err != nil {
 		return err
 	}
-	if len(c.Approvers) == 0 {
+	if len(c.Approvers) == 0 || c.Edit != nil && c.Edit.NeedsAudience {
 		return a.inAudience(ctx, c, who)
 	}
 	return nil

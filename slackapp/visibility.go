@@ -3,6 +3,7 @@ package slackapp
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
@@ -65,27 +66,37 @@ func (a *App) maySee(ctx context.Context, c agent.Call, user string) bool {
 
 // authorizeNamed checks that user may decide c under the approvers it
 // names, as the agent checks a decision (with its four eyes): those shown
-// and, for a pending edit, the card's rule's too (an edit's rule may name
-// people the card's does not). Whether a call open to its conversation
-// needs user in it is checked apart (see namedDeciders).
+// and, for a call with an edit, the card's rule's too (an edit's rule may
+// name people the card's does not). A call decided with an edit, or
+// after one, is seen by the same people as the edit was (see
+// agent.Call.Approvers). Whether a call open to its conversation needs
+// user in it is checked apart (see namedDeciders).
 func (a *App) authorizeNamed(ctx context.Context, c agent.Call, user string) error {
 	who := approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}
 	if err := approvals.Authorize(ctx, who, user, a.groups); err != nil {
 		return err
 	}
-	if !c.Edited || len(c.CardApprovers) == 0 {
+	if !byEdit(c) || len(c.CardApprovers) == 0 {
 		return nil
 	}
 	who.Approvers = c.CardApprovers
 	return approvals.Authorize(ctx, who, user, a.groups)
 }
 
+// byEdit reports whether the approvers c shows may be an edit's, whom a
+// decider must be among as well as the card's (CardApprovers): the call's
+// arguments are a pending edit, or its approvers differ from the card's
+// (the edit it was decided with, or after).
+func byEdit(c agent.Call) bool {
+	return c.Edited || len(c.CardApprovers) > 0 && !slices.Equal(c.Approvers, c.CardApprovers)
+}
+
 // deciders are those c names who may decide it (see authorizeNamed), user
-// groups expanded for a pending edit, whose rule and the card's must both
-// admit them; none when its deciders must be in the conversation.
+// groups expanded for an edit, whose rule and the card's must both admit
+// them; none when its deciders must be in the conversation.
 func (a *App) deciders(ctx context.Context, c agent.Call) []string {
 	named := namedDeciders(c)
-	if !c.Edited || len(named) == 0 {
+	if !byEdit(c) || len(named) == 0 {
 		return named
 	}
 	var out []string
