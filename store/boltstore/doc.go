@@ -33,11 +33,17 @@
 // the others, so that they do not wait for a long deletion either (a prune
 // that fails is logged on Options.Logger, and tried again). A conversation
 // or inbox record that cannot be read (a damaged file) is deleted
-// Options.ConversationTTL after a prune first found it so. The audit log
+// Options.ConversationTTL after a prune first found it so, and a run record
+// Options.Retention after (its calls, which nothing can decide, are no
+// longer listed as pending from then); the prune logs what it found. The
+// audit log
 // keeps the newest Options.AuditMax entries,
 // those younger than Options.AuditRetention (older ones are trimmed when
 // an entry is added and by every prune); records are kept until deleted.
 //
 // Everything written before Close is there again after Open on the same
-// path.
+// path. Open reads every page of the file's branches and leaves before it
+// opens it for writing, and refuses a file with a page it cannot read (a
+// damaged file) with an error naming it: opening such a file for writing,
+// bbolt would end the process (see checkPages).
 package boltstore

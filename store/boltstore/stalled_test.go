@@ -232,7 +232,8 @@ func TestPruneDropsListingsOfRunsFinishedOrGone(t *testing.T) {
 // prune, nor the store from opening again, nor the stalled-resume sweep or
 // the listings of pending calls: it is kept, and passed over, until its
 // deletion time passes if that can be read (its calls are found by their
-// numbers, not in the record).
+// numbers, not in the record), or for Retention after a prune found it
+// otherwise (see TestDamagedRunIsNotedThenDropped).
 func TestDamagedRunIsPassedOver(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "toolgate.db")
 	s, err := Open(path, Options{PruneInterval: time.Hour})

@@ -1,0 +1,125 @@
+package boltstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// envOpenDamaged names, in a child process of TestOpenRefusesADamagedFile,
+// the file the child opens.
+const envOpenDamaged = "BOLTSTORE_TEST_OPEN_DAMAGED"
+
+// Open on a file with a damaged page (one that bbolt's walk for the free
+// pages, in a goroutine of its own, would panic on and end the process
+// with) returns an error that names the file and says what to do, and
+// leaves the file as it was. Open runs in a child process: a panic in a
+// goroutine of bbolt's cannot be recovered in this one.
+func TestOpenRefusesADamagedFile(t *testing.T) {
+	if path := os.Getenv(envOpenDamaged); path != "" {
+		s, err := Open(path, Options{PruneInterval: time.Hour, LockTimeout: 100 * time.Millisecond})
+		if err != nil {
+			fmt.Printf("OPEN ERROR: %v\n", err)
+			return
+		}
+		fmt.Println("OPENED")
+		s.Close()
+		return
+	}
+	// Page layout (bbolt's internal/common): a header of id (uint64),
+	// flags (uint16), count (uint16) and overflow (uint32), then, in a
+	// branch page, elements of pos (uint32), ksize (uint32) and the
+	// child's page id (uint64).
+	const (
+		offID, offFlags, offFirstChild = 0, 8, 16 + 8
+		branchPage                     = 0x01
+	)
+	cases := []struct {
+		name   string
+		offset int64
+		value  uint64
+		size   int
+	}{
+		{"a page of no known type", offFlags, 0x40, 2},
+		{"a page that says it is another", offID, 1 << 20, 8},
+		// Its header is read out of the memory the file is mapped to: a
+		// fault, not a panic, unless the reader asked for one.
+		{"a child page far past the end of the file", offFirstChild, 1 << 30, 8},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "toolgate.db")
+			s, err := Open(path, Options{PruneInterval: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pause(t, s, 200, 2)
+			var root int64
+			var psize int
+			err = s.db.View(func(tx *bolt.Tx) error {
+				root, psize = int64(tx.Bucket(bucketCalls).Root()), s.db.Info().PageSize
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var flags [2]byte
+			if _, err := f.ReadAt(flags[:], root*int64(psize)+offFlags); err != nil {
+				t.Fatal(err)
+			}
+			if binary.LittleEndian.Uint16(flags[:]) != branchPage {
+				t.Fatalf("the root page of the calls is not a branch page (flags %x)", flags)
+			}
+			b := binary.LittleEndian.AppendUint64(nil, tc.value)[:tc.size]
+			if _, err := f.WriteAt(b, root*int64(psize)+tc.offset); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			cmd := exec.Command(os.Args[0], "-test.run=^TestOpenRefusesADamagedFile$")
+			cmd.Env = append(os.Environ(), envOpenDamaged+"="+path)
+			out, err := cmd.CombinedOutput()
+			want := "OPEN ERROR: open store " + path + ": the file is damaged ("
+			const advice = "): restore it from a backup, or move it aside to start empty"
+			t.Logf("child: %s", out)
+			if err != nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), advice) {
+				t.Errorf("Open of a file with %s, in a child process: %v, output:\n%s\nwant it to exit 0 with %q...%q",
+					tc.name, err, firstLines(string(out), 30), want, advice)
+			}
+			after, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(before, after) {
+				t.Errorf("Open of a file with %s changed the file", tc.name)
+			}
+		})
+	}
+}
+
+// firstLines returns the first n lines of s.
+func firstLines(s string, n int) string {
+	lines := strings.SplitAfter(s, "\n")
+	return strings.Join(lines[:min(n, len(lines))], "")
+}
