@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/bidi"
 )
 
 // wordJoiner is the invisible character Escape places after the at-sign of a
@@ -274,7 +276,7 @@ var writtenOut = regexp.MustCompile(`^⟦U\+[0-9A-F]{4,6}⟧`)
 // reader sees is what is there (see hidden). It returns how many it wrote
 // out. Apply it before Escape: Escape's own word joiners are not untrusted.
 func revealHidden(s string) (string, int) {
-	return reveal(s, hidden)
+	return reveal(s, func(_ string, _ int, r rune) bool { return hidden(r) })
 }
 
 // revealInProse is revealHidden for untrusted natural-language text (a
@@ -286,13 +288,14 @@ func revealInProse(s string) string {
 	return shown
 }
 
-// reveal writes out the characters of s that pick reports, as revealHidden
-// describes, and returns how many it wrote out.
-func reveal(s string, pick func(rune) bool) (string, int) {
+// reveal writes out the characters of s that pick reports (given s, where
+// the character starts and the character), as revealHidden describes, and
+// returns how many it wrote out.
+func reveal(s string, pick func(s string, i int, r rune) bool) (string, int) {
 	n := 0
 	var b strings.Builder
 	for i, r := range s {
-		if !pick(r) {
+		if !pick(s, i, r) {
 			if n > 0 {
 				b.WriteRune(r)
 			}
@@ -342,18 +345,50 @@ func hidden(r rune) bool {
 //     how a character such as ❤ is drawn;
 //   - the left-to-right and right-to-left marks (U+200E, U+200F) and the
 //     Arabic letter mark (U+061C), with which Arabic and Hebrew text places
-//     its punctuation and numbers: each acts as one invisible letter of its
-//     direction, where the embeddings, overrides and isolates (U+202A to
-//     U+202E, U+2066 to U+2069) reorder whole runs of text.
+//     its punctuation and numbers, where they touch a letter of their own
+//     direction (see inertMark). Each acts as one invisible letter of its
+//     direction: elsewhere, a pair of right-to-left marks around text with
+//     no letters in it ("10.0.0.1 → 192.168.1.1", "$5 - $5000") shows that
+//     text's parts in reverse order, as the embeddings, overrides and
+//     isolates (U+202A to U+202E, U+2066 to U+2069) reorder whole runs.
 //
 // The bidirectional controls, the tag characters and every other hidden
-// character are written out still.
-func hiddenInProse(r rune) bool {
+// character are written out still. r is the character at s[i:].
+func hiddenInProse(s string, i int, r rune) bool {
 	switch r {
-	case '\u200c', '\u200d', '\ufe0e', '\ufe0f', '\u200e', '\u200f', '\u061c':
+	case '\u200c', '\u200d', '\ufe0e', '\ufe0f':
 		return false
+	case '\u200e', '\u200f', '\u061c':
+		return !inertMark(s, i, r)
 	}
 	return hidden(r)
+}
+
+// inertMark reports whether the direction mark at s[i:] touches a letter
+// of its direction (left to right for U+200E, right to left for U+200F
+// and U+061C): a mark beside such a letter changes the order of nothing,
+// as the letter already gives its side that direction.
+func inertMark(s string, i int, mark rune) bool {
+	rtl := mark != '\u200e'
+	before, _ := utf8.DecodeLastRuneInString(s[:i])
+	after, _ := utf8.DecodeRuneInString(s[i+utf8.RuneLen(mark):])
+	return letterOf(before, rtl) || letterOf(after, rtl)
+}
+
+// letterOf reports whether r is a letter written right to left (rtl) or
+// left to right (!rtl).
+func letterOf(r rune, rtl bool) bool {
+	if !unicode.IsLetter(r) {
+		return false
+	}
+	p, _ := bidi.LookupRune(r)
+	switch p.Class() {
+	case bidi.R, bidi.AL:
+		return rtl
+	case bidi.L:
+		return !rtl
+	}
+	return false
 }
 
 // invisible lists the invisible characters outside the format and control

@@ -210,6 +210,17 @@ func TestRevealInProse(t *testing.T) {
 		{"tag\U000E0041\U000E007F", "tag⟦U+E0041⟧⟦U+E007F⟧"},
 		{"a\ufe00b\U000E0100", "a⟦U+FE00⟧b⟦U+E0100⟧"},
 		{"tab\tand\nlines", "tab\tand\nlines"},
+		// A direction mark that touches no letter of its direction
+		// reorders what it surrounds: "10.0.0.1 → 192.168.1.1" between two
+		// right-to-left marks shows as "192.168.1.1 → 10.0.0.1".
+		{"copies \u200f10.0.0.1 → 192.168.1.1\u200f now", "copies ⟦U+200F⟧10.0.0.1 → 192.168.1.1⟦U+200F⟧ now"},
+		{"Refund \u061c$5 - $5000\u061c today", "Refund ⟦U+061C⟧$5 - $5000⟦U+061C⟧ today"},
+		{"\u200fports 22, 8080", "⟦U+200F⟧ports 22, 8080"},
+		{"\u200e\u200e10 → 20", "⟦U+200E⟧⟦U+200E⟧10 → 20"},
+		{"שלום\u200f\u200f 1, 2", "שלום\u200f⟦U+200F⟧ 1, 2"},
+		{"a\u200f b", "a⟦U+200F⟧ b"},
+		{"\u200eשלום", "⟦U+200E⟧שלום"},
+		{"\u200fשלום", "\u200fשלום"},
 	}
 	for _, tt := range tests {
 		if got := revealInProse(tt.in); got != tt.want {
