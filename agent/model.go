@@ -179,6 +179,12 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		var apiErr *openai.APIError
+		if err != nil && acc.finished && ctx.Err() == nil && !errors.As(err, &apiErr) {
+			// The connection broke after the model said it finished
+			// (before a usage chunk or [DONE]): the answer is whole.
+			break
+		}
 		if err != nil {
 			return openai.ChatCompletionMessage{}, m.streamError(ctx, err)
 		}

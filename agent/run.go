@@ -733,6 +733,10 @@ func (a *Agent) continueTurn(ctx context.Context, t *turn, rep Reporter) (Outcom
 		if t.steps >= a.cfg.MaxSteps {
 			text := fmt.Sprintf("I stopped after %d steps without finishing. Tell me how you would like to continue.", a.cfg.MaxSteps)
 			t.messages = append(t.messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: text})
+			// The step's results are no longer the last messages: a cut
+			// of a later step (a resume answering queued messages) must
+			// not take back what follows them.
+			t.ran = nil
 			if err := a.saveAndAnswer(ctx, t, rep, text); err != nil {
 				return Outcome{}, err
 			}
