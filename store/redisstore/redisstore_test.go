@@ -292,6 +292,12 @@ func TestNewClient(t *testing.T) {
 		if isCluster != tt.cluster {
 			t.Errorf("NewClient(%s) = %T, want cluster %v", tt.url, c, tt.cluster)
 		}
+		// The store's callers bound its calls with their context's
+		// deadline (an envelope's ack waits on some): go-redis heeds it
+		// only when told to.
+		if isCluster && !cc.Options().ContextTimeoutEnabled || !isCluster && !c.(*redis.Client).Options().ContextTimeoutEnabled {
+			t.Errorf("NewClient(%s) does not heed its callers' deadlines", tt.url)
+		}
 		if isCluster {
 			got := slices.Clone(cc.Options().Addrs)
 			want := slices.Clone(tt.wantAddrs)
@@ -339,6 +345,47 @@ func TestNewClient(t *testing.T) {
 			continue
 		}
 		c.Close()
+	}
+}
+
+// A call to a Redis that takes the connection but answers nothing (a
+// stalled or paused server) ends at its caller's deadline, not at
+// go-redis's own read timeout (3 s): an envelope's ack waits on such calls.
+func TestStalledRedisCallEndsAtItsDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // held open, never answered
+		}
+	}()
+	c, err := redisstore.NewClient("redis://" + ln.Addr().String() + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := redisstore.NewFromClient(c, redisstore.Options{})
+	t.Cleanup(func() { s.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.SeenEvent(ctx, "Ev1", time.Minute)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("SeenEvent on a Redis that answers nothing succeeded")
+		}
+	case <-time.After(2500 * time.Millisecond):
+		t.Fatal("SeenEvent with a 100 ms deadline still waits after 2.5 s on a Redis that answers nothing")
 	}
 }
 

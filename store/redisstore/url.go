@@ -69,6 +69,7 @@ func parseTarget(rawURL string) (target, error) {
 		o.ReadBufferSize, o.WriteBufferSize = connBufferSize, connBufferSize
 		o.PipelineReadBufferSize = cmp.Or(o.PipelineReadBufferSize, connBufferSize)
 		o.PipelineWriteBufferSize = cmp.Or(o.PipelineWriteBufferSize, connBufferSize)
+		o.ContextTimeoutEnabled = true
 		return target{client: func() redis.UniversalClient { return redis.NewClient(o) }, network: o.Network, addrs: []string{o.Addr}}, nil
 	case "redis+cluster", "rediss+cluster":
 		u, err := seedURL(strings.TrimSuffix(scheme, "+cluster"), rest)
@@ -88,6 +89,7 @@ func parseTarget(rawURL string) (target, error) {
 		// Setting the pipeline buffers would give each node a second pool:
 		// they are left to the URL.
 		o.ReadBufferSize, o.WriteBufferSize = connBufferSize, connBufferSize
+		o.ContextTimeoutEnabled = true
 		return target{client: func() redis.UniversalClient { return redis.NewClusterClient(o) }, network: "tcp", addrs: o.Addrs}, nil
 	case "redis+sentinel", "rediss+sentinel":
 		u, err := seedURL(strings.TrimSuffix(scheme, "+sentinel"), rest)
@@ -107,6 +109,7 @@ func parseTarget(rawURL string) (target, error) {
 		o.ReadBufferSize, o.WriteBufferSize = connBufferSize, connBufferSize
 		o.PipelineReadBufferSize = cmp.Or(o.PipelineReadBufferSize, connBufferSize)
 		o.PipelineWriteBufferSize = cmp.Or(o.PipelineWriteBufferSize, connBufferSize)
+		o.ContextTimeoutEnabled = true
 		return target{client: func() redis.UniversalClient { return redis.NewFailoverClient(o) }, network: "tcp", addrs: o.SentinelAddrs}, nil
 	default:
 		return target{}, fmt.Errorf("parse redis url: unsupported scheme %q", scheme)
