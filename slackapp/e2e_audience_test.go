@@ -541,27 +541,6 @@ policy:
 	e.answer(ts, "Deployed api 17.")
 }
 
-// twoReplicas runs two replicas on one store of kind until the test ends
-// and returns them once both are connected.
-func (e *env) twoReplicas() []*bot {
-	e.t.Helper()
-	st := e.open()
-	e.shared = st
-	bots := []*bot{e.run(st), e.run(st)}
-	e.t.Cleanup(func() {
-		for _, b := range bots {
-			b.cancel()
-			if err := <-b.done; err != nil {
-				e.t.Errorf("replica stopped with %v", err)
-			}
-		}
-	})
-	if err := e.slack.WaitConnected(2, 10*time.Second); err != nil {
-		e.t.Fatal(err)
-	}
-	return bots
-}
-
 // warmBoth has user click Reject on the card twice, which opens the reason
 // form once user is checked as one who may decide: single envelopes sent
 // one after the other go to the two replicas' connections in turn, so
@@ -576,6 +555,26 @@ func (e *env) warmBoth(bots []*bot, user, channel, cardTS string, kept func(*bot
 	waitUntil(e.t, "both replicas keep the members", func() bool { return kept(bots[0]) && kept(bots[1]) })
 }
 
+// approveOnBoth has user click Approve on the card twice, once on each
+// replica (see warmBoth), and waits until told twice, in what told
+// returns, that nothing changed.
+func (e *env) approveOnBoth(user, channel, cardTS string, told func() []string) {
+	e.t.Helper()
+	for range 2 {
+		_, err := e.slack.Click(user, channel, cardTS, slackapp.ActionApprove, "")
+		must(e.t, err)
+	}
+	waitUntil(e.t, "both clicks are answered", func() bool {
+		n := 0
+		for _, text := range told() {
+			if strings.Contains(strings.ToLower(text), "nothing changed") {
+				n++
+			}
+		}
+		return n == 2
+	})
+}
+
 // Slack tells one replica that someone left a channel: every replica
 // stops counting them as a member at once, rather than for up to the
 // minute it keeps the members, and neither lets them decide.
@@ -586,7 +585,7 @@ func TestWhoLeftTheChannelNoLongerDecidesOnAnyReplica(t *testing.T) {
 			e := newEnv(t, kind)
 			e.policy = "policy:\n  default: ask\n"
 			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, other, e.slack.BotUserID()}})
-			bots := e.twoReplicas()
+			bots := e.startReplicas(2)
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"16"}`)), fakeopenai.Text("Deployed vault 16."))
 			ts := e.slack.Mention(private, requester, "deploy vault 16")
 			card := e.cardIn(private, ts, "deploy")
@@ -595,18 +594,11 @@ func TestWhoLeftTheChannelNoLongerDecidesOnAnyReplica(t *testing.T) {
 
 			e.slack.Leave(private, other)
 			waitUntil(t, "no replica keeps who left as a member", func() bool { return !member(bots[0]) && !member(bots[1]) })
-			for range 2 {
-				_, err := e.slack.Click(other, private, card.TS, slackapp.ActionApprove, "")
-				must(t, err)
-			}
-			waitUntil(t, "both clicks are answered", func() bool {
-				n := 0
+			e.approveOnBoth(other, private, card.TS, func() (texts []string) {
 				for _, m := range e.slack.Messages(e.slack.DMChannel(other)) {
-					if strings.Contains(m.Text, "Nothing changed") {
-						n++
-					}
+					texts = append(texts, m.Text)
 				}
-				return n == 2
+				return texts
 			})
 			if n := e.deploy.Load(); n != 0 {
 				t.Fatalf("deploy ran %d times on the approval of someone who left the channel", n)
@@ -634,7 +626,7 @@ policy:
       approvers: [` + group + `]
 `
 			e.slack.AddUserGroup(group, approver, other)
-			bots := e.twoReplicas()
+			bots := e.startReplicas(2)
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"18"}`)), fakeopenai.Text("Deployed api 18."))
 			ts := e.slack.Mention(channel, requester, "deploy api 18")
 			card := e.card(ts, "deploy")
@@ -643,18 +635,11 @@ policy:
 
 			e.slack.AddUserGroup(group, approver)
 			waitUntil(t, "no replica keeps who left the group as a member", func() bool { return !member(bots[0]) && !member(bots[1]) })
-			for range 2 {
-				_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
-				must(t, err)
-			}
-			waitUntil(t, "both clicks are answered", func() bool {
-				n := 0
+			e.approveOnBoth(other, channel, card.TS, func() (texts []string) {
 				for _, m := range e.slack.Ephemerals(other) {
-					if strings.Contains(strings.ToLower(m.Text), "nothing changed") {
-						n++
-					}
+					texts = append(texts, m.Text)
 				}
-				return n == 2
+				return texts
 			})
 			if n := e.deploy.Load(); n != 0 {
 				t.Fatalf("deploy ran %d times on the approval of someone taken out of the group", n)

@@ -398,6 +398,13 @@ func (e *env) replicas(n int) {
 	m := newScriptedModel()
 	m.unblock()
 	e.model.Handle(m.answer)
+	e.startReplicas(n)
+}
+
+// startReplicas runs n replicas on one store until the test ends, and
+// returns them once all are connected.
+func (e *env) startReplicas(n int) []*bot {
+	e.t.Helper()
 	st := e.open()
 	e.shared = st
 	var bots []*bot
@@ -415,6 +422,7 @@ func (e *env) replicas(n int) {
 	if err := e.slack.WaitConnected(n, 10*time.Second); err != nil {
 		e.t.Fatal(err)
 	}
+	return bots
 }
 
 // Three replicas on one Redis, envelopes spread over their connections, a
