@@ -96,6 +96,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 		}
 		log.Info("using redis store", "url", SafeURL(c.RedisURL), "prefix", c.RedisPrefix)
 		warnEviction(ctx, st, log)
+		warnClockSkew(ctx, st, log, time.Now)
 		return st, nil
 	}
 	path := filepath.Join(c.Dir, StoreFile)
@@ -125,6 +126,23 @@ func storeOpenError(err error) error {
 // time to live, so a paused run, its calls or a conversation's lease may
 // be dropped under memory pressure. A Redis that keeps INFO to itself is
 // taken as it is.
+// maxClockSkew is how far a replica's clock may be from Redis's before it
+// warns: deadlines are judged by each replica's clock.
+const maxClockSkew = time.Second
+
+// warnClockSkew logs a warning when this process's clock is more than
+// maxClockSkew from Redis's: with several replicas, a late click could be
+// accepted, or a call expired early, by as much as their clocks differ.
+func warnClockSkew(ctx context.Context, st *redisstore.Store, log *slog.Logger, now func() time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
+	defer cancel()
+	skew, within, err := st.ClockSkew(ctx, now)
+	if err != nil || skew.Abs()-within <= maxClockSkew {
+		return
+	}
+	log.Warn("this host's clock is off from redis's: each replica judges approval deadlines by its own clock, so replicas whose clocks differ accept a late click or expire a call early by as much; keep their clocks synchronised (NTP)", "ahead_of_redis", skew.Round(time.Millisecond))
+}
+
 func warnEviction(ctx context.Context, st *redisstore.Store, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
 	defer cancel()

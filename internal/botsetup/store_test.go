@@ -22,6 +22,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/teststore"
 	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/redisstore"
 )
 
 // TestOpenStore opens each kind of store twice on the same data: what the
@@ -294,6 +295,32 @@ func TestOpenStoreWarnsOfEviction(t *testing.T) {
 		warned := strings.Contains(logs.String(), "maxmemory_policy="+policy)
 		if want := policy != "noeviction"; warned != want {
 			t.Errorf("policy %s: warned %v, want %v; logs:\n%s", policy, warned, want, logs.String())
+		}
+	}
+}
+
+// A replica whose clock is more than a second off Redis's says so at
+// start: deadlines are judged by each replica's clock. One in step does
+// not.
+func TestOpenStoreWarnsOfClockSkew(t *testing.T) {
+	url, ok := teststore.RedisURL(t)
+	if !ok {
+		t.Skip("REDIS_URL is not set")
+	}
+	st, err := redisstore.New(t.Context(), url, redisstore.Options{Prefix: "test-" + store.NewRunID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	for _, off := range []time.Duration{0, 5 * time.Second, -5 * time.Second} {
+		var logs bytes.Buffer
+		warnClockSkew(t.Context(), st, slog.New(slog.NewTextHandler(&logs, nil)), func() time.Time { return time.Now().Add(off) })
+		warned := strings.Contains(logs.String(), "clock is off from redis")
+		if want := off != 0; warned != want {
+			t.Errorf("clock %v off: warned %v, want %v; logs:\n%s", off, warned, want, logs.String())
+		}
+		if off != 0 && !strings.Contains(logs.String(), "ahead_of_redis="+off.String()[:2]) {
+			t.Errorf("clock %v off: the warning does not say by how much:\n%s", off, logs.String())
 		}
 	}
 }

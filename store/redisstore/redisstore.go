@@ -1662,6 +1662,23 @@ func (s *Store) EvictionPolicy(ctx context.Context) (string, error) {
 	return policy, err
 }
 
+// ClockSkew returns how far now's clock is ahead of Redis's (behind when
+// negative), as read by TIME and taken at the middle of its round trip,
+// and how uncertain that is (half the round trip). Each replica judges a
+// call's deadline by its own clock (the pausing one sets it, the deciding
+// one checks it): replicas whose clocks disagree accept a click late, or
+// expire a call early, by the difference.
+func (s *Store) ClockSkew(ctx context.Context, now func() time.Time) (skew, within time.Duration, err error) {
+	sent := now()
+	t, err := s.c.Time(ctx).Result()
+	got := now()
+	if err != nil {
+		return 0, 0, fmt.Errorf("read redis time: %w", err)
+	}
+	rtt := got.Sub(sent)
+	return sent.Add(rtt / 2).Sub(t), rtt / 2, nil
+}
+
 // infoField returns the value of field in an INFO reply, "" if absent.
 func infoField(info, field string) string {
 	for _, line := range strings.Split(info, "\n") {
