@@ -108,7 +108,7 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 			defer k.ack(viewError(cb.View.CallbackID, submitFailedText))
 			slowAck := func() { k.ack(viewError(cb.View.CallbackID, submitSlowText)) }
 			slow := time.AfterFunc(submitAckWait, slowAck)
-			resp, text := a.onSubmit(ctx, cb)
+			resp, text := a.onSubmit(ctx, cb, env.RetryAttempt > 0)
 			if slow.Stop() {
 				k.ack(resp)
 				return
@@ -612,8 +612,12 @@ func refusedText(c agent.Call) string {
 
 // onSubmit handles a modal submission. It returns the ack payload (nil to
 // close the modal, or errors to show inline) and, with errors, their text
-// in mrkdwn, to tell the submitter privately once the ack has gone.
-func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) (*slack.ViewSubmissionResponse, string) {
+// in mrkdwn, to tell the submitter privately once the ack has gone. A
+// submission Slack delivered again (retried: its first ack was missed)
+// that is refused as the submitter's own decision of the same kind is
+// taken for its first delivery's, as a click is (see click.madeBefore):
+// the form closes, and nothing is counted twice.
+func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback, retried bool) (*slack.ViewSubmissionResponse, string) {
 	value := ReadCallID(cb.View)
 	callID, fp := parseToken(value)
 	d := approvals.Decision{CallID: callID, Fingerprint: fp, Decider: cb.User.ID}
@@ -642,6 +646,10 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback) (*slac
 		return nil, ""
 	}
 	res, err := a.ag.Decide(ctx, d)
+	if err != nil && (click{user: d.Decider, retried: retried}).madeBefore(err, d.Kind) {
+		a.m.duplicate()
+		return nil, ""
+	}
 	if err != nil {
 		// Someone who may no longer see the call (they left its channel
 		// since the form opened) learns only that it is not theirs.

@@ -42,6 +42,16 @@ type cardMemory struct {
 	finished map[fixedkey.Key]struct{}
 	finRing  []fixedkey.Key
 	finNext  int
+	// retrying holds the copies of cards whose update Slack refused with a
+	// rate limit, each with the update to make once Slack allows it (see
+	// App.cardRetryLater).
+	retrying map[cardCopy]*cardRetry
+}
+
+// cardCopy is one copy of a call's card.
+type cardCopy struct {
+	callID string
+	ref    cardRef
 }
 
 // rememberedCard is a posted card: where its copies are (packRefs), in
@@ -291,4 +301,58 @@ func unpackRefs(s string) []cardRef {
 		refs = append(refs, cardRef{Channel: f[i], TS: f[i+1]})
 	}
 	return refs
+}
+
+// refused notes that Slack refused to update a copy of callID's card with
+// r until r.due (a rate limit). A copy with an update waiting already
+// waits for r instead, the latest news, and keeps the time of its first
+// refusal; for one without, refused reports true, and the caller sees to
+// it that r is made once due.
+func (m *cardMemory) refused(callID string, ref cardRef, r cardRetry) (first bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := cardCopy{callID: callID, ref: ref}
+	if old, ok := m.retrying[k]; ok {
+		r.since = old.since
+		*old = r
+		return false
+	}
+	if m.retrying == nil {
+		m.retrying = map[cardCopy]*cardRetry{}
+	}
+	m.retrying[k] = &r
+	return true
+}
+
+// failed notes that an update of a copy of callID's card failed otherwise
+// than by a rate limit: an update waiting for the copy makes r instead,
+// the latest news.
+func (m *cardMemory) failed(callID string, ref cardRef, r cardRetry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.retrying[cardCopy{callID: callID, ref: ref}]; ok {
+		old.call, old.blocks, old.text = r.call, r.blocks, r.text
+	}
+}
+
+// settled forgets the update waiting for a copy of callID's card, if any:
+// a later one was made, or it was made, or given up.
+func (m *cardMemory) settled(callID string, ref cardRef) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.retrying, cardCopy{callID: callID, ref: ref})
+	if len(m.retrying) == 0 {
+		m.retrying = nil // a map keeps the size a burst gave it
+	}
+}
+
+// waiting returns the update waiting for a copy of callID's card; ok is
+// false when there is none.
+func (m *cardMemory) waiting(callID string, ref cardRef) (r cardRetry, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.retrying[cardCopy{callID: callID, ref: ref}]; ok {
+		return *p, true
+	}
+	return cardRetry{}, false
 }

@@ -30,6 +30,9 @@ func parseKey(key string) (team, channel, threadTS string, ok bool) {
 // message is a person's message the bot should answer.
 type message struct {
 	team, channel, user, text, ts, threadTS string
+	// received is when its envelope was read, from which Slack's time for
+	// the ack runs (zero: not known).
+	received time.Time
 }
 
 func (m message) key() string {
@@ -75,12 +78,12 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 			return
 		}
 		handed = true
-		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS}, eventID, false, ack)
+		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, received: env.received}, eventID, false, ack)
 	case "message":
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
 			return
 		}
-		m := message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS}
+		m := message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, received: env.received}
 		followUp := false
 		switch {
 		case ev.ChannelType == "im":
@@ -172,7 +175,8 @@ var slackUnescape = strings.NewReplacer("&amp;", "&", "&lt;", "<", "&gt;", ">")
 // after a restart, takes it over (see App.takeover). If the store cannot
 // record a message to the bot, the envelope is acked all the same and the
 // turn runs, so that the thread hears about the store's failure; a followUp
-// message is left unacked instead, for Slack to deliver again (see record).
+// message is left unacked instead, for Slack to deliver again, and so is a
+// copy of a message that another copy is still recording (see record).
 // This is the one place where an accepted message is handed to the agent.
 //
 // A message for a conversation with no work queued in this process, when a
@@ -249,6 +253,35 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 // the ack within 3 s).
 const recordTimeout = 2 * time.Second
 
+// copyWait bounds how long a copy of a message (Slack's redelivery of it,
+// or the app_mention or message twin of one message) waits for the copy
+// that records it: a little longer than that copy's own record, which
+// ends at its deadline (recordTimeout), then gives back, for at most
+// 250 ms, a lease its failed record may have taken; so the wait does not
+// end first, and the copy follows the first one's outcome.
+const copyWait = recordTimeout + 400*time.Millisecond
+
+// ackLeeway is the part of Slack's time for an ack (ackWindow) that a
+// record made after a wait for another copy leaves for the ack itself.
+const ackLeeway = 200 * time.Millisecond
+
+// minRecordTime is the least time worth a record: with less left of its
+// envelope's time, a copy that waited is left unacked for Slack to deliver
+// again.
+const minRecordTime = 100 * time.Millisecond
+
+// recordDeadline is when the record of a copy of m that waited for another
+// copy must end, for m's envelope to be acked in time: recordTimeout from
+// now, and no later than ackLeeway before Slack's time for the ack runs
+// out.
+func recordDeadline(m message, now time.Time) time.Time {
+	deadline := now.Add(recordTimeout)
+	if ack := m.received.Add(ackWindow - ackLeeway); !m.received.IsZero() && ack.Before(deadline) {
+		deadline = ack
+	}
+	return deadline
+}
+
 // youngThread reports whether the thread of a reply, whose root has
 // timestamp threadTS, was started within the last few seconds before now.
 func youngThread(threadTS string, now time.Time) bool {
@@ -287,25 +320,61 @@ const (
 // conversation the bot is part of, which only the store knows: when the
 // store fails, it is left unacked, and Slack's next delivery records it
 // once the store is back.
+//
+// Other copies of the message that reach this process meanwhile wait for
+// the first one (see recentMessages), at most copyWait. One whose wait ran
+// out records the message itself, within what is left of its envelope's
+// time (recordDeadline); when that is too little, or the store fails, it
+// is left unacked for Slack to deliver again: the first copy, still at it,
+// records the message or answers it with the one note of its failure.
 func (a *App) record(ctx context.Context, m message, eventID string, followUp bool, reserve func() bool, unreserve func()) (agent.Request, intake, *agent.Taken) {
 	text := a.cleanText(m.text)
 	if text == "" {
 		text = "(empty message)"
 	}
 	req := agent.Request{Conversation: m.key(), User: m.user, Channel: m.channel, Text: text, EventID: eventID, MsgID: m.channel + ":" + m.ts}
-	rctx, cancel := context.WithTimeout(ctx, recordTimeout)
-	defer cancel()
 	rec, first := a.recent.begin(req.MsgID)
-	for !first {
-		if rec.wait(rctx) {
-			a.m.duplicate()
-			return req, intakeDrop, nil
+	waited := !first
+	if !first {
+		wctx, cancel := context.WithTimeout(ctx, copyWait)
+		for !first {
+			if rec.wait(wctx) {
+				cancel()
+				a.m.duplicate()
+				return req, intakeDrop, nil
+			}
+			if wctx.Err() != nil {
+				break // record it ourselves; the store de-duplicates
+			}
+			rec, first = a.recent.begin(req.MsgID)
 		}
-		if rctx.Err() != nil {
-			break // record it ourselves; the store de-duplicates
-		}
-		rec, first = a.recent.begin(req.MsgID)
+		cancel()
 	}
+	// The first copy's recording is finished however record returns: a
+	// panic (which spawn logs) and the returns before the record finish it
+	// as not recorded, so that the next copy tries for itself rather than
+	// wait for it in vain. Later copies are dropped once this one
+	// recorded the message, or answers it without a record (a mention the
+	// store could not record: one turn tells the thread so, not one per
+	// copy); they try for themselves when this one found the thread
+	// unknown, or leaves a reply unacked for Slack to deliver again.
+	handled := false
+	if first {
+		defer func() { a.recent.finish(req.MsgID, rec, handled) }()
+	}
+	now := time.Now()
+	deadline := now.Add(recordTimeout)
+	if waited {
+		// The wait took part of the envelope's time: the record gets what
+		// is left of it.
+		deadline = recordDeadline(m, now)
+		if deadline.Sub(now) < minRecordTime {
+			a.log.Warn("no time left to record a message before its ack; leaving it unacked for Slack to deliver again", "conversation", req.Conversation)
+			return req, intakeRedeliver, nil
+		}
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	var r agent.Request
 	var acc store.Acceptance
 	var taken *agent.Taken
@@ -333,16 +402,14 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 		}
 		break
 	}
-	if first {
-		// Later copies are dropped once this one recorded the message, or
-		// answers it without a record (a mention the store could not
-		// record: one turn tells the thread so, not one per copy); they
-		// try for themselves when this one found the thread unknown, or
-		// leaves a reply unacked for Slack to deliver again.
-		handled := err == nil && acc != store.Unknown || err != nil && !followUp
-		a.recent.finish(req.MsgID, rec, handled)
-	}
+	handled = err == nil && acc != store.Unknown || err != nil && !followUp
 	switch {
+	case err != nil && !first:
+		// The first copy is still recording it: it records the message
+		// or answers it, and tells the thread of a failure once.
+		a.log.Warn("could not record a copy of a message another copy is recording; leaving it unacked for Slack to deliver again", "conversation", req.Conversation, "err", err)
+		a.m.error("record")
+		return req, intakeRedeliver, nil
 	case err != nil && followUp:
 		a.log.Warn("could not record a thread reply; leaving it unacked for Slack to deliver again", "conversation", req.Conversation, "err", err)
 		a.m.error("record")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/ctxtime"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -408,7 +410,8 @@ func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
 
 // cardUpdateTimeout bounds one card update: waiting for a card still being
 // posted, then chat.update on each copy, with the retries of rate-limited
-// calls.
+// calls. A rate limit whose Retry-After runs past it is not waited out:
+// the copy's update is made again later (see copyUpdated).
 const cardUpdateTimeout = 30 * time.Second
 
 // updateLater queues a card update on the card's queue; outside Run it is
@@ -863,12 +866,158 @@ func (a *App) cardRenderer(ctx context.Context, c agent.Call, card Card) func(re
 				byPlace[place] = r
 			}
 			_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: r.blocks, text: r.text})
-			if err != nil {
-				a.log.Error("update card", "call", c.ID, "channel", ref.Channel, "err", err)
-				a.m.error("slack_update")
-			}
+			a.copyUpdated(ctx, ref, cardRetry{call: c, blocks: r.blocks, text: r.text}, err)
 		}
 	}
+}
+
+// cardRetry is an update of a copy of a card that Slack refused with a
+// rate limit, to be made again once it allows (see cardRetryLater).
+type cardRetry struct {
+	// call is the call as blocks and text show it.
+	call   agent.Call
+	blocks []slack.Block
+	text   string
+	// since is when Slack first refused an update of the copy, due when
+	// it allows one again.
+	since, due time.Time
+}
+
+// cardRetryFor bounds how long an update of a card's copy that Slack keeps
+// refusing with rate limits is made again.
+const cardRetryFor = 3 * time.Hour
+
+// copyUpdated follows up the update of a card's copy at ref with r: made
+// (err nil), it is the copy's latest news, and an older update waiting to
+// be made again is dropped. Refused with a rate limit (past the retries
+// the update's budget allowed: see webClient), it is made again once
+// Slack allows, on the card's queue, behind the updates queued meanwhile
+// (see cardRetryLater); an update of the copy refused meanwhile takes its
+// place. Failed otherwise, it is logged; an update waiting for the copy
+// makes this one instead.
+func (a *App) copyUpdated(ctx context.Context, ref cardRef, r cardRetry, err error) {
+	c := r.call
+	if err == nil {
+		a.cards.settled(c.ID, ref)
+		return
+	}
+	if rl, ok := errors.AsType[*slack.RateLimitedError](err); ok && a.running.Load() && ctx.Value(notesKey{}) != nil {
+		after := rl.RetryAfter
+		if after <= 0 {
+			after = retryAfterDefault
+		}
+		now := time.Now()
+		r.since, r.due = now, now.Add(after+rand.N(retryAfterJitter))
+		a.log.Warn("Slack rate-limited a card update; making it again once it allows", "call", c.ID, "channel", ref.Channel, "in", after)
+		if a.cards.refused(c.ID, ref, r) {
+			a.cardRetryLater(ctx, c.ID, ref)
+		}
+		return
+	}
+	a.cards.failed(c.ID, ref, r)
+	a.log.Error("update card", "call", c.ID, "channel", ref.Channel, "err", err)
+	a.m.error("slack_update")
+}
+
+// cardRetryLater makes the update waiting for a card's copy (see
+// cardMemory.refused) once it is due, on the card's queue, so that the
+// updates of one card stay in order, until it is made, a later update of
+// the copy is, or Slack has refused it for cardRetryFor. It must be called
+// where spawn may be, in Run (ctx carries the context of notes).
+//
+// The wait is no work the shutdown waits for (it is not counted as
+// spawn's are), but Run waits for its goroutine, which ends at the
+// shutdown deadline at the latest: an update due before then is made, as
+// card updates are during the shutdown; one due later is logged and lost.
+func (a *App) cardRetryLater(ctx context.Context, callID string, ref cardRef) {
+	notes := ctx.Value(notesKey{}).(context.Context)
+	// The card's queue may end (its jobs have their own deadlines); the
+	// context keeps only its values.
+	qctx := context.WithoutCancel(ctx)
+	a.wg.Go(func() {
+		defer func() {
+			if r := recover(); r != nil {
+				a.cards.settled(callID, ref)
+				a.log.Error("panic", "in", "card retry", "panic", r)
+				a.m.error("panic")
+			}
+		}()
+		for {
+			r, ok := a.cards.waiting(callID, ref)
+			if !ok {
+				return
+			}
+			if r.due.Sub(r.since) > cardRetryFor {
+				a.cards.settled(callID, ref)
+				a.log.Error("Slack kept refusing a card update with rate limits; giving up", "call", callID, "channel", ref.Channel, "since", r.since)
+				a.m.error("slack_update")
+				return
+			}
+			if wait := time.Until(r.due); wait > 0 && ctxtime.Sleep(notes, wait) == nil {
+				continue
+			}
+			if notes.Err() != nil {
+				a.cards.settled(callID, ref)
+				a.log.Warn("shutdown deadline passed; a card update Slack rate-limited was not made", "call", callID, "channel", ref.Channel)
+				return
+			}
+			done := make(chan struct{})
+			a.enqueue(qctx, cardQueue(callID), func(ctx context.Context) {
+				defer close(done)
+				a.retryCopy(ctx, callID, ref)
+			})
+			select {
+			case <-done:
+			case <-notes.Done():
+			}
+		}
+	})
+}
+
+// retryCopy makes the update waiting for a card's copy once it is due, on
+// the card's queue, unless the call as stored has moved on from what it
+// shows: the update of that change renders it (here, behind this one, or
+// on another replica).
+func (a *App) retryCopy(qctx context.Context, callID string, ref cardRef) {
+	ctx, cancel, ok := a.noteContext(qctx, cardUpdateTimeout)
+	defer cancel()
+	if !ok {
+		return
+	}
+	r, ok := a.cards.waiting(callID, ref)
+	if !ok || time.Now().Before(r.due) {
+		return // made, or refused again meanwhile: waited for anew
+	}
+	if a.movedOn(ctx, r.call) {
+		a.cards.settled(callID, ref)
+		return
+	}
+	_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: r.blocks, text: r.text})
+	if _, limited := errors.AsType[*slack.RateLimitedError](err); err != nil && !limited {
+		a.cards.settled(callID, ref)
+		a.log.Error("update card", "call", callID, "channel", ref.Channel, "err", err)
+		a.m.error("slack_update")
+		return
+	}
+	a.copyUpdated(ctx, ref, r, err)
+}
+
+// movedOn reports whether the call as stored has moved on from c: it was
+// decided, expired or cancelled, holds other approvals or arguments, or is
+// gone. If the call cannot be read, it has not.
+func (a *App) movedOn(ctx context.Context, c agent.Call) bool {
+	if a.ag == nil {
+		return false
+	}
+	cur, err := a.ag.Call(ctx, c.ID)
+	if errors.Is(err, approvals.ErrUnknownCall) {
+		return true
+	}
+	if err != nil {
+		a.log.Warn("read the call before updating its card again; updating it", "call", c.ID, "err", err)
+		return false
+	}
+	return cur.Status != c.Status || cur.Fingerprint != c.Fingerprint || !slices.Equal(cur.Approvals, c.Approvals)
 }
 
 // cardRendered notes that u is rendered on the call's card: once it is

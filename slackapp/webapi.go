@@ -58,7 +58,10 @@ func webTransport() *http.Transport {
 // timeout. Connection errors are not retried: a post whose answer was lost
 // may have been made, and posting it twice is worse. A request whose body
 // cannot be sent again is not retried, nor one whose context says so
-// (withoutRetries).
+// (withoutRetries), nor one whose context ends before the wait would: its
+// answer (a rate limit's, with its Retry-After) is returned at once, for
+// the caller to try again later if it may (see App.cardRetryLater), where
+// waiting it out would only end in the context's error.
 type webClient struct {
 	client *http.Client
 }
@@ -91,7 +94,7 @@ func (c webClient) Do(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		wait, retry := retryWait(resp, attempt)
-		if !retry || once || attempt >= maxWebRetries || (req.Body != nil && req.GetBody == nil) {
+		if !retry || once || attempt >= maxWebRetries || (req.Body != nil && req.GetBody == nil) || endsWithin(req.Context(), wait) {
 			return resp, nil
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -100,6 +103,12 @@ func (c webClient) Do(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+}
+
+// endsWithin reports whether ctx has a deadline less than d away.
+func endsWithin(ctx context.Context, d time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && time.Until(deadline) < d
 }
 
 // retryWait reports whether resp, the answer to attempt (0 for the
