@@ -450,7 +450,12 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	// or has the server fill in a default the card never showed and the
 	// policy never judged. Either way it does not run.
 	if why := changedArgs(reg, args); why != "" {
-		return skip(Result{Content: fmt.Sprintf("not performed: the definition of tool %s changed since this call was approved (%s), so nothing ran; ask again: call the tool again, for a new approval, if it is still needed", c.Tool, why), IsError: true}, NoteToolChanged)
+		ran := "so nothing ran"
+		if again {
+			// An attempt began before the bot stopped: it may have run.
+			ran = "so it was not run again; an attempt begun before the bot stopped may have taken effect, which is unknown"
+		}
+		return skip(Result{Content: fmt.Sprintf("not performed: the definition of tool %s changed since this call was approved (%s), %s; ask again: call the tool again, for a new approval, if it is still needed", c.Tool, why, ran), IsError: true}, NoteToolChanged)
 	}
 	// The verdict is checked again: a call approved under a rule that now
 	// denies does not run.

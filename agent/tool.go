@@ -135,9 +135,7 @@ func (r *Registry) Replace(drop func(name string) bool, tools []Tool) error {
 
 // Lookup returns the tool named name.
 func (r *Registry) Lookup(name string) (Tool, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	t, ok := r.tools[name]
+	t, ok := r.lookup(name)
 	if !ok {
 		return Tool{}, false
 	}

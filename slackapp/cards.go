@@ -331,7 +331,7 @@ func (m *cardMemory) failed(callID string, ref cardRef, r cardRetry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if old, ok := m.retrying[cardCopy{callID: callID, ref: ref}]; ok {
-		old.call, old.blocks, old.text = r.call, r.blocks, r.text
+		old.call, old.rank, old.blocks, old.text = r.call, r.rank, r.blocks, r.text
 	}
 }
 

@@ -57,8 +57,9 @@ func handledEvent(typ string) bool {
 // would delay the acks of all the envelopes behind it. A person's message
 // is recorded in its conversation before its ack, on a goroutine of its own
 // (see onMessage), so that once Slack stops delivering it, it is answered
-// even if this process dies; everything else, the bot's own posts and
-// other bots' among it, is acked at once.
+// even if this process dies; a membership change is acked once the other
+// replicas are told (see membershipChanged); everything else, the bot's
+// own posts and other bots' among it, is acked at once.
 func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	handed := false // to onMessage, which acks once the message is recorded
 	defer func() {

@@ -95,3 +95,38 @@ func TestRecordDeadline(t *testing.T) {
 		}
 	}
 }
+
+// A waiting update that shows an approval as running is not made late:
+// what became of the call follows it, rendered by whichever process
+// resumed it, maybe another one already, which it would undo. A waiting
+// update of another phase is made (the call as stored has not moved on:
+// here no agent reads it).
+func TestCardRetryOfARunningApprovalIsDropped(t *testing.T) {
+	var updates atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		updates.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true,"channel":"C1","ts":"1.5"}`))
+	}))
+	t.Cleanup(srv.Close)
+	a, err := New(Config{BotToken: "xoxb-test", AppToken: "xapp-test", APIURL: srv.URL + "/"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := cardRef{Channel: "C1", TS: "1.5"}
+	past := time.Now().Add(-time.Second)
+	for _, tt := range []struct {
+		phase agent.Phase
+		made  int64
+	}{{agent.PhaseDecided, 0}, {agent.PhaseExecuted, 1}} {
+		updates.Store(0)
+		a.cards.refused("c1", ref, cardRetry{call: agent.Call{ID: "c1", Status: agent.CallDecided}, rank: phaseRank(tt.phase), text: string(tt.phase), since: past, due: past})
+		a.retryCopy(t.Context(), "c1", ref)
+		if n := updates.Load(); n != tt.made {
+			t.Errorf("a waiting update of phase %s: %d made, want %d", tt.phase, n, tt.made)
+		}
+		if _, ok := a.cards.waiting("c1", ref); ok {
+			t.Errorf("a waiting update of phase %s is still waiting", tt.phase)
+		}
+	}
+}

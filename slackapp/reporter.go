@@ -642,7 +642,7 @@ func (a *App) catchUpCopies(ctx context.Context, p *cardPost) {
 		u.Phase = agent.PhaseDecided
 	}
 	a.onCardQueue(ctx, u, func(ctx context.Context) {
-		if u.Phase == agent.PhaseCounted && a.overtaken(ctx, c) {
+		if u.Phase == agent.PhaseCounted && a.movedOn(ctx, c) {
 			return
 		}
 		if !a.cards.advance(c.ID, phaseRank(u.Phase)) {
@@ -652,7 +652,7 @@ func (a *App) catchUpCopies(ctx context.Context, p *cardPost) {
 		// Whether the tool has run is for the resume's update to say:
 		// "running…" may be past by now.
 		card.Outcome = ""
-		a.cardRenderer(ctx, c, card)(copies)
+		a.cardRenderer(ctx, c, card, phaseRank(u.Phase))(copies)
 		a.cardRendered(u)
 	})
 }
@@ -810,7 +810,7 @@ func (a *App) expand(ctx context.Context, approvers []string) []string {
 
 // updateCard renders the call's current state on every copy of its card.
 func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
-	if u.Phase == agent.PhaseCounted && a.overtaken(ctx, u.Call) {
+	if u.Phase == agent.PhaseCounted && a.movedOn(ctx, u.Call) {
 		return
 	}
 	refs, late, err := a.cardLocations(ctx, u.Call)
@@ -821,7 +821,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	if !a.cards.advance(u.Call.ID, phaseRank(u.Phase)) {
 		return // older news than the card shows
 	}
-	update := a.cardRenderer(ctx, u.Call, a.updatedCard(u))
+	update := a.cardRenderer(ctx, u.Call, a.updatedCard(u), phaseRank(u.Phase))
 	update(refs)
 	if late != nil {
 		// Copies this process was still posting: updated once they are
@@ -843,9 +843,10 @@ func (a *App) updatedCard(u agent.CallUpdate) Card {
 	return cardOf(pc, &u)
 }
 
-// cardRenderer returns a function that renders card, of call c, on the
-// copies it is given, each as its place shows it (see cardAt).
-func (a *App) cardRenderer(ctx context.Context, c agent.Call, card Card) func(refs []cardRef) {
+// cardRenderer returns a function that renders card, of call c in the
+// phase of rank (see phaseRank), on the copies it is given, each as its
+// place shows it (see cardAt).
+func (a *App) cardRenderer(ctx context.Context, c agent.Call, card Card, rank uint8) func(refs []cardRef) {
 	type rendered struct {
 		blocks []slack.Block
 		text   string
@@ -866,7 +867,7 @@ func (a *App) cardRenderer(ctx context.Context, c agent.Call, card Card) func(re
 				byPlace[place] = r
 			}
 			_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: r.blocks, text: r.text})
-			a.copyUpdated(ctx, ref, cardRetry{call: c, blocks: r.blocks, text: r.text}, err)
+			a.copyUpdated(ctx, ref, cardRetry{call: c, rank: rank, blocks: r.blocks, text: r.text}, err)
 		}
 	}
 }
@@ -874,8 +875,9 @@ func (a *App) cardRenderer(ctx context.Context, c agent.Call, card Card) func(re
 // cardRetry is an update of a copy of a card that Slack refused with a
 // rate limit, to be made again once it allows (see cardRetryLater).
 type cardRetry struct {
-	// call is the call as blocks and text show it.
+	// call is the call as blocks and text show it, in the phase of rank.
 	call   agent.Call
+	rank   uint8
 	blocks []slack.Block
 	text   string
 	// since is when Slack first refused an update of the copy, due when
@@ -988,7 +990,10 @@ func (a *App) retryCopy(qctx context.Context, callID string, ref cardRef) {
 	if !ok || time.Now().Before(r.due) {
 		return // made, or refused again meanwhile: waited for anew
 	}
-	if a.movedOn(ctx, r.call) {
+	if r.rank == phaseRank(agent.PhaseDecided) || a.movedOn(ctx, r.call) {
+		// An approval shown as running is followed by what became of
+		// the call, rendered by whichever process resumed it, maybe
+		// another one already: made late, it would undo that.
 		a.cards.settled(callID, ref)
 		return
 	}
@@ -1002,9 +1007,14 @@ func (a *App) retryCopy(qctx context.Context, callID string, ref cardRef) {
 	a.copyUpdated(ctx, ref, r, err)
 }
 
-// movedOn reports whether the call as stored has moved on from c: it was
-// decided, expired or cancelled, holds other approvals or arguments, or is
-// gone. If the call cannot be read, it has not.
+// movedOn reports whether the call as stored has moved on from c (an
+// approval counted toward it, or an update waiting to be made again): it
+// was decided, expired or cancelled since, holds other approvals (a later
+// count, or an edit that restarted the count) or arguments, or is gone.
+// The update of each such change renders it, before or after this one
+// (reported from another click, they can come in any order), so c
+// rendered after it would show what is past, such as the buttons of a
+// call that takes no more clicks. If the call cannot be read, it has not.
 func (a *App) movedOn(ctx context.Context, c agent.Call) bool {
 	if a.ag == nil {
 		return false
@@ -1082,25 +1092,6 @@ func placeOf(channel, conversation string) string {
 		return "dm"
 	}
 	return "approvals"
-}
-
-// overtaken reports whether the call as stored has moved on from c, an
-// approval counted toward it: it was decided, expired or cancelled, or
-// holds other approvals (a later count, or an edit that restarted the
-// count). The update of each such change renders it, before or after this
-// one (reported from another click, they can come in any order), so a
-// count rendered after it would show the buttons of a call that takes no
-// more clicks. If the call cannot be read, the count is rendered.
-func (a *App) overtaken(ctx context.Context, c agent.Call) bool {
-	if a.ag == nil {
-		return false
-	}
-	cur, err := a.ag.Call(ctx, c.ID)
-	if err != nil {
-		a.log.Warn("read the call before rendering its count; rendering it", "call", c.ID, "err", err)
-		return false
-	}
-	return cur.Status != agent.CallPending || cur.Fingerprint != c.Fingerprint || !slices.Equal(cur.Approvals, c.Approvals)
 }
 
 // postBlocks posts a message (in a thread if thread is set) and returns its

@@ -121,11 +121,6 @@ func storeOpenError(err error) error {
 	return err
 }
 
-// warnEviction logs a warning when the Redis under st may evict keys (its
-// maxmemory-policy is not noeviction): every key the store writes has a
-// time to live, so a paused run, its calls or a conversation's lease may
-// be dropped under memory pressure. A Redis that keeps INFO to itself is
-// taken as it is.
 // maxClockSkew is how far a replica's clock may be from Redis's before it
 // warns: deadlines are judged by each replica's clock.
 const maxClockSkew = time.Second
@@ -143,6 +138,11 @@ func warnClockSkew(ctx context.Context, st *redisstore.Store, log *slog.Logger, 
 	log.Warn("this host's clock is off from redis's: each replica judges approval deadlines by its own clock, so replicas whose clocks differ accept a late click or expire a call early by as much; keep their clocks synchronised (NTP)", "ahead_of_redis", skew.Round(time.Millisecond))
 }
 
+// warnEviction logs a warning when the Redis under st may evict keys (its
+// maxmemory-policy is not noeviction): every key the store writes has a
+// time to live, so a paused run, its calls or a conversation's lease may
+// be dropped under memory pressure. A Redis that keeps INFO to itself is
+// taken as it is.
 func warnEviction(ctx context.Context, st *redisstore.Store, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
 	defer cancel()
