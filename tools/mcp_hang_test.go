@@ -286,10 +286,7 @@ func TestCallWhileASessionClosesFindsTheServerDown(t *testing.T) {
 	// The server answers no ping from now on: the next one fails and the
 	// session closes, waiting for the held call. (Before the session is
 	// taken out of use first, the status shows it connected until then.)
-	deadline := time.Now().Add(5 * time.Second)
-	for m.Status()[0].Connected && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the session is taken out of use after the failed ping", func() bool { return !m.Status()[0].Connected })
 	got := call(t, reg, "srv__delete_item", `{"id": "7"}`)
 	if !got.IsError || !strings.Contains(got.Content, "is unavailable") || !strings.Contains(got.Content, "ping") || strings.Contains(got.Content, "unknown") {
 		t.Errorf("a call while the session closes: got %+v, want the server unavailable because of the failed ping, the outcome known", got)
