@@ -491,10 +491,11 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 	}
 	if !first && !again {
-		if ctx.Err() != nil {
-			// Marked by another process: this one's lease and claim were
-			// lost (or it is shutting down) before it could mark it, and
-			// the one that took over has run it, or reports it.
+		if a.confirmClaim(ctx, c.RunID) != nil {
+			// Marked by another process: this one's claim was lost (or
+			// it is shutting down, or the store cannot say) before it
+			// could mark it, and the one that took over has run it, or
+			// reports it.
 			return Result{}, true
 		}
 		return unknown()
