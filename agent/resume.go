@@ -603,23 +603,28 @@ func (a *Agent) abandon(ctx context.Context, started *string) {
 const NoteToolChanged = "the tool's definition changed since it was approved; ask again"
 
 // changedArgs checks approved arguments, canonical as the call paused
-// with them (or as an edit gave them), against the tool reg registers now,
-// as the call was checked when it paused (see checkArgs): it says why they
-// can no longer run as approved (the schema refuses them, or the tool
-// would get other arguments, such as a default it fills in that the card
-// never showed), or returns "" if they can.
+// with them (or as an edit gave them), against the tool reg registers now:
+// it says why they can no longer run as approved (the schema or the
+// tool's own check refuses them, or the tool would get other arguments,
+// such as a default it fills in that the card never showed), or returns
+// "" if they can. What does not depend on the tool (their depth, text and
+// keys) was checked when they were approved.
 func changedArgs(reg *registered, args json.RawMessage) string {
-	filled, fp, err := checkArgs(args, reg.validate)
+	filled, err := reg.validate(args)
 	if err != nil {
 		return "it now refuses the approved arguments: " + err.Error()
 	}
 	if bytes.Equal(filled, args) {
-		return ""
+		return "" // nothing filled in: the arguments as approved
 	}
-	// Arguments stored spelled otherwise than this version's canonical
-	// form (by an earlier version's, say) are the same if their canonical
-	// forms are.
-	if _, approved, err := approvals.Fingerprint(args); err == nil && approved == fp {
+	// Defaults filled in, or arguments stored spelled otherwise than this
+	// version's canonical form (by an earlier version's, say): the same
+	// arguments if their canonical forms are.
+	_, now, err := checkArgs(filled, func(a json.RawMessage) (json.RawMessage, error) { return a, nil })
+	if err != nil {
+		return "it now refuses the approved arguments: " + err.Error()
+	}
+	if _, approved, err := approvals.Fingerprint(args); err == nil && approved == now {
 		return ""
 	}
 	return fmt.Sprintf("it would now run with %s instead of the approved %s", filled, args)

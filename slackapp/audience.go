@@ -168,22 +168,18 @@ func (c *audienceCache) channelMembers(ctx context.Context, channel string) (map
 }
 
 // forget drops what is kept of channel's members, as someone left it (the
-// member_left_channel event): the next check asks Slack, instead of
-// letting them decide for up to the ttl more. Look-ups under way, which
-// may have read them as members, are not kept.
+// member_left_channel event), or of every channel's with "" (someone may
+// have left any: see App.followNotices): the next check asks Slack,
+// instead of letting them decide for up to the ttl more. Look-ups under
+// way, which may have read them as members, are not kept.
 func (c *audienceCache) forget(channel string) {
 	c.mu.Lock()
 	c.lookups.drop()
-	delete(c.members, channel)
-	c.mu.Unlock()
-}
-
-// forgetAll drops what is kept of every channel's members: someone may
-// have left any of them (see App.followNotices).
-func (c *audienceCache) forgetAll() {
-	c.mu.Lock()
-	c.lookups.drop()
-	clear(c.members)
+	if channel == "" {
+		clear(c.members)
+	} else {
+		delete(c.members, channel)
+	}
 	c.mu.Unlock()
 }
 

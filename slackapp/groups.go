@@ -68,21 +68,17 @@ func (g *groupCache) Members(ctx context.Context, id string) ([]string, error) {
 }
 
 // forget drops what is kept of user group id, whose members changed (the
-// subteam_members_changed event): someone taken out of it no longer
-// decides for the ttl more.
+// subteam_members_changed event), or of every group with "" (see
+// App.followNotices): someone taken out of it no longer decides for the
+// ttl more.
 func (g *groupCache) forget(id string) {
 	g.mu.Lock()
 	g.lookups.drop()
-	delete(g.entries, id)
-	g.mu.Unlock()
-}
-
-// forgetAll drops what is kept of every user group (see
-// App.followNotices).
-func (g *groupCache) forgetAll() {
-	g.mu.Lock()
-	g.lookups.drop()
-	clear(g.entries)
+	if id == "" {
+		clear(g.entries)
+	} else {
+		delete(g.entries, id)
+	}
 	g.mu.Unlock()
 }
 

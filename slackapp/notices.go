@@ -68,8 +68,8 @@ func (a *App) followNotices(ctx context.Context) {
 	first := true
 	live := func() {
 		if !first {
-			a.audience.forgetAll()
-			a.groups.forgetAll()
+			a.audience.forget("")
+			a.groups.forget("")
 		}
 		first = false
 	}
