@@ -569,12 +569,16 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 		complete := code == "ok" && left == 0
 		if eexp != "" && c.Status == store.Pending {
 			// Again once the script has run: a reader that read the call
-			// before the script and moved its early entry later after
-			// the listing above (see moveDue) leaves it later than the
-			// expiry the script set. A failure leaves that listing,
-			// which stands but for such a reader.
-			z := redis.Z{Score: float64(c.ExpiresAt.UnixMilli()), Member: callID}
-			_ = s.c.ZAddArgs(ctx, s.dueKey(), redis.ZAddArgs{XX: true, LT: true, Members: []redis.Z{z}}).Err()
+			// before the script and moved its early entries later after
+			// the listings above (see moveLater) leaves them later than
+			// the expiry and the next reminder the script set. A failure
+			// leaves those listings, which stand but for such a reader.
+			ix := s.c.Pipeline()
+			ix.ZAddArgs(ctx, s.dueKey(), redis.ZAddArgs{XX: true, LT: true, Members: []redis.Z{{Score: float64(c.ExpiresAt.UnixMilli()), Member: callID}}})
+			if !c.RemindAt.IsZero() {
+				ix.ZAddArgs(ctx, s.remindKey(), redis.ZAddArgs{XX: true, LT: true, Members: []redis.Z{{Score: float64(c.RemindAt.UnixMilli()), Member: callID}}})
+			}
+			_, _ = ix.Exec(ctx)
 		}
 		if fx.Audit.Action != "" {
 			fx.Audit = store.ApprovalAudit(fx.Audit, len(c.Approvals), need)

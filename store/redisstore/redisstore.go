@@ -1068,18 +1068,35 @@ func dueLater(l liveCall) (redis.Z, bool) {
 	return redis.Z{Score: float64(ms), Member: l.call.ID}, ms > l.score
 }
 
-// moveDue moves existing due index entries to their calls' expiry times
-// (XX: an entry removed meanwhile is not added back). An approval with an
-// edit that brings a call's expiry forward lists it at the edit's expiry
-// (LT) before its script runs, and again once it has run (see
-// approveBegin): an entry this moved later past such an edit, whose
-// expiry was read before it, is moved back here, where the calls are read
-// again, or by the approval's second listing.
+// moveDue moves existing due index entries to their calls' expiry times;
+// see moveLater.
 func (s *Store) moveDue(ctx context.Context, later []redis.Z) error {
-	if len(later) == 0 {
+	return s.moveLater(ctx, s.dueKey(), nil, later, func(c store.Call) time.Time { return c.ExpiresAt })
+}
+
+// moveLater removes the entries gone of the index at key and moves its
+// existing entries later (XX: an entry removed meanwhile is not added
+// back) to the times read of their calls (at: ExpiresAt for the due index,
+// RemindAt for the reminder index). An approval with an edit that brings a
+// call's expiry, and so its next reminder, forward lists it at the new
+// time (LT) before its script runs, and again once it has run (see
+// approveBegin): an entry this moved later past such an edit, whose time
+// was read before it, is moved back here, where the calls are read again,
+// or by the approval's second listing.
+func (s *Store) moveLater(ctx context.Context, key string, gone []any, later []redis.Z, at func(store.Call) time.Time) error {
+	if len(gone) == 0 && len(later) == 0 {
 		return nil
 	}
-	if err := s.c.ZAddArgs(ctx, s.dueKey(), redis.ZAddArgs{XX: true, Members: later}).Err(); err != nil {
+	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if len(gone) > 0 {
+			p.ZRem(ctx, key, gone...)
+		}
+		if len(later) > 0 {
+			p.ZAddArgs(ctx, key, redis.ZAddArgs{XX: true, Members: later})
+		}
+		return nil
+	})
+	if err != nil || len(later) == 0 {
 		return err
 	}
 	ids := make([]string, len(later))
@@ -1092,14 +1109,14 @@ func (s *Store) moveDue(ctx context.Context, later []redis.Z) error {
 	}
 	var back []redis.Z
 	for i, l := range live {
-		if l.pending() && l.call.ExpiresAt.UnixMilli() < int64(later[i].Score) {
-			back = append(back, redis.Z{Score: float64(l.call.ExpiresAt.UnixMilli()), Member: l.call.ID})
+		if t := at(l.call); l.pending() && !t.IsZero() && t.UnixMilli() < int64(later[i].Score) {
+			back = append(back, redis.Z{Score: float64(t.UnixMilli()), Member: l.call.ID})
 		}
 	}
 	if len(back) == 0 {
 		return nil
 	}
-	return s.c.ZAddArgs(ctx, s.dueKey(), redis.ZAddArgs{XX: true, LT: true, Members: back}).Err()
+	return s.c.ZAddArgs(ctx, key, redis.ZAddArgs{XX: true, LT: true, Members: back}).Err()
 }
 
 // NextExpiry returns the earliest ExpiresAt of a pending call, or the zero
@@ -1158,7 +1175,7 @@ func (s *Store) DueReminders(ctx context.Context, now time.Time, limit int) ([]s
 	if err != nil {
 		return nil, fmt.Errorf("list due reminders: %w", err)
 	}
-	if err := s.fixReminders(ctx, gone, later); err != nil {
+	if err := s.moveLater(ctx, s.remindKey(), gone, later, func(c store.Call) time.Time { return c.RemindAt }); err != nil {
 		return nil, fmt.Errorf("list due reminders: %w", err)
 	}
 	slices.SortFunc(out, func(a, b store.Call) int {
@@ -1167,29 +1184,10 @@ func (s *Store) DueReminders(ctx context.Context, now time.Time, limit int) ([]s
 	return out, nil
 }
 
-// fixReminders removes the reminder index entries of calls with no
-// reminder left (a terminal state, so this cannot drop one to send) and
-// moves existing entries to their calls' reminder times (XX: an entry
-// removed meanwhile is not added back).
-func (s *Store) fixReminders(ctx context.Context, gone []any, later []redis.Z) error {
-	if len(gone) == 0 && len(later) == 0 {
-		return nil
-	}
-	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if len(gone) > 0 {
-			p.ZRem(ctx, s.remindKey(), gone...)
-		}
-		if len(later) > 0 {
-			p.ZAddXX(ctx, s.remindKey(), later...)
-		}
-		return nil
-	})
-	return err
-}
-
 // ClaimReminder is one Lua script on the call's hash slot (see
 // storetest.Store for the contract), then an update of the global
-// reminder index in a second command, as CreateRun writes its indexes.
+// reminder index in a second command, as CreateRun writes its indexes,
+// with the call read again after it (see moveLater).
 // When that second command fails the claim stands: it returns true with
 // the error, and the entry left at the earlier time is moved by the next
 // DueReminders that meets it.
@@ -1219,7 +1217,10 @@ func (s *Store) ClaimReminder(ctx context.Context, callID string, n int, next ti
 	if next.IsZero() {
 		err = s.c.ZRem(ctx, s.remindKey(), callID).Err()
 	} else {
-		err = s.c.ZAddXX(ctx, s.remindKey(), redis.Z{Score: float64(next.UnixMilli()), Member: callID}).Err()
+		// An approval with an edit may bring the reminder forward
+		// between the script and this move: moveLater moves it back.
+		later := []redis.Z{{Score: float64(next.UnixMilli()), Member: callID}}
+		err = s.moveLater(ctx, s.remindKey(), nil, later, func(c store.Call) time.Time { return c.RemindAt })
 	}
 	if err != nil {
 		return true, fmt.Errorf("claim reminder %d of call %s: index: %w", n, callID, err)
@@ -1255,7 +1256,7 @@ func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("next reminder: %w", err)
 	}
-	if err := s.fixReminders(ctx, gone, later); err != nil {
+	if err := s.moveLater(ctx, s.remindKey(), gone, later, func(c store.Call) time.Time { return c.RemindAt }); err != nil {
 		return time.Time{}, fmt.Errorf("next reminder: %w", err)
 	}
 	return next, nil

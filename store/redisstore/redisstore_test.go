@@ -276,6 +276,8 @@ func TestNewClient(t *testing.T) {
 		{url: "redis+cluster://10.0.0.1:7000,10.0.0.2:7001", cluster: true, wantAddrs: []string{"10.0.0.1:7000", "10.0.0.2:7001"}},
 		{url: "rediss+cluster://u:p@10.0.0.1:7000,10.0.0.2:7001/?dial_timeout=1s&addr=10.0.0.3:7002", cluster: true,
 			wantAddrs: []string{"10.0.0.1:7000", "10.0.0.3:7002", "10.0.0.2:7001"}},
+		// A "/" in the query is not a database.
+		{url: "redis+cluster://10.0.0.1:7000,10.0.0.2:7001?client_name=bot/eu-1", cluster: true, wantAddrs: []string{"10.0.0.1:7000", "10.0.0.2:7001"}},
 		{url: "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/2?master_name=main"},
 		{url: "redis://127.0.0.1:6379/3?pipeline_read_buffer_size=65536", pipelineRead: 64 << 10},
 	}

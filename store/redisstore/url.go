@@ -147,12 +147,11 @@ func CheckURL(ctx context.Context, rawURL string, timeout time.Duration) error {
 
 // clusterPath returns the path of "user@h1:p1,h2:p2/path?q".
 func clusterPath(rest string) string {
-	i := strings.IndexByte(rest, '/')
-	if i < 0 {
-		return ""
+	rest, _, _ = strings.Cut(rest, "?") // a query may hold a "/"
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		return rest[i:]
 	}
-	path, _, _ := strings.Cut(rest[i:], "?")
-	return path
+	return ""
 }
 
 // seedURL turns "user@h1:p1,h2:p2/path?q" into a URL of scheme with host h1:p1
