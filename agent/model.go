@@ -149,8 +149,9 @@ func NewOpenAIModel(cfg ModelConfig) *OpenAIModel {
 // message can be stored and sent back as is. Only the first choice is
 // read. A text answer cut short (finish reason "length", Mistral's
 // "model_length", or "content_filter") ends with a note that says so (see
-// cutNote), which onDelta gets too; a tool call cut short (its arguments
-// missing or not parsing) is left out, with a note in its place.
+// cutNote), which onDelta gets too; every tool call cut short (its
+// arguments missing or not parsing), whichever of the calls it is, is left
+// out, with a note in its place.
 //
 // Every error is a *ModelError. If the stream ends before the model
 // reports that it has finished, or reports an error instead (an error
@@ -215,20 +216,26 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 		}
 	}
 	note := cutNote(acc.reason)
-	if n := len(acc.calls); note != "" && n > 0 {
-		// The call being written when the limit came is incomplete: its
+	if note != "" && len(acc.calls) > 0 {
+		// A call being written when the limit came is incomplete: its
 		// arguments do not parse, or are missing, which would run it with
-		// none. It is left out, and the answer says so.
-		if last := acc.calls[n-1].Function; strings.TrimSpace(last.Arguments) == "" || !json.Valid([]byte(last.Arguments)) {
-			acc.calls = acc.calls[:n-1]
-			name, by := cmp.Or(last.Name, "a tool"), "the model's output limit"
-			if acc.reason == openai.FinishReasonContentFilter {
-				by = "the model provider's content filter"
-			}
-			note = fmt.Sprintf("\n\n(a call to %s was cut short by %s, so it was not made)", name, by)
-		} else {
-			note = ""
+		// none. Calls streamed interleaved may leave any of them so, not
+		// only the last one begun. Each is left out, and the answer says
+		// so, once for each; complete calls stay, with no note.
+		by := "the model's output limit"
+		if acc.reason == openai.FinishReasonContentFilter {
+			by = "the model provider's content filter"
 		}
+		var notes strings.Builder
+		kept := acc.calls[:0]
+		for _, c := range acc.calls {
+			if f := c.Function; strings.TrimSpace(f.Arguments) == "" || !json.Valid([]byte(f.Arguments)) {
+				fmt.Fprintf(&notes, "\n\n(a call to %s was cut short by %s, so it was not made)", cmp.Or(f.Name, "a tool"), by)
+				continue
+			}
+			kept = append(kept, c)
+		}
+		acc.calls, note = kept, notes.String()
 	}
 	if note != "" {
 		// A text answer cut short says so, where it is shown and in the
@@ -358,10 +365,11 @@ func (a *accumulator) add(chunk streamChunk, onDelta func(string)) {
 }
 
 // addToolCall merges a tool call fragment into the call its index is
-// filling. A fragment with an id or a name other than that call's begins
-// another call: some servers send every parallel call with index 0, each
-// whole or with its own id. A fragment without an index is a whole call
-// (some servers send them so).
+// filling. A fragment with an id or a name other than that call's, or with
+// an id or a name and arguments after that call's whole object, begins
+// another call (see beginsAnother): some servers send every parallel call
+// with index 0, each whole or with its own id. A fragment without an index
+// is a whole call (some servers send them so).
 func (a *accumulator) addToolCall(tc openai.ToolCall) {
 	var call *openai.ToolCall
 	if tc.Index != nil {
@@ -391,13 +399,28 @@ func (a *accumulator) addToolCall(tc openai.ToolCall) {
 
 // beginsAnother reports whether the fragment tc is of another call than
 // call, which holds the fragments of its index so far: it carries another
-// id, or, without ids, another name. (Servers that repeat the id and name
-// in every fragment send the same ones.)
+// id, or, without ids, another name; or it carries an id or a name and
+// brings arguments after call's, which already form a whole JSON object
+// (some servers send every call whole on one index, with no id or the same
+// one for each, and the same name). Servers that repeat the id and name in
+// every fragment keep working: until the object is finished, the arguments
+// so far are not valid JSON.
 func beginsAnother(call *openai.ToolCall, tc openai.ToolCall) bool {
-	if tc.ID != "" && call.ID != "" {
-		return tc.ID != call.ID
+	if tc.ID != "" && call.ID != "" && tc.ID != call.ID {
+		return true
 	}
-	return tc.Function.Name != "" && call.Function.Name != "" && tc.Function.Name != call.Function.Name
+	if (tc.ID == "" || call.ID == "") && tc.Function.Name != "" && call.Function.Name != "" && tc.Function.Name != call.Function.Name {
+		return true
+	}
+	if tc.ID == "" && tc.Function.Name == "" {
+		return false
+	}
+	// The cheap checks come first: json.Valid, which reads all the
+	// arguments so far, runs only for a fragment with an id or a name that
+	// brings arguments after arguments that end with '}'.
+	return strings.TrimSpace(tc.Function.Arguments) != "" &&
+		strings.HasSuffix(strings.TrimRight(call.Function.Arguments, " \t\r\n"), "}") &&
+		json.Valid([]byte(call.Function.Arguments))
 }
 
 func (a *accumulator) message() openai.ChatCompletionMessage {

@@ -592,6 +592,51 @@ func TestParallelCallsOnOneStreamIndex(t *testing.T) {
 	}
 }
 
+// Servers that send every parallel call whole on index 0, with no id or
+// the same id for each and the same name, still give each call as its own:
+// two reads of two files are not one call with both arguments run together.
+func TestWholeCallsOnOneStreamIndexWithTheSameIDAndName(t *testing.T) {
+	frame := func(id, name, args string) string {
+		return fmt.Sprintf(`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":%q,"type":"function","function":{"name":%q,"arguments":%q}}]}}]}`+"\n\n", id, name, args)
+	}
+	for _, tt := range []struct {
+		name   string
+		frames []string
+		want   []string // name args
+	}{
+		{"no ids, one name", []string{frame("", "read_file", `{"path":"a"}`), frame("", "read_file", `{"path":"b"}`)},
+			[]string{`read_file {"path":"a"}`, `read_file {"path":"b"}`}},
+		{"the same id twice", []string{frame("call_0", "read_file", `{"path":"a"}`), frame("call_0", "read_file", `{"path":"b"}`)},
+			[]string{`read_file {"path":"a"}`, `read_file {"path":"b"}`}},
+		// A fragment that repeats the id and name after an object that is
+		// not finished yet, though it ends with '}', carries it on.
+		{"an unfinished object that ends with a brace", []string{frame("call_0", "read_file", `{"opts":{"a":1}`), frame("call_0", "read_file", `,"path":"a"}`)},
+			[]string{`read_file {"opts":{"a":1},"path":"a"}`}},
+		// White space after a whole object is no call of its own.
+		{"white space after a whole object", []string{frame("call_0", "read_file", `{"path":"a"}`), frame("call_0", "read_file", "\n")},
+			[]string{"read_file {\"path\":\"a\"}\n"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := strings.Join(tt.frames, "") + `data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+			m := rawServer(t, func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprint(w, body)
+			})
+			msg, err := m.Complete(context.Background(), userMessage("hi"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, tc := range msg.ToolCalls {
+				got = append(got, tc.Function.Name+" "+tc.Function.Arguments)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("calls\n%q\nwant\n%q", got, tt.want)
+			}
+		})
+	}
+}
+
 // A tool call the output limit cut short (its arguments missing or not
 // parsing) is left out, with a note saying so, rather than run with no
 // arguments or blamed on the model as invalid JSON; complete calls before
@@ -626,6 +671,32 @@ func TestModelCallCutByTheLimitIsLeftOut(t *testing.T) {
 	msg, err := newTestModel(s, 0).Complete(context.Background(), userMessage("hi"), nil)
 	if err != nil || len(msg.ToolCalls) != 1 || msg.Content != "" {
 		t.Errorf("a complete call under a length finish: %+v, %v", msg, err)
+	}
+}
+
+// Every call the output limit cut short is left out, whichever of the
+// step's calls it is: with calls streamed interleaved (every call's header,
+// then their arguments round by round, as fakeopenai streams them), the one
+// cut need not be the last one begun.
+func TestModelEveryCallCutByTheLimitIsLeftOut(t *testing.T) {
+	s := fakeopenai.New(t)
+	s.Reply(fakeopenai.Response{ToolCalls: []fakeopenai.ToolCall{
+		{ID: "c1", Name: "restart_service", Arguments: ""},
+		{ID: "c2", Name: "read_file", Arguments: `{"path":"/a"}`},
+		{ID: "c3", Name: "delete_file", Arguments: `{"pa`},
+	}, FinishReason: openai.FinishReasonLength})
+	var deltas strings.Builder
+	msg, err := newTestModel(s, 0).Complete(context.Background(), userMessage("hi"), func(d string) { deltas.WriteString(d) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].ID != "c2" {
+		t.Errorf("calls %+v, want only the complete c2: a call cut before its arguments would run as {}", msg.ToolCalls)
+	}
+	const want = "\n\n(a call to restart_service was cut short by the model's output limit, so it was not made)" +
+		"\n\n(a call to delete_file was cut short by the model's output limit, so it was not made)"
+	if msg.Content != want || deltas.String() != want {
+		t.Errorf("content %q, streamed %q; want a note for each call cut, %q", msg.Content, deltas.String(), want)
 	}
 }
 

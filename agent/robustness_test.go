@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
@@ -271,6 +274,60 @@ func TestBadCallsAreSanitizedInTheHistory(t *testing.T) {
 	}
 	if cut != `{"invalid_json":"{\"path\": \"/etc/"}` {
 		t.Errorf("the cut arguments are kept as %q, want them as a string in an object", cut)
+	}
+}
+
+// Arguments that are JSON but not an object (a double-encoded string, an
+// array) get an error result, and do not stay in the history as they are:
+// Ollama's and vLLM's OpenAI endpoints decode each history call's arguments
+// into an object and refuse the whole request otherwise, which would break
+// the thread for good.
+func TestNonObjectArgumentsAreSanitizedInTheHistory(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	// An Ollama-like server: a history call whose arguments do not decode
+	// into an object is refused with a 400.
+	w.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		for _, m := range req.Messages {
+			for _, tc := range m.ToolCalls {
+				var obj map[string]any
+				if json.Unmarshal([]byte(tc.Function.Arguments), &obj) != nil {
+					return fakeopenai.Error(http.StatusBadRequest, "invalid tool call arguments")
+				}
+			}
+		}
+		return fakeopenai.Text("ok")
+	})
+	w.model.Reply(fakeopenai.ToolCalls(
+		call("c1", "read_file", `"{\"path\":\"/a\"}"`),
+		call("c2", "read_file", `["/b"]`),
+	))
+	a := w.agent()
+	_, err := a.Run(context.Background(), request("read"))
+	if err != nil {
+		t.Fatalf("the turn after a call with non-object arguments failed: %v", err)
+	}
+	res := toolResults(t, w.model)
+	if len(res) != 2 || !strings.Contains(res[0], "must be a JSON object") || !strings.Contains(res[1], "must be a JSON object") {
+		t.Errorf("tool results %q, want errors saying the arguments must be an object", res)
+	}
+	reqs := w.model.Requests()
+	var kept string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		for _, tc := range m.ToolCalls {
+			if args := strings.TrimSpace(tc.Function.Arguments); !strings.HasPrefix(args, "{") {
+				t.Errorf("call %s kept arguments that are not an object in the history: %s", tc.ID, tc.Function.Arguments)
+			}
+			if tc.ID == "c2" {
+				kept = tc.Function.Arguments
+			}
+		}
+	}
+	if kept != `{"not_an_object":"[\"/b\"]"}` {
+		t.Errorf("the array arguments are kept as %q, want their text as a string in an object", kept)
+	}
+	// The thread goes on.
+	if _, err := a.Run(context.Background(), request("and now?")); err != nil {
+		t.Errorf("the next message of the thread failed: %v", err)
 	}
 }
 

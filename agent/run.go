@@ -1128,11 +1128,14 @@ func normalizeAssistant(m openai.ChatCompletionMessage, history []openai.ChatCom
 
 // sanitizeCalls keeps what the history holds of a model step sendable: a
 // tool name that is not a valid function name, arguments over the size
-// limit, or arguments that are not JSON (cut by the token limit, say: some
-// servers parse the arguments of the history and refuse the request) would
-// make every later request fail. The model already got an error result for
-// those calls; arguments that are not JSON are kept as a string in an
-// object.
+// limit, arguments that are not JSON (cut by the token limit, say), or
+// arguments that are JSON but not an object (a double-encoded string, an
+// array) would make every later request fail: some servers (Ollama's and
+// vLLM's OpenAI endpoints) decode the arguments of every call of the
+// history into an object and refuse the request. The model already got an
+// error result for those calls; arguments that are not JSON, or not an
+// object, are kept as a string in an object, their text still there for
+// the model to read.
 func (a *Agent) sanitizeCalls(m *openai.ChatCompletionMessage) {
 	for i := range m.ToolCalls {
 		f := &m.ToolCalls[i].Function
@@ -1146,6 +1149,11 @@ func (a *Agent) sanitizeCalls(m *openai.ChatCompletionMessage) {
 			f.Arguments = "{}"
 		case !json.Valid([]byte(f.Arguments)):
 			b, _ := json.Marshal(map[string]string{"invalid_json": strings.ToValidUTF8(f.Arguments, "\uFFFD")})
+			f.Arguments = string(b)
+		case strings.TrimLeft(f.Arguments, " \t\r\n")[0] != '{':
+			// Valid JSON whose first byte, past JSON's white space, is not
+			// '{' is another value than an object.
+			b, _ := json.Marshal(map[string]string{"not_an_object": f.Arguments})
 			f.Arguments = string(b)
 		}
 	}
