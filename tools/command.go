@@ -34,7 +34,9 @@ var passedEnv = []string{"PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR
 // argv[0] must be spelled exactly as an entry of c.Allow (checked before
 // the policy judges the call, so rules on it see that spelling): an
 // allowed absolute path, or an allowed bare name, which PATH resolves. The working
-// directory is c.Dir or a directory inside it, symlinks included. After
+// directory is c.Dir (which may be a symbolic link) or a directory inside
+// it, none of whose parts below c.Dir may be a symbolic link (see
+// checkDir). After
 // c.Timeout (or when the call's context reaches its deadline first; the
 // result names the time the call had, and says that what the command did
 // is unknown), and as soon as the program has exited, its whole process
@@ -98,7 +100,9 @@ func (r *commandTool) checkArgs(raw json.RawMessage) error {
 
 // checkDir refuses a working directory not written plainly, relative to
 // the configured one, so that a rule on args.dir sees where the program
-// runs ("staging/../prod" is prod; "/srv/work/prod" is "prod"). The
+// runs ("staging/../prod" is prod; "/srv/work/prod" is "prod"), and one
+// that is, or goes through, a symbolic link below the configured directory
+// (see checkNoSymlink): with staging -> prod, "staging" is prod too. The
 // absolute form of a directory inside is answered with its plain one.
 func (r *commandTool) checkDir(dir string) error {
 	switch {
@@ -114,7 +118,31 @@ func (r *commandTool) checkDir(dir string) error {
 	case filepath.Clean(dir) != dir:
 		return fmt.Errorf("dir %q: write it plainly, as %q (no ., .., doubled or trailing slashes)", dir, filepath.Clean(dir))
 	}
-	return nil
+	return r.checkNoSymlink(dir, dir)
+}
+
+// checkNoSymlink refuses dir, the working directory as given, if rel, its
+// clean path relative to the configured directory, is or goes through a
+// symbolic link below it (see firstSymlink); the configured directory
+// itself was resolved once, when the tool was made. It runs before the
+// policy judges the call and again when the program is about to run, as
+// a link may have been put in place since; one put in place in the instant
+// between that last check and the program's start is not caught, but one
+// that leads outside is (see workDir).
+func (r *commandTool) checkNoSymlink(dir, rel string) error {
+	root, err := os.OpenRoot(r.dir)
+	if err != nil {
+		return fmt.Errorf("dir %q: cannot open %s: %v", dir, r.cfg.Dir, errors.Unwrap(err))
+	}
+	defer root.Close()
+	switch link := firstSymlink(root, rel); link {
+	case "":
+		return nil
+	case rel:
+		return fmt.Errorf("dir %q is a symbolic link; run_command does not follow symbolic links in %s", dir, r.cfg.Dir)
+	default:
+		return fmt.Errorf("dir %q goes through %q, a symbolic link; run_command does not follow symbolic links in %s", dir, link, r.cfg.Dir)
+	}
 }
 
 type commandTool struct {
@@ -265,8 +293,9 @@ func (r *commandTool) resolve(argv0 string) (string, error) {
 }
 
 // workDir returns the directory named by dir (relative to the configured
-// directory, or absolute inside it), refusing any that lies outside,
-// including through a symlink.
+// directory, or absolute inside it), refusing any that lies outside, and
+// any that is or goes through a symbolic link below the configured
+// directory (see checkNoSymlink).
 func (r *commandTool) workDir(dir string) (string, error) {
 	if dir == "" {
 		return r.dir, nil
@@ -283,11 +312,15 @@ func (r *commandTool) workDir(dir string) (string, error) {
 	if !filepath.IsLocal(rel) {
 		return "", fmt.Errorf("dir %q is outside %s", dir, r.cfg.Dir)
 	}
+	rel = filepath.Clean(rel) // as filepath.Join below takes it
+	if err := r.checkNoSymlink(dir, rel); err != nil {
+		return "", err
+	}
 	full, err := filepath.EvalSymlinks(filepath.Join(r.dir, rel))
 	if err != nil {
 		return "", fmt.Errorf("dir %q does not exist in %s", dir, r.cfg.Dir)
 	}
-	if full != r.dir && !strings.HasPrefix(full, r.dir+string(filepath.Separator)) {
+	if !inside(full, r.dir) {
 		return "", fmt.Errorf("dir %q leads outside %s through a symlink", dir, r.cfg.Dir)
 	}
 	if fi, err := os.Stat(full); err != nil || !fi.IsDir() {

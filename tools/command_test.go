@@ -107,7 +107,7 @@ func TestRunCommand(t *testing.T) {
 		{"dir absolute outside", map[string]any{"argv": []string{"hello"}, "dir": "/etc"},
 			"~is outside", true},
 		{"dir through symlink", map[string]any{"argv": []string{"hello"}, "dir": "link"},
-			"~leads outside", true},
+			`~dir "link" is a symbolic link; run_command does not follow symbolic links in `, true},
 		{"dir missing", map[string]any{"argv": []string{"hello"}, "dir": "nope"},
 			"~does not exist", true},
 		{"output capped", map[string]any{"argv": []string{"loud"}},
@@ -126,6 +126,98 @@ func TestRunCommand(t *testing.T) {
 				t.Errorf("run_command %v: got IsError %v, want %v", tc.args, got.IsError, tc.wantError)
 			}
 		})
+	}
+}
+
+// A dir that is, or goes through, a symbolic link below the configured
+// directory is refused before the policy judges the call, and again when
+// the program would run, should the link appear after the check: with
+// staging -> prod, a rule on args.dir would judge "staging" while the
+// program ran in prod. The configured directory may itself be a link.
+func TestRunCommandRefusesADirThroughASymlink(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(base, "work")
+	for _, d := range []string{"prod/app", "deploy", "later"} {
+		if err := os.MkdirAll(filepath.Join(work, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{"staging": "prod", "deploy/current": "../prod", base + "/configured": "work"} {
+		if !filepath.IsAbs(link) {
+			link = filepath.Join(work, link)
+		}
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	configured := filepath.Join(base, "configured")
+	tool, err := RunCommand(CommandConfig{Allow: []string{"pwd"}, Dir: configured})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registered(t, map[string]agent.Tool{"run_command": tool})
+	const notFollowed = "; run_command does not follow symbolic links in "
+	for _, tc := range []struct{ dir, want string }{
+		{"staging", `dir "staging" is a symbolic link` + notFollowed + configured},
+		{"staging/app", `dir "staging/app" goes through "staging", a symbolic link` + notFollowed + configured},
+		{"deploy/current", `dir "deploy/current" is a symbolic link`},
+	} {
+		args := map[string]any{"argv": []string{"pwd"}, "dir": tc.dir}
+		raw, _ := json.Marshal(args)
+		if err := reg.Validate("run_command", raw); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%s) = %v, want it refused, saying %q", raw, err, tc.want)
+		}
+		if got := runTool(t, tool, args); !got.IsError || !strings.Contains(got.Content, tc.want) {
+			t.Errorf("run_command %s: got %q, want it refused, saying %q", raw, got.Content, tc.want)
+		}
+	}
+
+	ok := map[string]any{"argv": []string{"pwd"}, "dir": "prod/app"}
+	if got := runTool(t, tool, ok); got.IsError || got.Content != "exit status 0\n"+filepath.Join(work, "prod", "app")+"\n" {
+		t.Errorf("run_command %v in a configured directory that is a link: got %+v, want it run in prod/app", ok, got)
+	}
+
+	// "later" is a directory when checked, and a link to prod when run.
+	later, _ := json.Marshal(map[string]any{"argv": []string{"pwd"}, "dir": "later"})
+	if err := reg.Validate("run_command", later); err != nil {
+		t.Fatalf("Validate(%s) = %v, want it taken", later, err)
+	}
+	if err := os.Remove(filepath.Join(work, "later")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("prod", filepath.Join(work, "later")); err != nil {
+		t.Fatal(err)
+	}
+	if got := runTool(t, tool, json.RawMessage(later)); !got.IsError || !strings.Contains(got.Content, `dir "later" is a symbolic link`) {
+		t.Errorf("run_command %s once later -> prod: got %q, want it refused", later, got.Content)
+	}
+	if got := previewOf(t, tool, string(later)); !strings.Contains(got, `refused when run: dir "later" is a symbolic link`) {
+		t.Errorf("preview of %s once later -> prod: got %q, want it to say the dir will be refused", later, got)
+	}
+}
+
+// The configured directory may be the file system's root: a directory
+// below it is taken, written relative to it.
+func TestRunCommandInADirectoryUnderTheFilesystemRoot(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool, err := RunCommand(CommandConfig{Allow: []string{"pwd"}, Dir: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registered(t, map[string]agent.Tool{"run_command": tool})
+	args := map[string]any{"argv": []string{"pwd"}, "dir": strings.TrimPrefix(dir, "/")}
+	raw, _ := json.Marshal(args)
+	if err := reg.Validate("run_command", raw); err != nil {
+		t.Errorf("Validate(%s) = %v, want it taken", raw, err)
+	}
+	if got := runTool(t, tool, args); got.IsError || got.Content != "exit status 0\n"+dir+"\n" {
+		t.Errorf("run_command %s with dir /: got %+v, want it run in %s", raw, got, dir)
 	}
 }
 

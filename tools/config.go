@@ -404,7 +404,7 @@ func (p *parsing) newServerConfig(name string, command []string, env map[string]
 	if s.Headers, err = p.expandMap(headers); err != nil {
 		return ServerConfig{}, fmt.Errorf("headers: %w", err)
 	}
-	if err := checkServerHeaders(s.Headers); err != nil {
+	if err := checkHeaders(s.Headers); err != nil {
 		return ServerConfig{}, fmt.Errorf("headers: %w", err)
 	}
 	switch {
@@ -428,45 +428,6 @@ func (p *parsing) newServerConfig(name string, command []string, env map[string]
 		}
 	}
 	return s, nil
-}
-
-// checkServerHeaders refuses headers that could not be sent as
-// configured: two names that are one header (names are not
-// case-sensitive, so which value went would vary), Host and Proxy-* (see
-// checkHeaders), a name that is not an HTTP token, and a value with a
-// line break or another control character (as a secret read from a file
-// often ends with), which fails every request. Values are never quoted.
-func checkServerHeaders(headers map[string]string) error {
-	if err := checkHeaders(headers); err != nil {
-		return err
-	}
-	for _, k := range slices.Sorted(maps.Keys(headers)) {
-		if !validHeaderName(k) {
-			return fmt.Errorf("%q is not a valid header name", k)
-		}
-		v := headers[k]
-		switch i := strings.IndexFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }); {
-		case i < 0:
-		case v[i] == '\n' || v[i] == '\r':
-			return fmt.Errorf("%s: the value has a line break (a secret read from a file often ends with one): remove it", k)
-		default:
-			return fmt.Errorf("%s: the value has a control character", k)
-		}
-	}
-	return nil
-}
-
-// validHeaderName reports whether name is an HTTP token (RFC 9110).
-func validHeaderName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for _, r := range name {
-		if r >= 0x7f || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
-			return false
-		}
-	}
-	return true
 }
 
 // checkServerName makes sure "<name>__<tool>" is a valid OpenAI function

@@ -35,6 +35,9 @@ var shownHeaders = []string{"Content-Type", "Content-Length", "Location", "Retry
 // Both only reach c.AllowedHosts: the host is checked after the URL is
 // parsed, URLs with user info are refused, and every redirect is checked
 // the same way. The host name is checked, not the address it resolves to.
+// Only a GET or HEAD is redirected, and not with its body to another
+// origin (a 307 or 308 would send the body along): the redirect is then
+// the result.
 // Requests go straight to the host: HTTP_PROXY and HTTPS_PROXY are not
 // used, and the model may not set the Host header or Proxy-* headers.
 // Zero settings take their defaults.
@@ -56,6 +59,13 @@ func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
 				// A 307 or 308 would send the approved write, body and
 				// headers, to a URL the card did not show: the
 				// redirect is the result.
+				return http.ErrUseLastResponse
+			}
+			if carriesBody(req) && urlOrigin(req.URL) != urlOrigin(via[0].URL) {
+				// A 307 or 308 of a GET or HEAD with a body (http_request
+				// allows one) would send the approved body, where the
+				// headers are not sent, to a URL the card did not show:
+				// the redirect is the result, as it is for a write.
 				return http.ErrUseLastResponse
 			}
 			if len(via) >= maxRedirects {
@@ -286,10 +296,14 @@ func unreserved(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
 
-// checkHeaders refuses the Host and Proxy-* headers, and two names that
-// are one header: header names are not case-sensitive, so of
-// {"X-Env": "staging", "x-env": "production"} only one would be sent,
-// while a card and the policy see both.
+// checkHeaders refuses headers that could not be sent as the arguments,
+// or a server's configuration, read them: the Host and Proxy-* headers;
+// two names that are one header (header names are not case-sensitive, so
+// of {"X-Env": "staging", "x-env": "production"} only one would be sent,
+// while a card and the policy see both); a name that is not an HTTP
+// token; and a value with a line break (which a card shows as two
+// headers, and a secret read from a file often ends with) or another
+// control character, which Go refuses to send. Values are never quoted.
 func checkHeaders(headers map[string]string) error {
 	names := make([]string, 0, len(headers))
 	for k := range headers {
@@ -303,14 +317,37 @@ func checkHeaders(headers map[string]string) error {
 			return errors.New("the Host header cannot be set; put the host in the url")
 		case len(k) >= len("Proxy-") && strings.EqualFold(k[:len("Proxy-")], "Proxy-"):
 			return fmt.Errorf("header %q cannot be set: requests do not go through a proxy", k)
+		case !validHeaderName(k):
+			return fmt.Errorf("%q is not a valid header name", k)
 		}
 		c := http.CanonicalHeaderKey(k)
 		if first, ok := seen[c]; ok {
 			return fmt.Errorf("headers %q and %q are the same header (header names are not case-sensitive); send it once", first, k)
 		}
 		seen[c] = k
+		v := headers[k]
+		switch i := strings.IndexFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }); {
+		case i < 0:
+		case v[i] == '\n' || v[i] == '\r':
+			return fmt.Errorf("%s: the value has a line break (a secret read from a file often ends with one): remove it", k)
+		default:
+			return fmt.Errorf("%s: the value has a control character", k)
+		}
 	}
 	return nil
+}
+
+// validHeaderName reports whether name is an HTTP token (RFC 9110).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if r >= 0x7f || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
+			return false
+		}
+	}
+	return true
 }
 
 type redirectError struct {
@@ -415,8 +452,14 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 			fmt.Fprintf(&b, "%s: %s\n", k, v)
 		}
 	}
-	if resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "" && args.Method != http.MethodGet && args.Method != http.MethodHead {
-		fmt.Fprintf(&b, "[redirect not followed: a %s is sent only to the url it was approved for]\n", args.Method)
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "" {
+		switch next, err := resp.Location(); {
+		case args.Method != http.MethodGet && args.Method != http.MethodHead:
+			fmt.Fprintf(&b, "[redirect not followed: a %s is sent only to the url it was approved for]\n", args.Method)
+		case args.Body != "" && (resp.StatusCode == http.StatusTemporaryRedirect || resp.StatusCode == http.StatusPermanentRedirect) &&
+			err == nil && urlOrigin(next) != urlOrigin(u):
+			fmt.Fprintf(&b, "[redirect not followed: the request's body is sent only to the origin of the url it was approved for, not to %s]\n", (&url.URL{Scheme: next.Scheme, Host: next.Host}).String())
+		}
 	}
 	if len(args.Headers) > 0 && urlOrigin(final) != urlOrigin(u) {
 		fmt.Fprintf(&b, "[the headers were not sent to %s, another origin than the url's]\n", (&url.URL{Scheme: final.Scheme, Host: final.Host}).String())
@@ -432,6 +475,12 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 		}
 	}
 	return agent.Result{Content: b.String()}
+}
+
+// carriesBody reports whether req, the next request of a redirect, would
+// send the body of the one before: a 307 or 308 keeps it.
+func carriesBody(req *http.Request) bool {
+	return req.GetBody != nil || req.Body != nil && req.Body != http.NoBody
 }
 
 // safeMethod reports whether method only reads (RFC 9110's safe methods
@@ -560,8 +609,14 @@ func checkHostPattern(s string) error {
 		return fmt.Errorf("%q: write an internationalized host name in its ASCII (xn--) form", s)
 	}
 	if p.port != "" && p.port != "*" {
-		if n, err := strconv.Atoi(p.port); err != nil || n < 1 || n > 65535 {
+		// Ports are matched as written, as the url's port is written
+		// plainly (see checkPlainURL): "08080" or "+8080" would match
+		// no url.
+		switch n, err := strconv.Atoi(p.port); {
+		case err != nil || n < 1 || n > 65535:
 			return fmt.Errorf("%q: invalid port %q", s, p.port)
+		case strconv.Itoa(n) != p.port:
+			return fmt.Errorf("%q: invalid port %q: write it as %d", s, p.port, n)
 		}
 	}
 	return nil

@@ -188,6 +188,69 @@ func TestHTTPRedirectToAnotherOriginGetsNoHeaders(t *testing.T) {
 	}
 }
 
+// A GET or HEAD with a body (http_request allows one) answered with a 307
+// or 308 to another origin is not followed, as a write is not: the
+// redirect would carry the approved body to a url the card did not show.
+// A 307 within the origin keeps the body, and a 302, which drops it, is
+// followed.
+func TestHTTPBodyIsNotRedirectedToAnotherOrigin(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	other := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		io.WriteString(w, "other got "+string(b))
+	})
+	origin := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/away":
+			http.Redirect(w, r, other.URL+"/elsewhere", http.StatusTemporaryRedirect)
+		case "/away-permanently":
+			http.Redirect(w, r, other.URL+"/elsewhere", http.StatusPermanentRedirect)
+		case "/found":
+			http.Redirect(w, r, other.URL+"/elsewhere", http.StatusFound)
+		case "/here":
+			http.Redirect(w, r, "/landed", http.StatusTemporaryRedirect)
+		case "/landed":
+			b, _ := io.ReadAll(r.Body)
+			io.WriteString(w, "landed with "+string(b))
+		}
+	})
+	req := httpTools(t, HTTPConfig{AllowedHosts: []string{"127.0.0.1:*"}})["http_request"]
+	const body = `{"query":"secret-payload"}`
+
+	for _, tc := range []struct{ method, path, status string }{
+		{"GET", "/away", "HTTP 307 Temporary Redirect\n"},
+		{"GET", "/away-permanently", "HTTP 308 Permanent Redirect\n"},
+		{"HEAD", "/away", "HTTP 307 Temporary Redirect\n"},
+	} {
+		got := runTool(t, req, map[string]any{"method": tc.method, "url": origin.URL + tc.path, "body": body})
+		want := "[redirect not followed: the request's body is sent only to the origin of the url it was approved for, not to " + other.URL + "]"
+		if got.IsError || !strings.HasPrefix(got.Content, tc.status) || !strings.Contains(got.Content, "Location: "+other.URL+"/elsewhere\n") || !strings.Contains(got.Content, want) {
+			t.Errorf("http_request %s %s with a body: got %q, want the redirect as the result, saying %q", tc.method, tc.path, got.Content, want)
+		}
+	}
+	if sent, _ := other.got(); len(sent) > 0 {
+		t.Fatalf("the other origin got %q, want nothing", sent)
+	}
+
+	got := runTool(t, req, map[string]any{"method": "GET", "url": origin.URL + "/here", "body": body})
+	if got.IsError || !strings.Contains(got.Content, "landed with "+body) {
+		t.Errorf("http_request GET /here with a body: got %q, want the redirect within the origin followed, body and all", got.Content)
+	}
+	got = runTool(t, req, map[string]any{"method": "GET", "url": origin.URL + "/found", "body": body})
+	if got.IsError || !strings.Contains(got.Content, "Final-URL: "+other.URL+"/elsewhere\n") || strings.Contains(got.Content, "secret-payload") {
+		t.Errorf("http_request GET /found with a body: got %q, want the 302 followed without the body", got.Content)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 1 || bodies[0] != "" {
+		t.Errorf("the other origin got bodies %q, want one empty one (the 302's)", bodies)
+	}
+}
+
 // A write that timed out once it may have reached the server says that
 // its outcome is unknown and that it must not be sent again unchecked, as
 // the agent says of a call cut by TOOL_TIMEOUT (the tool's own timeout,

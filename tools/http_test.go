@@ -241,6 +241,31 @@ func TestHostPattern(t *testing.T) {
 	}
 }
 
+// An allowed_hosts port is taken only in its plain decimal form: the check
+// compares ports as written, so "08080" or "+8080" would be accepted and
+// then match no url, not even one on port 8080.
+func TestAllowedHostPortOnlyInItsPlainForm(t *testing.T) {
+	for _, tc := range []struct{ entry, want string }{
+		{"127.0.0.1:08080", `"127.0.0.1:08080": invalid port "08080": write it as 8080`},
+		{"127.0.0.1:+8080", `"127.0.0.1:+8080": invalid port "+8080": write it as 8080`},
+		{"api.example:0443", `write it as 443`},
+		{"api.example:0", `invalid port "0"`},
+		{"api.example:65536", `invalid port "65536"`},
+		{"api.example:-1", `invalid port "-1"`},
+	} {
+		data := "builtin_tools:\n  http_request:\n    allowed_hosts: [\"" + tc.entry + "\"]\n"
+		if _, err := ParseConfig([]byte(data)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseConfig with allowed_hosts %q: got %v, want an error with %q", tc.entry, err, tc.want)
+		}
+		if _, err := HTTPTools(HTTPConfig{AllowedHosts: []string{tc.entry}}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("HTTPTools with allowed_hosts %q: got %v, want an error with %q", tc.entry, err, tc.want)
+		}
+	}
+	if _, err := ParseConfig([]byte("builtin_tools:\n  http_request:\n    allowed_hosts: [\"127.0.0.1:8080\", \"api.example:65535\"]\n")); err != nil {
+		t.Errorf("ParseConfig with plain ports: %v", err)
+	}
+}
+
 // Two header names that differ only in case are one header: only one value
 // could be sent, while the card and the policy see both. They are refused
 // with the schema's checks, before any card, and by the handler too.
@@ -269,6 +294,43 @@ func TestHTTPHeadersThatAreOneHeaderAreRefused(t *testing.T) {
 	}
 	if got := runTool(t, tools["http_request"], args); !got.IsError || !strings.Contains(got.Content, "are the same header") {
 		t.Errorf("handler: got %q (error %v), want the two names refused and nothing sent", got.Content, got.IsError)
+	}
+}
+
+// A header the request could not send (a value with a line break, which a
+// card shows as two headers, or a control character; a name that is not an
+// HTTP token) is refused with the schema's checks, before any card, as a
+// server's configured headers are, rather than failing once approved. The
+// handler refuses it too, and nothing is sent.
+func TestHTTPHeaderThatCannotBeSentIsRefused(t *testing.T) {
+	srv := newRecorder(t, nil)
+	tools := httpTools(t, HTTPConfig{AllowedHosts: []string{"127.0.0.1:*"}})
+	reg := registered(t, tools)
+	for _, tc := range []struct {
+		headers map[string]string
+		want    string
+	}{
+		{map[string]string{"X-Env": "staging\r\nX-Force: true"}, "X-Env: the value has a line break"},
+		{map[string]string{"X-Env": "staging\n"}, "X-Env: the value has a line break"},
+		{map[string]string{"X-Env": "a\x00b"}, "X-Env: the value has a control character"},
+		{map[string]string{"X Env": "staging"}, `"X Env" is not a valid header name`},
+		{map[string]string{"X-Env:": "staging"}, `"X-Env:" is not a valid header name`},
+	} {
+		args := map[string]any{"method": "POST", "url": srv.URL + "/deploy", "headers": tc.headers}
+		raw, _ := json.Marshal(args)
+		if err := reg.Validate("http_request", raw); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%s) = %v, want it refused, saying %q", raw, err, tc.want)
+		}
+		if got := runTool(t, tools["http_request"], args); !got.IsError || !strings.Contains(got.Content, tc.want) {
+			t.Errorf("http_request %s: got %q (error %v), want it refused, saying %q", raw, got.Content, got.IsError, tc.want)
+		}
+	}
+	if sent, _ := srv.got(); len(sent) > 0 {
+		t.Errorf("refused headers reached the server: %q", sent)
+	}
+	ok, _ := json.Marshal(map[string]any{"url": srv.URL + "/ok", "headers": map[string]string{"X-Env": "staging\tand more"}})
+	if err := reg.Validate("http_get", ok); err != nil {
+		t.Errorf("Validate(%s) = %v, want a tab in a value accepted", ok, err)
 	}
 }
 

@@ -30,7 +30,8 @@ const maxListEntries = 1000
 // so the policy would judge one file and the tool use another. Every
 // access goes through [os.Root] too, so a path that leaves the root, by
 // ".." or through a symlink, is refused. Reads longer
-// than c.MaxFileBytes are truncated with a note; larger writes are refused.
+// than c.MaxFileBytes are truncated with a note; larger writes are refused,
+// before the policy judges the call.
 // The root is created, with mode 0750, if it does not exist. Zero settings
 // take their defaults.
 func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
@@ -95,7 +96,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 }`),
 			Annotations: approvals.Hints{Destructive: ptr(true), Idempotent: true},
 			Handler:     w.write,
-			Check:       checkPath,
+			Check:       w.checkWrite,
 			Preview:     w.previewWrite,
 		},
 		{
@@ -157,36 +158,47 @@ func (w *workspace) open(raw json.RawMessage, def string) (*os.Root, pathArgs, e
 }
 
 // checkNoSymlink refuses rel, a clean path relative to root, if any of its
-// parts that exist is a symbolic link, the last one included. os.Root
-// keeps every access inside the root, but a link inside it still changes
-// which file a path means: notes.md -> secrets/api-token.txt would let a
-// read of notes.md return the token, and a write overwrite it, past a
-// policy rule that denies secrets/. Each part is looked at with Lstat,
-// from the first, so each is seen as it is, through parts already found
-// to be directories. (A link put in place after the check, by something
-// other than these tools, is still kept inside the root by os.Root.)
+// parts that exist is a symbolic link, the last one included (see
+// firstSymlink). os.Root keeps every access inside the root, but a link
+// inside it still changes which file a path means: notes.md ->
+// secrets/api-token.txt would let a read of notes.md return the token, and
+// a write overwrite it, past a policy rule that denies secrets/. (A link
+// put in place after the check, by something other than these tools, is
+// still kept inside the root by os.Root.)
 func checkNoSymlink(root *os.Root, rel string) error {
-	if rel == "." {
+	switch link := firstSymlink(root, rel); link {
+	case "":
 		return nil
+	case rel:
+		return fmt.Errorf("path %q is a symbolic link; the workspace tools do not follow symbolic links", rel)
+	default:
+		return fmt.Errorf("path %q goes through %q, a symbolic link; the workspace tools do not follow symbolic links", rel, link)
+	}
+}
+
+// firstSymlink returns the first of the parts of rel, a clean path
+// relative to root, that is a symbolic link (rel itself if only its last
+// part is), or "" if none of those that exist is. Each part is looked at
+// with Lstat, from the first, so each is seen as it is, through parts
+// already found to be directories. A part that is missing (a file to be
+// written) or not reachable ends the look: the caller's own access says
+// what is wrong.
+func firstSymlink(root *os.Root, rel string) string {
+	if rel == "." {
+		return ""
 	}
 	part := ""
 	for name := range strings.SplitSeq(rel, string(filepath.Separator)) {
 		part = filepath.Join(part, name)
 		fi, err := root.Lstat(part)
 		if err != nil {
-			// Missing (a file to be written), or not reachable: the
-			// tool's own access says what is wrong.
-			return nil
+			return ""
 		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			continue
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return part
 		}
-		if part == rel {
-			return fmt.Errorf("path %q is a symbolic link; the workspace tools do not follow symbolic links", rel)
-		}
-		return fmt.Errorf("path %q goes through %q, a symbolic link; the workspace tools do not follow symbolic links", rel, part)
 	}
-	return nil
+	return ""
 }
 
 // checkPath refuses a path not written in its one plain form, relative
@@ -207,6 +219,29 @@ func checkPath(raw json.RawMessage) error {
 		return fmt.Errorf("path %q leaves the workspace", p)
 	case filepath.Clean(p) != p:
 		return fmt.Errorf("path %q: write it plainly, as %q (no ., .., doubled or trailing slashes)", p, filepath.Clean(p))
+	}
+	return nil
+}
+
+// checkWrite is workspace_write's check: a path in its plain form (see
+// checkPath), and content within max_file_bytes, which the write would
+// refuse once approved.
+func (w *workspace) checkWrite(raw json.RawMessage) error {
+	if err := checkPath(raw); err != nil {
+		return err
+	}
+	var args pathArgs
+	if err := json.Unmarshal(raw, &args); err != nil || args.Path == "" || args.Content == nil {
+		return nil // the handler says what is wrong
+	}
+	return w.checkSize(args.Path, *args.Content)
+}
+
+// checkSize refuses content longer than max_file_bytes, to be written to
+// path.
+func (w *workspace) checkSize(path, content string) error {
+	if n := int64(len(content)); n > w.cfg.MaxFileBytes {
+		return fmt.Errorf("cannot write %q: %d bytes is more than the limit of %d", path, n, w.cfg.MaxFileBytes)
 	}
 	return nil
 }
@@ -327,8 +362,8 @@ func (w *workspace) write(_ context.Context, raw json.RawMessage) (agent.Result,
 	if args.Content == nil {
 		return errorResult("content is required"), nil
 	}
-	if n := int64(len(*args.Content)); n > w.cfg.MaxFileBytes {
-		return errorResult("cannot write %q: %d bytes is more than the limit of %d", args.Path, n, w.cfg.MaxFileBytes), nil
+	if err := w.checkSize(args.Path, *args.Content); err != nil {
+		return errorResult("%v", err), nil
 	}
 	if dir := filepath.Dir(args.Path); dir != "." {
 		if err := root.MkdirAll(dir, 0o755); err != nil {

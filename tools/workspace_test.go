@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,6 +111,30 @@ func TestWorkspaceTools(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(outside, "new.txt")); err == nil {
 		t.Errorf("a write through a symlink created a file outside the workspace")
+	}
+}
+
+// A write over max_file_bytes is refused with the schema's checks, before
+// any card, with the handler's words, rather than being approved and then
+// failing. A write of the limit exactly is taken.
+func TestWorkspaceWriteOverTheLimitIsRefusedBeforeTheCard(t *testing.T) {
+	root, _, tools := workspaceFixture(t, 10)
+	reg := registered(t, tools)
+	const want = `cannot write "notes.md": 30 bytes is more than the limit of 10`
+	args := map[string]any{"path": "notes.md", "content": "this is longer than ten bytes\n"}
+	raw, _ := json.Marshal(args)
+	if err := reg.Validate("workspace_write", raw); err == nil || err.Error() != want {
+		t.Errorf("Validate(%s) = %v, want %q", raw, err, want)
+	}
+	if got := runTool(t, tools["workspace_write"], args); !got.IsError || got.Content != want {
+		t.Errorf("workspace_write %s: got %q (error %v), want %q", raw, got.Content, got.IsError, want)
+	}
+	if _, err := os.Stat(filepath.Join(root, "notes.md")); err == nil {
+		t.Error("the refused write created notes.md")
+	}
+	exact, _ := json.Marshal(map[string]any{"path": "notes.md", "content": "ten bytes\n"})
+	if err := reg.Validate("workspace_write", exact); err != nil {
+		t.Errorf("Validate(%s) = %v, want a write of the limit exactly taken", exact, err)
 	}
 }
 
