@@ -783,9 +783,9 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 		a.ReleaseTaken(ctx, held)
 		return refused(c, s.got, err)
 	}
-	remembered := true
+	remembered, unaudited := true, error(nil)
 	if kindOf(&sd) == approvals.Remember {
-		remembered = a.remember(ctx, s.got, sd, v)
+		remembered, unaudited = a.remember(ctx, s.got, sd, v)
 	}
 	a.resumeLater(s, taken, held)
 	u := CallUpdate{Call: viewOf(s.got), Phase: PhaseDecided, StepPending: !s.complete}
@@ -793,7 +793,7 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 		u.Phase = PhaseSkipped
 	}
 	a.reporter(s.got.Conversation).Updated(ctx, u)
-	return DecideResult{Call: viewOf(s.got), Complete: s.complete, Unremembered: !remembered}, nil
+	return DecideResult{Call: viewOf(s.got), Complete: s.complete, Unremembered: !remembered, Unaudited: unaudited}, nil
 }
 
 // sendUntilAnswered makes step, the store step of a decision or approval
@@ -1019,12 +1019,14 @@ func refusedWithoutWrite(err error) bool {
 
 // remember stores the standing rule of a Remember decision, and reports
 // whether it did. The decision stands even if this fails; the failure is
-// logged.
-func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v approvals.Verdict) bool {
+// logged. A rule stored without its audit entry is in force, so it counts
+// as stored; the error, which wraps approvals.ErrAuditFailed, is logged
+// and returned.
+func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v approvals.Verdict) (bool, error) {
 	r, ok := a.policy.(Rememberer)
 	if !ok {
 		a.log.Warn("remember decision without a rule store", "call", c.ID)
-		return false
+		return false, nil
 	}
 	ttl := sd.TTL
 	if ttl <= 0 {
@@ -1032,11 +1034,16 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 	}
 	d := approvals.Decision{Kind: approvals.Remember, Fingerprint: c.Fingerprint, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: ttl, Exact: sd.Exact}
 	sr := approvals.RememberedRule(d, c.Tool, c.Channel, v)
-	if _, err := r.Remember(ctx, sd.Decider, sr); err != nil {
-		a.log.Error("store standing rule", "call", c.ID, "tool", c.Tool, "err", err)
-		return false
+	_, err := r.Remember(ctx, sd.Decider, sr)
+	if errors.Is(err, approvals.ErrAuditFailed) {
+		a.log.Warn("write the audit entry of a standing rule", "call", c.ID, "tool", c.Tool, "err", err)
+		return true, err
 	}
-	return true
+	if err != nil {
+		a.log.Error("store standing rule", "call", c.ID, "tool", c.Tool, "err", err)
+		return false, nil
+	}
+	return true, nil
 }
 
 // Cancel stops a paused step on behalf of its requester: every pending call
@@ -1055,7 +1062,7 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 	if err != nil {
 		return DecideResult{}, fmt.Errorf("cancel %s: %w", runID, err)
 	}
-	if user != run.Requester && !slices.ContainsFunc(calls, func(c store.Call) bool { return slices.Contains(c.Requesters, user) }) {
+	if user != run.Requester && !slices.ContainsFunc(calls, func(c store.Call) bool { return c.IsRequester(user) }) {
 		return DecideResult{}, fmt.Errorf("cancel %s: %w: only the requester can cancel", runID, approvals.ErrNotApprover)
 	}
 	var res DecideResult

@@ -158,6 +158,10 @@ type DecideResult struct {
 	// could not be saved: the call is approved, and later calls like it
 	// still ask.
 	Unremembered bool
+	// Unaudited is set on an Always-allow decision whose standing rule was
+	// saved, and is in force, but whose audit entry was not: it wraps
+	// approvals.ErrAuditFailed.
+	Unaudited error
 }
 
 func refusedByOther(c store.Call) error {

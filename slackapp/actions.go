@@ -237,6 +237,9 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) (text s
 	if res.Unremembered {
 		return UnrememberedText(), false
 	}
+	if res.Unaudited != nil {
+		return strings.TrimPrefix(notAudited(res.Unaudited), "\n"), false
+	}
 	return "", false
 }
 

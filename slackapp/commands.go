@@ -827,8 +827,9 @@ func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCal
 }
 
 // ownPending returns the oldest homeScanLimit pending calls user
-// requested: from scanned, the oldest pending calls, when that listing is
-// complete (shorter than homeScanLimit), and from the store otherwise.
+// requested, alone or with others (see requestedBy): from scanned, the
+// oldest pending calls, when that listing is complete (shorter than
+// homeScanLimit), and from the store otherwise.
 func (a *App) ownPending(ctx context.Context, ag Agent, scanned []agent.PendingCall, user string) []agent.PendingCall {
 	if len(scanned) == homeScanLimit {
 		own, err := ag.Pending(ctx, store.Filter{Requester: user, Limit: homeScanLimit})
@@ -839,9 +840,15 @@ func (a *App) ownPending(ctx context.Context, ag Agent, scanned []agent.PendingC
 	}
 	var own []agent.PendingCall
 	for _, c := range scanned {
-		if c.Requester == user {
+		if slices.Contains(requestedBy(c.Call), user) {
 			own = append(own, c)
 		}
 	}
 	return own
+}
+
+// requestedBy lists the people whose request c is, as the store lists
+// them for a Filter's Requester (see store.Call.RequestedBy).
+func requestedBy(c agent.Call) []string {
+	return store.Call{Requester: c.Requester, Requesters: c.Requesters}.RequestedBy()
 }

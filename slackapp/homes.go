@@ -20,7 +20,8 @@ const (
 	maxHomesPerRound = 100
 	// maxHomeAudience bounds the channel members whose tab is refreshed
 	// for a call open to anyone in its channel; in a larger channel only
-	// the requesters' tabs are.
+	// the requesters' tabs are, and those of the members whose tab this
+	// process published (see homeRefresh.published).
 	maxHomeAudience = 100
 	// maxHomeHashes bounds the users whose tab's hash is kept; past it,
 	// one is forgotten for each new one (its next publish checks itself,
@@ -188,6 +189,21 @@ func (h *homeRefresh) hashOf(user string) string {
 	return h.hashes[user]
 }
 
+// published returns those of members whose tab this process published
+// (whose hash it keeps), in order.
+func (h *homeRefresh) published(members map[string]bool) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for u := range h.hashes {
+		if members[u] {
+			out = append(out, u)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // setHash keeps hash as that of user's tab; "" forgets it.
 func (h *homeRefresh) setHash(user, hash string) {
 	h.mu.Lock()
@@ -211,15 +227,17 @@ func (h *homeRefresh) setHash(user, hash string) {
 // refreshHomes republishes the Home tab of everyone concerned by a call
 // that appeared, was decided, expired or was cancelled: its requesters,
 // its approvers (user groups expanded) and, for a call open to anyone in
-// its channel, the channel's members (up to maxHomeAudience). Changes are
-// gathered for Config.HomeRefreshDelay, so each person's tab is published
-// at most once a round, and a round publishes at most maxHomesPerRound
-// tabs, one at a time and from one listing of the pending calls, so the
-// bot stays within Slack's rate limits and the store is read once a
-// round (again only for tabs that another replica published meanwhile,
-// or whose hash this process does not know: see publishHomes). A tab
-// being published as its user opened it is left to the next round (see
-// publishRound). It returns when stopping is closed or ctx ends.
+// its channel, the channel's members (in a channel of more than
+// maxHomeAudience, only those whose tab this process published: see
+// concerned). Changes are gathered for Config.HomeRefreshDelay, so each
+// person's tab is published at most once a round, and a round publishes
+// at most maxHomesPerRound tabs, one at a time and from one listing of
+// the pending calls, so the bot stays within Slack's rate limits and the
+// store is read once a round (again only for tabs that another replica
+// published meanwhile, or whose hash this process does not know: see
+// publishHomes). A tab being published as its user opened it is left to
+// the next round (see publishRound). It returns when stopping is closed
+// or ctx ends.
 func (a *App) refreshHomes(ctx context.Context, stopping <-chan struct{}) {
 	for {
 		select {
@@ -287,13 +305,15 @@ func (a *App) showHome(ctx context.Context, user, shown string) {
 }
 
 // concerned lists the people whose Home tab shows the calls: requesters,
-// approvers, and the audience of calls open to their channel.
+// approvers, and the audience of calls open to their channel: every
+// member of a channel of up to maxHomeAudience members, and of a larger
+// one those whose tab this process published, which may list the call
+// (the others see it as they open their tab).
 func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 	var out []string
 	members := map[string][]string{}
 	for _, c := range calls {
-		out = append(out, c.Requester)
-		out = append(out, c.Requesters...)
+		out = append(out, requestedBy(c)...)
 		if len(namedDeciders(c)) > 0 {
 			out = append(out, a.expand(ctx, a.deciders(ctx, c))...)
 			continue
@@ -312,6 +332,8 @@ func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 					m = append(m, id)
 				}
 				slices.Sort(m)
+			} else {
+				m = a.homes.published(all)
 			}
 			members[c.Channel] = m
 		}

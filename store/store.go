@@ -166,6 +166,25 @@ type Call struct {
 	PreviewError string `json:"preview_error,omitempty"`
 }
 
+// RequestedBy lists the people whose request c is: its Requesters, or its
+// Requester alone in a call stored before Requesters were recorded. A
+// call is listed under each of them (see Filter.Requester).
+func (c Call) RequestedBy() []string {
+	if len(c.Requesters) > 0 {
+		return c.Requesters
+	}
+	if c.Requester == "" {
+		return nil
+	}
+	return []string{c.Requester}
+}
+
+// IsRequester reports whether user is among those whose request c is (see
+// RequestedBy).
+func (c Call) IsRequester(user string) bool {
+	return user != "" && slices.Contains(c.RequestedBy(), user)
+}
+
 // Approval is one approver's approval counted toward a call's
 // MinApprovals.
 type Approval struct {
@@ -209,7 +228,9 @@ type Conversation struct {
 // Filter selects pending calls. Empty fields match everything.
 // Approver matches calls that name that id among their approvers, and calls
 // with no approvers (open to anyone in the channel) when it is "*".
-// Limit bounds the listing to the oldest Limit matching calls (0: all).
+// Requester matches the calls requested by that id, alone or with others
+// (see Call.RequestedBy). Limit bounds the listing to the oldest Limit
+// matching calls (0: all).
 type Filter struct {
 	Conversation string
 	Approver     string
@@ -225,7 +246,7 @@ func (f Filter) Match(c Call) bool {
 	if f.Conversation != "" && c.Conversation != f.Conversation {
 		return false
 	}
-	if f.Requester != "" && c.Requester != f.Requester {
+	if f.Requester != "" && !c.IsRequester(f.Requester) {
 		return false
 	}
 	switch {

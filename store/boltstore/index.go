@@ -13,12 +13,14 @@ import (
 
 // The pending-call indexes. A pending call of an unfinished run (a key of
 // bucketPending) has one entry in bucketByExpiry, one in bucketByCreated
-// and one in bucketByField for its conversation, its requester and each
-// of its approvers (store.AnyApprover when it has none), so that Due,
-// NextExpiry and Pending read the calls they list and no others. The
-// entries are written and deleted in the transactions that add a call to
-// bucketPending or take it out (listPending, unlistPending); a file
-// written before they existed gets them at Open (ensureIndexes).
+// and one in bucketByField for its conversation, each of its requesters
+// (store.Call.RequestedBy) and each of its approvers (store.AnyApprover
+// when it has none), so that Due, NextExpiry and Pending read the calls
+// they list and no others. The entries are written and deleted in the
+// transactions that add a call to bucketPending or take it out
+// (listPending, unlistPending); a file written before they existed, or
+// with another layout of them (indexVersion), gets them at Open
+// (ensureIndexes).
 var (
 	bucketByExpiry  = []byte("pending-by-expiry")  // ExpiresAt (Unix ns, big endian) + call id -> nothing
 	bucketByCreated = []byte("pending-by-created") // CreatedAt (Unix ns, big endian) + call id -> nothing
@@ -27,8 +29,9 @@ var (
 )
 
 // indexVersion is the layout of the pending-call indexes; a file whose
-// meta records another (or none) has them rebuilt at Open.
-const indexVersion = 1
+// meta records another (or none) has them rebuilt at Open. Version 1
+// listed a call under its Requester only; 2 under each of its requesters.
+const indexVersion = 2
 
 var metaIndexVersion = []byte("pending-index-version")
 
@@ -67,8 +70,8 @@ func indexEntries(c store.Call) []indexEntry {
 	if c.Conversation != "" {
 		field(fieldConversation, c.Conversation)
 	}
-	if c.Requester != "" {
-		field(fieldRequester, c.Requester)
+	for _, r := range c.RequestedBy() {
+		field(fieldRequester, r)
 	}
 	if len(c.Approvers) == 0 {
 		field(fieldApprover, store.AnyApprover)

@@ -189,6 +189,16 @@ func (s *Store) recordsKey(kind string) string { return s.prefix + ":records:" +
 // anyApprover is the approver index entry of calls without approvers.
 const anyApprover = store.AnyApprover
 
+// requesterKeys returns the requester indexes a call is listed in: one
+// for each of its requesters (store.Call.RequestedBy).
+func (s *Store) requesterKeys(c store.Call) []string {
+	var keys []string
+	for _, r := range c.RequestedBy() {
+		keys = append(keys, s.requesterKey(r))
+	}
+	return keys
+}
+
 // approverKeys returns the approver indexes a call is listed in.
 func (s *Store) approverKeys(c store.Call) []string {
 	if len(c.Approvers) == 0 {
@@ -376,8 +386,8 @@ func (s *Store) runIndex(r store.Run, calls []store.Call) []indexEntry {
 			out = append(out, indexEntry{s.remindKey(), c.RemindAt, c.ID})
 		}
 		out = append(out, indexEntry{s.pendingKey(), c.CreatedAt, c.ID})
-		if c.Requester != "" {
-			out = append(out, indexEntry{s.requesterKey(c.Requester), c.CreatedAt, c.ID})
+		for _, k := range s.requesterKeys(c) {
+			out = append(out, indexEntry{k, c.CreatedAt, c.ID})
 		}
 		for _, k := range s.approverKeys(c) {
 			out = append(out, indexEntry{k, c.CreatedAt, c.ID})
@@ -904,8 +914,8 @@ func (s *Store) finishRun(ctx context.Context, runID string) (unindex func(p red
 			p.ZRem(ctx, s.dueKey(), c.ID)
 			p.ZRem(ctx, s.remindKey(), c.ID)
 			p.ZRem(ctx, s.pendingKey(), c.ID)
-			if c.Requester != "" {
-				p.ZRem(ctx, s.requesterKey(c.Requester), c.ID)
+			for _, k := range s.requesterKeys(c) {
+				p.ZRem(ctx, k, c.ID)
 			}
 			for _, k := range s.approverKeys(c) {
 				p.ZRem(ctx, k, c.ID)

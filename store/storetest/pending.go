@@ -82,3 +82,54 @@ func testPendingLimit(t *testing.T, open Opener) {
 		t.Errorf("Pending(limit 2) = %v, want the two oldest pending calls, oldest first", callIDs(got))
 	}
 }
+
+// testPendingCoRequesters: a call made by a turn that answers the messages
+// of several people is a request of each of them, so a Filter's Requester
+// selects it under any of its Requesters, through the requester index and
+// with other fields, until it is decided or its run finishes. A call
+// stored without Requesters is the request of its Requester alone.
+func testPendingCoRequesters(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	u := store.NewRunID()
+	first, second, alice := "URF"+u, "URS"+u, "UAL"+u
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	// The turn answered first's message, then second's: the calls name
+	// second as their Requester and both as their Requesters.
+	r, shared := create(t, s, 2, func(r *store.Run, cs []store.Call) {
+		r.Conversation, r.Requester, r.CreatedAt = "CR:"+u, second, base
+		for i := range cs {
+			c := &cs[i]
+			c.Conversation, c.Requester, c.Requesters = r.Conversation, second, []string{first, second}
+			c.Approvers, c.CreatedAt = []string{alice}, base.Add(time.Duration(i)*time.Second)
+		}
+	})
+	_, alone := create(t, s, 1, func(r *store.Run, cs []store.Call) {
+		r.Conversation, r.Requester, r.CreatedAt = "CS:"+u, second, base.Add(time.Minute)
+		cs[0].Conversation, cs[0].Requester, cs[0].Requesters = r.Conversation, second, nil
+		cs[0].Approvers, cs[0].CreatedAt = []string{alice}, base.Add(time.Minute)
+	})
+	pending := func(f store.Filter, want ...string) {
+		t.Helper()
+		got, err := s.Pending(ctx, f)
+		if err != nil {
+			t.Fatalf("Pending(%+v): %v", f, err)
+		}
+		if ids := callIDs(got); !slices.Equal(ids, want) {
+			t.Errorf("Pending(%+v) = %v, want %v", f, ids, want)
+		}
+	}
+	pending(store.Filter{Requester: first}, shared[0].ID, shared[1].ID)
+	pending(store.Filter{Requester: first, Limit: 1}, shared[0].ID)
+	pending(store.Filter{Requester: first, Approver: alice}, shared[0].ID, shared[1].ID)
+	pending(store.Filter{Conversation: "CR:" + u, Requester: first}, shared[0].ID, shared[1].ID)
+	pending(store.Filter{Requester: second}, shared[0].ID, shared[1].ID, alone[0].ID)
+
+	decideAll(t, s, shared[:1])
+	pending(store.Filter{Requester: first}, shared[1].ID)
+	if err := s.FinishRun(ctx, r.ID); err != nil {
+		t.Fatalf("FinishRun(%s): %v", r.ID, err)
+	}
+	pending(store.Filter{Requester: first})
+	pending(store.Filter{Requester: second}, alone[0].ID)
+}

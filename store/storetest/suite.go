@@ -71,6 +71,7 @@ func Run(t *testing.T, open Opener) {
 		{"ClaimReminderConcurrent", testClaimReminderConcurrent},
 		{"PendingFilters", testPendingFilters},
 		{"PendingLimit", testPendingLimit},
+		{"PendingCoRequesters", testPendingCoRequesters},
 		{"Restart", testRestart},
 		{"RawBytesKept", testRawBytesKept},
 		{"Lease", testLease},
