@@ -84,26 +84,33 @@ func New(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	if err := notClusterNode(ctx, c); err != nil {
+	if err := checkPrimary(ctx, c); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// notClusterNode refuses a client of one node (a redis:// URL) that is a
-// node of a Redis Cluster: it answers a ping, but most keys are on other
-// nodes, and nearly every command would fail with MOVED.
-func notClusterNode(ctx context.Context, c redis.UniversalClient) error {
+// checkPrimary refuses a client of one node (a redis:// URL) that is
+// not a primary that keeps the data itself: a node of a Redis Cluster (it
+// answers a ping, but most keys are on other nodes, and nearly every
+// command would fail with MOVED), a Sentinel (it keeps no data, and
+// refuses every command of the store) or a replica (it refuses writes).
+func checkPrimary(ctx context.Context, c redis.UniversalClient) error {
 	if _, ok := c.(*redis.Client); !ok {
 		return nil
 	}
-	info, err := c.Info(ctx, "cluster").Result()
+	info, err := c.Info(ctx, "server", "cluster", "replication").Result()
 	if err != nil {
 		return nil // a server that keeps INFO to itself is taken as it is
 	}
-	if strings.Contains(info, "cluster_enabled:1") {
+	switch {
+	case strings.Contains(info, "cluster_enabled:1"):
 		return errors.New("the server is a node of a Redis Cluster: write the url as redis+cluster://host:port[,host:port...]")
+	case strings.Contains(info, "redis_mode:sentinel"):
+		return errors.New("the server is a Redis Sentinel, which keeps no data: write the url as redis+sentinel://host:port[,host:port...][/db]?master_name=NAME")
+	case strings.Contains(info, "role:slave"):
+		return errors.New("the server is a replica, which refuses writes: name its primary, or its Sentinels with redis+sentinel://")
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -410,6 +411,67 @@ func TestClusterNodeNamedAsOneServerIsRefused(t *testing.T) {
 	} else {
 		s.Close()
 	}
+}
+
+// A redis:// URL naming a Sentinel or a replica is refused at once, saying
+// what to write instead: both answer a ping, but a Sentinel refuses every
+// command of the store and a replica every write.
+func TestSentinelOrReplicaNamedAsOneServerIsRefused(t *testing.T) {
+	sentinel, _, _ := strings.Cut(strings.TrimPrefix(envURL(t, "REDIS_SENTINEL_URL", "redis+sentinel://127.0.0.1:26379/9?master_name=toolgate"), "redis+sentinel://"), "/")
+	sentinel, _, _ = strings.Cut(sentinel, ",")
+	sentinel, _, _ = strings.Cut(sentinel, "?")
+	for _, tt := range []struct{ name, url, want string }{
+		{"sentinel", "redis://" + sentinel + "/0", "redis+sentinel://"},
+		{"replica", "redis://" + startReplica(t) + "/0", "replica"},
+	} {
+		s, err := redisstore.New(t.Context(), tt.url, redisstore.Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("New(%s) on a %s succeeded, want an error", tt.url, tt.name)
+		} else if !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%s) on a %s = %v, want it to say %s", tt.url, tt.name, err, tt.want)
+		}
+	}
+}
+
+// startReplica starts a redis-server replica of the node of REDIS_URL on a
+// free loopback port and returns its address. Without redis-server on PATH
+// it skips the test, except in CI.
+func startReplica(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		skipOutsideCI(t, "redis-server is not on PATH: cannot start a replica")
+	}
+	o, err := redis.ParseURL(redisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	primaryHost, primaryPort, _ := net.SplitHostPort(o.Addr)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	l.Close()
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", t.TempDir(), "--replicaof", primaryHost, primaryPort)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	for c.Ping(t.Context()).Err() != nil {
+		select {
+		case err := <-done:
+			t.Fatalf("redis-server exited at start: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return addr
 }
 
 // TestKeysExpire checks that every key but the audit log and the records
