@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := file.Tools.Builtins.CheckTimeouts(cfg.ToolTimeout, "TOOL_TIMEOUT"); err != nil {
 		return red.Error(configErrorf("config file %s: %w", cfg.ConfigFile, err))
 	}
-	if err := checkToolReach(file.Tools.Builtins, cfg.RedisURL, cfg.DataDir, cfg.ConfigFile); err != nil {
+	if err := botsetup.CheckToolReach(file.Tools.Builtins, cfg.RedisURL, "DATA_DIR", cfg.DataDir, "CONFIG_FILE", cfg.ConfigFile); err != nil {
 		return red.Error(configErrorf("config file %s: %w", cfg.ConfigFile, err))
 	}
 	// The tools' headers, env values and URL parts from ${VAR} references.
@@ -275,23 +275,6 @@ func serveBot(ctx context.Context, cfg config, file botsetup.File, red redactor,
 		return nil
 	})
 	return g.Wait()
-}
-
-// checkToolReach refuses a workspace root or run_command dir that holds
-// the bot's own files: the embedded store's directory, DATA_DIR (every
-// conversation and decision), when there is no REDIS_URL, and the config
-// file, CONFIG_FILE (the policy), when there is one. The model could read
-// them or rewrite them through a tool.
-func checkToolReach(b tools.BuiltinConfig, redisURL, dataDir, configFile string) error {
-	if redisURL == "" {
-		if err := b.CheckReach("DATA_DIR", dataDir); err != nil {
-			return err
-		}
-	}
-	if configFile != "" {
-		return b.CheckReach("CONFIG_FILE", configFile)
-	}
-	return nil
 }
 
 // redisLog writes the Redis client's lines to a slog.Logger.

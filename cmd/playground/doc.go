@@ -12,8 +12,9 @@
 // tab; threads, the bot's status and streamed answers; Block Kit cards with
 // their buttons and confirm dialogs, modals with inline errors, messages
 // only one person sees. A switcher at the top picks the person acting: you
-// (the requester), alice (the approver), bob (in #ops, approves nothing),
-// carol (an admin) and dave (not in #ops). The page's URL is printed, and
+// (the requester), alice (the approver), bob (in #ops and named by no
+// rule, so decides only what anyone in the channel may), carol (an admin)
+// and dave (not in #ops). The page's URL is printed, and
 // opened in a browser where a desktop is present (DISPLAY or
 // WAYLAND_DISPLAY, or macOS) unless -no-open is given.
 //
@@ -34,7 +35,10 @@
 // (never the requester: four eyes), allows writes under tmp/ and harmless
 // commands (ls, df and uptime with flags only, a bare date: CEL conditions)
 // and asks anyone for other writes and commands. -config FILE
-// runs your own config file instead, parsed by the bot's own parsers. The
+// runs your own config file instead, parsed by the bot's own parsers and
+// refused where the bot refuses it at start (a tool's timeout longer than
+// the bot's default TOOL_TIMEOUT, or a tool's directory that holds the
+// file or the playground's store). The
 // store is an embedded one in the temporary directory (never REDIS_URL's,
 // which may be a real bot's). With OPENAI_API_KEY or OPENAI_BASE_URL set (and
 // optionally OPENAI_MODEL) the bot talks to that model, an OpenAI-compatible

@@ -41,6 +41,9 @@ const (
 	// defaultBaseURL is OpenAI's endpoint, used when only OPENAI_API_KEY
 	// is set.
 	defaultBaseURL = "https://api.openai.com/v1"
+	// toolTimeout bounds one tool call: the bot's default TOOL_TIMEOUT,
+	// which the playground does not read.
+	toolTimeout = 2 * time.Minute
 )
 
 // systemPrompt is given to a real model; the scripted one ignores it.
@@ -304,9 +307,20 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	}
 	// A tool of the file that cannot be set up is the -config file's
 	// fault (the bot's CONFIG_FILE is not read here), or the demo's.
-	file.Setting = "the demo config file " + configFile
+	setting := "the demo config file"
 	if opts.config != "" {
-		file.Setting = "-config " + opts.config
+		setting = "-config"
+	}
+	file.Setting = setting + " " + configFile
+	// What the bot refuses at start is refused here too, by the same
+	// checks: a tool's timeout longer than the one that bounds its calls,
+	// and a tool's directory that holds the config file or the store,
+	// which the model could then read or rewrite.
+	if err := file.Tools.Builtins.CheckTimeouts(toolTimeout, "TOOL_TIMEOUT"); err != nil {
+		return nil, fmt.Errorf("%s: the playground keeps TOOL_TIMEOUT at the bot's default, %s: %w", file.Setting, toolTimeout, err)
+	}
+	if err := botsetup.CheckToolReach(file.Tools.Builtins, "", "the playground's store directory", pg.dir, setting, configFile); err != nil {
+		return nil, fmt.Errorf("%s: %w", file.Setting, err)
 	}
 	pg.config = string(file.Data)
 
@@ -408,6 +422,7 @@ func (pg *playground) startBot(ctx context.Context, model agent.Model, file bots
 		},
 		Agent: agent.Config{
 			SystemPrompt: systemPrompt,
+			ToolTimeout:  toolTimeout,
 			ApprovalTTL:  time.Hour,
 		},
 		Logger: pg.log,

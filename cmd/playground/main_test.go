@@ -195,6 +195,21 @@ func TestOutsiderCannotPost(t *testing.T) {
 	})
 }
 
+// bob is in #ops but named by no rule: he may decide a call that anyone in
+// the channel may (a write outside tmp/), and is refused one whose rule
+// names its approvers (a delete, alice's).
+func TestBystanderDecidesWhatAnyoneMay(t *testing.T) {
+	play(t, []step{
+		{prompt: "you", command: "write hello to notes.md", want: []string{"card #1:", "Rule: `writes`", "Approvers: anyone in this channel"}},
+		{prompt: "you", command: "/as bob", want: []string{"you are now bob", "named by no rule"}, notWant: []string{"approves nothing"}},
+		{prompt: "bob", command: "/approve", want: []string{"card #1 updated:", "Approved by @bob", "bytes to notes.md"}},
+		{prompt: "bob", command: "/as you", want: []string{"you are now you"}},
+		{prompt: "you", command: "delete scratch.csv", want: []string{"card #2:", "Approvers: @alice"}},
+		{prompt: "you", command: "/as bob", want: []string{"you are now bob"}},
+		{prompt: "bob", command: "/approve", want: []string{"(only bob sees this)", "not an approver"}, notWant: []string{"Approved by @bob", "deleted scratch.csv"}},
+	})
+}
+
 func TestOwnConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "config.yaml")
@@ -579,6 +594,37 @@ func TestOwnConfigToolThatCannotBeSetUp(t *testing.T) {
 	err := run(context.Background(), strings.NewReader(""), io.Discard, []string{"-script", "-", "-config", file})
 	if err == nil || !strings.HasPrefix(err.Error(), "-config "+file+": load tools: run_command") || strings.Contains(err.Error(), "CONFIG_FILE") {
 		t.Errorf("run: %v, want an error naming -config %s", err, file)
+	}
+}
+
+// A -config file the bot refuses at start, and `bot policy check` reports,
+// is refused here too, naming the file: a workspace root that holds the
+// file or the playground's store, or a tool timeout longer than the bot's.
+func TestOwnConfigRefusedAsByTheBot(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", "")
+	dir := t.TempDir() // made before TMPDIR is set: out of the store's reach
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	file := filepath.Join(dir, "config.yaml")
+	for _, tc := range []struct{ name, config, want string }{
+		{"root holds the config file", "builtin_tools:\n  workspace: {root: " + strconv.Quote(dir) + "}\n", "holds -config " + file},
+		{"root holds the store", "builtin_tools:\n  workspace: {root: " + strconv.Quote(tmp) + "}\n", "holds the playground's store directory " + tmp},
+		{"run_command dir holds the store", "builtin_tools:\n  run_command: {allow: [ls], dir: " + strconv.Quote(tmp) + "}\n", "builtin_tools.run_command.dir " + tmp + " holds"},
+		{"timeout longer than the bot's", "builtin_tools:\n  http_request: {allowed_hosts: [api.github.com], timeout: 3m}\n", "TOOL_TIMEOUT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(file, []byte(tc.config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := run(context.Background(), strings.NewReader(""), io.Discard, []string{"-script", "-", "-config", file})
+			if err == nil || !strings.HasPrefix(err.Error(), "-config "+file+": ") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("run -config: %v, want an error naming -config %s and saying %q", err, file, tc.want)
+			}
+			if left, _ := filepath.Glob(filepath.Join(tmp, "toolgate-playground-*")); len(left) > 0 {
+				t.Errorf("temporary directories left behind: %v", left)
+			}
+		})
 	}
 }
 

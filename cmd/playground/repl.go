@@ -62,8 +62,9 @@ func (s *session) intro() {
 	}
 	s.printf(`Toolgate playground: the real bot against a fake Slack workspace, in this process.
 
-  Workspace: #ops, with you (requester), alice (approves deletes), bob (approves nothing),
-             carol (admin) and the bot; dave is not in #ops.
+  Workspace: #ops, with you (requester), alice (approves deletes), carol (admin), the bot
+             and bob (named by no rule: decides only what anyone in #ops may);
+             dave is not in #ops.
   Model:     %s.
   Store:     %s.
 `, model, s.pg.storeName)

@@ -32,7 +32,7 @@ type person struct {
 var people = []person{
 	{userYou, "you", "requester: asks the bot to do things", true, false},
 	{userAlice, "alice", "approver: on call, approves deletes", true, true},
-	{userBob, "bob", "bystander: in #ops, approves nothing", true, false},
+	{userBob, "bob", "bystander: in #ops and named by no rule, so decides only what anyone in the channel may", true, false},
 	{userCarol, "carol", "admin: may change the policy", true, true},
 	{userDave, "dave", "outsider: not in #ops", false, false},
 }
