@@ -173,7 +173,7 @@ func bench(ctx context.Context, o options, log io.Writer) (*Report, error) {
 	empty := func() StorePhase { return StorePhase{ByMethod: map[string]float64{}} }
 	rep := &Report{
 		Settings: settingsOf(o), Machine: machine(),
-		StoreCalls: StoreCalls{Pause: empty(), Decide: empty(), Resume: empty()},
+		StoreCalls: StoreCalls{Pause: empty(), Decide: empty(), HomeRefresh: empty(), Resume: empty()},
 		Paused:     []PausedSample{}, StopErrors: []string{},
 	}
 	if o.probe > 0 {
@@ -471,6 +471,43 @@ func (e *env) wait(ch <-chan struct{}, what string) error {
 	}
 }
 
+// periodic are the store methods that, in a probe, only the bots' periodic
+// passes call: the health probes (Ping), the takeover scan (Unanswered,
+// every TAKEOVER_INTERVAL), the sweep of stalled resumes (Stalled and Due,
+// every SWEEP_INTERVAL) and the expiry pass (Due, DueReminders, NextExpiry
+// and NextReminder, at the next deadline and at least every
+// SWEEP_INTERVAL). They fall into whichever step is open, and are no
+// step's work.
+var periodic = map[string]bool{
+	"Ping": true, "Unanswered": true, "Stalled": true,
+	"Due": true, "DueReminders": true, "NextExpiry": true, "NextReminder": true,
+}
+
+// oneTrip are the periodic methods that take one Redis round trip each
+// (one command on one key); the others' vary.
+var oneTrip = map[string]bool{"Ping": true, "Unanswered": true}
+
+// homeMethods are the store methods of the Home tabs' round (the pending
+// calls and the standing rules listed): in a probe nothing else calls them
+// (slash commands do, and, on Redis, the recall of the pending calls when
+// the bot reconnects to the announcements of pauses).
+var homeMethods = map[string]bool{"Pending": true, "Records": true}
+
+// homeWait bounds the wait for the Home tabs' round a card and its
+// decision set off: the bot gathers changes for 2 s before a round
+// (slackapp's HomeRefreshDelay).
+const homeWait = 5 * time.Second
+
+// stepCalls sums one probe step's store calls over the conversations.
+type stepCalls struct {
+	calls map[string]float64
+	// trips sums the round trips of the windows whose round trips are
+	// all the step's own (tripWindows of them); allTrips those of every
+	// window, less those of the periodic calls that take one each.
+	trips, allTrips float64
+	tripWindows     int
+}
+
 // probePhase runs o.probe conversations one at a time and counts the store
 // calls of each step, split by what the bench sees:
 //
@@ -478,28 +515,59 @@ func (e *env) wait(ch <-chan struct{}, what string) error {
 //     quiet;
 //   - decide: from the click until the tool starts (the tool is held) and
 //     the bots are quiet: the decision and the resume's start;
+//   - home refresh: with the tool still held, until the bots have listed
+//     the pending calls for the Home tabs' round that the card and the
+//     decision set off (2 s after the card) and are quiet;
 //   - resume: from the tool's release until the answer is posted and the
 //     bots are quiet.
 //
 // Each conversation's counts are averaged, and so are the Redis round
-// trips of each step. Ping calls (health probes), and their round trips,
-// are left out.
+// trips of each step. The periodic passes' calls (see periodic) are left
+// out of every step, with their round trips: subtracted where each takes
+// one, and otherwise by leaving the window out of the step's mean round
+// trips (-1 if that leaves none). The Home round's calls (see
+// homeMethods) count in the home refresh wherever they fall (on a slow
+// machine the round may come before the decide step is over), and a
+// step's window they fell into likewise gives no round trips.
 func (e *env) probePhase() (StoreCalls, error) {
-	phases := map[string]map[string]float64{"pause": {}, "decide": {}, "resume": {}}
-	add := func(phase string, before, after map[string]float64) {
-		pings := after["Ping"] - before["Ping"] // one round trip each
+	steps := map[string]*stepCalls{}
+	for _, name := range []string{"pause", "decide", "home", "resume"} {
+		steps[name] = &stepCalls{calls: map[string]float64{}}
+	}
+	add := func(step string, before, after map[string]float64) {
+		own := true // the window's round trips are all the step's
+		// Round trips are counted on Redis only.
+		trips, counted := after[roundTripsKey]
+		trips -= before[roundTripsKey]
 		for k, v := range after {
 			d := v - before[k]
-			if k == roundTripsKey {
-				d -= pings
+			switch {
+			case d == 0 || k == roundTripsKey:
+			case periodic[k] && oneTrip[k]:
+				if counted {
+					trips -= d
+				}
+			case periodic[k]:
+				own = false
+			case homeMethods[k] && step != "home":
+				steps["home"].calls[k] += d
+				own = false
+			default:
+				steps[step].calls[k] += d
 			}
-			if d != 0 && k != "Ping" {
-				phases[phase][k] += d
-			}
+		}
+		st := steps[step]
+		st.allTrips += trips
+		if own {
+			st.trips += trips
+			st.tripWindows++
 		}
 	}
 	// A warm-up conversation first, outside the counts, so per-channel
-	// lookups and the policy cache are not counted as per-call work.
+	// lookups and the policy cache are not counted as per-call work. It
+	// also tells whether the bots refresh Home tabs: if no round follows
+	// its card, the later conversations do not wait for one.
+	waitHome := true
 	for i := -1; i < e.o.probe; i++ {
 		start, err := e.quiet()
 		if err != nil {
@@ -523,6 +591,12 @@ func (e *env) probePhase() (StoreCalls, error) {
 		if err != nil {
 			return StoreCalls{}, err
 		}
+		homed := decided
+		if waitHome {
+			if homed, err = e.homeRound(decided); err != nil {
+				return StoreCalls{}, err
+			}
+		}
 		close(c.hold)
 		if err := e.wait(c.answered, fmt.Sprintf("probe conv-%d: answer", c.id)); err != nil {
 			return StoreCalls{}, err
@@ -532,33 +606,58 @@ func (e *env) probePhase() (StoreCalls, error) {
 			return StoreCalls{}, err
 		}
 		if i < 0 {
+			waitHome = resumed["Pending"] > start["Pending"]
 			continue
 		}
 		add("pause", start, paused)
 		add("decide", paused, decided)
-		add("resume", decided, resumed)
+		add("home", decided, homed)
+		add("resume", homed, resumed)
 	}
-	out := StoreCalls{Conversations: e.o.probe}
-	for name, calls := range phases {
+	n := float64(e.o.probe)
+	phase := func(st *stepCalls) StorePhase {
 		p := StorePhase{ByMethod: map[string]float64{}}
-		for k, v := range calls {
-			if k == roundTripsKey {
-				p.RoundTrips = v / float64(e.o.probe)
-				continue
-			}
-			p.ByMethod[k] = v / float64(e.o.probe)
-			p.Total += v / float64(e.o.probe)
+		for k, v := range st.calls {
+			p.ByMethod[k] = v / n
+			p.Total += v / n
 		}
-		switch name {
-		case "pause":
-			out.Pause = p
-		case "decide":
-			out.Decide = p
-		case "resume":
-			out.Resume = p
+		switch {
+		case st.tripWindows > 0:
+			p.RoundTrips = st.trips / float64(st.tripWindows)
+		case st.allTrips > 0:
+			p.RoundTrips = -1 // every window held other work's round trips
+		}
+		return p
+	}
+	return StoreCalls{
+		Conversations: e.o.probe,
+		Pause:         phase(steps["pause"]),
+		Decide:        phase(steps["decide"]),
+		HomeRefresh:   phase(steps["home"]),
+		Resume:        phase(steps["resume"]),
+	}, nil
+}
+
+// homeRound waits, from the store counts before, for the Home tabs' round:
+// until the bots list the pending calls or homeWait has passed, and then
+// until they are quiet. It returns the counts then.
+func (e *env) homeRound(before map[string]float64) (map[string]float64, error) {
+	deadline := time.Now().Add(homeWait)
+	for time.Now().Before(deadline) {
+		cur, err := e.storeCalls()
+		if err != nil {
+			return nil, err
+		}
+		if cur["Pending"] > before["Pending"] {
+			break
+		}
+		select {
+		case <-time.After(quietStep):
+		case <-e.ctx.Done():
+			return nil, e.ctx.Err()
 		}
 	}
-	return out, nil
+	return e.quiet()
 }
 
 // loadPhase offers o.conversations mentions at o.rate and waits for them
@@ -662,8 +761,8 @@ func (e *env) loadPhase(rep *Report) error {
 
 // perConversation is the calls counted from before to after, by method,
 // per conversation of done.
-func perConversation(before, after map[string]int, done int) StorePhase {
-	p := StorePhase{ByMethod: map[string]float64{}}
+func perConversation(before, after map[string]int, done int) Calls {
+	p := Calls{ByMethod: map[string]float64{}}
 	for m, n := range after {
 		if d := n - before[m]; d > 0 {
 			p.ByMethod[m] = float64(d) / float64(done)
@@ -735,15 +834,22 @@ func redisCPUSeconds(info string) (float64, error) {
 }
 
 // accountAll fills the report's ack and accounting sections over every
-// envelope and conversation of the run.
+// envelope and conversation of the run. An envelope the fake had to
+// deliver again (the bot it was sent to closed its connection without
+// acking it, and another replica, or the same bot reconnected, acked it)
+// counts as redelivered, not as acked: its ack time would be from the
+// last delivery, hiding the wait.
 func (e *env) accountAll(rep *Report) {
 	var acks []time.Duration
 	for _, env := range e.slack.Envelopes() {
-		if !env.Acked {
+		switch {
+		case !env.Acked:
 			rep.Accounting.UnackedEnvelopes++
-			continue
+		case env.RetryAttempt > 0 || env.Deliveries > 1:
+			rep.Accounting.RedeliveredEnvelopes++
+		default:
+			acks = append(acks, env.AckedAt.Sub(env.SentAt))
 		}
-		acks = append(acks, env.AckedAt.Sub(env.SentAt))
 	}
 	rep.Acks = summarize(acks)
 	rep.Acks.Count = len(acks)

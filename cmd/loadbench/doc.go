@@ -16,7 +16,11 @@
 //     with the bots' toolgate_store_calls_total scraped between the steps
 //     (the tool is held until the scrape), to count store calls per pause
 //     (mention -> card), decide (click -> tool starts) and resume (tool ->
-//     answer);
+//     answer), and, while the tool is still held, the Home tabs' round
+//     that the card and the decision set off (2 s after the card), on a
+//     line of its own. The bots' periodic passes (health probes, takeover
+//     scans, sweeps, expiry passes) fall into whichever step is open and
+//     are left out, with their Redis round trips;
 //   - load: -conversations mentions (or -rate x -duration) at -rate per
 //     second, with the websocket round trip sampled meanwhile;
 //   - paused (-paused 100,10000,...): after -paused-warmup conversations
@@ -39,8 +43,10 @@
 // The report is a table on stdout and, with -json FILE, JSON. The exit
 // status is 1 when anything was lost, duplicated (a call run, or a card or
 // an answer posted, more than once in a conversation), unapproved or
-// unacked, when an answer went to another conversation's thread, or when
-// a click never reached a bot. A conversation counts as answered only by
+// unacked, when an envelope was acked only once the fake delivered it
+// again (the bot it was sent to closed its connection without acking it),
+// when an answer went to another conversation's thread, or when a click
+// never reached a bot. A conversation counts as answered only by
 // a message that holds its own answer: a stream stopped before it is no
 // answer. The accounting is taken once the bots have stopped, so that it
 // sees every execution they made, however late.
@@ -48,7 +54,8 @@
 // Times the bot adds are end to end minus the time spent in the fakes: the
 // time the fake model spent on each model call (from the start of its
 // request's read) and the tool's time. Ack times are from the fake writing
-// an envelope to its queue to reading the ack.
+// an envelope to its queue to reading the ack, for the envelopes acked at
+// their first delivery.
 //
 // With -store redis the bots use -redis-url (default $REDIS_URL) with a
 // fresh REDIS_PREFIX; its keys are deleted at the end. Stored bytes are

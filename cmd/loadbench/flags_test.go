@@ -29,6 +29,15 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"-mention-bytes", "39001"}, "-mention-bytes: 39001 is not between 0 and 39000"},
 		{[]string{"-mention-bytes", "-1"}, "-mention-bytes: -1 is not between 0 and 39000"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		// Values that are no finite number: NaN and Inf have no JSON, so
+		// a run would fail only when it writes its report.
+		{[]string{"-ask", "NaN"}, "-ask: NaN is not between 0 and 1"},
+		{[]string{"-rate", "NaN"}, "-rate: NaN is not a finite number"},
+		{[]string{"-rate", "Inf"}, "-rate: +Inf is not a finite number"},
+		{[]string{"-paused-rate", "NaN"}, "-paused-rate: NaN is not a finite number"},
+		{[]string{"-paused-rate", "-Inf"}, "-paused-rate: -Inf is not a finite number"},
+		{[]string{"-rate", "1e300", "-duration", "1s"}, "-rate 1e+300 x -duration 1s is too many conversations"},
+		{[]string{"-duration", "-1s"}, "-duration must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -94,7 +95,7 @@ with many paused runs, and lost, duplicated or unapproved executions.
 		fs.PrintDefaults()
 	}
 	fs.IntVar(&o.conversations, "conversations", 200, "conversations offered in the load phase")
-	fs.DurationVar(&o.duration, "duration", 0, "if set, offer rate x duration conversations instead of -conversations")
+	fs.DurationVar(&o.duration, "duration", 0, "if positive, offer rate x duration conversations instead of -conversations")
 	fs.Float64Var(&o.rate, "rate", 50, "mentions offered per second")
 	fs.DurationVar(&o.modelLatency, "model-latency", 200*time.Millisecond, "time the fake model takes for each answer")
 	fs.DurationVar(&o.clickDelay, "click-delay", 500*time.Millisecond, "time between a card appearing and its Approve click")
@@ -106,7 +107,7 @@ with many paused runs, and lost, duplicated or unapproved executions.
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long the load phase may take to finish after the last mention")
 	fs.StringVar(&o.jsonFile, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&o.bot, "bot", "", "bot binary to run; empty: build cmd/bot into a temporary directory")
-	fs.IntVar(&o.probe, "probe", 3, "conversations run one at a time, before the load, to count store calls per pause, decide and resume (0: skip)")
+	fs.IntVar(&o.probe, "probe", 3, "conversations run one at a time, before the load, to count store calls per pause, decide and resume, and of the Home tabs' round each sets off, without the bots' periodic passes (0: skip)")
 	fs.StringVar(&paused, "paused", "", "comma-separated counts of paused runs at which to sample memory and stored bytes, e.g. 100,10000,100000 (empty: skip)")
 	fs.Float64Var(&o.pausedRate, "paused-rate", 500, "mentions per second while parking paused runs")
 	fs.IntVar(&o.pausedWarmup, "paused-warmup", 5000, "with -paused, conversations whose call is allowed answered at -paused-rate before the first count, so that every count is sampled after a burst like the one that parks the runs (0: none)")
@@ -143,15 +144,32 @@ with many paused runs, and lost, duplicated or unapproved executions.
 		}
 		o.paused = append(o.paused, n)
 	}
-	if o.duration > 0 {
-		o.conversations = int(o.rate * o.duration.Seconds())
+	// NaN and Inf have no JSON, and pass comparisons they should fail:
+	// refuse them before anything is computed from them.
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"-rate", o.rate}, {"-paused-rate", o.pausedRate}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return o, fmt.Errorf("%w: %s: %v is not a finite number", errFlags, f.name, f.v)
+		}
+	}
+	if o.duration < 0 {
+		return o, fmt.Errorf("%w: -duration must not be negative", errFlags)
+	}
+	if o.duration > 0 && o.rate > 0 {
+		n := o.rate * o.duration.Seconds()
+		if n >= math.MaxInt {
+			return o, fmt.Errorf("%w: -rate %v x -duration %v is too many conversations (%g)", errFlags, o.rate, o.duration, n)
+		}
+		o.conversations = int(n)
 	}
 	switch {
 	case o.conversations < 0:
 		return o, fmt.Errorf("%w: -conversations: %d is negative", errFlags, o.conversations)
 	case o.rate <= 0 || o.pausedRate <= 0:
 		return o, fmt.Errorf("%w: -rate and -paused-rate must be positive", errFlags)
-	case o.askShare < 0 || o.askShare > 1:
+	case !(o.askShare >= 0 && o.askShare <= 1): // NaN too
 		return o, fmt.Errorf("%w: -ask: %v is not between 0 and 1", errFlags, o.askShare)
 	case o.modelLatency < 0 || o.clickDelay < 0:
 		return o, fmt.Errorf("%w: -model-latency and -click-delay must not be negative", errFlags)

@@ -88,8 +88,8 @@ func TestSmoke(t *testing.T) {
 			if a.Parked != parked {
 				t.Errorf("%d runs parked, want %d", a.Parked, parked)
 			}
-			if a.Lost+a.Duplicated+a.DuplicateExecutions+a.Unapproved+a.UnknownExecutions+a.UnackedEnvelopes+rep.BotsDied != 0 {
-				t.Errorf("accounting %+v, bots died %d; want nothing lost, duplicated, unapproved or unacked", a, rep.BotsDied)
+			if a.Lost+a.Duplicated+a.DuplicateExecutions+a.Unapproved+a.UnknownExecutions+a.UnackedEnvelopes+a.RedeliveredEnvelopes+rep.BotsDied != 0 {
+				t.Errorf("accounting %+v, bots died %d; want nothing lost, duplicated, unapproved, unacked or redelivered", a, rep.BotsDied)
 			}
 			l := rep.Load
 			if l.Offered != conversations || l.Cycles != asked || l.Allowed != conversations-asked {
@@ -149,6 +149,67 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("the table has no accounting line:\n%s", &stdout)
 			}
 		})
+	}
+}
+
+// The probe counts a step's own store calls: the bots' periodic passes
+// (the takeover scan, here every second, and the sweep, every two) fall
+// into whichever step is open and are left out, with their round trips
+// (none on the embedded store), and the Home tabs' round that a card and
+// a decision set off has a line of its own.
+func TestProbeCountsEachStepsOwnCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the bot")
+	}
+	bin, err := buildBot(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "report.json")
+	args := []string{"-bot", bin, "-conversations", "0", "-probe", "3", "-model-latency", "20ms", "-log-level", "warn", "-json", out,
+		"-env", "TAKEOVER_INTERVAL=1s", "-env", "SWEEP_INTERVAL=2s"}
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("loadbench: %v\n%s\n%s", err, &stdout, &stderr)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		StoreCalls map[string]json.RawMessage `json:"store_calls"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	steps := map[string]StorePhase{}
+	for _, step := range []string{"pause", "decide", "resume", "home_refresh"} {
+		var p StorePhase
+		if raw, ok := rep.StoreCalls[step]; ok {
+			if err := json.Unmarshal(raw, &p); err != nil {
+				t.Fatalf("store_calls.%s: %v", step, err)
+			}
+		}
+		steps[step] = p
+	}
+	for step, p := range steps {
+		if p.RoundTrips != 0 {
+			t.Errorf("%s: %v Redis round trips on the embedded store, want 0", step, p.RoundTrips)
+		}
+	}
+	for _, step := range []string{"pause", "decide", "resume"} {
+		p := steps[step]
+		for _, m := range []string{"Unanswered", "Stalled", "Due", "NextExpiry", "NextReminder", "DueReminders", "Pending", "Records"} {
+			if n := p.ByMethod[m]; n != 0 {
+				t.Errorf("%s counts %s %v per conversation, which is no work of the step: %+v", step, m, n, p)
+			}
+		}
+	}
+	if home := steps["home_refresh"]; home.ByMethod["Pending"] < 1 || home.ByMethod["Records"] < 1 {
+		t.Errorf("home refresh %+v; want the Home round's listings, Pending and Records, at least once per conversation", home)
+	}
+	if t.Failed() {
+		t.Logf("\n%s", &stdout)
 	}
 }
 

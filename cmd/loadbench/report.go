@@ -21,7 +21,8 @@ type Report struct {
 	Settings Settings `json:"settings"`
 	Machine  Machine  `json:"machine"`
 	// Acks are the times from an envelope's delivery to its ack, over
-	// every envelope of the run.
+	// every envelope of the run acked at its first delivery (see
+	// Accounting.RedeliveredEnvelopes).
 	Acks Dist `json:"acks_ms"`
 	// AckToRoundTripP99 is Acks.P99 / Load.RoundTrip.P99.
 	AckToRoundTripP99 float64        `json:"ack_p99_over_round_trip_p99"`
@@ -144,7 +145,7 @@ type LoadResult struct {
 	// SlackCalls are the Web API calls the bots made in the phase (every
 	// one the fake Slack answered, failed ones included), per
 	// conversation completed.
-	SlackCalls StorePhase `json:"slack_calls_per_conversation"`
+	SlackCalls Calls `json:"slack_calls_per_conversation"`
 	// BotAdded is end to end minus the time spent in the fakes: for each
 	// model call, the time the fake model spent on it (InModel), and the
 	// tool's time.
@@ -225,21 +226,35 @@ func loadResult(convs []conv, o options, start time.Time, offered time.Duration)
 	return r
 }
 
-// StoreCalls are the store calls per conversation of the probe phase.
+// StoreCalls are the store calls per conversation of the probe phase,
+// without those of the bots' periodic passes (health probes, takeover
+// scans, sweeps and expiry passes), which fall into whichever step is
+// open. HomeRefresh is the Home tabs' round that the card and the
+// decision set off (gathered for 2 s after the card), wherever it fell.
 type StoreCalls struct {
 	Conversations int        `json:"conversations"`
 	Pause         StorePhase `json:"pause"`
 	Decide        StorePhase `json:"decide"`
+	HomeRefresh   StorePhase `json:"home_refresh"`
 	Resume        StorePhase `json:"resume"`
 }
 
 // StorePhase is the store calls of one step, in all and by method, and
 // the round trips to Redis they took (zero on the embedded store, where
-// each call is one transaction in the bot's process).
+// each call is one transaction in the bot's process): the mean over the
+// conversations whose window of the step held no call of the bots'
+// periodic passes, or of another step, whose round trips are unknown; -1
+// when every window held one.
 type StorePhase struct {
 	Total      float64            `json:"total"`
 	ByMethod   map[string]float64 `json:"by_method"`
-	RoundTrips float64            `json:"round_trips,omitempty"`
+	RoundTrips float64            `json:"round_trips"`
+}
+
+// Calls are calls per conversation, in all and by method.
+type Calls struct {
+	Total    float64            `json:"total"`
+	ByMethod map[string]float64 `json:"by_method"`
 }
 
 // PausedSample is measured with Runs paused runs parked.
@@ -296,7 +311,12 @@ type Accounting struct {
 	// MisdirectedAnswers counts answers posted in the thread of another
 	// conversation than the one they name.
 	MisdirectedAnswers int `json:"misdirected_answers"`
-	UnackedEnvelopes   int `json:"unacked_envelopes"`
+	// UnackedEnvelopes counts envelopes no bot acked; RedeliveredEnvelopes
+	// those acked only once the fake delivered them again, when the bot
+	// they were sent to closed its connection without acking them (an
+	// ack of theirs has no ack time in Acks).
+	UnackedEnvelopes     int `json:"unacked_envelopes"`
+	RedeliveredEnvelopes int `json:"redelivered_envelopes"`
 	// OtherReplies counts conversations that got a bot message that is
 	// neither a card nor its answer (such as a busy notice, or a stream
 	// stopped before the answer); OtherReplySample is the first such text.
@@ -362,6 +382,9 @@ func (r *Report) Problems() error {
 	if a.UnackedEnvelopes > 0 {
 		errs = append(errs, fmt.Errorf("%d envelopes never acked", a.UnackedEnvelopes))
 	}
+	if a.RedeliveredEnvelopes > 0 {
+		errs = append(errs, fmt.Errorf("%d envelopes acked only when delivered again, not by the bot they were sent to", a.RedeliveredEnvelopes))
+	}
 	if r.BotsDied > 0 {
 		errs = append(errs, fmt.Errorf("%d bot processes died", r.BotsDied))
 	}
@@ -423,10 +446,13 @@ func writeTable(w io.Writer, r *Report) {
 		for _, p := range []struct {
 			name string
 			p    StorePhase
-		}{{"pause (mention -> card)", sc.Pause}, {"decide (click -> tool starts)", sc.Decide}, {"resume (tool -> answer)", sc.Resume}} {
+		}{{"pause (mention -> card)", sc.Pause}, {"decide (click -> tool starts)", sc.Decide}, {"resume (tool -> answer)", sc.Resume}, {"home refresh (Home tabs)", sc.HomeRefresh}} {
 			trips := ""
-			if p.p.RoundTrips > 0 {
+			switch {
+			case p.p.RoundTrips > 0:
 				trips = fmt.Sprintf("  (Redis round trips %.1f)", p.p.RoundTrips)
+			case p.p.RoundTrips < 0:
+				trips = "  (Redis round trips unknown: a sweep or an expiry pass in every window)"
 			}
 			fmt.Fprintf(w, "  %-30s %5.1f  %s%s\n", p.name, p.p.Total, methods(p.p.ByMethod), trips)
 		}
@@ -451,8 +477,8 @@ func writeTable(w io.Writer, r *Report) {
 		tw.Flush()
 	}
 	a := r.Accounting
-	fmt.Fprintf(w, "\naccounting: %d conversations, %d completed, %d parked; lost %d, duplicated %d, unapproved %d, unacked envelopes %d, bots died %d, failed clicks %d, misdirected answers %d\n",
-		a.Conversations, a.Completed, a.Parked, a.Lost, a.Duplicated, a.Unapproved, a.UnackedEnvelopes, r.BotsDied, a.FailedClicks, a.MisdirectedAnswers)
+	fmt.Fprintf(w, "\naccounting: %d conversations, %d completed, %d parked; lost %d, duplicated %d, unapproved %d, unacked envelopes %d, redelivered envelopes %d, bots died %d, failed clicks %d, misdirected answers %d\n",
+		a.Conversations, a.Completed, a.Parked, a.Lost, a.Duplicated, a.Unapproved, a.UnackedEnvelopes, a.RedeliveredEnvelopes, r.BotsDied, a.FailedClicks, a.MisdirectedAnswers)
 	if a.Duplicated > 0 {
 		fmt.Fprintf(w, "duplicated: %d executions, %d cards, %d answers more than one per conversation\n", a.DuplicateExecutions, a.DuplicateCards, a.DuplicateAnswers)
 	}

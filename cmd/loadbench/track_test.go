@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+	"github.com/slack-go/slack"
+
 	"github.com/toolgate/toolgate/internal/fakeslack"
 )
 
@@ -255,5 +258,99 @@ func TestLateExecutionIsCounted(t *testing.T) {
 	e.finish(rep)
 	if a := rep.Accounting; a.Duplicated != 1 || a.DuplicateExecutions != 1 || a.Completed != 0 {
 		t.Errorf("accounting %+v; want the late second execution counted as a duplicate", a)
+	}
+}
+
+// socket opens a Socket Mode connection to the fake as a bot would and
+// reads its hello; the test reads, and acks, the envelopes itself.
+func socket(t *testing.T, e *env) *websocket.Conn {
+	t.Helper()
+	api := slack.New(e.slack.BotToken(), slack.OptionAPIURL(e.slack.APIURL()), slack.OptionAppLevelToken(e.slack.AppToken()))
+	_, u, err := api.StartSocketModeContext(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := websocket.DefaultDialer.Dial(u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	var hello struct {
+		Type string `json:"type"`
+	}
+	if err := ws.ReadJSON(&hello); err != nil || hello.Type != "hello" {
+		t.Fatalf("hello: %v %+v", err, hello)
+	}
+	return ws
+}
+
+// An envelope the bot it was sent to never acked, delivered again to
+// another replica when that bot stopped and acked there, is a problem
+// of the run: counted as redelivered, in the table and the JSON, and not
+// as an ack time.
+func TestEnvelopeAckedOnlyWhenRedeliveredIsAProblem(t *testing.T) {
+	e := newTestEnv(t)
+	bot1 := socket(t, e)
+	if err := e.slack.WaitConnected(1, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.mention(convKind{}) // app_mention and message, both to bot1
+	for range 2 {
+		var env map[string]any
+		if err := bot1.ReadJSON(&env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bot2 := socket(t, e)
+	if err := e.slack.WaitConnected(2, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	bot1.Close() // stops without acking them: the fake delivers them to bot2
+	ids := map[string]bool{}
+	for len(ids) < 2 {
+		var env struct {
+			EnvelopeID string `json:"envelope_id"`
+		}
+		if err := bot2.ReadJSON(&env); err != nil {
+			t.Fatal(err)
+		}
+		if env.EnvelopeID == "" {
+			continue
+		}
+		ids[env.EnvelopeID] = true
+		if err := bot2.WriteJSON(map[string]string{"envelope_id": env.EnvelopeID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := range ids {
+		if _, err := e.slack.WaitAck(id, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := &Report{StopErrors: []string{}}
+	e.accountAll(rep)
+	if err := rep.Problems(); err == nil || !strings.Contains(err.Error(), "2 envelopes acked only when delivered again") {
+		t.Errorf("Problems() = %v; want the 2 envelopes bot1 never acked named", err)
+	}
+	if rep.Acks.Count != 0 {
+		t.Errorf("%d ack times; want none: an ack after a redelivery is timed from the redelivery", rep.Acks.Count)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Accounting map[string]any `json:"accounting"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if n := got.Accounting["redelivered_envelopes"]; n != 2.0 {
+		t.Errorf("the JSON's accounting.redelivered_envelopes is %v, want 2", n)
+	}
+	var table strings.Builder
+	writeTable(&table, rep)
+	if !strings.Contains(table.String(), "redelivered envelopes 2") {
+		t.Errorf("the table does not say 2 envelopes were redelivered:\n%s", &table)
 	}
 }

@@ -6,7 +6,8 @@ import (
 
 // APIEvent is one answered Web API call, as an observer set with
 // WithAPIObserver sees it: the recorded call (its At is when the request
-// arrived) and the JSON answer the app gets.
+// arrived, before the fake read its body or waited for its lock) and the
+// JSON answer the app gets.
 type APIEvent struct {
 	Call     Call
 	Response json.RawMessage

@@ -162,7 +162,9 @@ func WithMaxBlocksText(n int) Option {
 
 // WithClock replaces time.Now for everything the fake timestamps: message
 // ts values, trigger expiry and the recorded call times. Socket pings and
-// waits always use the real clock.
+// waits always use the real clock. now is called with and without the
+// fake's lock held (a call's arrival is taken before the lock), so it
+// must be safe for concurrent use.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.now = now }
 }

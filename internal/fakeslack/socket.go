@@ -35,8 +35,10 @@ type Envelope struct {
 	Deliveries int
 	// SentAt is the wall-clock time of the latest delivery; zero while the
 	// envelope waits for a connection.
-	SentAt     time.Time
-	Acked      bool
+	SentAt time.Time
+	Acked  bool
+	// AckedAt is when the fake read the ack, before it waited for its
+	// lock to record it.
 	AckedAt    time.Time
 	AckPayload json.RawMessage
 }
@@ -221,10 +223,13 @@ func (s *Server) readLoop(c *conn) {
 			s.logf("socket %d: ignoring %s", c.id, data)
 			continue
 		}
+		// The ack's time is when it was read, before the fake waits for
+		// its lock.
+		at := time.Now()
 		s.mu.Lock()
 		if e := s.envs[ack.EnvelopeID]; e != nil {
 			e.Acked = true
-			e.AckedAt = time.Now()
+			e.AckedAt = at
 			if len(ack.Payload) > 0 && string(ack.Payload) != "null" {
 				e.AckPayload = slices.Clone(ack.Payload)
 			}

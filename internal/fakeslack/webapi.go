@@ -126,6 +126,9 @@ func parseRequest(r *http.Request) (*request, error) {
 }
 
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	// The call's time is its arrival: reading and parsing the body and
+	// waiting for the lock are the fake's work, not the app's.
+	at := s.cfg.now()
 	rq, err := parseRequest(r)
 	if err != nil {
 		http.Error(w, "bad request", http.StatusBadRequest)
@@ -133,7 +136,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	call := Call{Method: rq.method, Params: rq.params, Body: rq.body, At: s.cfg.now()}
+	call := Call{Method: rq.method, Params: rq.params, Body: rq.body, At: at}
 	if q := s.inject[rq.method]; len(q) > 0 && q[0].hold != nil {
 		h := q[0].hold
 		s.inject[rq.method] = q[1:]
@@ -265,9 +268,10 @@ func (s *Server) handler(method string) func(*request) (response, *apiError) {
 // slash commands. They are recorded as calls of the pseudo-method
 // "response_url" with the JSON body; nothing else happens.
 func (s *Server) serveResponseURL(w http.ResponseWriter, r *http.Request) {
+	at := s.cfg.now()
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	s.mu.Lock()
-	s.recordLocked(Call{Method: "response_url", Params: url.Values{"path": {r.URL.Path}}, Body: body, At: s.cfg.now(), Status: http.StatusOK})
+	s.recordLocked(Call{Method: "response_url", Params: url.Values{"path": {r.URL.Path}}, Body: body, At: at, Status: http.StatusOK})
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	_, _ = io.WriteString(w, `{"ok":true}`)
