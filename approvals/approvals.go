@@ -63,19 +63,26 @@ func (in Input) users() []string {
 // forEachUser judges in as each of its users (see Input.Requesters) with
 // judge and gives the strictest verdict. A call of one user goes through
 // Strictest too, so that an ask leaving no one besides them who could
-// approve it is denied alike.
+// approve it is denied alike, as is an ask that no one who can see in's
+// conversation could approve (see decidableIn).
 func forEachUser(in Input, judge func(Input) Verdict) Verdict {
 	users := in.users()
+	var v Verdict
 	if len(users) == 1 {
-		return Strictest([]Verdict{judge(in)}, users)
+		v = Strictest([]Verdict{judge(in)}, users)
+	} else {
+		vs := make([]Verdict, len(users))
+		for i, u := range users {
+			one := in
+			one.User, one.Requesters = u, nil
+			vs[i] = judge(one)
+		}
+		v = Strictest(vs, users)
 	}
-	vs := make([]Verdict, len(users))
-	for i, u := range users {
-		one := in
-		one.User, one.Requesters = u, nil
-		vs[i] = judge(one)
+	if v.Action == Ask && !decidableIn(v, in.Channel) {
+		return undecidableInDM(v)
 	}
-	return Strictest(vs, users)
+	return v
 }
 
 // Strictest combines the verdicts on one call judged as each of the people
@@ -142,6 +149,26 @@ func undecidable(v Verdict, users []string) Verdict {
 			reason += ": ask for it in a thread of its own"
 		}
 	}
+	return Verdict{Action: Deny, RuleID: v.RuleID, RuleDigest: v.RuleDigest, FailClosed: true, Reason: reason, Problem: v.Problem}
+}
+
+// decidableIn reports whether someone could approve an ask v on a call
+// made in channel. An ask naming no approvers is decided by who can see
+// the conversation, and in a direct message (see IsDM) that is the
+// requester alone: they can give no approval four eyes asks of someone
+// else, nor more than one.
+func decidableIn(v Verdict, channel string) bool {
+	return len(v.Approvers) > 0 || !IsDM(channel) || !v.FourEyes && v.MinApprovals <= 1
+}
+
+// undecidableInDM is the deny of an ask v that no one could approve in a
+// direct message (see decidableIn).
+func undecidableInDM(v Verdict) Verdict {
+	why := "whom four eyes keeps from approving it"
+	if !v.FourEyes {
+		why = fmt.Sprintf("who cannot give the %d approvals it needs", v.MinApprovals)
+	}
+	reason := fmt.Sprintf("rule %s names no approvers, so the call can be decided only by people who can see the conversation, and in a direct message with the bot that is only the requester, %s: ask for it in a channel", v.RuleID, why)
 	return Verdict{Action: Deny, RuleID: v.RuleID, RuleDigest: v.RuleDigest, FailClosed: true, Reason: reason, Problem: v.Problem}
 }
 

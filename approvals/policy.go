@@ -616,8 +616,8 @@ func combine(closed *Verdict, w Verdict, requesters ...string) bool {
 
 // decidable reports whether someone could approve an ask v on a call of
 // requesters: it names no approvers (anyone who can see the conversation
-// may), a user group, or enough users besides the requesters under four
-// eyes for the approvals it needs.
+// may; see decidableIn for a direct message), a user group, or enough
+// users besides the requesters under four eyes for the approvals it needs.
 func decidable(v Verdict, requesters ...string) bool {
 	eligible, known := Eligible(v.Approvers, v.FourEyes, requesters...)
 	return !known || len(eligible) >= max(1, v.MinApprovals)
@@ -640,6 +640,10 @@ func Eligible(approvers []string, fourEyes bool, requesters ...string) ([]string
 
 // IsGroup reports whether an approver id is a user group's.
 func IsGroup(id string) bool { return strings.HasPrefix(id, "S") }
+
+// IsDM reports whether a channel id is a direct message's: a 1:1
+// conversation with the bot, which only the person in it can see.
+func IsDM(channel string) bool { return strings.HasPrefix(channel, "D") }
 
 // sameSet reports whether a and b name the same approvers.
 func sameSet(a, b []string) bool {

@@ -957,6 +957,10 @@ type payload struct {
 		ThreadTS    string `json:"thread_ts"`
 		Tab         string `json:"tab"`
 		SubteamID   string `json:"subteam_id"`
+		// Edited is set on the app_mention Slack sends again when a
+		// person edits a message mentioning the bot; only its presence is
+		// read.
+		Edited *struct{} `json:"edited"`
 		// View is the Home tab as the user opened it (app_home_opened),
 		// of which only its hash is read.
 		View struct {

@@ -3,13 +3,13 @@ package slackapp
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 )
 
 // Audience tells the agent who can see a conversation: the members of a
@@ -69,7 +69,7 @@ func (c *audienceCache) CanSee(ctx context.Context, channel, user string) (bool,
 	if channel == "" || user == "" {
 		return false, nil
 	}
-	if strings.HasPrefix(channel, "D") {
+	if approvals.IsDM(channel) {
 		other, err := c.dmUser(ctx, channel)
 		if err != nil {
 			return false, err
@@ -223,7 +223,7 @@ func (c *audienceCache) warm(ctx context.Context, channel string) {
 	}
 	c.mu.Lock()
 	var fresh bool
-	if strings.HasPrefix(channel, "D") {
+	if approvals.IsDM(channel) {
 		_, fresh = c.dms[channel]
 	} else {
 		e, ok := c.members[channel]
@@ -232,7 +232,7 @@ func (c *audienceCache) warm(ctx context.Context, channel string) {
 	c.mu.Unlock()
 	switch {
 	case fresh:
-	case strings.HasPrefix(channel, "D"):
+	case approvals.IsDM(channel):
 		c.lookups.start(ctx, "dm:"+channel, c.lookUpDM(channel))
 	default:
 		epoch := c.lookups.epoch()

@@ -59,7 +59,12 @@ func handledEvent(typ string) bool {
 // (see onMessage), so that once Slack stops delivering it, it is answered
 // even if this process dies; a membership change is acked once the other
 // replicas are told (see membershipChanged); everything else, the bot's
-// own posts and other bots' among it, is acked at once.
+// own posts and other bots' among it, is acked at once. So is the edit of
+// a person's message: Slack sends an app_mention again, with the same ts,
+// a new event_id and an "edited" field, when a message mentioning the bot
+// is edited, and an edit is no new message, whether or not the original
+// is still remembered (see store.DedupeTTL); message_changed edits are
+// dropped alike.
 func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	handed := false // to onMessage, which acks once the message is recorded
 	defer func() {
@@ -75,13 +80,13 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	}
 	switch ev.Type {
 	case "app_mention":
-		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID {
+		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || ev.Edited != nil {
 			return
 		}
 		handed = true
 		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, received: env.received}, eventID, false, ack)
 	case "message":
-		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
+		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || ev.Edited != nil || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
 			return
 		}
 		m := message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, received: env.received}

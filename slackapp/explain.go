@@ -84,7 +84,7 @@ func (a *App) whyClick(ctx context.Context, c click) {
 		// there). Never in a channel others read, such as
 		// APPROVALS_CHANNEL: it is written from the conversation.
 		to := c.channel
-		if !strings.HasPrefix(to, "D") {
+		if !approvals.IsDM(to) {
 			ch, _, _, err := a.api.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{c.user}, ReturnIM: true})
 			if err != nil {
 				a.log.Warn("open DM for an explanation", "user", c.user, "err", err)

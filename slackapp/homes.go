@@ -3,11 +3,11 @@ package slackapp
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 )
 
 // Bounds of the live inbox.
@@ -318,7 +318,7 @@ func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 			out = append(out, a.expand(ctx, a.deciders(ctx, c))...)
 			continue
 		}
-		if strings.HasPrefix(c.Channel, "D") {
+		if approvals.IsDM(c.Channel) {
 			continue // a DM's audience is its requester
 		}
 		m, ok := members[c.Channel]

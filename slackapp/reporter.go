@@ -118,7 +118,7 @@ func (r *threadReporter) send(ctx context.Context, chunk string) {
 	var err error
 	if ts == "" {
 		opts := []slack.MsgOption{slack.MsgOptionTS(r.thread), slack.MsgOptionMarkdownText(safe)}
-		if !strings.HasPrefix(r.channel, "D") {
+		if !approvals.IsDM(r.channel) {
 			opts = append(opts, slack.MsgOptionRecipientTeamID(r.team), slack.MsgOptionRecipientUserID(r.recipient(ctx)))
 		}
 		_, ts, err = r.app.api.StartStreamContext(ctx, r.channel, opts...)
@@ -734,7 +734,7 @@ func (a *App) blindApprovers(ctx context.Context, channel, requester string, app
 		return nil
 	}
 	var members map[string]bool
-	if !strings.HasPrefix(channel, "D") {
+	if !approvals.IsDM(channel) {
 		if public, err := a.audience.isPublic(ctx, channel); err == nil && public {
 			return nil // everyone can see it
 		}
@@ -1088,7 +1088,7 @@ func placeOf(channel, conversation string) string {
 	switch {
 	case channel == conversation:
 		return "conversation"
-	case strings.HasPrefix(channel, "D"):
+	case approvals.IsDM(channel):
 		return "dm"
 	}
 	return "approvals"
