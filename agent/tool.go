@@ -75,6 +75,9 @@ func ValidName(name string) bool { return validName.MatchString(name) }
 type Registry struct {
 	mu    sync.RWMutex
 	tools map[string]*registered
+	// changed, if set, is called after each change of tools (see
+	// OnChange).
+	changed func()
 }
 
 type registered struct {
@@ -95,12 +98,28 @@ func (r *Registry) Register(t Tool) error {
 		return err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if _, ok := r.tools[t.Name]; ok {
+		r.mu.Unlock()
 		return fmt.Errorf("register tool %q: name already registered", t.Name)
 	}
 	r.tools[t.Name] = reg
+	changed := r.changed
+	r.mu.Unlock()
+	if changed != nil {
+		changed()
+	}
 	return nil
+}
+
+// OnChange sets f to be called after each change of the tools (a Register
+// or a Replace that succeeded, as when an MCP server connects or its tool
+// list changes), outside the registry's lock; nil stops the calls. The
+// calls of changes made at once may overlap and come in any order: f
+// reads the registry for what it holds.
+func (r *Registry) OnChange(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.changed = f
 }
 
 // Replace atomically removes every tool whose name satisfies drop and
@@ -116,7 +135,6 @@ func (r *Registry) Replace(drop func(name string) bool, tools []Tool) error {
 		regs = append(regs, reg)
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	next := make(map[string]*registered, len(r.tools)+len(regs))
 	for n, t := range r.tools {
 		if !drop(n) {
@@ -125,11 +143,17 @@ func (r *Registry) Replace(drop func(name string) bool, tools []Tool) error {
 	}
 	for _, reg := range regs {
 		if _, ok := next[reg.tool.Name]; ok {
+			r.mu.Unlock()
 			return fmt.Errorf("register tool %q: name already registered", reg.tool.Name)
 		}
 		next[reg.tool.Name] = reg
 	}
 	r.tools = next
+	changed := r.changed
+	r.mu.Unlock()
+	if changed != nil {
+		changed()
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,6 +79,37 @@ func TestRegistryReplace(t *testing.T) {
 	}
 	if err := r.Replace(fromSrv, []agent.Tool{{Name: "local", Handler: nop}}); err == nil {
 		t.Error("replace that collides with a kept tool succeeded")
+	}
+}
+
+// OnChange's function is called after each change of the tools, with the
+// change made, and after no failed one; nil stops the calls.
+func TestRegistryOnChange(t *testing.T) {
+	r := agent.NewRegistry()
+	var seen []int
+	r.OnChange(func() { seen = append(seen, len(r.List())) })
+	if err := r.Register(agent.Tool{Name: "srv__a", Handler: nop}); err != nil {
+		t.Fatal(err)
+	}
+	fromSrv := func(n string) bool { return strings.HasPrefix(n, "srv__") }
+	if err := r.Replace(fromSrv, []agent.Tool{{Name: "srv__b", Handler: nop}, {Name: "srv__c", Handler: nop}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Register(agent.Tool{Name: "srv__b", Handler: nop}); err == nil {
+		t.Fatal("a name registered twice")
+	}
+	if err := r.Replace(fromSrv, []agent.Tool{{Name: "bad name", Handler: nop}}); err == nil {
+		t.Fatal("replace with an invalid tool succeeded")
+	}
+	if got := fmt.Sprint(seen); got != "[1 2]" {
+		t.Errorf("called with %s tools, want [1 2]: after the register and the replace, not after the failures", got)
+	}
+	r.OnChange(nil)
+	if err := r.Register(agent.Tool{Name: "local", Handler: nop}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 {
+		t.Errorf("called %d times after OnChange(nil), want no more", len(seen)-2)
 	}
 }
 

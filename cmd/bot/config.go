@@ -66,6 +66,7 @@ type config struct {
 	ModelTimeout     time.Duration `envconfig:"MODEL_TIMEOUT" default:"2m" desc:"bound on one model request, streaming included"`
 	ModelRetries     int           `envconfig:"MODEL_RETRIES" default:"3" desc:"retries of a model request that failed with 429, 5xx, a reset or a time-out before any output; 0: none"`
 	ModelMaxTokens   int           `envconfig:"MODEL_MAX_TOKENS" default:"0" desc:"tokens the model may generate per answer; 0 leaves it to the server"`
+	ModelMaxTools    int           `envconfig:"MODEL_MAX_TOOLS" default:"128" desc:"tools the model may be offered, built-in and MCP together; more refuse the start (128 is OpenAI's limit: raise it for a server that accepts more); 0: no limit"`
 	ContextBudget    int           `envconfig:"CONTEXT_BUDGET" default:"64000" desc:"estimated tokens of each model request (system prompt, tool schemas and history); older tool output and messages are dropped first"`
 	ToolTimeout      time.Duration `envconfig:"TOOL_TIMEOUT" default:"2m" desc:"bound on one tool execution; a built-in tool's timeout may not be longer"`
 	ShutdownGrace    time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s" desc:"how long in-flight work may take to finish after SIGTERM (keep the orchestrator's grace period longer)"`

@@ -36,6 +36,8 @@ func (c *config) validateOps() error {
 		return fmt.Errorf("MODEL_RETRIES: %d is negative", c.ModelRetries)
 	case c.ModelMaxTokens < 0:
 		return fmt.Errorf("MODEL_MAX_TOKENS: %d is negative", c.ModelMaxTokens)
+	case c.ModelMaxTools < 0:
+		return fmt.Errorf("MODEL_MAX_TOOLS: %d is negative; 0 means no limit", c.ModelMaxTools)
 	case c.ContextBudget < 1000:
 		return fmt.Errorf("CONTEXT_BUDGET: %d is below 1000 tokens", c.ContextBudget)
 	case c.azureAPIVersion() != "" && c.OpenAIAPIKey == "":

@@ -14,12 +14,12 @@ func TestOpsSettings(t *testing.T) {
 	}
 	type knobs struct {
 		modelTimeout, toolTimeout, grace, retention time.Duration
-		retries, maxTokens, budget                  int
+		retries, maxTokens, maxTools, budget        int
 		apiVersion                                  string
 	}
 	want := knobs{modelTimeout: 2 * time.Minute, toolTimeout: 2 * time.Minute, grace: 30 * time.Second, retention: 7 * 24 * time.Hour,
-		retries: 3, budget: 64000}
-	got := knobs{c.ModelTimeout, c.ToolTimeout, c.ShutdownGrace, c.RunRetention, c.ModelRetries, c.ModelMaxTokens, c.ContextBudget, c.OpenAIAPIVersion}
+		retries: 3, maxTools: 128, budget: 64000}
+	got := knobs{c.ModelTimeout, c.ToolTimeout, c.ShutdownGrace, c.RunRetention, c.ModelRetries, c.ModelMaxTokens, c.ModelMaxTools, c.ContextBudget, c.OpenAIAPIVersion}
 	if got != want {
 		t.Errorf("defaults %+v, want %+v", got, want)
 	}
@@ -35,6 +35,8 @@ func TestOpsSettings(t *testing.T) {
 		{map[string]string{"AUDIT_MAX_ENTRIES": "0"}, "AUDIT_MAX_ENTRIES: 0 is not positive"},
 		{map[string]string{"MODEL_RETRIES": "-1"}, "MODEL_RETRIES: -1 is negative"},
 		{map[string]string{"MODEL_MAX_TOKENS": "-5"}, "MODEL_MAX_TOKENS: -5 is negative"},
+		{map[string]string{"MODEL_MAX_TOOLS": "-1"}, "MODEL_MAX_TOOLS: -1 is negative; 0 means no limit"},
+		{map[string]string{"MODEL_MAX_TOOLS": "many"}, `MODEL_MAX_TOOLS: "many" is not a whole number`},
 		{map[string]string{"CONTEXT_BUDGET": "10"}, "CONTEXT_BUDGET: 10 is below 1000 tokens"},
 		{map[string]string{"OPENAI_API_KEY": "", "OPENAI_BASE_URL": "https://acme.openai.azure.com"}, "OPENAI_API_KEY is required for Azure OpenAI"},
 	}
@@ -87,6 +89,7 @@ func TestHelpListsOpsSettings(t *testing.T) {
 		{"MODEL_TIMEOUT", "2m"},
 		{"MODEL_RETRIES", "3"},
 		{"MODEL_MAX_TOKENS", "0"},
+		{"MODEL_MAX_TOOLS", "128", "OpenAI's limit"},
 		{"CONTEXT_BUDGET", "64000"},
 		{"TOOL_TIMEOUT", "2m"},
 		{"SHUTDOWN_GRACE", "30s"},

@@ -202,8 +202,10 @@ func serveBot(ctx context.Context, cfg config, file botsetup.File, red redactor,
 			Tracer:        tracer,
 			LeaseTTL:      cfg.LeaseTTL,
 		},
-		Metrics: slackapp.NewMetrics(promReg),
-		Logger:  log,
+		Metrics:         slackapp.NewMetrics(promReg),
+		Logger:          log,
+		MaxTools:        cfg.ModelMaxTools,
+		MaxToolsSetting: "MODEL_MAX_TOOLS",
 	})
 	if err != nil {
 		return err

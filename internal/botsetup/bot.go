@@ -31,6 +31,15 @@ type Parts struct {
 	// Logger gets the logs of every part and the audit log of the policy
 	// engine.
 	Logger *slog.Logger
+	// MaxTools, if positive, is how many tools the model may be offered
+	// (OpenAI refuses a request offering more than OpenAIMaxTools): Build
+	// fails when the tools loaded at start are more, and an error is
+	// logged whenever they become more later (an MCP server that
+	// connects late or lists more tools). Zero means no limit.
+	MaxTools int
+	// MaxToolsSetting names the setting of MaxTools in errors and logs
+	// (such as MODEL_MAX_TOOLS).
+	MaxToolsSetting string
 }
 
 // Bot is a bot built on a store, ready to run: b.App.Run(ctx, b.Agent)
@@ -47,11 +56,19 @@ type Bot struct {
 // the Slack app and the agent, whose model requests and judged tool calls
 // are metered in p.Metrics. It fails, with nothing left running, when a
 // tool cannot be set up (a *ConfigError naming the file as p.File.Setting
-// does) or the Slack app's configuration is refused ("set up slack app:
+// does), when the model would be offered more than p.MaxTools tools (a
+// *ConfigError naming p.MaxToolsSetting, saying where the tools come from)
+// or the Slack app's configuration is refused ("set up slack app:
 // ..."). The caller closes the Bot after App.Run has returned, before the
 // store.
 func Build(ctx context.Context, p Parts) (*Bot, error) {
 	reg := agent.NewRegistry()
+	limit := newToolLimit(p, reg)
+	if limit != nil {
+		// Set before the tools load, so that no change after the check
+		// goes unseen; the changes before it are the check's.
+		reg.OnChange(limit.changed)
+	}
 	mgr, err := tools.Load(ctx, p.File.Tools, reg, p.Logger)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -61,6 +78,15 @@ func Build(ctx context.Context, p Parts) (*Bot, error) {
 			err = &ConfigError{Err: fmt.Errorf("%s: %w", cmp.Or(p.File.Setting, "config file"), err)}
 		}
 		return nil, err
+	}
+	if limit != nil {
+		if err := limit.check(mgr.Status); err != nil {
+			reg.OnChange(nil)
+			if cerr := mgr.Close(); cerr != nil {
+				p.Logger.Warn("close tools", "err", cerr)
+			}
+			return nil, &ConfigError{Err: err}
+		}
 	}
 	engine := approvals.NewEngine(p.File.Policy, p.Store, approvals.WithAuditLog(p.Logger),
 		approvals.WithDefaults(approvals.Defaults{TTL: p.Agent.ApprovalTTL, RemindAfter: p.Agent.ReminderAfter}))

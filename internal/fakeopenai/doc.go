@@ -17,6 +17,12 @@
 // answer, or a stream that stops after a number of chunks as if the
 // connection had been cut.
 //
+// Like OpenAI, the server refuses a request offering more than [MaxTools]
+// (128) tools, with OpenAI's status, words and code (400,
+// array_above_max_length), so that tests see the limit a real deployment
+// meets; [Server.SetMaxTools] raises the limit or lifts it, as for a
+// server that accepts more.
+//
 // In tests, [New] starts a server that is closed when the test ends. Outside
 // tests (a local playground), [Start] starts one and the caller calls
 // [Server.Close].

@@ -19,6 +19,11 @@ import (
 // is set.
 const DefaultText = "ok"
 
+// MaxTools is how many tools a request may offer by default: OpenAI's
+// limit. A request offering more is refused as OpenAI refuses it (see
+// [Server.SetMaxTools]).
+const MaxTools = 128
+
 // DefaultModel is the model listed by GET /v1/models and named in answers to
 // requests that name none.
 const DefaultModel = "fake-model"
@@ -120,6 +125,8 @@ type Server struct {
 	handler func(openai.ChatCompletionRequest) Response
 	bodies  [][]byte
 	changed chan struct{} // closed and replaced when a request is recorded
+	// maxTools is how many tools a request may offer; 0: any number.
+	maxTools int
 }
 
 // New starts a server that is closed when the test and all its subtests
@@ -134,8 +141,9 @@ func New(t testing.TB) *Server {
 // Start starts a server. The caller must call Close when done with it.
 func Start() *Server {
 	s := &Server{
-		done:    make(chan struct{}),
-		changed: make(chan struct{}),
+		done:     make(chan struct{}),
+		changed:  make(chan struct{}),
+		maxTools: MaxTools,
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
@@ -177,6 +185,18 @@ func (s *Server) Handle(f func(req openai.ChatCompletionRequest) Response) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.handler = f
+}
+
+// SetMaxTools sets how many tools a request may offer, MaxTools (OpenAI's
+// limit) until it is called; 0 means any number, as some OpenAI-compatible
+// servers (vLLM, Ollama) allow. A request offering more is refused as
+// OpenAI refuses it: status 400, an invalid_request_error with code
+// array_above_max_length and param "tools". It is recorded, and takes no
+// queued response and no handler's answer.
+func (s *Server) SetMaxTools(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxTools = max(n, 0)
 }
 
 // Pending returns the number of queued responses not yet used.
@@ -225,25 +245,31 @@ func decodeAll(bodies [][]byte) []openai.ChatCompletionRequest {
 	return reqs
 }
 
-// next records a request and picks its answer.
-func (s *Server) next(body []byte, req openai.ChatCompletionRequest) (seq int, resp Response) {
+// next records a request and picks its answer. A request offering more
+// tools than the limit is recorded and refused (refused is the limit).
+func (s *Server) next(body []byte, req openai.ChatCompletionRequest) (seq int, resp Response, refused int) {
 	s.mu.Lock()
 	s.bodies = append(s.bodies, body)
 	seq = len(s.bodies)
 	close(s.changed)
 	s.changed = make(chan struct{})
+	if s.maxTools > 0 && len(req.Tools) > s.maxTools {
+		refused = s.maxTools
+		s.mu.Unlock()
+		return seq, Response{}, refused
+	}
 	if len(s.queue) > 0 {
 		resp = s.queue[0]
 		s.queue = s.queue[1:]
 		s.mu.Unlock()
-		return seq, resp
+		return seq, resp, 0
 	}
 	handler := s.handler
 	s.mu.Unlock()
 	if handler == nil {
-		return seq, Text(DefaultText)
+		return seq, Text(DefaultText), 0
 	}
-	return seq, handler(req)
+	return seq, handler(req), 0
 }
 
 // sleep waits for d and reports whether the request should go on.
@@ -278,7 +304,17 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid JSON body: "+err.Error())
 		return
 	}
-	seq, resp := s.next(body, req)
+	seq, resp, limit := s.next(body, req)
+	if limit > 0 {
+		// OpenAI's words, status, type, code and param.
+		writeErrorBody(w, http.StatusBadRequest, map[string]any{
+			"message": fmt.Sprintf("Invalid 'tools': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", limit, len(req.Tools)),
+			"type":    "invalid_request_error",
+			"param":   "tools",
+			"code":    "array_above_max_length",
+		})
+		return
+	}
 	if resp.Served != nil {
 		defer func() { resp.Served(time.Since(read)) }()
 	}
@@ -541,6 +577,11 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 	if status == http.StatusTooManyRequests {
 		e["code"] = "rate_limit_exceeded"
 	}
+	writeErrorBody(w, status, e)
+}
+
+// writeErrorBody writes the OpenAI-style error body {"error": e}.
+func writeErrorBody(w http.ResponseWriter, status int, e map[string]any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": e})
