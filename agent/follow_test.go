@@ -140,7 +140,7 @@ func follow(t *testing.T, a *agent.Agent) {
 	ctx, stop := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- a.FollowPauses(ctx, func() { close(ready) }) }()
+	go func() { done <- a.FollowPauses(ctx, func() { close(ready) }, nil) }()
 	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/internal/fixedkey"
@@ -77,9 +78,10 @@ type sharedRecords struct {
 
 // rememberable returns, as an announcement, the calls worth remembering,
 // checked against recs at version: none without a version, and no call
-// whose arguments are large.
+// whose arguments are large; and, in any case, the earliest deadline of
+// all of them.
 func rememberable(calls []store.Call, recs map[string][]store.Record, version int64) announcement {
-	an := announcement{Version: version}
+	an := announcement{Version: version, Due: dueOf(calls)}
 	if version == 0 || recs == nil {
 		return an
 	}
@@ -95,6 +97,24 @@ func rememberable(calls []store.Call, recs map[string][]store.Record, version in
 		an.Calls = append(an.Calls, enc)
 	}
 	return an
+}
+
+// dueOf returns the earliest deadline of calls, an expiry or a reminder,
+// in Unix milliseconds rounded up (so that it is not before the deadline);
+// zero if they have none.
+func dueOf(calls []store.Call) int64 {
+	var due time.Time
+	for _, c := range calls {
+		for _, t := range [...]time.Time{c.ExpiresAt, c.RemindAt} {
+			if !t.IsZero() && (due.IsZero() || t.Before(due)) {
+				due = t
+			}
+		}
+	}
+	if due.IsZero() {
+		return 0
+	}
+	return due.Add(time.Millisecond - 1).UnixMilli()
 }
 
 // addAll remembers the calls of an, checked against recs.
@@ -167,14 +187,19 @@ func (p *pausedCalls) recordsAt(version int64) map[string][]store.Record {
 }
 
 // announcement is what a process tells the others that share its store
-// about the calls it paused (see Agent.FollowPauses): each call as
-// pausedCalls keeps it, and the version of the records its turn judged it
-// by.
+// about the calls it paused (see Agent.FollowPauses): when the first of
+// them is due, and each call as pausedCalls keeps it (none when it cannot
+// be remembered: see rememberable), with the version of the records its
+// turn judged it by.
 type announcement struct {
-	Owner   string            `json:"owner"`
-	Version int64             `json:"version"`
-	IDs     []string          `json:"ids"`
-	Calls   []json.RawMessage `json:"calls"`
+	Owner   string `json:"owner"`
+	Version int64  `json:"version"`
+	// Due is the earliest deadline of the calls paused, an expiry or a
+	// reminder, in Unix milliseconds (zero: none), whether the calls are
+	// here or not: the others act on it should this process stop first.
+	Due   int64             `json:"due,omitempty"`
+	IDs   []string          `json:"ids"`
+	Calls []json.RawMessage `json:"calls"`
 	// Records are the records of the version, unless they are large:
 	// for a process that has not read them itself.
 	Records json.RawMessage `json:"records,omitempty"`
@@ -201,7 +226,11 @@ type PauseFeed interface {
 
 // FollowPauses remembers the calls other processes pause, as each
 // remembers its own, so that a decision made here on one of them soon
-// after takes one store step (see pausedCalls), until ctx ends. It needs a
+// after takes one store step (see pausedCalls), until ctx ends. due, if
+// set, is told the earliest deadline (an expiry or a reminder) of the
+// calls of each pause another process announces, whether they can be
+// remembered or not, so that the timer that calls Expire here acts on
+// time should that process stop before; it must not block. It needs a
 // store that announces pauses (PauseFeed) and, for each announcement, the
 // records of the version its calls were judged by, as a turn of this
 // process read them last or as other remembered calls use them;
@@ -211,7 +240,7 @@ type PauseFeed interface {
 // recalls the pending calls (see recall); with a store that announces
 // nothing it recalls them once and returns. ready, if set, is called once
 // the first recall is done.
-func (a *Agent) FollowPauses(ctx context.Context, ready func()) error {
+func (a *Agent) FollowPauses(ctx context.Context, ready func(), due func(time.Time)) error {
 	live := func() {
 		a.recall(ctx)
 		if ready != nil {
@@ -224,7 +253,8 @@ func (a *Agent) FollowPauses(ctx context.Context, ready func()) error {
 		live()
 		return nil
 	}
-	if err := feed.FollowPauses(ctx, live, a.announced); err != nil {
+	announced := func(b []byte) { a.announced(b, due) }
+	if err := feed.FollowPauses(ctx, live, announced); err != nil {
 		return fmt.Errorf("follow pauses: %w", err)
 	}
 	return nil
@@ -259,10 +289,17 @@ func (a *Agent) recall(ctx context.Context) {
 	}
 }
 
-// announced remembers the calls of another process's announcement.
-func (a *Agent) announced(b []byte) {
+// announced tells due, if set, when the calls of another process's
+// announcement are due, and remembers them.
+func (a *Agent) announced(b []byte, due func(time.Time)) {
 	var an announcement
-	if json.Unmarshal(b, &an) != nil || an.Owner == a.cfg.Owner || an.Version == 0 || len(an.IDs) != len(an.Calls) {
+	if json.Unmarshal(b, &an) != nil || an.Owner == a.cfg.Owner {
+		return
+	}
+	if an.Due != 0 && due != nil {
+		due(time.UnixMilli(an.Due))
+	}
+	if an.Version == 0 || len(an.IDs) != len(an.Calls) {
 		return
 	}
 	recs := a.paused.recordsAt(an.Version)
@@ -276,9 +313,13 @@ func (a *Agent) announced(b []byte) {
 }
 
 // announce returns the announcement of the calls in remember, checked
-// against recs, for the other processes.
+// against recs, for the other processes: the records go with the calls,
+// if any.
 func (a *Agent) announce(remember announcement, recs map[string][]store.Record) []byte {
 	remember.Owner = a.cfg.Owner
+	if len(remember.IDs) == 0 {
+		return mustJSON(remember)
+	}
 	if b, err := json.Marshal(recs); err == nil && len(b) <= maxAnnouncedRecords {
 		remember.Records = b
 	}

@@ -1732,8 +1732,10 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		AnswerUpTo:   t.inboxSeq,
 	}
 	remember := rememberable(calls, t.began, t.beganVersion)
-	if _, ok := a.store.(PauseFeed); ok && len(remember.IDs) > 0 {
-		// The other processes remember the calls too (see FollowPauses).
+	if _, ok := a.store.(PauseFeed); ok {
+		// The other processes remember the calls too, those that can be,
+		// and their expiry timers learn when the calls are due (see
+		// FollowPauses).
 		c.Announce = a.announce(remember, t.began)
 	}
 	// The entries the commit carries: the results being saved are

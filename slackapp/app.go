@@ -152,8 +152,9 @@ type Upkeep interface {
 	Unanswered(ctx context.Context, limit int) ([]string, error)
 	// FollowPauses remembers the calls other replicas pause, until ctx
 	// ends, so that a click here on one of their cards is decided in one
-	// store step.
-	FollowPauses(ctx context.Context, ready func()) error
+	// store step, and tells due when each of their pauses is first due,
+	// so that the expiry timer acts on it should they stop first.
+	FollowPauses(ctx context.Context, ready func(), due func(time.Time)) error
 }
 
 // Explainer asks the model why it wants a pending call (the Why? button).
@@ -414,8 +415,8 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 	following, stopFollowing := context.WithCancel(workCtx)
 	defer stopFollowing()
 	a.spawn(workCtx, "pauses", func(context.Context) {
-		if err := a.ag.FollowPauses(following, nil); err != nil {
-			a.log.Warn("not following other replicas' pauses: a click on their cards reads the call first", "err", err)
+		if err := a.ag.FollowPauses(following, nil, a.expiry.at); err != nil {
+			a.log.Warn("not following other replicas' pauses: a click on their cards reads the call first, and their deadlines wait for the next sweep if they stop", "err", err)
 		}
 	})
 	a.spawn(workCtx, "notices", func(context.Context) { a.followNotices(following) })

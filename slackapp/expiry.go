@@ -7,7 +7,8 @@ import (
 )
 
 // expiryClock is the earliest deadline the expiry timer knows of. A call
-// paused in this process moves it earlier at once (see at); after each
+// paused in this process, or announced as paused by another replica (see
+// agent.Agent.FollowPauses), moves it earlier at once (see at); after each
 // pass the store says when the next pending call, paused by any replica,
 // is due.
 type expiryClock struct {
@@ -51,7 +52,7 @@ func (e *expiryClock) peek() time.Time {
 
 // expire expires due calls on time until stopping is closed: it sleeps
 // until the earliest deadline it knows of (at most SweepInterval, so calls
-// paused by another replica that died are expired too), expires what is
+// whose pause this process missed are expired too), expires what is
 // due, and asks the store for the next deadline. Several replicas may
 // expire the same call; the store's decision is atomic, so one wins and
 // reports it. Each resume goes on its conversation's queue.
