@@ -16,8 +16,15 @@ import (
 
 // ErrBadDecision is wrapped by decisions that do not fit the call: an empty
 // reject reason, an answer to a tool that asks no question, an edit that is
-// not valid arguments.
+// not valid arguments. Each such refusal is a *DetailError whose Detail
+// tells the decider what is wrong (see Detail).
 var ErrBadDecision = errors.New("invalid decision")
+
+// badDecision is the refusal of a decision that does not fit the call,
+// with the words that tell the decider why.
+func badDecision(format string, args ...any) error {
+	return &DetailError{Err: ErrBadDecision, Detail: fmt.Sprintf(format, args...)}
+}
 
 // System is the decider recorded for decisions the agent makes itself
 // (expiry).
@@ -30,13 +37,18 @@ const System = "system"
 //   - approvals.ErrAlreadyDecided (as *approvals.RefusedError naming who
 //     decided first): the call is not pending;
 //   - approvals.ErrFingerprintMismatch: d.Fingerprint is not the one of the
-//     stored arguments (the decider saw other arguments);
+//     stored arguments (the decider saw other arguments), but for an Edit
+//     that is the pending edit itself (see below);
 //   - approvals.ErrExpired: the call expired;
-//   - approvals.ErrNotApprover: the decider may not decide this call;
+//   - approvals.ErrNotApprover: the decider may not decide this call (as a
+//     *RuleError when the card names them but the rule the call, or its
+//     edited arguments, fall under now does not);
 //   - approvals.ErrPolicyDenied: edited arguments the policy denies;
 //   - ErrBadDecision: the decision does not fit the call;
 //   - approvals.ErrAlreadyApproved: on a call that needs several approvers,
-//     the decider's approval of these arguments is already counted;
+//     the decider's approval of these arguments is already counted; for an
+//     Edit, also when the edit pending is the decider's own into the same
+//     arguments, their approval counted (the same edit sent again);
 //   - anything else: the store failed, and the call is still pending.
 //
 // Of the concurrent decisions on one call exactly one succeeds. The one that
@@ -48,7 +60,9 @@ const System = "system"
 // distinct approvers approved the arguments it shows; before that an
 // Approve succeeds with the call still pending and its approval counted.
 // An Edit replaces the pending arguments and restarts the count with the
-// editor. Deny, Reject and Respond decide at once.
+// editor. Deny, Reject and Respond decide at once. An Edit into arguments
+// that are the pending ones once canonical (the same fingerprint) changes
+// nothing: it is the editor's Approve, authorized and counted as one.
 func (a *Agent) Decide(ctx context.Context, d approvals.Decision) (DecideResult, error) {
 	return a.decide(ctx, d, nil)
 }
@@ -73,7 +87,7 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 	// caller's clock must not reopen an expired call.
 	d.At = a.cfg.Now()
 	if !d.Kind.Valid() || d.Kind == approvals.Expire || d.Kind == approvals.Cancel {
-		return DecideResult{}, fmt.Errorf("%w: kind %q cannot be decided by a person here", ErrBadDecision, d.Kind)
+		return DecideResult{}, badDecision("a decision of kind %q cannot be made by a person here", d.Kind)
 	}
 	if taken != nil {
 		if pc, ok := a.paused.take(d.CallID); ok {
@@ -94,11 +108,15 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 		return DecideResult{Call: viewOf(c)}, refusedByOther(c)
 	}
 	if d.Fingerprint != c.Fingerprint {
+		if a.ownEditCounted(c, d) {
+			return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrAlreadyApproved)
+		}
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrFingerprintMismatch)
 	}
 	if !d.At.Before(c.ExpiresAt) {
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrExpired)
 	}
+	d = a.unchangedEdit(c, d)
 	v, err := a.authorize(ctx, c, d, recs)
 	if err != nil {
 		return DecideResult{Call: viewOf(c)}, fmt.Errorf("decide %s: %w", d.CallID, err)
@@ -113,6 +131,43 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 		return a.approve(ctx, c, d, sd, v, need, taken, nil)
 	}
 	return a.record(ctx, c, d.Fingerprint, sd, v, taken, 0)
+}
+
+// unchangedEdit returns d as an Approve when it is an Edit of c whose
+// arguments, once canonical, are the pending ones (those of c's
+// fingerprint): such an edit changes nothing, so it is its decider's
+// approval of the arguments, authorized and counted as an Approve is (four
+// eyes, the rule that asks now), and neither restarts a count nor tells
+// the model or the card that a person changed the arguments. Arguments
+// that cannot be made canonical leave d an Edit, refused as one.
+func (a *Agent) unchangedEdit(c store.Call, d approvals.Decision) approvals.Decision {
+	if d.Kind != approvals.Edit || len(d.Args) == 0 {
+		return d
+	}
+	if _, _, fp, err := a.check(c.Tool, d.Args); err != nil || fp != c.Fingerprint {
+		return d
+	}
+	d.Kind, d.Args = approvals.Approve, nil
+	return d
+}
+
+// ownEditCounted reports whether d, an Edit refused because c's
+// fingerprint is no longer the one of the card d was made from, is the
+// edit pending on c: made by d's decider, whose approval of it is
+// counted, into the arguments of d once canonical. It is then that edit
+// sent again (a form Slack delivered again, its first ack missed), which
+// changes nothing: its decider is told their approval is counted.
+func (a *Agent) ownEditCounted(c store.Call, d approvals.Decision) bool {
+	if d.Kind != approvals.Edit || c.Edit == nil || c.Edit.Decider != d.Decider || len(d.Args) == 0 ||
+		!slices.ContainsFunc(c.Approvals, func(x store.Approval) bool { return x.Approver == d.Decider }) {
+		return false
+	}
+	_, _, fp, err := a.check(c.Tool, d.Args)
+	if err != nil {
+		return false
+	}
+	_, pending, err := approvals.Fingerprint(c.Edit.Args)
+	return err == nil && fp == pending
 }
 
 // lostDecisionWait bounds how long a decision whose store step answered
@@ -212,6 +267,7 @@ func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pause
 		if c.Status != store.Pending || d.Fingerprint != c.Fingerprint || !d.At.Before(c.ExpiresAt) {
 			return DecideResult{}, errReadCall
 		}
+		d = a.unchangedEdit(c, d)
 		v, err := a.authorize(ctx, c, d, recs)
 		if err != nil {
 			return DecideResult{}, errReadCall
@@ -452,7 +508,7 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 		}
 	case approvals.Ask:
 		if err := a.authorizeUnder(ctx, c, v, d.Decider); err != nil {
-			return v, fmt.Errorf("the call now falls under rule %s: %w", v.RuleID, err)
+			return v, ruleRefusal(v, err, false)
 		}
 	}
 	if !runs {
@@ -528,14 +584,56 @@ func (e *DetailError) Error() string {
 }
 func (e *DetailError) Unwrap() error { return e.Err }
 
-// Detail returns the explanation carried by a *DetailError in err's chain,
-// or err's whole text.
+// Detail returns the words that explain a refused decision to the
+// decider: those of a *DetailError in err's chain or, for a refusal that
+// carries none, general words for its kind; never err's text, which names
+// the call and the steps that refused it.
 func Detail(err error) string {
 	var d *DetailError
 	if errors.As(err, &d) {
 		return d.Detail
 	}
-	return err.Error()
+	switch {
+	case errors.Is(err, approvals.ErrPolicyDenied):
+		return "no reason was given"
+	case errors.Is(err, approvals.ErrInvalidArgs):
+		return "these arguments are not valid for this tool"
+	}
+	return "this decision does not fit the call"
+}
+
+// RuleError is the refusal (wrapping approvals.ErrNotApprover) of a
+// decider whom the card lets decide but the rule that asks for the call
+// now leaves out: the rule its edited arguments fall under (Edit), or one
+// an admin added or changed since the card was posted. It names the rule
+// and who it lets approve.
+type RuleError struct {
+	// Err is the refusal under the rule; it wraps approvals.ErrNotApprover.
+	Err    error
+	RuleID string
+	// Approvers are the rule's; none leaves the call to the people who
+	// can see its conversation.
+	Approvers []string
+	// FourEyes is set when the rule keeps the call's requesters from
+	// approving it.
+	FourEyes bool
+	// Edit is set when the rule is the one of edited arguments.
+	Edit bool
+}
+
+func (e *RuleError) Error() string {
+	what := "the call now falls"
+	if e.Edit {
+		what = "the edited call falls"
+	}
+	return what + " under rule " + e.RuleID + ": " + e.Err.Error()
+}
+func (e *RuleError) Unwrap() error { return e.Err }
+
+// ruleRefusal is the refusal err of a decider under v, the verdict of a
+// rule that asks (for edited arguments when edit is set).
+func ruleRefusal(v approvals.Verdict, err error, edit bool) error {
+	return &RuleError{Err: err, RuleID: v.RuleID, Approvers: slices.Clone(v.Approvers), FourEyes: v.FourEyes, Edit: edit}
 }
 
 // Problem returns the evaluation's error carried by a *DetailError in
@@ -571,32 +669,32 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 	case approvals.Reject:
 		sd.Reason = strings.TrimSpace(d.Reason)
 		if sd.Reason == "" {
-			return sd, need, fmt.Errorf("%w: a rejection needs a reason", ErrBadDecision)
+			return sd, need, badDecision("a rejection needs a reason: say why the call should not run")
 		}
 	case approvals.Respond:
 		if !human {
-			return sd, need, fmt.Errorf("%w: %s asks no question to answer", ErrBadDecision, c.Tool)
+			return sd, need, badDecision("%s asks no question to answer", c.Tool)
 		}
 		sd.Answer = strings.TrimSpace(d.Answer)
 		if sd.Answer == "" {
-			return sd, need, fmt.Errorf("%w: the answer is empty", ErrBadDecision)
+			return sd, need, badDecision("the answer is empty: write the answer to the question")
 		}
 	case approvals.Approve, approvals.Remember, approvals.Edit:
 		if human {
-			return sd, need, fmt.Errorf("%w: %s is a question; answer it instead", ErrBadDecision, c.Tool)
+			return sd, need, badDecision("%s is a question; answer it instead", c.Tool)
 		}
 		if d.Kind == approvals.Remember {
 			if c.Edit != nil {
-				return sd, need, fmt.Errorf("%w: this call's arguments were edited, so it cannot be allowed from now on; approve it instead", ErrBadDecision)
+				return sd, need, badDecision("this call's arguments were edited, so it cannot be allowed from now on; approve it instead")
 			}
 			if c.FourEyes {
-				return sd, need, fmt.Errorf("%w: a four-eyes call cannot be allowed from now on; approve it instead", ErrBadDecision)
+				return sd, need, badDecision("a four-eyes call cannot be allowed from now on; approve it instead")
 			}
 			if need > 1 {
-				return sd, need, fmt.Errorf("%w: this call needs %d approvers, so it cannot be allowed from now on; approve it instead", ErrBadDecision, need)
+				return sd, need, badDecision("this call needs %d approvers, so it cannot be allowed from now on; approve it instead", need)
 			}
 			if v.Action != approvals.Ask || v.FailClosed || v.Combined {
-				return sd, need, fmt.Errorf("%w: this call is not asked under a rule that can be relaxed now; approve it instead", ErrBadDecision)
+				return sd, need, badDecision("this call is not asked under a rule that can be relaxed now; approve it instead")
 			}
 			sd.Conditions, sd.TTL, sd.Exact = d.Conditions, d.TTL, d.Exact
 		}
@@ -629,7 +727,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 				case editNeedsAudience(c, ev):
 					why = fmt.Sprintf("rule %s leaves the edited call to people in the conversation, and too few of the card's approvers are in it", ev.RuleID)
 				}
-				return sd, need, fmt.Errorf("%w: the edited call needs %d approvals, and besides you only %d person(s) may give one: %s; edit it otherwise, or ask an admin", ErrBadDecision, need, n, why)
+				return sd, need, badDecision("the edited call needs %d approvals, and besides you only %d person(s) may give one: %s; edit it otherwise, or ask an admin", need, n, why)
 			}
 		}
 	}
@@ -705,7 +803,7 @@ func editNeedsAudience(c store.Call, ev approvals.Verdict) bool {
 func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decision, recs map[string][]store.Record) (json.RawMessage, approvals.Verdict, error) {
 	args := d.Args
 	if len(args) == 0 {
-		return nil, approvals.Verdict{}, fmt.Errorf("%w: an edit needs arguments", ErrBadDecision)
+		return nil, approvals.Verdict{}, badDecision("an edit needs arguments")
 	}
 	tool, canonical, _, err := a.check(c.Tool, args)
 	if err != nil {
@@ -723,7 +821,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 	}
 	if v.Action == approvals.Ask {
 		if err := a.authorizeUnder(ctx, c, v, d.Decider); err != nil {
-			return nil, v, fmt.Errorf("the edited call falls under rule %s: %w", v.RuleID, err)
+			return nil, v, ruleRefusal(v, err, true)
 		}
 	}
 	return canonical, v, nil

@@ -403,7 +403,9 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		args = d.Args
 	}
 	withNote := func(res Result) Result {
-		if kindOf(&d) == approvals.Edit {
+		// An edit back to the original arguments (after an edit of them
+		// was pending) ran what the model asked for: nothing to tell.
+		if kindOf(&d) == approvals.Edit && !sameArgs(args, c.Args) {
 			res.Content = fmt.Sprintf("Note: user %s edited the arguments before approving. The call ran with %s instead of the original %s. Do not re-issue the original call.\n\n%s", who, args, c.Args, res.Content)
 		}
 		return res
@@ -628,6 +630,14 @@ func changedArgs(reg *registered, args json.RawMessage) string {
 		return ""
 	}
 	return fmt.Sprintf("it would now run with %s instead of the approved %s", filled, args)
+}
+
+// sameArgs reports whether two calls' arguments are the same once
+// canonical (the same fingerprint).
+func sameArgs(x, y json.RawMessage) bool {
+	_, fx, errX := approvals.Fingerprint(x)
+	_, fy, errY := approvals.Fingerprint(y)
+	return errX == nil && errY == nil && fx == fy
 }
 
 // executed is the audit entry of an approved call that ran with args.

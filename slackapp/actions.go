@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/slack-go/slack"
 
@@ -37,12 +39,15 @@ type click struct {
 // refuses the decision c made itself before: a click Slack delivered
 // again whose first delivery was decided (which never marked its envelope
 // seen). Another decision of the clicker's (Deny after their Approve) is
-// not: they are told it changed nothing.
+// not: they are told it changed nothing. An Edit approves too: its first
+// delivery may have been counted as its submitter's approval (an edit
+// pending on a call that needs several approvers, or one that changed
+// nothing and was taken as an Approve).
 func (c click) madeBefore(err error, kind approvals.Kind) bool {
 	if !c.retried {
 		return false
 	}
-	approves := kind == approvals.Approve || kind == approvals.Remember
+	approves := kind == approvals.Approve || kind == approvals.Remember || kind == approvals.Edit
 	if refused, ok := errors.AsType[*approvals.RefusedError](err); ok && errors.Is(err, approvals.ErrAlreadyDecided) {
 		return refused.DecidedBy == c.user && (refused.Kind == kind || approves && refused.Kind == approvals.Approve)
 	}
@@ -452,8 +457,17 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 	case errors.As(err, &refused) && errors.Is(err, approvals.ErrAlreadyDecided):
 		return AlreadyDecidedText(refused.DecidedBy, refused.Kind, refused.DecidedAt), "already_decided"
 	case errors.Is(err, approvals.ErrNotApprover):
-		if c.FourEyes && (decider == c.Requester || slices.Contains(c.Requesters, decider)) {
+		requester := decider == c.Requester || slices.Contains(c.Requesters, decider)
+		if c.FourEyes && requester {
 			return RequesterCannotApproveText(), "not_approver"
+		}
+		if rule, ok := errors.AsType[*agent.RuleError](err); ok {
+			// The card named the decider: the rule the call falls under
+			// now does not, and says who it lets approve.
+			if rule.FourEyes && requester {
+				return RequesterCannotApproveText(), "not_approver"
+			}
+			return RuleApproversText(rule.RuleID, rule.Approvers, rule.Edit), "not_approver"
 		}
 		if c.Edited && len(c.CardApprovers) > 0 && !slices.ContainsFunc(c.Approvers, func(id string) bool { return slices.Contains(c.CardApprovers, id) }) {
 			return NotApproverOfBothText(c.Approvers, c.CardApprovers), "not_approver"
@@ -491,8 +505,10 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 			text += " (could not evaluate: " + inlineCode(shown) + ")"
 		}
 		return text + ". Nothing ran.", "policy_denied"
-	case errors.Is(err, approvals.ErrInvalidArgs), errors.Is(err, agent.ErrBadDecision):
-		return Escape(err.Error()), "invalid"
+	case errors.Is(err, agent.ErrBadDecision):
+		return Escape(badDecisionText(err)), "invalid"
+	case errors.Is(err, approvals.ErrInvalidArgs):
+		return Escape("These arguments are not valid: " + agent.Detail(err) + ". Nothing changed."), "invalid"
 	case errors.Is(err, agent.ErrUnconfirmed):
 		return DecisionUnconfirmedText(), "error"
 	default:
@@ -662,7 +678,11 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback, retrie
 			a.log.Error("record decision", "call", d.CallID, "err", err)
 		}
 		if result == "invalid" || result == "policy_denied" {
-			// Plain text made from the error itself.
+			// Plain text made from the words the refusal carries for
+			// a person, never from the error's own text.
+			if errors.Is(err, agent.ErrBadDecision) {
+				return refuse(badDecisionText(err))
+			}
 			plain := agent.Detail(err)
 			if p := agent.Problem(err); p != "" {
 				plain += " (could not evaluate: " + clip(oneLine(p), 300) + ")"
@@ -685,6 +705,22 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback, retrie
 		a.resumeLater(ctx, res.Call.Conversation, res.Call.RunID)
 	}
 	return nil, ""
+}
+
+// badDecisionText explains a decision refused as not fitting the call
+// (agent.ErrBadDecision), in plain text: the words the agent gives for a
+// person (agent.Detail), as a sentence.
+func badDecisionText(err error) string {
+	s := strings.TrimSpace(agent.Detail(err))
+	if s == "" {
+		return "This decision does not fit the call, so nothing changed."
+	}
+	r, n := utf8.DecodeRuneInString(s)
+	s = string(unicode.ToUpper(r)) + s[n:]
+	if !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s + " Nothing changed."
 }
 
 // submitBlock is the input block of a decision modal, where its errors

@@ -65,6 +65,54 @@ func TestRefusalTextPolicyDenied(t *testing.T) {
 	}
 }
 
+// A card's approver whom the rule the call falls under now leaves out is
+// told which rule that is and who it lets approve, not the card's
+// approvers (themself among them); a requester under its four eyes is told
+// that someone else must approve.
+func TestRefusalTextRuleApprovers(t *testing.T) {
+	card := agent.Call{Requester: "UREQUESTER", Approvers: []string{"UAPPROVER1", "UOTHER0001"}}
+	for _, tt := range []struct {
+		name, decider string
+		err           *agent.RuleError
+		want          string
+	}{
+		{"edit", "UAPPROVER1", &agent.RuleError{RuleID: "billing", Approvers: []string{"UOTHER0001"}, Edit: true},
+			"The edited arguments fall under rule `billing`, which only <@UOTHER0001> may approve, so nothing changed."},
+		{"moved", "UAPPROVER1", &agent.RuleError{RuleID: "ops", Approvers: []string{"UOTHER0001", "S0SRE00001"}},
+			"This call now falls under rule `ops`, which only <@UOTHER0001> or <!subteam^S0SRE00001> may approve, so nothing changed."},
+		{"conversation", "UAPPROVER1", &agent.RuleError{RuleID: "open"},
+			"This call now falls under rule `open`, which leaves the call to people in the conversation, so nothing changed."},
+		{"four eyes", "UREQUESTER", &agent.RuleError{RuleID: "fe", Approvers: []string{"UREQUESTER", "UOTHER0001"}, FourEyes: true},
+			RequesterCannotApproveText()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.err.Err = approvals.ErrNotApprover
+			text, result := refusalText(card, tt.decider, fmt.Errorf("decide r.0: %w", tt.err))
+			if result != "not_approver" || text != tt.want {
+				t.Errorf("refusalText = %q, %q; want %q", text, result, tt.want)
+			}
+		})
+	}
+}
+
+// A decision that does not fit the call is explained in the words the
+// agent gives for a person, as a sentence, never with the error's chain;
+// one that carries no words gets general ones.
+func TestRefusalTextBadDecision(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("decide r.0: %w", &agent.DetailError{Err: agent.ErrBadDecision, Detail: "a rejection needs a reason"}), "A rejection needs a reason. Nothing changed."},
+		{fmt.Errorf("decide r.0: %w: something internal", agent.ErrBadDecision), "This decision does not fit the call. Nothing changed."},
+	} {
+		text, result := refusalText(agent.Call{}, "U1", tt.err)
+		if result != "invalid" || text != tt.want {
+			t.Errorf("refusalText(%v) = %q, %q; want %q", tt.err, text, result, tt.want)
+		}
+	}
+}
+
 func TestRequireAdmin(t *testing.T) {
 	// Nothing listens on the API URL: every look-up fails.
 	a, err := New(Config{BotToken: "xoxb-test", AppToken: "xapp-test", APIURL: "http://127.0.0.1:1/", AdminUsers: []string{"UADMIN"}}, nil, nil)

@@ -377,6 +377,35 @@ func NotApproverText(approvers []string) string {
 	return text
 }
 
+// RuleApproversText is the answer to someone the card lets decide whom
+// the rule that asks for the call now leaves out: the rule its edited
+// arguments fall under (edit), or one an admin added or changed since the
+// card was posted. approvers are the rule's; none leaves the call to the
+// people in the conversation.
+func RuleApproversText(rule string, approvers []string, edit bool) string {
+	text := "This call now falls under "
+	if edit {
+		text = "The edited arguments fall under "
+	}
+	if rule != "" {
+		text += "rule " + inlineCode(rule)
+	} else {
+		text += "a rule"
+	}
+	ms := approverMentions(approvers)
+	switch {
+	case len(approvers) == 0:
+		return text + ", which leaves the call to people in the conversation, so nothing changed."
+	case len(ms) == 0:
+		return text + ", which does not let you approve it, so nothing changed."
+	}
+	list := joinAnd(ms, "or")
+	if len(ms) > maxListed {
+		list = cappedList(ms, ", ", maxListed)
+	}
+	return text + ", which only " + list + " may approve, so nothing changed."
+}
+
 // UnrememberedText tells the approver of an Always-allow decision whose
 // standing rule could not be saved that the call is approved all the same
 // and that later calls will still ask.
