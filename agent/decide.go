@@ -1165,8 +1165,15 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 	}
 	var res DecideResult
 	cancelled, expired := 0, 0
+	var lost *store.Call // the latest decision that ended a call before this cancel
+	loser := func(c store.Call) {
+		if c.Decision != nil && (lost == nil || c.Decision.At.After(lost.Decision.At)) {
+			lost = &c
+		}
+	}
 	for _, c := range calls {
 		if c.Status != store.Pending {
+			loser(c)
 			continue
 		}
 		// Attempt names this sending, for a store whose client sends it
@@ -1175,6 +1182,9 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 		fx := decisionEffects(c, user, d.Kind, c.Fingerprint, d.At)
 		got, complete, err := a.store.DecideAudited(ctx, c.ID, "", d, fx)
 		if errors.Is(err, store.ErrAlreadyDecided) {
+			if now, gerr := a.store.GetCall(ctx, c.ID); gerr == nil {
+				loser(now)
+			}
 			continue
 		}
 		if errors.Is(err, store.ErrExpired) {
@@ -1194,6 +1204,8 @@ func (a *Agent) Cancel(ctx context.Context, runID, user string) (DecideResult, e
 	switch {
 	case cancelled == 0 && expired > 0:
 		return res, fmt.Errorf("cancel %s: %w", runID, approvals.ErrExpired)
+	case cancelled == 0 && lost != nil:
+		return DecideResult{Call: viewOf(*lost)}, fmt.Errorf("cancel %s: %w", runID, refusedByOther(*lost))
 	case cancelled == 0:
 		return res, fmt.Errorf("cancel %s: %w", runID, &approvals.RefusedError{Err: approvals.ErrAlreadyDecided})
 	}

@@ -121,6 +121,43 @@ func TestCancelAfterTheDeadlineIsRefused(t *testing.T) {
 	}
 }
 
+// A Cancel that loses to a decision is told who decided first and how
+// (an approval), or that the call expired (the expiry pass ended it), not
+// only that the call was decided.
+func TestCancelThatLostNamesWhatEndedTheCall(t *testing.T) {
+	ctx := context.Background()
+	t.Run("approved", func(t *testing.T) {
+		w := newWorld(t, backends(t)[0])
+		a := w.agent()
+		p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+		if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := a.Cancel(ctx, p.RunID, p.Requester)
+		var refused *approvals.RefusedError
+		if !errors.As(err, &refused) || !errors.Is(err, approvals.ErrAlreadyDecided) {
+			t.Fatalf("cancel after the approval: %v, want a RefusedError of ErrAlreadyDecided", err)
+		}
+		if refused.DecidedBy != "UAPPROVER1" || refused.Kind != approvals.Approve || refused.DecidedAt.IsZero() {
+			t.Errorf("the refusal names %q (%q at %v), want UAPPROVER1's approval and its time", refused.DecidedBy, refused.Kind, refused.DecidedAt)
+		}
+	})
+	t.Run("expired", func(t *testing.T) {
+		w := newWorld(t, backends(t)[0])
+		w.policy = "policy:\n  default: ask\n  rules:\n    - {id: r, tool: restart, verdict: ask, ttl: 1h}\n"
+		a := w.agent()
+		p := pauseOne(t, w, a, call("c1", "restart", `{"env":"dev"}`))
+		w.advance(2 * time.Hour)
+		w.model.Reply(fakeopenai.Text("it expired"))
+		if _, err := a.Expire(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Cancel(ctx, p.RunID, p.Requester); !errors.Is(err, approvals.ErrExpired) {
+			t.Errorf("cancel after the expiry pass ended the call: %v, want ErrExpired", err)
+		}
+	})
+}
+
 // Any of the people a paused call was made for may cancel it, not only
 // the last to write; someone else may not.
 func TestAnyRequesterMayCancel(t *testing.T) {
