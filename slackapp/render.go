@@ -508,7 +508,7 @@ func AlreadyApprovedText(have, need int) string {
 func ReminderText(c Card, n int) string {
 	list := approverList(remindedApprovers(c), ", ")
 	if len(c.Approvers) == 0 {
-		list = "anyone in this channel"
+		list = c.openAudience("this")
 	}
 	text := ":bell: Reminder: " + inlineCode(c.Tool) + " is still waiting for approval"
 	if n > 1 {

@@ -133,6 +133,19 @@ type Card struct {
 	// approver's DM, APPROVALS_CHANNEL), the conversation's channel, which
 	// "Always allow here" applies to; "" on the conversation's card.
 	CopyOf string
+	// InDM marks a call made in a direct message with the bot, which only
+	// its requester sees: with no approvers named, they decide it.
+	InDM bool
+}
+
+// openAudience names who may decide c when it names no approvers: anyone
+// in its channel (the channel named by which: "this" or "the"), or, in a
+// direct message, its requester.
+func (c Card) openAudience(which string) string {
+	if c.InDM {
+		return "the requester (no one else sees this direct message)"
+	}
+	return "anyone in " + which + " channel"
 }
 
 // Seal returns c as a sealed copy (see Card.Sealed).
@@ -285,7 +298,7 @@ func requestText(c Card) string {
 	if c.pending() {
 		who := cappedList(approverMentions(c.Approvers), ", ", maxListed)
 		if who == "" {
-			who = "anyone in this channel"
+			who = c.openAudience("this")
 		}
 		label := "*Approvers:* "
 		if c.Human {

@@ -148,8 +148,12 @@ func mineEntry(c Card) slack.Block {
 		line = "Question via " + line
 	}
 	who := cappedList(approverMentions(c.Approvers), ", ", maxListed)
-	if who == "" {
-		who = "anyone in the channel"
+	switch {
+	case who != "":
+	case c.InDM:
+		who = "you, in your direct message with the bot"
+	default:
+		who = c.openAudience("the")
 	}
 	lines = append(lines, line+" · waiting on "+who)
 	if c.Human {

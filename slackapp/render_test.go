@@ -669,6 +669,33 @@ func TestReminderText(t *testing.T) {
 	}
 }
 
+// A call open to anyone who sees its conversation says who that is: in a
+// channel its members, in a direct message with the bot its requester
+// alone, on the card, in a reminder and in the requester's Home tab.
+func TestOpenAudienceOfADirectMessage(t *testing.T) {
+	c := goldenCards()["card_pending"]
+	c.Approvers, c.FourEyes = nil, false
+	for _, tt := range []struct {
+		inDM       bool
+		want, mine string
+	}{
+		{false, "anyone in this channel", "waiting on anyone in the channel"},
+		{true, "the requester (no one else sees this direct message)", "waiting on you, in your direct message with the bot"},
+	} {
+		c.InDM = tt.inDM
+		card := blocksText(t, CardBlocks(c))
+		if !strings.Contains(card, "*Approvers:* "+tt.want) {
+			t.Errorf("in a DM %v: the card says\n%s\nwant Approvers: %s", tt.inDM, card, tt.want)
+		}
+		if got := ReminderText(c, 1); !strings.Contains(got, tt.want) {
+			t.Errorf("in a DM %v: ReminderText = %q, want %q", tt.inDM, got, tt.want)
+		}
+		if got := blocksText(t, HomeView(nil, []Card{c}).Blocks.BlockSet); !strings.Contains(got, tt.mine) {
+			t.Errorf("in a DM %v: the requester's Home tab says\n%s\nwant %q", tt.inDM, got, tt.mine)
+		}
+	}
+}
+
 // The explanation of a pending call is marked as one, and the model's text
 // can mention no one nor hide a link.
 func TestGoldenExplanation(t *testing.T) {

@@ -1155,7 +1155,7 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, FourEyes: c.FourEyes, NoAlwaysAllow: c.NoAlwaysAllow,
 		RequestedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Human: pc.Human,
 		MinApprovals: c.MinApprovals, Approvals: c.Approvals, ArgsEdited: c.Edited,
-		Preview: c.Preview, PreviewError: c.PreviewError,
+		Preview: c.Preview, PreviewError: c.PreviewError, InDM: approvals.IsDM(c.Channel),
 	}
 	if pc.Human {
 		var q struct {
