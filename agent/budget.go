@@ -95,7 +95,9 @@ func textTokens(s string) int {
 				breaks = breaks || s[j] == '\n'
 			}
 			if breaks || j-i > 1 {
-				n++
+				// A tokenizer's token of blanks is a few bytes (an
+				// indentation, a blank line): a long run is many.
+				n += 1 + (j-i-1)/8
 			}
 		default:
 			for j < len(s) && s[j] < utf8.RuneSelf && !isLetter(s[j]) && !isDigit(s[j]) && !isBlank(s[j]) {

@@ -238,3 +238,17 @@ func TestFitBudgetBoundsTheStepInProgress(t *testing.T) {
 		}
 	}
 }
+
+// A long run of blanks (a log padded with empty lines, a fixed-width
+// export) counts in proportion to its length: it counted one token however
+// long it was, so 16 KiB of blank lines was a handful of tokens and a
+// history of them was never trimmed, where no tokenizer has a token of
+// blanks anywhere near 1 KiB long.
+func TestEstimateTokensCountsLongBlankRuns(t *testing.T) {
+	for _, blank := range []string{"\n", " ", "\t"} {
+		m := openai.ChatCompletionMessage{Role: "tool", ToolCallID: "c", Content: "report" + strings.Repeat(blank, 16<<10)}
+		if got, min := estimateTokens(m), (16<<10)/1024; got < min {
+			t.Errorf("16 KiB of %q estimated at %d tokens, want at least %d (1 KiB a token)", blank, got, min)
+		}
+	}
+}
