@@ -136,9 +136,14 @@ func TestSmoke(t *testing.T) {
 			if sc.Pause.Total <= 0 || sc.Decide.Total <= 0 || sc.Resume.Total <= 0 {
 				t.Errorf("store calls per pause, decide, resume: %v, %v, %v; want each counted", sc.Pause.Total, sc.Decide.Total, sc.Resume.Total)
 			}
-			// Redis round trips are counted on Redis only.
-			if trips := sc.Pause.RoundTrips * sc.Decide.RoundTrips * sc.Resume.RoundTrips; (st[1] == "redis") != (trips > 0) {
-				t.Errorf("%s: Redis round trips per pause, decide, resume: %v, %v, %v", st[1], sc.Pause.RoundTrips, sc.Decide.RoundTrips, sc.Resume.RoundTrips)
+			// Redis round trips are counted on Redis only: there each step
+			// has some, or is unknown (-1) where every window of it held
+			// one of the bots' periodic passes, as a loaded machine makes
+			// likely; on the embedded store none.
+			for name, trips := range map[string]float64{"pause": sc.Pause.RoundTrips, "decide": sc.Decide.RoundTrips, "resume": sc.Resume.RoundTrips} {
+				if onRedis := st[1] == "redis"; onRedis && trips <= 0 && trips != -1 || !onRedis && trips != 0 {
+					t.Errorf("%s: Redis round trips per %s: %v", st[1], name, trips)
+				}
 			}
 			if len(rep.Paused) != 1 || rep.Paused[0].Runs != parked || rep.Paused[0].RawHistoryBytesPerRun <= 0 {
 				t.Errorf("paused samples %+v, want one at %d runs with history measured", rep.Paused, parked)
