@@ -957,13 +957,17 @@ func delivered(err error, probe *callProbe, closing bool) bool {
 	return true
 }
 
+// StandInName is the name of the stand-in tool of the MCP server named
+// server (see standIn).
+func StandInName(server string) string { return server + "__unavailable" }
+
 // standIn is the tool registered for a server that has not listed its
 // tools yet (it is starting, or failed to start): calling it answers that
 // the server is unavailable and why. The server's tools replace it once it
 // connects. It is read-only, so no one is asked to approve it.
 func (s *server) standIn() agent.Tool {
 	return agent.Tool{
-		Name:        s.prefix + "unavailable",
+		Name:        StandInName(s.cfg.Name),
 		Description: fmt.Sprintf("The MCP server %s is not connected, so its tools are not available yet. Call this to learn why.", s.cfg.Name),
 		Schema:      json.RawMessage(`{"type":"object","properties":{}}`),
 		Annotations: approvals.Hints{ReadOnly: true},

@@ -77,7 +77,7 @@ func (l *toolLimit) count(status []tools.ServerStatus) toolShares {
 	}
 	for _, st := range status {
 		if i, ok := index[st.Name]; ok && !st.Connected && st.Tools == 0 && sh.servers[i].tools == 1 {
-			if _, ok := l.reg.Lookup(st.Name + "__unavailable"); ok {
+			if _, ok := l.reg.Lookup(tools.StandInName(st.Name)); ok {
 				sh.servers[i].standIn = true
 			}
 		}
