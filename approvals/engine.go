@@ -654,14 +654,25 @@ type Overrule struct {
 // Overrules lists the file rules stricter than r (deny > ask > allow) that
 // may match a call r matches, in file order. Globs are compared by what
 // they can match; a condition is not analysed, so a file rule with one is
-// listed as overruling r where it holds.
+// listed as overruling r where it holds. The file layer's first match
+// counts: a rule is Always only if no earlier rule may match r's calls
+// first, and none after a rule that matches all of them is listed, as it
+// never decides one.
 func (e *Engine) Overrules(r Rule) []Overrule {
 	var out []Overrule
+	earlier := false // an earlier file rule may decide some of r's calls
 	for _, f := range e.file.Rules() {
-		if strictness(f.Verdict) <= strictness(r.Verdict) || !globsOverlap(f.Tool, r.Tool) {
+		if !globsOverlap(f.Tool, r.Tool) {
 			continue
 		}
-		out = append(out, Overrule{Rule: f, Always: f.When == "" && globCovers(f.Tool, r.Tool)})
+		covers := f.When == "" && globCovers(f.Tool, r.Tool)
+		if strictness(f.Verdict) > strictness(r.Verdict) {
+			out = append(out, Overrule{Rule: f, Always: covers && !earlier})
+		}
+		if covers {
+			break
+		}
+		earlier = true
 	}
 	return out
 }

@@ -1135,3 +1135,59 @@ func TestChangeWhoseAuditFailsStands(t *testing.T) {
 		t.Errorf("standing rule records after the revoke: %d, want none", len(recs))
 	}
 }
+
+// Within the file layer the first match counts: a stricter file rule that
+// an earlier one shadows never decides a runtime rule's calls, and is not
+// said to leave it with no effect; rules past one that matches all of them
+// are not listed at all.
+func TestOverrulesFollowTheFilesFirstMatch(t *testing.T) {
+	p, err := ParseConfig([]byte(`
+policy:
+  rules:
+    - {id: staging, tool: deploy_staging, verdict: allow}
+    - {id: prod, tool: deploy_prod, verdict: ask, when: "args.force == true"}
+    - {id: lockdown, tool: "*", verdict: deny}
+    - {id: after, tool: "deploy_*", verdict: deny}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(p, newMemStore())
+	for _, tt := range []struct {
+		rule string
+		want string
+	}{
+		// staging decides every deploy_staging call first: lockdown
+		// never does.
+		{`tool=deploy_staging verdict=ask`, ""},
+		// prod's condition may not hold: lockdown may decide.
+		{`tool=deploy_prod verdict=allow`, "prod:false,lockdown:false"},
+		// Nothing before lockdown matches: it decides every call.
+		{`tool=restart verdict=ask`, "lockdown:true"},
+		{`tool=deploy_* verdict=allow`, "prod:false,lockdown:false"},
+	} {
+		r, err := ParseRule(tt.rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, o := range e.Overrules(r) {
+			got = append(got, fmt.Sprintf("%s:%v", o.Rule.ID, o.Always))
+		}
+		if strings.Join(got, ",") != tt.want {
+			t.Errorf("Overrules(%s): got %q, want %q", tt.rule, strings.Join(got, ","), tt.want)
+		}
+	}
+	// The runtime rule does decide the call lockdown was said to beat.
+	r, err := ParseRule(`tool=deploy_staging verdict=ask`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	added, err := e.AddRule(context.Background(), "UADMIN", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := evalEngine(t, e, call("deploy_staging", `{}`, "C1")); v.Action != Ask || v.RuleID != added.ID {
+		t.Errorf("deploy_staging with the runtime ask: got %s by %q, want ask by %s", v.Action, v.RuleID, added.ID)
+	}
+}
