@@ -175,10 +175,15 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
+		// Every version before the pending-call indexes lists its runs in
+		// bucketActive, which moveDecided deletes: where it is, such a
+		// version used the file since this one last did, and paused calls
+		// that are in no index (never listed as pending, never expired).
+		earlier := tx.Bucket(bucketActive) != nil
 		if err := moveDecided(tx); err != nil {
 			return err
 		}
-		return ensureIndexes(tx)
+		return ensureIndexes(tx, earlier)
 	})
 	if err != nil {
 		_ = db.Close()

@@ -173,13 +173,15 @@ func moveExpiry(tx *bolt.Tx, id string, was, at time.Time) error {
 }
 
 // ensureIndexes creates the pending-call indexes, and builds them from
-// the pending calls when the file's meta does not record indexVersion.
-func ensureIndexes(tx *bolt.Tx) error {
+// the pending calls when the file's meta does not record indexVersion, or
+// when rebuild is set (a version that knows no indexes paused calls since
+// they were built).
+func ensureIndexes(tx *bolt.Tx, rebuild bool) error {
 	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 	if err != nil {
 		return err
 	}
-	if v := meta.Get(metaIndexVersion); len(v) == 8 && binary.BigEndian.Uint64(v) == indexVersion {
+	if v := meta.Get(metaIndexVersion); !rebuild && len(v) == 8 && binary.BigEndian.Uint64(v) == indexVersion {
 		return nil
 	}
 	for _, b := range [][]byte{bucketByExpiry, bucketByCreated, bucketByField} {
