@@ -105,7 +105,7 @@ func checkHandedOver(t *testing.T, w *world, survivor *agent.Agent, stopped *rec
 			t.Errorf("the stopped process updated the card with %s (%s), want only the decision and the execution", u.Phase, u.Note)
 		}
 	}
-	keys, err := survivor.Unanswered(t.Context(), 0)
+	keys, err := survivor.Unanswered(t.Context(), 0, 0)
 	must(t, err)
 	if len(keys) != 0 {
 		t.Errorf("Unanswered after the takeover = %q, want nothing", keys)
@@ -143,7 +143,7 @@ func TestLostClaimHandsResumeOver(t *testing.T) {
 
 			b := w.restart()
 			w.advance(time.Minute) // past Config.TakeoverAfter
-			keys, err := b.Unanswered(t.Context(), 0)
+			keys, err := b.Unanswered(t.Context(), 0, 0)
 			must(t, err)
 			if !slices.Contains(keys, p.Conversation) {
 				t.Fatalf("Unanswered = %q after the resume stopped, want %s listed", keys, p.Conversation)
@@ -272,7 +272,7 @@ func TestLostLeaseHandsTurnOver(t *testing.T) {
 			if got := stopped.Answers(); len(got) != 0 {
 				t.Errorf("the stopped process answered %q, want nothing", got)
 			}
-			keys, err := b.Unanswered(t.Context(), 0)
+			keys, err := b.Unanswered(t.Context(), 0, 0)
 			must(t, err)
 			if len(keys) != 0 {
 				t.Errorf("Unanswered after the takeover = %q, want nothing", keys)
@@ -305,7 +305,7 @@ func TestTakeOverKeepsClaimedRunListed(t *testing.T) {
 			if out, err := a.TakeOver(ctx, p.Conversation); err != nil || out.Status != agent.Idle {
 				t.Fatalf("TakeOver of a claimed run = %+v, %v; want Idle", out, err)
 			}
-			keys, err := a.Unanswered(ctx, 0)
+			keys, err := a.Unanswered(ctx, 0, 0)
 			must(t, err)
 			if !slices.Contains(keys, p.Conversation) {
 				t.Fatalf("Unanswered = %q after a TakeOver found the run claimed, want %s listed", keys, p.Conversation)

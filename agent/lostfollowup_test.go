@@ -147,7 +147,7 @@ func decisionEntries(t *testing.T, s *redisstore.Store, id string) []store.Audit
 // listedUnanswered reports whether the store lists conv for takeover.
 func listedUnanswered(t *testing.T, s *redisstore.Store, conv string) bool {
 	t.Helper()
-	keys, err := s.Unanswered(t.Context(), time.Now().Add(time.Hour), 0)
+	keys, err := s.Unanswered(t.Context(), time.Now().Add(time.Hour), 0, 0)
 	must(t, err)
 	return slices.Contains(keys, conv)
 }

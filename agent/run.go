@@ -411,10 +411,11 @@ func (a *Agent) AwaitTurn(ctx context.Context, conversation string) error {
 }
 
 // Unanswered lists up to limit conversations with messages recorded more
-// than Config.TakeoverAfter ago and not answered yet, oldest first: those
-// whose turn may have died with its process. Pass each to TakeOver.
-func (a *Agent) Unanswered(ctx context.Context, limit int) ([]string, error) {
-	keys, err := a.store.Unanswered(ctx, a.cfg.Now().Add(-a.cfg.TakeoverAfter), limit)
+// than Config.TakeoverAfter ago and not answered yet, oldest first,
+// leaving out the first offset of them: those whose turn may have died
+// with its process. Pass each to TakeOver.
+func (a *Agent) Unanswered(ctx context.Context, offset, limit int) ([]string, error) {
+	keys, err := a.store.Unanswered(ctx, a.cfg.Now().Add(-a.cfg.TakeoverAfter), offset, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list unanswered conversations: %w", err)
 	}

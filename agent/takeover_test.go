@@ -134,7 +134,7 @@ func takeOver(t *testing.T, w *world, a *agent.Agent, conv string) agent.Outcome
 	t.Helper()
 	ctx := t.Context()
 	w.advance(time.Minute) // past Config.TakeoverAfter on the agent's clock
-	keys, err := a.Unanswered(ctx, 0)
+	keys, err := a.Unanswered(ctx, 0, 0)
 	must(t, err)
 	if !slices.Contains(keys, conv) {
 		t.Fatalf("Unanswered = %q, want it to list %s", keys, conv)
@@ -212,7 +212,7 @@ func TestTakeOverAfterDeathInModelCall(t *testing.T) {
 			if !slices.Equal(users, []string{"what changed in prod?"}) {
 				t.Errorf("the survivor sent the user messages %q, want the message once", users)
 			}
-			keys, err := b.Unanswered(t.Context(), 0)
+			keys, err := b.Unanswered(t.Context(), 0, 0)
 			must(t, err)
 			if len(keys) != 0 {
 				t.Errorf("Unanswered after the takeover = %q, want nothing", keys)
@@ -341,7 +341,7 @@ func TestTakeOverAfterDeathInResume(t *testing.T) {
 			if got := executions(t, w.store); !slices.Equal(got, []string{"deploy ok"}) {
 				t.Errorf("execute entries = %q, want the one written with the saved result", got)
 			}
-			keys, err := b.Unanswered(t.Context(), 0)
+			keys, err := b.Unanswered(t.Context(), 0, 0)
 			must(t, err)
 			if len(keys) != 0 {
 				t.Errorf("Unanswered after the takeover = %q, want nothing", keys)
@@ -476,7 +476,7 @@ func TestTakeOverTwiceKeepsMessageAcceptedBetween(t *testing.T) {
 			if len(got) != 2 || !strings.HasPrefix(got[0], "c1: outcome unknown") || !strings.HasPrefix(got[1], "c2: outcome unknown") {
 				t.Errorf("tool results = %q, want both calls' outcome unknown", got)
 			}
-			if keys, err := c.Unanswered(t.Context(), 0); err != nil || len(keys) != 0 {
+			if keys, err := c.Unanswered(t.Context(), 0, 0); err != nil || len(keys) != 0 {
 				t.Errorf("Unanswered after the takeover = %q, %v; want nothing", keys, err)
 			}
 		})
@@ -560,7 +560,7 @@ func stalledAfterTakeover(t *testing.T, b backend, finished bool) {
 	if errors.Is(err, store.ErrNotFound) != errors.Is(beforeErr, store.ErrNotFound) || string(after.State) != string(before.State) {
 		t.Errorf("the conversation after the stalled turn = %s, %v; want it as the survivor had it: %s, %v", after.State, err, before.State, beforeErr)
 	}
-	if keys, err := w.store.Unanswered(ctx, time.Now().Add(time.Hour), 0); err != nil || !slices.Contains(keys, req.Conversation) {
+	if keys, err := w.store.Unanswered(ctx, time.Now().Add(time.Hour), 0, 0); err != nil || !slices.Contains(keys, req.Conversation) {
 		t.Errorf("Unanswered after the stalled turn = %q, %v; want the conversation still listed", keys, err)
 	}
 	if ok, err := w.store.AcquireLease(ctx, lease, "third", time.Hour); err != nil || ok == !finished {
@@ -739,7 +739,7 @@ func TestTakeOverAfterDeathWhileAnsweringQueuedMessages(t *testing.T) {
 			if n := w.deploys.n.Load(); n != 1 {
 				t.Errorf("deploy ran %d times, want once", n)
 			}
-			keys, err := survivor.Unanswered(t.Context(), 0)
+			keys, err := survivor.Unanswered(t.Context(), 0, 0)
 			must(t, err)
 			if len(keys) != 0 {
 				t.Errorf("Unanswered after the takeover = %q, want nothing", keys)

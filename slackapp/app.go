@@ -149,7 +149,7 @@ type Upkeep interface {
 	// deadline of a pending call or reminder (zero if none).
 	Expire(ctx context.Context, resume func(runID, conversation string)) (time.Time, error)
 	Sweep(ctx context.Context, resume func(runID, conversation string)) error
-	Unanswered(ctx context.Context, limit int) ([]string, error)
+	Unanswered(ctx context.Context, offset, limit int) ([]string, error)
 	// FollowPauses remembers the calls other replicas pause, until ctx
 	// ends, so that a click here on one of their cards is decided in one
 	// store step, and tells due when each of their pauses is first due,
@@ -848,15 +848,24 @@ func (a *App) sweep(ctx context.Context, stopping <-chan struct{}) {
 // only tries, so a dead process's conversations would wait for as long as
 // the load lasts. It waits without telling the thread (see turnSlot): the
 // conversation may be another process's, answering it in a turn that
-// outlasts the lease's time.
+// outlasts the lease's time. Each scan takes the next takeoverBatch of the
+// listing, from its start again once one reaches its end: the oldest
+// listed are held by live turns longer than the lease's time under load,
+// and a scan of the same first ones would never reach a dead process's
+// conversations listed after them.
 func (a *App) takeover(ctx context.Context, stopping <-chan struct{}) {
 	t := time.NewTicker(a.cfg.TakeoverInterval)
 	defer t.Stop()
+	offset := 0
 	for {
-		keys, err := a.ag.Unanswered(ctx, takeoverBatch)
+		keys, err := a.ag.Unanswered(ctx, offset, takeoverBatch)
 		if err != nil && ctx.Err() == nil {
 			a.log.Warn("takeover scan", "err", err)
 			a.m.error("takeover")
+		}
+		offset += len(keys)
+		if len(keys) < takeoverBatch {
+			offset = 0
 		}
 		for _, key := range keys {
 			if closed(stopping) {

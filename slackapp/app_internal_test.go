@@ -306,7 +306,7 @@ type scanAgent struct {
 	started         atomic.Int64
 }
 
-func (f *scanAgent) Unanswered(context.Context, int) ([]string, error) {
+func (f *scanAgent) Unanswered(context.Context, int, int) ([]string, error) {
 	close(f.called)
 	<-f.proceed
 	return []string{"T/C/1.1"}, nil

@@ -2,6 +2,7 @@ package slackapp_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -220,8 +221,8 @@ type scanCounter struct {
 	begun  map[string]int
 }
 
-func (s *scanCounter) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {
-	keys, err := s.fullStore.Unanswered(ctx, before, limit)
+func (s *scanCounter) Unanswered(ctx context.Context, before time.Time, offset, limit int) ([]string, error) {
+	keys, err := s.fullStore.Unanswered(ctx, before, offset, limit)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range keys {
@@ -418,4 +419,40 @@ func TestYoungThreadRetryHoldsNoTurnSlot(t *testing.T) {
 	<-yr.unknown
 	tsB := e.slack.Mention(channel, other, "hello b")
 	e.answer(tsB, "hi b")
+}
+
+// More conversations than one takeover scan lists (takeoverBatch, 100) are
+// listed before a dead replica's message and held by live replicas (turns
+// that outlast the lease's time under load): the scans page on through the
+// listing, and the dead replica's message is answered. Every scan listed
+// the same oldest 100, all held, and never reached it.
+func TestTakeoverScanPagesPastHeldConversations(t *testing.T) {
+	for _, kind := range storeKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.cfg.TakeoverInterval = 50 * time.Millisecond
+			st := e.open()
+			ctx := context.Background()
+			old := time.Now().Add(-time.Hour)
+			for i := range 250 {
+				conv := fmt.Sprintf("%s/%s/1000.%06d", e.slack.TeamID(), channel, i)
+				_, _, err := st.AcceptMessage(ctx, conv, store.Inbound{EventID: fmt.Sprint("Ev", i), User: requester, Channel: channel, Text: "a long one", At: old.Add(time.Duration(i) * time.Millisecond)}, false)
+				must(t, err)
+				ok, err := st.AcquireLease(ctx, store.TurnLease(conv), "live-replica", time.Hour)
+				must(t, err)
+				if !ok {
+					t.Fatal("lease not taken")
+				}
+			}
+			// The dead replica's message, recorded (acked) a minute ago;
+			// its lease lapsed long since.
+			ts := e.slack.Post(channel, requester, "a thread")
+			conv := e.slack.TeamID() + "/" + channel + "/" + ts
+			_, _, err := st.AcceptMessage(ctx, conv, store.Inbound{EventID: "EvDead", MsgID: channel + ":" + ts, User: requester, Channel: channel, Text: "what changed?", At: time.Now().Add(-time.Minute)}, false)
+			must(t, err)
+			e.model.Reply(fakeopenai.Text("Nothing changed."))
+			e.bot = e.run(st)
+			e.answer(ts, "Nothing changed.")
+		})
+	}
 }

@@ -81,7 +81,7 @@ type passAgent struct {
 	key string
 }
 
-func (f *passAgent) Unanswered(context.Context, int) ([]string, error) {
+func (f *passAgent) Unanswered(context.Context, int, int) ([]string, error) {
 	return []string{f.key}, nil
 }
 

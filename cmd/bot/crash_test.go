@@ -330,7 +330,7 @@ func (c *cluster) answeredOnce(ts, want string) {
 func (c *cluster) settled() {
 	c.t.Helper()
 	var st interface {
-		Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
+		Unanswered(ctx context.Context, before time.Time, offset, limit int) ([]string, error)
 		Stalled(ctx context.Context, limit int) ([]string, error)
 		Close() error
 	}
@@ -350,7 +350,7 @@ func (c *cluster) settled() {
 	defer st.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		unanswered, err := st.Unanswered(context.Background(), time.Now().Add(time.Hour), 10)
+		unanswered, err := st.Unanswered(context.Background(), time.Now().Add(time.Hour), 0, 10)
 		if err != nil {
 			c.t.Fatal(err)
 		}

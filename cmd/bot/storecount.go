@@ -298,9 +298,9 @@ func (s *countedStore) AcceptMessage(ctx context.Context, conversation string, m
 	return s.st.AcceptMessage(ctx, conversation, m, requireKnown)
 }
 
-func (s *countedStore) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {
+func (s *countedStore) Unanswered(ctx context.Context, before time.Time, offset, limit int) ([]string, error) {
 	s.count("Unanswered")
-	return s.st.Unanswered(ctx, before, limit)
+	return s.st.Unanswered(ctx, before, offset, limit)
 }
 
 func (s *countedStore) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {

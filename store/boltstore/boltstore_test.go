@@ -239,7 +239,7 @@ func TestOpenPrunesLapsed(t *testing.T) {
 	if in, err := s.Inbox(ctx, "C1:1.1"); err != nil || len(in) != 0 {
 		t.Errorf("Inbox of a lapsed conversation after Open = %v, %v; want empty", in, err)
 	}
-	if un, err := s.Unanswered(ctx, time.Now(), 0); err != nil || len(un) != 0 {
+	if un, err := s.Unanswered(ctx, time.Now(), 0, 0); err != nil || len(un) != 0 {
 		t.Errorf("Unanswered after Open = %v, %v; want none", un, err)
 	}
 	s.Close()
@@ -266,7 +266,7 @@ func TestOpenPrunesLapsed(t *testing.T) {
 	if in, err := s.Inbox(ctx, "C2:1.1"); err != nil || len(in) != 1 {
 		t.Errorf("Inbox of a live conversation after Open = %v, %v; want its message", in, err)
 	}
-	if un, err := s.Unanswered(ctx, time.Now(), 0); err != nil || !slices.Equal(un, []string{"C2:1.1"}) {
+	if un, err := s.Unanswered(ctx, time.Now(), 0, 0); err != nil || !slices.Equal(un, []string{"C2:1.1"}) {
 		t.Errorf("Unanswered after Open = %v, %v; want [C2:1.1]", un, err)
 	}
 }

@@ -177,7 +177,7 @@ func TestDamagedConversationStopsNothingAndIsPruned(t *testing.T) {
 			t.Errorf("CommitTurn answering %s, paused on a decided step that cannot be read = %v, want nil", r.Conversation, err)
 		}
 	}
-	if got, err := s.Unanswered(ctx, time.Now(), 0); err != nil || !slices.Equal(got, []string{brokenInbox}) {
+	if got, err := s.Unanswered(ctx, time.Now(), 0, 0); err != nil || !slices.Equal(got, []string{brokenInbox}) {
 		t.Errorf("Unanswered after the answers = %v, %v; want only %s, whose inbox cannot be read", got, err, brokenInbox)
 	}
 
@@ -226,7 +226,7 @@ func TestDamagedConversationStopsNothingAndIsPruned(t *testing.T) {
 	if v := raw(t, s, bucketInbox, brokenInbox); v != nil {
 		t.Errorf("damaged inbox a life after a prune found it = %q, want it deleted", v)
 	}
-	if got, err := s.Unanswered(ctx, later, 0); err != nil || len(got) != 0 {
+	if got, err := s.Unanswered(ctx, later, 0, 0); err != nil || len(got) != 0 {
 		t.Errorf("Unanswered once the damaged inbox is deleted = %v, %v; want none", got, err)
 	}
 	if got := keys(t, s, bucketUnreadable); len(got) != 0 {

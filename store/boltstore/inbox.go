@@ -284,8 +284,8 @@ func markUnanswered(tx *bolt.Tx, conversation string, at time.Time) error {
 }
 
 // Unanswered lists conversations listed at or before the given time,
-// oldest first.
-func (s *Store) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {
+// oldest first, past the first offset of them.
+func (s *Store) Unanswered(ctx context.Context, before time.Time, offset, limit int) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -306,6 +306,7 @@ func (s *Store) Unanswered(ctx context.Context, before time.Time, limit int) ([]
 		return nil, fmt.Errorf("list unanswered conversations: %w", err)
 	}
 	slices.SortFunc(all, func(a, b listed) int { return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.key, b.key)) })
+	all = all[min(max(offset, 0), len(all)):]
 	if limit > 0 && len(all) > limit {
 		all = all[:limit]
 	}

@@ -102,7 +102,7 @@ func TestDecisionSentAgainByTheCallerIsAuditedOnce(t *testing.T) {
 					if len(entries) != 1 {
 						t.Errorf("audit entries of the call = %+v, want one", entries)
 					}
-					listed, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0)
+					listed, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0, 0)
 					if err != nil {
 						t.Fatal(err)
 					}

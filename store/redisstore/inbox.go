@@ -278,9 +278,9 @@ func (s *Store) MarkUnanswered(ctx context.Context, conversation string, at time
 }
 
 // Unanswered lists conversations listed at or before the given time,
-// oldest first.
-func (s *Store) Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error) {
-	by := &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(before.UnixMilli(), 10)}
+// oldest first, past the first offset of them.
+func (s *Store) Unanswered(ctx context.Context, before time.Time, offset, limit int) ([]string, error) {
+	by := &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(before.UnixMilli(), 10), Offset: int64(max(offset, 0)), Count: -1}
 	if limit > 0 {
 		by.Count = int64(limit)
 	}

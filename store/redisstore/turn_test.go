@@ -298,7 +298,7 @@ func TestDecisionDuringPauseCommitKeepsTheConversationListed(t *testing.T) {
 			if !decided {
 				t.Fatal("the commit never unlisted the conversation; the test did not decide in between")
 			}
-			listed, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0)
+			listed, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -909,7 +909,7 @@ func TestCommitSentAgainIsAnsweredAsApplied(t *testing.T) {
 		if err := s.CommitTurn(ctx, queued); err != nil {
 			t.Fatalf("a commit leaving queued messages, sent twice = %v", err)
 		}
-		keys, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0)
+		keys, err := s.Unanswered(ctx, time.Now().Add(time.Hour), 0, 0)
 		if err != nil || !slices.Contains(keys, conv) {
 			t.Errorf("Unanswered after a commit that answered nothing, sent twice = %q, %v; want %s listed", keys, err, conv)
 		}

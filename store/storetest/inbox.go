@@ -197,7 +197,7 @@ func inboxTexts(t *testing.T, s Store, conv string) []string {
 
 func unanswered(t *testing.T, s Store, before time.Time) []string {
 	t.Helper()
-	got, err := s.Unanswered(t.Context(), before, 0)
+	got, err := s.Unanswered(t.Context(), before, 0, 0)
 	if err != nil {
 		t.Fatalf("Unanswered: %v", err)
 	}
@@ -243,8 +243,17 @@ func testAcceptMessage(t *testing.T, open Opener) {
 	if got := unanswered(t, s, now.Add(time.Second)); !slices.Equal(got, []string{conv, other}) {
 		t.Errorf("Unanswered(now) = %q, want [%s %s], oldest first", got, conv, other)
 	}
-	if got, err := s.Unanswered(ctx, now.Add(time.Second), 1); err != nil || !slices.Equal(got, []string{conv}) {
+	if got, err := s.Unanswered(ctx, now.Add(time.Second), 0, 1); err != nil || !slices.Equal(got, []string{conv}) {
 		t.Errorf("Unanswered(now, limit 1) = %q, %v; want [%s]", got, err, conv)
+	}
+	if got, err := s.Unanswered(ctx, now.Add(time.Second), 1, 1); err != nil || !slices.Equal(got, []string{other}) {
+		t.Errorf("Unanswered(now, offset 1, limit 1) = %q, %v; want [%s]", got, err, other)
+	}
+	if got, err := s.Unanswered(ctx, now.Add(time.Second), 1, 0); err != nil || !slices.Equal(got, []string{other}) {
+		t.Errorf("Unanswered(now, offset 1, no limit) = %q, %v; want [%s]", got, err, other)
+	}
+	if got, err := s.Unanswered(ctx, now.Add(time.Second), 2, 1); err != nil || len(got) != 0 {
+		t.Errorf("Unanswered(now, offset 2, limit 1) = %q, %v; want nothing", got, err)
 	}
 	if got := inboxTexts(t, s, "T1/C1/unknown"); len(got) != 0 {
 		t.Errorf("Inbox(unknown) = %q, want nothing", got)

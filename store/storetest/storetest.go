@@ -237,10 +237,11 @@ type Store interface {
 	// is in progress (a resume) and must be taken over if its process
 	// dies. AnswerInbox unlists it once the inbox is empty.
 	MarkUnanswered(ctx context.Context, conversation string, at time.Time) error
-	// Unanswered lists up to limit conversations with a message in the
-	// inbox accepted at or before the given time (the oldest listing time
-	// counts), oldest first.
-	Unanswered(ctx context.Context, before time.Time, limit int) ([]string, error)
+	// Unanswered lists up to limit (0: all) conversations with a message
+	// in the inbox accepted at or before the given time (the oldest
+	// listing time counts), oldest first, leaving out the first offset of
+	// them: a scan pages through a long listing with it.
+	Unanswered(ctx context.Context, before time.Time, offset, limit int) ([]string, error)
 
 	Turns
 
