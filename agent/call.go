@@ -139,6 +139,14 @@ func viewOf(c store.Call) Call {
 		v.Approvers = editApprovers(c.Approvers, c.Edit.Approvers)
 		v.NeedsAudience = v.NeedsAudience || c.Edit.NeedsAudience
 	}
+	if d := c.Decision; d != nil && kindOf(d) == approvals.Edit {
+		// An edit that decided the call at once, under a rule that asks:
+		// seen by the same people as an edit that waits on approvals
+		// would be, as the decision holds the edited arguments. One into
+		// arguments the policy allows keeps the card's approvers.
+		v.Approvers = editApprovers(v.Approvers, d.Approvers)
+		v.NeedsAudience = v.NeedsAudience || d.NeedsAudience
+	}
 	if c.Edit != nil && c.Status == store.Pending {
 		// The pending arguments are the edit's, waiting on as many
 		// approvals as the most either rule asks for.

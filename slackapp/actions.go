@@ -518,13 +518,20 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 
 // cancelClick stops a paused turn on behalf of its requester, at once
 // (each call is cancelled atomically in the store); the resume that ends
-// the step goes on the conversation's queue.
+// the step goes on the conversation's queue. A requester who may no
+// longer see the call (who left its private channel) no longer cancels
+// it, as they no longer decide it.
 func (a *App) cancelClick(ctx context.Context, c click) {
 	if !validToken(c.value) {
 		a.tell(ctx, c.user, c.channel, c.thread, InvalidRequestText())
 		return
 	}
 	callID, _ := parseToken(c.value)
+	if pc, err := a.clickedCall(ctx, c, callID); err == nil && !a.maySee(ctx, pc.Call, c.user) {
+		a.m.decision("cancel", "not_approver", 0)
+		a.tell(ctx, c.user, c.channel, c.thread, NotInConversationText())
+		return
+	}
 	runID := store.RunOf(callID)
 	res, err := a.ag.Cancel(ctx, runID, c.user)
 	if a.afterPause(ctx, c, callID, err) {

@@ -279,9 +279,9 @@ func TestOutsiderRequesterDoesNotDecideOwnCall(t *testing.T) {
 	}
 }
 
-// A requester who left a private channel no longer decides, opens the
-// forms of, or sees on their Home tab, the call they asked for there, open
-// to the conversation.
+// A requester who left a private channel no longer decides, cancels, opens
+// the forms of, or sees on their Home tab, the call they asked for there,
+// open to the conversation.
 func TestRequesterWhoLeftTheChannelDoesNotDecide(t *testing.T) {
 	const private = "CPRIVATE01"
 	e := newEnv(t, storeKinds(t)[0])
@@ -325,6 +325,26 @@ func TestRequesterWhoLeftTheChannelDoesNotDecide(t *testing.T) {
 	_, err = e.slack.Click(requester, private, card.TS, slackapp.ActionReject, "")
 	must(t, err)
 	told("not part of")
+	// Nor do they cancel it.
+	notes := func() int {
+		n := 0
+		for _, m := range e.slack.Messages(e.slack.DMChannel(requester)) {
+			if strings.Contains(m.Text, "not part of") {
+				n++
+			}
+		}
+		return n
+	}
+	before := notes()
+	_, err = e.slack.Click(requester, private, card.TS, slackapp.ActionCancel, "")
+	must(t, err)
+	waitUntil(t, "the requester's Cancel is refused", func() bool {
+		m, _ := e.slack.Message(private, card.TS)
+		return notes() > before || strings.Contains(blocksText(m), "ancelled")
+	})
+	if m, _ := e.slack.Message(private, card.TS); strings.Contains(blocksText(m), "ancelled") {
+		t.Fatalf("a requester who left the private channel cancelled the call:\n%s", blocksText(m))
+	}
 	if open := e.slack.OpenModals(requester); len(open) != 0 {
 		t.Errorf("a form opened for a requester who left the channel: %+v", open)
 	}

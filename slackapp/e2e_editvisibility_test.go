@@ -216,3 +216,58 @@ func TestEditIntoOtherApproversDecidedShowsTheCallOnlyToThoseOfBoth(t *testing.T
 		return len(e.slack.OpenModals(approver)) > 0
 	})
 }
+
+// An edit that decides a one-approval call at once, into a rule that names
+// no approvers or leaves a card approver out, is not shown to that
+// approver's copy outside the conversation: only people who could have
+// decided the edit see its arguments, as when it waits on approvals.
+func TestEditDecidedAtOnceStaysSealedForThoseItTookOut(t *testing.T) {
+	for _, cs := range []struct{ name, payroll string }{
+		{"open to the conversation", ""},
+		{"other named approvers", "      approvers: [UAPPROVER1, USTRANGER1]\n"},
+	} {
+		t.Run(cs.name, func(t *testing.T) {
+			const private = "CPRIVATEV1"
+			e := newEnv(t, storeKinds(t)[0])
+			e.policy = `
+policy:
+  default: ask
+  rules:
+    - id: payroll
+      tool: deploy
+      when: 'args.service == "payroll"'
+      verdict: ask
+` + cs.payroll + `    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [UAPPROVER1, UOTHER0001, USTRANGER1]
+`
+			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, stranger, e.slack.BotUserID()}})
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)))
+			ts := e.slack.Mention(private, requester, "deploy api 1")
+			card := e.cardIn(private, ts, "deploy")
+			outsideCopy(t, e, other, "deploy")
+
+			e.model.Reply(fakeopenai.Text("Deployed payroll."))
+			_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionEdit, "")
+			must(t, err)
+			view := e.modal(approver, slackapp.CallbackEdit)
+			ack, err := e.slack.SubmitView(approver, view.ID, map[string]map[string]string{
+				slackapp.BlockEditArgs: {slackapp.ActionEditArgs: `{"service":"payroll","version":"SECRET-42"}`},
+			}, "")
+			must(t, err)
+			if strings.Contains(string(ack), "errors") {
+				t.Fatalf("the edit was refused: %s", ack)
+			}
+			e.answerIn(private, ts, "Deployed payroll.")
+			if n := e.deploy.Load(); n != 1 {
+				t.Fatalf("deploy ran %d times, want 1", n)
+			}
+			copyOf := outsideCopy(t, e, other, "Outcome")
+			if text := blocksText(copyOf); strings.Contains(text, "SECRET-42") || strings.Contains(text, "payroll") {
+				t.Errorf("the copy of the card approver outside the channel shows the edit only people of the conversation could decide:\n%s", text)
+			}
+		})
+	}
+}

@@ -69,12 +69,12 @@ type Decision struct {
 	// for the count it restarted, as Call.MinApprovals is for the call's;
 	// opaque to the store.
 	MinApprovals int `json:"min_approvals,omitempty"`
-	// Approvers are, for an edit that restarted a count, those of the
-	// rule its arguments fell under (empty: anyone in the conversation
+	// Approvers are, for an edit that restarted a count or decided the
+	// call at once, those of the rule its arguments fell under (empty: anyone in the conversation
 	// when NeedsAudience is set); opaque to the store.
 	Approvers []string `json:"approvers,omitempty"`
-	// NeedsAudience is, for an edit that restarted a count, set when the
-	// rule its arguments fell under asks and names no approvers: only
+	// NeedsAudience is, for an edit that restarted a count or decided the
+	// call at once, set when the rule its arguments fell under asks and names no approvers: only
 	// people who can see the conversation may decide them then, even
 	// where the card's rule names approvers. An empty Approvers cannot
 	// say so, as it is also what a rule that allowed them leaves. Edits
