@@ -24,11 +24,11 @@ import (
 const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 	"• `/approvals pending`: calls waiting on a decision in this channel\n" +
 	"• `/approvals policy list [page]`: the effective policy rules, with their layer (file or runtime) and what wins; a long list is shown a page at a time\n" +
-	"• `/approvals policy add tool=<glob> verdict=allow|ask|deny [when='<CEL>'] [approvers=U1,S2] [four_eyes=true] [min_approvals=2] [ttl=2h] [remind_after=30m] [reason=\"…\"] [id=name]` (admins)\n" +
-	"• `/approvals policy remove <rule id>` (admins; rules added here only: the policy file changes by editing it)\n" +
-	"• `/approvals policy test <tool> <json arguments>`: the verdict and the rule that gives it; nothing runs\n" +
+	"• `/approvals policy add tool=&lt;glob&gt; verdict=allow|ask|deny [when='&lt;CEL&gt;'] [approvers=U1,S2] [four_eyes=true] [min_approvals=2] [ttl=2h] [remind_after=30m] [reason=\"…\"] [id=name]` (admins)\n" +
+	"• `/approvals policy remove &lt;rule id&gt;` (admins; rules added here only: the policy file changes by editing it)\n" +
+	"• `/approvals policy test &lt;tool&gt; &lt;json arguments&gt;`: the verdict and the rule that gives it; nothing runs\n" +
 	"• `/approvals rules list [page]`: standing rules (\"Always allow here\") in this channel\n" +
-	"• `/approvals rules revoke <id>` (the rule's creator, or admins)\n" +
+	"• `/approvals rules revoke &lt;id&gt;` (the rule's creator, or admins)\n" +
 	"• `/approvals audit [n] [page]`: the newest n audit entries, at most 100 (default 20), a page at a time (admins)"
 
 // commandTimeout keeps a command's answer within Slack's 3 seconds.
@@ -394,7 +394,11 @@ func auditLine(e store.AuditEntry) string {
 		parts = append(parts, where)
 	}
 	if e.CallID != "" {
-		parts = append(parts, "call "+inlineCode(e.CallID))
+		// The model's server chooses a call's id, and a person wrote the
+		// detail (a reason): hidden characters are written out, as on
+		// the cards.
+		id, _ := revealHidden(e.CallID)
+		parts = append(parts, "call "+inlineCode(id))
 	}
 	if e.Fingerprint != "" {
 		parts = append(parts, "args "+inlineCode(shortFP(e.Fingerprint)))
@@ -406,7 +410,8 @@ func auditLine(e store.AuditEntry) string {
 		parts = append(parts, "outcome "+inlineCode(e.Outcome))
 	}
 	if e.Detail != "" {
-		detail, _ := truncate(e.Detail, 120)
+		detail, _ := revealHidden(e.Detail)
+		detail, _ = truncate(detail, 120)
 		parts = append(parts, inlineCode(detail))
 	}
 	return "• " + strings.Join(parts, " · ")
@@ -523,7 +528,7 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
 	id = strings.TrimSpace(id)
 	if id == "" {
-		return "Which rule? `/approvals policy remove <rule id>`"
+		return "Which rule? `/approvals policy remove &lt;rule id&gt;`"
 	}
 	err := a.policy.RemoveRule(ctx, user, id)
 	switch {
@@ -555,7 +560,7 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 		tool, args = text[:i], strings.TrimSpace(text[i:])
 	}
 	if tool == "" {
-		return "Usage: `/approvals policy test <tool> <json arguments>`"
+		return "Usage: `/approvals policy test &lt;tool&gt; &lt;json arguments&gt;`"
 	}
 	if args == "" {
 		args = "{}"
@@ -657,7 +662,7 @@ func (a *App) cmdRulesList(ctx context.Context, channel string, page int) string
 func (a *App) cmdRulesRevoke(ctx context.Context, user, id string) string {
 	id = strings.TrimSpace(id)
 	if id == "" {
-		return "Which rule? `/approvals rules revoke <id>`"
+		return "Which rule? `/approvals rules revoke &lt;id&gt;`"
 	}
 	return a.revokeStanding(ctx, user, id)
 }

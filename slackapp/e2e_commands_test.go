@@ -603,3 +603,37 @@ func TestApprovalsChannelMembershipIsChecked(t *testing.T) {
 		})
 	}
 }
+
+// The audit log writes out hidden characters in what the model's server
+// chose (a call's id) and what a person wrote (a reason), as the cards do:
+// U+202E reversed the rest of the entry's line as Slack shows it.
+func TestAuditWritesOutHiddenCharacters(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.AdminUsers = []string{other}
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("call_1\u202e", "read_file", `{"path":"README.md"}`)), fakeopenai.Text("Read it."))
+	ts := e.slack.Mention(channel, requester, "read the readme")
+	e.answer(ts, "Read it.")
+	audit := e.audit(other, "call `call_1")
+	if strings.Contains(audit, "\u202e") || !strings.Contains(audit, "call_1⟦U+202E⟧") {
+		t.Errorf("the audit log does not write out U+202E as ⟦U+202E⟧:\n%q", audit)
+	}
+}
+
+// Placeholders in the command's help and usage answers are written as
+// entities: a raw <glob> is a link to Slack, which shows "glob" alone.
+func TestCommandAnswersHoldNoRawAngleBrackets(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.AdminUsers = []string{other}
+	e.start()
+	raw := regexp.MustCompile(`<[^@!#][^>]*>`)
+	for _, cmd := range []string{"help", "policy remove", "rules revoke", "policy test"} {
+		text := e.slash(other, cmd)
+		if m := raw.FindString(text); m != "" {
+			t.Errorf("/approvals %s answers %q, which Slack reads as a link:\n%s", cmd, m, text)
+		}
+		if !strings.Contains(text, "&lt;") {
+			t.Errorf("/approvals %s: no placeholder written as an entity:\n%s", cmd, text)
+		}
+	}
+}
