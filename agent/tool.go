@@ -301,6 +301,25 @@ func (r *Registry) Filled(name string, args json.RawMessage) (json.RawMessage, e
 	return t.validate(args)
 }
 
+// lenientRegexp compiles a schema's pattern with Go's regexp and, where it
+// cannot, matches everything: JSON Schema's patterns are ECMA-262's, whose
+// lookaheads and backreferences (as Zod writes for an email) Go's regexp
+// lacks, and a server's valid schema cost it the whole tool. Such a
+// pattern is left to the server to check.
+func lenientRegexp(s string) (jsonschema.Regexp, error) {
+	if re, err := regexp.Compile(s); err == nil {
+		return re, nil
+	}
+	return uncheckedPattern(s), nil
+}
+
+// uncheckedPattern is a pattern Go's regexp cannot compile: it matches
+// everything.
+type uncheckedPattern string
+
+func (p uncheckedPattern) String() string        { return string(p) }
+func (uncheckedPattern) MatchString(string) bool { return true }
+
 func compileTool(t Tool) (*registered, error) {
 	if !ValidName(t.Name) {
 		return nil, fmt.Errorf("register tool %q: name must be 1-64 characters of A-Z a-z 0-9 _ -", t.Name)
@@ -320,6 +339,7 @@ func compileTool(t Tool) (*registered, error) {
 		// file:// URLs, which would hand the server the bot's files
 		// through validation errors). Metaschemas are built in.
 		c.UseLoader(jsonschema.SchemeURLLoader{})
+		c.UseRegexpEngine(lenientRegexp)
 		url := "tool:///" + t.Name + ".json"
 		if err := c.AddResource(url, doc); err != nil {
 			return nil, fmt.Errorf("register tool %q: schema: %w", t.Name, err)

@@ -3,6 +3,7 @@ package tools
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -265,6 +266,8 @@ type server struct {
 	// refused is why the last tool list was refused for its preview
 	// configuration (see errPreviewRefused); nil otherwise.
 	refused error
+	// listed is the digest of the last tool list registered (see sync).
+	listed string
 	// proc is a stdio server's running process, killed with its process
 	// group by a Close that could not wait for it, or when a request to
 	// it is abandoned (see abandon); nil when none runs. procSession is
@@ -508,12 +511,8 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) (err error) {
 				return err
 			}
 		case <-s.refresh:
-			lctx, probe := s.probe(ctx)
-			if err := s.syncBounded(lctx, cs); err != nil {
-				if breaks(err, probe) {
-					return fmt.Errorf("list tools: %w", err)
-				}
-				s.log.Warn("refreshing mcp tools failed", "err", s.clean(err))
+			if err := s.relist(ctx, cs); err != nil {
+				return err
 			}
 		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, s.m.opts.pingTimeout)
@@ -533,8 +532,34 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) (err error) {
 			if err != nil && breaks(err, probe) && ctx.Err() == nil {
 				return fmt.Errorf("ping: %w", err)
 			}
+			if s.http != nil && cs.ID() == "" {
+				// A server that keeps no session (stateless HTTP) tells
+				// of no restart, and a new version of it could not send
+				// list_changed to a session it never saw: its tools (and
+				// their annotations, which the policy reads) are listed
+				// again at each ping.
+				if err := s.relist(ctx, cs); err != nil {
+					return err
+				}
+			}
 		}
 	}
+}
+
+// relist lists the tools of cs again (see sync). It returns the error
+// that ends the session, if the listing's failure says the server is
+// gone; any other failure is logged, and the tools stay as they were.
+func (s *server) relist(ctx context.Context, cs *mcp.ClientSession) error {
+	lctx, probe := s.probe(ctx)
+	err := s.syncBounded(lctx, cs)
+	switch {
+	case err == nil:
+		return nil
+	case breaks(err, probe):
+		return fmt.Errorf("list tools: %w", err)
+	}
+	s.log.Warn("refreshing mcp tools failed", "err", s.clean(err))
+	return nil
 }
 
 // closeSession closes cs, which watch watched, once it has taken it out
@@ -697,6 +722,15 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 			return s.refuse(fmt.Errorf("preview tool %q: the server has no tool %q to preview: %w", name, target, errPreviewRefused))
 		}
 	}
+	// A listing like the last one registered changes nothing (a server
+	// without sessions is listed at every ping).
+	digest := listingDigest(listed)
+	s.mu.Lock()
+	same := digest != "" && digest == s.listed && s.refused == nil
+	s.mu.Unlock()
+	if same {
+		return nil
+	}
 	// Tools whose names become one (repos.delete and repos_delete) are all
 	// left out: which one a name called would depend on the order the
 	// server lists them in, and a rule or a standing approval for one
@@ -726,9 +760,20 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 		return fmt.Errorf("register tools: %w", err)
 	}
 	s.mu.Lock()
-	s.toolCount, s.refused = len(tools), nil
+	s.toolCount, s.refused, s.listed = len(tools), nil, digest
 	s.mu.Unlock()
 	return nil
+}
+
+// listingDigest is a digest of a server's listed tools, or "" if they
+// cannot be encoded.
+func listingDigest(listed []*mcp.Tool) string {
+	b, err := json.Marshal(listed)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return string(sum[:])
 }
 
 // refuse records err as why the tool list was refused and returns it.
