@@ -486,11 +486,20 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 		}
 		*started = ""
-	} else if first, err = a.beginExecution(ctx, c.ID); err != nil {
-		if ctx.Err() != nil {
-			return Result{}, true // its card is left to whoever settles the call
+	} else {
+		if !repeatable(tool) {
+			// The results of the calls run before it are saved first, as
+			// an allowed call's are: one that returned is never reported
+			// as of unknown outcome because the bot stopped while this
+			// one ran.
+			t.saving.Wait()
 		}
-		return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
+		if first, err = a.beginExecution(ctx, c.ID); err != nil {
+			if ctx.Err() != nil {
+				return Result{}, true // its card is left to whoever settles the call
+			}
+			return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
+		}
 	}
 	if !first && !again {
 		if a.confirmClaim(ctx, c.RunID) != nil {

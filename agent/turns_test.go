@@ -858,3 +858,62 @@ func TestExecutionAuditedThroughAPauseThatFailed(t *testing.T) {
 		t.Errorf("audit entries = %q, want the execution once and no pause that failed", got)
 	}
 }
+
+// saveOrder records, in order, the saves of call results as they end and
+// the marks of calls' starts as they begin.
+type saveOrder struct {
+	storetest.Store
+	mu     sync.Mutex
+	events []string
+}
+
+func (s *saveOrder) note(e string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, e)
+}
+
+func (s *saveOrder) SaveResult(ctx context.Context, id string, r []byte, e store.AuditEntry) error {
+	err := s.Store.SaveResult(ctx, id, r, e)
+	s.note("saved " + id)
+	return err
+}
+
+func (s *saveOrder) BeginExecution(ctx context.Context, id, attempt string) (bool, error) {
+	s.note("begin " + id)
+	return s.Store.BeginExecution(ctx, id, attempt)
+}
+
+// Two approved calls of one step: the second (whose tool may not run
+// twice) starts only once the first's result is saved, so that a crash
+// while it runs does not report the first, which returned, as of unknown
+// outcome.
+func TestApprovedCallStartsOnceTheResultBeforeItIsSaved(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			a := w.agent()
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "restart", `{"env":"staging"}`)))
+			out, err := a.Run(ctx, request("deploy and restart"))
+			must(t, err)
+			if out.Status != agent.Paused || len(out.Pending) != 2 {
+				t.Fatalf("got %s with %d pending, want two calls waiting", out.Status, len(out.Pending))
+			}
+			for _, p := range out.Pending {
+				_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+				must(t, err)
+			}
+			so := &saveOrder{Store: w.store.(storetest.Store)}
+			w.model.Reply(fakeopenai.Text("done"))
+			if _, err := w.agentWith(so, w.rec).Resume(ctx, out.RunID); err != nil {
+				t.Fatal(err)
+			}
+			first, second := out.Pending[0].ID, out.Pending[1].ID
+			saved, begun := slices.Index(so.events, "saved "+first), slices.Index(so.events, "begin "+second)
+			if saved < 0 || begun < 0 || begun < saved {
+				t.Errorf("store events = %q, want %s's result saved before %s is marked as started", so.events, first, second)
+			}
+		})
+	}
+}
