@@ -47,6 +47,16 @@ type Announcer interface {
 	Unsaved(ctx context.Context, calls []PendingCall)
 }
 
+// ThreadReader is a Reporter whose conversation may hold what was said
+// before the bot was part of it (a thread it was mentioned in midway).
+type ThreadReader interface {
+	// Earlier returns what was said in the conversation's place before
+	// the message msgID (see Request.MsgID), written for the model to
+	// read as context: "" where there was nothing before it (the message
+	// began the conversation's place). An error is a failure to read it.
+	Earlier(ctx context.Context, msgID string) (string, error)
+}
+
 // NopReporter reports nothing.
 type NopReporter struct{}
 

@@ -431,9 +431,13 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 		return Outcome{}, err
 	}
 	var fresh []queuedMessage
+	var first store.Inbound // the first fresh message
 	seq := cs.InboxSeq
 	for _, m := range b.Inbox {
 		if m.Seq > cs.InboxSeq {
+			if len(fresh) == 0 {
+				first = m
+			}
 			fresh = append(fresh, queuedMessage{User: m.User, Channel: m.Channel, Text: m.Text, At: m.At})
 		}
 		seq = max(seq, m.Seq)
@@ -509,6 +513,10 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 		t.step = a.interrupted(ctx, t, cs.Step)
 		t.later = pending
 	} else {
+		if !b.Found && len(cs.Queued) == 0 && len(fresh) > 0 {
+			// The conversation's first turn: what was said before it.
+			t.messages = a.addEarlier(ctx, t.messages, rep, t.conv, first.MsgID)
+		}
 		t.addMessages(pending)
 	}
 	if len(pending) > 0 && cs.Step == nil {
@@ -516,6 +524,34 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 		t.user, t.channel = last.User, last.Channel
 	}
 	return a.continueTurn(ctx, t, rep)
+}
+
+// earlierTimeout bounds reading what was said before a conversation's
+// first message (see ThreadReader): the turn goes on without it after.
+const earlierTimeout = 5 * time.Second
+
+// addEarlier returns msgs with what was said in the conversation's place
+// before its first message msgID (see ThreadReader), as a message of its
+// own, where there was any; or a note that it could not be read. The
+// history keeps it, for the turns after this one.
+func (a *Agent) addEarlier(ctx context.Context, msgs []openai.ChatCompletionMessage, rep Reporter, conv, msgID string) []openai.ChatCompletionMessage {
+	r, ok := rep.(ThreadReader)
+	if !ok || msgID == "" {
+		return msgs
+	}
+	rctx, cancel := context.WithTimeout(ctx, earlierTimeout)
+	text, err := r.Earlier(rctx, msgID)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return msgs // cut short; the turn ends
+	case err != nil:
+		a.log.Warn("could not read what was said before the bot was mentioned", "conversation", conv, "err", err)
+		text = "[The earlier messages of this thread, before you were mentioned, could not be read.]"
+	case text == "":
+		return msgs
+	}
+	return append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: text})
 }
 
 // interrupted returns the slots of a step of t taken over after a crash:

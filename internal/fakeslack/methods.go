@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -423,17 +424,54 @@ func (s *Server) conversationsReplies(rq *request) (response, *apiError) {
 	if m.ThreadTS != "" {
 		root = m.ThreadTS
 	}
-	var msgs []jsonObject
+	// As Slack: oldest first, within latest (exclusive unless inclusive)
+	// and oldest, limit at a time (1000 by default and at most), the
+	// cursor naming where the next page begins.
+	latest, oldest, inclusive := rq.str("latest"), rq.str("oldest"), rq.str("inclusive") == "true" || rq.str("inclusive") == "1"
+	var all []*Message
 	for _, x := range st.messages {
-		if !x.Deleted && (x.TS == root || x.ThreadTS == root) {
-			msgs = append(msgs, s.threadMessageJSON(st, x))
+		switch {
+		case x.Deleted || x.TS != root && x.ThreadTS != root:
+		case latest != "" && (tsAfter(x.TS, latest) || x.TS == latest && !inclusive):
+		case oldest != "" && (tsAfter(oldest, x.TS) || x.TS == oldest && !inclusive):
+		default:
+			all = append(all, x)
 		}
+	}
+	limit, err := strconv.Atoi(rq.str("limit"))
+	if err != nil || limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	from := 0
+	if c := rq.str("cursor"); c != "" {
+		if from, err = strconv.Atoi(c); err != nil || from < 0 || from > len(all) {
+			return nil, fail("invalid_cursor")
+		}
+	}
+	to := min(from+limit, len(all))
+	msgs := make([]jsonObject, 0, to-from)
+	for _, x := range all[from:to] {
+		msgs = append(msgs, s.threadMessageJSON(st, x))
+	}
+	next := ""
+	if to < len(all) {
+		next = strconv.Itoa(to)
 	}
 	return response{
 		"messages":          msgs,
-		"has_more":          false,
-		"response_metadata": map[string]any{"next_cursor": ""},
+		"has_more":          next != "",
+		"response_metadata": map[string]any{"next_cursor": next},
 	}, nil
+}
+
+// tsAfter reports whether Slack timestamp a is after b.
+func tsAfter(a, b string) bool {
+	as, af, _ := strings.Cut(a, ".")
+	bs, bf, _ := strings.Cut(b, ".")
+	if len(as) != len(bs) {
+		return len(as) > len(bs)
+	}
+	return as > bs || as == bs && af > bf
 }
 
 func (s *Server) usersInfo(rq *request) (response, *apiError) {
