@@ -952,16 +952,8 @@ func TestEngineFileIsAFloor(t *testing.T) {
 		{`tool=read_x verdict=allow`, ""},
 		{`tool=db_drop verdict=deny`, ""},
 	} {
-		r, err := ParseRule(tt.rule)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, o := range e.Overrules(r) {
-			got = append(got, fmt.Sprintf("%s:%v", o.Rule.ID, o.Always))
-		}
-		if strings.Join(got, ",") != tt.want {
-			t.Errorf("Overrules(%s): got %q, want %q", tt.rule, strings.Join(got, ","), tt.want)
+		if got := overrules(t, e, tt.rule); got != tt.want {
+			t.Errorf("Overrules(%s): got %q, want %q", tt.rule, got, tt.want)
 		}
 	}
 }
@@ -1166,16 +1158,8 @@ policy:
 		{`tool=restart verdict=ask`, "lockdown:true"},
 		{`tool=deploy_* verdict=allow`, "prod:false,lockdown:false"},
 	} {
-		r, err := ParseRule(tt.rule)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, o := range e.Overrules(r) {
-			got = append(got, fmt.Sprintf("%s:%v", o.Rule.ID, o.Always))
-		}
-		if strings.Join(got, ",") != tt.want {
-			t.Errorf("Overrules(%s): got %q, want %q", tt.rule, strings.Join(got, ","), tt.want)
+		if got := overrules(t, e, tt.rule); got != tt.want {
+			t.Errorf("Overrules(%s): got %q, want %q", tt.rule, got, tt.want)
 		}
 	}
 	// The runtime rule does decide the call lockdown was said to beat.
@@ -1190,4 +1174,19 @@ policy:
 	if v := evalEngine(t, e, call("deploy_staging", `{}`, "C1")); v.Action != Ask || v.RuleID != added.ID {
 		t.Errorf("deploy_staging with the runtime ask: got %s by %q, want ask by %s", v.Action, v.RuleID, added.ID)
 	}
+}
+
+// overrules is e.Overrules of the runtime rule written as text, each file
+// rule as "id:always", joined with commas.
+func overrules(t *testing.T, e *Engine, text string) string {
+	t.Helper()
+	r, err := ParseRule(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range e.Overrules(r) {
+		got = append(got, fmt.Sprintf("%s:%v", o.Rule.ID, o.Always))
+	}
+	return strings.Join(got, ",")
 }
