@@ -555,9 +555,12 @@ func (a *Agent) addEarlier(ctx context.Context, msgs []openai.ChatCompletionMess
 }
 
 // interrupted returns the slots of a step of t taken over after a crash:
-// the call that was running gets an "outcome unknown" result unless its
-// tool may run again, in which case it is judged again like the calls that
-// never started. The unknown outcome is audited with the turn's next
+// the call that was running gets an "outcome unknown" result. A step is
+// marked as starting a call only for a tool that was neither read-only nor
+// idempotent then (one that is runs again, from the step recorded before
+// it), so the tool's hints now, which its server may have changed since,
+// do not make it run again. The calls that never started are judged again.
+// The unknown outcome is audited with the turn's next
 // write, which records it (the crashed process wrote no entry), and only
 // with it: a turn that ends without writing leaves it to the next
 // takeover, which finds the step as this one did.
@@ -567,9 +570,6 @@ func (a *Agent) interrupted(ctx context.Context, t *turn, m *stepMark) []slot {
 		return slots
 	}
 	s := &slots[m.Started]
-	if tool, ok := a.tools.Lookup(s.Tool); ok && repeatable(tool) {
-		return slots
-	}
 	r := interruptedResult(s.Tool)
 	s.Result = &r
 	s.Ran = true

@@ -309,6 +309,52 @@ func TestTakeOverAfterDeathInToolCall(t *testing.T) {
 	}
 }
 
+// An allowed call whose tool was neither read-only nor idempotent when it
+// started, cut by a crash, is not run again by the survivor though its
+// tool says idempotentHint now (its MCP server was redeployed meanwhile):
+// whether it may run twice is what it was when it ran.
+func TestCallThatStartedNotIdempotentIsNotRunAgain(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = takeoverPolicy
+			w.cfg.LeaseTTL = 300 * time.Millisecond
+			var runs atomic.Int64
+			entered := make(chan struct{})
+			migrate := agent.Tool{
+				Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+				Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+					if runs.Add(1) == 1 {
+						close(entered)
+						<-ctx.Done() // until the process is gone
+						return agent.Result{}, ctx.Err()
+					}
+					return agent.Result{Content: "migrated"}, nil
+				},
+			}
+			must(t, w.reg.Register(migrate))
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "migrate", `{}`)))
+			w.model.Reply(fakeopenai.Text("here is what happened"))
+			req := request("migrate the schema")
+			crashWhileRunning(w, req, entered)
+			migrate.Annotations = approvals.Hints{Idempotent: true}
+			must(t, w.reg.Replace(func(n string) bool { return n == "migrate" }, []agent.Tool{migrate}))
+
+			out := takeOver(t, w, w.restart(), req.Conversation)
+			if out.Status != agent.Answered {
+				t.Fatalf("TakeOver = %+v, want the answer", out)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Errorf("migrate ran %d times, want 1: it started as a tool that may not run twice", n)
+			}
+			want := "c1: outcome unknown: the bot stopped while migrate was running"
+			if got := toolResults(t, w.model); len(got) != 1 || !strings.HasPrefix(got[0], want) {
+				t.Errorf("tool results = %q, want one starting %q", got, want)
+			}
+		})
+	}
+}
+
 // A resume whose process died in the model call, after the approved call
 // ran: the conversation is listed for TakeOver, which resumes it from the
 // saved result without running the call again.
