@@ -55,6 +55,10 @@ func (a *Agent) Explain(ctx context.Context, callID, asker string) (string, erro
 	if c.Status != store.Pending {
 		return "", refusedByOther(c)
 	}
+	if !a.cfg.Now().Before(c.ExpiresAt) {
+		// Past its deadline, not expired yet: refused as a decision is.
+		return "", &approvals.RefusedError{Err: approvals.ErrExpired}
+	}
 	run, _, err := a.store.LoadRun(ctx, c.RunID)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", fmt.Errorf("run of call %s: %w", callID, approvals.ErrUnknownCall)

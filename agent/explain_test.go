@@ -217,3 +217,22 @@ func TestResumeDenyNoteLeavesTheProblemOut(t *testing.T) {
 		t.Errorf("the model read %q, want the evaluation's error", got)
 	}
 }
+
+// A call past its deadline, not expired yet, is not explained: a decision
+// is refused for it as expired, and so is a Why?.
+func TestExplainOfACallPastItsDeadlineIsRefused(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	ctx := context.Background()
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"9"}`)), fakeopenai.Text("It deploys api 9."))
+	out, err := a.Run(ctx, request("deploy api 9"))
+	must(t, err)
+	pc := out.Pending[0]
+	w.advance(pc.ExpiresAt.Sub(w.clock()) + time.Minute)
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: pc.ID, Fingerprint: pc.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}); !errors.Is(err, approvals.ErrExpired) {
+		t.Fatalf("Decide past the deadline: %v, want ErrExpired", err)
+	}
+	if text, err := a.Explain(ctx, pc.ID, "UOTHER2"); !errors.Is(err, approvals.ErrExpired) {
+		t.Errorf("Explain past the deadline = %q, %v; want ErrExpired", text, err)
+	}
+}

@@ -450,3 +450,55 @@ func TestWhyAfterAPanicIsAnswered(t *testing.T) {
 		})
 	}
 }
+
+// A Why? whose model answer comes after the call was approved (and ran)
+// posts no explanation saying the call still waits: the clicker is told it
+// was decided.
+func TestWhyAnsweredAfterTheDecisionSaysItWasDecided(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+		if req.ToolChoice == "none" { // the Why? request
+			arrived <- struct{}{}
+			<-release
+			return fakeopenai.Text("WHY-TEXT: it deploys api 11.")
+		}
+		return fakeopenai.Text("Deployed api 11.")
+	})
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"11"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 11")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionWhy, "")
+	must(t, err)
+	<-arrived
+	_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed api 11.")
+	close(release)
+	waitUntil(t, "the Why? is answered", func() bool {
+		for _, m := range e.slack.Thread(channel, ts) {
+			if strings.Contains(blocksText(m), "WHY-TEXT") {
+				return true
+			}
+		}
+		for _, m := range e.slack.Ephemerals(other) {
+			if strings.Contains(m.Text, "already approved") {
+				return true
+			}
+		}
+		return false
+	})
+	for _, m := range e.slack.Thread(channel, ts) {
+		if text := blocksText(m); strings.Contains(text, "WHY-TEXT") {
+			t.Errorf("after the call was approved and ran, the thread got an explanation saying it still waits:\n%s", text)
+		}
+	}
+}

@@ -66,6 +66,12 @@ func (a *App) whyClick(ctx context.Context, c click) {
 		a.tell(ctx, c.user, c.channel, c.thread, ExplainFailedText(err))
 		return
 	}
+	// The model may have taken long: a call decided or expired meanwhile
+	// (it may have run) gets no explanation that says it still waits.
+	if now, err := a.ag.Call(ctx, callID); err == nil && now.Status != agent.CallPending {
+		a.tell(ctx, c.user, c.channel, c.thread, refusedText(now.Call))
+		return
+	}
 	_, channel, thread, ok := parseKey(pc.Conversation)
 	if !ok {
 		a.log.Error("conversation key is not team/channel/thread", "conversation", pc.Conversation)
