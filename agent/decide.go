@@ -319,7 +319,7 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		// The pending card shows the edited arguments: so does its
 		// preview.
 		if tool, ok := a.tools.Lookup(c.Tool); ok {
-			sd.Preview, sd.PreviewError = a.preview(ctx, tool, sd.Args)
+			sd.Preview, sd.PreviewError = a.previewWithin(ctx, tool, sd.Args, min(a.cfg.PreviewTimeout, editPreviewTimeout))
 		}
 		sd.MinApprovals = need
 		edit = &store.Proposal{Fingerprint: fp, Edit: sd}

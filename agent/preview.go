@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"time"
 )
 
 // maxPreviewBytes caps a stored preview; the card shows less, and the
@@ -42,10 +43,21 @@ func (a *Agent) previews(ctx context.Context, asks []ask) []previewed {
 // with the call, so every card, copy and Home tab, also after a restart,
 // shows the preview of exactly the stored arguments as they were judged.
 func (a *Agent) preview(ctx context.Context, tool Tool, args json.RawMessage) (text, problem string) {
+	return a.previewWithin(ctx, tool, args, a.cfg.PreviewTimeout)
+}
+
+// editPreviewTimeout bounds the preview of an edit's arguments, made while
+// the Edit form waits for its answer (Slack allows 3 seconds; the form is
+// answered that the store is slow after 2): a slower preview shows as
+// unavailable.
+const editPreviewTimeout = 1500 * time.Millisecond
+
+// previewWithin is preview within timeout.
+func (a *Agent) previewWithin(ctx context.Context, tool Tool, args json.RawMessage, timeout time.Duration) (text, problem string) {
 	if tool.Preview == nil {
 		return "", ""
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.PreviewTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
@@ -56,7 +68,7 @@ func (a *Agent) preview(ctx context.Context, tool Tool, args json.RawMessage) (t
 	out, err := tool.Preview(ctx, args)
 	switch {
 	case err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-		return "", fmt.Sprintf("no answer within %s", a.cfg.PreviewTimeout)
+		return "", fmt.Sprintf("no answer within %s", timeout)
 	case err != nil:
 		// Stored with the call, as the preview is: bounded (a server's
 		// error can be megabytes; a card shows 500 characters of it).

@@ -612,6 +612,9 @@ func (a *App) openModal(ctx context.Context, c click) {
 		view = RespondModal(c.value, cardOf(pc, nil).Question)
 	case ActionViewArgs:
 		view = ArgsModal(pc.Tool, pc.Args)
+		if d := pc.Decision; d != nil && d.Kind == approvals.Edit && len(d.Args) > 0 {
+			view = EditedArgsModal(pc.Tool, d.Args)
+		}
 	case ActionViewPreview:
 		view = PreviewModal(pc.Tool, pc.Preview)
 	}

@@ -555,6 +555,9 @@ func statusText(c Card) string {
 		}
 		return ":white_check_mark: Approved by " + who + when + ", and allowed in this channel from now on"
 	case approvals.Edit:
+		if c.Sealed {
+			return ":pencil2: Edited by " + who + when + "; *View full arguments* shows the edited arguments"
+		}
 		return ":pencil2: Edited by " + who + when + "; the edited arguments are below"
 	case approvals.Refuse:
 		return ":no_entry: Denied by " + who + when

@@ -227,7 +227,19 @@ func questionBlocks(question string) ([]slack.Block, bool) {
 // callback id is CallbackViewArgs.
 func ArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
 	blocks, _ := argsBlocks(tool, args)
-	m := modal(CallbackViewArgs, "Arguments", "", blocks)
+	return argsModal("Arguments", blocks)
+}
+
+// EditedArgsModal is ArgsModal for a call decided with edited arguments:
+// those, which the decision ran (the model's are on the card).
+func EditedArgsModal(tool string, args json.RawMessage) slack.ModalViewRequest {
+	blocks, _ := argsBlocksTitled("Edited arguments of "+inlineCode(tool)+", as decided (the model's are on the card)", args)
+	return argsModal("Edited arguments", blocks)
+}
+
+// argsModal is the read-only modal of arguments with blocks.
+func argsModal(title string, blocks []slack.Block) slack.ModalViewRequest {
+	m := modal(CallbackViewArgs, title, "", blocks)
 	m.Close = plain("Close", maxModalTitle)
 	return m
 }
@@ -259,7 +271,12 @@ func ArgsShownInFull(args json.RawMessage, human bool) bool {
 // argsBlocks returns the blocks of ArgsModal, and whether they show args
 // whole.
 func argsBlocks(tool string, args json.RawMessage) ([]slack.Block, bool) {
-	blocks := []slack.Block{section("Arguments of " + inlineCode(tool))}
+	return argsBlocksTitled("Arguments of "+inlineCode(tool), args)
+}
+
+// argsBlocksTitled is argsBlocks under a title of its own (mrkdwn).
+func argsBlocksTitled(title string, args json.RawMessage) ([]slack.Block, bool) {
+	blocks := []slack.Block{section(title)}
 	pretty := prettyJSON(args)
 	if pretty == "" {
 		blocks = append(blocks, section("_(no arguments)_"))
