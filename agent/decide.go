@@ -557,7 +557,7 @@ func (a *Agent) inAudience(ctx context.Context, c store.Call, decider string) er
 	}
 	ok, err := a.cfg.Audience.CanSee(ctx, c.Channel, decider)
 	if err != nil {
-		return fmt.Errorf("%w: could not check that you can see the conversation: %w", approvals.ErrNotApprover, err)
+		return fmt.Errorf("%w (%w): could not check that you can see the conversation: %w", approvals.ErrNotApprover, approvals.ErrUnverified, err)
 	}
 	if !ok {
 		return fmt.Errorf("%w: only people in the conversation may decide this call", approvals.ErrNotApprover)

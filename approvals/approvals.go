@@ -288,8 +288,12 @@ var (
 	ErrExpired             = errors.New("approval expired")
 	ErrFingerprintMismatch = errors.New("arguments changed since they were shown")
 	ErrNotApprover         = errors.New("you are not an approver for this")
-	ErrInvalidArgs         = errors.New("invalid arguments")
-	ErrPolicyDenied        = errors.New("denied by policy")
+	// ErrUnverified, beside ErrNotApprover: whether the decider may
+	// decide could not be checked (Slack did not answer who is in a user
+	// group or a conversation), so the decision is refused for now.
+	ErrUnverified   = errors.New("who may decide could not be checked")
+	ErrInvalidArgs  = errors.New("invalid arguments")
+	ErrPolicyDenied = errors.New("denied by policy")
 	// ErrAlreadyApproved: the decider's approval of these arguments is
 	// already counted toward a rule's min_approvals; it counts once.
 	ErrAlreadyApproved = errors.New("your approval is already counted")

@@ -76,8 +76,8 @@ func Authorize(ctx context.Context, c Approvable, decider string, groups GroupRe
 	}
 	who := strings.Join(c.Approvers, ", ")
 	if len(lookupErrs) > 0 {
-		return fmt.Errorf("%w: %s is not listed among %s and group membership could not be checked: %w",
-			ErrNotApprover, decider, who, errors.Join(lookupErrs...))
+		return fmt.Errorf("%w (%w): %s is not listed among %s and group membership could not be checked: %w",
+			ErrNotApprover, ErrUnverified, decider, who, errors.Join(lookupErrs...))
 	}
 	return fmt.Errorf("%s is not among the approvers %s: %w", decider, who, ErrNotApprover)
 }

@@ -456,6 +456,10 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 	switch {
 	case errors.As(err, &refused) && errors.Is(err, approvals.ErrAlreadyDecided):
 		return AlreadyDecidedText(refused.DecidedBy, refused.Kind, refused.DecidedAt), "already_decided"
+	case errors.Is(err, approvals.ErrUnverified):
+		// Not "not an approver": that may be false, and says nothing of
+		// trying again.
+		return UnverifiedText(), "error"
 	case errors.Is(err, approvals.ErrNotApprover):
 		requester := decider == c.Requester || slices.Contains(c.Requesters, decider)
 		if c.FourEyes && requester {

@@ -35,3 +35,11 @@ func (a *App) KeepsGroupMember(id, user string) bool {
 	defer a.groups.mu.Unlock()
 	return slices.Contains(a.groups.entries[id].members, user)
 }
+
+// SetCardRetryWait sets serverRetryAfter for a test and returns what
+// restores it.
+func SetCardRetryWait(d time.Duration) (restore func()) {
+	old := serverRetryAfter
+	serverRetryAfter = d
+	return func() { serverRetryAfter = old }
+}

@@ -217,12 +217,39 @@ func (a *App) postInsisting(ctx context.Context, channel, thread string, blocks 
 }
 
 // refusedBySlack reports whether err is Slack refusing a call it may
-// take later: a server error or a rate limit, once the client's retries
-// are spent.
+// take later (see retryLater).
 func refusedBySlack(err error) bool {
-	var rl *slack.RateLimitedError
-	var sc slack.StatusCodeError
-	return errors.As(err, &rl) || errors.As(err, &sc) && sc.Code >= 500
+	_, ok := retryLater(err)
+	return ok
+}
+
+// passingErrors are the ok:false errors Slack gives for a failure of its
+// own that passes (its documented internal_error, fatal_error,
+// service_unavailable and request_timeout): the call may be made again.
+var passingErrors = map[string]bool{"internal_error": true, "fatal_error": true, "service_unavailable": true, "request_timeout": true}
+
+// serverRetryAfter is the wait before a call Slack refused with a server
+// error, or a passing one, is made again later (a variable for tests).
+var serverRetryAfter = 5 * time.Second
+
+// retryLater reports whether err is Slack refusing a call it may take
+// later, once the client's retries are spent, and after how long: a rate
+// limit (after its Retry-After), a server error (5xx) or one of
+// passingErrors.
+func retryLater(err error) (time.Duration, bool) {
+	if rl, ok := errors.AsType[*slack.RateLimitedError](err); ok {
+		if rl.RetryAfter <= 0 {
+			return retryAfterDefault, true
+		}
+		return rl.RetryAfter, true
+	}
+	if sc, ok := errors.AsType[slack.StatusCodeError](err); ok && sc.Code >= 500 {
+		return serverRetryAfter, true
+	}
+	if e, ok := errors.AsType[slack.SlackErrorResponse](err); ok && passingErrors[e.Err] {
+		return serverRetryAfter, true
+	}
+	return 0, false
 }
 
 // Stopped ends the stream of a model step that failed or was cut short:
@@ -484,6 +511,7 @@ type cardPost struct {
 	since           time.Time
 	mem             *postedCard
 	blind           []string  // the approvers the other copies are for
+	unexpanded      []string  // user groups of approvers that could not be listed
 	refs            []cardRef // the copies out so far
 	saved           int       // of refs, the ones in the store (with the call, or by PutCallNote)
 	announced       int       // of refs, the ones saved with the pause (the thread's copy)
@@ -525,7 +553,7 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	// Who needs a copy is known before the pause is saved (from the
 	// audience cache, which asks Slack at most once a minute per channel),
 	// so the note saved with the call says whether copies are to come.
-	p.blind = a.blindApprovers(ctx, channel, pc.Requester, pc.Approvers)
+	p.blind, p.unexpanded = a.blindApproversNoting(ctx, channel, pc.Requester, pc.Approvers)
 	return p
 }
 
@@ -555,6 +583,11 @@ func (a *App) sendCopies(ctx context.Context, p *cardPost) {
 		return err
 	}
 	var unreached []copyPlace
+	for _, g := range p.unexpanded {
+		// Its members could not be listed, so none of them who cannot see
+		// the conversation gets a copy.
+		unreached = append(unreached, copyPlace{user: g})
+	}
 	for _, place := range a.copyPlacesFor(ctx, p.blind) {
 		target := place.channel
 		if target == "" {
@@ -730,26 +763,33 @@ func (a *App) reminderTargets(ctx context.Context, channel string, c agent.Call)
 // blindApprovers lists the named approvers (user groups expanded) who
 // cannot see the channel, other than the requester and the bot.
 func (a *App) blindApprovers(ctx context.Context, channel, requester string, approvers []string) []string {
+	blind, _ := a.blindApproversNoting(ctx, channel, requester, approvers)
+	return blind
+}
+
+// blindApproversNoting is blindApprovers, and the user groups among
+// approvers whose members could not be listed (left out of blind).
+func (a *App) blindApproversNoting(ctx context.Context, channel, requester string, approvers []string) (blind, unexpanded []string) {
 	if len(approvers) == 0 {
-		return nil
+		return nil, nil
 	}
 	var members map[string]bool
 	if !approvals.IsDM(channel) {
 		if public, err := a.audience.isPublic(ctx, channel); err == nil && public {
-			return nil // everyone can see it
+			return nil, nil // everyone can see it
 		}
 		var err error
 		if members, err = a.audience.channelMembers(ctx, channel); err != nil {
 			a.log.Warn("list channel members; every approver gets a copy", "channel", channel, "err", err)
 		}
 	}
-	var blind []string
-	for _, id := range a.expand(ctx, approvers) {
+	users, unexpanded := a.expandNoting(ctx, approvers)
+	for _, id := range users {
 		if id != requester && !members[id] && id != a.botUserID {
 			blind = append(blind, id)
 		}
 	}
-	return blind
+	return blind, unexpanded
 }
 
 // copyPlaces lists where the copies for approvers who cannot see the
@@ -792,20 +832,27 @@ func (a *App) copyPlacesFor(ctx context.Context, blind []string) []copyPlace {
 
 // expand turns approver ids into user ids, expanding user groups.
 func (a *App) expand(ctx context.Context, approvers []string) []string {
-	var out []string
+	users, _ := a.expandNoting(ctx, approvers)
+	return users
+}
+
+// expandNoting is expand, and the user groups whose members could not be
+// listed (left out).
+func (a *App) expandNoting(ctx context.Context, approvers []string) (users, failed []string) {
 	for _, id := range approvers {
 		if strings.HasPrefix(id, "S") {
 			m, err := a.groups.Members(ctx, id)
 			if err != nil {
 				a.log.Warn("expand user group", "group", id, "err", err)
+				failed = append(failed, id)
 				continue
 			}
-			out = append(out, m...)
+			users = append(users, m...)
 			continue
 		}
-		out = append(out, id)
+		users = append(users, id)
 	}
-	return dedupe(out)
+	return dedupe(users), failed
 }
 
 // updateCard renders the call's current state on every copy of its card.
@@ -886,14 +933,14 @@ type cardRetry struct {
 }
 
 // cardRetryFor bounds how long an update of a card's copy that Slack keeps
-// refusing with rate limits is made again.
+// keeps refusing for now (see retryLater) is made again.
 const cardRetryFor = 3 * time.Hour
 
 // copyUpdated follows up the update of a card's copy at ref with r: made
 // (err nil), it is the copy's latest news, and an older update waiting to
-// be made again is dropped. Refused with a rate limit (past the retries
-// the update's budget allowed: see webClient), it is made again once
-// Slack allows, on the card's queue, behind the updates queued meanwhile
+// be made again is dropped. Refused for now (a rate limit, a server error
+// or a passing one, past the retries the update's budget allowed: see
+// webClient and retryLater), it is made again later, on the card's queue, behind the updates queued meanwhile
 // (see cardRetryLater); an update of the copy refused meanwhile takes its
 // place. Failed otherwise, it is logged; an update waiting for the copy
 // makes this one instead.
@@ -903,14 +950,10 @@ func (a *App) copyUpdated(ctx context.Context, ref cardRef, r cardRetry, err err
 		a.cards.settled(c.ID, ref)
 		return
 	}
-	if rl, ok := errors.AsType[*slack.RateLimitedError](err); ok && a.running.Load() && ctx.Value(notesKey{}) != nil {
-		after := rl.RetryAfter
-		if after <= 0 {
-			after = retryAfterDefault
-		}
+	if after, ok := retryLater(err); ok && a.running.Load() && ctx.Value(notesKey{}) != nil {
 		now := time.Now()
 		r.since, r.due = now, now.Add(after+rand.N(retryAfterJitter))
-		a.log.Warn("Slack rate-limited a card update; making it again once it allows", "call", c.ID, "channel", ref.Channel, "in", after)
+		a.log.Warn("Slack refused a card update for now; making it again later", "call", c.ID, "channel", ref.Channel, "in", after, "err", err)
 		if a.cards.refused(c.ID, ref, r) {
 			a.cardRetryLater(ctx, c.ID, ref)
 		}
@@ -998,7 +1041,7 @@ func (a *App) retryCopy(qctx context.Context, callID string, ref cardRef) {
 		return
 	}
 	_, err := a.chat(ctx, chatMessage{channel: ref.Channel, ts: ref.TS, blocks: r.blocks, text: r.text})
-	if _, limited := errors.AsType[*slack.RateLimitedError](err); err != nil && !limited {
+	if _, later := retryLater(err); err != nil && !later {
 		a.cards.settled(callID, ref)
 		a.log.Error("update card", "call", callID, "channel", ref.Channel, "err", err)
 		a.m.error("slack_update")

@@ -3,6 +3,7 @@ package slackapp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/toolgate/toolgate/agent"
@@ -46,7 +47,12 @@ func (a *App) mayDecide(ctx context.Context, c agent.Call, user string) error {
 		if a.outsiders.has(user) {
 			return errOutsider
 		}
-		if !a.inAudience(ctx, c.Channel, user) {
+		ok, err := a.audience.CanSee(ctx, c.Channel, user)
+		if err != nil {
+			a.log.Warn("check who can see a conversation", "channel", c.Channel, "user", user, "err", err)
+			return fmt.Errorf("%w (%w): %w", approvals.ErrNotApprover, approvals.ErrUnverified, err)
+		}
+		if !ok {
 			return errNotInConversation
 		}
 	}
@@ -126,6 +132,14 @@ func OutsiderText() string {
 
 // NotInConversationText answers someone who asked for a call in a
 // conversation they cannot see.
+// UnverifiedText answers a decision refused because Slack did not say
+// whether its decider may make it (who is in a user group, or in the
+// conversation).
+func UnverifiedText() string {
+	return "I couldn't check with Slack whether you may decide this call, so nothing changed. Please try again in a moment."
+}
+
+// NotInConversationText answers someone who may not see a call.
 func NotInConversationText() string {
 	return "This call belongs to a conversation you are not part of, and you are not one of its approvers, so I can't show it to you. Nothing changed."
 }

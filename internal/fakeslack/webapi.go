@@ -16,6 +16,9 @@ type injection struct {
 	status     int
 	retryAfter int
 	hold       *hold
+	// code, when set, is answered as Slack's ok:false error, with HTTP
+	// 200, instead of running the method.
+	code string
 }
 
 // RateLimit makes the next times calls to method answer HTTP 429 with a
@@ -35,6 +38,15 @@ func (s *Server) FailNext(method string, status int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inject[method] = append(s.inject[method], injection{status: status})
+}
+
+// ErrorNext makes the next call to method answer ok:false with the error
+// code (for example "internal_error" or "channel_not_found"), as Slack
+// does, instead of running.
+func (s *Server) ErrorNext(method, code string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inject[method] = append(s.inject[method], injection{code: code})
 }
 
 // request is a decoded Web API request.
@@ -144,7 +156,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		h.wait(r.Context())
 		s.mu.Lock()
 	}
-	if q := s.inject[rq.method]; len(q) > 0 && q[0].hold == nil {
+	var injected *apiError
+	if q := s.inject[rq.method]; len(q) > 0 && q[0].hold == nil && q[0].code != "" {
+		injected = fail(q[0].code)
+		s.inject[rq.method] = q[1:]
+	} else if len(q) > 0 && q[0].hold == nil {
 		inj := q[0]
 		s.inject[rq.method] = q[1:]
 		call.Status = inj.status
@@ -165,6 +181,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	)
 	handler := s.handler(rq.method)
 	switch {
+	case injected != nil:
+		aerr = injected
 	case handler == nil:
 		s.unknown = append(s.unknown, rq.method)
 		aerr = fail("unknown_method")

@@ -1,0 +1,136 @@
+package slackapp_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// groupPolicy has deploys decided by the members of one user group.
+const groupPolicy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [SOPS00009]
+`
+
+// An approver whose user group Slack could not list, or a member of the
+// conversation whose membership it could not say, is told to try again,
+// not that they may not decide: that may be false.
+func TestLookupFailureIsNotToldAsARefusal(t *testing.T) {
+	for _, tt := range []struct {
+		name, policy, method string
+		beforeCard           bool // the card's post looks it up first
+	}{
+		{"user group", groupPolicy, "usergroups.users.list", false},
+		{"conversation's members", "\npolicy:\n  default: ask\n  rules:\n    - id: deploys\n      tool: deploy\n      verdict: ask\n", "conversations.members", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.policy = tt.policy
+			e.slack.AddUserGroup("SOPS00009", approver)
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed."))
+			fail := func() {
+				for range 10 {
+					e.slack.FailNext(tt.method, 503)
+				}
+			}
+			if tt.beforeCard {
+				fail()
+			}
+			ts := e.slack.Mention(channel, requester, "deploy api 1")
+			card := e.card(ts, "deploy")
+			if !tt.beforeCard {
+				fail()
+			}
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			waitUntil(t, "the approver is told something", func() bool { return len(e.slack.Ephemerals(approver)) > 0 })
+			if got := e.slack.Ephemerals(approver)[0].Text; got != slackapp.UnverifiedText() {
+				t.Errorf("an approver Slack could not check was told %q, want %q", got, slackapp.UnverifiedText())
+			}
+			if n := e.deploy.Load(); n != 0 {
+				t.Fatalf("deploy ran %d times while who may decide could not be checked", n)
+			}
+		})
+	}
+}
+
+// A card update Slack refuses with server errors past the client's
+// retries, or with an error it names as passing, is made again later: the
+// card of a denied call kept its buttons.
+func TestCardUpdateRefusedForNowIsMadeAgain(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		fail func(*fakeslack.Server)
+	}{
+		{"server errors", func(s *fakeslack.Server) {
+			for range 10 {
+				s.FailNext("chat.update", 503)
+			}
+		}},
+		{"passing error", func(s *fakeslack.Server) {
+			for range 2 {
+				s.ErrorNext("chat.update", "internal_error")
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			defer slackapp.SetCardRetryWait(10 * time.Millisecond)()
+			e := newEnv(t, storeKinds(t)[0])
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)), fakeopenai.Text("Not deploying then."))
+			ts := e.slack.Mention(channel, requester, "deploy api 2")
+			card := e.card(ts, "deploy")
+			tt.fail(e.slack)
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionDeny, "")
+			must(t, err)
+			e.answer(ts, "Not deploying then.")
+			waitUntil(t, "the denied call's card without buttons", func() bool {
+				m, _ := e.slack.Message(channel, card.TS)
+				return !isCard(m) && strings.Contains(blocksText(m), "Denied by")
+			})
+		})
+	}
+}
+
+// An answer Slack refuses with an error it names as passing is posted
+// again, as one refused with a server error is.
+func TestAnswerRefusedWithAPassingErrorIsPostedAgain(t *testing.T) {
+	defer slackapp.SetLaterWaits(10*time.Millisecond, 10*time.Millisecond)()
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.slack.FailNext("chat.startStream", 400)
+	e.slack.ErrorNext("chat.postMessage", "internal_error")
+	e.model.Reply(fakeopenai.Text("The answer is 42."))
+	ts := e.slack.Mention(channel, requester, "the answer?")
+	e.answer(ts, "The answer is 42.")
+}
+
+// When a user group of a call's approvers cannot be listed as the card is
+// posted, the thread hears that its members got no copy (the card in a DM
+// with the bot, which none of them can see).
+func TestGroupThatCannotBeListedIsNamedAsUnreached(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = groupPolicy
+	e.slack.AddUserGroup("SOPS00009", approver)
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)))
+	for range 10 {
+		e.slack.FailNext("usergroups.users.list", 503)
+	}
+	dm := e.slack.DMChannel(requester)
+	ts := e.slack.DM(requester, "deploy api 3")
+	e.cardIn(dm, ts, "deploy")
+	e.waitIn(dm, ts, "with the note of the copies not sent", func(m fakeslack.Message) bool {
+		return m.BotID != "" && strings.Contains(m.Text, "couldn't send the approval card") && strings.Contains(m.Text, "SOPS00009")
+	})
+}
