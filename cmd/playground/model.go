@@ -62,8 +62,9 @@ func scriptedModel(req openai.ChatCompletionRequest) fakeopenai.Response {
 		return fakeopenai.Text(helpText)
 	}
 	last := msgs[len(msgs)-1]
-	if len(req.Tools) == 0 && last.Role == openai.ChatMessageRoleUser {
-		// Offered no tools: a Why? about a pending call.
+	if (len(req.Tools) == 0 || req.ToolChoice == "none") && last.Role == openai.ChatMessageRoleUser {
+		// Offered no tools, or none it may call: a Why? about a pending
+		// call.
 		return fakeopenai.Text(explain(msgs))
 	}
 	switch last.Role {

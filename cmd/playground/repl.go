@@ -39,6 +39,10 @@ type session struct {
 	commands int
 	failed   []string
 	failing  bool
+
+	// stopping is closed once the playground stops (Ctrl-C): the waits
+	// for the bot end at once.
+	stopping <-chan struct{}
 }
 
 func newSession(pg *playground, out io.Writer, opts options) *session {
@@ -113,6 +117,7 @@ mentions the bot in #ops and starts a thread, the next ones are replies in it.
 // -script, it then returns an error if any command could not be carried
 // out (see fail), so that a script in CI fails.
 func (s *session) loop(ctx context.Context, in io.Reader, interactive bool) error {
+	s.stopping = ctx.Done()
 	done := make(chan struct{})
 	defer close(done)
 	input := lines(in, done)
@@ -408,7 +413,9 @@ func (s *session) settle(before int64) {
 	last, changed := s.pg.activity(), start
 	reacted := last != before
 	for time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+		if !s.pause() {
+			return
+		}
 		if a := s.pg.activity(); a != last {
 			last, changed, reacted = a, time.Now(), true
 			continue
@@ -443,16 +450,29 @@ func (s *session) idle() bool {
 	return true
 }
 
-// waitFor polls cond until it holds or startWait passes.
+// waitFor polls cond until it holds or startWait passes, or the
+// playground stops.
 func (s *session) waitFor(cond func() bool) bool {
 	deadline := time.Now().Add(min(startWait, s.opts.wait))
 	for !cond() {
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || !s.pause() {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	return true
+}
+
+// pause waits a moment between two looks at the bot; false once the
+// playground stops.
+func (s *session) pause() bool {
+	t := time.NewTimer(20 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-s.stopping:
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // show prints what is new since the last call: the bot's new and changed

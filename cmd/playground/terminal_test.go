@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +98,45 @@ func TestModelAnswerEscapesAreNotSent(t *testing.T) {
 	}
 	if i := hasControl(got); i >= 0 {
 		t.Errorf("the terminal got a control character at byte %d:\n%q", i, got)
+	}
+}
+
+// Ctrl-C in terminal mode stops the playground while it waits for the bot
+// (a model that does not answer): it waited out -wait first.
+func TestCtrlCWhileTheBotIsBusy(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	model := fakeopenai.Start()
+	defer model.Close()
+	seen, release := make(chan struct{}, 1), make(chan struct{})
+	defer close(release)
+	model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+		<-release
+		return fakeopenai.Text("late")
+	})
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", model.URL())
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, r, io.Discard, []string{"-tty", "-wait", "10m"}) }()
+	if _, err := w.WriteString("hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	<-seen
+	cancel() // as Ctrl-C does
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the playground did not stop within a minute of Ctrl-C: it waits out -wait (10 minutes) first")
 	}
 }

@@ -219,13 +219,16 @@ func (w *web) handler() http.Handler {
 	})
 }
 
-// allowedHost reports whether a request's Host names this server.
+// allowedHost reports whether a request's Host names this server: its
+// own address, or a loopback name on any port (an SSH tunnel or an
+// editor's port forwarding may listen on another one), which no page of
+// another site can have a browser send.
 func (w *web) allowedHost(host string) bool {
 	if host == w.host {
 		return true
 	}
-	_, port, _ := net.SplitHostPort(w.host)
-	return host == "localhost:"+port || host == "127.0.0.1:"+port
+	name, _, err := net.SplitHostPort(host)
+	return err == nil && (name == "localhost" || name == "127.0.0.1" || name == "::1")
 }
 
 // personView is a person in the page's user switcher.

@@ -262,6 +262,19 @@ func TestPageRefusals(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("another Host: got %d, want 403", resp.StatusCode)
 	}
+	// A loopback name on another port (an SSH tunnel's) is this server.
+	for _, host := range []string{"localhost:9000", "127.0.0.1:9000", "[::1]:9000"} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("Host %s (a tunnel on another local port): got %d, want 200", host, resp.StatusCode)
+		}
+	}
 	// Another site's page cannot open the socket of change notices.
 	ws, wsResp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/events", http.Header{"Origin": {"http://evil.example"}})
 	if err == nil {
