@@ -579,3 +579,39 @@ func TestComposeStopGrace(t *testing.T) {
 		t.Errorf(".env.example does not say that docker-compose.yml's %s must cover SHUTDOWN_GRACE + 30 s", want)
 	}
 }
+
+// An image tag that a values file reads as a number is refused with the
+// advice to quote it (20240101 rendered as 2.0240101e+07, 1.10 as 1.1); a
+// quoted one, or an integer from --set, is written as given.
+func TestImageTagAsWritten(t *testing.T) {
+	tokens := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1", "openaiApiKey": "sk-test"}
+	for _, written := range []string{"20240101", "1.10"} {
+		var vals map[string]any
+		if err := yaml.Unmarshal([]byte("tag: "+written), &vals); err != nil { // as Helm reads a values file
+			t.Fatal(err)
+		}
+		_, err := render(t, "", map[string]any{"secrets": tokens, "image": map[string]any{"repository": testImage, "tag": vals["tag"]}})
+		if err == nil || !strings.Contains(err.Error(), "quote it") {
+			t.Errorf("image.tag: %s in a values file: got %v, want it refused with the advice to quote it", written, err)
+		}
+	}
+	for tag, want := range map[any]string{"1.10": "1.10", int64(20240101): "20240101"} {
+		m := mustRender(t, "", map[string]any{"secrets": tokens, "image": map[string]any{"repository": testImage, "tag": tag}})
+		if c := deployment(t, m).Spec.Template.Spec.Containers[0]; c.Image != testImage+":"+want {
+			t.Errorf("image.tag %v: image %q, want %q", tag, c.Image, testImage+":"+want)
+		}
+	}
+}
+
+// Settings from envFrom are not seen by the chart: without an API key it
+// does not refuse to render, as they may name a server that needs none.
+func TestEnvFromMayHoldTheModelsSettings(t *testing.T) {
+	noKey := map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1"}
+	if _, err := render(t, "", map[string]any{"secrets": noKey,
+		"envFrom": []any{map[string]any{"configMapRef": map[string]any{"name": "toolgate-env"}}}}); err != nil {
+		t.Errorf("envFrom (a ConfigMap with OPENAI_BASE_URL) and no key: %v", err)
+	}
+	if _, err := render(t, "", map[string]any{"secrets": noKey}); err == nil || !strings.Contains(err.Error(), "secrets.openaiApiKey is required") {
+		t.Errorf("no key, no envFrom: got %v, want the key asked for", err)
+	}
+}

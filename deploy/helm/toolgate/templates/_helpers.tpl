@@ -84,9 +84,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "redis.existingSecretKey needs secrets.existingSecret; without one, set redis.url" }}
 {{- end }}
 {{- /* The bot's rule (cmd/bot/config.go): no key on OpenAI's own endpoint
-  is an error. OPENAI_BASE_URL from secretEnv cannot be seen: trust it. */}}
+  is an error. OPENAI_BASE_URL from secretEnv or envFrom cannot be seen:
+  trust it. */}}
 {{- $baseURL := trimSuffix "/" (toString (default "https://api.openai.com/v1" (get (.Values.env | default dict) "OPENAI_BASE_URL"))) }}
-{{- if and (not .Values.secrets.openaiApiKey) (eq $baseURL "https://api.openai.com/v1") (not (hasKey (.Values.secretEnv | default dict) "OPENAI_BASE_URL")) }}
+{{- if and (not .Values.secrets.openaiApiKey) (eq $baseURL "https://api.openai.com/v1") (not (hasKey (.Values.secretEnv | default dict) "OPENAI_BASE_URL")) (not .Values.envFrom) }}
 {{- fail "secrets.openaiApiKey is required for https://api.openai.com/v1 (the bot exits with \"OPENAI_API_KEY is required\" otherwise); for a server that needs no key, set env.OPENAI_BASE_URL" }}
 {{- end }}
 {{- /* Azure OpenAI (OPENAI_API_VERSION set, or a host under
@@ -158,6 +159,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- else if .Values.workspace.existingClaim }}Recreate
 {{- else }}RollingUpdate
 {{- end }}
+{{- end }}
+
+{{/* The image's tag: image.tag, else the chart's appVersion. A number in
+  a values file is a float by the time the chart reads it (20240101 is
+  2.0240101e+07, 1.10 is 1.1), which cannot be written back as it was:
+  refused, to be quoted. */}}
+{{- define "toolgate.imageTag" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion }}
+{{- if kindIs "float64" $tag }}
+{{- fail (printf "image.tag %v is a number in the values, which cannot be read back as written: quote it (tag: \"...\")" $tag) }}
+{{- end }}
+{{- $tag }}
 {{- end }}
 
 {{/* GOMEMLIMIT, or empty for none: goMemLimit as written, else 90% of
