@@ -1122,7 +1122,10 @@ func TestShutdownBeforeAnApprovedCallStartsLeavesItToTheRestart(t *testing.T) {
 			t.Run(tt.name+"/"+b.name, func(t *testing.T) {
 				w := newWorld(t, b)
 				w.policy = "policy:\n  default: ask\n"
-				w.cfg.LeaseTTL = 300 * time.Millisecond
+				// Long enough that a loaded machine's slow renewal does not
+				// lose the lease before the shutdown's cut, which is what
+				// this tests.
+				w.cfg.LeaseTTL = time.Second
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
 				var migrated atomic.Int64
