@@ -531,10 +531,17 @@ func (a *App) cancelClick(ctx context.Context, c click) {
 		return
 	}
 	callID, _ := parseToken(c.value)
-	if pc, err := a.clickedCall(ctx, c, callID); err == nil && !a.maySee(ctx, pc.Call, c.user) {
-		a.m.decision("cancel", "not_approver", 0)
-		a.tell(ctx, c.user, c.channel, c.thread, NotInConversationText())
-		return
+	if pc, err := a.clickedCall(ctx, c, callID); err == nil {
+		switch ok, err := a.maySeeChecked(ctx, pc.Call, c.user); {
+		case err != nil:
+			a.m.decision("cancel", "error", 0)
+			a.tell(ctx, c.user, c.channel, c.thread, UnverifiedText())
+			return
+		case !ok:
+			a.m.decision("cancel", "not_approver", 0)
+			a.tell(ctx, c.user, c.channel, c.thread, NotInConversationText())
+			return
+		}
 	}
 	runID := store.RunOf(callID)
 	res, err := a.ag.Cancel(ctx, runID, c.user)

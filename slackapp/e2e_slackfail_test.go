@@ -103,16 +103,54 @@ func TestCardUpdateRefusedForNowIsMadeAgain(t *testing.T) {
 }
 
 // An answer Slack refuses with an error it names as passing is posted
-// again, as one refused with a server error is.
+// again, as one refused with a server error is; not one refused with an
+// error Slack says may come after the post was made (internal_error),
+// which would show it twice.
 func TestAnswerRefusedWithAPassingErrorIsPostedAgain(t *testing.T) {
 	defer slackapp.SetLaterWaits(10*time.Millisecond, 10*time.Millisecond)()
 	e := newEnv(t, storeKinds(t)[0])
 	e.start()
 	e.slack.FailNext("chat.startStream", 400)
-	e.slack.ErrorNext("chat.postMessage", "internal_error")
+	e.slack.ErrorNext("chat.postMessage", "service_unavailable")
 	e.model.Reply(fakeopenai.Text("The answer is 42."))
 	ts := e.slack.Mention(channel, requester, "the answer?")
 	e.answer(ts, "The answer is 42.")
+
+	e.slack.FailNext("chat.startStream", 400)
+	e.slack.ErrorAfterNext("chat.postMessage", "internal_error")
+	e.model.Reply(fakeopenai.Text("Made once."), fakeopenai.Text("Next."))
+	e.slack.ThreadReply(channel, ts, requester, "<@"+e.slack.BotUserID()+"> again?")
+	e.answer(ts, "Made once.")
+	e.slack.ThreadReply(channel, ts, requester, "<@"+e.slack.BotUserID()+"> next?")
+	e.answer(ts, "Next.")
+	n := 0
+	for _, m := range e.slack.Thread(channel, ts) {
+		if m.BotID != "" && strings.Contains(m.Text, "Made once.") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("an answer Slack posted and answered internal_error for was posted %d times:\n%s", n, dumpThread(e.slack.Thread(channel, ts)))
+	}
+}
+
+// A requester who clicks Cancel while Slack does not list the channel's
+// members is told to try again, not that they are not in the conversation.
+func TestCancelWhileMembersCannotBeListed(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 1")
+	card := e.card(ts, "deploy")
+	for range 10 {
+		e.slack.FailNext("conversations.members", 503)
+	}
+	_, err := e.slack.Click(requester, channel, card.TS, slackapp.ActionCancel, "")
+	must(t, err)
+	waitUntil(t, "the requester is told something", func() bool { return len(e.slack.Ephemerals(requester)) > 0 })
+	if got := e.slack.Ephemerals(requester)[0].Text; got != slackapp.UnverifiedText() {
+		t.Errorf("a requester Slack could not check was told %q, want %q", got, slackapp.UnverifiedText())
+	}
 }
 
 // When a user group of a call's approvers cannot be listed as the card is

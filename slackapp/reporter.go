@@ -199,7 +199,7 @@ var laterWaits = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Min
 func (a *App) postInsisting(ctx context.Context, channel, thread string, blocks []slack.Block, fallback string) bool {
 	_, err := a.chat(ctx, chatMessage{channel: channel, thread: thread, blocks: blocks, text: fallback})
 	for _, wait := range laterWaits {
-		if err == nil || !refusedBySlack(err) || ctx.Err() != nil {
+		if err == nil || !refusedBySlack(err) || mayHaveSucceeded(err) || ctx.Err() != nil {
 			break
 		}
 		a.log.Warn("Slack refused an answer; posting it again shortly", "channel", channel, "in", wait, "err", err)
@@ -227,6 +227,15 @@ func refusedBySlack(err error) bool {
 // own that passes (its documented internal_error, fatal_error,
 // service_unavailable and request_timeout): the call may be made again.
 var passingErrors = map[string]bool{"internal_error": true, "fatal_error": true, "service_unavailable": true, "request_timeout": true}
+
+// mayHaveSucceeded reports whether err is one of the passing errors that
+// Slack says may come after part of the call was made (internal_error,
+// fatal_error): a post refused so is not made again, which could show it
+// twice; an update may be.
+func mayHaveSucceeded(err error) bool {
+	e, ok := errors.AsType[slack.SlackErrorResponse](err)
+	return ok && (e.Err == "internal_error" || e.Err == "fatal_error")
+}
 
 // serverRetryAfter is the wait before a call Slack refused with a server
 // error, or a passing one, is made again later (a variable for tests).

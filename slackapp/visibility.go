@@ -64,10 +64,21 @@ func (a *App) mayDecide(ctx context.Context, c agent.Call, user string) error {
 // conversation, or someone who can see its conversation now (a requester
 // who left a private channel no longer sees what goes on in it).
 func (a *App) maySee(ctx context.Context, c agent.Call, user string) bool {
+	ok, err := a.maySeeChecked(ctx, c, user)
+	return ok && err == nil
+}
+
+// maySeeChecked is maySee, with the error of a lookup that could not say
+// whether user can see the conversation (Slack did not list its members).
+func (a *App) maySeeChecked(ctx context.Context, c agent.Call, user string) (bool, error) {
 	if len(namedDeciders(c)) > 0 && a.authorizeNamed(ctx, c, user) == nil {
-		return true
+		return true, nil
 	}
-	return a.inAudience(ctx, c.Channel, user)
+	ok, err := a.audience.CanSee(ctx, c.Channel, user)
+	if err != nil {
+		a.log.Warn("check who can see a conversation", "channel", c.Channel, "user", user, "err", err)
+	}
+	return ok, err
 }
 
 // authorizeNamed checks that user may decide c under the approvers it

@@ -17,8 +17,9 @@ type injection struct {
 	retryAfter int
 	hold       *hold
 	// code, when set, is answered as Slack's ok:false error, with HTTP
-	// 200, instead of running the method.
-	code string
+	// 200, instead of running the method, or after it with after set.
+	code  string
+	after bool
 }
 
 // RateLimit makes the next times calls to method answer HTTP 429 with a
@@ -47,6 +48,15 @@ func (s *Server) ErrorNext(method, code string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inject[method] = append(s.inject[method], injection{code: code})
+}
+
+// ErrorAfterNext makes the next call to method run, and then answer
+// ok:false with the error code, as Slack may for internal_error and
+// fatal_error ("some aspect of the operation succeeded").
+func (s *Server) ErrorAfterNext(method, code string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inject[method] = append(s.inject[method], injection{code: code, after: true})
 }
 
 // request is a decoded Web API request.
@@ -157,8 +167,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 	}
 	var injected *apiError
+	injectedAfter := false
 	if q := s.inject[rq.method]; len(q) > 0 && q[0].hold == nil && q[0].code != "" {
-		injected = fail(q[0].code)
+		injected, injectedAfter = fail(q[0].code), q[0].after
 		s.inject[rq.method] = q[1:]
 	} else if len(q) > 0 && q[0].hold == nil {
 		inj := q[0]
@@ -181,6 +192,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	)
 	handler := s.handler(rq.method)
 	switch {
+	case injected != nil && injectedAfter && handler != nil:
+		_, _ = handler(rq)
+		aerr = injected
 	case injected != nil:
 		aerr = injected
 	case handler == nil:
