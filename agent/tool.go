@@ -320,6 +320,37 @@ type uncheckedPattern string
 func (p uncheckedPattern) String() string        { return string(p) }
 func (uncheckedPattern) MatchString(string) bool { return true }
 
+// dropUncheckedPatternProperties takes out of the schema doc (decoded
+// JSON) every patternProperties entry whose pattern Go's regexp cannot
+// compile, and the additionalProperties beside it: matched by everything
+// (see lenientRegexp), its subschema would apply to every property, and
+// refuse valid arguments; left out, the properties it was for are left to
+// the server to check, as its pattern is.
+func dropUncheckedPatternProperties(doc any) {
+	switch v := doc.(type) {
+	case map[string]any:
+		if pp, ok := v["patternProperties"].(map[string]any); ok {
+			dropped := false
+			for pattern := range pp {
+				if _, err := regexp.Compile(pattern); err != nil {
+					delete(pp, pattern)
+					dropped = true
+				}
+			}
+			if dropped {
+				delete(v, "additionalProperties")
+			}
+		}
+		for _, sub := range v {
+			dropUncheckedPatternProperties(sub)
+		}
+	case []any:
+		for _, sub := range v {
+			dropUncheckedPatternProperties(sub)
+		}
+	}
+}
+
 func compileTool(t Tool) (*registered, error) {
 	if !ValidName(t.Name) {
 		return nil, fmt.Errorf("register tool %q: name must be 1-64 characters of A-Z a-z 0-9 _ -", t.Name)
@@ -333,6 +364,7 @@ func compileTool(t Tool) (*registered, error) {
 		if err != nil {
 			return nil, fmt.Errorf("register tool %q: schema is not JSON: %w", t.Name, err)
 		}
+		dropUncheckedPatternProperties(doc)
 		c := jsonschema.NewCompiler()
 		// A schema comes from an MCP server, which may be remote: its
 		// $refs reach nothing outside it (the default loader reads
