@@ -341,8 +341,13 @@ func dropUncheckedPatternProperties(doc any) {
 				delete(v, "additionalProperties")
 			}
 		}
-		for _, sub := range v {
-			dropUncheckedPatternProperties(sub)
+		for k, sub := range v {
+			switch k {
+			case "enum", "const", "default", "examples":
+				// Values, not schemas.
+			default:
+				dropUncheckedPatternProperties(sub)
+			}
 		}
 	case []any:
 		for _, sub := range v {

@@ -221,3 +221,20 @@ func TestUncompilablePatternPropertiesLeftToTheServer(t *testing.T) {
 		}
 	}
 }
+
+// Values in a schema (enum, const, default, examples) are not schemas: an
+// object among them that holds a patternProperties key is left as it is.
+func TestPatternPropertiesInValuesAreLeftAlone(t *testing.T) {
+	reg := agent.NewRegistry()
+	schema := `{"type":"object","properties":{"opts":{"enum":[{"patternProperties":{"(?!x)":1}}]}}}`
+	if err := reg.Register(agent.Tool{Name: "opts", Schema: json.RawMessage(schema),
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{}, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Filled("opts", json.RawMessage(`{"opts":{"patternProperties":{"(?!x)":1}}}`)); err != nil {
+		t.Errorf("the enum's own value refused: %v", err)
+	}
+	if _, err := reg.Filled("opts", json.RawMessage(`{"opts":{"patternProperties":{}}}`)); err == nil {
+		t.Error("a value not in the enum accepted")
+	}
+}
