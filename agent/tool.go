@@ -320,25 +320,21 @@ type uncheckedPattern string
 func (p uncheckedPattern) String() string        { return string(p) }
 func (uncheckedPattern) MatchString(string) bool { return true }
 
-// dropUncheckedPatternProperties takes out of the schema doc (decoded
-// JSON) every patternProperties entry whose pattern Go's regexp cannot
-// compile, and the additionalProperties beside it: matched by everything
-// (see lenientRegexp), its subschema would apply to every property, and
-// refuse valid arguments; left out, the properties it was for are left to
-// the server to check, as its pattern is.
-func dropUncheckedPatternProperties(doc any) {
+// openUncheckedPatternProperties makes, in the schema doc (decoded JSON),
+// the subschema of every patternProperties entry whose pattern Go's
+// regexp cannot compile one that checks nothing: its pattern matches
+// everything (see lenientRegexp), so its subschema would apply to every
+// property and refuse valid arguments. The properties it was for are left
+// to the server to check, as its pattern is; matched, they are not
+// refused by an additionalProperties or unevaluatedProperties either.
+func openUncheckedPatternProperties(doc any) {
 	switch v := doc.(type) {
 	case map[string]any:
 		if pp, ok := v["patternProperties"].(map[string]any); ok {
-			dropped := false
 			for pattern := range pp {
 				if _, err := regexp.Compile(pattern); err != nil {
-					delete(pp, pattern)
-					dropped = true
+					pp[pattern] = true
 				}
-			}
-			if dropped {
-				delete(v, "additionalProperties")
 			}
 		}
 		for k, sub := range v {
@@ -346,12 +342,12 @@ func dropUncheckedPatternProperties(doc any) {
 			case "enum", "const", "default", "examples":
 				// Values, not schemas.
 			default:
-				dropUncheckedPatternProperties(sub)
+				openUncheckedPatternProperties(sub)
 			}
 		}
 	case []any:
 		for _, sub := range v {
-			dropUncheckedPatternProperties(sub)
+			openUncheckedPatternProperties(sub)
 		}
 	}
 }
@@ -369,7 +365,7 @@ func compileTool(t Tool) (*registered, error) {
 		if err != nil {
 			return nil, fmt.Errorf("register tool %q: schema is not JSON: %w", t.Name, err)
 		}
-		dropUncheckedPatternProperties(doc)
+		openUncheckedPatternProperties(doc)
 		c := jsonschema.NewCompiler()
 		// A schema comes from an MCP server, which may be remote: its
 		// $refs reach nothing outside it (the default loader reads

@@ -201,13 +201,15 @@ func TestCheckArgs(t *testing.T) {
 
 // A patternProperties pattern Go's regexp cannot compile (a lookahead) is
 // left to the server: its subschema is not applied to every property,
-// which refused valid arguments, and additionalProperties beside it does
-// not refuse the properties it was for.
+// which refused valid arguments, and additionalProperties or
+// unevaluatedProperties do not refuse the properties it was for.
 func TestUncompilablePatternPropertiesLeftToTheServer(t *testing.T) {
 	reg := agent.NewRegistry()
 	for name, schema := range map[string]string{
-		"labels": `{"type":"object","properties":{"_count":{"type":"integer"}},"patternProperties":{"^(?!_)":{"type":"string"}}}`,
-		"closed": `{"type":"object","properties":{"_count":{"type":"integer"}},"patternProperties":{"^(?!_)":{"type":"string"}},"additionalProperties":false}`,
+		"labels":            `{"type":"object","properties":{"_count":{"type":"integer"}},"patternProperties":{"^(?!_)":{"type":"string"}}}`,
+		"closed":            `{"type":"object","properties":{"_count":{"type":"integer"}},"patternProperties":{"^(?!_)":{"type":"string"}},"additionalProperties":false}`,
+		"unevaluated":       `{"type":"object","properties":{"_count":{"type":"integer"}},"patternProperties":{"^(?!_)":{"type":"string"}},"unevaluatedProperties":false}`,
+		"unevaluated_above": `{"type":"object","allOf":[{"properties":{"_count":{"type":"integer"}},"patternProperties":{"^(?!_)":{"type":"string"}}}],"unevaluatedProperties":false}`,
 	} {
 		if err := reg.Register(agent.Tool{Name: name, Schema: json.RawMessage(schema),
 			Handler: func(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{}, nil }}); err != nil {

@@ -614,4 +614,10 @@ func TestEnvFromMayHoldTheModelsSettings(t *testing.T) {
 	if _, err := render(t, "", map[string]any{"secrets": noKey}); err == nil || !strings.Contains(err.Error(), "secrets.openaiApiKey is required") {
 		t.Errorf("no key, no envFrom: got %v, want the key asked for", err)
 	}
+	// Azure OpenAI's key may be there too.
+	azure := map[string]any{"OPENAI_BASE_URL": "https://example.openai.azure.com/openai/v1", "OPENAI_API_VERSION": "2024-10-21"}
+	if _, err := render(t, "", map[string]any{"secrets": noKey, "env": azure,
+		"envFrom": []any{map[string]any{"secretRef": map[string]any{"name": "azure-openai"}}}}); err != nil {
+		t.Errorf("Azure OpenAI with envFrom holding its key: %v", err)
+	}
 }

@@ -92,7 +92,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- /* Azure OpenAI (OPENAI_API_VERSION set, or a host under
   openai.azure.com) always needs a key: the bot exits without one. */}}
-{{- if and (not .Values.secrets.openaiApiKey) (or (get (.Values.env | default dict) "OPENAI_API_VERSION") (regexMatch "(?i)^https?://[^/?#]*[.]openai[.]azure[.]com(:[0-9]+)?([/?#]|$)" $baseURL)) }}
+{{- if and (not .Values.secrets.openaiApiKey) (not .Values.envFrom) (or (get (.Values.env | default dict) "OPENAI_API_VERSION") (regexMatch "(?i)^https?://[^/?#]*[.]openai[.]azure[.]com(:[0-9]+)?([/?#]|$)" $baseURL)) }}
 {{- fail "secrets.openaiApiKey is required for Azure OpenAI (the bot exits with \"OPENAI_API_KEY is required for Azure OpenAI\" otherwise)" }}
 {{- end }}
 {{- end }}
