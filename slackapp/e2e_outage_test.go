@@ -309,7 +309,8 @@ func TestMentionDuringStoreOutageIsAnsweredOnce(t *testing.T) {
 // An answer Slack refuses through every retry is posted later: it is kept
 // in the conversation's history as given, so the thread must show it.
 func TestRefusedAnswerIsPostedLater(t *testing.T) {
-	defer slackapp.SetLaterWaits(100*time.Millisecond, 100*time.Millisecond)()
+	// Restored once the bot has stopped (cleanups run last first).
+	t.Cleanup(slackapp.SetLaterWaits(100*time.Millisecond, 100*time.Millisecond))
 	e := newEnv(t, storeKinds(t)[0])
 	e.start()
 	e.slack.FailNext("chat.startStream", 400)

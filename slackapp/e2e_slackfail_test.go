@@ -84,7 +84,8 @@ func TestCardUpdateRefusedForNowIsMadeAgain(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			defer slackapp.SetCardRetryWait(10 * time.Millisecond)()
+			// Restored once the bot has stopped (cleanups run last first).
+			t.Cleanup(slackapp.SetCardRetryWait(10 * time.Millisecond))
 			e := newEnv(t, storeKinds(t)[0])
 			e.start()
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"2"}`)), fakeopenai.Text("Not deploying then."))
@@ -107,7 +108,8 @@ func TestCardUpdateRefusedForNowIsMadeAgain(t *testing.T) {
 // error Slack says may come after the post was made (internal_error),
 // which would show it twice.
 func TestAnswerRefusedWithAPassingErrorIsPostedAgain(t *testing.T) {
-	defer slackapp.SetLaterWaits(10*time.Millisecond, 10*time.Millisecond)()
+	// Restored once the bot has stopped (cleanups run last first).
+	t.Cleanup(slackapp.SetLaterWaits(10*time.Millisecond, 10*time.Millisecond))
 	e := newEnv(t, storeKinds(t)[0])
 	e.start()
 	e.slack.FailNext("chat.startStream", 400)
