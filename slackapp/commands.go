@@ -671,12 +671,17 @@ func (a *App) cmdRulesRevoke(ctx context.Context, user, id string) string {
 // it for a decision on a call open to anyone in its conversation: the
 // requester too, who may have left it. A failed check hides the call.
 func (a *App) inAudience(ctx context.Context, channel, user string) bool {
+	ok, err := a.canSee(ctx, channel, user)
+	return ok && err == nil
+}
+
+// canSee is audience.CanSee, with a failed look-up logged.
+func (a *App) canSee(ctx context.Context, channel, user string) (bool, error) {
 	ok, err := a.audience.CanSee(ctx, channel, user)
 	if err != nil {
 		a.log.Warn("check who can see a conversation", "channel", channel, "user", user, "err", err)
-		return false
 	}
-	return ok
+	return ok, err
 }
 
 // homeScanLimit bounds the pending calls read for the Home tabs (the

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -291,12 +290,11 @@ func recordDeadline(m message, now time.Time) time.Time {
 // youngThread reports whether the thread of a reply, whose root has
 // timestamp threadTS, was started within the last few seconds before now.
 func youngThread(threadTS string, now time.Time) bool {
-	sec, _, _ := strings.Cut(threadTS, ".")
-	n, err := strconv.ParseInt(sec, 10, 64)
-	if err != nil {
+	sec, _, ok := parseTS(threadTS)
+	if !ok {
 		return false
 	}
-	age := now.Sub(time.Unix(n, 0))
+	age := now.Sub(time.Unix(sec, 0))
 	return age > -time.Minute && age < 5*time.Second
 }
 

@@ -47,9 +47,8 @@ func (a *App) mayDecide(ctx context.Context, c agent.Call, user string) error {
 		if a.outsiders.has(user) {
 			return errOutsider
 		}
-		ok, err := a.audience.CanSee(ctx, c.Channel, user)
+		ok, err := a.canSee(ctx, c.Channel, user)
 		if err != nil {
-			a.log.Warn("check who can see a conversation", "channel", c.Channel, "user", user, "err", err)
 			return fmt.Errorf("%w (%w): %w", approvals.ErrNotApprover, approvals.ErrUnverified, err)
 		}
 		if !ok {
@@ -74,11 +73,7 @@ func (a *App) maySeeChecked(ctx context.Context, c agent.Call, user string) (boo
 	if len(namedDeciders(c)) > 0 && a.authorizeNamed(ctx, c, user) == nil {
 		return true, nil
 	}
-	ok, err := a.audience.CanSee(ctx, c.Channel, user)
-	if err != nil {
-		a.log.Warn("check who can see a conversation", "channel", c.Channel, "user", user, "err", err)
-	}
-	return ok, err
+	return a.canSee(ctx, c.Channel, user)
 }
 
 // authorizeNamed checks that user may decide c under the approvers it
