@@ -152,6 +152,11 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	timeout := cmp.Or(opts.LockTimeout, DefaultLockTimeout)
+	if discarded, err := discardUnfinished(path); err != nil {
+		return nil, openError(path, err)
+	} else if discarded {
+		cmp.Or(opts.Logger, slog.Default()).Warn("the store file's creation was cut short (a full disk?); it holds nothing and is created again", "path", path)
+	}
 	if err := checkPages(path, timeout); err != nil {
 		return nil, openError(path, err)
 	}

@@ -8,10 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/toolgate/toolgate/store"
 )
 
 // envOpenDamaged names, in a child process of TestOpenRefusesADamagedFile,
@@ -122,4 +125,64 @@ func TestOpenRefusesADamagedFile(t *testing.T) {
 func firstLines(s string, n int) string {
 	lines := strings.SplitAfter(s, "\n")
 	return strings.Join(lines[:min(n, len(lines))], "")
+}
+
+// A file whose creation was cut short (a full disk: bbolt writes a new
+// file's four pages in one write, of which only the first two landed)
+// holds nothing: Open creates it afresh instead of calling it damaged, and
+// what is saved then is there after the next Open. A file that is in use
+// is not touched.
+func TestOpenCreatesAgainAFileWhoseCreationWasCutShort(t *testing.T) {
+	dir := t.TempDir()
+	whole := filepath.Join(dir, "whole.db")
+	db, err := bolt.Open(whole, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	first, err := os.ReadFile(whole)
+	if err != nil || len(first) < 4*4096 {
+		t.Fatalf("a new bbolt file holds %d bytes (%v)", len(first), err)
+	}
+	path := filepath.Join(dir, "toolgate.db")
+	if err := os.WriteFile(path, first[:2*4096], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, Options{PruneInterval: time.Hour, LockTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open of a file whose creation was cut short: %v", err)
+	}
+	if _, err := s.PutRecord(t.Context(), store.Record{Kind: "k", ID: "1", Data: []byte(`{}`)}, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(path, Options{PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if recs, err := s.Records(t.Context(), "k"); err != nil || len(recs) != 1 {
+		t.Errorf("after a reopen: %d records (%v); want the one saved", len(recs), err)
+	}
+
+	// Held by another process's bbolt (a flock of its own on the file),
+	// a short file is left for bolt.Open, which waits for the lock.
+	held := filepath.Join(dir, "held.db")
+	if err := os.WriteFile(held, first[:2*4096], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(held, Options{PruneInterval: time.Hour, LockTimeout: 100 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "locked") {
+		t.Errorf("Open of a file another process holds = %v; want it locked", err)
+	}
+	if fi, err := os.Stat(held); err != nil || fi.Size() != 2*4096 {
+		t.Errorf("the held file is %v bytes (%v); want it untouched", fi.Size(), err)
+	}
 }
