@@ -346,6 +346,13 @@ var ErrLeaseTimeout = errors.New("conversation is busy")
 // work recorded, and a takeover or the sweep carries it on.
 var ErrNotRecorded = errors.New("message not recorded")
 
+// ErrPauseNotSaved wraps the error of a turn whose approval request could
+// not be saved: the turn was recorded with its calls as not performed and
+// its messages answered, so nothing carries it on, and the request must be
+// made again. (When the turn could not be recorded either, its messages
+// stay unanswered for a takeover, and the error does not wrap it.)
+var ErrPauseNotSaved = errors.New("approval request not saved")
+
 // ErrUnconfirmed wraps the error of a decision whose store step may have
 // been made, its answer lost, when the store did not answer again in time
 // to tell: the decision may stand (its card then says so) or not. The

@@ -233,6 +233,33 @@ func TestRememberMakesAStandingRule(t *testing.T) {
 	}
 }
 
+// An Always allow on a second card of the tool, whose call the first
+// one's standing rule allows by now, approves it: it is allowed from now
+// on already, and no second rule is saved.
+func TestRememberOfACallAStandingRuleAllowsByNow(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p1 := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	req := request("another thread")
+	req.Conversation = "T1/C1/1700000000.000200"
+	p2 := pauseWith(t, w, a, req, call("c2", "restart", `{"env":"staging"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p1.ID, Fingerprint: p1.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"})
+	must(t, err)
+	res, err := a.Decide(ctx, approvals.Decision{CallID: p2.ID, Fingerprint: p2.Fingerprint, Kind: approvals.Remember, Decider: "UOTHER2"})
+	if err != nil {
+		t.Fatalf("Always allow on the second card: %v (%s); want it approved", err, agent.Detail(err))
+	}
+	if res.Call.Status != agent.CallDecided || res.Call.Decision == nil || res.Call.Decision.Kind != approvals.Approve || res.Call.Decision.Decider != "UOTHER2" {
+		t.Errorf("the second call is %s, decided %+v; want approved by UOTHER2", res.Call.Status, res.Call.Decision)
+	}
+	rules, err := w.engine.StandingRules(ctx, "C1")
+	must(t, err)
+	if len(rules) != 1 {
+		t.Errorf("%d standing rules saved; want the first click's only", len(rules))
+	}
+}
+
 // Refused decisions change nothing and say why.
 func TestRefusedDecisions(t *testing.T) {
 	ctx := context.Background()

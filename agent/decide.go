@@ -693,10 +693,18 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			if need > 1 {
 				return sd, need, badDecision("this call needs %d approvers, so it cannot be allowed from now on; approve it instead", need)
 			}
-			if v.Action != approvals.Ask || v.FailClosed || v.Combined {
+			switch {
+			case v.Action == approvals.Allow && strings.HasPrefix(v.RuleID, approvals.StandingPrefix):
+				// Allowed from now on already, by a standing rule made
+				// since the card was posted (an Always allow on another
+				// card of the tool): the call is approved, and no second
+				// rule is saved.
+				sd.Kind = storedKind(approvals.Approve)
+			case v.Action != approvals.Ask || v.FailClosed || v.Combined:
 				return sd, need, badDecision("this call is not asked under a rule that can be relaxed now; approve it instead")
+			default:
+				sd.Conditions, sd.TTL, sd.Exact = d.Conditions, d.TTL, d.Exact
 			}
-			sd.Conditions, sd.TTL, sd.Exact = d.Conditions, d.TTL, d.Exact
 		}
 		if d.Kind == approvals.Edit {
 			args, ev, err := a.checkEdit(ctx, c, d, recs)

@@ -15,7 +15,9 @@ import (
 
 // checkKeys refuses object keys that a person reading the card, or a tool
 // decoding the arguments, could take for another key, at every depth of
-// the arguments, as duplicate keys are refused: two keys of one object
+// the arguments: a key given twice in one object (decoded, the last one
+// wins, as the schema's defaults are filled in: the arguments as written
+// must be checked for it), two keys of one object
 // that are the same after Unicode normalisation (NFKC: "café" written with
 // a combining accent, a full-width "ｐａｔｈ") or differ only by case
 // ("filePath" and "filepath": Go's encoding/json and others match fields
@@ -63,7 +65,10 @@ func keysOfValue(dec *json.Decoder) error {
 			}
 			nf := norm.NFKC.String(key)
 			folded := cases.Fold().String(nf)
-			if first, ok := seen[folded]; ok && first != key {
+			if first, ok := seen[folded]; ok {
+				if first == key {
+					return fmt.Errorf("key %q given twice", key)
+				}
 				if norm.NFKC.String(first) == nf {
 					return fmt.Errorf("keys %q and %q differ only by Unicode normalisation, so they look like the same key; use one spelling", first, key)
 				}

@@ -1439,11 +1439,11 @@ func checkArgs(args json.RawMessage, validate func(json.RawMessage) (json.RawMes
 	if err := approvals.CheckText(args); err != nil {
 		return nil, "", err
 	}
-	filled, err := validate(args)
-	if err != nil {
+	if err := checkKeys(args); err != nil {
 		return nil, "", err
 	}
-	if err := checkKeys(args); err != nil {
+	filled, err := validate(args)
+	if err != nil {
 		return nil, "", err
 	}
 	// A default filled in beside a key given that looks like its own
@@ -1803,9 +1803,9 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 			return Outcome{}, err
 		}
 		if serr := a.saveTurn(context.WithoutCancel(ctx), t); serr != nil {
-			err = errors.Join(err, serr)
+			return Outcome{}, errors.Join(err, serr)
 		}
-		return Outcome{}, err
+		return Outcome{}, fmt.Errorf("%w: %w", ErrPauseNotSaved, err)
 	}
 	t.finish, t.pausedRun = "", ""
 	a.paused.addAll(remember, t.began)

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
 )
 
 func nop(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{}, nil }
@@ -196,6 +198,25 @@ func TestCheckArgs(t *testing.T) {
 		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
 			t.Errorf("CheckArgs(%s) = %s, %v; want an error containing %q", tt.args, got, err, tt.wantErr)
 		}
+	}
+}
+
+// A key given twice is refused for a tool whose schema fills in a default
+// too: decoded to fill it in, the last value won, and the arguments ran
+// with it, while the history held both.
+func TestKeyGivenTwiceRefusedWhenDefaultsAreFilled(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	ran := 0
+	schema := `{"type":"object","properties":{"cmd":{"type":"string"},"mode":{"type":"string","default":"ro"}}}`
+	must(t, w.reg.Register(agent.Tool{Name: "sh", Annotations: approvals.Hints{ReadOnly: true}, Schema: json.RawMessage(schema),
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) { ran++; return agent.Result{Content: "ran"}, nil }}))
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "sh", `{"cmd":"ls","cmd":"rm -rf /"}`)), fakeopenai.Text("done"))
+	if _, err := w.agent().Run(context.Background(), request("list")); err != nil {
+		t.Fatal(err)
+	}
+	got := toolResults(t, w.model)
+	if ran != 0 || len(got) != 1 || !strings.Contains(got[0], `key "cmd" given twice`) {
+		t.Errorf("sh ran %d times; the model read %q; want the key given twice refused", ran, got)
 	}
 }
 

@@ -88,7 +88,7 @@ func (a *App) onInteractive(ctx context.Context, env *envelope, start time.Time)
 			redelivered := sync.OnceValue(func() bool { return !a.firstTime(ctx, "envelope:"+env.ID) })
 			conversation := ""
 			if in.Team.ID != "" && in.Channel.ID != "" && in.Container.ThreadTS != "" {
-				conversation = ConversationKey(in.Team.ID, in.Channel.ID, in.Container.ThreadTS)
+				conversation = ConversationKey(a.conversationTeam(in.Team.ID), in.Channel.ID, in.Container.ThreadTS)
 			}
 			a.noteTeam(in.User.ID, in.User.TeamID)
 			for _, act := range in.Actions {

@@ -43,6 +43,7 @@ type audienceCache struct {
 	dms     map[string]dmEntry
 	members map[string]memberEntry
 	public  map[string]publicEntry
+	guests  map[string]publicEntry // user -> whether a guest (in public)
 }
 
 type publicEntry struct {
@@ -61,7 +62,7 @@ type memberEntry struct {
 }
 
 func newAudienceCache(api *slack.Client, ttl time.Duration) *audienceCache {
-	return &audienceCache{api: api, ttl: ttl, maxDMs: maxDMs, maxChannels: maxChannels, dms: map[string]dmEntry{}, members: map[string]memberEntry{}, public: map[string]publicEntry{}}
+	return &audienceCache{api: api, ttl: ttl, maxDMs: maxDMs, maxChannels: maxChannels, dms: map[string]dmEntry{}, members: map[string]memberEntry{}, public: map[string]publicEntry{}, guests: map[string]publicEntry{}}
 }
 
 // CanSee reports whether user can see channel.
@@ -149,6 +150,38 @@ func (c *audienceCache) isPublic(ctx context.Context, channel string) (bool, err
 		return false, err
 	}
 	return v.(bool), nil
+}
+
+// seesPublic reports whether user can see public channel: anyone of the
+// workspace but a guest (users.info is_restricted or is_ultra_restricted,
+// kept for ttl), who sees only the channels they are in. What cannot be
+// looked up is answered no, with the error.
+func (c *audienceCache) seesPublic(ctx context.Context, channel, user string) (bool, error) {
+	c.mu.Lock()
+	e, ok := c.guests[user]
+	c.mu.Unlock()
+	if !ok || time.Since(e.at) >= c.ttl {
+		v, err := c.lookups.do(ctx, "user:"+user, func(ctx context.Context) (any, error) {
+			u, err := c.api.GetUserInfoContext(ctx, user)
+			if err != nil {
+				return nil, fmt.Errorf("look up user %s: %w", user, err)
+			}
+			guest := u.IsRestricted || u.IsUltraRestricted
+			c.mu.Lock()
+			put(c.guests, user, publicEntry{public: guest, at: time.Now()}, c.maxDMs, c.ttl, func(e publicEntry) time.Time { return e.at })
+			c.mu.Unlock()
+			return guest, nil
+		})
+		if err != nil {
+			return false, err
+		}
+		e.public = v.(bool)
+	}
+	if !e.public {
+		return true, nil
+	}
+	members, err := c.channelMembers(ctx, channel)
+	return members[user], err
 }
 
 // channelMembers returns the members of a channel, every page of them.

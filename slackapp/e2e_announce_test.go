@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -168,7 +169,8 @@ func TestModalClickBeforeThePauseIsSavedOpensOnceItIs(t *testing.T) {
 
 // A pause that cannot be saved turns its card, posted already, into a
 // notice with no buttons that the request could not be saved; the thread
-// is told, and nothing runs.
+// is told to ask again, not promised a retry (the turn is recorded with
+// the call not performed: nothing is left to carry on), and nothing runs.
 func TestUnsavedPauseMarksItsCard(t *testing.T) {
 	for _, kind := range storeKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
@@ -182,7 +184,15 @@ func TestUnsavedPauseMarksItsCard(t *testing.T) {
 			if _, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, ""); err == nil || isCard(got) {
 				t.Errorf("the unsaved card can still be approved: %s", got.Blocks)
 			}
-			e.answer(ts, "my state store may be unavailable")
+			note := e.answer(ts, "my state store may be unavailable")
+			if !strings.Contains(note.Text, "ask again") || strings.Contains(note.Text, "try again shortly") {
+				t.Errorf("the thread was told %q; want to ask again", note.Text)
+			}
+			listed, err := held.fullStore.Unanswered(t.Context(), time.Now().Add(time.Hour), 0, 100)
+			must(t, err)
+			if key := slackapp.ConversationKey(e.slack.TeamID(), channel, ts); slices.Contains(listed, key) {
+				t.Errorf("the conversation is still listed as unanswered: the turn was not recorded")
+			}
 			if n := e.deploy.Load(); n != 0 {
 				t.Errorf("deploy ran %d times; want none: the request was never saved", n)
 			}

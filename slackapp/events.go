@@ -17,6 +17,21 @@ func ConversationKey(team, channel, threadTS string) string {
 	return team + "/" + channel + "/" + threadTS
 }
 
+// conversationTeam is the team of the conversation keys of a thread that
+// a payload naming team is about: the bot's workspace. In a channel shared
+// with another organisation (Slack Connect), Slack names the workspace of
+// whoever wrote or clicked, so that one thread would be as many
+// conversations as organisations write in it. On Enterprise Grid, where
+// the bot may be installed for the whole organisation, the payload's team
+// stays the key's, as it always was (and a thread shared with another
+// organisation is keyed by each writer's workspace).
+func (a *App) conversationTeam(team string) string {
+	if team == "" || a.teamID != "" && a.enterpriseID == "" {
+		return a.teamID
+	}
+	return team
+}
+
 // parseKey splits a ConversationKey.
 func parseKey(key string) (team, channel, threadTS string, ok bool) {
 	parts := strings.SplitN(key, "/", 3)
@@ -73,10 +88,7 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	}()
 	ev := &env.Payload.Event
 	eventID := env.Payload.EventID
-	team := env.Payload.TeamID
-	if team == "" {
-		team = a.teamID
-	}
+	team := a.conversationTeam(env.Payload.TeamID)
 	switch ev.Type {
 	case "app_mention":
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || ev.Edited != nil {
@@ -585,8 +597,9 @@ func (a *App) postFailure(ctx context.Context, key string, err error) {
 
 // failureText tells people in the thread what went wrong, without internals
 // they cannot act on. Work the store recorded (every error but
-// agent.ErrNotRecorded) is carried on by a takeover or the sweep, so the
-// thread is not asked to send it again: that would answer it twice. The
+// agent.ErrNotRecorded and agent.ErrPauseNotSaved) is carried on by a
+// takeover or the sweep, so the thread is not asked to send it again: that
+// would answer it twice. The
 // model server's own words, when shown, go through redact first (nil: as
 // they are), before they are cut and escaped, which would hide a secret
 // from it.
@@ -607,6 +620,8 @@ func failureText(err error, redact func(string) string) string {
 	case errors.Is(err, context.Canceled):
 		// Not recorded (see agent.Interrupted).
 		return "I was interrupted before finishing (the bot is restarting). Please send your message again."
+	case errors.Is(err, agent.ErrPauseNotSaved):
+		return "I couldn't save the approval request (my state store may be unavailable), so nothing ran. Please ask again in a minute."
 	case recorded:
 		return "Something went wrong while working on this (my state store may be unavailable). Nothing is lost; I'll try again shortly."
 	default:

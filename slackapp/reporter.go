@@ -785,7 +785,7 @@ func (a *App) blindApproversNoting(ctx context.Context, channel, requester strin
 	var members map[string]bool
 	if !approvals.IsDM(channel) {
 		if public, err := a.audience.isPublic(ctx, channel); err == nil && public {
-			return nil, nil // everyone can see it
+			return a.guestsOutside(ctx, channel, requester, approvers), nil
 		}
 		var err error
 		if members, err = a.audience.channelMembers(ctx, channel); err != nil {
@@ -799,6 +799,27 @@ func (a *App) blindApproversNoting(ctx context.Context, channel, requester strin
 		}
 	}
 	return blind, unexpanded
+}
+
+// guestsOutside lists the approvers named one by one who cannot see public
+// channel, other than the requester and the bot: guests who are not in it.
+// Everyone else of the workspace can see it, user groups' members too (a
+// guest cannot be in a user group). One who cannot be looked up is listed.
+func (a *App) guestsOutside(ctx context.Context, channel, requester string, approvers []string) []string {
+	var blind []string
+	for _, id := range approvers {
+		if approvals.IsGroup(id) || id == requester || id == a.botUserID {
+			continue
+		}
+		sees, err := a.audience.seesPublic(ctx, channel, id)
+		if err != nil {
+			a.log.Warn("look up an approver of a call in a public channel; they get a copy", "channel", channel, "user", id, "err", err)
+		}
+		if !sees {
+			blind = append(blind, id)
+		}
+	}
+	return blind
 }
 
 // copyPlaces lists where the copies for approvers who cannot see the

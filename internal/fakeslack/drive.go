@@ -52,7 +52,7 @@ func (s *Server) PostAsBot(channel, botID, text string) string {
 			"type": "message", "subtype": "bot_message", "bot_id": botID, "username": botID,
 			"text": text, "ts": m.TS, "channel": st.ID, "channel_type": channelType(st), "event_ts": m.TS,
 		}
-		s.deliverEventLocked(ev, m.TS)
+		s.deliverEventLocked(ev, m.TS, "")
 	}
 	return m.TS
 }
@@ -85,6 +85,13 @@ func (s *Server) userMessage(channel, threadTS, user, text string, mentioned boo
 		s.users[user] = &User{ID: user, Name: user, RealName: user}
 	}
 	st := s.ensureChannelLocked(channel, user)
+	// In a channel shared with another organisation (Slack Connect), an
+	// event carries the author's workspace: the event's team, user_team and
+	// source_team, and the outer team_id too (see deliverEventLocked).
+	authorTeam := s.cfg.teamID
+	if u := s.users[user]; u != nil && u.TeamID != "" {
+		authorTeam = u.TeamID
+	}
 	m := &Message{Channel: st.ID, TS: s.tsLocked(), ThreadTS: threadTS, User: user, Text: text}
 	st.messages = append(st.messages, m)
 	s.notifyLocked()
@@ -99,8 +106,11 @@ func (s *Server) userMessage(channel, threadTS, user, text string, mentioned boo
 			"ts":            m.TS,
 			"channel":       st.ID,
 			"event_ts":      m.TS,
-			"team":          s.cfg.teamID,
+			"team":          authorTeam,
 			"client_msg_id": uuid(),
+		}
+		if authorTeam != s.cfg.teamID {
+			ev["user_team"], ev["source_team"] = authorTeam, authorTeam
 		}
 		if threadTS != "" {
 			ev["thread_ts"] = threadTS
@@ -111,11 +121,11 @@ func (s *Server) userMessage(channel, threadTS, user, text string, mentioned boo
 		return ev
 	}
 	if mentioned && st.kind != kindIM {
-		s.deliverEventLocked(base("app_mention"), m.TS)
+		s.deliverEventLocked(base("app_mention"), m.TS, authorTeam)
 	}
 	ev := base("message")
 	ev["channel_type"] = channelType(st)
-	s.deliverEventLocked(ev, m.TS)
+	s.deliverEventLocked(ev, m.TS, authorTeam)
 	return m.TS
 }
 
@@ -131,7 +141,7 @@ func (s *Server) OpenHome(user string) string {
 	if home := s.homeLocked(user); home != nil {
 		ev["view"] = json.RawMessage(home.JSON)
 	}
-	return s.deliverEventLocked(ev, "").ID
+	return s.deliverEventLocked(ev, "", "").ID
 }
 
 func (s *Server) userRefJSON(user string) jsonObject {

@@ -122,7 +122,7 @@ func (s *Server) storeBotMessageLocked(st *channelState, m *Message) {
 		ev["channel"] = st.ID
 		ev["channel_type"] = channelType(st)
 		ev["event_ts"] = m.TS
-		s.deliverEventLocked(ev, m.TS)
+		s.deliverEventLocked(ev, m.TS, "")
 	}
 }
 
@@ -585,7 +585,7 @@ func (s *Server) userJSON(u *User) jsonObject {
 		"is_admin":            u.IsAdmin,
 		"is_owner":            u.IsOwner,
 		"is_primary_owner":    false,
-		"is_restricted":       false,
+		"is_restricted":       u.Guest,
 		"is_ultra_restricted": false,
 		"is_bot":              u.IsBot,
 		"is_app_user":         false,

@@ -47,6 +47,9 @@ type User struct {
 	IsBot    bool
 	Deleted  bool
 	TZ       string
+	// Guest marks a multi-channel guest (users.info is_restricted): Slack
+	// shows a guest only the channels they are in, public ones included.
+	Guest bool
 	// TeamID is the user's own workspace: empty for the fake's, another
 	// for someone from another organisation in a shared channel.
 	TeamID string
@@ -423,7 +426,7 @@ func (s *Server) Leave(channel string, users ...string) {
 		kind = "G"
 	}
 	for _, u := range left {
-		s.deliverEventLocked(jsonObject{"type": "member_left_channel", "user": u, "channel": channel, "channel_type": kind, "team": s.cfg.teamID, "event_ts": s.tsLocked()}, "")
+		s.deliverEventLocked(jsonObject{"type": "member_left_channel", "user": u, "channel": channel, "channel_type": kind, "team": s.cfg.teamID, "event_ts": s.tsLocked()}, "", "")
 	}
 }
 
@@ -442,7 +445,7 @@ func (s *Server) AddUserGroup(id string, members ...string) {
 	removed := slices.DeleteFunc(slices.Clone(before), func(m string) bool { return slices.Contains(members, m) })
 	ts := s.tsLocked()
 	s.deliverEventLocked(jsonObject{"type": "subteam_members_changed", "subteam_id": id, "team_id": s.cfg.teamID,
-		"added_users": added, "added_users_count": strconv.Itoa(len(added)), "removed_users": removed, "removed_users_count": strconv.Itoa(len(removed)), "event_ts": ts}, "")
+		"added_users": added, "added_users_count": strconv.Itoa(len(added)), "removed_users": removed, "removed_users_count": strconv.Itoa(len(removed)), "event_ts": ts}, "", "")
 }
 
 // DMChannel returns the id of the bot's direct-message channel with user,

@@ -328,13 +328,21 @@ func (s *Server) retryUnackedLocked(e *envelope, delivery int) {
 }
 
 // deliverEventLocked wraps an Events API event in an event_callback and an
-// events_api envelope.
-func (s *Server) deliverEventLocked(inner jsonObject, ts string) *envelope {
+// events_api envelope. Its team_id is team, or the fake's own when empty:
+// in a channel shared with another organisation (Slack Connect) Slack
+// sends the workspace of the event's author there
+// (slackapi/node-slack-sdk#1370), while authorizations name the
+// installation.
+func (s *Server) deliverEventLocked(inner jsonObject, ts, team string) *envelope {
 	eventID := "Ev" + s.idLocked()
 	now := s.cfg.now()
+	extShared := team != "" && team != s.cfg.teamID
+	if !extShared {
+		team = s.cfg.teamID
+	}
 	payload := jsonObject{
 		"token":      "",
-		"team_id":    s.cfg.teamID,
+		"team_id":    team,
 		"api_app_id": s.cfg.appID,
 		"event":      inner,
 		"type":       "event_callback",
@@ -347,7 +355,7 @@ func (s *Server) deliverEventLocked(inner jsonObject, ts string) *envelope {
 			"is_bot":                true,
 			"is_enterprise_install": false,
 		}},
-		"is_ext_shared_channel": false,
+		"is_ext_shared_channel": extShared,
 		"event_context":         "4-" + randomHex(32),
 	}
 	e := s.newEnvelopeLocked("events_api", payload, false)

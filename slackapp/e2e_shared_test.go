@@ -1,0 +1,66 @@
+package slackapp_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// In a channel shared with another organisation, an event's team_id is
+// its author's workspace. A partner's reply in a thread the bot works in,
+// paused on a card, is the same conversation: it is told the thread waits
+// on an approval, and answered after the resume, with the thread's
+// history.
+func TestPartnerReplyInASharedThreadIsTheSameConversation(t *testing.T) {
+	e, ts, card := sharedChannelCard(t, requester)
+	e.model.Reply(fakeopenai.Text("Partner: it was version 7."))
+
+	e.slack.ThreadReply(shared, ts, partner, "which version was that again?")
+	e.answerIn(shared, ts, "waiting on approval")
+
+	_, err := e.slack.Click(other, shared, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(shared, ts, "Deployed api 7.")
+	e.answerIn(shared, ts, "Partner: it was version 7.")
+	req := e.request(3)
+	if !strings.Contains(req.Messages[len(req.Messages)-1].Content, "which version") {
+		t.Errorf("the partner's message is not the last of the third request")
+	}
+	if !strings.Contains(req.Messages[0].Content+req.Messages[1].Content, "deploy api 7") {
+		t.Errorf("the third request does not hold the thread's first message: the reply was answered as a conversation of its own")
+	}
+}
+
+// A guest sees only the channels they are in, public ones too. A guest
+// named as an approver of a call in a public channel they are not in gets
+// a copy of the card by DM, as an approver outside a private channel
+// does; a guest in the channel, and a member of the workspace who is not,
+// get none: they see the card where it is.
+func TestGuestApproverOutsideAPublicChannelGetsACopy(t *testing.T) {
+	const outside, inside = "UGUEST0001", "UGUEST0002"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  rules:\n    - tool: deploy\n      verdict: ask\n      approvers: [UGUEST0002, UAPPROVER1, UGUEST0001]\n"
+	e.slack.AddUser(fakeslack.User{ID: outside, Name: "contractor", Guest: true})
+	e.slack.AddUser(fakeslack.User{ID: inside, Name: "auditor", Guest: true})
+	e.slack.AddChannel(fakeslack.Channel{ID: shared, Name: "ops", Members: []string{requester, inside, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
+	ts := e.slack.Mention(shared, requester, "deploy api 7")
+	e.cardIn(shared, ts, "deploy")
+	waitUntil(t, "the guest outside the channel gets a copy of the card by DM", func() bool {
+		for _, m := range e.slack.Messages(e.slack.DMChannel(outside)) {
+			if isCard(m) {
+				return true
+			}
+		}
+		return false
+	})
+	for _, u := range []string{inside, approver} {
+		if n := len(e.slack.Messages(e.slack.DMChannel(u))); n != 0 {
+			t.Errorf("%s, who can see the channel, got %d messages by DM", u, n)
+		}
+	}
+}
