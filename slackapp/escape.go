@@ -275,14 +275,20 @@ var writtenOut = regexp.MustCompile(`^⟦U\+[0-9A-F]{4,6}⟧`)
 // its code point between white square brackets ("⟦U+202E⟧"), so that what a
 // reader sees is what is there (see hidden). It returns how many it wrote
 // out. Apply it before Escape: Escape's own word joiners are not untrusted.
+//
+// A "⟦" of s is written out too, and not counted, so that every
+// "⟦U+200B⟧" shown is one the bot wrote: otherwise the text could write
+// one out itself, and two arguments, one holding the character and the
+// other its notation, would read alike.
 func revealHidden(s string) (string, int) {
-	return reveal(s, func(_ string, _ int, r rune) bool { return hidden(r) })
+	return reveal(s, func(_ string, _ int, r rune) bool { return hidden(r) || r == '⟦' })
 }
 
 // revealInProse is revealHidden for untrusted natural-language text (a
 // model's answer or explanation, a person's reason or answer): it writes
 // out the invisible characters that can reorder or hide such text, and
-// keeps those it needs (see hiddenInProse).
+// keeps those it needs (see hiddenInProse). A "⟦" is left as it is: text
+// revealHidden wrote out (a question's) is rendered through this too.
 func revealInProse(s string) string {
 	shown, _ := reveal(s, hiddenInProse)
 	return shown
@@ -290,25 +296,28 @@ func revealInProse(s string) string {
 
 // reveal writes out the characters of s that pick reports (given s, where
 // the character starts and the character), as revealHidden describes, and
-// returns how many it wrote out.
+// returns how many it wrote out, but for a "⟦".
 func reveal(s string, pick func(s string, i int, r rune) bool) (string, int) {
-	n := 0
+	n, changed := 0, false
 	var b strings.Builder
 	for i, r := range s {
 		if !pick(s, i, r) {
-			if n > 0 {
+			if changed {
 				b.WriteRune(r)
 			}
 			continue
 		}
-		if n == 0 {
+		if !changed {
 			b.Grow(len(s) + 16)
 			b.WriteString(s[:i])
+			changed = true
 		}
-		n++
+		if r != '⟦' {
+			n++
+		}
 		fmt.Fprintf(&b, "⟦U+%04X⟧", r)
 	}
-	if n == 0 {
+	if !changed {
 		return s, 0
 	}
 	return b.String(), n

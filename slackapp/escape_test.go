@@ -1,11 +1,14 @@
 package slackapp
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/approvals"
 )
 
 func TestEscape(t *testing.T) {
@@ -185,6 +188,9 @@ func TestRevealHidden(t *testing.T) {
 		{"a\u034fb\ufe0fc\U000E0100", "a⟦U+034F⟧b⟦U+FE0F⟧c⟦U+E0100⟧", 3},
 		{"\u17b4\u180b\u2028\u2029", "⟦U+17B4⟧⟦U+180B⟧⟦U+2028⟧⟦U+2029⟧", 4},
 		{"del\u007f csi\u009b", "del⟦U+007F⟧ csi⟦U+009B⟧", 2},
+		// The notation written by the text itself is not the bot's.
+		{"/srv/a⟦U+200B⟧.txt", "/srv/a⟦U+27E6⟧U+200B⟧.txt", 0},
+		{"\u200b⟦", "⟦U+200B⟧⟦U+27E6⟧", 1},
 	}
 	for _, tt := range tests {
 		got, n := revealHidden(tt.in)
@@ -235,5 +241,20 @@ func TestQuoteRevealsBidiControls(t *testing.T) {
 	got := quote("no\u200b \u202ewon kcab ti gnillor\n👩\u200d💻", 2000)
 	if want := ">no⟦U+200B⟧ ⟦U+202E⟧won kcab ti gnillor\n>👩\u200d💻"; got != want {
 		t.Errorf("quote = %q, want %q", got, want)
+	}
+}
+
+// Two arguments, one holding a hidden character and the other its
+// notation, read differently on a card.
+func TestArgsSectionTellsAWrittenOutCharacterFromItsNotation(t *testing.T) {
+	real, _, err1 := approvals.Fingerprint(json.RawMessage(`{"path":"/srv/a\u200b.txt","note":"⟦U+200B⟧"}`))
+	fake, _, err2 := approvals.Fingerprint(json.RawMessage(`{"path":"/srv/a⟦U+200B⟧.txt","note":"\u200b"}`))
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	a, _ := argsSection("*Arguments*", real)
+	b, _ := argsSection("*Arguments*", fake)
+	if a == b {
+		t.Errorf("the arguments %s and %s read alike on a card:\n%s", real, fake, a)
 	}
 }
