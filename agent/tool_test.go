@@ -209,7 +209,10 @@ func TestKeyGivenTwiceRefusedWhenDefaultsAreFilled(t *testing.T) {
 	ran := 0
 	schema := `{"type":"object","properties":{"cmd":{"type":"string"},"mode":{"type":"string","default":"ro"}}}`
 	must(t, w.reg.Register(agent.Tool{Name: "sh", Annotations: approvals.Hints{ReadOnly: true}, Schema: json.RawMessage(schema),
-		Handler: func(context.Context, json.RawMessage) (agent.Result, error) { ran++; return agent.Result{Content: "ran"}, nil }}))
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+			ran++
+			return agent.Result{Content: "ran"}, nil
+		}}))
 	w.model.Reply(fakeopenai.ToolCalls(call("c1", "sh", `{"cmd":"ls","cmd":"rm -rf /"}`)), fakeopenai.Text("done"))
 	if _, err := w.agent().Run(context.Background(), request("list")); err != nil {
 		t.Fatal(err)
