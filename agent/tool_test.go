@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/toolgate/toolgate/agent"
@@ -206,11 +207,11 @@ func TestCheckArgs(t *testing.T) {
 // with it, while the history held both.
 func TestKeyGivenTwiceRefusedWhenDefaultsAreFilled(t *testing.T) {
 	w := newWorld(t, backends(t)[0])
-	ran := 0
+	var ran atomic.Int64
 	schema := `{"type":"object","properties":{"cmd":{"type":"string"},"mode":{"type":"string","default":"ro"}}}`
 	must(t, w.reg.Register(agent.Tool{Name: "sh", Annotations: approvals.Hints{ReadOnly: true}, Schema: json.RawMessage(schema),
 		Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
-			ran++
+			ran.Add(1)
 			return agent.Result{Content: "ran"}, nil
 		}}))
 	w.model.Reply(fakeopenai.ToolCalls(call("c1", "sh", `{"cmd":"ls","cmd":"rm -rf /"}`)), fakeopenai.Text("done"))
@@ -218,8 +219,8 @@ func TestKeyGivenTwiceRefusedWhenDefaultsAreFilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := toolResults(t, w.model)
-	if ran != 0 || len(got) != 1 || !strings.Contains(got[0], `key "cmd" given twice`) {
-		t.Errorf("sh ran %d times; the model read %q; want the key given twice refused", ran, got)
+	if n := ran.Load(); n != 0 || len(got) != 1 || !strings.Contains(got[0], `key "cmd" given twice`) {
+		t.Errorf("sh ran %d times; the model read %q; want the key given twice refused", n, got)
 	}
 }
 
