@@ -1,6 +1,7 @@
 package slackapp
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -322,8 +323,8 @@ func (a *App) Ready(ctx context.Context) error {
 // a start that gave up there would restart the process in a loop, where
 // the same outage once connected is ridden out. An answer that will not
 // change (a refused token, any other error Slack names, a client error
-// such as a 404 for a wrong SLACK_API_URL or a proxy's 403) is returned at
-// once, and so is ctx's end.
+// such as a 404 for a wrong SLACK_API_URL or a proxy's 403, a web page
+// answered with 200) is returned at once, and so is ctx's end.
 func (a *App) authTest(ctx context.Context) (*slack.AuthTestResponse, error) {
 	for attempt := 0; ; attempt++ {
 		auth, err := a.api.AuthTestContext(ctx)
@@ -345,10 +346,21 @@ func finalAnswer(err error) bool {
 	if _, named := errors.AsType[slack.SlackErrorResponse](err); named {
 		return true
 	}
+	if notSlacks(err) {
+		return true
+	}
 	if e, ok := errors.AsType[slack.StatusCodeError](err); ok {
 		return e.Code >= 400 && e.Code < 500 && e.Code != http.StatusRequestTimeout && e.Code != http.StatusTooManyRequests
 	}
 	return false
+}
+
+// notSlacks reports whether err is an answer that is not Slack's JSON: a
+// web page (a proxy's login, a web server's fallback page) answered with
+// 200 at a wrong SLACK_API_URL.
+func notSlacks(err error) bool {
+	_, syntax := errors.AsType[*json.SyntaxError](err)
+	return syntax
 }
 
 // checkApprovalsChannel logs an error when the bot cannot post in
@@ -378,6 +390,9 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 	auth, err := a.authTest(ctx)
 	if tokenRefused(err) {
 		return &TokenRefusedError{Err: fmt.Errorf("auth.test: %w", err)}
+	}
+	if notSlacks(err) {
+		return fmt.Errorf("slack auth.test: the answer is not Slack's (is SLACK_API_URL %s right?): %w", cmp.Or(a.cfg.APIURL, slack.APIURL), err)
 	}
 	if err != nil {
 		return fmt.Errorf("slack auth.test: %w", err)

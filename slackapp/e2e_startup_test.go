@@ -47,29 +47,43 @@ func TestStartWaitsForSlackToBeReachable(t *testing.T) {
 }
 
 // An answer that asking again will not change, such as a 404 for a wrong
-// SLACK_API_URL, ends Run with the error at once instead of being asked
-// again forever.
+// SLACK_API_URL, or a web page answered with 200 there, ends Run with the
+// error at once instead of being asked again forever.
 func TestStartEndsOnAClientError(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	var asked atomic.Int64
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		asked.Add(1)
-		http.NotFound(w, r)
-	}))
-	t.Cleanup(front.Close)
-	e.cfg.APIURL = front.URL + "/wrong/"
-	b := e.launch(e.open())
-	defer b.st.Close()
-	select {
-	case err := <-b.done:
-		if err == nil || !strings.Contains(err.Error(), "404") {
-			t.Errorf("Run returned %v, want the 404", err)
-		}
-	case <-time.After(20 * time.Second):
-		b.cancel()
-		t.Fatalf("Run did not end; auth.test was asked %d times", asked.Load())
-	}
-	if n := asked.Load(); n != 1 {
-		t.Errorf("auth.test was asked %d times, want once", n)
+	for _, tt := range []struct {
+		name  string
+		serve http.HandlerFunc
+		want  string
+	}{
+		{"404", http.NotFound, "404"},
+		{"a web page", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			_, _ = w.Write([]byte("<html><body>Sign in to the proxy</body></html>"))
+		}, "is SLACK_API_URL"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			var asked atomic.Int64
+			front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				asked.Add(1)
+				tt.serve(w, r)
+			}))
+			t.Cleanup(front.Close)
+			e.cfg.APIURL = front.URL + "/wrong/"
+			b := e.launch(e.open())
+			defer b.st.Close()
+			select {
+			case err := <-b.done:
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("Run returned %v, want %q in it", err, tt.want)
+				}
+			case <-time.After(20 * time.Second):
+				b.cancel()
+				t.Fatalf("Run did not end; auth.test was asked %d times", asked.Load())
+			}
+			if n := asked.Load(); n != 1 {
+				t.Errorf("auth.test was asked %d times, want once", n)
+			}
+		})
 	}
 }
