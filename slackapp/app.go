@@ -734,7 +734,7 @@ func (a *App) turnSlot(ctx context.Context, conversation string, tell bool) (rel
 	if a.slots.TryAcquire(1) {
 		return release, nil
 	}
-	a.m.error("turns_queued")
+	a.m.turnQueued()
 	// The timer hands the notice to a goroutine of the app's; this one
 	// waits for the hand-off, so that the notice is counted before the
 	// queue's goroutine may end.

@@ -169,7 +169,7 @@ func TestTurnsPastTheBoundWaitAndAreToldOnce(t *testing.T) {
 	held.release("hold a")
 	e.answer(tsA, "held: hold a")
 	held.arrived(t, "hold c")
-	waitUntil(t, "B's second turn waits for the slot", func() bool { return counter(t, reg, "toolgate_errors_total", "turns_queued") == 3 })
+	waitUntil(t, "B's second turn waits for the slot", func() bool { return counter(t, reg, "toolgate_turns_queued_total", "") == 3 })
 	held.release("hold c")
 	e.answer(tsC, "held: hold c")
 	e.answer(tsB, "ok")
@@ -193,7 +193,7 @@ func TestShortWaitForATurnIsNotTold(t *testing.T) {
 	tsA := e.slack.Mention(channel, requester, "hold a")
 	held.arrived(t, "hold a")
 	tsB := e.slack.Mention(channel, requester, "hello")
-	waitUntil(t, "B's turn waits for the slot", func() bool { return counter(t, reg, "toolgate_errors_total", "turns_queued") == 1 })
+	waitUntil(t, "B's turn waits for the slot", func() bool { return counter(t, reg, "toolgate_turns_queued_total", "") == 1 })
 	held.release("hold a")
 	e.answer(tsA, "held: hold a")
 	e.answer(tsB, "ok")
@@ -268,11 +268,12 @@ func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			matches := value == ""
 			for _, l := range m.GetLabel() {
-				if value == "" || l.GetValue() == value {
-					sum += m.GetCounter().GetValue()
-					break
-				}
+				matches = matches || l.GetValue() == value
+			}
+			if matches {
+				sum += m.GetCounter().GetValue()
 			}
 		}
 	}
@@ -521,9 +522,9 @@ func TestShutdownPromisesNoAnswerAlreadyGiven(t *testing.T) {
 	tsA := e.slack.Mention(channel, requester, "hold a")
 	held.arrived(t, "hold a")
 	tsB := e.slack.Mention(channel, requester, "hello")
-	waitUntil(t, "B waits", func() bool { return counter(t, reg, "toolgate_errors_total", "turns_queued") == 1 })
+	waitUntil(t, "B waits", func() bool { return counter(t, reg, "toolgate_turns_queued_total", "") == 1 })
 	e.slack.Mention(channel, requester, "hold c")
-	waitUntil(t, "C waits", func() bool { return counter(t, reg, "toolgate_errors_total", "turns_queued") == 2 })
+	waitUntil(t, "C waits", func() bool { return counter(t, reg, "toolgate_turns_queued_total", "") == 2 })
 	again := e.slack.ThreadReply(channel, tsB, requester, "<@"+e.slack.BotUserID()+"> and again")
 	for _, env := range e.slack.EnvelopesByTS(again) {
 		if _, err := e.slack.WaitAck(env.ID, 15*time.Second); err != nil {
@@ -534,7 +535,7 @@ func TestShutdownPromisesNoAnswerAlreadyGiven(t *testing.T) {
 	e.answer(tsA, "held: hold a")
 	held.arrived(t, "hold c")
 	e.answer(tsB, "ok") // B's first turn answers both of B's messages
-	waitUntil(t, "B's second turn waits for the slot", func() bool { return counter(t, reg, "toolgate_errors_total", "turns_queued") == 3 })
+	waitUntil(t, "B's second turn waits for the slot", func() bool { return counter(t, reg, "toolgate_turns_queued_total", "") == 3 })
 	e.stop()
 	if thread := dumpThread(e.slack.Thread(channel, tsB)); strings.Contains(thread, "as soon as I'm back") {
 		t.Errorf("the thread is promised an answer it already has:\n%s", thread)

@@ -21,6 +21,7 @@ type Metrics struct {
 	decisionWait prometheus.Histogram
 	modelSeconds *prometheus.HistogramVec
 	errors       *prometheus.CounterVec
+	turnsQueued  prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -56,8 +57,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolgate_errors_total", Help: "Errors, by where they happened.",
 		}, []string{"where"}),
+		turnsQueued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "toolgate_turns_queued_total", Help: "Turns that waited for a slot, MAX_TURNS running.",
+		}),
 	}
-	reg.MustRegister(m.envelopes, m.duplicates, m.ackSeconds, m.turns, m.toolCalls, m.decisions, m.decisionWait, m.modelSeconds, m.errors)
+	reg.MustRegister(m.envelopes, m.duplicates, m.ackSeconds, m.turns, m.toolCalls, m.decisions, m.decisionWait, m.modelSeconds, m.errors, m.turnsQueued)
 	return m
 }
 
@@ -84,8 +88,10 @@ func (m *Metrics) turn(outcome string, err error) {
 		return
 	}
 	switch {
-	case agent.Interrupted(err):
-		outcome = "interrupted" // not a failure: it goes on after the restart
+	case agent.Interrupted(err) || errors.Is(err, agent.ErrLeaseLost):
+		// Not a failure: it goes on after the restart, or where the
+		// conversation is taken over.
+		outcome = "interrupted"
 	case errors.Is(err, agent.ErrLeaseTimeout):
 		// Not a failure either: the conversation was held elsewhere all
 		// along, and what the turn was for is carried on once it is free.
@@ -103,6 +109,12 @@ func (m *Metrics) decision(kind, result string, wait time.Duration) {
 	m.decisions.WithLabelValues(kind, result).Inc()
 	if result == "ok" && wait > 0 {
 		m.decisionWait.Observe(wait.Seconds())
+	}
+}
+
+func (m *Metrics) turnQueued() {
+	if m != nil {
+		m.turnsQueued.Inc()
 	}
 }
 

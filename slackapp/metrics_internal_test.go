@@ -1,12 +1,17 @@
 package slackapp
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/store"
 )
 
 // An expiry is a decision: counted by kind, with its wait.
@@ -40,5 +45,42 @@ func TestExpiredCountsAsADecision(t *testing.T) {
 	}
 	if decisions != 1 || waits != 1 {
 		t.Errorf(`toolgate_decisions_total{kind="expire",result="ok"} = %v and %d waits observed, want 1 and 1`, decisions, waits)
+	}
+}
+
+// A turn that lost its conversation's lease, found by a refused write, is
+// interrupted, as one whose renewal found it: the conversation is taken
+// over, not failed. A turn that waited for a slot is no error.
+func TestTurnOutcomes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.turn("answered", fmt.Errorf("commit turn: %w: %w", agent.ErrLeaseLost, store.ErrNotHolder))
+	m.turn("answered", context.Canceled)
+	m.turn("answered", errors.New("store unreachable"))
+	m.turnQueued()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, mm := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, lp := range mm.GetLabel() {
+				name += "/" + lp.GetValue()
+			}
+			got[name] += mm.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{"toolgate_turns_total/interrupted": 2, "toolgate_turns_total/error": 1, "toolgate_turns_queued_total": 1}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "toolgate_errors_total") {
+			t.Errorf("%s counted", k)
+		}
 	}
 }

@@ -50,23 +50,16 @@ func queuedNotes(fs *fakeslack.Server, channel, thread string) int {
 	return n
 }
 
-// errorsCounted reads toolgate_errors_total{where} from reg.
-func errorsCounted(t *testing.T, reg *prometheus.Registry, where string) float64 {
+// turnsQueued reads toolgate_turns_queued_total from reg.
+func turnsQueued(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != "toolgate_errors_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == where {
-					return m.GetCounter().GetValue()
-				}
-			}
+		if f.GetName() == "toolgate_turns_queued_total" {
+			return f.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
 	return 0
@@ -146,7 +139,7 @@ func newUntoldWait(t *testing.T, name string, pass func(a *App, ctx context.Cont
 	}
 	stopping := make(chan struct{})
 	a.spawn(ctx, name, func(ctx context.Context) { pass(a, ctx, stopping) })
-	waitFor(t, "the "+name+" waiting for the slot", func() bool { return errorsCounted(t, reg, "turns_queued") == 1 })
+	waitFor(t, "the "+name+" waiting for the slot", func() bool { return turnsQueued(t, reg) == 1 })
 	a.onMessage(ctx, message{team: "T1", channel: "C1", user: "U2", text: "hello", ts: w.other}, "E1", false, func() {})
 	waitFor(t, "the other thread told that its message is queued", func() bool { return queuedNotes(fs, "C1", w.other) == 1 })
 	w.stop = func() {
