@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -395,7 +394,8 @@ func (s *Store) begun(ctx context.Context, p *pipelinedResume, complete bool, ru
 	if err != nil {
 		return rs, err
 	}
-	return rs, s.trimStale(ctx, fx, tail)
+	s.trimStale(ctx, fx, tail)
+	return rs, nil
 }
 
 // askAgain asks again for the claim of the attempt r names, whose answer
@@ -700,8 +700,8 @@ func refusal(code string) error {
 // followEffects writes, on a Cluster, the effects of a decision made at at
 // that the script could not (see effectsOf; mark is its sending's mark),
 // then trims audit entries past the retention time if the oldest one kept
-// (tail) is. A failure is returned wrapped in store.ErrEffects: the
-// decision stands.
+// (tail) is (see trimAudit). A failure of the effects is returned wrapped
+// in store.ErrEffects: the decision stands.
 func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effects, at time.Time, mark, tail string) error {
 	if s.cluster {
 		var e *clusterEffects
@@ -714,7 +714,8 @@ func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effec
 			return err
 		}
 	}
-	return s.trimStale(ctx, fx, tail)
+	s.trimStale(ctx, fx, tail)
+	return nil
 }
 
 // clusterEffects are the commands a decision's effects added to a
@@ -787,21 +788,14 @@ func (s *Store) auditSentKey(callID, sending string) string {
 }
 
 // trimStale trims the audit entries past the retention time if tail, the
-// oldest entry kept after a decision's, is; a failure is wrapped in
-// store.ErrEffects.
-func (s *Store) trimStale(ctx context.Context, fx store.Effects, tail string) error {
+// oldest entry kept after a decision's, is (see trimAudit).
+func (s *Store) trimStale(ctx context.Context, fx store.Effects, tail string) {
 	if tail == "" || fx.Audit.Action == "" {
-		return nil
+		return
 	}
-	var e store.AuditEntry
-	cutoff := time.Now().Add(-s.auditTTL)
-	if json.Unmarshal([]byte(tail), &e) != nil || !e.At.Before(cutoff) {
-		return nil
+	if cutoff := time.Now().Add(-s.auditTTL); staleAudit(tail, cutoff) {
+		s.trimAudit(ctx, cutoff)
 	}
-	if err := s.trimAudit(ctx, cutoff); err != nil {
-		return fmt.Errorf("%w: %w", store.ErrEffects, err)
-	}
-	return nil
 }
 
 // BeginResume is one pipeline on one Redis node: a Lua script that takes

@@ -785,7 +785,7 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e 
 	// result by another (4, with that one's entry). Entries past the
 	// retention time that this write cannot trim are trimmed by a later
 	// one.
-	_ = s.trimStale(ctx, store.Effects{Audit: e}, tail)
+	s.trimStale(ctx, store.Effects{Audit: e}, tail)
 	return nil
 }
 
@@ -1298,9 +1298,7 @@ func (s *Store) NextReminder(ctx context.Context) (time.Time, error) {
 // periodically on every replica, which the Redis store has no pass of its
 // own for, and a log nothing is written to would keep them otherwise.
 func (s *Store) Stalled(ctx context.Context, limit int) ([]string, error) {
-	if err := s.trimAudit(ctx, time.Now().Add(-s.auditTTL)); err != nil {
-		return nil, fmt.Errorf("list stalled runs: %w", err)
-	}
+	s.trimAudit(ctx, time.Now().Add(-s.auditTTL))
 	const batch = 200
 	var out []string
 	var stale []any
@@ -1399,9 +1397,7 @@ func (s *Store) Audit(ctx context.Context, e store.AuditEntry) error {
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
-	if err := s.trimAudit(ctx, time.Now().Add(-s.auditTTL)); err != nil {
-		return fmt.Errorf("audit %s: %w", e.Action, err)
-	}
+	s.trimAudit(ctx, time.Now().Add(-s.auditTTL))
 	return nil
 }
 
@@ -1447,24 +1443,20 @@ func staleAudit(raw string, cutoff time.Time) bool {
 	return json.Unmarshal([]byte(raw), &e) == nil && e.At.Before(cutoff)
 }
 
-// trimAudit drops audit entries from before cutoff, oldest first.
-func (s *Store) trimAudit(ctx context.Context, cutoff time.Time) error {
+// trimAudit drops audit entries from before cutoff, oldest first. It is
+// a best effort, made after what it follows is written: one that fails (a
+// connection cut) leaves the entries to the next write's trim, or the
+// sweep's, and never fails the write or the sweep.
+func (s *Store) trimAudit(ctx context.Context, cutoff time.Time) {
 	for range auditTrimBatch {
 		tail, err := s.c.LIndex(ctx, s.auditKey(), -1).Result()
-		if errors.Is(err, redis.Nil) {
-			return nil
+		if err != nil || !staleAudit(tail, cutoff) {
+			return
 		}
-		if err != nil {
-			return fmt.Errorf("trim audit log: %w", err)
-		}
-		if !staleAudit(tail, cutoff) {
-			return nil
-		}
-		if err := popIfTail.Run(ctx, s.c, []string{s.auditKey()}, tail).Err(); err != nil {
-			return fmt.Errorf("trim audit log: %w", err)
+		if popIfTail.Run(ctx, s.c, []string{s.auditKey()}, tail).Err() != nil {
+			return
 		}
 	}
-	return nil
 }
 
 // AuditLog returns the newest limit entries younger than AuditRetention,

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -905,5 +906,71 @@ func TestOverdueReminderOutlivesTheRetention(t *testing.T) {
 				t.Errorf("DueReminders = %v, %v; want the overdue call", due, err)
 			}
 		})
+	}
+}
+
+// failLIndex fails every LINDEX while armed.
+type failLIndex struct{ armed *atomic.Bool }
+
+func (failLIndex) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h failLIndex) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.Load() && cmd.Name() == "lindex" {
+			cmd.SetErr(errors.New("connection cut"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (failLIndex) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The audit log's trim is a best effort made after the write it follows:
+// one that fails (the connection cut between the two) fails neither the
+// write, which was made, nor the sweep's listing of stalled runs; a later
+// one trims.
+func TestFailedAuditTrimFailsNothing(t *testing.T) {
+	u := redisURL(t)
+	prefix := newPrefix(t, u)
+	ctx := t.Context()
+	opts := redisstore.Options{Prefix: prefix, AuditRetention: time.Hour}
+	other := newStore(t, u, opts)
+	defer other.Close()
+	if err := other.Audit(ctx, store.AuditEntry{At: time.Now().Add(-2 * time.Hour), Actor: "U1", Action: "decide", CallID: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := redisstore.NewClient(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	c.AddHook(failLIndex{armed: &armed})
+	s := redisstore.NewFromClient(c, opts)
+	defer s.Close()
+	armed.Store(true)
+	if err := s.Audit(ctx, store.AuditEntry{Actor: "U1", Action: "decide", CallID: "new"}); err != nil {
+		t.Errorf("Audit whose trim failed: %v; want the entry written, and no error", err)
+	}
+	if _, err := s.Stalled(ctx, 100); err != nil {
+		t.Errorf("Stalled whose trim failed: %v; want the runs listed", err)
+	}
+	armed.Store(false)
+	if _, err := s.Stalled(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	raw, err := c.LRange(ctx, s.AuditKey(), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range raw {
+		var e store.AuditEntry
+		if json.Unmarshal([]byte(r), &e) == nil {
+			ids[e.CallID] = true
+		}
+	}
+	if !ids["new"] || ids["old"] {
+		t.Errorf("audit log holds %v; want the new entry, and the old one trimmed by the later sweep", ids)
 	}
 }

@@ -486,7 +486,8 @@ func (s *Store) commitPause(ctx context.Context, c store.Commit, commitKeys []st
 		return fmt.Errorf("commit turn of %s: unexpected reply %v", c.Key, res)
 	}
 	tail, _ := res[2].(string)
-	return s.trimStaleAudit(ctx, c.Key, tail)
+	s.trimStaleAudit(ctx, tail)
+	return nil
 }
 
 // commitFinish is CommitTurn of a commit that finishes a run and creates
@@ -515,7 +516,8 @@ func (s *Store) commitFinish(ctx context.Context, c store.Commit, commitKeys []s
 		return false, fmt.Errorf("commit turn of %s: unexpected reply %v", c.Key, res)
 	}
 	tail, _ := res[2].(string)
-	return true, s.trimStaleAudit(ctx, c.Key, tail)
+	s.trimStaleAudit(ctx, tail)
+	return true, nil
 }
 
 // createRunHeld creates the run of c (see createRun). With c.Holder set,
@@ -578,17 +580,14 @@ func holding(lease *redis.StringCmd, holder string) error {
 }
 
 // trimStaleAudit trims the audit log when tail, its oldest entry read by a
-// commit's script (empty: none), is past the audit retention.
-func (s *Store) trimStaleAudit(ctx context.Context, key, tail string) error {
-	if tail == "" {
-		return nil
-	}
-	if cutoff := time.Now().Add(-s.auditTTL); staleAudit(tail, cutoff) {
-		if err := s.trimAudit(ctx, cutoff); err != nil {
-			return fmt.Errorf("commit turn of %s: %w", key, err)
+// commit's script (empty: none), is past the audit retention (see
+// trimAudit).
+func (s *Store) trimStaleAudit(ctx context.Context, tail string) {
+	if tail != "" {
+		if cutoff := time.Now().Add(-s.auditTTL); staleAudit(tail, cutoff) {
+			s.trimAudit(ctx, cutoff)
 		}
 	}
-	return nil
 }
 
 // unpushAudit removes the audit entries of a refused commit, which
@@ -976,8 +975,8 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 			}
 		}
 	}
-	if tail == nil || tail.Err() != nil {
-		return nil
+	if tail != nil && tail.Err() == nil {
+		s.trimStaleAudit(ctx, tail.Val())
 	}
-	return s.trimStaleAudit(ctx, c.Key, tail.Val())
+	return nil
 }
