@@ -317,6 +317,10 @@ func checkHeaders(headers map[string]string) error {
 			return errors.New("the Host header cannot be set; put the host in the url")
 		case len(k) >= len("Proxy-") && strings.EqualFold(k[:len("Proxy-")], "Proxy-"):
 			return fmt.Errorf("header %q cannot be set: requests do not go through a proxy", k)
+		case strings.EqualFold(k, "Connection") || strings.EqualFold(k, "Upgrade") || strings.EqualFold(k, "Keep-Alive") ||
+			strings.EqualFold(k, "TE") || strings.EqualFold(k, "Trailer") || strings.EqualFold(k, "Transfer-Encoding") ||
+			len(k) >= len("Sec-WebSocket-") && strings.EqualFold(k[:len("Sec-WebSocket-")], "Sec-WebSocket-"):
+			return fmt.Errorf("header %q cannot be set: it governs the connection, which the tool keeps to one request and its answer", k)
 		case !validHeaderName(k):
 			return fmt.Errorf("%q is not a valid header name", k)
 		}
@@ -428,6 +432,11 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 		return unknown(fmt.Sprintf("request to %s failed: %v", u.Redacted(), err))
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// Its body is the connection itself, which neither the time-out
+		// nor ctx would end: closed at once.
+		return unknown(fmt.Sprintf("the server at %s switched protocols (HTTP %s), which this tool does not speak", u.Redacted(), resp.Status))
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, h.cfg.MaxResponseBytes+1))
 	if err != nil {
 		return unknown(fmt.Sprintf("the server answered HTTP %s, but reading the response from %s failed (%v)", resp.Status, u.Redacted(), err))

@@ -171,6 +171,39 @@ func TestHTTPCutByTheCallersDeadline(t *testing.T) {
 	}
 }
 
+// A server that switches protocols (101) holds the connection open with
+// nothing more to read: the call ends at once, saying so, instead of
+// waiting on a body neither its time-out nor the caller's deadline ends.
+func TestHTTPSwitchingProtocolsEndsTheCall(t *testing.T) {
+	hold := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		buf.Flush()
+		<-hold
+	}))
+	defer srv.Close()
+	defer close(hold)
+	get := httpTools(t, HTTPConfig{AllowedHosts: []string{"127.0.0.1:*"}, Timeout: time.Minute})["http_get"]
+	done := make(chan agent.Result)
+	go func() {
+		got, _ := get.Handler(t.Context(), json.RawMessage(`{"url":"`+srv.URL+`/ws"}`))
+		done <- got
+	}()
+	select {
+	case got := <-done:
+		if !got.IsError || !strings.Contains(got.Content, "switched protocols") {
+			t.Errorf("http_get answered 101: got %+v, want an error saying the server switched protocols", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("http_get still waits 30s after a 101 answer")
+	}
+}
+
 func TestHTTPToolsHints(t *testing.T) {
 	tools := httpTools(t, HTTPConfig{AllowedHosts: []string{"a.com"}})
 	if h := tools["http_get"].Annotations; !h.ReadOnly || h.Destructive == nil || *h.Destructive {
@@ -315,6 +348,8 @@ func TestHTTPHeaderThatCannotBeSentIsRefused(t *testing.T) {
 		{map[string]string{"X-Env": "a\x00b"}, "X-Env: the value has a control character"},
 		{map[string]string{"X Env": "staging"}, `"X Env" is not a valid header name`},
 		{map[string]string{"X-Env:": "staging"}, `"X-Env:" is not a valid header name`},
+		{map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, `header "Connection" cannot be set`},
+		{map[string]string{"sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ=="}, `header "sec-websocket-key" cannot be set`},
 	} {
 		args := map[string]any{"method": "POST", "url": srv.URL + "/deploy", "headers": tc.headers}
 		raw, _ := json.Marshal(args)

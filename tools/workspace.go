@@ -374,14 +374,24 @@ func (w *workspace) write(_ context.Context, raw json.RawMessage) (agent.Result,
 		return errorResult("cannot write %q: it is %s", args.Path, fileKind(fi)), nil
 	}
 	// Not waiting on a FIFO for a reader (see openFile), should one take
-	// the file's place meanwhile.
-	f, err := root.OpenFile(args.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NONBLOCK, 0o644)
+	// the file's place meanwhile; emptied once it is known to be a file
+	// of the workspace's own.
+	f, err := root.OpenFile(args.Path, os.O_WRONLY|os.O_CREATE|syscall.O_NONBLOCK, 0o644)
 	if err != nil {
 		return fsError("write", args.Path, err), nil
 	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+	fi, err := f.Stat()
+	switch {
+	case err != nil || !fi.Mode().IsRegular():
 		f.Close()
 		return errorResult("cannot write %q: it is %s", args.Path, fileKind(fi)), nil
+	case hardLinked(fi):
+		f.Close()
+		return fsError("write", args.Path, errHardLinked), nil
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return fsError("write", args.Path, err), nil
 	}
 	_, err = f.Write([]byte(*args.Content))
 	if cerr := f.Close(); err == nil {
@@ -431,18 +441,27 @@ func fsError(op, path string, err error) agent.Result {
 // writer came, and the reads of a regular file or a directory are the
 // same. It returns the file's mode too; the caller refuses what it cannot
 // use (what is not a regular file, or not a directory).
+//
+// A regular file with other names (hard links) is refused with
+// errHardLinked: one may be outside the workspace.
 func openFile(root *os.Root, name string) (*os.File, fs.FileInfo, error) {
 	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	fi, err := f.Stat()
+	if err == nil && hardLinked(fi) {
+		err = errHardLinked
+	}
 	if err != nil {
 		f.Close()
 		return nil, nil, err
 	}
 	return f, fi, nil
 }
+
+// errHardLinked refuses a file that has other names than the one given.
+var errHardLinked = errors.New("the file has other names (hard links), which may be outside the workspace")
 
 // fileKind names what a file that is not a regular one is.
 func fileKind(fi fs.FileInfo) string {

@@ -79,3 +79,37 @@ func TestWorkspaceRefusesSymlinksInside(t *testing.T) {
 		t.Errorf("workspace_write fresh/new.txt: got %+v, want it written", got)
 	}
 }
+
+// A file of the workspace that has another name outside it (a hard link,
+// which a command, a clone or a person may make) is neither read, nor
+// shown in a preview, nor written through: the workspace's path would
+// mean a file outside. Deleting removes the workspace's name only.
+func TestWorkspaceRefusesHardLinkedFiles(t *testing.T) {
+	root, outside, tools := workspaceFixture(t, 1000)
+	secret := filepath.Join(outside, "secret.txt")
+	if err := os.Link(secret, filepath.Join(root, "notes.md")); err != nil {
+		t.Skipf("no hard links here: %v", err)
+	}
+	if got := runTool(t, tools["workspace_read"], map[string]any{"path": "notes.md"}); !got.IsError || strings.Contains(got.Content, "secret") || !strings.Contains(got.Content, "hard links") {
+		t.Errorf("workspace_read of a hard link: %+v; want it refused, naming the hard links", got)
+	}
+	raw := json.RawMessage(`{"path":"notes.md","content":"overwritten"}`)
+	if out, err := tools["workspace_write"].Preview(context.Background(), raw); strings.Contains(out, "secret") || err == nil && !strings.Contains(out, "hard links") {
+		t.Errorf("workspace_write's preview of a hard link: %q, %v; want nothing of the file shown", out, err)
+	}
+	if got := runTool(t, tools["workspace_write"], map[string]any{"path": "notes.md", "content": "overwritten"}); !got.IsError || !strings.Contains(got.Content, "hard links") {
+		t.Errorf("workspace_write of a hard link: %+v; want it refused", got)
+	}
+	if out, err := tools["workspace_delete"].Preview(context.Background(), json.RawMessage(`{"path":"notes.md"}`)); strings.Contains(out, "secret") {
+		t.Errorf("workspace_delete's preview of a hard link shows the file: %q, %v", out, err)
+	}
+	if b, err := os.ReadFile(secret); err != nil || string(b) != "secret" {
+		t.Errorf("the file outside holds %q (%v); want it untouched", b, err)
+	}
+	if got := runTool(t, tools["workspace_delete"], map[string]any{"path": "notes.md"}); got.IsError {
+		t.Errorf("workspace_delete of a hard link: %+v", got)
+	}
+	if _, err := os.Stat(secret); err != nil {
+		t.Errorf("deleting the workspace's name removed the file outside: %v", err)
+	}
+}

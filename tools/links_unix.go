@@ -1,0 +1,16 @@
+//go:build unix
+
+package tools
+
+import (
+	"io/fs"
+	"syscall"
+)
+
+// hardLinked reports whether fi is a regular file with more names than
+// one (hard links): another may be outside the workspace, which a link
+// made by a command or a person would let a path of it read or write.
+func hardLinked(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && fi.Mode().IsRegular() && st.Nlink > 1
+}
