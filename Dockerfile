@@ -17,11 +17,13 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 
 # The "tools" image: Debian slim with a shell, for bots that start stdio MCP
 # servers or run_command programs. Build it with `docker build --target tools`
-# and add the tools' binaries on top (see the README). tini as PID 1 reaps
-# the processes tools leave behind and passes SIGTERM on to the bot.
+# and add the tools' binaries on top (see the README). The bot is PID 1: it
+# reaps the processes tools leave behind itself. (An init such as tini in
+# front of it would hold the bot's environment, the tokens, in a process of
+# the same user, which the programs it starts could read.)
 FROM debian:trixie-slim AS tools
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates tini \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 nonroot \
  && useradd --uid 65532 --gid 65532 --home-dir /home/nonroot --create-home --shell /bin/sh nonroot
@@ -34,7 +36,7 @@ VOLUME ["/data"]
 EXPOSE 8080
 USER 65532:65532
 WORKDIR /
-ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/bot"]
+ENTRYPOINT ["/usr/local/bin/bot"]
 
 # The default image. Distroless: CA certificates and a non-root user (65532),
 # no shell.

@@ -192,7 +192,8 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 	cmd.WaitDelay = time.Second
 	killProcessGroup(cmd)
 
-	err = cmd.Start()
+	waited, err := startKept(cmd, cmd.Start)
+	defer waited()
 	pw.Close()
 	copied := make(chan struct{})
 	go func() {

@@ -423,6 +423,31 @@ func (s *server) serve(ctx context.Context) error {
 	return err
 }
 
+// keptTransport is a CommandTransport whose process ReapOrphans leaves to
+// its exec.Cmd (which the session's Close waits for) until waited is
+// called.
+type keptTransport struct {
+	mcp.CommandTransport
+	done func()
+}
+
+func (t *keptTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	var conn mcp.Connection
+	done, err := startKept(t.Command, func() (err error) {
+		conn, err = t.CommandTransport.Connect(ctx)
+		return err
+	})
+	t.done = done
+	return conn, err
+}
+
+// waited tells ReapOrphans that the process was waited for, if it started.
+func (t *keptTransport) waited() {
+	if t.done != nil {
+		t.done()
+	}
+}
+
 // connect starts a session. The caller calls stop once the session is
 // closed (or failed to start): for a stdio server it kills what is left of
 // the server's process group.
@@ -444,11 +469,13 @@ func (s *server) connect(ctx context.Context) (cs *mcp.ClientSession, stop func(
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
 	newProcessGroup(cmd)
+	t := &keptTransport{CommandTransport: mcp.CommandTransport{Command: cmd}}
 	stop = func() {
 		s.setProc(nil, nil)
 		killGroup(cmd)
+		t.waited()
 	}
-	cs, err = s.client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	cs, err = s.client.Connect(ctx, t, nil)
 	if err == nil {
 		// Started (Connect wrote cmd.Process): Close may kill it now.
 		s.setProc(cmd, cs)

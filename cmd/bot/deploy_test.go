@@ -180,9 +180,19 @@ func TestDockerfile(t *testing.T) {
 	if !strings.Contains(stages["tools"][0], "debian:") || !strings.Contains(stages["tools"][0], "-slim") {
 		t.Errorf("tools stage %q, want a slim Debian base", stages["tools"][0])
 	}
-	for _, want := range []string{"--shell /bin/sh nonroot", "tini", `ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/bot"]`, "rm -rf /var/lib/apt/lists/*"} {
+	for _, want := range []string{"--shell /bin/sh nonroot", `ENTRYPOINT ["/usr/local/bin/bot"]`, "rm -rf /var/lib/apt/lists/*"} {
 		if !strings.Contains(tools, want) {
 			t.Errorf("tools stage lacks %q:\n%s", want, tools)
+		}
+	}
+	// The bot is PID 1, reaping what tools leave behind: an init in front
+	// of it would hold its environment (the tokens) in a process of the
+	// same user, readable by the programs it starts (/proc/1/environ).
+	for _, stage := range []string{"tools", "distroless"} {
+		for _, line := range stages[stage] {
+			if strings.HasPrefix(line, "ENTRYPOINT") && line != `ENTRYPOINT ["/usr/local/bin/bot"]` {
+				t.Errorf("%s stage: %s; want the bot itself as PID 1", stage, line)
+			}
 		}
 	}
 }

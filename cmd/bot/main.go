@@ -39,7 +39,19 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bot: %v\n", err)
 		os.Exit(1)
 	}
+	// As a container's init (the tools image), the bot waits for what the
+	// programs it starts leave behind.
+	ctx, stopReaping := context.WithCancel(context.Background())
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		if os.Getpid() == 1 {
+			tools.ReapOrphans(ctx)
+		}
+	}()
 	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	stopReaping()
+	<-reaped
 	var se *statusError
 	if err != nil && !errors.As(err, &se) {
 		fmt.Fprintf(os.Stderr, "bot: %v\n", err)
