@@ -179,9 +179,9 @@ func TestNoteTeam(t *testing.T) {
 		t.Error("on Enterprise Grid a click from another team made an outsider")
 	}
 	for i := range maxOutsiders + 10 {
-		a.outsiders.note(fmt.Sprint("U", i))
+		a.outsiders.note(fmt.Sprint("U", i), "T0OTHER001")
 	}
-	if n := len(a.outsiders.ids); n != maxOutsiders {
+	if n := len(a.outsiders.teams); n != maxOutsiders {
 		t.Errorf("%d outsiders kept, want %d", n, maxOutsiders)
 	}
 }

@@ -154,8 +154,9 @@ func (c *audienceCache) isPublic(ctx context.Context, channel string) (bool, err
 
 // seesPublic reports whether user can see public channel: anyone of the
 // workspace but a guest (users.info is_restricted or is_ultra_restricted,
-// kept for ttl), who sees only the channels they are in. What cannot be
-// looked up is answered no, with the error.
+// kept for ttl), who sees only the channels they are in. Someone who
+// cannot be looked up sees it if they are in it; else the answer is no,
+// with the error.
 func (c *audienceCache) seesPublic(ctx context.Context, channel, user string) (bool, error) {
 	c.mu.Lock()
 	e, ok := c.guests[user]
@@ -173,6 +174,9 @@ func (c *audienceCache) seesPublic(ctx context.Context, channel, user string) (b
 			return guest, nil
 		})
 		if err != nil {
+			if members, merr := c.channelMembers(ctx, channel); merr == nil && members[user] {
+				return true, nil
+			}
 			return false, err
 		}
 		e.public = v.(bool)

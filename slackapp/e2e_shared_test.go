@@ -64,3 +64,52 @@ func TestGuestApproverOutsideAPublicChannelGetsACopy(t *testing.T) {
 		}
 	}
 }
+
+// A partner of another organisation mentions the bot in a channel shared
+// with it (Slack Connect): the answer is streamed to them, and
+// chat.startStream's recipient_team_id must be the team the recipient
+// belongs to (Slack: "The encoded ID of the team the user receiving the
+// streaming text belongs to"), not the bot's workspace.
+func TestStreamToAPartnerNamesTheirTeam(t *testing.T) {
+	const partnerTeam = "T0PARTNER1"
+	e := newEnv(t, storeKinds(t)[0])
+	e.slack.AddUser(fakeslack.User{ID: partner, Name: "partner", TeamID: partnerTeam})
+	e.slack.AddChannel(fakeslack.Channel{ID: shared, Name: "shared-ops", Members: []string{requester, partner, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.Response{Text: "Here is a fairly long answer that arrives in several pieces, one after the other.", Chunks: 8})
+	ts := e.slack.Mention(shared, partner, "tell me something")
+	e.answerIn(shared, ts, "several pieces")
+	starts := e.slack.Calls("chat.startStream")
+	if len(starts) != 1 {
+		t.Fatalf("%d chat.startStream calls, want 1", len(starts))
+	}
+	if u, team := starts[0].Param("recipient_user_id"), starts[0].Param("recipient_team_id"); u != partner || team != partnerTeam {
+		t.Errorf("stream addressed to user %q of team %q; want %q of %q", u, team, partner, partnerTeam)
+	}
+}
+
+// An approver in a public channel whom Slack cannot look up (users.info
+// failing) but who is in the channel sees the card there: no copy.
+func TestApproverInAPublicChannelNotLookedUpGetsNoCopy(t *testing.T) {
+	const guest = "UGUEST0001"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  rules:\n    - tool: deploy\n      verdict: ask\n      approvers: [UAPPROVER1, UGUEST0001]\n"
+	e.slack.AddUser(fakeslack.User{ID: guest, Name: "contractor", Guest: true})
+	e.slack.AddChannel(fakeslack.Channel{ID: shared, Name: "ops", Members: []string{requester, approver, e.slack.BotUserID()}})
+	e.start()
+	e.slack.ErrorNext("users.info", "internal_error") // the first approver's
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
+	ts := e.slack.Mention(shared, requester, "deploy api 7")
+	e.cardIn(shared, ts, "deploy")
+	waitUntil(t, "the guest outside the channel gets a copy", func() bool {
+		for _, m := range e.slack.Messages(e.slack.DMChannel(guest)) {
+			if isCard(m) {
+				return true
+			}
+		}
+		return false
+	})
+	if n := len(e.slack.Messages(e.slack.DMChannel(approver))); n != 0 {
+		t.Errorf("the approver in the channel, not looked up, got %d messages by DM", n)
+	}
+}

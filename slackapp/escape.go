@@ -423,10 +423,15 @@ var invisible = &unicode.RangeTable{
 	},
 }
 
-// hiddenWarning is the line shown with untrusted text that had hidden
-// characters written out; where names it ("the arguments", "the
-// question", "the preview", "the output").
+// hiddenWarning is the line shown with untrusted text that had n hidden
+// characters written out (none: only a "⟦", see revealHidden); where
+// names it ("the arguments", "the question", "the preview", "the
+// output").
 func hiddenWarning(n int, where string) string {
+	if n == 0 {
+		// Only a "⟦" was written out (see revealHidden).
+		return fmt.Sprintf(":information_source: A ⟦ in %s is shown as ⟦U+27E6⟧, so that the ⟦U+…⟧ notation of hidden characters is only ever the bot's.", where)
+	}
 	w := fmt.Sprintf(":warning: *%d hidden character(s)* in %s are written out as ⟦U+…⟧: they can make text read differently from what it is", n, where)
 	if where == "the arguments" {
 		w += " (the tool gets the characters, not the ⟦U+…⟧ notation)"

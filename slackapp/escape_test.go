@@ -257,4 +257,9 @@ func TestArgsSectionTellsAWrittenOutCharacterFromItsNotation(t *testing.T) {
 	if a == b {
 		t.Errorf("the arguments %s and %s read alike on a card:\n%s", real, fake, a)
 	}
+	// A ⟦ alone, written out, is explained.
+	only, _ := argsSection("*Arguments*", json.RawMessage(`{"path":"/srv/report⟦2024⟧.csv"}`))
+	if !strings.Contains(only, "report⟦U+27E6⟧2024⟧.csv") || !strings.Contains(only, "is shown as ⟦U+27E6⟧") {
+		t.Errorf("arguments with a ⟦ alone:\n%s\nwant it written out, and a line saying why", only)
+	}
 }

@@ -1,6 +1,7 @@
 package slackapp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,6 +90,12 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	ev := &env.Payload.Event
 	eventID := env.Payload.EventID
 	team := a.conversationTeam(env.Payload.TeamID)
+	switch ev.Type {
+	case "app_mention", "message":
+		// Whose workspace the author is of, for the team of a stream to
+		// them (see threadReporter.Stream).
+		a.noteTeam(ev.User, cmp.Or(ev.UserTeam, env.Payload.TeamID))
+	}
 	switch ev.Type {
 	case "app_mention":
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || ev.Edited != nil {

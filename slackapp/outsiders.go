@@ -14,44 +14,61 @@ const maxOutsiders = 10000
 // open to anyone in its conversation (its rule names no approvers) is not
 // theirs to decide: that is for the people of the bot's workspace.
 type outsiders struct {
-	mu  sync.Mutex
-	ids map[string]struct{}
+	mu    sync.Mutex
+	teams map[string]string // user -> their team
 }
 
-// note records user as an outsider, making room by forgetting another one
-// when maxOutsiders are kept (who is then known again at their next click).
-func (o *outsiders) note(user string) {
+// note records user as an outsider of team, making room by forgetting
+// another one when maxOutsiders are kept (who is then known again at their
+// next click or message).
+func (o *outsiders) note(user, team string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.ids == nil {
-		o.ids = map[string]struct{}{}
+	if o.teams == nil {
+		o.teams = map[string]string{}
 	}
-	if _, ok := o.ids[user]; !ok && len(o.ids) >= maxOutsiders {
-		for id := range o.ids {
-			delete(o.ids, id)
+	if _, ok := o.teams[user]; !ok && len(o.teams) >= maxOutsiders {
+		for id := range o.teams {
+			delete(o.teams, id)
 			break
 		}
 	}
-	o.ids[user] = struct{}{}
+	o.teams[user] = team
 }
 
 // has reports whether user is a known outsider.
 func (o *outsiders) has(user string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	_, ok := o.ids[user]
+	_, ok := o.team(user)
 	return ok
 }
 
-// noteTeam records that user clicked or submitted a form from their team:
-// someone whose team is not the bot's workspace is an outsider. On
-// Enterprise Grid a payload does not tell another workspace of the same
-// organisation from another organisation, so nobody is noted there.
+// team returns the team of user, if a known outsider.
+func (o *outsiders) team(user string) (string, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t, ok := o.teams[user]
+	return t, ok
+}
+
+// noteTeam records that user clicked, submitted a form or wrote a message
+// from their team: someone whose team is not the bot's workspace is an
+// outsider. On Enterprise Grid a payload does not tell another workspace
+// of the same organisation from another organisation, so nobody is noted
+// there.
 func (a *App) noteTeam(user, team string) {
-	if team == "" || a.teamID == "" || team == a.teamID || a.enterpriseID != "" {
+	if user == "" || team == "" || a.teamID == "" || team == a.teamID || a.enterpriseID != "" {
 		return
 	}
-	a.outsiders.note(user)
+	a.outsiders.note(user, team)
+}
+
+// teamOf returns the team of user: their own if they are a known outsider,
+// else def.
+func (a *App) teamOf(user, def string) string {
+	if t, ok := a.outsiders.team(user); ok {
+		return t
+	}
+	return def
 }
 
 // deciderAudience is the agent's Audience: who can see a conversation,

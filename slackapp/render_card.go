@@ -383,7 +383,7 @@ func prettyJSON(raw json.RawMessage) string {
 // none.
 func revealWarned(s, where string) (shown, warning string) {
 	shown, n := revealHidden(s)
-	if n > 0 {
+	if shown != s {
 		warning = "\n" + hiddenWarning(n, where)
 	}
 	return shown, warning

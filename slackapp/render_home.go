@@ -158,12 +158,13 @@ func mineEntry(c Card) slack.Block {
 	lines = append(lines, line+" · waiting on "+who)
 	if c.Human {
 		if q := strings.TrimSpace(c.Question); q != "" {
-			shown, n := revealHidden(oneLine(q))
+			line := oneLine(q)
+			shown, n := revealHidden(line)
 			// Converted as on the card: the model's Markdown left as it
 			// is would be read as mrkdwn (a ``` opening a code block).
 			q, _ = fitMrkdwn(MarkdownToMrkdwn(shown), homeMinePreview)
 			lines = append(lines, quoteLines(q))
-			if n > 0 {
+			if shown != line {
 				lines = append(lines, hiddenWarning(n, "the question"))
 			}
 		}
@@ -171,7 +172,7 @@ func mineEntry(c Card) slack.Block {
 		shown, n := revealHidden(compact)
 		args, _ := truncate(Escape(strings.ReplaceAll(shown, "`", "ˋ")), homeMinePreview)
 		lines = append(lines, "`"+args+"`")
-		if n > 0 {
+		if shown != compact {
 			lines = append(lines, hiddenWarning(n, "the arguments"))
 		}
 	}

@@ -90,7 +90,7 @@ func EditModal(callID, tool string, args json.RawMessage, schema json.RawMessage
 	// The field holds the arguments as they are, so that they are sent
 	// back unchanged; the characters in them that cannot be seen are
 	// written out above it.
-	if shown, n := revealHidden(initial); n > 0 {
+	if shown, n := revealHidden(initial); shown != initial {
 		head := hiddenWarning(n, "the arguments") + " The field below holds them as they are; they are:\n"
 		text, _ := codeBlock(codeBody(shown), maxSectionText-textLen(head))
 		blocks = append(blocks, section(head+text))
@@ -200,7 +200,7 @@ func RespondModal(callID, question string) slack.ModalViewRequest {
 func questionBlocks(question string) ([]slack.Block, bool) {
 	blocks := []slack.Block{section("*Question*")}
 	shown, n := revealHidden(question)
-	if n > 0 {
+	if shown != question {
 		blocks = append(blocks, section(hiddenWarning(n, "the question")))
 	}
 	// The question in full, leaving room for the input and a note.
@@ -309,7 +309,7 @@ func codeSectionsOf(blocks []slack.Block, text, where string) ([]slack.Block, bo
 	const wrap = len("```\n\n```")
 	shown, hiddenChars := revealHidden(text)
 	size := 0
-	if hiddenChars > 0 {
+	if shown != text {
 		warning := hiddenWarning(hiddenChars, where)
 		blocks = append(blocks, section(warning))
 		size += sectionJSON + jsonLen(warning)

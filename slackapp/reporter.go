@@ -119,7 +119,8 @@ func (r *threadReporter) send(ctx context.Context, chunk string) {
 	if ts == "" {
 		opts := []slack.MsgOption{slack.MsgOptionTS(r.thread), slack.MsgOptionMarkdownText(safe)}
 		if !approvals.IsDM(r.channel) {
-			opts = append(opts, slack.MsgOptionRecipientTeamID(r.team), slack.MsgOptionRecipientUserID(r.recipient(ctx)))
+			who := r.recipient(ctx)
+			opts = append(opts, slack.MsgOptionRecipientTeamID(r.app.teamOf(who, r.team)), slack.MsgOptionRecipientUserID(who))
 		}
 		_, ts, err = r.app.api.StartStreamContext(ctx, r.channel, opts...)
 	} else {

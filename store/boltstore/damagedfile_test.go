@@ -165,6 +165,21 @@ func TestOpenCreatesAgainAFileWhoseCreationWasCutShort(t *testing.T) {
 		t.Errorf("after a reopen: %d records (%v); want the one saved", len(recs), err)
 	}
 
+	// A short file that is no store (a path mistaken for one) is left
+	// alone, for Open to refuse.
+	other := filepath.Join(dir, "config.yaml")
+	content := []byte("policy:\n  default: ask\n")
+	if err := os.WriteFile(other, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(other, Options{PruneInterval: time.Hour, LockTimeout: 100 * time.Millisecond}); err == nil {
+		s.Close()
+		t.Error("a file that is no store opened as one")
+	}
+	if got, err := os.ReadFile(other); err != nil || !bytes.Equal(got, content) {
+		t.Errorf("the file that is no store holds %d bytes (%v); want it untouched", len(got), err)
+	}
+
 	// Held by another process's bbolt (a flock of its own on the file),
 	// a short file is left for bolt.Open, which waits for the lock.
 	held := filepath.Join(dir, "held.db")
