@@ -982,9 +982,9 @@ type payload struct {
 		ThreadTS    string `json:"thread_ts"`
 		// UserTeam is the author's workspace, in a channel shared with
 		// another organisation.
-		UserTeam string `json:"user_team"`
-		Tab      string `json:"tab"`
-		SubteamID   string `json:"subteam_id"`
+		UserTeam  string `json:"user_team"`
+		Tab       string `json:"tab"`
+		SubteamID string `json:"subteam_id"`
 		// Edited is set on the app_mention Slack sends again when a
 		// person edits a message mentioning the bot; only its presence is
 		// read.
