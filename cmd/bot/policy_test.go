@@ -267,7 +267,7 @@ func TestPolicyCommands(t *testing.T) {
 		},
 		{name: "test bad json", args: []string{"test", "-config", good, "deploy", `{"a":`}, code: 1, wantErr: "arguments: want a JSON object"},
 		{name: "test json not an object", args: []string{"test", "-config", good, "deploy", `[1]`}, code: 1, wantErr: "arguments: want a JSON object"},
-		{name: "test a key given twice", args: []string{"test", "-config", good, "deploy", `{"env": "dev", "env": "prod"}`}, code: 1, wantErr: `arguments: want a JSON object such as '{"path": "/tmp/a"}', as the bot takes it: canonical arguments: key "env" given twice`},
+		{name: "test a key given twice", args: []string{"test", "-config", good, "deploy", `{"env": "dev", "env": "prod"}`}, code: 1, wantErr: `arguments: want a JSON object such as '{"path": "/tmp/a"}', as the bot takes it: key "env" given twice`},
 		{name: "test keys that differ only by case", args: []string{"test", "-config", good, "deploy", `{"env": "dev", "Env": "prod"}`}, code: 1, wantErr: `keys "env" and "Env" differ only by case`},
 		{
 			name: "test a number the policy cannot see exactly",
