@@ -1,6 +1,7 @@
 package slackapp_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,14 +51,7 @@ func TestGuestApproverOutsideAPublicChannelGetsACopy(t *testing.T) {
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
 	ts := e.slack.Mention(shared, requester, "deploy api 7")
 	e.cardIn(shared, ts, "deploy")
-	waitUntil(t, "the guest outside the channel gets a copy of the card by DM", func() bool {
-		for _, m := range e.slack.Messages(e.slack.DMChannel(outside)) {
-			if isCard(m) {
-				return true
-			}
-		}
-		return false
-	})
+	waitForCopy(t, e, outside)
 	for _, u := range []string{inside, approver} {
 		if n := len(e.slack.Messages(e.slack.DMChannel(u))); n != 0 {
 			t.Errorf("%s, who can see the channel, got %d messages by DM", u, n)
@@ -101,15 +95,16 @@ func TestApproverInAPublicChannelNotLookedUpGetsNoCopy(t *testing.T) {
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
 	ts := e.slack.Mention(shared, requester, "deploy api 7")
 	e.cardIn(shared, ts, "deploy")
-	waitUntil(t, "the guest outside the channel gets a copy", func() bool {
-		for _, m := range e.slack.Messages(e.slack.DMChannel(guest)) {
-			if isCard(m) {
-				return true
-			}
-		}
-		return false
-	})
+	waitForCopy(t, e, guest)
 	if n := len(e.slack.Messages(e.slack.DMChannel(approver))); n != 0 {
 		t.Errorf("the approver in the channel, not looked up, got %d messages by DM", n)
 	}
+}
+
+// waitForCopy waits until user has a copy of a card by DM.
+func waitForCopy(t *testing.T, e *env, user string) {
+	t.Helper()
+	waitUntil(t, user+" gets a copy of the card by DM", func() bool {
+		return slices.ContainsFunc(e.slack.Messages(e.slack.DMChannel(user)), isCard)
+	})
 }
