@@ -221,3 +221,20 @@ func TestRecallForgetsNothingRemembered(t *testing.T) {
 		t.Errorf("recall with no room asked for %d pending calls, want no listing", st.limit)
 	}
 }
+
+// Runs whose Resume never comes here (a turn, or another process, resumed
+// them) do not fill what resumable remembers for good: a run added once
+// maxResumable are kept is remembered, another forgotten.
+func TestResumableMakesRoom(t *testing.T) {
+	var r resumable
+	for i := range maxResumable {
+		r.add(fmt.Sprint("stale", i), "T1/C1/1")
+	}
+	r.add("new", "T1/C1/2")
+	if conv, ok := r.take("new"); !ok || conv != "T1/C1/2" {
+		t.Errorf("a run added with %d kept: take = %q, %v; want it remembered", maxResumable, conv, ok)
+	}
+	if n := len(r.runs); n != maxResumable-1 {
+		t.Errorf("%d runs kept after one was taken; want %d", n, maxResumable-1)
+	}
+}

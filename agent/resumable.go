@@ -15,16 +15,23 @@ type resumable struct {
 	runs map[string]string // run id -> conversation
 }
 
-// add remembers the conversation of a run to resume.
+// add remembers the conversation of a run to resume, making room by
+// forgetting another run when maxResumable are kept: one whose Resume
+// never came here (a turn resumed it, or another process) would otherwise
+// stay, and once enough had, no run would be remembered again.
 func (r *resumable) add(runID, conversation string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.runs == nil {
 		r.runs = make(map[string]string)
 	}
-	if len(r.runs) < maxResumable {
-		r.runs[runID] = conversation
+	if _, ok := r.runs[runID]; !ok && len(r.runs) >= maxResumable {
+		for id := range r.runs {
+			delete(r.runs, id)
+			break
+		}
 	}
+	r.runs[runID] = conversation
 }
 
 // take returns and forgets the conversation of a run, if remembered.
