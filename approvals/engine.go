@@ -727,6 +727,28 @@ func globsOverlap(a, b string) bool {
 	return true
 }
 
+// Unreached returns a note for each rule of p that no call can reach: an
+// earlier rule with no condition matches every tool it does (first match
+// wins).
+func (p *Policy) Unreached() []string {
+	var out []string
+	rules := p.Rules()
+	for j, r := range rules {
+		for _, earlier := range rules[:j] {
+			if earlier.When == "" && globCovers(earlier.Tool, r.Tool) {
+				out = append(out, fmt.Sprintf("rule %s (tool %s) is never reached: rule %s (tool %s, no condition) comes first and matches every call it would", r.ID, r.Tool, earlier.ID, earlier.Tool))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// MatchesNone reports whether glob matches none of names.
+func MatchesNone(glob string, names []string) bool {
+	return !slices.ContainsFunc(names, func(n string) bool { return matchesTool(glob, n) })
+}
+
 // globCovers reports whether every tool name matching inner matches outer.
 func globCovers(outer, inner string) bool {
 	return outer == "*" || outer == inner || (!hasMeta(inner) && matchesTool(outer, inner))

@@ -86,6 +86,25 @@ type BuiltinConfig struct {
 	Workspace   *WorkspaceConfig
 }
 
+// Names returns the names of the built-in tools b enables, as Builtins
+// registers them.
+func (b BuiltinConfig) Names() []string {
+	var out []string
+	if b.AskHuman != nil {
+		out = append(out, "ask_human")
+	}
+	if b.HTTPRequest != nil {
+		out = append(out, "http_get", "http_request")
+	}
+	if b.RunCommand != nil {
+		out = append(out, "run_command")
+	}
+	if b.Workspace != nil {
+		out = append(out, "workspace_list", "workspace_read", "workspace_write", "workspace_delete")
+	}
+	return out
+}
+
 // AskHumanConfig enables ask_human. It has no settings.
 type AskHumanConfig struct{}
 

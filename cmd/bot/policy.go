@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -188,6 +189,7 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var p *approvals.Policy
 	var problems []error
+	var tc tools.Config
 	if err := yaml.Unmarshal(data, new(yaml.Node)); err != nil {
 		// YAML that does not parse is one problem, which each section's
 		// parser would report again.
@@ -200,7 +202,8 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 		problems = []error{err}
 	} else {
 		p, problems = approvals.CheckConfig(data)
-		if tc, err := tools.CheckConfig(data); err != nil {
+		var err error
+		if tc, err = tools.CheckConfig(data); err != nil {
 			// The bot would refuse to start with it; the ${VAR}s it names
 			// need not be set here.
 			problems = append([]error{err}, problems...)
@@ -226,8 +229,35 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%3d  %s\n", i+1, r.String())
 	}
 	fmt.Fprintf(stdout, "Then: the tool's annotations (read-only: allow; destructive or none: ask), then the default: %s\n", p.Default())
+	for _, n := range append(p.Unreached(), unmatched(p, tc)...) {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
 	fmt.Fprintf(stdout, "ok\t%s: %d %s\n", *config, len(rules), plural(len(rules), "rule", "rules"))
 	return nil
+}
+
+// unmatched returns a note for each rule of p whose tool no tool of c can
+// be: one named server__… for a server that is not in mcp_servers, or a
+// built-in tool's name (no "__") that builtin_tools does not enable. (A
+// glob the tools of a server may match is not judged: they are listed
+// only once it runs.)
+func unmatched(p *approvals.Policy, c tools.Config) []string {
+	servers := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		servers[i] = s.Name
+	}
+	builtins := c.Builtins.Names()
+	var out []string
+	for _, r := range p.Rules() {
+		server, _, mcp := strings.Cut(r.Tool, "__")
+		switch {
+		case mcp && !strings.ContainsAny(server, `*?[\`) && !slices.Contains(servers, server):
+			out = append(out, fmt.Sprintf("rule %s (tool %s) matches no tool: there is no MCP server %q in mcp_servers", r.ID, r.Tool, server))
+		case !mcp && !strings.ContainsAny(r.Tool, `*?[\`) && !slices.Contains(builtins, r.Tool):
+			out = append(out, fmt.Sprintf("rule %s (tool %s) matches no tool: builtin_tools enables no tool of that name (MCP tools are named server__tool)", r.ID, r.Tool))
+		}
+	}
+	return out
 }
 
 // checkToolTimeouts refuses, as the bot does at start, a built-in tool's

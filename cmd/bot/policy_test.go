@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -543,5 +544,55 @@ func TestPolicyErrorsOnOneLine(t *testing.T) {
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("cases error:\n%v\nwant:\n%s", err, tc.want)
 		}
+	}
+}
+
+// `policy check` notes the rules no call can reach: one after a rule with
+// no condition that matches every tool it does, one for an MCP server that
+// is not configured (a typo), one naming a built-in tool that is not
+// enabled; the file is sound all the same.
+func TestPolicyCheckNotesRulesThatNeverApply(t *testing.T) {
+	root := t.TempDir()
+	cfg := writeFile(t, "config.yaml", `mcp_servers:
+  - name: github
+    url: https://mcp.example/github
+builtin_tools:
+  workspace:
+    root: `+root+`
+policy:
+  rules:
+    - id: all-workspace
+      tool: workspace_*
+      verdict: allow
+    - id: delete-needs-two
+      tool: workspace_delete
+      verdict: ask
+      four_eyes: true
+    - id: merges
+      tool: gihub__merge_*
+      verdict: ask
+    - id: write-typo
+      tool: worksapce_write
+      verdict: ask
+    - id: guarded
+      tool: workspace_read
+      when: 'args.path.startsWith("secrets/")'
+      verdict: deny
+    - id: gh
+      tool: github__merge_*
+      verdict: ask
+`)
+	var stdout bytes.Buffer
+	if err := run(t.Context(), []string{"policy", "check", "-config", cfg}, &stdout, io.Discard); err != nil {
+		t.Fatalf("check: %v\n%s", err, stdout.String())
+	}
+	var notes []string
+	for line := range strings.Lines(stdout.String()) {
+		if strings.HasPrefix(line, "note: ") {
+			notes = append(notes, strings.Fields(line)[2])
+		}
+	}
+	if want := []string{"delete-needs-two", "guarded", "merges", "write-typo"}; !slices.Equal(notes, want) {
+		t.Errorf("notes on rules %q; want %q:\n%s", notes, want, stdout.String())
 	}
 }
