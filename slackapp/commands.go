@@ -507,6 +507,9 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 	if over := a.policy.Overrules(added); len(over) > 0 {
 		out += "\nNote: " + overrulesText(over) + ". The policy file is a floor: change the file to relax it."
 	}
+	if names := a.toolNames(); approvals.MatchesNone(added.Tool, names) {
+		out += fmt.Sprintf("\nNote: none of the %d tools I have now is named like %s (MCP tools are named `server__tool`): check the name. The rule applies to such a tool once one is listed.", len(names), inlineCode(added.Tool))
+	}
 	if def, relaxes := a.policy.RelaxesDefault(added); relaxes {
 		out += fmt.Sprintf("\nNote: where no file rule matches a call, this rule decides it instead of the file's default (%s) and the tool's annotations (which ask unless it is read-only).", def)
 	}
@@ -523,6 +526,17 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 			strings.Join(ids, ", "), added.ID)
 	}
 	return out
+}
+
+// toolNames lists the names of the tools the agent has now.
+func (a *App) toolNames() []string {
+	var names []string
+	if a.ag != nil {
+		for _, t := range a.ag.Tools().List() {
+			names = append(names, t.Name)
+		}
+	}
+	return names
 }
 
 func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {

@@ -131,6 +131,13 @@ func TestApprovalsCommand(t *testing.T) {
 	if got := e.slash(other, "policy add tool=read_* verdict=deny id=no-reads"); strings.Contains(got, "Careful") {
 		t.Errorf("a stricter rule was said to loosen older ones: %s", got)
 	}
+	// A rule no tool of the bot is named like (a typo) says so; one that
+	// matches a tool does not.
+	wantIn(t, "policy add of a typo", e.slash(other, "policy add tool=deplyo verdict=deny id=typo"),
+		"Added runtime rule `typo`", "none of the", "is named like `deplyo`")
+	if got := e.slash(other, "policy add tool=dep* verdict=deny id=deny-deploys"); strings.Contains(got, "is named like") {
+		t.Errorf("a rule matching a tool was said to match none: %s", got)
+	}
 }
 
 // App Home lists the pending call in the approver's inbox; Approve there
