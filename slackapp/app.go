@@ -376,6 +376,8 @@ func (a *App) checkApprovalsChannel(ctx context.Context) {
 	switch {
 	case err != nil:
 		a.log.Error("APPROVALS_CHANNEL cannot be read: cards for approvers who cannot see a conversation will fail there until the bot is invited to it (or the id is corrected)", "channel", ch, "err", err)
+	case info.IsArchived:
+		a.log.Error("APPROVALS_CHANNEL is archived: cards for approvers who cannot see a conversation will fail there until it is unarchived (or another is set)", "channel", ch)
 	case !info.IsMember:
 		a.log.Error("the bot is not a member of APPROVALS_CHANNEL: cards for approvers who cannot see a conversation will fail there until it is invited (/invite the bot in that channel)", "channel", ch)
 	}

@@ -584,12 +584,14 @@ func TestLongListsArePaged(t *testing.T) {
 // none, says nothing.
 func TestApprovalsChannelMembershipIsChecked(t *testing.T) {
 	for _, tt := range []struct {
-		name    string
-		members []string
-		want    bool
+		name     string
+		members  []string
+		archived bool
+		want     string
 	}{
-		{"not a member", []string{approver}, true},
-		{"a member", []string{approver, "bot"}, false},
+		{"not a member", []string{approver}, false, "not a member of APPROVALS_CHANNEL"},
+		{"a member", []string{approver, "bot"}, false, ""},
+		{"archived", []string{approver, "bot"}, true, "APPROVALS_CHANNEL is archived"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, storeKinds(t)[0])
@@ -597,15 +599,17 @@ func TestApprovalsChannelMembershipIsChecked(t *testing.T) {
 			if slices.Contains(members, "bot") {
 				members = append(slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == "bot" }), e.slack.BotUserID())
 			}
-			e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: members})
+			e.slack.AddChannel(fakeslack.Channel{ID: approvalsChannel, Name: "approvals", Members: members, Archived: tt.archived})
 			e.cfg.ApprovalsChannel = approvalsChannel
 			logs := &syncBuffer{}
 			e.cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			e.start()
 			waitUntil(t, "the bot is connected", func() bool { return strings.Contains(logs.String(), "connected to slack") })
 			e.stop()
-			if got := strings.Contains(logs.String(), "not a member of APPROVALS_CHANNEL"); got != tt.want {
-				t.Errorf("logged the missing membership: %v, want %v; logs:\n%s", got, tt.want, logs)
+			for _, said := range []string{"not a member of APPROVALS_CHANNEL", "APPROVALS_CHANNEL is archived"} {
+				if got := strings.Contains(logs.String(), said); got != (said == tt.want) {
+					t.Errorf("logged %q: %v, want %v; logs:\n%s", said, got, said == tt.want, logs)
+				}
 			}
 		})
 	}

@@ -556,7 +556,7 @@ func (s *Server) channelJSON(st *channelState) jsonObject {
 		"is_im":           st.kind == kindIM,
 		"is_mpim":         st.kind == kindMPIM,
 		"is_private":      st.Private,
-		"is_archived":     false,
+		"is_archived":     st.Archived,
 		"is_general":      false,
 		"is_member":       st.isMember(s.cfg.botUserID),
 		"is_ext_shared":   false,

@@ -62,6 +62,8 @@ type Channel struct {
 	Name    string
 	Private bool
 	Members []string
+	// Archived is reported by conversations.info; nothing else heeds it.
+	Archived bool
 }
 
 // Option configures a Server.
@@ -373,7 +375,7 @@ func (s *Server) AddChannel(c Channel) {
 		st = &channelState{}
 		s.channels[c.ID] = st
 	}
-	st.Channel = Channel{ID: c.ID, Name: c.Name, Private: c.Private, Members: slices.Clone(c.Members)}
+	st.Channel = Channel{ID: c.ID, Name: c.Name, Private: c.Private, Members: slices.Clone(c.Members), Archived: c.Archived}
 	st.kind = kindChannel
 }
 
