@@ -402,20 +402,32 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	if kindOf(&d) == approvals.Edit {
 		args = d.Args
 	}
-	withNote := func(res Result) Result {
-		// An edit back to the original arguments (after an edit of them
-		// was pending) ran what the model asked for: nothing to tell.
+	// noted tells the model, before res, which arguments a person's edit
+	// gave the call (how being what happened with them: "The call ran
+	// with"). An edit back to the original arguments (after an edit of
+	// them was pending) ran what the model asked for: nothing to tell.
+	noted := func(res Result, how string) Result {
 		if kindOf(&d) == approvals.Edit && !sameArgs(args, c.Args) {
-			res.Content = fmt.Sprintf("Note: user %s edited the arguments before approving. The call ran with %s instead of the original %s. Do not re-issue the original call.\n\n%s", who, args, c.Args, res.Content)
+			res.Content = fmt.Sprintf("Note: user %s edited the arguments before approving. %s %s instead of the original %s. Do not re-issue the original call.\n\n%s", who, how, args, c.Args, res.Content)
 		}
 		return res
 	}
-	// unknown settles a call that started before and will not run again,
-	// whose outcome is not known: the first resume to find it so saves
-	// that, with the execution's audit entry, for a resume claimed again
-	// to report and write no second entry.
-	unknown := func() (Result, bool) {
+	withNote := func(res Result) Result { return noted(res, "The call ran with") }
+	// notRun skips a call that does not run (and did not start).
+	notRun := func(res Result, note string) (Result, bool) {
+		return skip(noted(res, "It was approved with"), note)
+	}
+	// unknown settles a call that started before and will not run again
+	// (why, if not only because it started), whose outcome is not known:
+	// the first resume to find it so saves that, with the execution's
+	// audit entry, for a resume claimed again to report and write no
+	// second entry.
+	unknown := func(why string) (Result, bool) {
 		res := interruptedResult(c.Tool)
+		if why != "" {
+			res.Content += " (" + why + ")"
+		}
+		res = noted(res, "It was started with")
 		a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, "the bot stopped while it ran"))
 		return skip(res, NoteInterrupted)
 	}
@@ -433,18 +445,22 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		if len(c.Result) > 0 && json.Unmarshal(c.Result, &saved) == nil {
 			// Its audit entry was written with it.
 			if saved.Interrupted {
-				return skip(interruptedResult(c.Tool), NoteInterrupted)
+				res := interruptedResult(c.Tool)
+				if saved.Result.Content != "" {
+					res.Content = saved.Result.Content // as the first resume told it
+				}
+				return skip(res, NoteInterrupted)
 			}
 			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: saved.Result})
 			return withNote(saved.Result), false
 		}
 		if !ok || !repeatable(tool) {
-			return unknown()
+			return unknown("")
 		}
 		again = true
 	}
 	if !ok {
-		return skip(Result{Content: fmt.Sprintf("not performed: tool %s is no longer available", c.Tool), IsError: true}, "tool unavailable")
+		return notRun(Result{Content: fmt.Sprintf("not performed: tool %s is no longer available", c.Tool), IsError: true}, "tool unavailable")
 	}
 	// The arguments are checked again against the tool as it is now: its
 	// MCP server may have changed it since the call paused (a
@@ -457,7 +473,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			// An attempt began before the bot stopped: it may have run.
 			ran = "so it was not run again; an attempt begun before the bot stopped may have taken effect, which is unknown"
 		}
-		return skip(Result{Content: fmt.Sprintf("not performed: the definition of tool %s changed since this call was approved (%s), %s; ask again: call the tool again, for a new approval, if it is still needed", c.Tool, why, ran), IsError: true}, NoteToolChanged)
+		return notRun(Result{Content: fmt.Sprintf("not performed: the definition of tool %s changed since this call was approved (%s), %s; ask again: call the tool again, for a new approval, if it is still needed", c.Tool, why, ran), IsError: true}, NoteToolChanged)
 	}
 	// The verdict is checked again: a call approved under a rule that now
 	// denies does not run.
@@ -466,13 +482,17 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	if err != nil && ctx.Err() != nil {
 		return Result{}, true // its mark, if any, is taken back on the way out
 	}
-	if err != nil {
-		return skip(Result{Content: fmt.Sprintf("not performed: the policy could not be checked (%v), so nothing ran; ask again later", err), IsError: true}, "policy could not be checked")
-	}
-	if v.Action == approvals.Deny {
+	switch {
+	case err != nil && again:
+		return unknown(fmt.Sprintf("the policy could not be checked to run it again: %v", err))
+	case err != nil:
+		return notRun(Result{Content: fmt.Sprintf("not performed: the policy could not be checked (%v), so nothing ran; ask again later", err), IsError: true}, "policy could not be checked")
+	case v.Action == approvals.Deny && again:
+		return unknown("the policy now denies running it again: " + v.Why())
+	case v.Action == approvals.Deny:
 		// The card's note gives the rule's words only: an evaluation's
 		// error may quote the arguments (a sealed copy shows none).
-		return skip(Result{Content: "not performed: the policy now denies this call: " + v.Why(), IsError: true}, "policy now denies: "+v.Words())
+		return notRun(Result{Content: "not performed: the policy now denies this call: " + v.Why(), IsError: true}, "policy now denies: "+v.Words())
 	}
 	first := marked
 	if marked {
@@ -483,7 +503,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			if ctx.Err() != nil {
 				return Result{}, true // its mark is taken back on the way out
 			}
-			return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
+			return notRun(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 		}
 		*started = ""
 	} else {
@@ -498,7 +518,10 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			if ctx.Err() != nil {
 				return Result{}, true // its card is left to whoever settles the call
 			}
-			return skip(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
+			if again {
+				return unknown(fmt.Sprintf("could not record running it again: %v", err))
+			}
+			return notRun(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 		}
 	}
 	if !first && !again {
@@ -509,7 +532,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			// reports it.
 			return Result{}, true
 		}
-		return unknown()
+		return unknown("")
 	}
 	if ctx.Err() != nil {
 		// Ended as the call was marked: it has not started, and the next
@@ -524,7 +547,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		// Cut by a shutdown or a lost lease while it ran: as after a
 		// crash, its outcome is unknown, and a resume claimed again
 		// reports it so too.
-		return unknown()
+		return unknown("")
 	}
 	if res.interrupted {
 		// No result is saved: the resume stops, and the next one runs it

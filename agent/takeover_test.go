@@ -1383,3 +1383,60 @@ func resumeOnceFree(t *testing.T, a *agent.Agent, runID string) agent.Outcome {
 	t.Helper()
 	return untilNotIdle(t, "Resume after the restart", func() (agent.Outcome, error) { return a.Resume(t.Context(), runID) })
 }
+
+// An edited call cut by a crash is reported with the edit: what may have
+// run is the edited call, not the one the model asked for.
+func TestEditedCallCutByACrashNamesTheEdit(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UAPPROVER1",
+		Args: json.RawMessage(`{"service":"api","version":"1"}`)})
+	must(t, err)
+	// A first resume started the edited call and died.
+	if ok, err := w.store.BeginExecution(ctx, p.ID, ""); err != nil || !ok {
+		t.Fatalf("BeginExecution = %v, %v", ok, err)
+	}
+	w.model.Reply(fakeopenai.Text("done"))
+	_, err = w.restart().Resume(ctx, p.RunID)
+	must(t, err)
+	got := toolResults(t, w.model)
+	if len(got) != 1 || !strings.Contains(got[0], "outcome unknown") || !strings.Contains(got[0], "edited the arguments") || !strings.Contains(got[0], `It was started with {"service":"api","version":"1"}`) {
+		t.Errorf("the model read %q; want the outcome unknown of the edited call, version 1", got)
+	}
+	if n := w.deploys.n.Load(); n != 0 {
+		t.Errorf("deploy ran %d times after the crash; want none", n)
+	}
+}
+
+// An idempotent call that started before a crash, which the policy denies
+// by the time it is taken over, is not run again, and its outcome is
+// unknown: the attempt may have taken effect (it is audited so), not "not
+// performed".
+func TestStartedIdempotentCallThePolicyNowDeniesHasAnUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	scales := &counter{}
+	must(t, w.reg.Register(agent.Tool{Name: "scale", Description: "Scale", Schema: json.RawMessage(envSchema),
+		Annotations: approvals.Hints{Idempotent: true}, Handler: scales.handler("scaled")}))
+	w.policy = "policy:\n  rules:\n    - id: scale\n      tool: scale\n      verdict: ask\n"
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "scale", `{"env":"prod"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	if ok, err := w.store.BeginExecution(ctx, p.ID, ""); err != nil || !ok {
+		t.Fatalf("BeginExecution = %v, %v", ok, err)
+	}
+	w.policy = "policy:\n  rules:\n    - id: no-scale\n      tool: scale\n      verdict: deny\n      reason: Scaling is frozen.\n"
+	w.model.Reply(fakeopenai.Text("done"))
+	_, err = w.restart().Resume(ctx, p.RunID)
+	must(t, err)
+	if n := scales.n.Load(); n != 0 {
+		t.Fatalf("scale ran %d times under a deny", n)
+	}
+	got := toolResults(t, w.model)
+	if len(got) != 1 || strings.Contains(got[0], "not performed") || !strings.Contains(got[0], "outcome unknown") || !strings.Contains(got[0], "Scaling is frozen") {
+		t.Errorf("the model read %q; want the outcome unknown, not run again because the policy now denies it", got)
+	}
+}
