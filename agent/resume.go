@@ -421,14 +421,20 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	// (why, if not only because it started), whose outcome is not known:
 	// the first resume to find it so saves that, with the execution's
 	// audit entry, for a resume claimed again to report and write no
-	// second entry.
-	unknown := func(why string) (Result, bool) {
+	// second entry. A call whose tool may run again (again) is saved with
+	// no entry: its attempt is audited by the run that made it when a
+	// shutdown cut it, and by none after a crash, as when it runs again.
+	unknown := func(why string, again bool) (Result, bool) {
 		res := interruptedResult(c.Tool)
 		if why != "" {
 			res.Content += " (" + why + ")"
 		}
 		res = noted(res, "It was started with")
-		a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, "the bot stopped while it ran"))
+		var e store.AuditEntry
+		if !again {
+			e = executed(c, d, args, res, "the bot stopped while it ran")
+		}
+		a.saveResult(ctx, t, c.ID, res, e)
 		return skip(res, NoteInterrupted)
 	}
 	reg, ok := a.tools.lookup(c.Tool)
@@ -455,7 +461,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			return withNote(saved.Result), false
 		}
 		if !ok || !repeatable(tool) {
-			return unknown("")
+			return unknown("", false)
 		}
 		again = true
 	}
@@ -468,12 +474,11 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	// or has the server fill in a default the card never showed and the
 	// policy never judged. Either way it does not run.
 	if why := changedArgs(reg, args); why != "" {
-		ran := "so nothing ran"
 		if again {
 			// An attempt began before the bot stopped: it may have run.
-			ran = "so it was not run again; an attempt begun before the bot stopped may have taken effect, which is unknown"
+			return unknown(fmt.Sprintf("the definition of tool %s changed since this call was approved (%s); call the tool again, for a new approval, if it is still needed", c.Tool, why), true)
 		}
-		return notRun(Result{Content: fmt.Sprintf("not performed: the definition of tool %s changed since this call was approved (%s), %s; ask again: call the tool again, for a new approval, if it is still needed", c.Tool, why, ran), IsError: true}, NoteToolChanged)
+		return notRun(Result{Content: fmt.Sprintf("not performed: the definition of tool %s changed since this call was approved (%s), so nothing ran; ask again: call the tool again, for a new approval, if it is still needed", c.Tool, why), IsError: true}, NoteToolChanged)
 	}
 	// The verdict is checked again: a call approved under a rule that now
 	// denies does not run.
@@ -484,11 +489,11 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	}
 	switch {
 	case err != nil && again:
-		return unknown(fmt.Sprintf("the policy could not be checked to run it again: %v", err))
+		return unknown(fmt.Sprintf("the policy could not be checked to run it again: %v", err), true)
 	case err != nil:
 		return notRun(Result{Content: fmt.Sprintf("not performed: the policy could not be checked (%v), so nothing ran; ask again later", err), IsError: true}, "policy could not be checked")
 	case v.Action == approvals.Deny && again:
-		return unknown("the policy now denies running it again: " + v.Why())
+		return unknown("the policy now denies running it again: "+v.Why(), true)
 	case v.Action == approvals.Deny:
 		// The card's note gives the rule's words only: an evaluation's
 		// error may quote the arguments (a sealed copy shows none).
@@ -519,7 +524,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 				return Result{}, true // its card is left to whoever settles the call
 			}
 			if again {
-				return unknown(fmt.Sprintf("could not record running it again: %v", err))
+				return unknown(fmt.Sprintf("could not record running it again: %v", err), true)
 			}
 			return notRun(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
 		}
@@ -532,7 +537,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			// reports it.
 			return Result{}, true
 		}
-		return unknown("")
+		return unknown("", false)
 	}
 	if ctx.Err() != nil {
 		// Ended as the call was marked: it has not started, and the next
@@ -547,7 +552,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		// Cut by a shutdown or a lost lease while it ran: as after a
 		// crash, its outcome is unknown, and a resume claimed again
 		// reports it so too.
-		return unknown("")
+		return unknown("", false)
 	}
 	if res.interrupted {
 		// No result is saved: the resume stops, and the next one runs it
@@ -596,7 +601,10 @@ func (a *Agent) beginExecution(ctx context.Context, id string) (bool, error) {
 // logged: the turn's own write records the result anyway, and the entry
 // if the store did not append it.
 func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result, e store.AuditEntry) {
-	s := &resultSave{entry: a.logged(ctx, e), callID: callID, result: mustJSON(savedResult{Result: res, Interrupted: res.interrupted})}
+	if e.Action != "" {
+		e = a.logged(ctx, e)
+	}
+	s := &resultSave{entry: e, callID: callID, result: mustJSON(savedResult{Result: res, Interrupted: res.interrupted})}
 	t.saves = append(t.saves, s)
 	ctx = context.WithoutCancel(ctx)
 	t.saving.Go(func() {

@@ -1440,3 +1440,64 @@ func TestStartedIdempotentCallThePolicyNowDeniesHasAnUnknownOutcome(t *testing.T
 		t.Errorf("the model read %q; want the outcome unknown, not run again because the policy now denies it", got)
 	}
 }
+
+// An idempotent call cut by a shutdown while it ran is audited (outcome
+// unknown) by the cut resume; the restart, which the policy now forbids
+// to run it again, must not audit the same attempt a second time.
+func TestIdempotentCallCutThenDeniedIsAuditedOnce(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.policy = "policy:\n  default: ask\n"
+	w.cfg.LeaseTTL = time.Second
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	must(t, w.reg.Register(agent.Tool{Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+		Annotations: approvals.Hints{Idempotent: true},
+		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+			cancel()
+			<-ctx.Done()
+			return agent.Result{}, ctx.Err()
+		}}))
+	a := w.agent()
+	out := pauseApproved(t, w, a, request("migrate"), call("c1", "migrate", `{}`))
+	if _, err := a.Resume(ctx, out.Pending[0].RunID); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cut resume = %v", err)
+	}
+	w.policy = "policy:\n  rules:\n    - id: frozen\n      tool: migrate\n      verdict: deny\n      reason: Frozen.\n"
+	w.model.Reply(fakeopenai.Text("ok"))
+	resumeOnceFree(t, w.restart(), out.Pending[0].RunID)
+	if got := executions(t, w.store); !slices.Equal(got, []string{"migrate unknown"}) {
+		t.Errorf("execute entries = %q, want one migrate unknown (one attempt ran)", got)
+	}
+}
+
+// An idempotent call that started before a crash, whose tool's definition
+// changed by the takeover, is not run again, and its outcome is unknown:
+// the attempt may have taken effect (not "not performed").
+func TestStartedCallWhoseToolChangedHasAnUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	scales := &counter{}
+	must(t, w.reg.Register(agent.Tool{Name: "scale", Description: "Scale", Schema: json.RawMessage(envSchema),
+		Annotations: approvals.Hints{Idempotent: true}, Handler: scales.handler("scaled")}))
+	w.policy = "policy:\n  rules:\n    - id: scale\n      tool: scale\n      verdict: ask\n"
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "scale", `{"env":"prod"}`))
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	if ok, err := w.store.BeginExecution(ctx, p.ID, ""); err != nil || !ok {
+		t.Fatalf("BeginExecution = %v, %v", ok, err)
+	}
+	// The tool now refuses the approved arguments.
+	must(t, w.reg.Replace(func(n string) bool { return n == "scale" }, []agent.Tool{{Name: "scale", Description: "Scale", Schema: json.RawMessage(`{"type":"object","properties":{"env":{"type":"string","enum":["staging"]}},"required":["env"]}`),
+		Annotations: approvals.Hints{Idempotent: true}, Handler: scales.handler("scaled")}}))
+	w.model.Reply(fakeopenai.Text("done"))
+	_, err = w.restart().Resume(ctx, p.RunID)
+	must(t, err)
+	if n := scales.n.Load(); n != 0 {
+		t.Fatalf("scale ran %d times", n)
+	}
+	got := toolResults(t, w.model)
+	if len(got) != 1 || strings.Contains(got[0], "not performed") || !strings.Contains(got[0], "outcome unknown") || !strings.Contains(got[0], "definition of tool scale changed") {
+		t.Errorf("the model read %q; want an unknown outcome, saying the tool changed", got)
+	}
+}

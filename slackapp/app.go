@@ -958,6 +958,34 @@ func (a *App) noteContext(ctx context.Context, d time.Duration) (_ context.Conte
 	}, true
 }
 
+// eventFields are the fields the app reads of an Events API event.
+type eventFields struct {
+	Type        string `json:"type"`
+	SubType     string `json:"subtype"`
+	User        string `json:"user"`
+	BotID       string `json:"bot_id"`
+	Channel     string `json:"channel"`
+	ChannelType string `json:"channel_type"`
+	Text        string `json:"text"`
+	TS          string `json:"ts"`
+	ThreadTS    string `json:"thread_ts"`
+	// Team is the author's workspace, and UserTeam too in a channel
+	// shared with another organisation.
+	Team      string `json:"team"`
+	UserTeam  string `json:"user_team"`
+	Tab       string `json:"tab"`
+	SubteamID string `json:"subteam_id"`
+	// Edited is set on the app_mention Slack sends again when a
+	// person edits a message mentioning the bot; only its presence is
+	// read.
+	Edited *struct{} `json:"edited"`
+	// View is the Home tab as the user opened it (app_home_opened),
+	// of which only its hash is read.
+	View struct {
+		Hash string `json:"hash"`
+	} `json:"view"`
+}
+
 // payload is what the app reads of an envelope's payload to route it,
 // decoded with the envelope in one pass: the fields of the events the app
 // handles, and of clicks. The rest (blocks, the card or view a click came
@@ -970,33 +998,9 @@ type payload struct {
 	Type string `json:"type"`
 
 	// Events.
-	TeamID  string `json:"team_id"`
-	EventID string `json:"event_id"`
-	Event   struct {
-		Type        string `json:"type"`
-		SubType     string `json:"subtype"`
-		User        string `json:"user"`
-		BotID       string `json:"bot_id"`
-		Channel     string `json:"channel"`
-		ChannelType string `json:"channel_type"`
-		Text        string `json:"text"`
-		TS          string `json:"ts"`
-		ThreadTS    string `json:"thread_ts"`
-		// UserTeam is the author's workspace, in a channel shared with
-		// another organisation.
-		UserTeam  string `json:"user_team"`
-		Tab       string `json:"tab"`
-		SubteamID string `json:"subteam_id"`
-		// Edited is set on the app_mention Slack sends again when a
-		// person edits a message mentioning the bot; only its presence is
-		// read.
-		Edited *struct{} `json:"edited"`
-		// View is the Home tab as the user opened it (app_home_opened),
-		// of which only its hash is read.
-		View struct {
-			Hash string `json:"hash"`
-		} `json:"view"`
-	} `json:"event"`
+	TeamID  string      `json:"team_id"`
+	EventID string      `json:"event_id"`
+	Event   eventFields `json:"event"`
 
 	// Interactions.
 	Team      teamRef `json:"team"`

@@ -1,9 +1,11 @@
 package slackapp_test
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
@@ -107,4 +109,37 @@ func waitForCopy(t *testing.T, e *env, user string) {
 	waitUntil(t, user+" gets a copy of the card by DM", func() bool {
 		return slices.ContainsFunc(e.slack.Messages(e.slack.DMChannel(user)), isCard)
 	})
+}
+
+// A member of the bot's workspace is never taken for an outsider by the
+// envelope's team_id (in a shared channel Slack may set it to the
+// channel's workspace, the partner's): only the event's own team, or
+// user_team, names its author's workspace; and an event the bot ignores
+// (a channel_join) notes nobody. They still decide a call open to the
+// conversation.
+func TestMemberIsNotTakenForAnOutsiderByTheEnvelopesTeam(t *testing.T) {
+	for _, subtype := range []string{"channel_join", ""} {
+		t.Run("subtype "+subtype, func(t *testing.T) {
+			e, ts, card := sharedChannelCard(t, requester)
+			ev := map[string]any{"type": "message", "user": other, "team": e.slack.TeamID(),
+				"text": "a word from the team", "ts": "1800000000.000100", "channel": shared, "channel_type": "channel"}
+			if subtype != "" {
+				ev["subtype"] = subtype
+			} else {
+				ev["thread_ts"] = ts
+			}
+			payload, err := json.Marshal(map[string]any{"type": "event_callback", "team_id": "T0PARTNER1", "api_app_id": e.slack.AppID(),
+				"event_id": "EvMEMBER1", "event_time": time.Now().Unix(), "event": ev, "is_ext_shared_channel": true})
+			must(t, err)
+			if _, err := e.slack.WaitAck(e.slack.Deliver("events_api", payload), 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			_, err = e.slack.Click(other, shared, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answerIn(shared, ts, "Deployed api 7.")
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+		})
+	}
 }

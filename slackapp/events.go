@@ -1,7 +1,6 @@
 package slackapp
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,17 +90,12 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	eventID := env.Payload.EventID
 	team := a.conversationTeam(env.Payload.TeamID)
 	switch ev.Type {
-	case "app_mention", "message":
-		// Whose workspace the author is of, for the team of a stream to
-		// them (see threadReporter.Stream).
-		a.noteTeam(ev.User, cmp.Or(ev.UserTeam, env.Payload.TeamID))
-	}
-	switch ev.Type {
 	case "app_mention":
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || ev.Edited != nil {
 			return
 		}
 		handed = true
+		a.noteAuthor(ev)
 		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, received: env.received}, eventID, false, ack)
 	case "message":
 		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || ev.Edited != nil || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
@@ -125,6 +119,7 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 			return
 		}
 		handed = true
+		a.noteAuthor(ev)
 		a.onMessage(ctx, m, eventID, followUp, ack)
 	case "member_left_channel":
 		// Who left no longer decides what only the channel's members

@@ -1,6 +1,7 @@
 package slackapp
 
 import (
+	"cmp"
 	"context"
 	"sync"
 )
@@ -36,6 +37,13 @@ func (o *outsiders) note(user, team string) {
 	o.teams[user] = team
 }
 
+// forget drops user from the outsiders, if there.
+func (o *outsiders) forget(user string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.teams, user)
+}
+
 // has reports whether user is a known outsider.
 func (o *outsiders) has(user string) bool {
 	_, ok := o.team(user)
@@ -52,14 +60,25 @@ func (o *outsiders) team(user string) (string, bool) {
 
 // noteTeam records that user clicked, submitted a form or wrote a message
 // from their team: someone whose team is not the bot's workspace is an
-// outsider. On Enterprise Grid a payload does not tell another workspace
-// of the same organisation from another organisation, so nobody is noted
-// there.
+// outsider, and someone whose team is, is not (any longer). On Enterprise
+// Grid a payload does not tell another workspace of the same organisation
+// from another organisation, so nobody is noted there.
 func (a *App) noteTeam(user, team string) {
-	if user == "" || team == "" || a.teamID == "" || team == a.teamID || a.enterpriseID != "" {
-		return
+	switch {
+	case user == "" || team == "" || a.teamID == "" || a.enterpriseID != "":
+	case team == a.teamID:
+		a.outsiders.forget(user)
+	default:
+		a.outsiders.note(user, team)
 	}
-	a.outsiders.note(user, team)
+}
+
+// noteAuthor records the workspace of the author of a person's message
+// the bot takes in, as the event names it (its team, user_team in a
+// shared channel): never the envelope's team_id, which Slack may set to
+// the channel's workspace rather than the author's.
+func (a *App) noteAuthor(ev *eventFields) {
+	a.noteTeam(ev.User, cmp.Or(ev.UserTeam, ev.Team))
 }
 
 // teamOf returns the team of user: their own if they are a known outsider,
