@@ -1412,25 +1412,14 @@ func TestEditedCallCutByACrashNamesTheEdit(t *testing.T) {
 
 // An idempotent call that started before a crash, which the policy denies
 // by the time it is taken over, is not run again, and its outcome is
-// unknown: the attempt may have taken effect (it is audited so), not "not
-// performed".
+// unknown: the attempt may have taken effect, not "not performed".
 func TestStartedIdempotentCallThePolicyNowDeniesHasAnUnknownOutcome(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, backends(t)[0])
-	scales := &counter{}
-	must(t, w.reg.Register(agent.Tool{Name: "scale", Description: "Scale", Schema: json.RawMessage(envSchema),
-		Annotations: approvals.Hints{Idempotent: true}, Handler: scales.handler("scaled")}))
-	w.policy = "policy:\n  rules:\n    - id: scale\n      tool: scale\n      verdict: ask\n"
-	a := w.agent()
-	p := pauseOne(t, w, a, call("c1", "scale", `{"env":"prod"}`))
-	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-	must(t, err)
-	if ok, err := w.store.BeginExecution(ctx, p.ID, ""); err != nil || !ok {
-		t.Fatalf("BeginExecution = %v, %v", ok, err)
-	}
+	p, scales := startedScale(t, w)
 	w.policy = "policy:\n  rules:\n    - id: no-scale\n      tool: scale\n      verdict: deny\n      reason: Scaling is frozen.\n"
 	w.model.Reply(fakeopenai.Text("done"))
-	_, err = w.restart().Resume(ctx, p.RunID)
+	_, err := w.restart().Resume(ctx, p.RunID)
 	must(t, err)
 	if n := scales.n.Load(); n != 0 {
 		t.Fatalf("scale ran %d times under a deny", n)
@@ -1476,22 +1465,12 @@ func TestIdempotentCallCutThenDeniedIsAuditedOnce(t *testing.T) {
 func TestStartedCallWhoseToolChangedHasAnUnknownOutcome(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, backends(t)[0])
-	scales := &counter{}
-	must(t, w.reg.Register(agent.Tool{Name: "scale", Description: "Scale", Schema: json.RawMessage(envSchema),
-		Annotations: approvals.Hints{Idempotent: true}, Handler: scales.handler("scaled")}))
-	w.policy = "policy:\n  rules:\n    - id: scale\n      tool: scale\n      verdict: ask\n"
-	a := w.agent()
-	p := pauseOne(t, w, a, call("c1", "scale", `{"env":"prod"}`))
-	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-	must(t, err)
-	if ok, err := w.store.BeginExecution(ctx, p.ID, ""); err != nil || !ok {
-		t.Fatalf("BeginExecution = %v, %v", ok, err)
-	}
+	p, scales := startedScale(t, w)
 	// The tool now refuses the approved arguments.
 	must(t, w.reg.Replace(func(n string) bool { return n == "scale" }, []agent.Tool{{Name: "scale", Description: "Scale", Schema: json.RawMessage(`{"type":"object","properties":{"env":{"type":"string","enum":["staging"]}},"required":["env"]}`),
 		Annotations: approvals.Hints{Idempotent: true}, Handler: scales.handler("scaled")}}))
 	w.model.Reply(fakeopenai.Text("done"))
-	_, err = w.restart().Resume(ctx, p.RunID)
+	_, err := w.restart().Resume(ctx, p.RunID)
 	must(t, err)
 	if n := scales.n.Load(); n != 0 {
 		t.Fatalf("scale ran %d times", n)
@@ -1500,4 +1479,23 @@ func TestStartedCallWhoseToolChangedHasAnUnknownOutcome(t *testing.T) {
 	if len(got) != 1 || strings.Contains(got[0], "not performed") || !strings.Contains(got[0], "outcome unknown") || !strings.Contains(got[0], "definition of tool scale changed") {
 		t.Errorf("the model read %q; want an unknown outcome, saying the tool changed", got)
 	}
+}
+
+// startedScale pauses a call of the idempotent tool scale, approves it and
+// marks it started, as a resume that died while it ran leaves it: the
+// takeover finds it begun, with no result.
+func startedScale(t *testing.T, w *world) (agent.PendingCall, *counter) {
+	t.Helper()
+	scales := &counter{}
+	must(t, w.reg.Register(agent.Tool{Name: "scale", Description: "Scale", Schema: json.RawMessage(envSchema),
+		Annotations: approvals.Hints{Idempotent: true}, Handler: scales.handler("scaled")}))
+	w.policy = "policy:\n  rules:\n    - id: scale\n      tool: scale\n      verdict: ask\n"
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "scale", `{"env":"prod"}`))
+	_, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+	must(t, err)
+	if ok, err := w.store.BeginExecution(t.Context(), p.ID, ""); err != nil || !ok {
+		t.Fatalf("BeginExecution = %v, %v", ok, err)
+	}
+	return p, scales
 }
