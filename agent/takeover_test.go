@@ -1414,17 +1414,10 @@ func TestEditedCallCutByACrashNamesTheEdit(t *testing.T) {
 // by the time it is taken over, is not run again, and its outcome is
 // unknown: the attempt may have taken effect, not "not performed".
 func TestStartedIdempotentCallThePolicyNowDeniesHasAnUnknownOutcome(t *testing.T) {
-	ctx := context.Background()
 	w := newWorld(t, backends(t)[0])
 	p, scales := startedScale(t, w)
 	w.policy = "policy:\n  rules:\n    - id: no-scale\n      tool: scale\n      verdict: deny\n      reason: Scaling is frozen.\n"
-	w.model.Reply(fakeopenai.Text("done"))
-	_, err := w.restart().Resume(ctx, p.RunID)
-	must(t, err)
-	if n := scales.n.Load(); n != 0 {
-		t.Fatalf("scale ran %d times under a deny", n)
-	}
-	got := toolResults(t, w.model)
+	got := takenOverUnrun(t, w, p, scales)
 	if len(got) != 1 || strings.Contains(got[0], "not performed") || !strings.Contains(got[0], "outcome unknown") || !strings.Contains(got[0], "Scaling is frozen") {
 		t.Errorf("the model read %q; want the outcome unknown, not run again because the policy now denies it", got)
 	}
@@ -1463,19 +1456,12 @@ func TestIdempotentCallCutThenDeniedIsAuditedOnce(t *testing.T) {
 // changed by the takeover, is not run again, and its outcome is unknown:
 // the attempt may have taken effect (not "not performed").
 func TestStartedCallWhoseToolChangedHasAnUnknownOutcome(t *testing.T) {
-	ctx := context.Background()
 	w := newWorld(t, backends(t)[0])
 	p, scales := startedScale(t, w)
 	// The tool now refuses the approved arguments.
 	must(t, w.reg.Replace(func(n string) bool { return n == "scale" }, []agent.Tool{{Name: "scale", Description: "Scale", Schema: json.RawMessage(`{"type":"object","properties":{"env":{"type":"string","enum":["staging"]}},"required":["env"]}`),
 		Annotations: approvals.Hints{Idempotent: true}, Handler: scales.handler("scaled")}}))
-	w.model.Reply(fakeopenai.Text("done"))
-	_, err := w.restart().Resume(ctx, p.RunID)
-	must(t, err)
-	if n := scales.n.Load(); n != 0 {
-		t.Fatalf("scale ran %d times", n)
-	}
-	got := toolResults(t, w.model)
+	got := takenOverUnrun(t, w, p, scales)
 	if len(got) != 1 || strings.Contains(got[0], "not performed") || !strings.Contains(got[0], "outcome unknown") || !strings.Contains(got[0], "definition of tool scale changed") {
 		t.Errorf("the model read %q; want an unknown outcome, saying the tool changed", got)
 	}
@@ -1498,4 +1484,18 @@ func startedScale(t *testing.T, w *world) (agent.PendingCall, *counter) {
 		t.Fatalf("BeginExecution = %v, %v", ok, err)
 	}
 	return p, scales
+}
+
+// takenOverUnrun resumes p's run as the process that takes it over after
+// the crash, checks that scale did not run again, and returns what the
+// model read of the step.
+func takenOverUnrun(t *testing.T, w *world, p agent.PendingCall, scales *counter) []string {
+	t.Helper()
+	w.model.Reply(fakeopenai.Text("done"))
+	_, err := w.restart().Resume(t.Context(), p.RunID)
+	must(t, err)
+	if n := scales.n.Load(); n != 0 {
+		t.Fatalf("scale ran %d times after the crash", n)
+	}
+	return toolResults(t, w.model)
 }

@@ -125,14 +125,7 @@ func TestWhyRefusedToOutsider(t *testing.T) {
 func TestWhyOneAtATime(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.start()
-	arrived, release := make(chan struct{}, 1), make(chan struct{})
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
+	arrived, release := modelGate(t)
 	e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
 		arrived <- struct{}{}
 		<-release
@@ -457,14 +450,7 @@ func TestWhyAfterAPanicIsAnswered(t *testing.T) {
 func TestWhyAnsweredAfterTheDecisionSaysItWasDecided(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.start()
-	arrived, release := make(chan struct{}, 1), make(chan struct{})
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
+	arrived, release := modelGate(t)
 	e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
 		if req.ToolChoice == "none" { // the Why? request
 			arrived <- struct{}{}
@@ -501,4 +487,19 @@ func TestWhyAnsweredAfterTheDecisionSaysItWasDecided(t *testing.T) {
 			t.Errorf("after the call was approved and ran, the thread got an explanation saying it still waits:\n%s", text)
 		}
 	}
+}
+
+// modelGate returns the channels of a model request held until released:
+// arrived, which the request reports on, and release, closing which lets
+// it answer (closed as the test ends, if it was not before).
+func modelGate(t *testing.T) (arrived, release chan struct{}) {
+	arrived, release = make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	return arrived, release
 }
