@@ -744,6 +744,36 @@ func (p *Policy) Unreached() []string {
 	return out
 }
 
+// Unreminded returns a note for each ask rule of p whose calls are never
+// reminded: their ttl (the rule's, or d's) is not longer than their
+// remind_after (the rule's, or d's), so they expire before the first
+// reminder is due (see store.Reminders). A value from d is named as the
+// bot's setting. A rule whose ttl d does not know (zero), or that takes
+// d's zero remind_after (reminders off), gets none: it is no mistake of
+// the rule's.
+func (p *Policy) Unreminded(d Defaults) []string {
+	var out []string
+	for _, r := range p.Rules() {
+		if r.Verdict != Ask {
+			continue
+		}
+		ttl, ttlFrom := r.TTL, "its ttl"
+		if ttl == 0 {
+			ttl, ttlFrom = d.TTL, "APPROVAL_TTL"
+		}
+		remind, remindFrom := r.RemindAfter, "its remind_after"
+		if remind == 0 {
+			remind, remindFrom = d.RemindAfter, "REMINDER_AFTER"
+		}
+		if ttl <= 0 || remind <= 0 || remind < ttl {
+			continue
+		}
+		out = append(out, fmt.Sprintf("rule %s (tool %s) never reminds its approvers: its calls expire after %s (%s), no later than the first reminder would come, after %s (%s); give it a remind_after shorter than the ttl",
+			r.ID, r.Tool, formatDuration(ttl), ttlFrom, formatDuration(remind), remindFrom))
+	}
+	return out
+}
+
 // MatchesNone reports whether glob matches none of names.
 func MatchesNone(glob string, names []string) bool {
 	return !slices.ContainsFunc(names, func(n string) bool { return matchesTool(glob, n) })

@@ -1190,3 +1190,67 @@ func overrules(t *testing.T, e *Engine, text string) string {
 	}
 	return strings.Join(got, ",")
 }
+
+// An ask whose calls expire no later than their first reminder is noted,
+// naming where its ttl and remind_after come from; the notes agree with
+// when the store reminds a call. Allow and deny rules never wait, and
+// reminders turned off by the bot are no mistake of a rule's.
+func TestUnreminded(t *testing.T) {
+	p, err := ParseConfig([]byte(`
+policy:
+  rules:
+    - {id: short, tool: deploy, verdict: ask, ttl: 30m}
+    - {id: equal, tool: restart, verdict: ask, ttl: 2h, remind_after: 2h}
+    - {id: late, tool: "files__*", verdict: ask, remind_after: 100h}
+    - {id: fine, tool: rollback, verdict: ask, ttl: 2h, remind_after: 90m}
+    - {id: defaults, tool: scale, verdict: ask}
+    - {id: allowed, tool: read, verdict: allow}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		d    Defaults
+		want []string
+	}{
+		{Defaults{TTL: 72 * time.Hour, RemindAfter: time.Hour}, []string{
+			"rule short (tool deploy) never reminds its approvers: its calls expire after 30m (its ttl), no later than the first reminder would come, after 1h (REMINDER_AFTER); give it a remind_after shorter than the ttl",
+			"rule equal (tool restart) never reminds its approvers: its calls expire after 2h (its ttl), no later than the first reminder would come, after 2h (its remind_after); give it a remind_after shorter than the ttl",
+			"rule late (tool files__*) never reminds its approvers: its calls expire after 72h (APPROVAL_TTL), no later than the first reminder would come, after 100h (its remind_after); give it a remind_after shorter than the ttl",
+		}},
+		// Reminders off: only the rules that set their own are judged.
+		{Defaults{TTL: 72 * time.Hour}, []string{
+			"rule equal (tool restart) never reminds its approvers: its calls expire after 2h (its ttl), no later than the first reminder would come, after 2h (its remind_after); give it a remind_after shorter than the ttl",
+			"rule late (tool files__*) never reminds its approvers: its calls expire after 72h (APPROVAL_TTL), no later than the first reminder would come, after 100h (its remind_after); give it a remind_after shorter than the ttl",
+		}},
+		{Defaults{TTL: time.Hour, RemindAfter: time.Hour}, []string{
+			"rule short (tool deploy) never reminds its approvers: its calls expire after 30m (its ttl), no later than the first reminder would come, after 1h (REMINDER_AFTER); give it a remind_after shorter than the ttl",
+			"rule equal (tool restart) never reminds its approvers: its calls expire after 2h (its ttl), no later than the first reminder would come, after 2h (its remind_after); give it a remind_after shorter than the ttl",
+			"rule late (tool files__*) never reminds its approvers: its calls expire after 1h (APPROVAL_TTL), no later than the first reminder would come, after 100h (its remind_after); give it a remind_after shorter than the ttl",
+			"rule defaults (tool scale) never reminds its approvers: its calls expire after 1h (APPROVAL_TTL), no later than the first reminder would come, after 1h (REMINDER_AFTER); give it a remind_after shorter than the ttl",
+		}},
+	} {
+		got := p.Unreminded(tt.d)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("Unreminded(%+v):\n got %q\nwant %q", tt.d, got, tt.want)
+		}
+		// With reminders on, a rule is noted exactly when a call it asks
+		// gets no reminder.
+		e := NewEngine(p, newMemStore(), WithDefaults(tt.d))
+		now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+		for _, r := range p.Rules() {
+			if r.Verdict != Ask {
+				continue
+			}
+			v := evalEngine(t, e, call(strings.ReplaceAll(r.Tool, "*", "x"), `{}`, "C1"))
+			if v.RuleID != r.ID {
+				t.Fatalf("a call of %s: rule %s, want %s", r.Tool, v.RuleID, r.ID)
+			}
+			c := store.Call{CreatedAt: now, ExpiresAt: now.Add(v.TTL), RemindAfter: v.RemindAfter}
+			noted := slices.ContainsFunc(got, func(n string) bool { return strings.HasPrefix(n, "rule "+r.ID+" ") })
+			if reminded := len(store.Reminders(c)) > 0; reminded != (!noted && v.RemindAfter > 0) {
+				t.Errorf("defaults %+v: rule %s noted %v, but its calls get %d reminders", tt.d, r.ID, noted, len(store.Reminders(c)))
+			}
+		}
+	}
+}

@@ -57,7 +57,10 @@ const policyUsage = `Usage:
       a ${VAR} that is not set or empty stands for a placeholder; a built-in
       tool's timeout may not be longer than TOOL_TIMEOUT, or its default 2m
       when not set here), and print every problem (rule position and line)
-      or the rules in evaluation order.
+      or the rules in evaluation order, with a note: line for each rule
+      that never applies, or whose calls expire before their approvers are
+      reminded (by APPROVAL_TTL and REMINDER_AFTER as set here, or else
+      their defaults 72h and 1h).
       Exit 0 when the file is sound, 1 otherwise.
   bot policy test [-config FILE] TOOL 'JSON' [-user U] [-channel C]
       Print the verdict a call would get, the rule that produced it and the
@@ -190,6 +193,8 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 	var p *approvals.Policy
 	var problems []error
 	var tc tools.Config
+	var defaults approvals.Defaults
+	var notSet map[string]string
 	if err := yaml.Unmarshal(data, new(yaml.Node)); err != nil {
 		// YAML that does not parse is one problem, which each section's
 		// parser would report again.
@@ -212,6 +217,9 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 		} else if err := checkToolReachHere(tc.Builtins, *config); err != nil {
 			problems = append([]error{err}, problems...)
 		}
+		if defaults, notSet, err = approvalDefaults(); err != nil {
+			problems = append([]error{err}, problems...)
+		}
 	}
 	if len(problems) > 0 {
 		for _, e := range problems {
@@ -229,7 +237,18 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%3d  %s\n", i+1, r.String())
 	}
 	fmt.Fprintf(stdout, "Then: the tool's annotations (read-only: allow; destructive or none: ask), then the default: %s\n", p.Default())
-	for _, n := range append(p.Unreached(), unmatched(p, tc)...) {
+	notes := append(p.Unreached(), unmatched(p, tc)...)
+	for _, n := range p.Unreminded(defaults) {
+		// A note that holds because of a default says so: the bot may
+		// have the setting otherwise.
+		for _, name := range []string{"APPROVAL_TTL", "REMINDER_AFTER"} {
+			if value, ok := notSet[name]; ok && strings.Contains(n, "("+name+")") {
+				n += fmt.Sprintf("; %s is not set here, so its default %s counts: set it as the bot has it", name, value)
+			}
+		}
+		notes = append(notes, n)
+	}
+	for _, n := range notes {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
 	fmt.Fprintf(stdout, "ok\t%s: %d %s\n", *config, len(rules), plural(len(rules), "rule", "rules"))
@@ -279,6 +298,31 @@ func checkToolTimeouts(b tools.BuiltinConfig) error {
 		return err
 	}
 	return nil
+}
+
+// approvalDefaults returns what the bot gives an ask whose rule sets no
+// ttl or remind_after: APPROVAL_TTL and REMINDER_AFTER as set here, or
+// else their defaults, which notSet maps to their names. A value the bot
+// would refuse to start with is an error, as it is there.
+func approvalDefaults() (d approvals.Defaults, notSet map[string]string, err error) {
+	notSet = map[string]string{}
+	setting := func(name, field string) string {
+		if raw := os.Getenv(name); raw != "" {
+			return raw
+		}
+		f, _ := reflect.TypeFor[config]().FieldByName(field)
+		notSet[name] = f.Tag.Get("default")
+		return notSet[name]
+	}
+	raw := setting("APPROVAL_TTL", "ApprovalTTL")
+	if d.TTL, err = time.ParseDuration(raw); err != nil || d.TTL <= 0 || d.TTL > approvals.MaxTTL {
+		return d, nil, fmt.Errorf("APPROVAL_TTL: %q is not a positive duration of at most 672h", raw)
+	}
+	raw = setting("REMINDER_AFTER", "ReminderAfter")
+	if d.RemindAfter, err = time.ParseDuration(raw); err != nil || d.RemindAfter < 0 {
+		return d, nil, fmt.Errorf("REMINDER_AFTER: %q is not a duration of zero or more (0 turns reminders off)", raw)
+	}
+	return d, notSet, nil
 }
 
 // checkToolReachHere refuses, as the bot does at start, a workspace root

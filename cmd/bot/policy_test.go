@@ -596,3 +596,101 @@ policy:
 		t.Errorf("notes on rules %q; want %q:\n%s", notes, want, stdout.String())
 	}
 }
+
+// An ask whose calls expire before their first reminder gets a note,
+// which says when it holds by a default that is not set here; a bad
+// APPROVAL_TTL or REMINDER_AFTER is a problem, as the bot refuses it.
+func TestPolicyCheckNotesRulesNeverReminded(t *testing.T) {
+	cfg := writeFile(t, "config.yaml", `mcp_servers:
+  - name: ops
+    url: https://mcp.example/ops
+policy:
+  rules:
+    - id: short
+      tool: ops__deploy
+      verdict: ask
+      ttl: 30m
+    - id: late
+      tool: ops__restart
+      verdict: ask
+      remind_after: 100h
+    - id: fine
+      tool: ops__rollback
+      verdict: ask
+      ttl: 2h
+      remind_after: 90m
+    - id: defaults
+      tool: ops__scale
+      verdict: ask
+    - id: allowed
+      tool: ops__read
+      verdict: allow
+`)
+	const (
+		short = "note: rule short (tool ops__deploy) never reminds its approvers: its calls expire after 30m (its ttl), no later than the first reminder would come, after 1h (REMINDER_AFTER); give it a remind_after shorter than the ttl"
+		late  = "note: rule late (tool ops__restart) never reminds its approvers: its calls expire after 72h (APPROVAL_TTL), no later than the first reminder would come, after 100h (its remind_after); give it a remind_after shorter than the ttl"
+	)
+	for _, tt := range []struct {
+		name    string
+		env     map[string]string
+		want    []string // the note lines, or the problem
+		problem bool
+	}{
+		{
+			name: "defaults",
+			want: []string{
+				short + "; REMINDER_AFTER is not set here, so its default 1h counts: set it as the bot has it",
+				late + "; APPROVAL_TTL is not set here, so its default 72h counts: set it as the bot has it",
+			},
+		},
+		{
+			name: "set here",
+			env:  map[string]string{"APPROVAL_TTL": "72h", "REMINDER_AFTER": "1h"},
+			want: []string{short, late},
+		},
+		{
+			name: "reminders off",
+			env:  map[string]string{"APPROVAL_TTL": "72h", "REMINDER_AFTER": "0"},
+			want: []string{late},
+		},
+		{
+			name: "a short APPROVAL_TTL",
+			env:  map[string]string{"APPROVAL_TTL": "1h", "REMINDER_AFTER": "1h"},
+			want: []string{
+				short,
+				"note: rule late (tool ops__restart) never reminds its approvers: its calls expire after 1h (APPROVAL_TTL), no later than the first reminder would come, after 100h (its remind_after); give it a remind_after shorter than the ttl",
+				"note: rule defaults (tool ops__scale) never reminds its approvers: its calls expire after 1h (APPROVAL_TTL), no later than the first reminder would come, after 1h (REMINDER_AFTER); give it a remind_after shorter than the ttl",
+			},
+		},
+		{
+			name:    "a bad APPROVAL_TTL",
+			env:     map[string]string{"APPROVAL_TTL": "3d"},
+			want:    []string{cfg + `: APPROVAL_TTL: "3d" is not a positive duration of at most 672h`},
+			problem: true,
+		},
+		{
+			name:    "a negative REMINDER_AFTER",
+			env:     map[string]string{"REMINDER_AFTER": "-1h"},
+			want:    []string{cfg + `: REMINDER_AFTER: "-1h" is not a duration of zero or more (0 turns reminders off)`},
+			problem: true,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			setEnv(t, tt.env)
+			var stdout bytes.Buffer
+			err := run(t.Context(), []string{"policy", "check", "-config", cfg}, &stdout, io.Discard)
+			var got []string
+			for line := range strings.Lines(stdout.String()) {
+				if strings.HasPrefix(line, "note: ") || strings.HasPrefix(line, cfg+": ") {
+					got = append(got, strings.TrimSuffix(line, "\n"))
+				}
+			}
+			if tt.problem != (exitCode(err) == 1) {
+				t.Errorf("exit status %d (err %v), want a problem: %v\n%s", exitCode(err), err, tt.problem, stdout.String())
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("got\n%s\nwant\n%s\nstdout:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"), stdout.String())
+			}
+		})
+	}
+}

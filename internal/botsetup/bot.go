@@ -59,8 +59,10 @@ type Bot struct {
 // does), when the model would be offered more than p.MaxTools tools (a
 // *ConfigError naming p.MaxToolsSetting, saying where the tools come from)
 // or the Slack app's configuration is refused ("set up slack app:
-// ..."). The caller closes the Bot after App.Run has returned, before the
-// store.
+// ..."). A built bot's policy file rules that do nothing (never reached,
+// never reminding, matching none of the tools) are logged as warnings
+// (see warnPolicy). The caller closes the Bot after App.Run has returned,
+// before the store.
 func Build(ctx context.Context, p Parts) (*Bot, error) {
 	reg := agent.NewRegistry()
 	limit := newToolLimit(p, reg)
@@ -88,8 +90,8 @@ func Build(ctx context.Context, p Parts) (*Bot, error) {
 			return nil, &ConfigError{Err: err}
 		}
 	}
-	engine := approvals.NewEngine(p.File.Policy, p.Store, approvals.WithAuditLog(p.Logger),
-		approvals.WithDefaults(approvals.Defaults{TTL: p.Agent.ApprovalTTL, RemindAfter: p.Agent.ReminderAfter}))
+	defaults := approvals.Defaults{TTL: p.Agent.ApprovalTTL, RemindAfter: p.Agent.ReminderAfter}
+	engine := approvals.NewEngine(p.File.Policy, p.Store, approvals.WithAuditLog(p.Logger), approvals.WithDefaults(defaults))
 	sc := p.Slack
 	sc.Logger, sc.Metrics = p.Logger, p.Metrics
 	app, err := slackapp.New(sc, p.Store, engine)
@@ -103,6 +105,11 @@ func Build(ctx context.Context, p Parts) (*Bot, error) {
 	ac.Groups, ac.Audience, ac.Logger, ac.Judged, ac.Expired = app.Groups(), app.Audience(), p.Logger, p.Metrics.ToolCall, p.Metrics.Expired
 	ac.ShownInFull = slackapp.ArgsShownInFull
 	ag := agent.New(meteredModel{model: p.Model, metrics: p.Metrics}, reg, engine, p.Store, app.Reporter, ac)
+	if p.Logger != nil {
+		// Once the servers reachable at start have listed their tools,
+		// so that a rule for one of them is judged by its tools.
+		warnPolicy(p.Logger, p.File.Policy, defaults, p.File.Tools.Servers, mgr.Status(), reg)
+	}
 	return &Bot{App: app, Agent: ag, Tools: mgr}, nil
 }
 
