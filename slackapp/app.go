@@ -437,6 +437,7 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 		}
 	})
 	a.spawn(workCtx, "notices", func(context.Context) { a.followNotices(following) })
+	a.spawn(workCtx, "approvers", a.checkApprovers)
 
 	var runErr error
 loop:

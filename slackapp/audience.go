@@ -43,7 +43,20 @@ type audienceCache struct {
 	dms     map[string]dmEntry
 	members map[string]memberEntry
 	public  map[string]publicEntry
-	guests  map[string]publicEntry // user -> whether a guest (in public)
+	users   map[string]userEntry
+}
+
+// userEntry is what users.info said of a user, and when.
+type userEntry struct {
+	userFacts
+	at time.Time
+}
+
+// userFacts is what the bot needs of a user's users.info: whether they
+// are a guest (is_restricted or is_ultra_restricted), who sees only the
+// channels they are in, deactivated, or a bot, neither of whom can click.
+type userFacts struct {
+	guest, deactivated, bot bool
 }
 
 type publicEntry struct {
@@ -62,7 +75,7 @@ type memberEntry struct {
 }
 
 func newAudienceCache(api *slack.Client, ttl time.Duration) *audienceCache {
-	return &audienceCache{api: api, ttl: ttl, maxDMs: maxDMs, maxChannels: maxChannels, dms: map[string]dmEntry{}, members: map[string]memberEntry{}, public: map[string]publicEntry{}, guests: map[string]publicEntry{}}
+	return &audienceCache{api: api, ttl: ttl, maxDMs: maxDMs, maxChannels: maxChannels, dms: map[string]dmEntry{}, members: map[string]memberEntry{}, public: map[string]publicEntry{}, users: map[string]userEntry{}}
 }
 
 // CanSee reports whether user can see channel.
@@ -152,36 +165,49 @@ func (c *audienceCache) isPublic(ctx context.Context, channel string) (bool, err
 	return v.(bool), nil
 }
 
-// seesPublic reports whether user can see public channel: anyone of the
-// workspace but a guest (users.info is_restricted or is_ultra_restricted,
-// kept for ttl), who sees only the channels they are in. Someone who
-// cannot be looked up sees it if they are in it; else the answer is no,
-// with the error.
-func (c *audienceCache) seesPublic(ctx context.Context, channel, user string) (bool, error) {
+// factsOf is what the bot needs of u.
+func factsOf(u *slack.User) userFacts {
+	return userFacts{guest: u.IsRestricted || u.IsUltraRestricted, deactivated: u.Deleted, bot: u.IsBot}
+}
+
+// user returns what users.info says of user, kept for ttl.
+func (c *audienceCache) user(ctx context.Context, user string) (userFacts, error) {
 	c.mu.Lock()
-	e, ok := c.guests[user]
+	e, ok := c.users[user]
 	c.mu.Unlock()
-	if !ok || time.Since(e.at) >= c.ttl {
-		v, err := c.lookups.do(ctx, "user:"+user, func(ctx context.Context) (any, error) {
-			u, err := c.api.GetUserInfoContext(ctx, user)
-			if err != nil {
-				return nil, fmt.Errorf("look up user %s: %w", user, err)
-			}
-			guest := u.IsRestricted || u.IsUltraRestricted
-			c.mu.Lock()
-			put(c.guests, user, publicEntry{public: guest, at: time.Now()}, c.maxDMs, c.ttl, func(e publicEntry) time.Time { return e.at })
-			c.mu.Unlock()
-			return guest, nil
-		})
-		if err != nil {
-			if members, merr := c.channelMembers(ctx, channel); merr == nil && members[user] {
-				return true, nil
-			}
-			return false, err
-		}
-		e.public = v.(bool)
+	if ok && time.Since(e.at) < c.ttl {
+		return e.userFacts, nil
 	}
-	if !e.public {
+	v, err := c.lookups.do(ctx, "user:"+user, func(ctx context.Context) (any, error) {
+		u, err := c.api.GetUserInfoContext(ctx, user)
+		if err != nil {
+			return nil, fmt.Errorf("look up user %s: %w", user, err)
+		}
+		f := factsOf(u)
+		c.mu.Lock()
+		put(c.users, user, userEntry{userFacts: f, at: time.Now()}, c.maxDMs, c.ttl, func(e userEntry) time.Time { return e.at })
+		c.mu.Unlock()
+		return f, nil
+	})
+	if err != nil {
+		return userFacts{}, err
+	}
+	return v.(userFacts), nil
+}
+
+// seesPublic reports whether user can see public channel: anyone of the
+// workspace but a guest (see user), who sees only the channels they are
+// in. Someone who cannot be looked up sees it if they are in it; else the
+// answer is no, with the error.
+func (c *audienceCache) seesPublic(ctx context.Context, channel, user string) (bool, error) {
+	f, err := c.user(ctx, user)
+	if err != nil {
+		if members, merr := c.channelMembers(ctx, channel); merr == nil && members[user] {
+			return true, nil
+		}
+		return false, err
+	}
+	if !f.guest {
 		return true, nil
 	}
 	members, err := c.channelMembers(ctx, channel)

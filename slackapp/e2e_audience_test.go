@@ -545,8 +545,8 @@ policy:
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"17"}`)), fakeopenai.Text("Deployed api 17."))
 	ts := e.slack.Mention(channel, requester, "deploy api 17")
 	card := e.card(ts, "deploy")
-	// The group's members are looked up, and kept, as the card is posted.
-	waitUntil(t, "the group's members are looked up", func() bool { return len(e.slack.Calls("usergroups.users.list")) > 0 })
+	// The group's members are looked up, and kept, as the call pauses.
+	waitUntil(t, "the group's members are kept", func() bool { return e.bot.app.KeepsGroupMember("SOPS00002", other) })
 
 	e.slack.AddUserGroup("SOPS00002", approver)
 	e.waitEventAcked("subteam_members_changed")
@@ -568,11 +568,16 @@ policy:
 // whether a replica keeps it.
 func (e *env) warmBoth(bots []*bot, user, channel, cardTS string, kept func(*bot) bool) {
 	e.t.Helper()
+	opened := len(e.slack.Calls("views.open"))
 	for range 2 {
 		_, err := e.slack.Click(user, channel, cardTS, slackapp.ActionReject, "")
 		must(e.t, err)
 	}
-	waitUntil(e.t, "both replicas keep the members", func() bool { return kept(bots[0]) && kept(bots[1]) })
+	// Both forms open once the clicks are answered (what a replica keeps
+	// may have been looked up before them, at its start).
+	waitUntil(e.t, "both replicas keep the members and open the form", func() bool {
+		return kept(bots[0]) && kept(bots[1]) && len(e.slack.Calls("views.open")) == opened+2
+	})
 }
 
 // approveOnBoth has user click Approve on the card twice, once on each

@@ -93,6 +93,8 @@ func TestApproverInAPublicChannelNotLookedUpGetsNoCopy(t *testing.T) {
 	e.slack.AddUser(fakeslack.User{ID: guest, Name: "contractor", Guest: true})
 	e.slack.AddChannel(fakeslack.Channel{ID: shared, Name: "ops", Members: []string{requester, approver, e.slack.BotUserID()}})
 	e.start()
+	// The check of the policy's approvers at start looks both up first.
+	waitUntil(t, "the approvers checked at start", func() bool { return len(e.slack.Calls("users.info")) == 2 })
 	e.slack.ErrorNext("users.info", "internal_error") // the first approver's
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
 	ts := e.slack.Mention(shared, requester, "deploy api 7")

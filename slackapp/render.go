@@ -366,6 +366,38 @@ func CopiesNotPostedText(tool string, unreached []copyPlace) string {
 	return ":warning: I couldn't send the approval card of " + toolList([]string{tool}) + " " + strings.Join(who, " or ") + ", for approvers who cannot see this conversation. They can decide it in my App Home (the Home tab)."
 }
 
+// unableText names each approver who cannot decide and why ("<@U1> is
+// deactivated; <!subteam^S1> has no members").
+func unableText(unable []unableApprover) string {
+	whys := make([]string, 0, len(unable))
+	for _, u := range unable {
+		if m, ok := mention(u.id); ok {
+			whys = append(whys, m+" "+u.why)
+		}
+	}
+	return strings.Join(whys, "; ")
+}
+
+// UndecidableText tells a thread that no approver the rule ruleID names
+// can decide the call to tool (a question when human) as things stand, and
+// why for each (see whyUndecidable): it waits until expires unless the
+// policy or who is in a user group changes.
+func UndecidableText(tool, ruleID string, human bool, expires time.Time, unable []unableApprover) string {
+	what := "approve " + toolList([]string{tool})
+	if human {
+		what = "answer this question"
+	}
+	text := ":warning: No one can " + what + " as things stand"
+	if why := unableText(unable); why != "" {
+		text += ": " + why
+	}
+	text += ". An admin can change rule " + inlineCode(ruleID) + " (`/approvals policy`), or who is in a user group it names"
+	if !expires.IsZero() {
+		text += "; else it expires " + slackDate(expires)
+	}
+	return text + "."
+}
+
 // NotApproverText is the ephemeral answer to someone who clicked a decision
 // button without being an approver of the call. Nothing changed. It names
 // the first maxListed approvers.

@@ -335,7 +335,8 @@ func (r *threadReporter) Announce(ctx context.Context, calls []agent.PendingCall
 }
 
 // Paused posts the copies of the cards Announce posted for approvers who
-// cannot see the conversation, and sets the expiry timer for them.
+// cannot see the conversation, tells the thread of a call no one named can
+// decide (see tellUndecidable), and sets the expiry timer for them.
 func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) {
 	for _, c := range calls {
 		r.app.expiry.at(c.ExpiresAt)
@@ -347,6 +348,7 @@ func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) 
 		if p := r.posts[c.ID]; p != nil {
 			r.app.postCopies(ctx, p)
 		}
+		r.app.tellUndecidable(ctx, r.channel, r.thread, c)
 		r.app.homes.changed(c.Call)
 	}
 	r.posts = nil
@@ -761,8 +763,8 @@ func (a *App) cardLocations(ctx context.Context, c agent.Call) (refs []cardRef, 
 
 // reminderTargets lists where a reminder of c goes for the named approvers
 // (user groups expanded) who cannot see the conversation, in channel, and
-// whom c still awaits (see stillAwaited): APPROVALS_CHANNEL if set, else a
-// DM to each; none when none is left.
+// whom c still awaits (see stillAwaited): APPROVALS_CHANNEL if set, for
+// those in it, and a DM to each of the others; none when none is left.
 func (a *App) reminderTargets(ctx context.Context, channel string, c agent.Call) []string {
 	blind := slices.DeleteFunc(a.blindApprovers(ctx, channel, c.Requester, a.deciders(ctx, c)), func(u string) bool {
 		return !stillAwaited(u, c.Approvals, c.FourEyes, c.Requester, c.Requesters)
@@ -824,7 +826,8 @@ func (a *App) guestsOutside(ctx context.Context, channel, requester string, appr
 }
 
 // copyPlaces lists where the copies for approvers who cannot see the
-// conversation go: APPROVALS_CHANNEL if set, else a DM to each.
+// conversation go: APPROVALS_CHANNEL if set, for those in it, and a DM to
+// each of the others.
 func (a *App) copyPlaces(ctx context.Context, blind []string) []string {
 	var out []string
 	for _, p := range a.copyPlacesFor(ctx, blind) {
@@ -844,10 +847,26 @@ func (a *App) copyPlacesFor(ctx context.Context, blind []string) []copyPlace {
 	if len(blind) == 0 {
 		return nil
 	}
-	if a.cfg.ApprovalsChannel != "" {
-		return []copyPlace{{channel: a.cfg.ApprovalsChannel}}
-	}
 	var out []copyPlace
+	if ch := a.cfg.ApprovalsChannel; ch != "" {
+		members, err := a.audience.channelMembers(ctx, ch)
+		if err != nil {
+			a.log.Warn("list the members of APPROVALS_CHANNEL; the copy goes there for every approver", "channel", ch, "err", err)
+			return []copyPlace{{channel: ch}}
+		}
+		// Those who are not in it would never see the copy there: they
+		// get theirs by DM.
+		var outside []string
+		for _, u := range blind {
+			if !members[u] {
+				outside = append(outside, u)
+			}
+		}
+		if len(outside) < len(blind) {
+			out = append(out, copyPlace{channel: ch})
+		}
+		blind = outside
+	}
 	for _, u := range blind {
 		ch, _, _, err := a.api.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{u}, ReturnIM: true})
 		if err != nil {

@@ -53,7 +53,7 @@ type config struct {
 	AuditRetention   time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h" desc:"how long audit entries are kept (2160h is 90 days), at most AUDIT_MAX_ENTRIES of them; each entry is also logged as msg=audit"`
 	AuditMaxEntries  int           `envconfig:"AUDIT_MAX_ENTRIES" default:"10000" desc:"how many audit entries are kept at most (each tool call makes two or more); the oldest beyond are deleted even within AUDIT_RETENTION"`
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of /healthz, /readyz and /metrics"`
-	ApprovalsChannel string        `envconfig:"APPROVALS_CHANNEL" desc:"channel id for cards whose approvers cannot see the conversation; empty: DM each approver"`
+	ApprovalsChannel string        `envconfig:"APPROVALS_CHANNEL" desc:"channel id for cards whose approvers cannot see the conversation (those not in it get a DM); empty: DM each approver"`
 	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat        string        `envconfig:"LOG_FORMAT" default:"json" desc:"json, or text for humans"`
 	MaxSteps         int           `envconfig:"MAX_STEPS" default:"10" desc:"model calls allowed in one turn"`
