@@ -745,34 +745,45 @@ func (p *Policy) Unreached() []string {
 }
 
 // Unreminded returns a note for each ask rule of p whose calls are never
-// reminded: their ttl (the rule's, or d's) is not longer than their
-// remind_after (the rule's, or d's), so they expire before the first
-// reminder is due (see store.Reminders). A value from d is named as the
-// bot's setting. A rule whose ttl d does not know (zero), or that takes
-// d's zero remind_after (reminders off), gets none: it is no mistake of
-// the rule's.
+// reminded (see UnremindedNote).
 func (p *Policy) Unreminded(d Defaults) []string {
 	var out []string
 	for _, r := range p.Rules() {
-		if r.Verdict != Ask {
-			continue
+		if n := UnremindedNote(r, d); n != "" {
+			out = append(out, n)
 		}
-		ttl, ttlFrom := r.TTL, "its ttl"
-		if ttl == 0 {
-			ttl, ttlFrom = d.TTL, "APPROVAL_TTL"
-		}
-		remind, remindFrom := r.RemindAfter, "its remind_after"
-		if remind == 0 {
-			remind, remindFrom = d.RemindAfter, "REMINDER_AFTER"
-		}
-		if ttl <= 0 || remind <= 0 || remind < ttl {
-			continue
-		}
-		out = append(out, fmt.Sprintf("rule %s (tool %s) never reminds its approvers: its calls expire after %s (%s), no later than the first reminder would come, after %s (%s); give it a remind_after shorter than the ttl",
-			r.ID, r.Tool, formatDuration(ttl), ttlFrom, formatDuration(remind), remindFrom))
 	}
 	return out
 }
+
+// UnremindedNote returns a note when r is an ask whose calls are never
+// reminded: their ttl (the rule's, or d's) is not longer than their
+// remind_after (the rule's, or d's), so they expire before the first
+// reminder is due (see store.Reminders); else "". A value from d is named
+// as the bot's setting. A rule whose ttl d does not know (zero), or that
+// takes d's zero remind_after (reminders off), gets none: it is no
+// mistake of the rule's.
+func UnremindedNote(r Rule, d Defaults) string {
+	if r.Verdict != Ask {
+		return ""
+	}
+	ttl, ttlFrom := r.TTL, "its ttl"
+	if ttl == 0 {
+		ttl, ttlFrom = d.TTL, "APPROVAL_TTL"
+	}
+	remind, remindFrom := r.RemindAfter, "its remind_after"
+	if remind == 0 {
+		remind, remindFrom = d.RemindAfter, "REMINDER_AFTER"
+	}
+	if ttl <= 0 || remind <= 0 || remind < ttl {
+		return ""
+	}
+	return fmt.Sprintf("rule %s (tool %s) never reminds its approvers: its calls expire after %s (%s), no later than the first reminder would come, after %s (%s); give it a remind_after shorter than the ttl",
+		r.ID, r.Tool, formatDuration(ttl), ttlFrom, formatDuration(remind), remindFrom)
+}
+
+// Unreminded returns UnremindedNote of r by the engine's defaults.
+func (e *Engine) Unreminded(r Rule) string { return UnremindedNote(r, e.defaults) }
 
 // MatchesNone reports whether glob matches none of names.
 func MatchesNone(glob string, names []string) bool {

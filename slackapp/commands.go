@@ -510,6 +510,9 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 	if names := a.toolNames(); approvals.MatchesNone(added.Tool, names) {
 		out += fmt.Sprintf("\nNote: none of the %d tools I have now is named like %s (MCP tools are named `server__tool`): check the name. The rule applies to such a tool once one is listed.", len(names), inlineCode(added.Tool))
 	}
+	if n := a.policy.Unreminded(added); n != "" {
+		out += "\nNote: " + Escape(n) + "."
+	}
 	if unable := a.unableNamed(ctx, a.cachedLookup(), added.Approvers); len(unable) > 0 {
 		out += "\nNote: " + unableText(unable) + ": calls this rule asks for wait on the others, or until they expire."
 	}

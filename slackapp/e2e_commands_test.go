@@ -648,3 +648,16 @@ func TestCommandAnswersHoldNoRawAngleBrackets(t *testing.T) {
 		}
 	}
 }
+
+// A rule added whose calls expire before their first reminder says so:
+// its approvers would never be reminded.
+func TestPolicyAddNotesARuleThatNeverReminds(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.cfg.AdminUsers = []string{other}
+	e.start()
+	wantIn(t, "policy add of an ask that expires first", e.slash(other, "policy add tool=deploy verdict=ask id=quiet ttl=30m remind_after=1h"),
+		"Added runtime rule `quiet`", "never reminds its approvers: its calls expire after 30m (its ttl)")
+	if got := e.slash(other, "policy add tool=deploy verdict=ask id=loud ttl=2h remind_after=1h"); strings.Contains(got, "never reminds") {
+		t.Errorf("policy add of an ask reminded before it expires said: %s", got)
+	}
+}
