@@ -775,7 +775,10 @@ func UnremindedNote(r Rule, d Defaults) string {
 	if remind == 0 {
 		remind, remindFrom = d.RemindAfter, "REMINDER_AFTER"
 	}
-	if ttl <= 0 || remind <= 0 || remind < ttl {
+	// Reminders are whole milliseconds after the pause (see
+	// store.Reminders): one less than a millisecond before the expiry
+	// may be cut to it.
+	if ttl <= 0 || remind <= 0 || ttl-remind >= time.Millisecond {
 		return ""
 	}
 	return fmt.Sprintf("rule %s (tool %s) never reminds its approvers: its calls expire after %s (%s), no later than the first reminder would come, after %s (%s); give it a remind_after shorter than the ttl",

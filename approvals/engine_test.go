@@ -1254,3 +1254,19 @@ policy:
 		}
 	}
 }
+
+// Unreminded notes a rule exactly when its calls get no reminder (see
+// store.Reminders), which cuts both times to whole milliseconds: a ttl
+// longer than remind_after by less than one is noted.
+func TestUnremindedWithinAMillisecond(t *testing.T) {
+	p, err := ParseConfig([]byte("policy:\n  rules:\n    - {id: r, tool: deploy, verdict: ask, ttl: 1h0m0.0005s, remind_after: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := p.Unreminded(Defaults{TTL: 72 * time.Hour, RemindAfter: time.Hour})
+	now := time.Date(2025, 1, 2, 3, 4, 5, 200_000, time.UTC) // .0002 s
+	c := store.Call{CreatedAt: now, ExpiresAt: now.Add(time.Hour + 500*time.Microsecond), RemindAfter: time.Hour}
+	if got := store.Reminders(c); len(got) != 0 || len(notes) != 1 {
+		t.Errorf("Unreminded notes %q; the call gets reminders %v, want a note and none", notes, got)
+	}
+}

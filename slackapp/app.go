@@ -437,7 +437,9 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 		}
 	})
 	a.spawn(workCtx, "notices", func(context.Context) { a.followNotices(following) })
-	a.spawn(workCtx, "approvers", a.checkApprovers)
+	// The check of the policy's approvers may wait on Slack: it ends as
+	// the shutdown starts, like the following.
+	a.spawn(workCtx, "approvers", func(context.Context) { a.checkApprovers(following) })
 
 	var runErr error
 loop:

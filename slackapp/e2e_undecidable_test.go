@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
@@ -13,19 +14,20 @@ import (
 // A rule whose approvers cannot decide as things stand (an empty or
 // unknown user group, one holding only the requester under four eyes, a
 // deactivated, bot or unknown user) leaves a card that would wait unseen
-// until it expires: the thread is told, naming each and why. Where one
-// named approver can decide, nothing is said.
+// until it expires: the thread is told, naming each and why. Where enough
+// named approvers can decide, nothing is said; where some can but fewer
+// than the count, the thread is told how many.
 func TestThreadIsToldNoOneCanDecide(t *testing.T) {
 	for _, c := range []struct {
 		name, rule string
 		want       []string // in the notice; none: no notice
 	}{
-		{"empty group", "approvers: [SEMPTY0001]", []string{"<!subteam^SEMPTY0001> has no members"}},
-		{"unknown group", "approvers: [SUNKNOWN01]", []string{"<!subteam^SUNKNOWN01> is not a user group Slack knows"}},
-		{"group of the requester under four eyes", "approvers: [SSELF00001]\n      four_eyes: true", []string{"<!subteam^SSELF00001> holds no one but who asked for the call"}},
+		{"empty group", "approvers: [SEMPTY0001]", []string{"No one can approve", "<!subteam^SEMPTY0001> has no members"}},
+		{"unknown group", "approvers: [SUNKNOWN01]", []string{"No one can approve", "<!subteam^SUNKNOWN01> is not a user group Slack lists"}},
+		{"group of the requester under four eyes", "approvers: [SSELF00001]\n      four_eyes: true", []string{"No one can approve", "<!subteam^SSELF00001> holds no one but who asked for the call"}},
 		{"deactivated, bot and unknown users", "approvers: [UGONE00001, UROBOT0001, UNOBODY001]",
-			[]string{"<@UGONE00001> is deactivated", "<@UROBOT0001> is a bot", "<@UNOBODY001> is not a user Slack knows"}},
-		{"too few for the count", "approvers: [UAPPROVER1, UGONE00001]\n      min_approvals: 2", []string{"<@UGONE00001> is deactivated"}},
+			[]string{"No one can approve", "<@UGONE00001> is deactivated", "<@UROBOT0001> is a bot", "<@UNOBODY001> is not a user Slack knows"}},
+		{"too few for the count", "approvers: [UAPPROVER1, UGONE00001]\n      min_approvals: 2", []string{"Only 1 of the 2 approvals", "<@UGONE00001> is deactivated"}},
 		{"one who can", "approvers: [UGONE00001, SEMPTY0001, UAPPROVER1]", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -35,33 +37,129 @@ func TestThreadIsToldNoOneCanDecide(t *testing.T) {
 			e.slack.AddUserGroup("SSELF00001", requester)
 			e.slack.AddUser(fakeslack.User{ID: "UGONE00001", Name: "left", Deleted: true})
 			e.slack.AddUser(fakeslack.User{ID: "UROBOT0001", Name: "ci", IsBot: true})
+			logs := e.debugLogs()
 			e.start()
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
 			ts := e.slack.Mention(channel, requester, "deploy api 7")
-			card := e.card(ts, "deploy")
+			e.card(ts, "deploy")
+			waitForUndecidableCheck(t, logs)
+			notice := undecidableNotice(e, channel, ts)
 			if c.want == nil {
-				// The notice would come before the resume the click
-				// queues behind the turn that paused.
-				_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
-				must(t, err)
-				e.answer(ts, "Deployed api 7.")
-				for _, m := range e.slack.Thread(channel, ts) {
-					if strings.Contains(m.Text, "No one can") {
-						t.Errorf("told no one can decide, though %s can: %q", approver, m.Text)
-					}
+				if notice != "" {
+					t.Errorf("told %q, though %s can decide", notice, approver)
 				}
 				return
 			}
-			m := e.waitThread(ts, "the notice that no one can decide", func(m fakeslack.Message) bool { return strings.Contains(m.Text, "No one can approve") })
-			for _, w := range c.want {
-				if !strings.Contains(m.Text, w) {
-					t.Errorf("notice %q does not say %q", m.Text, w)
+			for _, w := range append(c.want, "`rule-1`") {
+				if !strings.Contains(notice, w) {
+					t.Errorf("notice %q does not say %q", notice, w)
 				}
 			}
-			if !strings.Contains(m.Text, "`rule-1`") {
-				t.Errorf("notice %q does not name the rule", m.Text)
+		})
+	}
+}
+
+// debugLogs has the bot log at debug level into the buffer returned.
+func (e *env) debugLogs() *syncBuffer {
+	logs := &syncBuffer{}
+	e.cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return logs
+}
+
+// waitForUndecidableCheck waits until the bot has checked whether a paused
+// call's approvers can decide it, and told the thread if not.
+func waitForUndecidableCheck(t *testing.T, logs *syncBuffer) {
+	t.Helper()
+	waitUntil(t, "the paused call's approvers checked", func() bool {
+		return strings.Contains(logs.String(), "checked whether a paused call's approvers can decide it")
+	})
+}
+
+// undecidableNotice is the thread's notice that the approvers cannot
+// decide its call ("" if none).
+func undecidableNotice(e *env, ch, ts string) string {
+	for _, m := range e.slack.Thread(ch, ts) {
+		if strings.Contains(m.Text, "as things stand") {
+			return m.Text
+		}
+	}
+	return ""
+}
+
+// A look-up of an approver that Slack answers with an error other than
+// "no such user" (a passing one, a missing scope, a user it will not show)
+// cannot tell whether they can decide: the thread is told nothing.
+func TestApproverSlackCannotTellOfIsNoUnknownUser(t *testing.T) {
+	for _, code := range []string{"internal_error", "user_not_visible", "missing_scope"} {
+		t.Run(code, func(t *testing.T) {
+			const private = "CPRIVATE77"
+			e := newEnv(t, storeKinds(t)[0])
+			e.policy = "policy:\n  rules:\n    - tool: deploy\n      verdict: ask\n      approvers: [" + approver + "]\n"
+			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, e.slack.BotUserID()}})
+			logs := e.debugLogs()
+			e.start()
+			waitUntil(t, "the approvers checked at start", func() bool { return len(e.slack.Calls("users.info")) == 1 })
+			e.slack.ErrorNext("users.info", code)
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
+			ts := e.slack.Mention(private, requester, "deploy api 7")
+			e.cardIn(private, ts, "deploy")
+			waitForUndecidableCheck(t, logs)
+			if len(e.slack.Calls("users.info")) != 2 {
+				t.Fatalf("the pause's check did not look the approver up")
+			}
+			if notice := undecidableNotice(e, private, ts); notice != "" {
+				t.Errorf("Slack's %s was told as an approver who cannot decide: %q", code, notice)
 			}
 		})
+	}
+}
+
+// The check of a paused call's approvers runs off its turn: an approval
+// clicked while Slack holds the check's look-up is resumed, and its call
+// run, before the look-up ends.
+func TestApprovedCallDoesNotWaitOnTheApproversCheck(t *testing.T) {
+	const private = "CPRIVATE78"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  rules:\n    - tool: deploy\n      verdict: ask\n      approvers: [" + approver + "]\n"
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, e.slack.BotUserID()}})
+	logs := e.debugLogs()
+	e.start()
+	waitUntil(t, "the approvers checked at start", func() bool { return len(e.slack.Calls("users.info")) == 1 })
+	arrived, release := e.slack.HoldNext("users.info")
+	defer release()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
+	ts := e.slack.Mention(private, requester, "deploy api 7")
+	card := e.cardIn(private, ts, "deploy")
+	<-arrived
+	_, err := e.slack.Click(approver, private, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answerIn(private, ts, "Deployed api 7.")
+	if n := e.deploy.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+	if strings.Contains(logs.String(), "checked whether a paused call's approvers can decide it") {
+		t.Errorf("the call was resumed only once the check of its approvers, whose look-up Slack holds, had ended")
+	}
+	release()
+	waitForUndecidableCheck(t, logs)
+}
+
+// The check of the policy's approvers at start ends as the shutdown
+// starts: a bot stopped while Slack holds one of its look-ups, with no
+// work in flight, does not wait out its grace period for it.
+func TestShutdownDoesNotWaitForTheApproversCheck(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  rules:\n    - tool: deploy\n      verdict: ask\n      approvers: [" + approver + "]\n"
+	logs := &syncBuffer{}
+	e.cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e.cfg.ShutdownGrace = 2 * time.Second
+	arrived, release := e.slack.HoldNext("users.info")
+	t.Cleanup(release)
+	e.start()
+	<-arrived
+	e.stop()
+	if strings.Contains(logs.String(), "shutdown grace period over") {
+		t.Errorf("an idle bot's shutdown waited out its grace period for the check of its approvers:\n%s", logs)
 	}
 }
 

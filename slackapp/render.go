@@ -378,16 +378,20 @@ func unableText(unable []unableApprover) string {
 	return strings.Join(whys, "; ")
 }
 
-// UndecidableText tells a thread that no approver the rule ruleID names
-// can decide the call to tool (a question when human) as things stand, and
-// why for each (see whyUndecidable): it waits until expires unless the
-// policy or who is in a user group changes.
-func UndecidableText(tool, ruleID string, human bool, expires time.Time, unable []unableApprover) string {
+// UndecidableText tells a thread that the approvers the rule ruleID names
+// cannot give the call to tool (a question when human) the approvals it
+// needs as things stand: able of needed, and why for each who cannot (see
+// whyUndecidable). It waits until expires unless the policy or who is in
+// a user group changes.
+func UndecidableText(tool, ruleID string, human bool, expires time.Time, unable []unableApprover, able, needed int) string {
 	what := "approve " + toolList([]string{tool})
 	if human {
 		what = "answer this question"
 	}
 	text := ":warning: No one can " + what + " as things stand"
+	if able > 0 {
+		text = fmt.Sprintf(":warning: Only %d of the %d approvals %s needs can be given as things stand", able, needed, toolList([]string{tool}))
+	}
 	if why := unableText(unable); why != "" {
 		text += ": " + why
 	}

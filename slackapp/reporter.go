@@ -348,7 +348,7 @@ func (r *threadReporter) Paused(ctx context.Context, calls []agent.PendingCall) 
 		if p := r.posts[c.ID]; p != nil {
 			r.app.postCopies(ctx, p)
 		}
-		r.app.tellUndecidable(ctx, r.channel, r.thread, c)
+		r.app.tellUndecidableLater(ctx, r.channel, r.thread, c)
 		r.app.homes.changed(c.Call)
 	}
 	r.posts = nil

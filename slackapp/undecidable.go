@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -18,20 +19,19 @@ import (
 type unableApprover struct{ id, why string }
 
 // whyUndecidable returns the approvers c names who cannot decide it, when
-// that leaves fewer who can than the approvals it needs: a user group
-// that is empty or that Slack does not know, a user who is deactivated, a
-// bot or unknown, and, under four eyes, its requesters, whom the policy
-// cannot tell apart from a user group's other members before it is
-// listed. None when enough can, when its deciders are whoever sees its
-// conversation, or when that cannot be told (a group that cannot be
-// listed, a user who cannot be looked up, count as able to decide).
-func (a *App) whyUndecidable(ctx context.Context, c agent.Call) []unableApprover {
+// that leaves fewer who can (able) than the approvals it needs: a user
+// group that is empty or that Slack does not list, a user who is
+// deactivated, a bot or unknown, and, under four eyes, its requesters,
+// whom the policy cannot tell apart from a user group's other members
+// before it is listed. None when enough can, when its deciders are
+// whoever sees its conversation, or when that cannot be told (a group or
+// a user Slack did not answer for).
+func (a *App) whyUndecidable(ctx context.Context, c agent.Call) (unable []unableApprover, able int) {
 	named := namedDeciders(c)
 	if len(named) == 0 {
-		return nil
+		return nil, 0
 	}
-	var unable []unableApprover
-	able := map[string]bool{}
+	deciders := map[string]bool{}
 	requester := func(u string) bool { return c.FourEyes && (u == c.Requester || slices.Contains(c.Requesters, u)) }
 	for _, id := range named {
 		if requester(id) {
@@ -41,27 +41,27 @@ func (a *App) whyUndecidable(ctx context.Context, c agent.Call) []unableApprover
 		why, members, known := a.approverState(ctx, a.cachedLookup(), id)
 		switch {
 		case !known:
-			return nil
+			return nil, 0
 		case why != "":
 			unable = append(unable, unableApprover{id, why})
 		case !approvals.IsGroup(id):
-			able[id] = true
+			deciders[id] = true
 		default:
-			n := len(able)
+			n := len(deciders)
 			for _, m := range members {
 				if !requester(m) {
-					able[m] = true
+					deciders[m] = true
 				}
 			}
-			if len(able) == n {
+			if len(deciders) == n {
 				unable = append(unable, unableApprover{id, "holds no one but who asked for the call, whom four eyes keeps from approving it"})
 			}
 		}
 	}
-	if len(able) >= max(1, c.MinApprovals) {
-		return nil
+	if len(deciders) >= max(1, c.MinApprovals) {
+		return nil, 0
 	}
-	return unable
+	return unable, len(deciders)
 }
 
 // approverState says why approver id cannot decide anything ("" when it
@@ -73,10 +73,12 @@ func (a *App) approverState(ctx context.Context, look approverLookup, id string)
 	if approvals.IsGroup(id) {
 		members, err := look.members(ctx, id)
 		switch {
-		case err != nil && !slackSays(err):
-			return "", nil, false
+		case unknownTo(err, "no_such_subteam"):
+			// As a click's look-up of its members: a disabled group is
+			// not listed either.
+			return "is not a user group Slack lists (unknown, or disabled)", nil, true
 		case err != nil:
-			return "is not a user group Slack knows", nil, true
+			return "", nil, false
 		}
 		members = slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == a.botUserID })
 		if len(members) == 0 {
@@ -89,10 +91,10 @@ func (a *App) approverState(ctx context.Context, look approverLookup, id string)
 	}
 	u, err := look.user(ctx, id)
 	switch {
-	case err != nil && !slackSays(err):
-		return "", nil, false
-	case err != nil:
+	case unknownTo(err, "user_not_found"):
 		return "is not a user Slack knows", nil, true
+	case err != nil:
+		return "", nil, false
 	case u.deactivated:
 		return "is deactivated", nil, true
 	case u.bot:
@@ -155,6 +157,9 @@ func (a *App) checkApprovers(ctx context.Context) {
 	seen := map[string][]unableApprover{}
 	for _, r := range rules {
 		for _, id := range r.Approvers {
+			if ctx.Err() != nil {
+				return // the shutdown began
+			}
 			u, ok := seen[id]
 			if !ok {
 				u = a.unableNamed(ctx, a.freshLookup(), []string{id})
@@ -167,27 +172,51 @@ func (a *App) checkApprovers(ctx context.Context) {
 	}
 }
 
-// slackSays reports whether err is an error Slack named in its answer (a
-// user or group it does not know), not a failure to ask it.
-func slackSays(err error) bool {
-	_, named := errors.AsType[slack.SlackErrorResponse](err)
-	return named
+// unknownTo reports whether err is Slack's answer that it knows no such
+// user or group (code: user_not_found, no_such_subteam), not a failure to
+// ask it nor another error it named (internal_error, missing_scope,
+// user_not_visible...), after which it cannot be told.
+func unknownTo(err error, code string) bool {
+	e, named := errors.AsType[slack.SlackErrorResponse](err)
+	return named && e.Err == code
 }
 
-// tellUndecidable tells the thread, and the log, that no one can decide
-// the call c, just paused, as things stand (see whyUndecidable): it would
-// wait unseen until it expires. Membership can change meanwhile, so the
-// call stays pending.
-func (a *App) tellUndecidable(ctx context.Context, channel, thread string, c agent.PendingCall) {
-	unable := a.whyUndecidable(ctx, c.Call)
-	if len(unable) == 0 {
+// tellUndecidableLater checks, off the turn that paused c, whether its
+// approvers can decide it (see tellUndecidable): the look-ups may wait on
+// Slack, and a click's resume waits for the turn. A call whose deciders
+// are whoever sees its conversation needs no look-up, and gets no
+// goroutine.
+func (a *App) tellUndecidableLater(ctx context.Context, channel, thread string, c agent.PendingCall) {
+	if len(namedDeciders(c.Call)) == 0 {
 		return
 	}
-	whys := make([]string, len(unable))
-	for i, u := range unable {
-		whys[i] = fmt.Sprintf("%s %s", u.id, u.why)
+	nctx, cancel, ok := a.noteContext(ctx, undecidableWait)
+	if !ok {
+		return
 	}
-	a.log.Error("no approver named can decide a call: it waits until it expires unless the policy or Slack changes",
-		"call", c.ID, "rule", c.RuleID, "approvers", c.Approvers, "why", whys)
-	a.post(ctx, channel, thread, UndecidableText(c.Tool, c.RuleID, c.Human, c.ExpiresAt, unable))
+	a.spawn(nctx, "undecidable", func(ctx context.Context) {
+		defer cancel()
+		a.tellUndecidable(ctx, channel, thread, c)
+	})
+}
+
+// undecidableWait bounds the look-ups of a paused call's approvers.
+const undecidableWait = time.Minute
+
+// tellUndecidable tells the thread, and the log, that the approvers the
+// call c, just paused, names cannot give the approvals it needs as things
+// stand (see whyUndecidable): it would wait unseen until it expires.
+// Membership can change meanwhile, so the call stays pending.
+func (a *App) tellUndecidable(ctx context.Context, channel, thread string, c agent.PendingCall) {
+	unable, able := a.whyUndecidable(ctx, c.Call)
+	if len(unable) > 0 {
+		whys := make([]string, len(unable))
+		for i, u := range unable {
+			whys[i] = fmt.Sprintf("%s %s", u.id, u.why)
+		}
+		a.log.Error("the approvers a call names cannot give the approvals it needs: it waits until it expires unless the policy or Slack changes",
+			"call", c.ID, "rule", c.RuleID, "approvers", c.Approvers, "can_decide", able, "needed", max(1, c.MinApprovals), "why", whys)
+		a.post(ctx, channel, thread, UndecidableText(c.Tool, c.RuleID, c.Human, c.ExpiresAt, unable, able, max(1, c.MinApprovals)))
+	}
+	a.log.Debug("checked whether a paused call's approvers can decide it", "call", c.ID, "undecidable", len(unable) > 0)
 }

@@ -282,8 +282,8 @@ func unmatched(p *approvals.Policy, c tools.Config) []string {
 // checkToolTimeouts refuses, as the bot does at start, a built-in tool's
 // timeout longer than TOOL_TIMEOUT: the one set here, or else its default.
 func checkToolTimeouts(b tools.BuiltinConfig) error {
-	raw, set := os.Getenv("TOOL_TIMEOUT"), true
-	if raw == "" {
+	raw, set := os.LookupEnv("TOOL_TIMEOUT")
+	if !set {
 		f, _ := reflect.TypeFor[config]().FieldByName("ToolTimeout")
 		raw, set = f.Tag.Get("default"), false
 	}
@@ -307,8 +307,8 @@ func checkToolTimeouts(b tools.BuiltinConfig) error {
 func approvalDefaults() (d approvals.Defaults, notSet map[string]string, err error) {
 	notSet = map[string]string{}
 	setting := func(name, field string) string {
-		if raw := os.Getenv(name); raw != "" {
-			return raw
+		if raw, set := os.LookupEnv(name); set {
+			return raw // set but empty is refused, as by the bot
 		}
 		f, _ := reflect.TypeFor[config]().FieldByName(field)
 		notSet[name] = f.Tag.Get("default")

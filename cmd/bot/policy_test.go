@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/toolgate/toolgate/tools"
 )
 
 const testPolicy = `mcp_servers:
@@ -690,6 +693,25 @@ policy:
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("got\n%s\nwant\n%s\nstdout:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"), stdout.String())
+			}
+		})
+	}
+}
+
+// bot policy check judges APPROVAL_TTL, REMINDER_AFTER and TOOL_TIMEOUT
+// as the bot does: set but empty, the bot refuses them (an empty duration),
+// and so does the check, rather than taking their defaults.
+func TestPolicyCheckTakesEmptySettingsAsTheBotDoes(t *testing.T) {
+	for _, name := range []string{"APPROVAL_TTL", "REMINDER_AFTER", "TOOL_TIMEOUT"} {
+		t.Run(name, func(t *testing.T) {
+			env := validEnv(t)
+			env[name] = ""
+			setEnv(t, env)
+			_, cfgErr := loadConfig()
+			_, _, defaultsErr := approvalDefaults()
+			checkErr := errors.Join(defaultsErr, checkToolTimeouts(tools.BuiltinConfig{}))
+			if cfgErr == nil || checkErr == nil {
+				t.Errorf("%s set but empty: the bot's configuration says %v, bot policy check says %v; want both refused", name, cfgErr, checkErr)
 			}
 		})
 	}
