@@ -93,12 +93,7 @@ func TestApproverSlackCannotTellOfIsNoUnknownUser(t *testing.T) {
 	for _, code := range []string{"internal_error", "user_not_visible", "missing_scope"} {
 		t.Run(code, func(t *testing.T) {
 			const private = "CPRIVATE77"
-			e := newEnv(t, storeKinds(t)[0])
-			e.policy = "policy:\n  rules:\n    - tool: deploy\n      verdict: ask\n      approvers: [" + approver + "]\n"
-			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, e.slack.BotUserID()}})
-			logs := e.debugLogs()
-			e.start()
-			waitUntil(t, "the approvers checked at start", func() bool { return len(e.slack.Calls("users.info")) == 1 })
+			e, logs := startWithOneApprover(t, private)
 			e.slack.ErrorNext("users.info", code)
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
 			ts := e.slack.Mention(private, requester, "deploy api 7")
@@ -114,17 +109,27 @@ func TestApproverSlackCannotTellOfIsNoUnknownUser(t *testing.T) {
 	}
 }
 
-// The check of a paused call's approvers runs off its turn: an approval
-// clicked while Slack holds the check's look-up is resumed, and its call
-// run, before the look-up ends.
-func TestApprovedCallDoesNotWaitOnTheApproversCheck(t *testing.T) {
-	const private = "CPRIVATE78"
+// startWithOneApprover starts a bot whose rule for deploy names approver,
+// logging at debug level, with a private channel of the requester and the
+// approver, once the check of the policy's approvers at start has looked
+// the approver up.
+func startWithOneApprover(t *testing.T, private string) (*env, *syncBuffer) {
+	t.Helper()
 	e := newEnv(t, storeKinds(t)[0])
 	e.policy = "policy:\n  rules:\n    - tool: deploy\n      verdict: ask\n      approvers: [" + approver + "]\n"
 	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, e.slack.BotUserID()}})
 	logs := e.debugLogs()
 	e.start()
 	waitUntil(t, "the approvers checked at start", func() bool { return len(e.slack.Calls("users.info")) == 1 })
+	return e, logs
+}
+
+// The check of a paused call's approvers runs off its turn: an approval
+// clicked while Slack holds the check's look-up is resumed, and its call
+// run, before the look-up ends.
+func TestApprovedCallDoesNotWaitOnTheApproversCheck(t *testing.T) {
+	const private = "CPRIVATE78"
+	e, logs := startWithOneApprover(t, private)
 	arrived, release := e.slack.HoldNext("users.info")
 	defer release()
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))

@@ -48,20 +48,7 @@ policy:
 	build := func() []string {
 		t.Helper()
 		logs := &logLines{}
-		log := slog.New(slog.NewJSONHandler(logs, nil))
-		st, err := OpenStore(t.Context(), StoreConfig{Dir: t.TempDir()}, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		slack := fakeslack.New(t)
-		bot, err := Build(t.Context(), Parts{
-			Store: st,
-			File:  file,
-			Model: agent.NewOpenAIModel(agent.ModelConfig{BaseURL: "http://127.0.0.1:1/v1", APIKey: "k", Model: "m", Timeout: time.Second}),
-			Slack: slackapp.Config{BotToken: slack.BotToken(), AppToken: slack.AppToken(), APIURL: slack.APIURL(), ShutdownGrace: time.Second},
-			Agent: agent.Config{ApprovalTTL: 72 * time.Hour, ReminderAfter: time.Hour}, Metrics: slackapp.NewMetrics(prometheus.NewRegistry()), Logger: log,
-		})
+		bot, err := buildLogging(t, logs, Parts{File: file, Agent: agent.Config{ApprovalTTL: 72 * time.Hour, ReminderAfter: time.Hour}})
 		if err != nil {
 			t.Fatalf("Build: %v", err)
 		}
@@ -104,4 +91,23 @@ policy:
 	if got := build(); !slices.Equal(got, want) {
 		t.Errorf("with every MCP server connected, the warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// buildLogging builds a bot of p's File, Agent and tool limit, logging as
+// JSON lines into logs, on a fresh embedded store, against a fake Slack
+// and a model at an address nothing answers. The store is closed at the
+// end of the test; the caller closes the bot.
+func buildLogging(t *testing.T, logs *logLines, p Parts) (*Bot, error) {
+	t.Helper()
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	st, err := OpenStore(t.Context(), StoreConfig{Dir: t.TempDir()}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	slack := fakeslack.New(t)
+	p.Store, p.Logger, p.Metrics = st, log, slackapp.NewMetrics(prometheus.NewRegistry())
+	p.Model = agent.NewOpenAIModel(agent.ModelConfig{BaseURL: "http://127.0.0.1:1/v1", APIKey: "k", Model: "m", Timeout: time.Second})
+	p.Slack = slackapp.Config{BotToken: slack.BotToken(), AppToken: slack.AppToken(), APIURL: slack.APIURL(), ShutdownGrace: time.Second}
+	return Build(t.Context(), p)
 }

@@ -17,11 +17,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/agent"
-	"github.com/toolgate/toolgate/internal/fakeslack"
-	"github.com/toolgate/toolgate/slackapp"
 )
 
 // lateServer is an MCP server over streamable HTTP that answers 503, as a
@@ -152,21 +149,7 @@ func TestToolLimitAtRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &logLines{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
-	st, err := OpenStore(t.Context(), StoreConfig{Dir: t.TempDir()}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	slack := fakeslack.New(t)
-	bot, err := Build(t.Context(), Parts{
-		Store: st,
-		File:  file,
-		Model: agent.NewOpenAIModel(agent.ModelConfig{BaseURL: "http://127.0.0.1:1/v1", APIKey: "k", Model: "m", Timeout: time.Second}),
-		Slack: slackapp.Config{BotToken: slack.BotToken(), AppToken: slack.AppToken(), APIURL: slack.APIURL(), ShutdownGrace: time.Second},
-		Agent: agent.Config{ApprovalTTL: time.Hour}, Metrics: slackapp.NewMetrics(prometheus.NewRegistry()), Logger: log,
-		MaxTools: 6, MaxToolsSetting: "MODEL_MAX_TOOLS",
-	})
+	bot, err := buildLogging(t, logs, Parts{File: file, Agent: agent.Config{ApprovalTTL: time.Hour}, MaxTools: 6, MaxToolsSetting: "MODEL_MAX_TOOLS"})
 	if err != nil {
 		t.Fatalf("Build with ask_human and a server down (2 tools), MaxTools 6: %v", err)
 	}
