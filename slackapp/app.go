@@ -340,11 +340,13 @@ func (a *App) authTest(ctx context.Context) (*slack.AuthTestResponse, error) {
 }
 
 // finalAnswer reports whether err is an answer of Slack (or of what stands
-// in front of it) that asking again will not change: an error Slack names,
-// or an HTTP client error but a time-out or a rate limit.
+// in front of it) that asking again will not change: an error Slack names
+// but a failure of its own that passes (passingErrors) or a rate limit
+// (rateLimitedCodes), or an HTTP client error but a time-out or a rate
+// limit.
 func finalAnswer(err error) bool {
-	if _, named := errors.AsType[slack.SlackErrorResponse](err); named {
-		return true
+	if e, named := errors.AsType[slack.SlackErrorResponse](err); named {
+		return !passingErrors[e.Err] && !rateLimitedCodes[e.Err]
 	}
 	if notSlacks(err) {
 		return true

@@ -229,6 +229,12 @@ func refusedBySlack(err error) bool {
 // service_unavailable and request_timeout): the call may be made again.
 var passingErrors = map[string]bool{"internal_error": true, "fatal_error": true, "service_unavailable": true, "request_timeout": true}
 
+// rateLimitedCodes are the ok:false errors Slack gives for a rate limit it
+// names in an answer of its own rather than with a 429 (chat.postMessage's
+// rate_limited, and ratelimited): the call was not made, and may be made
+// later.
+var rateLimitedCodes = map[string]bool{"rate_limited": true, "ratelimited": true}
+
 // mayHaveSucceeded reports whether err is one of the passing errors that
 // Slack says may come after part of the call was made (internal_error,
 // fatal_error): a post refused so is not made again, which could show it
@@ -244,8 +250,8 @@ var serverRetryAfter = 5 * time.Second
 
 // retryLater reports whether err is Slack refusing a call it may take
 // later, once the client's retries are spent, and after how long: a rate
-// limit (after its Retry-After), a server error (5xx) or one of
-// passingErrors.
+// limit (after its Retry-After, or one of rateLimitedCodes), a server
+// error (5xx) or one of passingErrors.
 func retryLater(err error) (time.Duration, bool) {
 	if rl, ok := errors.AsType[*slack.RateLimitedError](err); ok {
 		if rl.RetryAfter <= 0 {
@@ -258,6 +264,9 @@ func retryLater(err error) (time.Duration, bool) {
 	}
 	if e, ok := errors.AsType[slack.SlackErrorResponse](err); ok && passingErrors[e.Err] {
 		return serverRetryAfter, true
+	}
+	if e, ok := errors.AsType[slack.SlackErrorResponse](err); ok && rateLimitedCodes[e.Err] {
+		return retryAfterDefault, true
 	}
 	return 0, false
 }
