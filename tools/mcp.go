@@ -85,10 +85,12 @@ type ServerStatus struct {
 // result tells the model that the server is not connected and why.
 //
 // The secrets of the configuration (see [Config.Secrets]) are replaced by
-// "[redacted]" in what the manager tells the model, in its statuses and in
-// the errors and stderr lines it logs: a stdio server may print its
-// command line or env on stderr, which is logged and quoted in the error
-// of a server that failed to start.
+// "[redacted]" in what the manager tells the model (the results, errors
+// and previews of every tool it registers, built-in or MCP, a secret cut
+// short by an output's limit too), in its statuses and in the errors and
+// stderr lines it logs: a stdio server may print its command line or env
+// on stderr, which is logged and quoted in the error of a server that
+// failed to start.
 //
 // A Manager is safe for concurrent use. Close stops it.
 type Manager struct {
@@ -150,8 +152,9 @@ func load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("load tools: %w", err)
 	}
+	red := redact.New(cfg.secrets...)
 	for _, t := range builtins {
-		if err := reg.Register(t); err != nil {
+		if err := reg.Register(redactedTool(red, t)); err != nil {
 			return nil, fmt.Errorf("load tools: %w", err)
 		}
 	}
@@ -159,7 +162,7 @@ func load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m := &Manager{reg: reg, log: log, opts: opts, cancel: cancel, redact: redact.New(cfg.secrets...)}
+	m := &Manager{reg: reg, log: log, opts: opts, cancel: cancel, redact: red}
 	for _, sc := range cfg.Servers {
 		s := m.newServer(sc)
 		// Until the server's own tools are listed, one stand-in tool tells
@@ -773,6 +776,7 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 		if p, ok := s.cfg.Preview[t.Name]; ok {
 			tool.Preview = s.previewer(p)
 		}
+		tool = redactedTool(s.m.redact, tool)
 		seen[tool.Name] = append(seen[tool.Name], t.Name)
 		tools = append(tools, tool)
 	}

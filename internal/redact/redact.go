@@ -14,6 +14,8 @@ const Text = "[redacted]"
 // Redactor replaces secrets by Text. Its zero value replaces nothing.
 type Redactor struct {
 	r *strings.Replacer
+	// secrets are those replaced, longest first.
+	secrets []string
 }
 
 // New returns a Redactor of secrets. Values shorter than 4 bytes are left
@@ -25,16 +27,63 @@ func New(secrets ...string) Redactor {
 	// its tail.
 	secrets = slices.Clone(secrets)
 	slices.SortStableFunc(secrets, func(a, b string) int { return len(b) - len(a) })
-	var pairs []string
+	var pairs, kept []string
 	for _, s := range secrets {
 		if len(s) >= 4 {
 			pairs = append(pairs, s, Text)
+			kept = append(kept, s)
 		}
 	}
 	if len(pairs) == 0 {
 		return Redactor{}
 	}
-	return Redactor{r: strings.NewReplacer(pairs...)}
+	return Redactor{r: strings.NewReplacer(pairs...), secrets: kept}
+}
+
+// minPart is the shortest start of a secret Output takes for the secret
+// cut short: shorter ones are too likely to be ordinary text.
+const minPart = 8
+
+// Output is String for text that may have been cut anywhere, such as a
+// tool's output kept up to a limit: the start of a secret, of minPart
+// bytes or more, that runs to the end of a line or of s is taken for the
+// secret cut short there (a cut output goes on with a line saying so),
+// and replaced too.
+func (r Redactor) Output(s string) string {
+	s = r.String(s)
+	for _, sec := range r.secrets {
+		if len(sec) <= minPart || strings.ContainsRune(sec, '\n') {
+			continue
+		}
+		head := sec[:minPart]
+		var b strings.Builder
+		last := 0
+		for from := 0; ; {
+			i := strings.Index(s[from:], head)
+			if i < 0 {
+				break
+			}
+			start := from + i
+			end := strings.IndexByte(s[start:], '\n')
+			if end < 0 {
+				end = len(s)
+			} else {
+				end += start
+			}
+			if !strings.HasPrefix(sec, s[start:end]) {
+				from = start + 1
+				continue
+			}
+			b.WriteString(s[last:start])
+			b.WriteString(Text)
+			last, from = end, end
+		}
+		if last > 0 {
+			b.WriteString(s[last:])
+			s = b.String()
+		}
+	}
+	return s
 }
 
 // String returns s with every secret replaced.

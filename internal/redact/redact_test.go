@@ -25,3 +25,26 @@ func TestRedactor(t *testing.T) {
 		t.Errorf("the zero Redactor replaced %q", got)
 	}
 }
+
+// Output also replaces a secret cut short where a line, or the text, ends
+// (an output kept up to a limit), from its first 8 bytes on, and leaves a
+// shorter start, or one that goes on with other text, as it is.
+func TestRedactorOutput(t *testing.T) {
+	r := redact.New("sk-live-0123456789", "tok")
+	for _, tt := range []struct{ in, want string }{
+		{"key sk-live-0123456789 refused", "key [redacted] refused"},
+		{"key sk-live-0123", "key [redacted]"},
+		{"key sk-live-01\n[output truncated: 9 more bytes not shown]\n", "key [redacted]\n[output truncated: 9 more bytes not shown]\n"},
+		{"a sk-live-0 then sk-live-012345678\nok", "a sk-live-0 then [redacted]\nok"},
+		{"sk-live", "sk-live"},
+		{"sk-live-0123x", "sk-live-0123x"},
+		{"tok is short, and sk-live-01", "tok is short, and [redacted]"},
+	} {
+		if got := r.Output(tt.in); got != tt.want {
+			t.Errorf("Output(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	if got := (redact.Redactor{}).Output("sk-live-01"); got != "sk-live-01" {
+		t.Errorf("the zero Redactor changed %q", got)
+	}
+}
