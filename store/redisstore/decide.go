@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/toolgate/toolgate/internal/ctxtime"
 	"github.com/toolgate/toolgate/internal/fastjson"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/internal/newrun"
@@ -704,18 +705,47 @@ func refusal(code string) error {
 // in store.ErrEffects: the decision stands.
 func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effects, at time.Time, mark, tail string) error {
 	if s.cluster {
-		var e *clusterEffects
-		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			e = s.addEffects(ctx, p, complete, fx, at, mark)
-			return nil
-		})
-		var err error
-		if tail, err = e.tail(tail); err != nil {
-			return err
+		// While the audit log's slot moves to another node (a live
+		// reshard), the entry's script, which names a mark that does not
+		// exist yet, is answered TRYAGAIN: it is sent again for a while,
+		// added once for the sending whichever attempt makes it.
+		wait := 50 * time.Millisecond
+		for deadline := time.Now().Add(effectsWait); ; {
+			var e *clusterEffects
+			_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				e = s.addEffects(ctx, p, complete, fx, at, mark)
+				return nil
+			})
+			t, err := e.tail(tail)
+			if err == nil {
+				tail = t
+				break
+			}
+			if !clusterBusy(err) || time.Now().Add(wait).After(deadline) || ctxtime.Sleep(ctx, wait) != nil {
+				return err
+			}
+			wait = min(2*wait, time.Second)
 		}
 	}
 	s.trimStale(ctx, fx, tail)
 	return nil
+}
+
+// effectsWait bounds how long a decision's effects are sent again while
+// Redis Cluster answers that their slot is busy (see clusterBusy).
+const effectsWait = 10 * time.Second
+
+// clusterBusy reports whether err is Redis Cluster's answer that a command
+// was not run for now, and may be later: keys of its slot being moved to
+// another node (TRYAGAIN), or the cluster or a node not serving yet
+// (CLUSTERDOWN, LOADING, MASTERDOWN).
+func clusterBusy(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	code, _, _ := strings.Cut(reply.Error(), " ")
+	return code == "TRYAGAIN" || code == "CLUSTERDOWN" || code == "LOADING" || code == "MASTERDOWN"
 }
 
 // clusterEffects are the commands a decision's effects added to a
