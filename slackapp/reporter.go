@@ -47,6 +47,10 @@ type threadReporter struct {
 	streamErr bool
 	buf       strings.Builder
 	streamed  strings.Builder
+	// written is all the text Delta was given since the stream was last
+	// ended, shown or not: what the stream did not show of it is posted
+	// when it ends (see endStep).
+	written   strings.Builder
 	lastFlush time.Time
 	// sent is closed once the last chunk handed to the stream (see flush)
 	// was sent; nil when none is on its way.
@@ -60,13 +64,14 @@ const streamFlush = 120
 func (r *threadReporter) Status(ctx context.Context, text string) {
 	// A new model step: text streamed by the previous one (which went on to
 	// call tools) stays as its own message.
-	r.endStream(ctx)
+	r.endStep(ctx)
 	r.app.setStatus(ctx, r.conv, r.channel, r.thread, text)
 }
 
 func (r *threadReporter) Delta(ctx context.Context, text string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.written.WriteString(text)
 	if r.streamErr {
 		return
 	}
@@ -155,29 +160,48 @@ func (r *threadReporter) recipient(ctx context.Context) string {
 	return agent.RequesterOf(ctx)
 }
 
-// Answer ends the stream with the rest of the text, or posts the whole
-// answer, split within Block Kit limits, if streaming was not possible. An
-// answer with nothing to show once rendered is posted as "(no answer)",
-// unless a stream showed part of it.
+// Answer ends the stream with the rest of the text, or posts what of the
+// answer the stream did not show (see postUnshown). An answer with nothing
+// to show once rendered is posted as "(no answer)", unless a stream showed
+// part of it.
 func (r *threadReporter) Answer(ctx context.Context, text string) {
 	r.app.statusSettled(ctx, r.conv)
-	shown := r.endStream(ctx)
+	shown, _ := r.endStream(ctx)
+	if shown == "" && len(AnswerMessages(text)) == 0 {
+		// Blank, or only markup that renders to nothing (an empty
+		// heading): the thread still hears that the turn is over.
+		text = "(no answer)"
+	}
+	r.postUnshown(ctx, text, shown)
+}
+
+// endStep ends the stream of a model step that no Answer follows (it went
+// on to call tools, or it stopped), and posts what of the text the model
+// wrote in it the stream did not show (see postUnshown): where Slack
+// refused the stream, or it broke part way, that text would otherwise
+// never reach the thread.
+func (r *threadReporter) endStep(ctx context.Context) {
+	shown, written := r.endStream(ctx)
+	r.postUnshown(ctx, written, shown)
+}
+
+// postUnshown posts, split within Block Kit limits, what of text a stream
+// that showed shown did not: nothing when it showed it all, only the rest
+// when it broke part way (so that nothing is shown twice), and the whole
+// text when it showed none of it. Text with nothing to show once rendered
+// is not posted.
+func (r *threadReporter) postUnshown(ctx context.Context, text, shown string) {
 	if shown == text {
 		return
 	}
 	if shown != "" && strings.HasPrefix(text, shown) {
-		// The stream broke part way: post only what it did not show.
 		text = strings.TrimLeft(text[len(shown):], " \n")
 	}
 	msgs := AnswerMessages(text)
-	if len(msgs) == 0 {
-		if shown != "" {
-			return // the stream showed all there is to see
-		}
-		// Blank, or only markup that renders to nothing (an empty
-		// heading): the thread still hears that the turn is over.
-		text = "(no answer)"
-		msgs = AnswerMessages(text)
+	if len(msgs) > 0 {
+		// A reply clears the thread's status: one on its way must not
+		// land after it.
+		r.app.statusSettled(ctx, r.conv)
 	}
 	for _, blocks := range msgs {
 		if !r.app.postInsisting(ctx, r.channel, r.thread, blocks, fallbackText(text)) {
@@ -272,13 +296,15 @@ func retryLater(err error) (time.Duration, bool) {
 }
 
 // Stopped ends the stream of a model step that failed or was cut short:
-// what it showed stays, and is not shown again (no Answer follows). A turn
-// cut by the shutdown still ends its stream, up to the shutdown deadline.
+// what it showed stays, and is not shown again (no Answer follows); what
+// the model wrote that it did not show is posted, as a stream would have
+// shown it (see endStep). A turn cut by the shutdown still ends its
+// stream, up to the shutdown deadline.
 func (r *threadReporter) Stopped(ctx context.Context) {
 	ctx, cancel, ok := r.app.noteContext(ctx, 5*time.Second)
 	defer cancel()
 	if ok {
-		r.endStream(ctx)
+		r.endStep(ctx)
 	}
 }
 
@@ -289,12 +315,13 @@ func fallbackText(text string) string {
 }
 
 // endStream finishes the open stream, if any, and returns the text it
-// showed ("" when nothing was streamed). The text still buffered goes with
+// showed ("" when nothing was streamed) and the text Delta was given since
+// the stream was last ended. The text still buffered goes with
 // chat.stopStream itself, so a short answer takes two calls (start, stop).
 // If that stop fails, the stream is stopped without it, and the text counts
-// as not shown (Answer posts it). It waits for the chunks on their way
-// first (awaitSent).
-func (r *threadReporter) endStream(ctx context.Context) string {
+// as not shown (Answer, or endStep, posts it). It waits for the chunks on
+// their way first (awaitSent).
+func (r *threadReporter) endStream(ctx context.Context) (shown, written string) {
 	r.awaitSent()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -320,11 +347,12 @@ func (r *threadReporter) endStream(ctx context.Context) string {
 			r.app.log.Debug("stop stream", "channel", r.channel, "err", err)
 		}
 	}
-	shown := r.streamed.String()
+	shown, written = r.streamed.String(), r.written.String()
 	r.streamTS, r.streamErr, r.sent = "", false, nil
 	r.buf.Reset()
 	r.streamed.Reset()
-	return shown
+	r.written.Reset()
+	return shown, written
 }
 
 // Announce posts one card per call in the thread, before the pause is
@@ -332,7 +360,8 @@ func (r *threadReporter) endStream(ctx context.Context) string {
 // agent.Announcer). Paused (or Unsaved) finishes what it began.
 func (r *threadReporter) Announce(ctx context.Context, calls []agent.PendingCall) map[string][]byte {
 	r.app.statusSettled(ctx, r.conv)
-	r.endStream(ctx)
+	// The text of the step that made the calls comes before their cards.
+	r.endStep(ctx)
 	notes := make(map[string][]byte, len(calls))
 	r.posts = make(map[string]*cardPost, len(calls))
 	for _, c := range calls {
