@@ -199,3 +199,22 @@ func TestApproversWhoCannotDecideAreNamed(t *testing.T) {
 		t.Errorf("policy add naming one who can decide said: %s", got)
 	}
 }
+
+// One answer settles a question, whatever its rule's count: a question
+// one named approver can answer is not told as undecidable.
+func TestQuestionOneApproverCanAnswerIsNotUndecidable(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  rules:\n    - tool: \"*\"\n      verdict: ask\n      approvers: [UAPPROVER1, UGONE00001]\n      min_approvals: 2\n"
+	e.slack.AddUser(fakeslack.User{ID: "UGONE00001", Name: "left", Deleted: true})
+	logs := e.debugLogs()
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("q1", "ask_human", `{"question":"Which region?"}`)), fakeopenai.Text("Thanks."))
+	ts := e.slack.Mention(channel, requester, "deploy somewhere")
+	e.waitThread(ts, "with a question card", func(m fakeslack.Message) bool {
+		return strings.Contains(string(m.Blocks), `"action_id":"`+slackapp.ActionRespond+`"`)
+	})
+	waitForUndecidableCheck(t, logs)
+	if notice := undecidableNotice(e, channel, ts); notice != "" {
+		t.Errorf("a question %s can answer was told as undecidable: %q", approver, notice)
+	}
+}

@@ -19,14 +19,14 @@ import (
 type unableApprover struct{ id, why string }
 
 // whyUndecidable returns the approvers c names who cannot decide it, when
-// that leaves fewer who can (able) than the approvals it needs: a user
+// that leaves fewer who can (able) than the decisions it needs (need): a user
 // group that is empty or that Slack does not list, a user who is
 // deactivated, a bot or unknown, and, under four eyes, its requesters,
 // whom the policy cannot tell apart from a user group's other members
 // before it is listed. None when enough can, when its deciders are
 // whoever sees its conversation, or when that cannot be told (a group or
 // a user Slack did not answer for).
-func (a *App) whyUndecidable(ctx context.Context, c agent.Call) (unable []unableApprover, able int) {
+func (a *App) whyUndecidable(ctx context.Context, c agent.Call, need int) (unable []unableApprover, able int) {
 	named := namedDeciders(c)
 	if len(named) == 0 {
 		return nil, 0
@@ -58,7 +58,7 @@ func (a *App) whyUndecidable(ctx context.Context, c agent.Call) (unable []unable
 			}
 		}
 	}
-	if len(deciders) >= max(1, c.MinApprovals) {
+	if len(deciders) >= need {
 		return nil, 0
 	}
 	return unable, len(deciders)
@@ -208,15 +208,20 @@ const undecidableWait = time.Minute
 // stand (see whyUndecidable): it would wait unseen until it expires.
 // Membership can change meanwhile, so the call stays pending.
 func (a *App) tellUndecidable(ctx context.Context, channel, thread string, c agent.PendingCall) {
-	unable, able := a.whyUndecidable(ctx, c.Call)
+	// One answer settles a question, whatever its rule's count.
+	need := max(1, c.MinApprovals)
+	if c.Human {
+		need = 1
+	}
+	unable, able := a.whyUndecidable(ctx, c.Call, need)
 	if len(unable) > 0 {
 		whys := make([]string, len(unable))
 		for i, u := range unable {
 			whys[i] = fmt.Sprintf("%s %s", u.id, u.why)
 		}
 		a.log.Error("the approvers a call names cannot give the approvals it needs: it waits until it expires unless the policy or Slack changes",
-			"call", c.ID, "rule", c.RuleID, "approvers", c.Approvers, "can_decide", able, "needed", max(1, c.MinApprovals), "why", whys)
-		a.post(ctx, channel, thread, UndecidableText(c.Tool, c.RuleID, c.Human, c.ExpiresAt, unable, able, max(1, c.MinApprovals)))
+			"call", c.ID, "rule", c.RuleID, "approvers", c.Approvers, "can_decide", able, "needed", need, "why", whys)
+		a.post(ctx, channel, thread, UndecidableText(c.Tool, c.RuleID, c.Human, c.ExpiresAt, unable, able, need))
 	}
 	a.log.Debug("checked whether a paused call's approvers can decide it", "call", c.ID, "undecidable", len(unable) > 0)
 }
