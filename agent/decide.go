@@ -687,7 +687,9 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			if c.Edit != nil {
 				return sd, need, badDecision("this call's arguments were edited, so it cannot be allowed from now on; approve it instead")
 			}
-			if c.FourEyes {
+			// Four eyes as the card shows it, or as the rule asks now (an
+			// admin added it since): no standing rule relaxes it.
+			if c.FourEyes || v.Action == approvals.Ask && v.FourEyes {
 				return sd, need, badDecision("a four-eyes call cannot be allowed from now on; approve it instead")
 			}
 			if need > 1 {
