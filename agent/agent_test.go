@@ -153,7 +153,7 @@ func TestDecisionKinds(t *testing.T) {
 			decision: approvals.Decision{Kind: approvals.Reject, Reason: "Not during the freeze, use 1.9 next week."},
 			want:     []string{"UAPPROVER1", "Not during the freeze, use 1.9 next week."}},
 		{name: "respond", tool: call("c1", "ask_human", `{"question":"Which region?"}`),
-			decision: approvals.Decision{Kind: approvals.Respond, Answer: "eu-west-1"}, want: []string{"eu-west-1"}},
+			decision: approvals.Decision{Kind: approvals.Respond, Answer: "eu-west-1"}, want: []string{"User UAPPROVER1 answered: eu-west-1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

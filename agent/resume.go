@@ -414,7 +414,9 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	case approvals.Reject:
 		return skip(Result{Content: fmt.Sprintf("not performed: user %s rejected this call with the reason: %s", who, d.Reason), IsError: true}, "rejected")
 	case approvals.Respond:
-		return skip(Result{Content: d.Answer}, "answered")
+		// Who answered is named, as for a denial: anyone who may decide
+		// the question may answer it, not only who asked.
+		return skip(Result{Content: fmt.Sprintf("User %s answered: %s", who, d.Answer)}, "answered")
 	}
 	args := c.Args
 	if kindOf(&d) == approvals.Edit {

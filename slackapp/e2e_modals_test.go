@@ -159,8 +159,8 @@ func TestAskHumanReply(t *testing.T) {
 	}
 	e.answer(ts, "Deploying to eu-west-1.")
 	results := toolResults(e.request(2))
-	if len(results) != 1 || results[0].Content != "eu-west-1, please" || results[0].ToolCallID != "q1" {
-		t.Errorf("the model's tool results are %+v, want the answer for q1", results)
+	if len(results) != 1 || results[0].Content != "User "+requester+" answered: eu-west-1, please" || results[0].ToolCallID != "q1" {
+		t.Errorf("the model's tool results are %+v, want the answer, and who gave it, for q1", results)
 	}
 	updated, _ := e.slack.Message(channel, card.TS)
 	if !strings.Contains(blocksText(updated), "Answered by <@"+requester+">") {
