@@ -1,6 +1,7 @@
 package slackapp_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -161,29 +162,35 @@ func TestEditToTheSameArgumentsKeepsTheCount(t *testing.T) {
 }
 
 // A reason that is only white space (Slack's required input lets it
-// through) is refused in words for a person, without the call's id or an
-// error chain, and the form stays open.
+// through), or only characters no one can see, is refused in words for a
+// person, without the call's id or an error chain, and the form stays
+// open.
 func TestBlankRejectReasonIsRefusedInPlainWords(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)))
-	ts := e.slack.Mention(channel, requester, "deploy api 3")
-	card := e.card(ts, "deploy")
-	callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
-	ack := string(e.reject(approver, channel, card.TS, "  \n "))
-	if !strings.Contains(ack, `"response_action":"errors"`) || !strings.Contains(ack, "reason") {
-		t.Fatalf("a blank reason was not refused in words: %s", ack)
-	}
-	if strings.Contains(ack, callID) || strings.Contains(ack, "invalid decision") || strings.Contains(ack, "decide ") {
-		t.Errorf("the form's error shows the bot's internal error chain: %s", ack)
-	}
-	if open := e.slack.OpenModals(approver); len(open) == 0 {
-		t.Error("the form closed although the reason was refused")
+	for _, blank := range []string{"  \n ", "\u200b\u3164"} {
+		t.Run(fmt.Sprintf("%q", blank), func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)))
+			ts := e.slack.Mention(channel, requester, "deploy api 3")
+			card := e.card(ts, "deploy")
+			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+			ack := string(e.reject(approver, channel, card.TS, blank))
+			if !strings.Contains(ack, `"response_action":"errors"`) || !strings.Contains(ack, "reason") {
+				t.Fatalf("a blank reason was not refused in words: %s", ack)
+			}
+			if strings.Contains(ack, callID) || strings.Contains(ack, "invalid decision") || strings.Contains(ack, "decide ") {
+				t.Errorf("the form's error shows the bot's internal error chain: %s", ack)
+			}
+			if open := e.slack.OpenModals(approver); len(open) == 0 {
+				t.Error("the form closed although the reason was refused")
+			}
+		})
 	}
 }
 
-// A reply to a question that is only white space is refused in words for
-// a person, without the call's id or an error chain.
+// A reply to a question that is only white space, or only characters no
+// one can see (a zero-width space, a Hangul filler, a braille blank), is
+// refused in words for a person, without the call's id or an error chain.
 func TestBlankReplyIsRefusedInPlainWords(t *testing.T) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.start()
@@ -196,13 +203,15 @@ func TestBlankReplyIsRefusedInPlainWords(t *testing.T) {
 	_, err := e.slack.Click(requester, channel, card.TS, slackapp.ActionRespond, "")
 	must(t, err)
 	view := e.modal(requester, slackapp.CallbackRespond)
-	raw, err := e.slack.SubmitView(requester, view.ID, map[string]map[string]string{slackapp.BlockAnswer: {slackapp.ActionAnswer: " \t\n"}}, "")
-	must(t, err)
-	ack := string(raw)
-	if !strings.Contains(ack, `"response_action":"errors"`) || !strings.Contains(ack, "answer") {
-		t.Fatalf("a blank answer was not refused in words: %s", ack)
-	}
-	if strings.Contains(ack, callID) || strings.Contains(ack, "invalid decision") || strings.Contains(ack, "decide ") {
-		t.Errorf("the form's error shows the bot's internal error chain: %s", ack)
+	for _, blank := range []string{" \t\n", "\u200b", " \u3164 ", "\u2800\u200b\n"} {
+		raw, err := e.slack.SubmitView(requester, view.ID, map[string]map[string]string{slackapp.BlockAnswer: {slackapp.ActionAnswer: blank}}, "")
+		must(t, err)
+		ack := string(raw)
+		if !strings.Contains(ack, `"response_action":"errors"`) || !strings.Contains(ack, "answer") {
+			t.Fatalf("the blank answer %q was not refused in words: %s", blank, ack)
+		}
+		if strings.Contains(ack, callID) || strings.Contains(ack, "invalid decision") || strings.Contains(ack, "decide ") {
+			t.Errorf("the form's error shows the bot's internal error chain: %s", ack)
+		}
 	}
 }

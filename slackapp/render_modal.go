@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/slack-go/slack"
@@ -387,9 +388,20 @@ func ReadCallID(view slack.View) string {
 }
 
 // ReadRejectReason returns the reason submitted in RejectModal, trimmed of
-// surrounding white space; "" when there is none.
+// surrounding white space; "" when there is none to see (see visibleText).
 func ReadRejectReason(view slack.View) string {
-	return strings.TrimSpace(inputValue(view, BlockRejectReason, ActionRejectReason))
+	return visibleText(inputValue(view, BlockRejectReason, ActionRejectReason))
+}
+
+// visibleText is s trimmed of surrounding white space, or "" when nothing
+// in it can be seen: white space and hidden characters alone (a
+// zero-width space, a Hangul filler, a braille blank) look blank, and are
+// refused as a blank reason or answer is.
+func visibleText(s string) string {
+	if strings.TrimFunc(s, func(r rune) bool { return unicode.IsSpace(r) || hidden(r) }) == "" {
+		return ""
+	}
+	return strings.TrimSpace(s)
 }
 
 // ReadEditedArgs returns the arguments text submitted in EditModal, trimmed
@@ -399,7 +411,7 @@ func ReadEditedArgs(view slack.View) string {
 }
 
 // ReadAnswer returns the answer submitted in RespondModal, trimmed of
-// surrounding white space; "" when there is none.
+// surrounding white space; "" when there is none to see (see visibleText).
 func ReadAnswer(view slack.View) string {
-	return strings.TrimSpace(inputValue(view, BlockAnswer, ActionAnswer))
+	return visibleText(inputValue(view, BlockAnswer, ActionAnswer))
 }
