@@ -215,3 +215,20 @@ func TestBlankReplyIsRefusedInPlainWords(t *testing.T) {
 		}
 	}
 }
+
+// A message in a thread paused on a question is told that it does not
+// answer it, and how to: with Reply on the question's card.
+func TestThreadReplyToAQuestionIsToldHowToAnswer(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("q1", "ask_human", `{"question":"Which region?"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy somewhere")
+	e.waitThread(ts, "with a question card", func(m fakeslack.Message) bool {
+		return strings.Contains(string(m.Blocks), `"action_id":"`+slackapp.ActionRespond+`"`)
+	})
+	e.slack.ThreadReply(channel, ts, requester, "eu-west-1")
+	note := e.answer(ts, "waiting for an answer to the question of `ask_human`")
+	if !strings.Contains(note.Text, "*Reply*") || strings.Contains(note.Text, "approval") {
+		t.Errorf("the thread was told %q, want how to answer the question", note.Text)
+	}
+}

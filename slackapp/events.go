@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -546,9 +547,9 @@ func (a *App) reportTurn(ctx context.Context, key string, out agent.Outcome, err
 		}
 		waits := make([]Waiting, 0, len(pending))
 		for _, p := range pending {
-			waits = append(waits, Waiting{Tool: p.Tool, Approvers: p.Approvers})
+			waits = append(waits, Waiting{Tool: p.Tool, Approvers: p.Approvers, Human: p.Human})
 		}
-		a.post(ctx, channel, thread, WaitingText(waits, a.firstWaitingNote(ctx, pending)))
+		a.post(ctx, channel, thread, WaitingText(waits, a.firstWaitingNote(ctx, pending), approvals.IsDM(channel)))
 	}
 }
 

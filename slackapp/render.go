@@ -280,53 +280,83 @@ func joinAnd(items []string, word string) string {
 type Waiting struct {
 	Tool      string
 	Approvers []string
+	// Human marks a question (ask_human), which is answered, not approved.
+	Human bool
 }
 
 // WaitingText is the reply to a new message in a thread whose turn is paused
-// on approval of calls. Calls with the same approvers are named together.
-// With mention, approvers are mentioned so they are reminded; ids that are
-// not well-formed user or group ids are dropped, and with none left the
-// text says anyone in the channel may approve. Without it, only the tools
-// are named: the cards say who may decide, and no one is pinged.
-func WaitingText(waits []Waiting, mention bool) string {
-	if !mention {
-		var tools []string
-		for _, w := range waits {
-			if !slices.Contains(tools, w.Tool) {
-				tools = append(tools, w.Tool)
-			}
-		}
-		if len(tools) == 0 {
-			return "This thread is waiting on approval; I'll answer your message after that."
-		}
-		return "This thread is waiting on approval of " + toolList(tools) + " (the cards above say who may decide); I'll answer your message after that."
+// on approval of calls, or on answers to questions, which the message does
+// not give: they are given with Reply on the question's card. Calls with
+// the same approvers are named together. With mention, approvers are
+// mentioned so they are reminded; ids that are not well-formed user or
+// group ids are dropped, and with none left the text says anyone in the
+// channel may decide (in a direct message, inDM: you). Without it, only
+// the tools are named: the cards say who may decide, and no one is pinged.
+func WaitingText(waits []Waiting, mention, inDM bool) string {
+	anyone := "anyone in this channel"
+	if inDM {
+		anyone = "you"
 	}
 	type group struct {
 		tools []string
 		who   string
 	}
-	var groups []*group
+	var asks, questions []*group
 	byWho := map[string]*group{}
 	for _, w := range waits {
-		who := whoMayDecide(w.Approvers)
-		g := byWho[who]
+		who := ""
+		if mention {
+			who = anyone
+			if ms := approverMentions(w.Approvers); len(ms) > 0 {
+				who = joinAnd(ms, "or")
+			}
+		}
+		key := fmt.Sprint(w.Human, who)
+		g := byWho[key]
 		if g == nil {
 			g = &group{who: who}
-			byWho[who] = g
-			groups = append(groups, g)
+			byWho[key] = g
+			if w.Human {
+				questions = append(questions, g)
+			} else {
+				asks = append(asks, g)
+			}
 		}
 		if !slices.Contains(g.tools, w.Tool) {
 			g.tools = append(g.tools, w.Tool)
 		}
 	}
-	parts := make([]string, 0, len(groups))
-	for _, g := range groups {
-		parts = append(parts, toolList(g.tools)+" by "+g.who)
+	var parts []string
+	if len(asks) > 0 {
+		var each []string
+		for _, g := range asks {
+			part := toolList(g.tools)
+			if g.who != "" {
+				part += " by " + g.who
+			}
+			each = append(each, part)
+		}
+		part := "on approval of " + joinAnd(each, "and")
+		if !mention {
+			part += " (the cards above say who may decide)"
+		}
+		parts = append(parts, part)
+	}
+	if len(questions) > 0 {
+		var each []string
+		for _, g := range questions {
+			part := toolList(g.tools)
+			if g.who != "" {
+				part += " from " + g.who
+			}
+			each = append(each, part)
+		}
+		parts = append(parts, "for an answer to the question of "+joinAnd(each, "and")+" (answer with *Reply* on its card: a message in the thread does not answer it)")
 	}
 	if len(parts) == 0 {
 		return "This thread is waiting on approval; I'll answer your message after that."
 	}
-	return "This thread is waiting on approval of " + joinAnd(parts, "and") + "; I'll answer your message after that."
+	return "This thread is waiting " + strings.Join(parts, ", and ") + "; I'll answer your message after that."
 }
 
 // CardNotPostedText tells a thread that a call waits on a decision
@@ -546,18 +576,27 @@ func ReminderText(c Card, n int) string {
 	if len(c.Approvers) == 0 {
 		list = c.openAudience("this")
 	}
-	text := ":bell: Reminder: " + inlineCode(c.Tool) + " is still waiting for approval"
+	what := "approval"
+	if c.Human {
+		what = "an answer to its question (with *Reply* on its card)"
+	}
+	text := ":bell: Reminder: " + inlineCode(c.Tool) + " is still waiting for " + what
 	if n > 1 {
-		text = ":bell: Last reminder: " + inlineCode(c.Tool) + " is still waiting for approval"
+		text = ":bell: Last reminder: " + inlineCode(c.Tool) + " is still waiting for " + what
 	}
 	if list != "" {
 		text += " from " + list
 	}
-	if c.MinApprovals > 1 {
+	if c.MinApprovals > 1 && !c.Human {
+		// One answer settles a question, whatever its rule's count.
 		text += fmt.Sprintf(" (%d of %d approvals)", len(c.Approvals), c.MinApprovals)
 	}
 	text += "."
-	if !c.ExpiresAt.IsZero() {
+	switch {
+	case c.ExpiresAt.IsZero():
+	case c.Human:
+		text += " It expires " + slackDate(c.ExpiresAt) + "."
+	default:
 		text += " It expires " + slackDate(c.ExpiresAt) + "; nothing runs without a decision."
 	}
 	return text

@@ -579,14 +579,20 @@ func TestMessageTexts(t *testing.T) {
 	tests := []struct {
 		name, got, want string
 	}{
-		{"waiting", WaitingText([]Waiting{{Tool: "files__delete_path", Approvers: []string{"U1ABC", "S1ABC", "bad"}}}, true),
+		{"waiting", WaitingText([]Waiting{{Tool: "files__delete_path", Approvers: []string{"U1ABC", "S1ABC", "bad"}}}, true, false),
 			"This thread is waiting on approval of `files__delete_path` by <@U1ABC> or <!subteam^S1ABC>; I'll answer your message after that."},
-		{"waiting two tools, anyone", WaitingText([]Waiting{{Tool: "a"}, {Tool: "b<!here>"}, {Tool: "a"}}, true),
+		{"waiting two tools, anyone", WaitingText([]Waiting{{Tool: "a"}, {Tool: "b<!here>"}, {Tool: "a"}}, true, false),
 			"This thread is waiting on approval of `a` and `b&lt;!here&gt;` by anyone in this channel; I'll answer your message after that."},
-		{"waiting on different approvers", WaitingText([]Waiting{{Tool: "scale"}, {Tool: "restart", Approvers: []string{"U1ABC"}}, {Tool: "drain"}}, true),
+		{"waiting on different approvers", WaitingText([]Waiting{{Tool: "scale"}, {Tool: "restart", Approvers: []string{"U1ABC"}}, {Tool: "drain"}}, true, false),
 			"This thread is waiting on approval of `scale` and `drain` by anyone in this channel and `restart` by <@U1ABC>; I'll answer your message after that."},
-		{"waiting again, no one pinged", WaitingText([]Waiting{{Tool: "scale"}, {Tool: "restart", Approvers: []string{"U1ABC", "S1ABC"}}, {Tool: "scale"}}, false),
+		{"waiting again, no one pinged", WaitingText([]Waiting{{Tool: "scale"}, {Tool: "restart", Approvers: []string{"U1ABC", "S1ABC"}}, {Tool: "scale"}}, false, false),
 			"This thread is waiting on approval of `scale` and `restart` (the cards above say who may decide); I'll answer your message after that."},
+		{"waiting in a DM", WaitingText([]Waiting{{Tool: "scale"}}, true, true),
+			"This thread is waiting on approval of `scale` by you; I'll answer your message after that."},
+		{"waiting for an answer", WaitingText([]Waiting{{Tool: "ask_human", Human: true}}, true, false),
+			"This thread is waiting for an answer to the question of `ask_human` from anyone in this channel (answer with *Reply* on its card: a message in the thread does not answer it); I'll answer your message after that."},
+		{"waiting for an approval and an answer", WaitingText([]Waiting{{Tool: "scale", Approvers: []string{"U1ABC"}}, {Tool: "ask_human", Human: true, Approvers: []string{"U1ABC"}}}, false, false),
+			"This thread is waiting on approval of `scale` (the cards above say who may decide), and for an answer to the question of `ask_human` (answer with *Reply* on its card: a message in the thread does not answer it); I'll answer your message after that."},
 		{"not approver", NotApproverText([]string{"U1ABC", "<!channel>"}),
 			"You are not an approver for this call, so nothing changed. It can be decided by <@U1ABC>."},
 		{"not approver, no list", NotApproverText(nil), "You are not an approver for this call, so nothing changed."},
@@ -666,6 +672,13 @@ func TestReminderText(t *testing.T) {
 	}
 	if last := ReminderText(c, 2); !strings.HasPrefix(last, ":bell: Last reminder") {
 		t.Errorf("second ReminderText = %q, want it to say Last reminder", last)
+	}
+	// A question waits for an answer, which one person gives, under a
+	// two-person rule too.
+	c.Human = true
+	q := ReminderText(c, 1)
+	if !strings.Contains(q, "still waiting for an answer to its question") || strings.Contains(q, "approval") || strings.Contains(q, "decision") {
+		t.Errorf("ReminderText of a question = %q, want it to wait for an answer, with no approvals counted", q)
 	}
 }
 
