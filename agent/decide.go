@@ -684,6 +684,11 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			return sd, need, badDecision("%s is a question; answer it instead", c.Tool)
 		}
 		if d.Kind == approvals.Remember {
+			if !known {
+				// Judged with no annotations, the call would be relaxed
+				// from now on as a tool that says nothing.
+				return sd, need, badDecision("tool %s is not available now, so it cannot be allowed from now on; approve it instead", c.Tool)
+			}
 			if c.Edit != nil {
 				return sd, need, badDecision("this call's arguments were edited, so it cannot be allowed from now on; approve it instead")
 			}

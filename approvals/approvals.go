@@ -178,9 +178,11 @@ type Verdict struct {
 	// RuleID names the rule that matched: a policy rule's id, a standing
 	// rule's id, "annotations" or "default".
 	RuleID string `json:"rule_id"`
-	// RuleDigest identifies the content of the matching policy rule (empty
-	// for annotations and the default), so a standing rule never carries
-	// over to a different rule that took the same id.
+	// RuleDigest identifies the content of the matching policy rule (for
+	// annotations, which of their asks: "unannotated" or "destructive";
+	// empty for the default), so a standing rule never carries over to a
+	// different rule that took the same id, nor to a tool that says it is
+	// destructive from one that said nothing.
 	RuleDigest string `json:"rule_digest,omitempty"`
 	// FailClosed marks a verdict forced by a condition that could not be
 	// evaluated, or by a policy that could not be read.

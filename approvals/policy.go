@@ -782,10 +782,13 @@ func fallback(h Hints, def Action) Verdict {
 	switch {
 	case h.ReadOnly:
 		return Verdict{Action: Allow, RuleID: RuleAnnotations, Reason: "no rule matched; the tool is read-only"}
+	// The digest tells the two asks apart, so that an Always allow given
+	// on a tool that said nothing does not carry over to the tool once it
+	// says it is destructive.
 	case h.Destructive == nil:
-		return Verdict{Action: Ask, RuleID: RuleAnnotations, Reason: "no rule matched; the tool does not say it is non-destructive"}
+		return Verdict{Action: Ask, RuleID: RuleAnnotations, RuleDigest: "unannotated", Reason: "no rule matched; the tool does not say it is non-destructive"}
 	case *h.Destructive:
-		return Verdict{Action: Ask, RuleID: RuleAnnotations, Reason: "no rule matched; the tool is destructive"}
+		return Verdict{Action: Ask, RuleID: RuleAnnotations, RuleDigest: "destructive", Reason: "no rule matched; the tool is destructive"}
 	}
 	return Verdict{Action: def, RuleID: RuleDefault, Reason: "no rule matched; policy default"}
 }

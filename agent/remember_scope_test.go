@@ -1,0 +1,88 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+)
+
+// An admin makes a tool's rule four-eyes after its card was posted: an
+// Always allow on the card, judged under the policy as it is at the
+// click, is refused (it would save a standing rule that never applies,
+// while the card said later calls run without asking), and no standing
+// rule is saved.
+func TestRememberRefusedWhenFourEyesAddedSinceTheCard(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, b)
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+			if p.FourEyes {
+				t.Fatal("the card is four-eyes already")
+			}
+			r, err := approvals.ParseRule(`tool=restart verdict=ask four_eyes=true reason="two people"`)
+			must(t, err)
+			if _, err := w.engine.AddRule(ctx, "UADMIN", r); err != nil {
+				t.Fatal(err)
+			}
+			_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"})
+			if err == nil {
+				t.Error("Always allow on a call whose rule is four-eyes now was accepted")
+			}
+			if rules, _ := w.engine.StandingRules(ctx, "C1"); len(rules) != 0 {
+				t.Errorf("%d standing rule(s) saved: %+v", len(rules), rules)
+			}
+		})
+	}
+}
+
+// An Always allow given on a tool that asked because it said nothing of
+// itself does not carry over to the tool once its server lists it as
+// destructive: the call asks again.
+func TestStandingRuleEndsWhenTheToolBecomesDestructive(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	if p.RuleID != approvals.RuleAnnotations {
+		t.Fatalf("the call asked under rule %s, want the annotations", p.RuleID)
+	}
+	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"})
+	must(t, err)
+	w.model.Reply(fakeopenai.Text("ok"))
+	_, err = a.Resume(ctx, res.Call.RunID)
+	must(t, err)
+	yes := true
+	must(t, w.reg.Replace(func(n string) bool { return n == "restart" }, []agent.Tool{{Name: "restart", Description: "Restart", Schema: json.RawMessage(envSchema),
+		Annotations: approvals.Hints{Destructive: &yes}, Handler: w.restarts.handler("restarted")}}))
+	w.model.Reply(fakeopenai.ToolCalls(call("c2", "restart", `{"env":"staging"}`)), fakeopenai.Text("done"))
+	req := request("again")
+	req.Conversation = "T1/C1/2"
+	out, err := a.Run(ctx, req)
+	must(t, err)
+	if out.Status != agent.Paused {
+		t.Errorf("once the tool said it is destructive, its call was %s under the standing rule made when it said nothing; want it asked", out.Status)
+	}
+}
+
+// Always allow on a call whose tool is not available at the click (its
+// server is down) is refused: judged with no annotations, the standing
+// rule would cover the tool as one that says nothing of itself.
+func TestRememberRefusedWhileTheToolIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, backends(t)[0])
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	must(t, w.reg.Replace(func(n string) bool { return n == "restart" }, nil))
+	if _, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"}); err == nil {
+		t.Error("Always allow on a call whose tool is not available was accepted")
+	}
+	if rules, _ := w.engine.StandingRules(ctx, "C1"); len(rules) != 0 {
+		t.Errorf("%d standing rule(s) saved: %+v", len(rules), rules)
+	}
+}
