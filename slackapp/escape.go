@@ -201,16 +201,21 @@ func codeBlock(body string, max int) (string, bool) {
 // escaped, with the characters that could reorder or hide it written out
 // (see revealInProse), and cut to at most max characters.
 func quote(s string, max int) string {
+	out, _ := quoteCut(s, max)
+	return out
+}
+
+// quoteCut is quote, and whether the quote was cut short.
+func quoteCut(s string, max int) (string, bool) {
 	s = strings.TrimSpace(strings.ReplaceAll(s, "\r\n", "\n"))
 	if s == "" {
-		return ""
+		return "", false
 	}
 	lines := strings.Split(Escape(revealInProse(s)), "\n")
 	for i, l := range lines {
 		lines[i] = ">" + l
 	}
-	out, _ := truncate(strings.Join(lines, "\n"), max)
-	return out
+	return truncate(strings.Join(lines, "\n"), max)
 }
 
 // controlSequence matches a mrkdwn control sequence: a mention, a channel,

@@ -569,8 +569,13 @@ func statusText(c Card) string {
 		return text
 	case approvals.Respond:
 		text := ":speech_balloon: Answered by " + who + when
-		if q := quote(c.Answer, 2000); q != "" {
+		if q, cut := quoteCut(c.Answer, 2000); q != "" {
 			text += ":\n" + q
+			if cut {
+				// The model read it whole: say so, rather than let the
+				// card pass for all of it.
+				text += "\n_(cut short here; the model was given the whole answer)_"
+			}
 		}
 		return text
 	case approvals.Expire:

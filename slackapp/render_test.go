@@ -988,3 +988,21 @@ func TestMessageBodyEncodesAsEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// An answer too long to show whole on its card (its escapes, & as &amp;,
+// and each line's quote mark count too) says it was cut, and that the
+// model was given all of it; one shown whole says nothing of the kind.
+func TestLongAnswerOnTheCardSaysItWasCut(t *testing.T) {
+	c := goldenCards()["card_answered"]
+	long := strings.Repeat("R&D item\n", 220) // 1,980 characters, more once escaped
+	for _, tt := range []struct {
+		answer string
+		cut    bool
+	}{{"eu-west-1, please", false}, {long, true}} {
+		c.Answer = tt.answer
+		got := string(render(t, CardBlocks(c)))
+		if said := strings.Contains(got, "cut short here; the model was given the whole answer"); said != tt.cut {
+			t.Errorf("an answer of %d characters: the card says it was cut: %v, want %v", len(tt.answer), said, tt.cut)
+		}
+	}
+}
