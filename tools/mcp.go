@@ -458,7 +458,9 @@ func (s *server) connect(ctx context.Context) (cs *mcp.ClientSession, stop func(
 	ctx, cancel := context.WithTimeout(ctx, s.m.opts.connectTimeout)
 	defer cancel()
 	if s.cfg.URL != "" {
-		t := &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: s.http}
+		// The SDK's own bound on one event is not applied by this
+		// transport when none is given (0 reads an event of any size).
+		t := &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: s.http, MaxEventSize: maxMessageBytes}
 		cs, err := s.client.Connect(ctx, t, nil)
 		if err != nil {
 			return nil, func() {}, fmt.Errorf("connect to %s: %w", safeURL(s.cfg.URL), err)
@@ -519,6 +521,8 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) (err error) {
 
 	ping := time.NewTicker(s.m.opts.pingInterval)
 	defer ping.Stop()
+	// stale is set while a listing the server asked for has not been made.
+	stale := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -541,9 +545,11 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) (err error) {
 				return err
 			}
 		case <-s.refresh:
-			if err := s.relist(ctx, cs); err != nil {
+			listed, err := s.relist(ctx, cs)
+			if err != nil {
 				return err
 			}
+			stale = !listed
 		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, s.m.opts.pingTimeout)
 			pctx, probe := s.probe(pctx)
@@ -562,34 +568,40 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) (err error) {
 			if err != nil && breaks(err, probe) && ctx.Err() == nil {
 				return fmt.Errorf("ping: %w", err)
 			}
-			if s.http != nil && cs.ID() == "" {
-				// A server that keeps no session (stateless HTTP) tells
-				// of no restart, and a new version of it could not send
-				// list_changed to a session it never saw: its tools (and
-				// their annotations, which the policy reads) are listed
-				// again at each ping.
-				if err := s.relist(ctx, cs); err != nil {
+			if stale || s.http != nil && cs.ID() == "" {
+				// A listing that list_changed asked for and that failed
+				// is made again at each ping until it is made: the tools
+				// (and their annotations, which the policy reads) would
+				// stay as they were before the change. A server that
+				// keeps no session (stateless HTTP) tells of no restart,
+				// and a new version of it could not send list_changed to
+				// a session it never saw: its tools are listed again at
+				// each ping.
+				listed, err := s.relist(ctx, cs)
+				if err != nil {
 					return err
 				}
+				stale = !listed
 			}
 		}
 	}
 }
 
-// relist lists the tools of cs again (see sync). It returns the error
-// that ends the session, if the listing's failure says the server is
-// gone; any other failure is logged, and the tools stay as they were.
-func (s *server) relist(ctx context.Context, cs *mcp.ClientSession) error {
+// relist lists the tools of cs again (see sync), and reports whether it
+// did. It returns the error that ends the session, if the listing's
+// failure says the server is gone; any other failure is logged, and the
+// tools stay as they were until a listing is made.
+func (s *server) relist(ctx context.Context, cs *mcp.ClientSession) (listed bool, err error) {
 	lctx, probe := s.probe(ctx)
-	err := s.syncBounded(lctx, cs)
+	err = s.syncBounded(lctx, cs)
 	switch {
 	case err == nil:
-		return nil
+		return true, nil
 	case breaks(err, probe):
-		return fmt.Errorf("list tools: %w", err)
+		return false, fmt.Errorf("list tools: %w", err)
 	}
-	s.log.Warn("refreshing mcp tools failed", "err", s.clean(err))
-	return nil
+	s.log.Warn("refreshing mcp tools failed; listing them again at the next ping", "err", s.clean(err))
+	return false, nil
 }
 
 // closeSession closes cs, which watch watched, once it has taken it out
