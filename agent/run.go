@@ -1634,7 +1634,7 @@ func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, ca
 		if err == nil && r.Content != "" {
 			msg += " The tool said: " + cutText(r.Content, timeoutDetailBytes, "output")
 		}
-		return Result{Content: msg, IsError: true}
+		return Result{Content: msg, IsError: true, unknown: !repeatable(tool)}
 	}
 	if err != nil {
 		return Result{Content: fmt.Sprintf("tool %s failed: %v", tool.Name, err), IsError: true}
@@ -1666,9 +1666,10 @@ func cutText(s string, max int, what string) string {
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // outcomeOf is the audit outcome of a call that ran with result r: "ok",
-// "error", or "unknown" when the bot stopped while it ran.
+// "error", or "unknown" when the bot stopped while it ran, or its
+// time-out cut a call that may have done its work.
 func outcomeOf(r Result) string {
-	if r.interrupted {
+	if r.interrupted || r.unknown {
 		return "unknown"
 	}
 	if r.IsError {

@@ -22,6 +22,10 @@ type Result struct {
 	// interrupted marks the result of a call the bot stopped while it
 	// ran (see interruptedResult): its outcome is unknown, not an error.
 	interrupted bool
+	// unknown marks the result of a call cut by its time-out that may
+	// have done its work (see Agent.execute): audited as of unknown
+	// outcome, not as an error.
+	unknown bool
 }
 
 // Interrupted reports whether r is the result of a call the bot stopped
@@ -29,6 +33,11 @@ type Result struct {
 // its work is not known. Such a result has IsError set, for the model, but
 // is not the tool's failure.
 func (r Result) Interrupted() bool { return r.interrupted }
+
+// TimedOut reports whether r is the result of a call its time-out cut that
+// may have done its work (a tool neither read-only nor idempotent): its
+// outcome is unknown.
+func (r Result) TimedOut() bool { return r.unknown }
 
 // Handler runs a tool with arguments that are valid JSON and passed the
 // tool's schema. A returned error becomes an error Result for the model.

@@ -1313,7 +1313,10 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 		switch u.Phase {
 		case agent.PhaseExecuted:
 			card.Outcome = "ran"
-			if u.Result.IsError {
+			switch {
+			case u.Result.TimedOut():
+				card.Outcome = "outcome unknown: it timed out, and may have done its work"
+			case u.Result.IsError:
 				card.Outcome = "failed"
 			}
 			card.OutputSummary = u.Result.Content

@@ -1,0 +1,41 @@
+package slackapp_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// An approved call that its time-out cuts, of a tool neither read-only nor
+// idempotent, may have done its work: its card says its outcome is
+// unknown, as the model is told, not that it failed.
+func TestApprovedCallThatTimedOutHasAnUnknownOutcomeOnItsCard(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.toolTimeout = 50 * time.Millisecond
+	e.policy = "policy:\n  rules:\n    - tool: slow\n      verdict: ask\n"
+	must(t, e.reg.Register(agent.Tool{Name: "slow", Schema: json.RawMessage(`{"type":"object"}`),
+		Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+			<-ctx.Done()
+			return agent.Result{}, ctx.Err()
+		}}))
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "slow", `{}`)), fakeopenai.Text("It timed out."))
+	ts := e.slack.Mention(channel, requester, "go slow")
+	card := e.card(ts, "slow")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "It timed out.")
+	m := e.waitThread(ts, "the card with the call's outcome", func(m fakeslack.Message) bool {
+		return m.TS == card.TS && strings.Contains(blocksText(m), "*Outcome:*")
+	})
+	if text := blocksText(m); !strings.Contains(text, "*Outcome:* outcome unknown: it timed out") {
+		t.Errorf("the card of a call cut by its time-out says:\n%s\nwant its outcome unknown", text)
+	}
+}
