@@ -1,8 +1,11 @@
 package tools
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -10,6 +13,111 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
+
+// release is one release of an MCP server over HTTP: in v1 the tool op is
+// read-only; in v2 it is not, and the server has one more tool.
+func release(v2, stateless bool) http.Handler {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "rel", Version: "v"}, nil)
+	answer := "ran v1"
+	if v2 {
+		answer = "ran v2"
+	}
+	ran := func(text string) mcp.ToolHandlerFor[idIn, any] {
+		return func(context.Context, *mcp.CallToolRequest, idIn) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
+		}
+	}
+	mcp.AddTool(srv, &mcp.Tool{Name: "op", Description: "op", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: !v2}}, ran(answer))
+	if v2 {
+		mcp.AddTool(srv, &mcp.Tool{Name: "extra", Description: "extra"}, ran("extra"))
+	}
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: stateless})
+}
+
+// A server that keeps no session (stateless HTTP) redeployed as a new
+// version tells of no restart and sends no list_changed: its tools are
+// listed again at each ping, so the new version's tools and annotations
+// (op no longer read-only) are the ones the policy reads. A stateful
+// server's restart ends the session, and its tools are listed on
+// reconnecting.
+func TestRedeployedHTTPServerIsListedAgain(t *testing.T) {
+	for _, stateless := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stateful", true: "stateless"}[stateless], func(t *testing.T) {
+			var cur atomic.Value
+			cur.Store(release(false, stateless))
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				cur.Load().(http.Handler).ServeHTTP(w, r)
+			}))
+			defer ts.Close()
+			reg, _ := loadYAML(t, "mcp_servers:\n  - name: srv\n    url: "+ts.URL+"\n", testOptions())
+			if op, _ := reg.Lookup("srv__op"); !op.Annotations.ReadOnly {
+				t.Fatal("v1's op is not read-only")
+			}
+			cur.Store(release(true, stateless))
+			ts.CloseClientConnections()
+			waitFor(t, "v2's tools are registered", func() bool {
+				op, _ := reg.Lookup("srv__op")
+				_, extra := reg.Lookup("srv__extra")
+				return !op.Annotations.ReadOnly && extra
+			})
+		})
+	}
+}
+
+// A stateless server's listing that has not changed registers nothing
+// again: the registry is not replaced (nor its tools' schemas compiled
+// again) at every ping.
+func TestUnchangedListingRegistersNothing(t *testing.T) {
+	var lists atomic.Int64
+	h := release(false, true)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Method string `json:"method"`
+		}
+		if r.Method == http.MethodPost {
+			b, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			if json.Unmarshal(b, &body) == nil && body.Method == "tools/list" {
+				lists.Add(1)
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	reg, _ := loadYAML(t, "mcp_servers:\n  - name: srv\n    url: "+ts.URL+"\n", testOptions())
+	var changes atomic.Int64
+	reg.OnChange(func() { changes.Add(1) })
+	from := lists.Load()
+	waitFor(t, "three more listings", func() bool { return lists.Load() >= from+3 })
+	if n := changes.Load(); n != 0 {
+		t.Errorf("the registry changed %d times over listings that were all the same, want 0", n)
+	}
+}
+
+// A tool whose schema holds a pattern Go's regexp cannot compile (an
+// ECMA-262 lookahead, as Zod writes for an email) is registered, its
+// pattern left to the server: the whole tool was left out.
+func TestToolWithAnECMAPatternIsKept(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "users", Version: "v1"}, nil)
+	schema := json.RawMessage(`{"type":"object","properties":{"email":{"type":"string","pattern":"^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"},"team":{"type":"string","pattern":"^[a-z]+$"}},"required":["email"]}`)
+	srv.AddTool(&mcp.Tool{Name: "invite_user", Description: "Invite a user.", InputSchema: schema},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "invited"}}}, nil
+		})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	defer ts.Close()
+	reg, _ := loadYAML(t, "mcp_servers:\n  - name: users\n    url: "+ts.URL+"\n", testOptions())
+	if _, ok := reg.Lookup("users__invite_user"); !ok {
+		t.Fatal("users__invite_user is not registered: its schema's pattern uses a lookahead")
+	}
+	if res := call(t, reg, "users__invite_user", `{"email":"a@example.com"}`); res.Content != "invited" {
+		t.Errorf("invite_user = %+v, want invited", res)
+	}
+	// The patterns Go's regexp compiles are still checked.
+	if err := reg.Validate("users__invite_user", json.RawMessage(`{"email":"a@example.com","team":"Ops 1"}`)); err == nil {
+		t.Error("a team that does not match ^[a-z]+$ was accepted")
+	}
+}
 
 // A tools/list_changed whose listing the server answers with a JSON-RPC
 // error (a busy server, a rolling update: -32603) is listed again at the
