@@ -26,6 +26,11 @@ type Config struct {
 	// secrets are the values ParseConfig expanded that may be secret; see
 	// Secrets.
 	secrets []string
+	// credentials are those of secrets that stand for credentials (the
+	// values of headers, env and a url's parts), not for where a program
+	// is or runs (command arguments, dir): they are also redacted from the
+	// tools' output (see redactedTool), which names paths.
+	credentials []string
 }
 
 // Secrets returns the values of the configuration that may be secret, for a
@@ -239,8 +244,9 @@ const (
 // parsing is the state of one parse: the expanded values that may be
 // secret, and where ${VAR}s are looked up.
 type parsing struct {
-	secrets []string
-	lookup  func(string) (string, bool)
+	secrets     []string
+	credentials []string
+	lookup      func(string) (string, bool)
 }
 
 func parseConfig(data []byte, lookup func(string) (string, bool)) (Config, error) {
@@ -278,6 +284,7 @@ func parseConfig(data []byte, lookup func(string) (string, bool)) (Config, error
 			return Config{}, fmt.Errorf("parse config: %w", err)
 		}
 	}
+	cfg.credentials = slices.DeleteFunc(slices.Compact(slices.Sorted(slices.Values(p.credentials))), func(v string) bool { return v == "" })
 	cfg.secrets = p.secrets
 	if len(cfg.secrets) > 0 {
 		slices.Sort(cfg.secrets)
@@ -305,9 +312,20 @@ func (p *parsing) refSecrets(raw string) {
 	}
 }
 
+// credentialRefs is refSecrets of raw, a credential's value: what it
+// appends to the secrets it appends to the credentials too.
+func (p *parsing) credentialRefs(raw string) {
+	n := len(p.secrets)
+	p.refSecrets(raw)
+	p.credentials = append(p.credentials, p.secrets[n:]...)
+}
+
 // urlRefSecrets appends the secrets of a url as written: its user
-// information, path and query when they have references.
+// information, path and query when they have references. They are
+// credentials too.
 func (p *parsing) urlRefSecrets(raw string) {
+	n := len(p.secrets)
+	defer func() { p.credentials = append(p.credentials, p.secrets[n:]...) }()
 	rest := raw
 	if _, after, ok := strings.Cut(rest, "://"); ok {
 		rest = after
@@ -384,10 +402,10 @@ func (p *parsing) servers(n *yaml.Node) ([]ServerConfig, error) {
 		}
 		p.refSecrets(raw.Dir)
 		for _, v := range raw.Env {
-			p.refSecrets(v)
+			p.credentialRefs(v)
 		}
 		for _, v := range raw.Headers {
-			p.refSecrets(v)
+			p.credentialRefs(v)
 		}
 		p.urlRefSecrets(raw.URL)
 		out = append(out, s)
@@ -646,7 +664,7 @@ func (p *parsing) command(n *yaml.Node) (*CommandConfig, error) {
 		return nil, fmt.Errorf("line %d: %w", n.Line, err)
 	}
 	for _, v := range raw.Env {
-		p.refSecrets(v)
+		p.credentialRefs(v)
 	}
 	return c, nil
 }

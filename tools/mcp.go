@@ -86,9 +86,9 @@ type ServerStatus struct {
 //
 // The secrets of the configuration (see [Config.Secrets]) are replaced by
 // "[redacted]" in what the manager tells the model (the results, errors
-// and previews of every tool it registers, built-in or MCP, a secret cut
-// short by an output's limit too), in its statuses and in the errors and
-// stderr lines it logs: a stdio server may print its command line or env
+// and previews of every tool it registers, built-in or MCP, of the values
+// of headers, env and url parts, a value cut short by an output's limit
+// too), in its statuses and in the errors and stderr lines it logs: a stdio server may print its command line or env
 // on stderr, which is logged and quoted in the error of a server that
 // failed to start.
 //
@@ -98,8 +98,9 @@ type Manager struct {
 	log     *slog.Logger
 	opts    managerOptions
 	servers []*server
-	// redact hides the configuration's secrets.
-	redact redact.Redactor
+	// redact hides the configuration's secrets; output, its credentials
+	// (see Config.credentials), in the tools' results.
+	redact, output redact.Redactor
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -152,9 +153,12 @@ func load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("load tools: %w", err)
 	}
-	red := redact.New(cfg.secrets...)
+	// The tools' output is redacted of the credentials only: the other
+	// secrets are paths (a server's program, arguments and dir), which
+	// tools name (see Config.credentials).
+	out := redact.New(cfg.credentials...)
 	for _, t := range builtins {
-		if err := reg.Register(redactedTool(red, t)); err != nil {
+		if err := reg.Register(redactedTool(out, t)); err != nil {
 			return nil, fmt.Errorf("load tools: %w", err)
 		}
 	}
@@ -162,7 +166,7 @@ func load(ctx context.Context, cfg Config, reg *agent.Registry, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m := &Manager{reg: reg, log: log, opts: opts, cancel: cancel, redact: red}
+	m := &Manager{reg: reg, log: log, opts: opts, cancel: cancel, redact: redact.New(cfg.secrets...), output: out}
 	for _, sc := range cfg.Servers {
 		s := m.newServer(sc)
 		// Until the server's own tools are listed, one stand-in tool tells
@@ -788,7 +792,7 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 		if p, ok := s.cfg.Preview[t.Name]; ok {
 			tool.Preview = s.previewer(p)
 		}
-		tool = redactedTool(s.m.redact, tool)
+		tool = redactedTool(s.m.output, tool)
 		seen[tool.Name] = append(seen[tool.Name], t.Name)
 		tools = append(tools, tool)
 	}

@@ -78,3 +78,25 @@ builtin_tools:
 		})
 	}
 }
+
+// A value from ${VAR} that says where a program is or runs (an MCP
+// server's command arguments and dir) is not a credential: the tools'
+// output, which names paths, keeps it (it is still kept out of the logs).
+func TestPathFromAVariableIsNotRedactedFromToolOutput(t *testing.T) {
+	root := t.TempDir()
+	t.Setenv("TOOLGATE_TEST_ROOT", root)
+	reg, _ := loadYAML(t, `
+mcp_servers:
+  - name: files
+    command: ["/nonexistent/files-mcp", "--root", "${TOOLGATE_TEST_ROOT}"]
+    dir: "${TOOLGATE_TEST_ROOT}"
+builtin_tools:
+  run_command:
+    dir: `+root+`
+    allow: ["pwd"]
+`, testOptions())
+	res := call(t, reg, "run_command", `{"argv":["pwd"]}`)
+	if !strings.Contains(res.Content, root) || strings.Contains(res.Content, "[redacted]") {
+		t.Errorf("run_command pwd gives the model %q, want the directory %s", res.Content, root)
+	}
+}

@@ -64,11 +64,16 @@ func (r Redactor) Output(s string) string {
 				break
 			}
 			start := from + i
-			end := strings.IndexByte(s[start:], '\n')
-			if end < 0 {
-				end = len(s)
-			} else {
-				end += start
+			// A cut secret ends its line within its own length: look no
+			// further, so that a long line is not read again at each
+			// start found in it.
+			window := s[start:min(len(s), start+len(sec))]
+			end := start + len(window)
+			if j := strings.IndexByte(window, '\n'); j >= 0 {
+				end = start + j
+			} else if end < len(s) {
+				from = start + 1
+				continue
 			}
 			if !strings.HasPrefix(sec, s[start:end]) {
 				from = start + 1

@@ -3,6 +3,7 @@ package redact_test
 import (
 	"errors"
 	"io/fs"
+	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/redact"
@@ -46,5 +47,26 @@ func TestRedactorOutput(t *testing.T) {
 	}
 	if got := (redact.Redactor{}).Output("sk-live-01"); got != "sk-live-01" {
 		t.Errorf("the zero Redactor changed %q", got)
+	}
+}
+
+// Output finds a secret cut short at the end of a long line full of
+// starts of it (a JSON result on one line, full of paths).
+func TestRedactorOutputOfALongLine(t *testing.T) {
+	r := redact.New("/usr/local/bin/files-mcp")
+	line := strings.Repeat(`"/usr/local/lib/x",`, 20_000) + "/usr/local/bin/fil"
+	if got := r.Output(line); !strings.HasSuffix(got, `"/usr/local/lib/x",[redacted]`) || len(got) != len(line)-len("/usr/local/bin/fil")+len(redact.Text) {
+		t.Errorf("Output of a long line ending with a cut secret ends %q", got[len(got)-40:])
+	}
+}
+
+// BenchmarkOutputLongLine measures Output on one long line holding many
+// starts of a secret, which it reads once.
+func BenchmarkOutputLongLine(b *testing.B) {
+	r := redact.New("/usr/local/bin/files-mcp")
+	line := strings.Repeat(`"/usr/local/lib/x",`, 20_000)
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		r.Output(line)
 	}
 }
