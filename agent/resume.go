@@ -477,8 +477,9 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 				}
 				return skip(res, NoteInterrupted)
 			}
-			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: saved.Result})
-			return withNote(saved.Result), false
+			res := saved.result()
+			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
+			return withNote(res), false
 		}
 		if !ok || !repeatable(tool) {
 			return unknown("", false)
@@ -624,7 +625,7 @@ func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Resu
 	if e.Action != "" {
 		e = a.logged(ctx, e)
 	}
-	s := &resultSave{entry: e, callID: callID, result: mustJSON(savedResult{Result: res, Interrupted: res.interrupted})}
+	s := &resultSave{entry: e, callID: callID, result: mustJSON(savedOf(res))}
 	t.saves = append(t.saves, s)
 	ctx = context.WithoutCancel(ctx)
 	t.saving.Go(func() {
@@ -643,6 +644,21 @@ type savedResult struct {
 	// Interrupted: the bot stopped while the call ran (see
 	// interruptedResult).
 	Interrupted bool `json:"interrupted,omitempty"`
+	// TimedOut: its time-out cut a call that may have done its work (see
+	// Result.TimedOut).
+	TimedOut bool `json:"timed_out,omitempty"`
+}
+
+// savedOf is res as it is saved.
+func savedOf(res Result) savedResult {
+	return savedResult{Result: res, Interrupted: res.interrupted, TimedOut: res.unknown}
+}
+
+// result is the saved result as the run that saved it had it.
+func (s savedResult) result() Result {
+	r := s.Result
+	r.unknown = s.TimedOut
+	return r
 }
 
 // abandon takes back the mark BeginResume set on the call *started names,

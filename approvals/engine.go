@@ -137,6 +137,12 @@ func (s StandingRule) relaxes(v Verdict) bool {
 	case s.RuleID == "":
 		return len(v.Approvers) == 0
 	case s.RuleDigest == "" && v.RuleDigest != "":
+		// Made under the annotations before their asks had digests: of
+		// a tool that said nothing or that said it is destructive, which
+		// cannot be told now; it relaxes only the first.
+		if s.RuleID == RuleAnnotations && v.RuleDigest != "unannotated" {
+			return false
+		}
 		return s.RuleID == v.RuleID && len(v.Approvers) == 0
 	}
 	return s.RuleID == v.RuleID && s.RuleDigest == v.RuleDigest

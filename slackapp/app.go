@@ -216,6 +216,10 @@ type App struct {
 	// active counts the same goroutines, and quiet is signalled when it
 	// drops to zero, so that the shutdown knows when to stop answering
 	// envelopes.
+	// checks is the context of checks made in the background that no
+	// one waits on (see tellUndecidableLater): it ends as the shutdown
+	// starts. Set by Run before it takes any work.
+	checks context.Context
 	active atomic.Int64
 	quiet  chan struct{}
 	// slots bounds the turns running at once.
@@ -433,6 +437,7 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 	a.spawn(workCtx, "homes", func(ctx context.Context) { a.refreshHomes(ctx, stopping) })
 	following, stopFollowing := context.WithCancel(workCtx)
 	defer stopFollowing()
+	a.checks = following
 	a.spawn(workCtx, "pauses", func(context.Context) {
 		if err := a.ag.FollowPauses(following, nil, a.expiry.at); err != nil {
 			a.log.Warn("not following other replicas' pauses: a click on their cards reads the call first, and their deadlines wait for the next sweep if they stop", "err", err)

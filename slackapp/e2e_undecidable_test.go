@@ -218,3 +218,28 @@ func TestQuestionOneApproverCanAnswerIsNotUndecidable(t *testing.T) {
 		t.Errorf("a question %s can answer was told as undecidable: %q", approver, notice)
 	}
 }
+
+// The check of a paused call's approvers, off its turn, ends as the
+// shutdown starts: a bot stopped while Slack holds its look-up, with no
+// work in flight, does not wait out its grace period for it.
+func TestShutdownDoesNotWaitForThePauseApproversCheck(t *testing.T) {
+	const private = "CPRIVATE79"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  rules:\n    - tool: deploy\n      verdict: ask\n      approvers: [" + approver + "]\n"
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, e.slack.BotUserID()}})
+	logs := &syncBuffer{}
+	e.cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e.cfg.ShutdownGrace = 2 * time.Second
+	e.start()
+	waitUntil(t, "the approvers checked at start", func() bool { return len(e.slack.Calls("users.info")) == 1 })
+	arrived, release := e.slack.HoldNext("users.info")
+	t.Cleanup(release)
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)))
+	ts := e.slack.Mention(private, requester, "deploy api 7")
+	e.cardIn(private, ts, "deploy")
+	<-arrived // the pause's check of the approver
+	e.stop()
+	if strings.Contains(logs.String(), "shutdown grace period over") {
+		t.Errorf("an idle bot's shutdown waited out its grace period for the check of a paused call's approvers:\n%s", logs)
+	}
+}

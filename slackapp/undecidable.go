@@ -190,10 +190,12 @@ func (a *App) tellUndecidableLater(ctx context.Context, channel, thread string, 
 	if len(namedDeciders(c.Call)) == 0 {
 		return
 	}
-	nctx, cancel, ok := a.noteContext(ctx, undecidableWait)
-	if !ok {
-		return
+	// It ends as the shutdown starts: nothing waits on it.
+	base := a.checks
+	if base == nil {
+		base = context.WithoutCancel(ctx)
 	}
+	nctx, cancel := context.WithTimeout(base, undecidableWait)
 	a.spawn(nctx, "undecidable", func(ctx context.Context) {
 		defer cancel()
 		a.tellUndecidable(ctx, channel, thread, c)
