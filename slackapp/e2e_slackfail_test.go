@@ -39,7 +39,10 @@ func TestLookupFailureIsNotToldAsARefusal(t *testing.T) {
 			e.slack.AddUserGroup("SOPS00009", approver)
 			e.start()
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed."))
-			for range 10 {
+			// Enough for every look-up before the click's, each with the
+			// client's retries: the start's check of the approvers, the
+			// pause's, the card's.
+			for range 40 {
 				e.slack.FailNext(tt.method, 503)
 			}
 			ts := e.slack.Mention(channel, requester, "deploy api 1")
