@@ -326,32 +326,28 @@ func WaitingText(waits []Waiting, mention, inDM bool) string {
 			g.tools = append(g.tools, w.Tool)
 		}
 	}
-	var parts []string
-	if len(asks) > 0 {
-		var each []string
-		for _, g := range asks {
+	// named lists the groups' tools, each with who may decide them.
+	named := func(groups []*group, by string) string {
+		each := make([]string, 0, len(groups))
+		for _, g := range groups {
 			part := toolList(g.tools)
 			if g.who != "" {
-				part += " by " + g.who
+				part += " " + by + " " + g.who
 			}
 			each = append(each, part)
 		}
-		part := "on approval of " + joinAnd(each, "and")
+		return joinAnd(each, "and")
+	}
+	var parts []string
+	if len(asks) > 0 {
+		part := "on approval of " + named(asks, "by")
 		if !mention {
 			part += " (the cards above say who may decide)"
 		}
 		parts = append(parts, part)
 	}
 	if len(questions) > 0 {
-		var each []string
-		for _, g := range questions {
-			part := toolList(g.tools)
-			if g.who != "" {
-				part += " from " + g.who
-			}
-			each = append(each, part)
-		}
-		parts = append(parts, "for an answer to the question of "+joinAnd(each, "and")+" (answer with *Reply* on its card: a message in the thread does not answer it)")
+		parts = append(parts, "for an answer to the question of "+named(questions, "from")+" (answer with *Reply* on its card: a message in the thread does not answer it)")
 	}
 	if len(parts) == 0 {
 		return "This thread is waiting on approval; I'll answer your message after that."
