@@ -50,6 +50,8 @@ policy:
 			Workspace:   &WorkspaceConfig{Root: "/var/scratch", MaxFileBytes: DefaultWorkspaceMaxFileBytes},
 		},
 		secrets: []string{"/srv/files", "Bearer tok", "debug-tok", "tok"},
+		// The command's argument is a path, not a credential.
+		credentials: []string{"Bearer tok", "debug-tok", "tok"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseConfig:\ngot  %+v\nwant %+v", got, want)
