@@ -115,7 +115,7 @@ func (a *Agent) askAgainUntil(ctx context.Context, runID string, rb store.Resume
 // answer that was lost after the step was made (a reset connection, a
 // time-out, the context ending while it was sent), so that only asking
 // again tells whether it was, or stands for a step Redis Cluster did not
-// make for now (see clusterBusy). An answer the store gave is not: a refusal
+// make for now (see store.ClusterBusy). An answer the store gave is not: a refusal
 // (see storeAnswered), an error reply of Redis (go-redis's redis.Error,
 // a type with a RedisError method: a script error on a damaged record,
 // say) or a reply that could not be decoded; asking again gets it again.
@@ -124,30 +124,13 @@ func answerLost(err error) bool {
 	if err == nil || storeAnswered(err) {
 		return false
 	}
-	if transportFailed(err) || clusterBusy(err) {
+	if transportFailed(err) || store.ClusterBusy(err) {
 		return true // whatever else it wraps
 	}
 	var reply interface{ RedisError() }
 	var syntax *json.SyntaxError
 	var decode *json.UnmarshalTypeError
 	return !errors.As(err, &reply) && !errors.As(err, &syntax) && !errors.As(err, &decode)
-}
-
-// clusterBusy reports whether err is Redis Cluster's answer that the step
-// was not made for now, and may be later: a slot being moved to another
-// node (TRYAGAIN, for keys of which some have moved already), a cluster
-// or a node not serving yet (CLUSTERDOWN, LOADING, MASTERDOWN). Asking
-// again is then as for a lost answer.
-func clusterBusy(err error) bool {
-	var reply interface {
-		error
-		RedisError()
-	}
-	if !errors.As(err, &reply) {
-		return false
-	}
-	code, _, _ := strings.Cut(reply.Error(), " ")
-	return code == "TRYAGAIN" || code == "CLUSTERDOWN" || code == "LOADING" || code == "MASTERDOWN"
 }
 
 // transportFailed reports whether err is a transport's failure (a reset

@@ -216,12 +216,12 @@ type App struct {
 	// active counts the same goroutines, and quiet is signalled when it
 	// drops to zero, so that the shutdown knows when to stop answering
 	// envelopes.
+	active atomic.Int64
+	quiet  chan struct{}
 	// checks is the context of checks made in the background that no
 	// one waits on (see tellUndecidableLater): it ends as the shutdown
 	// starts. Set by Run before it takes any work.
 	checks context.Context
-	active atomic.Int64
-	quiet  chan struct{}
 	// slots bounds the turns running at once.
 	slots *semaphore.Weighted
 

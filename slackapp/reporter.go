@@ -286,11 +286,13 @@ func retryLater(err error) (time.Duration, bool) {
 	if sc, ok := errors.AsType[slack.StatusCodeError](err); ok && sc.Code >= 500 {
 		return serverRetryAfter, true
 	}
-	if e, ok := errors.AsType[slack.SlackErrorResponse](err); ok && passingErrors[e.Err] {
-		return serverRetryAfter, true
-	}
-	if e, ok := errors.AsType[slack.SlackErrorResponse](err); ok && rateLimitedCodes[e.Err] {
-		return retryAfterDefault, true
+	if e, ok := errors.AsType[slack.SlackErrorResponse](err); ok {
+		switch {
+		case passingErrors[e.Err]:
+			return serverRetryAfter, true
+		case rateLimitedCodes[e.Err]:
+			return retryAfterDefault, true
+		}
 	}
 	return 0, false
 }

@@ -396,3 +396,21 @@ const (
 
 // DedupeTTL is how long AcceptMessage remembers an EventID or MsgID.
 const DedupeTTL = 24 * time.Hour
+
+// ClusterBusy reports whether err is Redis Cluster's answer that a step
+// was not made for now, and may be later: keys of its slot being moved to
+// another node (TRYAGAIN, for keys of which some have moved already), or
+// the cluster or a node not serving yet (CLUSTERDOWN, LOADING,
+// MASTERDOWN). It knows an error reply of Redis by its RedisError method
+// (go-redis's redis.Error).
+func ClusterBusy(err error) bool {
+	var reply interface {
+		error
+		RedisError()
+	}
+	if !errors.As(err, &reply) {
+		return false
+	}
+	code, _, _ := strings.Cut(reply.Error(), " ")
+	return code == "TRYAGAIN" || code == "CLUSTERDOWN" || code == "LOADING" || code == "MASTERDOWN"
+}

@@ -721,7 +721,7 @@ func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effec
 				tail = t
 				break
 			}
-			if !clusterBusy(err) || time.Now().Add(wait).After(deadline) || ctxtime.Sleep(ctx, wait) != nil {
+			if !store.ClusterBusy(err) || time.Now().Add(wait).After(deadline) || ctxtime.Sleep(ctx, wait) != nil {
 				return err
 			}
 			wait = min(2*wait, time.Second)
@@ -732,21 +732,8 @@ func (s *Store) followEffects(ctx context.Context, complete bool, fx store.Effec
 }
 
 // effectsWait bounds how long a decision's effects are sent again while
-// Redis Cluster answers that their slot is busy (see clusterBusy).
+// Redis Cluster answers that their slot is busy (see store.ClusterBusy).
 const effectsWait = 10 * time.Second
-
-// clusterBusy reports whether err is Redis Cluster's answer that a command
-// was not run for now, and may be later: keys of its slot being moved to
-// another node (TRYAGAIN), or the cluster or a node not serving yet
-// (CLUSTERDOWN, LOADING, MASTERDOWN).
-func clusterBusy(err error) bool {
-	var reply redis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	code, _, _ := strings.Cut(reply.Error(), " ")
-	return code == "TRYAGAIN" || code == "CLUSTERDOWN" || code == "LOADING" || code == "MASTERDOWN"
-}
 
 // clusterEffects are the commands a decision's effects added to a
 // pipeline on a Cluster (see addEffects).
