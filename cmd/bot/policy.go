@@ -11,7 +11,6 @@ import (
 	"os"
 	"reflect"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -256,25 +255,15 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // unmatched returns a note for each rule of p whose tool no tool of c can
-// be: one named server__… for a server that is not in mcp_servers, or a
-// built-in tool's name (no "__") that builtin_tools does not enable. (A
-// glob the tools of a server may match is not judged: they are listed
-// only once it runs.)
+// be, as the bot judges it at start with none of its MCP servers listed
+// (see botsetup.UnmatchedRules): one named server__… for a server that is
+// not in mcp_servers, or a built-in tool's name (no "__") that
+// builtin_tools does not enable. (A glob the tools of a server may match
+// is not judged: they are listed only once it runs.)
 func unmatched(p *approvals.Policy, c tools.Config) []string {
-	servers := make([]string, len(c.Servers))
-	for i, s := range c.Servers {
-		servers[i] = s.Name
-	}
-	builtins := c.Builtins.Names()
 	var out []string
-	for _, r := range p.Rules() {
-		server, _, mcp := strings.Cut(r.Tool, "__")
-		switch {
-		case mcp && !strings.ContainsAny(server, `*?[\`) && !slices.Contains(servers, server):
-			out = append(out, fmt.Sprintf("rule %s (tool %s) matches no tool: there is no MCP server %q in mcp_servers", r.ID, r.Tool, server))
-		case !mcp && !strings.ContainsAny(r.Tool, `*?[\`) && !slices.Contains(builtins, r.Tool):
-			out = append(out, fmt.Sprintf("rule %s (tool %s) matches no tool: builtin_tools enables no tool of that name (MCP tools are named server__tool)", r.ID, r.Tool))
-		}
+	for _, u := range botsetup.UnmatchedRules(p.Rules(), c.Servers, nil, c.Builtins.Names()) {
+		out = append(out, fmt.Sprintf("rule %s (tool %s) matches no tool: %s", u.Rule.ID, u.Rule.Tool, u.Why))
 	}
 	return out
 }
@@ -282,11 +271,7 @@ func unmatched(p *approvals.Policy, c tools.Config) []string {
 // checkToolTimeouts refuses, as the bot does at start, a built-in tool's
 // timeout longer than TOOL_TIMEOUT: the one set here, or else its default.
 func checkToolTimeouts(b tools.BuiltinConfig) error {
-	raw, set := os.LookupEnv("TOOL_TIMEOUT")
-	if !set {
-		f, _ := reflect.TypeFor[config]().FieldByName("ToolTimeout")
-		raw, set = f.Tag.Get("default"), false
-	}
+	raw, set := settingHere("TOOL_TIMEOUT", "ToolTimeout")
 	limit, err := time.ParseDuration(raw)
 	if err != nil || limit <= 0 {
 		return fmt.Errorf("TOOL_TIMEOUT: %q is not a positive duration", raw)
@@ -300,6 +285,22 @@ func checkToolTimeouts(b tools.BuiltinConfig) error {
 	return nil
 }
 
+// settingHere is the value the bot's setting name would have here: the
+// environment's, set but empty included (the bot refuses an empty
+// duration), with set, or else its default (the tag of config's field).
+func settingHere(name, field string) (raw string, set bool) {
+	if raw, ok := os.LookupEnv(name); ok {
+		return raw, true
+	}
+	return defaultOf(field), false
+}
+
+// defaultOf is the default of config's field, as its tag gives it.
+func defaultOf(field string) string {
+	f, _ := reflect.TypeFor[config]().FieldByName(field)
+	return f.Tag.Get("default")
+}
+
 // approvalDefaults returns what the bot gives an ask whose rule sets no
 // ttl or remind_after: APPROVAL_TTL and REMINDER_AFTER as set here, or
 // else their defaults, which notSet maps to their names. A value the bot
@@ -307,12 +308,11 @@ func checkToolTimeouts(b tools.BuiltinConfig) error {
 func approvalDefaults() (d approvals.Defaults, notSet map[string]string, err error) {
 	notSet = map[string]string{}
 	setting := func(name, field string) string {
-		if raw, set := os.LookupEnv(name); set {
-			return raw // set but empty is refused, as by the bot
+		raw, set := settingHere(name, field)
+		if !set {
+			notSet[name] = raw
 		}
-		f, _ := reflect.TypeFor[config]().FieldByName(field)
-		notSet[name] = f.Tag.Get("default")
-		return notSet[name]
+		return raw
 	}
 	raw := setting("APPROVAL_TTL", "ApprovalTTL")
 	if d.TTL, err = time.ParseDuration(raw); err != nil || d.TTL <= 0 || d.TTL > approvals.MaxTTL {
@@ -332,8 +332,7 @@ func checkToolReachHere(b tools.BuiltinConfig, configFile string) error {
 	if os.Getenv("REDIS_URL") == "" {
 		dataDir, set := os.Getenv("DATA_DIR"), true
 		if dataDir == "" {
-			f, _ := reflect.TypeFor[config]().FieldByName("DataDir")
-			dataDir, set = f.Tag.Get("default"), false
+			dataDir, set = defaultOf("DataDir"), false
 		}
 		if err := b.CheckReach("DATA_DIR", dataDir); err != nil {
 			if !set {

@@ -16,7 +16,7 @@ import (
 // (see approvals.Policy.Unreached), an ask whose calls expire before their
 // approvers are reminded (Unreminded, by d, the bot's defaults), and a
 // rule whose tool glob matches none of the tools the bot has (see
-// unmatchedAtStart). An operator who never runs bot policy check learns of
+// UnmatchedRules). An operator who never runs bot policy check learns of
 // them from the start's log instead of from a call that was never judged
 // as meant.
 func warnPolicy(log *slog.Logger, p *approvals.Policy, d approvals.Defaults, servers []tools.ServerConfig, status []tools.ServerStatus, reg *agent.Registry) {
@@ -29,26 +29,27 @@ func warnPolicy(log *slog.Logger, p *approvals.Policy, d approvals.Defaults, ser
 	for _, t := range reg.List() {
 		names = append(names, t.Name)
 	}
-	for _, u := range unmatchedAtStart(p.Rules(), servers, status, names) {
-		log.Warn("policy rule matches no tool", "rule", u.rule.ID, "tool", u.rule.Tool, "why", u.why)
+	for _, u := range UnmatchedRules(p.Rules(), servers, status, names) {
+		log.Warn("policy rule matches no tool", "rule", u.Rule.ID, "tool", u.Rule.Tool, "why", u.Why)
 	}
 }
 
-// unmatchedRule is a rule whose tool glob matches none of the bot's tools,
-// and why.
-type unmatchedRule struct {
-	rule approvals.Rule
-	why  string
+// UnmatchedRule is a rule whose tool glob matches none of the bot's
+// tools, and why.
+type UnmatchedRule struct {
+	Rule approvals.Rule
+	Why  string
 }
 
-// unmatchedAtStart returns the rules whose tool glob matches none of
-// names, the tools the bot has, of those it can judge. An MCP server that
+// UnmatchedRules returns the rules whose tool glob matches none of names,
+// the tools the bot has, of those it can judge by the servers' status
+// (none listed when status is empty, as for a check made offline). An MCP server that
 // has not listed its tools (down at start, and retried in the background)
 // may have one that a rule matches, so a rule is judged only when every
 // server whose tools it may match has listed them: a rule for
 // server__… by that server alone, a name without "__" (a built-in's) at
 // once, and any other glob once every server has.
-func unmatchedAtStart(rules []approvals.Rule, servers []tools.ServerConfig, status []tools.ServerStatus, names []string) []unmatchedRule {
+func UnmatchedRules(rules []approvals.Rule, servers []tools.ServerConfig, status []tools.ServerStatus, names []string) []UnmatchedRule {
 	configured := make([]string, len(servers))
 	for i, s := range servers {
 		configured[i] = s.Name
@@ -62,7 +63,7 @@ func unmatchedAtStart(rules []approvals.Rule, servers []tools.ServerConfig, stat
 			listed = append(listed, st.Name)
 		}
 	}
-	var out []unmatchedRule
+	var out []UnmatchedRule
 	for _, r := range rules {
 		if !approvals.MatchesNone(r.Tool, names) {
 			continue
@@ -83,7 +84,7 @@ func unmatchedAtStart(rules []approvals.Rule, servers []tools.ServerConfig, stat
 		default:
 			continue // a server that has not listed its tools may have one
 		}
-		out = append(out, unmatchedRule{rule: r, why: why})
+		out = append(out, UnmatchedRule{Rule: r, Why: why})
 	}
 	return out
 }
