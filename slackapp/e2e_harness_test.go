@@ -118,6 +118,8 @@ type env struct {
 	leaseTTL time.Duration
 	// toolTimeout is the agent's ToolTimeout (zero: its default).
 	toolTimeout time.Duration
+	// maxSteps is the agent's MaxSteps (zero: its default).
+	maxSteps int
 }
 
 // newEnvWith starts a bot whose store is the one newEnv opens, wrapped by
@@ -199,7 +201,7 @@ func (e *env) launch(st fullStore) *bot {
 	app, err := slackapp.New(e.cfg, st, engine)
 	must(e.t, err)
 	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: e.model.URL(), APIKey: "k", Model: "m", Timeout: 20 * time.Second})
-	ag := agent.New(model, e.reg, engine, st, app.Reporter, agent.Config{Groups: app.Groups(), Audience: app.Audience(), ShownInFull: slackapp.ArgsShownInFull, LeaseTTL: cmp.Or(e.leaseTTL, 2*time.Second), LeaseWait: e.leaseWait, Logger: e.cfg.Logger, ReminderAfter: e.reminderAfter, ToolTimeout: e.toolTimeout})
+	ag := agent.New(model, e.reg, engine, st, app.Reporter, agent.Config{Groups: app.Groups(), Audience: app.Audience(), ShownInFull: slackapp.ArgsShownInFull, LeaseTTL: cmp.Or(e.leaseTTL, 2*time.Second), LeaseWait: e.leaseWait, Logger: e.cfg.Logger, ReminderAfter: e.reminderAfter, ToolTimeout: e.toolTimeout, MaxSteps: e.maxSteps})
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bot{st: st, app: app, cancel: cancel, done: make(chan error, 1)}
 	go func() { b.done <- app.Run(ctx, ag) }()

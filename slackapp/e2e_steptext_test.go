@@ -158,3 +158,19 @@ func TestStepTextOfABrokenStepShownWhenStreamingIsRefused(t *testing.T) {
 		t.Errorf("the text the model wrote before the break is not shown before the failure note; thread:\n%s", dumpThread(msgs))
 	}
 }
+
+// The answer the bot gives at its step limit is not the text of the step
+// that reached it: where Slack refused the stream, that step's text is
+// posted too, before the answer.
+func TestStepTextBeforeTheStepLimitAnswerShownWhenStreamingIsRefused(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.maxSteps = 1
+	e.start()
+	e.slack.FailNext("chat.startStream", 400)
+	step := fakeopenai.Text(stepText)
+	step.ToolCalls = []fakeopenai.ToolCall{tc("c1", "drop_db", `{}`)}
+	e.model.Reply(step)
+	ts := e.slack.Mention(channel, requester, "drop it")
+	e.answer(ts, "I stopped after 1 steps")
+	shownBefore(t, e, ts, "Let me read the config file first", "I stopped after 1 steps")
+}

@@ -166,7 +166,14 @@ func (r *threadReporter) recipient(ctx context.Context) string {
 // part of it.
 func (r *threadReporter) Answer(ctx context.Context, text string) {
 	r.app.statusSettled(ctx, r.conv)
-	shown, _ := r.endStream(ctx)
+	shown, written := r.endStream(ctx)
+	if written != text {
+		// The answer is not what the step wrote (the bot's own, at its
+		// step limit): the step's text is posted as endStep posts it,
+		// and the answer, which no stream showed, whole after it.
+		r.postUnshown(ctx, written, shown)
+		shown = ""
+	}
 	if shown == "" && len(AnswerMessages(text)) == 0 {
 		// Blank, or only markup that renders to nothing (an empty
 		// heading): the thread still hears that the turn is over.
