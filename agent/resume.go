@@ -627,20 +627,21 @@ type savedResult struct {
 	// Interrupted: the bot stopped while the call ran (see
 	// interruptedResult).
 	Interrupted bool `json:"interrupted,omitempty"`
-	// TimedOut: its time-out cut a call that may have done its work (see
-	// Result.TimedOut).
-	TimedOut bool `json:"timed_out,omitempty"`
+	// Unknown: the call may have done its work and its outcome is not
+	// known (see Result.OutcomeUnknown); named for the first such
+	// results, of calls cut by their time-out.
+	Unknown bool `json:"timed_out,omitempty"`
 }
 
 // savedOf is res as it is saved.
 func savedOf(res Result) savedResult {
-	return savedResult{Result: res, Interrupted: res.interrupted, TimedOut: res.unknown}
+	return savedResult{Result: res, Interrupted: res.interrupted, Unknown: res.unknown}
 }
 
 // result is the saved result as the run that saved it had it.
 func (s savedResult) result() Result {
 	r := s.Result
-	r.unknown = s.TimedOut
+	r.unknown = s.Unknown
 	return r
 }
 

@@ -1666,8 +1666,8 @@ func cutText(s string, max int, what string) string {
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // outcomeOf is the audit outcome of a call that ran with result r: "ok",
-// "error", or "unknown" when the bot stopped while it ran, or its
-// time-out cut a call that may have done its work.
+// "error", or "unknown" when the bot stopped while it ran, or it may have
+// done its work and its outcome is not known (see Result.OutcomeUnknown).
 func outcomeOf(r Result) string {
 	if r.interrupted || r.unknown {
 		return "unknown"

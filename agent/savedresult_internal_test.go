@@ -13,7 +13,7 @@ func TestSavedResultKeepsATimedOutOutcome(t *testing.T) {
 	if err := json.Unmarshal(mustJSON(savedOf(res)), &saved); err != nil {
 		t.Fatal(err)
 	}
-	if got := saved.result(); !got.TimedOut() || got.Content != res.Content || !got.IsError {
+	if got := saved.result(); !got.OutcomeUnknown() || got.Content != res.Content || !got.IsError {
 		t.Errorf("the saved result read back is %+v, want %+v", got, res)
 	}
 }

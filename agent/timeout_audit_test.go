@@ -35,3 +35,28 @@ func TestTimedOutCallIsAuditedAsTheModelIsTold(t *testing.T) {
 		}
 	}
 }
+
+// A call whose tool says it cannot tell whether it did its work (an MCP
+// server that gave no answer, a request sent whose answer never came) is
+// audited as of unknown outcome, as the model is told, not as a failure;
+// a plain failure stays an error.
+func TestToolsUnknownOutcomeIsAudited(t *testing.T) {
+	for _, tt := range []struct {
+		res  agent.Result
+		want string
+	}{
+		{agent.UnknownOutcomeResult("no answer: " + agent.UnknownOutcome), "write unknown"},
+		{agent.Result{Content: "refused", IsError: true}, "write error"},
+	} {
+		w := newWorld(t, backends(t)[0])
+		w.policy = "policy:\n  rules:\n    - tool: write\n      verdict: allow\n"
+		must(t, w.reg.Register(agent.Tool{Name: "write", Description: "Writes.", Schema: json.RawMessage(`{"type":"object"}`),
+			Handler: func(context.Context, json.RawMessage) (agent.Result, error) { return tt.res, nil }}))
+		w.model.Reply(fakeopenai.ToolCalls(call("c1", "write", `{}`)), fakeopenai.Text("done"))
+		_, err := w.agent().Run(context.Background(), request("go"))
+		must(t, err)
+		if got := toolExecutions(t, w.store, "write"); len(got) != 1 || got[0] != tt.want {
+			t.Errorf("result %q: audited executions %q, want %q", tt.res.Content, got, tt.want)
+		}
+	}
+}

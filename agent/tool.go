@@ -22,9 +22,10 @@ type Result struct {
 	// interrupted marks the result of a call the bot stopped while it
 	// ran (see interruptedResult): its outcome is unknown, not an error.
 	interrupted bool
-	// unknown marks the result of a call cut by its time-out that may
-	// have done its work (see Agent.execute): audited as of unknown
-	// outcome, not as an error.
+	// unknown marks the result of a call that may have done its work
+	// whose outcome is not known: cut by its time-out (see
+	// Agent.execute), or said so by its tool (see UnknownOutcomeResult).
+	// It is audited as of unknown outcome, not as an error.
 	unknown bool
 }
 
@@ -34,10 +35,21 @@ type Result struct {
 // is not the tool's failure.
 func (r Result) Interrupted() bool { return r.interrupted }
 
-// TimedOut reports whether r is the result of a call its time-out cut that
-// may have done its work (a tool neither read-only nor idempotent): its
-// outcome is unknown.
-func (r Result) TimedOut() bool { return r.unknown }
+// OutcomeUnknown reports whether r is the result of a call that may have
+// done its work, or part of it, and whose outcome is not known: one its
+// time-out cut (of a tool neither read-only nor idempotent), or one its
+// tool said so of (see UnknownOutcomeResult).
+func (r Result) OutcomeUnknown() bool { return r.unknown }
+
+// UnknownOutcomeResult is the result of a call that may have done its
+// work but whose tool cannot tell whether it did (a request sent whose
+// answer never came whole, a program its own time-out killed): content,
+// which should end with UnknownOutcome, tells the model so, and the call
+// is audited, and shown on its card, as of unknown outcome, not as a
+// failure.
+func UnknownOutcomeResult(content string) Result {
+	return Result{Content: content, IsError: true, unknown: true}
+}
 
 // Handler runs a tool with arguments that are valid JSON and passed the
 // tool's schema. A returned error becomes an error Result for the model.

@@ -1323,8 +1323,8 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 		case agent.PhaseExecuted:
 			card.Outcome = "ran"
 			switch {
-			case u.Result.TimedOut():
-				card.Outcome = "outcome unknown: it timed out, and may have done its work"
+			case u.Result.OutcomeUnknown():
+				card.Outcome = "outcome unknown: it may have done its work (its result says why)"
 			case u.Result.IsError:
 				card.Outcome = "failed"
 			}

@@ -258,7 +258,10 @@ func (r *commandTool) run(ctx context.Context, raw json.RawMessage) (agent.Resul
 	if heldOpen {
 		b.WriteString("\n[a process the program started outside its process group (with setsid, or as a daemon) still held its output after it ended, and was left running]\n")
 	}
-	return agent.Result{Content: b.String(), IsError: err != nil || timedOut}, nil
+	if timedOut {
+		return agent.UnknownOutcomeResult(b.String()), nil
+	}
+	return agent.Result{Content: b.String(), IsError: err != nil}, nil
 }
 
 // resolve finds the executable argv0 names and checks it is allowed.

@@ -22,8 +22,8 @@ func TestRunCommandTimeoutHasAnUnknownOutcome(t *testing.T) {
 	}
 	got := runTool(t, tool, map[string]any{"argv": []string{"hang"}})
 	want := "timed out after 300ms; the process group was killed: " + agent.UnknownOutcome + "\n"
-	if !got.IsError || !strings.HasPrefix(got.Content, want) {
-		t.Errorf("run_command hang: got %q, want an error starting %q", got.Content, want)
+	if !got.IsError || !strings.HasPrefix(got.Content, want) || !got.OutcomeUnknown() {
+		t.Errorf("run_command hang: got %q (outcome unknown: %v), want an error starting %q, of unknown outcome", got.Content, got.OutcomeUnknown(), want)
 	}
 }
 

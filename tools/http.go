@@ -417,7 +417,7 @@ func (h *httpTool) do(ctx context.Context, args httpArgs) agent.Result {
 	// most TOOL_TIMEOUT, comes first, so the agent's words never would.)
 	unknown := func(msg string) agent.Result {
 		if sent.Load() && !safeMethod(args.Method) {
-			msg += ": " + agent.UnknownOutcome
+			return agent.UnknownOutcomeResult(msg + ": " + agent.UnknownOutcome)
 		}
 		return errorResult("%s", msg)
 	}

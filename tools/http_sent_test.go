@@ -302,8 +302,8 @@ func TestHTTPWriteCutAfterItWasSentHasAnUnknownOutcome(t *testing.T) {
 		{"DELETE", refused, "request to " + refused + " failed", false},
 	} {
 		got := runTool(t, req, map[string]any{"method": tc.method, "url": tc.url})
-		if !got.IsError || !strings.Contains(got.Content, tc.want) || strings.Contains(got.Content, unknown) != tc.unknown {
-			t.Errorf("http_request %s %s: got %q, want an error saying %q, with the unknown outcome %v", tc.method, tc.url, got.Content, tc.want, tc.unknown)
+		if !got.IsError || !strings.Contains(got.Content, tc.want) || strings.Contains(got.Content, unknown) != tc.unknown || got.OutcomeUnknown() != tc.unknown {
+			t.Errorf("http_request %s %s: got %q (outcome unknown: %v), want an error saying %q, with the unknown outcome %v", tc.method, tc.url, got.Content, got.OutcomeUnknown(), tc.want, tc.unknown)
 		}
 	}
 }

@@ -966,7 +966,7 @@ func (s *server) handler(name string, h approvals.Hints) agent.Handler {
 				}
 				return s.unavailable(err), nil
 			}
-			return capResult(errorResult("MCP server %s gave no answer to the call to %s (%v): %s", s.cfg.Name, name, s.clean(err), agent.UnknownOutcome), s.maxOutput), nil
+			return capResult(agent.UnknownOutcomeResult(fmt.Sprintf("MCP server %s gave no answer to the call to %s (%v): %s", s.cfg.Name, name, s.clean(err), agent.UnknownOutcome)), s.maxOutput), nil
 		}
 		return capResult(toResult(res), s.maxOutput), nil
 	}
@@ -992,7 +992,7 @@ func (s *server) answeredError(name string, h approvals.Hints, err error) agent.
 	}
 	// The server's message, which may be long, comes last, so that a cut
 	// result still says the outcome is unknown.
-	return errorResult("MCP server %s failed the call to %s: %s The server's error: %v", s.cfg.Name, name, agent.UnknownOutcome, s.clean(err))
+	return agent.UnknownOutcomeResult(fmt.Sprintf("MCP server %s failed the call to %s: %s The server's error: %v", s.cfg.Name, name, agent.UnknownOutcome, s.clean(err)))
 }
 
 // wasClosing reports whether cs is the session watch closed last (or is

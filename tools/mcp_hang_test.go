@@ -235,7 +235,7 @@ func TestStdioPingStuckBehindACallEndsIt(t *testing.T) {
 	if _, err := os.Stat(stalled); err != nil {
 		t.Fatalf("the server did not stop reading: %v", err)
 	}
-	if got.err != nil || !got.res.IsError || !strings.Contains(got.res.Content, agent.UnknownOutcome) {
+	if got.err != nil || !got.res.IsError || !strings.Contains(got.res.Content, agent.UnknownOutcome) || !got.res.OutcomeUnknown() {
 		t.Errorf("the stuck call: got %+v, want an error result saying its outcome is unknown", got)
 	}
 	waitFor(t, fmt.Sprintf("the stalled server %d is killed", pid), func() bool { return processGone(pid) })
@@ -371,14 +371,14 @@ func TestToolErrorAnsweredAsJSONRPCError(t *testing.T) {
 	} {
 		t.Run(tt.tool, func(t *testing.T) {
 			got := call(t, reg, tt.tool, `{}`)
-			if !got.IsError || !strings.HasPrefix(got.Content, tt.prefix) || !strings.Contains(got.Content, tt.says) || strings.Contains(got.Content, agent.UnknownOutcome) != tt.unknown {
+			if !got.IsError || !strings.HasPrefix(got.Content, tt.prefix) || !strings.Contains(got.Content, tt.says) || strings.Contains(got.Content, agent.UnknownOutcome) != tt.unknown || got.OutcomeUnknown() != tt.unknown {
 				t.Errorf("result = %+v; want an error starting %q, quoting %q, of unknown outcome: %v", got, tt.prefix, tt.says, tt.unknown)
 			}
 		})
 	}
 	// A tool the server does not know (its SDK answers -32602).
 	got, err := m.servers[0].handler("missing", approvals.Hints{})(t.Context(), json.RawMessage(`{}`))
-	if err != nil || !got.IsError || !strings.HasPrefix(got.Content, refused+"missing: ") || strings.Contains(got.Content, agent.UnknownOutcome) {
+	if err != nil || !got.IsError || !strings.HasPrefix(got.Content, refused+"missing: ") || strings.Contains(got.Content, agent.UnknownOutcome) || got.OutcomeUnknown() {
 		t.Errorf("calling an unknown tool: got %+v, %v; want a refusal", got, err)
 	}
 	if !m.Status()[0].Connected {

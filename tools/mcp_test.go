@@ -1062,8 +1062,8 @@ func TestRefusedCallIsCut(t *testing.T) {
 	if err != nil || !res.IsError || len(res.Content) > 1200 || !strings.Contains(res.Content, "[output truncated: ") {
 		t.Errorf("a failed call with a 1 MiB message = %d bytes (error %v, %v), want an error result cut to max_output_bytes", len(res.Content), res.IsError, err)
 	}
-	if !strings.Contains(res.Content, agent.UnknownOutcome) {
-		t.Errorf("the cut result of a failed call does not say its outcome is unknown: %.300s", res.Content)
+	if !strings.Contains(res.Content, agent.UnknownOutcome) || !res.OutcomeUnknown() {
+		t.Errorf("the cut result of a failed call does not say its outcome is unknown (flagged: %v): %.300s", res.OutcomeUnknown(), res.Content)
 	}
 }
 
