@@ -28,6 +28,7 @@ const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
 	"• `/approvals policy remove &lt;rule id&gt;` (admins; rules added here only: the policy file changes by editing it)\n" +
 	"• `/approvals policy test &lt;tool&gt; &lt;json arguments&gt;`: the verdict and the rule that gives it; nothing runs\n" +
 	"• `/approvals rules list [page]`: standing rules (\"Always allow here\") in this channel\n" +
+	"• `/approvals rules list all [page]`: every channel's standing rules, DMs and private channels too (admins)\n" +
 	"• `/approvals rules revoke &lt;id&gt;` (the rule's creator, or admins)\n" +
 	"• `/approvals audit [n] [page]`: the newest n audit entries, at most 100 (default 20), a page at a time (admins)"
 
@@ -126,11 +127,21 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 	case sub == "rules" && len(args) > 1:
 		switch strings.ToLower(args[1]) {
 		case "list":
+			if len(args) > 2 && strings.EqualFold(args[2], "all") {
+				if refusal, ok := a.requireAdmin(ctx, cmd.UserID, adminRules); !ok {
+					return refusal
+				}
+				page, refusal := pageAt(args, 3, "`/approvals rules list all [page]` shows page `page` (from 1) of every channel's standing rules")
+				if refusal != "" {
+					return refusal
+				}
+				return a.cmdRulesListAll(ctx, cmd.UserID, page)
+			}
 			page, refusal := pageAt(args, 2, "`/approvals rules list [page]` shows page `page` (from 1) of this channel's standing rules")
 			if refusal != "" {
 				return refusal
 			}
-			return a.cmdRulesList(ctx, cmd.ChannelID, page)
+			return a.cmdRulesList(ctx, cmd.ChannelID, page, nil)
 		case "revoke":
 			return a.cmdRulesRevoke(ctx, cmd.UserID, rest(2))
 		}
@@ -139,11 +150,12 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 }
 
 // adminUse is what an admin-only command does, for its refusal.
-type adminUse bool
+type adminUse int
 
 const (
-	adminChange adminUse = false // changes the policy or standing rules
-	adminRead   adminUse = true  // reads the audit log
+	adminChange adminUse = iota // changes the policy or standing rules
+	adminRead                   // reads the audit log
+	adminRules                  // lists every channel's standing rules
 )
 
 // requireAdmin allows ADMIN_USERS and the admins and owners of the bot's
@@ -157,16 +169,22 @@ func (a *App) requireAdmin(ctx context.Context, user string, use adminUse) (refu
 	u, err := a.api.GetUserInfoContext(ctx, user)
 	if err != nil {
 		a.log.Warn("look up user", "user", user, "err", err)
-		if use == adminRead {
+		switch use {
+		case adminRead:
 			return "I couldn't check whether you are an admin, so I can't show the audit log. Please try again.", false
+		case adminRules:
+			return "I couldn't check whether you are an admin, so I can't list every channel's standing rules. Please try again.", false
 		}
 		return "I couldn't check whether you are an admin, so nothing changed. Please try again.", false
 	}
 	if a.adminOfThisWorkspace(u) {
 		return "", true
 	}
-	if use == adminRead {
+	switch use {
+	case adminRead:
 		return "Only admins can read the audit log (ADMIN_USERS, or workspace admins and owners).", false
+	case adminRules:
+		return "Only admins can list every channel's standing rules (ADMIN_USERS, or workspace admins and owners); `/approvals rules list` lists this channel's.", false
 	}
 	return "Only admins can change the policy (ADMIN_USERS, or workspace admins and owners). Nothing changed.", false
 }
@@ -646,19 +664,50 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	return out + "\nNothing was run."
 }
 
-// cmdRulesList shows the standing rules of a channel, a page at a time
-// (see answerPage); page counts from 1.
-func (a *App) cmdRulesList(ctx context.Context, channel string, page int) string {
+// cmdRulesListAll shows user (an admin) every channel's standing rules, a
+// page at a time, each saying where it is: the channel, where user can see
+// it, as the audit log shows its entries, and otherwise only that it is a
+// conversation they are not part of.
+func (a *App) cmdRulesListAll(ctx context.Context, user string, page int) string {
+	// The look-ups fit in the command's answer, as the audit log's do.
+	lctx, cancel := context.WithTimeout(ctx, auditLookups)
+	defer cancel()
+	sees := map[string]bool{}
+	where := func(channel string) string {
+		ok, known := sees[channel]
+		if !known {
+			ok = lctx.Err() == nil && a.inAudience(lctx, channel, user)
+			sees[channel] = ok
+		}
+		if !ok {
+			return "a conversation you are not part of (or that could not be checked in time)"
+		}
+		return channelRef(channel)
+	}
+	return a.cmdRulesList(ctx, "", page, where)
+}
+
+// cmdRulesList shows the standing rules of a channel, or with channel
+// empty of every channel, each followed by where(its channel), a page at
+// a time (see answerPage); page counts from 1.
+func (a *App) cmdRulesList(ctx context.Context, channel string, page int, where func(channel string) string) string {
 	rules, err := a.policy.StandingRules(ctx, channel)
 	if err != nil {
 		return "I couldn't read the standing rules right now; please try again."
 	}
+	scope, none, command := "this channel", "this channel", "/approvals rules list %d"
+	if channel == "" {
+		scope, none, command = "every channel", "any channel", "/approvals rules list all %d"
+	}
 	if len(rules) == 0 {
-		return "No standing rules in this channel."
+		return "No standing rules in " + none + "."
 	}
 	lines := make([]string, 0, len(rules))
 	for _, r := range rules {
 		line := fmt.Sprintf("• %s: %s allowed, by %s", inlineCode(r.ID), inlineCode(r.Tool), userRef(r.CreatedBy, "someone unknown"))
+		if where != nil {
+			line += " in " + where(r.Channel)
+		}
 		if r.Fingerprint != "" {
 			line += " for exactly the arguments " + inlineCode(shortFP(r.Fingerprint))
 		}
@@ -670,11 +719,11 @@ func (a *App) cmdRulesList(ctx context.Context, channel string, page int) string
 		}
 		lines = append(lines, line)
 	}
-	text, pages := answerPage("*Standing rules in this channel:*\n", lines, "", page, func(p int) string {
-		return fmt.Sprintf("/approvals rules list %d", p)
+	text, pages := answerPage("*Standing rules in "+scope+":*\n", lines, "", page, func(p int) string {
+		return fmt.Sprintf(command, p)
 	})
 	if text == "" {
-		return fmt.Sprintf("There is no page %d: the %d standing rules of this channel fit on %d.", page, len(rules), pages)
+		return fmt.Sprintf("There is no page %d: the %d standing rules of %s fit on %d.", page, len(rules), scope, pages)
 	}
 	return text
 }
