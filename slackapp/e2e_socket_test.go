@@ -3,6 +3,7 @@ package slackapp_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -89,6 +90,25 @@ func TestSocketFatalAuthEndsRun(t *testing.T) {
 			t.Error("the app says it is connected")
 		}
 	})
+	for _, tt := range []struct{ code, hint string }{
+		{"missing_scope", "needs the connections:write scope"},
+		{"not_allowed_token_type", "this is not an app-level token"},
+	} {
+		t.Run(tt.code, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.slack.ErrorNext("apps.connections.open", tt.code)
+			b := e.launch(e.open())
+			defer b.st.Close()
+			err := waitDone(t, b)
+			tr, ok := errors.AsType[*slackapp.TokenRefusedError](err)
+			if !ok || !tr.App || !strings.Contains(err.Error(), tt.code) || !strings.Contains(tr.Hint, tt.hint) {
+				t.Errorf("Run returned %v, want the app token refused for %s, with a hint saying %q", err, tt.code, tt.hint)
+			}
+			if n := len(e.slack.Calls("apps.connections.open")); n != 1 {
+				t.Errorf("apps.connections.open was called %d times, want 1", n)
+			}
+		})
+	}
 	t.Run("revoked while running", func(t *testing.T) {
 		e := newEnv(t, storeKinds(t)[0])
 		b := e.start()

@@ -205,7 +205,8 @@ func (c *socketConn) write(ctx context.Context, msg []byte) error {
 // Run serves Socket Mode until ctx ends (it returns ctx's error) or a
 // connection is refused for good: a revoked, invalid or missing app token
 // (invalid_auth, account_inactive, token_revoked, not_authed, or an HTTP
-// 404), returned as the error. Any other failure to connect is retried with
+// 404), or one unfit for Socket Mode (missing_scope, not_allowed_token_type),
+// returned as the error. Any other failure to connect is retried with
 // capped backoff. A lost connection is replaced, and so is one Slack asks
 // to replace (its successor opens before it is dropped): at once if it
 // lived for youngConn past its hello, otherwise after a backoff that grows
@@ -339,6 +340,9 @@ func (s *socket) connect(ctx context.Context) (*socketConn, error) {
 		if tokenRefused(err) {
 			return nil, &TokenRefusedError{App: true, Err: err}
 		}
+		if hint, ok := unfitAppToken(err); ok {
+			return nil, &TokenRefusedError{App: true, Err: err, Hint: hint}
+		}
 		if fatalSocketError(err) {
 			return nil, err
 		}
@@ -375,13 +379,35 @@ func tokenRefused(err error) bool {
 	return false
 }
 
+// unfitAppToken reports whether err, from apps.connections.open, is Slack
+// refusing the app-level token for what it is rather than for a passing
+// reason, which no retry changes: a token without the connections:write
+// scope (the scopes of an app-level token cannot be changed once it is
+// made), or a token of another kind (a bot token pasted as the app
+// token). It returns what to do about it.
+func unfitAppToken(err error) (hint string, ok bool) {
+	e, isSlack := errors.AsType[slack.SlackErrorResponse](err)
+	switch {
+	case !isSlack:
+		return "", false
+	case e.Err == "missing_scope":
+		return "the app-level token needs the connections:write scope; generate one with it (the app's Basic Information, App-Level Tokens)", true
+	case e.Err == "not_allowed_token_type":
+		return "this is not an app-level token (xapp-…); generate one with the connections:write scope (the app's Basic Information, App-Level Tokens)", true
+	}
+	return "", false
+}
+
 // TokenRefusedError is Run's error when Slack refuses one of the app's
 // tokens for good (invalid_auth, account_inactive, token_revoked,
 // not_authed): the bot token at start, or the app-level token when
-// Socket Mode connects (App).
+// Socket Mode connects (App), which is refused for good too when it lacks
+// the connections:write scope or is not an app-level token.
 type TokenRefusedError struct {
 	App bool
 	Err error
+	// Hint, if set, says what to do about it (see unfitAppToken).
+	Hint string
 }
 
 func (e *TokenRefusedError) Error() string {

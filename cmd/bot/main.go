@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -140,17 +141,26 @@ func serve(ctx context.Context, cfg config, file botsetup.File, red redactor, lo
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		err = nil
 	}
-	if tr, ok := errors.AsType[*slackapp.TokenRefusedError](err); ok {
-		name := "SLACK_BOT_TOKEN"
-		if tr.App {
-			name = "SLACK_APP_TOKEN"
-		}
-		err = configErrorf("%s: %w; paste the token again from the Slack app's settings", name, err)
-	}
+	err = tokenAdvice(err)
 	if err == nil {
 		log.Info("stopped")
 	}
 	return err
+}
+
+// tokenAdvice makes a token Slack refused for good (see
+// slackapp.TokenRefusedError) a configuration error that names its
+// setting and says what to do; it returns any other err as it is.
+func tokenAdvice(err error) error {
+	tr, ok := errors.AsType[*slackapp.TokenRefusedError](err)
+	if !ok {
+		return err
+	}
+	name := "SLACK_BOT_TOKEN"
+	if tr.App {
+		name = "SLACK_APP_TOKEN"
+	}
+	return configErrorf("%s: %w; %s", name, err, cmp.Or(tr.Hint, "paste the token again from the Slack app's settings"))
 }
 
 // serveBot is serve's work, which ctx's end stops: it opens the store,

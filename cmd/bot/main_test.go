@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/internal/teststore"
+	"github.com/toolgate/toolgate/slackapp"
 )
 
 // Tokens of the configuration tests. None may appear in any output.
@@ -268,6 +269,32 @@ func TestExitCode(t *testing.T) {
 		if got := exitCode(tt.err); got != tt.want {
 			t.Errorf("exitCode(%v) = %d, want %d", tt.err, got, tt.want)
 		}
+	}
+}
+
+// A token Slack refuses for good is a configuration error (exit status 2)
+// naming its setting, with what to do about it: the hint Slack's answer
+// calls for, or else to paste the token again.
+func TestTokenAdvice(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want []string
+	}{
+		{&slackapp.TokenRefusedError{Err: errors.New("invalid_auth")}, []string{"SLACK_BOT_TOKEN: ", "invalid_auth", "paste the token again"}},
+		{&slackapp.TokenRefusedError{App: true, Err: errors.New("missing_scope"), Hint: "the app-level token needs the connections:write scope"}, []string{"SLACK_APP_TOKEN: ", "missing_scope", "needs the connections:write scope"}},
+	} {
+		err := tokenAdvice(tt.err)
+		for _, w := range tt.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("tokenAdvice(%v) = %v, want it to say %q", tt.err, err, w)
+			}
+		}
+		if exitCode(err) != 2 {
+			t.Errorf("tokenAdvice(%v) exits with %d, want 2", tt.err, exitCode(err))
+		}
+	}
+	if plain := errors.New("other"); tokenAdvice(plain) != plain {
+		t.Error("tokenAdvice changed an error that is no refused token")
 	}
 }
 
