@@ -333,6 +333,13 @@ const answerPageRoom = 200
 // one, which ephemeral cuts. The text is empty when p is past the last
 // page.
 func answerPage(head string, entries []string, tail string, p int, next func(page int) string) (string, int) {
+	return answerPageOf(head, entries, tail, p, next, nil)
+}
+
+// answerPageOf is answerPage that, with shown set, shows entry i of the
+// page as shown(i), which must be no longer than entries[i] (for a
+// look-up made for the entries shown only).
+func answerPageOf(head string, entries []string, tail string, p int, next func(page int) string, shown func(i int) string) (string, int) {
 	roomChars := maxEphemeralChars - textLen(head) - textLen(tail) - answerPageRoom
 	roomBytes := maxEphemeralBytes - encodedLen(head) - encodedLen(tail) - 2*answerPageRoom
 	var starts []int // the index of each page's first entry
@@ -356,7 +363,11 @@ func answerPage(head string, entries []string, tail string, p int, next func(pag
 	}
 	var b strings.Builder
 	b.WriteString(head)
-	for _, e := range entries[from:to] {
+	for i := from; i < to; i++ {
+		e := entries[i]
+		if shown != nil {
+			e = shown(i)
+		}
 		b.WriteString(e + "\n")
 	}
 	b.WriteString(tail)
@@ -667,7 +678,8 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 // cmdRulesListAll shows user (an admin) every channel's standing rules, a
 // page at a time, each saying where it is: the channel, where user can see
 // it, as the audit log shows its entries, and otherwise only that it is a
-// conversation they are not part of.
+// conversation they are not part of. Only the rules of the page shown are
+// looked up.
 func (a *App) cmdRulesListAll(ctx context.Context, user string, page int) string {
 	// The look-ups fit in the command's answer, as the audit log's do.
 	lctx, cancel := context.WithTimeout(ctx, auditLookups)
@@ -680,16 +692,20 @@ func (a *App) cmdRulesListAll(ctx context.Context, user string, page int) string
 			sees[channel] = ok
 		}
 		if !ok {
-			return "a conversation you are not part of (or that could not be checked in time)"
+			return unseenChannel + " (or that could not be checked in time)"
 		}
 		return channelRef(channel)
 	}
 	return a.cmdRulesList(ctx, "", page, where)
 }
 
+// unseenChannel stands for a channel someone is not shown, as not theirs.
+const unseenChannel = "a conversation you are not part of"
+
 // cmdRulesList shows the standing rules of a channel, or with channel
-// empty of every channel, each followed by where(its channel), a page at
-// a time (see answerPage); page counts from 1.
+// empty of every channel, each saying where(its channel), a page at a
+// time (see answerPage); page counts from 1. where is called for the rules
+// of the page shown only.
 func (a *App) cmdRulesList(ctx context.Context, channel string, page int, where func(channel string) string) string {
 	rules, err := a.policy.StandingRules(ctx, channel)
 	if err != nil {
@@ -702,11 +718,10 @@ func (a *App) cmdRulesList(ctx context.Context, channel string, page int, where 
 	if len(rules) == 0 {
 		return "No standing rules in " + none + "."
 	}
-	lines := make([]string, 0, len(rules))
-	for _, r := range rules {
+	lineOf := func(r approvals.StandingRule, in string) string {
 		line := fmt.Sprintf("• %s: %s allowed, by %s", inlineCode(r.ID), inlineCode(r.Tool), userRef(r.CreatedBy, "someone unknown"))
-		if where != nil {
-			line += " in " + where(r.Channel)
+		if in != "" {
+			line += " in " + in
 		}
 		if r.Fingerprint != "" {
 			line += " for exactly the arguments " + inlineCode(shortFP(r.Fingerprint))
@@ -717,11 +732,31 @@ func (a *App) cmdRulesList(ctx context.Context, channel string, page int, where 
 		if !r.ExpiresAt.IsZero() {
 			line += ", until " + slackDate(r.ExpiresAt)
 		}
-		lines = append(lines, line)
+		return line
 	}
-	text, pages := answerPage("*Standing rules in "+scope+":*\n", lines, "", page, func(p int) string {
+	// The pages are laid out with where's longest answer, which the
+	// page shown then replaces.
+	laidOut := ""
+	if where != nil {
+		laidOut = unseenChannel + " (or that could not be checked in time)"
+	}
+	lines := make([]string, 0, len(rules))
+	for _, r := range rules {
+		lines = append(lines, lineOf(r, laidOut))
+	}
+	var shown func(i int) string
+	if where != nil {
+		shown = func(i int) string {
+			line := lineOf(rules[i], where(rules[i].Channel))
+			if textLen(line) > textLen(lines[i]) || encodedLen(line) > encodedLen(lines[i]) {
+				return lines[i]
+			}
+			return line
+		}
+	}
+	text, pages := answerPageOf("*Standing rules in "+scope+":*\n", lines, "", page, func(p int) string {
 		return fmt.Sprintf(command, p)
-	})
+	}, shown)
 	if text == "" {
 		return fmt.Sprintf("There is no page %d: the %d standing rules of %s fit on %d.", page, len(rules), scope, pages)
 	}

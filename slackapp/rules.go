@@ -55,7 +55,13 @@ func (a *App) revokeStanding(ctx context.Context, user, id string) string {
 	case rule == nil:
 		return fmt.Sprintf("Revoked standing rule %s.", inlineCode(id)) + notAudited(err)
 	}
-	return fmt.Sprintf("Revoked standing rule %s: %s in %s asks again.", inlineCode(id), inlineCode(rule.Tool), channelRef(rule.Channel)) + notAudited(err)
+	where := channelRef(rule.Channel)
+	if rule.CreatedBy != user && !a.inAudience(ctx, rule.Channel, user) {
+		// An admin revoking a rule of a conversation they are not
+		// part of: named no more than the rules list named it.
+		where = unseenChannel
+	}
+	return fmt.Sprintf("Revoked standing rule %s: %s in %s asks again.", inlineCode(id), inlineCode(rule.Tool), where) + notAudited(err)
 }
 
 // revokeFromHome handles a Revoke button of the Home tab, then shows the

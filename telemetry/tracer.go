@@ -180,9 +180,10 @@ func (t *Tracer) waitSpan(ctx context.Context, turn trace.SpanContext, c store.C
 }
 
 // StartTool starts the span of one tool execution, "execute_tool NAME".
-// Its outcome is "ok", "error" (the span's status is Error) or, for a run
-// cut by a shutdown or a lost lease, "unknown", with an event
-// "interrupted" and the status left unset.
+// Its outcome is "ok", "error" (the span's status is Error) or "unknown",
+// with the status left unset, as audited: for a run cut by a shutdown or a
+// lost lease, with an event "interrupted", and for a run that may have
+// done its work that its tool, or its time-out, left unknown.
 func (t *Tracer) StartTool(ctx context.Context, ts agent.ToolStart) (context.Context, func(agent.Result)) {
 	attrs := []attribute.KeyValue{
 		attribute.String("gen_ai.operation.name", "execute_tool"),
@@ -206,6 +207,10 @@ func (t *Tracer) StartTool(ctx context.Context, ts agent.ToolStart) (context.Con
 			// says "unknown").
 			outcome = "unknown"
 			span.AddEvent("interrupted")
+		case res.OutcomeUnknown():
+			// It may have done its work, and its tool cannot tell (see
+			// agent.UnknownOutcomeResult): not marked failed either.
+			outcome = "unknown"
 		case res.IsError:
 			outcome = "error"
 			span.SetStatus(codes.Error, "the tool reported an error")
