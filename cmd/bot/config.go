@@ -36,46 +36,48 @@ const minPollInterval = 100 * time.Millisecond
 // envconfig. Each field names its variable exactly (there is no prefix);
 // `bot --help` prints them all from these tags.
 type config struct {
-	SlackAppToken    string        `envconfig:"SLACK_APP_TOKEN" desc:"app-level token (xapp-…) with connections:write, for Socket Mode; required"`
-	SlackBotToken    string        `envconfig:"SLACK_BOT_TOKEN" desc:"bot token (xoxb-…); required"`
-	SlackAPIURL      string        `envconfig:"SLACK_API_URL" desc:"Slack Web API base URL; empty means Slack's (tests and the playground point it at a fake)"`
-	OpenAIAPIKey     string        `envconfig:"OPENAI_API_KEY" desc:"API key of the model endpoint; required for OpenAI, optional for local servers"`
-	OpenAIBaseURL    string        `envconfig:"OPENAI_BASE_URL" default:"https://api.openai.com/v1" desc:"any OpenAI-compatible Chat Completions endpoint (OpenAI, Azure, Ollama, vLLM, LiteLLM)"`
-	OpenAIModel      string        `envconfig:"OPENAI_MODEL" default:"gpt-4o-mini" desc:"model name (the deployment name on Azure)"`
-	RedisURL         string        `envconfig:"REDIS_URL" desc:"redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty: the embedded store in DATA_DIR"`
-	RedisPrefix      string        `envconfig:"REDIS_PREFIX" default:"toolgate" desc:"prefix of every Redis key, so several bots can share one database; no { or }"`
-	DataDir          string        `envconfig:"DATA_DIR" default:"./data" desc:"directory of the embedded store's file (toolgate.db) when REDIS_URL is empty"`
-	ConfigFile       string        `envconfig:"CONFIG_FILE" desc:"YAML file with mcp_servers, builtin_tools and policy; empty: no tools, every call asks"`
-	AdminUsers       []string      `envconfig:"ADMIN_USERS" desc:"comma-separated Slack user ids who may change the policy (workspace admins and owners always may)"`
-	ApprovalTTL      time.Duration `envconfig:"APPROVAL_TTL" default:"72h" desc:"how long a pending approval waits when its rule sets no ttl"`
-	ReminderAfter    time.Duration `envconfig:"REMINDER_AFTER" default:"1h" desc:"how long a pending approval waits before its approvers are reminded (again when a quarter of its TTL is left); 0 turns reminders off"`
-	RememberTTL      time.Duration `envconfig:"REMEMBER_TTL" default:"720h" desc:"how long an \"Always allow here\" rule lasts; 0 keeps it until revoked"`
-	AuditRetention   time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h" desc:"how long audit entries are kept (2160h is 90 days), at most AUDIT_MAX_ENTRIES of them; each entry is also logged as msg=audit"`
-	AuditMaxEntries  int           `envconfig:"AUDIT_MAX_ENTRIES" default:"10000" desc:"how many audit entries are kept at most (each tool call makes two or more); the oldest beyond are deleted even within AUDIT_RETENTION"`
-	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of /healthz, /readyz and /metrics"`
-	ApprovalsChannel string        `envconfig:"APPROVALS_CHANNEL" desc:"channel id for cards whose approvers cannot see the conversation (those not in it get a DM); empty: DM each approver"`
-	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
-	LogFormat        string        `envconfig:"LOG_FORMAT" default:"json" desc:"json, or text for humans"`
-	MaxSteps         int           `envconfig:"MAX_STEPS" default:"10" desc:"model calls allowed in one turn"`
-	MaxCallsPerStep  int           `envconfig:"MAX_CALLS_PER_STEP" default:"32" desc:"tool calls judged in one model step; the model is told the rest were not performed"`
-	MaxToolResult    int           `envconfig:"MAX_TOOL_RESULT_BYTES" default:"16384" desc:"bytes of a tool's result the model is given, whatever the tool's own limit; the rest is cut with a note"`
-	MaxTurns         int           `envconfig:"MAX_TURNS" default:"1000" desc:"turns running at once; more wait in arrival order and their thread is told"`
-	SweepInterval    time.Duration `envconfig:"SWEEP_INTERVAL" default:"30s" desc:"how often decided runs whose resume was lost in a crash are resumed; at least 100ms"`
-	SystemPrompt     string        `envconfig:"SYSTEM_PROMPT" desc:"system prompt of every model request; empty: the built-in one"`
-	OpenAIAPIVersion string        `envconfig:"OPENAI_API_VERSION" desc:"Azure OpenAI API version (such as 2024-10-21); set, or an OPENAI_BASE_URL host ending in .openai.azure.com, means Azure (OPENAI_BASE_URL is then the resource endpoint)"`
-	ModelTimeout     time.Duration `envconfig:"MODEL_TIMEOUT" default:"2m" desc:"bound on one model request, streaming included"`
-	ModelRetries     int           `envconfig:"MODEL_RETRIES" default:"3" desc:"retries of a model request that failed with 429, 5xx, a reset or a time-out before any output; 0: none"`
-	ModelMaxTokens   int           `envconfig:"MODEL_MAX_TOKENS" default:"0" desc:"tokens the model may generate per answer; 0 leaves it to the server"`
-	ModelMaxTools    int           `envconfig:"MODEL_MAX_TOOLS" default:"128" desc:"tools the model may be offered, built-in and MCP together; more refuse the start (128 is OpenAI's limit: raise it for a server that accepts more); 0: no limit"`
-	ContextBudget    int           `envconfig:"CONTEXT_BUDGET" default:"64000" desc:"estimated tokens of each model request (system prompt, tool schemas and history); older tool output and messages are dropped first"`
-	ToolTimeout      time.Duration `envconfig:"TOOL_TIMEOUT" default:"2m" desc:"bound on one tool execution; a built-in tool's timeout may not be longer"`
-	ShutdownGrace    time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s" desc:"how long in-flight work may take to finish after SIGTERM (keep the orchestrator's grace period longer)"`
-	RunRetention     time.Duration `envconfig:"RUN_RETENTION" default:"168h" desc:"how long a finished or expired run and its calls are kept in the store"`
-	OTELEndpoint     string        `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"OTLP/HTTP collector for traces (such as http://otel-collector:4318); empty: no tracing. The other standard OTEL_* variables apply"`
-	OTELCapture      bool          `envconfig:"OTEL_CAPTURE_CONTENT" default:"false" desc:"put tool arguments and output and model messages in spans; off, spans carry none"`
-	LeaseTTL         time.Duration `envconfig:"LEASE_TTL" default:"10s" desc:"lease on a conversation while a turn or resume runs, renewed every third of it; a dead replica's work is taken over once it lapses"`
-	TakeoverInterval time.Duration `envconfig:"TAKEOVER_INTERVAL" default:"5s" desc:"how often each replica looks for conversations whose turn died with its replica and takes them over; at least 100ms"`
-	Pprof            bool          `envconfig:"PPROF" default:"false" desc:"serve Go's profiler under /debug/pprof/ on HTTP_ADDR; keep HTTP_ADDR private when on"`
+	SlackAppToken     string        `envconfig:"SLACK_APP_TOKEN" desc:"app-level token (xapp-…) with connections:write, for Socket Mode; required"`
+	SlackBotToken     string        `envconfig:"SLACK_BOT_TOKEN" desc:"bot token (xoxb-…); required"`
+	SlackAPIURL       string        `envconfig:"SLACK_API_URL" desc:"Slack Web API base URL; empty means Slack's (tests and the playground point it at a fake)"`
+	OpenAIAPIKey      string        `envconfig:"OPENAI_API_KEY" desc:"API key of the model endpoint; required for OpenAI, optional for local servers"`
+	OpenAIBaseURL     string        `envconfig:"OPENAI_BASE_URL" default:"https://api.openai.com/v1" desc:"any OpenAI-compatible Chat Completions endpoint (OpenAI, Azure, Ollama, vLLM, LiteLLM)"`
+	OpenAIModel       string        `envconfig:"OPENAI_MODEL" default:"gpt-4o-mini" desc:"model name (the deployment name on Azure)"`
+	RedisURL          string        `envconfig:"REDIS_URL" desc:"redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty: the embedded store in DATA_DIR"`
+	RedisPrefix       string        `envconfig:"REDIS_PREFIX" default:"toolgate" desc:"prefix of every Redis key, so several bots can share one database; no { or }"`
+	RedisWaitReplicas int           `envconfig:"REDIS_WAIT_REPLICAS" default:"0" desc:"replicas each Redis write must reach (WAIT) before the bot counts it done, so that a failover loses no decision or message; 0: off (replication is asynchronous); not on redis+cluster://"`
+	RedisWaitTimeout  time.Duration `envconfig:"REDIS_WAIT_TIMEOUT" default:"1s" desc:"how long a Redis write waits for REDIS_WAIT_REPLICAS replicas before it fails"`
+	DataDir           string        `envconfig:"DATA_DIR" default:"./data" desc:"directory of the embedded store's file (toolgate.db) when REDIS_URL is empty"`
+	ConfigFile        string        `envconfig:"CONFIG_FILE" desc:"YAML file with mcp_servers, builtin_tools and policy; empty: no tools, every call asks"`
+	AdminUsers        []string      `envconfig:"ADMIN_USERS" desc:"comma-separated Slack user ids who may change the policy (workspace admins and owners always may)"`
+	ApprovalTTL       time.Duration `envconfig:"APPROVAL_TTL" default:"72h" desc:"how long a pending approval waits when its rule sets no ttl"`
+	ReminderAfter     time.Duration `envconfig:"REMINDER_AFTER" default:"1h" desc:"how long a pending approval waits before its approvers are reminded (again when a quarter of its TTL is left); 0 turns reminders off"`
+	RememberTTL       time.Duration `envconfig:"REMEMBER_TTL" default:"720h" desc:"how long an \"Always allow here\" rule lasts; 0 keeps it until revoked"`
+	AuditRetention    time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h" desc:"how long audit entries are kept (2160h is 90 days), at most AUDIT_MAX_ENTRIES of them; each entry is also logged as msg=audit"`
+	AuditMaxEntries   int           `envconfig:"AUDIT_MAX_ENTRIES" default:"10000" desc:"how many audit entries are kept at most (each tool call makes two or more); the oldest beyond are deleted even within AUDIT_RETENTION"`
+	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of /healthz, /readyz and /metrics"`
+	ApprovalsChannel  string        `envconfig:"APPROVALS_CHANNEL" desc:"channel id for cards whose approvers cannot see the conversation (those not in it get a DM); empty: DM each approver"`
+	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogFormat         string        `envconfig:"LOG_FORMAT" default:"json" desc:"json, or text for humans"`
+	MaxSteps          int           `envconfig:"MAX_STEPS" default:"10" desc:"model calls allowed in one turn"`
+	MaxCallsPerStep   int           `envconfig:"MAX_CALLS_PER_STEP" default:"32" desc:"tool calls judged in one model step; the model is told the rest were not performed"`
+	MaxToolResult     int           `envconfig:"MAX_TOOL_RESULT_BYTES" default:"16384" desc:"bytes of a tool's result the model is given, whatever the tool's own limit; the rest is cut with a note"`
+	MaxTurns          int           `envconfig:"MAX_TURNS" default:"1000" desc:"turns running at once; more wait in arrival order and their thread is told"`
+	SweepInterval     time.Duration `envconfig:"SWEEP_INTERVAL" default:"30s" desc:"how often decided runs whose resume was lost in a crash are resumed; at least 100ms"`
+	SystemPrompt      string        `envconfig:"SYSTEM_PROMPT" desc:"system prompt of every model request; empty: the built-in one"`
+	OpenAIAPIVersion  string        `envconfig:"OPENAI_API_VERSION" desc:"Azure OpenAI API version (such as 2024-10-21); set, or an OPENAI_BASE_URL host ending in .openai.azure.com, means Azure (OPENAI_BASE_URL is then the resource endpoint)"`
+	ModelTimeout      time.Duration `envconfig:"MODEL_TIMEOUT" default:"2m" desc:"bound on one model request, streaming included"`
+	ModelRetries      int           `envconfig:"MODEL_RETRIES" default:"3" desc:"retries of a model request that failed with 429, 5xx, a reset or a time-out before any output; 0: none"`
+	ModelMaxTokens    int           `envconfig:"MODEL_MAX_TOKENS" default:"0" desc:"tokens the model may generate per answer; 0 leaves it to the server"`
+	ModelMaxTools     int           `envconfig:"MODEL_MAX_TOOLS" default:"128" desc:"tools the model may be offered, built-in and MCP together; more refuse the start (128 is OpenAI's limit: raise it for a server that accepts more); 0: no limit"`
+	ContextBudget     int           `envconfig:"CONTEXT_BUDGET" default:"64000" desc:"estimated tokens of each model request (system prompt, tool schemas and history); older tool output and messages are dropped first"`
+	ToolTimeout       time.Duration `envconfig:"TOOL_TIMEOUT" default:"2m" desc:"bound on one tool execution; a built-in tool's timeout may not be longer"`
+	ShutdownGrace     time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s" desc:"how long in-flight work may take to finish after SIGTERM (keep the orchestrator's grace period longer)"`
+	RunRetention      time.Duration `envconfig:"RUN_RETENTION" default:"168h" desc:"how long a finished or expired run and its calls are kept in the store"`
+	OTELEndpoint      string        `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"OTLP/HTTP collector for traces (such as http://otel-collector:4318); empty: no tracing. The other standard OTEL_* variables apply"`
+	OTELCapture       bool          `envconfig:"OTEL_CAPTURE_CONTENT" default:"false" desc:"put tool arguments and output and model messages in spans; off, spans carry none"`
+	LeaseTTL          time.Duration `envconfig:"LEASE_TTL" default:"10s" desc:"lease on a conversation while a turn or resume runs, renewed every third of it; a dead replica's work is taken over once it lapses"`
+	TakeoverInterval  time.Duration `envconfig:"TAKEOVER_INTERVAL" default:"5s" desc:"how often each replica looks for conversations whose turn died with its replica and takes them over; at least 100ms"`
+	Pprof             bool          `envconfig:"PPROF" default:"false" desc:"serve Go's profiler under /debug/pprof/ on HTTP_ADDR; keep HTTP_ADDR private when on"`
 }
 
 // usageFormat is the envconfig.Usagef template of --help: one row per
@@ -202,6 +204,15 @@ func (c *config) validate() error {
 	}
 	if c.RedisURL == "" && c.DataDir == "" {
 		return errors.New("DATA_DIR must not be empty when REDIS_URL is not set")
+	}
+	if c.RedisWaitReplicas < 0 {
+		return fmt.Errorf("REDIS_WAIT_REPLICAS: %d is negative; 0 turns the wait for replicas off", c.RedisWaitReplicas)
+	}
+	if c.RedisWaitReplicas > 0 && c.RedisWaitTimeout <= 0 {
+		return fmt.Errorf("REDIS_WAIT_TIMEOUT: %s is not positive; a write waits that long for REDIS_WAIT_REPLICAS replicas (1s, say)", c.RedisWaitTimeout)
+	}
+	if c.RedisWaitReplicas > 0 && strings.Contains(c.RedisURL, "+cluster://") {
+		return errors.New("REDIS_WAIT_REPLICAS is not supported with Redis Cluster (redis+cluster://): go-redis sends a WAIT, which has no key, to any node, where it does not count the write; unset it, or use one primary with replicas, or Sentinel")
 	}
 	// A trailing comma, or a doubled one, names no one.
 	c.AdminUsers = slices.DeleteFunc(c.AdminUsers, func(u string) bool { return strings.TrimSpace(u) == "" })

@@ -182,6 +182,8 @@ func serveBot(ctx context.Context, cfg config, file botsetup.File, red redactor,
 		Retention:      cfg.RunRetention,
 		AuditRetention: cfg.AuditRetention,
 		AuditMax:       cfg.AuditMaxEntries,
+		WaitReplicas:   cfg.RedisWaitReplicas,
+		WaitTimeout:    cfg.RedisWaitTimeout,
 	}, log)
 	if err != nil {
 		return err

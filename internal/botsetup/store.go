@@ -54,6 +54,11 @@ type StoreConfig struct {
 	// AuditMax is how many audit entries are kept at most; zero means the
 	// store's default.
 	AuditMax int
+	// WaitReplicas and WaitTimeout make every Redis write wait for that
+	// many replicas (redisstore.Options); zero replicas: writes do not
+	// wait. Refused on a Redis Cluster.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // OpenStore connects to Redis when c.RedisURL is set, and otherwise opens
@@ -84,7 +89,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 		// never answers (TLS asked of a plain server) is refused in
 		// seconds, not after the client's retries.
 		pctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
-		st, err := redisstore.New(pctx, c.RedisURL, redisstore.Options{Prefix: c.RedisPrefix, Retention: c.Retention, AuditRetention: c.AuditRetention, AuditMax: c.AuditMax})
+		st, err := redisstore.New(pctx, c.RedisURL, redisstore.Options{Prefix: c.RedisPrefix, Retention: c.Retention, AuditRetention: c.AuditRetention, AuditMax: c.AuditMax, WaitReplicas: c.WaitReplicas, WaitTimeout: c.WaitTimeout})
 		cancel()
 		if err != nil {
 			// Only the caller's end is a stop: pctx's own time-out is a
@@ -97,6 +102,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 		log.Info("using redis store", "url", SafeURL(c.RedisURL), "prefix", c.RedisPrefix)
 		warnEviction(ctx, st, log)
 		warnClockSkew(ctx, st, log, time.Now)
+		warnReplicas(ctx, st, c.WaitReplicas, log)
 		return st, nil
 	}
 	path := filepath.Join(c.Dir, StoreFile)
@@ -119,6 +125,25 @@ func storeOpenError(err error) error {
 		return &ConfigError{Err: fmt.Errorf("DATA_DIR: %w", err)}
 	}
 	return err
+}
+
+// warnReplicas logs a warning when fewer replicas are connected to the
+// Redis primary under st than each write waits for (want, when above
+// zero): every write would then fail after the wait's timeout, and the bot
+// would record no decision and no message until they are back. It does
+// not refuse to start: a replica may be coming up beside the bot. A Redis
+// that keeps INFO to itself is taken as it is.
+func warnReplicas(ctx context.Context, st *redisstore.Store, want int, log *slog.Logger) {
+	if want <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
+	defer cancel()
+	n, err := st.ConnectedReplicas(ctx)
+	if err != nil || n >= want {
+		return
+	}
+	log.Warn("fewer redis replicas are connected than REDIS_WAIT_REPLICAS asks each write to reach: until they are, every write fails after REDIS_WAIT_TIMEOUT and the bot decides nothing and records no message; start the replicas, or lower REDIS_WAIT_REPLICAS", "connected_replicas", n, "redis_wait_replicas", want)
 }
 
 // maxClockSkew is how far a replica's clock may be from Redis's before it

@@ -48,6 +48,26 @@ type Options struct {
 	// (which the agent's sweep calls periodically), and never listed.
 	// Default store.DefaultAuditRetention.
 	AuditRetention time.Duration
+	// WaitReplicas, when above zero, makes every write of the Store wait
+	// until that many replicas acknowledged it (Redis's WAIT, sent after
+	// the write on the same connection, in the same round trip but for a
+	// transaction's): Redis replicates asynchronously, and a failover
+	// that promotes a replica loses the writes the primary acknowledged
+	// but had not sent on yet, such as a decision's mark that a call is
+	// running, after which a resume would run it again. A write fewer
+	// replicas acknowledged within WaitTimeout makes its call fail with an
+	// error wrapping ErrNotReplicated; it stands on the primary. Reads
+	// wait for nothing. A single node (with replicas) or a Sentinel's
+	// primary only: on a Redis Cluster, New refuses it, as go-redis sends
+	// a pipeline's commands to the nodes that own their keys and a WAIT,
+	// which has none, to any node, and a WAIT only counts what was written
+	// on its own connection. Default 0: writes do not wait.
+	WaitReplicas int
+	// WaitTimeout is how long a write waits for WaitReplicas replicas.
+	// It must be shorter than the client's read timeout (read_timeout in
+	// the URL, 5 s by default), which bounds the wait's reply. Default
+	// DefaultWaitTimeout.
+	WaitTimeout time.Duration
 }
 
 // Store keeps the bot's state in Redis. It is safe for concurrent use by
@@ -77,6 +97,10 @@ func New(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	c, err := NewClient(rawURL)
 	if err != nil {
+		return nil, err
+	}
+	if err := opts.checkWait(c); err != nil {
+		_ = c.Close()
 		return nil, err
 	}
 	s := NewFromClient(c, opts)
@@ -118,10 +142,17 @@ func checkPrimary(ctx context.Context, c redis.UniversalClient) error {
 // NewFromClient returns a Store on an existing client, which the Store then
 // owns: Close closes it. Hooks added to the client beforehand with AddHook
 // see every command the Store sends, which is how a benchmark counts round
-// trips (a pipeline or a script is one round trip). It panics if
-// opts.Prefix contains '{' or '}'.
+// trips (a pipeline or a script is one round trip); with
+// opts.WaitReplicas set, such a hook sees a write sent alone twice: as
+// itself, then in the pipeline the Store sends it in with its WAIT (a hook
+// added later with AddHook sees that pipeline only). It panics if
+// opts.Prefix contains '{' or '}', or if opts.WaitReplicas is set and c is
+// not a client of one node or of a Sentinel's primary (see Options).
 func NewFromClient(c redis.UniversalClient, opts Options) *Store {
 	if err := opts.validate(); err != nil {
+		panic(err)
+	}
+	if err := opts.checkWait(c); err != nil {
 		panic(err)
 	}
 	s := &Store{
@@ -135,7 +166,32 @@ func NewFromClient(c redis.UniversalClient, opts Options) *Store {
 	s.channels = channelPrefix(c, s.prefix)
 	s.leases = newLeaseHub(c, s.channels+":lease-released:")
 	_, s.cluster = c.(*redis.ClusterClient)
+	if opts.WaitReplicas > 0 {
+		// Hooks added later run inside it: they see the pipelines it
+		// sends, WAIT included.
+		c.AddHook(&waitHook{c: c.(*redis.Client), n: opts.WaitReplicas, timeout: cmp.Or(opts.WaitTimeout, DefaultWaitTimeout), mark: s.channels + ":replicated"})
+	}
 	return s
+}
+
+// checkWait refuses WaitReplicas on a client other than one node's or a
+// Sentinel primary's, and a WaitTimeout that c's read timeout would cut.
+func (o Options) checkWait(c redis.UniversalClient) error {
+	if o.WaitReplicas == 0 {
+		return nil
+	}
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		if _, cluster := c.(*redis.ClusterClient); cluster {
+			return errors.New("redisstore: waiting for replicas is not supported on Redis Cluster: go-redis sends a pipeline's commands to the nodes that own their keys, and a WAIT, which has no key, to any node, where it would not count the write; leave WaitReplicas at 0, or use one primary with replicas, or Sentinel")
+		}
+		return fmt.Errorf("redisstore: waiting for replicas needs a client of one node or of a Sentinel's primary, not a %T", c)
+	}
+	wait := cmp.Or(o.WaitTimeout, DefaultWaitTimeout)
+	if rt := rc.Options().ReadTimeout; rt > 0 && wait >= rt {
+		return fmt.Errorf("redisstore: the replica wait's timeout (%s) must be shorter than the connection's read timeout (%s), which would cut the wait's reply: lower it, or raise read_timeout in the url", wait, rt)
+	}
+	return nil
 }
 
 // channelPrefix is the prefix of the store's pub/sub channels. Redis
@@ -158,7 +214,7 @@ func (o Options) validate() error {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return fmt.Errorf("redisstore: prefix %q contains '{' or '}'", o.Prefix)
 	}
-	if o.Retention < 0 || o.ConversationTTL < 0 || o.AuditMax < 0 || o.AuditRetention < 0 {
+	if o.Retention < 0 || o.ConversationTTL < 0 || o.AuditMax < 0 || o.AuditRetention < 0 || o.WaitReplicas < 0 || o.WaitTimeout < 0 {
 		return errors.New("redisstore: negative option")
 	}
 	return nil
