@@ -152,6 +152,9 @@ func (m *cardMemory) remember(key fixedkey.Key, refs string) {
 	slot.set(key, refs)
 	m.posted[key] = int32(m.next)
 	m.next = (m.next + 1) % len(m.ring)
+	if m.next == 0 {
+		m.posted = fixedkey.Compacted(m.posted, maxCardMemory)
+	}
 }
 
 // dropPosted forgets the posted card of callID, if remembered.
@@ -269,6 +272,9 @@ func (m *cardMemory) forget(callID string) {
 	m.finRing[m.finNext] = key
 	m.finished[key] = struct{}{}
 	m.finNext = (m.finNext + 1) % len(m.finRing)
+	if m.finNext == 0 {
+		m.finished = fixedkey.Compacted(m.finished, maxCardMemory)
+	}
 }
 
 // packRefs joins a card's locations in one string, "channel ts" pairs

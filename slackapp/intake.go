@@ -63,6 +63,9 @@ func (r *recentMessages) begin(msgID string) (rec *recording, first bool) {
 	rec.slot = r.next
 	r.next = (r.next + 1) % len(r.ring)
 	r.byID[key] = rec
+	if r.next == 0 {
+		r.byID = fixedkey.Compacted(r.byID, maxRecentMessages)
+	}
 	return rec, true
 }
 

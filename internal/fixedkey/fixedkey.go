@@ -17,3 +17,16 @@ func Of(id string) (k Key, ok bool) {
 	copy(k[:], id)
 	return k, true
 }
+
+// Compacted returns a map holding m's entries, made for size of them. A
+// map whose entries come and go, one in as the oldest goes out (the map
+// of a ring), grows past what its count needs as the slots of deleted
+// entries pile up (by half again after a burst of 100,000); one made
+// afresh each time its ring comes round keeps to what its count needs.
+func Compacted[V any](m map[Key]V, size int) map[Key]V {
+	fresh := make(map[Key]V, size)
+	for k, v := range m {
+		fresh[k] = v
+	}
+	return fresh
+}
