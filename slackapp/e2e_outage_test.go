@@ -3,6 +3,7 @@ package slackapp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -94,12 +95,21 @@ type acceptOutage struct {
 	fullStore
 	down   *atomic.Bool
 	failed chan<- struct{}
+	// err is what the store answers while down: errOutage when nil.
+	err error
+}
+
+func (s *acceptOutage) failure() error {
+	if s.err != nil {
+		return s.err
+	}
+	return errOutage
 }
 
 func (s *acceptOutage) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
 	if s.down.Load() {
 		s.failed <- struct{}{}
-		return store.Inbound{}, "", errOutage
+		return store.Inbound{}, "", s.failure()
 	}
 	return s.fullStore.AcceptMessage(ctx, conversation, m, requireKnown)
 }
@@ -107,7 +117,7 @@ func (s *acceptOutage) AcceptMessage(ctx context.Context, conversation string, m
 func (s *acceptOutage) AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error) {
 	if s.down.Load() {
 		s.failed <- struct{}{}
-		return store.Inbound{}, "", store.Begun{}, errOutage
+		return store.Inbound{}, "", store.Begun{}, s.failure()
 	}
 	return s.fullStore.AcceptBegin(ctx, conversation, m, requireKnown, owner, ttl, kinds...)
 }
@@ -320,4 +330,45 @@ func TestRefusedAnswerIsPostedLater(t *testing.T) {
 	e.model.Reply(fakeopenai.Text("The answer is 42."))
 	ts := e.slack.Mention(channel, requester, "the answer?")
 	e.answer(ts, "The answer is 42.")
+}
+
+// A mention the store recorded but whose replicas did not confirm it
+// (REDIS_WAIT_REPLICAS) is left unacked for Slack to deliver again, not
+// answered with a request to send it again (which would have it answered
+// twice once the replicas have it); a delivery once they are back is
+// answered, once.
+func TestMentionNotYetReplicatedIsLeftForSlackToDeliverAgain(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0], fakeslack.WithEventRetry(200*time.Millisecond))
+	var down atomic.Bool
+	down.Store(true)
+	failed := make(chan struct{}, 100)
+	open := e.open
+	e.open = func() fullStore {
+		return &acceptOutage{fullStore: open(), down: &down, failed: failed, err: fmt.Errorf("accept: %w", store.ErrNotReplicated)}
+	}
+	e.start()
+	e.model.Reply(fakeopenai.Text("api is at version 2"))
+	ts := e.slack.Mention(channel, requester, "which version is api at?")
+	for attempt := range 3 { // both copies, and a retry
+		select {
+		case <-failed:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("delivery %d of the mention never reached the store", attempt+1)
+		}
+	}
+	down.Store(false)
+	e.answer(ts, "api is at version 2")
+	e.stop()
+	var notes []string
+	for _, m := range e.slack.Thread(channel, ts) {
+		if m.BotID != "" {
+			notes = append(notes, m.Text+blocksText(m))
+		}
+	}
+	if len(notes) != 1 || strings.Contains(notes[0], "send it again") {
+		t.Errorf("the thread got %q, want the answer alone", notes)
+	}
+	if n := len(e.model.Requests()); n != 1 {
+		t.Errorf("the model was asked %d times, want once", n)
+	}
 }

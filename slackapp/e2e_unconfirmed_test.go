@@ -2,6 +2,7 @@ package slackapp_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,20 +21,29 @@ type lostDecisionStore struct {
 	fullStore
 	lose atomic.Int32
 	down atomic.Bool
+	// err is what the store answers meanwhile: errOutage when nil.
+	err error
+}
+
+func (s *lostDecisionStore) failure() error {
+	if s.err != nil {
+		return s.err
+	}
+	return errOutage
 }
 
 func (s *lostDecisionStore) DecideBegin(ctx context.Context, id, fp string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 	c, complete, rs, err := s.fullStore.DecideBegin(ctx, id, fp, d, fx, r)
 	if err == nil && s.lose.Add(-1) >= 0 {
 		s.down.Store(true)
-		return store.Call{}, false, store.ResumeStart{}, errOutage
+		return store.Call{}, false, store.ResumeStart{}, s.failure()
 	}
 	return c, complete, rs, err
 }
 
 func (s *lostDecisionStore) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	if s.down.Load() {
-		return store.ResumeStart{}, errOutage
+		return store.ResumeStart{}, s.failure()
 	}
 	return s.fullStore.BeginResume(ctx, runID, r)
 }
@@ -45,11 +55,25 @@ func (s *lostDecisionStore) BeginResume(ctx context.Context, runID string, r sto
 // unknown: the same process resumes it at once (the stalled-resume sweep,
 // an hour away here, is not needed). The click is on the card's copy in
 // the approver's DM (the approver cannot see the private channel), whose
-// decision always begins the resume (see decideFast).
+// decision always begins the resume (see decideFast). A decision the
+// store made but whose replicas did not confirm it (REDIS_WAIT_REPLICAS)
+// is told so, and carried out the same way once they do.
 func TestUnconfirmedClickIsRecoveredOnceTheStoreAnswers(t *testing.T) {
+	for _, tt := range []struct {
+		name, told string
+		err        error
+	}{
+		{"store unreachable", "could not confirm your decision", nil},
+		{"not replicated", "Your decision is recorded, but my state store could not yet confirm it on its replicas", fmt.Errorf("decide: %w", store.ErrNotReplicated)},
+	} {
+		t.Run(tt.name, func(t *testing.T) { testUnconfirmedClickIsRecovered(t, tt.err, tt.told) })
+	}
+}
+
+func testUnconfirmedClickIsRecovered(t *testing.T, failure error, tell string) {
 	e := newEnv(t, storeKinds(t)[0])
 	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
-	lost := &lostDecisionStore{}
+	lost := &lostDecisionStore{err: failure}
 	open := e.open
 	e.open = func() fullStore {
 		lost.fullStore = open()
@@ -74,12 +98,12 @@ func TestUnconfirmedClickIsRecoveredOnceTheStoreAnswers(t *testing.T) {
 	must(t, err)
 	told := func() bool {
 		for _, m := range e.slack.Ephemerals(approver) {
-			if strings.Contains(m.Text, "could not confirm your decision") {
+			if strings.Contains(m.Text, tell) {
 				return true
 			}
 		}
 		for _, m := range e.slack.Messages(dm) {
-			if strings.Contains(m.Text, "could not confirm your decision") {
+			if strings.Contains(m.Text, tell) {
 				return true
 			}
 		}

@@ -423,6 +423,17 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 	}
 	handled = err == nil && acc != store.Unknown || err != nil && !followUp
 	switch {
+	case errors.Is(err, store.ErrNotReplicated):
+		// Recorded, but not yet on the store's replicas: asking the
+		// thread to send it again would have it answered twice once
+		// they have it. Slack delivers it again, and a delivery once
+		// the replicas are back finds it recorded; where none comes,
+		// the takeover of unanswered conversations answers it (its
+		// lease, taken with it, lapses).
+		a.log.Warn("recorded a message that the store's replicas have not confirmed; leaving it unacked for Slack to deliver again", "conversation", req.Conversation, "err", err)
+		a.m.error("record")
+		handled = false // the next copy, or delivery, asks for itself
+		return req, intakeRedeliver, nil
 	case err != nil && !first:
 		// The first copy is still recording it: it records the message
 		// or answers it, and tells the thread of a failure once.

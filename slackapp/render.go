@@ -553,6 +553,13 @@ func DecisionUnconfirmedText() string {
 	return "I could not confirm your decision: my state store did not answer. If the card still shows its buttons once it is back, nothing was decided; please try again then."
 }
 
+// DecisionUnreplicatedText is the ephemeral answer when a decision was
+// recorded but the store could not confirm that its replicas have it
+// (REDIS_WAIT_REPLICAS): it stands, and takes effect once they do.
+func DecisionUnreplicatedText() string {
+	return "Your decision is recorded, but my state store could not yet confirm it on its replicas, so nothing has run yet. It is carried out once they confirm it, and the card shows what became of it; you need not click again."
+}
+
 // AlreadyApprovedText is the ephemeral answer to a second approval by the
 // same person on a call that needs several approvers: it counts once.
 func AlreadyApprovedText(have, need int) string {

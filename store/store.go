@@ -31,6 +31,12 @@ var (
 	// holds the conversation's lease (Commit.Holder), and another owner
 	// holds it.
 	ErrNotHolder = errors.New("the conversation's lease is held by another owner")
+	// ErrNotReplicated: a write the store made, but could not confirm
+	// was copied to as many replicas as it was told to wait for (Redis
+	// with REDIS_WAIT_REPLICAS): it stands, unless a failover loses it.
+	// A caller takes the step as neither done nor refused, as when the
+	// store's answer was lost.
+	ErrNotReplicated = errors.New("not replicated")
 )
 
 // Status is the state of one paused call.

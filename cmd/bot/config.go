@@ -208,8 +208,8 @@ func (c *config) validate() error {
 	if c.RedisWaitReplicas < 0 {
 		return fmt.Errorf("REDIS_WAIT_REPLICAS: %d is negative; 0 turns the wait for replicas off", c.RedisWaitReplicas)
 	}
-	if c.RedisWaitReplicas > 0 && c.RedisWaitTimeout <= 0 {
-		return fmt.Errorf("REDIS_WAIT_TIMEOUT: %s is not positive; a write waits that long for REDIS_WAIT_REPLICAS replicas (1s, say)", c.RedisWaitTimeout)
+	if c.RedisWaitReplicas > 0 && c.RedisWaitTimeout < time.Millisecond {
+		return fmt.Errorf("REDIS_WAIT_TIMEOUT: %s is under 1ms; a write waits that long for REDIS_WAIT_REPLICAS replicas, in whole milliseconds (1s, say)", c.RedisWaitTimeout)
 	}
 	if c.RedisWaitReplicas > 0 && strings.Contains(c.RedisURL, "+cluster://") {
 		return errors.New("REDIS_WAIT_REPLICAS is not supported with Redis Cluster (redis+cluster://): go-redis sends a WAIT, which has no key, to any node, where it does not count the write; unset it, or use one primary with replicas, or Sentinel")

@@ -188,6 +188,9 @@ func (o Options) checkWait(c redis.UniversalClient) error {
 		return fmt.Errorf("redisstore: waiting for replicas needs a client of one node or of a Sentinel's primary, not a %T", c)
 	}
 	wait := cmp.Or(o.WaitTimeout, DefaultWaitTimeout)
+	if wait < time.Millisecond {
+		return fmt.Errorf("redisstore: the replica wait's timeout (%s) must be at least 1ms: WAIT counts whole milliseconds, and 0 waits for ever", wait)
+	}
 	if rt := rc.Options().ReadTimeout; rt > 0 && wait >= rt {
 		return fmt.Errorf("redisstore: the replica wait's timeout (%s) must be shorter than the connection's read timeout (%s), which would cut the wait's reply: lower it, or raise read_timeout in the url", wait, rt)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/toolgate/toolgate/store"
 )
 
 // DefaultWaitTimeout is how long a write waits for its replicas when
@@ -17,11 +19,12 @@ const DefaultWaitTimeout = time.Second
 
 // ErrNotReplicated is wrapped by the error of a store call whose write the
 // primary made but fewer replicas than Options.WaitReplicas acknowledged
-// within Options.WaitTimeout (or whose WAIT failed). The write stands on
-// the primary, but a failover that promotes a replica that did not get it
-// loses it: the caller treats the step as not done, as it treats a reply
-// that was lost.
-var ErrNotReplicated = errors.New("not replicated")
+// within Options.WaitTimeout (or whose WAIT failed); it is
+// store.ErrNotReplicated. The write stands on the primary, but a failover
+// that promotes a replica that did not get it loses it: the caller treats
+// the step as neither done nor refused, as it treats a reply that was
+// lost.
+var ErrNotReplicated = store.ErrNotReplicated
 
 // waitHook makes every write of the Store wait for replicas: it sends
 // WAIT numreplicas timeout after the write, on the same connection and in
@@ -112,7 +115,7 @@ func (h *waitHook) tx(ctx context.Context, cmds []redis.Cmder) error {
 		}
 		return nil
 	})
-	if anyCmd(cmds, func(c redis.Cmder) bool { return c.Err() == nil }) {
+	if anyCmd(cmds, func(c redis.Cmder) bool { return c.Err() == nil || c.Err() == redis.Nil }) {
 		// EXEC ran (a command's own error reply does not stop the
 		// others): what it wrote is waited for.
 		mark := redis.NewIntCmd(ctx, "publish", h.mark, "")
@@ -129,7 +132,7 @@ func (h *waitHook) tx(ctx context.Context, cmds []redis.Cmder) error {
 
 // settle sets, when the mark before wait failed, or wait reports fewer
 // replicas than asked or failed, an error wrapping ErrNotReplicated on
-// each write of cmds that succeeded.
+// each write of cmds that succeeded (or was answered nil).
 func (h *waitHook) settle(cmds []redis.Cmder, mark, wait *redis.IntCmd) {
 	got, err := wait.Result()
 	if err == nil {
@@ -145,7 +148,9 @@ func (h *waitHook) settle(cmds []redis.Cmder, mark, wait *redis.IntCmd) {
 		nerr = fmt.Errorf("%w: written on the primary but acknowledged by only %d of %d replicas within %s; check that the replicas are up and connected to the primary (INFO replication)", ErrNotReplicated, got, h.n, h.timeout)
 	}
 	for _, c := range cmds {
-		if writes(c) && c.Err() == nil {
+		// A write answered nil (SET NX GET of a new key) made its write
+		// as one answered a value did.
+		if err := c.Err(); writes(c) && (err == nil || err == redis.Nil) {
 			c.SetErr(nerr)
 		}
 	}

@@ -319,6 +319,7 @@ func TestWaitReplicasRefused(t *testing.T) {
 		{"redis+cluster://127.0.0.1:1", redisstore.Options{WaitReplicas: 1}, "not supported on Redis Cluster"},
 		{"redis://127.0.0.1:1/0?read_timeout=1s", redisstore.Options{WaitReplicas: 1}, "must be shorter than the connection's read timeout"},
 		{"redis://127.0.0.1:1/0", redisstore.Options{WaitReplicas: -1}, "negative option"},
+		{"redis://127.0.0.1:1/0", redisstore.Options{WaitReplicas: 1, WaitTimeout: 500 * time.Microsecond}, "must be at least 1ms"},
 	} {
 		s, err := redisstore.New(t.Context(), tt.url, tt.opts)
 		if err == nil {
@@ -362,5 +363,20 @@ func TestWaitCountsWhatOtherConnectionsWrote(t *testing.T) {
 	err := c.Eval(ctx, "return redis.call('GET', KEYS[1])", []string{"decided"}).Err()
 	if !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Errorf("a script that wrote nothing, after a write the replica did not get = %v, want ErrNotReplicated", err)
+	}
+}
+
+// A write answered nil (SeenEvent's SET NX GET of a new key) waits for the
+// replica as any other: with the replica stopped it is not confirmed.
+func TestWriteAnsweredNilWaitsForTheReplica(t *testing.T) {
+	primary, replica := startReplicated(t)
+	s := newStore(t, "redis://"+primary.addr+"/0", redisstore.Options{WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+	defer s.Close()
+	if err := replica.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = replica.cmd.Process.Signal(syscall.SIGCONT) })
+	if first, err := s.SeenEvent(t.Context(), "Ev1", time.Minute); !errors.Is(err, redisstore.ErrNotReplicated) {
+		t.Errorf("SeenEvent with the replica stopped = %v, %v; want ErrNotReplicated", first, err)
 	}
 }
