@@ -99,6 +99,19 @@ type acceptOutage struct {
 	err error
 }
 
+// deliveriesFailed waits until n deliveries of what (a message) failed to
+// be recorded, as failed signals them.
+func deliveriesFailed(t *testing.T, failed <-chan struct{}, n int, what string) {
+	t.Helper()
+	for attempt := range n {
+		select {
+		case <-failed:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("delivery %d of %s never reached the store", attempt+1, what)
+		}
+	}
+}
+
 func (s *acceptOutage) failure() error {
 	if s.err != nil {
 		return s.err
@@ -145,13 +158,7 @@ func TestThreadReplyDuringStoreOutageIsAnsweredOnceTheStoreIsBack(t *testing.T) 
 			reply := e.slack.ThreadReply(channel, ts, requester, "and web?")
 			// The first delivery and the retry fail to be recorded; had
 			// the first been acked, there would be no retry.
-			for attempt := range 2 {
-				select {
-				case <-failed:
-				case <-time.After(15 * time.Second):
-					t.Fatalf("delivery %d of the reply never reached the store", attempt+1)
-				}
-			}
+			deliveriesFailed(t, failed, 2, "the reply")
 			down.Store(false)
 			e.answer(ts, "web is at version 5")
 			if last := e.request(2).Messages; !strings.Contains(last[len(last)-1].Content, "and web?") {
@@ -349,13 +356,7 @@ func TestMentionNotYetReplicatedIsLeftForSlackToDeliverAgain(t *testing.T) {
 	e.start()
 	e.model.Reply(fakeopenai.Text("api is at version 2"))
 	ts := e.slack.Mention(channel, requester, "which version is api at?")
-	for attempt := range 3 { // both copies, and a retry
-		select {
-		case <-failed:
-		case <-time.After(15 * time.Second):
-			t.Fatalf("delivery %d of the mention never reached the store", attempt+1)
-		}
-	}
+	deliveriesFailed(t, failed, 3, "the mention") // both copies, and a retry
 	down.Store(false)
 	e.answer(ts, "api is at version 2")
 	e.stop()
