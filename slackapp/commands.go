@@ -692,15 +692,20 @@ func (a *App) cmdRulesListAll(ctx context.Context, user string, page int) string
 			sees[channel] = ok
 		}
 		if !ok {
-			return unseenChannel + " (or that could not be checked in time)"
+			return unseenOrUnchecked
 		}
 		return channelRef(channel)
 	}
 	return a.cmdRulesList(ctx, "", page, where)
 }
 
-// unseenChannel stands for a channel someone is not shown, as not theirs.
-const unseenChannel = "a conversation you are not part of"
+// unseenChannel stands for a channel someone is not shown, as not theirs;
+// unseenOrUnchecked, in a list, for one whose look-up may not have been
+// made in time too.
+const (
+	unseenChannel     = "a conversation you are not part of"
+	unseenOrUnchecked = unseenChannel + " (or that could not be checked in time)"
+)
 
 // cmdRulesList shows the standing rules of a channel, or with channel
 // empty of every channel, each saying where(its channel), a page at a
@@ -738,7 +743,7 @@ func (a *App) cmdRulesList(ctx context.Context, channel string, page int, where 
 	// page shown then replaces.
 	laidOut := ""
 	if where != nil {
-		laidOut = unseenChannel + " (or that could not be checked in time)"
+		laidOut = unseenOrUnchecked
 	}
 	lines := make([]string, 0, len(rules))
 	for _, r := range rules {
