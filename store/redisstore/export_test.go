@@ -59,3 +59,9 @@ func LoadSaveResultScript(ctx context.Context, c redis.UniversalClient) error {
 
 // RemindKey is the key of the reminder index.
 func (s *Store) RemindKey() string { return s.remindKey() }
+
+// ClientOf is the client of the Store's commands other than renewals.
+func ClientOf(s *Store) redis.UniversalClient { return s.c }
+
+// LeaseKey is the Redis key of the lease on key.
+func LeaseKey(s *Store, key string) string { return s.leaseKey(key) }

@@ -28,17 +28,8 @@ import (
 // RenewClaim extends owner's live resume claim. See storetest.Store for the
 // contract.
 func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
-	if lease < time.Millisecond {
-		return false, fmt.Errorf("renew resume claim of run %s: lease %v is under 1ms", runID, lease)
-	}
-	n, err := renewClaim.Run(ctx, s.c, []string{s.runKey(runID), s.claimKey(runID)}, owner, lease.Milliseconds()).Int()
-	if err != nil {
-		return false, fmt.Errorf("renew resume claim of run %s: %w", runID, err)
-	}
-	if n < 0 {
-		return false, fmt.Errorf("renew resume claim of run %s: %w", runID, store.ErrNotFound)
-	}
-	return n == 1, nil
+	r := s.RenewHolds(ctx, lease, []store.Hold{{Run: runID, Owner: owner}})[0]
+	return r.OK, r.Err
 }
 
 // ReleaseClaim deletes owner's resume claim, one script. See storetest.Store

@@ -86,6 +86,9 @@ type Store struct {
 	// cluster is set on Redis Cluster, where a script reaches the keys of
 	// one hash slot only.
 	cluster bool
+	// renewals is the client RenewHolds sends on: one of a few connections
+	// of its own (see New), or c.
+	renewals redis.UniversalClient
 }
 
 // New connects to the Redis at rawURL (see NewClient for the forms it
@@ -95,21 +98,24 @@ func New(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	c, err := NewClient(rawURL)
+	t, err := parseTarget(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	c := t.client(0)
 	if err := opts.checkWait(c); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
 	s := NewFromClient(c, opts)
+	s.renewals = t.client(renewalConns)
+	s.waitOn(s.renewals, opts)
 	if err := s.Ping(ctx); err != nil {
-		_ = c.Close()
+		_ = s.Close()
 		return nil, err
 	}
 	if err := checkPrimary(ctx, c); err != nil {
-		_ = c.Close()
+		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -166,12 +172,18 @@ func NewFromClient(c redis.UniversalClient, opts Options) *Store {
 	s.channels = channelPrefix(c, s.prefix)
 	s.leases = newLeaseHub(c, s.channels+":lease-released:")
 	_, s.cluster = c.(*redis.ClusterClient)
+	s.waitOn(c, opts)
+	return s
+}
+
+// waitOn has the writes sent on c wait for opts.WaitReplicas replicas,
+// if set.
+func (s *Store) waitOn(c redis.UniversalClient, opts Options) {
 	if opts.WaitReplicas > 0 {
 		// Hooks added later run inside it: they see the pipelines it
 		// sends, WAIT included.
 		c.AddHook(&waitHook{c: c.(*redis.Client), n: opts.WaitReplicas, timeout: cmp.Or(opts.WaitTimeout, DefaultWaitTimeout), mark: s.channels + ":replicated"})
 	}
-	return s
 }
 
 // checkWait refuses WaitReplicas on a client other than one node's or a
@@ -1423,14 +1435,8 @@ func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Du
 // RenewLease extends owner's lease on key to ttl from now; false, changing
 // nothing, if the lease ran out (Redis deleted it) or is another owner's.
 func (s *Store) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if ttl < time.Millisecond {
-		return false, fmt.Errorf("renew lease %s: ttl %v is under 1ms", key, ttl)
-	}
-	n, err := renewLease.Run(ctx, s.c, []string{s.leaseKey(key)}, owner, ttl.Milliseconds()).Int()
-	if err != nil {
-		return false, fmt.Errorf("renew lease %s: %w", key, err)
-	}
-	return n == 1, nil
+	r := s.RenewHolds(ctx, ttl, []store.Hold{{Lease: key, Owner: owner}})[0]
+	return r.OK, r.Err
 }
 
 // ReleaseLease frees the lease on key if owner holds it, and does nothing
@@ -1761,7 +1767,11 @@ func infoField(info, field string) string {
 // Close closes the client.
 func (s *Store) Close() error {
 	s.leases.close()
-	if err := s.c.Close(); err != nil {
+	var err error
+	if s.renewals != nil {
+		err = s.renewals.Close()
+	}
+	if err := errors.Join(s.c.Close(), err); err != nil {
 		return fmt.Errorf("close redis client: %w", err)
 	}
 	return nil

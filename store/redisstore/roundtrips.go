@@ -52,7 +52,12 @@ func handshake(cmd redis.Cmder) bool {
 	return false
 }
 
-// AddHook adds h to the Store's client: it sees every command the Store
+// AddHook adds h to the Store's clients: it sees every command the Store
 // sends from then on (the lease watcher's subscriptions aside). Add hooks
 // before the Store is used.
-func (s *Store) AddHook(h redis.Hook) { s.c.AddHook(h) }
+func (s *Store) AddHook(h redis.Hook) {
+	s.c.AddHook(h)
+	if s.renewals != nil {
+		s.renewals.AddHook(h)
+	}
+}

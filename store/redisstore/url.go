@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"runtime"
 	"strings"
 	"time"
 
@@ -34,7 +35,7 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.client(), nil
+	return t.client(0), nil
 }
 
 // connBufferSize is the size of each connection's read and write buffers,
@@ -47,10 +48,33 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 // through), so smaller buffers cost no round trip.
 const connBufferSize = 16 << 10
 
+// defaultPoolSize is the most connections (per node, on a Cluster) the
+// store's commands use at once unless the URL sets pool_size. go-redis
+// gives 10 per CPU, a web server's share; a bot runs hundreds of turns at
+// once, and under load their store calls queued for connections longer
+// than a message's record may take before its ack. Connections are opened
+// as calls need them; those left idle beyond go-redis's default pool size
+// (unless the URL sets max_idle_conns) are closed as they come back.
+const defaultPoolSize = 256
+
+// poolDefaults sets the pool's size and idle connections to the store's
+// defaults where the URL left them unset (0).
+func poolDefaults(size, idle *int) {
+	if *size == 0 {
+		*size = defaultPoolSize
+		if *idle == 0 {
+			*idle = 10 * runtime.GOMAXPROCS(0)
+		}
+	}
+}
+
 // target is a parsed Redis URL: how to make its client, and the addresses
 // of the nodes it starts from (the node, the cluster seeds, the sentinels).
 type target struct {
-	client  func() redis.UniversalClient
+	// client makes a client; with pool > 0, one of at most pool
+	// connections (per node on a Cluster) and no pool of its own for
+	// pipelines.
+	client  func(pool int) redis.UniversalClient
 	network string
 	addrs   []string
 }
@@ -70,7 +94,15 @@ func parseTarget(rawURL string) (target, error) {
 		o.PipelineReadBufferSize = cmp.Or(o.PipelineReadBufferSize, connBufferSize)
 		o.PipelineWriteBufferSize = cmp.Or(o.PipelineWriteBufferSize, connBufferSize)
 		o.ContextTimeoutEnabled = true
-		return target{client: func() redis.UniversalClient { return redis.NewClient(o) }, network: o.Network, addrs: []string{o.Addr}}, nil
+		return target{client: func(pool int) redis.UniversalClient {
+			o := *o
+			if pool > 0 {
+				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns = pool, -1, 0, 0
+			} else {
+				poolDefaults(&o.PoolSize, &o.MaxIdleConns)
+			}
+			return redis.NewClient(&o)
+		}, network: o.Network, addrs: []string{o.Addr}}, nil
 	case "redis+cluster", "rediss+cluster":
 		u, err := seedURL(strings.TrimSuffix(scheme, "+cluster"), rest)
 		if err != nil {
@@ -90,7 +122,15 @@ func parseTarget(rawURL string) (target, error) {
 		// they are left to the URL.
 		o.ReadBufferSize, o.WriteBufferSize = connBufferSize, connBufferSize
 		o.ContextTimeoutEnabled = true
-		return target{client: func() redis.UniversalClient { return redis.NewClusterClient(o) }, network: "tcp", addrs: o.Addrs}, nil
+		return target{client: func(pool int) redis.UniversalClient {
+			o := *o
+			if pool > 0 {
+				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns = pool, -1, 0, 0
+			} else {
+				poolDefaults(&o.PoolSize, &o.MaxIdleConns)
+			}
+			return redis.NewClusterClient(&o)
+		}, network: "tcp", addrs: o.Addrs}, nil
 	case "redis+sentinel", "rediss+sentinel":
 		u, err := seedURL(strings.TrimSuffix(scheme, "+sentinel"), rest)
 		if err != nil {
@@ -110,7 +150,15 @@ func parseTarget(rawURL string) (target, error) {
 		o.PipelineReadBufferSize = cmp.Or(o.PipelineReadBufferSize, connBufferSize)
 		o.PipelineWriteBufferSize = cmp.Or(o.PipelineWriteBufferSize, connBufferSize)
 		o.ContextTimeoutEnabled = true
-		return target{client: func() redis.UniversalClient { return redis.NewFailoverClient(o) }, network: "tcp", addrs: o.SentinelAddrs}, nil
+		return target{client: func(pool int) redis.UniversalClient {
+			o := *o
+			if pool > 0 {
+				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns = pool, -1, 0, 0
+			} else {
+				poolDefaults(&o.PoolSize, &o.MaxIdleConns)
+			}
+			return redis.NewFailoverClient(&o)
+		}, network: "tcp", addrs: o.SentinelAddrs}, nil
 	default:
 		return target{}, fmt.Errorf("parse redis url: unsupported scheme %q", scheme)
 	}
