@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
-
-	"github.com/toolgate/toolgate/store"
 )
 
 // claim is the resume claim a resume keeps on its run; the resume finds
@@ -60,7 +58,7 @@ func (a *Agent) keepClaim(ctx context.Context, runID, owner string, claimedAt ti
 		defer close(done)
 		keepRenewed(renewCtx, wallClock{}, a.cfg.LeaseTTL, claimedAt, a.log, lost, func(ctx context.Context) (bool, error) {
 			sent := time.Now()
-			ok, err := a.renewClaim(ctx, runID, owner)
+			ok, err := a.store.RenewClaim(ctx, runID, owner, a.cfg.LeaseTTL)
 			if err == nil && ok {
 				c.confirm(sent)
 			}
@@ -119,7 +117,7 @@ func (a *Agent) confirmClaim(ctx context.Context, runID string) error {
 		return nil
 	}
 	sent := time.Now()
-	ok, err := a.renewClaim(ctx, runID, c.owner)
+	ok, err := a.store.RenewClaim(ctx, runID, c.owner, a.cfg.LeaseTTL)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return fmt.Errorf("renew resume claim: %w", context.Cause(ctx))
@@ -131,12 +129,4 @@ func (a *Agent) confirmClaim(ctx context.Context, runID string) error {
 	}
 	c.confirm(sent)
 	return nil
-}
-
-// renewClaim renews owner's resume claim on runID, with the renewals of
-// the process's other holds when the store sends them together.
-func (a *Agent) renewClaim(ctx context.Context, runID, owner string) (bool, error) {
-	return a.leases.renewals.renew(ctx, store.Hold{Run: runID, Owner: owner}, func(ctx context.Context) (bool, error) {
-		return a.store.RenewClaim(ctx, runID, owner, a.cfg.LeaseTTL)
-	})
 }

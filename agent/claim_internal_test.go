@@ -32,7 +32,7 @@ func TestMarkedCallConfirmsAStaleClaim(t *testing.T) {
 			if _, _, err := st.Decide(ctx, c.ID, c.Fingerprint, store.Decision{Kind: "approve", Decider: "U2", At: now}); err != nil {
 				t.Fatal(err)
 			}
-			a := &Agent{store: st, cfg: Config{Owner: "me", LeaseTTL: ttl}, log: slog.Default(), leases: newLeases(st, "me", ttl, time.Minute, slog.Default())}
+			a := &Agent{store: st, cfg: Config{Owner: "me", LeaseTTL: ttl}, log: slog.Default()}
 			if ok, err := st.ClaimResume(ctx, run.ID, "me", ttl); err != nil || !ok {
 				t.Fatalf("ClaimResume = %v, %v", ok, err)
 			}

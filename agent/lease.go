@@ -46,8 +46,6 @@ type leases struct {
 	held map[string]*leaseClaim
 	// waiting counts the waits in progress.
 	waiting atomic.Int64
-	// renewals renews the leases, and the agent's resume claims.
-	renewals *renewals
 }
 
 // leaseClaim is a key this process claims: done is closed when the claim
@@ -81,7 +79,7 @@ type leaseStore interface {
 }
 
 func newLeases(st leaseStore, owner string, ttl, wait time.Duration, log *slog.Logger) *leases {
-	l := &leases{store: st, owner: owner, ttl: ttl, wait: wait, log: log, held: map[string]*leaseClaim{}, renewals: newRenewals(st, ttl)}
+	l := &leases{store: st, owner: owner, ttl: ttl, wait: wait, log: log, held: map[string]*leaseClaim{}}
 	l.watcher, _ = st.(LeaseWatcher)
 	return l
 }
@@ -435,9 +433,7 @@ func (l *leases) renew(ctx context.Context, key, conversation, holder string, si
 	keepRenewed(ctx, wallClock{}, l.ttl, since, l.log, lost, func(ctx context.Context) (bool, error) {
 		// Never taken back once it ran out: whoever held it since may
 		// have done this work's work.
-		return l.renewals.renew(ctx, store.Hold{Lease: key, Owner: holder}, func(ctx context.Context) (bool, error) {
-			return l.store.RenewLease(ctx, key, holder, l.ttl)
-		})
+		return l.store.RenewLease(ctx, key, holder, l.ttl)
 	}, "conversation lease", "conversation", conversation)
 }
 

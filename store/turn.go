@@ -73,23 +73,3 @@ type Commit struct {
 	// commit's step, ignores it.
 	Announce []byte
 }
-
-// Hold is a lease or a resume claim that its owner keeps renewed, named
-// for a store that renews several in one step (see Renewed).
-type Hold struct {
-	// Lease is the lease's key, as RenewLease takes it; empty for a
-	// resume claim.
-	Lease string
-	// Run is the run whose resume claim this is, as RenewClaim takes it;
-	// empty for a lease.
-	Run string
-	// Owner is the name the hold was taken by.
-	Owner string
-}
-
-// Renewed is what became of one Hold's renewal: what RenewLease or
-// RenewClaim would have returned for it.
-type Renewed struct {
-	OK  bool
-	Err error
-}

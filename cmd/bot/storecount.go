@@ -42,13 +42,6 @@ type countedRedisStore struct {
 	feed feeds
 }
 
-// countedRenewingStore is a countedRedisStore over a store that renews
-// leases in batches (Redis).
-type countedRenewingStore struct {
-	*countedRedisStore
-	renew agent.HoldRenewer
-}
-
 // feeds is what a store shared by several processes carries between them
 // (Redis): pauses, which the agent follows, and notices, which the Slack
 // app follows.
@@ -61,7 +54,6 @@ var (
 	_ botsetup.Store     = (*countedStore)(nil)
 	_ agent.LeaseWatcher = (*countedWatchStore)(nil)
 	_ feeds              = (*countedRedisStore)(nil)
-	_ agent.HoldRenewer  = (*countedRenewingStore)(nil)
 )
 
 // hooked is a store whose commands a go-redis hook can see (Redis).
@@ -70,7 +62,7 @@ type hooked interface{ AddHook(redis.Hook) }
 // countStore wraps st so that each of its calls is counted in a
 // toolgate_store_calls_total counter registered with reg. The result
 // offers WatchLease, and FollowPauses, Notify and FollowNotices with it,
-// and RenewHolds with those, exactly when st does. Close is not counted.
+// exactly when st does. Close is not counted.
 func countStore(st botsetup.Store, reg prometheus.Registerer) botsetup.Store {
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolgate_store_calls_total",
@@ -91,15 +83,10 @@ func countStore(st botsetup.Store, reg prometheus.Registerer) botsetup.Store {
 		return c
 	}
 	cw := &countedWatchStore{countedStore: c, watch: w}
-	f, ok := st.(feeds)
-	if !ok {
-		return cw
+	if f, ok := st.(feeds); ok {
+		return &countedRedisStore{countedWatchStore: cw, feed: f}
 	}
-	cr := &countedRedisStore{countedWatchStore: cw, feed: f}
-	if r, ok := st.(agent.HoldRenewer); ok {
-		return &countedRenewingStore{countedRedisStore: cr, renew: r}
-	}
-	return cr
+	return cw
 }
 
 func (s *countedStore) count(method string) { s.calls.WithLabelValues(method).Inc() }
@@ -122,11 +109,6 @@ func (s *countedRedisStore) Notify(ctx context.Context, notice []byte) error {
 func (s *countedRedisStore) FollowNotices(ctx context.Context, live func(), fn func([]byte)) error {
 	s.count("FollowNotices")
 	return s.feed.FollowNotices(ctx, live, fn)
-}
-
-func (s *countedRenewingStore) RenewHolds(ctx context.Context, ttl time.Duration, holds []store.Hold) []store.Renewed {
-	s.count("RenewHolds")
-	return s.renew.RenewHolds(ctx, ttl, holds)
 }
 
 func (s *countedStore) Close() error { return s.st.Close() }

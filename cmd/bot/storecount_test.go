@@ -118,7 +118,6 @@ func TestCountStoreKeepsWhatRedisCarries(t *testing.T) {
 	for name, ok := range map[string]bool{
 		"agent.LeaseWatcher":         is[agent.LeaseWatcher](st),
 		"agent.PauseFeed":            is[agent.PauseFeed](st),
-		"agent.HoldRenewer":          is[agent.HoldRenewer](st),
 		"slackapp.Notices":           is[slackapp.Notices](st),
 		"approvals.Auditor":          is[approvals.Auditor](st),
 		"approvals.BatchRecordStore": is[approvals.BatchRecordStore](st),

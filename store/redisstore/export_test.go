@@ -65,3 +65,14 @@ func ClientOf(s *Store) redis.UniversalClient { return s.c }
 
 // LeaseKey is the Redis key of the lease on key.
 func LeaseKey(s *Store, key string) string { return s.leaseKey(key) }
+
+// RenewalsWaiting counts the renewals waiting for a batch, all nodes'.
+func RenewalsWaiting(s *Store) int {
+	s.renewer.mu.Lock()
+	defer s.renewer.mu.Unlock()
+	n := 0
+	for _, q := range s.renewer.queues {
+		n += len(q.waiting)
+	}
+	return n
+}

@@ -28,8 +28,7 @@ import (
 // RenewClaim extends owner's live resume claim. See storetest.Store for the
 // contract.
 func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
-	r := s.RenewHolds(ctx, lease, []store.Hold{{Run: runID, Owner: owner}})[0]
-	return r.OK, r.Err
+	return s.renew(&renewal{ctx: ctx, run: runID, owner: owner, ttl: lease})
 }
 
 // ReleaseClaim deletes owner's resume claim, one script. See storetest.Store

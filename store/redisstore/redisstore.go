@@ -86,9 +86,10 @@ type Store struct {
 	// cluster is set on Redis Cluster, where a script reaches the keys of
 	// one hash slot only.
 	cluster bool
-	// renewals is the client RenewHolds sends on: one of a few connections
-	// of its own (see New), or c.
+	// renewals is the client renewals are sent on, of a few connections
+	// of its own (see New); nil: c.
 	renewals redis.UniversalClient
+	renewer  renewer
 }
 
 // New connects to the Redis at rawURL (see NewClient for the forms it
@@ -1435,8 +1436,7 @@ func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Du
 // RenewLease extends owner's lease on key to ttl from now; false, changing
 // nothing, if the lease ran out (Redis deleted it) or is another owner's.
 func (s *Store) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	r := s.RenewHolds(ctx, ttl, []store.Hold{{Lease: key, Owner: owner}})[0]
-	return r.OK, r.Err
+	return s.renew(&renewal{ctx: ctx, key: key, owner: owner, ttl: ttl})
 }
 
 // ReleaseLease frees the lease on key if owner holds it, and does nothing

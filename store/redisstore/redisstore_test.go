@@ -317,10 +317,7 @@ func TestNewClient(t *testing.T) {
 		} else {
 			pool, idle = c.(*redis.Client).Options().PoolSize, c.(*redis.Client).Options().MaxIdleConns
 		}
-		wantPool, wantIdle := tt.pool, tt.idle
-		if wantPool == 0 {
-			wantPool, wantIdle = 256, 10*runtime.GOMAXPROCS(0)
-		}
+		wantPool, wantIdle := cmp.Or(tt.pool, 256), cmp.Or(tt.idle, 10*runtime.GOMAXPROCS(0))
 		if pool != wantPool || idle != wantIdle {
 			t.Errorf("NewClient(%s) pool = %d connections, %d kept idle; want %d and %d", tt.url, pool, idle, wantPool, wantIdle)
 		}

@@ -53,8 +53,9 @@ const connBufferSize = 16 << 10
 // gives 10 per CPU, a web server's share; a bot runs hundreds of turns at
 // once, and under load their store calls queued for connections longer
 // than a message's record may take before its ack. Connections are opened
-// as calls need them; those left idle beyond go-redis's default pool size
-// (unless the URL sets max_idle_conns) are closed as they come back.
+// as calls need them; unless the URL sets max_idle_conns, those left idle
+// beyond go-redis's default pool size (10 per CPU) are closed as they come
+// back.
 const defaultPoolSize = 256
 
 // poolDefaults sets the pool's size and idle connections to the store's
@@ -62,9 +63,9 @@ const defaultPoolSize = 256
 func poolDefaults(size, idle *int) {
 	if *size == 0 {
 		*size = defaultPoolSize
-		if *idle == 0 {
-			*idle = 10 * runtime.GOMAXPROCS(0)
-		}
+	}
+	if *idle == 0 {
+		*idle = 10 * runtime.GOMAXPROCS(0)
 	}
 }
 
