@@ -76,3 +76,6 @@ func RenewalsWaiting(s *Store) int {
 	}
 	return n
 }
+
+// RenewalsClient is the client renewals are sent on.
+func RenewalsClient(s *Store) redis.UniversalClient { return s.renewalClient() }

@@ -459,3 +459,34 @@ func TestRenewalsOfOneNodeDoNotWaitForAnother(t *testing.T) {
 		}
 	}
 }
+
+// The renewals' client is a few connections of its own, which never sends
+// a renewal again: one sent again after its caller gave up would extend a
+// hold its owner took as not renewed, and may have given up.
+func TestRenewalsClientSendsOnce(t *testing.T) {
+	for _, tc := range []struct{ name, url string }{
+		{"single node", redisURL(t)},
+		{"cluster", envURL(t, "REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t, tc.url, redisstore.Options{Prefix: newPrefix(t, tc.url)})
+			t.Cleanup(func() { _ = s.Close() })
+			c := redisstore.RenewalsClient(s)
+			if c == redisstore.ClientOf(s) {
+				t.Fatal("renewals go out on the store's other client")
+			}
+			// A MaxRetries of -1 is none, which a client of one node
+			// shows as 0 once made; 0 would be 3.
+			var retries, none, pool int
+			switch c := c.(type) {
+			case *redis.ClusterClient:
+				retries, none, pool = c.Options().MaxRetries, -1, c.Options().PoolSize
+			case *redis.Client:
+				retries, none, pool = c.Options().MaxRetries, 0, c.Options().PoolSize
+			}
+			if retries != none || pool != 2 {
+				t.Errorf("renewals' client: %d retries, %d connections; want none and 2", retries, pool)
+			}
+		})
+	}
+}

@@ -73,8 +73,10 @@ func poolDefaults(size, idle *int) {
 // of the nodes it starts from (the node, the cluster seeds, the sentinels).
 type target struct {
 	// client makes a client; with pool > 0, one of at most pool
-	// connections (per node on a Cluster) and no pool of its own for
-	// pipelines.
+	// connections (per node on a Cluster), no pool of its own for
+	// pipelines, and no retries: a renewal sent again once its caller
+	// gave up would extend a hold its owner took as not renewed (the
+	// owner asks again, with a deadline of its own).
 	client  func(pool int) redis.UniversalClient
 	network string
 	addrs   []string
@@ -98,7 +100,7 @@ func parseTarget(rawURL string) (target, error) {
 		return target{client: func(pool int) redis.UniversalClient {
 			o := *o
 			if pool > 0 {
-				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns = pool, -1, 0, 0
+				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = pool, -1, 0, 0, -1
 			} else {
 				poolDefaults(&o.PoolSize, &o.MaxIdleConns)
 			}
@@ -126,7 +128,7 @@ func parseTarget(rawURL string) (target, error) {
 		return target{client: func(pool int) redis.UniversalClient {
 			o := *o
 			if pool > 0 {
-				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns = pool, -1, 0, 0
+				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = pool, -1, 0, 0, -1
 			} else {
 				poolDefaults(&o.PoolSize, &o.MaxIdleConns)
 			}
@@ -154,7 +156,7 @@ func parseTarget(rawURL string) (target, error) {
 		return target{client: func(pool int) redis.UniversalClient {
 			o := *o
 			if pool > 0 {
-				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns = pool, -1, 0, 0
+				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = pool, -1, 0, 0, -1
 			} else {
 				poolDefaults(&o.PoolSize, &o.MaxIdleConns)
 			}
