@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -273,9 +272,6 @@ func TestNewClient(t *testing.T) {
 		cluster      bool
 		wantAddrs    []string
 		pipelineRead int
-		// pool and idle are the pool_size and max_idle_conns the URL
-		// sets (0: the store's defaults).
-		pool, idle int
 	}{
 		{url: "redis://127.0.0.1:6379/3"},
 		{url: "rediss://user:pw@redis.example.com:6380/0"},
@@ -286,9 +282,6 @@ func TestNewClient(t *testing.T) {
 		{url: "redis+cluster://10.0.0.1:7000,10.0.0.2:7001?client_name=bot/eu-1", cluster: true, wantAddrs: []string{"10.0.0.1:7000", "10.0.0.2:7001"}},
 		{url: "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/2?master_name=main"},
 		{url: "redis://127.0.0.1:6379/3?pipeline_read_buffer_size=65536", pipelineRead: 64 << 10},
-		{url: "redis://127.0.0.1:6379/3?pool_size=7", pool: 7},
-		{url: "redis://127.0.0.1:6379/3?pool_size=7&max_idle_conns=3", pool: 7, idle: 3},
-		{url: "redis+cluster://10.0.0.1:7000?pool_size=7", cluster: true, wantAddrs: []string{"10.0.0.1:7000"}, pool: 7},
 	}
 	// Connections get small buffers unless the URL says otherwise: the
 	// store's commands and replies are a few KiB.
@@ -308,18 +301,6 @@ func TestNewClient(t *testing.T) {
 		// only when told to.
 		if isCluster && !cc.Options().ContextTimeoutEnabled || !isCluster && !c.(*redis.Client).Options().ContextTimeoutEnabled {
 			t.Errorf("NewClient(%s) does not heed its callers' deadlines", tt.url)
-		}
-		// A pool for hundreds of turns at once, which keeps go-redis's
-		// default of idle connections, unless the URL says otherwise.
-		var pool, idle int
-		if isCluster {
-			pool, idle = cc.Options().PoolSize, cc.Options().MaxIdleConns
-		} else {
-			pool, idle = c.(*redis.Client).Options().PoolSize, c.(*redis.Client).Options().MaxIdleConns
-		}
-		wantPool, wantIdle := cmp.Or(tt.pool, 256), cmp.Or(tt.idle, 10*runtime.GOMAXPROCS(0))
-		if pool != wantPool || idle != wantIdle {
-			t.Errorf("NewClient(%s) pool = %d connections, %d kept idle; want %d and %d", tt.url, pool, idle, wantPool, wantIdle)
 		}
 		if isCluster {
 			got := slices.Clone(cc.Options().Addrs)

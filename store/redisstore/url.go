@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"runtime"
 	"strings"
 	"time"
 
@@ -48,27 +47,6 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 // through), so smaller buffers cost no round trip.
 const connBufferSize = 16 << 10
 
-// defaultPoolSize is the most connections (per node, on a Cluster) the
-// store's commands use at once unless the URL sets pool_size. go-redis
-// gives 10 per CPU, a web server's share; a bot runs hundreds of turns at
-// once, and under load their store calls queued for connections longer
-// than a message's record may take before its ack. Connections are opened
-// as calls need them; unless the URL sets max_idle_conns, those left idle
-// beyond go-redis's default pool size (10 per CPU) are closed as they come
-// back.
-const defaultPoolSize = 256
-
-// poolDefaults sets the pool's size and idle connections to the store's
-// defaults where the URL left them unset (0).
-func poolDefaults(size, idle *int) {
-	if *size == 0 {
-		*size = defaultPoolSize
-	}
-	if *idle == 0 {
-		*idle = 10 * runtime.GOMAXPROCS(0)
-	}
-}
-
 // target is a parsed Redis URL: how to make its client, and the addresses
 // of the nodes it starts from (the node, the cluster seeds, the sentinels).
 type target struct {
@@ -101,8 +79,6 @@ func parseTarget(rawURL string) (target, error) {
 			o := *o
 			if pool > 0 {
 				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = pool, -1, 0, 0, -1
-			} else {
-				poolDefaults(&o.PoolSize, &o.MaxIdleConns)
 			}
 			return redis.NewClient(&o)
 		}, network: o.Network, addrs: []string{o.Addr}}, nil
@@ -129,8 +105,6 @@ func parseTarget(rawURL string) (target, error) {
 			o := *o
 			if pool > 0 {
 				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = pool, -1, 0, 0, -1
-			} else {
-				poolDefaults(&o.PoolSize, &o.MaxIdleConns)
 			}
 			return redis.NewClusterClient(&o)
 		}, network: "tcp", addrs: o.Addrs}, nil
@@ -157,8 +131,6 @@ func parseTarget(rawURL string) (target, error) {
 			o := *o
 			if pool > 0 {
 				o.PoolSize, o.PipelinePoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = pool, -1, 0, 0, -1
-			} else {
-				poolDefaults(&o.PoolSize, &o.MaxIdleConns)
 			}
 			return redis.NewFailoverClient(&o)
 		}, network: "tcp", addrs: o.SentinelAddrs}, nil
