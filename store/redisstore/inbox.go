@@ -26,7 +26,8 @@ import (
 // inbox again after unlisting it.
 
 // RenewClaim extends owner's live resume claim. See storetest.Store for the
-// contract.
+// contract. It goes out with the other renewals due on its node (see
+// renew.go).
 func (s *Store) RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error) {
 	return s.renew(&renewal{ctx: ctx, run: runID, owner: owner, ttl: lease})
 }

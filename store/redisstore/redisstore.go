@@ -1435,6 +1435,7 @@ func (s *Store) AcquireLease(ctx context.Context, key, owner string, ttl time.Du
 
 // RenewLease extends owner's lease on key to ttl from now; false, changing
 // nothing, if the lease ran out (Redis deleted it) or is another owner's.
+// It goes out with the other renewals due on its node (see renew.go).
 func (s *Store) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	return s.renew(&renewal{ctx: ctx, key: key, owner: owner, ttl: ttl})
 }
