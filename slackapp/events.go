@@ -249,6 +249,9 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 					a.notStarted(ctx, m, req, recorded)
 					return
 				}
+				if !recorded {
+					req, recorded = a.recordLate(ctx, req)
+				}
 				release, err := a.turnSlot(ctx, key, true)
 				if err != nil {
 					a.notStarted(ctx, m, req, recorded)
@@ -456,6 +459,25 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 	}
 	return r, intakeRecorded, taken
 }
+
+// recordLate records a message acked without a record (its record failed
+// or missed the ack's deadline) before its turn waits for a slot, which
+// may take long when every slot is taken: once recorded, it is answered
+// even if this process dies meanwhile. It reports whether it recorded the
+// message; if not, the turn records it (agent.Run), and tells the thread
+// if it cannot.
+func (a *App) recordLate(ctx context.Context, req agent.Request) (agent.Request, bool) {
+	rctx, cancel := context.WithTimeout(ctx, lateRecordTimeout)
+	defer cancel()
+	r, _, err := a.ag.Accept(rctx, req, false)
+	if err != nil || r.Seq == 0 {
+		return req, false
+	}
+	return r, true
+}
+
+// lateRecordTimeout bounds recordLate.
+const lateRecordTimeout = 10 * time.Second
 
 // notStarted answers a message whose turn had not started when the
 // shutdown cut work short. The note must not fail with ctx, but ends at the
