@@ -469,11 +469,13 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 func (a *App) recordLate(ctx context.Context, req agent.Request) (agent.Request, bool) {
 	rctx, cancel := context.WithTimeout(ctx, lateRecordTimeout)
 	defer cancel()
-	r, _, err := a.ag.Accept(rctx, req, false)
-	if err != nil || r.Seq == 0 {
+	r, acc, err := a.ag.Accept(rctx, req, false)
+	if err != nil {
 		return req, false
 	}
-	return r, true
+	// A duplicate is a record the failed attempt made after all, its
+	// answer lost.
+	return r, acc == store.Accepted || acc == store.Duplicate
 }
 
 // lateRecordTimeout bounds recordLate.
