@@ -260,6 +260,8 @@ type Agent struct {
 	// paused remembers the calls this process paused, and those other
 	// processes announced (see FollowPauses), for their decision.
 	paused pausedCalls
+	// unsent are the expiries to send again (see expireDue).
+	unsent unconfirmedExpiries
 	// read is the latest records a turn of this process read, with their
 	// version, for the calls other processes announce.
 	read atomic.Pointer[readRecords]
