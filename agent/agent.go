@@ -97,6 +97,7 @@ type Inboxes interface {
 	AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error)
 	AcceptBegin(ctx context.Context, conversation string, m store.Inbound, requireKnown bool, owner string, ttl time.Duration, kinds ...string) (store.Inbound, store.Acceptance, store.Begun, error)
 	Unanswered(ctx context.Context, before time.Time, offset, limit int) ([]string, error)
+	Inbox(ctx context.Context, conversation string) ([]store.Inbound, error)
 }
 
 // Leases serialises work on one conversation across processes.

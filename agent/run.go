@@ -343,7 +343,11 @@ func (a *Agent) Run(ctx context.Context, req Request) (out Outcome, err error) {
 func (a *Agent) run(ctx context.Context, req Request) (Outcome, error) {
 	if req.Seq == 0 {
 		var err error
-		if req, _, err = a.Accept(ctx, req, false); err != nil {
+		req, _, err = a.Accept(ctx, req, false)
+		// A record the store made but its replicas did not confirm
+		// stands on the primary, which the turn reads: the turn answers
+		// it (asking for it again would have it answered twice).
+		if err != nil && !errors.Is(err, store.ErrNotReplicated) {
 			return Outcome{}, fmt.Errorf("%w: %w", ErrNotRecorded, err)
 		}
 	}

@@ -162,12 +162,24 @@ func (a *Agent) flushAudits(ctx context.Context, t *turn) {
 	t.audits, t.unsaved = nil, nil
 }
 
-// TakenIn reports whether the conversation has taken in its message of
-// inbox sequence seq (see Request.Seq): answered it, or queued it behind a
-// paused step, which answers it after its resume. A message not taken in
-// waits in the inbox for a turn, a takeover or a restart.
-func (a *Agent) TakenIn(ctx context.Context, conversation string, seq int64) (bool, error) {
-	c, err := a.store.LoadConversation(ctx, conversation)
+// TakenIn reports whether the conversation has taken in the message of
+// req (recorded by Accept): answered it, or queued it behind a paused
+// step, which answers it after its resume. A message not taken in waits
+// in the inbox for a turn, a takeover or a restart. A message recorded
+// before, whose record Accept found a duplicate (req.Seq zero), is looked
+// for in the inbox.
+func (a *Agent) TakenIn(ctx context.Context, req Request) (bool, error) {
+	if req.Seq == 0 {
+		in, err := a.store.Inbox(ctx, req.Conversation)
+		if err != nil {
+			return false, err
+		}
+		waits := slices.ContainsFunc(in, func(m store.Inbound) bool {
+			return req.MsgID != "" && m.MsgID == req.MsgID || req.EventID != "" && m.EventID == req.EventID
+		})
+		return !waits, nil
+	}
+	c, err := a.store.LoadConversation(ctx, req.Conversation)
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
 	}
@@ -175,7 +187,7 @@ func (a *Agent) TakenIn(ctx context.Context, conversation string, seq int64) (bo
 		return false, err
 	}
 	cs, _, err := conversationOf(c, true)
-	return seq > 0 && cs.InboxSeq >= seq, err
+	return cs.InboxSeq >= req.Seq, err
 }
 
 // conversationOf decodes a conversation's state and the run it is paused

@@ -116,8 +116,8 @@ type Turns interface {
 	Resume(ctx context.Context, runID string) (agent.Outcome, error)
 	TakeOver(ctx context.Context, conversation string) (agent.Outcome, error)
 	// TakenIn reports whether the conversation answered (or queued
-	// behind a pause) its message of inbox sequence seq.
-	TakenIn(ctx context.Context, conversation string, seq int64) (bool, error)
+	// behind a pause) the message of req.
+	TakenIn(ctx context.Context, req agent.Request) (bool, error)
 }
 
 // Decisions records decisions on paused calls.

@@ -243,16 +243,26 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 		switch {
 		case in == intakeDrop:
 		case q == nil:
+			// A message acked without a record is recorded again at
+			// once, here, while its turn waits on the conversation's
+			// queue behind earlier work and then for a turn slot:
+			// recorded, it is answered even if this process dies
+			// before its turn. The turn waits for the outcome.
+			var late chan struct{}
+			if !recorded {
+				late = make(chan struct{})
+			}
 			a.enqueueAsked(ctx, key, func(ctx context.Context) {
-				if ctx.Err() != nil {
-					// Shutdown cancelled the work before this message's turn.
-					a.notStarted(ctx, m, req, recorded)
-					return
+				// Shutdown may have cancelled the work before this
+				// message's turn.
+				err := ctx.Err()
+				var release func()
+				if err == nil {
+					release, err = a.turnSlot(ctx, key, true)
 				}
-				if !recorded {
-					req, recorded = a.recordLate(ctx, req)
+				if late != nil {
+					<-late // req and recorded are set
 				}
-				release, err := a.turnSlot(ctx, key, true)
 				if err != nil {
 					a.notStarted(ctx, m, req, recorded)
 					return
@@ -260,6 +270,10 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 				defer release()
 				a.runTurn(ctx, req)
 			})
+			if late != nil {
+				req, recorded = a.recordLate(ctx, req)
+				close(late)
+			}
 		case ctx.Err() != nil:
 			a.ag.ReleaseTaken(ctx, taken)
 			a.notStarted(ctx, m, req, recorded)
@@ -461,20 +475,29 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 }
 
 // recordLate records a message acked without a record (its record failed
-// or missed the ack's deadline) before its turn waits for a slot, which
-// may take long when every slot is taken: once recorded, it is answered
-// even if this process dies meanwhile. It reports whether it recorded the
-// message; if not, the turn records it (agent.Run), and tells the thread
-// if it cannot.
+// or missed the ack's deadline) while its turn waits, which may take long
+// when every slot is taken: once recorded, it is answered even if this
+// process dies meanwhile. It reports whether the message is recorded; if
+// not, the turn records it (agent.Run), and tells the thread if it cannot.
 func (a *App) recordLate(ctx context.Context, req agent.Request) (agent.Request, bool) {
 	rctx, cancel := context.WithTimeout(ctx, lateRecordTimeout)
 	defer cancel()
-	r, acc, err := a.ag.Accept(rctx, req, false)
-	if err != nil {
+	return a.recordAgain(rctx, req)
+}
+
+// recordAgain records the message of req, acked without a record, and
+// reports whether it is recorded: by this record, or by the failed
+// attempt after all, its answer lost (a duplicate; req.Seq is then zero),
+// or on the store's primary, its replicas behind (store.ErrNotReplicated:
+// it stands there, and the takeover answers it if its turn does not).
+func (a *App) recordAgain(ctx context.Context, req agent.Request) (agent.Request, bool) {
+	r, acc, err := a.ag.Accept(ctx, req, false)
+	switch {
+	case errors.Is(err, store.ErrNotReplicated):
+		return req, true
+	case err != nil:
 		return req, false
 	}
-	// A duplicate is a record the failed attempt made after all, its
-	// answer lost.
 	return r, acc == store.Accepted || acc == store.Duplicate
 }
 
@@ -492,12 +515,18 @@ func (a *App) notStarted(ctx context.Context, m message, req agent.Request, reco
 		a.log.Warn("shutdown deadline passed; a message not started was not answered", "conversation", m.key(), "recorded", recorded)
 		return
 	}
+	if !recorded {
+		// Its records failed, or were cut short by the shutdown, and may
+		// have been made all the same: asked once more, so that a
+		// message the next process answers is not asked for again.
+		req, recorded = a.recordAgain(ctx, req)
+	}
 	if recorded {
 		// An earlier turn of the conversation may have answered it with
 		// its own message (a turn answers every message recorded before
 		// it began): then there is nothing to promise. Nor is there when
 		// the thread was promised an answer already.
-		if done, err := a.ag.TakenIn(ctx, req.Conversation, req.Seq); err == nil && done {
+		if done, err := a.ag.TakenIn(ctx, req); err == nil && done {
 			return
 		}
 		if !a.firstRestartNote(req.Conversation) {

@@ -303,6 +303,11 @@ func (s *countedStore) Unanswered(ctx context.Context, before time.Time, offset,
 	return s.st.Unanswered(ctx, before, offset, limit)
 }
 
+func (s *countedStore) Inbox(ctx context.Context, conversation string) ([]store.Inbound, error) {
+	s.count("Inbox")
+	return s.st.Inbox(ctx, conversation)
+}
+
 func (s *countedStore) BeginTurn(ctx context.Context, conversation, owner string, ttl time.Duration, kinds ...string) (store.Begun, error) {
 	s.count("BeginTurn")
 	return s.st.BeginTurn(ctx, conversation, owner, ttl, kinds...)
