@@ -60,6 +60,11 @@ type renewQueue struct {
 type renewer struct {
 	mu     sync.Mutex
 	queues map[string]*renewQueue
+	// closed is set by Store.Close: no sender starts after it.
+	closed bool
+	// senders are the goroutines sending batches, which Store.Close
+	// waits for.
+	senders sync.WaitGroup
 }
 
 // renewalClient is the client renewals are sent on.
@@ -82,6 +87,10 @@ func (s *Store) renew(r *renewal) (bool, error) {
 	r.done = make(chan renewed, 1)
 	node := s.renewalNode(r)
 	s.renewer.mu.Lock()
+	if s.renewer.closed {
+		s.renewer.mu.Unlock()
+		return false, fmt.Errorf("renew %s: %w", r.name(), redis.ErrClosed)
+	}
 	if s.renewer.queues == nil {
 		s.renewer.queues = map[string]*renewQueue{}
 	}
@@ -91,14 +100,11 @@ func (s *Store) renew(r *renewal) (bool, error) {
 		s.renewer.queues[node] = q
 	}
 	q.waiting = append(q.waiting, r)
-	start := q.senders < renewSenders
-	if start {
+	if q.senders < renewSenders {
 		q.senders++
+		s.renewer.senders.Go(func() { s.sendRenewals(node, q) })
 	}
 	s.renewer.mu.Unlock()
-	if start {
-		go s.sendRenewals(node, q)
-	}
 	select {
 	case res := <-r.done:
 		return res.ok, res.err

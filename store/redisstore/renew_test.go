@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -488,5 +489,33 @@ func TestRenewalsClientSendsOnce(t *testing.T) {
 				t.Errorf("renewals' client: %d retries, %d connections; want none and 2", retries, pool)
 			}
 		})
+	}
+}
+
+// Close waits for the renewals' senders: a batch still out on a
+// connection that does not answer, its caller gone, ends with the closed
+// client before Close returns; a renewal asked for after Close fails at
+// once.
+func TestCloseWaitsForTheRenewalsInFlight(t *testing.T) {
+	hole, accepted := blackHole(t)
+	s := redisstore.NewFromClient(redis.NewClient(&redis.Options{Addr: hole, Protocol: 2}), redisstore.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.RenewLease(ctx, "conv:x", "owner", 30*time.Second)
+		done <- err
+	}()
+	<-accepted // the batch is on its way, and no answer comes
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a renewal on a connection that does not answer succeeded")
+	}
+	_ = s.Close()
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "(*Store).sendRenewals") {
+		t.Errorf("a renewals' sender still runs after Close returned:\n%s", stacks)
+	}
+	if _, err := s.RenewLease(t.Context(), "conv:x", "owner", 30*time.Second); !errors.Is(err, redis.ErrClosed) {
+		t.Errorf("RenewLease after Close = %v; want redis.ErrClosed", err)
 	}
 }
