@@ -1123,7 +1123,7 @@ func sortCalls(cs []store.Call) {
 func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error) {
 	var out []store.Call
 	var later []redis.Z
-	err := s.scanIndex(ctx, s.dueKey(), strconv.FormatInt(now.UnixMilli(), 10), func(ls []liveCall, _ int64) bool {
+	err := s.scanIndex(ctx, s.dueKey(), strconv.FormatInt(now.UnixMilli(), 10), func(ls []liveCall, last int64) bool {
 		for _, l := range ls {
 			if z, ok := dueLater(l); ok {
 				later = append(later, z)
@@ -1132,11 +1132,17 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call
 				continue
 			}
 			out = append(out, l.call)
-			if limit > 0 && len(out) == limit {
-				return true
-			}
 		}
-		return false
+		if limit <= 0 || len(out) < limit {
+			return false
+		}
+		// Entries of one millisecond share a score and come in id order,
+		// not in ExpiresAt order: read on past the millisecond of the
+		// last call kept (an entry is never scored after its call's
+		// expiry).
+		sortDue(out)
+		out = out[:limit]
+		return last > out[limit-1].ExpiresAt.UnixMilli()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list due calls: %w", err)
@@ -1144,10 +1150,15 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]store.Call
 	if err := s.moveDue(ctx, later); err != nil {
 		return nil, fmt.Errorf("list due calls: %w", err)
 	}
-	slices.SortFunc(out, func(a, b store.Call) int {
+	sortDue(out)
+	return out, nil
+}
+
+// sortDue orders calls earliest expiry first, then by id.
+func sortDue(cs []store.Call) {
+	slices.SortFunc(cs, func(a, b store.Call) int {
 		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
 	})
-	return out, nil
 }
 
 // dueLater returns the due index entry of a pending call moved to its
@@ -1765,14 +1776,20 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// Close closes the client.
+// Close closes the clients, and waits for the renewals they were sending.
 func (s *Store) Close() error {
 	s.leases.close()
+	s.renewer.mu.Lock()
+	s.renewer.closed = true
+	s.renewer.mu.Unlock()
 	var err error
 	if s.renewals != nil {
 		err = s.renewals.Close()
 	}
-	if err := errors.Join(s.c.Close(), err); err != nil {
+	err = errors.Join(s.c.Close(), err)
+	// Their batches end with the clients closed.
+	s.renewer.senders.Wait()
+	if err != nil {
 		return fmt.Errorf("close redis client: %w", err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +65,7 @@ func Run(t *testing.T, open Opener) {
 		{"SaveResult", testSaveResult},
 		{"FinishRun", testFinishRun},
 		{"Due", testDue},
+		{"DueWithinAMillisecond", testDueWithinAMillisecond},
 		{"NextPastDecidedCalls", testNextPastDecidedCalls},
 		{"NextExpiry", testNextExpiry},
 		{"Reminders", testReminders},
@@ -1069,6 +1071,39 @@ func testDue(t *testing.T, open Opener) {
 		}
 		if ids := callIDs(got); !slices.Equal(ids, tt.want) {
 			t.Errorf("Due(now%+v, %d) = %v, want %v", tt.now.Sub(now).Round(time.Second), tt.limit, ids, tt.want)
+		}
+	}
+}
+
+// Calls that expire within one millisecond are listed earliest first,
+// and a limit keeps the earliest of them, whatever their ids: more of
+// them than a store may read at once (an index that orders them by
+// millisecond, then by id, is read past the limit to the millisecond's
+// end).
+func testDueWithinAMillisecond(t *testing.T, open Opener) {
+	s, _ := open(t)
+	base := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	const n = 201
+	_, calls := create(t, s, n, func(_ *store.Run, cs []store.Call) {
+		// The later the id, the earlier the expiry.
+		byID := slices.SortedFunc(slices.Values(cs), func(a, b store.Call) int { return strings.Compare(a.ID, b.ID) })
+		for i, c := range byID {
+			j := slices.IndexFunc(cs, func(x store.Call) bool { return x.ID == c.ID })
+			cs[j].ExpiresAt = base.Add(time.Duration(n-i) * time.Microsecond)
+		}
+	})
+	want := slices.SortedFunc(slices.Values(calls), func(a, b store.Call) int { return a.ExpiresAt.Compare(b.ExpiresAt) })
+	for _, limit := range []int{1, 2, 0} {
+		got, err := s.Due(t.Context(), time.Now(), limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := want
+		if limit > 0 {
+			w = want[:limit]
+		}
+		if ids := callIDs(got); !slices.Equal(ids, callIDs(w)) {
+			t.Errorf("Due(limit %d) = %v, want %v", limit, ids, callIDs(w))
 		}
 	}
 }
