@@ -648,20 +648,6 @@ func userMessage(q queuedMessage) openai.ChatCompletionMessage {
 	return m
 }
 
-// loadConversation returns a conversation's state and the run it is paused
-// on; found is false for a conversation with no record (new, or expired).
-func (a *Agent) loadConversation(ctx context.Context, key string) (cs convState, pausedRun string, found bool, err error) {
-	c, err := a.store.LoadConversation(ctx, key)
-	if errors.Is(err, store.ErrNotFound) {
-		return convState{}, "", false, nil
-	}
-	if err != nil {
-		return convState{}, "", false, fmt.Errorf("load conversation: %w", err)
-	}
-	cs, pausedRun, err = conversationOf(c, true)
-	return cs, pausedRun, true, err
-}
-
 // saveTurn saves the result of a turn, with the messages it answered
 // drained from the inbox and the run it resumed finished, in one write. It
 // releases the lease unless queued messages are left, which a resume
