@@ -31,6 +31,11 @@ const (
 	stepLandLate
 	// stepLandHang: written, and no answer until the caller gives up.
 	stepLandHang
+	// stepPanic: nothing written, a panic.
+	stepPanic
+	// stepHang: nothing written, and no answer until the caller gives up
+	// (a store out of reach: a dial or read that times out).
+	stepHang
 )
 
 // scriptedAccepts applies steps, in order, to the records of messages
@@ -60,6 +65,13 @@ func (s *scriptedAccepts) next() acceptStep {
 	return st
 }
 
+// left is how many steps are still to apply.
+func (s *scriptedAccepts) left() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.steps)
+}
+
 func (s *scriptedAccepts) note(msgID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -77,6 +89,13 @@ func (s *scriptedAccepts) holds(msgID string) bool {
 
 func (s *scriptedAccepts) AcceptMessage(ctx context.Context, conversation string, m store.Inbound, requireKnown bool) (store.Inbound, store.Acceptance, error) {
 	step := s.next()
+	if step == stepPanic {
+		panic("record of " + m.MsgID)
+	}
+	if step == stepHang {
+		<-ctx.Done()
+		return store.Inbound{}, "", fmt.Errorf("accept message in %s: %w", conversation, ctx.Err())
+	}
 	if step == stepFail {
 		return store.Inbound{}, "", errOutage
 	}
@@ -282,5 +301,36 @@ func TestLateDuplicateAnsweredAlreadyIsNotPromisedAgain(t *testing.T) {
 	e.stop()
 	if thread := dumpThread(e.slack.Thread(channel, tsB)); strings.Contains(thread, "as soon as I'm back") {
 		t.Errorf("the thread is promised an answer it has already:\n%s", thread)
+	}
+}
+
+// A late record that panics (spawn logs it) does not leave the message's
+// turn waiting for its outcome: the turn records the message itself and
+// answers it.
+func TestLateRecordThatPanicsLetsTheTurnGoOn(t *testing.T) {
+	e := newLateEnv(t)
+	e.st.arm(stepFail, stepPanic)
+	tsB := e.slack.Mention(channel, requester, "hello")
+	e.acked(t, tsB)
+	e.held.release("hold a")
+	e.answer(e.tsA, "held: hold a")
+	e.answer(tsB, "ok")
+}
+
+// At shutdown, the last record of a message never recorded is bounded:
+// with the store not answering, the thread is still told, in the time the
+// shutdown leaves for notes, to send the message again.
+func TestUnrecordedMessageIsToldAtShutdownWhileTheStoreHangs(t *testing.T) {
+	e := newLateEnv(t)
+	e.st.arm(stepFail, stepFail, stepHang)
+	tsB := e.slack.Mention(channel, requester, "hello")
+	e.acked(t, tsB)
+	e.queued(t, "B's turn waits for the slot", 1)
+	if n := e.st.left(); n != 1 {
+		t.Fatalf("%d steps left; want B's late record failed, the last to come", n)
+	}
+	e.stop()
+	if thread := dumpThread(e.slack.Thread(channel, tsB)); !strings.Contains(thread, "send your message again") {
+		t.Errorf("a message never recorded was not answered at shutdown:\n%s", thread)
 	}
 }

@@ -253,15 +253,15 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 				late = make(chan struct{})
 			}
 			a.enqueueAsked(ctx, key, func(ctx context.Context) {
+				if late != nil {
+					<-late // req and recorded are set
+				}
 				// Shutdown may have cancelled the work before this
 				// message's turn.
 				err := ctx.Err()
 				var release func()
 				if err == nil {
 					release, err = a.turnSlot(ctx, key, true)
-				}
-				if late != nil {
-					<-late // req and recorded are set
 				}
 				if err != nil {
 					a.notStarted(ctx, m, req, recorded)
@@ -271,8 +271,8 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 				a.runTurn(ctx, req)
 			})
 			if late != nil {
+				defer close(late) // a panic too lets the turn go on
 				req, recorded = a.recordLate(ctx, req)
-				close(late)
 			}
 		case ctx.Err() != nil:
 			a.ag.ReleaseTaken(ctx, taken)
@@ -504,6 +504,9 @@ func (a *App) recordAgain(ctx context.Context, req agent.Request) (agent.Request
 // lateRecordTimeout bounds recordLate.
 const lateRecordTimeout = 10 * time.Second
 
+// lastRecordTimeout bounds the record notStarted tries before its note.
+const lastRecordTimeout = time.Second
+
 // notStarted answers a message whose turn had not started when the
 // shutdown cut work short. The note must not fail with ctx, but ends at the
 // shutdown deadline. A recorded message is answered after the restart (or
@@ -518,8 +521,11 @@ func (a *App) notStarted(ctx context.Context, m message, req agent.Request, reco
 	if !recorded {
 		// Its records failed, or were cut short by the shutdown, and may
 		// have been made all the same: asked once more, so that a
-		// message the next process answers is not asked for again.
-		req, recorded = a.recordAgain(ctx, req)
+		// message the next process answers is not asked for again,
+		// within a bound that leaves the note its time.
+		rctx, cancel := context.WithTimeout(ctx, lastRecordTimeout)
+		req, recorded = a.recordAgain(rctx, req)
+		cancel()
 	}
 	if recorded {
 		// An earlier turn of the conversation may have answered it with
