@@ -222,13 +222,17 @@ func (w *web) handler() http.Handler {
 // allowedHost reports whether a request's Host names this server: its
 // own address, or a loopback name on any port (an SSH tunnel or an
 // editor's port forwarding may listen on another one), which no page of
-// another site can have a browser send.
+// another site can have a browser send. A Host without a port (a browser
+// leaves port 80 out) names port 80.
 func (w *web) allowedHost(host string) bool {
 	if host == w.host {
 		return true
 	}
 	name, _, err := net.SplitHostPort(host)
-	return err == nil && (name == "localhost" || name == "127.0.0.1" || name == "::1")
+	if err != nil {
+		name = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	return name == "localhost" || name == "127.0.0.1" || name == "::1"
 }
 
 // personView is a person in the page's user switcher.

@@ -251,19 +251,23 @@ func TestPageRefusals(t *testing.T) {
 	if resp.StatusCode != http.StatusUnsupportedMediaType {
 		t.Errorf("a form post: got %d, want 415", resp.StatusCode)
 	}
-	// Another host name (DNS rebinding) is refused.
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
-	req.Host = "evil.example:80"
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// Another host name (DNS rebinding) is refused, with its port or
+	// without.
+	for _, host := range []string{"evil.example:80", "evil.example", "[evil.example]"} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+		req.Host = host
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("another Host %s: got %d, want 403", host, resp.StatusCode)
+		}
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("another Host: got %d, want 403", resp.StatusCode)
-	}
-	// A loopback name on another port (an SSH tunnel's) is this server.
-	for _, host := range []string{"localhost:9000", "127.0.0.1:9000", "[::1]:9000"} {
+	// A loopback name on another port (an SSH tunnel's), or on port 80,
+	// which a browser leaves out, is this server.
+	for _, host := range []string{"localhost:9000", "127.0.0.1:9000", "[::1]:9000", "127.0.0.1", "localhost", "[::1]"} {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
 		req.Host = host
 		resp, err := http.DefaultClient.Do(req)
@@ -272,7 +276,7 @@ func TestPageRefusals(t *testing.T) {
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			t.Errorf("Host %s (a tunnel on another local port): got %d, want 200", host, resp.StatusCode)
+			t.Errorf("Host %s (a loopback name): got %d, want 200", host, resp.StatusCode)
 		}
 	}
 	// Another site's page cannot open the socket of change notices.
