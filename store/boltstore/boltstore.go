@@ -1302,6 +1302,9 @@ func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
 // SaveResult keeps the result of an executing call and appends its audit
 // entry, in one transaction.
 func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
+	if len(result) == 0 {
+		return fmt.Errorf("save result of call %s: empty result", callID)
+	}
 	err := s.updateCallAudited(ctx, callID, e, func(c *store.Call) (bool, error) {
 		switch {
 		case !c.Executing:

@@ -817,6 +817,9 @@ func (s *Store) SaveResult(ctx context.Context, callID string, result []byte, e 
 	if store.RunOf(callID) == "" {
 		return fmt.Errorf("save result of call %s: %w", callID, store.ErrNotFound)
 	}
+	if len(result) == 0 {
+		return fmt.Errorf("save result of call %s: empty result", callID)
+	}
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}

@@ -120,7 +120,8 @@ type Store interface {
 	// it: the entry is written exactly when the result is. Saving the result a call has already (a sending
 	// made again) writes nothing and succeeds. It fails with ErrConflict
 	// for a call that is not executing or has another result, and
-	// ErrNotFound for an unknown one, writing nothing. A
+	// ErrNotFound for an unknown one, and an error for an empty result
+	// (a result is what the tool returned, encoded), writing nothing. A
 	// store that appends the entry in a second step returns an error
 	// wrapping ErrEffects if that step fails: the result stands.
 	SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error

@@ -915,6 +915,14 @@ func testSaveResult(t *testing.T, open Opener) {
 	if got := wantStatus(t, s, c.ID, store.Decided); len(got.Result) != 0 {
 		t.Errorf("GetCall(%s).Result = %s before SaveResult, want empty", c.ID, got.Result)
 	}
+	// An empty result is refused, and holds nothing: the result saved
+	// next is the call's.
+	if err := s.SaveResult(ctx, c.ID, nil, entry); err == nil {
+		t.Errorf("SaveResult(%s) of an empty result = nil, want an error", c.ID)
+	}
+	if got := executes(); len(got) != 0 {
+		t.Errorf("audit entries after an empty result = %+v, want none", got)
+	}
 	if err := s.SaveResult(ctx, c.ID, result, entry); err != nil {
 		t.Fatalf("SaveResult(%s) = %v", c.ID, err)
 	}
