@@ -268,7 +268,7 @@ func TestRecordCutByTheShutdownIsNotAskedAgain(t *testing.T) {
 	e.st.arm(stepLandLate, stepLandHang)
 	tsB := e.slack.Mention(channel, requester, "hello")
 	e.acked(t, tsB)
-	e.queued(t, "B's turn waits for the slot", 1)
+	waitUntil(t, "B's late record under way", func() bool { return e.st.left() == 0 })
 	e.restart()
 	e.answer(e.tsA, "held: hold a")
 	e.answer(tsB, "ok")
