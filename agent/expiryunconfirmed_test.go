@@ -12,10 +12,10 @@ import (
 	"github.com/toolgate/toolgate/store"
 )
 
-// unconfirmedDecisions is a store that makes the next audited decisions
-// (lose of them) and answers each with err instead of its answer: a reply
-// lost after the store made the step, or a write the primary made that its
-// replicas did not confirm (store.ErrNotReplicated).
+// unconfirmedDecisions is a store that makes each of its next lose
+// audited decisions and answers it with err instead of its answer: a
+// reply lost after the store made the step, or a write the primary made
+// that its replicas did not confirm (store.ErrNotReplicated).
 type unconfirmedDecisions struct {
 	agent.Store
 	lose atomic.Int32
