@@ -137,7 +137,9 @@ func TestSlowReminderDoesNotHoldUpExpiry(t *testing.T) {
 func TestReminderStopsOnceTheCallIsDecided(t *testing.T) {
 	const private = "CPRIVATE01"
 	e := newEnv(t, storeKinds(t)[0])
-	e.reminderAfter = 200 * time.Millisecond
+	// Long enough for the card's copies to be out first, even on a
+	// loaded machine: the reminder is the post after them.
+	e.reminderAfter = 2 * time.Second
 	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
 	e.start()
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)), fakeopenai.Text("Deployed vault 14."))
@@ -150,7 +152,11 @@ func TestReminderStopsOnceTheCallIsDecided(t *testing.T) {
 	must(t, err)
 	arrived, release := e.slack.HoldNext("chat.postMessage")
 	defer release()
-	<-arrived // the reminder in the thread, held
+	select {
+	case <-arrived: // the reminder in the thread, held
+	case <-time.After(15 * time.Second):
+		t.Fatal("no reminder came after the card's copies (posted before the hold was set?)")
+	}
 	_, err = e.slack.Click(approver, copyMsg.Channel, copyMsg.TS, slackapp.ActionApprove, "")
 	must(t, err)
 	e.waitIn(private, ts, "with the card approved", func(m fakeslack.Message) bool {
