@@ -74,7 +74,7 @@ type Conversations interface {
 type Runs interface {
 	LoadRun(ctx context.Context, runID string) (store.Run, []store.Call, error)
 	GetCall(ctx context.Context, callID string) (store.Call, error)
-	GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error)
+	GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, int64, error)
 	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (store.Call, bool, error)
 	DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error)
 	ApproveAudited(ctx context.Context, callID, fingerprint string, ap store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (store.Call, bool, error)

@@ -97,7 +97,33 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 			}
 		}
 	}
-	c, recs, err := a.store.GetCallWith(ctx, d.CallID, a.policyKinds()...)
+	for tries := 1; ; tries++ {
+		res, err := a.decideStored(ctx, d, taken)
+		if !errors.Is(err, errJudgeAgain) {
+			return res, err
+		}
+		if tries == judgeTries {
+			return DecideResult{}, fmt.Errorf("decide %s: the policy or the call changed while the decision was checked, %d times: %w", d.CallID, tries, store.ErrStale)
+		}
+	}
+}
+
+// judgeTries bounds how many times a decision is judged from the call
+// and the records as stored when they change before it is made.
+const judgeTries = 3
+
+// errJudgeAgain is returned by decideStored when the store refused the
+// decision, writing nothing, because the policy's records, or the call's
+// approvals, changed since they were read with the call.
+var errJudgeAgain = errors.New("judge the decision again")
+
+// decideStored decides d from the call as the store has it now and the
+// policy's records read with it, on the condition that neither changed
+// before the decision is made (store.Condition); errJudgeAgain if they
+// did (a store that keeps no version of the records, a Redis Cluster,
+// makes it unconditionally).
+func (a *Agent) decideStored(ctx context.Context, d approvals.Decision, taken **Taken) (DecideResult, error) {
+	c, recs, version, err := a.store.GetCallWith(ctx, d.CallID, a.policyKinds()...)
 	if errors.Is(err, store.ErrNotFound) {
 		return DecideResult{}, fmt.Errorf("decide %s: %w", d.CallID, approvals.ErrUnknownCall)
 	}
@@ -128,9 +154,9 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 	if (need > 1 || c.Edit != nil) && (d.Kind == approvals.Approve || d.Kind == approvals.Edit) {
 		// Counted; a call with a pending edit is always decided here,
 		// where the approval that decides it runs the edit's arguments.
-		return a.approve(ctx, c, d, sd, v, need, taken, nil)
+		return a.approve(ctx, c, d, sd, v, need, taken, version, nil)
 	}
-	return a.record(ctx, c, d.Fingerprint, sd, v, taken, 0)
+	return a.record(ctx, c, d.Fingerprint, sd, v, taken, version, false)
 }
 
 // unchangedEdit returns d as an Approve when it is an Edit of c whose
@@ -277,9 +303,9 @@ func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pause
 			return DecideResult{}, errReadCall
 		}
 		if (need <= 1 && c.Edit == nil) || (d.Kind != approvals.Approve && d.Kind != approvals.Edit) {
-			return a.record(ctx, c, d.Fingerprint, sd, v, taken, pc.version)
+			return a.record(ctx, c, d.Fingerprint, sd, v, taken, pc.version, true)
 		}
-		res, err := a.approve(ctx, c, d, sd, v, need, taken, &pc)
+		res, err := a.approve(ctx, c, d, sd, v, need, taken, pc.version, &pc)
 		var changed *judgeAgain
 		if !errors.As(err, &changed) {
 			return res, err
@@ -299,7 +325,7 @@ func (a *Agent) decidePaused(ctx context.Context, d approvals.Decision, pc pause
 // it would refuse (four eyes added, an approver taken out of the rule or
 // its group, out of the conversation) no longer counts, and the store
 // drops it in the step that counts the new one.
-func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision, sd store.Decision, v approvals.Verdict, need int, taken **Taken, pc *pausedCall) (DecideResult, error) {
+func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision, sd store.Decision, v approvals.Verdict, need int, taken **Taken, version int64, pc *pausedCall) (DecideResult, error) {
 	var stale []string
 	if d.Kind == approvals.Approve {
 		var err error
@@ -331,6 +357,7 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		fp = edit.Fingerprint
 	}
 	fx := decisionEffects(c, d.Decider, storedKind(d.Kind), fp, d.At)
+	fx.Condition = judgedBy(c, version)
 	// Names the decision this approval may complete, as record does.
 	final.Attempt = newNonce()
 	// An approval that cannot meet the count begins no resume: it is
@@ -343,14 +370,9 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	counted := kept+1 < need
 	var s sent
 	if taken != nil && (pc != nil || !counted) {
-		rb := a.resumeBegin(c, final.Attempt, 0)
-		if pc != nil {
-			var next *store.Call
-			if counted {
-				n := store.Counted(c, ap, stale, edit)
-				next = &n
-			}
-			a.judgedFrom(&rb, c, *pc, next)
+		rb := a.resumeBegin(c, final.Attempt)
+		if pc != nil && counted {
+			a.announceCounted(&rb, store.Counted(c, ap, stale, edit), *pc)
 		}
 		if counted {
 			rb.Kinds = nil // nothing to begin, so nothing to read
@@ -358,7 +380,7 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		s = a.send(ctx, c, rb, !counted, approvedBy(ap, final.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.ApproveBegin(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx, rb)
 		}, func(ctx context.Context) error {
-			_, _, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx)
+			_, _, err := a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, unconditional(fx))
 			return err
 		})
 	}
@@ -373,6 +395,9 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		s.got, s.complete, s.err = a.sendUntilAnswered(ctx, func(ctx context.Context) (store.Call, bool, error) {
 			return a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx)
 		})
+	}
+	if errors.Is(s.err, store.ErrStale) {
+		return DecideResult{}, errJudgeAgain
 	}
 	held := a.held(s)
 	defer a.releaseOnPanic(ctx, held)
@@ -393,22 +418,35 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 	return DecideResult{Call: viewOf(s.got), Complete: s.complete}, nil
 }
 
-// judgedFrom makes rb, an approval's of c judged from the call as
-// remembered (pc), conditional on what it was judged by: written only if
-// the records and the call's approvals are still those. With next, the
-// call once the approval is counted (it cannot meet the count), the
-// processes that follow pauses are told of it when it is counted, so
-// that they remember the call with this count, as this one does: the next
-// approval, wherever it is clicked, is judged from it.
-func (a *Agent) judgedFrom(rb *store.ResumeBegin, c store.Call, pc pausedCall, next *store.Call) {
-	rb.IfRecords, rb.IfEdited = pc.version, c.Edit != nil
+// judgedBy is the condition of a decision on c judged by the records of
+// version (see store.Condition): the records and the call's approvals
+// must be as judged. None when the store keeps no version.
+func judgedBy(c store.Call, version int64) store.Condition {
+	if version == 0 {
+		return store.Condition{}
+	}
+	cond := store.Condition{IfRecords: version, IfEdited: c.Edit != nil}
 	for _, x := range c.Approvals {
-		rb.IfApprovers = append(rb.IfApprovers, x.Approver)
+		cond.IfApprovers = append(cond.IfApprovers, x.Approver)
 	}
-	if next == nil {
-		return
-	}
-	if an := rememberable([]store.Call{*next}, pc.recs, pc.version); len(an.IDs) == 1 {
+	return cond
+}
+
+// unconditional is fx without its condition: the effects of a decision
+// found made, sent again (see followUp), whose condition held when it
+// was made.
+func unconditional(fx store.Effects) store.Effects {
+	fx.Condition = store.Condition{}
+	return fx
+}
+
+// announceCounted has rb, an approval's of a call judged from the call as
+// remembered (pc) that cannot meet the count, tell the processes that
+// follow pauses of next, the call once the approval is counted, when it
+// is counted, so that they remember the call with this count, as this
+// one does: the next approval, wherever it is clicked, is judged from it.
+func (a *Agent) announceCounted(rb *store.ResumeBegin, next store.Call, pc pausedCall) {
+	if an := rememberable([]store.Call{next}, pc.recs, pc.version); len(an.IDs) == 1 {
 		rb.Announce = a.announce(an, pc.recs)
 	}
 }
@@ -862,26 +900,30 @@ func refused(c, got store.Call, err error) (DecideResult, error) {
 
 // record writes a checked decision and reports it. With taken set, the
 // decision that completes its step also begins the step's resume when no
-// turn of this process holds the conversation (see DecideTaking). With
-// ifRecords set (see decidePaused) the decision is conditional: errReadCall
-// when it was not sent or the store refused it without a write.
-func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict, taken **Taken, ifRecords int64) (DecideResult, error) {
+// turn of this process holds the conversation (see DecideTaking). It is
+// conditional on the records of version (none when zero), judged by:
+// errJudgeAgain when the store refused it because they changed. A
+// decision on the call as remembered (see decidePaused) is made only when
+// it can begin its resume: errReadCall when it was not sent or the store
+// refused it without a write.
+func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict, taken **Taken, version int64, remembered bool) (DecideResult, error) {
 	fx := decisionEffects(c, sd.Decider, sd.Kind, c.Fingerprint, sd.At)
 	fx.Audit.Detail = sd.Reason
+	fx.IfRecords = version
 	// Names this sending, for a store whose client sends it again after
 	// a lost reply (see store.Decision.Attempt), and the resume it begins.
 	sd.Attempt = newNonce()
 	var s sent
 	if taken != nil {
-		s = a.send(ctx, c, a.resumeBegin(c, sd.Attempt, ifRecords), true, decidedBy(sd.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
+		s = a.send(ctx, c, a.resumeBegin(c, sd.Attempt), true, decidedBy(sd.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
 		}, func(ctx context.Context) error {
-			_, _, err := a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
+			_, _, err := a.store.DecideAudited(ctx, c.ID, fp, sd, unconditional(fx))
 			return err
 		})
 	}
 	switch {
-	case ifRecords != 0 && (!s.asked || refusedWithoutWrite(s.err)):
+	case remembered && (!s.asked || refusedWithoutWrite(s.err)):
 		// Not sent (a turn of this process holds the conversation), or
 		// refused: decided again from the stored call.
 		return DecideResult{}, errReadCall
@@ -889,6 +931,9 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 		s.got, s.complete, s.err = a.sendUntilAnswered(ctx, func(ctx context.Context) (store.Call, bool, error) {
 			return a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
 		})
+	}
+	if errors.Is(s.err, store.ErrStale) {
+		return DecideResult{}, errJudgeAgain
 	}
 	held := a.held(s)
 	defer a.releaseOnPanic(ctx, held)
@@ -944,11 +989,10 @@ type sent struct {
 }
 
 // resumeBegin is what a decision (its attempt named nonce) on c takes to
-// begin the resume of the step it completes, conditional on the records
-// of version ifRecords when that is set; send names its holder.
-func (a *Agent) resumeBegin(c store.Call, nonce string, ifRecords int64) store.ResumeBegin {
+// begin the resume of the step it completes; send names its holder.
+func (a *Agent) resumeBegin(c store.Call, nonce string) store.ResumeBegin {
 	return store.ResumeBegin{Conversation: c.Conversation, Lease: store.TurnLease(c.Conversation),
-		TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), IfRecords: ifRecords, Nonce: nonce}
+		TTL: a.cfg.LeaseTTL, Start: startKinds, Kinds: a.policyKinds(), Nonce: nonce}
 }
 
 // send writes a checked decision or approval on c with step, which also

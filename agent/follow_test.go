@@ -41,7 +41,7 @@ func (f *following) FollowPauses(ctx context.Context, ready func(), fn func([]by
 	})
 }
 
-func (f *following) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+func (f *following) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, int64, error) {
 	f.reads.Add(1)
 	return f.Store.GetCallWith(ctx, id, kinds...)
 }

@@ -53,7 +53,7 @@ func (s *flakyStore) RecordsOf(ctx context.Context, kinds ...string) (map[string
 
 // GetCallWith and BeginResume leave the records out, as stores do when
 // they cannot read them.
-func (s *flakyStore) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+func (s *flakyStore) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, int64, error) {
 	if s.failRecords.Load() {
 		kinds = nil
 	}

@@ -615,13 +615,13 @@ func TestAcceptTakingStartsTheTurnInTheSameStep(t *testing.T) {
 	}
 }
 
-func (l *turnLog) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+func (l *turnLog) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, int64, error) {
 	l.add("GetCallWith")
 	return l.Store.GetCallWith(ctx, id, kinds...)
 }
 
 func (l *turnLog) DecideBegin(ctx context.Context, id, fp string, d store.Decision, fx store.Effects, r store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
-	if r.IfRecords != 0 {
+	if fx.IfRecords != 0 {
 		l.add("DecideBegin if records")
 	} else {
 		l.add("DecideBegin")

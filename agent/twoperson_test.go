@@ -426,7 +426,7 @@ type steps struct {
 	reads, approvals, resumes atomic.Int64
 }
 
-func (s *steps) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+func (s *steps) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, int64, error) {
 	s.reads.Add(1)
 	return s.Store.GetCallWith(ctx, id, kinds...)
 }

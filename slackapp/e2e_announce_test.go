@@ -41,12 +41,12 @@ func (s *pauseHeldStore) CommitTurn(ctx context.Context, c store.Commit) error {
 	return s.fullStore.CommitTurn(ctx, c)
 }
 
-func (s *pauseHeldStore) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
-	c, recs, err := s.fullStore.GetCallWith(ctx, id, kinds...)
+func (s *pauseHeldStore) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, int64, error) {
+	c, recs, version, err := s.fullStore.GetCallWith(ctx, id, kinds...)
 	if s.holding.Load() {
 		s.looked <- id
 	}
-	return c, recs, err
+	return c, recs, version, err
 }
 
 func (s *pauseHeldStore) GetCall(ctx context.Context, id string) (store.Call, error) {

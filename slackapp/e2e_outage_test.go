@@ -31,9 +31,9 @@ func (s *outageStore) GetCall(ctx context.Context, id string) (store.Call, error
 	return s.fullStore.GetCall(ctx, id)
 }
 
-func (s *outageStore) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+func (s *outageStore) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, int64, error) {
 	if s.down.Load() {
-		return store.Call{}, nil, errOutage
+		return store.Call{}, nil, 0, errOutage
 	}
 	return s.fullStore.GetCallWith(ctx, id, kinds...)
 }

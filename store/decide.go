@@ -7,10 +7,14 @@ import (
 	"time"
 )
 
-// Effects are what DecideAudited and ApproveAudited write in the same
-// atomic step as a decision, or a counted approval, that succeeds; nothing
-// of them is written when it is refused or fails.
+// Effects are what DecideAudited and ApproveAudited (and DecideBegin and
+// ApproveBegin) write in the same atomic step as a decision, or a counted
+// approval, that succeeds, and the condition that step is made on;
+// nothing of them is written when it is refused or fails.
 type Effects struct {
+	// Condition, when its IfRecords is set, makes the step conditional on
+	// what the decision was judged by.
+	Condition
 	// Audit, when its Action is set, is appended to the audit log as Audit
 	// appends it (a zero At is the decision's time). ApproveAudited sets
 	// its Outcome and Detail (see ApprovalAudit).
@@ -20,6 +24,30 @@ type Effects struct {
 	// its run pending: the resume is then work in progress that another
 	// process takes over if this one dies before it answers.
 	Unanswered string
+}
+
+// Condition makes a decision or an approval conditional on what it was
+// judged by: the policy's records of one version and, for an approval,
+// the approvals the call held.
+type Condition struct {
+	// IfRecords, when not zero, makes the decision itself conditional:
+	// it is refused with ErrStale, writing nothing, unless the records
+	// are still at this version (a Begun's RecordsVersion, or the one
+	// GetCallWith read), so that a decider checked against records read
+	// earlier is checked against the records of the decision's time. It
+	// is checked after the refusals of an unknown call (ErrNotFound) and
+	// of one not pending (ErrAlreadyDecided, with the call as stored):
+	// ErrStale, with a zero Call, refuses only a decision that could be
+	// made. A store that keeps no version refuses every such decision.
+	IfRecords int64
+	// IfApprovers and IfEdited, with IfRecords, make an approval
+	// (ApproveAudited, ApproveBegin) conditional on the approvals it was
+	// judged with too: it is refused with ErrStale, writing nothing and
+	// returning the call as stored, unless the call holds the approvals
+	// of exactly IfApprovers, in this order, and a pending edit exactly
+	// when IfEdited is set.
+	IfApprovers []string
+	IfEdited    bool
 }
 
 // ErrEffects is wrapped by the error of a decision that was recorded but
@@ -114,7 +142,7 @@ func NextRemindAt(c Call) time.Time {
 
 // HoldsApprovals reports whether c holds the approvals of exactly
 // approvers, in order, and a pending edit exactly when edited (see
-// ResumeBegin.IfApprovers).
+// Condition.IfApprovers).
 func HoldsApprovals(c Call, approvers []string, edited bool) bool {
 	return (c.Edit != nil) == edited && slices.EqualFunc(c.Approvals, approvers, func(a Approval, id string) bool { return a.Approver == id })
 }
@@ -182,25 +210,10 @@ type ResumeBegin struct {
 	TTL          time.Duration
 	Start        []string
 	Kinds        []string
-	// IfRecords, when not zero, makes the decision itself conditional:
-	// it is refused with ErrStale, writing nothing, unless the records
-	// are still at this version (a Begun's RecordsVersion), so that a
-	// decider checked against records read earlier is checked against
-	// the records of the decision's time. A store that keeps no version
-	// refuses every such decision. DecideBegin and ApproveBegin only.
-	IfRecords int64
-	// IfApprovers and IfEdited, with IfRecords, make an approval
-	// (ApproveBegin) conditional on the approvals it was judged with
-	// too: it is refused with ErrStale, writing nothing and returning
-	// the call as stored, unless the call holds the approvals of
-	// exactly IfApprovers, in this order, and a pending edit exactly
-	// when IfEdited is set.
-	IfApprovers []string
-	IfEdited    bool
 	// Announce, if set, is published to the processes that follow pauses
-	// (see Commit.Announce) when such a conditional approval is counted
-	// without deciding the call, in the same step; a store that
-	// announces nothing ignores it.
+	// (see Commit.Announce) when an approval conditional on the records
+	// (Effects.IfRecords) is counted without deciding the call, in the
+	// same step (ApproveBegin); a store that announces nothing ignores it.
 	Announce []byte
 	// Nonce, when set, names this attempt, so that it can be asked again
 	// when its answer was lost (a reset connection, a time-out): a

@@ -24,8 +24,9 @@ var (
 	// ErrDuplicateApproval: Approve found the approver's approval of these
 	// arguments already counted.
 	ErrDuplicateApproval = errors.New("approval already counted")
-	// ErrStale: DecideBegin was told to decide only on records of a
-	// version they no longer have (see ResumeBegin.IfRecords).
+	// ErrStale: a decision or an approval was told to be made only on
+	// records of a version they no longer have, or on a call holding
+	// other approvals (see Condition).
 	ErrStale = errors.New("records changed")
 	// ErrNotHolder: CommitTurn was told to write only while its holder
 	// holds the conversation's lease (Commit.Holder), and another owner

@@ -22,7 +22,7 @@ type Begun struct {
 	Records map[string][]Record
 	// RecordsVersion is the version of every record at the time Records
 	// were read: a number that any later change of a record makes
-	// different (see ResumeBegin.IfRecords). Zero from a store that keeps
+	// different (see Condition.IfRecords). Zero from a store that keeps
 	// none (Redis Cluster).
 	RecordsVersion int64
 }

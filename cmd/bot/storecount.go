@@ -133,7 +133,7 @@ func (s *countedStore) LoadRun(ctx context.Context, runID string) (store.Run, []
 	return s.st.LoadRun(ctx, runID)
 }
 
-func (s *countedStore) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+func (s *countedStore) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, int64, error) {
 	s.count("GetCallWith")
 	return s.st.GetCallWith(ctx, callID, kinds...)
 }

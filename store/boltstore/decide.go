@@ -52,7 +52,7 @@ func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.
 		// unknown or decided is refused as that (with the call as stored,
 		// which says who decided), whatever the records, as Redis refuses
 		// it.
-		if r != nil && r.IfRecords != 0 && recordsVersion(tx) != r.IfRecords {
+		if fx.IfRecords != 0 && recordsVersion(tx) != fx.IfRecords {
 			c = store.Call{}
 			return store.ErrStale
 		}
@@ -128,12 +128,12 @@ func (s *Store) approve(ctx context.Context, callID, fingerprint string, a store
 		case !a.At.Before(c.ExpiresAt):
 			return store.ErrExpired
 		}
-		if r != nil && r.IfRecords != 0 {
-			if recordsVersion(tx) != r.IfRecords {
+		if fx.IfRecords != 0 {
+			if recordsVersion(tx) != fx.IfRecords {
 				c = store.Call{}
 				return store.ErrStale
 			}
-			if !store.HoldsApprovals(c, r.IfApprovers, r.IfEdited) {
+			if !store.HoldsApprovals(c, fx.IfApprovers, fx.IfEdited) {
 				return store.ErrStale
 			}
 		}
@@ -384,12 +384,13 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 }
 
 // GetCallWith is one transaction: see storetest.Store for the contract.
-func (s *Store) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+func (s *Store) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, int64, error) {
 	if err := ctx.Err(); err != nil {
-		return store.Call{}, nil, err
+		return store.Call{}, nil, 0, err
 	}
 	var c store.Call
 	var recs map[string][]store.Record
+	var version int64
 	err := s.db.View(func(tx *bolt.Tx) error {
 		ok, err := get(tx.Bucket(bucketCalls), callID, &c)
 		if err != nil {
@@ -398,11 +399,15 @@ func (s *Store) GetCallWith(ctx context.Context, callID string, kinds ...string)
 		if !ok {
 			return store.ErrNotFound
 		}
-		recs, _ = recordsOf(tx, kinds) // nil if they cannot be read
+		if recs, err = recordsOf(tx, kinds); err != nil {
+			recs = nil // they cannot be read: the call stands
+			return nil
+		}
+		version = recordsVersion(tx)
 		return nil
 	})
 	if err != nil {
-		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, err)
+		return store.Call{}, nil, 0, fmt.Errorf("get call %s: %w", callID, err)
 	}
-	return c, recs, nil
+	return c, recs, version, nil
 }

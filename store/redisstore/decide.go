@@ -42,14 +42,10 @@ func (s *Store) DecideBegin(ctx context.Context, callID, fingerprint string, d s
 }
 
 // canBegin checks what DecideBegin and ApproveBegin take to begin a
-// resume: on a Cluster, where no version of the records is kept, no
-// condition on one holds.
+// resume.
 func (s *Store) canBegin(r store.ResumeBegin) error {
 	if r.TTL < time.Millisecond {
 		return fmt.Errorf("resume ttl %v is under 1ms", r.TTL)
-	}
-	if s.cluster && r.IfRecords != 0 {
-		return store.ErrStale
 	}
 	return nil
 }
@@ -62,6 +58,11 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	runID := store.RunOf(callID)
 	if runID == "" {
 		return fail(store.Call{}, store.ErrNotFound)
+	}
+	if s.cluster && fx.IfRecords != 0 {
+		// A Cluster keeps no version of the records: no condition on one
+		// holds.
+		return fail(store.Call{}, store.ErrStale)
 	}
 	if d.At.IsZero() {
 		d.At = time.Now()
@@ -78,10 +79,10 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	keys, effects := s.effectsOf(callID, entry, fx, d.At)
 	args := []any{fingerprint, d.Kind, d.At.UnixMicro(), dj, string(newrun.Outcome(d.Kind))}
 	script := decide
-	if r != nil && r.IfRecords != 0 {
+	if fx.IfRecords != 0 {
 		script = decideIf
 		keys = append(keys, s.recordsVersionKey())
-		args = append(args, r.IfRecords-1)
+		args = append(args, fx.IfRecords-1)
 	}
 	args = append(args, effects...)
 	p := s.send(ctx, script, keys, args, callID, dj, d.At, r)
@@ -478,6 +479,9 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 	if runID == "" {
 		return fail(store.Call{}, store.ErrNotFound)
 	}
+	if s.cluster && fx.IfRecords != 0 {
+		return fail(store.Call{}, store.ErrStale) // as decideBegin
+	}
 	now := time.Now()
 	if a.At.IsZero() {
 		a.At = now
@@ -546,18 +550,22 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 	args := []any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
 		dj, string(newrun.Outcome(d.Kind)), ej, efp, sending, dropped, eexp, reminders}
 	script := approve
-	if r != nil && r.IfRecords != 0 {
-		judged, err := store.EncodeJSON(append([]string{}, r.IfApprovers...))
+	if fx.IfRecords != 0 {
+		judged, err := store.EncodeJSON(append([]string{}, fx.IfApprovers...))
 		if err != nil {
 			return fail(store.Call{}, err)
 		}
 		edited := 0
-		if r.IfEdited {
+		if fx.IfEdited {
 			edited = 1
+		}
+		var announce string
+		if r != nil {
+			announce = string(r.Announce)
 		}
 		script = approveIf
 		keys = append(keys, s.recordsVersionKey())
-		args = append(args, r.IfRecords-1, edited, string(judged), string(r.Announce), s.pausesChannel())
+		args = append(args, fx.IfRecords-1, edited, string(judged), announce, s.pausesChannel())
 	}
 	args = append(args, effects...)
 	p := s.send(ctx, script, keys, args, callID, dj, a.At, r)
@@ -923,16 +931,23 @@ func (s *Store) beginResumeWith(ctx context.Context, runID string, r store.Resum
 	return rs, nil
 }
 
-// GetCallWith is GetCall and RecordsOf in one pipeline (one round trip).
-func (s *Store) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error) {
+// GetCallWith is GetCall and RecordsOf in one pipeline (one round trip),
+// with the records' version read before them on a single node.
+func (s *Store) GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, int64, error) {
 	if store.RunOf(callID) == "" {
-		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
+		return store.Call{}, nil, 0, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
 	}
 	var call *redis.SliceCmd
+	var version *redis.StringCmd
 	recs := make([]*redis.MapStringStringCmd, len(kinds))
 	// Each command's error is checked apart: records that cannot be read
 	// are left out, the call stands.
 	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if !s.cluster {
+			// Before the records: a change between the two reads makes
+			// the version older than the records, never newer.
+			version = p.Get(ctx, s.recordsVersionKey())
+		}
 		call = p.HMGet(ctx, s.callKey(callID), callFields...)
 		for i, k := range kinds {
 			recs[i] = p.HGetAll(ctx, s.recordsKey(k))
@@ -941,16 +956,20 @@ func (s *Store) GetCallWith(ctx context.Context, callID string, kinds ...string)
 	})
 	vals, err := call.Result()
 	if err != nil {
-		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, err)
+		return store.Call{}, nil, 0, fmt.Errorf("get call %s: %w", callID, err)
 	}
 	c, ok, err := decodeCall(vals)
 	if err != nil {
-		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, err)
+		return store.Call{}, nil, 0, fmt.Errorf("get call %s: %w", callID, err)
 	}
 	if !ok {
-		return store.Call{}, nil, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
+		return store.Call{}, nil, 0, fmt.Errorf("get call %s: %w", callID, store.ErrNotFound)
 	}
-	return c, records(kinds, recs), nil
+	listed := records(kinds, recs)
+	if listed == nil && len(kinds) > 0 {
+		return c, nil, 0, nil
+	}
+	return c, listed, recordsVersion(version, recs), nil
 }
 
 // records decodes the listings of kinds; nil if there are none, or if one

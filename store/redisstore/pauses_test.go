@@ -102,11 +102,12 @@ func TestCountedApprovalPublishesItsAnnouncement(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	heard := followPauses(t, s)
 	r, c, version := versionedRun(t, s)
-	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: store.TurnLease(r.Conversation), Owner: "a", TTL: time.Minute, IfRecords: version}
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: store.TurnLease(r.Conversation), Owner: "a", TTL: time.Minute}
 	approve := func(who string, judged []string, announce string) error {
 		rb := rb
-		rb.IfApprovers, rb.Announce = judged, []byte(announce)
-		_, _, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, store.Approval{Approver: who, At: time.Now()}, nil, nil, 2, store.Decision{Kind: "approve", Decider: who}, store.Effects{}, rb)
+		rb.Announce = []byte(announce)
+		fx := store.Effects{Condition: store.Condition{IfRecords: version, IfApprovers: judged}}
+		_, _, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, store.Approval{Approver: who, At: time.Now()}, nil, nil, 2, store.Decision{Kind: "approve", Decider: who}, fx, rb)
 		return err
 	}
 	if err := approve("U1", nil, "counted"); err != nil {

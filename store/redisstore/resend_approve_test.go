@@ -108,8 +108,9 @@ func TestDroppedConditionalApprovalSentAgainIsNotCounted(t *testing.T) {
 		}
 	}})
 	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: store.TurnLease(r.Conversation), Owner: "a", TTL: time.Minute,
-		Start: []string{"approve"}, IfRecords: version, IfApprovers: []string{"U2"}}
-	got, complete, _, err := s.ApproveBegin(ctx, call.ID, fp, store.Approval{Approver: "U1"}, nil, nil, 3, store.Decision{Kind: "approve", Decider: "U1"}, store.Effects{}, rb)
+		Start: []string{"approve"}}
+	fx := store.Effects{Condition: store.Condition{IfRecords: version, IfApprovers: []string{"U2"}}}
+	got, complete, _, err := s.ApproveBegin(ctx, call.ID, fp, store.Approval{Approver: "U1"}, nil, nil, 3, store.Decision{Kind: "approve", Decider: "U1"}, fx, rb)
 	if armed {
 		t.Fatal("the approval was not sent again")
 	}

@@ -249,8 +249,9 @@ func TestConditionalDecisionSentAgainAfterARecordChange(t *testing.T) {
 		}
 	}})
 	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: store.TurnLease(r.Conversation), Owner: "a", TTL: time.Minute,
-		Start: []string{"approve"}, IfRecords: version, Nonce: "attempt-1"}
-	got, complete, rs, err := s.DecideBegin(ctx, call.ID, call.Fingerprint, store.Decision{Kind: "approve", Decider: "U1", Attempt: "attempt-1"}, store.Effects{}, rb)
+		Start: []string{"approve"}, Nonce: "attempt-1"}
+	fx := store.Effects{Condition: store.Condition{IfRecords: version}}
+	got, complete, rs, err := s.DecideBegin(ctx, call.ID, call.Fingerprint, store.Decision{Kind: "approve", Decider: "U1", Attempt: "attempt-1"}, fx, rb)
 	if armed.Load() {
 		t.Fatal("the decision was not sent again")
 	}

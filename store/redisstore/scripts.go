@@ -89,7 +89,7 @@ return reply('ok', left)
 var decide = redis.NewScript(decisionEffects + decideHead + decideBody)
 
 // decideIf is decide on a single node, if the records are still at the
-// version given (see store.ResumeBegin.IfRecords); a decided call is
+// version given (see store.Condition.IfRecords); a decided call is
 // answered as by decide, so that the same decision sent again after its
 // reply was lost is known as recorded even if the records changed since.
 // KEYS: call, run, audit, unanswered, runs, records version
@@ -230,7 +230,7 @@ return reply('ok', left)
 
 // approveIf is approve on a single node, if the records are still at the
 // version given and the call holds the approvals it was judged with (see
-// store.ResumeBegin.IfApprovers); a sending sent again, and a refusal,
+// store.Condition.IfApprovers); a sending sent again, and a refusal,
 // are answered as by approve.
 // KEYS: call, run, audit, unanswered, runs, records version
 // ARGV: as approve, with after the first thirteen the records version

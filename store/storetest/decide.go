@@ -23,14 +23,23 @@ type audited interface {
 	// returns the recorded decision with an error wrapping
 	// store.ErrEffects when that step failed, and takes it again when the
 	// same decision is sent again (see store.Decision.Attempt), its audit
-	// entry appended once.
+	// entry appended once. With fx.IfRecords, a store that keeps the
+	// records' version refuses the decision with store.ErrStale, writing
+	// nothing and returning a zero Call, when the records are at another
+	// version (see store.Condition); one that keeps none refuses it so
+	// whatever the version.
 	DecideAudited(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
 	// ApproveAudited is Approve with effects as DecideAudited writes them,
 	// for a counted approval as for one that decides the call; the audit
 	// entry is store.ApprovalAudit(fx.Audit, approvals counted, need), at
 	// a.At when its At is zero. Without edit, the approvals of the
 	// approvers in drop (counted before, no longer valid) are taken out of
-	// Approvals, in the same step, before a is counted.
+	// Approvals, in the same step, before a is counted. With
+	// fx.IfRecords it is conditional as DecideAudited is, and on
+	// fx.IfApprovers and fx.IfEdited too: when the records are at that
+	// version but the call holds other approvals, or an edit where none
+	// was judged (or none where one was), it is refused with
+	// store.ErrStale, writing nothing, and returns the call as stored.
 	ApproveAudited(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects) (c store.Call, complete bool, err error)
 	// BeginResume takes, in one atomic step, what the resume of a run
 	// needs before it starts: the lease on the key r.Lease for r.Owner
@@ -48,8 +57,8 @@ type audited interface {
 	// unless a call of the run is cancelled, it takes the first call (in
 	// CallIDs order) that is decided with a decision whose Kind is one of
 	// r.Start: if that call is not executing yet, it marks it executing,
-	// as BeginExecution does, and names it in Started. r.IfRecords is not
-	// used. store.ErrNotFound for an unknown run.
+	// as BeginExecution does, and names it in Started. store.ErrNotFound
+	// for an unknown run.
 	BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error)
 	// DecideBegin is DecideAudited and, when the decision is recorded and
 	// completes its step, BeginResume(the call's run, r) in the same atomic
@@ -58,25 +67,22 @@ type audited interface {
 	// completed). The ResumeStart is BeginResume's; it is zero, and
 	// nothing is taken, when the decision is refused or leaves calls
 	// pending, and a zero one may also come back from a store that could
-	// not read it (the caller then begins the resume itself). With
-	// r.IfRecords, a store that keeps the records' version checks it after
-	// the refusals of an unknown call (ErrNotFound) and of one not pending
-	// (ErrAlreadyDecided, with the call as stored): ErrStale, with a zero
-	// Call, refuses only a decision that could be made.
+	// not read it (the caller then begins the resume itself). It is
+	// conditional on fx.Condition as DecideAudited is.
 	DecideBegin(ctx context.Context, callID, fingerprint string, d store.Decision, fx store.Effects, r store.ResumeBegin) (c store.Call, complete bool, rs store.ResumeStart, err error)
 	// ApproveBegin is ApproveAudited and, when the approval decides the
 	// call and completes its step, BeginResume(the call's run, r), as
 	// DecideBegin is DecideAudited and BeginResume; a counted approval
-	// begins nothing. With r.IfRecords it is conditional as DecideBegin
-	// is, and on r.IfApprovers and r.IfEdited too: when the records are
-	// at that version but the call holds other approvals, or an edit
-	// where none was judged (or none where one was), it is refused with
-	// store.ErrStale, writing nothing, and returns the call as stored.
+	// begins nothing. It is conditional on fx.Condition as ApproveAudited
+	// is.
 	ApproveBegin(ctx context.Context, callID, fingerprint string, a store.Approval, drop []string, edit *store.Proposal, need int, d store.Decision, fx store.Effects, r store.ResumeBegin) (c store.Call, complete bool, rs store.ResumeStart, err error)
 	// GetCallWith is GetCall and RecordsOf(kinds) in one round trip or
-	// transaction; store.ErrNotFound for an unknown call. The records are
-	// nil if they cannot be read; the call stands.
-	GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, error)
+	// transaction, with the version of the records as they were read (see
+	// store.Begun.RecordsVersion), on which a decision judged by them is
+	// made conditional (store.Condition); store.ErrNotFound for an unknown
+	// call. The records are nil, and the version zero, if they cannot be
+	// read; the call stands.
+	GetCallWith(ctx context.Context, callID string, kinds ...string) (store.Call, map[string][]store.Record, int64, error)
 }
 
 // auditedEffects are the effects of a decision on c in its conversation.
@@ -344,29 +350,49 @@ func testDecideIfRecords(t *testing.T, open Opener) {
 	if !keeps && (v2 != 0 || v3 != 0) {
 		t.Fatalf("records versions %d, %d, %d; want all zero or none zero", v1, v2, v3)
 	}
-	r, calls := create(t, s, 1, nil)
-	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: "conv:" + r.Conversation + "/" + r.ID, Owner: "a", TTL: time.Minute}
-	rb.IfRecords = v2 // stale, or kept by no one
-	if !keeps {
-		rb.IfRecords = 1
+	if _, _, v, err := s.GetCallWith(ctx, store.CallID(store.NewRunID(), 0), "rules"); !errors.Is(err, store.ErrNotFound) || v != 0 {
+		t.Errorf("GetCallWith of an unknown call = version %d, %v; want ErrNotFound", v, err)
 	}
-	if _, _, _, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), auditedEffects(calls[0], "U1"), rb); !errors.Is(err, store.ErrStale) {
-		t.Fatalf("DecideBegin on records of version %d, now %d: error = %v, want ErrStale", rb.IfRecords, v3, err)
+	r, calls := create(t, s, 1, nil)
+	if _, _, v, err := s.GetCallWith(ctx, calls[0].ID, "rules"); err != nil || v != v3 {
+		t.Errorf("GetCallWith records version = %d, %v; want %d, as BeginTurn's", v, err, v3)
+	}
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: "conv:" + r.Conversation + "/" + r.ID, Owner: "a", TTL: time.Minute}
+	fx := auditedEffects(calls[0], "U1")
+	fx.IfRecords = v2 // stale, or kept by no one
+	if !keeps {
+		fx.IfRecords = 1
+	}
+	if _, _, _, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), fx, rb); !errors.Is(err, store.ErrStale) {
+		t.Fatalf("DecideBegin on records of version %d, now %d: error = %v, want ErrStale", fx.IfRecords, v3, err)
+	}
+	if c, _, err := s.DecideAudited(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), fx); !errors.Is(err, store.ErrStale) || c.ID != "" {
+		t.Fatalf("DecideAudited on records of version %d, now %d = call %q, %v; want ErrStale and no call", fx.IfRecords, v3, c.ID, err)
 	}
 	if c, err := s.GetCall(ctx, calls[0].ID); err != nil || c.Status != store.Pending {
 		t.Fatalf("the call after a stale decision = %s, %v; want still pending", c.Status, err)
 	}
+	if log := auditedCalls(t, s); len(log) != 0 {
+		t.Errorf("audit log after stale decisions = %q, want empty: nothing written", log)
+	}
 	if !keeps {
 		return
 	}
-	rb.IfRecords = v3
-	if _, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), auditedEffects(calls[0], "U1"), rb); err != nil || !complete || !rs.Claimed {
+	fx.IfRecords = v3
+	if _, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), fx, rb); err != nil || !complete || !rs.Claimed {
 		t.Errorf("DecideBegin on the records' version = complete %v, claimed %v, %v; want both", complete, rs.Claimed, err)
+	}
+	// Without a resume to begin.
+	_, calls = create(t, s, 1, nil)
+	fx = auditedEffects(calls[0], "U1")
+	fx.IfRecords = v3
+	if c, complete, err := s.DecideAudited(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), fx); err != nil || !complete || c.Status != store.Decided {
+		t.Errorf("DecideAudited on the records' version = %s, complete %v, %v; want decided, complete", c.Status, complete, err)
 	}
 }
 
 // A decision made on records of a version they no longer have
-// (ResumeBegin.IfRecords) is refused as any decision is when its call is
+// (Condition.IfRecords) is refused as any decision is when its call is
 // decided or unknown: ErrAlreadyDecided with the call as stored, which
 // says who decided, or ErrNotFound; not ErrStale, which would have the
 // decider judged again on the new records for a decision that cannot be
@@ -386,8 +412,10 @@ func testDecideIfRecordsOfADecidedCall(t *testing.T, open Opener) {
 	if _, _, err := s.Decide(ctx, calls[0].ID, calls[0].Fingerprint, approve("U_FIRST")); err != nil {
 		t.Fatalf("Decide(%s): %v", calls[0].ID, err)
 	}
-	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: "conv:" + r.Conversation + "/" + r.ID, Owner: "a", TTL: time.Minute, IfRecords: b.RecordsVersion}
-	c, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U_SECOND"), auditedEffects(calls[0], "U_SECOND"), rb)
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: "conv:" + r.Conversation + "/" + r.ID, Owner: "a", TTL: time.Minute}
+	fx := auditedEffects(calls[0], "U_SECOND")
+	fx.IfRecords = b.RecordsVersion
+	c, complete, rs, err := s.DecideBegin(ctx, calls[0].ID, calls[0].Fingerprint, approve("U_SECOND"), fx, rb)
 	if !errors.Is(err, store.ErrAlreadyDecided) || complete || rs.Claimed {
 		t.Errorf("DecideBegin of a decided call on stale records = complete %v, claimed %v, %v; want ErrAlreadyDecided", complete, rs.Claimed, err)
 	}
@@ -395,7 +423,7 @@ func testDecideIfRecordsOfADecidedCall(t *testing.T, open Opener) {
 		t.Errorf("DecideBegin of a decided call on stale records returned decision %+v, want the first decider U_FIRST", c.Decision)
 	}
 	for _, id := range []string{store.CallID(r.ID, 9), store.CallID(store.NewRunID(), 0)} {
-		if _, _, _, err := s.DecideBegin(ctx, id, "fp", approve("U_SECOND"), store.Effects{}, rb); !errors.Is(err, store.ErrNotFound) {
+		if _, _, _, err := s.DecideBegin(ctx, id, "fp", approve("U_SECOND"), store.Effects{Condition: fx.Condition}, rb); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("DecideBegin of unknown call %s on stale records = %v, want ErrNotFound", id, err)
 		}
 	}
@@ -699,7 +727,7 @@ func testGetCallWith(t *testing.T, open Opener) {
 	_, calls := create(t, s, 1, nil)
 	putRecord(t, s, "rules", "r1")
 	putRecord(t, s, "rules", "r2")
-	c, recs, err := s.GetCallWith(ctx, calls[0].ID, "rules", "none")
+	c, recs, _, err := s.GetCallWith(ctx, calls[0].ID, "rules", "none")
 	if err != nil {
 		t.Fatalf("GetCallWith(%s): %v", calls[0].ID, err)
 	}
@@ -709,7 +737,7 @@ func testGetCallWith(t *testing.T, open Opener) {
 	if len(recs) != 2 || len(recs["rules"]) != 2 || recs["rules"][0].ID != "r1" || recs["rules"][1].Version != 1 || len(recs["none"]) != 0 {
 		t.Errorf("GetCallWith records = %+v, want rules [r1 r2] and none []", recs)
 	}
-	if _, _, err := s.GetCallWith(ctx, store.CallID(store.NewRunID(), 0), "rules"); !errors.Is(err, store.ErrNotFound) {
+	if _, _, _, err := s.GetCallWith(ctx, store.CallID(store.NewRunID(), 0), "rules"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetCallWith of an unknown call: error = %v, want ErrNotFound", err)
 	}
 }
@@ -752,55 +780,69 @@ func testApproveBegin(t *testing.T, open Opener) {
 	r, calls := create(t, s, 1, nil)
 	c := calls[0]
 	lease := "conv:" + r.Conversation + "/" + r.ID
-	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute, Start: []string{"approve"}, Kinds: []string{"rules"}, IfRecords: version}
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: lease, Owner: "a", TTL: time.Minute, Start: []string{"approve"}, Kinds: []string{"rules"}}
+	cond := store.Condition{IfRecords: version}
+	// with is the effects of an approval by approver on condition cond.
+	with := func(approver string, cond store.Condition) store.Effects {
+		fx := auditedEffects(c, approver)
+		fx.Condition = cond
+		return fx
+	}
 	if !keeps {
-		rb.IfRecords = 1
-		if _, _, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, nil, 2, approve("U_A"), auditedEffects(c, "U_A"), rb); !errors.Is(err, store.ErrStale) {
+		if _, _, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, nil, 2, approve("U_A"), with("U_A", store.Condition{IfRecords: 1}), rb); !errors.Is(err, store.ErrStale) {
 			t.Fatalf("conditional ApproveBegin on a store that keeps no version: error = %v, want ErrStale", err)
 		}
-		rb.IfRecords = 0
+		if _, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, nil, 2, approve("U_A"), with("U_A", store.Condition{IfRecords: 1})); !errors.Is(err, store.ErrStale) {
+			t.Fatalf("conditional ApproveAudited on a store that keeps no version: error = %v, want ErrStale", err)
+		}
 	}
-	got, complete, rs, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, nil, 2, approve("U_A"), auditedEffects(c, "U_A"), rb)
+	got, complete, rs, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, nil, 2, approve("U_A"), with("U_A", cond), rb)
 	if err != nil || complete || rs.Claimed || rs.Busy || got.Status != store.Pending || !slices.Equal(approvers(got), []string{"U_A"}) {
 		t.Fatalf("first ApproveBegin of 2 = %s %v, complete %v, claimed %v, busy %v, %v; want counted, pending, nothing begun", got.Status, approvers(got), complete, rs.Claimed, rs.Busy, err)
 	}
 	if keeps {
 		// Judged with no approvals, or with an edit: the call as stored
 		// comes back, nothing written.
-		for _, cond := range []struct {
+		for _, judged := range []struct {
 			approvers []string
 			edited    bool
 		}{{nil, false}, {[]string{"U_A"}, true}, {[]string{"U_X"}, false}, {[]string{"U_A", "U_X"}, false}} {
-			stale := rb
-			stale.IfApprovers, stale.IfEdited = cond.approvers, cond.edited
-			got, complete, rs, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, approve("U_B"), auditedEffects(c, "U_B"), stale)
+			stale := store.Condition{IfRecords: version, IfApprovers: judged.approvers, IfEdited: judged.edited}
+			got, complete, rs, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, approve("U_B"), with("U_B", stale), rb)
 			if !errors.Is(err, store.ErrStale) || complete || rs.Claimed || got.ID != c.ID || !slices.Equal(approvers(got), []string{"U_A"}) {
-				t.Fatalf("ApproveBegin judged with approvals %v, edited %v = %q %v, complete %v, claimed %v, %v; want ErrStale with the call as stored ([U_A])", cond.approvers, cond.edited, got.ID, approvers(got), complete, rs.Claimed, err)
+				t.Fatalf("ApproveBegin judged with approvals %v, edited %v = %q %v, complete %v, claimed %v, %v; want ErrStale with the call as stored ([U_A])", judged.approvers, judged.edited, got.ID, approvers(got), complete, rs.Claimed, err)
+			}
+			got, complete, err = s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, approve("U_B"), with("U_B", stale))
+			if !errors.Is(err, store.ErrStale) || complete || got.ID != c.ID || !slices.Equal(approvers(got), []string{"U_A"}) {
+				t.Fatalf("ApproveAudited judged with approvals %v, edited %v = %q %v, complete %v, %v; want ErrStale with the call as stored ([U_A])", judged.approvers, judged.edited, got.ID, approvers(got), complete, err)
 			}
 		}
 		// The records changed: nothing comes back.
 		putRecord(t, s, "rules", "r1")
-		stale := rb
-		stale.IfApprovers = []string{"U_A"}
-		got, _, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, approve("U_B"), auditedEffects(c, "U_B"), stale)
+		stale := store.Condition{IfRecords: version, IfApprovers: []string{"U_A"}}
+		got, _, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, approve("U_B"), with("U_B", stale), rb)
 		if !errors.Is(err, store.ErrStale) || got.ID != "" {
 			t.Fatalf("ApproveBegin on records changed since = %q, %v; want ErrStale and no call", got.ID, err)
+		}
+		got, _, err = s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, approve("U_B"), with("U_B", stale))
+		if !errors.Is(err, store.ErrStale) || got.ID != "" {
+			t.Fatalf("ApproveAudited on records changed since = %q, %v; want ErrStale and no call", got.ID, err)
 		}
 		b, err := s.BeginTurn(ctx, conv, "a", time.Minute, "rules")
 		if err != nil || !b.Acquired {
 			t.Fatalf("BeginTurn = %v, %v", b.Acquired, err)
 		}
-		rb.IfRecords = b.RecordsVersion
-		rb.IfApprovers = []string{"U_A"}
+		cond = store.Condition{IfRecords: b.RecordsVersion, IfApprovers: []string{"U_A"}}
 	} else {
 		putRecord(t, s, "rules", "r1")
+		cond = store.Condition{}
 	}
 	if now, err := s.GetCall(ctx, c.ID); err != nil || now.Status != store.Pending || !slices.Equal(approvers(now), []string{"U_A"}) {
 		t.Fatalf("the call after refused approvals = %s %v, %v; want pending with U_A's approval only", now.Status, approvers(now), err)
 	}
 	final := approve("U_B")
 	final.Attempt = "attempt-1"
-	got, complete, rs, err = s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, final, auditedEffects(c, "U_B"), rb)
+	got, complete, rs, err = s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_B"), nil, nil, 2, final, with("U_B", cond), rb)
 	if err != nil || !complete || !rs.Claimed || rs.Busy || got.Status != store.Decided {
 		t.Fatalf("the approval that decides the call = %s, complete %v, claimed %v, busy %v, %v; want decided, complete, its resume begun", got.Status, complete, rs.Claimed, rs.Busy, err)
 	}

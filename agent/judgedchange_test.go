@@ -1,0 +1,141 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/store"
+)
+
+// changedAfterRead is a store whose reads of a call for a decision
+// (GetCallWith) run change right after the read, the first left times:
+// the policy changes between a decision's read and its store step, as
+// when an admin adds a rule while the decider's groups are looked up.
+type changedAfterRead struct {
+	agent.Store
+	change func(n int64)
+	left   atomic.Int64
+	reads  atomic.Int64
+}
+
+func (s *changedAfterRead) GetCallWith(ctx context.Context, id string, kinds ...string) (store.Call, map[string][]store.Record, int64, error) {
+	c, recs, version, err := s.Store.GetCallWith(ctx, id, kinds...)
+	n := s.reads.Add(1)
+	if s.left.Add(-1) >= 0 {
+		s.change(n)
+	}
+	return c, recs, version, err
+}
+
+// oneOfTwo asks one of two approvers to approve a restart.
+const oneOfTwo = `
+policy:
+  rules:
+    - {id: one, tool: restart, verdict: ask, approvers: [UONE000001, UTWO000002]}
+`
+
+// A decision on a call the process does not remember is judged by the
+// records read with the call and made only if they are still those: a
+// rule an admin adds between the read and the decision's store step (here
+// one asking two approvers) is seen, the decision judged again under it
+// (the approval counted, the call left pending), whether the decision
+// begins its resume (DecideTaking) or not (Decide, as a form's is). A
+// Redis Cluster keeps no version of the records, so it is left out.
+func TestRuleAddedWhileADecisionIsCheckedIsSeen(t *testing.T) {
+	for _, b := range backends(t) {
+		if b.name == "redis-cluster" {
+			continue
+		}
+		for _, taking := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/taking=%v", b.name, taking), func(t *testing.T) {
+				ctx := t.Context()
+				w := newWorld(t, b)
+				w.policy = oneOfTwo
+				p := pauseOne(t, w, w.agent(), call("c1", "restart", `{"env":"prod"}`))
+				st := &changedAfterRead{Store: w.store}
+				// Another process, which does not remember the call.
+				a := w.agentWith(st, w.rec)
+				st.change = func(int64) {
+					if _, err := w.engine.AddRule(ctx, "UADMIN", approvals.Rule{ID: "two", Tool: "restart", Verdict: approvals.Ask,
+						Approvers: []string{"UONE000001", "UTWO000002"}, MinApprovals: 2}); err != nil {
+						t.Errorf("AddRule: %v", err)
+					}
+				}
+				st.left.Store(1)
+				d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UONE000001"}
+				var res agent.DecideResult
+				var err error
+				if taking {
+					var tk *agent.Taken
+					res, tk, err = a.DecideTaking(ctx, d)
+					if tk != nil {
+						a.ReleaseTaken(ctx, tk)
+						t.Error("the approval began a resume")
+					}
+				} else {
+					res, err = a.Decide(ctx, d)
+				}
+				if err != nil || res.Complete || res.Call.Status != agent.CallPending || len(res.Call.Approvals) != 1 {
+					t.Fatalf("UONE's approval with a two-person rule added after its read = %+v, %v; want counted, the call pending", res, err)
+				}
+				if n := st.reads.Load(); n != 2 {
+					t.Errorf("reads of the call = %d, want 2: judged again once", n)
+				}
+				c, err := w.store.GetCall(ctx, p.ID)
+				if err != nil || c.Status != store.Pending || len(c.Approvals) != 1 {
+					t.Fatalf("the call = %s with %d approvals, %v; want pending with UONE's", c.Status, len(c.Approvals), err)
+				}
+				res, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UTWO000002"})
+				if err != nil || !res.Complete {
+					t.Fatalf("UTWO's approval = %+v, %v; want the call decided", res, err)
+				}
+			})
+		}
+	}
+}
+
+// A decision whose records change each time it is read is judged at most
+// judgeTries times, then refused with an error wrapping store.ErrStale,
+// nothing written: the decider may try again.
+func TestDecisionOnRecordsThatKeepChangingIsRefused(t *testing.T) {
+	for _, b := range backends(t) {
+		if b.name == "redis-cluster" {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			w.policy = oneOfTwo
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+			st := &changedAfterRead{Store: w.store}
+			a = w.agentWith(st, w.rec)
+			st.change = func(n int64) {
+				if _, err := w.engine.AddRule(ctx, "UADMIN", approvals.Rule{ID: fmt.Sprintf("r%d", n), Tool: "deploy", Verdict: approvals.Ask}); err != nil {
+					t.Errorf("AddRule: %v", err)
+				}
+			}
+			st.left.Store(100)
+			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UONE000001"})
+			if !errors.Is(err, store.ErrStale) {
+				t.Fatalf("approval on records changed after every read: error = %v, want ErrStale", err)
+			}
+			if n := st.reads.Load(); n != 3 {
+				t.Errorf("reads of the call = %d, want 3", n)
+			}
+			c, err := w.store.GetCall(ctx, p.ID)
+			if err != nil || c.Status != store.Pending || len(c.Approvals) != 0 {
+				t.Fatalf("the call = %s with %d approvals, %v; want pending, nothing written", c.Status, len(c.Approvals), err)
+			}
+			st.left.Store(0)
+			if res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UONE000001"}); err != nil || !res.Complete {
+				t.Fatalf("the approval once the records stay = %+v, %v; want the call decided", res, err)
+			}
+		})
+	}
+}
