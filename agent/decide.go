@@ -97,25 +97,38 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 			}
 		}
 	}
-	for tries := 1; ; tries++ {
+	judged, counted := 0, 0
+	for {
 		res, err := a.decideStored(ctx, d, taken)
-		if !errors.Is(err, errJudgeAgain) {
+		switch {
+		case errors.Is(err, errCountChanged) && counted < countTries:
+			// Another approval was counted meanwhile, judged by the
+			// same records: this one is judged again with it.
+			counted++
+		case !errors.Is(err, errJudgeAgain):
 			return res, err
-		}
-		if tries == judgeTries {
-			return DecideResult{}, fmt.Errorf("decide %s: the policy or the call changed while the decision was checked, %d times: %w", d.CallID, tries, store.ErrStale)
+		default:
+			if judged++; judged == judgeTries {
+				return DecideResult{}, fmt.Errorf("decide %s: the policy changed while the decision was checked, %d times: %w", d.CallID, judged, store.ErrStale)
+			}
 		}
 	}
 }
 
 // judgeTries bounds how many times a decision is judged from the call
-// and the records as stored when they change before it is made.
-const judgeTries = 3
+// and the records as stored when the records change before it is made;
+// countTries how many times an approval is, when other approvals are
+// counted before it (each one progress of another decider's).
+const judgeTries, countTries = 3, 50
 
 // errJudgeAgain is returned by decideStored when the store refused the
-// decision, writing nothing, because the policy's records, or the call's
-// approvals, changed since they were read with the call.
-var errJudgeAgain = errors.New("judge the decision again")
+// decision, writing nothing, because the policy's records changed since
+// they were read with the call; errCountChanged, which wraps it, when
+// the records are the same but the call's approvals changed.
+var (
+	errJudgeAgain   = errors.New("judge the decision again")
+	errCountChanged = fmt.Errorf("the call's approvals changed: %w", errJudgeAgain)
+)
 
 // decideStored decides d from the call as the store has it now and the
 // policy's records read with it, on the condition that neither changed
@@ -396,7 +409,10 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 			return a.store.ApproveAudited(ctx, c.ID, d.Fingerprint, ap, stale, edit, need, final, fx)
 		})
 	}
-	if errors.Is(s.err, store.ErrStale) {
+	switch {
+	case errors.Is(s.err, store.ErrStale) && s.got.ID == c.ID:
+		return DecideResult{}, errCountChanged
+	case errors.Is(s.err, store.ErrStale):
 		return DecideResult{}, errJudgeAgain
 	}
 	held := a.held(s)

@@ -139,3 +139,45 @@ func TestDecisionOnRecordsThatKeepChangingIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// fiveOfFive asks five approvers to approve a restart.
+const fiveOfFive = `
+policy:
+  rules:
+    - {id: five, tool: restart, verdict: ask, approvers: [U1, U2, U3, U4, U5], min_approvals: 5}
+`
+
+// Approvals counted while another is checked (a busy card of a rule that
+// needs several) change the call's approvals, not the records: the
+// approval is judged again with them as often as that happens, never
+// refused for it, and counted once.
+func TestApprovalCheckedWhileOthersAreCountedIsCounted(t *testing.T) {
+	for _, b := range backends(t) {
+		if b.name == "redis-cluster" {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			w.policy = fiveOfFive
+			other := w.agent()
+			p := pauseOne(t, w, other, call("c1", "restart", `{"env":"prod"}`))
+			st := &changedAfterRead{Store: w.store}
+			a := w.agentWith(st, w.rec)
+			st.change = func(n int64) {
+				who := []string{"U1", "U2", "U3", "U4"}[n-1]
+				if _, err := other.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: who}); err != nil {
+					t.Errorf("%s's approval: %v", who, err)
+				}
+			}
+			st.left.Store(3)
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "U5"})
+			if err != nil || len(res.Call.Approvals) != 4 || res.Call.Status != agent.CallPending {
+				t.Fatalf("U5's approval while U1 to U3 approve = %+v, %v; want counted, 4 of 5", res.Call.Approvals, err)
+			}
+			if n := st.reads.Load(); n != 4 {
+				t.Errorf("reads of the call = %d, want 4", n)
+			}
+		})
+	}
+}

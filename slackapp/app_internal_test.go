@@ -65,6 +65,16 @@ func TestRefusalTextPolicyDenied(t *testing.T) {
 	}
 }
 
+// A decision refused because the policy kept changing while it was
+// checked is told so, not as a failure of the bot's store.
+func TestRefusalTextRecordsChanged(t *testing.T) {
+	err := fmt.Errorf("decide r.0: the policy changed while the decision was checked, 3 times: %w", store.ErrStale)
+	text, result := refusalText(agent.Call{}, "U1", err)
+	if result != "changed" || text != ChangedWhileCheckedText() {
+		t.Errorf("refusalText = %q, %q; want ChangedWhileCheckedText, changed", text, result)
+	}
+}
+
 // A card's approver whom the rule the call falls under now leaves out is
 // told which rule that is and who it lets approve, not the card's
 // approvers (themself among them); a requester under its four eyes is told

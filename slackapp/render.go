@@ -546,6 +546,13 @@ func DecisionFailedText() string {
 	return "I could not record your decision right now; the call is still pending. Please try again in a moment."
 }
 
+// ChangedWhileCheckedText is the ephemeral answer when the policy's
+// rules kept changing while a decision was checked against them, so that
+// it was not recorded.
+func ChangedWhileCheckedText() string {
+	return "The policy changed while your decision was checked, so nothing was recorded and the call is still pending. Please look at the card and try again."
+}
+
 // DecisionUnconfirmedText is the ephemeral answer when the store did not
 // answer whether a decision was recorded (its answer was lost, and the
 // store stayed unreachable): the card says so if it was.
