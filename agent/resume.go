@@ -454,11 +454,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		if len(c.Result) > 0 && json.Unmarshal(c.Result, &saved) == nil {
 			// Its audit entry was written with it.
 			if saved.Interrupted {
-				res := interruptedResult(c.Tool)
-				if saved.Result.Content != "" {
-					res.Content = saved.Result.Content // as the first resume told it
-				}
-				return skip(res, NoteInterrupted)
+				return skip(saved.interruptedResult(c.Tool), NoteInterrupted)
 			}
 			res := saved.result()
 			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
@@ -645,6 +641,16 @@ func (s savedResult) result() Result {
 	return r
 }
 
+// interruptedResult is the result of an interrupted call of tool, saved
+// so: as the first resume to find it so told it.
+func (s savedResult) interruptedResult(tool string) Result {
+	res := interruptedResult(tool)
+	if s.Result.Content != "" {
+		res.Content = s.Result.Content
+	}
+	return res
+}
+
 // abandon takes back the mark BeginResume set on the call *started names,
 // whose tool did not start, and clears *started. If that fails, a resume
 // claimed again reports the call's outcome as unknown: it never runs twice.
@@ -824,6 +830,42 @@ func (a *Agent) Call(ctx context.Context, callID string) (PendingCall, error) {
 		p.Human, p.Schema = t.Human, t.Schema
 	}
 	return p, nil
+}
+
+// News is the news about call callID as the store has it now, for a card
+// that may show older news than another process rendered (see
+// slackapp): PhaseCounted for a pending call; PhaseSkipped for one that
+// expired, was cancelled, or was decided not to run (its decision says
+// how), and for one cut by a crash as it ran (NoteInterrupted);
+// PhaseExecuted, with its result, for one whose result is saved; and
+// PhaseDecided for one decided to run whose result is not saved (not run
+// yet, running, or not run for a reason its resume tells: StepPending is
+// not known). approvals.ErrUnknownCall for an unknown call.
+func (a *Agent) News(ctx context.Context, callID string) (CallUpdate, error) {
+	c, err := a.store.GetCall(ctx, callID)
+	if errors.Is(err, store.ErrNotFound) {
+		return CallUpdate{}, fmt.Errorf("call %s: %w", callID, approvals.ErrUnknownCall)
+	}
+	if err != nil {
+		return CallUpdate{}, fmt.Errorf("call %s: %w", callID, err)
+	}
+	u := CallUpdate{Call: viewOf(c), Phase: PhaseDecided}
+	var saved savedResult
+	switch {
+	case c.Status == store.Pending:
+		u.Phase = PhaseCounted
+	case c.Status == store.Expired || c.Decision == nil:
+		u.Phase, u.Note = PhaseSkipped, "expired"
+	case c.Status == store.Cancelled:
+		u.Phase, u.Note = PhaseSkipped, "cancelled by the requester"
+	case !kindOf(c.Decision).Runs():
+		u.Phase = PhaseSkipped
+	case len(c.Result) > 0 && json.Unmarshal(c.Result, &saved) == nil && saved.Interrupted:
+		u.Phase, u.Note, u.Result = PhaseSkipped, NoteInterrupted, saved.interruptedResult(c.Tool)
+	case len(c.Result) > 0 && json.Unmarshal(c.Result, &saved) == nil:
+		u.Phase, u.Result = PhaseExecuted, saved.result()
+	}
+	return u, nil
 }
 
 // claimed is what BeginResume started, with the time its request was

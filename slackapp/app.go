@@ -138,6 +138,8 @@ type Decisions interface {
 // Calls looks paused calls up, for cards, forms and inboxes.
 type Calls interface {
 	Call(ctx context.Context, callID string) (agent.PendingCall, error)
+	// News is the news about a call as stored now (see agent.Agent.News).
+	News(ctx context.Context, callID string) (agent.CallUpdate, error)
 	Pending(ctx context.Context, f store.Filter) ([]agent.PendingCall, error)
 	Tools() *agent.Registry
 }

@@ -717,7 +717,7 @@ func (a *App) catchUpCopies(ctx context.Context, p *cardPost) {
 	if !ok {
 		return
 	}
-	cur, err := a.ag.Call(rctx, p.callID)
+	u, err := a.ag.News(rctx, p.callID)
 	if errors.Is(err, approvals.ErrUnknownCall) {
 		return // the call is gone, and its card with it
 	}
@@ -725,13 +725,9 @@ func (a *App) catchUpCopies(ctx context.Context, p *cardPost) {
 		a.log.Warn("read the call once its card's copies are out; they show it as it paused", "call", p.callID, "err", err)
 		return
 	}
-	c := cur.Call
+	c := u.Call
 	if c.Status == agent.CallPending && token(c.ID, c.Fingerprint) == p.card.CallID && slices.Equal(c.Approvals, p.card.Approvals) {
 		return // as the copies show it
-	}
-	u := agent.CallUpdate{Call: c, Phase: agent.PhaseCounted}
-	if c.Status != agent.CallPending {
-		u.Phase = agent.PhaseDecided
 	}
 	a.onCardQueue(ctx, u, func(ctx context.Context) {
 		if u.Phase == agent.PhaseCounted && a.movedOn(ctx, c) {
@@ -740,12 +736,9 @@ func (a *App) catchUpCopies(ctx context.Context, p *cardPost) {
 		if !a.cards.advance(c.ID, phaseRank(u.Phase)) {
 			return // this process rendered later news on them already
 		}
-		card := a.updatedCard(u)
-		// Whether the tool has run is for the resume's update to say:
-		// "running…" may be past by now.
-		card.Outcome = ""
-		a.cardRenderer(ctx, c, card, phaseRank(u.Phase))(copies)
+		a.cardRenderer(ctx, c, a.storedCard(u), phaseRank(u.Phase))(copies)
 		a.cardRendered(u)
+		a.overtaken(ctx, u, copies)
 	})
 }
 
@@ -971,9 +964,66 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 		// Copies this process was still posting: updated once they are
 		// out, before any later update of the card (which waits on the
 		// card's queue), so none keeps buttons of a decided call.
-		update(late(ctx, len(refs)))
+		more := late(ctx, len(refs))
+		update(more)
+		refs = append(refs, more...)
 	}
 	a.cardRendered(u)
+	if u.Phase == agent.PhaseCounted || u.Phase == agent.PhaseDecided && u.StepPending {
+		a.overtaken(ctx, u, refs)
+	}
+}
+
+// overtakenRenders bounds how many times overtaken renders a card again.
+const overtakenRenders = 3
+
+// overtaken renders the card of u's call, whose news u this process just
+// rendered on refs, again as the store has the call now when the store
+// has later news: another process may have decided it, or run it, and
+// rendered that first, which this render, slow to reach Slack, then
+// covered (Slack has no conditional update, and the processes order only
+// their own updates of a card): a count's buttons back on a decided call,
+// "runs once the other calls of this step are decided" over the tool's
+// output. Each render is checked so in turn, until what the card shows is
+// what is stored (at most overtakenRenders times). It is called after a
+// count, and after a decision whose step's resume may be another
+// process's (other calls of the step were pending); a final render needs
+// none.
+func (a *App) overtaken(ctx context.Context, u agent.CallUpdate, refs []cardRef) {
+	if a.ag == nil || len(refs) == 0 || phaseRank(u.Phase) == finalRank {
+		return
+	}
+	for range overtakenRenders {
+		news, err := a.ag.News(ctx, u.Call.ID)
+		if err != nil {
+			if !errors.Is(err, approvals.ErrUnknownCall) {
+				a.log.Warn("read the call after an update of its card; the card may show older news", "call", u.Call.ID, "err", err)
+			}
+			return
+		}
+		rank := phaseRank(news.Phase)
+		if rank < phaseRank(u.Phase) || rank == phaseRank(u.Phase) && !differs(news.Call, u.Call) {
+			return
+		}
+		u = news
+		a.cards.advance(u.Call.ID, rank)
+		a.cardRenderer(ctx, u.Call, a.storedCard(u), rank)(refs)
+		a.cardRendered(u)
+		if rank == finalRank {
+			return
+		}
+	}
+}
+
+// storedCard renders u, the news about a call as stored (see
+// agent.Agent.News), as a Card: one decided whose tool has not reported
+// is shown without an outcome, since "running…" may be past by now.
+func (a *App) storedCard(u agent.CallUpdate) Card {
+	card := a.updatedCard(u)
+	if u.Phase == agent.PhaseDecided {
+		card.Outcome = ""
+	}
+	return card
 }
 
 // updatedCard renders u, the news about a call, as a Card.
@@ -1167,6 +1217,12 @@ func (a *App) movedOn(ctx context.Context, c agent.Call) bool {
 		a.log.Warn("read the call before updating its card again; updating it", "call", c.ID, "err", err)
 		return false
 	}
+	return differs(cur.Call, c)
+}
+
+// differs reports whether cur, a call as stored, is news to a card that
+// shows c: another status, other arguments or other approvals.
+func differs(cur, c agent.Call) bool {
 	return cur.Status != c.Status || cur.Fingerprint != c.Fingerprint || !slices.Equal(cur.Approvals, c.Approvals)
 }
 

@@ -1,0 +1,154 @@
+package slackapp_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/slackapp"
+)
+
+// Of two replicas on one Redis, the one that counted the first of two
+// approvals is slow to update the card ("1 of 2 approvals", buttons and
+// all: Slack holds its chat.update) while the other counts the second,
+// runs the deploy and renders the final card. The count's update lands
+// last, over the final card; the replica that sent it reads the call once
+// it has, finds it moved on, and renders it as stored: no buttons, the
+// deploy's output shown.
+func TestCountedUpdateThatLandsLastIsOvertaken(t *testing.T) {
+	for _, kind := range sharedKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = twoPersonPolicy
+			e.replicas(2)
+			ts := e.slack.Mention(channel, requester, "deploy api 1")
+			card := e.card(ts, "deploy").TS
+			arrived, release := e.slack.HoldNext("chat.update")
+			t.Cleanup(release)
+			// Envelopes go round-robin over the two connections: the
+			// clicks land on different replicas.
+			_, err := e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the count's card update never reached Slack")
+			}
+			_, err = e.slack.Click(other, channel, card, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed: deployed")
+			final := func(m fakeslack.Message) bool {
+				text := blocksText(m)
+				return m.TS == card && !isCard(m) && strings.Contains(text, "2 of 2 approvals") && strings.Contains(text, "deployed")
+			}
+			e.waitIn(channel, ts, "the final card", final)
+			updates := len(e.slack.Calls("chat.update"))
+			release()
+			// The count's update, then the card as stored.
+			waitUntil(t, "the count's update and the card as stored", func() bool { return len(e.slack.Calls("chat.update")) >= updates+2 })
+			e.waitIn(channel, ts, "the final card again", final)
+			if n := len(e.cards(channel, ts)); n != 0 {
+				t.Errorf("the decided call's card has its buttons back:\n%s", dumpThread(e.slack.Thread(channel, ts)))
+			}
+			if n := e.deploy.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// gatedNotes is a replica's handle on the shared store whose reads of a
+// card's locations wait, once armed, until the test opens the gate: a
+// slow store read on that replica.
+type gatedNotes struct {
+	*seenStore
+	armed   chan struct{} // closed by the test to arm
+	arrived chan struct{}
+	gate    chan struct{}
+	once    bool
+}
+
+func (s *gatedNotes) CallNote(ctx context.Context, callID string) ([]byte, error) {
+	select {
+	case <-s.armed:
+		s.seenStore.mu.Lock()
+		first := !s.once
+		s.once = true
+		s.seenStore.mu.Unlock()
+		if first {
+			close(s.arrived)
+			<-s.gate
+		}
+	default:
+	}
+	return s.seenStore.CallNote(ctx, callID)
+}
+
+// Two calls in one step, two replicas: c1 is approved on y, whose read of
+// where c1's card is is slow; c2 is approved on x, which resumes the step,
+// runs both and renders c1's output. y's update ("runs once the other
+// calls of this step are decided") lands after it; y then reads the call,
+// finds its result, and renders it as stored: the output is back.
+func TestDecidedUpdateThatLandsAfterTheOutputIsOvertaken(t *testing.T) {
+	for _, kind := range sharedKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			base := e.open()
+			e.shared = base
+			x := &seenStore{fullStore: base}
+			y := &gatedNotes{seenStore: &seenStore{fullStore: base}, armed: make(chan struct{}), arrived: make(chan struct{}), gate: make(chan struct{})}
+			var bots []*bot
+			t.Cleanup(func() {
+				for _, b := range bots {
+					b.cancel()
+					<-b.done
+				}
+			})
+			defer func() {
+				select {
+				case <-y.gate:
+				default:
+					close(y.gate)
+				}
+			}()
+			bots = append(bots, e.run(x))
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`), tc("c2", "deploy", `{"service":"web","version":"2"}`)), fakeopenai.Text("Both deployed."))
+			ts := e.slack.Mention(channel, requester, "deploy api 1 and web 2")
+			waitUntil(t, "two cards", func() bool { return len(e.cards(channel, ts)) == 2 })
+			cs := e.cards(channel, ts)
+			for _, c := range cs {
+				waitUntil(t, "saved", func() bool { return e.saved(base, c) })
+			}
+			c1, c2 := cs[0], cs[1]
+			if !strings.Contains(blocksText(c1), "api") {
+				c1, c2 = c2, c1
+			}
+			bots = append(bots, e.run(y))
+			if err := e.slack.WaitConnected(2, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			close(y.armed)
+			e.nextEnvelopeTo(y.seenStore, x)
+			_, err := e.slack.Click(approver, channel, c1.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			<-y.arrived // y decided c1 and is reading where its card is
+			e.nextEnvelopeTo(x, y.seenStore)
+			_, err = e.slack.Click(approver, channel, c2.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Both deployed.")
+			e.waitThread(ts, "with c1's card showing its output", func(m fakeslack.Message) bool {
+				return m.TS == c1.TS && strings.Contains(blocksText(m), "deployed {")
+			})
+			close(y.gate)
+			callID, _, _ := strings.Cut(buttonValue(t, c1, slackapp.ActionApprove), "~")
+			waitUntil(t, "y's card queue idle", func() bool { return !bots[1].app.Serving("card:" + callID) })
+			m, _ := e.slack.Message(channel, c1.TS)
+			if text := blocksText(m); !strings.Contains(text, "deployed {") || strings.Contains(text, "runs once") {
+				t.Errorf("the card of a call that ran lost its output:\n%s", text)
+			}
+		})
+	}
+}
