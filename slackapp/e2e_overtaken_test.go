@@ -152,3 +152,80 @@ func TestDecidedUpdateThatLandsAfterTheOutputIsOvertaken(t *testing.T) {
 		})
 	}
 }
+
+// secretChannel is a private channel: its cards are copied to the
+// approvers' DMs.
+const secretChannel = "CPRIVATE01"
+
+// threeApproversPolicy asks one of three approvers for a deploy.
+const threeApproversPolicy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [UAPPROVER1, UOTHER0001, USTRANGER1]
+`
+
+// dmCopiesWithButtons returns those of users whose DM copy of a card
+// about service still has buttons.
+func dmCopiesWithButtons(e *env, service string, users ...string) (live []string) {
+	for _, u := range users {
+		for _, m := range e.slack.Messages(e.slack.DMChannel(u)) {
+			if strings.Contains(blocksText(m), service) && isCard(m) {
+				live = append(live, u)
+			}
+		}
+	}
+	return live
+}
+
+// Two calls in one step; c1 is denied while its copies in the approvers'
+// DMs are still being posted, and posting them takes longer than a card
+// update may (Slack slow to open the DMs). The update gives up on the
+// copies not out yet; once they are, they are rendered as the call is
+// stored, the denial, not left with buttons until the step's other call
+// is decided.
+func TestCopiesPostedAfterTheUpdateGaveUpShowTheDecision(t *testing.T) {
+	t.Cleanup(slackapp.SetCardUpdateTimeout(7 * time.Second)) // past cardWait, 5 s
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = threeApproversPolicy
+	e.slack.AddChannel(fakeslack.Channel{ID: secretChannel, Name: "secret", Private: true, Members: []string{requester, other, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`), tc("c2", "deploy", `{"service":"web","version":"2"}`)))
+	opened1, release1 := e.slack.HoldNext("conversations.open")
+	opened2, release2 := e.slack.HoldNext("conversations.open")
+	t.Cleanup(release1)
+	t.Cleanup(release2)
+	ts := e.slack.Mention(secretChannel, requester, "deploy api 1 and web 2")
+	waitUntil(t, "two cards", func() bool { return len(e.cards(secretChannel, ts)) == 2 })
+	c1 := e.cards(secretChannel, ts)[0]
+	if !strings.Contains(blocksText(c1), "api") {
+		c1 = e.cards(secretChannel, ts)[1]
+	}
+	waitUntil(t, "the pause saved", func() bool { return e.saved(e.bot.st, c1) })
+	callID, _, _ := strings.Cut(buttonValue(t, c1, slackapp.ActionApprove), "~")
+	<-opened1
+	_, err := e.slack.Click(other, secretChannel, c1.TS, slackapp.ActionDeny, "")
+	must(t, err)
+	e.waitIn(secretChannel, ts, "with c1 denied", func(m fakeslack.Message) bool {
+		return m.TS == c1.TS && strings.Contains(blocksText(m), "Denied by")
+	})
+	release1()
+	<-opened2 // the copies are slow to go out
+	waitUntil(t, "the denial's update to give up on the copies", func() bool { return !e.bot.app.Serving("card:" + callID) })
+	release2()
+	waitUntil(t, "c2's copies", func() bool {
+		n := 0
+		for _, u := range []string{approver, stranger} {
+			for _, m := range e.slack.Messages(e.slack.DMChannel(u)) {
+				if strings.Contains(blocksText(m), "web") {
+					n++
+				}
+			}
+		}
+		return n == 2
+	})
+	waitUntil(t, "c1's copies to show the denial", func() bool { return len(dmCopiesWithButtons(e, "api", approver, stranger)) == 0 })
+}

@@ -43,3 +43,11 @@ func SetCardRetryWait(d time.Duration) (restore func()) {
 	serverRetryAfter = d
 	return func() { serverRetryAfter = old }
 }
+
+// SetCardUpdateTimeout sets cardUpdateTimeout for a test and returns what
+// restores it.
+func SetCardUpdateTimeout(d time.Duration) (restore func()) {
+	old := cardUpdateTimeout
+	cardUpdateTimeout = d
+	return func() { cardUpdateTimeout = old }
+}

@@ -497,8 +497,9 @@ func (r *threadReporter) Updated(ctx context.Context, u agent.CallUpdate) {
 // cardUpdateTimeout bounds one card update: waiting for a card still being
 // posted, then chat.update on each copy, with the retries of rate-limited
 // calls. A rate limit whose Retry-After runs past it is not waited out:
-// the copy's update is made again later (see copyUpdated).
-const cardUpdateTimeout = 30 * time.Second
+// the copy's update is made again later (see copyUpdated). A variable for
+// tests.
+var cardUpdateTimeout = 30 * time.Second
 
 // updateLater queues a card update on the card's queue; outside Run it is
 // made at once.
