@@ -32,6 +32,20 @@ func (s *changedAfterRead) GetCallWith(ctx context.Context, id string, kinds ...
 	return c, recs, version, err
 }
 
+// pausedElsewhere pauses a restart under policy on one process (other),
+// and returns the world, the call, and another process, which does not
+// remember the call, on st, a handle on the store whose reads of a call
+// change what st.change says.
+func pausedElsewhere(t *testing.T, b backend, policy string) (w *world, p agent.PendingCall, st *changedAfterRead, a, other *agent.Agent) {
+	t.Helper()
+	w = newWorld(t, b)
+	w.policy = policy
+	other = w.agent()
+	p = pauseOne(t, w, other, call("c1", "restart", `{"env":"prod"}`))
+	st = &changedAfterRead{Store: w.store}
+	return w, p, st, w.agentWith(st, w.rec), other
+}
+
 // oneOfTwo asks one of two approvers to approve a restart.
 const oneOfTwo = `
 policy:
@@ -54,12 +68,7 @@ func TestRuleAddedWhileADecisionIsCheckedIsSeen(t *testing.T) {
 		for _, taking := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/taking=%v", b.name, taking), func(t *testing.T) {
 				ctx := t.Context()
-				w := newWorld(t, b)
-				w.policy = oneOfTwo
-				p := pauseOne(t, w, w.agent(), call("c1", "restart", `{"env":"prod"}`))
-				st := &changedAfterRead{Store: w.store}
-				// Another process, which does not remember the call.
-				a := w.agentWith(st, w.rec)
+				w, p, st, a, _ := pausedElsewhere(t, b, oneOfTwo)
 				st.change = func(int64) {
 					if _, err := w.engine.AddRule(ctx, "UADMIN", approvals.Rule{ID: "two", Tool: "restart", Verdict: approvals.Ask,
 						Approvers: []string{"UONE000001", "UTWO000002"}, MinApprovals: 2}); err != nil {
@@ -109,12 +118,7 @@ func TestDecisionOnRecordsThatKeepChangingIsRefused(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
-			w := newWorld(t, b)
-			w.policy = oneOfTwo
-			a := w.agent()
-			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
-			st := &changedAfterRead{Store: w.store}
-			a = w.agentWith(st, w.rec)
+			w, p, st, a, _ := pausedElsewhere(t, b, oneOfTwo)
 			st.change = func(n int64) {
 				if _, err := w.engine.AddRule(ctx, "UADMIN", approvals.Rule{ID: fmt.Sprintf("r%d", n), Tool: "deploy", Verdict: approvals.Ask}); err != nil {
 					t.Errorf("AddRule: %v", err)
@@ -158,12 +162,7 @@ func TestApprovalCheckedWhileOthersAreCountedIsCounted(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
-			w := newWorld(t, b)
-			w.policy = fiveOfFive
-			other := w.agent()
-			p := pauseOne(t, w, other, call("c1", "restart", `{"env":"prod"}`))
-			st := &changedAfterRead{Store: w.store}
-			a := w.agentWith(st, w.rec)
+			_, p, st, a, other := pausedElsewhere(t, b, fiveOfFive)
 			st.change = func(n int64) {
 				who := []string{"U1", "U2", "U3", "U4"}[n-1]
 				if _, err := other.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: who}); err != nil {
