@@ -14,8 +14,8 @@ import (
 
 // News tells what became of a call from the store alone, as a process
 // that did not decide or run it would render its card: counted while it
-// is pending, skipped once denied or expired, decided once approved and
-// not run, executed with its result once it ran.
+// is pending, skipped once denied or expired, decided (and not started)
+// once approved and not run, executed with its result once it ran.
 func TestNewsOfACallIsWhatTheStoreHolds(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
@@ -38,8 +38,8 @@ func TestNewsOfACallIsWhatTheStoreHolds(t *testing.T) {
 			}
 			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
 			must(t, err)
-			if u := phase(p.ID); u.Phase != agent.PhaseDecided {
-				t.Errorf("News of an approved call not run yet = %s, want decided", u.Phase)
+			if u := phase(p.ID); u.Phase != agent.PhaseDecided || !u.Unstarted {
+				t.Errorf("News of an approved call not run yet = %s (unstarted %v), want decided, unstarted", u.Phase, u.Unstarted)
 			}
 			if !res.Complete {
 				t.Fatal("the approval did not complete the step")

@@ -105,6 +105,11 @@ type CallUpdate struct {
 	// StepPending is set on PhaseDecided while other calls of the same
 	// step still wait on a decision: nothing runs before they are decided.
 	StepPending bool
+	// Unstarted is set by News on PhaseDecided when the call's tool has
+	// not started: its step's resume has not begun it yet, or did not
+	// run it for a reason the resume's own update told (the policy denies
+	// it now, its tool is gone), which the store does not keep.
+	Unstarted bool
 }
 
 // OutcomeStatus says how a turn, decision or resume ended.

@@ -838,9 +838,9 @@ func (a *Agent) Call(ctx context.Context, callID string) (PendingCall, error) {
 // expired, was cancelled, or was decided not to run (its decision says
 // how), and for one cut by a crash as it ran (NoteInterrupted);
 // PhaseExecuted, with its result, for one whose result is saved; and
-// PhaseDecided for one decided to run whose result is not saved (not run
-// yet, running, or not run for a reason its resume tells: StepPending is
-// not known). approvals.ErrUnknownCall for an unknown call.
+// PhaseDecided for one decided to run whose result is not saved: running,
+// or, with Unstarted, not started (StepPending is not known).
+// approvals.ErrUnknownCall for an unknown call.
 func (a *Agent) News(ctx context.Context, callID string) (CallUpdate, error) {
 	c, err := a.store.GetCall(ctx, callID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -864,6 +864,8 @@ func (a *Agent) News(ctx context.Context, callID string) (CallUpdate, error) {
 		u.Phase, u.Note, u.Result = PhaseSkipped, NoteInterrupted, saved.interruptedResult(c.Tool)
 	case len(c.Result) > 0 && json.Unmarshal(c.Result, &saved) == nil:
 		u.Phase, u.Result = PhaseExecuted, saved.result()
+	default:
+		u.Unstarted = !c.Executing
 	}
 	return u, nil
 }

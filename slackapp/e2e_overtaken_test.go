@@ -2,13 +2,17 @@ package slackapp_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 )
 
 // Of two replicas on one Redis, the one that counted the first of two
@@ -228,4 +232,99 @@ func TestCopiesPostedAfterTheUpdateGaveUpShowTheDecision(t *testing.T) {
 		return n == 2
 	})
 	waitUntil(t, "c1's copies to show the denial", func() bool { return len(dmCopiesWithButtons(e, "api", approver, stranger)) == 0 })
+}
+
+// gatedReads is a replica's handle on the shared store whose read of a
+// call (GetCall) number n after it is armed waits until the test opens
+// the gate.
+type gatedReads struct {
+	*seenStore
+	n       int64
+	reads   atomic.Int64
+	armed   atomic.Bool
+	arrived chan struct{}
+	gate    chan struct{}
+}
+
+func (s *gatedReads) GetCall(ctx context.Context, id string) (store.Call, error) {
+	if s.armed.Load() && s.reads.Add(1) == s.n {
+		close(s.arrived)
+		<-s.gate
+	}
+	return s.seenStore.GetCall(ctx, id)
+}
+
+// Of two replicas, y counts the first of two approvals and renders the
+// count; before y reads the call again, x counts the second, and the
+// call's resume does not run it (its tool's definition changed since):
+// x's card says so. y's read finds the call decided and not started, and
+// leaves the card to what the resume told, which the store does not keep:
+// the "not run" stays.
+func TestCountOvertakenByACallNotRunLeavesItsCard(t *testing.T) {
+	for _, kind := range sharedKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = twoPersonPolicy
+			base := e.open()
+			e.shared = base
+			x := &seenStore{fullStore: base}
+			// y's reads of the call after the click: the count's check
+			// before its update, then the one after it.
+			y := &gatedReads{seenStore: &seenStore{fullStore: base}, n: 2, arrived: make(chan struct{}), gate: make(chan struct{})}
+			var bots []*bot
+			t.Cleanup(func() {
+				for _, b := range bots {
+					b.cancel()
+					<-b.done
+				}
+			})
+			var opened atomic.Bool
+			open := func() {
+				if opened.CompareAndSwap(false, true) {
+					close(y.gate)
+				}
+			}
+			t.Cleanup(open)
+			bots = append(bots, e.run(x))
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Not deployed."))
+			ts := e.slack.Mention(channel, requester, "deploy api 1")
+			card := e.card(ts, "deploy")
+			waitUntil(t, "the pause saved", func() bool { return e.saved(base, card) })
+			bots = append(bots, e.run(y))
+			must(t, e.slack.WaitConnected(2, 10*time.Second))
+			// The approved arguments no longer fit the tool: its resume
+			// does not run it.
+			must(t, e.reg.Replace(func(n string) bool { return n == "deploy" }, []agent.Tool{{Name: "deploy",
+				Schema: json.RawMessage(`{"type":"object","properties":{"service":{"type":"string"},"version":{"type":"string"},"region":{"type":"string"}},"required":["service","version","region"]}`),
+				Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+					t.Error("deploy ran")
+					return agent.Result{}, nil
+				}}}))
+			y.armed.Store(true)
+			e.nextEnvelopeTo(y.seenStore, x)
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			select {
+			case <-y.arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatal("y never read the call after its count")
+			}
+			e.nextEnvelopeTo(x, y.seenStore)
+			_, err = e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Not deployed.")
+			notRun := func(m fakeslack.Message) bool {
+				return m.TS == card.TS && strings.Contains(blocksText(m), "not run")
+			}
+			e.waitIn(channel, ts, "the final card saying it did not run", notRun)
+			updates := len(e.slack.Calls("chat.update"))
+			open()
+			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+			waitUntil(t, "y's card queue idle", func() bool { return !bots[1].app.Serving("card:" + callID) })
+			m, _ := e.slack.Message(channel, card.TS)
+			if !notRun(m) || len(e.slack.Calls("chat.update")) != updates {
+				t.Errorf("the final card lost its \"not run\" note:\n%s", blocksText(m))
+			}
+		})
+	}
 }

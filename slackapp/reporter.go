@@ -966,8 +966,13 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 		// out, before any later update of the card (which waits on the
 		// card's queue), so none keeps buttons of a decided call.
 		more := late(ctx, len(refs))
-		update(more)
-		refs = append(refs, more...)
+		if ctx.Err() == nil {
+			update(more)
+			refs = append(refs, more...)
+		}
+		// Otherwise the update's time is up: those still being posted
+		// are rendered as the call is stored once they are out (see
+		// catchUpCopies), not failed here one by one.
 	}
 	a.cardRendered(u)
 	if u.Phase == agent.PhaseCounted || u.Phase == agent.PhaseDecided && u.StepPending {
@@ -1004,6 +1009,12 @@ func (a *App) overtaken(ctx context.Context, u agent.CallUpdate, refs []cardRef)
 		}
 		rank := phaseRank(news.Phase)
 		if rank < phaseRank(u.Phase) || rank == phaseRank(u.Phase) && !differs(news.Call, u.Call) {
+			return
+		}
+		if news.Unstarted {
+			// Its resume's update tells what became of it: it follows,
+			// or it was made and says why the call did not run, which
+			// the store does not keep.
 			return
 		}
 		u = news
