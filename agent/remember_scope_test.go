@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/toolgate/toolgate/agent"
@@ -84,5 +85,60 @@ func TestRememberRefusedWhileTheToolIsUnavailable(t *testing.T) {
 	}
 	if rules, _ := w.engine.StandingRules(ctx, "C1"); len(rules) != 0 {
 		t.Errorf("%d standing rule(s) saved: %+v", len(rules), rules)
+	}
+}
+
+// An Always allow stands only while its maker may still approve under the
+// rule it relaxes: once they are taken out of the rule's user group, the
+// next call of the tool asks again; back in the group, their standing
+// rule lets it run.
+func TestStandingRuleLapsesWithItsMakersRight(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			w.policy = `
+policy:
+  rules:
+    - {id: grp, tool: restart, verdict: ask, approvers: [SSRE000001]}
+`
+			g := &mutableGroups{m: map[string][]string{"SSRE000001": {"UOLD000001", "UONE000001"}}}
+			w.cfg.Groups = g
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UOLD000001"})
+			must(t, err)
+			w.model.Reply(fakeopenai.Text("ok"))
+			_, err = a.Resume(ctx, res.Call.RunID)
+			must(t, err)
+			// restart asks for a restart in a new conversation; the model
+			// answers once it ran (runs).
+			restart := func(n int, runs bool) agent.OutcomeStatus {
+				t.Helper()
+				w.model.Reply(fakeopenai.ToolCalls(call(fmt.Sprintf("c%d", n+1), "restart", `{"env":"prod"}`)))
+				if runs {
+					w.model.Reply(fakeopenai.Text("done"))
+				}
+				req := request("again")
+				req.Conversation = fmt.Sprintf("T1/C1/%d", n)
+				out, err := a.Run(ctx, req)
+				must(t, err)
+				return out.Status
+			}
+			if got := restart(2, true); got != agent.Answered {
+				t.Fatalf("restart under UOLD's standing rule = %s, want answered (run)", got)
+			}
+			g.set("SSRE000001", "UONE000001")
+			if got := restart(3, false); got != agent.Paused {
+				t.Errorf("restart under the standing rule of UOLD, out of the group now = %s, want paused (asked)", got)
+			}
+			g.set("SSRE000001", "UONE000001", "UOLD000001")
+			if got := restart(4, true); got != agent.Answered {
+				t.Errorf("restart under UOLD's standing rule, back in the group = %s, want answered (run)", got)
+			}
+			if n := w.restarts.n.Load(); n != 3 {
+				t.Errorf("restarts run = %d, want 3: the first approval's and two under the standing rule", n)
+			}
+		})
 	}
 }

@@ -523,9 +523,10 @@ func (e *Engine) verdict(st *state, in Input) Verdict {
 			}
 		}
 		return Verdict{
-			Action: Allow,
-			RuleID: StandingPrefix + s.ID,
-			Reason: fmt.Sprintf("remembered by %s (instead of: %s)", s.CreatedBy, describe(*v)),
+			Action:     Allow,
+			RuleID:     StandingPrefix + s.ID,
+			Reason:     fmt.Sprintf("remembered by %s (instead of: %s)", s.CreatedBy, describe(*v)),
+			Remembered: []Remembered{{Ask: *v, By: s.CreatedBy}},
 		}
 	}
 	return *v
