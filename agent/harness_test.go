@@ -212,7 +212,12 @@ func (w *world) agentWith(st agent.Store, rep agent.Reporter) *agent.Agent {
 	}
 	p, err := approvals.ParseConfig([]byte(policy))
 	must(w.t, err)
+	var canSee func(ctx context.Context, channel, user string) (bool, error)
+	if w.cfg.Audience != nil {
+		canSee = w.cfg.Audience.CanSee
+	}
 	engine := approvals.NewEngine(p, w.store.(approvals.RecordStore), approvals.WithClock(w.clock),
+		approvals.WithMakerCheck(approvals.MakersUnder(w.cfg.Groups, canSee)),
 		approvals.WithDefaults(approvals.Defaults{TTL: w.cfg.ApprovalTTL, RemindAfter: w.cfg.ReminderAfter}))
 	w.engine = engine
 	timeout := w.modelTimeout

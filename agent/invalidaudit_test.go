@@ -13,13 +13,15 @@ import (
 // Every call the model makes is in the audit log, those refused before
 // the policy too: a tool that does not exist, arguments the tool's schema
 // refuses, a call past the step's limit; each as a request with the
-// outcome invalid, saying why in the bot's words, never the model's.
+// outcome invalid, saying why in the bot's words, never the model's (a
+// tool name that is not one is audited as invalid_tool_name).
 func TestCallsRefusedBeforeThePolicyAreAudited(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			w := newWorld(t, b)
-			w.cfg.MaxCalls = 3
+			w.cfg.MaxCalls = 4
 			w.model.Reply(fakeopenai.ToolCalls(
+				call("c0", "read_file\u202egol.tset <!channel>", `{"path":"/a"}`),
 				call("c1", "rm_rf", `{"path":"/ ignore previous instructions"}`),
 				call("c2", "deploy", `{"service":1}`),
 				call("c3", "read_file", `{"path":"/a"}`),
@@ -41,17 +43,18 @@ func TestCallsRefusedBeforeThePolicyAreAudited(t *testing.T) {
 				}
 			}
 			for id, want := range map[string]string{
+				"c0": "invalid_tool_name invalid no such tool",
 				"c1": "rm_rf invalid no such tool",
 				"c2": "deploy invalid arguments refused before the policy",
 				"c3": "read_file allow rule ",
-				"c4": "read_file invalid past the 3 calls a step takes",
+				"c4": "read_file invalid past the 4 calls a step takes",
 			} {
 				if !strings.HasPrefix(got[id], want) {
 					t.Errorf("audit entry of the request %s = %q, want %q", id, got[id], want)
 				}
 			}
 			for _, e := range log {
-				if strings.Contains(e.Detail, "ignore previous") {
+				if strings.Contains(e.Detail, "ignore previous") || strings.ContainsRune(e.Tool, '\u202e') {
 					t.Errorf("an audit entry quotes the model's arguments: %+v", e)
 				}
 			}

@@ -3,7 +3,9 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/agent"
@@ -140,5 +142,124 @@ policy:
 				t.Errorf("restarts run = %d, want 3: the first approval's and two under the standing rule", n)
 			}
 		})
+	}
+}
+
+// A call made for several people is judged as each of them: a lapsed
+// standing rule settles no one's part. Here UOLD, who made an Always allow
+// of restarts under grp, has left grp's group; a restart made for UBOB
+// (grp) and UJUNIOR (junior, UJLEAD) needs an approver both rules accept,
+// and there is none: it is denied, not put to UJLEAD alone.
+func TestLapsedStandingRuleSettlesNoRequesterOfACallForSeveral(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			w.policy = `
+policy:
+  default: ask
+  rules:
+    - {id: junior, tool: restart, when: 'user == "UJUNIOR"', verdict: ask, approvers: [UJLEAD]}
+    - {id: grp, tool: restart, verdict: ask, approvers: [SSRE000001]}
+`
+			g := &mutableGroups{m: map[string][]string{"SSRE000001": {"UOLD000001", "UONE000001"}}}
+			w.cfg.Groups = g
+			a := w.agent()
+			p := pauseWith(t, w, a, inThread("UBOB", "restart prod"), call("c0", "restart", `{"env":"prod"}`))
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UOLD000001"})
+			must(t, err)
+			w.model.Reply(fakeopenai.Text("ok"))
+			_, err = a.Resume(ctx, res.Call.RunID)
+			must(t, err)
+			g.set("SSRE000001", "UONE000001")
+
+			p = pauseWith(t, w, a, inThread("UBOB", "deploy api 2"), call("c1", "deploy", `{"service":"api","version":"2"}`))
+			sayAll(t, a, inThread("UBOB", "then restart prod"), inThread("UJUNIOR", "yes restart prod"))
+			w.model.Reply(fakeopenai.Text("deployed"), fakeopenai.ToolCalls(call("c2", "restart", `{"env":"prod"}`)), fakeopenai.Text("not restarted"))
+			_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			out, err := a.Resume(ctx, p.RunID)
+			must(t, err)
+			if out.Status == agent.Paused {
+				t.Fatalf("the restart for UBOB and UJUNIOR paused for %v under %s; want it denied: no one both rules accept", out.Pending[0].Approvers, out.Pending[0].RuleID)
+			}
+			if got := strings.Join(toolResults(t, w.model), "\n"); !strings.Contains(got, "c2: ") || !strings.Contains(got, "leave no approver") {
+				t.Errorf("the model was told %q, want c2 denied for leaving no approver", got)
+			}
+			if n := w.restarts.n.Load(); n != 1 {
+				t.Errorf("restarts run = %d, want 1 (the first approval's)", n)
+			}
+		})
+	}
+}
+
+// failingGroups cannot list any group's members.
+type failingGroups struct{}
+
+func (failingGroups) Members(context.Context, string) ([]string, error) {
+	return nil, errors.New("users.list failed")
+}
+
+// A standing rule whose maker cannot be checked (their group's members
+// cannot be listed) lets nothing run unasked.
+func TestStandingRuleWhoseMakerCannotBeCheckedAsks(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  rules:
+    - {id: grp, tool: restart, verdict: ask, approvers: [SSRE000001]}
+`
+	w.cfg.Groups = &mutableGroups{m: map[string][]string{"SSRE000001": {"UOLD000001"}}}
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UOLD000001"})
+	must(t, err)
+	w.model.Reply(fakeopenai.Text("ok"))
+	_, err = a.Resume(ctx, res.Call.RunID)
+	must(t, err)
+	w.cfg.Groups = failingGroups{}
+	a = w.agent()
+	w.model.Reply(fakeopenai.ToolCalls(call("c2", "restart", `{"env":"prod"}`)))
+	req := request("again")
+	req.Conversation = "T1/C1/2"
+	out, err := a.Run(ctx, req)
+	must(t, err)
+	if out.Status != agent.Paused {
+		t.Errorf("restart under a standing rule whose maker's group cannot be listed = %s, want paused (asked)", out.Status)
+	}
+}
+
+// seesNothing is an audience in which no one can see any conversation.
+type seesNothing struct{}
+
+func (seesNothing) CanSee(context.Context, string, string) (bool, error) { return false, nil }
+
+// Under a rule that names no approvers, a standing rule stands only while
+// its maker can see the conversation.
+func TestStandingRuleOfAMakerOutOfTheConversationAsks(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(t, backends(t)[0])
+	w.policy = `
+policy:
+  rules:
+    - {id: anyone, tool: restart, verdict: ask}
+`
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UOLD000001"})
+	must(t, err)
+	w.model.Reply(fakeopenai.Text("ok"))
+	_, err = a.Resume(ctx, res.Call.RunID)
+	must(t, err)
+	w.cfg.Audience = seesNothing{}
+	a = w.agent()
+	w.model.Reply(fakeopenai.ToolCalls(call("c2", "restart", `{"env":"prod"}`)))
+	req := request("again")
+	req.Conversation = "T1/C1/2"
+	out, err := a.Run(ctx, req)
+	must(t, err)
+	if out.Status != agent.Paused {
+		t.Errorf("restart under a standing rule whose maker left the conversation = %s, want paused (asked)", out.Status)
 	}
 }

@@ -1268,10 +1268,15 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 		// refused audits a call refused before it could be put to anyone,
 		// saying why in words of the bot's (the model's are in its
-		// result, not in the log), the name of a tool that does not exist
-		// cut to a tool name's length.
+		// result, not in the log); a tool name that is not a valid one
+		// (any text the model wrote) is audited as invalid_tool_name, as
+		// the history keeps it.
 		refused := func(fp, why string) {
-			a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: truncateUTF8(name, 64), CallID: tc.ID, Fingerprint: fp, Outcome: "invalid", Detail: why})
+			tool := name
+			if !ValidName(tool) {
+				tool = "invalid_tool_name"
+			}
+			a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: tool, CallID: tc.ID, Fingerprint: fp, Outcome: "invalid", Detail: why})
 		}
 		if i >= a.cfg.MaxCalls {
 			judged("invalid")
@@ -1568,41 +1573,10 @@ func sameRecords(a, b map[string][]store.Record) bool {
 // policyVerdict asks the policy; with recs (see policyKinds) a
 // RecordPolicy judges by them.
 func (a *Agent) policyVerdict(ctx context.Context, in approvals.Input, recs map[string][]store.Record) (approvals.Verdict, error) {
-	var v approvals.Verdict
-	var err error
 	if p, ok := a.policy.(RecordPolicy); ok && recs != nil {
-		v, err = p.EvaluateRecords(ctx, in, recs)
-	} else {
-		v, err = a.policy.Evaluate(ctx, in)
+		return p.EvaluateRecords(ctx, in, recs)
 	}
-	if v.Action == approvals.Allow && len(v.Remembered) > 0 {
-		v = a.stillRemembered(ctx, in.Channel, v)
-	}
-	return v, err
-}
-
-// stillRemembered returns v, an allow that standing rules made one, as it
-// stands: the ask a standing rule relaxed when its maker may no longer
-// approve under it (taken out of the rule's user group; out of the
-// conversation, for an ask that names no approvers), or cannot be checked
-// now (failing closed), as they could not approve the call themself.
-func (a *Agent) stillRemembered(ctx context.Context, channel string, v approvals.Verdict) approvals.Verdict {
-	for _, r := range v.Remembered {
-		err := approvals.Authorize(ctx, approvals.Approvable{Approvers: r.Ask.Approvers}, r.By, a.cfg.Groups)
-		if err == nil && len(r.Ask.Approvers) == 0 && a.cfg.Audience != nil {
-			switch ok, aerr := a.cfg.Audience.CanSee(ctx, channel, r.By); {
-			case aerr != nil:
-				err = aerr
-			case !ok:
-				err = errors.New("they cannot see the conversation")
-			}
-		}
-		if err != nil {
-			a.log.Warn("the maker of a standing rule may no longer approve under the rule it relaxes, or cannot be checked: the call asks", "standing_rule", v.RuleID, "by", r.By, "rule", r.Ask.RuleID, "err", err)
-			return r.Ask
-		}
-	}
-	return v
+	return a.policy.Evaluate(ctx, in)
 }
 
 // shownInFull reports whether args of tool can be shown whole to the

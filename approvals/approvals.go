@@ -123,13 +123,7 @@ func Strictest(vs []Verdict, users []string) Verdict {
 		}
 	}
 	if v == nil {
-		// All allow: each standing rule that made one an allow stands
-		// behind the call's.
-		all := vs[0]
-		for _, w := range vs[1:] {
-			all.Remembered = append(slices.Clip(all.Remembered), w.Remembered...)
-		}
-		return all
+		return vs[0]
 	}
 	if !decidable(*v, users...) {
 		return undecidable(*v, users)
@@ -211,20 +205,6 @@ type Verdict struct {
 	// arguments, so it is said where they are shown (to the model, in a
 	// policy test, in the log), never as the rule's words (Reason).
 	Problem string `json:"problem,omitempty"`
-	// Remembered lists, on an allow, the standing rules (Always allow)
-	// that made it one: each the ask it relaxed and who made the rule.
-	// The allow holds only while each of them may still approve under
-	// their ask (a user group's member, someone who can see the
-	// conversation when it names no approvers): the engine does not look
-	// that up; its caller does (see Authorize).
-	Remembered []Remembered `json:"-"`
-}
-
-// Remembered is the ask a standing rule relaxed into an allow, and the
-// standing rule's maker.
-type Remembered struct {
-	Ask Verdict
-	By  string
 }
 
 // Words are the reason of v as its rule says it, safe to show beside the

@@ -206,6 +206,7 @@ type Engine struct {
 	now      func() time.Time
 	log      *slog.Logger // audit lines; nil: none
 	defaults Defaults
+	makers   MakerCheck // nil: none
 
 	mu    sync.Mutex
 	cache map[string]cachedProgram // "kind/id" -> compiled record
@@ -263,6 +264,43 @@ func WithClock(now func() time.Time) EngineOption {
 // zero, the caller's default.
 func WithDefaults(d Defaults) EngineOption {
 	return func(e *Engine) { e.defaults = d }
+}
+
+// MakerCheck reports whether the maker of a standing rule may still
+// approve, in channel, under the ask the standing rule relaxes: nil if
+// they may; an error otherwise, a lookup that failed included.
+type MakerCheck func(ctx context.Context, ask Verdict, maker, channel string) error
+
+// WithMakerCheck has a standing rule (Always allow) relax an ask only
+// while check lets its maker approve under it: one taken out of the
+// rule's user group since, or out of the conversation under a rule that
+// names no approvers, no longer lets calls run unasked (the rule applies
+// again once they are back); one that cannot be checked does not either.
+// Without it, a standing rule stands for as long as its rule is unchanged.
+func WithMakerCheck(check MakerCheck) EngineOption {
+	return func(e *Engine) { e.makers = check }
+}
+
+// MakersUnder is the MakerCheck of Authorize with groups, and, under an
+// ask that names no approvers, of audience: the maker must be able to
+// see the conversation (audience nil: not checked).
+func MakersUnder(groups GroupResolver, audience func(ctx context.Context, channel, user string) (bool, error)) MakerCheck {
+	return func(ctx context.Context, ask Verdict, maker, channel string) error {
+		if err := Authorize(ctx, Approvable{Approvers: ask.Approvers}, maker, groups); err != nil {
+			return err
+		}
+		if len(ask.Approvers) > 0 || audience == nil {
+			return nil
+		}
+		ok, err := audience(ctx, channel, maker)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w (%w): %w", ErrNotApprover, ErrUnverified, err)
+		case !ok:
+			return fmt.Errorf("%s cannot see the conversation: %w", maker, ErrNotApprover)
+		}
+		return nil
+	}
 }
 
 // WithAuditLog writes every audit entry of the Engine's changes to l as
@@ -477,12 +515,12 @@ func (e *Engine) EvaluateRecords(ctx context.Context, in Input, recs map[string]
 		return v, err
 	}
 	e.dropExpired(ctx, st.expired)
-	return forEachUser(in, func(in Input) Verdict { return e.verdict(st, in) }), nil
+	return forEachUser(in, func(in Input) Verdict { return e.verdict(ctx, st, in) }), nil
 }
 
 // verdict judges in, as its User alone, by the file and the runtime rules
 // and standing rules of st.
-func (e *Engine) verdict(st *state, in Input) Verdict {
+func (e *Engine) verdict(ctx context.Context, st *state, in Input) Verdict {
 	act := newActivation(in)
 	fileV, fileFailed, fileOpen := evaluate(e.file.rules, in, act)
 	adminV, adminFailed, adminOpen := evaluate(st.compiled, in, act)
@@ -522,11 +560,18 @@ func (e *Engine) verdict(st *state, in Input) Verdict {
 				continue
 			}
 		}
+		if e.makers != nil {
+			if err := e.makers(ctx, *v, s.CreatedBy, in.Channel); err != nil {
+				if e.log != nil {
+					e.log.Warn("the maker of a standing rule may no longer approve under the rule it relaxes, or cannot be checked: it does not apply", "standing_rule", s.ID, "by", s.CreatedBy, "rule", v.RuleID, "err", err)
+				}
+				continue
+			}
+		}
 		return Verdict{
-			Action:     Allow,
-			RuleID:     StandingPrefix + s.ID,
-			Reason:     fmt.Sprintf("remembered by %s (instead of: %s)", s.CreatedBy, describe(*v)),
-			Remembered: []Remembered{{Ask: *v, By: s.CreatedBy}},
+			Action: Allow,
+			RuleID: StandingPrefix + s.ID,
+			Reason: fmt.Sprintf("remembered by %s (instead of: %s)", s.CreatedBy, describe(*v)),
 		}
 	}
 	return *v

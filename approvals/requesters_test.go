@@ -92,22 +92,3 @@ func TestFourEyesWithTooFewOtherApproversIsDenied(t *testing.T) {
 		t.Errorf("asked by a non-approver: %s, want ask", v.Action)
 	}
 }
-
-// A call made for several people that each of them may make unasked is
-// allowed with every standing rule that made one of those allows: each
-// maker's right is checked before it runs.
-func TestStrictestAllowKeepsEveryStandingRule(t *testing.T) {
-	ask := Verdict{Action: Ask, RuleID: "grp", Approvers: []string{"S1"}}
-	vs := []Verdict{
-		{Action: Allow, RuleID: "reads"},
-		{Action: Allow, RuleID: StandingPrefix + "a", Remembered: []Remembered{{Ask: ask, By: "U1"}}},
-		{Action: Allow, RuleID: StandingPrefix + "b", Remembered: []Remembered{{Ask: ask, By: "U2"}}},
-	}
-	v := Strictest(vs, []string{"UA", "UB", "UC"})
-	if v.Action != Allow || len(v.Remembered) != 2 || v.Remembered[0].By != "U1" || v.Remembered[1].By != "U2" {
-		t.Errorf("Strictest of allows = %s with standing rules %+v, want allow with U1's and U2's", v.Action, v.Remembered)
-	}
-	if len(vs[0].Remembered) != 0 {
-		t.Errorf("Strictest changed the first verdict's standing rules: %+v", vs[0].Remembered)
-	}
-}

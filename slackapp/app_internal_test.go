@@ -75,6 +75,15 @@ func TestRefusalTextRecordsChanged(t *testing.T) {
 	}
 }
 
+// An audit line writes out the hidden characters of every field that came
+// from the model, the tool's name as the call id.
+func TestAuditLineRevealsHiddenCharacters(t *testing.T) {
+	e := store.AuditEntry{At: time.Now(), Action: "request", Actor: "U1", Tool: "read_file\u202egol.tset\u200b", CallID: "c\u202e1", Outcome: "invalid", Detail: "no such tool"}
+	if line := auditLine(e); strings.ContainsRune(line, '\u202e') || strings.ContainsRune(line, '\u200b') {
+		t.Errorf("the audit line shows a hidden character as it is: %q", line)
+	}
+}
+
 // A card's approver whom the rule the call falls under now leaves out is
 // told which rule that is and who it lets approve, not the card's
 // approvers (themself among them); a requester under its four eyes is told

@@ -410,7 +410,11 @@ var channelIDRE = regexp.MustCompile(`^[CGD][A-Z0-9]+$`)
 func auditLine(e store.AuditEntry) string {
 	parts := []string{e.At.UTC().Format("2006-01-02 15:04:05Z"), inlineCode(e.Action), "by " + userRef(e.Actor, "someone unknown")}
 	if e.Tool != "" {
-		parts = append(parts, "tool "+inlineCode(e.Tool))
+		// A tool's name is a valid one (the agent audits any other as
+		// invalid_tool_name); hidden characters are written out all the
+		// same, as the call id's are.
+		tool, _ := revealHidden(e.Tool)
+		parts = append(parts, "tool "+inlineCode(tool))
 	}
 	if e.Channel != "" {
 		where := "in " + inlineCode(e.Channel)

@@ -197,8 +197,13 @@ func (e *env) launch(st fullStore) *bot {
 	}
 	p, err := approvals.ParseConfig([]byte(policy))
 	must(e.t, err)
-	engine := approvals.NewEngine(p, st)
-	app, err := slackapp.New(e.cfg, st, engine)
+	// As the bot does (see botsetup): a standing rule's maker is checked
+	// by the app's look-ups.
+	var app *slackapp.App
+	engine := approvals.NewEngine(p, st, approvals.WithMakerCheck(func(ctx context.Context, ask approvals.Verdict, maker, channel string) error {
+		return approvals.MakersUnder(app.Groups(), app.Audience().CanSee)(ctx, ask, maker, channel)
+	}))
+	app, err = slackapp.New(e.cfg, st, engine)
 	must(e.t, err)
 	model := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: e.model.URL(), APIKey: "k", Model: "m", Timeout: 20 * time.Second})
 	ag := agent.New(model, e.reg, engine, st, app.Reporter, agent.Config{Groups: app.Groups(), Audience: app.Audience(), ShownInFull: slackapp.ArgsShownInFull, LeaseTTL: cmp.Or(e.leaseTTL, 2*time.Second), LeaseWait: e.leaseWait, Logger: e.cfg.Logger, ReminderAfter: e.reminderAfter, ToolTimeout: e.toolTimeout, MaxSteps: e.maxSteps})

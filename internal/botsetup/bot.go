@@ -91,10 +91,17 @@ func Build(ctx context.Context, p Parts) (*Bot, error) {
 		}
 	}
 	defaults := approvals.Defaults{TTL: p.Agent.ApprovalTTL, RemindAfter: p.Agent.ReminderAfter}
-	engine := approvals.NewEngine(p.File.Policy, p.Store, approvals.WithAuditLog(p.Logger), approvals.WithDefaults(defaults))
+	// A standing rule's maker is checked by the Slack app's (cached)
+	// look-ups of user groups and of who can see a conversation; the app
+	// is made with the engine, and judges nothing before it is.
+	var app *slackapp.App
+	makers := func(ctx context.Context, ask approvals.Verdict, maker, channel string) error {
+		return approvals.MakersUnder(app.Groups(), app.Audience().CanSee)(ctx, ask, maker, channel)
+	}
+	engine := approvals.NewEngine(p.File.Policy, p.Store, approvals.WithAuditLog(p.Logger), approvals.WithDefaults(defaults), approvals.WithMakerCheck(makers))
 	sc := p.Slack
 	sc.Logger, sc.Metrics = p.Logger, p.Metrics
-	app, err := slackapp.New(sc, p.Store, engine)
+	app, err = slackapp.New(sc, p.Store, engine)
 	if err != nil {
 		if cerr := mgr.Close(); cerr != nil {
 			p.Logger.Warn("close tools", "err", cerr)
