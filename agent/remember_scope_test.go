@@ -193,6 +193,29 @@ policy:
 	}
 }
 
+// restartAfterRemembered has UOLD000001 allow restarts from now on under
+// policy, changes the world (change, before a process is built anew), and
+// returns how a restart asked for in a new conversation then ends.
+func restartAfterRemembered(t *testing.T, w *world, policy string, change func()) agent.OutcomeStatus {
+	t.Helper()
+	ctx := t.Context()
+	w.policy = policy
+	a := w.agent()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
+	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UOLD000001"})
+	must(t, err)
+	w.model.Reply(fakeopenai.Text("ok"))
+	_, err = a.Resume(ctx, res.Call.RunID)
+	must(t, err)
+	change()
+	w.model.Reply(fakeopenai.ToolCalls(call("c2", "restart", `{"env":"prod"}`)))
+	req := request("again")
+	req.Conversation = "T1/C1/2"
+	out, err := w.agent().Run(ctx, req)
+	must(t, err)
+	return out.Status
+}
+
 // failingGroups cannot list any group's members.
 type failingGroups struct{}
 
@@ -203,30 +226,15 @@ func (failingGroups) Members(context.Context, string) ([]string, error) {
 // A standing rule whose maker cannot be checked (their group's members
 // cannot be listed) lets nothing run unasked.
 func TestStandingRuleWhoseMakerCannotBeCheckedAsks(t *testing.T) {
-	ctx := t.Context()
 	w := newWorld(t, backends(t)[0])
-	w.policy = `
+	w.cfg.Groups = &mutableGroups{m: map[string][]string{"SSRE000001": {"UOLD000001"}}}
+	policy := `
 policy:
   rules:
     - {id: grp, tool: restart, verdict: ask, approvers: [SSRE000001]}
 `
-	w.cfg.Groups = &mutableGroups{m: map[string][]string{"SSRE000001": {"UOLD000001"}}}
-	a := w.agent()
-	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
-	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UOLD000001"})
-	must(t, err)
-	w.model.Reply(fakeopenai.Text("ok"))
-	_, err = a.Resume(ctx, res.Call.RunID)
-	must(t, err)
-	w.cfg.Groups = failingGroups{}
-	a = w.agent()
-	w.model.Reply(fakeopenai.ToolCalls(call("c2", "restart", `{"env":"prod"}`)))
-	req := request("again")
-	req.Conversation = "T1/C1/2"
-	out, err := a.Run(ctx, req)
-	must(t, err)
-	if out.Status != agent.Paused {
-		t.Errorf("restart under a standing rule whose maker's group cannot be listed = %s, want paused (asked)", out.Status)
+	if got := restartAfterRemembered(t, w, policy, func() { w.cfg.Groups = failingGroups{} }); got != agent.Paused {
+		t.Errorf("restart under a standing rule whose maker's group cannot be listed = %s, want paused (asked)", got)
 	}
 }
 
@@ -238,28 +246,13 @@ func (seesNothing) CanSee(context.Context, string, string) (bool, error) { retur
 // Under a rule that names no approvers, a standing rule stands only while
 // its maker can see the conversation.
 func TestStandingRuleOfAMakerOutOfTheConversationAsks(t *testing.T) {
-	ctx := t.Context()
 	w := newWorld(t, backends(t)[0])
-	w.policy = `
+	policy := `
 policy:
   rules:
     - {id: anyone, tool: restart, verdict: ask}
 `
-	a := w.agent()
-	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"prod"}`))
-	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UOLD000001"})
-	must(t, err)
-	w.model.Reply(fakeopenai.Text("ok"))
-	_, err = a.Resume(ctx, res.Call.RunID)
-	must(t, err)
-	w.cfg.Audience = seesNothing{}
-	a = w.agent()
-	w.model.Reply(fakeopenai.ToolCalls(call("c2", "restart", `{"env":"prod"}`)))
-	req := request("again")
-	req.Conversation = "T1/C1/2"
-	out, err := a.Run(ctx, req)
-	must(t, err)
-	if out.Status != agent.Paused {
-		t.Errorf("restart under a standing rule whose maker left the conversation = %s, want paused (asked)", out.Status)
+	if got := restartAfterRemembered(t, w, policy, func() { w.cfg.Audience = seesNothing{} }); got != agent.Paused {
+		t.Errorf("restart under a standing rule whose maker left the conversation = %s, want paused (asked)", got)
 	}
 }
