@@ -82,15 +82,7 @@ func TestLateCopiesFollowADecisionOnAnotherReplica(t *testing.T) {
 	for _, kind := range sharedKinds(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			e := newEnv(t, kind)
-			e.policy = `
-policy:
-  default: ask
-  rules:
-    - id: deploys
-      tool: deploy
-      verdict: ask
-      approvers: [UAPPROVER1, UOTHER0001, USTRANGER1]
-`
+			e.policy = threeApproversPolicy
 			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, other, e.slack.BotUserID()}})
 			base := e.open()
 			e.shared = base
