@@ -11,8 +11,11 @@ import (
 
 // Reporter receives the progress of one conversation, so that whoever drives
 // the agent (the Slack app) can render it without the agent knowing how.
-// Calls come from the goroutine running the turn, in order. A Reporter must
-// not block for long; failures to render are its own to log.
+// Calls come from the goroutine running the turn, in order, but for
+// Updated, which also comes from a decision's goroutine, and from the save
+// of a call's result (after the save, before the turn ends), so it must be
+// safe for concurrent use. A Reporter must not block for long; failures to
+// render are its own to log.
 type Reporter interface {
 	// Status says what the agent is doing ("thinking", "running x").
 	Status(ctx context.Context, text string)
@@ -108,7 +111,8 @@ type CallUpdate struct {
 	// Unstarted is set by News on PhaseDecided when the call's tool has
 	// not started: its step's resume has not begun it yet, or did not
 	// run it for a reason the resume's own update told (the policy denies
-	// it now, its tool is gone), which the store does not keep.
+	// it now, its tool is gone) and could not save with the call (the
+	// store failed).
 	Unstarted bool
 }
 

@@ -259,7 +259,8 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runS
 	run, calls := rs.Run, rs.Calls
 	runID := run.ID
 	// The call BeginResume marked as started runs in settle, which
-	// clears started; if it does not run, the mark is taken back.
+	// clears started; if it does not run, the mark is taken back, or
+	// kept with why it did not run (see notRunSaved).
 	started := rs.Started
 	defer func() { a.abandon(ctx, &started) }()
 	if stErr != nil {
@@ -370,7 +371,8 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 // reads, executing the tool if the decision runs it. The policy judges it
 // by *recs if set (see policyKinds), which are then used up. If c is the
 // call *started names, BeginResume marked it as started: it runs without
-// BeginExecution, or its mark is taken back if it does not.
+// BeginExecution; if it does not, its mark is taken back, or kept with
+// why it did not run (see notRunSaved).
 //
 // stopped reports that ctx ended (a shutdown, a lost lease) before an
 // approved call could start: the call is not settled, and the resume
@@ -416,9 +418,21 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return res
 	}
 	withNote := func(res Result) Result { return noted(res, "The call ran with") }
-	// notRun skips a call that does not run (and did not start).
+	// notRun skips a call that does not run (and did not start), and
+	// saves that with the call (see notRunSaved).
 	notRun := func(res Result, note string) (Result, bool) {
-		return skip(noted(res, "It was approved with"), note)
+		res = noted(res, "It was approved with")
+		u := CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note}
+		if !a.notRunSaved(ctx, t, c.ID, marked, started, u, rep) {
+			return skip(res, note)
+		}
+		return res, false
+	}
+	// unrecorded skips a call whose start the store could not record
+	// (err): it may still be marked by another process, so nothing is
+	// saved.
+	unrecorded := func(err error) (Result, bool) {
+		return skip(noted(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "It was approved with"), "store error")
 	}
 	// unknown settles a call that started before and will not run again
 	// (why, if not only because it started), whose outcome is not known:
@@ -437,8 +451,11 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		if !again {
 			e = executed(c, d, args, res, "the bot stopped while it ran")
 		}
-		a.saveResult(ctx, t, c.ID, res, e)
-		return skip(res, NoteInterrupted)
+		// Not marked by this resume: it started before, or its mark was
+		// used by an attempt that was cut, so there is no mark to take
+		// back.
+		a.saveResult(ctx, t, c.ID, res, e, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: NoteInterrupted})
+		return res, false
 	}
 	reg, ok := a.tools.lookup(c.Tool)
 	var tool Tool
@@ -455,6 +472,11 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			// Its audit entry was written with it.
 			if saved.Interrupted {
 				return skip(saved.interruptedResult(c.Tool), NoteInterrupted)
+			}
+			if saved.NotRun != "" {
+				// Saved by a resume that found it should not run (see
+				// notRunSaved): it started nothing.
+				return skip(saved.result(), saved.NotRun)
 			}
 			res := saved.result()
 			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
@@ -508,7 +530,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			if ctx.Err() != nil {
 				return Result{}, true // its mark is taken back on the way out
 			}
-			return notRun(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
+			return unrecorded(err)
 		}
 		*started = ""
 	} else {
@@ -526,7 +548,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			if again {
 				return unknown(fmt.Sprintf("could not record running it again: %v", err), true)
 			}
-			return notRun(Result{Content: fmt.Sprintf("not performed: could not record the execution of %s: %v", c.Tool, err), IsError: true}, "store error")
+			return unrecorded(err)
 		}
 	}
 	if !first && !again {
@@ -561,9 +583,29 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		res, _ = skip(res, NoteInterrupted)
 		return res, true
 	}
-	a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, ""))
-	rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
+	a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, ""), rep, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
 	return withNote(res), false
+}
+
+// notRunSaved saves the result of call id, which its resume found should
+// not run and never started (u tells why), with the call, then reports u,
+// as saveResult does: a card rendered again from the store (see News)
+// then says why the call did not run, as its resume's update did, and a
+// resume claimed again reports it so, instead of judging the call anew.
+// A result is saved only with a call marked as started: the mark
+// BeginResume set (marked, and *started names it), which stays, or one
+// set now. It reports false, having saved and reported nothing, where
+// the call could not be marked as this resume's (a store error, another
+// process's mark): it is skipped as before, with its mark, if any, taken
+// back.
+func (a *Agent) notRunSaved(ctx context.Context, t *turn, id string, marked bool, started *string, u CallUpdate, rep Reporter) bool {
+	if marked {
+		*started = ""
+	} else if first, err := a.beginExecution(ctx, id); err != nil || !first {
+		return false
+	}
+	a.saveResult(ctx, t, id, u.Result, store.AuditEntry{}, rep, u)
+	return true
 }
 
 // beginExecution marks call id as started (BeginExecution) and reports
@@ -595,25 +637,32 @@ func (a *Agent) beginExecution(ctx context.Context, id string) (bool, error) {
 // saveResult saves the result of a call that ran with the call, and e, the
 // execution's audit entry, with it, so that a resume claimed again after
 // this process died reports how the call ended instead of "outcome
-// unknown", and writes no second entry. The turn goes on meanwhile (the
-// model is asked with the result at once); its next write, and its end,
-// wait for the save (see commit and flushAudits). A save that fails is
-// logged: the turn's own write records the result anyway, and the entry
-// if the store did not append it.
-func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result, e store.AuditEntry) {
+// unknown", and writes no second entry; then it reports u, the call's
+// update, to rep. The turn goes on meanwhile (the model is asked with the
+// result at once); its next write, and its end, wait for the save and
+// the report (see commit and flushAudits). The update follows the save so
+// that another process that reads the call once the card shows it (see
+// News) reads what it shows. A save that fails is logged: the turn's own
+// write records the result anyway, and the entry if the store did not
+// append it.
+func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result, e store.AuditEntry, rep Reporter, u CallUpdate) {
 	if e.Action != "" {
 		e = a.logged(ctx, e)
 	}
-	s := &resultSave{entry: e, callID: callID, result: mustJSON(savedOf(res))}
+	saved := savedOf(res)
+	if u.Phase == PhaseSkipped && u.Note != NoteInterrupted {
+		saved.NotRun = u.Note
+	}
+	s := &resultSave{entry: e, callID: callID, result: mustJSON(saved)}
 	t.saves = append(t.saves, s)
-	ctx = context.WithoutCancel(ctx)
 	t.saving.Go(func() {
-		err := a.store.SaveResult(ctx, callID, s.result, s.entry)
+		err := a.store.SaveResult(context.WithoutCancel(ctx), callID, s.result, s.entry)
 		if err != nil {
 			a.log.Warn("save tool result", "call", callID, "err", err)
 		}
 		s.audited = err == nil
 		s.saved = err == nil || errors.Is(err, store.ErrEffects)
+		rep.Updated(ctx, u)
 	})
 }
 
@@ -627,6 +676,9 @@ type savedResult struct {
 	// known (see Result.OutcomeUnknown); named for the first such
 	// results, of calls cut by their time-out.
 	Unknown bool `json:"timed_out,omitempty"`
+	// NotRun, if set, is why the call did not run, as its card's note
+	// gave it: its resume found that it should not (see notRunSaved).
+	NotRun string `json:"not_run,omitempty"`
 }
 
 // savedOf is res as it is saved.
@@ -836,7 +888,8 @@ func (a *Agent) Call(ctx context.Context, callID string) (PendingCall, error) {
 // that may show older news than another process rendered (see
 // slackapp): PhaseCounted for a pending call; PhaseSkipped for one that
 // expired, was cancelled, or was decided not to run (its decision says
-// how), and for one cut by a crash as it ran (NoteInterrupted);
+// how), for one cut by a crash as it ran (NoteInterrupted), and for one
+// its resume found should not run (its note says why: see notRunSaved);
 // PhaseExecuted, with its result, for one whose result is saved; and
 // PhaseDecided for one decided to run whose result is not saved: running,
 // or, with Unstarted, not started (StepPending is not known).
@@ -851,6 +904,7 @@ func (a *Agent) News(ctx context.Context, callID string) (CallUpdate, error) {
 	}
 	u := CallUpdate{Call: viewOf(c), Phase: PhaseDecided}
 	var saved savedResult
+	isSaved := len(c.Result) > 0 && json.Unmarshal(c.Result, &saved) == nil
 	switch {
 	case c.Status == store.Pending:
 		u.Phase = PhaseCounted
@@ -860,9 +914,11 @@ func (a *Agent) News(ctx context.Context, callID string) (CallUpdate, error) {
 		u.Phase, u.Note = PhaseSkipped, "cancelled by the requester"
 	case !kindOf(c.Decision).Runs():
 		u.Phase = PhaseSkipped
-	case len(c.Result) > 0 && json.Unmarshal(c.Result, &saved) == nil && saved.Interrupted:
+	case isSaved && saved.Interrupted:
 		u.Phase, u.Note, u.Result = PhaseSkipped, NoteInterrupted, saved.interruptedResult(c.Tool)
-	case len(c.Result) > 0 && json.Unmarshal(c.Result, &saved) == nil:
+	case isSaved && saved.NotRun != "":
+		u.Phase, u.Note, u.Result = PhaseSkipped, saved.NotRun, saved.result()
+	case isSaved:
 		u.Phase, u.Result = PhaseExecuted, saved.result()
 	default:
 		u.Unstarted = !c.Executing

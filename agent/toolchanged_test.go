@@ -36,7 +36,7 @@ func skippedNotes(w *world) []string {
 // An approved call whose tool changed between the pause and the run (its
 // MCP server's schema now refuses the approved arguments, or fills in a
 // default the card never showed and the policy never judged) does not
-// run: the model and the card are told why, and its mark is taken back.
+// run: the model and the card are told why, and the store keeps why.
 func TestApprovedCallDoesNotRunWhenItsToolChanged(t *testing.T) {
 	cases := []struct {
 		name, schema string
@@ -92,10 +92,10 @@ func TestApprovedCallDoesNotRunWhenItsToolChanged(t *testing.T) {
 				if got := toolExecutions(t, w.store, "deploy"); len(got) != 0 {
 					t.Errorf("audited executions of deploy: %q, want none", got)
 				}
-				c, err := w.store.GetCall(ctx, p.ID)
+				news, err := a.News(ctx, p.ID)
 				must(t, err)
-				if c.Executing {
-					t.Errorf("call %s executing after a resume that did not run it, want the mark taken back", p.ID)
+				if news.Phase != agent.PhaseSkipped || news.Note != agent.NoteToolChanged || !strings.Contains(news.Result.Content, "not performed") {
+					t.Errorf("the call as stored is %s (%q, %q), want skipped because its tool changed", news.Phase, news.Note, news.Result.Content)
 				}
 			})
 		}

@@ -114,11 +114,12 @@ type resultSave struct {
 
 // waitSaves waits for the results the turn is saving, and keeps for its
 // next write the audit entries of those the store did not append (and,
-// among unsaved, the saves that saved nothing).
+// among unsaved, the saves that saved nothing). A save with no entry
+// (a call that did not run, or may run again) leaves none.
 func (t *turn) waitSaves() {
 	t.saving.Wait()
 	for _, s := range t.saves {
-		if s.audited {
+		if s.audited || s.entry.Action == "" {
 			continue
 		}
 		t.audits = append(t.audits, s.entry)

@@ -1014,7 +1014,7 @@ func (a *App) overtaken(ctx context.Context, u agent.CallUpdate, refs []cardRef)
 		if news.Unstarted {
 			// Its resume's update tells what became of it: it follows,
 			// or it was made and says why the call did not run, which
-			// the store does not keep.
+			// the store could not keep.
 			return
 		}
 		u = news
