@@ -12,9 +12,10 @@ import (
 
 // Every call the model makes is in the audit log, those refused before
 // the policy too: a tool that does not exist, arguments the tool's schema
-// refuses, a call past the step's limit; each as a request with the
-// outcome invalid, saying why in the bot's words, never the model's (a
-// tool name that is not one is audited as invalid_tool_name).
+// refuses, the calls past the step's limit (in one entry); each as a
+// request with the outcome invalid, saying why in the bot's words, never
+// the model's (a tool name that is not one is audited as
+// invalid_tool_name).
 func TestCallsRefusedBeforeThePolicyAreAudited(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
@@ -26,6 +27,8 @@ func TestCallsRefusedBeforeThePolicyAreAudited(t *testing.T) {
 				call("c2", "deploy", `{"service":1}`),
 				call("c3", "read_file", `{"path":"/a"}`),
 				call("c4", "read_file", `{"path":"/b"}`),
+				call("c5", "read_file", `{"path":"/c"}`),
+				call("c6", "no_such", `{}`),
 			), fakeopenai.Text("sorry"))
 			out, err := w.agent().Run(t.Context(), request("read"))
 			must(t, err)
@@ -47,10 +50,17 @@ func TestCallsRefusedBeforeThePolicyAreAudited(t *testing.T) {
 				"c1": "rm_rf invalid no such tool",
 				"c2": "deploy invalid arguments refused before the policy",
 				"c3": "read_file allow rule ",
-				"c4": "read_file invalid past the 4 calls a step takes",
+				"c4": "read_file invalid past the 4 calls a step takes, the first of 3 past it",
 			} {
 				if !strings.HasPrefix(got[id], want) {
 					t.Errorf("audit entry of the request %s = %q, want %q", id, got[id], want)
+				}
+			}
+			// The calls past the limit are audited as one: an answer may
+			// hold thousands, which would push the log's older entries out.
+			for _, id := range []string{"c5", "c6"} {
+				if e, ok := got[id]; ok {
+					t.Errorf("the call %s past the limit has an entry of its own: %q, want only the first's", id, e)
 				}
 			}
 			for _, e := range log {

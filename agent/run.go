@@ -1280,7 +1280,11 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		}
 		if i >= a.cfg.MaxCalls {
 			judged("invalid")
-			refused("", fmt.Sprintf("past the %d calls a step takes", a.cfg.MaxCalls))
+			if i == a.cfg.MaxCalls {
+				// One entry for them all: an answer may hold thousands,
+				// which would push older entries out of the capped log.
+				refused("", fmt.Sprintf("past the %d calls a step takes, the first of %d past it", a.cfg.MaxCalls, len(calls)-a.cfg.MaxCalls))
+			}
 			fail("not performed: the step asked for %d tool calls and at most %d are taken in one step; call %s again in a later step if it is still needed", len(calls), a.cfg.MaxCalls, name)
 			continue
 		}
