@@ -20,6 +20,11 @@ import (
 // tells the decider what is wrong (see Detail).
 var ErrBadDecision = errors.New("invalid decision")
 
+// ErrCountedMeanwhile is returned by an approval refused because other
+// approvals of the call kept being counted while it was checked (see
+// countTries): nothing was recorded.
+var ErrCountedMeanwhile = errors.New("other approvals were counted while the approval was checked")
+
 // badDecision is the refusal of a decision that does not fit the call,
 // with the words that tell the decider why.
 func badDecision(format string, args ...any) error {
@@ -101,10 +106,13 @@ func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken)
 	for {
 		res, err := a.decideStored(ctx, d, taken)
 		switch {
-		case errors.Is(err, errCountChanged) && counted < countTries:
+		case errors.Is(err, errCountChanged):
 			// Another approval was counted meanwhile, judged by the
-			// same records: this one is judged again with it.
-			counted++
+			// same records: this one is judged again with it, and the
+			// policy did not change.
+			if counted++; counted > countTries {
+				return DecideResult{}, fmt.Errorf("decide %s: %d times: %w", d.CallID, countTries, ErrCountedMeanwhile)
+			}
 		case !errors.Is(err, errJudgeAgain):
 			return res, err
 		default:
@@ -925,7 +933,11 @@ func refused(c, got store.Call, err error) (DecideResult, error) {
 func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict, taken **Taken, version int64, remembered bool) (DecideResult, error) {
 	fx := decisionEffects(c, sd.Decider, sd.Kind, c.Fingerprint, sd.At)
 	fx.Audit.Detail = sd.Reason
-	fx.IfRecords = version
+	if kindOf(&sd) != approvals.Refuse {
+		// A plain deny is judged by the card's approvers, never by the
+		// records (see authorize): a change of theirs does not hold it.
+		fx.IfRecords = version
+	}
 	// Names this sending, for a store whose client sends it again after
 	// a lost reply (see store.Decision.Attempt), and the resume it begins.
 	sd.Attempt = newNonce()

@@ -16,3 +16,6 @@ var PersonText = personText
 // MergeUsers is mergeUsers, for tests of what a server that refuses two
 // user messages in a row is sent.
 var MergeUsers = mergeUsers
+
+// JudgeTries and CountTries are judgeTries and countTries.
+const JudgeTries, CountTries = judgeTries, countTries

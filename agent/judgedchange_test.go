@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -178,5 +179,56 @@ func TestApprovalCheckedWhileOthersAreCountedIsCounted(t *testing.T) {
 				t.Errorf("reads of the call = %d, want 4", n)
 			}
 		})
+	}
+}
+
+// A plain deny is judged by the card's approvers, not by the policy's
+// records: records that keep changing while it is checked (a rule for
+// another tool, an Always allow elsewhere) do not hold it up.
+func TestDenyIsNotHeldByRecordsChangingMeanwhile(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w, p, st, a, _ := pausedElsewhere(t, b, oneOfTwo)
+			st.change = func(n int64) {
+				if _, err := w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: fmt.Sprintf("r%d", n), Tool: "deploy", Verdict: approvals.Ask}); err != nil {
+					t.Errorf("add a rule: %v", err)
+				}
+			}
+			st.left.Store(agent.JudgeTries)
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Refuse, Decider: "UONE000001"})
+			must(t, err)
+			if res.Call.Status != agent.CallDecided {
+				t.Errorf("the deny left the call %s, want it decided", res.Call.Status)
+			}
+			if n := st.reads.Load(); n != 1 {
+				t.Errorf("the call was read %d times for the deny, want once", n)
+			}
+		})
+	}
+}
+
+// Approvals of others counted while one is checked, however many, are not
+// a change of the policy: past the tries they take, the approval is
+// refused as counted meanwhile, not as judged under a changed policy.
+func TestApprovalOutrunByOthersIsNotAPolicyChange(t *testing.T) {
+	b := backends(t)[0]
+	ctx := t.Context()
+	const n = agent.CountTries + 5
+	var ids []string
+	for i := range n + 1 {
+		ids = append(ids, fmt.Sprintf("UAPPROVE%02d", i))
+	}
+	policy := fmt.Sprintf("\npolicy:\n  rules:\n    - {id: many, tool: restart, verdict: ask, approvers: [%s], min_approvals: %d}\n", strings.Join(ids, ", "), n+1)
+	_, p, st, a, other := pausedElsewhere(t, b, policy)
+	st.change = func(i int64) {
+		if _, err := other.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: ids[i]}); err != nil {
+			t.Errorf("%s's approval: %v", ids[i], err)
+		}
+	}
+	st.left.Store(n)
+	_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: ids[0]})
+	if !errors.Is(err, agent.ErrCountedMeanwhile) || errors.Is(err, store.ErrStale) {
+		t.Fatalf("an approval outrun by %d others: %v, want ErrCountedMeanwhile, not ErrStale", n, err)
 	}
 }

@@ -515,6 +515,8 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 		return Escape("These arguments are not valid: " + agent.Detail(err) + ". Nothing changed."), "invalid"
 	case errors.Is(err, store.ErrStale):
 		return ChangedWhileCheckedText(), "changed"
+	case errors.Is(err, agent.ErrCountedMeanwhile):
+		return CountedWhileCheckedText(), "changed"
 	case errors.Is(err, agent.ErrUnconfirmed) && errors.Is(err, store.ErrNotReplicated):
 		return DecisionUnreplicatedText(), "error"
 	case errors.Is(err, agent.ErrUnconfirmed):

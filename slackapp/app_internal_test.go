@@ -66,12 +66,18 @@ func TestRefusalTextPolicyDenied(t *testing.T) {
 }
 
 // A decision refused because the policy kept changing while it was
-// checked is told so, not as a failure of the bot's store.
+// checked is told so, not as a failure of the bot's store; so is an
+// approval refused because others kept being counted meanwhile.
 func TestRefusalTextRecordsChanged(t *testing.T) {
 	err := fmt.Errorf("decide r.0: the policy changed while the decision was checked, 3 times: %w", store.ErrStale)
 	text, result := refusalText(agent.Call{}, "U1", err)
 	if result != "changed" || text != ChangedWhileCheckedText() {
 		t.Errorf("refusalText = %q, %q; want ChangedWhileCheckedText, changed", text, result)
+	}
+	err = fmt.Errorf("decide r.0: 50 times: %w", agent.ErrCountedMeanwhile)
+	text, result = refusalText(agent.Call{}, "U1", err)
+	if result != "changed" || text != CountedWhileCheckedText() {
+		t.Errorf("refusalText = %q, %q; want CountedWhileCheckedText, changed", text, result)
 	}
 }
 

@@ -553,6 +553,13 @@ func ChangedWhileCheckedText() string {
 	return "The policy changed while your decision was checked, so nothing was recorded and the call is still pending. Please look at the card and try again."
 }
 
+// CountedWhileCheckedText is the ephemeral answer when other approvals of
+// the call kept being counted while an approval was checked, so that it
+// was not recorded.
+func CountedWhileCheckedText() string {
+	return "Other approvals of this call were being counted while yours was checked, so nothing was recorded and the call is still pending. Please try again."
+}
+
 // DecisionUnconfirmedText is the ephemeral answer when the store did not
 // answer whether a decision was recorded (its answer was lost, and the
 // store stayed unreachable): the card says so if it was.
