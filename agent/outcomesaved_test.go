@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/storetest"
 )
 
 // unrecordedTurns is a store whose turns are never recorded, as for a
@@ -74,42 +76,96 @@ func TestCallNotRunIsToldSoWhenItsResumeIsClaimedAgain(t *testing.T) {
 	}
 }
 
-// A call that is not the one its resume marked as started (the second of
-// a step) is marked when its resume finds it should not run, and its
-// outcome saved with it, so that the store tells why as its card does.
-func TestSecondCallNotRunIsSavedSo(t *testing.T) {
+// failsSaveOf is a store that fails the save of call id's result, and,
+// with turns, every turn's write: an outage as a resume settles its step.
+type failsSaveOf struct {
+	agent.Store
+	id    string
+	turns bool
+}
+
+func (s failsSaveOf) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
+	if callID == s.id {
+		return errInjected
+	}
+	return s.Store.SaveResult(ctx, callID, result, e)
+}
+
+func (s failsSaveOf) CommitTurn(ctx context.Context, c store.Commit) error {
+	if s.turns {
+		return errInjected
+	}
+	return s.Store.CommitTurn(ctx, c)
+}
+
+// A call not run whose outcome is not saved with it is left unmarked, as
+// a call that never started: the second call of a step (the resume marks
+// only the first), and a first whose save failed (its mark is taken back).
+// A resume claimed again after the first died judges it afresh: with the
+// rule that denied it gone, it runs, once, never reported as of unknown
+// outcome.
+func TestCallNotRunWithNothingSavedIsJudgedAgain(t *testing.T) {
 	for _, b := range backends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			ctx := t.Context()
-			w := newWorld(t, b)
-			a := w.agent()
-			w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "restart", `{"env":"staging"}`)))
-			out, err := a.Run(ctx, request("please"))
-			must(t, err)
-			if len(out.Pending) != 2 {
-				t.Fatalf("paused on %d calls, want 2", len(out.Pending))
+		for _, second := range []bool{true, false} {
+			name := b.name + "/first_whose_save_failed"
+			if second {
+				name = b.name + "/second_of_its_step"
 			}
-			for _, p := range out.Pending {
-				_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			t.Run(name, func(t *testing.T) {
+				ctx := t.Context()
+				w := newWorld(t, b)
+				a := w.agent()
+				calls := []fakeopenai.ToolCall{call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "restart", `{"env":"staging"}`)}
+				if !second {
+					calls = calls[1:]
+				}
+				w.model.Reply(fakeopenai.ToolCalls(calls...))
+				out, err := a.Run(ctx, request("please"))
 				must(t, err)
-			}
-			_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "restart", Verdict: approvals.Deny, Reason: "change freeze"})
-			must(t, err)
-			w.model.Reply(fakeopenai.Text("deployed, not restarted"))
-			_, err = a.Resume(ctx, out.RunID)
-			must(t, err)
-			if d, r := w.deploys.n.Load(), w.restarts.n.Load(); d != 1 || r != 0 {
-				t.Errorf("deploy ran %d times and restart %d, want once and never", d, r)
-			}
-			news, err := a.News(ctx, out.Pending[1].ID)
-			must(t, err)
-			if news.Phase != agent.PhaseSkipped || !strings.HasPrefix(news.Note, "policy now denies") || !strings.Contains(news.Result.Content, "not performed") {
-				t.Errorf("the second call as stored is %s (%q, %q), want skipped because the policy denies it", news.Phase, news.Note, news.Result.Content)
-			}
-			if got := toolExecutions(t, w.store, "restart"); len(got) != 0 {
-				t.Errorf("audited executions of restart: %q, want none", got)
-			}
-		})
+				if len(out.Pending) != len(calls) {
+					t.Fatalf("paused on %d calls, want %d", len(out.Pending), len(calls))
+				}
+				for _, p := range out.Pending {
+					_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+					must(t, err)
+				}
+				_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "restart", Verdict: approvals.Deny, Reason: "change freeze"})
+				must(t, err)
+				restart := out.Pending[len(out.Pending)-1]
+				log := &turnLog{Store: w.store.(storetest.Store)}
+				holds := newHoldLog(log)
+				dying := w.agentWith(failsSaveOf{Store: holds, id: restart.ID, turns: true}, w.rec)
+				w.model.Reply(fakeopenai.Text("not restarted"))
+				if _, err := dying.Resume(ctx, out.RunID); !errors.Is(err, errInjected) {
+					t.Fatalf("the resume whose turn is not recorded returned %v, want the store's failure", err)
+				}
+				if calls, _ := log.take(); slices.Contains(calls, "BeginExecution") {
+					t.Errorf("store calls of the resume = %q, want no mark of a call that does not run", calls)
+				}
+				news, err := a.News(ctx, restart.ID)
+				must(t, err)
+				if news.Phase != agent.PhaseDecided || !news.Unstarted {
+					t.Errorf("the call as stored is %s (unstarted %v), want decided, not started", news.Phase, news.Unstarted)
+				}
+
+				holds.lapse(t, restart.Conversation, out.RunID)
+				must(t, w.engine.RemoveRule(ctx, "UADMIN0001", "frozen"))
+				w.model.Reply(fakeopenai.Text("restarted"))
+				_, err = w.restart().Resume(ctx, out.RunID)
+				must(t, err)
+				if n := w.restarts.n.Load(); n != 1 {
+					t.Errorf("restart ran %d times, want once: nothing said it would not", n)
+				}
+				for _, r := range toolResults(t, w.model) {
+					if strings.Contains(r, "outcome unknown") {
+						t.Errorf("the model read %q, want no outcome unknown for a call that never started", r)
+					}
+				}
+				if got := toolExecutions(t, w.store, "restart"); len(got) != 1 {
+					t.Errorf("audited executions of restart: %q, want one", got)
+				}
+			})
+		}
 	}
 }
 
@@ -182,6 +238,62 @@ func TestCardIsToldOfAResultOnceItIsSaved(t *testing.T) {
 			}
 			if len(rep.bad) > 0 {
 				t.Errorf("the card was told that %q ran before its result was saved", rep.bad)
+			}
+		})
+	}
+}
+
+// endsAfterClaim is a store whose resume's context ends (cancel) once the
+// resume is claimed: a shutdown, or a lease found lost, as it settles.
+type endsAfterClaim struct {
+	agent.Store
+	cancel context.CancelFunc
+}
+
+func (s endsAfterClaim) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	rs, err := s.Store.BeginResume(ctx, runID, r)
+	s.cancel()
+	return rs, err
+}
+
+// A resume whose context ends as it finds its call should not run saves
+// nothing with the call and takes its mark back (its claim is no longer
+// sure), as before such outcomes were saved; the step's results, "not
+// performed" among them, are recorded as a cut step's are, and the next
+// resume goes on from them: the call does not run, though the rule that
+// denied it is gone by then.
+func TestCallNotRunAsTheResumeEndsSavesNothing(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
+			must(t, err)
+			_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "restart", Verdict: approvals.Deny, Reason: "change freeze"})
+			must(t, err)
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			holds := newHoldLog(w.store)
+			if _, err := w.agentWith(endsAfterClaim{Store: holds, cancel: cancel}, w.rec).Resume(rctx, p.RunID); err == nil {
+				t.Fatal("the resume whose context ended returned no error")
+			}
+			news, err := a.News(ctx, p.ID)
+			must(t, err)
+			if news.Phase != agent.PhaseDecided || !news.Unstarted {
+				t.Errorf("the call as stored is %s (unstarted %v, %q), want decided, not started", news.Phase, news.Unstarted, news.Note)
+			}
+			holds.lapse(t, p.Conversation, p.RunID)
+			must(t, w.engine.RemoveRule(ctx, "UADMIN0001", "frozen"))
+			w.model.Reply(fakeopenai.Text("not restarted"))
+			_, err = w.restart().Resume(ctx, p.RunID)
+			must(t, err)
+			if n := w.restarts.n.Load(); n != 0 {
+				t.Errorf("restart ran %d times, want never: the step's results said it was not performed", n)
+			}
+			if got := toolResults(t, w.model); len(got) != 1 || !strings.Contains(got[0], "not performed: the policy now denies") {
+				t.Errorf("the model read %q, want the call not performed, as the cut step recorded", got)
 			}
 		})
 	}

@@ -423,7 +423,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	notRun := func(res Result, note string) (Result, bool) {
 		res = noted(res, "It was approved with")
 		u := CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note}
-		if !a.notRunSaved(ctx, t, c.ID, marked, started, u, rep) {
+		if !marked || !a.notRunSaved(ctx, t, c, started, u, rep) {
 			return skip(res, note)
 		}
 		return res, false
@@ -587,24 +587,27 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	return withNote(res), false
 }
 
-// notRunSaved saves the result of call id, which its resume found should
-// not run and never started (u tells why), with the call, then reports u,
-// as saveResult does: a card rendered again from the store (see News)
-// then says why the call did not run, as its resume's update did, and a
-// resume claimed again reports it so, instead of judging the call anew.
-// A result is saved only with a call marked as started: the mark
-// BeginResume set (marked, and *started names it), which stays, or one
-// set now. It reports false, having saved and reported nothing, where
-// the call could not be marked as this resume's (a store error, another
-// process's mark): it is skipped as before, with its mark, if any, taken
-// back.
-func (a *Agent) notRunSaved(ctx context.Context, t *turn, id string, marked bool, started *string, u CallUpdate, rep Reporter) bool {
-	if marked {
-		*started = ""
-	} else if first, err := a.beginExecution(ctx, id); err != nil || !first {
+// notRunSaved saves the result of call c, which its resume marked as
+// started (*started names it), found should not run, and never started
+// (u tells why), with the call, keeping the mark, in place of taking the
+// mark back; then it reports u, as saveResult does. A card rendered again
+// from the store (see News) then says why the call did not run, as its
+// resume's update did, and a resume claimed again reports it so instead
+// of judging the call anew. A save that fails takes the mark back (see
+// saveResult). It reports false, having saved and reported nothing, when
+// the resume's claim is no longer sure (ctx ended, the claim lost): the
+// call is skipped as before, its mark taken back, and the next resume
+// judges it.
+//
+// A later call of the step, which the resume did not mark, is skipped
+// unmarked, with nothing saved: marking it first would leave a call that
+// never ran marked as started, should the save fail.
+func (a *Agent) notRunSaved(ctx context.Context, t *turn, c store.Call, started *string, u CallUpdate, rep Reporter) bool {
+	if a.confirmClaim(ctx, c.RunID) != nil {
 		return false
 	}
-	a.saveResult(ctx, t, id, u.Result, store.AuditEntry{}, rep, u)
+	*started = ""
+	a.saveResult(ctx, t, c.ID, u.Result, store.AuditEntry{}, rep, u)
 	return true
 }
 
@@ -642,9 +645,10 @@ func (a *Agent) beginExecution(ctx context.Context, id string) (bool, error) {
 // result at once); its next write, and its end, wait for the save and
 // the report (see commit and flushAudits). The update follows the save so
 // that another process that reads the call once the card shows it (see
-// News) reads what it shows. A save that fails is logged: the turn's own
-// write records the result anyway, and the entry if the store did not
-// append it.
+// News) reads what it shows, if the save was made. A save that fails is
+// logged: the turn's own write records the result anyway, and the entry
+// if the store did not append it (a call not run has its mark taken
+// back).
 func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result, e store.AuditEntry, rep Reporter, u CallUpdate) {
 	if e.Action != "" {
 		e = a.logged(ctx, e)
@@ -656,12 +660,20 @@ func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Resu
 	s := &resultSave{entry: e, callID: callID, result: mustJSON(saved)}
 	t.saves = append(t.saves, s)
 	t.saving.Go(func() {
-		err := a.store.SaveResult(context.WithoutCancel(ctx), callID, s.result, s.entry)
+		sctx := context.WithoutCancel(ctx)
+		err := a.store.SaveResult(sctx, callID, s.result, s.entry)
 		if err != nil {
 			a.log.Warn("save tool result", "call", callID, "err", err)
 		}
 		s.audited = err == nil
 		s.saved = err == nil || errors.Is(err, store.ErrEffects)
+		if !s.saved && saved.NotRun != "" {
+			// Not kept: the mark of a call that never ran is taken
+			// back, so that the call is not taken for one that started.
+			if err := a.store.AbandonExecution(sctx, callID); err != nil {
+				a.log.Warn("take back the start of a call that did not run", "call", callID, "err", err)
+			}
+		}
 		rep.Updated(ctx, u)
 	})
 }
