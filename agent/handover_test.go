@@ -385,8 +385,9 @@ func TestFinishedRunsClaimDoesNotStopQueuedAnswer(t *testing.T) {
 // hour here, for the renewer not to notice first, and the lease and claim
 // running out are modelled by releasing them. Only the call's execution
 // mark, taken already by the other process, stops it: the next call runs
-// once, by the process that holds the run, and the stalled one reports it
-// interrupted with its outcome unknown.
+// once, by the process that holds the run; the stalled one takes its
+// outcome for unknown, but the other's result is saved, so its own save is
+// refused and it tells the card what the store holds: the other's run.
 func TestStalledResumeDoesNotRunACallAnotherProcessStarted(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
@@ -441,7 +442,8 @@ func TestStalledResumeDoesNotRunACallAnotherProcessStarted(t *testing.T) {
 			holds.lapse(t, req.Conversation, out.RunID)
 
 			w.cfg.Owner = "survivor"
-			survivor := w.agent() // another process on the same store
+			saved := make(chan struct{})
+			survivor := w.agentWith(savedOf{Store: w.store, id: c2.ID, saved: saved}, w.rec) // another process on the same store
 			resumed := make(chan agent.Outcome, 1)
 			go func() {
 				out, err := survivor.Resume(context.Background(), c2.RunID)
@@ -451,6 +453,7 @@ func TestStalledResumeDoesNotRunACallAnotherProcessStarted(t *testing.T) {
 				resumed <- out
 			}()
 			<-survivorAsking // c1 reported interrupted, c2 run
+			<-saved
 			releaseOnce.Do(func() { close(release) })
 			if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
 				t.Errorf("the stalled resume = %v, want ErrLeaseLost (its write refused)", err)
@@ -469,12 +472,12 @@ func TestStalledResumeDoesNotRunACallAnotherProcessStarted(t *testing.T) {
 			var got []string
 			for _, u := range stalled.Updates() {
 				if u.Call.ID == c2.ID {
-					got = append(got, fmt.Sprintf("%s (%s)", u.Phase, u.Note))
+					got = append(got, fmt.Sprintf("%s (%s) %s", u.Phase, u.Note, u.Result.Content))
 				}
 			}
-			want := []string{fmt.Sprintf("%s ()", agent.PhaseDecided), fmt.Sprintf("%s (%s)", agent.PhaseSkipped, agent.NoteInterrupted)}
+			want := []string{fmt.Sprintf("%s () ", agent.PhaseDecided), fmt.Sprintf("%s () migrated b", agent.PhaseExecuted)}
 			if !slices.Equal(got, want) {
-				t.Errorf("the stalled process's updates of the second call = %q, want %q: decided, then interrupted with its outcome unknown", got, want)
+				t.Errorf("the stalled process's updates of the second call = %q, want %q: decided, then the other process's run, as stored", got, want)
 			}
 		})
 	}
@@ -549,4 +552,19 @@ func TestRefusedStepMarkStopsTheTurn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// savedOf is a store that closes saved once call id's result is saved.
+type savedOf struct {
+	agent.Store
+	id    string
+	saved chan struct{}
+}
+
+func (s savedOf) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
+	err := s.Store.SaveResult(ctx, callID, result, e)
+	if callID == s.id {
+		close(s.saved)
+	}
+	return err
 }

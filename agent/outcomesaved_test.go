@@ -243,26 +243,93 @@ func TestCardIsToldOfAResultOnceItIsSaved(t *testing.T) {
 	}
 }
 
-// endsAfterClaim is a store whose resume's context ends (cancel) once the
-// resume is claimed: a shutdown, or a lease found lost, as it settles.
+// endsAfterClaim is a store whose resume's context ends (end) once the
+// resume is claimed: a shutdown, or a claim found lost, as it settles.
 type endsAfterClaim struct {
 	agent.Store
-	cancel context.CancelFunc
+	end func()
 }
 
 func (s endsAfterClaim) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
 	rs, err := s.Store.BeginResume(ctx, runID, r)
-	s.cancel()
+	s.end()
 	return rs, err
 }
 
-// A resume whose context ends as it finds its call should not run saves
-// nothing with the call and takes its mark back (its claim is no longer
-// sure), as before such outcomes were saved; the step's results, "not
-// performed" among them, are recorded as a cut step's are, and the next
-// resume goes on from them: the call does not run, though the rule that
-// denied it is gone by then.
-func TestCallNotRunAsTheResumeEndsSavesNothing(t *testing.T) {
+// A resume that is stopping (a shutdown, its claim lost) as it finds its
+// call should not run settles nothing, as for a call it would run: the
+// call is left, unmarked and with nothing saved, to the next resume, which
+// judges it (the rule that denied it is gone by then: it runs, once); its
+// card was not told it did not run, nor the model that it was not
+// performed.
+func TestCallNotRunAsTheResumeStopsIsLeftToTheNext(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, cause := range []error{context.Canceled, agent.ErrLeaseLost} {
+			t.Run(b.name+"/"+cause.Error(), func(t *testing.T) {
+				ctx := t.Context()
+				w := newWorld(t, b)
+				a := w.agent()
+				p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+				_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
+				must(t, err)
+				_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "restart", Verdict: approvals.Deny, Reason: "change freeze"})
+				must(t, err)
+				rctx, cancel := context.WithCancelCause(ctx)
+				defer cancel(nil)
+				holds := newHoldLog(w.store)
+				if _, err := w.agentWith(endsAfterClaim{Store: holds, end: func() { cancel(cause) }}, w.rec).Resume(rctx, p.RunID); err == nil {
+					t.Fatal("the resume whose context ended returned no error")
+				}
+				news, err := a.News(ctx, p.ID)
+				must(t, err)
+				if news.Phase != agent.PhaseDecided || !news.Unstarted {
+					t.Errorf("the call as stored is %s (unstarted %v, %q), want decided, not started", news.Phase, news.Unstarted, news.Note)
+				}
+				if notes := skippedNotes(w); len(notes) != 0 {
+					t.Errorf("the card was told %q, want nothing: the call was left to the next resume", notes)
+				}
+				holds.lapse(t, p.Conversation, p.RunID)
+				must(t, w.engine.RemoveRule(ctx, "UADMIN0001", "frozen"))
+				w.model.Reply(fakeopenai.Text("restarted"))
+				_, err = w.restart().Resume(ctx, p.RunID)
+				must(t, err)
+				if n := w.restarts.n.Load(); n != 1 {
+					t.Errorf("restart ran %d times, want once", n)
+				}
+				for _, r := range toolResults(t, w.model) {
+					if strings.Contains(r, "not performed") {
+						t.Errorf("the model read %q, want the call run", r)
+					}
+				}
+			})
+		}
+	}
+}
+
+// heldSaveOf is a store whose save of call id's result waits, once it has
+// arrived, until release is closed.
+type heldSaveOf struct {
+	agent.Store
+	id      string
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (s heldSaveOf) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {
+	if callID == s.id {
+		close(s.arrived)
+		<-s.release
+	}
+	return s.Store.SaveResult(ctx, callID, result, e)
+}
+
+// The save of a call's "not run" is in flight when the resume's claim
+// lapses (a stalled process), and the process that takes the run over
+// settles the call first (it finds it started, with no result: outcome
+// unknown). The first save is refused; its card is told what the store
+// holds, not the "not run" it could not save, so that the card ends as
+// the store says.
+func TestNotRunRefusedByAnotherResultTellsTheCardWhatIsStored(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -273,27 +340,34 @@ func TestCallNotRunAsTheResumeEndsSavesNothing(t *testing.T) {
 			must(t, err)
 			_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "restart", Verdict: approvals.Deny, Reason: "change freeze"})
 			must(t, err)
-			rctx, cancel := context.WithCancel(ctx)
-			defer cancel()
+			w.model.Reply(fakeopenai.Text("not restarted"), fakeopenai.Text("outcome unknown"))
 			holds := newHoldLog(w.store)
-			if _, err := w.agentWith(endsAfterClaim{Store: holds, cancel: cancel}, w.rec).Resume(rctx, p.RunID); err == nil {
-				t.Fatal("the resume whose context ended returned no error")
+			st := heldSaveOf{Store: holds, id: p.ID, arrived: make(chan struct{}), release: make(chan struct{})}
+			first := w.agentWith(st, w.rec)
+			done := make(chan error, 1)
+			go func() { _, err := first.Resume(context.WithoutCancel(ctx), p.RunID); done <- err }()
+			<-st.arrived
+			holds.lapse(t, p.Conversation, p.RunID)
+			_, err = w.agent().Resume(ctx, p.RunID)
+			must(t, err)
+			close(st.release)
+			<-done
+			var last agent.CallUpdate
+			for _, u := range w.rec.Updates() {
+				if u.Call.ID == p.ID {
+					last = u
+				}
 			}
 			news, err := a.News(ctx, p.ID)
 			must(t, err)
-			if news.Phase != agent.PhaseDecided || !news.Unstarted {
-				t.Errorf("the call as stored is %s (unstarted %v, %q), want decided, not started", news.Phase, news.Unstarted, news.Note)
+			if news.Note != agent.NoteInterrupted {
+				t.Fatalf("the call as stored is %s %q, want the other resume's outcome unknown", news.Phase, news.Note)
 			}
-			holds.lapse(t, p.Conversation, p.RunID)
-			must(t, w.engine.RemoveRule(ctx, "UADMIN0001", "frozen"))
-			w.model.Reply(fakeopenai.Text("not restarted"))
-			_, err = w.restart().Resume(ctx, p.RunID)
-			must(t, err)
+			if last.Phase != news.Phase || last.Note != news.Note {
+				t.Errorf("the card was told last %s %q, while the store holds %s %q", last.Phase, last.Note, news.Phase, news.Note)
+			}
 			if n := w.restarts.n.Load(); n != 0 {
-				t.Errorf("restart ran %d times, want never: the step's results said it was not performed", n)
-			}
-			if got := toolResults(t, w.model); len(got) != 1 || !strings.Contains(got[0], "not performed: the policy now denies") {
-				t.Errorf("the model read %q, want the call not performed, as the cut step recorded", got)
+				t.Errorf("restart ran %d times, want never", n)
 			}
 		})
 	}

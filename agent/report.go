@@ -112,7 +112,7 @@ type CallUpdate struct {
 	// not started: its step's resume has not begun it yet, or did not
 	// run it for a reason the resume's own update told (the policy denies
 	// it now, its tool is gone) and the store does not keep: a later call
-	// of its step (see notRunSaved), or one whose save failed.
+	// of its step, or one whose save failed (see settle).
 	Unstarted bool
 }
 

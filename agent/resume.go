@@ -260,7 +260,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runS
 	runID := run.ID
 	// The call BeginResume marked as started runs in settle, which
 	// clears started; if it does not run, the mark is taken back, or
-	// kept with why it did not run (see notRunSaved).
+	// kept with why it did not run (see notRun in settle).
 	started := rs.Started
 	defer func() { a.abandon(ctx, &started) }()
 	if stErr != nil {
@@ -372,7 +372,7 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 // by *recs if set (see policyKinds), which are then used up. If c is the
 // call *started names, BeginResume marked it as started: it runs without
 // BeginExecution; if it does not, its mark is taken back, or kept with
-// why it did not run (see notRunSaved).
+// why it did not run (see notRun in settle).
 //
 // stopped reports that ctx ended (a shutdown, a lost lease) before an
 // approved call could start: the call is not settled, and the resume
@@ -418,14 +418,33 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return res
 	}
 	withNote := func(res Result) Result { return noted(res, "The call ran with") }
-	// notRun skips a call that does not run (and did not start), and
-	// saves that with the call (see notRunSaved).
+	// notRun skips a call that does not run (and did not start). The
+	// call this resume marked keeps its mark, with the outcome saved as
+	// its result, in place of taking the mark back (a save that fails
+	// takes it back: see saveResult): a card rendered again from the
+	// store (see News) then says why the call did not run, as its
+	// resume's update did, and a resume claimed again reports it so
+	// instead of judging the call anew. A later call of the step, which
+	// the resume did not mark, is skipped unmarked, with nothing saved:
+	// marking it first would leave a call that never ran marked as
+	// started, should the save fail.
+	//
+	// A resume that is stopping (a shutdown, its claim lost) settles
+	// nothing: as for a call it would run, the call is left to whoever
+	// resumes the run next, who judges it (its mark, if this resume's,
+	// taken back on the way out), and its card is not told it did not
+	// run.
 	notRun := func(res Result, note string) (Result, bool) {
+		err := a.confirmClaim(ctx, c.RunID)
+		if err != nil && (ctx.Err() != nil || errors.Is(err, ErrLeaseLost)) {
+			return Result{}, true
+		}
 		res = noted(res, "It was approved with")
-		u := CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note}
-		if !marked || !a.notRunSaved(ctx, t, c, started, u, rep) {
+		if err != nil || !marked {
 			return skip(res, note)
 		}
+		*started = ""
+		a.saveResult(ctx, t, c.ID, res, store.AuditEntry{}, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note})
 		return res, false
 	}
 	// unrecorded skips a call whose start the store could not record
@@ -475,7 +494,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			}
 			if saved.NotRun != "" {
 				// Saved by a resume that found it should not run (see
-				// notRunSaved): it started nothing.
+				// notRun): it started nothing.
 				return skip(saved.result(), saved.NotRun)
 			}
 			res := saved.result()
@@ -587,30 +606,6 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	return withNote(res), false
 }
 
-// notRunSaved saves the result of call c, which its resume marked as
-// started (*started names it), found should not run, and never started
-// (u tells why), with the call, keeping the mark, in place of taking the
-// mark back; then it reports u, as saveResult does. A card rendered again
-// from the store (see News) then says why the call did not run, as its
-// resume's update did, and a resume claimed again reports it so instead
-// of judging the call anew. A save that fails takes the mark back (see
-// saveResult). It reports false, having saved and reported nothing, when
-// the resume's claim is no longer sure (ctx ended, the claim lost): the
-// call is skipped as before, its mark taken back, and the next resume
-// judges it.
-//
-// A later call of the step, which the resume did not mark, is skipped
-// unmarked, with nothing saved: marking it first would leave a call that
-// never ran marked as started, should the save fail.
-func (a *Agent) notRunSaved(ctx context.Context, t *turn, c store.Call, started *string, u CallUpdate, rep Reporter) bool {
-	if a.confirmClaim(ctx, c.RunID) != nil {
-		return false
-	}
-	*started = ""
-	a.saveResult(ctx, t, c.ID, u.Result, store.AuditEntry{}, rep, u)
-	return true
-}
-
 // beginExecution marks call id as started (BeginExecution) and reports
 // whether the mark is this attempt's. A store step whose answer was lost
 // (a reset connection, a time-out, ctx ending while it was sent) may have
@@ -674,6 +669,13 @@ func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Resu
 				a.log.Warn("take back the start of a call that did not run", "call", callID, "err", err)
 			}
 		}
+		if errors.Is(err, store.ErrConflict) && u.Phase == PhaseSkipped {
+			// Another process settled the call first (this one's claim
+			// lapsed as it saved): the card shows what the store holds.
+			if news, nerr := a.News(sctx, callID); nerr == nil {
+				u = news
+			}
+		}
 		rep.Updated(ctx, u)
 	})
 }
@@ -689,7 +691,7 @@ type savedResult struct {
 	// results, of calls cut by their time-out.
 	Unknown bool `json:"timed_out,omitempty"`
 	// NotRun, if set, is why the call did not run, as its card's note
-	// gave it: its resume found that it should not (see notRunSaved).
+	// gave it: its resume found that it should not (see settle).
 	NotRun string `json:"not_run,omitempty"`
 }
 
@@ -901,7 +903,7 @@ func (a *Agent) Call(ctx context.Context, callID string) (PendingCall, error) {
 // slackapp): PhaseCounted for a pending call; PhaseSkipped for one that
 // expired, was cancelled, or was decided not to run (its decision says
 // how), for one cut by a crash as it ran (NoteInterrupted), and for one
-// its resume found should not run (its note says why: see notRunSaved);
+// its resume found should not run (its note says why: see settle);
 // PhaseExecuted, with its result, for one whose result is saved; and
 // PhaseDecided for one decided to run whose result is not saved: running,
 // or, with Unstarted, not started (StepPending is not known).
