@@ -23,6 +23,51 @@ type unrecordedTurns struct{ agent.Store }
 
 func (unrecordedTurns) CommitTurn(context.Context, store.Commit) error { return errInjected }
 
+// approvedThenFrozen pauses on a restart of staging, which UOTHER2
+// approves, then freezes restarts (see freeze): the call's resume finds
+// it should not run.
+func approvedThenFrozen(t *testing.T, w *world, a *agent.Agent) agent.PendingCall {
+	t.Helper()
+	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+	_, err := a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
+	must(t, err)
+	freeze(t, w)
+	return p
+}
+
+// freeze adds the rule frozen, which denies restarts; thaw removes it.
+func freeze(t *testing.T, w *world) {
+	t.Helper()
+	_, err := w.engine.AddRule(t.Context(), "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "restart", Verdict: approvals.Deny, Reason: "change freeze"})
+	must(t, err)
+}
+
+func thaw(t *testing.T, w *world) {
+	t.Helper()
+	must(t, w.engine.RemoveRule(t.Context(), "UADMIN0001", "frozen"))
+}
+
+// thawedRunsOnce lapses the holds a first resume of runID took, thaws
+// restarts, and resumes the run in another process, which judges the
+// restart afresh: it runs once, and the model reads that it ran, not that
+// it was not performed or that its outcome is unknown.
+func thawedRunsOnce(t *testing.T, w *world, holds *holdLog, conversation, runID string) {
+	t.Helper()
+	holds.lapse(t, conversation, runID)
+	thaw(t, w)
+	w.model.Reply(fakeopenai.Text("restarted"))
+	_, err := w.restart().Resume(t.Context(), runID)
+	must(t, err)
+	if n := w.restarts.n.Load(); n != 1 {
+		t.Errorf("restart ran %d times, want once", n)
+	}
+	for _, r := range toolResults(t, w.model) {
+		if strings.Contains(r, "not performed") || strings.Contains(r, "outcome unknown") {
+			t.Errorf("the model read %q, want the restart run", r)
+		}
+	}
+}
+
 // A call its resume found should not run (the policy denies it now) has
 // that saved with it: a resume claimed again, after the first died
 // before it could record its turn, tells the model and the card the same,
@@ -35,12 +80,7 @@ func TestCallNotRunIsToldSoWhenItsResumeIsClaimedAgain(t *testing.T) {
 			ctx := t.Context()
 			w := newWorld(t, b)
 			a := w.agent()
-			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
-			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
-			must(t, err)
-			_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "restart", Verdict: approvals.Deny, Reason: "change freeze"})
-			must(t, err)
-
+			p := approvedThenFrozen(t, w, a)
 			holds := newHoldLog(w.store)
 			dying := w.agentWith(unrecordedTurns{holds}, w.rec)
 			w.model.Reply(fakeopenai.Text("not restarted"))
@@ -58,7 +98,7 @@ func TestCallNotRunIsToldSoWhenItsResumeIsClaimedAgain(t *testing.T) {
 			}
 
 			holds.lapse(t, p.Conversation, p.RunID)
-			must(t, w.engine.RemoveRule(ctx, "UADMIN0001", "frozen"))
+			thaw(t, w)
 			w.model.Reply(fakeopenai.Text("not restarted, as said"))
 			_, err = w.restart().Resume(ctx, p.RunID)
 			must(t, err)
@@ -129,8 +169,7 @@ func TestCallNotRunWithNothingSavedIsJudgedAgain(t *testing.T) {
 					_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
 					must(t, err)
 				}
-				_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "restart", Verdict: approvals.Deny, Reason: "change freeze"})
-				must(t, err)
+				freeze(t, w)
 				restart := out.Pending[len(out.Pending)-1]
 				log := &turnLog{Store: w.store.(storetest.Store)}
 				holds := newHoldLog(log)
@@ -148,19 +187,7 @@ func TestCallNotRunWithNothingSavedIsJudgedAgain(t *testing.T) {
 					t.Errorf("the call as stored is %s (unstarted %v), want decided, not started", news.Phase, news.Unstarted)
 				}
 
-				holds.lapse(t, restart.Conversation, out.RunID)
-				must(t, w.engine.RemoveRule(ctx, "UADMIN0001", "frozen"))
-				w.model.Reply(fakeopenai.Text("restarted"))
-				_, err = w.restart().Resume(ctx, out.RunID)
-				must(t, err)
-				if n := w.restarts.n.Load(); n != 1 {
-					t.Errorf("restart ran %d times, want once: nothing said it would not", n)
-				}
-				for _, r := range toolResults(t, w.model) {
-					if strings.Contains(r, "outcome unknown") {
-						t.Errorf("the model read %q, want no outcome unknown for a call that never started", r)
-					}
-				}
+				thawedRunsOnce(t, w, holds, restart.Conversation, out.RunID)
 				if got := toolExecutions(t, w.store, "restart"); len(got) != 1 {
 					t.Errorf("audited executions of restart: %q, want one", got)
 				}
@@ -269,11 +296,7 @@ func TestCallNotRunAsTheResumeStopsIsLeftToTheNext(t *testing.T) {
 				ctx := t.Context()
 				w := newWorld(t, b)
 				a := w.agent()
-				p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
-				_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
-				must(t, err)
-				_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "restart", Verdict: approvals.Deny, Reason: "change freeze"})
-				must(t, err)
+				p := approvedThenFrozen(t, w, a)
 				rctx, cancel := context.WithCancelCause(ctx)
 				defer cancel(nil)
 				holds := newHoldLog(w.store)
@@ -288,19 +311,7 @@ func TestCallNotRunAsTheResumeStopsIsLeftToTheNext(t *testing.T) {
 				if notes := skippedNotes(w); len(notes) != 0 {
 					t.Errorf("the card was told %q, want nothing: the call was left to the next resume", notes)
 				}
-				holds.lapse(t, p.Conversation, p.RunID)
-				must(t, w.engine.RemoveRule(ctx, "UADMIN0001", "frozen"))
-				w.model.Reply(fakeopenai.Text("restarted"))
-				_, err = w.restart().Resume(ctx, p.RunID)
-				must(t, err)
-				if n := w.restarts.n.Load(); n != 1 {
-					t.Errorf("restart ran %d times, want once", n)
-				}
-				for _, r := range toolResults(t, w.model) {
-					if strings.Contains(r, "not performed") {
-						t.Errorf("the model read %q, want the call run", r)
-					}
-				}
+				thawedRunsOnce(t, w, holds, p.Conversation, p.RunID)
 			})
 		}
 	}
@@ -335,11 +346,7 @@ func TestNotRunRefusedByAnotherResultTellsTheCardWhatIsStored(t *testing.T) {
 			ctx := t.Context()
 			w := newWorld(t, b)
 			a := w.agent()
-			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
-			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
-			must(t, err)
-			_, err = w.engine.AddRule(ctx, "UADMIN0001", approvals.Rule{ID: "frozen", Tool: "restart", Verdict: approvals.Deny, Reason: "change freeze"})
-			must(t, err)
+			p := approvedThenFrozen(t, w, a)
 			w.model.Reply(fakeopenai.Text("not restarted"), fakeopenai.Text("outcome unknown"))
 			holds := newHoldLog(w.store)
 			st := heldSaveOf{Store: holds, id: p.ID, arrived: make(chan struct{}), release: make(chan struct{})}
@@ -348,7 +355,7 @@ func TestNotRunRefusedByAnotherResultTellsTheCardWhatIsStored(t *testing.T) {
 			go func() { _, err := first.Resume(context.WithoutCancel(ctx), p.RunID); done <- err }()
 			<-st.arrived
 			holds.lapse(t, p.Conversation, p.RunID)
-			_, err = w.agent().Resume(ctx, p.RunID)
+			_, err := w.agent().Resume(ctx, p.RunID)
 			must(t, err)
 			close(st.release)
 			<-done
