@@ -379,3 +379,72 @@ func TestNotRunRefusedByAnotherResultTellsTheCardWhatIsStored(t *testing.T) {
 		})
 	}
 }
+
+// holdsAfterClaim is a store whose BeginResume, once it has claimed,
+// waits for goOn and then ends the resume's context (end): a process that
+// stalls right after claiming, and finds its claim lost when it wakes.
+type holdsAfterClaim struct {
+	agent.Store
+	claimed chan struct{}
+	goOn    chan struct{}
+	end     func()
+}
+
+func (s holdsAfterClaim) BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error) {
+	rs, err := s.Store.BeginResume(ctx, runID, r)
+	close(s.claimed)
+	<-s.goOn
+	s.end()
+	return rs, err
+}
+
+// A stalls after marking the call, and its claim lapses; B takes the run
+// over and finds the call started with no result (outcome unknown, which
+// its model reads); A wakes, finds its claim lost, stops, and takes its
+// mark back before B's save lands, which is refused. B's card is told
+// the outcome unknown its model read, not the store's bare "decided"
+// (shown as running), which nothing would render again.
+func TestUnknownRefusedAfterAMarkTakenBackKeepsItsWord(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
+			must(t, err)
+			holds := newHoldLog(w.store)
+			actx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			sa := holdsAfterClaim{Store: holds, claimed: make(chan struct{}), goOn: make(chan struct{}), end: func() { cancel(agent.ErrLeaseLost) }}
+			aDone := make(chan error, 1)
+			go func() { _, err := w.agentWith(sa, w.rec).Resume(actx, p.RunID); aDone <- err }()
+			<-sa.claimed
+			holds.lapse(t, p.Conversation, p.RunID)
+
+			sb := heldSaveOf{Store: w.store, id: p.ID, arrived: make(chan struct{}), release: make(chan struct{})}
+			w.model.Reply(fakeopenai.Text("outcome unknown"))
+			bDone := make(chan error, 1)
+			go func() { _, err := w.agentWith(sb, w.rec).Resume(ctx, p.RunID); bDone <- err }()
+			<-sb.arrived
+			close(sa.goOn)
+			if err := <-aDone; err == nil {
+				t.Fatal("A's resume, its claim lost, returned no error")
+			}
+			close(sb.release)
+			must(t, <-bDone)
+			var last agent.CallUpdate
+			for _, u := range w.rec.Updates() {
+				if u.Call.ID == p.ID {
+					last = u
+				}
+			}
+			if last.Phase != agent.PhaseSkipped || last.Note != agent.NoteInterrupted {
+				t.Errorf("the card was told last %s (unstarted %v, %q), want skipped, outcome unknown, as B's model read", last.Phase, last.Unstarted, last.Note)
+			}
+			if n := w.restarts.n.Load(); n != 0 {
+				t.Errorf("restart ran %d times, want never", n)
+			}
+		})
+	}
+}

@@ -671,8 +671,11 @@ func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Resu
 		}
 		if errors.Is(err, store.ErrConflict) && u.Phase == PhaseSkipped {
 			// Another process settled the call first (this one's claim
-			// lapsed as it saved): the card shows what the store holds.
-			if news, nerr := a.News(sctx, callID); nerr == nil {
+			// lapsed as it saved): the card shows what the store holds,
+			// when that is final. A call whose mark another process took
+			// back (it stopped) keeps this resume's word, which its model
+			// read.
+			if news, nerr := a.News(sctx, callID); nerr == nil && (news.Phase == PhaseExecuted || news.Phase == PhaseSkipped) {
 				u = news
 			}
 		}

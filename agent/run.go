@@ -684,6 +684,10 @@ func (a *Agent) saveTurn(ctx context.Context, t *turn) error {
 // shown; and a reply that another replica answers next is answered after
 // this one.
 func (a *Agent) saveAndAnswer(ctx context.Context, t *turn, rep Reporter, text string) error {
+	// The cards of the calls the turn ran are told their outcome once it
+	// is saved (see saveResult): before the answer that builds on it, as
+	// a model is slower than the store.
+	t.saving.Wait()
 	rep.Answer(ctx, text)
 	if ctx.Err() != nil {
 		// Cut short (a shutdown, a lost lease) while the answer was
