@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/internal/teststore"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 )
 
 // Users and channels of the test workspace.
@@ -309,11 +310,21 @@ func (e *env) cardIn(ch, thread, tool string) fakeslack.Message {
 	return m
 }
 
-// saved reports whether st has the call of card.
+// saved reports whether st has the call of card, and, while it is
+// pending, lists it.
 func (e *env) saved(st fullStore, card fakeslack.Message) bool {
 	callID, _, _ := strings.Cut(buttonValue(e.t, card, slackapp.ActionApprove), "~")
-	_, err := st.GetCall(e.t.Context(), callID)
-	return err == nil
+	c, err := st.GetCall(e.t.Context(), callID)
+	if err != nil {
+		return false
+	}
+	if c.Status != store.Pending {
+		return true
+	}
+	// A pending call is listed too: on Redis Cluster its listings are
+	// written in a step after its run's.
+	listed, err := st.Pending(e.t.Context(), store.Filter{})
+	return err == nil && slices.ContainsFunc(listed, func(l store.Call) bool { return l.ID == callID })
 }
 
 // isCard reports whether m is a pending approval card.
