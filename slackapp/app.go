@@ -334,7 +334,12 @@ func (a *App) Ready(ctx context.Context) error {
 func (a *App) authTest(ctx context.Context) (*slack.AuthTestResponse, error) {
 	for attempt := 0; ; attempt++ {
 		auth, err := a.api.AuthTestContext(ctx)
-		if err == nil || finalAnswer(err) || ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil {
+			// The stop came as the attempt failed: whatever it met (Slack
+			// out of reach as the bot starts), the stop is what happened.
+			return nil, ctx.Err()
+		}
+		if err == nil || finalAnswer(err) {
 			return auth, err
 		}
 		wait := backoff(attempt)
