@@ -85,6 +85,7 @@ type Runs interface {
 	BeginExecution(ctx context.Context, callID, attempt string) (bool, error)
 	AbandonExecution(ctx context.Context, callID string) error
 	SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error
+	SkipExecution(ctx context.Context, callID string, result []byte) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)
 	Due(ctx context.Context, now time.Time, limit int) ([]store.Call, error)
 	NextExpiry(ctx context.Context) (time.Time, error)

@@ -82,8 +82,9 @@
 // rule now denies it does not run. Each approved call is started at most
 // once (marked by the resume's store BeginResume or DecideBegin, or
 // BeginExecution; a mark whose call did not run is taken back with
-// AbandonExecution when the resume stops before it, and kept, with why
-// saved as its result, when the resume found it should not run), and
+// AbandonExecution when the resume stops before it; a call the resume
+// found should not run is marked, or keeps its mark, with why saved as
+// its result, in one store step (SkipExecution, SaveResult)), and
 // its result is saved as soon as it returns, with the execution's audit
 // entry (store SaveResult): if a resume crashed or
 // lost its lease after starting a call, the next resume gives the model

@@ -73,46 +73,74 @@ func thawedRunsOnce(t *testing.T, w *world, holds *holdLog, conversation, runID 
 // before it could record its turn, tells the model and the card the same,
 // and does not judge the call anew, though the policy would let it run by
 // then. The card's note, and what the model read, are as the first
-// resume gave them.
+// resume gave them. So for the first call of a step, which the resume
+// marked with its claim, and for a later one, after a call that ran.
 func TestCallNotRunIsToldSoWhenItsResumeIsClaimedAgain(t *testing.T) {
 	for _, b := range backends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			ctx := t.Context()
-			w := newWorld(t, b)
-			a := w.agent()
-			p := approvedThenFrozen(t, w, a)
-			holds := newHoldLog(w.store)
-			dying := w.agentWith(unrecordedTurns{holds}, w.rec)
-			w.model.Reply(fakeopenai.Text("not restarted"))
-			if _, err := dying.Resume(ctx, p.RunID); !errors.Is(err, errInjected) {
-				t.Fatalf("the resume whose turn is not recorded returned %v, want the store's failure", err)
+		for _, second := range []bool{false, true} {
+			name := b.name + "/first_of_its_step"
+			if second {
+				name = b.name + "/second_of_its_step"
 			}
-			first := toolResults(t, w.model)
-			if len(first) != 1 || !strings.Contains(first[0], "not performed: the policy now denies this call") {
-				t.Fatalf("the model read %q, want the call not performed because the policy denies it", first)
-			}
-			news, err := a.News(ctx, p.ID)
-			must(t, err)
-			if news.Phase != agent.PhaseSkipped || !strings.HasPrefix(news.Note, "policy now denies") || "c1: "+news.Result.Content != first[0] {
-				t.Fatalf("the call as stored is %s (%q, %q), want skipped as its resume told", news.Phase, news.Note, news.Result.Content)
-			}
+			t.Run(name, func(t *testing.T) {
+				ctx := t.Context()
+				w := newWorld(t, b)
+				a := w.agent()
+				calls := []fakeopenai.ToolCall{call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "restart", `{"env":"staging"}`)}
+				if !second {
+					calls = calls[1:]
+				}
+				w.model.Reply(fakeopenai.ToolCalls(calls...))
+				out, err := a.Run(ctx, request("please"))
+				must(t, err)
+				if len(out.Pending) != len(calls) {
+					t.Fatalf("paused on %d calls, want %d", len(out.Pending), len(calls))
+				}
+				for _, p := range out.Pending {
+					_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
+					must(t, err)
+				}
+				freeze(t, w)
+				p := out.Pending[len(out.Pending)-1]
+				holds := newHoldLog(w.store)
+				dying := w.agentWith(unrecordedTurns{holds}, w.rec)
+				w.model.Reply(fakeopenai.Text("not restarted"))
+				if _, err := dying.Resume(ctx, p.RunID); !errors.Is(err, errInjected) {
+					t.Fatalf("the resume whose turn is not recorded returned %v, want the store's failure", err)
+				}
+				first := toolResults(t, w.model)
+				if len(first) != len(calls) || !strings.Contains(first[len(first)-1], "not performed: the policy now denies this call") {
+					t.Fatalf("the model read %q, want the restart not performed because the policy denies it", first)
+				}
+				told := first[len(first)-1]
+				news, err := a.News(ctx, p.ID)
+				must(t, err)
+				if news.Phase != agent.PhaseSkipped || !strings.HasPrefix(news.Note, "policy now denies") || "c2: "+news.Result.Content != told {
+					t.Fatalf("the call as stored is %s (%q, %q), want skipped as its resume told", news.Phase, news.Note, news.Result.Content)
+				}
 
-			holds.lapse(t, p.Conversation, p.RunID)
-			thaw(t, w)
-			w.model.Reply(fakeopenai.Text("not restarted, as said"))
-			_, err = w.restart().Resume(ctx, p.RunID)
-			must(t, err)
-			if n := w.restarts.n.Load(); n != 0 {
-				t.Errorf("restart ran %d times, want never: its resume said it would not run", n)
-			}
-			if again := toolResults(t, w.model); len(again) != 1 || again[0] != first[0] {
-				t.Errorf("the model read %q the second time, want %q as the first", again, first[0])
-			}
-			notes := skippedNotes(w)
-			if len(notes) != 2 || notes[0] != news.Note || notes[1] != news.Note {
-				t.Errorf("the card's notes are %q, want %q twice", notes, news.Note)
-			}
-		})
+				holds.lapse(t, p.Conversation, p.RunID)
+				thaw(t, w)
+				w.model.Reply(fakeopenai.Text("not restarted, as said"))
+				_, err = w.restart().Resume(ctx, p.RunID)
+				must(t, err)
+				if n := w.restarts.n.Load(); n != 0 {
+					t.Errorf("restart ran %d times, want never: its resume said it would not run", n)
+				}
+				if again := toolResults(t, w.model); len(again) != len(calls) || again[len(again)-1] != told {
+					t.Errorf("the model read %q the second time, want %q as the first", again, told)
+				}
+				notes := skippedNotes(w)
+				if len(notes) != 2 || notes[0] != news.Note || notes[1] != news.Note {
+					t.Errorf("the card's notes are %q, want %q twice", notes, news.Note)
+				}
+				if second {
+					if got := toolExecutions(t, w.store, "deploy"); len(got) != 1 {
+						t.Errorf("audited executions of deploy: %q, want the one run", got)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -131,6 +159,13 @@ func (s failsSaveOf) SaveResult(ctx context.Context, callID string, result []byt
 	return s.Store.SaveResult(ctx, callID, result, e)
 }
 
+func (s failsSaveOf) SkipExecution(ctx context.Context, callID string, result []byte) error {
+	if callID == s.id {
+		return errInjected
+	}
+	return s.Store.SkipExecution(ctx, callID, result)
+}
+
 func (s failsSaveOf) CommitTurn(ctx context.Context, c store.Commit) error {
 	if s.turns {
 		return errInjected
@@ -138,9 +173,10 @@ func (s failsSaveOf) CommitTurn(ctx context.Context, c store.Commit) error {
 	return s.Store.CommitTurn(ctx, c)
 }
 
-// A call not run whose outcome is not saved with it is left unmarked, as
-// a call that never started: the second call of a step (the resume marks
-// only the first), and a first whose save failed (its mark is taken back).
+// A call not run whose outcome could not be saved with it is left
+// unmarked, as a call that never started: the second call of a step (its
+// mark is made in the step that saves, which failed), and the first (its
+// mark, made with the claim, is taken back).
 // A resume claimed again after the first died judges it afresh: with the
 // rule that denied it gone, it runs, once, never reported as of unknown
 // outcome.
@@ -444,6 +480,81 @@ func TestUnknownRefusedAfterAMarkTakenBackKeepsItsWord(t *testing.T) {
 			}
 			if n := w.restarts.n.Load(); n != 0 {
 				t.Errorf("restart ran %d times, want never", n)
+			}
+		})
+	}
+}
+
+// heldSkipOf is a store whose step that marks call id not run (store
+// SkipExecution) waits, once it has arrived, until release is closed.
+type heldSkipOf struct {
+	agent.Store
+	id      string
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (s heldSkipOf) SkipExecution(ctx context.Context, callID string, result []byte) error {
+	if callID == s.id {
+		close(s.arrived)
+		<-s.release
+	}
+	return s.Store.SkipExecution(ctx, callID, result)
+}
+
+// A's resume finds the second call of its step should not run, and its
+// step marking it so is in flight when A's claim lapses (a stalled
+// process); B takes the run over, judges the call afresh and runs it,
+// and A's step lands while B saves the result. A's step is refused, and
+// A tells the card nothing: the call is B's to report, and its card ends
+// saying it ran, never that it did not.
+func TestLaterCallNotRunRefusedAsAnotherRunsItIsNotToldSo(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			a := w.agent()
+			w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "restart", `{"env":"staging"}`)))
+			out, err := a.Run(ctx, request("please"))
+			must(t, err)
+			if len(out.Pending) != 2 {
+				t.Fatalf("paused on %d calls, want 2", len(out.Pending))
+			}
+			for _, p := range out.Pending {
+				_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+				must(t, err)
+			}
+			freeze(t, w)
+			restart := out.Pending[1]
+			w.model.Reply(fakeopenai.Text("done"), fakeopenai.Text("done"))
+			holds := newHoldLog(w.store)
+			stA := heldSkipOf{Store: holds, id: restart.ID, arrived: make(chan struct{}), release: make(chan struct{})}
+			done := make(chan error, 1)
+			go func() { _, err := w.agentWith(stA, w.rec).Resume(context.WithoutCancel(ctx), out.RunID); done <- err }()
+			<-stA.arrived
+			holds.lapse(t, restart.Conversation, out.RunID)
+			thaw(t, w)
+			stB := heldSaveOf{Store: w.store, id: restart.ID, arrived: make(chan struct{}), release: make(chan struct{})}
+			doneB := make(chan error, 1)
+			go func() { _, err := w.agentWith(stB, w.rec).Resume(context.WithoutCancel(ctx), out.RunID); doneB <- err }()
+			<-stB.arrived
+			close(stA.release)
+			if err := <-done; err == nil {
+				t.Error("A's resume, whose claim lapsed, returned no error")
+			}
+			close(stB.release)
+			must(t, <-doneB)
+			if n := w.restarts.n.Load(); n != 1 {
+				t.Errorf("restart ran %d times, want once, by B", n)
+			}
+			var phases []agent.Phase
+			for _, u := range w.rec.Updates() {
+				if u.Call.ID == restart.ID {
+					phases = append(phases, u.Phase)
+				}
+			}
+			if slices.Contains(phases, agent.PhaseSkipped) || len(phases) == 0 || phases[len(phases)-1] != agent.PhaseExecuted {
+				t.Errorf("the restart's card was told %q, want it ran, and never that it did not", phases)
 			}
 		})
 	}

@@ -111,8 +111,8 @@ type CallUpdate struct {
 	// Unstarted is set by News on PhaseDecided when the call's tool has
 	// not started: its step's resume has not begun it yet, or did not
 	// run it for a reason the resume's own update told (the policy denies
-	// it now, its tool is gone) and the store does not keep: a later call
-	// of its step, or one whose save failed (see settle).
+	// it now, its tool is gone) and the store does not keep: the save of
+	// that outcome failed (see settle).
 	Unstarted bool
 }
 

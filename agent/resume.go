@@ -418,16 +418,17 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		return res
 	}
 	withNote := func(res Result) Result { return noted(res, "The call ran with") }
-	// notRun skips a call that does not run (and did not start). The
-	// call this resume marked keeps its mark, with the outcome saved as
-	// its result, in place of taking the mark back (a save that fails
-	// takes it back: see saveResult): a card rendered again from the
-	// store (see News) then says why the call did not run, as its
-	// resume's update did, and a resume claimed again reports it so
-	// instead of judging the call anew. A later call of the step, which
-	// the resume did not mark, is skipped unmarked, with nothing saved:
-	// marking it first would leave a call that never ran marked as
-	// started, should the save fail.
+	// notRun skips a call that does not run (and did not start), with
+	// the outcome saved as its result and the call marked as started:
+	// the call this resume marked keeps its mark in place of taking it
+	// back (a save that fails takes it back: see saveResult), and a
+	// later call of the step is marked in the step that saves its
+	// outcome (store SkipExecution), so that no call is ever marked with
+	// nothing saved. A card rendered again from the store (see News)
+	// then says why the call did not run, as its resume's update did,
+	// and a resume claimed again reports it so instead of judging the
+	// call anew, which could run a call its card and the model were told
+	// would not run.
 	//
 	// A resume that is stopping (a shutdown, its claim lost) settles
 	// nothing: as for a call it would run, the call is left to whoever
@@ -440,11 +441,11 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			return Result{}, true
 		}
 		res = noted(res, "It was approved with")
-		if err != nil || !marked {
+		if err != nil {
 			return skip(res, note)
 		}
 		*started = ""
-		a.saveResult(ctx, t, c.ID, res, store.AuditEntry{}, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note})
+		a.saveResult(ctx, t, c.ID, res, store.AuditEntry{}, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note}, !marked)
 		return res, false
 	}
 	// unrecorded skips a call whose start the store could not record
@@ -473,7 +474,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		// Not marked by this resume: it started before, or its mark was
 		// used by an attempt that was cut, so there is no mark to take
 		// back.
-		a.saveResult(ctx, t, c.ID, res, e, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: NoteInterrupted})
+		a.saveResult(ctx, t, c.ID, res, e, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: NoteInterrupted}, false)
 		return res, false
 	}
 	reg, ok := a.tools.lookup(c.Tool)
@@ -602,7 +603,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		res, _ = skip(res, NoteInterrupted)
 		return res, true
 	}
-	a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, ""), rep, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
+	a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, ""), rep, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res}, false)
 	return withNote(res), false
 }
 
@@ -644,7 +645,11 @@ func (a *Agent) beginExecution(ctx context.Context, id string) (bool, error) {
 // logged: the turn's own write records the result anyway, and the entry
 // if the store did not append it (a call not run has its mark taken
 // back).
-func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result, e store.AuditEntry, rep Reporter, u CallUpdate) {
+//
+// A call that did not run (u skips it) is saved as such; with mark, it
+// was not marked as started, and is marked in the step that saves it
+// (store SkipExecution).
+func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result, e store.AuditEntry, rep Reporter, u CallUpdate, mark bool) {
 	if e.Action != "" {
 		e = a.logged(ctx, e)
 	}
@@ -656,13 +661,18 @@ func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Resu
 	t.saves = append(t.saves, s)
 	t.saving.Go(func() {
 		sctx := context.WithoutCancel(ctx)
-		err := a.store.SaveResult(sctx, callID, s.result, s.entry)
+		var err error
+		if mark {
+			err = a.store.SkipExecution(sctx, callID, s.result)
+		} else {
+			err = a.store.SaveResult(sctx, callID, s.result, s.entry)
+		}
 		if err != nil {
 			a.log.Warn("save tool result", "call", callID, "err", err)
 		}
 		s.audited = err == nil
 		s.saved = err == nil || errors.Is(err, store.ErrEffects)
-		if !s.saved && saved.NotRun != "" {
+		if !s.saved && saved.NotRun != "" && !mark {
 			// Not kept: the mark of a call that never ran is taken
 			// back, so that the call is not taken for one that started.
 			if err := a.store.AbandonExecution(sctx, callID); err != nil {
@@ -674,9 +684,14 @@ func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Resu
 			// lapsed as it saved): the card shows what the store holds,
 			// when that is final. A call whose mark another process took
 			// back (it stopped) keeps this resume's word, which its model
-			// read.
-			if news, nerr := a.News(sctx, callID); nerr == nil && (news.Phase == PhaseExecuted || news.Phase == PhaseSkipped) {
+			// read; one that another process marked (to run it, or
+			// skipped) is that process's to report.
+			news, nerr := a.News(sctx, callID)
+			switch {
+			case nerr == nil && (news.Phase == PhaseExecuted || news.Phase == PhaseSkipped):
 				u = news
+			case mark:
+				return
 			}
 		}
 		rep.Updated(ctx, u)

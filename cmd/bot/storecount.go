@@ -193,6 +193,11 @@ func (s *countedStore) SaveResult(ctx context.Context, callID string, result []b
 	return s.st.SaveResult(ctx, callID, result, e)
 }
 
+func (s *countedStore) SkipExecution(ctx context.Context, callID string, result []byte) error {
+	s.count("SkipExecution")
+	return s.st.SkipExecution(ctx, callID, result)
+}
+
 func (s *countedStore) Pending(ctx context.Context, f store.Filter) ([]store.Call, error) {
 	s.count("Pending")
 	return s.st.Pending(ctx, f)

@@ -801,6 +801,26 @@ func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
 	return nil
 }
 
+// SkipExecution is one Lua script: see storetest.Store for the contract.
+func (s *Store) SkipExecution(ctx context.Context, callID string, result []byte) error {
+	if store.RunOf(callID) == "" {
+		return fmt.Errorf("skip execution of call %s: %w", callID, store.ErrNotFound)
+	}
+	if len(result) == 0 {
+		return fmt.Errorf("skip execution of call %s: empty result", callID)
+	}
+	n, err := skipExecution.Run(ctx, s.c, []string{s.callKey(callID)}, result).Int()
+	switch {
+	case err != nil:
+		return fmt.Errorf("skip execution of call %s: %w", callID, err)
+	case n < 0:
+		return fmt.Errorf("skip execution of call %s: %w", callID, store.ErrNotFound)
+	case n == 0:
+		return fmt.Errorf("skip execution of call %s: not decided, or started already: %w", callID, store.ErrConflict)
+	}
+	return nil
+}
+
 // errOtherResult is SaveResult's error for a call another result was saved
 // for.
 var errOtherResult = fmt.Errorf("another result is saved: %w", store.ErrConflict)

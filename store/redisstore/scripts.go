@@ -391,6 +391,25 @@ if redis.call('HEXISTS', KEYS[1], 'result') == 0 then redis.call('HDEL', KEYS[1]
 return 1
 `)
 
+// skipExecution sets the executing flag of a decided call that will not
+// run, with its result, at once; the same result found with the flag is
+// a sending made again.
+// KEYS: call
+// ARGV: result
+// Returns 1 if set, 2 if set before with the same result, 0 if the call
+// is not decided or was marked otherwise, -1 if unknown.
+var skipExecution = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'status', 'executing', 'result')
+if not v[1] then return -1 end
+if v[2] == '1' then
+  if v[3] == ARGV[1] then return 2 end
+  return 0
+end
+if v[1] ~= 'decided' then return 0 end
+redis.call('HSET', KEYS[1], 'executing', '1', 'result', ARGV[1])
+return 1
+`)
+
 // saveResult stores the result of an executing call, naming the sending
 // that saved it and the entry saved with it (by its SHA-1), and, given the
 // audit log's key (not on a Cluster), appends the entry to the log. A call

@@ -125,6 +125,17 @@ type Store interface {
 	// store that appends the entry in a second step returns an error
 	// wrapping ErrEffects if that step fails: the result stands.
 	SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error
+	// SkipExecution marks a decided call that will not run (its resume
+	// found it should not) as started, and keeps result, why it did not
+	// run, encoded, as its result, in one step: a resume claimed again
+	// reports that, and never runs the call, as for a call that ran. A
+	// store never holds the mark without the result. Finding the result
+	// it is given saved already (a sending made again) writes nothing and
+	// succeeds. ErrConflict for a call that is not Decided, or marked
+	// already (by BeginExecution, BeginResume, or with another result);
+	// ErrNotFound for an unknown one; an error for an empty result,
+	// writing nothing.
+	SkipExecution(ctx context.Context, callID string, result []byte) error
 	// FinishRun ends a run after its resume: it is no longer listed
 	// anywhere, and its records expire after the retention time. It also
 	// clears the conversation's PausedRun if that still names the run.

@@ -63,6 +63,7 @@ func Run(t *testing.T, open Opener) {
 		{"BeginExecutionAskedAgain", testBeginExecutionAskedAgain},
 		{"CallNote", testCallNote},
 		{"SaveResult", testSaveResult},
+		{"SkipExecution", testSkipExecution},
 		{"FinishRun", testFinishRun},
 		{"Due", testDue},
 		{"DueWithinAMillisecond", testDueWithinAMillisecond},
@@ -884,6 +885,82 @@ func testBeginExecutionAskedAgain(t *testing.T, open Opener) {
 	}
 	if ok, err := s.BeginExecution(ctx, c.ID, "a1"); err != nil || ok {
 		t.Errorf("BeginExecution(%s, a1) after a2 marked it = %v, %v; want false, nil", c.ID, ok, err)
+	}
+}
+
+// SkipExecution marks a decided call started with why it did not run as
+// its result, in one step, and refuses a call that is not decided or is
+// marked already.
+func testSkipExecution(t *testing.T, open Opener) {
+	s, reopen := open(t)
+	ctx := t.Context()
+	r, calls := create(t, s, 3, nil)
+	notRun := []byte(`{"content":"not performed: the policy now denies this call","is_error":true,"not_run":"policy now denies"}`)
+	if err := s.SkipExecution(ctx, calls[0].ID, notRun); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("SkipExecution(pending %s) = %v, want ErrConflict", calls[0].ID, err)
+	}
+	decideAll(t, s, calls)
+	if err := s.SkipExecution(ctx, calls[0].ID, nil); err == nil {
+		t.Errorf("SkipExecution(%s) of an empty result = nil, want an error", calls[0].ID)
+	}
+	if got := wantStatus(t, s, calls[0].ID, store.Decided); got.Executing || len(got.Result) != 0 {
+		t.Errorf("GetCall(%s) after an empty result = executing %v, result %s; want neither", calls[0].ID, got.Executing, got.Result)
+	}
+	if err := s.SkipExecution(ctx, calls[0].ID, notRun); err != nil {
+		t.Fatalf("SkipExecution(%s) = %v", calls[0].ID, err)
+	}
+	// Sent again (its reply was lost): it succeeds and changes nothing.
+	if err := s.SkipExecution(ctx, calls[0].ID, notRun); err != nil {
+		t.Errorf("SkipExecution(%s) sent again = %v, want nil", calls[0].ID, err)
+	}
+	s = reopen()
+	got := wantStatus(t, s, calls[0].ID, store.Decided)
+	if !got.Executing || string(got.Result) != string(notRun) {
+		t.Errorf("GetCall(%s) after SkipExecution and a restart = executing %v, result %s; want marked with %s", calls[0].ID, got.Executing, got.Result, notRun)
+	}
+	if _, loaded, err := s.LoadRun(ctx, r.ID); err != nil || !loaded[0].Executing || string(loaded[0].Result) != string(notRun) {
+		t.Errorf("LoadRun(%s) = %+v, %v; want the first call marked with its result", r.ID, loaded, err)
+	}
+	// The mark stands: nothing runs it, or takes it back.
+	if ok, err := s.BeginExecution(ctx, calls[0].ID, "a1"); err != nil || ok {
+		t.Errorf("BeginExecution(%s) after SkipExecution = %v, %v; want false, nil", calls[0].ID, ok, err)
+	}
+	if err := s.AbandonExecution(ctx, calls[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := wantStatus(t, s, calls[0].ID, store.Decided); !got.Executing {
+		t.Errorf("GetCall(%s).Executing = false after AbandonExecution of a skipped call, want its mark kept", calls[0].ID)
+	}
+	other := []byte(`{"content":"not performed: tool restart is no longer available","is_error":true,"not_run":"tool unavailable"}`)
+	if err := s.SkipExecution(ctx, calls[0].ID, other); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("SkipExecution(%s) with another result = %v, want ErrConflict", calls[0].ID, err)
+	}
+	// A call marked to run is not skipped: it may be running.
+	if ok, err := s.BeginExecution(ctx, calls[1].ID, "a1"); err != nil || !ok {
+		t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", calls[1].ID, ok, err)
+	}
+	if err := s.SkipExecution(ctx, calls[1].ID, notRun); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("SkipExecution(%s) of a call marked to run = %v, want ErrConflict", calls[1].ID, err)
+	}
+	if got := wantStatus(t, s, calls[1].ID, store.Decided); len(got.Result) != 0 {
+		t.Errorf("GetCall(%s).Result = %s after a refused SkipExecution, want none", calls[1].ID, got.Result)
+	}
+	// A call with a result saved is not skipped either.
+	if ok, err := s.BeginExecution(ctx, calls[2].ID, "a2"); err != nil || !ok {
+		t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", calls[2].ID, ok, err)
+	}
+	ran := []byte(`{"content":"restarted"}`)
+	if err := s.SaveResult(ctx, calls[2].ID, ran, store.AuditEntry{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SkipExecution(ctx, calls[2].ID, notRun); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("SkipExecution(%s) of a call with a result = %v, want ErrConflict", calls[2].ID, err)
+	}
+	if got := wantStatus(t, s, calls[2].ID, store.Decided); string(got.Result) != string(ran) {
+		t.Errorf("GetCall(%s).Result = %s after a refused SkipExecution, want %s", calls[2].ID, got.Result, ran)
+	}
+	if err := s.SkipExecution(ctx, store.CallID(store.NewRunID(), 0), notRun); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("SkipExecution(unknown) = %v, want ErrNotFound", err)
 	}
 }
 
