@@ -3,7 +3,9 @@ package slackapp_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,6 +278,78 @@ func TestCountThatLandsAfterACallNotRunIsOvertaken(t *testing.T) {
 			e.waitIn(channel, ts, "the final card again", notRun)
 			if n := len(e.cards(channel, ts)); n != 0 {
 				t.Errorf("the card of the call not run has its buttons back:\n%s", dumpThread(e.slack.Thread(channel, ts)))
+			}
+		})
+	}
+}
+
+// As TestCountThatLandsAfterACallNotRunIsOvertaken, for the second call
+// of a step, which its resume reaches after the first ran: the
+// definition of deploy changed so that the second's approved arguments
+// no longer fit it. Its resume saves why it did not run as it marks it,
+// and the count's replica renders that.
+func TestCountThatLandsAfterALaterCallNotRunIsOvertaken(t *testing.T) {
+	for _, kind := range sharedKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = twoPersonPolicy
+			e.replicas(2)
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`), tc("c2", "deploy", `{"service":"web","version":"1"}`)), fakeopenai.Text("Deployed api, not web."))
+			ts := e.slack.Mention(channel, requester, "deploy api and web")
+			var api, web string
+			waitUntil(t, "the two cards", func() bool {
+				for _, m := range e.cards(channel, ts) {
+					switch {
+					case strings.Contains(blocksText(m), "web"):
+						web = m.TS
+					case strings.Contains(blocksText(m), "api"):
+						api = m.TS
+					}
+				}
+				return api != "" && web != ""
+			})
+			e.card(ts, "deploy") // the pause saved
+			for _, who := range []string{approver, other} {
+				_, err := e.slack.Click(who, channel, api, slackapp.ActionApprove, "")
+				must(t, err)
+			}
+			waitUntil(t, "the api card decided", func() bool {
+				return !slices.ContainsFunc(e.cards(channel, ts), func(m fakeslack.Message) bool { return m.TS == api })
+			})
+			var deploys atomic.Int64
+			must(t, e.reg.Replace(func(n string) bool { return n == "deploy" }, []agent.Tool{{Name: "deploy",
+				Schema: json.RawMessage(`{"type":"object","properties":{"service":{"type":"string","enum":["api"]},"version":{"type":"string"}},"required":["service","version"]}`),
+				Handler: func(_ context.Context, args json.RawMessage) (agent.Result, error) {
+					if deploys.Add(1); strings.Contains(string(args), "web") {
+						t.Error("deploy of web ran")
+					}
+					return agent.Result{Content: "deployed"}, nil
+				}}}))
+			arrived, release := e.slack.HoldNext("chat.update")
+			t.Cleanup(release)
+			_, err := e.slack.Click(approver, channel, web, slackapp.ActionApprove, "")
+			must(t, err)
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the count's card update never reached Slack")
+			}
+			_, err = e.slack.Click(other, channel, web, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed api, not web.")
+			notRun := func(m fakeslack.Message) bool {
+				return m.TS == web && !isCard(m) && strings.Contains(blocksText(m), "not run")
+			}
+			e.waitIn(channel, ts, "the final card saying it did not run", notRun)
+			updates := len(e.slack.Calls("chat.update"))
+			release()
+			waitUntil(t, "the count's update and the card as stored", func() bool { return len(e.slack.Calls("chat.update")) >= updates+2 })
+			e.waitIn(channel, ts, "the final card again", notRun)
+			if n := len(e.cards(channel, ts)); n != 0 {
+				t.Errorf("the card of the call not run has its buttons back:\n%s", dumpThread(e.slack.Thread(channel, ts)))
+			}
+			if n := deploys.Load(); n != 1 {
+				t.Errorf("deploy ran %d times, want once, for api", n)
 			}
 		})
 	}
