@@ -35,6 +35,30 @@ func approvedThenFrozen(t *testing.T, w *world, a *agent.Agent) agent.PendingCal
 	return p
 }
 
+// approvedStepThenFrozen pauses on a restart of staging, after a deploy
+// of api 2 if second, each of which UAPPROVER1 approves, then freezes
+// restarts (see freeze): the step's resume finds the restart, its last
+// pending call, should not run.
+func approvedStepThenFrozen(t *testing.T, w *world, a *agent.Agent, second bool) agent.Outcome {
+	t.Helper()
+	calls := []fakeopenai.ToolCall{call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "restart", `{"env":"staging"}`)}
+	if !second {
+		calls = calls[1:]
+	}
+	w.model.Reply(fakeopenai.ToolCalls(calls...))
+	out, err := a.Run(t.Context(), request("please"))
+	must(t, err)
+	if len(out.Pending) != len(calls) {
+		t.Fatalf("paused on %d calls, want %d", len(out.Pending), len(calls))
+	}
+	for _, p := range out.Pending {
+		_, err = a.Decide(t.Context(), approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+		must(t, err)
+	}
+	freeze(t, w)
+	return out
+}
+
 // freeze adds the rule frozen, which denies restarts; thaw removes it.
 func freeze(t *testing.T, w *world) {
 	t.Helper()
@@ -86,21 +110,7 @@ func TestCallNotRunIsToldSoWhenItsResumeIsClaimedAgain(t *testing.T) {
 				ctx := t.Context()
 				w := newWorld(t, b)
 				a := w.agent()
-				calls := []fakeopenai.ToolCall{call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "restart", `{"env":"staging"}`)}
-				if !second {
-					calls = calls[1:]
-				}
-				w.model.Reply(fakeopenai.ToolCalls(calls...))
-				out, err := a.Run(ctx, request("please"))
-				must(t, err)
-				if len(out.Pending) != len(calls) {
-					t.Fatalf("paused on %d calls, want %d", len(out.Pending), len(calls))
-				}
-				for _, p := range out.Pending {
-					_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
-					must(t, err)
-				}
-				freeze(t, w)
+				out := approvedStepThenFrozen(t, w, a, second)
 				p := out.Pending[len(out.Pending)-1]
 				holds := newHoldLog(w.store)
 				dying := w.agentWith(unrecordedTurns{holds}, w.rec)
@@ -109,7 +119,7 @@ func TestCallNotRunIsToldSoWhenItsResumeIsClaimedAgain(t *testing.T) {
 					t.Fatalf("the resume whose turn is not recorded returned %v, want the store's failure", err)
 				}
 				first := toolResults(t, w.model)
-				if len(first) != len(calls) || !strings.Contains(first[len(first)-1], "not performed: the policy now denies this call") {
+				if len(first) != len(out.Pending) || !strings.Contains(first[len(first)-1], "not performed: the policy now denies this call") {
 					t.Fatalf("the model read %q, want the restart not performed because the policy denies it", first)
 				}
 				told := first[len(first)-1]
@@ -127,7 +137,7 @@ func TestCallNotRunIsToldSoWhenItsResumeIsClaimedAgain(t *testing.T) {
 				if n := w.restarts.n.Load(); n != 0 {
 					t.Errorf("restart ran %d times, want never: its resume said it would not run", n)
 				}
-				if again := toolResults(t, w.model); len(again) != len(calls) || again[len(again)-1] != told {
+				if again := toolResults(t, w.model); len(again) != len(out.Pending) || again[len(again)-1] != told {
 					t.Errorf("the model read %q the second time, want %q as the first", again, told)
 				}
 				notes := skippedNotes(w)
@@ -191,21 +201,7 @@ func TestCallNotRunWithNothingSavedIsJudgedAgain(t *testing.T) {
 				ctx := t.Context()
 				w := newWorld(t, b)
 				a := w.agent()
-				calls := []fakeopenai.ToolCall{call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "restart", `{"env":"staging"}`)}
-				if !second {
-					calls = calls[1:]
-				}
-				w.model.Reply(fakeopenai.ToolCalls(calls...))
-				out, err := a.Run(ctx, request("please"))
-				must(t, err)
-				if len(out.Pending) != len(calls) {
-					t.Fatalf("paused on %d calls, want %d", len(out.Pending), len(calls))
-				}
-				for _, p := range out.Pending {
-					_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-					must(t, err)
-				}
-				freeze(t, w)
+				out := approvedStepThenFrozen(t, w, a, second)
 				restart := out.Pending[len(out.Pending)-1]
 				log := &turnLog{Store: w.store.(storetest.Store)}
 				holds := newHoldLog(log)
@@ -514,17 +510,7 @@ func TestLaterCallNotRunRefusedAsAnotherRunsItIsNotToldSo(t *testing.T) {
 			ctx := t.Context()
 			w := newWorld(t, b)
 			a := w.agent()
-			w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`), call("c2", "restart", `{"env":"staging"}`)))
-			out, err := a.Run(ctx, request("please"))
-			must(t, err)
-			if len(out.Pending) != 2 {
-				t.Fatalf("paused on %d calls, want 2", len(out.Pending))
-			}
-			for _, p := range out.Pending {
-				_, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
-				must(t, err)
-			}
-			freeze(t, w)
+			out := approvedStepThenFrozen(t, w, a, true)
 			restart := out.Pending[1]
 			w.model.Reply(fakeopenai.Text("done"), fakeopenai.Text("done"))
 			holds := newHoldLog(w.store)

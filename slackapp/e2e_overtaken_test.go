@@ -256,30 +256,40 @@ func TestCountThatLandsAfterACallNotRunIsOvertaken(t *testing.T) {
 					t.Error("deploy ran")
 					return agent.Result{}, nil
 				}}}))
-			arrived, release := e.slack.HoldNext("chat.update")
-			t.Cleanup(release)
-			_, err := e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
-			must(t, err)
-			select {
-			case <-arrived:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the count's card update never reached Slack")
-			}
-			_, err = e.slack.Click(other, channel, card, slackapp.ActionApprove, "")
-			must(t, err)
-			e.answer(ts, "Not deployed.")
-			notRun := func(m fakeslack.Message) bool {
-				return m.TS == card && !isCard(m) && strings.Contains(blocksText(m), "not run")
-			}
-			e.waitIn(channel, ts, "the final card saying it did not run", notRun)
-			updates := len(e.slack.Calls("chat.update"))
-			release()
-			waitUntil(t, "the count's update and the card as stored", func() bool { return len(e.slack.Calls("chat.update")) >= updates+2 })
-			e.waitIn(channel, ts, "the final card again", notRun)
-			if n := len(e.cards(channel, ts)); n != 0 {
-				t.Errorf("the card of the call not run has its buttons back:\n%s", dumpThread(e.slack.Thread(channel, ts)))
-			}
+			countLandsAfterNotRun(t, e, ts, card, "Not deployed.")
 		})
+	}
+}
+
+// countLandsAfterNotRun has approver's approval counted on card, in
+// thread ts, its update held, and other's make it final; the call does
+// not run, and the model answers answer. Once the final card says the
+// call did not run, the count's update is let through: the card must end
+// saying so again, its buttons gone.
+func countLandsAfterNotRun(t *testing.T, e *env, ts, card, answer string) {
+	t.Helper()
+	arrived, release := e.slack.HoldNext("chat.update")
+	t.Cleanup(release)
+	_, err := e.slack.Click(approver, channel, card, slackapp.ActionApprove, "")
+	must(t, err)
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the count's card update never reached Slack")
+	}
+	_, err = e.slack.Click(other, channel, card, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, answer)
+	notRun := func(m fakeslack.Message) bool {
+		return m.TS == card && !isCard(m) && strings.Contains(blocksText(m), "not run")
+	}
+	e.waitIn(channel, ts, "the final card saying it did not run", notRun)
+	updates := len(e.slack.Calls("chat.update"))
+	release()
+	waitUntil(t, "the count's update and the card as stored", func() bool { return len(e.slack.Calls("chat.update")) >= updates+2 })
+	e.waitIn(channel, ts, "the final card again", notRun)
+	if n := len(e.cards(channel, ts)); n != 0 {
+		t.Errorf("the card of the call not run has its buttons back:\n%s", dumpThread(e.slack.Thread(channel, ts)))
 	}
 }
 
@@ -325,29 +335,7 @@ func TestCountThatLandsAfterALaterCallNotRunIsOvertaken(t *testing.T) {
 					}
 					return agent.Result{Content: "deployed"}, nil
 				}}}))
-			arrived, release := e.slack.HoldNext("chat.update")
-			t.Cleanup(release)
-			_, err := e.slack.Click(approver, channel, web, slackapp.ActionApprove, "")
-			must(t, err)
-			select {
-			case <-arrived:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the count's card update never reached Slack")
-			}
-			_, err = e.slack.Click(other, channel, web, slackapp.ActionApprove, "")
-			must(t, err)
-			e.answer(ts, "Deployed api, not web.")
-			notRun := func(m fakeslack.Message) bool {
-				return m.TS == web && !isCard(m) && strings.Contains(blocksText(m), "not run")
-			}
-			e.waitIn(channel, ts, "the final card saying it did not run", notRun)
-			updates := len(e.slack.Calls("chat.update"))
-			release()
-			waitUntil(t, "the count's update and the card as stored", func() bool { return len(e.slack.Calls("chat.update")) >= updates+2 })
-			e.waitIn(channel, ts, "the final card again", notRun)
-			if n := len(e.cards(channel, ts)); n != 0 {
-				t.Errorf("the card of the call not run has its buttons back:\n%s", dumpThread(e.slack.Thread(channel, ts)))
-			}
+			countLandsAfterNotRun(t, e, ts, web, "Deployed api, not web.")
 			if n := deploys.Load(); n != 1 {
 				t.Errorf("deploy ran %d times, want once, for api", n)
 			}
