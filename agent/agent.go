@@ -83,7 +83,7 @@ type Runs interface {
 	RenewClaim(ctx context.Context, runID, owner string, lease time.Duration) (bool, error)
 	ReleaseClaim(ctx context.Context, runID, owner string) error
 	BeginExecution(ctx context.Context, callID, attempt string) (bool, error)
-	AbandonExecution(ctx context.Context, callID string) error
+	AbandonExecution(ctx context.Context, callID, attempt string) error
 	SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error
 	SkipExecution(ctx context.Context, callID string, result []byte) error
 	Pending(ctx context.Context, f store.Filter) ([]store.Call, error)

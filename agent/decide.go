@@ -277,7 +277,7 @@ func (a *Agent) takeBackLostMark(ctx context.Context, runID, conv, lost string) 
 		return false // someone else resumes it
 	}
 	if mark := fresh.PriorStarted; fresh.PriorNonce == lost && lost != "" && mark != "" && unfinished(fresh.Calls, mark) {
-		a.abandon(ctx, &mark)
+		a.abandon(ctx, &startMark{call: mark, attempt: lost})
 		a.log.Warn("a store step that began a resume was made but its answer lost, and its claim lapsed; the call it marked as started, which never ran, is marked as not started", "call", fresh.PriorStarted)
 	}
 	if err := a.store.ReleaseClaim(context.WithoutCancel(ctx), runID, owner); err != nil {
@@ -1038,7 +1038,7 @@ func (a *Agent) send(ctx context.Context, c store.Call, rb store.ResumeBegin, be
 	run := func(holder string) (bool, error) {
 		rb.Owner = holder
 		s.asked = true
-		s.rs.at, s.rs.owner = time.Now(), holder
+		s.rs.at, s.rs.owner, s.rs.nonce = time.Now(), holder, rb.Nonce
 		s.got, s.complete, s.rs.ResumeStart, s.err = step(rb)
 		if s.err != nil && !storeAnswered(s.err) {
 			// Perhaps recorded, and its resume begun: then the
@@ -1096,7 +1096,7 @@ func (a *Agent) unconfirmed(c store.Call, rb store.ResumeBegin, mine func(store.
 		again, claimed, answered := a.askAgainUntil(ctx, c.RunID, rb, err, time.Time{})
 		switch {
 		case claimed:
-			a.abandon(ctx, &again.Started)
+			a.abandon(ctx, &startMark{call: again.Started, attempt: rb.Nonce})
 			if rerr := a.store.ReleaseClaim(context.WithoutCancel(ctx), c.RunID, rb.Owner); rerr != nil {
 				a.log.Warn("release the claim of a decision not confirmed; it lapses within the lease TTL", "run", c.RunID, "err", rerr)
 			}

@@ -188,7 +188,7 @@ func (a *Agent) beginResume(ctx context.Context, runID, conv, key, holder string
 			st, err = a.store.BeginResume(ctx, runID, rb)
 		}
 	}
-	rs := claimed{ResumeStart: st, at: sent, owner: holder}
+	rs := claimed{ResumeStart: st, nonce: rb.Nonce, at: sent, owner: holder}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return rs, errNoResume
@@ -245,23 +245,23 @@ func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (out Outcome, err
 	}
 	ctx, end := a.startTurn(ctx, TurnStart{Kind: TurnResume, Conversation: run.Conversation, User: st.User, Channel: st.Channel, RunID: run.ID, Calls: waited})
 	defer endTurn(end, &out, &err)
-	out, err = a.resumeClaimed(ctx, rs.ResumeStart, st, stErr, cs, csErr, a.reporter(run.Conversation))
+	out, err = a.resumeClaimed(ctx, rs.ResumeStart, rs.nonce, st, stErr, cs, csErr, a.reporter(run.Conversation))
 	if err != nil && leaseLost(ctx) && !errors.Is(err, ErrLeaseLost) {
 		err = errors.Join(err, context.Cause(ctx))
 	}
 	return out, err
 }
 
-// resumeClaimed runs the resume rs began, of a run whose state decoded
+// resumeClaimed runs the resume rs began (the attempt named nonce), of a run whose state decoded
 // to st, or failed to with stErr, and whose conversation's decoded to cs,
 // or failed to with csErr.
-func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, st runState, stErr error, cs convState, csErr error, rep Reporter) (Outcome, error) {
+func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, nonce string, st runState, stErr error, cs convState, csErr error, rep Reporter) (Outcome, error) {
 	run, calls := rs.Run, rs.Calls
 	runID := run.ID
 	// The call BeginResume marked as started runs in settle, which
 	// clears started; if it does not run, the mark is taken back, or
 	// kept with why it did not run (see notRun in settle).
-	started := rs.Started
+	started := startMark{call: rs.Started, attempt: nonce}
 	defer func() { a.abandon(ctx, &started) }()
 	if stErr != nil {
 		return Outcome{}, fmt.Errorf("decode run %s: %w", runID, stErr)
@@ -378,8 +378,8 @@ func (a *Agent) answerQueued(ctx context.Context, t *turn, out Outcome, rep Repo
 // approved call could start: the call is not settled, and the resume
 // stops for the next one to run it, instead of telling the model it was
 // not performed.
-func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, rep Reporter, recs *map[string][]store.Record, started *string) (_ Result, stopped bool) {
-	marked := c.ID == *started
+func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, rep Reporter, recs *map[string][]store.Record, started *startMark) (_ Result, stopped bool) {
+	marked := c.ID == started.call
 	skip := func(res Result, note string) (Result, bool) {
 		if marked {
 			a.abandon(ctx, started)
@@ -444,8 +444,12 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		if err != nil {
 			return skip(res, note)
 		}
-		*started = ""
-		a.saveResult(ctx, t, c.ID, res, store.AuditEntry{}, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note}, !marked)
+		var taken *startMark
+		if marked {
+			taken = new(*started)
+		}
+		*started = startMark{}
+		a.saveResult(ctx, t, c.ID, res, store.AuditEntry{}, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note}, taken)
 		return res, false
 	}
 	// unrecorded skips a call whose start the store could not record
@@ -474,7 +478,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		// Not marked by this resume: it started before, or its mark was
 		// used by an attempt that was cut, so there is no mark to take
 		// back.
-		a.saveResult(ctx, t, c.ID, res, e, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: NoteInterrupted}, false)
+		a.saveResult(ctx, t, c.ID, res, e, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: NoteInterrupted}, nil)
 		return res, false
 	}
 	reg, ok := a.tools.lookup(c.Tool)
@@ -541,7 +545,8 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		// error may quote the arguments (a sealed copy shows none).
 		return notRun(Result{Content: "not performed: the policy now denies this call: " + v.Why(), IsError: true}, "policy now denies: "+v.Words())
 	}
-	first := marked
+	// mine is the mark this resume set on the call, if it set one.
+	first, mine := marked, startMark{}
 	if marked {
 		// Marked with the claim: it runs only while the claim is still
 		// this process's (see claim.confirm). A resume cut short takes the
@@ -552,7 +557,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			}
 			return unrecorded(err)
 		}
-		*started = ""
+		mine, *started = *started, startMark{}
 	} else {
 		if !repeatable(tool) {
 			// The results of the calls run before it are saved first, as
@@ -561,7 +566,10 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			// one ran.
 			t.saving.Wait()
 		}
-		if first, err = a.beginExecution(ctx, c.ID); err != nil {
+		var attempt string
+		first, attempt, err = a.beginExecution(ctx, c.ID)
+		mine = startMark{call: c.ID, attempt: attempt}
+		if err != nil {
 			if ctx.Err() != nil {
 				return Result{}, true // its card is left to whoever settles the call
 			}
@@ -584,8 +592,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	if ctx.Err() != nil {
 		// Ended as the call was marked: it has not started, and the next
 		// resume runs it.
-		id := c.ID
-		a.abandon(ctx, &id)
+		a.abandon(ctx, &mine)
 		return Result{}, true
 	}
 	rep.Status(ctx, "is running "+c.Tool+"…")
@@ -603,23 +610,24 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 		res, _ = skip(res, NoteInterrupted)
 		return res, true
 	}
-	a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, ""), rep, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res}, false)
+	a.saveResult(ctx, t, c.ID, res, executed(c, d, args, res, ""), rep, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res}, nil)
 	return withNote(res), false
 }
 
 // beginExecution marks call id as started (BeginExecution) and reports
-// whether the mark is this attempt's. A store step whose answer was lost
+// whether the mark is this attempt's, and the attempt's name, which takes
+// the mark back (see abandon). A store step whose answer was lost
 // (a reset connection, a time-out, ctx ending while it was sent) may have
 // set the mark: it is asked again under the same attempt's name, whether
 // or not ctx ended, until the store answers or lostDecisionWait passes,
 // so that a call this process marked and never ran is run (or its mark
 // taken back by a resume that stops) instead of being reported later as
 // of unknown outcome. An error means the store never answered.
-func (a *Agent) beginExecution(ctx context.Context, id string) (bool, error) {
-	attempt := newNonce()
+func (a *Agent) beginExecution(ctx context.Context, id string) (_ bool, attempt string, _ error) {
+	attempt = newNonce()
 	first, err := a.store.BeginExecution(ctx, id, attempt)
 	if err == nil || errors.Is(err, store.ErrNotFound) {
-		return first, err
+		return first, attempt, err
 	}
 	actx := context.WithoutCancel(ctx)
 	deadline := time.Now().Add(lostDecisionWait)
@@ -627,10 +635,10 @@ func (a *Agent) beginExecution(ctx context.Context, id string) (bool, error) {
 		time.Sleep(wait)
 		if again, aerr := a.store.BeginExecution(actx, id, attempt); aerr == nil || errors.Is(aerr, store.ErrNotFound) {
 			a.log.Warn("the mark of a call's start was asked again after its answer was lost", "call", id, "err", err, "marked", again)
-			return again, aerr
+			return again, attempt, aerr
 		}
 	}
-	return false, err
+	return false, attempt, err
 }
 
 // saveResult saves the result of a call that ran with the call, and e, the
@@ -646,10 +654,10 @@ func (a *Agent) beginExecution(ctx context.Context, id string) (bool, error) {
 // if the store did not append it (a call not run has its mark taken
 // back).
 //
-// A call that did not run (u skips it) is saved as such; with mark, it
-// was not marked as started, and is marked in the step that saves it
-// (store SkipExecution).
-func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result, e store.AuditEntry, rep Reporter, u CallUpdate, mark bool) {
+// A call that did not run (u skips it) is saved as such: marked by this
+// resume (taken: the mark, taken back if the save fails), or marked in
+// the step that saves it (store SkipExecution).
+func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Result, e store.AuditEntry, rep Reporter, u CallUpdate, taken *startMark) {
 	if e.Action != "" {
 		e = a.logged(ctx, e)
 	}
@@ -662,6 +670,7 @@ func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Resu
 	t.saving.Go(func() {
 		sctx := context.WithoutCancel(ctx)
 		var err error
+		mark := saved.NotRun != "" && taken == nil
 		if mark {
 			err = a.store.SkipExecution(sctx, callID, s.result)
 		} else {
@@ -672,12 +681,10 @@ func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Resu
 		}
 		s.audited = err == nil
 		s.saved = err == nil || errors.Is(err, store.ErrEffects)
-		if !s.saved && saved.NotRun != "" && !mark {
+		if !s.saved && taken != nil {
 			// Not kept: the mark of a call that never ran is taken
 			// back, so that the call is not taken for one that started.
-			if err := a.store.AbandonExecution(sctx, callID); err != nil {
-				a.log.Warn("take back the start of a call that did not run", "call", callID, "err", err)
-			}
+			a.abandon(sctx, taken)
 		}
 		if errors.Is(err, store.ErrConflict) && u.Phase == PhaseSkipped {
 			// Another process settled the call first (this one's claim
@@ -735,17 +742,24 @@ func (s savedResult) interruptedResult(tool string) Result {
 	return res
 }
 
-// abandon takes back the mark BeginResume set on the call *started names,
-// whose tool did not start, and clears *started. If that fails, a resume
-// claimed again reports the call's outcome as unknown: it never runs twice.
-func (a *Agent) abandon(ctx context.Context, started *string) {
-	if *started == "" {
+// startMark is a call marked as started by one attempt: BeginExecution's,
+// or the step that claimed its run's resume (store.ResumeBegin.Nonce).
+// Only that attempt takes the mark back (store AbandonExecution): a
+// sending made again after another process marked the call since leaves
+// that process's mark.
+type startMark struct{ call, attempt string }
+
+// abandon takes back the mark *m, on a call whose tool did not start, and
+// clears *m. If that fails, a resume claimed again reports the call's
+// outcome as unknown: it never runs twice.
+func (a *Agent) abandon(ctx context.Context, m *startMark) {
+	if m.call == "" {
 		return
 	}
-	id := *started
-	*started = ""
-	if err := a.store.AbandonExecution(context.WithoutCancel(ctx), id); err != nil {
-		a.log.Warn("take back the start of a call that did not run", "call", id, "err", err)
+	mark := *m
+	*m = startMark{}
+	if err := a.store.AbandonExecution(context.WithoutCancel(ctx), mark.call, mark.attempt); err != nil {
+		a.log.Warn("take back the start of a call that did not run", "call", mark.call, "err", err)
 	}
 }
 
@@ -962,7 +976,10 @@ func (a *Agent) News(ctx context.Context, callID string) (CallUpdate, error) {
 // sent: the claim is this process's for LeaseTTL from then.
 type claimed struct {
 	store.ResumeStart
-	at time.Time
+	// nonce names the attempt that took the claim (and the mark of the
+	// call in Started).
+	nonce string
+	at    time.Time
 	// owner names the claim in the store: the lease's holder when it
 	// took the lease too (see leases.newHolder).
 	owner string

@@ -304,8 +304,7 @@ func (a *Agent) ReleaseTaken(ctx context.Context, t *Taken) {
 	if rs := t.resume; rs != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		started := rs.Started
-		a.abandon(rctx, &started)
+		a.abandon(rctx, &startMark{call: rs.Started, attempt: rs.nonce})
 		if err := a.store.ReleaseClaim(rctx, rs.Run.ID, rs.owner); err != nil {
 			a.log.Warn("release resume claim", "run", rs.Run.ID, "err", err)
 		}

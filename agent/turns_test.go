@@ -125,9 +125,9 @@ func (l *turnLog) BeginExecution(ctx context.Context, id, attempt string) (bool,
 	return l.Store.BeginExecution(ctx, id, attempt)
 }
 
-func (l *turnLog) AbandonExecution(ctx context.Context, id string) error {
+func (l *turnLog) AbandonExecution(ctx context.Context, id, attempt string) error {
 	l.add("AbandonExecution")
-	return l.Store.AbandonExecution(ctx, id)
+	return l.Store.AbandonExecution(ctx, id, attempt)
 }
 
 func (l *turnLog) SaveResult(ctx context.Context, id string, r []byte, e store.AuditEntry) error {

@@ -183,9 +183,9 @@ func (s *countedStore) BeginExecution(ctx context.Context, callID, attempt strin
 	return s.st.BeginExecution(ctx, callID, attempt)
 }
 
-func (s *countedStore) AbandonExecution(ctx context.Context, callID string) error {
+func (s *countedStore) AbandonExecution(ctx context.Context, callID, attempt string) error {
 	s.count("AbandonExecution")
-	return s.st.AbandonExecution(ctx, callID)
+	return s.st.AbandonExecution(ctx, callID, attempt)
 }
 
 func (s *countedStore) SaveResult(ctx context.Context, callID string, result []byte, e store.AuditEntry) error {

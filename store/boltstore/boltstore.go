@@ -1285,9 +1285,9 @@ func (s *Store) CallNote(ctx context.Context, callID string) ([]byte, error) {
 
 // AbandonExecution is one transaction: see storetest.Store for the
 // contract.
-func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
+func (s *Store) AbandonExecution(ctx context.Context, callID, attempt string) error {
 	err := s.updateCall(ctx, callID, func(c *store.Call) (bool, error) {
-		if !c.Executing || len(c.Result) > 0 {
+		if !c.Executing || len(c.Result) > 0 || attempt == "" || c.ExecAttempt != attempt {
 			return false, nil
 		}
 		c.Executing, c.ExecAttempt = false, ""

@@ -363,10 +363,10 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 		rs.Started = rec.ClaimStarted
 	case i >= 0:
 		c := rs.Calls[i]
-		// Marked for no attempt: BeginExecution asked with one that a
-		// record still holds (one CreateRun was given, in a file of an
-		// earlier version) is not told that the mark is its own.
-		c.Executing, c.ExecAttempt = true, ""
+		// Marked for this attempt, whose nonce alone takes the mark back
+		// (see AbandonExecution); an attempt of BeginExecution's is never
+		// a resume's nonce.
+		c.Executing, c.ExecAttempt = true, r.Nonce
 		if err := put(tx.Bucket(bucketCalls), c.ID, c); err != nil {
 			return rs, err
 		}

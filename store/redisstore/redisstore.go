@@ -787,11 +787,11 @@ func (s *Store) BeginExecution(ctx context.Context, callID, attempt string) (boo
 
 // AbandonExecution is one Lua script: see storetest.Store for the
 // contract.
-func (s *Store) AbandonExecution(ctx context.Context, callID string) error {
+func (s *Store) AbandonExecution(ctx context.Context, callID, attempt string) error {
 	if store.RunOf(callID) == "" {
 		return fmt.Errorf("abandon execution of call %s: %w", callID, store.ErrNotFound)
 	}
-	n, err := abandonExecution.Run(ctx, s.c, []string{s.callKey(callID)}).Int()
+	n, err := abandonExecution.Run(ctx, s.c, []string{s.callKey(callID)}, attempt).Int()
 	if err != nil {
 		return fmt.Errorf("abandon execution of call %s: %w", callID, err)
 	}

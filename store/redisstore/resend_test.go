@@ -390,3 +390,75 @@ func approvalResentPair(t *testing.T, rawURL string) (c redis.UniversalClient, s
 	_, calls := pausedOnOneCall(t, s, "fp0")
 	return c, s, other, calls[0].ID
 }
+
+// A stopping resume (A) takes back the mark BeginResume set on its call
+// (AbandonExecution). The script runs, its reply is lost, and the client
+// sends it again; in between, another replica (B) claims the run, marks
+// the call and starts its tool. The second sending leaves B's mark, the
+// attempt it names being A's: once B dies mid-run, a third resume (C)
+// finds the call started and does not mark it to run a second time.
+func TestAbandonSentAgainLeavesAnotherMark(t *testing.T) {
+	for _, topo := range topologies(t) {
+		t.Run(topo.name, func(t *testing.T) {
+			ctx := t.Context()
+			c, s, other := hookedPair(t, topo.url)
+			// Warm: the abandon script loaded, so the hook sees one sending.
+			_, warm := pausedOnOneCall(t, s, "fpw")
+			if err := s.AbandonExecution(ctx, warm[0].ID, "warm"); err != nil {
+				t.Fatal(err)
+			}
+			conv, calls := pausedOnOneCall(t, s, "fp0")
+			id, runID := calls[0].ID, store.RunOf(calls[0].ID)
+			if _, _, err := s.Decide(ctx, id, "fp0", store.Decision{Kind: "approve", Decider: "U2", At: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			rb := func(owner string) store.ResumeBegin {
+				return store.ResumeBegin{Conversation: conv, Owner: owner, TTL: time.Minute, Start: []string{"approve"}, Nonce: owner + "-nonce"}
+			}
+			a, err := s.BeginResume(ctx, runID, rb("A"))
+			if err != nil || !a.Claimed || a.Started != id {
+				t.Fatalf("A's BeginResume = %+v, %v; want it claimed with %s marked", a, err, id)
+			}
+			// A's claim is lost (it lapsed); A stops and takes its mark back.
+			if err := s.ReleaseClaim(ctx, runID, "A"); err != nil {
+				t.Fatal(err)
+			}
+			var bStarted string
+			armed := true
+			c.AddHook(resendAfterHook{armed: &armed, key: id, between: func() {
+				b, err := other.BeginResume(ctx, runID, rb("B"))
+				if err != nil || !b.Claimed {
+					t.Errorf("B's BeginResume = %+v, %v; want it claimed", b, err)
+				}
+				bStarted = b.Started // B runs the tool now
+			}})
+			if err := s.AbandonExecution(ctx, id, "A-nonce"); err != nil {
+				t.Fatal(err)
+			}
+			if armed {
+				t.Fatal("the abandon was not sent")
+			}
+			if bStarted != id {
+				t.Fatalf("B marked %q, want %s", bStarted, id)
+			}
+			got, err := other.GetCall(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Executing {
+				t.Errorf("after A's abandon was sent again, the call B marked (and is running) is no longer marked")
+			}
+			// B dies while its tool runs; its claim lapses; C resumes.
+			if err := other.ReleaseClaim(ctx, runID, "B"); err != nil {
+				t.Fatal(err)
+			}
+			cs, err := other.BeginResume(ctx, runID, rb("C"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cs.Started == id {
+				t.Errorf("C's BeginResume marked %s to run again: it would run a second time", id)
+			}
+		})
+	}
+}

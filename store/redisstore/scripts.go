@@ -382,12 +382,16 @@ redis.call('HSET', KEYS[1], 'note', ARGV[1])
 return 1
 `)
 
-// abandonExecution clears the executing flag of a call with no result.
+// abandonExecution clears the executing flag of a call with no result
+// that the named attempt set: a sending made again after another process
+// marked the call leaves that mark.
 // KEYS: call
+// ARGV: the attempt
 // Returns 1 if the call exists, -1 if unknown.
 var abandonExecution = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if redis.call('HEXISTS', KEYS[1], 'result') == 0 then redis.call('HDEL', KEYS[1], 'executing', 'exec_nonce') end
+local v = redis.call('HMGET', KEYS[1], 'result', 'exec_nonce')
+if not v[1] and ARGV[1] ~= '' and v[2] == ARGV[1] then redis.call('HDEL', KEYS[1], 'executing', 'exec_nonce') end
 return 1
 `)
 
@@ -797,7 +801,7 @@ local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce, aga
     end
     if first and not cancelled and calls[first][4] ~= '1' then
       started = id .. '.' .. (first - 1)
-      redis.call('HSET', run .. ':call:' .. started, 'executing', '1')
+      redis.call('HSET', run .. ':call:' .. started, 'executing', '1', 'exec_nonce', nonce)
     end
   end
   if not again then

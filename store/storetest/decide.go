@@ -57,7 +57,8 @@ type audited interface {
 	// unless a call of the run is cancelled, it takes the first call (in
 	// CallIDs order) that is decided with a decision whose Kind is one of
 	// r.Start: if that call is not executing yet, it marks it executing,
-	// as BeginExecution does, and names it in Started. store.ErrNotFound
+	// as BeginExecution does with r.Nonce as the attempt (see
+	// AbandonExecution), and names it in Started. store.ErrNotFound
 	// for an unknown run.
 	BeginResume(ctx context.Context, runID string, r store.ResumeBegin) (store.ResumeStart, error)
 	// DecideBegin is DecideAudited and, when the decision is recorded and
@@ -514,7 +515,7 @@ func testBeginResumeStarts(t *testing.T, open Opener) {
 	decideAs(t, s, calls[0], "deny")
 	decideAs(t, s, calls[1], "approve")
 	decideAs(t, s, calls[2], "approve")
-	rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Owner: "a", TTL: short, Start: start})
+	rs, err := s.BeginResume(ctx, r.ID, store.ResumeBegin{Conversation: r.Conversation, Owner: "a", TTL: short, Start: start, Nonce: "n1"})
 	if err != nil || !rs.Claimed {
 		t.Fatalf("BeginResume(%s) = claimed %v, %v; want claimed", r.ID, rs.Claimed, err)
 	}
@@ -544,6 +545,15 @@ func testBeginResumeStarts(t *testing.T, open Opener) {
 	}
 	if c := getCall(t, s, calls[2].ID); c.Executing {
 		t.Errorf("GetCall(%s).Executing = true, want false: only the first call to start is marked", calls[2].ID)
+	}
+	// The mark is the first attempt's, named by its nonce, to take back.
+	for _, attempt := range []string{"", "n2", "n1"} {
+		if err := s.AbandonExecution(ctx, calls[1].ID, attempt); err != nil {
+			t.Fatalf("AbandonExecution(%s, %q): %v", calls[1].ID, attempt, err)
+		}
+		if c := getCall(t, s, calls[1].ID); c.Executing != (attempt != "n1") {
+			t.Errorf("GetCall(%s).Executing = %v after AbandonExecution(%q) of the mark n1 set, want %v", calls[1].ID, c.Executing, attempt, attempt != "n1")
+		}
 	}
 	// A cancelled run starts nothing.
 	r2, calls2 := create(t, s, 2, nil)
@@ -662,24 +672,33 @@ func testBeginResumeAgain(t *testing.T, open Opener) {
 	}
 }
 
-// AbandonExecution takes the mark back from a call with no result, and
-// leaves one with a result alone.
+// AbandonExecution takes the mark an attempt set back from a call with no
+// result, and leaves one with a result, or marked by another attempt,
+// alone.
 func testAbandonExecution(t *testing.T, open Opener) {
 	s, _ := open(t)
 	ctx := t.Context()
 	_, calls := create(t, s, 2, nil)
 	decideAll(t, s, calls)
 	for _, c := range calls {
-		if ok, err := s.BeginExecution(ctx, c.ID, ""); err != nil || !ok {
-			t.Fatalf("BeginExecution(%s) = %v, %v; want true, nil", c.ID, ok, err)
+		if ok, err := s.BeginExecution(ctx, c.ID, "a1"); err != nil || !ok {
+			t.Fatalf("BeginExecution(%s, a1) = %v, %v; want true, nil", c.ID, ok, err)
 		}
 	}
 	if err := s.SaveResult(ctx, calls[1].ID, json.RawMessage(`{"ok":true}`), store.AuditEntry{}); err != nil {
 		t.Fatalf("SaveResult(%s): %v", calls[1].ID, err)
 	}
 	for _, c := range calls {
-		if err := s.AbandonExecution(ctx, c.ID); err != nil {
-			t.Fatalf("AbandonExecution(%s): %v", c.ID, err)
+		if err := s.AbandonExecution(ctx, c.ID, "a2"); err != nil {
+			t.Fatalf("AbandonExecution(%s, a2): %v", c.ID, err)
+		}
+	}
+	if c := getCall(t, s, calls[0].ID); !c.Executing {
+		t.Errorf("GetCall(%s).Executing = false after AbandonExecution by another attempt, want the mark kept", calls[0].ID)
+	}
+	for _, c := range calls {
+		if err := s.AbandonExecution(ctx, c.ID, "a1"); err != nil {
+			t.Fatalf("AbandonExecution(%s, a1): %v", c.ID, err)
 		}
 	}
 	if c := getCall(t, s, calls[0].ID); c.Executing {
@@ -691,7 +710,14 @@ func testAbandonExecution(t *testing.T, open Opener) {
 	if ok, err := s.BeginExecution(ctx, calls[0].ID, ""); err != nil || !ok {
 		t.Errorf("BeginExecution(%s) after AbandonExecution = %v, %v; want true, nil", calls[0].ID, ok, err)
 	}
-	if err := s.AbandonExecution(ctx, store.CallID(store.NewRunID(), 0)); !errors.Is(err, store.ErrNotFound) {
+	// A mark made for no attempt is taken back by none.
+	if err := s.AbandonExecution(ctx, calls[0].ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if c := getCall(t, s, calls[0].ID); !c.Executing {
+		t.Errorf("GetCall(%s).Executing = false after AbandonExecution naming no attempt, want the mark kept", calls[0].ID)
+	}
+	if err := s.AbandonExecution(ctx, store.CallID(store.NewRunID(), 0), "a1"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("AbandonExecution(unknown) = %v, want ErrNotFound", err)
 	}
 }

@@ -107,12 +107,15 @@ type Store interface {
 	// Decided (pending, expired, cancelled); store.ErrNotFound for an
 	// unknown call.
 	BeginExecution(ctx context.Context, callID, attempt string) (bool, error)
-	// AbandonExecution takes back the mark of BeginExecution (or of
-	// BeginResume) on a call whose tool was not started after all, so
-	// that a resume claimed again judges it afresh; a call with a saved
-	// result, or not executing, is left as it is. store.ErrNotFound for
-	// an unknown call.
-	AbandonExecution(ctx context.Context, callID string) error
+	// AbandonExecution takes back the mark that attempt set on a call
+	// whose tool was not started after all (BeginExecution's attempt, or
+	// the r.Nonce of the BeginResume, DecideBegin or ApproveBegin that
+	// marked it), so that a resume claimed again judges it afresh. A call
+	// with a saved result, not executing, or marked by another attempt
+	// (or by none) is left as it is: a sending made again after the mark
+	// was taken back, and another process marked the call to run it,
+	// must not take that mark. store.ErrNotFound for an unknown call.
+	AbandonExecution(ctx context.Context, callID, attempt string) error
 	// SaveResult keeps what an executing call's tool returned, so a resume
 	// claimed again after a crash reports it instead of running the tool
 	// again, and appends e (if its Action is set; a zero At is the time

@@ -877,7 +877,7 @@ func testBeginExecutionAskedAgain(t *testing.T, open Opener) {
 	if ok, err := s.BeginExecution(ctx, c.ID, "a1"); err != nil || !ok {
 		t.Errorf("BeginExecution(%s, a1) after restart = %v, %v; want true, nil", c.ID, ok, err)
 	}
-	if err := s.AbandonExecution(ctx, c.ID); err != nil {
+	if err := s.AbandonExecution(ctx, c.ID, "a1"); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := s.BeginExecution(ctx, c.ID, "a2"); err != nil || !ok {
@@ -925,7 +925,7 @@ func testSkipExecution(t *testing.T, open Opener) {
 	if ok, err := s.BeginExecution(ctx, calls[0].ID, "a1"); err != nil || ok {
 		t.Errorf("BeginExecution(%s) after SkipExecution = %v, %v; want false, nil", calls[0].ID, ok, err)
 	}
-	if err := s.AbandonExecution(ctx, calls[0].ID); err != nil {
+	if err := s.AbandonExecution(ctx, calls[0].ID, "a1"); err != nil {
 		t.Fatal(err)
 	}
 	if got := wantStatus(t, s, calls[0].ID, store.Decided); !got.Executing {
