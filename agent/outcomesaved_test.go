@@ -545,3 +545,118 @@ func TestLaterCallNotRunRefusedAsAnotherRunsItIsNotToldSo(t *testing.T) {
 		})
 	}
 }
+
+// heldBeginOf is a store whose BeginExecution of call id waits, once it
+// has arrived, until release is closed.
+type heldBeginOf struct {
+	agent.Store
+	id      string
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (s heldBeginOf) BeginExecution(ctx context.Context, callID, attempt string) (bool, error) {
+	if callID == s.id {
+		close(s.arrived)
+		<-s.release
+	}
+	return s.Store.BeginExecution(ctx, callID, attempt)
+}
+
+// A (stalled) finds the second call of its step should not run, and its
+// step marking it so is in flight when its claim lapses. B claims the
+// run, reads the call unmarked, judges it afresh (restarts thawed: it may
+// run), and A's step lands just before B marks the call. B finds it
+// marked, reads what A saved, and tells its model and the card that: not
+// "outcome unknown", and no execution audited, for a call that never ran.
+func TestCallMarkedNotRunAsATakeoverMarksItKeepsItsWord(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			a := w.agent()
+			out := approvedStepThenFrozen(t, w, a, true)
+			restart := out.Pending[1]
+			w.model.Reply(fakeopenai.Text("done"), fakeopenai.Text("done"))
+			holds := newHoldLog(w.store)
+			stA := heldSkipOf{Store: holds, id: restart.ID, arrived: make(chan struct{}), release: make(chan struct{})}
+			doneA := make(chan error, 1)
+			go func() { _, err := w.agentWith(stA, w.rec).Resume(context.WithoutCancel(ctx), out.RunID); doneA <- err }()
+			<-stA.arrived
+			holds.lapse(t, restart.Conversation, out.RunID)
+			thaw(t, w)
+			stB := heldBeginOf{Store: w.store, id: restart.ID, arrived: make(chan struct{}), release: make(chan struct{})}
+			doneB := make(chan error, 1)
+			go func() { _, err := w.agentWith(stB, w.rec).Resume(context.WithoutCancel(ctx), out.RunID); doneB <- err }()
+			<-stB.arrived
+			close(stA.release)
+			<-doneA
+			close(stB.release)
+			must(t, <-doneB)
+			if n := w.restarts.n.Load(); n != 0 {
+				t.Errorf("restart ran %d times, want never", n)
+			}
+			news, err := a.News(ctx, restart.ID)
+			must(t, err)
+			if news.Phase != agent.PhaseSkipped || !strings.HasPrefix(news.Note, "policy now denies") {
+				t.Fatalf("the restart as stored is %s %q, want skipped as A saved it", news.Phase, news.Note)
+			}
+			results := toolResults(t, w.model)
+			if len(results) != 2 || results[1] != "c2: "+news.Result.Content {
+				t.Errorf("B's model read %q, want the restart as A saved it: %q", results, news.Result.Content)
+			}
+			if got := toolExecutions(t, w.store, "restart"); len(got) != 0 {
+				t.Errorf("audited executions of restart: %q, want none: it never ran", got)
+			}
+			var last agent.CallUpdate
+			for _, u := range w.rec.Updates() {
+				if u.Call.ID == restart.ID {
+					last = u
+				}
+			}
+			if last.Phase != news.Phase || last.Note != news.Note {
+				t.Errorf("the card was told last %s %q, while the store holds %s %q", last.Phase, last.Note, news.Phase, news.Note)
+			}
+		})
+	}
+}
+
+// A runs the approved restart and stalls as it saves the result; its
+// claim lapses, and B, claiming the run, finds the restart started with
+// no result: outcome unknown, which it saves with an entry of its own,
+// held until A's save lands first. B's save is refused, and its entry
+// goes with it: the audit log has the one execution, A's, not a second
+// of unknown outcome.
+func TestUnknownRefusedByTheResultSavedFirstIsNotAudited(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, b)
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+			_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UOTHER2"})
+			must(t, err)
+			w.model.Reply(fakeopenai.Text("done"), fakeopenai.Text("done"))
+			holds := newHoldLog(w.store)
+			stA := heldSaveOf{Store: holds, id: p.ID, arrived: make(chan struct{}), release: make(chan struct{})}
+			doneA := make(chan error, 1)
+			go func() { _, err := w.agentWith(stA, w.rec).Resume(context.WithoutCancel(ctx), p.RunID); doneA <- err }()
+			<-stA.arrived
+			holds.lapse(t, p.Conversation, p.RunID)
+			stB := heldSaveOf{Store: w.store, id: p.ID, arrived: make(chan struct{}), release: make(chan struct{})}
+			doneB := make(chan error, 1)
+			go func() { _, err := w.agentWith(stB, w.rec).Resume(context.WithoutCancel(ctx), p.RunID); doneB <- err }()
+			<-stB.arrived
+			close(stA.release)
+			<-doneA
+			close(stB.release)
+			<-doneB
+			if n := w.restarts.n.Load(); n != 1 {
+				t.Errorf("restart ran %d times, want once, by A", n)
+			}
+			if got := toolExecutions(t, w.store, "restart"); len(got) != 1 || !strings.HasSuffix(got[0], " ok") {
+				t.Errorf("audited executions of restart: %q, want A's only", got)
+			}
+		})
+	}
+}

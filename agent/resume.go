@@ -486,25 +486,36 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	if ok {
 		tool = reg.tool
 	}
+	// settled settles the call, as stored (got), as the saved result
+	// says it ended, if one is saved (ok): its audit entry was written
+	// with it.
+	settled := func(got store.Call) (_ Result, stopped, ok bool) {
+		var saved savedResult
+		if len(got.Result) == 0 || json.Unmarshal(got.Result, &saved) != nil {
+			return Result{}, false, false
+		}
+		var res Result
+		switch {
+		case saved.Interrupted:
+			res, stopped = skip(saved.interruptedResult(c.Tool), NoteInterrupted)
+		case saved.NotRun != "":
+			// Saved by a resume that found it should not run (see
+			// notRun): it started nothing.
+			res, stopped = skip(saved.result(), saved.NotRun)
+		default:
+			res = saved.result()
+			rep.Updated(ctx, CallUpdate{Call: viewOf(got), Phase: PhaseExecuted, Result: res})
+			res = withNote(res)
+		}
+		return res, stopped, true
+	}
 	again := false
 	if c.Executing {
 		// A resume claimed again: the call started before. Its saved
 		// result says how it ended, if it got that far; if not, it runs
 		// again only if its tool may (read-only or idempotent).
-		var saved savedResult
-		if len(c.Result) > 0 && json.Unmarshal(c.Result, &saved) == nil {
-			// Its audit entry was written with it.
-			if saved.Interrupted {
-				return skip(saved.interruptedResult(c.Tool), NoteInterrupted)
-			}
-			if saved.NotRun != "" {
-				// Saved by a resume that found it should not run (see
-				// notRun): it started nothing.
-				return skip(saved.result(), saved.NotRun)
-			}
-			res := saved.result()
-			rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseExecuted, Result: res})
-			return withNote(res), false
+		if res, stopped, ok := settled(c); ok {
+			return res, stopped
 		}
 		if !ok || !repeatable(tool) {
 			return unknown("", false)
@@ -586,6 +597,15 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 			// could mark it, and the one that took over has run it, or
 			// reports it.
 			return Result{}, true
+		}
+		// Marked since this resume read it, by a process whose claim
+		// lapsed: one that found it should not run saved that as it
+		// marked it (see notRun), and its word stands, as a resume
+		// claimed again would read it.
+		if got, err := a.store.GetCall(ctx, c.ID); err == nil {
+			if res, stopped, ok := settled(got); ok {
+				return res, stopped
+			}
 		}
 		return unknown("", false)
 	}
@@ -685,6 +705,12 @@ func (a *Agent) saveResult(ctx context.Context, t *turn, callID string, res Resu
 			// Not kept: the mark of a call that never ran is taken
 			// back, so that the call is not taken for one that started.
 			a.abandon(sctx, taken)
+		}
+		if errors.Is(err, store.ErrConflict) && u.Note == NoteInterrupted {
+			// Settled by another process first (another result is
+			// saved, with its own entry if the call ran, or the mark
+			// was taken back): no execution of this resume's to audit.
+			s.entry = store.AuditEntry{}
 		}
 		if errors.Is(err, store.ErrConflict) && u.Phase == PhaseSkipped {
 			// Another process settled the call first (this one's claim
