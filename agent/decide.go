@@ -936,7 +936,10 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	if kindOf(&sd) != approvals.Refuse {
 		// A plain deny is judged by the card's approvers, never by the
 		// records (see authorize): a change of theirs does not hold it.
-		fx.IfRecords = version
+		// Any other is judged by the call's approvals and edit too: an
+		// edit away and back to the arguments it paused with keeps their
+		// fingerprint, and may need more approvers than judged.
+		fx.Condition = judgedBy(c, version)
 	}
 	// Names this sending, for a store whose client sends it again after
 	// a lost reply (see store.Decision.Attempt), and the resume it begins.

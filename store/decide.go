@@ -40,12 +40,14 @@ type Condition struct {
 	// ErrStale, with a zero Call, refuses only a decision that could be
 	// made. A store that keeps no version refuses every such decision.
 	IfRecords int64
-	// IfApprovers and IfEdited, with IfRecords, make an approval
-	// (ApproveAudited, ApproveBegin) conditional on the approvals it was
-	// judged with too: it is refused with ErrStale, writing nothing and
-	// returning the call as stored, unless the call holds the approvals
-	// of exactly IfApprovers, in this order, and a pending edit exactly
-	// when IfEdited is set.
+	// IfApprovers and IfEdited, with IfRecords, make a decision or an
+	// approval (DecideAudited, DecideBegin, ApproveAudited, ApproveBegin)
+	// conditional on the approvals it was judged with too: it is refused
+	// with ErrStale, writing nothing and returning the call as stored,
+	// unless the call holds the approvals of exactly IfApprovers, in this
+	// order, and a pending edit exactly when IfEdited is set. (An edit
+	// back to the arguments the call paused with has the fingerprint they
+	// had, and needs what the edit's rule needs.)
 	IfApprovers []string
 	IfEdited    bool
 }

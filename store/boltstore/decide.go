@@ -56,6 +56,9 @@ func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.
 			c = store.Call{}
 			return store.ErrStale
 		}
+		if fx.IfRecords != 0 && !store.HoldsApprovals(c, fx.IfApprovers, fx.IfEdited) {
+			return store.ErrStale
+		}
 		special := d.Kind == "expire" || d.Kind == "cancel"
 		switch {
 		case !special && fingerprint != c.Fingerprint:

@@ -80,9 +80,17 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	args := []any{fingerprint, d.Kind, d.At.UnixMicro(), dj, string(newrun.Outcome(d.Kind))}
 	script := decide
 	if fx.IfRecords != 0 {
+		judged, err := store.EncodeJSON(append([]string{}, fx.IfApprovers...))
+		if err != nil {
+			return fail(store.Call{}, err)
+		}
+		edited := 0
+		if fx.IfEdited {
+			edited = 1
+		}
 		script = decideIf
 		keys = append(keys, s.recordsVersionKey())
-		args = append(args, fx.IfRecords-1)
+		args = append(args, fx.IfRecords-1, edited, string(judged))
 	}
 	args = append(args, effects...)
 	p := s.send(ctx, script, keys, args, callID, dj, d.At, r)
@@ -114,6 +122,10 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 		s.giveBack(ctx, p, r)
 		return c, false, store.ResumeStart{}, fmt.Errorf("decide call %s: expire before %s: %w",
 			callID, c.ExpiresAt.Format(time.RFC3339), store.ErrConflict)
+	case "stale":
+		// The call holds other approvals, or edit, than judged.
+		s.giveBack(ctx, p, r)
+		return fail(c, store.ErrStale)
 	}
 	s.giveBack(ctx, p, r)
 	return fail(c, refusal(code))

@@ -1,6 +1,10 @@
 package redisstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Every script touches keys of one hash tag only, so it runs on Redis
 // Cluster too, except those that say they run on a single node only. Times are Unix microseconds (exact in a Lua number) unless a
@@ -93,12 +97,34 @@ var decide = redis.NewScript(decisionEffects + decideHead + decideBody)
 // answered as by decide, so that the same decision sent again after its
 // reply was lost is known as recorded even if the records changed since.
 // KEYS: call, run, audit, unanswered, runs, records version
-// ARGV: as decide, with the records version expected (the count of
-// record changes) after the first five
-// Returns {'stale'} when the records changed, else what decide returns.
+// ARGV: as decide, with after the first five the records version
+// expected (the count of record changes), 1 if the call has a pending
+// edit (else 0) and the approvers of its approvals (a JSON array), as
+// judged
+// Returns {'stale'} when the records changed, {'stale', -1, the call's
+// callFields} when its approvals or edit did, else what decide returns.
 var decideIf = redis.NewScript(decisionEffects + decideHead + `
 if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[6]) then return {'stale'} end
-` + decideBody)
+` + heldAsJudged(7, 8) + decideBody)
+
+// heldAsJudged is the part of a script that answers {'stale', -1, the
+// call's callFields} unless the call (KEYS[1]) holds the approvals of the
+// approvers in ARGV[approvers] (a JSON array), in that order, and a
+// pending edit exactly when ARGV[edited] is 1.
+func heldAsJudged(edited, approvers int) string {
+	return fmt.Sprintf(`
+local judged = cjson.decode(ARGV[%[2]d])
+local cur = redis.call('HGET', KEYS[1], 'approvals')
+local held = {}
+if cur then held = cjson.decode(cur) end
+local same = #held == #judged and (redis.call('HEXISTS', KEYS[1], 'edit') == 1) == (ARGV[%[1]d] == '1')
+for i = 1, #held do
+  if not same then break end
+  same = held[i].approver == judged[i]
+end
+if not same then return reply('stale', -1) end
+`, edited, approvers)
+}
 
 // approve counts one approval of a call that needs several, and decides
 // it once enough are counted; it writes the effects of either (see
@@ -246,17 +272,7 @@ local function counted()
 end
 ` + approveHead + `
 if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[14]) then return {'stale'} end
-local judged = cjson.decode(ARGV[16])
-local cur = redis.call('HGET', KEYS[1], 'approvals')
-local held = {}
-if cur then held = cjson.decode(cur) end
-local same = #held == #judged and (redis.call('HEXISTS', KEYS[1], 'edit') == 1) == (ARGV[15] == '1')
-for i = 1, #held do
-  if not same then break end
-  same = held[i].approver == judged[i]
-end
-if not same then return reply('stale', -1) end
-` + approveBody)
+` + heldAsJudged(15, 16) + approveBody)
 
 // decisionEffects starts the decide and approve scripts: reply, and
 // effects, which writes what a decision brings with it when the script

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -389,6 +390,35 @@ func testDecideIfRecords(t *testing.T, open Opener) {
 	fx.IfRecords = v3
 	if c, complete, err := s.DecideAudited(ctx, calls[0].ID, calls[0].Fingerprint, approve("U1"), fx); err != nil || !complete || c.Status != store.Decided {
 		t.Errorf("DecideAudited on the records' version = %s, complete %v, %v; want decided, complete", c.Status, complete, err)
+	}
+	// Judged with no edit, on a call that has one since: an edit away
+	// and back to the arguments it paused with, which keeps their
+	// fingerprint but needs two approvals.
+	r, calls = create(t, s, 1, nil)
+	c := calls[0]
+	away := &store.Proposal{Fingerprint: "fp-away", Edit: store.Decision{Kind: "edit", Decider: "U_A", At: time.Now(), Args: json.RawMessage(`{"path":"/srv/away"}`)}}
+	if _, _, err := s.Approve(ctx, c.ID, c.Fingerprint, approval("U_A"), away, 2, approve("U_A")); err != nil {
+		t.Fatalf("Approve(%s) with an edit: %v", c.ID, err)
+	}
+	back := &store.Proposal{Fingerprint: c.Fingerprint, Edit: store.Decision{Kind: "edit", Decider: "U_B", At: time.Now(), Args: c.Args}}
+	if _, _, err := s.Approve(ctx, c.ID, "fp-away", approval("U_B"), back, 2, approve("U_B")); err != nil {
+		t.Fatalf("Approve(%s) with an edit back: %v", c.ID, err)
+	}
+	rb = store.ResumeBegin{Conversation: r.Conversation, Lease: "conv:" + r.Conversation + "/" + r.ID, Owner: "a", TTL: time.Minute}
+	fx = auditedEffects(c, "U_B")
+	fx.IfRecords = v3
+	if got, _, _, err := s.DecideBegin(ctx, c.ID, c.Fingerprint, approve("U_B"), fx, rb); !errors.Is(err, store.ErrStale) || got.Edit == nil || fmt.Sprint(approvers(got)) != "[U_B]" {
+		t.Errorf("DecideBegin judged with no edit, on a call with one = edit %v, approvals %v, %v; want ErrStale and the call as stored", got.Edit != nil, approvers(got), err)
+	}
+	if got, _, err := s.DecideAudited(ctx, c.ID, c.Fingerprint, approve("U_B"), fx); !errors.Is(err, store.ErrStale) || got.Edit == nil {
+		t.Errorf("DecideAudited judged with no edit, on a call with one = edit %v, %v; want ErrStale and the call as stored", got.Edit != nil, err)
+	}
+	if got := wantStatus(t, s, c.ID, store.Pending); fmt.Sprint(approvers(got)) != "[U_B]" {
+		t.Errorf("approvals after stale decisions = %v, want [U_B]: nothing written", approvers(got))
+	}
+	fx.IfApprovers, fx.IfEdited = []string{"U_B"}, true
+	if got, complete, err := s.DecideAudited(ctx, c.ID, c.Fingerprint, store.Decision{Kind: "reject", Decider: "U_C", At: time.Now(), Reason: "no"}, fx); err != nil || !complete || got.Status != store.Decided {
+		t.Errorf("DecideAudited judged with the edit and approvals held = %s, complete %v, %v; want decided", got.Status, complete, err)
 	}
 }
 
