@@ -68,8 +68,12 @@ func EditModal(callID, tool string, args json.RawMessage, schema json.RawMessage
 	blocks := []slack.Block{
 		section("Edit the arguments of " + inlineCode(tool) + ". They are checked against the tool's schema and judged by the policy again before anything runs; the assistant is told that a person changed them."),
 	}
-	if summary := schemaSummary(schema); summary != "" {
-		blocks = append(blocks, section("*Parameters*\n"+summary))
+	if summary, n := schemaSummary(schema); summary != "" {
+		head := "*Parameters*\n"
+		if strings.Contains(summary, "⟦") {
+			head = hiddenWarning(n, "the tool's description of its parameters") + "\n" + head
+		}
+		blocks = append(blocks, section(head+summary))
 	}
 
 	initial := prettyJSON(args)
@@ -106,9 +110,10 @@ func EditModal(callID, tool string, args json.RawMessage, schema json.RawMessage
 const maxSchemaProperties = 20
 
 // schemaSummary lists an object schema's properties as "• `name` (type,
-// required) — description", escaped and cut to fit a section. It returns ""
-// for anything else.
-func schemaSummary(schema json.RawMessage) string {
+// required) — description", escaped and cut to fit a section, with the
+// characters in them that cannot be seen written out (see revealHidden),
+// and how many. It returns "" for anything else.
+func schemaSummary(schema json.RawMessage) (string, int) {
 	var s struct {
 		Properties map[string]struct {
 			Type        any    `json:"type"`
@@ -118,7 +123,15 @@ func schemaSummary(schema json.RawMessage) string {
 		Required []string `json:"required"`
 	}
 	if len(bytes.TrimSpace(schema)) == 0 || json.Unmarshal(schema, &s) != nil || len(s.Properties) == 0 {
-		return ""
+		return "", 0
+	}
+	hiddenChars := 0
+	// code is the tool's text t as code, its hidden characters written
+	// out.
+	code := func(t string) string {
+		shown, n := revealHidden(t)
+		hiddenChars += n
+		return inlineCode(shown)
 	}
 	required := make(map[string]bool, len(s.Required))
 	for _, r := range s.Required {
@@ -149,37 +162,42 @@ func schemaSummary(schema json.RawMessage) string {
 		var attrs []string
 		switch t := p.Type.(type) {
 		case string:
-			attrs = append(attrs, inlineCode(t))
+			attrs = append(attrs, code(t))
 		case []any:
 			var ts []string
 			for _, x := range t {
 				ts = append(ts, fmt.Sprint(x))
 			}
-			attrs = append(attrs, inlineCode(strings.Join(ts, "|")))
+			attrs = append(attrs, code(strings.Join(ts, "|")))
 		}
 		if len(p.Enum) > 0 {
 			var vs []string
 			for _, v := range p.Enum {
-				b, _ := json.Marshal(v)
-				vs = append(vs, inlineCode(string(b)))
+				// As JSON spells it, < > & and all.
+				var b bytes.Buffer
+				enc := json.NewEncoder(&b)
+				enc.SetEscapeHTML(false)
+				_ = enc.Encode(v)
+				vs = append(vs, code(strings.TrimSuffix(b.String(), "\n")))
 			}
 			attrs = append(attrs, "one of "+strings.Join(vs, ", "))
 		}
 		if required[name] {
 			attrs = append(attrs, "required")
 		}
-		line := "• " + inlineCode(name)
+		line := "• " + code(name)
 		if len(attrs) > 0 {
 			line += " (" + strings.Join(attrs, ", ") + ")"
 		}
 		if d := oneLine(p.Description); d != "" {
 			d, _ = truncate(d, 120)
-			line += " — " + inlineCode(d)
+			line += " — " + code(d)
 		}
 		lines = append(lines, line)
 	}
-	out, _ := truncate(strings.Join(lines, "\n"), maxSectionText-len("*Parameters*\n"))
-	return out
+	// Room for the heading, and for the warning of hidden characters.
+	out, _ := truncate(strings.Join(lines, "\n"), maxSectionText-len("*Parameters*\n")-len(hiddenWarning(hiddenChars, "the tool's description of its parameters"))-1)
+	return out, hiddenChars
 }
 
 // RespondModal is the modal opened by ActionRespond on an ask_human card:

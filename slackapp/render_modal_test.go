@@ -140,7 +140,10 @@ func TestEditModalLongArgs(t *testing.T) {
 }
 
 func TestSchemaSummary(t *testing.T) {
-	got := schemaSummary(testSchema)
+	got, n := schemaSummary(testSchema)
+	if n != 0 {
+		t.Errorf("schemaSummary counts %d hidden characters, want none", n)
+	}
 	want := "• `path` (`string`, required) — `File to delete. &lt;!here&gt; must not ping`\n" +
 		"• `mode` (`string|null`, one of `\"soft\"`, `\"hard\"`)\n" +
 		"• `recursive` (`boolean`)"
@@ -149,7 +152,7 @@ func TestSchemaSummary(t *testing.T) {
 	}
 	// A tool's schema cannot format the form's own words: its values and
 	// descriptions are code.
-	hostile := schemaSummary(json.RawMessage(`{"required":["path"],"properties":{` +
+	hostile, _ := schemaSummary(json.RawMessage(`{"required":["path"],"properties":{` +
 		`"path":{"type":"string","enum":["~/tmp","/srv"],"description":"x~"},` +
 		`"mode":{"type":"string","description":"a` + "```" + `"},"zone":{"type":"string","description":"` + "```" + `b *c*"}}}`))
 	if want := "• `path` (`string`, one of `\"~/tmp\"`, `\"/srv\"`, required) — `x~`"; !strings.HasPrefix(hostile, want) {
@@ -159,9 +162,25 @@ func TestSchemaSummary(t *testing.T) {
 		t.Errorf("schemaSummary of a hostile schema = %q: three backticks open a code block", hostile)
 	}
 	for _, s := range []string{"", "null", "not json", `{"type":"string"}`} {
-		if got := schemaSummary(json.RawMessage(s)); got != "" {
+		if got, _ := schemaSummary(json.RawMessage(s)); got != "" {
 			t.Errorf("schemaSummary(%q) = %q, want empty", s, got)
 		}
+	}
+}
+
+// The characters of a schema that cannot be seen (a right-to-left
+// override that turns "txt.exe" around) are written out, and its allowed
+// values are shown as the tool spells them: "<none>", not "\u003cnone\u003e".
+func TestSchemaSummaryWritesOutHiddenCharacters(t *testing.T) {
+	schema := json.RawMessage(`{"required":["target"],"properties":{"target":{"type":"string","enum":["<none>","a\u200Bb"],"description":"file to keep: \u202Etxt.exe\u202C (never deleted)"}}}`)
+	got, n := schemaSummary(schema)
+	want := "• `target` (`string`, one of `\"&lt;none&gt;\"`, `\"a⟦U+200B⟧b\"`, required) — `file to keep: ⟦U+202E⟧txt.exe⟦U+202C⟧ (never deleted)`"
+	if got != want || n != 3 {
+		t.Errorf("schemaSummary = %q, %d hidden; want %q, 3", got, n, want)
+	}
+	m := EditModal("C1.0~fp", "rm_file", json.RawMessage(`{"target":"a"}`), schema)
+	if text := string(render(t, m)); !strings.Contains(text, "3 hidden character(s)* in the tool's description of its parameters") {
+		t.Errorf("the edit form does not warn of the schema's hidden characters:\n%s", text)
 	}
 }
 
