@@ -111,7 +111,7 @@ func viewOf(c store.Call) Call {
 	v := Call{
 		ID: c.ID, RunID: c.RunID, Tool: c.Tool, Args: c.Args, Fingerprint: c.Fingerprint,
 		Requester: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Conversation: c.Conversation,
-		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, CardApprovers: c.Approvers, NeedsAudience: len(c.Approvers) == 0, FourEyes: c.FourEyes,
+		RuleID: c.RuleID, Reason: c.Reason, Approvers: c.Approvers, CardApprovers: c.Approvers, NeedsAudience: len(c.Approvers) == 0 || c.NeedsAudience, FourEyes: c.FourEyes,
 		NoAlwaysAllow: c.NoAlwaysAllow, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, Status: CallStatus(c.Status),
 		Preview: c.Preview, PreviewError: c.PreviewError,
 	}

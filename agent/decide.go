@@ -589,7 +589,7 @@ func (a *Agent) cardApprover(ctx context.Context, c store.Call, who string) erro
 	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, who, a.cfg.Groups); err != nil {
 		return err
 	}
-	if len(c.Approvers) == 0 || c.Edit != nil && c.Edit.NeedsAudience {
+	if len(c.Approvers) == 0 || c.NeedsAudience || c.Edit != nil && c.Edit.NeedsAudience {
 		return a.inAudience(ctx, c, who)
 	}
 	return nil
@@ -603,7 +603,7 @@ func (a *Agent) authorizeUnder(ctx context.Context, c store.Call, v approvals.Ve
 	if err := approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers, FourEyes: v.FourEyes, Requester: c.Requester, Requesters: c.Requesters}, decider, a.cfg.Groups); err != nil {
 		return err
 	}
-	if len(v.Approvers) == 0 && len(c.Approvers) > 0 {
+	if (len(v.Approvers) == 0 || v.NeedsAudience) && len(c.Approvers) > 0 {
 		return a.inAudience(ctx, c, decider)
 	}
 	return nil
@@ -789,7 +789,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 				// whoever the card names (see authorizeUnder); the edit
 				// says so, as its empty Approvers would also be those
 				// of arguments the policy allows.
-				sd.NeedsAudience = len(ev.Approvers) == 0
+				sd.NeedsAudience = len(ev.Approvers) == 0 || ev.NeedsAudience
 				// Edited arguments that wait for approvals wait no
 				// longer than their rule lets a call wait.
 				if exp := d.At.Add(a.askTTL(ev)); exp.Before(c.ExpiresAt) {
@@ -799,7 +799,7 @@ func (a *Agent) checkDecision(ctx context.Context, c store.Call, d approvals.Dec
 			if n := a.othersWhoCanApprove(ctx, c, ev, d.Decider, need-1); n >= 0 && n < need-1 {
 				why := fmt.Sprintf("the card's approvers and those of rule %s have too few in common", ev.RuleID)
 				switch {
-				case len(c.Approvers) == 0:
+				case len(c.Approvers) == 0 || c.NeedsAudience:
 					why = fmt.Sprintf("the card leaves the call to people in the conversation, and too few of rule %s's approvers are in it", ev.RuleID)
 				case editNeedsAudience(c, ev):
 					why = fmt.Sprintf("rule %s leaves the edited call to people in the conversation, and too few of the card's approvers are in it", ev.RuleID)
@@ -869,7 +869,7 @@ func (a *Agent) othersWhoCanApprove(ctx context.Context, c store.Call, ev approv
 // the card's rule names no approvers (see cardApprover), or the rule that
 // asks now names none (see authorizeUnder).
 func editNeedsAudience(c store.Call, ev approvals.Verdict) bool {
-	return len(c.Approvers) == 0 || ev.Action == approvals.Ask && len(ev.Approvers) == 0
+	return len(c.Approvers) == 0 || c.NeedsAudience || ev.Action == approvals.Ask && (len(ev.Approvers) == 0 || ev.NeedsAudience)
 }
 
 // checkEdit validates edited arguments against the tool's schema and
@@ -963,7 +963,13 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 			return a.store.DecideAudited(ctx, c.ID, fp, sd, fx)
 		})
 	}
-	if errors.Is(s.err, store.ErrStale) {
+	switch {
+	case errors.Is(s.err, store.ErrStale) && s.got.ID == c.ID:
+		// The records are those judged by, the call's approvals or edit
+		// not (others' approvals counted meanwhile): judged again from
+		// the call as stored, the policy unchanged.
+		return DecideResult{}, errCountChanged
+	case errors.Is(s.err, store.ErrStale):
 		return DecideResult{}, errJudgeAgain
 	}
 	held := a.held(s)

@@ -232,3 +232,36 @@ func TestApprovalOutrunByOthersIsNotAPolicyChange(t *testing.T) {
 		t.Fatalf("an approval outrun by %d others: %v, want ErrCountedMeanwhile, not ErrStale", n, err)
 	}
 }
+
+// A Reject on a call that needs several approvals, while approvals of
+// others are counted between its read and its store step (the policy
+// unchanged): it is judged again from the call as stored, as an approval
+// is, and made, not refused as judged under a changed policy once the
+// tries a changed rule takes are used up.
+func TestRejectOutrunByApprovalsIsNotAPolicyChange(t *testing.T) {
+	for _, b := range backends(t) {
+		if b.name == "redis-cluster" {
+			continue // it keeps no version of the records: no decision is conditional
+		}
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			const n = 6
+			var ids []string
+			for i := range n {
+				ids = append(ids, fmt.Sprintf("UAPPROVE%02d", i))
+			}
+			policy := fmt.Sprintf("\npolicy:\n  rules:\n    - {id: many, tool: restart, verdict: ask, approvers: [%s], min_approvals: %d}\n", strings.Join(ids, ", "), n)
+			_, p, st, a, other := pausedElsewhere(t, b, policy)
+			st.change = func(i int64) {
+				if _, err := other.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: ids[i]}); err != nil {
+					t.Errorf("%s's approval: %v", ids[i], err)
+				}
+			}
+			st.left.Store(agent.JudgeTries)
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Reject, Decider: ids[0], Reason: "not now"})
+			if err != nil || res.Call.Status != agent.CallDecided {
+				t.Fatalf("a Reject outrun by %d approvals (the policy unchanged) = %s, %v; want it made", agent.JudgeTries, res.Call.Status, err)
+			}
+		})
+	}
+}

@@ -190,11 +190,16 @@ type Verdict struct {
 	// Combined marks an ask made of several rules' asks, one for each of
 	// the people a call is made for (see Strictest): no standing rule
 	// relaxes it, as none is made under one rule.
-	Combined  bool          `json:"combined,omitempty"`
-	Reason    string        `json:"reason,omitempty"`
-	Approvers []string      `json:"approvers,omitempty"`
-	FourEyes  bool          `json:"four_eyes,omitempty"`
-	TTL       time.Duration `json:"ttl,omitempty"`
+	Combined  bool     `json:"combined,omitempty"`
+	Reason    string   `json:"reason,omitempty"`
+	Approvers []string `json:"approvers,omitempty"`
+	// NeedsAudience marks an ask whose Approvers must also be able to see
+	// the conversation: made of an ask that names them and one that names
+	// none (anyone in the conversation), so that whoever decides could
+	// have decided under either (see combine).
+	NeedsAudience bool          `json:"needs_audience,omitempty"`
+	FourEyes      bool          `json:"four_eyes,omitempty"`
+	TTL           time.Duration `json:"ttl,omitempty"`
 	// MinApprovals is how many distinct approvers an ask needs (0 or 1:
 	// one).
 	MinApprovals int `json:"min_approvals,omitempty"`

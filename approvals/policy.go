@@ -585,7 +585,8 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 // combine tightens closed, the fail-closed ask of a rule that might or
 // might not have matched, by w, what would decide otherwise, so that an
 // approver of the result may decide the call either way: the approvers are
-// those both name (either's when the other names none), and four eyes,
+// those both name (either's when the other names none, who must then
+// also be able to see the conversation: NeedsAudience), and four eyes,
 // the approval count and the shorter timeouts of both hold. It reports
 // false when no one could decide the result: the two name different
 // approvers with no one in common (or a user group, whose members are not
@@ -596,6 +597,7 @@ func combine(closed *Verdict, w Verdict, requesters ...string) bool {
 		return true
 	}
 	common := closed.Approvers
+	audience := closed.NeedsAudience || w.NeedsAudience || (len(closed.Approvers) == 0) != (len(w.Approvers) == 0)
 	switch {
 	case len(common) == 0:
 		common = w.Approvers
@@ -610,6 +612,7 @@ func combine(closed *Verdict, w Verdict, requesters ...string) bool {
 	}
 	tighten(closed, w)
 	closed.Approvers = slices.Clone(common)
+	closed.NeedsAudience = audience && len(common) > 0
 	closed.Problem = joinProblems(closed.Problem, w.Problem)
 	return decidable(*closed, requesters...)
 }
@@ -690,6 +693,9 @@ func tighten(v *Verdict, w Verdict) {
 // denies.
 func tightenByFallback(v Verdict, fb Verdict) Verdict {
 	if fb.Action != Deny {
+		// Asked of anyone in the conversation, had the failed rules not
+		// matched: the approvers v names must be in it too.
+		v.NeedsAudience = v.NeedsAudience || fb.Action == Ask && len(fb.Approvers) == 0 && len(v.Approvers) > 0
 		tighten(&v, fb)
 		return v
 	}

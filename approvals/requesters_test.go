@@ -92,3 +92,36 @@ func TestFourEyesWithTooFewOtherApproversIsDenied(t *testing.T) {
 		t.Errorf("asked by a non-approver: %s, want ask", v.Action)
 	}
 }
+
+// An ask that names approvers combined with one that names none (anyone
+// in the conversation) keeps the approvers, who must also be able to see
+// the conversation; two that name approvers need nothing more of them,
+// and neither does one rule's ask alone.
+func TestCombinedAskWithAnOpenOneNeedsTheAudience(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "eu", Tool: "restart", When: `args.region == "eu"`, Verdict: Ask},
+		{ID: "named", Tool: "restart", Verdict: Ask, Approvers: []string{"U1", "U2"}},
+		{ID: "junior", Tool: "deploy", When: `user == "UJ"`, Verdict: Ask, Approvers: []string{"U1"}},
+		{ID: "deploys", Tool: "deploy", Verdict: Ask},
+		{ID: "other", Tool: "drain", When: `user == "UJ"`, Verdict: Ask, Approvers: []string{"U1", "U3"}},
+		{ID: "drains", Tool: "drain", Verdict: Ask, Approvers: []string{"U1", "U2"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		in   Input
+		want bool
+	}{
+		{"a failed condition of an open rule", Input{Tool: "restart", Args: json.RawMessage(`{}`), User: "UA", Channel: "C1"}, true},
+		{"a named rule alone", Input{Tool: "restart", Args: json.RawMessage(`{"region":"us"}`), User: "UA", Channel: "C1"}, false},
+		{"two requesters under a named and an open rule", Input{Tool: "deploy", Args: json.RawMessage(`{}`), User: "UA", Requesters: []string{"UA", "UJ"}, Channel: "C1"}, true},
+		{"two requesters under two named rules", Input{Tool: "drain", Args: json.RawMessage(`{}`), User: "UA", Requesters: []string{"UA", "UJ"}, Channel: "C1"}, false},
+	} {
+		v := p.Evaluate(c.in)
+		if v.Action != Ask || len(v.Approvers) == 0 || v.NeedsAudience != c.want {
+			t.Errorf("%s: %s by %s, approvers %v, needs the audience %v; want an ask naming approvers, %v", c.name, v.Action, v.RuleID, v.Approvers, v.NeedsAudience, c.want)
+		}
+	}
+}

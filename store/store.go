@@ -128,7 +128,11 @@ type Call struct {
 	// NoAlwaysAllow marks an ask no standing rule may relax (one made of
 	// several requesters' asks, or forced by a condition that failed), so
 	// its card does not offer Always allow; opaque to the store.
-	NoAlwaysAllow bool      `json:"no_always_allow,omitempty"`
+	NoAlwaysAllow bool `json:"no_always_allow,omitempty"`
+	// NeedsAudience marks a call whose Approvers must also be able to see
+	// the conversation (an ask made of one that names them and one that
+	// names none); opaque to the store.
+	NeedsAudience bool      `json:"needs_audience,omitempty"`
 	CreatedAt     time.Time `json:"created_at"`
 	ExpiresAt     time.Time `json:"expires_at"`
 	Status        Status    `json:"status"`
