@@ -124,6 +124,11 @@ type runRecord struct {
 	// (store.ResumeBegin.Nonce) and the call it marked as executing.
 	ClaimNonce   string `json:"claim_nonce,omitempty"`
 	ClaimStarted string `json:"claim_started,omitempty"`
+	// ClaimPriorNonce and ClaimPriorStarted are those of the claim before
+	// it, as the attempt found them: answered again to it when it is
+	// asked again.
+	ClaimPriorNonce   string `json:"claim_prior_nonce,omitempty"`
+	ClaimPriorStarted string `json:"claim_prior_started,omitempty"`
 }
 
 // convRecord is a conversation and when it is deleted.

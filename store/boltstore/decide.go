@@ -377,7 +377,10 @@ func beginResume(tx *bolt.Tx, runID string, r store.ResumeBegin) (store.ResumeSt
 	}
 	rec.ClaimOwner, rec.ClaimUntil = owner, now.Add(ttl)
 	rs.PriorNonce, rs.PriorStarted = rec.ClaimNonce, rec.ClaimStarted
-	if !again {
+	if again {
+		rs.PriorNonce, rs.PriorStarted = rec.ClaimPriorNonce, rec.ClaimPriorStarted
+	} else {
+		rec.ClaimPriorNonce, rec.ClaimPriorStarted = rec.ClaimNonce, rec.ClaimStarted
 		rec.ClaimNonce, rec.ClaimStarted = r.Nonce, rs.Started
 	}
 	if err := putRun(tx, runID, rec); err != nil {

@@ -758,15 +758,17 @@ return redis.call('LLEN', KEYS[1])
 // as executing, as beginExecution does (see store.FirstToStart): the first
 // decided with a kind in the list start. With a nonce (not empty) it
 // keeps the nonce and the call it marked on the run (claim_nonce,
-// claim_start), and a later call with the same owner and nonce that finds
-// that claim still held answers as the first did (store.ResumeBegin.Nonce).
+// claim_start, and the claim's before it: claim_prior_nonce,
+// claim_prior_start), and a later call with the same owner and nonce that
+// finds that claim still held answers as the first did, the claim before
+// it included (store.ResumeBegin.Nonce).
 // It returns {code, run JSON, finished, calls (each its callFields), the
 // conversation's HGETALL, the id of the call marked or an empty string,
 // the nonce and the marked call of the claim taken before} where code is
 // claimed, idle, busy or notfound.
 const beginResumeFn = `
 local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce, againOnly)
-  local v = redis.call('HMGET', run, 'run', 'pending', 'finished', 'claim_nonce', 'claim_start')
+  local v = redis.call('HMGET', run, 'run', 'pending', 'finished', 'claim_nonce', 'claim_start', 'claim_prior_nonce', 'claim_prior_start')
   if not v[1] then return {'notfound'} end
   local fin = v[3] or ''
   if fin == '1' or tonumber(v[2]) > 0 then
@@ -820,10 +822,14 @@ local function resume(run, claim, conv, lease, owner, ttl, id, start, nonce, aga
       redis.call('HSET', run .. ':call:' .. started, 'executing', '1', 'exec_nonce', nonce)
     end
   end
-  if not again then
-    redis.call('HSET', run, 'claim_nonce', nonce, 'claim_start', started)
+  -- The claim before this attempt's, as its first sending found it.
+  local priorNonce, priorStart = v[4] or '', v[5] or ''
+  if again then
+    priorNonce, priorStart = v[6] or '', v[7] or ''
+  else
+    redis.call('HSET', run, 'claim_nonce', nonce, 'claim_start', started, 'claim_prior_nonce', priorNonce, 'claim_prior_start', priorStart)
   end
-  return {'claimed', v[1], fin, calls, c, started, v[4] or '', v[5] or ''}
+  return {'claimed', v[1], fin, calls, c, started, priorNonce, priorStart}
 end
 `
 

@@ -687,6 +687,26 @@ func testBeginResumeAgain(t *testing.T, open Opener) {
 	if rs, err := s.BeginResume(ctx, r3.ID, again3); err != nil || rs.Claimed {
 		t.Errorf("the first attempt asked again after another claim = claimed %v started %q, %v; want nothing given", rs.Claimed, rs.Started, err)
 	}
+	// An attempt asked again is told of the claim before its own, as its
+	// first sending was: a process whose attempt's answer was lost tells
+	// from it whether a mark it finds is its own.
+	r5, calls5 := create(t, s, 1, nil)
+	decideAs(t, s, calls5[0], "approve")
+	if rs, err := s.BeginResume(ctx, r5.ID, store.ResumeBegin{Conversation: r5.Conversation, Owner: "a", TTL: short, Start: start, Nonce: "h1"}); err != nil || !rs.Claimed || rs.Started != calls5[0].ID {
+		t.Fatalf("BeginResume = claimed %v started %q, %v; want claimed, %s started", rs.Claimed, rs.Started, err, calls5[0].ID)
+	}
+	b5 := store.ResumeBegin{Conversation: r5.Conversation, Owner: "b", TTL: time.Minute, Nonce: "h2"}
+	eventually(t, "the first claim runs out and owner b claims", func() (bool, error) {
+		rs, err := s.BeginResume(ctx, r5.ID, b5)
+		return rs.Claimed, err
+	})
+	for _, asked := range []bool{false, true} {
+		b5.Again = asked
+		rs, err := s.BeginResume(ctx, r5.ID, b5)
+		if err != nil || !rs.Claimed || rs.PriorNonce != "h1" || rs.PriorStarted != calls5[0].ID {
+			t.Errorf("b's attempt asked again (Again %v) = claimed %v, prior nonce %q, prior started %q, %v; want claimed, h1 and %s", asked, rs.Claimed, rs.PriorNonce, rs.PriorStarted, err, calls5[0].ID)
+		}
+	}
 	r4, calls4 := create(t, s, 1, nil)
 	decideAs(t, s, calls4[0], "approve")
 	b4 := store.ResumeBegin{Conversation: r4.Conversation, Owner: "a", TTL: short, Start: start, Nonce: "f1"}
