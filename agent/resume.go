@@ -513,11 +513,14 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	if c.Executing {
 		// A resume claimed again: the call started before. Its saved
 		// result says how it ended, if it got that far; if not, it runs
-		// again only if its tool may (read-only or idempotent).
+		// again only if its tool may (read-only or idempotent), as it
+		// said when the call paused and says still: a hint its MCP
+		// server gives only since (it redeployed after the crash) does
+		// not make a call that started as neither run twice.
 		if res, stopped, ok := settled(c); ok {
 			return res, stopped
 		}
-		if !ok || !repeatable(tool) {
+		if !ok || !repeatable(tool) || !c.Repeatable {
 			return unknown("", false)
 		}
 		again = true

@@ -132,11 +132,15 @@ type Call struct {
 	// NeedsAudience marks a call whose Approvers must also be able to see
 	// the conversation (an ask made of one that names them and one that
 	// names none); opaque to the store.
-	NeedsAudience bool      `json:"needs_audience,omitempty"`
-	CreatedAt     time.Time `json:"created_at"`
-	ExpiresAt     time.Time `json:"expires_at"`
-	Status        Status    `json:"status"`
-	Decision      *Decision `json:"decision,omitempty"`
+	NeedsAudience bool `json:"needs_audience,omitempty"`
+	// Repeatable records that the tool said, when the call paused, that
+	// it is read-only or idempotent: a call cut by a crash runs again only
+	// if its tool said so then and says so still; opaque to the store.
+	Repeatable bool      `json:"repeatable,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	Status     Status    `json:"status"`
+	Decision   *Decision `json:"decision,omitempty"`
 	// Executing is set by BeginExecution: the tool was started at most once.
 	Executing bool `json:"executing,omitempty"`
 	// ExecAttempt names the BeginExecution sending that set Executing, for
