@@ -582,3 +582,43 @@ func TestModelRefusalIsRedacted(t *testing.T) {
 		})
 	}
 }
+
+// A stream call that Slack made but answered with an error that says it
+// may have been (internal_error) is taken as made: what it carried is not
+// posted again, where the answer would show twice. So for the stream's
+// start, a chunk appended to it, and its stop with the answer's rest.
+func TestStreamCallSlackMayHaveMadeShowsNothingTwice(t *testing.T) {
+	for _, c := range []struct {
+		method string
+		answer fakeopenai.Response
+	}{
+		{"chat.startStream", fakeopenai.Response{Text: strings.Repeat("alpha beta gamma delta ", 40) + "THE END", Chunks: 40, ChunkDelay: 5 * time.Millisecond}},
+		{"chat.appendStream", fakeopenai.Response{Text: strings.Repeat("alpha beta gamma delta ", 40) + "THE END", Chunks: 40, ChunkDelay: 5 * time.Millisecond}},
+		{"chat.stopStream", fakeopenai.Response{Text: strings.Repeat("alpha beta gamma delta ", 2) + "THE END", Chunks: 4}},
+	} {
+		t.Run(c.method, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.start()
+			e.slack.ErrorAfterNext(c.method, "internal_error")
+			e.model.Reply(c.answer, fakeopenai.Text("Next."))
+			ts := e.slack.Mention(channel, requester, "long one")
+			e.answer(ts, "THE END")
+			// The turn is over once the next one is answered.
+			e.slack.ThreadReply(channel, ts, requester, "<@"+e.slack.BotUserID()+"> next?")
+			e.answer(ts, "Next.")
+			var shown string
+			for _, m := range e.slack.Thread(channel, ts) {
+				switch {
+				case m.BotID == "":
+				case m.Streamed:
+					shown += m.Text + "\n"
+				default:
+					shown += blocksText(m) + "\n"
+				}
+			}
+			if n, want := strings.Count(shown, "alpha beta gamma delta"), strings.Count(c.answer.Text, "alpha beta gamma delta"); n != want || strings.Count(shown, "THE END") != 1 {
+				t.Errorf("the answer's %d phrases appear %d times across the thread, its end %d times; want each once:\n%s", want, n, strings.Count(shown, "THE END"), dumpThread(e.slack.Thread(channel, ts)))
+			}
+		})
+	}
+}

@@ -136,6 +136,11 @@ func (r *threadReporter) send(ctx context.Context, chunk string) {
 	if err != nil {
 		r.app.log.Debug("stream answer", "channel", r.channel, "err", err)
 		r.streamErr = true
+		if mayHaveSucceeded(err) {
+			// Slack may have shown it: it is not posted again, as an
+			// answer refused so is not (see postInsisting).
+			r.streamed.WriteString(chunk)
+		}
 		return
 	}
 	r.streamTS = ts
@@ -350,6 +355,10 @@ func (r *threadReporter) endStream(ctx context.Context) (shown, written string) 
 			r.streamed.WriteString(tail)
 		case tail != "":
 			r.app.log.Debug("stop stream with its last text", "channel", r.channel, "err", err)
+			if mayHaveSucceeded(err) {
+				// Slack may have shown the text: it is not posted again.
+				r.streamed.WriteString(tail)
+			}
 			_, _, err = r.app.api.StopStreamContext(ctx, r.channel, r.streamTS)
 		}
 		if err != nil {
