@@ -170,3 +170,31 @@ func TestGroupThatCannotBeListedIsNamedAsUnreached(t *testing.T) {
 		return m.BotID != "" && strings.Contains(m.Text, "couldn't send the approval card") && strings.Contains(m.Text, "SOPS00009")
 	})
 }
+
+// A card Slack posted but answered internal_error for (which Slack says
+// may come after the post was made) is found in the thread: the thread is
+// not told it could not be posted, and the card is updated in place once
+// the call is decided and runs.
+func TestCardSlackPostedButAnsweredInternalErrorIsUpdated(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.slack.ErrorAfterNext("chat.postMessage", "internal_error")
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"8"}`)), fakeopenai.Text("Deployed."))
+	ts := e.slack.Mention(channel, requester, "deploy api 8")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed.")
+	if n := e.deploy.Load(); n != 1 {
+		t.Fatalf("deploy ran %d times, want once", n)
+	}
+	waitUntil(t, "the card updated in place", func() bool {
+		m, ok := e.slack.Message(channel, card.TS)
+		return ok && !isCard(m)
+	})
+	for _, m := range e.slack.Thread(channel, ts) {
+		if strings.Contains(m.Text+blocksText(m), "couldn't post its approval card") {
+			t.Errorf("the thread was told the card could not be posted, though it was:\n%s", dumpThread(e.slack.Thread(channel, ts)))
+		}
+	}
+}

@@ -1,12 +1,14 @@
 package slackapp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -608,7 +610,17 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	// Updates of this card made by this process read where it is from
 	// memory, once it is posted; other replicas read the store.
 	p.mem = a.cards.posting(pc.ID)
-	if ts := a.postBlocks(ctx, channel, thread, p.blocks, p.text); ts != "" {
+	ts, err := a.chat(ctx, chatMessage{channel: channel, thread: thread, blocks: p.blocks, text: p.text})
+	if err != nil {
+		a.log.Error("post message", "channel", channel, "err", err)
+		a.m.error("slack_post")
+		if mayHaveSucceeded(err) {
+			// Slack may have posted it: it is looked for in the thread,
+			// so that it is updated in place, and not said to be missing.
+			ts = a.postedCard(ctx, channel, thread, pc.ID, p.since)
+		}
+	}
+	if ts != "" {
 		p.added(a, channel, ts)
 	} else if ctx.Err() == nil {
 		// The thread is not left without a word of the pause. (A turn
@@ -624,6 +636,32 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	// so the note saved with the call says whether copies are to come.
 	p.blind, p.unexpanded = a.blindApproversNoting(ctx, channel, pc.Requester, pc.Approvers)
 	return p
+}
+
+// postedCard returns the ts of the card of call callID that the bot posted
+// in thread since since, read with conversations.replies: one whose post
+// Slack answered with an error that may come after the post was made (see
+// mayHaveSucceeded). "" if there is none, or the thread cannot be read.
+func (a *App) postedCard(ctx context.Context, channel, thread, callID string, since time.Time) string {
+	msgs, _, _, err := a.api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
+		ChannelID: channel, Timestamp: thread, Inclusive: true, Limit: repliesPage,
+		Oldest: strconv.FormatFloat(float64(since.Add(-time.Minute).UnixMicro())/1e6, 'f', 6, 64),
+	})
+	if err != nil {
+		a.log.Warn("look for a card Slack may have posted", "channel", channel, "call", callID, "err", err)
+		return ""
+	}
+	// Its buttons carry the call's token (see token).
+	mark := []byte(`"` + callID + "~")
+	for _, m := range slices.Backward(msgs) {
+		if m.BotID == "" || a.botID != "" && m.BotID != a.botID {
+			continue // not the bot's
+		}
+		if b, err := json.Marshal(m.Blocks); err == nil && bytes.Contains(b, mark) {
+			return m.Timestamp
+		}
+	}
+	return ""
 }
 
 func (p *cardPost) added(a *App, channel, ts string) {
