@@ -784,7 +784,7 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 	var tools []agent.Tool
 	seen := map[string][]string{}
 	for _, t := range listed {
-		tool, err := s.convert(t)
+		tool, err := s.convert(t, digest)
 		if err != nil {
 			s.log.Warn("skipping mcp tool", "tool", t.Name, "err", err)
 			continue
@@ -803,11 +803,20 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 		}
 		return false
 	})
+	// The listing is the server's from now on: the handlers of the
+	// tools registered from an earlier one refuse to call (see handler),
+	// before these replace them.
+	s.mu.Lock()
+	s.listed = digest
+	s.mu.Unlock()
 	if err := s.m.reg.Replace(func(name string) bool { return strings.HasPrefix(name, s.prefix) }, tools); err != nil {
+		s.mu.Lock()
+		s.listed = "" // registered again at the next listing
+		s.mu.Unlock()
 		return fmt.Errorf("register tools: %w", err)
 	}
 	s.mu.Lock()
-	s.toolCount, s.refused, s.listed = len(tools), nil, digest
+	s.toolCount, s.refused = len(tools), nil
 	s.mu.Unlock()
 	return nil
 }
@@ -836,7 +845,7 @@ func (s *server) refuse(err error) error {
 // server or ctx's end (the agent bounds previews) is an error: the card
 // then says the preview is unavailable.
 func (s *server) previewer(name string) agent.PreviewFunc {
-	call := s.handler(name, approvals.Hints{ReadOnly: true})
+	call := s.handler(name, approvals.Hints{ReadOnly: true}, "")
 	return func(ctx context.Context, args json.RawMessage) (string, error) {
 		res, err := call(ctx, args)
 		if err != nil {
@@ -849,8 +858,9 @@ func (s *server) previewer(name string) agent.PreviewFunc {
 	}
 }
 
-// convert turns an MCP tool into an agent tool calling it through s.
-func (s *server) convert(t *mcp.Tool) (agent.Tool, error) {
+// convert turns an MCP tool, of the listing whose digest is listing, into
+// an agent tool calling it through s.
+func (s *server) convert(t *mcp.Tool, listing string) (agent.Tool, error) {
 	var schema json.RawMessage
 	if t.InputSchema != nil {
 		b, err := json.Marshal(t.InputSchema)
@@ -869,7 +879,7 @@ func (s *server) convert(t *mcp.Tool) (agent.Tool, error) {
 		Description: desc,
 		Schema:      schema,
 		Annotations: h,
-		Handler:     s.handler(t.Name, h),
+		Handler:     s.handler(t.Name, h, listing),
 	}
 	// Check it alone so that one bad tool does not keep the others out.
 	if err := agent.NewRegistry().Register(tool); err != nil {
@@ -911,10 +921,20 @@ func breaks(err error, probe *callProbe) bool {
 }
 
 // handler calls the MCP tool name, with hints h, on the server's current
-// session.
-func (s *server) handler(name string, h approvals.Hints) agent.Handler {
+// session. Registered from the listing whose digest is listing (if set),
+// it calls only while that listing is the server's: a call checked
+// against the tool as that listing gave it (its arguments, with the
+// defaults its schema fills in, the policy's verdict on its hints) is
+// never sent to a server that listed the tool otherwise since (a
+// redeploy, a tools/list_changed), which could run it with a default no
+// card showed.
+func (s *server) handler(name string, h approvals.Hints, listing string) agent.Handler {
 	return func(ctx context.Context, args json.RawMessage) (agent.Result, error) {
 		s.mu.Lock()
+		if listing != "" && s.listed != listing {
+			s.mu.Unlock()
+			return errorResult("not performed: MCP server %s listed its tools again since this call was checked (redeployed, or its tools changed), so the call was not sent: call the tool again, for a new approval if it needs one, if it is still needed.", s.cfg.Name), nil
+		}
 		cs, lastErr := s.session, s.lastErr
 		if cs != nil {
 			// Held until the handler returns, for await: while cs is

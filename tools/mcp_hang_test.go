@@ -377,7 +377,7 @@ func TestToolErrorAnsweredAsJSONRPCError(t *testing.T) {
 		})
 	}
 	// A tool the server does not know (its SDK answers -32602).
-	got, err := m.servers[0].handler("missing", approvals.Hints{})(t.Context(), json.RawMessage(`{}`))
+	got, err := m.servers[0].handler("missing", approvals.Hints{}, "")(t.Context(), json.RawMessage(`{}`))
 	if err != nil || !got.IsError || !strings.HasPrefix(got.Content, refused+"missing: ") || strings.Contains(got.Content, agent.UnknownOutcome) || got.OutcomeUnknown() {
 		t.Errorf("calling an unknown tool: got %+v, %v; want a refusal", got, err)
 	}

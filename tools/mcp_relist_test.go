@@ -8,9 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -172,5 +174,63 @@ func TestFailedListingAfterListChangedIsMadeAgain(t *testing.T) {
 	}
 	if op, _ := reg.Lookup("srv__op"); op.Annotations.ReadOnly {
 		t.Errorf("after list_changed and ten pings, srv__op is still registered read-only (listings: %d, one failed), though the server says it is destructive", lists.Load())
+	}
+}
+
+type nsIn struct {
+	NS string `json:"ns,omitempty"`
+}
+
+// nsRelease is a release of an MCP server over HTTP whose tool deploy has
+// no default for ns (v1), or defaults it to "production" (v2: the SDK's
+// server fills it in before the handler runs).
+func nsRelease(v2 bool) http.Handler {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "rel", Version: "v"}, nil)
+	prop := &jsonschema.Schema{Type: "string"}
+	if v2 {
+		prop.Default = json.RawMessage(`"production"`)
+	}
+	schema := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{"ns": prop}}
+	mcp.AddTool(srv, &mcp.Tool{Name: "deploy", Description: "deploy", InputSchema: schema},
+		func(_ context.Context, _ *mcp.CallToolRequest, in nsIn) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deployed to ns=" + in.NS}}}, nil, nil
+		})
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+}
+
+// A call checked against a tool as one listing gave it (the agent checks
+// approved arguments against the registration it looks up, then runs its
+// handler) is not sent once the server listed the tool otherwise: after a
+// redeploy whose schema fills in a default, the handler of the earlier
+// registration refuses, and the new one runs.
+func TestHandlerOfAnEarlierListingDoesNotCall(t *testing.T) {
+	var cur atomic.Value
+	cur.Store(nsRelease(false))
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cur.Load().(http.Handler).ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	reg, _ := loadYAML(t, "mcp_servers:\n  - name: srv\n    url: "+ts.URL+"\n", testOptions())
+	approved := json.RawMessage(`{}`)
+	old, ok := reg.Lookup("srv__deploy")
+	if !ok {
+		t.Fatal("no srv__deploy")
+	}
+	if res, err := old.Handler(t.Context(), approved); err != nil || res.IsError || res.Content != "deployed to ns=" {
+		t.Fatalf("v1's deploy = %+v, %v; want it run with no ns", res, err)
+	}
+	cur.Store(nsRelease(true))
+	ts.CloseClientConnections()
+	waitFor(t, "v2 registered", func() bool {
+		f, err := reg.Filled("srv__deploy", approved)
+		return err == nil && strings.Contains(string(f), "production")
+	})
+	res, err := old.Handler(t.Context(), approved)
+	if err != nil || !res.IsError || !strings.HasPrefix(res.Content, "not performed") {
+		t.Errorf("the handler of v1's registration, after v2 was listed = %+v, %v; want it refused, nothing sent", res, err)
+	}
+	now, _ := reg.Lookup("srv__deploy")
+	if res, err := now.Handler(t.Context(), approved); err != nil || res.Content != "deployed to ns=production" {
+		t.Errorf("v2's deploy = %+v, %v; want it run with its default", res, err)
 	}
 }

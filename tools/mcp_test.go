@@ -478,7 +478,7 @@ policy:
 	t.Run("protocol error", func(t *testing.T) {
 		// A tool the server does not know: the server answers with a
 		// JSON-RPC error, which is the model's problem, not an outage.
-		got, err := m.servers[0].handler("missing", approvals.Hints{})(t.Context(), json.RawMessage(`{}`))
+		got, err := m.servers[0].handler("missing", approvals.Hints{}, "")(t.Context(), json.RawMessage(`{}`))
 		if err != nil || !got.IsError || !strings.HasPrefix(got.Content, "MCP server srv refused the call to missing: ") {
 			t.Errorf("calling an unknown tool: got %+v, %v; want a refusal", got, err)
 		}
@@ -831,7 +831,7 @@ mcp_servers:
 	if st.Connected || !strings.Contains(st.LastError, "http://127.0.0.1:1") {
 		t.Errorf("status: got %+v, want an error naming http://127.0.0.1:1", st)
 	}
-	res, err := m.servers[0].handler("echo", approvals.Hints{})(t.Context(), json.RawMessage(`{}`))
+	res, err := m.servers[0].handler("echo", approvals.Hints{}, "")(t.Context(), json.RawMessage(`{}`))
 	if err != nil || !res.IsError || !strings.Contains(res.Content, "unavailable") {
 		t.Errorf("a call: got %+v, %v; want an unavailable error", res, err)
 	}
