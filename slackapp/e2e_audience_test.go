@@ -704,3 +704,34 @@ func TestFormSubmittedAfterLeavingTellsNothingOfTheCall(t *testing.T) {
 		t.Errorf("the submission was not refused: %s", ack)
 	}
 }
+
+// A call asked under a rule that names approvers and one that names none
+// (whose condition could not be evaluated) is decided, and seen, only by
+// those of its approvers who can see the conversation: an approver
+// outside the private channel gets no copy of its card by DM, arguments
+// and all, nor finds it on the Home tab.
+func TestCombinedAskSendsNoCopyToApproversOutside(t *testing.T) {
+	const private = "CPRIVSEE01"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = `
+policy:
+  default: ask
+  rules:
+    - {id: eu-anyone-here, tool: deploy, when: 'args.region == "eu"', verdict: ask}
+    - {id: deploys, tool: deploy, verdict: ask, approvers: [UAPPROVER1, USTRANGER1]}
+`
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, approver, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"SECRET-77"}`)), fakeopenai.Text("Deployed."))
+	ts := e.slack.Mention(private, requester, "deploy vault")
+	e.cardIn(private, ts, "deploy")
+	if h := e.home(stranger); strings.Contains(viewText(h), "SECRET-77") {
+		t.Errorf("the Home tab of the approver outside lists the call:\n%s", viewText(h))
+	}
+	e.stop() // every copy that would be posted is posted by then
+	for _, m := range e.slack.Messages(e.slack.DMChannel(stranger)) {
+		if strings.Contains(blocksText(m)+m.Text, "SECRET-77") {
+			t.Errorf("the approver outside the private channel, who may neither decide nor see the call, got its arguments by DM:\n%s", blocksText(m))
+		}
+	}
+}

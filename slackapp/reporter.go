@@ -599,9 +599,9 @@ func (p *cardPost) note() []byte {
 // postCard posts the call's card in the thread and returns the post, whose
 // copies postCopies posts.
 func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.PendingCall) *cardPost {
-	if len(pc.Approvers) == 0 {
-		// Anyone who can see the conversation may decide it: their
-		// clicks look that up, so it is looked up now, off the way.
+	if pc.NeedsAudience {
+		// Those who can see the conversation decide it: their clicks
+		// look that up, so it is looked up now, off the way.
 		a.audience.warm(ctx, channel)
 	}
 	card := cardOf(pc, nil)
@@ -634,7 +634,9 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	// Who needs a copy is known before the pause is saved (from the
 	// audience cache, which asks Slack at most once a minute per channel),
 	// so the note saved with the call says whether copies are to come.
-	p.blind, p.unexpanded = a.blindApproversNoting(ctx, channel, pc.Requester, pc.Approvers)
+	// Only approvers who may decide the call without seeing the
+	// conversation get copies: none when its deciders must be in it.
+	p.blind, p.unexpanded = a.blindApproversNoting(ctx, channel, pc.Requester, namedDeciders(pc.Call))
 	return p
 }
 
