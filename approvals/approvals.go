@@ -79,7 +79,7 @@ func forEachUser(in Input, judge func(Input) Verdict) Verdict {
 		}
 		v = Strictest(vs, users)
 	}
-	if v.Action == Ask && !decidableIn(v, in.Channel) {
+	if v.Action == Ask && !decidableIn(v, in.Channel, users) {
 		return undecidableInDM(v)
 	}
 	return v
@@ -152,13 +152,22 @@ func undecidable(v Verdict, users []string) Verdict {
 	return Verdict{Action: Deny, RuleID: v.RuleID, RuleDigest: v.RuleDigest, FailClosed: true, Reason: reason, Problem: v.Problem}
 }
 
-// decidableIn reports whether someone could approve an ask v on a call
-// made in channel. An ask naming no approvers is decided by who can see
-// the conversation, and in a direct message (see IsDM) that is the
+// decidableIn reports whether someone could approve an ask v on a call of
+// requesters made in channel. An ask naming no approvers, or whose
+// approvers must see the conversation (NeedsAudience), is decided by who
+// can see the conversation, and in a direct message (see IsDM) that is the
 // requester alone: they can give no approval four eyes asks of someone
-// else, nor more than one.
-func decidableIn(v Verdict, channel string) bool {
-	return len(v.Approvers) > 0 || !IsDM(channel) || !v.FourEyes && v.MinApprovals <= 1
+// else, nor more than one, nor one as an approver the ask does not name
+// (a user group may hold them: that is looked up as they decide).
+func decidableIn(v Verdict, channel string, requesters []string) bool {
+	switch {
+	case !IsDM(channel) || len(v.Approvers) > 0 && !v.NeedsAudience:
+		return true
+	case v.FourEyes || v.MinApprovals > 1:
+		return false
+	}
+	return len(v.Approvers) == 0 || slices.ContainsFunc(v.Approvers, IsGroup) ||
+		slices.ContainsFunc(requesters, func(u string) bool { return slices.Contains(v.Approvers, u) })
 }
 
 // undecidableInDM is the deny of an ask v that no one could approve in a
@@ -168,7 +177,14 @@ func undecidableInDM(v Verdict) Verdict {
 	if !v.FourEyes {
 		why = fmt.Sprintf("who cannot give the %d approvals it needs", v.MinApprovals)
 	}
-	reason := fmt.Sprintf("rule %s names no approvers, so the call can be decided only by people who can see the conversation, and in a direct message with the bot that is only the requester, %s: ask for it in a channel", v.RuleID, why)
+	names := fmt.Sprintf("rule %s names no approvers", v.RuleID)
+	if len(v.Approvers) > 0 {
+		names = fmt.Sprintf("rule %s leaves the call to those of its approvers who can see the conversation", v.RuleID)
+		if !v.FourEyes && v.MinApprovals <= 1 {
+			why = "who is not one of them"
+		}
+	}
+	reason := fmt.Sprintf("%s, so the call can be decided only by people who can see the conversation, and in a direct message with the bot that is only the requester, %s: ask for it in a channel", names, why)
 	return Verdict{Action: Deny, RuleID: v.RuleID, RuleDigest: v.RuleDigest, FailClosed: true, Reason: reason, Problem: v.Problem}
 }
 

@@ -125,3 +125,27 @@ func TestCombinedAskWithAnOpenOneNeedsTheAudience(t *testing.T) {
 		}
 	}
 }
+
+// In a direct message only the requester can see the conversation: an
+// ask combined of one naming approvers and one naming none is denied at
+// once when the requester is not among those approvers (no one could
+// decide it), and asks when they are.
+func TestCombinedAskInADirectMessageNeedsTheRequesterAmongItsApprovers(t *testing.T) {
+	p, err := NewPolicy(Ask, []Rule{
+		{ID: "eu", Tool: "restart", When: `args.region == "eu"`, Verdict: Ask},
+		{ID: "named", Tool: "restart", Verdict: Ask, Approvers: []string{"U1", "U2"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := p.Evaluate(Input{Tool: "restart", Args: json.RawMessage(`{}`), User: "UA", Channel: "D0123"})
+	if v.Action != Deny || !strings.Contains(v.Reason, "direct message") {
+		t.Errorf("UA's call in a DM: %s by %s (%q), approvers %v; want denied, saying why", v.Action, v.RuleID, v.Reason, v.Approvers)
+	}
+	if v := p.Evaluate(Input{Tool: "restart", Args: json.RawMessage(`{}`), User: "U1", Channel: "D0456"}); v.Action != Ask {
+		t.Errorf("U1's call in a DM: %s by %s (%q); want it asked, U1 being an approver who sees the DM", v.Action, v.RuleID, v.Reason)
+	}
+	if v := p.Evaluate(Input{Tool: "restart", Args: json.RawMessage(`{}`), User: "UA", Channel: "C0123"}); v.Action != Ask {
+		t.Errorf("UA's call in a channel: %s by %s (%q); want it asked", v.Action, v.RuleID, v.Reason)
+	}
+}
