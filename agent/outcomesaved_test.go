@@ -498,6 +498,36 @@ func (s heldSkipOf) SkipExecution(ctx context.Context, callID string, result []b
 	return s.Store.SkipExecution(ctx, callID, result)
 }
 
+// skipLandsAsBHolds has resume A of run find the restart, the second call
+// of its step, should not run, and holds A's step that marks it so until
+// A's claim has lapsed, restarts are thawed, and resume B, which takes
+// the run over, is held by the store hold makes of w's (hold closes
+// arrived when it holds, and waits for release); then A's step lands, A
+// ends (its claim lost), and B goes on.
+func skipLandsAsBHolds(t *testing.T, w *world, run string, restart agent.PendingCall, hold func(st agent.Store, arrived, release chan struct{}) agent.Store) {
+	t.Helper()
+	ctx := context.WithoutCancel(t.Context())
+	w.model.Reply(fakeopenai.Text("done"), fakeopenai.Text("done"))
+	holds := newHoldLog(w.store)
+	stA := heldSkipOf{Store: holds, id: restart.ID, arrived: make(chan struct{}), release: make(chan struct{})}
+	doneA := make(chan error, 1)
+	go func() { _, err := w.agentWith(stA, w.rec).Resume(ctx, run); doneA <- err }()
+	<-stA.arrived
+	holds.lapse(t, restart.Conversation, run)
+	thaw(t, w)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	stB := hold(w.store, arrived, release)
+	doneB := make(chan error, 1)
+	go func() { _, err := w.agentWith(stB, w.rec).Resume(ctx, run); doneB <- err }()
+	<-arrived
+	close(stA.release)
+	if err := <-doneA; err == nil {
+		t.Error("A's resume, whose claim lapsed, returned no error")
+	}
+	close(release)
+	must(t, <-doneB)
+}
+
 // A's resume finds the second call of its step should not run, and its
 // step marking it so is in flight when A's claim lapses (a stalled
 // process); B takes the run over, judges the call afresh and runs it,
@@ -507,29 +537,13 @@ func (s heldSkipOf) SkipExecution(ctx context.Context, callID string, result []b
 func TestLaterCallNotRunRefusedAsAnotherRunsItIsNotToldSo(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
-			ctx := t.Context()
 			w := newWorld(t, b)
 			a := w.agent()
 			out := approvedStepThenFrozen(t, w, a, true)
 			restart := out.Pending[1]
-			w.model.Reply(fakeopenai.Text("done"), fakeopenai.Text("done"))
-			holds := newHoldLog(w.store)
-			stA := heldSkipOf{Store: holds, id: restart.ID, arrived: make(chan struct{}), release: make(chan struct{})}
-			done := make(chan error, 1)
-			go func() { _, err := w.agentWith(stA, w.rec).Resume(context.WithoutCancel(ctx), out.RunID); done <- err }()
-			<-stA.arrived
-			holds.lapse(t, restart.Conversation, out.RunID)
-			thaw(t, w)
-			stB := heldSaveOf{Store: w.store, id: restart.ID, arrived: make(chan struct{}), release: make(chan struct{})}
-			doneB := make(chan error, 1)
-			go func() { _, err := w.agentWith(stB, w.rec).Resume(context.WithoutCancel(ctx), out.RunID); doneB <- err }()
-			<-stB.arrived
-			close(stA.release)
-			if err := <-done; err == nil {
-				t.Error("A's resume, whose claim lapsed, returned no error")
-			}
-			close(stB.release)
-			must(t, <-doneB)
+			skipLandsAsBHolds(t, w, out.RunID, restart, func(st agent.Store, arrived, release chan struct{}) agent.Store {
+				return heldSaveOf{Store: st, id: restart.ID, arrived: arrived, release: release}
+			})
 			if n := w.restarts.n.Load(); n != 1 {
 				t.Errorf("restart ran %d times, want once, by B", n)
 			}
@@ -577,22 +591,9 @@ func TestCallMarkedNotRunAsATakeoverMarksItKeepsItsWord(t *testing.T) {
 			a := w.agent()
 			out := approvedStepThenFrozen(t, w, a, true)
 			restart := out.Pending[1]
-			w.model.Reply(fakeopenai.Text("done"), fakeopenai.Text("done"))
-			holds := newHoldLog(w.store)
-			stA := heldSkipOf{Store: holds, id: restart.ID, arrived: make(chan struct{}), release: make(chan struct{})}
-			doneA := make(chan error, 1)
-			go func() { _, err := w.agentWith(stA, w.rec).Resume(context.WithoutCancel(ctx), out.RunID); doneA <- err }()
-			<-stA.arrived
-			holds.lapse(t, restart.Conversation, out.RunID)
-			thaw(t, w)
-			stB := heldBeginOf{Store: w.store, id: restart.ID, arrived: make(chan struct{}), release: make(chan struct{})}
-			doneB := make(chan error, 1)
-			go func() { _, err := w.agentWith(stB, w.rec).Resume(context.WithoutCancel(ctx), out.RunID); doneB <- err }()
-			<-stB.arrived
-			close(stA.release)
-			<-doneA
-			close(stB.release)
-			must(t, <-doneB)
+			skipLandsAsBHolds(t, w, out.RunID, restart, func(st agent.Store, arrived, release chan struct{}) agent.Store {
+				return heldBeginOf{Store: st, id: restart.ID, arrived: arrived, release: release}
+			})
 			if n := w.restarts.n.Load(); n != 0 {
 				t.Errorf("restart ran %d times, want never", n)
 			}
