@@ -252,9 +252,9 @@ func (a *Agent) resumeStarted(ctx context.Context, rs claimed) (out Outcome, err
 	return out, err
 }
 
-// resumeClaimed runs the resume rs began (the attempt named nonce), of a run whose state decoded
-// to st, or failed to with stErr, and whose conversation's decoded to cs,
-// or failed to with csErr.
+// resumeClaimed runs the resume rs began (the attempt named nonce), of a
+// run whose state decoded to st, or failed to with stErr, and whose
+// conversation's decoded to cs, or failed to with csErr.
 func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, nonce string, st runState, stErr error, cs convState, csErr error, rep Reporter) (Outcome, error) {
 	run, calls := rs.Run, rs.Calls
 	runID := run.ID
