@@ -319,10 +319,15 @@ func TestCountThatLandsAfterALaterCallNotRunIsOvertaken(t *testing.T) {
 				return api != "" && web != ""
 			})
 			e.card(ts, "deploy") // the pause saved
-			for _, who := range []string{approver, other} {
-				_, err := e.slack.Click(who, channel, api, slackapp.ActionApprove, "")
-				must(t, err)
-			}
+			// The api card's count is shown before its last approval, so
+			// that its update lands before the decision's.
+			_, err := e.slack.Click(approver, channel, api, slackapp.ActionApprove, "")
+			must(t, err)
+			waitUntil(t, "the api card's count", func() bool {
+				return slices.ContainsFunc(e.cards(channel, ts), func(m fakeslack.Message) bool { return m.TS == api && strings.Contains(blocksText(m), "1 of 2") })
+			})
+			_, err = e.slack.Click(other, channel, api, slackapp.ActionApprove, "")
+			must(t, err)
 			waitUntil(t, "the api card decided", func() bool {
 				return !slices.ContainsFunc(e.cards(channel, ts), func(m fakeslack.Message) bool { return m.TS == api })
 			})
