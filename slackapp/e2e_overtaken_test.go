@@ -347,3 +347,60 @@ func TestCountThatLandsAfterALaterCallNotRunIsOvertaken(t *testing.T) {
 		})
 	}
 }
+
+// Of two replicas, the one that counted the first of two approvals of a
+// call is slow to update its card while the other counts the second and
+// decides it; the step's other call still waits, so nothing runs. The
+// count's update lands last, buttons and all: the replica that sent it
+// reads the call, decided, and renders that, instead of leaving the
+// buttons until the step's resume, hours away perhaps.
+func TestCountThatLandsAfterADecisionWhoseStepWaitsIsOvertaken(t *testing.T) {
+	for _, kind := range sharedKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = twoPersonPolicy
+			e.replicas(2)
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`), tc("c2", "deploy", `{"service":"web","version":"1"}`)))
+			ts := e.slack.Mention(channel, requester, "deploy api and web")
+			var api, web string
+			waitUntil(t, "the two cards", func() bool {
+				for _, m := range e.cards(channel, ts) {
+					switch {
+					case strings.Contains(blocksText(m), "web"):
+						web = m.TS
+					case strings.Contains(blocksText(m), "api"):
+						api = m.TS
+					}
+				}
+				return api != "" && web != ""
+			})
+			e.card(ts, "deploy") // the pause saved
+			arrived, release := e.slack.HoldNext("chat.update")
+			t.Cleanup(release)
+			_, err := e.slack.Click(approver, channel, api, slackapp.ActionApprove, "")
+			must(t, err)
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the count's card update never reached Slack")
+			}
+			updates := len(e.slack.Calls("chat.update"))
+			_, err = e.slack.Click(other, channel, api, slackapp.ActionApprove, "")
+			must(t, err)
+			apiCard := func(m fakeslack.Message) bool { return m.TS == api }
+			waitUntil(t, "the decision's update", func() bool {
+				return len(e.slack.Calls("chat.update")) > updates && !slices.ContainsFunc(e.cards(channel, ts), apiCard)
+			})
+			release()
+			waitUntil(t, "the count's update, then the card as stored", func() bool {
+				return len(e.slack.Calls("chat.update")) >= updates+3 && !slices.ContainsFunc(e.cards(channel, ts), apiCard)
+			})
+			if !slices.ContainsFunc(e.cards(channel, ts), func(m fakeslack.Message) bool { return m.TS == web }) {
+				t.Errorf("the web card lost its buttons, its call still pending:\n%s", dumpThread(e.slack.Thread(channel, ts)))
+			}
+			if n := e.deploy.Load(); n != 0 {
+				t.Errorf("deploy ran %d times while its step waited", n)
+			}
+		})
+	}
+}

@@ -1060,10 +1060,12 @@ func (a *App) overtaken(ctx context.Context, u agent.CallUpdate, refs []cardRef)
 		if rank < phaseRank(u.Phase) || rank == phaseRank(u.Phase) && !differs(news.Call, u.Call) {
 			return
 		}
-		if news.Unstarted {
+		if news.Unstarted && u.Phase != agent.PhaseCounted {
 			// Its resume's update tells what became of it: it follows,
 			// or it was made and says why the call did not run, which
-			// the store could not keep.
+			// the store could not keep. A count's buttons over a call
+			// decided since are rendered away, though: its step may
+			// wait on other calls for hours before its resume tells.
 			return
 		}
 		u = news
