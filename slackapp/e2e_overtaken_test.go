@@ -293,6 +293,25 @@ func countLandsAfterNotRun(t *testing.T, e *env, ts, card, answer string) {
 	}
 }
 
+// deployCards waits for the cards of the deploys of api and web in thread
+// ts, and for their pause to be saved, and returns their ts.
+func deployCards(t *testing.T, e *env, ts string) (api, web string) {
+	t.Helper()
+	waitUntil(t, "the two cards", func() bool {
+		for _, m := range e.cards(channel, ts) {
+			switch {
+			case strings.Contains(blocksText(m), "web"):
+				web = m.TS
+			case strings.Contains(blocksText(m), "api"):
+				api = m.TS
+			}
+		}
+		return api != "" && web != ""
+	})
+	e.card(ts, "deploy") // the pause saved
+	return api, web
+}
+
 // As TestCountThatLandsAfterACallNotRunIsOvertaken, for the second call
 // of a step, which its resume reaches after the first ran: the
 // definition of deploy changed so that the second's approved arguments
@@ -306,19 +325,7 @@ func TestCountThatLandsAfterALaterCallNotRunIsOvertaken(t *testing.T) {
 			e.replicas(2)
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`), tc("c2", "deploy", `{"service":"web","version":"1"}`)), fakeopenai.Text("Deployed api, not web."))
 			ts := e.slack.Mention(channel, requester, "deploy api and web")
-			var api, web string
-			waitUntil(t, "the two cards", func() bool {
-				for _, m := range e.cards(channel, ts) {
-					switch {
-					case strings.Contains(blocksText(m), "web"):
-						web = m.TS
-					case strings.Contains(blocksText(m), "api"):
-						api = m.TS
-					}
-				}
-				return api != "" && web != ""
-			})
-			e.card(ts, "deploy") // the pause saved
+			api, web := deployCards(t, e, ts)
 			// The api card's count is shown before its last approval, so
 			// that its update lands before the decision's.
 			_, err := e.slack.Click(approver, channel, api, slackapp.ActionApprove, "")
@@ -362,19 +369,7 @@ func TestCountThatLandsAfterADecisionWhoseStepWaitsIsOvertaken(t *testing.T) {
 			e.replicas(2)
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`), tc("c2", "deploy", `{"service":"web","version":"1"}`)))
 			ts := e.slack.Mention(channel, requester, "deploy api and web")
-			var api, web string
-			waitUntil(t, "the two cards", func() bool {
-				for _, m := range e.cards(channel, ts) {
-					switch {
-					case strings.Contains(blocksText(m), "web"):
-						web = m.TS
-					case strings.Contains(blocksText(m), "api"):
-						api = m.TS
-					}
-				}
-				return api != "" && web != ""
-			})
-			e.card(ts, "deploy") // the pause saved
+			api, web := deployCards(t, e, ts)
 			arrived, release := e.slack.HoldNext("chat.update")
 			t.Cleanup(release)
 			_, err := e.slack.Click(approver, channel, api, slackapp.ActionApprove, "")
