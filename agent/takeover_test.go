@@ -487,18 +487,25 @@ func TestTakeOverTwiceKeepsMessageAcceptedBetween(t *testing.T) {
 			w.advance(time.Minute)
 			sctx, scancel := context.WithCancel(context.Background())
 			sdone := make(chan struct{})
+			var serr error
+			var sout agent.Outcome
 			go func() {
 				defer close(sdone)
 				for sctx.Err() == nil {
-					out, err := s.TakeOver(sctx, req.Conversation)
-					if err != nil || out.Status != agent.Idle {
+					sout, serr = s.TakeOver(sctx, req.Conversation)
+					if serr != nil || sout.Status != agent.Idle {
 						return
 					}
 					time.Sleep(50 * time.Millisecond) // the first lease has not lapsed yet
 				}
 			}()
-			if n := <-entered; n != 2 {
-				t.Fatalf("run %d of the tool second, want 2", n)
+			select {
+			case n := <-entered:
+				if n != 2 {
+					t.Fatalf("run %d of the tool second, want 2", n)
+				}
+			case <-sdone:
+				t.Fatalf("the survivor's takeover ended (%s, %v) before it ran the tool", sout.Status, serr)
 			}
 			sd.kill()
 			scancel()
