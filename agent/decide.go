@@ -444,12 +444,10 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 
 // judgedBy is the condition of a decision on c judged by the records of
 // version (see store.Condition): the records and the call's approvals
-// must be as judged. None when the store keeps no version.
+// and edit must be as judged; the approvals and edit alone when the store
+// keeps no version (version zero: Redis Cluster).
 func judgedBy(c store.Call, version int64) store.Condition {
-	if version == 0 {
-		return store.Condition{}
-	}
-	cond := store.Condition{IfRecords: version, IfEdited: c.Edit != nil}
+	cond := store.Condition{IfRecords: version, IfHeld: true, IfEdited: c.Edit != nil}
 	for _, x := range c.Approvals {
 		cond.IfApprovers = append(cond.IfApprovers, x.Approver)
 	}

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/toolgate/toolgate/agent"
@@ -35,11 +36,19 @@ policy:
 // rule, editor's approval counted.
 func editedAwayAndBack(t *testing.T, w *world, a *agent.Agent, editor string, ready func()) agent.PendingCall {
 	t.Helper()
-	ctx := t.Context()
 	p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
 	if ready != nil {
 		ready()
 	}
+	editedBack(t, a, p, editor)
+	return p
+}
+
+// editedBack has UONE000001 edit p, paused on a, to prod and editor edit
+// it back to staging (see editedAwayAndBack).
+func editedBack(t *testing.T, a *agent.Agent, p agent.PendingCall, editor string) {
+	t.Helper()
+	ctx := t.Context()
 	res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UONE000001", Args: json.RawMessage(`{"env":"prod"}`)})
 	must(t, err)
 	res, err = a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: res.Call.Fingerprint, Kind: approvals.Edit, Decider: editor, Args: json.RawMessage(`{"env":"staging"}`)})
@@ -47,7 +56,6 @@ func editedAwayAndBack(t *testing.T, w *world, a *agent.Agent, editor string, re
 	if res.Call.Status != agent.CallPending || res.Call.Fingerprint != p.Fingerprint || res.Call.MinApprovals != 2 {
 		t.Fatalf("after the edit back: %s, fingerprint %s, needing %d; want pending, the card's fingerprint, needing 2", res.Call.Status, res.Call.Fingerprint, res.Call.MinApprovals)
 	}
-	return p
 }
 
 // clickStaysPending clicks kind on p's card as decider, as the Slack app
@@ -101,4 +109,36 @@ func TestClickAfterAnEditAwayAndBackOnAnotherProcess(t *testing.T) {
 	follow(t, other)
 	p := editedAwayAndBack(t, w, a, "UTWO000002", func() { <-f.heard })
 	clickStaysPending(t, w, other, p, approvals.Approve, "UTWO000002", approvals.ErrAlreadyApproved)
+}
+
+// An edit away and back that lands between a click's read of the call
+// and its decision (the process does not remember the call) is seen on
+// every store, a Redis Cluster's included, which keeps no version of the
+// records: the decision is conditional on the approvals and edit it was
+// judged with, and the click is judged again from the call as stored.
+func TestEditAwayAndBackWhileAClickIsCheckedIsSeen(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, kind := range []approvals.Kind{approvals.Approve, approvals.Remember} {
+			t.Run(fmt.Sprintf("%s/%s", b.name, kind), func(t *testing.T) {
+				w := newWorld(t, b)
+				w.policy = editBackPolicy
+				other := w.agent()
+				p := pauseOne(t, w, other, call("c1", "restart", `{"env":"staging"}`))
+				st := &changedAfterRead{Store: w.store}
+				st.change = func(int64) {
+					editedBack(t, other, p, "UTWO000002")
+				}
+				st.left.Store(1)
+				a := w.agentWith(st, w.rec)
+				want := approvals.ErrAlreadyApproved
+				if kind == approvals.Remember {
+					want = agent.ErrBadDecision
+				}
+				clickStaysPending(t, w, a, p, kind, "UTWO000002", want)
+				if n := st.reads.Load(); n < 2 {
+					t.Errorf("reads of the call = %d, want the click judged again after the edit", n)
+				}
+			})
+		}
+	}
 }

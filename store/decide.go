@@ -40,17 +40,26 @@ type Condition struct {
 	// ErrStale, with a zero Call, refuses only a decision that could be
 	// made. A store that keeps no version refuses every such decision.
 	IfRecords int64
-	// IfApprovers and IfEdited, with IfRecords, make a decision or an
-	// approval (DecideAudited, DecideBegin, ApproveAudited, ApproveBegin)
-	// conditional on the approvals it was judged with too: it is refused
-	// with ErrStale, writing nothing and returning the call as stored,
-	// unless the call holds the approvals of exactly IfApprovers, in this
-	// order, and a pending edit exactly when IfEdited is set. (An edit
-	// back to the arguments the call paused with has the fingerprint they
-	// had, and needs what the edit's rule needs.)
+	// IfApprovers and IfEdited, with IfRecords or IfHeld, make a decision
+	// or an approval (DecideAudited, DecideBegin, ApproveAudited,
+	// ApproveBegin) conditional on the approvals it was judged with too:
+	// it is refused with ErrStale, writing nothing and returning the call
+	// as stored, unless the call holds the approvals of exactly
+	// IfApprovers, in this order, and a pending edit exactly when
+	// IfEdited is set. (An edit back to the arguments the call paused
+	// with has the fingerprint they had, and needs what the edit's rule
+	// needs.)
 	IfApprovers []string
 	IfEdited    bool
+	// IfHeld makes the decision conditional on IfApprovers and IfEdited
+	// without IfRecords: every store checks them, one that keeps no
+	// version of the records (Redis Cluster) included.
+	IfHeld bool
 }
+
+// HeldAsJudged reports whether c makes a decision conditional on the
+// approvals and edit it was judged with (IfApprovers, IfEdited).
+func (c Condition) HeldAsJudged() bool { return c.IfRecords != 0 || c.IfHeld }
 
 // ErrEffects is wrapped by the error of a decision that was recorded but
 // whose effects could not all be written (a store that writes them in a

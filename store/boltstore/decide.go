@@ -56,7 +56,7 @@ func (s *Store) decide(ctx context.Context, callID, fingerprint string, d store.
 			c = store.Call{}
 			return store.ErrStale
 		}
-		if fx.IfRecords != 0 && !store.HoldsApprovals(c, fx.IfApprovers, fx.IfEdited) {
+		if fx.HeldAsJudged() && !store.HoldsApprovals(c, fx.IfApprovers, fx.IfEdited) {
 			return store.ErrStale
 		}
 		special := d.Kind == "expire" || d.Kind == "cancel"
@@ -131,14 +131,12 @@ func (s *Store) approve(ctx context.Context, callID, fingerprint string, a store
 		case !a.At.Before(c.ExpiresAt):
 			return store.ErrExpired
 		}
-		if fx.IfRecords != 0 {
-			if recordsVersion(tx) != fx.IfRecords {
-				c = store.Call{}
-				return store.ErrStale
-			}
-			if !store.HoldsApprovals(c, fx.IfApprovers, fx.IfEdited) {
-				return store.ErrStale
-			}
+		if fx.IfRecords != 0 && recordsVersion(tx) != fx.IfRecords {
+			c = store.Call{}
+			return store.ErrStale
+		}
+		if fx.HeldAsJudged() && !store.HoldsApprovals(c, fx.IfApprovers, fx.IfEdited) {
+			return store.ErrStale
 		}
 		if edit == nil && slices.ContainsFunc(store.Dropped(c.Approvals, drop), func(x store.Approval) bool { return x.Approver == a.Approver }) {
 			return store.ErrDuplicateApproval

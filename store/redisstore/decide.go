@@ -79,18 +79,17 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	keys, effects := s.effectsOf(callID, entry, fx, d.At)
 	args := []any{fingerprint, d.Kind, d.At.UnixMicro(), dj, string(newrun.Outcome(d.Kind))}
 	script := decide
-	if fx.IfRecords != 0 {
-		judged, err := store.EncodeJSON(append([]string{}, fx.IfApprovers...))
+	if fx.HeldAsJudged() {
+		edited, judged, err := heldArgs(fx)
 		if err != nil {
 			return fail(store.Call{}, err)
 		}
-		edited := 0
-		if fx.IfEdited {
-			edited = 1
+		script = decideHeld
+		if fx.IfRecords != 0 {
+			script = decideIf
+			keys = append(keys, s.recordsVersionKey())
 		}
-		script = decideIf
-		keys = append(keys, s.recordsVersionKey())
-		args = append(args, fx.IfRecords-1, edited, string(judged))
+		args = append(args, fx.IfRecords-1, edited, judged)
 	}
 	args = append(args, effects...)
 	p := s.send(ctx, script, keys, args, callID, dj, d.At, r)
@@ -129,6 +128,18 @@ func (s *Store) decideBegin(ctx context.Context, callID, fingerprint string, d s
 	}
 	s.giveBack(ctx, p, r)
 	return fail(c, refusal(code))
+}
+
+// heldArgs are the arguments of the decideIf, decideHeld, approveIf and
+// approveHeld scripts that say which approvals and edit a decision was
+// judged with (see store.Condition.IfApprovers): 1 if the call has a
+// pending edit (else 0), and the approvers of its approvals as JSON.
+func heldArgs(fx store.Effects) (edited int, judged string, err error) {
+	b, err := store.EncodeJSON(append([]string{}, fx.IfApprovers...))
+	if fx.IfEdited {
+		edited = 1
+	}
+	return edited, string(b), err
 }
 
 // decoded decodes the reply of a decision's or an approval's script sent
@@ -562,22 +573,21 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 	args := []any{fingerprint, a.At.UnixMicro(), a.Approver, aj, need,
 		dj, string(newrun.Outcome(d.Kind)), ej, efp, sending, dropped, eexp, reminders}
 	script := approve
-	if fx.IfRecords != 0 {
-		judged, err := store.EncodeJSON(append([]string{}, fx.IfApprovers...))
+	if fx.HeldAsJudged() {
+		edited, judged, err := heldArgs(fx)
 		if err != nil {
 			return fail(store.Call{}, err)
-		}
-		edited := 0
-		if fx.IfEdited {
-			edited = 1
 		}
 		var announce string
 		if r != nil {
 			announce = string(r.Announce)
 		}
-		script = approveIf
-		keys = append(keys, s.recordsVersionKey())
-		args = append(args, fx.IfRecords-1, edited, string(judged), announce, s.pausesChannel())
+		script = approveHeld
+		if fx.IfRecords != 0 {
+			script = approveIf
+			keys = append(keys, s.recordsVersionKey())
+		}
+		args = append(args, fx.IfRecords-1, edited, judged, announce, s.pausesChannel())
 	}
 	args = append(args, effects...)
 	p := s.send(ctx, script, keys, args, callID, dj, a.At, r)

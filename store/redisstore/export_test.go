@@ -24,7 +24,7 @@ func (s *Store) LeaseChannel(key string) string { return s.leaseChannel(key) }
 // NOSCRIPT fallback.
 func LoadDecisionScripts(ctx context.Context, c redis.UniversalClient) error {
 	load := func(ctx context.Context, c *redis.Client) error {
-		for _, sc := range []*redis.Script{decide, decideIf, approve, approveIf, decidedResume, beginResume, acquireLease, releaseLease} {
+		for _, sc := range []*redis.Script{decide, decideIf, decideHeld, approve, approveIf, approveHeld, decidedResume, beginResume, acquireLease, releaseLease} {
 			if err := sc.Load(ctx, c).Err(); err != nil {
 				return err
 			}

@@ -107,6 +107,13 @@ var decideIf = redis.NewScript(decisionEffects + decideHead + `
 if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[6]) then return {'stale'} end
 ` + heldAsJudged(7, 8) + decideBody)
 
+// decideHeld is decide if the call holds the approvals and edit it was
+// judged with (see store.Condition.IfHeld), whatever the records' version:
+// on a Cluster, which keeps none, or in no other slot than the call's.
+// KEYS: as decide
+// ARGV: as decideIf (the records version is not read)
+var decideHeld = redis.NewScript(decisionEffects + decideHead + heldAsJudged(7, 8) + decideBody)
+
 // heldAsJudged is the part of a script that answers {'stale', -1, the
 // call's callFields} unless the call (KEYS[1]) holds the approvals of the
 // approvers in ARGV[approvers] (a JSON array), in that order, and a
@@ -273,6 +280,16 @@ end
 ` + approveHead + `
 if tonumber(redis.call('GET', KEYS[6]) or '0') ~= tonumber(ARGV[14]) then return {'stale'} end
 ` + heldAsJudged(15, 16) + approveBody)
+
+// approveHeld is approve if the call holds the approvals and edit it was
+// judged with, whatever the records' version, as decideHeld is decide.
+// KEYS: as approve
+// ARGV: as approveIf (the records version is not read)
+var approveHeld = redis.NewScript(decisionEffects + `
+local function counted()
+  if ARGV[17] ~= '' then redis.call('PUBLISH', ARGV[18], ARGV[17]) end
+end
+` + approveHead + heldAsJudged(15, 16) + approveBody)
 
 // decisionEffects starts the decide and approve scripts: reply, and
 // effects, which writes what a decision brings with it when the script

@@ -422,6 +422,68 @@ func testDecideIfRecords(t *testing.T, open Opener) {
 	}
 }
 
+// A decision or an approval conditional on the approvals and edit it was
+// judged with, with no version of the records (Condition.IfHeld), as a
+// store that keeps none (Redis Cluster) is sent them: refused with
+// ErrStale, writing nothing and returning the call as stored, when the
+// call holds others; made when it holds those, on every store.
+func testDecideIfHeld(t *testing.T, open Opener) {
+	s, _ := open(t)
+	ctx := t.Context()
+	// An edit away and back to the arguments the call paused with keeps
+	// their fingerprint, with U_B's approval counted and two needed.
+	r, calls := create(t, s, 1, nil)
+	c := calls[0]
+	away := &store.Proposal{Fingerprint: "fp-away", Edit: store.Decision{Kind: "edit", Decider: "U_A", At: time.Now(), Args: json.RawMessage(`{"path":"/srv/away"}`)}}
+	if _, _, err := s.Approve(ctx, c.ID, c.Fingerprint, approval("U_A"), away, 2, approve("U_A")); err != nil {
+		t.Fatalf("Approve(%s) with an edit: %v", c.ID, err)
+	}
+	back := &store.Proposal{Fingerprint: c.Fingerprint, Edit: store.Decision{Kind: "edit", Decider: "U_B", At: time.Now(), Args: c.Args}}
+	if _, _, err := s.Approve(ctx, c.ID, "fp-away", approval("U_B"), back, 2, approve("U_B")); err != nil {
+		t.Fatalf("Approve(%s) with an edit back: %v", c.ID, err)
+	}
+	rb := store.ResumeBegin{Conversation: r.Conversation, Lease: "conv:" + r.Conversation + "/" + r.ID, Owner: "a", TTL: time.Minute}
+	fx := auditedEffects(c, "U_B")
+	fx.IfHeld = true // judged from the call as paused: no approvals, no edit
+	if got, _, _, err := s.DecideBegin(ctx, c.ID, c.Fingerprint, approve("U_B"), fx, rb); !errors.Is(err, store.ErrStale) || got.Edit == nil || fmt.Sprint(approvers(got)) != "[U_B]" {
+		t.Errorf("DecideBegin judged with no edit, on a call with one = edit %v, approvals %v, %v; want ErrStale and the call as stored", got.Edit != nil, approvers(got), err)
+	}
+	if got, _, err := s.DecideAudited(ctx, c.ID, c.Fingerprint, approve("U_B"), fx); !errors.Is(err, store.ErrStale) || got.Edit == nil {
+		t.Errorf("DecideAudited judged with no edit, on a call with one = edit %v, %v; want ErrStale and the call as stored", got.Edit != nil, err)
+	}
+	if got, _, err := s.ApproveAudited(ctx, c.ID, c.Fingerprint, approval("U_C"), nil, nil, 1, approve("U_C"), fx); !errors.Is(err, store.ErrStale) || got.Edit == nil {
+		t.Errorf("ApproveAudited judged with no edit and one approval needed, on a call with an edit = edit %v, %v; want ErrStale and the call as stored", got.Edit != nil, err)
+	}
+	if got, _, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_C"), nil, nil, 1, approve("U_C"), fx, rb); !errors.Is(err, store.ErrStale) || got.Edit == nil {
+		t.Errorf("ApproveBegin judged with no edit and one approval needed, on a call with an edit = edit %v, %v; want ErrStale and the call as stored", got.Edit != nil, err)
+	}
+	if got := wantStatus(t, s, c.ID, store.Pending); fmt.Sprint(approvers(got)) != "[U_B]" {
+		t.Errorf("approvals after stale decisions = %v, want [U_B]: nothing written", approvers(got))
+	}
+	if log := auditedCalls(t, s); len(log) != 0 {
+		t.Errorf("audit log after stale decisions = %q, want empty: nothing written", log)
+	}
+	fx.IfApprovers, fx.IfEdited = []string{"U_B"}, true
+	if got, complete, _, err := s.ApproveBegin(ctx, c.ID, c.Fingerprint, approval("U_C"), nil, nil, 2, approve("U_C"), fx, rb); err != nil || !complete || got.Status != store.Decided {
+		t.Errorf("ApproveBegin judged with the edit and approvals held = %s, complete %v, %v; want decided", got.Status, complete, err)
+	}
+	// A decision, the same way.
+	_, calls = create(t, s, 1, nil)
+	c = calls[0]
+	if _, _, err := s.Approve(ctx, c.ID, c.Fingerprint, approval("U_A"), nil, 2, approve("U_A")); err != nil {
+		t.Fatalf("Approve(%s): %v", c.ID, err)
+	}
+	fx = auditedEffects(c, "U_C")
+	fx.IfHeld = true
+	if _, _, err := s.DecideAudited(ctx, c.ID, c.Fingerprint, store.Decision{Kind: "reject", Decider: "U_C", At: time.Now(), Reason: "no"}, fx); !errors.Is(err, store.ErrStale) {
+		t.Errorf("DecideAudited judged with no approvals, on a call with one = %v; want ErrStale", err)
+	}
+	fx.IfApprovers = []string{"U_A"}
+	if got, complete, err := s.DecideAudited(ctx, c.ID, c.Fingerprint, store.Decision{Kind: "reject", Decider: "U_C", At: time.Now(), Reason: "no"}, fx); err != nil || !complete || got.Status != store.Decided {
+		t.Errorf("DecideAudited judged with the approvals held = %s, complete %v, %v; want decided", got.Status, complete, err)
+	}
+}
+
 // A decision made on records of a version they no longer have
 // (Condition.IfRecords) is refused as any decision is when its call is
 // decided or unknown: ErrAlreadyDecided with the call as stored, which

@@ -47,6 +47,7 @@ func Run(t *testing.T, open Opener) {
 		{"BeginResume", testBeginResume},
 		{"DecideBegin", testDecideBegin},
 		{"DecideIfRecords", testDecideIfRecords},
+		{"DecideIfHeld", testDecideIfHeld},
 		{"DecideIfRecordsOfADecidedCall", testDecideIfRecordsOfADecidedCall},
 		{"ApproveBegin", testApproveBegin},
 		{"BeginResumeStarts", testBeginResumeStarts},
