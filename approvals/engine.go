@@ -613,7 +613,8 @@ func strictness(a Action) int {
 // stricter action wins. When both say the same, the runtime rule (the newer,
 // more specific one) speaks, but for an ask it cannot loosen the file rule:
 // the file's approvers stay when it names any, four eyes holds if either
-// says so, the shorter TTL applies, and the digest covers both rules so a
+// says so (and whether they must see the conversation, the file's word
+// with them), the shorter TTL applies, and the digest covers both rules so a
 // standing rule made under this ask stops applying when either changes.
 // When the file's ask is open (only rules whose condition failed matched:
 // it may not apply at all), the call needs approvers both rules accept, as
@@ -639,7 +640,9 @@ func strictest(file *Verdict, fileFailed, fileOpen bool, admin *Verdict, adminFa
 		}
 	} else {
 		if len(file.Approvers) > 0 {
-			v.Approvers = nil // the file's approvers stay
+			// The file's approvers stay, with whether they must see the
+			// conversation: the runtime's says so of its own approvers.
+			v.Approvers, v.NeedsAudience = nil, file.NeedsAudience
 		}
 		tighten(&v, *file)
 		if !decidable(v, requester) {

@@ -105,6 +105,19 @@ func sameKind(a, b ref.Val) bool {
 // [0]["env"]. Scalars cost a type assertion or two.
 func deepMismatch(a, b ref.Val) (x, y ref.Val, at string, found bool) {
 	switch av := a.(type) {
+	case *types.Optional:
+		// Optionals (args.?env) compare the values they hold.
+		bv, ok := b.(*types.Optional)
+		if !ok || !av.HasValue() || !bv.HasValue() {
+			return nil, nil, "", false
+		}
+		ae, be := av.GetValue(), bv.GetValue()
+		if !sameKind(ae, be) {
+			return ae, be, ".value()", true
+		}
+		if x, y, at, found := deepMismatch(ae, be); found {
+			return x, y, ".value()" + at, true
+		}
 	case traits.Lister:
 		bv, ok := b.(traits.Lister)
 		if !ok {
@@ -140,8 +153,16 @@ func deepMismatch(a, b ref.Val) (x, y ref.Val, at string, found bool) {
 			}
 		}
 		for it := from.Iterator(); it.HasNext() == types.True; {
-			if _, ok := other.Find(it.Next()); !ok {
-				return nil, nil, "", false // other keys: unequal
+			k := it.Next()
+			if _, ok := other.Find(k); !ok {
+				// Other keys: unequal, unless other's are of another kind
+				// ({1: "a"} against JSON's {"1": "a"}).
+				if keys := other.Iterator(); keys.HasNext() == types.True {
+					if ok := keys.Next(); !sameKind(k, ok) {
+						return k, ok, "a key", true
+					}
+				}
+				return nil, nil, "", false
 			}
 		}
 		for it := from.Iterator(); it.HasNext() == types.True; {
