@@ -279,7 +279,10 @@ func (s *chatStream) next() ([]byte, error) {
 			if e := errorEvent(data); e != nil {
 				return nil, e
 			}
-			return nil, errBadEvent
+			if !nullError(data) {
+				return nil, errBadEvent
+			}
+			// A chunk whose server writes "error": null first.
 		}
 		if string(data) == "[DONE]" {
 			s.done = true
@@ -300,6 +303,16 @@ func errorEvent(b []byte) error {
 		return nil
 	}
 	return fmt.Errorf("error, %w", e.Error)
+}
+
+// nullError reports whether b is a chunk (with choices) whose "error" is
+// null, as some servers write it in every chunk that carries none.
+func nullError(b []byte) bool {
+	var e struct {
+		Error   json.RawMessage `json:"error"`
+		Choices json.RawMessage `json:"choices"`
+	}
+	return json.Unmarshal(b, &e) == nil && string(e.Error) == "null" && e.Choices != nil
 }
 
 // line reads the next line, its newline included, valid until the next

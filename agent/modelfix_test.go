@@ -267,3 +267,20 @@ func TestContentRefusalDoesNotBreakTheThread(t *testing.T) {
 		}
 	}
 }
+
+// A server that writes "error": null first in every chunk (a proxy that
+// serializes its chunk type so) is answered as any other: the chunks are
+// read, not taken for error events that carry no error.
+func TestChunkWithANullErrorFirstIsRead(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeEvents(w,
+			`{"error":null,"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"fine"},"finish_reason":null}]}`,
+			`{"error": null, "id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`)
+	}))
+	defer srv.Close()
+	m := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: srv.URL, Model: "m", Sleep: noSleep})
+	msg, err := m.Complete(t.Context(), userMessage("hi"), nil)
+	if err != nil || msg.Content != "fine" {
+		t.Fatalf("answer = %q, %v; want \"fine\"", msg.Content, err)
+	}
+}
