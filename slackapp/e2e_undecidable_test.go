@@ -243,3 +243,52 @@ func TestShutdownDoesNotWaitForThePauseApproversCheck(t *testing.T) {
 		t.Errorf("an idle bot's shutdown waited out its grace period for the check of a paused call's approvers:\n%s", logs)
 	}
 }
+
+// A call whose deciders must see its conversation (an ask combined with
+// one open to the conversation: a rule whose condition could not be
+// evaluated) can be decided only by its named approvers who can: where
+// none of them can, the thread is told, naming each and why; where one
+// can, nothing is said.
+func TestThreadIsToldNoOneInTheConversationCanDecide(t *testing.T) {
+	for _, c := range []struct {
+		name, approvers string
+		members         []string
+		want            []string
+	}{
+		{"approvers outside", approver + ", " + stranger, []string{requester}, []string{"No one can approve", "<@" + approver + "> cannot see this conversation", "<@" + stranger + "> cannot see this conversation"}},
+		{"a group outside", "SOUTSIDE1", []string{requester}, []string{"No one can approve", "<!subteam^SOUTSIDE1> holds no one who can see this conversation"}},
+		{"an approver inside", approver + ", " + stranger, []string{requester, approver}, nil},
+		{"a group with one inside", "SOUTSIDE1", []string{requester, approver}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const private = "CPRIVSEE02"
+			e := newEnv(t, storeKinds(t)[0])
+			e.policy = `
+policy:
+  rules:
+    - {id: eu-deploys, tool: deploy, when: 'args.region == "eu"', verdict: ask, approvers: [` + c.approvers + `]}
+    - {id: deploys, tool: deploy, verdict: ask}
+`
+			e.slack.AddUserGroup("SOUTSIDE1", stranger, approver)
+			e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: append(c.members, e.slack.BotUserID())})
+			logs := e.debugLogs()
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
+			ts := e.slack.Mention(private, requester, "deploy api 7")
+			e.cardIn(private, ts, "deploy")
+			waitForUndecidableCheck(t, logs)
+			notice := undecidableNotice(e, private, ts)
+			if c.want == nil {
+				if notice != "" {
+					t.Errorf("told %q, though %s can decide", notice, approver)
+				}
+				return
+			}
+			for _, w := range append(c.want, "`eu-deploys`") {
+				if !strings.Contains(notice, w) {
+					t.Errorf("notice %q does not say %q", notice, w)
+				}
+			}
+		})
+	}
+}

@@ -21,19 +21,28 @@ type unableApprover struct{ id, why string }
 // whyUndecidable returns the approvers c names who cannot decide it, when
 // that leaves fewer who can (able) than the decisions it needs (need): a user
 // group that is empty or that Slack does not list, a user who is
-// deactivated, a bot or unknown, and, under four eyes, its requesters,
-// whom the policy cannot tell apart from a user group's other members
-// before it is listed. None when enough can, when its deciders are
-// whoever sees its conversation, or when that cannot be told (a group or
-// a user Slack did not answer for).
+// deactivated, a bot or unknown, under four eyes its requesters, whom the
+// policy cannot tell apart from a user group's other members before it is
+// listed, and, for a call whose deciders must see its conversation (see
+// agent.Call.NeedsAudience), those who cannot. None when enough can, when
+// its deciders are whoever sees its conversation, or when that cannot be
+// told (a group or a user Slack did not answer for).
 func (a *App) whyUndecidable(ctx context.Context, c agent.Call, need int) (unable []unableApprover, able int) {
-	named := namedDeciders(c)
-	if len(named) == 0 {
+	if len(c.Approvers) == 0 {
 		return nil, 0
 	}
 	deciders := map[string]bool{}
 	requester := func(u string) bool { return c.FourEyes && (u == c.Requester || slices.Contains(c.Requesters, u)) }
-	for _, id := range named {
+	// outside reports whether u cannot decide c for not seeing its
+	// conversation, and whether that could be told.
+	outside := func(u string) (out, known bool) {
+		if !c.NeedsAudience {
+			return false, true
+		}
+		sees, err := a.Audience().CanSee(ctx, c.Channel, u)
+		return !sees, err == nil
+	}
+	for _, id := range c.Approvers {
 		if requester(id) {
 			unable = append(unable, unableApprover{id, "asked for the call, and four eyes keeps them from approving it"})
 			continue
@@ -45,15 +54,36 @@ func (a *App) whyUndecidable(ctx context.Context, c agent.Call, need int) (unabl
 		case why != "":
 			unable = append(unable, unableApprover{id, why})
 		case !approvals.IsGroup(id):
-			deciders[id] = true
+			out, known := outside(id)
+			switch {
+			case !known:
+				return nil, 0
+			case out:
+				unable = append(unable, unableApprover{id, seesNotWhy})
+			default:
+				deciders[id] = true
+			}
 		default:
-			n := len(deciders)
+			n, left := len(deciders), false
 			for _, m := range members {
-				if !requester(m) {
+				if requester(m) {
+					continue
+				}
+				out, known := outside(m)
+				switch {
+				case !known:
+					return nil, 0
+				case out:
+					left = true
+				default:
 					deciders[m] = true
 				}
 			}
-			if len(deciders) == n {
+			switch {
+			case len(deciders) > n:
+			case left:
+				unable = append(unable, unableApprover{id, "holds no one who can see this conversation and may approve the call, where the rule leaves it to those who can"})
+			default:
 				unable = append(unable, unableApprover{id, "holds no one but who asked for the call, whom four eyes keeps from approving it"})
 			}
 		}
@@ -63,6 +93,10 @@ func (a *App) whyUndecidable(ctx context.Context, c agent.Call, need int) (unabl
 	}
 	return unable, len(deciders)
 }
+
+// seesNotWhy is why a user a call names cannot decide it when its
+// deciders must see its conversation and they cannot.
+const seesNotWhy = "cannot see this conversation, where the rule leaves the call to those who can"
 
 // approverState says why approver id cannot decide anything ("" when it
 // can): a user group that is empty or that Slack does not know, a user
@@ -184,10 +218,10 @@ func unknownTo(err error, code string) bool {
 // tellUndecidableLater checks, off the turn that paused c, whether its
 // approvers can decide it (see tellUndecidable): the look-ups may wait on
 // Slack, and a click's resume waits for the turn. A call whose deciders
-// are whoever sees its conversation needs no look-up, and gets no
-// goroutine.
+// are whoever sees its conversation, naming none, needs no look-up, and
+// gets no goroutine.
 func (a *App) tellUndecidableLater(ctx context.Context, channel, thread string, c agent.PendingCall) {
-	if len(namedDeciders(c.Call)) == 0 {
+	if len(c.Approvers) == 0 {
 		return
 	}
 	// It ends as the shutdown starts: nothing waits on it.
