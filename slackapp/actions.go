@@ -530,24 +530,34 @@ func refusalText(c agent.Call, decider string, err error) (text, result string) 
 // (each call is cancelled atomically in the store); the resume that ends
 // the step goes on the conversation's queue. A requester who may no
 // longer see the call (who left its private channel) no longer cancels
-// it, as they no longer decide it.
+// it, as they no longer decide it; a call that cannot be read (a store
+// error, a value naming no call of the run) is not cancelled, as that
+// cannot be checked.
 func (a *App) cancelClick(ctx context.Context, c click) {
 	if !validToken(c.value) {
 		a.tell(ctx, c.user, c.channel, c.thread, InvalidRequestText())
 		return
 	}
 	callID, _ := parseToken(c.value)
-	if pc, err := a.clickedCall(ctx, c, callID); err == nil {
-		switch ok, err := a.maySeeChecked(ctx, pc.Call, c.user); {
-		case err != nil:
-			a.m.decision("cancel", "error", 0)
-			a.tell(ctx, c.user, c.channel, c.thread, UnverifiedText())
-			return
-		case !ok:
-			a.m.decision("cancel", "not_approver", 0)
-			a.tell(ctx, c.user, c.channel, c.thread, NotInConversationText())
-			return
+	pc, err := a.clickedCall(ctx, c, callID)
+	if err != nil {
+		text, result := refusalText(agent.Call{}, c.user, err)
+		if result == "error" {
+			a.log.Error("read the call of a Cancel", "call", callID, "err", err)
 		}
+		a.m.decision("cancel", result, 0)
+		a.tell(ctx, c.user, c.channel, c.thread, text)
+		return
+	}
+	switch ok, err := a.maySeeChecked(ctx, pc.Call, c.user); {
+	case err != nil:
+		a.m.decision("cancel", "error", 0)
+		a.tell(ctx, c.user, c.channel, c.thread, UnverifiedText())
+		return
+	case !ok:
+		a.m.decision("cancel", "not_approver", 0)
+		a.tell(ctx, c.user, c.channel, c.thread, NotInConversationText())
+		return
 	}
 	runID := store.RunOf(callID)
 	res, err := a.ag.Cancel(ctx, runID, c.user)

@@ -92,14 +92,14 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	team := a.conversationTeam(env.Payload.TeamID)
 	switch ev.Type {
 	case "app_mention":
-		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || ev.Edited != nil {
+		if !a.byPerson(ev) || ev.Edited != nil {
 			return
 		}
 		handed = true
 		a.noteAuthor(ev)
 		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, received: env.received}, eventID, false, ack)
 	case "message":
-		if ev.BotID != "" || ev.User == "" || ev.User == a.botUserID || ev.Edited != nil || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
+		if !a.byPerson(ev) || ev.Edited != nil || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
 			return
 		}
 		m := message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, received: env.received}
@@ -768,4 +768,15 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
+}
+
+// slackbot is the user Slackbot posts as, with no bot_id: reminders and the
+// custom responses members set up, which would make it the requester of
+// calls a person asked for through it, out of four eyes' sight.
+const slackbot = "USLACKBOT"
+
+// byPerson reports whether ev was written by a person: not by a bot (this
+// one, another app, Slackbot), and by someone.
+func (a *App) byPerson(ev *eventFields) bool {
+	return ev.BotID == "" && ev.User != "" && ev.User != a.botUserID && ev.User != slackbot
 }
