@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
@@ -364,14 +365,27 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	room := c.max - int64(len(c.buf))
-	switch {
-	case room <= 0:
-		c.dropped += int64(len(p))
-	case int64(len(p)) > room:
-		c.buf = append(c.buf, p[:room]...)
-		c.dropped += int64(len(p)) - room
-	default:
+	if int64(len(p)) <= room {
 		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	first := c.dropped == 0
+	room = max(room, 0)
+	c.buf = append(c.buf, p[:room]...)
+	c.dropped += int64(len(p)) - room
+	if first {
+		// The cap keeps whole characters, as the other tools' do: a
+		// character it cuts is counted with the rest.
+		n := len(c.buf)
+		for i := n - 1; i >= 0 && i >= n-utf8.UTFMax; i-- {
+			if utf8.RuneStart(c.buf[i]) {
+				if !utf8.FullRune(c.buf[i:]) {
+					c.dropped += int64(n - i)
+					c.buf = c.buf[:i]
+				}
+				break
+			}
+		}
 	}
 	return len(p), nil
 }

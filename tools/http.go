@@ -215,6 +215,9 @@ func checkPlainURL(raw string) error {
 		if esc, c, ok := needlessEscape(part); ok {
 			return plain(fmt.Sprintf("%q unescaped: it is %q", esc, c))
 		}
+		if esc, ok := lowerEscape(part); ok {
+			return plain(fmt.Sprintf("%q in upper case, as %s", esc, strings.ToUpper(esc)))
+		}
 	}
 	for seg := range strings.SplitSeq(path, "/") {
 		if seg == "." || seg == ".." {
@@ -290,6 +293,18 @@ func needlessEscape(s string) (esc, c string, ok bool) {
 	return "", "", false
 }
 
+// lowerEscape returns the first escape in s written with a lower-case hex
+// digit (%2f), which means the same as its upper-case form (RFC 3986,
+// 6.2.2.1): one spelling of a URL is taken, so that a rule on it sees it.
+func lowerEscape(s string) (string, bool) {
+	for i := 0; i+2 < len(s); i++ {
+		if s[i] == '%' && isHex(s[i+1]) && isHex(s[i+2]) && (s[i+1] >= 'a' || s[i+2] >= 'a') {
+			return s[i : i+3], true
+		}
+	}
+	return "", false
+}
+
 // unreserved reports whether c is one of RFC 3986's unreserved characters,
 // which an escape never changes the meaning of.
 func unreserved(c byte) bool {
@@ -301,9 +316,11 @@ func unreserved(c byte) bool {
 // two names that are one header (header names are not case-sensitive, so
 // of {"X-Env": "staging", "x-env": "production"} only one would be sent,
 // while a card and the policy see both); a name that is not an HTTP
-// token; and a value with a line break (which a card shows as two
-// headers, and a secret read from a file often ends with) or another
-// control character, which Go refuses to send. Values are never quoted.
+// token; Content-Length, which Go writes itself; a value with a line
+// break (which a card shows as two headers, and a secret read from a file
+// often ends with) or another control character, which Go refuses to
+// send; and one with blanks around it, which Go and servers drop, so that
+// the value a rule reads is the value sent. Values are never quoted.
 func checkHeaders(headers map[string]string) error {
 	names := make([]string, 0, len(headers))
 	for k := range headers {
@@ -321,6 +338,8 @@ func checkHeaders(headers map[string]string) error {
 			strings.EqualFold(k, "TE") || strings.EqualFold(k, "Trailer") || strings.EqualFold(k, "Transfer-Encoding") ||
 			len(k) >= len("Sec-WebSocket-") && strings.EqualFold(k[:len("Sec-WebSocket-")], "Sec-WebSocket-"):
 			return fmt.Errorf("header %q cannot be set: it governs the connection, which the tool keeps to one request and its answer", k)
+		case strings.EqualFold(k, "Content-Length"):
+			return errors.New("the Content-Length header cannot be set: the tool sends the body's own length")
 		case !validHeaderName(k):
 			return fmt.Errorf("%q is not a valid header name", k)
 		}
@@ -336,6 +355,9 @@ func checkHeaders(headers map[string]string) error {
 			return fmt.Errorf("%s: the value has a line break (a secret read from a file often ends with one): remove it", k)
 		default:
 			return fmt.Errorf("%s: the value has a control character", k)
+		}
+		if v != strings.Trim(v, " \t") {
+			return fmt.Errorf("%s: the value starts or ends with a blank, which is not sent: remove it", k)
 		}
 	}
 	return nil
