@@ -213,6 +213,9 @@ type App struct {
 	// running is set while Run serves; card updates reported outside it
 	// are made inline.
 	running atomic.Bool
+	// draining is set once Run stops taking new work, as its shutdown
+	// starts (see Draining).
+	draining atomic.Bool
 	// wg counts every goroutine the app starts; Run waits for it.
 	wg sync.WaitGroup
 	// active counts the same goroutines, and quiet is signalled when it
@@ -311,9 +314,17 @@ func (a *App) Groups() approvals.GroupResolver { return a.groups }
 // Connected reports whether Socket Mode is connected.
 func (a *App) Connected() bool { return a.sock.connected.Load() }
 
-// Ready reports whether the app can serve: Socket Mode connected and the
-// store reachable.
+// Draining reports whether the app is shutting down: it takes no new work
+// (events are left for Slack to deliver again, clicks are answered that it
+// is restarting) while the work it has finishes.
+func (a *App) Draining() bool { return a.draining.Load() }
+
+// Ready reports whether the app can serve: not shutting down, Socket Mode
+// connected and the store reachable.
 func (a *App) Ready(ctx context.Context) error {
+	if a.draining.Load() {
+		return errors.New("shutting down")
+	}
 	if !a.sock.connected.Load() {
 		return errors.New("socket mode is not connected")
 	}
@@ -470,6 +481,7 @@ loop:
 			a.handle(workCtx, env)
 		}
 	}
+	a.draining.Store(true)
 	close(stopping)
 	stopFollowing()
 	a.shutdown(workCtx, stopWork, stopNotes, smErr)

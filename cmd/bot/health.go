@@ -22,6 +22,9 @@ const readyTimeout = 3 * time.Second
 // could answer otherwise than the first (see readyz).
 type slackState interface {
 	Connected() bool
+	// Draining reports whether the app is shutting down, taking no new
+	// work.
+	Draining() bool
 }
 
 // pinger is what /readyz asks the store.
@@ -112,6 +115,9 @@ func (p probes) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	switch {
+	case p.app.Draining():
+		status = http.StatusServiceUnavailable
+		body.Error = "shutting down"
 	case !connected:
 		status = http.StatusServiceUnavailable
 		body.Error = "socket mode is not connected"

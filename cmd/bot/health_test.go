@@ -15,12 +15,14 @@ import (
 	"github.com/toolgate/toolgate/tools"
 )
 
-// fakeApp is a slackState whose Socket Mode is connected or not.
+// fakeApp is a slackState whose Socket Mode is connected or not, and
+// which is shutting down or not.
 type fakeApp struct {
-	connected bool
+	connected, draining bool
 }
 
 func (a fakeApp) Connected() bool { return a.connected }
+func (a fakeApp) Draining() bool  { return a.draining }
 
 type fakeStore struct{ err error }
 
@@ -32,6 +34,7 @@ func TestReadyz(t *testing.T) {
 	tests := []struct {
 		name       string
 		connected  bool
+		draining   bool
 		storeErr   error
 		servers    []tools.ServerStatus
 		wantStatus int
@@ -55,6 +58,11 @@ func TestReadyz(t *testing.T) {
 			want:       readiness{Error: "socket mode is not connected", SocketMode: "disconnected", Store: "ok", MCPServers: []tools.ServerStatus{}},
 		},
 		{
+			name: "shutting down", connected: true, draining: true,
+			wantStatus: http.StatusServiceUnavailable,
+			want:       readiness{Error: "shutting down", SocketMode: "connected", Store: "ok", MCPServers: []tools.ServerStatus{}},
+		},
+		{
 			name: "store down", connected: true, storeErr: errors.New("dial tcp 10.0.0.1:6379: connection refused"),
 			wantStatus: http.StatusServiceUnavailable,
 			want: readiness{
@@ -67,7 +75,7 @@ func TestReadyz(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &fakeStore{err: tt.storeErr}
 			p := probes{
-				app:      fakeApp{connected: tt.connected},
+				app:      fakeApp{connected: tt.connected, draining: tt.draining},
 				store:    st,
 				gatherer: prometheus.NewRegistry(),
 				redact:   newRedactor("sk-secret-mcp"),
