@@ -744,6 +744,8 @@ type savedResult struct {
 	// known (see Result.OutcomeUnknown); named for the first such
 	// results, of calls cut by their time-out.
 	Unknown bool `json:"timed_out,omitempty"`
+	// NotSent: its tool did not send the call (see Result.NotSent).
+	NotSent bool `json:"not_sent,omitempty"`
 	// NotRun, if set, is why the call did not run, as its card's note
 	// gave it: its resume found that it should not (see settle).
 	NotRun string `json:"not_run,omitempty"`
@@ -751,13 +753,13 @@ type savedResult struct {
 
 // savedOf is res as it is saved.
 func savedOf(res Result) savedResult {
-	return savedResult{Result: res, Interrupted: res.interrupted, Unknown: res.unknown}
+	return savedResult{Result: res, Interrupted: res.interrupted, Unknown: res.unknown, NotSent: res.notSent}
 }
 
 // result is the saved result as the run that saved it had it.
 func (s savedResult) result() Result {
 	r := s.Result
-	r.unknown = s.Unknown
+	r.unknown, r.notSent = s.Unknown, s.NotSent
 	return r
 }
 

@@ -1682,11 +1682,15 @@ func cutText(s string, max int, what string) string {
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // outcomeOf is the audit outcome of a call that ran with result r: "ok",
-// "error", or "unknown" when the bot stopped while it ran, or it may have
-// done its work and its outcome is not known (see Result.OutcomeUnknown).
+// "error", "unknown" when the bot stopped while it ran, or it may have
+// done its work and its outcome is not known (see Result.OutcomeUnknown),
+// or "not_sent" when its tool did not send it (see Result.NotSent).
 func outcomeOf(r Result) string {
 	if r.interrupted || r.unknown {
 		return "unknown"
+	}
+	if r.notSent {
+		return "not_sent"
 	}
 	if r.IsError {
 		return "error"

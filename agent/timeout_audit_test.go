@@ -39,7 +39,7 @@ func TestTimedOutCallIsAuditedAsTheModelIsTold(t *testing.T) {
 // A call whose tool says it cannot tell whether it did its work (an MCP
 // server that gave no answer, a request sent whose answer never came) is
 // audited as of unknown outcome, as the model is told, not as a failure;
-// a plain failure stays an error.
+// one its tool did not send as not sent; a plain failure stays an error.
 func TestToolsUnknownOutcomeIsAudited(t *testing.T) {
 	for _, tt := range []struct {
 		res  agent.Result
@@ -47,6 +47,7 @@ func TestToolsUnknownOutcomeIsAudited(t *testing.T) {
 	}{
 		{agent.UnknownOutcomeResult("no answer: " + agent.UnknownOutcome), "write unknown"},
 		{agent.Result{Content: "refused", IsError: true}, "write error"},
+		{agent.NotSentResult("not sent"), "write not_sent"},
 	} {
 		w := newWorld(t, backends(t)[0])
 		w.policy = "policy:\n  rules:\n    - tool: write\n      verdict: allow\n"

@@ -27,6 +27,9 @@ type Result struct {
 	// Agent.execute), or said so by its tool (see UnknownOutcomeResult).
 	// It is audited as of unknown outcome, not as an error.
 	unknown bool
+	// notSent marks the result of a call its tool did not send (see
+	// NotSentResult).
+	notSent bool
 }
 
 // Interrupted reports whether r is the result of a call the bot stopped
@@ -40,6 +43,19 @@ func (r Result) Interrupted() bool { return r.interrupted }
 // time-out cut (of a tool neither read-only nor idempotent), or one its
 // tool said so of (see UnknownOutcomeResult).
 func (r Result) OutcomeUnknown() bool { return r.unknown }
+
+// NotSent reports whether r is the result of a call its tool did not
+// send, so that it did nothing (see NotSentResult).
+func (r Result) NotSent() bool { return r.notSent }
+
+// NotSentResult is the result of a call its tool refused to send, so that
+// it did nothing (an MCP server that is not connected, or that listed its
+// tools otherwise since the call was checked): content tells the model
+// why, and the call is audited, and shown on its card, as not sent, not as
+// run with an error.
+func NotSentResult(content string) Result {
+	return Result{Content: content, IsError: true, notSent: true}
+}
 
 // UnknownOutcomeResult is the result of a call that may have done its
 // work but whose tool cannot tell whether it did (a request sent whose

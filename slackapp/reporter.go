@@ -1444,6 +1444,8 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 			switch {
 			case u.Result.OutcomeUnknown():
 				card.Outcome = "outcome unknown: it may have done its work (its result says why)"
+			case u.Result.NotSent():
+				card.Outcome = "not sent: it did nothing (its result says why)"
 			case u.Result.IsError:
 				card.Outcome = "failed"
 			}

@@ -180,8 +180,9 @@ func (t *Tracer) waitSpan(ctx context.Context, turn trace.SpanContext, c store.C
 }
 
 // StartTool starts the span of one tool execution, "execute_tool NAME".
-// Its outcome is "ok", "error" (the span's status is Error) or "unknown",
-// with the status left unset, as audited: for a run cut by a shutdown or a
+// Its outcome is "ok", "error" or "not_sent" (the span's status is Error:
+// its tool did not send the call) or "unknown", with the status left
+// unset, as audited: for a run cut by a shutdown or a
 // lost lease, with an event "interrupted", and for a run that may have
 // done its work that its tool, or its time-out, left unknown.
 func (t *Tracer) StartTool(ctx context.Context, ts agent.ToolStart) (context.Context, func(agent.Result)) {
@@ -211,6 +212,11 @@ func (t *Tracer) StartTool(ctx context.Context, ts agent.ToolStart) (context.Con
 			// It may have done its work, and its tool cannot tell (see
 			// agent.UnknownOutcomeResult): not marked failed either.
 			outcome = "unknown"
+		case res.NotSent():
+			// Its tool did not send it (see agent.NotSentResult): it
+			// did nothing, and failed to.
+			outcome = "not_sent"
+			span.SetStatus(codes.Error, "the tool did not send the call")
 		case res.IsError:
 			outcome = "error"
 			span.SetStatus(codes.Error, "the tool reported an error")

@@ -23,6 +23,7 @@ func TestUnknownOutcomeOnTheSpan(t *testing.T) {
 	}{
 		{agent.UnknownOutcomeResult("MCP server s gave no answer: " + agent.UnknownOutcome), "unknown", codes.Unset},
 		{agent.Result{Content: "refused", IsError: true}, "error", codes.Error},
+		{agent.NotSentResult("MCP server s is unavailable, so the call was not sent"), "not_sent", codes.Error},
 	} {
 		spans := tracetest.NewSpanRecorder()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))

@@ -933,7 +933,7 @@ func (s *server) handler(name string, h approvals.Hints, listing string) agent.H
 		s.mu.Lock()
 		if listing != "" && s.listed != listing {
 			s.mu.Unlock()
-			return errorResult("not performed: MCP server %s listed its tools again since this call was checked (redeployed, or its tools changed), so the call was not sent: call the tool again, for a new approval if it needs one, if it is still needed.", s.cfg.Name), nil
+			return agent.NotSentResult(fmt.Sprintf("not performed: MCP server %s listed its tools again since this call was checked (redeployed, or its tools changed), so the call was not sent: call the tool again, for a new approval if it needs one, if it is still needed.", s.cfg.Name)), nil
 		}
 		cs, lastErr := s.session, s.lastErr
 		if cs != nil {
@@ -1096,7 +1096,7 @@ func (s *server) standIn() agent.Tool {
 }
 
 func (s *server) unavailable(err error) agent.Result {
-	return errorResult("MCP server %s is unavailable: %v. It is being reconnected; try again later or do without it.", s.cfg.Name, s.clean(err))
+	return agent.NotSentResult(fmt.Sprintf("MCP server %s is unavailable, so the call was not sent: %v. It is being reconnected; try again later or do without it.", s.cfg.Name, s.clean(err)))
 }
 
 // busy is what a call that may be tried again is told when the server (or

@@ -509,7 +509,7 @@ policy:
 		// say the server is unavailable.
 		waitFor(t, "a call says the server is unavailable", func() bool {
 			got := call(t, reg, "srv__echo", `{"text": "hi"}`)
-			return got.IsError && strings.HasPrefix(got.Content, "MCP server srv is unavailable: ")
+			return got.IsError && got.NotSent() && strings.HasPrefix(got.Content, "MCP server srv is unavailable, so the call was not sent: ")
 		})
 		st := m.Status()[0]
 		if st.Connected || st.LastError == "" {
