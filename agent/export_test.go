@@ -19,3 +19,11 @@ var MergeUsers = mergeUsers
 
 // JudgeTries and CountTries are judgeTries and countTries.
 const JudgeTries, CountTries = judgeTries, countTries
+
+// ShiftHoldClock moves the clock of the conversation leases' confirmations
+// by d, as a stall of d would, and returns what restores it.
+func ShiftHoldClock(d time.Duration) (restore func()) {
+	old := holdClock
+	holdClock = func() time.Time { return old().Add(d) }
+	return func() { holdClock = old }
+}

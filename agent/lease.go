@@ -142,6 +142,30 @@ type hold struct {
 	// released is set once the lease was released by the holder's last
 	// write; release then only wakes this process's waiters.
 	released bool
+	// confirmed is when the request that last took or renewed the lease
+	// was sent (holdClock's Unix nanoseconds): the lease is this
+	// process's for the lease TTL from then at least.
+	confirmed atomic.Int64
+}
+
+// holdClock is the clock of holds' confirmations (see hold.age): the
+// wall clock, but in tests of a stall.
+var holdClock = time.Now
+
+// confirm records that a request sent at sent took or renewed the lease.
+func (h *hold) confirm(sent time.Time) {
+	d := sent.UnixNano()
+	for {
+		old := h.confirmed.Load()
+		if d <= old || h.confirmed.CompareAndSwap(old, d) {
+			return
+		}
+	}
+}
+
+// age is how long ago the lease was last confirmed.
+func (h *hold) age() time.Duration {
+	return time.Duration(holdClock().UnixNano() - h.confirmed.Load())
 }
 
 type holdKey struct{}
@@ -234,9 +258,10 @@ func (l *leases) runHeld(ctx context.Context, conversation, holder string, fn fu
 	renewCtx, stop := context.WithCancel(workCtx)
 	done := make(chan struct{})
 	since := l.takenAt(key, holder)
+	h.confirm(since)
 	go func() {
 		defer close(done)
-		l.renew(renewCtx, key, conversation, holder, since, lost)
+		l.renew(renewCtx, h, key, since, lost)
 	}()
 	h.stop = func() {
 		stop()
@@ -429,12 +454,49 @@ func (l *leases) release(ctx context.Context, key, conversation, holder string, 
 // until ctx ends. If another process holds it, or renewing fails until the
 // lease may have run out in the store, it calls lost with ErrLeaseLost and
 // returns.
-func (l *leases) renew(ctx context.Context, key, conversation, holder string, since time.Time, lost context.CancelCauseFunc) {
+func (l *leases) renew(ctx context.Context, h *hold, key string, since time.Time, lost context.CancelCauseFunc) {
 	keepRenewed(ctx, wallClock{}, l.ttl, since, l.log, lost, func(ctx context.Context) (bool, error) {
 		// Never taken back once it ran out: whoever held it since may
 		// have done this work's work.
-		return l.store.RenewLease(ctx, key, holder, l.ttl)
-	}, "conversation lease", "conversation", conversation)
+		sent := holdClock()
+		ok, err := l.store.RenewLease(ctx, key, h.holder, l.ttl)
+		if ok && err == nil {
+			h.confirm(sent)
+		}
+		return ok, err
+	}, "conversation lease", "conversation", h.conversation)
+}
+
+// confirm checks, before work that writes nothing first and that another
+// process must not do after taking the conversation over (an allowed call
+// of a tool that may run again), that the lease on conversation that ctx
+// runs under is still this process's. A lease confirmed less than ttl/2
+// ago is (it lasts ttl); an older one (the process stalled, or renewals
+// failed) is renewed first: if that is refused, the work under the hold
+// stops with ErrLeaseLost, as the renewer would stop it. A context ended
+// otherwise (a shutdown) is left to the caller.
+func (l *leases) confirm(ctx context.Context, conversation string) error {
+	if leaseLost(ctx) {
+		return context.Cause(ctx)
+	}
+	h := holdOf(ctx, conversation)
+	if h == nil || ctx.Err() != nil || h.age() < l.ttl/2 {
+		return nil
+	}
+	sent := holdClock()
+	ok, err := l.store.RenewLease(ctx, store.TurnLease(conversation), h.holder, l.ttl)
+	switch {
+	case err != nil && leaseLost(ctx):
+		return context.Cause(ctx)
+	case err != nil:
+		return fmt.Errorf("renew the conversation's lease: %w", err)
+	case !ok:
+		l.log.Error("conversation lease lost; stopping the work under it for another process to carry on", "conversation", conversation)
+		h.lose(ErrLeaseLost)
+		return ErrLeaseLost
+	}
+	h.confirm(sent)
+	return nil
 }
 
 // errNothingToRenew is returned by a renewal of keepRenewed when the work

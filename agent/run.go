@@ -1339,6 +1339,16 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		switch v.Action {
 		case approvals.Allow:
 			if repeatable(tool) {
+				// Nothing is written before it starts: a process that
+				// stalled past its lease, which another process may have
+				// taken over, finds that out first.
+				if err := a.leases.confirm(ctx, t.conv); errors.Is(err, ErrLeaseLost) {
+					return slots, nil, err
+				} else if err != nil {
+					a.log.Warn("confirm the conversation's lease before a call", "conversation", t.conv, "tool", name, "err", err)
+					fail("not performed: the bot could not confirm that it still holds this conversation (%v), so it did not run %s; try again later", err, name)
+					continue
+				}
 				// It may take long: what ran before it is recorded first.
 				if err := record(); err != nil {
 					return slots, nil, err

@@ -624,6 +624,69 @@ func stalledAfterTakeover(t *testing.T, b backend, finished bool) {
 	}
 }
 
+// A turn stalled past its lease in its model call (a long GC pause, a
+// paused VM), whose conversation another process took over meanwhile,
+// starts no tool when it wakes, one that may run again included (read-only
+// or idempotent), before which it writes nothing: it renews its lease
+// first, as the renewal is overdue, is refused, and stops with
+// ErrLeaseLost.
+func TestStalledTurnRunsNoRepeatableToolAfterTakeover(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, hints := range []approvals.Hints{{Idempotent: true}, {ReadOnly: true}} {
+			t.Run(fmt.Sprintf("%s/read-only=%v", b.name, hints.ReadOnly), func(t *testing.T) {
+				w := newWorld(t, b)
+				w.policy = "policy:\n  rules:\n    - tool: set_replicas\n      verdict: allow\n"
+				w.cfg.LeaseTTL = time.Hour // its renewer would notice only much later
+				w.cfg.Owner = "stalled"
+				var runs atomic.Int64
+				must(t, w.reg.Register(agent.Tool{
+					Name: "set_replicas", Schema: json.RawMessage(`{"type":"object"}`), Annotations: hints,
+					Handler: func(context.Context, json.RawMessage) (agent.Result, error) {
+						runs.Add(1)
+						return agent.Result{Content: "set"}, nil
+					},
+				}))
+				entered, release := make(chan struct{}), make(chan struct{})
+				var asked atomic.Int64
+				w.model.Handle(func(openai.ChatCompletionRequest) fakeopenai.Response {
+					if asked.Add(1) > 1 {
+						return fakeopenai.Text("done")
+					}
+					close(entered)
+					<-release
+					return fakeopenai.ToolCalls(call("c1", "set_replicas", `{"n":3}`))
+				})
+				holds := newHoldLog(w.store)
+				a := w.agentWith(holds, w.rec)
+				req := request("scale api to 3")
+				done := make(chan error, 1)
+				go func() {
+					_, err := a.Run(context.Background(), req)
+					done <- err
+				}()
+				<-entered
+				ctx := t.Context()
+				holds.lapse(t, req.Conversation, "")
+				if ok, err := w.store.AcquireLease(ctx, store.TurnLease(req.Conversation), "survivor", time.Hour); err != nil || !ok {
+					t.Fatalf("AcquireLease by the survivor = %v, %v", ok, err)
+				}
+				// The stall: the lease's last renewal is a TTL old.
+				defer agent.ShiftHoldClock(w.cfg.LeaseTTL)()
+				close(release)
+				if err := <-done; !errors.Is(err, agent.ErrLeaseLost) {
+					t.Errorf("the stalled turn ended with %v, want ErrLeaseLost", err)
+				}
+				if n := runs.Load(); n != 0 {
+					t.Errorf("the stalled process ran the tool %d times after another process took the conversation over, want 0", n)
+				}
+				if got := w.rec.Answers(); len(got) != 0 {
+					t.Errorf("the stalled process answered %q in the thread, want nothing", got)
+				}
+			})
+		}
+	}
+}
+
 // lastUserMessages returns the user messages of the last request the model
 // got.
 func lastUserMessages(m *fakeopenai.Server) []string {
