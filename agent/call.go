@@ -31,6 +31,9 @@ type Decision struct {
 	Reason string
 	Args   json.RawMessage
 	Answer string
+	// Exact marks a Remember whose standing rule allows these exact
+	// arguments only.
+	Exact bool
 }
 
 // Call is a paused call as the agent reports it to whoever drives it: what
@@ -116,7 +119,7 @@ func viewOf(c store.Call) Call {
 		Preview: c.Preview, PreviewError: c.PreviewError,
 	}
 	if d := c.Decision; d != nil {
-		v.Decision = &Decision{Kind: kindOf(d), Decider: d.Decider, At: d.At, Reason: d.Reason, Args: d.Args, Answer: d.Answer}
+		v.Decision = &Decision{Kind: kindOf(d), Decider: d.Decider, At: d.At, Reason: d.Reason, Args: d.Args, Answer: d.Answer, Exact: d.Exact}
 	}
 	v.MinApprovals = c.MinApprovals
 	for _, ap := range c.Approvals {

@@ -163,7 +163,7 @@ func (a *App) onClick(ctx context.Context, c click) {
 		a.revokeFromHome(ctx, c)
 	case ActionWhy:
 		a.whyClick(ctx, c)
-	case ActionReject, ActionEdit, ActionRespond, ActionViewArgs, ActionViewPreview:
+	case ActionReject, ActionEdit, ActionRespond, ActionViewArgs, ActionViewModelArgs, ActionViewPreview:
 		// A trigger id is good for 3 s: open the modal now.
 		a.openModal(ctx, c)
 	}
@@ -608,7 +608,7 @@ func (a *App) openModal(ctx context.Context, c click) {
 		a.tell(ctx, c.user, c.channel, c.thread, text)
 		return
 	}
-	if c.actionID == ActionViewArgs || c.actionID == ActionViewPreview {
+	if c.actionID == ActionViewArgs || c.actionID == ActionViewModelArgs || c.actionID == ActionViewPreview {
 		if !a.maySee(ctx, pc.Call, c.user) {
 			a.tell(ctx, c.user, c.channel, c.thread, NotInConversationText())
 			return
@@ -642,6 +642,8 @@ func (a *App) openModal(ctx context.Context, c click) {
 		if d := pc.Decision; d != nil && d.Kind == approvals.Edit && len(d.Args) > 0 {
 			view = EditedArgsModal(pc.Tool, d.Args)
 		}
+	case ActionViewModelArgs:
+		view = ArgsModal(pc.Tool, pc.Args)
 	case ActionViewPreview:
 		view = PreviewModal(pc.Tool, pc.Preview)
 	}

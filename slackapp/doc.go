@@ -17,7 +17,7 @@
 //     conversation, answered in the thread of the message that started it;
 //   - buttons: the decisions on approval cards, one handler per action id
 //     (ActionApprove, ActionDeny, ActionReject, ActionEdit, ActionRemember,
-//     ActionRememberExact, ActionRespond, ActionCancel, ActionViewArgs,
+//     ActionRememberExact, ActionRespond, ActionCancel, ActionViewArgs, ActionViewModelArgs,
 //     ActionViewPreview), ActionWhy (the model explains the pending call in
 //     its thread; nothing is decided), and the Home tab's ActionRevokeRule;
 //   - modals: reject with a reason, edit arguments, answer a question and

@@ -43,6 +43,10 @@ const (
 	// ActionViewArgs opens ArgsModal with a call's full arguments. It is
 	// read-only and stays on a card after the decision.
 	ActionViewArgs = "view_args"
+	// ActionViewModelArgs opens ArgsModal with the model's full arguments
+	// of a call decided with an edit, whose ActionViewArgs shows the
+	// edited ones.
+	ActionViewModelArgs = "view_model_args"
 	// ActionWhy asks the model to explain a pending call in its thread
 	// ("Why?"); nothing is decided and nothing runs. Anyone who may see
 	// the call may click it.

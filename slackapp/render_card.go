@@ -109,6 +109,9 @@ type Card struct {
 	RejectReason string
 	// EditedArgs are the arguments an edit decision ran with.
 	EditedArgs json.RawMessage
+	// ExactAllow marks a Remember decision whose standing rule allows
+	// these exact arguments only.
+	ExactAllow bool
 	// Answer is the human's reply to an ask_human call.
 	Answer string
 	// Outcome says what happened to the call after the decision, e.g. "ran",
@@ -211,7 +214,11 @@ func CardBlocks(c Card) []slack.Block {
 	} else {
 		text, cut := argsSection("*Arguments*", c.Args)
 		var acc *slack.Accessory
-		if cut {
+		switch {
+		case cut && c.editedDecided():
+			// View full arguments shows the edited ones (below).
+			acc = slack.NewAccessory(button(ActionViewModelArgs, "View full arguments", c.CallID))
+		case cut:
 			acc = slack.NewAccessory(button(ActionViewArgs, "View full arguments", c.CallID))
 		}
 		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(text), nil, acc))
@@ -231,14 +238,24 @@ func CardBlocks(c Card) []slack.Block {
 
 	blocks = append(blocks, slack.NewDividerBlock(), section(statusText(c)))
 	blocks = append(blocks, approvalsBlocks(c)...)
-	if c.Status == StatusDecided && c.Decision == approvals.Edit && !c.Human && !c.Sealed {
-		text, _ := argsSection("*Edited arguments*", c.EditedArgs)
-		blocks = append(blocks, section(text))
+	if c.editedDecided() {
+		text, cut := argsSection("*Edited arguments*", c.EditedArgs)
+		var acc *slack.Accessory
+		if cut {
+			acc = slack.NewAccessory(button(ActionViewArgs, "View full arguments", c.CallID))
+		}
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(text), nil, acc))
 	}
 	if o := outcomeText(c); o != "" {
 		blocks = append(blocks, section(o))
 	}
 	return blocks
+}
+
+// editedDecided reports whether c is decided with an edit whose arguments
+// it shows beside the model's.
+func (c Card) editedDecided() bool {
+	return c.Status == StatusDecided && c.Decision == approvals.Edit && !c.Human && !c.Sealed
 }
 
 // CardText is the notification text to post with a card's blocks: what is
@@ -550,10 +567,14 @@ func statusText(c Card) string {
 	case approvals.Approve:
 		return ":white_check_mark: Approved by " + who + when
 	case approvals.Remember:
-		if c.CopyOf != "" {
-			return ":white_check_mark: Approved by " + who + when + ", and allowed in " + channelRef(c.CopyOf) + " from now on"
+		what, where := "allowed", "this channel"
+		if c.ExactAllow {
+			what = "these exact arguments allowed"
 		}
-		return ":white_check_mark: Approved by " + who + when + ", and allowed in this channel from now on"
+		if c.CopyOf != "" {
+			where = channelRef(c.CopyOf)
+		}
+		return ":white_check_mark: Approved by " + who + when + ", and " + what + " in " + where + " from now on"
 	case approvals.Edit:
 		if c.Sealed {
 			return ":pencil2: Edited by " + who + when + "; *View full arguments* shows the edited arguments"

@@ -1435,7 +1435,7 @@ func cardOf(pc agent.PendingCall, u *agent.CallUpdate) Card {
 	}
 	if d := c.Decision; d != nil {
 		card.Decision, card.Decider, card.DecidedAt = d.Kind, d.Decider, d.At
-		card.RejectReason, card.EditedArgs, card.Answer = d.Reason, d.Args, d.Answer
+		card.RejectReason, card.EditedArgs, card.Answer, card.ExactAllow = d.Reason, d.Args, d.Answer, d.Exact
 	}
 	if u != nil {
 		switch u.Phase {
