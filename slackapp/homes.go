@@ -305,7 +305,8 @@ func (a *App) showHome(ctx context.Context, user, shown string) {
 }
 
 // concerned lists the people whose Home tab shows the calls: requesters,
-// approvers, and the audience of calls open to their channel: every
+// approvers (named ones who may not see the call now too: outside its
+// conversation, or the card's before an edit), and the audience of calls open to their channel: every
 // member of a channel of up to maxHomeAudience members, and of a larger
 // one those whose tab this process published, which may list the call
 // (the others see it as they open their tab).
@@ -314,6 +315,12 @@ func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 	members := map[string][]string{}
 	for _, c := range calls {
 		out = append(out, requestedBy(c)...)
+		if c.NeedsAudience && len(c.Approvers) > 0 || !slices.Equal(c.CardApprovers, c.Approvers) {
+			// Named approvers who may not see the call now (outside its
+			// conversation, or the card's, before an edit moved the call
+			// under another rule) may have it listed still.
+			out = append(out, a.expand(ctx, slices.Concat(c.CardApprovers, c.Approvers))...)
+		}
 		if len(namedDeciders(c)) > 0 {
 			out = append(out, a.expand(ctx, a.deciders(ctx, c))...)
 			continue
