@@ -10,6 +10,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeslack"
 )
 
 // slackRefusedBlocksText is the smallest total of block text Slack was seen
@@ -318,6 +319,16 @@ func TestCardsStayClearOfBlocksTooLong(t *testing.T) {
 	r := decided(c, approvals.Reject)
 	r.RejectReason = strings.Repeat("no, ", 1000)
 	cards["rejected"] = r
+	// A rule's long reason, quoted again by the outcome of a call the
+	// policy denies at its resume, with both sets of arguments long.
+	long := pendingCard()
+	long.FourEyes = false
+	long.Reason = strings.Repeat("Deploys to production need a second look. ", 70)
+	long.Args = hugeArgs()
+	n := decided(long, approvals.Edit)
+	n.EditedArgs = hugeArgs()
+	n.Outcome = "not run: policy now denies: " + long.Reason
+	cards["edited, not run"] = n
 	for name, card := range cards {
 		for _, copy := range []bool{false, true} {
 			if copy {
@@ -326,6 +337,10 @@ func TestCardsStayClearOfBlocksTooLong(t *testing.T) {
 			}
 			if n := blocksTextLen(t, CardBlocks(card)); n >= slackRefusedBlocksText {
 				t.Errorf("%s card (sealed %v) holds %d characters of block text; Slack has refused %d", name, copy, n, slackRefusedBlocksText)
+			}
+			raw, _ := json.Marshal(CardBlocks(card))
+			if p := fakeslack.MessageProblems(raw); len(p) > 0 {
+				t.Errorf("%s card (sealed %v) is refused: %v", name, copy, p)
 			}
 		}
 	}

@@ -179,6 +179,13 @@ const questionCutNote = "\n_The whole question is shown when you reply._"
 // maxOutputSummary bounds the tool output excerpt on a decided card.
 const maxOutputSummary = 1500
 
+// maxCardReason bounds a rule's reason on a card, an admin's text that
+// nothing else bounds, and the outcome, which may quote it ("not run:
+// policy now denies: ..."), so that with the longest arguments and edit a
+// decided card stays a message Slack takes. `/approvals policy list`
+// shows a reason whole.
+const maxCardReason = 500
+
 // CardBlocks renders an approval card. A pending card has the decision
 // buttons (Approve, Deny, Reject with reason, Edit arguments, Always allow
 // here, Why?, Cancel; for an ask_human call Reply, Deny, Reject with
@@ -308,7 +315,7 @@ func requestText(c Card) string {
 			if c.RuleID != "" {
 				rule += " —"
 			}
-			rule += " " + Escape(oneLine(c.Reason))
+			rule += " " + Escape(oneLine(clip(c.Reason, maxCardReason)))
 		}
 		lines = append(lines, rule)
 	}
@@ -622,7 +629,7 @@ func expiredText(c Card) string {
 func outcomeText(c Card) string {
 	var parts []string
 	if c.Outcome != "" {
-		parts = append(parts, "*Outcome:* "+Escape(oneLine(c.Outcome)))
+		parts = append(parts, "*Outcome:* "+Escape(oneLine(clip(c.Outcome, maxCardReason))))
 	}
 	if s := strings.TrimSpace(c.OutputSummary); s != "" {
 		shown, warning := revealWarned(s, "the output")
