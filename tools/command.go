@@ -365,6 +365,11 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	room := c.max - int64(len(c.buf))
+	if c.dropped > 0 {
+		// Past the cap (the character it cut left room): nothing after
+		// a gap is kept.
+		room = 0
+	}
 	if int64(len(p)) <= room {
 		c.buf = append(c.buf, p...)
 		return len(p), nil

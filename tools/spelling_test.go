@@ -71,3 +71,17 @@ func TestRunCommandCapKeepsWholeCharacters(t *testing.T) {
 		t.Errorf("run_command result = %q, want \"ab\" and 6 more bytes not shown", res.Content)
 	}
 }
+
+// Once the cap has dropped output, nothing written after is kept, though
+// the character the cap cut left room: the output shown is a start of
+// what the program wrote, whole characters only.
+func TestCappedOutputKeepsNothingAfterTheCut(t *testing.T) {
+	for _, later := range []string{"XYZ", "\u20ac"} {
+		b := &cappedBuffer{max: 4}
+		b.Write([]byte("abc\u20ac")) // the cap cuts the euro sign
+		b.Write([]byte(later))
+		if got := string(b.buf); got != "abc" || b.dropped != int64(3+len(later)) {
+			t.Errorf("then %q: kept %q with %d bytes dropped, want \"abc\" with %d", later, got, b.dropped, 3+len(later))
+		}
+	}
+}
