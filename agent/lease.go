@@ -488,6 +488,8 @@ func (l *leases) confirm(ctx context.Context, conversation string) error {
 	switch {
 	case err != nil && leaseLost(ctx):
 		return context.Cause(ctx)
+	case err != nil && ctx.Err() != nil:
+		return nil // a shutdown, as above
 	case err != nil:
 		return fmt.Errorf("renew the conversation's lease: %w", err)
 	case !ok:
