@@ -1,7 +1,6 @@
 package main
 
 import (
-	"log/slog"
 	"net/url"
 	"strings"
 
@@ -10,27 +9,11 @@ import (
 )
 
 // redactor keeps secrets out of logs and error messages (see
-// redact.Redactor), and out of every line of the log (ReplaceAttr).
+// redact.Redactor), and out of every line of the log (its ReplaceAttr).
 type redactor struct{ redact.Redactor }
 
 // newRedactor returns a redactor that hides each secret.
 func newRedactor(secrets ...string) redactor { return redactor{redact.New(secrets...)} }
-
-// ReplaceAttr is a slog.HandlerOptions.ReplaceAttr that redacts strings and
-// errors, the message included.
-func (r redactor) ReplaceAttr(_ []string, a slog.Attr) slog.Attr {
-	switch a.Value.Kind() {
-	case slog.KindString:
-		if s := a.Value.String(); r.String(s) != s {
-			a.Value = slog.StringValue(r.String(s))
-		}
-	case slog.KindAny:
-		if err, ok := a.Value.Any().(error); ok {
-			a.Value = slog.StringValue(r.String(err.Error()))
-		}
-	}
-	return a
-}
 
 // envSecrets returns the secrets of the environment: the Slack tokens
 // (a placeholder is no secret: hidden, it would garble the error that says

@@ -26,6 +26,7 @@ import (
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
+	"github.com/toolgate/toolgate/internal/redact"
 	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store"
 )
@@ -175,22 +176,33 @@ func run(ctx context.Context, stdin io.Reader, stdout io.Writer, args []string) 
 		interactive = false
 	}
 
-	level := slog.LevelWarn
-	if opts.verbose {
-		level = slog.LevelDebug
-	}
-	var logs slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: store.NameAuditLevel})
-	if !opts.verbose {
-		logs = withoutAudit{logs} // the session shows what they say
-	}
-	log := slog.New(logs)
-
-	pg, err := start(ctx, opts, log)
+	// The model's API key is kept out of the log and of the errors
+	// returned, as the bot keeps its secrets: a model server's answer may
+	// quote it.
+	red := redact.New(os.Getenv("OPENAI_API_KEY"))
+	pg, err := start(ctx, opts, newLogger(os.Stderr, opts.verbose, red))
 	if err != nil {
-		return err
+		return red.Error(err)
 	}
 	defer pg.close()
-	return pg.serve(ctx, opts, in, interactive, stdout)
+	return red.Error(pg.serve(ctx, opts, in, interactive, stdout))
+}
+
+// newLogger returns the bot's logger, writing text lines on w with red's
+// secrets redacted: its warnings and errors, or with verbose all of its
+// lines, the audit lines included.
+func newLogger(w io.Writer, verbose bool, red redact.Redactor) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelDebug
+	}
+	var logs slog.Handler = slog.NewTextHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		return red.ReplaceAttr(groups, store.NameAuditLevel(groups, a))
+	}})
+	if !verbose {
+		logs = withoutAudit{logs} // the session shows what they say
+	}
+	return slog.New(logs)
 }
 
 // serve serves the page, or the terminal session reading in, until ctx
@@ -272,6 +284,10 @@ type playground struct {
 	stopBot   context.CancelFunc
 	botDone   chan error
 	log       *slog.Logger
+	// red takes the secrets out of a model server's words the bot posts:
+	// the model's API key and the -config tools' values from ${VAR}, as
+	// the bot's own redactor does.
+	red redact.Redactor
 }
 
 // start builds the fake workspace and starts the bot on it: the demo
@@ -323,6 +339,7 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 		return nil, fmt.Errorf("%s: %w", file.Setting, err)
 	}
 	pg.config = string(file.Data)
+	pg.red = redact.New(append([]string{os.Getenv("OPENAI_API_KEY")}, file.Tools.Secrets()...)...)
 
 	// Tokens of its own: the fake Slack takes a token in a form post,
 	// which any web page may send to 127.0.0.1, so the default ones (in
@@ -419,6 +436,7 @@ func (pg *playground) startBot(ctx context.Context, model agent.Model, file bots
 			AdminUsers:       []string{userCarol},
 			ApprovalsChannel: channelApprov,
 			ShutdownGrace:    5 * time.Second,
+			Redact:           pg.red.String,
 		},
 		Agent: agent.Config{
 			SystemPrompt: systemPrompt,

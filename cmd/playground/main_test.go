@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +19,7 @@ import (
 	"github.com/sashabaranov/go-openai"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/internal/redact"
 )
 
 // step is one command of a script and what the transcript must (and must
@@ -654,5 +657,43 @@ func TestAzureSettingsAreRefused(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
 	if err := run(context.Background(), strings.NewReader(""), io.Discard, []string{"-script", "-", "-scripted"}); err != nil {
 		t.Errorf("-scripted with Azure settings: %v", err)
+	}
+}
+
+// With a real model, the model's API key is a secret, as in the bot: a
+// model server that quotes it in its refusal (a proxy's 401) does not have
+// it posted in the workspace.
+func TestModelKeyIsNotPosted(t *testing.T) {
+	const key = "sk-test-SECRET-0123456789"
+	t.Setenv("TMPDIR", t.TempDir())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error":{"message":"invalid api key ` + strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ") + `","type":"invalid_request_error"}}`))
+	}))
+	defer srv.Close()
+	t.Setenv("OPENAI_API_KEY", key)
+	t.Setenv("OPENAI_BASE_URL", srv.URL)
+	var out bytes.Buffer
+	if err := run(context.Background(), strings.NewReader("list files\n"), &out, []string{"-script", "-", "-quiet", "300ms"}); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if strings.Contains(out.String(), key) {
+		t.Errorf("the model's API key was posted in the workspace:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "invalid api key [redacted]") {
+		t.Errorf("the server's refusal is not shown, redacted:\n%s", out.String())
+	}
+}
+
+// The log keeps the secrets it is given out of its lines: the message, a
+// string and an error alike.
+func TestLogRedactsSecrets(t *testing.T) {
+	const key = "sk-test-SECRET-0123456789"
+	var out strings.Builder
+	log := newLogger(&out, false, redact.New(key))
+	log.Error("the model refused "+key, "body", "invalid api key "+key, "err", fmt.Errorf("HTTP 401: %s", key))
+	if got := out.String(); strings.Contains(got, key) || !strings.Contains(got, "HTTP 401: [redacted]") {
+		t.Errorf("log:\n%s", got)
 	}
 }

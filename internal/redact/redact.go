@@ -4,6 +4,7 @@
 package redact
 
 import (
+	"log/slog"
 	"slices"
 	"strings"
 )
@@ -110,6 +111,23 @@ func (r Redactor) Error(err error) error {
 		return err
 	}
 	return &redactedError{msg: msg, err: err}
+}
+
+// ReplaceAttr is a slog.HandlerOptions.ReplaceAttr that redacts strings and
+// errors, the message included: a logger built with it keeps the secrets
+// out of every line.
+func (r Redactor) ReplaceAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		if s := a.Value.String(); r.String(s) != s {
+			a.Value = slog.StringValue(r.String(s))
+		}
+	case slog.KindAny:
+		if err, ok := a.Value.Any().(error); ok {
+			a.Value = slog.StringValue(r.String(err.Error()))
+		}
+	}
+	return a
 }
 
 // redactedError is an error whose message had secrets removed.
