@@ -740,9 +740,9 @@ func (r renderer) markdown(b *htmlBuilder, s string) {
 			b.text(strings.Join(code, "\n"))
 			b.raw(`</pre>`)
 			i = j
-		case strings.HasPrefix(trimmed, "#"):
+		case mdHeading(trimmed) > 0:
 			endList()
-			level := len(trimmed) - len(strings.TrimLeft(trimmed, "#"))
+			level := mdHeading(trimmed)
 			b.raw(fmt.Sprintf(`<div class="md-h md-h%d">`, min(level, 3)))
 			r.mdInline(b, strings.TrimSpace(trimmed[level:]))
 			b.raw(`</div>`)
@@ -774,6 +774,17 @@ func (r renderer) markdown(b *htmlBuilder, s string) {
 	}
 	endList()
 	b.raw(`</div>`)
+}
+
+// mdHeading returns the level of the heading line opens (its 1 to 6
+// "#"), or 0 if it opens none: the "#" must be followed by a space or end
+// the line, so "#ops" and "#1" are text.
+func mdHeading(line string) int {
+	level := len(line) - len(strings.TrimLeft(line, "#"))
+	if level == 0 || level > 6 || (level < len(line) && line[level] != ' ' && line[level] != '\t') {
+		return 0
+	}
+	return level
 }
 
 // mdLinks finds the inline Markdown links, [label](url), of one line: a
@@ -851,6 +862,7 @@ func (r renderer) mdInline(b *htmlBuilder, s string) {
 		plain.Reset()
 	}
 	links := newMDLinks(s)
+	var closers []int // see underscoreClosers, made at the first "_" that may open
 outer:
 	for i := 0; i < len(s); {
 		rest := s[i:]
@@ -880,7 +892,20 @@ outer:
 			if !strings.HasPrefix(rest, st.marker) || len(rest) <= 2*len(st.marker) || rest[len(st.marker)] == ' ' {
 				continue
 			}
-			end := strings.Index(rest[len(st.marker):], st.marker)
+			var end int
+			if st.marker == "_" {
+				// An underscore inside a word opens and closes nothing
+				// (CommonMark): snake_case and a_b.txt are text.
+				if wordBefore(s, i) {
+					continue
+				}
+				if closers == nil {
+					closers = underscoreClosers(s)
+				}
+				end = closers[i+1] - (i + 1)
+			} else {
+				end = strings.Index(rest[len(st.marker):], st.marker)
+			}
 			if end <= 0 || rest[len(st.marker)+end-1] == ' ' {
 				continue
 			}
@@ -895,4 +920,31 @@ outer:
 		i++
 	}
 	flush()
+}
+
+// wordBefore reports whether s[i] comes right after a letter or a digit.
+func wordBefore(s string, i int) bool {
+	r, _ := utf8.DecodeLastRuneInString(s[:i])
+	return i > 0 && (unicode.IsLetter(r) || unicode.IsDigit(r))
+}
+
+// underscoreClosers returns, for each index i of s and len(s), the index
+// of the first "_" at or after i that can close an emphasis, one not
+// followed by a letter or a digit, or -1: found for all at once, so a
+// line of many "_" that close nothing takes linear time.
+func underscoreClosers(s string) []int {
+	next := make([]int, len(s)+1)
+	next[len(s)] = -1
+	wordAfter := false
+	for i := len(s) - 1; i >= 0; i-- {
+		next[i] = next[i+1]
+		if s[i] == '_' && !wordAfter {
+			next[i] = i
+		}
+		if utf8.RuneStart(s[i]) {
+			r, _ := utf8.DecodeRuneInString(s[i:])
+			wordAfter = unicode.IsLetter(r) || unicode.IsDigit(r)
+		}
+	}
+	return next
 }

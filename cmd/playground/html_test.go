@@ -199,6 +199,47 @@ func BenchmarkMrkdwnUnclosedMarkers(b *testing.B) {
 	}
 }
 
+// An underscore inside a word opens and closes no emphasis (CommonMark,
+// as Slack and GitHub read it): file and tool names show as written, and
+// words set in underscores are still italic.
+func TestMarkdownUnderscoreInsideAWord(t *testing.T) {
+	r := testRenderer()
+	for _, tc := range []struct{ in, want string }{
+		{"I deleted old_report_2024.csv and my_notes_v2.md", `I deleted old_report_2024.csv and my_notes_v2.md`},
+		{"workspace_write: wrote 3 bytes to tmp/a_b.txt", `workspace_write: wrote 3 bytes to tmp/a_b.txt`},
+		{"an _italic_ word, (_this_ too), _a_b_", `an <i>italic</i> word, (<i>this</i> too), <i>a_b</i>`},
+		{"_née_ and x_été_y", `<i>née</i> and x_été_y`},
+		{"snake_case_ ends", `snake_case_ ends`},
+	} {
+		var b htmlBuilder
+		r.markdown(&b, tc.in)
+		want := `<div class="markdown"><div class="md-p">` + tc.want + `</div></div>`
+		if got := b.String(); got != want {
+			t.Errorf("markdown %q:\n got %s\nwant %s", tc.in, got, want)
+		}
+	}
+}
+
+// A heading is 1 to 6 "#" and a space (or nothing else on the line):
+// "#ops" and "#1" are text.
+func TestMarkdownHeadingNeedsASpace(t *testing.T) {
+	r := testRenderer()
+	for _, tc := range []struct{ in, want string }{
+		{"#ops is where the card went", `<div class="md-p">#ops is where the card went</div>`},
+		{"#1 priority", `<div class="md-p">#1 priority</div>`},
+		{"####### seven", `<div class="md-p">####### seven</div>`},
+		{"## Two", `<div class="md-h md-h2">Two</div>`},
+		{"###### Six", `<div class="md-h md-h3">Six</div>`},
+	} {
+		var b htmlBuilder
+		r.markdown(&b, tc.in)
+		want := `<div class="markdown">` + tc.want + `</div>`
+		if got := b.String(); got != want {
+			t.Errorf("markdown %q:\n got %s\nwant %s", tc.in, got, want)
+		}
+	}
+}
+
 // The terminal session leaves the audit lines out of its log (they say
 // what the session already shows), and names their level when -v keeps
 // them.

@@ -627,3 +627,27 @@ func fetchPanes(base, user, conv string, p *panesReply) error {
 	}
 	return json.NewDecoder(resp.Body).Decode(p)
 }
+
+// The bot's streamed answer naming a tool and a file with underscores in
+// them shows both as written in the thread pane.
+func TestStreamedAnswerKeepsUnderscores(t *testing.T) {
+	pg, srv := startWeb(t)
+	code, body := postJSON(t, srv, "/api/send", map[string]string{"user": userYou, "conv": channelOps, "text": "write hi to tmp/a_b.txt"})
+	if code != http.StatusOK {
+		t.Fatalf("send: %d %s", code, body)
+	}
+	var sent struct{ TS string }
+	_ = json.Unmarshal([]byte(body), &sent)
+	waitSlack(t, pg, "the answer", func() bool {
+		for _, m := range pg.slack.Thread(channelOps, sent.TS) {
+			if m.BotID != "" && strings.Contains(m.Text, "wrote") && !m.Streaming {
+				return true
+			}
+		}
+		return false
+	})
+	p := getPanes(t, srv, userYou, channelOps, sent.TS)
+	if !strings.Contains(string(p.Thread), "workspace_write: wrote 3 bytes to tmp/a_b.txt") {
+		t.Errorf("the thread pane shows:\n%s\nwant the answer as written", p.Thread)
+	}
+}
