@@ -510,3 +510,58 @@ func TestBrowserManyTabs(t *testing.T) {
 		waitText(`#main .msg`, "list files"),
 	)
 }
+
+// An error on the Home tab, which has no composer, is shown: here a click
+// on a button of a Home tab the bot has changed since the page showed it,
+// told in plain words.
+func TestBrowserShowsErrorsOnHome(t *testing.T) {
+	pg, url := startPage(t)
+	ctx := startBrowser(t)
+	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	ts := pg.slack.Mention(channelOps, userYou, "delete scratch.csv")
+	var card string
+	waitSlack(t, pg, "the card", func() bool {
+		for _, m := range pg.slack.Thread(channelOps, ts) {
+			if strings.Contains(string(m.Blocks), `"approve"`) {
+				card = m.TS
+				return true
+			}
+		}
+		return false
+	})
+	run("alice's Home tab lists the call",
+		chromedp.Navigate(url+"?user=alice"),
+		chromedp.WaitVisible(chromedp.CSS(`#sidebar .nav-item.active`)),
+		click(`.nav-item[data-conv="home"]`),
+		waitJS(`document.querySelector('#main .home-view button[data-action-id="approve"]') !== null`),
+	)
+	// The page is slow to fetch its panes (held here), and meanwhile
+	// alice approves the call elsewhere: the Home tab no longer has it.
+	run("hold the page's fetches", void(chromedp.Evaluate[bool](`(fetching = true)`), nil))
+	if _, err := pg.slack.Click(userAlice, channelOps, card, "approve", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitSlack(t, pg, "alice's Home without the call", func() bool {
+		v, ok := pg.slack.HomeView(userAlice)
+		return ok && !strings.Contains(string(v.JSON), `"approve"`)
+	})
+	var shown bool
+	var text string
+	run("alice clicks the stale Approve: the click is refused",
+		click(`#main .home-view button[data-action-id="approve"]`),
+		waitJS(`document.getElementById("post-error").textContent !== ""`),
+		void(chromedp.Evaluate[string](`document.getElementById("post-error").textContent`), &text),
+		void(chromedp.Evaluate[bool](`document.getElementById("post-error").offsetParent !== null`), &shown),
+	)
+	if !shown {
+		t.Errorf("the error %q is not visible on the Home tab", text)
+	}
+	if !strings.Contains(text, "changed since the page showed it") || strings.Contains(text, "fakeslack") {
+		t.Errorf("the error says %q, want it in plain words", text)
+	}
+}

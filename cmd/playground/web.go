@@ -703,13 +703,19 @@ func (w *web) click(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var err error
+	what := "message"
 	if req.ViewID != "" {
+		what = "view"
 		_, err = w.pg.slack.ClickInView(p.id, req.ViewID, req.ActionID, req.Value)
 	} else {
 		_, err = w.pg.slack.Click(p.id, req.Channel, req.TS, req.ActionID, req.Value)
 	}
 	if err != nil {
-		http.Error(rw, err.Error(), http.StatusBadRequest)
+		// The fake Slack refuses a click on a button that is no longer
+		// there: the bot changed (or closed, or deleted) the view or the
+		// message since the page showed it. The person is told so, not
+		// the fake's own words.
+		http.Error(rw, "This "+what+" has changed since the page showed it, and that button is gone: refresh the page to see it as it is now.", http.StatusBadRequest)
 		return
 	}
 	reply(rw, map[string]string{})

@@ -651,3 +651,19 @@ func TestStreamedAnswerKeepsUnderscores(t *testing.T) {
 		t.Errorf("the thread pane shows:\n%s\nwant the answer as written", p.Thread)
 	}
 }
+
+// A click on a button the page no longer has (the bot changed the
+// message or the view since it was shown) is refused with a message for
+// the person, not the fake Slack's own words.
+func TestStaleClickIsExplained(t *testing.T) {
+	_, srv := startWeb(t)
+	for _, req := range []map[string]string{
+		{"user": userAlice, "channel": channelOps, "ts": "1.000001", "action_id": "approve"},
+		{"user": userAlice, "view_id": "V0GONE0001", "action_id": "approve"},
+	} {
+		code, body := postJSON(t, srv, "/api/click", req)
+		if code != http.StatusBadRequest || strings.Contains(body, "fakeslack") || !strings.Contains(body, "changed since the page showed it") {
+			t.Errorf("click %v: %d %s", req, code, body)
+		}
+	}
+}
