@@ -511,6 +511,23 @@ func TestBrowserManyTabs(t *testing.T) {
 	)
 }
 
+// A page opened on the Home tab (?conv=home) tells the bot that the Home
+// tab was opened, as the sidebar's Home item does, and shows it.
+func TestBrowserOpensHomeFromURL(t *testing.T) {
+	_, url := startPage(t)
+	ctx := startBrowser(t)
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(url+"?user=alice&conv=home"),
+		chromedp.WaitVisible(chromedp.CSS(`#sidebar .nav-item.active`)),
+		waitJS(`document.querySelector("#main .home-view") !== null`),
+	)
+	if err != nil {
+		var main string
+		_ = chromedp.Do(ctx, void(chromedp.Evaluate[string](`document.getElementById("main").textContent`), &main))
+		t.Fatalf("the Home tab opened from the URL: %v; it shows %q", err, main)
+	}
+}
+
 // An error on the Home tab, which has no composer, is shown: here a click
 // on a button of a Home tab the bot has changed since the page showed it,
 // told in plain words.

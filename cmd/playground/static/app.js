@@ -235,6 +235,8 @@ window.addEventListener("DOMContentLoaded", () => {
   }
   state.user = sel.value;
   state.conv = params.get("conv") || document.body.dataset.conv;
+  // Opened on the Home tab, the page tells the bot, as a click on Home does.
+  if (state.conv === "home") post("/api/home", {}).catch(showError);
   sel.addEventListener("change", () => {
     state.user = sel.value;
     state.modalKey = "";
