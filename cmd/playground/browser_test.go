@@ -582,3 +582,51 @@ func TestBrowserShowsErrorsOnHome(t *testing.T) {
 		t.Errorf("the error says %q, want it in plain words", text)
 	}
 }
+
+// A double click on a modal's Submit submits it once: the button is
+// disabled while the submission is under way.
+func TestBrowserSubmitsAModalOnce(t *testing.T) {
+	pg, url := startPage(t)
+	ctx := startBrowser(t)
+	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	ts := pg.slack.Mention(channelOps, userYou, "delete scratch.csv")
+	waitSlack(t, pg, "the card", func() bool {
+		for _, m := range pg.slack.Thread(channelOps, ts) {
+			if strings.Contains(string(m.Blocks), `"reject"`) {
+				return true
+			}
+		}
+		return false
+	})
+	var disabled bool
+	run("alice double-clicks Submit in the reject modal",
+		chromedp.Navigate(url+"?user=alice"),
+		chromedp.WaitVisible(chromedp.CSS(`#sidebar .nav-item.active`)),
+		openThread(ts),
+		click(`#thread button[data-action-id="reject"]`),
+		chromedp.WaitVisible(chromedp.CSS(`#modal .modal .bk-field-input`)),
+		setValue(`#modal .bk-field-input`, "not now"),
+		void(chromedp.Evaluate[bool](`(() => { const b = document.querySelector("#modal .modal-submit"); b.click(); const d = b.disabled; b.click(); return d })()`), &disabled),
+		waitJS(`document.getElementById("modal-layer").hidden`),
+		waitText(`#thread .msg`, "Rejected by"),
+	)
+	if !disabled {
+		t.Error("Submit stayed enabled while the modal was being submitted")
+	}
+	subs := 0
+	for _, e := range pg.slack.Envelopes() {
+		if e.InteractionType == "view_submission" {
+			subs++
+		}
+	}
+	var errText string
+	run("read the page's error", void(chromedp.Evaluate[string](`document.getElementById("post-error").textContent`), &errText))
+	if subs != 1 || errText != "" {
+		t.Errorf("the bot got %d submissions; the page shows the error %q", subs, errText)
+	}
+}

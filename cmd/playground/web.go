@@ -60,6 +60,10 @@ type web struct {
 
 	mu   sync.Mutex
 	errs map[string]map[string]string // view id -> the inline errors of its last submission
+	// submitting holds the views whose submission is under way: Slack
+	// takes one submission of a modal at a time, and a second click on
+	// Submit meanwhile does nothing.
+	submitting map[string]bool
 	// changed is closed, and replaced, when errs change: the page's
 	// own state, which the fake Slack's Changed does not cover.
 	changed chan struct{}
@@ -72,7 +76,7 @@ func newWeb(pg *playground, host string) (*web, error) {
 	}
 	w := &web{
 		pg: pg, page: page, host: host, submitView: pg.slack.SubmitView,
-		errs: map[string]map[string]string{}, changed: make(chan struct{}),
+		errs: map[string]map[string]string{}, submitting: map[string]bool{}, changed: make(chan struct{}),
 	}
 	w.r = renderer{
 		user: func(id string) (string, bool) {
@@ -733,6 +737,21 @@ func (w *web) submit(rw http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// The view is marked before it is looked at: a submission that ends
+	// meanwhile has closed it, or answered with errors.
+	w.mu.Lock()
+	busy := w.submitting[req.ViewID]
+	w.submitting[req.ViewID] = true
+	w.mu.Unlock()
+	if busy {
+		http.Error(rw, "This form is already being submitted.", http.StatusConflict)
+		return
+	}
+	defer func() {
+		w.mu.Lock()
+		delete(w.submitting, req.ViewID)
+		w.mu.Unlock()
+	}()
 	if v, ok := w.pg.slack.View(req.ViewID); !ok || v.User != p.id || v.Closed {
 		http.Error(rw, "no such open modal", http.StatusBadRequest)
 		return

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -649,6 +650,97 @@ func TestStreamedAnswerKeepsUnderscores(t *testing.T) {
 	p := getPanes(t, srv, userYou, channelOps, sent.TS)
 	if !strings.Contains(string(p.Thread), "workspace_write: wrote 3 bytes to tmp/a_b.txt") {
 		t.Errorf("the thread pane shows:\n%s\nwant the answer as written", p.Thread)
+	}
+}
+
+// Slack takes one submission of a modal at a time: a second Submit while
+// the first is under way is refused, and the bot gets one submission.
+func TestModalIsSubmittedOnce(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	pg, srv := startWebWith(t, func(w *web) {
+		inner := w.submitView
+		w.submitView = func(user, viewID string, values map[string]map[string]string, meta string) (json.RawMessage, error) {
+			if calls.Add(1) == 1 {
+				close(entered)
+				<-release // the first is under way until the second was answered
+			}
+			return inner(user, viewID, values, meta)
+		}
+	})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	ts := pg.slack.Mention(channelOps, userYou, "delete scratch.csv")
+	var card string
+	waitSlack(t, pg, "the card", func() bool {
+		for _, m := range pg.slack.Thread(channelOps, ts) {
+			if strings.Contains(string(m.Blocks), `"reject"`) {
+				card = m.TS
+				return true
+			}
+		}
+		return false
+	})
+	if code, body := postJSON(t, srv, "/api/click", map[string]string{"user": userAlice, "channel": channelOps, "ts": card, "action_id": "reject"}); code != http.StatusOK {
+		t.Fatalf("click: %d %s", code, body)
+	}
+	waitSlack(t, pg, "the reject modal", func() bool { return len(pg.slack.OpenModals(userAlice)) > 0 })
+	v := pg.slack.OpenModals(userAlice)[0]
+	var view struct {
+		Blocks []struct {
+			Type    string `json:"type"`
+			BlockID string `json:"block_id"`
+			Element struct {
+				ActionID string `json:"action_id"`
+			} `json:"element"`
+		} `json:"blocks"`
+	}
+	if err := json.Unmarshal(v.JSON, &view); err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]map[string]string{}
+	for _, b := range view.Blocks {
+		if b.Type == "input" {
+			values[b.BlockID] = map[string]string{b.Element.ActionID: "not now"}
+		}
+	}
+	submit, _ := json.Marshal(map[string]any{"user": userAlice, "view_id": v.ID, "values": values})
+	first := make(chan string, 1)
+	go func() {
+		resp, err := http.Post(srv.URL+"/api/submit", "application/json", bytes.NewReader(submit))
+		if err != nil {
+			first <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		first <- fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}()
+	<-entered
+	code, body := postJSON(t, srv, "/api/submit", map[string]any{"user": userAlice, "view_id": v.ID, "values": values})
+	close(release)
+	if code != http.StatusConflict {
+		t.Errorf("a second submission while the first is under way: %d %s, want %d", code, body, http.StatusConflict)
+	}
+	if got := <-first; !strings.HasPrefix(got, "200 ") {
+		t.Errorf("the first submission: %s", got)
+	}
+	subs := 0
+	for _, e := range pg.slack.Envelopes() {
+		if e.InteractionType == "view_submission" {
+			subs++
+		}
+	}
+	if subs != 1 {
+		t.Errorf("the bot got %d submissions of one modal", subs)
+	}
+	if code, body := postJSON(t, srv, "/api/submit", map[string]any{"user": userAlice, "view_id": v.ID, "values": values}); code != http.StatusBadRequest {
+		t.Errorf("a submission of the closed modal: %d %s, want %d", code, body, http.StatusBadRequest)
 	}
 }
 

@@ -6,6 +6,9 @@
 
 const state = { user: "", conv: "", thread: "", modalKey: "" };
 let fetching = false, dirty = false;
+// submitting is the id of the modal whose submission is under way: its
+// Submit button stays disabled until the bot has answered.
+let submitting = "";
 
 const $ = (id) => document.getElementById(id);
 
@@ -110,6 +113,7 @@ function renderModal(html, key) {
     });
   }
   state.modalKey = key;
+  disableSubmit();
   layer.hidden = false;
   const first = $("modal").querySelector(".bk-field-input");
   if (first && !sameView) first.focus();
@@ -164,9 +168,19 @@ function confirmThen(btn) {
   box.querySelector(".bk-confirm-yes").onclick = () => { layer.hidden = true; clickButton(btn); };
 }
 
+// disableSubmit disables the modal's Submit button while it is being
+// submitted, and enables it again after.
+function disableSubmit() {
+  const modal = $("modal").querySelector(".modal");
+  const btn = modal && modal.querySelector(".modal-submit");
+  if (btn) btn.disabled = submitting !== "" && submitting === modal.dataset.viewId;
+}
+
 async function submitModal() {
   const modal = $("modal").querySelector(".modal");
-  if (!modal) return;
+  if (!modal || submitting) return;
+  submitting = modal.dataset.viewId;
+  disableSubmit();
   const values = {};
   modal.querySelectorAll(".bk-input").forEach((block) => {
     const input = block.querySelector(".bk-field-input");
@@ -178,6 +192,9 @@ async function submitModal() {
     refresh();
   } catch (err) {
     showError(err);
+  } finally {
+    submitting = "";
+    disableSubmit();
   }
 }
 
