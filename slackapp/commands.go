@@ -536,7 +536,13 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 	if err != nil && !errors.Is(err, approvals.ErrAuditFailed) {
 		return "I couldn't add the rule: " + Escape(err.Error())
 	}
-	out := fmt.Sprintf("Added runtime rule %s: %s", inlineCode(added.ID), inlineCode(ruleBody(added))) + notAudited(err)
+	// The rule is clipped, once escaped, so that the notes after it
+	// (warnings among them) always fit in the answer.
+	shown := inlineCode(ruleBody(added))
+	for n := 1500; textLen(shown) > 1500; n = n * 2 / 3 {
+		shown = inlineCode(clip(ruleBody(added), n))
+	}
+	out := fmt.Sprintf("Added runtime rule %s: %s", inlineCode(added.ID), shown) + notAudited(err)
 	if over := a.policy.Overrules(added); len(over) > 0 {
 		out += "\nNote: " + overrulesText(over) + ". The policy file is a floor: change the file to relax it."
 	}
@@ -627,13 +633,14 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 		args = approvals.NormalizeText(typed)
 	}
 	in := approvals.Input{Tool: tool, Args: json.RawMessage(args), User: cmd.UserID, Channel: cmd.ChannelID}
+	human := false // a question for people, which no verdict runs
 	ag := a.ag
 	if ag != nil {
 		t, ok := ag.Tools().Lookup(tool)
 		if !ok {
 			return fmt.Sprintf("There is no tool %s.", inlineCode(tool))
 		}
-		in.Hints = t.Annotations
+		in.Hints, human = t.Annotations, t.Human
 	}
 	// The agent's own checks (one JSON object, its depth, keys that look
 	// alike), then the tool's schema: arguments either refuses never reach
@@ -651,6 +658,11 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 	}
 	in.Args = canonical
 	v, err := a.policy.Test(ctx, in)
+	if human && v.Action == approvals.Allow {
+		// As a real call: a question for people cannot be answered by
+		// running it, so it is asked.
+		v.Action = approvals.Ask
+	}
 	// The arguments are clipped, once escaped, so that the verdict after
 	// them always fits in the answer.
 	shown := inlineCode(string(canonical))
