@@ -80,6 +80,9 @@ type options struct {
 	scripted bool
 	wait     time.Duration
 	quiet    time.Duration
+	// logSecrets, if set, is the log's redactor, which start completes
+	// with the tools' secrets once it has read the config file.
+	logSecrets *redactorRef
 }
 
 // terminal reports whether the playground runs in the terminal rather
@@ -179,25 +182,41 @@ func run(ctx context.Context, stdin io.Reader, stdout io.Writer, args []string) 
 	// The model's API key is kept out of the log and of the errors
 	// returned, as the bot keeps its secrets: a model server's answer may
 	// quote it.
-	red := redact.New(os.Getenv("OPENAI_API_KEY"))
+	red := newRedactorRef(redact.New(os.Getenv("OPENAI_API_KEY")))
+	opts.logSecrets = red
 	pg, err := start(ctx, opts, newLogger(os.Stderr, opts.verbose, red))
 	if err != nil {
-		return red.Error(err)
+		return red.get().Error(err)
 	}
 	defer pg.close()
-	return red.Error(pg.serve(ctx, opts, in, interactive, stdout))
+	return red.get().Error(pg.serve(ctx, opts, in, interactive, stdout))
 }
 
+// redactorRef is a redactor that can be completed once more secrets are
+// known (the config file's), for a log made before.
+type redactorRef struct {
+	p atomic.Pointer[redact.Redactor]
+}
+
+func newRedactorRef(red redact.Redactor) *redactorRef {
+	r := &redactorRef{}
+	r.set(red)
+	return r
+}
+
+func (r *redactorRef) get() redact.Redactor    { return *r.p.Load() }
+func (r *redactorRef) set(red redact.Redactor) { r.p.Store(&red) }
+
 // newLogger returns the bot's logger, writing text lines on w with red's
-// secrets redacted: its warnings and errors, or with verbose all of its
-// lines, the audit lines included.
-func newLogger(w io.Writer, verbose bool, red redact.Redactor) *slog.Logger {
+// secrets redacted (as red holds them at each line): its warnings and
+// errors, or with verbose all of its lines, the audit lines included.
+func newLogger(w io.Writer, verbose bool, red *redactorRef) *slog.Logger {
 	level := slog.LevelWarn
 	if verbose {
 		level = slog.LevelDebug
 	}
 	var logs slog.Handler = slog.NewTextHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-		return red.ReplaceAttr(groups, store.NameAuditLevel(groups, a))
+		return red.get().ReplaceAttr(groups, store.NameAuditLevel(groups, a))
 	}})
 	if !verbose {
 		logs = withoutAudit{logs} // the session shows what they say
@@ -340,6 +359,9 @@ func start(ctx context.Context, opts options, log *slog.Logger) (_ *playground, 
 	}
 	pg.config = string(file.Data)
 	pg.red = redact.New(append([]string{os.Getenv("OPENAI_API_KEY")}, file.Tools.Secrets()...)...)
+	if opts.logSecrets != nil {
+		opts.logSecrets.set(pg.red) // the log keeps them out too
+	}
 
 	// Tokens of its own: the fake Slack takes a token in a form post,
 	// which any web page may send to 127.0.0.1, so the default ones (in

@@ -689,11 +689,45 @@ func TestModelKeyIsNotPosted(t *testing.T) {
 // The log keeps the secrets it is given out of its lines: the message, a
 // string and an error alike.
 func TestLogRedactsSecrets(t *testing.T) {
-	const key = "sk-test-SECRET-0123456789"
+	const key, tool = "sk-test-SECRET-0123456789", "ghp-tool-SECRET-9876543210"
 	var out strings.Builder
-	log := newLogger(&out, false, redact.New(key))
+	red := newRedactorRef(redact.New(key))
+	log := newLogger(&out, false, red)
 	log.Error("the model refused "+key, "body", "invalid api key "+key, "err", fmt.Errorf("HTTP 401: %s", key))
 	if got := out.String(); strings.Contains(got, key) || !strings.Contains(got, "HTTP 401: [redacted]") {
 		t.Errorf("log:\n%s", got)
+	}
+	// The config file's tools' secrets, known once it is read, are kept
+	// out of the lines written after.
+	red.set(redact.New(key, tool))
+	out.Reset()
+	log.Error("a tool failed", "err", fmt.Errorf("HTTP 401 with token %s", tool))
+	if got := out.String(); strings.Contains(got, tool) || !strings.Contains(got, "token [redacted]") {
+		t.Errorf("log after the config's secrets were added:\n%s", got)
+	}
+}
+
+// The log made before the config file is read keeps the file's tools'
+// secrets out once start has read it.
+func TestLogLearnsTheConfigsSecrets(t *testing.T) {
+	const secret = "pg-tool-SECRET-31415926"
+	t.Setenv("OPENAI_API_KEY", "")
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("PG_TEST_TOKEN", secret)
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", t.TempDir())
+	file := filepath.Join(dir, "config.yaml")
+	work := t.TempDir()
+	if err := os.WriteFile(file, []byte("builtin_tools:\n  run_command: {allow: [ls], dir: "+strconv.Quote(work)+", env: {TOKEN: \"${PG_TEST_TOKEN}\"}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	red := newRedactorRef(redact.New())
+	pg, err := start(t.Context(), options{config: file, logSecrets: red}, newLogger(io.Discard, false, red))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	defer pg.close()
+	if got := red.get().String("token " + secret); strings.Contains(got, secret) {
+		t.Errorf("the log's redactor after start: %q, want the tool's secret out", got)
 	}
 }
