@@ -446,14 +446,18 @@ func (r *threadReporter) Unsaved(ctx context.Context, calls []agent.PendingCall)
 func (r *threadReporter) Remind(ctx context.Context, c agent.PendingCall, n int) {
 	r.app.spawn(ctx, "remind", func(ctx context.Context) {
 		r.app.statusSettled(ctx, r.conv)
+		// Read again: approvals counted since the pass read the call are
+		// not awaited any more, and an edit may have changed its count
+		// and deadline.
+		c, pending := r.app.pendingNow(ctx, c)
+		if !pending {
+			return
+		}
 		card := cardOf(c, nil)
 		if len(card.Approvers) > 0 && len(remindedApprovers(card)) == 0 {
 			return
 		}
 		text := ReminderText(card, n)
-		if !r.app.stillPending(ctx, c.ID) {
-			return
-		}
 		r.app.post(ctx, r.channel, r.thread, text)
 		for _, target := range r.app.reminderTargets(ctx, r.channel, c.Call) {
 			if !r.app.stillPending(ctx, c.ID) {
@@ -467,11 +471,24 @@ func (r *threadReporter) Remind(ctx context.Context, c agent.PendingCall, n int)
 // stillPending reports whether the call is pending as stored (true when
 // that cannot be read: a reminder too many beats one lost).
 func (a *App) stillPending(ctx context.Context, callID string) bool {
+	_, pending := a.pendingNow(ctx, agent.PendingCall{Call: agent.Call{ID: callID}})
+	return pending
+}
+
+// pendingNow returns c as stored now, and whether it is still pending (c
+// as it is, and true, when that cannot be read: see stillPending).
+func (a *App) pendingNow(ctx context.Context, c agent.PendingCall) (agent.PendingCall, bool) {
 	if a.ag == nil {
-		return true
+		return c, true
 	}
-	pc, err := a.ag.Call(ctx, callID)
-	return err != nil && !errors.Is(err, approvals.ErrUnknownCall) || err == nil && pc.Status == agent.CallPending
+	pc, err := a.ag.Call(ctx, c.ID)
+	switch {
+	case err == nil:
+		return pc, pc.Status == agent.CallPending
+	case errors.Is(err, approvals.ErrUnknownCall):
+		return c, false
+	}
+	return c, true
 }
 
 var _ agent.Reminder = (*threadReporter)(nil)
