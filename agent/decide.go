@@ -389,6 +389,12 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		kept = 0 // an edit restarts the count
 	}
 	counted := kept+1 < need
+	if next := store.Counted(c, ap, stale, edit); counted && dueEarlier(next, c) {
+		// An edit brought the deadline forward: the processes that follow
+		// pauses learn of it, so that the call expires on time should this
+		// one stop first.
+		fx.Announce = a.announce(announcement{Due: dueOf([]store.Call{next})}, nil)
+	}
 	var s sent
 	if taken != nil && (pc != nil || !counted) {
 		rb := a.resumeBegin(c, final.Attempt)
@@ -471,6 +477,12 @@ func (a *Agent) announceCounted(rb *store.ResumeBegin, next store.Call, pc pause
 	if an := rememberable([]store.Call{next}, pc.recs, pc.version); len(an.IDs) == 1 {
 		rb.Announce = a.announce(an, pc.recs)
 	}
+}
+
+// dueEarlier reports whether next, c once an approval is counted, has an
+// expiry or a reminder earlier than c's.
+func dueEarlier(next, c store.Call) bool {
+	return next.ExpiresAt.Before(c.ExpiresAt) || !next.RemindAt.IsZero() && (c.RemindAt.IsZero() || next.RemindAt.Before(c.RemindAt))
 }
 
 // judgeAgain is returned by approve when an approval judged from a

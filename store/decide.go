@@ -24,6 +24,12 @@ type Effects struct {
 	// its run pending: the resume is then work in progress that another
 	// process takes over if this one dies before it answers.
 	Unanswered string
+	// Announce, if set, is published as ResumeBegin.Announce is when an
+	// approval conditional on what it was judged by (Condition) is
+	// counted without deciding the call, by ApproveAudited, and by
+	// ApproveBegin when its ResumeBegin has none; a store that announces
+	// nothing ignores it.
+	Announce []byte
 }
 
 // Condition makes a decision or an approval conditional on what it was

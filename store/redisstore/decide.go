@@ -578,8 +578,8 @@ func (s *Store) approveBegin(ctx context.Context, callID, fingerprint string, a 
 		if err != nil {
 			return fail(store.Call{}, err)
 		}
-		var announce string
-		if r != nil {
+		announce := string(fx.Announce)
+		if r != nil && len(r.Announce) > 0 {
 			announce = string(r.Announce)
 		}
 		script = approveHeld
