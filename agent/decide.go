@@ -389,11 +389,13 @@ func (a *Agent) approve(ctx context.Context, c store.Call, d approvals.Decision,
 		kept = 0 // an edit restarts the count
 	}
 	counted := kept+1 < need
-	if next := store.Counted(c, ap, stale, edit); counted && dueEarlier(next, c) {
-		// An edit brought the deadline forward: the processes that follow
-		// pauses learn of it, so that the call expires on time should this
-		// one stop first.
-		fx.Announce = a.announce(announcement{Due: dueOf([]store.Call{next})}, nil)
+	if edit != nil && counted {
+		if next := store.Counted(c, ap, stale, edit); dueEarlier(next, c) {
+			// An edit brought the deadline forward: the processes that
+			// follow pauses learn of it, so that the call expires on time
+			// should this one stop first.
+			fx.Announce = a.announce(announcement{Due: dueOf([]store.Call{next})}, nil)
+		}
 	}
 	var s sent
 	if taken != nil && (pc != nil || !counted) {
