@@ -13,11 +13,8 @@ type claim struct {
 	run string
 	// owner names the claim in the store.
 	owner string
-	// confirmed is when the request that last took or renewed the claim
-	// was sent (nanoseconds after base): the claim is this process's for
-	// LeaseTTL from then at least.
-	base      time.Time
-	confirmed atomic.Int64
+	// confirmed is when the claim was last taken or renewed.
+	confirmed confirmation
 	lose      context.CancelCauseFunc
 	// finishing is set before the write that finishes the run: the claim
 	// is no longer needed then, and a renewal refused for a finished run
@@ -49,7 +46,7 @@ func claimOf(ctx context.Context, runID string) *claim {
 // claim, so that the takeover of the conversation (listed until the resume
 // saves its result) can claim the run at once instead of after LeaseTTL.
 func (a *Agent) keepClaim(ctx context.Context, runID, owner string, claimedAt time.Time) (_ context.Context, stop func()) {
-	c := &claim{run: runID, owner: owner, base: claimedAt}
+	c := &claim{run: runID, owner: owner, confirmed: confirmation{base: claimedAt}}
 	work, lost := context.WithCancelCause(context.WithValue(ctx, claimKey{}, c))
 	c.lose = lost
 	renewCtx, cancel := context.WithCancel(work)
@@ -57,10 +54,10 @@ func (a *Agent) keepClaim(ctx context.Context, runID, owner string, claimedAt ti
 	go func() {
 		defer close(done)
 		keepRenewed(renewCtx, wallClock{}, a.cfg.LeaseTTL, claimedAt, a.log, lost, func(ctx context.Context) (bool, error) {
-			sent := time.Now()
+			sent := holdClock()
 			ok, err := a.store.RenewClaim(ctx, runID, owner, a.cfg.LeaseTTL)
 			if err == nil && ok {
-				c.confirm(sent)
+				c.confirmed.confirm(sent)
 			}
 			if err == nil && !ok && c.finishing.Load() {
 				return false, errNothingToRenew
@@ -82,23 +79,6 @@ func (a *Agent) keepClaim(ctx context.Context, runID, owner string, claimedAt ti
 	}
 }
 
-// confirm notes that the claim was taken or renewed by a request sent at
-// sent.
-func (c *claim) confirm(sent time.Time) {
-	d := int64(sent.Sub(c.base))
-	for {
-		old := c.confirmed.Load()
-		if d <= old || c.confirmed.CompareAndSwap(old, d) {
-			return
-		}
-	}
-}
-
-// age is how long ago the claim was last confirmed.
-func (c *claim) age() time.Duration {
-	return time.Since(c.base) - time.Duration(c.confirmed.Load())
-}
-
 // confirmClaim checks, before a call marked with the claim runs, that the
 // claim on runID that ctx runs under is still this process's. A claim
 // confirmed less than LeaseTTL/2 ago is (it lasts LeaseTTL); an older one
@@ -113,10 +93,10 @@ func (a *Agent) confirmClaim(ctx context.Context, runID string) error {
 		return context.Cause(ctx)
 	}
 	c := claimOf(ctx, runID)
-	if c == nil || c.age() < a.cfg.LeaseTTL/2 {
+	if c == nil || c.confirmed.age() < a.cfg.LeaseTTL/2 {
 		return nil
 	}
-	sent := time.Now()
+	sent := holdClock()
 	ok, err := a.store.RenewClaim(ctx, runID, c.owner, a.cfg.LeaseTTL)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -127,6 +107,6 @@ func (a *Agent) confirmClaim(ctx context.Context, runID string) error {
 		c.lose(ErrLeaseLost)
 		return ErrLeaseLost
 	}
-	c.confirm(sent)
+	c.confirmed.confirm(sent)
 	return nil
 }

@@ -142,30 +142,38 @@ type hold struct {
 	// released is set once the lease was released by the holder's last
 	// write; release then only wakes this process's waiters.
 	released bool
-	// confirmed is when the request that last took or renewed the lease
-	// was sent (holdClock's Unix nanoseconds): the lease is this
-	// process's for the lease TTL from then at least.
-	confirmed atomic.Int64
+	// confirmed is when the lease was last taken or renewed.
+	confirmed confirmation
 }
 
-// holdClock is the clock of holds' confirmations (see hold.age): the
-// wall clock, but in tests of a stall.
+// confirmation is when a hold in the store (a conversation's lease, a
+// resume claim) was last taken or renewed: by the request sent at the
+// latest time given to confirm, base at first. The hold is this process's
+// for its TTL from then at least.
+type confirmation struct {
+	base time.Time
+	// at is the nanoseconds after base of the latest confirmation.
+	at atomic.Int64
+}
+
+// holdClock is the clock of confirmations (see confirmation.age): the
+// wall clock, with its monotonic reading, but in tests of a stall.
 var holdClock = time.Now
 
-// confirm records that a request sent at sent took or renewed the lease.
-func (h *hold) confirm(sent time.Time) {
-	d := sent.UnixNano()
+// confirm records that a request sent at sent took or renewed the hold.
+func (c *confirmation) confirm(sent time.Time) {
+	d := int64(sent.Sub(c.base))
 	for {
-		old := h.confirmed.Load()
-		if d <= old || h.confirmed.CompareAndSwap(old, d) {
+		old := c.at.Load()
+		if d <= old || c.at.CompareAndSwap(old, d) {
 			return
 		}
 	}
 }
 
-// age is how long ago the lease was last confirmed.
-func (h *hold) age() time.Duration {
-	return time.Duration(holdClock().UnixNano() - h.confirmed.Load())
+// age is how long ago the hold was last confirmed.
+func (c *confirmation) age() time.Duration {
+	return holdClock().Sub(c.base) - time.Duration(c.at.Load())
 }
 
 type holdKey struct{}
@@ -258,7 +266,7 @@ func (l *leases) runHeld(ctx context.Context, conversation, holder string, fn fu
 	renewCtx, stop := context.WithCancel(workCtx)
 	done := make(chan struct{})
 	since := l.takenAt(key, holder)
-	h.confirm(since)
+	h.confirmed.base = since
 	go func() {
 		defer close(done)
 		l.renew(renewCtx, h, key, since, lost)
@@ -461,7 +469,7 @@ func (l *leases) renew(ctx context.Context, h *hold, key string, since time.Time
 		sent := holdClock()
 		ok, err := l.store.RenewLease(ctx, key, h.holder, l.ttl)
 		if ok && err == nil {
-			h.confirm(sent)
+			h.confirmed.confirm(sent)
 		}
 		return ok, err
 	}, "conversation lease", "conversation", h.conversation)
@@ -480,7 +488,7 @@ func (l *leases) confirm(ctx context.Context, conversation string) error {
 		return context.Cause(ctx)
 	}
 	h := holdOf(ctx, conversation)
-	if h == nil || ctx.Err() != nil || h.age() < l.ttl/2 {
+	if h == nil || ctx.Err() != nil || h.confirmed.age() < l.ttl/2 {
 		return nil
 	}
 	sent := holdClock()
@@ -497,7 +505,7 @@ func (l *leases) confirm(ctx context.Context, conversation string) error {
 		h.lose(ErrLeaseLost)
 		return ErrLeaseLost
 	}
-	h.confirm(sent)
+	h.confirmed.confirm(sent)
 	return nil
 }
 
