@@ -536,13 +536,9 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 	if err != nil && !errors.Is(err, approvals.ErrAuditFailed) {
 		return "I couldn't add the rule: " + Escape(err.Error())
 	}
-	// The rule is clipped, once escaped, so that the notes after it
-	// (warnings among them) always fit in the answer.
-	shown := inlineCode(ruleBody(added))
-	for n := 1500; textLen(shown) > 1500; n = n * 2 / 3 {
-		shown = inlineCode(clip(ruleBody(added), n))
-	}
-	out := fmt.Sprintf("Added runtime rule %s: %s", inlineCode(added.ID), shown) + notAudited(err)
+	// The rule is clipped so that the notes after it (warnings among
+	// them) always fit in the answer.
+	out := fmt.Sprintf("Added runtime rule %s: %s", inlineCode(added.ID), clippedCode(ruleBody(added))) + notAudited(err)
 	if over := a.policy.Overrules(added); len(over) > 0 {
 		out += "\nNote: " + overrulesText(over) + ". The policy file is a floor: change the file to relax it."
 	}
@@ -663,13 +659,9 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 		// running it, so it is asked.
 		v.Action = approvals.Ask
 	}
-	// The arguments are clipped, once escaped, so that the verdict after
-	// them always fits in the answer.
-	shown := inlineCode(string(canonical))
-	for n := 1500; textLen(shown) > 1500; n = n * 2 / 3 {
-		shown = inlineCode(clip(string(canonical), n))
-	}
-	out := fmt.Sprintf("%s %s → *%s* by rule %s", inlineCode(tool), shown, v.Action, inlineCode(v.RuleID))
+	// The arguments are clipped so that the verdict after them always
+	// fits in the answer.
+	out := fmt.Sprintf("%s %s → *%s* by rule %s", inlineCode(tool), clippedCode(string(canonical)), v.Action, inlineCode(v.RuleID))
 	if v.Reason != "" {
 		out += ": " + Escape(v.Reason)
 	}
@@ -986,4 +978,14 @@ func (a *App) ownPending(ctx context.Context, ag Agent, scanned []agent.PendingC
 // them for a Filter's Requester (see store.Call.RequestedBy).
 func requestedBy(c agent.Call) []string {
 	return store.Call{Requester: c.Requester, Requesters: c.Requesters}.RequestedBy()
+}
+
+// clippedCode is s as inline code, clipped so that it takes at most 1,500
+// characters once escaped: what an answer says after it always fits.
+func clippedCode(s string) string {
+	shown := inlineCode(s)
+	for n := 1500; textLen(shown) > 1500; n = n * 2 / 3 {
+		shown = inlineCode(clip(s, n))
+	}
+	return shown
 }
