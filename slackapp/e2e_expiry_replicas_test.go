@@ -56,16 +56,7 @@ func TestCallPausedOnAStoppedReplicaExpiresOnTime(t *testing.T) {
 			e.shared = base
 			// Both replicas run before the call is paused.
 			stores := []*pauseNoted{{seenStore: &seenStore{fullStore: base}}, {seenStore: &seenStore{fullStore: base}}}
-			bots := []*bot{e.run(stores[0]), e.run(stores[1])}
-			stopped := make([]bool, 2)
-			t.Cleanup(func() {
-				for i, b := range bots {
-					if !stopped[i] {
-						b.cancel()
-						<-b.done
-					}
-				}
-			})
+			stop := e.runReplicas(t, stores[0], stores[1])
 			must(t, e.slack.WaitConnected(2, 10*time.Second))
 			ts := e.slack.Mention(channel, requester, "deploy api 7")
 			card := e.card(ts, "deploy")
@@ -85,9 +76,7 @@ func TestCallPausedOnAStoppedReplicaExpiresOnTime(t *testing.T) {
 				t.Fatal("could not tell which replica paused the call")
 			}
 			// The replica that paused it stops; the other one runs on.
-			bots[pauser].cancel()
-			must(t, <-bots[pauser].done)
-			stopped[pauser] = true
+			stop(pauser)
 			if !time.Now().Before(c.ExpiresAt) {
 				t.Fatal("the pausing replica stopped only after the deadline: nothing tested")
 			}
@@ -101,5 +90,29 @@ func TestCallPausedOnAStoppedReplicaExpiresOnTime(t *testing.T) {
 				t.Errorf("3 s past the deadline the card does not say it expired (the call is %s): the replica left waits for its next sweep (SWEEP_INTERVAL) although it runs", st.Status)
 			}
 		})
+	}
+}
+
+// runReplicas runs a bot on each of stores, and returns what stops the
+// one of index i (checking that it stopped cleanly); those not stopped so
+// stop at the test's end.
+func (e *env) runReplicas(t *testing.T, stores ...fullStore) (stop func(i int)) {
+	bots := make([]*bot, len(stores))
+	for i, st := range stores {
+		bots[i] = e.run(st)
+	}
+	stopped := make([]bool, len(bots))
+	t.Cleanup(func() {
+		for i, b := range bots {
+			if !stopped[i] {
+				b.cancel()
+				<-b.done
+			}
+		}
+	})
+	return func(i int) {
+		bots[i].cancel()
+		must(t, <-bots[i].done)
+		stopped[i] = true
 	}
 }

@@ -50,16 +50,7 @@ policy:
 				{pauseNoted: &pauseNoted{seenStore: &seenStore{fullStore: base}}},
 				{pauseNoted: &pauseNoted{seenStore: &seenStore{fullStore: base}}},
 			}
-			bots := []*bot{e.run(stores[0]), e.run(stores[1])}
-			stopped := make([]bool, 2)
-			t.Cleanup(func() {
-				for i, b := range bots {
-					if !stopped[i] {
-						b.cancel()
-						<-b.done
-					}
-				}
-			})
+			stop := e.runReplicas(t, stores[0], stores[1])
 			must(t, e.slack.WaitConnected(2, 10*time.Second))
 			ts := e.slack.Mention(channel, requester, "deploy api 1")
 			card := e.card(ts, "deploy")
@@ -81,9 +72,7 @@ policy:
 			c, err := base.GetCall(t.Context(), callID)
 			must(t, err)
 			// The replica that recorded the edit stops; the other runs on.
-			bots[editor].cancel()
-			must(t, <-bots[editor].done)
-			stopped[editor] = true
+			stop(editor)
 			if !time.Now().Before(c.ExpiresAt) {
 				t.Fatal("the editing replica stopped only after the new deadline: nothing tested")
 			}
