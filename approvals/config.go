@@ -139,9 +139,16 @@ func mergedFields(n *yaml.Node, expanding map[*yaml.Node]bool) ([]*yaml.Node, er
 	expanding[n] = true
 	defer func() { expanding[n] = false }()
 	var own, merged []*yaml.Node
+	ownLine := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], deref(n.Content[i+1])
 		if k.Value != "<<" || k.Tag != "!!merge" {
+			// A key given twice in one mapping, merged or not, is
+			// refused: readers of YAML disagree on which copy counts.
+			if first, dup := ownLine[k.Value]; dup {
+				return nil, &fieldError{field: k.Value, line: k.Line, err: fmt.Errorf("given twice (first on line %d)", first)}
+			}
+			ownLine[k.Value] = k.Line
 			own = append(own, k, v)
 			continue
 		}
@@ -198,18 +205,15 @@ func parseRuleNode(n *yaml.Node) (lineRule, error) {
 	}
 	for i := 0; i+1 < len(fields); i += 2 {
 		k, v := fields[i], fields[i+1]
-		if _, dup := lr.fields[k.Value]; dup {
-			return lr, &fieldError{field: k.Value, line: k.Line, err: errors.New("given twice")}
-		}
 		lr.fields[k.Value] = v.Line
 		var err error
 		switch k.Value {
 		case "id":
-			err = scalar(v, &r.ID)
+			err = visibleScalar(v, &r.ID)
 		case "tool":
-			err = scalar(v, &r.Tool)
+			err = visibleScalar(v, &r.Tool)
 		case "when":
-			if err = scalar(v, &r.When); err == nil && strings.TrimSpace(r.When) == "" {
+			if err = visibleScalar(v, &r.When); err == nil && strings.TrimSpace(r.When) == "" {
 				err = errEmptyWhen
 			}
 		case "verdict":
@@ -217,7 +221,7 @@ func parseRuleNode(n *yaml.Node) (lineRule, error) {
 			err = scalar(v, &s)
 			r.Verdict = Action(s)
 		case "reason":
-			err = scalar(v, &r.Reason)
+			err = visibleScalar(v, &r.Reason)
 		case "approvers":
 			switch {
 			case isNull(v), v.Kind == yaml.SequenceNode && len(v.Content) == 0:
@@ -250,6 +254,19 @@ func parseRuleNode(n *yaml.Node) (lineRule, error) {
 		}
 	}
 	return lr, nil
+}
+
+// visibleScalar is scalar for text a reader must see whole: one holding
+// an invisible character is refused, as ParseRule refuses it (a condition
+// that reads as args.service == "payroll" would never match payroll).
+func visibleScalar(n *yaml.Node, s *string) error {
+	if err := scalar(n, s); err != nil {
+		return err
+	}
+	if r, at, ok := hiddenRune(*s); ok {
+		return fmt.Errorf("holds an invisible character (U+%04X, at character %d); type it again, or write it as \\u%04x inside a CEL string if it is meant", r, at, r)
+	}
+	return nil
 }
 
 // scalar decodes a scalar node into s; null leaves s empty.

@@ -303,6 +303,11 @@ func newEnv() (*cel.Env, error) {
 		cel.Variable("channel", cel.StringType),
 		cel.OptionalTypes(),
 		ext.Strings(),
+		// A timestamp("2025-12-24") or duration("2d") literal CEL cannot
+		// read is refused when the rule is written, as a regex literal
+		// that does not compile is: it would otherwise fail on every
+		// call, and a deny would deny every call of its tool.
+		cel.ASTValidators(cel.ValidateTimestampLiterals(), cel.ValidateDurationLiterals()),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("create cel environment: %w", err)

@@ -59,6 +59,8 @@ func TestParseRuleErrors(t *testing.T) {
 		{"cel syntax", "tool=a verdict=ask when='args.x =='", "when: ERROR"},
 		{"cel not bool", "tool=a verdict=ask when=args.x", "must be a bool expression"},
 		{"regex literal that does not compile", `tool=a verdict=deny when='args.path.matches("[a-")'`, "when: error parsing regexp"},
+		{"timestamp literal CEL cannot read", `tool=a verdict=deny when='timestamp(args.at) >= timestamp("2025-12-24")'`, "invalid timestamp argument"},
+		{"duration literal CEL cannot read", `tool=a verdict=deny when='duration(args.wait) > duration("2d")'`, "invalid duration argument"},
 		{"bad ttl", "tool=a verdict=ask ttl=2days", `ttl: bad duration "2days"`},
 		{"zero ttl", "tool=a verdict=ask ttl=0", "ttl: duration 0 is zero"},
 		{"ttl past a conversation's life", "tool=a verdict=ask ttl=1000h", "ttl: duration 1000h is longer than 672h"},
