@@ -402,7 +402,7 @@ func testPauseWhoseScriptNeverRanLeavesNoRun(t *testing.T, u string, finish bool
 	ctx := t.Context()
 	commit.Audit = []store.AuditEntry{{Actor: "a", Action: "request", Thread: conv, CallID: call.ID}}
 	armed, noscript := true, false
-	c.AddHook(unloadedAndFailHook{armed: &armed, conv: conv, noscript: &noscript, fail: on("lpush", s.AuditKey())})
+	c.AddHook(unloadedAndFailHook{armed: &armed, conv: conv, noscript: &noscript, fail: auditPush(s.AuditKey())})
 	err := s.CommitTurn(ctx, commit)
 	if armed || !noscript {
 		t.Fatal("the conversation's script was not refused unrun")

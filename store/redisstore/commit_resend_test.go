@@ -36,7 +36,8 @@ func convSuffix(conv string) string { return ":conv:{conv:" + conv + "}" }
 // hide that the first sending was applied, so the commit is not refused
 // as not held (its writer would take back a turn that is saved, and write
 // its audit entries a second time), and the sending is not applied twice
-// over the other owner's state. On a single node the plain commit takes
+// over the other owner's state, nor its audit entries written twice. On
+// a single node the plain commit takes
 // the general path and the others their own scripts; on a Cluster each
 // takes the general path.
 func TestCommitSentAgainAfterAnotherOwnersCommit(t *testing.T) {
@@ -59,7 +60,8 @@ func TestCommitSentAgainAfterAnotherOwnersCommit(t *testing.T) {
 				if b, err := s.BeginTurn(ctx, conv, "a", time.Minute); err != nil || !b.Acquired {
 					t.Fatalf("BeginTurn by a = %v, %v", b.Acquired, err)
 				}
-				mine := store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{"by":"a"}`)}, Answer: true, AnswerUpTo: m.Seq, Holder: "a", Release: "a"}
+				mine := store.Commit{Key: conv, Conversation: &store.Conversation{State: []byte(`{"by":"a"}`)}, Answer: true, AnswerUpTo: m.Seq, Holder: "a", Release: "a",
+					Audit: []store.AuditEntry{{Actor: "U1", Action: "execute", Tool: "t", CallID: "x.0", Outcome: "ok", Detail: "the commit's " + conv, At: time.Now()}}}
 				var r store.Run
 				switch kind {
 				case "pause":
@@ -92,6 +94,13 @@ func TestCommitSentAgainAfterAnotherOwnersCommit(t *testing.T) {
 				}
 				if got, err := s.LoadConversation(ctx, conv); err != nil || string(got.State) != string(theirs) {
 					t.Errorf("the conversation after both commits = %s, %v; want b's (the later)", got.State, err)
+				}
+				log, err := s.AuditLog(ctx, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := len(slices.DeleteFunc(log, func(e store.AuditEntry) bool { return e.Detail != mine.Audit[0].Detail })); n != 1 {
+					t.Errorf("the commit's audit entry is in the log %d times, want once", n)
 				}
 				if kind == "pause" {
 					if _, _, err := s.LoadRun(ctx, r.ID); err != nil {

@@ -900,9 +900,11 @@ func (s *Store) saveResultBeside(ctx context.Context, callID string, result []by
 	// The script gets the entry to name it beside the result, and
 	// appends nothing: it has no audit key.
 	save := saveResult.EvalSha(ctx, p, keys, result, entry, s.auditMax, nonce)
-	push := p.LPush(ctx, s.auditKey(), entry)
-	trim := p.LTrim(ctx, s.auditKey(), 0, s.auditMax-1)
-	last := p.LIndex(ctx, s.auditKey(), -1)
+	// The entry is added once for this sending: the client sends a
+	// node's part of a pipeline again when its reply is lost, the entry
+	// with it where the log is on the call's node.
+	mark := s.auditSentKey(callID, "result."+nonce)
+	push := pushAuditOnce.Eval(ctx, p, []string{s.auditKey(), mark}, entry, s.auditMax, time.Now().Add(auditMarkTTL).UnixMilli())
 	_, _ = p.Exec(ctx)
 	if redis.HasErrorPrefix(save.Err(), "NOSCRIPT") {
 		save = saveResult.Run(ctx, s.c, keys, result, entry, s.auditMax, nonce)
@@ -918,7 +920,7 @@ func (s *Store) saveResultBeside(ctx context.Context, callID string, result []by
 		if err != nil && push.Err() != nil {
 			return res, "", fmt.Errorf("%w: %w", store.ErrEffects, err)
 		}
-		tail, _ := last.Result()
+		tail, _ := push.Text()
 		return res, tail, nil
 	case err != nil || n != 1 && n != 2:
 		if push.Err() == nil {
@@ -926,12 +928,10 @@ func (s *Store) saveResultBeside(ctx context.Context, callID string, result []by
 		}
 		return res, "", err
 	}
-	if err := push.Err(); err != nil {
+	tail, err := push.Text()
+	if err != nil {
 		return res, "", fmt.Errorf("%w: %w", store.ErrEffects, err)
 	}
-	// A failed trim leaves entries for a later write to trim.
-	_ = trim
-	tail, _ := last.Result()
 	return res, tail, nil
 }
 

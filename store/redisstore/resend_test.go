@@ -263,60 +263,70 @@ func TestConditionalDecisionSentAgainAfterARecordChange(t *testing.T) {
 // A result saved whose reply is lost, sent again by the client, is
 // answered as saved, with its audit entry written once: on a single node
 // the script sent again finds its own sending's result; on a Cluster the
-// node of the call gets its part of the pipeline again, and the entry
-// beside it stays.
+// node of the call gets its part of the pipeline again, with the entry
+// beside it when the audit log is on that node too.
 func TestSavedResultSentAgainIsAuditedOnce(t *testing.T) {
 	for _, topo := range topologies(t) {
-		t.Run(topo.name, func(t *testing.T) {
-			c, s, _ := hookedPair(t, topo.url)
-			ctx := t.Context()
-			cc, cluster := c.(*redis.ClusterClient)
-			_, calls := pausedOnOneCall(t, s, "fp0")
-			for cluster && sameNode(t, cc, "{"+store.RunOf(calls[0].ID)+"}", s.AuditKey()) {
-				// The client sends a node's part of a pipeline again: on
-				// the audit log's node, the entry beside the script would
-				// be sent again too.
-				_, calls = pausedOnOneCall(t, s, "fp0")
+		for _, logBeside := range []bool{false, true} {
+			name := topo.name
+			if logBeside {
+				name += "/log on the call's node"
 			}
-			id := calls[0].ID
-			if _, _, err := s.Decide(ctx, id, "fp0", store.Decision{Kind: "approve", Decider: "U2", At: time.Now()}); err != nil {
-				t.Fatal(err)
-			}
-			if ok, err := s.BeginExecution(ctx, id, ""); err != nil || !ok {
-				t.Fatalf("BeginExecution = %v, %v", ok, err)
-			}
-			var armed atomic.Bool
-			armed.Store(true)
-			notSent := armed.Load
-			if cluster {
-				hook := resendPipelineAfterHook{armed: &armed, key: id, between: func() {}}
-				cc.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
-				if err := cc.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error { n.AddHook(hook); return nil }); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				once := true
-				c.AddHook(resendAfterHook{armed: &once, key: id, between: func() {}})
-				notSent = func() bool { return once }
-			}
-			entry := store.AuditEntry{Actor: "U2", Action: "execute", CallID: id, Outcome: "ok"}
-			if err := s.SaveResult(ctx, id, []byte(`{"content":"done"}`), entry); err != nil {
-				t.Fatalf("SaveResult sent again = %v, want nil", err)
-			}
-			if notSent() {
-				t.Fatal("the save was not sent again")
-			}
-			if got, err := s.GetCall(ctx, id); err != nil || string(got.Result) != `{"content":"done"}` {
-				t.Errorf("saved result = %s, %v; want the one sent", got.Result, err)
-			}
-			log, err := s.AuditLog(ctx, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(log) != 1 || log[0].CallID != id {
-				t.Errorf("audit log = %+v, want the execution's entry once", log)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				savedResultSentAgain(t, topo.url, logBeside)
+			})
+		}
+	}
+}
+
+func savedResultSentAgain(t *testing.T, url string, logBeside bool) {
+	c, s, _ := hookedPair(t, url)
+	ctx := t.Context()
+	cc, cluster := c.(*redis.ClusterClient)
+	if !cluster && logBeside {
+		t.Skip("a single node holds every key")
+	}
+	_, calls := pausedOnOneCall(t, s, "fp0")
+	for cluster && sameNode(t, cc, "{"+store.RunOf(calls[0].ID)+"}", s.AuditKey()) != logBeside {
+		_, calls = pausedOnOneCall(t, s, "fp0")
+	}
+	id := calls[0].ID
+	if _, _, err := s.Decide(ctx, id, "fp0", store.Decision{Kind: "approve", Decider: "U2", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.BeginExecution(ctx, id, ""); err != nil || !ok {
+		t.Fatalf("BeginExecution = %v, %v", ok, err)
+	}
+	var armed atomic.Bool
+	armed.Store(true)
+	notSent := armed.Load
+	if cluster {
+		hook := resendPipelineAfterHook{armed: &armed, key: id, between: func() {}}
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
+		if err := cc.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error { n.AddHook(hook); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		once := true
+		c.AddHook(resendAfterHook{armed: &once, key: id, between: func() {}})
+		notSent = func() bool { return once }
+	}
+	entry := store.AuditEntry{Actor: "U2", Action: "execute", CallID: id, Outcome: "ok"}
+	if err := s.SaveResult(ctx, id, []byte(`{"content":"done"}`), entry); err != nil {
+		t.Fatalf("SaveResult sent again = %v, want nil", err)
+	}
+	if notSent() {
+		t.Fatal("the save was not sent again")
+	}
+	if got, err := s.GetCall(ctx, id); err != nil || string(got.Result) != `{"content":"done"}` {
+		t.Errorf("saved result = %s, %v; want the one sent", got.Result, err)
+	}
+	log, err := s.AuditLog(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(log) != 1 || log[0].CallID != id {
+		t.Errorf("audit log = %+v, want the execution's entry once", log)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -591,8 +592,8 @@ func (s *Store) trimStaleAudit(ctx context.Context, tail string) {
 }
 
 // unpushAudit removes the audit entries of a refused commit, which
-// pushAudit added beside its script.
-func (s *Store) unpushAudit(ctx context.Context, entries []store.AuditEntry) {
+// pushAuditMarked added beside its script.
+func (s *Store) unpushAudit(ctx context.Context, entries []markedEntry) {
 	if len(entries) == 0 {
 		return
 	}
@@ -601,7 +602,7 @@ func (s *Store) unpushAudit(ctx context.Context, entries []store.AuditEntry) {
 	ctx = context.WithoutCancel(ctx)
 	p := s.c.Pipeline()
 	for _, e := range entries {
-		b, err := auditJSON(e)
+		b, err := auditJSON(e.AuditEntry)
 		if err != nil {
 			continue
 		}
@@ -623,13 +624,20 @@ func failure(cmds []redis.Cmder, tail *redis.StringCmd, skip redis.Cmder) error 
 	return nil
 }
 
-// entriesWhere returns the entries whose push (pushes[i], of entries[i])
-// succeeded, or failed.
-func entriesWhere(entries []store.AuditEntry, pushes []*redis.IntCmd, succeeded bool) []store.AuditEntry {
-	var out []store.AuditEntry
+// markedEntry is an audit entry of a commit and the mark of its sending
+// (see pushAuditMarked).
+type markedEntry struct {
+	store.AuditEntry
+	mark string
+}
+
+// entriesWhere returns the entries whose push (pushes[i], of entries[i],
+// marked marks[i]) succeeded, or failed.
+func entriesWhere(entries []store.AuditEntry, marks []string, pushes []*redis.Cmd, succeeded bool) []markedEntry {
+	var out []markedEntry
 	for i, e := range entries {
-		if (pushes[i].Err() == nil) == succeeded {
-			out = append(out, e)
+		if err := pushes[i].Err(); (err == nil || errors.Is(err, redis.Nil)) == succeeded {
+			out = append(out, markedEntry{e, marks[i]})
 		}
 	}
 	return out
@@ -637,23 +645,43 @@ func entriesWhere(entries []store.AuditEntry, pushes []*redis.IntCmd, succeeded 
 
 // pushAuditAgain appends entries whose part of a commit's pipeline failed
 // while the rest of it was made (see writeAgain); they are lost if that
-// keeps failing.
-func (s *Store) pushAuditAgain(ctx context.Context, entries []store.AuditEntry) {
+// keeps failing. Each is added once for its mark: a part whose reply
+// alone was lost added it.
+func (s *Store) pushAuditAgain(ctx context.Context, entries []markedEntry) {
 	if len(entries) == 0 {
 		return
 	}
 	_ = writeAgain(ctx, func() error {
-		_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for _, e := range entries {
-				if _, err := s.pushAudit(ctx, p, e); err != nil {
-					return err
-				}
+		p := s.c.Pipeline()
+		for _, e := range entries {
+			if _, err := s.pushAuditMarked(ctx, p, e.AuditEntry, e.mark); err != nil {
+				return err
 			}
-			return nil
-		})
-		return err
+		}
+		cmds, _ := p.Exec(ctx)
+		return failure(cmds, nil, nil)
 	})
 }
+
+// pushAuditMarked adds to p the script that appends e to the capped audit
+// list once for mark, a key of the audit log's hash slot that names the
+// sending (see auditSentKey): go-redis sends a pipeline again when its
+// reply is lost, and on a Cluster the part of it on the log's node alone,
+// so an entry pushed beside a script that knows its sending (a commit's)
+// would be added twice. The mark lasts auditMarkTTL, past the client's
+// and writeAgain's sendings. The command's reply is the log's oldest
+// entry (redis.Nil: none).
+func (s *Store) pushAuditMarked(ctx context.Context, p redis.Pipeliner, e store.AuditEntry, mark string) (*redis.Cmd, error) {
+	b, err := auditJSON(e)
+	if err != nil {
+		return nil, err
+	}
+	// Eval, not Run: a pipeline cannot fall back from EVALSHA.
+	return pushAuditOnce.Eval(ctx, p, []string{s.auditKey(), mark}, b, s.auditMax, time.Now().Add(auditMarkTTL).UnixMilli()), nil
+}
+
+// auditMarkTTL is how long the mark of a commit's audit entry lasts.
+const auditMarkTTL = time.Minute
 
 // writeAgain runs write, a few times over about a second while it fails,
 // and returns its last error.
@@ -858,14 +886,16 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		s.indexRun(ctx, p, nr, false)
 	}
 	pushed := make([]store.AuditEntry, len(c.Audit))
-	pushes := make([]*redis.IntCmd, len(c.Audit))
+	pushes := make([]*redis.Cmd, len(c.Audit))
+	marks := make([]string, len(c.Audit))
+	nonce := rand.Text()
 	for i, e := range c.Audit {
 		if e.At.IsZero() {
-			e.At = time.Now() // as pushAudit would, kept to take it back
+			e.At = time.Now() // as auditJSON would, kept to take it back
 		}
-		pushed[i] = e
+		pushed[i], marks[i] = e, s.auditSentKey("commit", nonce+"."+strconv.Itoa(i))
 		var err error
-		if pushes[i], err = s.pushAudit(ctx, p, e); err != nil {
+		if pushes[i], err = s.pushAuditMarked(ctx, p, e, marks[i]); err != nil {
 			return fmt.Errorf("commit turn of %s: audit %s: %w", c.Key, e.Action, err)
 		}
 	}
@@ -892,7 +922,7 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		// itself). The run, created and listed before, is paused on by
 		// no conversation: it is deleted, and unlisted, unless a decision
 		// or a resume acted on it meanwhile (see dropRun).
-		s.unpushAudit(ctx, entriesWhere(pushed, pushes, true))
+		s.unpushAudit(ctx, entriesWhere(pushed, marks, pushes, true))
 		if c.Run != nil {
 			s.dropRun(ctx, nr)
 		}
@@ -909,13 +939,13 @@ func (s *Store) CommitTurn(ctx context.Context, c store.Commit) error {
 		// entries whose part failed.
 		if c.Run == nil || s.cluster || s.listRun(ctx, nr) == nil {
 			err = nil
-			s.pushAuditAgain(ctx, entriesWhere(pushed, pushes, false))
+			s.pushAuditAgain(ctx, entriesWhere(pushed, marks, pushes, false))
 		}
 	}
 	if err != nil {
 		// The commit fails, so its writer keeps its entries for its next
 		// write: those added are taken back, as after a refusal.
-		s.unpushAudit(ctx, entriesWhere(pushed, pushes, true))
+		s.unpushAudit(ctx, entriesWhere(pushed, marks, pushes, true))
 		if c.Run != nil && redis.HasErrorPrefix(commit.Err(), "NOSCRIPT") && s.neverApplied(ctx, keys[3]) {
 			// The script was not loaded and, another command having
 			// failed, not sent again: no conversation is paused on the
