@@ -88,6 +88,17 @@ func (a *Agent) DecideTaking(ctx context.Context, d approvals.Decision) (DecideR
 
 // decide is Decide and, with taken set, DecideTaking, which sets *taken.
 func (a *Agent) decide(ctx context.Context, d approvals.Decision, taken **Taken) (DecideResult, error) {
+	res, err := a.decideJudged(ctx, d, taken)
+	if err != nil && d.Kind == approvals.Edit && res.Call.ID != "" {
+		_, _, fp, cerr := a.check(res.Call.Tool, d.Args)
+		res.EditUnchanged = cerr == nil && fp == res.Call.Fingerprint
+	}
+	return res, err
+}
+
+// decideJudged is decide, but for telling a refused Edit that changed
+// nothing.
+func (a *Agent) decideJudged(ctx context.Context, d approvals.Decision, taken **Taken) (DecideResult, error) {
 	// The decision time is this process's clock, never the caller's: a
 	// caller's clock must not reopen an expired call.
 	d.At = a.cfg.Now()

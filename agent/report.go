@@ -181,6 +181,12 @@ type DecideResult struct {
 	// saved, and is in force, but whose audit entry was not: it wraps
 	// approvals.ErrAuditFailed.
 	Unaudited error
+	// EditUnchanged is set on the refusal of an Edit whose arguments,
+	// once canonical, are Call's (those of its fingerprint): such an edit
+	// is its decider's Approve, so an Approve of theirs that decided the
+	// call is what it would have recorded. An Edit refused without it
+	// would have run other arguments than those that ran.
+	EditUnchanged bool
 }
 
 func refusedByOther(c store.Call) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -41,15 +42,17 @@ type click struct {
 // seen). Another decision of the clicker's (Deny after their Approve) is
 // not: they are told it changed nothing. An Edit approves too: its first
 // delivery may have been counted as its submitter's approval (an edit
-// pending on a call that needs several approvers, or one that changed
-// nothing and was taken as an Approve).
-func (c click) madeBefore(err error, kind approvals.Kind) bool {
+// pending on a call that needs several approvers), or, when it changed
+// nothing (res.EditUnchanged), taken as an Approve; an Edit that changed
+// the arguments is not an Approve of the clicker's, which ran the others.
+func (c click) madeBefore(err error, kind approvals.Kind, res agent.DecideResult) bool {
 	if !c.retried {
 		return false
 	}
 	approves := kind == approvals.Approve || kind == approvals.Remember || kind == approvals.Edit
 	if refused, ok := errors.AsType[*approvals.RefusedError](err); ok && errors.Is(err, approvals.ErrAlreadyDecided) {
-		return refused.DecidedBy == c.user && (refused.Kind == kind || approves && refused.Kind == approvals.Approve)
+		asApprove := approves && (kind != approvals.Edit || res.EditUnchanged)
+		return refused.DecidedBy == c.user && (refused.Kind == kind || asApprove && refused.Kind == approvals.Approve)
 	}
 	return approves && errors.Is(err, approvals.ErrAlreadyApproved)
 }
@@ -211,7 +214,7 @@ func (a *App) decide(ctx context.Context, c click, d approvals.Decision) (text s
 		}
 	}
 	kind := string(d.Kind)
-	if err != nil && c.madeBefore(err, d.Kind) {
+	if err != nil && c.madeBefore(err, d.Kind, res) {
 		return "", true
 	}
 	if u, ok := errors.AsType[*agent.UnconfirmedError](err); ok {
@@ -695,16 +698,14 @@ func (a *App) onSubmit(ctx context.Context, cb slack.InteractionCallback, retrie
 		d.Kind = approvals.Edit
 		raw := strings.TrimSpace(ReadEditedArgs(cb.View))
 		if !json.Valid([]byte(raw)) {
-			var v any
-			err := json.Unmarshal([]byte(raw), &v)
-			return refuse("Not valid JSON: " + errString(err))
+			return refuse(jsonProblem(raw))
 		}
 		d.Args = json.RawMessage(raw)
 	default:
 		return nil, ""
 	}
 	res, err := a.ag.Decide(ctx, d)
-	if err != nil && (click{user: d.Decider, retried: retried}).madeBefore(err, d.Kind) {
+	if err != nil && (click{user: d.Decider, retried: retried}).madeBefore(err, d.Kind, res) {
 		a.m.duplicate()
 		return nil, ""
 	}
@@ -774,6 +775,37 @@ func submitBlock(callbackID string) string {
 		return BlockEditArgs
 	}
 	return ""
+}
+
+// jsonProblem says, in plain words, why raw, typed into a form, is not
+// valid JSON, and where. JSON typed in Slack on a phone, or with smart
+// punctuation on, has typographic quotes: it is told so, and not read as
+// if its quotes were straight, which would change any inside its strings.
+func jsonProblem(raw string) string {
+	if json.Valid([]byte(approvals.NormalizeText(raw))) {
+		return "Not valid JSON: its quotes are typographic (“ ” or ‘ ’), as Slack may write them on a phone or with smart punctuation on. Type them as straight quotes (\")."
+	}
+	var v any
+	err := json.Unmarshal([]byte(raw), &v)
+	se, ok := errors.AsType[*json.SyntaxError](err)
+	if !ok || se.Offset <= 0 || se.Offset > int64(len(raw)) {
+		return "Not valid JSON: " + errString(err)
+	}
+	// The offset is past the byte that was refused: the line and column
+	// are those of the character it begins, counted in characters.
+	at := int(se.Offset) - 1
+	for at > 0 && !utf8.RuneStart(raw[at]) {
+		at--
+	}
+	before := raw[:at]
+	line := strings.Count(before, "\n") + 1
+	col := utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:]) + 1
+	what := se.Error()
+	if r, _ := utf8.DecodeRuneInString(raw[at:]); r >= utf8.RuneSelf {
+		// Go names a character by its first byte ('â' for “).
+		what = fmt.Sprintf("unexpected character %q (U+%04X)", r, r)
+	}
+	return fmt.Sprintf("Not valid JSON at line %d, column %d: %s", line, col, what)
 }
 
 func errString(err error) string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 )
 
@@ -20,18 +21,23 @@ func TestClickMadeBefore(t *testing.T) {
 		c    click
 		err  error
 		kind approvals.Kind
+		res  agent.DecideResult
 		want bool
 	}{
-		{"first delivery", click{user: "U1"}, decidedBy("U1", approvals.Approve), approvals.Approve, false},
-		{"own approval again", retried, decidedBy("U1", approvals.Approve), approvals.Approve, true},
-		{"own always-allow again", retried, decidedBy("U1", approvals.Remember), approvals.Remember, true},
-		{"deny after own approval", retried, decidedBy("U1", approvals.Approve), approvals.Refuse, false},
-		{"someone else's decision", retried, decidedBy("U2", approvals.Approve), approvals.Approve, false},
-		{"own approval counted", retried, fmt.Errorf("x: %w", approvals.ErrAlreadyApproved), approvals.Approve, true},
-		{"deny after own counted approval", retried, fmt.Errorf("x: %w", approvals.ErrAlreadyApproved), approvals.Refuse, false},
-		{"another refusal", retried, approvals.ErrNotApprover, approvals.Approve, false},
+		{"first delivery", click{user: "U1"}, decidedBy("U1", approvals.Approve), approvals.Approve, agent.DecideResult{}, false},
+		{"own approval again", retried, decidedBy("U1", approvals.Approve), approvals.Approve, agent.DecideResult{}, true},
+		{"own always-allow again", retried, decidedBy("U1", approvals.Remember), approvals.Remember, agent.DecideResult{}, true},
+		{"deny after own approval", retried, decidedBy("U1", approvals.Approve), approvals.Refuse, agent.DecideResult{}, false},
+		{"someone else's decision", retried, decidedBy("U2", approvals.Approve), approvals.Approve, agent.DecideResult{}, false},
+		{"own approval counted", retried, fmt.Errorf("x: %w", approvals.ErrAlreadyApproved), approvals.Approve, agent.DecideResult{}, true},
+		{"deny after own counted approval", retried, fmt.Errorf("x: %w", approvals.ErrAlreadyApproved), approvals.Refuse, agent.DecideResult{}, false},
+		{"another refusal", retried, approvals.ErrNotApprover, approvals.Approve, agent.DecideResult{}, false},
+		{"own edit again", retried, decidedBy("U1", approvals.Edit), approvals.Edit, agent.DecideResult{}, true},
+		{"own edit that changed nothing, taken as an approval, again", retried, decidedBy("U1", approvals.Approve), approvals.Edit, agent.DecideResult{EditUnchanged: true}, true},
+		{"edit after own approval", retried, decidedBy("U1", approvals.Approve), approvals.Edit, agent.DecideResult{}, false},
+		{"own edit counted", retried, fmt.Errorf("x: %w", approvals.ErrAlreadyApproved), approvals.Edit, agent.DecideResult{}, true},
 	} {
-		if got := tt.c.madeBefore(tt.err, tt.kind); got != tt.want {
+		if got := tt.c.madeBefore(tt.err, tt.kind, tt.res); got != tt.want {
 			t.Errorf("%s: madeBefore = %v, want %v", tt.name, got, tt.want)
 		}
 	}

@@ -232,3 +232,80 @@ func TestThreadReplyToAQuestionIsToldHowToAnswer(t *testing.T) {
 		t.Errorf("the thread was told %q, want how to answer the question", note.Text)
 	}
 }
+
+// An Edit submission refused because its submitter's own Approve decided
+// the call first (from another copy, another device), delivered again by
+// Slack (its first ack missed), is not taken for its first delivery: the
+// submitter is told the call was decided, not left to believe their
+// arguments ran.
+func TestRedeliveredEditAfterOwnApproveIsRefused(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed."))
+	ts := e.slack.Mention(channel, requester, "deploy api 1")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionEdit, "")
+	must(t, err)
+	view := e.modal(approver, slackapp.CallbackEdit)
+	_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed.")
+	first, err := e.slack.SubmitView(approver, view.ID, map[string]map[string]string{slackapp.BlockEditArgs: {slackapp.ActionEditArgs: `{"service":"api","version":"2"}`}}, "")
+	must(t, err)
+	if !strings.Contains(string(first), "errors") {
+		t.Fatalf("the edit of a call already approved was taken: %s", first)
+	}
+	id := e.lastSubmission()
+	must(t, e.slack.Redeliver(id))
+	ack, err := e.slack.WaitAck(id, 10*time.Second)
+	must(t, err)
+	if !strings.Contains(string(ack), "errors") {
+		t.Errorf("the redelivered edit closes the form with no error, though deploy ran with %q, not the edit: %s", e.deployArgs(), ack)
+	}
+}
+
+// An Edit submission that changed nothing (the card's arguments, spaced
+// otherwise) is its submitter's Approve: delivered again after its first
+// delivery approved the call, it closes the form.
+func TestRedeliveredEditThatChangedNothingClosesTheForm(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed."))
+	ts := e.slack.Mention(channel, requester, "deploy api 1")
+	card := e.card(ts, "deploy")
+	if ack := e.submitEdit(approver, card.TS, `{ "version": "1", "service": "api" }`); strings.Contains(ack, "errors") {
+		t.Fatalf("the edit that changed nothing was refused: %s", ack)
+	}
+	e.answer(ts, "Deployed.")
+	id := e.lastSubmission()
+	must(t, e.slack.Redeliver(id))
+	ack, err := e.slack.WaitAck(id, 10*time.Second)
+	must(t, err)
+	if strings.Contains(string(ack), "errors") {
+		t.Errorf("the redelivered edit, which approved the call, was answered with an error: %s", ack)
+	}
+}
+
+// Edited JSON that does not parse is refused saying where, naming the
+// character as typed; JSON whose quotes Slack made typographic (a phone,
+// smart punctuation) is told so, not read as straight quotes.
+func TestEditThatIsNotJSONIsExplained(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)))
+	ts := e.slack.Mention(channel, requester, "deploy api 1")
+	card := e.card(ts, "deploy")
+	for _, tt := range []struct{ args, want string }{
+		{`{“service”: “api”, “version”: “2”}`, "its quotes are typographic"},
+		{"{\"service\": \"api\",\n  \"version\": «2»}", `Not valid JSON at line 2, column 14: unexpected character '«' (U+00AB)`},
+		{`{"service": "api",, "version": "2"}`, "Not valid JSON at line 1, column 19: invalid character ','"},
+	} {
+		ack := e.submitEdit(approver, card.TS, tt.args)
+		if !strings.Contains(ack, tt.want) || strings.Contains(ack, "'â'") || strings.Contains(ack, "'Â'") {
+			t.Errorf("the edit %s was answered %s, want it to say %q", tt.args, ack, tt.want)
+		}
+	}
+	if args := e.deployArgs(); len(args) != 0 {
+		t.Errorf("deploy ran with %q after edits that are not JSON", args)
+	}
+}
