@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -620,5 +621,50 @@ func TestStreamCallSlackMayHaveMadeShowsNothingTwice(t *testing.T) {
 				t.Errorf("the answer's %d phrases appear %d times across the thread, its end %d times; want each once:\n%s", want, n, strings.Count(shown, "THE END"), dumpThread(e.slack.Thread(channel, ts)))
 			}
 		})
+	}
+}
+
+// A stream that breaks inside a fenced code block posts the rest as the
+// code it is: the lines left of the block stay code, and its closing
+// fence closes it, so the prose after it is not posted inside a block.
+func TestBrokenStreamInsideACodeBlockKeepsTheCodeAsCode(t *testing.T) {
+	var fs *fakeslack.Server
+	var appends atomic.Int32
+	e := newEnv(t, storeKinds(t)[0], fakeslack.WithAPIObserver(func(ev fakeslack.APIEvent) {
+		if ev.Call.Method == "chat.appendStream" && appends.Add(1) == 1 {
+			// The second append is refused: the stream breaks with
+			// the start of the block shown.
+			fs.FailNext("chat.appendStream", 400)
+		}
+	}))
+	fs = e.slack
+	e.start()
+	code := strings.Repeat("rm -rf /srv/cache/*.tmp # clear *old* files\n", 12)
+	text := "Run this:\n\n```\n" + code + "```\n\nDone: the *cache* is empty. THE END"
+	e.model.Reply(fakeopenai.Response{Text: text, Chunks: 60, ChunkDelay: 2 * time.Millisecond})
+	ts := e.slack.Mention(channel, requester, "clean the cache")
+	e.answer(ts, "THE END")
+	var streamed, rest string
+	for _, m := range e.slack.Thread(channel, ts) {
+		switch {
+		case m.BotID == "":
+		case m.Streamed:
+			streamed += m.Text
+		default:
+			rest += blocksText(m)
+		}
+	}
+	if !strings.Contains(streamed, "```") || strings.Count(streamed, "```") != 1 {
+		t.Fatalf("the stream did not break inside the code block: it showed %q", streamed)
+	}
+	end := strings.Index(rest, "THE END")
+	if end < 0 {
+		t.Fatalf("the rest of the answer was not posted: %q", rest)
+	}
+	if strings.Count(rest[:end], "```")%2 == 1 {
+		t.Errorf("the prose after the code block is posted inside a code block:\n%s", rest)
+	}
+	if !strings.Contains(rest, "# clear *old* files") {
+		t.Errorf("the code left of the block is posted as formatted text, not as code:\n%s", rest)
 	}
 }

@@ -76,8 +76,8 @@ func MarkdownToMrkdwn(md string) string {
 			out = append(out, codeBody(line))
 			continue
 		}
-		if m := mdFence.FindStringSubmatch(line); m != nil && !(m[1][0] == '`' && strings.Contains(m[2], "`")) {
-			fence = m[1]
+		if f := opensFence(line); f != "" {
+			fence = f
 			out = append(out, "```")
 			continue
 		}
@@ -87,6 +87,32 @@ func MarkdownToMrkdwn(md string) string {
 		out = append(out, "```")
 	}
 	return strings.Join(out, "\n")
+}
+
+// openFence returns the fence of the fenced code block md ends inside, as
+// MarkdownToMrkdwn reads md, or "" when it ends outside any.
+func openFence(md string) string {
+	fence := ""
+	for _, line := range strings.FieldsFunc(md, func(r rune) bool { return r == '\n' || r == '\r' }) {
+		switch {
+		case fence != "":
+			if isClosingFence(line, fence) {
+				fence = ""
+			}
+		default:
+			fence = opensFence(line)
+		}
+	}
+	return fence
+}
+
+// opensFence returns the fence that line opens a fenced code block with,
+// or "" when it opens none.
+func opensFence(line string) string {
+	if m := mdFence.FindStringSubmatch(line); m != nil && !(m[1][0] == '`' && strings.Contains(m[2], "`")) {
+		return m[1]
+	}
+	return ""
 }
 
 // isClosingFence reports whether line closes a block opened with fence: the

@@ -209,7 +209,14 @@ func (r *threadReporter) postUnshown(ctx context.Context, text, shown string) {
 		return
 	}
 	if shown != "" && strings.HasPrefix(text, shown) {
-		text = strings.TrimLeft(text[len(shown):], " \n")
+		rest := text[len(shown):]
+		if fence := openFence(shown); fence != "" {
+			// The stream broke inside a fenced block: what is left of
+			// it is code, up to the fence that closes it.
+			text = fence + "\n" + strings.TrimPrefix(rest, "\n")
+		} else {
+			text = strings.TrimLeft(rest, " \n")
+		}
 	}
 	msgs := AnswerMessages(text)
 	if len(msgs) > 0 {
