@@ -365,7 +365,8 @@ func (a *accumulator) add(chunk streamChunk, onDelta func(string)) {
 }
 
 // addToolCall merges a tool call fragment into the call its index is
-// filling. A fragment with an id or a name other than that call's, or with
+// filling. A fragment with an id or a name other than that call's (but
+// for a piece of its name: see namePiece), or with
 // an id or a name and arguments after that call's whole object, begins
 // another call (see beginsAnother): some servers send every parallel call
 // with index 0, each whole or with its own id. A fragment without an index
@@ -391,10 +392,24 @@ func (a *accumulator) addToolCall(tc openai.ToolCall) {
 	if tc.Type != "" {
 		call.Type = tc.Type
 	}
-	if call.Function.Name == "" {
+	switch {
+	case call.Function.Name == "":
 		call.Function.Name = tc.Function.Name
+	case namePiece(call, tc):
+		call.Function.Name += tc.Function.Name
 	}
 	call.Function.Arguments += tc.Function.Arguments
+}
+
+// namePiece reports whether the fragment tc carries the rest of the name
+// of call, which holds the fragments of its index so far: some servers
+// (Gemini's OpenAI-compatible endpoint) send a name in pieces ("read_",
+// then "file"), with the id in the first only or in each, before any
+// arguments. A fragment that repeats the whole name (as others send in
+// every fragment) is not one.
+func namePiece(call *openai.ToolCall, tc openai.ToolCall) bool {
+	return tc.Function.Name != "" && call.Function.Name != "" && tc.Function.Name != call.Function.Name &&
+		call.Function.Arguments == "" && (tc.ID == "" || tc.ID == call.ID)
 }
 
 // beginsAnother reports whether the fragment tc is of another call than
@@ -408,6 +423,9 @@ func (a *accumulator) addToolCall(tc openai.ToolCall) {
 func beginsAnother(call *openai.ToolCall, tc openai.ToolCall) bool {
 	if tc.ID != "" && call.ID != "" && tc.ID != call.ID {
 		return true
+	}
+	if namePiece(call, tc) {
+		return false
 	}
 	if (tc.ID == "" || call.ID == "") && tc.Function.Name != "" && call.Function.Name != "" && tc.Function.Name != call.Function.Name {
 		return true
