@@ -296,6 +296,9 @@ func TestRefusedValues(t *testing.T) {
 		// A list or map in env came out as "[U1 U2]" or "map[…]".
 		{"a list in env", map[string]any{"secrets": tokens, "env": map[string]any{"ADMIN_USERS": []any{"U1", "U2"}}}, `env.ADMIN_USERS is a list: write it as one string, such as "U1,U2"`},
 		{"a map in env", map[string]any{"secrets": tokens, "env": map[string]any{"SYSTEM_PROMPT": map[string]any{"a": "b"}}}, "env.SYSTEM_PROMPT is a map"},
+		// A key with nothing after it is null, which came out as "<nil>":
+		// the bot's system prompt, or its Redis prefix.
+		{"an empty value in env", map[string]any{"secrets": tokens, "env": map[string]any{"REDIS_PREFIX": nil}}, "env.REDIS_PREFIX is empty (null"},
 		// The collector's credentials, like the tokens, stay out of the
 		// Deployment's env.
 		{"collector headers in env", map[string]any{"secrets": tokens, "env": map[string]any{"OTEL_EXPORTER_OTLP_HEADERS": "api-key=k"}}, "env.OTEL_EXPORTER_OTLP_HEADERS carries credentials: put it in secretEnv"},

@@ -100,6 +100,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "set config or existingConfigMap, not both" }}
 {{- end }}
 {{- range $k, $v := .Values.env }}
+{{- if kindIs "invalid" $v }}
+{{- fail (printf "env.%s is empty (null, as YAML reads a key with nothing after it): leave it out for the bot's default, or quote the value (\"\")" $k) }}
+{{- end }}
 {{- if kindIs "slice" $v }}
 {{- fail (printf "env.%s is a list: write it as one string, such as %q (the bot reads lists comma-separated)" $k (join "," $v)) }}
 {{- end }}
