@@ -309,7 +309,7 @@ func New(cfg Config, st Store, policy *approvals.Engine) (*App, error) {
 }
 
 // Groups resolves Slack user groups for approver checks.
-func (a *App) Groups() approvals.GroupResolver { return a.groups }
+func (a *App) Groups() approvals.GroupResolver { return membersOrNone{a.groups} }
 
 // Connected reports whether Socket Mode is connected.
 func (a *App) Connected() bool { return a.sock.connected.Load() }

@@ -735,3 +735,53 @@ policy:
 		}
 	}
 }
+
+// A user group that gave one of two approvals is deleted (or disabled:
+// Slack then answers no_such_subteam for it). Its member's approval no
+// longer counts, and the other named approvers still decide the call:
+// they are not told, click after click, that Slack could not be asked.
+func TestDeletedGroupDoesNotBlockTheCount(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [UAPPROVER1, USTRANGER1, SOPS00003]
+      min_approvals: 2
+`
+	e.slack.AddUserGroup("SOPS00003", other)
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed api 1."))
+	ts := e.slack.Mention(channel, requester, "deploy api 1")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.waitCount(ts, "1 of 2 approvals: <@"+other+">")
+
+	// The group is deleted: Slack says its members changed, and lists it
+	// no more.
+	e.slack.AddUserGroup("SOPS00003")
+	e.waitEventAcked("subteam_members_changed")
+	for range 50 {
+		e.slack.ErrorNext("usergroups.users.list", "no_such_subteam")
+	}
+	_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	waitUntil(t, "the approver's click is counted or refused", func() bool {
+		if len(e.slack.Ephemerals(approver)) > 0 {
+			return true
+		}
+		for _, m := range e.cards(channel, ts) {
+			if strings.Contains(blocksText(m), "1 of 2 approvals: <@"+approver+">") {
+				return true
+			}
+		}
+		return false
+	})
+	for _, m := range e.slack.Ephemerals(approver) {
+		t.Errorf("the approver's approval was refused: %q", m.Text)
+	}
+}

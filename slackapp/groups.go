@@ -33,7 +33,10 @@ type groupCache struct {
 
 type groupEntry struct {
 	members []string
-	at      time.Time
+	// gone is Slack's answer that it lists no such group (deleted, or
+	// disabled): an answer, kept as members are.
+	gone error
+	at   time.Time
 }
 
 func newGroupCache(api *slack.Client, ttl time.Duration) *groupCache {
@@ -46,25 +49,45 @@ func (g *groupCache) Members(ctx context.Context, id string) ([]string, error) {
 	e, ok := g.entries[id]
 	g.mu.Unlock()
 	if ok && time.Since(e.at) < g.ttl {
-		return e.members, nil
+		return e.members, e.gone
 	}
 	epoch := g.lookups.epoch()
 	v, err := g.lookups.do(ctx, epochKey(id, epoch), func(ctx context.Context) (any, error) {
 		members, err := g.api.GetUserGroupMembersContext(ctx, id)
-		if err != nil {
+		if err != nil && !unknownTo(err, "no_such_subteam") {
 			return nil, fmt.Errorf("list members of user group %s: %w", id, err)
+		}
+		if err != nil {
+			err = fmt.Errorf("list members of user group %s: %w", id, err)
 		}
 		g.mu.Lock()
 		if g.lookups.epoch() == epoch {
-			put(g.entries, id, groupEntry{members: members, at: time.Now()}, g.max, g.ttl, func(e groupEntry) time.Time { return e.at })
+			put(g.entries, id, groupEntry{members: members, gone: err, at: time.Now()}, g.max, g.ttl, func(e groupEntry) time.Time { return e.at })
 		}
 		g.mu.Unlock()
-		return members, nil
+		return members, err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return v.([]string), nil
+}
+
+// membersOrNone is a groupCache as decisions read it (approvals.Authorize):
+// a group Slack lists no more (deleted, or disabled) has no members. Its
+// former members are then refused plainly, and their approvals dropped as
+// stale, where a failure to check would refuse every decision their
+// approval counts in, for as long as the call waits.
+type membersOrNone struct{ *groupCache }
+
+// Members returns the user ids in the user group id, none for a group
+// Slack does not list.
+func (g membersOrNone) Members(ctx context.Context, id string) ([]string, error) {
+	members, err := g.groupCache.Members(ctx, id)
+	if unknownTo(err, "no_such_subteam") {
+		return nil, nil
+	}
+	return members, err
 }
 
 // forget drops what is kept of user group id, whose members changed (the

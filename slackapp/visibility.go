@@ -85,14 +85,14 @@ func (a *App) maySeeChecked(ctx context.Context, c agent.Call, user string) (boo
 // user in it is checked apart (see namedDeciders).
 func (a *App) authorizeNamed(ctx context.Context, c agent.Call, user string) error {
 	who := approvals.Approvable{Approvers: c.Approvers, FourEyes: c.FourEyes, Requester: c.Requester, Requesters: c.Requesters}
-	if err := approvals.Authorize(ctx, who, user, a.groups); err != nil {
+	if err := approvals.Authorize(ctx, who, user, a.Groups()); err != nil {
 		return err
 	}
 	if !byEdit(c) || len(c.CardApprovers) == 0 {
 		return nil
 	}
 	who.Approvers = c.CardApprovers
-	return approvals.Authorize(ctx, who, user, a.groups)
+	return approvals.Authorize(ctx, who, user, a.Groups())
 }
 
 // byEdit reports whether the approvers c shows may be an edit's, whom a
