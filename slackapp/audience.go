@@ -54,9 +54,12 @@ type userEntry struct {
 
 // userFacts is what the bot needs of a user's users.info: whether they
 // are a guest (is_restricted or is_ultra_restricted), who sees only the
-// channels they are in, deactivated, or a bot, neither of whom can click.
+// channels they are in, deactivated, or a bot, neither of whom can click;
+// and their team and Enterprise Grid organisation, which tell someone of
+// another organisation (Slack Connect), who also sees only those.
 type userFacts struct {
 	guest, deactivated, bot bool
+	team, enterprise        string
 }
 
 type publicEntry struct {
@@ -167,7 +170,7 @@ func (c *audienceCache) isPublic(ctx context.Context, channel string) (bool, err
 
 // factsOf is what the bot needs of u.
 func factsOf(u *slack.User) userFacts {
-	return userFacts{guest: u.IsRestricted || u.IsUltraRestricted, deactivated: u.Deleted, bot: u.IsBot}
+	return userFacts{guest: u.IsRestricted || u.IsUltraRestricted, deactivated: u.Deleted, bot: u.IsBot, team: u.TeamID, enterprise: u.Enterprise.EnterpriseID}
 }
 
 // user returns what users.info says of user, kept for ttl.
@@ -196,10 +199,11 @@ func (c *audienceCache) user(ctx context.Context, user string) (userFacts, error
 }
 
 // seesPublic reports whether user can see public channel: anyone of the
-// workspace but a guest (see user), who sees only the channels they are
-// in. Someone who cannot be looked up sees it if they are in it; else the
+// workspace (ours reports whether a user is) but a guest (see user), who,
+// as someone of another organisation, sees only the channels they are in.
+// Someone who cannot be looked up sees it if they are in it; else the
 // answer is no, with the error.
-func (c *audienceCache) seesPublic(ctx context.Context, channel, user string) (bool, error) {
+func (c *audienceCache) seesPublic(ctx context.Context, channel, user string, ours func(userFacts) bool) (bool, error) {
 	f, err := c.user(ctx, user)
 	if err != nil {
 		if members, merr := c.channelMembers(ctx, channel); merr == nil && members[user] {
@@ -207,7 +211,7 @@ func (c *audienceCache) seesPublic(ctx context.Context, channel, user string) (b
 		}
 		return false, err
 	}
-	if !f.guest {
+	if !f.guest && ours(f) {
 		return true, nil
 	}
 	members, err := c.channelMembers(ctx, channel)

@@ -145,3 +145,24 @@ func TestMemberIsNotTakenForAnOutsiderByTheEnvelopesTeam(t *testing.T) {
 		})
 	}
 }
+
+// Someone of another organisation (Slack Connect) named as an approver of
+// a call in a public channel of the bot's workspace that they are not in
+// cannot see that channel: like a guest, they get a copy of the card by
+// DM. An approver of the workspace who is not in it either sees it, and
+// gets none.
+func TestApproverOfAnotherOrganisationOutsideAPublicChannelGetsACopy(t *testing.T) {
+	const public = "CPUBLIC001"
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  rules:\n    - tool: deploy\n      verdict: ask\n      approvers: [UPARTNER01, UAPPROVER1]\n"
+	e.slack.AddUser(fakeslack.User{ID: partner, Name: "partner", TeamID: "T0PARTNER1"})
+	e.slack.AddChannel(fakeslack.Channel{ID: public, Name: "ops", Members: []string{requester, e.slack.BotUserID()}})
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"7"}`)), fakeopenai.Text("Deployed api 7."))
+	ts := e.slack.Mention(public, requester, "deploy api 7")
+	e.cardIn(public, ts, "deploy")
+	waitForCopy(t, e, partner)
+	if n := len(e.slack.Messages(e.slack.DMChannel(approver))); n != 0 {
+		t.Errorf("the approver of the workspace, who sees the public channel, got %d messages by DM", n)
+	}
+}

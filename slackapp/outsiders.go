@@ -73,6 +73,20 @@ func (a *App) noteTeam(user, team string) {
 	}
 }
 
+// ofOurs reports whether f, what users.info says of someone, is of the
+// bot's workspace, or on Enterprise Grid of its organisation: someone of
+// another (Slack Connect) sees only the channels they are in. Someone
+// whose team is not told is taken to be.
+func (a *App) ofOurs(f userFacts) bool {
+	switch {
+	case a.teamID == "" || f.team == "":
+		return true
+	case a.enterpriseID != "":
+		return f.enterprise == a.enterpriseID || f.enterprise == "" && f.team == a.teamID
+	}
+	return f.team == a.teamID
+}
+
 // noteAuthor records the workspace of the author of a person's message
 // the bot takes in, as the event names it (its team, user_team in a
 // shared channel): never the envelope's team_id, which Slack may set to

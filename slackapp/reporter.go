@@ -919,16 +919,17 @@ func (a *App) blindApproversNoting(ctx context.Context, channel, requester strin
 }
 
 // guestsOutside lists the approvers named one by one who cannot see public
-// channel, other than the requester and the bot: guests who are not in it.
-// Everyone else of the workspace can see it, user groups' members too (a
-// guest cannot be in a user group). One who cannot be looked up is listed.
+// channel, other than the requester and the bot: guests, and people of
+// another organisation, who are not in it. Everyone else of the workspace
+// can see it, user groups' members too (a guest cannot be in a user
+// group). One who cannot be looked up is listed.
 func (a *App) guestsOutside(ctx context.Context, channel, requester string, approvers []string) []string {
 	var blind []string
 	for _, id := range approvers {
 		if approvals.IsGroup(id) || id == requester || id == a.botUserID {
 			continue
 		}
-		sees, err := a.audience.seesPublic(ctx, channel, id)
+		sees, err := a.audience.seesPublic(ctx, channel, id, a.ofOurs)
 		if err != nil {
 			a.log.Warn("look up an approver of a call in a public channel; they get a copy", "channel", channel, "user", id, "err", err)
 		}
