@@ -1004,6 +1004,10 @@ type eventFields struct {
 	UserTeam  string `json:"user_team"`
 	Tab       string `json:"tab"`
 	SubteamID string `json:"subteam_id"`
+	// Subteam is the user group a subteam_updated event is about.
+	Subteam struct {
+		ID string `json:"id"`
+	} `json:"subteam"`
 	// Edited is set on the app_mention Slack sends again when a
 	// person edits a message mentioning the bot; only its presence is
 	// read.

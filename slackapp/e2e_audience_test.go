@@ -785,3 +785,38 @@ policy:
 		t.Errorf("the approver's approval was refused: %q", m.Text)
 	}
 }
+
+// A user group disabled after one of its members gave one of two
+// approvals no longer counts that approval, at once: Slack's
+// subteam_updated event drops the members kept, as taking the member out
+// of the group would. The next approval is then the first of two, not the
+// one that runs the call.
+func TestDisabledGroupsApprovalNoLongerCounts(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = `
+policy:
+  default: ask
+  rules:
+    - id: deploys
+      tool: deploy
+      verdict: ask
+      approvers: [UAPPROVER1, USTRANGER1, SOPS00003]
+      min_approvals: 2
+`
+	e.slack.AddUserGroup("SOPS00003", other)
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed api 1."))
+	ts := e.slack.Mention(channel, requester, "deploy api 1")
+	card := e.card(ts, "deploy")
+	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.waitCount(ts, "1 of 2 approvals: <@"+other+">")
+	e.slack.DisableUserGroup("SOPS00003")
+	e.waitEventAcked("subteam_updated")
+	_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.waitCount(ts, "1 of 2 approvals: <@"+approver+">")
+	if args := e.deployArgs(); len(args) != 0 {
+		t.Errorf("deploy ran with %q on the approval of a disabled group's member", args)
+	}
+}

@@ -61,7 +61,7 @@ func (m message) key() string {
 // handledEvent reports whether the app acts on events of type typ.
 func handledEvent(typ string) bool {
 	switch typ {
-	case "app_mention", "message", "app_home_opened", "member_left_channel", "subteam_members_changed":
+	case "app_mention", "message", "app_home_opened", "member_left_channel", "subteam_members_changed", "subteam_updated":
 		return true
 	}
 	return false
@@ -130,6 +130,10 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	case "subteam_members_changed":
 		// The same for who was taken out of a user group.
 		handed = a.membershipChanged(ctx, membershipNotice{Group: ev.SubteamID}, ack)
+	case "subteam_updated":
+		// And for the members of a group disabled (or changed
+		// otherwise), whom Slack lists no more.
+		handed = a.membershipChanged(ctx, membershipNotice{Group: ev.Subteam.ID}, ack)
 	case "app_home_opened":
 		if ev.Tab != "" && ev.Tab != "home" {
 			return

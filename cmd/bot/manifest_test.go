@@ -56,7 +56,7 @@ func TestManifest(t *testing.T) {
 			t.Errorf("bot scope %s is missing", scope)
 		}
 	}
-	for _, event := range []string{"app_mention", "message.im", "message.channels", "message.groups", "message.mpim", "app_home_opened"} {
+	for _, event := range []string{"app_mention", "message.im", "message.channels", "message.groups", "message.mpim", "app_home_opened", "member_left_channel", "subteam_members_changed", "subteam_updated"} {
 		if !slices.Contains(m.Settings.EventSubscriptions.BotEvents, event) {
 			t.Errorf("bot event %s is missing", event)
 		}

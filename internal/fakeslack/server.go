@@ -450,6 +450,17 @@ func (s *Server) AddUserGroup(id string, members ...string) {
 		"added_users": added, "added_users_count": strconv.Itoa(len(added)), "removed_users": removed, "removed_users_count": strconv.Itoa(len(removed)), "event_ts": ts}, "", "")
 }
 
+// DisableUserGroup disables a user group: usergroups.users.list answers
+// no_such_subteam for it, and the app gets a subteam_updated event.
+func (s *Server) DisableUserGroup(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.groups, id)
+	ts := s.tsLocked()
+	s.deliverEventLocked(jsonObject{"type": "subteam_updated", "team_id": s.cfg.teamID,
+		"subteam": jsonObject{"id": id, "team_id": s.cfg.teamID, "is_usergroup": true, "date_delete": time.Now().Unix()}, "event_ts": ts}, "", "")
+}
+
 // DMChannel returns the id of the bot's direct-message channel with user,
 // creating it if needed, as conversations.open would.
 func (s *Server) DMChannel(user string) string {
