@@ -736,12 +736,12 @@ policy:
 	}
 }
 
-// A user group that gave one of two approvals is deleted (or disabled:
-// Slack then answers no_such_subteam for it). Its member's approval no
-// longer counts, and the other named approvers still decide the call:
-// they are not told, click after click, that Slack could not be asked.
-func TestDeletedGroupDoesNotBlockTheCount(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
+// approvedByAGroupsMember starts a call that needs two approvals of
+// UAPPROVER1, USTRANGER1 and the members of user group SOPS00003, and has
+// the group's one member, other, approve it.
+func approvedByAGroupsMember(t *testing.T) (e *env, ts string, card fakeslack.Message) {
+	t.Helper()
+	e = newEnv(t, storeKinds(t)[0])
 	e.policy = `
 policy:
   default: ask
@@ -755,11 +755,20 @@ policy:
 	e.slack.AddUserGroup("SOPS00003", other)
 	e.start()
 	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed api 1."))
-	ts := e.slack.Mention(channel, requester, "deploy api 1")
-	card := e.card(ts, "deploy")
+	ts = e.slack.Mention(channel, requester, "deploy api 1")
+	card = e.card(ts, "deploy")
 	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
 	must(t, err)
 	e.waitCount(ts, "1 of 2 approvals: <@"+other+">")
+	return e, ts, card
+}
+
+// A user group that gave one of two approvals is deleted (or disabled:
+// Slack then answers no_such_subteam for it). Its member's approval no
+// longer counts, and the other named approvers still decide the call:
+// they are not told, click after click, that Slack could not be asked.
+func TestDeletedGroupDoesNotBlockTheCount(t *testing.T) {
+	e, ts, card := approvedByAGroupsMember(t)
 
 	// The group is deleted: Slack says its members changed, and lists it
 	// no more.
@@ -768,7 +777,7 @@ policy:
 	for range 50 {
 		e.slack.ErrorNext("usergroups.users.list", "no_such_subteam")
 	}
-	_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
 	must(t, err)
 	waitUntil(t, "the approver's click is counted or refused", func() bool {
 		if len(e.slack.Ephemerals(approver)) > 0 {
@@ -792,28 +801,10 @@ policy:
 // of the group would. The next approval is then the first of two, not the
 // one that runs the call.
 func TestDisabledGroupsApprovalNoLongerCounts(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	e.policy = `
-policy:
-  default: ask
-  rules:
-    - id: deploys
-      tool: deploy
-      verdict: ask
-      approvers: [UAPPROVER1, USTRANGER1, SOPS00003]
-      min_approvals: 2
-`
-	e.slack.AddUserGroup("SOPS00003", other)
-	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"1"}`)), fakeopenai.Text("Deployed api 1."))
-	ts := e.slack.Mention(channel, requester, "deploy api 1")
-	card := e.card(ts, "deploy")
-	_, err := e.slack.Click(other, channel, card.TS, slackapp.ActionApprove, "")
-	must(t, err)
-	e.waitCount(ts, "1 of 2 approvals: <@"+other+">")
+	e, ts, card := approvedByAGroupsMember(t)
 	e.slack.DisableUserGroup("SOPS00003")
 	e.waitEventAcked("subteam_updated")
-	_, err = e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
 	must(t, err)
 	e.waitCount(ts, "1 of 2 approvals: <@"+approver+">")
 	if args := e.deployArgs(); len(args) != 0 {
