@@ -237,16 +237,26 @@ type PauseFeed interface {
 // otherwise a decision reads the call first, as it always may. Each time
 // the announcements reach this process, first and again after a
 // reconnection (announcements made meanwhile are not replayed), it
-// recalls the pending calls (see recall); with a store that announces
-// nothing it recalls them once and returns. ready, if set, is called once
-// the first recall is done.
+// recalls the pending calls (see recall), and after a reconnection tells
+// due the time now, so that the timer reads the next deadline again; with
+// a store that announces nothing it recalls them once and returns. ready,
+// if set, is called once the first recall is done.
 func (a *Agent) FollowPauses(ctx context.Context, ready func(), due func(time.Time)) error {
+	again := false
 	live := func() {
 		a.recall(ctx)
 		if ready != nil {
 			ready()
 			ready = nil
 		}
+		if again && due != nil {
+			// Announcements published while the subscription was cut
+			// are lost with their due times: the next deadline is read
+			// from the store again, at once, should the process that
+			// paused a call stop before it is due.
+			due(a.cfg.Now())
+		}
+		again = true
 	}
 	feed, ok := a.store.(PauseFeed)
 	if !ok {

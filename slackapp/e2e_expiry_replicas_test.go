@@ -3,6 +3,7 @@ package slackapp_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,5 +115,107 @@ func (e *env) runReplicas(t *testing.T, stores ...fullStore) (stop func(i int)) 
 		bots[i].cancel()
 		must(t, <-bots[i].done)
 		stopped[i] = true
+	}
+}
+
+// cutFeed is a replica's pauseNoted handle whose pause subscription can
+// be cut (announcements published meanwhile are lost, as Redis pub/sub
+// loses them) and restored (go-redis subscribes again and the follower's
+// live is called, as after a reconnection).
+type cutFeed struct {
+	*pauseNoted
+	mu   sync.Mutex
+	cut  bool
+	live func()
+}
+
+func (s *cutFeed) FollowPauses(ctx context.Context, live func(), fn func([]byte)) error {
+	s.mu.Lock()
+	s.live = live
+	s.mu.Unlock()
+	f := s.pauseNoted.seenStore.fullStore.(agent.PauseFeed)
+	return f.FollowPauses(ctx, live, func(b []byte) {
+		s.mu.Lock()
+		cut := s.cut
+		s.mu.Unlock()
+		if !cut {
+			fn(b)
+		}
+	})
+}
+
+func (s *cutFeed) setCut(cut bool) {
+	s.mu.Lock()
+	s.cut = cut
+	live := s.live
+	s.mu.Unlock()
+	if !cut && live != nil {
+		live() // the subscription is live again
+	}
+}
+
+// A replica whose pause subscription was cut while another replica paused
+// a call gets it back (its live is called: "announcements made meanwhile
+// are not replayed", so it recalls the pending calls). The pauser then
+// stops before the call's deadline: the replica left must still expire
+// the call on time, as it does when it heard the announcement.
+// Of two replicas on one Redis, the one whose pause subscription was cut
+// while the other paused a call (the announcement, and its due time, lost)
+// expires the call on time once subscribed again, should the pausing
+// replica stop: not at its next sweep, SWEEP_INTERVAL later.
+func TestCallWhoseAnnouncementWasMissedExpiresOnTime(t *testing.T) {
+	for _, kind := range sharedKinds(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, kind)
+			e.policy = strings.Replace(ttlPolicy, "ttl: 1s", "ttl: 4s", 1)
+			e.cfg.SweepInterval = 30 * time.Second // the default
+			m := newScriptedModel()
+			m.unblock()
+			e.model.Handle(m.answer)
+			base := e.open()
+			e.shared = base
+			stores := []*cutFeed{
+				{pauseNoted: &pauseNoted{seenStore: &seenStore{fullStore: base}}},
+				{pauseNoted: &pauseNoted{seenStore: &seenStore{fullStore: base}}},
+			}
+			stop := e.runReplicas(t, stores[0], stores[1])
+			must(t, e.slack.WaitConnected(2, 10*time.Second))
+			waitUntil(t, "both replicas follow the pauses", func() bool {
+				stores[0].mu.Lock()
+				defer stores[0].mu.Unlock()
+				stores[1].mu.Lock()
+				defer stores[1].mu.Unlock()
+				return stores[0].live != nil && stores[1].live != nil
+			})
+			// Both subscriptions are cut while the call is paused.
+			stores[0].setCut(true)
+			stores[1].setCut(true)
+			ts := e.slack.Mention(channel, requester, "deploy api 7")
+			card := e.card(ts, "deploy")
+			callID, _, _ := strings.Cut(buttonValue(t, card, slackapp.ActionApprove), "~")
+			c, err := base.GetCall(t.Context(), callID)
+			must(t, err)
+			waitUntil(t, "a replica's commit of the pause returns", func() bool {
+				return stores[0].paused.Load() || stores[1].paused.Load()
+			})
+			pauser := 0
+			if stores[1].paused.Load() {
+				pauser = 1
+			}
+			// The other replica's subscription comes back (it recalls the
+			// pending calls), then the pauser stops.
+			stores[1-pauser].setCut(false)
+			stop(pauser)
+			if !time.Now().Before(c.ExpiresAt) {
+				t.Fatal("the pausing replica stopped only after the deadline: nothing tested")
+			}
+			expired := func(m fakeslack.Message) bool {
+				return m.TS == card.TS && strings.Contains(blocksText(m), "Expired")
+			}
+			if _, err := e.slack.WaitMessage(channel, expired, time.Until(c.ExpiresAt.Add(3*time.Second))); err != nil {
+				st, _ := base.GetCall(t.Context(), callID)
+				t.Errorf("3 s past the deadline the card does not say it expired (the call is %s): the replica whose subscription came back waits for its next sweep (SWEEP_INTERVAL)", st.Status)
+			}
+		})
 	}
 }
