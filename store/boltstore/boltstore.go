@@ -638,7 +638,13 @@ func (s *Store) prune(now time.Time) error {
 			return nil
 		}
 		err := s.commits.update(func(tx *bolt.Tx) (err error) {
-			more, err = trimAudit(tx.Bucket(bucketAudit), cutoff, pruneChunk)
+			b := tx.Bucket(bucketAudit)
+			aged, err := trimAudit(b, cutoff, pruneChunk)
+			if err != nil {
+				return err
+			}
+			beyond, err := s.capAudit(b, pruneChunk)
+			more = aged || beyond
 			return err
 		})
 		if err != nil {
@@ -1756,42 +1762,63 @@ func (s *Store) appendAudit(tx *bolt.Tx, raw []byte) error {
 	if err := b.Put(binary.BigEndian.AppendUint64(nil, seq), raw); err != nil {
 		return err
 	}
-	if _, err := trimAudit(b, time.Now().Add(-s.auditTTL), 0); err != nil {
+	// A write trims a bounded number of entries, so that a backlog (an
+	// idle log aged, AUDIT_MAX_ENTRIES lowered) never holds up the write
+	// a person waits on: prune works it off in chunks of its own.
+	if _, err := trimAudit(b, time.Now().Add(-s.auditTTL), auditTrimPerWrite); err != nil {
 		return err
 	}
+	_, err = s.capAudit(b, auditTrimPerWrite)
+	return err
+}
+
+// auditTrimPerWrite bounds the audit entries one write trims, of each
+// kind (aged, beyond AuditMax).
+const auditTrimPerWrite = 100
+
+// capAudit deletes the oldest audit entries beyond AuditMax, up to limit of
+// them; more reports that it stopped at limit with such an entry left.
+func (s *Store) capAudit(b *bolt.Bucket, limit int) (more bool, err error) {
+	seq := b.Sequence()
 	if seq <= s.auditMax {
-		return nil
+		return false, nil
 	}
 	first := binary.BigEndian.AppendUint64(nil, seq-s.auditMax+1)
+	return deleteFirst(b, limit, func(k, _ []byte) bool { return bytes.Compare(k, first) < 0 })
+}
+
+// deleteFirst deletes the first keys of b for which drop holds, up to
+// limit of them (limit <= 0: all), stopping at the first it does not hold for; more reports
+// that it stopped at limit. The keys are read first and deleted after: a
+// cursor read again from the start after each deletion costs more the
+// more were deleted in the transaction.
+func deleteFirst(b *bolt.Bucket, limit int, drop func(k, v []byte) bool) (more bool, err error) {
+	var keys [][]byte
 	c := b.Cursor()
-	for k, _ := c.First(); k != nil && bytes.Compare(k, first) < 0; k, _ = c.First() {
-		if err := c.Delete(); err != nil {
-			return err
+	for k, v := c.First(); k != nil && drop(k, v); k, v = c.Next() {
+		if limit > 0 && len(keys) == limit {
+			more = true
+			break
+		}
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return false, err
 		}
 	}
-	return nil
+	return more, nil
 }
 
 // trimAudit deletes the audit entries from before cutoff, oldest first,
 // up to limit of them (limit <= 0: all); more reports that it stopped at
 // limit with such an entry left.
 func trimAudit(b *bolt.Bucket, cutoff time.Time, limit int) (more bool, err error) {
-	c := b.Cursor()
-	n := 0
-	for k, v := c.First(); k != nil; k, v = c.First() {
+	return deleteFirst(b, limit, func(_, v []byte) bool {
+		// Not a recent entry, nor one to keep for a person to read.
 		var e store.AuditEntry
-		if json.Unmarshal(v, &e) != nil || !e.At.Before(cutoff) {
-			return false, nil // a recent entry, or one to keep for a person to read
-		}
-		if limit > 0 && n == limit {
-			return true, nil
-		}
-		if err := c.Delete(); err != nil {
-			return false, err
-		}
-		n++
-	}
-	return false, nil
+		return json.Unmarshal(v, &e) == nil && e.At.Before(cutoff)
+	})
 }
 
 // AuditLog returns the newest limit entries younger than AuditRetention,

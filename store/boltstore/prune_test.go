@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -312,5 +313,62 @@ func TestFailedPruneIsLogged(t *testing.T) {
 	s.prunePass(time.Now())
 	if got := logs.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, bolterrors.ErrDatabaseNotOpen.Error()) {
 		t.Errorf("log of a failed prune = %q, want a warning with its error", got)
+	}
+}
+
+// A log longer than AuditMax (AUDIT_MAX_ENTRIES lowered since it was
+// written) is cut to AuditMax by the prune at Open, in chunks, and not by
+// the first audited write after it, in the transaction of a decision a
+// person waits on, with every other write queued behind it.
+func TestPruneCutsTheAuditLogToAuditMax(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	s, err := Open(path, Options{AuditMax: 1 << 30, PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 30000
+	raw, err := store.EncodeJSON(store.AuditEntry{At: time.Now(), Actor: "U1", Action: "decide", Tool: "http_get", CallID: "abcdef0123456789.0", Detail: strings.Repeat("x", 200)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i += 10000 {
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucketAudit)
+			for range 10000 {
+				seq, _ := b.NextSequence()
+				if err := b.Put(binary.BigEndian.AppendUint64(nil, seq), raw); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path, Options{AuditMax: 1000, PruneInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stored := func() (k int) {
+		_ = s.db.View(func(tx *bolt.Tx) error { k = tx.Bucket(bucketAudit).Stats().KeyN; return nil })
+		return k
+	}
+	if err := s.prune(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(); got != 1000 {
+		t.Errorf("after a prune with AuditMax 1000, %d audit entries are stored", got)
+	}
+	r := pause(t, s, 1, 1)[0]
+	if _, _, err := s.DecideAudited(t.Context(), r.CallIDs[0], "fp", store.Decision{Kind: "approve", Decider: "U2"}, store.Effects{Audit: store.AuditEntry{Actor: "U2", Action: "decide"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(); got != 1000 {
+		t.Errorf("after an audited decision with AuditMax 1000, %d audit entries are stored", got)
 	}
 }
