@@ -72,7 +72,7 @@ type config struct {
 	ContextBudget     int           `envconfig:"CONTEXT_BUDGET" default:"64000" desc:"estimated tokens of each model request (system prompt, tool schemas and history); older tool output and messages are dropped first"`
 	ToolTimeout       time.Duration `envconfig:"TOOL_TIMEOUT" default:"2m" desc:"bound on one tool execution; a built-in tool's timeout may not be longer"`
 	ShutdownGrace     time.Duration `envconfig:"SHUTDOWN_GRACE" default:"30s" desc:"how long in-flight work may take to finish after SIGTERM (keep the orchestrator's grace period longer)"`
-	RunRetention      time.Duration `envconfig:"RUN_RETENTION" default:"168h" desc:"how long a finished or expired run and its calls are kept in the store"`
+	RunRetention      time.Duration `envconfig:"RUN_RETENTION" default:"168h" desc:"how long a finished or expired run and its calls are kept in the store (at least 1h); also how long past its deadline a run is kept whose calls the bot could not expire, or resume once decided, for being stopped"`
 	OTELEndpoint      string        `envconfig:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"OTLP/HTTP collector for traces (such as http://otel-collector:4318); empty: no tracing. The other standard OTEL_* variables apply"`
 	OTELCapture       bool          `envconfig:"OTEL_CAPTURE_CONTENT" default:"false" desc:"put tool arguments and output and model messages in spans; off, spans carry none"`
 	LeaseTTL          time.Duration `envconfig:"LEASE_TTL" default:"10s" desc:"lease on a conversation while a turn or resume runs, renewed every third of it; a dead replica's work is taken over once it lapses"`

@@ -16,6 +16,9 @@ import (
 // OPENAI_BASE_URL is an Azure endpoint and OPENAI_API_VERSION is not set.
 const defaultAzureAPIVersion = "2024-10-21"
 
+// minRunRetention is the least RUN_RETENTION taken.
+const minRunRetention = time.Hour
+
 // validateOps checks the timing and sizing settings.
 func (c *config) validateOps() error {
 	for _, d := range []struct {
@@ -32,6 +35,10 @@ func (c *config) validateOps() error {
 		}
 	}
 	switch {
+	case c.RunRetention < minRunRetention:
+		// A run approved at its deadline is resumed after it: its
+		// resume (the model, the tools) must not outlast the run.
+		return fmt.Errorf("RUN_RETENTION: %s is under %s: a run approved just before its deadline could be deleted while its resume runs", c.RunRetention, minRunRetention)
 	case c.ModelRetries < 0:
 		return fmt.Errorf("MODEL_RETRIES: %d is negative", c.ModelRetries)
 	case c.ModelMaxTokens < 0:

@@ -32,6 +32,7 @@ func TestOpsSettings(t *testing.T) {
 		{map[string]string{"TOOL_TIMEOUT": "-1m"}, "TOOL_TIMEOUT: -1m0s is not positive"},
 		{map[string]string{"SHUTDOWN_GRACE": "soon"}, `SHUTDOWN_GRACE: "soon" is not a duration`},
 		{map[string]string{"RUN_RETENTION": "0"}, "RUN_RETENTION: 0s is not positive"},
+		{map[string]string{"RUN_RETENTION": "10m"}, "RUN_RETENTION: 10m0s is under 1h0m0s"},
 		{map[string]string{"AUDIT_MAX_ENTRIES": "0"}, "AUDIT_MAX_ENTRIES: 0 is not positive"},
 		{map[string]string{"MODEL_RETRIES": "-1"}, "MODEL_RETRIES: -1 is negative"},
 		{map[string]string{"MODEL_MAX_TOKENS": "-5"}, "MODEL_MAX_TOKENS: -5 is negative"},
