@@ -1004,6 +1004,9 @@ type eventFields struct {
 	UserTeam  string `json:"user_team"`
 	Tab       string `json:"tab"`
 	SubteamID string `json:"subteam_id"`
+	// RemovedUsers are those a subteam_members_changed event took out
+	// of the group.
+	RemovedUsers []string `json:"removed_users"`
 	// Subteam is the user group a subteam_updated event is about.
 	Subteam struct {
 		ID string `json:"id"`

@@ -861,7 +861,15 @@ func (a *App) publishHomesOnce(ctx context.Context, tabs []homeTab, stopping <-c
 	ag := a.ag
 	scanned, err := ag.Pending(ctx, store.Filter{Limit: homeScanLimit})
 	if err != nil {
-		a.log.Warn("list pending calls for Home tabs", "users", len(tabs), "err", err)
+		// A tab published from no reading would say nothing waits: the
+		// tabs stay as they are, and the next round publishes them.
+		a.log.Warn("list pending calls for Home tabs; they are published in the next round", "users", len(tabs), "err", err)
+		users := make([]string, len(tabs))
+		for i, tab := range tabs {
+			users[i] = tab.user
+		}
+		a.homes.later(users)
+		return nil
 	}
 	if len(scanned) == homeScanLimit {
 		a.log.Info("many pending calls; the Home tab checks the oldest ones", "checked", homeScanLimit)
@@ -940,7 +948,11 @@ func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCal
 			mine = append(mine, cardOf(c, nil))
 		}
 	}
-	view := HomeView(inbox, mine)
+	checked := 0
+	if len(scanned) == homeScanLimit {
+		checked = homeScanLimit
+	}
+	view := homeViewOf(inbox, mine, checked)
 	if rulesErr == nil {
 		var own []approvals.StandingRule
 		for _, r := range rules {

@@ -125,11 +125,15 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 	case "member_left_channel":
 		// Who left no longer decides what only the channel's members
 		// may: the members kept, here and by the other replicas, are
-		// asked for again.
+		// asked for again. Their Home tab, which may list such calls,
+		// is published again (a call's change refreshes only the tabs
+		// of who may see it then).
 		handed = a.membershipChanged(ctx, membershipNotice{Left: ev.Channel}, ack)
+		a.homes.later([]string{ev.User})
 	case "subteam_members_changed":
 		// The same for who was taken out of a user group.
 		handed = a.membershipChanged(ctx, membershipNotice{Group: ev.SubteamID}, ack)
+		a.homes.later(ev.RemovedUsers)
 	case "subteam_updated":
 		// And for the members of a group disabled (or changed
 		// otherwise), whom Slack lists no more.

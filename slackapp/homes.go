@@ -96,6 +96,10 @@ func (h *homeRefresh) take() ([]agent.Call, []string) {
 
 // later keeps users for the next round and makes sure there is one.
 func (h *homeRefresh) later(users []string) {
+	users = slices.DeleteFunc(slices.Clone(users), func(u string) bool { return u == "" })
+	if len(users) == 0 {
+		return
+	}
 	h.mu.Lock()
 	h.users = append(h.users, users...)
 	h.mu.Unlock()

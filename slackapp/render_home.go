@@ -27,13 +27,23 @@ const (
 // first entries in the order given and says "and N more" for the rest, and
 // each has an empty state. The view is within the 100-block limit.
 func HomeView(inbox []Card, mine []Card) slack.HomeTabViewRequest {
+	return homeViewOf(inbox, mine, 0)
+}
+
+// homeViewOf is HomeView of an inbox read from the oldest checked pending
+// calls, when that is not all of them (0: all were): it says so, as an
+// empty inbox may have calls past them waiting.
+func homeViewOf(inbox []Card, mine []Card, checked int) slack.HomeTabViewRequest {
 	inbox, mine = pendingOnly(inbox), pendingOnly(mine)
 
 	blocks := []slack.Block{
 		slack.NewHeaderBlock(plain("Approvals", maxHeaderText)),
 		section(fmt.Sprintf("*Waiting for your decision* (%d)", len(inbox))),
 	}
-	if len(inbox) == 0 {
+	switch {
+	case checked > 0:
+		blocks = append(blocks, contextBlock(fmt.Sprintf("More calls are pending than this tab reads: these are from the oldest %d. Calls waiting for you past them are not listed; `/approvals pending` in a channel lists that channel's.", checked)))
+	case len(inbox) == 0:
 		blocks = append(blocks, contextBlock("Nothing is waiting for you. Calls you may approve appear here."))
 	}
 	for i, c := range inbox {
