@@ -954,7 +954,14 @@ func refused(c, got store.Call, err error) (DecideResult, error) {
 // it can begin its resume: errReadCall when it was not sent or the store
 // refused it without a write.
 func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.Decision, v approvals.Verdict, taken **Taken, version int64, remembered bool) (DecideResult, error) {
-	fx := decisionEffects(c, sd.Decider, sd.Kind, c.Fingerprint, sd.At)
+	// The entry names the arguments decided: an edit's, which run.
+	audited := c.Fingerprint
+	if kindOf(&sd) == approvals.Edit && len(sd.Args) > 0 {
+		if _, efp, err := approvals.Fingerprint(sd.Args); err == nil {
+			audited = efp
+		}
+	}
+	fx := decisionEffects(c, sd.Decider, sd.Kind, audited, sd.At)
 	fx.Audit.Detail = sd.Reason
 	if kindOf(&sd) != approvals.Refuse {
 		// A plain deny is judged by the card's approvers, never by the

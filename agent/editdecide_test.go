@@ -10,6 +10,8 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/fakeopenai"
+	"github.com/toolgate/toolgate/store/storetest"
 )
 
 // twoOfThreeFourEyes asks two of three approvers, the requester among
@@ -160,5 +162,41 @@ func TestBadDecisionsCarryWordsForAPerson(t *testing.T) {
 	plain := errors.Join(errors.New("decide "+p.ID), agent.ErrBadDecision)
 	if words := agent.Detail(plain); strings.Contains(words, p.ID) || strings.Contains(words, "invalid decision") {
 		t.Errorf("Detail of a refusal carrying no words = %q, want general words", words)
+	}
+}
+
+// A call decided by one approver's edit is audited with the fingerprint of
+// the edited arguments, which run, as its execution is, on every store.
+func TestEditDecisionIsAuditedWithTheEditedFingerprint(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, b)
+			a := w.agent()
+			p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
+			edited := json.RawMessage(`{"service":"api","version":"3"}`)
+			_, want, err := approvals.Fingerprint(edited)
+			must(t, err)
+			res, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Edit, Decider: "UAPPROVER1", Args: edited})
+			must(t, err)
+			w.model.Reply(fakeopenai.Text("done"))
+			_, err = a.Resume(ctx, res.Call.RunID)
+			must(t, err)
+			log, err := w.store.(storetest.Store).AuditLog(t.Context(), 0)
+			must(t, err)
+			n := 0
+			for _, e := range log {
+				if e.CallID != p.ID || e.Action != "decide" && e.Action != "execute" {
+					continue
+				}
+				n++
+				if e.Fingerprint != want {
+					t.Errorf("%s entry (decision %s) has fingerprint %.12s, want the edited arguments' %.12s (the model's are %.12s)", e.Action, e.Decision, e.Fingerprint, want, p.Fingerprint)
+				}
+			}
+			if n != 2 {
+				t.Errorf("%d decide and execute entries of the call, want 2: %+v", n, log)
+			}
+		})
 	}
 }
