@@ -140,12 +140,19 @@ func (t *Tracer) StartTurn(ctx context.Context, ts agent.TurnStart) (context.Con
 				))
 			}
 		}
-		if agent.Interrupted(err) {
-			// Stopped by the bot (a shutdown), not failed: the turn goes
-			// on after the restart.
+		switch {
+		case agent.Interrupted(err) || errors.Is(err, agent.ErrLeaseLost):
+			// Stopped by the bot (a shutdown), or handed over to the
+			// process that took the conversation over, not failed: the
+			// turn goes on after the restart, or there.
 			span.SetAttributes(keyTurnOutcome.String("interrupted"))
 			span.AddEvent("interrupted")
-		} else {
+		case errors.Is(err, agent.ErrLeaseTimeout):
+			// The conversation was held elsewhere all along: what the
+			// turn was for is carried on once it is free.
+			span.SetAttributes(keyTurnOutcome.String("busy"))
+			span.AddEvent("busy")
+		default:
 			t.setError(span, err)
 		}
 		span.End()

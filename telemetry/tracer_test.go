@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -648,4 +649,32 @@ func TestTakeOverIsATurn(t *testing.T) {
 	wantAttrs(t, turn, map[string]string{"toolgate.turn.kind": "takeover", "toolgate.turn.outcome": "answered",
 		"toolgate.conversation": request.Conversation, "toolgate.user": request.User, "toolgate.channel": request.Channel})
 	childOf(t, w.one("chat fake-model"), turn)
+}
+
+// A turn handed over (its lease lost to the process that took the
+// conversation over) or that waited out another's hold on it (busy) is
+// not a failed span: the metrics count neither as a failure, and what
+// the turn was for goes on elsewhere, or once the conversation is free.
+func TestTurnHandedOverOrBusyIsNoFailedSpan(t *testing.T) {
+	for _, tt := range []struct {
+		name, outcome string
+		err           error
+	}{
+		{"lease lost", "interrupted", fmt.Errorf("commit turn: %w: %w", agent.ErrLeaseLost, store.ErrNotHolder)},
+		{"lease timeout", "busy", fmt.Errorf("turn: %w", agent.ErrLeaseTimeout)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spans := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+			defer tp.Shutdown(context.Background())
+			tr := telemetry.NewTracer(tp, false)
+			_, end := tr.StartTurn(context.Background(), agent.TurnStart{Kind: agent.TurnMessage, Conversation: "T1/C1/1.2", User: "U1", Channel: "C1"})
+			end(agent.Outcome{}, tt.err)
+			s := spans.GetSpans()[0]
+			if s.Status.Code == codes.Error {
+				t.Errorf("turn span status %v %q, want no error", s.Status.Code, s.Status.Description)
+			}
+			wantAttrs(t, s, map[string]string{"toolgate.turn.outcome": tt.outcome})
+		})
+	}
 }
