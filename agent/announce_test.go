@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -265,5 +267,41 @@ func TestPauseOfUnknownFateKeepsItsCards(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A pause that cannot be saved is not logged as pending (msg=audit
+// action=pause), as it is not in the stored audit log: log pipelines
+// would show a call waiting that no one can decide.
+func TestPauseNotSavedIsNotLoggedAsPending(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	var buf syncBuffer
+	w.cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	a := w.agentWith(failingPause{w.store}, w.rec)
+	w.model.Reply(fakeopenai.ToolCalls(call("c1", "deploy", `{"service":"api","version":"2"}`)))
+	if _, err := a.Run(t.Context(), request("deploy")); err == nil {
+		t.Fatal("Run with a pause that cannot be saved succeeded")
+	}
+	log, err := w.store.(storetest.Store).AuditLog(t.Context(), 0)
+	must(t, err)
+	for _, e := range log {
+		if e.Action == "pause" {
+			t.Errorf("stored pause entry %+v for a pause never saved", e)
+		}
+	}
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(line, "msg=audit") && strings.Contains(line, "action=pause") {
+			t.Errorf("audit log line for a pause never saved: %s", line)
+		}
+	}
+	// A pause saved is logged.
+	from := len(buf.String())
+	b := w.agent()
+	w.model.Reply(fakeopenai.ToolCalls(call("c2", "deploy", `{"service":"api","version":"3"}`)))
+	if out, err := b.Run(t.Context(), request("deploy")); err != nil || out.Status != agent.Paused {
+		t.Fatalf("Run = %+v, %v; want it paused", out, err)
+	}
+	if logged := buf.String()[from:]; !strings.Contains(logged, "action=pause") {
+		t.Errorf("no audit log line for the pause saved:\n%s", logged)
 	}
 }

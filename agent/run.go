@@ -1773,10 +1773,14 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 		pending[k] = PendingCall{Call: viewOf(c), Human: q.tool.Human, Schema: q.tool.Schema}
 	}
 	run.State = encodeState(runState{Messages: t.messages, Slots: slots, User: t.user, Requesters: t.requesters(), Channel: t.channel, Steps: t.steps})
+	// The pause entries go with the commit, and are logged once it
+	// saved the pause: a pause not saved is no pending call.
 	paused := len(t.audits) // where the pause entries begin
-	for _, c := range calls {
-		a.note(ctx, t, store.AuditEntry{Actor: c.Requester, Action: "pause", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID})
+	pauses := make([]store.AuditEntry, len(calls))
+	for i, c := range calls {
+		pauses[i] = store.AuditEntry{At: a.cfg.Now(), Actor: c.Requester, Action: "pause", Channel: c.Channel, Thread: c.Conversation, Tool: c.Tool, CallID: c.ID, Fingerprint: c.Fingerprint, Outcome: "pending", Detail: "rule " + c.RuleID}
 	}
+	t.audits = append(t.audits, pauses...)
 	t.queued = append(t.queued, t.later...)
 	t.later = nil
 	// The cards first, when the reporter can show them before the save:
@@ -1837,6 +1841,9 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 			return Outcome{}, errors.Join(err, serr)
 		}
 		return Outcome{}, fmt.Errorf("%w: %w", ErrPauseNotSaved, err)
+	}
+	for _, e := range pauses {
+		e.Log(ctx, a.log)
 	}
 	t.finish, t.pausedRun = "", ""
 	a.paused.addAll(remember, t.began)
