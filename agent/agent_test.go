@@ -553,6 +553,38 @@ func TestCancelDropsUnexecutedCalls(t *testing.T) {
 	}
 }
 
+// A call approved in a step its requester then cancelled is saved as not
+// run, on every store: a card drawn again from the store (a late copy, a
+// card another process overtook) says why it never ran, as the card was
+// told, not that it is approved and about to run.
+func TestApprovedCallOfACancelledStepIsSavedAsNotRun(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, b)
+			w.model.Reply(fakeopenai.ToolCalls(
+				call("c1", "deploy", `{"service":"api","version":"1"}`),
+				call("c2", "ask_human", `{"question":"q?"}`),
+			))
+			out, err := w.agent().Run(ctx, request("go"))
+			must(t, err)
+			ps := out.Pending
+			a := w.restart()
+			_, err = a.Decide(ctx, approvals.Decision{CallID: ps[0].ID, Fingerprint: ps[0].Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
+			must(t, err)
+			res, err := a.Cancel(ctx, out.RunID, "UREQUESTER")
+			must(t, err)
+			_, err = a.Resume(ctx, res.Call.RunID)
+			must(t, err)
+			n, err := w.restart().News(ctx, ps[0].ID)
+			must(t, err)
+			if n.Phase != agent.PhaseSkipped || !strings.Contains(n.Note, "cancelled") {
+				t.Errorf("News of the approved call of a cancelled step: phase %s, unstarted %v, note %q; want it skipped, the requester having cancelled", n.Phase, n.Unstarted, n.Note)
+			}
+		})
+	}
+}
+
 // Bad input from the model never reaches a handler and is explained.
 func TestBadToolCallsFromTheModel(t *testing.T) {
 	tests := []struct {

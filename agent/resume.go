@@ -307,9 +307,18 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, nonce s
 	}
 	if cancelled {
 		t.messages = dropUnexecuted(t.messages, st.Slots)
+		const note = "the requester cancelled the turn"
 		for _, s := range st.Slots {
-			if c, ok := byID[s.CallID]; ok && c.Status != store.Cancelled {
-				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: "the requester cancelled the turn"})
+			c, ok := byID[s.CallID]
+			switch {
+			case !ok || c.Status == store.Cancelled:
+			case c.Status == store.Decided && !c.Executing && c.Decision != nil && kindOf(c.Decision).Runs():
+				// An approved call that will not run is saved as such,
+				// so that a card drawn again from the store says why.
+				res := Result{Content: "not performed: " + note, IsError: true}
+				a.saveResult(ctx, t, c.ID, res, store.AuditEntry{}, rep, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Result: res, Note: note}, nil)
+			default:
+				rep.Updated(ctx, CallUpdate{Call: viewOf(c), Phase: PhaseSkipped, Note: note})
 			}
 		}
 		if err := a.saveTurn(ctx, t); err != nil {
