@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/toolgate/toolgate/internal/fakeslack"
 )
 
 var (
@@ -77,6 +79,13 @@ func startBrowser(t *testing.T) context.Context {
 // on a free loopback port until the test ends.
 func startPage(t *testing.T) (*playground, string) {
 	t.Helper()
+	return startPageWith(t, nil)
+}
+
+// startPageWith is startPage, with setup (if not nil) changing the page's
+// server before it serves.
+func startPageWith(t *testing.T, setup func(*web)) (*playground, string) {
+	t.Helper()
 	t.Setenv("TMPDIR", t.TempDir())
 	t.Setenv("OPENAI_API_KEY", "")
 	t.Setenv("OPENAI_BASE_URL", "")
@@ -95,6 +104,9 @@ func startPage(t *testing.T) (*playground, string) {
 	w, err := newWeb(pg, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(w)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -628,5 +640,70 @@ func TestBrowserSubmitsAModalOnce(t *testing.T) {
 	run("read the page's error", void(chromedp.Evaluate[string](`document.getElementById("post-error").textContent`), &errText))
 	if subs != 1 || errText != "" {
 		t.Errorf("the bot got %d submissions; the page shows the error %q", subs, errText)
+	}
+}
+
+// A modal whose submission fails stays open, and says why inside itself,
+// in plain words: an error under the modal's overlay is one the person
+// cannot see.
+func TestBrowserModalSubmitErrorIsVisible(t *testing.T) {
+	pg, url := startPageWith(t, func(w *web) {
+		w.submitView = func(string, string, map[string]map[string]string, string) (json.RawMessage, error) {
+			return nil, fmt.Errorf("waiting for ack of E0TEST0001: %w", fakeslack.ErrTimeout)
+		}
+	})
+	ctx := startBrowser(t)
+	ts := pg.slack.Mention(channelOps, userYou, "delete scratch.csv")
+	waitSlack(t, pg, "the card", func() bool {
+		for _, m := range pg.slack.Thread(channelOps, ts) {
+			if strings.Contains(string(m.Blocks), `"reject"`) {
+				return true
+			}
+		}
+		return false
+	})
+	// shownError is the error the page shows, in the modal or under the
+	// composer, and whether it is what a person sees at its place (no
+	// overlay over it).
+	const shownError = `(() => {
+		const e = [...document.querySelectorAll("#modal .modal-error, #post-error")].find(e => e.textContent !== "");
+		if (!e) return null;
+		const r = e.getBoundingClientRect();
+		const hit = r.width > 0 && r.height > 0 ? document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2) : null;
+		return { text: e.textContent, visible: hit !== null && e.contains(hit) };
+	})()`
+	var got struct {
+		Text    string `json:"text"`
+		Visible bool   `json:"visible"`
+	}
+	var open, enabled bool
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(url+"?user=alice"),
+		chromedp.WaitVisible(chromedp.CSS(`#sidebar .nav-item.active`)),
+		openThread(ts),
+		click(`#thread button[data-action-id="reject"]`),
+		chromedp.WaitVisible(chromedp.CSS(`#modal .modal .bk-field-input`)),
+		setValue(`#modal .bk-field-input`, "not now"),
+		click(`#modal .modal-submit`),
+		waitJS(`(`+shownError+`) !== null`),
+		void(chromedp.Evaluate[struct {
+			Text    string `json:"text"`
+			Visible bool   `json:"visible"`
+		}](shownError), &got),
+		void(chromedp.Evaluate[bool](`!document.getElementById("modal-layer").hidden`), &open),
+		waitJS(`!document.querySelector("#modal .modal-submit").disabled`),
+		void(chromedp.Evaluate[bool](`!document.querySelector("#modal .modal-submit").disabled`), &enabled),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !open || !enabled {
+		t.Errorf("after the failed submission the modal is open: %v, its Submit enabled: %v; want both", open, enabled)
+	}
+	if !got.Visible {
+		t.Errorf("the error %q is covered by the modal's overlay", got.Text)
+	}
+	if !strings.Contains(got.Text, "did not answer") || strings.Contains(got.Text, "fakeslack") || strings.Contains(got.Text, "ack of") {
+		t.Errorf("the error says %q, want it in plain words", got.Text)
 	}
 }

@@ -377,7 +377,9 @@ func (r renderer) modal(raw json.RawMessage, errs map[string]string) template.HT
 	b.text(labelOr(v.Title, ""))
 	b.raw(`</span><button type="button" class="modal-x" title="Close">×</button></div><div class="modal-body">`)
 	r.blocks(&b, v.Blocks, errs)
-	b.raw(`</div><div class="modal-foot"><button type="button" class="bk-btn modal-close">`)
+	// The page says here why a submission failed: the rest of the page
+	// is under the modal's overlay.
+	b.raw(`</div><div class="modal-foot"><div class="modal-error" role="alert" hidden></div><button type="button" class="bk-btn modal-close">`)
 	b.text(labelOr(v.Close, "Cancel"))
 	b.raw(`</button>`)
 	if v.Submit != nil {

@@ -57,6 +57,8 @@ type web struct {
 	// submitView submits a modal: the fake Slack's SubmitView (tests
 	// wrap it).
 	submitView func(user, viewID string, values map[string]map[string]string, privateMetadata string) (json.RawMessage, error)
+	// slash runs a slash command: the fake Slack's Slash (tests wrap it).
+	slash func(user, channel, command, text string) (json.RawMessage, error)
 
 	mu   sync.Mutex
 	errs map[string]map[string]string // view id -> the inline errors of its last submission
@@ -75,7 +77,7 @@ func newWeb(pg *playground, host string) (*web, error) {
 		return nil, fmt.Errorf("page template: %w", err)
 	}
 	w := &web{
-		pg: pg, page: page, host: host, submitView: pg.slack.SubmitView,
+		pg: pg, page: page, host: host, submitView: pg.slack.SubmitView, slash: pg.slack.Slash,
 		errs: map[string]map[string]string{}, submitting: map[string]bool{}, changed: make(chan struct{}),
 	}
 	w.r = renderer{
@@ -654,8 +656,9 @@ func (w *web) send(rw http.ResponseWriter, r *http.Request) {
 			http.Error(rw, "unknown command "+cmd+": the bot has /approvals", http.StatusBadRequest)
 			return
 		}
-		if _, err := w.pg.slack.Slash(p.id, ch, cmd, typed(strings.TrimSpace(args))); err != nil {
-			http.Error(rw, "/approvals: "+err.Error(), http.StatusBadGateway)
+		if _, err := w.slash(p.id, ch, cmd, typed(strings.TrimSpace(args))); err != nil {
+			w.pg.log.Warn("/approvals failed", "err", err)
+			http.Error(rw, "/approvals failed: "+failure(err), http.StatusBadGateway)
 			return
 		}
 		reply(rw, map[string]string{})
@@ -753,12 +756,15 @@ func (w *web) submit(rw http.ResponseWriter, r *http.Request) {
 		w.mu.Unlock()
 	}()
 	if v, ok := w.pg.slack.View(req.ViewID); !ok || v.User != p.id || v.Closed {
-		http.Error(rw, "no such open modal", http.StatusBadRequest)
+		http.Error(rw, "This form is no longer open.", http.StatusBadRequest)
 		return
 	}
 	ack, err := w.submitView(p.id, req.ViewID, req.Values, "")
 	if err != nil {
-		http.Error(rw, "submit: "+err.Error(), http.StatusBadGateway)
+		// The person is told what Slack would have them know, not the
+		// fake's own words, which go to the log.
+		w.pg.log.Warn("a modal's submission failed", "view", req.ViewID, "err", err)
+		http.Error(rw, "The submission failed: "+failure(err), http.StatusBadGateway)
 		return
 	}
 	var resp struct {
@@ -780,6 +786,20 @@ func (w *web) submit(rw http.ResponseWriter, r *http.Request) {
 	reply(rw, map[string]any{"errors": resp.Errors})
 }
 
+// failure says in plain words why a submission or a slash command failed
+// in the fake Slack: the bot did not answer within the ack wait (the fake
+// Slack's default, which the playground keeps), the playground is
+// stopping, or the bot answered with a view Slack would refuse.
+func failure(err error) string {
+	switch {
+	case errors.Is(err, fakeslack.ErrTimeout):
+		return fmt.Sprintf("the bot did not answer within %v, as Slack requires. Try again.", fakeslack.DefaultAckWait)
+	case errors.Is(err, fakeslack.ErrClosed):
+		return "the playground is stopping."
+	}
+	return "the bot answered with a view Slack would refuse, so the form stays as it was. The playground's log in the terminal says what is wrong with that view."
+}
+
 // closeModal closes a modal, as its Cancel button does.
 func (w *web) closeModal(rw http.ResponseWriter, r *http.Request) {
 	var req struct {
@@ -791,7 +811,7 @@ func (w *web) closeModal(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := w.pg.slack.CloseView(p.id, req.ViewID); err != nil {
-		http.Error(rw, err.Error(), http.StatusBadRequest)
+		http.Error(rw, "This form is no longer open.", http.StatusBadRequest)
 		return
 	}
 	w.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -757,5 +758,56 @@ func TestStaleClickIsExplained(t *testing.T) {
 		if code != http.StatusBadRequest || strings.Contains(body, "fakeslack") || !strings.Contains(body, "changed since the page showed it") {
 			t.Errorf("click %v: %d %s", req, code, body)
 		}
+	}
+}
+
+// A modal's submission or a slash command that the fake Slack could not
+// deliver (the bot did not ack in time, or it answered with a view Slack
+// refuses) is refused with a message for the person, not the fake
+// Slack's own words.
+func TestFailedSubmissionIsExplained(t *testing.T) {
+	var fail atomic.Pointer[error] // the error submitView and slash return
+	pg, srv := startWebWith(t, func(w *web) {
+		w.submitView = func(string, string, map[string]map[string]string, string) (json.RawMessage, error) {
+			return nil, *fail.Load()
+		}
+		w.slash = func(string, string, string, string) (json.RawMessage, error) {
+			return nil, *fail.Load()
+		}
+	})
+	ts := pg.slack.Mention(channelOps, userYou, "delete scratch.csv")
+	var card string
+	waitSlack(t, pg, "the card", func() bool {
+		for _, m := range pg.slack.Thread(channelOps, ts) {
+			if strings.Contains(string(m.Blocks), `"reject"`) {
+				card = m.TS
+				return true
+			}
+		}
+		return false
+	})
+	if code, body := postJSON(t, srv, "/api/click", map[string]string{"user": userAlice, "channel": channelOps, "ts": card, "action_id": "reject"}); code != http.StatusOK {
+		t.Fatalf("click: %d %s", code, body)
+	}
+	waitSlack(t, pg, "the reject modal", func() bool { return len(pg.slack.OpenModals(userAlice)) > 0 })
+	view := pg.slack.OpenModals(userAlice)[0].ID
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("waiting for ack of E0TEST0001: %w", fakeslack.ErrTimeout), "did not answer within 3s"},
+		{errors.New("response_action update refused: invalid_arguments [no title]"), "a view Slack would refuse"},
+	} {
+		fail.Store(&c.err)
+		code, body := postJSON(t, srv, "/api/submit", map[string]any{"user": userAlice, "view_id": view, "values": map[string]any{}})
+		if code != http.StatusBadGateway || !strings.Contains(body, c.want) || strings.Contains(body, "fakeslack") || strings.Contains(body, "refused:") {
+			t.Errorf("submit failing with %q: %d %s, want %d and %q", c.err, code, body, http.StatusBadGateway, c.want)
+		}
+	}
+	timeout := fmt.Errorf("waiting for ack of E0TEST0002: %w", fakeslack.ErrTimeout)
+	fail.Store(&timeout)
+	code, body := postJSON(t, srv, "/api/send", map[string]string{"user": userYou, "conv": channelOps, "text": "/approvals pending"})
+	if code != http.StatusBadGateway || !strings.Contains(body, "did not answer within 3s") || strings.Contains(body, "fakeslack") {
+		t.Errorf("/approvals failing: %d %s", code, body)
 	}
 }

@@ -187,20 +187,33 @@ async function submitModal() {
     if (!input) return;
     values[block.dataset.blockId] = { [input.dataset.actionId]: input.value };
   });
+  showModalError(submitting, null);
   try {
     await post("/api/submit", { view_id: modal.dataset.viewId, values });
     refresh();
   } catch (err) {
-    showError(err);
+    showModalError(submitting, err);
   } finally {
     submitting = "";
     disableSubmit();
   }
 }
 
+// showModalError shows why the submission of the modal viewId failed in
+// its footer, above the overlay that covers the rest of the page, or
+// clears it; a modal no longer shown has its error shown under the
+// composer.
+function showModalError(viewId, err) {
+  const modal = $("modal").querySelector(".modal");
+  const el = modal && modal.dataset.viewId === viewId && !$("modal-layer").hidden ? modal.querySelector(".modal-error") : null;
+  if (!el) { if (err) showError(err); return; }
+  el.textContent = err ? String(err.message || err) : "";
+  el.hidden = !err;
+}
+
 function closeModal() {
   const modal = $("modal").querySelector(".modal");
-  if (modal) post("/api/close", { view_id: modal.dataset.viewId }).then(refresh).catch(showError);
+  if (modal) post("/api/close", { view_id: modal.dataset.viewId }).then(refresh).catch((err) => showModalError(modal.dataset.viewId, err));
 }
 
 document.addEventListener("click", (ev) => {
