@@ -707,3 +707,35 @@ func TestBrowserModalSubmitErrorIsVisible(t *testing.T) {
 		t.Errorf("the error says %q, want it in plain words", got.Text)
 	}
 }
+
+// The bot's answer to a click on the Home tab, in the person's DM, shows
+// on the Home tab and badges the DM in the sidebar; the notice's link
+// opens the DM, which then is read.
+func TestBrowserHomeClickAnswerLeadsToTheDM(t *testing.T) {
+	pg, url := startPage(t)
+	ctx := startBrowser(t)
+	ts := pg.slack.Mention(channelOps, userYou, "delete scratch.csv")
+	waitSlack(t, pg, "the card", func() bool {
+		for _, m := range pg.slack.Thread(channelOps, ts) {
+			if strings.Contains(string(m.Blocks), `"why"`) {
+				return true
+			}
+		}
+		return false
+	})
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(url+"?user=alice&conv=home"),
+		click(`#main .home-view button[data-action-id="why"]`),
+		waitJS(`document.querySelector("#main .home-notice") !== null && document.querySelector('#sidebar .nav-item.unread[data-conv="dm"] .nav-badge') !== null`),
+		waitText(`#main .home-notice`, "Explanation"),
+		click(`#main .home-notice .conv-link`),
+		waitJS(`state.conv === "dm" && document.getElementById("title").textContent === "toolgate (DM)"`),
+		waitText(`#main .msg`, "Explanation"),
+		waitJS(`document.querySelector("#sidebar .nav-item.unread") === null`),
+	)
+	if err != nil {
+		var page string
+		_ = chromedp.Do(ctx, void(chromedp.Evaluate[string](`document.body.innerText`), &page))
+		t.Fatalf("%v; the page shows:\n%s", err, page)
+	}
+}

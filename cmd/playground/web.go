@@ -66,8 +66,12 @@ type web struct {
 	// takes one submission of a modal at a time, and a second click on
 	// Submit meanwhile does nothing.
 	submitting map[string]bool
-	// changed is closed, and replaced, when errs change: the page's
-	// own state, which the fake Slack's Changed does not cover.
+	// dmRead holds, by person, the ts of the newest message of their DM
+	// with the bot when they last looked at it: the bot's messages after
+	// it are unread. The bot answers a click on its Home tab there.
+	dmRead map[string]string
+	// changed is closed, and replaced, when errs or dmRead change: the
+	// page's own state, which the fake Slack's Changed does not cover.
 	changed chan struct{}
 }
 
@@ -78,7 +82,7 @@ func newWeb(pg *playground, host string) (*web, error) {
 	}
 	w := &web{
 		pg: pg, page: page, host: host, submitView: pg.slack.SubmitView, slash: pg.slack.Slash,
-		errs: map[string]map[string]string{}, submitting: map[string]bool{}, changed: make(chan struct{}),
+		errs: map[string]map[string]string{}, submitting: map[string]bool{}, dmRead: map[string]string{}, changed: make(chan struct{}),
 	}
 	w.r = renderer{
 		user: func(id string) (string, bool) {
@@ -273,7 +277,8 @@ func (w *web) index(rw http.ResponseWriter, _ *http.Request) {
 }
 
 // ownChanged returns a channel that is closed at the next change of the
-// page's own state, the inline errors of modals.
+// page's own state: the inline errors of modals, what each person has
+// read of their DM.
 func (w *web) ownChanged() <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -355,15 +360,19 @@ func (w *web) panes(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conv, thread := q.Get("conv"), q.Get("thread")
+	if conv == "dm" {
+		w.readDM(p)
+	}
 	var reply panesReply
 	reply.Sidebar = w.sidebar(p, conv)
 	switch conv {
 	case "home":
 		reply.Title = "toolgate · Home"
+		notice := w.dmNotice(p)
 		if v, ok := w.pg.slack.HomeView(p.id); ok {
-			reply.Main = w.r.view(v.JSON)
+			reply.Main = notice + w.r.view(v.JSON)
 		} else {
-			reply.Main = template.HTML(`<div class="empty">The Home tab is loading…</div>`)
+			reply.Main = notice + template.HTML(`<div class="empty">The Home tab is loading…</div>`)
 		}
 	default:
 		ch, name, member := w.channelFor(p, conv)
@@ -409,16 +418,80 @@ func (w *web) channelFor(p person, conv string) (id, name string, member bool) {
 	return channelOps, "#ops", p.inOps
 }
 
+// readDM marks the person's DM with the bot as read up to its newest
+// message: the page shows it to them.
+func (w *web) readDM(p person) {
+	msgs := w.pg.slack.Messages(w.pg.slack.DMChannel(p.id))
+	newest := ""
+	for _, m := range msgs {
+		if m.ThreadTS == "" || m.ThreadTS == m.TS {
+			newest = max(newest, m.TS)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if newest > w.dmRead[p.id] {
+		w.dmRead[p.id] = newest
+		w.notifyLocked() // the person's other pages mark it read too
+	}
+}
+
+// unreadDM returns the bot's messages in the person's DM (not the replies
+// in its threads) that came after they last looked at it, oldest first.
+func (w *web) unreadDM(p person) []fakeslack.Message {
+	w.mu.Lock()
+	read := w.dmRead[p.id]
+	w.mu.Unlock()
+	var unread []fakeslack.Message
+	for _, m := range w.pg.slack.Messages(w.pg.slack.DMChannel(p.id)) {
+		if m.BotID != "" && !m.Deleted && (m.ThreadTS == "" || m.ThreadTS == m.TS) && m.TS > read {
+			unread = append(unread, m)
+		}
+	}
+	return unread
+}
+
+// dmNotice renders, for the Home tab, the newest unread message of the
+// bot in the person's DM: the bot answers a click on the Home tab there
+// (a refusal, or why a call needs approval), which Slack shows in the
+// app's Messages tab, next to Home.
+func (w *web) dmNotice(p person) template.HTML {
+	unread := w.unreadDM(p)
+	if len(unread) == 0 {
+		return ""
+	}
+	m := unread[len(unread)-1]
+	var b htmlBuilder
+	b.raw(`<div class="home-notice" role="status"><div class="home-notice-head">toolgate wrote to you in your DM`)
+	if len(unread) > 1 {
+		b.text(fmt.Sprintf(" (%d new messages; the newest below)", len(unread)))
+	}
+	b.raw(` · <a href="#" class="conv-link" data-conv="dm">Open it</a></div><div class="msg-body">`)
+	b.raw(string(w.r.message(m.Blocks, m.Text, m.Streamed)))
+	b.raw(`</div></div>`)
+	return b.html()
+}
+
 func (w *web) sidebar(p person, conv string) template.HTML {
 	var b htmlBuilder
-	item := func(conv, cur, label, extra string) {
+	item := func(conv, cur, label, extra string, unread int) {
 		b.raw(`<a href="#" class="nav-item`)
 		if conv == cur || (cur == "" && conv == channelOps) {
 			b.raw(` active`)
 		}
+		if unread > 0 {
+			b.raw(` unread`)
+		}
 		b.raw(`"`)
 		b.attr("data-conv", conv)
 		b.raw(`>`)
+		if unread > 0 {
+			b.raw(`<span class="nav-badge"`)
+			b.attr("title", fmt.Sprintf("%d unread", unread))
+			b.raw(`>`)
+			b.text(fmt.Sprint(unread))
+			b.raw(`</span>`)
+		}
 		b.text(label)
 		if extra != "" {
 			b.raw(`<span class="nav-note">`)
@@ -429,13 +502,15 @@ func (w *web) sidebar(p person, conv string) template.HTML {
 	}
 	b.raw(`<div class="nav-section">Channels</div>`)
 	_, _, inOps := w.channelFor(p, channelOps)
-	item(channelOps, conv, "# ops", map[bool]string{false: "not a member"}[inOps])
+	item(channelOps, conv, "# ops", map[bool]string{false: "not a member"}[inOps], 0)
 	_, _, inApprov := w.channelFor(p, channelApprov)
-	item(channelApprov, conv, "# approvals", map[bool]string{false: "not a member"}[inApprov])
+	item(channelApprov, conv, "# approvals", map[bool]string{false: "not a member"}[inApprov], 0)
 	b.raw(`<div class="nav-section">Direct messages</div>`)
-	item("dm", conv, "toolgate", "")
+	// The DM is badged with the bot's messages the person has not seen,
+	// as Slack badges an app's Messages tab.
+	item("dm", conv, "toolgate", "", len(w.unreadDM(p)))
 	b.raw(`<div class="nav-section">Apps</div>`)
-	item("home", conv, "toolgate · Home", "")
+	item("home", conv, "toolgate · Home", "", 0)
 	return b.html()
 }
 

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -809,5 +810,84 @@ func TestFailedSubmissionIsExplained(t *testing.T) {
 	code, body := postJSON(t, srv, "/api/send", map[string]string{"user": userYou, "conv": channelOps, "text": "/approvals pending"})
 	if code != http.StatusBadGateway || !strings.Contains(body, "did not answer within 3s") || strings.Contains(body, "fakeslack") {
 		t.Errorf("/approvals failing: %d %s", code, body)
+	}
+}
+
+// The bot answers a click on its Home tab (a refusal, or an explanation)
+// in the person's DM with it, as Slack's app Messages tab: the sidebar
+// marks that DM as unread, and the Home tab shows the answer, or a click
+// there that is refused seems to do nothing.
+func TestHomeClickAnswerIsShown(t *testing.T) {
+	pg, srv := startWeb(t)
+	first := pg.slack.Mention(channelOps, userYou, "write one to notes.md")
+	second := pg.slack.Mention(channelOps, userYou, "write two to notes.md")
+	approveValue := regexp.MustCompile(`"action_id":"approve"[^}]*"value":"([^"]+)"|"value":"([^"]+)"[^}]*"action_id":"approve"`)
+	cardOf := func(thread string) (ts, value string) {
+		for _, m := range pg.slack.Thread(channelOps, thread) {
+			if v := approveValue.FindStringSubmatch(string(m.Blocks)); v != nil {
+				return m.TS, v[1] + v[2]
+			}
+		}
+		return "", ""
+	}
+	var card1, value1 string
+	waitSlack(t, pg, "both cards", func() bool {
+		card1, value1 = cardOf(first)
+		card2, _ := cardOf(second)
+		return card1 != "" && card2 != ""
+	})
+	pg.slack.OpenHome(userAlice)
+	waitSlack(t, pg, "alice's Home with both calls", func() bool {
+		v, ok := pg.slack.HomeView(userAlice)
+		return ok && strings.Count(string(v.JSON), `"action_id":"approve"`) == 2
+	})
+	home, _ := pg.slack.HomeView(userAlice)
+	// Bob approves the first call in #ops; alice's Home tab, not yet
+	// redrawn, still offers it.
+	if _, err := pg.slack.Click(userBob, channelOps, card1, "approve", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitSlack(t, pg, "the first call approved", func() bool {
+		for _, m := range pg.slack.Thread(channelOps, first) {
+			if m.TS == card1 && strings.Contains(string(m.Blocks), "Approved by") {
+				return true
+			}
+		}
+		return false
+	})
+	dm := pg.slack.DMChannel(userAlice)
+	before := len(pg.slack.Messages(dm))
+	if p := getPanes(t, srv, userAlice, "home", ""); strings.Contains(string(p.Sidebar), "unread") {
+		t.Fatalf("alice's sidebar marks her DM before the bot wrote to her:\n%s", p.Sidebar)
+	}
+	code, body := postJSON(t, srv, "/api/click", map[string]string{"user": userAlice, "view_id": home.ID, "action_id": "approve", "value": value1})
+	if code != http.StatusOK {
+		t.Fatalf("click: %d %s", code, body)
+	}
+	var answer string
+	waitSlack(t, pg, "the bot's answer to alice", func() bool {
+		if ms := pg.slack.Messages(dm); len(ms) > before {
+			answer = ms[len(ms)-1].Text
+			return true
+		}
+		return false
+	})
+	p := getPanes(t, srv, userAlice, "home", "")
+	if !strings.Contains(string(p.Sidebar), "unread") {
+		t.Errorf("the bot answered alice's click in her DM (%q), but the sidebar does not mark the DM:\n%s", answer, p.Sidebar)
+	}
+	if !strings.Contains(string(p.Main), "already") {
+		t.Errorf("the bot answered alice's click in her DM (%q), but her Home tab does not show it:\n%s", answer, p.Main)
+	}
+	// Once she has looked at her DM, it is read, and the Home tab no
+	// longer repeats the answer.
+	getPanes(t, srv, userAlice, "dm", "")
+	p = getPanes(t, srv, userAlice, "home", "")
+	if strings.Contains(string(p.Sidebar), "unread") || strings.Contains(string(p.Main), "home-notice") {
+		t.Errorf("after alice read her DM, the sidebar:\n%s\nthe Home tab:\n%s", p.Sidebar, p.Main)
+	}
+	// The answer is hers: bob's page marks nothing.
+	if p := getPanes(t, srv, userBob, "home", ""); strings.Contains(string(p.Sidebar), "unread") {
+		t.Errorf("bob's sidebar marks his DM:\n%s", p.Sidebar)
 	}
 }

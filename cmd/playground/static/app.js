@@ -218,7 +218,7 @@ function closeModal() {
 
 document.addEventListener("click", (ev) => {
   const t = ev.target;
-  const nav = t.closest(".nav-item");
+  const nav = t.closest(".nav-item, .conv-link");
   if (nav) { ev.preventDefault(); go(nav.dataset.conv, ""); return; }
   const rep = t.closest(".replies");
   if (rep) { ev.preventDefault(); state.thread = rep.dataset.thread; refresh(); return; }
