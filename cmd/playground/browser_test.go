@@ -571,7 +571,9 @@ func TestBrowserShowsErrorsOnHome(t *testing.T) {
 	)
 	// The page is slow to fetch its panes (held here), and meanwhile
 	// alice approves the call elsewhere: the Home tab no longer has it.
-	run("hold the page's fetches", void(chromedp.Evaluate[bool](`(fetching = true)`), nil))
+	// Held once no fetch runs: one running would set fetching back to
+	// false as it ends, and redraw the tab without the stale button.
+	run("hold the page's fetches", waitJS(`!fetching && (fetching = true)`))
 	if _, err := pg.slack.Click(userAlice, channelOps, card, "approve", ""); err != nil {
 		t.Fatal(err)
 	}
