@@ -302,7 +302,7 @@ func (a *Agent) resumeClaimed(ctx context.Context, rs store.ResumeStart, nonce s
 		if len(cs.Step.Requesters) > 0 {
 			t.askers = slices.Clone(cs.Step.Requesters)
 		}
-		t.step = a.interrupted(ctx, t, cs.Step)
+		t.step, t.markedPauseRun = a.interrupted(ctx, t, cs.Step), cs.Step.PauseRun
 		return a.finishResume(ctx, t, rep)
 	}
 	if cancelled {

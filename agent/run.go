@@ -76,6 +76,10 @@ type stepMark struct {
 	// Requesters are the people whose messages the turn answers.
 	Requesters []string `json:"requesters,omitempty"`
 	Channel    string   `json:"channel"`
+	// PauseRun is the id of the run the step pauses as if it asks (see
+	// turn.pauseRun), named by the request entries written with the
+	// mark: a step taken over pauses as it, so that they name its calls.
+	PauseRun string `json:"pause_run,omitempty"`
 }
 
 // check reports what makes m unfit to finish after the history msgs it
@@ -184,8 +188,9 @@ type turn struct {
 	// records them as a finished step (see cut).
 	ran []slot
 	// pauseRun is the id of the run the step being judged pauses as, if
-	// it asks (see judge); pause uses it.
-	pauseRun string
+	// it asks (see judge); pause uses it. markedPauseRun is that of a
+	// step taken over, as its mark gives it, for judge to go on with.
+	pauseRun, markedPauseRun string
 }
 
 // Accept records a person's message in its conversation's inbox, with its
@@ -513,7 +518,7 @@ func (a *Agent) answer(ctx context.Context, conv string, b store.Begun) (Outcome
 	if cs.Step != nil {
 		t.user, t.channel, t.steps = cs.Step.User, cs.Step.Channel, cs.Step.Steps
 		t.askers = slices.Clone(cs.Step.Requesters)
-		t.step = a.interrupted(ctx, t, cs.Step)
+		t.step, t.markedPauseRun = a.interrupted(ctx, t, cs.Step), cs.Step.PauseRun
 		t.later = pending
 	} else {
 		if !b.Found && len(cs.Queued) == 0 && len(fresh) > 0 {
@@ -703,7 +708,7 @@ func (a *Agent) saveAndAnswer(ctx context.Context, t *turn, rep Reporter, text s
 // step (t.later: drained from the inbox up to t.inboxSeq, as the mark
 // records) are saved as queued, where a takeover of the step finds them.
 func (a *Agent) markStep(ctx context.Context, t *turn, slots []slot, started int) error {
-	m := &stepMark{Slots: slots, Started: started, Steps: t.steps, User: t.user, Requesters: t.requesters(), Channel: t.channel}
+	m := &stepMark{Slots: slots, Started: started, Steps: t.steps, User: t.user, Requesters: t.requesters(), Channel: t.channel, PauseRun: t.pauseRun}
 	cs := convState{Messages: t.messages, Queued: append(slices.Clip(t.queued), t.later...), InboxSeq: t.inboxSeq, Step: m, Skipped: t.skipped}
 	return a.commit(ctx, t, store.Commit{Key: t.conv, Conversation: a.convRecord(cs, t.pausedRun)}, false)
 }
@@ -1251,7 +1256,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 		unrecorded = false
 		return nil
 	}
-	t.pauseRun = ""
+	t.pauseRun, t.markedPauseRun = t.markedPauseRun, ""
 	for i, tc := range calls {
 		if i < len(slots) && slots[i].Result != nil {
 			continue
@@ -1325,7 +1330,11 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			}
 			callID = store.CallID(t.pauseRun, len(asks))
 		}
-		a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, CallID: callID, Fingerprint: fp, Outcome: string(verdict), Detail: "rule " + v.RuleID})
+		if !counted {
+			// A call counted was requested before the crash, in the
+			// entries written with the step's mark.
+			a.note(ctx, t, store.AuditEntry{Actor: t.user, Action: "request", Channel: t.channel, Thread: t.conv, Tool: name, CallID: callID, Fingerprint: fp, Outcome: string(verdict), Detail: "rule " + v.RuleID})
+		}
 		if v.FailClosed {
 			judged("error")
 			if v.Problem != "" {

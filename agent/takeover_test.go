@@ -1569,3 +1569,56 @@ func takenOverUnrun(t *testing.T, w *world, p agent.PendingCall, scales *counter
 	}
 	return toolResults(t, w.model)
 }
+
+// A step with a call that asks and an allowed call that may not run twice
+// is marked before the allowed call runs, with the request entries of
+// both. Taken over after a crash during the allowed call, the step pauses
+// its asked call by the id those entries gave it, and writes none again:
+// the log names each call by one id from its request on, on every store.
+func TestCallAskedBeforeACrashIsRequestedOnceByItsId(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := newWorld(t, b)
+			w.policy = `
+policy:
+  default: ask
+  rules:
+    - id: migrations
+      tool: migrate
+      verdict: allow
+`
+			w.cfg.LeaseTTL = 300 * time.Millisecond
+			entered := make(chan struct{})
+			var runs atomic.Int32
+			must(t, w.reg.Register(agent.Tool{Name: "migrate", Schema: json.RawMessage(`{"type":"object"}`),
+				Handler: func(ctx context.Context, _ json.RawMessage) (agent.Result, error) {
+					if runs.Add(1) == 1 {
+						close(entered)
+						<-ctx.Done()
+						return agent.Result{}, ctx.Err()
+					}
+					return agent.Result{Content: "migrated"}, nil
+				}}))
+			w.model.Reply(fakeopenai.ToolCalls(call("c0", "deploy", `{"service":"api","version":"2"}`), call("c1", "migrate", `{}`)))
+			req := request("deploy and migrate")
+			crashWhileRunning(w, req, entered)
+
+			b := w.restart()
+			out := takeOver(t, w, b, req.Conversation)
+			if out.Status != agent.Paused || len(out.Pending) != 1 {
+				t.Fatalf("TakeOver = %+v, want the deploy paused", out)
+			}
+			log, err := w.store.(storetest.Store).AuditLog(t.Context(), 0)
+			must(t, err)
+			var ids []string
+			for _, e := range log {
+				if e.Action == "request" && e.Tool == "deploy" {
+					ids = append(ids, e.CallID)
+				}
+			}
+			if len(ids) != 1 || ids[0] != out.Pending[0].ID {
+				t.Errorf("request entries of the deploy name %q, want one naming its paused call %s", ids, out.Pending[0].ID)
+			}
+		})
+	}
+}
