@@ -345,6 +345,13 @@ func (m *Manager) newServer(cfg ServerConfig) *server {
 		Logger:       s.log,
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			// The tools as last listed are the server's no more: their
+			// handlers refuse to call (see handler) until a listing is
+			// registered, however long listing them fails. A tool that
+			// became destructive would run as read-only meanwhile.
+			s.mu.Lock()
+			s.listed = ""
+			s.mu.Unlock()
 			select {
 			case s.refresh <- struct{}{}:
 			default:
@@ -790,7 +797,7 @@ func (s *server) sync(ctx context.Context, cs *mcp.ClientSession) error {
 			continue
 		}
 		if p, ok := s.cfg.Preview[t.Name]; ok {
-			tool.Preview = s.previewer(p)
+			tool.Preview = s.previewer(p, digest)
 		}
 		tool = redactedTool(s.m.output, tool)
 		seen[tool.Name] = append(seen[tool.Name], t.Name)
@@ -844,8 +851,8 @@ func (s *server) refuse(err error) error {
 // returns its text as the call's preview. A tool error, an unavailable
 // server or ctx's end (the agent bounds previews) is an error: the card
 // then says the preview is unavailable.
-func (s *server) previewer(name string) agent.PreviewFunc {
-	call := s.handler(name, approvals.Hints{ReadOnly: true}, "")
+func (s *server) previewer(name, listing string) agent.PreviewFunc {
+	call := s.handler(name, approvals.Hints{ReadOnly: true}, listing)
 	return func(ctx context.Context, args json.RawMessage) (string, error) {
 		res, err := call(ctx, args)
 		if err != nil {
@@ -920,6 +927,10 @@ func breaks(err error, probe *callProbe) bool {
 	return isTransportError(err) && !probe.transient()
 }
 
+// notSentRelisted is the result of a call not sent because its server
+// listed its tools again, or said they changed, since it was checked.
+const notSentRelisted = "not performed: MCP server %s listed its tools again, or said they changed, since this call was checked (redeployed, or its tools changed), so the call was not sent: call the tool again, for a new approval if it needs one, if it is still needed."
+
 // handler calls the MCP tool name, with hints h, on the server's current
 // session. Registered from the listing whose digest is listing (if set),
 // it calls only while that listing is the server's: a call checked
@@ -933,7 +944,7 @@ func (s *server) handler(name string, h approvals.Hints, listing string) agent.H
 		s.mu.Lock()
 		if listing != "" && s.listed != listing {
 			s.mu.Unlock()
-			return agent.NotSentResult(fmt.Sprintf("not performed: MCP server %s listed its tools again since this call was checked (redeployed, or its tools changed), so the call was not sent: call the tool again, for a new approval if it needs one, if it is still needed.", s.cfg.Name)), nil
+			return agent.NotSentResult(fmt.Sprintf(notSentRelisted, s.cfg.Name)), nil
 		}
 		cs, lastErr := s.session, s.lastErr
 		if cs != nil {
@@ -947,6 +958,21 @@ func (s *server) handler(name string, h approvals.Hints, listing string) agent.H
 			return s.unavailable(lastErr), nil
 		}
 		defer s.m.wg.Done()
+		if listing != "" && !h.ReadOnly && s.http != nil && cs.ID() == "" {
+			// A server that keeps no session (stateless HTTP) tells of
+			// no redeploy, and is listed again only at each ping: a
+			// call with effects is sent only once its tools are listed
+			// as they were when it was checked.
+			if err := s.syncBounded(ctx, cs); err != nil {
+				return s.unavailable(fmt.Errorf("list its tools before the call: %w", err)), nil
+			}
+			s.mu.Lock()
+			relisted := s.listed != listing
+			s.mu.Unlock()
+			if relisted {
+				return agent.NotSentResult(fmt.Sprintf(notSentRelisted, s.cfg.Name)), nil
+			}
+		}
 		params := &mcp.CallToolParams{Name: name}
 		if len(bytes.TrimSpace(args)) > 0 {
 			params.Arguments = args
