@@ -1001,7 +1001,8 @@ func (s *server) handler(name string, h approvals.Hints, listing string) agent.H
 				s.fail(cs, err)
 			}
 			closing := s.wasClosing(cs)
-			if !delivered(err, probe, closing) || h.ReadOnly || h.Idempotent {
+			sent := delivered(err, probe, closing)
+			if !sent || h.ReadOnly || h.Idempotent {
 				if kept {
 					return s.busy(err), nil
 				}
@@ -1009,6 +1010,11 @@ func (s *server) handler(name string, h approvals.Hints, listing string) agent.H
 					// Refused by the session being closed: why it
 					// was closed says more.
 					err = s.downReason(err)
+				}
+				if sent {
+					// The server may have run it: safe to call again
+					// (read-only or idempotent), but not "not sent".
+					return s.mayHaveRun(name, err), nil
 				}
 				return s.unavailable(err), nil
 			}
@@ -1123,6 +1129,13 @@ func (s *server) standIn() agent.Tool {
 
 func (s *server) unavailable(err error) agent.Result {
 	return agent.NotSentResult(fmt.Sprintf("MCP server %s is unavailable, so the call was not sent: %v. It is being reconnected; try again later or do without it.", s.cfg.Name, s.clean(err)))
+}
+
+// mayHaveRun is what a call of the read-only or idempotent tool name is
+// told when the server got it and gave no answer (err): it may have run,
+// and calling it again is safe.
+func (s *server) mayHaveRun(name string, err error) agent.Result {
+	return errorResult("MCP server %s gave no answer to the call to %s (%v): it may have run; the tool is read-only or idempotent, so it is safe to call again once the server is back. It is being reconnected.", s.cfg.Name, name, s.clean(err))
 }
 
 // busy is what a call that may be tried again is told when the server (or

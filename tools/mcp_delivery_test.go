@@ -236,3 +236,39 @@ func TestCleanErrorHidesSessionIDs(t *testing.T) {
 		}
 	}
 }
+
+// A call of an idempotent tool with effects that the server ran, its
+// answer lost as the connection was cut, is not reported as not sent (its
+// card would say it did nothing, and its audit not_sent): it may have run.
+func TestIdempotentCallTheServerGotIsNotReportedNotSent(t *testing.T) {
+	var runs atomic.Int32
+	srv := mcp.NewServer(&mcp.Implementation{Name: "k8s", Version: "v1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "scale", Description: "Set the replicas.", Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: ptr(true)}},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			runs.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "scaled"}}}, nil, nil
+		})
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	answer := runThenAnswer(0) // the server runs it; the connection is cut before its answer
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			if method, _ := jsonRPCMethod(t, r); method == "tools/call" {
+				answer(w, r, handler)
+				return
+			}
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	t.Cleanup(ts.CloseClientConnections)
+	opts := testOptions()
+	opts.pingInterval = time.Hour
+	reg, _ := loadYAML(t, fmt.Sprintf("mcp_servers:\n  - name: srv\n    url: %s/mcp\n", ts.URL), opts)
+	got := call(t, reg, "srv__scale", `{}`)
+	if runs.Load() != 1 {
+		t.Fatalf("scale ran %d times, want once", runs.Load())
+	}
+	if got.NotSent() || strings.Contains(got.Content, "not sent") {
+		t.Errorf("a call the server ran is reported as not sent (card: \"not sent: it did nothing\", audit: not_sent): %+v", got)
+	}
+}

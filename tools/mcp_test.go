@@ -1005,13 +1005,14 @@ func TestHTTPServerThatNeverListsItsTools(t *testing.T) {
 // A server that stops answering after it took a call, as a stdio server
 // that dies while the call runs: the call may have had its effect, so the
 // model is told that its outcome is unknown and not to call it again
-// blindly, unless the tool is read-only, which may be tried again.
+// blindly, unless the tool is read-only, which may be tried again; it is
+// never told the call was not sent.
 func TestServerThatDiesDuringACall(t *testing.T) {
 	for _, tt := range []struct {
 		tool, want, not string
 	}{
 		{"srv__write_then_die", "whether the call took effect is unknown. Do not call it again", "try again later"},
-		{"srv__read_then_die", "is unavailable", "unknown"},
+		{"srv__read_then_die", "it may have run; the tool is read-only or idempotent, so it is safe to call again", "unknown"},
 	} {
 		t.Run(tt.tool, func(t *testing.T) {
 			mark := filepath.Join(t.TempDir(), "effect")
@@ -1036,6 +1037,9 @@ mcp_servers:
 			}
 			if !got.IsError || !strings.Contains(got.Content, tt.want) || strings.Contains(got.Content, tt.not) {
 				t.Errorf("result = %+v; want an error saying %q, not %q", got, tt.want, tt.not)
+			}
+			if got.NotSent() {
+				t.Errorf("result = %+v: a call the tool ran is reported as not sent", got)
 			}
 		})
 	}
