@@ -3,13 +3,17 @@
 package tools
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/agent"
 )
 
 // A stdio server that does not stop when its input ends (here a shell that
@@ -71,3 +75,65 @@ func liveInGroup(t *testing.T, pgid int) []string {
 	}
 	return live
 }
+
+// A stdio server that never answers the handshake (npx still downloading,
+// a hung start) is gone with its children once the bot stops while it
+// starts: Load closes the manager and returns with no process left.
+func TestStdioServerStuckStartingIsKilledAtTheStop(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	script := fmt.Sprintf(`trap "" TERM; sleep 300 & echo $! > %q; wait`, pidFile)
+	cfg := Config{Servers: []ServerConfig{{Name: "slow", Command: []string{"/bin/sh", "-c", script}}}}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := load(ctx, cfg, agent.NewRegistry(), testLogger(t), testOptions())
+		done <- err
+	}()
+	var pid int
+	waitFor(t, "the server started", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	cancel() // SIGTERM while the server starts: Load closes the manager
+	if err := <-done; err == nil {
+		t.Fatal("Load: got nil, want the context's error")
+	}
+	if !processGone(pid) {
+		t.Errorf("process %d of the stdio server that was starting still runs after Load closed the manager and returned", pid)
+	}
+}
+
+// A stdio server that never answers initialize holds up Load for its
+// connect timeout, and no more: the bot's start is bounded by it.
+
+// A stdio server that never answers the handshake holds the start up for
+// the connect timeout, not for the SDK's closing sequence after it.
+func TestStdioServerStuckStartingHoldsTheStartForTheConnectTimeout(t *testing.T) {
+	script := `trap "" TERM; sleep 300 & wait`
+	cfg := Config{Servers: []ServerConfig{{Name: "slow", Command: []string{"/bin/sh", "-c", script}}}}
+	opts := testOptions()
+	opts.connectTimeout = time.Second
+	start := time.Now()
+	m, err := load(t.Context(), cfg, agent.NewRegistry(), testLogger(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Cleanup(func() { m.Close() })
+	if took > 3*time.Second {
+		t.Errorf("Load took %s with a server that never answers and connectTimeout 1s; want about 1s (status %+v)", took.Round(100*time.Millisecond), m.Status())
+	}
+}
+
+// The same as TestHandlerOfAnEarlierListingDoesNotCall, for a server that
+// keeps no session (stateless HTTP, the usual shape behind a load
+// balancer): its redeploy ends no session and sends no list_changed, and
+// its tools are listed again only at the next ping (30 s by default). A
+// call approved with {} and resumed in that window is checked against the
+// old listing, passes, and the new release runs it with a default no card
+// showed.

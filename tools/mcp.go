@@ -443,8 +443,17 @@ func (s *server) serve(ctx context.Context) error {
 type keptTransport struct {
 	mcp.CommandTransport
 	done func()
+	// unwatch stops the kill of the process group that Connect sets off
+	// should ctx end first (see started).
+	unwatch func() bool
 }
 
+// Connect starts the process. Until started is called, the session's
+// handshake under way, the process group is killed as ctx ends (the
+// connect timeout, or the bot stopping): a server that never answers is
+// gone at once, not after the SDK's own closing sequence (stdin closed,
+// then SIGTERM, then SIGKILL, seconds apart), and none of its children
+// outlives the bot.
 func (t *keptTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	var conn mcp.Connection
 	done, err := startKept(t.Command, func() (err error) {
@@ -452,7 +461,19 @@ func (t *keptTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 		return err
 	})
 	t.done = done
+	if t.Command.Process != nil {
+		cmd := t.Command
+		t.unwatch = context.AfterFunc(ctx, func() { killGroup(cmd) })
+	}
 	return conn, err
+}
+
+// started tells t that the session started: its process outlives the
+// connect's context.
+func (t *keptTransport) started() {
+	if t.unwatch != nil {
+		t.unwatch()
+	}
 }
 
 // waited tells ReapOrphans that the process was waited for, if it started.
@@ -494,6 +515,7 @@ func (s *server) connect(ctx context.Context) (cs *mcp.ClientSession, stop func(
 	cs, err = s.client.Connect(ctx, t, nil)
 	if err == nil {
 		// Started (Connect wrote cmd.Process): Close may kill it now.
+		t.started()
 		s.setProc(cmd, cs)
 	}
 	if err != nil {
