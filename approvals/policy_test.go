@@ -723,6 +723,26 @@ func TestTooCostlyConditionsRefused(t *testing.T) {
 	}
 }
 
+// string.format is charged by the text it builds: a format of the
+// arguments' long strings in a map over their lists ends at the cost limit
+// (failing closed) instead of building text without bound, and the same
+// condition over short arguments is judged as written.
+func TestFormatIsChargedByWhatItBuilds(t *testing.T) {
+	format := `"` + strings.Repeat("%s", 10) + `".format([` + strings.TrimSuffix(strings.Repeat("args.s,", 10), ",") + `])`
+	p, err := NewPolicy(Ask, []Rule{{ID: "big", Tool: "deploy", When: "args.l.map(x, " + format + ").size() == 0", Verdict: Deny}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, _ := json.Marshal(map[string]any{"s": strings.Repeat("a", 10_000), "l": make([]int, 200)})
+	if v := p.Evaluate(Input{Tool: "deploy", Args: long}); !v.FailClosed || v.Action != Deny || v.RuleID != "big" {
+		t.Errorf("200 formats of 100 KB each: %s by %s, fail closed %v (%s); want the deny failed closed at the cost limit", v.Action, v.RuleID, v.FailClosed, v.Reason)
+	}
+	short, _ := json.Marshal(map[string]any{"s": "a", "l": make([]int, 200)})
+	if v := p.Evaluate(Input{Tool: "deploy", Args: short}); v.FailClosed || v.RuleID == "big" {
+		t.Errorf("200 formats of 10 bytes each: %s by %s, fail closed %v (%s); want the condition judged (false)", v.Action, v.RuleID, v.FailClosed, v.Reason)
+	}
+}
+
 // YAML anchors work in the policy section: an alias for a value, a rule or
 // the whole section, and merge keys in a rule (its own keys win).
 func TestParseConfigAnchors(t *testing.T) {
