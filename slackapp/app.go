@@ -1009,7 +1009,8 @@ type eventFields struct {
 	RemovedUsers []string `json:"removed_users"`
 	// Subteam is the user group a subteam_updated event is about.
 	Subteam struct {
-		ID string `json:"id"`
+		ID    string   `json:"id"`
+		Users []string `json:"users"`
 	} `json:"subteam"`
 	// Edited is set on the app_mention Slack sends again when a
 	// person edits a message mentioning the bot; only its presence is

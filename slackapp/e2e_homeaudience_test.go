@@ -141,6 +141,34 @@ func TestHomeOfWhoLeftTheGroupDropsItsCall(t *testing.T) {
 	}
 }
 
+// The same when the whole group is disabled: Slack lists its members no
+// more, so a call's change no longer finds their tabs through it.
+func TestHomeOfADisabledGroupsMemberDropsItsCall(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n  rules:\n    - id: deploys\n      tool: deploy\n      verdict: ask\n      approvers: [UAPPROVER1, SDEPLOYERS]\n"
+	e.cfg.HomeRefreshDelay = 20 * time.Millisecond
+	e.slack.AddUserGroup("SDEPLOYERS", other)
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)), fakeopenai.Text("Deployed api 3."))
+	ts := e.slack.Mention(channel, requester, "deploy api 3")
+	card := e.card(ts, "deploy")
+	waitUntil(t, "the pause's round published the member's tab", func() bool { return e.homeLists(other, "deploy") })
+	e.slack.DisableUserGroup("SDEPLOYERS")
+	e.waitEventAcked("subteam_updated")
+
+	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+	must(t, err)
+	e.answer(ts, "Deployed api 3.")
+	waitUntil(t, "the approver's tab no longer lists the call", func() bool {
+		v, ok := e.slack.HomeView(approver)
+		return ok && strings.Contains(viewText(v), "Waiting for your decision* (0)")
+	})
+	e.stop()
+	if e.homeHasButtons(other) {
+		t.Errorf("the Home tab of a member of the disabled group still lists the decided call with its buttons")
+	}
+}
+
 // Past the 500 oldest pending calls, an approver's newer call is not read
 // for their Home tab; the tab must not tell them nothing is waiting.
 // With more calls pending than a Home round reads (the oldest 500), an

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,8 +137,13 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 		a.homes.later(ev.RemovedUsers)
 	case "subteam_updated":
 		// And for the members of a group disabled (or changed
-		// otherwise), whom Slack lists no more.
+		// otherwise), whom Slack lists no more: their tabs, which a
+		// call's change no longer finds through the group, are
+		// published again, as far as they are known (the event's list,
+		// and the members kept before they are dropped).
+		former := slices.Concat(a.groups.kept(ev.Subteam.ID), ev.Subteam.Users)
 		handed = a.membershipChanged(ctx, membershipNotice{Group: ev.Subteam.ID}, ack)
+		a.homes.later(former)
 	case "app_home_opened":
 		if ev.Tab != "" && ev.Tab != "home" {
 			return

@@ -73,6 +73,14 @@ func (g *groupCache) Members(ctx context.Context, id string) ([]string, error) {
 	return v.([]string), nil
 }
 
+// kept returns the members kept of user group id, however old, without
+// asking Slack: for a group Slack lists no more, who were in it.
+func (g *groupCache) kept(id string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.entries[id].members
+}
+
 // membersOrNone is a groupCache as decisions read it (approvals.Authorize):
 // a group Slack lists no more (deleted, or disabled) has no members. Its
 // former members are then refused plainly, and their approvals dropped as
