@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -107,6 +109,82 @@ func TestContextExceededShortensTheHistory(t *testing.T) {
 	}
 }
 
+// llama.cpp refuses a prompt longer than its context inside the stream of
+// a streaming request (a 200, then an error event), and some versions
+// with a 500 "Context size has been exceeded.": the same refusal as a
+// 400's, so the history is sent again shorter, at once rather than after
+// retries of the same request. An error event that comes after some of
+// the answer is no refusal of the request: nothing is sent shorter.
+func TestContextExceededInTheStreamOrA500ShortensTheHistory(t *testing.T) {
+	const eventTooLong = `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":3900,"n_ctx":3000}}`
+	for _, tt := range []struct {
+		name      string
+		refuse    func(w http.ResponseWriter)
+		shortened bool
+	}{
+		{"an error event", func(w http.ResponseWriter) { writeEvents(w, eventTooLong) }, true},
+		{"a 500", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(`{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}`))
+		}, true},
+		{"an error event after text", func(w http.ResponseWriter) { writeEvents(w, roleChunk, textChunk("The logs"), eventTooLong) }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, backends(t)[0])
+			out := hexOutput(7000)
+			must(t, w.reg.Register(agent.Tool{Name: "read_logs", Description: "Read the logs", Schema: json.RawMessage(`{"type":"object"}`),
+				Annotations: approvals.Hints{ReadOnly: true},
+				Handler:     func(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{Content: out}, nil }}))
+			w.cfg.ContextBudget = 12000
+			const limit = 6000
+			var mu sync.Mutex
+			var sizes []int
+			srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+				var req openai.ChatCompletionRequest
+				must(t, json.NewDecoder(r.Body).Decode(&req))
+				mu.Lock()
+				sizes = append(sizes, requestText(req))
+				mu.Unlock()
+				if requestText(req) > limit {
+					tt.refuse(rw)
+					return
+				}
+				if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" {
+					writeEvents(rw, roleChunk, textChunk("The logs are hashes."), stopChunk)
+					return
+				}
+				writeEvents(rw, roleChunk, `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"l1","type":"function","function":{"name":"read_logs","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`)
+			}))
+			defer srv.Close()
+			a := w.agentModel(agent.ModelConfig{BaseURL: srv.URL, Retries: 3, Sleep: noSleep})
+			got, err := a.Run(context.Background(), request("show me the logs"))
+			mu.Lock()
+			defer mu.Unlock()
+			if !tt.shortened {
+				var me *agent.ModelError
+				if err == nil || (errors.As(err, &me) && me.ContextExceeded()) {
+					t.Errorf("got %+v, %v; want the cut stream's error", got, err)
+				}
+				for _, n := range sizes[1:] {
+					if n < sizes[1] {
+						t.Errorf("requests of %v bytes: one was sent shorter after an answer had begun", sizes)
+					}
+				}
+				return
+			}
+			if err != nil || got.Status != agent.Answered || got.Answer != "The logs are hashes." {
+				t.Errorf("the turn whose request was too long: %+v, %v; want it answered with a shorter history", got, err)
+			}
+			// The call, the refused request, and it shortened: the refusal
+			// is not retried as it was.
+			if len(sizes) != 3 || sizes[2] >= sizes[1] {
+				t.Errorf("requests of %v bytes; want the call's, the refused one, then it once shorter", sizes)
+			}
+		})
+	}
+}
+
 // A request still refused as too long once shortened is not sent again
 // and again: it is cut at most three times (to half the history's
 // estimate, a quarter, an eighth), and not sent again when no cut would
@@ -172,6 +250,7 @@ func TestModelErrorContextExceeded(t *testing.T) {
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "The number of tools exceeds the maximum number of tools allowed (128)."}, false},
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "Input is too long: the tool description must be at most 1024 characters"}, false},
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 500, Message: "Input is too long for requested model."}, false},
+		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 500, Message: "Context size has been exceeded."}, true},
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 429, Message: "The input token count (1250000) exceeds the maximum number of tokens allowed (1000000) per minute."}, false},
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 400, Message: "Invalid schema for function 'deploy'"}, false},
 		{agent.ModelError{Kind: agent.ErrKindHTTP, StatusCode: 404, Message: "This model's maximum context length is 4096 tokens"}, false},

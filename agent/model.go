@@ -187,10 +187,14 @@ func (m *OpenAIModel) attempt(ctx context.Context, req ModelRequest, onDelta fun
 			break
 		}
 		if err != nil {
-			return openai.ChatCompletionMessage{}, m.streamError(ctx, err)
+			me := m.streamError(ctx, err)
+			me.refusedAtOnce = errors.As(err, &apiErr) && acc.empty()
+			return openai.ChatCompletionMessage{}, me
 		}
 		if len(chunk.Error) > 0 && string(chunk.Error) != "null" {
-			return openai.ChatCompletionMessage{}, chunkError(chunk.Error)
+			me := chunkError(chunk.Error)
+			me.refusedAtOnce = me.Err != nil && acc.empty()
+			return openai.ChatCompletionMessage{}, me
 		}
 		acc.add(chunk, onDelta)
 		if acc.failed != "" {
@@ -332,6 +336,12 @@ type accumulator struct {
 	chunks   int
 	finished bool
 	usage    Usage
+}
+
+// empty reports whether nothing of the answer came yet: no text, refusal
+// or call.
+func (a *accumulator) empty() bool {
+	return a.content.Len() == 0 && a.refusal.Len() == 0 && len(a.calls) == 0
 }
 
 func (a *accumulator) add(chunk streamChunk, onDelta func(string)) {
@@ -529,6 +539,10 @@ type ModelError struct {
 	// RetryAfter is how long the server asked to wait before trying again
 	// (Retry-After), zero if it did not say.
 	RetryAfter time.Duration
+	// refusedAtOnce is set on an error event that began the stream, before
+	// any text or call: the server's refusal of the request, as an HTTP
+	// error status would be (see ContextExceeded).
+	refusedAtOnce bool
 }
 
 func (e *ModelError) Error() string {
@@ -572,6 +586,11 @@ func Interrupted(err error) bool {
 // rate limiting (429), server errors (5xx), timeouts, cut streams and
 // connection failures.
 func (e *ModelError) Retryable() bool {
+	if e.ContextExceeded() || e.quotaExhausted() {
+		// The same request gets the same answer: it is sent again
+		// shorter (see ContextExceeded), or not at all.
+		return false
+	}
 	switch e.Kind {
 	case ErrKindHTTP:
 		return e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
@@ -589,10 +608,15 @@ func (e *ModelError) Retryable() bool {
 // invalid (400), such as one longer than the model's context (which the
 // agent first sends again with a shorter history, see ContextExceeded: a
 // request still too long then has a context budget too large for the
-// model; a 413 or 422 too, when it says the request is too long). A
-// request refused for its content (ErrKindContentRefused) is not: it is
-// the content, not the configuration, that the server refused.
+// model; a 413, 422 or 500, or an error that began the stream, too, when
+// it says the request is too long), or a key whose quota or credit is used
+// up (OpenAI's 429 insufficient_quota, which no wait cures). A request
+// refused for its content (ErrKindContentRefused) is not: it is the
+// content, not the configuration, that the server refused.
 func (e *ModelError) Misconfigured() bool {
+	if e.ContextExceeded() || e.quotaExhausted() {
+		return true
+	}
 	if e.Kind != ErrKindHTTP {
 		return false
 	}
@@ -600,7 +624,14 @@ func (e *ModelError) Misconfigured() bool {
 	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
 		return true
 	}
-	return e.ContextExceeded()
+	return false
+}
+
+// quotaExhausted reports whether the server refused the request because
+// the key's quota or credit is used up: OpenAI's 429 with the code
+// insufficient_quota, which, unlike a rate limit, no wait cures.
+func (e *ModelError) quotaExhausted() bool {
+	return e.Kind == ErrKindHTTP && e.StatusCode == http.StatusTooManyRequests && e.Code == "insufficient_quota"
 }
 
 // contextExceededPhrases are what the common servers say, in the message
@@ -612,7 +643,7 @@ func (e *ModelError) Misconfigured() bool {
 // messages"), vLLM's "…is longer than the maximum model length", LiteLLM
 // (its ContextWindowExceededError, and Anthropic's "prompt is too long",
 // which it passes on), llama.cpp's "…exceeds the available context size"
-// and Ollama's "…exceeds the context length" (whose chat endpoint mostly
+// (and its older "Context size has been exceeded.") and Ollama's "…exceeds the context length" (whose chat endpoint mostly
 // cuts the prompt instead), Gemini's OpenAI-compatible endpoint ("The
 // input token count (…) exceeds the maximum number of tokens allowed
 // (…)"), Bedrock's "Input is too long for requested model" (which LiteLLM
@@ -628,6 +659,7 @@ var contextExceededPhrases = []string{
 	"context window exceeded",
 	"prompt is too long",
 	"exceeds the available context size",
+	"context size has been exceeded",
 	"exceeds the context length",
 	"exceeds the context window",
 	"exceeds the maximum number of tokens allowed",
@@ -640,22 +672,30 @@ var contextExceededPhrases = []string{
 // "context_length_exceeded", or a 400, 413 or 422 (Text Generation
 // Inference refuses it with 422, a proxy may with 413) with a message
 // that says so in the words of a common server (see
-// contextExceededPhrases). A shorter request may be answered: the
-// budget's estimate of the history's length is no tokenizer's count.
+// contextExceededPhrases); the same in an error event that began the
+// stream, before any text or call (llama.cpp's streaming answer, a 200);
+// or llama.cpp's 500 "Context size has been exceeded." A shorter request
+// may be answered: the budget's estimate of the history's length is no
+// tokenizer's count.
 func (e *ModelError) ContextExceeded() bool {
-	if e.Kind != ErrKindHTTP {
-		return false
-	}
-	switch e.StatusCode {
-	case http.StatusBadRequest:
+	msg := strings.ToLower(e.Message)
+	switch {
+	case e.Kind == ErrKindStreamCut && e.refusedAtOnce:
 		if e.Code == "context_length_exceeded" {
 			return true
 		}
-	case http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+	case e.Kind != ErrKindHTTP:
+		return false
+	case e.StatusCode == http.StatusInternalServerError:
+		return strings.Contains(msg, "context size has been exceeded")
+	case e.StatusCode == http.StatusBadRequest:
+		if e.Code == "context_length_exceeded" {
+			return true
+		}
+	case e.StatusCode == http.StatusRequestEntityTooLarge, e.StatusCode == http.StatusUnprocessableEntity:
 	default:
 		return false
 	}
-	msg := strings.ToLower(e.Message)
 	for _, p := range contextExceededPhrases {
 		if strings.Contains(msg, p) {
 			return true

@@ -284,3 +284,35 @@ func TestChunkWithANullErrorFirstIsRead(t *testing.T) {
 		t.Fatalf("answer = %q, %v; want \"fine\"", msg.Content, err)
 	}
 }
+
+// OpenAI answers a key whose quota or credit is used up with a 429 whose
+// code is insufficient_quota: unlike a rate limit, no wait cures it, so it
+// is not sent again, and it is the operator's to fix.
+func TestInsufficientQuotaIsNotRetried(t *testing.T) {
+	for _, tt := range []struct {
+		code     string
+		attempts int
+	}{{"insufficient_quota", 1}, {"rate_limit_exceeded", 4}} {
+		t.Run(tt.code, func(t *testing.T) {
+			var mu sync.Mutex
+			n := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				n++
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				fmt.Fprintf(w, `{"error":{"message":"You exceeded your current quota.","type":%q,"param":null,"code":%q}}`, tt.code, tt.code)
+			}))
+			defer srv.Close()
+			m := agent.NewOpenAIModel(agent.ModelConfig{BaseURL: srv.URL, Model: "m", Retries: 3, Sleep: noSleep})
+			_, err := m.Complete(context.Background(), userMessage("hi"), nil)
+			me := modelError(t, err, agent.ErrKindHTTP)
+			mu.Lock()
+			defer mu.Unlock()
+			if quota := tt.attempts == 1; n != tt.attempts || me.Retryable() == quota || me.Misconfigured() != quota {
+				t.Errorf("%d attempts, retryable %v, misconfigured %v; want %d attempts, misconfigured %v", n, me.Retryable(), me.Misconfigured(), tt.attempts, quota)
+			}
+		})
+	}
+}

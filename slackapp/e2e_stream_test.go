@@ -191,21 +191,23 @@ func TestModelRefusalIsReportedAsAConfigurationProblem(t *testing.T) {
 	for _, tt := range []struct {
 		status   int
 		message  string
+		code     string
 		want     []string // in the thread's note
 		retry    bool     // the note suggests sending another message
 		notShown []string
 	}{
-		{401, "Incorrect API key provided", []string{"HTTP 401", "Incorrect API key provided", "configuration problem"}, false, nil},
-		{403, "Project does not have access to model gpt-4o", []string{"HTTP 403", "does not have access"}, false, nil},
-		{404, "The model `gpt-4o-mimi` does not exist", []string{"HTTP 404", "gpt-4o-mimi", "configuration problem"}, false, nil},
-		{400, "This model's maximum context length is 8192 tokens", []string{"HTTP 400", "maximum context length"}, false, nil},
-		{401, long, []string{"HTTP 401", "configuration problem"}, false, []string{"<https://", "<!", "@channel", strings.Repeat("x", 400)}},
-		{503, "overloaded", []string{"couldn't get an answer from the model"}, true, nil},
+		{401, "Incorrect API key provided", "", []string{"HTTP 401", "Incorrect API key provided", "configuration problem"}, false, nil},
+		{403, "Project does not have access to model gpt-4o", "", []string{"HTTP 403", "does not have access"}, false, nil},
+		{404, "The model `gpt-4o-mimi` does not exist", "", []string{"HTTP 404", "gpt-4o-mimi", "configuration problem"}, false, nil},
+		{400, "This model's maximum context length is 8192 tokens", "", []string{"HTTP 400", "maximum context length"}, false, nil},
+		{401, long, "", []string{"HTTP 401", "configuration problem"}, false, []string{"<https://", "<!", "@channel", strings.Repeat("x", 400)}},
+		{429, "You exceeded your current quota, please check your plan and billing details.", "insufficient_quota", []string{"HTTP 429", "exceeded your current quota", "configuration problem"}, false, nil},
+		{503, "overloaded", "", []string{"couldn't get an answer from the model"}, true, nil},
 	} {
 		t.Run(fmt.Sprint(tt.status, " ", tt.message[:min(len(tt.message), 20)]), func(t *testing.T) {
 			e := newEnv(t, storeKinds(t)[0])
 			e.start()
-			e.model.Reply(fakeopenai.Error(tt.status, tt.message))
+			e.model.Reply(fakeopenai.Response{Status: tt.status, ErrorMessage: tt.message, ErrorCode: tt.code})
 			ts := e.slack.Mention(channel, requester, "hello")
 			note := e.answer(ts, "model").Text
 			for _, w := range tt.want {

@@ -741,7 +741,11 @@ func misconfiguredText(me *agent.ModelError) string {
 	if code := serverCode(me); code != "" {
 		said = ": " + code
 	}
-	return fmt.Sprintf("The model server refused the request (HTTP %d%s). This is a configuration problem for the bot's operator (the API key, the model's name or its context size); sending another message won't help until it is fixed.", me.StatusCode, said)
+	how := "in its answer"
+	if me.StatusCode != 0 {
+		how = fmt.Sprintf("HTTP %d", me.StatusCode)
+	}
+	return fmt.Sprintf("The model server refused the request (%s%s). This is a configuration problem for the bot's operator (the API key, its quota, the model's name or its context size); sending another message won't help until it is fixed.", how, said)
 }
 
 // contentRefusedText tells the thread that the model provider refused the

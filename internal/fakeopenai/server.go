@@ -64,10 +64,13 @@ type Response struct {
 	// with this status and an OpenAI-style error body:
 	// {"error": {"message": ErrorMessage, "type": ErrorType, ...}}.
 	// ErrorMessage defaults to the status text; ErrorType to
-	// "server_error" for 5xx statuses and "invalid_request_error" otherwise.
+	// "server_error" for 5xx statuses and "invalid_request_error" otherwise;
+	// ErrorCode, the body's "code", to "rate_limit_exceeded" for a 429 and
+	// null otherwise.
 	Status       int
 	ErrorMessage string
 	ErrorType    string
+	ErrorCode    string
 
 	// Header holds extra response headers, such as Retry-After.
 	Header http.Header
@@ -149,7 +152,7 @@ func Start() *Server {
 	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "invalid_request_error",
+		writeError(w, http.StatusNotFound, "invalid_request_error", "",
 			fmt.Sprintf("unknown endpoint %s %s", r.Method, r.URL.Path))
 	})
 	s.srv = httptest.NewServer(mux)
@@ -296,12 +299,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	read := time.Now()
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "read body: "+err.Error())
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "read body: "+err.Error())
 		return
 	}
 	var req openai.ChatCompletionRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid JSON body: "+err.Error())
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "invalid JSON body: "+err.Error())
 		return
 	}
 	seq, resp, limit := s.next(body, req)
@@ -338,7 +341,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		if msg == "" {
 			msg = http.StatusText(resp.Status)
 		}
-		writeError(w, resp.Status, typ, msg)
+		writeError(w, resp.Status, typ, resp.ErrorCode, msg)
 		return
 	}
 	a := answer{
@@ -397,7 +400,7 @@ func (s *Server) complete(w http.ResponseWriter, a answer) {
 		Usage:   a.usage,
 	})
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "server_error", err.Error())
+		writeError(w, http.StatusInternalServerError, "server_error", "", err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -572,9 +575,12 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 }
 
 // writeError writes an OpenAI-style error body.
-func writeError(w http.ResponseWriter, status int, typ, msg string) {
+func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 	e := map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}
-	if status == http.StatusTooManyRequests {
+	switch {
+	case code != "":
+		e["code"] = code
+	case status == http.StatusTooManyRequests:
 		e["code"] = "rate_limit_exceeded"
 	}
 	writeErrorBody(w, status, e)
