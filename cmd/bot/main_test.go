@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -321,6 +322,29 @@ func TestRunFailsOnUnreachableRedis(t *testing.T) {
 	}
 	assertNoSecrets(t, "error", err.Error(), "hunter2-redis-password")
 	assertNoSecrets(t, "stderr", stderr.String(), "hunter2-redis-password")
+}
+
+// A SLACK_API_URL that answers no Slack JSON (a gateway's sign-in page)
+// is named in the exit error without the gateway's credentials, in its
+// user info or its query.
+func TestRunAgainstAPageKeepsSlackAPIURLsSecrets(t *testing.T) {
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = io.WriteString(w, "<html><body>Sign in</body></html>")
+	}))
+	defer page.Close()
+	env := validEnv(t)
+	env["SLACK_API_URL"] = strings.Replace(page.URL, "http://", "http://gw:SlackGatewayPw99@", 1) + "/api/?key=SlackGatewayKey42"
+	setEnv(t, env)
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), nil, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "SLACK_API_URL http://gw:xxxxx@127.0.0.1") {
+		t.Fatalf("run against a web page: %v; want an error naming SLACK_API_URL without its password", err)
+	}
+	for _, secret := range []string{"SlackGatewayPw99", "SlackGatewayKey42"} {
+		assertNoSecrets(t, "error", err.Error(), secret)
+		assertNoSecrets(t, "stderr", stderr.String(), secret)
+	}
 }
 
 func TestRunFailsOnMalformedRedisURL(t *testing.T) {

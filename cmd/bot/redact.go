@@ -26,7 +26,10 @@ func envSecrets(getenv func(string) string) []string {
 			secrets = append(secrets, tok)
 		}
 	}
-	secrets = append(append(secrets, getenv("OPENAI_API_KEY")), urlSecrets(getenv("REDIS_URL"))...)
+	secrets = append(secrets, getenv("OPENAI_API_KEY"))
+	for _, k := range []string{"REDIS_URL", "SLACK_API_URL", "OPENAI_BASE_URL"} {
+		secrets = append(secrets, urlSecrets(getenv(k))...)
+	}
 	return append(secrets, otelSecrets(getenv)...)
 }
 
