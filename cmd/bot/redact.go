@@ -6,6 +6,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/internal/redact"
+	"github.com/toolgate/toolgate/store/redisstore"
 )
 
 // redactor keeps secrets out of logs and error messages (see
@@ -68,7 +69,7 @@ func otelSecrets(getenv func(string) string) []string {
 // and the whole URL when it has any or does not parse (so a parser's error
 // quoting it gives nothing away).
 func urlSecrets(raw string) []string {
-	u, err := url.Parse(raw)
+	u, err := url.Parse(redisstore.OneHostURL(raw))
 	if err != nil {
 		return []string{raw}
 	}

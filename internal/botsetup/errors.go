@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+
+	"github.com/toolgate/toolgate/store/redisstore"
 )
 
 // redactedText stands in for a URL that does not parse, in SafeURL.
@@ -113,7 +115,7 @@ func checkURLForm(raw string) error {
 	case strings.Contains(raw, "#"):
 		return errors.New("the URL has a '#': " + advice)
 	}
-	u, err := url.Parse(raw)
+	u, err := url.Parse(redisstore.OneHostURL(raw))
 	if err != nil {
 		return errors.New("the URL does not parse: " + advice)
 	}

@@ -83,7 +83,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 				// nothing of the URL.
 				return nil, ctx.Err()
 			}
-			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
+			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(redisstore.OneHostURL(c.RedisURL)), err)}
 		}
 		// Bounded as the check above: a Redis that takes the dial but
 		// never answers (TLS asked of a plain server) is refused in
@@ -97,9 +97,9 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(c.RedisURL), err)}
+			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(redisstore.OneHostURL(c.RedisURL)), err)}
 		}
-		log.Info("using redis store", "url", SafeURL(c.RedisURL), "prefix", c.RedisPrefix)
+		log.Info("using redis store", "url", SafeURL(redisstore.OneHostURL(c.RedisURL)), "prefix", c.RedisPrefix)
 		warnEviction(ctx, st, log)
 		warnClockSkew(ctx, st, log, time.Now)
 		warnReplicas(ctx, st, c.WaitReplicas, log)

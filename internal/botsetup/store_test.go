@@ -196,6 +196,22 @@ func TestOpenStoreRedisURLAdvice(t *testing.T) {
 	}
 }
 
+// A Redis Cluster or Sentinels named by a list of IPv6 literals, which
+// net/url takes for no host, is read as the store reads it: refused only
+// as out of reach, and named without its password.
+func TestOpenStoreIPv6Seeds(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, u := range []string{
+		"redis+cluster://:v6-hunter2@[::1]:1,[::1]:2",
+		"redis+sentinel://:v6-hunter2@[::1]:1,[::1]:2/0?master_name=toolgate",
+	} {
+		_, err := OpenStore(t.Context(), StoreConfig{RedisURL: u, Dir: t.TempDir()}, log)
+		if err == nil || !strings.HasPrefix(err.Error(), "REDIS_URL: connect to redis at ") || strings.Contains(err.Error(), "v6-hunter2") {
+			t.Errorf("OpenStore(%q): %v; want it refused as out of reach, without its password", u, err)
+		}
+	}
+}
+
 // A DATA_DIR that cannot hold the embedded store (here it is a file) is a
 // *ConfigError naming DATA_DIR and the file: a setting to fix, exit
 // status 2.

@@ -168,6 +168,23 @@ func CheckURL(ctx context.Context, rawURL string, timeout time.Duration) error {
 	return fmt.Errorf("cannot reach redis: %w", errors.Join(errs...))
 }
 
+// OneHostURL returns a Redis Cluster or Sentinel URL that names several
+// hosts ("redis+cluster://h1:p1,h2:p2/0") as one URL of one host with
+// the others as addr options, which net/url parses (a list of IPv6
+// literals is no host it takes); any other URL, or one that does not
+// fold, as it is.
+func OneHostURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || !(strings.HasSuffix(scheme, "+cluster") || strings.HasSuffix(scheme, "+sentinel")) {
+		return raw
+	}
+	u, err := seedURL(scheme, rest)
+	if err != nil {
+		return raw
+	}
+	return u
+}
+
 // clusterPath returns the path of "user@h1:p1,h2:p2/path?q".
 func clusterPath(rest string) string {
 	rest, _, _ = strings.Cut(rest, "?") // a query may hold a "/"
