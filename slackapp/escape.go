@@ -215,7 +215,16 @@ func quoteCut(s string, max int) (string, bool) {
 	for i, l := range lines {
 		lines[i] = ">" + l
 	}
-	return truncate(strings.Join(lines, "\n"), max)
+	out, cut := truncate(strings.Join(lines, "\n"), max)
+	if strings.Count(out, "```")%2 == 1 {
+		// A code block the words open (or the cut left open) is closed
+		// in the quote: else the text after it would show as code.
+		out, cut = truncate(strings.Join(lines, "\n"), max-len("```"))
+		if strings.Count(out, "```")%2 == 1 {
+			out += "```"
+		}
+	}
+	return out, cut
 }
 
 // controlSequence matches a mrkdwn control sequence: a mention, a channel,

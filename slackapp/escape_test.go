@@ -244,6 +244,29 @@ func TestQuoteRevealsBidiControls(t *testing.T) {
 	}
 }
 
+// A quote whose words open a code block they do not close (or that the
+// cut leaves open) closes it, within the bound: the text after the quote
+// is not shown as code.
+func TestQuoteClosesTheCodeBlockItOpens(t *testing.T) {
+	for _, tt := range []struct {
+		in  string
+		max int
+	}{
+		{"run ```rm -rf /tmp/x", 2000},
+		{"```\nrm -rf /tmp/x\n```", 2000},
+		{"see ```" + strings.Repeat("x", 100) + "```", 50},
+		{"``````` odd", 2000},
+	} {
+		got := quote(tt.in, tt.max)
+		if n := strings.Count(got, "```"); n%2 != 0 || len([]rune(got)) > tt.max {
+			t.Errorf("quote(%q, %d) = %q: %d fences, %d characters; want them paired, within the bound", tt.in, tt.max, got, n, len([]rune(got)))
+		}
+	}
+	if got := quote("```\nrm\n```", 2000); got != ">```\n>rm\n>```" {
+		t.Errorf("a closed block: %q, want it as written", got)
+	}
+}
+
 // Two arguments, one holding a hidden character and the other its
 // notation, read differently on a card.
 func TestArgsSectionTellsAWrittenOutCharacterFromItsNotation(t *testing.T) {
