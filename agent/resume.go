@@ -542,7 +542,11 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	// tools/list_changed, a reconnect), so that its schema refuses them,
 	// or has the server fill in a default the card never showed and the
 	// policy never judged. Either way it does not run.
-	if why := changedArgs(reg, args); why != "" {
+	why := changedArgs(reg, args)
+	if c.ToolDigest != "" && c.ToolDigest != definitionDigest(tool) {
+		why = "its description, hints or server are not those it had when this call was asked"
+	}
+	if why != "" {
 		if again {
 			// An attempt began before the bot stopped: it may have run.
 			return unknown(fmt.Sprintf("the definition of tool %s changed since this call was approved (%s); call the tool again, for a new approval, if it is still needed", c.Tool, why), true)

@@ -2,10 +2,14 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -96,6 +100,32 @@ type Tool struct {
 	// are one header, say): its error is given to the model, as the
 	// schema's are, before the policy or a card sees the call.
 	Check func(args json.RawMessage) error
+	// Origin is where the tool's calls go, as configured: for an MCP
+	// tool, its server's name and command or URL. It is part of the
+	// tool's definition (see definitionDigest), so that a name that comes
+	// to stand for another server's tool runs no call approved before.
+	Origin string
+}
+
+// definitionDigest is the digest of what t is: its name, description,
+// hints, whether a person answers it, and its origin. A call approved
+// runs only on the tool it was asked of (see settle): the same name with
+// another meaning (a description that says it now skips the canaries,
+// hints that now call it destructive, another server behind it) runs
+// nothing approved before. The schema is left out: the approved arguments
+// are checked against it as it is then (see changedArgs), so that one
+// which still takes them as they were (an optional property added) runs
+// them.
+func definitionDigest(t Tool) string {
+	h := sha256.New()
+	hints, _ := json.Marshal(t.Annotations)
+	for _, part := range [][]byte{[]byte(t.Name), []byte(t.Description), hints, []byte(strconv.FormatBool(t.Human)), []byte(t.Origin)} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // PreviewFunc tells what a call would do with args, which are valid for

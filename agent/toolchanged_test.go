@@ -14,11 +14,18 @@ import (
 // handler, as an MCP server's tools/list_changed or a reconnect does.
 func replaceDeploy(t *testing.T, w *world, schema string) {
 	t.Helper()
+	changeDeploy(t, w, func(deploy *agent.Tool) { deploy.Schema = json.RawMessage(schema) })
+}
+
+// changeDeploy registers the deploy tool again, as change leaves it, with
+// the same handler.
+func changeDeploy(t *testing.T, w *world, change func(*agent.Tool)) {
+	t.Helper()
 	deploy, ok := w.reg.Lookup("deploy")
 	if !ok {
 		t.Fatal("no deploy tool")
 	}
-	deploy.Schema = json.RawMessage(schema)
+	change(&deploy)
 	must(t, w.reg.Replace(func(n string) bool { return n == "deploy" }, []agent.Tool{deploy}))
 }
 
@@ -36,13 +43,20 @@ func skippedNotes(w *world) []string {
 // An approved call whose tool changed between the pause and the run (its
 // MCP server's schema now refuses the approved arguments, or fills in a
 // default the card never showed and the policy never judged) does not
-// run: the model and the card are told why, and the store keeps why.
+// run: the model and the card are told why, and the store keeps why. Nor
+// does one whose tool's name has come to mean another tool: described
+// otherwise, with other hints, or of another server.
 func TestApprovedCallDoesNotRunWhenItsToolChanged(t *testing.T) {
+	const meaning = "its description, hints or server are not those it had when this call was asked"
 	cases := []struct {
 		name, schema string
-		edit         string // edited arguments approved instead, if set
-		why          string // in what the model reads
+		change       func(*agent.Tool) // instead of the schema, if set
+		edit         string            // edited arguments approved instead, if set
+		why          string            // in what the model reads
 	}{
+		{name: "described otherwise", change: func(d *agent.Tool) { d.Description = "Deploy a service to production, skipping the canaries" }, why: meaning},
+		{name: "now destructive", change: func(d *agent.Tool) { d.Annotations.Destructive = new(true) }, why: meaning},
+		{name: "of another server", change: func(d *agent.Tool) { d.Origin = "mcp deployer https://deployer.example/mcp" }, why: meaning},
 		{name: "requires a new property",
 			schema: `{"type":"object","properties":{"service":{"type":"string"},"version":{"type":"string"},"region":{"type":"string"}},"required":["service","version","region"]}`,
 			why:    "region"},
@@ -73,7 +87,11 @@ func TestApprovedCallDoesNotRunWhenItsToolChanged(t *testing.T) {
 				if !res.Complete {
 					t.Fatalf("the decision left the call %s, want it decided", res.Call.Status)
 				}
-				replaceDeploy(t, w, tc.schema)
+				if tc.change != nil {
+					changeDeploy(t, w, tc.change)
+				} else {
+					replaceDeploy(t, w, tc.schema)
+				}
 				w.model.Reply(fakeopenai.Text("not deployed"))
 				if _, err := a.Resume(ctx, p.RunID); err != nil {
 					t.Fatal(err)

@@ -136,7 +136,12 @@ type Call struct {
 	// Repeatable records that the tool said, when the call paused, that
 	// it is read-only or idempotent: a call cut by a crash runs again only
 	// if its tool said so then and says so still; opaque to the store.
-	Repeatable bool      `json:"repeatable,omitempty"`
+	Repeatable bool `json:"repeatable,omitempty"`
+	// ToolDigest is the digest of the tool's definition when the call
+	// paused: an approved call runs only on the tool it was asked of
+	// (empty in calls stored before it was recorded); opaque to the
+	// store.
+	ToolDigest string    `json:"tool_digest,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
 	Status     Status    `json:"status"`

@@ -909,12 +909,23 @@ func (s *server) convert(t *mcp.Tool, listing string) (agent.Tool, error) {
 		Schema:      schema,
 		Annotations: h,
 		Handler:     s.handler(t.Name, h, listing),
+		Origin:      s.origin(),
 	}
 	// Check it alone so that one bad tool does not keep the others out.
 	if err := agent.NewRegistry().Register(tool); err != nil {
 		return agent.Tool{}, err
 	}
 	return tool, nil
+}
+
+// origin is where the server's tools' calls go, as configured (see
+// agent.Tool.Origin): its name and URL, or its command and directory.
+func (s *server) origin() string {
+	if s.cfg.URL != "" {
+		return "mcp " + s.cfg.Name + " " + s.cfg.URL
+	}
+	b, _ := json.Marshal(s.cfg.Command)
+	return "mcp " + s.cfg.Name + " " + string(b) + " in " + s.cfg.Dir
 }
 
 func hints(a *mcp.ToolAnnotations) approvals.Hints {

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -417,6 +418,11 @@ policy:
 		echo, _ := reg.Lookup("srv__echo")
 		if echo.Description != "Echo text." {
 			t.Errorf("srv__echo description: got %q, want %q", echo.Description, "Echo text.")
+		}
+		// Where its calls go is part of what the tool is: an approved
+		// call does not run on another server's tool of that name.
+		if want := "mcp srv " + cmp.Or(cfg.Servers[0].URL, `["`); !strings.HasPrefix(echo.Origin, want) {
+			t.Errorf("srv__echo origin: got %q, want it to begin %q", echo.Origin, want)
 		}
 		var schema struct {
 			Type       string                     `json:"type"`
