@@ -601,11 +601,19 @@ const httpIdleConns = 16
 // newHTTPTransport is the transport of the HTTP tools and of MCP servers
 // over HTTP: the default one without a proxy, so that requests go where
 // their URL says and the environment cannot send them elsewhere, keeping
-// httpIdleConns idle connections per host.
+// httpIdleConns idle connections per host. It speaks HTTP/1.1 only: Go's
+// HTTP/2 client sends a request again, whatever its method, when the
+// server resets its stream (a proxy whose upstream answered badly), after
+// the server may have acted on it, and returns the second answer as the
+// only one: an approved POST or an MCP tools/call would run twice, told
+// as once. Over HTTP/1.1 a request is sent again only if it is a GET,
+// HEAD, OPTIONS or TRACE, names an idempotency key, or was never written.
 func newHTTPTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
 	t.MaxIdleConnsPerHost = httpIdleConns
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP1(true)
 	return t
 }
 
