@@ -1754,7 +1754,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 	calls := make([]store.Call, len(asks))
 	pending := make([]PendingCall, len(asks))
 	run := store.Run{ID: runID, Conversation: t.conv, Requester: t.user, Channel: t.channel, CreatedAt: now}
-	previews := a.previews(ctx, asks)
+	previews, trace := a.previews(ctx, asks), a.traceID(ctx)
 	for k, q := range asks {
 		ttl := a.askTTL(q.verdict)
 		remind := q.verdict.RemindAfter
@@ -1766,7 +1766,7 @@ func (a *Agent) pause(ctx context.Context, t *turn, slots []slot, asks []ask, re
 			Tool: q.tool.Name, Args: q.canonical, Fingerprint: q.fp,
 			Requester: t.user, Requesters: t.requesters(), Channel: t.channel, Conversation: t.conv,
 			RuleID: q.verdict.RuleID, Reason: q.verdict.Reason, Approvers: q.verdict.Approvers, FourEyes: q.verdict.FourEyes,
-			NoAlwaysAllow: q.verdict.FailClosed || q.verdict.Combined, NeedsAudience: q.verdict.NeedsAudience && len(q.verdict.Approvers) > 0, Repeatable: repeatable(q.tool), ToolDigest: definitionDigest(q.tool),
+			NoAlwaysAllow: q.verdict.FailClosed || q.verdict.Combined, NeedsAudience: q.verdict.NeedsAudience && len(q.verdict.Approvers) > 0, Repeatable: repeatable(q.tool), ToolDigest: definitionDigest(q.tool), Trace: trace,
 			MinApprovals: q.verdict.MinApprovals, RemindAfter: remind, CreatedAt: now, ExpiresAt: now.Add(ttl), Status: store.Pending,
 		}
 		c.Preview, c.PreviewError = previews[k].text, previews[k].problem

@@ -24,6 +24,15 @@ type Tracer interface {
 	StartTool(ctx context.Context, t ToolStart) (_ context.Context, end func(Result))
 }
 
+// TraceLinker is a Tracer that can name the trace of a turn, so that the
+// turn resuming a paused call links to the turn that paused it, hours and
+// restarts later: TraceID returns what to store with the call for ctx, a
+// turn's context ("" for none), which TurnStart.Calls then carry back
+// (store.Call.Trace).
+type TraceLinker interface {
+	TraceID(ctx context.Context) string
+}
+
 // TurnKind says what started a turn.
 type TurnKind string
 
@@ -80,6 +89,15 @@ func (a *Agent) startTurn(ctx context.Context, t TurnStart) (context.Context, fu
 		return ctx, func(Outcome, error) {}
 	}
 	return a.cfg.Tracer.StartTurn(ctx, t)
+}
+
+// traceID names the trace of ctx's turn for the calls it pauses, if the
+// tracer can (see TraceLinker).
+func (a *Agent) traceID(ctx context.Context) string {
+	if l, ok := a.cfg.Tracer.(TraceLinker); ok {
+		return l.TraceID(ctx)
+	}
+	return ""
 }
 
 // startTool calls the tracer, if any.

@@ -141,11 +141,15 @@ type Call struct {
 	// paused: an approved call runs only on the tool it was asked of
 	// (empty in calls stored before it was recorded); opaque to the
 	// store.
-	ToolDigest string    `json:"tool_digest,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	Status     Status    `json:"status"`
-	Decision   *Decision `json:"decision,omitempty"`
+	ToolDigest string `json:"tool_digest,omitempty"`
+	// Trace names the trace of the turn that paused the call (a W3C
+	// traceparent), when traces are exported, so that the turn resuming
+	// it links to it; opaque to the store.
+	Trace     string    `json:"trace,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Status    Status    `json:"status"`
+	Decision  *Decision `json:"decision,omitempty"`
 	// Executing is set by BeginExecution: the tool was started at most once.
 	Executing bool `json:"executing,omitempty"`
 	// ExecAttempt names the BeginExecution sending that set Executing, for

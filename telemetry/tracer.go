@@ -12,6 +12,7 @@ import (
 	"github.com/sashabaranov/go-openai"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/agent"
@@ -53,7 +54,10 @@ type Tracer struct {
 	clean func(string) string
 }
 
-var _ agent.Tracer = (*Tracer)(nil)
+var (
+	_ agent.Tracer      = (*Tracer)(nil)
+	_ agent.TraceLinker = (*Tracer)(nil)
+)
 
 // Option configures a Tracer (see NewTracer and Start).
 type Option func(*Tracer)
@@ -159,9 +163,33 @@ func (t *Tracer) StartTurn(ctx context.Context, ts agent.TurnStart) (context.Con
 	}
 }
 
+// TraceID names the span of ctx, a turn's, as a W3C traceparent (see
+// agent.TraceLinker): the resume's approval_wait spans link to it.
+func (t *Tracer) TraceID(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier.Get("traceparent")
+}
+
+// pausedBy is the span named by a call's Trace (see TraceID), if it names
+// one.
+func pausedBy(c store.Call) (trace.SpanContext, bool) {
+	if c.Trace == "" {
+		return trace.SpanContext{}, false
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Trace})
+	sc := trace.SpanContextFromContext(ctx)
+	return sc, sc.IsValid()
+}
+
 // waitSpan records the wait of one paused call for its decision and
-// returns the span's context.
+// returns the span's context. It is linked to the turn that resumes the
+// call and, when the call names it, to the turn that paused it.
 func (t *Tracer) waitSpan(ctx context.Context, turn trace.SpanContext, c store.Call) trace.SpanContext {
+	links := []trace.Link{{SpanContext: turn, Attributes: []attribute.KeyValue{attribute.String("toolgate.link", "resumed_by")}}}
+	if paused, ok := pausedBy(c); ok {
+		links = append(links, trace.Link{SpanContext: paused, Attributes: []attribute.KeyValue{attribute.String("toolgate.link", "paused_by")}})
+	}
 	kind, decider, at := string(approvals.Expire), agent.System, c.ExpiresAt
 	if d := c.Decision; d != nil {
 		kind, decider, at = d.Kind, d.Decider, d.At
@@ -172,7 +200,7 @@ func (t *Tracer) waitSpan(ctx context.Context, turn trace.SpanContext, c store.C
 	_, span := t.tracer.Start(ctx, "approval_wait "+c.Tool,
 		trace.WithNewRoot(),
 		trace.WithTimestamp(c.CreatedAt),
-		trace.WithLinks(trace.Link{SpanContext: turn, Attributes: []attribute.KeyValue{attribute.String("toolgate.link", "resumed_by")}}),
+		trace.WithLinks(links...),
 		trace.WithAttributes(
 			t.text("gen_ai.tool.name", c.Tool),
 			t.text("gen_ai.tool.call.id", c.ID),

@@ -487,6 +487,14 @@ func TestPausedCallApprovedLater(t *testing.T) {
 	if !slices.ContainsFunc(resume.Links, func(l sdktrace.Link) bool { return l.SpanContext.SpanID() == wait.SpanContext.SpanID() }) {
 		t.Error("the resuming turn is not linked to the wait span")
 	}
+	// And back to the turn that paused the call, whose trace the call
+	// names in the store: the two halves of the request are one story.
+	if !slices.ContainsFunc(wait.Links, func(l sdktrace.Link) bool {
+		return l.SpanContext.TraceID() == pausing.SpanContext.TraceID() && l.SpanContext.SpanID() == pausing.SpanContext.SpanID() &&
+			slices.Contains(l.Attributes, attribute.String("toolgate.link", "paused_by"))
+	}) {
+		t.Errorf("the wait span's links %v do not lead to the pausing turn %s", wait.Links, pausing.SpanContext.SpanID())
+	}
 }
 
 func TestModelRetryOnTheModelSpan(t *testing.T) {
