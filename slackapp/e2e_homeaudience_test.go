@@ -110,62 +110,46 @@ func firstLines(s string) string {
 	return s[i : i+min(len(s)-i, 120)]
 }
 
-// The same for a member taken out of the user group a rule names.
-// The same for someone taken out of the user group a rule names.
+// The same for someone taken out of the user group a rule names, and for
+// the members of a group disabled, whom Slack lists no more, so that a
+// call's change no longer finds their tabs through it.
 func TestHomeOfWhoLeftTheGroupDropsItsCall(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	e.policy = "policy:\n  default: ask\n  rules:\n    - id: deploys\n      tool: deploy\n      verdict: ask\n      approvers: [SDEPLOYERS]\n"
-	e.cfg.HomeRefreshDelay = 20 * time.Millisecond
-	e.slack.AddUserGroup("SDEPLOYERS", approver, other)
-	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)), fakeopenai.Text("Deployed api 3."))
-	ts := e.slack.Mention(channel, requester, "deploy api 3")
-	card := e.card(ts, "deploy")
-	waitUntil(t, "the pause's round published the member's tab", func() bool { return e.homeLists(other, "deploy") })
-	if home := viewText(e.home(other)); !strings.Contains(home, "Waiting for your decision* (1)") {
-		t.Fatalf("the group member does not have the call in their inbox:\n%s", home)
-	}
-	e.slack.AddUserGroup("SDEPLOYERS", approver) // other is taken out
-	e.waitEventAcked("subteam_members_changed")
+	for _, tt := range []struct {
+		name  string
+		leave func(e *env)
+		event string
+	}{
+		{"taken out", func(e *env) { e.slack.AddUserGroup("SDEPLOYERS") }, "subteam_members_changed"},
+		{"group disabled", func(e *env) { e.slack.DisableUserGroup("SDEPLOYERS") }, "subteam_updated"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.policy = "policy:\n  default: ask\n  rules:\n    - id: deploys\n      tool: deploy\n      verdict: ask\n      approvers: [UAPPROVER1, SDEPLOYERS]\n"
+			e.cfg.HomeRefreshDelay = 20 * time.Millisecond
+			e.slack.AddUserGroup("SDEPLOYERS", other)
+			e.start()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)), fakeopenai.Text("Deployed api 3."))
+			ts := e.slack.Mention(channel, requester, "deploy api 3")
+			card := e.card(ts, "deploy")
+			waitUntil(t, "the pause's round published the member's tab", func() bool { return e.homeLists(other, "deploy") })
+			if home := viewText(e.home(other)); !strings.Contains(home, "Waiting for your decision* (1)") {
+				t.Fatalf("the group member does not have the call in their inbox:\n%s", home)
+			}
+			tt.leave(e)
+			e.waitEventAcked(tt.event)
 
-	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
-	must(t, err)
-	e.answer(ts, "Deployed api 3.")
-	waitUntil(t, "the approver's tab no longer lists the call", func() bool {
-		v, ok := e.slack.HomeView(approver)
-		return ok && strings.Contains(viewText(v), "Waiting for your decision* (0)")
-	})
-	e.stop()
-	if e.homeHasButtons(other) {
-		t.Errorf("the Home tab of who was taken out of the group still lists the decided call with its buttons")
-	}
-}
-
-// The same when the whole group is disabled: Slack lists its members no
-// more, so a call's change no longer finds their tabs through it.
-func TestHomeOfADisabledGroupsMemberDropsItsCall(t *testing.T) {
-	e := newEnv(t, storeKinds(t)[0])
-	e.policy = "policy:\n  default: ask\n  rules:\n    - id: deploys\n      tool: deploy\n      verdict: ask\n      approvers: [UAPPROVER1, SDEPLOYERS]\n"
-	e.cfg.HomeRefreshDelay = 20 * time.Millisecond
-	e.slack.AddUserGroup("SDEPLOYERS", other)
-	e.start()
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)), fakeopenai.Text("Deployed api 3."))
-	ts := e.slack.Mention(channel, requester, "deploy api 3")
-	card := e.card(ts, "deploy")
-	waitUntil(t, "the pause's round published the member's tab", func() bool { return e.homeLists(other, "deploy") })
-	e.slack.DisableUserGroup("SDEPLOYERS")
-	e.waitEventAcked("subteam_updated")
-
-	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
-	must(t, err)
-	e.answer(ts, "Deployed api 3.")
-	waitUntil(t, "the approver's tab no longer lists the call", func() bool {
-		v, ok := e.slack.HomeView(approver)
-		return ok && strings.Contains(viewText(v), "Waiting for your decision* (0)")
-	})
-	e.stop()
-	if e.homeHasButtons(other) {
-		t.Errorf("the Home tab of a member of the disabled group still lists the decided call with its buttons")
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed api 3.")
+			waitUntil(t, "the approver's tab no longer lists the call", func() bool {
+				v, ok := e.slack.HomeView(approver)
+				return ok && strings.Contains(viewText(v), "Waiting for your decision* (0)")
+			})
+			e.stop()
+			if e.homeHasButtons(other) {
+				t.Errorf("the Home tab of who left the group still lists the decided call with its buttons")
+			}
+		})
 	}
 }
 
