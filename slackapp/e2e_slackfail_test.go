@@ -1,6 +1,7 @@
 package slackapp_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -171,30 +172,75 @@ func TestGroupThatCannotBeListedIsNamedAsUnreached(t *testing.T) {
 	})
 }
 
-// A card Slack posted but answered internal_error for (which Slack says
-// may come after the post was made) is found in the thread: the thread is
-// not told it could not be posted, and the card is updated in place once
-// the call is decided and runs.
-func TestCardSlackPostedButAnsweredInternalErrorIsUpdated(t *testing.T) {
+// A card Slack posted but answered with an error that may come after the
+// post was made (internal_error; a gateway's 504 after Slack made it; an
+// answer lost to the client's time-out) is found in the thread, not posted
+// again: the thread is not told it could not be posted, and the card, the
+// only one, is updated in place once the call is decided and runs.
+func TestCardSlackPostedButAnsweredWithAnErrorIsUpdated(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		fail func(e *env) (release func())
+	}{
+		{"internal_error", func(e *env) func() { e.slack.ErrorAfterNext("chat.postMessage", "internal_error"); return func() {} }},
+		{"a gateway's 504", func(e *env) func() {
+			e.slack.FailAfterNext("chat.postMessage", http.StatusGatewayTimeout)
+			return func() {}
+		}},
+		{"an answer lost", func(e *env) func() {
+			_, release := e.slack.HoldAnswerNext("chat.postMessage")
+			return release
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.cfg.HTTPClient = &http.Client{Timeout: 2 * time.Second}
+			e.start()
+			defer tt.fail(e)()
+			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"8"}`)), fakeopenai.Text("Deployed."))
+			ts := e.slack.Mention(channel, requester, "deploy api 8")
+			card := e.card(ts, "deploy")
+			_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
+			must(t, err)
+			e.answer(ts, "Deployed.")
+			if n := e.deploy.Load(); n != 1 {
+				t.Fatalf("deploy ran %d times, want once", n)
+			}
+			waitUntil(t, "the card updated in place", func() bool {
+				m, ok := e.slack.Message(channel, card.TS)
+				return ok && !isCard(m)
+			})
+			e.stop()
+			cards := 0
+			for _, m := range e.slack.Thread(channel, ts) {
+				if strings.Contains(m.Text+blocksText(m), "couldn't post its approval card") {
+					t.Errorf("the thread was told the card could not be posted, though it was:\n%s", dumpThread(e.slack.Thread(channel, ts)))
+				}
+				if strings.Contains(m.Text+blocksText(m), "deploy") && m.TS != card.TS && len(m.Blocks) > 0 && m.Text != "Deployed." {
+					cards++
+				}
+			}
+			if n := len(e.slack.Calls("chat.postMessage")); cards != 0 || n > 2 {
+				t.Errorf("%d other cards, %d posts; want the card posted once:\n%s", cards, n, dumpThread(e.slack.Thread(channel, ts)))
+			}
+		})
+	}
+}
+
+// A card Slack refused as rate limited (ok:false rate_limited, for a burst
+// of posts: nothing was posted) is posted again after a wait, not given up
+// at once with a note into the channel that limits it.
+func TestCardRefusedAsRateLimitedIsPostedAgain(t *testing.T) {
+	t.Cleanup(slackapp.SetCardRetryWait(50 * time.Millisecond))
 	e := newEnv(t, storeKinds(t)[0])
 	e.start()
-	e.slack.ErrorAfterNext("chat.postMessage", "internal_error")
-	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"8"}`)), fakeopenai.Text("Deployed."))
-	ts := e.slack.Mention(channel, requester, "deploy api 8")
-	card := e.card(ts, "deploy")
-	_, err := e.slack.Click(approver, channel, card.TS, slackapp.ActionApprove, "")
-	must(t, err)
-	e.answer(ts, "Deployed.")
-	if n := e.deploy.Load(); n != 1 {
-		t.Fatalf("deploy ran %d times, want once", n)
-	}
-	waitUntil(t, "the card updated in place", func() bool {
-		m, ok := e.slack.Message(channel, card.TS)
-		return ok && !isCard(m)
+	e.slack.ErrorNext("chat.postMessage", "rate_limited")
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"6"}`)), fakeopenai.Text("Deployed."))
+	ts := e.slack.Mention(channel, requester, "deploy api 6")
+	first := e.waitThread(ts, "the card or the note that it was not posted", func(m fakeslack.Message) bool {
+		return m.BotID != "" && (isCard(m) || strings.Contains(m.Text, "couldn't post its approval card"))
 	})
-	for _, m := range e.slack.Thread(channel, ts) {
-		if strings.Contains(m.Text+blocksText(m), "couldn't post its approval card") {
-			t.Errorf("the thread was told the card could not be posted, though it was:\n%s", dumpThread(e.slack.Thread(channel, ts)))
-		}
+	if !isCard(first) {
+		t.Errorf("a card refused as rate limited was given up at once; the thread has:\n%s", dumpThread(e.slack.Thread(channel, ts)))
 	}
 }

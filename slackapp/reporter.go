@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -290,7 +292,8 @@ func mayHaveSucceeded(err error) bool {
 }
 
 // serverRetryAfter is the wait before a call Slack refused with a server
-// error, or a passing one, is made again later (a variable for tests).
+// error, a passing one, or a rate limit its answer names with no
+// Retry-After, is made again later (a variable for tests).
 var serverRetryAfter = 5 * time.Second
 
 // retryLater reports whether err is Slack refusing a call it may take
@@ -312,7 +315,7 @@ func retryLater(err error) (time.Duration, bool) {
 		case passingErrors[e.Err]:
 			return serverRetryAfter, true
 		case rateLimitedCodes[e.Err]:
-			return retryAfterDefault, true
+			return serverRetryAfter, true
 		}
 	}
 	return 0, false
@@ -634,16 +637,7 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	// Updates of this card made by this process read where it is from
 	// memory, once it is posted; other replicas read the store.
 	p.mem = a.cards.posting(pc.ID)
-	ts, err := a.chat(ctx, chatMessage{channel: channel, thread: thread, blocks: p.blocks, text: p.text})
-	if err != nil {
-		a.log.Error("post message", "channel", channel, "err", err)
-		a.m.error("slack_post")
-		if mayHaveSucceeded(err) {
-			// Slack may have posted it: it is looked for in the thread,
-			// so that it is updated in place, and not said to be missing.
-			ts = a.postedCard(ctx, channel, thread, pc.ID, p.since)
-		}
-	}
+	ts := a.postCardMessage(ctx, channel, thread, pc.ID, p)
 	if ts != "" {
 		p.added(a, channel, ts)
 	} else if ctx.Err() == nil {
@@ -662,6 +656,64 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 	// conversation get copies: none when its deciders must be in it.
 	p.blind, p.unexpanded = a.blindApproversNoting(ctx, channel, pc.Requester, namedDeciders(pc.Call))
 	return p
+}
+
+// cardPostTries bounds the posts of a card after the first that Slack
+// refused without making it (a rate limit, a passing failure), each after
+// the wait it asks for, at most cardPostMaxWait.
+const (
+	cardPostTries   = 2
+	cardPostMaxWait = 30 * time.Second
+)
+
+// postCardMessage posts the message of card p and returns its ts, "" if
+// it is not posted. A post Slack may have made though its answer says
+// otherwise (internal_error, fatal_error, a gateway's server error, an
+// answer lost or late) is looked for in the thread, never posted again,
+// so that no second card keeps its buttons; one Slack refused without
+// making it (rate_limited, a 429 past the client's retries) is posted
+// again after the wait it asks for, a few times.
+func (a *App) postCardMessage(ctx context.Context, channel, thread, callID string, p *cardPost) string {
+	msg := chatMessage{channel: channel, thread: thread, blocks: p.blocks, text: p.text}
+	ts, err := a.chat(ctx, msg)
+	for tries := 0; err != nil; tries++ {
+		a.log.Error("post message", "channel", channel, "err", err)
+		a.m.error("slack_post")
+		if ctx.Err() != nil {
+			return ""
+		}
+		if postMayHaveBeenMade(err) {
+			// Slack may have posted it: it is looked for in the thread,
+			// so that it is updated in place, and not said to be missing.
+			return a.postedCard(ctx, channel, thread, callID, p.since)
+		}
+		wait, later := retryLater(err)
+		if !later || tries >= cardPostTries || wait > cardPostMaxWait {
+			return ""
+		}
+		a.log.Warn("Slack refused a card; posting it again shortly", "channel", channel, "in", wait, "err", err)
+		if ctxtime.Sleep(ctx, wait) != nil {
+			return ""
+		}
+		ts, err = a.chat(ctx, msg)
+	}
+	return ts
+}
+
+// postMayHaveBeenMade reports whether a post that failed with err may
+// have been made all the same: Slack's internal_error or fatal_error (see
+// mayHaveSucceeded), a server error (a gateway's 502 or 504 may come
+// after Slack made it), or an answer that never came (a time-out, a
+// connection cut after the request was sent).
+func postMayHaveBeenMade(err error) bool {
+	if mayHaveSucceeded(err) {
+		return true
+	}
+	if sc, ok := errors.AsType[slack.StatusCodeError](err); ok {
+		return sc.Code >= http.StatusInternalServerError
+	}
+	_, lost := errors.AsType[*url.Error](err)
+	return lost
 }
 
 // postedCard returns the ts of the card of call callID that the bot posted

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,7 +57,9 @@ func webTransport() *http.Transport {
 // (429) after its Retry-After, and a server error (5xx) with exponential
 // backoff, up to maxWebRetries times; each attempt has the client's
 // timeout. Connection errors are not retried: a post whose answer was lost
-// may have been made, and posting it twice is worse. A request whose body
+// may have been made, and posting it twice is worse. For the same reason
+// a server error of a call that makes something anew (madeOnce) is not
+// retried either: a gateway's 502 or 504 may come after Slack made it. A request whose body
 // cannot be sent again is not retried, nor one whose context says so
 // (withoutRetries), nor one whose context ends before the wait would: its
 // answer (a rate limit's, with its Retry-After) is returned at once, for
@@ -64,6 +67,16 @@ func webTransport() *http.Transport {
 // waiting it out would only end in the context's error.
 type webClient struct {
 	client *http.Client
+}
+
+// madeOnce are the Web API methods that make something anew each time
+// (a message, a stream's text, a modal from a trigger that works once):
+// their server errors are not retried (see webClient), and what a card's
+// post made is looked for instead (see App.postCard).
+var madeOnce = map[string]bool{
+	"chat.postMessage": true, "chat.postEphemeral": true,
+	"chat.startStream": true, "chat.appendStream": true, "chat.stopStream": true,
+	"views.open": true, "views.push": true,
 }
 
 // noRetriesKey is the context key of withoutRetries.
@@ -94,6 +107,9 @@ func (c webClient) Do(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		wait, retry := retryWait(resp, attempt)
+		if resp.StatusCode >= http.StatusInternalServerError && madeOnce[path.Base(req.URL.Path)] {
+			retry = false
+		}
 		if !retry || once || attempt >= maxWebRetries || (req.Body != nil && req.GetBody == nil) || endsWithin(req.Context(), wait) {
 			return resp, nil
 		}

@@ -17,9 +17,13 @@ type injection struct {
 	retryAfter int
 	hold       *hold
 	// code, when set, is answered as Slack's ok:false error, with HTTP
-	// 200, instead of running the method, or after it with after set.
+	// 200, instead of running the method, or after it with after set; so
+	// is status, when set with after.
 	code  string
 	after bool
+	// holdAnswer, when set, holds the answer of the method, run, until
+	// released or the client gives up (see HoldAnswerNext).
+	holdAnswer *hold
 }
 
 // RateLimit makes the next times calls to method answer HTTP 429 with a
@@ -57,6 +61,27 @@ func (s *Server) ErrorAfterNext(method, code string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inject[method] = append(s.inject[method], injection{code: code, after: true})
+}
+
+// FailAfterNext makes the next call to method run, and then answer with
+// the HTTP status (for example 502 or 504) and an HTML body: a gateway
+// that gave up on Slack's answer after Slack made the call.
+func (s *Server) FailAfterNext(method string, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inject[method] = append(s.inject[method], injection{status: status, after: true})
+}
+
+// HoldAnswerNext makes the next call to method run, and its answer wait
+// until release is called or the client gives up on the request: a call
+// Slack made whose answer is late, or lost. arrived is closed once the
+// call was made.
+func (s *Server) HoldAnswerNext(method string) (arrived <-chan struct{}, release func()) {
+	h := &hold{arrived: make(chan struct{}), release: make(chan struct{})}
+	s.mu.Lock()
+	s.inject[method] = append(s.inject[method], injection{holdAnswer: h})
+	s.mu.Unlock()
+	return h.arrived, func() { h.once.Do(func() { close(h.release) }) }
 }
 
 // request is a decoded Web API request.
@@ -167,13 +192,20 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 	}
 	var injected *apiError
+	var heldAnswer *hold
 	injectedAfter := false
-	if q := s.inject[rq.method]; len(q) > 0 && q[0].hold == nil && q[0].code != "" {
+	if q := s.inject[rq.method]; len(q) > 0 && q[0].holdAnswer != nil {
+		heldAnswer = q[0].holdAnswer
+		s.inject[rq.method] = q[1:]
+	} else if len(q) > 0 && q[0].hold == nil && q[0].code != "" {
 		injected, injectedAfter = fail(q[0].code), q[0].after
 		s.inject[rq.method] = q[1:]
 	} else if len(q) > 0 && q[0].hold == nil {
 		inj := q[0]
 		s.inject[rq.method] = q[1:]
+		if h := s.handler(rq.method); inj.after && h != nil {
+			_, _ = h(rq)
+		}
 		call.Status = inj.status
 		s.recordLocked(call)
 		s.mu.Unlock()
@@ -224,6 +256,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	s.recordLocked(call)
 	s.mu.Unlock()
 	s.observe(call, res)
+	if heldAnswer != nil {
+		heldAnswer.wait(r.Context())
+	}
 
 	s.logf("%s -> %s", rq.method, orOK(call.Error))
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
