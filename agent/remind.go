@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -15,6 +16,32 @@ import (
 // remind-after time and 2 for the one when a quarter of its TTL is left.
 type Reminder interface {
 	Remind(ctx context.Context, c PendingCall, n int)
+}
+
+// StillApprovers returns those of approvers (user ids and user groups, as
+// c's card names them) whom the policy as it is now lets approve c, as a
+// decision on it is judged (see authorize), for a reminder to name: all
+// of them when the policy allows c or its ask names no one, those its ask
+// names (directly, or in a group it names) otherwise, none when it denies
+// c. When the policy cannot be read now, all of them: a reminder too many
+// beats one lost.
+func (a *Agent) StillApprovers(ctx context.Context, c Call, approvers []string) []string {
+	var hints approvals.Hints
+	if tool, ok := a.tools.Lookup(c.Tool); ok {
+		hints = tool.Annotations
+	}
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: c.Args, User: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Hints: hints}, nil)
+	switch {
+	case err != nil:
+		return approvers
+	case v.Action == approvals.Deny:
+		return nil
+	case v.Action != approvals.Ask || len(v.Approvers) == 0:
+		return approvers
+	}
+	return slices.DeleteFunc(slices.Clone(approvers), func(id string) bool {
+		return !slices.Contains(v.Approvers, id) && approvals.Authorize(ctx, approvals.Approvable{Approvers: v.Approvers}, id, a.cfg.Groups) != nil
+	})
 }
 
 // reminders returns when the approvers of c are reminded (see

@@ -143,6 +143,9 @@ type Calls interface {
 	News(ctx context.Context, callID string) (agent.CallUpdate, error)
 	Pending(ctx context.Context, f store.Filter) ([]agent.PendingCall, error)
 	Tools() *agent.Registry
+	// StillApprovers returns those of approvers whom the policy as it
+	// is now lets approve c (see agent.Agent.StillApprovers).
+	StillApprovers(ctx context.Context, c agent.Call, approvers []string) []string
 }
 
 // Upkeep expires due calls, recovers lost resumes and lists the

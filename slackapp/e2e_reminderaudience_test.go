@@ -106,6 +106,60 @@ policy:
 	}
 }
 
+// An approver taken out of the rule while the call waits (the policy
+// changed, and the bot restarted with it) may no longer approve it: the
+// reminder neither mentions them nor sends them a DM about a call in a
+// private channel they are not in.
+func TestReminderLeavesOutWhoTheRuleNoLongerNames(t *testing.T) {
+	const private = "CPRIVATE01"
+	e := newEnv(t, storeKinds(t)[0])
+	rule := func(approvers string) string {
+		return "policy:\n  default: ask\n  rules:\n    - id: deploys\n      tool: deploy\n      verdict: ask\n      approvers: [" + approvers + "]\n"
+	}
+	e.policy = rule("UOTHER0001, UAPPROVER1")
+	e.reminderAfter = 300 * time.Millisecond
+	e.slack.AddChannel(fakeslack.Channel{ID: private, Name: "secret", Private: true, Members: []string{requester, e.slack.BotUserID()}})
+	// The first process sends no reminder; the second holds its passes
+	// until the test opens them.
+	open := e.open
+	e.open = func() fullStore { return noReminders{open()} }
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"vault","version":"14"}`)), fakeopenai.Text("Deployed vault 14."))
+	ts := e.slack.Mention(private, requester, "deploy vault 14")
+	e.cardIn(private, ts, "deploy")
+	e.stop()
+
+	// UOTHER0001 left the team: the policy no longer names them.
+	e.policy = rule("UAPPROVER1")
+	gate := &reminderGate{open: make(chan struct{}), fullStore: open()}
+	t.Cleanup(gate.release)
+	e.open = func() fullStore { return gate }
+	e.start()
+	gate.release()
+	reminder := e.answerIn(private, ts, "Reminder:")
+	if text := reminder.Text + blocksText(reminder); strings.Contains(text, "<@"+other+">") || !strings.Contains(text, "<@"+approver+">") {
+		t.Errorf("the reminder %q; want it to name %s only, whom the rule still names", text, approver)
+	}
+	if _, err := e.slack.WaitMessage(e.slack.DMChannel(approver), func(m fakeslack.Message) bool {
+		return strings.Contains(m.Text+blocksText(m), "Reminder:")
+	}, 10*time.Second); err != nil {
+		t.Fatalf("the approver got no reminder: %v", err)
+	}
+	e.stop() // the reminder's posts are done
+	for _, m := range e.slack.Messages(e.slack.DMChannel(other)) {
+		if strings.Contains(m.Text+blocksText(m), "Reminder:") {
+			t.Errorf("%s, whom the rule no longer names, outside the private channel, got a reminder by DM: %q", other, m.Text)
+		}
+	}
+}
+
+// noReminders finds no reminder due.
+type noReminders struct{ fullStore }
+
+func (noReminders) DueReminders(context.Context, time.Time, int) ([]store.Call, error) {
+	return nil, nil
+}
+
 // The reminder's text mentions only the approvers who may still approve:
 // not those counted, nor, under four eyes, the requesters.
 func TestReminderTextLeavesOutWhoCannotAct(t *testing.T) {

@@ -463,6 +463,15 @@ func (r *threadReporter) Remind(ctx context.Context, c agent.PendingCall, n int)
 		if !pending {
 			return
 		}
+		if r.app.ag != nil && len(c.Approvers) > 0 {
+			// Named are only those the policy as it is now lets
+			// approve: who was taken out of its rule since the pause
+			// would be refused.
+			c.Approvers = r.app.ag.StillApprovers(ctx, c.Call, c.Approvers)
+			if len(c.Approvers) == 0 {
+				return
+			}
+		}
 		card := cardOf(c, nil)
 		if len(card.Approvers) > 0 && len(remindedApprovers(card)) == 0 {
 			return
