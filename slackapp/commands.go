@@ -22,7 +22,7 @@ import (
 
 // CommandHelp is the text of /approvals help.
 const CommandHelp = "*/approvals* manages tool-call approvals.\n" +
-	"• `/approvals pending`: calls waiting on a decision in this channel\n" +
+	"• `/approvals pending [page]`: calls waiting on a decision in this channel, a page at a time\n" +
 	"• `/approvals policy list [page]`: the effective policy rules, with their layer (file or runtime) and what wins; a long list is shown a page at a time\n" +
 	"• `/approvals policy add tool=&lt;glob&gt; verdict=allow|ask|deny [when='&lt;CEL&gt;'] [approvers=U1,S2] [four_eyes=true] [min_approvals=2] [ttl=2h] [remind_after=30m] [reason=\"…\"] [id=name]` (admins)\n" +
 	"• `/approvals policy remove &lt;rule id&gt;` (admins; rules added here only: the policy file changes by editing it)\n" +
@@ -87,7 +87,11 @@ func (a *App) command(ctx context.Context, cmd slack.SlashCommand) string {
 	case sub == "help":
 		return CommandHelp
 	case sub == "pending":
-		return a.cmdPending(ctx, cmd)
+		page, refusal := pageAt(args, 1, "`/approvals pending [page]` shows page `page` (from 1) of the calls waiting here")
+		if refusal != "" {
+			return refusal
+		}
+		return a.cmdPending(ctx, cmd, page)
 	case sub == "audit":
 		if refusal, ok := a.requireAdmin(ctx, cmd.UserID, adminRead); !ok {
 			return refusal
@@ -212,34 +216,32 @@ func (a *App) adminOfThisWorkspace(u *slack.User) bool {
 // oldest first.
 const approvalsScanLimit = 500
 
-func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand) string {
+func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand, page int) string {
 	calls, err := a.ag.Pending(ctx, store.Filter{Limit: approvalsScanLimit})
 	if err != nil {
 		return "I couldn't read the pending calls right now; please try again."
 	}
-	var b strings.Builder
-	n := 0
+	var lines []string
 	for _, c := range calls {
 		if c.Channel != cmd.ChannelID || !a.maySee(ctx, c.Call, cmd.UserID) {
 			continue
 		}
-		n++
-		if n > 20 {
-			continue
-		}
-		fmt.Fprintf(&b, "• %s requested by %s, rule %s, expires %s\n", inlineCode(c.Tool), requesterRefs(c.Requester, c.Requesters), inlineCode(c.RuleID), slackDate(c.ExpiresAt))
+		lines = append(lines, fmt.Sprintf("• %s requested by %s, rule %s, expires %s", inlineCode(c.Tool), requesterRefs(c.Requester, c.Requesters), inlineCode(c.RuleID), slackDate(c.ExpiresAt)))
 	}
 	more := ""
 	if len(calls) == approvalsScanLimit {
-		more = fmt.Sprintf("\nOnly the oldest %d pending calls of the workspace were checked; more may be waiting here.", approvalsScanLimit)
+		more = fmt.Sprintf("Only the oldest %d pending calls of the workspace were checked; more may be waiting here.\n", approvalsScanLimit)
 	}
-	if n == 0 {
-		return "Nothing is waiting on approval in this channel." + more
+	if len(lines) == 0 {
+		return "Nothing is waiting on approval in this channel.\n" + more
 	}
-	if n > 20 {
-		fmt.Fprintf(&b, "…and %d more.\n", n-20)
+	text, pages := answerPage(fmt.Sprintf("*%d call(s) waiting on approval here:*\n", len(lines)), lines, more, page, func(p int) string {
+		return fmt.Sprintf("/approvals pending %d", p)
+	})
+	if text == "" {
+		return fmt.Sprintf("There is no page %d: the %d calls waiting here fit on %d.", page, len(lines), pages)
 	}
-	return fmt.Sprintf("*%d call(s) waiting on approval here:*\n%s", n, b.String()) + more
+	return text
 }
 
 // auditLookups bounds the time /approvals audit spends finding out which

@@ -478,6 +478,63 @@ func TestPolicyTestReadsArgumentsAsTyped(t *testing.T) {
 	}
 }
 
+// slashPages follows the pages of user's answer to first, a subcommand of
+// /approvals, by the command each names for the next, and returns them.
+func slashPages(t *testing.T, e *env, user, first string) []string {
+	t.Helper()
+	var out []string
+	next := regexp.MustCompile("`/approvals ([^`]+)` shows the next page")
+	for cmd := first; cmd != ""; {
+		page := e.slash(user, cmd)
+		if n := utf8.RuneCountInString(page); n > 3900 {
+			t.Errorf("%s: the answer is %d characters long", cmd, n)
+		}
+		out = append(out, page)
+		cmd = ""
+		if m := next.FindStringSubmatch(page); m != nil {
+			cmd = m[1]
+		}
+		if len(out) > 20 {
+			t.Fatalf("%s: more than 20 pages", first)
+		}
+	}
+	return out
+}
+
+// The calls waiting in a channel, with names as long as MCP tools and
+// rule ids have, are listed a page at a time, each whole: together the
+// pages list every call once.
+func TestPendingCallsArePaged(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	tool := "github__create_or_update_repository_deployment_environment"
+	rule := "production-deployments-need-a-second-sre-approval-rule"
+	must(t, e.reg.Register(agent.Tool{Name: tool, Schema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`),
+		Handler: func(context.Context, json.RawMessage) (agent.Result, error) { return agent.Result{Content: "ok"}, nil }}))
+	e.policy = "policy:\n  default: ask\n  rules:\n    - id: " + rule + "\n      tool: " + tool + "\n      verdict: ask\n      approvers: [UAPPROVER1]\n"
+	e.start()
+	const n = 24
+	var calls []fakeopenai.ToolCall
+	for i := range n {
+		calls = append(calls, tc(fmt.Sprintf("c%d", i), tool, fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	e.model.Reply(fakeopenai.ToolCalls(calls...), fakeopenai.Text("done"))
+	e.slack.Mention(channel, requester, "do it")
+	// The cards are posted before the pause is saved.
+	waitUntil(t, "the pause saved", func() bool {
+		return strings.Contains(e.slash(requester, "pending"), fmt.Sprintf("%d call(s) waiting", n))
+	})
+	list := slashPages(t, e, requester, "pending")
+	if len(list) < 2 {
+		t.Fatalf("%d calls with long names on one page:\n%s", n, list[0])
+	}
+	wantIn(t, "the first page", list[0], fmt.Sprintf("%d call(s) waiting", n), "Page 1 of", "more not shown")
+	whole := "• `" + tool + "` requested by <@" + requester + ">, rule `" + rule + "`, expires <!date^"
+	if got := strings.Count(strings.Join(list, "\n"), whole); got != n {
+		t.Errorf("the pages list %d calls whole, want %d", got, n)
+	}
+	wantIn(t, "a page past the last", e.slash(requester, fmt.Sprintf("pending %d", len(list)+1)), "There is no page")
+}
+
 // A policy list or an audit too long for one answer is shown a page at a
 // time, each page of whole entries within Slack's bounds and saying how
 // many are left and the command that shows the next page; together the
@@ -491,28 +548,7 @@ func TestLongListsArePaged(t *testing.T) {
 		got := e.slash(other, fmt.Sprintf(`policy add tool=svc%02d__deploy_* verdict=ask id=rule%02d when='args.env == "prod"' approvers=UAPPROVER reason="Production deploys of service %02d need review"`, i, i, i))
 		wantIn(t, "policy add", got, "Added runtime rule")
 	}
-	// pages follows the pages of an answer from its first, by the command
-	// each names for the next, and returns them.
-	pages := func(t *testing.T, first string) []string {
-		t.Helper()
-		var out []string
-		next := regexp.MustCompile("`/approvals ([^`]+)` shows the next page")
-		for cmd := first; cmd != ""; {
-			page := e.slash(other, cmd)
-			if n := utf8.RuneCountInString(page); n > 3900 {
-				t.Errorf("%s: the answer is %d characters long", cmd, n)
-			}
-			out = append(out, page)
-			cmd = ""
-			if m := next.FindStringSubmatch(page); m != nil {
-				cmd = m[1]
-			}
-			if len(out) > 20 {
-				t.Fatalf("%s: more than 20 pages", first)
-			}
-		}
-		return out
-	}
+	pages := func(t *testing.T, first string) []string { return slashPages(t, e, other, first) }
 
 	t.Run("policy list", func(t *testing.T) {
 		list := pages(t, "policy list")
