@@ -85,6 +85,10 @@ Cases file:
       annotations: {read_only: true}   # optional: read_only, destructive
       verdict: allow                   # expected: allow, ask or deny
       rule: read-files                 # optional expected rule id
+      fail_closed: true                # optional: the verdict is expected
+                                       # to fail closed (a condition that
+                                       # could not be evaluated); else
+                                       # such a verdict fails the case
   A mapping's numbers reach the policy as written, as the model's do;
   YAML-only forms (0x1F, 1_000, +5, .inf) are refused.
 `
@@ -465,6 +469,9 @@ type policyCase struct {
 	Annotations *caseAnnotations `yaml:"annotations"`
 	Verdict     approvals.Action `yaml:"verdict"`
 	Rule        string           `yaml:"rule"`
+	// FailClosed says the case expects a verdict a rule gave because its
+	// condition could not be evaluated (see runCases).
+	FailClosed bool `yaml:"fail_closed"`
 }
 
 type caseAnnotations struct {
@@ -765,9 +772,24 @@ func runCases(ctx context.Context, engine *approvals.Engine, path string, stdout
 			return fmt.Errorf("case %d: %w", i+1, err)
 		}
 		got := fmt.Sprintf("%s by rule %s", v.Action, v.RuleID)
-		ok := v.Action == c.Verdict && (c.Rule == "" || c.Rule == v.RuleID)
+		// A verdict that failed closed (a condition naming an argument
+		// the call lacks, a typo) is no judgement of the case: it
+		// passes only if the case expects it.
+		ok := v.Action == c.Verdict && (c.Rule == "" || c.Rule == v.RuleID) && v.FailClosed == c.FailClosed
 		note := ""
-		if v.RuleID == approvals.RuleAnnotations && c.Annotations == nil {
+		switch {
+		case v.FailClosed:
+			note = " (" + v.Reason
+			if v.Problem != "" {
+				note += ": " + v.Problem
+			}
+			note += ")"
+			if !c.FailClosed {
+				got += ", failed closed"
+			}
+		case c.FailClosed:
+			got += ", not failed closed"
+		case v.RuleID == approvals.RuleAnnotations && c.Annotations == nil:
 			note = " (no rule matched; MCP annotations are not known offline: give the case annotations)"
 		}
 		if ok {

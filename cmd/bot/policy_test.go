@@ -307,7 +307,7 @@ func TestPolicyCommands(t *testing.T) {
 		{name: "cases bad verdict", args: []string{"test", "-config", good, "-cases", badCases}, code: 1, wantErr: `case 1: verdict "maybe"`},
 		{name: "cases in two documents", args: []string{"test", "-config", good, "-cases", twoCaseDocs}, code: 1, wantErr: "more than one YAML document (document 2 starts on line 3)"},
 		{name: "check a config of two documents", args: []string{"check", "-config", twoConfigDocs}, code: 1, want: []string{"more than one YAML document", "FAIL\t" + twoConfigDocs + ": 1 problem\n"}},
-		{name: "cases unknown key", args: []string{"test", "-config", good, "-cases", unknownKey}, code: 1, wantErr: `line 3: unknown key "verdit" in a case (want name, tool, args, user, channel, annotations, verdict, rule)`},
+		{name: "cases unknown key", args: []string{"test", "-config", good, "-cases", unknownKey}, code: 1, wantErr: `line 3: unknown key "verdit" in a case (want name, tool, args, user, channel, annotations, verdict, rule, fail_closed)`},
 		{name: "cases and a call", args: []string{"test", "-config", good, "-cases", passing, "deploy", "{}"}, code: 1, wantErr: "not both"},
 		{name: "no command", args: nil, code: 1, wantErr: "want a command"},
 		{name: "unknown command", args: []string{"lint"}, code: 1, wantErr: `unknown command "lint"`},
@@ -348,6 +348,63 @@ func TestPolicyCommands(t *testing.T) {
 	}
 }
 
+// A case is no test of a rule whose condition could not be evaluated (a
+// typo in an argument's name): its verdict, failed closed, fails the case
+// unless the case expects that (fail_closed: true), and the line says why,
+// whether the case passes or fails.
+func TestCasesFailClosedVerdictsAreNoPass(t *testing.T) {
+	config := writeFile(t, "config.yaml", `policy:
+  default: allow
+  rules:
+    - id: prod-deploys
+      tool: deploy
+      when: args.enviroment == "prod"
+      verdict: ask
+    - id: tmp-writes
+      tool: write
+      when: args.pth.startsWith("/tmp/")
+      verdict: allow
+`)
+	cases := writeFile(t, "cases.yaml", `cases:
+  - name: prod deploys ask
+    tool: deploy
+    args: {environment: prod}
+    verdict: ask
+    rule: prod-deploys
+  - name: tmp writes allowed
+    tool: write
+    args: {path: /tmp/x}
+    verdict: allow
+  - name: a typo fails closed
+    tool: deploy
+    args: {environment: prod}
+    verdict: ask
+    fail_closed: true
+  - name: a sound condition is no failure
+    tool: write
+    args: {pth: /tmp/x}
+    verdict: allow
+    fail_closed: true
+`)
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"policy", "test", "-config", config, "-cases", cases}, &stdout, &stderr)
+	if code := exitCode(err); code != 1 {
+		t.Errorf("exit code %d (%v), want 1\nstdout:\n%s", code, err, stdout.String())
+	}
+	for _, w := range []string{
+		"FAIL\tprod deploys ask: got ask by rule prod-deploys, failed closed, want ask by rule prod-deploys (rule prod-deploys could not be evaluated",
+		"no such key: enviroment",
+		"FAIL\ttmp writes allowed: got ask by rule tmp-writes, failed closed, want allow (rule tmp-writes could not be evaluated",
+		"ok  \ta typo fails closed: ask by rule prod-deploys (rule prod-deploys could not be evaluated",
+		"FAIL\ta sound condition is no failure: got allow by rule tmp-writes, not failed closed, want allow\n",
+		"FAIL\t" + cases + ": 3 of 4 cases failed\n",
+	} {
+		if !strings.Contains(stdout.String(), w) {
+			t.Errorf("stdout does not contain %q:\n%s", w, stdout.String())
+		}
+	}
+}
+
 // Mapping-form args reach the policy with their numbers as written, as the
 // model's JSON does: 5.0000000000000001 is not 5, and an integer past what
 // a float holds is not rounded into one, so conditions on them fail closed.
@@ -375,11 +432,13 @@ func TestCasesKeepNumbersAsWritten(t *testing.T) {
     args: {n: 5.0000000000000001}
     verdict: ask
     rule: five
+    fail_closed: true
   - name: big integer
     tool: size
     args: {n: 12345678901234567890123}
     verdict: ask
     rule: positive
+    fail_closed: true
 `)
 	var stdout, stderr bytes.Buffer
 	err := run(t.Context(), []string{"policy", "test", "-config", config, "-cases", cases}, &stdout, &stderr)
@@ -388,8 +447,8 @@ func TestCasesKeepNumbersAsWritten(t *testing.T) {
 	}
 	for _, w := range []string{
 		"ok  \tfive: allow by rule five\n",
-		"ok  \tnearly five: ask by rule five\n",
-		"ok  \tbig integer: ask by rule positive\n",
+		"ok  \tnearly five: ask by rule five (rule five could not be evaluated",
+		"ok  \tbig integer: ask by rule positive (rule positive could not be evaluated",
 		"ok  \t" + cases + ": 3 cases passed\n",
 	} {
 		if !strings.Contains(stdout.String(), w) {
@@ -540,7 +599,7 @@ func TestPolicyErrorsOnOneLine(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ file, want string }{
-		{misspelt, `cases file ` + misspelt + `: line 4: unknown key "rul" in a case (want name, tool, args, user, channel, annotations, verdict, rule); line 5: unknown key "readonly" in annotations (want read_only, destructive)`},
+		{misspelt, `cases file ` + misspelt + `: line 4: unknown key "rul" in a case (want name, tool, args, user, channel, annotations, verdict, rule, fail_closed); line 5: unknown key "readonly" in annotations (want read_only, destructive)`},
 		{topLevel, `cases file ` + topLevel + `: line 1: unknown key "case" at the top level (want cases)`},
 	} {
 		err := run(t.Context(), []string{"policy", "test", "-config", good, "-cases", tc.file}, io.Discard, io.Discard)
