@@ -235,7 +235,8 @@ func CheckConfig(data []byte) (Config, error) {
 }
 
 // unsetPlaceholder is what CheckConfig puts for a ${VAR} that is not set;
-// a url that is one such variable whole stands for placeholderURL.
+// such a variable that begins a url stands for placeholderURL's scheme and
+// host.
 const (
 	unsetPlaceholder = "1"
 	placeholderURL   = "https://placeholder.invalid/"
@@ -422,10 +423,20 @@ func (p *parsing) newServerConfig(name string, command []string, env map[string]
 	if s.Command, err = p.expandAll(command); err != nil {
 		return ServerConfig{}, fmt.Errorf("command: %w", err)
 	}
-	if m := envRef.FindStringSubmatch(url); m != nil && m[0] == url {
-		if os.Getenv(m[1]) == "" {
-			if v, _ := p.lookup(m[1]); v == unsetPlaceholder {
-				url = placeholderURL // checked offline, with the variable unset
+	if loc := envRef.FindStringSubmatchIndex(url); loc != nil && loc[0] == 0 {
+		// A url that begins with a variable unset, checked offline: the
+		// variable stands for the placeholder's scheme and host (or for
+		// the scheme alone, before "://").
+		if name := url[loc[2]:loc[3]]; os.Getenv(name) == "" {
+			if v, _ := p.lookup(name); v == unsetPlaceholder {
+				switch rest := url[loc[1]:]; {
+				case rest == "":
+					url = placeholderURL
+				case strings.HasPrefix(rest, "://"):
+					url = "https" + rest
+				default:
+					url = strings.TrimSuffix(placeholderURL, "/") + rest
+				}
 			}
 		}
 	}

@@ -117,7 +117,7 @@ func TestPolicyCommands(t *testing.T) {
 	wsDir := t.TempDir()
 	reachData := writeFile(t, "reach-data.yaml", "builtin_tools:\n  workspace: {root: "+wsDir+"}\n")
 	reachDefault := writeFile(t, "reach-default.yaml", "builtin_tools:\n  workspace: {root: .}\n")
-	goodTools := writeFile(t, "goodtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    headers: {Authorization: \"Bearer ${MCP_TOKEN_UNSET_IN_CI}\"}\n  - name: y\n    url: ${MCP_URL_UNSET_IN_CI}\npolicy:\n  default: ask\n")
+	goodTools := writeFile(t, "goodtools.yaml", "mcp_servers:\n  - name: x\n    url: https://${MCP_HOST_UNSET_IN_CI}:${MCP_PORT_UNSET_IN_CI}/mcp\n    headers: {Authorization: \"Bearer ${MCP_TOKEN_UNSET_IN_CI}\"}\n  - name: y\n    url: ${MCP_URL_UNSET_IN_CI}\n  - name: z\n    url: ${MCP_BASE_UNSET_IN_CI}/mcp\n  - name: w\n    url: ${MCP_SCHEME_UNSET_IN_CI}://mcp.internal/mcp\npolicy:\n  default: ask\n")
 
 	tests := []struct {
 		name    string
