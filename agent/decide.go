@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -974,14 +976,21 @@ func (a *Agent) record(ctx context.Context, c store.Call, fp string, sd store.De
 	// Names this sending, for a store whose client sends it again after
 	// a lost reply (see store.Decision.Attempt), and the resume it begins.
 	sd.Attempt = newNonce()
+	resend := func(ctx context.Context) error {
+		_, _, err := a.store.DecideAudited(ctx, c.ID, fp, sd, unconditional(fx))
+		if kindOf(&sd) == approvals.Remember {
+			// Found made after its answer was lost: its standing rule,
+			// which only a confirmed decision saves below, is saved
+			// here (once: see remember).
+			a.remember(ctx, c, sd, v)
+		}
+		return err
+	}
 	var s sent
 	if taken != nil {
 		s = a.send(ctx, c, a.resumeBegin(c, sd.Attempt), true, decidedBy(sd.Attempt), func(rb store.ResumeBegin) (store.Call, bool, store.ResumeStart, error) {
 			return a.store.DecideBegin(ctx, c.ID, fp, sd, fx, rb)
-		}, func(ctx context.Context) error {
-			_, _, err := a.store.DecideAudited(ctx, c.ID, fp, sd, unconditional(fx))
-			return err
-		})
+		}, resend)
 	}
 	switch {
 	case remembered && (!s.asked || refusedWithoutWrite(s.err)):
@@ -1258,7 +1267,13 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 	}
 	d := approvals.Decision{Kind: approvals.Remember, Fingerprint: c.Fingerprint, Decider: sd.Decider, At: sd.At, Conditions: sd.Conditions, TTL: ttl, Exact: sd.Exact}
 	sr := approvals.RememberedRule(d, c.Tool, c.Channel, v)
+	// The call's own id: a decision whose answer was lost, then found
+	// made, saves its rule where the first sending may have saved it.
+	sr.ID = standingIDOf(c.ID)
 	_, err := r.Remember(ctx, sd.Decider, sr)
+	if errors.Is(err, approvals.ErrRuleExists) {
+		return true, nil
+	}
 	if errors.Is(err, approvals.ErrAuditFailed) {
 		a.log.Warn("write the audit entry of a standing rule", "call", c.ID, "tool", c.Tool, "err", err)
 		return true, err
@@ -1268,6 +1283,15 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 		return false, nil
 	}
 	return true, nil
+}
+
+// standingIDOf is the id of the standing rule an Always allow of call
+// callID makes: "sr-" and 12 hex digits of its digest (so that two calls'
+// rules share no id, where a shared one would be taken for the rule saved
+// already).
+func standingIDOf(callID string) string {
+	sum := sha256.Sum256([]byte("standing rule of " + callID))
+	return "sr-" + hex.EncodeToString(sum[:6])
 }
 
 // Cancel stops a paused step on behalf of its requester: every pending call

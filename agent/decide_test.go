@@ -497,6 +497,48 @@ func TestUnconfirmedDecisionRecovered(t *testing.T) {
 	}
 }
 
+// An Always allow whose answer was lost, found made by Recover, saves its
+// standing rule, once, as a confirmed one does: the card says calls like
+// it are allowed from now on.
+func TestUnconfirmedAlwaysAllowSavesItsRule(t *testing.T) {
+	defer agent.SetLostDecisionWait(300 * time.Millisecond)()
+	for _, lapsed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("claim lapsed %v", lapsed), func(t *testing.T) {
+			ctx := t.Context()
+			w := newWorld(t, backends(t)[0])
+			st := &lostAnswers{Store: w.store.(storetest.Store), lapse: lapsed}
+			a := w.agentWith(st, w.rec)
+			p := pauseOne(t, w, a, call("c1", "restart", `{"env":"staging"}`))
+			st.decide.Store(1)
+			st.outage.Store(1 << 20)
+			_, _, err := a.DecideTaking(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Remember, Decider: "UAPPROVER1"})
+			var u *agent.UnconfirmedError
+			if !errors.As(err, &u) {
+				t.Fatalf("DecideTaking with the store gone after its step = %v; want an UnconfirmedError", err)
+			}
+			if lapsed {
+				st.outage.Store(2)
+			} else {
+				st.outage.Store(0)
+			}
+			if !u.Recover(ctx) {
+				t.Fatal("Recover found the decision not recorded")
+			}
+			w.model.Reply(fakeopenai.Text("restarted"))
+			_, err = a.Resume(ctx, p.RunID)
+			must(t, err)
+			if n := len(w.restarts.Args()); n != 1 {
+				t.Fatalf("restart ran %d times, want once", n)
+			}
+			rules, err := w.engine.StandingRules(ctx, "")
+			must(t, err)
+			if len(rules) != 1 || rules[0].Tool != "restart" || rules[0].CreatedBy != "UAPPROVER1" {
+				t.Errorf("standing rules %+v; want the one the Always allow made", rules)
+			}
+		})
+	}
+}
+
 // A decision whose store step failed before it wrote anything is not
 // taken for recorded because the step is complete (another decider
 // completed it) and its resume could be claimed: asked again, only the
