@@ -697,3 +697,25 @@ func TestPolicyAddNotesARuleThatNeverReminds(t *testing.T) {
 		t.Errorf("policy add of an ask reminded before it expires said: %s", got)
 	}
 }
+
+// Revoking one of two standing rules for a tool in a channel (two
+// approvers' Always allow at the same moment, or rules for other
+// arguments) does not say the tool asks again: the other still allows it,
+// and is named; revoking the last says it asks again.
+func TestRevokeNamesTheRulesThatStillAllow(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	engine := approvals.NewEngine(nil, e.bot.st)
+	var ids []string
+	for _, maker := range []string{approver, other} {
+		r, err := engine.Remember(t.Context(), maker, approvals.StandingRule{Tool: "deploy", Channel: channel, RuleID: "deploys"})
+		must(t, err)
+		ids = append(ids, r.ID)
+	}
+	first := e.slash(approver, "rules revoke "+ids[0])
+	wantIn(t, "the first revoke", first, "Revoked standing rule `"+ids[0]+"`", "may still be allowed by standing rule `"+ids[1]+"`")
+	if strings.Contains(first, "asks again.") {
+		t.Errorf("the first revoke says the tool asks again: %s", first)
+	}
+	wantIn(t, "the last revoke", e.slash(other, "rules revoke "+ids[1]), "Revoked standing rule `"+ids[1]+"`: `deploy` in <#"+channel+"> asks again.")
+}

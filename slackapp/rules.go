@@ -61,6 +61,22 @@ func (a *App) revokeStanding(ctx context.Context, user, id string) string {
 		// part of: named no more than the rules list named it.
 		where = unseenChannel
 	}
+	// Others of the channel's rules for the tool (made at the same
+	// moment by two approvers, or for other arguments) still allow it.
+	var others []string
+	for _, r := range rules {
+		if r.ID != id && r.Tool == rule.Tool && r.Channel == rule.Channel {
+			others = append(others, inlineCode(r.ID))
+		}
+	}
+	if len(others) > 0 {
+		them := "it"
+		if len(others) > 1 {
+			them = "them"
+		}
+		return fmt.Sprintf("Revoked standing rule %s, but %s in %s may still be allowed by standing rule %s: revoke %s too to have it ask again.",
+			inlineCode(id), inlineCode(rule.Tool), where, joinAnd(others, "and"), them) + notAudited(err)
+	}
 	return fmt.Sprintf("Revoked standing rule %s: %s in %s asks again.", inlineCode(id), inlineCode(rule.Tool), where) + notAudited(err)
 }
 
