@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,33 +326,50 @@ func (s *replyFirst) AcceptBegin(ctx context.Context, conv string, m store.Inbou
 
 // A reply in a thread that arrives while the mention starting the thread
 // is still being recorded is asked again a moment later, and answered: it
-// used to be dropped as a reply in a thread the bot is not part of.
+// used to be dropped as a reply in a thread the bot is not part of. So is
+// one right after a mention in the middle of an older thread (an alert's),
+// which the mention's first turn does not read either (it reads the thread
+// up to the mention).
 func TestReplyBeforeItsMentionIsRecordedIsAnswered(t *testing.T) {
 	for _, kind := range storeKinds(t) {
-		t.Run(kind.name, func(t *testing.T) {
-			rf := newReplyFirst(t)
-			e := newEnvWith(t, kind, func(s fullStore) fullStore {
-				rf.fullStore = s
-				return rf
-			})
-			e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
-				var users []string
-				for _, m := range req.Messages {
-					if m.Role == openai.ChatMessageRoleUser {
-						users = append(users, m.Content)
-					}
+		for _, age := range []time.Duration{0, -time.Minute} {
+			t.Run(fmt.Sprintf("%s/thread started %v ago", kind.name, -age), func(t *testing.T) {
+				var offset atomic.Int64 // added to the fake Slack's clock
+				rf := newReplyFirst(t)
+				e := newEnv(t, kind, fakeslack.WithClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }))
+				open := e.open
+				e.open = func() fullStore {
+					rf.fullStore = open()
+					return rf
 				}
-				return fakeopenai.Text("read: " + strings.Join(users, " | "))
+				e.start()
+				e.model.Handle(func(req openai.ChatCompletionRequest) fakeopenai.Response {
+					var users []string
+					for _, m := range req.Messages {
+						if m.Role == openai.ChatMessageRoleUser {
+							users = append(users, m.Content)
+						}
+					}
+					return fakeopenai.Text("read: " + strings.Join(users, " | "))
+				})
+				var ts string
+				if age == 0 {
+					ts = e.slack.Mention(channel, requester, "first question")
+				} else {
+					offset.Store(int64(age))
+					ts = e.slack.Post(channel, other, "PagerDuty: disk full on db-1")
+					offset.Store(0)
+					e.slack.ThreadReply(channel, ts, requester, "<@"+e.slack.BotUserID()+"> first question")
+				}
+				e.slack.ThreadReply(channel, ts, requester, "follow-up detail")
+				e.answer(ts, "follow-up detail")
+				select {
+				case <-rf.held:
+				default:
+					t.Fatal("answered, but the mention was not recorded after its reply found the thread unknown: the race was not tested")
+				}
 			})
-			ts := e.slack.Mention(channel, requester, "first question")
-			e.slack.ThreadReply(channel, ts, requester, "follow-up detail")
-			e.answer(ts, "follow-up detail")
-			select {
-			case <-rf.held:
-			default:
-				t.Fatal("answered, but the mention was not recorded after its reply found the thread unknown: the race was not tested")
-			}
-		})
+		}
 	}
 }
 

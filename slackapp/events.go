@@ -333,10 +333,10 @@ func recordDeadline(m message, now time.Time) time.Time {
 	return deadline
 }
 
-// youngThread reports whether the thread of a reply, whose root has
-// timestamp threadTS, was started within the last few seconds before now.
-func youngThread(threadTS string, now time.Time) bool {
-	sec, _, ok := parseTS(threadTS)
+// youngThread reports whether the message of timestamp ts (a thread's
+// root, or a reply) was written within the last few seconds before now.
+func youngThread(ts string, now time.Time) bool {
+	sec, _, ok := parseTS(ts)
 	if !ok {
 		return false
 	}
@@ -436,13 +436,15 @@ func (a *App) record(ctx context.Context, m message, eventID string, followUp bo
 	} else {
 		r, acc, err = a.ag.Accept(rctx, req, followUp)
 	}
-	for wait := 200 * time.Millisecond; err == nil && acc == store.Unknown && youngThread(m.threadTS, time.Now()); wait *= 2 {
-		// A reply in a thread started a moment ago: the mention that
-		// started it may be being recorded still (by another replica,
-		// or on another connection). Asked again, within the record's
-		// deadline (an unknown thread recorded nothing of the message).
-		// The turn slot reserved for the message goes back while it
-		// waits.
+	for wait := 200 * time.Millisecond; err == nil && acc == store.Unknown && (youngThread(m.threadTS, time.Now()) || youngThread(m.ts, time.Now())); wait *= 2 {
+		// A reply in a thread started a moment ago, or itself written a
+		// moment ago (a mention in the middle of an older thread may
+		// have come just before it): the mention may be being recorded
+		// still (by another replica, or on another connection), and
+		// its first turn reads the thread only up to it. Asked again,
+		// within the record's deadline (an unknown thread recorded
+		// nothing of the message). The turn slot reserved for the
+		// message goes back while it waits.
 		unreserve()
 		select {
 		case <-rctx.Done():
