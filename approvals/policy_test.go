@@ -773,3 +773,24 @@ func TestParseConfigAnchors(t *testing.T) {
 		t.Errorf("a mapping that merges itself: %v, want an error", err)
 	}
 }
+
+// ArgsRead names the arguments a condition reads by name, however it
+// reads them, and nothing else: not a key computed at run time, not a
+// field of a value that is no argument.
+func TestArgsRead(t *testing.T) {
+	for _, tt := range []struct {
+		when string
+		want []string
+	}{
+		{`has(args.pth) && args.pth.startsWith(".env")`, []string{"pth"}},
+		{`args.env == "prod" || args.?region.orValue("") == "eu" || args["dry-run"] == true`, []string{"dry-run", "env", "region"}},
+		{`args[?"count"].orValue(0) > 5 && args.items.exists(i, i.name == "x")`, []string{"count", "items"}},
+		{`args[user] == "x" && channel == "C1"`, nil},
+		{`not valid CEL (`, nil},
+		{``, nil},
+	} {
+		if got := ArgsRead(tt.when); !slices.Equal(got, tt.want) {
+			t.Errorf("ArgsRead(%q) = %q, want %q", tt.when, got, tt.want)
+		}
+	}
+}

@@ -43,6 +43,17 @@ func TestBuiltins(t *testing.T) {
 		t.Errorf("Builtins: got %s, want %s", got, want)
 	}
 
+	// The schemas known offline are the tools' own.
+	schemas := cfg.Builtins.Schemas()
+	for _, tool := range tools {
+		if string(schemas[tool.Name]) != string(tool.Schema) {
+			t.Errorf("Schemas()[%s] = %s, want the tool's schema %s", tool.Name, schemas[tool.Name], tool.Schema)
+		}
+	}
+	if len(schemas) != len(tools) {
+		t.Errorf("Schemas() has %d tools, want %d", len(schemas), len(tools))
+	}
+
 	none, err := Builtins(Config{})
 	if err != nil || len(none) != 0 {
 		t.Errorf("Builtins of an empty config: got %d tools, %v; want none", len(none), err)

@@ -68,15 +68,7 @@ func RunCommand(c CommandConfig) (agent.Tool, error) {
 		Name: "run_command",
 		Description: "Run a program (no shell: no pipes, globs or variables) and return its exit status and combined output. " +
 			"Allowed programs: " + strings.Join(c.Allow, ", ") + ". Timeout: " + c.Timeout.String() + ".",
-		Schema: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "The program and its arguments, e.g. [\"kubectl\", \"get\", \"pods\"]."},
-    "dir": {"type": "string", "description": "Working directory, relative to the configured directory, written plainly (no . or ..). Default: the configured directory."}
-  },
-  "required": ["argv"],
-  "additionalProperties": false
-}`),
+		Schema:      schemaRunCommand,
 		Annotations: approvals.Hints{Destructive: ptr(true)},
 		Handler:     r.run,
 		Preview:     r.previewCommand,
@@ -394,3 +386,14 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// schemaRunCommand is the argument schema of run_command.
+var schemaRunCommand = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "The program and its arguments, e.g. [\"kubectl\", \"get\", \"pods\"]."},
+    "dir": {"type": "string", "description": "Working directory, relative to the configured directory, written plainly (no . or ..). Default: the configured directory."}
+  },
+  "required": ["argv"],
+  "additionalProperties": false
+}`)

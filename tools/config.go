@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -106,6 +107,27 @@ func (b BuiltinConfig) Names() []string {
 	}
 	if b.Workspace != nil {
 		out = append(out, "workspace_list", "workspace_read", "workspace_write", "workspace_delete")
+	}
+	return out
+}
+
+// Schemas returns the argument schemas of the built-in tools b enables,
+// by name, as Builtins registers them: known without making the tools
+// (which would open their directories), for offline checks.
+func (b BuiltinConfig) Schemas() map[string]json.RawMessage {
+	all := map[string]json.RawMessage{
+		"run_command":      schemaRunCommand,
+		"http_get":         schemaHttpGet,
+		"http_request":     schemaHttpRequest,
+		"ask_human":        schemaAskHuman,
+		"workspace_list":   schemaWorkspaceList,
+		"workspace_read":   schemaWorkspaceRead,
+		"workspace_write":  schemaWorkspaceWrite,
+		"workspace_delete": schemaWorkspaceDelete,
+	}
+	out := map[string]json.RawMessage{}
+	for _, name := range b.Names() {
+		out[name] = all[name]
 	}
 	return out
 }

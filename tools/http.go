@@ -94,16 +94,7 @@ func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
 		Name: "http_get",
 		Description: "Fetch a URL with GET (or HEAD) and return the status, selected headers and body. " +
 			"Allowed hosts: " + hosts + ".",
-		Schema: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "url": {"type": "string", "description": "An http or https URL on an allowed host."},
-    "method": {"type": "string", "enum": ["GET", "HEAD"], "default": "GET"},
-    "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Request headers."}
-  },
-  "required": ["url"],
-  "additionalProperties": false
-}`),
+		Schema:      schemaHttpGet,
 		Annotations: approvals.Hints{ReadOnly: true, Destructive: ptr(false), Idempotent: true},
 		Handler:     h.handler([]string{http.MethodGet, http.MethodHead}),
 		Check:       checkHTTPArgs,
@@ -114,17 +105,7 @@ func HTTPTools(c HTTPConfig) ([]agent.Tool, error) {
 			Name: "http_request",
 			Description: "Send an HTTP request with any method and return the status, selected headers and body. " +
 				"Prefer http_get to only read. Allowed hosts: " + hosts + ".",
-			Schema: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "method": {"type": "string", "enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]},
-    "url": {"type": "string", "description": "An http or https URL on an allowed host."},
-    "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Request headers."},
-    "body": {"type": "string", "description": "The request body."}
-  },
-  "required": ["method", "url"],
-  "additionalProperties": false
-}`),
+			Schema:      schemaHttpRequest,
 			Annotations: approvals.Hints{Destructive: ptr(true)},
 			Handler:     h.handler(methods),
 			Preview:     h.previewRequest,
@@ -671,3 +652,28 @@ func isASCII(s string) bool {
 	}
 	return true
 }
+
+// schemaHttpGet is the argument schema of http_get.
+var schemaHttpGet = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "url": {"type": "string", "description": "An http or https URL on an allowed host."},
+    "method": {"type": "string", "enum": ["GET", "HEAD"], "default": "GET"},
+    "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Request headers."}
+  },
+  "required": ["url"],
+  "additionalProperties": false
+}`)
+
+// schemaHttpRequest is the argument schema of http_request.
+var schemaHttpRequest = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "method": {"type": "string", "enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]},
+    "url": {"type": "string", "description": "An http or https URL on an allowed host."},
+    "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Request headers."},
+    "body": {"type": "string", "description": "The request body."}
+  },
+  "required": ["method", "url"],
+  "additionalProperties": false
+}`)

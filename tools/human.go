@@ -15,14 +15,17 @@ func AskHuman() agent.Tool {
 	return agent.Tool{
 		Name:        "ask_human",
 		Description: "Ask a person a question and wait for their answer. Use it when you need information, a choice or a confirmation only a person can give.",
-		Schema: json.RawMessage(`{
+		Schema:      schemaAskHuman,
+		Human:       true,
+	}
+}
+
+// schemaAskHuman is the argument schema of ask_human.
+var schemaAskHuman = json.RawMessage(`{
   "type": "object",
   "properties": {
     "question": {"type": "string", "minLength": 1, "description": "The question, complete enough to answer without other context."}
   },
   "required": ["question"],
   "additionalProperties": false
-}`),
-		Human: true,
-	}
-}
+}`)

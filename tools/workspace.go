@@ -56,13 +56,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 		{
 			Name:        "workspace_list",
 			Description: "List a directory of the workspace: one entry a line, directories ending in /, files with their size.",
-			Schema: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "description": "Directory relative to the workspace root. Default: the root."}
-  },
-  "additionalProperties": false
-}`),
+			Schema:      schemaWorkspaceList,
 			Annotations: readOnly,
 			Handler:     w.list,
 			Check:       checkPath,
@@ -70,14 +64,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 		{
 			Name:        "workspace_read",
 			Description: fmt.Sprintf("Read a text file of the workspace (at most %d bytes are returned).", c.MaxFileBytes),
-			Schema: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root."}
-  },
-  "required": ["path"],
-  "additionalProperties": false
-}`),
+			Schema:      schemaWorkspaceRead,
 			Annotations: readOnly,
 			Handler:     w.read,
 			Check:       checkPath,
@@ -85,15 +72,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 		{
 			Name:        "workspace_write",
 			Description: fmt.Sprintf("Create or overwrite a file of the workspace with the given text, creating parent directories (at most %d bytes).", c.MaxFileBytes),
-			Schema: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root."},
-    "content": {"type": "string", "description": "The whole new content of the file."}
-  },
-  "required": ["path", "content"],
-  "additionalProperties": false
-}`),
+			Schema:      schemaWorkspaceWrite,
 			Annotations: approvals.Hints{Destructive: ptr(true), Idempotent: true},
 			Handler:     w.write,
 			Check:       w.checkWrite,
@@ -102,14 +81,7 @@ func WorkspaceTools(c WorkspaceConfig) ([]agent.Tool, error) {
 		{
 			Name:        "workspace_delete",
 			Description: "Delete a file or an empty directory of the workspace.",
-			Schema: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "minLength": 1, "description": "Path relative to the workspace root."}
-  },
-  "required": ["path"],
-  "additionalProperties": false
-}`),
+			Schema:      schemaWorkspaceDelete,
 			Annotations: approvals.Hints{Destructive: ptr(true), Idempotent: true},
 			Handler:     w.delete,
 			Check:       checkPath,
@@ -482,3 +454,43 @@ func fileKind(fi fs.FileInfo) string {
 	}
 	return "not a regular file"
 }
+
+// schemaWorkspaceList is the argument schema of workspace_list.
+var schemaWorkspaceList = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "description": "Directory relative to the workspace root. Default: the root."}
+  },
+  "additionalProperties": false
+}`)
+
+// schemaWorkspaceRead is the argument schema of workspace_read.
+var schemaWorkspaceRead = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root."}
+  },
+  "required": ["path"],
+  "additionalProperties": false
+}`)
+
+// schemaWorkspaceWrite is the argument schema of workspace_write.
+var schemaWorkspaceWrite = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root."},
+    "content": {"type": "string", "description": "The whole new content of the file."}
+  },
+  "required": ["path", "content"],
+  "additionalProperties": false
+}`)
+
+// schemaWorkspaceDelete is the argument schema of workspace_delete.
+var schemaWorkspaceDelete = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "description": "Path relative to the workspace root."}
+  },
+  "required": ["path"],
+  "additionalProperties": false
+}`)

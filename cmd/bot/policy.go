@@ -241,6 +241,9 @@ func policyCheck(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "Then: the tool's annotations (read-only: allow; destructive or none: ask), then the default: %s\n", p.Default())
 	notes := append(p.Unreached(), unmatched(p, tc)...)
+	for _, u := range botsetup.UnknownArgs(p.Rules(), tc.Builtins.Schemas(), tc.Servers, nil) {
+		notes = append(notes, botsetup.UnknownArgText(u))
+	}
 	for _, n := range p.Unreminded(defaults) {
 		// A note that holds because of a default says so: the bot may
 		// have the setting otherwise.

@@ -775,3 +775,44 @@ func TestPolicyCheckTakesEmptySettingsAsTheBotDoes(t *testing.T) {
 		})
 	}
 }
+
+// A rule whose condition reads an argument none of its built-in tools
+// takes (a typo: a deny guarded by has(args.pth) never denies) gets a
+// note; one reading the tools' own arguments, or a tool of an MCP server
+// whose tools are not known offline, gets none.
+func TestPolicyCheckNotesArgumentsNoToolTakes(t *testing.T) {
+	config := writeFile(t, "config.yaml", `mcp_servers:
+  - name: github
+    url: https://mcp.example/mcp
+builtin_tools:
+  workspace: {root: /srv/workspace}
+policy:
+  default: ask
+  rules:
+    - id: no-secrets
+      tool: "workspace_*"
+      when: 'has(args.pth) && args.pth.startsWith(".env")'
+      verdict: deny
+    - id: read-workspace
+      tool: workspace_read
+      when: 'args.path.startsWith("notes/")'
+      verdict: allow
+    - id: github-prs
+      tool: github__create_pull_request
+      when: 'args.draftt == true'
+      verdict: allow
+`)
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"policy", "check", "-config", config}, &stdout, &stderr); err != nil {
+		t.Fatalf("policy check: %v\n%s", err, stdout.String())
+	}
+	want := "note: rule no-secrets reads args.pth, which none of the tools it matches takes (workspace_delete, workspace_list, workspace_read, workspace_write)"
+	if !strings.Contains(stdout.String(), want) {
+		t.Errorf("stdout does not contain %q:\n%s", want, stdout.String())
+	}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if strings.HasPrefix(line, "note:") && (strings.Contains(line, "args.path") || strings.Contains(line, "args.draftt")) {
+			t.Errorf("a note on an argument the tools may take: %s", line)
+		}
+	}
+}

@@ -1,8 +1,10 @@
 package botsetup
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
@@ -16,7 +18,8 @@ import (
 // (see approvals.Policy.Unreached), an ask whose calls expire before their
 // approvers are reminded (Unreminded, by d, the bot's defaults), and a
 // rule whose tool glob matches none of the tools the bot has (see
-// UnmatchedRules). An operator who never runs bot policy check learns of
+// UnmatchedRules), and one whose condition reads an argument none of its
+// tools takes (see UnknownArgs). An operator who never runs bot policy check learns of
 // them from the start's log instead of from a call that was never judged
 // as meant.
 func warnPolicy(log *slog.Logger, p *approvals.Policy, d approvals.Defaults, servers []tools.ServerConfig, status []tools.ServerStatus, reg *agent.Registry) {
@@ -32,6 +35,18 @@ func warnPolicy(log *slog.Logger, p *approvals.Policy, d approvals.Defaults, ser
 	for _, u := range UnmatchedRules(p.Rules(), servers, status, names) {
 		log.Warn("policy rule matches no tool", "rule", u.Rule.ID, "tool", u.Rule.Tool, "why", u.Why)
 	}
+	schemas := map[string]json.RawMessage{}
+	for _, t := range reg.List() {
+		schemas[t.Name] = t.Schema
+	}
+	for _, u := range UnknownArgs(p.Rules(), schemas, servers, status) {
+		log.Warn("policy rule reads an argument its tools do not take", "rule", u.Rule.ID, "arg", u.Arg, "tools", strings.Join(u.Tools, ","), "why", UnknownArgText(u))
+	}
+}
+
+// UnknownArgText says what an UnknownArg means.
+func UnknownArgText(u UnknownArg) string {
+	return fmt.Sprintf("rule %s reads args.%s, which none of the tools it matches takes (%s): its condition reads it as missing on every call (a typo?)", u.Rule.ID, u.Arg, strings.Join(u.Tools, ", "))
 }
 
 // UnmatchedRule is a rule whose tool glob matches none of the bot's
@@ -91,3 +106,84 @@ func UnmatchedRules(rules []approvals.Rule, servers []tools.ServerConfig, status
 
 // hasMeta reports whether a glob has pattern characters.
 func hasMeta(glob string) bool { return strings.ContainsAny(glob, `*?[\`) }
+
+// UnknownArg is an argument a rule's condition reads by name that none of
+// the tools the rule matches takes, and those tools.
+type UnknownArg struct {
+	Rule  approvals.Rule
+	Arg   string
+	Tools []string
+}
+
+// UnknownArgs returns, for each rule whose condition reads an argument by
+// name (see approvals.ArgsRead), the names none of the tools it matches
+// takes: their schemas (schemas, by tool name) name no such property and
+// allow no other. Such a condition reads the argument as missing on every
+// call, a typo most likely: a deny guarded by has(args.pth) never denies.
+// A rule is judged only when every tool it may match is known, as
+// UnmatchedRules judges (the servers' status says which MCP servers have
+// listed their tools; none when it is empty, as offline), and when it
+// matches one.
+func UnknownArgs(rules []approvals.Rule, schemas map[string]json.RawMessage, servers []tools.ServerConfig, status []tools.ServerStatus) []UnknownArg {
+	listed := map[string]bool{}
+	for _, st := range status {
+		if st.Connected || st.Tools > 0 {
+			listed[st.Name] = true
+		}
+	}
+	names := slices.Sorted(maps.Keys(schemas))
+	var out []UnknownArg
+	for _, r := range rules {
+		read := approvals.ArgsRead(r.When)
+		if len(read) == 0 {
+			continue
+		}
+		if slices.ContainsFunc(servers, func(s tools.ServerConfig) bool { return !listed[s.Name] && mayMatchServer(r.Tool, s.Name) }) {
+			continue // a server that has not listed its tools may have one it matches
+		}
+		var matched []string
+		for _, n := range names {
+			if !approvals.MatchesNone(r.Tool, []string{n}) {
+				matched = append(matched, n)
+			}
+		}
+		if len(matched) == 0 {
+			continue // UnmatchedRules says so
+		}
+		for _, arg := range read {
+			if !slices.ContainsFunc(matched, func(n string) bool { return mayTake(schemas[n], arg) }) {
+				out = append(out, UnknownArg{Rule: r, Arg: arg, Tools: matched})
+			}
+		}
+	}
+	return out
+}
+
+// mayMatchServer reports whether the tool glob may match a tool of the
+// MCP server named server (server__…): whether the glob's literal start,
+// before its first pattern character, fits the start of such names.
+func mayMatchServer(glob, server string) bool {
+	lit := glob
+	if i := strings.IndexAny(glob, `*?[\`); i >= 0 {
+		lit = glob[:i]
+	}
+	prefix := server + "__"
+	return strings.HasPrefix(prefix, lit) || strings.HasPrefix(lit, prefix)
+}
+
+// mayTake reports whether a call valid for schema may have an argument
+// named arg: a property of that name, or other properties allowed (any
+// schema that does not say additionalProperties: false, or that has
+// patternProperties or is no object schema it can read).
+func mayTake(schema json.RawMessage, arg string) bool {
+	var s struct {
+		Properties           map[string]json.RawMessage `json:"properties"`
+		PatternProperties    map[string]json.RawMessage `json:"patternProperties"`
+		AdditionalProperties json.RawMessage            `json:"additionalProperties"`
+	}
+	if len(schema) == 0 || json.Unmarshal(schema, &s) != nil {
+		return true
+	}
+	_, named := s.Properties[arg]
+	return named || len(s.PatternProperties) > 0 || strings.TrimSpace(string(s.AdditionalProperties)) != "false"
+}

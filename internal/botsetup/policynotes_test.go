@@ -1,6 +1,7 @@
 package botsetup
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -11,8 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/tools"
 )
 
 // A built bot warns of each rule of its policy file that does nothing: one
@@ -110,4 +113,30 @@ func buildLogging(t *testing.T, logs *logLines, p Parts) (*Bot, error) {
 	p.Model = agent.NewOpenAIModel(agent.ModelConfig{BaseURL: "http://127.0.0.1:1/v1", APIKey: "k", Model: "m", Timeout: time.Second})
 	p.Slack = slackapp.Config{BotToken: slack.BotToken(), AppToken: slack.AppToken(), APIURL: slack.APIURL(), ShutdownGrace: time.Second}
 	return Build(t.Context(), p)
+}
+
+// UnknownArgs judges a rule only when every tool it may match is known,
+// and notes an argument only when no tool it matches may take it.
+func TestUnknownArgs(t *testing.T) {
+	closed := json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"additionalProperties":false}`)
+	open := json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}}}`)
+	schemas := map[string]json.RawMessage{"workspace_read": closed, "gh__merge": closed, "gh__comment": open}
+	servers := []tools.ServerConfig{{Name: "gh"}, {Name: "down"}}
+	status := []tools.ServerStatus{{Name: "gh", Connected: true}, {Name: "down"}}
+	rules := []approvals.Rule{
+		{ID: "typo", Tool: "workspace_read", When: "has(args.pth)"},
+		{ID: "fine", Tool: "workspace_read", When: `args.path == "x"`},
+		{ID: "gh-typo", Tool: "gh__merge", When: "args.brnch == 'main'"},
+		{ID: "gh-open", Tool: "gh__*", When: "args.body == 'x'"},           // gh__comment may take it
+		{ID: "down-unknown", Tool: "down__deploy", When: "args.x == 1"},    // down has not listed its tools
+		{ID: "any-unknown", Tool: "*_read", When: "args.pth == 'x'"},       // may match a tool of down
+		{ID: "no-where", Tool: "workspace_write", When: "args.pth == 'x'"}, // matches no known tool
+	}
+	var got []string
+	for _, u := range UnknownArgs(rules, schemas, servers, status) {
+		got = append(got, u.Rule.ID+":"+u.Arg+":"+strings.Join(u.Tools, ","))
+	}
+	if want := []string{"typo:pth:workspace_read", "gh-typo:brnch:gh__merge"}; !slices.Equal(got, want) {
+		t.Errorf("UnknownArgs = %q, want %q", got, want)
+	}
 }
