@@ -1,9 +1,12 @@
 package slackapp_test
 
 import (
+	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/fakeopenai"
@@ -179,22 +182,24 @@ func TestGroupThatCannotBeListedIsNamedAsUnreached(t *testing.T) {
 // only one, is updated in place once the call is decided and runs.
 func TestCardSlackPostedButAnsweredWithAnErrorIsUpdated(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		fail func(e *env) (release func())
+		name      string
+		fail      func(e *env) (release func())
+		transport http.RoundTripper
 	}{
-		{"internal_error", func(e *env) func() { e.slack.ErrorAfterNext("chat.postMessage", "internal_error"); return func() {} }},
+		{"internal_error", func(e *env) func() { e.slack.ErrorAfterNext("chat.postMessage", "internal_error"); return func() {} }, nil},
 		{"a gateway's 504", func(e *env) func() {
 			e.slack.FailAfterNext("chat.postMessage", http.StatusGatewayTimeout)
 			return func() {}
-		}},
+		}, nil},
 		{"an answer lost", func(e *env) func() {
 			_, release := e.slack.HoldAnswerNext("chat.postMessage")
 			return release
-		}},
+		}, nil},
+		{"an answer cut while read", func(*env) func() { return func() {} }, &cutAnswer{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, storeKinds(t)[0])
-			e.cfg.HTTPClient = &http.Client{Timeout: 2 * time.Second}
+			e.cfg.HTTPClient = &http.Client{Timeout: 2 * time.Second, Transport: tt.transport}
 			e.start()
 			defer tt.fail(e)()
 			e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"8"}`)), fakeopenai.Text("Deployed."))
@@ -225,6 +230,22 @@ func TestCardSlackPostedButAnsweredWithAnErrorIsUpdated(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cutAnswer answers the first chat.postMessage as Slack did (a 200: the
+// post made), but cuts the connection while its body is read.
+type cutAnswer struct{ cut atomic.Bool }
+
+func (c *cutAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || !strings.HasSuffix(r.URL.Path, "chat.postMessage") || !c.cut.CompareAndSwap(false, true) {
+		return resp, err
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(io.LimitReader(resp.Body, 5), iotest.ErrReader(io.ErrUnexpectedEOF)), resp.Body}
+	return resp, nil
 }
 
 // A card Slack refused as rate limited (ok:false rate_limited, for a burst

@@ -721,6 +721,9 @@ func postMayHaveBeenMade(err error) bool {
 	if sc, ok := errors.AsType[slack.StatusCodeError](err); ok {
 		return sc.Code >= http.StatusInternalServerError
 	}
+	if _, cut := errors.AsType[*answerLostError](err); cut {
+		return true
+	}
 	_, lost := errors.AsType[*url.Error](err)
 	return lost
 }

@@ -206,10 +206,17 @@ func decodeAnswer(body io.Reader, v any) error {
 		}
 	}()
 	if _, err := b.ReadFrom(body); err != nil {
-		return err
+		return &answerLostError{err}
 	}
 	return fastjson.Unmarshal(b.Bytes(), v)
 }
+
+// answerLostError is a 200 answer whose body could not be read (the
+// connection cut, a time-out): Slack made the call.
+type answerLostError struct{ err error }
+
+func (e *answerLostError) Error() string { return "read answer: " + e.err.Error() }
+func (e *answerLostError) Unwrap() error { return e.err }
 
 // chat posts msg with chat.postMessage, or updates it with chat.update when
 // msg.ts is set, and returns the message's ts. Errors are slack-go's:
