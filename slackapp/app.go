@@ -1028,6 +1028,8 @@ type eventFields struct {
 	Subteam struct {
 		ID    string   `json:"id"`
 		Users []string `json:"users"`
+		// DateDelete is set (a Unix time) on a group disabled.
+		DateDelete int64 `json:"date_delete"`
 	} `json:"subteam"`
 	// Edited is set on the app_mention Slack sends again when a
 	// person edits a message mentioning the bot; only its presence is

@@ -153,6 +153,33 @@ func TestHomeOfWhoLeftTheGroupDropsItsCall(t *testing.T) {
 	}
 }
 
+// A user group renamed (Slack's subteam_updated lists its members for any
+// change) publishes none of its members' Home tabs: a new call's
+// approvers' tabs do not wait behind them.
+func TestRenamedGroupPublishesNoHomeTabs(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n  rules:\n    - id: deploys\n      tool: deploy\n      verdict: ask\n      approvers: [UAPPROVER1]\n"
+	e.cfg.HomeRefreshDelay = 20 * time.Millisecond
+	var members []string
+	for i := range 50 {
+		members = append(members, fmt.Sprintf("UBIG%05d", i))
+	}
+	e.slack.AddUserGroup("SALLHANDS", members...)
+	e.start()
+	e.slack.RenameUserGroup("SALLHANDS", "all hands (renamed)")
+	e.waitEventAcked("subteam_updated")
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"3"}`)), fakeopenai.Text("Deployed api 3."))
+	ts := e.slack.Mention(channel, requester, "deploy api 3")
+	e.card(ts, "deploy")
+	waitUntil(t, "the approver's tab lists the call", func() bool { return e.homeLists(approver, "deploy") })
+	e.stop()
+	for _, c := range e.slack.Calls("views.publish") {
+		if strings.HasPrefix(c.Param("user_id"), "UBIG") {
+			t.Fatalf("a rename published the Home tab of the group's member %s", c.Param("user_id"))
+		}
+	}
+}
+
 // Past the 500 oldest pending calls, an approver's newer call is not read
 // for their Home tab; the tab must not tell them nothing is waiting.
 // With more calls pending than a Home round reads (the oldest 500), an

@@ -137,11 +137,15 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 		a.homes.later(ev.RemovedUsers)
 	case "subteam_updated":
 		// And for the members of a group disabled (or changed
-		// otherwise), whom Slack lists no more: their tabs, which a
-		// call's change no longer finds through the group, are
-		// published again, as far as they are known (the event's list,
-		// and the members kept before they are dropped).
-		former := slices.Concat(a.groups.kept(ev.Subteam.ID), ev.Subteam.Users)
+		// otherwise). Those of a group disabled, whom Slack lists no
+		// more, have their tabs, which a call's change no longer finds
+		// through the group, published again, as far as they are known
+		// (the event's list, and the members kept before they are
+		// dropped); a rename or a new description publishes none.
+		var former []string
+		if ev.Subteam.DateDelete != 0 {
+			former = slices.Concat(a.groups.kept(ev.Subteam.ID), ev.Subteam.Users)
+		}
 		handed = a.membershipChanged(ctx, membershipNotice{Group: ev.Subteam.ID}, ack)
 		a.homes.later(former)
 	case "app_home_opened":

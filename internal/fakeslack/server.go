@@ -451,7 +451,8 @@ func (s *Server) AddUserGroup(id string, members ...string) {
 }
 
 // DisableUserGroup disables a user group: usergroups.users.list answers
-// no_such_subteam for it, and the app gets a subteam_updated event.
+// no_such_subteam for it, and the app gets a subteam_updated event with
+// its date_delete set and no users.
 func (s *Server) DisableUserGroup(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -459,6 +460,18 @@ func (s *Server) DisableUserGroup(id string) {
 	ts := s.tsLocked()
 	s.deliverEventLocked(jsonObject{"type": "subteam_updated", "team_id": s.cfg.teamID,
 		"subteam": jsonObject{"id": id, "team_id": s.cfg.teamID, "is_usergroup": true, "date_delete": time.Now().Unix()}, "event_ts": ts}, "", "")
+}
+
+// RenameUserGroup renames a user group: its members stay, and the app
+// gets a subteam_updated event, which lists them, as Slack's does for any
+// change of a group.
+func (s *Server) RenameUserGroup(id, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	members := slices.Clone(s.groups[id])
+	ts := s.tsLocked()
+	s.deliverEventLocked(jsonObject{"type": "subteam_updated", "team_id": s.cfg.teamID,
+		"subteam": jsonObject{"id": id, "team_id": s.cfg.teamID, "is_usergroup": true, "name": name, "date_delete": 0, "users": members, "user_count": len(members)}, "event_ts": ts}, "", "")
 }
 
 // DMChannel returns the id of the bot's direct-message channel with user,
