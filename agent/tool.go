@@ -107,19 +107,26 @@ type Tool struct {
 	Origin string
 }
 
-// definitionDigest is the digest of what t is: its name, description,
-// hints, whether a person answers it, and its origin. A call approved
-// runs only on the tool it was asked of (see settle): the same name with
-// another meaning (a description that says it now skips the canaries,
-// hints that now call it destructive, another server behind it) runs
-// nothing approved before. The schema is left out: the approved arguments
-// are checked against it as it is then (see changedArgs), so that one
-// which still takes them as they were (an optional property added) runs
-// them.
+// definitionDigest is the digest of what t is: its name, hints, whether a
+// person answers it, and its origin, with, for a tool of an origin (an MCP
+// server's), its description. A call approved runs only on the tool it
+// was asked of (see settle): the same name with another meaning (a
+// server's description that says it now skips the canaries, hints that
+// now call it destructive, another server behind it) runs nothing
+// approved before. The description of a tool of no origin (a built-in)
+// is the bot's, written from its settings (the hosts, programs or sizes
+// allowed), which change nothing of what an approved call does: left
+// out, as the schema is, against which the approved arguments are checked
+// as it is then (see changedArgs), so that one which still takes them as
+// they were (an optional property added) runs them.
 func definitionDigest(t Tool) string {
 	h := sha256.New()
 	hints, _ := json.Marshal(t.Annotations)
-	for _, part := range [][]byte{[]byte(t.Name), []byte(t.Description), hints, []byte(strconv.FormatBool(t.Human)), []byte(t.Origin)} {
+	desc := ""
+	if t.Origin != "" {
+		desc = t.Description
+	}
+	for _, part := range [][]byte{[]byte(t.Name), []byte(desc), hints, []byte(strconv.FormatBool(t.Human)), []byte(t.Origin)} {
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])

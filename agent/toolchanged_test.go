@@ -48,15 +48,19 @@ func skippedNotes(w *world) []string {
 // otherwise, with other hints, or of another server.
 func TestApprovedCallDoesNotRunWhenItsToolChanged(t *testing.T) {
 	const meaning = "its description, hints or server are not those it had when this call was asked"
+	const server = "mcp deployer https://deployer.example/mcp"
+	ofServer := func(d *agent.Tool) { d.Origin = server }
 	cases := []struct {
 		name, schema string
+		before       func(*agent.Tool) // the tool as the call pauses, if set
 		change       func(*agent.Tool) // instead of the schema, if set
 		edit         string            // edited arguments approved instead, if set
 		why          string            // in what the model reads
 	}{
-		{name: "described otherwise", change: func(d *agent.Tool) { d.Description = "Deploy a service to production, skipping the canaries" }, why: meaning},
+		{name: "a server's, described otherwise", before: ofServer, change: func(d *agent.Tool) { d.Description = "Deploy a service to production, skipping the canaries" }, why: meaning},
 		{name: "now destructive", change: func(d *agent.Tool) { d.Annotations.Destructive = new(true) }, why: meaning},
-		{name: "of another server", change: func(d *agent.Tool) { d.Origin = "mcp deployer https://deployer.example/mcp" }, why: meaning},
+		{name: "of another server", before: ofServer, change: func(d *agent.Tool) { d.Origin = "mcp deployer https://other.example/mcp" }, why: meaning},
+		{name: "now a server's", change: ofServer, why: meaning},
 		{name: "requires a new property",
 			schema: `{"type":"object","properties":{"service":{"type":"string"},"version":{"type":"string"},"region":{"type":"string"}},"required":["service","version","region"]}`,
 			why:    "region"},
@@ -76,6 +80,9 @@ func TestApprovedCallDoesNotRunWhenItsToolChanged(t *testing.T) {
 			t.Run(b.name+"/"+tc.name, func(t *testing.T) {
 				ctx := t.Context()
 				w := newWorld(t, b)
+				if tc.before != nil {
+					changeDeploy(t, w, tc.before)
+				}
 				a := w.agent()
 				p := pauseOne(t, w, a, call("c1", "deploy", `{"service":"api","version":"2"}`))
 				d := approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"}
@@ -127,8 +134,12 @@ func TestApprovedCallDoesNotRunWhenItsToolChanged(t *testing.T) {
 func TestApprovedCallRunsWhenItsToolIsUnchanged(t *testing.T) {
 	cases := []struct {
 		name, schema, args string
+		change             func(*agent.Tool) // instead of the schema, if set
 	}{
 		{name: "same registration", args: `{"service":"api","version":"2"}`},
+		// A built-in's description is written from its settings: more
+		// hosts or programs allowed leave what the call does as it was.
+		{name: "a built-in described otherwise", args: `{"service":"api","version":"2"}`, change: func(d *agent.Tool) { d.Description = "Deploy a service. Allowed services: api, web." }},
 		{name: "registered again", schema: deploySchema, args: `{"service":"api","version":"2"}`},
 		{name: "an optional property added",
 			schema: `{"type":"object","properties":{"service":{"type":"string"},"version":{"type":"string"},"region":{"type":"string"}},"required":["service","version"]}`,
@@ -144,7 +155,10 @@ func TestApprovedCallRunsWhenItsToolIsUnchanged(t *testing.T) {
 				p := pauseOne(t, w, a, call("c1", "deploy", tc.args))
 				_, err := a.Decide(ctx, approvals.Decision{CallID: p.ID, Fingerprint: p.Fingerprint, Kind: approvals.Approve, Decider: "UAPPROVER1"})
 				must(t, err)
-				if tc.schema != "" {
+				switch {
+				case tc.change != nil:
+					changeDeploy(t, w, tc.change)
+				case tc.schema != "":
 					replaceDeploy(t, w, tc.schema)
 				}
 				w.model.Reply(fakeopenai.Text("deployed"))

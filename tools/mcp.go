@@ -919,13 +919,22 @@ func (s *server) convert(t *mcp.Tool, listing string) (agent.Tool, error) {
 }
 
 // origin is where the server's tools' calls go, as configured (see
-// agent.Tool.Origin): its name and URL, or its command and directory.
+// agent.Tool.Origin): its name and its URL's scheme, host and path, or
+// its program and directory. Credentials a URL or a command's arguments
+// carry are left out: rotating a token does not make the same server's
+// tools others, which would refuse every approved call of theirs.
 func (s *server) origin() string {
 	if s.cfg.URL != "" {
-		return "mcp " + s.cfg.Name + " " + s.cfg.URL
+		if u, err := url.Parse(s.cfg.URL); err == nil {
+			return "mcp " + s.cfg.Name + " " + u.Scheme + "://" + u.Host + u.Path
+		}
+		return "mcp " + s.cfg.Name
 	}
-	b, _ := json.Marshal(s.cfg.Command)
-	return "mcp " + s.cfg.Name + " " + string(b) + " in " + s.cfg.Dir
+	program := ""
+	if len(s.cfg.Command) > 0 {
+		program = s.cfg.Command[0]
+	}
+	return "mcp " + s.cfg.Name + " " + program + " in " + s.cfg.Dir
 }
 
 func hints(a *mcp.ToolAnnotations) approvals.Hints {

@@ -421,7 +421,7 @@ policy:
 		}
 		// Where its calls go is part of what the tool is: an approved
 		// call does not run on another server's tool of that name.
-		if want := "mcp srv " + cmp.Or(cfg.Servers[0].URL, `["`); !strings.HasPrefix(echo.Origin, want) {
+		if want := "mcp srv " + cmp.Or(cfg.Servers[0].URL, strings.Join(cfg.Servers[0].Command[:min(1, len(cfg.Servers[0].Command))], "")); !strings.HasPrefix(echo.Origin, want) {
 			t.Errorf("srv__echo origin: got %q, want it to begin %q", echo.Origin, want)
 		}
 		var schema struct {
@@ -1161,4 +1161,32 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// A server's tools are the same tools after a credential it is given in
+// its URL or its command's arguments is rotated: their origin (part of
+// what an approved call is checked against) holds none; another host,
+// path or program is another origin.
+func TestOriginLeavesCredentialsOut(t *testing.T) {
+	origin := func(c ServerConfig) string { return (&server{cfg: c}).origin() }
+	same := [][2]ServerConfig{
+		{{Name: "gh", URL: "https://mcp.example/mcp?token=old"}, {Name: "gh", URL: "https://mcp.example/mcp?token=new"}},
+		{{Name: "gh", URL: "https://bot:old@mcp.example/mcp"}, {Name: "gh", URL: "https://bot:new@mcp.example/mcp"}},
+		{{Name: "graf", Command: []string{"mcp-grafana", "--token", "old"}}, {Name: "graf", Command: []string{"mcp-grafana", "--token", "new"}}},
+	}
+	for _, p := range same {
+		if a, b := origin(p[0]), origin(p[1]); a != b || strings.Contains(a, "old") {
+			t.Errorf("origins %q and %q; want one, with no credential", a, b)
+		}
+	}
+	other := [][2]ServerConfig{
+		{{Name: "gh", URL: "https://mcp.example/mcp"}, {Name: "gh", URL: "https://mcp.other.example/mcp"}},
+		{{Name: "gh", URL: "https://mcp.example/mcp"}, {Name: "gh", URL: "https://mcp.example/v2/mcp"}},
+		{{Name: "graf", Command: []string{"mcp-grafana"}}, {Name: "graf", Command: []string{"mcp-prometheus"}}},
+	}
+	for _, p := range other {
+		if a, b := origin(p[0]), origin(p[1]); a == b {
+			t.Errorf("origin %q for %+v and %+v; want two", a, p[0], p[1])
+		}
+	}
 }
