@@ -786,6 +786,8 @@ func TestArgsRead(t *testing.T) {
 		{`args.env == "prod" || args.?region.orValue("") == "eu" || args["dry-run"] == true`, []string{"dry-run", "env", "region"}},
 		{`args[?"count"].orValue(0) > 5 && args.items.exists(i, i.name == "x")`, []string{"count", "items"}},
 		{`args[user] == "x" && channel == "C1"`, nil},
+		{`"pth" in args && args.dir == "/"`, []string{"dir", "pth"}},
+		{`args.targets.exists(args, args.region == "eu")`, nil},
 		{`not valid CEL (`, nil},
 		{``, nil},
 	} {
