@@ -775,18 +775,17 @@ func runCases(ctx context.Context, engine *approvals.Engine, path string, stdout
 			return fmt.Errorf("case %d: %w", i+1, err)
 		}
 		got := fmt.Sprintf("%s by rule %s", v.Action, v.RuleID)
-		// A verdict that failed closed (a condition naming an argument
-		// the call lacks, a typo) is no judgement of the case: it
-		// passes only if the case expects it.
-		ok := v.Action == c.Verdict && (c.Rule == "" || c.Rule == v.RuleID) && v.FailClosed == c.FailClosed
+		// A verdict forced by a condition that could not be evaluated (it
+		// names an argument the call lacks, a typo) is no judgement of
+		// the case: it passes only if the case expects it. (A deny the
+		// rule gives as written, four eyes leaving no approver, fails
+		// closed with no such problem.)
+		conditionFailed := v.FailClosed && v.Problem != ""
+		ok := v.Action == c.Verdict && (c.Rule == "" || c.Rule == v.RuleID) && conditionFailed == c.FailClosed
 		note := ""
 		switch {
-		case v.FailClosed:
-			note = " (" + v.Reason
-			if v.Problem != "" {
-				note += ": " + v.Problem
-			}
-			note += ")"
+		case conditionFailed:
+			note = " (" + v.Reason + ": " + v.Problem + ")"
 			if !c.FailClosed {
 				got += ", failed closed"
 			}

@@ -405,6 +405,19 @@ func TestCasesFailClosedVerdictsAreNoPass(t *testing.T) {
 	}
 }
 
+// A deny the policy gives as written, with no condition failing (four
+// eyes leaves the only approver, the requester, unable to approve), is a
+// judgement like any other: its case needs no fail_closed.
+func TestCaseOfAnUndecidableDenyNeedsNoFailClosed(t *testing.T) {
+	config := writeFile(t, "config.yaml", "policy:\n  default: allow\n  rules:\n    - id: prod-deploys\n      tool: deploy\n      verdict: ask\n      approvers: [U1]\n      four_eyes: true\n")
+	cases := writeFile(t, "cases.yaml", "cases:\n  - name: the only approver cannot approve their own deploy\n    tool: deploy\n    args: {}\n    user: U1\n    channel: C1\n    verdict: deny\n    rule: prod-deploys\n")
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"policy", "test", "-config", config, "-cases", cases}, &stdout, &stderr)
+	if code := exitCode(err); code != 0 {
+		t.Errorf("exit code %d (%v), want 0\nstdout:\n%s", code, err, stdout.String())
+	}
+}
+
 // Mapping-form args reach the policy with their numbers as written, as the
 // model's JSON does: 5.0000000000000001 is not 5, and an integer past what
 // a float holds is not rounded into one, so conditions on them fail closed.
