@@ -384,8 +384,9 @@ func finalAnswer(err error) bool {
 }
 
 // shownURL is raw as an error may show it: with no password, query or
-// fragment (a gateway's credentials may be in any of them), or only its
-// scheme when it does not parse.
+// fragment (a gateway's credentials may be in any of them), nor a user
+// name given without a password (a token given so), or only its scheme
+// when it does not parse.
 func shownURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -393,6 +394,9 @@ func shownURL(raw string) string {
 		return scheme + "://…"
 	}
 	u.RawQuery, u.Fragment, u.RawFragment = "", "", ""
+	if _, hasPassword := u.User.Password(); u.User != nil && !hasPassword {
+		u.User = url.User("xxxxx")
+	}
 	return u.Redacted()
 }
 

@@ -333,17 +333,22 @@ func TestRunAgainstAPageKeepsSlackAPIURLsSecrets(t *testing.T) {
 		_, _ = io.WriteString(w, "<html><body>Sign in</body></html>")
 	}))
 	defer page.Close()
-	env := validEnv(t)
-	env["SLACK_API_URL"] = strings.Replace(page.URL, "http://", "http://gw:SlackGatewayPw99@", 1) + "/api/?key=SlackGatewayKey42"
-	setEnv(t, env)
-	var stdout, stderr bytes.Buffer
-	err := run(t.Context(), nil, &stdout, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "SLACK_API_URL http://gw:xxxxx@127.0.0.1") {
-		t.Fatalf("run against a web page: %v; want an error naming SLACK_API_URL without its password", err)
-	}
-	for _, secret := range []string{"SlackGatewayPw99", "SlackGatewayKey42"} {
-		assertNoSecrets(t, "error", err.Error(), secret)
-		assertNoSecrets(t, "stderr", stderr.String(), secret)
+	for _, tt := range []struct{ user, shown string }{
+		{"gw:SlackGatewayPw99@", "gw:xxxxx@"},
+		{"SlackGatewayTok77@", "xxxxx@"}, // a token as the user name, with no password
+	} {
+		env := validEnv(t)
+		env["SLACK_API_URL"] = strings.Replace(page.URL, "http://", "http://"+tt.user, 1) + "/api/?key=SlackGatewayKey42"
+		setEnv(t, env)
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), nil, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "SLACK_API_URL http://"+tt.shown+"127.0.0.1") {
+			t.Fatalf("run against a web page: %v; want an error naming SLACK_API_URL without its credentials", err)
+		}
+		for _, secret := range []string{"SlackGatewayPw99", "SlackGatewayTok77", "SlackGatewayKey42"} {
+			assertNoSecrets(t, "error", err.Error(), secret)
+			assertNoSecrets(t, "stderr", stderr.String(), secret)
+		}
 	}
 }
 

@@ -64,7 +64,8 @@ func otelSecrets(getenv func(string) string) []string {
 }
 
 // urlSecrets returns the secrets of a URL: the password of its user
-// information and the values of its query options other than those known
+// information (or, for an http(s) URL, its user name when it has no
+// password: a gateway's token) and the values of its query options other than those known
 // to hold none (a "password" as in redis+sentinel URLs, a misspelt one),
 // and the whole URL when it has any or does not parse (so a parser's error
 // quoting it gives nothing away).
@@ -78,6 +79,12 @@ func urlSecrets(raw string) []string {
 		if p, ok := u.User.Password(); ok {
 			out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
 		}
+	}
+	if name := u.User.Username(); (u.Scheme == "http" || u.Scheme == "https") && botsetup.TokenAsUser(u) {
+		// An http(s) URL's user name with no password is a gateway's
+		// token, as Basic auth takes it (a Redis URL's is a user name,
+		// "default" as often as not, which no log may lose).
+		out = append(out, name, url.QueryEscape(name), url.PathEscape(name))
 	}
 	for k, vs := range u.Query() {
 		if botsetup.PublicURLOption(k) {

@@ -53,6 +53,8 @@ func TestURLSecrets(t *testing.T) {
 		{url: "redis://h:6379/0?dial_timeout=3s&pool_size=20&username=default&use_disconnected_replicas=true", noSecret: true},
 		{url: "redis://user:pw-1234@host:bad port/", secrets: []string{"redis://user:pw-1234@host:bad port/"}},
 		{url: "redis+cluster://:v6-pw@[fd00::1]:7000,[fd00::2]:7000", secrets: []string{"v6-pw"}},
+		{url: "https://GatewayTok77@gw.example/api/", secrets: []string{"GatewayTok77"}},
+		{url: "redis://default@h:6379/0", noSecret: true},
 		{url: "redis+sentinel://[fd00::1]:26379,[fd00::2]:26379/0?master_name=m&sentinel_password=v6-sentinel-pw", secrets: []string{"v6-sentinel-pw"}},
 	}
 	for _, tt := range tests {

@@ -41,7 +41,8 @@ func OneLine(s string) string {
 	return strings.Join(kept, "; ")
 }
 
-// SafeURL returns raw without its password (in the user information) and
+// SafeURL returns raw without its password (in the user information), or
+// its user name when it has no password (a gateway's token given so), and
 // the values of its query parameters other than the options known to hold
 // no secret (see PublicURLOption; a "sentinel_password=" or any misspelt
 // option may hold one), for logs and errors. A URL that does not parse is
@@ -53,6 +54,9 @@ func SafeURL(raw string) string {
 			return scheme + "://" + redactedText
 		}
 		return redactedText
+	}
+	if TokenAsUser(u) {
+		u.User = url.User("xxxxx")
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
@@ -71,6 +75,16 @@ func SafeURL(raw string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// TokenAsUser reports whether u's user information is a user name alone,
+// which a gateway's token often is (Basic auth with no password).
+func TokenAsUser(u *url.URL) bool {
+	if u.User == nil || u.User.Username() == "" {
+		return false
+	}
+	_, hasPassword := u.User.Password()
+	return !hasPassword
 }
 
 // publicURLOptions are the Redis URL options whose values are never
