@@ -668,8 +668,8 @@ func (a *App) postCard(ctx context.Context, channel, thread string, pc agent.Pen
 }
 
 // cardPostTries bounds the posts of a card after the first that Slack
-// refused without making it (a rate limit, a passing failure), each after
-// the wait it asks for, at most cardPostMaxWait.
+// refused in its answer without making it (a rate limit, a passing
+// failure), each after the wait it asks for, at most cardPostMaxWait.
 const (
 	cardPostTries   = 2
 	cardPostMaxWait = 30 * time.Second
@@ -680,8 +680,8 @@ const (
 // otherwise (internal_error, fatal_error, a gateway's server error, an
 // answer lost or late) is looked for in the thread, never posted again,
 // so that no second card keeps its buttons; one Slack refused without
-// making it (rate_limited, a 429 past the client's retries) is posted
-// again after the wait it asks for, a few times.
+// making it in its answer (rate_limited, service_unavailable) is posted
+// again after a wait, twice at most.
 func (a *App) postCardMessage(ctx context.Context, channel, thread, callID string, p *cardPost) string {
 	msg := chatMessage{channel: channel, thread: thread, blocks: p.blocks, text: p.text}
 	ts, err := a.chat(ctx, msg)
@@ -696,8 +696,13 @@ func (a *App) postCardMessage(ctx context.Context, channel, thread, callID strin
 			// so that it is updated in place, and not said to be missing.
 			return a.postedCard(ctx, channel, thread, callID, p.since)
 		}
+		// Only a refusal in Slack's answer (rate_limited, a passing
+		// failure) is posted again here: a 429 comes back once the
+		// client has waited out its own retries already, which the turn
+		// holding the conversation would wait out again.
+		_, inAnswer := errors.AsType[slack.SlackErrorResponse](err)
 		wait, later := retryLater(err)
-		if !later || tries >= cardPostTries || wait > cardPostMaxWait {
+		if !later || !inAnswer || tries >= cardPostTries || wait > cardPostMaxWait {
 			return ""
 		}
 		a.log.Warn("Slack refused a card; posting it again shortly", "channel", channel, "in", wait, "err", err)
