@@ -684,7 +684,8 @@ const (
 // again after a wait, twice at most.
 func (a *App) postCardMessage(ctx context.Context, channel, thread, callID string, p *cardPost) string {
 	msg := chatMessage{channel: channel, thread: thread, blocks: p.blocks, text: p.text}
-	ts, err := a.chat(ctx, msg)
+	post := func() (string, error) { return a.chat(withoutServerRetries(ctx), msg) }
+	ts, err := post()
 	for tries := 0; err != nil; tries++ {
 		a.log.Error("post message", "channel", channel, "err", err)
 		a.m.error("slack_post")
@@ -709,7 +710,7 @@ func (a *App) postCardMessage(ctx context.Context, channel, thread, callID strin
 		if ctxtime.Sleep(ctx, wait) != nil {
 			return ""
 		}
-		ts, err = a.chat(ctx, msg)
+		ts, err = post()
 	}
 	return ts
 }

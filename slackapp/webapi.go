@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,8 +57,9 @@ func webTransport() *http.Transport {
 // backoff, up to maxWebRetries times; each attempt has the client's
 // timeout. Connection errors are not retried: a post whose answer was lost
 // may have been made, and posting it twice is worse. For the same reason
-// a server error of a call that makes something anew (madeOnce) is not
-// retried either: a gateway's 502 or 504 may come after Slack made it. A request whose body
+// the server error of a card's post is not retried either (see
+// withoutServerRetries): a gateway's 502 or 504 may come after Slack made
+// it, and the card is looked for instead. A request whose body
 // cannot be sent again is not retried, nor one whose context says so
 // (withoutRetries), nor one whose context ends before the wait would: its
 // answer (a rate limit's, with its Retry-After) is returned at once, for
@@ -69,18 +69,20 @@ type webClient struct {
 	client *http.Client
 }
 
-// madeOnce are the Web API methods that make something anew each time
-// (a message, a stream's text, a modal from a trigger that works once):
-// their server errors are not retried (see webClient), and what a card's
-// post made is looked for instead (see App.postCard).
-var madeOnce = map[string]bool{
-	"chat.postMessage": true, "chat.postEphemeral": true,
-	"chat.startStream": true, "chat.appendStream": true, "chat.stopStream": true,
-	"views.open": true, "views.push": true,
-}
-
 // noRetriesKey is the context key of withoutRetries.
 type noRetriesKey struct{}
+
+// noServerRetriesKey is the context key of withoutServerRetries.
+type noServerRetriesKey struct{}
+
+// withoutServerRetries returns ctx for a Web API call whose server error
+// (5xx) is returned as it is, not retried: a card's post, which a
+// gateway's 5xx may follow after Slack made it, and which its caller
+// looks for instead (see App.postCardMessage), where posting it again
+// would leave a second card with live buttons.
+func withoutServerRetries(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noServerRetriesKey{}, true)
+}
 
 // withoutRetries returns ctx for a Web API call that is made once: Slack's
 // first answer, a rate limit or a server error included, is returned as it
@@ -107,7 +109,7 @@ func (c webClient) Do(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		wait, retry := retryWait(resp, attempt)
-		if resp.StatusCode >= http.StatusInternalServerError && madeOnce[path.Base(req.URL.Path)] {
+		if resp.StatusCode >= http.StatusInternalServerError && req.Context().Value(noServerRetriesKey{}) != nil {
 			retry = false
 		}
 		if !retry || once || attempt >= maxWebRetries || (req.Body != nil && req.GetBody == nil) || endsWithin(req.Context(), wait) {

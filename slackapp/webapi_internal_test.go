@@ -65,14 +65,14 @@ func chatApp(t *testing.T, f *fakeChat) *App {
 }
 
 // chat posts and updates with a JSON body, returns the ts, retries 429
-// answers with the same body, and 5xx answers of an update (not of a post,
-// which a gateway's 5xx may follow), and reports Slack's errors as
-// slack-go does.
+// and 5xx answers with the same body (not the 5xx of a card's post, which
+// a gateway's may follow after Slack made it), and reports Slack's errors
+// as slack-go does.
 func TestChatPostsUpdatesAndRetries(t *testing.T) {
 	ctx := context.Background()
 	blocks := []slack.Block{slack.NewDividerBlock()}
-	t.Run("post in a thread after two 429s", func(t *testing.T) {
-		f := &fakeChat{statuses: []int{http.StatusTooManyRequests, http.StatusTooManyRequests}}
+	t.Run("post in a thread after a 429 and a 503", func(t *testing.T) {
+		f := &fakeChat{statuses: []int{http.StatusTooManyRequests, http.StatusServiceUnavailable}}
 		ts, err := chatApp(t, f).chat(ctx, chatMessage{channel: "C1", thread: "1.1", blocks: blocks, text: "hi"})
 		if err != nil || ts != "1.5" {
 			t.Fatalf("chat() = %q, %v; want 1.5, nil", ts, err)
@@ -105,9 +105,9 @@ func TestChatPostsUpdatesAndRetries(t *testing.T) {
 			t.Errorf("chat() error = %v; want slack.SlackErrorResponse channel_not_found", err)
 		}
 	})
-	t.Run("a post's server error", func(t *testing.T) {
+	t.Run("a card's post's server error", func(t *testing.T) {
 		f := &fakeChat{statuses: []int{http.StatusServiceUnavailable}}
-		_, err := chatApp(t, f).chat(ctx, chatMessage{channel: "C1", blocks: blocks})
+		_, err := chatApp(t, f).chat(withoutServerRetries(ctx), chatMessage{channel: "C1", blocks: blocks})
 		var se slack.StatusCodeError
 		if !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable {
 			t.Errorf("chat() error = %v; want slack.StatusCodeError 503", err)
@@ -116,9 +116,9 @@ func TestChatPostsUpdatesAndRetries(t *testing.T) {
 			t.Errorf("%d calls; want 1: the post may have been made", n)
 		}
 	})
-	t.Run("an update's server errors past the retries", func(t *testing.T) {
+	t.Run("server errors past the retries", func(t *testing.T) {
 		f := &fakeChat{statuses: []int{500, 500, 500, 500, 500, 500}}
-		_, err := chatApp(t, f).chat(ctx, chatMessage{channel: "C1", ts: "1.5", blocks: blocks})
+		_, err := chatApp(t, f).chat(ctx, chatMessage{channel: "C1", blocks: blocks})
 		var se slack.StatusCodeError
 		if !errors.As(err, &se) || se.Code != 500 {
 			t.Errorf("chat() error = %v; want slack.StatusCodeError 500", err)
