@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/ctxtime"
+	"github.com/toolgate/toolgate/internal/redact"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -383,23 +383,6 @@ func finalAnswer(err error) bool {
 	return false
 }
 
-// shownURL is raw as an error may show it: with no password, query or
-// fragment (a gateway's credentials may be in any of them), nor a user
-// name given without a password (a token given so), or only its scheme
-// when it does not parse.
-func shownURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		scheme, _, _ := strings.Cut(raw, "://")
-		return scheme + "://…"
-	}
-	u.RawQuery, u.Fragment, u.RawFragment = "", "", ""
-	if _, hasPassword := u.User.Password(); u.User != nil && !hasPassword {
-		u.User = url.User("xxxxx")
-	}
-	return u.Redacted()
-}
-
 // notSlacks reports whether err is an answer that is not Slack's JSON: a
 // web page (a proxy's login, a web server's fallback page) answered with
 // 200 at a wrong SLACK_API_URL.
@@ -439,7 +422,7 @@ func (a *App) Run(ctx context.Context, ag Agent) error {
 		return &TokenRefusedError{Err: fmt.Errorf("auth.test: %w", err)}
 	}
 	if notSlacks(err) {
-		return fmt.Errorf("slack auth.test: the answer is not Slack's (is SLACK_API_URL %s right?): %w", shownURL(cmp.Or(a.cfg.APIURL, slack.APIURL)), err)
+		return fmt.Errorf("slack auth.test: the answer is not Slack's (is SLACK_API_URL %s right?): %w", redact.SafeURL(cmp.Or(a.cfg.APIURL, slack.APIURL)), err)
 	}
 	if err != nil {
 		return fmt.Errorf("slack auth.test: %w", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/approvals"
 	"github.com/toolgate/toolgate/internal/botsetup"
+	"github.com/toolgate/toolgate/internal/redact"
 	"github.com/toolgate/toolgate/telemetry"
 )
 
@@ -290,7 +291,7 @@ func (c *config) validate() error {
 func checkHTTPURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an http or https URL", botsetup.SafeURL(raw))
+		return fmt.Errorf("%q is not an http or https URL", redact.SafeURL(raw))
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/internal/botsetup"
+	"github.com/toolgate/toolgate/internal/redact"
 	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/tools"
@@ -259,7 +260,7 @@ func serveBot(ctx context.Context, cfg config, file botsetup.File, red redactor,
 
 	log.Info("starting",
 		"model", cfg.OpenAIModel,
-		"model_url", botsetup.SafeURL(cfg.OpenAIBaseURL),
+		"model_url", redact.SafeURL(cfg.OpenAIBaseURL),
 		"http_addr", ln.Addr().String(),
 		"max_turns", cfg.MaxTurns,
 		"mcp_servers", len(file.Tools.Servers),

@@ -4,7 +4,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/toolgate/toolgate/internal/botsetup"
 	"github.com/toolgate/toolgate/internal/redact"
 	"github.com/toolgate/toolgate/store/redisstore"
 )
@@ -80,14 +79,14 @@ func urlSecrets(raw string) []string {
 			out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
 		}
 	}
-	if name := u.User.Username(); (u.Scheme == "http" || u.Scheme == "https") && botsetup.TokenAsUser(u) {
+	if name := u.User.Username(); (u.Scheme == "http" || u.Scheme == "https") && redact.TokenAsUser(u) {
 		// An http(s) URL's user name with no password is a gateway's
 		// token, as Basic auth takes it (a Redis URL's is a user name,
 		// "default" as often as not, which no log may lose).
 		out = append(out, name, url.QueryEscape(name), url.PathEscape(name))
 	}
 	for k, vs := range u.Query() {
-		if botsetup.PublicURLOption(k) {
+		if redact.PublicURLOption(k) {
 			continue
 		}
 		for _, p := range vs {

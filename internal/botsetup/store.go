@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/agent"
 	"github.com/toolgate/toolgate/approvals"
+	"github.com/toolgate/toolgate/internal/redact"
 	"github.com/toolgate/toolgate/slackapp"
 	"github.com/toolgate/toolgate/store/boltstore"
 	"github.com/toolgate/toolgate/store/redisstore"
@@ -83,7 +84,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 				// nothing of the URL.
 				return nil, ctx.Err()
 			}
-			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(redisstore.OneHostURL(c.RedisURL)), err)}
+			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", redact.SafeURL(redisstore.OneHostURL(c.RedisURL)), err)}
 		}
 		// Bounded as the check above: a Redis that takes the dial but
 		// never answers (TLS asked of a plain server) is refused in
@@ -97,9 +98,9 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", SafeURL(redisstore.OneHostURL(c.RedisURL)), err)}
+			return nil, &ConfigError{Err: fmt.Errorf("REDIS_URL: connect to redis at %s: %w", redact.SafeURL(redisstore.OneHostURL(c.RedisURL)), err)}
 		}
-		log.Info("using redis store", "url", SafeURL(redisstore.OneHostURL(c.RedisURL)), "prefix", c.RedisPrefix)
+		log.Info("using redis store", "url", redact.SafeURL(redisstore.OneHostURL(c.RedisURL)), "prefix", c.RedisPrefix)
 		warnEviction(ctx, st, log)
 		warnClockSkew(ctx, st, log, time.Now)
 		warnReplicas(ctx, st, c.WaitReplicas, log)
