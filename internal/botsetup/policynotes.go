@@ -69,15 +69,7 @@ func UnmatchedRules(rules []approvals.Rule, servers []tools.ServerConfig, status
 	for i, s := range servers {
 		configured[i] = s.Name
 	}
-	// A server that is connected has listed its tools, and one that has
-	// tools in the registry listed them before it went down; one with
-	// neither may list them later.
-	var listed []string
-	for _, st := range status {
-		if st.Connected || st.Tools > 0 {
-			listed = append(listed, st.Name)
-		}
-	}
+	listed := listedServers(status)
 	var out []UnmatchedRule
 	for _, r := range rules {
 		if !approvals.MatchesNone(r.Tool, names) {
@@ -88,7 +80,7 @@ func UnmatchedRules(rules []approvals.Rule, servers []tools.ServerConfig, status
 		switch {
 		case mcp && !hasMeta(server) && !slices.Contains(configured, server):
 			why = fmt.Sprintf("there is no MCP server %q in mcp_servers", server)
-		case mcp && !hasMeta(server) && slices.Contains(listed, server):
+		case mcp && !hasMeta(server) && listed[server]:
 			why = fmt.Sprintf("MCP server %s lists no tool it matches", server)
 		case mcp && !hasMeta(server):
 			continue // its server has not listed its tools yet
@@ -102,6 +94,19 @@ func UnmatchedRules(rules []approvals.Rule, servers []tools.ServerConfig, status
 		out = append(out, UnmatchedRule{Rule: r, Why: why})
 	}
 	return out
+}
+
+// listedServers are the MCP servers, of status, that have listed their
+// tools: one connected, or with tools in the registry it listed before it
+// went down; one with neither may list them later.
+func listedServers(status []tools.ServerStatus) map[string]bool {
+	listed := map[string]bool{}
+	for _, st := range status {
+		if st.Connected || st.Tools > 0 {
+			listed[st.Name] = true
+		}
+	}
+	return listed
 }
 
 // hasMeta reports whether a glob has pattern characters.
@@ -125,12 +130,7 @@ type UnknownArg struct {
 // listed their tools; none when it is empty, as offline), and when it
 // matches one.
 func UnknownArgs(rules []approvals.Rule, schemas map[string]json.RawMessage, servers []tools.ServerConfig, status []tools.ServerStatus) []UnknownArg {
-	listed := map[string]bool{}
-	for _, st := range status {
-		if st.Connected || st.Tools > 0 {
-			listed[st.Name] = true
-		}
-	}
+	listed := listedServers(status)
 	names := slices.Sorted(maps.Keys(schemas))
 	var out []UnknownArg
 	for _, r := range rules {
