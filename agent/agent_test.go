@@ -640,6 +640,12 @@ func TestHandlerFailures(t *testing.T) {
 		{"huge output", func(context.Context, json.RawMessage) (agent.Result, error) {
 			return agent.Result{Content: strings.Repeat("x", 5000)}, nil
 		}, "[output truncated: 1000 of 5000 bytes shown]"},
+		// An error or a panic carrying what the tool read (a stderr, a
+		// body) is cut as its output would be.
+		{"huge error", func(context.Context, json.RawMessage) (agent.Result, error) {
+			return agent.Result{}, errors.New(strings.Repeat("x", 5000))
+		}, "[output truncated: 1000 of 5020 bytes shown]"},
+		{"huge panic", func(context.Context, json.RawMessage) (agent.Result, error) { panic(strings.Repeat("x", 5000)) }, "[output truncated: 1000 of 5035 bytes shown]"},
 	}
 	b := backends(t)[0]
 	for _, tt := range tests {
@@ -651,8 +657,8 @@ func TestHandlerFailures(t *testing.T) {
 			_, err := w.agent().Run(context.Background(), request("go"))
 			must(t, err)
 			got := toolResults(t, w.model)
-			if len(got) != 1 || !strings.Contains(got[0], tt.want) {
-				t.Errorf("got %q, want a result containing %q", got, tt.want)
+			if len(got) != 1 || !strings.Contains(got[0], tt.want) || len(got[0]) > 1100 {
+				t.Errorf("got %q, want a result containing %q, of at most 1000 bytes and the note", got, tt.want)
 			}
 		})
 	}

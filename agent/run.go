@@ -1649,7 +1649,7 @@ func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, ca
 	defer func() {
 		if r := recover(); r != nil {
 			a.log.Error("tool panicked", "tool", tool.Name, "panic", r, "stack", string(debug.Stack()))
-			res = Result{Content: fmt.Sprintf("tool %s failed: internal error (%v)", tool.Name, r), IsError: true}
+			res = capResult(Result{Content: fmt.Sprintf("tool %s failed: internal error (%v)", tool.Name, r), IsError: true}, a.cfg.MaxToolOutput)
 		}
 	}()
 	r, err := tool.Handler(ctx, args)
@@ -1672,7 +1672,9 @@ func (a *Agent) execute(ctx context.Context, tool Tool, args json.RawMessage, ca
 		return Result{Content: msg, IsError: true, unknown: !repeatable(tool)}
 	}
 	if err != nil {
-		return Result{Content: fmt.Sprintf("tool %s failed: %v", tool.Name, err), IsError: true}
+		// A handler's error may carry what it read (a command's stderr,
+		// a response's body): cut as its output would be.
+		return capResult(Result{Content: fmt.Sprintf("tool %s failed: %v", tool.Name, err), IsError: true}, a.cfg.MaxToolOutput)
 	}
 	return capResult(r, a.cfg.MaxToolOutput)
 }
