@@ -644,7 +644,7 @@ func TestHandlerFailures(t *testing.T) {
 		// body) is cut as its output would be.
 		{"huge error", func(context.Context, json.RawMessage) (agent.Result, error) {
 			return agent.Result{}, errors.New(strings.Repeat("x", 5000))
-		}, "[output truncated: 1000 of 5020 bytes shown]"},
+		}, "[output truncated: 1000 of 5018 bytes shown]"},
 		{"huge panic", func(context.Context, json.RawMessage) (agent.Result, error) { panic(strings.Repeat("x", 5000)) }, "[output truncated: 1000 of 5035 bytes shown]"},
 	}
 	b := backends(t)[0]
