@@ -732,6 +732,29 @@ func (e *Engine) Overrules(r Rule) []Overrule {
 	return out
 }
 
+// KeepApprovers lists the file rules that ask, name approvers and may
+// match a call r matches, in file order, when r is an ask naming
+// approvers: where one of them matches, its approvers decide the call, not
+// r's (see strictest). Globs are compared as Overrules compares them.
+func (e *Engine) KeepApprovers(r Rule) []Rule {
+	if r.Verdict != Ask || len(r.Approvers) == 0 {
+		return nil
+	}
+	var out []Rule
+	for _, f := range e.file.Rules() {
+		if !globsOverlap(f.Tool, r.Tool) {
+			continue
+		}
+		if f.Verdict == Ask && len(f.Approvers) > 0 {
+			out = append(out, f)
+		}
+		if f.When == "" && globCovers(f.Tool, r.Tool) {
+			break
+		}
+	}
+	return out
+}
+
 // RelaxesDefault returns the policy file's default and reports whether r,
 // a runtime rule, is looser than what decides a call no file rule matches:
 // the default, or the tool's annotations, which ask unless the tool says
@@ -744,10 +767,10 @@ func (e *Engine) RelaxesDefault(r Rule) (def Action, relaxes bool) {
 }
 
 // Loosens lists the older runtime rules than r (it must be stored) that are
-// stricter than it (deny > ask > allow) and may match a call it matches,
-// newest first: r comes before them in the runtime layer, so where both
-// match r decides, and is looser. Globs are compared as Overrules compares
-// them.
+// stricter than it (deny > ask > allow, or an ask that needs what r's ask
+// does not: see AskDrops) and may match a call it matches, newest first: r
+// comes before them in the runtime layer, so where both match r decides,
+// and is looser. Globs are compared as Overrules compares them.
 func (e *Engine) Loosens(ctx context.Context, r Rule) ([]Rule, error) {
 	st, err := e.load(ctx)
 	if err != nil {
@@ -760,11 +783,31 @@ func (e *Engine) Loosens(ctx context.Context, r Rule) ([]Rule, error) {
 			older = true
 			continue
 		}
-		if older && strictness(v.Verdict) > strictness(r.Verdict) && globsOverlap(v.Tool, r.Tool) {
+		stricter := strictness(v.Verdict) > strictness(r.Verdict) || (v.Verdict == Ask && r.Verdict == Ask && len(AskDrops(r, v.Rule)) > 0)
+		if older && stricter && globsOverlap(v.Tool, r.Tool) {
 			out = append(out, v.Rule)
 		}
 	}
 	return out, nil
+}
+
+// AskDrops lists what the ask rule older needs of an approval that the ask
+// rule newer, deciding in its place, does not: "four eyes", "N approvals",
+// "its approvers" (newer lets anyone in the channel approve, or names
+// someone older does not; groups are compared by id). Empty when newer
+// needs as much.
+func AskDrops(newer, older Rule) []string {
+	var out []string
+	if older.FourEyes && !newer.FourEyes {
+		out = append(out, "four eyes")
+	}
+	if n := max(1, older.MinApprovals); n > max(1, newer.MinApprovals) {
+		out = append(out, fmt.Sprintf("%d approvals", n))
+	}
+	if len(older.Approvers) > 0 && (len(newer.Approvers) == 0 || slices.ContainsFunc(newer.Approvers, func(a string) bool { return !slices.Contains(older.Approvers, a) })) {
+		out = append(out, "its approvers")
+	}
+	return out
 }
 
 // hasMeta reports whether a glob has pattern characters.

@@ -1270,3 +1270,28 @@ func TestUnremindedWithinAMillisecond(t *testing.T) {
 		t.Errorf("Unreminded notes %q; the call gets reminders %v, want a note and none", notes, got)
 	}
 }
+
+// AskDrops names what an older ask needs that a newer one, deciding in its
+// place, does not.
+func TestAskDrops(t *testing.T) {
+	two := Rule{Verdict: Ask, Approvers: []string{"UA", "UB"}, FourEyes: true, MinApprovals: 2}
+	tests := []struct {
+		name  string
+		newer Rule
+		want  []string
+	}{
+		{"a plain ask", Rule{Verdict: Ask}, []string{"four eyes", "2 approvals", "its approvers"}},
+		{"as much", Rule{Verdict: Ask, Approvers: []string{"UB"}, FourEyes: true, MinApprovals: 2}, nil},
+		{"more", Rule{Verdict: Ask, Approvers: []string{"UA"}, FourEyes: true, MinApprovals: 3}, nil},
+		{"someone else", Rule{Verdict: Ask, Approvers: []string{"UA", "UC"}, FourEyes: true, MinApprovals: 2}, []string{"its approvers"}},
+		{"one approval", Rule{Verdict: Ask, Approvers: []string{"UA"}, FourEyes: true, MinApprovals: 1}, []string{"2 approvals"}},
+	}
+	for _, tt := range tests {
+		if got := AskDrops(tt.newer, two); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	if got := AskDrops(two, Rule{Verdict: Ask}); got != nil {
+		t.Errorf("over a plain ask: got %q, want nothing", got)
+	}
+}

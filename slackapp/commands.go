@@ -544,6 +544,13 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 	if over := a.policy.Overrules(added); len(over) > 0 {
 		out += "\nNote: " + overrulesText(over) + ". The policy file is a floor: change the file to relax it."
 	}
+	if keep := a.policy.KeepApprovers(added); len(keep) > 0 {
+		var ids []string
+		for _, r := range keep {
+			ids = append(ids, inlineCode(r.ID))
+		}
+		out += "\nNote: where the file rule " + strings.Join(ids, ", ") + " asks too, its approvers decide the call, not this rule's (the file is a floor); this rule adds only its tightening there."
+	}
 	if names := a.toolNames(); approvals.MatchesNone(added.Tool, names) {
 		out += fmt.Sprintf("\nNote: none of the %d tools I have now is named like %s (MCP tools are named `server__tool`): check the name. The rule applies to such a tool once one is listed.", len(names), inlineCode(added.Tool))
 	}
@@ -563,7 +570,12 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 	if len(loosened) > 0 {
 		var ids []string
 		for _, r := range loosened {
-			ids = append(ids, fmt.Sprintf("%s (%s)", inlineCode(r.ID), r.Verdict))
+			what := string(r.Verdict)
+			if drops := approvals.AskDrops(added, r); r.Verdict == added.Verdict && len(drops) > 0 {
+				// Both ask: what the older one needs that this does not.
+				what += ", with " + strings.Join(drops, ", ")
+			}
+			ids = append(ids, fmt.Sprintf("%s (%s)", inlineCode(r.ID), what))
 		}
 		out += fmt.Sprintf("\n*Careful:* runtime rules apply newest first, so where this rule and the stricter older runtime rule %s both match, this one decides, and is looser. If that is not what you meant: `/approvals policy remove %s`.",
 			strings.Join(ids, ", "), added.ID)

@@ -138,6 +138,21 @@ func TestApprovalsCommand(t *testing.T) {
 	if got := e.slash(other, "policy add tool=dep* verdict=deny id=deny-deploys"); strings.Contains(got, "is named like") {
 		t.Errorf("a rule matching a tool was said to match none: %s", got)
 	}
+	// A newer ask over an older ask that needs more (two people, four
+	// eyes, named approvers) decides in its place: it says what it drops.
+	wantIn(t, "policy add of a two-person ask", e.slash(other, "policy add tool=restart verdict=ask approvers=UAPPROVER1,UOTHER0001 four_eyes=true min_approvals=2 id=two-person"), "Added runtime rule `two-person`")
+	wantIn(t, "policy add of a plain ask over it", e.slash(other, "policy add tool=restart verdict=ask ttl=30m id=shorter-wait"),
+		"*Careful:*", "`two-person` (ask, with four eyes, 2 approvals, its approvers)", "/approvals policy remove shorter-wait")
+	if got := e.slash(other, "policy add tool=restart verdict=ask approvers=UAPPROVER1 four_eyes=true min_approvals=3 id=stricter"); strings.Contains(got, "Careful") {
+		t.Errorf("an ask needing as much as the older ones was said to loosen them: %s", got)
+	}
+	// A runtime ask's approvers give way to a file ask's that names
+	// some: it says so.
+	wantIn(t, "policy add of approvers over the file's", e.slash(other, "policy add tool=deploy verdict=ask approvers=USTRANGER1 id=oncall"),
+		"Note: where the file rule `deploys` asks too, its approvers decide the call, not this rule's")
+	if got := e.slash(other, "policy add tool=restart verdict=ask approvers=UAPPROVER1 id=restarts"); strings.Contains(got, "its approvers decide") {
+		t.Errorf("a rule no file ask with approvers matches was said to give way to one: %s", got)
+	}
 }
 
 // App Home lists the pending call in the approver's inbox; Approve there
