@@ -275,6 +275,8 @@ func TestRefusedValues(t *testing.T) {
 		{"a memory limit Go cannot read", map[string]any{"secrets": tokens, "goMemLimit": "450Mi"}, `goMemLimit "450Mi": Go reads GOMEMLIMIT as off or a whole number of bytes`},
 		{"a memory limit in env Go cannot read", map[string]any{"secrets": tokens, "env": map[string]any{"GOMEMLIMIT": "0.5GiB"}}, `env.GOMEMLIMIT "0.5GiB"`},
 		{"no tokens", nil, "secrets.slackAppToken must be the app-level token"},
+		{"a token with its file's line end", map[string]any{"secrets": map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1\n"}}, "secrets.slackBotToken has spaces or a line break at its start or end"},
+		{"a key with a space", map[string]any{"secrets": map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxb-1", "openaiApiKey": " sk-1"}}, "secrets.openaiApiKey has spaces or a line break"},
 		{"bot token of the wrong kind", map[string]any{"secrets": map[string]any{"slackAppToken": "xapp-1", "slackBotToken": "xoxp-1"}}, "secrets.slackBotToken must be the bot token"},
 		{"redis url with an existing secret", map[string]any{"secrets": map[string]any{"existingSecret": "s"}, "redis": map[string]any{"url": "redis://r:6379"}}, "redis.url cannot be used with secrets.existingSecret"},
 		{"redis key without an existing secret", map[string]any{"secrets": tokens, "redis": map[string]any{"existingSecretKey": "URL"}}, "redis.existingSecretKey needs secrets.existingSecret"},

@@ -74,6 +74,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "redis.url cannot be used with secrets.existingSecret: put REDIS_URL in that secret and set redis.existingSecretKey" }}
 {{- end }}
 {{- else }}
+{{- /* The bot's rule (cmd/bot/config.go): a token or key with spaces or
+  a line break at either end (a file given to --set-file keeps its last
+  line's end) makes it exit at start. */}}
+{{- range $key := list "slackAppToken" "slackBotToken" "openaiApiKey" }}
+{{- $v := toString (get $.Values.secrets $key) }}
+{{- if ne (trim $v) $v }}
+{{- fail (printf "secrets.%s has spaces or a line break at its start or end (a file given to --set-file keeps its line's end: remove it); the bot would not start" $key) }}
+{{- end }}
+{{- end }}
 {{- if not (hasPrefix "xapp-" .Values.secrets.slackAppToken) }}
 {{- fail "secrets.slackAppToken must be the app-level token (xapp-…), or set secrets.existingSecret" }}
 {{- end }}
