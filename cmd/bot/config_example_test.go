@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -70,5 +71,26 @@ func TestConfigExample(t *testing.T) {
 		if v.Action != tt.want {
 			t.Errorf("Evaluate(%s %s) = %s (rule %s), want %s", tt.tool, tt.args, v.Action, v.RuleID, tt.want)
 		}
+	}
+}
+
+// TestReadmeCasesExample runs the cases file the README shows under
+// "Checking the policy in CI" against config.example.yaml, whose cases
+// they are, as a user who copies it would.
+func TestReadmeCasesExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```yaml\ncases:\n")
+	if !ok {
+		t.Fatal("README shows no cases file")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	cases := writeFile(t, "cases.yaml", "cases:\n"+block)
+	var stdout, stderr bytes.Buffer
+	err = run(t.Context(), []string{"policy", "test", "-config", "../../config.example.yaml", "-cases", cases}, &stdout, &stderr)
+	if err != nil || !strings.Contains(stdout.String(), "3 cases passed") {
+		t.Errorf("README's cases with config.example.yaml: %v\n%s%s", err, stdout.String(), stderr.String())
 	}
 }
