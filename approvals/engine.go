@@ -56,6 +56,63 @@ var ErrRuleExists = errors.New("rule id already in use")
 // another one (a second rule, say).
 var ErrAuditFailed = errors.New("auditing it failed")
 
+// ErrUnconfirmed is wrapped when the store's answer to a change was lost
+// (a time-out, a dropped connection) and reading the change back failed
+// too: it may have been made.
+var ErrUnconfirmed = errors.New("the store's answer was lost and the change could not be read back: it may have been made")
+
+// confirmReserve is the part of a change's time kept to read it back when
+// the store's answer to its write is lost.
+const confirmReserve = 500 * time.Millisecond
+
+// write makes the store write of a change, with ctx's time but for a
+// reserve, and when its answer is lost (an error refused does not name:
+// the store may have made the write) reads back with made whether it was
+// made, with what is left: it returns nil if it was, err if it was not,
+// and an error wrapping ErrUnconfirmed and err if that cannot be told. So
+// a change is never told as failed while it is in force, nor made without
+// its audit entry.
+func write(ctx context.Context, do func(context.Context) error, refused func(error) bool, made func(context.Context) (bool, error)) error {
+	wctx, cancel := context.WithCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		wctx, cancel = context.WithDeadline(ctx, d.Add(-min(confirmReserve, time.Until(d)/4)))
+	}
+	err := do(wctx)
+	cancel()
+	if err == nil || refused(err) {
+		return err
+	}
+	ok, rerr := made(ctx)
+	switch {
+	case rerr != nil:
+		return fmt.Errorf("%w: %w (reading it back: %v)", ErrUnconfirmed, err, rerr)
+	case ok:
+		return nil
+	}
+	return err
+}
+
+// conflict and notFound are the store's refusals of a record's put and
+// delete, for write.
+func conflict(err error) bool { return errors.Is(err, store.ErrConflict) }
+func notFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+
+// stored reports, for write, whether the record kind/id holds data.
+func (e *Engine) stored(kind, id string, data []byte) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		recs, err := e.rs.Records(ctx, kind)
+		return slices.ContainsFunc(recs, func(r store.Record) bool { return r.ID == id && bytes.Equal(r.Data, data) }), err
+	}
+}
+
+// deleted reports, for write, whether the record kind/id is gone.
+func (e *Engine) deleted(kind, id string) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		recs, err := e.rs.Records(ctx, kind)
+		return !slices.ContainsFunc(recs, func(r store.Record) bool { return r.ID == id }), err
+	}
+}
+
 // ErrFileRule is wrapped when a change made at run time would remove a rule
 // of the policy file: the file is a floor, changed only by editing it.
 var ErrFileRule = errors.New("rule is in the policy file")
@@ -925,9 +982,16 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 	if err != nil {
 		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
 	}
-	if _, err := e.rs.PutRecord(ctx, store.Record{Kind: KindPolicyRule, ID: r.ID, Data: data}, 0); err != nil {
+	err = write(ctx, func(ctx context.Context) error {
+		_, err := e.rs.PutRecord(ctx, store.Record{Kind: KindPolicyRule, ID: r.ID, Data: data}, 0)
+		return err
+	}, conflict, e.stored(KindPolicyRule, r.ID, data))
+	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, ErrRuleExists)
+		}
+		if errors.Is(err, ErrUnconfirmed) {
+			return r, fmt.Errorf("add rule %s: %w", r.ID, err)
 		}
 		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
 	}
@@ -953,7 +1017,10 @@ func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
 	}
 	// The stored rule goes first: a file changed since it was added may
 	// have a rule of the same id, which must not keep it in force.
-	if err := e.rs.DeleteRecord(ctx, KindPolicyRule, id); err != nil {
+	err = write(ctx, func(ctx context.Context) error {
+		return e.rs.DeleteRecord(ctx, KindPolicyRule, id)
+	}, notFound, e.deleted(KindPolicyRule, id))
+	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("remove rule %s: %w", id, err)
 		}
@@ -1024,7 +1091,11 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 	if err != nil {
 		return StandingRule{}, fmt.Errorf("remember: %w", err)
 	}
-	if _, err := e.rs.PutRecord(ctx, store.Record{Kind: KindStandingRule, ID: s.ID, Data: data}, 0); err != nil {
+	err = write(ctx, func(ctx context.Context) error {
+		_, err := e.rs.PutRecord(ctx, store.Record{Kind: KindStandingRule, ID: s.ID, Data: data}, 0)
+		return err
+	}, conflict, e.stored(KindStandingRule, s.ID, data))
+	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, ErrRuleExists)
 		}
@@ -1091,7 +1162,10 @@ func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
 	if err != nil {
 		return fmt.Errorf("revoke standing rule %s: %w", id, err)
 	}
-	if err := e.rs.DeleteRecord(ctx, KindStandingRule, id); err != nil {
+	err = write(ctx, func(ctx context.Context) error {
+		return e.rs.DeleteRecord(ctx, KindStandingRule, id)
+	}, notFound, e.deleted(KindStandingRule, id))
+	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("revoke standing rule %s: %w", id, ErrUnknownRule)
 		}

@@ -1295,3 +1295,106 @@ func TestAskDrops(t *testing.T) {
 		t.Errorf("over a plain ask: got %q, want nothing", got)
 	}
 }
+
+// lossy is a memStore whose writes' answers are lost while lose is set
+// (made or not, as made says); with blind set too, reads fail once an
+// answer has been lost.
+type lossy struct {
+	*memStore
+	lose, made, blind, unreadable bool
+}
+
+var errLost = errors.New("read tcp: connection reset by peer")
+
+func (l *lossy) PutRecord(ctx context.Context, r store.Record, v int64) (store.Record, error) {
+	if l.lose && !l.made {
+		return store.Record{}, errLost
+	}
+	got, err := l.memStore.PutRecord(ctx, r, v)
+	if l.lose && err == nil {
+		l.unreadable = l.blind
+		return store.Record{}, errLost
+	}
+	return got, err
+}
+
+func (l *lossy) DeleteRecord(ctx context.Context, kind, id string) error {
+	if l.lose && !l.made {
+		return errLost
+	}
+	err := l.memStore.DeleteRecord(ctx, kind, id)
+	if l.lose && err == nil {
+		l.unreadable = l.blind
+		return errLost
+	}
+	return err
+}
+
+func (l *lossy) Records(ctx context.Context, kind string) ([]store.Record, error) {
+	if l.unreadable {
+		return nil, errLost
+	}
+	return l.memStore.Records(ctx, kind)
+}
+
+// A change whose store answer is lost is read back: made, it is told
+// made and audited; not made, it is told failed; unreadable, it is told
+// unconfirmed, never failed.
+func TestChangesWhoseAnswerIsLost(t *testing.T) {
+	ctx := context.Background()
+	changes := []struct {
+		name string
+		// setUp makes what the change needs, on a store that answers.
+		setUp  func(*Engine)
+		change func(*Engine) error
+		action string
+	}{
+		{"add", func(*Engine) {}, func(e *Engine) error {
+			_, err := e.AddRule(ctx, "UADMIN", Rule{ID: "r1", Tool: "deploy", Verdict: Deny})
+			return err
+		}, AuditPolicyAdd},
+		{"remove", func(e *Engine) {
+			if _, err := e.AddRule(ctx, "UADMIN", Rule{ID: "r1", Tool: "deploy", Verdict: Deny}); err != nil {
+				t.Fatal(err)
+			}
+		}, func(e *Engine) error { return e.RemoveRule(ctx, "UADMIN", "r1") }, AuditPolicyRemove},
+		{"remember", func(*Engine) {}, func(e *Engine) error {
+			_, err := e.Remember(ctx, "UADMIN", StandingRule{ID: "sr-1", Tool: "deploy", Channel: "C1"})
+			return err
+		}, AuditStandingAdd},
+		{"revoke", func(e *Engine) {
+			if _, err := e.Remember(ctx, "UADMIN", StandingRule{ID: "sr-1", Tool: "deploy", Channel: "C1"}); err != nil {
+				t.Fatal(err)
+			}
+		}, func(e *Engine) error { return e.Revoke(ctx, "UADMIN", "sr-1") }, AuditStandingRevoke},
+	}
+	for _, c := range changes {
+		for _, made := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s made=%v", c.name, made), func(t *testing.T) {
+				ls := &lossy{memStore: newMemStore()}
+				e := NewEngine(mustParse(t, "policy:\n  default: ask\n"), ls)
+				c.setUp(e)
+				before := len(ls.auditActions())
+				ls.lose, ls.made = true, made
+				err := c.change(e)
+				audited := len(ls.auditActions()) - before
+				switch {
+				case made && (err != nil || audited != 1 || ls.auditActions()[before] != "UADMIN:"+c.action):
+					t.Errorf("made, its answer lost: got %v with %q audited, want it told made and audited", err, ls.auditActions()[before:])
+				case !made && (!errors.Is(err, errLost) || errors.Is(err, ErrUnconfirmed) || audited != 0):
+					t.Errorf("not made: got %v with %d audit entries, want the store's error and none", err, audited)
+				}
+			})
+		}
+		t.Run(c.name+" unreadable", func(t *testing.T) {
+			ls := &lossy{memStore: newMemStore()}
+			e := NewEngine(mustParse(t, "policy:\n  default: ask\n"), ls)
+			c.setUp(e)
+			ls.lose, ls.made, ls.blind = true, true, true
+			err := c.change(e)
+			if !errors.Is(err, ErrUnconfirmed) || !errors.Is(err, errLost) {
+				t.Errorf("got %v, want ErrUnconfirmed with the store's error", err)
+			}
+		})
+	}
+}

@@ -535,6 +535,9 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 		return "That rule is not valid: " + Escape(err.Error()) + "\nNothing changed."
 	}
 	added, err := a.policy.AddRule(ctx, user, r)
+	if errors.Is(err, approvals.ErrUnconfirmed) {
+		return fmt.Sprintf("I couldn't tell whether rule %s was added: %s. `/approvals policy list` shows whether it is in force; to add it again, give its id (`id=%s`), which is refused if it is there.", inlineCode(added.ID), Escape(err.Error()), Escape(added.ID))
+	}
 	if err != nil && !errors.Is(err, approvals.ErrAuditFailed) {
 		return "I couldn't add the rule: " + Escape(err.Error())
 	}
@@ -605,6 +608,8 @@ func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
 		return fmt.Sprintf("Rule %s is in the policy file, which is a floor: change the file to remove it. Nothing changed.", inlineCode(id))
 	case errors.Is(err, approvals.ErrUnknownRule):
 		return fmt.Sprintf("There is no rule %s. Nothing changed.", inlineCode(id))
+	case errors.Is(err, approvals.ErrUnconfirmed):
+		return fmt.Sprintf("I couldn't tell whether rule %s was removed: %s. `/approvals policy list` shows whether it is still in force; removing it again is safe.", inlineCode(id), Escape(err.Error()))
 	case err != nil && !errors.Is(err, approvals.ErrAuditFailed):
 		return "I couldn't remove the rule: " + Escape(err.Error())
 	}

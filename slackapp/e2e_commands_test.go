@@ -3,11 +3,13 @@ package slackapp_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -17,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/fakeopenai"
 	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/slackapp"
+	"github.com/toolgate/toolgate/store"
 )
 
 // slash runs /approvals text as user in the general channel and returns
@@ -733,4 +736,68 @@ func TestRevokeNamesTheRulesThatStillAllow(t *testing.T) {
 		t.Errorf("the first revoke says the tool asks again: %s", first)
 	}
 	wantIn(t, "the last revoke", e.slash(other, "rules revoke "+ids[1]), "Revoked standing rule `"+ids[1]+"`: `deploy` in <#"+channel+"> asks again.")
+}
+
+// lostRuleAnswers makes puts and deletes of policy rules, then loses
+// their answers, as a Redis reply that misses the command's deadline does;
+// with blind set, reading the rules fails once one is lost.
+type lostRuleAnswers struct {
+	fullStore
+	blind bool
+	lost  atomic.Bool
+}
+
+func (s *lostRuleAnswers) PutRecord(ctx context.Context, r store.Record, v int64) (store.Record, error) {
+	out, err := s.fullStore.PutRecord(ctx, r, v)
+	if err == nil && r.Kind == approvals.KindPolicyRule {
+		s.lost.Store(s.blind)
+		return store.Record{}, fmt.Errorf("put record %s/%s: %w", r.Kind, r.ID, context.DeadlineExceeded)
+	}
+	return out, err
+}
+
+func (s *lostRuleAnswers) DeleteRecord(ctx context.Context, kind, id string) error {
+	err := s.fullStore.DeleteRecord(ctx, kind, id)
+	if err == nil && kind == approvals.KindPolicyRule {
+		s.lost.Store(s.blind)
+		return fmt.Errorf("delete record %s/%s: %w", kind, id, context.DeadlineExceeded)
+	}
+	return err
+}
+
+func (s *lostRuleAnswers) Records(ctx context.Context, kind string) ([]store.Record, error) {
+	if s.lost.Load() && kind == approvals.KindPolicyRule {
+		return nil, errors.New("dial tcp: connection refused")
+	}
+	return s.fullStore.Records(ctx, kind)
+}
+
+// A policy change made by the store but whose answer was lost is told
+// made (it is in force), and audited; one that cannot be read back is
+// told unknown, with where to look, never failed.
+func TestPolicyChangesWhoseAnswerIsLost(t *testing.T) {
+	for _, blind := range []bool{false, true} {
+		t.Run(fmt.Sprintf("blind=%v", blind), func(t *testing.T) {
+			e := newEnv(t, storeKinds(t)[0])
+			e.cfg.AdminUsers = []string{other}
+			st := &lostRuleAnswers{blind: blind}
+			open := e.open
+			e.open = func() fullStore { st.fullStore = open(); return st }
+			e.start()
+			added := e.slash(other, "policy add tool=read_* verdict=deny id=no-reads")
+			st.lost.Store(false) // the store answers again
+			removed := e.slash(other, "policy remove no-reads")
+			if blind {
+				wantIn(t, "policy add, unconfirmed", added, "I couldn't tell whether rule `no-reads` was added", "`/approvals policy list`", "`id=no-reads`")
+				wantIn(t, "policy remove, unconfirmed", removed, "I couldn't tell whether rule `no-reads` was removed")
+				return
+			}
+			wantIn(t, "policy add", added, "Added runtime rule `no-reads`")
+			wantIn(t, "policy remove", removed, "Removed rule `no-reads`")
+			if strings.Contains(added+removed, "Warning") {
+				t.Errorf("a change read back was said unaudited:\n%s\n%s", added, removed)
+			}
+			wantIn(t, "audit", e.slash(other, "audit 50"), "policy_add", "policy_remove")
+		})
+	}
 }

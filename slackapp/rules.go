@@ -50,6 +50,8 @@ func (a *App) revokeStanding(ctx context.Context, user, id string) string {
 	switch {
 	case errors.Is(err, approvals.ErrUnknownRule):
 		return noRule
+	case errors.Is(err, approvals.ErrUnconfirmed):
+		return fmt.Sprintf("I couldn't tell whether standing rule %s was revoked: %s. `/approvals rules list` shows whether it is still there; revoking it again is safe.", inlineCode(id), Escape(err.Error()))
 	case err != nil && !errors.Is(err, approvals.ErrAuditFailed):
 		return "I couldn't revoke the rule: " + Escape(err.Error())
 	case rule == nil:
