@@ -4,6 +4,8 @@
 package redact
 
 import (
+	"bytes"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
@@ -22,11 +24,27 @@ type Redactor struct {
 // New returns a Redactor of secrets. Values shorter than 4 bytes are left
 // out: they would blank out ordinary words. For a URL with a password pass
 // the password too: libraries quote URLs in other forms than the one given.
+// A secret is also found as JSON writes it inside a string (a `\` or a `"`
+// escaped, as in a model's tool arguments), and inside a string of JSON
+// written in JSON again (those arguments in a span's captured messages).
 func New(secrets ...string) Redactor {
+	secrets = slices.Clone(secrets)
+	forms := secrets
+	for range 2 {
+		var next []string
+		for _, s := range forms {
+			for _, f := range jsonForms(s) {
+				if !slices.Contains(secrets, f) {
+					secrets = append(secrets, f)
+					next = append(next, f)
+				}
+			}
+		}
+		forms = next
+	}
 	// Longest first: a replacer takes the first listed of secrets that
 	// match at a place, so a secret that starts with another would keep
 	// its tail.
-	secrets = slices.Clone(secrets)
 	slices.SortStableFunc(secrets, func(a, b string) int { return len(b) - len(a) })
 	var pairs, kept []string
 	for _, s := range secrets {
@@ -39,6 +57,21 @@ func New(secrets ...string) Redactor {
 		return Redactor{}
 	}
 	return Redactor{r: strings.NewReplacer(pairs...), secrets: kept}
+}
+
+// jsonForms are the ways JSON writes s inside a string: as Go's encoder
+// does by default (<, > and & as \u escapes) and without those escapes.
+func jsonForms(s string) []string {
+	var out []string
+	for _, html := range []bool{true, false} {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(html)
+		if enc.Encode(s) == nil {
+			out = append(out, strings.TrimSuffix(strings.TrimPrefix(strings.TrimSuffix(b.String(), "\n"), `"`), `"`))
+		}
+	}
+	return out
 }
 
 // minPart is the shortest start of a secret Output takes for the secret

@@ -27,6 +27,24 @@ func TestRedactor(t *testing.T) {
 	}
 }
 
+// A secret with a backslash, a quote or an HTML character is found as JSON
+// writes it inside a string (a model's tool arguments, a span's captured
+// messages), by either of Go's encoders.
+func TestRedactorFindsASecretWrittenInJSON(t *testing.T) {
+	const secret = `Pa55\w0rd"<Redis>`
+	r := redact.New(secret)
+	for _, text := range []string{
+		`{"path":"Pa55\\w0rd\"<Redis>"}`,
+		`{"path":"Pa55\\w0rd\"\u003cRedis\u003e"}`,
+		"raw Pa55\\w0rd\"<Redis>",
+		`{"arguments":"{\"path\":\"Pa55\\\\w0rd\\\"<Redis>\"}"}`,
+	} {
+		if got := r.String(text); strings.Contains(got, "w0rd") {
+			t.Errorf("String(%s) = %s: want the secret hidden", text, got)
+		}
+	}
+}
+
 // Output also replaces a secret cut short where a line, or the text, ends
 // (an output kept up to a limit), from its first 8 bytes on, and leaves a
 // shorter start, or one that goes on with other text, as it is.
