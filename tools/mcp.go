@@ -358,6 +358,20 @@ func (m *Manager) newServer(cfg ServerConfig) *server {
 			}
 		},
 	})
+	// Every listing asks the server: the SDK keeps one for the ttlMs a
+	// server gives it (protocol 2026-07-28) and drops it only on
+	// tools/list_changed, which a stateless server redeployed never sends,
+	// so that the listings at each ping and before a call would read the
+	// old release's tools, annotations and defaults.
+	s.client.AddSendingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if r, ok := res.(*mcp.ListToolsResult); ok && r != nil {
+				r.TTLMs = 0
+			}
+			return res, err
+		}
+	})
 	return s
 }
 

@@ -339,3 +339,91 @@ func TestToolsOfAListingChangedSinceAreNotCalled(t *testing.T) {
 // restarting). The result must not say that the call was not sent: the card shows NotSent results as "not
 // sent: it did nothing" and the audit records "not_sent", for a call that
 // changed production.
+
+// A stateless server (new protocol) that gives its tools/list a cache TTL
+// (SEP-2549 ttlMs), redeployed between a call's check and its run: the
+// relist before the call must ask the server, not the SDK's cache.
+func TestCachedListingOfARedeployedServerIsNotRead(t *testing.T) {
+	stateless := func(v2 bool) http.Handler {
+		srv := mcp.NewServer(&mcp.Implementation{Name: "rel", Version: "v"}, &mcp.ServerOptions{
+			SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.TTLMs = int(time.Hour / time.Millisecond) },
+		})
+		prop := &jsonschema.Schema{Type: "string"}
+		if v2 {
+			prop.Default = json.RawMessage(`"production"`)
+		}
+		schema := &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{"ns": prop}}
+		mcp.AddTool(srv, &mcp.Tool{Name: "deploy", Description: "deploy", InputSchema: schema},
+			func(_ context.Context, _ *mcp.CallToolRequest, in nsIn) (*mcp.CallToolResult, any, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deployed to ns=" + in.NS}}}, nil, nil
+			})
+		return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
+	}
+	var cur atomic.Value
+	cur.Store(stateless(false))
+	var lists atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			if m, _ := jsonRPCMethod(t, r); m == "tools/list" {
+				lists.Add(1)
+			}
+		}
+		cur.Load().(http.Handler).ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	opts := testOptions()
+	opts.pingInterval = time.Hour
+	reg, _ := loadYAML(t, "mcp_servers:\n  - name: srv\n    url: "+ts.URL+"\n", opts)
+	approved := json.RawMessage(`{}`)
+	cur.Store(stateless(true)) // redeployed while the call waited for approval
+	before := lists.Load()
+	tool, _ := reg.Lookup("srv__deploy")
+	res, err := tool.Handler(t.Context(), approved)
+	t.Logf("tools/list requests during the call: %d; result %+v, %v", lists.Load()-before, res, err)
+	if err == nil && res.Content == "deployed to ns=production" {
+		t.Errorf("the call approved as %s ran on the redeployed server as %q: a default no card showed", approved, res.Content)
+	}
+}
+
+// A server redeployed so that op, read-only in v1, is destructive in v2:
+// the listings made at each ping must see v2 (README: "listed again at
+// each ping, every 30 s, so a new version's tools and annotations are the
+// ones the policy reads"), whatever ttlMs the old release gave its list.
+func TestNewAnnotationsAreListedWhateverTheListingsTTL(t *testing.T) {
+	rel := func(v2 bool) http.Handler {
+		srv := mcp.NewServer(&mcp.Implementation{Name: "rel", Version: "v"}, &mcp.ServerOptions{
+			SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.TTLMs = int(time.Hour / time.Millisecond) },
+		})
+		mcp.AddTool(srv, &mcp.Tool{Name: "op", Description: "op", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: !v2}},
+			func(context.Context, *mcp.CallToolRequest, idIn) (*mcp.CallToolResult, any, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ran"}}}, nil, nil
+			})
+		return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
+	}
+	var cur atomic.Value
+	cur.Store(rel(false))
+	var pings, lists atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			switch m, _ := jsonRPCMethod(t, r); m {
+			case "ping":
+				pings.Add(1)
+			case "tools/list":
+				lists.Add(1)
+			}
+		}
+		cur.Load().(http.Handler).ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	reg, _ := loadYAML(t, "mcp_servers:\n  - name: srv\n    url: "+ts.URL+"\n", testOptions())
+	if op, _ := reg.Lookup("srv__op"); !op.Annotations.ReadOnly {
+		t.Fatal("v1's op is not read-only")
+	}
+	cur.Store(rel(true))
+	ts.CloseClientConnections()
+	from := pings.Load()
+	waitFor(t, "five pings after the redeploy", func() bool { return pings.Load() >= from+5 })
+	if op, _ := reg.Lookup("srv__op"); op.Annotations.ReadOnly {
+		t.Errorf("five pings after the redeploy op is still read-only (tools/list requests sent: %d): the policy allows v2's destructive op unasked", lists.Load())
+	}
+}
