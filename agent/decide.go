@@ -1269,7 +1269,7 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 	sr := approvals.RememberedRule(d, c.Tool, c.Channel, v)
 	// The call's own id: a decision whose answer was lost, then found
 	// made, saves its rule where the first sending may have saved it.
-	sr.ID = standingIDOf(c.ID)
+	sr.ID = StandingRuleID(c.ID)
 	_, err := r.Remember(ctx, sd.Decider, sr)
 	if errors.Is(err, approvals.ErrRuleExists) {
 		return true, nil
@@ -1285,11 +1285,11 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 	return true, nil
 }
 
-// standingIDOf is the id of the standing rule an Always allow of call
+// StandingRuleID is the id of the standing rule an Always allow of call
 // callID makes: "sr-" and 12 hex digits of its digest (so that two calls'
 // rules share no id, where a shared one would be taken for the rule saved
 // already).
-func standingIDOf(callID string) string {
+func StandingRuleID(callID string) string {
 	sum := sha256.Sum256([]byte("standing rule of " + callID))
 	return "sr-" + hex.EncodeToString(sum[:6])
 }

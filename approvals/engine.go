@@ -1177,6 +1177,19 @@ func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
 	return nil
 }
 
+// StandingInForce reports whether the standing rule id is stored and has
+// not expired.
+func (e *Engine) StandingInForce(ctx context.Context, id string) (bool, error) {
+	s, err := e.standingRule(ctx, id)
+	if errors.Is(err, ErrUnknownRule) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return s.ExpiresAt.IsZero() || s.ExpiresAt.After(e.now()), nil
+}
+
 // standingRule reads one standing rule, expired or not; one not stored is
 // ErrUnknownRule.
 func (e *Engine) standingRule(ctx context.Context, id string) (StandingRule, error) {

@@ -462,4 +462,10 @@ func TestAlwaysAllowWhoseRuleCannotBeSaved(t *testing.T) {
 	must(t, err)
 	e.answer(ts, "Deployed api 8.")
 	e.ephemeral(approver, "couldn't save the rule")
+	// The thread sees it too: the card does not say calls like it are
+	// allowed from now on.
+	updated, _ := e.slack.Message(channel, card.TS)
+	if text := blocksText(updated); strings.Contains(text, "from now on") || !strings.Contains(text, "no rule allows calls like it now") {
+		t.Errorf("the card of an Always allow whose rule was not saved says:\n%s", text)
+	}
 }

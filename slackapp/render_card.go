@@ -112,6 +112,10 @@ type Card struct {
 	// ExactAllow marks a Remember decision whose standing rule allows
 	// these exact arguments only.
 	ExactAllow bool
+	// NoRule marks a Remember decision whose standing rule is not in
+	// force when the card is drawn: it could not be saved (its replica
+	// stopped first, or the store failed), or it was revoked or expired.
+	NoRule bool
 	// Answer is the human's reply to an ask_human call.
 	Answer string
 	// Outcome says what happened to the call after the decision, e.g. "ran",
@@ -580,6 +584,9 @@ func statusText(c Card) string {
 		}
 		if c.CopyOf != "" {
 			where = channelRef(c.CopyOf)
+		}
+		if c.NoRule {
+			return ":white_check_mark: Approved by " + who + when + " with *Always allow*, but no rule allows calls like it now (it could not be saved, or was revoked or expired): they still ask"
 		}
 		return ":white_check_mark: Approved by " + who + when + ", and " + what + " in " + where + " from now on"
 	case approvals.Edit:

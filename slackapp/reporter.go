@@ -880,7 +880,7 @@ func (a *App) catchUpCopies(ctx context.Context, p *cardPost) {
 		if !a.cards.advance(c.ID, phaseRank(u.Phase)) {
 			return // this process rendered later news on them already
 		}
-		a.cardRenderer(ctx, c, a.storedCard(u), phaseRank(u.Phase))(copies)
+		a.cardRenderer(ctx, c, a.storedCard(ctx, u), phaseRank(u.Phase))(copies)
 		a.cardRendered(u)
 		a.overtaken(ctx, u, copies)
 	})
@@ -1103,7 +1103,7 @@ func (a *App) updateCard(ctx context.Context, u agent.CallUpdate) {
 	if !a.cards.advance(u.Call.ID, phaseRank(u.Phase)) {
 		return // older news than the card shows
 	}
-	update := a.cardRenderer(ctx, u.Call, a.updatedCard(u), phaseRank(u.Phase))
+	update := a.cardRenderer(ctx, u.Call, a.updatedCard(ctx, u), phaseRank(u.Phase))
 	update(refs)
 	if late != nil {
 		// Copies this process was still posting: updated once they are
@@ -1165,7 +1165,7 @@ func (a *App) overtaken(ctx context.Context, u agent.CallUpdate, refs []cardRef)
 		}
 		u = news
 		a.cards.advance(u.Call.ID, rank)
-		a.cardRenderer(ctx, u.Call, a.storedCard(u), rank)(refs)
+		a.cardRenderer(ctx, u.Call, a.storedCard(ctx, u), rank)(refs)
 		a.cardRendered(u)
 		if rank == finalRank {
 			return
@@ -1176,23 +1176,33 @@ func (a *App) overtaken(ctx context.Context, u agent.CallUpdate, refs []cardRef)
 // storedCard renders u, the news about a call as stored (see
 // agent.Agent.News), as a Card: one decided whose tool has not reported
 // is shown without an outcome, since "running…" may be past by now.
-func (a *App) storedCard(u agent.CallUpdate) Card {
-	card := a.updatedCard(u)
+func (a *App) storedCard(ctx context.Context, u agent.CallUpdate) Card {
+	card := a.updatedCard(ctx, u)
 	if u.Phase == agent.PhaseDecided {
 		card.Outcome = ""
 	}
 	return card
 }
 
-// updatedCard renders u, the news about a call, as a Card.
-func (a *App) updatedCard(u agent.CallUpdate) Card {
+// updatedCard renders u, the news about a call, as a Card. An Always
+// allow's card says so when its standing rule is not in force (one read of
+// the rules; a failed read leaves the card as the decision says).
+func (a *App) updatedCard(ctx context.Context, u agent.CallUpdate) Card {
 	pc := agent.PendingCall{Call: u.Call}
 	if a.ag != nil {
 		if t, ok := a.ag.Tools().Lookup(u.Call.Tool); ok {
 			pc.Human = t.Human
 		}
 	}
-	return cardOf(pc, &u)
+	card := cardOf(pc, &u)
+	if d := u.Call.Decision; d != nil && d.Kind == approvals.Remember && a.policy != nil {
+		in, err := a.policy.StandingInForce(ctx, agent.StandingRuleID(u.Call.ID))
+		if err != nil {
+			a.log.Warn("read whether an Always allow's rule is in force", "call", u.Call.ID, "err", err)
+		}
+		card.NoRule = err == nil && !in
+	}
+	return card
 }
 
 // cardRenderer returns a function that renders card, of call c in the
