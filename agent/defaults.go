@@ -1,61 +1,114 @@
 package agent
 
 import (
+	"slices"
+
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
-
-// maxDefaultSteps bounds how many schemas fillDefaults visits for one
-// call: a schema that refers to itself ({"$ref": "#"}) describes the
-// same value again and again.
-const maxDefaultSteps = 10000
 
 // fillDefaults sets in v, parsed arguments, the default of every property
 // that the schema s gives one and v leaves out, in v and in the objects
 // and arrays it holds, wherever s says unambiguously which schema
-// describes them: a property's, an array's items', a $ref's, each of
-// allOf's, and the one object branch of anyOf or oneOf (Optional[Model]
-// in a pydantic schema). A default that its property's schema refuses
-// (pydantic writes `label: str = None` as a string defaulting to null) is
-// left to the server, which never checks it: filled in, it would make
-// every call that leaves the property out invalid. A default is copied,
-// never shared with the schema. It reports whether it set any.
+// describes them: a property's (and those of the patternProperties its
+// name matches, or else additionalProperties', as a dict[str, Model]
+// writes its values'), an array's items' (prefixItems' for the first, or a
+// tuple's), a $ref's, each of allOf's, and the one object branch of anyOf
+// or oneOf (Optional[Model] in a pydantic schema). A default that its
+// property's schema refuses (pydantic writes `label: str = None` as a
+// string defaulting to null) is left to the server, which never checks
+// it: filled in, it would make every call that leaves the property out
+// invalid. A default is copied, never shared with the schema. Every value
+// is filled by every schema that describes it, each once (a schema that
+// refers to itself, {"$ref": "#"}, describes the same value again and
+// again), so the arguments filled do not depend on their size or on the
+// order of a map. It reports whether it set any.
 func fillDefaults(s *jsonschema.Schema, v any) bool {
-	steps := maxDefaultSteps
-	return fill(s, v, &steps)
+	return fill(s, v, nil)
 }
 
-// fill is fillDefaults, counting the schemas it visits down in *steps.
-func fill(s *jsonschema.Schema, v any, steps *int) bool {
-	if s == nil || *steps <= 0 {
+// fill is fillDefaults of s on v, where seen holds the schemas that
+// filled v already (nil for none).
+func fill(s *jsonschema.Schema, v any, seen map[*jsonschema.Schema]bool) bool {
+	if s == nil || seen[s] {
 		return false
 	}
-	*steps--
-	set := false
 	also := append([]*jsonschema.Schema{s.Ref}, s.AllOf...)
 	also = append(also, objectBranch(s.AnyOf), objectBranch(s.OneOf))
+	if slices.ContainsFunc(also, func(x *jsonschema.Schema) bool { return x != nil }) {
+		if seen == nil {
+			seen = make(map[*jsonschema.Schema]bool)
+		}
+		seen[s] = true
+	}
+	set := false
 	for _, x := range also {
-		set = fill(x, v, steps) || set
+		set = fill(x, v, seen) || set
 	}
 	switch x := v.(type) {
 	case map[string]any:
+		for name, val := range x {
+			set = fillValue(s, name, val) || set
+		}
 		for name, ps := range s.Properties {
-			if val, ok := x[name]; ok {
-				set = fill(ps, val, steps) || set
-			} else if d, ok := defaultOf(ps); ok && ps.Validate(d) == nil {
+			if _, ok := x[name]; ok {
+				continue
+			}
+			if d, ok := defaultOf(ps); ok && ps.Validate(d) == nil {
 				x[name] = copyJSON(d)
 				set = true
 			}
 		}
 	case []any:
-		items := s.Items2020
-		if is, ok := s.Items.(*jsonschema.Schema); ok {
-			items = is
-		}
-		for _, e := range x {
-			set = fill(items, e, steps) || set
+		for i, e := range x {
+			set = fill(itemSchema(s, i), e, nil) || set
 		}
 	}
 	return set
+}
+
+// fillValue fills val, the value of an object's property name, by the
+// schemas of s that describe it: its properties' and those of the
+// patternProperties it matches, or, with neither, additionalProperties'.
+func fillValue(s *jsonschema.Schema, name string, val any) bool {
+	set := false
+	ps, described := s.Properties[name]
+	if described {
+		set = fill(ps, val, nil)
+	}
+	for re, ps := range s.PatternProperties {
+		if re.MatchString(name) {
+			described = true
+			set = fill(ps, val, nil) || set
+		}
+	}
+	if ap, ok := s.AdditionalProperties.(*jsonschema.Schema); ok && !described {
+		set = fill(ap, val, nil) || set
+	}
+	return set
+}
+
+// itemSchema is the schema of s that describes item i of an array:
+// prefixItems' i-th, then items' (2020-12); or a tuple's i-th, then
+// additionalItems', or items' (earlier drafts).
+func itemSchema(s *jsonschema.Schema, i int) *jsonschema.Schema {
+	if i < len(s.PrefixItems) {
+		return s.PrefixItems[i]
+	}
+	if s.Items2020 != nil {
+		return s.Items2020
+	}
+	switch items := s.Items.(type) {
+	case *jsonschema.Schema:
+		return items
+	case []*jsonschema.Schema:
+		if i < len(items) {
+			return items[i]
+		}
+		if ai, ok := s.AdditionalItems.(*jsonschema.Schema); ok {
+			return ai
+		}
+	}
+	return nil
 }
 
 // defaultOf returns the default a property's schema gives, its own or,

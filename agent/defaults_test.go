@@ -45,6 +45,15 @@ func TestFilledHasTheSchemasDefaults(t *testing.T) {
 			`{}`, `{"n":1}`},
 		{"a schema that refers to itself", `{"type":"object","properties":{"a":{"default":1},"child":{"$ref":"#"}}}`,
 			`{"child":{"child":{}}}`, `{"a":1,"child":{"a":1,"child":{"a":1}}}`},
+		// pydantic writes dict[str, Model] as additionalProperties.
+		{"additionalProperties", `{"type":"object","$defs":{"Target":{"type":"object","properties":{"replicas":{"type":"integer"},"namespace":{"type":"string","default":"production"}}}},"properties":{"targets":{"type":"object","additionalProperties":{"$ref":"#/$defs/Target"}}}}`,
+			`{"targets":{"web":{"replicas":0}}}`, `{"targets":{"web":{"namespace":"production","replicas":0}}}`},
+		{"patternProperties, not additionalProperties", `{"type":"object","patternProperties":{"^x_":{"type":"object","properties":{"p":{"default":1}}}},"additionalProperties":{"type":"object","properties":{"a":{"default":2}}}}`,
+			`{"x_1":{},"y":{}}`, `{"x_1":{"p":1},"y":{"a":2}}`},
+		{"prefixItems, then items", `{"type":"object","properties":{"t":{"type":"array","prefixItems":[{"type":"object","properties":{"first":{"default":true}}}],"items":{"type":"object","properties":{"rest":{"default":true}}}}}}`,
+			`{"t":[{},{}]}`, `{"t":[{"first":true},{"rest":true}]}`},
+		{"a tuple, then additionalItems", `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"t":{"type":"array","items":[{"type":"object","properties":{"first":{"default":true}}}],"additionalItems":{"type":"object","properties":{"rest":{"default":true}}}}}}`,
+			`{"t":[{},{}]}`, `{"t":[{"first":true},{"rest":true}]}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,5 +175,32 @@ policy:
 				t.Errorf("the tool ran with %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// Every item of a long list gets its default, and a value after it too:
+// how many values the arguments hold does not decide which are filled
+// (the server fills them all).
+func TestDefaultsFilledWhateverTheArgumentsSize(t *testing.T) {
+	r := agent.NewRegistry()
+	schema := `{"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"}},"targets":{"type":"array","items":{"type":"object","properties":{"namespace":{"type":"string","default":"production"}}}},"opts":{"type":"object","properties":{"namespace":{"type":"string","default":"production"}}}}}`
+	must(t, r.Register(agent.Tool{Name: "scale", Handler: nop, Schema: json.RawMessage(schema)}))
+	items := strings.Repeat(`{},`, 12000) + `{}`
+	tags := strings.Repeat(`"a",`, 12000) + `"a"`
+	got, err := r.Filled("scale", json.RawMessage(`{"tags":[`+tags+`],"targets":[`+items+`],"opts":{}}`))
+	must(t, err)
+	var v struct {
+		Targets []map[string]any `json:"targets"`
+		Opts    map[string]any   `json:"opts"`
+	}
+	must(t, json.Unmarshal(got, &v))
+	missing := 0
+	for _, x := range v.Targets {
+		if x["namespace"] != "production" {
+			missing++
+		}
+	}
+	if missing > 0 || v.Opts["namespace"] != "production" {
+		t.Errorf("%d of %d targets left without their default, opts %v", missing, len(v.Targets), v.Opts)
 	}
 }
