@@ -577,14 +577,15 @@ func (a *Agent) authorize(ctx context.Context, c store.Call, d approvals.Decisio
 	// is still missing then; the decision is judged all the same, with
 	// no hints, so a policy tightened since the card holds meanwhile.
 	var hints approvals.Hints
+	human := false
 	if tool, ok := a.tools.Lookup(c.Tool); ok {
-		hints = tool.Annotations
+		hints, human = tool.Annotations, tool.Human
 	}
 	args := c.Args
 	if c.Edit != nil {
 		args = c.Edit.Args // the pending arguments are an edit's
 	}
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Hints: hints}, recs)
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Hints: hints, Question: human}, recs)
 	if err != nil {
 		return v, err
 	}
@@ -914,7 +915,7 @@ func (a *Agent) checkEdit(ctx context.Context, c store.Call, d approvals.Decisio
 	if !a.shownInFull(tool, canonical) {
 		return nil, approvals.Verdict{}, &DetailError{Err: approvals.ErrInvalidArgs, Detail: "the edited arguments are too long to be shown in full to the people who decide on them"}
 	}
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Hints: tool.Annotations}, recs)
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: canonical, User: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Hints: tool.Annotations, Question: tool.Human}, recs)
 	if err != nil {
 		return nil, v, err
 	}

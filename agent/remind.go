@@ -27,10 +27,11 @@ type Reminder interface {
 // beats one lost.
 func (a *Agent) StillApprovers(ctx context.Context, c Call, approvers []string) []string {
 	var hints approvals.Hints
+	human := false
 	if tool, ok := a.tools.Lookup(c.Tool); ok {
-		hints = tool.Annotations
+		hints, human = tool.Annotations, tool.Human
 	}
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: c.Args, User: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Hints: hints}, nil)
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: c.Args, User: c.Requester, Requesters: c.Requesters, Channel: c.Channel, Hints: hints, Question: human}, nil)
 	switch {
 	case err != nil:
 		return approvers

@@ -555,7 +555,7 @@ func (a *Agent) settle(ctx context.Context, t *turn, c store.Call, st runState, 
 	}
 	// The verdict is checked again: a call approved under a rule that now
 	// denies does not run.
-	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Requesters: st.Requesters, Channel: st.Channel, Hints: tool.Annotations}, *recs)
+	v, err := a.evaluateStrict(ctx, approvals.Input{Tool: c.Tool, Args: args, User: st.User, Requesters: st.Requesters, Channel: st.Channel, Hints: tool.Annotations, Question: tool.Human}, *recs)
 	*recs = nil
 	if err != nil && ctx.Err() != nil {
 		return Result{}, true // its mark, if any, is taken back on the way out

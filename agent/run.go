@@ -1307,7 +1307,7 @@ func (a *Agent) judge(ctx context.Context, t *turn, calls []openai.ToolCall, slo
 			fail("%v", err)
 			continue
 		}
-		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Requesters: t.requesters(), Channel: t.channel, Hints: tool.Annotations}
+		in := approvals.Input{Tool: name, Args: canonical, User: t.user, Requesters: t.requesters(), Channel: t.channel, Hints: tool.Annotations, Question: tool.Human}
 		v := a.judgeCall(ctx, in, tool, t.recs)
 		verdict := v.Action
 		if tool.Human && v.Action == approvals.Allow {

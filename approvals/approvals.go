@@ -47,6 +47,19 @@ type Input struct {
 	Requesters []string `json:"requesters,omitempty"`
 	Channel    string   `json:"channel"`
 	Hints      Hints    `json:"hints"`
+	// Question marks a question for people (a tool whose answer is
+	// given by whoever decides it): one answer settles it, so an ask's
+	// min_approvals does not apply to it (four eyes and approvers do),
+	// and no count leaves it undecidable.
+	Question bool `json:"question,omitempty"`
+}
+
+// asked drops, from v, a layer's verdict on in, what does not apply to a
+// question (see Input.Question): its approval count.
+func (in Input) asked(v *Verdict) {
+	if v != nil && in.Question {
+		v.MinApprovals = 0
+	}
 }
 
 // users are the people in is judged as: User, then the other Requesters.

@@ -1398,3 +1398,26 @@ func TestChangesWhoseAnswerIsLost(t *testing.T) {
 		})
 	}
 }
+
+// A question is settled by one answer: an ask's approval count does not
+// apply to it, so no count leaves it undecidable; four eyes still does.
+func TestQuestionTakesNoApprovalCount(t *testing.T) {
+	p := mustParse(t, "policy:\n  default: ask\n  rules:\n    - id: two\n      tool: \"*\"\n      verdict: ask\n      min_approvals: 2\n")
+	e := NewEngine(p, newMemStore())
+	in := Input{Tool: "ask_human", Args: []byte(`{}`), User: "UREQ", Channel: "D0123"}
+	for _, q := range []bool{false, true} {
+		in.Question = q
+		for name, v := range map[string]Verdict{"policy": p.Evaluate(in), "engine": evalEngine(t, e, in)} {
+			switch {
+			case q && (v.Action != Ask || v.MinApprovals > 1):
+				t.Errorf("%s, a question in a DM under a two-person rule: %+v, want an ask of one answer", name, v)
+			case !q && v.Action != Deny:
+				t.Errorf("%s, a call in a DM under a two-person rule: %+v, want it denied as undecidable", name, v)
+			}
+		}
+	}
+	four := mustParse(t, "policy:\n  default: ask\n  rules:\n    - id: two\n      tool: \"*\"\n      verdict: ask\n      four_eyes: true\n")
+	if v := four.Evaluate(Input{Tool: "ask_human", Args: []byte(`{}`), User: "UREQ", Channel: "D0123", Question: true}); v.Action != Deny {
+		t.Errorf("a question under four eyes in a DM: %+v, want it denied: only the requester could answer", v)
+	}
+}

@@ -518,6 +518,7 @@ func (p *Policy) evaluate(in Input) Verdict {
 		rules, def = p.rules, p.def
 	}
 	v, _, open := evaluate(rules, in, newActivation(in))
+	in.asked(v)
 	fb := fallback(in.Hints, def)
 	switch {
 	case v == nil:

@@ -656,6 +656,7 @@ func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text st
 			return fmt.Sprintf("There is no tool %s.", inlineCode(tool))
 		}
 		in.Hints, human = t.Annotations, t.Human
+		in.Question = human
 	}
 	// The agent's own checks (one JSON object, its depth, keys that look
 	// alike), then the tool's schema: arguments either refuses never reach
