@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"slices"
-
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -23,27 +21,49 @@ import (
 // again), so the arguments filled do not depend on their size or on the
 // order of a map. It reports whether it set any.
 func fillDefaults(s *jsonschema.Schema, v any) bool {
-	return fill(s, v, nil)
+	return fill(s, v, new(visits))
 }
 
+// visits are the schemas that filled one value: each fills it once, however
+// many ways lead to it (a $ref both branches of an allOf take, a property's
+// schema and a pattern's), so that the work is bounded by the value's
+// schemas, never by the number of ways to them, which nesting multiplies.
+type visits struct {
+	first *jsonschema.Schema
+	more  map[*jsonschema.Schema]bool
+}
+
+// add records s and reports whether it was not recorded before.
+func (vs *visits) add(s *jsonschema.Schema) bool {
+	switch {
+	case vs.first == nil:
+		vs.first = s
+	case vs.first == s || vs.more[s]:
+		return false
+	case vs.more == nil:
+		vs.more = map[*jsonschema.Schema]bool{s: true}
+	default:
+		vs.more[s] = true
+	}
+	return true
+}
+
+// countVisits is called for each schema fill visits (a test counts them).
+var countVisits = func() {}
+
 // fill is fillDefaults of s on v, where seen holds the schemas that
-// filled v already (nil for none).
-func fill(s *jsonschema.Schema, v any, seen map[*jsonschema.Schema]bool) bool {
-	if s == nil || seen[s] {
+// filled v already.
+func fill(s *jsonschema.Schema, v any, seen *visits) bool {
+	if s == nil || !seen.add(s) {
 		return false
 	}
-	also := append([]*jsonschema.Schema{s.Ref}, s.AllOf...)
-	also = append(also, objectBranch(s.AnyOf), objectBranch(s.OneOf))
-	if slices.ContainsFunc(also, func(x *jsonschema.Schema) bool { return x != nil }) {
-		if seen == nil {
-			seen = make(map[*jsonschema.Schema]bool)
-		}
-		seen[s] = true
-	}
-	set := false
-	for _, x := range also {
+	countVisits()
+	set := fill(s.Ref, v, seen)
+	for _, x := range s.AllOf {
 		set = fill(x, v, seen) || set
 	}
+	set = fill(objectBranch(s.AnyOf), v, seen) || set
+	set = fill(objectBranch(s.OneOf), v, seen) || set
 	switch x := v.(type) {
 	case map[string]any:
 		for name, val := range x {
@@ -60,7 +80,7 @@ func fill(s *jsonschema.Schema, v any, seen map[*jsonschema.Schema]bool) bool {
 		}
 	case []any:
 		for i, e := range x {
-			set = fill(itemSchema(s, i), e, nil) || set
+			set = fill(itemSchema(s, i), e, new(visits)) || set
 		}
 	}
 	return set
@@ -70,19 +90,19 @@ func fill(s *jsonschema.Schema, v any, seen map[*jsonschema.Schema]bool) bool {
 // schemas of s that describe it: its properties' and those of the
 // patternProperties it matches, or, with neither, additionalProperties'.
 func fillValue(s *jsonschema.Schema, name string, val any) bool {
-	set := false
+	set, seen := false, new(visits)
 	ps, described := s.Properties[name]
 	if described {
-		set = fill(ps, val, nil)
+		set = fill(ps, val, seen)
 	}
 	for re, ps := range s.PatternProperties {
 		if re.MatchString(name) {
 			described = true
-			set = fill(ps, val, nil) || set
+			set = fill(ps, val, seen) || set
 		}
 	}
 	if ap, ok := s.AdditionalProperties.(*jsonschema.Schema); ok && !described {
-		set = fill(ap, val, nil) || set
+		set = fill(ap, val, seen) || set
 	}
 	return set
 }
