@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -342,34 +343,49 @@ func (w *workspace) write(_ context.Context, raw json.RawMessage) (agent.Result,
 			return fsError("write", args.Path, err), nil
 		}
 	}
-	if fi, err := root.Stat(args.Path); err == nil && !fi.Mode().IsRegular() {
+	mode := fs.FileMode(0o644)
+	switch fi, err := root.Lstat(args.Path); {
+	case err == nil && !fi.Mode().IsRegular():
 		return errorResult("cannot write %q: it is %s", args.Path, fileKind(fi)), nil
-	}
-	// Not waiting on a FIFO for a reader (see openFile), should one take
-	// the file's place meanwhile; emptied once it is known to be a file
-	// of the workspace's own.
-	f, err := root.OpenFile(args.Path, os.O_WRONLY|os.O_CREATE|syscall.O_NONBLOCK, 0o644)
-	if err != nil {
+	case err == nil && hardLinked(fi):
+		return fsError("write", args.Path, errHardLinked), nil
+	case err == nil:
+		// Written only if it could be written in place: the rename
+		// below would replace a file the bot may not write.
+		f, err := root.OpenFile(args.Path, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return fsError("write", args.Path, err), nil
+		}
+		f.Close()
+		mode = fi.Mode().Perm()
+	case !errors.Is(err, fs.ErrNotExist):
 		return fsError("write", args.Path, err), nil
 	}
-	fi, err := f.Stat()
-	switch {
-	case err != nil || !fi.Mode().IsRegular():
-		f.Close()
-		return errorResult("cannot write %q: it is %s", args.Path, fileKind(fi)), nil
-	case hardLinked(fi):
-		f.Close()
-		return fsError("write", args.Path, errHardLinked), nil
-	}
-	if err := f.Truncate(0); err != nil {
-		f.Close()
+	// Written whole to a file of its own beside it, then renamed over it:
+	// a write that fails part way (a full disk) leaves the file as it was,
+	// never emptied or cut. The rename replaces the name, never writing
+	// through a link that took the file's place meanwhile.
+	tmp := filepath.Join(filepath.Dir(args.Path), "."+filepath.Base(args.Path)+".toolgate-"+rand.Text()[:12]+".tmp")
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
 		return fsError("write", args.Path, err), nil
 	}
 	_, err = f.Write([]byte(*args.Content))
+	if err == nil {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		// The mode as asked, whatever the umask made of it.
+		err = root.Chmod(tmp, mode)
+	}
+	if err == nil {
+		err = root.Rename(tmp, args.Path)
+	}
 	if err != nil {
+		_ = root.Remove(tmp)
 		return fsError("write", args.Path, err), nil
 	}
 	return agent.Result{Content: fmt.Sprintf("wrote %d bytes to %s", len(*args.Content), args.Path)}, nil
@@ -384,7 +400,12 @@ func (w *workspace) delete(_ context.Context, raw json.RawMessage) (agent.Result
 	if args.Path == "." {
 		return errorResult("cannot delete the workspace root"), nil
 	}
-	if err := root.Remove(args.Path); err != nil {
+	if err := root.Remove(args.Path); errors.Is(err, fs.ErrNotExist) {
+		// As a delete run again (the tool is idempotent: one a crash cut
+		// short runs again after the restart) finds it: gone, which is
+		// what was asked. Not an error, which would say it failed.
+		return agent.Result{Content: args.Path + " does not exist: there is nothing to delete"}, nil
+	} else if err != nil {
 		return fsError("delete", args.Path, err), nil
 	}
 	return agent.Result{Content: "deleted " + args.Path}, nil
