@@ -63,7 +63,7 @@ func RunCommand(c CommandConfig) (agent.Tool, error) {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return agent.Tool{}, fmt.Errorf("run_command: dir %q is not a directory", c.Dir)
 	}
-	r := &commandTool{cfg: c, dir: dir}
+	r := &commandTool{cfg: c}
 	return agent.Tool{
 		Name: "run_command",
 		Description: "Run a program (no shell: no pipes, globs or variables) and return its exit status and combined output. " +
@@ -117,13 +117,17 @@ func (r *commandTool) checkDir(dir string) error {
 // checkNoSymlink refuses dir, the working directory as given, if rel, its
 // clean path relative to the configured directory, is or goes through a
 // symbolic link below it (see firstSymlink); the configured directory
-// itself was resolved once, when the tool was made. It runs before the
+// itself is followed as it is now (see base). It runs before the
 // policy judges the call and again when the program is about to run, as
 // a link may have been put in place since; one put in place in the instant
 // between that last check and the program's start is not caught, but one
 // that leads outside is (see workDir).
 func (r *commandTool) checkNoSymlink(dir, rel string) error {
-	root, err := os.OpenRoot(r.dir)
+	base, err := r.base()
+	if err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(base)
 	if err != nil {
 		return fmt.Errorf("dir %q: cannot open %s: %v", dir, r.cfg.Dir, errors.Unwrap(err))
 	}
@@ -140,7 +144,6 @@ func (r *commandTool) checkNoSymlink(dir, rel string) error {
 
 type commandTool struct {
 	cfg CommandConfig
-	dir string // cfg.Dir with symlinks resolved
 }
 
 type commandArgs struct {
@@ -289,19 +292,34 @@ func (r *commandTool) resolve(argv0 string) (string, error) {
 	return "", fmt.Errorf("program %q is not allowed (allowed: %s)", argv0, strings.Join(r.cfg.Allow, ", "))
 }
 
+// base is the configured directory as it is now: a link there (a
+// release's, switched at each deploy) is followed as it points at the
+// call, not as it did when the tool was made.
+func (r *commandTool) base() (string, error) {
+	dir, err := filepath.EvalSymlinks(r.cfg.Dir)
+	if err != nil {
+		return "", fmt.Errorf("the configured dir %s does not exist now", r.cfg.Dir)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("the configured dir %s is not a directory now", r.cfg.Dir)
+	}
+	return dir, nil
+}
+
 // workDir returns the directory named by dir (relative to the configured
 // directory, or absolute inside it), refusing any that lies outside, and
 // any that is or goes through a symbolic link below the configured
 // directory (see checkNoSymlink).
 func (r *commandTool) workDir(dir string) (string, error) {
-	if dir == "" {
-		return r.dir, nil
+	base, err := r.base()
+	if err != nil || dir == "" {
+		return base, err
 	}
 	rel := dir
 	if filepath.IsAbs(dir) {
 		var err error
 		if rel, err = filepath.Rel(r.cfg.Dir, dir); err != nil || !filepath.IsLocal(rel) {
-			if rel, err = filepath.Rel(r.dir, dir); err != nil || !filepath.IsLocal(rel) {
+			if rel, err = filepath.Rel(base, dir); err != nil || !filepath.IsLocal(rel) {
 				return "", fmt.Errorf("dir %q is outside %s", dir, r.cfg.Dir)
 			}
 		}
@@ -313,11 +331,11 @@ func (r *commandTool) workDir(dir string) (string, error) {
 	if err := r.checkNoSymlink(dir, rel); err != nil {
 		return "", err
 	}
-	full, err := filepath.EvalSymlinks(filepath.Join(r.dir, rel))
+	full, err := filepath.EvalSymlinks(filepath.Join(base, rel))
 	if err != nil {
 		return "", fmt.Errorf("dir %q does not exist in %s", dir, r.cfg.Dir)
 	}
-	if !inside(full, r.dir) {
+	if !inside(full, base) {
 		return "", fmt.Errorf("dir %q leads outside %s through a symlink", dir, r.cfg.Dir)
 	}
 	if fi, err := os.Stat(full); err != nil || !fi.IsDir() {
