@@ -54,7 +54,7 @@ type Input struct {
 	Question bool `json:"question,omitempty"`
 }
 
-// asked drops, from v, a layer's verdict on in, what does not apply to a
+// asked drops, from v, a rule's verdict on in, what does not apply to a
 // question (see Input.Question): its approval count.
 func (in Input) asked(v *Verdict) {
 	if v != nil && in.Question {

@@ -581,8 +581,6 @@ func (e *Engine) verdict(ctx context.Context, st *state, in Input) Verdict {
 	act := newActivation(in)
 	fileV, fileFailed, fileOpen := evaluate(e.file.rules, in, act)
 	adminV, adminFailed, adminOpen := evaluate(st.compiled, in, act)
-	in.asked(fileV)
-	in.asked(adminV)
 	v, failed := strictest(fileV, fileFailed, fileOpen, adminV, adminFailed, in.User)
 	switch fb := fallback(in.Hints, e.file.def); {
 	case v == nil:

@@ -1416,6 +1416,15 @@ func TestQuestionTakesNoApprovalCount(t *testing.T) {
 			}
 		}
 	}
+	// After a rule whose condition cannot be judged on the question (it
+	// has no namespace), combined with the two-person rule that follows.
+	failed := mustParse(t, "policy:\n  default: ask\n  rules:\n    - id: dev\n      tool: \"*\"\n      verdict: allow\n      when: args.namespace == \"dev\"\n    - id: two\n      tool: \"*\"\n      verdict: ask\n      approvers: [UAPPROVER1, UOTHER0001]\n      four_eyes: true\n      min_approvals: 2\n")
+	asked := Input{Tool: "ask_human", Args: []byte(`{"question":"Which region?"}`), User: "UAPPROVER1", Channel: "C0123", Question: true}
+	for name, v := range map[string]Verdict{"policy": failed.Evaluate(asked), "engine": evalEngine(t, NewEngine(failed, newMemStore()), asked)} {
+		if v.Action != Ask {
+			t.Errorf("%s: a question after a condition that failed, which UOTHER0001 could answer: %s (%s)", name, v.Action, v.Reason)
+		}
+	}
 	four := mustParse(t, "policy:\n  default: ask\n  rules:\n    - id: two\n      tool: \"*\"\n      verdict: ask\n      four_eyes: true\n")
 	if v := four.Evaluate(Input{Tool: "ask_human", Args: []byte(`{}`), User: "UREQ", Channel: "D0123", Question: true}); v.Action != Deny {
 		t.Errorf("a question under four eyes in a DM: %+v, want it denied: only the requester could answer", v)

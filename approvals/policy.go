@@ -518,7 +518,6 @@ func (p *Policy) evaluate(in Input) Verdict {
 		rules, def = p.rules, p.def
 	}
 	v, _, open := evaluate(rules, in, newActivation(in))
-	in.asked(v)
 	fb := fallback(in.Hints, def)
 	switch {
 	case v == nil:
@@ -575,6 +574,7 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 		ok, err := r.matches(act)
 		if err != nil {
 			fc := r.failClosed(err)
+			in.asked(&fc)
 			if fc.Action == Deny {
 				return &fc, true, false
 			}
@@ -590,6 +590,7 @@ func evaluate(rules []compiledRule, in Input, act *activation) (v *Verdict, fail
 			continue
 		}
 		v := r.verdict()
+		in.asked(&v)
 		if closed == nil || v.Action == Deny {
 			return &v, false, false
 		}

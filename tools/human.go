@@ -11,9 +11,13 @@ import (
 // person's Respond decision becomes its result. Its hints are left unset,
 // which policies read as "ask", so that the question reaches a person
 // unless a rule says otherwise.
+// AskHumanTool is the name of the question tool: a call of it is a
+// question for people, which one answer settles (see approvals.Input).
+const AskHumanTool = "ask_human"
+
 func AskHuman() agent.Tool {
 	return agent.Tool{
-		Name:        "ask_human",
+		Name:        AskHumanTool,
 		Description: "Ask a person a question and wait for their answer. Use it when you need information, a choice or a confirmation only a person can give.",
 		Schema:      schemaAskHuman,
 		Human:       true,

@@ -94,3 +94,20 @@ func TestReadmeCasesExample(t *testing.T) {
 		t.Errorf("README's cases with config.example.yaml: %v\n%s%s", err, stdout.String(), stderr.String())
 	}
 }
+
+// bot policy test judges ask_human as the bot does: a question takes no
+// approval count, so in a DM under a two-person rule it is asked; a case
+// says the same.
+func TestPolicyTestOfAQuestion(t *testing.T) {
+	cfg := writeFile(t, "c.yaml", "policy:\n  default: ask\n  rules:\n    - id: two\n      tool: \"*\"\n      verdict: ask\n      min_approvals: 2\n")
+	var stdout, stderr bytes.Buffer
+	_ = run(t.Context(), []string{"policy", "test", "-config", cfg, "-user", "U024BE7LH", "-channel", "D0123456789", "ask_human", `{"question":"Which region?"}`}, &stdout, &stderr)
+	if !strings.Contains(stdout.String(), "verdict:   ask") {
+		t.Errorf("bot policy test of ask_human in a DM under a two-person rule:\n%s%s", stdout.String(), stderr.String())
+	}
+	cases := writeFile(t, "cases.yaml", "cases:\n  - tool: ask_human\n    args: {question: \"Which region\"}\n    user: U024BE7LH\n    channel: D0123456789\n    verdict: ask\n")
+	stdout.Reset()
+	if err := run(t.Context(), []string{"policy", "test", "-config", cfg, "-cases", cases}, &stdout, &stderr); err != nil {
+		t.Errorf("a case of ask_human in a DM under a two-person rule: %v\n%s", err, stdout.String())
+	}
+}

@@ -398,7 +398,7 @@ func policyTest(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("policy test: arguments: %w", err)
 	}
-	v, err := engine.Test(ctx, approvals.Input{Tool: pos[0], Args: argsJSON, User: *user, Channel: *channel})
+	v, err := engine.Test(ctx, approvals.Input{Tool: pos[0], Args: argsJSON, User: *user, Channel: *channel, Question: pos[0] == tools.AskHumanTool})
 	if err != nil {
 		return fmt.Errorf("policy test: %w", err)
 	}
@@ -766,7 +766,7 @@ func runCases(ctx context.Context, engine *approvals.Engine, path string, stdout
 	}
 	failed := 0
 	for i, c := range cases {
-		in := approvals.Input{Tool: c.Tool, Args: args[i], User: c.User, Channel: c.Channel}
+		in := approvals.Input{Tool: c.Tool, Args: args[i], User: c.User, Channel: c.Channel, Question: c.Tool == tools.AskHumanTool}
 		if c.Annotations != nil {
 			in.Hints = approvals.Hints{ReadOnly: c.Annotations.ReadOnly, Destructive: c.Annotations.Destructive}
 		}

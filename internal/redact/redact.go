@@ -28,7 +28,7 @@ type Redactor struct {
 // escaped, as in a model's tool arguments), and inside a string of JSON
 // written in JSON again (those arguments in a span's captured messages).
 func New(secrets ...string) Redactor {
-	secrets = slices.Clone(secrets)
+	secrets = slices.DeleteFunc(slices.Clone(secrets), func(s string) bool { return len(s) < 4 })
 	forms := secrets
 	for range 2 {
 		var next []string

@@ -45,6 +45,17 @@ func TestRedactorFindsASecretWrittenInJSON(t *testing.T) {
 	}
 }
 
+// A value too short to be a secret is left out in every form: its JSON
+// escapes are ordinary text.
+func TestRedactorLeavesShortValuesOutInEveryForm(t *testing.T) {
+	r := redact.New("&", "<", `"`)
+	for _, text := range []string{`{"url":"https://x/?a=1\u0026b=2"}`, `a \u003c b`, `{"q":"say \"hi\""}`} {
+		if got := r.String(text); got != text {
+			t.Errorf("String(%s) = %s: want it as it is", text, got)
+		}
+	}
+}
+
 // Output also replaces a secret cut short where a line, or the text, ends
 // (an output kept up to a limit), from its first 8 bytes on, and leaves a
 // shorter start, or one that goes on with other text, as it is.
