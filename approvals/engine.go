@@ -92,6 +92,17 @@ func write(ctx context.Context, do func(context.Context) error, refused func(err
 	return err
 }
 
+// auditUnconfirmed audits a change whose store answer was lost and could
+// not be read back (ErrUnconfirmed) as made, its detail saying it is
+// unconfirmed: one that was made is never in force unaudited. A failure
+// of this entry too is logged only: the change's error says enough.
+func (e *Engine) auditUnconfirmed(ctx context.Context, actor, action, tool, channel, id, detail string) {
+	detail = strings.TrimSpace("unconfirmed (the store's answer was lost) " + detail)
+	if err := e.audit(ctx, actor, action, tool, channel, id, detail); err != nil && e.log != nil {
+		e.log.Warn("audit a change whose store answer was lost", "action", action, "id", id, "err", err)
+	}
+}
+
 // conflict and notFound are the store's refusals of a record's put and
 // delete, for write.
 func conflict(err error) bool { return errors.Is(err, store.ErrConflict) }
@@ -991,6 +1002,7 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 			return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, ErrRuleExists)
 		}
 		if errors.Is(err, ErrUnconfirmed) {
+			e.auditUnconfirmed(ctx, actor, AuditPolicyAdd, r.Tool, "", r.ID, r.String())
 			return r, fmt.Errorf("add rule %s: %w", r.ID, err)
 		}
 		return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, err)
@@ -1021,6 +1033,9 @@ func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
 		return e.rs.DeleteRecord(ctx, KindPolicyRule, id)
 	}, notFound, e.deleted(KindPolicyRule, id))
 	if err != nil {
+		if errors.Is(err, ErrUnconfirmed) {
+			e.auditUnconfirmed(ctx, actor, AuditPolicyRemove, removed.Tool, "", id, removed.String())
+		}
 		if !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("remove rule %s: %w", id, err)
 		}
@@ -1091,16 +1106,6 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 	if err != nil {
 		return StandingRule{}, fmt.Errorf("remember: %w", err)
 	}
-	err = write(ctx, func(ctx context.Context) error {
-		_, err := e.rs.PutRecord(ctx, store.Record{Kind: KindStandingRule, ID: s.ID, Data: data}, 0)
-		return err
-	}, conflict, e.stored(KindStandingRule, s.ID, data))
-	if err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, ErrRuleExists)
-		}
-		return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, err)
-	}
 	var detail []string
 	if s.Fingerprint != "" {
 		detail = append(detail, "exact_args="+s.Fingerprint[:min(12, len(s.Fingerprint))])
@@ -1110,6 +1115,19 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 	}
 	if !s.ExpiresAt.IsZero() {
 		detail = append(detail, "expires="+s.ExpiresAt.Format(time.RFC3339))
+	}
+	err = write(ctx, func(ctx context.Context) error {
+		_, err := e.rs.PutRecord(ctx, store.Record{Kind: KindStandingRule, ID: s.ID, Data: data}, 0)
+		return err
+	}, conflict, e.stored(KindStandingRule, s.ID, data))
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, ErrRuleExists)
+		}
+		if errors.Is(err, ErrUnconfirmed) {
+			e.auditUnconfirmed(ctx, actor, AuditStandingAdd, s.Tool, s.Channel, s.ID, strings.Join(detail, " "))
+		}
+		return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, err)
 	}
 	if err := e.audit(ctx, actor, AuditStandingAdd, s.Tool, s.Channel, s.ID, strings.Join(detail, " ")); err != nil {
 		return s, fmt.Errorf("standing rule %s stored, but %w: %w", s.ID, ErrAuditFailed, err)
@@ -1168,6 +1186,9 @@ func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("revoke standing rule %s: %w", id, ErrUnknownRule)
+		}
+		if errors.Is(err, ErrUnconfirmed) {
+			e.auditUnconfirmed(ctx, actor, AuditStandingRevoke, s.Tool, s.Channel, id, "")
 		}
 		return fmt.Errorf("revoke standing rule %s: %w", id, err)
 	}

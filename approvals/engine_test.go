@@ -1390,10 +1390,15 @@ func TestChangesWhoseAnswerIsLost(t *testing.T) {
 			ls := &lossy{memStore: newMemStore()}
 			e := NewEngine(mustParse(t, "policy:\n  default: ask\n"), ls)
 			c.setUp(e)
+			before := len(ls.auditEntries())
 			ls.lose, ls.made, ls.blind = true, true, true
 			err := c.change(e)
 			if !errors.Is(err, ErrUnconfirmed) || !errors.Is(err, errLost) {
 				t.Errorf("got %v, want ErrUnconfirmed with the store's error", err)
+			}
+			// Made, as it was here: it is audited, as unconfirmed.
+			if got := ls.auditEntries()[before:]; len(got) != 1 || got[0].Action != c.action || !strings.Contains(got[0].Detail, "unconfirmed") {
+				t.Errorf("audited %+v, want one %s entry saying it is unconfirmed", got, c.action)
 			}
 		})
 	}
