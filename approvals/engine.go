@@ -1198,17 +1198,18 @@ func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
 	return nil
 }
 
-// StandingInForce reports whether the standing rule id is stored and has
-// not expired.
-func (e *Engine) StandingInForce(ctx context.Context, id string) (bool, error) {
-	s, err := e.standingRule(ctx, id)
-	if errors.Is(err, ErrUnknownRule) {
-		return false, nil
-	}
+// StandingInForce reports whether a standing rule that has not expired is
+// stored with the id, or for tool in channel: an Always allow's rule by its
+// id, or one saved under an id of another form (as rules were once given
+// ids of their own), or another Always allow's for the tool there.
+func (e *Engine) StandingInForce(ctx context.Context, id, tool, channel string) (bool, error) {
+	rules, err := e.StandingRules(ctx, "")
 	if err != nil {
 		return false, err
 	}
-	return s.ExpiresAt.IsZero() || s.ExpiresAt.After(e.now()), nil
+	return slices.ContainsFunc(rules, func(s StandingRule) bool {
+		return s.ID == id || s.Tool == tool && s.Channel == channel
+	}), nil
 }
 
 // standingRule reads one standing rule, expired or not; one not stored is

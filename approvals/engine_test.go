@@ -1435,3 +1435,32 @@ func TestQuestionTakesNoApprovalCount(t *testing.T) {
 		t.Errorf("a question under four eyes in a DM: %+v, want it denied: only the requester could answer", v)
 	}
 }
+
+// A standing rule is found in force by its id, or by its tool and channel
+// whatever its id (rules once had ids of their own); an expired one is not.
+func TestStandingInForce(t *testing.T) {
+	ctx := context.Background()
+	e, _, c := newTestEngine(t)
+	if _, err := e.Remember(ctx, "UA", StandingRule{ID: "sr-0badc0de", Tool: "deploy", Channel: "C1", ExpiresAt: c.now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		id, tool, channel string
+		want              bool
+	}{
+		{"sr-0badc0de", "other", "C2", true},
+		{"sr-123456789abc", "deploy", "C1", true},
+		{"sr-123456789abc", "deploy", "C2", false},
+		{"sr-123456789abc", "restart", "C1", false},
+	} {
+		if got, err := e.StandingInForce(ctx, tt.id, tt.tool, tt.channel); err != nil || got != tt.want {
+			t.Errorf("StandingInForce(%s, %s, %s) = %v, %v; want %v", tt.id, tt.tool, tt.channel, got, err, tt.want)
+		}
+	}
+	c.mu.Lock()
+	c.t = c.t.Add(2 * time.Hour)
+	c.mu.Unlock()
+	if got, _ := e.StandingInForce(ctx, "sr-0badc0de", "deploy", "C1"); got {
+		t.Error("an expired rule is said to be in force")
+	}
+}

@@ -1196,7 +1196,7 @@ func (a *App) updatedCard(ctx context.Context, u agent.CallUpdate) Card {
 	}
 	card := cardOf(pc, &u)
 	if d := u.Call.Decision; d != nil && d.Kind == approvals.Remember && a.policy != nil {
-		in, err := a.policy.StandingInForce(ctx, agent.StandingRuleID(u.Call.ID))
+		in, err := a.policy.StandingInForce(ctx, agent.StandingRuleID(u.Call.ID), u.Call.Tool, u.Call.Channel)
 		if err != nil {
 			a.log.Warn("read whether an Always allow's rule is in force", "call", u.Call.ID, "err", err)
 		}
