@@ -173,8 +173,8 @@ func (a *Agent) historyBudget(tools []openai.Tool) int {
 // are shortened too, as little as it takes for the history to fit but
 // leaving them at least half the budget, before older exchanges are
 // dropped; and again if they are what keeps the last exchange over the
-// budget once the older ones are gone. The last exchange is never
-// dropped. A tool call is never separated from its result: a shortened
+// budget once the older ones are gone. The last exchange (with every
+// message of the turn's: see lastExchange) is never dropped. A tool call is never separated from its result: a shortened
 // output stays in its place, and whole exchanges go at once.
 func fitBudget(msgs []openai.ChatCompletionMessage, budget int) []openai.ChatCompletionMessage {
 	total := totalTokens(msgs)
@@ -289,10 +289,17 @@ func stepInProgress(msgs []openai.ChatCompletionMessage) int {
 	return len(msgs)
 }
 
-// lastExchange returns the index of the last user message (0 if none).
+// lastExchange returns the index where the last exchange starts: the last
+// user message, and the user messages right before it (0 if none). A turn
+// that answers several messages (replies sent while a turn ran, messages
+// that waited on a pause) appends them in a row: the model is to answer
+// each, so none of them is dropped as an older exchange.
 func lastExchange(msgs []openai.ChatCompletionMessage) int {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == openai.ChatMessageRoleUser {
+			for i > 0 && msgs[i-1].Role == openai.ChatMessageRoleUser {
+				i--
+			}
 			return i
 		}
 	}

@@ -79,6 +79,27 @@ func TestFitBudget(t *testing.T) {
 	})
 }
 
+// A turn that answers several messages in a row (one pasted a log, the
+// next asks about it) keeps them all, however far over the budget: the
+// model is to answer each of them.
+func TestFitBudgetKeepsEveryMessageTheTurnAnswers(t *testing.T) {
+	var hist []openai.ChatCompletionMessage
+	for i := 0; i < 3; i++ {
+		hist = append(hist, exchange(i, 400)...)
+	}
+	hist = append(hist,
+		openai.ChatCompletionMessage{Role: "user", Name: "UBOB", Content: "here is the log:\n" + strings.Repeat("error connecting to db ", 500)},
+		openai.ChatCompletionMessage{Role: "user", Name: "UALICE", Content: "what does the log above say?"})
+	got := fitBudget(hist, 1000)
+	if len(got) != 2 || got[0].Name != "UBOB" || got[1].Name != "UALICE" {
+		var who []string
+		for _, m := range got {
+			who = append(who, m.Role+"("+m.Name+")")
+		}
+		t.Errorf("kept %v, want both messages the turn answers and nothing older", who)
+	}
+}
+
 // A turn whose steps bring large tool outputs is kept within the budget
 // too: the outputs of its earlier steps are shortened, oldest first, each
 // call keeping its result; only the step in progress is left whole.
