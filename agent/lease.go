@@ -197,7 +197,44 @@ func (l *leases) runWaiting(ctx context.Context, conversation string, wait bool,
 	if err != nil {
 		return err
 	}
-	return l.runHeld(ctx, conversation, holder, fn)
+	// The work holds the lease: a wait of its own keeps what it holds.
+	return l.runHeld(context.WithValue(ctx, yieldKey{}, (*LeaseWaitYield)(nil)), conversation, holder, fn)
+}
+
+// LeaseWaitYield is what work that waits for a conversation's lease gives
+// back while it waits, and takes again before it tries the lease again (a
+// turn slot of its caller's): work waiting on another's lease holds none
+// of it, so that work which can run is never kept waiting behind work
+// that cannot.
+type LeaseWaitYield struct {
+	// Release gives it back; Retake takes it again, waiting its turn, or
+	// returns ctx's error.
+	Release func()
+	Retake  func(ctx context.Context) error
+}
+
+type yieldKey struct{}
+
+// WithLeaseWaitYield returns ctx for work (Run, Resume) that gives back y
+// while it waits for a conversation's lease held by others, and takes it
+// again before it tries the lease again. The work itself, once it holds
+// the lease, does not give it back.
+func WithLeaseWaitYield(ctx context.Context, y LeaseWaitYield) context.Context {
+	return context.WithValue(ctx, yieldKey{}, &y)
+}
+
+// sleepYielding is sleep, giving back ctx's LeaseWaitYield while it waits.
+func (l *leases) sleepYielding(ctx context.Context, conversation string, deadline time.Time, local, announced <-chan struct{}) error {
+	y, _ := ctx.Value(yieldKey{}).(*LeaseWaitYield)
+	if y == nil || !time.Now().Before(deadline) {
+		return l.sleep(ctx, conversation, deadline, local, announced)
+	}
+	y.Release()
+	err := l.sleep(ctx, conversation, deadline, local, announced)
+	if rerr := y.Retake(ctx); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // take takes the lease on conversation for work that starts later, with
@@ -307,7 +344,7 @@ func (l *leases) acquire(ctx context.Context, key, conversation string, wait boo
 			if !wait {
 				return "", errBusy
 			}
-			if err := l.sleep(ctx, conversation, deadline, busy, nil); err != nil {
+			if err := l.sleepYielding(ctx, conversation, deadline, busy, nil); err != nil {
 				return "", err
 			}
 			continue
@@ -343,7 +380,7 @@ func (l *leases) acquire(ctx context.Context, key, conversation string, wait boo
 		if watch != nil {
 			announced = watch.Released()
 		}
-		if err := l.sleep(ctx, conversation, deadline, nil, announced); err != nil {
+		if err := l.sleepYielding(ctx, conversation, deadline, nil, announced); err != nil {
 			return "", err
 		}
 	}

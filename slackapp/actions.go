@@ -295,9 +295,12 @@ func (a *App) decideFast(ctx context.Context, c click, d approvals.Decision) (re
 	var q *queue
 	var release func()
 	if c.conversation != "" {
-		q, release = a.reserve(c.conversation)
+		var s *slot
+		if q, s = a.reserve(c.conversation); s != nil {
+			release = s.release
+		}
 	} else if a.slots.TryAcquire(1) {
-		release = func() { a.slots.Release(1) }
+		release = a.heldSlot().release
 	}
 	if release == nil {
 		res, err = a.ag.Decide(ctx, d)
@@ -422,13 +425,13 @@ func (a *App) resumeQueued(ctx context.Context, conversation, runID string, tell
 		a.log.Warn("shutting down before a queued resume; the sweep resumes it", "run", runID)
 		return
 	}
-	release, err := a.turnSlot(ctx, conversation, tell)
+	s, err := a.turnSlot(ctx, conversation, tell)
 	if err != nil {
 		a.log.Warn("shutting down before a queued resume; the sweep resumes it", "run", runID)
 		return
 	}
-	defer release()
-	a.resume(ctx, conversation, runID)
+	defer s.release()
+	a.resume(s.during(ctx), conversation, runID)
 }
 
 // decidedAfter is how long c waited for its decision, once decided; zero

@@ -692,7 +692,7 @@ func (a *App) enqueueJob(ctx context.Context, key string, job queuedJob) {
 // when key has no queue in this process and a slot is free; otherwise it
 // returns nil. The caller runs its work, calls release, then serve(q) for
 // the work queued behind it meanwhile.
-func (a *App) reserve(key string) (q *queue, release func()) {
+func (a *App) reserve(key string) (q *queue, s *slot) {
 	if !a.slots.TryAcquire(1) {
 		return nil, nil
 	}
@@ -700,7 +700,7 @@ func (a *App) reserve(key string) (q *queue, release func()) {
 		a.slots.Release(1)
 		return nil, nil
 	}
-	return q, func() { a.slots.Release(1) }
+	return q, a.heldSlot()
 }
 
 // claimQueue makes the caller the server of key's queue when key has no
@@ -764,10 +764,9 @@ const queuedText = "I'm working on many conversations right now; yours is queued
 // waits for it as well, and its own wait starts only after this one, so
 // this wait tells the thread on their behalf. It returns a release func,
 // or an error if ctx ended first.
-func (a *App) turnSlot(ctx context.Context, conversation string, tell bool) (release func(), err error) {
-	release = func() { a.slots.Release(1) }
+func (a *App) turnSlot(ctx context.Context, conversation string, tell bool) (s *slot, err error) {
 	if a.slots.TryAcquire(1) {
-		return release, nil
+		return a.heldSlot(), nil
 	}
 	a.m.turnQueued()
 	// The timer hands the notice to a goroutine of the app's; this one
@@ -790,7 +789,56 @@ func (a *App) turnSlot(ctx context.Context, conversation string, tell bool) (rel
 	if err != nil {
 		return nil, err
 	}
-	return release, nil
+	return a.heldSlot(), nil
+}
+
+// slot is a turn slot one piece of work holds. Its work gives it back
+// while it waits for a conversation's lease another holds (see during),
+// and takes it again, in arrival order, before it tries again.
+type slot struct {
+	a    *App
+	mu   sync.Mutex
+	held bool
+}
+
+// heldSlot is a slot the caller took from a.slots.
+func (a *App) heldSlot() *slot { return &slot{a: a, held: true} }
+
+// release gives the slot back, if it is held; the work's deferred release
+// after a wait that could not take it again gives back nothing.
+func (s *slot) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held {
+		s.held = false
+		s.a.slots.Release(1)
+	}
+}
+
+// retake takes the slot again, waiting in line, unless it is held.
+func (s *slot) retake(ctx context.Context) error {
+	s.mu.Lock()
+	held := s.held
+	s.mu.Unlock()
+	if held {
+		return nil
+	}
+	if err := s.a.slots.Acquire(ctx, 1); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held {
+		s.a.slots.Release(1) // taken again meanwhile
+	}
+	s.held = true
+	return nil
+}
+
+// during returns ctx for the slot's work: it gives the slot back while it
+// waits for a lease another holds (see agent.WithLeaseWaitYield).
+func (s *slot) during(ctx context.Context) context.Context {
+	return agent.WithLeaseWaitYield(ctx, agent.LeaseWaitYield{Release: s.release, Retake: s.retake})
 }
 
 // queuedNoticeDue reports, once a turn of the conversation has waited
@@ -947,11 +995,11 @@ func (a *App) takeOverLater(ctx context.Context, key string) {
 		if ctx.Err() != nil {
 			return // the next process takes it over
 		}
-		release, err := a.turnSlot(ctx, key, false)
+		s, err := a.turnSlot(ctx, key, false)
 		if err != nil {
 			return
 		}
-		defer release()
+		defer s.release()
 		a.takeOverTurn(ctx, key)
 	})
 }
@@ -1018,6 +1066,12 @@ type eventFields struct {
 		// DateDelete is set (a Unix time) on a group disabled.
 		DateDelete int64 `json:"date_delete"`
 	} `json:"subteam"`
+	// Files are the files a message carries.
+	Files []struct {
+		ID    string `json:"id"`
+		Name  string `json:"name"`
+		Title string `json:"title"`
+	} `json:"files"`
 	// Edited is set on the app_mention Slack sends again when a
 	// person edits a message mentioning the bot; only its presence is
 	// read.
@@ -1027,6 +1081,15 @@ type eventFields struct {
 	View struct {
 		Hash string `json:"hash"`
 	} `json:"view"`
+}
+
+// fileNames names the files of a message: each by its title, name or id.
+func (ev *eventFields) fileNames() []string {
+	var out []string
+	for _, f := range ev.Files {
+		out = append(out, cmp.Or(f.Title, f.Name, f.ID))
+	}
+	return out
 }
 
 // payload is what the app reads of an envelope's payload to route it,

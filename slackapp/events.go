@@ -46,6 +46,9 @@ func parseKey(key string) (team, channel, threadTS string, ok bool) {
 // message is a person's message the bot should answer.
 type message struct {
 	team, channel, user, text, ts, threadTS string
+	// files names the files the message carries, for the model, which
+	// reads none of them (see fileLines).
+	files []string
 	// received is when its envelope was read, from which Slack's time for
 	// the ack runs (zero: not known).
 	received time.Time
@@ -98,12 +101,12 @@ func (a *App) onEventsAPI(ctx context.Context, env *envelope, ack func()) {
 		}
 		handed = true
 		a.noteAuthor(ev)
-		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, received: env.received}, eventID, false, ack)
+		a.onMessage(ctx, message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, files: ev.fileNames(), received: env.received}, eventID, false, ack)
 	case "message":
 		if !a.byPerson(ev) || ev.Edited != nil || (ev.SubType != "" && ev.SubType != "thread_broadcast" && ev.SubType != "file_share") {
 			return
 		}
-		m := message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, received: env.received}
+		m := message{team: team, channel: ev.Channel, user: ev.User, text: ev.Text, ts: ev.TS, threadTS: ev.ThreadTS, files: ev.fileNames(), received: env.received}
 		followUp := false
 		switch {
 		case ev.ChannelType == "im":
@@ -199,6 +202,20 @@ func (a *App) cleanText(text string) string {
 	return strings.TrimSpace(slackUnescape.Replace(text))
 }
 
+// fileLines is a line per file a message carries, "[file: name]", as the
+// thread's earlier messages name theirs (see earlierLine): the model is
+// told a file came with the message, which it cannot read.
+func fileLines(names []string) string {
+	var b strings.Builder
+	for _, n := range names {
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString("[file: " + n + "]")
+	}
+	return b.String()
+}
+
 // slackUnescape decodes the escapes of Slack's message text; each is read
 // once ("&amp;lt;" is what "&lt;" typed becomes).
 var slackUnescape = strings.NewReplacer("&amp;", "&", "&lt;", "<", "&gt;", ">")
@@ -226,10 +243,11 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 	a.spawn(ctx, "message", func(ctx context.Context) {
 		key := m.key()
 		var q *queue
-		var release func()
+		var s *slot
+		release := func() { s.release() }
 		// Tried by the copy of the message that records it, just before.
 		reserve := func() bool {
-			q, release = a.reserve(key)
+			q, s = a.reserve(key)
 			return q != nil
 		}
 		// Given back when the record waits for the thread's mention (see
@@ -277,16 +295,16 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 				// Shutdown may have cancelled the work before this
 				// message's turn.
 				err := ctx.Err()
-				var release func()
+				var s *slot
 				if err == nil {
-					release, err = a.turnSlot(ctx, key, true)
+					s, err = a.turnSlot(ctx, key, true)
 				}
 				if err != nil {
 					a.notStarted(ctx, m, req, recorded)
 					return
 				}
-				defer release()
-				a.runTurn(ctx, req)
+				defer s.release()
+				a.runTurn(s.during(ctx), req)
 			})
 			if late != nil {
 				defer close(late) // a panic too lets the turn go on
@@ -299,7 +317,7 @@ func (a *App) onMessage(ctx context.Context, m message, eventID string, followUp
 			out, err := a.ag.RunTaken(ctx, req, taken)
 			a.reportTurn(ctx, req.Conversation, out, err)
 		default:
-			a.runTurn(ctx, req)
+			a.runTurn(s.during(ctx), req)
 		}
 	})
 }
@@ -383,6 +401,9 @@ const (
 // records the message or answers it with the one note of its failure.
 func (a *App) record(ctx context.Context, m message, eventID string, followUp bool, reserve func() bool, unreserve func()) (agent.Request, intake, *agent.Taken) {
 	text := a.cleanText(m.text)
+	if lines := fileLines(m.files); lines != "" {
+		text = strings.TrimSpace(text + "\n" + lines)
+	}
 	if text == "" {
 		text = "(empty message)"
 	}
