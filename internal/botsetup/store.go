@@ -90,7 +90,7 @@ func OpenStore(ctx context.Context, c StoreConfig, log *slog.Logger) (Store, err
 		// never answers (TLS asked of a plain server) is refused in
 		// seconds, not after the client's retries.
 		pctx, cancel := context.WithTimeout(ctx, redisCheckTimeout)
-		st, err := redisstore.New(pctx, c.RedisURL, redisstore.Options{Prefix: c.RedisPrefix, Retention: c.Retention, AuditRetention: c.AuditRetention, AuditMax: c.AuditMax, WaitReplicas: c.WaitReplicas, WaitTimeout: c.WaitTimeout})
+		st, err := redisstore.New(pctx, c.RedisURL, redisstore.Options{Prefix: c.RedisPrefix, Retention: c.Retention, AuditRetention: c.AuditRetention, AuditMax: c.AuditMax, WaitReplicas: c.WaitReplicas, WaitTimeout: c.WaitTimeout, Log: log})
 		cancel()
 		if err != nil {
 			// Only the caller's end is a stop: pctx's own time-out is a

@@ -79,3 +79,6 @@ func RenewalsWaiting(s *Store) int {
 
 // RenewalsClient is the client renewals are sent on.
 func RenewalsClient(s *Store) redis.UniversalClient { return s.renewalClient() }
+
+// CallKey returns the key of call id's hash.
+func (s *Store) CallKey(id string) string { return s.callKey(id) }

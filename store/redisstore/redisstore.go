@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,12 +69,18 @@ type Options struct {
 	// the URL, 5 s by default), which bounds the wait's reply. Default
 	// DefaultWaitTimeout.
 	WaitTimeout time.Duration
+	// Log, if set, gets a warning for each call a scan of the pending
+	// calls skips because it cannot be read (written by another version,
+	// edited by hand): it is left where it is, and the scan goes on with
+	// the others.
+	Log *slog.Logger
 }
 
 // Store keeps the bot's state in Redis. It is safe for concurrent use by
 // many goroutines and by many processes sharing the same Redis and Prefix.
 type Store struct {
 	c      redis.UniversalClient
+	log    *slog.Logger // see Options.Log
 	prefix string
 	// channels prefixes the pub/sub channels (see channelPrefix).
 	channels  string
@@ -169,6 +176,7 @@ func NewFromClient(c redis.UniversalClient, opts Options) *Store {
 		convTTL:   cmp.Or(opts.ConversationTTL, DefaultConversationTTL),
 		auditMax:  int64(cmp.Or(opts.AuditMax, DefaultAuditMax)),
 		auditTTL:  cmp.Or(opts.AuditRetention, store.DefaultAuditRetention),
+		log:       opts.Log,
 	}
 	s.channels = channelPrefix(c, s.prefix)
 	s.leases = newLeaseHub(c, s.channels+":lease-released:")
@@ -598,6 +606,17 @@ type liveCall struct {
 	exists   bool
 	finished bool  // its run is finished
 	score    int64 // its entry's score in the index read (scanIndex)
+	// unreadable is why a call stored could not be decoded (exists is
+	// then false).
+	unreadable error
+}
+
+// skipped warns, if the store has a log, of a call a scan skipped as
+// unreadable.
+func (s *Store) skipped(err error) {
+	if s.log != nil {
+		s.log.Warn("skipped a pending call that cannot be read: it does not expire, remind or list until it is deleted or a version that reads it runs", "err", err)
+	}
 }
 
 // pending reports whether the call belongs in the pending indexes.
@@ -633,7 +652,10 @@ func (s *Store) loadCalls(ctx context.Context, ids []string) ([]liveCall, error)
 		}
 		c, ok, err := decodeCall(calls[i].Val())
 		if err != nil {
-			return nil, err
+			// One call that cannot be read does not hide the others:
+			// LoadRun fails with it; a scan skips it (see scanIndexFrom).
+			out[i] = liveCall{unreadable: fmt.Errorf("decode call %s: %w", ids[i], err)}
+			continue
 		}
 		fin, _ := runs[i].Val()[0].(string)
 		out[i] = liveCall{call: c, exists: ok, finished: fin == "1"}
@@ -675,6 +697,9 @@ func (s *Store) LoadRun(ctx context.Context, runID string) (store.Run, []store.C
 	}
 	calls := make([]store.Call, 0, len(live))
 	for i, l := range live {
+		if l.unreadable != nil {
+			return store.Run{}, nil, fmt.Errorf("load run %s: %w", runID, l.unreadable)
+		}
 		if !l.exists {
 			return store.Run{}, nil, fmt.Errorf("load run %s: call %s: %w", runID, r.CallIDs[i], store.ErrNotFound)
 		}
@@ -1074,6 +1099,12 @@ func (s *Store) scanIndexFrom(ctx context.Context, key, max string, first int64,
 		for i, l := range live {
 			l.score = int64(zs[i].Score)
 			last = l.score
+			if l.unreadable != nil {
+				// Left in the index, where a version that can read it
+				// finds it; the scan goes on with the others.
+				s.skipped(l.unreadable)
+				continue
+			}
 			if l.pending() {
 				ok = append(ok, l)
 			} else {
