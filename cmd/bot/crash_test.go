@@ -498,7 +498,7 @@ policy:
 // card decides nothing and is told so, the survivor runs the turn again and
 // posts its own card, and approving that one runs the tool once.
 func TestCrashBetweenCardAndSave(t *testing.T) {
-	forEachRedis(t, testCrashBetweenCardAndSave)
+	forEachStore(t, testCrashBetweenCardAndSave)
 }
 
 func testCrashBetweenCardAndSave(t *testing.T, redisURL string) {
@@ -674,4 +674,31 @@ func (c *cluster) addApprover() string {
 	c.slack.AddUser(fakeslack.User{ID: approver, Name: "approver"})
 	c.slack.Join(crashChannel, approver)
 	return approver
+}
+
+// defaults drops the short LEASE_TTL and TAKEOVER_INTERVAL newCluster
+// sets: the replicas run with the defaults (10 s, 5 s).
+func (c *cluster) defaults() {
+	c.env = slices.DeleteFunc(c.env, func(e string) bool {
+		return strings.HasPrefix(e, "LEASE_TTL=") || strings.HasPrefix(e, "TAKEOVER_INTERVAL=")
+	})
+}
+
+// With the default LEASE_TTL and TAKEOVER_INTERVAL, a replica killed during
+// a model call is taken over and its thread answered by the survivor, as
+// the README says, within 30 s of the crash (the lease's 10 s, then a scan
+// every 5 s; answeredOnce waits no longer).
+func TestCrashDuringModelCallWithTheDefaults(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, redisURL string) {
+		c := newCluster(t, redisURL, crashModelConfig)
+		c.defaults()
+		entered := c.hold(fakeopenai.Response{}, func(openai.ChatCompletionRequest) fakeopenai.Response {
+			return fakeopenai.Text("answered by the survivor")
+		})
+		a := c.start("a", 1)
+		ts := c.mention("what is deployed?")
+		waitFor(t, entered, "the first replica's model call")
+		c.survive(a)
+		c.answeredOnce(ts, "answered by the survivor")
+	})
 }
