@@ -222,8 +222,18 @@ func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand, page int) 
 		return "I couldn't read the pending calls right now; please try again."
 	}
 	var lines []string
+	unchecked := 0
 	for _, c := range calls {
-		if c.Channel != cmd.ChannelID || !a.maySee(ctx, c.Call, cmd.UserID) {
+		if c.Channel != cmd.ChannelID {
+			continue
+		}
+		// A call whose audience could not be checked (Slack failed the
+		// look-up, or took too long) is counted, not taken for one the
+		// user may not see: "nothing is waiting" would be false.
+		if ok, err := a.maySeeChecked(ctx, c.Call, cmd.UserID); err != nil {
+			unchecked++
+			continue
+		} else if !ok {
 			continue
 		}
 		lines = append(lines, fmt.Sprintf("• %s requested by %s, rule %s, expires %s", inlineCode(c.Tool), requesterRefs(c.Requester, c.Requesters), inlineCode(c.RuleID), slackDate(c.ExpiresAt)))
@@ -232,7 +242,13 @@ func (a *App) cmdPending(ctx context.Context, cmd slack.SlashCommand, page int) 
 	if len(calls) == approvalsScanLimit {
 		more = fmt.Sprintf("Only the oldest %d pending calls of the workspace were checked; more may be waiting here.\n", approvalsScanLimit)
 	}
+	if unchecked > 0 {
+		more += fmt.Sprintf("%d more call(s) here could not be checked against who may see them (Slack did not answer in time): try again in a moment.\n", unchecked)
+	}
 	if len(lines) == 0 {
+		if unchecked > 0 {
+			return more
+		}
 		return "Nothing is waiting on approval in this channel.\n" + more
 	}
 	text, pages := answerPage(fmt.Sprintf("*%d call(s) waiting on approval here:*\n", len(lines)), lines, more, page, func(p int) string {

@@ -801,3 +801,23 @@ func TestPolicyChangesWhoseAnswerIsLost(t *testing.T) {
 		})
 	}
 }
+
+// A call open to its channel's members waits there. When Slack fails the
+// membership look-up, `/approvals pending` says the call could not be
+// checked, never that nothing waits.
+func TestPendingWhoseLookupFailsSaysSo(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n"
+	e.start()
+	e.model.Reply(fakeopenai.ToolCalls(tc("c1", "deploy", `{"service":"api","version":"11"}`)), fakeopenai.Text("Deployed."))
+	ts := e.slack.Mention(channel, requester, "deploy api 11")
+	e.card(ts, "deploy")
+	waitUntil(t, "the call listed", func() bool { return strings.Contains(e.slash(requester, "pending"), "1 call(s) waiting") })
+	e.restart()                                                  // nothing known of the channel's members
+	e.slack.ErrorNext("conversations.members", "internal_error") // one failed look-up
+	got := e.slash(requester, "pending")
+	if strings.Contains(got, "Nothing is waiting") || !strings.Contains(got, "1 more call(s) here could not be checked") {
+		t.Errorf("pending while Slack failed the look-up says:\n%s", got)
+	}
+	wantIn(t, "pending once Slack answers", e.slash(requester, "pending"), "1 call(s) waiting")
+}
