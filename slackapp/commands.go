@@ -360,9 +360,11 @@ func answerPage(head string, entries []string, tail string, p int, next func(pag
 func answerPageOf(head string, entries []string, tail string, p int, next func(page int) string, shown func(i int) string) (string, int) {
 	roomChars := maxEphemeralChars - textLen(head) - textLen(tail) - answerPageRoom
 	roomBytes := maxEphemeralBytes - encodedLen(head) - encodedLen(tail) - 2*answerPageRoom
+	fit := func(e string) string { return fitEntry(e, roomChars, roomBytes) }
 	var starts []int // the index of each page's first entry
 	chars, bytes := 0, 0
 	for i, e := range entries {
+		e = fit(e)
 		c, b := textLen(e)+1, encodedLen(e+"\n")
 		if len(starts) == 0 || chars+c > roomChars || bytes+b > roomBytes {
 			starts = append(starts, i)
@@ -386,7 +388,7 @@ func answerPageOf(head string, entries []string, tail string, p int, next func(p
 		if shown != nil {
 			e = shown(i)
 		}
-		b.WriteString(e + "\n")
+		b.WriteString(fit(e) + "\n")
 	}
 	b.WriteString(tail)
 	if pages > 1 {
@@ -397,6 +399,26 @@ func answerPageOf(head string, entries []string, tail string, p int, next func(p
 		b.WriteString("_\n")
 	}
 	return b.String(), pages
+}
+
+// fitEntry is e cut, if it must be, to fit a page of answerPage by itself
+// (room characters, roomBytes once encoded), with the ellipsis that says
+// so, and its inline code closed: a page's footer, which says what other
+// pages hold, always follows it.
+func fitEntry(e string, room, roomBytes int) string {
+	if textLen(e)+1 <= room && encodedLen(e+"\n") <= roomBytes {
+		return e
+	}
+	for n := room - 2; n > 0; n = n * 9 / 10 {
+		cut, _ := truncate(e, n)
+		if strings.Count(cut, "`")%2 == 1 {
+			cut += "`"
+		}
+		if encodedLen(cut+"\n") <= roomBytes {
+			return cut
+		}
+	}
+	return ellipsis
 }
 
 // encodedLen is the length of s encoded as a JSON string, without quotes.

@@ -821,3 +821,22 @@ func TestPendingWhoseLookupFailsSaysSo(t *testing.T) {
 	}
 	wantIn(t, "pending once Slack answers", e.slash(requester, "pending"), "1 call(s) waiting")
 }
+
+// A rule too long for a page of `policy list` (a condition listing
+// hundreds of services) is shown cut, saying so, and the page still says
+// that more rules follow and how to see them.
+func TestPolicyListOfALongRuleKeepsTheNextPageHint(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	var svcs []string
+	for i := range 300 {
+		svcs = append(svcs, fmt.Sprintf("'service-%03d'", i))
+	}
+	e.policy = "policy:\n  default: ask\n  rules:\n" +
+		"    - id: big\n      tool: deploy\n      verdict: ask\n      when: args.service in [" + strings.Join(svcs, ", ") + "]\n" +
+		"    - id: no-drop\n      tool: drop_db\n      verdict: deny\n" +
+		"    - id: reads\n      tool: read_*\n      verdict: allow\n"
+	e.start()
+	first := e.slash(stranger, "policy list")
+	wantIn(t, "page 1", first, "`big` [file]", "…`", "`/approvals policy list 2` shows the next page")
+	wantIn(t, "page 2", e.slash(stranger, "policy list 2"), "`no-drop` [file]", "`reads` [file]")
+}
