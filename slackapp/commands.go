@@ -166,6 +166,10 @@ const (
 // workspace (or of its Enterprise Grid organisation); not those of another
 // organisation met in a shared channel, nor a deactivated account. For
 // anyone else it returns false and the answer to give them.
+// adminUnchecked starts requireAdmin's refusal when Slack did not say
+// whether the user is an admin.
+const adminUnchecked = "I couldn't check whether you are an admin"
+
 func (a *App) requireAdmin(ctx context.Context, user string, use adminUse) (refusal string, ok bool) {
 	if a.admins[user] {
 		return "", true
@@ -175,11 +179,11 @@ func (a *App) requireAdmin(ctx context.Context, user string, use adminUse) (refu
 		a.log.Warn("look up user", "user", user, "err", err)
 		switch use {
 		case adminRead:
-			return "I couldn't check whether you are an admin, so I can't show the audit log. Please try again.", false
+			return adminUnchecked + ", so I can't show the audit log. Please try again.", false
 		case adminRules:
-			return "I couldn't check whether you are an admin, so I can't list every channel's standing rules. Please try again.", false
+			return adminUnchecked + ", so I can't list every channel's standing rules. Please try again.", false
 		}
-		return "I couldn't check whether you are an admin, so nothing changed. Please try again.", false
+		return adminUnchecked + ", so nothing changed. Please try again.", false
 	}
 	if a.adminOfThisWorkspace(u) {
 		return "", true

@@ -840,3 +840,18 @@ func TestPolicyListOfALongRuleKeepsTheNextPageHint(t *testing.T) {
 	wantIn(t, "page 1", first, "`big` [file]", "…`", "`/approvals policy list 2` shows the next page")
 	wantIn(t, "page 2", e.slash(stranger, "policy list 2"), "`no-drop` [file]", "`reads` [file]")
 }
+
+// A workspace admin revoking someone else's standing rule while Slack
+// fails users.info is told the admin check failed, not that only the
+// rule's maker or an admin may revoke it; the retry revokes it.
+func TestRevokeByAnAdminWhoseCheckFails(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.policy = "policy:\n  default: ask\n"
+	e.slack.AddUser(fakeslack.User{ID: "UWSADMIN01", Name: "wsadmin", IsAdmin: true})
+	e.slack.Join(channel, "UWSADMIN01")
+	e.start()
+	e.remember(approvals.StandingRule{ID: "r-1", Tool: "deploy", Channel: channel, CreatedBy: requester})
+	e.slack.ErrorNext("users.info", "internal_error")
+	wantIn(t, "revoke while the check fails", e.slash("UWSADMIN01", "rules revoke r-1"), "I couldn't check whether you are an admin")
+	wantIn(t, "the retry", e.slash("UWSADMIN01", "rules revoke r-1"), "Revoked standing rule `r-1`")
+}

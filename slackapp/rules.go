@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/slack-go/slack"
 
@@ -39,7 +40,12 @@ func (a *App) revokeStanding(ctx context.Context, user, id string) string {
 	}
 	noRule := fmt.Sprintf("There is no standing rule %s. Nothing changed.", inlineCode(id))
 	if rule == nil || rule.CreatedBy != user {
-		if _, ok := a.requireAdmin(ctx, user, adminChange); !ok {
+		if refusal, ok := a.requireAdmin(ctx, user, adminChange); !ok {
+			if strings.HasPrefix(refusal, adminUnchecked) {
+				// An admin whose check failed is told so, not that
+				// the rule is not theirs or not there.
+				return refusal
+			}
 			if rule == nil {
 				return noRule
 			}
