@@ -52,8 +52,9 @@ func (a *App) onSlash(ctx context.Context, env *envelope, start time.Time) {
 		defer cancel()
 		// Slack sends an envelope again when its ack was not received
 		// (a connection refreshed meanwhile): a command that changes
-		// the policy must not run twice.
-		if !a.firstTime(ctx, "envelope:"+env.ID) {
+		// the policy must not run twice. One that only reads is
+		// answered again: the first answer never reached its reader.
+		if changes(cmd.Text) && !a.firstTime(ctx, "envelope:"+env.ID) {
 			a.m.duplicate()
 			k.ack(ephemeral(commandRepeatedText))
 			return
@@ -62,10 +63,18 @@ func (a *App) onSlash(ctx context.Context, env *envelope, start time.Time) {
 	})
 }
 
+// changes reports whether the /approvals command text changes anything
+// (policy add or remove, rules revoke): only those are not run twice.
+func changes(text string) bool {
+	args := strings.Fields(strings.ToLower(text))
+	return len(args) > 1 && (args[0] == "policy" && (args[1] == "add" || args[1] == "remove") || args[0] == "rules" && args[1] == "revoke")
+}
+
 // commandFailedText answers a command whose handler failed unexpectedly.
 const commandFailedText = "Something went wrong while answering this command; please try again."
 
-// commandRepeatedText answers a command Slack delivered again.
+// commandRepeatedText answers a command that changes something, which
+// Slack delivered again.
 const commandRepeatedText = "Slack sent this command again; it was received the first time, and nothing was done twice. Its first answer may not have reached you: `/approvals policy list` and `/approvals rules list` show where things stand."
 
 // command runs one /approvals command and returns its answer.

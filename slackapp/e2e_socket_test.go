@@ -234,6 +234,23 @@ func TestRedeliveredCommandRunsOnce(t *testing.T) {
 	}
 }
 
+// A command that only reads, delivered again (its first answer never
+// reached its reader), is answered again.
+func TestRedeliveredReadingCommandIsAnsweredAgain(t *testing.T) {
+	e := newEnv(t, storeKinds(t)[0])
+	e.start()
+	payload, _ := json.Marshal(map[string]any{"team_id": e.slack.TeamID(), "channel_id": channel, "user_id": stranger, "command": "/approvals", "text": `policy test deploy {"service":"a","version":"1"}`})
+	id := e.slack.Deliver("slash_commands", payload)
+	_, err := e.slack.WaitAck(id, 5*time.Second)
+	must(t, err)
+	must(t, e.slack.Redeliver(id))
+	again, err := e.slack.WaitAck(id, 5*time.Second)
+	must(t, err)
+	if !strings.Contains(string(again), "by rule `deploys`") {
+		t.Errorf("the redelivered policy test is answered %s", again)
+	}
+}
+
 // A command whose answer echoes text that takes much more room encoded
 // (control characters, line separators) is acked all the same, within
 // Slack's bound on a reply.
