@@ -954,7 +954,15 @@ func (a *App) publishHomesOnce(ctx context.Context, tabs []homeTab, stopping <-c
 		if closed(stopping) {
 			return nil
 		}
-		view := a.homeView(ctx, ag, scanned, rules, rulesErr, tab.user)
+		view, unchecked := a.homeView(ctx, ag, scanned, rules, rulesErr, tab.user)
+		if unchecked != nil {
+			// A tab built while a check failed would leave out calls,
+			// or standing rules, that are there ("nothing is waiting"):
+			// it stays as it is, for the next round.
+			a.log.Warn("build a Home tab; it is published in the next round", "user", tab.user, "err", unchecked)
+			a.homes.later([]string{tab.user})
+			continue
+		}
 		var sent []byte
 		if tab.check || tab.hash == "" {
 			sent, _ = json.Marshal(view)
@@ -984,7 +992,11 @@ func (a *App) publishHomesOnce(ctx context.Context, tabs []homeTab, stopping <-c
 			// the one it checks, from a reading after it, which is
 			// checked likewise if it went without a hash.
 		default:
-			a.log.Warn("publish home", "user", tab.user, "err", err)
+			// Refused (rate limited past the client's retries, Slack's
+			// own failure): published in the next round, not left
+			// showing what it showed.
+			a.log.Warn("publish home; it is published in the next round", "user", tab.user, "err", err)
+			a.homes.later([]string{tab.user})
 		}
 	}
 	return again
@@ -1002,20 +1014,36 @@ func hashConflict(err error) bool {
 // calls the user may decide (those naming the user or a user group they
 // belong to, and those open to anyone in their conversation that the user
 // can see), then come their own waiting requests and standing rules.
-func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCall, rules []approvals.StandingRule, rulesErr error, user string) slack.HomeTabViewRequest {
+//
+// unchecked is the error of a check that could not say whether a call is
+// the user's to see or decide (Slack did not list a channel's members or a
+// group's), or of a reading that failed (their own requests, the standing
+// rules): the view then leaves out what may be there.
+func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCall, rules []approvals.StandingRule, rulesErr error, user string) (_ slack.HomeTabViewRequest, unchecked error) {
 	var inbox, mine []Card
 	for _, c := range scanned {
-		if a.mayDecide(ctx, c.Call, user) != nil {
+		if err := a.mayDecide(ctx, c.Call, user); err != nil {
+			if errors.Is(err, approvals.ErrUnverified) {
+				unchecked = err
+			}
 			continue
 		}
 		card := cardOf(c, nil)
 		card.CopyOf = c.Channel // the Home tab is no channel: its entry names the call's
 		inbox = append(inbox, card)
 	}
-	for _, c := range a.ownPending(ctx, ag, scanned, user) {
+	own, err := a.ownPending(ctx, ag, scanned, user)
+	if err != nil {
+		unchecked = err
+	}
+	for _, c := range own {
 		// Asked for in a channel the user has left since: not theirs
 		// to see any more.
-		if a.maySee(ctx, c.Call, user) {
+		ok, err := a.maySeeChecked(ctx, c.Call, user)
+		if err != nil {
+			unchecked = err
+		}
+		if ok && err == nil {
 			mine = append(mine, cardOf(c, nil))
 		}
 	}
@@ -1032,21 +1060,23 @@ func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCal
 			}
 		}
 		view.Blocks.BlockSet = append(view.Blocks.BlockSet, StandingRuleBlocks(own, maxViewBlocks-len(view.Blocks.BlockSet))...)
+	} else {
+		unchecked = rulesErr
 	}
-	return view
+	return view, unchecked
 }
 
 // ownPending returns the oldest homeScanLimit pending calls user
 // requested, alone or with others (see requestedBy): from scanned, the
 // oldest pending calls, when that listing is complete (shorter than
 // homeScanLimit), and from the store otherwise.
-func (a *App) ownPending(ctx context.Context, ag Agent, scanned []agent.PendingCall, user string) []agent.PendingCall {
+func (a *App) ownPending(ctx context.Context, ag Agent, scanned []agent.PendingCall, user string) ([]agent.PendingCall, error) {
 	if len(scanned) == homeScanLimit {
 		own, err := ag.Pending(ctx, store.Filter{Requester: user, Limit: homeScanLimit})
 		if err != nil {
-			a.log.Warn("list own requests", "user", user, "err", err)
+			return nil, fmt.Errorf("list own requests: %w", err)
 		}
-		return own
+		return own, nil
 	}
 	var own []agent.PendingCall
 	for _, c := range scanned {
@@ -1054,7 +1084,7 @@ func (a *App) ownPending(ctx context.Context, ag Agent, scanned []agent.PendingC
 			own = append(own, c)
 		}
 	}
-	return own
+	return own, nil
 }
 
 // requestedBy lists the people whose request c is, as the store lists

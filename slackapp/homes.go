@@ -336,7 +336,11 @@ func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 		if !ok {
 			all, err := a.audience.channelMembers(ctx, c.Channel)
 			if err != nil {
-				a.log.Warn("list channel members", "channel", c.Channel, "err", err)
+				// Its members' tabs may list the call still: it is
+				// taken again in the next round.
+				a.log.Warn("list channel members; their Home tabs are refreshed in the next round", "channel", c.Channel, "err", err)
+				a.homes.changed(c)
+				continue
 			}
 			if len(all) <= maxHomeAudience {
 				for id := range all {
