@@ -329,6 +329,17 @@ func TestCardsStayClearOfBlocksTooLong(t *testing.T) {
 	n.EditedArgs = hugeArgs()
 	n.Outcome = "not run: policy now denies: " + long.Reason
 	cards["edited, not run"] = n
+	// The same with a reason of entities (`&`, `<`, `>`), each written as
+	// five characters once escaped.
+	hidden, _ := json.Marshal(map[string]any{"content": strings.Repeat("a\u200b<&>", 5000)})
+	amp := c
+	amp.Reason = strings.Repeat("&", 600)
+	amp.Args = hidden
+	na := decided(amp, approvals.Edit)
+	na.EditedArgs = hidden
+	na.Outcome = "not run: policy now denies: " + amp.Reason
+	na.OutputSummary = strings.Repeat("a\u200b<&>", 5000)
+	cards["edited, not run, a reason of entities"] = na
 	for name, card := range cards {
 		for _, copy := range []bool{false, true} {
 			if copy {

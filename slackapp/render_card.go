@@ -319,7 +319,9 @@ func requestText(c Card) string {
 			if c.RuleID != "" {
 				rule += " —"
 			}
-			rule += " " + Escape(oneLine(clip(c.Reason, maxCardReason)))
+			// Cut once escaped: an entity takes up to five characters,
+			// and the card's text budget counts them.
+			rule += " " + clipEscaped(c.Reason, maxCardReason)
 		}
 		lines = append(lines, rule)
 	}
@@ -630,13 +632,20 @@ func expiredText(c Card) string {
 	return ":hourglass: Expired without a decision. Nothing ran."
 }
 
+// clipEscaped is s on one line, escaped, then cut to at most n characters
+// (an entity is never cut).
+func clipEscaped(s string, n int) string {
+	out, _ := truncate(Escape(oneLine(s)), n)
+	return out
+}
+
 // outcomeText reports what happened after the decision, with an excerpt of
 // the tool output: code like the arguments, its hidden characters written
 // out with a warning line after it (see revealWarned).
 func outcomeText(c Card) string {
 	var parts []string
 	if c.Outcome != "" {
-		parts = append(parts, "*Outcome:* "+Escape(oneLine(clip(c.Outcome, maxCardReason))))
+		parts = append(parts, "*Outcome:* "+clipEscaped(c.Outcome, maxCardReason))
 	}
 	if s := strings.TrimSpace(c.OutputSummary); s != "" {
 		shown, warning := revealWarned(s, "the output")
