@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -954,14 +955,21 @@ func (a *App) publishHomesOnce(ctx context.Context, tabs []homeTab, stopping <-c
 		if closed(stopping) {
 			return nil
 		}
-		view, unchecked := a.homeView(ctx, ag, scanned, rules, rulesErr, tab.user)
-		if unchecked != nil {
-			// A tab built while a check failed would leave out calls,
-			// or standing rules, that are there ("nothing is waiting"):
-			// it stays as it is, for the next round.
-			a.log.Warn("build a Home tab; it is published in the next round", "user", tab.user, "err", unchecked)
+		view, unchecked, unread := a.homeView(ctx, ag, scanned, rules, rulesErr, tab.user)
+		if unread != nil {
+			// A tab built from a reading that failed would say none of
+			// the user's requests, or standing rules, are there: it
+			// stays as it is, for the next round.
+			a.log.Warn("build a Home tab; it is published in the next round", "user", tab.user, "err", unread)
 			a.homes.later([]string{tab.user})
 			continue
+		}
+		if unchecked != nil && mayPass(unchecked) {
+			// Published without the calls Slack did not say the user
+			// may see (a channel's members it did not list), and again
+			// in the next round, which may.
+			a.log.Warn("check a call for a Home tab; the tab is published again in the next round", "user", tab.user, "err", unchecked)
+			a.homes.later([]string{tab.user})
 		}
 		var sent []byte
 		if tab.check || tab.hash == "" {
@@ -991,15 +999,25 @@ func (a *App) publishHomesOnce(ctx context.Context, tabs []homeTab, stopping <-c
 			// A check's publish was refused for a publish made after
 			// the one it checks, from a reading after it, which is
 			// checked likewise if it went without a hash.
-		default:
-			// Refused (rate limited past the client's retries, Slack's
-			// own failure): published in the next round, not left
-			// showing what it showed.
+		case mayPass(err):
+			// Refused for now (rate limited past the client's retries,
+			// Slack's own failure): published in the next round, not
+			// left showing what it showed.
 			a.log.Warn("publish home; it is published in the next round", "user", tab.user, "err", err)
 			a.homes.later([]string{tab.user})
+		default:
+			a.log.Warn("publish home", "user", tab.user, "err", err)
 		}
 	}
 	return again
+}
+
+// mayPass reports whether err is a failure of Slack's, or of the way to
+// it, that may pass (a rate limit, its own failure, a 5xx, a call that
+// got no answer in time): what failed is worth making again.
+func mayPass(err error) bool {
+	_, unanswered := errors.AsType[*url.Error](err)
+	return refusedBySlack(err) || unanswered || errors.Is(err, context.DeadlineExceeded)
 }
 
 // hashConflict reports whether err is Slack refusing a view published with
@@ -1017,9 +1035,9 @@ func hashConflict(err error) bool {
 //
 // unchecked is the error of a check that could not say whether a call is
 // the user's to see or decide (Slack did not list a channel's members or a
-// group's), or of a reading that failed (their own requests, the standing
-// rules): the view then leaves out what may be there.
-func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCall, rules []approvals.StandingRule, rulesErr error, user string) (_ slack.HomeTabViewRequest, unchecked error) {
+// group's), unread that of a reading that failed (their own requests, the
+// standing rules): the view then leaves out what may be there.
+func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCall, rules []approvals.StandingRule, rulesErr error, user string) (_ slack.HomeTabViewRequest, unchecked, unread error) {
 	var inbox, mine []Card
 	for _, c := range scanned {
 		if err := a.mayDecide(ctx, c.Call, user); err != nil {
@@ -1034,7 +1052,7 @@ func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCal
 	}
 	own, err := a.ownPending(ctx, ag, scanned, user)
 	if err != nil {
-		unchecked = err
+		unread = err
 	}
 	for _, c := range own {
 		// Asked for in a channel the user has left since: not theirs
@@ -1061,9 +1079,9 @@ func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCal
 		}
 		view.Blocks.BlockSet = append(view.Blocks.BlockSet, StandingRuleBlocks(own, maxViewBlocks-len(view.Blocks.BlockSet))...)
 	} else {
-		unchecked = rulesErr
+		unread = rulesErr
 	}
-	return view, unchecked
+	return view, unchecked, unread
 }
 
 // ownPending returns the oldest homeScanLimit pending calls user

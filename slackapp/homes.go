@@ -317,6 +317,7 @@ func (a *App) showHome(ctx context.Context, user, shown string) {
 func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 	var out []string
 	members := map[string][]string{}
+	failed := map[string]bool{} // channels Slack did not list this round
 	for _, c := range calls {
 		out = append(out, requestedBy(c)...)
 		if c.NeedsAudience && len(c.Approvers) > 0 || !slices.Equal(c.CardApprovers, c.Approvers) {
@@ -332,14 +333,25 @@ func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 		if approvals.IsDM(c.Channel) {
 			continue // a DM's audience is its requester
 		}
+		if failed[c.Channel] {
+			a.homes.changed(c)
+			continue
+		}
 		m, ok := members[c.Channel]
 		if !ok {
 			all, err := a.audience.channelMembers(ctx, c.Channel)
 			if err != nil {
-				// Its members' tabs may list the call still: it is
-				// taken again in the next round.
-				a.log.Warn("list channel members; their Home tabs are refreshed in the next round", "channel", c.Channel, "err", err)
-				a.homes.changed(c)
+				// Its members' tabs may list the call still: one Slack
+				// may list next time is taken again in the next round,
+				// with the others of its channel.
+				members[c.Channel] = nil
+				if mayPass(err) {
+					a.log.Warn("list channel members; their Home tabs are refreshed in the next round", "channel", c.Channel, "err", err)
+					failed[c.Channel] = true
+					a.homes.changed(c)
+				} else {
+					a.log.Warn("list channel members", "channel", c.Channel, "err", err)
+				}
 				continue
 			}
 			if len(all) <= maxHomeAudience {

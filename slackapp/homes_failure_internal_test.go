@@ -42,9 +42,10 @@ func TestHomePublishRefusedIsPublishedLater(t *testing.T) {
 }
 
 // A tab whose reading could not check who may decide a call (Slack failed
-// to list the channel's members) is not published as if nothing waited:
-// it stays as it is, for a later round.
-func TestHomeWhoseCheckFailedIsNotPublished(t *testing.T) {
+// to list the channel's members for a moment) is published again in the
+// next round, which lists the call once Slack answers; a channel Slack
+// will never list (gone) freezes no tab and repeats nothing.
+func TestHomeWhoseCheckFailedIsPublishedAgain(t *testing.T) {
 	fs, pc := homeHashWorld(t)
 	pc.Approvers = nil // open to anyone in C1
 	listed := &listedAgent{}
@@ -58,8 +59,35 @@ func TestHomeWhoseCheckFailedIsNotPublished(t *testing.T) {
 	fs.ErrorNext("conversations.members", "internal_error")
 	a.publishRound(t.Context(), []string{"UAPP"}, nil)
 	_, later := a.homes.take()
-	if !listsCall(fs, "UAPP") || !slices.Contains(later, "UAPP") {
-		t.Errorf("after a failed check the tab lists the pending call: %v; left for later: %q", listsCall(fs, "UAPP"), later)
+	if !slices.Contains(later, "UAPP") {
+		t.Fatalf("after a failed check no later round publishes the tab (left for later: %q)", later)
+	}
+	a.publishRound(t.Context(), later, nil)
+	if !listsCall(fs, "UAPP") {
+		t.Error("the next round, Slack answering, does not list the pending call")
+	}
+	if _, again := a.homes.take(); len(again) != 0 {
+		t.Errorf("a round that checked everything left %q for later", again)
+	}
+	a.audience.forget("C1")
+	fs.ErrorNext("conversations.members", "channel_not_found")
+	a.publishRound(t.Context(), []string{"UAPP"}, nil)
+	if _, again := a.homes.take(); len(again) != 0 {
+		t.Errorf("a check Slack refuses for good left %q for later: it would be made every round", again)
+	}
+}
+
+// A publish Slack refuses for good (the user is gone) is not made again
+// every round.
+func TestHomePublishRefusedForGoodIsNotMadeAgain(t *testing.T) {
+	fs, pc := homeHashWorld(t)
+	listed := &listedAgent{}
+	listed.list(pc)
+	a := homeReplicas(t, fs, listed, 1)[0]
+	fs.ErrorNext("views.publish", "user_not_found")
+	a.publishRound(t.Context(), []string{"UAPP"}, nil)
+	if _, later := a.homes.take(); len(later) != 0 {
+		t.Errorf("a publish refused with user_not_found is left for later: %q", later)
 	}
 }
 
@@ -121,5 +149,11 @@ func TestHomeRoundWhoseMembersLookupFailedIsMadeAgain(t *testing.T) {
 	}
 	if users := a.concerned(t.Context(), calls); !slices.Contains(users, "UAPP") {
 		t.Errorf("the next round refreshes %q: not UAPP", users)
+	}
+	a.audience.forget("C1")
+	fs.ErrorNext("conversations.members", "channel_not_found")
+	a.concerned(t.Context(), []agent.Call{pc.Call})
+	if calls, _ := a.homes.take(); len(calls) != 0 {
+		t.Errorf("a call of a channel Slack will never list is taken again: %v", calls)
 	}
 }
