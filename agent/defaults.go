@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"reflect"
+
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -21,7 +23,44 @@ import (
 // again), so the arguments filled do not depend on their size or on the
 // order of a map. It reports whether it set any.
 func fillDefaults(s *jsonschema.Schema, v any) bool {
-	return fill(s, v, new(visits))
+	var f filler
+	return f.fill(s, v, new(visits))
+}
+
+// filler fills one call's arguments: values holds the visits of each
+// object and array it holds (by the address of its map or its first
+// item), so that one reached from two schemas of its parent (two branches
+// of an allOf that both describe a property) is filled by each of its own
+// schemas once, not once per way to it, which nesting would multiply.
+type filler struct {
+	values map[uintptr]*visits
+}
+
+// visitsOf returns the visits of v: an object's or a non-empty array's,
+// kept for the whole fill; a fresh one for any other value, which holds
+// no values of its own.
+func (f *filler) visitsOf(v any) *visits {
+	var p uintptr
+	switch x := v.(type) {
+	case map[string]any:
+		p = reflect.ValueOf(x).Pointer()
+	case []any:
+		if len(x) > 0 {
+			p = reflect.ValueOf(x).Pointer()
+		}
+	}
+	if p == 0 {
+		return new(visits)
+	}
+	if f.values == nil {
+		f.values = map[uintptr]*visits{}
+	}
+	vs := f.values[p]
+	if vs == nil {
+		vs = new(visits)
+		f.values[p] = vs
+	}
+	return vs
 }
 
 // visits are the schemas that filled one value: each fills it once, however
@@ -53,21 +92,21 @@ var countVisits = func() {}
 
 // fill is fillDefaults of s on v, where seen holds the schemas that
 // filled v already.
-func fill(s *jsonschema.Schema, v any, seen *visits) bool {
+func (f *filler) fill(s *jsonschema.Schema, v any, seen *visits) bool {
 	if s == nil || !seen.add(s) {
 		return false
 	}
 	countVisits()
-	set := fill(s.Ref, v, seen)
+	set := f.fill(s.Ref, v, seen)
 	for _, x := range s.AllOf {
-		set = fill(x, v, seen) || set
+		set = f.fill(x, v, seen) || set
 	}
-	set = fill(objectBranch(s.AnyOf), v, seen) || set
-	set = fill(objectBranch(s.OneOf), v, seen) || set
+	set = f.fill(objectBranch(s.AnyOf), v, seen) || set
+	set = f.fill(objectBranch(s.OneOf), v, seen) || set
 	switch x := v.(type) {
 	case map[string]any:
 		for name, val := range x {
-			set = fillValue(s, name, val) || set
+			set = f.fillValue(s, name, val) || set
 		}
 		for name, ps := range s.Properties {
 			if _, ok := x[name]; ok {
@@ -80,7 +119,7 @@ func fill(s *jsonschema.Schema, v any, seen *visits) bool {
 		}
 	case []any:
 		for i, e := range x {
-			set = fill(itemSchema(s, i), e, new(visits)) || set
+			set = f.fill(itemSchema(s, i), e, f.visitsOf(e)) || set
 		}
 	}
 	return set
@@ -89,20 +128,20 @@ func fill(s *jsonschema.Schema, v any, seen *visits) bool {
 // fillValue fills val, the value of an object's property name, by the
 // schemas of s that describe it: its properties' and those of the
 // patternProperties it matches, or, with neither, additionalProperties'.
-func fillValue(s *jsonschema.Schema, name string, val any) bool {
-	set, seen := false, new(visits)
+func (f *filler) fillValue(s *jsonschema.Schema, name string, val any) bool {
+	set, seen := false, f.visitsOf(val)
 	ps, described := s.Properties[name]
 	if described {
-		set = fill(ps, val, seen)
+		set = f.fill(ps, val, seen)
 	}
 	for re, ps := range s.PatternProperties {
 		if re.MatchString(name) {
 			described = true
-			set = fill(ps, val, seen) || set
+			set = f.fill(ps, val, seen) || set
 		}
 	}
 	if ap, ok := s.AdditionalProperties.(*jsonschema.Schema); ok && !described {
-		set = fill(ap, val, seen) || set
+		set = f.fill(ap, val, seen) || set
 	}
 	return set
 }

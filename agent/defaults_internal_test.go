@@ -7,11 +7,19 @@ import (
 )
 
 // A schema reached two ways at each level of nesting (both branches of an
-// allOf refer to it) fills each value once: the work grows with the
-// arguments, not with the number of ways through the schema, which
-// doubles at each level.
+// allOf refer to it, or two branches each describe the same property)
+// fills each value once: the work grows with the arguments, not with the
+// number of ways through the schema, which doubles at each level.
 func TestDefaultsWorkDoesNotMultiplyWithNesting(t *testing.T) {
-	schema := `{"$defs":{"N":{"type":"object","allOf":[{"$ref":"#/$defs/L"},{"$ref":"#/$defs/L"}]},"L":{"properties":{"c":{"$ref":"#/$defs/N"},"d":{"default":1}}}},"$ref":"#/$defs/N"}`
+	for name, schema := range map[string]string{
+		"one schema two ways":        `{"$defs":{"N":{"type":"object","allOf":[{"$ref":"#/$defs/L"},{"$ref":"#/$defs/L"}]},"L":{"properties":{"c":{"$ref":"#/$defs/N"},"d":{"default":1}}}},"$ref":"#/$defs/N"}`,
+		"two branches, one property": `{"$defs":{"N":{"type":"object","allOf":[{"$ref":"#/$defs/L1"},{"$ref":"#/$defs/L2"}]},"L1":{"properties":{"c":{"$ref":"#/$defs/N"}}},"L2":{"properties":{"c":{"$ref":"#/$defs/N"},"d":{"default":1}}}},"$ref":"#/$defs/N"}`,
+	} {
+		t.Run(name, func(t *testing.T) { testDefaultsWork(t, schema) })
+	}
+}
+
+func testDefaultsWork(t *testing.T, schema string) {
 	reg, err := compileTool(Tool{Name: "deep", Human: true, Schema: json.RawMessage(schema)})
 	if err != nil {
 		t.Fatal(err)
