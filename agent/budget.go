@@ -174,7 +174,8 @@ func (a *Agent) historyBudget(tools []openai.Tool) int {
 // leaving them at least half the budget, before older exchanges are
 // dropped; and again if they are what keeps the last exchange over the
 // budget once the older ones are gone. The last exchange (with every
-// message of the turn's: see lastExchange) is never dropped. A tool call is never separated from its result: a shortened
+// message of the turn's: see lastExchange) is never dropped; over the
+// budget still, its messages but the last are shortened. A tool call is never separated from its result: a shortened
 // output stays in its place, and whole exchanges go at once.
 func fitBudget(msgs []openai.ChatCompletionMessage, budget int) []openai.ChatCompletionMessage {
 	total := totalTokens(msgs)
@@ -208,6 +209,20 @@ func fitBudget(msgs []openai.ChatCompletionMessage, budget int) []openai.ChatCom
 		total -= totalTokens(out[:end])
 		out = out[end:]
 		inProgress -= end
+	}
+	// The messages of the last exchange but its last one (those a turn
+	// answers with it: see lastExchange) are shortened, oldest first,
+	// rather than dropped: the model reads that each came, and a run of
+	// them never keeps the history over the model's context for good.
+	for i, last := lastExchange(out), lastUser(out); i < last && total > budget; i++ {
+		m := out[i]
+		if m.Role != openai.ChatMessageRoleUser || len(m.Content) <= shortenedOutput+64 {
+			continue
+		}
+		before := estimateTokens(m)
+		m.Content = fmt.Sprintf("%s\n[message shortened to fit the context: %d bytes omitted]", truncateUTF8(m.Content, shortenedOutput), len(m.Content)-shortenedOutput)
+		out[i] = m
+		total += estimateTokens(m) - before
 	}
 	if outputs := stepOutputs(out, inProgress); total > budget && len(outputs) > 0 {
 		// Without them the rest of the exchange would fit (if it does not,
@@ -300,6 +315,16 @@ func lastExchange(msgs []openai.ChatCompletionMessage) int {
 			for i > 0 && msgs[i-1].Role == openai.ChatMessageRoleUser {
 				i--
 			}
+			return i
+		}
+	}
+	return 0
+}
+
+// lastUser returns the index of the last user message (0 if none).
+func lastUser(msgs []openai.ChatCompletionMessage) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == openai.ChatMessageRoleUser {
 			return i
 		}
 	}

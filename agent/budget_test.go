@@ -80,8 +80,8 @@ func TestFitBudget(t *testing.T) {
 }
 
 // A turn that answers several messages in a row (one pasted a log, the
-// next asks about it) keeps them all, however far over the budget: the
-// model is to answer each of them.
+// next asks about it) keeps them all: the model is to answer each of them.
+// Over the budget, all but the last are shortened, saying so.
 func TestFitBudgetKeepsEveryMessageTheTurnAnswers(t *testing.T) {
 	var hist []openai.ChatCompletionMessage
 	for i := 0; i < 3; i++ {
@@ -96,7 +96,13 @@ func TestFitBudgetKeepsEveryMessageTheTurnAnswers(t *testing.T) {
 		for _, m := range got {
 			who = append(who, m.Role+"("+m.Name+")")
 		}
-		t.Errorf("kept %v, want both messages the turn answers and nothing older", who)
+		t.Fatalf("kept %v, want both messages the turn answers and nothing older", who)
+	}
+	if !strings.HasPrefix(got[0].Content, "here is the log:") || !strings.Contains(got[0].Content, "[message shortened to fit the context") || got[1].Content != hist[len(hist)-1].Content {
+		t.Errorf("kept %q and %q: want the log shortened, saying so, and the question whole", got[0].Content, got[1].Content)
+	}
+	if totalTokens(got) > 1000 {
+		t.Errorf("kept %d tokens, over the budget of 1000", totalTokens(got))
 	}
 }
 

@@ -769,3 +769,30 @@ func TestPromptAndToolsOverTheBudgetLeaveTheHistoryAQuarter(t *testing.T) {
 		t.Errorf("the log holds %d warnings that name CONTEXT_BUDGET, want one:\n%s", warnings, out.String())
 	}
 }
+
+// Two pasted logs in a row that together exceed the model's context: the
+// turn that answers them is sent with the first shortened, and the
+// thread's next message is answered too (a run of messages that waited
+// never keeps the history over the context for good).
+func TestMessagesInARowOverTheContextAreShortened(t *testing.T) {
+	w := newWorld(t, backends(t)[0])
+	w.cfg.ContextBudget = 12000
+	const limit = 6000 // bytes of text the fake model takes
+	w.model.Handle(func(r openai.ChatCompletionRequest) fakeopenai.Response {
+		if requestText(r) > limit {
+			return tooLong
+		}
+		return fakeopenai.Text("Still here.")
+	})
+	a := w.agent()
+	ctx := context.Background()
+	if _, _, err := a.Accept(ctx, request("log 1:\n"+hexOutput(4000)), false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Run(ctx, request("log 2:\n"+hexOutput(4000))); err != nil || got.Status != agent.Answered {
+		t.Fatalf("the turn answering both logs: %+v, %v; want it answered", got.Status, err)
+	}
+	if got, err := a.Run(ctx, request("hello?")); err != nil || got.Status != agent.Answered {
+		t.Fatalf("the thread's next message: %+v, %v; want it answered", got.Status, err)
+	}
+}
