@@ -14,3 +14,12 @@ func hardLinked(fi fs.FileInfo) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	return ok && fi.Mode().IsRegular() && st.Nlink > 1
 }
+
+// ownerOf returns the user and group that own the file of fi.
+func ownerOf(fi fs.FileInfo) (uid, gid int, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return int(st.Uid), int(st.Gid), true
+}

@@ -344,6 +344,7 @@ func (w *workspace) write(_ context.Context, raw json.RawMessage) (agent.Result,
 		}
 	}
 	mode := fs.FileMode(0o644)
+	var existing fs.FileInfo
 	switch fi, err := root.Lstat(args.Path); {
 	case err == nil && !fi.Mode().IsRegular():
 		return errorResult("cannot write %q: it is %s", args.Path, fileKind(fi)), nil
@@ -357,7 +358,8 @@ func (w *workspace) write(_ context.Context, raw json.RawMessage) (agent.Result,
 			return fsError("write", args.Path, err), nil
 		}
 		f.Close()
-		mode = fi.Mode().Perm()
+		mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		existing = fi
 	case !errors.Is(err, fs.ErrNotExist):
 		return fsError("write", args.Path, err), nil
 	}
@@ -365,10 +367,20 @@ func (w *workspace) write(_ context.Context, raw json.RawMessage) (agent.Result,
 	// a write that fails part way (a full disk) leaves the file as it was,
 	// never emptied or cut. The rename replaces the name, never writing
 	// through a link that took the file's place meanwhile.
-	tmp := filepath.Join(filepath.Dir(args.Path), "."+filepath.Base(args.Path)+".toolgate-"+rand.Text()[:12]+".tmp")
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	// The new file keeps the owner and group of the one it replaces (a
+	// service's config it must still read); where the bot may not give
+	// it them, the file is written in place, as it can be.
+	tmp := filepath.Join(filepath.Dir(args.Path), ".toolgate-"+rand.Text()[:12]+".tmp")
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode.Perm())
 	if err != nil {
 		return fsError("write", args.Path, err), nil
+	}
+	if existing != nil {
+		if uid, gid, ok := ownerOf(existing); ok && f.Chown(uid, gid) != nil {
+			f.Close()
+			_ = root.Remove(tmp)
+			return writeInPlace(root, args.Path, *args.Content), nil
+		}
 	}
 	_, err = f.Write([]byte(*args.Content))
 	if err == nil {
@@ -389,6 +401,38 @@ func (w *workspace) write(_ context.Context, raw json.RawMessage) (agent.Result,
 		return fsError("write", args.Path, err), nil
 	}
 	return agent.Result{Content: fmt.Sprintf("wrote %d bytes to %s", len(*args.Content), args.Path)}, nil
+}
+
+// writeInPlace writes content over the regular file path of root, as a
+// file whose owner the bot may not give a new one is written: emptied,
+// then written (a write that fails part way leaves it cut).
+func writeInPlace(root *os.Root, path, content string) agent.Result {
+	// Not waiting on a FIFO for a reader, should one take the file's
+	// place meanwhile.
+	f, err := root.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fsError("write", path, err)
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil || !fi.Mode().IsRegular():
+		f.Close()
+		return errorResult("cannot write %q: it is %s", path, fileKind(fi))
+	case hardLinked(fi):
+		f.Close()
+		return fsError("write", path, errHardLinked)
+	}
+	err = f.Truncate(0)
+	if err == nil {
+		_, err = f.Write([]byte(content))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fsError("write", path, err)
+	}
+	return agent.Result{Content: fmt.Sprintf("wrote %d bytes to %s", len(content), path)}
 }
 
 func (w *workspace) delete(_ context.Context, raw json.RawMessage) (agent.Result, error) {

@@ -92,3 +92,52 @@ func TestWorkspaceWriteKeepsTheModeAndRefusesAReadOnlyFile(t *testing.T) {
 		t.Errorf("a write of a read-only file: got %+v, want it refused", res)
 	}
 }
+
+// A file a service owns (its config, group-writable for the bot) keeps its
+// owner, group and mode after a write; a file whose name is as long as a
+// name may be is written too.
+func TestWorkspaceWriteKeepsTheOwnerAndTakesLongNames(t *testing.T) {
+	root := t.TempDir()
+	tools, err := WorkspaceTools(WorkspaceConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := tools[0]
+	for _, tool := range tools {
+		if tool.Name == "workspace_write" {
+			write = tool
+		}
+	}
+	long := strings.Repeat("a", 250) + ".yaml"
+	if err := os.WriteFile(filepath.Join(root, long), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := runTool(t, write, map[string]any{"path": long, "content": "new"}); res.IsError {
+		t.Errorf("write of an existing file with a %d-byte name: %s", len(long), res.Content)
+	}
+	p := filepath.Join(root, "app.conf")
+	if err := os.WriteFile(p, []byte("old"), 0o660); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o660); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	if os.Geteuid() == 0 {
+		uid, gid = 1234, 1234 // a service's
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := runTool(t, write, map[string]any{"path": "app.conf", "content": "new"}); res.IsError {
+		t.Fatalf("write: %s", res.Content)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if got, _ := os.ReadFile(p); string(got) != "new" || int(st.Uid) != uid || int(st.Gid) != gid || fi.Mode().Perm() != 0o660 {
+		t.Errorf("after the write app.conf holds %q, owned by %d:%d with mode %v; want \"new\", %d:%d, 0660", got, st.Uid, st.Gid, fi.Mode().Perm(), uid, gid)
+	}
+}
