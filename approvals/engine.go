@@ -79,7 +79,9 @@ func write(ctx context.Context, do func(context.Context) error, refused func(err
 	}
 	err := do(wctx)
 	cancel()
-	if err == nil || refused(err) {
+	// A write the replicas did not acknowledge is on the primary, where a
+	// read finds it, and may be lost in a failover: told as it is.
+	if err == nil || refused(err) || errors.Is(err, store.ErrNotReplicated) {
 		return err
 	}
 	ok, rerr := made(ctx)

@@ -1306,6 +1306,39 @@ type lossy struct {
 
 var errLost = errors.New("read tcp: connection reset by peer")
 
+// notReplicated is a memStore whose writes are made on the primary only.
+type notReplicated struct{ *memStore }
+
+func (n notReplicated) PutRecord(ctx context.Context, r store.Record, v int64) (store.Record, error) {
+	if _, err := n.memStore.PutRecord(ctx, r, v); err != nil {
+		return store.Record{}, err
+	}
+	return store.Record{}, fmt.Errorf("put record: %w", store.ErrNotReplicated)
+}
+
+func (n notReplicated) DeleteRecord(ctx context.Context, kind, id string) error {
+	if err := n.memStore.DeleteRecord(ctx, kind, id); err != nil {
+		return err
+	}
+	return fmt.Errorf("delete record: %w", store.ErrNotReplicated)
+}
+
+// A change the replicas did not acknowledge is told so, not read back from
+// the primary and told made: a failover may lose it.
+func TestChangeNotReplicatedIsToldSo(t *testing.T) {
+	ctx := context.Background()
+	e := NewEngine(mustParse(t, "policy:\n  default: ask\n"), notReplicated{newMemStore()})
+	if _, err := e.AddRule(ctx, "UADMIN", Rule{ID: "r1", Tool: "deploy", Verdict: Deny}); !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("add: got %v, want ErrNotReplicated", err)
+	}
+	if _, err := e.Remember(ctx, "UADMIN", StandingRule{ID: "sr-1", Tool: "deploy", Channel: "C1"}); !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("remember: got %v, want ErrNotReplicated", err)
+	}
+	if err := e.Revoke(ctx, "UADMIN", "sr-1"); !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("revoke: got %v, want ErrNotReplicated", err)
+	}
+}
+
 func (l *lossy) PutRecord(ctx context.Context, r store.Record, v int64) (store.Record, error) {
 	if l.lose && !l.made {
 		return store.Record{}, errLost
