@@ -1279,6 +1279,11 @@ func (a *Agent) remember(ctx context.Context, c store.Call, sd store.Decision, v
 		a.log.Warn("write the audit entry of a standing rule", "call", c.ID, "tool", c.Tool, "err", err)
 		return true, err
 	}
+	if errors.Is(err, store.ErrNotReplicated) {
+		// In force on the primary, audited: a failover may lose it.
+		a.log.Warn("a standing rule the store's replicas did not acknowledge", "call", c.ID, "tool", c.Tool, "err", err)
+		return true, nil
+	}
 	if err != nil {
 		a.log.Error("store standing rule", "call", c.ID, "tool", c.Tool, "err", err)
 		return false, nil

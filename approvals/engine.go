@@ -105,6 +105,28 @@ func (e *Engine) auditUnconfirmed(ctx context.Context, actor, action, tool, chan
 	}
 }
 
+// primaryOnly takes from *err a write the replicas did not acknowledge
+// (store.ErrNotReplicated) and returns it: the change is on the primary,
+// in force, so it is audited as made, and the error told after (see
+// onPrimary).
+func primaryOnly(err *error) error {
+	if errors.Is(*err, store.ErrNotReplicated) {
+		e := *err
+		*err = nil
+		return e
+	}
+	return nil
+}
+
+// onPrimary is the error of a change made (what, with args) that the
+// replicas did not acknowledge (unreplicated, from primaryOnly), or nil.
+func onPrimary(unreplicated error, what string, args ...any) error {
+	if unreplicated == nil {
+		return nil
+	}
+	return fmt.Errorf("%s on the store's primary, but its replicas did not acknowledge it (a failover may lose it): %w", fmt.Sprintf(what, args...), unreplicated)
+}
+
 // conflict and notFound are the store's refusals of a record's put and
 // delete, for write.
 func conflict(err error) bool { return errors.Is(err, store.ErrConflict) }
@@ -999,6 +1021,7 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 		_, err := e.rs.PutRecord(ctx, store.Record{Kind: KindPolicyRule, ID: r.ID, Data: data}, 0)
 		return err
 	}, conflict, e.stored(KindPolicyRule, r.ID, data))
+	unreplicated := primaryOnly(&err)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return Rule{}, fmt.Errorf("add rule %s: %w", r.ID, ErrRuleExists)
@@ -1012,7 +1035,7 @@ func (e *Engine) AddRule(ctx context.Context, actor string, r Rule) (Rule, error
 	if err := e.audit(ctx, actor, AuditPolicyAdd, r.Tool, "", r.ID, r.String()); err != nil {
 		return r, fmt.Errorf("rule %s added, but %w: %w", r.ID, ErrAuditFailed, err)
 	}
-	return r, nil
+	return r, onPrimary(unreplicated, "rule %s added", r.ID)
 }
 
 // RemoveRule deletes the admin rule with the given id (even when the file,
@@ -1034,6 +1057,7 @@ func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
 	err = write(ctx, func(ctx context.Context) error {
 		return e.rs.DeleteRecord(ctx, KindPolicyRule, id)
 	}, notFound, e.deleted(KindPolicyRule, id))
+	unreplicated := primaryOnly(&err)
 	if err != nil {
 		if errors.Is(err, ErrUnconfirmed) {
 			e.auditUnconfirmed(ctx, actor, AuditPolicyRemove, removed.Tool, "", id, removed.String())
@@ -1053,7 +1077,7 @@ func (e *Engine) RemoveRule(ctx context.Context, actor, id string) error {
 	if err := e.audit(ctx, actor, AuditPolicyRemove, removed.Tool, "", id, detail); err != nil {
 		return fmt.Errorf("rule %s removed, but %w: %w", id, ErrAuditFailed, err)
 	}
-	return nil
+	return onPrimary(unreplicated, "rule %s removed", id)
 }
 
 // adminRule returns the admin rule id as stored, or a zero Rule (no ID)
@@ -1122,6 +1146,7 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 		_, err := e.rs.PutRecord(ctx, store.Record{Kind: KindStandingRule, ID: s.ID, Data: data}, 0)
 		return err
 	}, conflict, e.stored(KindStandingRule, s.ID, data))
+	unreplicated := primaryOnly(&err)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return StandingRule{}, fmt.Errorf("remember %s: %w", s.ID, ErrRuleExists)
@@ -1134,7 +1159,7 @@ func (e *Engine) Remember(ctx context.Context, actor string, s StandingRule) (St
 	if err := e.audit(ctx, actor, AuditStandingAdd, s.Tool, s.Channel, s.ID, strings.Join(detail, " ")); err != nil {
 		return s, fmt.Errorf("standing rule %s stored, but %w: %w", s.ID, ErrAuditFailed, err)
 	}
-	return s, nil
+	return s, onPrimary(unreplicated, "standing rule %s stored", s.ID)
 }
 
 // StandingRules lists the standing rules of a channel (all channels when
@@ -1185,6 +1210,7 @@ func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
 	err = write(ctx, func(ctx context.Context) error {
 		return e.rs.DeleteRecord(ctx, KindStandingRule, id)
 	}, notFound, e.deleted(KindStandingRule, id))
+	unreplicated := primaryOnly(&err)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("revoke standing rule %s: %w", id, ErrUnknownRule)
@@ -1197,7 +1223,7 @@ func (e *Engine) Revoke(ctx context.Context, actor, id string) error {
 	if err := e.audit(ctx, actor, AuditStandingRevoke, s.Tool, s.Channel, id, ""); err != nil {
 		return fmt.Errorf("standing rule %s revoked, but %w: %w", id, ErrAuditFailed, err)
 	}
-	return nil
+	return onPrimary(unreplicated, "standing rule %s revoked", id)
 }
 
 // StandingInForce reports whether a standing rule that has not expired is

@@ -1327,15 +1327,23 @@ func (n notReplicated) DeleteRecord(ctx context.Context, kind, id string) error 
 // the primary and told made: a failover may lose it.
 func TestChangeNotReplicatedIsToldSo(t *testing.T) {
 	ctx := context.Background()
-	e := NewEngine(mustParse(t, "policy:\n  default: ask\n"), notReplicated{newMemStore()})
-	if _, err := e.AddRule(ctx, "UADMIN", Rule{ID: "r1", Tool: "deploy", Verdict: Deny}); !errors.Is(err, store.ErrNotReplicated) {
-		t.Errorf("add: got %v, want ErrNotReplicated", err)
+	ms := newMemStore()
+	e := NewEngine(mustParse(t, "policy:\n  default: ask\n"), notReplicated{ms})
+	if r, err := e.AddRule(ctx, "UADMIN", Rule{ID: "r1", Tool: "deploy", Verdict: Deny}); !errors.Is(err, store.ErrNotReplicated) || r.ID != "r1" {
+		t.Errorf("add: got %+v, %v; want the rule and ErrNotReplicated", r, err)
 	}
-	if _, err := e.Remember(ctx, "UADMIN", StandingRule{ID: "sr-1", Tool: "deploy", Channel: "C1"}); !errors.Is(err, store.ErrNotReplicated) {
-		t.Errorf("remember: got %v, want ErrNotReplicated", err)
+	if s, err := e.Remember(ctx, "UADMIN", StandingRule{ID: "sr-1", Tool: "deploy", Channel: "C1"}); !errors.Is(err, store.ErrNotReplicated) || s.ID != "sr-1" {
+		t.Errorf("remember: got %+v, %v; want the rule and ErrNotReplicated", s, err)
 	}
 	if err := e.Revoke(ctx, "UADMIN", "sr-1"); !errors.Is(err, store.ErrNotReplicated) {
 		t.Errorf("revoke: got %v, want ErrNotReplicated", err)
+	}
+	if err := e.RemoveRule(ctx, "UADMIN", "r1"); !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("remove: got %v, want ErrNotReplicated", err)
+	}
+	// Made on the primary, in force: each is audited.
+	if got := ms.auditActions(); !slices.Equal(got, []string{"UADMIN:" + AuditPolicyAdd, "UADMIN:" + AuditStandingAdd, "UADMIN:" + AuditStandingRevoke, "UADMIN:" + AuditPolicyRemove}) {
+		t.Errorf("audited %q, want each change", got)
 	}
 }
 

@@ -590,7 +590,7 @@ func (a *App) cmdPolicyAdd(ctx context.Context, user, text string) string {
 	if errors.Is(err, approvals.ErrUnconfirmed) {
 		return fmt.Sprintf("I couldn't tell whether rule %s was added: %s. `/approvals policy list` shows whether it is in force; to add it again, give its id (`id=%s`), which is refused if it is there.", inlineCode(added.ID), Escape(err.Error()), Escape(added.ID))
 	}
-	if err != nil && !errors.Is(err, approvals.ErrAuditFailed) {
+	if err != nil && !madeAnyway(err) {
 		return "I couldn't add the rule: " + Escape(err.Error())
 	}
 	// The rule is clipped so that the notes after it (warnings among
@@ -662,20 +662,30 @@ func (a *App) cmdPolicyRemove(ctx context.Context, user, id string) string {
 		return fmt.Sprintf("There is no rule %s. Nothing changed.", inlineCode(id))
 	case errors.Is(err, approvals.ErrUnconfirmed):
 		return fmt.Sprintf("I couldn't tell whether rule %s was removed: %s. `/approvals policy list` shows whether it is still in force; removing it again is safe.", inlineCode(id), Escape(err.Error()))
-	case err != nil && !errors.Is(err, approvals.ErrAuditFailed):
+	case err != nil && !madeAnyway(err):
 		return "I couldn't remove the rule: " + Escape(err.Error())
 	}
 	return fmt.Sprintf("Removed rule %s.", inlineCode(id)) + notAudited(err)
 }
 
 // notAudited warns, after the answer to a change that was made, that its
-// audit entry could not be written (err wraps approvals.ErrAuditFailed),
+// audit entry could not be written (err wraps approvals.ErrAuditFailed), or
+// that the store's replicas did not acknowledge it (store.ErrNotReplicated),
 // so that no one makes the change again; it is empty when err is nil.
 func notAudited(err error) string {
-	if err == nil {
+	switch {
+	case err == nil:
 		return ""
+	case errors.Is(err, store.ErrNotReplicated) && !errors.Is(err, approvals.ErrAuditFailed):
+		return "\n*Warning:* the change was made, but the store's replicas did not acknowledge it, and a failover may lose it: check it is there after one. " + Escape(err.Error())
 	}
 	return "\n*Warning:* the change was made, but the audit log does not record it: " + Escape(err.Error())
+}
+
+// madeAnyway reports whether err, from a change, says it was made all the
+// same: without its audit entry, or on the store's primary only.
+func madeAnyway(err error) bool {
+	return errors.Is(err, approvals.ErrAuditFailed) || errors.Is(err, store.ErrNotReplicated)
 }
 
 func (a *App) cmdPolicyTest(ctx context.Context, cmd slack.SlashCommand, text string) string {
@@ -1042,7 +1052,7 @@ func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCal
 	for _, c := range scanned {
 		if err := a.mayDecide(ctx, c.Call, user); err != nil {
 			if errors.Is(err, approvals.ErrUnverified) {
-				unchecked = err
+				unchecked = errors.Join(unchecked, err)
 			}
 			continue
 		}
@@ -1059,7 +1069,7 @@ func (a *App) homeView(ctx context.Context, ag Agent, scanned []agent.PendingCal
 		// to see any more.
 		ok, err := a.maySeeChecked(ctx, c.Call, user)
 		if err != nil {
-			unchecked = err
+			unchecked = errors.Join(unchecked, err)
 		}
 		if ok && err == nil {
 			mine = append(mine, cardOf(c, nil))

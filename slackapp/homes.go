@@ -67,10 +67,20 @@ func newHomeRefresh() homeRefresh {
 // changed notes that call c appeared, was decided, expired or was
 // cancelled; changes of one call before the next round count once. It
 // never blocks.
-func (h *homeRefresh) changed(c agent.Call) {
+func (h *homeRefresh) changed(c agent.Call) { h.note(c, true) }
+
+// retake queues c again for the next round, unless a newer change of it
+// is queued already, which it must not replace.
+func (h *homeRefresh) retake(c agent.Call) { h.note(c, false) }
+
+// note queues c for the next round; a change of it queued already is
+// replaced if replace is set.
+func (h *homeRefresh) note(c agent.Call, replace bool) {
 	h.mu.Lock()
 	if i, ok := h.index[c.ID]; ok {
-		h.calls[i] = c
+		if replace {
+			h.calls[i] = c
+		}
 	} else if len(h.calls) < maxHomeChanges {
 		if h.index == nil {
 			h.index = map[string]int{}
@@ -334,7 +344,7 @@ func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 			continue // a DM's audience is its requester
 		}
 		if failed[c.Channel] {
-			a.homes.changed(c)
+			a.homes.retake(c)
 			continue
 		}
 		m, ok := members[c.Channel]
@@ -348,7 +358,7 @@ func (a *App) concerned(ctx context.Context, calls []agent.Call) []string {
 				if mayPass(err) {
 					a.log.Warn("list channel members; their Home tabs are refreshed in the next round", "channel", c.Channel, "err", err)
 					failed[c.Channel] = true
-					a.homes.changed(c)
+					a.homes.retake(c)
 				} else {
 					a.log.Warn("list channel members", "channel", c.Channel, "err", err)
 				}

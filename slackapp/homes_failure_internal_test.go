@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/agent"
+	"github.com/toolgate/toolgate/internal/fakeslack"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -155,5 +156,52 @@ func TestHomeRoundWhoseMembersLookupFailedIsMadeAgain(t *testing.T) {
 	a.concerned(t.Context(), []agent.Call{pc.Call})
 	if calls, _ := a.homes.take(); len(calls) != 0 {
 		t.Errorf("a call of a channel Slack will never list is taken again: %v", calls)
+	}
+}
+
+// Two calls open to their channels: Slack fails C1's members for a moment
+// (internal_error) and refuses C2's for good (channel_not_found). The
+// tab, published without C1's call, must be published again.
+func TestHomeWithOneCheckThatMayPassIsPublishedAgain(t *testing.T) {
+	fs, pc := homeHashWorld(t)
+	fs.AddChannel(fakeslack.Channel{ID: "C2", Name: "other", Members: []string{"UREQ", "UAPP", fs.BotUserID()}})
+	pc.Approvers = nil
+	pc2 := pc
+	pc2.ID, pc2.RunID, pc2.Channel = "r2.0", "r2", "C2"
+	listed := &listedAgent{}
+	listed.list(pc, pc2)
+	a := homeReplicas(t, fs, listed, 1)[0]
+	a.publishRound(t.Context(), []string{"UAPP"}, nil)
+	if !listsCall(fs, "UAPP") {
+		t.Fatal("the tab does not list the pending call")
+	}
+	a.audience.forget("")
+	fs.ErrorNext("conversations.members", "internal_error")    // C1: passes
+	fs.ErrorNext("conversations.members", "channel_not_found") // C2: for good
+	a.publishRound(t.Context(), []string{"UAPP"}, nil)
+	if _, later := a.homes.take(); !slices.Contains(later, "UAPP") {
+		t.Errorf("C1's members failed for a moment, yet no later round publishes UAPP's tab (left for later: %q)", later)
+	}
+}
+
+// A round whose members look-up failed takes its call again: a newer
+// change of that call, noted while the round ran, must not be replaced by
+// the round's older copy.
+func TestRetakenCallKeepsANewerChange(t *testing.T) {
+	fs, pc := homeHashWorld(t)
+	pc.Approvers = nil // open to anyone in C1
+	listed := &listedAgent{}
+	listed.list(pc)
+	a := homeReplicas(t, fs, listed, 1)[0]
+	a.audience.forget("")
+	fs.ErrorNext("conversations.members", "internal_error")
+	old := pc.Call
+	newer := pc.Call
+	newer.Approvers = []string{"UNEW"} // an edit moved it under another rule
+	a.homes.changed(newer)             // noted after the round took its calls
+	a.concerned(t.Context(), []agent.Call{old})
+	calls, _ := a.homes.take()
+	if len(calls) != 1 || !slices.Equal(calls[0].Approvers, []string{"UNEW"}) {
+		t.Errorf("the next round takes %+v: the newer change (approvers UNEW) was replaced by the round's older copy", calls[0].Approvers)
 	}
 }

@@ -58,7 +58,7 @@ func (a *App) revokeStanding(ctx context.Context, user, id string) string {
 		return noRule
 	case errors.Is(err, approvals.ErrUnconfirmed):
 		return fmt.Sprintf("I couldn't tell whether standing rule %s was revoked: %s. `/approvals rules list` shows whether it is still there; revoking it again is safe.", inlineCode(id), Escape(err.Error()))
-	case err != nil && !errors.Is(err, approvals.ErrAuditFailed):
+	case err != nil && !madeAnyway(err):
 		return "I couldn't revoke the rule: " + Escape(err.Error())
 	case rule == nil:
 		return fmt.Sprintf("Revoked standing rule %s.", inlineCode(id)) + notAudited(err)
