@@ -358,7 +358,9 @@ func (w *workspace) write(_ context.Context, raw json.RawMessage) (agent.Result,
 			return fsError("write", args.Path, err), nil
 		}
 		f.Close()
-		mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		// Not setuid or setgid: content the model wrote runs with no
+		// one's privileges, as a write by anyone but root leaves it.
+		mode = fi.Mode() & (fs.ModePerm | fs.ModeSticky)
 		existing = fi
 	case !errors.Is(err, fs.ErrNotExist):
 		return fsError("write", args.Path, err), nil

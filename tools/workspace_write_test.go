@@ -3,6 +3,7 @@
 package tools
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,5 +140,35 @@ func TestWorkspaceWriteKeepsTheOwnerAndTakesLongNames(t *testing.T) {
 	st := fi.Sys().(*syscall.Stat_t)
 	if got, _ := os.ReadFile(p); string(got) != "new" || int(st.Uid) != uid || int(st.Gid) != gid || fi.Mode().Perm() != 0o660 {
 		t.Errorf("after the write app.conf holds %q, owned by %d:%d with mode %v; want \"new\", %d:%d, 0660", got, st.Uid, st.Gid, fi.Mode().Perm(), uid, gid)
+	}
+}
+
+// The bot rewrites a set-user-ID file with the model's content: the new
+// content must not run with the file owner's privileges.
+func TestWorkspaceWriteDropsSetuid(t *testing.T) {
+	root := t.TempDir()
+	tools, err := WorkspaceTools(WorkspaceConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := tools[0]
+	for _, tool := range tools {
+		if tool.Name == "workspace_write" {
+			write = tool
+		}
+	}
+	p := filepath.Join(root, "helper")
+	if err := os.WriteFile(p, []byte("old"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o755|fs.ModeSetuid|fs.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	if res := runTool(t, write, map[string]any{"path": "helper", "content": "#!/bin/sh\nid\n"}); res.IsError {
+		t.Fatalf("write: %s", res.Content)
+	}
+	fi, _ := os.Stat(p)
+	if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
+		t.Errorf("after the bot (uid %d) rewrote it, helper is %v: its new content runs with its owner's privileges", os.Geteuid(), fi.Mode())
 	}
 }
