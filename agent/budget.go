@@ -184,16 +184,7 @@ func fitBudget(msgs []openai.ChatCompletionMessage, budget int) []openai.ChatCom
 	}
 	inProgress := stepInProgress(msgs)
 	out := append([]openai.ChatCompletionMessage(nil), msgs...)
-	for i := 0; i < inProgress && total > budget; i++ {
-		m := out[i]
-		if m.Role != openai.ChatMessageRoleTool || len(m.Content) <= shortenedOutput+64 {
-			continue
-		}
-		before := estimateTokens(m)
-		m.Content = fmt.Sprintf("%s\n[older output shortened: %d bytes omitted]", truncateUTF8(m.Content, shortenedOutput), len(m.Content)-shortenedOutput)
-		out[i] = m
-		total += estimateTokens(m) - before
-	}
+	total = shortenEach(out, 0, inProgress, openai.ChatMessageRoleTool, "older output shortened", total, budget)
 	if outputs := stepOutputs(out, inProgress); total > budget && totalTokens(outputs) > budget {
 		// The step's outputs cannot fit whatever goes: they are shortened
 		// first, so that what older exchanges record (a deploy that ran)
@@ -214,16 +205,7 @@ func fitBudget(msgs []openai.ChatCompletionMessage, budget int) []openai.ChatCom
 	// answers with it: see lastExchange) are shortened, oldest first,
 	// rather than dropped: the model reads that each came, and a run of
 	// them never keeps the history over the model's context for good.
-	for i, last := lastExchange(out), lastUser(out); i < last && total > budget; i++ {
-		m := out[i]
-		if m.Role != openai.ChatMessageRoleUser || len(m.Content) <= shortenedOutput+64 {
-			continue
-		}
-		before := estimateTokens(m)
-		m.Content = fmt.Sprintf("%s\n[message shortened to fit the context: %d bytes omitted]", truncateUTF8(m.Content, shortenedOutput), len(m.Content)-shortenedOutput)
-		out[i] = m
-		total += estimateTokens(m) - before
-	}
+	total = shortenEach(out, lastExchange(out), lastUser(out), openai.ChatMessageRoleUser, "message shortened to fit the context", total, budget)
 	if outputs := stepOutputs(out, inProgress); total > budget && len(outputs) > 0 {
 		// Without them the rest of the exchange would fit (if it does not,
 		// shortening them cannot make it, and the model is to read them).
@@ -233,6 +215,24 @@ func fitBudget(msgs []openai.ChatCompletionMessage, budget int) []openai.ChatCom
 		}
 	}
 	return out
+}
+
+// shortenEach shortens, in place, the messages of role in msgs[from:to],
+// first first, to shortenedOutput bytes with a note (what it says, and how
+// many bytes went) while total, the tokens msgs take, is over budget; it
+// returns the tokens they take then.
+func shortenEach(msgs []openai.ChatCompletionMessage, from, to int, role, note string, total, budget int) int {
+	for i := from; i < to && total > budget; i++ {
+		m := msgs[i]
+		if m.Role != role || len(m.Content) <= shortenedOutput+64 {
+			continue
+		}
+		before := estimateTokens(m)
+		m.Content = fmt.Sprintf("%s\n[%s: %d bytes omitted]", truncateUTF8(m.Content, shortenedOutput), note, len(m.Content)-shortenedOutput)
+		msgs[i] = m
+		total += estimateTokens(m) - before
+	}
+	return total
 }
 
 // stepOutputs returns the results of the step in progress that starts at

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/toolgate/toolgate/agent"
 )
 
 // A workspace_write that fails part way (a full disk, a quota) leaves the
@@ -22,16 +24,8 @@ func TestWorkspaceWriteThatFailsKeepsTheOldContent(t *testing.T) {
 		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
 			t.Fatal(err)
 		}
-		tools, err := WorkspaceTools(WorkspaceConfig{Root: root})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tool := range tools {
-			if tool.Name == "workspace_write" {
-				if res := runTool(t, tool, map[string]any{"path": "deploy.yaml", "content": "replicas: 5\nimage: app:v2\n"}); !res.IsError {
-					t.Fatalf("a write past the size limit: got %+v, want an error", res)
-				}
-			}
+		if res := runTool(t, writeTool(t, root), map[string]any{"path": "deploy.yaml", "content": "replicas: 5\nimage: app:v2\n"}); !res.IsError {
+			t.Fatalf("a write past the size limit: got %+v, want an error", res)
 		}
 		return
 	}
@@ -62,16 +56,7 @@ func TestWorkspaceWriteKeepsTheModeAndRefusesAReadOnlyFile(t *testing.T) {
 		t.Log("running as root, which may write any file: the read-only case is not checked")
 	}
 	root := t.TempDir()
-	tools, err := WorkspaceTools(WorkspaceConfig{Root: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var write = tools[0]
-	for _, tool := range tools {
-		if tool.Name == "workspace_write" {
-			write = tool
-		}
-	}
+	write := writeTool(t, root)
 	p := filepath.Join(root, "run.sh")
 	if err := os.WriteFile(p, []byte("old"), 0o750); err != nil {
 		t.Fatal(err)
@@ -99,16 +84,7 @@ func TestWorkspaceWriteKeepsTheModeAndRefusesAReadOnlyFile(t *testing.T) {
 // name may be is written too.
 func TestWorkspaceWriteKeepsTheOwnerAndTakesLongNames(t *testing.T) {
 	root := t.TempDir()
-	tools, err := WorkspaceTools(WorkspaceConfig{Root: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := tools[0]
-	for _, tool := range tools {
-		if tool.Name == "workspace_write" {
-			write = tool
-		}
-	}
+	write := writeTool(t, root)
 	long := strings.Repeat("a", 250) + ".yaml"
 	if err := os.WriteFile(filepath.Join(root, long), []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
@@ -147,16 +123,7 @@ func TestWorkspaceWriteKeepsTheOwnerAndTakesLongNames(t *testing.T) {
 // content must not run with the file owner's privileges.
 func TestWorkspaceWriteDropsSetuid(t *testing.T) {
 	root := t.TempDir()
-	tools, err := WorkspaceTools(WorkspaceConfig{Root: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := tools[0]
-	for _, tool := range tools {
-		if tool.Name == "workspace_write" {
-			write = tool
-		}
-	}
+	write := writeTool(t, root)
 	p := filepath.Join(root, "helper")
 	if err := os.WriteFile(p, []byte("old"), 0o755); err != nil {
 		t.Fatal(err)
@@ -171,4 +138,20 @@ func TestWorkspaceWriteDropsSetuid(t *testing.T) {
 	if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
 		t.Errorf("after the bot (uid %d) rewrote it, helper is %v: its new content runs with its owner's privileges", os.Geteuid(), fi.Mode())
 	}
+}
+
+// writeTool is the workspace_write tool of a workspace at root.
+func writeTool(t *testing.T, root string) agent.Tool {
+	t.Helper()
+	tools, err := WorkspaceTools(WorkspaceConfig{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools {
+		if tool.Name == "workspace_write" {
+			return tool
+		}
+	}
+	t.Fatal("no workspace_write")
+	return agent.Tool{}
 }
