@@ -34,6 +34,8 @@ func fillDefaults(s *jsonschema.Schema, v any) bool {
 // schemas once, not once per way to it, which nesting would multiply.
 type filler struct {
 	values map[uintptr]*visits
+	// visited counts the schemas that filled a value (a test reads it).
+	visited int
 }
 
 // visitsOf returns the visits of v: an object's or a non-empty array's,
@@ -87,16 +89,13 @@ func (vs *visits) add(s *jsonschema.Schema) bool {
 	return true
 }
 
-// countVisits is called for each schema fill visits (a test counts them).
-var countVisits = func() {}
-
 // fill is fillDefaults of s on v, where seen holds the schemas that
 // filled v already.
 func (f *filler) fill(s *jsonschema.Schema, v any, seen *visits) bool {
 	if s == nil || !seen.add(s) {
 		return false
 	}
-	countVisits()
+	f.visited++
 	set := f.fill(s.Ref, v, seen)
 	for _, x := range s.AllOf {
 		set = f.fill(x, v, seen) || set

@@ -38,11 +38,9 @@ func testDefaultsWork(t *testing.T, schema string) {
 	if n := strings.Count(string(got), `"d":1`); n != 21 {
 		t.Fatalf("filled %s: want d in each of the 21 objects", got)
 	}
-	visited := 0
-	countVisits = func() { visited++ }
-	t.Cleanup(func() { countVisits = func() {} })
-	fillDefaults(reg.schema, parse())
-	if visited > 21*8 {
+	var f filler
+	f.fill(reg.schema, parse(), new(visits))
+	if visited := f.visited; visited > 21*8 {
 		t.Errorf("filling 21 nested objects visited %d schemas: the work multiplies with nesting", visited)
 	}
 }
